@@ -1,0 +1,165 @@
+//! The schema contract: what a query returns must match what its model declares — the same
+//! names, in the same order, with compatible type families (reference `core-semantics.md` §5.3).
+//! Checked for every model of an apply before anything is built; every problem is reported.
+
+use super::resolve::{ExecResolver, Mode, external_source, typed_empty};
+use crate::core::interval::Interval;
+use crate::core::{Kind, Location, Model, ModelName, Schema, TypeFamily};
+use crate::engine::{DescribedColumn, Engine};
+use crate::project::Project;
+use crate::sql::fingerprint::Fingerprint;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One contract violation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContractProblem {
+    /// The model at fault.
+    pub model: ModelName,
+    /// Where it is defined.
+    pub location: Location,
+    /// What is wrong, naming the column.
+    pub message: String,
+}
+
+/// Renders problems one per line for error messages.
+pub fn render(problems: &[ContractProblem]) -> String {
+    problems.iter().map(|p| format!("  {}: model `{}`: {}", p.location, p.model, p.message)).collect::<Vec<_>>().join("\n")
+}
+
+/// Compares a declared schema with a query's described output.
+pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
+    let mut out = Vec::new();
+    let actual_names: Vec<&str> = actual.iter().map(|c| c.name.as_str()).collect();
+    for d in &declared.0 {
+        match actual.iter().find(|c| c.name == d.name) {
+            None => out.push(format!("declared column `{}` is not returned by the query", d.name)),
+            Some(a) => {
+                let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
+                if !want.compatible(got) {
+                    out.push(format!("column `{}` is declared `{}` ({want}) but the query returns `{}` ({got})", d.name, d.ty, a.ty));
+                }
+            }
+        }
+    }
+    for a in actual {
+        if !declared.contains(&a.name) {
+            out.push(format!("the query returns column `{}` ({}), which the schema does not declare", a.name, a.ty));
+        }
+    }
+    if out.is_empty() {
+        let declared_names: Vec<&str> = declared.names().collect();
+        if declared_names != actual_names {
+            out.push(format!(
+                "columns are returned in another order: declared ({}), returned ({})",
+                declared_names.join(", "),
+                actual_names.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// Checks every model in `pending` (and the external sources they read) against the engine,
+/// without building anything.
+pub fn check(project: &Project, fps: &BTreeMap<ModelName, Fingerprint>, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
+    let problem = |m: &Model, message: String| ContractProblem { model: m.name.clone(), location: m.location.clone(), message };
+    let mut problems = Vec::new();
+
+    // 1. Declared types must be engine types (one statement when all are valid).
+    let mut involved: Vec<&Model> = pending.iter().filter_map(|n| project.dag.get(n)).collect();
+    let externals: BTreeSet<ModelName> = involved
+        .iter()
+        .flat_map(|m| m.parents())
+        .filter(|p| project.dag.get(p).is_some_and(|m| matches!(m.kind, Kind::External(_))))
+        .collect();
+    involved.extend(externals.iter().filter_map(|n| project.dag.get(n)));
+    let all_casts: Vec<String> = involved.iter().map(|m| typed_empty(m)).collect();
+    if !all_casts.is_empty() {
+        let union = all_casts.iter().map(|c| format!("(SELECT count(*) FROM {c})")).collect::<Vec<_>>().join(" + ");
+        if engine.describe(&format!("SELECT {union}")).is_err() {
+            for m in &involved {
+                for c in &m.schema.0 {
+                    if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {}) AS x", c.ty)) {
+                        problems.push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
+                    }
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return problems;
+    }
+
+    // 2. External sources must provide their declared columns.
+    for name in &externals {
+        let m = project.dag.get(name).expect("known");
+        let Kind::External(ext) = &m.kind else { continue };
+        let raw = format!("SELECT * FROM {}", external_source(project, m, ext));
+        match engine.describe(&raw) {
+            Err(e) => problems.push(problem(m, format!("cannot read the source: {}", first_line(&e.message)))),
+            Ok(actual) => {
+                for d in &m.schema.0 {
+                    match actual.iter().find(|a| a.name == d.name) {
+                        None => problems.push(problem(m, format!("declared column `{}` is not in the source", d.name))),
+                        Some(a) => {
+                            let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
+                            if !want.compatible(got) {
+                                problems.push(problem(m, format!("column `{}` is declared `{}` ({want}) but the source has `{}` ({got})", d.name, d.ty, a.ty)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // 3. Every pending query against its declared schema.
+    let resolver = ExecResolver::new(project, fps, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
+    for name in pending {
+        let Some(m) = project.dag.get(name) else { continue };
+        let Some(body) = &m.body else { continue };
+        let sql = body.render(&resolver);
+        match engine.describe(&sql) {
+            Err(e) => problems.push(problem(m, format!("the query does not bind: {}", first_line(&e.message)))),
+            Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
+        }
+    }
+    problems
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Column;
+
+    fn col(n: &str, t: &str) -> Column {
+        Column { name: n.into(), ty: t.into() }
+    }
+    fn desc(n: &str, t: &str) -> DescribedColumn {
+        DescribedColumn { name: n.into(), ty: t.into() }
+    }
+
+    #[test]
+    fn lists_every_problem() {
+        let declared = Schema(vec![col("a", "varchar"), col("b", "bigint"), col("c", "date")]);
+        let actual = [desc("a", "INTEGER"), desc("c", "DATE"), desc("d", "VARCHAR")];
+        let p = compare(&declared, &actual);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].contains("`a`") && p[0].contains("numeric"));
+        assert!(p[1].contains("`b`") && p[1].contains("not returned"));
+        assert!(p[2].contains("`d`") && p[2].contains("does not declare"));
+    }
+
+    #[test]
+    fn order_matters_and_any_is_unchecked() {
+        let declared = Schema(vec![col("a", "varchar"), col("b", "json")]);
+        assert!(compare(&declared, &[desc("a", "VARCHAR"), desc("b", "STRUCT(x INTEGER)")]).is_empty());
+        let p = compare(&declared, &[desc("b", "JSON"), desc("a", "VARCHAR")]);
+        assert_eq!(p.len(), 1);
+        assert!(p[0].contains("order"));
+    }
+}

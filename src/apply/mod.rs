@@ -1,0 +1,240 @@
+//! Apply: build exactly what a plan says, then promote the environment.
+//!
+//! Order of operations (reference `core-semantics.md` §5.1, with the original's holes closed):
+//! 1. the schema contract of every model to build is checked *before anything is built*
+//!    (parents not built yet stand in as typed empty relations from their declared schemas); a
+//!    mismatch lists every problem of every model and builds nothing;
+//! 2. models are built parents first: `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
+//!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
+//!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
+//!    to `[start, end)` on the time column), the ledger written after the commit;
+//! 3. every view of the environment is swapped in ONE engine transaction;
+//! 4. the state store records the new pointer set and the journal row in one transaction.
+//!
+//! A crash at any point leaves either the old state or a state from which the next `apply`
+//! converges: snapshots and ledger rows are only written after the engine committed, and every
+//! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range).
+
+pub mod contract;
+pub mod resolve;
+
+use crate::core::interval::{self, Interval};
+use crate::core::name::quote_ident;
+use crate::core::{Kind, ModelName};
+use crate::engine::{Engine, EngineError};
+use crate::plan::{Change, Plan, env_schema};
+use crate::project::Project;
+use crate::sql::fingerprint::FINGERPRINT_VERSION;
+use crate::state::{IntervalStatus, SnapshotRecord, StateError, StateStore};
+use resolve::{ExecResolver, Mode};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use contract::ContractProblem;
+
+/// Apply options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Who applies (recorded in the journal); empty when unknown.
+    pub applied_by: String,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyReport {
+    /// Models whose version was built or backfilled, in topological order.
+    pub built: Vec<ModelName>,
+    /// Grain intervals computed.
+    pub intervals: usize,
+    /// True once the environment points at the plan's versions.
+    pub promoted: bool,
+}
+
+/// Why an apply stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Declared schemas do not match what the queries produce; nothing was built.
+    #[error("schema contract failed, nothing was built:\n{}", contract::render(.0))]
+    Contract(Vec<ContractProblem>),
+    /// An engine statement failed while building a model.
+    #[error("building model `{model}`{}: {source}", .interval.map(|i| format!(" interval {i}")).unwrap_or_default())]
+    Build {
+        /// The model.
+        model: ModelName,
+        /// The batch, for time-range models.
+        interval: Option<Interval>,
+        /// The engine error.
+        source: EngineError,
+    },
+    /// An engine statement failed outside a model build (schema creation, promotion).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The state store failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// Applies `plan` (computed for `project`): builds, then promotes `plan.env`.
+///
+/// # Errors
+/// [`ApplyError`]; on error the environment still serves what it served before.
+pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
+    let fps: BTreeMap<ModelName, crate::sql::fingerprint::Fingerprint> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.clone(), a.fingerprint.clone())).collect();
+    let work: Vec<&crate::plan::Action> = plan
+        .actions
+        .iter()
+        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty()))
+        .collect();
+    let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
+
+    if !work.is_empty() {
+        engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
+        let problems = contract::check(project, &fps, &working_set, engine);
+        if !problems.is_empty() {
+            return Err(ApplyError::Contract(problems));
+        }
+    }
+
+    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false };
+    let exec = ExecResolver::new(project, &fps, Mode::Execute);
+    for action in &work {
+        let model = project.dag.get(&action.name).expect("plan matches project");
+        let body = model.body.as_ref().expect("non-external models have a body");
+        let physical = action.physical.clone().unwrap_or_default();
+        let started = std::time::Instant::now();
+        tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
+        let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
+        let snapshot = SnapshotRecord {
+            name: model.name.to_string(),
+            fingerprint: action.fingerprint.as_str().to_string(),
+            fingerprint_version: FINGERPRINT_VERSION,
+            kind: model.kind.tag().to_string(),
+            physical: physical.clone(),
+            canonical: plan.canonical.get(&model.name).cloned(),
+            rendered_sql: body.render(&crate::core::fragment::CanonicalResolver),
+            metadata: metadata(model),
+            created_at: interval::to_iso(interval::now_millis()),
+        };
+        match &model.kind {
+            Kind::Full | Kind::View => {
+                let sql = body.render(&exec.with_bounds(None));
+                let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
+                engine.transaction(&[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")]).map_err(|e| build_err(e, None))?;
+                state.put_snapshot(&snapshot)?;
+            }
+            Kind::Embedded => state.put_snapshot(&snapshot)?,
+            Kind::IncrementalByTimeRange(t) => {
+                let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
+                engine
+                    .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
+                    .map_err(|e| build_err(e, None))?;
+                state.put_snapshot(&snapshot)?;
+                let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+                let cols = cols.join(", ");
+                let tc = quote_ident(&t.time_column);
+                let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
+                let n = batches.len();
+                for (i, batch) in batches.into_iter().enumerate() {
+                    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+                    let sql = body.render(&exec.with_bounds(Some(batch)));
+                    tracing::info!(model = %model.name, interval = %batch, "backfill batch {} of {n}", i + 1);
+                    let statements = [
+                        format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"),
+                        format!(
+                            "INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"
+                        ),
+                    ];
+                    let pieces = batch.split(t.grain);
+                    if let Err(err) = engine.transaction(&statements) {
+                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
+                        return Err(build_err(err, Some(batch)));
+                    }
+                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
+                    report.intervals += pieces.len();
+                }
+            }
+            Kind::External(_) => continue,
+        }
+        tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
+        report.built.push(model.name.clone());
+    }
+
+    if !plan.canon_cache_misses.is_empty() {
+        // The cache is not data: failing to write it only costs a slower next plan.
+        if let Err(e) = state.canon_cache_put(&plan.canon_cache_misses) {
+            tracing::warn!("cannot write the canonicalisation cache: {e}");
+        }
+    }
+
+    promote(project, plan, state, engine, options, &report)?;
+    report.promoted = true;
+    Ok(report)
+}
+
+/// Swaps the environment's views in one engine transaction, then records the pointer set and
+/// the journal row in one state transaction.
+fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
+    let mut statements = Vec::new();
+    let mut schemas = BTreeSet::new();
+    for a in &plan.actions {
+        let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
+        match a.change {
+            Change::Unchanged => {}
+            Change::Removed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
+            Change::Added | Change::Changed => match &a.physical {
+                Some(physical) => {
+                    let schema = env_schema(&plan.env, a.name.schema());
+                    if schemas.insert(schema.clone()) {
+                        statements.push(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&schema)));
+                    }
+                    statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT * FROM {physical}", view(&a.name)));
+                }
+                // Externals and embedded models have no view; one may replace a model that had.
+                None if a.change == Change::Changed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
+                None => {}
+            },
+        }
+    }
+    if !statements.is_empty() {
+        engine.transaction(&statements)?;
+    }
+    let pointers: BTreeMap<String, String> = plan
+        .actions
+        .iter()
+        .filter(|a| a.change != Change::Removed)
+        .map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string()))
+        .collect();
+    let require: BTreeSet<String> = project
+        .dag
+        .models()
+        .filter(|m| !matches!(m.kind, Kind::External(_)))
+        .map(|m| m.name.to_string())
+        .collect();
+    let summary = json!({
+        "actions": plan.actions.iter().filter(|a| a.has_work()).map(|a| json!({
+            "name": a.name.to_string(),
+            "change": a.change.as_str(),
+            "fingerprint": a.fingerprint.short(),
+            "build": a.build,
+            "backfill": a.backfill.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "built": report.built.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+    });
+    state.promote(&plan.env, &pointers, &require, &summary, &options.applied_by, interval::now_millis())?;
+    tracing::info!(env = %plan.env, "promoted{}", if report.built.is_empty() { " (view swap only)".to_string() } else { format!(", built {}", report.built.len()) });
+    Ok(())
+}
+
+/// The model metadata a snapshot keeps for later comparisons.
+fn metadata(model: &crate::core::Model) -> serde_json::Value {
+    json!({
+        "kind": model.kind.fingerprint_payload(),
+        "schema": model.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>(),
+        "grain": model.grain,
+        "description": model.description,
+        "location": model.location.to_string(),
+    })
+}

@@ -1,0 +1,86 @@
+//! How references render when SQL is executed: against physical relations (apply), typed empty
+//! stand-ins (the up-front contract check), or an environment's views (`render --env`).
+
+use crate::core::interval::{self, Interval};
+use crate::core::name::quote_ident;
+use crate::core::{External, Kind, Model, ModelName, Resolver};
+use crate::plan::{env_schema, physical_relation};
+use crate::project::Project;
+use crate::sql::fingerprint::Fingerprint;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Where references point.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode<'a> {
+    /// Physical relations of the plan's versions.
+    Execute,
+    /// Like `Execute`, but models in the set (not built yet) render as typed empty relations
+    /// built from their declared schemas.
+    Contract(&'a BTreeSet<ModelName>),
+    /// The views of an environment.
+    Env(&'a str),
+}
+
+/// A [`Resolver`] for executable SQL; see [`Mode`].
+#[derive(Debug, Clone, Copy)]
+pub struct ExecResolver<'a> {
+    project: &'a Project,
+    fps: &'a BTreeMap<ModelName, Fingerprint>,
+    mode: Mode<'a>,
+    bounds: Option<Interval>,
+}
+
+impl<'a> ExecResolver<'a> {
+    /// A resolver over `fps` (the plan's version of every model).
+    pub fn new(project: &'a Project, fps: &'a BTreeMap<ModelName, Fingerprint>, mode: Mode<'a>) -> Self {
+        Self { project, fps, mode, bounds: None }
+    }
+
+    /// The same resolver with interval bounds (`None`: placeholders `$start`/`$end`).
+    pub fn with_bounds(&self, bounds: Option<Interval>) -> Self {
+        Self { bounds, ..*self }
+    }
+}
+
+/// `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`: a relation with a model's declared
+/// shape and no rows.
+pub fn typed_empty(model: &Model) -> String {
+    let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
+    format!("(SELECT {} LIMIT 0)", cols.join(", "))
+}
+
+/// The engine expression reading an external source (paths resolved against the project root).
+pub fn external_source(project: &Project, model: &Model, ext: &External) -> String {
+    let root = project.config.root.clone();
+    ext.render(&|p| root.join(p).to_string_lossy().to_string(), &model.schema.0)
+}
+
+/// The expression reading an external source, restricted to its declared columns.
+pub fn external_relation(project: &Project, model: &Model, ext: &External) -> String {
+    let src = external_source(project, model, ext);
+    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    format!("(SELECT {} FROM {src})", cols.join(", "))
+}
+
+impl Resolver for ExecResolver<'_> {
+    fn relation(&self, name: &ModelName) -> String {
+        let Some(model) = self.project.dag.get(name) else { return name.to_string() };
+        match &model.kind {
+            Kind::External(ext) => external_relation(self.project, model, ext),
+            Kind::Embedded => format!("(\n{}\n)", model.body.as_ref().map(|b| b.render(self)).unwrap_or_default()),
+            _ => match self.mode {
+                Mode::Contract(pending) if pending.contains(name) => typed_empty(model),
+                Mode::Env(env) => format!("{}.{}", quote_ident(&env_schema(env, name.schema())), quote_ident(name.table())),
+                _ => self.fps.get(name).and_then(|fp| physical_relation(model, fp)).unwrap_or_else(|| name.to_string()),
+            },
+        }
+    }
+
+    fn start(&self) -> String {
+        self.bounds.map(|b| interval::to_sql_literal(b.start)).unwrap_or_else(|| "$start".into())
+    }
+
+    fn end(&self) -> String {
+        self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "$end".into())
+    }
+}

@@ -1,0 +1,68 @@
+//! Command-line arguments (clap derive). Only this file knows about clap.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// efmesh: SQL models in Lua, planned and applied on DuckDB with virtual environments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "efmesh",
+    version,
+    about,
+    after_help = "Exit codes: 0 success · 1 error · 2 awaiting a human (apply with changes, no --yes, stdin not a TTY).\n`--json` prints one object whose first key is \"apiVersion\": 1; logs go to stderr."
+)]
+pub struct Args {
+    /// Project configuration file.
+    #[arg(long, global = true, default_value = "efmesh.toml", value_name = "PATH")]
+    pub config: PathBuf,
+    /// Minimum log level on stderr (error, warn, info, debug, trace); `RUST_LOG` overrides.
+    #[arg(long, global = true, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+    /// Pretend the current instant is this UTC timestamp (tests, replays).
+    #[arg(long, global = true, hide = true, env = "EFMESH_NOW", value_name = "ISO")]
+    pub now: Option<String>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a project scaffold that plans and applies as is.
+    Init {
+        /// Directory to create it in.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Show what `apply` would do to an environment: added, changed, removed models and missing intervals.
+    Plan {
+        /// Environment name (`prod` serves the models' own schemas).
+        env: String,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build what the plan needs, then point the environment's views at the new versions.
+    Apply {
+        /// Environment name.
+        env: String,
+        /// Apply without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a model's SQL: canonical (logical names), or resolved against an environment.
+    Render {
+        /// Model name `schema.table`.
+        model: String,
+        /// Resolve references to this environment's views.
+        #[arg(long)]
+        env: Option<String>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,37 @@
+//! `efmesh init [dir]`: a scaffold that plans and applies as is.
+
+use super::Exit;
+use super::printer::Printer;
+use anyhow::{Result, bail};
+use std::path::Path;
+
+const FILES: &[(&str, &str)] = &[
+    ("efmesh.toml", include_str!("../../stdlib/scaffold/efmesh.toml")),
+    ("data/events.csv", include_str!("../../stdlib/scaffold/data/events.csv")),
+    ("models/raw.lua", include_str!("../../stdlib/scaffold/models/raw.lua")),
+    ("models/mart.lua", include_str!("../../stdlib/scaffold/models/mart.lua")),
+    (".gitignore", include_str!("../../stdlib/scaffold/gitignore")),
+];
+
+/// Writes the scaffold into `dir`; writes nothing when any file already exists.
+pub fn run(dir: &Path, out: &Printer) -> Result<Exit> {
+    for (rel, _) in FILES {
+        let p = dir.join(rel);
+        if p.exists() {
+            bail!("`{}` already exists: init overwrites nothing\n  hint: run `efmesh init <new-dir>`", p.display());
+        }
+    }
+    let mut report = String::new();
+    for (rel, content) in FILES {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, content)?;
+        report.push_str(&format!("created {}\n", p.display()));
+    }
+    let cd = if dir == Path::new(".") { String::new() } else { format!("cd {} && ", dir.display()) };
+    report.push_str(&format!("next: {cd}efmesh plan dev && efmesh apply dev\n"));
+    out.text(&report)?;
+    Ok(Exit::Success)
+}

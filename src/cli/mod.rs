@@ -1,0 +1,198 @@
+//! The command-line interface: a thin layer over the library. Commands return an [`Exit`];
+//! `main` maps it to the process exit code. Reports go to stdout, logs to stderr.
+
+pub mod args;
+mod init;
+mod printer;
+
+use crate::apply::{self, ApplyReport};
+use crate::config::Config;
+use crate::core::interval::{self, Millis};
+use crate::core::{LoadErrors, ModelName};
+use crate::engine::duckdb::DuckDb;
+use crate::plan::{self, Plan};
+use crate::project::Project;
+use crate::state::StateStore;
+use anyhow::{Context, Result, anyhow};
+use args::{Args, Command};
+use printer::Printer;
+use serde_json::json;
+use std::io::{BufRead, IsTerminal, Write};
+
+/// How a command ended (the frozen exit-code contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: done.
+    Success,
+    /// 1: an error (reported on stderr).
+    Error,
+    /// 2: awaiting a human (apply with changes, no `--yes`, stdin not a TTY).
+    AwaitingHuman,
+}
+
+impl Exit {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Error => 1,
+            Exit::AwaitingHuman => 2,
+        }
+    }
+}
+
+/// An error already explained on stderr in full (e.g. a list of load errors).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Reported(pub String);
+
+/// Installs the stderr logger: pretty at a TTY, plain one-line records otherwise.
+pub fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("efmesh={level},warn")));
+    let tty = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(tty).with_target(false).try_init();
+}
+
+/// Runs one command.
+///
+/// # Errors
+/// Any failure, to be printed with its cause chain by `main` (exit 1).
+pub fn run(args: Args) -> Result<Exit> {
+    let now = match &args.now {
+        Some(s) => interval::parse_instant(s).map_err(|e| anyhow!("--now: {e}"))?,
+        None => interval::now_millis(),
+    };
+    let out = Printer::stdout();
+    match args.command {
+        Command::Init { dir } => init::run(&dir, &out),
+        Command::Plan { env, json } => cmd_plan(&args.config, &env, json, now, &out),
+        Command::Apply { env, yes, json } => cmd_apply(&args.config, &env, yes, json, now, &out),
+        Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+    }
+}
+
+fn load(config_path: &std::path::Path) -> Result<Project> {
+    let config = Config::load(config_path).map_err(|e| {
+        let hint = e.hint().map(|h| format!("\n  hint: {h}")).unwrap_or_default();
+        anyhow!("{e}{hint}")
+    })?;
+    Project::load(&config).map_err(|e: LoadErrors| Reported(e.to_string()).into())
+}
+
+fn open_state(project: &Project) -> Result<StateStore> {
+    let path = project.config.state_path();
+    StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))
+}
+
+fn cmd_plan(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    let state = open_state(&project)?;
+    let plan = plan::plan(&project, &state, env, now)?;
+    if json {
+        out.json(serde_json::to_value(&plan)?)?;
+    } else {
+        out.text(&printer::plan_text(&plan))?;
+    }
+    Ok(Exit::Success)
+}
+
+fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde_json::Value {
+    json!({
+        "env": plan.env,
+        "applied": applied,
+        "plan": plan,
+        "built": report.map(|r| r.built.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
+        "intervals": report.map(|r| r.intervals).unwrap_or(0),
+        "promoted": report.is_some_and(|r| r.promoted),
+    })
+}
+
+fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    let state = open_state(&project)?;
+    let plan = plan::plan(&project, &state, env, now)?;
+    if !json {
+        out.text(&printer::plan_text(&plan))?;
+    }
+    if !plan.has_changes {
+        if json {
+            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false })))?;
+        } else {
+            out.text("nothing to apply\n")?;
+        }
+        return Ok(Exit::Success);
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            if json {
+                out.json(apply_json(&plan, false, None))?;
+            }
+            eprintln!("the plan has changes and stdin is not a terminal: nobody to confirm\n  hint: re-run with `--yes` to apply without asking");
+            return Ok(Exit::AwaitingHuman);
+        }
+        eprint!("apply the plan to `{env}`? [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        let answer = answer.trim().to_ascii_lowercase();
+        if answer != "y" && answer != "yes" {
+            if json {
+                out.json(apply_json(&plan, false, None))?;
+            } else {
+                out.text("apply cancelled\n")?;
+            }
+            return Ok(Exit::Success);
+        }
+    }
+    let engine_path = project.config.engine_path();
+    let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;
+    let options = apply::Options { applied_by: applied_by() };
+    let report = apply::apply(&project, &plan, &state, &mut engine, &options)?;
+    if json {
+        out.json(apply_json(&plan, true, Some(&report)))?;
+    } else {
+        let built = if report.built.is_empty() {
+            "no build needed (view swap only)".to_string()
+        } else {
+            format!("built: {}", report.built.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        };
+        out.text(&format!("{built}\nenvironment `{env}` promoted\n"))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// The OS user applying, for the journal; empty when unknown.
+fn applied_by() -> String {
+    std::env::var("EFMESH_APPLIED_BY")
+        .or_else(|_| std::env::var("USER"))
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default()
+}
+
+fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bool, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    let name = ModelName::parse(model)?;
+    let Some(m) = project.dag.get(&name) else {
+        let hint = project.dag.suggest(model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
+        return Err(anyhow!("unknown model `{model}`{hint}"));
+    };
+    let sql = match (&m.body, &m.kind) {
+        (Some(body), _) => match env {
+            None => body.render(&crate::core::fragment::CanonicalResolver),
+            Some(e) => {
+                crate::core::name::validate_env(e)?;
+                let fps = Default::default();
+                body.render(&crate::apply::resolve::ExecResolver::new(&project, &fps, crate::apply::resolve::Mode::Env(e)))
+            }
+        },
+        (None, crate::core::Kind::External(ext)) => format!("SELECT * FROM {}", crate::apply::resolve::external_source(&project, m, ext)),
+        (None, _) => String::new(),
+    };
+    let sql = sql.trim().to_string();
+    if json {
+        out.json(json!({"model": model, "env": env, "sql": sql}))?;
+    } else {
+        out.text(&format!("{sql}\n"))?;
+    }
+    Ok(Exit::Success)
+}

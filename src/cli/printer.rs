@@ -1,0 +1,89 @@
+//! Everything the CLI writes to stdout: human reports and the JSON envelope
+//! (`{"apiVersion": 1, …}`, pretty-printed, one object per command).
+
+use crate::core::interval::{Millis, to_iso};
+use crate::plan::{Change, Plan};
+use std::io::Write;
+
+/// The JSON API version: bumps only on a breaking field change.
+pub const API_VERSION: u32 = 1;
+
+/// Writes reports to stdout.
+pub struct Printer;
+
+impl Printer {
+    /// The process's stdout.
+    pub fn stdout() -> Self {
+        Printer
+    }
+
+    /// Writes text as is. A closed pipe is not an error.
+    pub fn text(&self, s: &str) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Writes `payload` (an object) with `"apiVersion": 1` as its first key.
+    pub fn json(&self, payload: serde_json::Value) -> std::io::Result<()> {
+        let mut obj = serde_json::Map::new();
+        obj.insert("apiVersion".into(), API_VERSION.into());
+        match payload {
+            serde_json::Value::Object(m) => obj.extend(m),
+            other => {
+                obj.insert("value".into(), other);
+            }
+        }
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(obj)).map_err(std::io::Error::other)?;
+        self.text(&format!("{text}\n"))
+    }
+}
+
+fn day_or_instant(t: Millis) -> String {
+    let iso = to_iso(t);
+    if iso.ends_with("T00:00:00.000Z") { iso[..10].to_string() } else { iso.trim_end_matches(":00.000Z").to_string() }
+}
+
+/// The human plan: one line per model, marks `+` added, `~` changed, `-` removed, `·` unchanged.
+pub fn plan_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let counts = plan.counts();
+    let summary = counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
+    s.push_str(&format!("plan for environment `{}` ({summary})\n", plan.env));
+    let width = plan.actions.iter().map(|a| a.name.to_string().len()).max().unwrap_or(0);
+    let kwidth = plan.actions.iter().map(|a| a.kind.len()).max().unwrap_or(0);
+    for a in &plan.actions {
+        let mark = match a.change {
+            Change::Added => '+',
+            Change::Changed => '~',
+            Change::Removed => '-',
+            Change::Unchanged => '·',
+        };
+        let mut notes = Vec::new();
+        if a.change != Change::Unchanged {
+            notes.push(a.change.as_str().to_string());
+        }
+        if a.build {
+            notes.push("build".into());
+        }
+        if a.intervals > 0 {
+            notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
+        }
+        s.push_str(&format!(
+            "  {mark} {:width$}  {:kwidth$}  @{}{}\n",
+            a.name.to_string(),
+            a.kind,
+            a.fingerprint.short(),
+            if notes.is_empty() { String::new() } else { format!("  {}", notes.join(", ")) }
+        ));
+        for r in &a.backfill {
+            s.push_str(&format!("      [{}, {})\n", day_or_instant(r.start), day_or_instant(r.end)));
+        }
+    }
+    if !plan.has_changes {
+        s.push_str("  no changes\n");
+    }
+    s
+}

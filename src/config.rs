@@ -1,0 +1,224 @@
+//! `efmesh.toml`: project configuration, deserialised strictly.
+//!
+//! Unknown keys are errors naming the key and its line (DECISIONS.md, "Because models are
+//! scripts"). Relative paths resolve against the directory holding the config file, never the
+//! process's working directory.
+//!
+//! ```toml
+//! [project]
+//! models = ["models/**/*.lua"]   # discovery globs (default shown)
+//!
+//! [engine]
+//! path = "efmesh.duckdb"         # DuckDB database file (default shown)
+//!
+//! [state]
+//! path = "efmesh.state.sqlite"   # SQLite state store (default shown)
+//! ```
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Default discovery globs.
+pub const DEFAULT_MODEL_GLOBS: &[&str] = &["models/**/*.lua"];
+
+/// Errors reading or validating `efmesh.toml`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config `{path}`: {source}")]
+    Read {
+        /// Config path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown or mistyped keys.
+    #[error("invalid config `{path}`: {message}")]
+    Invalid {
+        /// Config path.
+        path: PathBuf,
+        /// The parser's message, naming the key and line.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// A `hint:` line for the CLI, when one helps.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Some("run `efmesh init` to create a project, or pass `--config PATH`")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `[project]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSection {
+    /// Globs (relative to the config directory) selecting model files.
+    #[serde(default = "default_globs")]
+    pub models: Vec<String>,
+}
+
+impl Default for ProjectSection {
+    fn default() -> Self {
+        Self { models: default_globs() }
+    }
+}
+
+fn default_globs() -> Vec<String> {
+    DEFAULT_MODEL_GLOBS.iter().map(|s| s.to_string()).collect()
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    /// DuckDB database file, relative to the config directory.
+    #[serde(default = "default_engine_path")]
+    pub path: PathBuf,
+    /// Maximum DuckDB threads (default: DuckDB's own choice).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// DuckDB memory limit, e.g. `"4GB"` (default: DuckDB's own choice).
+    #[serde(default)]
+    pub memory_limit: Option<String>,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        Self { path: default_engine_path(), threads: None, memory_limit: None }
+    }
+}
+
+fn default_engine_path() -> PathBuf {
+    "efmesh.duckdb".into()
+}
+
+/// `[state]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSection {
+    /// SQLite state file, relative to the config directory.
+    #[serde(default = "default_state_path")]
+    pub path: PathBuf,
+}
+
+impl Default for StateSection {
+    fn default() -> Self {
+        Self { path: default_state_path() }
+    }
+}
+
+fn default_state_path() -> PathBuf {
+    "efmesh.state.sqlite".into()
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    project: ProjectSection,
+    #[serde(default)]
+    engine: EngineSection,
+    #[serde(default)]
+    state: StateSection,
+}
+
+/// A loaded configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The config file.
+    pub path: PathBuf,
+    /// Its directory: the project root every relative path resolves against.
+    pub root: PathBuf,
+    /// `[project]`.
+    pub project: ProjectSection,
+    /// `[engine]`.
+    pub engine: EngineSection,
+    /// `[state]`.
+    pub state: StateSection,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Invalid`] for bad TOML,
+    /// unknown keys or wrong types (the message names the key and line).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses config text as if read from `path`.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', "\n  "),
+        })?;
+        if raw.project.models.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: "`project.models` lists no globs".into(),
+            });
+        }
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let root = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        Ok(Config { path: abs, root, project: raw.project, engine: raw.engine, state: raw.state })
+    }
+
+    /// A configuration with defaults rooted at `root` (for embedding and tests).
+    pub fn with_root(root: &Path) -> Config {
+        Config {
+            path: root.join("efmesh.toml"),
+            root: root.to_path_buf(),
+            project: ProjectSection::default(),
+            engine: EngineSection::default(),
+            state: StateSection::default(),
+        }
+    }
+
+    /// Resolves `p` against the project root.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) }
+    }
+
+    /// The DuckDB file.
+    pub fn engine_path(&self) -> PathBuf {
+        self.resolve(&self.engine.path)
+    }
+
+    /// The state store file.
+    pub fn state_path(&self) -> PathBuf {
+        self.resolve(&self.state.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::parse(Path::new("/p/efmesh.toml"), "[engine]\npaht = \"x.duckdb\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("paht"), "{msg}");
+        let err = Config::parse(Path::new("/p/efmesh.toml"), "[stat]\n").unwrap_err();
+        assert!(err.to_string().contains("stat"), "{err}");
+    }
+
+    #[test]
+    fn paths_resolve_against_the_config_directory() {
+        let c = Config::parse(Path::new("/p/q/efmesh.toml"), "[state]\npath = \"s/state.db\"\n").unwrap();
+        assert_eq!(c.state_path(), PathBuf::from("/p/q/s/state.db"));
+        assert_eq!(c.engine_path(), PathBuf::from("/p/q/efmesh.duckdb"));
+        assert_eq!(c.project.models, vec!["models/**/*.lua".to_string()]);
+    }
+}

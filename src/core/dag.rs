@@ -1,0 +1,276 @@
+//! The project DAG: validation of the whole model set and a deterministic topological order.
+//!
+//! Every check that needs more than one model happens here, after all files are loaded, so a
+//! ref to a model defined in a file loaded later works, and an error names the file:line of
+//! the culprit: unknown refs (with a "did you mean"), duplicate names (both places), `cols()`
+//! naming a column the parent does not declare, self-references, cycles (printed in order), and
+//! per-model rules (bounds outside time-range models, time column and grain columns declared).
+//! The order is Kahn's algorithm with a sorted ready set, so it is identical run after run.
+
+use super::error::{LoadError, LoadErrors, did_you_mean};
+use super::kind::Kind;
+use super::model::Model;
+use super::name::ModelName;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A validated set of models.
+#[derive(Debug, Clone)]
+pub struct Dag {
+    models: BTreeMap<ModelName, Model>,
+    order: Vec<ModelName>,
+    children: BTreeMap<ModelName, BTreeSet<ModelName>>,
+}
+
+impl Dag {
+    /// Validates `models` and orders them.
+    ///
+    /// # Errors
+    /// Every problem found, each with file:line and the model at fault.
+    pub fn build(models: Vec<Model>) -> Result<Dag, LoadErrors> {
+        let mut errors = Vec::new();
+        let mut by_name: BTreeMap<ModelName, Model> = BTreeMap::new();
+        for m in models {
+            if let Some(first) = by_name.get(&m.name) {
+                errors.push(
+                    LoadError::new(
+                        Some(m.location.clone()),
+                        Some(m.name.clone()),
+                        format!("duplicate model name, first defined at {}", first.location),
+                    )
+                    .with_hint("model names must be unique across the project"),
+                );
+                continue;
+            }
+            by_name.insert(m.name.clone(), m);
+        }
+        for m in by_name.values() {
+            errors.extend(validate_model(m));
+            errors.extend(validate_edges(m, &by_name));
+        }
+        if !errors.is_empty() {
+            errors.sort_by(|a, b| a.location.cmp(&b.location));
+            return Err(LoadErrors(errors));
+        }
+        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> =
+            by_name.keys().map(|k| (k.clone(), BTreeSet::new())).collect();
+        let mut indegree: BTreeMap<&ModelName, usize> = BTreeMap::new();
+        for m in by_name.values() {
+            let parents = m.parents();
+            indegree.insert(&m.name, parents.len());
+            for p in parents {
+                children.get_mut(&p).expect("validated").insert(m.name.clone());
+            }
+        }
+        let mut ready: BTreeSet<ModelName> = indegree
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(n, _)| (*n).clone())
+            .collect();
+        let mut order = Vec::with_capacity(by_name.len());
+        while let Some(n) = ready.pop_first() {
+            for c in &children[&n] {
+                let d = indegree.get_mut(c).expect("known");
+                *d -= 1;
+                if *d == 0 {
+                    ready.insert(c.clone());
+                }
+            }
+            order.push(n);
+        }
+        if order.len() < by_name.len() {
+            return Err(LoadErrors(cycle_errors(&by_name, &order)));
+        }
+        Ok(Dag { models: by_name, order, children })
+    }
+
+    /// Model names in topological order (parents first).
+    pub fn order(&self) -> &[ModelName] {
+        &self.order
+    }
+
+    /// Models in topological order.
+    pub fn models(&self) -> impl Iterator<Item = &Model> {
+        self.order.iter().map(|n| &self.models[n])
+    }
+
+    /// A model by name.
+    pub fn get(&self, name: &ModelName) -> Option<&Model> {
+        self.models.get(name)
+    }
+
+    /// Number of models.
+    pub fn len(&self) -> usize {
+        self.models.len()
+    }
+
+    /// True when the project has no models.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+
+    /// Direct children of `name`.
+    pub fn children(&self, name: &ModelName) -> impl Iterator<Item = &ModelName> {
+        self.children.get(name).into_iter().flatten()
+    }
+
+    /// The closest model name to `wanted`, for "did you mean" hints.
+    pub fn suggest(&self, wanted: &str) -> Option<String> {
+        let names: Vec<String> = self.models.keys().map(|k| k.to_string()).collect();
+        did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
+    }
+}
+
+/// Rules that concern one model alone.
+pub fn validate_model(m: &Model) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    let err = |msg: String| LoadError::new(Some(m.location.clone()), Some(m.name.clone()), msg);
+    if m.schema.0.is_empty() {
+        errors.push(err("the schema declares no columns".into()).with_hint("declare `schema = { { \"col\", \"type\" }, ... }`"));
+    }
+    let mut seen = BTreeSet::new();
+    for c in &m.schema.0 {
+        if !seen.insert(c.name.as_str()) {
+            errors.push(err(format!("column `{}` is declared twice", c.name)));
+        }
+        if c.name.is_empty() || c.ty.trim().is_empty() {
+            errors.push(err(format!("column `{}` needs a name and a type", c.name)));
+        }
+    }
+    for g in &m.grain {
+        if !m.schema.contains(g) {
+            errors.push(err(format!("grain column `{g}` is not declared in the schema")));
+        }
+    }
+    match (&m.kind, &m.body) {
+        (Kind::External(_), Some(_)) => errors.push(err("an external source has no query".into())),
+        (Kind::External(_), None) => {}
+        (_, None) => errors.push(err(format!("a `{}` model needs a query", m.kind.tag()))),
+        (Kind::IncrementalByTimeRange(t), Some(body)) => {
+            if !m.schema.contains(&t.time_column) {
+                errors.push(err(format!("time column `{}` is not declared in the schema", t.time_column)));
+            }
+            if t.batch_size == 0 {
+                errors.push(err("`batch_size` must be at least 1".into()));
+            }
+            if t.end.is_some_and(|e| e <= t.start) {
+                errors.push(err("`end` must be after `start`".into()));
+            }
+            let _ = body;
+        }
+        (_, Some(body)) => {
+            if body.uses_bounds() {
+                errors.push(
+                    err(format!("`@start`/`@end` used in a `{}` model", m.kind.tag()))
+                        .with_hint("interval bounds exist only in `incremental_by_time_range` models"),
+                );
+            }
+        }
+    }
+    errors
+}
+
+fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    let Some(body) = &m.body else { return errors };
+    let names: Vec<String> = all.keys().map(|k| k.to_string()).collect();
+    for r in body.refs() {
+        if r.target == m.name {
+            errors.push(LoadError::new(Some(r.location.clone()), Some(m.name.clone()), "a model cannot reference itself"));
+        } else if !all.contains_key(&r.target) {
+            let mut e = LoadError::new(
+                Some(r.location.clone()),
+                Some(m.name.clone()),
+                format!("unknown ref `{}`", r.target),
+            );
+            if let Some(s) = did_you_mean(&r.target.to_string(), names.iter().map(String::as_str)) {
+                e = e.with_hint(format!("did you mean `{s}`?"));
+            }
+            errors.push(e);
+        }
+    }
+    for c in body.cols() {
+        let Some(parent) = all.get(&c.parent) else {
+            errors.push(LoadError::new(
+                Some(c.location.clone()),
+                Some(m.name.clone()),
+                format!("`cols()` names unknown model `{}`", c.parent),
+            ));
+            continue;
+        };
+        if !body.refs().any(|r| r.target == c.parent) {
+            errors.push(
+                LoadError::new(
+                    Some(c.location.clone()),
+                    Some(m.name.clone()),
+                    format!("`cols()` names `{}`, which the query never `ref`s", c.parent),
+                )
+                .with_hint(format!("read it with `ref(\"{}\")`", c.parent)),
+            );
+        }
+        for col in &c.columns {
+            if !parent.schema.contains(col) {
+                let mut e = LoadError::new(
+                    Some(c.location.clone()),
+                    Some(m.name.clone()),
+                    format!("column `{col}` is not declared by parent `{}` ({})", c.parent, parent.location),
+                );
+                if let Some(s) = did_you_mean(col, parent.schema.names()) {
+                    e = e.with_hint(format!("did you mean `{s}`?"));
+                }
+                errors.push(e);
+            }
+        }
+    }
+    errors
+}
+
+fn cycle_errors(all: &BTreeMap<ModelName, Model>, ordered: &[ModelName]) -> Vec<LoadError> {
+    use petgraph::graph::DiGraph;
+    let done: BTreeSet<&ModelName> = ordered.iter().collect();
+    let rest: Vec<&ModelName> = all.keys().filter(|k| !done.contains(k)).collect();
+    let mut g = DiGraph::<&ModelName, ()>::new();
+    let idx: BTreeMap<&ModelName, _> = rest.iter().map(|n| (*n, g.add_node(*n))).collect();
+    for n in &rest {
+        for p in all[*n].parents() {
+            if let Some(pi) = idx.get(&p) {
+                g.add_edge(*pi, idx[n], ());
+            }
+        }
+    }
+    let mut errors = Vec::new();
+    for scc in petgraph::algo::tarjan_scc(&g) {
+        if scc.len() < 2 {
+            continue;
+        }
+        // Walk the cycle from its smallest member, following parent → child edges inside it.
+        let members: BTreeSet<&ModelName> = scc.iter().map(|i| g[*i]).collect();
+        let first = *members.iter().next().expect("non-empty");
+        let mut path = vec![first];
+        let mut cur = first;
+        loop {
+            let next = all
+                .values()
+                .filter(|m| members.contains(&m.name) && m.parents().contains(cur))
+                .map(|m| &m.name)
+                .find(|n| !path.contains(n) || *n == first);
+            match next {
+                Some(n) if n == first => {
+                    path.push(first);
+                    break;
+                }
+                Some(n) => {
+                    path.push(n);
+                    cur = n;
+                }
+                None => break,
+            }
+        }
+        let text = path.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" → ");
+        let m = &all[first];
+        errors.push(
+            LoadError::new(Some(m.location.clone()), Some(first.clone()), format!("dependency cycle: {text}"))
+                .with_hint("a model cannot depend on its own output; break the cycle"),
+        );
+    }
+    errors
+}

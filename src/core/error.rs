@@ -1,0 +1,103 @@
+//! Load-time diagnostics: what is wrong, in which model, at which file:line, with a hint.
+//!
+//! Messages follow `STYLE.md`: no trailing period, names in backticks, an optional `hint:` line.
+
+use super::model::Location;
+use super::name::ModelName;
+
+/// One problem found while loading or validating a project.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadError {
+    /// Where it is (file:line), when known.
+    pub location: Option<Location>,
+    /// The model at fault, when known.
+    pub model: Option<ModelName>,
+    /// What is wrong, naming the culprit.
+    pub message: String,
+    /// A suggestion (e.g. "did you mean `med.moves`?").
+    pub hint: Option<String>,
+}
+
+impl LoadError {
+    /// A diagnostic with a location and message.
+    pub fn new(location: Option<Location>, model: Option<ModelName>, message: impl Into<String>) -> Self {
+        Self { location, model, message: message.into(), hint: None }
+    }
+
+    /// Adds a hint line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(loc) = &self.location {
+            write!(f, "{loc}: ")?;
+        }
+        if let Some(m) = &self.model {
+            write!(f, "model `{m}`: ")?;
+        }
+        write!(f, "{}", self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in one load, sorted by location.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct LoadErrors(pub Vec<LoadError>);
+
+impl std::fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.len();
+        write!(f, "project failed to load ({n} error{})", if n == 1 { "" } else { "s" })?;
+        for e in &self.0 {
+            write!(f, "\n{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The closest candidate by edit distance, if it is close enough to be a plausible typo.
+pub fn did_you_mean<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = levenshtein(wanted, c);
+        if best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
+            best = Some((d, c));
+        }
+    }
+    let limit = (wanted.chars().count() / 3).max(2);
+    best.filter(|(d, _)| *d <= limit).map(|(_, c)| c)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_close_names_only() {
+        let names = ["med.moves", "med.stays", "raw.moves"];
+        assert_eq!(did_you_mean("med.mvoes", names), Some("med.moves"));
+        assert_eq!(did_you_mean("med.stay", names), Some("med.stays"));
+        assert_eq!(did_you_mean("totally.else", names), None);
+    }
+}

@@ -1,0 +1,239 @@
+//! Model kinds: how a model's data is materialised.
+//!
+//! Kinds and defaults follow the original (reference `core-semantics.md` §1.4): `full`, `view`,
+//! `embedded`, `incremental_by_time_range` (batch size 30, lookback 0, grain `day`), and external
+//! sources. Only data-shaping fields enter the fingerprint ([`Kind::fingerprint_payload`]):
+//! `start`, `end`, `batch_size` and `lookback` change how much history is computed and how, not
+//! what a row means, so editing them never rebuilds.
+
+use super::interval::{Grain, Millis};
+use super::name::{quote_ident, quote_literal};
+use serde_json::{Value, json};
+
+/// How a model is materialised.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// Rebuilt as a whole table whenever its version changes.
+    Full,
+    /// A view in the physical schema; the environment view points at it.
+    View,
+    /// Never materialised: inlined as a subquery wherever it is referenced.
+    Embedded,
+    /// Built interval by interval on a time column.
+    IncrementalByTimeRange(TimeRange),
+    /// Raw data that enters the DAG; never built.
+    External(External),
+}
+
+/// Parameters of an `incremental_by_time_range` model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeRange {
+    /// Output column holding each row's instant; must be declared in the schema.
+    pub time_column: String,
+    /// First instant to compute (floored to the grain), UTC.
+    pub start: Millis,
+    /// Exclusive end of history to compute, UTC; `None` = up to the last finished interval.
+    pub end: Option<Millis>,
+    /// Interval width.
+    pub grain: Grain,
+    /// Grain intervals per engine transaction (default 30).
+    pub batch_size: u32,
+    /// Intervals before a missing one that are recomputed with it (default 0).
+    pub lookback: u32,
+}
+
+/// Default `batch_size` of time-range models.
+pub const DEFAULT_BATCH_SIZE: u32 = 30;
+
+/// Where an external source's rows come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum External {
+    /// An existing engine relation, `[catalog.]schema.table`, rendered with each part quoted.
+    Table {
+        /// Dotted relation name as written.
+        name: String,
+    },
+    /// Files read by the engine (a path or glob, relative to the project directory or absolute).
+    Files {
+        /// Path or glob as written in the model (this text is fingerprinted).
+        path: String,
+        /// File format.
+        format: FileFormat,
+        /// `union_by_name` reader option, rendered only when set.
+        union_by_name: Option<bool>,
+        /// `hive_partitioning` reader option, rendered only when set.
+        hive_partitioning: Option<bool>,
+        /// Extra CSV null markers (e.g. `NA`); rendered only when non-empty.
+        null_markers: Vec<String>,
+    },
+}
+
+/// Formats of file-backed externals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// `read_csv`, header row expected.
+    Csv,
+    /// `read_parquet`.
+    Parquet,
+    /// `read_json`.
+    Json,
+}
+
+impl FileFormat {
+    /// Parses `csv`, `parquet` or `json`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "csv" => Some(Self::Csv),
+            "parquet" => Some(Self::Parquet),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+
+    /// Infers the format from a path's extension.
+    pub fn infer(path: &str) -> Option<Self> {
+        let lower = path.to_ascii_lowercase();
+        let lower = lower.strip_suffix(".gz").unwrap_or(&lower);
+        if lower.ends_with(".csv") || lower.ends_with(".tsv") {
+            Some(Self::Csv)
+        } else if lower.ends_with(".parquet") {
+            Some(Self::Parquet)
+        } else if lower.ends_with(".json") || lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
+            Some(Self::Json)
+        } else {
+            None
+        }
+    }
+
+    /// `csv`, `parquet` or `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Csv => "csv",
+            Self::Parquet => "parquet",
+            Self::Json => "json",
+        }
+    }
+}
+
+impl Kind {
+    /// The kind's tag as written in model files: `full`, `view`, `embedded`,
+    /// `incremental_by_time_range`, `external`.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Kind::Full => "full",
+            Kind::View => "view",
+            Kind::Embedded => "embedded",
+            Kind::IncrementalByTimeRange(_) => "incremental_by_time_range",
+            Kind::External(_) => "external",
+        }
+    }
+
+    /// The time-range parameters, if this is a time-range kind.
+    pub fn time_range(&self) -> Option<&TimeRange> {
+        match self {
+            Kind::IncrementalByTimeRange(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// True for kinds that own a physical relation (`full`, `view`, time-range).
+    pub fn is_materialized(&self) -> bool {
+        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_))
+    }
+
+    /// The data-shaping fields, as hashed into the fingerprint. Excludes `start`, `end`,
+    /// `batch_size` and `lookback` (see the module docs).
+    pub fn fingerprint_payload(&self) -> Value {
+        match self {
+            Kind::IncrementalByTimeRange(t) => json!({
+                "tag": self.tag(),
+                "time_column": t.time_column,
+                "grain": t.grain.as_str(),
+            }),
+            Kind::External(External::Table { name }) => json!({"tag": self.tag(), "table": name}),
+            Kind::External(External::Files { path, format, union_by_name, hive_partitioning, null_markers }) => json!({
+                "tag": self.tag(),
+                "path": path,
+                "format": format.as_str(),
+                "union_by_name": union_by_name,
+                "hive_partitioning": hive_partitioning,
+                "null_markers": null_markers,
+            }),
+            _ => json!({"tag": self.tag()}),
+        }
+    }
+}
+
+impl External {
+    /// The SQL relation expression reading this source. `resolve_path` turns the path as
+    /// written into the one the engine should open (e.g. absolute against the project dir).
+    pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
+        match self {
+            External::Table { name } => name.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
+            External::Files { path, format, union_by_name, hive_partitioning, null_markers } => {
+                let mut args = vec![quote_literal(&resolve_path(path))];
+                if *format == FileFormat::Csv {
+                    args.push("header = true".into());
+                    let types = columns
+                        .iter()
+                        .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty)))
+                        .collect::<Vec<_>>();
+                    if !types.is_empty() {
+                        args.push(format!("types = {{{}}}", types.join(", ")));
+                    }
+                    if !null_markers.is_empty() {
+                        let list = null_markers.iter().map(|m| quote_literal(m)).collect::<Vec<_>>();
+                        args.push(format!("nullstr = [{}]", list.join(", ")));
+                    }
+                }
+                if let Some(b) = union_by_name {
+                    args.push(format!("union_by_name = {b}"));
+                }
+                if let Some(b) = hive_partitioning {
+                    args.push(format!("hive_partitioning = {b}"));
+                }
+                let func = match format {
+                    FileFormat::Csv => "read_csv",
+                    FileFormat::Parquet => "read_parquet",
+                    FileFormat::Json => "read_json",
+                };
+                format!("{func}({})", args.join(", "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduling_fields_stay_out_of_the_fingerprint_payload() {
+        let mk = |batch_size, lookback, start| {
+            Kind::IncrementalByTimeRange(TimeRange {
+                time_column: "t".into(),
+                start,
+                end: None,
+                grain: Grain::Day,
+                batch_size,
+                lookback,
+            })
+        };
+        assert_eq!(mk(30, 0, 0).fingerprint_payload(), mk(7, 2, 86_400_000).fingerprint_payload());
+    }
+
+    #[test]
+    fn csv_externals_render_declared_types_and_null_markers() {
+        let ext = External::Files {
+            path: "data/x.csv".into(),
+            format: FileFormat::Csv,
+            union_by_name: None,
+            hive_partitioning: None,
+            null_markers: vec!["NA".into()],
+        };
+        let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
+        let sql = ext.render(&|p| format!("/root/{p}"), &cols);
+        assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, types = {'a': 'bigint'}, nullstr = ['NA'])");
+    }
+}

@@ -1,0 +1,19 @@
+//! The domain, with no I/O: names, schemas, kinds, bodies, models, intervals and the DAG.
+
+pub mod dag;
+pub mod error;
+pub mod fragment;
+pub mod interval;
+pub mod kind;
+pub mod model;
+pub mod name;
+pub mod schema;
+
+pub use dag::Dag;
+pub use error::{LoadError, LoadErrors};
+pub use fragment::{Fragment, Node, Resolver};
+pub use interval::{Grain, Interval, Millis};
+pub use kind::{External, FileFormat, Kind, TimeRange};
+pub use model::{Location, Model};
+pub use name::ModelName;
+pub use schema::{Column, Schema, TypeFamily};

@@ -1,0 +1,56 @@
+//! A model: a named, typed, kind-tagged query, and where it was defined.
+
+use super::fragment::Fragment;
+use super::kind::Kind;
+use super::name::ModelName;
+use super::schema::Schema;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// A place in a project file: path relative to the project directory, 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// File path, relative to the project directory when inside it.
+    pub file: PathBuf,
+    /// 1-based line; 0 when unknown.
+    pub line: u32,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}", self.file.display(), self.line)
+        } else {
+            write!(f, "{}", self.file.display())
+        }
+    }
+}
+
+/// One model as loaded from the project.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// `schema.table`.
+    pub name: ModelName,
+    /// Materialisation.
+    pub kind: Kind,
+    /// Declared output columns, in order: the schema contract.
+    pub schema: Schema,
+    /// The query; `None` for externals.
+    pub body: Option<Fragment>,
+    /// Columns that identify a row (documentation and later diffing); fingerprinted.
+    pub grain: Vec<String>,
+    /// Free text; not fingerprinted.
+    pub description: Option<String>,
+    /// Where `define_model` was called.
+    pub location: Location,
+}
+
+impl Model {
+    /// Direct parents: every referenced model, sorted and de-duplicated.
+    pub fn parents(&self) -> BTreeSet<ModelName> {
+        self.body
+            .iter()
+            .flat_map(|b| b.refs().map(|r| r.target.clone()))
+            .collect()
+    }
+}

@@ -1,0 +1,120 @@
+//! Declared schemas: an ordered list of `(column, type)` and the type families the schema
+//! contract compares.
+//!
+//! The contract compares names strictly and types by *family* (reference `core-semantics.md`
+//! §5.3): text, numeric, boolean, temporal, or any (unchecked). Families are derived from DuckDB
+//! type spellings, case-insensitively.
+
+use serde::{Deserialize, Serialize};
+
+/// One declared column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    /// Column name as it appears in the query's output.
+    pub name: String,
+    /// Declared SQL type, as written by the model author (e.g. `varchar`, `timestamptz`).
+    pub ty: String,
+}
+
+/// An ordered list of columns.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Schema(pub Vec<Column>);
+
+impl Schema {
+    /// Column names in declaration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|c| c.name.as_str())
+    }
+
+    /// Finds a column by exact name.
+    pub fn get(&self, name: &str) -> Option<&Column> {
+        self.0.iter().find(|c| c.name == name)
+    }
+
+    /// True when the schema declares `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+/// Coarse type classes the schema contract compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TypeFamily {
+    /// VARCHAR, TEXT, STRING, CHAR, UUID…
+    Text,
+    /// Integers, floats, decimals.
+    Numeric,
+    /// BOOLEAN.
+    Boolean,
+    /// DATE, TIME, TIMESTAMP[TZ], INTERVAL.
+    Temporal,
+    /// Anything else (lists, structs, JSON, BLOB…): not checked.
+    Any,
+}
+
+impl TypeFamily {
+    /// The family of a DuckDB type spelling such as `VARCHAR(10)`, `timestamp with time zone`
+    /// or `DECIMAL(18,3)`.
+    pub fn of(ty: &str) -> TypeFamily {
+        let t = ty.trim().to_ascii_uppercase();
+        if t.ends_with("[]") || t.starts_with("STRUCT") || t.starts_with("MAP") || t.starts_with("UNION") {
+            return TypeFamily::Any;
+        }
+        let base = t.split(['(', ' ']).next().unwrap_or("");
+        match base {
+            "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "BPCHAR" | "UUID" | "NVARCHAR" | "CHARACTER" => TypeFamily::Text,
+            "BOOLEAN" | "BOOL" | "LOGICAL" => TypeFamily::Boolean,
+            "TINYINT" | "SMALLINT" | "INTEGER" | "INT" | "BIGINT" | "HUGEINT" | "UTINYINT"
+            | "USMALLINT" | "UINTEGER" | "UBIGINT" | "UHUGEINT" | "INT1" | "INT2" | "INT4"
+            | "INT8" | "INT16" | "INT32" | "INT64" | "INT128" | "SHORT" | "LONG" | "SIGNED" | "FLOAT" | "FLOAT4" | "FLOAT8" | "REAL"
+            | "DOUBLE" | "DECIMAL" | "NUMERIC" | "VARINT" | "BIGNUM" => TypeFamily::Numeric,
+            "DATE" | "TIME" | "TIMETZ" | "TIMESTAMP" | "TIMESTAMPTZ" | "DATETIME" | "TIMESTAMP_S"
+            | "TIMESTAMP_MS" | "TIMESTAMP_NS" | "TIMESTAMP_US" | "INTERVAL" => TypeFamily::Temporal,
+            _ => TypeFamily::Any,
+        }
+    }
+
+    /// True unless the families differ and neither is [`TypeFamily::Any`].
+    pub fn compatible(self, other: TypeFamily) -> bool {
+        self == other || self == TypeFamily::Any || other == TypeFamily::Any
+    }
+}
+
+impl std::fmt::Display for TypeFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            TypeFamily::Text => "text",
+            TypeFamily::Numeric => "numeric",
+            TypeFamily::Boolean => "boolean",
+            TypeFamily::Temporal => "temporal",
+            TypeFamily::Any => "any",
+        };
+        f.write_str(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_follow_duckdb_spellings() {
+        assert_eq!(TypeFamily::of("varchar"), TypeFamily::Text);
+        assert_eq!(TypeFamily::of("VARCHAR(10)"), TypeFamily::Text);
+        assert_eq!(TypeFamily::of("DECIMAL(18,3)"), TypeFamily::Numeric);
+        assert_eq!(TypeFamily::of("bigint"), TypeFamily::Numeric);
+        assert_eq!(TypeFamily::of("TIMESTAMP WITH TIME ZONE"), TypeFamily::Temporal);
+        assert_eq!(TypeFamily::of("timestamptz"), TypeFamily::Temporal);
+        assert_eq!(TypeFamily::of("boolean"), TypeFamily::Boolean);
+        assert_eq!(TypeFamily::of("INTEGER[]"), TypeFamily::Any);
+        assert_eq!(TypeFamily::of("JSON"), TypeFamily::Any);
+    }
+
+    #[test]
+    fn any_is_compatible_with_everything() {
+        assert!(TypeFamily::Any.compatible(TypeFamily::Text));
+        assert!(TypeFamily::Numeric.compatible(TypeFamily::Any));
+        assert!(!TypeFamily::Numeric.compatible(TypeFamily::Text));
+    }
+}

@@ -1,0 +1,173 @@
+//! The embedded DuckDB engine (v1.5.5).
+//!
+//! One connection per process; DuckDB allows one writing process per database file, so a second
+//! `apply` on the same file fails to open it with a clear message. Every session runs with
+//! `TimeZone = 'UTC'` so naive `TIMESTAMP` bound literals compare correctly with `TIMESTAMPTZ`
+//! columns.
+
+use super::{DescribedColumn, Engine, EngineError};
+use crate::config::EngineSection;
+use duckdb::types::Value;
+use std::path::Path;
+
+/// A DuckDB database.
+pub struct DuckDb {
+    conn: duckdb::Connection,
+}
+
+impl std::fmt::Debug for DuckDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DuckDb")
+    }
+}
+
+impl DuckDb {
+    /// Opens (creating if needed) the database file at `path` with the `[engine]` settings.
+    ///
+    /// # Errors
+    /// [`EngineError`] when the file cannot be opened (e.g. locked by another process).
+    pub fn open(path: &Path, settings: &EngineSection) -> Result<Self, EngineError> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| EngineError::new("", format!("cannot create `{}`: {e}", dir.display())))?;
+            }
+        }
+        let conn = duckdb::Connection::open(path).map_err(|e| {
+            EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display()))
+        })?;
+        let mut db = Self { conn };
+        db.configure(settings)?;
+        Ok(db)
+    }
+
+    /// An in-memory database (tests, parsing fallbacks).
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    pub fn in_memory() -> Result<Self, EngineError> {
+        let conn = duckdb::Connection::open_in_memory().map_err(|e| EngineError::new("", e.to_string()))?;
+        let mut db = Self { conn };
+        db.configure(&EngineSection::default())?;
+        Ok(db)
+    }
+
+    fn configure(&mut self, settings: &EngineSection) -> Result<(), EngineError> {
+        // Without ICU there is no TimeZone setting and timestamps are UTC already.
+        let _ = self.conn.execute_batch("SET TimeZone = 'UTC'");
+        if let Some(t) = settings.threads {
+            self.execute(&format!("SET threads = {t}"))?;
+        }
+        if let Some(m) = &settings.memory_limit {
+            self.execute(&format!("SET memory_limit = {}", crate::core::name::quote_literal(m)))?;
+        }
+        Ok(())
+    }
+
+    /// DuckDB's version string, e.g. `v1.5.5`.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    pub fn version(&mut self) -> Result<String, EngineError> {
+        let rows = self.query("SELECT version()")?;
+        Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default())
+    }
+
+    /// DuckDB's own parse tree of `sql` as JSON (`json_serialize_sql`), the canonicalisation
+    /// fallback for bodies sqlparser cannot parse.
+    ///
+    /// # Errors
+    /// A message when DuckDB cannot run the function.
+    pub fn serialize_sql(&mut self, sql: &str) -> Result<String, String> {
+        let mut stmt = self.conn.prepare("SELECT json_serialize_sql(?)").map_err(|e| e.to_string())?;
+        let mut rows = stmt.query([sql]).map_err(|e| e.to_string())?;
+        let row = rows.next().map_err(|e| e.to_string())?.ok_or("no result")?;
+        let v: String = row.get(0).map_err(|e| e.to_string())?;
+        Ok(v)
+    }
+}
+
+fn value_text(v: Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::Boolean(b) => Some(b.to_string()),
+        Value::TinyInt(i) => Some(i.to_string()),
+        Value::SmallInt(i) => Some(i.to_string()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::BigInt(i) => Some(i.to_string()),
+        Value::HugeInt(i) => Some(i.to_string()),
+        Value::UTinyInt(i) => Some(i.to_string()),
+        Value::USmallInt(i) => Some(i.to_string()),
+        Value::UInt(i) => Some(i.to_string()),
+        Value::UBigInt(i) => Some(i.to_string()),
+        Value::Float(f) => Some(f.to_string()),
+        Value::Double(f) => Some(f.to_string()),
+        Value::Text(s) => Some(s),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+impl Engine for DuckDb {
+    fn dialect(&self) -> &'static str {
+        "duckdb"
+    }
+
+    fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
+        tracing::debug!(sql, "execute");
+        self.conn.execute_batch(sql).map_err(|e| EngineError::new(sql, e.to_string()))
+    }
+
+    fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
+        self.execute("BEGIN TRANSACTION")?;
+        for s in statements {
+            tracing::debug!(sql = %s, "execute in transaction");
+            if let Err(e) = self.conn.execute_batch(s) {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(EngineError::new(s, e.to_string()));
+            }
+        }
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(EngineError::new("COMMIT", e.to_string()));
+        }
+        Ok(())
+    }
+
+    fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
+        let sql = format!("DESCRIBE {query}");
+        let rows = self.query(&sql).map_err(|e| EngineError::new(query, e.message))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| DescribedColumn {
+                name: r.first().cloned().flatten().unwrap_or_default(),
+                ty: r.get(1).cloned().flatten().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+        tracing::debug!(sql, "query");
+        let mut stmt = self.conn.prepare(sql).map_err(|e| EngineError::new(sql, e.to_string()))?;
+        let mut rows = stmt.query([]).map_err(|e| EngineError::new(sql, e.to_string()))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(|e| EngineError::new(sql, e.to_string()))? {
+            let n = row.as_ref().column_count();
+            let mut vals = Vec::with_capacity(n);
+            for i in 0..n {
+                let v: Value = row.get(i).map_err(|e| EngineError::new(sql, e.to_string()))?;
+                vals.push(value_text(v));
+            }
+            out.push(vals);
+        }
+        Ok(out)
+    }
+
+    fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
+        let sql = format!(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",
+            crate::core::name::quote_literal(schema),
+            crate::core::name::quote_literal(name)
+        );
+        let rows = self.query(&sql)?;
+        Ok(rows.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))
+    }
+}

@@ -1,0 +1,75 @@
+//! Engines run SQL: DuckDB today, Postgres behind the same trait later.
+//!
+//! The trait is deliberately small (reference `core-semantics.md` §5.8): execute, an
+//! all-or-nothing transaction, `describe` for the schema contract, and a query returning rows as
+//! text for reports and tests. Capability differences belong in methods, not in `match engine`.
+
+pub mod duckdb;
+
+/// An engine failure, with the statement that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("engine error: {message}\n  while running: {sql}")]
+pub struct EngineError {
+    /// The statement (truncated to 300 characters).
+    pub sql: String,
+    /// The engine's message.
+    pub message: String,
+}
+
+impl EngineError {
+    /// Builds an error, truncating the statement for display.
+    pub fn new(sql: &str, message: impl Into<String>) -> Self {
+        let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let sql = if one_line.chars().count() > 300 {
+            format!("{}…", one_line.chars().take(300).collect::<String>())
+        } else {
+            one_line
+        };
+        Self { sql, message: message.into() }
+    }
+}
+
+/// One output column of a query: name and engine type spelling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedColumn {
+    /// Output column name.
+    pub name: String,
+    /// Engine type, e.g. `VARCHAR`, `TIMESTAMP WITH TIME ZONE`.
+    pub ty: String,
+}
+
+/// What the planner and executor need from a database.
+pub trait Engine {
+    /// `duckdb` or `postgres`.
+    fn dialect(&self) -> &'static str;
+
+    /// Runs one or more statements outside any explicit transaction.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the statement.
+    fn execute(&mut self, sql: &str) -> Result<(), EngineError>;
+
+    /// Runs `statements` in one transaction: all commit or none do.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the failing statement; the transaction is rolled back.
+    fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError>;
+
+    /// Output columns of `query` without running it.
+    ///
+    /// # Errors
+    /// [`EngineError`] when the query does not bind (unknown column, bad type…).
+    fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError>;
+
+    /// Runs a query and returns every row with each value as text (`None` for NULL).
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError>;
+
+    /// True when `schema.name` exists as a table or view.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError>;
+}

@@ -1,0 +1,36 @@
+//! # efmesh
+//!
+//! SQL transformations with plans, snapshots and virtual environments, in one binary. Models are
+//! small Lua scripts (Rhai and raw SQL follow) that call `define_model`, `ref` and `cols`; the
+//! host evaluates them in a restricted interpreter, builds the DAG, fingerprints every model by
+//! its canonical SQL AST, diffs the project against an environment (the *plan*) and applies
+//! exactly that plan on DuckDB: physical tables are rebuilt only where something changed, and
+//! environments are views over shared physical storage, so promotion costs no recomputation.
+//!
+//! Layers, one direction only (see `SPEC.md`):
+//! [`core`] (no I/O) ← [`sql`] ← [`script`]; [`state`]; [`engine`] ← [`plan`] / [`apply`] ← `cli`.
+//!
+//! ```no_run
+//! use efmesh::{config::Config, project::Project, plan, apply};
+//! let config = Config::load("efmesh.toml".as_ref())?;
+//! let project = Project::load(&config)?;
+//! let mut state = efmesh::state::StateStore::open(&config.state_path())?;
+//! let now = efmesh::core::interval::now_millis();
+//! let plan = plan::plan(&project, &state, "dev", now)?;
+//! let mut engine = efmesh::engine::duckdb::DuckDb::open(&config.engine_path(), &config.engine)?;
+//! let report = apply::apply(&project, &plan, &mut state, &mut engine, &apply::Options::default())?;
+//! println!("built {:?}", report.built);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod apply;
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod engine;
+pub mod plan;
+pub mod project;
+pub mod script;
+pub mod sql;
+pub mod state;

@@ -1,0 +1,30 @@
+//! The `efmesh` binary: parse arguments, run the command, map the outcome to an exit code
+//! (0 success · 1 error · 2 awaiting a human). Nothing else lives here.
+
+use clap::Parser;
+use efmesh::cli::{self, Exit, args::Args};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            // Help and version are successes; usage errors are errors (1), never 2.
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    cli::init_logging(&args.log_level);
+    match cli::run(args) {
+        Ok(exit) => ExitCode::from(exit.code()),
+        Err(e) => {
+            let mut msg = format!("error: {e}");
+            for cause in e.chain().skip(1) {
+                msg.push_str(&format!("\n  caused by: {cause}"));
+            }
+            eprintln!("{msg}");
+            ExitCode::from(Exit::Error.code())
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The language-neutral model builder: every host (Lua today, Rhai and `.sql` next) turns its
+//! values into a JSON-like spec and calls [`build_model`], so all languages share one set of
+//! rules, defaults and messages.
+//!
+//! Query text produced by a host may contain *site markers* (`\u{1}<index>\u{2}`) standing for
+//! `ref()` and `cols()` calls recorded in a [`Sites`] table; [`parse_query`] turns the text into
+//! a [`Fragment`]. Markers are how refs survive string concatenation and `string.format` in the
+//! scripts.
+
+use crate::core::error::did_you_mean;
+use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
+use crate::core::interval::{Grain, parse_instant};
+use crate::core::kind::{DEFAULT_BATCH_SIZE, External, FileFormat, Kind, TimeRange};
+use crate::core::{Column, LoadError, Location, Model, ModelName, Schema};
+use serde_json::{Map, Value};
+
+const MARK_OPEN: char = '\u{1}';
+const MARK_CLOSE: char = '\u{2}';
+
+/// A recorded `ref()` or `cols()` call.
+#[derive(Debug, Clone)]
+pub enum Site {
+    /// `ref(target)`.
+    Ref(RefSite),
+    /// `cols(parent, …)`; an empty column list means "every declared column".
+    Cols(ColsSite),
+}
+
+/// Every site recorded during one project load.
+#[derive(Debug, Default)]
+pub struct Sites(Vec<Site>);
+
+impl Sites {
+    /// Records a site and returns the marker text to splice into SQL.
+    pub fn record(&mut self, site: Site) -> String {
+        self.0.push(site);
+        format!("{MARK_OPEN}{}{MARK_CLOSE}", self.0.len() - 1)
+    }
+}
+
+/// Splits query text on site markers and `@start`/`@end` into a fragment.
+///
+/// # Errors
+/// A message when the text holds a malformed or unknown marker.
+pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
+    let mut f = Fragment::default();
+    let mut rest = text;
+    while let Some(open) = rest.find(MARK_OPEN) {
+        f.push_sql_with_bounds(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find(MARK_CLOSE).ok_or("malformed ref marker in query text")?;
+        let idx: usize = after[..close].parse().map_err(|_| "malformed ref marker in query text")?;
+        match sites.0.get(idx) {
+            Some(Site::Ref(r)) => f.nodes.push(Node::Ref(r.clone())),
+            Some(Site::Cols(c)) => f.nodes.push(Node::Cols(c.clone())),
+            None => return Err("unknown ref marker in query text".into()),
+        }
+        rest = &after[close + 1..];
+    }
+    f.push_sql_with_bounds(rest);
+    Ok(f)
+}
+
+/// Fills `cols(parent)` calls that named no columns with the parent's declared columns, once all
+/// models are known.
+pub fn expand_all_cols(models: &mut [Model]) {
+    let schemas: std::collections::BTreeMap<ModelName, Vec<String>> = models
+        .iter()
+        .map(|m| (m.name.clone(), m.schema.names().map(str::to_string).collect()))
+        .collect();
+    for m in models.iter_mut() {
+        if let Some(body) = &mut m.body {
+            for n in &mut body.nodes {
+                if let Node::Cols(c) = n {
+                    if c.columns.is_empty() {
+                        if let Some(cols) = schemas.get(&c.parent) {
+                            c.columns = cols.clone();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description"];
+
+/// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`;
+/// the query arrives separately as text with markers).
+///
+/// # Errors
+/// Every problem found in the spec, each naming the field at fault.
+pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites, location: Location) -> Result<Model, Vec<LoadError>> {
+    let mut errors = Vec::new();
+    let name = match spec.get("name") {
+        Some(Value::String(s)) => match ModelName::parse(s) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                errors.push(LoadError::new(Some(location.clone()), None, e.to_string()));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push(LoadError::new(Some(location.clone()), None, "`name` must be a string `<schema>.<table>`"));
+            None
+        }
+        None => {
+            errors.push(LoadError::new(Some(location.clone()), None, "`define_model` needs a `name`"));
+            None
+        }
+    };
+    let err = |msg: String| LoadError::new(Some(location.clone()), name.clone(), msg);
+    for key in spec.keys() {
+        if !MODEL_KEYS.contains(&key.as_str()) {
+            let mut e = err(format!("unknown field `{key}` in `define_model`"));
+            if let Some(s) = did_you_mean(key, MODEL_KEYS.iter().copied()) {
+                e = e.with_hint(format!("did you mean `{s}`?"));
+            }
+            errors.push(e);
+        }
+    }
+    let kind = match spec.get("kind") {
+        Some(Value::Object(k)) => match parse_kind(k) {
+            Ok(k) => Some(k),
+            Err(msg) => {
+                errors.push(err(msg));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push(err("`kind` must be a kind, e.g. `kind.full()`".into()));
+            None
+        }
+        None => {
+            errors.push(err("`define_model` needs a `kind`".into()).with_hint("e.g. `kind = kind.full()`"));
+            None
+        }
+    };
+    let schema = match spec.get("schema") {
+        Some(v) => match parse_schema(v) {
+            Ok(s) => s,
+            Err(msg) => {
+                errors.push(err(msg));
+                Schema::default()
+            }
+        },
+        None => {
+            errors.push(err("`define_model` needs a `schema`".into()).with_hint("e.g. `schema = { { \"id\", \"bigint\" } }`"));
+            Schema::default()
+        }
+    };
+    let grain = match spec.get("grain") {
+        None => Vec::new(),
+        Some(v) => string_list(v).unwrap_or_else(|| {
+            errors.push(err("`grain` must be a list of column names".into()));
+            Vec::new()
+        }),
+    };
+    let description = match spec.get("description") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            errors.push(err("`description` must be a string".into()));
+            None
+        }
+    };
+    let body = match query {
+        None => None,
+        Some(text) => match parse_query(text, sites) {
+            Ok(f) => Some(f),
+            Err(msg) => {
+                errors.push(err(msg));
+                None
+            }
+        },
+    };
+    match (name, kind, errors.is_empty()) {
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location }),
+        _ => Err(errors),
+    }
+}
+
+fn string_list(v: &Value) -> Option<Vec<String>> {
+    match v {
+        Value::Array(items) => items.iter().map(|i| i.as_str().map(str::to_string)).collect(),
+        Value::Object(m) if m.is_empty() => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+fn parse_schema(v: &Value) -> Result<Schema, String> {
+    let items = match v {
+        Value::Array(items) => items,
+        Value::Object(m) if m.is_empty() => return Ok(Schema::default()),
+        _ => return Err("`schema` must be a list of `{ column, type }` pairs".into()),
+    };
+    let mut cols = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Value::Array(pair) if pair.len() == 2 => match (&pair[0], &pair[1]) {
+                (Value::String(n), Value::String(t)) => cols.push(Column { name: n.clone(), ty: t.clone() }),
+                _ => return Err(format!("schema entry {} must be two strings `{{ column, type }}`", i + 1)),
+            },
+            _ => return Err(format!("schema entry {} must be a pair `{{ column, type }}`", i + 1)),
+        }
+    }
+    Ok(Schema(cols))
+}
+
+fn check_keys(tag: &str, k: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
+    for key in k.keys() {
+        if key != "kind" && !allowed.contains(&key.as_str()) {
+            let hint = did_you_mean(key, allowed.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+            return Err(format!("unknown option `{key}` for kind `{tag}`{hint}"));
+        }
+    }
+    Ok(())
+}
+
+fn opt_str<'a>(k: &'a Map<String, Value>, key: &str, tag: &str) -> Result<Option<&'a str>, String> {
+    match k.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("`{key}` of kind `{tag}` must be a string")),
+    }
+}
+
+fn opt_bool(k: &Map<String, Value>, key: &str, tag: &str) -> Result<Option<bool>, String> {
+    match k.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(format!("`{key}` of kind `{tag}` must be a boolean")),
+    }
+}
+
+fn opt_u32(k: &Map<String, Value>, key: &str, tag: &str) -> Result<Option<u32>, String> {
+    match k.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("`{key}` of kind `{tag}` must be a non-negative integer")),
+    }
+}
+
+/// Parses a kind table `{ kind = "<tag>", … }`.
+///
+/// # Errors
+/// A message naming the unknown tag or the offending option.
+pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
+    let tag = k.get("kind").and_then(Value::as_str).ok_or("`kind` must be built with a kind constructor, e.g. `kind.full()`")?;
+    match tag {
+        "full" | "view" | "embedded" => {
+            check_keys(tag, k, &[])?;
+            Ok(match tag {
+                "full" => Kind::Full,
+                "view" => Kind::View,
+                _ => Kind::Embedded,
+            })
+        }
+        "incremental_by_time_range" => {
+            check_keys(tag, k, &["time_column", "start", "end", "grain", "batch_size", "lookback"])?;
+            let time_column = opt_str(k, "time_column", tag)?.ok_or("kind `incremental_by_time_range` needs `time_column`")?.to_string();
+            let start = opt_str(k, "start", tag)?.ok_or("kind `incremental_by_time_range` needs `start`")?;
+            let start = parse_instant(start).map_err(|e| format!("`start`: {e}"))?;
+            let end = opt_str(k, "end", tag)?.map(|e| parse_instant(e).map_err(|m| format!("`end`: {m}"))).transpose()?;
+            let grain = match opt_str(k, "grain", tag)? {
+                None => Grain::Day,
+                Some(g) => Grain::parse(g).ok_or_else(|| format!("`grain` must be `day` or `hour`, got `{g}`"))?,
+            };
+            Ok(Kind::IncrementalByTimeRange(TimeRange {
+                time_column,
+                start,
+                end,
+                grain,
+                batch_size: opt_u32(k, "batch_size", tag)?.unwrap_or(DEFAULT_BATCH_SIZE),
+                lookback: opt_u32(k, "lookback", tag)?.unwrap_or(0),
+            }))
+        }
+        "external" => {
+            check_keys(tag, k, &["table", "path", "format", "null_markers", "union_by_name", "hive_partitioning"])?;
+            match (opt_str(k, "table", tag)?, opt_str(k, "path", tag)?) {
+                (Some(t), None) => {
+                    if t.split('.').any(|p| !crate::core::name::is_identifier(p)) {
+                        return Err(format!("external `table` `{t}` must be dotted identifiers"));
+                    }
+                    for opt in ["format", "null_markers", "union_by_name", "hive_partitioning"] {
+                        if k.contains_key(opt) {
+                            return Err(format!("`{opt}` applies to file externals, not `table`"));
+                        }
+                    }
+                    Ok(Kind::External(External::Table { name: t.to_string() }))
+                }
+                (None, Some(p)) => {
+                    let format = match opt_str(k, "format", tag)? {
+                        Some(f) => FileFormat::parse(f).ok_or_else(|| format!("`format` must be `csv`, `parquet` or `json`, got `{f}`"))?,
+                        None => FileFormat::infer(p).ok_or_else(|| format!("cannot infer the format of `{p}`; set `format`"))?,
+                    };
+                    let null_markers = match k.get("null_markers") {
+                        None => Vec::new(),
+                        Some(v) => string_list(v).ok_or("`null_markers` must be a list of strings")?,
+                    };
+                    if !null_markers.is_empty() && format != FileFormat::Csv {
+                        return Err("`null_markers` applies to CSV files only".into());
+                    }
+                    Ok(Kind::External(External::Files {
+                        path: p.to_string(),
+                        format,
+                        union_by_name: opt_bool(k, "union_by_name", tag)?,
+                        hive_partitioning: opt_bool(k, "hive_partitioning", tag)?,
+                        null_markers,
+                    }))
+                }
+                (Some(_), Some(_)) => Err("kind `external` takes `table` or `path`, not both".into()),
+                (None, None) => Err("kind `external` needs `table` or `path`".into()),
+            }
+        }
+        other => {
+            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external"];
+            let hint = did_you_mean(other, tags).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+            Err(format!("unknown kind `{other}`{hint}"))
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! The Lua 5.4 host.
+//!
+//! One interpreter per project load. Each model file runs in its own environment table holding
+//! fresh copies of the allowed libraries (`string`, `table`, `math` without `random`, `utf8`,
+//! safe base functions) and the efmesh API (`define_model`, `ref`, `cols`, `kind`, `require`),
+//! so no file can change what another file sees. Not available: `io`, `os`, `debug`,
+//! `package`, `load`, `loadfile`, `dofile`, `string.dump`, `collectgarbage`, randomness and the
+//! clock. `require` resolves only files inside the project. A memory limit and a wall-clock
+//! budget per file (checked every 10 000 VM instructions) turn runaway scripts into load errors.
+
+use super::builder::{Site, Sites, build_model, expand_all_cols};
+use crate::core::fragment::{ColsSite, RefSite};
+use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, Value};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Memory an interpreter may allocate, in bytes.
+pub const MEMORY_LIMIT: usize = 512 * 1024 * 1024;
+/// Wall-clock budget for evaluating one file (including what it requires).
+pub const FILE_BUDGET: Duration = Duration::from_secs(1);
+
+const PRELUDE: &str = include_str!("../../stdlib/lua/prelude.lua");
+
+/// A model handle returned by `define_model`: pass it to `ref()` and `cols()`.
+#[derive(Debug, Clone)]
+struct Handle(ModelName);
+
+impl UserData for Handle {
+    fn add_fields<F: mlua::UserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("name", |_, this| Ok(this.0.to_string()));
+    }
+    fn add_methods<M: mlua::UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(mlua::MetaMethod::ToString, |_, this, ()| Ok(this.0.to_string()));
+    }
+}
+
+#[derive(Default)]
+struct State {
+    root: PathBuf,
+    models: Vec<Model>,
+    errors: Vec<LoadError>,
+    sites: Sites,
+    /// Evaluated files (relative path) → their return value key in the registry.
+    modules: HashMap<PathBuf, ModuleState>,
+    /// Files being evaluated, innermost last.
+    stack: Vec<PathBuf>,
+    deadline: Option<Instant>,
+}
+
+enum ModuleState {
+    Loading,
+    Done(mlua::RegistryKey),
+    Failed,
+}
+
+/// Evaluates model files; see the module docs.
+pub struct LuaHost {
+    lua: Lua,
+    state: Rc<RefCell<State>>,
+    /// Safe globals copied into each file's environment.
+    proto: Table,
+}
+
+fn rt(msg: impl Into<String>) -> mlua::Error {
+    mlua::Error::runtime(msg.into())
+}
+
+/// file:line of the Lua code that called the current Rust callback.
+fn caller_location(lua: &Lua, root: &Path) -> Option<Location> {
+    for level in 1..8 {
+        let found = lua.inspect_stack(level, |d| {
+            let src = d.source();
+            let file = src.source.as_deref().and_then(|s| s.strip_prefix('@')).map(PathBuf::from);
+            (file, d.current_line())
+        });
+        match found {
+            None => return None,
+            Some((Some(file), line)) => {
+                let file = file.strip_prefix(root).map(Path::to_path_buf).unwrap_or(file);
+                return Some(Location { file, line: line.unwrap_or(0) as u32 });
+            }
+            Some((None, _)) => continue,
+        }
+    }
+    None
+}
+
+/// Parses `path:line:` at the start of a Lua error message.
+fn location_in_message(msg: &str, file: &Path) -> Option<u32> {
+    let f = file.to_string_lossy();
+    let idx = msg.find(f.as_ref())?;
+    let rest = &msg[idx + f.len()..];
+    let rest = rest.strip_prefix(':')?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn lua_to_json(v: &Value, depth: usize) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    if depth > 32 {
+        return Err("value nested too deeply".into());
+    }
+    Ok(match v {
+        Value::Nil => J::Null,
+        Value::Boolean(b) => J::Bool(*b),
+        Value::Integer(i) => J::from(*i),
+        Value::Number(n) => serde_json::Number::from_f64(*n).map(J::Number).ok_or("a number must be finite")?,
+        Value::String(s) => J::String(s.to_str().map_err(|_| "strings must be UTF-8")?.to_string()),
+        Value::Table(t) => {
+            let len = t.raw_len();
+            let mut count = 0usize;
+            let mut map = serde_json::Map::new();
+            let mut all_seq = true;
+            for pair in t.clone().pairs::<Value, Value>() {
+                let (k, val) = pair.map_err(|e| e.to_string())?;
+                count += 1;
+                match &k {
+                    Value::Integer(i) if *i >= 1 && (*i as usize) <= len => {}
+                    _ => all_seq = false,
+                }
+                let key = match &k {
+                    Value::String(s) => s.to_str().map_err(|_| "keys must be UTF-8")?.to_string(),
+                    Value::Integer(i) => i.to_string(),
+                    other => return Err(format!("unsupported key type `{}`", other.type_name())),
+                };
+                map.insert(key, lua_to_json(&val, depth + 1)?);
+            }
+            if all_seq && count == len && len > 0 {
+                let mut arr = Vec::with_capacity(len);
+                for i in 1..=len {
+                    let val: Value = t.raw_get(i).map_err(|e| e.to_string())?;
+                    arr.push(lua_to_json(&val, depth + 1)?);
+                }
+                J::Array(arr)
+            } else {
+                J::Object(map)
+            }
+        }
+        Value::UserData(ud) => match ud.borrow::<Handle>() {
+            Ok(h) => J::String(h.0.to_string()),
+            Err(_) => return Err("unsupported userdata value".into()),
+        },
+        Value::Function(_) => return Err("a function is not allowed here".into()),
+        other => return Err(format!("unsupported value of type `{}`", other.type_name())),
+    })
+}
+
+/// A ref target from a handle or a `"schema.table"` string.
+fn target_of(v: &Value) -> mlua::Result<ModelName> {
+    match v {
+        Value::UserData(ud) => ud.borrow::<Handle>().map(|h| h.0.clone()).map_err(|_| rt("expected a model handle or a \"schema.table\" string")),
+        Value::String(s) => {
+            let s = s.to_str().map_err(|_| rt("model names must be UTF-8"))?;
+            ModelName::parse(&s).map_err(|e| rt(e.to_string()))
+        }
+        Value::Nil => Err(rt("expected a model handle or a \"schema.table\" string, got nil (is the handle exported by the file you required?)")),
+        other => Err(rt(format!("expected a model handle or a \"schema.table\" string, got {}", other.type_name()))),
+    }
+}
+
+impl LuaHost {
+    /// A host for the project rooted at `root`.
+    ///
+    /// # Errors
+    /// When the interpreter cannot be created.
+    pub fn new(root: &Path) -> mlua::Result<Self> {
+        let lua = Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8, LuaOptions::new())?;
+        lua.set_memory_limit(MEMORY_LIMIT)?;
+        let state = Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() }));
+        {
+            let st = state.clone();
+            lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, _| {
+                if st.borrow().deadline.is_some_and(|d| Instant::now() > d) {
+                    return Err(rt(format!("evaluation exceeded its budget of {} ms (infinite loop?)", FILE_BUDGET.as_millis())));
+                }
+                Ok(mlua::VmState::Continue)
+            })?;
+        }
+        // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
+        lua.load("getmetatable('').__metatable = false").set_name("=efmesh").exec()?;
+        let g = lua.globals();
+        let proto = lua.create_table()?;
+        for name in [
+            "assert", "error", "ipairs", "next", "pairs", "pcall", "select", "tonumber", "tostring", "type", "xpcall",
+            "rawequal", "rawget", "rawlen", "rawset", "setmetatable", "getmetatable", "_VERSION",
+        ] {
+            proto.set(name, g.get::<Value>(name)?)?;
+        }
+        let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
+        proto.set("kind", prelude.get::<Value>("kind")?)?;
+        let host = Self { lua, state, proto };
+        host.install_api()?;
+        Ok(host)
+    }
+
+    fn install_api(&self) -> mlua::Result<()> {
+        let lua = &self.lua;
+        // ref(x)
+        let st = self.state.clone();
+        let ref_fn = lua.create_function(move |lua, v: Value| {
+            let target = target_of(&v)?;
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            Ok(st.borrow_mut().sites.record(Site::Ref(RefSite { target, location })))
+        })?;
+        // cols(parent, "a", "b", ...)
+        let st = self.state.clone();
+        let cols_fn = lua.create_function(move |lua, args: MultiValue| {
+            let mut it = args.into_iter();
+            let parent = target_of(&it.next().unwrap_or(Value::Nil))?;
+            let mut columns = Vec::new();
+            for v in it {
+                match v {
+                    Value::String(s) => columns.push(s.to_str().map_err(|_| rt("column names must be UTF-8"))?.to_string()),
+                    other => return Err(rt(format!("`cols()` column names must be strings, got {}", other.type_name()))),
+                }
+            }
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            Ok(st.borrow_mut().sites.record(Site::Cols(ColsSite { parent, columns, location })))
+        })?;
+        // define_model { ... }
+        let st = self.state.clone();
+        let define_fn = lua.create_function(move |lua, spec: Value| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let Value::Table(t) = spec else {
+                return Err(rt(format!("`define_model` expects a table, got {}", spec.type_name())));
+            };
+            let query_val: Value = t.get("query")?;
+            let query = match query_val {
+                Value::Nil => None,
+                Value::String(s) => Some(s.to_str().map_err(|_| rt("`query` must be UTF-8"))?.to_string()),
+                Value::Function(f) => match f.call::<Value>(())? {
+                    Value::String(s) => Some(s.to_str().map_err(|_| rt("`query` must be UTF-8"))?.to_string()),
+                    other => return Err(rt(format!("the `query` function must return a string, got {}", other.type_name()))),
+                },
+                other => return Err(rt(format!("`query` must be a string or a function returning one, got {}", other.type_name()))),
+            };
+            // Convert everything but the query to a neutral spec.
+            let mut spec = serde_json::Map::new();
+            for pair in t.pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                let Value::String(k) = k else {
+                    return Err(rt("`define_model` fields must be named"));
+                };
+                let key = k.to_str()?.to_string();
+                if key == "query" {
+                    continue;
+                }
+                let kind_fn = matches!(v, Value::Function(_)) && key == "kind";
+                let v = if kind_fn {
+                    // `kind = kind.full` (without the call) is accepted.
+                    let Value::Function(f) = v else { unreachable!() };
+                    f.call::<Value>(())?
+                } else {
+                    v
+                };
+                let j = lua_to_json(&v, 0).map_err(|e| rt(format!("`{key}`: {e}")))?;
+                spec.insert(key, j);
+            }
+            let mut s = st.borrow_mut();
+            let built = build_model(&spec, query.as_deref(), &s.sites, location);
+            match built {
+                Ok(m) => {
+                    let handle = Handle(m.name.clone());
+                    s.models.push(m);
+                    drop(s);
+                    Ok(Value::UserData(lua.create_userdata(handle)?))
+                }
+                Err(errs) => {
+                    let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                    s.errors.extend(errs);
+                    drop(s);
+                    // Keep evaluating so later errors surface too.
+                    match name {
+                        Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
+                        None => Ok(Value::Nil),
+                    }
+                }
+            }
+        })?;
+        // print(...) → log on stderr, never stdout.
+        let st = self.state.clone();
+        let print_fn = lua.create_function(move |_, args: MultiValue| {
+            let text = args.iter().map(|v| v.to_string().unwrap_or_default()).collect::<Vec<_>>().join("\t");
+            let file = st.borrow().stack.last().cloned().unwrap_or_default();
+            tracing::info!(file = %file.display(), "{text}");
+            Ok(())
+        })?;
+        self.proto.set("ref", ref_fn)?;
+        self.proto.set("cols", cols_fn)?;
+        self.proto.set("define_model", define_fn)?;
+        self.proto.set("print", print_fn)?;
+        Ok(())
+    }
+
+}
+
+/// A fresh environment for one file: copies of the safe globals and libraries.
+fn make_environment(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua::Result<Table> {
+        let env = lua.create_table()?;
+        for pair in proto.pairs::<Value, Value>() {
+            let (k, v) = pair?;
+            env.raw_set(k, v)?;
+        }
+        let g = lua.globals();
+        for lib in ["string", "table", "math", "utf8", "kind"] {
+            let src: Table = if lib == "kind" { proto.get(lib)? } else { g.get(lib)? };
+            let copy = lua.create_table()?;
+            for pair in src.pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                copy.raw_set(k, v)?;
+            }
+            match lib {
+                "string" => copy.raw_set("dump", Value::Nil)?,
+                "math" => {
+                    copy.raw_set("random", Value::Nil)?;
+                    copy.raw_set("randomseed", Value::Nil)?;
+                }
+                _ => {}
+            }
+            env.raw_set(lib, copy)?;
+        }
+        env.raw_set("_G", env.clone())?;
+        env.raw_set("require", require_fn(lua, st.clone())?)?;
+        Ok(env)
+}
+
+/// `require(name)`: evaluates a project file once (through the registry-stored loader) and
+/// returns its value.
+fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
+        let loader: Function = lua.named_registry_value("efmesh.loader")?;
+        lua.create_function(move |lua, name: String| {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '/') || name.contains("..") {
+                return Err(rt(format!("`require(\"{name}\")`: module names are dotted identifiers inside the project")));
+            }
+            let (root, current) = {
+                let s = st.borrow();
+                (s.root.clone(), s.stack.last().cloned().unwrap_or_default())
+            };
+            let rel = PathBuf::from(format!("{}.lua", name.replace('.', "/")));
+            let base = current.parent().map(Path::to_path_buf).unwrap_or_default();
+            let candidates = [base.join(&rel), rel.clone()];
+            let Some(found) = candidates.iter().find(|c| root.join(c).is_file()).cloned() else {
+                let _ = lua;
+                return Err(rt(format!(
+                    "`require(\"{name}\")`: no file `{}` or `{}` in the project",
+                    candidates[0].display(),
+                    candidates[1].display()
+                )));
+            };
+            // Stay inside the project even through symlinks.
+            let real = root.join(&found).canonicalize().map_err(|e| rt(e.to_string()))?;
+            let real_root = root.canonicalize().map_err(|e| rt(e.to_string()))?;
+            if !real.starts_with(&real_root) {
+                return Err(rt(format!("`require(\"{name}\")` resolves outside the project")));
+            }
+            loader.call::<Value>(found.to_string_lossy().to_string())
+        })
+}
+
+impl LuaHost {
+    /// Evaluates one file (relative to the root); errors are recorded, never returned.
+    pub fn load_file(&mut self, rel: &Path) {
+        if let Err(e) = self.ensure_loader() {
+            self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string()));
+            return;
+        }
+        let loader: Function = match self.lua.named_registry_value("efmesh.loader") {
+            Ok(f) => f,
+            Err(e) => {
+                self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string()));
+                return;
+            }
+        };
+        let _ = loader.call::<Value>(rel.to_string_lossy().to_string());
+    }
+
+    fn ensure_loader(&mut self) -> mlua::Result<()> {
+        if self.lua.named_registry_value::<Value>("efmesh.loader")?.is_function() {
+            return Ok(());
+        }
+        // A loader callable from Lua (for `require`) and Rust: evaluates a file once, caches
+        // its return value, and records script errors as load errors.
+        let st = self.state.clone();
+        let proto = self.proto.clone();
+        let loader = self.lua.create_function(move |lua, rel: String| {
+            let rel = PathBuf::from(rel);
+            {
+                let s = st.borrow();
+                match s.modules.get(&rel) {
+                    Some(ModuleState::Done(key)) => return lua.registry_value::<Value>(key),
+                    Some(ModuleState::Loading) => {
+                        let chain = s.stack.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(" → ");
+                        return Err(rt(format!("require cycle: {chain} → `{}`", rel.display())));
+                    }
+                    Some(ModuleState::Failed) => return Err(rt(format!("`{}` failed to load (see its error)", rel.display()))),
+                    None => {}
+                }
+            }
+            let root = st.borrow().root.clone();
+            let code = std::fs::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
+            let env = make_environment(lua, &proto, &st)?;
+            {
+                let mut s = st.borrow_mut();
+                s.modules.insert(rel.clone(), ModuleState::Loading);
+                s.stack.push(rel.clone());
+                if s.stack.len() == 1 {
+                    s.deadline = Some(Instant::now() + FILE_BUDGET);
+                }
+            }
+            let result = lua
+                .load(&code[..])
+                .set_name(format!("@{}", rel.display()))
+                .set_mode(mlua::chunk::ChunkMode::Text)
+                .set_environment(env)
+                .eval::<Value>();
+            let mut s = st.borrow_mut();
+            s.stack.pop();
+            if s.stack.is_empty() {
+                s.deadline = None;
+            }
+            match result {
+                Ok(v) => {
+                    let key = lua.create_registry_value(v.clone())?;
+                    s.modules.insert(rel, ModuleState::Done(key));
+                    Ok(v)
+                }
+                Err(e) => {
+                    s.modules.insert(rel.clone(), ModuleState::Failed);
+                    let outermost = s.stack.is_empty();
+                    let msg = e.to_string();
+                    let line = location_in_message(&msg, &rel).unwrap_or(0);
+                    s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg.trim_end().to_string()));
+                    drop(s);
+                    if outermost { Ok(Value::Nil) } else { Err(rt(format!("`{}` failed to load", rel.display()))) }
+                }
+            }
+        })?;
+        self.lua.set_named_registry_value("efmesh.loader", loader)?;
+        Ok(())
+    }
+
+    /// Ends the load: the models defined, or every error recorded.
+    ///
+    /// # Errors
+    /// All load errors, sorted by location.
+    pub fn finish(self) -> Result<Vec<Model>, LoadErrors> {
+        let mut s = self.state.borrow_mut();
+        if !s.errors.is_empty() {
+            let mut errors = std::mem::take(&mut s.errors);
+            errors.sort_by(|a, b| a.location.cmp(&b.location));
+            errors.dedup();
+            return Err(LoadErrors(errors));
+        }
+        let mut models = std::mem::take(&mut s.models);
+        expand_all_cols(&mut models);
+        Ok(models)
+    }
+}
+
+impl std::fmt::Debug for LuaHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LuaHost")
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_userdata(_: AnyUserData) {}

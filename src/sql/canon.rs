@@ -1,0 +1,518 @@
+//! Canonical SQL: one deterministic text per query, whatever its formatting.
+//!
+//! The rule comes from `DECISIONS.md` ("Canonical SQL and fingerprints"): a DuckDB body is parsed
+//! with sqlparser's DuckDB dialect, normalised and serialised deterministically, so that
+//! whitespace, comments, keyword case, identifier quoting, an optional `AS`, redundant
+//! parentheses, `x::T` versus `CAST(x AS T)` and a trailing `;` never change the text, while any
+//! change of meaning (a literal, a predicate, a projection, identifier case…) always does.
+//! Identifier case is kept on purpose: DuckDB preserves it in output column names.
+//!
+//! # How
+//!
+//! 1. Parse with [`DuckDbDialect`] and require exactly one query statement.
+//! 2. Normalise the typed AST with a [`VisitorMut`]: unwrap [`Expr::Nested`] (the tree already
+//!    encodes precedence, so the parentheses carry no meaning), make every `::` cast a `CAST`,
+//!    lower-case function names (DuckDB resolves them case-insensitively) and spell join
+//!    operators one way (`JOIN` = `INNER JOIN`, `LEFT OUTER JOIN` = `LEFT JOIN`, …).
+//! 3. Serialise the AST with serde to a [`serde_json::Value`] and drop every piece of source
+//!    position or spelling: `span` (identifier and literal positions), `*_token` (the keyword
+//!    tokens sqlparser attaches for diagnostics, which remember keyword case), `quote_style`
+//!    (identifier quoting) and `explicit` (whether a table alias was written with `AS`).
+//! 4. Print the value as compact JSON. Field order is the AST's declaration order, so the text
+//!    is deterministic for a given sqlparser version.
+//!
+//! When sqlparser cannot parse a body, [`canonicalize_with_fallback`] asks DuckDB itself
+//! (`json_serialize_sql`) and keeps its JSON without `query_location` ([`normalize_duckdb_json`]);
+//! the [`CanonSource`] of the result says which path was taken, for `plan --explain`.
+
+use serde_json::Value;
+use sqlparser::ast::{
+    CastKind, Expr, JoinOperator, ObjectNamePart, Query, Select, SetExpr,
+    Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
+};
+use sqlparser::ast::helpers::attached_token::AttachedToken;
+use sqlparser::dialect::DuckDbDialect;
+use sqlparser::parser::{Parser, ParserError};
+use std::ops::ControlFlow;
+
+/// Which parser produced a [`Canonical`] text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CanonSource {
+    /// sqlparser's DuckDB dialect, normalised as described in the [module docs](self).
+    SqlParser,
+    /// DuckDB's `json_serialize_sql`, without `query_location` (the fallback).
+    DuckDbJson,
+}
+
+impl CanonSource {
+    /// `sqlparser` or `duckdb-json`, as shown by `plan --explain`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CanonSource::SqlParser => "sqlparser",
+            CanonSource::DuckDbJson => "duckdb-json",
+        }
+    }
+}
+
+impl std::fmt::Display for CanonSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The canonical form of one query body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Canonical {
+    /// Compact JSON of the normalised AST: equal for formatting variants of one query, different
+    /// for queries that mean different things. This is what the fingerprint hashes.
+    pub text: String,
+    /// Which parser produced `text`.
+    pub source: CanonSource,
+}
+
+/// Why a body has no canonical form.
+///
+/// Messages follow `STYLE.md`: no trailing period, SQL keywords in backticks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// sqlparser rejected the text (tokenizer or parser error).
+    #[error("cannot parse SQL{}: {message}", at(*.line, *.column))]
+    Parse {
+        /// sqlparser's message, without its `at Line: …, Column: …` suffix.
+        message: String,
+        /// 1-based line of the offending token in the body, when sqlparser reports it.
+        line: Option<u64>,
+        /// 1-based column of the offending token in the body, when sqlparser reports it.
+        column: Option<u64>,
+    },
+    /// The text parsed, but it is not exactly one query (`SELECT`, `WITH`, `VALUES` or a set
+    /// operation of them).
+    #[error("expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found {found}")]
+    NotAQuery {
+        /// What was found instead, e.g. "a `DELETE FROM` statement", "2 statements", "no statement".
+        found: String,
+    },
+    /// DuckDB's own parser rejected the text (the fallback's `"error": true`).
+    #[error("DuckDB cannot parse SQL: {message}")]
+    DuckDb {
+        /// DuckDB's `error_message`.
+        message: String,
+    },
+    /// sqlparser failed and the fallback could not be asked (e.g. the engine call failed).
+    #[error("cannot parse SQL ({parser}) and the DuckDB fallback failed: {fallback}")]
+    Fallback {
+        /// The sqlparser error, rendered.
+        parser: String,
+        /// The fallback's error.
+        fallback: String,
+    },
+    /// The fallback returned text that is not the JSON `json_serialize_sql` produces.
+    #[error("unexpected `json_serialize_sql` output: {reason}")]
+    BadDuckDbJson {
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl SqlError {
+    /// 1-based line of the error in the body, when known.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            SqlError::Parse { line, .. } => *line,
+            _ => None,
+        }
+    }
+
+    /// 1-based column of the error in the body, when known.
+    pub fn column(&self) -> Option<u64> {
+        match self {
+            SqlError::Parse { column, .. } => *column,
+            _ => None,
+        }
+    }
+
+    fn from_parser(e: ParserError) -> Self {
+        let raw = match e {
+            ParserError::TokenizerError(s) | ParserError::ParserError(s) => s,
+            ParserError::RecursionLimitExceeded => "recursion limit exceeded".to_string(),
+        };
+        let (message, line, column) = split_location(&raw);
+        SqlError::Parse { message: trim_period(message).to_string(), line, column }
+    }
+}
+
+/// ` at line L, column C` or nothing.
+fn at(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" at line {l}, column {c}"),
+        (Some(l), None) => format!(" at line {l}"),
+        _ => String::new(),
+    }
+}
+
+fn trim_period(s: &str) -> &str {
+    s.trim_end().strip_suffix('.').unwrap_or(s.trim_end())
+}
+
+/// Splits sqlparser's `"<message> at Line: L, Column: C"` into its parts.
+fn split_location(raw: &str) -> (&str, Option<u64>, Option<u64>) {
+    if let Some(i) = raw.rfind(" at Line: ") {
+        let tail = &raw[i + " at Line: ".len()..];
+        if let Some((l, c)) = tail.split_once(", Column: ")
+            && let (Ok(l), Ok(c)) = (l.trim().parse(), c.trim().parse())
+        {
+            return (&raw[..i], Some(l), Some(c));
+        }
+    }
+    (raw, None, None)
+}
+
+/// The canonical form of a DuckDB query body, via sqlparser.
+///
+/// `sql` must hold exactly one query: `SELECT`, `WITH … SELECT`, `VALUES`, or a set operation
+/// (`UNION`, `EXCEPT`, `INTERSECT`) of them; one trailing `;` is fine. Bounds rendered by
+/// [`CanonicalResolver`](crate::core::fragment::CanonicalResolver) (`$start`, `$end`) parse as
+/// placeholders. See the [module docs](self) for what is normalised. Cost: tens of microseconds
+/// for a typical model body.
+///
+/// # Errors
+/// [`SqlError::Parse`] (with line and column when sqlparser gives them) when the text does not
+/// parse; [`SqlError::NotAQuery`] when it is empty, holds several statements, or a statement
+/// that is not a query.
+///
+/// # Example
+/// ```
+/// use efmesh::sql::canon::canonicalize;
+/// let a = canonicalize("SELECT \"id\", amount::DOUBLE AS amt FROM raw.orders o -- note")?;
+/// let b = canonicalize("select id, cast(amount as double) amt\nfrom raw.orders as o;")?;
+/// assert_eq!(a, b);
+/// assert!(canonicalize("DELETE FROM raw.orders").is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
+    let query = parse_query(sql)?;
+    Ok(canonical_of(query))
+}
+
+/// Like [`canonicalize`], but when sqlparser cannot parse `sql`, asks DuckDB.
+///
+/// `fallback(sql)` must return the text of DuckDB's `SELECT json_serialize_sql(<sql>)` (pass
+/// `sql` as a bound parameter), or an error message when the engine could not be asked. Its
+/// output goes through [`normalize_duckdb_json`] and the result's source is
+/// [`CanonSource::DuckDbJson`]. The fallback is only used for parse failures: a body that
+/// sqlparser reads as a non-query statement is an error without asking DuckDB.
+///
+/// # Errors
+/// [`SqlError::NotAQuery`] as for [`canonicalize`]; [`SqlError::Fallback`] when `fallback`
+/// fails; [`SqlError::DuckDb`] when DuckDB rejects the text; [`SqlError::BadDuckDbJson`] when
+/// its output is not the expected JSON.
+///
+/// # Example
+/// ```
+/// use efmesh::sql::canon::{canonicalize_with_fallback, CanonSource};
+/// // A stand-in for DuckDB, for the example.
+/// let duckdb = |_: &str| -> Result<String, String> {
+///     Ok(r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE","query_location":0}}]}"#.into())
+/// };
+/// let c = canonicalize_with_fallback("SELECT 1 +", &duckdb)?;
+/// assert_eq!(c.source, CanonSource::DuckDbJson);
+/// assert!(!c.text.contains("query_location"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn canonicalize_with_fallback(
+    sql: &str,
+    fallback: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Canonical, SqlError> {
+    match parse_query(sql) {
+        Ok(query) => Ok(canonical_of(query)),
+        Err(parser @ SqlError::Parse { .. }) => {
+            let json = fallback(sql).map_err(|f| SqlError::Fallback {
+                parser: parser.to_string(),
+                fallback: trim_period(&f).to_string(),
+            })?;
+            Ok(Canonical { text: normalize_duckdb_json(&json)?, source: CanonSource::DuckDbJson })
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Normalises the output of DuckDB's `json_serialize_sql`: rejects an error document, requires
+/// exactly one statement, removes every `query_location` key (byte offsets into the text, which
+/// change with whitespace and comments) at any depth, and prints compact JSON in DuckDB's key
+/// order.
+///
+/// # Errors
+/// [`SqlError::DuckDb`] with DuckDB's `error_message` when the document says `"error": true`;
+/// [`SqlError::BadDuckDbJson`] when the text is not JSON, not an object, or does not hold
+/// exactly one statement.
+///
+/// # Example
+/// ```
+/// use efmesh::sql::canon::normalize_duckdb_json;
+/// let raw = r#"{"error": false, "statements": [{"node": {"type": "SELECT_NODE", "query_location": 18446744073709551615}}]}"#;
+/// assert_eq!(
+///     normalize_duckdb_json(raw)?,
+///     r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE"}}]}"#
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
+    let bad = |reason: String| SqlError::BadDuckDbJson { reason };
+    let mut doc: Value = serde_json::from_str(json).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let Some(obj) = doc.as_object() else {
+        return Err(bad("expected a JSON object".into()));
+    };
+    if obj.get("error").and_then(Value::as_bool) == Some(true) {
+        let message = obj
+            .get("error_message")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown error");
+        return Err(SqlError::DuckDb { message: trim_period(message).to_string() });
+    }
+    match obj.get("statements").and_then(Value::as_array).map(Vec::len) {
+        Some(1) => {}
+        Some(0) => return Err(SqlError::NotAQuery { found: "no statement".into() }),
+        Some(n) => return Err(SqlError::NotAQuery { found: format!("{n} statements") }),
+        None => return Err(bad("no `statements` array".into())),
+    }
+    strip_keys(&mut doc, &|k| k == "query_location");
+    Ok(doc.to_string())
+}
+
+/// Parses `sql` and returns its single query.
+fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
+    let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(SqlError::from_parser)?;
+    let n = statements.len();
+    let mut it = statements.into_iter();
+    match (it.next(), n) {
+        (None, _) => Err(SqlError::NotAQuery { found: "no statement".into() }),
+        (Some(Statement::Query(q)), 1) => Ok(q),
+        (Some(other), 1) => Err(SqlError::NotAQuery { found: describe(&other) }),
+        (Some(_), n) => Err(SqlError::NotAQuery { found: format!("{n} statements") }),
+    }
+}
+
+/// "a `DELETE FROM` statement": the leading keywords of the statement as sqlparser prints it.
+fn describe(statement: &Statement) -> String {
+    let text = statement.to_string();
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .take(2)
+        .take_while(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect();
+    if words.is_empty() {
+        "a statement that is not a query".into()
+    } else {
+        format!("a `{}` statement", words.join(" "))
+    }
+}
+
+fn canonical_of(mut query: Box<Query>) -> Canonical {
+    let _ = query.visit(&mut Normalizer);
+    // Serialising an AST cannot fail: it has no maps with non-string keys and no custom
+    // serialisers; `Null` would still yield a (useless but deterministic) text.
+    let mut value = serde_json::to_value(&query).unwrap_or(Value::Null);
+    strip_keys(&mut value, &is_spelling_key);
+    Canonical { text: value.to_string(), source: CanonSource::SqlParser }
+}
+
+/// Keys that record how the text was written rather than what it means:
+/// - `span`: source positions of identifiers and literals;
+/// - `*_token`: the keyword tokens sqlparser attaches for diagnostics (with their case);
+/// - `quote_style`: whether an identifier was quoted;
+/// - `explicit`: whether an alias was introduced with `AS` (the only two `explicit` fields in
+///   sqlparser 0.64, `TableAlias` and `TableAliasWithoutColumns`, both mean exactly that).
+fn is_spelling_key(k: &str) -> bool {
+    matches!(k, "span" | "quote_style" | "explicit") || k.ends_with("_token")
+}
+
+/// Removes, at every depth, the object keys for which `drop` holds (keeping the others' order).
+fn strip_keys(v: &mut Value, drop: &dyn Fn(&str) -> bool) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|k, _| !drop(k));
+            for child in map.values_mut() {
+                strip_keys(child, drop);
+            }
+        }
+        Value::Array(items) => {
+            for child in items {
+                strip_keys(child, drop);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The typed part of the normalisation (see the module docs).
+struct Normalizer;
+
+impl VisitorMut for Normalizer {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        // `((a))` → `a`; children are visited after this, on the unwrapped node.
+        while let Expr::Nested(inner) = expr {
+            let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
+            *expr = inner;
+        }
+        match expr {
+            Expr::Cast { kind, .. } if *kind == CastKind::DoubleColon => *kind = CastKind::Cast,
+            Expr::Function(f) => lowercase_parts(&mut f.name.0),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        select.from.iter_mut().for_each(normalize_joins);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        match factor {
+            // `FROM read_parquet('x')`, `FROM range(10)`: a table function, case-insensitive.
+            TableFactor::Table { name, args: Some(_), .. } | TableFactor::Function { name, .. } => {
+                lowercase_parts(&mut name.0);
+            }
+            TableFactor::NestedJoin { table_with_joins, .. } => normalize_joins(table_with_joins),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        // `(SELECT …)` as a whole query: an inner query in redundant parentheses.
+        while is_bare(query) {
+            let SetExpr::Query(inner) = &*query.body else { break };
+            // Rare (only for redundant parentheses), so the clone does not matter.
+            let inner = (**inner).clone();
+            *query = inner;
+        }
+        flatten_set_expr(&mut query.body);
+        ControlFlow::Continue(())
+    }
+}
+
+/// True when `query` is nothing but another query in parentheses.
+fn is_bare(query: &Query) -> bool {
+    has_no_clauses(query) && matches!(*query.body, SetExpr::Query(_))
+}
+
+/// True when `query` has nothing around its body (no `WITH`, `ORDER BY`, `LIMIT`, …).
+fn has_no_clauses(query: &Query) -> bool {
+    query.with.is_none()
+        && query.order_by.is_none()
+        && query.limit_clause.is_none()
+        && query.fetch.is_none()
+        && query.locks.is_empty()
+        && query.for_clause.is_none()
+        && query.settings.is_none()
+        && query.format_clause.is_none()
+        && query.pipe_operators.is_empty()
+}
+
+/// In set operations, `(SELECT …) UNION (SELECT …)` → `SELECT … UNION SELECT …` when the
+/// parenthesised operand has no clauses of its own (the tree keeps the grouping).
+fn flatten_set_expr(set: &mut SetExpr) {
+    match set {
+        SetExpr::Query(q) if has_no_clauses(q) => {
+            let body = (*q.body).clone();
+            *set = body;
+            flatten_set_expr(set);
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            flatten_set_expr(left);
+            flatten_set_expr(right);
+        }
+        _ => {}
+    }
+}
+
+/// `JOIN` → `INNER JOIN`, `LEFT OUTER` → `LEFT`, `RIGHT OUTER` → `RIGHT`: one spelling each.
+fn normalize_joins(twj: &mut TableWithJoins) {
+    for join in &mut twj.joins {
+        let op = std::mem::replace(&mut join.join_operator, JoinOperator::CrossApply);
+        join.join_operator = match op {
+            JoinOperator::Join(c) => JoinOperator::Inner(c),
+            JoinOperator::LeftOuter(c) => JoinOperator::Left(c),
+            JoinOperator::RightOuter(c) => JoinOperator::Right(c),
+            other => other,
+        };
+    }
+}
+
+fn lowercase_parts(parts: &mut [ObjectNamePart]) {
+    for part in parts {
+        if let ObjectNamePart::Identifier(id) = part
+            && id.value.chars().any(|c| c.is_uppercase())
+        {
+            id.value = id.value.to_lowercase();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explore() {
+        let body = r#"
+WITH daily AS (
+  SELECT s.patient_id, date_trunc('day', s.admitted_at) AS day, count(*) AS n,
+         sum(CASE WHEN s.ward = 'ICU' THEN 1 ELSE 0 END) AS icu
+  FROM med.stays s
+  LEFT JOIN med.patients p ON p.id = s.patient_id
+  WHERE s.admitted_at >= $start AND s.admitted_at < $end
+  GROUP BY 1, 2
+)
+SELECT patient_id, day, n, icu::DOUBLE / n AS icu_share,
+       row_number() OVER (PARTITION BY patient_id ORDER BY day DESC) AS rn
+FROM daily
+WHERE n > 0
+"#;
+        let t = std::time::Instant::now();
+        let n = 2000;
+        let mut len = 0;
+        for _ in 0..n {
+            len = canonicalize(body).unwrap().text.len();
+        }
+        let el = t.elapsed();
+        println!("{n} bodies in {el:?} ({:?}/body), text {len} bytes", el / n);
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let _ = Parser::parse_sql(&DuckDbDialect {}, body).unwrap();
+        }
+        println!("parse only {:?}/body", t.elapsed() / n);
+        let q = parse_query(body).unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let mut q = q.clone();
+            let _ = q.visit(&mut Normalizer);
+        }
+        println!("clone+visit {:?}/body", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        let mut v = Value::Null;
+        for _ in 0..n { v = serde_json::to_value(&q).unwrap(); }
+        println!("to_value {:?}/body", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        for _ in 0..n { let mut v = v.clone(); strip_keys(&mut v, &is_spelling_key); }
+        println!("clone+strip {:?}/body", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        for _ in 0..n { let _ = v.to_string(); }
+        println!("to_string {:?}/body", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        for _ in 0..n { let _ = serde_json::to_string(&q).unwrap(); }
+        println!("direct to_string {:?}/body", t.elapsed() / n);
+        let small = "SELECT id, amount::DOUBLE AS amount, created_at FROM raw.orders WHERE created_at >= $start AND created_at < $end";
+        let t = std::time::Instant::now();
+        for _ in 0..n { let _ = Parser::parse_sql(&DuckDbDialect {}, small).unwrap(); }
+        println!("small parse {:?}/body", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        for _ in 0..n { let _ = canonicalize(small).unwrap(); }
+        println!("small canon {:?}/body", t.elapsed() / n);
+    }
+}

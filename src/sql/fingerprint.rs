@@ -1,0 +1,226 @@
+//! Fingerprints: one blake3 hash per model version, and the physical table it names.
+//!
+//! The rule comes from `DECISIONS.md` ("Canonical SQL and fingerprints"): blake3 over a
+//! versioned, canonical payload that includes the model's name (the original omitted it, so two
+//! identical models shared ledger rows). The payload is compact JSON with keys in this fixed
+//! order:
+//!
+//! ```text
+//! {"v": FINGERPRINT_VERSION,
+//!  "name": "<schema>.<table>",
+//!  "kind": Kind::fingerprint_payload(),          // no start/end/batch_size/lookback
+//!  "columns": [[name, normalised type], …],     // declaration order
+//!  "grain": [column, …],                         // declaration order
+//!  "body": "<canonical body>" | null,
+//!  "parents": ["<schema>.<table>=<fingerprint>", …]}   // sorted
+//! ```
+//!
+//! Declared types are lower-cased with runs of whitespace collapsed to one space, so
+//! `TIMESTAMP  WITH TIME ZONE` and `timestamp with time zone` hash alike. A parent's fingerprint
+//! enters its children's, so an upstream change re-versions everything downstream. The
+//! description never enters the payload.
+
+use crate::core::{Model, ModelName};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// Version of the payload layout. Bumping it changes every fingerprint, which re-plans every
+/// model as a breaking change; bump it only when the payload or the canonical form changes on
+/// purpose (a sqlparser upgrade that changes AST serialisation counts).
+pub const FINGERPRINT_VERSION: u32 = 1;
+
+/// Length of a fingerprint in hex digits (blake3's 32 bytes).
+pub const FINGERPRINT_LEN: usize = 64;
+
+/// Length of [`Fingerprint::short`].
+pub const SHORT_LEN: usize = 12;
+
+/// A model version's fingerprint: 64 lower-case hex digits of a blake3 hash.
+///
+/// Ordered and hashed as its text. Serialises as that string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Fingerprint(String);
+
+/// Why a string is not a fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid fingerprint `{text}`: expected {FINGERPRINT_LEN} lower-case hex digits")]
+pub struct FingerprintError {
+    /// The offending text.
+    pub text: String,
+}
+
+impl Fingerprint {
+    /// Parses 64 lower-case hex digits.
+    ///
+    /// # Errors
+    /// [`FingerprintError`] for any other text.
+    ///
+    /// # Example
+    /// ```
+    /// use efmesh::sql::fingerprint::Fingerprint;
+    /// let fp = Fingerprint::parse(&"ab".repeat(32))?;
+    /// assert_eq!(fp.short(), "abababababab");
+    /// assert!(Fingerprint::parse("ABAB").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn parse(s: &str) -> Result<Self, FingerprintError> {
+        let ok = s.len() == FINGERPRINT_LEN
+            && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok {
+            Ok(Self(s.to_string()))
+        } else {
+            Err(FingerprintError { text: s.to_string() })
+        }
+    }
+
+    /// The 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 12 hex digits, for human output (`plan`, `status`).
+    pub fn short(&self) -> &str {
+        self.0.get(..SHORT_LEN).unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Wraps text trusted to be a fingerprint (e.g. read back from the state store) without
+/// checking it; use [`Fingerprint::parse`] for untrusted input.
+impl From<String> for Fingerprint {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<Fingerprint> for String {
+    fn from(fp: Fingerprint) -> String {
+        fp.0
+    }
+}
+
+impl FromStr for Fingerprint {
+    type Err = FingerprintError;
+    fn from_str(s: &str) -> Result<Self, FingerprintError> {
+        Self::parse(s)
+    }
+}
+
+impl AsRef<str> for Fingerprint {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Fingerprint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The fingerprint of one model version.
+///
+/// `canonical_body` is the model's [`Canonical`](super::canon::Canonical) text (its body rendered
+/// with [`CanonicalResolver`](crate::core::fragment::CanonicalResolver), then canonicalised), or
+/// `None` for a model without a body (externals). `parents` holds exactly the model's direct
+/// parents ([`Model::parents`]) with their fingerprints. The payload is described in the
+/// [module docs](self); `description` and the kind's scheduling fields never enter it.
+///
+/// # Example
+/// ```
+/// use efmesh::core::{Kind, Location, Model, ModelName, Schema, Column};
+/// use efmesh::sql::{canon::canonicalize, fingerprint::fingerprint};
+/// use std::collections::BTreeMap;
+/// let model = Model {
+///     name: ModelName::parse("med.moves")?,
+///     kind: Kind::Full,
+///     schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
+///     body: None,
+///     grain: vec!["id".into()],
+///     description: None,
+///     location: Location { file: "models/moves.lua".into(), line: 1 },
+/// };
+/// let body = canonicalize("SELECT id FROM raw.moves")?;
+/// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
+/// assert_eq!(fp.as_str().len(), 64);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn fingerprint(
+    model: &Model,
+    canonical_body: Option<&str>,
+    parents: &BTreeMap<ModelName, Fingerprint>,
+) -> Fingerprint {
+    let payload = payload(model, canonical_body, parents);
+    Fingerprint(blake3::hash(payload.to_string().as_bytes()).to_hex().to_string())
+}
+
+/// The JSON value that [`fingerprint`] hashes (its compact text), for `plan --explain` and
+/// tests.
+pub fn payload(
+    model: &Model,
+    canonical_body: Option<&str>,
+    parents: &BTreeMap<ModelName, Fingerprint>,
+) -> Value {
+    let columns: Vec<Value> = model
+        .schema
+        .0
+        .iter()
+        .map(|c| json!([c.name, normalize_type(&c.ty)]))
+        .collect();
+    let mut parents: Vec<String> = parents.iter().map(|(n, fp)| format!("{n}={fp}")).collect();
+    parents.sort_unstable();
+    // `json!` keeps key order with serde_json's `preserve_order`; the order is part of the
+    // payload, so it is spelled out here once.
+    json!({
+        "v": FINGERPRINT_VERSION,
+        "name": model.name.to_string(),
+        "kind": model.kind.fingerprint_payload(),
+        "columns": columns,
+        "grain": model.grain,
+        "body": canonical_body,
+        "parents": parents,
+    })
+}
+
+/// A declared type as hashed: lower-cased, whitespace runs collapsed to one space, trimmed.
+pub fn normalize_type(ty: &str) -> String {
+    ty.split_whitespace()
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The unquoted name of a model version's physical table (in schema `_efmesh`):
+/// `<schema>__<table>__<64 hex fingerprint>`.
+///
+/// # Why two models never share a physical name
+/// The suffix after the last `__` is always exactly the 64-hex fingerprint (hex has no `_`), so
+/// equal physical names imply equal fingerprints. The prefix alone is ambiguous (`a__b.c` and
+/// `a.b__c` both give `a__b__c`), but the fingerprint hashes the model's name: two different
+/// models with equal fingerprints would be two different payloads with the same blake3 hash, a
+/// collision. So distinct models (or distinct versions of one model) get distinct names.
+///
+/// Note: the name is 64 + 4 + len(schema) + len(table) bytes long, above Postgres's 63-byte
+/// identifier limit; DuckDB has no such limit.
+///
+/// # Example
+/// ```
+/// use efmesh::core::ModelName;
+/// use efmesh::sql::fingerprint::{physical_table, Fingerprint};
+/// let fp = Fingerprint::parse(&"0".repeat(64))?;
+/// let t = physical_table(&ModelName::parse("med.moves")?, &fp);
+/// assert_eq!(t, format!("med__moves__{}", "0".repeat(64)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn physical_table(name: &ModelName, fp: &Fingerprint) -> String {
+    format!("{}__{}__{}", name.schema(), name.table(), fp.as_str())
+}

@@ -1,0 +1,14 @@
+//! Canonical SQL and fingerprints.
+//!
+//! - [`canon`]: one deterministic text per query body, whatever its formatting (sqlparser's
+//!   DuckDB dialect, with DuckDB's `json_serialize_sql` as the fallback).
+//! - [`fingerprint`]: blake3 over a versioned payload of name, kind, columns, grain, canonical
+//!   body and parent fingerprints; and the physical table name a fingerprint gives.
+//!
+//! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
+
+pub mod canon;
+pub mod fingerprint;
+
+pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};
+pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, fingerprint, physical_table};

@@ -1,0 +1,994 @@
+//! [`StateStore`]: the state store in one SQLite file (WAL journaling, 5 s busy timeout).
+//!
+//! Layout (version [`STATE_VERSION`]) is [`SCHEMA`]. Reads are single prepared, cached
+//! statements (the planner reads every pointer, snapshot key and ledger row of a 2000-model
+//! project on each plan); writes are one `BEGIN IMMEDIATE` transaction each, rolled back on drop.
+
+use super::{IntervalStatus, JournalEntry, STATE_VERSION, SnapshotRecord, StateError};
+use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a statement waits for another process's write lock before failing with
+/// `SQLITE_BUSY` ([`StateError::is_busy`]).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Prepared statements kept per connection (rusqlite's default is 16; we use about 20).
+const STATEMENT_CACHE: usize = 32;
+
+/// The layout of [`STATE_VERSION`] 1. Every timestamp column holds ISO-8601 UTC text with
+/// milliseconds (`to_iso`), so comparisons and ordering are lexicographic.
+const SCHEMA: &str = r#"
+CREATE TABLE meta (
+    version INTEGER NOT NULL
+);
+CREATE TABLE snapshots (
+    name                TEXT    NOT NULL,
+    fingerprint         TEXT    NOT NULL,
+    fingerprint_version INTEGER NOT NULL,
+    kind                TEXT    NOT NULL,
+    physical            TEXT    NOT NULL DEFAULT '',
+    canonical           TEXT,
+    rendered_sql        TEXT    NOT NULL,
+    metadata            TEXT    NOT NULL DEFAULT '{}',
+    created_at          TEXT    NOT NULL,
+    PRIMARY KEY (name, fingerprint)
+);
+CREATE TABLE environments (
+    env         TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    promoted_at TEXT NOT NULL,
+    PRIMARY KEY (env, name)
+) WITHOUT ROWID;
+CREATE TABLE intervals (
+    name        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    start_ts    TEXT NOT NULL,
+    end_ts      TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('done', 'failed')),
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (name, fingerprint, start_ts)
+) WITHOUT ROWID;
+CREATE TABLE plans (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    env        TEXT NOT NULL,
+    summary    TEXT NOT NULL,
+    applied_at TEXT NOT NULL,
+    applied_by TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX plans_by_env ON plans (env, id);
+CREATE TABLE canon_cache (
+    key       TEXT NOT NULL PRIMARY KEY,
+    canonical TEXT NOT NULL
+);
+"#;
+
+/// The state store: one SQLite connection to the store file (or to a private in-memory
+/// database).
+///
+/// Methods take `&self`; the store is `Send` but not `Sync` (one connection). Several processes
+/// may open the same file: reads never block (WAL), and each write takes the file's write lock
+/// at `BEGIN IMMEDIATE`, waiting up to 5 s for another writer before failing with an error for
+/// which [`StateError::is_busy`] is true.
+#[derive(Debug)]
+pub struct StateStore {
+    conn: Connection,
+    /// Store file, or `:memory:`; named in every error.
+    path: PathBuf,
+}
+
+/// What went wrong inside one operation, before the operation's name is attached.
+enum Fault {
+    Sql(rusqlite::Error),
+    Corrupt(String),
+    Fail(StateError),
+}
+
+impl From<rusqlite::Error> for Fault {
+    fn from(e: rusqlite::Error) -> Self {
+        Fault::Sql(e)
+    }
+}
+
+impl StateStore {
+    /// Opens the store at `path`, creating the file and the layout of [`STATE_VERSION`] when it
+    /// does not exist (or is an empty database). Turns on WAL journaling (persistent in the
+    /// file), `synchronous = NORMAL` and a busy timeout of about 5 s.
+    ///
+    /// # Errors
+    /// - [`StateError::Open`] when the file cannot be opened or created (e.g. a missing parent
+    ///   directory), is not a SQLite database, or cannot be initialised.
+    /// - [`StateError::Version`] when the store has another layout version, older or newer
+    ///   (a database with tables but no `meta` counts as version 0). The file is left
+    ///   untouched.
+    ///
+    /// # Example
+    /// ```no_run
+    /// let store = efmesh::state::StateStore::open("efmesh.state.sqlite".as_ref())?;
+    /// println!("environments: {:?}", store.environments()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let conn = Connection::open(path).map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
+        Self::init(conn, path.to_path_buf(), true)
+    }
+
+    /// Opens a private, empty in-memory store (for tests and dry runs); it vanishes on drop.
+    ///
+    /// # Errors
+    /// [`StateError::Open`] if SQLite cannot allocate the database.
+    pub fn open_in_memory() -> Result<Self, StateError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|source| StateError::Open { path: path.clone(), source })?;
+        Self::init(conn, path, false)
+    }
+
+    /// The store file (`:memory:` for an in-memory store).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn init(conn: Connection, path: PathBuf, file: bool) -> Result<Self, StateError> {
+        let open_err = |source| StateError::Open { path: path.clone(), source };
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let check = |found: i64| {
+            if found == STATE_VERSION {
+                Ok(())
+            } else {
+                Err(StateError::Version { path: path.clone(), found, wanted: STATE_VERSION })
+            }
+        };
+        // Check the version before touching anything, so a foreign or newer store stays as it was.
+        let found = stored_version(&conn).map_err(open_err)?;
+        if let Some(v) = found {
+            check(v)?;
+        }
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(open_err)?;
+        if file && !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(path = %path.display(), mode, "the state store cannot use WAL journaling here; concurrent readers will wait for writers");
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        if found.is_none() {
+            // Fresh: create the layout under the write lock, re-checking in case another
+            // process created it since we looked.
+            let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(open_err)?;
+            match stored_version(&tx).map_err(open_err)? {
+                Some(v) => check(v)?,
+                None => {
+                    tx.execute_batch(SCHEMA).map_err(open_err)?;
+                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).map_err(open_err)?;
+                }
+            }
+            tx.commit().map_err(open_err)?;
+        }
+        Ok(Self { conn, path })
+    }
+
+    /// Runs one operation, naming it (lazily) in any error.
+    fn run<T>(&self, op: impl FnOnce() -> String, f: impl FnOnce() -> Result<T, Fault>) -> Result<T, StateError> {
+        f().map_err(|fault| match fault {
+            Fault::Sql(source) => StateError::Sqlite { path: self.path.clone(), op: op(), source },
+            Fault::Corrupt(detail) => StateError::Corrupt { path: self.path.clone(), op: op(), detail },
+            Fault::Fail(e) => e,
+        })
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction: committed if `f` succeeds, rolled back
+    /// (on drop) otherwise.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
+        // `new_unchecked` because methods take `&self`; the connection is private and no method
+        // nests transactions.
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// The pointer set of environment `env`: model name (`schema.table`) → fingerprint.
+    /// Includes externals. Empty for an unknown environment.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn env_pointers(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
+        self.run(
+            || format!("read the pointers of environment `{env}`"),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?;
+                let rows = stmt.query_map([env], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
+    /// Every environment with at least one pointer, sorted. (An environment promoted with an
+    /// empty pointer set has only journal rows and is not listed.)
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn environments(&self) -> Result<Vec<String>, StateError> {
+        self.run(
+            || "list environments".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT DISTINCT env FROM environments ORDER BY env")?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
+    /// The snapshot `(name, fp)`, or `None` if the store has none.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if its metadata is not
+    /// JSON.
+    pub fn snapshot(&self, name: &str, fp: &str) -> Result<Option<SnapshotRecord>, StateError> {
+        self.run(
+            || format!("read snapshot `{name}` `{fp}`"),
+            || {
+                let mut stmt = self.conn.prepare_cached(
+                    "SELECT fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at \
+                     FROM snapshots WHERE name = ?1 AND fingerprint = ?2",
+                )?;
+                let row = stmt
+                    .query_row([name, fp], |r| {
+                        Ok((
+                            r.get::<_, u32>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, String>(2)?,
+                            r.get::<_, Option<String>>(3)?,
+                            r.get::<_, String>(4)?,
+                            r.get::<_, String>(5)?,
+                            r.get::<_, String>(6)?,
+                        ))
+                    })
+                    .optional()?;
+                let Some((fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at)) = row else {
+                    return Ok(None);
+                };
+                let metadata = serde_json::from_str(&metadata)
+                    .map_err(|e| Fault::Corrupt(format!("the metadata of snapshot `{name}` `{fp}` is not JSON: {e}")))?;
+                Ok(Some(SnapshotRecord {
+                    name: name.to_string(),
+                    fingerprint: fp.to_string(),
+                    fingerprint_version,
+                    kind,
+                    physical,
+                    canonical,
+                    rendered_sql,
+                    metadata,
+                    created_at,
+                }))
+            },
+        )
+    }
+
+    /// Every snapshot id `(name, fingerprint)` in the store, in one query.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn snapshot_keys(&self) -> Result<HashSet<(String, String)>, StateError> {
+        self.run(
+            || "list snapshots".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint FROM snapshots")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
+    /// Records a snapshot. If `(rec.name, rec.fingerprint)` is already stored, nothing changes:
+    /// the first payload (and `created_at`) is kept, so repeating a write is harmless.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the write fails (nothing is written).
+    pub fn put_snapshot(&self, rec: &SnapshotRecord) -> Result<(), StateError> {
+        self.run(
+            || format!("write snapshot `{}` `{}`", rec.name, rec.fingerprint),
+            || {
+                self.write(|tx| {
+                    tx.prepare_cached(
+                        "INSERT INTO snapshots \
+                         (name, fingerprint, fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                         ON CONFLICT (name, fingerprint) DO NOTHING",
+                    )?
+                    .execute(params![
+                        rec.name,
+                        rec.fingerprint,
+                        rec.fingerprint_version,
+                        rec.kind,
+                        rec.physical,
+                        rec.canonical,
+                        rec.rendered_sql,
+                        rec.metadata.to_string(),
+                        rec.created_at,
+                    ])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// Starts (UTC epoch ms) of the intervals of snapshot `(name, fp)` recorded as
+    /// [`IntervalStatus::Done`]. Failed intervals are not included.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a stored start is
+    /// not a timestamp.
+    pub fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError> {
+        self.run(
+            || format!("read the intervals of `{name}` `{fp}`"),
+            || {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached("SELECT start_ts FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'")?;
+                let mut rows = stmt.query([name, fp])?;
+                let mut out = BTreeSet::new();
+                while let Some(row) = rows.next()? {
+                    out.insert(instant(text(row, 0)?, || format!("`{name}` `{fp}`"))?);
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    /// The done interval starts (UTC epoch ms) of every snapshot, keyed by `(name, fingerprint)`,
+    /// in one query. Snapshots with no done interval are absent.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a stored start is
+    /// not a timestamp.
+    pub fn all_done_intervals(&self) -> Result<HashMap<(String, String), BTreeSet<Millis>>, StateError> {
+        self.run(
+            || "read the interval ledger".to_string(),
+            || {
+                // The primary key order groups each snapshot's rows together: allocate its key once.
+                let mut stmt = self.conn.prepare_cached(
+                    "SELECT name, fingerprint, start_ts FROM intervals WHERE status = 'done' \
+                     ORDER BY name, fingerprint, start_ts",
+                )?;
+                let mut rows = stmt.query([])?;
+                let mut out = HashMap::new();
+                let mut current: Option<((String, String), BTreeSet<Millis>)> = None;
+                while let Some(row) = rows.next()? {
+                    let (name, fp) = (text(row, 0)?, text(row, 1)?);
+                    let same = matches!(&current, Some(((n, f), _)) if n == name && f == fp);
+                    if !same {
+                        if let Some((key, set)) = current.take() {
+                            out.insert(key, set);
+                        }
+                        current = Some(((name.to_string(), fp.to_string()), BTreeSet::new()));
+                    }
+                    let start = instant(text(row, 2)?, || format!("`{name}` `{fp}`"))?;
+                    if let Some((_, set)) = current.as_mut() {
+                        set.insert(start);
+                    }
+                }
+                if let Some((key, set)) = current {
+                    out.insert(key, set);
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    /// Records `intervals` (half-open UTC ranges) of snapshot `(name, fp)` with `status`,
+    /// `updated_at = now`, in one transaction. A row with the same `(name, fp, start)` is
+    /// replaced (its end, status and `updated_at`), so a failed interval later done reads as
+    /// done. An empty slice writes nothing.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if a write fails; then none of `intervals` is recorded.
+    pub fn mark_intervals(
+        &self,
+        name: &str,
+        fp: &str,
+        intervals: &[Interval],
+        status: IntervalStatus,
+        now: Millis,
+    ) -> Result<(), StateError> {
+        if intervals.is_empty() {
+            return Ok(());
+        }
+        self.run(
+            || format!("record {} interval(s) of `{name}` `{fp}` as {}", intervals.len(), status.as_str()),
+            || {
+                self.write(|tx| {
+                    let mut stmt = tx.prepare_cached(
+                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET \
+                         end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
+                    )?;
+                    let now = to_iso(now);
+                    for iv in intervals {
+                        stmt.execute(params![name, fp, to_iso(iv.start), to_iso(iv.end), status.as_str(), now])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// Replaces the whole pointer set of `env` with `pointers` (model name → fingerprint) and
+    /// appends a journal row, in one transaction. Every name in `require_snapshot` (all
+    /// non-external models) must have a pointer whose `(name, fingerprint)` snapshot is stored;
+    /// this is checked under the write lock, so a concurrent janitor cannot remove it in
+    /// between. Pointers get `promoted_at = now`; the journal row gets `summary`, `applied_by`
+    /// and `applied_at = now`.
+    ///
+    /// Returns the journal id of the new row.
+    ///
+    /// # Errors
+    /// - [`StateError::MissingSnapshot`] naming the model and fingerprint when a required
+    ///   snapshot is gone; [`StateError::MissingPointer`] when a required name has no pointer.
+    /// - [`StateError::Sqlite`] if a read or write fails.
+    ///
+    /// In every error case nothing is changed: the old pointers and journal stay as they were.
+    pub fn promote(
+        &self,
+        env: &str,
+        pointers: &BTreeMap<String, String>,
+        require_snapshot: &BTreeSet<String>,
+        journal_summary: &serde_json::Value,
+        applied_by: &str,
+        now: Millis,
+    ) -> Result<i64, StateError> {
+        self.run(
+            || format!("promote environment `{env}`"),
+            || {
+                self.write(|tx| {
+                    {
+                        let mut exists = tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;
+                        for name in require_snapshot {
+                            let Some(fp) = pointers.get(name) else {
+                                return Err(Fault::Fail(StateError::MissingPointer { env: env.to_string(), name: name.clone() }));
+                            };
+                            if !exists.exists([name, fp])? {
+                                return Err(Fault::Fail(StateError::MissingSnapshot {
+                                    env: env.to_string(),
+                                    name: name.clone(),
+                                    fingerprint: fp.clone(),
+                                }));
+                            }
+                        }
+                    }
+                    let at = to_iso(now);
+                    tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
+                    let mut insert =
+                        tx.prepare_cached("INSERT INTO environments (env, name, fingerprint, promoted_at) VALUES (?1, ?2, ?3, ?4)")?;
+                    for (name, fp) in pointers {
+                        insert.execute(params![env, name, fp, at])?;
+                    }
+                    tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, ?4)")?
+                        .execute(params![env, journal_summary.to_string(), at, applied_by])?;
+                    Ok(tx.last_insert_rowid())
+                })
+            },
+        )
+    }
+
+    /// The journal of `env`, oldest first. Empty for an unknown environment.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a summary is not
+    /// JSON.
+    pub fn journal(&self, env: &str) -> Result<Vec<JournalEntry>, StateError> {
+        self.run(
+            || format!("read the journal of environment `{env}`"),
+            || {
+                let mut stmt =
+                    self.conn.prepare_cached("SELECT id, summary, applied_at, applied_by FROM plans WHERE env = ?1 ORDER BY id")?;
+                let rows = stmt.query_map([env], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+                })?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (id, summary, applied_at, applied_by) = row?;
+                    let summary = serde_json::from_str(&summary)
+                        .map_err(|e| Fault::Corrupt(format!("the summary of journal row {id} is not JSON: {e}")))?;
+                    out.push(JournalEntry { id, env: env.to_string(), summary, applied_at, applied_by });
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    /// The cached canonical forms of those `keys` that are cached (key → canonical text), in
+    /// one query. Unknown keys are absent from the result.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn canon_cache_get(&self, keys: &[String]) -> Result<HashMap<String, String>, StateError> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.run(
+            || format!("read the canonicalisation cache ({} keys)", keys.len()),
+            || {
+                // One statement for any number of keys: the keys travel as one JSON array.
+                let keys = serde_json::to_string(keys).map_err(|e| Fault::Corrupt(format!("cannot encode the keys: {e}")))?;
+                let mut stmt = self
+                    .conn
+                    .prepare_cached("SELECT key, canonical FROM canon_cache WHERE key IN (SELECT value FROM json_each(?1))")?;
+                let rows = stmt.query_map([keys], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
+    /// Stores `(key, canonical)` pairs in one transaction, replacing the text of a key already
+    /// cached.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if a write fails; then none of `entries` is stored.
+    pub fn canon_cache_put(&self, entries: &[(String, String)]) -> Result<(), StateError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.run(
+            || format!("write the canonicalisation cache ({} entries)", entries.len()),
+            || {
+                self.write(|tx| {
+                    let mut stmt = tx.prepare_cached(
+                        "INSERT INTO canon_cache (key, canonical) VALUES (?1, ?2) \
+                         ON CONFLICT (key) DO UPDATE SET canonical = excluded.canonical",
+                    )?;
+                    for (key, canonical) in entries {
+                        stmt.execute([key, canonical])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+}
+
+/// The layout version stored in the database, or `None` for a fresh database (no tables at
+/// all). A database with tables but no (or an empty) `meta` is version 0.
+fn stored_version(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if tables.is_empty() {
+        return Ok(None);
+    }
+    if !tables.iter().any(|t| t == "meta") {
+        return Ok(Some(0));
+    }
+    conn.query_row("SELECT COALESCE(MAX(version), 0) FROM meta", [], |r| r.get(0)).map(Some)
+}
+
+/// Column `i` of `row` as text, without copying.
+fn text<'r>(row: &'r Row<'_>, i: usize) -> Result<&'r str, Fault> {
+    row.get_ref(i)?.as_str().map_err(|e| Fault::Corrupt(format!("column {i} of an interval row is not text: {e}")))
+}
+
+/// Parses a stored ISO timestamp back to epoch ms.
+fn instant(s: &str, owner: impl FnOnce() -> String) -> Result<Millis, Fault> {
+    parse_instant(s).map_err(|e| Fault::Corrupt(format!("an interval start of {} is not a timestamp: {e}", owner())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DAY: Millis = 86_400_000;
+
+    fn fp(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
+    fn t(s: &str) -> Millis {
+        parse_instant(s).unwrap()
+    }
+
+    fn rec(name: &str, fingerprint: &str) -> SnapshotRecord {
+        SnapshotRecord {
+            name: name.to_string(),
+            fingerprint: fingerprint.to_string(),
+            fingerprint_version: 2,
+            kind: "incremental_by_time_range".to_string(),
+            physical: format!("\"_efmesh\".\"{}__{fingerprint}\"", name.replace('.', "__")),
+            canonical: Some("SELECT 1 AS \"x\"".to_string()),
+            rendered_sql: "SELECT 1 AS x WHERE t >= $start AND t < $end".to_string(),
+            metadata: json!({"schema": [["x", "INTEGER"]], "description": "d", "kind": {"grain": "day"}}),
+            created_at: to_iso(t("2026-01-01T10:00:00.123Z")),
+        }
+    }
+
+    fn days(from: &str, n: i64) -> Vec<Interval> {
+        let s = t(from);
+        (0..n).map(|i| Interval::new(s + i * DAY, s + (i + 1) * DAY)).collect()
+    }
+
+    fn temp_store() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("efmesh.state.sqlite");
+        (dir, path)
+    }
+
+    fn count(store: &StateStore, sql: &str) -> i64 {
+        store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn snapshot_round_trip() {
+        let store = StateStore::open_in_memory().unwrap();
+        assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), None);
+        let mut external = rec("src.raw", &fp('2'));
+        external.physical = String::new();
+        external.canonical = None;
+        external.kind = "external".to_string();
+        store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
+        store.put_snapshot(&external).unwrap();
+        assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), Some(rec("a.b", &fp('1'))));
+        assert_eq!(store.snapshot("src.raw", &fp('2')).unwrap(), Some(external));
+        assert_eq!(store.snapshot("a.b", &fp('2')).unwrap(), None);
+        let keys = store.snapshot_keys().unwrap();
+        assert_eq!(keys, HashSet::from([("a.b".to_string(), fp('1')), ("src.raw".to_string(), fp('2'))]));
+    }
+
+    #[test]
+    fn metadata_key_order_survives() {
+        let store = StateStore::open_in_memory().unwrap();
+        let mut r = rec("a.b", &fp('1'));
+        r.metadata = json!({"zeta": 1, "alpha": [1, 2], "mid": {"y": null, "b": "s"}});
+        store.put_snapshot(&r).unwrap();
+        let back = store.snapshot("a.b", &fp('1')).unwrap().unwrap();
+        assert_eq!(back.metadata.to_string(), r.metadata.to_string());
+    }
+
+    #[test]
+    fn put_snapshot_is_idempotent_and_keeps_the_first_payload() {
+        let store = StateStore::open_in_memory().unwrap();
+        let first = rec("a.b", &fp('1'));
+        store.put_snapshot(&first).unwrap();
+        store.put_snapshot(&first).unwrap();
+        let mut second = first.clone();
+        second.rendered_sql = "SELECT 2".to_string();
+        second.created_at = to_iso(t("2027-01-01"));
+        store.put_snapshot(&second).unwrap();
+        assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), Some(first));
+        assert_eq!(count(&store, "SELECT count(*) FROM snapshots"), 1);
+    }
+
+    #[test]
+    fn promote_replaces_the_whole_pointer_set_and_journals() {
+        let store = StateStore::open_in_memory().unwrap();
+        for (n, c) in [("a.one", '1'), ("a.two", '2'), ("a.one", '3'), ("a.three", '4')] {
+            store.put_snapshot(&rec(n, &fp(c))).unwrap();
+        }
+        assert!(store.environments().unwrap().is_empty());
+        assert!(store.env_pointers("dev").unwrap().is_empty());
+
+        let first: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.two".to_string(), fp('2'))].into();
+        let req: BTreeSet<_> = first.keys().cloned().collect();
+        let id1 = store.promote("dev", &first, &req, &json!({"n": 1}), "alice", t("2026-01-02")).unwrap();
+        assert_eq!(store.env_pointers("dev").unwrap(), first);
+
+        // a.two is dropped, a.one changes, a.three is new, and an external needs no snapshot.
+        let second: BTreeMap<_, _> = [
+            ("a.one".to_string(), fp('3')),
+            ("a.three".to_string(), fp('4')),
+            ("src.raw".to_string(), fp('9')),
+        ]
+        .into();
+        let req: BTreeSet<_> = ["a.one".to_string(), "a.three".to_string()].into();
+        let id2 = store.promote("dev", &second, &req, &json!({"n": 2}), "bob", t("2026-01-03T04:05:06.007Z")).unwrap();
+        assert!(id2 > id1);
+        assert_eq!(store.env_pointers("dev").unwrap(), second);
+        assert_eq!(
+            count(&store, "SELECT count(*) FROM environments WHERE env = 'dev' AND promoted_at = '2026-01-03T04:05:06.007Z'"),
+            3
+        );
+
+        // Another environment is independent.
+        let id3 = store.promote("prod", &first, &BTreeSet::new(), &json!({}), "", t("2026-01-04")).unwrap();
+        assert_eq!(store.env_pointers("dev").unwrap(), second);
+        assert_eq!(store.env_pointers("prod").unwrap(), first);
+        assert_eq!(store.environments().unwrap(), vec!["dev".to_string(), "prod".to_string()]);
+
+        let journal = store.journal("dev").unwrap();
+        assert_eq!(
+            journal,
+            vec![
+                JournalEntry {
+                    id: id1,
+                    env: "dev".into(),
+                    summary: json!({"n": 1}),
+                    applied_at: "2026-01-02T00:00:00.000Z".into(),
+                    applied_by: "alice".into(),
+                },
+                JournalEntry {
+                    id: id2,
+                    env: "dev".into(),
+                    summary: json!({"n": 2}),
+                    applied_at: "2026-01-03T04:05:06.007Z".into(),
+                    applied_by: "bob".into(),
+                },
+            ]
+        );
+        assert_eq!(store.journal("prod").unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), vec![id3]);
+        assert!(store.journal("nope").unwrap().is_empty());
+    }
+
+    #[test]
+    fn promote_with_a_missing_snapshot_changes_nothing() {
+        let store = StateStore::open_in_memory().unwrap();
+        store.put_snapshot(&rec("a.one", &fp('1'))).unwrap();
+        let good: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
+        let req: BTreeSet<_> = good.keys().cloned().collect();
+        store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-02")).unwrap();
+        let journal = store.journal("dev").unwrap();
+
+        let bad: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.gone".to_string(), fp('7'))].into();
+        let req: BTreeSet<_> = bad.keys().cloned().collect();
+        let err = store.promote("dev", &bad, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
+        assert!(err.is_missing_snapshot(), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("`a.gone`") && msg.contains(&fp('7')) && msg.contains("disappeared"), "{msg}");
+        assert!(msg.contains("re-run `efmesh apply`") && !msg.ends_with('.'), "{msg}");
+        assert_eq!(store.env_pointers("dev").unwrap(), good);
+        assert_eq!(store.journal("dev").unwrap(), journal);
+
+        // A required model with no pointer at all is refused the same way.
+        let req: BTreeSet<_> = ["a.one".to_string(), "a.other".to_string()].into();
+        let err = store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
+        assert!(matches!(&err, StateError::MissingPointer { name, .. } if name == "a.other"), "{err:?}");
+        assert_eq!(store.env_pointers("dev").unwrap(), good);
+        assert_eq!(store.journal("dev").unwrap(), journal);
+    }
+
+    #[test]
+    fn promote_failing_mid_way_rolls_back() {
+        let store = StateStore::open_in_memory().unwrap();
+        let old: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
+        store.promote("dev", &old, &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
+        // Make the last step (the journal insert) fail after the pointers were rewritten.
+        store
+            .conn
+            .execute_batch("CREATE TRIGGER boom BEFORE INSERT ON plans WHEN NEW.applied_by = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;")
+            .unwrap();
+        let new: BTreeMap<_, _> = [("a.two".to_string(), fp('2'))].into();
+        let err = store.promote("dev", &new, &BTreeSet::new(), &json!({}), "boom", t("2026-01-03")).unwrap_err();
+        assert!(matches!(err, StateError::Sqlite { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "state store `:memory:`: cannot promote environment `dev`");
+        assert_eq!(store.env_pointers("dev").unwrap(), old);
+        assert_eq!(store.journal("dev").unwrap().len(), 1);
+        // And the connection is usable afterwards (the transaction was rolled back).
+        store.promote("dev", &new, &BTreeSet::new(), &json!({}), "ci", t("2026-01-03")).unwrap();
+        assert_eq!(store.env_pointers("dev").unwrap(), new);
+    }
+
+    #[test]
+    fn intervals_upsert_failed_then_done() {
+        let store = StateStore::open_in_memory().unwrap();
+        let (name, f) = ("a.b", fp('1'));
+        let ivs = days("2026-01-01", 3);
+        store.mark_intervals(name, &f, &ivs, IntervalStatus::Failed, t("2026-01-05")).unwrap();
+        assert!(store.done_intervals(name, &f).unwrap().is_empty());
+        assert!(store.all_done_intervals().unwrap().is_empty());
+
+        store.mark_intervals(name, &f, &ivs[1..], IntervalStatus::Done, t("2026-01-06T01:02:03.004Z")).unwrap();
+        let done: BTreeSet<_> = ivs[1..].iter().map(|i| i.start).collect();
+        assert_eq!(store.done_intervals(name, &f).unwrap(), done);
+        assert_eq!(count(&store, "SELECT count(*) FROM intervals"), 3);
+        assert_eq!(count(&store, "SELECT count(*) FROM intervals WHERE status = 'failed'"), 1);
+        let (end, updated): (String, String) = store
+            .conn
+            .query_row("SELECT end_ts, updated_at FROM intervals WHERE start_ts = '2026-01-03T00:00:00.000Z'", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((end.as_str(), updated.as_str()), ("2026-01-04T00:00:00.000Z", "2026-01-06T01:02:03.004Z"));
+
+        // Done can go back to failed (e.g. a restated interval that failed again).
+        store.mark_intervals(name, &f, &ivs[2..], IntervalStatus::Failed, t("2026-01-07")).unwrap();
+        assert_eq!(store.done_intervals(name, &f).unwrap(), BTreeSet::from([ivs[1].start]));
+        assert_eq!(store.all_done_intervals().unwrap(), HashMap::from([((name.to_string(), f.clone()), BTreeSet::from([ivs[1].start]))]));
+        store.mark_intervals(name, &f, &[], IntervalStatus::Done, 0).unwrap();
+    }
+
+    #[test]
+    fn ledger_is_keyed_by_name_and_fingerprint() {
+        let store = StateStore::open_in_memory().unwrap();
+        let same = fp('5');
+        store.mark_intervals("a.x", &same, &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+        store.mark_intervals("a.y", &same, &days("2026-02-01", 1), IntervalStatus::Done, 0).unwrap();
+        store.mark_intervals("a.y", &fp('6'), &days("2026-03-01", 1), IntervalStatus::Done, 0).unwrap();
+        assert_eq!(store.done_intervals("a.x", &same).unwrap(), BTreeSet::from([t("2026-01-01"), t("2026-01-02")]));
+        assert_eq!(store.done_intervals("a.y", &same).unwrap(), BTreeSet::from([t("2026-02-01")]));
+        let all = store.all_done_intervals().unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[&("a.x".to_string(), same.clone())].len(), 2);
+        assert_eq!(all[&("a.y".to_string(), same.clone())], BTreeSet::from([t("2026-02-01")]));
+        assert_eq!(all[&("a.y".to_string(), fp('6'))], BTreeSet::from([t("2026-03-01")]));
+    }
+
+    #[test]
+    fn canon_cache_round_trip() {
+        let store = StateStore::open_in_memory().unwrap();
+        assert!(store.canon_cache_get(&[]).unwrap().is_empty());
+        store
+            .canon_cache_put(&[("k1".into(), "c1".into()), ("k2".into(), "c2".into()), ("it's \"odd\"".into(), "c3".into())])
+            .unwrap();
+        let got = store.canon_cache_get(&["k1".into(), "nope".into(), "it's \"odd\"".into(), "k1".into()]).unwrap();
+        assert_eq!(got, HashMap::from([("k1".into(), "c1".into()), ("it's \"odd\"".into(), "c3".into())]));
+        store.canon_cache_put(&[("k1".into(), "c1b".into())]).unwrap();
+        assert_eq!(store.canon_cache_get(&["k1".into()]).unwrap()["k1"], "c1b");
+    }
+
+    #[test]
+    fn reopening_a_file_keeps_the_data() {
+        let (_dir, path) = temp_store();
+        let pointers: BTreeMap<_, _> = [("a.b".to_string(), fp('1'))].into();
+        {
+            let store = StateStore::open(&path).unwrap();
+            assert_eq!(store.path(), path);
+            store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
+            store.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+            store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({"x": 1}), "me", 0).unwrap();
+            store.canon_cache_put(&[("k".into(), "c".into())]).unwrap();
+        }
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), Some(rec("a.b", &fp('1'))));
+        assert_eq!(store.done_intervals("a.b", &fp('1')).unwrap().len(), 2);
+        assert_eq!(store.env_pointers("prod").unwrap(), pointers);
+        assert_eq!(store.journal("prod").unwrap()[0].applied_by, "me");
+        assert_eq!(store.canon_cache_get(&["k".into()]).unwrap()["k"], "c");
+        assert_eq!(count(&store, "SELECT count(*) FROM meta"), 1);
+    }
+
+    #[test]
+    fn wal_mode_is_on() {
+        let (_dir, path) = temp_store();
+        let store = StateStore::open(&path).unwrap();
+        let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(count(&store, "PRAGMA synchronous"), 1); // NORMAL
+        drop(store);
+        // WAL is persistent: a plain connection sees it too.
+        let plain = Connection::open(&path).unwrap();
+        let mode: String = plain.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn another_version_refuses_to_open() {
+        let (_dir, path) = temp_store();
+        StateStore::open(&path).unwrap();
+        for (found, hint) in [(2, "newer"), (0, "older")] {
+            Connection::open(&path).unwrap().execute("UPDATE meta SET version = ?1", [found]).unwrap();
+            let err = StateStore::open(&path).unwrap_err();
+            assert!(err.is_version_mismatch(), "{err:?}");
+            assert!(matches!(err, StateError::Version { found: f, wanted: 1, .. } if f == found));
+            let msg = err.to_string();
+            assert!(msg.contains(&format!("version {found}")) && msg.contains("needs version 1"), "{msg}");
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(err.hint().unwrap().contains(hint));
+        }
+        // An empty `meta` counts as version 0, and the store is left as it was.
+        Connection::open(&path).unwrap().execute("DELETE FROM meta", []).unwrap();
+        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
+        let left: i64 = Connection::open(&path).unwrap().query_row("SELECT count(*) FROM meta", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0);
+        // Back at the right version it opens again.
+        Connection::open(&path).unwrap().execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).unwrap();
+        StateStore::open(&path).unwrap();
+    }
+
+    #[test]
+    fn a_foreign_database_is_not_adopted() {
+        let (dir, path) = temp_store();
+        Connection::open(&path).unwrap().execute_batch("CREATE TABLE other (x INTEGER);").unwrap();
+        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
+
+        let junk = dir.path().join("junk.sqlite");
+        fs_err::write(&junk, "this is not a database, just some text that is long enough to have a header").unwrap();
+        let err = StateStore::open(&junk).unwrap_err();
+        assert!(matches!(err, StateError::Open { .. }), "{err:?}");
+        assert!(err.to_string().contains("junk.sqlite"), "{err}");
+
+        let err = StateStore::open(&dir.path().join("missing-dir").join("s.sqlite")).unwrap_err();
+        assert!(matches!(err, StateError::Open { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_second_process_opening_the_same_file_sees_writes() {
+        let (_dir, path) = temp_store();
+        let a = StateStore::open(&path).unwrap();
+        let b = StateStore::open(&path).unwrap();
+        a.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
+        assert!(b.snapshot_keys().unwrap().contains(&("a.b".to_string(), fp('1'))));
+        // A reader in the middle of a read does not block a writer (WAL).
+        let mut stmt = b.conn.prepare("SELECT name FROM snapshots").unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        assert!(rows.next().unwrap().is_some());
+        a.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
+    }
+
+    #[test]
+    fn corrupt_rows_are_reported_with_their_owner() {
+        let store = StateStore::open_in_memory().unwrap();
+        store
+            .conn
+            .execute(
+                "INSERT INTO intervals VALUES ('a.b', ?1, 'yesterday', 'today', 'done', '')",
+                [fp('1')],
+            )
+            .unwrap();
+        let err = store.all_done_intervals().unwrap_err();
+        assert!(matches!(err, StateError::Corrupt { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("`a.b`") && msg.contains("yesterday") && !msg.ends_with('.'), "{msg}");
+    }
+
+    /// Timing of the three per-plan reads at 2000 models (run with `--ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn bench_plan_reads_at_2000_models() {
+        let (_dir, path) = temp_store();
+        let store = StateStore::open(&path).unwrap();
+        let mut pointers = BTreeMap::new();
+        for i in 0..2000 {
+            let name = format!("s{}.model_{i}", i % 20);
+            let f = format!("{i:064x}");
+            store.put_snapshot(&rec(&name, &f)).unwrap();
+            if i % 4 == 0 {
+                store.mark_intervals(&name, &f, &days("2025-01-01", 365), IntervalStatus::Done, 0).unwrap();
+            }
+            pointers.insert(name, f);
+        }
+        store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({}), "", 0).unwrap();
+        let keys: Vec<String> = (0..2000).map(|i| format!("key-{i}")).collect();
+        store.canon_cache_put(&keys.iter().map(|k| (k.clone(), "x".repeat(200))).collect::<Vec<_>>()).unwrap();
+        for _ in 0..3 {
+            let t0 = std::time::Instant::now();
+            let p = store.env_pointers("prod").unwrap();
+            let t1 = std::time::Instant::now();
+            let k = store.snapshot_keys().unwrap();
+            let t2 = std::time::Instant::now();
+            let d = store.all_done_intervals().unwrap();
+            let t3 = std::time::Instant::now();
+            let c = store.canon_cache_get(&keys).unwrap();
+            let t4 = std::time::Instant::now();
+            eprintln!(
+                "env_pointers {} rows {:?}, snapshot_keys {} {:?}, all_done_intervals {} snapshots/{} rows {:?}, canon_cache_get {} {:?}",
+                p.len(),
+                t1 - t0,
+                k.len(),
+                t2 - t1,
+                d.len(),
+                d.values().map(|s| s.len()).sum::<usize>(),
+                t3 - t2,
+                c.len(),
+                t4 - t3
+            );
+        }
+    }
+}
+#[cfg(test)]
+mod tmp_bench {
+    #[test]
+    #[ignore]
+    fn tmp_parse_cost() {
+        let s: Vec<String> = (0..182_500i64).map(|i| crate::core::interval::to_iso((i % 365) * 86_400_000)).collect();
+        let t0 = std::time::Instant::now();
+        let mut x = 0i64;
+        for v in &s { x ^= crate::core::interval::parse_instant(v).unwrap(); }
+        eprintln!("parse_instant: {:?} {x}", t0.elapsed());
+        let t0 = std::time::Instant::now();
+        for v in &s { x ^= v.parse::<jiff::Timestamp>().unwrap().as_millisecond(); }
+        eprintln!("jiff parse: {:?} {x}", t0.elapsed());
+    }
+}

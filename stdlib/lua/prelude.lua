@@ -1,0 +1,41 @@
+-- efmesh Lua prelude: the kind constructors every model file sees as `kind`.
+--
+-- Each constructor returns a plain table tagged with `kind`; the host validates the fields
+-- strictly (an unknown or misspelled field is a load error naming it). This file ships inside
+-- the binary; each model file gets its own copy of the `kind` table, so no file can change what
+-- another one sees.
+
+local kind = {}
+
+local function tagged(tag, opts)
+  local t = { kind = tag }
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      error(("kind.%s expects a table of options, got %s"):format(tag, type(opts)), 3)
+    end
+    for k, v in pairs(opts) do
+      t[k] = v
+    end
+  end
+  return t
+end
+
+--- Rebuilt as a whole table whenever the model's version changes.
+function kind.full(opts) return tagged("full", opts) end
+
+--- A view in the physical schema.
+function kind.view(opts) return tagged("view", opts) end
+
+--- Never materialised; inlined as a subquery wherever it is referenced.
+function kind.embedded(opts) return tagged("embedded", opts) end
+
+--- Built interval by interval: { time_column, start, grain = "day"|"hour", batch_size = 30,
+--- lookback = 0, ["end"] = nil }.
+function kind.incremental_by_time_range(opts) return tagged("incremental_by_time_range", opts) end
+
+--- Raw data entering the DAG: { table = "schema.table" } or { path = "data/x.parquet",
+--- format = "csv"|"parquet"|"json", null_markers = {"NA"}, union_by_name = bool,
+--- hive_partitioning = bool }.
+function kind.external(opts) return tagged("external", opts) end
+
+return { kind = kind }
