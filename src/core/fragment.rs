@@ -70,33 +70,62 @@ impl Fragment {
         }
     }
 
-    /// Splits literal SQL on the `@start` / `@end` markers (word-bounded) and appends it.
+    /// Splits literal SQL on the `@start` / `@end` markers and appends it. Markers count only
+    /// as whole words outside string literals, quoted identifiers and comments.
     pub fn push_sql_with_bounds(&mut self, s: &str) {
         let bytes = s.as_bytes();
+        let word = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
         let mut last = 0;
         let mut i = 0;
         while i < bytes.len() {
-            if bytes[i] == b'@' {
-                let rest = &s[i + 1..];
-                let hit = if rest.starts_with("start") {
-                    Some((Node::Start, 6))
-                } else if rest.starts_with("end") {
-                    Some((Node::End, 4))
-                } else {
-                    None
-                };
-                if let Some((node, len)) = hit {
-                    let after = bytes.get(i + len).copied();
-                    let before = if i == 0 { None } else { Some(bytes[i - 1]) };
-                    let word = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_');
-                    if !word(after) && !word(before) {
-                        self.push_text(&s[last..i]);
-                        self.nodes.push(node);
-                        i += len;
-                        last = i;
-                        continue;
+            match bytes[i] {
+                q @ (b'\'' | b'"') => {
+                    // Skip the quoted run; a doubled quote stays inside it.
+                    i += 1;
+                    while i < bytes.len() {
+                        if bytes[i] == q {
+                            if bytes.get(i + 1) == Some(&q) {
+                                i += 2;
+                                continue;
+                            }
+                            break;
+                        }
+                        i += 1;
                     }
                 }
+                b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                    while i < bytes.len() && bytes[i] != b'\n' {
+                        i += 1;
+                    }
+                }
+                b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                    i += 2;
+                    while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/')) {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                b'@' => {
+                    let rest = &s[i + 1..];
+                    let hit = if rest.starts_with("start") {
+                        Some((Node::Start, 6))
+                    } else if rest.starts_with("end") {
+                        Some((Node::End, 4))
+                    } else {
+                        None
+                    };
+                    if let Some((node, len)) = hit {
+                        let before = if i == 0 { None } else { bytes.get(i - 1) };
+                        if !word(bytes.get(i + len)) && !word(before) {
+                            self.push_text(&s[last..i]);
+                            self.nodes.push(node);
+                            i += len;
+                            last = i;
+                            continue;
+                        }
+                    }
+                }
+                _ => {}
             }
             i += 1;
         }
@@ -167,13 +196,13 @@ mod tests {
     #[test]
     fn bounds_are_split_on_word_boundaries_only() {
         let mut f = Fragment::default();
-        f.push_sql_with_bounds("WHERE t >= @start AND t < @end AND x = '@ended' AND y=@start_x");
+        f.push_sql_with_bounds("WHERE t >= @start AND t < @end AND x = '@ended' AND y=@start_x AND z = 'it''s @start' -- @end\n /* @start */ AND \"@end\" = 1");
         let starts = f.nodes.iter().filter(|n| matches!(n, Node::Start)).count();
         let ends = f.nodes.iter().filter(|n| matches!(n, Node::End)).count();
         assert_eq!((starts, ends), (1, 1));
         assert_eq!(
             f.render(&CanonicalResolver),
-            "WHERE t >= $start AND t < $end AND x = '@ended' AND y=@start_x"
+            "WHERE t >= $start AND t < $end AND x = '@ended' AND y=@start_x AND z = 'it''s @start' -- @end\n /* @start */ AND \"@end\" = 1"
         );
     }
 }

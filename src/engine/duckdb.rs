@@ -171,3 +171,38 @@ impl Engine for DuckDb {
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duckdb_is_v1_5_5_whichever_build_linked_it() {
+        let mut db = DuckDb::in_memory().unwrap();
+        assert_eq!(db.version().unwrap(), "v1.5.5");
+    }
+
+    #[test]
+    fn transactions_roll_back_whole() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE TABLE t (x INTEGER)").unwrap();
+        let err = db.transaction(&["INSERT INTO t VALUES (1)".into(), "INSERT INTO nope VALUES (2)".into()]).unwrap_err();
+        assert!(err.sql.contains("nope"), "{err}");
+        assert_eq!(db.query("SELECT count(*) FROM t").unwrap(), vec![vec![Some("0".to_string())]]);
+    }
+
+    #[test]
+    fn describe_reports_names_and_types_without_running() {
+        let mut db = DuckDb::in_memory().unwrap();
+        let cols = db.describe("SELECT 1::BIGINT AS a, 'x' AS b, TIMESTAMP '2026-01-01' AS c").unwrap();
+        let got: Vec<(String, String)> = cols.into_iter().map(|c| (c.name, c.ty)).collect();
+        assert_eq!(got, vec![("a".into(), "BIGINT".into()), ("b".into(), "VARCHAR".into()), ("c".into(), "TIMESTAMP".into())]);
+    }
+
+    #[test]
+    fn sessions_run_in_utc() {
+        let mut db = DuckDb::in_memory().unwrap();
+        let rows = db.query("SELECT (TIMESTAMPTZ '2026-01-01 00:00:00+00' = TIMESTAMP '2026-01-01 00:00:00')::VARCHAR").unwrap();
+        assert_eq!(rows, vec![vec![Some("true".to_string())]]);
+    }
+}

@@ -25,6 +25,7 @@
 //! (`json_serialize_sql`) and keeps its JSON without `query_location` ([`normalize_duckdb_json`]);
 //! the [`CanonSource`] of the result says which path was taken, for `plan --explain`.
 
+use serde::ser::{self, Serialize, Serializer};
 use serde_json::Value;
 use sqlparser::ast::{
     CastKind, Expr, JoinOperator, ObjectNamePart, Query, Select, SetExpr,
@@ -311,11 +312,13 @@ fn describe(statement: &Statement) -> String {
 
 fn canonical_of(mut query: Box<Query>) -> Canonical {
     let _ = query.visit(&mut Normalizer);
-    // Serialising an AST cannot fail: it has no maps with non-string keys and no custom
-    // serialisers; `Null` would still yield a (useless but deterministic) text.
-    let mut value = serde_json::to_value(&query).unwrap_or(Value::Null);
-    strip_keys(&mut value, &is_spelling_key);
-    Canonical { text: value.to_string(), source: CanonSource::SqlParser }
+    let mut out = Vec::with_capacity(4096);
+    // Serialising an AST into memory cannot fail: it has no maps with non-string keys and no
+    // fallible custom serialisers. Should it ever, the partial text is still deterministic.
+    let _ = Filtered(&*query).serialize(&mut serde_json::Serializer::new(&mut out));
+    // serde_json writes valid UTF-8.
+    let text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    Canonical { text, source: CanonSource::SqlParser }
 }
 
 /// Keys that record how the text was written rather than what it means:
@@ -345,6 +348,167 @@ fn strip_keys(v: &mut Value, drop: &dyn Fn(&str) -> bool) {
         _ => {}
     }
 }
+
+/// Serialises the wrapped value through [`Filter`], which leaves out every struct field named by
+/// [`is_spelling_key`]. Writing straight to JSON text this way is ~10× faster than building a
+/// `serde_json::Value` and pruning it, which matters at 2000 bodies per cold plan.
+struct Filtered<'a, T: ?Sized>(&'a T);
+
+impl<T: Serialize + ?Sized> Serialize for Filtered<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(Filter(s))
+    }
+}
+
+/// A serializer (and its compound states) delegating to `S`, with every child wrapped in
+/// [`Filtered`] and spelling fields skipped.
+struct Filter<S>(S);
+
+macro_rules! delegate_primitives {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, v: $ty) -> Result<S::Ok, S::Error> { self.0.$method(v) })*
+    };
+}
+
+impl<S: Serializer> Serializer for Filter<S> {
+    type Ok = S::Ok;
+    type Error = S::Error;
+    type SerializeSeq = Filter<S::SerializeSeq>;
+    type SerializeTuple = Filter<S::SerializeTuple>;
+    type SerializeTupleStruct = Filter<S::SerializeTupleStruct>;
+    type SerializeTupleVariant = Filter<S::SerializeTupleVariant>;
+    type SerializeMap = Filter<S::SerializeMap>;
+    type SerializeStruct = Filter<S::SerializeStruct>;
+    type SerializeStructVariant = Filter<S::SerializeStructVariant>;
+
+    delegate_primitives!(
+        serialize_bool(bool), serialize_i8(i8), serialize_i16(i16), serialize_i32(i32),
+        serialize_i64(i64), serialize_i128(i128), serialize_u8(u8), serialize_u16(u16),
+        serialize_u32(u32), serialize_u64(u64), serialize_u128(u128), serialize_f32(f32),
+        serialize_f64(f64), serialize_char(char), serialize_str(&str), serialize_bytes(&[u8]),
+    );
+
+    fn serialize_none(self) -> Result<S::Ok, S::Error> {
+        self.0.serialize_none()
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<S::Ok, S::Error> {
+        self.0.serialize_some(&Filtered(v))
+    }
+    fn serialize_unit(self) -> Result<S::Ok, S::Error> {
+        self.0.serialize_unit()
+    }
+    fn serialize_unit_struct(self, name: &'static str) -> Result<S::Ok, S::Error> {
+        self.0.serialize_unit_struct(name)
+    }
+    fn serialize_unit_variant(self, name: &'static str, index: u32, variant: &'static str) -> Result<S::Ok, S::Error> {
+        self.0.serialize_unit_variant(name, index, variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, v: &T) -> Result<S::Ok, S::Error> {
+        self.0.serialize_newtype_struct(name, &Filtered(v))
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        name: &'static str,
+        index: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<S::Ok, S::Error> {
+        self.0.serialize_newtype_variant(name, index, variant, &Filtered(v))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
+        self.0.serialize_seq(len).map(Filter)
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
+        self.0.serialize_tuple(len).map(Filter)
+    }
+    fn serialize_tuple_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeTupleStruct, S::Error> {
+        self.0.serialize_tuple_struct(name, len).map(Filter)
+    }
+    fn serialize_tuple_variant(
+        self,
+        name: &'static str,
+        index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Self::SerializeTupleVariant, S::Error> {
+        self.0.serialize_tuple_variant(name, index, variant, len).map(Filter)
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
+        self.0.serialize_map(len).map(Filter)
+    }
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, S::Error> {
+        self.0.serialize_struct(name, len).map(Filter)
+    }
+    fn serialize_struct_variant(
+        self,
+        name: &'static str,
+        index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Self::SerializeStructVariant, S::Error> {
+        self.0.serialize_struct_variant(name, index, variant, len).map(Filter)
+    }
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+}
+
+macro_rules! filter_elements {
+    ($($trait:ident :: $method:ident),* $(,)?) => {
+        $(impl<S: ser::$trait> ser::$trait for Filter<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), S::Error> {
+                self.0.$method(&Filtered(v))
+            }
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        })*
+    };
+}
+
+filter_elements!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
+
+impl<S: ser::SerializeMap> ser::SerializeMap for Filter<S> {
+    type Ok = S::Ok;
+    type Error = S::Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), S::Error> {
+        self.0.serialize_key(&Filtered(k))
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), S::Error> {
+        self.0.serialize_value(&Filtered(v))
+    }
+    fn end(self) -> Result<S::Ok, S::Error> {
+        self.0.end()
+    }
+}
+
+macro_rules! filter_fields {
+    ($($trait:ident),* $(,)?) => {
+        $(impl<S: ser::$trait> ser::$trait for Filter<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, v: &T) -> Result<(), S::Error> {
+                if is_spelling_key(key) {
+                    self.0.skip_field(key)
+                } else {
+                    self.0.serialize_field(key, &Filtered(v))
+                }
+            }
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        })*
+    };
+}
+
+filter_fields!(SerializeStruct, SerializeStructVariant);
 
 /// The typed part of the normalisation (see the module docs).
 struct Normalizer;
@@ -507,6 +671,13 @@ WHERE n > 0
         let t = std::time::Instant::now();
         for _ in 0..n { let _ = serde_json::to_string(&q).unwrap(); }
         println!("direct to_string {:?}/body", t.elapsed() / n);
+        let mut v2 = serde_json::to_value(&q).unwrap();
+        strip_keys(&mut v2, &is_spelling_key);
+        let mut qn = q.clone();
+        let _ = qn.visit(&mut Normalizer);
+        let mut v3 = serde_json::to_value(&qn).unwrap();
+        strip_keys(&mut v3, &is_spelling_key);
+        assert_eq!(v3.to_string(), canonicalize(body).unwrap().text);
         let small = "SELECT id, amount::DOUBLE AS amount, created_at FROM raw.orders WHERE created_at >= $start AND created_at < $end";
         let t = std::time::Instant::now();
         for _ in 0..n { let _ = Parser::parse_sql(&DuckDbDialect {}, small).unwrap(); }

@@ -918,6 +918,24 @@ mod tests {
     }
 
     #[test]
+    fn a_held_write_lock_is_a_busy_error_and_writes_nothing() {
+        let (_dir, path) = temp_store();
+        let store = StateStore::open(&path).unwrap();
+        store.conn.busy_timeout(Duration::from_millis(50)).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let err = store.put_snapshot(&rec("a.b", &fp('1'))).unwrap_err();
+        assert!(err.is_busy(), "{err:?}");
+        assert!(err.hint().unwrap().contains("another efmesh process"));
+        assert!(err.to_string().contains("cannot write snapshot `a.b`"), "{err}");
+        // Reads still work while the other process writes (WAL).
+        assert!(store.snapshot_keys().unwrap().is_empty());
+        other.execute_batch("COMMIT").unwrap();
+        store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
+        assert_eq!(store.snapshot_keys().unwrap().len(), 1);
+    }
+
+    #[test]
     fn corrupt_rows_are_reported_with_their_owner() {
         let store = StateStore::open_in_memory().unwrap();
         store
@@ -975,20 +993,5 @@ mod tests {
                 t4 - t3
             );
         }
-    }
-}
-#[cfg(test)]
-mod tmp_bench {
-    #[test]
-    #[ignore]
-    fn tmp_parse_cost() {
-        let s: Vec<String> = (0..182_500i64).map(|i| crate::core::interval::to_iso((i % 365) * 86_400_000)).collect();
-        let t0 = std::time::Instant::now();
-        let mut x = 0i64;
-        for v in &s { x ^= crate::core::interval::parse_instant(v).unwrap(); }
-        eprintln!("parse_instant: {:?} {x}", t0.elapsed());
-        let t0 = std::time::Instant::now();
-        for v in &s { x ^= v.parse::<jiff::Timestamp>().unwrap().as_millisecond(); }
-        eprintln!("jiff parse: {:?} {x}", t0.elapsed());
     }
 }

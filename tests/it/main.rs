@@ -1,1 +1,5 @@
 mod fingerprint;
+mod common;
+mod cli_apply;
+mod load_errors;
+mod backfill;

@@ -1,0 +1,293 @@
+//! `plan` / `apply` / `render` end to end on the sample project: promotion is a view swap,
+//! no-op plans are empty, edits rebuild exactly the edited model and its descendants,
+//! reformatting rebuilds nothing, non-TTY applies wait for a human, contracts build nothing.
+
+use crate::common::*;
+use serde_json::Value;
+
+/// Asserts that `plan` (a plan or apply object) has no work at all.
+#[track_caller]
+fn assert_no_changes(v: &Value) {
+    let plan = if v.get("plan").is_some() { &v["plan"] } else { v };
+    assert_eq!(plan["hasChanges"], Value::Bool(false), "{plan:#}");
+    for a in actions(v) {
+        assert_eq!(a["change"], "unchanged", "{a:#}");
+        assert_eq!(a["build"], Value::Bool(false), "{a:#}");
+        assert_eq!(a["backfill"], Value::Array(vec![]), "{a:#}");
+        assert_eq!(a["intervals"], Value::from(0), "{a:#}");
+    }
+}
+
+/// Every model that has a view must have rows there, or comparisons would prove nothing.
+#[track_caller]
+fn assert_views_not_empty(p: &Project, env: &str, models: &[String]) {
+    for m in models {
+        assert!(!p.rows(&env_view(env, m)).is_empty(), "view of `{m}` in `{env}` is empty");
+    }
+}
+
+#[test]
+fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows() {
+    let p = sample_project();
+    let dev = p.apply("dev");
+    assert_eq!(string_set(&dev["built"]), set(&["s.a", "s.b", "s.c", "t.e", "t.d", "t.daily"]));
+    let tables_after_dev = p.physical_tables();
+    assert_eq!(tables_after_dev.len(), 5, "{tables_after_dev:?}"); // a, b (view), c, d, daily
+
+    let prod = p.apply("prod");
+    assert_eq!(prod["built"], Value::Array(vec![]), "{prod:#}");
+    assert_eq!(prod["intervals"], Value::from(0));
+    assert_eq!(prod["promoted"], Value::Bool(true));
+    for a in actions(&prod) {
+        // Prod had nothing: every model is added, yet nothing needs a build or a backfill.
+        assert_eq!(a["change"], "added", "{a:#}");
+        assert_eq!(a["build"], Value::Bool(false), "{a:#}");
+        assert_eq!(a["backfill"], Value::Array(vec![]), "{a:#}");
+        let dev_action = action(&dev, a["name"].as_str().unwrap());
+        assert_eq!(a["fingerprint"], dev_action["fingerprint"]);
+        assert_eq!(a.get("physical"), dev_action.get("physical"));
+    }
+    assert_eq!(p.physical_tables(), tables_after_dev, "promotion created or dropped physical relations");
+
+    let served = served_models(&prod);
+    assert_eq!(served.iter().map(String::as_str).collect::<Vec<_>>(), ["s.a", "s.b", "s.c", "t.d", "t.daily"]);
+    assert_views_not_empty(&p, "dev", &served);
+    for m in &served {
+        assert_eq!(p.rows(&env_view("prod", m)), p.rows(&env_view("dev", m)), "prod and dev differ for `{m}`");
+    }
+    // Both environments read the same physical relation.
+    for m in &served {
+        let physical = action(&prod, m)["physical"].as_str().unwrap().to_string();
+        assert_eq!(p.rows(&env_view("prod", m)), p.rows(&physical), "`{m}`");
+    }
+}
+
+#[test]
+fn plan_right_after_apply_has_no_changes() {
+    let p = sample_project();
+    let first = p.apply("dev");
+    assert!(action(&first, "t.daily")["intervals"].as_u64().unwrap() > 0);
+
+    assert_no_changes(&p.plan("dev"));
+    let again = p.apply("dev");
+    assert_no_changes(&again);
+    assert_eq!(again["built"], Value::Array(vec![]));
+
+    p.apply("prod");
+    assert_no_changes(&p.plan("prod"));
+    assert_no_changes(&p.plan("dev"));
+
+    // A day later exactly one new interval is due, so the empty plan above was not blindness.
+    let mut later = p;
+    later.now = "2026-02-11T00:00:00Z".into();
+    let plan = later.plan("dev");
+    assert_eq!(plan["hasChanges"], Value::Bool(true));
+    let daily = action(&plan, "t.daily");
+    assert_eq!(daily["intervals"], Value::from(1), "{daily:#}");
+    assert_eq!(daily["backfill"][0]["start"], "2026-02-10T00:00:00.000Z");
+}
+
+#[test]
+fn edit_rebuilds_only_the_model_and_its_descendants() {
+    let p = sample_project();
+    p.apply("dev");
+    let c_before = p.rows(&env_view("dev", "s.c"));
+
+    // Edit the middle of the chain s.a → s.b → s.c.
+    p.write("models/b.lua", &model_b("SELECT id, label, id * 3 AS twice FROM {a} WHERE id > 1"));
+    let plan = p.plan("dev");
+    let rebuilt = set(&["s.b", "s.c"]);
+    for a in actions(&plan) {
+        let name = a["name"].as_str().unwrap();
+        if rebuilt.contains(name) {
+            assert_eq!(a["change"], "changed", "{a:#}");
+            assert_eq!(a["build"], Value::Bool(true), "{a:#}");
+            assert!(a.get("previous").is_some(), "{a:#}");
+        } else {
+            assert_eq!(a["change"], "unchanged", "{a:#}");
+            assert_eq!(a["build"], Value::Bool(false), "{a:#}");
+            assert_eq!(a["backfill"], Value::Array(vec![]), "{a:#}");
+        }
+    }
+    let applied = p.apply("dev");
+    assert_eq!(string_set(&applied["built"]), rebuilt);
+    assert_eq!(applied["built"], serde_json::json!(["s.b", "s.c"]), "parents first");
+    assert_ne!(p.rows(&env_view("dev", "s.c")), c_before, "the edit must show downstream");
+    assert_eq!(p.rows(&env_view("dev", "s.c")), vec![vec![Some("6".to_string()), Some("81".to_string())]]);
+
+    // Edit an embedded model: it and its consumer rebuild, nothing else.
+    p.write("models/d.lua", &model_d("'y' || id"));
+    let plan = p.plan("dev");
+    for a in actions(&plan) {
+        let changed = matches!(a["name"].as_str().unwrap(), "t.e" | "t.d");
+        assert_eq!(a["change"], if changed { "changed" } else { "unchanged" }, "{a:#}");
+        assert_eq!(a["build"], Value::Bool(changed), "{a:#}");
+    }
+    let applied = p.apply("dev");
+    assert_eq!(string_set(&applied["built"]), set(&["t.e", "t.d"]));
+    assert_eq!(p.rows(&env_view("dev", "t.d"))[0], vec![Some("0".to_string()), Some("y0".to_string())]);
+}
+
+#[test]
+fn reformatting_a_model_rebuilds_nothing() {
+    let p = sample_project();
+    let first = p.apply("dev");
+    let tables = p.physical_tables();
+
+    // Same query as B_QUERY: whitespace, comments, keyword case, quoting and `AS` changed.
+    p.write(
+        "models/b.lua",
+        &model_b(
+            "-- the doubled ids\n  select\n\t\"id\",  \"label\" , -- keep the label\n  ID*2   TWICE\n/* upstream */ FROM   {a}\n  where (\"id\" > 1)\n",
+        ),
+    );
+    let plan = p.plan("dev");
+    assert_no_changes(&plan);
+    assert_eq!(action(&plan, "s.b")["fingerprint"], action(&first, "s.b")["fingerprint"]);
+    assert_eq!(action(&plan, "s.c")["fingerprint"], action(&first, "s.c")["fingerprint"]);
+
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], Value::Array(vec![]), "{applied:#}");
+    assert_eq!(p.physical_tables(), tables);
+}
+
+#[test]
+fn non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing() {
+    let p = sample_project();
+    let run = p.run(&["apply", "dev", "--json"]);
+    run.expect_code(2);
+    let v = run.json();
+    assert_eq!(v["applied"], Value::Bool(false), "{v:#}");
+    assert_eq!(v["promoted"], Value::Bool(false), "{v:#}");
+    assert_eq!(v["built"], Value::Array(vec![]), "{v:#}");
+    assert_eq!(v["plan"]["hasChanges"], Value::Bool(true), "{v:#}");
+    assert_eq!(action(&v, "s.a")["change"], "added");
+    assert!(run.stderr.contains("--yes"), "stderr should say how to proceed: {}", run.stderr);
+
+    assert!(!p.engine_path().exists(), "apply without confirmation created the DuckDB file");
+    let state = p.state_summary();
+    assert!(state.envs.is_empty(), "{state:?}");
+    assert!(state.pointers.is_empty() && state.journal.is_empty() && state.snapshots.is_empty() && state.intervals.is_empty(), "{state:?}");
+
+    // Without --json: still exit 2, still nothing.
+    p.run(&["apply", "dev"]).expect_code(2);
+    assert!(!p.engine_path().exists());
+    assert_eq!(p.state_summary(), state);
+}
+
+#[test]
+fn non_tty_apply_without_yes_after_an_edit_changes_nothing() {
+    let p = sample_project();
+    p.apply("dev");
+    let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
+    let c_rows = p.rows(&env_view("dev", "s.c"));
+
+    // No changes: nothing to confirm, exit 0.
+    let v = p.run(&["apply", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["plan"]["hasChanges"], Value::Bool(false));
+
+    p.write("models/a.lua", &model_a("AND range < 5"));
+    let run = p.run(&["apply", "dev", "--json"]);
+    run.expect_code(2);
+    let v = run.json();
+    assert_eq!(v["applied"], Value::Bool(false));
+    assert_eq!(action(&v, "s.a")["change"], "changed");
+    assert_eq!(action(&v, "s.a")["build"], Value::Bool(true));
+
+    assert_eq!(p.physical_tables(), tables);
+    assert_eq!(p.all_relations(), relations);
+    assert_eq!(p.state_summary(), state);
+    assert_eq!(p.rows(&env_view("dev", "s.c")), c_rows);
+}
+
+#[test]
+fn schema_contract_mismatch_lists_every_problem_and_builds_nothing() {
+    let p = sample_project();
+    p.apply("dev");
+    let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
+
+    // A new, valid model that would be built if the contract did not stop everything.
+    p.write(
+        "models/fine.lua",
+        "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n",
+    );
+    // One model with a missing column, a wrong type family and an extra column, and another
+    // model with a wrong type family.
+    p.write(
+        "models/bad.lua",
+        r#"define_model {
+  name = "z.bad",
+  kind = kind.full(),
+  schema = { { "id", "integer" }, { "name", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT 1 AS id, 'n' AS amount, 42 AS surplus",
+}
+
+define_model {
+  name = "z.worse",
+  kind = kind.full(),
+  schema = { { "flag", "boolean" } },
+  query = "SELECT DATE '2026-01-01' AS flag",
+}
+"#,
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    for needle in [
+        "nothing was built",
+        "models/bad.lua:1",
+        "`z.bad`",
+        "`name`",     // declared, missing
+        "`amount`",   // declared bigint, returned varchar
+        "`surplus`",  // returned, not declared
+        "models/bad.lua:8",
+        "`z.worse`",
+        "`flag`",
+    ] {
+        assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+    }
+    let problem_lines = err.lines().filter(|l| l.contains("models/bad.lua:")).count();
+    assert_eq!(problem_lines, 4, "one line per problem:\n{err}");
+
+    assert_eq!(p.physical_tables(), tables, "a model was built despite the contract failure");
+    assert_eq!(p.all_relations(), relations);
+    assert_eq!(p.state_summary(), state);
+}
+
+#[test]
+fn render_canonical_and_for_an_environment() {
+    let p = sample_project();
+    p.apply("dev");
+
+    let canonical = p.run(&["render", "s.c"]).expect_code(0).stdout.clone();
+    assert_eq!(canonical.trim(), "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM s.b");
+
+    let dev = p.run(&["render", "s.c", "--env", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(dev["model"], "s.c");
+    assert_eq!(dev["env"], "dev");
+    let dev_sql = dev["sql"].as_str().unwrap();
+    assert_eq!(dev_sql, "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM \"dev__s\".\"b\"");
+    // The rendered SQL runs against the environment and returns what the model's view serves.
+    assert_eq!(p.rows(&format!("({dev_sql})")), p.rows(&env_view("dev", "s.c")));
+
+    let prod = p.run(&["render", "s.c", "--env", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(prod["sql"], "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM \"s\".\"b\"");
+
+    let canonical_json = p.run(&["render", "s.c", "--json"]).expect_code(0).json();
+    assert_eq!(canonical_json["sql"].as_str().unwrap(), canonical.trim());
+    assert_eq!(canonical_json["env"], Value::Null);
+
+    // Time-range bodies keep their bounds as placeholders; embedded parents are inlined.
+    let daily = p.run(&["render", "t.daily"]).expect_code(0).stdout.clone();
+    assert!(daily.contains("FROM raw.events") && daily.contains("event_at >= $start AND event_at < $end"), "{daily}");
+    let d_dev = p.run(&["render", "t.d", "--env", "dev"]).expect_code(0).stdout.clone();
+    assert!(d_dev.contains("FROM range(3)") && !d_dev.contains("t.e"), "embedded parent not inlined: {d_dev}");
+
+    // Unknown model: exit 1 with a suggestion; bad env name: exit 1.
+    let run = p.run(&["render", "s.cc"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("s.cc") && run.stderr.contains("did you mean `s.c`"), "{}", run.stderr);
+    let run = p.run(&["render", "s.c", "--env", "no-such env"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("no-such env"), "{}", run.stderr);
+}

@@ -1,0 +1,408 @@
+//! Shared fixture for the end-to-end tests: a temporary project driven through the real
+//! `efmesh` binary, with a pinned "now", plus helpers to read the DuckDB file and the state store
+//! the binary left behind.
+#![allow(dead_code)]
+
+use efmesh::config::EngineSection;
+use efmesh::engine::Engine;
+use efmesh::engine::duckdb::DuckDb;
+use efmesh::state::StateStore;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_efmesh");
+
+/// The instant every test pretends it is, unless it says otherwise.
+pub const NOW: &str = "2026-02-10T00:00:00Z";
+
+/// Default `efmesh.toml` of a test project.
+pub const CONFIG: &str = "[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n\n[state]\npath = \"efmesh.state.sqlite\"\n";
+
+/// Rows as text, `None` for NULL.
+pub type Rows = Vec<Vec<Option<String>>>;
+
+/// What one run of the binary produced.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error (logs and diagnostics).
+    pub stderr: String,
+    /// The command line, for messages.
+    pub cmd: String,
+}
+
+impl Run {
+    /// Panics with the whole output unless the exit code is `code`.
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, code, "`{}` exited {} (wanted {code})\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.code, self.stdout, self.stderr);
+        self
+    }
+
+    /// Stdout parsed as exactly one JSON object whose first key is `"apiVersion": 1`.
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        let v: Value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout of `{}` is not one JSON value: {e}\n--- stdout\n{}\n--- stderr\n{}", self.cmd, self.stdout, self.stderr));
+        let obj = v.as_object().unwrap_or_else(|| panic!("stdout of `{}` is not a JSON object: {v}", self.cmd));
+        let first = obj.iter().next();
+        assert_eq!(first.map(|(k, v)| (k.as_str(), v.clone())), Some(("apiVersion", Value::from(1))), "first key of `{}`'s JSON", self.cmd);
+        v
+    }
+}
+
+/// A project in a temporary directory. Dropped with the directory.
+pub struct Project {
+    dir: tempfile::TempDir,
+    /// `--now` passed to every command.
+    pub now: String,
+}
+
+impl Default for Project {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Project {
+    /// An empty project with the default `efmesh.toml`.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("efmesh-it-").tempdir().expect("temp dir");
+        let p = Self { dir, now: NOW.to_string() };
+        p.write("efmesh.toml", CONFIG);
+        p
+    }
+
+    /// The project root.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `text` to `rel` (creating directories).
+    pub fn write(&self, rel: &str, text: &str) -> &Self {
+        let path = self.root().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+        self
+    }
+
+    /// Reads `rel`.
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root().join(rel)).expect("read")
+    }
+
+    /// Deletes `rel`.
+    pub fn remove(&self, rel: &str) {
+        std::fs::remove_file(self.root().join(rel)).expect("remove");
+    }
+
+    /// The command `efmesh --config efmesh.toml --now <now> <args>`, run in the project root
+    /// with stdin closed (never a TTY).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.current_dir(self.root())
+            .arg("--config")
+            .arg("efmesh.toml")
+            .arg("--now")
+            .arg(&self.now)
+            .args(args)
+            .env_remove("EFMESH_NOW")
+            .env_remove("RUST_LOG")
+            .env("EFMESH_APPLIED_BY", "it")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Runs the binary to completion.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = self.command(args).output().expect("spawn efmesh");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            cmd: format!("efmesh --now {} {}", self.now, args.join(" ")),
+        }
+    }
+
+    /// Starts the binary without waiting (output discarded).
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        let mut c = self.command(args);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c.spawn().expect("spawn efmesh")
+    }
+
+    /// `plan <env> --json`, which must succeed.
+    #[track_caller]
+    pub fn plan(&self, env: &str) -> Value {
+        self.run(&["plan", env, "--json"]).expect_code(0).json()
+    }
+
+    /// `apply <env> --yes --json`, which must succeed.
+    #[track_caller]
+    pub fn apply(&self, env: &str) -> Value {
+        let v = self.run(&["apply", env, "--yes", "--json"]).expect_code(0).json();
+        assert_eq!(v["applied"], Value::Bool(true), "{v:#}");
+        v
+    }
+
+    /// The DuckDB file.
+    pub fn engine_path(&self) -> PathBuf {
+        self.root().join("efmesh.duckdb")
+    }
+
+    /// The state store file.
+    pub fn state_path(&self) -> PathBuf {
+        self.root().join("efmesh.state.sqlite")
+    }
+
+    /// Runs `sql` on the project's DuckDB file (opened for this query only).
+    #[track_caller]
+    pub fn query(&self, sql: &str) -> Rows {
+        assert!(self.engine_path().exists(), "no DuckDB file yet");
+        let mut db = DuckDb::open(&self.engine_path(), &EngineSection::default()).expect("open duckdb");
+        db.query(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every row of `relation`, each value cast to VARCHAR in SQL, sorted (a row multiset).
+    #[track_caller]
+    pub fn rows(&self, relation: &str) -> Rows {
+        let mut r = self.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}"));
+        r.sort();
+        r
+    }
+
+    /// Names of the relations in schema `_efmesh`, sorted (empty without a DuckDB file).
+    pub fn physical_tables(&self) -> Vec<String> {
+        if !self.engine_path().exists() {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = self
+            .query("SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh'")
+            .into_iter()
+            .map(|r| r[0].clone().expect("name"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Every non-internal relation of the DuckDB file as `schema.name`, sorted.
+    pub fn all_relations(&self) -> Vec<String> {
+        if !self.engine_path().exists() {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = self
+            .query("SELECT table_schema || '.' || table_name FROM information_schema.tables")
+            .into_iter()
+            .map(|r| r[0].clone().expect("name"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Opens the state store.
+    pub fn state(&self) -> StateStore {
+        assert!(self.state_path().exists(), "no state store yet");
+        StateStore::open(&self.state_path()).expect("open state store")
+    }
+
+    /// Everything the state store records, in comparable form.
+    pub fn state_summary(&self) -> StateSummary {
+        if !self.state_path().exists() {
+            return StateSummary::default();
+        }
+        let s = self.state();
+        let envs = s.environments().expect("environments");
+        let mut pointers = BTreeMap::new();
+        let mut journal = BTreeMap::new();
+        for e in &envs {
+            pointers.insert(e.clone(), s.env_pointers(e).expect("pointers"));
+            journal.insert(e.clone(), s.journal(e).expect("journal").into_iter().map(|j| j.id).collect());
+        }
+        let snapshots = s.snapshot_keys().expect("snapshots").into_iter().collect();
+        let intervals = s.all_done_intervals().expect("intervals").into_iter().collect();
+        StateSummary { envs, pointers, journal, snapshots, intervals }
+    }
+}
+
+/// What the state store holds, for before/after comparisons.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StateSummary {
+    /// Environment names.
+    pub envs: Vec<String>,
+    /// Pointer set per environment.
+    pub pointers: BTreeMap<String, BTreeMap<String, String>>,
+    /// Journal ids per environment.
+    pub journal: BTreeMap<String, Vec<i64>>,
+    /// Snapshot keys (name, fingerprint).
+    pub snapshots: BTreeSet<(String, String)>,
+    /// Done interval starts per snapshot.
+    pub intervals: BTreeMap<(String, String), BTreeSet<i64>>,
+}
+
+/// The plan's actions (a plan object, or an apply object holding one under `plan`).
+#[track_caller]
+pub fn actions(v: &Value) -> &Vec<Value> {
+    let plan = if v.get("plan").is_some() { &v["plan"] } else { v };
+    plan["actions"].as_array().unwrap_or_else(|| panic!("no actions in {v:#}"))
+}
+
+/// The action named `name`.
+#[track_caller]
+pub fn action<'a>(v: &'a Value, name: &str) -> &'a Value {
+    actions(v).iter().find(|a| a["name"] == name).unwrap_or_else(|| panic!("no action `{name}` in {v:#}"))
+}
+
+/// A JSON array of strings, as a sorted set.
+#[track_caller]
+pub fn string_set(v: &Value) -> BTreeSet<String> {
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(|s| s.as_str().expect("string").to_string()).collect()
+}
+
+/// A set of names.
+pub fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// The view serving model `schema.table` in `env` (`prod` serves the model's own schema).
+pub fn env_view(env: &str, model: &str) -> String {
+    let (schema, table) = model.split_once('.').expect("schema.table");
+    if env == "prod" { format!("\"{schema}\".\"{table}\"") } else { format!("\"{env}__{schema}\".\"{table}\"") }
+}
+
+/// Runs `sql` on a fresh in-memory DuckDB (UTC session), e.g. a reference query over a CSV file.
+#[track_caller]
+pub fn query_in_memory(sql: &str) -> Rows {
+    let mut db = DuckDb::in_memory().expect("in-memory duckdb");
+    db.query(sql).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sorted rows of a query whose every column is cast to VARCHAR, on a fresh in-memory DuckDB.
+#[track_caller]
+pub fn sorted_in_memory(sql: &str) -> Rows {
+    let mut r = query_in_memory(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM ({sql}) AS q"));
+    r.sort();
+    r
+}
+
+/// The names of models that have a view (a `physical` relation) in a plan.
+pub fn served_models(v: &Value) -> Vec<String> {
+    actions(v).iter().filter(|a| a.get("physical").is_some()).map(|a| a["name"].as_str().expect("name").to_string()).collect()
+}
+
+/// A small project exercising every kind: an external CSV, a chain `s.a` (full) → `s.b` (view) →
+/// `s.c` (full), and unrelated `t.e` (embedded) → `t.d` (full) plus `t.daily` (time range over
+/// the CSV).
+pub fn sample_project() -> Project {
+    let p = Project::new();
+    p.write(
+        "data/events.csv",
+        "event_at,region,amount\n\
+         2026-01-01 00:00:00,north,100\n\
+         2026-01-01 14:00:00,north,150\n\
+         2026-01-01 16:45:00,south,90\n\
+         2026-01-02 00:00:00,south,20\n\
+         2026-01-02 09:10:00,north,120\n\
+         2026-01-05 23:59:59,east,75\n\
+         2026-01-06 00:00:00,east,5\n\
+         2026-02-09 23:00:00,west,42\n\
+         2026-02-10 00:00:00,west,1000\n",
+    );
+    p.write(
+        "models/raw.lua",
+        r#"local M = {}
+M.events = define_model {
+  name = "raw.events",
+  kind = kind.external { path = "data/events.csv" },
+  schema = { { "event_at", "timestamp" }, { "region", "varchar" }, { "amount", "bigint" } },
+}
+return M
+"#,
+    );
+    p.write("models/a.lua", &model_a(""));
+    p.write("models/b.lua", &model_b(B_QUERY));
+    p.write(
+        "models/c.lua",
+        r#"define_model {
+  name = "s.c",
+  kind = kind.full(),
+  schema = { { "n", "bigint" }, { "total", "bigint" } },
+  query = "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM " .. ref("s.b"),
+}
+"#,
+    );
+    p.write("models/d.lua", &model_d("'x' || id"));
+    p
+}
+
+/// `models/a.lua` of the sample project; `extra` is appended to its WHERE clause.
+pub fn model_a(extra: &str) -> String {
+    format!(
+        r#"return define_model {{
+  name = "s.a",
+  kind = kind.full(),
+  schema = {{ {{ "id", "integer" }}, {{ "label", "varchar" }} }},
+  query = "SELECT CAST(range AS INTEGER) AS id, 'item ' || range AS label FROM range(1, 8) WHERE true {extra}",
+}}
+"#
+    )
+}
+
+/// The query of `s.b` in the sample project (`{a}` stands for `ref(a)`).
+pub const B_QUERY: &str = "SELECT id, label, id * 2 AS twice FROM {a} WHERE id > 1";
+
+/// `models/b.lua` of the sample project with the given query (`{a}` stands for `ref(a)`).
+pub fn model_b(query: &str) -> String {
+    let q = query.replace("{a}", "]] .. ref(a) .. [[");
+    format!(
+        r#"local a = require("a")
+return define_model {{
+  name = "s.b",
+  kind = kind.view(),
+  schema = {{ {{ "id", "integer" }}, {{ "label", "varchar" }}, {{ "twice", "integer" }} }},
+  query = [[{q}]],
+}}
+"#
+    )
+}
+
+/// `models/d.lua` of the sample project; `tag` is the embedded model's `tag` expression.
+pub fn model_d(tag: &str) -> String {
+    format!(
+        r#"local raw = require("raw")
+local e = define_model {{
+  name = "t.e",
+  kind = kind.embedded(),
+  schema = {{ {{ "id", "integer" }}, {{ "tag", "varchar" }} }},
+  query = "SELECT CAST(range AS INTEGER) AS id, {tag} AS tag FROM range(3)",
+}}
+define_model {{
+  name = "t.d",
+  kind = kind.full(),
+  schema = {{ {{ "id", "integer" }}, {{ "tag", "varchar" }} }},
+  query = "SELECT id, tag FROM " .. ref(e),
+}}
+define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 7 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "revenue", "bigint" }}, {{ "n", "bigint" }} }},
+  query = function()
+    return ([[
+      SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region,
+             CAST(sum(amount) AS BIGINT) AS revenue, count(*) AS n
+      FROM %s
+      WHERE event_at >= @start AND event_at < @end
+      GROUP BY ALL
+    ]]):format(ref(raw.events))
+  end,
+}}
+"#
+    )
+}

@@ -1,0 +1,164 @@
+//! Every load error: `plan` and `apply` exit 1, stderr names file:line and the culprit, and
+//! neither the state store nor the DuckDB file changes.
+
+use crate::common::*;
+
+/// Applies the sample project to `dev`, breaks it with `break_it`, then checks that `plan dev`
+/// and `apply dev --yes` both fail with exit 1 and every needle on stderr, leaving the state
+/// store and the engine as they were. Returns apply's stderr.
+#[track_caller]
+fn assert_load_error(break_it: impl FnOnce(&Project), needles: &[&str]) -> String {
+    let p = sample_project();
+    p.apply("dev");
+    let state = p.state_summary();
+    assert_eq!(state.journal["dev"].len(), 1);
+    assert!(!state.pointers["dev"].is_empty());
+    let relations = p.all_relations();
+
+    break_it(&p);
+    let mut stderr = String::new();
+    for args in [&["plan", "dev", "--json"][..], &["apply", "dev", "--yes", "--json"][..], &["apply", "prod", "--yes"][..]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        assert!(run.stdout.is_empty(), "`{}` printed on stdout despite failing:\n{}", run.cmd, run.stdout);
+        for needle in needles {
+            assert!(run.stderr.contains(needle), "stderr of `{}` lacks {needle:?}:\n{}", run.cmd, run.stderr);
+        }
+        stderr = run.stderr.clone();
+    }
+    assert_eq!(p.state_summary(), state, "the state store changed");
+    assert_eq!(p.all_relations(), relations, "the engine changed");
+    stderr
+}
+
+#[test]
+fn unknown_ref_names_the_site_and_suggests() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "-- a consumer of s.b with a typo\ndefine_model { name = \"z.x\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  query = \"SELECT count(*) AS n FROM \" .. ref(\"s.bb\") }\n",
+            );
+        },
+        &["models/extra.lua:3", "unknown ref `s.bb`", "did you mean `s.b`?"],
+    );
+}
+
+#[test]
+fn duplicate_model_names_show_both_locations() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/sub/dup.lua",
+                "-- s.c again\n\ndefine_model { name = \"s.c\", kind = kind.view(), schema = { { \"n\", \"bigint\" } }, query = \"SELECT 1 AS n\" }\n",
+            );
+        },
+        &["models/sub/dup.lua:3", "`s.c`", "duplicate model name", "models/c.lua:1"],
+    );
+}
+
+#[test]
+fn cycle_is_printed() {
+    let err = assert_load_error(
+        |p| {
+            // s.a now reads s.c, closing s.a → s.b → s.c → s.a.
+            p.write(
+                "models/a.lua",
+                "return define_model {\n  name = \"s.a\",\n  kind = kind.full(),\n  schema = { { \"id\", \"integer\" }, { \"label\", \"varchar\" } },\n  query = \"SELECT CAST(n AS INTEGER) AS id, 'x' AS label FROM \" .. ref(\"s.c\"),\n}\n",
+            );
+        },
+        &["dependency cycle", "models/"],
+    );
+    let line = err.lines().find(|l| l.contains("dependency cycle")).expect("cycle line");
+    // The printed cycle goes round once: it names every member and ends where it started.
+    for m in ["`s.a`", "`s.b`", "`s.c`"] {
+        assert!(line.contains(m), "{line}");
+    }
+    let path: Vec<&str> = line.split("dependency cycle: ").nth(1).expect("path").split(" → ").collect();
+    assert_eq!(path.len(), 4, "{line}");
+    assert_eq!(path.first(), path.last(), "{line}");
+    let loc = line.split(':').take(2).collect::<Vec<_>>();
+    assert!(loc[0].starts_with("models/") && loc[1].parse::<u32>().is_ok(), "no file:line in {line}");
+}
+
+#[test]
+fn cols_naming_an_undeclared_parent_column() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "local a = require(\"a\")\ndefine_model { name = \"z.x\", kind = kind.full(), schema = { { \"id\", \"integer\" } },\n  query = \"SELECT \" .. cols(a, \"id\", \"lable\") .. \" FROM \" .. ref(a) }\n",
+            );
+        },
+        &["models/extra.lua:3", "column `lable` is not declared by parent `s.a`", "did you mean `label`?"],
+    );
+}
+
+#[test]
+fn start_in_a_non_time_range_model() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "\ndefine_model { name = \"z.x\", kind = kind.full(), schema = { { \"id\", \"integer\" } },\n  query = \"SELECT 1 AS id WHERE now() > @start\" }\n",
+            );
+        },
+        &["models/extra.lua:2", "model `z.x`", "`@start`", "`full`"],
+    );
+}
+
+#[test]
+fn invalid_model_name() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "\n\ndefine_model { name = \"z-bad.x\", kind = kind.full(), schema = { { \"id\", \"integer\" } }, query = \"SELECT 1 AS id\" }\n",
+            );
+        },
+        &["models/extra.lua:3", "invalid model name `z-bad.x`"],
+    );
+}
+
+#[test]
+fn unknown_config_key() {
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &format!("{CONFIG}wal_mode = true\n"));
+        },
+        &["efmesh.toml", "line 9", "wal_mode"],
+    );
+}
+
+#[test]
+fn unknown_config_section() {
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &format!("[engin]\npath = \"other.duckdb\"\n\n{CONFIG}"));
+        },
+        &["efmesh.toml", "line 1", "engin"],
+    );
+}
+
+#[test]
+fn lua_syntax_error() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "define_model {\n  name = \"z.x\",\n  kind = kind.full(),\n  query = \"SELECT 1 AS id\"\n  schema = { { \"id\", \"integer\" } },\n}\n",
+            );
+        },
+        &["models/extra.lua:5", "syntax error", "'}' expected"],
+    );
+}
+
+#[test]
+fn lua_runtime_error() {
+    assert_load_error(
+        |p| {
+            p.write("models/extra.lua", "local regions = {}\nerror(\"no regions configured for \" .. #regions .. \" markets\")\n");
+        },
+        &["models/extra.lua:2", "no regions configured for 0 markets"],
+    );
+}
