@@ -3,7 +3,7 @@
 //! on DuckDB in the same run.
 //!
 //! ```text
-//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct]
+//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR]
 //! ```
 //! Default: N = 100 500 2000, 200,000 event rows, 3 repetitions of the cheap timings (median).
 //!
@@ -159,6 +159,26 @@ fn replay(conn: &duckdb::Connection, calls: &[Call]) -> anyhow::Result<Duration>
     Ok(t.elapsed())
 }
 
+/// Writes recorded calls with their durations, one SQL script per apply.
+fn dump(path: &std::path::Path, calls: &[(Call, Duration)]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for (c, d) in calls {
+        let (what, body) = match c {
+            Call::Execute(s) => ("execute", s.clone()),
+            Call::Transaction(st) => ("transaction", format!("BEGIN TRANSACTION;\n{};\nCOMMIT", st.join(";\n"))),
+            Call::Describe(q) => ("describe", format!("DESCRIBE {q}")),
+            Call::Query(q) => ("query", q.clone()),
+        };
+        let _ = writeln!(out, "-- {what}: {} ms\n{body};\n", ms(*d));
+    }
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    std::fs::write(path, out)?;
+    Ok(())
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -233,10 +253,11 @@ struct Args {
     reps: usize,
     keep: Option<PathBuf>,
     direct: bool,
+    dump: Option<PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true };
+    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true, dump: None };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -246,8 +267,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--reps" => a.reps = val("--reps")?.parse::<usize>()?.max(1),
             "--keep" => a.keep = Some(val("--keep")?.into()),
             "--no-direct" => a.direct = false,
+            "--dump" => a.dump = Some(val("--dump")?.into()),
             "-h" | "--help" => {
-                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct]");
+                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR]");
                 std::process::exit(0);
             }
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
@@ -329,7 +351,11 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
     let t = Instant::now();
     let report = apply::apply(&project, &dev, &state, &mut engine, &Options { applied_by: "bench".into() })?;
     let apply_t = t.elapsed();
-    let (apply_engine, build_calls, dev_swap) = split(&engine.take());
+    let calls = engine.take();
+    if let Some(d) = &args.dump {
+        dump(&d.join(format!("apply-dev-{n}.sql")), &calls)?;
+    }
+    let (apply_engine, build_calls, dev_swap) = split(&calls);
     eprintln!("[n={n}] apply dev: {} ms, built {}, {} intervals", ms(apply_t), report.built.len(), report.intervals);
 
     // No-op plan.

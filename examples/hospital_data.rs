@@ -27,7 +27,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 /// Default seed: the same seed gives the same files.
-const SEED: u64 = 0x00E5_3E5B_2026_0101;
+pub const SEED: u64 = 0x00E5_3E5B_2026_0101;
 /// 2026-01-01T00:00:00Z as Unix seconds.
 const START: i64 = 1_767_225_600;
 /// 2026-07-01T00:00:00Z as Unix seconds (exclusive end of the data).
@@ -266,6 +266,12 @@ fn main() -> std::io::Result<()> {
         }),
         None => SEED,
     };
+    generate(&out_dir, seed)
+}
+
+/// Writes `moves.csv` and `departments.csv` into `out_dir`; the same seed gives byte-identical
+/// files.
+pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     let mut rng = Rng(seed);
 
     // 1. Cases, patient by patient: a first admission, then maybe readmissions 2-90 days after
@@ -335,7 +341,7 @@ fn main() -> std::io::Result<()> {
     rows.sort_by_key(|r| (r.recorded_at, r.move_id));
 
     // 4. Files.
-    std::fs::create_dir_all(&out_dir)?;
+    std::fs::create_dir_all(out_dir)?;
     let mut w = BufWriter::new(File::create(out_dir.join("moves.csv"))?);
     writeln!(w, "move_id,case_id,patient_id,dept,event,moved_at,recorded_at")?;
     for r in &rows {

@@ -124,7 +124,7 @@ fn lua_query(sql: &str, parents: &[String]) -> String {
     while let Some(i) = rest.find('§') {
         let text = &rest[..i];
         if !text.is_empty() {
-            push(&mut out, &format!("[==[{text}]==]"));
+            push(&mut out, &format!("[==[\n{text}]==]"));
         }
         let digit = rest[i + '§'.len_utf8()..].chars().next().expect("marker digit");
         let idx = digit.to_digit(10).expect("digit") as usize;
@@ -132,7 +132,7 @@ fn lua_query(sql: &str, parents: &[String]) -> String {
         rest = &rest[i + '§'.len_utf8() + 1..];
     }
     if !rest.is_empty() {
-        push(&mut out, &format!("[==[{rest}]==]"));
+        push(&mut out, &format!("[==[\n{rest}]==]"));
     }
     out
 }
@@ -309,7 +309,7 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
         };
     }
     let mut taken: Vec<String> = Vec::new();
-    let mut pick = |rng: &mut Rng, s: Shape, taken: &mut Vec<String>| -> Option<String> {
+    let pick = |rng: &mut Rng, s: Shape, taken: &mut Vec<String>| -> Option<String> {
         let g = pools.pick(rng, s, layer, taken)?;
         taken.push(g.name.clone());
         Some(g.name)

@@ -79,14 +79,19 @@ fn load(config_path: &std::path::Path) -> Result<Project> {
     Project::load(&config).map_err(|e: LoadErrors| Reported(e.to_string()).into())
 }
 
-fn open_state(project: &Project) -> Result<StateStore> {
+/// Opens the state store. With `create == false` a project that has no store yet gets an empty
+/// in-memory one, so `plan` (and an apply that ends up not applying) never creates files.
+fn open_state(project: &Project, create: bool) -> Result<StateStore> {
     let path = project.config.state_path();
+    if !create && !path.exists() {
+        return Ok(StateStore::open_in_memory()?);
+    }
     StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))
 }
 
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
-    let state = open_state(&project)?;
+    let state = open_state(&project, false)?;
     let plan = plan::plan(&project, &state, env, now)?;
     if json {
         out.json(serde_json::to_value(&plan)?)?;
@@ -109,7 +114,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
 
 fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
-    let state = open_state(&project)?;
+    let mut state = open_state(&project, false)?;
     let plan = plan::plan(&project, &state, env, now)?;
     if !json {
         out.text(&printer::plan_text(&plan))?;
@@ -143,6 +148,10 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, now: Mi
             }
             return Ok(Exit::Success);
         }
+    }
+    if !project.config.state_path().exists() {
+        // The plan was computed against an empty store; this is the same store, now on disk.
+        state = open_state(&project, true)?;
     }
     let engine_path = project.config.engine_path();
     let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;

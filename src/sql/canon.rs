@@ -14,12 +14,15 @@
 //!    encodes precedence, so the parentheses carry no meaning), make every `::` cast a `CAST`,
 //!    lower-case function names (DuckDB resolves them case-insensitively) and spell join
 //!    operators one way (`JOIN` = `INNER JOIN`, `LEFT OUTER JOIN` = `LEFT JOIN`, …).
-//! 3. Serialise the AST with serde to a [`serde_json::Value`] and drop every piece of source
-//!    position or spelling: `span` (identifier and literal positions), `*_token` (the keyword
-//!    tokens sqlparser attaches for diagnostics, which remember keyword case), `quote_style`
-//!    (identifier quoting) and `explicit` (whether a table alias was written with `AS`).
-//! 4. Print the value as compact JSON. Field order is the AST's declaration order, so the text
-//!    is deterministic for a given sqlparser version.
+//! 3. Serialise the AST with serde straight to compact JSON, leaving out every struct field that
+//!    records how the text was written rather than what it means: `span` (source positions of
+//!    identifiers and literals), `*_token` (the keyword tokens sqlparser attaches for
+//!    diagnostics, which remember keyword case), `quote_style` (identifier quoting) and
+//!    `explicit` (whether an alias was written with `AS`). Comments and whitespace never reach
+//!    the AST. Field order is the AST's declaration order, so the text is deterministic for a
+//!    given sqlparser version; a sqlparser upgrade that changes the AST's shape changes the
+//!    text, which is what [`FINGERPRINT_VERSION`](super::fingerprint::FINGERPRINT_VERSION) is
+//!    for (the frozen-fingerprint golden test catches it).
 //!
 //! When sqlparser cannot parse a body, [`canonicalize_with_fallback`] asks DuckDB itself
 //! (`json_serialize_sql`) and keeps its JSON without `query_location` ([`normalize_duckdb_json`]);
@@ -195,6 +198,27 @@ fn split_location(raw: &str) -> (&str, Option<u64>, Option<u64>) {
 pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
     let query = parse_query(sql)?;
     Ok(canonical_of(query))
+}
+
+/// sqlparser's own rendering of the query in `sql` (one line, keywords upper-case, parentheses
+/// and quoting kept, comments dropped), *before* normalisation.
+///
+/// A formatting-only rewrite: `canonicalize(&reprint(sql)?)` equals `canonicalize(sql)`, which
+/// the golden tests check for every body (the round-trip rule of `STYLE.md`).
+///
+/// # Errors
+/// As [`canonicalize`].
+///
+/// # Example
+/// ```
+/// use efmesh::sql::canon::{canonicalize, reprint};
+/// let sql = "select a -- the key\nfrom s.t;";
+/// assert_eq!(reprint(sql)?, "SELECT a FROM s.t");
+/// assert_eq!(canonicalize(&reprint(sql)?)?, canonicalize(sql)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn reprint(sql: &str) -> Result<String, SqlError> {
+    Ok(parse_query(sql)?.to_string())
 }
 
 /// Like [`canonicalize`], but when sqlparser cannot parse `sql`, asks DuckDB.
@@ -618,72 +642,174 @@ fn lowercase_parts(parts: &mut [ObjectNamePart]) {
     }
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn canon(sql: &str) -> String {
+        canonicalize(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).text
+    }
+
     #[test]
-    fn explore() {
-        let body = r#"
-WITH daily AS (
-  SELECT s.patient_id, date_trunc('day', s.admitted_at) AS day, count(*) AS n,
-         sum(CASE WHEN s.ward = 'ICU' THEN 1 ELSE 0 END) AS icu
-  FROM med.stays s
-  LEFT JOIN med.patients p ON p.id = s.patient_id
-  WHERE s.admitted_at >= $start AND s.admitted_at < $end
-  GROUP BY 1, 2
-)
-SELECT patient_id, day, n, icu::DOUBLE / n AS icu_share,
-       row_number() OVER (PARTITION BY patient_id ORDER BY day DESC) AS rn
-FROM daily
-WHERE n > 0
-"#;
-        let t = std::time::Instant::now();
-        let n = 2000;
-        let mut len = 0;
-        for _ in 0..n {
-            len = canonicalize(body).unwrap().text.len();
+    fn spelling_is_invisible() {
+        let base = canon("SELECT a AS b, count(*) AS n FROM s.t AS x JOIN s.u AS y ON x.id = y.id GROUP BY a");
+        for v in [
+            "select a b, COUNT(*) n from s.t x inner join s.u y on (x.id = y.id) group by a;",
+            "SELECT \"a\" AS \"b\", Count(*) AS n /* c */ FROM \"s\".\"t\" AS \"x\"\n JOIN s.u y ON ((x.id) = (y.id)) -- c\n GROUP BY (a)",
+        ] {
+            assert_eq!(canon(v), base, "{v}");
         }
-        let el = t.elapsed();
-        println!("{n} bodies in {el:?} ({:?}/body), text {len} bytes", el / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            let _ = Parser::parse_sql(&DuckDbDialect {}, body).unwrap();
+    }
+
+    #[test]
+    fn no_position_or_spelling_data_survives() {
+        let text = canon("SELECT \"A\" AS x FROM s.t AS y WHERE z = $start");
+        for key in ["\"span\":", "\"quote_style\":", "\"explicit\":", "_token\":", "\"line\":", "\"column\":"] {
+            assert!(!text.contains(key), "{key} in {text}");
         }
-        println!("parse only {:?}/body", t.elapsed() / n);
-        let q = parse_query(body).unwrap();
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            let mut q = q.clone();
+        assert!(text.contains("\"$start\""), "{text}");
+    }
+
+    #[test]
+    fn casts_and_joins_have_one_spelling() {
+        assert_eq!(canon("SELECT a::INT"), canon("SELECT CAST(a AS INT)"));
+        assert_ne!(canon("SELECT a::INT"), canon("SELECT TRY_CAST(a AS INT)"));
+        assert_eq!(canon("SELECT * FROM a LEFT OUTER JOIN b USING (k)"), canon("SELECT * FROM a LEFT JOIN b USING (k)"));
+        assert_eq!(canon("SELECT * FROM a RIGHT OUTER JOIN b USING (k)"), canon("SELECT * FROM a RIGHT JOIN b USING (k)"));
+        assert_ne!(canon("SELECT * FROM a LEFT JOIN b USING (k)"), canon("SELECT * FROM a JOIN b USING (k)"));
+    }
+
+    #[test]
+    fn parentheses_go_but_precedence_stays() {
+        assert_eq!(canon("SELECT ((a + b)) * c"), canon("SELECT (a + b) * c"));
+        assert_ne!(canon("SELECT (a + b) * c"), canon("SELECT a + b * c"));
+        assert_eq!(canon("SELECT a + (b * c)"), canon("SELECT a + b * c"));
+        assert_eq!(canon("((SELECT 1))"), canon("SELECT 1"));
+        assert_eq!(canon("(SELECT 1) UNION ALL (SELECT 2)"), canon("SELECT 1 UNION ALL SELECT 2"));
+        assert_ne!(canon("SELECT 1 UNION (SELECT 2 INTERSECT SELECT 3)"), canon("(SELECT 1 UNION SELECT 2) INTERSECT SELECT 3"));
+        assert_ne!(canon("SELECT 1 UNION (SELECT 2 LIMIT 1)"), canon("SELECT 1 UNION SELECT 2 LIMIT 1"));
+    }
+
+    #[test]
+    fn function_names_fold_but_identifiers_keep_case() {
+        assert_eq!(canon("SELECT SUM(x) FROM READ_PARQUET('f')"), canon("select sum(x) from read_parquet('f')"));
+        assert_ne!(canon("SELECT X FROM t"), canon("SELECT x FROM t"));
+        assert_ne!(canon("SELECT x AS Y FROM t"), canon("SELECT x AS y FROM t"));
+        assert_ne!(canon("SELECT x FROM T"), canon("SELECT x FROM t"));
+    }
+
+    #[test]
+    fn errors_name_what_was_found_and_where() {
+        let e = canonicalize("SELECT a FROM t WHERE").unwrap_err();
+        assert!(matches!(e, SqlError::Parse { .. }), "{e:?}");
+        println!("{e}");
+        let e = canonicalize("SELECT a FROM t WHERE )").unwrap_err();
+        println!("{e}");
+        assert_eq!(e.line(), Some(1));
+        assert!(e.column().is_some());
+        let e = canonicalize("SELECT 1,\n  2 +* FROM t").unwrap_err();
+        assert_eq!(e.line(), Some(2), "{e}");
+        assert!(e.to_string().starts_with("cannot parse SQL at line 2, column "), "{e}");
+        assert!(!e.to_string().ends_with('.'));
+
+        let e = canonicalize("DELETE FROM t").unwrap_err();
+        assert_eq!(e.to_string(), "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found a `DELETE FROM` statement");
+        let e = canonicalize("CREATE TABLE t (a INT)").unwrap_err();
+        assert!(e.to_string().ends_with("found a `CREATE TABLE` statement"), "{e}");
+        let e = canonicalize("SELECT 1; SELECT 2").unwrap_err();
+        assert!(e.to_string().ends_with("found 2 statements"), "{e}");
+        let e = canonicalize(" -- nothing\n").unwrap_err();
+        assert!(e.to_string().ends_with("found no statement"), "{e}");
+        assert!(canonicalize("VALUES (1, 'a'), (2, 'b')").is_ok());
+        assert!(canonicalize("WITH x AS (SELECT 1) SELECT * FROM x;").is_ok());
+    }
+
+    #[test]
+    fn split_location_reads_sqlparser_suffixes() {
+        assert_eq!(split_location("Expected: x, found: y at Line: 3, Column: 14"), ("Expected: x, found: y", Some(3), Some(14)));
+        assert_eq!(split_location("recursion limit exceeded"), ("recursion limit exceeded", None, None));
+    }
+
+    #[test]
+    fn fallback_is_used_only_when_sqlparser_fails() {
+        let calls = std::cell::Cell::new(0);
+        let ok = |_: &str| -> Result<String, String> {
+            calls.set(calls.get() + 1);
+            Ok(r#"{"error":false,"statements":[{"node":{"query_location":3,"x":[{"query_location":1}]}}]}"#.into())
+        };
+        let c = canonicalize_with_fallback("SELECT 1", &ok).unwrap();
+        assert_eq!((c.source, calls.get()), (CanonSource::SqlParser, 0));
+        println!("{:?}", canonicalize("SELECT 1 FROM"));
+        let c = canonicalize_with_fallback("SELECT 1 FROM", &ok).unwrap();
+        assert_eq!((c.source, calls.get()), (CanonSource::DuckDbJson, 1));
+        assert_eq!(c.text, r#"{"error":false,"statements":[{"node":{"x":[{}]}}]}"#);
+        assert!(matches!(canonicalize_with_fallback("DELETE FROM t", &ok), Err(SqlError::NotAQuery { .. })));
+        assert_eq!(calls.get(), 1);
+
+        let rejected = |_: &str| -> Result<String, String> {
+            Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"FRM\""}"#.into())
+        };
+        let e = canonicalize_with_fallback("SELECT 1 FRM", &rejected).unwrap_err();
+        assert_eq!(e.to_string(), "DuckDB cannot parse SQL: syntax error at or near \"FRM\"");
+
+        let down = |_: &str| -> Result<String, String> { Err("database is locked.".into()) };
+        let e = canonicalize_with_fallback("SELECT 1 FRM x y z", &down).unwrap_err();
+        assert!(matches!(e, SqlError::Fallback { .. }), "{e:?}");
+        assert!(e.to_string().ends_with("the DuckDB fallback failed: database is locked"), "{e}");
+    }
+
+    #[test]
+    fn duckdb_json_must_hold_one_statement() {
+        assert!(matches!(normalize_duckdb_json("nope"), Err(SqlError::BadDuckDbJson { .. })));
+        assert!(matches!(normalize_duckdb_json("[]"), Err(SqlError::BadDuckDbJson { .. })));
+        assert!(matches!(normalize_duckdb_json(r#"{"error":false}"#), Err(SqlError::BadDuckDbJson { .. })));
+        let two = r#"{"error":false,"statements":[{"node":{}},{"node":{}}]}"#;
+        assert_eq!(normalize_duckdb_json(two).unwrap_err().to_string(), "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found 2 statements");
+        let not_select = r#"{"error":true,"error_type":"not implemented","error_message":"Only SELECT statements can be serialized to json!"}"#;
+        assert_eq!(normalize_duckdb_json(not_select).unwrap_err().to_string(), "DuckDB cannot parse SQL: Only SELECT statements can be serialized to json!");
+    }
+
+    #[test]
+    fn direct_serialisation_matches_pruning_a_json_value() {
+        // The fast path (a filtering serializer) must equal the obvious one (build a
+        // `serde_json::Value`, prune it).
+        for sql in [
+            "WITH d AS (SELECT a, CASE WHEN b THEN 1 ELSE 0 END AS c FROM s.t AS x) SELECT * FROM d ORDER BY a DESC LIMIT 3",
+            "SELECT row_number() OVER (PARTITION BY a ORDER BY b) AS rn, \"Q\" FROM s.t t JOIN s.u USING (k) WHERE ts >= $start",
+        ] {
+            let mut q = parse_query(sql).unwrap();
             let _ = q.visit(&mut Normalizer);
+            let mut v = serde_json::to_value(&q).unwrap();
+            strip_keys(&mut v, &is_spelling_key);
+            assert_eq!(canon(sql), v.to_string());
         }
-        println!("clone+visit {:?}/body", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        let mut v = Value::Null;
-        for _ in 0..n { v = serde_json::to_value(&q).unwrap(); }
-        println!("to_value {:?}/body", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { let mut v = v.clone(); strip_keys(&mut v, &is_spelling_key); }
-        println!("clone+strip {:?}/body", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { let _ = v.to_string(); }
-        println!("to_string {:?}/body", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { let _ = serde_json::to_string(&q).unwrap(); }
-        println!("direct to_string {:?}/body", t.elapsed() / n);
-        let mut v2 = serde_json::to_value(&q).unwrap();
-        strip_keys(&mut v2, &is_spelling_key);
-        let mut qn = q.clone();
-        let _ = qn.visit(&mut Normalizer);
-        let mut v3 = serde_json::to_value(&qn).unwrap();
-        strip_keys(&mut v3, &is_spelling_key);
-        assert_eq!(v3.to_string(), canonicalize(body).unwrap().text);
-        let small = "SELECT id, amount::DOUBLE AS amount, created_at FROM raw.orders WHERE created_at >= $start AND created_at < $end";
-        let t = std::time::Instant::now();
-        for _ in 0..n { let _ = Parser::parse_sql(&DuckDbDialect {}, small).unwrap(); }
-        println!("small parse {:?}/body", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { let _ = canonicalize(small).unwrap(); }
-        println!("small canon {:?}/body", t.elapsed() / n);
+    }
+
+    /// `scripts/cargo test --lib sql::canon::tests::bench -- --ignored --nocapture`
+    #[test]
+    #[ignore = "timing, run by hand"]
+    fn bench() {
+        let bodies = [
+            "SELECT id, amount::DOUBLE AS amount, created_at FROM raw.orders WHERE created_at >= $start AND created_at < $end",
+            "WITH daily AS (SELECT s.patient_id, date_trunc('day', s.admitted_at) AS day, count(*) AS n, \
+             sum(CASE WHEN s.ward = 'ICU' THEN 1 ELSE 0 END) AS icu FROM med.stays s \
+             LEFT JOIN med.patients p ON p.id = s.patient_id WHERE s.admitted_at >= $start AND s.admitted_at < $end \
+             GROUP BY 1, 2) SELECT patient_id, day, n, icu::DOUBLE / n AS icu_share, \
+             row_number() OVER (PARTITION BY patient_id ORDER BY day DESC) AS rn FROM daily WHERE n > 0",
+        ];
+        for body in bodies {
+            let n = 2000u32;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                let _ = Parser::parse_sql(&DuckDbDialect {}, body);
+            }
+            let parse = t.elapsed() / n;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                let _ = canonicalize(body);
+            }
+            println!("{} bytes: parse {parse:?}, canonicalize {:?} per body", body.len(), t.elapsed() / n);
+        }
     }
 }

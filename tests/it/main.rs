@@ -3,3 +3,4 @@ mod common;
 mod cli_apply;
 mod load_errors;
 mod backfill;
+mod examples;
