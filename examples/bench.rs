@@ -3,7 +3,7 @@
 //! on DuckDB in the same run.
 //!
 //! ```text
-//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR]
+//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K]
 //! ```
 //! Default: N = 100 500 2000, 200,000 event rows, 3 repetitions of the cheap timings (median).
 //!
@@ -254,10 +254,12 @@ struct Args {
     keep: Option<PathBuf>,
     direct: bool,
     dump: Option<PathBuf>,
+    /// Extra repetitions of the no-op plan and of cold canonicalisation, for `perf record`.
+    plan_loops: usize,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true, dump: None };
+    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true, dump: None, plan_loops: 0 };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -268,8 +270,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--keep" => a.keep = Some(val("--keep")?.into()),
             "--no-direct" => a.direct = false,
             "--dump" => a.dump = Some(val("--dump")?.into()),
+            "--plan-loops" => a.plan_loops = val("--plan-loops")?.parse()?,
             "-h" | "--help" => {
-                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR]");
+                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K]");
                 std::process::exit(0);
             }
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
@@ -367,6 +370,23 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
         assert!(!p.has_changes, "plan after apply must be empty");
     }
     let noop_plan = median(noops);
+    if args.plan_loops > 0 {
+        let t = Instant::now();
+        for _ in 0..args.plan_loops {
+            std::hint::black_box(plan::plan(&project, &state, "dev", now)?);
+        }
+        eprintln!("[n={n}] {} no-op plans: {} ms each", args.plan_loops, ms(t.elapsed() / args.plan_loops as u32));
+        let t = Instant::now();
+        for _ in 0..args.plan_loops {
+            std::hint::black_box(plan::versions(&project, &HashMap::new())?);
+        }
+        eprintln!("[n={n}] {} cold versions(): {} ms each", args.plan_loops, ms(t.elapsed() / args.plan_loops as u32));
+        let t = Instant::now();
+        for _ in 0..args.plan_loops.div_ceil(10) {
+            std::hint::black_box(Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?);
+        }
+        eprintln!("[n={n}] {} loads: {} ms each", args.plan_loops.div_ceil(10), ms(t.elapsed() / args.plan_loops.div_ceil(10) as u32));
+    }
     let noop_split = plan_split(&project, &state, "dev")?;
 
     // Promote to prod: plan + apply, a view swap only.

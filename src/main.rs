@@ -23,6 +23,9 @@ fn main() -> ExitCode {
             for cause in e.chain().skip(1) {
                 msg.push_str(&format!("\n  caused by: {cause}"));
             }
+            if let Some(hint) = cli::hint_for(&e) {
+                msg.push_str(&format!("\n  hint: {hint}"));
+            }
             eprintln!("{msg}");
             ExitCode::from(Exit::Error.code())
         }

@@ -46,6 +46,23 @@ impl Exit {
 #[error("{0}")]
 pub struct Reported(pub String);
 
+/// The `hint:` line for an error anywhere in `err`'s cause chain, when one helps.
+pub fn hint_for(err: &anyhow::Error) -> Option<String> {
+    err.chain().find_map(|e| {
+        let state = e
+            .downcast_ref::<crate::state::StateError>()
+            .or_else(|| match e.downcast_ref::<crate::plan::PlanError>() {
+                Some(crate::plan::PlanError::State(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<crate::apply::ApplyError>() {
+                Some(crate::apply::ApplyError::State(s)) => Some(s),
+                _ => None,
+            });
+        state.and_then(|s| s.hint()).map(str::to_string)
+    })
+}
+
 /// Installs the stderr logger: pretty at a TTY, plain one-line records otherwise.
 pub fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("efmesh={level},warn")));

@@ -21,7 +21,7 @@ use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, fingerprint, phy
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// The schema holding every physical relation.
 pub const PHYSICAL_SCHEMA: &str = "_efmesh";
@@ -252,8 +252,6 @@ pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Re
     let versions = versions(project, &cache)?;
     let pointers = state.env_pointers(env)?;
     let snapshots = state.snapshot_keys()?;
-    let done_all = state.all_done_intervals()?;
-    let empty = BTreeSet::new();
 
     let mut actions = Vec::with_capacity(project.dag.len());
     for model in project.dag.models() {
@@ -270,8 +268,9 @@ pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Re
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let wanted = interval::wanted(t.start, t.end, t.grain, now);
-                let done = done_all.get(&(name_s.clone(), fp.as_str().to_string())).unwrap_or(&empty);
-                let missing = interval::missing(&wanted, done, t.lookback);
+                // Only this version's ledger: older versions' rows never matter here.
+                let done = state.done_intervals(&name_s, fp.as_str())?;
+                let missing = interval::missing(&wanted, &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
             None => (Vec::new(), 0),

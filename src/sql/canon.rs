@@ -137,12 +137,17 @@ impl SqlError {
         }
     }
 
-    fn from_parser(e: ParserError) -> Self {
+    fn from_parser(e: ParserError, sql: &str) -> Self {
         let raw = match e {
             ParserError::TokenizerError(s) | ParserError::ParserError(s) => s,
             ParserError::RecursionLimitExceeded => "recursion limit exceeded".to_string(),
         };
-        let (message, line, column) = split_location(&raw);
+        let (message, mut line, mut column) = split_location(&raw);
+        if line.is_none() && message.ends_with("found: EOF") {
+            // sqlparser gives no location for the end of input: point just past the last token.
+            let (l, c) = end_of_text(sql);
+            (line, column) = (Some(l), Some(c));
+        }
         SqlError::Parse { message: trim_period(message).to_string(), line, column }
     }
 }
@@ -158,6 +163,14 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
 
 fn trim_period(s: &str) -> &str {
     s.trim_end().strip_suffix('.').unwrap_or(s.trim_end())
+}
+
+/// 1-based (line, column) just after the last non-whitespace character of `sql`.
+fn end_of_text(sql: &str) -> (u64, u64) {
+    let text = sql.trim_end();
+    let line = text.matches('\n').count() as u64 + 1;
+    let last = text.rsplit('\n').next().unwrap_or("");
+    (line, last.chars().count() as u64 + 1)
 }
 
 /// Splits sqlparser's `"<message> at Line: L, Column: C"` into its parts.
@@ -308,7 +321,7 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
 
 /// Parses `sql` and returns its single query.
 fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
-    let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(SqlError::from_parser)?;
+    let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| SqlError::from_parser(e, sql))?;
     let n = statements.len();
     let mut it = statements.into_iter();
     match (it.next(), n) {
@@ -701,13 +714,11 @@ mod tests {
 
     #[test]
     fn errors_name_what_was_found_and_where() {
-        let e = canonicalize("SELECT a FROM t WHERE").unwrap_err();
-        assert!(matches!(e, SqlError::Parse { .. }), "{e:?}");
-        println!("{e}");
         let e = canonicalize("SELECT a FROM t WHERE )").unwrap_err();
-        println!("{e}");
-        assert_eq!(e.line(), Some(1));
-        assert!(e.column().is_some());
+        assert!(matches!(e, SqlError::Parse { .. }), "{e:?}");
+        assert_eq!((e.line(), e.column()), (Some(1), Some(23)), "{e}");
+        let e = canonicalize("SELECT a\nFROM t WHERE  \n").unwrap_err();
+        assert_eq!(e.to_string(), "cannot parse SQL at line 2, column 13: Expected: an expression, found: EOF");
         let e = canonicalize("SELECT 1,\n  2 +* FROM t").unwrap_err();
         assert_eq!(e.line(), Some(2), "{e}");
         assert!(e.to_string().starts_with("cannot parse SQL at line 2, column "), "{e}");
@@ -740,7 +751,6 @@ mod tests {
         };
         let c = canonicalize_with_fallback("SELECT 1", &ok).unwrap();
         assert_eq!((c.source, calls.get()), (CanonSource::SqlParser, 0));
-        println!("{:?}", canonicalize("SELECT 1 FROM"));
         let c = canonicalize_with_fallback("SELECT 1 FROM", &ok).unwrap();
         assert_eq!((c.source, calls.get()), (CanonSource::DuckDbJson, 1));
         assert_eq!(c.text, r#"{"error":false,"statements":[{"node":{"x":[{}]}}]}"#);
@@ -750,11 +760,11 @@ mod tests {
         let rejected = |_: &str| -> Result<String, String> {
             Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"FRM\""}"#.into())
         };
-        let e = canonicalize_with_fallback("SELECT 1 FRM", &rejected).unwrap_err();
+        let e = canonicalize_with_fallback("SELECT 1 FROM", &rejected).unwrap_err();
         assert_eq!(e.to_string(), "DuckDB cannot parse SQL: syntax error at or near \"FRM\"");
 
         let down = |_: &str| -> Result<String, String> { Err("database is locked.".into()) };
-        let e = canonicalize_with_fallback("SELECT 1 FRM x y z", &down).unwrap_err();
+        let e = canonicalize_with_fallback("SELECT 1 FROM", &down).unwrap_err();
         assert!(matches!(e, SqlError::Fallback { .. }), "{e:?}");
         assert!(e.to_string().ends_with("the DuckDB fallback failed: database is locked"), "{e}");
     }

@@ -224,3 +224,68 @@ pub fn normalize_type(ty: &str) -> String {
 pub fn physical_table(name: &ModelName, fp: &Fingerprint) -> String {
     format!("{}__{}__{}", name.schema(), name.table(), fp.as_str())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Column, Kind, Location, Schema};
+
+    fn model(name: &str) -> Model {
+        Model {
+            name: ModelName::parse(name).unwrap(),
+            kind: Kind::Full,
+            schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
+            body: None,
+            grain: vec![],
+            description: None,
+            location: Location { file: "m.lua".into(), line: 1 },
+        }
+    }
+
+    #[test]
+    fn physical_names_of_different_models_never_collide() {
+        // `a__b.c` and `a.b__c` share the prefix `a__b__c`; the fingerprint, which hashes the
+        // model name, tells them apart.
+        let (x, y) = (model("a__b.c"), model("a.b__c"));
+        let body = Some("SELECT 1");
+        let (fx, fy) = (fingerprint(&x, body, &BTreeMap::new()), fingerprint(&y, body, &BTreeMap::new()));
+        assert_ne!(fx, fy);
+        let (px, py) = (physical_table(&x.name, &fx), physical_table(&y.name, &fy));
+        assert_ne!(px, py);
+        assert!(px.starts_with("a__b__c__") && py.starts_with("a__b__c__"));
+        // The fingerprint is always the fixed-length tail after the last `__`.
+        assert_eq!(px.rsplit_once("__").unwrap().1, fx.as_str());
+    }
+
+    #[test]
+    fn payload_keys_come_in_a_fixed_order() {
+        let mut parents = BTreeMap::new();
+        parents.insert(ModelName::parse("z.p").unwrap(), Fingerprint::from("f".repeat(64)));
+        parents.insert(ModelName::parse("a.p").unwrap(), Fingerprint::from("e".repeat(64)));
+        let p = payload(&model("s.t"), None, &parents);
+        let keys: Vec<&str> = p.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["v", "name", "kind", "columns", "grain", "body", "parents"]);
+        assert_eq!(p["parents"][0], format!("a.p={}", "e".repeat(64)));
+        assert_eq!(p["columns"], json!([["id", "bigint"]]));
+    }
+
+    #[test]
+    fn declared_types_are_compared_loosely_in_spelling_only() {
+        assert_eq!(normalize_type("  TIMESTAMP   WITH\tTIME ZONE "), "timestamp with time zone");
+        assert_eq!(normalize_type("DECIMAL(18, 3)"), "decimal(18, 3)");
+    }
+
+    #[test]
+    fn fingerprints_parse_strictly_and_serialise_as_strings() {
+        let hex = "0123456789abcdef".repeat(4);
+        let fp: Fingerprint = hex.parse().unwrap();
+        assert_eq!((fp.as_str(), fp.short(), fp.to_string()), (hex.as_str(), "0123456789ab", hex.clone()));
+        assert!(Fingerprint::parse(&hex.to_uppercase()).is_err());
+        assert!(Fingerprint::parse(&hex[1..]).is_err());
+        assert!(Fingerprint::parse(&format!("{}g", &hex[1..])).is_err());
+        let json = serde_json::to_string(&fp).unwrap();
+        assert_eq!(json, format!("\"{hex}\""));
+        assert_eq!(serde_json::from_str::<Fingerprint>(&json).unwrap(), fp);
+        assert!(serde_json::from_str::<Fingerprint>("\"abc\"").is_err());
+    }
+}

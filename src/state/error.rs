@@ -109,7 +109,7 @@ impl StateError {
     pub fn hint(&self) -> Option<&'static str> {
         match self {
             StateError::Version { found, wanted, .. } if found < wanted => {
-                Some("the store was written by an older efmesh; upgrade it with `efmesh migrate`")
+                Some("the store predates this efmesh's format and cannot be read; move it aside to start afresh")
             }
             StateError::Version { .. } => Some("the store was written by a newer efmesh; use that version"),
             _ if self.is_busy() => Some("another efmesh process is writing the state store; retry when it is done"),
