@@ -6,7 +6,7 @@
 //!
 //! ```toml
 //! [project]
-//! models = ["models/**/*.lua"]   # discovery globs (default shown)
+//! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
@@ -19,7 +19,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// Default discovery globs.
-pub const DEFAULT_MODEL_GLOBS: &[&str] = &["models/**/*.lua"];
+pub const DEFAULT_MODEL_GLOBS: &[&str] = &["models/**/*.{lua,rhai,sql}"];
 
 /// Errors reading or validating `efmesh.toml`.
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +219,6 @@ mod tests {
         let c = Config::parse(Path::new("/p/q/efmesh.toml"), "[state]\npath = \"s/state.db\"\n").unwrap();
         assert_eq!(c.state_path(), PathBuf::from("/p/q/s/state.db"));
         assert_eq!(c.engine_path(), PathBuf::from("/p/q/efmesh.duckdb"));
-        assert_eq!(c.project.models, vec!["models/**/*.lua".to_string()]);
+        assert_eq!(c.project.models, vec!["models/**/*.{lua,rhai,sql}".to_string()]);
     }
 }

@@ -8,7 +8,7 @@
 //! clock. `require` resolves only files inside the project. A memory limit and a wall-clock
 //! budget per file (checked every 10 000 VM instructions) turn runaway scripts into load errors.
 
-use super::builder::{Site, Sites, build_model, expand_all_cols};
+use super::builder::{Site, Sites, build_model};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, Value};
@@ -458,9 +458,7 @@ impl LuaHost {
             errors.dedup();
             return Err(LoadErrors(errors));
         }
-        let mut models = std::mem::take(&mut s.models);
-        expand_all_cols(&mut models);
-        Ok(models)
+        Ok(std::mem::take(&mut s.models))
     }
 }
 
