@@ -1,12 +1,368 @@
-//! Raw `.sql` model files (being written).
+//! Raw `.sql` model files: a header of `-- key: value` comment lines, then the query.
+//!
+//! ```sql
+//! -- name:   med.census_daily
+//! -- kind:   full
+//! -- schema: day date, dept varchar, patients bigint
+//! -- grain:  day, dept
+//! -- refs:   med.stays
+//! -- description: Patients per department and day
+//! SELECT date_trunc('day', entered_at)::date AS day, dept, count(DISTINCT case_id) AS patients
+//! FROM @ref(med.stays)
+//! GROUP BY ALL
+//! ```
+//!
+//! - `kind` takes options in parentheses: `incremental_by_time_range(time_column = moved_at,
+//!   start = 2026-01-01, grain = day, batch_size = 7, lookback = 2)`, `external(path =
+//!   data/x.csv, null_markers = [NA])`. Values are bare words, `'quoted strings'`, numbers,
+//!   `true`/`false` or `[lists]`.
+//! - A line of the header that has no `key:` continues the previous key (long schemas).
+//! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
+//!   declared ref must be used (the original's rule: refs are explicit in raw SQL).
+//! - `@start` / `@end` are the interval bounds, as in every language.
+//!
+//! The file becomes the same [`Model`] the Lua and Rhai hosts build (through
+//! [`super::builder::build_model`]), so the same model in any language has the same fingerprint.
 
-use crate::core::{LoadError, LoadErrors, Location, Model};
+use super::builder::{Site, Sites, build_model};
+use crate::core::error::did_you_mean;
+use crate::core::fragment::RefSite;
+use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-/// Parses `.sql` model files.
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description"];
+
+/// Parses every `.sql` model file (paths relative to `root`).
 ///
 /// # Errors
-/// Every load error, with file:line.
-pub fn load(_root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    Err(LoadErrors(files.iter().map(|f| LoadError::new(Some(Location { file: f.clone(), line: 0 }), None, ".sql models are not supported yet")).collect()))
+/// Every problem found, each with file:line.
+pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
+    let mut models = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        match std::fs::read_to_string(root.join(f)) {
+            Ok(text) => match parse(f, &text) {
+                Ok(m) => models.push(m),
+                Err(e) => errors.extend(e),
+            },
+            Err(e) => errors.push(LoadError::new(Some(Location { file: f.clone(), line: 0 }), None, format!("cannot read: {e}"))),
+        }
+    }
+    if errors.is_empty() { Ok(models) } else { Err(LoadErrors(errors)) }
+}
+
+/// Parses one `.sql` model file's text; `file` is used in locations.
+///
+/// # Errors
+/// Every problem found, each with file:line.
+pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
+    let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
+    let mut errors = Vec::new();
+    let mut header: Vec<(String, String, usize)> = Vec::new();
+    let mut body_start = text.len();
+    let mut offset = 0;
+    for (i, raw) in text.split_inclusive('\n').enumerate() {
+        let line = raw.trim();
+        if line.is_empty() {
+            offset += raw.len();
+            continue;
+        }
+        let Some(comment) = line.strip_prefix("--") else {
+            body_start = offset;
+            break;
+        };
+        offset += raw.len();
+        let comment = comment.trim();
+        match comment.split_once(':') {
+            Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                let key = k.to_string();
+                if !KEYS.contains(&key.as_str()) {
+                    let mut e = LoadError::new(Some(at(i + 1)), None, format!("unknown header key `{key}`"));
+                    if let Some(s) = did_you_mean(&key, KEYS.iter().copied()) {
+                        e = e.with_hint(format!("did you mean `{s}`?"));
+                    }
+                    errors.push(e);
+                    continue;
+                }
+                if header.iter().any(|(k2, _, _)| *k2 == key) {
+                    errors.push(LoadError::new(Some(at(i + 1)), None, format!("header key `{key}` is given twice")));
+                    continue;
+                }
+                header.push((key, v.trim().to_string(), i + 1));
+            }
+            _ => {
+                // A continuation of the previous key, or a plain comment before the header.
+                if let Some((key, v, _)) = header.last_mut() {
+                    if key != "description" && !comment.is_empty() {
+                        if !v.is_empty() && !v.ends_with(',') {
+                            v.push(',');
+                        }
+                        v.push(' ');
+                        v.push_str(comment);
+                    } else if key == "description" && !comment.is_empty() {
+                        v.push(' ');
+                        v.push_str(comment);
+                    }
+                }
+            }
+        }
+    }
+    let get = |k: &str| header.iter().find(|(key, _, _)| key == k);
+    let name_line = get("name").map(|(_, _, l)| *l).unwrap_or(1);
+    let location = at(name_line);
+    let model_name = get("name").and_then(|(_, v, _)| ModelName::parse(v).ok());
+    let mut spec = Map::new();
+    for (key, value, line) in &header {
+        let parsed = match key.as_str() {
+            "name" | "description" => Ok(Value::String(value.clone())),
+            "kind" => parse_kind(value),
+            "schema" => parse_schema(value),
+            "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
+            _ => unreachable!("keys are checked"),
+        };
+        match parsed {
+            Ok(v) if key != "refs" => {
+                spec.insert(key.clone(), v);
+            }
+            Ok(_) => {}
+            Err(msg) => errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("`{key}`: {msg}"))),
+        }
+    }
+    if get("name").is_none() {
+        errors.push(LoadError::new(Some(at(1)), None, "missing header `-- name: <schema>.<table>`").with_hint("a .sql model starts with `-- name:`, `-- kind:` and `-- schema:` lines"));
+    }
+
+    // Declared refs.
+    let mut declared: Vec<(ModelName, usize, bool)> = Vec::new();
+    if let Some((_, v, line)) = get("refs") {
+        for r in split_top(v, ',') {
+            if r.is_empty() {
+                continue;
+            }
+            match ModelName::parse(&r) {
+                Ok(n) => declared.push((n, *line, false)),
+                Err(e) => errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("`refs`: {e}"))),
+            }
+        }
+    }
+
+    // The body: replace `@ref(x)` with site markers.
+    let body = &text[body_start.min(text.len())..];
+    let body_line0 = text[..body_start.min(text.len())].matches('\n').count();
+    let mut sites = Sites::default();
+    let mut query = String::new();
+    let mut rest = body;
+    let mut consumed = 0usize;
+    while let Some(pos) = find_ref(rest) {
+        query.push_str(&rest[..pos]);
+        let after = &rest[pos + "@ref(".len()..];
+        let line = body_line0 + body[..consumed + pos].matches('\n').count() + 1;
+        let Some(close) = after.find(')') else {
+            errors.push(LoadError::new(Some(at(line)), model_name.clone(), "`@ref(` without a closing `)`"));
+            rest = "";
+            break;
+        };
+        let target = after[..close].trim();
+        match ModelName::parse(target) {
+            Ok(n) => match declared.iter_mut().find(|(d, _, _)| *d == n) {
+                Some(d) => {
+                    d.2 = true;
+                    query.push_str(&sites.record(Site::Ref(RefSite { target: n, location: at(line) })));
+                }
+                None => errors.push(
+                    LoadError::new(Some(at(line)), model_name.clone(), format!("`@ref({n})` is not declared in `refs`"))
+                        .with_hint(format!("add `{n}` to the `-- refs:` header line")),
+                ),
+            },
+            Err(e) => errors.push(LoadError::new(Some(at(line)), model_name.clone(), format!("`@ref({target})`: {e}"))),
+        }
+        let step = pos + "@ref(".len() + close + 1;
+        consumed += step;
+        rest = &rest[step..];
+    }
+    query.push_str(rest);
+    for (n, line, used) in &declared {
+        if !used {
+            errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("ref `{n}` is declared in `refs` but never used with `@ref({n})`")));
+        }
+    }
+    let is_external = spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str) == Some("external");
+    let query = query.trim();
+    let query = if query.is_empty() && is_external { None } else { Some(query.trim_end_matches(';').trim_end()) };
+    if query.is_some_and(str::is_empty) {
+        errors.push(LoadError::new(Some(location.clone()), model_name.clone(), "the file has a header but no query"));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    build_model(&spec, query, &sites, location)
+}
+
+/// Position of the next `@ref(` outside string literals and comments.
+fn find_ref(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'@' if s[i..].starts_with("@ref(") => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Splits on `sep` outside parentheses, brackets and quotes; trims each piece.
+fn split_top(s: &str, sep: char) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut quote = false;
+    let mut cur = String::new();
+    for c in s.chars() {
+        match c {
+            '\'' => quote = !quote,
+            '(' | '[' if !quote => depth += 1,
+            ')' | ']' if !quote => depth -= 1,
+            _ => {}
+        }
+        if c == sep && depth == 0 && !quote {
+            out.push(cur.trim().to_string());
+            cur.clear();
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.trim().is_empty() || !out.is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+fn parse_schema(v: &str) -> Result<Value, String> {
+    let mut cols = Vec::new();
+    for piece in split_top(v, ',') {
+        if piece.is_empty() {
+            continue;
+        }
+        let Some((name, ty)) = piece.split_once(char::is_whitespace) else {
+            return Err(format!("`{piece}` needs a column name and a type"));
+        };
+        let name = name.trim_matches('"');
+        cols.push(Value::Array(vec![Value::String(name.to_string()), Value::String(ty.trim().to_string())]));
+    }
+    Ok(Value::Array(cols))
+}
+
+fn scalar(v: &str) -> Value {
+    let v = v.trim();
+    if let Some(inner) = v.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+        return Value::Array(split_top(inner, ',').into_iter().filter(|s| !s.is_empty()).map(|s| scalar(&s)).collect());
+    }
+    if let Some(q) = v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
+        return Value::String(q.to_string());
+    }
+    match v {
+        "true" => return Value::Bool(true),
+        "false" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(n) = v.parse::<u64>() {
+        return Value::from(n);
+    }
+    Value::String(v.to_string())
+}
+
+fn parse_kind(v: &str) -> Result<Value, String> {
+    let v = v.trim();
+    let (tag, opts) = match v.find('(') {
+        Some(p) => {
+            let inner = v[p + 1..].strip_suffix(')').ok_or("expected `)` at the end of the kind options")?;
+            (v[..p].trim(), inner)
+        }
+        None => (v, ""),
+    };
+    let mut m = Map::new();
+    m.insert("kind".into(), Value::String(tag.to_string()));
+    for piece in split_top(opts, ',') {
+        if piece.is_empty() {
+            continue;
+        }
+        let (k, val) = piece.split_once('=').ok_or_else(|| format!("option `{piece}` must be `key = value`"))?;
+        m.insert(k.trim().to_string(), scalar(val));
+    }
+    Ok(Value::Object(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Kind, Node};
+
+    fn p(text: &str) -> Result<Model, Vec<LoadError>> {
+        parse(Path::new("models/x.sql"), text)
+    }
+
+    #[test]
+    fn header_and_refs_become_a_model() {
+        let m = p("-- name: med.census\n-- kind: full\n-- schema: day date,\n--   n decimal(18, 2)\n-- refs: med.stays\nSELECT day, n FROM @ref(med.stays);\n").unwrap();
+        assert_eq!(m.name.to_string(), "med.census");
+        assert_eq!(m.schema.0.len(), 2);
+        assert_eq!(m.schema.0[1].ty, "decimal(18, 2)");
+        let refs: Vec<_> = m.body.as_ref().unwrap().refs().map(|r| (r.target.to_string(), r.location.line)).collect();
+        assert_eq!(refs, vec![("med.stays".to_string(), 6)]);
+        assert_eq!(m.location.line, 1);
+    }
+
+    #[test]
+    fn kind_options_parse() {
+        let m = p("-- name: a.b\n-- kind: incremental_by_time_range(time_column = t, start = '2026-01-01', grain = hour, batch_size = 7)\n-- schema: t timestamp\nSELECT t FROM x WHERE t >= @start AND t < @end").unwrap();
+        let Kind::IncrementalByTimeRange(t) = &m.kind else { panic!() };
+        assert_eq!((t.time_column.as_str(), t.batch_size, t.grain.as_str()), ("t", 7, "hour"));
+        assert!(m.body.unwrap().nodes.iter().any(|n| matches!(n, Node::Start)));
+    }
+
+    #[test]
+    fn undeclared_and_unused_refs_are_named() {
+        let errs = p("-- name: a.b\n-- kind: full\n-- schema: x int\n-- refs: a.c\nSELECT x FROM @ref(a.d)").unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert!(text.iter().any(|e| e.contains("`@ref(a.d)` is not declared") && e.starts_with("models/x.sql:5")), "{text:?}");
+        assert!(text.iter().any(|e| e.contains("`a.c` is declared") && e.starts_with("models/x.sql:4")), "{text:?}");
+    }
+
+    #[test]
+    fn unknown_header_keys_get_a_suggestion() {
+        let errs = p("-- name: a.b\n-- knd: full\n-- schema: x int\nSELECT 1 AS x").unwrap_err();
+        assert!(errs[0].to_string().contains("did you mean `kind`"), "{:?}", errs[0]);
+    }
+
+    #[test]
+    fn refs_inside_strings_and_comments_are_text() {
+        let m = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSELECT '@ref(a.c)' AS x -- @ref(a.d)\n").unwrap();
+        assert_eq!(m.body.unwrap().refs().count(), 0);
+    }
+
+    #[test]
+    fn externals_need_no_query() {
+        let m = p("-- name: raw.x\n-- kind: external(path = data/x.csv, null_markers = [NA, ''])\n-- schema: a int\n").unwrap();
+        assert!(m.body.is_none());
+    }
 }

@@ -343,7 +343,8 @@ fn describe(statement: &Statement) -> String {
     if words.is_empty() {
         "a statement that is not a query".into()
     } else {
-        format!("a `{}` statement", words.join(" "))
+        let article = if words[0].starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+        format!("{article} `{}` statement", words.join(" "))
     }
 }
 

@@ -8,7 +8,7 @@ use efmesh::core::fragment::{CanonicalResolver, RefSite};
 use efmesh::core::kind::TimeRange;
 use efmesh::core::{Column, Fragment, Grain, Kind, Location, Model, ModelName, Node, Schema};
 use efmesh::sql::canon::{CanonSource, canonicalize, normalize_duckdb_json, reprint};
-use efmesh::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, fingerprint, physical_table};
+use efmesh::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, fingerprint, payload, physical_table};
 use std::collections::BTreeMap;
 
 // ---------------------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ fn non_data_fields_leave_the_fingerprint_alone() {
 fn fingerprints_are_frozen() {
     assert_eq!(FINGERPRINT_VERSION, 1);
     let got = fp(&orders_model(), ORDERS_BODY, &parents());
-    assert_eq!(got.as_str(), "FROZEN");
+    assert_eq!(got.as_str(), "94024ca3d647c91a94b293489b10bf40d704dc2251a2f75cfd26c432cbd8a357");
     assert_eq!(got.short(), &got.as_str()[..12]);
 
     let external = Model {
@@ -353,7 +353,15 @@ fn fingerprints_are_frozen() {
         description: None,
         location: loc(),
     };
-    assert_eq!(fingerprint(&external, None, &BTreeMap::new()).as_str(), "FROZEN");
+    // The readable half of the golden: the exact payload, keys in their fixed order.
+    assert_eq!(
+        payload(&external, None, &BTreeMap::new()).to_string(),
+        r#"{"v":1,"name":"raw.orders","kind":{"tag":"external","table":"landing.orders"},"columns":[["id","bigint"]],"grain":[],"body":null,"parents":[]}"#
+    );
+    assert_eq!(
+        fingerprint(&external, None, &BTreeMap::new()).as_str(),
+        "e77ba83c5b1c77d7dc96bc1203ce80744f9d38ea277722b2502d55cb4c69c92c"
+    );
 }
 
 #[test]
@@ -372,7 +380,7 @@ fn physical_names_never_collide() {
 fn non_queries_are_errors() {
     for (sql, found) in [
         ("DELETE FROM t", "a `DELETE FROM` statement"),
-        ("INSERT INTO t SELECT 1", "a `INSERT INTO` statement"),
+        ("INSERT INTO t SELECT 1", "an `INSERT INTO` statement"),
         ("CREATE TABLE t AS SELECT 1", "a `CREATE TABLE` statement"),
         ("SELECT 1; SELECT 2", "2 statements"),
         ("", "no statement"),

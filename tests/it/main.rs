@@ -4,3 +4,4 @@ mod cli_apply;
 mod load_errors;
 mod backfill;
 mod examples;
+mod names;
