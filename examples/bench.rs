@@ -3,7 +3,7 @@
 //! on DuckDB in the same run.
 //!
 //! ```text
-//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K]
+//! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K [--loops noop,cold,load]]
 //! ```
 //! Default: N = 100 500 2000, 200,000 event rows, 3 repetitions of the cheap timings (median).
 //!
@@ -256,10 +256,12 @@ struct Args {
     dump: Option<PathBuf>,
     /// Extra repetitions of the no-op plan and of cold canonicalisation, for `perf record`.
     plan_loops: usize,
+    /// Which loops `--plan-loops` runs: any of `noop`, `cold`, `load` (comma-separated).
+    loops: String,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true, dump: None, plan_loops: 0 };
+    let mut a = Args { ns: Vec::new(), events: 200_000, seed: 0xEF3E_5B2C_0001, reps: 3, keep: None, direct: true, dump: None, plan_loops: 0, loops: "noop,cold,load".into() };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -271,8 +273,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--no-direct" => a.direct = false,
             "--dump" => a.dump = Some(val("--dump")?.into()),
             "--plan-loops" => a.plan_loops = val("--plan-loops")?.parse()?,
+            "--loops" => a.loops = val("--loops")?,
             "-h" | "--help" => {
-                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K]");
+                println!("usage: bench [N ...] [--events ROWS] [--seed S] [--reps R] [--keep DIR] [--no-direct] [--dump DIR] [--plan-loops K [--loops noop,cold,load]]");
                 std::process::exit(0);
             }
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
@@ -371,18 +374,20 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
     }
     let noop_plan = median(noops);
     if args.plan_loops > 0 {
+        eprintln!("[n={n}] profiling loops start");
+        let on = |w: &str| args.loops.split(',').any(|x| x == w);
         let t = Instant::now();
-        for _ in 0..args.plan_loops {
+        for _ in 0..args.plan_loops * on("noop") as usize {
             std::hint::black_box(plan::plan(&project, &state, "dev", now)?);
         }
         eprintln!("[n={n}] {} no-op plans: {} ms each", args.plan_loops, ms(t.elapsed() / args.plan_loops as u32));
         let t = Instant::now();
-        for _ in 0..args.plan_loops {
+        for _ in 0..args.plan_loops * on("cold") as usize {
             std::hint::black_box(plan::versions(&project, &HashMap::new())?);
         }
         eprintln!("[n={n}] {} cold versions(): {} ms each", args.plan_loops, ms(t.elapsed() / args.plan_loops as u32));
         let t = Instant::now();
-        for _ in 0..args.plan_loops.div_ceil(10) {
+        for _ in 0..args.plan_loops.div_ceil(10) * on("load") as usize {
             std::hint::black_box(Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?);
         }
         eprintln!("[n={n}] {} loads: {} ms each", args.plan_loops.div_ceil(10), ms(t.elapsed() / args.plan_loops.div_ceil(10) as u32));

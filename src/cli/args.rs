@@ -54,6 +54,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Validate the project without any database: refs, `cols()`, names, cycles, and every column a model reads from a parent.
+    Check {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {
         /// Model name `schema.table`.

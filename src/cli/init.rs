@@ -11,6 +11,9 @@ const FILES: &[(&str, &str)] = &[
     ("models/raw.lua", include_str!("../../stdlib/scaffold/models/raw.lua")),
     ("models/mart.lua", include_str!("../../stdlib/scaffold/models/mart.lua")),
     (".gitignore", include_str!("../../stdlib/scaffold/gitignore")),
+    // Editor support: LuaLS reads `.luarc.json`, which points at the shipped type definitions.
+    (".luarc.json", include_str!("../../stdlib/scaffold/luarc.json")),
+    (".efmesh/lua/efmesh.d.lua", include_str!("../../stdlib/lua/efmesh.d.lua")),
 ];
 
 /// Writes the scaffold into `dir`; writes nothing when any file already exists.

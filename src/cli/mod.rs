@@ -2,6 +2,7 @@
 //! `main` maps it to the process exit code. Reports go to stdout, logs to stderr.
 
 pub mod args;
+mod check;
 mod init;
 mod printer;
 
@@ -84,6 +85,7 @@ pub fn run(args: Args) -> Result<Exit> {
         Command::Init { dir } => init::run(&dir, &out),
         Command::Plan { env, json } => cmd_plan(&args.config, &env, json, now, &out),
         Command::Apply { env, yes, json } => cmd_apply(&args.config, &env, yes, json, now, &out),
+        Command::Check { json } => check::run(&args.config, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
 }

@@ -21,9 +21,50 @@ use std::time::{Duration, Instant};
 /// Memory an interpreter may allocate, in bytes.
 pub const MEMORY_LIMIT: usize = 512 * 1024 * 1024;
 /// Wall-clock budget for evaluating one file (including what it requires).
-pub const FILE_BUDGET: Duration = Duration::from_secs(1);
+pub const FILE_BUDGET: Duration = Duration::from_millis(500);
+/// Largest string `string.rep` may build, in bytes.
+pub const MAX_STRING: usize = 64 * 1024 * 1024;
 
 const PRELUDE: &str = include_str!("../../stdlib/lua/prelude.lua");
+const GUARDS: &str = include_str!("../../stdlib/lua/guards.lua");
+/// Lua source of the safe base functions that replace the raw ones in model files.
+const SAFE_BASE: &str = r#"
+local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort = setmetatable, getmetatable, next, type, error, tostring, table.sort
+local safe = {}
+-- Finalizers run with the instruction hook off: no `__gc`, no `__close` metamethods.
+function safe.setmetatable(t, mt)
+  if type(mt) == "table" and (rawget(mt, "__gc") ~= nil or rawget(mt, "__close") ~= nil) then
+    error("metatables with `__gc` or `__close` are not allowed in model files", 2)
+  end
+  return raw_setmetatable(t, mt)
+end
+-- Host objects keep their metatables to themselves.
+function safe.getmetatable(v)
+  if type(v) == "userdata" then return nil end
+  return raw_getmetatable(v)
+end
+-- `pairs` in a deterministic order (Lua's own order depends on a per-process hash seed).
+local rank = { number = 1, string = 2, boolean = 3 }
+local function before(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return (rank[ta] or 9) < (rank[tb] or 9) end
+  if ta == "number" or ta == "string" then return a < b end
+  if ta == "boolean" then return (not a) and b end
+  return tostring(a) < tostring(b)
+end
+function safe.pairs(t)
+  local keys, n = {}, 0
+  for k in next, t do n = n + 1; keys[n] = k end
+  sort(keys, before)
+  local i = 0
+  return function()
+    i = i + 1
+    local k = keys[i]
+    if k ~= nil then return k, t[k] end
+  end, t, nil
+end
+return safe
+"#;
 
 /// A model handle returned by `define_model`: pass it to `ref()` and `cols()`.
 #[derive(Debug, Clone)]
@@ -84,6 +125,19 @@ fn caller_location(lua: &Lua, root: &Path) -> Option<Location> {
                 return Some(Location { file, line: line.unwrap_or(0) as u32 });
             }
             Some((None, _)) => continue,
+        }
+    }
+    None
+}
+
+/// The line of a `<close>` attribute in Lua source, if any (its `__close` handler would run with
+/// the instruction hook off).
+fn close_attribute_line(code: &[u8]) -> Option<u32> {
+    let text = String::from_utf8_lossy(code);
+    for (i, line) in text.lines().enumerate() {
+        let squeezed: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+        if squeezed.contains("<close>") {
+            return Some(i as u32 + 1);
         }
     }
     None
@@ -173,22 +227,33 @@ impl LuaHost {
         let state = Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() }));
         {
             let st = state.clone();
-            lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, _| {
+            lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, debug| {
                 if st.borrow().deadline.is_some_and(|d| Instant::now() > d) {
-                    return Err(rt(format!("evaluation exceeded its budget of {} ms (infinite loop?)", FILE_BUDGET.as_millis())));
+                    let line = debug.current_line().map(|l| format!(" (at line {l})")).unwrap_or_default();
+                    return Err(rt(format!("evaluation exceeded its budget of {} ms{line}: an infinite loop?", FILE_BUDGET.as_millis())));
                 }
                 Ok(mlua::VmState::Continue)
             })?;
         }
+        let limits = lua.create_table()?;
+        limits.set("max_string", MAX_STRING)?;
+        limits.set("max_table_move", 10_000_000)?;
+        limits.set("max_pattern_cost", 1e9)?;
+        lua.load(GUARDS).set_name("=efmesh/guards.lua").call::<()>(limits)?;
         // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
         lua.load("getmetatable('').__metatable = false").set_name("=efmesh").exec()?;
         let g = lua.globals();
         let proto = lua.create_table()?;
         for name in [
-            "assert", "error", "ipairs", "next", "pairs", "pcall", "select", "tonumber", "tostring", "type", "xpcall",
-            "rawequal", "rawget", "rawlen", "rawset", "setmetatable", "getmetatable", "_VERSION",
+            "assert", "error", "ipairs", "next", "pcall", "select", "tonumber", "tostring", "type", "xpcall",
+            "rawequal", "rawget", "rawlen", "rawset", "_VERSION",
         ] {
             proto.set(name, g.get::<Value>(name)?)?;
+        }
+        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").eval()?;
+        for pair in safe.pairs::<Value, Value>() {
+            let (k, v) = pair?;
+            proto.set(k, v)?;
         }
         let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
         proto.set("kind", prelude.get::<Value>("kind")?)?;
@@ -336,7 +401,7 @@ fn make_environment(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua::
 fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         let loader: Function = lua.named_registry_value("efmesh.loader")?;
         lua.create_function(move |lua, name: String| {
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '/') || name.contains("..") {
+            if name.is_empty() || !name.split('.').all(crate::core::name::is_identifier) {
                 return Err(rt(format!("`require(\"{name}\")`: module names are dotted identifiers inside the project")));
             }
             let (root, current) = {
@@ -405,6 +470,12 @@ impl LuaHost {
             }
             let root = st.borrow().root.clone();
             let code = std::fs::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
+            if let Some(line) = close_attribute_line(&code) {
+                let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
+                st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));
+                st.borrow_mut().modules.insert(rel.clone(), ModuleState::Failed);
+                return Ok(Value::Nil);
+            }
             let env = make_environment(lua, &proto, &st)?;
             {
                 let mut s = st.borrow_mut();

@@ -1,12 +1,520 @@
-//! The Rhai host (being written): same API as Lua.
+//! The Rhai host: the same model API as Lua (`define_model`, `ref`, `cols`, `kind::…`,
+//! `import`), over the same language-neutral [`builder`](super::builder).
+//!
+//! # Sandbox
+//!
+//! The engine starts from [`Engine::new_raw`] and gets only pure packages: the language core,
+//! arithmetic, logic, math, strings, arrays, maps, bit fields, function pointers and iterators.
+//! The crate is built with `no_time`, so there is no `timestamp` and no `sleep`; there is no file
+//! or network access, no randomness, and `eval` is a disabled keyword. `print` and `debug` go to
+//! `tracing` (stderr), never to stdout. `import` resolves only `.rhai` files inside the project
+//! (checked again after following symlinks), evaluating each file once, with cycle detection.
+//!
+//! Limits (see the constants): operations, call depth, expression depth, string, array and map
+//! sizes, variables, functions, imports, file size, and a wall-clock budget per file polled by
+//! `on_progress`, so an infinite loop, a memory bomb, deep recursion or a gigantic string is a
+//! load error naming the file, well within a second. The host runs on its own thread with a
+//! large stack so that nothing a script builds within the limits can overflow it, and a panic
+//! inside the interpreter becomes a load error rather than a crash.
+//!
+//! # Isolation and determinism
+//!
+//! Every file is evaluated in a fresh [`Scope`]; the API is registered natively and the kind
+//! constructors live in the static module `kind` (from `stdlib/rhai/kind.rhai`), so no file can
+//! alter what another file sees. A file's top-level variables (and its functions) are what
+//! another file gets from `import "file" as alias`. Rhai maps iterate in key order, and nothing
+//! reads the clock or a random source, so the same files give the same models run after run.
+//!
+//! # Errors
+//!
+//! Load errors carry file:line (the column and the Rhai call stack follow in the message as
+//! `at file:line:col` lines). `define_model` records builder errors and keeps evaluating, like
+//! the Lua host, so one load reports many problems.
 
-use crate::core::{LoadError, LoadErrors, Location, Model};
+mod convert;
+mod errors;
+mod resolver;
+
+use super::builder::{Site, Sites, build_model};
+use crate::core::fragment::{ColsSite, RefSite};
+use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use ::rhai::packages::{
+    BasicArrayPackage, BasicMapPackage, BasicMathPackage, BitFieldPackage, CorePackage, LogicPackage, MoreStringPackage, Package,
+};
+use ::rhai::{Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Map, Module, NativeCallContext, Position, Scope};
+use std::any::TypeId;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
-/// Evaluates Rhai model files.
+/// Wall-clock budget for evaluating one file, including what it imports. Below one second so a
+/// runaway file is reported within one second of the load starting.
+pub const FILE_BUDGET: Duration = Duration::from_millis(500);
+/// Operations one evaluation (a file, or one imported file) may perform.
+pub const MAX_OPERATIONS: u64 = 20_000_000;
+/// Nested function calls.
+pub const MAX_CALL_LEVELS: usize = 64;
+/// Nesting of expressions at the top level of a file (parse-time guard).
+pub const MAX_EXPR_DEPTH: usize = 64;
+/// Nesting of expressions inside function bodies (parse-time guard).
+pub const MAX_FN_EXPR_DEPTH: usize = 32;
+/// Bytes of one string, and of all strings held in one array or map.
+pub const MAX_STRING_SIZE: usize = 1 << 20;
+/// Elements of one array, counting nested arrays' elements too.
+pub const MAX_ARRAY_SIZE: usize = 100_000;
+/// Entries of one map, counting nested maps' entries too.
+pub const MAX_MAP_SIZE: usize = 100_000;
+/// `import` statements executed by one evaluation.
+pub const MAX_MODULES: usize = 256;
+/// Variables in scope at once.
+pub const MAX_VARIABLES: usize = 1_000;
+/// Functions defined by one file.
+pub const MAX_FUNCTIONS: usize = 1_000;
+/// Size of one `.rhai` file, in bytes.
+pub const MAX_FILE_SIZE: u64 = 4 << 20;
+/// `cols(parent, …)` accepts up to this many column arguments (each a name or an array of names).
+pub const MAX_COLS_ARGS: usize = 16;
+
+/// Stack of the host thread: large, so that the interpreter's recursion within the limits above
+/// (nested data being sized, copied or dropped) never reaches the guard page.
+const STACK_SIZE: usize = 256 << 20;
+/// How often (in operations) `on_progress` reads the clock.
+const CLOCK_EVERY: u64 = 256;
+/// Source name of the built-in kind module, as it appears in tracebacks.
+const KIND_SOURCE_NAME: &str = "efmesh:kind.rhai";
+const KIND_SOURCE: &str = include_str!("../../stdlib/rhai/kind.rhai");
+/// What `sleep()` says.
+const SLEEP_REFUSED: &str = "`sleep` is not available: efmesh models run sandboxed, without a clock";
+/// The value `on_progress` terminates with when the budget is spent.
+const BUDGET_TAG: &str = "efmesh:budget";
+
+/// A module as Rhai shares it (`Rc`: the crate is built without `sync`).
+type SharedModule = Rc<Module>;
+
+/// A model handle returned by `define_model`: pass it to `ref()` and `cols()`; `.name` is its
+/// `"schema.table"` name.
+#[derive(Debug, Clone)]
+struct Handle(ModelName);
+
+#[derive(Default)]
+struct State {
+    root: PathBuf,
+    models: Vec<Model>,
+    errors: Vec<LoadError>,
+    sites: Sites,
+    /// Files evaluated so far (relative, normalised) → their module.
+    modules: HashMap<PathBuf, ModuleState>,
+    /// Files being evaluated, innermost last.
+    stack: Vec<PathBuf>,
+}
+
+enum ModuleState {
+    Loading,
+    Done(SharedModule),
+    Failed,
+}
+
+/// What the engine's callbacks share with the host.
+#[derive(Clone)]
+struct Refs {
+    state: Rc<RefCell<State>>,
+    /// End of the current top-level file's budget.
+    deadline: Rc<Cell<Option<Instant>>>,
+}
+
+/// Evaluates Rhai model files (paths relative to `root`, sorted) and returns their models.
+///
+/// Each file runs once (a file another file imported is not run again); errors are collected
+/// across all files. The interpreter runs on a dedicated thread; see the module docs for the
+/// sandbox.
 ///
 /// # Errors
-/// Every load error, with file:line.
-pub fn load(_root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    Err(LoadErrors(files.iter().map(|f| LoadError::new(Some(Location { file: f.clone(), line: 0 }), None, "Rhai models are not supported yet")).collect()))
+/// Every load error (script errors with their Rhai call stack, invalid specs, import problems,
+/// exhausted limits), each with file:line, sorted by location.
+pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
+    let root = root.to_path_buf();
+    let files = files.to_vec();
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    let spawned = std::thread::Builder::new()
+        .name("efmesh-rhai".into())
+        .stack_size(STACK_SIZE)
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &files)));
+    let fatal = |msg: String| Err(LoadErrors(vec![LoadError::new(None, None, msg)]));
+    match spawned {
+        Err(e) => fatal(format!("cannot start the Rhai host: {e}")),
+        Ok(handle) => match handle.join() {
+            Ok(result) => result,
+            Err(panic) => fatal(format!("the Rhai host crashed: {}", panic_message(&*panic))),
+        },
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+fn load_on_this_thread(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
+    let refs = Refs {
+        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
+        deadline: Rc::new(Cell::new(None)),
+    };
+    let engine = match new_engine(&refs) {
+        Ok(e) => e,
+        Err(msg) => return Err(LoadErrors(vec![LoadError::new(None, None, format!("cannot start the Rhai host: {msg}"))])),
+    };
+    for file in files {
+        let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Errors are recorded by `evaluate`; the returned module matters to importers only.
+            let _ = evaluate(&engine, &refs, &rel);
+        }));
+        if let Err(panic) = run {
+            let msg = format!("the Rhai interpreter panicked: {}", panic_message(&*panic));
+            if let Ok(mut s) = refs.state.try_borrow_mut() {
+                s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line: 0 }), None, msg));
+            }
+            // The interpreter's state is unknown after a panic: stop here.
+            break;
+        }
+    }
+    drop(engine);
+    let mut s = refs.state.borrow_mut();
+    if !s.errors.is_empty() {
+        let mut errors = std::mem::take(&mut s.errors);
+        errors.sort_by(|a, b| a.location.cmp(&b.location));
+        errors.dedup();
+        return Err(LoadErrors(errors));
+    }
+    Ok(std::mem::take(&mut s.models))
+}
+
+/// A runtime error raised by a host function; Rhai fills in the call position.
+fn rt(msg: impl Into<String>) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(Dynamic::from(msg.into()), Position::NONE))
+}
+
+/// Builds the sandboxed engine with the efmesh API.
+fn new_engine(refs: &Refs) -> Result<Engine, String> {
+    let mut engine = Engine::new_raw();
+    for module in [
+        CorePackage::new().as_shared_module(),
+        LogicPackage::new().as_shared_module(),
+        BasicMathPackage::new().as_shared_module(),
+        BitFieldPackage::new().as_shared_module(),
+        BasicArrayPackage::new().as_shared_module(),
+        BasicMapPackage::new().as_shared_module(),
+        MoreStringPackage::new().as_shared_module(),
+    ] {
+        engine.register_global_module(module);
+    }
+    engine.disable_symbol("eval");
+    engine.set_strict_variables(true);
+    engine.set_fail_on_invalid_map_property(true);
+    engine.set_max_operations(MAX_OPERATIONS);
+    engine.set_max_call_levels(MAX_CALL_LEVELS);
+    engine.set_max_expr_depths(MAX_EXPR_DEPTH, MAX_FN_EXPR_DEPTH);
+    engine.set_max_string_size(MAX_STRING_SIZE);
+    engine.set_max_array_size(MAX_ARRAY_SIZE);
+    engine.set_max_map_size(MAX_MAP_SIZE);
+    engine.set_max_modules(MAX_MODULES);
+    engine.set_max_variables(MAX_VARIABLES);
+    engine.set_max_functions(MAX_FUNCTIONS);
+
+    let deadline = refs.deadline.clone();
+    engine.on_progress(move |ops| {
+        if ops % CLOCK_EVERY == 0 && deadline.get().is_some_and(|d| Instant::now() > d) {
+            Some(Dynamic::from(BUDGET_TAG))
+        } else {
+            None
+        }
+    });
+    let st = refs.state.clone();
+    engine.on_print(move |text| {
+        let file = st.try_borrow().ok().and_then(|s| s.stack.last().cloned()).unwrap_or_default();
+        tracing::info!(file = %file.display(), "{text}");
+    });
+    engine.on_debug(move |text, source, pos| {
+        tracing::info!(file = source.unwrap_or(""), line = pos.line().unwrap_or(0), "{text}");
+    });
+    engine.set_module_resolver(resolver::ProjectResolver::new(refs.clone()));
+
+    register_api(&mut engine, refs);
+
+    // The kind constructors: a static module compiled from the shipped stdlib source.
+    let mut ast = engine.compile(KIND_SOURCE).map_err(|e| format!("{KIND_SOURCE_NAME}: {e}"))?;
+    ast.set_source(KIND_SOURCE_NAME);
+    let kind = Module::eval_ast_as_new(Scope::new(), &ast, &engine).map_err(|e| format!("{KIND_SOURCE_NAME}: {e}"))?;
+    engine.register_static_module("kind", kind.into());
+    Ok(engine)
+}
+
+/// The file a host function was called from: the innermost script namespace with a source (a
+/// function defined in an imported file reports that file), else the running file.
+fn calling_file(ctx: &NativeCallContext) -> PathBuf {
+    ctx.iter_namespaces()
+        .filter_map(|m| m.id())
+        .filter(|id| !id.starts_with("efmesh:"))
+        .last()
+        .or_else(|| ctx.call_source())
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+fn call_site(ctx: &NativeCallContext) -> Location {
+    let line = ctx.call_position().line().and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
+    Location { file: calling_file(ctx), line }
+}
+
+/// A ref target from a handle or a `"schema.table"` string.
+fn target_of(v: &Dynamic) -> Result<ModelName, Box<EvalAltResult>> {
+    if let Some(h) = v.read_lock::<Handle>() {
+        return Ok(h.0.clone());
+    }
+    if let Some(s) = v.read_lock::<ImmutableString>() {
+        return ModelName::parse(s.as_str()).map_err(|e| rt(e.to_string()));
+    }
+    if v.is_unit() {
+        return Err(rt("expected a model handle or a \"schema.table\" string, got `()` (is the handle a top-level variable of the file you imported?)"));
+    }
+    Err(rt(format!("expected a model handle or a \"schema.table\" string, got `{}`", v.type_name())))
+}
+
+/// Column names from `cols()` arguments: strings, or arrays of strings.
+fn column_names(args: &[&mut Dynamic]) -> Result<Vec<String>, Box<EvalAltResult>> {
+    let bad = |t: &str| rt(format!("`cols()` column names must be strings, got `{t}`"));
+    let mut columns = Vec::new();
+    for arg in args {
+        if let Some(s) = arg.read_lock::<ImmutableString>() {
+            columns.push(s.to_string());
+        } else if let Some(items) = arg.read_lock::<Array>() {
+            for item in items.iter() {
+                match item.read_lock::<ImmutableString>() {
+                    Some(s) => columns.push(s.to_string()),
+                    None => return Err(bad(item.type_name())),
+                }
+            }
+        } else {
+            return Err(bad(arg.type_name()));
+        }
+    }
+    Ok(columns)
+}
+
+fn register_api(engine: &mut Engine, refs: &Refs) {
+    // `no_time` removes `timestamp` but not the core package's `sleep`: shadow it (the engine's
+    // own namespace is searched before every package).
+    let no_sleep = || -> Result<(), Box<EvalAltResult>> { Err(rt(SLEEP_REFUSED)) };
+    engine.register_fn("sleep", move |_: ::rhai::INT| no_sleep());
+    engine.register_fn("sleep", move |_: ::rhai::FLOAT| no_sleep());
+
+    engine.register_type_with_name::<Handle>("Model");
+    engine.register_get("name", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
+    engine.register_fn("to_string", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
+    engine.register_fn("to_debug", |h: &mut Handle| -> ImmutableString { format!("Model({})", h.0).into() });
+
+    // ref(x)
+    let st = refs.state.clone();
+    engine.register_raw_fn("ref", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        let target = target_of(args[0])?;
+        let location = call_site(&ctx);
+        let marker = st.borrow_mut().sites.record(Site::Ref(RefSite { target, location }));
+        Ok(ImmutableString::from(marker))
+    });
+
+    // cols(parent, "a", "b", …) and cols(parent, ["a", "b"]); cols(parent) = every column.
+    for arity in 1..=MAX_COLS_ARGS + 1 {
+        let st = refs.state.clone();
+        engine.register_raw_fn("cols", vec![TypeId::of::<Dynamic>(); arity], move |ctx, args| {
+            let parent = target_of(args[0])?;
+            let columns = column_names(&args[1..])?;
+            let location = call_site(&ctx);
+            let marker = st.borrow_mut().sites.record(Site::Cols(ColsSite { parent, columns, location }));
+            Ok(ImmutableString::from(marker))
+        });
+    }
+
+    // define_model(#{ … })
+    let st = refs.state.clone();
+    engine.register_raw_fn("define_model", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        let location = call_site(&ctx);
+        let spec = std::mem::take(args[0]);
+        let type_name = spec.type_name();
+        let Some(map) = spec.try_cast::<Map>() else {
+            return Err(rt(format!("`define_model` expects a map `#{{ name: …, kind: …, … }}`, got `{type_name}`")));
+        };
+        let query = match map.get("query") {
+            None => None,
+            Some(q) if q.is_unit() => None,
+            Some(q) => Some(query_text(&ctx, q)?),
+        };
+        let mut spec = serde_json::Map::new();
+        for (key, value) in &map {
+            // `query` arrives separately; `()` means absent, like Lua's nil.
+            if key == "query" || value.is_unit() {
+                continue;
+            }
+            let json = convert::to_json(value).map_err(|e| rt(format!("`{key}`: {e}")))?;
+            spec.insert(key.to_string(), json);
+        }
+        let mut s = st.borrow_mut();
+        match build_model(&spec, query.as_deref(), &s.sites, location) {
+            Ok(model) => {
+                let handle = Handle(model.name.clone());
+                s.models.push(model);
+                Ok(Dynamic::from(handle))
+            }
+            Err(errs) => {
+                s.errors.extend(errs);
+                // Keep evaluating so later errors surface too; a valid name still yields a handle.
+                let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))))
+            }
+        }
+    });
+}
+
+/// The query text of a spec: a string, or a closure returning one (called now).
+fn query_text(ctx: &NativeCallContext, q: &Dynamic) -> Result<String, Box<EvalAltResult>> {
+    if let Some(s) = q.read_lock::<ImmutableString>() {
+        return Ok(s.to_string());
+    }
+    if let Some(f) = q.read_lock::<FnPtr>().map(|f| f.clone()) {
+        let out: Dynamic = f.call_within_context(ctx, ())?;
+        return match out.read_lock::<ImmutableString>() {
+            Some(s) => Ok(s.to_string()),
+            None => Err(rt(format!("the `query` closure must return a string, got `{}`", out.type_name()))),
+        };
+    }
+    Err(rt(format!("`query` must be a string or a closure returning one, got `{}`", q.type_name())))
+}
+
+/// Evaluates a project file once and returns its module (its top-level variables and
+/// functions). A failure is recorded as a load error of that file; the caller gets a short
+/// error to report at its `import`.
+fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Box<EvalAltResult>> {
+    let root = {
+        let s = refs.state.borrow();
+        match s.modules.get(rel) {
+            Some(ModuleState::Done(m)) => return Ok(m.clone()),
+            Some(ModuleState::Loading) => {
+                let start = s.stack.iter().position(|p| p == rel).unwrap_or(0);
+                let chain = s.stack[start..].iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(" → ");
+                return Err(rt(format!("import cycle: {chain} → `{}`", rel.display())));
+            }
+            Some(ModuleState::Failed) => return Err(rt(format!("`{}` failed to load (see its error)", rel.display()))),
+            None => {}
+        }
+        s.root.clone()
+    };
+    let outermost = {
+        let mut s = refs.state.borrow_mut();
+        s.modules.insert(rel.to_path_buf(), ModuleState::Loading);
+        s.stack.push(rel.to_path_buf());
+        s.stack.len() == 1
+    };
+    if outermost {
+        refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
+    }
+    let result = run_file(engine, &root, rel);
+    if outermost {
+        refs.deadline.set(None);
+    }
+    let mut s = refs.state.borrow_mut();
+    s.stack.pop();
+    match result {
+        Ok(module) => {
+            s.modules.insert(rel.to_path_buf(), ModuleState::Done(module.clone()));
+            Ok(module)
+        }
+        Err(e) => {
+            s.modules.insert(rel.to_path_buf(), ModuleState::Failed);
+            s.errors.push(*e);
+            Err(rt(format!("`{}` failed to load (see its error)", rel.display())))
+        }
+    }
+}
+
+/// Reads, compiles and runs one file in a fresh scope; builds its module.
+fn run_file(engine: &Engine, root: &Path, rel: &Path) -> Result<SharedModule, Box<LoadError>> {
+    let at_file = |msg: String| Box::new(LoadError::new(Some(Location { file: rel.to_path_buf(), line: 0 }), None, msg));
+    let path = root.join(rel);
+    let size = fs_err::metadata(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?.len();
+    if size > MAX_FILE_SIZE {
+        return Err(at_file(format!("the file has {size} bytes; a `.rhai` file may have at most {MAX_FILE_SIZE}")));
+    }
+    let code = fs_err::read_to_string(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?;
+    let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
+    let source = rel.to_string_lossy().to_string();
+    ast.set_source(source.as_str());
+    let mut scope = Scope::new();
+    match engine.run_ast_with_scope(&mut scope, &ast) {
+        Ok(()) => {}
+        // `exit()` ends the file early; what it defined so far stands.
+        Err(e) if matches!(*e, EvalAltResult::Exit(..)) => {}
+        Err(e) => return Err(Box::new(errors::eval_error(&e, rel))),
+    }
+    let mut functions = ast.clone_functions_only();
+    functions.set_source(source.as_str());
+    let mut module = Module::eval_ast_as_new(Scope::new(), &functions, engine).map_err(|e| Box::new(errors::eval_error(&e, rel)))?;
+    for (name, _constant, value) in scope.iter() {
+        module.set_var(name, value);
+    }
+    module.build_index();
+    Ok(module.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    fn load_files(dir: &tempfile::TempDir, files: &[&str]) -> Result<Vec<Model>, LoadErrors> {
+        load(dir.path(), &files.iter().map(PathBuf::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn defines_a_model_with_every_api_function() {
+        let dir = project(&[(
+            "models/a.rhai",
+            "let raw = define_model(#{ name: \"raw.t\", kind: kind::external(#{ table: \"main.t\" }), schema: [[\"id\", \"bigint\"], [\"v\", \"varchar\"]] });\n\
+             define_model(#{\n  name: \"s.a\",\n  kind: kind::full(),\n  schema: [[\"id\", \"bigint\"]],\n  grain: [\"id\"],\n  query: || `SELECT ${cols(raw, \"id\")} FROM ${ref(raw)}`,\n});\n",
+        )]);
+        let models = load_files(&dir, &["models/a.rhai"]).unwrap();
+        assert_eq!(models.len(), 2);
+        let a = &models[1];
+        assert_eq!(a.name.to_string(), "s.a");
+        assert_eq!(a.location, Location { file: "models/a.rhai".into(), line: 2 });
+        assert_eq!(a.parents().into_iter().map(|p| p.to_string()).collect::<Vec<_>>(), ["raw.t"]);
+        assert_eq!(a.grain, ["id"]);
+    }
+
+    #[test]
+    fn builder_errors_are_recorded_and_evaluation_goes_on() {
+        let dir = project(&[(
+            "models/a.rhai",
+            "define_model(#{ name: \"s.a\", kind: kind::full(), schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\", grian: [] });\n\
+             define_model(#{ name: \"s.b\", kind: kind::fulll(), schema: [] });\n",
+        )]);
+        let errs = load_files(&dir, &["models/a.rhai"]).unwrap_err().to_string();
+        assert!(errs.contains("models/a.rhai:1: model `s.a`: unknown field `grian`"), "{errs}");
+        assert!(errs.contains("did you mean `grain`?"), "{errs}");
+        // The second call is a script error (no such function), reported on line 2.
+        assert!(errs.contains("models/a.rhai:2:"), "{errs}");
+        assert!(errs.contains("kind::fulll"), "{errs}");
+    }
 }

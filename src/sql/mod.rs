@@ -9,6 +9,7 @@
 
 pub mod canon;
 pub mod fingerprint;
+pub mod lineage;
 
 pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, fingerprint, physical_table};

@@ -77,14 +77,19 @@ fn plan_right_after_apply_has_no_changes() {
     assert_no_changes(&p.plan("prod"));
     assert_no_changes(&p.plan("dev"));
 
-    // A day later exactly one new interval is due, so the empty plan above was not blindness.
+    // A day later one new interval is due (recomputed with its lookback of 1), so the empty
+    // plans above were not blindness.
     let mut later = p;
     later.now = "2026-02-11T00:00:00Z".into();
     let plan = later.plan("dev");
     assert_eq!(plan["hasChanges"], Value::Bool(true));
     let daily = action(&plan, "t.daily");
-    assert_eq!(daily["intervals"], Value::from(1), "{daily:#}");
-    assert_eq!(daily["backfill"][0]["start"], "2026-02-10T00:00:00.000Z");
+    assert_eq!(daily["intervals"], Value::from(2), "{daily:#}");
+    assert_eq!(daily["backfill"], serde_json::json!([{"start": "2026-02-09T00:00:00.000Z", "end": "2026-02-11T00:00:00.000Z"}]));
+    for a in actions(&plan).iter().filter(|a| a["name"] != "t.daily") {
+        assert_eq!(a["change"], "unchanged", "{a:#}");
+        assert_eq!(a["build"], Value::Bool(false), "{a:#}");
+    }
 }
 
 #[test]
@@ -155,6 +160,10 @@ fn reformatting_a_model_rebuilds_nothing() {
 #[test]
 fn non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing() {
     let p = sample_project();
+    // `plan` never touches the engine either.
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(true));
+    assert!(!p.engine_path().exists(), "plan created the DuckDB file");
+
     let run = p.run(&["apply", "dev", "--json"]);
     run.expect_code(2);
     let v = run.json();

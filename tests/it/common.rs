@@ -299,7 +299,7 @@ pub fn served_models(v: &Value) -> Vec<String> {
 
 /// A small project exercising every kind: an external CSV, a chain `s.a` (full) → `s.b` (view) →
 /// `s.c` (full), and unrelated `t.e` (embedded) → `t.d` (full) plus `t.daily` (time range over
-/// the CSV).
+/// the CSV, lookback 1).
 pub fn sample_project() -> Project {
     let p = Project::new();
     p.write(
@@ -391,7 +391,7 @@ define_model {{
 }}
 define_model {{
   name = "t.daily",
-  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 7 }},
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 7, lookback = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "revenue", "bigint" }}, {{ "n", "bigint" }} }},
   query = function()
     return ([[

@@ -5,3 +5,5 @@ mod load_errors;
 mod backfill;
 mod examples;
 mod names;
+mod sandbox_lua;
+mod sandbox_rhai;

@@ -1,0 +1,220 @@
+//! `efmesh check`: validate a project without any database, for CI and editors.
+//!
+//! Loads the project exactly as every command does (discovery, evaluation, DAG validation: refs,
+//! `cols()`, names, cycles…), then resolves every column each model's SQL reads from its parents
+//! through the SQL AST ([`crate::sql::lineage`]) against the parents' declared schemas (embedded
+//! parents included). Neither the DuckDB file nor the state store is opened.
+//!
+//! Every error names the model, its file:line (where `define_model` is), the column and the
+//! parent, with the position in the query when known and a "did you mean" hint when a parent
+//! column is close. Exit 1 on any error, load errors included (printed in the same shape).
+
+use super::Exit;
+use super::printer::Printer;
+use crate::config::Config;
+use crate::core::fragment::CanonicalResolver;
+use crate::core::{LoadError, Location, Model, ModelName};
+use crate::project::Project;
+use crate::sql::lineage::{self, ColumnProblem};
+use anyhow::Result;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Parents with more declared columns than this are not listed in a hint.
+const LIST_COLUMNS_UP_TO: usize = 12;
+
+/// One error found by `check`.
+#[derive(Debug)]
+struct Finding {
+    location: Option<Location>,
+    model: Option<ModelName>,
+    column: Option<String>,
+    parent: Option<String>,
+    message: String,
+    hint: Option<String>,
+    sql_line: Option<u64>,
+    sql_column: Option<u64>,
+}
+
+impl Finding {
+    fn from_load_error(e: LoadError) -> Self {
+        Finding { location: e.location, model: e.model, column: None, parent: None, message: e.message, hint: e.hint, sql_line: None, sql_column: None }
+    }
+
+    /// The human line(s), in the shape of a load error: `file:line: model `x`: message` and an
+    /// optional `hint:` line.
+    fn text(&self) -> String {
+        let at = match (self.sql_line, self.sql_column) {
+            (Some(l), Some(c)) => format!(", at line {l}, column {c} of the query"),
+            (Some(l), None) => format!(", at line {l} of the query"),
+            _ => String::new(),
+        };
+        let e = LoadError {
+            location: self.location.clone(),
+            model: self.model.clone(),
+            message: format!("{}{at}", self.message),
+            hint: self.hint.clone(),
+        };
+        e.to_string()
+    }
+
+    fn json(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("file".into(), self.location.as_ref().map_or(Value::Null, |l| l.file.display().to_string().into()));
+        o.insert("line".into(), self.location.as_ref().filter(|l| l.line > 0).map_or(Value::Null, |l| l.line.into()));
+        o.insert("model".into(), self.model.as_ref().map_or(Value::Null, |m| m.to_string().into()));
+        if let Some(c) = &self.column {
+            o.insert("column".into(), c.clone().into());
+        }
+        if let Some(p) = &self.parent {
+            o.insert("parent".into(), p.clone().into());
+        }
+        o.insert("message".into(), self.message.clone().into());
+        if let Some(h) = &self.hint {
+            o.insert("hint".into(), h.clone().into());
+        }
+        if let Some(l) = self.sql_line {
+            o.insert("sqlLine".into(), l.into());
+        }
+        if let Some(c) = self.sql_column {
+            o.insert("sqlColumn".into(), c.into());
+        }
+        Value::Object(o)
+    }
+}
+
+/// A model whose columns could not be checked (sqlparser cannot parse its SQL; DuckDB may).
+#[derive(Debug)]
+struct Unchecked {
+    model: ModelName,
+    location: Location,
+    reason: String,
+}
+
+/// What one check found.
+#[derive(Debug, Default)]
+struct Report {
+    /// Models loaded (0 when the project did not load).
+    models: usize,
+    errors: Vec<Finding>,
+    unchecked: Vec<Unchecked>,
+    /// The project did not load: `errors` are load errors.
+    not_loaded: bool,
+}
+
+/// Runs `efmesh check`.
+///
+/// # Errors
+/// Only when stdout cannot be written; every problem with the project is a reported error
+/// (exit 1), never an `Err`.
+pub(super) fn run(config_path: &Path, json: bool, out: &Printer) -> Result<Exit> {
+    let report = check(config_path);
+    for u in &report.unchecked {
+        tracing::warn!("{}: model `{}`: columns not checked: {}", u.location, u.model, u.reason);
+    }
+    let ok = report.errors.is_empty();
+    if json {
+        out.json(json!({
+            "ok": ok,
+            "models": report.models,
+            "errors": report.errors.iter().map(Finding::json).collect::<Vec<_>>(),
+            "unchecked": report.unchecked.iter().map(|u| json!({
+                "file": u.location.file.display().to_string(),
+                "line": u.location.line,
+                "model": u.model.to_string(),
+                "reason": u.reason,
+            })).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        let mut s = String::new();
+        for e in &report.errors {
+            s.push_str(&e.text());
+            s.push('\n');
+        }
+        let n = report.errors.len();
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        if ok {
+            s.push_str(&format!("ok: {} checked\n", plural(report.models, "model")));
+        } else if report.not_loaded {
+            s.push_str(&format!("check failed: {} (the project did not load)\n", plural(n, "error")));
+        } else {
+            s.push_str(&format!("check failed: {} ({} checked)\n", plural(n, "error"), plural(report.models, "model")));
+        }
+        out.text(&s)?;
+    }
+    Ok(if ok { Exit::Success } else { Exit::Error })
+}
+
+/// Loads the project and resolves every model's columns.
+fn check(config_path: &Path) -> Report {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            let error = Finding {
+                location: Some(Location { file: config_path.to_path_buf(), line: 0 }),
+                model: None,
+                column: None,
+                parent: None,
+                message: e.to_string(),
+                hint: e.hint().map(str::to_string),
+                sql_line: None,
+                sql_column: None,
+            };
+            return Report { errors: vec![error], not_loaded: true, ..Report::default() };
+        }
+    };
+    let project = match Project::load(&config) {
+        Ok(p) => p,
+        Err(errors) => {
+            let errors = errors.0.into_iter().map(Finding::from_load_error).collect();
+            return Report { errors, not_loaded: true, ..Report::default() };
+        }
+    };
+    let mut report = Report { models: project.dag.len(), ..Report::default() };
+    for model in project.dag.models() {
+        check_model(&project, model, &mut report);
+    }
+    report.errors.sort_by(|a, b| (&a.location, &a.model, a.sql_line, a.sql_column).cmp(&(&b.location, &b.model, b.sql_line, b.sql_column)));
+    report
+}
+
+/// Resolves the columns `model` reads from its parents.
+fn check_model(project: &Project, model: &Model, report: &mut Report) {
+    let Some(body) = &model.body else { return };
+    let sql = body.render(&CanonicalResolver);
+    let parents: BTreeMap<String, Vec<String>> = model
+        .parents()
+        .into_iter()
+        .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.schema.names().map(str::to_string).collect())))
+        .collect();
+    match lineage::unknown_columns(&sql, &parents) {
+        Ok(problems) => {
+            for p in problems {
+                report.errors.push(finding(model, &parents, p));
+            }
+        }
+        Err(e) => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
+    }
+}
+
+fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProblem) -> Finding {
+    let hint = match (&p.suggestion, &p.relation) {
+        (Some(s), _) => Some(format!("did you mean `{s}`?")),
+        (None, Some(parent)) => parents.get(parent).filter(|cols| cols.len() <= LIST_COLUMNS_UP_TO).map(|cols| {
+            let list = cols.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ");
+            format!("`{parent}` declares {list}")
+        }),
+        (None, None) => None,
+    };
+    Finding {
+        location: Some(model.location.clone()),
+        model: Some(model.name.clone()),
+        column: Some(p.column),
+        parent: p.relation,
+        message: p.detail,
+        hint,
+        sql_line: p.line,
+        sql_column: p.col,
+    }
+}

@@ -1,0 +1,1230 @@
+//! Column resolution: which columns a model's SQL reads from its parents, and which of those
+//! cannot exist.
+//!
+//! [`unknown_columns`] parses a canonically rendered body (references already spelled as logical
+//! names `schema.table`, bounds as `$start` / `$end`) with sqlparser's DuckDB dialect and resolves
+//! every column reference through the AST, scope by scope, against the declared columns of the
+//! model's parents. It is what `efmesh check` runs for every model with a body, without any
+//! database.
+//!
+//! # What is resolved
+//!
+//! - Relations in `FROM`: parents (by logical name, usable as `table` or `schema.table`, or by
+//!   alias), CTEs (their output names, `*` expanded), subqueries (their output names), joins with
+//!   `ON`, `USING` (each named column must exist on both sides) and `NATURAL`, nested joins,
+//!   positional column aliases (`AS t(a, b)`), implicit lateral subqueries (DuckDB lets a
+//!   subquery in `FROM` see the items to its left).
+//! - References: unqualified `col`, qualified `alias.col`, `table.col`, `schema.table.col`,
+//!   struct field access on any of them (`t.s.field`, `s['key']`, `s.a[1].b`), a relation used as
+//!   a row value (`SELECT t FROM t`), select-list aliases anywhere in their `SELECT` (DuckDB allows
+//!   them in `WHERE`, `GROUP BY`, `HAVING`, `QUALIFY`, `ORDER BY` and later select items),
+//!   lambda parameters (`x -> x + 1`, `lambda x: x + 1`), correlated references to outer scopes,
+//!   window specifications and named windows, `*`, `t.*` and their `EXCLUDE`, `REPLACE` and
+//!   `RENAME` options, `GROUP BY ALL`, `ORDER BY ALL`, set operations (`UNION [BY NAME]`, …),
+//!   recursive CTEs.
+//!
+//! # Conservative by design
+//!
+//! A problem is reported only when the reference cannot exist whatever the interpretation:
+//!
+//! - a qualified reference whose qualifier names a relation with fully known columns (a parent,
+//!   or a CTE or subquery whose every output name is known) that has no such column, and no
+//!   other reading (struct field of a column, column of an outer scope) is possible;
+//! - an unqualified reference when every relation of every visible scope has fully known
+//!   columns, none has it, and it is not a select-list alias, a lambda parameter, a relation used
+//!   as a row, or a DuckDB pseudo-column (`rowid`, `current_date`, …);
+//! - a `USING` column missing from a side whose columns are fully known.
+//!
+//! A scope is *open* (no unqualified problem can be reported there) as soon as it holds a relation
+//! whose columns are not fully known: an unknown table, a table function (`range()`,
+//! `read_csv()`, `unnest()`), a `PIVOT`, or a CTE/subquery with an output column whose name
+//! DuckDB generates from the expression text (`SELECT count(*) FROM …`) or that repeats a name.
+//! Matching is case-insensitive, as DuckDB's identifiers are, quoted or not.
+
+use super::canon::{self, SqlError};
+use crate::core::error::did_you_mean;
+use sqlparser::ast::{
+    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator, NamedWindowExpr, ObjectName,
+    ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind,
+    SetExpr, SetQuantifier, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor,
+    WildcardAdditionalOptions,
+};
+use sqlparser::dialect::DuckDbDialect;
+use sqlparser::parser::Parser;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::ops::ControlFlow;
+
+/// One column reference in a model's SQL that cannot exist.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ColumnProblem {
+    /// The missing column, as written (for an unresolvable qualifier, the whole reference).
+    pub column: String,
+    /// The reference as written, e.g. `o.amount` or `amount`.
+    pub reference: String,
+    /// The parent model (logical name `schema.table`) the column would have to come from, when
+    /// that is certain: the parent itself, or the one parent a CTE or subquery reads `*` from.
+    pub relation: Option<String>,
+    /// What is wrong, in `STYLE.md` form (no trailing period, names in backticks), without the
+    /// model's name, e.g. "column `amount` is not declared by parent `raw.orders` (as `o`)".
+    pub detail: String,
+    /// The closest existing name, for a "did you mean" hint.
+    pub suggestion: Option<String>,
+    /// 1-based line of the reference in the rendered SQL, when known.
+    pub line: Option<u64>,
+    /// 1-based column of the reference in the rendered SQL, when known.
+    pub col: Option<u64>,
+}
+
+/// Every column reference of `sql` that cannot exist, given the declared columns of the parents
+/// it reads, sorted by position.
+///
+/// `sql` is a model body rendered with
+/// [`CanonicalResolver`](crate::core::fragment::CanonicalResolver): one query, parents named
+/// `schema.table`. `parents` maps each parent's logical name to its declared columns (names
+/// compare case-insensitively). Relations that are neither a parent nor a CTE are unknown and
+/// make their scope open. See the [module docs](self) for what is resolved and what is
+/// deliberately left open: an empty result never means "wrong", a problem always does.
+///
+/// # Errors
+/// [`SqlError`] when sqlparser cannot parse `sql` as exactly one query (DuckDB might still
+/// accept it: the columns are then simply not checked).
+///
+/// # Example
+/// ```
+/// use std::collections::BTreeMap;
+/// let parents = BTreeMap::from([("raw.orders".to_string(), vec!["id".to_string(), "amount_cents".to_string()])]);
+/// let problems = efmesh::sql::lineage::unknown_columns("SELECT o.id, o.amount FROM raw.orders AS o", &parents)?;
+/// assert_eq!(problems.len(), 1);
+/// assert_eq!(problems[0].column, "amount");
+/// assert_eq!(problems[0].relation.as_deref(), Some("raw.orders"));
+/// assert_eq!(problems[0].suggestion.as_deref(), Some("amount_cents"));
+/// Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn unknown_columns(sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
+    let query = parse(sql)?;
+    let mut an = Analyzer {
+        parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
+        problems: Vec::new(),
+    };
+    an.query(&query, None);
+    let mut problems = an.problems;
+    problems.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
+    problems.dedup();
+    Ok(problems)
+}
+
+/// The single query of `sql`; on failure, canonicalisation's error (same parser, same message).
+fn parse(sql: &str) -> Result<Query, SqlError> {
+    let fail = || match canon::canonicalize(sql) {
+        Err(e) => e,
+        Ok(_) => SqlError::NotAQuery { found: "a statement that is not a query".into() },
+    };
+    let mut statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|_| fail())?;
+    match (statements.pop(), statements.is_empty()) {
+        (Some(Statement::Query(q)), true) => Ok(*q),
+        _ => Err(fail()),
+    }
+}
+
+/// Names DuckDB resolves without any relation: pseudo-columns and keyword functions.
+const PSEUDO_COLUMNS: &[&str] = &[
+    "rowid",
+    "current_date",
+    "current_time",
+    "current_timestamp",
+    "localtime",
+    "localtimestamp",
+    "current_user",
+    "session_user",
+    "user",
+    "current_role",
+    "current_catalog",
+    "current_schema",
+];
+
+fn lower(s: &str) -> String {
+    s.to_lowercase()
+}
+
+/// The columns of a relation or a query's output.
+#[derive(Debug, Clone, Default)]
+struct Cols {
+    /// Columns in order; `None` where DuckDB generates the name from the expression text.
+    names: Vec<Option<String>>,
+    /// There may be columns beyond `names` (an unknown relation, or `*` over one).
+    more: bool,
+    /// `names` may not be in DuckDB's order (a `*` over a `USING` join), so positional aliases
+    /// cannot be applied.
+    unordered: bool,
+    /// Parents whose `*` expansion fed these columns (lower-case keys into the parents map).
+    star_of: BTreeSet<String>,
+}
+
+impl Cols {
+    fn open() -> Self {
+        Cols { more: true, ..Cols::default() }
+    }
+
+    fn known(names: impl IntoIterator<Item = String>) -> Self {
+        Cols { names: names.into_iter().map(Some).collect(), ..Cols::default() }
+    }
+
+    /// Some column may exist that `names` does not list.
+    fn is_open(&self) -> bool {
+        self.more || self.names.iter().any(Option::is_none)
+    }
+
+    /// `name` (lower-case) is one of the known names.
+    fn has(&self, name: &str) -> bool {
+        self.names.iter().flatten().any(|n| lower(n) == name)
+    }
+
+    fn known_names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().flatten().map(String::as_str)
+    }
+
+    /// Repeated names make the output open: DuckDB renames or rejects them.
+    fn finish(mut self) -> Self {
+        let mut seen = HashSet::new();
+        if self.names.iter().flatten().any(|n| !seen.insert(lower(n))) {
+            self.more = true;
+        }
+        self
+    }
+
+    /// Applies a positional column alias list (`AS t(a, b)`, `WITH c(a, b) AS …`).
+    fn rename(mut self, aliases: &[TableAliasColumnDef]) -> Self {
+        if aliases.is_empty() {
+            return self;
+        }
+        if self.more || self.unordered || aliases.len() > self.names.len() {
+            return Cols { names: aliases.iter().map(|a| Some(a.name.value.clone())).collect(), more: true, unordered: true, star_of: self.star_of };
+        }
+        for (slot, alias) in self.names.iter_mut().zip(aliases) {
+            *slot = Some(alias.name.value.clone());
+        }
+        self.finish()
+    }
+}
+
+/// Where a relation in scope comes from, for messages and blame.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// A parent model; its logical name as given.
+    Parent(String),
+    /// A CTE, by name.
+    Cte(String),
+    /// A subquery in `FROM` (or a parenthesised join with an alias).
+    Subquery,
+    /// Anything else: unknown tables, table functions…
+    Other,
+}
+
+/// A relation in a `FROM` scope.
+#[derive(Debug, Clone)]
+struct Rel {
+    /// Qualifiers that name it, lower-case parts (`[["o"]]`, or `[["raw", "orders"], ["orders"]]`).
+    quals: Vec<Vec<String>>,
+    /// False when DuckDB gives it a generated name (an unaliased subquery or table function).
+    named: bool,
+    /// The alias, as written.
+    alias: Option<String>,
+    cols: Cols,
+    origin: Origin,
+    /// Columns a `*` does not expand again (the right side of `USING` / `NATURAL`), lower-case.
+    star_skip: Vec<String>,
+}
+
+impl Rel {
+    fn new(quals: Vec<Vec<String>>, named: bool, alias: Option<&TableAlias>, cols: Cols, origin: Origin) -> Self {
+        let (quals, named) = match alias {
+            Some(a) => (vec![vec![lower(&a.name.value)]], true),
+            None => (quals, named),
+        };
+        Rel { quals, named, alias: alias.map(|a| a.name.value.clone()), cols, origin, star_skip: Vec::new() }
+    }
+
+    /// How a message names it: "parent `raw.orders` (as `o`)", "CTE `c`", "subquery `s`".
+    fn describe(&self, parents: &BTreeMap<String, (String, Vec<String>)>) -> String {
+        let as_alias = |name: &str| match &self.alias {
+            Some(a) if lower(a) != lower(name) => format!(" (as `{a}`)"),
+            _ => String::new(),
+        };
+        let mut s = match &self.origin {
+            Origin::Parent(p) => format!("parent `{p}`{}", as_alias(p)),
+            Origin::Cte(c) => format!("CTE `{c}`{}", as_alias(c)),
+            Origin::Subquery => match &self.alias {
+                Some(a) => format!("subquery `{a}`"),
+                None => "an unnamed subquery".into(),
+            },
+            Origin::Other => match &self.alias {
+                Some(a) => format!("`{a}`"),
+                None => "a relation".into(),
+            },
+        };
+        if !matches!(self.origin, Origin::Parent(_))
+            && let Some(p) = self.single_star_parent()
+        {
+            s.push_str(&format!(", which reads `*` from parent `{}`", parents.get(p).map_or(p, |(n, _)| n.as_str())));
+        }
+        s
+    }
+
+    fn single_star_parent(&self) -> Option<&str> {
+        match (self.cols.star_of.len(), self.cols.star_of.first()) {
+            (1, Some(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The parent a missing column of this relation is blamed on, when certain (lower-case key).
+    fn blame(&self) -> Option<String> {
+        match &self.origin {
+            Origin::Parent(p) => Some(lower(p)),
+            _ => self.single_star_parent().map(str::to_string),
+        }
+    }
+}
+
+/// One level of name resolution, innermost first through `up`.
+struct Frame<'a> {
+    up: Option<&'a Frame<'a>>,
+    data: FrameData<'a>,
+}
+
+enum FrameData<'a> {
+    /// A `FROM` scope and the select-list aliases visible in it.
+    Scope { rels: &'a [Rel], aliases: &'a [String] },
+    /// CTEs defined by a `WITH` (lower-case name, columns).
+    Ctes(&'a [(String, Cols)]),
+    /// Lambda parameters around a subquery (lower-case).
+    Params(&'a [String]),
+}
+
+impl<'a> Frame<'a> {
+    fn chain(&'a self) -> impl Iterator<Item = &'a FrameData<'a>> {
+        std::iter::successors(Some(self), |f| f.up).map(|f| &f.data)
+    }
+}
+
+fn scope<'a>(up: Option<&'a Frame<'a>>, rels: &'a [Rel], aliases: &'a [String]) -> Frame<'a> {
+    Frame { up, data: FrameData::Scope { rels, aliases } }
+}
+
+struct Analyzer {
+    /// Lower-case logical name → (name as given, declared columns).
+    parents: BTreeMap<String, (String, Vec<String>)>,
+    problems: Vec<ColumnProblem>,
+}
+
+impl Analyzer {
+    /// Resolves a query; returns its output columns.
+    fn query(&mut self, q: &Query, up: Option<&Frame<'_>>) -> Cols {
+        let mut ctes: Vec<(String, Cols)> = Vec::new();
+        if let Some(with) = &q.with {
+            for cte in &with.cte_tables {
+                let name = lower(&cte.alias.name.value);
+                if with.recursive {
+                    // The recursive reference reads the CTE itself: unknown until resolved.
+                    let placeholder = Cols::open().rename(&cte.alias.columns);
+                    ctes.push((name.clone(), placeholder));
+                }
+                let cols = {
+                    let frame = Frame { up, data: FrameData::Ctes(&ctes) };
+                    self.query(&cte.query, Some(&frame)).rename(&cte.alias.columns)
+                };
+                if with.recursive {
+                    ctes.pop();
+                }
+                ctes.push((name, cols));
+            }
+        }
+        let frame = Frame { up, data: FrameData::Ctes(&ctes) };
+        let up = Some(&frame);
+        let cols = match q.body.as_ref() {
+            SetExpr::Select(s) => self.select(s, up, Some(q)),
+            body => {
+                let cols = self.set_expr(body, up);
+                // ORDER BY / LIMIT of a set operation see its output columns only.
+                let rels = [Rel::new(Vec::new(), false, None, cols.clone(), Origin::Subquery)];
+                let f = scope(up, &rels, &[]);
+                self.walk(&q.order_by, &f);
+                self.walk(&q.limit_clause, &f);
+                self.walk(&q.fetch, &f);
+                cols
+            }
+        };
+        if q.pipe_operators.is_empty() { cols } else { Cols::open() }
+    }
+
+    fn set_expr(&mut self, body: &SetExpr, up: Option<&Frame<'_>>) -> Cols {
+        match body {
+            SetExpr::Select(s) => self.select(s, up, None),
+            SetExpr::Query(q) => self.query(q, up),
+            SetExpr::SetOperation { left, right, set_quantifier, .. } => {
+                let l = self.set_expr(left, up);
+                let r = self.set_expr(right, up);
+                let mut out = if matches!(set_quantifier, SetQuantifier::ByName | SetQuantifier::AllByName | SetQuantifier::DistinctByName) {
+                    let mut out = l.clone();
+                    for n in r.names.iter().flatten() {
+                        if !out.has(&lower(n)) {
+                            out.names.push(Some(n.clone()));
+                        }
+                    }
+                    out.more |= r.more;
+                    out.unordered = true;
+                    out
+                } else {
+                    l
+                };
+                out.star_of.extend(r.star_of);
+                out
+            }
+            SetExpr::Values(v) => {
+                let up = up.map_or_else(|| scope(None, &[], &[]), |u| scope(Some(u), &[], &[]));
+                self.walk(&v.rows, &up);
+                // DuckDB names them `col0`, `col1`…: known count, generated names.
+                let width = v.rows.first().map_or(0, |r| r.content.len());
+                Cols { names: vec![None; width], ..Cols::default() }
+            }
+            _ => Cols::open(),
+        }
+    }
+
+    /// Resolves a `SELECT` (and, for the body of `tail`, its `ORDER BY` and `LIMIT`); returns
+    /// its output columns.
+    fn select(&mut self, s: &Select, up: Option<&Frame<'_>>, tail: Option<&Query>) -> Cols {
+        let rels = self.from_clause(&s.from, up);
+        let aliases: Vec<String> = s
+            .projection
+            .iter()
+            .flat_map(|item| match item {
+                SelectItem::ExprWithAlias { alias, .. } => vec![alias.value.clone()],
+                SelectItem::ExprWithAliases { aliases, .. } => aliases.iter().map(|a| a.value.clone()).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let frame = scope(up, &rels, &aliases);
+        let mut out = Cols::default();
+        if s.projection.is_empty() || s.flavor == SelectFlavor::FromFirstNoSelect {
+            out = star(&rels);
+        }
+        for item in &s.projection {
+            match item {
+                SelectItem::UnnamedExpr(e) => {
+                    self.walk(e, &frame);
+                    out.names.push(output_name(e, &rels));
+                }
+                SelectItem::ExprWithAlias { expr, alias } => {
+                    self.walk(expr, &frame);
+                    out.names.push(Some(alias.value.clone()));
+                }
+                SelectItem::ExprWithAliases { expr, aliases } => {
+                    self.walk(expr, &frame);
+                    out.names.extend(aliases.iter().map(|a| Some(a.value.clone())));
+                }
+                SelectItem::Wildcard(opts) => {
+                    let cols = self.wildcard(star(&rels), opts, &frame);
+                    append(&mut out, cols);
+                }
+                SelectItem::QualifiedWildcard(kind, opts) => {
+                    let base = match kind {
+                        SelectItemQualifiedWildcardKind::ObjectName(name) => {
+                            let q: Vec<String> = name_parts(name).iter().map(|p| lower(p)).collect();
+                            match rels.iter().find(|r| r.quals.contains(&q)) {
+                                Some(r) => star(std::slice::from_ref(r)),
+                                None => Cols::open(),
+                            }
+                        }
+                        SelectItemQualifiedWildcardKind::Expr(e) => {
+                            self.walk(e, &frame);
+                            Cols::open()
+                        }
+                    };
+                    let cols = self.wildcard(base, opts, &frame);
+                    append(&mut out, cols);
+                }
+            }
+        }
+        if let Some(Distinct::On(exprs)) = &s.distinct {
+            self.walk(exprs, &frame);
+        }
+        self.walk(&s.prewhere, &frame);
+        self.walk(&s.selection, &frame);
+        if let GroupByExpr::Expressions(exprs, _) = &s.group_by {
+            self.walk(exprs, &frame);
+        }
+        self.walk(&s.cluster_by, &frame);
+        self.walk(&s.distribute_by, &frame);
+        self.walk(&s.sort_by, &frame);
+        self.walk(&s.having, &frame);
+        for window in &s.named_window {
+            if let NamedWindowExpr::WindowSpec(spec) = &window.1 {
+                self.walk(spec, &frame);
+            }
+        }
+        self.walk(&s.qualify, &frame);
+        if let Some(q) = tail {
+            self.walk(&q.order_by, &frame);
+            self.walk(&q.limit_clause, &frame);
+            self.walk(&q.fetch, &frame);
+        }
+        if !s.lateral_views.is_empty() || !s.connect_by.is_empty() {
+            out.more = true;
+        }
+        out.finish()
+    }
+
+    /// Applies `* EXCLUDE / EXCEPT / RENAME / REPLACE` to an expansion.
+    fn wildcard(&mut self, mut cols: Cols, opts: &WildcardAdditionalOptions, frame: &Frame<'_>) -> Cols {
+        let mut drop: Vec<String> = Vec::new();
+        match &opts.opt_exclude {
+            Some(ExcludeSelectItem::Single(n)) => drop.extend(name_parts(n).last().map(|s| lower(s))),
+            Some(ExcludeSelectItem::Multiple(ns)) => drop.extend(ns.iter().filter_map(|n| name_parts(n).last().map(|s| lower(s)))),
+            None => {}
+        }
+        if let Some(ExceptSelectItem { first_element, additional_elements }) = &opts.opt_except {
+            drop.push(lower(&first_element.value));
+            drop.extend(additional_elements.iter().map(|i| lower(&i.value)));
+        }
+        cols.names.retain(|n| n.as_ref().is_none_or(|n| !drop.contains(&lower(n))));
+        let renames: Vec<(String, String)> = match &opts.opt_rename {
+            Some(RenameSelectItem::Single(r)) => vec![(lower(&r.ident.value), r.alias.value.clone())],
+            Some(RenameSelectItem::Multiple(rs)) => rs.iter().map(|r| (lower(&r.ident.value), r.alias.value.clone())).collect(),
+            None => Vec::new(),
+        };
+        for n in cols.names.iter_mut().flatten() {
+            if let Some((_, to)) = renames.iter().find(|(from, _)| *from == lower(n)) {
+                *n = to.clone();
+            }
+        }
+        if let Some(replace) = &opts.opt_replace {
+            for item in &replace.items {
+                self.walk(&item.expr, frame);
+            }
+        }
+        cols
+    }
+
+    /// The relations of a `FROM` clause, resolving join conditions and lateral items on the way.
+    fn from_clause(&mut self, from: &[TableWithJoins], up: Option<&Frame<'_>>) -> Vec<Rel> {
+        let mut rels: Vec<Rel> = Vec::new();
+        for twj in from {
+            let start = rels.len();
+            let new = self.factor(&twj.relation, &rels, up);
+            rels.extend(new);
+            for join in &twj.joins {
+                let left_end = rels.len();
+                let new = self.factor(&join.relation, &rels, up);
+                rels.extend(new);
+                let (constraint, condition) = match &join.join_operator {
+                    JoinOperator::Join(c)
+                    | JoinOperator::Inner(c)
+                    | JoinOperator::Left(c)
+                    | JoinOperator::LeftOuter(c)
+                    | JoinOperator::Right(c)
+                    | JoinOperator::RightOuter(c)
+                    | JoinOperator::FullOuter(c)
+                    | JoinOperator::CrossJoin(c)
+                    | JoinOperator::Semi(c)
+                    | JoinOperator::LeftSemi(c)
+                    | JoinOperator::RightSemi(c)
+                    | JoinOperator::Anti(c)
+                    | JoinOperator::LeftAnti(c)
+                    | JoinOperator::RightAnti(c)
+                    | JoinOperator::StraightJoin(c) => (Some(c), None),
+                    JoinOperator::AsOf { match_condition, constraint } => (Some(constraint), Some(match_condition)),
+                    _ => (None, None),
+                };
+                {
+                    let frame = scope(up, &rels, &[]);
+                    if let Some(c) = condition {
+                        self.walk(c, &frame);
+                    }
+                    if let Some(JoinConstraint::On(e)) = constraint {
+                        self.walk(e, &frame);
+                    }
+                }
+                let skip: Vec<String> = match constraint {
+                    Some(JoinConstraint::Using(names) | JoinConstraint::UsingAlias(names, _)) => {
+                        let mut skip = Vec::new();
+                        for name in names {
+                            if let Some(ObjectNamePart::Identifier(id)) = name.0.last() {
+                                self.using_column(id, &rels[start..left_end], &rels[left_end..]);
+                                skip.push(lower(&id.value));
+                            }
+                        }
+                        skip
+                    }
+                    Some(JoinConstraint::Natural) => {
+                        let left = star(&rels[start..left_end]);
+                        let right = star(&rels[left_end..]);
+                        right.known_names().filter(|n| left.has(&lower(n))).map(lower).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                for r in &mut rels[left_end..] {
+                    r.star_skip.extend(skip.iter().cloned());
+                }
+            }
+        }
+        rels
+    }
+
+    /// Reports a `USING` column missing from a side whose columns are fully known.
+    fn using_column(&mut self, id: &Ident, left: &[Rel], right: &[Rel]) {
+        let col = lower(&id.value);
+        for side in [left, right] {
+            if side.is_empty() || side.iter().any(|r| r.cols.is_open() || r.cols.has(&col)) {
+                continue;
+            }
+            let what = match side {
+                [one] => one.describe(&self.parents),
+                many => many.iter().map(|r| r.describe(&self.parents)).collect::<Vec<_>>().join(", "),
+            };
+            let relation = match side {
+                [one] => one.blame(),
+                _ => None,
+            };
+            let suggestion = suggest(&id.value, side.iter().flat_map(|r| r.cols.known_names()));
+            let detail = match side {
+                [one] if matches!(one.origin, Origin::Parent(_)) => format!("column `{}` in `USING` is not declared by {what}", id.value),
+                _ => format!("column `{}` in `USING` is not a column of {what}", id.value),
+            };
+            self.push(id, &id.value, &id.value, relation, detail, suggestion);
+        }
+    }
+
+    /// The relations one `FROM` item brings into scope. `left` are the items before it, which
+    /// DuckDB lets subqueries and table functions see (implicit `LATERAL`).
+    fn factor(&mut self, f: &TableFactor, left: &[Rel], up: Option<&Frame<'_>>) -> Vec<Rel> {
+        let lateral = scope(up, left, &[]);
+        let rel = match f {
+            TableFactor::Table { name, alias, args, .. } => {
+                let parts = name_parts(name);
+                let lowered: Vec<String> = parts.iter().map(|p| lower(p)).collect();
+                if let Some(args) = args {
+                    self.walk(&args.args, &lateral);
+                    Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+                } else if parts.len() != name.0.len() {
+                    Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+                } else if let Some(cols) = (lowered.len() == 1).then(|| cte_lookup(up, &lowered[0])).flatten() {
+                    let rel = Rel::new(vec![lowered.clone()], true, alias.as_ref(), cols.clone(), Origin::Cte(parts[0].clone()));
+                    renamed(rel, alias.as_ref())
+                } else if let Some((display, declared)) = self.parents.get(&lowered.join(".")) {
+                    let mut cols = Cols::known(declared.iter().cloned());
+                    cols.star_of.insert(lowered.join("."));
+                    let quals = (0..lowered.len()).map(|i| lowered[i..].to_vec()).collect();
+                    renamed(Rel::new(quals, true, alias.as_ref(), cols, Origin::Parent(display.clone())), alias.as_ref())
+                } else {
+                    // Unknown: anything goes, but it still has a name.
+                    let quals = (0..lowered.len()).map(|i| lowered[i..].to_vec()).collect();
+                    Rel::new(quals, true, alias.as_ref(), Cols::open(), Origin::Other)
+                }
+            }
+            TableFactor::Derived { subquery, alias, .. } => {
+                let cols = self.query(subquery, Some(&lateral));
+                renamed(Rel::new(Vec::new(), false, alias.as_ref(), cols, Origin::Subquery), alias.as_ref())
+            }
+            TableFactor::TableFunction { expr, alias } => {
+                self.walk(expr, &lateral);
+                Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+            }
+            TableFactor::Function { args, alias, .. } => {
+                self.walk(args, &lateral);
+                Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+            }
+            TableFactor::UNNEST { alias, array_exprs, .. } => {
+                self.walk(array_exprs, &lateral);
+                Rel::new(Vec::new(), false, alias.as_ref(), Cols::open(), Origin::Other)
+            }
+            TableFactor::NestedJoin { table_with_joins, alias } => {
+                let inner = self.from_clause(std::slice::from_ref(table_with_joins.as_ref()), Some(&lateral));
+                match alias {
+                    None => return inner,
+                    Some(a) => renamed(Rel::new(Vec::new(), true, Some(a), star(&inner), Origin::Subquery), Some(a)),
+                }
+            }
+            // PIVOT, UNPIVOT, JSON_TABLE, MATCH_RECOGNIZE…: not resolved, open.
+            other => Rel::new(Vec::new(), false, table_factor_alias(other), Cols::open(), Origin::Other),
+        };
+        vec![rel]
+    }
+
+    /// Resolves every column reference inside `node` (an expression or any AST part holding
+    /// expressions) in `frame`.
+    fn walk<V: Visit + ?Sized>(&mut self, node: &V, frame: &Frame<'_>) {
+        let mut walker = Walker { an: self, frame, params: Vec::new(), skip: None, ignore: HashSet::new() };
+        let _ = node.visit(&mut walker);
+    }
+
+    /// Checks one reference (`parts` as written) against `frame`; `params` are the lambda
+    /// parameters around it.
+    fn reference(&mut self, parts: &[&Ident], frame: &Frame<'_>, params: &[Vec<String>]) {
+        let lowered: Vec<String> = parts.iter().map(|p| lower(&p.value)).collect();
+        let head = lowered[0].as_str();
+        if params.iter().flatten().any(|p| p == head) {
+            return;
+        }
+        // Qualified readings: `q.col…` where `q` names a relation (innermost scope first).
+        let mut failure: Option<(&Rel, usize)> = None;
+        let mut unnamed = false;
+        if lowered.len() > 1 {
+            for data in frame.chain() {
+                let FrameData::Scope { rels, .. } = data else { continue };
+                for rel in rels.iter() {
+                    unnamed |= !rel.named;
+                    for q in &rel.quals {
+                        if q.len() > lowered.len() || q[..] != lowered[..q.len()] {
+                            continue;
+                        }
+                        // The whole reference names the relation: a row value.
+                        let Some(col) = lowered.get(q.len()) else { return };
+                        if rel.cols.is_open() || rel.cols.has(col) || col == "rowid" {
+                            return;
+                        }
+                        if failure.is_none() {
+                            failure = Some((rel, q.len()));
+                        }
+                    }
+                }
+            }
+        }
+        // The unqualified reading: `head` is a column (any further parts are struct fields).
+        // Once the qualifier named a relation with known columns, only a known column `head`
+        // (a struct) still saves the reference: an open relation elsewhere does not.
+        if self.unqualified_ok(head, frame, lowered.len() == 1, failure.is_none()) {
+            return;
+        }
+        if let Some((rel, k)) = failure {
+            let id = parts[k];
+            let detail = missing_in(&id.value, rel, &self.parents);
+            let suggestion = suggest(&id.value, rel.cols.known_names());
+            self.push(parts[0], &id.value, &dotted(parts), rel.blame(), detail, suggestion);
+            return;
+        }
+        if unnamed {
+            // `unnamed_subquery.x`, `range.range`…: generated relation names are not tracked.
+            return;
+        }
+        let innermost = frame.chain().find_map(|d| match d {
+            FrameData::Scope { rels, aliases } => Some((*rels, *aliases)),
+            _ => None,
+        });
+        let (rels, aliases) = innermost.unwrap_or((&[], &[]));
+        if parts.len() > 1 {
+            let quals = rels.iter().flat_map(|r| r.quals.iter().filter(|q| q.len() == 1).map(|q| q[0].as_str()));
+            let suggestion = suggest(head, quals);
+            let detail = format!("cannot resolve `{}`: no relation or column `{}` is in scope", dotted(parts), parts[0].value);
+            self.push(parts[0], &dotted(parts), &dotted(parts), None, detail, suggestion);
+            return;
+        }
+        let name = &parts[0].value;
+        let candidates = rels.iter().flat_map(|r| r.cols.known_names()).chain(aliases.iter().map(String::as_str));
+        let suggestion = suggest(name, candidates);
+        let (detail, relation) = match rels {
+            [] => (format!("column `{name}` cannot be resolved: the query reads no relation"), None),
+            [one] => (missing_in(name, one, &self.parents), one.blame()),
+            many => {
+                let list = many.iter().map(|r| r.describe(&self.parents)).collect::<Vec<_>>().join(", ");
+                let blamed: BTreeSet<String> = many.iter().filter_map(Rel::blame).collect();
+                let relation = if blamed.len() == 1 {
+                    blamed.into_iter().next()
+                } else {
+                    suggestion.as_ref().and_then(|s| many.iter().find(|r| r.cols.has(&lower(s)))).and_then(Rel::blame)
+                };
+                (format!("column `{name}` is not a column of any relation in scope: {list}"), relation)
+            }
+        };
+        self.push(parts[0], name, name, relation, detail, suggestion);
+    }
+
+    /// True when `name` (lower-case) may be a column, alias, parameter or (with `row_value`) a
+    /// relation used as a row, in some scope of `frame`. With `open_counts`, a relation whose
+    /// columns are not fully known may hold it too.
+    fn unqualified_ok(&self, name: &str, frame: &Frame<'_>, row_value: bool, open_counts: bool) -> bool {
+        if PSEUDO_COLUMNS.contains(&name) {
+            return true;
+        }
+        frame.chain().any(|data| match data {
+            FrameData::Params(ps) => ps.iter().any(|p| p == name),
+            FrameData::Scope { rels, aliases } => {
+                aliases.iter().any(|a| lower(a) == name)
+                    || rels.iter().any(|r| {
+                        (open_counts && r.cols.is_open())
+                            || r.cols.has(name)
+                            || (row_value && r.quals.iter().any(|q| q.len() == 1 && q[0] == name))
+                            || (!r.named && name.starts_with("unnamed_subquery"))
+                    })
+            }
+            FrameData::Ctes(_) => false,
+        })
+    }
+
+    fn push(&mut self, at: &Ident, column: &str, reference: &str, relation: Option<String>, detail: String, suggestion: Option<String>) {
+        let pos = at.span.start;
+        let relation = relation.map(|r| self.parents.get(&r).map_or(r, |(n, _)| n.clone()));
+        self.problems.push(ColumnProblem {
+            column: column.to_string(),
+            reference: reference.to_string(),
+            relation,
+            detail,
+            suggestion,
+            line: (pos.line > 0).then_some(pos.line),
+            col: (pos.column > 0).then_some(pos.column),
+        });
+    }
+}
+
+/// "column `x` is not declared by parent `p`" or "… is not a column of CTE `c`".
+fn missing_in(col: &str, rel: &Rel, parents: &BTreeMap<String, (String, Vec<String>)>) -> String {
+    match rel.origin {
+        Origin::Parent(_) => format!("column `{col}` is not declared by {}", rel.describe(parents)),
+        _ => format!("column `{col}` is not a column of {}", rel.describe(parents)),
+    }
+}
+
+/// The only candidate that contains `wanted` or is contained in it (a renamed column such as
+/// `amount` → `amount_cents`), or else the closest one by edit distance ([`did_you_mean`]).
+fn suggest<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    let w = lower(wanted);
+    let mut hits: Vec<&str> = candidates
+        .iter()
+        .copied()
+        .filter(|c| {
+            let c = lower(c);
+            w.chars().count() >= 3 && c.chars().count() >= 3 && c != w && (c.contains(&w) || w.contains(&c))
+        })
+        .collect();
+    hits.sort_unstable();
+    hits.dedup();
+    if let [one] = hits.as_slice() {
+        return Some((*one).to_string());
+    }
+    did_you_mean(wanted, candidates).map(str::to_string)
+}
+
+fn dotted(parts: &[&Ident]) -> String {
+    parts.iter().map(|p| p.value.as_str()).collect::<Vec<_>>().join(".")
+}
+
+/// The identifier parts of a name; shorter than the name when a part is not an identifier.
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map_while(|p| match p {
+            ObjectNamePart::Identifier(id) => Some(id.value.clone()),
+            ObjectNamePart::Function(_) => None,
+        })
+        .collect()
+}
+
+fn cte_lookup(up: Option<&Frame<'_>>, name: &str) -> Option<Cols> {
+    let frame = up?;
+    frame.chain().find_map(|d| match d {
+        FrameData::Ctes(ctes) => ctes.iter().rev().find(|(n, _)| n == name).map(|(_, c)| c.clone()),
+        _ => None,
+    })
+}
+
+/// Applies the alias's column list to the relation's columns.
+fn renamed(mut rel: Rel, alias: Option<&TableAlias>) -> Rel {
+    if let Some(a) = alias {
+        rel.cols = std::mem::take(&mut rel.cols).rename(&a.columns);
+    }
+    rel
+}
+
+fn table_factor_alias(f: &TableFactor) -> Option<&TableAlias> {
+    match f {
+        TableFactor::Pivot { alias, .. }
+        | TableFactor::Unpivot { alias, .. }
+        | TableFactor::JsonTable { alias, .. }
+        | TableFactor::OpenJsonTable { alias, .. }
+        | TableFactor::MatchRecognize { alias, .. }
+        | TableFactor::XmlTable { alias, .. }
+        | TableFactor::SemanticView { alias, .. } => alias.as_ref(),
+        _ => None,
+    }
+}
+
+/// `*` over `rels`: their columns in order, minus the right side of `USING` / `NATURAL`.
+fn star(rels: &[Rel]) -> Cols {
+    let mut out = Cols::default();
+    for r in rels {
+        for n in &r.cols.names {
+            if let Some(name) = n
+                && r.star_skip.contains(&lower(name))
+            {
+                out.unordered = true;
+                continue;
+            }
+            out.names.push(n.clone());
+        }
+        out.more |= r.cols.more;
+        out.unordered |= r.cols.unordered;
+        out.star_of.extend(r.cols.star_of.iter().cloned());
+    }
+    out
+}
+
+fn append(out: &mut Cols, cols: Cols) {
+    out.names.extend(cols.names);
+    out.more |= cols.more;
+    out.unordered |= cols.unordered;
+    out.star_of.extend(cols.star_of);
+}
+
+/// The name DuckDB gives an unaliased select item, when it is certain: a column reference keeps
+/// its column's name. Anything else gets a name generated from the expression text (`None`).
+fn output_name(e: &Expr, rels: &[Rel]) -> Option<String> {
+    match e {
+        Expr::Identifier(id) => Some(id.value.clone()),
+        Expr::CompoundIdentifier(ids) if ids.len() > 1 => {
+            let qual: Vec<String> = ids[..ids.len() - 1].iter().map(|i| lower(&i.value)).collect();
+            rels.iter().any(|r| r.quals.contains(&qual)).then(|| ids[ids.len() - 1].value.clone())
+        }
+        _ => None,
+    }
+}
+
+fn addr<T>(x: &T) -> usize {
+    std::ptr::from_ref(x) as usize
+}
+
+/// Walks the expressions of one AST part, checking column references and handing subqueries
+/// back to the analyzer with the current scope as their outer scope.
+struct Walker<'w, 'f> {
+    an: &'w mut Analyzer,
+    frame: &'w Frame<'f>,
+    /// Lambda parameters in scope, innermost last (lower-case).
+    params: Vec<Vec<String>>,
+    /// A subtree being skipped: (is a query, address).
+    skip: Option<(bool, usize)>,
+    /// Expressions that are not column references (field names after `.`, named-argument names).
+    ignore: HashSet<usize>,
+}
+
+impl Visitor for Walker<'_, '_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+        if self.skip.is_none() {
+            let params: Vec<String> = self.params.concat();
+            let frame = Frame { up: Some(self.frame), data: FrameData::Params(&params) };
+            self.an.query(q, Some(&frame));
+            self.skip = Some((true, addr(q)));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+        if self.skip == Some((true, addr(q))) {
+            self.skip = None;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if self.skip.is_some() {
+            return ControlFlow::Continue(());
+        }
+        if self.ignore.contains(&addr(e)) {
+            self.skip = Some((false, addr(e)));
+            return ControlFlow::Continue(());
+        }
+        match e {
+            Expr::Identifier(id) => self.an.reference(&[id], self.frame, &self.params),
+            Expr::CompoundIdentifier(ids) if !ids.is_empty() => {
+                let parts: Vec<&Ident> = ids.iter().collect();
+                self.an.reference(&parts, self.frame, &self.params);
+            }
+            Expr::CompoundFieldAccess { root, access_chain } => {
+                let mut path: Vec<&Ident> = match root.as_ref() {
+                    Expr::Identifier(id) => vec![id],
+                    Expr::CompoundIdentifier(ids) => ids.iter().collect(),
+                    _ => Vec::new(),
+                };
+                let resolve = !path.is_empty();
+                if resolve {
+                    self.ignore.insert(addr(root.as_ref()));
+                }
+                let mut leading = true;
+                for access in access_chain {
+                    match access {
+                        AccessExpr::Dot(field @ Expr::Identifier(id)) => {
+                            self.ignore.insert(addr(field));
+                            if leading {
+                                path.push(id);
+                            }
+                        }
+                        _ => leading = false,
+                    }
+                }
+                if resolve {
+                    self.an.reference(&path, self.frame, &self.params);
+                }
+            }
+            Expr::Lambda(l) => self.params.push(l.params.iter().map(|p| lower(&p.name.value)).collect()),
+            Expr::Function(f) => {
+                if let FunctionArguments::List(list) = &f.args {
+                    for arg in &list.args {
+                        if let FunctionArg::ExprNamed { name, .. } = arg {
+                            self.ignore.insert(addr(name));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if let Some(skip) = self.skip {
+            if skip == (false, addr(e)) {
+                self.skip = None;
+            }
+            return ControlFlow::Continue(());
+        }
+        if matches!(e, Expr::Lambda(_)) {
+            self.params.pop();
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parents() -> BTreeMap<String, Vec<String>> {
+        let p = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        BTreeMap::from([
+            ("raw.orders".to_string(), p(&["id", "customer_id", "amount_cents", "ordered_at", "items", "meta"])),
+            ("raw.customers".to_string(), p(&["id", "name", "region"])),
+            ("core.regions".to_string(), p(&["region", "label"])),
+        ])
+    }
+
+    fn problems(sql: &str) -> Vec<ColumnProblem> {
+        unknown_columns(sql, &parents()).unwrap_or_else(|e| panic!("{e}\n{sql}"))
+    }
+
+    #[track_caller]
+    fn ok(sql: &str) {
+        let p = problems(sql);
+        assert!(p.is_empty(), "false positive in\n{sql}\n{p:#?}");
+    }
+
+    /// The single problem of `sql`, whose column must be `column`.
+    #[track_caller]
+    fn one(sql: &str, column: &str) -> ColumnProblem {
+        let p = problems(sql);
+        assert_eq!(p.len(), 1, "wanted exactly one problem in\n{sql}\n{p:#?}");
+        assert_eq!(p[0].column, column, "{p:#?}");
+        p[0].clone()
+    }
+
+    #[test]
+    fn qualified_through_an_alias() {
+        let p = one("SELECT o.id, o.amount FROM raw.orders AS o", "amount");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        assert_eq!(p.reference, "o.amount");
+        assert_eq!(p.suggestion.as_deref(), Some("amount_cents"));
+        assert_eq!(p.detail, "column `amount` is not declared by parent `raw.orders` (as `o`)");
+        assert_eq!((p.line, p.col), (Some(1), Some(14)));
+    }
+
+    #[test]
+    fn qualified_by_table_and_schema_table() {
+        ok("SELECT orders.id, raw.orders.amount_cents FROM raw.orders");
+        let p = one("SELECT raw.orders.amount FROM raw.orders", "amount");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        one("SELECT orders.amount FROM raw.orders", "amount");
+        ok("SELECT \"RAW\".\"Orders\".\"ID\" FROM raw.orders");
+    }
+
+    #[test]
+    fn unqualified_with_one_and_two_relations() {
+        let p = one("SELECT id,\n  amount FROM raw.orders", "amount");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        assert_eq!((p.line, p.col), (Some(2), Some(3)));
+        ok("SELECT name, amount_cents FROM raw.orders o JOIN raw.customers c ON c.id = o.customer_id");
+        let p = one("SELECT nmae FROM raw.orders o JOIN raw.customers c ON c.id = o.customer_id", "nmae");
+        assert_eq!(p.suggestion.as_deref(), Some("name"));
+        assert_eq!(p.relation.as_deref(), Some("raw.customers"), "blamed on the relation holding the suggestion");
+        assert!(p.detail.contains("any relation in scope"), "{}", p.detail);
+    }
+
+    #[test]
+    fn joins_on_and_using() {
+        let p = one("SELECT o.id FROM raw.orders o JOIN raw.customers c ON c.id = o.customer AND c.region = 'x'", "customer");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        ok("SELECT region, label, name FROM raw.customers JOIN core.regions USING (region)");
+        let p = one("SELECT * FROM raw.orders JOIN core.regions USING (region)", "region");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        assert!(p.detail.contains("`USING`"), "{}", p.detail);
+        ok("SELECT * FROM raw.customers NATURAL JOIN core.regions");
+        // `USING` keeps one `region`, so the CTE's output is known and has `label`.
+        ok("WITH j AS (SELECT * FROM raw.customers JOIN core.regions USING (region)) SELECT region, label FROM j");
+        one("WITH j AS (SELECT * FROM raw.customers JOIN core.regions USING (region)) SELECT lable FROM j", "lable");
+    }
+
+    #[test]
+    fn ctes_expose_their_output_names() {
+        let p = one("WITH o AS (SELECT * FROM raw.orders) SELECT o.id, o.amount FROM o", "amount");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"), "blamed through the CTE's `*`");
+        assert!(p.detail.contains("CTE `o`") && p.detail.contains("reads `*` from parent `raw.orders`"), "{}", p.detail);
+        let p = one("WITH o AS (SELECT id, amount FROM raw.orders) SELECT id FROM o", "amount");
+        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+        let p = one("WITH o AS (SELECT id, amount_cents AS cents FROM raw.orders) SELECT amount_cents FROM o", "amount_cents");
+        assert_eq!(p.relation, None, "the CTE chose its columns: nothing to blame on a parent");
+        ok("WITH o AS (SELECT id, amount_cents AS cents FROM raw.orders), t AS (SELECT sum(cents) AS total FROM o) SELECT total FROM t");
+        ok("WITH o(a, b) AS (SELECT id, amount_cents FROM raw.orders) SELECT a, b FROM o");
+        one("WITH o(a, b) AS (SELECT id, amount_cents FROM raw.orders) SELECT id FROM o", "id");
+        // An expression without alias gets a generated name: the CTE is open.
+        ok("WITH o AS (SELECT id, count(*) FROM raw.orders GROUP BY id) SELECT \"count_star()\" FROM o");
+    }
+
+    #[test]
+    fn subqueries_in_from_expose_their_output_names() {
+        ok("SELECT s.id, s.total FROM (SELECT id, amount_cents * 2 AS total FROM raw.orders) AS s");
+        one("SELECT s.amount_cents FROM (SELECT id, amount_cents * 2 AS total FROM raw.orders) AS s", "amount_cents");
+        ok("SELECT x, y FROM (SELECT id, region FROM raw.customers) AS s(x, y)");
+        ok("SELECT lo, hi FROM (SELECT min(id) AS lo, max(id) AS hi FROM raw.orders)");
+        one("SELECT lo, hi FROM (SELECT min(id) AS lo, max(idd) AS hi FROM raw.orders)", "idd");
+        // Implicit lateral: a subquery sees the items to its left.
+        ok("SELECT * FROM raw.orders o, (SELECT o.id + 1 AS next_id) AS n");
+    }
+
+    #[test]
+    fn select_aliases_are_visible_in_later_clauses() {
+        ok("SELECT amount_cents / 100 AS amount, amount * 2 AS twice FROM raw.orders \
+            WHERE amount > 1 GROUP BY amount HAVING amount > 2 QUALIFY row_number() OVER (ORDER BY amount) = 1 ORDER BY twice");
+        one("SELECT amount_cents / 100 AS amount FROM raw.orders ORDER BY amonut", "amonut");
+    }
+
+    #[test]
+    fn expressions_windows_and_lambdas() {
+        ok("SELECT id, CASE WHEN amount_cents > 0 THEN 'a' ELSE 'b' END AS k, CAST(ordered_at AS date) AS d, \
+            list_transform(items, x -> x + 1) AS l1, list_filter(items, lambda y: y > id) AS l2, \
+            sum(amount_cents) OVER w AS running, count(*) FILTER (WHERE amount_cents > 0) AS n, \
+            string_agg(id::VARCHAR, ',' ORDER BY ordered_at) AS s, EXTRACT(year FROM ordered_at) AS y, \
+            date_trunc('day', ordered_at) + INTERVAL 1 DAY AS t, $start AS lo, current_date AS today, rowid AS r \
+            FROM raw.orders WINDOW w AS (PARTITION BY customer_id ORDER BY ordered_at)");
+        one("SELECT list_transform(items, x -> x + amount) AS l FROM raw.orders", "amount");
+        one("SELECT sum(amount_cents) OVER (PARTITION BY customer ORDER BY id) AS s FROM raw.orders", "customer");
+        one("SELECT id FROM raw.orders WINDOW w AS (PARTITION BY cust)", "cust");
+    }
+
+    #[test]
+    fn struct_field_access() {
+        ok("SELECT meta.source, o.meta.source, meta['k'], o.meta.a[1].b, (meta).x FROM raw.orders o");
+        one("SELECT o.metadata.source FROM raw.orders o", "metadata");
+        one("SELECT metadata.source FROM raw.orders o", "metadata.source");
+        // A relation used as a row value.
+        ok("SELECT o, orders FROM raw.orders o, raw.orders");
+    }
+
+    #[test]
+    fn star_and_qualified_star() {
+        ok("SELECT * FROM raw.orders");
+        ok("SELECT o.*, c.name FROM raw.orders o JOIN raw.customers c ON c.id = o.customer_id");
+        ok("WITH x AS (SELECT * EXCLUDE (meta) FROM raw.orders) SELECT id, items FROM x");
+        one("WITH x AS (SELECT * EXCLUDE (meta) FROM raw.orders) SELECT meta FROM x", "meta");
+        ok("WITH x AS (SELECT c.* FROM raw.customers c) SELECT region FROM x");
+        ok("WITH x AS (SELECT * REPLACE (amount_cents / 100 AS amount_cents) FROM raw.orders) SELECT amount_cents FROM x");
+        ok("FROM raw.orders SELECT id");
+        ok("WITH x AS (FROM raw.orders) SELECT items FROM x");
+    }
+
+    #[test]
+    fn group_by_all_order_by_all_and_set_operations() {
+        ok("SELECT region, count(*) AS n FROM raw.customers GROUP BY ALL ORDER BY ALL");
+        ok("SELECT id FROM raw.orders UNION ALL SELECT id FROM raw.customers ORDER BY id");
+        one("SELECT id FROM raw.orders UNION ALL SELECT ident FROM raw.customers", "ident");
+        ok("WITH u AS (SELECT id AS k FROM raw.orders UNION SELECT id FROM raw.customers) SELECT k FROM u");
+        one("WITH u AS (SELECT id AS k FROM raw.orders UNION SELECT id FROM raw.customers) SELECT id FROM u", "id");
+        ok("WITH u AS (SELECT id FROM raw.orders UNION BY NAME SELECT name FROM raw.customers) SELECT id, name FROM u");
+    }
+
+    #[test]
+    fn correlated_subqueries_see_outer_scopes() {
+        ok("SELECT id FROM raw.customers c WHERE EXISTS (SELECT 1 FROM raw.orders o WHERE o.customer_id = c.id AND region = 'x')");
+        ok("SELECT id, (SELECT max(amount_cents) FROM raw.orders o WHERE o.customer_id = c.id) AS top FROM raw.customers c");
+        ok("SELECT id FROM raw.customers WHERE id IN (SELECT customer_id FROM raw.orders)");
+        one("SELECT id FROM raw.customers c WHERE EXISTS (SELECT 1 FROM raw.orders o WHERE o.customer = c.id)", "customer");
+        one("SELECT id FROM raw.customers WHERE id IN (SELECT customer FROM raw.orders)", "customer");
+        ok("SELECT list_transform(items, x -> (SELECT x + 1)) AS l FROM raw.orders");
+    }
+
+    #[test]
+    fn open_scopes_report_nothing_unqualified() {
+        ok("SELECT whatever FROM raw.orders, range(3) AS r");
+        ok("SELECT whatever FROM raw.orders, unknown_table");
+        ok("SELECT whatever FROM read_csv('x.csv')");
+        ok("SELECT whatever FROM raw.orders o, unnest(o.items) AS u(v)");
+        ok("SELECT range FROM range(3)");
+        ok("SELECT unnamed_subquery.x FROM (SELECT 1 AS x)");
+        // Qualified references to a known parent are still checked next to an open relation.
+        one("SELECT o.nope FROM raw.orders o, range(3) AS r", "nope");
+    }
+
+    #[test]
+    fn recursive_ctes_values_and_no_from() {
+        ok("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 3) SELECT n FROM t");
+        ok("SELECT a, b FROM (VALUES (1, 2)) AS v(a, b)");
+        ok("SELECT 1 AS a, 'x' AS b");
+        one("SELECT nope", "nope");
+    }
+
+    #[test]
+    fn case_insensitive_like_duckdb() {
+        ok("SELECT ID, O.Amount_Cents FROM RAW.ORDERS AS o");
+    }
+
+    #[test]
+    fn unknown_qualifier() {
+        let p = one("SELECT x.id FROM raw.orders AS o", "x.id");
+        assert_eq!(p.relation, None);
+        assert!(p.detail.contains("no relation or column `x`"), "{}", p.detail);
+        // With an alias, the table name no longer qualifies.
+        one("SELECT orders.id FROM raw.orders AS o", "orders.id");
+    }
+
+    /// No problem, or sqlparser cannot read it (then nothing is checked): never a false positive.
+    #[track_caller]
+    fn ok_or_unparsable(sql: &str) {
+        if let Ok(p) = unknown_columns(sql, &parents()) {
+            assert!(p.is_empty(), "false positive in\n{sql}\n{p:#?}");
+        }
+    }
+
+    #[test]
+    fn duckdb_syntax_never_gives_false_positives() {
+        ok_or_unparsable("SELECT [x * 2 FOR x IN items IF x > 0] AS l FROM raw.orders");
+        ok_or_unparsable("SELECT items.list_sum() AS s, o.items.list_sum() AS t FROM raw.orders o");
+        ok_or_unparsable("SELECT list_reduce(items, (acc, x) -> acc + x) AS total FROM raw.orders");
+        ok_or_unparsable("SELECT min(COLUMNS(*)), max(COLUMNS(c -> c LIKE 'a%')) FROM raw.orders");
+        ok_or_unparsable("SELECT meta.* FROM raw.orders");
+        ok_or_unparsable("SELECT o.rowid, {'a': id, 'b': customer_id}.a AS k FROM raw.orders o");
+        ok_or_unparsable("SELECT struct_pack(k := id) AS s, map_extract(meta, 'k') AS m FROM raw.orders");
+        ok_or_unparsable("SELECT * FROM raw.orders o ASOF JOIN raw.customers c ON o.customer_id = c.id AND o.id >= c.id");
+        ok_or_unparsable("SELECT * FROM raw.orders POSITIONAL JOIN raw.customers");
+        ok_or_unparsable("SELECT region, count(*) AS n FROM raw.customers GROUP BY GROUPING SETS ((region), ())");
+        ok_or_unparsable("SELECT id FROM raw.orders WHERE id = ANY (SELECT customer_id FROM raw.orders) ORDER BY id NULLS LAST LIMIT 3");
+        ok_or_unparsable("SELECT * FROM (WITH c AS (SELECT id FROM raw.orders) SELECT id FROM c) AS s USING SAMPLE 10%");
+        ok_or_unparsable("PIVOT raw.customers ON region USING count(*)");
+        ok_or_unparsable("SELECT * FROM raw.customers PIVOT (count(*) FOR region IN ('a', 'b')) AS p");
+        ok_or_unparsable("SELECT 1 AS 'x', \"quoted col\" FROM (SELECT 2 AS \"quoted col\")");
+        ok_or_unparsable("SELECT try_cast(id AS INT) AS i, id::INT[] AS l, INTERVAL (id) DAY AS d FROM raw.orders");
+    }
+
+    #[test]
+    fn unparsable_sql_is_an_error() {
+        assert!(unknown_columns("SELEC 1", &parents()).is_err());
+        assert!(unknown_columns("DELETE FROM raw.orders", &parents()).is_err());
+    }
+}

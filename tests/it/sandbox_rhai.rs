@@ -1,0 +1,493 @@
+//! The Rhai host (issue #3): the same API as Lua with the same semantics (fingerprints equal to
+//! the Lua twin, refs across languages, load errors with file:line), and a sandbox with one test
+//! per threat: each asserts the error text and that loading fails in under one second.
+//!
+//! Public API only: `efmesh::project::Project::load`, `efmesh::plan::versions`.
+
+use efmesh::config::Config;
+use efmesh::core::{Fragment, LoadErrors, Model, ModelName, Node};
+use efmesh::plan::versions;
+use efmesh::project::Project;
+use efmesh::sql::fingerprint::Fingerprint;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A temporary project holding `files` (the default discovery covers `.lua`, `.rhai`, `.sql`).
+fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("efmesh-rhai-").tempdir().expect("temp dir");
+    for (path, text) in files {
+        write(dir.path(), path, text);
+    }
+    dir
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+}
+
+fn load(dir: &tempfile::TempDir) -> Result<Project, LoadErrors> {
+    Project::load(&Config::with_root(dir.path()))
+}
+
+#[track_caller]
+fn load_ok(dir: &tempfile::TempDir) -> Project {
+    load(dir).unwrap_or_else(|e| panic!("the project should load:\n{e}"))
+}
+
+/// Loads the project, expecting failure; returns the whole error text.
+#[track_caller]
+fn load_err(dir: &tempfile::TempDir) -> String {
+    match load(dir) {
+        Ok(p) => panic!("the project loaded, with models {:?}", p.dag.order()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[track_caller]
+fn assert_has(text: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(text.contains(n), "missing {n:?} in:\n{text}");
+    }
+}
+
+/// A project whose only file is `models/evil.rhai` holding `code`: the load must fail within one
+/// second with an error naming the file and every needle. Returns the error text.
+#[track_caller]
+fn threat(code: &str, needles: &[&str]) -> String {
+    let dir = project(&[("models/evil.rhai", code)]);
+    let started = Instant::now();
+    let result = load(&dir);
+    let took = started.elapsed();
+    let err = match result {
+        Ok(_) => panic!("the threat loaded without error:\n{code}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(took < Duration::from_secs(1), "loading took {took:?}:\n{err}");
+    assert_has(&err, &["models/evil.rhai:"]);
+    assert_has(&err, needles);
+    err
+}
+
+fn name(s: &str) -> ModelName {
+    ModelName::parse(s).expect("model name")
+}
+
+fn model<'a>(p: &'a Project, n: &str) -> &'a Model {
+    p.dag.get(&name(n)).unwrap_or_else(|| panic!("no model `{n}` in {:?}", p.dag.order()))
+}
+
+fn parents(p: &Project, n: &str) -> Vec<String> {
+    model(p, n).parents().iter().map(ToString::to_string).collect()
+}
+
+fn fingerprints(p: &Project) -> BTreeMap<ModelName, Fingerprint> {
+    versions(p, &Default::default()).expect("versions").fingerprints
+}
+
+fn cols_nodes(body: &Fragment) -> Vec<Vec<String>> {
+    body.nodes.iter().filter_map(|n| if let Node::Cols(c) = n { Some(c.columns.clone()) } else { None }).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// One semantics, two syntaxes
+
+const LUA_MODELS: &str = r#"
+define_model { name = "raw.events", kind = kind.external { path = "data/events.csv", null_markers = { "NA" } },
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "v", "double" } } }
+define_model { name = "raw.accounts", kind = kind.external { table = "main.accounts" },
+  schema = { { "id", "bigint" }, { "name", "varchar" } } }
+define_model {
+  name = "s.full", kind = kind.full(), grain = { "id" }, description = "accounts",
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT " .. cols("raw.accounts", "id", "name") .. " FROM " .. ref("raw.accounts"),
+}
+define_model { name = "s.view", kind = kind.view(), schema = { { "id", "bigint" }, { "v", "double" } },
+  query = function() return "SELECT id, v FROM " .. ref("raw.events") .. " WHERE v > 0" end }
+define_model { name = "s.embedded", kind = kind.embedded(), schema = { { "id", "bigint" } },
+  query = "SELECT id FROM " .. ref("s.full") }
+define_model {
+  name = "s.inc",
+  kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01", grain = "day", batch_size = 7, lookback = 1 },
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "v", "double" } },
+  query = "SELECT " .. cols("raw.events") .. " FROM " .. ref("raw.events") .. " WHERE t >= @start AND t < @end",
+}
+"#;
+
+const RHAI_MODELS: &str = r#"
+let events = define_model(#{ name: "raw.events", kind: kind::external(#{ path: "data/events.csv", null_markers: ["NA"] }),
+  schema: [["id", "bigint"], ["t", "timestamp"], ["v", "double"]] });
+let accounts = define_model(#{ name: "raw.accounts", kind: kind::external(#{ table: "main.accounts" }),
+  schema: [["id", "bigint"], ["name", "varchar"]] });
+let full = define_model(#{
+  name: "s.full", kind: kind::full(), grain: ["id"], description: "accounts",
+  schema: [["id", "bigint"], ["name", "varchar"]],
+  query: `SELECT ${cols(accounts, "id", "name")} FROM ${ref(accounts)}`,
+});
+define_model(#{ name: "s.view", kind: kind::view(), schema: [["id", "bigint"], ["v", "double"]],
+  query: || `SELECT id, v FROM ${ref("raw.events")} WHERE v > 0` });
+define_model(#{ name: "s.embedded", kind: kind::embedded(), schema: [["id", "bigint"]],
+  query: "SELECT id FROM " + ref(full) });
+define_model(#{
+  name: "s.inc",
+  kind: kind::incremental_by_time_range(#{ time_column: "t", start: "2026-01-01", grain: "day", batch_size: 7, lookback: 1 }),
+  schema: [["id", "bigint"], ["t", "timestamp"], ["v", "double"]],
+  query: `SELECT ${cols(events)} FROM ${ref(events)} WHERE t >= @start AND t < @end`,
+});
+"#;
+
+const EVENTS_CSV: &str = "id,t,v\n1,2026-01-01 10:00:00,1.5\n";
+
+#[test]
+fn rhai_models_fingerprint_like_their_lua_twins_for_every_kind() {
+    let lua = project(&[("models/all.lua", LUA_MODELS), ("data/events.csv", EVENTS_CSV)]);
+    let rhai = project(&[("models/all.rhai", RHAI_MODELS), ("data/events.csv", EVENTS_CSV)]);
+    let (lua, rhai) = (load_ok(&lua), load_ok(&rhai));
+    let (fl, fr) = (fingerprints(&lua), fingerprints(&rhai));
+    assert_eq!(fl.len(), 6);
+    assert_eq!(fl, fr, "the same models written in Lua and Rhai must fingerprint equal");
+    for m in lua.dag.models() {
+        let twin = model(&rhai, &m.name.to_string());
+        assert_eq!((&twin.kind, &twin.schema, &twin.grain, &twin.description), (&m.kind, &m.schema, &m.grain, &m.description));
+        assert_eq!(twin.location.file, Path::new("models/all.rhai"));
+    }
+    assert_eq!(parents(&rhai, "s.embedded"), ["s.full"]);
+}
+
+#[test]
+fn rhai_refs_lua_and_lua_refs_rhai_by_name() {
+    let dir = project(&[
+        ("models/raw.lua", "define_model { name = \"raw.t\", kind = kind.external { table = \"main.t\" }, schema = { { \"id\", \"bigint\" } } }\n"),
+        ("models/mid.rhai", "define_model(#{ name: \"s.mid\", kind: kind::view(), schema: [[\"id\", \"bigint\"]],\n  query: `SELECT ${cols(\"raw.t\", \"id\")} FROM ${ref(\"raw.t\")}` });\n"),
+        ("models/top.lua", "define_model { name = \"s.top\", kind = kind.full(), schema = { { \"id\", \"bigint\" } }, query = \"SELECT id FROM \" .. ref(\"s.mid\") }\n"),
+    ]);
+    let p = load_ok(&dir);
+    assert_eq!(parents(&p, "s.mid"), ["raw.t"]);
+    assert_eq!(parents(&p, "s.top"), ["s.mid"]);
+    assert_eq!(model(&p, "s.mid").location.to_string(), "models/mid.rhai:1");
+}
+
+#[test]
+fn imports_share_handles_and_functions_and_run_each_file_once() {
+    let dir = project(&[
+        (
+            "models/sources.rhai",
+            "let raw = define_model(#{ name: \"raw.moves\", kind: kind::external(#{ table: \"main.moves\" }),\n  schema: [[\"case_id\", \"varchar\"], [\"dept\", \"varchar\"], [\"moved_at\", \"timestamptz\"]] });\nfn key_cols(h) { cols(h, \"case_id\") }\n",
+        ),
+        (
+            "models/med/stays.rhai",
+            "import \"../sources\" as src;\nimport \"models/sources\" as again;\nlet m = src::raw;\ndefine_model(#{ name: \"med.stays\", kind: kind::full(), schema: [[\"case_id\", \"varchar\"], [\"dept\", \"varchar\"]],\n  query: `SELECT ${src::key_cols(m)}, dept FROM ${ref(again::raw)}` });\n",
+        ),
+    ]);
+    let p = load_ok(&dir);
+    assert_eq!(p.dag.len(), 2, "sources.rhai ran once although discovered and imported twice");
+    assert_eq!(parents(&p, "med.stays"), ["raw.moves"]);
+    let body = model(&p, "med.stays").body.as_ref().expect("body");
+    assert_eq!(cols_nodes(body), [["case_id"]]);
+    // The site of a `cols()` called inside an imported function is in the imported file.
+    let site = body.nodes.iter().find_map(|n| if let Node::Cols(c) = n { Some(c.location.to_string()) } else { None });
+    assert_eq!(site.as_deref(), Some("models/sources.rhai:3"));
+    assert_eq!(model(&p, "med.stays").location.to_string(), "models/med/stays.rhai:4");
+}
+
+#[test]
+fn cols_takes_names_arrays_or_nothing() {
+    let twelve: Vec<String> = (1..=12).map(|i| format!("c{i}")).collect();
+    let schema = twelve.iter().map(|c| format!("[\"{c}\", \"int\"]")).collect::<Vec<_>>().join(", ");
+    let args = twelve.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
+    let code = format!(
+        "let p = define_model(#{{ name: \"raw.p\", kind: kind::external(#{{ table: \"main.p\" }}), schema: [{schema}] }});\n\
+         define_model(#{{ name: \"s.c\", kind: kind::full(), schema: [{schema}],\n\
+           query: `SELECT ${{cols(p, {args})}}, ${{cols(p, [\"c1\", \"c2\"])}}, ${{cols(p)}} FROM ${{ref(p)}}` }});\n"
+    );
+    let dir = project(&[("models/c.rhai", &code)]);
+    let p = load_ok(&dir);
+    let got = cols_nodes(model(&p, "s.c").body.as_ref().expect("body"));
+    assert_eq!(got, vec![twelve.clone(), vec!["c1".to_string(), "c2".to_string()], twelve]);
+}
+
+#[test]
+fn same_files_give_the_same_models_and_fingerprints_run_after_run() {
+    // Maps iterate in key order: a schema built from a map comes out sorted, every time.
+    let code = "let types = #{ zeta: \"int\", alpha: \"varchar\", mid: \"double\" };\nlet schema = [];\nfor k in types.keys() { schema.push([k, types[k]]); }\n\
+                define_model(#{ name: \"s.m\", kind: kind::full(), schema: schema, query: \"SELECT 1 AS alpha, 2.0 AS mid, 3 AS zeta\" });\n";
+    let dir = project(&[("models/m.rhai", code), ("models/all.rhai", RHAI_MODELS), ("data/events.csv", EVENTS_CSV)]);
+    let first = load_ok(&dir);
+    let cols: Vec<&str> = model(&first, "s.m").schema.names().collect();
+    assert_eq!(cols, ["alpha", "mid", "zeta"]);
+    let fp = fingerprints(&first);
+    for _ in 0..3 {
+        let again = load_ok(&dir);
+        assert_eq!(again.dag.order(), first.dag.order());
+        assert_eq!(again.dag.models().cloned().collect::<Vec<_>>(), first.dag.models().cloned().collect::<Vec<_>>());
+        assert_eq!(fingerprints(&again), fp);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load errors
+
+#[test]
+fn unknown_ref_names_file_line_and_suggests() {
+    let dir = project(&[(
+        "models/x.rhai",
+        "define_model(#{ name: \"s.b\", kind: kind::view(), schema: [[\"n\", \"bigint\"]], query: \"SELECT 1 AS n\" });\n\n\
+         define_model(#{ name: \"z.x\", kind: kind::full(), schema: [[\"n\", \"bigint\"]],\n  query: `SELECT count(*) AS n FROM ${ref(\"s.bb\")}` });\n",
+    )]);
+    assert_has(&load_err(&dir), &["models/x.rhai:4", "unknown ref `s.bb`", "did you mean `s.b`?"]);
+}
+
+#[test]
+fn cols_naming_an_undeclared_column_names_both() {
+    let dir = project(&[(
+        "models/x.rhai",
+        "let a = define_model(#{ name: \"s.a\", kind: kind::view(), schema: [[\"id\", \"int\"], [\"label\", \"varchar\"]], query: \"SELECT 1 AS id, 'x' AS label\" });\n\
+         define_model(#{ name: \"z.x\", kind: kind::full(), schema: [[\"id\", \"int\"]],\n  query: `SELECT ${cols(a, \"id\", \"lable\")} FROM ${ref(a)}` });\n",
+    )]);
+    assert_has(&load_err(&dir), &["models/x.rhai:3", "column `lable` is not declared by parent `s.a`", "did you mean `label`?"]);
+}
+
+#[test]
+fn invalid_specs_are_all_reported_and_evaluation_goes_on() {
+    let dir = project(&[(
+        "models/x.rhai",
+        "define_model(#{ name: \"s.a\", kind: kind::full(), schema: [[\"id\", \"int\"]], query: \"SELECT 1 AS id\", grian: [\"id\"] });\n\
+         define_model(#{ name: \"s.b\", kind: kind::incremental_by_time_range(#{ time_column: \"t\", start: \"2026-01-01\", batchsize: 3 }),\n  schema: [[\"t\", \"date\"]], query: \"SELECT @start AS t\" });\n\
+         define_model(#{ name: \"bad-name\", kind: kind::view(), schema: [], query: \"SELECT 1\" });\n",
+    )]);
+    assert_has(
+        &load_err(&dir),
+        &[
+            "models/x.rhai:1: model `s.a`: unknown field `grian` in `define_model`",
+            "did you mean `grain`?",
+            "models/x.rhai:2: model `s.b`: unknown option `batchsize` for kind `incremental_by_time_range` (did you mean `batch_size`?)",
+            "models/x.rhai:4: invalid model name `bad-name`",
+        ],
+    );
+}
+
+#[test]
+fn script_errors_carry_line_column_and_the_call_stack() {
+    let dir = project(&[
+        ("models/lib.rhai", "fn make(n) {\n  if n > 1 { throw `no regions for ${n} markets`; }\n  n\n}\n"),
+        ("models/x.rhai", "import \"lib\" as lib;\nlet ok = lib::make(1);\nlet bad = lib::make(2);\n"),
+    ]);
+    assert_has(
+        &load_err(&dir),
+        &["models/x.rhai:3: no regions for 2 markets", "at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"],
+    );
+}
+
+#[test]
+fn syntax_error_has_line_and_column() {
+    let dir = project(&[("models/x.rhai", "define_model(#{\n  name: \"z.x\",\n  kind: kind::full()\n  schema: [],\n});\n")]);
+    assert_has(&load_err(&dir), &["models/x.rhai:4: syntax error", "at models/x.rhai:4:3"]);
+}
+
+#[test]
+fn unknown_variable_is_caught_before_running() {
+    let dir = project(&[("models/x.rhai", "let moves = ref(\"a.b\");\nlet q = `SELECT * FROM ${mvoes}`;\n")]);
+    assert_has(&load_err(&dir), &["models/x.rhai:2: unknown variable `mvoes`", "hint:"]);
+}
+
+#[test]
+fn import_of_a_missing_file_is_a_clear_error() {
+    let dir = project(&[("models/med/x.rhai", "\nimport \"sources\" as src;\n")]);
+    assert_has(
+        &load_err(&dir),
+        &["models/med/x.rhai:2: `import \"sources\"`: no file `models/med/sources.rhai` or `sources.rhai` in the project"],
+    );
+}
+
+#[test]
+fn import_cycle_is_a_clear_error() {
+    let dir = project(&[("models/a.rhai", "import \"b\" as b;\n"), ("models/b.rhai", "\nimport \"a\" as a;\n")]);
+    assert_has(
+        &load_err(&dir),
+        &[
+            "models/b.rhai:2: `import \"a\"`: import cycle: `models/a.rhai` → `models/b.rhai` → `models/a.rhai`",
+            "models/a.rhai:1: `import \"b\"`: `models/b.rhai` failed to load (see its error)",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandbox: one test per threat, each failing the load within one second
+
+#[test]
+fn infinite_loop_is_stopped() {
+    threat("let n = 0;\nloop { n += 1; }\n", &["models/evil.rhai:2", "infinite loop?"]);
+}
+
+#[test]
+fn slow_operations_are_stopped_by_the_wall_clock() {
+    // Few operations, each expensive: only the wall-clock budget catches this.
+    threat(
+        "let a = [];\na.pad(90000, \"some text\");\nloop { let b = a; b.reverse(); }\n",
+        &["evaluation exceeded its budget of 500 ms (infinite loop?)"],
+    );
+}
+
+#[test]
+fn array_memory_bomb_is_stopped() {
+    threat("let a = [0];\nloop { a += a; }\n", &["models/evil.rhai:2", "an array exceeded the sandbox limit of 100000 elements"]);
+}
+
+#[test]
+fn array_preallocation_bomb_is_stopped() {
+    threat("let a = [];\na.pad(1000000000, 0);\n", &["models/evil.rhai:2", "an array exceeded the sandbox limit"]);
+}
+
+#[test]
+fn map_memory_bomb_is_stopped() {
+    threat("let m = #{ a: 1 };\nloop { m = #{ x: m, y: m }; }\n", &["models/evil.rhai:2", "a map exceeded the sandbox limit of 100000 entries"]);
+    // One key at a time: the size checks grow with the map, so the clock or the limit stops it.
+    threat("let m = #{};\nlet i = 0;\nloop { m[`k${i}`] = i; i += 1; }\n", &["models/evil.rhai:3", "exceeded"]);
+}
+
+#[test]
+fn nested_data_bomb_is_stopped() {
+    threat("let a = [];\nloop { a = [a, a]; }\n", &["models/evil.rhai:2", "exceeded"]);
+}
+
+#[test]
+fn gigantic_string_is_stopped() {
+    threat("let s = \"xxxxxxxx\";\nloop { s += s; }\n", &["models/evil.rhai:2", "a string exceeded the sandbox limit of 1048576 bytes"]);
+}
+
+#[test]
+fn gigantic_string_literal_is_refused() {
+    let code = format!("let s = \"{}\";\n", "x".repeat(2 << 20));
+    threat(&code, &["models/evil.rhai:1", "exceeds the sandbox limit"]);
+}
+
+#[test]
+fn gigantic_file_is_refused() {
+    let code = format!("// {}\n", "x".repeat(5 << 20));
+    threat(&code, &["a `.rhai` file may have at most 4194304"]);
+}
+
+#[test]
+fn deep_recursion_is_stopped() {
+    threat("fn down(n) { down(n + 1) }\ndown(0);\n", &["models/evil.rhai:2", "call depth exceeded 64 levels", "hint: look for a function that calls itself"]);
+}
+
+#[test]
+fn deeply_nested_expression_is_refused() {
+    let code = format!("let x = {}1{};\n", "(".repeat(100_000), ")".repeat(100_000));
+    threat(&code, &["models/evil.rhai:1", "nested too deeply"]);
+}
+
+#[test]
+fn no_clock() {
+    threat("let t = timestamp();\n", &["models/evil.rhai:1", "unknown function `timestamp", "sandboxed"]);
+    threat("sleep(10);\n", &["models/evil.rhai:1", "`sleep` is not available", "sandboxed"]);
+    threat("sleep(0.5);\n", &["models/evil.rhai:1", "`sleep` is not available", "sandboxed"]);
+    threat("let f = Fn(\"sleep\");\nf.call(3);\n", &["models/evil.rhai:2", "`sleep` is not available"]);
+}
+
+#[test]
+fn no_eval() {
+    threat("let x = eval(\"40 + 2\");\n", &["models/evil.rhai:1", "`eval` is disabled"]);
+}
+
+#[test]
+fn no_file_access_through_import() {
+    threat("import \"/etc/passwd\" as p;\n", &["models/evil.rhai:1", "not absolute paths"]);
+    threat("import \"../../../../etc/hosts.rhai\" as p;\n", &["models/evil.rhai:1", "leaves the project"]);
+    threat("import \"data.csv\" as p;\n", &["models/evil.rhai:1", "efmesh imports `.rhai` files only"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn no_import_through_a_symlink_leaving_the_project() {
+    let outside = tempfile::tempdir().expect("temp dir");
+    write(outside.path(), "secret.rhai", "let secret = 42;\n");
+    let dir = project(&[("models/evil.rhai", "import \"lib/link\" as l;\n")]);
+    std::fs::create_dir_all(dir.path().join("lib")).expect("mkdir");
+    std::os::unix::fs::symlink(outside.path().join("secret.rhai"), dir.path().join("lib/link.rhai")).expect("symlink");
+    let started = Instant::now();
+    let err = load_err(&dir);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_has(&err, &["models/evil.rhai:1", "`lib/link.rhai` resolves outside the project"]);
+}
+
+#[test]
+fn no_process_file_or_random_functions() {
+    for f in ["open_file(\"x\")", "system(\"ls\")", "rand()"] {
+        threat(&format!("let x = {f};\n"), &["models/evil.rhai:1", "unknown function", "sandboxed"]);
+    }
+}
+
+#[test]
+fn a_file_cannot_change_what_another_file_sees() {
+    let dir = project(&[
+        // Shadows the API and leaves a variable behind: all local to this file.
+        ("models/a.rhai", "fn ref(x) { \"hijacked\" }\nfn define_model(spec) { () }\nlet secret = 1;\nlet hijacked = ref(\"s.z\");\n"),
+        (
+            "models/b.rhai",
+            "define_model(#{ name: \"s.z\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n\
+             define_model(#{ name: \"s.y\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: `SELECT n FROM ${ref(\"s.z\")}` });\n",
+        ),
+    ]);
+    let p = load_ok(&dir);
+    assert_eq!(parents(&p, "s.y"), ["s.z"]);
+    write(dir.path(), "models/c.rhai", "let x = secret;\n");
+    assert_has(&load_err(&dir), &["models/c.rhai:1: unknown variable `secret`"]);
+}
+
+#[test]
+fn print_goes_to_the_log_never_stdout() {
+    let dir = project(&[
+        ("efmesh.toml", "[project]\nmodels = [\"models/**/*.rhai\"]\n"),
+        (
+            "models/p.rhai",
+            "print(\"PRINTED-BY-A-MODEL\");\ndebug(\"DEBUGGED-BY-A-MODEL\");\ndefine_model(#{ name: \"s.p\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n",
+        ),
+    ]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_efmesh"))
+        .current_dir(dir.path())
+        .args(["render", "s.p"])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run efmesh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "render failed:\n{stderr}");
+    assert!(!stdout.contains("BY-A-MODEL"), "a model printed on stdout:\n{stdout}");
+    assert!(stdout.contains("SELECT"), "{stdout}");
+    assert_has(&stderr, &["PRINTED-BY-A-MODEL", "DEBUGGED-BY-A-MODEL"]);
+}
+
+#[test]
+fn zz_show_messages() {
+    for code in [
+        "let n = 0;\nloop { n += 1; }\n",
+        "define_model(#{\n  name: \"z.x\",\n  kind: kind::full()\n  schema: [],\n});\n",
+        "let x = eval(\"40 + 2\");\n",
+        "let t = timestamp();\n",
+        "define_model(#{ name: \"a.b\", kind: kind::incremental_by_time_range(\"x\"), schema: [] });\n",
+        "define_model(42);\n",
+        "reff(\"a.b\");\n",
+        "let q = || { throw \"in closure\" };\nq.call();\n",
+        "define_model(#{ name: \"a.b\", kind: kind::full(), schema: [], query: || 42 });\n",
+        "define_model(#{ name: \"a.b\", kind: kind::full(), schema: [], query: \"x\", grain: [|| 1] });\n",
+        "cols(\"a.b\", 1);\n",
+        "ref(());\n",
+        "let s = `${ref(\"a.b\")}`;\nprint(s.len());\nlet h = define_model(#{ name: \"a.b\", kind: kind::external(#{table: \"x.y\"}), schema: [] });\nprint(h); print(h.name); debug(h);\n",
+        "exit();\n",
+        "let x = 1;\nx.foo();\n",
+        "let a = [1];\na[5];\n",
+    ] {
+        let dir = project(&[("models/evil.rhai", code)]);
+        let t = Instant::now();
+        let r = load(&dir);
+        eprintln!("----- {:?} ({:?})\n{}", code, t.elapsed(), match r { Ok(p) => format!("OK {:?}", p.dag.order()), Err(e) => e.to_string() });
+    }
+}
