@@ -29,7 +29,22 @@ impl Dag {
     pub fn build(models: Vec<Model>) -> Result<Dag, LoadErrors> {
         let mut errors = Vec::new();
         let mut by_name: BTreeMap<ModelName, Model> = BTreeMap::new();
+        // DuckDB identifiers are case-insensitive: `s.a` and `s.A` would share one view.
+        let mut folded: BTreeMap<String, ModelName> = BTreeMap::new();
         for m in models {
+            if let Some(other) = folded.get(&m.name.to_string().to_ascii_lowercase()).filter(|o| **o != m.name) {
+                let first = &by_name[other];
+                errors.push(
+                    LoadError::new(
+                        Some(m.location.clone()),
+                        Some(m.name.clone()),
+                        format!("model name differs only in case from `{}` ({}), and DuckDB names are case-insensitive", first.name, first.location),
+                    )
+                    .with_hint("rename one of them"),
+                );
+                continue;
+            }
+            folded.insert(m.name.to_string().to_ascii_lowercase(), m.name.clone());
             if let Some(first) = by_name.get(&m.name) {
                 errors.push(
                     LoadError::new(

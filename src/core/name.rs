@@ -3,6 +3,9 @@
 //! Rules come from the original's definition-time checks (reference `core-semantics.md` §1.1):
 //! each part of a model name matches `[A-Za-z_][A-Za-z0-9_]*`; an environment name matches
 //! `[a-z][a-z0-9_]*`. The environment `prod` is special: its views live in the model's own schema.
+//! We add two rules so that no view can land on another's: a model's schema contains no `__`
+//! (environment schemas are `<env>__<schema>`) and is not `_efmesh` (physical relations); and
+//! model names are unique case-insensitively (DuckDB identifiers are), checked by the DAG.
 
 use std::fmt;
 
@@ -62,6 +65,14 @@ impl ModelName {
                 )));
             }
         }
+        // `<env>__<schema>` holds environment views and `_efmesh` the physical relations: a
+        // model schema must never be able to land on either.
+        if schema.contains("__") {
+            return Err(err("the schema part cannot contain `__` (reserved for environment schemas `<env>__<schema>`)"));
+        }
+        if schema.eq_ignore_ascii_case(PHYSICAL_SCHEMA) {
+            return Err(err("the schema `_efmesh` is reserved for physical tables"));
+        }
         Ok(Self {
             schema: schema.to_string(),
             table: table.to_string(),
@@ -103,6 +114,9 @@ impl From<ModelName> for String {
         n.to_string()
     }
 }
+
+/// The schema holding every physical relation.
+pub const PHYSICAL_SCHEMA: &str = "_efmesh";
 
 /// The environment whose views live in the models' own schemas.
 pub const PROD: &str = "prod";
@@ -146,7 +160,8 @@ mod tests {
     fn model_names_need_one_dot_and_identifiers() {
         assert!(ModelName::parse("med.moves").is_ok());
         assert!(ModelName::parse("_a1.b_2").is_ok());
-        for bad in ["moves", "a.b.c", "1a.b", "a.", ".b", "a-b.c", "a.b c", ""] {
+        assert!(ModelName::parse("a.b__c").is_ok());
+        for bad in ["moves", "a.b.c", "1a.b", "a.", ".b", "a-b.c", "a.b c", "", "a__b.c", "dev__s.e", "_efmesh.t", "_EFMESH.t"] {
             assert!(ModelName::parse(bad).is_err(), "{bad} accepted");
         }
     }

@@ -23,8 +23,7 @@ use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
-/// The schema holding every physical relation.
-pub const PHYSICAL_SCHEMA: &str = "_efmesh";
+pub use crate::core::name::PHYSICAL_SCHEMA;
 
 /// How a model differs from the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -11,8 +11,8 @@
 //! (checked again after following symlinks), evaluating each file once, with cycle detection.
 //!
 //! Limits (see the constants): operations, call depth, expression depth, string, array and map
-//! sizes, variables, functions, imports, file size, and a wall-clock budget per file polled by
-//! `on_progress`, so an infinite loop, a memory bomb, deep recursion or a gigantic string is a
+//! sizes, variables, functions, imports, file size, and a wall-clock budget and a resident-memory
+//! growth cap per file, both polled by `on_progress`, so an infinite loop, a memory bomb, deep recursion or a gigantic string is a
 //! load error naming the file, well within a second. The host runs on its own thread with a
 //! large stack so that nothing a script builds within the limits can overflow it, and a panic
 //! inside the interpreter becomes a load error rather than a crash.
@@ -52,8 +52,13 @@ use std::time::{Duration, Instant};
 /// Wall-clock budget for evaluating one file, including what it imports. Below one second so a
 /// runaway file is reported within one second of the load starting.
 pub const FILE_BUDGET: Duration = Duration::from_millis(500);
-/// Operations one evaluation (a file, or one imported file) may perform.
-pub const MAX_OPERATIONS: u64 = 20_000_000;
+/// Operations one evaluation (a file, or one imported file) may perform: a few hundred
+/// milliseconds of work, thousands of times what a model file needs.
+pub const MAX_OPERATIONS: u64 = 5_000_000;
+/// Growth of the process's resident memory allowed while one file is evaluated (Linux, where
+/// `/proc/self/status` tells it). Rhai's size limits do not count values captured by closures or
+/// curried into function pointers; this bounds them too.
+pub const MAX_MEMORY_GROWTH: u64 = 512 << 20;
 /// Nested function calls.
 pub const MAX_CALL_LEVELS: usize = 64;
 /// Nesting of expressions at the top level of a file (parse-time guard).
@@ -82,6 +87,8 @@ pub const MAX_COLS_ARGS: usize = 16;
 const STACK_SIZE: usize = 256 << 20;
 /// How often (in operations) `on_progress` reads the clock.
 const CLOCK_EVERY: u64 = 256;
+/// How often (in operations) `on_progress` reads the resident memory.
+const MEMORY_EVERY: u64 = 1024;
 /// Source name of the built-in kind module, as it appears in tracebacks.
 const KIND_SOURCE_NAME: &str = "efmesh:kind.rhai";
 const KIND_SOURCE: &str = include_str!("../../stdlib/rhai/kind.rhai");
@@ -89,6 +96,8 @@ const KIND_SOURCE: &str = include_str!("../../stdlib/rhai/kind.rhai");
 const SLEEP_REFUSED: &str = "`sleep` is not available: efmesh models run sandboxed, without a clock";
 /// The value `on_progress` terminates with when the budget is spent.
 const BUDGET_TAG: &str = "efmesh:budget";
+/// The value `on_progress` terminates with when memory grew too much.
+const MEMORY_TAG: &str = "efmesh:memory";
 
 /// A module as Rhai shares it (`Rc`: the crate is built without `sync`).
 type SharedModule = Rc<Module>;
@@ -122,6 +131,52 @@ struct Refs {
     state: Rc<RefCell<State>>,
     /// End of the current top-level file's budget.
     deadline: Rc<Cell<Option<Instant>>>,
+    /// Resident memory watch for the current top-level file.
+    memory: Rc<MemoryGuard>,
+}
+
+/// Watches the process's resident memory (Linux); inert elsewhere.
+struct MemoryGuard {
+    status: Option<fs_err::File>,
+    /// Resident bytes when the current top-level file started.
+    baseline: Cell<Option<u64>>,
+}
+
+impl MemoryGuard {
+    fn new() -> Self {
+        let status = if cfg!(target_os = "linux") { fs_err::File::open("/proc/self/status").ok() } else { None };
+        Self { status, baseline: Cell::new(None) }
+    }
+
+    /// `VmRSS` of `/proc/self/status`, in bytes.
+    fn resident(&self) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 4096];
+            let n = self.status.as_ref()?.file().read_at(&mut buf, 0).ok()?;
+            let text = std::str::from_utf8(&buf[..n]).ok()?;
+            let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let kb: u64 = line.trim_start_matches("VmRSS:").trim().trim_end_matches("kB").trim().parse().ok()?;
+            Some(kb * 1024)
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+
+    /// Starts (or, with `false`, stops) watching.
+    fn arm(&self, on: bool) {
+        self.baseline.set(if on { self.resident() } else { None });
+    }
+
+    fn exceeded(&self) -> bool {
+        match (self.baseline.get(), self.resident()) {
+            (Some(base), Some(now)) => now.saturating_sub(base) > MAX_MEMORY_GROWTH,
+            _ => false,
+        }
+    }
 }
 
 /// Evaluates Rhai model files (paths relative to `root`, sorted) and returns their models.
@@ -163,6 +218,7 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, Loa
     let refs = Refs {
         state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
         deadline: Rc::new(Cell::new(None)),
+        memory: Rc::new(MemoryGuard::new()),
     };
     let engine = match new_engine(&refs) {
         Ok(e) => e,
@@ -227,9 +283,14 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
     engine.set_max_functions(MAX_FUNCTIONS);
 
     let deadline = refs.deadline.clone();
+    let memory = refs.memory.clone();
     engine.on_progress(move |ops| {
-        if ops % CLOCK_EVERY == 0 && deadline.get().is_some_and(|d| Instant::now() > d) {
+        if ops % CLOCK_EVERY != 0 {
+            None
+        } else if deadline.get().is_some_and(|d| Instant::now() > d) {
             Some(Dynamic::from(BUDGET_TAG))
+        } else if ops % MEMORY_EVERY == 0 && memory.exceeded() {
+            Some(Dynamic::from(MEMORY_TAG))
         } else {
             None
         }
@@ -420,10 +481,12 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
     };
     if outermost {
         refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
+        refs.memory.arm(true);
     }
     let result = run_file(engine, &root, rel);
     if outermost {
         refs.deadline.set(None);
+        refs.memory.arm(false);
     }
     let mut s = refs.state.borrow_mut();
     s.stack.pop();

@@ -68,20 +68,25 @@ impl Fingerprint {
     /// ```
     pub fn parse(s: &str) -> Result<Self, FingerprintError> {
         let ok = s.len() == FINGERPRINT_LEN
-            && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
             Ok(Self(s.to_string()))
         } else {
-            Err(FingerprintError { text: s.to_string() })
+            Err(FingerprintError {
+                text: s.to_string(),
+            })
         }
     }
 
     /// The 64 hex digits.
+    #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The first 12 hex digits, for human output (`plan`, `status`).
+    #[must_use]
     pub fn short(&self) -> &str {
         self.0.get(..SHORT_LEN).unwrap_or(&self.0)
     }
@@ -154,17 +159,23 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 /// assert_eq!(fp.as_str().len(), 64);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use]
 pub fn fingerprint(
     model: &Model,
     canonical_body: Option<&str>,
     parents: &BTreeMap<ModelName, Fingerprint>,
 ) -> Fingerprint {
     let payload = payload(model, canonical_body, parents);
-    Fingerprint(blake3::hash(payload.to_string().as_bytes()).to_hex().to_string())
+    Fingerprint(
+        blake3::hash(payload.to_string().as_bytes())
+            .to_hex()
+            .to_string(),
+    )
 }
 
 /// The JSON value that [`fingerprint`] hashes (its compact text), for `plan --explain` and
 /// tests.
+#[must_use]
 pub fn payload(
     model: &Model,
     canonical_body: Option<&str>,
@@ -192,6 +203,7 @@ pub fn payload(
 }
 
 /// A declared type as hashed: lower-cased, whitespace runs collapsed to one space, trimmed.
+#[must_use]
 pub fn normalize_type(ty: &str) -> String {
     ty.split_whitespace()
         .map(str::to_lowercase)
@@ -203,11 +215,12 @@ pub fn normalize_type(ty: &str) -> String {
 /// `<schema>__<table>__<64 hex fingerprint>`.
 ///
 /// # Why two models never share a physical name
-/// The suffix after the last `__` is always exactly the 64-hex fingerprint (hex has no `_`), so
-/// equal physical names imply equal fingerprints. The prefix alone is ambiguous (`a__b.c` and
-/// `a.b__c` both give `a__b__c`), but the fingerprint hashes the model's name: two different
-/// models with equal fingerprints would be two different payloads with the same blake3 hash, a
-/// collision. So distinct models (or distinct versions of one model) get distinct names.
+/// The prefix is unambiguous: a model's schema cannot contain `__` (see
+/// [`ModelName::parse`]), so the first `__` ends the schema and the last `__` starts the
+/// fingerprint, which is exactly 64 hex characters (hex has no `_`); `(schema, table, fp)` is
+/// read back from the name, so distinct models or versions get distinct names. Independently,
+/// the fingerprint hashes the model's name: even without the prefix, two different models with
+/// equal fingerprints would be a blake3 collision.
 ///
 /// Note: the name is 64 + 4 + len(schema) + len(table) bytes long, above Postgres's 63-byte
 /// identifier limit; DuckDB has no such limit.
@@ -221,6 +234,7 @@ pub fn normalize_type(ty: &str) -> String {
 /// assert_eq!(t, format!("med__moves__{}", "0".repeat(64)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use]
 pub fn physical_table(name: &ModelName, fp: &Fingerprint) -> String {
     format!("{}__{}__{}", name.schema(), name.table(), fp.as_str())
 }
@@ -234,25 +248,35 @@ mod tests {
         Model {
             name: ModelName::parse(name).unwrap(),
             kind: Kind::Full,
-            schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
+            schema: Schema(vec![Column {
+                name: "id".into(),
+                ty: "BIGINT".into(),
+            }]),
             body: None,
             grain: vec![],
             description: None,
-            location: Location { file: "m.lua".into(), line: 1 },
+            location: Location {
+                file: "m.lua".into(),
+                line: 1,
+            },
         }
     }
 
     #[test]
     fn physical_names_of_different_models_never_collide() {
-        // `a__b.c` and `a.b__c` share the prefix `a__b__c`; the fingerprint, which hashes the
-        // model name, tells them apart.
-        let (x, y) = (model("a__b.c"), model("a.b__c"));
+        // `a__b.c` is not a valid name (a schema cannot contain `__`), so prefixes never meet;
+        // and the fingerprint hashes the model name, so identical bodies still differ.
+        assert!(ModelName::parse("a__b.c").is_err());
+        let (x, y) = (model("a.b__c"), model("a.b"));
         let body = Some("SELECT 1");
-        let (fx, fy) = (fingerprint(&x, body, &BTreeMap::new()), fingerprint(&y, body, &BTreeMap::new()));
+        let (fx, fy) = (
+            fingerprint(&x, body, &BTreeMap::new()),
+            fingerprint(&y, body, &BTreeMap::new()),
+        );
         assert_ne!(fx, fy);
         let (px, py) = (physical_table(&x.name, &fx), physical_table(&y.name, &fy));
         assert_ne!(px, py);
-        assert!(px.starts_with("a__b__c__") && py.starts_with("a__b__c__"));
+        assert!(px.starts_with("a__b__c__") && py.starts_with("a__b__"));
         // The fingerprint is always the fixed-length tail after the last `__`.
         assert_eq!(px.rsplit_once("__").unwrap().1, fx.as_str());
     }
@@ -260,18 +284,30 @@ mod tests {
     #[test]
     fn payload_keys_come_in_a_fixed_order() {
         let mut parents = BTreeMap::new();
-        parents.insert(ModelName::parse("z.p").unwrap(), Fingerprint::from("f".repeat(64)));
-        parents.insert(ModelName::parse("a.p").unwrap(), Fingerprint::from("e".repeat(64)));
+        parents.insert(
+            ModelName::parse("z.p").unwrap(),
+            Fingerprint::from("f".repeat(64)),
+        );
+        parents.insert(
+            ModelName::parse("a.p").unwrap(),
+            Fingerprint::from("e".repeat(64)),
+        );
         let p = payload(&model("s.t"), None, &parents);
         let keys: Vec<&str> = p.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["v", "name", "kind", "columns", "grain", "body", "parents"]);
+        assert_eq!(
+            keys,
+            ["v", "name", "kind", "columns", "grain", "body", "parents"]
+        );
         assert_eq!(p["parents"][0], format!("a.p={}", "e".repeat(64)));
         assert_eq!(p["columns"], json!([["id", "bigint"]]));
     }
 
     #[test]
-    fn declared_types_are_compared_loosely_in_spelling_only() {
-        assert_eq!(normalize_type("  TIMESTAMP   WITH\tTIME ZONE "), "timestamp with time zone");
+    fn declared_types_hash_modulo_case_and_whitespace() {
+        assert_eq!(
+            normalize_type("  TIMESTAMP   WITH\tTIME ZONE "),
+            "timestamp with time zone"
+        );
         assert_eq!(normalize_type("DECIMAL(18, 3)"), "decimal(18, 3)");
     }
 
@@ -279,7 +315,10 @@ mod tests {
     fn fingerprints_parse_strictly_and_serialise_as_strings() {
         let hex = "0123456789abcdef".repeat(4);
         let fp: Fingerprint = hex.parse().unwrap();
-        assert_eq!((fp.as_str(), fp.short(), fp.to_string()), (hex.as_str(), "0123456789ab", hex.clone()));
+        assert_eq!(
+            (fp.as_str(), fp.short(), fp.to_string()),
+            (hex.as_str(), "0123456789ab", hex.clone())
+        );
         assert!(Fingerprint::parse(&hex.to_uppercase()).is_err());
         assert!(Fingerprint::parse(&hex[1..]).is_err());
         assert!(Fingerprint::parse(&format!("{}g", &hex[1..])).is_err());

@@ -1030,7 +1030,7 @@ mod tests {
     fn another_version_refuses_to_open() {
         let (_dir, path) = temp_store();
         StateStore::open(&path).unwrap();
-        for (found, hint) in [(2, "newer"), (0, "older")] {
+        for (found, hint) in [(2, "newer"), (0, "predates")] {
             Connection::open(&path)
                 .unwrap()
                 .execute("UPDATE meta SET version = ?1", [found])

@@ -284,7 +284,7 @@ fn kill_mid_backfill_then_apply_converges_to_the_uninterrupted_result() {
         assert!(after >= done + 2 && after < SLOW_DAYS, "step {step}: {after} done");
         done = after;
         // The environment is not promoted by an interrupted apply.
-        assert!(p.state_summary().pointers.get("dev").is_none(), "an interrupted apply promoted `dev`");
+        assert!(!p.state_summary().pointers.contains_key("dev"), "an interrupted apply promoted `dev`");
     }
 
     let resumed = p.apply("dev");

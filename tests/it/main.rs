@@ -7,3 +7,4 @@ mod examples;
 mod names;
 mod sandbox_lua;
 mod sandbox_rhai;
+mod check;

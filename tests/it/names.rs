@@ -34,10 +34,8 @@ fn assert_serves(p: &Project, env: &str, model: &str) {
 
 #[test]
 fn models_differing_only_in_case_do_not_share_a_view() {
-    // BUG: `s.a` and `s.A` are distinct models, but DuckDB identifiers are case-insensitive, so
-    // both are promoted to the same view `"dev__s"."a"`; the second CREATE OR REPLACE wins and
-    // one model silently serves the other's rows. Expected: a load error naming both (or
-    // distinct views).
+    // DuckDB identifiers are case-insensitive, so `s.a` and `s.A` would share the view
+    // `"dev__s"."a"`: the project must be rejected naming both.
     let p = Project::new();
     p.write("models/m.lua", &format!("{}{}", model("s.a"), model("s.A")));
     if apply_or_rejected(&p, &["dev"], &["s.a", "s.A"]) {
@@ -48,10 +46,8 @@ fn models_differing_only_in_case_do_not_share_a_view() {
 
 #[test]
 fn prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view() {
-    // BUG: model `dev__s.e` is accepted; in prod it is served as `"dev__s"."e"`, which is where
-    // environment `dev` serves model `s.e`. Applying prod replaces dev's view of `s.e` with
-    // `dev__s.e`'s rows. Expected: schemas containing `__` rejected at load (or views that
-    // cannot meet).
+    // In prod, a model `dev__s.e` would be served as `"dev__s"."e"`, where environment `dev`
+    // serves `s.e`: schemas containing `__` are rejected at load.
     let p = Project::new();
     p.write("models/m.lua", &format!("{}{}", model("s.e"), model("dev__s.e")));
     if apply_or_rejected(&p, &["dev", "prod"], &["dev__s.e"]) {
@@ -63,10 +59,8 @@ fn prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view() {
 
 #[test]
 fn a_model_in_the_physical_schema_cannot_replace_a_physical_relation() {
-    // BUG: model names may use the schema `_efmesh`, so a model named after an existing physical
-    // relation has its prod view created over that relation: here the physical view of `s.b`
-    // (kind view) is replaced, and `s.b` then serves the intruder's rows in every environment.
-    // Expected: the schema `_efmesh` rejected at load.
+    // A model in schema `_efmesh` named after a physical relation would have its prod view
+    // replace that relation: the schema `_efmesh` is rejected at load.
     let p = Project::new();
     p.write("models/b.lua", "define_model { name = \"s.b\", kind = kind.view(), schema = { { \"v\", \"varchar\" } }, query = \"SELECT 's.b' AS v\" }\n");
     let plan = p.plan("dev");
@@ -96,22 +90,29 @@ fn a_model_in_the_physical_schema_cannot_replace_a_physical_relation() {
 
 #[test]
 fn physical_names_never_collide() {
-    // `a__b.c` and `a.b__c` both flatten to `a__b__c`; with identical bodies only the name in
-    // the fingerprint keeps their physical relations apart.
+    // `a__b.c` and `a.b__c` would both flatten to `a__b__c`: schemas cannot contain `__`, so the
+    // first `__` of a physical name always ends the schema, and the full fingerprint (which hashes
+    // the model name) ends it. With identical bodies, tables `b__c` and `b` stay apart.
     let same = |name: &str| {
         format!("define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"varchar\" }} }}, query = \"SELECT 'same' AS v\" }}\n")
     };
+    let rejected = Project::new();
+    rejected.write("models/m.lua", &format!("{}{}", same("a__b.c"), same("a.b__c")));
+    let run = rejected.run(&["plan", "dev"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("a__b.c") && run.stderr.contains("`__`"), "{}", run.stderr);
+
     let p = Project::new();
-    p.write("models/m.lua", &format!("{}{}{}{}", same("a__b.c"), same("a.b__c"), model("x__y.z"), model("x.y__z")));
+    p.write("models/m.lua", &format!("{}{}{}{}", same("a.b"), same("a.b__c"), model("x.y"), model("x.y__z")));
     let dev = p.apply("dev");
     let physical: std::collections::BTreeSet<String> = actions(&dev).iter().map(|a| a["physical"].as_str().unwrap().to_string()).collect();
     assert_eq!(physical.len(), 4, "{physical:?}");
     assert_eq!(p.physical_tables().len(), 4);
     p.apply("prod");
     for env in ["dev", "prod"] {
-        assert_serves(&p, env, "x__y.z");
+        assert_serves(&p, env, "x.y");
         assert_serves(&p, env, "x.y__z");
-        assert_eq!(p.rows(&env_view(env, "a__b.c")), vec![vec![Some("same".to_string())]]);
+        assert_eq!(p.rows(&env_view(env, "a.b")), vec![vec![Some("same".to_string())]]);
         assert_eq!(p.rows(&env_view(env, "a.b__c")), vec![vec![Some("same".to_string())]]);
     }
 }

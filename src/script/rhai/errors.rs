@@ -2,7 +2,7 @@
 //! `at file:line:col` lines, innermost first.
 
 use super::{
-    BUDGET_TAG, FILE_BUDGET, MAX_ARRAY_SIZE, MAX_CALL_LEVELS, MAX_FUNCTIONS, MAX_MAP_SIZE, MAX_MODULES, MAX_OPERATIONS, MAX_STRING_SIZE,
+    BUDGET_TAG, FILE_BUDGET, MAX_MEMORY_GROWTH, MEMORY_TAG, MAX_ARRAY_SIZE, MAX_CALL_LEVELS, MAX_FUNCTIONS, MAX_MAP_SIZE, MAX_MODULES, MAX_OPERATIONS, MAX_STRING_SIZE,
     MAX_VARIABLES,
 };
 use crate::core::error::did_you_mean;
@@ -127,6 +127,9 @@ fn leaf_message(leaf: &EvalAltResult) -> String {
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == BUDGET_TAG => {
             format!("evaluation exceeded its budget of {} ms (infinite loop?)", FILE_BUDGET.as_millis())
         }
+        EvalAltResult::ErrorTerminated(v, _) if v.to_string() == MEMORY_TAG => {
+            format!("evaluation exceeded {} MiB of new memory (memory bomb?)", MAX_MEMORY_GROWTH >> 20)
+        }
         EvalAltResult::ErrorTooManyOperations(_) => format!("evaluation exceeded {MAX_OPERATIONS} operations (infinite loop?)"),
         EvalAltResult::ErrorStackOverflow(_) => format!("call depth exceeded {MAX_CALL_LEVELS} levels (runaway recursion?)"),
         EvalAltResult::ErrorDataTooLarge(what, _) => match what.as_str() {
@@ -161,6 +164,9 @@ fn hint(leaf: &EvalAltResult) -> Option<String> {
             } else {
                 did_you_mean(name, API.iter().copied()).filter(|s| *s != name).map(|s| format!("did you mean `{s}`?"))
             }
+        }
+        EvalAltResult::ErrorTerminated(v, _) if v.to_string() == MEMORY_TAG => {
+            Some("look for a loop that keeps collecting values (closures and curried functions count too)".into())
         }
         EvalAltResult::ErrorTerminated(..) | EvalAltResult::ErrorTooManyOperations(_) => {
             Some("model files must finish quickly: look for a loop that never ends".into())

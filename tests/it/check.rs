@@ -1,0 +1,278 @@
+//! `efmesh check`: load-time validation plus column resolution through the SQL AST, with no
+//! database. A renamed parent column is caught through an alias, a CTE and a join; valid
+//! projects (ours and the shipped examples) pass; the JSON shape and exit codes hold.
+
+use crate::common::{BIN, Project, Run};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Two external sources; `amount` is the column the tests rename.
+fn raw(amount: &str) -> String {
+    format!(
+        r#"local M = {{}}
+M.orders = define_model {{
+  name = "raw.orders",
+  kind = kind.external {{ path = "data/orders.csv" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "customer_id", "bigint" }}, {{ "{amount}", "bigint" }}, {{ "ordered_at", "timestamp" }} }},
+}}
+M.customers = define_model {{
+  name = "raw.customers",
+  kind = kind.external {{ path = "data/customers.csv" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "name", "varchar" }}, {{ "region", "varchar" }} }},
+}}
+return M
+"#
+    )
+}
+
+/// Models the test queries may read; each is written `ref("…")` in the Lua source.
+const REFS: &[&str] = &["raw.orders", "raw.customers", "stg.orders", "core.named"];
+
+/// A full model `name` with output columns `cols` (all `bigint`) and `query`, at line 2 of its
+/// file (line 1 is a comment). Every model name of [`REFS`] in `query` becomes a `ref()`.
+fn model(name: &str, cols: &[&str], query: &str) -> String {
+    let schema = cols.iter().map(|c| format!("{{ \"{c}\", \"bigint\" }}")).collect::<Vec<_>>().join(", ");
+    let query = REFS.iter().fold(query.to_string(), |q, r| q.replace(r, &format!("]] .. ref(\"{r}\") .. [[")));
+    format!(
+        "-- {name}\ndefine_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {schema} }},\n  query = [[\n{query}\n]],\n}}\n"
+    )
+}
+
+/// Reads a parent through an alias.
+const THROUGH_ALIAS: &str = "SELECT o.id,\n       o.amount * 2 AS twice\nFROM   raw.orders AS o";
+/// Reads a parent through a CTE that selects `*`, then a CTE with an explicit list.
+const THROUGH_CTE: &str = "WITH o AS (SELECT * FROM raw.orders),\n     big AS (SELECT id, amount FROM o WHERE amount > 100)\nSELECT id, amount AS twice FROM big";
+/// Reads a parent through a join.
+const THROUGH_JOIN: &str = "SELECT c.id, sum(o.amount) AS twice\nFROM   raw.customers AS c\nJOIN   raw.orders AS o ON o.customer_id = c.id\nGROUP BY ALL";
+
+/// A project whose `raw.orders` declares `amount` under the name `amount`, and one consumer.
+fn project_with(query: &str) -> Project {
+    let p = Project::new();
+    p.write("models/raw.lua", &raw("amount"));
+    p.write("models/mart.lua", &model("mart.m", &["id", "twice"], query));
+    p
+}
+
+#[track_caller]
+fn check(p: &Project) -> (Run, Value) {
+    let run = p.run(&["check", "--json"]);
+    let v = run.json();
+    (run, v)
+}
+
+/// The project passes, then fails once `raw.orders.amount` is renamed `amount_cents`: one error
+/// naming the model, its file:line, the column, the parent, with a hint; human output too.
+#[track_caller]
+fn assert_rename_caught(query: &str, sql_line: u64) {
+    let p = project_with(query);
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!(v["ok"], json!(true), "{v:#}");
+
+    p.write("models/raw.lua", &raw("amount_cents"));
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    assert_eq!(v["ok"], json!(false), "{v:#}");
+    let errors = v["errors"].as_array().expect("errors");
+    assert!(!errors.is_empty(), "{v:#}");
+    for e in errors {
+        assert_eq!(e["file"], json!("models/mart.lua"), "{v:#}");
+        assert_eq!(e["line"], json!(2), "{v:#}");
+        assert_eq!(e["model"], json!("mart.m"), "{v:#}");
+        assert_eq!(e["column"], json!("amount"), "{v:#}");
+        assert_eq!(e["parent"], json!("raw.orders"), "{v:#}");
+        assert_eq!(e["hint"], json!("did you mean `amount_cents`?"), "{v:#}");
+        let message = e["message"].as_str().expect("message");
+        assert!(message.contains("`amount`") && message.contains("`raw.orders`"), "{message}");
+        assert!(!message.ends_with('.'), "STYLE: no trailing period: {message}");
+    }
+    assert_eq!(errors[0]["sqlLine"], json!(sql_line), "{v:#}");
+
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("models/mart.lua:2: model `mart.m`: column `amount`"), "{}", run.stdout);
+    assert!(run.stdout.contains("`raw.orders`"), "{}", run.stdout);
+    assert!(run.stdout.contains(&format!("at line {sql_line}, column")), "{}", run.stdout);
+    assert!(run.stdout.contains("  hint: did you mean `amount_cents`?"), "{}", run.stdout);
+    assert!(run.stdout.contains("check failed:"), "{}", run.stdout);
+}
+
+#[test]
+fn check_catches_a_renamed_parent_column_through_an_alias() {
+    assert_rename_caught(THROUGH_ALIAS, 2);
+}
+
+#[test]
+fn check_catches_a_renamed_parent_column_through_a_cte() {
+    assert_rename_caught(THROUGH_CTE, 2);
+    // Through the `*` of the first CTE: the error is blamed on the parent the CTE reads.
+    let p = project_with(THROUGH_CTE);
+    p.write("models/raw.lua", &raw("amount_cents"));
+    let (_, v) = check(&p);
+    let message = v["errors"][0]["message"].as_str().expect("message");
+    assert!(message.contains("CTE `o`") && message.contains("reads `*` from parent `raw.orders`"), "{message}");
+}
+
+#[test]
+fn check_catches_a_renamed_parent_column_through_a_join() {
+    assert_rename_caught(THROUGH_JOIN, 1);
+}
+
+#[test]
+fn check_catches_a_renamed_column_of_an_embedded_parent() {
+    let p = Project::new();
+    p.write("models/raw.lua", &raw("amount"));
+    p.write(
+        "models/mid.lua",
+        "define_model {\n  name = \"core.named\",\n  kind = kind.embedded(),\n  schema = { { \"id\", \"bigint\" }, { \"label\", \"varchar\" } },\n  query = \"SELECT id, name AS label FROM \" .. ref(\"raw.customers\"),\n}\n",
+    );
+    p.write("models/mart.lua", &model("mart.m", &["id", "twice"], "SELECT id, length(lable) AS twice\nFROM core.named"));
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let e = &v["errors"][0];
+    assert_eq!((&e["column"], &e["parent"], &e["hint"]), (&json!("lable"), &json!("core.named"), &json!("did you mean `label`?")), "{v:#}");
+}
+
+#[test]
+fn check_passes_a_valid_project_with_star_and_expressions() {
+    let p = Project::new();
+    p.write("models/raw.lua", &raw("amount"));
+    p.write("models/all.lua", &model("stg.orders", &["id", "customer_id", "amount", "ordered_at"], "SELECT * FROM raw.orders"));
+    p.write(
+        "models/mart.lua",
+        &model(
+            "mart.m",
+            &["region", "n", "total", "first_day", "share"],
+            "WITH o AS (SELECT *, amount / 100.0 AS euros FROM stg.orders),\n\
+             per AS (\n\
+               SELECT c.region, count(*) AS n, CAST(sum(o.euros) AS BIGINT) AS total,\n\
+                      min(CAST(ordered_at AS date)) AS first_day\n\
+               FROM o JOIN raw.customers AS c ON c.id = o.customer_id\n\
+               WHERE o.amount > 0 AND name NOT LIKE 'test%'\n\
+               GROUP BY ALL\n\
+               QUALIFY row_number() OVER (PARTITION BY region ORDER BY total DESC) = 1\n\
+             )\n\
+             SELECT region, n, total, first_day,\n\
+                    round(100.0 * total / sum(total) OVER (), 1) AS share\n\
+             FROM per\n\
+             WHERE EXISTS (SELECT 1 FROM raw.orders x WHERE x.customer_id IN (SELECT id FROM raw.customers WHERE region = per.region))\n\
+             ORDER BY share DESC",
+        ),
+    );
+    // `ref()` spelled in Lua, with `cols()`: the rendered SQL is what is checked.
+    p.write(
+        "models/refs.lua",
+        "define_model {\n  name = \"mart.r\",\n  kind = kind.view(),\n  schema = { { \"id\", \"bigint\" }, { \"name\", \"varchar\" } },\n  query = \"SELECT \" .. cols(\"raw.customers\", \"id\", \"name\") .. \" FROM \" .. ref(\"raw.customers\"),\n}\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!(v, json!({"apiVersion": 1, "ok": true, "models": 5, "errors": [], "unchecked": []}));
+    let run = p.run(&["check"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout, "ok: 5 models checked\n");
+}
+
+#[test]
+fn check_opens_no_database() {
+    for query in [THROUGH_ALIAS, "SELECT id, nope AS twice FROM raw.orders"] {
+        let p = project_with(query);
+        p.run(&["check"]);
+        p.run(&["check", "--json"]);
+        assert!(!p.engine_path().exists(), "check created the DuckDB file");
+        assert!(!p.state_path().exists(), "check created the state store");
+        let mut entries: Vec<String> = std::fs::read_dir(p.root()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        entries.sort();
+        assert_eq!(entries, ["efmesh.toml", "models"], "check wrote files");
+    }
+}
+
+#[test]
+fn check_json_shape_and_exit_codes() {
+    // Two problems: an unknown column with no close name, and an unknown qualifier.
+    let p = project_with("SELECT o.id, zzz AS twice FROM raw.orders AS o WHERE q.id > 0");
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let keys: Vec<&str> = v.as_object().expect("object").keys().map(String::as_str).collect();
+    assert_eq!(keys, ["apiVersion", "ok", "models", "errors", "unchecked"]);
+    assert_eq!((&v["ok"], &v["models"]), (&json!(false), &json!(3)));
+    let errors = v["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 2, "{v:#}");
+    let zzz = &errors[0];
+    assert_eq!(zzz["column"], json!("zzz"));
+    assert_eq!(zzz["parent"], json!("raw.orders"));
+    assert_eq!((&zzz["sqlLine"], &zzz["sqlColumn"]), (&json!(1), &json!(14)));
+    assert_eq!(zzz["hint"].as_str().map(|h| h.starts_with("`raw.orders` declares `id`")), Some(true), "{v:#}");
+    let q = &errors[1];
+    assert_eq!(q["column"], json!("q.id"));
+    assert!(q.get("parent").is_none(), "no parent to blame: {v:#}");
+    for e in errors {
+        for key in ["file", "line", "model", "message"] {
+            assert!(e.get(key).is_some(), "`{key}` missing: {v:#}");
+        }
+    }
+    // Usage errors exit 1 too, never 2.
+    p.run(&["check", "--nope"]).expect_code(1);
+}
+
+#[test]
+fn check_reports_load_errors_in_the_same_shape() {
+    let p = project_with(THROUGH_ALIAS);
+    p.write("models/typo.lua", &model("mart.t", &["n"], "SELECT count(*) AS n FROM ]] .. ref(\"raw.order\") .. [["));
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    assert_eq!((&v["ok"], &v["models"]), (&json!(false), &json!(0)));
+    let e = &v["errors"][0];
+    assert_eq!((&e["file"], &e["model"]), (&json!("models/typo.lua"), &json!("mart.t")), "{v:#}");
+    assert!(e["line"].as_u64().is_some_and(|l| l > 0), "{v:#}");
+    assert!(e["message"].as_str().is_some_and(|m| m.contains("unknown ref `raw.order`")), "{v:#}");
+    assert!(e["hint"].as_str().is_some_and(|h| h.contains("did you mean `raw.orders`?")), "{v:#}");
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("models/typo.lua:") && run.stdout.contains("model `mart.t`: unknown ref `raw.order`"), "{}", run.stdout);
+    assert!(run.stdout.contains("check failed: 1 error (the project did not load)"), "{}", run.stdout);
+
+    // A missing config is an error in the same shape, with its hint.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN).current_dir(empty.path()).args(["check", "--json"]).stdin(Stdio::null()).output().expect("spawn");
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["errors"][0]["file"], json!("efmesh.toml"), "{v:#}");
+    assert!(v["errors"][0]["hint"].as_str().is_some_and(|h| h.contains("efmesh init")), "{v:#}");
+}
+
+/// `check` on a shipped example: it must pass (no false positive on real models) and leave no
+/// database behind.
+fn check_example(name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
+    let db = dir.join("efmesh.duckdb");
+    let state = dir.join("efmesh.state.sqlite");
+    let before = (db.exists(), state.exists());
+    let work = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .current_dir(work.path())
+        .arg("--config")
+        .arg(dir.join("efmesh.toml"))
+        .args(["check", "--json"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn efmesh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "check {name}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["ok"], json!(true), "{v:#}");
+    assert!(v["models"].as_u64().is_some_and(|n| n >= 6), "{v:#}");
+    assert_eq!(v["unchecked"], json!([]), "every model's SQL is parsed and resolved: {v:#}");
+    assert_eq!((db.exists(), state.exists()), before, "check created a database in examples/{name}");
+}
+
+#[test]
+fn check_passes_the_flights_example() {
+    check_example("flights");
+}
+
+#[test]
+fn check_passes_the_hospital_example() {
+    check_example("hospital");
+}
