@@ -8,3 +8,4 @@ mod names;
 mod sandbox_lua;
 mod sandbox_rhai;
 mod check;
+mod languages;

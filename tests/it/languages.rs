@@ -1,0 +1,138 @@
+//! Lua, Rhai and raw SQL are interchangeable: the same model in any of them has the same
+//! fingerprint (for every kind), moving a model to another file or language rebuilds nothing, and
+//! one DAG can mix all three.
+
+use crate::common::{Project as CliProject, action, actions};
+use efmesh::config::Config;
+use efmesh::project::Project;
+use std::collections::BTreeMap;
+
+/// A parent every variant references, written in Lua in every project.
+const PARENT_LUA: &str = r#"
+return { src = define_model {
+  name = "raw.src", kind = kind.external { path = "data/src.csv", null_markers = { "NA" } },
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "v", "double" } },
+} }
+"#;
+
+/// One model written three ways.
+struct Variant {
+    kind: &'static str,
+    lua: &'static str,
+    rhai: &'static str,
+    sql: &'static str,
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        kind: "full",
+        lua: r#"local p = require("models.parent")
+define_model { name = "m.x", kind = kind.full(), schema = { { "id", "bigint" }, { "v2", "double" } }, grain = { "id" },
+  query = "SELECT " .. cols(p.src, "id") .. ", v * 2 AS v2 FROM " .. ref(p.src) .. " WHERE v > 0" }"#,
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::full(), schema: [["id", "bigint"], ["v2", "double"]], grain: ["id"],
+  query: `SELECT ${cols("raw.src", "id")}, v * 2 AS v2 FROM ${ref("raw.src")} WHERE v > 0` });"#,
+        sql: "-- name: m.x\n-- kind: full\n-- schema: id bigint, v2 double\n-- grain: id\n-- refs: raw.src\nselect \"id\", v*2 as v2\nfrom @ref(raw.src)\nwhere v > 0;\n",
+    },
+    Variant {
+        kind: "view",
+        lua: r#"define_model { name = "m.x", kind = kind.view(), schema = { { "id", "bigint" } }, query = function() return "SELECT id FROM " .. ref("raw.src") end }"#,
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::view(), schema: [["id", "bigint"]], query: || `SELECT id FROM ${ref("raw.src")}` });"#,
+        sql: "-- name: m.x\n-- kind: view\n-- schema: id bigint\n-- refs: raw.src\nSELECT id FROM @ref(raw.src)\n",
+    },
+    Variant {
+        kind: "embedded",
+        lua: r#"define_model { name = "m.x", kind = kind.embedded(), schema = { { "n", "bigint" } }, query = "SELECT count(*) AS n FROM " .. ref("raw.src") }"#,
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::embedded(), schema: [["n", "bigint"]], query: "SELECT count(*) AS n FROM " + ref("raw.src") });"#,
+        sql: "-- name: m.x\n-- kind: embedded\n-- schema: n bigint\n-- refs: raw.src\n/* a comment */ SELECT COUNT(*) n FROM @ref(raw.src)\n",
+    },
+    Variant {
+        kind: "incremental_by_time_range",
+        lua: r#"define_model { name = "m.x",
+  kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01", grain = "hour", batch_size = 12, lookback = 2 },
+  schema = { { "t", "timestamp" }, { "v", "double" } },
+  query = "SELECT t, v FROM " .. ref("raw.src") .. " WHERE t >= @start AND t < @end" }"#,
+        rhai: r#"define_model(#{ name: "m.x",
+  kind: kind::incremental_by_time_range(#{ time_column: "t", start: "2026-01-01", grain: "hour", batch_size: 12, lookback: 2 }),
+  schema: [["t", "timestamp"], ["v", "double"]],
+  query: `SELECT t, v FROM ${ref("raw.src")} WHERE t >= @start AND t < @end` });"#,
+        sql: "-- name: m.x\n-- kind: incremental_by_time_range(time_column = t, start = 2026-01-01, grain = hour, batch_size = 12, lookback = 2)\n-- schema: t timestamp, v double\n-- refs: raw.src\nSELECT t, v FROM @ref(raw.src) WHERE t >= @start AND t < @end\n",
+    },
+    Variant {
+        kind: "external (file)",
+        lua: r#"define_model { name = "m.x", kind = kind.external { path = "data/x.csv", null_markers = { "NA", "" } }, schema = { { "a", "varchar" } } }"#,
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::external(#{ path: "data/x.csv", null_markers: ["NA", ""] }), schema: [["a", "varchar"]] });"#,
+        sql: "-- name: m.x\n-- kind: external(path = data/x.csv, null_markers = [NA, ''])\n-- schema: a varchar\n",
+    },
+    Variant {
+        kind: "external (table)",
+        lua: r#"define_model { name = "m.x", kind = kind.external { table = "main.landing" }, schema = { { "a", "varchar" } } }"#,
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::external(#{ table: "main.landing" }), schema: [["a", "varchar"]] });"#,
+        sql: "-- name: m.x\n-- kind: external(table = main.landing)\n-- schema: a varchar\n",
+    },
+];
+
+/// Fingerprints of every model of a project made of `models/parent.lua` plus `file`.
+fn fingerprints(file: &str, text: &str) -> BTreeMap<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::write(dir.path().join("models/parent.lua"), PARENT_LUA).unwrap();
+    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
+    v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect()
+}
+
+#[test]
+fn the_same_model_has_one_fingerprint_in_lua_rhai_and_sql_for_every_kind() {
+    for v in VARIANTS {
+        let lua = fingerprints("x.lua", v.lua);
+        let rhai = fingerprints("x.rhai", v.rhai);
+        let sql = fingerprints("x.sql", v.sql);
+        assert_eq!(lua["m.x"], rhai["m.x"], "{}: Lua vs Rhai", v.kind);
+        assert_eq!(lua["m.x"], sql["m.x"], "{}: Lua vs SQL", v.kind);
+    }
+    // And the kinds really differ from each other (the test compares something).
+    let all: std::collections::BTreeSet<String> = VARIANTS.iter().map(|v| fingerprints("x.lua", v.lua)["m.x"].clone()).collect();
+    assert_eq!(all.len(), VARIANTS.len());
+}
+
+#[test]
+fn moving_a_model_to_another_file_or_language_rebuilds_nothing() {
+    let p = CliProject::new();
+    p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
+    p.write("data/src.csv", "id,t,v\n1,2026-01-01 00:00:00,1.5\n2,2026-01-01 01:00:00,2.5\n");
+    p.write("models/parent.lua", PARENT_LUA);
+    let full = &VARIANTS[0];
+    p.write("models/x.lua", full.lua);
+    let first = p.apply("dev");
+    assert_eq!(action(&first, "m.x")["build"], true);
+    for (from, to, text) in [("models/x.lua", "models/deep/moved.lua", full.lua), ("models/deep/moved.lua", "models/x.rhai", full.rhai), ("models/x.rhai", "models/x.sql", full.sql)] {
+        p.remove(from);
+        p.write(to, text);
+        let plan = p.plan("dev");
+        assert_eq!(plan["hasChanges"], false, "after moving to {to}: {plan:#}");
+        assert!(actions(&plan).iter().all(|a| a["change"] == "unchanged"), "{plan:#}");
+    }
+}
+
+#[test]
+fn a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end() {
+    let p = CliProject::new();
+    p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
+    p.write("data/src.csv", "id,t,v\n1,2026-01-01 00:00:00,1.5\n2,2026-01-01 01:00:00,2.5\n3,2026-01-02 00:00:00,-1\n");
+    p.write("models/parent.lua", PARENT_LUA);
+    p.write("models/base.sql", "-- name: s.base\n-- kind: full\n-- schema: id bigint, v double\n-- refs: raw.src\nSELECT id, v FROM @ref(raw.src) WHERE v > 0\n");
+    p.write(
+        "models/mid.lua",
+        r#"define_model { name = "s.mid", kind = kind.view(), schema = { { "id", "bigint" }, { "v2", "double" } },
+  query = "SELECT " .. cols("s.base", "id") .. ", v * 2 AS v2 FROM " .. ref("s.base") }"#,
+    );
+    p.write(
+        "models/top.rhai",
+        r#"define_model(#{ name: "s.top", kind: kind::full(), schema: [["total", "double"]], query: `SELECT sum(v2) AS total FROM ${ref("s.mid")}` });"#,
+    );
+    let applied = p.apply("dev");
+    let built: Vec<&str> = applied["built"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(built, vec!["s.base", "s.mid", "s.top"]);
+    assert_eq!(p.rows("dev__s.top"), vec![vec![Some("8.0".to_string())]]);
+}
