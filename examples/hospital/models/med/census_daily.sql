@@ -1,29 +1,21 @@
--- med.census_daily: the daily census per department.
-local src = require("models.sources")
-
-return define_model {
-  name        = "med.census_daily",
-  kind        = kind.full(),
-  description = "One row per UTC day and department (every department, every day between the first "
-             .. "and the last movement): patients present at the end of the day, admissions, "
-             .. "transfers in and out, discharges, beds and occupancy in percent of beds.",
-  grain       = { "day", "dept" },
-  schema = {
-    { "day", "date" }, { "dept", "varchar" }, { "dept_name", "varchar" },
-    { "present_end_of_day", "bigint" },
-    { "admitted", "bigint" }, { "transferred_in", "bigint" },
-    { "transferred_out", "bigint" }, { "discharged", "bigint" },
-    { "beds", "integer" }, { "occupancy_pct", "double" },
-  },
-  query = ([[
+-- name:   med.census_daily
+-- kind:   full
+-- schema: day date, dept varchar, dept_name varchar, present_end_of_day bigint,
+--         admitted bigint, transferred_in bigint, transferred_out bigint, discharged bigint,
+--         beds integer, occupancy_pct double
+-- grain:  day, dept
+-- refs:   med.stays, med.moves, raw.departments
+-- description: One row per UTC day and department (every department, every day between the
+--   first and the last movement): patients present at the end of the day, admissions,
+--   transfers in and out, discharges, beds and occupancy in percent of beds.
 WITH stays AS (
-    SELECT dept, entered_at, left_at, left_by FROM %s
+    SELECT dept, entered_at, left_at, left_by FROM @ref(med.stays)
 ),
 days AS (
     SELECT CAST(unnest(generate_series(lo, hi, INTERVAL 1 DAY)) AS date) AS day
     FROM  (SELECT min(CAST(timezone('UTC', moved_at) AS date)) AS lo,
                   max(CAST(timezone('UTC', moved_at) AS date)) AS hi
-           FROM   %s)
+           FROM   @ref(med.moves))
 ),
 flows AS (            -- +1 on the day a stay starts, -1 on the day it ends
     SELECT dept, CAST(timezone('UTC', entered_at) AS date) AS day, 1 AS delta FROM stays
@@ -38,7 +30,7 @@ events AS (
            count(*) FILTER (WHERE event = 'admission') AS admitted,
            count(*) FILTER (WHERE event = 'transfer')  AS transferred_in,
            count(*) FILTER (WHERE event = 'discharge') AS discharged
-    FROM   %s
+    FROM   @ref(med.moves)
     GROUP BY ALL
 ),
 transfers_out AS (
@@ -55,7 +47,7 @@ grid AS (
            coalesce(t.transferred_out, 0)           AS transferred_out,
            coalesce(e.discharged, 0)                AS discharged
     FROM   days
-    CROSS JOIN %s AS d
+    CROSS JOIN @ref(raw.departments) AS d
     LEFT JOIN net             ON net.dept = d.code AND net.day = days.day
     LEFT JOIN events AS e     ON e.dept   = d.code AND e.day   = days.day
     LEFT JOIN transfers_out t ON t.dept   = d.code AND t.day   = days.day
@@ -65,5 +57,3 @@ SELECT day, dept, dept_name, present_end_of_day,
        beds,
        round(100.0 * present_end_of_day / beds, 1) AS occupancy_pct
 FROM   grid
-]]):format(ref("med.stays"), ref("med.moves"), ref("med.moves"), ref(src.departments)),
-}
