@@ -5,17 +5,19 @@
 //!
 //! The engine starts from [`Engine::new_raw`] and gets only pure packages: the language core,
 //! arithmetic, logic, math, strings, arrays, maps, bit fields, function pointers and iterators.
-//! The crate is built with `no_time`, so there is no `timestamp` and no `sleep`; there is no file
-//! or network access, no randomness, and `eval` is a disabled keyword. `print` and `debug` go to
-//! `tracing` (stderr), never to stdout. `import` resolves only `.rhai` files inside the project
-//! (checked again after following symlinks), evaluating each file once, with cycle detection.
+//! The crate is built with `no_time`, so there is no `timestamp`; `sleep` is shadowed by a function
+//! that refuses; there is no file or network access, no randomness, and `eval` is a disabled
+//! keyword. `print` and `debug` go to `tracing` (stderr), never to stdout. `import` resolves only
+//! `.rhai` files inside the project (checked again after following symlinks), evaluating each
+//! file once, with cycle detection.
 //!
 //! Limits (see the constants): operations, call depth, expression depth, string, array and map
-//! sizes, variables, functions, imports, file size, and a wall-clock budget and a resident-memory
-//! growth cap per file, both polled by `on_progress`, so an infinite loop, a memory bomb, deep recursion or a gigantic string is a
-//! load error naming the file, well within a second. The host runs on its own thread with a
-//! large stack so that nothing a script builds within the limits can overflow it, and a panic
-//! inside the interpreter becomes a load error rather than a crash.
+//! sizes, variables, functions, imports, file size, and per file a wall-clock budget and a cap on
+//! resident-memory growth, both polled by `on_progress`; so an infinite loop, a memory bomb, deep
+//! recursion or a gigantic string is a load error naming the file, well within a second. The
+//! host runs on its own thread with a large stack so that nothing a script builds within the
+//! limits can overflow it, and a panic inside the interpreter becomes a load error rather than a
+//! crash.
 //!
 //! # Isolation and determinism
 //!

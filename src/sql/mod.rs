@@ -1,9 +1,10 @@
-//! Canonical SQL and fingerprints.
+//! Canonical SQL, fingerprints and column lineage.
 //!
 //! - [`canon`]: one deterministic text per query body, whatever its formatting (sqlparser's
 //!   DuckDB dialect, with DuckDB's `json_serialize_sql` as the fallback).
 //! - [`fingerprint`]: blake3 over a versioned payload of name, kind, columns, grain, canonical
 //!   body and parent fingerprints; and the physical table name a fingerprint gives.
+//! - [`lineage`]: which parent columns a body reads, resolved through the AST (`efmesh check`).
 //!
 //! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
 
