@@ -6,7 +6,7 @@
 //! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--rounds K]
 //!     [--keep DIR] [--dump DIR] [--no-direct] [--plan-loops K [--loops noop,cold,load]]
 //! ```
-//! Default: N = 100 500 2000, 200,000 event rows, 3 repetitions of load / plan timings
+//! Default: N = 100 500 2000, 200,000 event rows, 5 repetitions of load / plan timings
 //! (median), 2 rounds of apply + promotion against direct DuckDB (minimum of each side).
 //! Run it through `scripts/cargo`, which also holds the build lock, so no build competes for the
 //! CPU while it measures.
@@ -311,7 +311,7 @@ fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Resul
     let _s = state.snapshot_keys()?;
     let _d = state.all_done_intervals()?;
     let t4 = Instant::now();
-    let fallbacks = v.canonical.values().filter(|c| c.source != efmesh::sql::canon::CanonSource::SqlParser).count();
+    let fallbacks = v.sources.values().filter(|c| **c != efmesh::sql::canon::CanonSource::SqlParser).count();
 
     // Sub-phases of `versions`, each over every model.
     let rendered: Vec<(&efmesh::core::Model, String)> =
@@ -331,7 +331,7 @@ fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Resul
     for m in project.dag.models() {
         let parents: BTreeMap<ModelName, efmesh::sql::fingerprint::Fingerprint> =
             m.parents().into_iter().map(|p| (p.clone(), v.fingerprints[&p].clone())).collect();
-        std::hint::black_box(efmesh::sql::fingerprint::fingerprint(m, v.canonical.get(&m.name).map(|c| c.text.as_str()), &parents));
+        std::hint::black_box(efmesh::sql::fingerprint::fingerprint_with_digest(m, v.digests.get(&m.name).map(String::as_str), &parents));
     }
     let fingerprint = t.elapsed();
     Ok(PlanSplit {
@@ -364,7 +364,7 @@ fn state_writes(project: &Project, plan: &Plan, path: &Path) -> anyhow::Result<(
             fingerprint_version: efmesh::sql::fingerprint::FINGERPRINT_VERSION,
             kind: a.kind.to_string(),
             physical: a.physical.clone().unwrap_or_default(),
-            canonical: plan.canonical.get(&a.name).cloned(),
+            canonical: efmesh::plan::canonical_of(m)?.map(|c| c.text),
             rendered_sql: m.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default(),
             metadata: serde_json::json!({"kind": m.kind.fingerprint_payload(), "schema": m.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>()}),
             created_at: interval::to_iso(now),
@@ -450,7 +450,7 @@ fn parse_args() -> anyhow::Result<Args> {
         ns: Vec::new(),
         events: 200_000,
         seed: 0xEF3E_5B2C_0001,
-        reps: 3,
+        reps: 5,
         rounds: 2,
         keep: None,
         direct: true,

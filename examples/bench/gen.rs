@@ -15,7 +15,7 @@
 //!
 //! Models of layer `l` read 1–3 models of earlier layers (70 % of picks from layer `l - 1`) with
 //! filters, joins and aggregations. About 10 % are `incremental_by_time_range` (daily, start
-//! 2026-01-01, end 2026-02-12 = 42 intervals, batch size 7, 14 or 30), ~3 % `embedded`, ~22 %
+//! 2026-01-01, end 2026-02-12 = 42 intervals, batch size 7, 14 or 30), ~3 % `embedded`, ~20 %
 //! `view`, the rest `full`. Chains of views/embedded models are capped so that no body inlines
 //! more than a few of them. Randomness is splitmix64 from a fixed seed: same N, same seed, same
 //! project, byte for byte.
@@ -184,7 +184,8 @@ define_model {
     )?;
 
     let mut rng = Rng(seed ^ (n as u64).wrapping_mul(0x0100_0000_01B3));
-    let layers = (n / 170).clamp(4, 12);
+    // Deeper DAGs for larger projects: 4 layers at 100 models, 6 at 500, 11 at 2000.
+    let layers = ((n as f64).sqrt() / 4.0).round().clamp(4.0, 12.0) as usize;
     let mut pools = Pools { models: Vec::new() };
     let mut summary = Summary { models: n, layers, events, ..Summary::default() };
     let mut files: Vec<(String, String)> = Vec::new();

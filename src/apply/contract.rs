@@ -2,12 +2,11 @@
 //! names, in the same order, with compatible type families (reference `core-semantics.md` §5.3).
 //! Checked for every model of an apply before anything is built; every problem is reported.
 
-use super::resolve::{ExecResolver, Mode, external_source, typed_empty};
+use super::resolve::{ExecResolver, Mode, external_source};
 use crate::core::interval::Interval;
 use crate::core::{Kind, Location, Model, ModelName, Schema, TypeFamily};
 use crate::engine::{DescribedColumn, Engine};
 use crate::project::Project;
-use crate::sql::fingerprint::Fingerprint;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One contract violation.
@@ -61,7 +60,7 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
 
 /// Checks every model in `pending` (and the external sources they read) against the engine,
 /// without building anything.
-pub fn check(project: &Project, fps: &BTreeMap<ModelName, Fingerprint>, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
+pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
     let problem = |m: &Model, message: String| ContractProblem { model: m.name.clone(), location: m.location.clone(), message };
     let mut problems = Vec::new();
 
@@ -73,14 +72,19 @@ pub fn check(project: &Project, fps: &BTreeMap<ModelName, Fingerprint>, pending:
         .filter(|p| project.dag.get(p).is_some_and(|m| matches!(m.kind, Kind::External(_))))
         .collect();
     involved.extend(externals.iter().filter_map(|n| project.dag.get(n)));
-    let all_casts: Vec<String> = involved.iter().map(|m| typed_empty(m)).collect();
-    if !all_casts.is_empty() {
-        let union = all_casts.iter().map(|c| format!("(SELECT count(*) FROM {c})")).collect::<Vec<_>>().join(" + ");
-        if engine.describe(&format!("SELECT {union}")).is_err() {
-            for m in &involved {
-                for c in &m.schema.0 {
-                    if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {}) AS x", c.ty)) {
-                        problems.push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
+    // One flat statement casting NULL to every distinct declared type; per type only if it fails.
+    let mut types: Vec<&str> = involved.iter().flat_map(|m| m.schema.0.iter().map(|c| c.ty.as_str())).collect();
+    types.sort_unstable();
+    types.dedup();
+    if !types.is_empty() {
+        let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
+        if engine.describe(&format!("SELECT {}", casts.join(", "))).is_err() {
+            for t in &types {
+                if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {t}) AS x")) {
+                    for m in &involved {
+                        for c in m.schema.0.iter().filter(|c| c.ty == *t) {
+                            problems.push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
+                        }
                     }
                 }
             }
@@ -114,7 +118,7 @@ pub fn check(project: &Project, fps: &BTreeMap<ModelName, Fingerprint>, pending:
     }
 
     // 3. Every pending query against its declared schema.
-    let resolver = ExecResolver::new(project, fps, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
+    let resolver = ExecResolver::new(project, physicals, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
     for name in pending {
         let Some(m) = project.dag.get(name) else { continue };
         let Some(body) = &m.body else { continue };

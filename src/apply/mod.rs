@@ -81,8 +81,12 @@ pub enum ApplyError {
 /// # Errors
 /// [`ApplyError`]; on error the environment still serves what it served before.
 pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
-    let fps: BTreeMap<ModelName, crate::sql::fingerprint::Fingerprint> =
-        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.clone(), a.fingerprint.clone())).collect();
+    let physicals: BTreeMap<ModelName, String> = plan
+        .actions
+        .iter()
+        .filter(|a| a.change != Change::Removed)
+        .filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p)))
+        .collect();
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
@@ -92,14 +96,48 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
-        let problems = contract::check(project, &fps, &working_set, engine);
+        let problems = contract::check(project, &physicals, &working_set, engine);
         if !problems.is_empty() {
             return Err(ApplyError::Contract(problems));
         }
     }
 
     let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false };
-    let exec = ExecResolver::new(project, &fps, Mode::Execute);
+
+    // Versions that inherit storage (indirect reuse, forward-only) and metadata-only changes:
+    // recorded before any build, so a resumed apply finds them.
+    for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        if action.change == Change::Metadata {
+            state.update_snapshot_metadata(&action.name.to_string(), action.fingerprint.as_str(), &action.metadata)?;
+        }
+        let Some(from) = &action.reused_from else { continue };
+        let physical = action.physical.clone().unwrap_or_default();
+        if !action.new_columns.is_empty() {
+            // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
+            let present: Vec<String> = engine.describe(&format!("SELECT * FROM {physical}"))?.into_iter().map(|c| c.name).collect();
+            let adds: Vec<String> = action
+                .new_columns
+                .iter()
+                .filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(&c.name)))
+                .map(|c| format!("ALTER TABLE {physical} ADD COLUMN {} {}", quote_ident(&c.name), c.ty))
+                .collect();
+            if !adds.is_empty() {
+                engine.transaction(&adds).map_err(|e| ApplyError::Build { model: model.name.clone(), interval: None, source: e })?;
+            }
+        }
+        state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
+        if let Some(t) = model.kind.time_range() {
+            let done: Vec<Interval> = state
+                .done_intervals(&action.name.to_string(), from.as_str())?
+                .into_iter()
+                .map(|s| Interval::new(s, s + t.grain.millis()))
+                .collect();
+            state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &done, IntervalStatus::Done, interval::now_millis())?;
+        }
+    }
+
+    let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
         let body = model.body.as_ref().expect("non-external models have a body");
@@ -107,17 +145,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
         let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
-        let snapshot = SnapshotRecord {
-            name: model.name.to_string(),
-            fingerprint: action.fingerprint.as_str().to_string(),
-            fingerprint_version: FINGERPRINT_VERSION,
-            kind: model.kind.tag().to_string(),
-            physical: physical.clone(),
-            canonical: plan.canonical.get(&model.name).cloned(),
-            rendered_sql: body.render(&crate::core::fragment::CanonicalResolver),
-            metadata: metadata(model),
-            created_at: interval::to_iso(interval::now_millis()),
-        };
+        let snapshot = snapshot_record(model, action, &physical)?;
         match &model.kind {
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));
@@ -182,19 +210,22 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
         match a.change {
-            Change::Unchanged => {}
+            Change::Unchanged | Change::Metadata => {}
             Change::Removed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
-            Change::Added | Change::Changed => match &a.physical {
-                Some(physical) => {
+            _ => match (&a.physical, project.dag.get(&a.name)) {
+                (Some(physical), Some(model)) => {
                     let schema = env_schema(&plan.env, a.name.schema());
                     if schemas.insert(schema.clone()) {
                         statements.push(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&schema)));
                     }
-                    statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT * FROM {physical}", view(&a.name)));
+                    // The declared columns, in declared order: the view's shape is the contract,
+                    // whatever order an inherited (forward-only) table has.
+                    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+                    statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {physical}", view(&a.name), cols.join(", ")));
                 }
                 // Externals and embedded models have no view; one may replace a model that had.
-                None if a.change == Change::Changed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
-                None => {}
+                _ if a.change != Change::Added => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
+                _ => {}
             },
         }
     }
@@ -217,6 +248,7 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
         "actions": plan.actions.iter().filter(|a| a.has_work()).map(|a| json!({
             "name": a.name.to_string(),
             "change": a.change.as_str(),
+            "reclassifiedFrom": a.reclassified_from.map(|c| c.as_str()),
             "fingerprint": a.fingerprint.short(),
             "build": a.build,
             "backfill": a.backfill.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
@@ -228,13 +260,19 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
     Ok(())
 }
 
-/// The model metadata a snapshot keeps for later comparisons.
-fn metadata(model: &crate::core::Model) -> serde_json::Value {
-    json!({
-        "kind": model.kind.fingerprint_payload(),
-        "schema": model.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>(),
-        "grain": model.grain,
-        "description": model.description,
-        "location": model.location.to_string(),
+/// The snapshot of an action's version: its canonical AST (for later categorisation), canonical
+/// render, metadata and physical storage.
+fn snapshot_record(model: &crate::core::Model, action: &crate::plan::Action, physical: &str) -> Result<SnapshotRecord, ApplyError> {
+    let canonical = crate::plan::canonical_of(model).ok().flatten().map(|c| c.text);
+    Ok(SnapshotRecord {
+        name: model.name.to_string(),
+        fingerprint: action.fingerprint.as_str().to_string(),
+        fingerprint_version: FINGERPRINT_VERSION,
+        kind: model.kind.tag().to_string(),
+        physical: physical.to_string(),
+        canonical,
+        rendered_sql: model.body.as_ref().map(|b| b.render(&crate::core::fragment::CanonicalResolver)).unwrap_or_default(),
+        metadata: action.metadata.clone(),
+        created_at: interval::to_iso(interval::now_millis()),
     })
 }

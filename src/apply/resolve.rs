@@ -4,9 +4,8 @@
 use crate::core::interval::{self, Interval};
 use crate::core::name::quote_ident;
 use crate::core::{External, Kind, Model, ModelName, Resolver};
-use crate::plan::{env_schema, physical_relation};
+use crate::plan::env_schema;
 use crate::project::Project;
-use crate::sql::fingerprint::Fingerprint;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Where references point.
@@ -25,15 +24,16 @@ pub enum Mode<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct ExecResolver<'a> {
     project: &'a Project,
-    fps: &'a BTreeMap<ModelName, Fingerprint>,
+    physicals: &'a BTreeMap<ModelName, String>,
     mode: Mode<'a>,
     bounds: Option<Interval>,
 }
 
 impl<'a> ExecResolver<'a> {
-    /// A resolver over `fps` (the plan's version of every model).
-    pub fn new(project: &'a Project, fps: &'a BTreeMap<ModelName, Fingerprint>, mode: Mode<'a>) -> Self {
-        Self { project, fps, mode, bounds: None }
+    /// A resolver over `physicals` (the physical relation of the plan's version of every
+    /// materialised model).
+    pub fn new(project: &'a Project, physicals: &'a BTreeMap<ModelName, String>, mode: Mode<'a>) -> Self {
+        Self { project, physicals, mode, bounds: None }
     }
 
     /// The same resolver with interval bounds (`None`: placeholders `$start`/`$end`).
@@ -66,12 +66,15 @@ impl Resolver for ExecResolver<'_> {
     fn relation(&self, name: &ModelName) -> String {
         let Some(model) = self.project.dag.get(name) else { return name.to_string() };
         match &model.kind {
+            // The contract check reads each source once on its own; queries see typed stand-ins
+            // (DuckDB would otherwise sniff a CSV file again for every DESCRIBE).
+            Kind::External(_) if matches!(self.mode, Mode::Contract(_)) => typed_empty(model),
             Kind::External(ext) => external_relation(self.project, model, ext),
             Kind::Embedded => format!("(\n{}\n)", model.body.as_ref().map(|b| b.render(self)).unwrap_or_default()),
             _ => match self.mode {
                 Mode::Contract(pending) if pending.contains(name) => typed_empty(model),
                 Mode::Env(env) => format!("{}.{}", quote_ident(&env_schema(env, name.schema())), quote_ident(name.table())),
-                _ => self.fps.get(name).and_then(|fp| physical_relation(model, fp)).unwrap_or_else(|| name.to_string()),
+                _ => self.physicals.get(name).cloned().unwrap_or_else(|| name.to_string()),
             },
         }
     }

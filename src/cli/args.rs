@@ -42,6 +42,15 @@ pub enum Command {
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
+        /// Show why each model got its category and which AST paths diverged.
+        #[arg(long)]
+        explain: bool,
+        /// Time-range models whose new version keeps the old table and history (`a.b,c.d`).
+        #[arg(long, value_name = "MODELS", default_value = "")]
+        forward_only: String,
+        /// Override categories: `a.b=breaking,c.d=non-breaking`.
+        #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
+        reclassify: String,
     },
     /// Build what the plan needs, then point the environment's views at the new versions.
     Apply {
@@ -53,6 +62,12 @@ pub enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Time-range models whose new version keeps the old table and history (`a.b,c.d`).
+        #[arg(long, value_name = "MODELS", default_value = "")]
+        forward_only: String,
+        /// Override categories: `a.b=breaking,c.d=non-breaking` (recorded in the journal).
+        #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
+        reclassify: String,
     },
     /// Validate the project without any database: refs, `cols()`, names, cycles, and every column a model reads from a parent.
     Check {

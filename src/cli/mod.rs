@@ -83,8 +83,14 @@ pub fn run(args: Args) -> Result<Exit> {
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
-        Command::Plan { env, json } => cmd_plan(&args.config, &env, json, now, &out),
-        Command::Apply { env, yes, json } => cmd_apply(&args.config, &env, yes, json, now, &out),
+        Command::Plan { env, json, explain, forward_only, reclassify } => {
+            let options = plan::Options::parse(&forward_only, &reclassify).map_err(|e| anyhow!(e))?;
+            cmd_plan(&args.config, &env, json, explain, &options, now, &out)
+        }
+        Command::Apply { env, yes, json, forward_only, reclassify } => {
+            let options = plan::Options::parse(&forward_only, &reclassify).map_err(|e| anyhow!(e))?;
+            cmd_apply(&args.config, &env, yes, json, &options, now, &out)
+        }
         Command::Check { json } => check::run(&args.config, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
@@ -108,14 +114,14 @@ fn open_state(project: &Project, create: bool) -> Result<StateStore> {
     StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))
 }
 
-fn cmd_plan(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan::plan(&project, &state, env, now)?;
+    let plan = plan::plan_with(&project, &state, env, now, options)?;
     if json {
         out.json(serde_json::to_value(&plan)?)?;
     } else {
-        out.text(&printer::plan_text(&plan))?;
+        out.text(&printer::plan_text(&plan, explain))?;
     }
     Ok(Exit::Success)
 }
@@ -131,12 +137,12 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
     })
 }
 
-fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let mut state = open_state(&project, false)?;
-    let plan = plan::plan(&project, &state, env, now)?;
+    let plan = plan::plan_with(&project, &state, env, now, options)?;
     if !json {
-        out.text(&printer::plan_text(&plan))?;
+        out.text(&printer::plan_text(&plan, true))?;
     }
     if !plan.has_changes {
         if json {
@@ -209,8 +215,8 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
             None => body.render(&crate::core::fragment::CanonicalResolver),
             Some(e) => {
                 crate::core::name::validate_env(e)?;
-                let fps = Default::default();
-                body.render(&crate::apply::resolve::ExecResolver::new(&project, &fps, crate::apply::resolve::Mode::Env(e)))
+                let physicals = Default::default();
+                body.render(&crate::apply::resolve::ExecResolver::new(&project, &physicals, crate::apply::resolve::Mode::Env(e)))
             }
         },
         (None, crate::core::Kind::External(ext)) => format!("SELECT * FROM {}", crate::apply::resolve::external_source(&project, m, ext)),

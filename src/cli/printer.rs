@@ -47,7 +47,7 @@ fn day_or_instant(t: Millis) -> String {
 }
 
 /// The human plan: one line per model, marks `+` added, `~` changed, `-` removed, `·` unchanged.
-pub fn plan_text(plan: &Plan) -> String {
+pub fn plan_text(plan: &Plan, explain: bool) -> String {
     let mut s = String::new();
     let counts = plan.counts();
     let summary = counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
@@ -57,13 +57,23 @@ pub fn plan_text(plan: &Plan) -> String {
     for a in &plan.actions {
         let mark = match a.change {
             Change::Added => '+',
-            Change::Changed => '~',
+            Change::Breaking => '!',
+            Change::NonBreaking => '~',
+            Change::Indirect => '↻',
+            Change::ForwardOnly => '→',
+            Change::Metadata => '*',
             Change::Removed => '-',
             Change::Unchanged => '·',
         };
         let mut notes = Vec::new();
         if a.change != Change::Unchanged {
             notes.push(a.change.as_str().to_string());
+        }
+        if let Some(from) = a.reclassified_from {
+            notes.push(format!("reclassified, was {}", from.as_str()));
+        }
+        if a.reused_from.is_some() {
+            notes.push("physical table reused".into());
         }
         if a.build {
             notes.push("build".into());
@@ -80,6 +90,18 @@ pub fn plan_text(plan: &Plan) -> String {
         ));
         for r in &a.backfill {
             s.push_str(&format!("      [{}, {})\n", day_or_instant(r.start), day_or_instant(r.end)));
+        }
+        if let (true, Some(e)) = (explain, &a.explain) {
+            s.push_str(&format!("      why: {}\n", e.reason));
+            if !e.diverged.is_empty() {
+                s.push_str(&format!("      diverged: {}\n", e.diverged.join(", ")));
+            }
+            if !e.cascade_from.is_empty() {
+                s.push_str(&format!("      from: {}\n", e.cascade_from.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")));
+            }
+            if a.canonical_source == Some(crate::sql::canon::CanonSource::DuckDbJson) {
+                s.push_str("      note: sqlparser could not parse the body; its canonical form is DuckDB's `json_serialize_sql`\n");
+            }
         }
     }
     if !plan.has_changes {

@@ -187,7 +187,6 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
 fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError> {
     let mut errors = Vec::new();
     let Some(body) = &m.body else { return errors };
-    let names: Vec<String> = all.keys().map(|k| k.to_string()).collect();
     for r in body.refs() {
         if r.target == m.name {
             errors.push(LoadError::new(Some(r.location.clone()), Some(m.name.clone()), "a model cannot reference itself"));
@@ -197,6 +196,8 @@ fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError>
                 Some(m.name.clone()),
                 format!("unknown ref `{}`", r.target),
             );
+            // Built only on the error path: a project with thousands of models stays linear.
+            let names: Vec<String> = all.keys().map(|k| k.to_string()).collect();
             if let Some(s) = did_you_mean(&r.target.to_string(), names.iter().map(String::as_str)) {
                 e = e.with_hint(format!("did you mean `{s}`?"));
             }

@@ -78,7 +78,7 @@ impl DuckDb {
     /// # Errors
     /// A message when DuckDB cannot run the function.
     pub fn serialize_sql(&mut self, sql: &str) -> Result<String, String> {
-        let mut stmt = self.conn.prepare("SELECT json_serialize_sql(?)").map_err(|e| e.to_string())?;
+        let mut stmt = self.conn.prepare("SELECT json_serialize_sql(?::VARCHAR)").map_err(|e| e.to_string())?;
         let mut rows = stmt.query([sql]).map_err(|e| e.to_string())?;
         let row = rows.next().map_err(|e| e.to_string())?.ok_or("no result")?;
         let v: String = row.get(0).map_err(|e| e.to_string())?;
@@ -197,6 +197,13 @@ mod tests {
         let cols = db.describe("SELECT 1::BIGINT AS a, 'x' AS b, TIMESTAMP '2026-01-01' AS c").unwrap();
         let got: Vec<(String, String)> = cols.into_iter().map(|c| (c.name, c.ty)).collect();
         assert_eq!(got, vec![("a".into(), "BIGINT".into()), ("b".into(), "VARCHAR".into()), ("c".into(), "TIMESTAMP".into())]);
+    }
+
+    #[test]
+    fn serialize_sql_returns_duckdbs_parse_tree() {
+        let mut db = DuckDb::in_memory().unwrap();
+        let json = db.serialize_sql("SELECT 1 AS a").unwrap();
+        assert!(json.contains("SELECT_NODE"), "{json}");
     }
 
     #[test]

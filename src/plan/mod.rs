@@ -1,54 +1,82 @@
 //! The plan: the diff between the project and an environment.
 //!
 //! For every model, in topological order: its fingerprint (canonical body + data-shaping
-//! metadata + parents' fingerprints), how it changed against the environment's pointer
-//! (`added` / `changed` / `unchanged`; models the environment has but the project lost are
-//! `removed`, listed last), whether its version must be built (no snapshot of it exists yet —
-//! otherwise promotion is a view swap), and for time-range models the intervals still to compute
-//! from `start`, gaps included (reference `core-semantics.md` §4).
+//! metadata + parents' fingerprints), its change category against the environment's pointer
+//! (`added`, `breaking`, `non-breaking`, `indirect`, `forward-only`, `metadata`, `unchanged`;
+//! models the environment has but the project lost are `removed`, listed last — see
+//! [`categorize`]), whether its version must be built (no snapshot of it exists yet and it
+//! inherits no storage — otherwise promotion is a view swap), and for time-range models the
+//! intervals still to compute from `start`, gaps included (reference `core-semantics.md` §4).
 //!
 //! Planning reads the scripts and the state store only. It never writes the engine or the store;
-//! canonical forms it had to compute are returned in [`Plan::canon_cache_misses`] so that `apply`
-//! can persist them.
+//! canonical digests it had to compute are returned in [`Plan::canon_cache_misses`] so that
+//! `apply` can persist them.
+
+pub mod categorize;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{ModelName, quote_ident, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
-use crate::sql::canon::{Canonical, CanonSource, SqlError, canonicalize_with_fallback};
-use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, fingerprint, physical_table};
+use crate::sql::canon::{Canonical, CanonSource, SqlError, canonicalize, canonicalize_with_fallback};
+use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table};
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use crate::core::name::PHYSICAL_SCHEMA;
 
 /// How a model differs from the environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Change {
     /// Not in the environment yet.
     Added,
-    /// In the environment, with another fingerprint (its definition or an ancestor's changed).
-    Changed,
-    /// Same fingerprint as the environment's pointer.
+    /// Its own definition changed in a way that may change existing data; descendants rebuild.
+    Breaking,
+    /// Only output columns were added; descendants keep their physical tables.
+    NonBreaking,
+    /// Unchanged itself, a parent changed.
+    Indirect,
+    /// The operator chose to keep the old storage and history (time-range models).
+    ForwardOnly,
+    /// Only fields that do not shape data changed (description, batch size, lookback…).
+    Metadata,
+    /// Same fingerprint and metadata as the environment's pointer.
     Unchanged,
     /// In the environment but no longer in the project.
     Removed,
 }
 
 impl Change {
-    /// `added`, `changed`, `unchanged` or `removed`.
+    /// The category as written in plans and JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             Change::Added => "added",
-            Change::Changed => "changed",
+            Change::Breaking => "breaking",
+            Change::NonBreaking => "non-breaking",
+            Change::Indirect => "indirect",
+            Change::ForwardOnly => "forward-only",
+            Change::Metadata => "metadata",
             Change::Unchanged => "unchanged",
             Change::Removed => "removed",
         }
     }
+}
+
+/// Why a model got its category.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Explain {
+    /// AST paths that diverged (e.g. `where`, `projection[3] (added)`); at most 8.
+    pub diverged: Vec<String>,
+    /// Why the category followed.
+    pub reason: String,
+    /// For indirect changes: the changed parents that caused it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cascade_from: Vec<String>,
 }
 
 /// One model's line in the plan.
@@ -59,18 +87,25 @@ pub struct Action {
     pub name: ModelName,
     /// Kind tag (`full`, `view`, `embedded`, `incremental_by_time_range`, `external`).
     pub kind: &'static str,
-    /// How it differs from the environment.
+    /// The change category.
     pub change: Change,
+    /// The automatic category, when `--reclassify` overrode it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclassified_from: Option<Change>,
     /// The version the project defines (for `removed`: the environment's).
     pub fingerprint: Fingerprint,
     /// The environment's version, when it has one and it differs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous: Option<Fingerprint>,
-    /// Qualified physical relation (`"_efmesh"."<schema>__<table>__<fp>"`), for materialised
-    /// kinds.
+    /// The version whose physical storage and done intervals this one inherits (indirect
+    /// reuse, forward-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<Fingerprint>,
+    /// Qualified physical relation (`"_efmesh"."<schema>__<table>__<fp>"`, or the inherited one),
+    /// for materialised kinds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub physical: Option<String>,
-    /// True when this version has no snapshot yet and must be built.
+    /// True when this version must be built (no snapshot and no inherited storage).
     pub build: bool,
     /// Time-range models: the merged `[start, end)` UTC ranges still to compute.
     pub backfill: Vec<Interval>,
@@ -79,12 +114,53 @@ pub struct Action {
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
+    /// Why the category followed (absent for `added` and `unchanged`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+    /// Columns a forward-only version adds to the inherited table.
+    #[serde(skip)]
+    pub new_columns: Vec<crate::core::Column>,
+    /// The metadata the snapshot should record (for `metadata` changes and new snapshots).
+    #[serde(skip)]
+    pub metadata: serde_json::Value,
 }
 
 impl Action {
-    /// True when applying this action writes data or views.
+    /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
         self.change != Change::Unchanged || self.build || !self.backfill.is_empty()
+    }
+}
+
+/// Operator choices for a plan.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Time-range models whose new version keeps the old storage and history.
+    pub forward_only: BTreeSet<ModelName>,
+    /// The operator's verdict (`breaking` or `non-breaking`) over the automatic one.
+    pub reclassify: BTreeMap<ModelName, Change>,
+}
+
+impl Options {
+    /// Parses `--forward-only a.b,c.d` and `--reclassify a.b=breaking,c.d=non-breaking`.
+    ///
+    /// # Errors
+    /// A message naming the malformed entry.
+    pub fn parse(forward_only: &str, reclassify: &str) -> Result<Options, String> {
+        let mut o = Options::default();
+        for n in forward_only.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            o.forward_only.insert(ModelName::parse(n).map_err(|e| format!("--forward-only: {e}"))?);
+        }
+        for entry in reclassify.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (m, c) = entry.split_once('=').ok_or_else(|| format!("--reclassify: `{entry}` must be `model=breaking` or `model=non-breaking`"))?;
+            let change = match c.trim() {
+                "breaking" => Change::Breaking,
+                "non-breaking" => Change::NonBreaking,
+                other => return Err(format!("--reclassify: `{other}` is not `breaking` or `non-breaking`")),
+            };
+            o.reclassify.insert(ModelName::parse(m.trim()).map_err(|e| format!("--reclassify: {e}"))?, change);
+        }
+        Ok(o)
     }
 }
 
@@ -97,16 +173,13 @@ pub struct Plan {
     /// The instant intervals were computed for (UTC ms); intervals ending after it are not due.
     #[serde(serialize_with = "ser_iso")]
     pub now: Millis,
-    /// True when applying would change anything (a version, a build, a backfill).
+    /// True when applying would change anything (a version, a build, a backfill, metadata).
     pub has_changes: bool,
     /// Every project model in topological order, then removed ones.
     pub actions: Vec<Action>,
-    /// Canonical forms computed because the cache lacked them: (cache key, canonical text).
+    /// Canonical digests computed because the cache lacked them: (cache key, cached value).
     #[serde(skip)]
     pub canon_cache_misses: Vec<(String, String)>,
-    /// Canonical text per model (what snapshots record).
-    #[serde(skip)]
-    pub canonical: BTreeMap<ModelName, String>,
 }
 
 fn ser_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S::Error> {
@@ -148,16 +221,21 @@ pub enum PlanError {
         /// The parse error.
         error: SqlError,
     },
+    /// `--reclassify` or `--forward-only` cannot be honoured.
+    #[error("{0}")]
+    Operator(String),
 }
 
-/// Fingerprints and canonical bodies of every model of a project.
+/// Fingerprints and canonical digests of every model of a project.
 #[derive(Debug, Clone, Default)]
 pub struct Versions {
     /// Fingerprint per model.
     pub fingerprints: BTreeMap<ModelName, Fingerprint>,
-    /// Canonical body per model (absent for externals).
-    pub canonical: BTreeMap<ModelName, Canonical>,
-    /// Canonical forms computed because the cache lacked them.
+    /// Canonical-body digest per model (absent for externals).
+    pub digests: BTreeMap<ModelName, String>,
+    /// Which parser produced each canonical body.
+    pub sources: BTreeMap<ModelName, CanonSource>,
+    /// Cache entries computed because the cache lacked them: (key, `<source>:<digest>`).
     pub misses: Vec<(String, String)>,
 }
 
@@ -171,58 +249,124 @@ pub fn canon_cache_key(rendered: &str) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// Computes every model's canonical body and fingerprint, parents first.
-///
-/// `cache` maps [`canon_cache_key`]s to canonical texts known from earlier runs. Bodies sqlparser
-/// cannot parse fall back to DuckDB's `json_serialize_sql` (an in-memory DuckDB, opened lazily).
+/// Canonicalises one body: sqlparser first, DuckDB's `json_serialize_sql` (an in-memory DuckDB,
+/// opened on first use) when sqlparser cannot parse it.
 ///
 /// # Errors
-/// [`PlanError::Sql`] naming the model whose body is not one valid query.
-pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
-    let fallback_db: RefCell<Option<crate::engine::duckdb::DuckDb>> = RefCell::new(None);
+/// [`PlanError::Sql`] naming the model.
+pub fn canonical_of(model: &Model) -> Result<Option<Canonical>, PlanError> {
+    let Some(body) = &model.body else { return Ok(None) };
+    let rendered = body.render(&CanonicalResolver);
+    canonical_with_fallback(model, &rendered).map(Some)
+}
+
+fn canonical_with_fallback(model: &Model, rendered: &str) -> Result<Canonical, PlanError> {
+    let db: RefCell<Option<crate::engine::duckdb::DuckDb>> = RefCell::new(None);
     let fallback = |sql: &str| -> Result<String, String> {
-        let mut slot = fallback_db.borrow_mut();
+        let mut slot = db.borrow_mut();
         if slot.is_none() {
             *slot = Some(crate::engine::duckdb::DuckDb::in_memory().map_err(|e| e.to_string())?);
         }
         slot.as_mut().expect("opened").serialize_sql(sql)
     };
+    canonicalize_with_fallback(rendered, &fallback).map_err(|error| PlanError::Sql {
+        model: model.name.clone(),
+        location: model.location.clone(),
+        error,
+    })
+}
+
+/// Computes every model's canonical digest and fingerprint, parents first.
+///
+/// `cache` maps [`canon_cache_key`]s to `<source>:<digest>` values known from earlier runs.
+/// Missing bodies are canonicalised on all cores (sqlparser); the few sqlparser cannot parse go
+/// to DuckDB's `json_serialize_sql`.
+///
+/// # Errors
+/// [`PlanError::Sql`] naming the model whose body is not one valid query.
+pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
+    let models: Vec<&Model> = project.dag.models().collect();
+    let keyed: Vec<Option<(String, String)>> = models
+        .iter()
+        .map(|m| m.body.as_ref().map(|b| { let r = b.render(&CanonicalResolver); (canon_cache_key(&r), r) }))
+        .collect();
+    // Cache misses, canonicalised in parallel.
+    let missing: Vec<usize> = keyed
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key)))
+        .map(|(i, _)| i)
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    let chunk = missing.len().div_ceil(threads).max(1);
+    let computed: Vec<(usize, Result<Canonical, SqlError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = missing
+            .chunks(chunk)
+            .map(|idx| {
+                let keyed = &keyed;
+                scope.spawn(move || idx.iter().map(|&i| (i, canonicalize(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("canonicalisation thread")).collect()
+    });
+    let mut fresh: HashMap<usize, (CanonSource, String)> = HashMap::new();
     let mut out = Versions::default();
-    for model in project.dag.models() {
-        let canonical = match &model.body {
+    for (i, result) in computed {
+        let c = match result {
+            Ok(c) => c,
+            Err(SqlError::Parse { .. }) => canonical_with_fallback(models[i], &keyed[i].as_ref().expect("has body").1)?,
+            Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
+        };
+        let digest = body_digest(&c.text);
+        out.misses.push((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", c.source.as_str())));
+        fresh.insert(i, (c.source, digest));
+    }
+    for (i, model) in models.iter().enumerate() {
+        let canon = match &keyed[i] {
             None => None,
-            Some(body) => {
-                let rendered = body.render(&CanonicalResolver);
-                let key = canon_cache_key(&rendered);
-                let c = match cache.get(&key) {
-                    Some(text) => Canonical { text: text.clone(), source: cached_source(text) },
-                    None => {
-                        let c = canonicalize_with_fallback(&rendered, &fallback).map_err(|error| PlanError::Sql {
-                            model: model.name.clone(),
-                            location: model.location.clone(),
-                            error,
-                        })?;
-                        out.misses.push((key, c.text.clone()));
-                        c
-                    }
-                };
-                Some(c)
-            }
+            Some((key, _)) => Some(match fresh.remove(&i) {
+                Some(v) => v,
+                None => parse_cached(&cache[key]),
+            }),
         };
         let parents: BTreeMap<ModelName, Fingerprint> =
             model.parents().into_iter().map(|p| { let fp = out.fingerprints[&p].clone(); (p, fp) }).collect();
-        let fp = fingerprint(model, canonical.as_ref().map(|c| c.text.as_str()), &parents);
+        let fp = fingerprint_with_digest(model, canon.as_ref().map(|(_, d)| d.as_str()), &parents);
         out.fingerprints.insert(model.name.clone(), fp);
-        if let Some(c) = canonical {
-            out.canonical.insert(model.name.clone(), c);
+        if let Some((source, digest)) = canon {
+            out.sources.insert(model.name.clone(), source);
+            out.digests.insert(model.name.clone(), digest);
         }
     }
     Ok(out)
 }
 
-fn cached_source(text: &str) -> CanonSource {
-    // DuckDB's serialisation is the only canonical form with this top-level key.
-    if text.starts_with("{\"error\":") { CanonSource::DuckDbJson } else { CanonSource::SqlParser }
+fn parse_cached(value: &str) -> (CanonSource, String) {
+    match value.split_once(':') {
+        Some(("duckdb-json", d)) => (CanonSource::DuckDbJson, d.to_string()),
+        Some((_, d)) => (CanonSource::SqlParser, d.to_string()),
+        None => (CanonSource::SqlParser, value.to_string()),
+    }
+}
+
+/// The metadata a snapshot records: everything about the model but its query and location,
+/// deterministic (compared as text to detect `metadata` changes).
+pub fn metadata(model: &Model) -> serde_json::Value {
+    let schedule = model.kind.time_range().map(|t| {
+        serde_json::json!({
+            "start": interval::to_iso(t.start),
+            "end": t.end.map(interval::to_iso),
+            "batch_size": t.batch_size,
+            "lookback": t.lookback,
+        })
+    });
+    serde_json::json!({
+        "kind": model.kind.fingerprint_payload(),
+        "schema": model.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>(),
+        "grain": model.grain,
+        "description": model.description,
+        "schedule": schedule,
+    })
 }
 
 /// Qualified physical relation of a model version, for materialised kinds.
@@ -235,13 +379,57 @@ pub fn env_schema(env: &str, schema: &str) -> String {
     if env == crate::core::name::PROD { schema.to_string() } else { format!("{env}__{schema}") }
 }
 
-/// Computes the plan of `project` against `env` at `now`.
+/// Computes the plan of `project` against `env` at `now`, with no operator choices.
 ///
 /// # Errors
-/// [`PlanError`]: an invalid environment name, a state store failure, or a body that does not
-/// parse.
+/// As [`plan_with`].
 pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Result<Plan, PlanError> {
+    plan_with(project, state, env, now, &Options::default())
+}
+
+/// The old definition of a model, from its snapshot, as [`categorize::compare`] needs it.
+struct OldDefinition {
+    canonical: Option<String>,
+    kind: serde_json::Value,
+    schema: Vec<(String, String)>,
+    grain: Vec<String>,
+    physical: String,
+}
+
+fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
+    let Some(rec) = state.snapshot(name, fp)? else { return Ok(None) };
+    let m = &rec.metadata;
+    let schema = m["schema"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), p.get(1)?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical }))
+}
+
+/// Computes the plan of `project` against `env` at `now`, honouring `options`.
+///
+/// Categories are decided parents first (see [`categorize`]). A model whose own fingerprint,
+/// recomputed with its parents' previous fingerprints, equals its previous one is `indirect`; it
+/// keeps its physical table (and done intervals) when every changed parent left existing
+/// columns identical, and rebuilds otherwise.
+///
+/// # Errors
+/// [`PlanError`]: an invalid environment name, a state store failure, a body that does not
+/// parse, or an operator choice that contradicts the change (`--reclassify` a dropped column as
+/// non-breaking, `--forward-only` on a model that is not time-range or drops a column).
+pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     validate_env(env)?;
+    for n in options.forward_only.iter().chain(options.reclassify.keys()) {
+        if project.dag.get(n).is_none() {
+            let hint = project.dag.suggest(&n.to_string()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+            return Err(PlanError::Operator(format!("unknown model `{n}`{hint}")));
+        }
+    }
     let rendered_keys: Vec<String> = project
         .dag
         .models()
@@ -250,25 +438,154 @@ pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Re
     let cache = state.canon_cache_get(&rendered_keys)?;
     let versions = versions(project, &cache)?;
     let pointers = state.env_pointers(env)?;
-    let snapshots = state.snapshot_keys()?;
+    let snapshots = state.snapshot_physicals()?;
 
-    let mut actions = Vec::with_capacity(project.dag.len());
+    let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
+    // Whether each model's data for its existing columns is what the environment served before.
+    let mut same_data: BTreeMap<ModelName, bool> = BTreeMap::new();
+    let mut categories: BTreeMap<ModelName, Change> = BTreeMap::new();
     for model in project.dag.models() {
         let name_s = model.name.to_string();
         let fp = versions.fingerprints[&model.name].clone();
+        let meta = metadata(model);
         let previous = pointers.get(&name_s).map(|p| Fingerprint::from(p.clone()));
+        let external = matches!(model.kind, Kind::External(_));
+        let mut explain = None;
+        let mut reused: Option<(Fingerprint, String)> = None;
+        let mut reclassified_from = None;
+        let mut new_columns = Vec::new();
         let change = match &previous {
             None => Change::Added,
-            Some(p) if *p == fp => Change::Unchanged,
-            Some(_) => Change::Changed,
+            Some(p) if *p == fp => {
+                let stored = if external { None } else { state.snapshot(&name_s, fp.as_str())?.map(|r| r.metadata) };
+                match stored {
+                    Some(old) if old != meta => {
+                        explain = Some(Explain { diverged: metadata_paths(&old, &meta), reason: "only fields that do not shape data changed".into(), cascade_from: vec![] });
+                        Change::Metadata
+                    }
+                    _ => Change::Unchanged,
+                }
+            }
+            Some(p) => {
+                // Own definition unchanged? Recompute with the parents' previous versions.
+                let old_parents: BTreeMap<ModelName, Fingerprint> = model
+                    .parents()
+                    .into_iter()
+                    .map(|q| {
+                        let fp = pointers.get(&q.to_string()).map(|f| Fingerprint::from(f.clone())).unwrap_or_else(|| versions.fingerprints[&q].clone());
+                        (q, fp)
+                    })
+                    .collect();
+                let own = fingerprint_with_digest(model, versions.digests.get(&model.name).map(String::as_str), &old_parents);
+                let changed_parents: Vec<&ModelName> = old_parents.keys().filter(|q| categories.get(*q).is_some_and(|c| *c != Change::Unchanged)).collect();
+                let old = if external { None } else { old_definition(state, &name_s, p.as_str())? };
+                if own == *p {
+                    let breaking: Vec<String> = changed_parents.iter().filter(|q| !same_data.get(**q).copied().unwrap_or(false)).map(|q| q.to_string()).collect();
+                    let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
+                    let reason = if breaking.is_empty() {
+                        match &old {
+                            Some(o) if !external => {
+                                reused = Some((p.clone(), o.physical.clone()));
+                                "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
+                            }
+                            _ => "unchanged itself; a parent changed".to_string(),
+                        }
+                    } else {
+                        format!("unchanged itself; rebuilt because of breaking parent{} {}", if breaking.len() == 1 { "" } else { "s" }, breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", "))
+                    };
+                    explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade });
+                    Change::Indirect
+                } else {
+                    let new_schema: Vec<(String, String)> = model.schema.0.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
+                    let new_kind = model.kind.fingerprint_payload();
+                    let verdict = match &old {
+                        Some(o) if !external => {
+                            let new_canonical = canonical_of(model)?.map(|c| c.text);
+                            let old_def = categorize::Definition { canonical: o.canonical.as_deref(), kind: &o.kind, schema: &o.schema, grain: &o.grain };
+                            let new_def = categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
+                            categorize::compare(&old_def, &new_def)
+                        }
+                        _ => categorize::OwnChange {
+                            non_breaking: false,
+                            diverged: vec![if external { "source".into() } else { "snapshot".into() }],
+                            reason: if external { "the external source's definition changed".into() } else { "no stored definition to compare with".into() },
+                            keeps_columns: false,
+                        },
+                    };
+                    let mut change = if verdict.non_breaking { Change::NonBreaking } else { Change::Breaking };
+                    let mut reason = verdict.reason.clone();
+                    if let Some(wanted) = options.reclassify.get(&model.name) {
+                        if *wanted == Change::NonBreaking && !verdict.keeps_columns {
+                            return Err(PlanError::Operator(format!(
+                                "cannot reclassify `{}` as non-breaking: {} (a dropped or renamed column cannot be non-breaking)",
+                                model.name, verdict.reason
+                            )));
+                        }
+                        if *wanted != change {
+                            reclassified_from = Some(change);
+                            reason = format!("{reason}; reclassified {} by the operator", wanted.as_str());
+                            change = *wanted;
+                        }
+                    }
+                    if options.forward_only.contains(&model.name) {
+                        let Some(o) = old.as_ref().filter(|_| model.kind.time_range().is_some()) else {
+                            return Err(PlanError::Operator(format!(
+                                "`--forward-only {}`: only `incremental_by_time_range` models can be forward-only\n  hint: apply it as a {} change instead",
+                                model.name, change.as_str()
+                            )));
+                        };
+                        if o.kind.get("tag") != new_kind.get("tag") || o.kind != new_kind {
+                            return Err(PlanError::Operator(format!(
+                                "`--forward-only {}`: its kind changed ({}), so the old table cannot be kept\n  hint: apply without `--forward-only` to rebuild it",
+                                model.name, verdict.reason
+                            )));
+                        }
+                        if let Some((gone, _)) = o.schema.iter().find(|(c, _)| !new_schema.iter().any(|(n, _)| n == c)) {
+                            return Err(PlanError::Operator(format!(
+                                "`--forward-only {}`: column `{gone}` is dropped or renamed, and a forward-only version can only add columns\n  hint: apply without `--forward-only` to rebuild the table with its history",
+                                model.name
+                            )));
+                        }
+                        if let Some((c, t)) = o.schema.iter().find(|(c, t)| new_schema.iter().any(|(n, nt)| n == c && nt != t)) {
+                            return Err(PlanError::Operator(format!(
+                                "`--forward-only {}`: column `{c}` changes type from `{t}`, and a forward-only version can only add columns\n  hint: apply without `--forward-only` to rebuild it",
+                                model.name
+                            )));
+                        }
+                        new_columns = model.schema.0.iter().filter(|c| !o.schema.iter().any(|(n, _)| *n == c.name)).cloned().collect();
+                        reused = Some((p.clone(), o.physical.clone()));
+                        reason = format!("{reason}; forward-only: the old table and its history are kept, only intervals computed from now on see the change");
+                        change = Change::ForwardOnly;
+                    }
+                    explain = Some(Explain { diverged: verdict.diverged, reason, cascade_from: vec![] });
+                    change
+                }
+            }
         };
-        let external = matches!(model.kind, Kind::External(_));
-        let build = !external && !snapshots.contains(&(name_s.clone(), fp.as_str().to_string()));
+        let keeps_data = match change {
+            Change::Unchanged | Change::Metadata | Change::NonBreaking | Change::ForwardOnly => true,
+            Change::Indirect => reused.is_some(),
+            _ => false,
+        };
+        same_data.insert(model.name.clone(), keeps_data);
+        categories.insert(model.name.clone(), change);
+
+        let key = (name_s.clone(), fp.as_str().to_string());
+        let existing = snapshots.get(&key);
+        let physical = match (existing, &reused) {
+            (Some(p), _) if !p.is_empty() => Some(p.clone()),
+            (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
+            _ => physical_relation(model, &fp),
+        };
+        let build = !external && existing.is_none() && reused.is_none();
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let wanted = interval::wanted(t.start, t.end, t.grain, now);
-                // Only this version's ledger: older versions' rows never matter here.
-                let done = state.done_intervals(&name_s, fp.as_str())?;
+                // Only this version's ledger (and the one it inherits): older rows never matter.
+                let mut done = state.done_intervals(&name_s, fp.as_str())?;
+                if let (None, Some((from, _))) = (existing, &reused) {
+                    done.extend(state.done_intervals(&name_s, from.as_str())?);
+                }
                 let missing = interval::missing(&wanted, &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
@@ -278,13 +595,18 @@ pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Re
             name: model.name.clone(),
             kind: model.kind.tag(),
             change,
-            physical: physical_relation(model, &fp),
+            reclassified_from,
+            physical,
             previous: previous.filter(|p| *p != fp),
+            reused_from: reused.map(|(f, _)| f).filter(|_| existing.is_none()),
             fingerprint: fp,
             build,
             backfill,
             intervals,
-            canonical_source: versions.canonical.get(&model.name).map(|c| c.source),
+            canonical_source: versions.sources.get(&model.name).copied(),
+            explain,
+            new_columns,
+            metadata: meta,
         });
     }
     for (name, fp) in &pointers {
@@ -294,23 +616,28 @@ pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Re
                 name: model_name,
                 kind: "removed",
                 change: Change::Removed,
+                reclassified_from: None,
                 fingerprint: Fingerprint::from(fp.clone()),
                 previous: None,
+                reused_from: None,
                 physical: None,
                 build: false,
                 backfill: Vec::new(),
                 intervals: 0,
                 canonical_source: None,
+                explain: Some(Explain { diverged: vec![], reason: "no longer in the project; its view is dropped".into(), cascade_from: vec![] }),
+                new_columns: Vec::new(),
+                metadata: serde_json::Value::Null,
             });
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    Ok(Plan {
-        env: env.to_string(),
-        now,
-        has_changes,
-        actions,
-        canon_cache_misses: versions.misses,
-        canonical: versions.canonical.into_iter().map(|(k, v)| (k, v.text)).collect(),
-    })
+    Ok(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses })
+}
+
+/// Top-level metadata fields that differ, for `metadata` explanations.
+fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    categorize::diff(old, new, "", &mut out);
+    out.into_iter().map(|p| p.trim_start_matches('.').to_string()).collect()
 }

@@ -11,7 +11,7 @@
 //!  "kind": Kind::fingerprint_payload(),          // no start/end/batch_size/lookback
 //!  "columns": [[name, normalised type], …],     // declaration order
 //!  "grain": [column, …],                         // declaration order
-//!  "body": "<canonical body>" | null,
+//!  "body": "<blake3 hex of the canonical body>" | null,
 //!  "parents": ["<schema>.<table>=<fingerprint>", …]}   // sorted
 //! ```
 //!
@@ -165,7 +165,26 @@ pub fn fingerprint(
     canonical_body: Option<&str>,
     parents: &BTreeMap<ModelName, Fingerprint>,
 ) -> Fingerprint {
-    let payload = payload(model, canonical_body, parents);
+    let digest = canonical_body.map(body_digest);
+    fingerprint_with_digest(model, digest.as_deref(), parents)
+}
+
+/// The digest of a canonical body that the payload holds: blake3, 64 lowercase hex. Hashing the
+/// digest instead of the text keeps fingerprinting cheap for large bodies and lets the
+/// canonicalisation cache store 64 bytes per body.
+#[must_use]
+pub fn body_digest(canonical_body: &str) -> String {
+    blake3::hash(canonical_body.as_bytes()).to_hex().to_string()
+}
+
+/// [`fingerprint`] from a body's [`body_digest`] rather than its canonical text.
+#[must_use]
+pub fn fingerprint_with_digest(
+    model: &Model,
+    body_digest: Option<&str>,
+    parents: &BTreeMap<ModelName, Fingerprint>,
+) -> Fingerprint {
+    let payload = payload(model, body_digest, parents);
     Fingerprint(
         blake3::hash(payload.to_string().as_bytes())
             .to_hex()
@@ -174,11 +193,11 @@ pub fn fingerprint(
 }
 
 /// The JSON value that [`fingerprint`] hashes (its compact text), for `plan --explain` and
-/// tests.
+/// tests. `body_digest` is the [`body_digest`] of the canonical body (`None` for externals).
 #[must_use]
 pub fn payload(
     model: &Model,
-    canonical_body: Option<&str>,
+    body_digest: Option<&str>,
     parents: &BTreeMap<ModelName, Fingerprint>,
 ) -> Value {
     let columns: Vec<Value> = model
@@ -197,7 +216,7 @@ pub fn payload(
         "kind": model.kind.fingerprint_payload(),
         "columns": columns,
         "grain": model.grain,
-        "body": canonical_body,
+        "body": body_digest,
         "parents": parents,
     })
 }

@@ -311,6 +311,41 @@ impl StateStore {
         )
     }
 
+    /// Every snapshot's physical relation, keyed by `(name, fingerprint)`, in one query. A
+    /// version that inherited another's storage (indirect reuse, forward-only) records that
+    /// storage here.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn snapshot_physicals(&self) -> Result<HashMap<(String, String), String>, StateError> {
+        self.run(
+            || "list snapshots".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical FROM snapshots")?;
+                let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
+    /// Replaces the metadata JSON of snapshot `(name, fp)` (a metadata-only change: description,
+    /// batch size, lookback… never the data). A missing snapshot is left missing.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the write fails (nothing is written).
+    pub fn update_snapshot_metadata(&self, name: &str, fp: &str, metadata: &serde_json::Value) -> Result<(), StateError> {
+        self.run(
+            || format!("update the metadata of snapshot `{name}` `{fp}`"),
+            || {
+                self.write(|tx| {
+                    tx.prepare_cached("UPDATE snapshots SET metadata = ?3 WHERE name = ?1 AND fingerprint = ?2")?
+                        .execute(params![name, fp, metadata.to_string()])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     /// Records a snapshot. If `(rec.name, rec.fingerprint)` is already stored, nothing changes:
     /// the first payload (and `created_at`) is kept, so repeating a write is harmless.
     ///

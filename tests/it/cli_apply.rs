@@ -105,7 +105,8 @@ fn edit_rebuilds_only_the_model_and_its_descendants() {
     for a in actions(&plan) {
         let name = a["name"].as_str().unwrap();
         if rebuilt.contains(name) {
-            assert_eq!(a["change"], "changed", "{a:#}");
+            // The edited model is breaking (a changed literal and filter); its child indirect.
+            assert_eq!(a["change"], if name == "s.b" { "breaking" } else { "indirect" }, "{a:#}");
             assert_eq!(a["build"], Value::Bool(true), "{a:#}");
             assert!(a.get("previous").is_some(), "{a:#}");
         } else {
@@ -125,7 +126,12 @@ fn edit_rebuilds_only_the_model_and_its_descendants() {
     let plan = p.plan("dev");
     for a in actions(&plan) {
         let changed = matches!(a["name"].as_str().unwrap(), "t.e" | "t.d");
-        assert_eq!(a["change"], if changed { "changed" } else { "unchanged" }, "{a:#}");
+        let expected = match a["name"].as_str().unwrap() {
+            "t.e" => "breaking",
+            "t.d" => "indirect",
+            _ => "unchanged",
+        };
+        assert_eq!(a["change"], expected, "{a:#}");
         assert_eq!(a["build"], Value::Bool(changed), "{a:#}");
     }
     let applied = p.apply("dev");
@@ -201,7 +207,7 @@ fn non_tty_apply_without_yes_after_an_edit_changes_nothing() {
     run.expect_code(2);
     let v = run.json();
     assert_eq!(v["applied"], Value::Bool(false));
-    assert_eq!(action(&v, "s.a")["change"], "changed");
+    assert_eq!(action(&v, "s.a")["change"], "breaking");
     assert_eq!(action(&v, "s.a")["build"], Value::Bool(true));
 
     assert_eq!(p.physical_tables(), tables);

@@ -500,7 +500,7 @@ fn fingerprints_are_frozen() {
     let got = fp(&orders_model(), ORDERS_BODY, &parents());
     assert_eq!(
         got.as_str(),
-        "94024ca3d647c91a94b293489b10bf40d704dc2251a2f75cfd26c432cbd8a357"
+        "4853da49f61f6a42d067b3c607ac27b99d02a5fba439480418a5309f29132c84"
     );
     assert_eq!(got.short(), &got.as_str()[..12]);
 
