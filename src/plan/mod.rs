@@ -430,6 +430,13 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             return Err(PlanError::Operator(format!("unknown model `{n}`{hint}")));
         }
     }
+    for n in &options.forward_only {
+        if project.dag.get(n).is_some_and(|m| m.kind.time_range().is_none()) {
+            return Err(PlanError::Operator(format!(
+                "`--forward-only {n}`: only `incremental_by_time_range` models can be forward-only\n  hint: other kinds rebuild; apply without `--forward-only`"
+            )));
+        }
+    }
     let rendered_keys: Vec<String> = project
         .dag
         .models()
@@ -493,8 +500,19 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                     } else {
                         format!("unchanged itself; rebuilt because of breaking parent{} {}", if breaking.len() == 1 { "" } else { "s" }, breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", "))
                     };
+                    let mut reason = reason;
+                    let mut change = Change::Indirect;
+                    if reused.is_none() && options.forward_only.contains(&model.name) {
+                        if let Some(o) = &old {
+                            // The operator keeps the old table although a parent broke: history
+                            // stays as computed, only new intervals see the parent's change.
+                            reused = Some((p.clone(), o.physical.clone()));
+                            reason = format!("{reason}; forward-only: the old table and its history are kept");
+                            change = Change::ForwardOnly;
+                        }
+                    }
                     explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade });
-                    Change::Indirect
+                    change
                 } else {
                     let new_schema: Vec<(String, String)> = model.schema.0.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
                     let new_kind = model.kind.fingerprint_payload();
