@@ -119,11 +119,14 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
 
     // 3. Every pending query against its declared schema.
     let resolver = ExecResolver::new(project, physicals, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
-    for name in pending {
-        let Some(m) = project.dag.get(name) else { continue };
-        let Some(body) = &m.body else { continue };
-        let sql = body.render(&resolver);
-        match engine.describe(&sql) {
+    let checked: Vec<(&Model, String)> = pending
+        .iter()
+        .filter_map(|n| project.dag.get(n))
+        .filter_map(|m| m.body.as_ref().map(|b| (m, b.render(&resolver))))
+        .collect();
+    let queries: Vec<String> = checked.iter().map(|(_, sql)| sql.clone()).collect();
+    for ((m, _), described) in checked.iter().zip(engine.describe_many(&queries)) {
+        match described {
             Err(e) => problems.push(problem(m, format!("the query does not bind: {}", first_line(&e.message)))),
             Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
         }

@@ -132,6 +132,35 @@ impl Engine for DuckDb {
         Ok(())
     }
 
+    fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
+        // Binding is CPU-bound: spread the queries over a few cloned connections.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+        if threads < 2 || queries.len() < 32 {
+            return queries.iter().map(|q| self.describe(q)).collect();
+        }
+        let chunk = queries.len().div_ceil(threads);
+        let clones: Vec<Option<DuckDb>> = (1..threads).map(|_| self.conn.try_clone().ok().map(|conn| DuckDb { conn })).collect();
+        let mut results: Vec<Vec<Result<Vec<DescribedColumn>, EngineError>>> = Vec::new();
+        std::thread::scope(|scope| {
+            let mut parts = queries.chunks(chunk);
+            let first = parts.next().unwrap_or_default();
+            let handles: Vec<_> = parts
+                .zip(clones)
+                .map(|(part, db)| {
+                    scope.spawn(move || match db {
+                        Some(mut db) => part.iter().map(|q| db.describe(q)).collect::<Vec<_>>(),
+                        None => part.iter().map(|q| Err(EngineError::new(q, "cannot open a second connection"))).collect(),
+                    })
+                })
+                .collect();
+            results.push(first.iter().map(|q| self.describe(q)).collect());
+            for h in handles {
+                results.push(h.join().unwrap_or_default());
+            }
+        });
+        results.into_iter().flatten().collect()
+    }
+
     fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
         let sql = format!("DESCRIBE {query}");
         let rows = self.query(&sql).map_err(|e| EngineError::new(query, e.message))?;

@@ -61,6 +61,12 @@ pub trait Engine {
     /// [`EngineError`] when the query does not bind (unknown column, bad type…).
     fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError>;
 
+    /// Describes many queries; engines with several connections may do it in parallel.
+    /// Results come back in input order.
+    fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
+        queries.iter().map(|q| self.describe(q)).collect()
+    }
+
     /// Runs a query and returns every row with each value as text (`None` for NULL).
     ///
     /// # Errors

@@ -285,11 +285,21 @@ fn canonical_with_fallback(model: &Model, rendered: &str) -> Result<Canonical, P
 /// # Errors
 /// [`PlanError::Sql`] naming the model whose body is not one valid query.
 pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
-    let models: Vec<&Model> = project.dag.models().collect();
-    let keyed: Vec<Option<(String, String)>> = models
-        .iter()
+    versions_keyed(project, &rendered_bodies(project), cache)
+}
+
+/// Every model's canonical render and its cache key, in topological order (`None` for
+/// externals).
+pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
+    project
+        .dag
+        .models()
         .map(|m| m.body.as_ref().map(|b| { let r = b.render(&CanonicalResolver); (canon_cache_key(&r), r) }))
-        .collect();
+        .collect()
+}
+
+fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
+    let models: Vec<&Model> = project.dag.models().collect();
     // Cache misses, canonicalised in parallel.
     let missing: Vec<usize> = keyed
         .iter()
@@ -303,7 +313,6 @@ pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Ve
         let handles: Vec<_> = missing
             .chunks(chunk)
             .map(|idx| {
-                let keyed = &keyed;
                 scope.spawn(move || idx.iter().map(|&i| (i, canonicalize(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>())
             })
             .collect();
@@ -437,15 +446,12 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             )));
         }
     }
-    let rendered_keys: Vec<String> = project
-        .dag
-        .models()
-        .filter_map(|m| m.body.as_ref().map(|b| canon_cache_key(&b.render(&CanonicalResolver))))
-        .collect();
-    let cache = state.canon_cache_get(&rendered_keys)?;
-    let versions = versions(project, &cache)?;
+    let keyed = rendered_bodies(project);
+    let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
+    let cache = state.canon_cache_get(&keys)?;
+    let versions = versions_keyed(project, &keyed, &cache)?;
     let pointers = state.env_pointers(env)?;
-    let snapshots = state.snapshot_physicals()?;
+    let snapshots = state.snapshot_index()?;
 
     let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
     // Whether each model's data for its existing columns is what the environment served before.
@@ -464,8 +470,10 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
         let change = match &previous {
             None => Change::Added,
             Some(p) if *p == fp => {
-                let stored = if external { None } else { state.snapshot(&name_s, fp.as_str())?.map(|r| r.metadata) };
-                match stored {
+                // Compared as text first (one bulk read, no parse), parsed only when it differs.
+                let stored = snapshots.get(&(name_s.clone(), fp.as_str().to_string())).filter(|_| !external);
+                let differs = stored.is_some_and(|(_, m)| *m != meta.to_string());
+                match stored.filter(|_| differs).and_then(|(_, m)| serde_json::from_str::<serde_json::Value>(m).ok()) {
                     Some(old) if old != meta => {
                         explain = Some(Explain { diverged: metadata_paths(&old, &meta), reason: "only fields that do not shape data changed".into(), cascade_from: vec![] });
                         Change::Metadata
@@ -589,7 +597,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
         categories.insert(model.name.clone(), change);
 
         let key = (name_s.clone(), fp.as_str().to_string());
-        let existing = snapshots.get(&key);
+        let existing = snapshots.get(&key).map(|(physical, _)| physical);
         let physical = match (existing, &reused) {
             (Some(p), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
