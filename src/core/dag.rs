@@ -140,7 +140,7 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     let mut errors = Vec::new();
     let err = |msg: String| LoadError::new(Some(m.location.clone()), Some(m.name.clone()), msg);
     if m.schema.0.is_empty() {
-        errors.push(err("the schema declares no columns".into()).with_hint("declare `schema = { { \"col\", \"type\" }, ... }`"));
+        errors.push(err("the schema declares no columns".into()).with_hint("declare the output columns in `schema`, as (column, type) pairs"));
     }
     let mut seen = BTreeSet::new();
     for c in &m.schema.0 {

@@ -132,7 +132,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
         None => {
-            errors.push(err("`define_model` needs a `kind`".into()).with_hint("e.g. `kind = kind.full()`"));
+            errors.push(err("`define_model` needs a `kind`".into()).with_hint("use a kind constructor: `kind.full()` in Lua, `kind::full()` in Rhai, `-- kind: full` in SQL"));
             None
         }
     };
@@ -145,7 +145,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
         None => {
-            errors.push(err("`define_model` needs a `schema`".into()).with_hint("e.g. `schema = { { \"id\", \"bigint\" } }`"));
+            errors.push(err("`define_model` needs a `schema`".into()).with_hint("declare the output columns as (column, type) pairs"));
             Schema::default()
         }
     };

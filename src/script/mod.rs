@@ -27,6 +27,8 @@ pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
     }
     let set = builder.build().map_err(|e| LoadErrors(vec![LoadError::new(None, None, e.to_string())]))?;
     let mut files = Vec::new();
+    let real_root = config.root.canonicalize().unwrap_or_else(|_| config.root.clone());
+    let mut outside = Vec::new();
     let walker = walkdir::WalkDir::new(&config.root).follow_links(true).into_iter().filter_entry(|e| {
         // Skip hidden directories (.git, .efmesh) below the root.
         e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.')
@@ -37,8 +39,20 @@ pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
         }
         let Ok(rel) = entry.path().strip_prefix(&config.root) else { continue };
         if set.is_match(rel) {
-            files.push(rel.to_path_buf());
+            // A symlink may lead out of the project: model files stay inside it.
+            match entry.path().canonicalize() {
+                Ok(real) if real.starts_with(&real_root) => files.push(rel.to_path_buf()),
+                _ => outside.push(rel.to_path_buf()),
+            }
         }
+    }
+    if !outside.is_empty() {
+        return Err(LoadErrors(
+            outside
+                .into_iter()
+                .map(|f| LoadError::new(Some(crate::core::Location { file: f, line: 0 }), None, "this model file resolves outside the project (through a symlink)"))
+                .collect(),
+        ));
     }
     files.sort();
     Ok(files)
