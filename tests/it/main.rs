@@ -9,3 +9,5 @@ mod sandbox_lua;
 mod sandbox_rhai;
 mod check;
 mod languages;
+mod init;
+mod categories_corpus;

@@ -1,0 +1,55 @@
+//! `efmesh init`: a scaffold that checks, plans and applies as is, with editor support, and
+//! that never overwrites anything.
+
+use std::process::{Command, Stdio};
+
+fn efmesh(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_efmesh"))
+        .args(args)
+        .arg("--now")
+        .arg("2026-01-04T00:00:00Z")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn init_scaffold_checks_plans_and_applies_as_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = efmesh(tmp.path(), &["init", "shop"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = tmp.path().join("shop");
+    for f in ["efmesh.toml", "models/raw.lua", "models/mart.lua", "data/events.csv", ".luarc.json", ".efmesh/lua/efmesh.d.lua"] {
+        assert!(dir.join(f).is_file(), "missing {f}");
+    }
+    let luarc = std::fs::read_to_string(dir.join(".luarc.json")).unwrap();
+    assert!(luarc.contains(".efmesh/lua"), "{luarc}");
+    assert!(efmesh(&dir, &["check"]).status.success());
+    let apply = efmesh(&dir, &["apply", "dev", "--yes", "--json"]);
+    assert!(apply.status.success(), "{}", String::from_utf8_lossy(&apply.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&apply.stdout).unwrap();
+    assert_eq!(v["built"], serde_json::json!(["mart.daily_revenue", "mart.region_revenue"]));
+    // The published numbers of the scaffold: south 490 over 3 days, north 450 over 3 days.
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &Default::default()).unwrap();
+    let rows = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR, days::VARCHAR FROM dev__mart.region_revenue ORDER BY region").unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            vec![Some("north".into()), Some("450".into()), Some("3".into())],
+            vec![Some("south".into()), Some("490".into()), Some("3".into())],
+        ]
+    );
+}
+
+#[test]
+fn init_overwrites_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("models")).unwrap();
+    std::fs::write(tmp.path().join("models/raw.lua"), "-- mine").unwrap();
+    let out = efmesh(tmp.path(), &["init", "."]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    assert_eq!(std::fs::read_to_string(tmp.path().join("models/raw.lua")).unwrap(), "-- mine");
+    assert!(!tmp.path().join("efmesh.toml").exists(), "nothing else may be written");
+}
