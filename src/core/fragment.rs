@@ -78,33 +78,11 @@ impl Fragment {
         let mut last = 0;
         let mut i = 0;
         while i < bytes.len() {
+            if let Some(end) = skip_literal_or_comment(bytes, i) {
+                i = end;
+                continue;
+            }
             match bytes[i] {
-                q @ (b'\'' | b'"') => {
-                    // Skip the quoted run; a doubled quote stays inside it.
-                    i += 1;
-                    while i < bytes.len() {
-                        if bytes[i] == q {
-                            if bytes.get(i + 1) == Some(&q) {
-                                i += 2;
-                                continue;
-                            }
-                            break;
-                        }
-                        i += 1;
-                    }
-                }
-                b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                    while i < bytes.len() && bytes[i] != b'\n' {
-                        i += 1;
-                    }
-                }
-                b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                    i += 2;
-                    while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/')) {
-                        i += 1;
-                    }
-                    i += 1;
-                }
                 b'@' => {
                     let rest = &s[i + 1..];
                     let hit = if rest.starts_with("start") {
@@ -169,6 +147,38 @@ impl Fragment {
             }
         }
         out
+    }
+}
+
+/// When a string literal, quoted identifier or comment starts at `bytes[i]`, the index just past
+/// it (a doubled quote stays inside a quoted run; an unterminated run ends the text). The one
+/// lexical rule every scan of model SQL for markers (`@start`, `@end`, `@ref(…)`) follows.
+pub fn skip_literal_or_comment(bytes: &[u8], i: usize) -> Option<usize> {
+    let n = bytes.len();
+    match bytes.get(i)? {
+        q @ (b'\'' | b'"') => {
+            let mut j = i + 1;
+            while j < n {
+                if bytes[j] == *q {
+                    if bytes.get(j + 1) == Some(q) {
+                        j += 2;
+                        continue;
+                    }
+                    return Some(j + 1);
+                }
+                j += 1;
+            }
+            Some(n)
+        }
+        b'-' if bytes.get(i + 1) == Some(&b'-') => Some(bytes[i..].iter().position(|b| *b == b'\n').map_or(n, |p| i + p)),
+        b'/' if bytes.get(i + 1) == Some(&b'*') => {
+            let mut j = i + 2;
+            while j + 1 < n && !(bytes[j] == b'*' && bytes[j + 1] == b'/') {
+                j += 1;
+            }
+            Some((j + 2).min(n))
+        }
+        _ => None,
     }
 }
 

@@ -204,27 +204,12 @@ fn find_ref(s: &str) -> Option<usize> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        match b[i] {
-            q @ (b'\'' | b'"') => {
-                i += 1;
-                while i < b.len() && b[i] != q {
-                    i += 1;
-                }
-            }
-            b'-' if b.get(i + 1) == Some(&b'-') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 1;
-            }
-            b'@' if s[i..].starts_with("@ref(") => return Some(i),
-            _ => {}
+        if let Some(end) = crate::core::fragment::skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        if s[i..].starts_with("@ref(") {
+            return Some(i);
         }
         i += 1;
     }

@@ -11,3 +11,4 @@ mod check;
 mod languages;
 mod init;
 mod categories_corpus;
+mod categories;
