@@ -86,6 +86,9 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
         let rest_equal = without_projection(&old_ast) == without_projection(&new_ast);
         if rest_equal && is_subsequence(op, np) && np.len() > op.len() {
             let added_items = added_positions(op, np);
+            if let Some(why) = added_columns_change_rows(&new_ast, np, &added_items, op.len()) {
+                return breaking(why, added_items.iter().map(|i| format!("projection[{i}] (added)")).collect());
+            }
             let added_cols = new.schema.len().saturating_sub(old.schema.len());
             if keeps_columns && added_cols == added_items.len() {
                 let diverged = added_items.iter().map(|i| format!("projection[{i}] (added)")).collect();
@@ -108,6 +111,73 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
         return breaking("an existing column was removed, renamed, retyped or moved".into(), paths);
     }
     breaking("the query changed beyond adding output columns".into(), diverged)
+}
+
+/// Why adding projection items at `added` would change the existing rows, if it would: a new
+/// column is a new grouping key under `GROUP BY ALL`, changes which rows are distinct under
+/// `DISTINCT`, multiplies rows with a set-returning function, or shifts positional `ORDER BY` /
+/// `GROUP BY` references.
+fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
+    let select = ast.get("body")?.get("Select")?;
+    if select.get("group_by").is_some_and(|g| g.get("All").is_some()) && added.iter().any(|&i| !is_aggregate(&projection[i])) {
+        return Some("a non-aggregate column added under `GROUP BY ALL` is a new grouping key, so existing rows change".into());
+    }
+    if select.get("distinct").is_some_and(|d| !d.is_null()) {
+        return Some("a column added under `DISTINCT` changes which rows are distinct".into());
+    }
+    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree"];
+    for &i in added {
+        let text = projection[i].to_string();
+        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\""))) {
+            return Some("an added column calls a set-returning function, which multiplies rows".into());
+        }
+    }
+    let positional = |v: Option<&Value>| v.is_some_and(|v| v.to_string().contains("\"Number\""));
+    if added.iter().any(|&i| i < old_len) && (positional(ast.get("order_by")) || positional(select.get("group_by"))) {
+        return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
+    }
+    None
+}
+
+/// True when some projection in the canonical AST (top level, CTEs or subqueries) selects `*` or
+/// `t.*` — not `count(*)`, whose argument is not a projection item.
+pub fn selects_star(canonical: &str) -> bool {
+    fn walk(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m.iter().any(|(k, child)| {
+                (k == "projection"
+                    && child.as_array().is_some_and(|items| items.iter().any(|i| i.get("Wildcard").is_some() || i.get("QualifiedWildcard").is_some())))
+                    || walk(child)
+            }),
+            Value::Array(items) => items.iter().any(walk),
+            _ => false,
+        }
+    }
+    serde_json::from_str::<Value>(canonical).is_ok_and(|v| walk(&v))
+}
+
+/// True when a projection item is an aggregate call (so `GROUP BY ALL` does not group by it).
+fn is_aggregate(item: &Value) -> bool {
+    const AGGREGATES: &[&str] = &[
+        "count", "sum", "avg", "mean", "min", "max", "median", "mode", "any_value", "first", "last", "string_agg",
+        "list", "array_agg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "quantile",
+        "quantile_cont", "quantile_disc", "approx_count_distinct", "approx_quantile", "bool_and", "bool_or",
+        "arg_min", "arg_max", "argmin", "argmax", "max_by", "min_by", "product", "bit_and", "bit_or", "histogram",
+        "count_star", "fsum", "sumkahan", "kahan_sum", "entropy", "kurtosis", "skewness", "corr", "covar_pop", "covar_samp",
+    ];
+    // The item's expression must be an aggregate call at its root (possibly aliased or cast).
+    fn root(v: &Value) -> Option<&Value> {
+        let e = v.get("ExprWithAlias").and_then(|x| x.get("expr")).or_else(|| v.get("UnnamedExpr"))?;
+        let mut e = e;
+        while let Some(inner) = e.get("Cast").and_then(|c| c.get("expr")) {
+            e = inner;
+        }
+        e.get("Function")
+    }
+    root(item)
+        .and_then(|f| f.get("name"))
+        .map(|n| n.to_string().to_ascii_lowercase())
+        .is_some_and(|n| AGGREGATES.iter().any(|a| n.contains(&format!("\"value\":\"{a}\""))))
 }
 
 fn tag(kind: &Value) -> &str {
@@ -271,6 +341,14 @@ mod tests {
         // Adding a column and a filter at once is breaking.
         let v = verdict("SELECT a FROM t", &["a"], "SELECT a, b FROM t WHERE a > 2", &["a", "b"]);
         assert!(!v.non_breaking, "{v:?}");
+    }
+
+    #[test]
+    fn star_means_a_projection_star_not_count_star() {
+        assert!(selects_star(&canonicalize("SELECT * FROM t").unwrap().text));
+        assert!(selects_star(&canonicalize("SELECT a, t.* FROM t").unwrap().text));
+        assert!(selects_star(&canonicalize("WITH x AS (SELECT * FROM t) SELECT a FROM x").unwrap().text));
+        assert!(!selects_star(&canonicalize("SELECT count(*) AS n FROM t").unwrap().text));
     }
 
     #[test]

@@ -371,7 +371,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
     });
     serde_json::json!({
         "kind": model.kind.fingerprint_payload(),
-        "schema": model.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>(),
+        // Types as the fingerprint sees them, so a re-spelling is never a change.
+        "schema": model.schema.0.iter().map(|c| [c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty)]).collect::<Vec<_>>(),
         "grain": model.grain,
         "description": model.description,
         "schedule": schedule,
@@ -412,7 +413,7 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
         .as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), p.get(1)?.as_str()?.to_string())))
+                .filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), crate::sql::fingerprint::normalize_type(p.get(1)?.as_str()?))))
                 .collect()
         })
         .unwrap_or_default();
@@ -495,7 +496,14 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                 let changed_parents: Vec<&ModelName> = old_parents.keys().filter(|q| categories.get(*q).is_some_and(|c| *c != Change::Unchanged)).collect();
                 let old = if external { None } else { old_definition(state, &name_s, p.as_str())? };
                 if own == *p {
-                    let breaking: Vec<String> = changed_parents.iter().filter(|q| !same_data.get(**q).copied().unwrap_or(false)).map(|q| q.to_string()).collect();
+                    // A `*` over a parent that gained columns would change this model's shape:
+                    // rebuild it (and meet the contract) rather than keep serving the old shape.
+                    let reads_star = versions_star(model);
+                    let breaking: Vec<String> = changed_parents
+                        .iter()
+                        .filter(|q| !same_data.get(**q).copied().unwrap_or(false) || (reads_star && categories.get(**q) == Some(&Change::NonBreaking)))
+                        .map(|q| q.to_string())
+                        .collect();
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
@@ -506,12 +514,18 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
                     } else {
-                        format!("unchanged itself; rebuilt because of breaking parent{} {}", if breaking.len() == 1 { "" } else { "s" }, breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", "))
+                        format!(
+                            "unchanged itself; rebuilt because of {}parent{} {}",
+                            if reads_star { "`*` over a changed " } else { "breaking " },
+                            if breaking.len() == 1 { "" } else { "s" },
+                            breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
+                        )
                     };
                     let mut reason = reason;
                     let mut change = Change::Indirect;
                     if reused.is_none() && options.forward_only.contains(&model.name) {
                         if let Some(o) = &old {
+                            refuse_shared_history(state, env, &model.name, p)?;
                             // The operator keeps the old table although a parent broke: history
                             // stays as computed, only new intervals see the parent's change.
                             reused = Some((p.clone(), o.physical.clone()));
@@ -522,7 +536,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                     explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade });
                     change
                 } else {
-                    let new_schema: Vec<(String, String)> = model.schema.0.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
+                    let new_schema: Vec<(String, String)> =
+                        model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
                     let new_kind = model.kind.fingerprint_payload();
                     let verdict = match &old {
                         Some(o) if !external => {
@@ -578,6 +593,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                                 model.name
                             )));
                         }
+                        refuse_shared_history(state, env, &model.name, p)?;
                         new_columns = model.schema.0.iter().filter(|c| !o.schema.iter().any(|(n, _)| *n == c.name)).cloned().collect();
                         reused = Some((p.clone(), o.physical.clone()));
                         reason = format!("{reason}; forward-only: the old table and its history are kept, only intervals computed from now on see the change");
@@ -588,8 +604,11 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                 }
             }
         };
+        let parents_kept = model.parents().iter().all(|q| same_data.get(q).copied().unwrap_or(false));
         let keeps_data = match change {
-            Change::Unchanged | Change::Metadata | Change::NonBreaking | Change::ForwardOnly => true,
+            Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
+            // Its own edit only added columns, but a parent's break still changes its rows.
+            Change::NonBreaking => parents_kept,
             Change::Indirect => reused.is_some(),
             _ => false,
         };
@@ -598,6 +617,19 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
 
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key).map(|(physical, _)| physical);
+        // A version that already exists on an older version's table was applied forward-only
+        // elsewhere: say so, whatever the AST comparison says.
+        let mut change = change;
+        if let (Some(phys), Change::Breaking | Change::NonBreaking) = (existing, change) {
+            if physical_relation(model, &fp).is_some_and(|own| own != *phys) && !phys.is_empty() {
+                if let Some(e) = explain.as_mut() {
+                    e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
+                }
+                change = Change::ForwardOnly;
+                categories.insert(model.name.clone(), change);
+                same_data.insert(model.name.clone(), true);
+            }
+        }
         let physical = match (existing, &reused) {
             (Some(p), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
@@ -659,6 +691,35 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
     }
     let has_changes = actions.iter().any(Action::has_work);
     Ok(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses })
+}
+
+/// True when the model's query selects `*` (or `t.*`) anywhere.
+fn versions_star(model: &Model) -> bool {
+    model.body.as_ref().is_some_and(|b| {
+        let sql = b.render(&CanonicalResolver);
+        canonicalize(&sql).is_ok_and(|c| categorize::selects_star(&c.text))
+    })
+}
+
+/// Forward-only writes new intervals into an older version's table. `prod` owns history and may
+/// always do it (environments sharing that version then see the new intervals, as in sqlmesh);
+/// any other environment is refused while another environment serves that version, whose
+/// history would silently change under it.
+fn refuse_shared_history(state: &StateStore, env: &str, model: &ModelName, old: &Fingerprint) -> Result<(), PlanError> {
+    if env == crate::core::name::PROD {
+        return Ok(());
+    }
+    for other in state.environments()? {
+        if other == env {
+            continue;
+        }
+        if state.env_pointers(&other)?.get(&model.to_string()).is_some_and(|f| f == old.as_str()) {
+            return Err(PlanError::Operator(format!(
+                "`--forward-only {model}`: environment `{other}` serves the version whose table would be kept, and new intervals would change what `{other}` serves\n  hint: apply the forward-only change to `prod`, or apply `{env}` without `--forward-only`"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Top-level metadata fields that differ, for `metadata` explanations.

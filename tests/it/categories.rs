@@ -65,15 +65,14 @@ fn strs(rows: &[&[&str]]) -> Rows {
     r
 }
 
-/// Asserts a refused command changed nothing: same state store, same engine relations.
+/// Asserts a command was refused (exit 1, nothing applied) with every needle in its message.
 #[track_caller]
-fn assert_refused(p: &Project, run: &Run, needles: &[&str]) {
+fn assert_refused(run: &Run, needles: &[&str]) {
     assert_eq!(run.code, 1, "`{}` must be refused\n--- stdout\n{}\n--- stderr\n{}", run.cmd, run.stdout, run.stderr);
     for n in needles {
         assert!(run.stderr.contains(n), "stderr of `{}` lacks `{n}`:\n{}", run.cmd, run.stderr);
     }
-    assert!(run.stdout.trim().is_empty() || !run.stdout.contains("\"applied\": true"), "{}", run.stdout);
-    let _ = p;
+    assert!(!run.stdout.contains("\"applied\": true"), "{}", run.stdout);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -283,7 +282,7 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
             let mut args = cmd.clone();
             args.extend(["--forward-only", args_model]);
             let r = p.run(&args);
-            assert_refused(&p, &r, needles);
+            assert_refused(&r, needles);
             assert!(!hint || r.stderr.contains("hint:"), "{what}: says what to do instead:\n{}", r.stderr);
         }
         assert_eq!(p.state_summary(), state, "{what}: state changed");
@@ -327,40 +326,70 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
     try_both("unknown model", &["unknown model `s.parnet`", "did you mean"], "s.parnet", false);
 }
 
-// BUG: forward-only breaks environment isolation. `dev` gets a forward-only version of s.daily
-// that inherits the physical table `prod` serves; a day later `apply dev` writes the new interval,
-// computed with dev's definition, into that shared table, so prod serves a row for 2026-02-10
-// (revenue 2000, dev's doubled revenue) that prod never computed and whose definition prod does
-// not have. Then `apply prod` computes 2026-02-10 with prod's definition into the same table
-// (DELETE + INSERT of the range) and overwrites dev's row: dev now serves revenue 1000 and n NULL
-// for an interval its ledger records as computed with its own definition.
-// Expected: each environment keeps serving what its own versions computed (e.g. forward-only
-// versions write new intervals to a table of their own, or prod refuses/accounts for a table
-// another version writes to). Actual: the two assertions below fail (the first one fails first).
+// Forward-only writes new intervals into an older version's table, so it is refused while
+// another environment serves that version: `prod` keeps serving what it computed, and the
+// forward-only change is applied to `prod` itself.
 #[test]
-fn forward_only_in_dev_does_not_change_what_prod_serves() {
+fn forward_only_in_dev_cannot_change_what_prod_serves() {
     let mut p = base_project();
     p.apply("dev");
     p.apply("prod");
-    let prod_before = p.rows(&env_view("prod", "s.daily"));
+    let revenue = "SELECT CAST(day AS VARCHAR), region, CAST(revenue AS VARCHAR) FROM s.daily ORDER BY 1, 2";
+    let prod_before = p.query(revenue);
+    let dev_before = p.rows(&env_view("dev", "s.daily"));
+    let tables = p.physical_tables();
 
     p.write(
         DAILY_FILE,
         &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]),
     );
-    p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0);
+    let refused = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("`prod` serves the version"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("hint:"), "{}", refused.stderr);
+    assert_eq!(p.physical_tables(), tables);
+    assert_eq!(p.rows(&env_view("dev", "s.daily")), dev_before);
+
+    // Applied to prod itself, the history is kept and only new intervals see the change.
     p.now = "2026-02-11T00:00:00Z".into();
-    let dev = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
-    assert_eq!(dev["intervals"], json!(1));
-    let dev_rows = p.rows(&env_view("dev", "s.daily"));
-    assert!(dev_rows.contains(&vec![Some("2026-02-10 00:00:00".into()), Some("west".into()), Some("1".into()), Some("2000".into()), Some("2026-02-10 00:00:00".into())]), "{dev_rows:?}");
+    let prod = p.run(&["apply", "prod", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
+    assert_eq!(action(&prod, "s.daily")["change"], "forward-only");
+    assert_eq!(prod["intervals"], json!(1), "only the new day is computed");
+    let after = p.query(revenue);
+    assert_eq!(after.len(), prod_before.len() + 1, "exactly the new day's row was added");
+    for old in &prod_before {
+        assert!(after.contains(old), "history keeps the old definition's revenue: {old:?} missing from {after:?}");
+    }
+    let new_row = vec![Some("2026-02-10 00:00:00".to_string()), Some("west".to_string()), Some("2000".to_string())];
+    assert!(after.contains(&new_row), "{after:?}");
+}
 
-    assert_eq!(p.rows(&env_view("prod", "s.daily")), prod_before, "prod serves rows computed by dev's forward-only version");
-
-    // prod, told to catch up, must not rewrite what dev serves.
-    let prod = p.run(&["apply", "prod", "--yes", "--json"]).expect_code(0).json();
-    assert_eq!(prod["intervals"], json!(1));
-    assert_eq!(p.rows(&env_view("dev", "s.daily")), dev_rows, "prod's apply rewrote dev's interval");
+// A version applied forward-only in one environment keeps an older version's table: another
+// environment promoting it sees `forward-only`, nothing is rebuilt, and its descendants reuse
+// their tables.
+#[test]
+fn promoting_a_forward_only_version_is_shown_as_forward_only() {
+    let p = base_project();
+    p.apply("dev");
+    p.apply("prod");
+    // dev moves on with a normal (breaking) change: its own new table.
+    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
+    let breaking = p.apply("dev");
+    assert_eq!(action(&breaking, "s.daily")["change"], "breaking");
+    let dev_table = action(&breaking, "s.daily")["physical"].clone();
+    // Then adds a column forward-only: prod does not serve that version, so it is allowed.
+    p.write(
+        DAILY_FILE,
+        &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]),
+    );
+    let fo = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
+    assert_eq!(action(&fo, "s.daily")["physical"], dev_table);
+    let plan = p.plan("prod");
+    let daily = action(&plan, "s.daily");
+    assert_eq!(daily["build"], Value::Bool(false), "{daily:#}");
+    assert_eq!(daily["physical"], dev_table, "{daily:#}");
+    assert_eq!(daily["change"], "forward-only", "{daily:#}");
+    assert_eq!(action(&plan, "s.daily_total")["build"], Value::Bool(false));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,7 +415,7 @@ fn reclassify_contradicting_the_ast_is_refused() {
             let mut args = cmd.clone();
             args.extend(["--reclassify", "s.parent=non-breaking"]);
             let r = p.run(&args);
-            assert_refused(&p, &r, &["cannot reclassify `s.parent` as non-breaking", "dropped or renamed column"]);
+            assert_refused(&r, &["cannot reclassify `s.parent` as non-breaking", "dropped or renamed column"]);
         }
         assert_eq!(p.state_summary(), state, "{what}");
         assert_eq!(p.physical_tables(), tables, "{what}");
@@ -506,12 +535,10 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
 // ---------------------------------------------------------------------------------------------
 // A `SELECT *` reader of a non-breaking parent
 
-// BUG: s.grandchild reads `SELECT * FROM s.child` and declares (region, total, n). s.child gains
-// a column (non-breaking), so s.grandchild is reused (indirect) and `apply` succeeds, although its
-// query now returns 4 columns for 3 declared: the same project applied from scratch fails the
-// schema contract ("the query returns column `top` …, which the schema does not declare").
-// Expected: the incremental apply reaches the same verdict as a build from scratch (here: the
-// contract error naming s.grandchild, or both succeed). Actual: incremental exit 0, fresh exit 1.
+// s.grandchild reads `SELECT * FROM s.child` and declares (region, total, n). s.child gains a
+// column (non-breaking): a `*` reader's shape would change, so it is rebuilt rather than reused,
+// and the incremental apply reaches the same verdict as a build from scratch (the contract error
+// naming s.grandchild).
 #[test]
 fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build() {
     const STAR: &str = "-- name: s.grandchild\n-- kind: view\n-- schema: region varchar, total bigint, n bigint\n-- refs: s.child\nSELECT * FROM @ref(s.child)\n";

@@ -215,7 +215,6 @@ const P: &str = "models/parent.sql";
 const C: &str = "models/child.sql";
 const G: &str = "models/grandchild.sql";
 const D: &str = "models/daily.sql";
-const DT: &str = "models/daily_total.sql";
 const EV: &str = "models/events.sql";
 const O: &str = "models/other.lua";
 
@@ -349,19 +348,14 @@ return define_model {
         ..CASE
     },
 
-    // BUG: declared types are normalised (lower case) in the fingerprint but not in the
-    // snapshot's metadata, so spelling `bigint` as `BIGINT` is a `metadata` change (diverged
-    // `schema[0]`, …; an apply with work and a journal row) instead of no change at all.
-    // Expected: every model unchanged. Actual: s.parent `metadata`.
+    // Declared types are compared as the fingerprint normalises them (case, whitespace): a
+    // re-spelling is no change at all, not even `metadata`.
     type_spelling_only: Case {
         edits: &[edit(P, After::Sub(&[(P_SCHEMA, "-- schema: id BIGINT, region VARCHAR, zone Varchar, amount BIGINT, currency VARCHAR\n")]))],
         ..CASE
     },
-    // BUG: same root cause, worse effect: categorisation compares the stored (unnormalised)
-    // types, so an added column plus a type re-spelled in upper case is `breaking` ("an existing
-    // column was removed, renamed, retyped or moved", diverged `schema.id (type bigint → BIGINT)`
-    // …), the children are rebuilt, and `--reclassify s.parent=non-breaking` / `--forward-only`
-    // are refused. Expected: non-breaking, children reused. Actual: breaking, 3 builds.
+    // The same normalisation in categorisation: an added column plus a re-spelled type is
+    // non-breaking, and the children are reused.
     type_spelling_and_added_column: Case {
         edits: &[edit(P, After::Sub(&[
             (P_SCHEMA, "-- schema: id BIGINT, region VARCHAR, zone VARCHAR, amount BIGINT, currency VARCHAR, score BIGINT\n"),
@@ -467,21 +461,8 @@ return define_model {
         built: &["s.parent", "s.child"],
         ..CASE
     },
-    select_star_reader_of_non_breaking_parent: Case {
-        // The grandchild reads `SELECT *`; its declared columns stay what they were, so the view
-        // (declared columns only) serves the same rows. See `categories::star_reader_*` for what
-        // this means for its contract.
-        edits: &[
-            Edit { file: G, before: Before::Text(GRANDCHILD_STAR), after: After::Same },
-            edit(C, After::Sub(&[
-                (C_SCHEMA, "-- schema: region varchar, total bigint, n bigint, top bigint\n"),
-                (C_SELECT, "SELECT region, CAST(sum(amount) AS BIGINT) AS total, count(*) AS n, max(amount) AS top\n"),
-            ])),
-        ],
-        expect: &[("s.child", "non-breaking"), ("s.grandchild", "indirect")],
-        built: &["s.child"],
-        ..CASE
-    },
+    // A `*` reader of a parent that gains a column is rebuilt (its shape would change), and meets
+    // the contract like a fresh build would: see `categories::star_reader_*`.
 
     // ---- removed / renamed / retyped / reordered: breaking ---------------------------------
     remove_column: Case {
@@ -614,10 +595,8 @@ return define_model {
     },
 
     // ---- additions that change existing rows: must not be non-breaking ---------------------
-    // BUG: with `GROUP BY ALL` a new non-aggregated output column is a new grouping key: the
-    // existing rows split. Expected: s.child breaking, s.grandchild rebuilt. Actual (commit
-    // 234563c): s.child non-breaking, s.grandchild reused, and its view keeps serving the old
-    // per-region totals (rows differ from its query's).
+    // With `GROUP BY ALL` a new non-aggregated output column is a new grouping key: the existing
+    // rows split, so s.child is breaking and s.grandchild rebuilt.
     group_by_all_added_dimension: Case {
         edits: &[Edit {
             file: C,
@@ -631,9 +610,8 @@ return define_model {
         built: &["s.child", "s.grandchild"],
         ..CASE
     },
-    // BUG: under DISTINCT a new output column changes which rows are distinct. Expected: s.child
-    // breaking, s.grandchild (count of s.child's rows) rebuilt. Actual: non-breaking + reuse,
-    // the grandchild serves the old count.
+    // Under DISTINCT a new output column changes which rows are distinct: s.child breaking,
+    // s.grandchild (a count of s.child's rows) rebuilt.
     distinct_added_column: Case {
         edits: &[
             Edit { file: G, before: Before::Text(GRANDCHILD_COUNT), after: After::Same },
@@ -650,9 +628,8 @@ return define_model {
         built: &["s.child", "s.grandchild"],
         ..CASE
     },
-    // BUG: a set-returning function in a new column multiplies the rows. Expected: s.child
-    // breaking, s.grandchild rebuilt. Actual: non-breaking + reuse, the grandchild's shares are
-    // computed over the old rows.
+    // A set-returning function in a new column multiplies the rows: s.child breaking,
+    // s.grandchild rebuilt.
     unnest_added_column: Case {
         edits: &[edit(C, After::Sub(&[
             (C_SCHEMA, "-- schema: region varchar, total bigint, n bigint, k integer\n"),
@@ -662,9 +639,8 @@ return define_model {
         built: &["s.child", "s.grandchild"],
         ..CASE
     },
-    // BUG: `ORDER BY 2 … LIMIT 2` is positional: a column inserted before position 2 changes the
-    // ordering key, hence which rows survive the LIMIT. Expected: s.child breaking, s.grandchild
-    // rebuilt. Actual: non-breaking + reuse.
+    // `ORDER BY 2 … LIMIT 2` is positional: a column inserted before position 2 changes the
+    // ordering key, hence which rows survive the LIMIT: s.child breaking, s.grandchild rebuilt.
     positional_order_by_added_column: Case {
         edits: &[Edit {
             file: C,
@@ -678,11 +654,8 @@ return define_model {
         built: &["s.child", "s.grandchild"],
         ..CASE
     },
-    // BUG: s.child's own change is non-breaking, but its parent broke, so s.child is rebuilt
-    // from the new parent and its existing columns' data changed. Expected: s.grandchild
-    // (indirect) rebuilt. Actual: `same_data` is true for every non-breaking model whatever its
-    // parents did, so s.grandchild reuses its old view, which reads s.child's OLD table: it
-    // keeps serving totals computed with `amount > 10`.
+    // s.child's own change is non-breaking, but its parent broke, so s.child's existing columns'
+    // data changed too: s.grandchild (indirect) is rebuilt, not reused.
     breaking_parent_and_non_breaking_child: Case {
         edits: &[
             edit(P, After::Sub(&[("WHERE e.amount > 10\n", "WHERE e.amount > 100\n")])),
@@ -998,7 +971,7 @@ fn run(name: &str) {
         if change == "indirect" {
             assert!(!a["explain"]["cascadeFrom"].as_array().map_or(true, Vec::is_empty), "an indirect change names its parent: {a:#}");
             // Reused exactly when not rebuilt.
-            assert_eq!(a.get("reusedFrom").is_some(), a["build"] == Value::Bool(false) || a["kind"] == "embedded", "{a:#}");
+            assert_eq!(a.get("reusedFrom").is_some(), a["build"] == Value::Bool(false), "{a:#}");
         }
         if change == "metadata" || change == "unchanged" {
             assert_eq!(a["build"], Value::Bool(false), "{a:#}");
