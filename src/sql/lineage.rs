@@ -693,6 +693,18 @@ impl Analyzer {
                         };
                         // The whole reference names the relation: a row value.
                         let Some(col) = lowered.get(offset + q.len()) else { return };
+                        // A parent read without an alias has no such name when the query runs:
+                        // a ref renders as a physical relation (or a subquery), never as
+                        // `schema.table`, so `table.col` would not bind in DuckDB.
+                        if let (Origin::Parent(p), None) = (&rel.origin, &rel.alias) {
+                            let p = p.clone();
+                            let detail = format!(
+                                "`{}` qualifies parent `{p}` by its name, which does not exist when the query runs (a ref becomes a physical relation); alias the ref (`… AS t`) and write `t.{col}`",
+                                dotted(parts)
+                            );
+                            self.push(parts[0], &dotted(parts), &dotted(parts), Some(lower(&p)), detail, None);
+                            return;
+                        }
                         if rel.cols.is_open() || rel.cols.has(col) || col == "rowid" {
                             return;
                         }
@@ -1052,13 +1064,22 @@ mod tests {
 
     #[test]
     fn qualified_by_table_and_schema_table() {
-        ok("SELECT orders.id, raw.orders.amount_cents FROM raw.orders");
-        let p = one("SELECT raw.orders.amount FROM raw.orders", "amount");
-        assert_eq!(p.relation.as_deref(), Some("raw.orders"));
-        one("SELECT orders.amount FROM raw.orders", "amount");
-        ok("SELECT \"RAW\".\"Orders\".\"ID\" FROM raw.orders");
-        ok("SELECT efmesh.raw.orders.id FROM raw.orders");
-        one("SELECT efmesh.raw.orders.amount FROM raw.orders", "amount");
+        // A ref runs as a physical relation (or a subquery), never under its logical name:
+        // qualifying an unaliased parent by `table` or `schema.table` cannot bind in DuckDB.
+        for (sql, reference) in [
+            ("SELECT orders.id FROM raw.orders", "orders.id"),
+            ("SELECT raw.orders.amount_cents FROM raw.orders", "raw.orders.amount_cents"),
+            ("SELECT \"RAW\".\"Orders\".\"ID\" FROM raw.orders", "RAW.Orders.ID"),
+            ("SELECT efmesh.raw.orders.id FROM raw.orders", "efmesh.raw.orders.id"),
+        ] {
+            let p = one(sql, reference);
+            assert_eq!(p.relation.as_deref(), Some("raw.orders"));
+            assert!(p.detail.contains("does not exist when the query runs"), "{p:#?}");
+            assert!(p.detail.contains("alias the ref"), "{p:#?}");
+        }
+        // Through an alias it is fine, and a missing column is still found.
+        ok("SELECT o.id FROM raw.orders o");
+        one("SELECT o.amount FROM raw.orders o", "amount");
     }
 
     #[test]
