@@ -19,7 +19,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Memory an interpreter may allocate, in bytes.
-pub const MEMORY_LIMIT: usize = 512 * 1024 * 1024;
+pub const MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 /// Wall-clock budget for evaluating one file (including what it requires).
 pub const FILE_BUDGET: Duration = Duration::from_millis(500);
 /// Largest string `string.rep` may build, in bytes.
