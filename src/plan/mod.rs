@@ -359,24 +359,44 @@ fn parse_cached(value: &str) -> (CanonSource, String) {
 }
 
 /// The metadata a snapshot records: everything about the model but its query and location,
-/// deterministic (compared as text to detect `metadata` changes).
+/// deterministic (compared as text to detect `metadata` changes). See [`metadata_text`].
 pub fn metadata(model: &Model) -> serde_json::Value {
-    let schedule = model.kind.time_range().map(|t| {
-        serde_json::json!({
-            "start": interval::to_iso(t.start),
-            "end": t.end.map(interval::to_iso),
-            "batch_size": t.batch_size,
-            "lookback": t.lookback,
-        })
-    });
-    serde_json::json!({
-        "kind": model.kind.fingerprint_payload(),
+    serde_json::from_str(&metadata_text(model)).unwrap_or(serde_json::Value::Null)
+}
+
+/// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
+/// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
+/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null}`.
+pub fn metadata_text(model: &Model) -> String {
+    #[derive(Serialize)]
+    struct Schedule {
+        start: String,
+        end: Option<String>,
+        batch_size: u32,
+        lookback: u32,
+    }
+    #[derive(Serialize)]
+    struct Meta<'a> {
+        kind: serde_json::Value,
         // Types as the fingerprint sees them, so a re-spelling is never a change.
-        "schema": model.schema.0.iter().map(|c| [c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty)]).collect::<Vec<_>>(),
-        "grain": model.grain,
-        "description": model.description,
-        "schedule": schedule,
-    })
+        schema: Vec<(&'a str, String)>,
+        grain: &'a [String],
+        description: &'a Option<String>,
+        schedule: Option<Schedule>,
+    }
+    let meta = Meta {
+        kind: model.kind.fingerprint_payload(),
+        schema: model.schema.0.iter().map(|c| (c.name.as_str(), crate::sql::fingerprint::normalize_type(&c.ty))).collect(),
+        grain: &model.grain,
+        description: &model.description,
+        schedule: model.kind.time_range().map(|t| Schedule {
+            start: interval::to_iso(t.start),
+            end: t.end.map(interval::to_iso),
+            batch_size: t.batch_size,
+            lookback: t.lookback,
+        }),
+    };
+    serde_json::to_string(&meta).unwrap_or_default()
 }
 
 /// Qualified physical relation of a model version, for materialised kinds.
@@ -461,7 +481,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
     for model in project.dag.models() {
         let name_s = model.name.to_string();
         let fp = versions.fingerprints[&model.name].clone();
-        let meta = metadata(model);
+        let meta_text = metadata_text(model);
         let previous = pointers.get(&name_s).map(|p| Fingerprint::from(p.clone()));
         let external = matches!(model.kind, Kind::External(_));
         let mut explain = None;
@@ -473,7 +493,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             Some(p) if *p == fp => {
                 // Compared as text first (one bulk read, no parse), parsed only when it differs.
                 let stored = snapshots.get(&(name_s.clone(), fp.as_str().to_string())).filter(|_| !external);
-                let differs = stored.is_some_and(|(_, m)| *m != meta.to_string());
+                let differs = stored.is_some_and(|(_, m)| *m != meta_text);
+                let meta: serde_json::Value = if differs { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null };
                 match stored.filter(|_| differs).and_then(|(_, m)| serde_json::from_str::<serde_json::Value>(m).ok()) {
                     Some(old) if old != meta => {
                         explain = Some(Explain { diverged: metadata_paths(&old, &meta), reason: "only fields that do not shape data changed".into(), cascade_from: vec![] });
@@ -604,7 +625,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                 }
             }
         };
-        let parents_kept = model.parents().iter().all(|q| same_data.get(q).copied().unwrap_or(false));
+        let parents_kept = model.body.as_ref().is_none_or(|b| b.refs().all(|r| same_data.get(&r.target).copied().unwrap_or(false)));
         let keeps_data = match change {
             Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
             // Its own edit only added columns, but a parent's break still changes its rows.
@@ -636,6 +657,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             _ => physical_relation(model, &fp),
         };
         let build = !external && existing.is_none() && reused.is_none();
+        let reused_any = reused.is_some();
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let wanted = interval::wanted(t.start, t.end, t.grain, now);
@@ -664,7 +686,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             canonical_source: versions.sources.get(&model.name).copied(),
             explain,
             new_columns,
-            metadata: meta,
+            // Parsed only where apply writes it (new snapshots, metadata changes).
+            metadata: if build || reused_any || change == Change::Metadata { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
         });
     }
     for (name, fp) in &pointers {
