@@ -519,7 +519,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
                 if own == *p {
                     // A `*` over a parent that gained columns would change this model's shape:
                     // rebuild it (and meet the contract) rather than keep serving the old shape.
-                    let reads_star = versions_star(model);
+                    let reads_star = reads_star(model);
                     let breaking: Vec<String> = changed_parents
                         .iter()
                         .filter(|q| !same_data.get(**q).copied().unwrap_or(false) || (reads_star && categories.get(**q) == Some(&Change::NonBreaking)))
@@ -717,11 +717,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.
-fn versions_star(model: &Model) -> bool {
-    model.body.as_ref().is_some_and(|b| {
-        let sql = b.render(&CanonicalResolver);
-        canonicalize(&sql).is_ok_and(|c| categorize::selects_star(&c.text))
-    })
+fn reads_star(model: &Model) -> bool {
+    canonical_of(model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
 }
 
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may
