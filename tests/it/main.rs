@@ -13,3 +13,4 @@ mod init;
 mod categories_corpus;
 mod categories;
 mod extensions;
+mod plan_memo;
