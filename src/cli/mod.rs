@@ -5,6 +5,7 @@ pub mod args;
 mod check;
 mod init;
 mod printer;
+mod run;
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
@@ -92,6 +93,7 @@ pub fn run(args: Args) -> Result<Exit> {
             cmd_apply(&args.config, &env, yes, json, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
+        Command::Run { env, json } => run::run(&args.config, &env, json, now, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
 }
@@ -150,6 +152,9 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         } else {
             out.text("nothing to apply\n")?;
         }
+        if project.dag.models().any(|m| m.kind.is_refreshed()) {
+            eprintln!("  hint: `efmesh run {env}` refreshes its incremental_by_unique_key and scd_type2 models");
+        }
         return Ok(Exit::Success);
     }
     if !yes {
@@ -180,7 +185,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     }
     let engine_path = project.config.engine_path();
     let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;
-    let options = apply::Options { applied_by: applied_by() };
+    let options = apply::Options { applied_by: applied_by(), ..Default::default() };
     let report = apply::apply(&project, &plan, &state, &mut engine, &options)?;
     if json {
         out.json(apply_json(&plan, true, Some(&report)))?;
