@@ -12,3 +12,5 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod kinds_upsert;
+mod kinds_scd2;
