@@ -330,3 +330,21 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     let out = format!("{}{}", r.stdout, r.stderr);
     assert!(out.contains("models/x.lua:1: model `m.x`: column `valid_to` is managed by kind `scd_type2` and cannot be declared"), "{}", out);
 }
+
+#[test]
+fn the_contract_checks_the_query_against_the_declared_columns_only() {
+    // A query that produces a managed column itself returns a column the schema does not declare.
+    let p = project("", "patient,dept,doctor\n1,cardio,house\n");
+    p.write(
+        "models/m.lua",
+        &models("").replace(
+            r#"query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+            r#"query = "SELECT patient, dept, doctor, now()::timestamp AS valid_from FROM " .. ref(src),"#,
+        ),
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("schema contract failed, nothing was built"), "{}", r.stderr);
+    assert!(r.stderr.contains("model `m.assign`: the query returns column `valid_from`"), "{}", r.stderr);
+    assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
+}
