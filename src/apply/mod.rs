@@ -43,9 +43,6 @@ pub use contract::ContractProblem;
 pub struct Options {
     /// Who applies (recorded in the journal); empty when unknown.
     pub applied_by: String,
-    /// `efmesh run`: also re-execute the unchanged `incremental_by_unique_key` and `scd_type2`
-    /// models of the plan (upsert / reconcile), and never promote. See [`run`].
-    pub refresh: bool,
 }
 
 /// What an apply did.
@@ -100,6 +97,13 @@ pub enum ApplyError {
 /// # Errors
 /// [`ApplyError`]; on error the environment still serves what it served before.
 pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
+    execute(project, plan, state, engine, options, false)
+}
+
+/// [`apply`], or with `refresh` (`efmesh run`, see [`run`]): also re-execute the unchanged
+/// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
+/// promote.
+pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, refresh: bool) -> Result<ApplyReport, ApplyError> {
     let physicals: BTreeMap<ModelName, String> = plan
         .actions
         .iter()
@@ -109,7 +113,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty() || (options.refresh && refreshed(project, a))))
+        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty() || (refresh && refreshed(project, a))))
         .collect();
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
@@ -232,7 +236,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         }
     }
 
-    if options.refresh {
+    if refresh {
         return Ok(report);
     }
     promote(project, plan, state, engine, options, &report)?;

@@ -11,7 +11,7 @@
 //! `apply` fills a unique-key or SCD type 2 version once, when it builds it; an `apply` with
 //! nothing changed does nothing. Refreshing is `run`'s job.
 
-use super::{ApplyError, ApplyReport, Options, apply};
+use super::{ApplyError, ApplyReport, Options, execute};
 use crate::engine::Engine;
 use crate::plan::{Change, Plan};
 use crate::project::Project;
@@ -36,13 +36,13 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
 /// Runs one refresh of `plan.env` (a plan computed for `project` against it).
 ///
 /// # Errors
-/// As [`apply`]: a contract failure builds nothing; a rejected key or an engine error stops at
+/// As [`super::apply`]: a contract failure builds nothing; a rejected key or an engine error stops at
 /// that model, earlier models stay refreshed (each refresh is its own transaction).
 pub fn run(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, applied_by: &str) -> Result<RunOutcome, ApplyError> {
     let blocked = blocked_by(plan);
     if !blocked.is_empty() {
         return Ok(RunOutcome::Blocked(blocked));
     }
-    let options = Options { applied_by: applied_by.to_string(), refresh: true };
-    apply(project, plan, state, engine, &options).map(RunOutcome::Ran)
+    let options = Options { applied_by: applied_by.to_string() };
+    execute(project, plan, state, engine, &options, true).map(RunOutcome::Ran)
 }

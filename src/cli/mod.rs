@@ -185,7 +185,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     }
     let engine_path = project.config.engine_path();
     let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;
-    let options = apply::Options { applied_by: applied_by(), ..Default::default() };
+    let options = apply::Options { applied_by: applied_by() };
     let report = apply::apply(&project, &plan, &state, &mut engine, &options)?;
     if json {
         out.json(apply_json(&plan, true, Some(&report)))?;
