@@ -8,6 +8,8 @@
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
 //!    to `[start, end)` on the time column), the ledger written after the commit;
+//!    `incremental_by_unique_key` upserted by key ([`upsert`]) and `scd_type2` reconciled by key
+//!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after;
 //! 3. every view of the environment is swapped in ONE engine transaction;
 //! 4. the state store records the new pointer set and the journal row in one transaction.
 //!
@@ -17,6 +19,9 @@
 
 pub mod contract;
 pub mod resolve;
+pub mod run;
+pub mod scd2;
+pub mod upsert;
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::quote_ident;
@@ -68,6 +73,17 @@ pub enum ApplyError {
         /// The engine error.
         source: EngineError,
     },
+    /// A keyed model's query returned rows its kind refuses (a NULL or duplicate key); nothing
+    /// of that model was written.
+    #[error("{location}: model `{model}`: {message}")]
+    Rejected {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: crate::core::Location,
+        /// What was refused, with a row count or a key.
+        message: String,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -81,6 +97,13 @@ pub enum ApplyError {
 /// # Errors
 /// [`ApplyError`]; on error the environment still serves what it served before.
 pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
+    execute(project, plan, state, engine, options, false)
+}
+
+/// [`apply`], or with `refresh` (`efmesh run`, see [`run`]): also re-execute the unchanged
+/// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
+/// promote.
+pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, refresh: bool) -> Result<ApplyReport, ApplyError> {
     let physicals: BTreeMap<ModelName, String> = plan
         .actions
         .iter()
@@ -90,7 +113,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty()))
+        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty() || (refresh && refreshed(project, a))))
         .collect();
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
@@ -184,6 +207,22 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
                     report.intervals += pieces.len();
                 }
             }
+            Kind::IncrementalByUniqueKey(u) => {
+                let sql = body.render(&exec.with_bounds(None));
+                let stats = upsert::upsert(engine, model, &u.key, &physical, &sql)?;
+                tracing::info!(model = %model.name, "upserted {} rows", stats.upserted);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
+                }
+            }
+            Kind::ScdType2(s) => {
+                let sql = body.render(&exec.with_bounds(None));
+                let stats = scd2::reconcile(engine, model, s, &physical, &sql, plan.now)?;
+                tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
+                }
+            }
             Kind::External(_) => continue,
         }
         tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
@@ -197,6 +236,9 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         }
     }
 
+    if refresh {
+        return Ok(report);
+    }
     promote(project, plan, state, engine, options, &report)?;
     report.promoted = true;
     // The memo is a cache: failing to write it only costs a slower next plan.
@@ -221,6 +263,11 @@ fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(),
     Ok(())
 }
 
+/// True when `action` is a model `run` re-executes (unique-key, SCD type 2).
+fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
+    project.dag.get(&action.name).is_some_and(|m| m.kind.is_refreshed())
+}
+
 /// Swaps the environment's views in one engine transaction, then records the pointer set and
 /// the journal row in one state transaction.
 fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
@@ -237,9 +284,10 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
                     if schemas.insert(schema.clone()) {
                         statements.push(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&schema)));
                     }
-                    // The declared columns, in declared order: the view's shape is the contract,
-                    // whatever order an inherited (forward-only) table has.
-                    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+                    // The declared columns, in declared order (then the kind's managed columns):
+                    // the view's shape is the contract, whatever order an inherited
+                    // (forward-only) table has.
+                    let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
                     statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {physical}", view(&a.name), cols.join(", ")));
                 }
                 // Externals and embedded models have no view; one may replace a model that had.

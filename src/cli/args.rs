@@ -69,6 +69,15 @@ pub enum Command {
         #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
         reclassify: String,
     },
+    /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
+    /// models, compute missing intervals) without promoting; refuses when the project differs.
+    Run {
+        /// Environment name.
+        env: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate the project without any database: refs, `cols()`, names, cycles, and every column a model reads from a parent.
     Check {
         /// Print the result as JSON.

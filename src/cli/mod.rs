@@ -5,6 +5,7 @@ pub mod args;
 mod check;
 mod init;
 mod printer;
+mod run;
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
@@ -92,6 +93,7 @@ pub fn run(args: Args) -> Result<Exit> {
             cmd_apply(&args.config, &env, yes, json, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
+        Command::Run { env, json } => run::run(&args.config, &env, json, now, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
 }
@@ -149,6 +151,9 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
             out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false })))?;
         } else {
             out.text("nothing to apply\n")?;
+        }
+        if project.dag.models().any(|m| m.kind.is_refreshed()) {
+            eprintln!("  hint: `efmesh run {env}` refreshes its incremental_by_unique_key and scd_type2 models");
         }
         return Ok(Exit::Success);
     }

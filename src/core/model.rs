@@ -56,4 +56,12 @@ impl Model {
             .flat_map(|b| b.refs().map(|r| r.target.clone()))
             .collect()
     }
+
+    /// The columns the model's relation exposes to children and environment views: the declared
+    /// ones, then the kind's managed ones (`scd_type2`'s `valid_from`/`valid_to`).
+    pub fn relation_columns(&self) -> Vec<super::schema::Column> {
+        let mut cols = self.schema.0.clone();
+        cols.extend(self.kind.managed_columns());
+        cols
+    }
 }

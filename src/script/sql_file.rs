@@ -14,7 +14,8 @@
 //!
 //! - `kind` takes options in parentheses: `incremental_by_time_range(time_column = moved_at,
 //!   start = 2026-01-01, grain = day, batch_size = 7, lookback = 2)`, `external(path =
-//!   data/x.csv, null_markers = [NA])`. Values are bare words, `'quoted strings'`, numbers,
+//!   data/x.csv, null_markers = [NA])`, `incremental_by_unique_key(key = [a, b])`,
+//!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false)`. Values are bare words, `'quoted strings'`, numbers,
 //!   `true`/`false` or `[lists]`.
 //! - A line of the header that has no `key:` continues the previous key (long schemas).
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every

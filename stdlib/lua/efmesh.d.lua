@@ -11,7 +11,7 @@
 
 ---A kind value built by one of the `kind` constructors.
 ---@class efmesh.Kind
----@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"
+---@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"
 
 ---@class efmesh.TimeRangeOptions
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
@@ -28,6 +28,16 @@
 ---@field null_markers? string[] CSV values read as NULL (e.g. `{ "NA" }`).
 ---@field union_by_name? boolean Reader option for globs of files with differing columns.
 ---@field hive_partitioning? boolean Reader option: read `key=value` directories as columns.
+
+---@class efmesh.UniqueKeyOptions
+---@field key string|string[] Declared column(s) identifying a row; NULL or duplicate keys are refused.
+
+---@class efmesh.ScdType2Options
+---@field key string|string[] Declared column(s) identifying an entity; NULL or duplicate keys are refused.
+---@field valid_from? string Managed column: when a version became current (default `valid_from`; do not declare it).
+---@field valid_to? string Managed column: when a version stopped being current, NULL while it is (default `valid_to`).
+---@field columns? string[] Watched columns whose change opens a new version (default: every non-key column).
+---@field invalidate_hard_deletes? boolean Close the open version of a key the source no longer returns (default true).
 
 ---@class efmesh.KindConstructors
 kind = {}
@@ -53,6 +63,17 @@ function kind.incremental_by_time_range(opts) end
 ---@param opts efmesh.ExternalOptions
 ---@return efmesh.Kind
 function kind.external(opts) end
+
+---A table upserted by `key` when built and on every `efmesh run`; rows absent from the query stay.
+---@param opts efmesh.UniqueKeyOptions
+---@return efmesh.Kind
+function kind.incremental_by_unique_key(opts) end
+
+---A history table reconciled by `key` when built and on every `efmesh run`: a changed watched column
+---closes the open version and opens a new one; efmesh adds `valid_from`/`valid_to` (TIMESTAMP, UTC).
+---@param opts efmesh.ScdType2Options
+---@return efmesh.Kind
+function kind.scd_type2(opts) end
 
 ---@class efmesh.ModelSpec
 ---@field name string `<schema>.<table>`, identifiers only.

@@ -14,3 +14,5 @@ mod categories_corpus;
 mod categories;
 mod extensions;
 mod plan_memo;
+mod kinds_upsert;
+mod kinds_scd2;
