@@ -49,6 +49,25 @@ fn hospital_example_builds_the_published_row_counts() {
     assert_eq!(count(&mut db, "dev__med.moves"), 106_175);
     assert_eq!(count(&mut db, "dev__med.stays"), 76_654);
     assert_eq!(count(&mut db, "dev__med.census_daily"), 1_267);
+    // Storage targets: a parquet lake model (one file per day) and a DuckLake model read like
+    // tables, and agree with the same aggregates over `med.moves`.
+    let per_day = count(&mut db, "(SELECT DISTINCT date_trunc('day', moved_at), dept, event FROM dev__med.moves)");
+    assert_eq!(count(&mut db, "dev__lake.dept_moves_daily"), per_day);
+    assert_eq!(count(&mut db, "dev__lake.dept_moves_daily WHERE moves > 0"), per_day);
+    let total = db.query("SELECT CAST(sum(moves) AS VARCHAR) FROM dev__lake.dept_moves_daily").unwrap();
+    assert_eq!(total[0][0].as_deref(), Some("106175"));
+    let load = db.query("SELECT CAST(sum(moves) AS VARCHAR), CAST(count(*) AS VARCHAR) FROM dev__lake.dept_load").unwrap();
+    assert_eq!(load[0], vec![Some("106175".to_string()), Some("7".to_string())]);
+    let physical = db
+        .query("SELECT table_catalog FROM information_schema.tables WHERE table_name LIKE 'lake__dept_load__%'")
+        .unwrap();
+    assert_eq!(physical, vec![vec![Some("_efmesh_ducklake".to_string())]], "the DuckLake model is a table of the catalog");
+    let lake = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hospital/lake/lake__dept_moves_daily");
+    for version in std::fs::read_dir(&lake).unwrap() {
+        let dir = version.unwrap().path();
+        let files = std::fs::read_dir(&dir).unwrap().filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet")).count();
+        assert_eq!(files, 181, "one file per day of 2026-01-01 … 2026-06-30 in {}", dir.display());
+    }
 }
 
 #[allow(dead_code)]

@@ -12,3 +12,6 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod lake;
+mod s3;
+mod ducklake;
