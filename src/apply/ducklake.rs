@@ -53,12 +53,7 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     let Some(attach) = attach_sql(project) else {
         return Err(err("models with `target = \"ducklake\"` need a `[ducklake]` section in efmesh.toml".into()));
     };
-    engine.execute("LOAD ducklake").map_err(|e| {
-        err(format!(
-            "the `ducklake` extension cannot be loaded: {}\n  hint: set `[engine] extension_directory` to a directory provisioned with ducklake (`scripts/provision-extensions`)",
-            e.message
-        ))
-    })?;
+    engine.load_extension("ducklake").map_err(|e| err(format!("the DuckLake target needs the `ducklake` extension: {}", e.message)))?;
     let dl = project.config.ducklake.as_ref().expect("attach_sql checked it");
     let catalog_dir = project.config.resolve(&dl.catalog).parent().map(std::path::Path::to_path_buf);
     let data_dir = dl.data_path.as_ref().map(|d| project.config.resolve(d));

@@ -159,16 +159,9 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     if !lake.is_s3() {
         return Ok(());
     }
-    engine.execute("LOAD httpfs").map_err(|e| {
-        target_error(
-            None,
-            None,
-            format!(
-                "the `httpfs` extension, needed for the S3 lake `{}`, cannot be loaded: {}\n  hint: set `[engine] extension_directory` to a directory provisioned with httpfs (`scripts/provision-extensions`)",
-                lake.path, e.message
-            ),
-        )
-    })?;
+    engine
+        .load_extension("httpfs")
+        .map_err(|e| target_error(None, None, format!("the S3 lake `{}` needs the `httpfs` extension: {}", lake.path, e.message)))?;
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let key_id = var(&lake.s3_access_key_id_env).ok_or_else(|| {
         target_error(None, None, format!("the S3 lake `{}` needs an access key id in the environment variable `{}`, which is not set", lake.path, lake.s3_access_key_id_env))

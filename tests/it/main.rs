@@ -12,6 +12,8 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod extensions;
+mod plan_memo;
 mod lake;
 mod s3;
 mod ducklake;
