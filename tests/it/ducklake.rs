@@ -17,7 +17,7 @@ fn models(extra: &str) -> String {
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 4 }},
   target = "ducklake",
   schema = {{ {{ "day", "timestamp" }}, {{ "n", "bigint" }} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS n",
+  query = "SELECT CAST(range AS TIMESTAMP) AS day, CAST(epoch(range) / 86400 AS BIGINT) AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
 }}
 define_model {{
   name = "m.total",
