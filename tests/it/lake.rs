@@ -437,3 +437,33 @@ pub fn with_extensions(config: &str) -> String {
 pub fn extension_engine_section() -> efmesh::config::EngineSection {
     efmesh::config::EngineSection::default()
 }
+
+#[test]
+fn a_forward_only_column_lands_in_new_files_of_the_kept_directory() {
+    let mut p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let first = p.apply("dev");
+    let dir = version_dir(&p, "lake", &first, "m.daily");
+    let with_n = models("parquet", "", 3)
+        .replace(r#"{ "revenue", "bigint" } },"#, r#"{ "revenue", "bigint" }, { "n", "bigint" } },"#)
+        .replace("AS revenue\n", "AS revenue, count(*) AS n\n");
+    assert_ne!(with_n, models("parquet", "", 3));
+    p.write("models/m.lua", &with_n);
+    p.write("data/events.csv", &format!("{EVENTS}2026-01-10 10:00:00,south,9\n2026-01-11 11:00:00,south,3\n2026-01-11 12:00:00,south,4\n"));
+    p.now = "2026-01-12T01:00:00Z".into();
+    let v = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.daily"]).expect_code(0).json();
+    assert_eq!(action(&v, "m.daily")["change"], "forward-only");
+    assert_eq!(version_dir(&p, "lake", &v, "m.daily").parent(), dir.parent());
+    let mut expected = day_files(11);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&dir), expected, "new intervals go to the kept directory, no second file set");
+    let cols: Vec<String> = described(&p, &env_view("dev", "m.daily")).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(cols, ["day", "region", "revenue", "n"]);
+    // History keeps NULL in the new column; recomputed and new days (lookback 1: from the 9th) fill it.
+    let rows = p.query(&format!("SELECT strftime(day, '%d'), n FROM {} ORDER BY day, region", env_view("dev", "m.daily")));
+    assert_eq!(rows.first().unwrap(), &vec![Some("01".to_string()), None]);
+    assert!(rows.iter().all(|r| (r[0].as_deref().unwrap() >= "09") == r[1].is_some()), "{rows:?}");
+    assert_eq!(rows[rows.len() - 2..], [vec![Some("10".to_string()), Some("1".to_string())], vec![Some("11".to_string()), Some("2".to_string())]]);
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["schema"].as_array().map(Vec::len), Some(4));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
