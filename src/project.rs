@@ -24,6 +24,11 @@ impl Project {
         let files = script::discover(config)?;
         let models = script::load_models(&config.root, &files)?;
         let dag = Dag::build(models)?;
+        // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
+        let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
+        if !unconfigured.is_empty() {
+            return Err(LoadErrors(unconfigured));
+        }
         Ok(Project { config: config.clone(), dag })
     }
 }

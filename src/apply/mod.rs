@@ -18,6 +18,8 @@
 //! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range).
 
 pub mod contract;
+pub mod ducklake;
+pub mod lake;
 pub mod resolve;
 pub mod run;
 pub mod scd2;
@@ -84,6 +86,16 @@ pub enum ApplyError {
         /// What was refused, with a row count or a key.
         message: String,
     },
+    /// A storage target (parquet lake, DuckLake) could not be prepared or written.
+    #[error("{}{message}", .model.as_ref().map(|m| format!("building model `{m}`{}: ", .interval.map(|i| format!(" interval {i}")).unwrap_or_default())).unwrap_or_default())]
+    Target {
+        /// The model, when one was being built.
+        model: Option<ModelName>,
+        /// The interval being written, for time-range models.
+        interval: Option<Interval>,
+        /// What went wrong, naming the file, variable or extension.
+        message: String,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -117,6 +129,10 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         .collect();
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
+    // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
+    lake::prepare(project, engine)?;
+    ducklake::prepare(project, engine)?;
+
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
         let problems = contract::check(project, &physicals, &working_set, engine);
@@ -136,7 +152,10 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         }
         let Some(from) = &action.reused_from else { continue };
         let physical = action.physical.clone().unwrap_or_default();
-        if !action.new_columns.is_empty() {
+        if model.target == crate::core::Target::Parquet {
+            // A lake view cannot be altered: re-create it anchored on the new declared columns.
+            lake::refresh(project, model, &physical, engine)?;
+        } else if !action.new_columns.is_empty() {
             // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
             let present: Vec<String> = engine.describe(&format!("SELECT * FROM {physical}"))?.into_iter().map(|c| c.name).collect();
             let adds: Vec<String> = action
@@ -169,6 +188,12 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
         let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
         let snapshot = snapshot_record(model, action, &physical)?;
+        if model.target == crate::core::Target::Parquet {
+            lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
+            tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
+            report.built.push(model.name.clone());
+            continue;
+        }
         match &model.kind {
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));

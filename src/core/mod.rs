@@ -8,6 +8,7 @@ pub mod kind;
 pub mod model;
 pub mod name;
 pub mod schema;
+pub mod target;
 
 pub use dag::Dag;
 pub use error::{LoadError, LoadErrors};
@@ -17,3 +18,4 @@ pub use kind::{External, FileFormat, Kind, ScdType2, TimeRange, UniqueKey};
 pub use model::{Location, Model};
 pub use name::ModelName;
 pub use schema::{Column, Schema, TypeFamily};
+pub use target::Target;

@@ -73,6 +73,17 @@ pub trait Engine {
     /// [`EngineError`].
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError>;
 
+    /// Runs a statement that carries a secret (e.g. DuckDB's `CREATE SECRET` with S3 keys): it
+    /// is never logged, and a failure names `label` instead of the statement and keeps only the
+    /// first line of the engine's message (callers redact the secret values from it too).
+    ///
+    /// # Errors
+    /// [`EngineError`] whose `sql` is `label`; engines without the capability always fail.
+    fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
+        let _ = sql;
+        Err(EngineError::new(label, format!("the {} engine cannot run {label}", self.dialect())))
+    }
+
     /// True when `schema.name` exists as a table or view.
     ///
     /// # Errors

@@ -17,7 +17,7 @@ pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
-use crate::core::name::{ModelName, quote_ident, validate_env};
+use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
 use crate::sql::canon::{Canonical, CanonSource, SqlError, canonicalize, canonicalize_with_fallback};
@@ -394,7 +394,7 @@ pub fn metadata_text(model: &Model) -> String {
         schedule: Option<Schedule>,
     }
     let meta = Meta {
-        kind: model.kind.fingerprint_payload(),
+        kind: model.kind_payload(),
         schema: model.schema.0.iter().map(|c| (c.name.as_str(), crate::sql::fingerprint::normalize_type(&c.ty))).collect(),
         grain: &model.grain,
         description: &model.description,
@@ -408,9 +408,11 @@ pub fn metadata_text(model: &Model) -> String {
     serde_json::to_string(&meta).unwrap_or_default()
 }
 
-/// Qualified physical relation of a model version, for materialised kinds.
+/// Qualified physical relation of a model version, for materialised kinds: in `_efmesh` for the
+/// `table` and `parquet` targets, in the attached DuckLake catalog for `ducklake`
+/// ([`crate::core::Target::physical_relation`]).
 pub fn physical_relation(model: &Model, fp: &Fingerprint) -> Option<String> {
-    model.kind.is_materialized().then(|| format!("{}.{}", quote_ident(PHYSICAL_SCHEMA), quote_ident(&physical_table(&model.name, fp))))
+    model.kind.is_materialized().then(|| model.target.physical_relation(PHYSICAL_SCHEMA, &physical_table(&model.name, fp)))
 }
 
 /// The environment's schema for a model schema: `<schema>` for prod, `<env>__<schema>` otherwise.
@@ -587,7 +589,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 } else {
                     let new_schema: Vec<(String, String)> =
                         model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
-                    let new_kind = model.kind.fingerprint_payload();
+                    let new_kind = model.kind_payload();
                     let verdict = match &old {
                         Some(o) if !external => {
                             let new_canonical = canonical_of(model)?.map(|c| c.text);

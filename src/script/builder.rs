@@ -11,6 +11,7 @@ use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
 use crate::core::kind::{DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, ScdType2, TimeRange, UniqueKey};
+use crate::core::target::{TARGET_NAMES, Target};
 use crate::core::{Column, LoadError, Location, Model, ModelName, Schema};
 use serde_json::{Map, Value};
 
@@ -83,9 +84,9 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description"];
+const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target"];
 
-/// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`;
+/// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
 ///
 /// # Errors
@@ -164,6 +165,30 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
     };
+    let target = match spec.get("target") {
+        None => Target::Table,
+        Some(Value::String(s)) => match Target::parse(s) {
+            Some(t) => t,
+            None => {
+                let mut e = err(format!("unknown target `{s}` (targets: `table`, `parquet`, `ducklake`)"));
+                if let Some(h) = did_you_mean(s, TARGET_NAMES.iter().copied()) {
+                    e = e.with_hint(format!("did you mean `{h}`?"));
+                }
+                errors.push(e);
+                Target::Table
+            }
+        },
+        Some(_) => {
+            errors.push(err("`target` must be a string: `table`, `parquet` or `ducklake`".into()));
+            Target::Table
+        }
+    };
+    if let Some(k) = kind.as_ref().filter(|k| !target.supports(k)) {
+        errors.push(
+            err(format!("target `{target}` does not support kind `{}`", k.tag()))
+                .with_hint("`parquet` and `ducklake` store `full` and `incremental_by_time_range` models; drop `target` to keep a table"),
+        );
+    }
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -175,7 +200,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target }),
         _ => Err(errors),
     }
 }

@@ -7,6 +7,7 @@
 //! -- grain:  day, dept
 //! -- refs:   med.stays
 //! -- description: Patients per department and day
+//! -- target: parquet    (optional: table | parquet | ducklake)
 //! SELECT date_trunc('day', entered_at)::date AS day, dept, count(DISTINCT case_id) AS patients
 //! FROM @ref(med.stays)
 //! GROUP BY ALL
@@ -32,7 +33,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -116,7 +117,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
     let mut spec = Map::new();
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
-            "name" | "description" => Ok(Value::String(value.clone())),
+            "name" | "description" | "target" => Ok(Value::String(value.clone())),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
             "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),

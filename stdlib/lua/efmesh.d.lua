@@ -82,6 +82,7 @@ function kind.scd_type2(opts) end
 ---@field query? string|fun(): string The SQL (not for externals). `@start`/`@end` in time-range models.
 ---@field grain? string[] Columns identifying a row.
 ---@field description? string Free text.
+---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.
 
 ---Defines a model and returns its handle.
 ---@param spec efmesh.ModelSpec

@@ -10,8 +10,32 @@ use efmesh::project::Project;
 use efmesh::state::StateStore;
 use std::path::Path;
 
-fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, StateStore) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir);
+/// Copies an example's committed files (config, models, tests, data) into a temporary directory,
+/// so tests never write into the source tree and never share a lake or DuckLake catalog.
+fn copy_example(dir: &str) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            let name_s = name.to_string_lossy();
+            if ["lake", "ducklake"].contains(&name_s.as_ref()) || name_s.contains(".duckdb") || name_s.contains(".state.sqlite") {
+                continue;
+            }
+            let (src, dst) = (entry.path(), to.join(&name));
+            if src.is_dir() { copy(&src, &dst) } else { std::fs::copy(&src, &dst).unwrap(); }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    copy(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir), tmp.path());
+    tmp
+}
+
+/// Applies a copy of the example to `dev` (in-memory engine and state); the directory lives as
+/// long as the returned `TempDir`.
+fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, StateStore, tempfile::TempDir) {
+    let tmp = copy_example(dir);
+    let root = tmp.path().to_path_buf();
     let config = Config::load(&root.join("efmesh.toml")).unwrap();
     let project = Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
     let state = StateStore::open_in_memory().unwrap();
@@ -21,7 +45,7 @@ fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, StateStore) {
     apply::apply(&project, &plan, &state, &mut engine, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
     let again = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
     assert!(!again.has_changes, "a plan right after apply must be empty: {again:?}");
-    (project, engine, state)
+    (project, engine, state, tmp)
 }
 
 fn count(engine: &mut DuckDb, relation: &str) -> u64 {
@@ -30,7 +54,7 @@ fn count(engine: &mut DuckDb, relation: &str) -> u64 {
 
 #[test]
 fn flights_example_builds_the_published_row_counts() {
-    let (_, mut db, _) = apply_example("flights", "2026-11-30T00:00:00Z");
+    let (_, mut db, _, _dir) = apply_example("flights", "2026-11-30T00:00:00Z");
     assert_eq!(count(&mut db, "dev__core.flights"), 336_776);
     assert_eq!(count(&mut db, "dev__mart.flights_enriched"), 336_776, "LEFT JOINs keep flights without weather or plane");
     assert_eq!(count(&mut db, "dev__mart.carrier_delays_daily"), 5_442);
@@ -44,18 +68,37 @@ fn flights_example_builds_the_published_row_counts() {
 
 #[test]
 fn hospital_example_builds_the_published_row_counts() {
-    let (_, mut db, _) = apply_example("hospital", "2026-11-30T00:00:00Z");
+    let (_, mut db, _, dir) = apply_example("hospital", "2026-11-30T00:00:00Z");
     assert_eq!(count(&mut db, "dev__stg.moves"), 106_175);
     assert_eq!(count(&mut db, "dev__med.moves"), 106_175);
     assert_eq!(count(&mut db, "dev__med.stays"), 76_654);
     assert_eq!(count(&mut db, "dev__med.census_daily"), 1_267);
     assert_eq!(count(&mut db, "dev__med.current_location"), 24_293, "one row per patient");
     assert_eq!(count(&mut db, "dev__med.assignments"), 1_321, "one open version per patient still in the house");
+    // Storage targets: a parquet lake model (one file per day) and a DuckLake model read like
+    // tables, and agree with the same aggregates over `med.moves`.
+    let per_day = count(&mut db, "(SELECT DISTINCT date_trunc('day', moved_at), dept, event FROM dev__med.moves)");
+    assert_eq!(count(&mut db, "dev__lake.dept_moves_daily"), per_day);
+    assert_eq!(count(&mut db, "dev__lake.dept_moves_daily WHERE moves > 0"), per_day);
+    let total = db.query("SELECT CAST(sum(moves) AS VARCHAR) FROM dev__lake.dept_moves_daily").unwrap();
+    assert_eq!(total[0][0].as_deref(), Some("106175"));
+    let load = db.query("SELECT CAST(sum(moves) AS VARCHAR), CAST(count(*) AS VARCHAR) FROM dev__lake.dept_load").unwrap();
+    assert_eq!(load[0], vec![Some("106175".to_string()), Some("7".to_string())]);
+    let physical = db
+        .query("SELECT table_catalog FROM information_schema.tables WHERE table_name LIKE 'lake__dept_load__%'")
+        .unwrap();
+    assert_eq!(physical, vec![vec![Some("_efmesh_ducklake".to_string())]], "the DuckLake model is a table of the catalog");
+    let lake = dir.path().join("lake/lake__dept_moves_daily");
+    for version in std::fs::read_dir(&lake).unwrap() {
+        let dir = version.unwrap().path();
+        let files = std::fs::read_dir(&dir).unwrap().filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet")).count();
+        assert_eq!(files, 181, "one file per day of 2026-01-01 … 2026-06-30 in {}", dir.display());
+    }
 }
 
 #[test]
 fn hospital_assignments_gain_history_through_daily_runs() {
-    let (project, mut db, state) = apply_example("hospital", "2026-03-01T00:00:00Z");
+    let (project, mut db, state, _dir) = apply_example("hospital", "2026-03-01T00:00:00Z");
     assert_eq!(count(&mut db, "dev__med.assignments"), count(&mut db, "dev__med.current_location WHERE in_house"));
     for day in ["2026-03-02", "2026-03-03", "2026-03-04"] {
         let now = parse_instant(day).unwrap();

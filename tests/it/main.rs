@@ -16,3 +16,6 @@ mod extensions;
 mod plan_memo;
 mod kinds_upsert;
 mod kinds_scd2;
+mod lake;
+mod s3;
+mod ducklake;
