@@ -5,6 +5,7 @@ pub mod args;
 mod check;
 mod init;
 mod printer;
+mod test;
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
@@ -92,6 +93,7 @@ pub fn run(args: Args) -> Result<Exit> {
             cmd_apply(&args.config, &env, yes, json, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
+        Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
 }
