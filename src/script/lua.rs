@@ -385,7 +385,10 @@ impl LuaHost {
             let Value::Table(_) = spec else {
                 return Err(rt(format!("`define_test` expects a table, got {}", spec.type_name())));
             };
-            let json = lua_to_json(&spec, 0).map_err(|e| rt(format!("`define_test`: {e}")))?;
+            let json = lua_to_json(&spec, 0).map_err(|e| {
+                let hint = if e.contains("key type") { " (key `inputs` by model names: `[handle.name] = { … }`)" } else { "" };
+                rt(format!("`define_test`: {e}{hint}"))
+            })?;
             let map = match json {
                 serde_json::Value::Object(m) => m,
                 _ => return Err(rt("`define_test` expects a table of named fields")),

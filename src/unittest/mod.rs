@@ -33,7 +33,7 @@ use crate::script::{self, test_spec::TestSpec};
 use diff::{RowDiff, TextRow};
 use fixture::FixtureResolver;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// A project loaded with its unit tests.
 #[derive(Debug, Clone)]
@@ -395,13 +395,4 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     result.diff = diff::compare(&expected, &actual, test.ordered);
     result.status = if result.diff.is_empty() { Status::Passed } else { Status::Failed };
     result
-}
-
-/// Counts of a run: passed, failed, errors.
-pub fn counts(results: &[TestResult]) -> BTreeMap<&'static str, usize> {
-    let mut m = BTreeMap::new();
-    for s in [Status::Passed, Status::Failed, Status::Error] {
-        m.insert(s.as_str(), results.iter().filter(|r| r.status == s).count());
-    }
-    m
 }
