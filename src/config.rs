@@ -7,6 +7,7 @@
 //! ```toml
 //! [project]
 //! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
+//! tests = ["tests/**/*.{lua,rhai}"]          # unit-test files for `efmesh test` (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
@@ -27,6 +28,8 @@ use std::path::{Path, PathBuf};
 
 /// Default discovery globs.
 pub const DEFAULT_MODEL_GLOBS: &[&str] = &["models/**/*.{lua,rhai,sql}"];
+/// Default globs of unit-test files (`efmesh test`).
+pub const DEFAULT_TEST_GLOBS: &[&str] = &["tests/**/*.{lua,rhai}"];
 
 /// Errors reading or validating `efmesh.toml`.
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +71,19 @@ pub struct ProjectSection {
     /// Globs (relative to the config directory) selecting model files.
     #[serde(default = "default_globs")]
     pub models: Vec<String>,
+    /// Globs (relative to the config directory) selecting unit-test files for `efmesh test`.
+    #[serde(default = "default_test_globs")]
+    pub tests: Vec<String>,
 }
 
 impl Default for ProjectSection {
     fn default() -> Self {
-        Self { models: default_globs() }
+        Self { models: default_globs(), tests: default_test_globs() }
     }
+}
+
+fn default_test_globs() -> Vec<String> {
+    DEFAULT_TEST_GLOBS.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_globs() -> Vec<String> {

@@ -34,3 +34,4 @@ pub mod project;
 pub mod script;
 pub mod sql;
 pub mod state;
+pub mod unittest;

@@ -84,6 +84,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the model unit tests (`project.tests`): fixture rows in, expected rows out, on an in-memory DuckDB.
+    Test {
+        /// Test names or model names to run (default: every test).
+        #[arg(value_name = "NAME_OR_MODEL")]
+        selectors: Vec<String>,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {
         /// Model name `schema.table`.

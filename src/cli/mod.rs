@@ -6,6 +6,7 @@ mod check;
 mod init;
 mod printer;
 mod run;
+mod test;
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
@@ -94,6 +95,7 @@ pub fn run(args: Args) -> Result<Exit> {
         }
         Command::Check { json } => check::run(&args.config, json, &out),
         Command::Run { env, json } => run::run(&args.config, &env, json, now, &out),
+        Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
     }
 }

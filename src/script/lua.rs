@@ -90,6 +90,8 @@ struct State {
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
     deadline: Option<Instant>,
+    /// Unit tests defined by test files (`define_test`).
+    tests: Vec<super::test_spec::TestSpec>,
 }
 
 enum ModuleState {
@@ -361,7 +363,59 @@ impl LuaHost {
         self.proto.set("cols", cols_fn)?;
         self.proto.set("define_model", define_fn)?;
         self.proto.set("print", print_fn)?;
+        let refuse_test = lua.create_function(|_, _: Value| -> mlua::Result<()> {
+            Err(rt("`define_test` belongs in test files (`project.tests`, default `tests/**/*.{lua,rhai}`), not in model files"))
+        })?;
+        self.proto.set("define_test", refuse_test)?;
         Ok(())
+    }
+
+    /// Switches the host to test files: files evaluated from now on get `define_test` (recording
+    /// a [`TestSpec`](super::test_spec::TestSpec)) and a `define_model` that refuses. Model files
+    /// already evaluated keep their handles, so test files can `require` them.
+    ///
+    /// # Errors
+    /// When the Lua functions cannot be created.
+    pub fn begin_tests(&mut self) -> mlua::Result<()> {
+        let lua = &self.lua;
+        let st = self.state.clone();
+        let define_test = lua.create_function(move |lua, spec: Value| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let Value::Table(_) = spec else {
+                return Err(rt(format!("`define_test` expects a table, got {}", spec.type_name())));
+            };
+            let json = lua_to_json(&spec, 0).map_err(|e| {
+                let hint = if e.contains("key type") { " (key `inputs` by model names: `[handle.name] = { … }`)" } else { "" };
+                rt(format!("`define_test`: {e}{hint}"))
+            })?;
+            let map = match json {
+                serde_json::Value::Object(m) => m,
+                _ => return Err(rt("`define_test` expects a table of named fields")),
+            };
+            let mut s = st.borrow_mut();
+            match super::test_spec::build_test(&map, location) {
+                Ok(t) => s.tests.push(t),
+                Err(errs) => s.errors.extend(errs),
+            }
+            Ok(())
+        })?;
+        let refuse_model = lua.create_function(|_, _: Value| -> mlua::Result<()> {
+            Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"))
+        })?;
+        self.proto.set("define_test", define_test)?;
+        self.proto.set("define_model", refuse_model)?;
+        Ok(())
+    }
+
+    /// Ends a load started with [`LuaHost::begin_tests`]: the models and the tests, or every
+    /// error recorded.
+    ///
+    /// # Errors
+    /// All load errors, sorted by location.
+    pub fn finish_with_tests(self) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
+        let tests = std::mem::take(&mut self.state.borrow_mut().tests);
+        self.finish().map(|models| (models, tests))
     }
 
 }

@@ -99,3 +99,27 @@ function ref(parent) end
 ---@param ... string
 ---@return string
 function cols(parent, ...) end
+
+---A row of a unit test: column = value. A column left out (or `nil`) is NULL; values are typed
+---by the declared schema of the model owning the column (`"2024-01-01"` in a `date` column).
+---@alias efmesh.Row table<string, boolean|number|string|table>
+
+---The interval of a time-range model's test: the values of `@start` / `@end`, `[start, end)`.
+---@class efmesh.TestVars
+---@field start string UTC: `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` or RFC 3339.
+---@field end string Exclusive, same forms (write `["end"] = …`).
+
+---A unit test (test files only, `project.tests`; see docs/testing.md).
+---@class efmesh.TestSpec
+---@field name string Unique test name; `efmesh test NAME` runs it.
+---@field model efmesh.Parent The model under test.
+---@field inputs? table<string, efmesh.Row[]> Parent name → fixture rows; every parent the model reads needs one (embedded parents may be left out: inlined).
+---@field expect efmesh.Row[] The rows the model must return.
+---@field vars? efmesh.TestVars Required for time-range models.
+---@field ordered? boolean Compare rows in order (default: as a multiset).
+---@field columns? string[] Compare only these output columns (default: every declared column).
+---@field description? string Free text.
+
+---Defines a unit test: fixture rows in, expected rows out (in test files only).
+---@param spec efmesh.TestSpec
+function define_test(spec) end

@@ -134,3 +134,44 @@ fn hospital_generator_is_deterministic_and_matches_the_committed_data() {
     let rows = std::fs::read_to_string(dir.path().join("moves.csv")).unwrap().lines().count() - 1;
     assert!(rows >= 100_000, "only {rows} movement rows");
 }
+
+/// `efmesh test --json` on a shipped example: every unit test of its `tests/` passes.
+fn example_unit_tests(dir: &str) -> Vec<(String, String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir);
+    let out = std::process::Command::new(crate::common::BIN)
+        .arg("--config")
+        .arg(root.join("efmesh.toml"))
+        .args(["test", "--json"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "efmesh test on examples/{dir}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v:#}");
+    v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(t["status"], "passed", "{t:#}");
+            let file = t["file"].as_str().unwrap().to_string();
+            (t["name"].as_str().unwrap().to_string(), t["model"].as_str().unwrap().to_string(), file)
+        })
+        .collect()
+}
+
+#[test]
+fn hospital_unit_tests_pass() {
+    let tests = example_unit_tests("hospital");
+    let names: Vec<&str> = tests.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["stg_moves_cleans_the_feed", "med_moves_keeps_only_its_interval", "stays_follow_each_case", "stays_of_no_moves_is_empty"]);
+    assert!(tests.iter().any(|(_, _, f)| f.ends_with(".lua")) && tests.iter().any(|(_, _, f)| f.ends_with(".rhai")));
+}
+
+#[test]
+fn flights_unit_tests_pass() {
+    let tests = example_unit_tests("flights");
+    let got: Vec<(&str, &str)> = tests.iter().map(|(n, m, _)| (n.as_str(), m.as_str())).collect();
+    assert_eq!(got, [("carrier_delays_of_one_utc_day", "mart.carrier_delays_daily"), ("worst_routes_are_frequent_and_sorted", "mart.worst_routes")]);
+}

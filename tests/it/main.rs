@@ -19,3 +19,4 @@ mod kinds_scd2;
 mod lake;
 mod s3;
 mod ducklake;
+mod unit_tests;
