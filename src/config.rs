@@ -7,6 +7,7 @@
 //! ```toml
 //! [project]
 //! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
+//! audits = ["audits/**/*.{lua,rhai}"]       # audit definitions, loaded first (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
@@ -61,12 +62,22 @@ pub struct ProjectSection {
     /// Globs (relative to the config directory) selecting model files.
     #[serde(default = "default_globs")]
     pub models: Vec<String>,
+    /// Globs selecting audit files (`define_audit`), evaluated before every model file.
+    #[serde(default = "default_audit_globs")]
+    pub audits: Vec<String>,
 }
 
 impl Default for ProjectSection {
     fn default() -> Self {
-        Self { models: default_globs() }
+        Self { models: default_globs(), audits: default_audit_globs() }
     }
+}
+
+/// Default audit discovery globs.
+pub const DEFAULT_AUDIT_GLOBS: &[&str] = &["audits/**/*.{lua,rhai}"];
+
+fn default_audit_globs() -> Vec<String> {
+    DEFAULT_AUDIT_GLOBS.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_globs() -> Vec<String> {

@@ -21,7 +21,13 @@ impl Project {
     /// # Errors
     /// [`LoadErrors`]: every problem found, each with file:line, model and culprit.
     pub fn load(config: &Config) -> Result<Project, LoadErrors> {
-        let files = script::discover(config)?;
+        // Audit definitions first, so every model file can attach them.
+        let mut files = script::discover_globs(config, &config.project.audits)?;
+        for f in script::discover(config)? {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
         let models = script::load_models(&config.root, &files)?;
         let dag = Dag::build(models)?;
         Ok(Project { config: config.clone(), dag })

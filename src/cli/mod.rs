@@ -2,6 +2,7 @@
 //! `main` maps it to the process exit code. Reports go to stdout, logs to stderr.
 
 pub mod args;
+mod audit;
 mod check;
 mod init;
 mod printer;
@@ -93,6 +94,7 @@ pub fn run(args: Args) -> Result<Exit> {
         }
         Command::Check { json } => check::run(&args.config, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
     }
 }
 
@@ -134,6 +136,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
         "built": report.map(|r| r.built.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
         "intervals": report.map(|r| r.intervals).unwrap_or(0),
         "promoted": report.is_some_and(|r| r.promoted),
+        "audits": report.map(|r| serde_json::to_value(&r.audits).unwrap_or_default()).unwrap_or_else(|| json!([])),
     })
 }
 
@@ -146,7 +149,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     }
     if !plan.has_changes {
         if json {
-            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false })))?;
+            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false, audits: Default::default() })))?;
         } else {
             out.text("nothing to apply\n")?;
         }
@@ -190,7 +193,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         } else {
             format!("built: {}", report.built.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
         };
-        out.text(&format!("{built}\nenvironment `{env}` promoted\n"))?;
+        out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }
     Ok(Exit::Success)
 }

@@ -43,6 +43,8 @@ pub struct Model {
     pub description: Option<String>,
     /// Where `define_model` was called.
     pub location: Location,
+    /// Audits attached to the model (metadata: not fingerprinted).
+    pub audits: Vec<super::audit::Audit>,
 }
 
 impl Model {

@@ -366,7 +366,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
-/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null}`.
+/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
+/// [{"name", "args", "blocking", "scope", "sql"}]}` (`audits` only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -383,6 +384,10 @@ pub fn metadata_text(model: &Model) -> String {
         grain: &'a [String],
         description: &'a Option<String>,
         schedule: Option<Schedule>,
+        // Audits are metadata: editing them is a `metadata` change, never a rebuild. Absent
+        // when there are none, so models without audits keep their stored text.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        audits: Vec<serde_json::Value>,
     }
     let meta = Meta {
         kind: model.kind.fingerprint_payload(),
@@ -395,6 +400,7 @@ pub fn metadata_text(model: &Model) -> String {
             batch_size: t.batch_size,
             lookback: t.lookback,
         }),
+        audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }

@@ -175,7 +175,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, audits: Vec::new() }),
         _ => Err(errors),
     }
 }

@@ -4,6 +4,7 @@
 //! restricted interpreter, recording models and every `ref()`/`cols()` call with its file:line.
 //! Phase two ([`crate::core::Dag::build`]) checks the whole set: unknown refs, columns, cycles.
 
+pub mod audits;
 pub mod builder;
 pub mod lua;
 pub mod rhai;
@@ -18,8 +19,17 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// A [`LoadError`] for an invalid glob.
 pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
+    discover_globs(config, &config.project.models)
+}
+
+/// Project files (audit definitions, models) matched by `globs` (relative to the project root,
+/// hidden directories skipped), sorted, each checked to stay inside the project.
+///
+/// # Errors
+/// A [`LoadError`] for an invalid glob or a file resolving outside the project.
+pub fn discover_globs(config: &Config, globs: &[String]) -> Result<Vec<PathBuf>, LoadErrors> {
     let mut builder = globset::GlobSetBuilder::new();
-    for g in &config.project.models {
+    for g in globs {
         let glob = globset::GlobBuilder::new(g).literal_separator(true).build().map_err(|e| {
             LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))])
         })?;

@@ -153,6 +153,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     grain: vec!["id".into()],
 ///     description: None,
 ///     location: Location { file: "models/moves.lua".into(), line: 1 },
+///     audits: vec![],
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -312,6 +313,7 @@ mod tests {
                 file: "m.lua".into(),
                 line: 1,
             },
+            audits: vec![],
         }
     }
 

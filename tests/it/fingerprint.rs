@@ -65,6 +65,7 @@ fn orders_model() -> Model {
         grain: vec!["id".into()],
         description: Some("Orders, one row per order".into()),
         location: loc(),
+        audits: vec![],
     }
 }
 
@@ -514,6 +515,7 @@ fn fingerprints_are_frozen() {
         grain: vec![],
         description: None,
         location: loc(),
+        audits: vec![],
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(
