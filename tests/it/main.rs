@@ -12,3 +12,4 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod audits;
