@@ -750,7 +750,14 @@ fn refuse_shared_history(state: &StateStore, env: &str, model: &ModelName, old: 
 
 /// Top-level metadata fields that differ, for `metadata` explanations.
 fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    // A field present on one side only (`audits` is absent when a model has none) compares as
+    // null, so the path names the field rather than the whole object.
+    let aligned = |side: &serde_json::Value| -> serde_json::Value {
+        let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return side.clone() };
+        let keys = n.keys().chain(o.keys().filter(|k| !n.contains_key(*k)));
+        keys.map(|k| (k.clone(), side.get(k).cloned().unwrap_or(serde_json::Value::Null))).collect::<serde_json::Map<_, _>>().into()
+    };
     let mut out = Vec::new();
-    categorize::diff(old, new, "", &mut out);
+    categorize::diff(&aligned(old), &aligned(new), "", &mut out);
     out.into_iter().map(|p| p.trim_start_matches('.').to_string()).collect()
 }

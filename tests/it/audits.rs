@@ -52,7 +52,7 @@ fn ledger(p: &Project, model: &str) -> Vec<(String, String)> {
 const ITEMS: &str = r#"define_model {
   name = "t.items",
   kind = kind.full(),
-  schema = { { "id", "integer" }, { "seq", "integer" }, { "code", "varchar" }, { "amount", "integer" }, { "at", "timestamp" }, { "d", "timestamp" } },
+  schema = { { "id", "integer" }, { "seq", "integer" }, { "code", "varchar" }, { "amount", "integer" }, { "seen_at", "timestamp" }, { "d", "timestamp" } },
   audits = {
     -- passing
     audit.not_null("id", "seq"),
@@ -73,7 +73,7 @@ const ITEMS: &str = r#"define_model {
     audit.expression { "amount > 0", blocking = false },
     audit.row_count { max = 3, blocking = false },
     audit.contiguous { "id", blocking = false },
-    audit.no_gaps { "at", blocking = false },
+    audit.no_gaps { "seen_at", blocking = false },
     audit.no_gaps { "d", grain = "hour", blocking = false },
   },
   query = [[
@@ -83,7 +83,7 @@ const ITEMS: &str = r#"define_model {
       (3, 12, NULL, 30, TIMESTAMP '2026-01-02 12:00', TIMESTAMP '2026-01-03'),
       (5, 13, 'b', NULL, TIMESTAMP '2026-01-05 00:00', TIMESTAMP '2026-01-04'),
       (6, 14, 'c', -5, TIMESTAMP '2026-01-08 23:59', TIMESTAMP '2026-01-05')
-    ) AS v(id, seq, code, amount, at, d)
+    ) AS v(id, seq, code, amount, seen_at, d)
   ]],
 }
 "#;
@@ -92,7 +92,8 @@ const ITEMS: &str = r#"define_model {
 fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
     let p = project();
     p.write("models/items.lua", ITEMS);
-    let run = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0);
+    let run = p.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(0);
     let v = run.json();
     let m = "t.items";
     for passing in [
@@ -118,7 +119,7 @@ fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
         ("expression(amount > 0)", 1),
         ("row_count(max = 3)", 1),
         ("contiguous(id)", 1),
-        ("no_gaps(at)", 2),
+        ("no_gaps(seen_at)", 2),
         ("no_gaps(d, grain = hour)", 4),
     ] {
         let r = result(&v, m, firing);
@@ -132,7 +133,7 @@ fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
     assert_eq!(result(&v, m, "row_count(max = 3)")["sample"][0], serde_json::json!({"row_count": 5}));
     assert_eq!(result(&v, m, "contiguous(id)")["sample"][0], serde_json::json!({"covered_through": 3, "resumes_at": 5, "missing": 1}));
     // The first gap first, then how many more.
-    let gaps = result(&v, m, "no_gaps(at)");
+    let gaps = result(&v, m, "no_gaps(seen_at)");
     assert_eq!(gaps["sample"][0], serde_json::json!({"covered_through": "2026-01-02 00:00:00", "resumes_at": "2026-01-05 00:00:00", "missing": 2}));
     assert_eq!(gaps["sample"][1]["covered_through"], "2026-01-05 00:00:00");
     assert_eq!(gaps["scope"], "whole");
@@ -254,7 +255,8 @@ define_model(#{
 
     // Made blocking, the same custom audits stop the apply and name the audit and the model.
     p.write("models/l.lua", &p.read("models/l.lua").replace("audit.positive { \"x\", blocking = false }", "audit.positive(\"x\")"));
-    let run = p.run(&["apply", "prod", "--yes"]).expect_code(1);
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
     assert!(run.stderr.contains("audit `positive(x)` on model `l.dirty`: 3 violating rows"), "{}", run.stderr);
     assert!(!p.all_relations().iter().any(|r| r.starts_with("l.") || r.starts_with("r.")), "prod must not exist: {:?}", p.all_relations());
 }
@@ -290,7 +292,8 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
 });
 "#,
     );
-    let run = p.run(&["plan", "dev"]).expect_code(1);
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
     let e = &run.stderr;
     for want in [
         "models/a.lua:4: unknown audit `not_nul`\n  hint: did you mean `not_null`?",
@@ -307,7 +310,7 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
     let q = project();
     q.write("audits/dup.lua", "define_audit { name = \"unique\", params = { \"c\" }, query = function(s, a) return 'SELECT * FROM ' .. s end }\ndefine_audit { name = \"blind\", query = function(s, a) return 'SELECT 1' end }\n");
     q.write("models/a.lua", "define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, audits = { audit.blind() }, query = \"SELECT 1 AS x\" }\n");
-    let e = q.run(&["plan", "dev"]).expect_code(1).stderr;
+    let e = q.run(&["plan", "dev"]).expect_code(1).stderr.clone();
     assert!(e.contains("audits/dup.lua:1: audit `unique` is already defined (a built-in audit)"), "{e}");
     assert!(e.contains("models/a.lua:1: audit `blind`: the audit body's SQL never reads the relation under audit"), "{e}");
 }
@@ -350,7 +353,8 @@ const EVENTS: &str = "event_at,region,amount\n\
 #[test]
 fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay() {
     let p = daily_project(EVENTS, "audit.not_null(\"region\")");
-    let run = p.run(&["apply", "dev", "--yes"]).expect_code(1);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
     let e = &run.stderr;
     assert!(e.contains("audit `not_null(region)` on model `s.daily` in [2026-01-03T00:00:00.000Z, 2026-01-04T00:00:00.000Z): 1 violating row"), "{e}");
     assert!(e.contains(r#"{"day":"2026-01-03 00:00:00","region":null,"amount":30}"#), "{e}");
@@ -396,13 +400,15 @@ fn a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_app
     // batch alone is fine for an interval check; the whole table is not.
     p.write("data/events.csv", &format!("{clean}2026-01-03 11:00:00,south,5\n"));
     p.write("models/daily.lua", &p.read("models/daily.lua").replace("GROUP BY ALL", "GROUP BY ALL HAVING true"));
-    let run = p.run(&["apply", "prod", "--yes"]).expect_code(1);
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
     assert!(run.stderr.contains("audit `unique(day)` on model `s.daily`"), "{}", run.stderr);
     assert!(run.stderr.contains(r#"{"day":"2026-01-03 00:00:00","duplicates":2}"#), "{}", run.stderr);
     assert_eq!(p.rows(&env_view("prod", "s.daily")), before, "prod's view moved");
     assert_eq!(p.state_summary().pointers, pointers, "prod's pointers moved");
     // The failed whole audit is not forgotten: the next apply runs it again and fails again.
-    let again = p.run(&["apply", "prod", "--yes"]).expect_code(1);
+    let again = p.run(&["apply", "prod", "--yes"]);
+    again.expect_code(1);
     assert!(again.stderr.contains("audit `unique(day)` on model `s.daily`"), "{}", again.stderr);
     assert_eq!(p.state_summary().pointers, pointers);
     // Demoted to warn (a metadata edit), the apply publishes and reports the violation.
@@ -427,7 +433,8 @@ fn promoting_an_existing_version_audits_it_before_the_view_swap() {
     p.apply("dev");
     corrupt(&p, &format!("INSERT INTO {} VALUES (9, NULL)", physical_of(&p, "s.a")));
     // `apply prod` builds nothing (the version exists) but audits it before pointing prod at it.
-    let run = p.run(&["apply", "prod", "--yes", "--json"]).expect_code(1);
+    let run = p.run(&["apply", "prod", "--yes", "--json"]);
+    run.expect_code(1);
     assert!(run.stderr.contains("audit `not_null(label)` on model `s.a`: 1 violating row"), "{}", run.stderr);
     assert!(!p.all_relations().contains(&"s.a".to_string()), "{:?}", p.all_relations());
     assert!(p.state_summary().pointers.get("prod").is_none());
@@ -436,7 +443,8 @@ fn promoting_an_existing_version_audits_it_before_the_view_swap() {
 #[test]
 fn warn_audits_log_and_never_block() {
     let p = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
-    let run = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0);
+    let run = p.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(0);
     let v = run.json();
     let r = result(&v, "s.daily", "not_null(region)");
     assert_eq!(r["violations"], 1);
@@ -446,7 +454,7 @@ fn warn_audits_log_and_never_block() {
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
     // Human output says so too.
     let q = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
-    let out = q.run(&["apply", "dev", "--yes"]).expect_code(0).stdout;
+    let out = q.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.clone();
     assert!(out.contains("audits: 1 checked (5 runs), 0 passed, 1 warned"), "{out}");
 }
 
@@ -480,12 +488,13 @@ fn efmesh_audit_catches_a_corrupted_physical_table() {
     let clean = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
     assert_eq!(clean["blockingViolations"], 0);
     assert_eq!(violations(&clean, "s.daily", "not_null(region)"), 0);
-    let human = p.run(&["audit", "prod"]).expect_code(0).stdout;
+    let human = p.run(&["audit", "prod"]).expect_code(0).stdout.clone();
     assert!(human.contains("✓ s.daily  not_null(region)"), "{human}");
 
     // Someone writes a NULL and an unknown region into the physical table by hand.
     corrupt(&p, &format!("INSERT INTO {} VALUES (TIMESTAMP '2026-01-04', NULL, 1), (TIMESTAMP '2026-01-04', 'west', 2)", physical_of(&p, "s.daily")));
-    let run = p.run(&["audit", "prod", "--json"]).expect_code(1);
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
     let v = run.json();
     assert_eq!(v["env"], "prod");
     assert_eq!(v["blockingViolations"], 1);
@@ -494,7 +503,7 @@ fn efmesh_audit_catches_a_corrupted_physical_table() {
     assert_eq!((r["blocking"].as_bool(), r["violations"].as_u64(), r["scope"].as_str()), (Some(true), Some(1), Some("interval")));
     assert_eq!(r["sample"][0], serde_json::json!({"day": "2026-01-04 00:00:00", "region": null, "amount": 1}));
     assert!(run.stderr.contains("environment `prod`: 1 blocking audit violation"), "{}", run.stderr);
-    let human = p.run(&["audit", "prod"]).expect_code(1).stdout;
+    let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
     assert!(human.contains("✗ s.daily  not_null(region)  1 violating row"), "{human}");
     assert!(human.contains("⚠ s.daily  accepted_values(region, north, south, east)  1 violating row (warn)"), "{human}");
     // dev was never applied; an unknown --model is an error with a suggestion.

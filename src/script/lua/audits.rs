@@ -68,7 +68,8 @@ pub(super) fn install(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua
         let location = location_of(lua, &state);
         match define(&spec, location) {
             Ok((def, body)) => {
-                if let Err(e) = state.borrow_mut().audits.define(def, body) {
+                let defined = state.borrow_mut().audits.define(def, body);
+                if let Err(e) = defined {
                     state.borrow_mut().errors.push(e);
                 }
             }

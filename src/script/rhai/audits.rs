@@ -44,7 +44,8 @@ pub(super) fn register(engine: &mut Engine, state: &Rc<RefCell<State>>) {
         let spec = std::mem::take(args[0]);
         match define(&st, spec, &location) {
             Ok((def, body)) => {
-                if let Err(e) = st.borrow_mut().audits.define(def, body) {
+                let defined = st.borrow_mut().audits.define(def, body);
+                if let Err(e) = defined {
                     st.borrow_mut().errors.push(e);
                 }
             }
