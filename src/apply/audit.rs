@@ -107,14 +107,14 @@ pub enum AuditError {
     #[error(transparent)]
     Statement(EngineError),
     /// An audit's query failed to run (nothing committed).
-    #[error("audit `{audit}` on model `{model}` could not run: {source}")]
+    #[error("audit `{audit}` on model `{model}` could not run: {error}")]
     Query {
         /// The model.
         model: ModelName,
         /// The audit's label.
         audit: String,
         /// The engine error.
-        source: EngineError,
+        error: EngineError,
     },
     /// Blocking audits found violating rows (nothing committed, nothing promoted).
     #[error("{}", render_failures(.0))]
@@ -149,7 +149,7 @@ pub fn batch_relation(physical: &str, time_column: &str, batch: Interval) -> Str
 /// [`AuditError::Query`] when the audit's SQL does not run.
 pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relation: &str, batch: Option<Interval>) -> Result<AuditResult, AuditError> {
     let sql = audit.sql.render(relation);
-    let err = |source| AuditError::Query { model: model.clone(), audit: audit.label(), source };
+    let err = |error| AuditError::Query { model: model.clone(), audit: audit.label(), error };
     let count = engine.query(&format!("SELECT count(*) FROM (\n{sql}\n) AS _efmesh_audit")).map_err(err)?;
     let violations: u64 = count.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0);
     let sample = if violations > 0 {
@@ -173,10 +173,11 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relati
         runs: 1,
         violations,
         sample,
-        intervals: batch.filter(|_| violations > 0).into_iter().collect(),
+        // A `whole` audit run with a batch saw the whole table, not the batch.
+        intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
     };
     if violations > 0 && !audit.blocking {
-        tracing::warn!("{} (warn)", result.describe());
+        tracing::warn!("{}", result.describe());
     }
     Ok(result)
 }

@@ -80,14 +80,14 @@ pub enum ApplyError {
     },
     /// An audit could not run, or blocking audits found violating rows: the batch or build was
     /// rolled back and nothing was promoted.
-    #[error("{}", match .interval { Some(i) => format!("{source}\n  (batch {i} of model `{model}` rolled back and marked failed)"), None => source.to_string() })]
+    #[error("{}", match .interval { Some(i) => format!("{failure}\n  (batch {i} of model `{model}` rolled back and marked failed)"), None => failure.to_string() })]
     Audit {
         /// The model whose work was audited.
         model: ModelName,
         /// The batch, for time-range models.
         interval: Option<Interval>,
         /// What failed.
-        source: audit::AuditError,
+        failure: audit::AuditError,
     },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
@@ -170,7 +170,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
         let audit_err = |source, interval| match source {
             audit::AuditError::Statement(e) => ApplyError::Build { model: model.name.clone(), interval, source: e },
-            other => ApplyError::Audit { model: model.name.clone(), interval, source: other },
+            other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
         };
         let snapshot = snapshot_record(model, action, &physical)?;
         match &model.kind {
@@ -270,12 +270,12 @@ fn pre_promotion_audits(
         let scope = model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole);
         let relation = exec.relation(&model.name);
         let checks = audit::checks(model, scope, &relation);
-        let results = audit::run(engine, &model.name, &checks, None).map_err(|source| ApplyError::Audit { model: model.name.clone(), interval: None, source })?;
+        let results = audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
     }
     if let Some(first) = failures.first() {
-        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, source: audit::AuditError::Failed(failures) });
+        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
     }
     Ok(())
 }
