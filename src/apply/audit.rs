@@ -176,10 +176,14 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relati
         // A `whole` audit run with a batch saw the whole table, not the batch.
         intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
     };
-    if violations > 0 && !audit.blocking {
-        tracing::warn!("{}", result.describe());
-    }
     Ok(result)
+}
+
+/// Logs every `warn` audit that found violating rows (stderr, level warn).
+pub fn log_warnings(results: &[AuditResult]) {
+    for r in results.iter().filter(|r| !r.blocking && r.violations > 0) {
+        tracing::warn!("{}", r.describe());
+    }
 }
 
 /// Runs `checks` (each an audit and the relation it sees) read-only and returns every result;
@@ -222,6 +226,7 @@ pub fn transaction(
             return Err(e);
         }
     };
+    log_warnings(&results);
     let failures: Vec<AuditResult> = results.iter().filter(|r| r.failed()).cloned().collect();
     if !failures.is_empty() {
         let _ = engine.rollback();

@@ -271,6 +271,7 @@ fn pre_promotion_audits(
         let relation = exec.relation(&model.name);
         let checks = audit::checks(model, scope, &relation);
         let results = audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
     }

@@ -383,7 +383,9 @@ mod tests {
         let u = def(json!({"name": "unique", "params": ["columns..."]})).unwrap();
         assert_eq!(u.bind(vec![json!("a"), json!("b")], Map::new()).unwrap().args, named(json!({"columns": ["a", "b"]})));
         assert_eq!(u.bind(vec![], named(json!({"columns": "a"}))).unwrap().args, named(json!({"columns": ["a"]})));
-        assert_eq!(u.bind(vec![], Map::new()).unwrap().scope, AuditScope::Interval);
+        assert_eq!(u.bind(vec![json!("a")], Map::new()).unwrap().scope, AuditScope::Interval);
+        assert!(u.bind(vec![], named(json!({"columns": []}))).unwrap_err().contains("at least one value"));
+        assert!(u.bind(vec![], Map::new()).unwrap_err().contains("needs parameter `columns`: `unique(columns...)`"));
     }
 
     #[test]
