@@ -8,6 +8,7 @@
 //! [project]
 //! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
 //! tests = ["tests/**/*.{lua,rhai}"]          # unit-test files for `efmesh test` (default shown)
+//! audits = ["audits/**/*.{lua,rhai}"]       # audit definitions, loaded first (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
@@ -74,16 +75,26 @@ pub struct ProjectSection {
     /// Globs (relative to the config directory) selecting unit-test files for `efmesh test`.
     #[serde(default = "default_test_globs")]
     pub tests: Vec<String>,
+    /// Globs selecting audit files (`define_audit`), evaluated before every model file.
+    #[serde(default = "default_audit_globs")]
+    pub audits: Vec<String>,
 }
 
 impl Default for ProjectSection {
     fn default() -> Self {
-        Self { models: default_globs(), tests: default_test_globs() }
+        Self { models: default_globs(), tests: default_test_globs(), audits: default_audit_globs() }
     }
 }
 
 fn default_test_globs() -> Vec<String> {
     DEFAULT_TEST_GLOBS.iter().map(|s| s.to_string()).collect()
+}
+
+/// Default audit discovery globs.
+pub const DEFAULT_AUDIT_GLOBS: &[&str] = &["audits/**/*.{lua,rhai}"];
+
+fn default_audit_globs() -> Vec<String> {
+    DEFAULT_AUDIT_GLOBS.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_globs() -> Vec<String> {

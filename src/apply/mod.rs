@@ -9,14 +9,23 @@
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
 //!    to `[start, end)` on the time column), the ledger written after the commit;
 //!    `incremental_by_unique_key` upserted by key ([`upsert`]) and `scd_type2` reconciled by key
-//!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after;
-//! 3. every view of the environment is swapped in ONE engine transaction;
-//! 4. the state store records the new pointer set and the journal row in one transaction.
+//!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after.
+//!    Audits are write-audit-publish ([`audit`]): a batch's `interval` audits (all audits of a
+//!    `full`/`view` model) run inside the transaction that writes it, and the last batch of a
+//!    time-range model also runs its `whole` audits over the whole table; a blocking violation
+//!    rolls that transaction back (its intervals are marked failed) and stops the apply;
+//! 3. versions about to be (re)pointed whose audits did not run while building (a view swap,
+//!    an inherited table, keyed kinds, lake targets, externals, embedded models) run them
+//!    (`whole` ones for time-range models) before any view moves; a blocking violation stops
+//!    the apply unpromoted;
+//! 4. every view of the environment is swapped in ONE engine transaction;
+//! 5. the state store records the new pointer set and the journal row in one transaction.
 //!
 //! A crash at any point leaves either the old state or a state from which the next `apply`
 //! converges: snapshots and ledger rows are only written after the engine committed, and every
 //! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range).
 
+pub mod audit;
 pub mod contract;
 pub mod ducklake;
 pub mod lake;
@@ -57,6 +66,8 @@ pub struct ApplyReport {
     pub intervals: usize,
     /// True once the environment points at the plan's versions.
     pub promoted: bool,
+    /// Every audit run, one entry per (model, audit, scope), warn violations included.
+    pub audits: audit::AuditReport,
 }
 
 /// Why an apply stopped.
@@ -95,6 +106,17 @@ pub enum ApplyError {
         interval: Option<Interval>,
         /// What went wrong, naming the file, variable or extension.
         message: String,
+    },
+    /// An audit could not run, or blocking audits found violating rows: the batch or build was
+    /// rolled back and nothing was promoted.
+    #[error("{}", match .interval { Some(i) => format!("{failure}\n  (batch {i} of model `{model}` rolled back and marked failed)"), None => failure.to_string() })]
+    Audit {
+        /// The model whose work was audited.
+        model: ModelName,
+        /// The batch, for time-range models.
+        interval: Option<Interval>,
+        /// What failed.
+        failure: audit::AuditError,
     },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
@@ -141,7 +163,9 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         }
     }
 
-    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false };
+    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false, audits: audit::AuditReport::default() };
+    // Models whose audits ran while they were built in this apply.
+    let mut audited: BTreeSet<ModelName> = BTreeSet::new();
 
     // Versions that inherit storage (indirect reuse, forward-only) and metadata-only changes:
     // recorded before any build, so a resumed apply finds them.
@@ -187,6 +211,10 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
         let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
+        let audit_err = |source, interval| match source {
+            audit::AuditError::Statement(e) => ApplyError::Build { model: model.name.clone(), interval, source: e },
+            other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
+        };
         let snapshot = snapshot_record(model, action, &physical)?;
         if model.target == crate::core::Target::Parquet {
             lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
@@ -198,7 +226,12 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));
                 let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
-                engine.transaction(&[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")]).map_err(|e| build_err(e, None))?;
+                // Not time-range: every audit sees the whole new relation, inside the build.
+                let checks = audit::checks(model, None, &physical);
+                let results = audit::transaction(engine, &[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")], &model.name, &checks, None)
+                    .map_err(|e| audit_err(e, None))?;
+                report.audits.add(results);
+                audited.insert(model.name.clone());
                 state.put_snapshot(&snapshot)?;
             }
             Kind::Embedded => state.put_snapshot(&snapshot)?,
@@ -213,6 +246,9 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
                 let tc = quote_ident(&t.time_column);
                 let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
                 let n = batches.len();
+                if n > 0 {
+                    audited.insert(model.name.clone());
+                }
                 for (i, batch) in batches.into_iter().enumerate() {
                     let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
                     let sql = body.render(&exec.with_bounds(Some(batch)));
@@ -224,9 +260,18 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
                         ),
                     ];
                     let pieces = batch.split(t.grain);
-                    if let Err(err) = engine.transaction(&statements) {
-                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
-                        return Err(build_err(err, Some(batch)));
+                    // Interval audits see this batch; the last batch also runs the whole ones.
+                    let slice = audit::batch_relation(&physical, &t.time_column, batch);
+                    let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
+                    if i + 1 == n {
+                        checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
+                    }
+                    match audit::transaction(engine, &statements, &model.name, &checks, Some(batch)) {
+                        Ok(results) => report.audits.add(results),
+                        Err(err) => {
+                            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
+                            return Err(audit_err(err, Some(batch)));
+                        }
                     }
                     state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
                     report.intervals += pieces.len();
@@ -264,6 +309,7 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
     if refresh {
         return Ok(report);
     }
+    pre_promotion_audits(project, plan, engine, &exec, &audited, &mut report)?;
     promote(project, plan, state, engine, options, &report)?;
     report.promoted = true;
     // The memo is a cache: failing to write it only costs a slower next plan.
@@ -284,6 +330,40 @@ fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(),
     let key = crate::plan::memo::key(project, &plan.env, state.generation()?);
     if let Some(memo) = crate::plan::memo::after_apply(plan, project, key, &done) {
         state.plan_memo_put(&plan.env, &memo.key, &memo.body)?;
+    }
+    Ok(())
+}
+
+/// Audits of the versions the environment is about to point at whose audits did not run while
+/// building in this apply: a view swap to an existing version, an inherited table, externals
+/// and embedded models. Time-range models run their `whole` audits (their `interval` ones ran
+/// with each batch when it was written); other kinds run all. Every blocking failure is
+/// reported together, and nothing is promoted.
+fn pre_promotion_audits(
+    project: &Project,
+    plan: &Plan,
+    engine: &mut dyn Engine,
+    exec: &ExecResolver,
+    audited: &BTreeSet<ModelName>,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    use crate::core::Resolver;
+    let mut failures = Vec::new();
+    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Metadata | Change::Removed)) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        if model.audits.is_empty() || audited.contains(&model.name) {
+            continue;
+        }
+        let scope = model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole);
+        let relation = exec.relation(&model.name);
+        let checks = audit::checks(model, scope, &relation);
+        let results = audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.add(results);
+    }
+    if let Some(first) = failures.first() {
+        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
     }
     Ok(())
 }

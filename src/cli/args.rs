@@ -93,6 +93,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the audits against what an environment serves now (its views); exit 1 on a blocking violation.
+    Audit {
+        /// Environment name.
+        env: String,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only these models (`a.b,c.d`).
+        #[arg(long, value_name = "MODELS", default_value = "")]
+        model: String,
+    },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {
         /// Model name `schema.table`.

@@ -49,6 +49,8 @@ pub struct Model {
     pub location: Location,
     /// Where the model's data is stored (`table` unless the model says `target = …`).
     pub target: Target,
+    /// Audits attached to the model (metadata: not fingerprinted).
+    pub audits: Vec<super::audit::Audit>,
 }
 
 impl Model {

@@ -84,6 +84,34 @@ pub trait Engine {
         Err(EngineError::new(label, format!("the {} engine cannot run {label}", self.dialect())))
     }
 
+    /// Opens a transaction that the caller ends with [`Engine::commit`] or
+    /// [`Engine::rollback`]; statements and queries in between see its uncommitted writes
+    /// (write-audit-publish: a batch's audits run inside the batch's transaction).
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn begin(&mut self) -> Result<(), EngineError> {
+        self.execute("BEGIN TRANSACTION")
+    }
+
+    /// Commits the transaction opened by [`Engine::begin`].
+    ///
+    /// # Errors
+    /// [`EngineError`]; the transaction is then rolled back.
+    fn commit(&mut self) -> Result<(), EngineError> {
+        self.execute("COMMIT").inspect_err(|_| {
+            let _ = self.execute("ROLLBACK");
+        })
+    }
+
+    /// Rolls back the transaction opened by [`Engine::begin`].
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn rollback(&mut self) -> Result<(), EngineError> {
+        self.execute("ROLLBACK")
+    }
+
     /// True when `schema.name` exists as a table or view.
     ///
     /// # Errors

@@ -200,7 +200,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new() }),
         _ => Err(errors),
     }
 }

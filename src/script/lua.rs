@@ -8,6 +8,8 @@
 //! clock. `require` resolves only files inside the project. A memory limit and a wall-clock
 //! budget per file (checked every 10 000 VM instructions) turn runaway scripts into load errors.
 
+mod audits;
+
 use super::builder::{Site, Sites, build_model};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
@@ -92,6 +94,8 @@ struct State {
     deadline: Option<Instant>,
     /// Unit tests defined by test files (`define_test`).
     tests: Vec<super::test_spec::TestSpec>,
+    /// `define_audit` definitions (built-ins first).
+    audits: super::audits::Registry<Function>,
 }
 
 enum ModuleState {
@@ -259,8 +263,12 @@ impl LuaHost {
         }
         let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
         proto.set("kind", prelude.get::<Value>("kind")?)?;
-        let host = Self { lua, state, proto };
+        let mut host = Self { lua, state, proto };
         host.install_api()?;
+        audits::install(&host.lua, &host.proto, &host.state)?;
+        host.ensure_loader()?;
+        let env = make_environment(&host.lua, &host.proto, &host.state)?;
+        host.lua.load(audits::BUILTINS).set_name("=efmesh/audits.lua").set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).exec()?;
         Ok(host)
     }
 
@@ -308,8 +316,9 @@ impl LuaHost {
                 },
                 other => return Err(rt(format!("`query` must be a string or a function returning one, got {}", other.type_name()))),
             };
-            // Convert everything but the query to a neutral spec.
+            // Convert everything but the query (and the audits) to a neutral spec.
             let mut spec = serde_json::Map::new();
+            let mut attached = Vec::new();
             for pair in t.pairs::<Value, Value>() {
                 let (k, v) = pair?;
                 let Value::String(k) = k else {
@@ -317,6 +326,13 @@ impl LuaHost {
                 };
                 let key = k.to_str()?.to_string();
                 if key == "query" {
+                    continue;
+                }
+                if key == "audits" {
+                    match audits::collect(&v) {
+                        Ok(a) => attached = a,
+                        Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                    }
                     continue;
                 }
                 let kind_fn = matches!(v, Value::Function(_)) && key == "kind";
@@ -333,7 +349,8 @@ impl LuaHost {
             let mut s = st.borrow_mut();
             let built = build_model(&spec, query.as_deref(), &s.sites, location);
             match built {
-                Ok(m) => {
+                Ok(mut m) => {
+                    m.audits = attached;
                     let handle = Handle(m.name.clone());
                     s.models.push(m);
                     drop(s);

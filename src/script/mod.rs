@@ -4,6 +4,7 @@
 //! restricted interpreter, recording models and every `ref()`/`cols()` call with its file:line.
 //! Phase two ([`crate::core::Dag::build`]) checks the whole set: unknown refs, columns, cycles.
 
+pub mod audits;
 pub mod builder;
 pub mod lua;
 pub mod rhai;

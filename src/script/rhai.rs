@@ -33,6 +33,7 @@
 //! `at file:line:col` lines). `define_model` records builder errors and keeps evaluating, like
 //! the Lua host, so one load reports many problems.
 
+mod audits;
 mod convert;
 mod errors;
 mod resolver;
@@ -123,6 +124,10 @@ struct State {
     testing: bool,
     /// Unit tests defined by test files.
     tests: Vec<super::test_spec::TestSpec>,
+    /// `define_audit` definitions (built-ins first).
+    audits: super::audits::Registry<audits::Body>,
+    /// The functions of every evaluated file (audit bodies run with those of their file).
+    asts: HashMap<PathBuf, Rc<::rhai::AST>>,
 }
 
 enum ModuleState {
@@ -240,6 +245,9 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Res
         Ok(e) => e,
         Err(msg) => return Err(LoadErrors(vec![LoadError::new(None, None, format!("cannot start the Rhai host: {msg}"))])),
     };
+    if let Err(e) = audits::load_builtins(&engine, &refs.state) {
+        return Err(LoadErrors(vec![e]));
+    }
     for (i, file) in files.iter().chain(tests).enumerate() {
         if i == files.len() {
             refs.state.borrow_mut().testing = true;
@@ -326,6 +334,7 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
 
     register_api(&mut engine, refs);
     register_define_test(&mut engine, refs);
+    audits::register(&mut engine, &refs.state);
 
     // The kind constructors: a static module compiled from the shipped stdlib source.
     let mut ast = engine.compile(KIND_SOURCE).map_err(|e| format!("{KIND_SOURCE_NAME}: {e}"))?;
@@ -435,9 +444,17 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             Some(q) => Some(query_text(&ctx, q)?),
         };
         let mut spec = serde_json::Map::new();
+        let mut attached = Vec::new();
         for (key, value) in &map {
             // `query` arrives separately; `()` means absent, like Lua's nil.
             if key == "query" || value.is_unit() {
+                continue;
+            }
+            if key == "audits" {
+                match audits::collect(value) {
+                    Ok(a) => attached = a,
+                    Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                }
                 continue;
             }
             let json = convert::to_json(value).map_err(|e| rt(format!("`{key}`: {e}")))?;
@@ -448,7 +465,8 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
         }
         let mut s = st.borrow_mut();
         match build_model(&spec, query.as_deref(), &s.sites, location) {
-            Ok(model) => {
+            Ok(mut model) => {
+                model.audits = attached;
                 let handle = Handle(model.name.clone());
                 s.models.push(model);
                 Ok(Dynamic::from(handle))
@@ -532,7 +550,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
         refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
         refs.memory.arm(true);
     }
-    let result = run_file(engine, &root, rel);
+    let result = run_file(engine, refs, &root, rel);
     if outermost {
         refs.deadline.set(None);
         refs.memory.arm(false);
@@ -553,7 +571,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
 }
 
 /// Reads, compiles and runs one file in a fresh scope; builds its module.
-fn run_file(engine: &Engine, root: &Path, rel: &Path) -> Result<SharedModule, Box<LoadError>> {
+fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<SharedModule, Box<LoadError>> {
     let at_file = |msg: String| Box::new(LoadError::new(Some(Location { file: rel.to_path_buf(), line: 0 }), None, msg));
     let path = root.join(rel);
     let size = fs_err::metadata(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?.len();
@@ -564,6 +582,7 @@ fn run_file(engine: &Engine, root: &Path, rel: &Path) -> Result<SharedModule, Bo
     let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();
     ast.set_source(source.as_str());
+    refs.state.borrow_mut().asts.insert(rel.to_path_buf(), Rc::new(ast.clone_functions_only()));
     let mut scope = Scope::new();
     match engine.run_ast_with_scope(&mut scope, &ast) {
         Ok(()) => {}

@@ -154,6 +154,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     description: None,
 ///     location: Location { file: "models/moves.lua".into(), line: 1 },
 ///     target: Default::default(),
+///     audits: vec![],
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -314,6 +315,7 @@ mod tests {
                 line: 1,
             },
             target: Default::default(),
+            audits: vec![],
         }
     }
 

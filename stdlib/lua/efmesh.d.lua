@@ -83,6 +83,7 @@ function kind.scd_type2(opts) end
 ---@field grain? string[] Columns identifying a row.
 ---@field description? string Free text.
 ---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.
+---@field audits? efmesh.AuditUse[] Audits checked when data is written (`audit.not_null("id")`, …); not fingerprinted.
 
 ---Defines a model and returns its handle.
 ---@param spec efmesh.ModelSpec
@@ -123,3 +124,43 @@ function cols(parent, ...) end
 ---Defines a unit test: fixture rows in, expected rows out (in test files only).
 ---@param spec efmesh.TestSpec
 function define_test(spec) end
+
+---An audit attached to a model, as `audit.<name>(…)` returns it.
+---@class efmesh.AuditUse
+
+---Arguments of an audit use: positional values (in the definition's parameter order), named
+---parameters, and the options every use takes.
+---@class efmesh.AuditArgs
+---@field blocking? boolean `false` makes it a warn audit: logged and reported, never blocking (default `true`).
+---@field scope? "interval"|"whole" The batch just written, or the whole relation (default: the definition's, usually `interval`).
+---@field [string] any A parameter of the audit.
+
+---The audits, by name: `audit.not_null("id")`, `audit.unique("a", "b")`,
+---`audit.accepted_range { column = "x", min = 0, blocking = false }`; also `audit("name", …)`.
+---Unknown names and bad arguments are load errors.
+---@class efmesh.Audits
+---@field not_null fun(...: string|efmesh.AuditArgs): efmesh.AuditUse Rows where any of the columns is NULL.
+---@field unique fun(...: string|efmesh.AuditArgs): efmesh.AuditUse One row per duplicated key (the columns), with `duplicates`.
+---@field accepted_values fun(args: efmesh.AuditArgs|string, values?: any[]): efmesh.AuditUse Non-NULL values not in `values`.
+---@field accepted_range fun(args: efmesh.AuditArgs): efmesh.AuditUse Non-NULL values outside `[min, max]` (`inclusive = false`: open bounds).
+---@field expression fun(condition: string|efmesh.AuditArgs): efmesh.AuditUse Rows for which the SQL condition is false.
+---@field row_count fun(args: efmesh.AuditArgs): efmesh.AuditUse One row when the count is below `min` or above `max`.
+---@field contiguous fun(column: string|efmesh.AuditArgs): efmesh.AuditUse Gaps in distinct integer values (scope `whole`).
+---@field no_gaps fun(column: string|efmesh.AuditArgs): efmesh.AuditUse Gaps between day (or hour, `grain = "hour"`) buckets (scope `whole`).
+---@field [string] fun(...: any): efmesh.AuditUse A project audit defined with `define_audit`.
+---@overload fun(name: string, ...: any): efmesh.AuditUse
+audit = {}
+
+---@class efmesh.AuditSpec
+---@field name string The name uses attach it by (`audit.<name>`), an identifier; unique across the project and the built-ins.
+---@field params? string[] Required parameters, in positional order; the last may be `"name..."` (takes the remaining arguments, always a list).
+---@field optional? string[] Optional parameters (after the required ones); `nil` in the body when absent.
+---@field blocking? boolean Default of its uses (`true`).
+---@field scope? "interval"|"whole" Default of its uses (`"interval"`).
+---@field description? string Free text.
+---@field query fun(self: string, args: table<string, any>): string Returns the SQL selecting the VIOLATING rows of `self` (the relation under audit).
+
+---Defines an audit. Define it in `audits/` (evaluated before the models) or in a file the
+---models `require`.
+---@param spec efmesh.AuditSpec
+function define_audit(spec) end

@@ -66,6 +66,7 @@ fn orders_model() -> Model {
         description: Some("Orders, one row per order".into()),
         location: loc(),
         target: Default::default(),
+        audits: vec![],
     }
 }
 
@@ -516,6 +517,7 @@ fn fingerprints_are_frozen() {
         description: None,
         location: loc(),
         target: Default::default(),
+        audits: vec![],
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

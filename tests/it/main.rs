@@ -20,3 +20,4 @@ mod lake;
 mod s3;
 mod ducklake;
 mod unit_tests;
+mod audits;
