@@ -674,6 +674,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
 
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key).map(|(physical, _)| physical);
+        // An existing version about to be (re)pointed whose stored metadata is older than the
+        // project's (e.g. a description edited after `apply dev`, then `apply prod`): apply
+        // refreshes it, so the next plan does not report a `metadata` change.
+        let stale_metadata = !external && snapshots.get(&key).is_some_and(|(_, m)| *m != meta_text);
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
@@ -723,7 +727,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             explain,
             new_columns,
             // Parsed only where apply writes it (new snapshots, metadata changes).
-            metadata: if build || reused_any || change == Change::Metadata { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
+            metadata: if build || reused_any || change == Change::Metadata || stale_metadata { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
         });
     }
     for (name, fp) in &pointers {

@@ -103,3 +103,23 @@ fn operator_options_never_use_the_memo() {
     let via = plan::plan_with(&project, &p.state(), "dev", at(NOW), &options).expect("plan");
     assert!(!via.from_memo);
 }
+
+#[test]
+fn promoting_an_existing_version_refreshes_its_stored_metadata() {
+    let p = sample_project();
+    p.apply("dev");
+    // A description-only edit keeps the fingerprint: prod promotes the existing version.
+    let a = p.read("models/a.lua").replacen("define_model {", "define_model {\n  description = \"edited after dev\",", 1);
+    p.write("models/a.lua", &a);
+    let v = p.apply("prod");
+    assert!(v["built"].as_array().unwrap().is_empty(), "{v:#}");
+    // Neither the memo nor the full plan may see a leftover `metadata` change in prod.
+    let (memo, v) = plan_both(&p, "prod", NOW);
+    assert!(memo);
+    assert_eq!(v["hasChanges"], false, "{v:#}");
+    // Metadata belongs to the version, which dev shares: dev has nothing left to do either.
+    let (_, v) = plan_both(&p, "dev", NOW);
+    assert_eq!(v["hasChanges"], false, "{v:#}");
+    let description = p.state().snapshot_index().unwrap().into_values().any(|(_, m)| m.contains("edited after dev"));
+    assert!(description, "the snapshot's metadata was refreshed by the promotion");
+}
