@@ -31,6 +31,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
     let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+    // Views over lake files (S3 credentials) and DuckLake tables (the attached catalog) bind only
+    // once the targets are prepared, as apply does.
+    crate::apply::lake::prepare(&project, &mut engine)?;
+    crate::apply::ducklake::prepare(&project, &mut engine)?;
     let results = audit_environment(&project, env, &served, &only, &mut engine)?;
     let skipped: Vec<String> = project
         .dag

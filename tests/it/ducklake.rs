@@ -118,3 +118,22 @@ fn ducklake_without_its_section_is_a_load_error() {
     r.expect_code(1);
     assert!(r.stderr.contains("models/m.lua:1") && r.stderr.contains("model `m.daily`") && r.stderr.contains("[ducklake]"), "{}", r.stderr);
 }
+
+#[test]
+fn efmesh_audit_reads_ducklake_views() {
+    let p = ducklake_project();
+    p.write(
+        "models/m.lua",
+        &models("").replace(
+            "  target = \"ducklake\",\n  schema = { { \"days\"",
+            "  target = \"ducklake\",\n  audits = { audit.row_count { min = 1 }, audit.not_null(\"days\") },\n  schema = { { \"days\"",
+        ),
+    );
+    p.apply("prod");
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    let audited: Vec<&str> = v["results"].as_array().unwrap().iter().map(|r| r["model"].as_str().unwrap()).collect();
+    assert!(audited.contains(&"m.total"), "{v:#}");
+    assert_eq!(v["blockingViolations"], 0, "{v:#}");
+}
