@@ -11,8 +11,9 @@
 //! per-model diff, and only recomputes what depends on `now`: each time-range model's missing
 //! intervals, from the done intervals the memo recorded. Any edit to a model file (or anything
 //! a model reads at load time, such as a seed file's hash), any write to the store (another
-//! apply, a ledger row, a promotion of any environment) or another efmesh build changes the key,
-//! and the plan is computed in full.
+//! apply, a ledger row, a promotion of the same environment) or another efmesh version changes
+//! the key (and [`MEMO_VERSION`] must be bumped whenever the planner's logic changes what a plan
+//! says), and the plan is computed in full.
 //!
 //! The memo body is text, one line per model in topological order, five tab-separated fields:
 //! `name`, `fingerprint`, `physical` (the relation the plan serves; empty for externals and
@@ -30,8 +31,9 @@ use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 use crate::state::{StateError, StateStore};
 use std::collections::BTreeSet;
 
-/// Bumped whenever the memo's meaning or body changes, so an older memo is never replayed.
-const MEMO_VERSION: u32 = 1;
+/// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
+/// is never replayed.
+pub const MEMO_VERSION: u32 = 2;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]

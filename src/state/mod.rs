@@ -14,8 +14,8 @@
 //! - Every instant is stored as ISO-8601 UTC text with milliseconds
 //!   ([`crate::core::interval::to_iso`], e.g. `2026-01-02T00:00:00.000Z`), so rows compare and
 //!   sort lexicographically; the API speaks [`Millis`](crate::core::Millis).
-//! - A store written with another [`STATE_VERSION`] (older or newer) is refused, never upgraded
-//!   silently.
+//! - A store written with another [`STATE_VERSION`] is refused, except version 1, which is
+//!   upgraded in place to 2 in one transaction (additive: the write counter and the plan memo).
 //!
 //! # Example
 //!

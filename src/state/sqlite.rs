@@ -76,6 +76,17 @@ CREATE TABLE canon_cache (
 );
 "#;
 
+/// Upgrades a version-1 store to version 2 (additive only).
+const UPGRADE_1_TO_2: &str = r#"
+ALTER TABLE meta ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE plan_memo (
+    env  TEXT NOT NULL PRIMARY KEY,
+    key  TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+UPDATE meta SET version = 2;
+"#;
+
 /// The state store: one SQLite connection to the store file (or to a private in-memory
 /// database).
 ///
@@ -166,7 +177,17 @@ impl StateStore {
             }
         };
         // Check the version before touching anything, so a foreign or newer store stays as it was.
-        let found = stored_version(&conn).map_err(open_err)?;
+        let mut found = stored_version(&conn).map_err(open_err)?;
+        if found == Some(1) {
+            // Version 1 → 2 is additive (the write counter and the plan memo): upgraded in place,
+            // in one transaction, keeping every snapshot, pointer, ledger row and journal entry.
+            let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(open_err)?;
+            if stored_version(&tx).map_err(open_err)? == Some(1) {
+                tx.execute_batch(UPGRADE_1_TO_2).map_err(open_err)?;
+            }
+            tx.commit().map_err(open_err)?;
+            found = stored_version(&conn).map_err(open_err)?;
+        }
         if let Some(v) = found {
             check(v)?;
         }
@@ -1133,10 +1154,27 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_store_is_upgraded_in_place_keeping_its_data() {
+        let (_dir, path) = temp_store();
+        let store = StateStore::open(&path).unwrap();
+        store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();
+        drop(store);
+        // Turn it back into a version-1 layout.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE plan_memo; ALTER TABLE meta DROP COLUMN generation; UPDATE meta SET version = 1;").unwrap();
+        drop(conn);
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(store.generation().unwrap(), 0);
+        assert!(store.snapshot_keys().unwrap().contains(&("m.a".to_string(), fp('a'))));
+        store.plan_memo_put("dev", "k", "b").unwrap();
+        assert_eq!(store.plan_memo_get("dev").unwrap(), Some(("k".into(), "b".into())));
+    }
+
+    #[test]
     fn another_version_refuses_to_open() {
         let (_dir, path) = temp_store();
         StateStore::open(&path).unwrap();
-        for (found, hint) in [(STATE_VERSION + 1, "newer"), (STATE_VERSION - 1, "predates"), (0, "predates")] {
+        for (found, hint) in [(STATE_VERSION + 1, "newer"), (0, "predates")] {
             Connection::open(&path)
                 .unwrap()
                 .execute("UPDATE meta SET version = ?1", [found])
