@@ -280,7 +280,11 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
             }
             Kind::IncrementalByUniqueKey(u) => {
                 let sql = body.render(&exec.with_bounds(None));
-                let stats = upsert::upsert(engine, model, &u.key, &physical, &sql)?;
+                // Every audit sees the whole table, inside the upsert's transaction.
+                let checks = audit::checks(model, None, &physical);
+                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
+                report.audits.add(results);
+                audited.insert(model.name.clone());
                 tracing::info!(model = %model.name, "upserted {} rows", stats.upserted);
                 if action.build {
                     state.put_snapshot(&snapshot)?;
@@ -288,7 +292,10 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
             }
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
-                let stats = scd2::reconcile(engine, model, s, &physical, &sql, plan.now)?;
+                let checks = audit::checks(model, None, &physical);
+                let (stats, results) = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks)?;
+                report.audits.add(results);
+                audited.insert(model.name.clone());
                 tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);
                 if action.build {
                     state.put_snapshot(&snapshot)?;

@@ -46,15 +46,26 @@ pub struct ScdStats {
 /// # Errors
 /// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
 /// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
-pub fn reconcile(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, query: &str, now: Millis) -> Result<ScdStats, ApplyError> {
+///
+/// `checks` (the model's audits over `physical`) run inside that transaction, after the
+/// reconciliation: a blocking violation rolls it back ([`ApplyError::Audit`]).
+pub fn reconcile(
+    engine: &mut dyn Engine,
+    model: &Model,
+    scd: &ScdType2,
+    physical: &str,
+    query: &str,
+    now: Millis,
+    checks: &[(&crate::core::audit::Audit, String)],
+) -> Result<(ScdStats, Vec<super::audit::AuditResult>), ApplyError> {
     stage(engine, model, query)?;
     let result = (|| {
         check_keys(engine, model, &scd.key)?;
         let statements = statements(model, scd, physical, now);
         // Counted inside the same state the transaction sees: before it, what will close and open.
         let (closed, opened) = counts(engine, model, scd, physical)?;
-        engine.transaction(&statements).map_err(|e| build_error(model, e))?;
-        Ok(ScdStats { closed, opened })
+        let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| super::upsert::audit_error(model, e))?;
+        Ok((ScdStats { closed, opened }, audits))
     })();
     drop_stage(engine);
     result

@@ -36,7 +36,18 @@ pub struct UpsertStats {
 /// # Errors
 /// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
 /// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
-pub fn upsert(engine: &mut dyn Engine, model: &Model, key: &[String], physical: &str, query: &str) -> Result<UpsertStats, ApplyError> {
+///
+/// `checks` (the model's audits over `physical`) run inside that transaction, after the upsert:
+/// a blocking violation rolls it back ([`ApplyError::Audit`]); their results come back with the
+/// stats.
+pub fn upsert(
+    engine: &mut dyn Engine,
+    model: &Model,
+    key: &[String],
+    physical: &str,
+    query: &str,
+    checks: &[(&crate::core::audit::Audit, String)],
+) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
     let staged = stage(engine, model, query)?;
     let result = (|| {
         check_keys(engine, model, key)?;
@@ -47,11 +58,20 @@ pub fn upsert(engine: &mut dyn Engine, model: &Model, key: &[String], physical: 
             format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches})"),
             format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {STAGE}"),
         ];
-        engine.transaction(&statements).map_err(|e| build_error(model, e))?;
-        Ok(UpsertStats { upserted: staged })
+        let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| audit_error(model, e))?;
+        Ok((UpsertStats { upserted: staged }, audits))
     })();
     drop_stage(engine);
     result
+}
+
+/// An audited transaction's failure as an apply error: a statement that failed is a build error,
+/// anything else (a blocking violation, an audit that does not run) an audit error.
+pub(crate) fn audit_error(model: &Model, e: super::audit::AuditError) -> ApplyError {
+    match e {
+        super::audit::AuditError::Statement(e) => build_error(model, e),
+        failure => ApplyError::Audit { model: model.name.clone(), interval: None, failure },
+    }
 }
 
 /// The declared columns, quoted, comma-separated.

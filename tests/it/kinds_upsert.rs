@@ -282,3 +282,41 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     let out = format!("{}{}", r.stdout, r.stderr);
     assert!(out.contains("models/x.lua:1: model `m.x`: unknown option `unique` for kind `incremental_by_unique_key`"), "{}", out);
 }
+
+#[test]
+fn a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile() {
+    let p = project("id,name,score\n1,ann,1\n2,bob,2\n");
+    p.write(
+        "models/m.lua",
+        &(MODELS.replace(
+            "name = \"m.latest\", kind = kind.incremental_by_unique_key { key = \"id\" },",
+            "name = \"m.latest\", kind = kind.incremental_by_unique_key { key = \"id\" },\n  audits = { audit.accepted_range { column = \"score\", min = 0 } },",
+        ) + r#"
+define_model {
+  name = "m.hist", kind = kind.scd_type2 { key = "id" },
+  audits = { audit.expression("score >= -100") },
+  schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" } },
+  query = "SELECT id, name, score FROM " .. ref(src),
+}
+"#),
+    );
+    let applied = p.apply("dev");
+    assert!(applied["audits"].as_array().unwrap().iter().any(|a| a["model"] == "m.latest"), "{applied:#}");
+    let (latest, hist) = (env_view("dev", "m.latest"), env_view("dev", "m.hist"));
+    let before = p.rows(&latest);
+    // A negative score arrives: m.hist (first in order) accepts it; m.latest's audit rejects it
+    // inside the upsert's transaction.
+    p.write("data/src.csv", "id,name,score\n1,ann,-5\n3,cyd,3\n");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("accepted_range") && run.stderr.contains("m.latest"), "{}", run.stderr);
+    assert_eq!(p.rows(&latest), before, "a blocked upsert must leave the table unchanged");
+    let hist_before = p.rows(&hist);
+    assert!(hist_before.iter().any(|r| r[2].as_deref() == Some("-5")), "m.hist reconciled: {hist_before:?}");
+    // Now m.hist's own audit rejects its reconciliation: its table is unchanged too.
+    p.write("data/src.csv", "id,name,score\n1,ann,-500\n3,cyd,3\n");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("expression(score >= -100)") && run.stderr.contains("m.hist"), "{}", run.stderr);
+    assert_eq!(p.rows(&hist), hist_before, "a blocked reconciliation must leave the table unchanged");
+}
