@@ -32,5 +32,6 @@ pub mod engine;
 pub mod plan;
 pub mod project;
 pub mod script;
+pub mod seed;
 pub mod sql;
 pub mod state;

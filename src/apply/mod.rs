@@ -17,6 +17,7 @@
 
 pub mod contract;
 pub mod resolve;
+pub mod seed;
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::quote_ident;
@@ -96,8 +97,12 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
-        let problems = contract::check(project, &physicals, &working_set, engine);
+        let mut problems = contract::check(project, &physicals, &working_set, engine);
+        // Seeds are parsed and their values typed here, so a bad value builds nothing.
+        let mistyped: BTreeSet<ModelName> = problems.iter().map(|p| p.model.clone()).collect();
+        problems.extend(seed::stage(project, &working_set, &mistyped, engine));
         if !problems.is_empty() {
+            seed::drop_stages(project, &working_set, engine);
             return Err(ApplyError::Contract(problems));
         }
     }
@@ -140,8 +145,19 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
-        let body = model.body.as_ref().expect("non-external models have a body");
         let physical = action.physical.clone().unwrap_or_default();
+        if let Kind::Seed(_) = &model.kind {
+            // Staged and type-checked in the contract phase; one statement builds the table.
+            engine
+                .transaction(&[seed::build_statement(model, &physical)])
+                .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+            state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
+            seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
+            tracing::info!(model = %model.name, "seed loaded");
+            report.built.push(model.name.clone());
+            continue;
+        }
+        let body = model.body.as_ref().expect("models other than externals and seeds have a body");
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
         let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
@@ -184,7 +200,8 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
                     report.intervals += pieces.len();
                 }
             }
-            Kind::External(_) => continue,
+            // Externals are never built; seeds were built above.
+            Kind::External(_) | Kind::Seed(_) => continue,
         }
         tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
         report.built.push(model.name.clone());

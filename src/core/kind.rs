@@ -24,6 +24,8 @@ pub enum Kind {
     IncrementalByTimeRange(TimeRange),
     /// Raw data that enters the DAG; never built.
     External(External),
+    /// A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted.
+    Seed(Seed),
 }
 
 /// Parameters of an `incremental_by_time_range` model.
@@ -66,7 +68,60 @@ pub enum External {
         hive_partitioning: Option<bool>,
         /// Extra CSV null markers (e.g. `NA`); rendered only when non-empty.
         null_markers: Vec<String>,
+        /// CSV reader options (`delimiter`, `header`), rendered only when set; `None` for other
+        /// formats.
+        csv: Option<CsvOptions>,
     },
+}
+
+/// Reader options of CSV externals beyond the defaults (comma-free sniffing, a header row).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsvOptions {
+    /// Field delimiter (`delim`), one character; DuckDB sniffs it when `None`.
+    pub delimiter: Option<String>,
+    /// Whether the first line names the columns (default `true`).
+    pub header: Option<bool>,
+}
+
+/// A seed: a small CSV or JSON file of the project, loaded into the seed's physical table by
+/// `apply` (see `crate::seed`). The file's bytes are hashed when the project loads, and that hash
+/// is part of the fingerprint: editing the file makes a new version; an unchanged file rebuilds
+/// nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seed {
+    /// The file as written in the model, relative to the project directory (or absolute). This
+    /// text is fingerprinted, not the resolved path, so moving the project never rebuilds.
+    pub path: String,
+    /// `csv` or `json` (never `parquet`: parquet files are externals).
+    pub format: FileFormat,
+    /// Unquoted CSV values read as NULL besides the empty field (e.g. `NA`).
+    pub null_markers: Vec<String>,
+    /// CSV field delimiter; `None` = `,` (or a tab for `.tsv` files).
+    pub delimiter: Option<char>,
+    /// blake3 of the file's bytes (64 hex), filled when the project loads; empty before.
+    pub content_hash: String,
+}
+
+impl Seed {
+    /// The delimiter the CSV reader uses: the declared one, else a tab for `.tsv`, else `,`.
+    pub fn effective_delimiter(&self) -> char {
+        self.delimiter.unwrap_or_else(|| if self.path.to_ascii_lowercase().ends_with(".tsv") { '\t' } else { ',' })
+    }
+
+    /// The fingerprinted fields: `{"tag": "seed", "path", "format", "null_markers",
+    /// ["delimiter",] "content": <blake3 hex of the file>}`.
+    pub fn fingerprint_payload(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        o.insert("tag".into(), json!("seed"));
+        o.insert("path".into(), json!(self.path));
+        o.insert("format".into(), json!(self.format.as_str()));
+        o.insert("null_markers".into(), json!(self.null_markers));
+        if let Some(d) = self.delimiter {
+            o.insert("delimiter".into(), json!(d.to_string()));
+        }
+        o.insert("content".into(), json!(self.content_hash));
+        Value::Object(o)
+    }
 }
 
 /// Formats of file-backed externals.
@@ -126,6 +181,7 @@ impl Kind {
             Kind::Embedded => "embedded",
             Kind::IncrementalByTimeRange(_) => "incremental_by_time_range",
             Kind::External(_) => "external",
+            Kind::Seed(_) => "seed",
         }
     }
 
@@ -137,9 +193,14 @@ impl Kind {
         }
     }
 
-    /// True for kinds that own a physical relation (`full`, `view`, time-range).
+    /// True for kinds that own a physical relation (`full`, `view`, time-range, `seed`).
     pub fn is_materialized(&self) -> bool {
-        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_))
+        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::Seed(_))
+    }
+
+    /// True for kinds that take no query: externals and seeds.
+    pub fn is_bodiless(&self) -> bool {
+        matches!(self, Kind::External(_) | Kind::Seed(_))
     }
 
     /// The data-shaping fields, as hashed into the fingerprint. Excludes `start`, `end`,
@@ -152,14 +213,28 @@ impl Kind {
                 "grain": t.grain.as_str(),
             }),
             Kind::External(External::Table { name }) => json!({"tag": self.tag(), "table": name}),
-            Kind::External(External::Files { path, format, union_by_name, hive_partitioning, null_markers }) => json!({
-                "tag": self.tag(),
-                "path": path,
-                "format": format.as_str(),
-                "union_by_name": union_by_name,
-                "hive_partitioning": hive_partitioning,
-                "null_markers": null_markers,
-            }),
+            Kind::External(External::Files { path, format, union_by_name, hive_partitioning, null_markers, csv }) => {
+                let mut payload = json!({
+                    "tag": self.tag(),
+                    "path": path,
+                    "format": format.as_str(),
+                    "union_by_name": union_by_name,
+                    "hive_partitioning": hive_partitioning,
+                    "null_markers": null_markers,
+                });
+                // CSV reader options arrived later: hashed only when set, so the fingerprints of
+                // externals that do not use them stay what they were.
+                if let (Some(csv), Some(o)) = (csv, payload.as_object_mut()) {
+                    if let Some(d) = &csv.delimiter {
+                        o.insert("delimiter".into(), json!(d));
+                    }
+                    if let Some(h) = csv.header {
+                        o.insert("header".into(), json!(h));
+                    }
+                }
+                payload
+            }
+            Kind::Seed(seed) => seed.fingerprint_payload(),
             _ => json!({"tag": self.tag()}),
         }
     }
@@ -171,10 +246,19 @@ impl External {
     pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
         match self {
             External::Table { name } => name.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
-            External::Files { path, format, union_by_name, hive_partitioning, null_markers } => {
+            External::Files { path, format, union_by_name, hive_partitioning, null_markers, csv } => {
                 let mut args = vec![quote_literal(&resolve_path(path))];
                 if *format == FileFormat::Csv {
-                    args.push("header = true".into());
+                    let csv = csv.clone().unwrap_or_default();
+                    args.push(format!("header = {}", csv.header.unwrap_or(true)));
+                    if let Some(d) = &csv.delimiter {
+                        args.push(format!("delim = {}", quote_literal(d)));
+                    }
+                    if csv.header == Some(false) && !columns.is_empty() {
+                        // Without a header the declared columns name the fields, in order.
+                        let names = columns.iter().map(|c| quote_literal(&c.name)).collect::<Vec<_>>();
+                        args.push(format!("names = [{}]", names.join(", ")));
+                    }
                     let types = columns
                         .iter()
                         .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty)))
@@ -231,6 +315,7 @@ mod tests {
             union_by_name: None,
             hive_partitioning: None,
             null_markers: vec!["NA".into()],
+            csv: None,
         };
         let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
         let sql = ext.render(&|p| format!("/root/{p}"), &cols);

@@ -13,7 +13,7 @@ pub use dag::Dag;
 pub use error::{LoadError, LoadErrors};
 pub use fragment::{Fragment, Node, Resolver};
 pub use interval::{Grain, Interval, Millis};
-pub use kind::{External, FileFormat, Kind, TimeRange};
+pub use kind::{CsvOptions, External, FileFormat, Kind, Seed, TimeRange};
 pub use model::{Location, Model};
 pub use name::ModelName;
 pub use schema::{Column, Schema, TypeFamily};

@@ -64,6 +64,9 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
     if old.kind != new.kind {
         let mut paths = Vec::new();
         diff(old.kind, new.kind, "kind", &mut paths);
+        if paths == ["kind.content"] {
+            return breaking("the seed file's content changed".into(), paths);
+        }
         return breaking(format!("data-shaping kind fields of `{}` changed", tag(new.kind)), paths);
     }
     if old.grain != new.grain {

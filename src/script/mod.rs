@@ -101,6 +101,8 @@ pub fn load_models(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErr
     if !sql_files.is_empty() {
         take(sql_file::load(root, &sql_files));
     }
+    // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
+    errors.extend(crate::seed::hash_seed_files(root, &mut models));
     if !errors.is_empty() {
         errors.sort_by(|a, b| a.location.cmp(&b.location));
         errors.dedup();

@@ -11,7 +11,7 @@
 
 ---A kind value built by one of the `kind` constructors.
 ---@class efmesh.Kind
----@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"
+---@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"seed"
 
 ---@class efmesh.TimeRangeOptions
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
@@ -28,6 +28,14 @@
 ---@field null_markers? string[] CSV values read as NULL (e.g. `{ "NA" }`).
 ---@field union_by_name? boolean Reader option for globs of files with differing columns.
 ---@field hive_partitioning? boolean Reader option: read `key=value` directories as columns.
+---@field delimiter? string CSV field delimiter, one character (sniffed when absent).
+---@field header? boolean CSV: whether the first line names the columns (default true; without it the declared columns name the fields in order).
+
+---@class efmesh.SeedOptions
+---@field path string One CSV or JSON file, relative to the project directory; its content is fingerprinted.
+---@field format? "csv"|"json" Inferred from the extension (`.csv`, `.tsv`, `.json`, `.jsonl`, `.ndjson`) when absent.
+---@field null_markers? string[] Unquoted CSV values read as NULL besides the empty field (e.g. `{ "NA" }`); a quoted `"NA"` stays text.
+---@field delimiter? string CSV field delimiter, one ASCII character (default `,`, a tab for `.tsv`).
 
 ---@class efmesh.KindConstructors
 kind = {}
@@ -54,11 +62,16 @@ function kind.incremental_by_time_range(opts) end
 ---@return efmesh.Kind
 function kind.external(opts) end
 
+---A CSV or JSON file loaded into a table; editing the file makes a new version. No query.
+---@param opts efmesh.SeedOptions
+---@return efmesh.Kind
+function kind.seed(opts) end
+
 ---@class efmesh.ModelSpec
 ---@field name string `<schema>.<table>`, identifiers only.
 ---@field kind efmesh.Kind A `kind.*` constructor.
 ---@field schema string[][] Ordered `{ "column", "duckdb type" }` pairs: the output contract.
----@field query? string|fun(): string The SQL (not for externals). `@start`/`@end` in time-range models.
+---@field query? string|fun(): string The SQL (not for externals and seeds). `@start`/`@end` in time-range models.
 ---@field grain? string[] Columns identifying a row.
 ---@field description? string Free text.
 

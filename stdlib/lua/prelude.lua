@@ -35,7 +35,11 @@ function kind.incremental_by_time_range(opts) return tagged("incremental_by_time
 
 --- Raw data entering the DAG: { table = "schema.table" } or { path = "data/x.parquet",
 --- format = "csv"|"parquet"|"json", null_markers = {"NA"}, union_by_name = bool,
---- hive_partitioning = bool }.
+--- hive_partitioning = bool, delimiter = ";", header = bool }.
 function kind.external(opts) return tagged("external", opts) end
+
+--- A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted:
+--- { path = "seeds/x.csv", format = "csv"|"json", null_markers = {"NA"}, delimiter = ";" }.
+function kind.seed(opts) return tagged("seed", opts) end
 
 return { kind = kind }

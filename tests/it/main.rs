@@ -12,3 +12,5 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod seeds;
+mod externals;
