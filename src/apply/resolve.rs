@@ -68,10 +68,16 @@ pub fn is_url(path: &str) -> bool {
     path.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
 }
 
-/// The expression reading an external source, restricted to its declared columns.
+/// The expression reading an external source, restricted to its declared columns (cast to
+/// their declared types when the reader could not type them, see
+/// [`External::typed_by_consumers`]).
 pub fn external_relation(project: &Project, model: &Model, ext: &External) -> String {
     let src = external_source(project, model, ext);
-    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    let cols: Vec<String> = if ext.typed_by_consumers() {
+        model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect()
+    } else {
+        model.schema.names().map(quote_ident).collect()
+    };
     format!("(SELECT {} FROM {src})", cols.join(", "))
 }
 

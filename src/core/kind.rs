@@ -241,6 +241,13 @@ impl Kind {
 }
 
 impl External {
+    /// True when the reader cannot be given the declared types, so the relation consumers read
+    /// casts each declared column instead: CSV files read with `union_by_name` (DuckDB's `types`
+    /// option must name columns that every file has).
+    pub fn typed_by_consumers(&self) -> bool {
+        matches!(self, External::Files { format: FileFormat::Csv, union_by_name: Some(true), .. })
+    }
+
     /// The SQL relation expression reading this source. `resolve_path` turns the path as
     /// written into the one the engine should open (e.g. absolute against the project dir).
     pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
@@ -263,7 +270,7 @@ impl External {
                         .iter()
                         .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty)))
                         .collect::<Vec<_>>();
-                    if !types.is_empty() {
+                    if !types.is_empty() && !self.typed_by_consumers() {
                         args.push(format!("types = {{{}}}", types.join(", ")));
                     }
                     if !null_markers.is_empty() {
@@ -320,5 +327,38 @@ mod tests {
         let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
         let sql = ext.render(&|p| format!("/root/{p}"), &cols);
         assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, types = {'a': 'bigint'}, nullstr = ['NA'])");
+    }
+
+    #[test]
+    fn csv_options_are_hashed_only_when_set() {
+        let ext = |csv: Option<CsvOptions>| {
+            Kind::External(External::Files {
+                path: "data/*.csv".into(),
+                format: FileFormat::Csv,
+                union_by_name: None,
+                hive_partitioning: None,
+                null_markers: vec![],
+                csv,
+            })
+        };
+        // The payload of an external without the options is what it was before they existed.
+        assert_eq!(
+            ext(None).fingerprint_payload().to_string(),
+            r#"{"tag":"external","path":"data/*.csv","format":"csv","union_by_name":null,"hive_partitioning":null,"null_markers":[]}"#
+        );
+        let with = ext(Some(CsvOptions { delimiter: Some("|".into()), header: Some(false) })).fingerprint_payload();
+        assert_eq!((with["delimiter"].as_str(), with["header"].as_bool()), (Some("|"), Some(false)));
+    }
+
+    #[test]
+    fn seeds_hash_their_content_and_declaration() {
+        let seed = |hash: &str, delimiter| {
+            Kind::Seed(Seed { path: "seeds/x.csv".into(), format: FileFormat::Csv, null_markers: vec![], delimiter, content_hash: hash.into() })
+        };
+        let p = seed("ab", None).fingerprint_payload();
+        assert_eq!(p.to_string(), r#"{"tag":"seed","path":"seeds/x.csv","format":"csv","null_markers":[],"content":"ab"}"#);
+        assert_ne!(p, seed("cd", None).fingerprint_payload());
+        assert_ne!(p, seed("ab", Some(';')).fingerprint_payload());
+        assert!(seed("ab", None).is_materialized() && seed("ab", None).is_bodiless());
     }
 }

@@ -210,6 +210,9 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
         }
         let end = reader.position().byte() as usize;
         let raw = data.get(pos.byte() as usize..end.min(data.len())).unwrap_or_default();
+        // After a CRLF terminator the record's recorded start may still be on the `\n` (and
+        // blank lines are skipped): a record never starts with a line break.
+        let raw = &raw[raw.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()..];
         let quoted = quoted_fields(raw, record.len(), delimiter);
         let mut values = Vec::with_capacity(index.len());
         for (col, &i) in schema.names().zip(&index) {
@@ -443,6 +446,12 @@ mod tests {
     fn bom_is_ignored_and_header_order_is_free() {
         let rows = csv("\u{feff}b,a\r\n2,1\r\n", &["a", "b"], &[]).unwrap();
         assert_eq!(values(&rows), vec![vec![Some("1"), Some("2")]]);
+    }
+
+    #[test]
+    fn quoting_is_seen_after_crlf_terminators_and_blank_lines() {
+        let rows = csv("a,b\r\n\"\",x\r\n\r\n\"NA\",\r\n", &["a", "b"], &["NA"]).unwrap();
+        assert_eq!(values(&rows), vec![vec![Some(""), Some("x")], vec![Some("NA"), None]]);
     }
 
     #[test]

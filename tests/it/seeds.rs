@@ -119,7 +119,7 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built() {
         .lines()
         .find(|l| l.contains("seeds/depts.csv"))
         .unwrap_or_else(|| panic!("no line names the seed file:\n{}", run.stderr));
-    for needle in ["models/seed.lua:1", "`ref.depts`", "row 4", "column `beds`", "`abc`", "INTEGER"] {
+    for needle in ["models/seed.lua:1", "`ref.depts`", "row 4", "column `beds`", "`abc` is not a valid `integer`", "INT32"] {
         assert!(line.contains(needle), "{needle:?} missing from {line:?}\n{}", run.stderr);
     }
     assert!(run.stderr.contains("nothing was built"), "{}", run.stderr);
@@ -237,12 +237,12 @@ fn json_seeds_read_arrays_and_newline_delimited_objects() {
     assert_eq!(p.rows("\"dev__ref\".\"b\""), expect);
 
     // A value that does not fit is named by its row (the n-th object) and key.
-    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"beds\": 32}\n{\"code\": \"ICU\", \"beds\": 1.5}\n{\"code\": \"X\", \"beds\": true}\n");
+    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"beds\": 32, \"open\": true, \"tags\": []}\n{\"code\": \"ICU\", \"beds\": 1.5}\n{\"code\": \"X\", \"beds\": true}\n");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("`seeds/b.ndjson`: row 2, column `beds`: `1.5` is not a whole number"), "{}", run.stderr);
     // Keys must be declared columns.
-    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"bed\": 32}\n");
+    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"bed\": 32, \"beds\": 1, \"open\": true, \"tags\": []}\n");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("row 1, column `bed`: the key is not a declared column (did you mean `beds`?)"), "{}", run.stderr);
