@@ -86,13 +86,38 @@ pub struct EngineSection {
     /// DuckDB memory limit, e.g. `"4GB"` (default: DuckDB's own choice).
     #[serde(default)]
     pub memory_limit: Option<String>,
+    /// Where DuckDB finds extensions (its `extension_directory` setting), relative to the config
+    /// directory: `<dir>/v1.5.5/linux_amd64/<name>.duckdb_extension`. When set (here or by the
+    /// `EFMESH_EXTENSION_DIRECTORY` environment variable), efmesh never downloads an extension:
+    /// a missing one is an error saying where to put it (air-gapped installs).
+    #[serde(default)]
+    pub extension_directory: Option<PathBuf>,
+    /// Extensions loaded when the database opens, by name (from `extension_directory`) or by
+    /// file through [`EngineSection::extensions`].
+    #[serde(default)]
+    pub load: Vec<String>,
+    /// Per-extension files: `httpfs = "/opt/duckdb/httpfs.duckdb_extension"`, relative to the
+    /// config directory. Such an extension is loaded from its file whenever efmesh needs it.
+    #[serde(default)]
+    pub extensions: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl Default for EngineSection {
     fn default() -> Self {
-        Self { path: default_engine_path(), threads: None, memory_limit: None }
+        Self {
+            path: default_engine_path(),
+            threads: None,
+            memory_limit: None,
+            extension_directory: None,
+            load: Vec::new(),
+            extensions: Default::default(),
+        }
     }
 }
+
+/// The environment variable giving an extension directory when `[engine] extension_directory`
+/// is not set.
+pub const EXTENSION_DIRECTORY_ENV: &str = "EFMESH_EXTENSION_DIRECTORY";
 
 fn default_engine_path() -> PathBuf {
     "efmesh.duckdb".into()
@@ -171,7 +196,14 @@ impl Config {
         }
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let root = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-        Ok(Config { path: abs, root, project: raw.project, engine: raw.engine, state: raw.state })
+        let mut engine = raw.engine;
+        // Extension paths are used by the engine, which knows nothing of the project root.
+        let absolute = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { root.join(p) };
+        engine.extension_directory = engine.extension_directory.as_deref().map(absolute);
+        for file in engine.extensions.values_mut() {
+            *file = absolute(file);
+        }
+        Ok(Config { path: abs, root, project: raw.project, engine, state: raw.state })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -220,5 +252,14 @@ mod tests {
         assert_eq!(c.state_path(), PathBuf::from("/p/q/s/state.db"));
         assert_eq!(c.engine_path(), PathBuf::from("/p/q/efmesh.duckdb"));
         assert_eq!(c.project.models, vec!["models/**/*.{lua,rhai,sql}".to_string()]);
+    }
+
+    #[test]
+    fn extension_paths_resolve_against_the_config_directory() {
+        let text = "[engine]\nextension_directory = \"ext\"\nload = [\"httpfs\"]\n[engine.extensions]\nducklake = \"x/ducklake.duckdb_extension\"\n";
+        let c = Config::parse(Path::new("/p/q/efmesh.toml"), text).unwrap();
+        assert_eq!(c.engine.extension_directory, Some(PathBuf::from("/p/q/ext")));
+        assert_eq!(c.engine.extensions["ducklake"], PathBuf::from("/p/q/x/ducklake.duckdb_extension"));
+        assert_eq!(c.engine.load, vec!["httpfs".to_string()]);
     }
 }

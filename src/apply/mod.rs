@@ -216,7 +216,26 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 
     promote(project, plan, state, engine, options, &report)?;
     report.promoted = true;
+    // The memo is a cache: failing to write it only costs a slower next plan.
+    if let Err(e) = record_memo(project, plan, state) {
+        tracing::warn!("cannot write the plan memo: {e}");
+    }
     Ok(report)
+}
+
+/// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
+/// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
+fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(), StateError> {
+    let mut done = Vec::with_capacity(project.dag.len());
+    for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
+        let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());
+        done.push(if is_time_range { state.done_intervals(&a.name.to_string(), a.fingerprint.as_str())? } else { BTreeSet::new() });
+    }
+    let key = crate::plan::memo::key(project, &plan.env, state.generation()?);
+    if let Some(memo) = crate::plan::memo::after_apply(plan, project, key, &done) {
+        state.plan_memo_put(&plan.env, &memo.key, &memo.body)?;
+    }
+    Ok(())
 }
 
 /// Swaps the environment's views in one engine transaction, then records the pointer set and

@@ -8,11 +8,19 @@
 use super::{DescribedColumn, Engine, EngineError};
 use crate::config::EngineSection;
 use duckdb::types::Value;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 /// A DuckDB database.
 pub struct DuckDb {
     conn: duckdb::Connection,
+    /// The effective extension directory (config, else `EFMESH_EXTENSION_DIRECTORY`); when set,
+    /// extensions are never downloaded.
+    extension_directory: Option<PathBuf>,
+    /// Per-extension files from `[engine.extensions]` (absolute).
+    extension_files: BTreeMap<String, PathBuf>,
+    /// Extensions loaded in this session.
+    loaded: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for DuckDb {
@@ -35,9 +43,13 @@ impl DuckDb {
         let conn = duckdb::Connection::open(path).map_err(|e| {
             EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display()))
         })?;
-        let mut db = Self { conn };
+        let mut db = Self::new(conn);
         db.configure(settings)?;
         Ok(db)
+    }
+
+    fn new(conn: duckdb::Connection) -> Self {
+        Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new() }
     }
 
     /// An in-memory database (tests, parsing fallbacks).
@@ -46,7 +58,7 @@ impl DuckDb {
     /// [`EngineError`].
     pub fn in_memory() -> Result<Self, EngineError> {
         let conn = duckdb::Connection::open_in_memory().map_err(|e| EngineError::new("", e.to_string()))?;
-        let mut db = Self { conn };
+        let mut db = Self::new(conn);
         db.configure(&EngineSection::default())?;
         Ok(db)
     }
@@ -60,7 +72,74 @@ impl DuckDb {
         if let Some(m) = &settings.memory_limit {
             self.execute(&format!("SET memory_limit = {}", crate::core::name::quote_literal(m)))?;
         }
+        self.extension_files = settings.extensions.clone();
+        self.extension_directory = settings.extension_directory.clone().or_else(|| {
+            std::env::var_os(crate::config::EXTENSION_DIRECTORY_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+        });
+        if let Some(dir) = &self.extension_directory {
+            // Autoloading (e.g. httpfs for an s3:// path) still works, from this directory only.
+            let dir = crate::core::name::quote_literal(&dir.to_string_lossy());
+            self.execute(&format!("SET extension_directory = {dir}; SET autoinstall_known_extensions = false"))?;
+        }
+        for name in &settings.load {
+            self.load_extension(name)?;
+        }
         Ok(())
+    }
+
+    /// Loads the DuckDB extension `name` (e.g. `httpfs`, `ducklake`) once per session: from its
+    /// `[engine.extensions]` file when one is configured, else from the extension directory; with
+    /// no extension directory configured, DuckDB may install it from the network first.
+    ///
+    /// # Errors
+    /// [`EngineError`] saying where the `.duckdb_extension` file was looked for and how to
+    /// provision it (`scripts/provision-extensions` fills a directory from the PyPI wheels
+    /// `duckdb-extension-<name>==1.5.5`).
+    pub fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
+        if self.loaded.contains(name) {
+            return Ok(());
+        }
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name.is_empty() {
+            return Err(EngineError::new("", format!("`{name}` is not an extension name")));
+        }
+        let result = if let Some(file) = self.extension_files.get(name).cloned() {
+            let sql = format!("LOAD {}", crate::core::name::quote_literal(&file.to_string_lossy()));
+            self.execute(&sql).map_err(|e| EngineError::new(&sql, format!("cannot load extension `{name}` from `{}` ([engine.extensions]): {}", file.display(), e.message)))
+        } else if let Some(dir) = self.extension_directory.clone() {
+            let sql = format!("LOAD {name}");
+            self.execute(&sql).map_err(|e| {
+                let platform = self.platform().unwrap_or_else(|| "<platform>".into());
+                EngineError::new(
+                    &sql,
+                    format!(
+                        "DuckDB extension `{name}` is not available offline: expected {}/v1.5.5/{platform}/{name}.duckdb_extension \
+                         (extension_directory); provision it with `scripts/provision-extensions {} {name}` (PyPI wheel \
+                         duckdb-extension-{name}==1.5.5) or set [engine.extensions] {name} = \"<file>\". DuckDB said: {}",
+                        dir.display(),
+                        dir.display(),
+                        e.message
+                    ),
+                )
+            })
+        } else {
+            self.execute(&format!("LOAD {name}")).or_else(|_| self.execute(&format!("INSTALL {name}; LOAD {name}"))).map_err(|e| {
+                EngineError::new(
+                    &e.sql,
+                    format!(
+                        "cannot load DuckDB extension `{name}`: {}; offline machines set [engine] extension_directory (see docs/extensions.md)",
+                        e.message
+                    ),
+                )
+            })
+        };
+        result?;
+        self.loaded.insert(name.to_string());
+        Ok(())
+    }
+
+    /// DuckDB's platform string, e.g. `linux_amd64` (the extension directory's sub-folder).
+    pub fn platform(&mut self) -> Option<String> {
+        self.query("SELECT platform FROM pragma_platform()").ok()?.into_iter().next()?.into_iter().next().flatten()
     }
 
     /// DuckDB's version string, e.g. `v1.5.5`.
@@ -111,6 +190,10 @@ impl Engine for DuckDb {
         "duckdb"
     }
 
+    fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
+        DuckDb::load_extension(self, name)
+    }
+
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
         tracing::debug!(sql, "execute");
         self.conn.execute_batch(sql).map_err(|e| EngineError::new(sql, e.to_string()))
@@ -139,7 +222,7 @@ impl Engine for DuckDb {
             return queries.iter().map(|q| self.describe(q)).collect();
         }
         let chunk = queries.len().div_ceil(threads);
-        let clones: Vec<Option<DuckDb>> = (1..threads).map(|_| self.conn.try_clone().ok().map(|conn| DuckDb { conn })).collect();
+        let clones: Vec<Option<DuckDb>> = (1..threads).map(|_| self.conn.try_clone().ok().map(DuckDb::new)).collect();
         let mut results: Vec<Vec<Result<Vec<DescribedColumn>, EngineError>>> = Vec::new();
         std::thread::scope(|scope| {
             let mut parts = queries.chunks(chunk);

@@ -99,4 +99,14 @@ pub trait Engine {
     /// # Errors
     /// [`EngineError`].
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError>;
+
+    /// Loads the engine extension `name` (DuckDB: `httpfs`, `ducklake`, …) once per session,
+    /// from the configured extension directory or file (never from the network when one is set).
+    ///
+    /// # Errors
+    /// [`EngineError`] saying where the extension was looked for; engines without extensions
+    /// always fail.
+    fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
+        Err(EngineError::new("", format!("the {} engine has no extension `{name}`", self.dialect())))
+    }
 }

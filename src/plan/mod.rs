@@ -13,6 +13,7 @@
 //! `apply` can persist them.
 
 pub mod categorize;
+pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
@@ -162,6 +163,11 @@ impl Options {
         }
         Ok(o)
     }
+
+    /// True when the operator made no choice (the only plans the memo covers).
+    pub fn is_default(&self) -> bool {
+        self.forward_only.is_empty() && self.reclassify.is_empty()
+    }
 }
 
 /// The diff of a project against one environment at one instant.
@@ -180,6 +186,9 @@ pub struct Plan {
     /// Canonical digests computed because the cache lacked them: (cache key, cached value).
     #[serde(skip)]
     pub canon_cache_misses: Vec<(String, String)>,
+    /// True when this plan was replayed from the environment's memo rather than computed.
+    #[serde(skip)]
+    pub from_memo: bool,
 }
 
 fn ser_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S::Error> {
@@ -467,6 +476,25 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             )));
         }
     }
+    // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
+    if options.is_default() {
+        if let Some(plan) = memo::lookup(project, state, env, now)? {
+            if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+                memo::verify(&plan, &compute(project, state, env, now, options)?);
+            }
+            return Ok(plan);
+        }
+    }
+    compute(project, state, env, now, options)
+}
+
+/// [`plan_with`] without the memo: always computes the plan in full. Operator options are not
+/// validated here (see [`plan_with`]).
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
+    validate_env(env)?;
     let keyed = rendered_bodies(project);
     let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
     let cache = state.canon_cache_get(&keys)?;
@@ -713,7 +741,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    Ok(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses })
+    let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false };
+    Ok(plan)
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.

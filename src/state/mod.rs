@@ -57,7 +57,7 @@ pub use sqlite::StateStore;
 
 /// Layout version of the store, kept in the single-row table `meta(version)`. A store holding
 /// any other value is refused with [`StateError`] (see [`StateError::is_version_mismatch`]).
-pub const STATE_VERSION: i64 = 1;
+pub const STATE_VERSION: i64 = 2;
 
 /// One version of one model, as recorded when apply builds it (or registers it, for models with
 /// no storage). Keyed by (`name`, `fingerprint`); once written, the payload never changes.

@@ -18,11 +18,21 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Prepared statements kept per connection (rusqlite's default is 16; we use about 20).
 const STATEMENT_CACHE: usize = 32;
 
-/// The layout of [`STATE_VERSION`] 1. Every timestamp column holds ISO-8601 UTC text with
-/// milliseconds (`to_iso`), so comparisons and ordering are lexicographic.
+/// The layout of [`STATE_VERSION`] 2. Every timestamp column holds ISO-8601 UTC text with
+/// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
+/// counts committed writes (every [`StateStore`] write transaction bumps it), so a reader can
+/// tell in one query whether anything changed since it last looked — except a promotion, which
+/// only changes its own environment's pointers and deletes that environment's memo instead;
+/// `plan_memo` holds, per environment, the memo of its last no-op plan (see `plan::memo`).
 const SCHEMA: &str = r#"
 CREATE TABLE meta (
-    version INTEGER NOT NULL
+    version    INTEGER NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE plan_memo (
+    env  TEXT NOT NULL PRIMARY KEY,
+    key  TEXT NOT NULL,
+    body TEXT NOT NULL
 );
 CREATE TABLE snapshots (
     name                TEXT    NOT NULL,
@@ -203,13 +213,71 @@ impl StateStore {
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction: committed if `f` succeeds, rolled back
     /// (on drop) otherwise.
+    ///
+    /// Bumps [`StateStore::generation`] in the same transaction: whatever `f` wrote may change
+    /// any environment's plan.
     fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
+        self.write_tx(true, f)
+    }
+
+    fn write_tx<T>(&self, bump: bool, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
         // `new_unchecked` because methods take `&self`; the connection is private and no method
         // nests transactions.
         let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
+        if bump {
+            tx.prepare_cached("UPDATE meta SET generation = generation + 1")?.execute([])?;
+        }
         tx.commit()?;
         Ok(out)
+    }
+
+    /// How many write transactions the store has committed (the `meta.generation` counter):
+    /// equal values mean nothing was written in between, except promotions, which change only
+    /// their own environment's pointers and delete that environment's plan memo.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn generation(&self) -> Result<i64, StateError> {
+        self.run(
+            || "read the store's generation".to_string(),
+            || Ok(self.conn.prepare_cached("SELECT generation FROM meta")?.query_row([], |r| r.get(0))?),
+        )
+    }
+
+    /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn plan_memo_get(&self, env: &str) -> Result<Option<(String, String)>, StateError> {
+        self.run(
+            || format!("read the plan memo of `{env}`"),
+            || {
+                Ok(self
+                    .conn
+                    .prepare_cached("SELECT key, body FROM plan_memo WHERE env = ?1")?
+                    .query_row([env], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?)
+            },
+        )
+    }
+
+    /// Stores the plan memo of `env`, replacing the previous one. Unlike every other write it
+    /// does not bump [`StateStore::generation`]: a memo is a cache of what the store already
+    /// says, keyed by the generation it was computed at.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the write fails (nothing is written).
+    pub fn plan_memo_put(&self, env: &str, key: &str, body: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("write the plan memo of `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("INSERT OR REPLACE INTO plan_memo (env, key, body) VALUES (?1, ?2, ?3)")?.execute([env, key, body])?;
+                    Ok(())
+                })
+            },
+        )
     }
 
     /// The pointer set of environment `env`: model name (`schema.table`) → fingerprint.
@@ -520,7 +588,10 @@ impl StateStore {
         self.run(
             || format!("promote environment `{env}`"),
             || {
-                self.write(|tx| {
+                // Only `env`'s plan can change (pointers are per environment, the journal is
+                // never planned from): drop its memo instead of invalidating every memo.
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM plan_memo WHERE env = ?1")?.execute([env])?;
                     {
                         let mut exists =
                             tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;

@@ -14,3 +14,5 @@ mod categories_corpus;
 mod categories;
 mod seeds;
 mod externals;
+mod extensions;
+mod plan_memo;

@@ -1,0 +1,195 @@
+//! The plan memo: the no-op plan of an environment, computed once and replayed until the
+//! project or the state store changes.
+//!
+//! A plan in which every model is `unchanged` depends on three things only: the loaded project,
+//! what the state store says (pointers, snapshots, the ledger) and, for time-range models, the
+//! instant `now` (which intervals are due). `apply` computes such a plan right after it promotes
+//! and stores it per environment ([`crate::state::StateStore::plan_memo_put`]), keyed by
+//! [`key`]: a digest of the whole loaded project (every model as loaded, the configuration, the
+//! efmesh version) and the store's write counter ([`crate::state::StateStore::generation`]).
+//! A later plan with the same key skips canonicalisation lookups, fingerprinting and the
+//! per-model diff, and only recomputes what depends on `now`: each time-range model's missing
+//! intervals, from the done intervals the memo recorded. Any edit to a model file (or anything
+//! a model reads at load time, such as a seed file's hash), any write to the store (another
+//! apply, a ledger row, a promotion of any environment) or another efmesh build changes the key,
+//! and the plan is computed in full.
+//!
+//! The memo body is JSON: `{"actions": [{"name", "fp", "physical"?, "source"?, "done"?}]}` in
+//! topological order; `physical` only when it is not the version's own table, `done` the merged
+//! `[start, end)` UTC millisecond ranges of the ledger's done intervals.
+
+use super::{Action, Change, Plan, physical_relation};
+use crate::core::interval::{self, Interval, Millis};
+use crate::project::Project;
+use crate::sql::canon::CanonSource;
+use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
+use crate::state::{StateError, StateStore};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Bumped whenever the memo's meaning or body changes, so an older memo is never replayed.
+const MEMO_VERSION: u32 = 1;
+
+/// One model's entry.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    name: String,
+    fp: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    physical: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    done: Vec<(Millis, Millis)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Body {
+    actions: Vec<Entry>,
+}
+
+/// A memo ready to store: its key and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Memo {
+    /// [`key`] at the generation the plan was computed from.
+    pub key: String,
+    /// The JSON body described in the module docs.
+    pub body: String,
+}
+
+/// Feeds `Debug` output into a hasher without building the string.
+struct HashWriter<'a>(&'a mut blake3::Hasher);
+
+impl std::fmt::Write for HashWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// The memo key of `project` planned against `env` with the store at `generation`: blake3 (hex)
+/// over the memo and fingerprint versions, efmesh's version, the environment, the generation,
+/// the configuration and every model exactly as loaded (its full `Debug` form, so any field a
+/// model gains is covered without listing it here).
+pub fn key(project: &Project, env: &str, generation: i64) -> String {
+    use std::fmt::Write;
+    let mut h = blake3::Hasher::new();
+    let mut w = HashWriter(&mut h);
+    let _ = write!(
+        w,
+        "efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n",
+        env!("CARGO_PKG_VERSION"),
+        project.config
+    );
+    for model in project.dag.models() {
+        let _ = write!(w, "{model:?}\n");
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// Set to `1` to make every memo hit also compute the plan in full and panic when the two
+/// differ (the test suite runs with it).
+pub const VERIFY_ENV: &str = "EFMESH_VERIFY_PLAN_MEMO";
+
+/// The memo of the environment as `plan` leaves it once applied: every model of the project
+/// then points at the plan's version, with the plan's physical storage, and is `unchanged`.
+/// `done` gives, per non-removed action in order, the done interval starts of time-range models
+/// as the store holds them after the apply (empty for other kinds). `key` is [`key`] at the
+/// store's generation after the apply's last write.
+pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet<Millis>]) -> Option<Memo> {
+    let kept: Vec<&Action> = plan.actions.iter().filter(|a| a.change != Change::Removed).collect();
+    if kept.len() != project.dag.len() || done.len() != kept.len() {
+        return None;
+    }
+    let mut actions = Vec::with_capacity(kept.len());
+    for ((action, model), done) in kept.into_iter().zip(project.dag.models()).zip(done) {
+        if action.name != model.name {
+            return None;
+        }
+        let own = physical_relation(model, &action.fingerprint);
+        let ranges: Vec<Interval> = match model.kind.time_range() {
+            Some(t) => interval::merge(&done.iter().map(|s| Interval::new(*s, s + t.grain.millis())).collect::<Vec<_>>()),
+            None => Vec::new(),
+        };
+        actions.push(Entry {
+            name: action.name.to_string(),
+            fp: action.fingerprint.as_str().to_string(),
+            physical: action.physical.clone().filter(|p| Some(p) != own.as_ref()),
+            source: action.canonical_source.map(|s| s.as_str().to_string()),
+            done: ranges.iter().map(|i| (i.start, i.end)).collect(),
+        });
+    }
+    let body = serde_json::to_string(&Body { actions }).ok()?;
+    Some(Memo { key, body })
+}
+
+/// The memo of `env` replayed at `now`, when the store holds one whose key matches the project
+/// and the store's current generation.
+///
+/// # Errors
+/// [`StateError`] when the store cannot be read.
+pub fn lookup(project: &Project, state: &StateStore, env: &str, now: Millis) -> Result<Option<Plan>, StateError> {
+    let Some((stored, body)) = state.plan_memo_get(env)? else { return Ok(None) };
+    if stored != key(project, env, state.generation()?) {
+        return Ok(None);
+    }
+    Ok(replay(project, env, now, &body))
+}
+
+/// Panics when a replayed plan differs from the plan computed in full (see [`VERIFY_ENV`]).
+pub fn verify(replayed: &Plan, computed: &Plan) {
+    let a = serde_json::to_value(replayed).expect("plan serialises");
+    let b = serde_json::to_value(computed).expect("plan serialises");
+    assert_eq!(a, b, "the plan memo of `{}` disagrees with the full plan", replayed.env);
+    assert!(computed.actions.iter().all(|x| x.metadata.is_null() && x.new_columns.is_empty()), "a memo was replayed for a plan with work");
+}
+
+/// Rebuilds the plan a memo stands for, at `now`; `None` when the body does not fit the project
+/// (then the caller computes the plan in full).
+fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan> {
+    let body: Body = serde_json::from_str(body).ok()?;
+    if body.actions.len() != project.dag.len() {
+        return None;
+    }
+    let mut actions = Vec::with_capacity(body.actions.len());
+    for (e, model) in body.actions.into_iter().zip(project.dag.models()) {
+        if e.name != model.name.to_string() {
+            return None;
+        }
+        let fingerprint = Fingerprint::parse(&e.fp).ok()?;
+        let physical = e.physical.or_else(|| physical_relation(model, &fingerprint));
+        let canonical_source = match e.source.as_deref() {
+            None => None,
+            Some("duckdb-json") => Some(CanonSource::DuckDbJson),
+            Some(_) => Some(CanonSource::SqlParser),
+        };
+        let (backfill, intervals) = match model.kind.time_range() {
+            Some(t) => {
+                let g = t.grain.millis();
+                let done: BTreeSet<Millis> = e.done.iter().flat_map(|&(s, end)| (s..end).step_by(g as usize)).collect();
+                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), &done, t.lookback);
+                (interval::merge(&missing), missing.len())
+            }
+            None => (Vec::new(), 0),
+        };
+        actions.push(Action {
+            name: model.name.clone(),
+            kind: model.kind.tag(),
+            change: Change::Unchanged,
+            reclassified_from: None,
+            fingerprint,
+            previous: None,
+            reused_from: None,
+            physical,
+            build: false,
+            backfill,
+            intervals,
+            canonical_source,
+            explain: None,
+            new_columns: Vec::new(),
+            metadata: serde_json::Value::Null,
+        });
+    }
+    let has_changes = actions.iter().any(Action::has_work);
+    Some(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: Vec::new(), from_memo: true })
+}
