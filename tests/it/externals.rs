@@ -168,3 +168,94 @@ fn changing_an_externals_declaration_re_versions_its_consumers() {
     assert_eq!(action(&plan, "m.sum")["fingerprint"], sum0);
     assert_eq!(action(&plan, "m.sum")["build"], false);
 }
+
+/// A `python3 -m http.server` bound to 127.0.0.1 on a free port, serving `dir`; killed on drop.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn serve(dir: &std::path::Path) -> HttpServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ...", printed once listening.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server banner");
+        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse().ok());
+        let Some(port) = port else {
+            let _ = child.kill();
+            panic!("unexpected http.server banner: {line:?}");
+        };
+        HttpServer { child, port }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The provisioned offline extension directory holding `httpfs`, or `None` (with a message)
+/// when the suite runs without one (`scripts/test` and CI always provision it).
+fn httpfs_directory() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("EFMESH_EXTENSION_DIRECTORY").map(std::path::PathBuf::from);
+    match dir {
+        Some(d) if d.join("v1.5.5/linux_amd64/httpfs.duckdb_extension").is_file() => Some(d),
+        _ => {
+            eprintln!(
+                "SKIPPED: no httpfs in EFMESH_EXTENSION_DIRECTORY; run the suite with scripts/test (it runs scripts/provision-extensions)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn http_urls_are_read_through_httpfs_from_the_offline_extension_directory() {
+    let Some(ext) = httpfs_directory() else { return };
+    let served = tempfile::tempdir().unwrap();
+    query_in_memory(&format!(
+        "COPY (SELECT range AS id, 'r' || (range % 2) AS region FROM range(5)) TO '{}' (FORMAT parquet)",
+        served.path().join("events.parquet").display()
+    ));
+    std::fs::write(served.path().join("regions.csv"), "region,label\nr0,even\nr1,odd\n").unwrap();
+    let server = HttpServer::serve(served.path());
+    let base = format!("http://127.0.0.1:{}", server.port);
+
+    let p = Project::new();
+    p.write(
+        "efmesh.toml",
+        &format!("[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\nextension_directory = {:?}\n", ext.to_string_lossy()),
+    );
+    p.write(
+        "models/raw.lua",
+        &format!(
+            r#"define_model {{ name = "raw.events", kind = kind.external {{ path = "{base}/events.parquet" }}, schema = {{ {{ "id", "bigint" }}, {{ "region", "varchar" }} }} }}
+define_model {{ name = "raw.regions", kind = kind.external {{ path = "{base}/regions.csv" }}, schema = {{ {{ "region", "varchar" }}, {{ "label", "varchar" }} }} }}
+define_model {{ name = "m.sum", kind = kind.full(), schema = {{ {{ "k", "varchar" }}, {{ "n", "bigint" }} }},
+  query = "SELECT r.label AS k, CAST(sum(e.id) AS BIGINT) AS n FROM " .. ref("raw.events") .. " AS e JOIN " .. ref("raw.regions") .. " AS r USING (region) GROUP BY ALL" }}
+"#
+        ),
+    );
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.sum"]));
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("even"), s("6")], vec![s("odd"), s("4")]]);
+
+    // A URL that does not resolve is a contract error naming the model; nothing is built.
+    p.write("models/raw.lua", &p.read("models/raw.lua").replace("/events.parquet", "/missing.parquet"));
+    let tables = p.physical_tables();
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("model `raw.events`: cannot read the source") && run.stderr.contains("missing.parquet"), "{}", run.stderr);
+    assert_eq!(p.physical_tables(), tables);
+    drop(server);
+}
