@@ -11,7 +11,7 @@ use super::name::{quote_ident, quote_literal};
 use serde_json::{Value, json};
 
 /// How a model is materialised.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
     /// Rebuilt as a whole table whenever its version changes.
@@ -29,7 +29,7 @@ pub enum Kind {
 }
 
 /// Parameters of an `incremental_by_time_range` model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct TimeRange {
     /// Output column holding each row's instant; must be declared in the schema.
     pub time_column: String,
@@ -49,7 +49,7 @@ pub struct TimeRange {
 pub const DEFAULT_BATCH_SIZE: u32 = 30;
 
 /// Where an external source's rows come from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub enum External {
     /// An existing engine relation, `[catalog.]schema.table`, rendered with each part quoted.
     Table {
@@ -125,7 +125,7 @@ impl Seed {
 }
 
 /// Formats of file-backed externals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FileFormat {
     /// `read_csv`, header row expected.
     Csv,

@@ -27,7 +27,10 @@ impl std::fmt::Display for Location {
 }
 
 /// One model as loaded from the project.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// `Hash` covers every field (the plan memo keys on it, `plan::memo::key`): a field added here
+/// must be hashable, so it can never be forgotten by the memo.
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct Model {
     /// `schema.table`.
     pub name: ModelName,

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One declared column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Column {
     /// Column name as it appears in the query's output.
     pub name: String,
@@ -17,7 +17,7 @@ pub struct Column {
 }
 
 /// An ordered list of columns.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
 pub struct Schema(pub Vec<Column>);
 
 impl Schema {

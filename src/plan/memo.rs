@@ -15,10 +15,11 @@
 //! and the plan is computed in full.
 //!
 //! The memo body is JSON: `{"actions": [{"name", "fp", "physical"?, "source"?, "done"?}]}` in
-//! topological order; `physical` only when it is not the version's own table, `done` the merged
-//! `[start, end)` UTC millisecond ranges of the ledger's done intervals.
+//! topological order; `physical` the relation the plan serves (absent for externals and embedded
+//! models; stored rather than re-derived, which would be most of a replay's cost), `done` the
+//! merged `[start, end)` UTC millisecond ranges of the ledger's done intervals.
 
-use super::{Action, Change, Plan, physical_relation};
+use super::{Action, Change, Plan};
 use crate::core::interval::{self, Interval, Millis};
 use crate::project::Project;
 use crate::sql::canon::CanonSource;
@@ -57,34 +58,34 @@ pub struct Memo {
     pub body: String,
 }
 
-/// Feeds `Debug` output into a hasher without building the string.
-struct HashWriter<'a>(&'a mut blake3::Hasher);
+/// A [`std::hash::Hasher`] that keeps every byte it is fed, so a derived `Hash` can be digested
+/// with blake3 in one call (std's hashers are neither stable nor collision-resistant).
+struct Bytes(Vec<u8>);
 
-impl std::fmt::Write for HashWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.update(s.as_bytes());
-        Ok(())
+impl std::hash::Hasher for Bytes {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
     }
 }
 
 /// The memo key of `project` planned against `env` with the store at `generation`: blake3 (hex)
 /// over the memo and fingerprint versions, efmesh's version, the environment, the generation,
-/// the configuration and every model exactly as loaded (its full `Debug` form, so any field a
-/// model gains is covered without listing it here).
+/// the configuration (its `Debug` form) and every model exactly as loaded, fed through its
+/// derived `Hash` (which covers every field, so a field a model gains is covered without listing
+/// it here). Only equality matters: the key is compared, never interpreted, and stays on the
+/// machine that wrote it.
 pub fn key(project: &Project, env: &str, generation: i64) -> String {
-    use std::fmt::Write;
-    let mut h = blake3::Hasher::new();
-    let mut w = HashWriter(&mut h);
-    let _ = write!(
-        w,
-        "efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n",
-        env!("CARGO_PKG_VERSION"),
-        project.config
-    );
+    use std::hash::Hash;
+    let mut bytes = Bytes(Vec::with_capacity(project.dag.len() * 512));
+    format!("efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n", env!("CARGO_PKG_VERSION"), project.config)
+        .hash(&mut bytes);
     for model in project.dag.models() {
-        let _ = write!(w, "{model:?}\n");
+        model.hash(&mut bytes);
     }
-    h.finalize().to_hex().to_string()
+    blake3::hash(&bytes.0).to_hex().to_string()
 }
 
 /// Set to `1` to make every memo hit also compute the plan in full and panic when the two
@@ -106,7 +107,6 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
         if action.name != model.name {
             return None;
         }
-        let own = physical_relation(model, &action.fingerprint);
         let ranges: Vec<Interval> = match model.kind.time_range() {
             Some(t) => interval::merge(&done.iter().map(|s| Interval::new(*s, s + t.grain.millis())).collect::<Vec<_>>()),
             None => Vec::new(),
@@ -114,7 +114,7 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
         actions.push(Entry {
             name: action.name.to_string(),
             fp: action.fingerprint.as_str().to_string(),
-            physical: action.physical.clone().filter(|p| Some(p) != own.as_ref()),
+            physical: action.physical.clone(),
             source: action.canonical_source.map(|s| s.as_str().to_string()),
             done: ranges.iter().map(|i| (i.start, i.end)).collect(),
         });
@@ -157,7 +157,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             return None;
         }
         let fingerprint = Fingerprint::parse(&e.fp).ok()?;
-        let physical = e.physical.or_else(|| physical_relation(model, &fingerprint));
+        let physical = e.physical;
         let canonical_source = match e.source.as_deref() {
             None => None,
             Some("duckdb-json") => Some(CanonSource::DuckDbJson),
