@@ -74,8 +74,8 @@ pub enum External {
     },
 }
 
-/// Reader options of CSV externals beyond the defaults (comma-free sniffing, a header row).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Reader options of CSV externals beyond the defaults (a sniffed delimiter, a header row).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CsvOptions {
     /// Field delimiter (`delim`), one character; DuckDB sniffs it when `None`.
     pub delimiter: Option<String>,
@@ -87,7 +87,7 @@ pub struct CsvOptions {
 /// `apply` (see `crate::seed`). The file's bytes are hashed when the project loads, and that hash
 /// is part of the fingerprint: editing the file makes a new version; an unchanged file rebuilds
 /// nothing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct Seed {
     /// The file as written in the model, relative to the project directory (or absolute). This
     /// text is fingerprinted, not the resolved path, so moving the project never rebuilds.
