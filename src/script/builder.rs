@@ -377,6 +377,9 @@ fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
         Some(v) => string_list(v).ok_or("`null_markers` must be a list of strings")?,
     };
     let delimiter = opt_delimiter(k, tag)?;
+    if let Some(d) = delimiter.filter(|d| !d.is_ascii()) {
+        return Err(format!("`delimiter` of kind `seed` must be an ASCII character, got `{d}`"));
+    }
     if format == FileFormat::Json {
         if !null_markers.is_empty() {
             return Err("`null_markers` applies to CSV seeds only (JSON has `null`)".into());

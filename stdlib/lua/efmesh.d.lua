@@ -23,7 +23,7 @@
 
 ---@class efmesh.ExternalOptions
 ---@field table? string An engine relation `schema.table` (instead of `path`).
----@field path? string A file or glob, relative to the project directory.
+---@field path? string A file, a glob or a URL (`https://…`, `s3://…`); relative paths resolve against the project directory.
 ---@field format? "csv"|"parquet"|"json" Inferred from the extension when absent.
 ---@field null_markers? string[] CSV values read as NULL (e.g. `{ "NA" }`).
 ---@field union_by_name? boolean Reader option for globs of files with differing columns.
