@@ -7,12 +7,21 @@
 //! ```toml
 //! [project]
 //! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
+//! tests = ["tests/**/*.{lua,rhai}"]          # unit-test files for `efmesh test` (default shown)
+//! audits = ["audits/**/*.{lua,rhai}"]       # audit definitions, loaded first (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
 //!
 //! [state]
 //! path = "efmesh.state.sqlite"   # SQLite state store (default shown)
+//!
+//! [lake]                         # optional: models with `target = "parquet"`
+//! path = "lake"                  # a local directory, or "s3://bucket/prefix"
+//!
+//! [ducklake]                     # optional: models with `target = "ducklake"`
+//! catalog = "lake.ducklake"
+//! data_path = "lake_data"
 //! ```
 
 use serde::Deserialize;
@@ -20,6 +29,8 @@ use std::path::{Path, PathBuf};
 
 /// Default discovery globs.
 pub const DEFAULT_MODEL_GLOBS: &[&str] = &["models/**/*.{lua,rhai,sql}"];
+/// Default globs of unit-test files (`efmesh test`).
+pub const DEFAULT_TEST_GLOBS: &[&str] = &["tests/**/*.{lua,rhai}"];
 
 /// Errors reading or validating `efmesh.toml`.
 #[derive(Debug, thiserror::Error)]
@@ -61,12 +72,29 @@ pub struct ProjectSection {
     /// Globs (relative to the config directory) selecting model files.
     #[serde(default = "default_globs")]
     pub models: Vec<String>,
+    /// Globs (relative to the config directory) selecting unit-test files for `efmesh test`.
+    #[serde(default = "default_test_globs")]
+    pub tests: Vec<String>,
+    /// Globs selecting audit files (`define_audit`), evaluated before every model file.
+    #[serde(default = "default_audit_globs")]
+    pub audits: Vec<String>,
 }
 
 impl Default for ProjectSection {
     fn default() -> Self {
-        Self { models: default_globs() }
+        Self { models: default_globs(), tests: default_test_globs(), audits: default_audit_globs() }
     }
+}
+
+fn default_test_globs() -> Vec<String> {
+    DEFAULT_TEST_GLOBS.iter().map(|s| s.to_string()).collect()
+}
+
+/// Default audit discovery globs.
+pub const DEFAULT_AUDIT_GLOBS: &[&str] = &["audits/**/*.{lua,rhai}"];
+
+fn default_audit_globs() -> Vec<String> {
+    DEFAULT_AUDIT_GLOBS.iter().map(|s| s.to_string()).collect()
 }
 
 fn default_globs() -> Vec<String> {
@@ -142,6 +170,87 @@ fn default_state_path() -> PathBuf {
     "efmesh.state.sqlite".into()
 }
 
+/// `[lake]`: where models with `target = "parquet"` write their files (see `docs/targets.md`).
+///
+/// S3 credentials never appear here: they are read from the environment variables named by
+/// `s3_access_key_id_env`, `s3_secret_access_key_env` and `s3_session_token_env`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LakeSection {
+    /// The lake root: a local directory (relative to the config directory) or `s3://bucket/prefix`.
+    pub path: String,
+    /// S3 endpoint `host[:port]` for S3-compatible stores (default: AWS).
+    #[serde(default)]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default `us-east-1`).
+    #[serde(default)]
+    pub s3_region: Option<String>,
+    /// `path` or `vhost` addressing (default: DuckDB's, `vhost`).
+    #[serde(default)]
+    pub s3_url_style: Option<String>,
+    /// Whether to use HTTPS (default true).
+    #[serde(default)]
+    pub s3_use_ssl: Option<bool>,
+    /// Environment variable holding the access key id (default `AWS_ACCESS_KEY_ID`).
+    #[serde(default = "default_key_id_env")]
+    pub s3_access_key_id_env: String,
+    /// Environment variable holding the secret access key (default `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default = "default_secret_env")]
+    pub s3_secret_access_key_env: String,
+    /// Environment variable holding a session token, used when set (default `AWS_SESSION_TOKEN`).
+    #[serde(default = "default_token_env")]
+    pub s3_session_token_env: String,
+}
+
+impl LakeSection {
+    /// What is wrong with the section's values, if anything.
+    fn problem(&self) -> Option<String> {
+        if self.path.trim().is_empty() {
+            return Some("`lake.path` is empty".into());
+        }
+        if let Some(rest) = self.path.strip_prefix("s3://") {
+            if rest.split('/').next().is_none_or(str::is_empty) {
+                return Some(format!("`lake.path` `{}` names no bucket (expected `s3://bucket/prefix`)", self.path));
+            }
+        } else if self.path.contains("://") {
+            return Some(format!("`lake.path` `{}`: only local directories and `s3://` are supported", self.path));
+        }
+        match self.s3_url_style.as_deref() {
+            None | Some("path") | Some("vhost") => None,
+            Some(other) => Some(format!("`lake.s3_url_style` must be `path` or `vhost`, got `{other}`")),
+        }
+    }
+
+    /// True when the lake is an `s3://` location.
+    pub fn is_s3(&self) -> bool {
+        self.path.starts_with("s3://")
+    }
+}
+
+fn default_key_id_env() -> String {
+    "AWS_ACCESS_KEY_ID".into()
+}
+
+fn default_secret_env() -> String {
+    "AWS_SECRET_ACCESS_KEY".into()
+}
+
+fn default_token_env() -> String {
+    "AWS_SESSION_TOKEN".into()
+}
+
+/// `[ducklake]`: the DuckLake catalog that models with `target = "ducklake"` live in.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DuckLakeSection {
+    /// The catalog's metadata database: a local DuckDB file, relative to the config directory.
+    pub catalog: PathBuf,
+    /// Where DuckLake writes its parquet data files: a local directory, relative to the config
+    /// directory (default: DuckLake's, `<catalog>.files` beside the catalog).
+    #[serde(default)]
+    pub data_path: Option<PathBuf>,
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -151,6 +260,10 @@ struct RawConfig {
     engine: EngineSection,
     #[serde(default)]
     state: StateSection,
+    #[serde(default)]
+    lake: Option<LakeSection>,
+    #[serde(default)]
+    ducklake: Option<DuckLakeSection>,
 }
 
 /// A loaded configuration.
@@ -166,6 +279,10 @@ pub struct Config {
     pub engine: EngineSection,
     /// `[state]`.
     pub state: StateSection,
+    /// `[lake]`, when configured.
+    pub lake: Option<LakeSection>,
+    /// `[ducklake]`, when configured.
+    pub ducklake: Option<DuckLakeSection>,
 }
 
 impl Config {
@@ -194,6 +311,9 @@ impl Config {
                 message: "`project.models` lists no globs".into(),
             });
         }
+        if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
+            return Err(ConfigError::Invalid { path: path.to_path_buf(), message });
+        }
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let root = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
         let mut engine = raw.engine;
@@ -203,7 +323,7 @@ impl Config {
         for file in engine.extensions.values_mut() {
             *file = absolute(file);
         }
-        Ok(Config { path: abs, root, project: raw.project, engine, state: raw.state })
+        Ok(Config { path: abs, root, project: raw.project, engine, state: raw.state, lake: raw.lake, ducklake: raw.ducklake })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -214,6 +334,8 @@ impl Config {
             project: ProjectSection::default(),
             engine: EngineSection::default(),
             state: StateSection::default(),
+            lake: None,
+            ducklake: None,
         }
     }
 
@@ -231,6 +353,14 @@ impl Config {
     pub fn state_path(&self) -> PathBuf {
         self.resolve(&self.state.path)
     }
+
+    /// The lake root as the engine addresses it: `s3://…` as written (without a trailing `/`),
+    /// or a local directory made absolute against the project root. `None` without `[lake]`.
+    pub fn lake_root(&self) -> Option<String> {
+        let lake = self.lake.as_ref()?;
+        let p = lake.path.trim_end_matches('/');
+        Some(if lake.is_s3() { p.to_string() } else { self.resolve(Path::new(p)).to_string_lossy().into_owned() })
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +374,21 @@ mod tests {
         assert!(msg.contains("paht"), "{msg}");
         let err = Config::parse(Path::new("/p/efmesh.toml"), "[stat]\n").unwrap_err();
         assert!(err.to_string().contains("stat"), "{err}");
+    }
+
+    #[test]
+    fn lake_sections_parse_and_resolve() {
+        let c = Config::parse(Path::new("/p/efmesh.toml"), "[lake]\npath = \"out/lake/\"\n[ducklake]\ncatalog = \"l.ducklake\"\n").unwrap();
+        assert_eq!(c.lake_root().as_deref(), Some("/p/out/lake"));
+        assert_eq!(c.ducklake.as_ref().map(|d| c.resolve(&d.catalog)), Some(PathBuf::from("/p/l.ducklake")));
+        let s3 = Config::parse(Path::new("/p/efmesh.toml"), "[lake]\npath = \"s3://b/x/\"\ns3_url_style = \"path\"\n").unwrap();
+        assert_eq!(s3.lake_root().as_deref(), Some("s3://b/x"));
+        assert_eq!(s3.lake.unwrap().s3_access_key_id_env, "AWS_ACCESS_KEY_ID");
+        for bad in ["path = \"s3://\"", "path = \"gs://b\"", "path = \"x\"\ns3_url_style = \"virtual\"", "path = \"x\"\ns3_key = \"k\""] {
+            let err = Config::parse(Path::new("/p/efmesh.toml"), &format!("[lake]\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains("lake") || err.to_string().contains("s3_key"), "{err}");
+        }
+        assert!(Config::with_root(Path::new("/p")).lake_root().is_none());
     }
 
     #[test]

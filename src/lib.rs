@@ -35,3 +35,4 @@ pub mod script;
 pub mod seed;
 pub mod sql;
 pub mod state;
+pub mod unittest;

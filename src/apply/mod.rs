@@ -8,16 +8,32 @@
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
 //!    to `[start, end)` on the time column), the ledger written after the commit;
-//! 3. every view of the environment is swapped in ONE engine transaction;
-//! 4. the state store records the new pointer set and the journal row in one transaction.
+//!    `incremental_by_unique_key` upserted by key ([`upsert`]) and `scd_type2` reconciled by key
+//!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after.
+//!    Audits are write-audit-publish ([`audit`]): a batch's `interval` audits (all audits of a
+//!    `full`/`view` model) run inside the transaction that writes it, and the last batch of a
+//!    time-range model also runs its `whole` audits over the whole table; a blocking violation
+//!    rolls that transaction back (its intervals are marked failed) and stops the apply;
+//! 3. versions about to be (re)pointed whose audits did not run while building (a view swap,
+//!    an inherited table, keyed kinds, lake targets, externals, embedded models) run them
+//!    (`whole` ones for time-range models) before any view moves; a blocking violation stops
+//!    the apply unpromoted;
+//! 4. every view of the environment is swapped in ONE engine transaction;
+//! 5. the state store records the new pointer set and the journal row in one transaction.
 //!
 //! A crash at any point leaves either the old state or a state from which the next `apply`
 //! converges: snapshots and ledger rows are only written after the engine committed, and every
 //! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range).
 
+pub mod audit;
 pub mod contract;
+pub mod ducklake;
+pub mod lake;
 pub mod resolve;
+pub mod run;
+pub mod scd2;
 pub mod seed;
+pub mod upsert;
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::quote_ident;
@@ -51,6 +67,8 @@ pub struct ApplyReport {
     pub intervals: usize,
     /// True once the environment points at the plan's versions.
     pub promoted: bool,
+    /// Every audit run, one entry per (model, audit, scope), warn violations included.
+    pub audits: audit::AuditReport,
 }
 
 /// Why an apply stopped.
@@ -69,6 +87,38 @@ pub enum ApplyError {
         /// The engine error.
         source: EngineError,
     },
+    /// A keyed model's query returned rows its kind refuses (a NULL or duplicate key); nothing
+    /// of that model was written.
+    #[error("{location}: model `{model}`: {message}")]
+    Rejected {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: crate::core::Location,
+        /// What was refused, with a row count or a key.
+        message: String,
+    },
+    /// A storage target (parquet lake, DuckLake) could not be prepared or written.
+    #[error("{}{message}", .model.as_ref().map(|m| format!("building model `{m}`{}: ", .interval.map(|i| format!(" interval {i}")).unwrap_or_default())).unwrap_or_default())]
+    Target {
+        /// The model, when one was being built.
+        model: Option<ModelName>,
+        /// The interval being written, for time-range models.
+        interval: Option<Interval>,
+        /// What went wrong, naming the file, variable or extension.
+        message: String,
+    },
+    /// An audit could not run, or blocking audits found violating rows: the batch or build was
+    /// rolled back and nothing was promoted.
+    #[error("{}", match .interval { Some(i) => format!("{failure}\n  (batch {i} of model `{model}` rolled back and marked failed)"), None => failure.to_string() })]
+    Audit {
+        /// The model whose work was audited.
+        model: ModelName,
+        /// The batch, for time-range models.
+        interval: Option<Interval>,
+        /// What failed.
+        failure: audit::AuditError,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -82,6 +132,13 @@ pub enum ApplyError {
 /// # Errors
 /// [`ApplyError`]; on error the environment still serves what it served before.
 pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
+    execute(project, plan, state, engine, options, false)
+}
+
+/// [`apply`], or with `refresh` (`efmesh run`, see [`run`]): also re-execute the unchanged
+/// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
+/// promote.
+pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, refresh: bool) -> Result<ApplyReport, ApplyError> {
     let physicals: BTreeMap<ModelName, String> = plan
         .actions
         .iter()
@@ -91,9 +148,13 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty()))
+        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty() || (refresh && refreshed(project, a))))
         .collect();
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
+
+    // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
+    lake::prepare(project, engine)?;
+    ducklake::prepare(project, engine)?;
 
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
@@ -107,7 +168,9 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         }
     }
 
-    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false };
+    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false, audits: audit::AuditReport::default() };
+    // Models whose audits ran while they were built in this apply.
+    let mut audited: BTreeSet<ModelName> = BTreeSet::new();
 
     // Versions that inherit storage (indirect reuse, forward-only) and metadata-only changes:
     // recorded before any build, so a resumed apply finds them.
@@ -118,7 +181,10 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         }
         let Some(from) = &action.reused_from else { continue };
         let physical = action.physical.clone().unwrap_or_default();
-        if !action.new_columns.is_empty() {
+        if model.target == crate::core::Target::Parquet {
+            // A lake view cannot be altered: re-create it anchored on the new declared columns.
+            lake::refresh(project, model, &physical, engine)?;
+        } else if !action.new_columns.is_empty() {
             // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
             let present: Vec<String> = engine.describe(&format!("SELECT * FROM {physical}"))?.into_iter().map(|c| c.name).collect();
             let adds: Vec<String> = action
@@ -146,27 +212,45 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
         let physical = action.physical.clone().unwrap_or_default();
+        let started = std::time::Instant::now();
+        tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
+        let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
+        let audit_err = |source, interval| match source {
+            audit::AuditError::Statement(e) => ApplyError::Build { model: model.name.clone(), interval, source: e },
+            other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
+        };
+        let snapshot = snapshot_record(model, action, &physical)?;
         if let Kind::Seed(_) = &model.kind {
-            // Staged and type-checked in the contract phase; one statement builds the table.
-            engine
-                .transaction(&[seed::build_statement(model, &physical)])
-                .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
-            state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
+            // Parsed, staged and type-checked in the contract phase: one statement builds the
+            // table from the stage, audited inside the same transaction like a `full` model.
+            let checks = audit::checks(model, None, &physical);
+            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None)
+                .map_err(|e| audit_err(e, None))?;
+            report.audits.add(results);
+            audited.insert(model.name.clone());
+            state.put_snapshot(&snapshot)?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
-            tracing::info!(model = %model.name, "seed loaded");
+            tracing::info!(model = %model.name, "seed loaded in {} ms", started.elapsed().as_millis());
             report.built.push(model.name.clone());
             continue;
         }
         let body = model.body.as_ref().expect("models other than externals and seeds have a body");
-        let started = std::time::Instant::now();
-        tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
-        let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
-        let snapshot = snapshot_record(model, action, &physical)?;
+        if model.target == crate::core::Target::Parquet {
+            lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
+            tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
+            report.built.push(model.name.clone());
+            continue;
+        }
         match &model.kind {
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));
                 let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
-                engine.transaction(&[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")]).map_err(|e| build_err(e, None))?;
+                // Not time-range: every audit sees the whole new relation, inside the build.
+                let checks = audit::checks(model, None, &physical);
+                let results = audit::transaction(engine, &[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")], &model.name, &checks, None)
+                    .map_err(|e| audit_err(e, None))?;
+                report.audits.add(results);
+                audited.insert(model.name.clone());
                 state.put_snapshot(&snapshot)?;
             }
             Kind::Embedded => state.put_snapshot(&snapshot)?,
@@ -181,6 +265,9 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
                 let tc = quote_ident(&t.time_column);
                 let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
                 let n = batches.len();
+                if n > 0 {
+                    audited.insert(model.name.clone());
+                }
                 for (i, batch) in batches.into_iter().enumerate() {
                     let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
                     let sql = body.render(&exec.with_bounds(Some(batch)));
@@ -192,12 +279,37 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
                         ),
                     ];
                     let pieces = batch.split(t.grain);
-                    if let Err(err) = engine.transaction(&statements) {
-                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
-                        return Err(build_err(err, Some(batch)));
+                    // Interval audits see this batch; the last batch also runs the whole ones.
+                    let slice = audit::batch_relation(&physical, &t.time_column, batch);
+                    let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
+                    if i + 1 == n {
+                        checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
+                    }
+                    match audit::transaction(engine, &statements, &model.name, &checks, Some(batch)) {
+                        Ok(results) => report.audits.add(results),
+                        Err(err) => {
+                            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
+                            return Err(audit_err(err, Some(batch)));
+                        }
                     }
                     state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
                     report.intervals += pieces.len();
+                }
+            }
+            Kind::IncrementalByUniqueKey(u) => {
+                let sql = body.render(&exec.with_bounds(None));
+                let stats = upsert::upsert(engine, model, &u.key, &physical, &sql)?;
+                tracing::info!(model = %model.name, "upserted {} rows", stats.upserted);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
+                }
+            }
+            Kind::ScdType2(s) => {
+                let sql = body.render(&exec.with_bounds(None));
+                let stats = scd2::reconcile(engine, model, s, &physical, &sql, plan.now)?;
+                tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
                 }
             }
             // Externals are never built; seeds were built above.
@@ -214,6 +326,10 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
         }
     }
 
+    if refresh {
+        return Ok(report);
+    }
+    pre_promotion_audits(project, plan, engine, &exec, &audited, &mut report)?;
     promote(project, plan, state, engine, options, &report)?;
     report.promoted = true;
     // The memo is a cache: failing to write it only costs a slower next plan.
@@ -238,6 +354,45 @@ fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(),
     Ok(())
 }
 
+/// Audits of the versions the environment is about to point at whose audits did not run while
+/// building in this apply: a view swap to an existing version, an inherited table, externals
+/// and embedded models. Time-range models run their `whole` audits (their `interval` ones ran
+/// with each batch when it was written); other kinds run all. Every blocking failure is
+/// reported together, and nothing is promoted.
+fn pre_promotion_audits(
+    project: &Project,
+    plan: &Plan,
+    engine: &mut dyn Engine,
+    exec: &ExecResolver,
+    audited: &BTreeSet<ModelName>,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    use crate::core::Resolver;
+    let mut failures = Vec::new();
+    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Metadata | Change::Removed)) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        if model.audits.is_empty() || audited.contains(&model.name) {
+            continue;
+        }
+        let scope = model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole);
+        let relation = exec.relation(&model.name);
+        let checks = audit::checks(model, scope, &relation);
+        let results = audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.add(results);
+    }
+    if let Some(first) = failures.first() {
+        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
+    }
+    Ok(())
+}
+
+/// True when `action` is a model `run` re-executes (unique-key, SCD type 2).
+fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
+    project.dag.get(&action.name).is_some_and(|m| m.kind.is_refreshed())
+}
+
 /// Swaps the environment's views in one engine transaction, then records the pointer set and
 /// the journal row in one state transaction.
 fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
@@ -254,9 +409,10 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
                     if schemas.insert(schema.clone()) {
                         statements.push(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&schema)));
                     }
-                    // The declared columns, in declared order: the view's shape is the contract,
-                    // whatever order an inherited (forward-only) table has.
-                    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+                    // The declared columns, in declared order (then the kind's managed columns):
+                    // the view's shape is the contract, whatever order an inherited
+                    // (forward-only) table has.
+                    let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
                     statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {physical}", view(&a.name), cols.join(", ")));
                 }
                 // Externals and embedded models have no view; one may replace a model that had.

@@ -43,9 +43,9 @@ impl<'a> ExecResolver<'a> {
 }
 
 /// `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`: a relation with a model's declared
-/// shape and no rows.
+/// shape (plus its kind's managed columns) and no rows.
 pub fn typed_empty(model: &Model) -> String {
-    let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
+    let cols: Vec<String> = model.relation_columns().iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
     format!("(SELECT {} LIMIT 0)", cols.join(", "))
 }
 

@@ -69,11 +69,40 @@ pub enum Command {
         #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
         reclassify: String,
     },
+    /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
+    /// models, compute missing intervals) without promoting; refuses when the project differs.
+    Run {
+        /// Environment name.
+        env: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate the project without any database: refs, `cols()`, names, cycles, and every column a model reads from a parent.
     Check {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run the model unit tests (`project.tests`): fixture rows in, expected rows out, on an in-memory DuckDB.
+    Test {
+        /// Test names or model names to run (default: every test).
+        #[arg(value_name = "NAME_OR_MODEL")]
+        selectors: Vec<String>,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the audits against what an environment serves now (its views); exit 1 on a blocking violation.
+    Audit {
+        /// Environment name.
+        env: String,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only these models (`a.b,c.d`).
+        #[arg(long, value_name = "MODELS", default_value = "")]
+        model: String,
     },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {

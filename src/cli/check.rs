@@ -186,7 +186,7 @@ fn check_model(project: &Project, model: &Model, report: &mut Report) {
     let parents: BTreeMap<String, Vec<String>> = model
         .parents()
         .into_iter()
-        .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.schema.names().map(str::to_string).collect())))
+        .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
         .collect();
     match lineage::unknown_columns(&sql, &parents) {
         Ok(problems) => {

@@ -2,9 +2,12 @@
 //! `main` maps it to the process exit code. Reports go to stdout, logs to stderr.
 
 pub mod args;
+mod audit;
 mod check;
 mod init;
 mod printer;
+mod run;
+mod test;
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
@@ -92,7 +95,10 @@ pub fn run(args: Args) -> Result<Exit> {
             cmd_apply(&args.config, &env, yes, json, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
+        Command::Run { env, json } => run::run(&args.config, &env, json, now, &out),
+        Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
     }
 }
 
@@ -134,6 +140,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
         "built": report.map(|r| r.built.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
         "intervals": report.map(|r| r.intervals).unwrap_or(0),
         "promoted": report.is_some_and(|r| r.promoted),
+        "audits": report.map(|r| serde_json::to_value(&r.audits).unwrap_or_default()).unwrap_or_else(|| json!([])),
     })
 }
 
@@ -146,9 +153,12 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     }
     if !plan.has_changes {
         if json {
-            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false })))?;
+            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false, audits: Default::default() })))?;
         } else {
             out.text("nothing to apply\n")?;
+        }
+        if project.dag.models().any(|m| m.kind.is_refreshed()) {
+            eprintln!("  hint: `efmesh run {env}` refreshes its incremental_by_unique_key and scd_type2 models");
         }
         return Ok(Exit::Success);
     }
@@ -190,7 +200,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         } else {
             format!("built: {}", report.built.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
         };
-        out.text(&format!("{built}\nenvironment `{env}` promoted\n"))?;
+        out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }
     Ok(Exit::Success)
 }

@@ -109,3 +109,19 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
     }
     s
 }
+
+/// The apply report's audit lines: warn violations one by one, then a count (empty without
+/// audits).
+pub fn audits_text(report: &crate::apply::audit::AuditReport) -> String {
+    if report.0.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    for r in report.0.iter().filter(|r| r.violations > 0) {
+        s.push_str(&format!("  ⚠ {}\n", r.describe().replace('\n', "\n  ")));
+    }
+    let warned = report.0.iter().filter(|r| r.violations > 0).count();
+    let runs: usize = report.0.iter().map(|r| r.runs).sum();
+    s.push_str(&format!("audits: {} checked ({runs} runs), {} passed, {warned} warned\n", report.0.len(), report.0.len() - warned));
+    s
+}

@@ -156,6 +156,7 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             errors.push(err(format!("grain column `{g}` is not declared in the schema")));
         }
     }
+    errors.extend(validate_keyed_kind(m));
     match (&m.kind, &m.body) {
         (Kind::External(_), Some(_)) => errors.push(err("an external source has no query".into())),
         (Kind::External(_), None) => {}
@@ -180,6 +181,43 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
                     err(format!("`@start`/`@end` used in a `{}` model", m.kind.tag()))
                         .with_hint("interval bounds exist only in `incremental_by_time_range` models"),
                 );
+            }
+        }
+    }
+    errors
+}
+
+/// Columns named by `incremental_by_unique_key` and `scd_type2` options: keys and watched
+/// columns must be declared; SCD type 2's managed columns must not be (efmesh adds them).
+fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
+    let err = |msg: String| LoadError::new(Some(m.location.clone()), Some(m.name.clone()), msg);
+    let mut errors = Vec::new();
+    let (key, tag) = match &m.kind {
+        Kind::IncrementalByUniqueKey(u) => (&u.key, m.kind.tag()),
+        Kind::ScdType2(s) => (&s.key, m.kind.tag()),
+        _ => return errors,
+    };
+    for k in key.iter().filter(|k| !m.schema.contains(k)) {
+        let mut e = err(format!("key column `{k}` of kind `{tag}` is not declared in the schema"));
+        if let Some(s) = did_you_mean(k, m.schema.names()) {
+            e = e.with_hint(format!("did you mean `{s}`?"));
+        }
+        errors.push(e);
+    }
+    if let Kind::ScdType2(s) = &m.kind {
+        for managed in [&s.valid_from, &s.valid_to] {
+            if m.schema.names().any(|n| n.eq_ignore_ascii_case(managed)) {
+                errors.push(
+                    err(format!("column `{managed}` is managed by kind `scd_type2` and cannot be declared"))
+                        .with_hint(format!("remove `{managed}` from `schema` (efmesh adds it), or name the managed column otherwise with `valid_from`/`valid_to`")),
+                );
+            }
+        }
+        for c in s.columns.iter().flatten() {
+            if !m.schema.contains(c) {
+                errors.push(err(format!("watched column `{c}` of kind `scd_type2` is not declared in the schema")));
+            } else if key.contains(c) {
+                errors.push(err(format!("watched column `{c}` of kind `scd_type2` is a key column")).with_hint("`columns` lists the non-key columns whose changes open a new version"));
             }
         }
     }
@@ -225,14 +263,15 @@ fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError>
                 .with_hint(format!("read it with `ref(\"{}\")`", c.parent)),
             );
         }
+        let exposed = parent.relation_columns();
         for col in &c.columns {
-            if !parent.schema.contains(col) {
+            if !exposed.iter().any(|e| e.name == *col) {
                 let mut e = LoadError::new(
                     Some(c.location.clone()),
                     Some(m.name.clone()),
                     format!("column `{col}` is not declared by parent `{}` ({})", c.parent, parent.location),
                 );
-                if let Some(s) = did_you_mean(col, parent.schema.names()) {
+                if let Some(s) = did_you_mean(col, exposed.iter().map(|e| e.name.as_str())) {
                     e = e.with_hint(format!("did you mean `{s}`?"));
                 }
                 errors.push(e);

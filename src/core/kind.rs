@@ -1,10 +1,12 @@
 //! Model kinds: how a model's data is materialised.
 //!
 //! Kinds and defaults follow the original (reference `core-semantics.md` §1.4): `full`, `view`,
-//! `embedded`, `incremental_by_time_range` (batch size 30, lookback 0, grain `day`), and external
-//! sources. Only data-shaping fields enter the fingerprint ([`Kind::fingerprint_payload`]):
+//! `embedded`, `incremental_by_time_range` (batch size 30, lookback 0, grain `day`), external
+//! sources, `incremental_by_unique_key` (upsert by `key`) and `scd_type2` (history by `key`,
+//! see `apply::scd2`). Only data-shaping fields enter the fingerprint ([`Kind::fingerprint_payload`]):
 //! `start`, `end`, `batch_size` and `lookback` change how much history is computed and how, not
-//! what a row means, so editing them never rebuilds.
+//! what a row means, so editing them never rebuilds. Unique-key and SCD type 2 hash every field
+//! (`key`, the managed column names, the watched `columns`, `invalidate_hard_deletes`).
 
 use super::interval::{Grain, Millis};
 use super::name::{quote_ident, quote_literal};
@@ -26,6 +28,53 @@ pub enum Kind {
     External(External),
     /// A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted.
     Seed(Seed),
+    /// A table upserted by key on every build and every `run`; rows absent from the query stay.
+    IncrementalByUniqueKey(UniqueKey),
+    /// A history table (slowly changing dimension, type 2) reconciled by key on every build and
+    /// every `run`.
+    ScdType2(ScdType2),
+}
+
+/// Parameters of an `incremental_by_unique_key` model.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct UniqueKey {
+    /// Declared columns identifying a row (at least one).
+    pub key: Vec<String>,
+}
+
+/// Parameters of an `scd_type2` model.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct ScdType2 {
+    /// Declared columns identifying an entity (at least one).
+    pub key: Vec<String>,
+    /// Name of the managed column holding when a version became current (default `valid_from`).
+    pub valid_from: String,
+    /// Name of the managed column holding when a version stopped being current, NULL while it is
+    /// (default `valid_to`).
+    pub valid_to: String,
+    /// Watched columns: a change in one of them opens a new version. `None` = every declared
+    /// non-key column.
+    pub columns: Option<Vec<String>>,
+    /// Whether a key missing from the source closes its open version (default true).
+    pub invalidate_hard_deletes: bool,
+}
+
+/// Default name of the `scd_type2` column holding when a version became current.
+pub const DEFAULT_VALID_FROM: &str = "valid_from";
+/// Default name of the `scd_type2` column holding when a version stopped being current.
+pub const DEFAULT_VALID_TO: &str = "valid_to";
+/// Engine type of the managed `scd_type2` columns (UTC instants).
+pub const MANAGED_TYPE: &str = "TIMESTAMP";
+
+impl ScdType2 {
+    /// The watched columns of a model declaring `declared` columns: the explicit list, or every
+    /// declared non-key column.
+    pub fn watched<'a>(&'a self, declared: &'a super::schema::Schema) -> Vec<&'a str> {
+        match &self.columns {
+            Some(c) => c.iter().map(String::as_str).collect(),
+            None => declared.names().filter(|n| !self.key.iter().any(|k| k == n)).collect(),
+        }
+    }
 }
 
 /// Parameters of an `incremental_by_time_range` model.
@@ -182,6 +231,27 @@ impl Kind {
             Kind::IncrementalByTimeRange(_) => "incremental_by_time_range",
             Kind::External(_) => "external",
             Kind::Seed(_) => "seed",
+            Kind::IncrementalByUniqueKey(_) => "incremental_by_unique_key",
+            Kind::ScdType2(_) => "scd_type2",
+        }
+    }
+
+    /// True for kinds that `run` re-executes on the environment's current version
+    /// (`incremental_by_unique_key`, `scd_type2`).
+    pub fn is_refreshed(&self) -> bool {
+        matches!(self, Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_))
+    }
+
+    /// Columns efmesh adds to the physical table and the environment view after the declared
+    /// ones (the query does not produce them): `scd_type2`'s `valid_from` and `valid_to`
+    /// (`TIMESTAMP`, UTC). Empty for other kinds.
+    pub fn managed_columns(&self) -> Vec<super::schema::Column> {
+        match self {
+            Kind::ScdType2(s) => [&s.valid_from, &s.valid_to]
+                .into_iter()
+                .map(|n| super::schema::Column { name: n.clone(), ty: MANAGED_TYPE.into() })
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -193,9 +263,13 @@ impl Kind {
         }
     }
 
-    /// True for kinds that own a physical relation (`full`, `view`, time-range, `seed`).
+    /// True for kinds that own a physical relation (`full`, `view`, time-range, unique-key,
+    /// SCD type 2, `seed`).
     pub fn is_materialized(&self) -> bool {
-        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::Seed(_))
+        matches!(
+            self,
+            Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::Seed(_)
+        )
     }
 
     /// True for kinds that take no query: externals and seeds.
@@ -235,6 +309,15 @@ impl Kind {
                 payload
             }
             Kind::Seed(seed) => seed.fingerprint_payload(),
+            Kind::IncrementalByUniqueKey(u) => json!({"tag": self.tag(), "key": u.key}),
+            Kind::ScdType2(s) => json!({
+                "tag": self.tag(),
+                "key": s.key,
+                "valid_from": s.valid_from,
+                "valid_to": s.valid_to,
+                "columns": s.columns,
+                "invalidate_hard_deletes": s.invalidate_hard_deletes,
+            }),
             _ => json!({"tag": self.tag()}),
         }
     }

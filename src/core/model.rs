@@ -4,6 +4,7 @@ use super::fragment::Fragment;
 use super::kind::Kind;
 use super::name::ModelName;
 use super::schema::Schema;
+use super::target::Target;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -46,6 +47,10 @@ pub struct Model {
     pub description: Option<String>,
     /// Where `define_model` was called.
     pub location: Location,
+    /// Where the model's data is stored (`table` unless the model says `target = …`).
+    pub target: Target,
+    /// Audits attached to the model (metadata: not fingerprinted).
+    pub audits: Vec<super::audit::Audit>,
 }
 
 impl Model {
@@ -55,5 +60,26 @@ impl Model {
             .iter()
             .flat_map(|b| b.refs().map(|r| r.target.clone()))
             .collect()
+    }
+
+    /// The columns the model's relation exposes to children and environment views: the declared
+    /// ones, then the kind's managed ones (`scd_type2`'s `valid_from`/`valid_to`).
+    pub fn relation_columns(&self) -> Vec<super::schema::Column> {
+        let mut cols = self.schema.0.clone();
+        cols.extend(self.kind.managed_columns());
+        cols
+    }
+
+    /// The data-shaping definition of the kind as fingerprinted and compared by the plan:
+    /// [`Kind::fingerprint_payload`], plus `"target"` when the target is not the default
+    /// `table` (so table models keep the fingerprints they always had).
+    pub fn kind_payload(&self) -> serde_json::Value {
+        let mut v = self.kind.fingerprint_payload();
+        if self.target != Target::Table {
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("target".into(), serde_json::Value::String(self.target.as_str().into()));
+            }
+        }
+        v
     }
 }

@@ -287,6 +287,14 @@ impl Engine for DuckDb {
         appender.flush().map_err(|e| EngineError::new(&what, e.to_string()))
     }
 
+    fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
+        tracing::debug!(statement = label, "execute (secret, not logged)");
+        self.conn.execute_batch(sql).map_err(|e| {
+            let message = e.to_string();
+            EngineError::new(label, message.lines().next().unwrap_or_default().to_string())
+        })
+    }
+
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         let sql = format!(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",

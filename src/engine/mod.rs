@@ -94,6 +94,45 @@ pub trait Engine {
         Ok(())
     }
 
+    /// Runs a statement that carries a secret (e.g. DuckDB's `CREATE SECRET` with S3 keys): it
+    /// is never logged, and a failure names `label` instead of the statement and keeps only the
+    /// first line of the engine's message (callers redact the secret values from it too).
+    ///
+    /// # Errors
+    /// [`EngineError`] whose `sql` is `label`; engines without the capability always fail.
+    fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
+        let _ = sql;
+        Err(EngineError::new(label, format!("the {} engine cannot run {label}", self.dialect())))
+    }
+
+    /// Opens a transaction that the caller ends with [`Engine::commit`] or
+    /// [`Engine::rollback`]; statements and queries in between see its uncommitted writes
+    /// (write-audit-publish: a batch's audits run inside the batch's transaction).
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn begin(&mut self) -> Result<(), EngineError> {
+        self.execute("BEGIN TRANSACTION")
+    }
+
+    /// Commits the transaction opened by [`Engine::begin`].
+    ///
+    /// # Errors
+    /// [`EngineError`]; the transaction is then rolled back.
+    fn commit(&mut self) -> Result<(), EngineError> {
+        self.execute("COMMIT").inspect_err(|_| {
+            let _ = self.execute("ROLLBACK");
+        })
+    }
+
+    /// Rolls back the transaction opened by [`Engine::begin`].
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn rollback(&mut self) -> Result<(), EngineError> {
+        self.execute("ROLLBACK")
+    }
+
     /// True when `schema.name` exists as a table or view.
     ///
     /// # Errors

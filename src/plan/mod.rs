@@ -17,7 +17,7 @@ pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
-use crate::core::name::{ModelName, quote_ident, validate_env};
+use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
 use crate::sql::canon::{Canonical, CanonSource, SqlError, canonicalize, canonicalize_with_fallback};
@@ -375,7 +375,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
-/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null}`.
+/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
+/// [{"name", "args", "blocking", "scope", "sql"}]}` (`audits` only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -392,9 +393,13 @@ pub fn metadata_text(model: &Model) -> String {
         grain: &'a [String],
         description: &'a Option<String>,
         schedule: Option<Schedule>,
+        // Audits are metadata: editing them is a `metadata` change, never a rebuild. Absent
+        // when there are none, so models without audits keep their stored text.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        audits: Vec<serde_json::Value>,
     }
     let meta = Meta {
-        kind: model.kind.fingerprint_payload(),
+        kind: model.kind_payload(),
         schema: model.schema.0.iter().map(|c| (c.name.as_str(), crate::sql::fingerprint::normalize_type(&c.ty))).collect(),
         grain: &model.grain,
         description: &model.description,
@@ -404,13 +409,16 @@ pub fn metadata_text(model: &Model) -> String {
             batch_size: t.batch_size,
             lookback: t.lookback,
         }),
+        audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }
 
-/// Qualified physical relation of a model version, for materialised kinds.
+/// Qualified physical relation of a model version, for materialised kinds: in `_efmesh` for the
+/// `table` and `parquet` targets, in the attached DuckLake catalog for `ducklake`
+/// ([`crate::core::Target::physical_relation`]).
 pub fn physical_relation(model: &Model, fp: &Fingerprint) -> Option<String> {
-    model.kind.is_materialized().then(|| format!("{}.{}", quote_ident(PHYSICAL_SCHEMA), quote_ident(&physical_table(&model.name, fp))))
+    model.kind.is_materialized().then(|| model.target.physical_relation(PHYSICAL_SCHEMA, &physical_table(&model.name, fp)))
 }
 
 /// The environment's schema for a model schema: `<schema>` for prod, `<env>__<schema>` otherwise.
@@ -587,7 +595,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 } else {
                     let new_schema: Vec<(String, String)> =
                         model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
-                    let new_kind = model.kind.fingerprint_payload();
+                    let new_kind = model.kind_payload();
                     let verdict = match &old {
                         Some(o) if !external => {
                             let new_canonical = canonical_of(model)?.map(|c| c.text);
@@ -773,7 +781,14 @@ fn refuse_shared_history(state: &StateStore, env: &str, model: &ModelName, old: 
 
 /// Top-level metadata fields that differ, for `metadata` explanations.
 fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    // A field present on one side only (`audits` is absent when a model has none) compares as
+    // null, so the path names the field rather than the whole object.
+    let aligned = |side: &serde_json::Value| -> serde_json::Value {
+        let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return side.clone() };
+        let keys = n.keys().chain(o.keys().filter(|k| !n.contains_key(*k)));
+        keys.map(|k| (k.clone(), side.get(k).cloned().unwrap_or(serde_json::Value::Null))).collect::<serde_json::Map<_, _>>().into()
+    };
     let mut out = Vec::new();
-    categorize::diff(old, new, "", &mut out);
+    categorize::diff(&aligned(old), &aligned(new), "", &mut out);
     out.into_iter().map(|p| p.trim_start_matches('.').to_string()).collect()
 }

@@ -10,7 +10,10 @@
 use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
-use crate::core::kind::{CsvOptions, DEFAULT_BATCH_SIZE, External, FileFormat, Kind, Seed, TimeRange};
+use crate::core::kind::{
+    CsvOptions, DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, ScdType2, Seed, TimeRange, UniqueKey,
+};
+use crate::core::target::{TARGET_NAMES, Target};
 use crate::core::{Column, LoadError, Location, Model, ModelName, Schema};
 use serde_json::{Map, Value};
 
@@ -66,7 +69,7 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
 pub fn expand_all_cols(models: &mut [Model]) {
     let schemas: std::collections::BTreeMap<ModelName, Vec<String>> = models
         .iter()
-        .map(|m| (m.name.clone(), m.schema.names().map(str::to_string).collect()))
+        .map(|m| (m.name.clone(), m.relation_columns().into_iter().map(|c| c.name).collect()))
         .collect();
     for m in models.iter_mut() {
         if let Some(body) = &mut m.body {
@@ -83,9 +86,9 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description"];
+const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target"];
 
-/// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`;
+/// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
 ///
 /// # Errors
@@ -164,6 +167,30 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
     };
+    let target = match spec.get("target") {
+        None => Target::Table,
+        Some(Value::String(s)) => match Target::parse(s) {
+            Some(t) => t,
+            None => {
+                let mut e = err(format!("unknown target `{s}` (targets: `table`, `parquet`, `ducklake`)"));
+                if let Some(h) = did_you_mean(s, TARGET_NAMES.iter().copied()) {
+                    e = e.with_hint(format!("did you mean `{h}`?"));
+                }
+                errors.push(e);
+                Target::Table
+            }
+        },
+        Some(_) => {
+            errors.push(err("`target` must be a string: `table`, `parquet` or `ducklake`".into()));
+            Target::Table
+        }
+    };
+    if let Some(k) = kind.as_ref().filter(|k| !target.supports(k)) {
+        errors.push(
+            err(format!("target `{target}` does not support kind `{}`", k.tag()))
+                .with_hint("`parquet` and `ducklake` store `full` and `incremental_by_time_range` models; drop `target` to keep a table"),
+        );
+    }
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -175,7 +202,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new() }),
         _ => Err(errors),
     }
 }
@@ -243,6 +270,22 @@ fn opt_u32(k: &Map<String, Value>, key: &str, tag: &str) -> Result<Option<u32>, 
             .map(Some)
             .ok_or_else(|| format!("`{key}` of kind `{tag}` must be a non-negative integer")),
     }
+}
+
+/// The `key` option of a keyed kind: one column name, or a non-empty list of them.
+fn key_columns(k: &Map<String, Value>, tag: &str) -> Result<Vec<String>, String> {
+    let key = match k.get("key") {
+        None => return Err(format!("kind `{tag}` needs `key` (one column or a list of columns)")),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(v) => string_list(v).ok_or_else(|| format!("`key` of kind `{tag}` must be a column name or a list of column names"))?,
+    };
+    if key.is_empty() || key.iter().any(String::is_empty) {
+        return Err(format!("`key` of kind `{tag}` is empty; name at least one column"));
+    }
+    if let Some(dup) = key.iter().enumerate().find(|(i, c)| key[..*i].contains(c)).map(|(_, c)| c) {
+        return Err(format!("`key` of kind `{tag}` names column `{dup}` twice"));
+    }
+    Ok(key)
 }
 
 /// Parses a kind table `{ kind = "<tag>", … }`.
@@ -326,9 +369,44 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                 (None, None) => Err("kind `external` needs `table` or `path`".into()),
             }
         }
+        "incremental_by_unique_key" => {
+            check_keys(tag, k, &["key"])?;
+            Ok(Kind::IncrementalByUniqueKey(UniqueKey { key: key_columns(k, tag)? }))
+        }
+        "scd_type2" => {
+            check_keys(tag, k, &["key", "valid_from", "valid_to", "columns", "invalidate_hard_deletes"])?;
+            let key = key_columns(k, tag)?;
+            let valid_from = opt_str(k, "valid_from", tag)?.unwrap_or(DEFAULT_VALID_FROM).to_string();
+            let valid_to = opt_str(k, "valid_to", tag)?.unwrap_or(DEFAULT_VALID_TO).to_string();
+            for (opt, v) in [("valid_from", &valid_from), ("valid_to", &valid_to)] {
+                if !crate::core::name::is_identifier(v) {
+                    return Err(format!("`{opt}` of kind `scd_type2` must be a column name, got `{v}`"));
+                }
+            }
+            if valid_from.eq_ignore_ascii_case(&valid_to) {
+                return Err(format!("`valid_from` and `valid_to` of kind `scd_type2` must differ (both are `{valid_from}`)"));
+            }
+            let columns = match k.get("columns") {
+                None => None,
+                Some(v) => {
+                    let cols = string_list(v).ok_or("`columns` of kind `scd_type2` must be a list of column names")?;
+                    if cols.is_empty() {
+                        return Err("`columns` of kind `scd_type2` is empty; omit it to watch every non-key column".into());
+                    }
+                    Some(cols)
+                }
+            };
+            Ok(Kind::ScdType2(ScdType2 {
+                key,
+                valid_from,
+                valid_to,
+                columns,
+                invalidate_hard_deletes: opt_bool(k, "invalidate_hard_deletes", tag)?.unwrap_or(true),
+            }))
+        }
         "seed" => parse_seed(k).map(Kind::Seed),
         other => {
-            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external", "seed"];
+            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed"];
             let hint = did_you_mean(other, tags).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             Err(format!("unknown kind `{other}`{hint}"))
         }

@@ -8,6 +8,8 @@
 //! clock. `require` resolves only files inside the project. A memory limit and a wall-clock
 //! budget per file (checked every 10 000 VM instructions) turn runaway scripts into load errors.
 
+mod audits;
+
 use super::builder::{Site, Sites, build_model};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
@@ -90,6 +92,10 @@ struct State {
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
     deadline: Option<Instant>,
+    /// Unit tests defined by test files (`define_test`).
+    tests: Vec<super::test_spec::TestSpec>,
+    /// `define_audit` definitions (built-ins first).
+    audits: super::audits::Registry<Function>,
 }
 
 enum ModuleState {
@@ -257,8 +263,12 @@ impl LuaHost {
         }
         let prelude: Table = lua.load(PRELUDE).set_name("=efmesh/prelude.lua").eval()?;
         proto.set("kind", prelude.get::<Value>("kind")?)?;
-        let host = Self { lua, state, proto };
+        let mut host = Self { lua, state, proto };
         host.install_api()?;
+        audits::install(&host.lua, &host.proto, &host.state)?;
+        host.ensure_loader()?;
+        let env = make_environment(&host.lua, &host.proto, &host.state)?;
+        host.lua.load(audits::BUILTINS).set_name("=efmesh/audits.lua").set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).exec()?;
         Ok(host)
     }
 
@@ -306,8 +316,9 @@ impl LuaHost {
                 },
                 other => return Err(rt(format!("`query` must be a string or a function returning one, got {}", other.type_name()))),
             };
-            // Convert everything but the query to a neutral spec.
+            // Convert everything but the query (and the audits) to a neutral spec.
             let mut spec = serde_json::Map::new();
+            let mut attached = Vec::new();
             for pair in t.pairs::<Value, Value>() {
                 let (k, v) = pair?;
                 let Value::String(k) = k else {
@@ -315,6 +326,13 @@ impl LuaHost {
                 };
                 let key = k.to_str()?.to_string();
                 if key == "query" {
+                    continue;
+                }
+                if key == "audits" {
+                    match audits::collect(&v) {
+                        Ok(a) => attached = a,
+                        Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                    }
                     continue;
                 }
                 let kind_fn = matches!(v, Value::Function(_)) && key == "kind";
@@ -331,7 +349,8 @@ impl LuaHost {
             let mut s = st.borrow_mut();
             let built = build_model(&spec, query.as_deref(), &s.sites, location);
             match built {
-                Ok(m) => {
+                Ok(mut m) => {
+                    m.audits = attached;
                     let handle = Handle(m.name.clone());
                     s.models.push(m);
                     drop(s);
@@ -361,7 +380,59 @@ impl LuaHost {
         self.proto.set("cols", cols_fn)?;
         self.proto.set("define_model", define_fn)?;
         self.proto.set("print", print_fn)?;
+        let refuse_test = lua.create_function(|_, _: Value| -> mlua::Result<()> {
+            Err(rt("`define_test` belongs in test files (`project.tests`, default `tests/**/*.{lua,rhai}`), not in model files"))
+        })?;
+        self.proto.set("define_test", refuse_test)?;
         Ok(())
+    }
+
+    /// Switches the host to test files: files evaluated from now on get `define_test` (recording
+    /// a [`TestSpec`](super::test_spec::TestSpec)) and a `define_model` that refuses. Model files
+    /// already evaluated keep their handles, so test files can `require` them.
+    ///
+    /// # Errors
+    /// When the Lua functions cannot be created.
+    pub fn begin_tests(&mut self) -> mlua::Result<()> {
+        let lua = &self.lua;
+        let st = self.state.clone();
+        let define_test = lua.create_function(move |lua, spec: Value| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let Value::Table(_) = spec else {
+                return Err(rt(format!("`define_test` expects a table, got {}", spec.type_name())));
+            };
+            let json = lua_to_json(&spec, 0).map_err(|e| {
+                let hint = if e.contains("key type") { " (key `inputs` by model names: `[handle.name] = { … }`)" } else { "" };
+                rt(format!("`define_test`: {e}{hint}"))
+            })?;
+            let map = match json {
+                serde_json::Value::Object(m) => m,
+                _ => return Err(rt("`define_test` expects a table of named fields")),
+            };
+            let mut s = st.borrow_mut();
+            match super::test_spec::build_test(&map, location) {
+                Ok(t) => s.tests.push(t),
+                Err(errs) => s.errors.extend(errs),
+            }
+            Ok(())
+        })?;
+        let refuse_model = lua.create_function(|_, _: Value| -> mlua::Result<()> {
+            Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"))
+        })?;
+        self.proto.set("define_test", define_test)?;
+        self.proto.set("define_model", refuse_model)?;
+        Ok(())
+    }
+
+    /// Ends a load started with [`LuaHost::begin_tests`]: the models and the tests, or every
+    /// error recorded.
+    ///
+    /// # Errors
+    /// All load errors, sorted by location.
+    pub fn finish_with_tests(self) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
+        let tests = std::mem::take(&mut self.state.borrow_mut().tests);
+        self.finish().map(|models| (models, tests))
     }
 
 }

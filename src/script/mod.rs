@@ -4,10 +4,12 @@
 //! restricted interpreter, recording models and every `ref()`/`cols()` call with its file:line.
 //! Phase two ([`crate::core::Dag::build`]) checks the whole set: unknown refs, columns, cycles.
 
+pub mod audits;
 pub mod builder;
 pub mod lua;
 pub mod rhai;
 pub mod sql_file;
+pub mod test_spec;
 
 use crate::config::Config;
 use crate::core::{LoadError, LoadErrors, Model};
@@ -18,8 +20,17 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// A [`LoadError`] for an invalid glob.
 pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
+    discover_matching(config, &config.project.models)
+}
+
+/// Files matched by `globs` (relative to the project root), sorted; the same walk as
+/// [`discover`] (hidden directories skipped, symlinks leaving the project refused).
+///
+/// # Errors
+/// A [`LoadError`] for an invalid glob or a file resolving outside the project.
+pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBuf>, LoadErrors> {
     let mut builder = globset::GlobSetBuilder::new();
-    for g in &config.project.models {
+    for g in globs {
         let glob = globset::GlobBuilder::new(g).literal_separator(true).build().map_err(|e| {
             LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))])
         })?;

@@ -33,6 +33,7 @@
 //! `at file:line:col` lines). `define_model` records builder errors and keeps evaluating, like
 //! the Lua host, so one load reports many problems.
 
+mod audits;
 mod convert;
 mod errors;
 mod resolver;
@@ -119,6 +120,14 @@ struct State {
     modules: HashMap<PathBuf, ModuleState>,
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
+    /// True while test files are evaluated: `define_test` works, `define_model` refuses.
+    testing: bool,
+    /// Unit tests defined by test files.
+    tests: Vec<super::test_spec::TestSpec>,
+    /// `define_audit` definitions (built-ins first).
+    audits: super::audits::Registry<audits::Body>,
+    /// The functions of every evaluated file (audit bodies run with those of their file).
+    asts: HashMap<PathBuf, Rc<::rhai::AST>>,
 }
 
 enum ModuleState {
@@ -191,13 +200,23 @@ impl MemoryGuard {
 /// Every load error (script errors with their Rhai call stack, invalid specs, import problems,
 /// exhausted limits), each with file:line, sorted by location.
 pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
+    load_with_tests(root, files, &[]).map(|(models, _)| models)
+}
+
+/// Like [`load`], then evaluates the test files `tests` (which may `import` model files) with
+/// `define_test` available and `define_model` refused; returns the models and the tests.
+///
+/// # Errors
+/// As [`load`], for model and test files alike.
+pub fn load_with_tests(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
     let root = root.to_path_buf();
     let files = files.to_vec();
+    let tests = tests.to_vec();
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     let spawned = std::thread::Builder::new()
         .name("efmesh-rhai".into())
         .stack_size(STACK_SIZE)
-        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &files)));
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &files, &tests)));
     let fatal = |msg: String| Err(LoadErrors(vec![LoadError::new(None, None, msg)]));
     match spawned {
         Err(e) => fatal(format!("cannot start the Rhai host: {e}")),
@@ -216,7 +235,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-fn load_on_this_thread(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
+fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
     let refs = Refs {
         state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
         deadline: Rc::new(Cell::new(None)),
@@ -226,7 +245,13 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, Loa
         Ok(e) => e,
         Err(msg) => return Err(LoadErrors(vec![LoadError::new(None, None, format!("cannot start the Rhai host: {msg}"))])),
     };
-    for file in files {
+    if let Err(e) = audits::load_builtins(&engine, &refs.state) {
+        return Err(LoadErrors(vec![e]));
+    }
+    for (i, file) in files.iter().chain(tests).enumerate() {
+        if i == files.len() {
+            refs.state.borrow_mut().testing = true;
+        }
         let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // Errors are recorded by `evaluate`; the returned module matters to importers only.
@@ -249,7 +274,7 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, Loa
         errors.dedup();
         return Err(LoadErrors(errors));
     }
-    Ok(std::mem::take(&mut s.models))
+    Ok((std::mem::take(&mut s.models), std::mem::take(&mut s.tests)))
 }
 
 /// A runtime error raised by a host function; Rhai fills in the call position.
@@ -308,6 +333,8 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
     engine.set_module_resolver(resolver::ProjectResolver::new(refs.clone()));
 
     register_api(&mut engine, refs);
+    register_define_test(&mut engine, refs);
+    audits::register(&mut engine, &refs.state);
 
     // The kind constructors: a static module compiled from the shipped stdlib source.
     let mut ast = engine.compile(KIND_SOURCE).map_err(|e| format!("{KIND_SOURCE_NAME}: {e}"))?;
@@ -417,17 +444,29 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             Some(q) => Some(query_text(&ctx, q)?),
         };
         let mut spec = serde_json::Map::new();
+        let mut attached = Vec::new();
         for (key, value) in &map {
             // `query` arrives separately; `()` means absent, like Lua's nil.
             if key == "query" || value.is_unit() {
                 continue;
             }
+            if key == "audits" {
+                match audits::collect(value) {
+                    Ok(a) => attached = a,
+                    Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                }
+                continue;
+            }
             let json = convert::to_json(value).map_err(|e| rt(format!("`{key}`: {e}")))?;
             spec.insert(key.to_string(), json);
         }
+        if st.borrow().testing {
+            return Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"));
+        }
         let mut s = st.borrow_mut();
         match build_model(&spec, query.as_deref(), &s.sites, location) {
-            Ok(model) => {
+            Ok(mut model) => {
+                model.audits = attached;
                 let handle = Handle(model.name.clone());
                 s.models.push(model);
                 Ok(Dynamic::from(handle))
@@ -439,6 +478,32 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
                 Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))))
             }
         }
+    });
+}
+
+/// `define_test(#{ … })`: records a unit test; only test files may call it.
+fn register_define_test(engine: &mut Engine, refs: &Refs) {
+    let st = refs.state.clone();
+    engine.register_raw_fn("define_test", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        if !st.borrow().testing {
+            return Err(rt("`define_test` belongs in test files (`project.tests`, default `tests/**/*.{lua,rhai}`), not in model files"));
+        }
+        let location = call_site(&ctx);
+        let spec = std::mem::take(args[0]);
+        let type_name = spec.type_name();
+        if spec.read_lock::<Map>().is_none() {
+            return Err(rt(format!("`define_test` expects a map `#{{ name: …, model: …, … }}`, got `{type_name}`")));
+        }
+        let map = match convert::to_json(&spec).map_err(|e| rt(format!("`define_test`: {e}")))? {
+            serde_json::Value::Object(m) => m,
+            _ => return Err(rt("`define_test` expects a map")),
+        };
+        let mut s = st.borrow_mut();
+        match super::test_spec::build_test(&map, location) {
+            Ok(t) => s.tests.push(t),
+            Err(errs) => s.errors.extend(errs),
+        }
+        Ok(())
     });
 }
 
@@ -485,7 +550,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
         refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
         refs.memory.arm(true);
     }
-    let result = run_file(engine, &root, rel);
+    let result = run_file(engine, refs, &root, rel);
     if outermost {
         refs.deadline.set(None);
         refs.memory.arm(false);
@@ -506,7 +571,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
 }
 
 /// Reads, compiles and runs one file in a fresh scope; builds its module.
-fn run_file(engine: &Engine, root: &Path, rel: &Path) -> Result<SharedModule, Box<LoadError>> {
+fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<SharedModule, Box<LoadError>> {
     let at_file = |msg: String| Box::new(LoadError::new(Some(Location { file: rel.to_path_buf(), line: 0 }), None, msg));
     let path = root.join(rel);
     let size = fs_err::metadata(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?.len();
@@ -517,6 +582,7 @@ fn run_file(engine: &Engine, root: &Path, rel: &Path) -> Result<SharedModule, Bo
     let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();
     ast.set_source(source.as_str());
+    refs.state.borrow_mut().asts.insert(rel.to_path_buf(), Rc::new(ast.clone_functions_only()));
     let mut scope = Scope::new();
     match engine.run_ast_with_scope(&mut scope, &ast) {
         Ok(()) => {}

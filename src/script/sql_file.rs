@@ -7,6 +7,7 @@
 //! -- grain:  day, dept
 //! -- refs:   med.stays
 //! -- description: Patients per department and day
+//! -- target: parquet    (optional: table | parquet | ducklake)
 //! SELECT date_trunc('day', entered_at)::date AS day, dept, count(DISTINCT case_id) AS patients
 //! FROM @ref(med.stays)
 //! GROUP BY ALL
@@ -14,7 +15,8 @@
 //!
 //! - `kind` takes options in parentheses: `incremental_by_time_range(time_column = moved_at,
 //!   start = 2026-01-01, grain = day, batch_size = 7, lookback = 2)`, `external(path =
-//!   data/x.csv, null_markers = [NA])`. Values are bare words, `'quoted strings'`, numbers,
+//!   data/x.csv, null_markers = [NA])`, `incremental_by_unique_key(key = [a, b])`,
+//!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false)`. Values are bare words, `'quoted strings'`, numbers,
 //!   `true`/`false` or `[lists]`.
 //! - A line of the header that has no `key:` continues the previous key (long schemas).
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
@@ -31,7 +33,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -115,7 +117,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
     let mut spec = Map::new();
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
-            "name" | "description" => Ok(Value::String(value.clone())),
+            "name" | "description" | "target" => Ok(Value::String(value.clone())),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
             "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),

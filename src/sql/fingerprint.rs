@@ -8,7 +8,7 @@
 //! ```text
 //! {"v": FINGERPRINT_VERSION,
 //!  "name": "<schema>.<table>",
-//!  "kind": Kind::fingerprint_payload(),          // no start/end/batch_size/lookback
+//!  "kind": Model::kind_payload(),                // no start/end/batch_size/lookback; "target" unless table
 //!  "columns": [[name, normalised type], …],     // declaration order
 //!  "grain": [column, …],                         // declaration order
 //!  "body": "<blake3 hex of the canonical body>" | null,
@@ -153,6 +153,8 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     grain: vec!["id".into()],
 ///     description: None,
 ///     location: Location { file: "models/moves.lua".into(), line: 1 },
+///     target: Default::default(),
+///     audits: vec![],
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -201,7 +203,7 @@ pub fn fingerprint_with_digest(
     let p = Payload {
         v: FINGERPRINT_VERSION,
         name: model.name.to_string(),
-        kind: model.kind.fingerprint_payload(),
+        kind: model.kind_payload(),
         columns: model.schema.0.iter().map(|c| (c.name.as_str(), normalize_type(&c.ty))).collect(),
         grain: &model.grain,
         body: body_digest,
@@ -247,7 +249,7 @@ pub fn payload(
     json!({
         "v": FINGERPRINT_VERSION,
         "name": model.name.to_string(),
-        "kind": model.kind.fingerprint_payload(),
+        "kind": model.kind_payload(),
         "columns": columns,
         "grain": model.grain,
         "body": body_digest,
@@ -312,6 +314,8 @@ mod tests {
                 file: "m.lua".into(),
                 line: 1,
             },
+            target: Default::default(),
+            audits: vec![],
         }
     }
 

@@ -1136,17 +1136,17 @@ mod tests {
     fn another_version_refuses_to_open() {
         let (_dir, path) = temp_store();
         StateStore::open(&path).unwrap();
-        for (found, hint) in [(2, "newer"), (0, "predates")] {
+        for (found, hint) in [(STATE_VERSION + 1, "newer"), (STATE_VERSION - 1, "predates"), (0, "predates")] {
             Connection::open(&path)
                 .unwrap()
                 .execute("UPDATE meta SET version = ?1", [found])
                 .unwrap();
             let err = StateStore::open(&path).unwrap_err();
             assert!(err.is_version_mismatch(), "{err:?}");
-            assert!(matches!(err, StateError::Version { found: f, wanted: 1, .. } if f == found));
+            assert!(matches!(err, StateError::Version { found: f, wanted: STATE_VERSION, .. } if f == found));
             let msg = err.to_string();
             assert!(
-                msg.contains(&format!("version {found}")) && msg.contains("needs version 1"),
+                msg.contains(&format!("version {found}")) && msg.contains(&format!("needs version {STATE_VERSION}")),
                 "{msg}"
             );
             assert!(msg.contains(&path.display().to_string()), "{msg}");

@@ -11,7 +11,7 @@
 
 ---A kind value built by one of the `kind` constructors.
 ---@class efmesh.Kind
----@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"seed"
+---@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"|"seed"
 
 ---@class efmesh.TimeRangeOptions
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
@@ -36,6 +36,16 @@
 ---@field format? "csv"|"json" Inferred from the extension (`.csv`, `.tsv`, `.json`, `.jsonl`, `.ndjson`) when absent.
 ---@field null_markers? string[] Unquoted CSV values read as NULL besides the empty field (e.g. `{ "NA" }`); a quoted `"NA"` stays text.
 ---@field delimiter? string CSV field delimiter, one ASCII character (default `,`, a tab for `.tsv`).
+
+---@class efmesh.UniqueKeyOptions
+---@field key string|string[] Declared column(s) identifying a row; NULL or duplicate keys are refused.
+
+---@class efmesh.ScdType2Options
+---@field key string|string[] Declared column(s) identifying an entity; NULL or duplicate keys are refused.
+---@field valid_from? string Managed column: when a version became current (default `valid_from`; do not declare it).
+---@field valid_to? string Managed column: when a version stopped being current, NULL while it is (default `valid_to`).
+---@field columns? string[] Watched columns whose change opens a new version (default: every non-key column).
+---@field invalidate_hard_deletes? boolean Close the open version of a key the source no longer returns (default true).
 
 ---@class efmesh.KindConstructors
 kind = {}
@@ -62,6 +72,17 @@ function kind.incremental_by_time_range(opts) end
 ---@return efmesh.Kind
 function kind.external(opts) end
 
+---A table upserted by `key` when built and on every `efmesh run`; rows absent from the query stay.
+---@param opts efmesh.UniqueKeyOptions
+---@return efmesh.Kind
+function kind.incremental_by_unique_key(opts) end
+
+---A history table reconciled by `key` when built and on every `efmesh run`: a changed watched column
+---closes the open version and opens a new one; efmesh adds `valid_from`/`valid_to` (TIMESTAMP, UTC).
+---@param opts efmesh.ScdType2Options
+---@return efmesh.Kind
+function kind.scd_type2(opts) end
+
 ---A CSV or JSON file loaded into a table; editing the file makes a new version. No query.
 ---@param opts efmesh.SeedOptions
 ---@return efmesh.Kind
@@ -74,6 +95,8 @@ function kind.seed(opts) end
 ---@field query? string|fun(): string The SQL (not for externals and seeds). `@start`/`@end` in time-range models.
 ---@field grain? string[] Columns identifying a row.
 ---@field description? string Free text.
+---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.
+---@field audits? efmesh.AuditUse[] Audits checked when data is written (`audit.not_null("id")`, …); not fingerprinted.
 
 ---Defines a model and returns its handle.
 ---@param spec efmesh.ModelSpec
@@ -90,3 +113,67 @@ function ref(parent) end
 ---@param ... string
 ---@return string
 function cols(parent, ...) end
+
+---A row of a unit test: column = value. A column left out (or `nil`) is NULL; values are typed
+---by the declared schema of the model owning the column (`"2024-01-01"` in a `date` column).
+---@alias efmesh.Row table<string, boolean|number|string|table>
+
+---The interval of a time-range model's test: the values of `@start` / `@end`, `[start, end)`.
+---@class efmesh.TestVars
+---@field start string UTC: `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` or RFC 3339.
+---@field end string Exclusive, same forms (write `["end"] = …`).
+
+---A unit test (test files only, `project.tests`; see docs/testing.md).
+---@class efmesh.TestSpec
+---@field name string Unique test name; `efmesh test NAME` runs it.
+---@field model efmesh.Parent The model under test.
+---@field inputs? table<string, efmesh.Row[]> Parent name → fixture rows; every parent the model reads needs one (embedded parents may be left out: inlined).
+---@field expect efmesh.Row[] The rows the model must return.
+---@field vars? efmesh.TestVars Required for time-range models.
+---@field ordered? boolean Compare rows in order (default: as a multiset).
+---@field columns? string[] Compare only these output columns (default: every declared column).
+---@field description? string Free text.
+
+---Defines a unit test: fixture rows in, expected rows out (in test files only).
+---@param spec efmesh.TestSpec
+function define_test(spec) end
+
+---An audit attached to a model, as `audit.<name>(…)` returns it.
+---@class efmesh.AuditUse
+
+---Arguments of an audit use: positional values (in the definition's parameter order), named
+---parameters, and the options every use takes.
+---@class efmesh.AuditArgs
+---@field blocking? boolean `false` makes it a warn audit: logged and reported, never blocking (default `true`).
+---@field scope? "interval"|"whole" The batch just written, or the whole relation (default: the definition's, usually `interval`).
+---@field [string] any A parameter of the audit.
+
+---The audits, by name: `audit.not_null("id")`, `audit.unique("a", "b")`,
+---`audit.accepted_range { column = "x", min = 0, blocking = false }`; also `audit("name", …)`.
+---Unknown names and bad arguments are load errors.
+---@class efmesh.Audits
+---@field not_null fun(...: string|efmesh.AuditArgs): efmesh.AuditUse Rows where any of the columns is NULL.
+---@field unique fun(...: string|efmesh.AuditArgs): efmesh.AuditUse One row per duplicated key (the columns), with `duplicates`.
+---@field accepted_values fun(args: efmesh.AuditArgs|string, values?: any[]): efmesh.AuditUse Non-NULL values not in `values`.
+---@field accepted_range fun(args: efmesh.AuditArgs): efmesh.AuditUse Non-NULL values outside `[min, max]` (`inclusive = false`: open bounds).
+---@field expression fun(condition: string|efmesh.AuditArgs): efmesh.AuditUse Rows for which the SQL condition is false.
+---@field row_count fun(args: efmesh.AuditArgs): efmesh.AuditUse One row when the count is below `min` or above `max`.
+---@field contiguous fun(column: string|efmesh.AuditArgs): efmesh.AuditUse Gaps in distinct integer values (scope `whole`).
+---@field no_gaps fun(column: string|efmesh.AuditArgs): efmesh.AuditUse Gaps between day (or hour, `grain = "hour"`) buckets (scope `whole`).
+---@field [string] fun(...: any): efmesh.AuditUse A project audit defined with `define_audit`.
+---@overload fun(name: string, ...: any): efmesh.AuditUse
+audit = {}
+
+---@class efmesh.AuditSpec
+---@field name string The name uses attach it by (`audit.<name>`), an identifier; unique across the project and the built-ins.
+---@field params? string[] Required parameters, in positional order; the last may be `"name..."` (takes the remaining arguments, always a list).
+---@field optional? string[] Optional parameters (after the required ones); `nil` in the body when absent.
+---@field blocking? boolean Default of its uses (`true`).
+---@field scope? "interval"|"whole" Default of its uses (`"interval"`).
+---@field description? string Free text.
+---@field query fun(self: string, args: table<string, any>): string Returns the SQL selecting the VIOLATING rows of `self` (the relation under audit).
+
+---Defines an audit. Define it in `audits/` (evaluated before the models) or in a file the
+---models `require`.
+---@param spec efmesh.AuditSpec
+function define_audit(spec) end

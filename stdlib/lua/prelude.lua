@@ -38,6 +38,14 @@ function kind.incremental_by_time_range(opts) return tagged("incremental_by_time
 --- hive_partitioning = bool, delimiter = ";", header = bool }.
 function kind.external(opts) return tagged("external", opts) end
 
+--- Upserted by key on every build and every `efmesh run`: { key = "id" | { "a", "b" } }.
+function kind.incremental_by_unique_key(opts) return tagged("incremental_by_unique_key", opts) end
+
+--- History by key (slowly changing dimension, type 2): { key = "id" | { "a", "b" },
+--- valid_from = "valid_from", valid_to = "valid_to", columns = { watched… } | nil,
+--- invalidate_hard_deletes = true }.
+function kind.scd_type2(opts) return tagged("scd_type2", opts) end
+
 --- A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted:
 --- { path = "seeds/x.csv", format = "csv"|"json", null_markers = {"NA"}, delimiter = ";" }.
 function kind.seed(opts) return tagged("seed", opts) end

@@ -687,6 +687,13 @@ return define_model {
         expect: &[("u.other", "metadata")],
         ..CASE
     },
+    audit_only_edit: Case {
+        // Audits are metadata (issue #6): attaching them never rebuilds.
+        edits: &[edit(O, After::Sub(&[("  kind = kind.full(),\n", "  kind = kind.full(),\n  audits = { audit.not_null(\"x\"), audit.unique { \"x\", blocking = false } },\n")]))],
+        expect: &[("u.other", "metadata")],
+        diverged: &[("u.other", "audits")],
+        ..CASE
+    },
     batch_size_only: Case {
         edits: &[edit(D, After::Sub(&[("batch_size = 50", "batch_size = 7")]))],
         expect: &[("s.daily", "metadata")],

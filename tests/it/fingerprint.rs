@@ -65,6 +65,8 @@ fn orders_model() -> Model {
         grain: vec!["id".into()],
         description: Some("Orders, one row per order".into()),
         location: loc(),
+        target: Default::default(),
+        audits: vec![],
     }
 }
 
@@ -514,6 +516,8 @@ fn fingerprints_are_frozen() {
         grain: vec![],
         description: None,
         location: loc(),
+        target: Default::default(),
+        audits: vec![],
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

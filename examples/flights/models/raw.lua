@@ -34,6 +34,8 @@ M.weather = define_model {
     { "precip", "double" }, { "pressure", "double" }, { "visib", "double" },
     { "time_hour", "timestamptz" },
   },
+  -- Sources can carry audits too: checked when an environment starts serving this version.
+  audits = { audit.not_null("origin", "time_hour") },
 }
 
 M.planes = define_model {

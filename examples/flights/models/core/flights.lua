@@ -25,6 +25,15 @@ M.flights = define_model {
     { "sched_dep_at", "timestamptz" },
     { "time_hour", "timestamptz" },
   },
+  -- Checked while each batch is written (a blocking violation rolls the batch back), except
+  -- the `whole`-scoped no_gaps, which sees the whole table. Early departures are real: the
+  -- warn audit reports them (183,575 flights left before their scheduled time) and never blocks.
+  audits = {
+    audit.not_null("carrier", "flight", "origin", "dest", "time_hour"),
+    audit.accepted_values { column = "origin", values = { "EWR", "JFK", "LGA" } },
+    audit.no_gaps { column = "time_hour", grain = "day" },
+    audit.accepted_range { column = "dep_delay", min = 0, blocking = false },
+  },
   query = function()
     return ([[
 SELECT make_date(year, month, day)                     AS flight_date,

@@ -23,6 +23,11 @@ return define_model {
     { "seats", "integer" }, { "engines", "integer" },
     { "has_weather", "boolean" }, { "has_plane", "boolean" },
   },
+  audits = {
+    audit.unique("carrier", "flight", "time_hour"),
+    -- Unknown tail numbers (50,094 flights whose tailnum is not in raw.planes): a warning.
+    audit.expression { "has_plane OR tailnum IS NULL", blocking = false },
+  },
   query = ([[
 SELECT f.flight_date, f.carrier, f.flight, f.tailnum, f.origin, f.dest,
        f.time_hour, f.sched_dep_at, f.dep_delay, f.arr_delay, f.cancelled, f.distance,

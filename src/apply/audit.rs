@@ -1,0 +1,271 @@
+//! Running audits: write-audit-publish during `apply`, and `efmesh audit <env>`.
+//!
+//! An audit's SQL selects the violating rows of the relation under audit; this module counts
+//! them, keeps a few as samples (each row as a JSON object) and decides:
+//!
+//! - **inside a transaction** ([`transaction`]): the statements that write a batch (or create a
+//!   table) run first, then the audits over the uncommitted rows; a blocking violation rolls
+//!   the whole transaction back, so the failing rows never reach a table anyone reads;
+//! - **read-only** ([`run`]): before a view swap, and for `efmesh audit`.
+//!
+//! `warn` audits never block: their violations are logged on stderr and reported.
+
+use crate::core::audit::{Audit, AuditScope};
+use crate::core::interval::{self, Interval};
+use crate::core::name::quote_ident;
+use crate::core::ModelName;
+use crate::engine::{Engine, EngineError};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Violating rows a result keeps as samples.
+pub const SAMPLE_ROWS: usize = 3;
+
+/// The outcome of one audit on one model (over one relation, or summed over several batches).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditResult {
+    /// The audited model.
+    pub model: ModelName,
+    /// The audit and its arguments, e.g. `not_null(tailnum)`.
+    pub audit: String,
+    /// The definition's name, e.g. `not_null`.
+    pub name: String,
+    /// The bound arguments.
+    pub args: Map<String, Value>,
+    /// `interval` or `whole`.
+    pub scope: AuditScope,
+    /// Whether a violation blocks.
+    pub blocking: bool,
+    /// How many times it ran (batches of a time-range model).
+    pub runs: usize,
+    /// Violating rows, over every run.
+    pub violations: u64,
+    /// Up to [`SAMPLE_ROWS`] violating rows, each a JSON object (column → value), first run first.
+    pub sample: Vec<Value>,
+    /// The batches `[start, end)` (UTC) in which violations were found.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<Interval>,
+}
+
+impl AuditResult {
+    /// True for a blocking audit that found violating rows.
+    pub fn failed(&self) -> bool {
+        self.blocking && self.violations > 0
+    }
+
+    /// One line naming the audit, the model, where and how many rows, then the samples.
+    pub fn describe(&self) -> String {
+        let rows = if self.violations == 1 { "row" } else { "rows" };
+        let at = match self.intervals.as_slice() {
+            [one] => format!(" in {one}"),
+            [] => String::new(),
+            many => format!(" in {} batches", many.len()),
+        };
+        let mut s = format!("audit `{}` on model `{}`{at}: {} violating {rows}", self.audit, self.model, self.violations);
+        for row in &self.sample {
+            s.push_str(&format!("\n    {row}"));
+        }
+        let more = self.violations.saturating_sub(self.sample.len() as u64);
+        if more > 0 && !self.sample.is_empty() {
+            s.push_str(&format!("\n    … and {more} more"));
+        }
+        s
+    }
+
+    /// Folds another run of the same audit into this one.
+    fn absorb(&mut self, other: AuditResult) {
+        self.runs += other.runs;
+        self.violations += other.violations;
+        let room = SAMPLE_ROWS.saturating_sub(self.sample.len());
+        self.sample.extend(other.sample.into_iter().take(room));
+        self.intervals.extend(other.intervals);
+    }
+}
+
+/// Results of every audit run during one apply, one entry per (model, audit, scope).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct AuditReport(pub Vec<AuditResult>);
+
+impl AuditReport {
+    /// Adds runs, summing those of an audit already reported.
+    pub fn add(&mut self, results: Vec<AuditResult>) {
+        for r in results {
+            match self.0.iter_mut().find(|x| x.model == r.model && x.audit == r.audit && x.scope == r.scope) {
+                Some(x) => x.absorb(r),
+                None => self.0.push(r),
+            }
+        }
+    }
+}
+
+/// Why audited work stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// A statement the audits guard failed (nothing committed).
+    #[error(transparent)]
+    Statement(EngineError),
+    /// An audit's query failed to run (nothing committed).
+    #[error("audit `{audit}` on model `{model}` could not run: {error}")]
+    Query {
+        /// The model.
+        model: ModelName,
+        /// The audit's label.
+        audit: String,
+        /// The engine error.
+        error: EngineError,
+    },
+    /// Blocking audits found violating rows (nothing committed, nothing promoted).
+    #[error("{}", render_failures(.0))]
+    Failed(Vec<AuditResult>),
+}
+
+/// The message of blocking failures: each audit, model, count and sample rows.
+pub fn render_failures(failures: &[AuditResult]) -> String {
+    let n = failures.len();
+    let mut s = format!("{n} blocking audit{} failed, nothing was promoted:", if n == 1 { "" } else { "s" });
+    for f in failures {
+        s.push_str(&format!("\n  {}", f.describe()));
+    }
+    s
+}
+
+/// The relation an `interval` audit sees for a batch of a time-range model: its physical
+/// table restricted to `[start, end)` on the time column (literals from
+/// [`interval::to_sql_literal`], like the batch's `DELETE` and `INSERT`).
+pub fn batch_relation(physical: &str, time_column: &str, batch: Interval) -> String {
+    let tc = quote_ident(time_column);
+    format!(
+        "(SELECT * FROM {physical} WHERE {tc} >= {} AND {tc} < {})",
+        interval::to_sql_literal(batch.start),
+        interval::to_sql_literal(batch.end)
+    )
+}
+
+/// Runs one audit over `relation`: the number of violating rows and the first few of them.
+///
+/// # Errors
+/// [`AuditError::Query`] when the audit's SQL does not run.
+pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relation: &str, batch: Option<Interval>) -> Result<AuditResult, AuditError> {
+    let sql = audit.sql.render(relation);
+    let err = |error| AuditError::Query { model: model.clone(), audit: audit.label(), error };
+    let count = engine.query(&format!("SELECT count(*) FROM (\n{sql}\n) AS _efmesh_audit")).map_err(err)?;
+    let violations: u64 = count.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let sample = if violations > 0 {
+        engine
+            .query(&format!("SELECT CAST(to_json(_efmesh_audit) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_audit LIMIT {SAMPLE_ROWS}"))
+            .map_err(err)?
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .map(|j| serde_json::from_str(&j).unwrap_or(Value::String(j)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let result = AuditResult {
+        model: model.clone(),
+        audit: audit.label(),
+        name: audit.name.clone(),
+        args: audit.args.clone(),
+        scope: audit.scope,
+        blocking: audit.blocking,
+        runs: 1,
+        violations,
+        sample,
+        // A `whole` audit run with a batch saw the whole table, not the batch.
+        intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
+    };
+    Ok(result)
+}
+
+/// Logs every `warn` audit that found violating rows (stderr, level warn).
+pub fn log_warnings(results: &[AuditResult]) {
+    for r in results.iter().filter(|r| !r.blocking && r.violations > 0) {
+        tracing::warn!("{}", r.describe());
+    }
+}
+
+/// Runs `checks` (each an audit and the relation it sees) read-only and returns every result;
+/// blocking failures are results too (the caller decides).
+///
+/// # Errors
+/// [`AuditError::Query`] for the first audit whose SQL does not run.
+pub fn run(engine: &mut dyn Engine, model: &ModelName, checks: &[(&Audit, String)], batch: Option<Interval>) -> Result<Vec<AuditResult>, AuditError> {
+    checks.iter().map(|(a, rel)| run_one(engine, model, a, rel, batch)).collect()
+}
+
+/// Runs `statements` and then `checks` in ONE engine transaction, and commits only when no
+/// blocking audit found a violating row (write-audit-publish). Without checks this is
+/// [`Engine::transaction`].
+///
+/// # Errors
+/// [`AuditError`]; in every case the transaction was rolled back.
+pub fn transaction(
+    engine: &mut dyn Engine,
+    statements: &[String],
+    model: &ModelName,
+    checks: &[(&Audit, String)],
+    batch: Option<Interval>,
+) -> Result<Vec<AuditResult>, AuditError> {
+    if checks.is_empty() {
+        engine.transaction(statements).map_err(AuditError::Statement)?;
+        return Ok(Vec::new());
+    }
+    engine.begin().map_err(AuditError::Statement)?;
+    for s in statements {
+        if let Err(e) = engine.execute(s) {
+            let _ = engine.rollback();
+            return Err(AuditError::Statement(e));
+        }
+    }
+    let results = match run(engine, model, checks, batch) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = engine.rollback();
+            return Err(e);
+        }
+    };
+    log_warnings(&results);
+    let failures: Vec<AuditResult> = results.iter().filter(|r| r.failed()).cloned().collect();
+    if !failures.is_empty() {
+        let _ = engine.rollback();
+        return Err(AuditError::Failed(failures));
+    }
+    engine.commit().map_err(AuditError::Statement)?;
+    Ok(results)
+}
+
+/// The audits of `model` that run in a pass of `scope`, each with the relation it sees.
+pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, relation: &str) -> Vec<(&'a Audit, String)> {
+    model.audits.iter().filter(|a| scope.is_none_or(|s| a.scope == s)).map(|a| (a, relation.to_string())).collect()
+}
+
+/// Runs every audit of the project's models that `env` serves (`served`: the environment's
+/// pointer names), over what the environment serves now: its views, externals' sources and
+/// embedded models rendered against its views. Models are visited in topological order and
+/// audits in declaration order; every audit runs over the whole relation, whatever its scope.
+/// `only`, when not empty, restricts the models.
+///
+/// # Errors
+/// [`AuditError::Query`] for an audit whose SQL does not run against the environment.
+pub fn audit_environment(
+    project: &crate::project::Project,
+    env: &str,
+    served: &std::collections::BTreeSet<String>,
+    only: &std::collections::BTreeSet<ModelName>,
+    engine: &mut dyn Engine,
+) -> Result<Vec<AuditResult>, AuditError> {
+    use crate::core::Resolver;
+    let physicals = std::collections::BTreeMap::new();
+    let exec = super::resolve::ExecResolver::new(project, &physicals, super::resolve::Mode::Env(env));
+    let mut out = Vec::new();
+    for model in project.dag.models() {
+        if model.audits.is_empty() || !served.contains(&model.name.to_string()) || (!only.is_empty() && !only.contains(&model.name)) {
+            continue;
+        }
+        let relation = exec.relation(&model.name);
+        out.extend(run(engine, &model.name, &checks(model, None, &relation), None)?);
+    }
+    Ok(out)
+}

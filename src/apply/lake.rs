@@ -1,0 +1,442 @@
+//! The parquet lake target (`target = "parquet"`): model versions stored as parquet files in a
+//! local directory or under `s3://bucket/prefix` (`[lake] path`), read through a view.
+//!
+//! Layout, per version (the directory of the version that owns the physical relation; versions
+//! that inherit storage, by indirect reuse or forward-only, write into it too):
+//!
+//! ```text
+//! <lake>/<schema>__<table>/<fingerprint>/
+//!     data.parquet                 full models: the whole version
+//!     2026-01-01.parquet           time-range models, grain day: one file per interval
+//!     2026-01-01T05.parquet        time-range models, grain hour
+//!     manifest.json                files, intervals, schema, model, fingerprint
+//! ```
+//!
+//! The version's physical relation `"_efmesh"."<schema>__<table>__<fp>"` is a view:
+//!
+//! ```sql
+//! SELECT * FROM (<declared columns as typed NULLs> LIMIT 0)
+//! UNION ALL BY NAME
+//! SELECT * FROM read_parquet([<every file>], union_by_name = true, hive_partitioning = false)
+//! ```
+//!
+//! The typed empty relation anchors the declared columns (in declared order) even before any
+//! file exists or when older files lack a column a forward-only version added; the file list is
+//! explicit (no glob at query time), and hive detection is off, so path segments never become
+//! columns.
+//!
+//! Writes never expose a partial file, and an interval is marked done only after its file is
+//! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an
+//! atomic replace on POSIX filesystems); on S3 the final key is written directly (an object
+//! appears only when its upload completes). For each time-range batch: the query runs once into
+//! a temporary table, one file is written per grain interval (an interval without rows still gets
+//! its file, so every done interval has exactly one), then the view and the manifest are
+//! refreshed, and only then are the intervals marked done. A crash at any point leaves at most
+//! complete files of intervals that are not done; the next apply rewrites them.
+
+use super::resolve::{ExecResolver, typed_empty};
+use super::{ApplyError, ApplyReport};
+use crate::core::interval::{self, Grain, Interval, Millis};
+use crate::core::name::{quote_ident, quote_literal};
+use crate::core::{Kind, Model, Target};
+use crate::engine::Engine;
+use crate::plan::Action;
+use crate::project::Project;
+use crate::state::{IntervalStatus, SnapshotRecord, StateStore};
+use serde::Serialize;
+use std::path::Path;
+
+/// Version of the `manifest.json` layout.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// File name of a version's manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// File name of a full model's data.
+pub const FULL_FILE: &str = "data.parquet";
+
+/// Name of the DuckDB secret created for an `s3://` lake (temporary: never persisted).
+pub const S3_SECRET: &str = "_efmesh_lake";
+
+/// The directory (local path or `s3://` URL) holding one version's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionDir {
+    /// `<lake>/<schema>__<table>/<fingerprint>`, without a trailing `/`.
+    pub url: String,
+    /// True for `s3://` lakes.
+    pub s3: bool,
+    /// The fingerprint of the version owning the directory.
+    pub fingerprint: String,
+}
+
+impl VersionDir {
+    /// The directory of the physical relation `physical` (`"_efmesh"."<s>__<t>__<fp>"`) under
+    /// the lake root `root` (as [`crate::config::Config::lake_root`] gives it).
+    pub fn of(root: &str, physical: &str) -> Option<Self> {
+        let table = physical.rsplit("\".\"").next()?.trim_matches('"');
+        let (model, fp) = table.rsplit_once("__")?;
+        Some(Self { url: format!("{root}/{model}/{fp}"), s3: root.starts_with("s3://"), fingerprint: fp.to_string() })
+    }
+
+    /// The full path or URL of `name` in this directory.
+    pub fn file(&self, name: &str) -> String {
+        format!("{}/{name}", self.url)
+    }
+}
+
+/// The file name of the grain interval starting at `start`: `YYYY-MM-DD.parquet` (day) or
+/// `YYYY-MM-DDTHH.parquet` (hour), UTC; no `:` so it is safe on every filesystem.
+pub fn interval_file(start: Millis, grain: Grain) -> String {
+    let iso = interval::to_iso(start);
+    let len = match grain {
+        Grain::Day => 10,
+        Grain::Hour => 13,
+    };
+    format!("{}.parquet", &iso[..len])
+}
+
+/// The interval a file written by [`interval_file`] holds, if `name` is one.
+pub fn file_interval(name: &str, grain: Grain) -> Option<Interval> {
+    let stem = name.strip_suffix(".parquet")?;
+    let text = match (grain, stem.len()) {
+        (Grain::Day, 10) => stem.to_string(),
+        (Grain::Hour, 13) => format!("{stem}:00:00Z"),
+        _ => return None,
+    };
+    let start = interval::parse_instant(&text).ok()?;
+    (interval_file(start, grain) == name).then(|| Interval::new(start, start + grain.millis()))
+}
+
+/// One file of a version, as the manifest lists it.
+#[derive(Debug, Clone, Serialize)]
+struct ManifestInterval {
+    start: String,
+    end: String,
+    file: String,
+}
+
+/// One declared column, as the manifest lists it.
+#[derive(Debug, Clone, Serialize)]
+struct ManifestColumn {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+}
+
+/// `manifest.json`: what outside readers need to use a version without efmesh.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest {
+    manifest_version: u32,
+    model: String,
+    fingerprint: String,
+    kind: String,
+    format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time_column: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grain: Option<&'static str>,
+    schema: Vec<ManifestColumn>,
+    files: Vec<String>,
+    intervals: Vec<ManifestInterval>,
+    generated_at: String,
+}
+
+/// Makes the engine ready for an `s3://` lake when the project has parquet models: loads
+/// `httpfs` and creates a temporary S3 secret from the environment variables named in
+/// `[lake]`. The secret's values are never logged nor stored.
+///
+/// # Errors
+/// [`ApplyError::Target`] naming a missing environment variable, a missing extension (with a
+/// hint to provision it), or the engine's refusal (values redacted).
+pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    if !project.dag.models().any(|m| m.target == Target::Parquet) {
+        return Ok(());
+    }
+    let Some(lake) = project.config.lake.as_ref() else {
+        return Err(target_error(None, None, "models with `target = \"parquet\"` need a `[lake]` section in efmesh.toml".into()));
+    };
+    if !lake.is_s3() {
+        return Ok(());
+    }
+    engine
+        .load_extension("httpfs")
+        .map_err(|e| target_error(None, None, format!("the S3 lake `{}` needs the `httpfs` extension: {}", lake.path, e.message)))?;
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let key_id = var(&lake.s3_access_key_id_env).ok_or_else(|| {
+        target_error(None, None, format!("the S3 lake `{}` needs an access key id in the environment variable `{}`, which is not set", lake.path, lake.s3_access_key_id_env))
+    })?;
+    let secret = var(&lake.s3_secret_access_key_env).ok_or_else(|| {
+        target_error(None, None, format!("the S3 lake `{}` needs a secret access key in the environment variable `{}`, which is not set", lake.path, lake.s3_secret_access_key_env))
+    })?;
+    let token = var(&lake.s3_session_token_env);
+    let bucket = lake.path.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    let mut options = vec![
+        "TYPE s3".to_string(),
+        format!("KEY_ID {}", quote_literal(&key_id)),
+        format!("SECRET {}", quote_literal(&secret)),
+        format!("REGION {}", quote_literal(lake.s3_region.as_deref().unwrap_or("us-east-1"))),
+    ];
+    if let Some(t) = &token {
+        options.push(format!("SESSION_TOKEN {}", quote_literal(t)));
+    }
+    if let Some(e) = &lake.s3_endpoint {
+        options.push(format!("ENDPOINT {}", quote_literal(e)));
+    }
+    if let Some(s) = &lake.s3_url_style {
+        options.push(format!("URL_STYLE {}", quote_literal(s)));
+    }
+    if let Some(ssl) = lake.s3_use_ssl {
+        options.push(format!("USE_SSL {ssl}"));
+    }
+    options.push(format!("SCOPE {}", quote_literal(&format!("s3://{bucket}"))));
+    let sql = format!("CREATE OR REPLACE TEMPORARY SECRET {} ({})", quote_ident(S3_SECRET), options.join(", "));
+    engine.execute_secret("CREATE SECRET for the S3 lake", &sql).map_err(|e| {
+        let mut message = e.message;
+        for v in [Some(&key_id), Some(&secret), token.as_ref()].into_iter().flatten() {
+            message = message.replace(v.as_str(), "<redacted>");
+        }
+        target_error(None, None, format!("cannot create the S3 secret for the lake `{}`: {message}", lake.path))
+    })?;
+    Ok(())
+}
+
+/// Builds one action of a parquet model: writes its files, refreshes its view and manifest,
+/// records the snapshot and marks intervals done, in that order.
+///
+/// # Errors
+/// [`ApplyError::Build`] for engine failures, [`ApplyError::Target`] for filesystem failures;
+/// the failing batch's intervals are marked failed, never done.
+pub fn build(
+    project: &Project,
+    model: &Model,
+    action: &Action,
+    exec: &ExecResolver<'_>,
+    snapshot: &SnapshotRecord,
+    state: &StateStore,
+    engine: &mut dyn Engine,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    let physical = action.physical.clone().unwrap_or_default();
+    let dir = version_dir(project, model, &physical)?;
+    let body = model.body.as_ref().expect("materialised models have a body");
+    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    let cols = cols.join(", ");
+    make_dir(model, &dir, None)?;
+    match &model.kind {
+        Kind::IncrementalByTimeRange(t) => {
+            // The view exists (typed, possibly empty) before the snapshot that announces it.
+            refresh(project, model, &physical, engine)?;
+            state.put_snapshot(snapshot)?;
+            let tc = quote_ident(&t.time_column);
+            let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
+            let n = batches.len();
+            for (i, batch) in batches.into_iter().enumerate() {
+                tracing::info!(model = %model.name, interval = %batch, "lake batch {} of {n}", i + 1);
+                let pieces = batch.split(t.grain);
+                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, engine);
+                if let Err(err) = written {
+                    let _ = engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch");
+                    let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
+                    return Err(err);
+                }
+                state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
+                report.intervals += pieces.len();
+            }
+        }
+        _ => {
+            let sql = body.render(&exec.with_bounds(None));
+            let query = format!("SELECT {cols} FROM (\n{sql}\n) AS _efmesh_q");
+            write_file(model, &dir, FULL_FILE, &query, None, engine)?;
+            refresh(project, model, &physical, engine)?;
+            state.put_snapshot(snapshot)?;
+        }
+    }
+    Ok(())
+}
+
+/// One time-range batch: the query once into a temporary table, one file per grain interval,
+/// then the view and manifest. The caller marks the intervals done afterwards.
+#[allow(clippy::too_many_arguments)]
+fn write_batch(
+    project: &Project,
+    model: &Model,
+    physical: &str,
+    dir: &VersionDir,
+    exec: &ExecResolver<'_>,
+    body: &crate::core::Fragment,
+    cols: &str,
+    tc: &str,
+    batch: Interval,
+    pieces: &[Interval],
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
+    let grain = model.kind.time_range().map(|t| t.grain).unwrap_or(Grain::Day);
+    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+    let sql = body.render(&exec.with_bounds(Some(batch)));
+    let fill = format!(
+        "CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"
+    );
+    engine.execute(&fill).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: Some(batch), source })?;
+    for piece in pieces {
+        let (ps, pe) = (interval::to_sql_literal(piece.start), interval::to_sql_literal(piece.end));
+        let query = format!("SELECT * FROM temp._efmesh_lake_batch WHERE {tc} >= {ps} AND {tc} < {pe}");
+        write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
+    }
+    engine
+        .execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch")
+        .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: Some(batch), source })?;
+    refresh(project, model, physical, engine)
+}
+
+/// Writes `query`'s rows to `name` in `dir` so that the final name only ever holds a complete
+/// file: locally through `<name>.tmp` and a rename, on S3 directly (uploads are atomic).
+fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval: Option<Interval>, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    let target = dir.file(name);
+    let written = if dir.s3 { target.clone() } else { format!("{target}.tmp") };
+    let copy = format!("COPY (\n{query}\n) TO {} (FORMAT parquet)", quote_literal(&written));
+    engine.execute(&copy).map_err(|source| ApplyError::Build { model: model.name.clone(), interval, source })?;
+    if !dir.s3 {
+        std::fs::rename(&written, &target)
+            .map_err(|e| target_error(Some(model), interval, format!("cannot rename `{written}` to `{target}`: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Re-creates the version's view over every file present and rewrites its manifest. Used after
+/// every write, and when a forward-only version changes the declared columns.
+///
+/// # Errors
+/// [`ApplyError`] when the directory cannot be listed or the view or manifest cannot be written.
+pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    let dir = version_dir(project, model, physical)?;
+    let files = list_files(model, &dir, engine)?;
+    let anchor = format!("SELECT * FROM {}", typed_empty(model));
+    let select = if files.is_empty() {
+        anchor
+    } else {
+        let list: Vec<String> = files.iter().map(|f| quote_literal(&dir.file(f))).collect();
+        format!(
+            "{anchor}\nUNION ALL BY NAME\nSELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false)",
+            list.join(", ")
+        )
+    };
+    engine
+        .execute(&format!("CREATE OR REPLACE VIEW {physical} AS\n{select}"))
+        .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+    write_manifest(model, &dir, &files, engine)
+}
+
+/// The parquet files of a version directory, sorted by name (temporary files excluded).
+fn list_files(model: &Model, dir: &VersionDir, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
+    let mut names: Vec<String> = if dir.s3 {
+        let sql = format!("SELECT file FROM glob({})", quote_literal(&dir.file("*.parquet")));
+        let rows = engine.query(&sql).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+        rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).filter_map(|f| f.rsplit('/').next().map(str::to_string)).collect()
+    } else {
+        match std::fs::read_dir(&dir.url) {
+            Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(target_error(Some(model), None, format!("cannot list `{}`: {e}", dir.url))),
+        }
+    };
+    names.retain(|n| n.ends_with(".parquet"));
+    names.sort();
+    Ok(names)
+}
+
+fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    let t = model.kind.time_range();
+    let intervals = t
+        .map(|t| {
+            files
+                .iter()
+                .filter_map(|f| file_interval(f, t.grain).map(|i| (i, f)))
+                .map(|(i, f)| ManifestInterval { start: interval::to_iso(i.start), end: interval::to_iso(i.end), file: f.clone() })
+                .collect()
+        })
+        .unwrap_or_default();
+    let manifest = Manifest {
+        manifest_version: MANIFEST_VERSION,
+        model: model.name.to_string(),
+        fingerprint: dir.fingerprint.clone(),
+        kind: model.kind.tag().to_string(),
+        format: "parquet",
+        time_column: t.map(|t| t.time_column.clone()),
+        grain: t.map(|t| t.grain.as_str()),
+        schema: model.schema.0.iter().map(|c| ManifestColumn { name: c.name.clone(), ty: c.ty.clone() }).collect(),
+        files: files.to_vec(),
+        intervals,
+        generated_at: interval::to_iso(interval::now_millis()),
+    };
+    let text = serde_json::to_string(&manifest).unwrap_or_default();
+    let target = dir.file(MANIFEST);
+    if dir.s3 {
+        // No rename on S3: DuckDB writes the JSON document as the one row of a JSON COPY.
+        let build_err = |source| ApplyError::Build { model: model.name.clone(), interval: None, source };
+        let structure = engine.query(&format!("SELECT json_structure({}::JSON)", quote_literal(&text))).map_err(build_err)?;
+        let structure = structure.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default();
+        let copy = format!(
+            "COPY (SELECT unnest(json_transform({}, {}))) TO {} (FORMAT json)",
+            quote_literal(&text),
+            quote_literal(&structure),
+            quote_literal(&target)
+        );
+        engine.execute(&copy).map_err(build_err)?;
+    } else {
+        let tmp = format!("{target}.tmp");
+        std::fs::write(&tmp, format!("{text}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &target))
+            .map_err(|e| target_error(Some(model), None, format!("cannot write `{target}`: {e}")))?;
+    }
+    Ok(())
+}
+
+fn version_dir(project: &Project, model: &Model, physical: &str) -> Result<VersionDir, ApplyError> {
+    let root = project
+        .config
+        .lake_root()
+        .ok_or_else(|| target_error(Some(model), None, "target `parquet` needs a `[lake]` section in efmesh.toml".into()))?;
+    VersionDir::of(&root, physical).ok_or_else(|| target_error(Some(model), None, format!("`{physical}` is not a physical relation name")))
+}
+
+fn make_dir(model: &Model, dir: &VersionDir, interval: Option<Interval>) -> Result<(), ApplyError> {
+    if dir.s3 {
+        return Ok(());
+    }
+    std::fs::create_dir_all(Path::new(&dir.url)).map_err(|e| target_error(Some(model), interval, format!("cannot create `{}`: {e}", dir.url)))
+}
+
+fn target_error(model: Option<&Model>, interval: Option<Interval>, message: String) -> ApplyError {
+    ApplyError::Target { model: model.map(|m| m.name.clone()), interval, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_directories_come_from_the_physical_name() {
+        let fp = "a".repeat(64);
+        let dir = VersionDir::of("/lake", &format!("\"_efmesh\".\"med__moves__{fp}\"")).unwrap();
+        assert_eq!(dir.url, format!("/lake/med__moves/{fp}"));
+        assert!(!dir.s3);
+        assert_eq!(dir.fingerprint, fp);
+        let s3 = VersionDir::of("s3://b/p", &format!("\"_efmesh\".\"s__t__{fp}\"")).unwrap();
+        assert_eq!(s3.file("x.parquet"), format!("s3://b/p/s__t/{fp}/x.parquet"));
+        assert!(s3.s3);
+    }
+
+    #[test]
+    fn interval_files_round_trip_without_colons() {
+        let t = interval::parse_instant("2026-03-04T05:00:00Z").unwrap();
+        assert_eq!(interval_file(t, Grain::Hour), "2026-03-04T05.parquet");
+        assert_eq!(file_interval("2026-03-04T05.parquet", Grain::Hour), Some(Interval::new(t, t + 3_600_000)));
+        let d = interval::parse_instant("2026-03-04").unwrap();
+        assert_eq!(interval_file(d, Grain::Day), "2026-03-04.parquet");
+        assert_eq!(file_interval("2026-03-04.parquet", Grain::Day), Some(Interval::new(d, d + 86_400_000)));
+        assert_eq!(file_interval("data.parquet", Grain::Day), None);
+        assert_eq!(file_interval("2026-03-04.parquet.tmp", Grain::Day), None);
+        assert_eq!(file_interval("2026-02-30.parquet", Grain::Day), None);
+    }
+}

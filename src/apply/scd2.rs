@@ -1,0 +1,137 @@
+//! `scd_type2`: keep the history of every key's watched columns.
+//!
+//! The physical table holds the declared columns, then the two managed columns `valid_from` and
+//! `valid_to` (`TIMESTAMP`, UTC; names configurable). A row with `valid_to IS NULL` is the key's
+//! *open* (current) version. Every build of a new version and every `efmesh run` of the
+//! environment's current version reconciles the table with the query, at ONE instant `now` (the
+//! plan's clock, the same for every row and every model of that apply or run):
+//!
+//! 1. the query is evaluated once into the staging table (see [`super::upsert`]); a NULL key or a
+//!    key that appears twice rejects the refresh with [`ApplyError::Rejected`] naming the model
+//!    and the key — nothing is written;
+//! 2. ONE engine transaction:
+//!    - creates the table if missing (staged shape + the managed columns, no rows);
+//!    - closes (`valid_to = now`) every open version whose key the query returns with a watched
+//!      column that differs (`IS DISTINCT FROM`, so NULL = NULL), and — with
+//!      `invalidate_hard_deletes` (the default) — every open version whose key the query no
+//!      longer returns;
+//!    - opens (`valid_from = now`, `valid_to = NULL`) a version for every staged row whose key
+//!      has no open version left: new keys, changed keys, keys that come back after a delete.
+//!
+//! Unchanged keys are left alone, so their `valid_from` never moves. A key is matched by its key
+//! columns (never by the whole tuple); columns that are neither key nor watched are stored as
+//! they were when the version opened (a change in them alone opens no version). Reconciling twice
+//! with the same source changes nothing, so a crash before the snapshot is recorded is harmless.
+
+use super::ApplyError;
+use super::upsert::{STAGE, build_error, check_keys, column_list, drop_stage, stage};
+use crate::core::interval::{self, Millis};
+use crate::core::kind::ScdType2;
+use crate::core::name::quote_ident;
+use crate::core::Model;
+use crate::engine::Engine;
+
+/// What one reconciliation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScdStats {
+    /// Open versions closed (changed or hard-deleted keys).
+    pub closed: usize,
+    /// Versions opened (new, changed or returning keys).
+    pub opened: usize,
+}
+
+/// Reconciles `physical` with `query` (the model's body rendered against the plan's physical
+/// relations) at `now` (UTC ms), as described in the module docs.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
+/// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
+pub fn reconcile(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, query: &str, now: Millis) -> Result<ScdStats, ApplyError> {
+    stage(engine, model, query)?;
+    let result = (|| {
+        check_keys(engine, model, &scd.key)?;
+        let statements = statements(model, scd, physical, now);
+        // Counted inside the same state the transaction sees: before it, what will close and open.
+        let (closed, opened) = counts(engine, model, scd, physical)?;
+        engine.transaction(&statements).map_err(|e| build_error(model, e))?;
+        Ok(ScdStats { closed, opened })
+    })();
+    drop_stage(engine);
+    result
+}
+
+/// The condition, over `_t` (the table) and `_s` (the staged query), matching a key.
+fn key_match(scd: &ScdType2) -> String {
+    scd.key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ")
+}
+
+/// The condition under which an open version `_t` must close.
+fn closes(model: &Model, scd: &ScdType2) -> String {
+    let matches = key_match(scd);
+    let watched = scd.watched(&model.schema);
+    let mut reasons = Vec::new();
+    if !watched.is_empty() {
+        let differs = watched.iter().map(|c| format!("_s.{c} IS DISTINCT FROM _t.{c}", c = quote_ident(c))).collect::<Vec<_>>().join(" OR ");
+        reasons.push(format!("EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches} AND ({differs}))"));
+    }
+    if scd.invalidate_hard_deletes {
+        reasons.push(format!("NOT EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches})"));
+    }
+    if reasons.is_empty() {
+        return "FALSE".into();
+    }
+    reasons.join(" OR ")
+}
+
+fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Vec<String> {
+    let cols = column_list(model);
+    let staged_cols = model.schema.names().map(|c| format!("_s.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
+    let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
+    let now = interval::to_sql_literal(now);
+    let matches = key_match(scd);
+    vec![
+        format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {STAGE} LIMIT 0"),
+        format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd)),
+        format!(
+            "INSERT INTO {physical} ({cols}, {vf}, {vt}) SELECT {staged_cols}, {now}, NULL FROM {STAGE} AS _s \
+             WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL)"
+        ),
+    ]
+}
+
+/// How many open versions will close and how many versions will open (for the log and report).
+fn counts(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str) -> Result<(usize, usize), ApplyError> {
+    let (schema, table) = split_physical(physical);
+    if !engine.relation_exists(&schema, &table).map_err(|e| build_error(model, e))? {
+        let n = engine.query(&format!("SELECT count(*) FROM {STAGE}")).map_err(|e| build_error(model, e))?;
+        return Ok((0, number(&n)));
+    }
+    let vt = quote_ident(&scd.valid_to);
+    let matches = key_match(scd);
+    let closed = engine
+        .query(&format!("SELECT count(*) FROM {physical} AS _t WHERE _t.{vt} IS NULL AND ({})", closes(model, scd)))
+        .map_err(|e| build_error(model, e))?;
+    // Keys with no open version after closing: staged keys without an open version, plus
+    // staged keys whose open version closes for a change.
+    let opened = engine
+        .query(&format!(
+            "SELECT count(*) FROM {STAGE} AS _s WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL AND NOT ({}))",
+            closes(model, scd)
+        ))
+        .map_err(|e| build_error(model, e))?;
+    Ok((number(&closed), number(&opened)))
+}
+
+/// `(schema, table)` of a qualified physical relation `"<schema>"."<table>"` (physical names are
+/// identifiers, never containing `.` or `"`).
+fn split_physical(physical: &str) -> (String, String) {
+    let unquote = |s: &str| s.trim_matches('"').to_string();
+    match physical.split_once('.') {
+        Some((s, t)) => (unquote(s), unquote(t)),
+        None => (crate::plan::PHYSICAL_SCHEMA.to_string(), unquote(physical)),
+    }
+}
+
+fn number(rows: &[Vec<Option<String>>]) -> usize {
+    rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0)
+}

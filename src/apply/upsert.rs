@@ -1,0 +1,128 @@
+//! `incremental_by_unique_key`: upsert the query's rows by key.
+//!
+//! Every build of a new version and every `efmesh run` of the environment's current version runs
+//! the same steps:
+//!
+//! 1. the query is evaluated once into a connection-local staging table (`temp.main._efmesh_stage`)
+//!    holding the declared columns in declared order;
+//! 2. the staged rows are checked: a NULL in any key column, or a key that appears more than
+//!    once, rejects the refresh with [`ApplyError::Rejected`] naming the model (and the row count
+//!    or a key) — nothing is written, the table keeps its rows;
+//! 3. ONE engine transaction creates the physical table if it is missing (the staged shape, no
+//!    rows), `DELETE`s the rows whose key the query returned and `INSERT`s the staged rows by
+//!    column name. Rows whose key the query no longer returns stay (a pure upsert: it never
+//!    deletes by absence).
+//!
+//! Re-running after a crash is idempotent: the same source gives the same table.
+
+use super::ApplyError;
+use crate::core::name::quote_ident;
+use crate::core::Model;
+use crate::engine::Engine;
+
+/// The connection-local staging table holding one evaluation of a keyed model's query.
+pub(crate) const STAGE: &str = "temp.main.\"_efmesh_stage\"";
+
+/// What one upsert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpsertStats {
+    /// Rows the query returned (each inserted or replacing the row of the same key).
+    pub upserted: usize,
+}
+
+/// Upserts `query` (the model's body rendered against the plan's physical relations) into
+/// `physical` by `key`, in one engine transaction after the checks described in the module docs.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
+/// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
+pub fn upsert(engine: &mut dyn Engine, model: &Model, key: &[String], physical: &str, query: &str) -> Result<UpsertStats, ApplyError> {
+    let staged = stage(engine, model, query)?;
+    let result = (|| {
+        check_keys(engine, model, key)?;
+        let cols = column_list(model);
+        let matches = key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ");
+        let statements = [
+            format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {STAGE} LIMIT 0"),
+            format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches})"),
+            format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {STAGE}"),
+        ];
+        engine.transaction(&statements).map_err(|e| build_error(model, e))?;
+        Ok(UpsertStats { upserted: staged })
+    })();
+    drop_stage(engine);
+    result
+}
+
+/// The declared columns, quoted, comma-separated.
+pub(crate) fn column_list(model: &Model) -> String {
+    model.schema.names().map(quote_ident).collect::<Vec<_>>().join(", ")
+}
+
+pub(crate) fn build_error(model: &Model, source: crate::engine::EngineError) -> ApplyError {
+    ApplyError::Build { model: model.name.clone(), interval: None, source }
+}
+
+/// Evaluates `query` once into [`STAGE`] (declared columns in declared order); returns the row
+/// count.
+pub(crate) fn stage(engine: &mut dyn Engine, model: &Model, query: &str) -> Result<usize, ApplyError> {
+    let cols = column_list(model);
+    engine
+        .execute(&format!("CREATE OR REPLACE TEMP TABLE \"_efmesh_stage\" AS SELECT {cols} FROM (\n{query}\n) AS _efmesh_q"))
+        .map_err(|e| build_error(model, e))?;
+    let rows = engine.query(&format!("SELECT count(*) FROM {STAGE}")).map_err(|e| build_error(model, e))?;
+    Ok(first_number(&rows))
+}
+
+/// Drops [`STAGE`]; a failure only leaves a temporary table that dies with the connection.
+pub(crate) fn drop_stage(engine: &mut dyn Engine) {
+    if let Err(e) = engine.execute(&format!("DROP TABLE IF EXISTS {STAGE}")) {
+        tracing::warn!("cannot drop the staging table: {e}");
+    }
+}
+
+/// Rejects staged rows with a NULL key column or a key that appears more than once.
+pub(crate) fn check_keys(engine: &mut dyn Engine, model: &Model, key: &[String]) -> Result<(), ApplyError> {
+    let reject = |message: String| ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message };
+    let any_null = key.iter().map(|k| format!("{} IS NULL", quote_ident(k))).collect::<Vec<_>>().join(" OR ");
+    let rows = engine.query(&format!("SELECT count(*) FROM {STAGE} WHERE {any_null}")).map_err(|e| build_error(model, e))?;
+    let nulls = first_number(&rows);
+    if nulls > 0 {
+        return Err(reject(format!(
+            "{nulls} row{} of the query {} a NULL key ({}); nothing was written",
+            if nulls == 1 { "" } else { "s" },
+            if nulls == 1 { "has" } else { "have" },
+            key_names(key)
+        )));
+    }
+    let key_cols = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
+    let shown = key.iter().map(|k| format!("CAST({} AS VARCHAR)", quote_ident(k))).collect::<Vec<_>>().join(", ");
+    let dup = engine
+        .query(&format!(
+            "SELECT {shown}, n, count(*) OVER () FROM (SELECT {key_cols}, count(*) AS n FROM {STAGE} GROUP BY {key_cols} HAVING count(*) > 1) \
+             ORDER BY n DESC, {} LIMIT 1",
+            (1..=key.len()).map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+        ))
+        .map_err(|e| build_error(model, e))?;
+    if let Some(row) = dup.first() {
+        let value = key
+            .iter()
+            .zip(row)
+            .map(|(k, v)| format!("{k} = {}", v.as_deref().map(|v| format!("'{v}'")).unwrap_or_else(|| "NULL".into())))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let n = row.get(key.len()).cloned().flatten().unwrap_or_default();
+        let keys = row.get(key.len() + 1).cloned().flatten().and_then(|s| s.parse::<usize>().ok()).unwrap_or(1);
+        let others = if keys > 1 { format!(" ({} duplicated keys in all)", keys) } else { String::new() };
+        return Err(reject(format!("duplicate key in the query's output: ({value}) appears {n} times{others}; nothing was written")));
+    }
+    Ok(())
+}
+
+fn key_names(key: &[String]) -> String {
+    key.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+}
+
+fn first_number(rows: &[Vec<Option<String>>]) -> usize {
+    rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0)
+}

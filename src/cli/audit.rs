@@ -1,0 +1,94 @@
+//! `efmesh audit <env>`: runs the project's audits against what an environment serves now.
+
+use super::printer::Printer;
+use super::{Exit, load, open_state};
+use crate::apply::audit::{AuditResult, audit_environment};
+use crate::core::ModelName;
+use crate::engine::duckdb::DuckDb;
+use anyhow::{Result, anyhow};
+use serde_json::json;
+use std::collections::BTreeSet;
+
+/// Runs the command: exit 1 when a blocking audit found violating rows.
+///
+/// # Errors
+/// Load errors, an unknown environment or model, an audit whose SQL fails.
+pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    crate::core::name::validate_env(env)?;
+    let mut only = BTreeSet::new();
+    for m in models.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let name = ModelName::parse(m).map_err(|e| anyhow!("--model: {e}"))?;
+        if project.dag.get(&name).is_none() {
+            let hint = project.dag.suggest(m).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
+            return Err(anyhow!("--model: unknown model `{m}`{hint}"));
+        }
+        only.insert(name);
+    }
+    let state = open_state(&project, false)?;
+    let served: BTreeSet<String> = state.env_pointers(env)?.into_keys().collect();
+    if served.is_empty() {
+        return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
+    }
+    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+    let results = audit_environment(&project, env, &served, &only, &mut engine)?;
+    let skipped: Vec<String> = project
+        .dag
+        .models()
+        .filter(|m| !m.audits.is_empty() && !served.contains(&m.name.to_string()) && (only.is_empty() || only.contains(&m.name)))
+        .map(|m| m.name.to_string())
+        .collect();
+    let blocking: u64 = results.iter().filter(|r| r.blocking).map(|r| r.violations).sum();
+    let warn: u64 = results.iter().filter(|r| !r.blocking).map(|r| r.violations).sum();
+    if json {
+        out.json(json!({
+            "env": env,
+            "results": results,
+            "blockingViolations": blocking,
+            "warnViolations": warn,
+            "notServed": skipped,
+        }))?;
+    } else {
+        out.text(&report_text(env, &results, &skipped))?;
+    }
+    if blocking > 0 {
+        eprintln!("error: environment `{env}`: {blocking} blocking audit violation{}", if blocking == 1 { "" } else { "s" });
+        return Ok(Exit::Error);
+    }
+    Ok(Exit::Success)
+}
+
+fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String {
+    if results.is_empty() {
+        return format!("no audits in environment `{env}`: nothing to check\n");
+    }
+    let width = results.iter().map(|r| r.model.to_string().len()).max().unwrap_or(0);
+    let mut s = format!("audits of environment `{env}`\n");
+    for r in results {
+        let (mark, tail) = match (r.violations, r.blocking) {
+            (0, _) => ('✓', String::new()),
+            (n, true) => ('✗', format!("  {n} violating row{}", if n == 1 { "" } else { "s" })),
+            (n, false) => ('⚠', format!("  {n} violating row{} (warn)", if n == 1 { "" } else { "s" })),
+        };
+        s.push_str(&format!("  {mark} {:width$}  {}{tail}\n", r.model.to_string(), r.audit));
+        for row in &r.sample {
+            s.push_str(&format!("      {row}\n"));
+        }
+        let more = r.violations.saturating_sub(r.sample.len() as u64);
+        if more > 0 && !r.sample.is_empty() {
+            s.push_str(&format!("      … and {more} more\n"));
+        }
+    }
+    for m in skipped {
+        s.push_str(&format!("  · {m:width$}  not served by `{env}`\n"));
+    }
+    let failed = results.iter().filter(|r| r.failed()).count();
+    let warned = results.iter().filter(|r| !r.blocking && r.violations > 0).count();
+    s.push_str(&format!(
+        "{} audit{} run: {} passed, {failed} failed, {warned} warned\n",
+        results.len(),
+        if results.len() == 1 { "" } else { "s" },
+        results.len() - failed - warned
+    ));
+    s
+}

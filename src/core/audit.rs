@@ -1,0 +1,429 @@
+//! Audits: queries returning the rows of a model that violate a rule (zero rows = pass).
+//!
+//! An audit is *defined* once (`define_audit { name, params, optional, blocking, scope, query }`
+//! in Lua or Rhai, built-ins included) and *used* by models with arguments
+//! (`audits = { audit.not_null("id") }`). The script host calls the definition's body at load
+//! time with the arguments and a placeholder, [`THIS`], standing for the relation under audit;
+//! the SQL it returns is kept as an [`AuditSql`] template. When the audit runs, the placeholder
+//! becomes the relation: the freshly written batch (`interval` scope), the whole physical table
+//! (`whole`), or an environment's view (`efmesh audit`).
+//!
+//! This module is language-neutral and does no I/O: the signature of a definition
+//! ([`AuditDef`]), argument binding with its messages ([`AuditDef::bind`]), the template, and
+//! the resolved use a model carries ([`Audit`]). Audits are metadata: they never enter the
+//! fingerprint, so adding or editing one never rebuilds anything.
+
+use super::error::did_you_mean;
+use super::model::Location;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// What a body receives as the relation under audit; the host substitutes it when the audit
+/// runs. Control characters keep it from clashing with any SQL a body could write.
+pub const THIS: &str = "\u{1}this\u{2}";
+
+/// Keys of an audit use that are options, not arguments.
+pub const USE_OPTIONS: &[&str] = &["blocking", "scope"];
+
+/// Keys of a `define_audit` spec (the body, `query`, is handled by the host).
+pub const DEF_KEYS: &[&str] = &["name", "params", "optional", "blocking", "scope", "query", "description"];
+
+/// Which rows an audit sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditScope {
+    /// The rows just written: a time-range batch `[start, end)`, or the whole relation for other
+    /// kinds. Runs inside the batch's transaction.
+    Interval,
+    /// The whole relation of the new version, before any view points at it.
+    Whole,
+}
+
+impl AuditScope {
+    /// Parses `interval` or `whole`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "interval" => Some(Self::Interval),
+            "whole" => Some(Self::Whole),
+            _ => None,
+        }
+    }
+
+    /// `interval` or `whole`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Interval => "interval",
+            Self::Whole => "whole",
+        }
+    }
+}
+
+/// The signature of an audit definition (its body stays with the host that defined it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditDef {
+    /// Name used to attach it (`audit.<name>`), an identifier.
+    pub name: String,
+    /// Required parameters, in positional order.
+    pub params: Vec<String>,
+    /// Optional parameters, after the required ones in positional order; absent ones reach
+    /// the body as `nil` (Lua) or `()` (Rhai).
+    pub optional: Vec<String>,
+    /// A last required parameter written `"name..."`: it takes every remaining positional
+    /// argument, and always reaches the body as a list.
+    pub rest: Option<String>,
+    /// Default of `blocking` for uses that do not say.
+    pub blocking: bool,
+    /// Default scope for uses that do not say.
+    pub scope: AuditScope,
+    /// Where `define_audit` was called.
+    pub location: Location,
+}
+
+/// Arguments and options of one use, checked against the definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bound {
+    /// Every parameter in declaration order (required, rest, optional); absent optional ones
+    /// are `null`.
+    pub args: Map<String, Value>,
+    /// Blocking (the default) or warn.
+    pub blocking: bool,
+    /// Which rows it sees.
+    pub scope: AuditScope,
+}
+
+impl AuditDef {
+    /// Reads a definition spec (`name`, `params`, `optional`, `blocking`, `scope`,
+    /// `description`; `query` is the host's business).
+    ///
+    /// # Errors
+    /// A message naming the offending field.
+    pub fn from_spec(spec: &Map<String, Value>, location: Location) -> Result<AuditDef, String> {
+        for key in spec.keys() {
+            if !DEF_KEYS.contains(&key.as_str()) {
+                let hint = did_you_mean(key, DEF_KEYS.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+                return Err(format!("unknown field `{key}` in `define_audit`{hint}"));
+            }
+        }
+        let name = match spec.get("name") {
+            Some(Value::String(s)) if super::name::is_identifier(s) => s.clone(),
+            Some(Value::String(s)) => return Err(format!("audit name `{s}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")),
+            Some(_) => return Err("`name` of `define_audit` must be a string".into()),
+            None => return Err("`define_audit` needs a `name`".into()),
+        };
+        let list = |key: &str| -> Result<Vec<String>, String> {
+            match spec.get(key) {
+                None => Ok(Vec::new()),
+                Some(Value::Object(m)) if m.is_empty() => Ok(Vec::new()),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string).ok_or_else(|| format!("audit `{name}`: `{key}` must be a list of parameter names")))
+                    .collect(),
+                Some(_) => Err(format!("audit `{name}`: `{key}` must be a list of parameter names")),
+            }
+        };
+        let mut params = list("params")?;
+        let optional = list("optional")?;
+        let mut rest = None;
+        if let Some(last) = params.last().and_then(|p| p.strip_suffix("...")) {
+            rest = Some(last.to_string());
+            let n = params.len();
+            params[n - 1] = last.to_string();
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in params.iter().chain(&optional) {
+            if !super::name::is_identifier(p) {
+                return Err(format!("audit `{name}`: parameter `{p}` must be an identifier (only the last of `params` may end with `...`)"));
+            }
+            if USE_OPTIONS.contains(&p.as_str()) {
+                return Err(format!("audit `{name}`: `{p}` is an option of every audit use, not a parameter name"));
+            }
+            if !seen.insert(p.clone()) {
+                return Err(format!("audit `{name}`: parameter `{p}` is declared twice"));
+            }
+        }
+        if rest.is_some() && !optional.is_empty() {
+            return Err(format!("audit `{name}`: a `...` parameter takes every remaining argument, so it cannot be followed by `optional` ones"));
+        }
+        let (blocking, scope) = use_options(spec, &name, true, AuditScope::Interval)?;
+        Ok(AuditDef { name, params, optional, rest, blocking, scope, location })
+    }
+
+    /// Every parameter, in positional order.
+    pub fn all_params(&self) -> impl Iterator<Item = &String> {
+        self.params.iter().chain(&self.optional)
+    }
+
+    /// The signature as written in messages: `accepted_range(column, [min], [max])`.
+    pub fn signature(&self) -> String {
+        let mut parts: Vec<String> = self.params.iter().map(|p| if self.rest.as_deref() == Some(p) { format!("{p}...") } else { p.clone() }).collect();
+        parts.extend(self.optional.iter().map(|p| format!("[{p}]")));
+        format!("{}({})", self.name, parts.join(", "))
+    }
+
+    /// Binds a use's arguments: `positional` values fill the parameters in order (a `...`
+    /// parameter takes the rest), `named` ones by name; `blocking` and `scope` among the named
+    /// ones are options.
+    ///
+    /// # Errors
+    /// A message naming the audit and the parameter: unknown (with a "did you mean"), given
+    /// twice, missing, too many positional arguments, or a malformed option.
+    pub fn bind(&self, positional: Vec<Value>, named: Map<String, Value>) -> Result<Bound, String> {
+        let name = &self.name;
+        let mut args: Map<String, Value> = Map::new();
+        let order: Vec<&String> = self.all_params().collect();
+        let mut it = positional.into_iter();
+        for p in &order {
+            if self.rest.as_deref() == Some(p.as_str()) {
+                let rest: Vec<Value> = it.by_ref().collect();
+                if !rest.is_empty() {
+                    args.insert((*p).clone(), Value::Array(rest));
+                }
+                break;
+            }
+            match it.next() {
+                Some(v) => {
+                    args.insert((*p).clone(), v);
+                }
+                None => break,
+            }
+        }
+        let extra = it.count();
+        if extra > 0 {
+            return Err(format!("audit `{name}` takes at most {} argument{}, got {} more: `{}`", order.len(), if order.len() == 1 { "" } else { "s" }, extra, self.signature()));
+        }
+        let (blocking, scope) = use_options(&named, name, self.blocking, self.scope)?;
+        for (k, v) in named {
+            if USE_OPTIONS.contains(&k.as_str()) {
+                continue;
+            }
+            if !order.iter().any(|p| **p == k) {
+                let hint = did_you_mean(&k, order.iter().map(|s| s.as_str()))
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_else(|| format!(" (it takes `{}`)", self.signature()));
+                return Err(format!("audit `{name}` has no parameter `{k}`{hint}"));
+            }
+            if args.contains_key(&k) {
+                return Err(format!("audit `{name}`: parameter `{k}` is given twice (by position and by name)"));
+            }
+            if v.is_null() {
+                continue;
+            }
+            args.insert(k, v);
+        }
+        for p in &self.params {
+            if !args.contains_key(p) {
+                return Err(format!("audit `{name}` needs parameter `{p}`: `{}`", self.signature()));
+            }
+        }
+        if let Some(r) = &self.rest {
+            match args.get_mut(r) {
+                Some(Value::Array(items)) if items.is_empty() => return Err(format!("audit `{name}` needs at least one value for `{r}`")),
+                Some(Value::Array(_)) => {}
+                Some(v) => *v = Value::Array(vec![v.take()]),
+                None => {}
+            }
+        }
+        // Declaration order, absent optional ones as null.
+        let mut ordered = Map::new();
+        for p in order {
+            ordered.insert(p.clone(), args.remove(p.as_str()).unwrap_or(Value::Null));
+        }
+        Ok(Bound { args: ordered, blocking, scope })
+    }
+}
+
+fn use_options(map: &Map<String, Value>, name: &str, blocking: bool, scope: AuditScope) -> Result<(bool, AuditScope), String> {
+    let blocking = match map.get("blocking") {
+        None | Some(Value::Null) => blocking,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(format!("audit `{name}`: `blocking` must be `true` or `false`")),
+    };
+    let scope = match map.get("scope") {
+        None | Some(Value::Null) => scope,
+        Some(Value::String(s)) => AuditScope::parse(s).ok_or_else(|| format!("audit `{name}`: `scope` must be \"interval\" or \"whole\", got \"{s}\""))?,
+        Some(_) => return Err(format!("audit `{name}`: `scope` must be \"interval\" or \"whole\"")),
+    };
+    Ok((blocking, scope))
+}
+
+/// One piece of an audit's SQL.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub enum AuditPart {
+    /// Literal SQL.
+    Text(String),
+    /// The relation under audit.
+    This,
+}
+
+/// The SQL an audit body returned, with the relation under audit as a placeholder.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct AuditSql(pub Vec<AuditPart>);
+
+impl AuditSql {
+    /// Splits a body's text on [`THIS`].
+    ///
+    /// # Errors
+    /// A message when the text holds other host markers (`ref()`/`cols()` are not available
+    /// in audit bodies) or never reads the relation under audit.
+    pub fn parse(text: &str) -> Result<AuditSql, String> {
+        let mut parts = Vec::new();
+        for (i, piece) in text.split(THIS).enumerate() {
+            if i > 0 {
+                parts.push(AuditPart::This);
+            }
+            if piece.contains('\u{1}') || piece.contains('\u{2}') {
+                return Err("`ref()` and `cols()` cannot be used in an audit body: it reads only the relation under audit (its first argument)".into());
+            }
+            if !piece.is_empty() {
+                parts.push(AuditPart::Text(piece.to_string()));
+            }
+        }
+        if !parts.contains(&AuditPart::This) {
+            return Err("the audit body's SQL never reads the relation under audit (the body's first argument)".into());
+        }
+        if text.split(THIS).all(|p| p.trim().is_empty()) {
+            return Err("the audit body returned no SQL".into());
+        }
+        Ok(AuditSql(parts))
+    }
+
+    /// The SQL with `this` standing for the relation under audit.
+    pub fn render(&self, this: &str) -> String {
+        self.0
+            .iter()
+            .map(|p| match p {
+                AuditPart::Text(t) => t.as_str(),
+                AuditPart::This => this,
+            })
+            .collect()
+    }
+}
+
+/// An audit attached to a model: the definition's name, the bound arguments and the SQL the
+/// body produced for them.
+///
+/// `Hash` covers every field (the plan memo keys on it); `args` hash as their JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Audit {
+    /// The definition's name, e.g. `not_null`.
+    pub name: String,
+    /// Bound arguments, in declaration order (absent optional ones are `null`).
+    pub args: Map<String, Value>,
+    /// A blocking violation stops the apply; a warn one is logged.
+    pub blocking: bool,
+    /// Which rows it sees.
+    pub scope: AuditScope,
+    /// The violating-rows query.
+    pub sql: AuditSql,
+    /// Where the audit was attached (the `audit.<name>` call).
+    pub location: Location,
+    /// How many of `args` are required parameters (labels show those bare).
+    pub required: usize,
+}
+
+impl std::hash::Hash for Audit {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        serde_json::to_string(&self.args).unwrap_or_default().hash(state);
+        self.blocking.hash(state);
+        self.scope.hash(state);
+        self.sql.hash(state);
+        self.location.hash(state);
+        self.required.hash(state);
+    }
+}
+
+impl Audit {
+    /// The use of `def` with `bound` arguments, whose body returned `sql`.
+    pub fn new(def: &AuditDef, bound: Bound, sql: AuditSql, location: Location) -> Audit {
+        Audit { name: def.name.clone(), args: bound.args, blocking: bound.blocking, scope: bound.scope, sql, location, required: def.params.len() }
+    }
+
+    /// A short label naming the audit and its arguments, as reports show it:
+    /// `not_null(tailnum)`, `accepted_range(dep_delay, min = -60)`.
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        for (i, (k, v)) in self.args.iter().enumerate() {
+            if v.is_null() {
+                continue;
+            }
+            let text = short_value(v);
+            // Required arguments go bare, optional ones by name.
+            parts.push(if i < self.required { text } else { format!("{k} = {text}") });
+        }
+        format!("{}({})", self.name, parts.join(", "))
+    }
+
+    /// What the snapshot metadata records about this audit (compared as text by the plan).
+    pub fn metadata(&self) -> Value {
+        serde_json::json!({
+            "name": self.name,
+            "args": self.args,
+            "blocking": self.blocking,
+            "scope": self.scope.as_str(),
+            "sql": self.sql.render("@this"),
+        })
+    }
+}
+
+fn short_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(short_value).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def(spec: Value) -> Result<AuditDef, String> {
+        AuditDef::from_spec(spec.as_object().unwrap(), Location { file: "a.lua".into(), line: 1 })
+    }
+
+    fn named(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn binds_positional_named_rest_and_options() {
+        let d = def(json!({"name": "range", "params": ["column"], "optional": ["min", "max"], "scope": "whole"})).unwrap();
+        let b = d.bind(vec![json!("x"), json!(1)], named(json!({"blocking": false}))).unwrap();
+        assert_eq!(b.args, named(json!({"column": "x", "min": 1, "max": null})));
+        assert!(!b.blocking);
+        assert_eq!(b.scope, AuditScope::Whole);
+        let u = def(json!({"name": "unique", "params": ["columns..."]})).unwrap();
+        assert_eq!(u.bind(vec![json!("a"), json!("b")], Map::new()).unwrap().args, named(json!({"columns": ["a", "b"]})));
+        assert_eq!(u.bind(vec![], named(json!({"columns": "a"}))).unwrap().args, named(json!({"columns": ["a"]})));
+        assert_eq!(u.bind(vec![json!("a")], Map::new()).unwrap().scope, AuditScope::Interval);
+        assert!(u.bind(vec![], named(json!({"columns": []}))).unwrap_err().contains("at least one value"));
+        assert!(u.bind(vec![], Map::new()).unwrap_err().contains("needs parameter `columns`: `unique(columns...)`"));
+    }
+
+    #[test]
+    fn binding_errors_name_the_audit_and_the_parameter() {
+        let d = def(json!({"name": "range", "params": ["column"], "optional": ["min"]})).unwrap();
+        let e = d.bind(vec![], named(json!({"colum": "x"}))).unwrap_err();
+        assert!(e.contains("audit `range` has no parameter `colum` (did you mean `column`?)"), "{e}");
+        let e = d.bind(vec![], Map::new()).unwrap_err();
+        assert!(e.contains("audit `range` needs parameter `column`: `range(column, [min])`"), "{e}");
+        let e = d.bind(vec![json!("a"), json!(1), json!(2)], Map::new()).unwrap_err();
+        assert!(e.contains("takes at most 2 arguments"), "{e}");
+        let e = d.bind(vec![json!("a")], named(json!({"column": "b"}))).unwrap_err();
+        assert!(e.contains("given twice"), "{e}");
+        let e = d.bind(vec![json!("a")], named(json!({"scope": "batch"}))).unwrap_err();
+        assert!(e.contains("`scope` must be \"interval\" or \"whole\""), "{e}");
+        assert!(def(json!({"name": "x", "params": ["blocking"]})).unwrap_err().contains("option"));
+        assert!(def(json!({"name": "x", "parms": []})).unwrap_err().contains("did you mean `params`"));
+    }
+
+    #[test]
+    fn templates_need_the_relation_and_refuse_refs() {
+        let sql = AuditSql::parse(&format!("SELECT * FROM {THIS} WHERE x IS NULL")).unwrap();
+        assert_eq!(sql.render("\"_efmesh\".\"t\""), "SELECT * FROM \"_efmesh\".\"t\" WHERE x IS NULL");
+        assert!(AuditSql::parse("SELECT 1").unwrap_err().contains("never reads"));
+        assert!(AuditSql::parse(&format!("SELECT * FROM {THIS} JOIN \u{1}0\u{2}")).unwrap_err().contains("ref()"));
+    }
+}

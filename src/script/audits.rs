@@ -1,0 +1,86 @@
+//! The audit registry a script host keeps during one load: every `define_audit` (the built-ins
+//! from `stdlib/`, then the project's), looked up by name when a model attaches an audit.
+//!
+//! Language-neutral: the host stores its own callable body next to each [`AuditDef`]. Lookups
+//! happen where the audit is attached, so a definition must be evaluated first: the built-ins
+//! are, and so are files matched by `[project] audits` (default `audits/**/*.{lua,rhai}`),
+//! evaluated before any model file; otherwise `require`/`import` the defining file.
+
+use crate::core::audit::{Audit, AuditDef, AuditSql, Bound};
+use crate::core::error::did_you_mean;
+use crate::core::{LoadError, Location};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// Source name of the built-in Lua audits, as locations show it.
+pub const LUA_BUILTINS: &str = "efmesh:audits.lua";
+/// Source name of the built-in Rhai audits, as locations show it.
+pub const RHAI_BUILTINS: &str = "efmesh:audits.rhai";
+
+/// Definitions by name, each with the host's body `B`.
+#[derive(Debug)]
+pub struct Registry<B> {
+    defs: BTreeMap<String, (AuditDef, B)>,
+}
+
+impl<B> Default for Registry<B> {
+    fn default() -> Self {
+        Self { defs: BTreeMap::new() }
+    }
+}
+
+impl<B: Clone> Registry<B> {
+    /// Records a definition.
+    ///
+    /// # Errors
+    /// A load error at the definition when the name is taken (built-in names included).
+    pub fn define(&mut self, def: AuditDef, body: B) -> Result<(), LoadError> {
+        if let Some((first, _)) = self.defs.get(&def.name) {
+            let at = if first.location.file.to_string_lossy().starts_with("efmesh:") { "a built-in audit".to_string() } else { format!("defined at {}", first.location) };
+            return Err(LoadError::new(Some(def.location.clone()), None, format!("audit `{}` is already defined ({at})", def.name))
+                .with_hint("give the audit another name"));
+        }
+        self.defs.insert(def.name.clone(), (def, body));
+        Ok(())
+    }
+
+    /// The definition named `name` and its body.
+    ///
+    /// # Errors
+    /// A load error at `location` for an unknown name, with a "did you mean".
+    pub fn lookup(&self, name: &str, location: &Location) -> Result<(AuditDef, B), LoadError> {
+        match self.defs.get(name) {
+            Some((d, b)) => Ok((d.clone(), b.clone())),
+            None => {
+                let mut e = LoadError::new(Some(location.clone()), None, format!("unknown audit `{name}`"));
+                e = match did_you_mean(name, self.defs.keys().map(String::as_str)) {
+                    Some(s) => e.with_hint(format!("did you mean `{s}`?")),
+                    None => e.with_hint("define it with `define_audit` in `audits/` (evaluated before the models), or require/import the file defining it"),
+                };
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Binds a use's arguments, naming the audit and its use site on error.
+///
+/// # Errors
+/// A load error at `location`.
+pub fn bind(def: &AuditDef, positional: Vec<Value>, named: Map<String, Value>, location: &Location) -> Result<Bound, LoadError> {
+    def.bind(positional, named).map_err(|m| LoadError::new(Some(location.clone()), None, m))
+}
+
+/// Turns the text a body returned into the model's audit.
+///
+/// # Errors
+/// A load error at `location` naming the audit.
+pub fn finish(def: &AuditDef, bound: Bound, text: &str, location: &Location) -> Result<Audit, LoadError> {
+    let sql = AuditSql::parse(text).map_err(|m| LoadError::new(Some(location.clone()), None, format!("audit `{}`: {m}", def.name)))?;
+    Ok(Audit::new(def, bound, sql, location.clone()))
+}
+
+/// The load error for a body that failed.
+pub fn body_failed(def: &AuditDef, location: &Location, message: &str) -> LoadError {
+    LoadError::new(Some(location.clone()), None, format!("audit `{}` failed to render its SQL: {}", def.name, message.trim_end()))
+}

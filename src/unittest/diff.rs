@@ -1,0 +1,152 @@
+//! Comparing result rows with expected rows, and printing the difference.
+//!
+//! Rows are compared as the engine renders their values as text after casting both sides to the
+//! model's declared types, so `1` and `1.0` in a `double` column, or `'2026-01-01'` and
+//! `DATE '2026-01-01'`, are equal, while NULL equals only NULL (never the text `'NULL'`).
+
+use std::collections::BTreeMap;
+
+/// One row: each value as the engine's text, `None` for NULL.
+pub type TextRow = Vec<Option<String>>;
+
+/// How actual rows differ from expected ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowDiff {
+    /// Expected rows the query did not return (multiset difference, in expected order).
+    pub missing: Vec<TextRow>,
+    /// Returned rows that were not expected (multiset difference, in returned order).
+    pub unexpected: Vec<TextRow>,
+    /// With `ordered`, when both sides hold the same rows in another order: the first 1-based
+    /// position that differs, with the expected and the returned row there.
+    pub order: Option<OrderMismatch>,
+}
+
+/// The first position where two equal multisets of rows differ in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderMismatch {
+    /// 1-based row position.
+    pub row: usize,
+    /// The expected row at that position.
+    pub expected: TextRow,
+    /// The returned row at that position.
+    pub actual: TextRow,
+}
+
+impl RowDiff {
+    /// True when the rows match.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.unexpected.is_empty() && self.order.is_none()
+    }
+}
+
+/// Compares `actual` with `expected`: as multisets (each row counted with its multiplicity),
+/// and with `ordered` also position by position.
+pub fn compare(expected: &[TextRow], actual: &[TextRow], ordered: bool) -> RowDiff {
+    let mut remaining: BTreeMap<&TextRow, usize> = BTreeMap::new();
+    for r in actual {
+        *remaining.entry(r).or_default() += 1;
+    }
+    let mut missing = Vec::new();
+    for r in expected {
+        match remaining.get_mut(r) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => missing.push(r.clone()),
+        }
+    }
+    let mut unexpected = Vec::new();
+    for r in actual {
+        if let Some(n) = remaining.get_mut(r) {
+            if *n > 0 {
+                *n -= 1;
+                unexpected.push(r.clone());
+            }
+        }
+    }
+    let order = if ordered && missing.is_empty() && unexpected.is_empty() {
+        expected.iter().zip(actual).enumerate().find(|(_, (e, a))| e != a).map(|(i, (e, a))| OrderMismatch {
+            row: i + 1,
+            expected: e.clone(),
+            actual: a.clone(),
+        })
+    } else {
+        None
+    };
+    RowDiff { missing, unexpected, order }
+}
+
+/// How a value prints in a diff: NULL as `NULL`, text as is.
+pub fn show(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("NULL")
+}
+
+/// Rows printed at most per side; the rest is summarised.
+pub const MAX_SHOWN: usize = 50;
+
+/// The diff as aligned text lines (no trailing newline), each prefixed by `indent`: a header of
+/// column names, then `-` lines for missing rows and `+` lines for unexpected ones.
+pub fn render(columns: &[String], diff: &RowDiff, indent: &str) -> String {
+    let mut lines: Vec<(&str, &TextRow)> = Vec::new();
+    lines.extend(diff.missing.iter().take(MAX_SHOWN).map(|r| ("-", r)));
+    lines.extend(diff.unexpected.iter().take(MAX_SHOWN).map(|r| ("+", r)));
+    if let Some(o) = &diff.order {
+        lines.push(("expected", &o.expected));
+        lines.push(("returned", &o.actual));
+    }
+    let mark_width = lines.iter().map(|(m, _)| m.chars().count()).max().unwrap_or(1);
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| lines.iter().map(|(_, r)| r.get(i).map_or(0, |v| show(v).chars().count())).max().unwrap_or(0).max(c.chars().count()))
+        .collect();
+    let line = |mark: &str, cells: Vec<&str>| {
+        let body: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:w$}")).collect();
+        format!("{indent}{mark:mark_width$}  {}", body.join("  ")).trim_end().to_string()
+    };
+    let mut out = vec![line("", columns.iter().map(String::as_str).collect())];
+    for (mark, row) in &lines {
+        out.push(line(mark, row.iter().map(show).collect()));
+    }
+    for (n, what) in [(diff.missing.len(), "missing"), (diff.unexpected.len(), "unexpected")] {
+        if n > MAX_SHOWN {
+            out.push(format!("{indent}… {} more {what} rows not shown", n - MAX_SHOWN));
+        }
+    }
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(v: &[Option<&str>]) -> TextRow {
+        v.iter().map(|x| x.map(str::to_string)).collect()
+    }
+
+    #[test]
+    fn multiset_difference_counts_duplicates_and_nulls() {
+        let a = row(&[Some("1"), None]);
+        let b = row(&[Some("2"), Some("x")]);
+        let expected = vec![a.clone(), a.clone(), b.clone()];
+        let actual = vec![b.clone(), a.clone(), row(&[Some("1"), Some("NULL")])];
+        let d = compare(&expected, &actual, false);
+        assert_eq!(d.missing, vec![a.clone()], "one of the two expected NULL rows is missing");
+        assert_eq!(d.unexpected, vec![row(&[Some("1"), Some("NULL")])], "the text 'NULL' is not NULL");
+        assert!(compare(&[a.clone(), b.clone()], &[b.clone(), a.clone()], false).is_empty());
+    }
+
+    #[test]
+    fn ordered_comparison_names_the_first_displaced_row() {
+        let (a, b) = (row(&[Some("1")]), row(&[Some("2")]));
+        let d = compare(&[a.clone(), b.clone()], &[b.clone(), a.clone()], true);
+        assert_eq!(d.order, Some(OrderMismatch { row: 1, expected: a.clone(), actual: b.clone() }));
+        assert!(d.missing.is_empty() && d.unexpected.is_empty());
+        assert!(compare(&[a.clone(), b.clone()], &[a, b], true).is_empty());
+    }
+
+    #[test]
+    fn render_aligns_columns() {
+        let d = RowDiff { missing: vec![row(&[Some("1"), Some("emergency")])], unexpected: vec![row(&[Some("10"), None])], order: None };
+        let text = render(&["id".into(), "dept".into()], &d, "  ");
+        assert_eq!(text, "     id  dept\n  -  1   emergency\n  +  10  NULL");
+    }
+}

@@ -1,0 +1,135 @@
+//! Fixtures as SQL: typed literals, the relations standing in for parents, and the resolver that
+//! renders a model's body over them.
+//!
+//! Every fixture value is written as `CAST(<literal> AS <declared type>)`, the type being the
+//! declaring model's schema (the parent's for inputs, the tested model's for expected rows); a
+//! fixture is a CTE named by the parent's quoted full name (`"raw.moves"`), an empty one still has
+//! typed columns (`SELECT CAST(NULL AS T) AS "c", … WHERE false`).
+
+use crate::core::interval::{self, Interval};
+use crate::core::name::{quote_ident, quote_literal};
+use crate::core::{Column, Kind, Model, ModelName, Resolver, TypeFamily};
+use crate::project::Project;
+use crate::script::test_spec::Row;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// The SQL literal of a fixture value: NULL, TRUE/FALSE, integers as digits, other numbers as
+/// `CAST('<shortest round-trip text>' AS DOUBLE)`, strings quoted, lists as `[…]` and maps as
+/// DuckDB struct literals `{'k': v}`.
+pub fn literal(v: &Value) -> String {
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        Value::Number(n) => format!("CAST('{}' AS DOUBLE)", n.as_f64().unwrap_or(f64::NAN)),
+        Value::String(s) => quote_literal(s),
+        Value::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => format!("{{{}}}", m.iter().map(|(k, v)| format!("{}: {}", quote_literal(k), literal(v))).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// `CAST(<literal> AS <type>)`.
+pub fn typed(v: &Value, ty: &str) -> String {
+    format!("CAST({} AS {ty})", literal(v))
+}
+
+/// Why a value cannot fit a column without asking the engine: a number with a fraction for an
+/// integer column (an engine cast would round it silently).
+pub fn refuse_without_engine(v: &Value, ty: &str) -> Option<String> {
+    let Value::Number(n) = v else { return None };
+    let integer = TypeFamily::of(ty) == TypeFamily::Numeric && {
+        let base = ty.trim().to_ascii_uppercase();
+        let base = base.split(['(', ' ']).next().unwrap_or("").to_string();
+        !matches!(base.as_str(), "FLOAT" | "FLOAT4" | "FLOAT8" | "REAL" | "DOUBLE" | "DECIMAL" | "NUMERIC")
+    };
+    let f = n.as_f64()?;
+    (integer && !(n.is_i64() || n.is_u64()) && f.fract() != 0.0).then(|| format!("{n} has a fraction and `{ty}` is an integer type"))
+}
+
+/// A relation with `columns`' names and types holding `rows` (a row's missing columns are NULL):
+/// `SELECT * FROM (VALUES (CAST(… AS T), …), …) AS _t("a", …)`, or a typed empty relation.
+pub fn relation(columns: &[&Column], rows: &[Row]) -> String {
+    let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
+    if rows.is_empty() {
+        let cols: Vec<String> = columns.iter().map(|c| format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name))).collect();
+        return format!("SELECT {} WHERE false", cols.join(", "));
+    }
+    let values: Vec<String> = rows
+        .iter()
+        .map(|r| format!("({})", columns.iter().map(|c| typed(r.get(&c.name).unwrap_or(&Value::Null), &c.ty)).collect::<Vec<_>>().join(", ")))
+        .collect();
+    format!("SELECT * FROM (VALUES\n  {}\n) AS _t({})", values.join(",\n  "), names.join(", "))
+}
+
+/// The name a fixture CTE gets: the parent's full name as one quoted identifier (`"raw.moves"`),
+/// which no model's own CTE can shadow (model CTE names hold no dot in practice).
+pub fn cte_name(parent: &ModelName) -> String {
+    quote_ident(&parent.to_string())
+}
+
+/// Renders references to fixtured parents as their CTEs, embedded parents without a fixture as
+/// their own query (over fixtures, recursively), and bounds as the test's interval.
+pub struct FixtureResolver<'a> {
+    /// The project (for embedded parents' bodies).
+    pub project: &'a Project,
+    /// Parents that have a fixture.
+    pub fixtured: &'a BTreeSet<ModelName>,
+    /// The test's interval, if any.
+    pub bounds: Option<Interval>,
+}
+
+impl Resolver for FixtureResolver<'_> {
+    fn relation(&self, name: &ModelName) -> String {
+        if self.fixtured.contains(name) {
+            return cte_name(name);
+        }
+        match self.project.dag.get(name) {
+            Some(Model { kind: Kind::Embedded, body: Some(body), .. }) => format!("(\n{}\n)", body.render(self)),
+            _ => name.to_string(),
+        }
+    }
+
+    fn start(&self) -> String {
+        self.bounds.map(|b| interval::to_sql_literal(b.start)).unwrap_or_else(|| "NULL".into())
+    }
+
+    fn end(&self) -> String {
+        self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "NULL".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn literals_cover_json_values() {
+        assert_eq!(literal(&json!(null)), "NULL");
+        assert_eq!(literal(&json!(true)), "TRUE");
+        assert_eq!(literal(&json!(-12)), "-12");
+        assert_eq!(literal(&json!(0.1)), "CAST('0.1' AS DOUBLE)");
+        assert_eq!(literal(&json!("it's")), "'it''s'");
+        assert_eq!(literal(&json!([1, "a"])), "[1, 'a']");
+        assert_eq!(literal(&json!({"k": 1})), "{'k': 1}");
+    }
+
+    #[test]
+    fn fractions_do_not_fit_integers() {
+        assert!(refuse_without_engine(&json!(1.5), "bigint").is_some());
+        assert!(refuse_without_engine(&json!(2.0), "INTEGER").is_none());
+        assert!(refuse_without_engine(&json!(1.5), "decimal(10,2)").is_none());
+        assert!(refuse_without_engine(&json!(1.5), "double").is_none());
+        assert!(refuse_without_engine(&json!("1.5"), "bigint").is_none(), "strings are the engine's call");
+    }
+
+    #[test]
+    fn empty_fixtures_keep_their_types() {
+        let c = [Column { name: "id".into(), ty: "bigint".into() }, Column { name: "at".into(), ty: "date".into() }];
+        let cols: Vec<&Column> = c.iter().collect();
+        assert_eq!(relation(&cols, &[]), "SELECT CAST(NULL AS bigint) AS \"id\", CAST(NULL AS date) AS \"at\" WHERE false");
+        let row: Row = json!({"at": "2026-01-01"}).as_object().unwrap().clone();
+        assert_eq!(relation(&cols, &[row]), "SELECT * FROM (VALUES\n  (CAST(NULL AS bigint), CAST('2026-01-01' AS date))\n) AS _t(\"id\", \"at\")");
+    }
+}

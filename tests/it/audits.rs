@@ -1,0 +1,555 @@
+//! Audits (issue #6): the Lua and Rhai API, the built-ins, write-audit-publish during `apply`,
+//! and `efmesh audit <env>`, driven through the binary on temporary projects.
+
+use crate::common::*;
+use efmesh::config::EngineSection;
+use efmesh::engine::Engine;
+use efmesh::engine::duckdb::DuckDb;
+use serde_json::Value;
+
+const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n\n[state]\npath = \"efmesh.state.sqlite\"\n";
+
+fn project() -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", CONFIG);
+    p
+}
+
+/// The `audits` entry of an apply (or `results` entry of `efmesh audit`) for `model` / `audit`.
+#[track_caller]
+fn result<'a>(v: &'a Value, model: &str, audit: &str) -> &'a Value {
+    let list = v.get("audits").or_else(|| v.get("results")).and_then(Value::as_array).unwrap_or_else(|| panic!("no audits in {v:#}"));
+    list.iter().find(|r| r["model"] == model && r["audit"] == audit).unwrap_or_else(|| panic!("no audit `{audit}` on `{model}` in {v:#}"))
+}
+
+fn violations(v: &Value, model: &str, audit: &str) -> u64 {
+    result(v, model, audit)["violations"].as_u64().expect("violations")
+}
+
+/// Executes a statement on the project's DuckDB file, as someone with write access would.
+fn corrupt(p: &Project, sql: &str) {
+    let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open duckdb");
+    db.execute(sql).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The one physical table of `model` (`schema__table__<fp>`).
+fn physical_of(p: &Project, model: &str) -> String {
+    let prefix = format!("{}__", model.replace('.', "__"));
+    let tables: Vec<String> = p.physical_tables().into_iter().filter(|t| t.starts_with(&prefix)).collect();
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    format!("\"_efmesh\".\"{}\"", tables[0])
+}
+
+/// Ledger statuses of a model: (start ISO, status), sorted.
+fn ledger(p: &Project, model: &str) -> Vec<(String, String)> {
+    let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
+    let mut stmt = conn.prepare("SELECT start_ts, status FROM intervals WHERE name = ?1 ORDER BY start_ts").expect("prepare");
+    stmt.query_map([model], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).expect("query").map(Result::unwrap).collect()
+}
+
+// ---- built-ins ---------------------------------------------------------------------------
+
+const ITEMS: &str = r#"define_model {
+  name = "t.items",
+  kind = kind.full(),
+  schema = { { "id", "integer" }, { "seq", "integer" }, { "code", "varchar" }, { "amount", "integer" }, { "seen_at", "timestamp" }, { "d", "timestamp" } },
+  audits = {
+    -- passing
+    audit.not_null("id", "seq"),
+    audit.unique("id"),
+    audit.unique("code", "amount"),
+    audit.accepted_values { column = "code", values = { "a", "b", "c" } },
+    audit.accepted_range { column = "amount", min = -10, max = 30 },
+    audit.expression("amount IS NULL OR amount > -100"),
+    audit.row_count { min = 5, max = 5 },
+    audit.contiguous("seq"),
+    audit.no_gaps { column = "d", grain = "day" },
+    -- firing (warn, so the apply goes on and reports them)
+    audit.not_null { "code", blocking = false },
+    audit.unique { "code", blocking = false },
+    audit.accepted_values { column = "code", values = { "a", "b" }, blocking = false },
+    audit.accepted_range { column = "amount", min = 0, blocking = false },
+    audit.accepted_range { column = "amount", max = 30, inclusive = false, blocking = false },
+    audit.expression { "amount > 0", blocking = false },
+    audit.row_count { max = 3, blocking = false },
+    audit.contiguous { "id", blocking = false },
+    audit.no_gaps { "seen_at", blocking = false },
+    audit.no_gaps { "d", grain = "hour", blocking = false },
+  },
+  query = [[
+    SELECT * FROM (VALUES
+      (1, 10, 'a', 10, TIMESTAMP '2026-01-01 10:00', TIMESTAMP '2026-01-01'),
+      (2, 11, 'b', 20, TIMESTAMP '2026-01-02 11:00', TIMESTAMP '2026-01-02'),
+      (3, 12, NULL, 30, TIMESTAMP '2026-01-02 12:00', TIMESTAMP '2026-01-03'),
+      (5, 13, 'b', NULL, TIMESTAMP '2026-01-05 00:00', TIMESTAMP '2026-01-04'),
+      (6, 14, 'c', -5, TIMESTAMP '2026-01-08 23:59', TIMESTAMP '2026-01-05')
+    ) AS v(id, seq, code, amount, seen_at, d)
+  ]],
+}
+"#;
+
+#[test]
+fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
+    let p = project();
+    p.write("models/items.lua", ITEMS);
+    let run = p.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    let m = "t.items";
+    for passing in [
+        "not_null(id, seq)",
+        "unique(id)",
+        "unique(code, amount)",
+        "accepted_values(code, a, b, c)",
+        "accepted_range(amount, min = -10, max = 30)",
+        "expression(amount IS NULL OR amount > -100)",
+        "row_count(min = 5, max = 5)",
+        "contiguous(seq)",
+        "no_gaps(d, grain = day)",
+    ] {
+        assert_eq!(violations(&v, m, passing), 0, "{passing} should pass: {:#}", result(&v, m, passing));
+    }
+    // NULL never violates accepted_values / accepted_range; each firing audit counts exactly.
+    for (firing, n) in [
+        ("not_null(code)", 1),
+        ("unique(code)", 1),
+        ("accepted_values(code, a, b)", 1),
+        ("accepted_range(amount, min = 0)", 1),
+        ("accepted_range(amount, max = 30, inclusive = false)", 1),
+        ("expression(amount > 0)", 1),
+        ("row_count(max = 3)", 1),
+        ("contiguous(id)", 1),
+        ("no_gaps(seen_at)", 2),
+        ("no_gaps(d, grain = hour)", 4),
+    ] {
+        let r = result(&v, m, firing);
+        assert_eq!(r["violations"], n, "{firing}: {r:#}");
+        assert_eq!(r["blocking"], false);
+        assert!(!r["sample"].as_array().unwrap().is_empty(), "{firing}: {r:#}");
+        assert!(run.stderr.contains(&format!("audit `{firing}` on model `t.items`")), "warn not logged for {firing}:\n{}", run.stderr);
+    }
+    assert_eq!(result(&v, m, "unique(code)")["sample"][0], serde_json::json!({"code": "b", "duplicates": 2}));
+    assert_eq!(result(&v, m, "accepted_values(code, a, b)")["sample"][0]["code"], "c");
+    assert_eq!(result(&v, m, "row_count(max = 3)")["sample"][0], serde_json::json!({"row_count": 5}));
+    assert_eq!(result(&v, m, "contiguous(id)")["sample"][0], serde_json::json!({"covered_through": 3, "resumes_at": 5, "missing": 1}));
+    // The first gap first, then how many more.
+    let gaps = result(&v, m, "no_gaps(seen_at)");
+    assert_eq!(gaps["sample"][0], serde_json::json!({"covered_through": "2026-01-02 00:00:00", "resumes_at": "2026-01-05 00:00:00", "missing": 2}));
+    assert_eq!(gaps["sample"][1]["covered_through"], "2026-01-05 00:00:00");
+    assert_eq!(gaps["scope"], "whole");
+    assert_eq!(result(&v, m, "not_null(code)")["scope"], "interval");
+    // The warn audits did not block: the environment serves the model.
+    assert_eq!(p.rows(&env_view("dev", m)).len(), 5);
+}
+
+#[test]
+fn lua_and_rhai_built_ins_render_the_same_sql() {
+    // Two copies of one model with every built-in, one per language: same audit metadata.
+    let p = project();
+    let uses_lua = r#"audit.not_null("a", "b"), audit.unique("a"), audit.accepted_values { column = "a", values = { "x", "it's" } },
+    audit.accepted_values { column = "b", values = { 1, 2.5 } }, audit.accepted_values { column = "f", values = { true } },
+    audit.accepted_range { column = "b", min = -1, max = 2.5, inclusive = false }, audit.expression("a <> 'q'"), audit.row_count { min = 1 },
+    audit.contiguous("b"), audit.no_gaps { column = "t", grain = "hour", blocking = false }, audit.unique { "a", "b", scope = "whole" }"#;
+    let uses_rhai = r#"audit("not_null", "a", "b"), audit("unique", "a"), audit("accepted_values", #{ column: "a", values: ["x", "it's"] }),
+    audit("accepted_values", "b", [1, 2.5]), audit("accepted_values", #{ column: "f", values: [true] }),
+    audit("accepted_range", #{ column: "b", min: -1, max: 2.5, inclusive: false }), audit("expression", "a <> 'q'"), audit("row_count", #{ min: 1 }),
+    audit("contiguous", "b"), audit("no_gaps", #{ column: "t", grain: "hour", blocking: false }), audit("unique", #{ columns: ["a", "b"], scope: "whole" })"#;
+    p.write(
+        "models/l.lua",
+        &format!("define_model {{ name = \"l.m\", kind = kind.view(), schema = {{ {{ \"a\", \"varchar\" }}, {{ \"b\", \"double\" }}, {{ \"t\", \"timestamp\" }}, {{ \"f\", \"boolean\" }} }},\n  audits = {{ {uses_lua} }},\n  query = \"SELECT 'x' AS a, 1.0::DOUBLE AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }}\n"),
+    );
+    p.write(
+        "models/r.rhai",
+        &format!("define_model(#{{ name: \"r.m\", kind: kind::view(), schema: [[\"a\", \"varchar\"], [\"b\", \"double\"], [\"t\", \"timestamp\"], [\"f\", \"boolean\"]],\n  audits: [{uses_rhai}],\n  query: \"SELECT 'x' AS a, 1.0::DOUBLE AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }});\n"),
+    );
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
+    let get = |n: &str| project.dag.get(&efmesh::core::ModelName::parse(n).unwrap()).unwrap().audits.clone();
+    let (l, r) = (get("l.m"), get("r.m"));
+    assert_eq!(l.len(), 11);
+    assert_eq!(r.len(), 11);
+    for (a, b) in l.iter().zip(&r) {
+        assert_eq!(a.metadata(), b.metadata(), "{} differs between Lua and Rhai", a.label());
+    }
+    // Both run: every one of them applies cleanly on the one-row views.
+    let v = p.apply("dev");
+    for m in ["l.m", "r.m"] {
+        assert_eq!(violations(&v, m, "accepted_values(a, x, it's)"), 0);
+        assert_eq!(violations(&v, m, "accepted_values(b, 1, 2.5)"), 0);
+        assert_eq!(violations(&v, m, "accepted_values(f, true)"), 0);
+        assert_eq!(violations(&v, m, "no_gaps(t, grain = hour)"), 0);
+    }
+    assert_eq!(violations(&v, "r.m", "accepted_range(b, min = -1, max = 2.5, inclusive = false)"), 0);
+}
+
+// ---- custom audits -----------------------------------------------------------------------
+
+#[test]
+fn a_custom_parameterised_audit_in_lua_and_one_in_rhai_each_serve_two_models() {
+    let p = project();
+    p.write(
+        "audits/positive.lua",
+        r#"define_audit {
+  name = "positive",
+  params = { "column" },
+  optional = { "allow_zero" },
+  query = function(self, args)
+    local op = args.allow_zero and "<" or "<="
+    return ("SELECT * FROM %s WHERE %s %s 0"):format(self, args.column, op)
+  end,
+}
+"#,
+    );
+    // The Rhai definition lives in a model file that the Rhai models import.
+    p.write(
+        "models/lib/checks.rhai",
+        r#"define_audit(#{
+  name: "at_most",
+  params: ["column", "limit"],
+  scope: "whole",
+  query: |rel, args| `SELECT * FROM ${rel} WHERE ${args.column} > ${args.limit}`,
+});
+"#,
+    );
+    p.write(
+        "models/l.lua",
+        r#"define_model {
+  name = "l.clean", kind = kind.full(),
+  schema = { { "x", "integer" } },
+  audits = { audit.positive("x") },
+  query = "SELECT CAST(range AS INTEGER) AS x FROM range(1, 4)",
+}
+define_model {
+  name = "l.dirty", kind = kind.full(),
+  schema = { { "x", "integer" } },
+  audits = { audit.positive { "x", blocking = false }, audit.positive { column = "x", allow_zero = true, blocking = false } },
+  query = "SELECT CAST(range AS INTEGER) AS x FROM range(-2, 3)",
+}
+"#,
+    );
+    p.write(
+        "models/r.rhai",
+        r#"import "lib/checks" as checks;
+define_model(#{
+  name: "r.clean", kind: kind::full(),
+  schema: [["x", "integer"]],
+  audits: [audit("at_most", "x", 10)],
+  query: "SELECT CAST(range AS INTEGER) AS x FROM range(1, 4)",
+});
+define_model(#{
+  name: "r.dirty", kind: kind::full(),
+  schema: [["x", "integer"]],
+  audits: [audit("at_most", #{ column: "x", limit: 10, blocking: false })],
+  query: "SELECT CAST(range AS INTEGER) AS x FROM range(8, 14)",
+});
+"#,
+    );
+    let v = p.apply("dev");
+    assert_eq!(violations(&v, "l.clean", "positive(x)"), 0);
+    assert_eq!(violations(&v, "l.dirty", "positive(x)"), 3); // -2, -1, 0
+    assert_eq!(violations(&v, "l.dirty", "positive(x, allow_zero = true)"), 2);
+    assert_eq!(violations(&v, "r.clean", "at_most(x, 10)"), 0);
+    assert_eq!(violations(&v, "r.dirty", "at_most(x, 10)"), 3); // 11, 12, 13
+    assert_eq!(result(&v, "r.dirty", "at_most(x, 10)")["scope"], "whole");
+    assert_eq!(result(&v, "r.dirty", "at_most(x, 10)")["args"], serde_json::json!({"column": "x", "limit": 10}));
+
+    // Made blocking, the same custom audits stop the apply and name the audit and the model.
+    p.write("models/l.lua", &p.read("models/l.lua").replace("audit.positive { \"x\", blocking = false }", "audit.positive(\"x\")"));
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `positive(x)` on model `l.dirty`: 3 violating rows"), "{}", run.stderr);
+    assert!(!p.all_relations().iter().any(|r| r.starts_with("l.") || r.starts_with("r.")), "prod must not exist: {:?}", p.all_relations());
+}
+
+// ---- load errors -------------------------------------------------------------------------
+
+#[test]
+fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
+    let p = project();
+    p.write("audits/mine.lua", "define_audit { name = \"mine\", params = { \"column\" }, query = function(self, a) return 'SELECT * FROM ' .. self end }\n");
+    p.write(
+        "models/a.lua",
+        r#"define_model {
+  name = "s.a", kind = kind.full(), schema = { { "x", "integer" } },
+  audits = {
+    audit.not_nul("x"),
+    audit.accepted_range { colum = "x", min = 1 },
+    audit.accepted_values("x"),
+    audit.mine(),
+    audit.accepted_range { column = "x" },
+  },
+  query = "SELECT 1 AS x",
+}
+"#,
+    );
+    p.write(
+        "models/b.rhai",
+        r#"define_model(#{
+  name: "s.b", kind: kind::full(), schema: [["x", "integer"]],
+  audits: [audit("uniqe", "x"),
+           audit("row_count", #{ min: 1, scope: "batch" })],
+  query: "SELECT 1 AS x",
+});
+"#,
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    for want in [
+        "models/a.lua:4: unknown audit `not_nul`\n  hint: did you mean `not_null`?",
+        "models/a.lua:5: audit `accepted_range` has no parameter `colum` (did you mean `column`?)",
+        "models/a.lua:6: audit `accepted_values` needs parameter `values`: `accepted_values(column, values)`",
+        "models/a.lua:7: audit `mine` needs parameter `column`",
+        "models/a.lua:8: audit `accepted_range` failed to render its SQL: `accepted_range` needs `min`, `max` or both",
+        "models/b.rhai:3: unknown audit `uniqe`\n  hint: did you mean `unique`?",
+        "models/b.rhai:4: audit `row_count`: `scope` must be \"interval\" or \"whole\", got \"batch\"",
+    ] {
+        assert!(e.contains(want), "missing `{want}` in:\n{e}");
+    }
+    // A name taken twice, and an audit body that reads nothing.
+    let q = project();
+    q.write("audits/dup.lua", "define_audit { name = \"unique\", params = { \"c\" }, query = function(s, a) return 'SELECT * FROM ' .. s end }\ndefine_audit { name = \"blind\", query = function(s, a) return 'SELECT 1' end }\n");
+    q.write("models/a.lua", "define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, audits = { audit.blind() }, query = \"SELECT 1 AS x\" }\n");
+    let e = q.run(&["plan", "dev"]).expect_code(1).stderr.clone();
+    assert!(e.contains("audits/dup.lua:1: audit `unique` is already defined (a built-in audit)"), "{e}");
+    assert!(e.contains("models/a.lua:1: audit `blind`: the audit body's SQL never reads the relation under audit"), "{e}");
+}
+
+// ---- write-audit-publish -----------------------------------------------------------------
+
+/// A daily time-range model over a CSV (one batch per day) with a blocking `not_null(region)`.
+fn daily_project(csv: &str, audits: &str) -> Project {
+    let mut p = project();
+    p.now = "2026-01-06T00:00:00Z".into();
+    p.write("data/events.csv", csv);
+    p.write(
+        "models/daily.lua",
+        &format!(
+            r#"local raw = define_model {{
+  name = "raw.events",
+  kind = kind.external {{ path = "data/events.csv" }},
+  schema = {{ {{ "event_at", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
+}}
+define_model {{
+  name = "s.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
+  audits = {{ {audits} }},
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(raw) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
+}}
+"#
+        ),
+    );
+    p
+}
+
+const EVENTS: &str = "event_at,region,amount\n\
+2026-01-01 10:00:00,north,10\n\
+2026-01-02 10:00:00,north,20\n\
+2026-01-03 10:00:00,,30\n\
+2026-01-03 11:00:00,south,5\n\
+2026-01-04 10:00:00,south,40\n";
+
+#[test]
+fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay() {
+    let p = daily_project(EVENTS, "audit.not_null(\"region\")");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    assert!(e.contains("audit `not_null(region)` on model `s.daily` in [2026-01-03T00:00:00.000Z, 2026-01-04T00:00:00.000Z): 1 violating row"), "{e}");
+    assert!(e.contains(r#"{"day":"2026-01-03 00:00:00","region":null,"amount":30}"#), "{e}");
+    assert!(e.contains("rolled back and marked failed"), "{e}");
+    // The batch of the 3rd has no rows in the table (not even its clean `south` row); the
+    // 1st and 2nd stay; nothing after the failure ran; no view was created.
+    let physical = physical_of(&p, "s.daily");
+    assert_eq!(
+        p.rows(&format!("(SELECT day, region FROM {physical})")),
+        vec![
+            vec![Some("2026-01-01 00:00:00".into()), Some("north".into())],
+            vec![Some("2026-01-02 00:00:00".into()), Some("north".into())],
+        ]
+    );
+    assert_eq!(
+        ledger(&p, "s.daily"),
+        vec![
+            ("2026-01-01T00:00:00.000Z".into(), "done".into()),
+            ("2026-01-02T00:00:00.000Z".into(), "done".into()),
+            ("2026-01-03T00:00:00.000Z".into(), "failed".into()),
+        ]
+    );
+    assert!(!p.all_relations().contains(&"dev__s.daily".to_string()), "{:?}", p.all_relations());
+    // The next plan wants the failed day and the rest again (the failed one is not done).
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "s.daily")["intervals"], 3);
+    // Fixed data: the next apply recomputes from the failed day and publishes.
+    p.write("data/events.csv", &EVENTS.replace(",,30", ",east,30"));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
+}
+
+#[test]
+fn a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_apply() {
+    let audits = "audit.unique { \"day\", scope = \"whole\" }";
+    let clean = "event_at,region,amount\n2026-01-01 10:00:00,north,10\n2026-01-02 10:00:00,north,20\n2026-01-03 10:00:00,north,30\n";
+    let p = daily_project(clean, audits);
+    p.apply("prod");
+    let before = p.rows(&env_view("prod", "s.daily"));
+    let pointers = p.state_summary().pointers;
+    assert_eq!(before.len(), 3);
+    // v2 groups by region as well: on the 3rd, two regions → two rows of the same day. Each
+    // batch alone is fine for an interval check; the whole table is not.
+    p.write("data/events.csv", &format!("{clean}2026-01-03 11:00:00,south,5\n"));
+    p.write("models/daily.lua", &p.read("models/daily.lua").replace("GROUP BY ALL", "GROUP BY ALL HAVING true"));
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `unique(day)` on model `s.daily`"), "{}", run.stderr);
+    assert!(run.stderr.contains(r#"{"day":"2026-01-03 00:00:00","duplicates":2}"#), "{}", run.stderr);
+    assert_eq!(p.rows(&env_view("prod", "s.daily")), before, "prod's view moved");
+    assert_eq!(p.state_summary().pointers, pointers, "prod's pointers moved");
+    // The failed whole audit is not forgotten: the next apply runs it again and fails again.
+    let again = p.run(&["apply", "prod", "--yes"]);
+    again.expect_code(1);
+    assert!(again.stderr.contains("audit `unique(day)` on model `s.daily`"), "{}", again.stderr);
+    assert_eq!(p.state_summary().pointers, pointers);
+    // Demoted to warn (a metadata edit), the apply publishes and reports the violation.
+    p.write("models/daily.lua", &p.read("models/daily.lua").replace("scope = \"whole\" }", "scope = \"whole\", blocking = false }"));
+    let v = p.apply("prod");
+    assert_eq!(violations(&v, "s.daily", "unique(day)"), 1);
+    assert_eq!(p.rows(&env_view("prod", "s.daily")).len(), 4);
+}
+
+#[test]
+fn promoting_an_existing_version_audits_it_before_the_view_swap() {
+    let p = project();
+    p.write(
+        "models/a.lua",
+        r#"define_model {
+  name = "s.a", kind = kind.full(), schema = { { "id", "integer" }, { "label", "varchar" } },
+  audits = { audit.not_null("label"), audit.row_count { max = 3, blocking = false } },
+  query = "SELECT CAST(range AS INTEGER) AS id, 'n' || range AS label FROM range(3)",
+}
+"#,
+    );
+    p.apply("dev");
+    corrupt(&p, &format!("INSERT INTO {} VALUES (9, NULL)", physical_of(&p, "s.a")));
+    // `apply prod` builds nothing (the version exists) but audits it before pointing prod at it.
+    let run = p.run(&["apply", "prod", "--yes", "--json"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `not_null(label)` on model `s.a`: 1 violating row"), "{}", run.stderr);
+    assert!(!p.all_relations().contains(&"s.a".to_string()), "{:?}", p.all_relations());
+    assert!(p.state_summary().pointers.get("prod").is_none());
+}
+
+#[test]
+fn warn_audits_log_and_never_block() {
+    let p = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
+    let run = p.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    let r = result(&v, "s.daily", "not_null(region)");
+    assert_eq!(r["violations"], 1);
+    assert_eq!(r["runs"], 5);
+    assert_eq!(r["intervals"], serde_json::json!([{"start": "2026-01-03T00:00:00.000Z", "end": "2026-01-04T00:00:00.000Z"}]));
+    assert!(run.stderr.contains("WARN") && run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
+    assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
+    // Human output says so too.
+    let q = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
+    let out = q.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.clone();
+    assert!(out.contains("audits: 1 checked (5 runs), 0 passed, 1 warned"), "{out}");
+}
+
+// ---- audits are metadata -----------------------------------------------------------------
+
+#[test]
+fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing() {
+    let p = daily_project(EVENTS.replace(",,30", ",east,30").as_str(), "");
+    p.apply("dev");
+    let tables = p.physical_tables();
+    for audits in ["audit.not_null(\"region\")", "audit.not_null(\"region\", \"amount\")", "audit.not_null { \"region\", blocking = false }"] {
+        p.write("models/daily.lua", &p.read("models/daily.lua").replace(&p.read("models/daily.lua").lines().find(|l| l.contains("audits =")).unwrap().to_string(), &format!("  audits = {{ {audits} }},")));
+        let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+        let a = action(&plan, "s.daily");
+        assert_eq!(a["change"], "metadata", "{audits}: {a:#}");
+        assert!(a["explain"]["diverged"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().starts_with("audits")), "{a:#}");
+        assert_eq!(a["build"], false);
+        let v = p.apply("dev");
+        assert_eq!(v["built"], serde_json::json!([]));
+        assert_eq!(p.physical_tables(), tables);
+        assert_eq!(p.plan("dev")["hasChanges"], false);
+    }
+}
+
+// ---- efmesh audit <env> ------------------------------------------------------------------
+
+#[test]
+fn efmesh_audit_catches_a_corrupted_physical_table() {
+    let p = daily_project(EVENTS.replace(",,30", ",east,30").as_str(), "audit.not_null(\"region\"), audit.accepted_values { column = \"region\", values = { \"north\", \"south\", \"east\" }, blocking = false }");
+    p.apply("prod");
+    let clean = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(clean["blockingViolations"], 0);
+    assert_eq!(violations(&clean, "s.daily", "not_null(region)"), 0);
+    let human = p.run(&["audit", "prod"]).expect_code(0).stdout.clone();
+    assert!(human.contains("✓ s.daily  not_null(region)"), "{human}");
+
+    // Someone writes a NULL and an unknown region into the physical table by hand.
+    corrupt(&p, &format!("INSERT INTO {} VALUES (TIMESTAMP '2026-01-04', NULL, 1), (TIMESTAMP '2026-01-04', 'west', 2)", physical_of(&p, "s.daily")));
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["env"], "prod");
+    assert_eq!(v["blockingViolations"], 1);
+    assert_eq!(v["warnViolations"], 1, "NULL is not an accepted_values violation: {v:#}");
+    let r = result(&v, "s.daily", "not_null(region)");
+    assert_eq!((r["blocking"].as_bool(), r["violations"].as_u64(), r["scope"].as_str()), (Some(true), Some(1), Some("interval")));
+    assert_eq!(r["sample"][0], serde_json::json!({"day": "2026-01-04 00:00:00", "region": null, "amount": 1}));
+    assert!(run.stderr.contains("environment `prod`: 1 blocking audit violation"), "{}", run.stderr);
+    let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
+    assert!(human.contains("✗ s.daily  not_null(region)  1 violating row"), "{human}");
+    assert!(human.contains("⚠ s.daily  accepted_values(region, north, south, east)  1 violating row (warn)"), "{human}");
+    // dev was never applied; an unknown --model is an error with a suggestion.
+    assert!(p.run(&["audit", "dev"]).expect_code(1).stderr.contains("environment `dev` does not exist"));
+    assert!(p.run(&["audit", "prod", "--model", "s.dialy"]).expect_code(1).stderr.contains("did you mean `s.daily`?"));
+    // `--model` restricts: the external has no audits, so nothing runs for it.
+    let only = p.run(&["audit", "prod", "--model", "raw.events", "--json"]).expect_code(0).json();
+    assert_eq!(only["results"], serde_json::json!([]));
+}
+
+// ---- the flights example -----------------------------------------------------------------
+
+#[test]
+fn the_flights_example_audits_pass_and_its_warn_audits_fire_on_real_data() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/flights");
+    let config = efmesh::config::Config::load(&root.join("efmesh.toml")).unwrap();
+    let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
+    let state = efmesh::state::StateStore::open_in_memory().unwrap();
+    let mut engine = DuckDb::in_memory().unwrap();
+    let now = efmesh::core::interval::parse_instant("2026-11-30T00:00:00Z").unwrap();
+    let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
+    let report = efmesh::apply::apply(&project, &plan, &state, &mut engine, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+    let v = serde_json::json!({ "audits": report.audits });
+    // Reference numbers straight from the data files.
+    let data = root.join("data");
+    let early = query_in_memory(&format!("SELECT count(*)::VARCHAR FROM read_parquet('{}') WHERE dep_delay < 0", data.join("flights.parquet").display()));
+    let unknown = query_in_memory(&format!(
+        "SELECT count(*)::VARCHAR FROM read_parquet('{}') WHERE tailnum IS NOT NULL AND tailnum NOT IN (SELECT tailnum FROM read_csv('{}', nullstr = 'NA'))",
+        data.join("flights.parquet").display(),
+        data.join("planes.csv").display()
+    ));
+    assert_eq!(violations(&v, "core.flights", "accepted_range(dep_delay, min = 0)").to_string(), early[0][0].clone().unwrap());
+    assert_eq!(violations(&v, "mart.flights_enriched", "expression(has_plane OR tailnum IS NULL)").to_string(), unknown[0][0].clone().unwrap());
+    assert_eq!(early[0][0].as_deref(), Some("183575"));
+    assert_eq!(unknown[0][0].as_deref(), Some("50094"));
+    for (m, a) in [
+        ("raw.weather", "not_null(origin, time_hour)"),
+        ("core.flights", "not_null(carrier, flight, origin, dest, time_hour)"),
+        ("core.flights", "accepted_values(origin, EWR, JFK, LGA)"),
+        ("core.flights", "no_gaps(time_hour, grain = day)"),
+        ("mart.flights_enriched", "unique(carrier, flight, time_hour)"),
+    ] {
+        assert_eq!(violations(&v, m, a), 0, "{a} on {m}");
+        assert_eq!(result(&v, m, a)["blocking"], true);
+    }
+    // One interval pass per batch of 30 days (366 days → 13 batches), one whole pass.
+    assert_eq!(result(&v, "core.flights", "not_null(carrier, flight, origin, dest, time_hour)")["runs"], 13);
+    assert_eq!(result(&v, "core.flights", "no_gaps(time_hour, grain = day)")["runs"], 1);
+}

@@ -1,0 +1,120 @@
+//! The DuckLake target: one table per version inside the attached catalog, environments as
+//! views over them, promotion as a view swap, and a second version beside the first.
+
+use crate::common::*;
+use crate::lake::{extension_engine_section, with_extensions};
+use efmesh::engine::Engine;
+use serde_json::Value;
+
+const NOW_DL: &str = "2026-01-10T06:00:00Z";
+
+const DL_CONFIG: &str = "[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n";
+
+fn models(extra: &str) -> String {
+    format!(
+        r#"local daily = define_model {{
+  name = "m.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 4 }},
+  target = "ducklake",
+  schema = {{ {{ "day", "timestamp" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(range AS TIMESTAMP) AS day, CAST(epoch(range) / 86400 AS BIGINT) AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
+}}
+define_model {{
+  name = "m.total",
+  kind = kind.full(),
+  target = "ducklake",
+  schema = {{ {{ "days", "bigint" }}, {{ "n", "bigint" }} }},
+  query = "SELECT count(*) AS days, CAST(sum(n) AS BIGINT) AS n FROM " .. ref(daily) .. " {extra}",
+}}
+"#
+    )
+}
+
+fn ducklake_project() -> Project {
+    let mut p = Project::new();
+    p.now = NOW_DL.to_string();
+    p.write("efmesh.toml", &with_extensions(&format!("{CONFIG}\n{DL_CONFIG}")));
+    p.write("models/m.lua", &models(""));
+    p
+}
+
+/// Opens the project's DuckDB file with the DuckLake catalog attached, as an outside reader would.
+fn open(p: &Project) -> efmesh::engine::duckdb::DuckDb {
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &extension_engine_section()).expect("open duckdb");
+    db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+    db
+}
+
+fn rows(p: &Project, relation: &str) -> Rows {
+    let mut r = open(p).query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}")).unwrap_or_else(|e| panic!("{e}"));
+    r.sort();
+    r
+}
+
+/// Tables of the DuckLake catalog, sorted.
+fn catalog_tables(p: &Project) -> Vec<String> {
+    let mut v: Vec<String> = open(p)
+        .query("SELECT table_name FROM information_schema.tables WHERE table_catalog = '_efmesh_ducklake' AND table_schema = 'main'")
+        .unwrap()
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn fp(v: &Value, m: &str) -> String {
+    action(v, m)["fingerprint"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn ducklake_versions_apply_promote_and_live_beside_each_other() {
+    let p = ducklake_project();
+    let dev = p.apply("dev");
+    assert_eq!(dev["intervals"], Value::from(9));
+    let physical = action(&dev, "m.total")["physical"].as_str().unwrap().to_string();
+    assert_eq!(physical, format!("\"_efmesh_ducklake\".\"main\".\"m__total__{}\"", fp(&dev, "m.total")));
+    let first = vec![format!("m__daily__{}", fp(&dev, "m.daily")), format!("m__total__{}", fp(&dev, "m.total"))];
+    assert_eq!(catalog_tables(&p), first);
+    assert!(p.physical_tables().is_empty(), "nothing is stored in the DuckDB file's `_efmesh`");
+    assert_eq!(rows(&p, &env_view("dev", "m.daily")).len(), 9);
+    let total = rows(&p, &env_view("dev", "m.total"));
+    assert_eq!(total, vec![vec![Some("9".into()), Some((20454..20463).sum::<i64>().to_string())]]);
+
+    // Promotion is a view swap; a re-plan is empty.
+    let prod = p.apply("prod");
+    assert_eq!(prod["built"], serde_json::json!([]));
+    assert_eq!(rows(&p, &env_view("prod", "m.total")), total);
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+
+    // A second version beside the first; prod keeps the old one until promoted.
+    p.write("models/m.lua", &models("HAVING count(*) > 100"));
+    let second = p.apply("dev");
+    assert_eq!(string_set(&second["built"]), set(&["m.total"]));
+    let mut both = first.clone();
+    both.push(format!("m__total__{}", fp(&second, "m.total")));
+    both.sort();
+    assert_eq!(catalog_tables(&p), both);
+    assert_eq!(rows(&p, &env_view("prod", "m.total")), total, "prod still on the old version");
+    assert!(rows(&p, &env_view("dev", "m.total")).is_empty());
+    assert_eq!(p.state().env_pointers("prod").unwrap()["m.total"], fp(&dev, "m.total"));
+    assert_eq!(p.apply("prod")["built"], serde_json::json!([]));
+    assert!(rows(&p, &env_view("prod", "m.total")).is_empty());
+
+    // Time passes: batches DELETE + INSERT into the catalog table, nothing duplicated.
+    let mut p = p;
+    p.now = "2026-01-12T00:00:00Z".into();
+    let later = p.apply("prod");
+    assert_eq!(later["intervals"], Value::from(2));
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+}
+
+#[test]
+fn ducklake_without_its_section_is_a_load_error() {
+    let p = Project::new();
+    p.write("models/m.lua", &models(""));
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/m.lua:1") && r.stderr.contains("model `m.daily`") && r.stderr.contains("[ducklake]"), "{}", r.stderr);
+}

@@ -1,0 +1,350 @@
+//! `scd_type2`: history by key. A changed watched column closes the open version and opens a new
+//! one at the run's instant; a key missing from the source is closed (unless
+//! `invalidate_hard_deletes = false`); a key that comes back opens a new version; unchanged keys
+//! keep their `valid_from` across refreshes; duplicate source keys are refused with the table
+//! unchanged; history survives a non-breaking parent edit (the physical table is reused). The
+//! managed columns are exposed by the environment view and readable by children, never declared.
+
+use crate::common::*;
+use efmesh::config::Config;
+use efmesh::project::Project as LibProject;
+
+const T1: &str = "2026-02-10T00:00:00Z";
+const T2: &str = "2026-02-11T08:30:00Z";
+const T3: &str = "2026-02-12T00:00:00Z";
+const T4: &str = "2026-02-13T00:00:00Z";
+
+/// How the SQL renders those instants.
+fn ts(iso: &str) -> String {
+    iso.trim_end_matches('Z').replace('T', " ")
+}
+
+/// `raw.assign` (CSV) → `m.src` (full, reads it) → `m.assign` (scd_type2 by patient, `opts`
+/// spliced into the kind's options).
+fn models(opts: &str) -> String {
+    format!(
+        r#"
+local raw = define_model {{
+  name = "raw.assign", kind = kind.external {{ path = "data/assign.csv" }},
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
+}}
+local src = define_model {{
+  name = "m.src", kind = kind.full(),
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
+  query = "SELECT patient, dept, doctor FROM " .. ref(raw),
+}}
+define_model {{
+  name = "m.assign", kind = kind.scd_type2 {{ key = "patient"{opts} }},
+  schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),
+}}
+"#
+    )
+}
+
+fn project(opts: &str, csv: &str) -> Project {
+    let mut p = Project::new();
+    p.now = T1.into();
+    p.write("data/assign.csv", csv);
+    p.write("models/m.lua", &models(opts));
+    p
+}
+
+/// [`project`] with `m.src` a view, so every `run` reads the CSV as it is now.
+fn view_project(opts: &str, csv: &str) -> Project {
+    let p = project(opts, csv);
+    p.write("models/m.lua", &models(opts).replace("kind = kind.full()", "kind = kind.view()"));
+    p
+}
+
+/// Rows of the dev view of `m.assign`, ordered by patient then valid_from.
+fn history(p: &Project) -> Rows {
+    p.query(&format!(
+        "SELECT CAST(patient AS VARCHAR), dept, doctor, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
+        env_view("dev", "m.assign")
+    ))
+}
+
+fn r(patient: &str, dept: &str, doctor: &str, from: &str, to: Option<&str>) -> Vec<Option<String>> {
+    vec![Some(patient.into()), Some(dept.into()), Some(doctor.into()), Some(ts(from)), to.map(ts)]
+}
+
+#[test]
+fn changes_hard_deletes_and_returning_keys_build_the_history() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n3,ortho,yang\n");
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.src", "m.assign"]));
+    assert_eq!(
+        history(&p),
+        vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None), r("3", "ortho", "yang", T1, None)]
+    );
+
+    // T2: patient 1 moves, patient 2 leaves, patient 3 stays, patient 4 arrives.
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n3,ortho,yang\n4,neuro,grey\n");
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(ran["processed"], serde_json::json!(["m.assign"]));
+    assert_eq!(
+        history(&p),
+        vec![
+            r("1", "cardio", "house", T1, Some(T2)),
+            r("1", "icu", "house", T2, None),
+            r("2", "neuro", "grey", T1, Some(T2)),
+            r("3", "ortho", "yang", T1, None),
+            r("4", "neuro", "grey", T2, None),
+        ]
+    );
+
+    // T3: patient 2 comes back (a new version; the closed one stays closed).
+    p.now = T3.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n3,ortho,yang\n4,neuro,grey\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    let h = history(&p);
+    assert!(h.contains(&r("2", "neuro", "grey", T1, Some(T2))), "{h:?}");
+    assert!(h.contains(&r("2", "neuro", "shepherd", T3, None)), "{h:?}");
+    assert_eq!(h.len(), 6);
+    // Exactly one open version per key.
+    let open = p.query(&format!("SELECT patient, count(*) FROM {} WHERE valid_to IS NULL GROUP BY patient HAVING count(*) <> 1", env_view("dev", "m.assign")));
+    assert!(open.is_empty(), "{open:?}");
+}
+
+#[test]
+fn unchanged_rows_keep_their_valid_from_across_three_refreshes() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    for (i, now) in [T2, T3, T4].into_iter().enumerate() {
+        p.now = now.into();
+        // Patient 2 changes doctor every time; patient 1 never changes.
+        p.write("data/assign.csv", &format!("patient,dept,doctor\n1,cardio,house\n2,neuro,doc{i}\n"));
+        p.run(&["run", "dev"]).expect_code(0);
+        let h = history(&p);
+        assert_eq!(h[0], r("1", "cardio", "house", T1, None), "after refresh {}: {h:?}", i + 1);
+        assert_eq!(h.len(), 2 + i + 1, "patient 2 gains one version per refresh: {h:?}");
+    }
+}
+
+#[test]
+fn duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n");
+    p.apply("dev");
+    let before = history(&p);
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n7,a,b\n7,c,d\n");
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("model `m.assign`"), "{}", r.stderr);
+    assert!(r.stderr.contains("(patient = '7') appears 2 times"), "{}", r.stderr);
+    assert_eq!(history(&p), before, "patient 1's change must not be half-applied");
+
+    // A NULL key is refused the same way.
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n,a,b\n");
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("1 row of the query has a NULL key (`patient`)"), "{}", r.stderr);
+    assert_eq!(history(&p), before);
+}
+
+#[test]
+fn without_invalidate_hard_deletes_a_missing_key_stays_open() {
+    let mut p = view_project(", invalidate_hard_deletes = false", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,cardio,house\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None)]);
+}
+
+#[test]
+fn only_watched_columns_open_versions() {
+    let opts = r#", columns = { "dept" }"#;
+    let mut p = view_project(opts, "patient,dept,doctor\n1,cardio,house\n");
+    p.apply("dev");
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,cardio,wilson\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None)], "a doctor change alone is not watched");
+    p.now = T3.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,wilson\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, Some(T3)), r("1", "icu", "wilson", T3, None)]);
+}
+
+#[test]
+fn one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns() {
+    let mut p = project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.now = "2026-02-10T13:14:15.678Z".into();
+    p.write(
+        "models/twin.lua",
+        r#"define_model {
+  name = "m.twin", kind = kind.scd_type2 { key = { "patient", "dept" }, valid_from = "since", valid_to = "until" },
+  schema = { { "patient", "bigint" }, { "dept", "varchar" } },
+  query = "SELECT patient, dept FROM " .. ref("m.src"),
+}
+define_model {
+  name = "m.current", kind = kind.view(),
+  schema = { { "patient", "bigint" }, { "dept", "varchar" }, { "since", "timestamp" } },
+  query = "SELECT patient, dept, since FROM " .. ref("m.twin") .. " WHERE " .. cols("m.twin", "until") .. " IS NULL",
+}
+"#,
+    );
+    p.run(&["check"]).expect_code(0);
+    p.apply("dev");
+    let instants = p.query(&format!(
+        "SELECT DISTINCT CAST(valid_from AS VARCHAR) FROM {} UNION ALL SELECT DISTINCT CAST(since AS VARCHAR) FROM {}",
+        env_view("dev", "m.assign"),
+        env_view("dev", "m.twin")
+    ));
+    assert_eq!(instants, vec![vec![Some("2026-02-10 13:14:15.678".to_string())]; 2]);
+    let cols = |rel: &str| -> Vec<String> { p.query(&format!("SELECT column_name FROM (DESCRIBE {rel})")).into_iter().map(|r| r[0].clone().unwrap()).collect() };
+    assert_eq!(cols(&env_view("dev", "m.assign")), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
+    assert_eq!(cols(&env_view("dev", "m.twin")), ["patient", "dept", "since", "until"]);
+    assert_eq!(p.rows(&env_view("dev", "m.current")).len(), 2);
+    // Promotion to prod is a view swap exposing the same columns.
+    let prod = p.apply("prod");
+    assert_eq!(prod["built"], serde_json::json!([]));
+    assert_eq!(cols(&env_view("prod", "m.assign")), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
+}
+
+#[test]
+fn history_survives_a_non_breaking_parent_edit() {
+    let mut p = project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    let tables_before = p.physical_tables().into_iter().filter(|t| t.starts_with("m__assign")).collect::<Vec<_>>();
+
+    // T2: patient 1 moves in the source, and `m.src` (a full model, so it reads the CSV only
+    // when built) gains a column `m.assign` does not read: a non-breaking edit.
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    let edited = models("").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(raw),"#,
+        r#"{ "doctor", "varchar" }, { "doctor_uc", "varchar" } },
+  query = "SELECT patient, dept, doctor, upper(doctor) AS doctor_uc FROM " .. ref(raw),"#,
+    );
+    assert_ne!(edited, models(""));
+    p.write("models/m.lua", &edited);
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "m.src")["change"], "non-breaking", "{plan:#}");
+    let scd = action(&plan, "m.assign");
+    assert_eq!(scd["change"], "indirect", "{plan:#}");
+    assert_eq!(scd["build"], false, "{plan:#}");
+    assert!(scd.get("reusedFrom").is_some(), "{plan:#}");
+
+    let before = history(&p);
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.src"]), "the scd table is reused, not rebuilt");
+    assert_eq!(history(&p), before, "history intact after the reuse");
+    let tables_after = p.physical_tables().into_iter().filter(|t| t.starts_with("m__assign")).collect::<Vec<_>>();
+    assert_eq!(tables_after, tables_before, "no new physical table for the scd model");
+
+    // The reused table keeps recording history: patient 1's move reaches it on the next run.
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(
+        history(&p),
+        vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Languages, fingerprints, load errors
+
+const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { table = "main.src" },
+  schema = { { "id", "bigint" }, { "k", "varchar" }, { "v", "double" } } }"#;
+const LUA: &str = r#"define_model { name = "m.x",
+  kind = kind.scd_type2 { key = "id", valid_from = "vf", valid_to = "vt", columns = { "v" }, invalidate_hard_deletes = false },
+  schema = { { "id", "bigint" }, { "k", "varchar" }, { "v", "double" } },
+  query = "SELECT id, k, v FROM " .. ref("raw.src") }"#;
+const RHAI: &str = r#"define_model(#{ name: "m.x",
+  kind: kind::scd_type2(#{ key: "id", valid_from: "vf", valid_to: "vt", columns: ["v"], invalidate_hard_deletes: false }),
+  schema: [["id", "bigint"], ["k", "varchar"], ["v", "double"]],
+  query: `SELECT id, k, v FROM ${ref("raw.src")}` });"#;
+const SQL: &str = "-- name: m.x\n-- kind: scd_type2(key = id, valid_from = vf, valid_to = vt, columns = [v], invalidate_hard_deletes = false)\n-- schema: id bigint, k varchar, v double\n-- refs: raw.src\nSELECT id, k, v FROM @ref(raw.src)\n";
+
+fn fingerprint_of(file: &str, text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
+    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
+    v.fingerprints.iter().find(|(k, _)| k.to_string() == "m.x").map(|(_, fp)| fp.as_str().to_string()).unwrap()
+}
+
+#[test]
+fn the_same_scd_model_has_one_fingerprint_in_lua_rhai_and_sql_and_every_option_is_hashed() {
+    let lua = fingerprint_of("x.lua", LUA);
+    assert_eq!(lua, fingerprint_of("x.rhai", RHAI), "Lua vs Rhai");
+    assert_eq!(lua, fingerprint_of("x.sql", SQL), "Lua vs SQL");
+    let edits = [
+        (r#"key = "id""#, r#"key = { "id", "k" }"#),
+        (r#"valid_from = "vf""#, r#"valid_from = "since""#),
+        (r#"valid_to = "vt""#, r#"valid_to = "until""#),
+        (r#"columns = { "v" }"#, r#"columns = { "v", "k" }"#),
+        (r#"invalidate_hard_deletes = false"#, r#"invalidate_hard_deletes = true"#),
+    ];
+    let mut seen = std::collections::BTreeSet::from([lua.clone()]);
+    for (from, to) in edits {
+        let edited = LUA.replace(from, to);
+        assert_ne!(edited, LUA, "{from}");
+        assert!(seen.insert(fingerprint_of("x.lua", &edited)), "editing `{from}` → `{to}` must change the fingerprint");
+    }
+    // Defaults written out are the same model as defaults omitted.
+    let explicit = SQL.replace("valid_from = vf, valid_to = vt", "valid_from = valid_from, valid_to = valid_to");
+    let implicit = SQL.replace("valid_from = vf, valid_to = vt, ", "");
+    assert_eq!(fingerprint_of("x.sql", &explicit), fingerprint_of("x.sql", &implicit));
+}
+
+#[test]
+fn load_errors_name_the_column_the_model_and_the_line() {
+    let p = Project::new();
+    p.write("efmesh.toml", "# defaults\n");
+    p.write("models/parent.lua", PARENT);
+    for (text, wanted) in [
+        (SQL.replace("key = id,", "key = ident,"), "key column `ident` of kind `scd_type2` is not declared in the schema"),
+        (SQL.replace("columns = [v]", "columns = [w]"), "watched column `w` of kind `scd_type2` is not declared in the schema"),
+        (SQL.replace("columns = [v]", "columns = [id]"), "watched column `id` of kind `scd_type2` is a key column"),
+        (SQL.replace("valid_to = vt", "valid_to = vf"), "`valid_from` and `valid_to` of kind `scd_type2` must differ"),
+        (SQL.replace("key = id", "key = []"), "`key` of kind `scd_type2` is empty"),
+        (SQL.replace("columns = [v]", "watch = [v]"), "unknown option `watch` for kind `scd_type2`"),
+        (
+            SQL.replace("v double\n", "v double, vf timestamp\n").replace("SELECT id, k, v", "SELECT id, k, v, now()::timestamp AS vf"),
+            "column `vf` is managed by kind `scd_type2` and cannot be declared",
+        ),
+    ] {
+        p.write("models/x.sql", &text);
+        let r = p.run(&["check"]);
+        r.expect_code(1);
+        let out = format!("{}{}", r.stdout, r.stderr);
+        assert!(out.contains(&format!("models/x.sql:1: model `m.x`: {wanted}")) || (out.contains(wanted) && out.contains("models/x.sql:")), "wanted `{wanted}`:\n{}", out);
+    }
+    // The default managed names are reserved too, in Lua.
+    p.remove("models/x.sql");
+    p.write(
+        "models/x.lua",
+        r#"define_model { name = "m.x", kind = kind.scd_type2 { key = "id" },
+  schema = { { "id", "bigint" }, { "valid_to", "timestamp" } },
+  query = "SELECT id, NULL::timestamp AS valid_to FROM " .. ref("raw.src") }"#,
+    );
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/x.lua:1: model `m.x`: column `valid_to` is managed by kind `scd_type2` and cannot be declared"), "{}", out);
+}
+
+#[test]
+fn the_contract_checks_the_query_against_the_declared_columns_only() {
+    // A query that produces a managed column itself returns a column the schema does not declare.
+    let p = project("", "patient,dept,doctor\n1,cardio,house\n");
+    p.write(
+        "models/m.lua",
+        &models("").replace(
+            r#"query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+            r#"query = "SELECT patient, dept, doctor, now()::timestamp AS valid_from FROM " .. ref(src),"#,
+        ),
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("schema contract failed, nothing was built"), "{}", r.stderr);
+    assert!(r.stderr.contains("model `m.assign`: the query returns column `valid_from`"), "{}", r.stderr);
+    assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
+}

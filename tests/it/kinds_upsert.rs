@@ -1,0 +1,284 @@
+//! `incremental_by_unique_key`: the first apply fills the table, `efmesh run` upserts the query's
+//! rows by key (changed rows replaced, new rows added, rows absent from the query kept), a NULL or
+//! duplicate key is refused with the table unchanged, and the kind is the same model (same
+//! fingerprint) in Lua, Rhai and SQL. `run` refuses to touch an environment the project differs
+//! from. Load errors name the column, the model and file:line.
+
+use crate::common::*;
+use efmesh::config::{Config, EngineSection};
+use efmesh::engine::Engine;
+use efmesh::engine::duckdb::DuckDb;
+use efmesh::project::Project as LibProject;
+use std::collections::BTreeMap;
+
+/// `raw.src` reads `data/src.csv`; `m.latest` upserts it by `id`.
+const MODELS: &str = r#"
+local src = define_model {
+  name = "raw.src", kind = kind.external { path = "data/src.csv" },
+  schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" } },
+}
+define_model {
+  name = "m.latest", kind = kind.incremental_by_unique_key { key = "id" },
+  schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" } },
+  query = "SELECT id, name, score * 10 AS score FROM " .. ref(src),
+}
+"#;
+
+fn project(csv: &str) -> Project {
+    let p = Project::new();
+    p.write("data/src.csv", csv);
+    p.write("models/m.lua", MODELS);
+    p
+}
+
+fn row(vals: &[&str]) -> Vec<Option<String>> {
+    vals.iter().map(|v| if *v == "NULL" { None } else { Some(v.to_string()) }).collect()
+}
+
+fn rows(list: &[&[&str]]) -> Rows {
+    let mut r: Rows = list.iter().map(|v| row(v)).collect();
+    r.sort();
+    r
+}
+
+#[test]
+fn run_upserts_changed_and_new_rows_and_keeps_absent_ones() {
+    let p = project("id,name,score\n1,ann,1\n2,bob,2\n3,cyd,3\n");
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.latest"]));
+    let view = env_view("dev", "m.latest");
+    assert_eq!(p.rows(&view), rows(&[&["1", "ann", "10"], &["2", "bob", "20"], &["3", "cyd", "30"]]));
+
+    // The source changes: 1 is renamed, 2 disappears, 4 arrives.
+    p.write("data/src.csv", "id,name,score\n1,ANN,1\n3,cyd,3\n4,dan,4\n");
+    // Nothing changed in the project: apply does nothing, and says how to refresh.
+    let noop = p.run(&["apply", "dev", "--yes"]);
+    noop.expect_code(0);
+    assert!(noop.stdout.contains("nothing to apply"), "{}", noop.stdout);
+    assert!(noop.stderr.contains("efmesh run dev"), "{}", noop.stderr);
+    assert_eq!(p.rows(&view).len(), 3, "apply must not refresh");
+
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(ran["outcome"], "ok");
+    assert_eq!(ran["processed"], serde_json::json!(["m.latest"]));
+    assert_eq!(p.rows(&view), rows(&[&["1", "ANN", "10"], &["2", "bob", "20"], &["3", "cyd", "30"], &["4", "dan", "40"]]));
+
+    // A second run with the same source is idempotent.
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&view).len(), 4);
+    // Run never promotes nor journals: the pointer set and journal are as apply left them.
+    let before = p.state_summary();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.state_summary(), before);
+}
+
+#[test]
+fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged() {
+    let p = project("id,name,score\n1,ann,1\n2,bob,2\n");
+    p.apply("dev");
+    let view = env_view("dev", "m.latest");
+    let before = p.rows(&view);
+    p.write("data/src.csv", "id,name,score\n1,ANN,1\n,nul,5\n,nil,6\n7,new,7\n");
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("model `m.latest`"), "{}", r.stderr);
+    assert!(r.stderr.contains("2 rows of the query have a NULL key (`id`)"), "{}", r.stderr);
+    assert!(r.stderr.contains("models/m.lua:"), "{}", r.stderr);
+    assert_eq!(p.rows(&view), before, "nothing of the batch may be written");
+}
+
+#[test]
+fn a_null_key_on_the_first_apply_builds_and_promotes_nothing() {
+    let p = project("id,name,score\n1,ann,1\n,nul,2\n");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("1 row of the query has a NULL key"), "{}", r.stderr);
+    assert!(p.state_summary().envs.is_empty(), "no environment may be promoted");
+    assert!(p.state_summary().snapshots.iter().all(|(n, _)| n != "m.latest"), "no snapshot of a failed build");
+    assert!(p.physical_tables().iter().all(|t| !t.starts_with("m__latest")), "{:?}", p.physical_tables());
+}
+
+#[test]
+fn duplicate_keys_in_the_query_are_refused_naming_a_key() {
+    let p = project("id,name,score\n1,ann,1\n");
+    p.apply("dev");
+    let view = env_view("dev", "m.latest");
+    let before = p.rows(&view);
+    p.write("data/src.csv", "id,name,score\n1,ann,1\n5,eve,1\n5,eva,2\n");
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("model `m.latest`"), "{}", r.stderr);
+    assert!(r.stderr.contains("duplicate key in the query's output: (id = '5') appears 2 times"), "{}", r.stderr);
+    assert_eq!(p.rows(&view), before);
+}
+
+#[test]
+fn a_composite_key_upserts_from_an_engine_table_changed_between_runs() {
+    let p = Project::new();
+    p.write(
+        "models/m.lua",
+        r#"
+local landing = define_model {
+  name = "raw.landing", kind = kind.external { table = "main.landing" },
+  schema = { { "shop", "varchar" }, { "sku", "bigint" }, { "stock", "bigint" } },
+}
+define_model {
+  name = "m.stock", kind = kind.incremental_by_unique_key { key = { "shop", "sku" } },
+  schema = { { "shop", "varchar" }, { "sku", "bigint" }, { "stock", "bigint" } },
+  query = "SELECT " .. cols(landing) .. " FROM " .. ref(landing),
+}
+"#,
+    );
+    let engine = |sql: &str| {
+        let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).unwrap();
+        db.execute(sql).unwrap();
+    };
+    engine("CREATE TABLE main.landing (shop VARCHAR, sku BIGINT, stock BIGINT); INSERT INTO main.landing VALUES ('a', 1, 10), ('a', 2, 20), ('b', 1, 30)");
+    p.apply("dev");
+    // Same sku in another shop is another key: only ('a', 1) changes; ('b', 2) is new.
+    engine("DELETE FROM main.landing; INSERT INTO main.landing VALUES ('a', 1, 11), ('b', 2, 5)");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(
+        p.rows(&env_view("dev", "m.stock")),
+        rows(&[&["a", "1", "11"], &["a", "2", "20"], &["b", "1", "30"], &["b", "2", "5"]])
+    );
+}
+
+#[test]
+fn run_refuses_an_environment_the_project_differs_from() {
+    let p = project("id,name,score\n1,ann,1\n");
+    // Never applied: everything is `added`.
+    let r = p.run(&["run", "dev", "--json"]);
+    r.expect_code(2);
+    let v = r.json();
+    assert_eq!(v["outcome"], "awaiting-human");
+    assert_eq!(string_set(&v["blockedBy"]), set(&["m.latest: added", "raw.src: added"]));
+    assert!(!p.engine_path().exists(), "a refused run opens no database");
+
+    p.apply("dev");
+    p.write("data/src.csv", "id,name,score\n1,ann,1\n2,bob,2\n");
+    p.write("models/m.lua", &MODELS.replace("score * 10", "score * 100"));
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(2);
+    assert!(r.stderr.contains("m.latest: breaking"), "{}", r.stderr);
+    assert!(r.stderr.contains("efmesh apply dev"), "{}", r.stderr);
+    assert_eq!(p.rows(&env_view("dev", "m.latest")), rows(&[&["1", "ann", "10"]]), "a refused run writes nothing");
+}
+
+#[test]
+fn run_also_computes_missing_intervals_of_time_range_models() {
+    let mut p = project("id,name,score\n1,ann,1\n");
+    p.write(
+        "models/t.lua",
+        r#"define_model {
+  name = "m.days", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-02-01" },
+  schema = { { "day", "timestamp" } },
+  query = "SELECT CAST(range AS TIMESTAMP) AS day FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '2026-03-01', INTERVAL 1 DAY) WHERE range >= @start AND range < @end",
+}
+"#,
+    );
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.days")).len(), 9);
+    p.now = "2026-02-12T00:00:00Z".into();
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(ran["intervals"], 2);
+    assert_eq!(ran["processed"], serde_json::json!(["m.days", "m.latest"]));
+    assert_eq!(p.rows(&env_view("dev", "m.days")).len(), 11);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Languages, fingerprints, load errors
+
+const LUA: &str = r#"define_model { name = "m.x", kind = kind.incremental_by_unique_key { key = { "id", "k" } },
+  schema = { { "id", "bigint" }, { "k", "varchar" }, { "v", "double" } },
+  query = "SELECT id, k, v FROM " .. ref("raw.src") }"#;
+const RHAI: &str = r#"define_model(#{ name: "m.x", kind: kind::incremental_by_unique_key(#{ key: ["id", "k"] }),
+  schema: [["id", "bigint"], ["k", "varchar"], ["v", "double"]],
+  query: `SELECT id, k, v FROM ${ref("raw.src")}` });"#;
+const SQL: &str = "-- name: m.x\n-- kind: incremental_by_unique_key(key = [id, k])\n-- schema: id bigint, k varchar, v double\n-- refs: raw.src\nselect id, k, v from @ref(raw.src)\n";
+const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { table = "main.src" },
+  schema = { { "id", "bigint" }, { "k", "varchar" }, { "v", "double" } } }"#;
+
+/// The fingerprint of `m.x` in a project of `models/parent.lua` plus `file`.
+fn fingerprint_of(file: &str, text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
+    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
+    let fps: BTreeMap<String, String> = v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect();
+    fps["m.x"].clone()
+}
+
+#[test]
+fn the_same_unique_key_model_has_one_fingerprint_in_lua_rhai_and_sql_and_the_key_is_hashed() {
+    let lua = fingerprint_of("x.lua", LUA);
+    assert_eq!(lua, fingerprint_of("x.rhai", RHAI), "Lua vs Rhai");
+    assert_eq!(lua, fingerprint_of("x.sql", SQL), "Lua vs SQL");
+    let other_key = fingerprint_of("x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "id" }"#));
+    assert_ne!(lua, other_key, "changing the key changes the fingerprint");
+    let reordered = fingerprint_of("x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "k", "id" }"#));
+    assert_ne!(lua, reordered, "the key is hashed in its declared order");
+    let full = fingerprint_of("x.lua", &LUA.replace(r#"kind.incremental_by_unique_key { key = { "id", "k" } }"#, "kind.full()"));
+    assert_ne!(lua, full, "the kind is hashed");
+}
+
+#[test]
+fn a_key_change_is_a_breaking_change_that_rebuilds() {
+    let p = project("id,name,score\n1,ann,1\n");
+    p.apply("dev");
+    p.write("models/m.lua", &MODELS.replace(r#"key = "id""#, r#"key = { "id", "name" }"#));
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.latest");
+    assert_eq!(a["change"], "breaking", "{plan:#}");
+    assert_eq!(a["build"], true);
+    assert!(a["explain"]["reason"].as_str().unwrap().contains("data-shaping kind fields"), "{plan:#}");
+}
+
+#[test]
+fn load_errors_name_the_column_the_model_and_the_line() {
+    let p = Project::new();
+    p.write("efmesh.toml", "# defaults\n");
+    p.write("models/parent.lua", PARENT);
+    // An undeclared key column, in each language.
+    p.write("models/x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "id", "kk" }"#));
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/x.lua:1: model `m.x`: key column `kk` of kind `incremental_by_unique_key` is not declared in the schema"), "{}", out);
+    assert!(out.contains("did you mean `k`?"), "{}", out);
+    p.remove("models/x.lua");
+    p.write("models/x.rhai", &RHAI.replace(r#"["id", "k"]"#, r#"["ident"]"#));
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/x.rhai:1: model `m.x`: key column `ident`"), "{}", out);
+    p.remove("models/x.rhai");
+    p.write("models/x.sql", &SQL.replace("key = [id, k]", "key = [id, nope]"));
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/x.sql:1: model `m.x`: key column `nope`"), "{}", out);
+
+    // An empty key, a missing key, an unknown option.
+    for (text, wanted) in [
+        (SQL.replace("key = [id, k]", "key = []"), "`key` of kind `incremental_by_unique_key` is empty"),
+        (SQL.replace("(key = [id, k])", ""), "kind `incremental_by_unique_key` needs `key`"),
+        (SQL.replace("key = [id, k]", "key = id, keys = k"), "unknown option `keys` for kind `incremental_by_unique_key` (did you mean `key`?)"),
+        (SQL.replace("key = [id, k]", "key = [id, id]"), "names column `id` twice"),
+    ] {
+        p.write("models/x.sql", &text);
+        let r = p.run(&["check"]);
+        r.expect_code(1);
+        let out = format!("{}{}", r.stdout, r.stderr);
+        assert!(out.contains(wanted) && out.contains("models/x.sql:"), "wanted `{wanted}`:\n{}", out);
+    }
+    let lua = LUA.replace(r#"key = { "id", "k" }"#, r#"key = { "id" }, unique = true"#);
+    p.remove("models/x.sql");
+    p.write("models/x.lua", &lua);
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/x.lua:1: model `m.x`: unknown option `unique` for kind `incremental_by_unique_key`"), "{}", out);
+}

@@ -1,0 +1,469 @@
+//! The parquet lake target on a local directory: one file per grain interval, a view without
+//! phantom columns, the manifest, crash convergence (a batch that fails mid-backfill), full
+//! models across versions and environments, and the load errors of misconfigured targets.
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const EVENTS: &str = "event_at,region,amount\n\
+    2026-01-01 08:00:00,north,100\n\
+    2026-01-01 14:00:00,south,150\n\
+    2026-01-02 09:10:00,north,120\n\
+    2026-01-04 23:59:59,east,75\n\
+    2026-01-05 00:00:00,east,5\n\
+    2026-01-06 12:00:00,west,42\n\
+    2026-01-08 07:00:00,north,8\n";
+
+/// `now` of these tests: 9 complete days, [2026-01-01, 2026-01-10).
+const LAKE_NOW: &str = "2026-01-10T06:00:00Z";
+const DAYS: usize = 9;
+
+fn config(extra: &str) -> String {
+    format!("{CONFIG}\n{extra}")
+}
+
+/// A project with `raw.events` (CSV), `m.daily` (time range, `target`), `m.totals` (full,
+/// `target`) reading it, and the given `[lake]` section.
+fn lake_project(target: &str, lake: &str) -> Project {
+    let mut p = Project::new();
+    p.now = LAKE_NOW.to_string();
+    p.write("efmesh.toml", &config(lake));
+    p.write("data/events.csv", EVENTS);
+    p.write("models/m.lua", &models(target, "", 3));
+    p
+}
+
+/// The project's models; `extra` is appended to `m.totals`'s query, `batch` is the daily batch size.
+fn models(target: &str, extra: &str, batch: u32) -> String {
+    let target = if target.is_empty() { String::new() } else { format!("target = \"{target}\",") };
+    format!(
+        r#"local events = define_model {{
+  name = "raw.events",
+  kind = kind.external {{ path = "data/events.csv" }},
+  schema = {{ {{ "event_at", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
+}}
+local daily = define_model {{
+  name = "m.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = {batch}, lookback = 1 }},
+  {target}
+  schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "revenue", "bigint" }} }},
+  query = [[
+    SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS revenue
+    FROM ]] .. ref(events) .. [[
+    WHERE event_at >= @start AND event_at < @end
+    GROUP BY ALL
+  ]],
+}}
+define_model {{
+  name = "m.totals",
+  kind = kind.full(),
+  {target}
+  schema = {{ {{ "region", "varchar" }}, {{ "revenue", "bigint" }}, {{ "days", "bigint" }} }},
+  query = "SELECT region, CAST(sum(revenue) AS BIGINT) AS revenue, count(*) AS days FROM " .. ref(daily) .. " GROUP BY region {extra}",
+}}
+"#
+    )
+}
+
+/// The files of a version directory, sorted.
+fn files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `<lake>/<schema>__<table>/<fp>` of a model's version in an apply or plan result.
+fn version_dir(p: &Project, lake: &str, v: &Value, model: &str) -> PathBuf {
+    let fp = action(v, model)["fingerprint"].as_str().expect("fingerprint").to_string();
+    p.root().join(lake).join(model.replace('.', "__")).join(fp)
+}
+
+/// The daily file names of [2026-01-01, 2026-01-01 + n days).
+fn day_files(n: usize) -> Vec<String> {
+    (1..=n).map(|d| format!("2026-01-{d:02}.parquet")).collect()
+}
+
+fn described(p: &Project, relation: &str) -> Vec<(String, String)> {
+    p.query(&format!("DESCRIBE SELECT * FROM {relation}"))
+        .into_iter()
+        .map(|r| (r[0].clone().expect("name"), r[1].clone().expect("type")))
+        .collect()
+}
+
+#[test]
+fn time_range_models_write_one_file_per_interval_and_read_like_tables() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    assert_eq!(v["intervals"], Value::from(DAYS));
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    let mut expected = day_files(DAYS);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&daily), expected, "exactly one file per interval (empty days included), no temporary files");
+    assert_eq!(files(&version_dir(&p, "lake", &v, "m.totals")), vec!["data.parquet", "manifest.json"]);
+
+    // Same rows as the same models stored as engine tables.
+    let reference = lake_project("", "");
+    reference.apply("dev");
+    for m in ["m.daily", "m.totals"] {
+        assert_eq!(p.rows(&env_view("dev", m)), reference.rows(&env_view("dev", m)), "`{m}`");
+    }
+    assert_eq!(p.rows(&env_view("dev", "m.daily")).len(), 7, "one row per day and region with events");
+
+    // The view shows the declared columns only: no `fp` / `interval` from the path.
+    let declared = vec![("day".to_string(), "TIMESTAMP".to_string()), ("region".into(), "VARCHAR".into()), ("revenue".into(), "BIGINT".into())];
+    assert_eq!(described(&p, &env_view("dev", "m.daily")), declared);
+    let physical = action(&v, "m.daily")["physical"].as_str().unwrap().to_string();
+    assert_eq!(described(&p, &physical), declared, "the physical view itself");
+    let view_sql = p.query(&format!(
+        "SELECT sql FROM duckdb_views() WHERE schema_name = '_efmesh' AND view_name = '{}'",
+        physical.rsplit('.').next().unwrap().trim_matches('"')
+    ));
+    let view_sql = view_sql[0][0].clone().unwrap();
+    // DuckDB stores the view normalised: `hive_partitioning = CAST('f' AS BOOLEAN)`.
+    assert!(view_sql.contains("read_parquet(") && view_sql.contains("hive_partitioning = CAST('f'"), "{view_sql}");
+    assert_eq!(view_sql.matches(".parquet'").count(), DAYS, "every file listed explicitly: {view_sql}");
+
+    // Nothing left to do; promotion to prod builds nothing.
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    let prod = p.apply("prod");
+    assert_eq!(prod["built"], serde_json::json!([]));
+    assert_eq!(p.rows(&env_view("prod", "m.daily")), p.rows(&env_view("dev", "m.daily")));
+}
+
+#[test]
+fn the_manifest_describes_files_intervals_and_schema() {
+    let p = lake_project("parquet", "[lake]\npath = \"out/lake\"\n");
+    let v = p.apply("dev");
+    let dir = version_dir(&p, "out/lake", &v, "m.daily");
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["manifestVersion"], Value::from(1));
+    assert_eq!(m["model"], "m.daily");
+    assert_eq!(m["fingerprint"], action(&v, "m.daily")["fingerprint"]);
+    assert_eq!(m["kind"], "incremental_by_time_range");
+    assert_eq!(m["format"], "parquet");
+    assert_eq!(m["timeColumn"], "day");
+    assert_eq!(m["grain"], "day");
+    assert_eq!(m["schema"], serde_json::json!([{"name": "day", "type": "timestamp"}, {"name": "region", "type": "varchar"}, {"name": "revenue", "type": "bigint"}]));
+    assert_eq!(m["files"], serde_json::json!(day_files(DAYS)));
+    let intervals = m["intervals"].as_array().unwrap();
+    assert_eq!(intervals.len(), DAYS);
+    assert_eq!(intervals[0], serde_json::json!({"start": "2026-01-01T00:00:00.000Z", "end": "2026-01-02T00:00:00.000Z", "file": "2026-01-01.parquet"}));
+    assert_eq!(intervals[8]["end"], "2026-01-10T00:00:00.000Z");
+    // An outside reader needs nothing but the manifest: its files hold exactly the view's rows.
+    let list: Vec<String> = m["files"].as_array().unwrap().iter().map(|f| format!("'{}'", dir.join(f.as_str().unwrap()).display())).collect();
+    let outside = sorted_in_memory(&format!("SELECT * FROM read_parquet([{}])", list.join(", ")));
+    assert_eq!(outside, p.rows(&env_view("dev", "m.daily")));
+
+    let full = version_dir(&p, "out/lake", &v, "m.totals");
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(full.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!((m["kind"].as_str(), m["files"].clone(), m["intervals"].clone()), (Some("full"), serde_json::json!(["data.parquet"]), serde_json::json!([])));
+    assert!(m.get("timeColumn").is_none());
+}
+
+#[test]
+fn recomputing_an_interval_replaces_its_file() {
+    let mut p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    p.apply("dev");
+    // Two days later, with a late event for 2026-01-09 (lookback 1 recomputes it).
+    p.now = "2026-01-12T01:00:00Z".into();
+    p.write("data/events.csv", &format!("{EVENTS}2026-01-09 10:00:00,south,7\n2026-01-10 10:00:00,south,9\n"));
+    let v = p.apply("dev");
+    assert_eq!(v["intervals"], Value::from(3), "2 new days + 1 lookback");
+    let mut expected = day_files(11);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&version_dir(&p, "lake", &v, "m.daily")), expected);
+
+    let mut reference = lake_project("", "");
+    reference.now = p.now.clone();
+    reference.write("data/events.csv", &format!("{EVENTS}2026-01-09 10:00:00,south,7\n2026-01-10 10:00:00,south,9\n"));
+    reference.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), reference.rows(&env_view("dev", "m.daily")));
+    assert!(p.rows(&env_view("dev", "m.daily")).contains(&vec![Some("2026-01-09 00:00:00".into()), Some("south".into()), Some("7".into())]));
+}
+
+/// `m.daily` fails for every interval from 2026-01-05 on while `data/switch.csv` says `fail`
+/// (the switch's content is not fingerprinted, so flipping it keeps the version).
+fn failing_project() -> Project {
+    let mut p = Project::new();
+    p.now = LAKE_NOW.to_string();
+    p.write("efmesh.toml", &config("[lake]\npath = \"lake\"\n"));
+    p.write("data/events.csv", EVENTS);
+    p.write("data/switch.csv", "mode\nfail\n");
+    p.write(
+        "models/m.lua",
+        r#"local events = define_model {
+  name = "raw.events",
+  kind = kind.external { path = "data/events.csv" },
+  schema = { { "event_at", "timestamp" }, { "region", "varchar" }, { "amount", "bigint" } },
+}
+local switch = define_model {
+  name = "raw.switch",
+  kind = kind.external { path = "data/switch.csv" },
+  schema = { { "mode", "varchar" } },
+}
+define_model {
+  name = "m.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 2 },
+  target = "parquet",
+  schema = { { "day", "timestamp" }, { "region", "varchar" }, { "revenue", "bigint" } },
+  query = [[
+    SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region,
+           CAST(sum(amount) AS BIGINT) + CAST(max(CASE WHEN s.mode = 'fail' AND @start >= TIMESTAMP '2026-01-05'
+                                                       THEN error('disk on fire') ELSE 0 END) AS BIGINT) AS revenue
+    FROM ]] .. ref(events) .. [[ AS e, ]] .. ref(switch) .. [[ AS s
+    WHERE event_at >= @start AND event_at < @end
+    GROUP BY ALL
+  ]],
+}
+"#,
+    );
+    p
+}
+
+#[test]
+fn a_batch_failing_mid_backfill_marks_nothing_done_and_the_next_apply_converges() {
+    let p = failing_project();
+    let plan = p.plan("dev");
+    let dir = version_dir(&p, "lake", &plan, "m.daily");
+    let failed = p.run(&["apply", "dev", "--yes"]);
+    failed.expect_code(1);
+    assert!(failed.stderr.contains("m.daily") && failed.stderr.contains("disk on fire"), "{}", failed.stderr);
+    assert!(failed.stderr.contains("2026-01-05"), "the error names the failing batch: {}", failed.stderr);
+
+    // Batches [01, 03) and [03, 05) are done, each interval with its file; nothing after it.
+    let state = p.state_summary();
+    let done: BTreeSet<i64> = state.intervals.iter().filter(|((n, _), _)| n == "m.daily").flat_map(|(_, v)| v.iter().copied()).collect();
+    let day = |d: u32| efmesh::core::interval::parse_instant(&format!("2026-01-{d:02}")).unwrap();
+    assert_eq!(done, (1..=4).map(day).collect::<BTreeSet<_>>());
+    let mut expected = day_files(4);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&dir), expected, "no file (final or temporary) for an interval that is not done");
+    assert!(!state.pointers.contains_key("dev"), "a failed apply must not promote");
+
+    p.write("data/switch.csv", "mode\nok\n");
+    let v = p.apply("dev");
+    assert_eq!(v["intervals"], Value::from(DAYS - 4), "only the missing intervals are computed");
+    let mut expected = day_files(DAYS);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&dir), expected);
+    let reference = lake_project("", "");
+    reference.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), reference.rows(&env_view("dev", "m.daily")));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
+
+#[test]
+fn full_models_get_one_file_set_per_version_and_prod_keeps_the_old_one_until_promoted() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let first = p.apply("dev");
+    assert_eq!(p.apply("prod")["built"], serde_json::json!([]));
+    let old_rows = p.rows(&env_view("prod", "m.totals"));
+    assert_eq!(old_rows.len(), 4);
+
+    p.write("models/m.lua", &models("parquet", "HAVING sum(revenue) > 50", 3));
+    let second = p.apply("dev");
+    assert_eq!(string_set(&second["built"]), set(&["m.totals"]));
+    let (old_dir, new_dir) = (version_dir(&p, "lake", &first, "m.totals"), version_dir(&p, "lake", &second, "m.totals"));
+    assert_ne!(old_dir, new_dir);
+    assert_eq!(files(&old_dir), vec!["data.parquet", "manifest.json"]);
+    assert_eq!(files(&new_dir), vec!["data.parquet", "manifest.json"]);
+    assert_eq!(p.rows(&env_view("prod", "m.totals")), old_rows, "prod still serves the old version");
+    assert_eq!(p.rows(&env_view("dev", "m.totals")).len(), 3);
+    assert_eq!(p.apply("prod")["built"], serde_json::json!([]));
+    assert_eq!(p.rows(&env_view("prod", "m.totals")), p.rows(&env_view("dev", "m.totals")));
+}
+
+#[test]
+fn the_target_is_part_of_the_version() {
+    let p = lake_project("", "[lake]\npath = \"lake\"\n");
+    let table = p.apply("dev");
+    assert!(action(&table, "m.daily")["physical"].as_str().unwrap().starts_with("\"_efmesh\"."));
+    p.write("models/m.lua", &models("parquet", "", 3));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let daily = action(&plan, "m.daily");
+    assert_eq!(daily["change"], "breaking", "{daily:#}");
+    assert_eq!(daily["explain"]["diverged"], serde_json::json!(["kind"]), "{daily:#}");
+    assert!(daily["explain"]["reason"].as_str().unwrap().contains("kind fields"), "{daily:#}");
+    assert_ne!(daily["fingerprint"], action(&table, "m.daily")["fingerprint"]);
+    let v = p.apply("dev");
+    assert!(version_dir(&p, "lake", &v, "m.daily").join("2026-01-01.parquet").exists());
+}
+
+#[test]
+fn misconfigured_targets_are_load_errors_naming_the_model() {
+    // parquet without [lake]
+    let p = lake_project("parquet", "");
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/m.lua:") && r.stderr.contains("model `m.daily`") && r.stderr.contains("[lake]"), "{}", r.stderr);
+    assert!(!p.engine_path().exists() && !p.root().join("lake").exists());
+
+    // A kind the target cannot store.
+    let p = lake_project("", "[lake]\npath = \"lake\"\n");
+    p.write(
+        "models/v.lua",
+        r#"define_model { name = "m.v", kind = kind.view(), target = "parquet", schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
+"#,
+    );
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/v.lua:1") && r.stderr.contains("model `m.v`") && r.stderr.contains("target `parquet` does not support kind `view`"), "{}", r.stderr);
+
+    // An unknown target, with a suggestion; the same rule in a .sql model.
+    p.write("models/v.lua", r#"define_model { name = "m.v", kind = kind.full(), target = "parket", schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
+"#);
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(out.contains("models/v.lua:1") && out.contains("unknown target `parket`") && out.contains("did you mean `parquet`?"), "{out}");
+    p.remove("models/v.lua");
+    p.write("efmesh.toml", &config("[lake]\npath = \"lake\"\n").replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("models/w.sql", "-- name: m.w\n-- kind: embedded\n-- target: ducklake\n-- schema: x integer\nSELECT 1 AS x\n");
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/w.sql:1") && r.stderr.contains("target `ducklake` does not support kind `embedded`"), "{}", r.stderr);
+
+    // Bad [lake] values name the key.
+    let p = lake_project("parquet", "[lake]\npath = \"gs://bucket/x\"\n");
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("lake.path") && r.stderr.contains("gs://bucket/x"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// S3, against a local moto server
+
+/// Runs efmesh in `p` with the S3 credentials of the moto server in the environment.
+fn run_s3(p: &Project, args: &[&str]) -> Run {
+    let out = p
+        .command(args)
+        .env("AWS_ACCESS_KEY_ID", crate::s3::KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", crate::s3::SECRET)
+        .env_remove("AWS_SESSION_TOKEN")
+        .output()
+        .expect("spawn efmesh");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        cmd: format!("efmesh {}", args.join(" ")),
+    }
+}
+
+/// Sorted rows of `relation` in `p`'s DuckDB file, read over S3 from the moto server.
+fn s3_rows(p: &Project, moto: &crate::s3::Moto, relation: &str) -> Rows {
+    use efmesh::engine::Engine;
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &extension_engine_section()).expect("open duckdb");
+    db.execute("LOAD httpfs").expect("httpfs");
+    db.execute(&format!(
+        "CREATE TEMPORARY SECRET t (TYPE s3, KEY_ID '{}', SECRET '{}', REGION 'us-east-1', ENDPOINT '{}', URL_STYLE 'path', USE_SSL false)",
+        crate::s3::KEY_ID,
+        crate::s3::SECRET,
+        moto.endpoint()
+    ))
+    .expect("secret");
+    let mut rows = db.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}")).unwrap_or_else(|e| panic!("{e}"));
+    rows.sort();
+    rows
+}
+
+#[test]
+fn s3_lake_round_trip_against_a_local_server() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = format!(
+        "[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n",
+        moto.endpoint()
+    );
+    let p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &with_extensions(&config(&lake)));
+    let r = run_s3(&p, &["--log-level", "debug", "apply", "dev", "--yes", "--json"]);
+    r.expect_code(0);
+    assert!(!r.stderr.contains(crate::s3::SECRET) && !r.stdout.contains(crate::s3::SECRET), "the secret reached the output");
+    let v = r.json();
+    assert_eq!(v["intervals"], Value::from(DAYS));
+
+    let fp = |m: &str| action(&v, m)["fingerprint"].as_str().unwrap().to_string();
+    let mut expected: Vec<String> = day_files(DAYS).iter().map(|f| format!("warehouse/m__daily/{}/{f}", fp("m.daily"))).collect();
+    expected.push(format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")));
+    expected.push(format!("warehouse/m__totals/{}/data.parquet", fp("m.totals")));
+    expected.push(format!("warehouse/m__totals/{}/manifest.json", fp("m.totals")));
+    expected.sort();
+    assert_eq!(moto.keys("lake"), expected, "one object per interval, one file set per full version");
+    let manifest: Value = serde_json::from_str(&moto.get("lake", &format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")))).unwrap();
+    assert_eq!(manifest["files"], serde_json::json!(day_files(DAYS)));
+    assert_eq!(manifest["fingerprint"], Value::from(fp("m.daily")));
+    assert_eq!(manifest["intervals"].as_array().map(Vec::len), Some(DAYS));
+
+    let reference = lake_project("", "");
+    reference.apply("dev");
+    for m in ["m.daily", "m.totals"] {
+        assert_eq!(s3_rows(&p, &moto, &env_view("dev", m)), reference.rows(&env_view("dev", m)), "`{m}` read from S3");
+    }
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    let again = run_s3(&p, &["apply", "dev", "--yes"]);
+    assert!(again.expect_code(0).stdout.contains("nothing to apply"), "{}", again.stdout);
+    let prod = run_s3(&p, &["apply", "prod", "--yes", "--json"]);
+    assert_eq!(prod.expect_code(0).json()["built"], serde_json::json!([]));
+    assert_eq!(s3_rows(&p, &moto, &env_view("prod", "m.totals")), reference.rows(&env_view("dev", "m.totals")));
+
+    // Secrets come from the environment only: never in the state store nor the DuckDB file.
+    for f in [p.state_path(), p.engine_path()] {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!bytes.windows(crate::s3::SECRET.len()).any(|w| w == crate::s3::SECRET.as_bytes()), "{} holds the secret", f.display());
+    }
+    // Without them, apply says which variable is missing, and changes nothing.
+    p.write("models/m.lua", &models("parquet", "HAVING count(*) > 1", 3));
+    let before = p.state_summary();
+    let out = p.command(&["apply", "dev", "--yes"]).env_remove("AWS_SECRET_ACCESS_KEY").env("AWS_ACCESS_KEY_ID", "k").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("AWS_SECRET_ACCESS_KEY"), "{stderr}");
+    assert_eq!(p.state_summary(), before);
+}
+
+/// `config` (an `efmesh.toml` with an `[engine]` section) with the engine pointed at the
+/// provisioned DuckDB extensions (httpfs, ducklake).
+pub fn with_extensions(config: &str) -> String {
+    config.to_string()
+}
+
+/// The `[engine]` settings for opening a test project's DuckDB file with those extensions.
+pub fn extension_engine_section() -> efmesh::config::EngineSection {
+    efmesh::config::EngineSection::default()
+}
+
+#[test]
+fn a_forward_only_column_lands_in_new_files_of_the_kept_directory() {
+    let mut p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let first = p.apply("dev");
+    let dir = version_dir(&p, "lake", &first, "m.daily");
+    let with_n = models("parquet", "", 3)
+        .replace(r#"{ "revenue", "bigint" } },"#, r#"{ "revenue", "bigint" }, { "n", "bigint" } },"#)
+        .replace("AS revenue\n", "AS revenue, count(*) AS n\n");
+    assert_ne!(with_n, models("parquet", "", 3));
+    p.write("models/m.lua", &with_n);
+    p.write("data/events.csv", &format!("{EVENTS}2026-01-10 10:00:00,south,9\n2026-01-11 11:00:00,south,3\n2026-01-11 12:00:00,south,4\n"));
+    p.now = "2026-01-12T01:00:00Z".into();
+    let v = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.daily"]).expect_code(0).json();
+    assert_eq!(action(&v, "m.daily")["change"], "forward-only");
+    assert_eq!(version_dir(&p, "lake", &v, "m.daily").parent(), dir.parent());
+    let mut expected = day_files(11);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&dir), expected, "new intervals go to the kept directory, no second file set");
+    let cols: Vec<String> = described(&p, &env_view("dev", "m.daily")).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(cols, ["day", "region", "revenue", "n"]);
+    // History keeps NULL in the new column; recomputed and new days (lookback 1: from the 9th) fill it.
+    let rows = p.query(&format!("SELECT strftime(day, '%d'), n FROM {} ORDER BY day, region", env_view("dev", "m.daily")));
+    assert_eq!(rows.first().unwrap(), &vec![Some("01".to_string()), None]);
+    assert!(rows.iter().all(|r| (r[0].as_deref().unwrap() >= "09") == r[1].is_some()), "{rows:?}");
+    assert_eq!(rows[rows.len() - 2..], [vec![Some("10".to_string()), Some("1".to_string())], vec![Some("11".to_string()), Some("2".to_string())]]);
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["schema"].as_array().map(Vec::len), Some(4));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}

@@ -1,0 +1,462 @@
+//! `efmesh test`: model unit tests in Lua and Rhai files, driven through the binary on temporary
+//! projects. Fixtures replace parents, values are typed by the declared schemas, rows are
+//! compared as NULL-aware multisets (or in order), failures print a row diff, bad fixtures are
+//! errors naming test, parent, row and column.
+
+use crate::common::Project;
+use serde_json::Value;
+
+const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
+
+/// Orders and customers (externals), a full rollup with a LEFT JOIN, a daily time-range model
+/// using `@start`/`@end`, an embedded lookup and a model reading it.
+const MODELS: &str = r#"
+local M = {}
+M.orders = define_model {
+  name = "raw.orders", kind = kind.external { table = "main.orders" },
+  schema = { { "id", "bigint" }, { "customer", "varchar" }, { "amount", "decimal(10,2)" }, { "ordered_at", "timestamp" } },
+}
+M.customers = define_model {
+  name = "raw.customers", kind = kind.external { table = "main.customers" },
+  schema = { { "customer", "varchar" }, { "region", "varchar" }, { "since", "date" } },
+}
+M.totals = define_model {
+  name = "mart.totals", kind = kind.full(),
+  schema = { { "customer", "varchar" }, { "region", "varchar" }, { "orders", "bigint" }, { "total", "decimal(18,2)" } },
+  query = ([[
+SELECT o.customer, c.region, count(*) AS orders, sum(o.amount) AS total
+FROM %s AS o LEFT JOIN %s AS c USING (customer)
+GROUP BY ALL]]):format(ref(M.orders), ref(M.customers)),
+}
+M.daily = define_model {
+  name = "mart.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "orders", "bigint" } },
+  query = ([[
+SELECT CAST(@start AS timestamp) AS day, count(*) AS orders
+FROM %s WHERE ordered_at >= @start AND ordered_at < @end]]):format(ref(M.orders)),
+}
+M.tenure = define_model {
+  name = "mart.tenure", kind = kind.view(),
+  schema = { { "customer", "varchar" }, { "since_type", "varchar" }, { "next_day", "date" } },
+  query = "SELECT customer, typeof(since) AS since_type, since + 1 AS next_day FROM " .. ref(M.customers),
+}
+M.regions = define_model {
+  name = "core.regions", kind = kind.embedded(),
+  schema = { { "customer", "varchar" }, { "region", "varchar" } },
+  query = "SELECT customer, upper(region) AS region FROM " .. ref(M.customers),
+}
+M.by_region = define_model {
+  name = "mart.by_region", kind = kind.full(),
+  schema = { { "region", "varchar" }, { "orders", "bigint" } },
+  query = ([[
+SELECT r.region, count(*) AS orders FROM %s AS o JOIN %s AS r USING (customer) GROUP BY ALL]]):format(ref(M.orders), ref(M.regions)),
+}
+return M
+"#;
+
+/// A passing Lua test of `mart.totals`.
+const TOTALS_TEST: &str = r#"
+local m = require("models.shop")
+define_test {
+  name = "totals_per_customer",
+  model = m.totals,
+  inputs = {
+    [m.orders.name] = {
+      { id = 1, customer = "ann", amount = 10.5, ordered_at = "2026-01-01 10:00:00" },
+      { id = 2, customer = "ann", amount = "4.50", ordered_at = "2026-01-02 10:00:00" },
+      { id = 3, customer = "bob", amount = 1, ordered_at = "2026-01-02 11:00:00" },
+    },
+    ["raw.customers"] = {
+      { customer = "ann", region = "north", since = "2024-01-01" },
+    },
+  },
+  expect = {
+    { customer = "bob", orders = 1, total = 1 },
+    { customer = "ann", region = "north", orders = 2, total = 15 },
+  },
+}
+"#;
+
+fn project() -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", CONFIG);
+    p.write("models/shop.lua", MODELS);
+    p
+}
+
+/// The JSON entry of test `name`.
+#[track_caller]
+fn entry<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["tests"].as_array().expect("tests").iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("no test `{name}` in {v:#}"))
+}
+
+#[track_caller]
+fn problems(v: &Value, name: &str) -> String {
+    entry(v, name)["problems"].as_array().expect("problems").iter().map(|p| p.as_str().unwrap().to_string()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_passing_test_exits_0_and_touches_no_database() {
+    let p = project();
+    p.write("tests/totals.lua", TOTALS_TEST);
+    let run = p.run(&["test"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("✓ totals_per_customer  mart.totals"), "{}", run.stdout);
+    assert!(run.stdout.contains("test result: ok. 1 passed, 0 failed, 0 errors"), "{}", run.stdout);
+    assert!(!p.engine_path().exists() && !p.state_path().exists(), "efmesh test opens neither the database nor the state store");
+    let v = p.run(&["test", "--json"]).expect_code(0).json();
+    assert_eq!(v["ok"], true);
+    let t = entry(&v, "totals_per_customer");
+    assert_eq!(t["status"], "passed");
+    assert_eq!(t["file"], "tests/totals.lua");
+    assert_eq!(t["line"], 3);
+    assert_eq!((t["expectedRows"].clone(), t["actualRows"].clone()), (Value::from(2), Value::from(2)));
+}
+
+#[test]
+fn a_failing_test_exits_1_with_an_aligned_row_diff() {
+    let p = project();
+    p.write("tests/totals.lua", &TOTALS_TEST.replace("orders = 2, total = 15", "orders = 2, total = 16"));
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    let out = &run.stdout;
+    assert!(out.contains("✗ totals_per_customer  mart.totals  tests/totals.lua:3"), "{out}");
+    assert!(out.contains("expected 2 rows, got 2: 1 missing (-), 1 unexpected (+)"), "{out}");
+    let diff: Vec<&str> = out.lines().skip_while(|l| !l.contains("expected 2 rows")).skip(1).take(3).collect();
+    assert_eq!(
+        diff,
+        [
+            "         customer  region  orders  total",
+            "      -  ann       north   2       16.00",
+            "      +  ann       north   2       15.00",
+        ],
+        "{out}"
+    );
+    assert!(out.contains("test result: FAILED. 0 passed, 1 failed, 0 errors"), "{out}");
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(v["ok"], false);
+    let t = entry(&v, "totals_per_customer");
+    assert_eq!(t["status"], "failed");
+    assert_eq!(t["columns"], serde_json::json!(["customer", "region", "orders", "total"]));
+    assert_eq!(t["missing"], serde_json::json!([["ann", "north", "2", "16.00"]]));
+    assert_eq!(t["unexpected"], serde_json::json!([["ann", "north", "2", "15.00"]]));
+}
+
+#[test]
+fn comparison_is_a_null_aware_multiset() {
+    let p = project();
+    // bob has no customer row: his region is NULL, and only NULL matches it.
+    let base = r#"
+define_test { name = "NAME", model = "mart.totals",
+  inputs = { ["raw.orders"] = { { id = 1, customer = "bob", amount = 1 }, { id = 2, customer = "bob", amount = 1 } }, ["raw.customers"] = {} },
+  expect = { EXPECT } }
+"#;
+    let t = |name: &str, expect: &str| base.replace("NAME", name).replace("EXPECT", expect);
+    p.write(
+        "tests/nulls.lua",
+        &[
+            t("null_matches_null", "{ customer = \"bob\", orders = 2, total = 2 }"),
+            t("explicit_text_null_is_not_null", "{ customer = \"bob\", region = \"NULL\", orders = 2, total = 2 }"),
+            t("a_value_is_not_null", "{ customer = \"bob\", region = \"north\", orders = 2, total = 2 }"),
+            t("duplicates_count", "{ customer = \"bob\", orders = 2, total = 2 }, { customer = \"bob\", orders = 2, total = 2 }"),
+        ]
+        .concat(),
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "null_matches_null")["status"], "passed");
+    for name in ["explicit_text_null_is_not_null", "a_value_is_not_null"] {
+        let e = entry(&v, name);
+        assert_eq!(e["status"], "failed", "{name}");
+        assert_eq!(e["unexpected"], serde_json::json!([["bob", null, "2", "2.00"]]), "{name}");
+    }
+    let dup = entry(&v, "duplicates_count");
+    assert_eq!(dup["status"], "failed");
+    assert_eq!(dup["missing"], serde_json::json!([["bob", null, "2", "2.00"]]), "one of the two expected rows is missing");
+    assert_eq!(dup["unexpected"], serde_json::json!([]));
+    let text = p.run(&["test", "null_matches_null", "a_value_is_not_null"]);
+    assert!(text.stdout.contains("-  bob       north   2       2.00"), "{}", text.stdout);
+    assert!(text.stdout.contains("+  bob       NULL    2       2.00"), "{}", text.stdout);
+}
+
+#[test]
+fn missing_and_unknown_fixtures_are_errors_naming_them() {
+    let p = project();
+    p.write(
+        "tests/fixtures.lua",
+        r#"
+define_test { name = "no_customers", model = "mart.totals",
+  inputs = { ["raw.orders"] = {} }, expect = {} }
+define_test { name = "stray_fixture", model = "mart.totals",
+  inputs = { ["raw.orders"] = {}, ["raw.customers"] = {}, ["mart.daily"] = {}, ["raw.nope"] = {} }, expect = {} }
+define_test { name = "unknown_model", model = "mart.totls", expect = {} }
+"#,
+    );
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("! no_customers   mart.totals  tests/fixtures.lua:2"), "{}", run.stdout);
+    assert!(run.stdout.contains("error: no fixture for parent `raw.customers`, which `mart.totals` reads"), "{}", run.stdout);
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "no_customers")["status"], "error");
+    let stray = problems(&v, "stray_fixture");
+    assert!(stray.contains("fixture `mart.daily` is not a parent of `mart.totals` (its parents: `raw.customers`, `raw.orders`)"), "{stray}");
+    assert!(stray.contains("fixture `raw.nope` is an unknown model, not a parent of `mart.totals`"), "{stray}");
+    assert!(problems(&v, "unknown_model").contains("unknown model `mart.totls` (did you mean `mart.totals`?)"));
+    assert_eq!((v["passed"].clone(), v["errors"].clone()), (Value::from(0), Value::from(3)));
+}
+
+#[test]
+fn embedded_parents_are_fixtured_or_inlined_over_their_own_fixtures() {
+    let p = project();
+    p.write(
+        "tests/embedded.lua",
+        r#"
+local orders = { { id = 1, customer = "ann" }, { id = 2, customer = "ann" }, { id = 3, customer = "bob" } }
+define_test { name = "inlined", model = "mart.by_region",
+  inputs = { ["raw.orders"] = orders, ["raw.customers"] = { { customer = "ann", region = "north" }, { customer = "bob", region = "north" } } },
+  expect = { { region = "NORTH", orders = 3 } } }
+define_test { name = "fixtured", model = "mart.by_region",
+  inputs = { ["raw.orders"] = orders, ["core.regions"] = { { customer = "ann", region = "as is" } } },
+  expect = { { region = "as is", orders = 2 } } }
+define_test { name = "inlined_without_its_parent", model = "mart.by_region",
+  inputs = { ["raw.orders"] = orders }, expect = {} }
+"#,
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "inlined")["status"], "passed", "{v:#}");
+    assert_eq!(entry(&v, "fixtured")["status"], "passed", "{v:#}");
+    let msg = problems(&v, "inlined_without_its_parent");
+    assert!(msg.contains("no fixture for `raw.customers`, which the embedded parent `core.regions` reads"), "{msg}");
+}
+
+#[test]
+fn time_range_models_run_with_the_tests_bounds() {
+    let p = project();
+    p.write(
+        "tests/daily.lua",
+        r#"
+local orders = {
+  { id = 1, ordered_at = "2026-01-01 23:59:59" },
+  { id = 2, ordered_at = "2026-01-02 00:00:00" },
+  { id = 3, ordered_at = "2026-01-02 23:59:59.999" },
+  { id = 4, ordered_at = "2026-01-03 00:00:00" },
+}
+define_test { name = "one_day", model = "mart.daily", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
+  inputs = { ["raw.orders"] = orders }, expect = { { day = "2026-01-02", orders = 2 } } }
+define_test { name = "no_bounds", model = "mart.daily", inputs = { ["raw.orders"] = orders }, expect = {} }
+define_test { name = "bounds_on_a_full_model", model = "mart.totals", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
+  inputs = { ["raw.orders"] = {}, ["raw.customers"] = {} }, expect = {} }
+"#,
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "one_day")["status"], "passed", "{v:#}");
+    assert!(problems(&v, "no_bounds").contains("`mart.daily` is computed per interval: give the test's bounds as `vars"), "{v:#}");
+    assert!(problems(&v, "bounds_on_a_full_model").contains("`vars.start` / `vars.end` are for models that use `@start`/`@end`; `mart.totals` is `full`"));
+
+    // The rows a time-range model emits outside its interval are dropped, as apply drops them.
+    p.write(
+        "models/leaky.lua",
+        r#"define_model { name = "mart.leaky", kind = kind.incremental_by_time_range { time_column = "at", start = "2026-01-01" },
+  schema = { { "at", "timestamp" }, { "id", "bigint" } },
+  query = "SELECT ordered_at AS at, id FROM " .. ref("raw.orders") }"#,
+    );
+    p.write(
+        "tests/leaky.lua",
+        r#"define_test { name = "leaky", model = "mart.leaky", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
+  inputs = { ["raw.orders"] = { { id = 1, ordered_at = "2026-01-01 12:00:00" }, { id = 2, ordered_at = "2026-01-02 12:00:00" } } },
+  expect = { { at = "2026-01-02 12:00:00", id = 2 } } }"#,
+    );
+    let v = p.run(&["test", "leaky", "--json"]).expect_code(0).json();
+    assert_eq!(entry(&v, "leaky")["status"], "passed");
+}
+
+#[test]
+fn rhai_test_files_mirror_lua() {
+    let p = project();
+    p.write("tests/totals.lua", TOTALS_TEST);
+    p.write(
+        "tests/totals.rhai",
+        r#"
+define_test(#{
+  name: "totals_in_rhai",
+  model: "mart.totals",
+  inputs: #{
+    "raw.orders": [
+      #{ id: 1, customer: "ann", amount: 10.5, ordered_at: "2026-01-01 10:00:00" },
+      #{ id: 2, customer: "ann", amount: "4.50", ordered_at: () },
+    ],
+    "raw.customers": [],
+  },
+  expect: [ #{ customer: "ann", region: (), orders: 2, total: 15.0 } ],
+});
+define_test(#{
+  name: "rhai_ordered",
+  model: "mart.totals",
+  ordered: true,
+  inputs: #{ "raw.orders": [], "raw.customers": [] },
+  expect: [],
+});
+"#,
+    );
+    let v = p.run(&["test", "--json"]).expect_code(0).json();
+    assert_eq!(entry(&v, "totals_in_rhai")["status"], "passed", "{v:#}");
+    assert_eq!(entry(&v, "totals_in_rhai")["file"], "tests/totals.rhai");
+    assert_eq!(entry(&v, "rhai_ordered")["status"], "passed");
+    assert_eq!(entry(&v, "totals_per_customer")["status"], "passed");
+}
+
+#[test]
+fn values_are_typed_by_the_declared_schema_and_misfits_are_named() {
+    let p = project();
+    p.write(
+        "tests/types.lua",
+        r#"
+define_test { name = "dates_from_strings", model = "mart.tenure",
+  inputs = { ["raw.customers"] = { { customer = "ann", since = "2024-01-01" }, { customer = "bob" } } },
+  expect = { { customer = "ann", since_type = "DATE", next_day = "2024-01-02" }, { customer = "bob", since_type = "DATE" } } }
+define_test { name = "bad_date", model = "mart.tenure",
+  inputs = { ["raw.customers"] = { { customer = "ann", since = "2024-01-01" }, { customer = "bob", since = "2024-13-45" } } },
+  expect = {} }
+define_test { name = "bad_number", model = "mart.totals",
+  inputs = { ["raw.orders"] = { { id = 1.5, amount = "abc" } }, ["raw.customers"] = {} },
+  expect = { { customer = "x", orders = "many" } } }
+define_test { name = "unknown_columns", model = "mart.totals",
+  inputs = { ["raw.orders"] = { { id = 1, amout = 1 } }, ["raw.customers"] = {} },
+  expect = { { customer = "x", totl = 1 } } }
+"#,
+    );
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("! bad_date            mart.tenure  tests/types.lua:5"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("error: input `raw.customers` row 2, column `since` (date): value \"2024-13-45\" does not fit: Conversion Error"),
+        "{}",
+        run.stdout
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "dates_from_strings")["status"], "passed", "{v:#}");
+    let bad = problems(&v, "bad_number");
+    assert!(bad.contains("input `raw.orders` row 1, column `id` (bigint): value 1.5 does not fit: 1.5 has a fraction and `bigint` is an integer type"), "{bad}");
+    // The fraction check comes first; once fixed, the engine names the next misfits.
+    p.write("tests/types.lua", &p.read("tests/types.lua").replace("id = 1.5", "id = 1"));
+    let v = p.run(&["test", "bad_number", "--json"]).expect_code(1).json();
+    let bad = problems(&v, "bad_number");
+    assert!(bad.contains("input `raw.orders` row 1, column `amount` (decimal(10,2)): value \"abc\" does not fit"), "{bad}");
+    assert!(bad.contains("expect row 1, column `orders` (bigint): value \"many\" does not fit"), "{bad}");
+    let unknown = problems(&v_all(&p), "unknown_columns");
+    assert!(unknown.contains("input `raw.orders` row 1: column `amout` is not declared by `raw.orders` (did you mean `amount`?)"), "{unknown}");
+    assert!(unknown.contains("expect row 1: column `totl` is not declared by `mart.totals` (did you mean `total`?)"), "{unknown}");
+}
+
+fn v_all(p: &Project) -> Value {
+    p.run(&["test", "--json"]).expect_code(1).json()
+}
+
+#[test]
+fn ordered_tests_compare_positions() {
+    let p = project();
+    p.write(
+        "models/sorted.lua",
+        r#"define_model { name = "mart.sorted", kind = kind.view(), schema = { { "id", "bigint" } },
+  query = "SELECT id FROM " .. ref("raw.orders") .. " ORDER BY id DESC" }"#,
+    );
+    let orders = r#"{ ["raw.orders"] = { { id = 1 }, { id = 3 }, { id = 2 } } }"#;
+    p.write(
+        "tests/sorted.lua",
+        &format!(
+            r#"
+define_test {{ name = "desc", model = "mart.sorted", ordered = true, inputs = {orders}, expect = {{ {{ id = 3 }}, {{ id = 2 }}, {{ id = 1 }} }} }}
+define_test {{ name = "asc", model = "mart.sorted", ordered = true, inputs = {orders}, expect = {{ {{ id = 1 }}, {{ id = 2 }}, {{ id = 3 }} }} }}
+define_test {{ name = "any_order", model = "mart.sorted", inputs = {orders}, expect = {{ {{ id = 1 }}, {{ id = 2 }}, {{ id = 3 }} }} }}
+"#
+        ),
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "desc")["status"], "passed");
+    assert_eq!(entry(&v, "any_order")["status"], "passed");
+    let asc = entry(&v, "asc");
+    assert_eq!(asc["status"], "failed");
+    assert_eq!(asc["order"], serde_json::json!({ "row": 1, "expected": ["1"], "actual": ["3"] }));
+    let text = p.run(&["test", "asc"]);
+    assert!(text.stdout.contains("expected 3 rows, got 3: same rows in another order, first at row 1"), "{}", text.stdout);
+    assert!(text.stdout.contains("expected  1") && text.stdout.contains("returned  3"), "{}", text.stdout);
+}
+
+#[test]
+fn tests_are_selected_by_name_or_model() {
+    let p = project();
+    p.write("tests/totals.lua", TOTALS_TEST);
+    p.write(
+        "tests/more.lua",
+        r#"
+define_test { name = "tenure_empty", model = "mart.tenure", inputs = { ["raw.customers"] = {} }, expect = {} }
+define_test { name = "tenure_broken", model = "mart.tenure", inputs = { ["raw.customers"] = {} }, expect = { { customer = "x" } } }
+"#,
+    );
+    let names = |v: &Value| v["tests"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let v = p.run(&["test", "totals_per_customer", "--json"]).expect_code(0).json();
+    assert_eq!(names(&v), ["totals_per_customer"]);
+    let v = p.run(&["test", "mart.tenure", "--json"]).expect_code(1).json();
+    assert_eq!(names(&v), ["tenure_empty", "tenure_broken"]);
+    let v = p.run(&["test", "tenure_empty", "mart.totals", "--json"]).expect_code(0).json();
+    assert_eq!(names(&v), ["tenure_empty", "totals_per_customer"], "suite order, whatever the selector order");
+    let run = p.run(&["test", "tenure_emtpy"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("no test and no tested model named `tenure_emtpy`"), "{}", run.stderr);
+    assert!(run.stderr.contains("did you mean `tenure_empty`?"), "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+}
+
+#[test]
+fn schema_contract_breaches_fail_the_test() {
+    let p = project();
+    p.write(
+        "models/broken.lua",
+        r#"define_model { name = "mart.broken", kind = kind.full(), schema = { { "id", "bigint" }, { "label", "varchar" } },
+  query = "SELECT 'x' AS label, id FROM " .. ref("raw.orders") }"#,
+    );
+    p.write("tests/broken.lua", r#"define_test { name = "broken", model = "mart.broken", inputs = { ["raw.orders"] = {} }, expect = {} }"#);
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "broken")["status"], "failed");
+    assert!(problems(&v, "broken").contains("schema contract: columns are returned in another order"), "{v:#}");
+}
+
+#[test]
+fn test_files_and_model_files_keep_to_their_api() {
+    let p = project();
+    p.write("tests/a.lua", r#"define_model { name = "x.y", kind = kind.full(), schema = { { "a", "int" } }, query = "SELECT 1 AS a" }"#);
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("tests/a.lua:1") && run.stderr.contains("`define_model` is not available in test files"), "{}", run.stderr);
+    p.remove("tests/a.lua");
+    p.write("models/t.rhai", r#"define_test(#{ name: "t", model: "mart.totals", expect: [] });"#);
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/t.rhai:1") && run.stderr.contains("`define_test` belongs in test files"), "{}", run.stderr);
+    // Plans ignore test files, but model files calling define_test fail every command alike.
+    p.run(&["plan", "dev"]).expect_code(1);
+    p.remove("models/t.rhai");
+    p.write("tests/dup.lua", "define_test { name = \"t\", model = \"mart.totals\", expect = {} }\ndefine_test { name = \"t\", model = \"mart.tenure\", expect = {}, expct = {} }\n");
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("tests/dup.lua:2: test `t`: unknown field `expct`"), "{}", run.stderr);
+    assert!(run.stderr.contains("did you mean `expect`?"), "{}", run.stderr);
+}
+
+#[test]
+fn duplicate_names_and_the_test_glob_are_checked() {
+    let p = project();
+    p.write("tests/a.lua", "define_test { name = \"t\", model = \"mart.tenure\", inputs = { [\"raw.customers\"] = {} }, expect = {} }\n");
+    p.write("tests/b.rhai", "define_test(#{ name: \"t\", model: \"mart.tenure\", inputs: #{ \"raw.customers\": [] }, expect: [] });\n");
+    let run = p.run(&["test"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("tests/b.rhai:1: test `t` is defined twice (first at tests/a.lua:1)"), "{}", run.stderr);
+    // `project.tests` moves the test files; files outside it are not tests.
+    p.write("efmesh.toml", &format!("{CONFIG}tests = [\"spec/*.lua\"]\n"));
+    let run = p.run(&["test"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("no tests found (`project.tests`: spec/*.lua)"), "{}", run.stdout);
+    p.write("spec/one.lua", &p.read("tests/a.lua"));
+    let v = p.run(&["test", "--json"]).expect_code(0).json();
+    assert_eq!(entry(&v, "t")["file"], "spec/one.lua");
+    assert_eq!(v["passed"], 1);
+}
