@@ -333,3 +333,25 @@ fn a_seed_changed_between_plan_and_apply_is_refused() {
     assert!(err.contains("seed file `seeds/depts.csv` changed after the plan was computed"), "{err}");
     assert!(actions(&serde_json::to_value(&plan).unwrap()).iter().any(|a| a["name"] == "ref.depts"));
 }
+
+#[test]
+fn a_seed_is_audited_when_it_is_built() {
+    let p = project();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,,120,\n");
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.depts", kind = kind.seed { path = "seeds/depts.csv" },
+  schema = { { "code", "varchar" }, { "name", "varchar" }, { "beds", "integer" }, { "note", "varchar" } },
+  audits = { audit.not_null("name") } }
+"#,
+    );
+    // The empty `name` of ICU is NULL: the blocking audit stops the apply, nothing is served.
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("not_null") && run.stderr.contains("ref.depts"), "{}", run.stderr);
+    assert!(p.state_summary().envs.is_empty(), "nothing was promoted");
+    // Quoting the empty name makes it text: the audit passes.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,\"\",120,\n");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__ref\".\"depts\""), vec![vec![s("ER"), s("Emergency"), s("32"), None], vec![s("ICU"), s(""), s("120"), None]]);
+}
