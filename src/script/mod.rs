@@ -75,50 +75,6 @@ pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBu
 /// # Errors
 /// Every load error found (script errors, invalid specs), each with file:line, sorted.
 pub fn load_models(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    let ext = |f: &PathBuf| f.extension().and_then(|e| e.to_str()).unwrap_or("").to_string();
-    let pick = |e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
-    let mut models = Vec::new();
-    let mut errors = Vec::new();
-    for f in files {
-        if !matches!(ext(f).as_str(), "lua" | "rhai" | "sql") {
-            errors.push(LoadError::new(
-                Some(crate::core::Location { file: f.clone(), line: 0 }),
-                None,
-                "not a model file: efmesh reads `.lua`, `.rhai` and `.sql` files".to_string(),
-            ).with_hint("narrow `project.models` in efmesh.toml"));
-        }
-    }
-    let mut take = |r: Result<Vec<Model>, LoadErrors>| match r {
-        Ok(m) => models.extend(m),
-        Err(e) => errors.extend(e.0),
-    };
-    let lua_files = pick("lua");
-    if !lua_files.is_empty() {
-        match lua::LuaHost::new(root) {
-            Ok(mut host) => {
-                for f in &lua_files {
-                    host.load_file(f);
-                }
-                take(host.finish());
-            }
-            Err(e) => take(Err(LoadErrors(vec![LoadError::new(None, None, format!("cannot start the Lua host: {e}"))]))),
-        }
-    }
-    let rhai_files = pick("rhai");
-    if !rhai_files.is_empty() {
-        take(rhai::load(root, &rhai_files));
-    }
-    let sql_files = pick("sql");
-    if !sql_files.is_empty() {
-        take(sql_file::load(root, &sql_files));
-    }
-    // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
-    errors.extend(crate::seed::hash_seed_files(root, &mut models));
-    if !errors.is_empty() {
-        errors.sort_by(|a, b| a.location.cmp(&b.location));
-        errors.dedup();
-        return Err(LoadErrors(errors));
-    }
-    builder::expand_all_cols(&mut models);
-    Ok(models)
+    // One loader serves models alone and models with unit tests (`efmesh test`).
+    test_spec::load_models_and_tests(root, files, &[]).map(|(models, _)| models)
 }

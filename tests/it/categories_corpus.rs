@@ -279,15 +279,6 @@ const GRANDCHILD_COUNT: &str = "\
 SELECT count(*) AS k FROM @ref(s.child)
 ";
 
-/// A grandchild that reads its parent with `SELECT *`.
-const GRANDCHILD_STAR: &str = "\
--- name: s.grandchild
--- kind: view
--- schema: region varchar, total bigint, n bigint
--- refs: s.child
-SELECT * FROM @ref(s.child)
-";
-
 /// An unrelated model whose body is a UNION.
 const OTHER_UNION: &str = r#"define_model {
   name = "u.other",

@@ -1,5 +1,6 @@
 //! The parquet lake target on a local directory: one file per grain interval, a view without
-//! phantom columns, the manifest, crash convergence (a batch that fails mid-backfill), full
+//! phantom columns, the manifest, crash convergence (a batch that fails mid-backfill, and
+//! `kill -9` mid-backfill), full
 //! models across versions and environments, and the load errors of misconfigured targets.
 
 use crate::common::*;
@@ -465,5 +466,98 @@ fn a_forward_only_column_lands_in_new_files_of_the_kept_directory() {
     assert_eq!(rows[rows.len() - 2..], [vec![Some("10".to_string()), Some("1".to_string())], vec![Some("11".to_string()), Some("2".to_string())]]);
     let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["schema"].as_array().map(Vec::len), Some(4));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
+
+// ---------------------------------------------------------------------------------------------
+// kill -9
+
+/// Days of the slow lake model: [2026-01-01, 2026-01-21).
+const SLOW_LAKE_DAYS: usize = 20;
+
+/// A parquet-lake time-range model whose every daily batch scans millions of rows on one thread,
+/// one day per batch, so a `kill -9` lands mid-backfill.
+fn slow_lake_project(target: &str) -> Project {
+    let mut p = Project::new();
+    p.now = "2026-01-21T00:00:00Z".to_string();
+    p.write("efmesh.toml", &config("[lake]\npath = \"lake\"\n").replace("[engine]\n", "[engine]\nthreads = 1\n"));
+    let target = if target.is_empty() { String::new() } else { format!("target = \"{target}\",") };
+    p.write(
+        "models/k.lua",
+        &format!(
+            r#"define_model {{
+  name = "k.slow",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  {target}
+  schema = {{ {{ "day", "timestamp" }}, {{ "s", "bigint" }}, {{ "n", "bigint" }} }},
+  query = [[
+    SELECT CAST(@start AS TIMESTAMP) AS day,
+           CAST(sum((range * 7 + CAST(epoch(CAST(@start AS TIMESTAMP)) AS BIGINT)) % 1009) AS BIGINT) AS s,
+           count(*) AS n
+    FROM range(8000000)
+  ]],
+}}
+"#
+        ),
+    );
+    p
+}
+
+/// Done day starts of `k.slow` as ISO dates (`2026-01-03`), from the ledger.
+fn done_days(p: &Project) -> BTreeSet<String> {
+    if !p.state_path().exists() {
+        return BTreeSet::new();
+    }
+    match efmesh::state::StateStore::open(&p.state_path()).and_then(|s| s.all_done_intervals()) {
+        Ok(m) => m
+            .iter()
+            .filter(|((name, _), _)| name == "k.slow")
+            .flat_map(|(_, v)| v.iter().map(|t| efmesh::core::interval::to_iso(*t)[..10].to_string()))
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+#[test]
+fn a_killed_lake_backfill_marks_done_only_complete_files_and_converges() {
+    let reference = std::thread::spawn(|| {
+        let r = slow_lake_project("");
+        r.apply("dev");
+        r
+    });
+    let p = slow_lake_project("parquet");
+    let lake = p.root().join("lake/k__slow");
+    let mut done = 0;
+    for step in 0..2 {
+        let mut child = p.spawn(&["apply", "dev", "--yes"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while done_days(&p).len() < done + 2 {
+            assert!(child.try_wait().unwrap().is_none(), "step {step}: apply finished before it could be killed");
+            assert!(std::time::Instant::now() < deadline, "step {step}: no progress within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.kill().expect("SIGKILL");
+        assert!(child.wait().unwrap().code().is_none(), "the process was not killed");
+        let days = done_days(&p);
+        done = days.len();
+        assert!(done < SLOW_LAKE_DAYS, "step {step}: everything was done before the kill");
+        // Every done interval has its complete file at its final name.
+        let version = std::fs::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
+        let on_disk: BTreeSet<String> =
+            files(&version).into_iter().filter(|f| f.ends_with(".parquet")).map(|f| f[..10].to_string()).collect();
+        for day in &days {
+            assert!(on_disk.contains(day), "step {step}: {day} is done but has no file: {on_disk:?}");
+            let rows = p.query(&format!("SELECT count(*) FROM read_parquet('{}/{day}.parquet')", version.display()));
+            assert_eq!(rows[0][0].as_deref(), Some("1"), "step {step}: {day}'s file is incomplete");
+        }
+        assert!(!p.state_summary().pointers.contains_key("dev"), "an interrupted apply promoted `dev`");
+    }
+    let resumed = p.apply("dev");
+    assert_eq!(resumed["intervals"], Value::from(SLOW_LAKE_DAYS - done), "only the days the ledger lacks: {resumed:#}");
+    let reference = reference.join().expect("reference apply");
+    assert_eq!(p.rows(&env_view("dev", "k.slow")), reference.rows(&env_view("dev", "k.slow")), "lake after kill + re-apply");
+    let version = std::fs::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
+    let parquet: Vec<String> = files(&version).into_iter().filter(|f| f.ends_with(".parquet")).collect();
+    assert_eq!(parquet, day_files(SLOW_LAKE_DAYS), "exactly one file per day");
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
