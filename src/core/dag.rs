@@ -14,9 +14,13 @@ use super::name::ModelName;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A validated set of models.
+///
+/// Models are stored in topological order (iterating them costs no lookup; the planner walks
+/// them several times per plan), with an index by name.
 #[derive(Debug, Clone)]
 pub struct Dag {
-    models: BTreeMap<ModelName, Model>,
+    models: Vec<Model>,
+    index: BTreeMap<ModelName, usize>,
     order: Vec<ModelName>,
     children: BTreeMap<ModelName, BTreeSet<ModelName>>,
 }
@@ -95,7 +99,9 @@ impl Dag {
         if order.len() < by_name.len() {
             return Err(LoadErrors(cycle_errors(&by_name, &order)));
         }
-        Ok(Dag { models: by_name, order, children })
+        let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        let models: Vec<Model> = order.iter().map(|n| by_name.remove(n).expect("ordered models exist")).collect();
+        Ok(Dag { models, index, order, children })
     }
 
     /// Model names in topological order (parents first).
@@ -105,12 +111,12 @@ impl Dag {
 
     /// Models in topological order.
     pub fn models(&self) -> impl Iterator<Item = &Model> {
-        self.order.iter().map(|n| &self.models[n])
+        self.models.iter()
     }
 
     /// A model by name.
     pub fn get(&self, name: &ModelName) -> Option<&Model> {
-        self.models.get(name)
+        self.index.get(name).map(|&i| &self.models[i])
     }
 
     /// Number of models.
@@ -130,7 +136,7 @@ impl Dag {
 
     /// The closest model name to `wanted`, for "did you mean" hints.
     pub fn suggest(&self, wanted: &str) -> Option<String> {
-        let names: Vec<String> = self.models.keys().map(|k| k.to_string()).collect();
+        let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
         did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
     }
 }

@@ -14,10 +14,13 @@
 //! apply, a ledger row, a promotion of any environment) or another efmesh build changes the key,
 //! and the plan is computed in full.
 //!
-//! The memo body is JSON: `{"actions": [{"name", "fp", "physical"?, "source"?, "done"?}]}` in
-//! topological order; `physical` the relation the plan serves (absent for externals and embedded
-//! models; stored rather than re-derived, which would be most of a replay's cost), `done` the
-//! merged `[start, end)` UTC millisecond ranges of the ledger's done intervals.
+//! The memo body is text, one line per model in topological order, five tab-separated fields:
+//! `name`, `fingerprint`, `physical` (the relation the plan serves; empty for externals and
+//! embedded models; stored rather than re-derived, which would be most of a replay's cost),
+//! `source` (`sqlparser`, `duckdb-json` or empty) and `done`, the merged `[start, end)` UTC
+//! millisecond ranges of the ledger's done intervals as `start/end` joined by `,`. A plan whose
+//! fields contain a tab or a newline gets no memo. The format is read zero-copy: parsing it is
+//! most of a replay.
 
 use super::{Action, Change, Plan};
 use crate::core::interval::{self, Interval, Millis};
@@ -25,29 +28,10 @@ use crate::project::Project;
 use crate::sql::canon::CanonSource;
 use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 use crate::state::{StateError, StateStore};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body changes, so an older memo is never replayed.
 const MEMO_VERSION: u32 = 1;
-
-/// One model's entry.
-#[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    name: String,
-    fp: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    physical: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    source: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    done: Vec<(Millis, Millis)>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Body {
-    actions: Vec<Entry>,
-}
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,24 +86,26 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
     if kept.len() != project.dag.len() || done.len() != kept.len() {
         return None;
     }
-    let mut actions = Vec::with_capacity(kept.len());
+    use std::fmt::Write;
+    let mut body = String::with_capacity(kept.len() * 160);
     for ((action, model), done) in kept.into_iter().zip(project.dag.models()).zip(done) {
         if action.name != model.name {
             return None;
         }
-        let ranges: Vec<Interval> = match model.kind.time_range() {
-            Some(t) => interval::merge(&done.iter().map(|s| Interval::new(*s, s + t.grain.millis())).collect::<Vec<_>>()),
-            None => Vec::new(),
-        };
-        actions.push(Entry {
-            name: action.name.to_string(),
-            fp: action.fingerprint.as_str().to_string(),
-            physical: action.physical.clone(),
-            source: action.canonical_source.map(|s| s.as_str().to_string()),
-            done: ranges.iter().map(|i| (i.start, i.end)).collect(),
-        });
+        let physical = action.physical.as_deref().unwrap_or("");
+        if physical.contains(['\t', '\n']) {
+            return None;
+        }
+        let source = action.canonical_source.map_or("", |s| s.as_str());
+        let _ = write!(body, "{}\t{}\t{physical}\t{source}\t", action.name, action.fingerprint.as_str());
+        if let Some(t) = model.kind.time_range() {
+            let ranges = interval::merge(&done.iter().map(|s| Interval::new(*s, s + t.grain.millis())).collect::<Vec<_>>());
+            for (i, r) in ranges.iter().enumerate() {
+                let _ = write!(body, "{}{}/{}", if i == 0 { "" } else { "," }, r.start, r.end);
+            }
+        }
+        body.push('\n');
     }
-    let body = serde_json::to_string(&Body { actions }).ok()?;
     Some(Memo { key, body })
 }
 
@@ -147,26 +133,30 @@ pub fn verify(replayed: &Plan, computed: &Plan) {
 /// Rebuilds the plan a memo stands for, at `now`; `None` when the body does not fit the project
 /// (then the caller computes the plan in full).
 fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan> {
-    let body: Body = serde_json::from_str(body).ok()?;
-    if body.actions.len() != project.dag.len() {
-        return None;
-    }
-    let mut actions = Vec::with_capacity(body.actions.len());
-    for (e, model) in body.actions.into_iter().zip(project.dag.models()) {
-        if e.name != model.name.to_string() {
+    let mut actions = Vec::with_capacity(project.dag.len());
+    let mut lines = body.lines();
+    for model in project.dag.models() {
+        let mut fields = lines.next()?.split('\t');
+        let (name, fp, physical, source, done) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+        if name.split_once('.') != Some((model.name.schema(), model.name.table())) {
             return None;
         }
-        let fingerprint = Fingerprint::parse(&e.fp).ok()?;
-        let physical = e.physical;
-        let canonical_source = match e.source.as_deref() {
-            None => None,
-            Some("duckdb-json") => Some(CanonSource::DuckDbJson),
-            Some(_) => Some(CanonSource::SqlParser),
+        let fingerprint = Fingerprint::parse(fp).ok()?;
+        let physical = (!physical.is_empty()).then(|| physical.to_string());
+        let canonical_source = match source {
+            "" => None,
+            "duckdb-json" => Some(CanonSource::DuckDbJson),
+            _ => Some(CanonSource::SqlParser),
         };
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
-                let g = t.grain.millis();
-                let done: BTreeSet<Millis> = e.done.iter().flat_map(|&(s, end)| (s..end).step_by(g as usize)).collect();
+                let g = usize::try_from(t.grain.millis()).ok()?;
+                let mut starts = BTreeSet::new();
+                for range in done.split(',').filter(|r| !r.is_empty()) {
+                    let (s, e) = range.split_once('/')?;
+                    starts.extend((s.parse::<Millis>().ok()?..e.parse::<Millis>().ok()?).step_by(g));
+                }
+                let done: BTreeSet<Millis> = starts;
                 let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
@@ -189,6 +179,9 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             new_columns: Vec::new(),
             metadata: serde_json::Value::Null,
         });
+    }
+    if lines.next().is_some() {
+        return None;
     }
     let has_changes = actions.iter().any(Action::has_work);
     Some(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: Vec::new(), from_memo: true })
