@@ -5,8 +5,9 @@
 //! cargo run --release --example hospital_data -- examples/hospital/data [SEED]
 //! ```
 //!
-//! Writes `moves.csv` (`move_id,case_id,patient_id,dept,event,moved_at,recorded_at`) and
-//! `departments.csv` (`code,name,floor,beds`) into the given directory. Standard library only;
+//! Writes `moves.csv` (`move_id,case_id,patient_id,dept,event,moved_at,recorded_at`) into the
+//! given directory (the departments themselves are reference data kept by hand in the seed
+//! `examples/hospital/seeds/departments.csv`). Standard library only;
 //! randomness is a splitmix64 stream from a fixed seed and uses integer arithmetic only, so the
 //! same seed gives byte-identical files on every platform.
 //!
@@ -241,18 +242,6 @@ fn case_moves(rng: &mut Rng, case: u32, patient: u32, first: Dept, t0: i64, out:
     }
 }
 
-fn departments() -> &'static [(Dept, &'static str, i32, u32)] {
-    &[
-        (Er, "Emergency Department", 0, 32),
-        (Icu, "Intensive Care Unit", 2, 120),
-        (Surgery, "Surgery", 3, 64),
-        (Cardio, "Cardiology", 4, 190),
-        (Neuro, "Neurology", 4, 170),
-        (Therapy, "Rehabilitation Therapy", 5, 420),
-        (Ward, "General Ward", 1, 600),
-    ]
-}
-
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let Some(out_dir) = args.next().map(PathBuf::from) else {
@@ -269,8 +258,7 @@ fn main() -> std::io::Result<()> {
     generate(&out_dir, seed)
 }
 
-/// Writes `moves.csv` and `departments.csv` into `out_dir`; the same seed gives byte-identical
-/// files.
+/// Writes `moves.csv` into `out_dir`; the same seed gives a byte-identical file.
 pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     let mut rng = Rng(seed);
 
@@ -357,13 +345,6 @@ pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
             fmt_ts(r.moved_at),
             fmt_ts(r.recorded_at)
         )?;
-    }
-    w.flush()?;
-
-    let mut w = BufWriter::new(File::create(out_dir.join("departments.csv"))?);
-    writeln!(w, "code,name,floor,beds")?;
-    for (d, name, floor, beds) in departments() {
-        writeln!(w, "{},{},{},{}", d.code(), name, floor, beds)?;
     }
     w.flush()?;
 

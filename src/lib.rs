@@ -32,6 +32,7 @@ pub mod engine;
 pub mod plan;
 pub mod project;
 pub mod script;
+pub mod seed;
 pub mod sql;
 pub mod state;
 pub mod unittest;

@@ -4,7 +4,7 @@
 
 use super::resolve::{ExecResolver, Mode, external_source};
 use crate::core::interval::Interval;
-use crate::core::{Kind, Location, Model, ModelName, Schema, TypeFamily};
+use crate::core::{External, Kind, Location, Model, ModelName, Schema, TypeFamily};
 use crate::engine::{DescribedColumn, Engine};
 use crate::project::Project;
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,6 +98,10 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     for name in &externals {
         let m = project.dag.get(name).expect("known");
         let Kind::External(ext) = &m.kind else { continue };
+        if let Some(message) = missing_files(project, ext, engine) {
+            problems.push(problem(m, message));
+            continue;
+        }
         let raw = format!("SELECT * FROM {}", external_source(project, m, ext));
         match engine.describe(&raw) {
             Err(e) => problems.push(problem(m, format!("cannot read the source: {}", first_line(&e.message)))),
@@ -132,6 +136,26 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
         }
     }
     problems
+}
+
+/// For a local file external, a message when its path or glob matches no file (the engine's own
+/// error would name only the resolved pattern); `None` when files match, and for tables and
+/// URLs (which the engine reports itself).
+fn missing_files(project: &Project, ext: &External, engine: &mut dyn Engine) -> Option<String> {
+    let External::Files { path, .. } = ext else { return None };
+    if super::resolve::is_url(path) {
+        return None;
+    }
+    let resolved = super::resolve::resolve_source_path(&project.config.root, path);
+    let rows = engine.query(&format!("SELECT count(*) FROM glob({})", crate::core::name::quote_literal(&resolved))).ok()?;
+    if rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() != Some("0") {
+        return None;
+    }
+    Some(if path.contains(['*', '?', '[', '{']) {
+        format!("no file matches the pattern `{path}` (relative to the project directory `{}`)", project.config.root.display())
+    } else {
+        format!("file `{path}` does not exist (relative to the project directory `{}`)", project.config.root.display())
+    })
 }
 
 fn first_line(s: &str) -> &str {

@@ -32,6 +32,7 @@ pub mod lake;
 pub mod resolve;
 pub mod run;
 pub mod scd2;
+pub mod seed;
 pub mod upsert;
 
 use crate::core::interval::{self, Interval};
@@ -157,8 +158,12 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
 
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
-        let problems = contract::check(project, &physicals, &working_set, engine);
+        let mut problems = contract::check(project, &physicals, &working_set, engine);
+        // Seeds are parsed and their values typed here, so a bad value builds nothing.
+        let mistyped: BTreeSet<ModelName> = problems.iter().map(|p| p.model.clone()).collect();
+        problems.extend(seed::stage(project, &working_set, &mistyped, engine));
         if !problems.is_empty() {
+            seed::drop_stages(project, &working_set, engine);
             return Err(ApplyError::Contract(problems));
         }
     }
@@ -207,7 +212,6 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
-        let body = model.body.as_ref().expect("non-external models have a body");
         let physical = action.physical.clone().unwrap_or_default();
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
@@ -217,6 +221,21 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
             other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
         };
         let snapshot = snapshot_record(model, action, &physical)?;
+        if let Kind::Seed(_) = &model.kind {
+            // Parsed, staged and type-checked in the contract phase: one statement builds the
+            // table from the stage, audited inside the same transaction like a `full` model.
+            let checks = audit::checks(model, None, &physical);
+            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None)
+                .map_err(|e| audit_err(e, None))?;
+            report.audits.add(results);
+            audited.insert(model.name.clone());
+            state.put_snapshot(&snapshot)?;
+            seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
+            tracing::info!(model = %model.name, "seed loaded in {} ms", started.elapsed().as_millis());
+            report.built.push(model.name.clone());
+            continue;
+        }
+        let body = model.body.as_ref().expect("models other than externals and seeds have a body");
         if model.target == crate::core::Target::Parquet {
             lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
             tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
@@ -301,7 +320,8 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
                     state.put_snapshot(&snapshot)?;
                 }
             }
-            Kind::External(_) => continue,
+            // Externals are never built; seeds were built above.
+            Kind::External(_) | Kind::Seed(_) => continue,
         }
         tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
         report.built.push(model.name.clone());

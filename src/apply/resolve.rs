@@ -49,16 +49,35 @@ pub fn typed_empty(model: &Model) -> String {
     format!("(SELECT {} LIMIT 0)", cols.join(", "))
 }
 
-/// The engine expression reading an external source (paths resolved against the project root).
+/// The engine expression reading an external source (paths resolved against the project root;
+/// URLs such as `https://…` or `s3://…` kept as written).
 pub fn external_source(project: &Project, model: &Model, ext: &External) -> String {
     let root = project.config.root.clone();
-    ext.render(&|p| root.join(p).to_string_lossy().to_string(), &model.schema.0)
+    ext.render(&|p| resolve_source_path(&root, p), &model.schema.0)
 }
 
-/// The expression reading an external source, restricted to its declared columns.
+/// Where the engine reads an external file path: a URL (`scheme://…`) as written, an absolute
+/// path as is, anything else relative to the project root.
+pub fn resolve_source_path(root: &std::path::Path, path: &str) -> String {
+    if is_url(path) { path.to_string() } else { root.join(path).to_string_lossy().to_string() }
+}
+
+/// True for `scheme://…` paths (`http`, `https`, `s3`, `gs`, …): read by the engine's `httpfs`
+/// extension, never joined to the project directory.
+pub fn is_url(path: &str) -> bool {
+    path.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+}
+
+/// The expression reading an external source, restricted to its declared columns (cast to
+/// their declared types when the reader could not type them, see
+/// [`External::typed_by_consumers`]).
 pub fn external_relation(project: &Project, model: &Model, ext: &External) -> String {
     let src = external_source(project, model, ext);
-    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    let cols: Vec<String> = if ext.typed_by_consumers() {
+        model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect()
+    } else {
+        model.schema.names().map(quote_ident).collect()
+    };
     format!("(SELECT {} FROM {src})", cols.join(", "))
 }
 

@@ -230,6 +230,7 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
             }
         },
         (None, crate::core::Kind::External(ext)) => format!("SELECT * FROM {}", crate::apply::resolve::external_source(&project, m, ext)),
+        (None, crate::core::Kind::Seed(s)) => format!("-- seed: rows of `{}` ({}, blake3 {})", s.path, s.format.as_str(), s.content_hash),
         (None, _) => String::new(),
     };
     let sql = sql.trim().to_string();

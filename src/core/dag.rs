@@ -166,6 +166,8 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     match (&m.kind, &m.body) {
         (Kind::External(_), Some(_)) => errors.push(err("an external source has no query".into())),
         (Kind::External(_), None) => {}
+        (Kind::Seed(_), Some(_)) => errors.push(err("a seed has no query: its rows come from its file".into())),
+        (Kind::Seed(_), None) => {}
         (_, None) => errors.push(err(format!("a `{}` model needs a query", m.kind.tag()))),
         (Kind::IncrementalByTimeRange(t), Some(body)) => {
             if !m.schema.contains(&t.time_column) {

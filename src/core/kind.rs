@@ -26,6 +26,8 @@ pub enum Kind {
     IncrementalByTimeRange(TimeRange),
     /// Raw data that enters the DAG; never built.
     External(External),
+    /// A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted.
+    Seed(Seed),
     /// A table upserted by key on every build and every `run`; rows absent from the query stay.
     IncrementalByUniqueKey(UniqueKey),
     /// A history table (slowly changing dimension, type 2) reconciled by key on every build and
@@ -115,7 +117,60 @@ pub enum External {
         hive_partitioning: Option<bool>,
         /// Extra CSV null markers (e.g. `NA`); rendered only when non-empty.
         null_markers: Vec<String>,
+        /// CSV reader options (`delimiter`, `header`), rendered only when set; `None` for other
+        /// formats.
+        csv: Option<CsvOptions>,
     },
+}
+
+/// Reader options of CSV externals beyond the defaults (a sniffed delimiter, a header row).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CsvOptions {
+    /// Field delimiter (`delim`), one character; DuckDB sniffs it when `None`.
+    pub delimiter: Option<String>,
+    /// Whether the first line names the columns (default `true`).
+    pub header: Option<bool>,
+}
+
+/// A seed: a small CSV or JSON file of the project, loaded into the seed's physical table by
+/// `apply` (see `crate::seed`). The file's bytes are hashed when the project loads, and that hash
+/// is part of the fingerprint: editing the file makes a new version; an unchanged file rebuilds
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct Seed {
+    /// The file as written in the model, relative to the project directory (or absolute). This
+    /// text is fingerprinted, not the resolved path, so moving the project never rebuilds.
+    pub path: String,
+    /// `csv` or `json` (never `parquet`: parquet files are externals).
+    pub format: FileFormat,
+    /// Unquoted CSV values read as NULL besides the empty field (e.g. `NA`).
+    pub null_markers: Vec<String>,
+    /// CSV field delimiter; `None` = `,` (or a tab for `.tsv` files).
+    pub delimiter: Option<char>,
+    /// blake3 of the file's bytes (64 hex), filled when the project loads; empty before.
+    pub content_hash: String,
+}
+
+impl Seed {
+    /// The delimiter the CSV reader uses: the declared one, else a tab for `.tsv`, else `,`.
+    pub fn effective_delimiter(&self) -> char {
+        self.delimiter.unwrap_or_else(|| if self.path.to_ascii_lowercase().ends_with(".tsv") { '\t' } else { ',' })
+    }
+
+    /// The fingerprinted fields: `{"tag": "seed", "path", "format", "null_markers",
+    /// ["delimiter",] "content": <blake3 hex of the file>}`.
+    pub fn fingerprint_payload(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        o.insert("tag".into(), json!("seed"));
+        o.insert("path".into(), json!(self.path));
+        o.insert("format".into(), json!(self.format.as_str()));
+        o.insert("null_markers".into(), json!(self.null_markers));
+        if let Some(d) = self.delimiter {
+            o.insert("delimiter".into(), json!(d.to_string()));
+        }
+        o.insert("content".into(), json!(self.content_hash));
+        Value::Object(o)
+    }
 }
 
 /// Formats of file-backed externals.
@@ -175,6 +230,7 @@ impl Kind {
             Kind::Embedded => "embedded",
             Kind::IncrementalByTimeRange(_) => "incremental_by_time_range",
             Kind::External(_) => "external",
+            Kind::Seed(_) => "seed",
             Kind::IncrementalByUniqueKey(_) => "incremental_by_unique_key",
             Kind::ScdType2(_) => "scd_type2",
         }
@@ -208,9 +264,17 @@ impl Kind {
     }
 
     /// True for kinds that own a physical relation (`full`, `view`, time-range, unique-key,
-    /// SCD type 2).
+    /// SCD type 2, `seed`).
     pub fn is_materialized(&self) -> bool {
-        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_))
+        matches!(
+            self,
+            Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::Seed(_)
+        )
+    }
+
+    /// True for kinds that take no query: externals and seeds.
+    pub fn is_bodiless(&self) -> bool {
+        matches!(self, Kind::External(_) | Kind::Seed(_))
     }
 
     /// The data-shaping fields, as hashed into the fingerprint. Excludes `start`, `end`,
@@ -223,14 +287,28 @@ impl Kind {
                 "grain": t.grain.as_str(),
             }),
             Kind::External(External::Table { name }) => json!({"tag": self.tag(), "table": name}),
-            Kind::External(External::Files { path, format, union_by_name, hive_partitioning, null_markers }) => json!({
-                "tag": self.tag(),
-                "path": path,
-                "format": format.as_str(),
-                "union_by_name": union_by_name,
-                "hive_partitioning": hive_partitioning,
-                "null_markers": null_markers,
-            }),
+            Kind::External(External::Files { path, format, union_by_name, hive_partitioning, null_markers, csv }) => {
+                let mut payload = json!({
+                    "tag": self.tag(),
+                    "path": path,
+                    "format": format.as_str(),
+                    "union_by_name": union_by_name,
+                    "hive_partitioning": hive_partitioning,
+                    "null_markers": null_markers,
+                });
+                // CSV reader options arrived later: hashed only when set, so the fingerprints of
+                // externals that do not use them stay what they were.
+                if let (Some(csv), Some(o)) = (csv, payload.as_object_mut()) {
+                    if let Some(d) = &csv.delimiter {
+                        o.insert("delimiter".into(), json!(d));
+                    }
+                    if let Some(h) = csv.header {
+                        o.insert("header".into(), json!(h));
+                    }
+                }
+                payload
+            }
+            Kind::Seed(seed) => seed.fingerprint_payload(),
             Kind::IncrementalByUniqueKey(u) => json!({"tag": self.tag(), "key": u.key}),
             Kind::ScdType2(s) => json!({
                 "tag": self.tag(),
@@ -246,20 +324,36 @@ impl Kind {
 }
 
 impl External {
+    /// True when the reader cannot be given the declared types, so the relation consumers read
+    /// casts each declared column instead: CSV files read with `union_by_name` (DuckDB's `types`
+    /// option must name columns that every file has).
+    pub fn typed_by_consumers(&self) -> bool {
+        matches!(self, External::Files { format: FileFormat::Csv, union_by_name: Some(true), .. })
+    }
+
     /// The SQL relation expression reading this source. `resolve_path` turns the path as
     /// written into the one the engine should open (e.g. absolute against the project dir).
     pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
         match self {
             External::Table { name } => name.split('.').map(quote_ident).collect::<Vec<_>>().join("."),
-            External::Files { path, format, union_by_name, hive_partitioning, null_markers } => {
+            External::Files { path, format, union_by_name, hive_partitioning, null_markers, csv } => {
                 let mut args = vec![quote_literal(&resolve_path(path))];
                 if *format == FileFormat::Csv {
-                    args.push("header = true".into());
+                    let csv = csv.clone().unwrap_or_default();
+                    args.push(format!("header = {}", csv.header.unwrap_or(true)));
+                    if let Some(d) = &csv.delimiter {
+                        args.push(format!("delim = {}", quote_literal(d)));
+                    }
+                    if csv.header == Some(false) && !columns.is_empty() {
+                        // Without a header the declared columns name the fields, in order.
+                        let names = columns.iter().map(|c| quote_literal(&c.name)).collect::<Vec<_>>();
+                        args.push(format!("names = [{}]", names.join(", ")));
+                    }
                     let types = columns
                         .iter()
                         .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty)))
                         .collect::<Vec<_>>();
-                    if !types.is_empty() {
+                    if !types.is_empty() && !self.typed_by_consumers() {
                         args.push(format!("types = {{{}}}", types.join(", ")));
                     }
                     if !null_markers.is_empty() {
@@ -311,9 +405,43 @@ mod tests {
             union_by_name: None,
             hive_partitioning: None,
             null_markers: vec!["NA".into()],
+            csv: None,
         };
         let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
         let sql = ext.render(&|p| format!("/root/{p}"), &cols);
         assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, types = {'a': 'bigint'}, nullstr = ['NA'])");
+    }
+
+    #[test]
+    fn csv_options_are_hashed_only_when_set() {
+        let ext = |csv: Option<CsvOptions>| {
+            Kind::External(External::Files {
+                path: "data/*.csv".into(),
+                format: FileFormat::Csv,
+                union_by_name: None,
+                hive_partitioning: None,
+                null_markers: vec![],
+                csv,
+            })
+        };
+        // The payload of an external without the options is what it was before they existed.
+        assert_eq!(
+            ext(None).fingerprint_payload().to_string(),
+            r#"{"tag":"external","path":"data/*.csv","format":"csv","union_by_name":null,"hive_partitioning":null,"null_markers":[]}"#
+        );
+        let with = ext(Some(CsvOptions { delimiter: Some("|".into()), header: Some(false) })).fingerprint_payload();
+        assert_eq!((with["delimiter"].as_str(), with["header"].as_bool()), (Some("|"), Some(false)));
+    }
+
+    #[test]
+    fn seeds_hash_their_content_and_declaration() {
+        let seed = |hash: &str, delimiter| {
+            Kind::Seed(Seed { path: "seeds/x.csv".into(), format: FileFormat::Csv, null_markers: vec![], delimiter, content_hash: hash.into() })
+        };
+        let p = seed("ab", None).fingerprint_payload();
+        assert_eq!(p.to_string(), r#"{"tag":"seed","path":"seeds/x.csv","format":"csv","null_markers":[],"content":"ab"}"#);
+        assert_ne!(p, seed("cd", None).fingerprint_payload());
+        assert_ne!(p, seed("ab", Some(';')).fingerprint_payload());
+        assert!(seed("ab", None).is_materialized() && seed("ab", None).is_bodiless());
     }
 }

@@ -273,6 +273,20 @@ impl Engine for DuckDb {
         Ok(out)
     }
 
+    fn stage_text(&mut self, table: &str, columns: &[String], rows: &[Vec<Option<String>>]) -> Result<(), EngineError> {
+        use crate::core::name::quote_ident;
+        let cols: Vec<String> = columns.iter().map(|c| format!("{} VARCHAR", quote_ident(c))).collect();
+        let create = format!("CREATE OR REPLACE TEMP TABLE {} ({})", quote_ident(table), cols.join(", "));
+        self.execute(&create)?;
+        // The appender binds values directly: no SQL text per row, no literal escaping.
+        let what = format!("appending {} rows to temporary table {}", rows.len(), quote_ident(table));
+        let mut appender = self.conn.appender_to_catalog_and_db(table, "temp", "main").map_err(|e| EngineError::new(&what, e.to_string()))?;
+        for row in rows {
+            appender.append_row(duckdb::appender_params_from_iter(row)).map_err(|e| EngineError::new(&what, e.to_string()))?;
+        }
+        appender.flush().map_err(|e| EngineError::new(&what, e.to_string()))
+    }
+
     fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
         tracing::debug!(statement = label, "execute (secret, not logged)");
         self.conn.execute_batch(sql).map_err(|e| {

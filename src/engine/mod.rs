@@ -73,6 +73,27 @@ pub trait Engine {
     /// [`EngineError`].
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError>;
 
+    /// Creates (or replaces) a temporary table `table` of `VARCHAR` `columns`, visible to this
+    /// session only, holding `rows` (one text value or NULL per column). Seeds stage their parsed
+    /// text this way in the contract phase, before type checks and the build. The default
+    /// inserts literal rows in batches; engines with a bulk path (DuckDB's appender) override it.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the statement that failed.
+    fn stage_text(&mut self, table: &str, columns: &[String], rows: &[Vec<Option<String>>]) -> Result<(), EngineError> {
+        use crate::core::name::{quote_ident, quote_literal};
+        let cols: Vec<String> = columns.iter().map(|c| format!("{} VARCHAR", quote_ident(c))).collect();
+        self.execute(&format!("CREATE OR REPLACE TEMP TABLE {} ({})", quote_ident(table), cols.join(", ")))?;
+        for chunk in rows.chunks(1000) {
+            let values: Vec<String> = chunk
+                .iter()
+                .map(|r| format!("({})", r.iter().map(|v| v.as_deref().map_or("NULL".to_string(), quote_literal)).collect::<Vec<_>>().join(", ")))
+                .collect();
+            self.execute(&format!("INSERT INTO {} VALUES {}", quote_ident(table), values.join(", ")))?;
+        }
+        Ok(())
+    }
+
     /// Runs a statement that carries a secret (e.g. DuckDB's `CREATE SECRET` with S3 keys): it
     /// is never logged, and a failure names `label` instead of the statement and keeps only the
     /// first line of the engine's message (callers redact the secret values from it too).

@@ -62,6 +62,16 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
         );
     }
     if old.kind != new.kind {
+        let without_content = |k: &Value| {
+            let mut k = k.clone();
+            if let Some(o) = k.as_object_mut() {
+                o.remove("content");
+            }
+            k
+        };
+        if tag(new.kind) == "seed" && without_content(old.kind) == without_content(new.kind) {
+            return breaking("the seed file's content changed".into(), vec!["kind.content".into()]);
+        }
         let mut paths = Vec::new();
         diff(old.kind, new.kind, "kind", &mut paths);
         return breaking(format!("data-shaping kind fields of `{}` changed", tag(new.kind)), paths);

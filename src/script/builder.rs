@@ -10,7 +10,9 @@
 use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
-use crate::core::kind::{DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, ScdType2, TimeRange, UniqueKey};
+use crate::core::kind::{
+    CsvOptions, DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, ScdType2, Seed, TimeRange, UniqueKey,
+};
 use crate::core::target::{TARGET_NAMES, Target};
 use crate::core::{Column, LoadError, Location, Model, ModelName, Schema};
 use serde_json::{Map, Value};
@@ -321,13 +323,13 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
             }))
         }
         "external" => {
-            check_keys(tag, k, &["table", "path", "format", "null_markers", "union_by_name", "hive_partitioning"])?;
+            check_keys(tag, k, &["table", "path", "format", "null_markers", "union_by_name", "hive_partitioning", "delimiter", "header"])?;
             match (opt_str(k, "table", tag)?, opt_str(k, "path", tag)?) {
                 (Some(t), None) => {
                     if t.split('.').any(|p| !crate::core::name::is_identifier(p)) {
                         return Err(format!("external `table` `{t}` must be dotted identifiers"));
                     }
-                    for opt in ["format", "null_markers", "union_by_name", "hive_partitioning"] {
+                    for opt in ["format", "null_markers", "union_by_name", "hive_partitioning", "delimiter", "header"] {
                         if k.contains_key(opt) {
                             return Err(format!("`{opt}` applies to file externals, not `table`"));
                         }
@@ -346,12 +348,21 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                     if !null_markers.is_empty() && format != FileFormat::Csv {
                         return Err("`null_markers` applies to CSV files only".into());
                     }
+                    let csv = CsvOptions {
+                        delimiter: opt_delimiter(k, tag)?.map(|c| c.to_string()),
+                        header: opt_bool(k, "header", tag)?,
+                    };
+                    if csv != CsvOptions::default() && format != FileFormat::Csv {
+                        let opt = if csv.delimiter.is_some() { "delimiter" } else { "header" };
+                        return Err(format!("`{opt}` applies to CSV files only"));
+                    }
                     Ok(Kind::External(External::Files {
                         path: p.to_string(),
                         format,
                         union_by_name: opt_bool(k, "union_by_name", tag)?,
                         hive_partitioning: opt_bool(k, "hive_partitioning", tag)?,
                         null_markers,
+                        csv: (csv != CsvOptions::default()).then_some(csv),
                     }))
                 }
                 (Some(_), Some(_)) => Err("kind `external` takes `table` or `path`, not both".into()),
@@ -393,10 +404,67 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                 invalidate_hard_deletes: opt_bool(k, "invalidate_hard_deletes", tag)?.unwrap_or(true),
             }))
         }
+        "seed" => parse_seed(k).map(Kind::Seed),
         other => {
-            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2"];
+            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed"];
             let hint = did_you_mean(other, tags).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             Err(format!("unknown kind `{other}`{hint}"))
         }
     }
+}
+
+/// `delimiter`: exactly one character.
+fn opt_delimiter(k: &Map<String, Value>, tag: &str) -> Result<Option<char>, String> {
+    match opt_str(k, "delimiter", tag)? {
+        None => Ok(None),
+        Some(d) => {
+            let mut chars = d.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) if c != '"' && c != '\n' && c != '\r' => Ok(Some(c)),
+                _ => Err(format!("`delimiter` of kind `{tag}` must be one character other than a quote or a line break, got `{d}`")),
+            }
+        }
+    }
+}
+
+/// Parses the options of kind `seed`: `path` (required, one CSV or JSON file), `format`,
+/// `null_markers` (CSV), `delimiter` (CSV). The content hash is filled later, when the project
+/// loads the file (`crate::seed::hash_seed_files`).
+fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
+    let tag = "seed";
+    check_keys(tag, k, &["path", "format", "null_markers", "delimiter"])?;
+    let path = opt_str(k, "path", tag)?.ok_or("kind `seed` needs `path` (a CSV or JSON file of the project)")?;
+    if path.trim().is_empty() {
+        return Err("`path` of kind `seed` is empty".into());
+    }
+    if path.contains(['*', '?', '[']) {
+        return Err(format!("a seed is one file, not a glob: `{path}` (read many files with `kind.external`)"));
+    }
+    if path.contains("://") {
+        return Err(format!("a seed is a file of the project, not a URL: `{path}` (read remote files with `kind.external`)"));
+    }
+    let format = match opt_str(k, "format", tag)? {
+        Some(f) => FileFormat::parse(f).ok_or_else(|| format!("`format` of a seed must be `csv` or `json`, got `{f}`"))?,
+        None => FileFormat::infer(path).ok_or_else(|| format!("cannot infer the format of `{path}`; set `format` (`csv` or `json`)"))?,
+    };
+    if format == FileFormat::Parquet {
+        return Err(format!("a seed is a CSV or JSON file; read parquet `{path}` with `kind.external`"));
+    }
+    let null_markers = match k.get("null_markers") {
+        None => Vec::new(),
+        Some(v) => string_list(v).ok_or("`null_markers` must be a list of strings")?,
+    };
+    let delimiter = opt_delimiter(k, tag)?;
+    if let Some(d) = delimiter.filter(|d| !d.is_ascii()) {
+        return Err(format!("`delimiter` of kind `seed` must be an ASCII character, got `{d}`"));
+    }
+    if format == FileFormat::Json {
+        if !null_markers.is_empty() {
+            return Err("`null_markers` applies to CSV seeds only (JSON has `null`)".into());
+        }
+        if delimiter.is_some() {
+            return Err("`delimiter` applies to CSV seeds only".into());
+        }
+    }
+    Ok(Seed { path: path.to_string(), format, null_markers, delimiter, content_hash: String::new() })
 }

@@ -189,7 +189,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
             errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("ref `{n}` is declared in `refs` but never used with `@ref({n})`")));
         }
     }
-    let is_external = spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str) == Some("external");
+    let is_external = matches!(spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str), Some("external" | "seed"));
     let query = query.trim();
     let query = if query.is_empty() && is_external { None } else { Some(query.trim_end_matches(';').trim_end()) };
     if query.is_some_and(str::is_empty) {

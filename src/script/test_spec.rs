@@ -321,6 +321,8 @@ pub fn load_models_and_tests(root: &Path, model_files: &[PathBuf], test_files: &
     }
     tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
     errors.extend(check_unique(&tests));
+    // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
+    errors.extend(crate::seed::hash_seed_files(root, &mut models));
     if !errors.is_empty() {
         errors.sort_by(|a, b| a.location.cmp(&b.location));
         errors.dedup();

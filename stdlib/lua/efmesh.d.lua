@@ -11,7 +11,7 @@
 
 ---A kind value built by one of the `kind` constructors.
 ---@class efmesh.Kind
----@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"
+---@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"|"seed"
 
 ---@class efmesh.TimeRangeOptions
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
@@ -23,11 +23,19 @@
 
 ---@class efmesh.ExternalOptions
 ---@field table? string An engine relation `schema.table` (instead of `path`).
----@field path? string A file or glob, relative to the project directory.
+---@field path? string A file, a glob or a URL (`https://…`, `s3://…`); relative paths resolve against the project directory.
 ---@field format? "csv"|"parquet"|"json" Inferred from the extension when absent.
 ---@field null_markers? string[] CSV values read as NULL (e.g. `{ "NA" }`).
 ---@field union_by_name? boolean Reader option for globs of files with differing columns.
 ---@field hive_partitioning? boolean Reader option: read `key=value` directories as columns.
+---@field delimiter? string CSV field delimiter, one character (sniffed when absent).
+---@field header? boolean CSV: whether the first line names the columns (default true; without it the declared columns name the fields in order).
+
+---@class efmesh.SeedOptions
+---@field path string One CSV or JSON file, relative to the project directory; its content is fingerprinted.
+---@field format? "csv"|"json" Inferred from the extension (`.csv`, `.tsv`, `.json`, `.jsonl`, `.ndjson`) when absent.
+---@field null_markers? string[] Unquoted CSV values read as NULL besides the empty field (e.g. `{ "NA" }`); a quoted `"NA"` stays text.
+---@field delimiter? string CSV field delimiter, one ASCII character (default `,`, a tab for `.tsv`).
 
 ---@class efmesh.UniqueKeyOptions
 ---@field key string|string[] Declared column(s) identifying a row; NULL or duplicate keys are refused.
@@ -75,11 +83,16 @@ function kind.incremental_by_unique_key(opts) end
 ---@return efmesh.Kind
 function kind.scd_type2(opts) end
 
+---A CSV or JSON file loaded into a table; editing the file makes a new version. No query.
+---@param opts efmesh.SeedOptions
+---@return efmesh.Kind
+function kind.seed(opts) end
+
 ---@class efmesh.ModelSpec
 ---@field name string `<schema>.<table>`, identifiers only.
 ---@field kind efmesh.Kind A `kind.*` constructor.
 ---@field schema string[][] Ordered `{ "column", "duckdb type" }` pairs: the output contract.
----@field query? string|fun(): string The SQL (not for externals). `@start`/`@end` in time-range models.
+---@field query? string|fun(): string The SQL (not for externals and seeds). `@start`/`@end` in time-range models.
 ---@field grain? string[] Columns identifying a row.
 ---@field description? string Free text.
 ---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.

@@ -35,7 +35,7 @@ function kind.incremental_by_time_range(opts) return tagged("incremental_by_time
 
 --- Raw data entering the DAG: { table = "schema.table" } or { path = "data/x.parquet",
 --- format = "csv"|"parquet"|"json", null_markers = {"NA"}, union_by_name = bool,
---- hive_partitioning = bool }.
+--- hive_partitioning = bool, delimiter = ";", header = bool }.
 function kind.external(opts) return tagged("external", opts) end
 
 --- Upserted by key on every build and every `efmesh run`: { key = "id" | { "a", "b" } }.
@@ -45,5 +45,9 @@ function kind.incremental_by_unique_key(opts) return tagged("incremental_by_uniq
 --- valid_from = "valid_from", valid_to = "valid_to", columns = { watched… } | nil,
 --- invalidate_hard_deletes = true }.
 function kind.scd_type2(opts) return tagged("scd_type2", opts) end
+
+--- A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted:
+--- { path = "seeds/x.csv", format = "csv"|"json", null_markers = {"NA"}, delimiter = ";" }.
+function kind.seed(opts) return tagged("seed", opts) end
 
 return { kind = kind }

@@ -74,6 +74,16 @@ fn hospital_example_builds_the_published_row_counts() {
     assert_eq!(count(&mut db, "dev__med.moves"), 106_175);
     assert_eq!(count(&mut db, "dev__med.stays"), 76_654);
     assert_eq!(count(&mut db, "dev__med.census_daily"), 1_267);
+    // The departments seed: a quoted name holding a comma, `NA` read as NULL, names joined
+    // into the census.
+    assert_eq!(count(&mut db, "dev__raw.departments"), 7);
+    let seed = db
+        .query("SELECT code, name, (phone IS NULL)::VARCHAR FROM dev__raw.departments WHERE code IN ('SURGERY', 'THERAPY') ORDER BY code")
+        .unwrap();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(seed, vec![vec![s("SURGERY"), s("Surgery, General and Visceral"), s("false")], vec![s("THERAPY"), s("Rehabilitation Therapy"), s("true")]]);
+    let census = db.query("SELECT DISTINCT dept_name, beds::VARCHAR FROM dev__med.census_daily WHERE dept = 'SURGERY'").unwrap();
+    assert_eq!(census, vec![vec![s("Surgery, General and Visceral"), s("64")]]);
     assert_eq!(count(&mut db, "dev__med.current_location"), 24_293, "one row per patient");
     assert_eq!(count(&mut db, "dev__med.assignments"), 1_321, "one open version per patient still in the house");
     // Storage targets: a parquet lake model (one file per day) and a DuckLake model read like
@@ -127,7 +137,7 @@ fn hospital_generator_is_deterministic_and_matches_the_committed_data() {
     let dir = tempfile::tempdir().unwrap();
     hospital_data::generate(dir.path(), hospital_data::SEED).unwrap();
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hospital/data");
-    for file in ["moves.csv", "departments.csv"] {
+    for file in ["moves.csv"] {
         let fresh = std::fs::read(dir.path().join(file)).unwrap();
         let shipped = std::fs::read(committed.join(file)).unwrap();
         assert!(fresh == shipped, "{file} differs from a fresh run of the generator");

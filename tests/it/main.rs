@@ -12,6 +12,8 @@ mod languages;
 mod init;
 mod categories_corpus;
 mod categories;
+mod seeds;
+mod externals;
 mod extensions;
 mod plan_memo;
 mod kinds_upsert;

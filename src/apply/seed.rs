@@ -1,0 +1,174 @@
+//! Seeds at apply time: parsed, staged and type-checked in the contract phase (before anything
+//! is built), then built from the stage.
+//!
+//! For every seed to build, [`stage`] reads the file, checks that its blake3 hash is still the
+//! one the plan fingerprinted (a file edited between plan and apply would otherwise load data of
+//! another version), parses it ([`crate::seed::read`]), appends its text into a temporary table
+//! `_efmesh_seed__<schema>__<table>` (session-local: nothing reaches the database file) and asks
+//! the engine, in one query per seed, for the first row of every column whose value does not
+//! cast to the declared type. Every problem becomes a [`ContractProblem`] naming the file, the
+//! row, the column and the value, so a bad value fails the apply before any model is built.
+//! [`build_statement`] then creates the physical table from the stage in declared column order,
+//! rows in file order.
+//!
+//! Casting uses the engine's own rules (what `CAST(text AS type)` accepts), with one stricter
+//! rule: a number with a fractional part is refused in an integer column instead of being
+//! rounded.
+
+use super::contract::ContractProblem;
+use crate::core::name::{quote_ident, quote_literal};
+use crate::core::{Kind, Model, ModelName};
+use crate::engine::Engine;
+use crate::project::Project;
+use crate::seed;
+use std::collections::BTreeSet;
+
+/// Name of the ordinal column of a stage table (the row's position in the file, from 1).
+const ORDINAL: &str = "_efmesh_ordinal";
+
+/// The session-local table holding a seed's parsed text between the contract phase and its build.
+pub fn stage_table(name: &ModelName) -> String {
+    format!("_efmesh_seed__{}__{}", name.schema(), name.table())
+}
+
+/// Stages every seed in `pending` (see the module docs) and returns every problem found. Seeds in
+/// `skip_typing` (whose declared types are already known to be wrong) are parsed and staged but
+/// their values are not cast.
+pub fn stage(project: &Project, pending: &BTreeSet<ModelName>, skip_typing: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
+    let mut problems = Vec::new();
+    for model in pending.iter().filter_map(|n| project.dag.get(n)) {
+        let Kind::Seed(s) = &model.kind else { continue };
+        let problem = |message: String| ContractProblem { model: model.name.clone(), location: model.location.clone(), message };
+        let file = seed::resolve(&project.config.root, &s.path);
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(problem(format!("cannot read seed file `{}`: {e}", s.path)));
+                continue;
+            }
+        };
+        if seed::content_hash(&bytes) != s.content_hash {
+            problems.push(problem(format!("seed file `{}` changed after the plan was computed; plan again", s.path)));
+            continue;
+        }
+        let rows = match seed::read(&bytes, s, &model.schema) {
+            Ok(rows) => rows,
+            Err(errors) => {
+                problems.extend(errors.into_iter().map(|e| problem(format!("`{}`: {e}", s.path))));
+                continue;
+            }
+        };
+        let mut columns = vec![ORDINAL.to_string()];
+        columns.extend(model.schema.names().map(str::to_string));
+        let staged: Vec<Vec<Option<String>>> = rows
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, (_, values))| std::iter::once(Some((i + 1).to_string())).chain(values.iter().cloned()).collect())
+            .collect();
+        if let Err(e) = engine.stage_text(&stage_table(&model.name), &columns, &staged) {
+            problems.push(problem(format!("cannot stage seed file `{}`: {}", s.path, e.message)));
+            continue;
+        }
+        if !skip_typing.contains(&model.name) {
+            problems.extend(check_types(model, &s.path, &rows, engine).into_iter().map(problem));
+        }
+    }
+    problems
+}
+
+/// The first row of each column whose value does not fit the declared type, as messages naming
+/// the file, row, column and value.
+fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dyn Engine) -> Vec<String> {
+    if rows.rows.is_empty() {
+        return Vec::new();
+    }
+    let firsts: Vec<String> = model
+        .schema
+        .0
+        .iter()
+        .map(|c| {
+            let v = quote_ident(&c.name);
+            let mut bad = format!("TRY_CAST({v} AS {ty}) IS NULL", ty = c.ty);
+            if is_integer_type(&c.ty) {
+                bad = format!("{bad} OR TRY_CAST({v} AS DOUBLE) <> TRY_CAST({v} AS {ty})", ty = c.ty);
+            }
+            format!("CAST(min(CAST({} AS BIGINT)) FILTER (WHERE {v} IS NOT NULL AND ({bad})) AS VARCHAR)", quote_ident(ORDINAL))
+        })
+        .collect();
+    let sql = format!("SELECT {} FROM {}", firsts.join(", "), quote_ident(&stage_table(&model.name)));
+    let found = match engine.query(&sql) {
+        Ok(r) => r.into_iter().next().unwrap_or_default(),
+        Err(e) => return vec![format!("cannot check the values of seed file `{path}`: {}", first_line(&e.message))],
+    };
+    let mut out = Vec::new();
+    for (i, (column, ordinal)) in model.schema.0.iter().zip(found).enumerate() {
+        let Some(ordinal) = ordinal.and_then(|o| o.parse::<usize>().ok()) else { continue };
+        let Some((place, values)) = rows.rows.get(ordinal - 1) else { continue };
+        let value = values[i].clone().unwrap_or_default();
+        out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
+    }
+    out
+}
+
+/// Why `value` does not fit `ty`: the engine's cast error, or the rounding an integer column
+/// would do.
+fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
+    let shown = if value.is_empty() { "`\"\"` (a quoted empty string; leave the field empty, unquoted, for NULL)".to_string() } else { format!("`{value}`") };
+    match engine.query(&format!("SELECT CAST(CAST({} AS VARCHAR) AS {ty})", quote_literal(value))) {
+        Err(e) => format!("{shown} is not a valid `{ty}`: {}", first_line(&e.message).trim()),
+        Ok(r) => {
+            let to = r.first().and_then(|row| row.first().cloned().flatten()).unwrap_or_default();
+            format!("{shown} is not a whole number; column type `{ty}` would round it to {to}")
+        }
+    }
+}
+
+/// `CREATE OR REPLACE TABLE <physical> AS SELECT CAST(<col> AS <type>) AS <col>, … FROM <stage>
+/// ORDER BY <ordinal>`: the seed's table, typed as declared, rows in file order.
+pub fn build_statement(model: &Model, physical: &str) -> String {
+    let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
+    format!(
+        "CREATE OR REPLACE TABLE {physical} AS\nSELECT {}\nFROM {}\nORDER BY CAST({} AS BIGINT)",
+        cols.join(", "),
+        quote_ident(&stage_table(&model.name)),
+        quote_ident(ORDINAL)
+    )
+}
+
+/// Drops the stage tables of the seeds in `pending` (best effort: they are session-local and
+/// vanish with the connection anyway).
+pub fn drop_stages(project: &Project, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) {
+    for model in pending.iter().filter_map(|n| project.dag.get(n)) {
+        if matches!(model.kind, Kind::Seed(_)) {
+            let _ = engine.execute(&format!("DROP TABLE IF EXISTS temp.main.{}", quote_ident(&stage_table(&model.name))));
+        }
+    }
+}
+
+/// DuckDB's integer types and their aliases (where a fractional value would be rounded).
+fn is_integer_type(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    matches!(
+        t.as_str(),
+        "tinyint" | "int1" | "smallint" | "int2" | "short" | "integer" | "int" | "int4" | "signed" | "bigint" | "int8" | "long" | "hugeint"
+            | "int128" | "utinyint" | "usmallint" | "uinteger" | "ubigint" | "uhugeint"
+    )
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_types_are_recognised_by_any_spelling() {
+        assert!(is_integer_type(" BIGINT "));
+        assert!(is_integer_type("int4"));
+        assert!(!is_integer_type("double"));
+        assert!(!is_integer_type("decimal(18, 2)"));
+    }
+}

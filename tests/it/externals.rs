@@ -1,0 +1,261 @@
+//! External sources end to end: globs read with `union_by_name`, hive-partitioned parquet
+//! directories, CSV reader options, a glob that matches nothing (a contract error naming the model
+//! and the pattern), and declaration changes (path, options, schema) that re-version every
+//! consumer while externals themselves are never built.
+
+use crate::common::{Project, action, query_in_memory};
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_string())
+}
+
+/// Writes a parquet file at `rel` in the project from a DuckDB query.
+fn parquet(p: &Project, rel: &str, select: &str) {
+    let path = p.root().join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    query_in_memory(&format!("COPY ({select}) TO '{}' (FORMAT parquet)", path.display()));
+}
+
+/// `raw.parts` over `options` with `schema`, and `m.sum` (full) reading every declared column.
+fn write_models(p: &Project, options: &str, schema: &str, consumer: &str) {
+    p.write(
+        "models/raw.lua",
+        &format!("return {{ parts = define_model {{ name = \"raw.parts\", kind = kind.external {{ {options} }}, schema = {schema} }} }}\n"),
+    );
+    p.write(
+        "models/sum.lua",
+        &format!("define_model {{ name = \"m.sum\", kind = kind.full(), schema = {{ {{ \"k\", \"varchar\" }}, {{ \"n\", \"bigint\" }} }},\n  query = [[{consumer}]] }}\n"),
+    );
+}
+
+#[test]
+fn a_glob_of_csv_files_with_different_columns_reads_by_name() {
+    let p = Project::new();
+    p.write("data/parts/2024.csv", "id,region\n1,north\n2,south\n");
+    p.write("data/parts/2025.csv", "id,amount\n3,30\n4,40\n");
+    write_models(
+        &p,
+        r#"path = "data/parts/*.csv", union_by_name = true"#,
+        r#"{ { "id", "bigint" }, { "region", "varchar" }, { "amount", "bigint" } }"#,
+        "SELECT coalesce(region, 'none') AS k, CAST(count(*) + coalesce(sum(amount), 0) AS BIGINT) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL",
+    );
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.sum"]), "externals are never built");
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("none"), s("72")], vec![s("north"), s("1")], vec![s("south"), s("1")]]);
+    assert!(!p.all_relations().iter().any(|r| r.ends_with(".parts")), "an external has no view: {:?}", p.all_relations());
+
+    // Without `union_by_name` the files are unioned by position: `amount` would not exist.
+    write_models(
+        &p,
+        r#"path = "data/parts/*.csv""#,
+        r#"{ { "id", "bigint" }, { "region", "varchar" }, { "amount", "bigint" } }"#,
+        "SELECT coalesce(region, 'none') AS k, CAST(count(*) + coalesce(sum(amount), 0) AS BIGINT) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL",
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let line = run.stderr.lines().find(|l| l.contains("model `raw.parts`")).unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(line.contains("cannot read the source") && line.contains("amount"), "{line}");
+}
+
+#[test]
+fn hive_partitioned_parquet_directories_become_columns() {
+    let p = Project::new();
+    parquet(&p, "lake/year=2024/part-0.parquet", "SELECT 'a' AS k, 1 AS v UNION ALL SELECT 'b', 2");
+    parquet(&p, "lake/year=2025/part-0.parquet", "SELECT 'a' AS k, 10 AS v");
+    write_models(
+        &p,
+        r#"path = "lake/*/*.parquet", hive_partitioning = true"#,
+        r#"{ { "k", "varchar" }, { "v", "integer" }, { "year", "bigint" } }"#,
+        "SELECT k || '/' || year AS k, CAST(sum(v) AS BIGINT) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("a/2024"), s("1")], vec![s("a/2025"), s("10")], vec![s("b/2024"), s("2")]]);
+
+    // Without hive partitioning there is no `year` column: the contract says so, naming it.
+    write_models(
+        &p,
+        r#"path = "lake/*/*.parquet", hive_partitioning = false"#,
+        r#"{ { "k", "varchar" }, { "v", "integer" }, { "year", "bigint" } }"#,
+        "SELECT k || '/' || year AS k, CAST(sum(v) AS BIGINT) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL",
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("declared column `year` is not in the source"), "{}", run.stderr);
+}
+
+#[test]
+fn csv_options_delimiter_and_headerless_files() {
+    let p = Project::new();
+    p.write("data/x.txt", "a|1\nb|2\nc|NA\n");
+    write_models(
+        &p,
+        r#"path = "data/x.txt", format = "csv", delimiter = "|", header = false, null_markers = { "NA" }"#,
+        r#"{ { "k", "varchar" }, { "v", "bigint" } }"#,
+        "SELECT k, coalesce(v, -1) AS n FROM ]] .. ref(\"raw.parts\") .. [[",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("a"), s("1")], vec![s("b"), s("2")], vec![s("c"), s("-1")]]);
+    let run = p.run(&["check"]);
+    run.expect_code(0);
+    // CSV options are refused on other formats.
+    write_models(&p, r#"path = "lake/x.parquet", delimiter = ";""#, r#"{ { "k", "varchar" } }"#, "SELECT k, 1 AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(format!("{}{}", run.stdout, run.stderr).contains("`delimiter` applies to CSV files only"), "{run:?}");
+}
+
+#[test]
+fn a_glob_that_matches_nothing_names_the_model_and_the_pattern_and_builds_nothing() {
+    let p = Project::new();
+    p.write("data/parts/a.csv", "id\n1\n");
+    write_models(&p, r#"path = "data/partz/*.csv""#, r#"{ { "id", "bigint" } }"#, "SELECT 'x' AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    // Planning reads no data: the plan is computed.
+    assert_eq!(action(&p.plan("dev"), "raw.parts")["change"], "added");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/raw.lua:1: model `raw.parts`: no file matches the pattern `data/partz/*.csv`"),
+        "{}",
+        run.stderr
+    );
+    assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
+    assert!(p.state_summary().envs.is_empty());
+
+    // A single missing file is named as such.
+    write_models(&p, r#"path = "data/parts/b.csv""#, r#"{ { "id", "bigint" } }"#, "SELECT 'x' AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("file `data/parts/b.csv` does not exist"), "{}", run.stderr);
+}
+
+#[test]
+fn changing_an_externals_declaration_re_versions_its_consumers() {
+    let p = Project::new();
+    p.write("data/parts/a.csv", "id,region\n1,north\n");
+    p.write("data/parts/b.csv", "id,region\n2,south\n");
+    p.write("data/other.csv", "id,region\n3,east\n");
+    let consumer = "SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL";
+    let base_schema = r#"{ { "id", "bigint" }, { "region", "varchar" } }"#;
+    write_models(&p, r#"path = "data/parts/*.csv""#, base_schema, consumer);
+    let first = p.apply("dev");
+    let (ext0, sum0) = (action(&first, "raw.parts")["fingerprint"].clone(), action(&first, "m.sum")["fingerprint"].clone());
+
+    let declarations = [
+        ("path", r#"path = "data/other.csv""#, base_schema),
+        ("an option", r#"path = "data/parts/*.csv", union_by_name = true"#, base_schema),
+        ("a CSV option", r#"path = "data/parts/*.csv", delimiter = ",""#, base_schema),
+        ("the schema", r#"path = "data/parts/*.csv""#, r#"{ { "id", "integer" }, { "region", "varchar" } }"#),
+    ];
+    for (what, options, schema) in declarations {
+        write_models(&p, options, schema, consumer);
+        let plan = p.plan("dev");
+        let (ext, sum) = (action(&plan, "raw.parts"), action(&plan, "m.sum"));
+        assert_ne!(ext["fingerprint"], ext0, "{what}: the external's version");
+        assert_eq!(ext["change"], "breaking", "{what}: {plan:#}");
+        assert_eq!(ext["build"], false, "{what}: an external is never built");
+        assert_ne!(sum["fingerprint"], sum0, "{what}: the consumer's version");
+        assert_eq!((sum["change"].as_str(), sum["build"].as_bool()), (Some("indirect"), Some(true)), "{what}: {plan:#}");
+    }
+    // Applying the path change rebuilds the consumer over the new file.
+    write_models(&p, r#"path = "data/other.csv""#, base_schema, consumer);
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.sum"]));
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("east"), s("1")]]);
+    // Back to the first declaration: the first versions again, nothing to build.
+    write_models(&p, r#"path = "data/parts/*.csv""#, base_schema, consumer);
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "m.sum")["fingerprint"], sum0);
+    assert_eq!(action(&plan, "m.sum")["build"], false);
+}
+
+/// A `python3 -m http.server` bound to 127.0.0.1 on a free port, serving `dir`; killed on drop.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn serve(dir: &std::path::Path) -> HttpServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ...", printed once listening.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server banner");
+        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse().ok());
+        let Some(port) = port else {
+            let _ = child.kill();
+            panic!("unexpected http.server banner: {line:?}");
+        };
+        HttpServer { child, port }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The provisioned offline extension directory holding `httpfs`, or `None` (with a message)
+/// when the suite runs without one (`scripts/test` and CI always provision it).
+fn httpfs_directory() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("EFMESH_EXTENSION_DIRECTORY").map(std::path::PathBuf::from);
+    match dir {
+        Some(d) if d.join("v1.5.5/linux_amd64/httpfs.duckdb_extension").is_file() => Some(d),
+        _ => {
+            eprintln!(
+                "SKIPPED: no httpfs in EFMESH_EXTENSION_DIRECTORY; run the suite with scripts/test (it runs scripts/provision-extensions)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn http_urls_are_read_through_httpfs_from_the_offline_extension_directory() {
+    let Some(ext) = httpfs_directory() else { return };
+    let served = tempfile::tempdir().unwrap();
+    query_in_memory(&format!(
+        "COPY (SELECT range AS id, 'r' || (range % 2) AS region FROM range(5)) TO '{}' (FORMAT parquet)",
+        served.path().join("events.parquet").display()
+    ));
+    std::fs::write(served.path().join("regions.csv"), "region,label\nr0,even\nr1,odd\n").unwrap();
+    let server = HttpServer::serve(served.path());
+    let base = format!("http://127.0.0.1:{}", server.port);
+
+    let p = Project::new();
+    p.write(
+        "efmesh.toml",
+        &format!("[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\nextension_directory = {:?}\n", ext.to_string_lossy()),
+    );
+    p.write(
+        "models/raw.lua",
+        &format!(
+            r#"define_model {{ name = "raw.events", kind = kind.external {{ path = "{base}/events.parquet" }}, schema = {{ {{ "id", "bigint" }}, {{ "region", "varchar" }} }} }}
+define_model {{ name = "raw.regions", kind = kind.external {{ path = "{base}/regions.csv" }}, schema = {{ {{ "region", "varchar" }}, {{ "label", "varchar" }} }} }}
+define_model {{ name = "m.sum", kind = kind.full(), schema = {{ {{ "k", "varchar" }}, {{ "n", "bigint" }} }},
+  query = "SELECT r.label AS k, CAST(sum(e.id) AS BIGINT) AS n FROM " .. ref("raw.events") .. " AS e JOIN " .. ref("raw.regions") .. " AS r USING (region) GROUP BY ALL" }}
+"#
+        ),
+    );
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!(["m.sum"]));
+    assert_eq!(p.rows("\"dev__m\".\"sum\""), vec![vec![s("even"), s("6")], vec![s("odd"), s("4")]]);
+
+    // A URL that does not resolve is a contract error naming the model; nothing is built.
+    p.write("models/raw.lua", &p.read("models/raw.lua").replace("/events.parquet", "/missing.parquet"));
+    let tables = p.physical_tables();
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("model `raw.events`: cannot read the source") && run.stderr.contains("missing.parquet"), "{}", run.stderr);
+    assert_eq!(p.physical_tables(), tables);
+    drop(server);
+}

@@ -1,0 +1,357 @@
+//! Seeds: CSV and JSON files of the project loaded into tables, end to end through the binary.
+//! CSV details (BOM, quoted empty vs empty, null markers), typing errors that stop the apply
+//! before anything is built, the content hash in the fingerprint (edit → the seed and its
+//! descendants rebuild, nothing else), JSON seeds, and one fingerprint in Lua, Rhai and SQL.
+
+use crate::common::{Project, action, actions, set, string_set};
+
+/// A project whose models may be Lua, Rhai or SQL.
+fn project() -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n");
+    p
+}
+
+/// `models/seed.lua`: seed `ref.depts` over `file` with the given schema and extra options.
+fn seed_model(file: &str, schema: &str, options: &str) -> String {
+    format!("return define_model {{\n  name = \"ref.depts\",\n  kind = kind.seed {{ path = \"{file}\"{options} }},\n  schema = {schema},\n}}\n")
+}
+
+const DEPT_SCHEMA: &str = r#"{ { "code", "varchar" }, { "name", "varchar" }, { "beds", "integer" }, { "note", "varchar" } }"#;
+
+/// Children of `ref.depts`: `m.big` (full), `m.top` (full, over `m.big`), and an unrelated
+/// `m.other`.
+fn write_children(p: &Project) {
+    p.write(
+        "models/children.lua",
+        r#"local big = define_model {
+  name = "m.big", kind = kind.full(),
+  schema = { { "code", "varchar" }, { "beds", "integer" } },
+  query = "SELECT code, beds FROM " .. ref("ref.depts") .. " WHERE beds >= 50",
+}
+define_model {
+  name = "m.top", kind = kind.full(),
+  schema = { { "n", "bigint" }, { "beds", "bigint" } },
+  query = "SELECT count(*) AS n, CAST(sum(beds) AS BIGINT) AS beds FROM " .. ref(big),
+}
+define_model {
+  name = "m.other", kind = kind.full(),
+  schema = { { "x", "integer" } },
+  query = "SELECT 1 AS x",
+}
+"#,
+    );
+}
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_string())
+}
+
+fn built(v: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    string_set(&v["built"])
+}
+
+#[test]
+fn csv_seed_strips_the_bom_and_tells_quoted_empty_text_from_null() {
+    let p = project();
+    p.write(
+        "seeds/depts.csv",
+        "\u{feff}code,name,beds,note\r\n\
+         ER,\"Emergency, Department\",32,\"\"\r\n\
+         ICU,Intensive Care,NA,\r\n\
+         WARD,\"General\r\nWard\",600,\"NA\"\r\n\
+         LAB,\"Lab \"\"B\"\"\",0,NA\r\n",
+    );
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, r#", null_markers = { "NA" }"#));
+    let applied = p.apply("dev");
+    assert_eq!(built(&applied), set(&["ref.depts"]));
+    assert_eq!(action(&applied, "ref.depts")["kind"], "seed");
+
+    let rows = p.query(
+        "SELECT code, name, CAST(beds AS VARCHAR), note, note IS NULL, typeof(beds) FROM \"dev__ref\".\"depts\" ORDER BY code",
+    );
+    let expect = |code: &str, name: &str, beds: Option<&str>, note: Option<&str>| {
+        vec![s(code), s(name), beds.map(str::to_string), note.map(str::to_string), s(if note.is_none() { "true" } else { "false" }), s("INTEGER")]
+    };
+    assert_eq!(
+        rows,
+        vec![
+            expect("ER", "Emergency, Department", Some("32"), Some("")), // quoted empty: text
+            expect("ICU", "Intensive Care", None, None),                 // NA and unquoted empty: NULL
+            expect("LAB", "Lab \"B\"", Some("0"), None),                 // unquoted NA: NULL
+            expect("WARD", "General\r\nWard", Some("600"), Some("NA")),  // quoted "NA": text
+        ]
+    );
+    // The first header column was read as `code`, not `\u{feff}code`.
+    let cols = p.query("SELECT column_name FROM information_schema.columns WHERE table_schema = 'dev__ref' AND table_name = 'depts' ORDER BY ordinal_position");
+    assert_eq!(cols, vec![vec![s("code")], vec![s("name")], vec![s("beds")], vec![s("note")]]);
+}
+
+#[test]
+fn rows_come_in_file_order_with_header_columns_in_any_order() {
+    let p = project();
+    p.write("seeds/depts.csv", "beds,note,name,code\n5,,E,z\n3,,C,a\n4,,D,m\n");
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    p.apply("dev");
+    // A physical table keeps insertion order for a plain scan; the view selects declared columns.
+    let rows = p.query("SELECT * FROM \"dev__ref\".\"depts\"");
+    assert_eq!(rows, vec![vec![s("z"), s("E"), s("5"), None], vec![s("a"), s("C"), s("3"), None], vec![s("m"), s("D"), s("4"), None]]);
+}
+
+#[test]
+fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built() {
+    let p = project();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive,120,\n");
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    write_children(&p);
+    p.apply("dev");
+    let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
+    let before = p.rows("\"dev__ref\".\"depts\"");
+
+    // Row 4 (the header is row 1) holds `abc` in the INTEGER column `beds`; a new, valid model
+    // would be built too if the contract did not stop everything.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive,120,\nWARD,Ward,abc,\n");
+    p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("seeds/depts.csv"))
+        .unwrap_or_else(|| panic!("no line names the seed file:\n{}", run.stderr));
+    for needle in ["models/seed.lua:1", "`ref.depts`", "row 4", "column `beds`", "`abc` is not a valid `integer`", "INT32"] {
+        assert!(line.contains(needle), "{needle:?} missing from {line:?}\n{}", run.stderr);
+    }
+    assert!(run.stderr.contains("nothing was built"), "{}", run.stderr);
+    assert_eq!(p.physical_tables(), tables, "something was built");
+    assert_eq!(p.all_relations(), relations);
+    assert_eq!(p.state_summary(), state, "the state store changed");
+    assert_eq!(p.rows("\"dev__ref\".\"depts\""), before);
+}
+
+#[test]
+fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers() {
+    let p = project();
+    p.write(
+        "seeds/t.csv",
+        "id,ratio,day,flag,label\n1,0.5,2026-01-01,true,a\n2.5,x,2026-02-30,maybe,\"\"\n3,1,2026-01-03,false,c\n",
+    );
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
+  schema = { { "id", "bigint" }, { "ratio", "double" }, { "day", "date" }, { "flag", "boolean" }, { "label", "varchar" } } }
+"#,
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    for (column, value) in [("id", "`2.5` is not a whole number"), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`")] {
+        let line = err.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{err}"));
+        assert!(line.contains("row 3") && line.contains(value), "{line}");
+    }
+    assert!(!err.contains("column `label`"), "a quoted empty string fits varchar:\n{err}");
+    assert!(p.physical_tables().is_empty());
+}
+
+#[test]
+fn header_must_name_exactly_the_declared_columns() {
+    let p = project();
+    p.write("seeds/depts.csv", "code,title,beds,note,floor\nER,Emergency,32,,0\n");
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("the header lacks declared column `name`"), "{}", run.stderr);
+    assert!(run.stderr.contains("`title`, `floor` that the schema does not declare"), "{}", run.stderr);
+    assert!(p.physical_tables().is_empty());
+
+    // A row with a missing field is named by its row.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("`seeds/depts.csv`: row 3: the row has 2 fields, the header has 4"), "{}", run.stderr);
+}
+
+#[test]
+fn editing_the_seed_rebuilds_the_seed_and_its_descendants_only() {
+    let p = project();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive,120,\n");
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    write_children(&p);
+    let first = p.apply("dev");
+    assert_eq!(built(&first), set(&["ref.depts", "m.big", "m.top", "m.other"]));
+    assert_eq!(p.rows("\"dev__m\".\"top\""), vec![vec![s("1"), s("120")]]);
+
+    // Rewriting identical bytes changes nothing: the fingerprint follows the content.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive,120,\n");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,Intensive,120,\nWARD,Ward,600,\n");
+    let plan = p.plan("dev");
+    let seed = action(&plan, "ref.depts");
+    assert_eq!((seed["change"].as_str(), seed["build"].as_bool()), (Some("breaking"), Some(true)), "{plan:#}");
+    assert_eq!(seed["explain"]["reason"], "the seed file's content changed");
+    assert_ne!(seed["fingerprint"], seed["previous"]);
+    for child in ["m.big", "m.top"] {
+        let a = action(&plan, child);
+        assert_eq!((a["change"].as_str(), a["build"].as_bool()), (Some("indirect"), Some(true)), "{child}: {plan:#}");
+    }
+    assert_eq!(action(&plan, "m.other")["change"], "unchanged");
+
+    let applied = p.apply("dev");
+    assert_eq!(built(&applied), set(&["ref.depts", "m.big", "m.top"]));
+    assert_eq!(p.rows("\"dev__m\".\"top\""), vec![vec![s("2"), s("720")]]);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    // Promotion to prod is a view swap: environments view the seed like any model.
+    let prod = p.apply("prod");
+    assert!(built(&prod).is_empty(), "{prod:#}");
+    assert_eq!(p.rows("\"ref\".\"depts\""), p.rows("\"dev__ref\".\"depts\""));
+}
+
+#[test]
+fn json_seeds_read_arrays_and_newline_delimited_objects() {
+    let p = project();
+    let schema = r#"{ { "code", "varchar" }, { "beds", "integer" }, { "open", "boolean" }, { "tags", "varchar[]" } }"#;
+    p.write(
+        "seeds/a.json",
+        r#"[
+  {"code": "ER", "beds": 32, "open": true, "tags": ["front", "24h"]},
+  {"code": "ICU", "beds": "120", "open": false},
+  {"code": "", "beds": null, "open": null, "tags": []}
+]"#,
+    );
+    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"beds\": 32, \"open\": true, \"tags\": [\"front\", \"24h\"]}\n{\"code\": \"ICU\", \"beds\": \"120\", \"open\": false}\n{\"code\": \"\", \"beds\": null, \"open\": null, \"tags\": []}\n");
+    p.write(
+        "models/seed.lua",
+        &format!(
+            "define_model {{ name = \"ref.a\", kind = kind.seed {{ path = \"seeds/a.json\" }}, schema = {schema} }}\n\
+             define_model {{ name = \"ref.b\", kind = kind.seed {{ path = \"seeds/b.ndjson\" }}, schema = {schema} }}\n"
+        ),
+    );
+    p.apply("dev");
+    let expect = vec![
+        vec![s(""), None, None, s("[]")],
+        vec![s("ER"), s("32"), s("true"), s("[front, 24h]")],
+        vec![s("ICU"), s("120"), s("false"), None],
+    ];
+    assert_eq!(p.rows("\"dev__ref\".\"a\""), expect);
+    assert_eq!(p.rows("\"dev__ref\".\"b\""), expect);
+
+    // A value that does not fit is named by its row (the n-th object) and key.
+    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"beds\": 32, \"open\": true, \"tags\": []}\n{\"code\": \"ICU\", \"beds\": 1.5}\n{\"code\": \"X\", \"beds\": true}\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("`seeds/b.ndjson`: row 2, column `beds`: `1.5` is not a whole number"), "{}", run.stderr);
+    // Keys must be declared columns.
+    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"bed\": 32, \"beds\": 1, \"open\": true, \"tags\": []}\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("row 1, column `bed`: the key is not a declared column (did you mean `beds`?)"), "{}", run.stderr);
+}
+
+#[test]
+fn a_missing_seed_file_is_a_load_error_naming_the_model_and_the_path() {
+    let p = project();
+    p.write("models/seed.lua", &seed_model("seeds/nope.csv", DEPT_SCHEMA, ""));
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/seed.lua:1: model `ref.depts`: cannot read seed file `seeds/nope.csv`"), "{}", run.stderr);
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("seeds/nope.csv") || run.stdout.contains("seeds/nope.csv"), "{run:?}");
+}
+
+#[test]
+fn a_seed_has_one_fingerprint_in_lua_rhai_and_sql() {
+    let csv = "code;name;beds;note\nER;Emergency;32;NA\n";
+    let variants = [
+        ("seed.lua", seed_model("seeds/d.csv", DEPT_SCHEMA, r#", null_markers = { "NA" }, delimiter = ";""#)),
+        (
+            "seed.rhai",
+            r#"define_model(#{ name: "ref.depts", kind: kind::seed(#{ path: "seeds/d.csv", null_markers: ["NA"], delimiter: ";" }),
+  schema: [["code", "varchar"], ["name", "varchar"], ["beds", "integer"], ["note", "varchar"]] });"#
+                .to_string(),
+        ),
+        ("seed.sql", "-- name: ref.depts\n-- kind: seed(path = seeds/d.csv, null_markers = [NA], delimiter = ';')\n-- schema: code varchar, name varchar, beds integer, note varchar\n".to_string()),
+    ];
+    let mut fps = Vec::new();
+    for (file, text) in &variants {
+        let p = project();
+        p.write("seeds/d.csv", csv);
+        p.write(&format!("models/{file}"), text);
+        let applied = p.apply("dev");
+        fps.push(action(&applied, "ref.depts")["fingerprint"].as_str().unwrap().to_string());
+        assert_eq!(p.rows("\"dev__ref\".\"depts\""), vec![vec![s("ER"), s("Emergency"), s("32"), None]], "{file}");
+    }
+    assert_eq!(fps[0], fps[1], "Lua vs Rhai");
+    assert_eq!(fps[0], fps[2], "Lua vs SQL");
+
+    // The hash is the file's content: the same declaration over other bytes is another version.
+    let p = project();
+    p.write("seeds/d.csv", "code;name;beds;note\nER;Emergency;33;NA\n");
+    p.write("models/seed.lua", &variants[0].1);
+    assert_ne!(action(&p.plan("dev"), "ref.depts")["fingerprint"].as_str().unwrap(), fps[0]);
+}
+
+#[test]
+fn seed_declarations_are_checked_at_load() {
+    let p = project();
+    for (options, message) in [
+        (r#"path = "seeds/*.csv""#, "a seed is one file, not a glob"),
+        (r#"path = "seeds/x.parquet""#, "read parquet `seeds/x.parquet` with `kind.external`"),
+        (r#"path = "seeds/x.json", null_markers = { "NA" }"#, "`null_markers` applies to CSV seeds only"),
+        (r#"path = "seeds/x.csv", delimiter = ";;""#, "`delimiter` of kind `seed` must be one character"),
+        (r#"path = "seeds/x.csv", union_by_name = true"#, "unknown option `union_by_name` for kind `seed`"),
+        (r#"file = "seeds/x.csv""#, "unknown option `file` for kind `seed`"),
+    ] {
+        p.write("models/seed.lua", &format!("define_model {{ name = \"ref.x\", kind = kind.seed {{ {options} }}, schema = {{ {{ \"a\", \"varchar\" }} }} }}\n"));
+        let run = p.run(&["check"]);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(out.contains(message), "{options}: {out}");
+    }
+    p.write("seeds/x.csv", "a\n1\n");
+    p.write("models/seed.lua", "define_model { name = \"ref.x\", kind = kind.seed { path = \"seeds/x.csv\" }, schema = { { \"a\", \"varchar\" } }, query = \"SELECT 1\" }\n");
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(format!("{}{}", run.stdout, run.stderr).contains("a seed has no query"), "{run:?}");
+}
+
+#[test]
+fn a_seed_changed_between_plan_and_apply_is_refused() {
+    // The library path: plan, then the file changes, then apply with the old plan.
+    use efmesh::config::Config;
+    let p = project();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\n");
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    let config = Config::load(&p.root().join("efmesh.toml")).unwrap();
+    let project = efmesh::project::Project::load(&config).unwrap();
+    let state = efmesh::state::StateStore::open_in_memory().unwrap();
+    let plan = efmesh::plan::plan(&project, &state, "dev", efmesh::core::interval::parse_instant("2026-02-10").unwrap()).unwrap();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,99,\n");
+    let mut engine = efmesh::engine::duckdb::DuckDb::in_memory().unwrap();
+    let err = efmesh::apply::apply(&project, &plan, &state, &mut engine, &Default::default()).unwrap_err().to_string();
+    assert!(err.contains("seed file `seeds/depts.csv` changed after the plan was computed"), "{err}");
+    assert!(actions(&serde_json::to_value(&plan).unwrap()).iter().any(|a| a["name"] == "ref.depts"));
+}
+
+#[test]
+fn a_seed_is_audited_when_it_is_built() {
+    let p = project();
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,,120,\n");
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.depts", kind = kind.seed { path = "seeds/depts.csv" },
+  schema = { { "code", "varchar" }, { "name", "varchar" }, { "beds", "integer" }, { "note", "varchar" } },
+  audits = { audit.not_null("name") } }
+"#,
+    );
+    // The empty `name` of ICU is NULL: the blocking audit stops the apply, nothing is served.
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("not_null") && run.stderr.contains("ref.depts"), "{}", run.stderr);
+    assert!(p.state_summary().envs.is_empty(), "nothing was promoted");
+    // Quoting the empty name makes it text: the audit passes.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,32,\nICU,\"\",120,\n");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__ref\".\"depts\""), vec![vec![s("ER"), s("Emergency"), s("32"), None], vec![s("ICU"), s(""), s("120"), None]]);
+}
