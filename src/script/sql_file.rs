@@ -172,10 +172,15 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
                     d.2 = true;
                     query.push_str(&sites.record(Site::Ref(RefSite { target: n, location: at(line) })));
                 }
-                None => errors.push(
-                    LoadError::new(Some(at(line)), model_name.clone(), format!("`@ref({n})` is not declared in `refs`"))
-                        .with_hint(format!("add `{n}` to the `-- refs:` header line")),
-                ),
+                None => {
+                    // A typo of a declared ref is far likelier than a missing declaration.
+                    let names: Vec<String> = declared.iter().filter(|(_, _, used)| !used).map(|(d, _, _)| d.to_string()).collect();
+                    let hint = match crate::core::error::did_you_mean(&n.to_string(), names.iter().map(String::as_str)) {
+                        Some(close) => format!("did you mean `@ref({close})`? (declared in `refs`; otherwise add `{n}` to the `-- refs:` header line)"),
+                        None => format!("add `{n}` to the `-- refs:` header line"),
+                    };
+                    errors.push(LoadError::new(Some(at(line)), model_name.clone(), format!("`@ref({n})` is not declared in `refs`")).with_hint(hint));
+                }
             },
             Err(e) => errors.push(LoadError::new(Some(at(line)), model_name.clone(), format!("`@ref({target})`: {e}"))),
         }
@@ -333,6 +338,13 @@ mod tests {
         let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
         assert!(text.iter().any(|e| e.contains("`@ref(a.d)` is not declared") && e.starts_with("models/x.sql:5")), "{text:?}");
         assert!(text.iter().any(|e| e.contains("`a.c` is declared") && e.starts_with("models/x.sql:4")), "{text:?}");
+    }
+
+    #[test]
+    fn a_typo_of_a_declared_ref_gets_a_did_you_mean() {
+        let errs = p("-- name: a.b\n-- kind: full\n-- schema: x int\n-- refs: med.stays\nSELECT x FROM @ref(med.stay)").unwrap_err();
+        let hints: Vec<String> = errs.iter().filter_map(|e| e.hint.clone()).collect();
+        assert!(hints.iter().any(|h| h.starts_with("did you mean `@ref(med.stays)`?")), "{hints:?}");
     }
 
     #[test]
