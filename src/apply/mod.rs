@@ -119,6 +119,13 @@ pub enum ApplyError {
         /// What failed.
         failure: audit::AuditError,
     },
+    /// The state store changed between the plan and the apply (another process applied or
+    /// ran meanwhile): nothing was done.
+    #[error("the state store changed since this plan of `{env}` was computed (another apply or run happened meanwhile); nothing was done\n  hint: plan again")]
+    StalePlan {
+        /// The environment.
+        env: String,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -139,6 +146,11 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 /// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
 /// promote.
 pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, refresh: bool) -> Result<ApplyReport, ApplyError> {
+    if let Some(planned) = plan.generation {
+        if state.generation()? != planned {
+            return Err(ApplyError::StalePlan { env: plan.env.clone() });
+        }
+    }
     let physicals: BTreeMap<ModelName, String> = plan
         .actions
         .iter()

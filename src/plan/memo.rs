@@ -118,10 +118,11 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
 /// [`StateError`] when the store cannot be read.
 pub fn lookup(project: &Project, state: &StateStore, env: &str, now: Millis) -> Result<Option<Plan>, StateError> {
     let Some((stored, body)) = state.plan_memo_get(env)? else { return Ok(None) };
-    if stored != key(project, env, state.generation()?) {
+    let generation = state.generation()?;
+    if stored != key(project, env, generation) {
         return Ok(None);
     }
-    Ok(replay(project, env, now, &body))
+    Ok(replay(project, env, now, &body).map(|plan| Plan { generation: Some(generation), ..plan }))
 }
 
 /// Panics when a replayed plan differs from the plan computed in full (see [`VERIFY_ENV`]).
@@ -186,5 +187,5 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
         return None;
     }
     let has_changes = actions.iter().any(Action::has_work);
-    Some(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: Vec::new(), from_memo: true })
+    Some(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: Vec::new(), from_memo: true, generation: None })
 }

@@ -189,6 +189,10 @@ pub struct Plan {
     /// True when this plan was replayed from the environment's memo rather than computed.
     #[serde(skip)]
     pub from_memo: bool,
+    /// The state store's write counter ([`StateStore::generation`]) when the plan was read;
+    /// `apply` refuses the plan if the store has changed since (another process applied).
+    #[serde(skip)]
+    pub generation: Option<i64>,
 }
 
 fn ser_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S::Error> {
@@ -503,6 +507,8 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
 /// As [`plan_with`].
 pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     validate_env(env)?;
+    // Read first: a write landing while we read makes the plan stale, never wrongly fresh.
+    let generation = state.generation()?;
     let keyed = rendered_bodies(project);
     let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
     let cache = state.canon_cache_get(&keys)?;
@@ -753,7 +759,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false };
+    let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false, generation: Some(generation) };
     Ok(plan)
 }
 

@@ -51,7 +51,7 @@ fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan() {
 fn editing_a_model_computes_the_plan_in_full() {
     let p = sample_project();
     p.apply("dev");
-    p.write("models/a.lua", &model_a(" AND amount > 1"));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
     let (memo, v) = plan_both(&p, "dev", NOW);
     assert!(!memo, "an edited project must not replay the memo");
     assert_eq!(action(&v, "s.a")["change"], "breaking");
@@ -122,4 +122,24 @@ fn promoting_an_existing_version_refreshes_its_stored_metadata() {
     assert_eq!(v["hasChanges"], false, "{v:#}");
     let description = p.state().snapshot_index().unwrap().into_values().any(|(_, m)| m.contains("edited after dev"));
     assert!(description, "the snapshot's metadata was refreshed by the promotion");
+}
+
+#[test]
+fn a_plan_is_refused_when_the_store_changed_since_it_was_computed() {
+    let p = sample_project();
+    p.apply("dev");
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let project_edited = load(&p);
+    let stale = plan::plan(&project_edited, &p.state(), "dev", at(NOW)).expect("plan");
+    assert!(stale.has_changes);
+    // Another process applies meanwhile (here: the edit, to dev).
+    p.apply("dev");
+    let before = p.state_summary();
+    let mut engine = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).unwrap();
+    let err = efmesh::apply::apply(&project_edited, &stale, &p.state(), &mut engine, &efmesh::apply::Options::default()).unwrap_err();
+    assert!(err.to_string().contains("changed since this plan"), "{err}");
+    assert_eq!(p.state_summary(), before, "a refused plan writes nothing");
+    // A fresh plan is fine again (and has nothing left to do).
+    let fresh = plan::plan(&project_edited, &p.state(), "dev", at(NOW)).expect("plan");
+    assert!(!fresh.has_changes);
 }
