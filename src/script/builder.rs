@@ -405,11 +405,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
             }))
         }
         "seed" => parse_seed(k).map(Kind::Seed),
-        other => {
-            let tags = ["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed"];
-            let hint = did_you_mean(other, tags).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
-            Err(format!("unknown kind `{other}`{hint}"))
-        }
+        other => Err(unknown_kind(other)),
     }
 }
 
@@ -467,4 +463,13 @@ fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
         }
     }
     Ok(Seed { path: path.to_string(), format, null_markers, delimiter, content_hash: String::new() })
+}
+
+/// Every kind tag a model may declare.
+pub const KIND_TAGS: &[&str] = &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed"];
+
+/// The error for a kind tag that is not in [`KIND_TAGS`], with a "did you mean".
+pub fn unknown_kind(tag: &str) -> String {
+    let hint = did_you_mean(tag, KIND_TAGS.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+    format!("unknown kind `{tag}`{hint}")
 }

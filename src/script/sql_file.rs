@@ -292,6 +292,10 @@ fn parse_kind(v: &str) -> Result<Value, String> {
         }
         None => (v, ""),
     };
+    // Checked here too, so the error points at the `-- kind:` line, not the model's first line.
+    if !super::builder::KIND_TAGS.contains(&tag) {
+        return Err(super::builder::unknown_kind(tag));
+    }
     let mut m = Map::new();
     m.insert("kind".into(), Value::String(tag.to_string()));
     for piece in split_top(opts, ',') {
@@ -345,6 +349,13 @@ mod tests {
         let errs = p("-- name: a.b\n-- kind: full\n-- schema: x int\n-- refs: med.stays\nSELECT x FROM @ref(med.stay)").unwrap_err();
         let hints: Vec<String> = errs.iter().filter_map(|e| e.hint.clone()).collect();
         assert!(hints.iter().any(|h| h.starts_with("did you mean `@ref(med.stays)`?")), "{hints:?}");
+    }
+
+    #[test]
+    fn an_unknown_kind_is_reported_on_its_line() {
+        let errs = p("-- name: a.b\n-- kind: fulll\n-- schema: x int\nSELECT 1 AS x").unwrap_err();
+        let e = errs[0].to_string();
+        assert!(e.starts_with("models/x.sql:2") && e.contains("did you mean `full`"), "{e}");
     }
 
     #[test]
