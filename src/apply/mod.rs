@@ -188,8 +188,10 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
     // recorded before any build, so a resumed apply finds them.
     for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let Some(model) = project.dag.get(&action.name) else { continue };
-        // Metadata changes, and existing versions promoted with newer metadata than they stored.
-        if action.change == Change::Metadata || (action.change != Change::Unchanged && !action.build && action.reused_from.is_none() && !action.metadata.is_null()) {
+        // The plan gives metadata exactly where the snapshot must record it; versions built or
+        // inheriting storage get a new snapshot below, the others (metadata changes, existing
+        // versions promoted with newer metadata than they stored) are updated here.
+        if !action.build && action.reused_from.is_none() && !action.metadata.is_null() {
             state.update_snapshot_metadata(&action.name.to_string(), action.fingerprint.as_str(), &action.metadata)?;
         }
         let Some(from) = &action.reused_from else { continue };

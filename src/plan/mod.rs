@@ -679,11 +679,12 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         categories.insert(model.name.clone(), change);
 
         let key = (name_s.clone(), fp.as_str().to_string());
-        let existing = snapshots.get(&key).map(|(physical, _)| physical);
+        let stored = snapshots.get(&key);
+        let existing = stored.map(|(physical, _)| physical);
         // An existing version about to be (re)pointed whose stored metadata is older than the
         // project's (e.g. a description edited after `apply dev`, then `apply prod`): apply
         // refreshes it, so the next plan does not report a `metadata` change.
-        let stale_metadata = !external && snapshots.get(&key).is_some_and(|(_, m)| *m != meta_text);
+        let stale_metadata = change != Change::Unchanged && !external && stored.is_some_and(|(_, m)| *m != meta_text);
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;

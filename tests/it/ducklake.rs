@@ -2,7 +2,6 @@
 //! views over them, promotion as a view swap, and a second version beside the first.
 
 use crate::common::*;
-use crate::lake::{extension_engine_section, with_extensions};
 use efmesh::engine::Engine;
 use serde_json::Value;
 
@@ -33,14 +32,14 @@ define_model {{
 fn ducklake_project() -> Project {
     let mut p = Project::new();
     p.now = NOW_DL.to_string();
-    p.write("efmesh.toml", &with_extensions(&format!("{CONFIG}\n{DL_CONFIG}")));
+    p.write("efmesh.toml", &format!("{CONFIG}\n{DL_CONFIG}"));
     p.write("models/m.lua", &models(""));
     p
 }
 
 /// Opens the project's DuckDB file with the DuckLake catalog attached, as an outside reader would.
 fn open(p: &Project) -> efmesh::engine::duckdb::DuckDb {
-    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &extension_engine_section()).expect("open duckdb");
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
     db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
     db
 }

@@ -359,7 +359,7 @@ fn run_s3(p: &Project, args: &[&str]) -> Run {
 /// Sorted rows of `relation` in `p`'s DuckDB file, read over S3 from the moto server.
 fn s3_rows(p: &Project, moto: &crate::s3::Moto, relation: &str) -> Rows {
     use efmesh::engine::Engine;
-    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &extension_engine_section()).expect("open duckdb");
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
     db.execute("LOAD httpfs").expect("httpfs");
     db.execute(&format!(
         "CREATE TEMPORARY SECRET t (TYPE s3, KEY_ID '{}', SECRET '{}', REGION 'us-east-1', ENDPOINT '{}', URL_STYLE 'path', USE_SSL false)",
@@ -382,7 +382,7 @@ fn s3_lake_round_trip_against_a_local_server() {
         moto.endpoint()
     );
     let p = lake_project("parquet", &lake);
-    p.write("efmesh.toml", &with_extensions(&config(&lake)));
+    p.write("efmesh.toml", &config(&lake));
     let r = run_s3(&p, &["--log-level", "debug", "apply", "dev", "--yes", "--json"]);
     r.expect_code(0);
     assert!(!r.stderr.contains(crate::s3::SECRET) && !r.stdout.contains(crate::s3::SECRET), "the secret reached the output");
@@ -426,17 +426,6 @@ fn s3_lake_round_trip_against_a_local_server() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("AWS_SECRET_ACCESS_KEY"), "{stderr}");
     assert_eq!(p.state_summary(), before);
-}
-
-/// `config` (an `efmesh.toml` with an `[engine]` section) with the engine pointed at the
-/// provisioned DuckDB extensions (httpfs, ducklake).
-pub fn with_extensions(config: &str) -> String {
-    config.to_string()
-}
-
-/// The `[engine]` settings for opening a test project's DuckDB file with those extensions.
-pub fn extension_engine_section() -> efmesh::config::EngineSection {
-    efmesh::config::EngineSection::default()
 }
 
 #[test]
