@@ -297,11 +297,7 @@ struct PlanSplit {
 
 fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Result<PlanSplit> {
     let t0 = Instant::now();
-    let keys: Vec<String> = project
-        .dag
-        .models()
-        .filter_map(|m| m.body.as_ref().map(|b| plan::canon_cache_key(&b.render(&CanonicalResolver))))
-        .collect();
+    let keys: Vec<String> = project.dag.models().filter_map(|m| m.body.as_ref().map(|b| plan::canon_cache_key(&b.render(&CanonicalResolver)))).collect();
     let t1 = Instant::now();
     let cache: HashMap<String, String> = state.canon_cache_get(&keys)?;
     let t2 = Instant::now();
@@ -510,16 +506,7 @@ fn efmesh_round(project: &Project, config: &Config, dir: &Path, r: usize) -> any
     let promote_engine = EngineSplit::of(&engine.calls);
     anyhow::ensure!(promote_engine.build_calls.is_empty(), "promotion issued build statements: {:?}", promote_engine.build_calls);
     Ok((
-        EfRound {
-            apply: apply_t,
-            engine: split,
-            built: report.built.len(),
-            intervals: report.intervals,
-            promote_plan,
-            promote_apply,
-            promote_engine,
-            calls,
-        },
+        EfRound { apply: apply_t, engine: split, built: report.built.len(), intervals: report.intervals, promote_plan, promote_apply, promote_engine, calls },
         state,
     ))
 }
@@ -790,7 +777,9 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("Load and plan breakdown (ms):");
     println!();
-    println!("| models | files | load: discover / Lua / DAG build | cold plan: keys / cache read / versions / state reads | in versions: sqlparser parse / canonicalize (incl. parse) / fingerprint | no-op plan: keys / cache read (MB) / versions / state reads | in versions: fingerprint |");
+    println!(
+        "| models | files | load: discover / Lua / DAG build | cold plan: keys / cache read / versions / state reads | in versions: sqlparser parse / canonicalize (incl. parse) / fingerprint | no-op plan: keys / cache read (MB) / versions / state reads | in versions: fingerprint |"
+    );
     println!("|---:|---:|---|---|---|---|---|");
     for x in &rows {
         let (c, o) = (&x.cold_split, &x.noop_split);
@@ -819,7 +808,9 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("Apply breakdown, fastest efmesh round vs fastest direct round (ms, calls in parentheses):");
     println!();
-    println!("| models | contract: type check / externals / describe CSV-reading / describe other | full (CTAS) efmesh / direct | views efmesh / direct | time-range create + batches efmesh / direct | dev view swap efmesh / direct | efmesh outside the engine | state writes replayed: snapshots / intervals / cache + promote |");
+    println!(
+        "| models | contract: type check / externals / describe CSV-reading / describe other | full (CTAS) efmesh / direct | views efmesh / direct | time-range create + batches efmesh / direct | dev view swap efmesh / direct | efmesh outside the engine | state writes replayed: snapshots / intervals / cache + promote |"
+    );
     println!("|---:|---|---|---|---|---|---|---|");
     for x in &rows {
         let e = &x.ef.engine;

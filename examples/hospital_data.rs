@@ -293,8 +293,7 @@ pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     moves.retain(|m| m.moved_at < END);
 
     // 2. Case ids in admission order, move ids in movement order.
-    let mut admitted: Vec<(i64, u32)> =
-        moves.iter().filter(|m| m.event == Event::Admission).map(|m| (m.moved_at, m.case)).collect();
+    let mut admitted: Vec<(i64, u32)> = moves.iter().filter(|m| m.event == Event::Admission).map(|m| (m.moved_at, m.case)).collect();
     admitted.sort_unstable();
     let mut case_id = vec![0u32; case_no as usize + 1];
     for (i, &(_, c)) in admitted.iter().enumerate() {
@@ -305,11 +304,7 @@ pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     // 3. Delivery: a recorded_at per row, a few late rows, a little dirt.
     let mut rows: Vec<Row> = Vec::with_capacity(moves.len() + moves.len() / 100);
     for (i, m) in moves.iter().enumerate() {
-        let recorded_at = if rng.chance(30) {
-            m.moved_at + rng.between(DAY, 10 * DAY)
-        } else {
-            m.moved_at + rng.between(20, 45 * MIN)
-        };
+        let recorded_at = if rng.chance(30) { m.moved_at + rng.between(DAY, 10 * DAY) } else { m.moved_at + rng.between(20, 45 * MIN) };
         let row = Row {
             move_id: i as u64 + 1,
             case: case_id[m.case as usize],
@@ -334,17 +329,7 @@ pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     writeln!(w, "move_id,case_id,patient_id,dept,event,moved_at,recorded_at")?;
     for r in &rows {
         let dept = if r.lower_case_dept { r.dept.code().to_ascii_lowercase() } else { r.dept.code().to_string() };
-        writeln!(
-            w,
-            "{},C{:06},P{:06},{},{},{},{}",
-            r.move_id,
-            r.case,
-            r.patient,
-            dept,
-            r.event.as_str(),
-            fmt_ts(r.moved_at),
-            fmt_ts(r.recorded_at)
-        )?;
+        writeln!(w, "{},C{:06},P{:06},{},{},{},{}", r.move_id, r.case, r.patient, dept, r.event.as_str(), fmt_ts(r.moved_at), fmt_ts(r.recorded_at))?;
     }
     w.flush()?;
 

@@ -132,14 +132,7 @@ pub struct EngineSection {
 
 impl Default for EngineSection {
     fn default() -> Self {
-        Self {
-            path: default_engine_path(),
-            threads: None,
-            memory_limit: None,
-            extension_directory: None,
-            load: Vec::new(),
-            extensions: Default::default(),
-        }
+        Self { path: default_engine_path(), threads: None, memory_limit: None, extension_directory: None, load: Vec::new(), extensions: Default::default() }
     }
 }
 
@@ -301,15 +294,10 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', "\n  "),
-        })?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string().trim_end().replace('\n', "\n  ") })?;
         if raw.project.models.is_empty() {
-            return Err(ConfigError::Invalid {
-                path: path.to_path_buf(),
-                message: "`project.models` lists no globs".into(),
-            });
+            return Err(ConfigError::Invalid { path: path.to_path_buf(), message: "`project.models` lists no globs".into() });
         }
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
             return Err(ConfigError::Invalid { path: path.to_path_buf(), message });

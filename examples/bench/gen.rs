@@ -145,8 +145,7 @@ impl Pools {
     /// Picks a model of `shape` from layers before `layer` (70 % from `layer - 1` when it has
     /// one), avoiding `taken`.
     fn pick(&self, rng: &mut Rng, shape: Shape, layer: usize, taken: &[String]) -> Option<Gen> {
-        let cands: Vec<&Gen> =
-            self.models.iter().filter(|m| m.shape == shape && m.layer < layer && !taken.contains(&m.name)).collect();
+        let cands: Vec<&Gen> = self.models.iter().filter(|m| m.shape == shape && m.layer < layer && !taken.contains(&m.name)).collect();
         if cands.is_empty() {
             return None;
         }
@@ -253,7 +252,9 @@ fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize) -> (Gen, (Str
         K::Full => "kind.full()".to_string(),
         K::View => "kind.view()".to_string(),
         K::Embedded => "kind.embedded()".to_string(),
-        K::Incr(b) => format!("kind.incremental_by_time_range {{ time_column = \"day\", start = \"{START}\", [\"end\"] = \"{END}\", grain = \"day\", batch_size = {b} }}"),
+        K::Incr(b) => {
+            format!("kind.incremental_by_time_range {{ time_column = \"day\", start = \"{START}\", [\"end\"] = \"{END}\", grain = \"day\", batch_size = {b} }}")
+        }
     };
     let mut lua = String::new();
     let _ = write!(
@@ -388,9 +389,7 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
                 let a = pick(rng, Shape::A, &mut taken).expect("A");
                 let w = if incremental { format!("WHERE {}\n", tfilter("event_at")) } else { String::new() };
                 return (
-                    format!(
-                        "\nSELECT date_trunc('day', event_at) AS day, region AS k, count(*) AS n, sum(amount) AS total\nFROM §0\n{w}GROUP BY ALL\n"
-                    ),
+                    format!("\nSELECT date_trunc('day', event_at) AS day, region AS k, count(*) AS n, sum(amount) AS total\nFROM §0\n{w}GROUP BY ALL\n"),
                     vec![a],
                 );
             }

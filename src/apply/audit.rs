@@ -10,10 +10,10 @@
 //!
 //! `warn` audits never block: their violations are logged on stderr and reported.
 
+use crate::core::ModelName;
 use crate::core::audit::{Audit, AuditScope};
 use crate::core::interval::{self, Interval};
 use crate::core::name::quote_ident;
-use crate::core::ModelName;
 use crate::engine::{Engine, EngineError};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -136,11 +136,7 @@ pub fn render_failures(failures: &[AuditResult]) -> String {
 /// [`interval::to_sql_literal`], like the batch's `DELETE` and `INSERT`).
 pub fn batch_relation(physical: &str, time_column: &str, batch: Interval) -> String {
     let tc = quote_ident(time_column);
-    format!(
-        "(SELECT * FROM {physical} WHERE {tc} >= {} AND {tc} < {})",
-        interval::to_sql_literal(batch.start),
-        interval::to_sql_literal(batch.end)
-    )
+    format!("(SELECT * FROM {physical} WHERE {tc} >= {} AND {tc} < {})", interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
 }
 
 /// Runs one audit over `relation`: the number of violating rows and the first few of them.

@@ -48,11 +48,7 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
     if out.is_empty() {
         let declared_names: Vec<&str> = declared.names().collect();
         if declared_names != actual_names {
-            out.push(format!(
-                "columns are returned in another order: declared ({}), returned ({})",
-                declared_names.join(", "),
-                actual_names.join(", ")
-            ));
+            out.push(format!("columns are returned in another order: declared ({}), returned ({})", declared_names.join(", "), actual_names.join(", ")));
         }
     }
     out
@@ -66,11 +62,8 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
 
     // 1. Declared types must be engine types (one statement when all are valid).
     let mut involved: Vec<&Model> = pending.iter().filter_map(|n| project.dag.get(n)).collect();
-    let externals: BTreeSet<ModelName> = involved
-        .iter()
-        .flat_map(|m| m.parents())
-        .filter(|p| project.dag.get(p).is_some_and(|m| matches!(m.kind, Kind::External(_))))
-        .collect();
+    let externals: BTreeSet<ModelName> =
+        involved.iter().flat_map(|m| m.parents()).filter(|p| project.dag.get(p).is_some_and(|m| matches!(m.kind, Kind::External(_)))).collect();
     involved.extend(externals.iter().filter_map(|n| project.dag.get(n)));
     // One flat statement casting NULL to every distinct declared type; per type only if it fails.
     let mut types: Vec<&str> = involved.iter().flat_map(|m| m.schema.0.iter().map(|c| c.ty.as_str())).collect();
@@ -83,7 +76,8 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                 if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {t}) AS x")) {
                     for m in &involved {
                         for c in m.schema.0.iter().filter(|c| c.ty == *t) {
-                            problems.push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
+                            problems
+                                .push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
                         }
                     }
                 }
@@ -123,11 +117,8 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
 
     // 3. Every pending query against its declared schema.
     let resolver = ExecResolver::new(project, physicals, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
-    let checked: Vec<(&Model, String)> = pending
-        .iter()
-        .filter_map(|n| project.dag.get(n))
-        .filter_map(|m| m.body.as_ref().map(|b| (m, b.render(&resolver))))
-        .collect();
+    let checked: Vec<(&Model, String)> =
+        pending.iter().filter_map(|n| project.dag.get(n)).filter_map(|m| m.body.as_ref().map(|b| (m, b.render(&resolver)))).collect();
     let queries: Vec<String> = checked.iter().map(|(_, sql)| sql.clone()).collect();
     for ((m, _), described) in checked.iter().zip(engine.describe_many(&queries)) {
         match described {

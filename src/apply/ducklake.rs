@@ -24,11 +24,7 @@ use crate::project::Project;
 pub fn attach_sql(project: &Project) -> Option<String> {
     let dl = project.config.ducklake.as_ref()?;
     let catalog = project.config.resolve(&dl.catalog);
-    let mut sql = format!(
-        "ATTACH IF NOT EXISTS {} AS {}",
-        quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())),
-        quote_ident(DUCKLAKE_ALIAS)
-    );
+    let mut sql = format!("ATTACH IF NOT EXISTS {} AS {}", quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())), quote_ident(DUCKLAKE_ALIAS));
     if let Some(data) = &dl.data_path {
         let mut data = project.config.resolve(data).to_string_lossy().into_owned();
         if !data.ends_with('/') {

@@ -164,10 +164,18 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
         .map_err(|e| target_error(None, None, format!("the S3 lake `{}` needs the `httpfs` extension: {}", lake.path, e.message)))?;
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let key_id = var(&lake.s3_access_key_id_env).ok_or_else(|| {
-        target_error(None, None, format!("the S3 lake `{}` needs an access key id in the environment variable `{}`, which is not set", lake.path, lake.s3_access_key_id_env))
+        target_error(
+            None,
+            None,
+            format!("the S3 lake `{}` needs an access key id in the environment variable `{}`, which is not set", lake.path, lake.s3_access_key_id_env),
+        )
     })?;
     let secret = var(&lake.s3_secret_access_key_env).ok_or_else(|| {
-        target_error(None, None, format!("the S3 lake `{}` needs a secret access key in the environment variable `{}`, which is not set", lake.path, lake.s3_secret_access_key_env))
+        target_error(
+            None,
+            None,
+            format!("the S3 lake `{}` needs a secret access key in the environment variable `{}`, which is not set", lake.path, lake.s3_secret_access_key_env),
+        )
     })?;
     let token = var(&lake.s3_session_token_env);
     let bucket = lake.path.trim_start_matches("s3://").split('/').next().unwrap_or_default();
@@ -274,18 +282,18 @@ fn write_batch(
     let grain = model.kind.time_range().map(|t| t.grain).unwrap_or(Grain::Day);
     let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
     let sql = body.render(&exec.with_bounds(Some(batch)));
-    let fill = format!(
-        "CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"
-    );
+    let fill = format!("CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
     engine.execute(&fill).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: Some(batch), source })?;
     for piece in pieces {
         let (ps, pe) = (interval::to_sql_literal(piece.start), interval::to_sql_literal(piece.end));
         let query = format!("SELECT * FROM temp._efmesh_lake_batch WHERE {tc} >= {ps} AND {tc} < {pe}");
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }
-    engine
-        .execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch")
-        .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: Some(batch), source })?;
+    engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|source| ApplyError::Build {
+        model: model.name.clone(),
+        interval: Some(batch),
+        source,
+    })?;
     refresh(project, model, physical, engine)
 }
 
@@ -297,8 +305,7 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
     let copy = format!("COPY (\n{query}\n) TO {} (FORMAT parquet)", quote_literal(&written));
     engine.execute(&copy).map_err(|source| ApplyError::Build { model: model.name.clone(), interval, source })?;
     if !dir.s3 {
-        std::fs::rename(&written, &target)
-            .map_err(|e| target_error(Some(model), interval, format!("cannot rename `{written}` to `{target}`: {e}")))?;
+        std::fs::rename(&written, &target).map_err(|e| target_error(Some(model), interval, format!("cannot rename `{written}` to `{target}`: {e}")))?;
     }
     Ok(())
 }
@@ -316,14 +323,13 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dy
         anchor
     } else {
         let list: Vec<String> = files.iter().map(|f| quote_literal(&dir.file(f))).collect();
-        format!(
-            "{anchor}\nUNION ALL BY NAME\nSELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false)",
-            list.join(", ")
-        )
+        format!("{anchor}\nUNION ALL BY NAME\nSELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false)", list.join(", "))
     };
-    engine
-        .execute(&format!("CREATE OR REPLACE VIEW {physical} AS\n{select}"))
-        .map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+    engine.execute(&format!("CREATE OR REPLACE VIEW {physical} AS\n{select}")).map_err(|source| ApplyError::Build {
+        model: model.name.clone(),
+        interval: None,
+        source,
+    })?;
     write_manifest(model, &dir, &files, engine)
 }
 
@@ -393,10 +399,7 @@ fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mu
 }
 
 fn version_dir(project: &Project, model: &Model, physical: &str) -> Result<VersionDir, ApplyError> {
-    let root = project
-        .config
-        .lake_root()
-        .ok_or_else(|| target_error(Some(model), None, "target `parquet` needs a `[lake]` section in efmesh.toml".into()))?;
+    let root = project.config.lake_root().ok_or_else(|| target_error(Some(model), None, "target `parquet` needs a `[lake]` section in efmesh.toml".into()))?;
     VersionDir::of(&root, physical).ok_or_else(|| target_error(Some(model), None, format!("`{physical}` is not a physical relation name")))
 }
 

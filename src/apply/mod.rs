@@ -145,18 +145,21 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 /// [`apply`], or with `refresh` (`efmesh run`, see [`run`]): also re-execute the unchanged
 /// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
 /// promote.
-pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, refresh: bool) -> Result<ApplyReport, ApplyError> {
+pub(crate) fn execute(
+    project: &Project,
+    plan: &Plan,
+    state: &StateStore,
+    engine: &mut dyn Engine,
+    options: &Options,
+    refresh: bool,
+) -> Result<ApplyReport, ApplyError> {
     if let Some(planned) = plan.generation {
         if state.generation()? != planned {
             return Err(ApplyError::StalePlan { env: plan.env.clone() });
         }
     }
-    let physicals: BTreeMap<ModelName, String> = plan
-        .actions
-        .iter()
-        .filter(|a| a.change != Change::Removed)
-        .filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p)))
-        .collect();
+    let physicals: BTreeMap<ModelName, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
@@ -214,11 +217,8 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
         }
         state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
         if let Some(t) = model.kind.time_range() {
-            let done: Vec<Interval> = state
-                .done_intervals(&action.name.to_string(), from.as_str())?
-                .into_iter()
-                .map(|s| Interval::new(s, s + t.grain.millis()))
-                .collect();
+            let done: Vec<Interval> =
+                state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
             state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &done, IntervalStatus::Done, interval::now_millis())?;
         }
     }
@@ -239,8 +239,7 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
             // Parsed, staged and type-checked in the contract phase: one statement builds the
             // table from the stage, audited inside the same transaction like a `full` model.
             let checks = audit::checks(model, None, &physical);
-            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None)
-                .map_err(|e| audit_err(e, None))?;
+            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
             report.audits.add(results);
             audited.insert(model.name.clone());
             state.put_snapshot(&snapshot)?;
@@ -289,9 +288,7 @@ pub(crate) fn execute(project: &Project, plan: &Plan, state: &StateStore, engine
                     tracing::info!(model = %model.name, interval = %batch, "backfill batch {} of {n}", i + 1);
                     let statements = [
                         format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"),
-                        format!(
-                            "INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"
-                        ),
+                        format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"),
                     ];
                     let pieces = batch.split(t.grain);
                     // Interval audits see this batch; the last batch also runs the whole ones.
@@ -399,7 +396,8 @@ fn pre_promotion_audits(
         let scope = model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole);
         let relation = exec.relation(&model.name);
         let checks = audit::checks(model, scope, &relation);
-        let results = audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        let results =
+            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
@@ -446,18 +444,9 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
     if !statements.is_empty() {
         engine.transaction(&statements)?;
     }
-    let pointers: BTreeMap<String, String> = plan
-        .actions
-        .iter()
-        .filter(|a| a.change != Change::Removed)
-        .map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string()))
-        .collect();
-    let require: BTreeSet<String> = project
-        .dag
-        .models()
-        .filter(|m| !matches!(m.kind, Kind::External(_)))
-        .map(|m| m.name.to_string())
-        .collect();
+    let pointers: BTreeMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
+    let require: BTreeSet<String> = project.dag.models().filter(|m| !matches!(m.kind, Kind::External(_))).map(|m| m.name.to_string()).collect();
     let summary = json!({
         "actions": plan.actions.iter().filter(|a| a.has_work()).map(|a| json!({
             "name": a.name.to_string(),

@@ -25,10 +25,10 @@
 
 use super::ApplyError;
 use super::upsert::{STAGE, build_error, check_keys, column_list, drop_stage, stage};
+use crate::core::Model;
 use crate::core::interval::{self, Millis};
 use crate::core::kind::ScdType2;
 use crate::core::name::quote_ident;
-use crate::core::Model;
 use crate::engine::Engine;
 
 /// What one reconciliation did.
@@ -101,7 +101,9 @@ fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Vec
     let now = interval::to_sql_literal(now);
     let matches = key_match(scd);
     vec![
-        format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {STAGE} LIMIT 0"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {STAGE} LIMIT 0"
+        ),
         format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd)),
         format!(
             "INSERT INTO {physical} ({cols}, {vf}, {vt}) SELECT {staged_cols}, {now}, NULL FROM {STAGE} AS _s \

@@ -60,12 +60,8 @@ pub fn stage(project: &Project, pending: &BTreeSet<ModelName>, skip_typing: &BTr
         };
         let mut columns = vec![ORDINAL.to_string()];
         columns.extend(model.schema.names().map(str::to_string));
-        let staged: Vec<Vec<Option<String>>> = rows
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(i, (_, values))| std::iter::once(Some((i + 1).to_string())).chain(values.iter().cloned()).collect())
-            .collect();
+        let staged: Vec<Vec<Option<String>>> =
+            rows.rows.iter().enumerate().map(|(i, (_, values))| std::iter::once(Some((i + 1).to_string())).chain(values.iter().cloned()).collect()).collect();
         if let Err(e) = engine.stage_text(&stage_table(&model.name), &columns, &staged) {
             problems.push(problem(format!("cannot stage seed file `{}`: {}", s.path, e.message)));
             continue;
@@ -151,8 +147,25 @@ fn is_integer_type(ty: &str) -> bool {
     let t = ty.trim().to_ascii_lowercase();
     matches!(
         t.as_str(),
-        "tinyint" | "int1" | "smallint" | "int2" | "short" | "integer" | "int" | "int4" | "signed" | "bigint" | "int8" | "long" | "hugeint"
-            | "int128" | "utinyint" | "usmallint" | "uinteger" | "ubigint" | "uhugeint"
+        "tinyint"
+            | "int1"
+            | "smallint"
+            | "int2"
+            | "short"
+            | "integer"
+            | "int"
+            | "int4"
+            | "signed"
+            | "bigint"
+            | "int8"
+            | "long"
+            | "hugeint"
+            | "int128"
+            | "utinyint"
+            | "usmallint"
+            | "uinteger"
+            | "ubigint"
+            | "uhugeint"
     )
 }
 

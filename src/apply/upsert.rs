@@ -16,8 +16,8 @@
 //! Re-running after a crash is idempotent: the same source gives the same table.
 
 use super::ApplyError;
-use crate::core::name::quote_ident;
 use crate::core::Model;
+use crate::core::name::quote_ident;
 use crate::engine::Engine;
 
 /// The connection-local staging table holding one evaluation of a keyed model's query.

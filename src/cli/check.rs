@@ -50,12 +50,7 @@ impl Finding {
             (Some(l), None) => format!(", at line {l} of the query"),
             _ => String::new(),
         };
-        let e = LoadError {
-            location: self.location.clone(),
-            model: self.model.clone(),
-            message: format!("{}{at}", self.message),
-            hint: self.hint.clone(),
-        };
+        let e = LoadError { location: self.location.clone(), model: self.model.clone(), message: format!("{}{at}", self.message), hint: self.hint.clone() };
         e.to_string()
     }
 

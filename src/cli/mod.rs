@@ -207,10 +207,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
 
 /// The OS user applying, for the journal; empty when unknown.
 fn applied_by() -> String {
-    std::env::var("EFMESH_APPLIED_BY")
-        .or_else(|_| std::env::var("USER"))
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_default()
+    std::env::var("EFMESH_APPLIED_BY").or_else(|_| std::env::var("USER")).or_else(|_| std::env::var("LOGNAME")).unwrap_or_default()
 }
 
 fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bool, out: &Printer) -> Result<Exit> {

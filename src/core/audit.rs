@@ -189,7 +189,13 @@ impl AuditDef {
         }
         let extra = it.count();
         if extra > 0 {
-            return Err(format!("audit `{name}` takes at most {} argument{}, got {} more: `{}`", order.len(), if order.len() == 1 { "" } else { "s" }, extra, self.signature()));
+            return Err(format!(
+                "audit `{name}` takes at most {} argument{}, got {} more: `{}`",
+                order.len(),
+                if order.len() == 1 { "" } else { "s" },
+                extra,
+                self.signature()
+            ));
         }
         let (blocking, scope) = use_options(&named, name, self.blocking, self.scope)?;
         for (k, v) in named {

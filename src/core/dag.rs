@@ -51,12 +51,8 @@ impl Dag {
             folded.insert(m.name.to_string().to_ascii_lowercase(), m.name.clone());
             if let Some(first) = by_name.get(&m.name) {
                 errors.push(
-                    LoadError::new(
-                        Some(m.location.clone()),
-                        Some(m.name.clone()),
-                        format!("duplicate model name, first defined at {}", first.location),
-                    )
-                    .with_hint("model names must be unique across the project"),
+                    LoadError::new(Some(m.location.clone()), Some(m.name.clone()), format!("duplicate model name, first defined at {}", first.location))
+                        .with_hint("model names must be unique across the project"),
                 );
                 continue;
             }
@@ -70,8 +66,7 @@ impl Dag {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
             return Err(LoadErrors(errors));
         }
-        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> =
-            by_name.keys().map(|k| (k.clone(), BTreeSet::new())).collect();
+        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = by_name.keys().map(|k| (k.clone(), BTreeSet::new())).collect();
         let mut indegree: BTreeMap<&ModelName, usize> = BTreeMap::new();
         for m in by_name.values() {
             let parents = m.parents();
@@ -80,11 +75,7 @@ impl Dag {
                 children.get_mut(&p).expect("validated").insert(m.name.clone());
             }
         }
-        let mut ready: BTreeSet<ModelName> = indegree
-            .iter()
-            .filter(|(_, d)| **d == 0)
-            .map(|(n, _)| (*n).clone())
-            .collect();
+        let mut ready: BTreeSet<ModelName> = indegree.iter().filter(|(_, d)| **d == 0).map(|(n, _)| (*n).clone()).collect();
         let mut order = Vec::with_capacity(by_name.len());
         while let Some(n) = ready.pop_first() {
             for c in &children[&n] {
@@ -213,17 +204,19 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
     if let Kind::ScdType2(s) = &m.kind {
         for managed in [&s.valid_from, &s.valid_to] {
             if m.schema.names().any(|n| n.eq_ignore_ascii_case(managed)) {
-                errors.push(
-                    err(format!("column `{managed}` is managed by kind `scd_type2` and cannot be declared"))
-                        .with_hint(format!("remove `{managed}` from `schema` (efmesh adds it), or name the managed column otherwise with `valid_from`/`valid_to`")),
-                );
+                errors.push(err(format!("column `{managed}` is managed by kind `scd_type2` and cannot be declared")).with_hint(format!(
+                    "remove `{managed}` from `schema` (efmesh adds it), or name the managed column otherwise with `valid_from`/`valid_to`"
+                )));
             }
         }
         for c in s.columns.iter().flatten() {
             if !m.schema.contains(c) {
                 errors.push(err(format!("watched column `{c}` of kind `scd_type2` is not declared in the schema")));
             } else if key.contains(c) {
-                errors.push(err(format!("watched column `{c}` of kind `scd_type2` is a key column")).with_hint("`columns` lists the non-key columns whose changes open a new version"));
+                errors.push(
+                    err(format!("watched column `{c}` of kind `scd_type2` is a key column"))
+                        .with_hint("`columns` lists the non-key columns whose changes open a new version"),
+                );
             }
         }
     }
@@ -237,11 +230,7 @@ fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError>
         if r.target == m.name {
             errors.push(LoadError::new(Some(r.location.clone()), Some(m.name.clone()), "a model cannot reference itself"));
         } else if !all.contains_key(&r.target) {
-            let mut e = LoadError::new(
-                Some(r.location.clone()),
-                Some(m.name.clone()),
-                format!("unknown ref `{}`", r.target),
-            );
+            let mut e = LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("unknown ref `{}`", r.target));
             // Built only on the error path: a project with thousands of models stays linear.
             let names: Vec<String> = all.keys().map(|k| k.to_string()).collect();
             if let Some(s) = did_you_mean(&r.target.to_string(), names.iter().map(String::as_str)) {
@@ -252,21 +241,13 @@ fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError>
     }
     for c in body.cols() {
         let Some(parent) = all.get(&c.parent) else {
-            errors.push(LoadError::new(
-                Some(c.location.clone()),
-                Some(m.name.clone()),
-                format!("`cols()` names unknown model `{}`", c.parent),
-            ));
+            errors.push(LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names unknown model `{}`", c.parent)));
             continue;
         };
         if !body.refs().any(|r| r.target == c.parent) {
             errors.push(
-                LoadError::new(
-                    Some(c.location.clone()),
-                    Some(m.name.clone()),
-                    format!("`cols()` names `{}`, which the query never `ref`s", c.parent),
-                )
-                .with_hint(format!("read it with `ref(\"{}\")`", c.parent)),
+                LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names `{}`, which the query never `ref`s", c.parent))
+                    .with_hint(format!("read it with `ref(\"{}\")`", c.parent)),
             );
         }
         let exposed = parent.relation_columns();
@@ -311,11 +292,8 @@ fn cycle_errors(all: &BTreeMap<ModelName, Model>, ordered: &[ModelName]) -> Vec<
         let mut path = vec![first];
         let mut cur = first;
         loop {
-            let next = all
-                .values()
-                .filter(|m| members.contains(&m.name) && m.parents().contains(cur))
-                .map(|m| &m.name)
-                .find(|n| !path.contains(n) || *n == first);
+            let next =
+                all.values().filter(|m| members.contains(&m.name) && m.parents().contains(cur)).map(|m| &m.name).find(|n| !path.contains(n) || *n == first);
             match next {
                 Some(n) if n == first => {
                     path.push(first);

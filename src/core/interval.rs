@@ -174,11 +174,7 @@ pub fn to_sql_literal(t: Millis) -> String {
     match jiff::Timestamp::from_millisecond(t) {
         Ok(ts) => {
             let base = ts.strftime("%Y-%m-%d %H:%M:%S").to_string();
-            if t.rem_euclid(1000) == 0 {
-                format!("TIMESTAMP '{base}'")
-            } else {
-                format!("TIMESTAMP '{base}.{:03}'", t.rem_euclid(1000))
-            }
+            if t.rem_euclid(1000) == 0 { format!("TIMESTAMP '{base}'") } else { format!("TIMESTAMP '{base}.{:03}'", t.rem_euclid(1000)) }
         }
         Err(_) => "NULL".to_string(),
     }
@@ -204,9 +200,7 @@ pub fn parse_instant(s: &str) -> Result<Millis, String> {
             return Ok(ts.as_millisecond());
         }
     }
-    Err(format!(
-        "`{s}` is not a date or timestamp (use `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` in UTC, or RFC 3339)"
-    ))
+    Err(format!("`{s}` is not a date or timestamp (use `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` in UTC, or RFC 3339)"))
 }
 
 /// The current instant, in milliseconds. Only the CLI and embedders call this; planning takes

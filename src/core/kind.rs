@@ -247,10 +247,7 @@ impl Kind {
     /// (`TIMESTAMP`, UTC). Empty for other kinds.
     pub fn managed_columns(&self) -> Vec<super::schema::Column> {
         match self {
-            Kind::ScdType2(s) => [&s.valid_from, &s.valid_to]
-                .into_iter()
-                .map(|n| super::schema::Column { name: n.clone(), ty: MANAGED_TYPE.into() })
-                .collect(),
+            Kind::ScdType2(s) => [&s.valid_from, &s.valid_to].into_iter().map(|n| super::schema::Column { name: n.clone(), ty: MANAGED_TYPE.into() }).collect(),
             _ => Vec::new(),
         }
     }
@@ -266,10 +263,7 @@ impl Kind {
     /// True for kinds that own a physical relation (`full`, `view`, time-range, unique-key,
     /// SCD type 2, `seed`).
     pub fn is_materialized(&self) -> bool {
-        matches!(
-            self,
-            Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::Seed(_)
-        )
+        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::Seed(_))
     }
 
     /// True for kinds that take no query: externals and seeds.
@@ -349,10 +343,7 @@ impl External {
                         let names = columns.iter().map(|c| quote_literal(&c.name)).collect::<Vec<_>>();
                         args.push(format!("names = [{}]", names.join(", ")));
                     }
-                    let types = columns
-                        .iter()
-                        .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty)))
-                        .collect::<Vec<_>>();
+                    let types = columns.iter().map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty))).collect::<Vec<_>>();
                     if !types.is_empty() && !self.typed_by_consumers() {
                         args.push(format!("types = {{{}}}", types.join(", ")));
                     }
@@ -385,14 +376,7 @@ mod tests {
     #[test]
     fn scheduling_fields_stay_out_of_the_fingerprint_payload() {
         let mk = |batch_size, lookback, start| {
-            Kind::IncrementalByTimeRange(TimeRange {
-                time_column: "t".into(),
-                start,
-                end: None,
-                grain: Grain::Day,
-                batch_size,
-                lookback,
-            })
+            Kind::IncrementalByTimeRange(TimeRange { time_column: "t".into(), start, end: None, grain: Grain::Day, batch_size, lookback })
         };
         assert_eq!(mk(30, 0, 0).fingerprint_payload(), mk(7, 2, 86_400_000).fingerprint_payload());
     }

@@ -19,11 +19,7 @@ pub struct Location {
 
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.line > 0 {
-            write!(f, "{}:{}", self.file.display(), self.line)
-        } else {
-            write!(f, "{}", self.file.display())
-        }
+        if self.line > 0 { write!(f, "{}:{}", self.file.display(), self.line) } else { write!(f, "{}", self.file.display()) }
     }
 }
 
@@ -56,10 +52,7 @@ pub struct Model {
 impl Model {
     /// Direct parents: every referenced model, sorted and de-duplicated.
     pub fn parents(&self) -> BTreeSet<ModelName> {
-        self.body
-            .iter()
-            .flat_map(|b| b.refs().map(|r| r.target.clone()))
-            .collect()
+        self.body.iter().flat_map(|b| b.refs().map(|r| r.target.clone())).collect()
     }
 
     /// The columns the model's relation exposes to children and environment views: the declared

@@ -47,11 +47,7 @@ impl ModelName {
     /// # Errors
     /// [`NameError`] when there is not exactly one dot or a part is not an identifier.
     pub fn parse(s: &str) -> Result<Self, NameError> {
-        let err = |reason: &str| NameError {
-            what: "model name",
-            name: s.to_string(),
-            reason: reason.to_string(),
-        };
+        let err = |reason: &str| NameError { what: "model name", name: s.to_string(), reason: reason.to_string() };
         let Some((schema, table)) = s.split_once('.') else {
             return Err(err("expected `<schema>.<table>`"));
         };
@@ -60,9 +56,7 @@ impl ModelName {
         }
         for part in [schema, table] {
             if !is_identifier(part) {
-                return Err(err(&format!(
-                    "`{part}` must match [A-Za-z_][A-Za-z0-9_]*"
-                )));
+                return Err(err(&format!("`{part}` must match [A-Za-z_][A-Za-z0-9_]*")));
             }
         }
         // `<env>__<schema>` holds environment views and `_efmesh` the physical relations: a
@@ -73,10 +67,7 @@ impl ModelName {
         if schema.eq_ignore_ascii_case(PHYSICAL_SCHEMA) {
             return Err(err("the schema `_efmesh` is reserved for physical tables"));
         }
-        Ok(Self {
-            schema: schema.to_string(),
-            table: table.to_string(),
-        })
+        Ok(Self { schema: schema.to_string(), table: table.to_string() })
     }
 
     /// The schema part.
@@ -126,19 +117,12 @@ pub const PROD: &str = "prod";
 /// # Errors
 /// [`NameError`] naming the rule.
 pub fn validate_env(env: &str) -> Result<(), NameError> {
-    let ok = env.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && env
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let ok = env.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && env.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     // `__` would make `<env>__<schema>` ambiguous with another env's schema.
     if ok && !env.contains("__") {
         Ok(())
     } else {
-        Err(NameError {
-            what: "environment name",
-            name: env.to_string(),
-            reason: "must match [a-z][a-z0-9_]* without `__`".into(),
-        })
+        Err(NameError { what: "environment name", name: env.to_string(), reason: "must match [a-z][a-z0-9_]* without `__`".into() })
     }
 }
 

@@ -65,12 +65,11 @@ impl TypeFamily {
         match base {
             "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "BPCHAR" | "UUID" | "NVARCHAR" | "CHARACTER" => TypeFamily::Text,
             "BOOLEAN" | "BOOL" | "LOGICAL" => TypeFamily::Boolean,
-            "TINYINT" | "SMALLINT" | "INTEGER" | "INT" | "BIGINT" | "HUGEINT" | "UTINYINT"
-            | "USMALLINT" | "UINTEGER" | "UBIGINT" | "UHUGEINT" | "INT1" | "INT2" | "INT4"
-            | "INT8" | "INT16" | "INT32" | "INT64" | "INT128" | "SHORT" | "LONG" | "SIGNED" | "FLOAT" | "FLOAT4" | "FLOAT8" | "REAL"
+            "TINYINT" | "SMALLINT" | "INTEGER" | "INT" | "BIGINT" | "HUGEINT" | "UTINYINT" | "USMALLINT" | "UINTEGER" | "UBIGINT" | "UHUGEINT" | "INT1"
+            | "INT2" | "INT4" | "INT8" | "INT16" | "INT32" | "INT64" | "INT128" | "SHORT" | "LONG" | "SIGNED" | "FLOAT" | "FLOAT4" | "FLOAT8" | "REAL"
             | "DOUBLE" | "DECIMAL" | "NUMERIC" | "VARINT" | "BIGNUM" => TypeFamily::Numeric,
-            "DATE" | "TIME" | "TIMETZ" | "TIMESTAMP" | "TIMESTAMPTZ" | "DATETIME" | "TIMESTAMP_S"
-            | "TIMESTAMP_MS" | "TIMESTAMP_NS" | "TIMESTAMP_US" | "INTERVAL" => TypeFamily::Temporal,
+            "DATE" | "TIME" | "TIMETZ" | "TIMESTAMP" | "TIMESTAMPTZ" | "DATETIME" | "TIMESTAMP_S" | "TIMESTAMP_MS" | "TIMESTAMP_NS" | "TIMESTAMP_US"
+            | "INTERVAL" => TypeFamily::Temporal,
             _ => TypeFamily::Any,
         }
     }

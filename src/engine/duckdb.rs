@@ -40,9 +40,7 @@ impl DuckDb {
                 std::fs::create_dir_all(dir).map_err(|e| EngineError::new("", format!("cannot create `{}`: {e}", dir.display())))?;
             }
         }
-        let conn = duckdb::Connection::open(path).map_err(|e| {
-            EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display()))
-        })?;
+        let conn = duckdb::Connection::open(path).map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display())))?;
         let mut db = Self::new(conn);
         db.configure(settings)?;
         Ok(db)
@@ -73,9 +71,10 @@ impl DuckDb {
             self.execute(&format!("SET memory_limit = {}", crate::core::name::quote_literal(m)))?;
         }
         self.extension_files = settings.extensions.clone();
-        self.extension_directory = settings.extension_directory.clone().or_else(|| {
-            std::env::var_os(crate::config::EXTENSION_DIRECTORY_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
-        });
+        self.extension_directory = settings
+            .extension_directory
+            .clone()
+            .or_else(|| std::env::var_os(crate::config::EXTENSION_DIRECTORY_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
         if let Some(dir) = &self.extension_directory {
             // Autoloading (e.g. httpfs for an s3:// path) still works, from this directory only.
             let dir = crate::core::name::quote_literal(&dir.to_string_lossy());
@@ -104,7 +103,8 @@ impl DuckDb {
         }
         let result = if let Some(file) = self.extension_files.get(name).cloned() {
             let sql = format!("LOAD {}", crate::core::name::quote_literal(&file.to_string_lossy()));
-            self.execute(&sql).map_err(|e| EngineError::new(&sql, format!("cannot load extension `{name}` from `{}` ([engine.extensions]): {}", file.display(), e.message)))
+            self.execute(&sql)
+                .map_err(|e| EngineError::new(&sql, format!("cannot load extension `{name}` from `{}` ([engine.extensions]): {}", file.display(), e.message)))
         } else if let Some(dir) = self.extension_directory.clone() {
             let sql = format!("LOAD {name}");
             self.execute(&sql).map_err(|e| {
@@ -125,10 +125,7 @@ impl DuckDb {
             self.execute(&format!("LOAD {name}")).or_else(|_| self.execute(&format!("INSTALL {name}; LOAD {name}"))).map_err(|e| {
                 EngineError::new(
                     &e.sql,
-                    format!(
-                        "cannot load DuckDB extension `{name}`: {}; offline machines set [engine] extension_directory (see docs/extensions.md)",
-                        e.message
-                    ),
+                    format!("cannot load DuckDB extension `{name}`: {}; offline machines set [engine] extension_directory (see docs/extensions.md)", e.message),
                 )
             })
         };
@@ -249,10 +246,7 @@ impl Engine for DuckDb {
         let rows = self.query(&sql).map_err(|e| EngineError::new(query, e.message))?;
         Ok(rows
             .into_iter()
-            .map(|r| DescribedColumn {
-                name: r.first().cloned().flatten().unwrap_or_default(),
-                ty: r.get(1).cloned().flatten().unwrap_or_default(),
-            })
+            .map(|r| DescribedColumn { name: r.first().cloned().flatten().unwrap_or_default(), ty: r.get(1).cloned().flatten().unwrap_or_default() })
             .collect())
     }
 

@@ -20,11 +20,7 @@ impl EngineError {
     /// Builds an error, truncating the statement for display.
     pub fn new(sql: &str, message: impl Into<String>) -> Self {
         let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-        let sql = if one_line.chars().count() > 300 {
-            format!("{}…", one_line.chars().take(300).collect::<String>())
-        } else {
-            one_line
-        };
+        let sql = if one_line.chars().count() > 300 { format!("{}…", one_line.chars().take(300).collect::<String>()) } else { one_line };
         Self { sql, message: message.into() }
     }
 }

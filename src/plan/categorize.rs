@@ -56,10 +56,7 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
     let keeps_columns = is_subsequence(old.schema, new.schema);
     let breaking = |reason: String, diverged: Vec<String>| OwnChange { non_breaking: false, diverged, reason, keeps_columns };
     if old.kind.get("tag") != new.kind.get("tag") {
-        return breaking(
-            format!("the kind changed from `{}` to `{}`", tag(old.kind), tag(new.kind)),
-            vec!["kind".into()],
-        );
+        return breaking(format!("the kind changed from `{}` to `{}`", tag(old.kind), tag(new.kind)), vec!["kind".into()]);
     }
     if old.kind != new.kind {
         let without_content = |k: &Value| {
@@ -169,11 +166,53 @@ pub fn selects_star(canonical: &str) -> bool {
 /// True when a projection item is an aggregate call (so `GROUP BY ALL` does not group by it).
 fn is_aggregate(item: &Value) -> bool {
     const AGGREGATES: &[&str] = &[
-        "count", "sum", "avg", "mean", "min", "max", "median", "mode", "any_value", "first", "last", "string_agg",
-        "list", "array_agg", "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "quantile",
-        "quantile_cont", "quantile_disc", "approx_count_distinct", "approx_quantile", "bool_and", "bool_or",
-        "arg_min", "arg_max", "argmin", "argmax", "max_by", "min_by", "product", "bit_and", "bit_or", "histogram",
-        "count_star", "fsum", "sumkahan", "kahan_sum", "entropy", "kurtosis", "skewness", "corr", "covar_pop", "covar_samp",
+        "count",
+        "sum",
+        "avg",
+        "mean",
+        "min",
+        "max",
+        "median",
+        "mode",
+        "any_value",
+        "first",
+        "last",
+        "string_agg",
+        "list",
+        "array_agg",
+        "stddev",
+        "stddev_pop",
+        "stddev_samp",
+        "variance",
+        "var_pop",
+        "var_samp",
+        "quantile",
+        "quantile_cont",
+        "quantile_disc",
+        "approx_count_distinct",
+        "approx_quantile",
+        "bool_and",
+        "bool_or",
+        "arg_min",
+        "arg_max",
+        "argmin",
+        "argmax",
+        "max_by",
+        "min_by",
+        "product",
+        "bit_and",
+        "bit_or",
+        "histogram",
+        "count_star",
+        "fsum",
+        "sumkahan",
+        "kahan_sum",
+        "entropy",
+        "kurtosis",
+        "skewness",
+        "corr",
+        "covar_pop",
+        "covar_samp",
     ];
     // The item's expression must be an aggregate call at its root (possibly aliased or cast).
     fn root(v: &Value) -> Option<&Value> {
@@ -258,14 +297,9 @@ fn pretty(path: &str) -> String {
         Some(i) => &cut[..=i],
         None => cut,
     };
-    for (from, to) in [
-        ("selection", "where"),
-        ("group_by", "group_by"),
-        ("limit_clause", "limit"),
-        ("order_by", "order_by"),
-        ("from", "from"),
-        ("with", "with"),
-    ] {
+    for (from, to) in
+        [("selection", "where"), ("group_by", "group_by"), ("limit_clause", "limit"), ("order_by", "order_by"), ("from", "from"), ("with", "with")]
+    {
         if let Some(rest) = p.strip_prefix(from) {
             return format!("{to}{rest}");
         }

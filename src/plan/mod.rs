@@ -20,7 +20,7 @@ use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
-use crate::sql::canon::{Canonical, CanonSource, SqlError, canonicalize, canonicalize_with_fallback};
+use crate::sql::canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback};
 use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table};
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
@@ -282,11 +282,7 @@ fn canonical_with_fallback(model: &Model, rendered: &str) -> Result<Canonical, P
         }
         slot.as_mut().expect("opened").serialize_sql(sql)
     };
-    canonicalize_with_fallback(rendered, &fallback).map_err(|error| PlanError::Sql {
-        model: model.name.clone(),
-        location: model.location.clone(),
-        error,
-    })
+    canonicalize_with_fallback(rendered, &fallback).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
 }
 
 /// Computes every model's canonical digest and fingerprint, parents first.
@@ -307,27 +303,25 @@ pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
     project
         .dag
         .models()
-        .map(|m| m.body.as_ref().map(|b| { let r = b.render(&CanonicalResolver); (canon_cache_key(&r), r) }))
+        .map(|m| {
+            m.body.as_ref().map(|b| {
+                let r = b.render(&CanonicalResolver);
+                (canon_cache_key(&r), r)
+            })
+        })
         .collect()
 }
 
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
     let models: Vec<&Model> = project.dag.models().collect();
     // Cache misses, canonicalised in parallel.
-    let missing: Vec<usize> = keyed
-        .iter()
-        .enumerate()
-        .filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key)))
-        .map(|(i, _)| i)
-        .collect();
+    let missing: Vec<usize> = keyed.iter().enumerate().filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key))).map(|(i, _)| i).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     let chunk = missing.len().div_ceil(threads).max(1);
     let computed: Vec<(usize, Result<Canonical, SqlError>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = missing
             .chunks(chunk)
-            .map(|idx| {
-                scope.spawn(move || idx.iter().map(|&i| (i, canonicalize(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>())
-            })
+            .map(|idx| scope.spawn(move || idx.iter().map(|&i| (i, canonicalize(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>()))
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("canonicalisation thread")).collect()
     });
@@ -351,8 +345,14 @@ fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: 
                 None => parse_cached(&cache[key]),
             }),
         };
-        let parents: BTreeMap<ModelName, Fingerprint> =
-            model.parents().into_iter().map(|p| { let fp = out.fingerprints[&p].clone(); (p, fp) }).collect();
+        let parents: BTreeMap<ModelName, Fingerprint> = model
+            .parents()
+            .into_iter()
+            .map(|p| {
+                let fp = out.fingerprints[&p].clone();
+                (p, fp)
+            })
+            .collect();
         let fp = fingerprint_with_digest(model, canon.as_ref().map(|(_, d)| d.as_str()), &parents);
         out.fingerprints.insert(model.name.clone(), fp);
         if let Some((source, digest)) = canon {
@@ -452,11 +452,7 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
     let m = &rec.metadata;
     let schema = m["schema"]
         .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), crate::sql::fingerprint::normalize_type(p.get(1)?.as_str()?))))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), crate::sql::fingerprint::normalize_type(p.get(1)?.as_str()?)))).collect())
         .unwrap_or_default();
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
     Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical }))
@@ -539,7 +535,11 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 let meta: serde_json::Value = if differs { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null };
                 match stored.filter(|_| differs).and_then(|(_, m)| serde_json::from_str::<serde_json::Value>(m).ok()) {
                     Some(old) if old != meta => {
-                        explain = Some(Explain { diverged: metadata_paths(&old, &meta), reason: "only fields that do not shape data changed".into(), cascade_from: vec![] });
+                        explain = Some(Explain {
+                            diverged: metadata_paths(&old, &meta),
+                            reason: "only fields that do not shape data changed".into(),
+                            cascade_from: vec![],
+                        });
                         Change::Metadata
                     }
                     _ => Change::Unchanged,
@@ -606,7 +606,8 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                         Some(o) if !external => {
                             let new_canonical = canonical_of(model)?.map(|c| c.text);
                             let old_def = categorize::Definition { canonical: o.canonical.as_deref(), kind: &o.kind, schema: &o.schema, grain: &o.grain };
-                            let new_def = categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
+                            let new_def =
+                                categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
                             categorize::compare(&old_def, &new_def)
                         }
                         _ => categorize::OwnChange {
@@ -635,7 +636,8 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                         let Some(o) = old.as_ref().filter(|_| model.kind.time_range().is_some()) else {
                             return Err(PlanError::Operator(format!(
                                 "`--forward-only {}`: only `incremental_by_time_range` models can be forward-only\n  hint: apply it as a {} change instead",
-                                model.name, change.as_str()
+                                model.name,
+                                change.as_str()
                             )));
                         };
                         if o.kind.get("tag") != new_kind.get("tag") || o.kind != new_kind {
@@ -734,7 +736,11 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             explain,
             new_columns,
             // Parsed only where apply writes it (new snapshots, metadata changes).
-            metadata: if build || reused_any || change == Change::Metadata || stale_metadata { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
+            metadata: if build || reused_any || change == Change::Metadata || stale_metadata {
+                serde_json::from_str(&meta_text).unwrap_or_default()
+            } else {
+                serde_json::Value::Null
+            },
         });
     }
     for (name, fp) in &pointers {

@@ -36,7 +36,11 @@ impl<B: Clone> Registry<B> {
     /// A load error at the definition when the name is taken (built-in names included).
     pub fn define(&mut self, def: AuditDef, body: B) -> Result<(), LoadError> {
         if let Some((first, _)) = self.defs.get(&def.name) {
-            let at = if first.location.file.to_string_lossy().starts_with("efmesh:") { "a built-in audit".to_string() } else { format!("defined at {}", first.location) };
+            let at = if first.location.file.to_string_lossy().starts_with("efmesh:") {
+                "a built-in audit".to_string()
+            } else {
+                format!("defined at {}", first.location)
+            };
             return Err(LoadError::new(Some(def.location.clone()), None, format!("audit `{}` is already defined ({at})", def.name))
                 .with_hint("give the audit another name"));
         }

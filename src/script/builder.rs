@@ -67,10 +67,8 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
 /// Fills `cols(parent)` calls that named no columns with the parent's declared columns, once all
 /// models are known.
 pub fn expand_all_cols(models: &mut [Model]) {
-    let schemas: std::collections::BTreeMap<ModelName, Vec<String>> = models
-        .iter()
-        .map(|m| (m.name.clone(), m.relation_columns().into_iter().map(|c| c.name).collect()))
-        .collect();
+    let schemas: std::collections::BTreeMap<ModelName, Vec<String>> =
+        models.iter().map(|m| (m.name.clone(), m.relation_columns().into_iter().map(|c| c.name).collect())).collect();
     for m in models.iter_mut() {
         if let Some(body) = &mut m.body {
             for n in &mut body.nodes {
@@ -135,7 +133,10 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
         None => {
-            errors.push(err("`define_model` needs a `kind`".into()).with_hint("use a kind constructor: `kind.full()` in Lua, `kind::full()` in Rhai, `-- kind: full` in SQL"));
+            errors.push(
+                err("`define_model` needs a `kind`".into())
+                    .with_hint("use a kind constructor: `kind.full()` in Lua, `kind::full()` in Rhai, `-- kind: full` in SQL"),
+            );
             None
         }
     };
@@ -348,10 +349,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                     if !null_markers.is_empty() && format != FileFormat::Csv {
                         return Err("`null_markers` applies to CSV files only".into());
                     }
-                    let csv = CsvOptions {
-                        delimiter: opt_delimiter(k, tag)?.map(|c| c.to_string()),
-                        header: opt_bool(k, "header", tag)?,
-                    };
+                    let csv = CsvOptions { delimiter: opt_delimiter(k, tag)?.map(|c| c.to_string()), header: opt_bool(k, "header", tag)? };
                     if csv != CsvOptions::default() && format != FileFormat::Csv {
                         let opt = if csv.delimiter.is_some() { "delimiter" } else { "header" };
                         return Err(format!("`{opt}` applies to CSV files only"));

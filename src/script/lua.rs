@@ -251,8 +251,8 @@ impl LuaHost {
         let g = lua.globals();
         let proto = lua.create_table()?;
         for name in [
-            "assert", "error", "ipairs", "next", "pcall", "select", "tonumber", "tostring", "type", "xpcall",
-            "rawequal", "rawget", "rawlen", "rawset", "_VERSION",
+            "assert", "error", "ipairs", "next", "pcall", "select", "tonumber", "tostring", "type", "xpcall", "rawequal", "rawget", "rawlen", "rawset",
+            "_VERSION",
         ] {
             proto.set(name, g.get::<Value>(name)?)?;
         }
@@ -434,70 +434,65 @@ impl LuaHost {
         let tests = std::mem::take(&mut self.state.borrow_mut().tests);
         self.finish().map(|models| (models, tests))
     }
-
 }
 
 /// A fresh environment for one file: copies of the safe globals and libraries.
 fn make_environment(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua::Result<Table> {
-        let env = lua.create_table()?;
-        for pair in proto.pairs::<Value, Value>() {
+    let env = lua.create_table()?;
+    for pair in proto.pairs::<Value, Value>() {
+        let (k, v) = pair?;
+        env.raw_set(k, v)?;
+    }
+    let g = lua.globals();
+    for lib in ["string", "table", "math", "utf8", "kind"] {
+        let src: Table = if lib == "kind" { proto.get(lib)? } else { g.get(lib)? };
+        let copy = lua.create_table()?;
+        for pair in src.pairs::<Value, Value>() {
             let (k, v) = pair?;
-            env.raw_set(k, v)?;
+            copy.raw_set(k, v)?;
         }
-        let g = lua.globals();
-        for lib in ["string", "table", "math", "utf8", "kind"] {
-            let src: Table = if lib == "kind" { proto.get(lib)? } else { g.get(lib)? };
-            let copy = lua.create_table()?;
-            for pair in src.pairs::<Value, Value>() {
-                let (k, v) = pair?;
-                copy.raw_set(k, v)?;
+        match lib {
+            "string" => copy.raw_set("dump", Value::Nil)?,
+            "math" => {
+                copy.raw_set("random", Value::Nil)?;
+                copy.raw_set("randomseed", Value::Nil)?;
             }
-            match lib {
-                "string" => copy.raw_set("dump", Value::Nil)?,
-                "math" => {
-                    copy.raw_set("random", Value::Nil)?;
-                    copy.raw_set("randomseed", Value::Nil)?;
-                }
-                _ => {}
-            }
-            env.raw_set(lib, copy)?;
+            _ => {}
         }
-        env.raw_set("_G", env.clone())?;
-        env.raw_set("require", require_fn(lua, st.clone())?)?;
-        Ok(env)
+        env.raw_set(lib, copy)?;
+    }
+    env.raw_set("_G", env.clone())?;
+    env.raw_set("require", require_fn(lua, st.clone())?)?;
+    Ok(env)
 }
 
 /// `require(name)`: evaluates a project file once (through the registry-stored loader) and
 /// returns its value.
 fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
-        let loader: Function = lua.named_registry_value("efmesh.loader")?;
-        lua.create_function(move |lua, name: String| {
-            if name.is_empty() || !name.split('.').all(crate::core::name::is_identifier) {
-                return Err(rt(format!("`require(\"{name}\")`: module names are dotted identifiers inside the project")));
-            }
-            let (root, current) = {
-                let s = st.borrow();
-                (s.root.clone(), s.stack.last().cloned().unwrap_or_default())
-            };
-            let rel = PathBuf::from(format!("{}.lua", name.replace('.', "/")));
-            let base = current.parent().map(Path::to_path_buf).unwrap_or_default();
-            let candidates = [base.join(&rel), rel.clone()];
-            let Some(found) = candidates.iter().find(|c| root.join(c).is_file()).cloned() else {
-                let _ = lua;
-                return Err(rt(format!(
-                    "`require(\"{name}\")`: no file `{}` or `{}` in the project",
-                    candidates[0].display(),
-                    candidates[1].display()
-                )));
-            };
-            // Stay inside the project even through symlinks.
-            let real = root.join(&found).canonicalize().map_err(|e| rt(e.to_string()))?;
-            let real_root = root.canonicalize().map_err(|e| rt(e.to_string()))?;
-            if !real.starts_with(&real_root) {
-                return Err(rt(format!("`require(\"{name}\")` resolves outside the project")));
-            }
-            loader.call::<Value>(found.to_string_lossy().to_string())
-        })
+    let loader: Function = lua.named_registry_value("efmesh.loader")?;
+    lua.create_function(move |lua, name: String| {
+        if name.is_empty() || !name.split('.').all(crate::core::name::is_identifier) {
+            return Err(rt(format!("`require(\"{name}\")`: module names are dotted identifiers inside the project")));
+        }
+        let (root, current) = {
+            let s = st.borrow();
+            (s.root.clone(), s.stack.last().cloned().unwrap_or_default())
+        };
+        let rel = PathBuf::from(format!("{}.lua", name.replace('.', "/")));
+        let base = current.parent().map(Path::to_path_buf).unwrap_or_default();
+        let candidates = [base.join(&rel), rel.clone()];
+        let Some(found) = candidates.iter().find(|c| root.join(c).is_file()).cloned() else {
+            let _ = lua;
+            return Err(rt(format!("`require(\"{name}\")`: no file `{}` or `{}` in the project", candidates[0].display(), candidates[1].display())));
+        };
+        // Stay inside the project even through symlinks.
+        let real = root.join(&found).canonicalize().map_err(|e| rt(e.to_string()))?;
+        let real_root = root.canonicalize().map_err(|e| rt(e.to_string()))?;
+        if !real.starts_with(&real_root) {
+            return Err(rt(format!("`require(\"{name}\")` resolves outside the project")));
+        }
+        loader.call::<Value>(found.to_string_lossy().to_string())
+    })
 }
 
 impl LuaHost {
@@ -556,12 +551,8 @@ impl LuaHost {
                     s.deadline = Some(Instant::now() + FILE_BUDGET);
                 }
             }
-            let result = lua
-                .load(&code[..])
-                .set_name(format!("@{}", rel.display()))
-                .set_mode(mlua::chunk::ChunkMode::Text)
-                .set_environment(env)
-                .eval::<Value>();
+            let result =
+                lua.load(&code[..]).set_name(format!("@{}", rel.display())).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).eval::<Value>();
             let mut s = st.borrow_mut();
             s.stack.pop();
             if s.stack.is_empty() {

@@ -31,9 +31,10 @@ pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
 pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBuf>, LoadErrors> {
     let mut builder = globset::GlobSetBuilder::new();
     for g in globs {
-        let glob = globset::GlobBuilder::new(g).literal_separator(true).build().map_err(|e| {
-            LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))])
-        })?;
+        let glob = globset::GlobBuilder::new(g)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))]))?;
         builder.add(glob);
     }
     let set = builder.build().map_err(|e| LoadErrors(vec![LoadError::new(None, None, e.to_string())]))?;
@@ -61,7 +62,9 @@ pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBu
         return Err(LoadErrors(
             outside
                 .into_iter()
-                .map(|f| LoadError::new(Some(crate::core::Location { file: f, line: 0 }), None, "this model file resolves outside the project (through a symlink)"))
+                .map(|f| {
+                    LoadError::new(Some(crate::core::Location { file: f, line: 0 }), None, "this model file resolves outside the project (through a symlink)")
+                })
                 .collect(),
         ));
     }

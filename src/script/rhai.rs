@@ -41,9 +41,7 @@ mod resolver;
 use super::builder::{Site, Sites, build_model};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
-use ::rhai::packages::{
-    BasicArrayPackage, BasicMapPackage, BasicMathPackage, BitFieldPackage, CorePackage, LogicPackage, MoreStringPackage, Package,
-};
+use ::rhai::packages::{BasicArrayPackage, BasicMapPackage, BasicMathPackage, BitFieldPackage, CorePackage, LogicPackage, MoreStringPackage, Package};
 use ::rhai::{Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Map, Module, NativeCallContext, Position, Scope};
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
@@ -228,11 +226,7 @@ pub fn load_with_tests(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Res
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
+    panic.downcast_ref::<&str>().map(|s| (*s).to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
 }
 
 fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {

@@ -132,7 +132,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
         }
     }
     if get("name").is_none() {
-        errors.push(LoadError::new(Some(at(1)), None, "missing header `-- name: <schema>.<table>`").with_hint("a .sql model starts with `-- name:`, `-- kind:` and `-- schema:` lines"));
+        errors.push(
+            LoadError::new(Some(at(1)), None, "missing header `-- name: <schema>.<table>`")
+                .with_hint("a .sql model starts with `-- name:`, `-- kind:` and `-- schema:` lines"),
+        );
     }
 
     // Declared refs.
@@ -319,7 +322,8 @@ mod tests {
 
     #[test]
     fn header_and_refs_become_a_model() {
-        let m = p("-- name: med.census\n-- kind: full\n-- schema: day date,\n--   n decimal(18, 2)\n-- refs: med.stays\nSELECT day, n FROM @ref(med.stays);\n").unwrap();
+        let m = p("-- name: med.census\n-- kind: full\n-- schema: day date,\n--   n decimal(18, 2)\n-- refs: med.stays\nSELECT day, n FROM @ref(med.stays);\n")
+            .unwrap();
         assert_eq!(m.name.to_string(), "med.census");
         assert_eq!(m.schema.0.len(), 2);
         assert_eq!(m.schema.0[1].ty, "decimal(18, 2)");

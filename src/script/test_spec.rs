@@ -204,9 +204,7 @@ pub fn build_test(spec: &Map<String, Value>, location: Location) -> Result<TestS
         }
     };
     match (name, model) {
-        (Some(name), Some(model)) if errors.is_empty() => {
-            Ok(TestSpec { name, model, inputs, expect, start, end, ordered, columns, description, location })
-        }
+        (Some(name), Some(model)) if errors.is_empty() => Ok(TestSpec { name, model, inputs, expect, start, end, ordered, columns, description, location }),
         _ => Err(errors),
     }
 }
@@ -387,7 +385,8 @@ mod tests {
 
     #[test]
     fn bounds_must_be_ordered() {
-        let errs = build_test(&spec(json!({ "name": "t", "model": "a.b", "expect": [], "vars": { "start": "2026-01-02", "end": "2026-01-01" } })), loc()).unwrap_err();
+        let errs =
+            build_test(&spec(json!({ "name": "t", "model": "a.b", "expect": [], "vars": { "start": "2026-01-02", "end": "2026-01-01" } })), loc()).unwrap_err();
         assert!(errs[0].message.contains("before `vars.end`"), "{errs:?}");
     }
 }

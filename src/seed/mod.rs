@@ -202,7 +202,11 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
         let pos = record.position().cloned().unwrap_or(start);
         let place = Place { row: pos.record() + 1, line: pos.line() };
         if record.len() != header.len() {
-            errors.push(SeedError::at(Some(place), None, format!("the row has {} field{}, the header has {}", record.len(), plural(record.len()), header.len())));
+            errors.push(SeedError::at(
+                Some(place),
+                None,
+                format!("the row has {} field{}, the header has {}", record.len(), plural(record.len()), header.len()),
+            ));
             if errors.len() >= MAX_ERRORS {
                 break;
             }

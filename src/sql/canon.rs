@@ -41,8 +41,7 @@ use serde::ser::{self, Serialize, Serializer};
 use serde_json::Value;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    CastKind, DataType, Expr, JoinOperator, ObjectNamePart, Query, Select, SelectFlavor, SetExpr,
-    Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
+    CastKind, DataType, Expr, JoinOperator, ObjectNamePart, Query, Select, SelectFlavor, SetExpr, Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -160,11 +159,7 @@ impl SqlError {
             let (l, c) = end_of_text(sql);
             (line, column) = (Some(l), Some(c));
         }
-        SqlError::Parse {
-            message: trim_period(message).to_string(),
-            line,
-            column,
-        }
+        SqlError::Parse { message: trim_period(message).to_string(), line, column }
     }
 }
 
@@ -278,21 +273,12 @@ pub fn reprint(sql: &str) -> Result<String, SqlError> {
 /// assert!(!c.text.contains("query_location"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn canonicalize_with_fallback(
-    sql: &str,
-    fallback: &dyn Fn(&str) -> Result<String, String>,
-) -> Result<Canonical, SqlError> {
+pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<String, String>) -> Result<Canonical, SqlError> {
     match parse_query(sql) {
         Ok(query) => Ok(canonical_of(query)),
         Err(parser @ SqlError::Parse { .. }) => {
-            let json = fallback(sql).map_err(|f| SqlError::Fallback {
-                parser: parser.to_string(),
-                fallback: trim_period(&f).to_string(),
-            })?;
-            Ok(Canonical {
-                text: normalize_duckdb_json(&json)?,
-                source: CanonSource::DuckDbJson,
-            })
+            let json = fallback(sql).map_err(|f| SqlError::Fallback { parser: parser.to_string(), fallback: trim_period(&f).to_string() })?;
+            Ok(Canonical { text: normalize_duckdb_json(&json)?, source: CanonSource::DuckDbJson })
         }
         Err(other) => Err(other),
     }
@@ -325,29 +311,16 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
         return Err(bad("expected a JSON object".into()));
     };
     if obj.get("error").and_then(Value::as_bool) == Some(true) {
-        let message = obj
-            .get("error_message")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown error");
-        return Err(SqlError::DuckDb {
-            message: trim_period(message).to_string(),
-        });
+        let message = obj.get("error_message").and_then(Value::as_str).unwrap_or("unknown error");
+        return Err(SqlError::DuckDb { message: trim_period(message).to_string() });
     }
-    match obj
-        .get("statements")
-        .and_then(Value::as_array)
-        .map(Vec::len)
-    {
+    match obj.get("statements").and_then(Value::as_array).map(Vec::len) {
         Some(1) => {}
         Some(0) => {
-            return Err(SqlError::NotAQuery {
-                found: "no statement".into(),
-            });
+            return Err(SqlError::NotAQuery { found: "no statement".into() });
         }
         Some(n) => {
-            return Err(SqlError::NotAQuery {
-                found: format!("{n} statements"),
-            });
+            return Err(SqlError::NotAQuery { found: format!("{n} statements") });
         }
         None => return Err(bad("no `statements` array".into())),
     }
@@ -357,40 +330,25 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
 
 /// Parses `sql` and returns its single query.
 fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
-    let statements =
-        Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| SqlError::from_parser(e, sql))?;
+    let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| SqlError::from_parser(e, sql))?;
     let n = statements.len();
     let mut it = statements.into_iter();
     match (it.next(), n) {
-        (None, _) => Err(SqlError::NotAQuery {
-            found: "no statement".into(),
-        }),
+        (None, _) => Err(SqlError::NotAQuery { found: "no statement".into() }),
         (Some(Statement::Query(q)), 1) => Ok(q),
-        (Some(other), 1) => Err(SqlError::NotAQuery {
-            found: describe(&other),
-        }),
-        (Some(_), n) => Err(SqlError::NotAQuery {
-            found: format!("{n} statements"),
-        }),
+        (Some(other), 1) => Err(SqlError::NotAQuery { found: describe(&other) }),
+        (Some(_), n) => Err(SqlError::NotAQuery { found: format!("{n} statements") }),
     }
 }
 
 /// "a `DELETE FROM` statement": the leading keywords of the statement as sqlparser prints it.
 fn describe(statement: &Statement) -> String {
     let text = statement.to_string();
-    let words: Vec<&str> = text
-        .split_whitespace()
-        .take(2)
-        .take_while(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
-        .collect();
+    let words: Vec<&str> = text.split_whitespace().take(2).take_while(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_uppercase() || c == '_')).collect();
     if words.is_empty() {
         "a statement that is not a query".into()
     } else {
-        let article = if words[0].starts_with(['A', 'E', 'I', 'O', 'U']) {
-            "an"
-        } else {
-            "a"
-        };
+        let article = if words[0].starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
         format!("{article} `{}` statement", words.join(" "))
     }
 }
@@ -402,12 +360,8 @@ fn canonical_of(mut query: Box<Query>) -> Canonical {
     // fallible custom serialisers. Should it ever, the partial text is still deterministic.
     let _ = Filtered(&*query).serialize(&mut serde_json::Serializer::new(&mut out));
     // serde_json writes valid UTF-8.
-    let text = String::from_utf8(out)
-        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-    Canonical {
-        text,
-        source: CanonSource::SqlParser,
-    }
+    let text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    Canonical { text, source: CanonSource::SqlParser }
 }
 
 /// Keys that record how the text was written rather than what it means:
@@ -501,30 +455,14 @@ impl<S: Serializer> Serializer for Filter<S> {
     fn serialize_unit_struct(self, name: &'static str) -> Result<S::Ok, S::Error> {
         self.0.serialize_unit_struct(name)
     }
-    fn serialize_unit_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-    ) -> Result<S::Ok, S::Error> {
+    fn serialize_unit_variant(self, name: &'static str, index: u32, variant: &'static str) -> Result<S::Ok, S::Error> {
         self.0.serialize_unit_variant(name, index, variant)
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        name: &'static str,
-        v: &T,
-    ) -> Result<S::Ok, S::Error> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, v: &T) -> Result<S::Ok, S::Error> {
         self.0.serialize_newtype_struct(name, &Filtered(v))
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        v: &T,
-    ) -> Result<S::Ok, S::Error> {
-        self.0
-            .serialize_newtype_variant(name, index, variant, &Filtered(v))
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(self, name: &'static str, index: u32, variant: &'static str, v: &T) -> Result<S::Ok, S::Error> {
+        self.0.serialize_newtype_variant(name, index, variant, &Filtered(v))
     }
     fn serialize_seq(self, len: Option<usize>) -> Result<Self::SerializeSeq, S::Error> {
         self.0.serialize_seq(len).map(Filter)
@@ -532,44 +470,20 @@ impl<S: Serializer> Serializer for Filter<S> {
     fn serialize_tuple(self, len: usize) -> Result<Self::SerializeTuple, S::Error> {
         self.0.serialize_tuple(len).map(Filter)
     }
-    fn serialize_tuple_struct(
-        self,
-        name: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeTupleStruct, S::Error> {
+    fn serialize_tuple_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeTupleStruct, S::Error> {
         self.0.serialize_tuple_struct(name, len).map(Filter)
     }
-    fn serialize_tuple_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeTupleVariant, S::Error> {
-        self.0
-            .serialize_tuple_variant(name, index, variant, len)
-            .map(Filter)
+    fn serialize_tuple_variant(self, name: &'static str, index: u32, variant: &'static str, len: usize) -> Result<Self::SerializeTupleVariant, S::Error> {
+        self.0.serialize_tuple_variant(name, index, variant, len).map(Filter)
     }
     fn serialize_map(self, len: Option<usize>) -> Result<Self::SerializeMap, S::Error> {
         self.0.serialize_map(len).map(Filter)
     }
-    fn serialize_struct(
-        self,
-        name: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeStruct, S::Error> {
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Self::SerializeStruct, S::Error> {
         self.0.serialize_struct(name, len).map(Filter)
     }
-    fn serialize_struct_variant(
-        self,
-        name: &'static str,
-        index: u32,
-        variant: &'static str,
-        len: usize,
-    ) -> Result<Self::SerializeStructVariant, S::Error> {
-        self.0
-            .serialize_struct_variant(name, index, variant, len)
-            .map(Filter)
+    fn serialize_struct_variant(self, name: &'static str, index: u32, variant: &'static str, len: usize) -> Result<Self::SerializeStructVariant, S::Error> {
+        self.0.serialize_struct_variant(name, index, variant, len).map(Filter)
     }
     fn is_human_readable(&self) -> bool {
         self.0.is_human_readable()
@@ -646,9 +560,7 @@ impl VisitorMut for Normalizer {
             *expr = inner;
         }
         match expr {
-            Expr::Cast {
-                kind, data_type, ..
-            } => {
+            Expr::Cast { kind, data_type, .. } => {
                 if *kind == CastKind::DoubleColon {
                     *kind = CastKind::Cast;
                 }
@@ -677,17 +589,10 @@ impl VisitorMut for Normalizer {
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         match factor {
             // `FROM read_parquet('x')`, `FROM range(10)`: a table function, case-insensitive.
-            TableFactor::Table {
-                name,
-                args: Some(_),
-                ..
-            }
-            | TableFactor::Function { name, .. } => {
+            TableFactor::Table { name, args: Some(_), .. } | TableFactor::Function { name, .. } => {
                 lowercase_parts(&mut name.0);
             }
-            TableFactor::NestedJoin {
-                table_with_joins, ..
-            } => normalize_joins(table_with_joins),
+            TableFactor::NestedJoin { table_with_joins, .. } => normalize_joins(table_with_joins),
             _ => {}
         }
         ControlFlow::Continue(())
@@ -771,16 +676,12 @@ mod tests {
     use super::*;
 
     fn canon(sql: &str) -> String {
-        canonicalize(sql)
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .text
+        canonicalize(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).text
     }
 
     #[test]
     fn spelling_is_invisible() {
-        let base = canon(
-            "SELECT a AS b, count(*) AS n FROM s.t AS x JOIN s.u AS y ON x.id = y.id GROUP BY a",
-        );
+        let base = canon("SELECT a AS b, count(*) AS n FROM s.t AS x JOIN s.u AS y ON x.id = y.id GROUP BY a");
         for v in [
             "select a b, COUNT(*) n from s.t x inner join s.u y on (x.id = y.id) group by a;",
             "SELECT \"a\" AS \"b\", Count(*) AS n /* c */ FROM \"s\".\"t\" AS \"x\"\n JOIN s.u y ON ((x.id) = (y.id)) -- c\n GROUP BY (a)",
@@ -792,14 +693,7 @@ mod tests {
     #[test]
     fn no_position_or_spelling_data_survives() {
         let text = canon("SELECT \"A\" AS x FROM s.t AS y WHERE z = $start");
-        for key in [
-            "\"span\":",
-            "\"quote_style\":",
-            "\"explicit\":",
-            "_token\":",
-            "\"line\":",
-            "\"column\":",
-        ] {
+        for key in ["\"span\":", "\"quote_style\":", "\"explicit\":", "_token\":", "\"line\":", "\"column\":"] {
             assert!(!text.contains(key), "{key} in {text}");
         }
         assert!(text.contains("\"$start\""), "{text}");
@@ -809,18 +703,9 @@ mod tests {
     fn casts_and_joins_have_one_spelling() {
         assert_eq!(canon("SELECT a::INT"), canon("SELECT CAST(a AS INT)"));
         assert_ne!(canon("SELECT a::INT"), canon("SELECT TRY_CAST(a AS INT)"));
-        assert_eq!(
-            canon("SELECT * FROM a LEFT OUTER JOIN b USING (k)"),
-            canon("SELECT * FROM a LEFT JOIN b USING (k)")
-        );
-        assert_eq!(
-            canon("SELECT * FROM a RIGHT OUTER JOIN b USING (k)"),
-            canon("SELECT * FROM a RIGHT JOIN b USING (k)")
-        );
-        assert_ne!(
-            canon("SELECT * FROM a LEFT JOIN b USING (k)"),
-            canon("SELECT * FROM a JOIN b USING (k)")
-        );
+        assert_eq!(canon("SELECT * FROM a LEFT OUTER JOIN b USING (k)"), canon("SELECT * FROM a LEFT JOIN b USING (k)"));
+        assert_eq!(canon("SELECT * FROM a RIGHT OUTER JOIN b USING (k)"), canon("SELECT * FROM a RIGHT JOIN b USING (k)"));
+        assert_ne!(canon("SELECT * FROM a LEFT JOIN b USING (k)"), canon("SELECT * FROM a JOIN b USING (k)"));
     }
 
     #[test]
@@ -829,18 +714,9 @@ mod tests {
         assert_ne!(canon("SELECT (a + b) * c"), canon("SELECT a + b * c"));
         assert_eq!(canon("SELECT a + (b * c)"), canon("SELECT a + b * c"));
         assert_eq!(canon("((SELECT 1))"), canon("SELECT 1"));
-        assert_eq!(
-            canon("(SELECT 1) UNION ALL (SELECT 2)"),
-            canon("SELECT 1 UNION ALL SELECT 2")
-        );
-        assert_ne!(
-            canon("SELECT 1 UNION (SELECT 2 INTERSECT SELECT 3)"),
-            canon("(SELECT 1 UNION SELECT 2) INTERSECT SELECT 3")
-        );
-        assert_ne!(
-            canon("SELECT 1 UNION (SELECT 2 LIMIT 1)"),
-            canon("SELECT 1 UNION SELECT 2 LIMIT 1")
-        );
+        assert_eq!(canon("(SELECT 1) UNION ALL (SELECT 2)"), canon("SELECT 1 UNION ALL SELECT 2"));
+        assert_ne!(canon("SELECT 1 UNION (SELECT 2 INTERSECT SELECT 3)"), canon("(SELECT 1 UNION SELECT 2) INTERSECT SELECT 3"));
+        assert_ne!(canon("SELECT 1 UNION (SELECT 2 LIMIT 1)"), canon("SELECT 1 UNION SELECT 2 LIMIT 1"));
     }
 
     #[test]
@@ -851,22 +727,10 @@ mod tests {
             ("SELECT a, b, FROM t", "SELECT a, b FROM t"),
             ("SELECT a <> b", "SELECT a != b"),
             ("SELECT * EXCLUDE (a) FROM t", "select * exclude (a) from t"),
-            (
-                "SELECT COLUMNS('a.*') FROM t",
-                "SELECT columns('a.*') FROM t",
-            ),
-            (
-                "SELECT x FROM t WHERE x IN (SELECT y FROM u)",
-                "SELECT x FROM t WHERE x IN ((SELECT y FROM u))",
-            ),
-            (
-                "SELECT list_transform(l, x -> x + 1) FROM t",
-                "SELECT LIST_TRANSFORM(l, (x -> (x + 1))) FROM t",
-            ),
-            (
-                "SELECT * FROM read_csv('x.csv', header = true)",
-                "SELECT * FROM READ_CSV('x.csv', header = true)",
-            ),
+            ("SELECT COLUMNS('a.*') FROM t", "SELECT columns('a.*') FROM t"),
+            ("SELECT x FROM t WHERE x IN (SELECT y FROM u)", "SELECT x FROM t WHERE x IN ((SELECT y FROM u))"),
+            ("SELECT list_transform(l, x -> x + 1) FROM t", "SELECT LIST_TRANSFORM(l, (x -> (x + 1))) FROM t"),
+            ("SELECT * FROM read_csv('x.csv', header = true)", "SELECT * FROM READ_CSV('x.csv', header = true)"),
         ];
         for (a, b) in same {
             assert_eq!(canon(a), canon(b), "{a} ~ {b}");
@@ -876,10 +740,7 @@ mod tests {
 
     #[test]
     fn function_names_fold_but_identifiers_keep_case() {
-        assert_eq!(
-            canon("SELECT SUM(x) FROM READ_PARQUET('f')"),
-            canon("select sum(x) from read_parquet('f')")
-        );
+        assert_eq!(canon("SELECT SUM(x) FROM READ_PARQUET('f')"), canon("select sum(x) from read_parquet('f')"));
         assert_ne!(canon("SELECT X FROM t"), canon("SELECT x FROM t"));
         assert_ne!(canon("SELECT x AS Y FROM t"), canon("SELECT x AS y FROM t"));
         assert_ne!(canon("SELECT x FROM T"), canon("SELECT x FROM t"));
@@ -891,29 +752,16 @@ mod tests {
         assert!(matches!(e, SqlError::Parse { .. }), "{e:?}");
         assert_eq!((e.line(), e.column()), (Some(1), Some(23)), "{e}");
         let e = canonicalize("SELECT a\nFROM t WHERE  \n").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "cannot parse SQL at line 2, column 13: Expected: an expression, found: EOF"
-        );
+        assert_eq!(e.to_string(), "cannot parse SQL at line 2, column 13: Expected: an expression, found: EOF");
         let e = canonicalize("SELECT 1,\n  2 +* FROM t").unwrap_err();
         assert_eq!(e.line(), Some(2), "{e}");
-        assert!(
-            e.to_string()
-                .starts_with("cannot parse SQL at line 2, column "),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("cannot parse SQL at line 2, column "), "{e}");
         assert!(!e.to_string().ends_with('.'));
 
         let e = canonicalize("DELETE FROM t").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found a `DELETE FROM` statement"
-        );
+        assert_eq!(e.to_string(), "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found a `DELETE FROM` statement");
         let e = canonicalize("CREATE TABLE t (a INT)").unwrap_err();
-        assert!(
-            e.to_string().ends_with("found a `CREATE TABLE` statement"),
-            "{e}"
-        );
+        assert!(e.to_string().ends_with("found a `CREATE TABLE` statement"), "{e}");
         let e = canonicalize("SELECT 1; SELECT 2").unwrap_err();
         assert!(e.to_string().ends_with("found 2 statements"), "{e}");
         let e = canonicalize(" -- nothing\n").unwrap_err();
@@ -924,14 +772,8 @@ mod tests {
 
     #[test]
     fn split_location_reads_sqlparser_suffixes() {
-        assert_eq!(
-            split_location("Expected: x, found: y at Line: 3, Column: 14"),
-            ("Expected: x, found: y", Some(3), Some(14))
-        );
-        assert_eq!(
-            split_location("recursion limit exceeded"),
-            ("recursion limit exceeded", None, None)
-        );
+        assert_eq!(split_location("Expected: x, found: y at Line: 3, Column: 14"), ("Expected: x, found: y", Some(3), Some(14)));
+        assert_eq!(split_location("recursion limit exceeded"), ("recursion limit exceeded", None, None));
     }
 
     #[test]
@@ -945,59 +787,33 @@ mod tests {
         assert_eq!((c.source, calls.get()), (CanonSource::SqlParser, 0));
         let c = canonicalize_with_fallback("SELECT 1 FROM", &ok).unwrap();
         assert_eq!((c.source, calls.get()), (CanonSource::DuckDbJson, 1));
-        assert_eq!(
-            c.text,
-            r#"{"error":false,"statements":[{"node":{"x":[{}]}}]}"#
-        );
-        assert!(matches!(
-            canonicalize_with_fallback("DELETE FROM t", &ok),
-            Err(SqlError::NotAQuery { .. })
-        ));
+        assert_eq!(c.text, r#"{"error":false,"statements":[{"node":{"x":[{}]}}]}"#);
+        assert!(matches!(canonicalize_with_fallback("DELETE FROM t", &ok), Err(SqlError::NotAQuery { .. })));
         assert_eq!(calls.get(), 1);
 
-        let rejected = |_: &str| -> Result<String, String> {
-            Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"FRM\""}"#.into())
-        };
+        let rejected =
+            |_: &str| -> Result<String, String> { Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"FRM\""}"#.into()) };
         let e = canonicalize_with_fallback("SELECT 1 FROM", &rejected).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "DuckDB cannot parse SQL: syntax error at or near \"FRM\""
-        );
+        assert_eq!(e.to_string(), "DuckDB cannot parse SQL: syntax error at or near \"FRM\"");
 
         let down = |_: &str| -> Result<String, String> { Err("database is locked.".into()) };
         let e = canonicalize_with_fallback("SELECT 1 FROM", &down).unwrap_err();
         assert!(matches!(e, SqlError::Fallback { .. }), "{e:?}");
-        assert!(
-            e.to_string()
-                .ends_with("; the DuckDB fallback failed too: database is locked"),
-            "{e}"
-        );
+        assert!(e.to_string().ends_with("; the DuckDB fallback failed too: database is locked"), "{e}");
     }
 
     #[test]
     fn duckdb_json_must_hold_one_statement() {
-        assert!(matches!(
-            normalize_duckdb_json("nope"),
-            Err(SqlError::BadDuckDbJson { .. })
-        ));
-        assert!(matches!(
-            normalize_duckdb_json("[]"),
-            Err(SqlError::BadDuckDbJson { .. })
-        ));
-        assert!(matches!(
-            normalize_duckdb_json(r#"{"error":false}"#),
-            Err(SqlError::BadDuckDbJson { .. })
-        ));
+        assert!(matches!(normalize_duckdb_json("nope"), Err(SqlError::BadDuckDbJson { .. })));
+        assert!(matches!(normalize_duckdb_json("[]"), Err(SqlError::BadDuckDbJson { .. })));
+        assert!(matches!(normalize_duckdb_json(r#"{"error":false}"#), Err(SqlError::BadDuckDbJson { .. })));
         let two = r#"{"error":false,"statements":[{"node":{}},{"node":{}}]}"#;
         assert_eq!(
             normalize_duckdb_json(two).unwrap_err().to_string(),
             "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found 2 statements"
         );
         let not_select = r#"{"error":true,"error_type":"not implemented","error_message":"Only SELECT statements can be serialized to json!"}"#;
-        assert_eq!(
-            normalize_duckdb_json(not_select).unwrap_err().to_string(),
-            "DuckDB cannot parse SQL: Only SELECT statements can be serialized to json!"
-        );
+        assert_eq!(normalize_duckdb_json(not_select).unwrap_err().to_string(), "DuckDB cannot parse SQL: Only SELECT statements can be serialized to json!");
     }
 
     #[test]
@@ -1039,11 +855,7 @@ mod tests {
             for _ in 0..n {
                 let _ = canonicalize(body);
             }
-            println!(
-                "{} bytes: parse {parse:?}, canonicalize {:?} per body",
-                body.len(),
-                t.elapsed() / n
-            );
+            println!("{} bytes: parse {parse:?}, canonicalize {:?} per body", body.len(), t.elapsed() / n);
         }
     }
 }

@@ -67,16 +67,8 @@ impl Fingerprint {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn parse(s: &str) -> Result<Self, FingerprintError> {
-        let ok = s.len() == FINGERPRINT_LEN
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if ok {
-            Ok(Self(s.to_string()))
-        } else {
-            Err(FingerprintError {
-                text: s.to_string(),
-            })
-        }
+        let ok = s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok { Ok(Self(s.to_string())) } else { Err(FingerprintError { text: s.to_string() }) }
     }
 
     /// The 64 hex digits.
@@ -162,11 +154,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
-pub fn fingerprint(
-    model: &Model,
-    canonical_body: Option<&str>,
-    parents: &BTreeMap<ModelName, Fingerprint>,
-) -> Fingerprint {
+pub fn fingerprint(model: &Model, canonical_body: Option<&str>, parents: &BTreeMap<ModelName, Fingerprint>) -> Fingerprint {
     let digest = canonical_body.map(body_digest);
     fingerprint_with_digest(model, digest.as_deref(), parents)
 }
@@ -181,11 +169,7 @@ pub fn body_digest(canonical_body: &str) -> String {
 
 /// [`fingerprint`] from a body's [`body_digest`] rather than its canonical text.
 #[must_use]
-pub fn fingerprint_with_digest(
-    model: &Model,
-    body_digest: Option<&str>,
-    parents: &BTreeMap<ModelName, Fingerprint>,
-) -> Fingerprint {
+pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents: &BTreeMap<ModelName, Fingerprint>) -> Fingerprint {
     // The same compact text as `payload(..).to_string()` (tested), written without building a
     // `Value` tree: this runs for every model on every plan.
     #[derive(serde::Serialize)]
@@ -231,17 +215,8 @@ impl std::io::Write for HashWriter<'_> {
 /// The JSON value that [`fingerprint`] hashes (its compact text), for `plan --explain` and
 /// tests. `body_digest` is the [`body_digest`] of the canonical body (`None` for externals).
 #[must_use]
-pub fn payload(
-    model: &Model,
-    body_digest: Option<&str>,
-    parents: &BTreeMap<ModelName, Fingerprint>,
-) -> Value {
-    let columns: Vec<Value> = model
-        .schema
-        .0
-        .iter()
-        .map(|c| json!([c.name, normalize_type(&c.ty)]))
-        .collect();
+pub fn payload(model: &Model, body_digest: Option<&str>, parents: &BTreeMap<ModelName, Fingerprint>) -> Value {
+    let columns: Vec<Value> = model.schema.0.iter().map(|c| json!([c.name, normalize_type(&c.ty)])).collect();
     let mut parents: Vec<String> = parents.iter().map(|(n, fp)| format!("{n}={fp}")).collect();
     parents.sort_unstable();
     // `json!` keeps key order with serde_json's `preserve_order`; the order is part of the
@@ -260,10 +235,7 @@ pub fn payload(
 /// A declared type as hashed: lower-cased, whitespace runs collapsed to one space, trimmed.
 #[must_use]
 pub fn normalize_type(ty: &str) -> String {
-    ty.split_whitespace()
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
+    ty.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
 }
 
 /// The unquoted name of a model version's physical table (in schema `_efmesh`):
@@ -303,17 +275,11 @@ mod tests {
         Model {
             name: ModelName::parse(name).unwrap(),
             kind: Kind::Full,
-            schema: Schema(vec![Column {
-                name: "id".into(),
-                ty: "BIGINT".into(),
-            }]),
+            schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
             body: None,
             grain: vec![],
             description: None,
-            location: Location {
-                file: "m.lua".into(),
-                line: 1,
-            },
+            location: Location { file: "m.lua".into(), line: 1 },
             target: Default::default(),
             audits: vec![],
         }
@@ -337,10 +303,7 @@ mod tests {
         assert!(ModelName::parse("a__b.c").is_err());
         let (x, y) = (model("a.b__c"), model("a.b"));
         let body = Some("SELECT 1");
-        let (fx, fy) = (
-            fingerprint(&x, body, &BTreeMap::new()),
-            fingerprint(&y, body, &BTreeMap::new()),
-        );
+        let (fx, fy) = (fingerprint(&x, body, &BTreeMap::new()), fingerprint(&y, body, &BTreeMap::new()));
         assert_ne!(fx, fy);
         let (px, py) = (physical_table(&x.name, &fx), physical_table(&y.name, &fy));
         assert_ne!(px, py);
@@ -352,30 +315,18 @@ mod tests {
     #[test]
     fn payload_keys_come_in_a_fixed_order() {
         let mut parents = BTreeMap::new();
-        parents.insert(
-            ModelName::parse("z.p").unwrap(),
-            Fingerprint::from("f".repeat(64)),
-        );
-        parents.insert(
-            ModelName::parse("a.p").unwrap(),
-            Fingerprint::from("e".repeat(64)),
-        );
+        parents.insert(ModelName::parse("z.p").unwrap(), Fingerprint::from("f".repeat(64)));
+        parents.insert(ModelName::parse("a.p").unwrap(), Fingerprint::from("e".repeat(64)));
         let p = payload(&model("s.t"), None, &parents);
         let keys: Vec<&str> = p.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            ["v", "name", "kind", "columns", "grain", "body", "parents"]
-        );
+        assert_eq!(keys, ["v", "name", "kind", "columns", "grain", "body", "parents"]);
         assert_eq!(p["parents"][0], format!("a.p={}", "e".repeat(64)));
         assert_eq!(p["columns"], json!([["id", "bigint"]]));
     }
 
     #[test]
     fn declared_types_hash_modulo_case_and_whitespace() {
-        assert_eq!(
-            normalize_type("  TIMESTAMP   WITH\tTIME ZONE "),
-            "timestamp with time zone"
-        );
+        assert_eq!(normalize_type("  TIMESTAMP   WITH\tTIME ZONE "), "timestamp with time zone");
         assert_eq!(normalize_type("DECIMAL(18, 3)"), "decimal(18, 3)");
     }
 
@@ -383,10 +334,7 @@ mod tests {
     fn fingerprints_parse_strictly_and_serialise_as_strings() {
         let hex = "0123456789abcdef".repeat(4);
         let fp: Fingerprint = hex.parse().unwrap();
-        assert_eq!(
-            (fp.as_str(), fp.short(), fp.to_string()),
-            (hex.as_str(), "0123456789ab", hex.clone())
-        );
+        assert_eq!((fp.as_str(), fp.short(), fp.to_string()), (hex.as_str(), "0123456789ab", hex.clone()));
         assert!(Fingerprint::parse(&hex.to_uppercase()).is_err());
         assert!(Fingerprint::parse(&hex[1..]).is_err());
         assert!(Fingerprint::parse(&format!("{}g", &hex[1..])).is_err());

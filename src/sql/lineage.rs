@@ -44,10 +44,9 @@
 use super::canon::{self, SqlError};
 use crate::core::error::did_you_mean;
 use sqlparser::ast::{
-    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator, NamedWindowExpr, ObjectName,
-    ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind,
-    SetExpr, SetQuantifier, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor,
-    WildcardAdditionalOptions,
+    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator,
+    NamedWindowExpr, ObjectName, ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
+    SetQuantifier, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
 };
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::Parser;
@@ -102,10 +101,7 @@ pub struct ColumnProblem {
 /// ```
 pub fn unknown_columns(sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
     let query = parse(sql)?;
-    let mut an = Analyzer {
-        parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
-        problems: Vec::new(),
-    };
+    let mut an = Analyzer { parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(), problems: Vec::new() };
     an.query(&query, None);
     let mut problems = an.problems;
     problems.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
@@ -1275,10 +1271,7 @@ mod tests {
             ("nation", "n_nationkey n_name n_regionkey n_comment"),
             ("region", "r_regionkey r_name r_comment"),
         ];
-        tables
-            .iter()
-            .map(|(t, cols)| (format!("tpch.{t}"), cols.split_whitespace().filter(|c| *c != drop).map(str::to_string).collect()))
-            .collect()
+        tables.iter().map(|(t, cols)| (format!("tpch.{t}"), cols.split_whitespace().filter(|c| *c != drop).map(str::to_string).collect())).collect()
     }
 
     /// Eleven TPC-H queries (correlated subqueries, derived tables with column lists, a CTE in

@@ -89,10 +89,7 @@ impl StateError {
             StateError::Open { source, .. } | StateError::Sqlite { source, .. } => source,
             _ => return false,
         };
-        matches!(
-            source.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        )
+        matches!(source.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
     }
 
     /// True when the store has another layout version than [`STATE_VERSION`](super::STATE_VERSION).

@@ -133,10 +133,7 @@ impl StateStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let conn = Connection::open(path).map_err(|source| StateError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let conn = Connection::open(path).map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
         Self::init(conn, path.to_path_buf(), true)
     }
 
@@ -146,10 +143,7 @@ impl StateStore {
     /// [`StateError::Open`] if SQLite cannot allocate the database.
     pub fn open_in_memory() -> Result<Self, StateError> {
         let path = PathBuf::from(":memory:");
-        let conn = Connection::open_in_memory().map_err(|source| StateError::Open {
-            path: path.clone(),
-            source,
-        })?;
+        let conn = Connection::open_in_memory().map_err(|source| StateError::Open { path: path.clone(), source })?;
         Self::init(conn, path, false)
     }
 
@@ -159,22 +153,11 @@ impl StateStore {
     }
 
     fn init(conn: Connection, path: PathBuf, file: bool) -> Result<Self, StateError> {
-        let open_err = |source| StateError::Open {
-            path: path.clone(),
-            source,
-        };
+        let open_err = |source| StateError::Open { path: path.clone(), source };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let check = |found: i64| {
-            if found == STATE_VERSION {
-                Ok(())
-            } else {
-                Err(StateError::Version {
-                    path: path.clone(),
-                    found,
-                    wanted: STATE_VERSION,
-                })
-            }
+            if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { path: path.clone(), found, wanted: STATE_VERSION }) }
         };
         // Check the version before touching anything, so a foreign or newer store stays as it was.
         let mut found = stored_version(&conn).map_err(open_err)?;
@@ -191,9 +174,7 @@ impl StateStore {
         if let Some(v) = found {
             check(v)?;
         }
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(open_err)?;
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(open_err)?;
         if file && !mode.eq_ignore_ascii_case("wal") {
             tracing::warn!(path = %path.display(), mode, "the state store cannot use WAL journaling here; concurrent readers will wait for writers");
         }
@@ -206,8 +187,7 @@ impl StateStore {
                 Some(v) => check(v)?,
                 None => {
                     tx.execute_batch(SCHEMA).map_err(open_err)?;
-                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION])
-                        .map_err(open_err)?;
+                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).map_err(open_err)?;
                 }
             }
             tx.commit().map_err(open_err)?;
@@ -218,16 +198,8 @@ impl StateStore {
     /// Runs one operation, naming it (lazily) in any error.
     fn run<T>(&self, op: impl FnOnce() -> String, f: impl FnOnce() -> Result<T, Fault>) -> Result<T, StateError> {
         f().map_err(|fault| match fault {
-            Fault::Sql(source) => StateError::Sqlite {
-                path: self.path.clone(),
-                op: op(),
-                source,
-            },
-            Fault::Corrupt(detail) => StateError::Corrupt {
-                path: self.path.clone(),
-                op: op(),
-                detail,
-            },
+            Fault::Sql(source) => StateError::Sqlite { path: self.path.clone(), op: op(), source },
+            Fault::Corrupt(detail) => StateError::Corrupt { path: self.path.clone(), op: op(), detail },
             Fault::Fail(e) => e,
         })
     }
@@ -260,10 +232,7 @@ impl StateStore {
     /// # Errors
     /// [`StateError::Sqlite`] if the read fails.
     pub fn generation(&self) -> Result<i64, StateError> {
-        self.run(
-            || "read the store's generation".to_string(),
-            || Ok(self.conn.prepare_cached("SELECT generation FROM meta")?.query_row([], |r| r.get(0))?),
-        )
+        self.run(|| "read the store's generation".to_string(), || Ok(self.conn.prepare_cached("SELECT generation FROM meta")?.query_row([], |r| r.get(0))?))
     }
 
     /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
@@ -273,13 +242,7 @@ impl StateStore {
     pub fn plan_memo_get(&self, env: &str) -> Result<Option<(String, String)>, StateError> {
         self.run(
             || format!("read the plan memo of `{env}`"),
-            || {
-                Ok(self
-                    .conn
-                    .prepare_cached("SELECT key, body FROM plan_memo WHERE env = ?1")?
-                    .query_row([env], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()?)
-            },
+            || Ok(self.conn.prepare_cached("SELECT key, body FROM plan_memo WHERE env = ?1")?.query_row([env], |r| Ok((r.get(0)?, r.get(1)?))).optional()?),
         )
     }
 
@@ -310,9 +273,7 @@ impl StateStore {
         self.run(
             || format!("read the pointers of environment `{env}`"),
             || {
-                let mut stmt = self
-                    .conn
-                    .prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?;
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?;
                 let rows = stmt.query_map([env], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 Ok(rows.collect::<Result<_, _>>()?)
             },
@@ -328,9 +289,7 @@ impl StateStore {
         self.run(
             || "list environments".to_string(),
             || {
-                let mut stmt = self
-                    .conn
-                    .prepare_cached("SELECT DISTINCT env FROM environments ORDER BY env")?;
+                let mut stmt = self.conn.prepare_cached("SELECT DISTINCT env FROM environments ORDER BY env")?;
                 let rows = stmt.query_map([], |r| r.get(0))?;
                 Ok(rows.collect::<Result<_, _>>()?)
             },
@@ -363,13 +322,11 @@ impl StateStore {
                         ))
                     })
                     .optional()?;
-                let Some((fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at)) = row
-                else {
+                let Some((fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at)) = row else {
                     return Ok(None);
                 };
-                let metadata = serde_json::from_str(&metadata).map_err(|e| {
-                    Fault::Corrupt(format!("the metadata of snapshot `{name}` `{fp}` is not JSON: {e}"))
-                })?;
+                let metadata =
+                    serde_json::from_str(&metadata).map_err(|e| Fault::Corrupt(format!("the metadata of snapshot `{name}` `{fp}` is not JSON: {e}")))?;
                 Ok(Some(SnapshotRecord {
                     name: name.to_string(),
                     fingerprint: fp.to_string(),
@@ -427,8 +384,11 @@ impl StateStore {
             || format!("update the metadata of snapshot `{name}` `{fp}`"),
             || {
                 self.write(|tx| {
-                    tx.prepare_cached("UPDATE snapshots SET metadata = ?3 WHERE name = ?1 AND fingerprint = ?2")?
-                        .execute(params![name, fp, metadata.to_string()])?;
+                    tx.prepare_cached("UPDATE snapshots SET metadata = ?3 WHERE name = ?1 AND fingerprint = ?2")?.execute(params![
+                        name,
+                        fp,
+                        metadata.to_string()
+                    ])?;
                     Ok(())
                 })
             },
@@ -478,9 +438,7 @@ impl StateStore {
         self.run(
             || format!("read the intervals of `{name}` `{fp}`"),
             || {
-                let mut stmt = self.conn.prepare_cached(
-                    "SELECT start_ts FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'",
-                )?;
+                let mut stmt = self.conn.prepare_cached("SELECT start_ts FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'")?;
                 let mut rows = stmt.query([name, fp])?;
                 let mut out = BTreeSet::new();
                 while let Some(row) = rows.next()? {
@@ -538,25 +496,12 @@ impl StateStore {
     ///
     /// # Errors
     /// [`StateError::Sqlite`] if a write fails; then none of `intervals` is recorded.
-    pub fn mark_intervals(
-        &self,
-        name: &str,
-        fp: &str,
-        intervals: &[Interval],
-        status: IntervalStatus,
-        now: Millis,
-    ) -> Result<(), StateError> {
+    pub fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError> {
         if intervals.is_empty() {
             return Ok(());
         }
         self.run(
-            || {
-                format!(
-                    "record {} interval(s) of `{name}` `{fp}` as {}",
-                    intervals.len(),
-                    status.as_str()
-                )
-            },
+            || format!("record {} interval(s) of `{name}` `{fp}` as {}", intervals.len(), status.as_str()),
             || {
                 self.write(|tx| {
                     let mut stmt = tx.prepare_cached(
@@ -567,14 +512,7 @@ impl StateStore {
                     )?;
                     let now = to_iso(now);
                     for iv in intervals {
-                        stmt.execute(params![
-                            name,
-                            fp,
-                            to_iso(iv.start),
-                            to_iso(iv.end),
-                            status.as_str(),
-                            now
-                        ])?;
+                        stmt.execute(params![name, fp, to_iso(iv.start), to_iso(iv.end), status.as_str(), now])?;
                     }
                     Ok(())
                 })
@@ -614,37 +552,28 @@ impl StateStore {
                 self.write_tx(false, |tx| {
                     tx.prepare_cached("DELETE FROM plan_memo WHERE env = ?1")?.execute([env])?;
                     {
-                        let mut exists =
-                            tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;
+                        let mut exists = tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;
                         for name in require_snapshot {
                             let Some(fp) = pointers.get(name) else {
-                                return Err(Fault::Fail(StateError::MissingPointer {
-                                    env: env.to_string(),
-                                    name: name.clone(),
-                                }));
+                                return Err(Fault::Fail(StateError::MissingPointer { env: env.to_string(), name: name.clone() }));
                             };
                             if !exists.exists([name, fp])? {
-                                return Err(Fault::Fail(StateError::MissingSnapshot {
-                                    env: env.to_string(),
-                                    name: name.clone(),
-                                    fingerprint: fp.clone(),
-                                }));
+                                return Err(Fault::Fail(StateError::MissingSnapshot { env: env.to_string(), name: name.clone(), fingerprint: fp.clone() }));
                             }
                         }
                     }
                     let at = to_iso(now);
-                    tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?
-                        .execute([env])?;
-                    let mut insert = tx.prepare_cached(
-                        "INSERT INTO environments (env, name, fingerprint, promoted_at) VALUES (?1, ?2, ?3, ?4)",
-                    )?;
+                    tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
+                    let mut insert = tx.prepare_cached("INSERT INTO environments (env, name, fingerprint, promoted_at) VALUES (?1, ?2, ?3, ?4)")?;
                     for (name, fp) in pointers {
                         insert.execute(params![env, name, fp, at])?;
                     }
-                    tx.prepare_cached(
-                        "INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, ?4)",
-                    )?
-                    .execute(params![env, journal_summary.to_string(), at, applied_by])?;
+                    tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
+                        env,
+                        journal_summary.to_string(),
+                        at,
+                        applied_by
+                    ])?;
                     Ok(tx.last_insert_rowid())
                 })
             },
@@ -660,29 +589,13 @@ impl StateStore {
         self.run(
             || format!("read the journal of environment `{env}`"),
             || {
-                let mut stmt = self.conn.prepare_cached(
-                    "SELECT id, summary, applied_at, applied_by FROM plans WHERE env = ?1 ORDER BY id",
-                )?;
-                let rows = stmt.query_map([env], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                    ))
-                })?;
+                let mut stmt = self.conn.prepare_cached("SELECT id, summary, applied_at, applied_by FROM plans WHERE env = ?1 ORDER BY id")?;
+                let rows = stmt.query_map([env], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))?;
                 let mut out = Vec::new();
                 for row in rows {
                     let (id, summary, applied_at, applied_by) = row?;
-                    let summary = serde_json::from_str(&summary)
-                        .map_err(|e| Fault::Corrupt(format!("the summary of journal row {id} is not JSON: {e}")))?;
-                    out.push(JournalEntry {
-                        id,
-                        env: env.to_string(),
-                        summary,
-                        applied_at,
-                        applied_by,
-                    });
+                    let summary = serde_json::from_str(&summary).map_err(|e| Fault::Corrupt(format!("the summary of journal row {id} is not JSON: {e}")))?;
+                    out.push(JournalEntry { id, env: env.to_string(), summary, applied_at, applied_by });
                 }
                 Ok(out)
             },
@@ -702,11 +615,8 @@ impl StateStore {
             || format!("read the canonicalisation cache ({} keys)", keys.len()),
             || {
                 // One statement for any number of keys: the keys travel as one JSON array.
-                let keys =
-                    serde_json::to_string(keys).map_err(|e| Fault::Corrupt(format!("cannot encode the keys: {e}")))?;
-                let mut stmt = self.conn.prepare_cached(
-                    "SELECT key, canonical FROM canon_cache WHERE key IN (SELECT value FROM json_each(?1))",
-                )?;
+                let keys = serde_json::to_string(keys).map_err(|e| Fault::Corrupt(format!("cannot encode the keys: {e}")))?;
+                let mut stmt = self.conn.prepare_cached("SELECT key, canonical FROM canon_cache WHERE key IN (SELECT value FROM json_each(?1))")?;
                 let rows = stmt.query_map([keys], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 Ok(rows.collect::<Result<_, _>>()?)
             },
@@ -753,15 +663,12 @@ fn stored_version(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     if !tables.iter().any(|t| t == "meta") {
         return Ok(Some(0));
     }
-    conn.query_row("SELECT COALESCE(MAX(version), 0) FROM meta", [], |r| r.get(0))
-        .map(Some)
+    conn.query_row("SELECT COALESCE(MAX(version), 0) FROM meta", [], |r| r.get(0)).map(Some)
 }
 
 /// Column `i` of `row` as text, without copying.
 fn text<'r>(row: &'r Row<'_>, i: usize) -> Result<&'r str, Fault> {
-    row.get_ref(i)?
-        .as_str()
-        .map_err(|e| Fault::Corrupt(format!("column {i} of an interval row is not text: {e}")))
+    row.get_ref(i)?.as_str().map_err(|e| Fault::Corrupt(format!("column {i} of an interval row is not text: {e}")))
 }
 
 /// Parses a stored ISO timestamp back to epoch ms.
@@ -827,10 +734,7 @@ mod tests {
         assert_eq!(store.snapshot("src.raw", &fp('2')).unwrap(), Some(external));
         assert_eq!(store.snapshot("a.b", &fp('2')).unwrap(), None);
         let keys = store.snapshot_keys().unwrap();
-        assert_eq!(
-            keys,
-            HashSet::from([("a.b".to_string(), fp('1')), ("src.raw".to_string(), fp('2'))])
-        );
+        assert_eq!(keys, HashSet::from([("a.b".to_string(), fp('1')), ("src.raw".to_string(), fp('2'))]));
     }
 
     #[test]
@@ -868,49 +772,22 @@ mod tests {
 
         let first: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.two".to_string(), fp('2'))].into();
         let req: BTreeSet<_> = first.keys().cloned().collect();
-        let id1 = store
-            .promote("dev", &first, &req, &json!({"n": 1}), "alice", t("2026-01-02"))
-            .unwrap();
+        let id1 = store.promote("dev", &first, &req, &json!({"n": 1}), "alice", t("2026-01-02")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), first);
 
         // a.two is dropped, a.one changes, a.three is new, and an external needs no snapshot.
-        let second: BTreeMap<_, _> = [
-            ("a.one".to_string(), fp('3')),
-            ("a.three".to_string(), fp('4')),
-            ("src.raw".to_string(), fp('9')),
-        ]
-        .into();
+        let second: BTreeMap<_, _> = [("a.one".to_string(), fp('3')), ("a.three".to_string(), fp('4')), ("src.raw".to_string(), fp('9'))].into();
         let req: BTreeSet<_> = ["a.one".to_string(), "a.three".to_string()].into();
-        let id2 = store
-            .promote(
-                "dev",
-                &second,
-                &req,
-                &json!({"n": 2}),
-                "bob",
-                t("2026-01-03T04:05:06.007Z"),
-            )
-            .unwrap();
+        let id2 = store.promote("dev", &second, &req, &json!({"n": 2}), "bob", t("2026-01-03T04:05:06.007Z")).unwrap();
         assert!(id2 > id1);
         assert_eq!(store.env_pointers("dev").unwrap(), second);
-        assert_eq!(
-            count(
-                &store,
-                "SELECT count(*) FROM environments WHERE env = 'dev' AND promoted_at = '2026-01-03T04:05:06.007Z'"
-            ),
-            3
-        );
+        assert_eq!(count(&store, "SELECT count(*) FROM environments WHERE env = 'dev' AND promoted_at = '2026-01-03T04:05:06.007Z'"), 3);
 
         // Another environment is independent.
-        let id3 = store
-            .promote("prod", &first, &BTreeSet::new(), &json!({}), "", t("2026-01-04"))
-            .unwrap();
+        let id3 = store.promote("prod", &first, &BTreeSet::new(), &json!({}), "", t("2026-01-04")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), second);
         assert_eq!(store.env_pointers("prod").unwrap(), first);
-        assert_eq!(
-            store.environments().unwrap(),
-            vec!["dev".to_string(), "prod".to_string()]
-        );
+        assert_eq!(store.environments().unwrap(), vec!["dev".to_string(), "prod".to_string()]);
 
         let journal = store.journal("dev").unwrap();
         assert_eq!(
@@ -923,19 +800,10 @@ mod tests {
                     applied_at: "2026-01-02T00:00:00.000Z".into(),
                     applied_by: "alice".into(),
                 },
-                JournalEntry {
-                    id: id2,
-                    env: "dev".into(),
-                    summary: json!({"n": 2}),
-                    applied_at: "2026-01-03T04:05:06.007Z".into(),
-                    applied_by: "bob".into(),
-                },
+                JournalEntry { id: id2, env: "dev".into(), summary: json!({"n": 2}), applied_at: "2026-01-03T04:05:06.007Z".into(), applied_by: "bob".into() },
             ]
         );
-        assert_eq!(
-            store.journal("prod").unwrap().iter().map(|j| j.id).collect::<Vec<_>>(),
-            vec![id3]
-        );
+        assert_eq!(store.journal("prod").unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), vec![id3]);
         assert!(store.journal("nope").unwrap().is_empty());
     }
 
@@ -945,35 +813,23 @@ mod tests {
         store.put_snapshot(&rec("a.one", &fp('1'))).unwrap();
         let good: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
         let req: BTreeSet<_> = good.keys().cloned().collect();
-        store
-            .promote("dev", &good, &req, &json!({}), "ci", t("2026-01-02"))
-            .unwrap();
+        store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-02")).unwrap();
         let journal = store.journal("dev").unwrap();
 
         let bad: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.gone".to_string(), fp('7'))].into();
         let req: BTreeSet<_> = bad.keys().cloned().collect();
-        let err = store
-            .promote("dev", &bad, &req, &json!({}), "ci", t("2026-01-03"))
-            .unwrap_err();
+        let err = store.promote("dev", &bad, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
         assert!(err.is_missing_snapshot(), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("`a.gone`") && msg.contains(&fp('7')) && msg.contains("disappeared"),
-            "{msg}"
-        );
+        assert!(msg.contains("`a.gone`") && msg.contains(&fp('7')) && msg.contains("disappeared"), "{msg}");
         assert!(msg.contains("re-run `efmesh apply`") && !msg.ends_with('.'), "{msg}");
         assert_eq!(store.env_pointers("dev").unwrap(), good);
         assert_eq!(store.journal("dev").unwrap(), journal);
 
         // A required model with no pointer at all is refused the same way.
         let req: BTreeSet<_> = ["a.one".to_string(), "a.other".to_string()].into();
-        let err = store
-            .promote("dev", &good, &req, &json!({}), "ci", t("2026-01-03"))
-            .unwrap_err();
-        assert!(
-            matches!(&err, StateError::MissingPointer { name, .. } if name == "a.other"),
-            "{err:?}"
-        );
+        let err = store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
+        assert!(matches!(&err, StateError::MissingPointer { name, .. } if name == "a.other"), "{err:?}");
         assert_eq!(store.env_pointers("dev").unwrap(), good);
         assert_eq!(store.journal("dev").unwrap(), journal);
     }
@@ -982,29 +838,17 @@ mod tests {
     fn promote_failing_mid_way_rolls_back() {
         let store = StateStore::open_in_memory().unwrap();
         let old: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
-        store
-            .promote("dev", &old, &BTreeSet::new(), &json!({}), "ci", t("2026-01-02"))
-            .unwrap();
+        store.promote("dev", &old, &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
         // Make the last step (the journal insert) fail after the pointers were rewritten.
-        store
-            .conn
-            .execute_batch("CREATE TRIGGER boom BEFORE INSERT ON plans WHEN NEW.applied_by = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;")
-            .unwrap();
+        store.conn.execute_batch("CREATE TRIGGER boom BEFORE INSERT ON plans WHEN NEW.applied_by = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;").unwrap();
         let new: BTreeMap<_, _> = [("a.two".to_string(), fp('2'))].into();
-        let err = store
-            .promote("dev", &new, &BTreeSet::new(), &json!({}), "boom", t("2026-01-03"))
-            .unwrap_err();
+        let err = store.promote("dev", &new, &BTreeSet::new(), &json!({}), "boom", t("2026-01-03")).unwrap_err();
         assert!(matches!(err, StateError::Sqlite { .. }), "{err:?}");
-        assert_eq!(
-            err.to_string(),
-            "state store `:memory:`: cannot promote environment `dev`"
-        );
+        assert_eq!(err.to_string(), "state store `:memory:`: cannot promote environment `dev`");
         assert_eq!(store.env_pointers("dev").unwrap(), old);
         assert_eq!(store.journal("dev").unwrap().len(), 1);
         // And the connection is usable afterwards (the transaction was rolled back).
-        store
-            .promote("dev", &new, &BTreeSet::new(), &json!({}), "ci", t("2026-01-03"))
-            .unwrap();
+        store.promote("dev", &new, &BTreeSet::new(), &json!({}), "ci", t("2026-01-03")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), new);
     }
 
@@ -1013,44 +857,25 @@ mod tests {
         let store = StateStore::open_in_memory().unwrap();
         let (name, f) = ("a.b", fp('1'));
         let ivs = days("2026-01-01", 3);
-        store
-            .mark_intervals(name, &f, &ivs, IntervalStatus::Failed, t("2026-01-05"))
-            .unwrap();
+        store.mark_intervals(name, &f, &ivs, IntervalStatus::Failed, t("2026-01-05")).unwrap();
         assert!(store.done_intervals(name, &f).unwrap().is_empty());
         assert!(store.all_done_intervals().unwrap().is_empty());
 
-        store
-            .mark_intervals(name, &f, &ivs[1..], IntervalStatus::Done, t("2026-01-06T01:02:03.004Z"))
-            .unwrap();
+        store.mark_intervals(name, &f, &ivs[1..], IntervalStatus::Done, t("2026-01-06T01:02:03.004Z")).unwrap();
         let done: BTreeSet<_> = ivs[1..].iter().map(|i| i.start).collect();
         assert_eq!(store.done_intervals(name, &f).unwrap(), done);
         assert_eq!(count(&store, "SELECT count(*) FROM intervals"), 3);
-        assert_eq!(
-            count(&store, "SELECT count(*) FROM intervals WHERE status = 'failed'"),
-            1
-        );
+        assert_eq!(count(&store, "SELECT count(*) FROM intervals WHERE status = 'failed'"), 1);
         let (end, updated): (String, String) = store
             .conn
-            .query_row(
-                "SELECT end_ts, updated_at FROM intervals WHERE start_ts = '2026-01-03T00:00:00.000Z'",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_row("SELECT end_ts, updated_at FROM intervals WHERE start_ts = '2026-01-03T00:00:00.000Z'", [], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap();
-        assert_eq!(
-            (end.as_str(), updated.as_str()),
-            ("2026-01-04T00:00:00.000Z", "2026-01-06T01:02:03.004Z")
-        );
+        assert_eq!((end.as_str(), updated.as_str()), ("2026-01-04T00:00:00.000Z", "2026-01-06T01:02:03.004Z"));
 
         // Done can go back to failed (e.g. a restated interval that failed again).
-        store
-            .mark_intervals(name, &f, &ivs[2..], IntervalStatus::Failed, t("2026-01-07"))
-            .unwrap();
+        store.mark_intervals(name, &f, &ivs[2..], IntervalStatus::Failed, t("2026-01-07")).unwrap();
         assert_eq!(store.done_intervals(name, &f).unwrap(), BTreeSet::from([ivs[1].start]));
-        assert_eq!(
-            store.all_done_intervals().unwrap(),
-            HashMap::from([((name.to_string(), f.clone()), BTreeSet::from([ivs[1].start]))])
-        );
+        assert_eq!(store.all_done_intervals().unwrap(), HashMap::from([((name.to_string(), f.clone()), BTreeSet::from([ivs[1].start]))]));
         store.mark_intervals(name, &f, &[], IntervalStatus::Done, 0).unwrap();
     }
 
@@ -1058,30 +883,15 @@ mod tests {
     fn ledger_is_keyed_by_name_and_fingerprint() {
         let store = StateStore::open_in_memory().unwrap();
         let same = fp('5');
-        store
-            .mark_intervals("a.x", &same, &days("2026-01-01", 2), IntervalStatus::Done, 0)
-            .unwrap();
-        store
-            .mark_intervals("a.y", &same, &days("2026-02-01", 1), IntervalStatus::Done, 0)
-            .unwrap();
-        store
-            .mark_intervals("a.y", &fp('6'), &days("2026-03-01", 1), IntervalStatus::Done, 0)
-            .unwrap();
-        assert_eq!(
-            store.done_intervals("a.x", &same).unwrap(),
-            BTreeSet::from([t("2026-01-01"), t("2026-01-02")])
-        );
-        assert_eq!(
-            store.done_intervals("a.y", &same).unwrap(),
-            BTreeSet::from([t("2026-02-01")])
-        );
+        store.mark_intervals("a.x", &same, &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+        store.mark_intervals("a.y", &same, &days("2026-02-01", 1), IntervalStatus::Done, 0).unwrap();
+        store.mark_intervals("a.y", &fp('6'), &days("2026-03-01", 1), IntervalStatus::Done, 0).unwrap();
+        assert_eq!(store.done_intervals("a.x", &same).unwrap(), BTreeSet::from([t("2026-01-01"), t("2026-01-02")]));
+        assert_eq!(store.done_intervals("a.y", &same).unwrap(), BTreeSet::from([t("2026-02-01")]));
         let all = store.all_done_intervals().unwrap();
         assert_eq!(all.len(), 3);
         assert_eq!(all[&("a.x".to_string(), same.clone())].len(), 2);
-        assert_eq!(
-            all[&("a.y".to_string(), same.clone())],
-            BTreeSet::from([t("2026-02-01")])
-        );
+        assert_eq!(all[&("a.y".to_string(), same.clone())], BTreeSet::from([t("2026-02-01")]));
         assert_eq!(all[&("a.y".to_string(), fp('6'))], BTreeSet::from([t("2026-03-01")]));
     }
 
@@ -1089,20 +899,9 @@ mod tests {
     fn canon_cache_round_trip() {
         let store = StateStore::open_in_memory().unwrap();
         assert!(store.canon_cache_get(&[]).unwrap().is_empty());
-        store
-            .canon_cache_put(&[
-                ("k1".into(), "c1".into()),
-                ("k2".into(), "c2".into()),
-                ("it's \"odd\"".into(), "c3".into()),
-            ])
-            .unwrap();
-        let got = store
-            .canon_cache_get(&["k1".into(), "nope".into(), "it's \"odd\"".into(), "k1".into()])
-            .unwrap();
-        assert_eq!(
-            got,
-            HashMap::from([("k1".into(), "c1".into()), ("it's \"odd\"".into(), "c3".into())])
-        );
+        store.canon_cache_put(&[("k1".into(), "c1".into()), ("k2".into(), "c2".into()), ("it's \"odd\"".into(), "c3".into())]).unwrap();
+        let got = store.canon_cache_get(&["k1".into(), "nope".into(), "it's \"odd\"".into(), "k1".into()]).unwrap();
+        assert_eq!(got, HashMap::from([("k1".into(), "c1".into()), ("it's \"odd\"".into(), "c3".into())]));
         store.canon_cache_put(&[("k1".into(), "c1b".into())]).unwrap();
         assert_eq!(store.canon_cache_get(&["k1".into()]).unwrap()["k1"], "c1b");
     }
@@ -1115,19 +914,8 @@ mod tests {
             let store = StateStore::open(&path).unwrap();
             assert_eq!(store.path(), path);
             store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
-            store
-                .mark_intervals("a.b", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0)
-                .unwrap();
-            store
-                .promote(
-                    "prod",
-                    &pointers,
-                    &pointers.keys().cloned().collect(),
-                    &json!({"x": 1}),
-                    "me",
-                    0,
-                )
-                .unwrap();
+            store.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+            store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({"x": 1}), "me", 0).unwrap();
             store.canon_cache_put(&[("k".into(), "c".into())]).unwrap();
         }
         let store = StateStore::open(&path).unwrap();
@@ -1175,61 +963,33 @@ mod tests {
         let (_dir, path) = temp_store();
         StateStore::open(&path).unwrap();
         for (found, hint) in [(STATE_VERSION + 1, "newer"), (0, "predates")] {
-            Connection::open(&path)
-                .unwrap()
-                .execute("UPDATE meta SET version = ?1", [found])
-                .unwrap();
+            Connection::open(&path).unwrap().execute("UPDATE meta SET version = ?1", [found]).unwrap();
             let err = StateStore::open(&path).unwrap_err();
             assert!(err.is_version_mismatch(), "{err:?}");
             assert!(matches!(err, StateError::Version { found: f, wanted: STATE_VERSION, .. } if f == found));
             let msg = err.to_string();
-            assert!(
-                msg.contains(&format!("version {found}")) && msg.contains(&format!("needs version {STATE_VERSION}")),
-                "{msg}"
-            );
+            assert!(msg.contains(&format!("version {found}")) && msg.contains(&format!("needs version {STATE_VERSION}")), "{msg}");
             assert!(msg.contains(&path.display().to_string()), "{msg}");
             assert!(err.hint().unwrap().contains(hint));
         }
         // An empty `meta` counts as version 0, and the store is left as it was.
-        Connection::open(&path)
-            .unwrap()
-            .execute("DELETE FROM meta", [])
-            .unwrap();
-        assert!(matches!(
-            StateStore::open(&path).unwrap_err(),
-            StateError::Version { found: 0, .. }
-        ));
-        let left: i64 = Connection::open(&path)
-            .unwrap()
-            .query_row("SELECT count(*) FROM meta", [], |r| r.get(0))
-            .unwrap();
+        Connection::open(&path).unwrap().execute("DELETE FROM meta", []).unwrap();
+        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
+        let left: i64 = Connection::open(&path).unwrap().query_row("SELECT count(*) FROM meta", [], |r| r.get(0)).unwrap();
         assert_eq!(left, 0);
         // Back at the right version it opens again.
-        Connection::open(&path)
-            .unwrap()
-            .execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION])
-            .unwrap();
+        Connection::open(&path).unwrap().execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).unwrap();
         StateStore::open(&path).unwrap();
     }
 
     #[test]
     fn a_foreign_database_is_not_adopted() {
         let (dir, path) = temp_store();
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch("CREATE TABLE other (x INTEGER);")
-            .unwrap();
-        assert!(matches!(
-            StateStore::open(&path).unwrap_err(),
-            StateError::Version { found: 0, .. }
-        ));
+        Connection::open(&path).unwrap().execute_batch("CREATE TABLE other (x INTEGER);").unwrap();
+        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
 
         let junk = dir.path().join("junk.sqlite");
-        fs_err::write(
-            &junk,
-            "this is not a database, just some text that is long enough to have a header",
-        )
-        .unwrap();
+        fs_err::write(&junk, "this is not a database, just some text that is long enough to have a header").unwrap();
         let err = StateStore::open(&junk).unwrap_err();
         assert!(matches!(err, StateError::Open { .. }), "{err:?}");
         assert!(err.to_string().contains("junk.sqlite"), "{err}");
@@ -1249,8 +1009,7 @@ mod tests {
         let mut stmt = b.conn.prepare("SELECT name FROM snapshots").unwrap();
         let mut rows = stmt.query([]).unwrap();
         assert!(rows.next().unwrap().is_some());
-        a.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 1), IntervalStatus::Done, 0)
-            .unwrap();
+        a.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
     }
 
     #[test]
@@ -1274,20 +1033,11 @@ mod tests {
     #[test]
     fn corrupt_rows_are_reported_with_their_owner() {
         let store = StateStore::open_in_memory().unwrap();
-        store
-            .conn
-            .execute(
-                "INSERT INTO intervals VALUES ('a.b', ?1, 'yesterday', 'today', 'done', '')",
-                [fp('1')],
-            )
-            .unwrap();
+        store.conn.execute("INSERT INTO intervals VALUES ('a.b', ?1, 'yesterday', 'today', 'done', '')", [fp('1')]).unwrap();
         let err = store.all_done_intervals().unwrap_err();
         assert!(matches!(err, StateError::Corrupt { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(
-            msg.contains("`a.b`") && msg.contains("yesterday") && !msg.ends_with('.'),
-            "{msg}"
-        );
+        assert!(msg.contains("`a.b`") && msg.contains("yesterday") && !msg.ends_with('.'), "{msg}");
     }
 
     /// Timing of the three per-plan reads at 2000 models (run with `--ignored --nocapture`).
@@ -1302,26 +1052,13 @@ mod tests {
             let f = format!("{i:064x}");
             store.put_snapshot(&rec(&name, &f)).unwrap();
             if i % 4 == 0 {
-                store
-                    .mark_intervals(&name, &f, &days("2025-01-01", 365), IntervalStatus::Done, 0)
-                    .unwrap();
+                store.mark_intervals(&name, &f, &days("2025-01-01", 365), IntervalStatus::Done, 0).unwrap();
             }
             pointers.insert(name, f);
         }
-        store
-            .promote(
-                "prod",
-                &pointers,
-                &pointers.keys().cloned().collect(),
-                &json!({}),
-                "",
-                0,
-            )
-            .unwrap();
+        store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({}), "", 0).unwrap();
         let keys: Vec<String> = (0..2000).map(|i| format!("key-{i}")).collect();
-        store
-            .canon_cache_put(&keys.iter().map(|k| (k.clone(), "x".repeat(200))).collect::<Vec<_>>())
-            .unwrap();
+        store.canon_cache_put(&keys.iter().map(|k| (k.clone(), "x".repeat(200))).collect::<Vec<_>>()).unwrap();
         for _ in 0..3 {
             let t0 = std::time::Instant::now();
             let p = store.env_pointers("prod").unwrap();

@@ -238,18 +238,13 @@ fn cells<'a>(source: &str, owner: &str, columns: &[&'a Column], rows: &'a [crate
 
 /// Types every cell, in one engine round trip when all fit; names each cell that does not.
 fn check_cells(cells: &[Cell], engine: &mut dyn Engine) -> Vec<String> {
-    let mut problems: Vec<String> = cells
-        .iter()
-        .filter_map(|c| fixture::refuse_without_engine(c.value, &c.column.ty).map(|why| format!("{} does not fit: {why}", c.describe())))
-        .collect();
+    let mut problems: Vec<String> =
+        cells.iter().filter_map(|c| fixture::refuse_without_engine(c.value, &c.column.ty).map(|why| format!("{} does not fit: {why}", c.describe()))).collect();
     if !problems.is_empty() || cells.is_empty() {
         return problems;
     }
-    let checks: Vec<String> = cells
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("({i}, TRY_CAST({} AS {}) IS NULL)", fixture::literal(c.value), c.column.ty))
-        .collect();
+    let checks: Vec<String> =
+        cells.iter().enumerate().map(|(i, c)| format!("({i}, TRY_CAST({} AS {}) IS NULL)", fixture::literal(c.value), c.column.ty)).collect();
     let sql = format!("SELECT i FROM (VALUES {}) AS _c(i, bad) WHERE bad ORDER BY i", checks.join(", "));
     let suspects: Vec<usize> = match engine.query(&sql) {
         Ok(rows) => rows.iter().filter_map(|r| r.first().cloned().flatten()).filter_map(|i| i.parse().ok()).collect(),

@@ -309,7 +309,10 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
     // A name taken twice, and an audit body that reads nothing.
     let q = project();
     q.write("audits/dup.lua", "define_audit { name = \"unique\", params = { \"c\" }, query = function(s, a) return 'SELECT * FROM ' .. s end }\ndefine_audit { name = \"blind\", query = function(s, a) return 'SELECT 1' end }\n");
-    q.write("models/a.lua", "define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, audits = { audit.blind() }, query = \"SELECT 1 AS x\" }\n");
+    q.write(
+        "models/a.lua",
+        "define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, audits = { audit.blind() }, query = \"SELECT 1 AS x\" }\n",
+    );
     let e = q.run(&["plan", "dev"]).expect_code(1).stderr.clone();
     assert!(e.contains("audits/dup.lua:1: audit `unique` is already defined (a built-in audit)"), "{e}");
     assert!(e.contains("models/a.lua:1: audit `blind`: the audit body's SQL never reads the relation under audit"), "{e}");
@@ -364,10 +367,7 @@ fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay() {
     let physical = physical_of(&p, "s.daily");
     assert_eq!(
         p.rows(&format!("(SELECT day, region FROM {physical})")),
-        vec![
-            vec![Some("2026-01-01 00:00:00".into()), Some("north".into())],
-            vec![Some("2026-01-02 00:00:00".into()), Some("north".into())],
-        ]
+        vec![vec![Some("2026-01-01 00:00:00".into()), Some("north".into())], vec![Some("2026-01-02 00:00:00".into()), Some("north".into())],]
     );
     assert_eq!(
         ledger(&p, "s.daily"),
@@ -466,7 +466,11 @@ fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing() {
     p.apply("dev");
     let tables = p.physical_tables();
     for audits in ["audit.not_null(\"region\")", "audit.not_null(\"region\", \"amount\")", "audit.not_null { \"region\", blocking = false }"] {
-        p.write("models/daily.lua", &p.read("models/daily.lua").replace(&p.read("models/daily.lua").lines().find(|l| l.contains("audits =")).unwrap().to_string(), &format!("  audits = {{ {audits} }},")));
+        p.write(
+            "models/daily.lua",
+            &p.read("models/daily.lua")
+                .replace(&p.read("models/daily.lua").lines().find(|l| l.contains("audits =")).unwrap().to_string(), &format!("  audits = {{ {audits} }},")),
+        );
         let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
         let a = action(&plan, "s.daily");
         assert_eq!(a["change"], "metadata", "{audits}: {a:#}");
@@ -483,7 +487,10 @@ fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing() {
 
 #[test]
 fn efmesh_audit_catches_a_corrupted_physical_table() {
-    let p = daily_project(EVENTS.replace(",,30", ",east,30").as_str(), "audit.not_null(\"region\"), audit.accepted_values { column = \"region\", values = { \"north\", \"south\", \"east\" }, blocking = false }");
+    let p = daily_project(
+        EVENTS.replace(",,30", ",east,30").as_str(),
+        "audit.not_null(\"region\"), audit.accepted_values { column = \"region\", values = { \"north\", \"south\", \"east\" }, blocking = false }",
+    );
     p.apply("prod");
     let clean = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
     assert_eq!(clean["blockingViolations"], 0);

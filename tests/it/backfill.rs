@@ -125,14 +125,9 @@ define_model {{
 /// The body run once over the whole range directly on DuckDB, reading the CSV itself.
 fn full_query(p: &Project, sql: &str, start: &str) -> Rows {
     let csv = p.root().join("data/events.csv");
-    let src = format!(
-        "read_csv('{}', header = true, columns = {{'ts': 'TIMESTAMP', 'k': 'VARCHAR', 'amount': 'BIGINT'}})",
-        csv.display()
-    );
-    let sql = sql
-        .replace("{src}", &src)
-        .replace("@start", &format!("TIMESTAMP '{start} 00:00:00'"))
-        .replace("@end", &format!("TIMESTAMP '{RANGE_END} 00:00:00'"));
+    let src = format!("read_csv('{}', header = true, columns = {{'ts': 'TIMESTAMP', 'k': 'VARCHAR', 'amount': 'BIGINT'}})", csv.display());
+    let sql =
+        sql.replace("{src}", &src).replace("@start", &format!("TIMESTAMP '{start} 00:00:00'")).replace("@end", &format!("TIMESTAMP '{RANGE_END} 00:00:00'"));
     sorted_in_memory(&sql)
 }
 

@@ -18,26 +18,35 @@ const P_SELECT: &str = "SELECT e.id, e.region, r.zone, e.amount, 'eur' AS curren
 
 /// `s.parent` with an added `score` column (non-breaking).
 fn parent_with_score() -> String {
-    sub(crate::categories_corpus::PARENT, &[
-        (P_SCHEMA, "-- schema: id bigint, region varchar, zone varchar, amount bigint, currency varchar, score bigint\n"),
-        (P_SELECT, "SELECT e.id, e.region, r.zone, e.amount, 'eur' AS currency, e.id * 10 AS score\n"),
-    ])
+    sub(
+        crate::categories_corpus::PARENT,
+        &[
+            (P_SCHEMA, "-- schema: id bigint, region varchar, zone varchar, amount bigint, currency varchar, score bigint\n"),
+            (P_SELECT, "SELECT e.id, e.region, r.zone, e.amount, 'eur' AS currency, e.id * 10 AS score\n"),
+        ],
+    )
 }
 
 /// `s.parent` without its `zone` column (breaking, drops a column).
 fn parent_without_zone() -> String {
-    sub(crate::categories_corpus::PARENT, &[
-        (P_SCHEMA, "-- schema: id bigint, region varchar, amount bigint, currency varchar\n"),
-        (P_SELECT, "SELECT e.id, e.region, e.amount, 'eur' AS currency\n"),
-    ])
+    sub(
+        crate::categories_corpus::PARENT,
+        &[
+            (P_SCHEMA, "-- schema: id bigint, region varchar, amount bigint, currency varchar\n"),
+            (P_SELECT, "SELECT e.id, e.region, e.amount, 'eur' AS currency\n"),
+        ],
+    )
 }
 
 /// `s.daily` with `n` (the day's event count) inserted after `region`.
 fn daily_with_count() -> String {
-    sub(crate::categories_corpus::DAILY, &[
-        ("-- schema: day timestamp, region varchar, revenue bigint", "-- schema: day timestamp, region varchar, n bigint, revenue bigint"),
-        ("AS day, region,\n", "AS day, region, count(*) AS n,\n"),
-    ])
+    sub(
+        crate::categories_corpus::DAILY,
+        &[
+            ("-- schema: day timestamp, region varchar, revenue bigint", "-- schema: day timestamp, region varchar, n bigint, revenue bigint"),
+            ("AS day, region,\n", "AS day, region, count(*) AS n,\n"),
+        ],
+    )
 }
 
 fn names(v: &Value) -> BTreeSet<String> {
@@ -143,10 +152,13 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     p.write(PARENT_FILE, &parent_with_score());
     p.write(
         CHILD_FILE,
-        &sub(crate::categories_corpus::CHILD, &[
-            ("-- schema: region varchar, total bigint, n bigint\n", "-- schema: region varchar, total bigint, n bigint, top_score bigint\n"),
-            ("count(*) AS n\n", "count(*) AS n, max(score) AS top_score\n"),
-        ]),
+        &sub(
+            crate::categories_corpus::CHILD,
+            &[
+                ("-- schema: region varchar, total bigint, n bigint\n", "-- schema: region varchar, total bigint, n bigint, top_score bigint\n"),
+                ("count(*) AS n\n", "count(*) AS n, max(score) AS top_score\n"),
+            ],
+        ),
     );
     let a1 = p.apply("dev");
     assert_eq!(action(&a1, "s.parent")["change"], "non-breaking");
@@ -165,13 +177,7 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
 
     // Apply 2: the parent gains `big`. Only the parent builds; the child is reused from apply 1
     // and the grandchild, for the second time, from the very first apply.
-    p.write(
-        PARENT_FILE,
-        &sub(&parent_with_score(), &[
-            ("score bigint\n", "score bigint, big boolean\n"),
-            ("AS score\n", "AS score, e.amount > 100 AS big\n"),
-        ]),
-    );
+    p.write(PARENT_FILE, &sub(&parent_with_score(), &[("score bigint\n", "score bigint, big boolean\n"), ("AS score\n", "AS score, e.amount > 100 AS big\n")]));
     let a2 = p.apply("dev");
     assert_eq!(action(&a2, "s.parent")["change"], "non-breaking");
     assert_eq!(action(&a2, "s.child")["change"], "indirect");
@@ -291,31 +297,31 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
     };
 
     // A dropped column.
-    p.write(
-        DAILY_FILE,
-        &sub(crate::categories_corpus::DAILY, &[
-            (", first_at timestamp\n", "\n"),
-            (", CAST(min(event_at) AS TIMESTAMP) AS first_at\n", "\n"),
-        ]),
-    );
+    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[(", first_at timestamp\n", "\n"), (", CAST(min(event_at) AS TIMESTAMP) AS first_at\n", "\n")]));
     try_both("dropped column", &["--forward-only s.daily", "first_at", "dropped"], "s.daily", true);
     // A retyped column.
     p.write(
         DAILY_FILE,
-        &sub(crate::categories_corpus::DAILY, &[
-            ("revenue bigint", "revenue double"),
-            ("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) AS DOUBLE) AS revenue"),
-        ]),
+        &sub(
+            crate::categories_corpus::DAILY,
+            &[("revenue bigint", "revenue double"), ("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) AS DOUBLE) AS revenue")],
+        ),
     );
     try_both("retyped column", &["--forward-only s.daily", "revenue", "type"], "s.daily", true);
     // A kind change within time ranges (time column).
     p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("time_column = day", "time_column = first_at")]));
     try_both("time column", &["--forward-only s.daily", "kind changed"], "s.daily", true);
     // A kind change away from time ranges.
-    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[
-        ("incremental_by_time_range(time_column = day, start = '2026-01-01', grain = day, batch_size = 50, lookback = 0)", "full"),
-        ("WHERE event_at >= @start AND event_at < @end\n", ""),
-    ]));
+    p.write(
+        DAILY_FILE,
+        &sub(
+            crate::categories_corpus::DAILY,
+            &[
+                ("incremental_by_time_range(time_column = day, start = '2026-01-01', grain = day, batch_size = 50, lookback = 0)", "full"),
+                ("WHERE event_at >= @start AND event_at < @end\n", ""),
+            ],
+        ),
+    );
     try_both("kind change to full", &["--forward-only s.daily", "incremental_by_time_range"], "s.daily", true);
     p.write(DAILY_FILE, crate::categories_corpus::DAILY);
 
@@ -339,10 +345,7 @@ fn forward_only_in_dev_cannot_change_what_prod_serves() {
     let dev_before = p.rows(&env_view("dev", "s.daily"));
     let tables = p.physical_tables();
 
-    p.write(
-        DAILY_FILE,
-        &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]),
-    );
+    p.write(DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let refused = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]);
     refused.expect_code(1);
     assert!(refused.stderr.contains("`prod` serves the version"), "{}", refused.stderr);
@@ -378,10 +381,7 @@ fn promoting_a_forward_only_version_is_shown_as_forward_only() {
     assert_eq!(action(&breaking, "s.daily")["change"], "breaking");
     let dev_table = action(&breaking, "s.daily")["physical"].clone();
     // Then adds a column forward-only: prod does not serve that version, so it is allowed.
-    p.write(
-        DAILY_FILE,
-        &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]),
-    );
+    p.write(DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let fo = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
     assert_eq!(action(&fo, "s.daily")["physical"], dev_table);
     let plan = p.plan("prod");
@@ -403,10 +403,16 @@ fn reclassify_contradicting_the_ast_is_refused() {
     let tables = p.physical_tables();
     for (what, text) in [
         ("dropped", parent_without_zone()),
-        ("renamed", sub(crate::categories_corpus::PARENT, &[
-            (P_SCHEMA, "-- schema: id bigint, region varchar, area varchar, amount bigint, currency varchar\n"),
-            (P_SELECT, "SELECT e.id, e.region, r.zone AS area, e.amount, 'eur' AS currency\n"),
-        ])),
+        (
+            "renamed",
+            sub(
+                crate::categories_corpus::PARENT,
+                &[
+                    (P_SCHEMA, "-- schema: id bigint, region varchar, area varchar, amount bigint, currency varchar\n"),
+                    (P_SELECT, "SELECT e.id, e.region, r.zone AS area, e.amount, 'eur' AS currency\n"),
+                ],
+            ),
+        ),
     ] {
         p.write(PARENT_FILE, &text);
         // Without the override it is simply breaking.
@@ -541,11 +547,15 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
 // naming s.grandchild).
 #[test]
 fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build() {
-    const STAR: &str = "-- name: s.grandchild\n-- kind: view\n-- schema: region varchar, total bigint, n bigint\n-- refs: s.child\nSELECT * FROM @ref(s.child)\n";
-    let child = sub(crate::categories_corpus::CHILD, &[
-        ("-- schema: region varchar, total bigint, n bigint\n", "-- schema: region varchar, total bigint, n bigint, top bigint\n"),
-        ("count(*) AS n\n", "count(*) AS n, max(amount) AS top\n"),
-    ]);
+    const STAR: &str =
+        "-- name: s.grandchild\n-- kind: view\n-- schema: region varchar, total bigint, n bigint\n-- refs: s.child\nSELECT * FROM @ref(s.child)\n";
+    let child = sub(
+        crate::categories_corpus::CHILD,
+        &[
+            ("-- schema: region varchar, total bigint, n bigint\n", "-- schema: region varchar, total bigint, n bigint, top bigint\n"),
+            ("count(*) AS n\n", "count(*) AS n, max(amount) AS top\n"),
+        ],
+    );
     let incremental = base_project();
     incremental.write("models/grandchild.sql", STAR);
     incremental.apply("dev");

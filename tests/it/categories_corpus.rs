@@ -890,10 +890,8 @@ impl Db {
 
 /// `efmesh render <model> --env <env>` of several models at once (processes run concurrently).
 pub fn render_all(p: &Project, env: &str, models: &[String]) -> BTreeMap<String, String> {
-    let children: Vec<(String, std::process::Child)> = models
-        .iter()
-        .map(|m| (m.clone(), p.command(&["render", m, "--env", env, "--json"]).spawn().expect("spawn render")))
-        .collect();
+    let children: Vec<(String, std::process::Child)> =
+        models.iter().map(|m| (m.clone(), p.command(&["render", m, "--env", env, "--json"]).spawn().expect("spawn render"))).collect();
     children
         .into_iter()
         .map(|(m, c)| {

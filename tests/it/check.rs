@@ -34,15 +34,14 @@ const REFS: &[&str] = &["raw.orders", "raw.customers", "stg.orders", "core.named
 fn model(name: &str, cols: &[&str], query: &str) -> String {
     let schema = cols.iter().map(|c| format!("{{ \"{c}\", \"bigint\" }}")).collect::<Vec<_>>().join(", ");
     let query = REFS.iter().fold(query.to_string(), |q, r| q.replace(r, &format!("]] .. ref(\"{r}\") .. [[")));
-    format!(
-        "-- {name}\ndefine_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {schema} }},\n  query = [[\n{query}\n]],\n}}\n"
-    )
+    format!("-- {name}\ndefine_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {schema} }},\n  query = [[\n{query}\n]],\n}}\n")
 }
 
 /// Reads a parent through an alias.
 const THROUGH_ALIAS: &str = "SELECT o.id,\n       o.amount * 2 AS twice\nFROM   raw.orders AS o";
 /// Reads a parent through a CTE that selects `*`, then a CTE with an explicit list.
-const THROUGH_CTE: &str = "WITH o AS (SELECT * FROM raw.orders),\n     big AS (SELECT id, amount FROM o WHERE amount > 100)\nSELECT id, amount AS twice FROM big";
+const THROUGH_CTE: &str =
+    "WITH o AS (SELECT * FROM raw.orders),\n     big AS (SELECT id, amount FROM o WHERE amount > 100)\nSELECT id, amount AS twice FROM big";
 /// Reads a parent through a join.
 const THROUGH_JOIN: &str = "SELECT c.id, sum(o.amount) AS twice\nFROM   raw.customers AS c\nJOIN   raw.orders AS o ON o.customer_id = c.id\nGROUP BY ALL";
 

@@ -149,9 +149,7 @@ fn reformatting_a_model_rebuilds_nothing() {
     // (identifier case is meaningful in DuckDB output names, so it stays).
     p.write(
         "models/b.lua",
-        &model_b(
-            "-- the doubled ids\n  select\n\t\"id\",  \"label\" , -- keep the label\n  id*2   twice\n/* upstream */ FROM   {a}\n  where \"id\">1\n",
-        ),
+        &model_b("-- the doubled ids\n  select\n\t\"id\",  \"label\" , -- keep the label\n  id*2   twice\n/* upstream */ FROM   {a}\n  where \"id\">1\n"),
     );
     let plan = p.plan("dev");
     assert_no_changes(&plan);
@@ -223,10 +221,7 @@ fn schema_contract_mismatch_lists_every_problem_and_builds_nothing() {
     let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
 
     // A new, valid model that would be built if the contract did not stop everything.
-    p.write(
-        "models/fine.lua",
-        "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n",
-    );
+    p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
     // One model with a missing column, a wrong type family and an extra column, and another
     // model with a wrong type family.
     p.write(
@@ -253,9 +248,9 @@ define_model {
         "nothing was built",
         "models/bad.lua:1",
         "`z.bad`",
-        "`name`",     // declared, missing
-        "`amount`",   // declared bigint, returned varchar
-        "`surplus`",  // returned, not declared
+        "`name`",    // declared, missing
+        "`amount`",  // declared bigint, returned varchar
+        "`surplus`", // returned, not declared
         "models/bad.lua:8",
         "`z.worse`",
         "`flag`",

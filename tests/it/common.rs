@@ -198,11 +198,8 @@ impl Project {
         if !self.engine_path().exists() {
             return Vec::new();
         }
-        let mut v: Vec<String> = self
-            .query("SELECT table_schema || '.' || table_name FROM information_schema.tables")
-            .into_iter()
-            .map(|r| r[0].clone().expect("name"))
-            .collect();
+        let mut v: Vec<String> =
+            self.query("SELECT table_schema || '.' || table_name FROM information_schema.tables").into_iter().map(|r| r[0].clone().expect("name")).collect();
         v.sort();
         v
     }

@@ -24,7 +24,11 @@ fn copy_example(dir: &str) -> tempfile::TempDir {
                 continue;
             }
             let (src, dst) = (entry.path(), to.join(&name));
-            if src.is_dir() { copy(&src, &dst, false) } else { std::fs::copy(&src, &dst).unwrap(); }
+            if src.is_dir() {
+                copy(&src, &dst, false)
+            } else {
+                std::fs::copy(&src, &dst).unwrap();
+            }
         }
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -77,9 +81,7 @@ fn hospital_example_builds_the_published_row_counts() {
     // The departments seed: a quoted name holding a comma, `NA` read as NULL, names joined
     // into the census.
     assert_eq!(count(&mut db, "dev__raw.departments"), 7);
-    let seed = db
-        .query("SELECT code, name, (phone IS NULL)::VARCHAR FROM dev__raw.departments WHERE code IN ('SURGERY', 'THERAPY') ORDER BY code")
-        .unwrap();
+    let seed = db.query("SELECT code, name, (phone IS NULL)::VARCHAR FROM dev__raw.departments WHERE code IN ('SURGERY', 'THERAPY') ORDER BY code").unwrap();
     let s = |v: &str| Some(v.to_string());
     assert_eq!(seed, vec![vec![s("SURGERY"), s("Surgery, General and Visceral"), s("false")], vec![s("THERAPY"), s("Rehabilitation Therapy"), s("true")]]);
     let census = db.query("SELECT DISTINCT dept_name, beds::VARCHAR FROM dev__med.census_daily WHERE dept = 'SURGERY'").unwrap();
@@ -95,9 +97,7 @@ fn hospital_example_builds_the_published_row_counts() {
     assert_eq!(total[0][0].as_deref(), Some("106175"));
     let load = db.query("SELECT CAST(sum(moves) AS VARCHAR), CAST(count(*) AS VARCHAR) FROM dev__lake.dept_load").unwrap();
     assert_eq!(load[0], vec![Some("106175".to_string()), Some("7".to_string())]);
-    let physical = db
-        .query("SELECT table_catalog FROM information_schema.tables WHERE table_name LIKE 'lake__dept_load__%'")
-        .unwrap();
+    let physical = db.query("SELECT table_catalog FROM information_schema.tables WHERE table_name LIKE 'lake__dept_load__%'").unwrap();
     assert_eq!(physical, vec![vec![Some("_efmesh_ducklake".to_string())]], "the DuckLake model is a table of the catalog");
     let lake = dir.path().join("lake/lake__dept_moves_daily");
     for version in std::fs::read_dir(&lake).unwrap() {

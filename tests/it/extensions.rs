@@ -24,10 +24,7 @@ fn sqlite_project(engine_extra: &str) -> Project {
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch("CREATE TABLE t (id INTEGER, label TEXT); INSERT INTO t VALUES (1, 'one'), (2, 'two');").unwrap();
     drop(conn);
-    p.write(
-        "efmesh.toml",
-        &format!("[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n{engine_extra}\n"),
-    );
+    p.write("efmesh.toml", &format!("[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n{engine_extra}\n"));
     p.write(
         "models/m.lua",
         r#"define_model {

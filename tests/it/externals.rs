@@ -114,11 +114,7 @@ fn a_glob_that_matches_nothing_names_the_model_and_the_pattern_and_builds_nothin
     assert_eq!(action(&p.plan("dev"), "raw.parts")["change"], "added");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
-    assert!(
-        run.stderr.contains("models/raw.lua:1: model `raw.parts`: no file matches the pattern `data/partz/*.csv`"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("models/raw.lua:1: model `raw.parts`: no file matches the pattern `data/partz/*.csv`"), "{}", run.stderr);
     assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
     assert!(p.state_summary().envs.is_empty());
 
@@ -211,9 +207,7 @@ fn httpfs_directory() -> Option<std::path::PathBuf> {
     match dir {
         Some(d) if d.join("v1.5.5/linux_amd64/httpfs.duckdb_extension").is_file() => Some(d),
         _ => {
-            eprintln!(
-                "SKIPPED: no httpfs in EFMESH_EXTENSION_DIRECTORY; run the suite with scripts/test (it runs scripts/provision-extensions)"
-            );
+            eprintln!("SKIPPED: no httpfs in EFMESH_EXTENSION_DIRECTORY; run the suite with scripts/test (it runs scripts/provision-extensions)");
             None
         }
     }

@@ -8,9 +8,7 @@ use efmesh::core::fragment::{CanonicalResolver, RefSite};
 use efmesh::core::kind::TimeRange;
 use efmesh::core::{Column, Fragment, Grain, Kind, Location, Model, ModelName, Node, Schema};
 use efmesh::sql::canon::{CanonSource, canonicalize, normalize_duckdb_json, reprint};
-use efmesh::sql::fingerprint::{
-    FINGERPRINT_VERSION, Fingerprint, fingerprint, payload, physical_table,
-};
+use efmesh::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, fingerprint, payload, physical_table};
 use std::collections::BTreeMap;
 
 // ---------------------------------------------------------------------------------------------
@@ -27,28 +25,15 @@ fn name(s: &str) -> ModelName {
 }
 
 fn loc() -> Location {
-    Location {
-        file: "models/x.lua".into(),
-        line: 1,
-    }
+    Location { file: "models/x.lua".into(), line: 1 }
 }
 
 fn col(n: &str, ty: &str) -> Column {
-    Column {
-        name: n.into(),
-        ty: ty.into(),
-    }
+    Column { name: n.into(), ty: ty.into() }
 }
 
 fn time_range(time_column: &str, grain: Grain) -> Kind {
-    Kind::IncrementalByTimeRange(TimeRange {
-        time_column: time_column.into(),
-        start: 0,
-        end: None,
-        grain,
-        batch_size: 30,
-        lookback: 0,
-    })
+    Kind::IncrementalByTimeRange(TimeRange { time_column: time_column.into(), start: 0, end: None, grain, batch_size: 30, lookback: 0 })
 }
 
 /// A time-range model over `raw.orders`, as a model file would define it.
@@ -56,11 +41,7 @@ fn orders_model() -> Model {
     Model {
         name: name("shop.orders"),
         kind: time_range("created_at", Grain::Day),
-        schema: Schema(vec![
-            col("id", "BIGINT"),
-            col("amount", "DOUBLE"),
-            col("created_at", "TIMESTAMP"),
-        ]),
+        schema: Schema(vec![col("id", "BIGINT"), col("amount", "DOUBLE"), col("created_at", "TIMESTAMP")]),
         body: None,
         grain: vec!["id".into()],
         description: Some("Orders, one row per order".into()),
@@ -73,10 +54,7 @@ fn orders_model() -> Model {
 const ORDERS_BODY: &str = "SELECT id, amount::DOUBLE AS amount, created_at FROM raw.orders WHERE created_at >= $start AND created_at < $end";
 
 fn parents() -> BTreeMap<ModelName, Fingerprint> {
-    BTreeMap::from([(
-        name("raw.orders"),
-        Fingerprint::parse(&"1".repeat(64)).unwrap(),
-    )])
+    BTreeMap::from([(name("raw.orders"), Fingerprint::parse(&"1".repeat(64)).unwrap())])
 }
 
 fn fp(model: &Model, body: &str, parents: &BTreeMap<ModelName, Fingerprint>) -> Fingerprint {
@@ -87,17 +65,9 @@ fn fp(model: &Model, body: &str, parents: &BTreeMap<ModelName, Fingerprint>) -> 
 /// reprint of each (the round trip: printing the parsed tree changes nothing).
 fn assert_all_equal(base: &str, variants: &[&str]) -> usize {
     let want = canon(base);
-    assert_eq!(
-        canon(&reprint(base).unwrap()),
-        want,
-        "reprint of base:\n{base}"
-    );
+    assert_eq!(canon(&reprint(base).unwrap()), want, "reprint of base:\n{base}");
     for v in variants {
-        assert_eq!(
-            canon(v),
-            want,
-            "variant differs from its base:\n--- base\n{base}\n--- variant\n{v}"
-        );
+        assert_eq!(canon(v), want, "variant differs from its base:\n--- base\n{base}\n--- variant\n{v}");
         assert_eq!(canon(&reprint(v).unwrap()), want, "reprint differs:\n{v}");
     }
     variants.len()
@@ -243,10 +213,7 @@ fn canonical_bounds_from_a_fragment_parse_and_are_stable() {
     // canonical resolver into `raw.orders` and `$start` / `$end`.
     let mut body = Fragment::default();
     body.push_text("SELECT id, amount::DOUBLE AS amount, created_at FROM ");
-    body.nodes.push(Node::Ref(RefSite {
-        target: name("raw.orders"),
-        location: loc(),
-    }));
+    body.nodes.push(Node::Ref(RefSite { target: name("raw.orders"), location: loc() }));
     body.push_sql_with_bounds(" WHERE created_at >= @start AND created_at < @end");
     let rendered = body.render(&CanonicalResolver);
     assert_eq!(rendered, ORDERS_BODY);
@@ -263,139 +230,37 @@ fn canonical_bounds_from_a_fragment_parse_and_are_stable() {
 #[test]
 fn semantic_edits_change_the_canonical_form() {
     let edits: &[(&str, &str, &str)] = &[
-        (
-            "literal",
-            BASE_CASE,
-            &BASE_CASE.replace("'small'", "'tiny'"),
-        ),
-        (
-            "numeric literal",
-            BASE_CASE,
-            &BASE_CASE.replace("amount < 10", "amount < 20"),
-        ),
-        (
-            "predicate operator",
-            BASE_FILTER,
-            &BASE_FILTER.replace("created_at >= $start", "created_at > $start"),
-        ),
-        (
-            "predicate dropped",
-            BASE_JOIN,
-            &BASE_JOIN.replace(" AND o.total > 0", ""),
-        ),
-        (
-            "bounds swapped",
-            BASE_FILTER,
-            &BASE_FILTER
-                .replace("$start AND", "$end AND")
-                .replace("< $end", "< $start"),
-        ),
-        (
-            "projection added",
-            BASE_FILTER,
-            &BASE_FILTER.replace("created_at FROM", "created_at, status FROM"),
-        ),
-        (
-            "projection removed",
-            BASE_FILTER,
-            &BASE_FILTER.replace("id, amount", "amount"),
-        ),
-        (
-            "projections reordered",
-            BASE_FILTER,
-            &BASE_FILTER.replace(
-                "id, amount::DOUBLE AS amount",
-                "amount::DOUBLE AS amount, id",
-            ),
-        ),
-        (
-            "cast type",
-            BASE_FILTER,
-            &BASE_FILTER.replace("::DOUBLE", "::DECIMAL(18, 2)"),
-        ),
-        (
-            "join type",
-            BASE_JOIN,
-            &BASE_JOIN.replace("LEFT JOIN", "JOIN"),
-        ),
-        (
-            "join condition",
-            BASE_JOIN,
-            &BASE_JOIN.replace("c.id = o.customer_id", "c.id = o.seller_id"),
-        ),
+        ("literal", BASE_CASE, &BASE_CASE.replace("'small'", "'tiny'")),
+        ("numeric literal", BASE_CASE, &BASE_CASE.replace("amount < 10", "amount < 20")),
+        ("predicate operator", BASE_FILTER, &BASE_FILTER.replace("created_at >= $start", "created_at > $start")),
+        ("predicate dropped", BASE_JOIN, &BASE_JOIN.replace(" AND o.total > 0", "")),
+        ("bounds swapped", BASE_FILTER, &BASE_FILTER.replace("$start AND", "$end AND").replace("< $end", "< $start")),
+        ("projection added", BASE_FILTER, &BASE_FILTER.replace("created_at FROM", "created_at, status FROM")),
+        ("projection removed", BASE_FILTER, &BASE_FILTER.replace("id, amount", "amount")),
+        ("projections reordered", BASE_FILTER, &BASE_FILTER.replace("id, amount::DOUBLE AS amount", "amount::DOUBLE AS amount, id")),
+        ("cast type", BASE_FILTER, &BASE_FILTER.replace("::DOUBLE", "::DECIMAL(18, 2)")),
+        ("join type", BASE_JOIN, &BASE_JOIN.replace("LEFT JOIN", "JOIN")),
+        ("join condition", BASE_JOIN, &BASE_JOIN.replace("c.id = o.customer_id", "c.id = o.seller_id")),
         (
             "group by",
             BASE_CTE,
-            &BASE_CTE
-                .replace("GROUP BY s.patient_id, ", "GROUP BY ")
-                .replace(
-                    "SELECT s.patient_id, ",
-                    "SELECT any_value(s.patient_id) AS patient_id, ",
-                ),
+            &BASE_CTE.replace("GROUP BY s.patient_id, ", "GROUP BY ").replace("SELECT s.patient_id, ", "SELECT any_value(s.patient_id) AS patient_id, "),
         ),
-        (
-            "having",
-            BASE_CTE,
-            &BASE_CTE.replace("count(*) > 1", "count(*) > 2"),
-        ),
-        (
-            "order direction",
-            BASE_CTE,
-            &BASE_CTE.replace("day DESC", "day ASC"),
-        ),
-        (
-            "limit",
-            BASE_CTE,
-            &BASE_CTE.replace("LIMIT 100", "LIMIT 10"),
-        ),
-        (
-            "window partition",
-            BASE_WINDOW,
-            &BASE_WINDOW.replacen("PARTITION BY patient_id ", "", 1),
-        ),
-        (
-            "output alias case",
-            BASE_FILTER,
-            &BASE_FILTER.replace("AS amount", "AS Amount"),
-        ),
-        (
-            "column identifier case",
-            BASE_FILTER,
-            &BASE_FILTER.replace("SELECT id", "SELECT ID"),
-        ),
-        (
-            "source table",
-            BASE_FILTER,
-            &BASE_FILTER.replace("raw.orders", "raw.orders_v2"),
-        ),
-        (
-            "union all vs union",
-            BASE_UNION,
-            &BASE_UNION.replace("UNION ALL", "UNION"),
-        ),
-        (
-            "distinct",
-            BASE_UNION,
-            &BASE_UNION.replacen("SELECT", "SELECT DISTINCT", 1),
-        ),
-        (
-            "precedence",
-            "SELECT (a + b) * c FROM t",
-            "SELECT a + b * c FROM t",
-        ),
-        (
-            "string vs identifier",
-            "SELECT 'a' FROM t",
-            "SELECT \"a\" FROM t",
-        ),
+        ("having", BASE_CTE, &BASE_CTE.replace("count(*) > 1", "count(*) > 2")),
+        ("order direction", BASE_CTE, &BASE_CTE.replace("day DESC", "day ASC")),
+        ("limit", BASE_CTE, &BASE_CTE.replace("LIMIT 100", "LIMIT 10")),
+        ("window partition", BASE_WINDOW, &BASE_WINDOW.replacen("PARTITION BY patient_id ", "", 1)),
+        ("output alias case", BASE_FILTER, &BASE_FILTER.replace("AS amount", "AS Amount")),
+        ("column identifier case", BASE_FILTER, &BASE_FILTER.replace("SELECT id", "SELECT ID")),
+        ("source table", BASE_FILTER, &BASE_FILTER.replace("raw.orders", "raw.orders_v2")),
+        ("union all vs union", BASE_UNION, &BASE_UNION.replace("UNION ALL", "UNION")),
+        ("distinct", BASE_UNION, &BASE_UNION.replacen("SELECT", "SELECT DISTINCT", 1)),
+        ("precedence", "SELECT (a + b) * c FROM t", "SELECT a + b * c FROM t"),
+        ("string vs identifier", "SELECT 'a' FROM t", "SELECT \"a\" FROM t"),
     ];
     for (what, base, edited) in edits {
         assert_ne!(base, edited, "{what}: the edit did not apply");
-        assert_ne!(
-            canon(base),
-            canon(edited),
-            "{what}: edit not seen\n--- base\n{base}\n--- edited\n{edited}"
-        );
+        assert_ne!(canon(base), canon(edited), "{what}: edit not seen\n--- base\n{base}\n--- edited\n{edited}");
     }
     assert!(edits.len() >= 10);
 }
@@ -423,47 +288,24 @@ fn metadata_edits_change_the_fingerprint() {
 
     let mut m = orders_model();
     m.schema.0[1].ty = "DECIMAL(18,2)".into();
-    assert_ne!(
-        fp(&m, ORDERS_BODY, &parents()),
-        base,
-        "declared column type"
-    );
+    assert_ne!(fp(&m, ORDERS_BODY, &parents()), base, "declared column type");
 
     let mut m = orders_model();
     m.schema.0[1].name = "Amount".into();
-    assert_ne!(
-        fp(&m, ORDERS_BODY, &parents()),
-        base,
-        "declared column name"
-    );
+    assert_ne!(fp(&m, ORDERS_BODY, &parents()), base, "declared column name");
 
     let mut m = orders_model();
     m.schema.0.swap(0, 1);
-    assert_ne!(
-        fp(&m, ORDERS_BODY, &parents()),
-        base,
-        "declared column order"
-    );
+    assert_ne!(fp(&m, ORDERS_BODY, &parents()), base, "declared column order");
 
     let mut m = orders_model();
     m.name = name("shop.orders_copy");
     assert_ne!(fp(&m, ORDERS_BODY, &parents()), base, "model name");
 
-    let other_parent = BTreeMap::from([(
-        name("raw.orders"),
-        Fingerprint::parse(&"2".repeat(64)).unwrap(),
-    )]);
-    assert_ne!(
-        fp(&base_model, ORDERS_BODY, &other_parent),
-        base,
-        "parent fingerprint"
-    );
+    let other_parent = BTreeMap::from([(name("raw.orders"), Fingerprint::parse(&"2".repeat(64)).unwrap())]);
+    assert_ne!(fp(&base_model, ORDERS_BODY, &other_parent), base, "parent fingerprint");
 
-    assert_ne!(
-        fingerprint(&base_model, None, &parents()),
-        base,
-        "body removed"
-    );
+    assert_ne!(fingerprint(&base_model, None, &parents()), base, "body removed");
 }
 
 #[test]
@@ -472,10 +314,7 @@ fn non_data_fields_leave_the_fingerprint_alone() {
 
     let mut m = orders_model();
     m.description = Some("something else entirely".into());
-    m.location = Location {
-        file: "models/elsewhere.rhai".into(),
-        line: 42,
-    };
+    m.location = Location { file: "models/elsewhere.rhai".into(), line: 42 };
     m.kind = Kind::IncrementalByTimeRange(TimeRange {
         time_column: "created_at".into(),
         start: 1_700_000_000_000,
@@ -500,17 +339,12 @@ fn non_data_fields_leave_the_fingerprint_alone() {
 fn fingerprints_are_frozen() {
     assert_eq!(FINGERPRINT_VERSION, 1);
     let got = fp(&orders_model(), ORDERS_BODY, &parents());
-    assert_eq!(
-        got.as_str(),
-        "4853da49f61f6a42d067b3c607ac27b99d02a5fba439480418a5309f29132c84"
-    );
+    assert_eq!(got.as_str(), "4853da49f61f6a42d067b3c607ac27b99d02a5fba439480418a5309f29132c84");
     assert_eq!(got.short(), &got.as_str()[..12]);
 
     let external = Model {
         name: name("raw.orders"),
-        kind: Kind::External(efmesh::core::External::Table {
-            name: "landing.orders".into(),
-        }),
+        kind: Kind::External(efmesh::core::External::Table { name: "landing.orders".into() }),
         schema: Schema(vec![col("id", "BIGINT")]),
         body: None,
         grain: vec![],
@@ -524,10 +358,7 @@ fn fingerprints_are_frozen() {
         payload(&external, None, &BTreeMap::new()).to_string(),
         r#"{"v":1,"name":"raw.orders","kind":{"tag":"external","table":"landing.orders"},"columns":[["id","bigint"]],"grain":[],"body":null,"parents":[]}"#
     );
-    assert_eq!(
-        fingerprint(&external, None, &BTreeMap::new()).as_str(),
-        "e77ba83c5b1c77d7dc96bc1203ce80744f9d38ea277722b2502d55cb4c69c92c"
-    );
+    assert_eq!(fingerprint(&external, None, &BTreeMap::new()).as_str(), "e77ba83c5b1c77d7dc96bc1203ce80744f9d38ea277722b2502d55cb4c69c92c");
 }
 
 #[test]
@@ -536,15 +367,9 @@ fn physical_names_never_collide() {
     // first `__` always ends the schema part; and the full fingerprint, which hashes the model
     // name, ends every physical name, so even identical bodies get different names.
     assert!(efmesh::core::ModelName::parse("a__b.c").is_err());
-    let mk = |n: &str| Model {
-        name: name(n),
-        ..orders_model()
-    };
+    let mk = |n: &str| Model { name: name(n), ..orders_model() };
     let (x, y) = (mk("a.b__c"), mk("a.b"));
-    let (fx, fy) = (
-        fp(&x, ORDERS_BODY, &parents()),
-        fp(&y, ORDERS_BODY, &parents()),
-    );
+    let (fx, fy) = (fp(&x, ORDERS_BODY, &parents()), fp(&y, ORDERS_BODY, &parents()));
     let (px, py) = (physical_table(&x.name, &fx), physical_table(&y.name, &fy));
     assert_ne!(fx, fy);
     assert_eq!(px, format!("a__b__c__{fx}"));
@@ -562,10 +387,7 @@ fn non_queries_are_errors() {
         ("", "no statement"),
     ] {
         let e = canonicalize(sql).unwrap_err();
-        assert!(
-            e.to_string().ends_with(&format!("found {found}")),
-            "{sql}: {e}"
-        );
+        assert!(e.to_string().ends_with(&format!("found {found}")), "{sql}: {e}");
     }
     let e = canonicalize("SELECT a,\n  FROM WHERE").unwrap_err();
     assert_eq!(e.line(), Some(2), "{e}");
@@ -577,24 +399,13 @@ fn duckdb_json_loses_query_locations() {
     let a = r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE","modifiers":[],"cte_map":{"map":[]},"select_list":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":7,"column_names":["a"]},{"class":"FUNCTION","type":"FUNCTION","alias":"s","query_location":10,"function_name":"sum","schema":"","children":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":14,"column_names":["b"]}],"filter":null,"order_bys":{"type":"ORDER_MODIFIER","orders":[]},"distinct":false,"is_operator":false,"export_state":false,"catalog":""}],"from_table":{"type":"BASE_TABLE","alias":"","sample":null,"query_location":27,"schema_name":"","table_name":"t","column_name_alias":[],"catalog_name":"","at_clause":null},"where_clause":{"class":"COMPARISON","type":"COMPARE_GREATERTHANOREQUALTO","alias":"","query_location":38,"left":{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":35,"column_names":["ts"]},"right":{"class":"PARAMETER","type":"VALUE_PARAMETER","alias":"","query_location":18446744073709551615,"identifier":"start"}},"group_expressions":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":57,"column_names":["a"]}],"group_sets":[[0]],"aggregate_handling":"STANDARD_HANDLING","having":null,"sample":null,"qualify":null},"named_param_map":[{"key":"start","value":1}]}]}"#;
     let b = r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE","modifiers":[],"cte_map":{"map":[]},"select_list":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":7,"column_names":["a"]},{"class":"FUNCTION","type":"FUNCTION","alias":"s","query_location":12,"function_name":"sum","schema":"","children":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":16,"column_names":["b"]}],"filter":null,"order_bys":{"type":"ORDER_MODIFIER","orders":[]},"distinct":false,"is_operator":false,"export_state":false,"catalog":""}],"from_table":{"type":"BASE_TABLE","alias":"","sample":null,"query_location":35,"schema_name":"","table_name":"t","column_name_alias":[],"catalog_name":"","at_clause":null},"where_clause":{"class":"COMPARISON","type":"COMPARE_GREATERTHANOREQUALTO","alias":"","query_location":46,"left":{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":43,"column_names":["ts"]},"right":{"class":"PARAMETER","type":"VALUE_PARAMETER","alias":"","query_location":18446744073709551615,"identifier":"start"}},"group_expressions":[{"class":"COLUMN_REF","type":"COLUMN_REF","alias":"","query_location":65,"column_names":["a"]}],"group_sets":[[0]],"aggregate_handling":"STANDARD_HANDLING","having":null,"sample":null,"qualify":null},"named_param_map":[{"key":"start","value":1}]}]}"#;
     assert_ne!(a, b);
-    let (na, nb) = (
-        normalize_duckdb_json(a).unwrap(),
-        normalize_duckdb_json(b).unwrap(),
-    );
+    let (na, nb) = (normalize_duckdb_json(a).unwrap(), normalize_duckdb_json(b).unwrap());
     assert_eq!(na, nb);
     assert!(!na.contains("query_location"));
     // Everything else is kept, in DuckDB's order.
-    assert!(
-        na.starts_with(
-            r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE","modifiers":[]"#
-        ),
-        "{na}"
-    );
+    assert!(na.starts_with(r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE","modifiers":[]"#), "{na}");
     assert!(na.contains(r#""function_name":"sum""#));
 
     let rejected = r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"SELEC\"","error_subtype":"SYNTAX_ERROR","position":"0"}"#;
-    assert_eq!(
-        normalize_duckdb_json(rejected).unwrap_err().to_string(),
-        r#"DuckDB cannot parse SQL: syntax error at or near "SELEC""#
-    );
+    assert_eq!(normalize_duckdb_json(rejected).unwrap_err().to_string(), r#"DuckDB cannot parse SQL: syntax error at or near "SELEC""#);
 }

@@ -4,14 +4,7 @@
 use std::process::{Command, Stdio};
 
 fn efmesh(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_efmesh"))
-        .args(args)
-        .arg("--now")
-        .arg("2026-01-04T00:00:00Z")
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_efmesh")).args(args).arg("--now").arg("2026-01-04T00:00:00Z").current_dir(dir).stdin(Stdio::null()).output().unwrap()
 }
 
 #[test]
@@ -33,13 +26,7 @@ fn init_scaffold_checks_plans_and_applies_as_is() {
     // The published numbers of the scaffold: south 490 over 3 days, north 450 over 3 days.
     let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &Default::default()).unwrap();
     let rows = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR, days::VARCHAR FROM dev__mart.region_revenue ORDER BY region").unwrap();
-    assert_eq!(
-        rows,
-        vec![
-            vec![Some("north".into()), Some("450".into()), Some("3".into())],
-            vec![Some("south".into()), Some("490".into()), Some("3".into())],
-        ]
-    );
+    assert_eq!(rows, vec![vec![Some("north".into()), Some("450".into()), Some("3".into())], vec![Some("south".into()), Some("490".into()), Some("3".into())],]);
 }
 
 #[test]

@@ -74,10 +74,7 @@ fn changes_hard_deletes_and_returning_keys_build_the_history() {
     let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n3,ortho,yang\n");
     let applied = p.apply("dev");
     assert_eq!(applied["built"], serde_json::json!(["m.src", "m.assign"]));
-    assert_eq!(
-        history(&p),
-        vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None), r("3", "ortho", "yang", T1, None)]
-    );
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None), r("3", "ortho", "yang", T1, None)]);
 
     // T2: patient 1 moves, patient 2 leaves, patient 3 stays, patient 4 arrives.
     p.now = T2.into();
@@ -195,7 +192,8 @@ define_model {
         env_view("dev", "m.twin")
     ));
     assert_eq!(instants, vec![vec![Some("2026-02-10 13:14:15.678".to_string())]; 2]);
-    let cols = |rel: &str| -> Vec<String> { p.query(&format!("SELECT column_name FROM (DESCRIBE {rel})")).into_iter().map(|r| r[0].clone().unwrap()).collect() };
+    let cols =
+        |rel: &str| -> Vec<String> { p.query(&format!("SELECT column_name FROM (DESCRIBE {rel})")).into_iter().map(|r| r[0].clone().unwrap()).collect() };
     assert_eq!(cols(&env_view("dev", "m.assign")), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
     assert_eq!(cols(&env_view("dev", "m.twin")), ["patient", "dept", "since", "until"]);
     assert_eq!(p.rows(&env_view("dev", "m.current")).len(), 2);
@@ -239,10 +237,7 @@ fn history_survives_a_non_breaking_parent_edit() {
 
     // The reused table keeps recording history: patient 1's move reaches it on the next run.
     p.run(&["run", "dev"]).expect_code(0);
-    assert_eq!(
-        history(&p),
-        vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]
-    );
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -315,7 +310,11 @@ fn load_errors_name_the_column_the_model_and_the_line() {
         let r = p.run(&["check"]);
         r.expect_code(1);
         let out = format!("{}{}", r.stdout, r.stderr);
-        assert!(out.contains(&format!("models/x.sql:1: model `m.x`: {wanted}")) || (out.contains(wanted) && out.contains("models/x.sql:")), "wanted `{wanted}`:\n{}", out);
+        assert!(
+            out.contains(&format!("models/x.sql:1: model `m.x`: {wanted}")) || (out.contains(wanted) && out.contains("models/x.sql:")),
+            "wanted `{wanted}`:\n{}",
+            out
+        );
     }
     // The default managed names are reserved too, in Lua.
     p.remove("models/x.sql");

@@ -138,10 +138,7 @@ define_model {
     // Same sku in another shop is another key: only ('a', 1) changes; ('b', 2) is new.
     engine("DELETE FROM main.landing; INSERT INTO main.landing VALUES ('a', 1, 11), ('b', 2, 5)");
     p.run(&["run", "dev"]).expect_code(0);
-    assert_eq!(
-        p.rows(&env_view("dev", "m.stock")),
-        rows(&[&["a", "1", "11"], &["a", "2", "20"], &["b", "1", "30"], &["b", "2", "5"]])
-    );
+    assert_eq!(p.rows(&env_view("dev", "m.stock")), rows(&[&["a", "1", "11"], &["a", "2", "20"], &["b", "1", "30"], &["b", "2", "5"]]));
 }
 
 #[test]

@@ -70,10 +70,8 @@ define_model {{
 
 /// The files of a version directory, sorted.
 fn files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -90,10 +88,7 @@ fn day_files(n: usize) -> Vec<String> {
 }
 
 fn described(p: &Project, relation: &str) -> Vec<(String, String)> {
-    p.query(&format!("DESCRIBE SELECT * FROM {relation}"))
-        .into_iter()
-        .map(|r| (r[0].clone().expect("name"), r[1].clone().expect("type")))
-        .collect()
+    p.query(&format!("DESCRIBE SELECT * FROM {relation}")).into_iter().map(|r| (r[0].clone().expect("name"), r[1].clone().expect("type"))).collect()
 }
 
 #[test]
@@ -149,7 +144,10 @@ fn the_manifest_describes_files_intervals_and_schema() {
     assert_eq!(m["format"], "parquet");
     assert_eq!(m["timeColumn"], "day");
     assert_eq!(m["grain"], "day");
-    assert_eq!(m["schema"], serde_json::json!([{"name": "day", "type": "timestamp"}, {"name": "region", "type": "varchar"}, {"name": "revenue", "type": "bigint"}]));
+    assert_eq!(
+        m["schema"],
+        serde_json::json!([{"name": "day", "type": "timestamp"}, {"name": "region", "type": "varchar"}, {"name": "revenue", "type": "bigint"}])
+    );
     assert_eq!(m["files"], serde_json::json!(day_files(DAYS)));
     let intervals = m["intervals"].as_array().unwrap();
     assert_eq!(intervals.len(), DAYS);
@@ -313,11 +311,18 @@ fn misconfigured_targets_are_load_errors_naming_the_model() {
     );
     let r = p.run(&["plan", "dev"]);
     r.expect_code(1);
-    assert!(r.stderr.contains("models/v.lua:1") && r.stderr.contains("model `m.v`") && r.stderr.contains("target `parquet` does not support kind `view`"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("models/v.lua:1") && r.stderr.contains("model `m.v`") && r.stderr.contains("target `parquet` does not support kind `view`"),
+        "{}",
+        r.stderr
+    );
 
     // An unknown target, with a suggestion; the same rule in a .sql model.
-    p.write("models/v.lua", r#"define_model { name = "m.v", kind = kind.full(), target = "parket", schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
-"#);
+    p.write(
+        "models/v.lua",
+        r#"define_model { name = "m.v", kind = kind.full(), target = "parket", schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
+"#,
+    );
     let r = p.run(&["check"]);
     r.expect_code(1);
     let out = format!("{}{}", r.stdout, r.stderr);
@@ -377,10 +382,7 @@ fn s3_rows(p: &Project, moto: &crate::s3::Moto, relation: &str) -> Rows {
 fn s3_lake_round_trip_against_a_local_server() {
     let moto = crate::s3::Moto::start();
     moto.create_bucket("lake");
-    let lake = format!(
-        "[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n",
-        moto.endpoint()
-    );
+    let lake = format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
     let p = lake_project("parquet", &lake);
     p.write("efmesh.toml", &config(&lake));
     let r = run_s3(&p, &["--log-level", "debug", "apply", "dev", "--yes", "--json"]);
@@ -532,8 +534,7 @@ fn a_killed_lake_backfill_marks_done_only_complete_files_and_converges() {
         assert!(done < SLOW_LAKE_DAYS, "step {step}: everything was done before the kill");
         // Every done interval has its complete file at its final name.
         let version = std::fs::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
-        let on_disk: BTreeSet<String> =
-            files(&version).into_iter().filter(|f| f.ends_with(".parquet")).map(|f| f[..10].to_string()).collect();
+        let on_disk: BTreeSet<String> = files(&version).into_iter().filter(|f| f.ends_with(".parquet")).map(|f| f[..10].to_string()).collect();
         for day in &days {
             assert!(on_disk.contains(day), "step {step}: {day} is done but has no file: {on_disk:?}");
             let rows = p.query(&format!("SELECT count(*) FROM read_parquet('{}/{day}.parquet')", version.display()));

@@ -106,7 +106,11 @@ fn moving_a_model_to_another_file_or_language_rebuilds_nothing() {
     p.write("models/x.lua", full.lua);
     let first = p.apply("dev");
     assert_eq!(action(&first, "m.x")["build"], true);
-    for (from, to, text) in [("models/x.lua", "models/deep/moved.lua", full.lua), ("models/deep/moved.lua", "models/x.rhai", full.rhai), ("models/x.rhai", "models/x.sql", full.sql)] {
+    for (from, to, text) in [
+        ("models/x.lua", "models/deep/moved.lua", full.lua),
+        ("models/deep/moved.lua", "models/x.rhai", full.rhai),
+        ("models/x.rhai", "models/x.sql", full.sql),
+    ] {
         p.remove(from);
         p.write(to, text);
         let plan = p.plan("dev");
@@ -121,7 +125,10 @@ fn a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end() {
     p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
     p.write("data/src.csv", "id,t,v\n1,2026-01-01 00:00:00,1.5\n2,2026-01-01 01:00:00,2.5\n3,2026-01-02 00:00:00,-1\n");
     p.write("models/parent.lua", PARENT_LUA);
-    p.write("models/base.sql", "-- name: s.base\n-- kind: full\n-- schema: id bigint, v double\n-- refs: raw.src\nSELECT id, v FROM @ref(raw.src) WHERE v > 0\n");
+    p.write(
+        "models/base.sql",
+        "-- name: s.base\n-- kind: full\n-- schema: id bigint, v double\n-- refs: raw.src\nSELECT id, v FROM @ref(raw.src) WHERE v > 0\n",
+    );
     p.write(
         "models/mid.lua",
         r#"define_model { name = "s.mid", kind = kind.view(), schema = { { "id", "bigint" }, { "v2", "double" } },

@@ -84,9 +84,7 @@ fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo() {
     let state = p.state();
     let fp = p.plan("prod")["actions"].as_array().unwrap().iter().find(|a| a["name"] == "t.daily").unwrap()["fingerprint"].as_str().unwrap().to_string();
     let day = at("2026-01-03T00:00:00Z");
-    state
-        .mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Failed, day)
-        .unwrap();
+    state.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Failed, day).unwrap();
     let (memo, v) = plan_both(&p, "prod", NOW);
     assert!(!memo, "a ledger write must invalidate the memo");
     // The failed day is due again, with the day before it (lookback 1).

@@ -146,10 +146,7 @@ fn error_objects_with_looping_tostring_do_not_hang() {
 #[test]
 fn string_metatable_and_host_metatables_are_locked() {
     assert_refused("getmetatable('').__index.format = nil", "index a boolean");
-    assert_refused(
-        &format!("local h = {} getmetatable(h).__index = nil", OK_MODEL.replacen("define_model", "define_model", 1)),
-        "index a nil",
-    );
+    assert_refused(&format!("local h = {} getmetatable(h).__index = nil", OK_MODEL.replacen("define_model", "define_model", 1)), "index a nil");
 }
 
 #[test]

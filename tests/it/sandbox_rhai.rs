@@ -163,8 +163,14 @@ fn rhai_models_fingerprint_like_their_lua_twins_for_every_kind() {
 fn rhai_refs_lua_and_lua_refs_rhai_by_name() {
     let dir = project(&[
         ("models/raw.lua", "define_model { name = \"raw.t\", kind = kind.external { table = \"main.t\" }, schema = { { \"id\", \"bigint\" } } }\n"),
-        ("models/mid.rhai", "define_model(#{ name: \"s.mid\", kind: kind::view(), schema: [[\"id\", \"bigint\"]],\n  query: `SELECT ${cols(\"raw.t\", \"id\")} FROM ${ref(\"raw.t\")}` });\n"),
-        ("models/top.lua", "define_model { name = \"s.top\", kind = kind.full(), schema = { { \"id\", \"bigint\" } }, query = \"SELECT id FROM \" .. ref(\"s.mid\") }\n"),
+        (
+            "models/mid.rhai",
+            "define_model(#{ name: \"s.mid\", kind: kind::view(), schema: [[\"id\", \"bigint\"]],\n  query: `SELECT ${cols(\"raw.t\", \"id\")} FROM ${ref(\"raw.t\")}` });\n",
+        ),
+        (
+            "models/top.lua",
+            "define_model { name = \"s.top\", kind = kind.full(), schema = { { \"id\", \"bigint\" } }, query = \"SELECT id FROM \" .. ref(\"s.mid\") }\n",
+        ),
     ]);
     let p = load_ok(&dir);
     assert_eq!(parents(&p, "s.mid"), ["raw.t"]);
@@ -277,10 +283,7 @@ fn script_errors_carry_line_column_and_the_call_stack() {
         ("models/lib.rhai", "fn make(n) {\n  if n > 1 { throw `no regions for ${n} markets`; }\n  n\n}\n"),
         ("models/x.rhai", "import \"lib\" as lib;\nlet ok = lib::make(1);\nlet bad = lib::make(2);\n"),
     ]);
-    assert_has(
-        &load_err(&dir),
-        &["models/x.rhai:3: no regions for 2 markets", "at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"],
-    );
+    assert_has(&load_err(&dir), &["models/x.rhai:3: no regions for 2 markets", "at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"]);
 }
 
 #[test]
@@ -298,10 +301,7 @@ fn unknown_variable_is_caught_before_running() {
 #[test]
 fn import_of_a_missing_file_is_a_clear_error() {
     let dir = project(&[("models/med/x.rhai", "\nimport \"sources\" as src;\n")]);
-    assert_has(
-        &load_err(&dir),
-        &["models/med/x.rhai:2: `import \"sources\"`: no file `models/med/sources.rhai` or `sources.rhai` in the project"],
-    );
+    assert_has(&load_err(&dir), &["models/med/x.rhai:2: `import \"sources\"`: no file `models/med/sources.rhai` or `sources.rhai` in the project"]);
 }
 
 #[test]
@@ -327,10 +327,7 @@ fn infinite_loop_is_stopped() {
 #[test]
 fn slow_operations_are_stopped_by_the_wall_clock() {
     // Few operations, each expensive: only the wall-clock budget catches this.
-    threat(
-        "let a = [];\na.pad(90000, \"some text\");\nloop { let b = a; b.reverse(); }\n",
-        &["evaluation exceeded its budget of 500 ms (infinite loop?)"],
-    );
+    threat("let a = [];\na.pad(90000, \"some text\");\nloop { let b = a; b.reverse(); }\n", &["evaluation exceeded its budget of 500 ms (infinite loop?)"]);
 }
 
 #[test]

@@ -67,9 +67,7 @@ fn csv_seed_strips_the_bom_and_tells_quoted_empty_text_from_null() {
     assert_eq!(built(&applied), set(&["ref.depts"]));
     assert_eq!(action(&applied, "ref.depts")["kind"], "seed");
 
-    let rows = p.query(
-        "SELECT code, name, CAST(beds AS VARCHAR), note, note IS NULL, typeof(beds) FROM \"dev__ref\".\"depts\" ORDER BY code",
-    );
+    let rows = p.query("SELECT code, name, CAST(beds AS VARCHAR), note, note IS NULL, typeof(beds) FROM \"dev__ref\".\"depts\" ORDER BY code");
     let expect = |code: &str, name: &str, beds: Option<&str>, note: Option<&str>| {
         vec![s(code), s(name), beds.map(str::to_string), note.map(str::to_string), s(if note.is_none() { "true" } else { "false" }), s("INTEGER")]
     };
@@ -114,11 +112,7 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built() {
     p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
-    let line = run
-        .stderr
-        .lines()
-        .find(|l| l.contains("seeds/depts.csv"))
-        .unwrap_or_else(|| panic!("no line names the seed file:\n{}", run.stderr));
+    let line = run.stderr.lines().find(|l| l.contains("seeds/depts.csv")).unwrap_or_else(|| panic!("no line names the seed file:\n{}", run.stderr));
     for needle in ["models/seed.lua:1", "`ref.depts`", "row 4", "column `beds`", "`abc` is not a valid `integer`", "INT32"] {
         assert!(line.contains(needle), "{needle:?} missing from {line:?}\n{}", run.stderr);
     }
@@ -132,10 +126,7 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built() {
 #[test]
 fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers() {
     let p = project();
-    p.write(
-        "seeds/t.csv",
-        "id,ratio,day,flag,label\n1,0.5,2026-01-01,true,a\n2.5,x,2026-02-30,maybe,\"\"\n3,1,2026-01-03,false,c\n",
-    );
+    p.write("seeds/t.csv", "id,ratio,day,flag,label\n1,0.5,2026-01-01,true,a\n2.5,x,2026-02-30,maybe,\"\"\n3,1,2026-01-03,false,c\n");
     p.write(
         "models/seed.lua",
         r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
@@ -228,16 +219,15 @@ fn json_seeds_read_arrays_and_newline_delimited_objects() {
         ),
     );
     p.apply("dev");
-    let expect = vec![
-        vec![s(""), None, None, s("[]")],
-        vec![s("ER"), s("32"), s("true"), s("[front, 24h]")],
-        vec![s("ICU"), s("120"), s("false"), None],
-    ];
+    let expect = vec![vec![s(""), None, None, s("[]")], vec![s("ER"), s("32"), s("true"), s("[front, 24h]")], vec![s("ICU"), s("120"), s("false"), None]];
     assert_eq!(p.rows("\"dev__ref\".\"a\""), expect);
     assert_eq!(p.rows("\"dev__ref\".\"b\""), expect);
 
     // A value that does not fit is named by its row (the n-th object) and key.
-    p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"beds\": 32, \"open\": true, \"tags\": []}\n{\"code\": \"ICU\", \"beds\": 1.5}\n{\"code\": \"X\", \"beds\": true}\n");
+    p.write(
+        "seeds/b.ndjson",
+        "{\"code\": \"ER\", \"beds\": 32, \"open\": true, \"tags\": []}\n{\"code\": \"ICU\", \"beds\": 1.5}\n{\"code\": \"X\", \"beds\": true}\n",
+    );
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("`seeds/b.ndjson`: row 2, column `beds`: `1.5` is not a whole number"), "{}", run.stderr);
@@ -303,14 +293,20 @@ fn seed_declarations_are_checked_at_load() {
         (r#"path = "seeds/x.csv", union_by_name = true"#, "unknown option `union_by_name` for kind `seed`"),
         (r#"file = "seeds/x.csv""#, "unknown option `file` for kind `seed`"),
     ] {
-        p.write("models/seed.lua", &format!("define_model {{ name = \"ref.x\", kind = kind.seed {{ {options} }}, schema = {{ {{ \"a\", \"varchar\" }} }} }}\n"));
+        p.write(
+            "models/seed.lua",
+            &format!("define_model {{ name = \"ref.x\", kind = kind.seed {{ {options} }}, schema = {{ {{ \"a\", \"varchar\" }} }} }}\n"),
+        );
         let run = p.run(&["check"]);
         run.expect_code(1);
         let out = format!("{}{}", run.stdout, run.stderr);
         assert!(out.contains(message), "{options}: {out}");
     }
     p.write("seeds/x.csv", "a\n1\n");
-    p.write("models/seed.lua", "define_model { name = \"ref.x\", kind = kind.seed { path = \"seeds/x.csv\" }, schema = { { \"a\", \"varchar\" } }, query = \"SELECT 1\" }\n");
+    p.write(
+        "models/seed.lua",
+        "define_model { name = \"ref.x\", kind = kind.seed { path = \"seeds/x.csv\" }, schema = { { \"a\", \"varchar\" } }, query = \"SELECT 1\" }\n",
+    );
     let run = p.run(&["check"]);
     run.expect_code(1);
     assert!(format!("{}{}", run.stdout, run.stderr).contains("a seed has no query"), "{run:?}");

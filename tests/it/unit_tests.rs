@@ -125,11 +125,7 @@ fn a_failing_test_exits_1_with_an_aligned_row_diff() {
     let diff: Vec<&str> = out.lines().skip_while(|l| !l.contains("expected 2 rows")).skip(1).take(3).collect();
     assert_eq!(
         diff,
-        [
-            "         customer  region  orders  total",
-            "      -  ann       north   2       16.00",
-            "      +  ann       north   2       15.00",
-        ],
+        ["         customer  region  orders  total", "      -  ann       north   2       16.00", "      +  ann       north   2       15.00",],
         "{out}"
     );
     assert!(out.contains("test result: FAILED. 0 passed, 1 failed, 0 errors"), "{out}");
@@ -335,7 +331,10 @@ define_test { name = "unknown_columns", model = "mart.totals",
     let v = p.run(&["test", "--json"]).expect_code(1).json();
     assert_eq!(entry(&v, "dates_from_strings")["status"], "passed", "{v:#}");
     let bad = problems(&v, "bad_number");
-    assert!(bad.contains("input `raw.orders` row 1, column `id` (bigint): value 1.5 does not fit: 1.5 has a fraction and `bigint` is an integer type"), "{bad}");
+    assert!(
+        bad.contains("input `raw.orders` row 1, column `id` (bigint): value 1.5 does not fit: 1.5 has a fraction and `bigint` is an integer type"),
+        "{bad}"
+    );
     // The fraction check comes first; once fixed, the engine names the next misfits.
     p.write("tests/types.lua", &p.read("tests/types.lua").replace("id = 1.5", "id = 1"));
     let v = p.run(&["test", "bad_number", "--json"]).expect_code(1).json();
@@ -435,7 +434,10 @@ fn test_files_and_model_files_keep_to_their_api() {
     // Plans ignore test files, but model files calling define_test fail every command alike.
     p.run(&["plan", "dev"]).expect_code(1);
     p.remove("models/t.rhai");
-    p.write("tests/dup.lua", "define_test { name = \"t\", model = \"mart.totals\", expect = {} }\ndefine_test { name = \"t\", model = \"mart.tenure\", expect = {}, expct = {} }\n");
+    p.write(
+        "tests/dup.lua",
+        "define_test { name = \"t\", model = \"mart.totals\", expect = {} }\ndefine_test { name = \"t\", model = \"mart.tenure\", expect = {}, expct = {} }\n",
+    );
     let run = p.run(&["test"]);
     run.expect_code(1);
     assert!(run.stderr.contains("tests/dup.lua:2: test `t`: unknown field `expct`"), "{}", run.stderr);

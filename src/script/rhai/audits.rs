@@ -96,7 +96,12 @@ fn define(st: &Rc<RefCell<State>>, spec: Dynamic, location: &Location) -> Result
     }
     let def = AuditDef::from_spec(&json, location.clone()).map_err(err)?;
     let body = body.ok_or_else(|| err(format!("audit `{}`: `define_audit` needs `query`, a closure `|rel, args| …` returning SQL", def.name)))?;
-    let ast = st.borrow().asts.get(&location.file).cloned().ok_or_else(|| err("`define_audit` must be called at the top level of a file or of a function it defines".into()))?;
+    let ast = st
+        .borrow()
+        .asts
+        .get(&location.file)
+        .cloned()
+        .ok_or_else(|| err("`define_audit` must be called at the top level of a file or of a function it defines".into()))?;
     Ok((def, (body, ast)))
 }
 

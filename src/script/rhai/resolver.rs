@@ -5,8 +5,8 @@
 //! through a symlink) and other extensions are errors. Each file is evaluated once; a file
 //! imported while it is still being evaluated is an import cycle.
 
-use super::{Refs, evaluate, rt};
 use super::SharedModule;
+use super::{Refs, evaluate, rt};
 use ::rhai::{Engine, EvalAltResult, ModuleResolver, Position};
 use std::path::{Component, Path, PathBuf};
 
