@@ -36,7 +36,7 @@ pub const DEFAULT_TEST_GLOBS: &[&str] = &["tests/**/*.{lua,rhai}"];
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config `{path}`: {source}")]
+    #[error("cannot read config: {source}")]
     Read {
         /// Config path.
         path: PathBuf,
@@ -285,7 +285,7 @@ impl Config {
     /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Invalid`] for bad TOML,
     /// unknown keys or wrong types (the message names the key and line).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = fs_err::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::parse(path, &text)
     }
 

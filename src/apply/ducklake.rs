@@ -54,7 +54,7 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     let catalog_dir = project.config.resolve(&dl.catalog).parent().map(std::path::Path::to_path_buf);
     let data_dir = dl.data_path.as_ref().map(|d| project.config.resolve(d));
     for dir in catalog_dir.iter().chain(data_dir.iter()) {
-        std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create the DuckLake directory `{}`: {e}", dir.display())))?;
+        fs_err::create_dir_all(dir).map_err(|e| err(format!("cannot create the DuckLake directory: {e}")))?;
     }
     engine.execute(&attach).map_err(|e| err(format!("cannot attach the DuckLake catalog: {}", e.message)))?;
     Ok(())

@@ -305,7 +305,7 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
     let copy = format!("COPY (\n{query}\n) TO {} (FORMAT parquet)", quote_literal(&written));
     engine.execute(&copy).map_err(|source| ApplyError::Build { model: model.name.clone(), interval, source })?;
     if !dir.s3 {
-        std::fs::rename(&written, &target).map_err(|e| target_error(Some(model), interval, format!("cannot rename `{written}` to `{target}`: {e}")))?;
+        fs_err::rename(&written, &target).map_err(|e| target_error(Some(model), interval, e.to_string()))?;
     }
     Ok(())
 }
@@ -340,7 +340,7 @@ fn list_files(model: &Model, dir: &VersionDir, engine: &mut dyn Engine) -> Resul
         let rows = engine.query(&sql).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
         rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).filter_map(|f| f.rsplit('/').next().map(str::to_string)).collect()
     } else {
-        match std::fs::read_dir(&dir.url) {
+        match fs_err::read_dir(&dir.url) {
             Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(target_error(Some(model), None, format!("cannot list `{}`: {e}", dir.url))),
@@ -391,8 +391,8 @@ fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mu
         engine.execute(&copy).map_err(build_err)?;
     } else {
         let tmp = format!("{target}.tmp");
-        std::fs::write(&tmp, format!("{text}\n"))
-            .and_then(|()| std::fs::rename(&tmp, &target))
+        fs_err::write(&tmp, format!("{text}\n"))
+            .and_then(|()| fs_err::rename(&tmp, &target))
             .map_err(|e| target_error(Some(model), None, format!("cannot write `{target}`: {e}")))?;
     }
     Ok(())
@@ -407,7 +407,7 @@ fn make_dir(model: &Model, dir: &VersionDir, interval: Option<Interval>) -> Resu
     if dir.s3 {
         return Ok(());
     }
-    std::fs::create_dir_all(Path::new(&dir.url)).map_err(|e| target_error(Some(model), interval, format!("cannot create `{}`: {e}", dir.url)))
+    fs_err::create_dir_all(Path::new(&dir.url)).map_err(|e| target_error(Some(model), interval, e.to_string()))
 }
 
 fn target_error(model: Option<&Model>, interval: Option<Interval>, message: String) -> ApplyError {

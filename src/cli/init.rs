@@ -28,9 +28,9 @@ pub fn run(dir: &Path, out: &Printer) -> Result<Exit> {
     for (rel, content) in FILES {
         let p = dir.join(rel);
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
+            fs_err::create_dir_all(parent)?;
         }
-        std::fs::write(&p, content)?;
+        fs_err::write(&p, content)?;
         report.push_str(&format!("created {}\n", p.display()));
     }
     let cd = if dir == Path::new(".") { String::new() } else { format!("cd {} && ", dir.display()) };

@@ -3,9 +3,17 @@
 //! Rules come from the original's definition-time checks (reference `core-semantics.md` §1.1):
 //! each part of a model name matches `[A-Za-z_][A-Za-z0-9_]*`; an environment name matches
 //! `[a-z][a-z0-9_]*`. The environment `prod` is special: its views live in the model's own schema.
-//! We add two rules so that no view can land on another's: a model's schema contains no `__`
-//! (environment schemas are `<env>__<schema>`) and is not `_efmesh` (physical relations); and
-//! model names are unique case-insensitively (DuckDB identifiers are), checked by the DAG.
+//! We add rules so that no view or physical relation can land on another's (SPEC §4,
+//! "Names never collide"):
+//! - a model's schema contains no `__` and does not end with `_`, and is not `_efmesh`;
+//! - an environment name contains no `__` and does not end with `_`;
+//! - model names are unique case-insensitively (DuckDB identifiers are), checked by the DAG.
+//!
+//! So in `<env>__<schema>` and `<schema>__<table>__<fp>` the FIRST `__` always sits right after
+//! the environment (resp. the schema): nothing before it can hold `__`, nor end in `_` to make
+//! one with the separator. Both mappings are injective (exhaustively tested over tricky names in
+//! `tests/it/names.rs`), environment schemas always contain `__` while prod schemas and
+//! `_efmesh` never do.
 
 use std::fmt;
 
@@ -64,6 +72,10 @@ impl ModelName {
         if schema.contains("__") {
             return Err(err("the schema part cannot contain `__` (reserved for environment schemas `<env>__<schema>`)"));
         }
+        // `a_.b` would flatten like `a._b` in `<schema>__<table>__<fp>`.
+        if schema.ends_with('_') {
+            return Err(err("the schema part cannot end with `_` (`<schema>__<table>` must split at its first `__`)"));
+        }
         if schema.eq_ignore_ascii_case(PHYSICAL_SCHEMA) {
             return Err(err("the schema `_efmesh` is reserved for physical tables"));
         }
@@ -112,17 +124,18 @@ pub const PHYSICAL_SCHEMA: &str = "_efmesh";
 /// The environment whose views live in the models' own schemas.
 pub const PROD: &str = "prod";
 
-/// Validates an environment name (`[a-z][a-z0-9_]*`).
+/// Validates an environment name (`[a-z][a-z0-9_]*`, without `__` and not ending with `_`).
 ///
 /// # Errors
 /// [`NameError`] naming the rule.
 pub fn validate_env(env: &str) -> Result<(), NameError> {
     let ok = env.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && env.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    // `__` would make `<env>__<schema>` ambiguous with another env's schema.
-    if ok && !env.contains("__") {
+    // `__` inside, or a trailing `_` (`dev_` + `mart` = `dev` + `_mart` = `dev___mart`), would
+    // make `<env>__<schema>` ambiguous with another environment's schema.
+    if ok && !env.contains("__") && !env.ends_with('_') {
         Ok(())
     } else {
-        Err(NameError { what: "environment name", name: env.to_string(), reason: "must match [a-z][a-z0-9_]* without `__`".into() })
+        Err(NameError { what: "environment name", name: env.to_string(), reason: "must match [a-z][a-z0-9_]*, without `__` and not ending with `_`".into() })
     }
 }
 
@@ -145,7 +158,7 @@ mod tests {
         assert!(ModelName::parse("med.moves").is_ok());
         assert!(ModelName::parse("_a1.b_2").is_ok());
         assert!(ModelName::parse("a.b__c").is_ok());
-        for bad in ["moves", "a.b.c", "1a.b", "a.", ".b", "a-b.c", "a.b c", "", "a__b.c", "dev__s.e", "_efmesh.t", "_EFMESH.t"] {
+        for bad in ["moves", "a.b.c", "1a.b", "a.", ".b", "a-b.c", "a.b c", "", "a__b.c", "dev__s.e", "_efmesh.t", "_EFMESH.t", "a_.b"] {
             assert!(ModelName::parse(bad).is_err(), "{bad} accepted");
         }
     }
@@ -154,7 +167,7 @@ mod tests {
     fn env_names_are_lowercase_identifiers() {
         assert!(validate_env("dev").is_ok());
         assert!(validate_env("prod_2").is_ok());
-        for bad in ["Dev", "1dev", "", "a-b", "a__b"] {
+        for bad in ["Dev", "1dev", "", "a-b", "a__b", "dev_"] {
             assert!(validate_env(bad).is_err(), "{bad} accepted");
         }
     }

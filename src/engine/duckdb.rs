@@ -37,7 +37,7 @@ impl DuckDb {
     pub fn open(path: &Path, settings: &EngineSection) -> Result<Self, EngineError> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| EngineError::new("", format!("cannot create `{}`: {e}", dir.display())))?;
+                fs_err::create_dir_all(dir).map_err(|e| EngineError::new("", e.to_string()))?;
             }
         }
         let conn = duckdb::Connection::open(path).map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display())))?;

@@ -237,6 +237,10 @@ pub enum PlanError {
     /// `--reclassify` or `--forward-only` cannot be honoured.
     #[error("{0}")]
     Operator(String),
+    /// An environment recorded before the naming rules already serves a view this plan would
+    /// write (see [`check_legacy_views`]).
+    #[error("{0}")]
+    ViewConflict(String),
 }
 
 /// Fingerprints and canonical digests of every model of a project.
@@ -430,6 +434,37 @@ pub fn env_schema(env: &str, schema: &str) -> String {
     if env == crate::core::name::PROD { schema.to_string() } else { format!("{env}__{schema}") }
 }
 
+/// Refuses a plan whose environment views would land on views that another environment already
+/// serves. Between valid names this cannot happen (`<env>__<schema>` is injective, see
+/// [`crate::core::name`]); but a store may hold environments created before the naming rules
+/// (e.g. `dev_`, whose `dev___mart.x` is also `dev`'s view of `_mart.x`). Only those are read,
+/// so the common case costs one query.
+///
+/// # Errors
+/// [`PlanError::ViewConflict`] naming both environments, both models and the shared view.
+pub fn check_legacy_views(project: &Project, state: &StateStore, env: &str) -> Result<(), PlanError> {
+    let legacy: Vec<String> = state.environments()?.into_iter().filter(|e| e != env && validate_env(e).is_err()).collect();
+    if legacy.is_empty() {
+        return Ok(());
+    }
+    let view_key = |env: &str, schema: &str, table: &str| (env_schema(env, schema).to_lowercase(), table.to_lowercase());
+    let ours: BTreeMap<(String, String), &ModelName> = project.dag.models().map(|m| (view_key(env, m.name.schema(), m.name.table()), &m.name)).collect();
+    for other in legacy {
+        for name in state.env_pointers(&other)?.keys() {
+            let Some((schema, table)) = name.split_once('.') else { continue };
+            if let Some(mine) = ours.get(&view_key(&other, schema, table)) {
+                let (vs, vt) = view_key(env, mine.schema(), mine.table());
+                return Err(PlanError::ViewConflict(format!(
+                    "environment `{env}` would serve model `{mine}` as view `{vs}.{vt}`, which environment `{other}` already serves as model `{name}`\n  \
+                     (`{other}` predates the rule that environment names neither contain `__` nor end with `_`)\n  \
+                     hint: rename the model's schema, or apply to another environment; `{other}` can no longer be applied"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Computes the plan of `project` against `env` at `now`, with no operator choices.
 ///
 /// # Errors
@@ -471,6 +506,7 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
 /// non-breaking, `--forward-only` on a model that is not time-range or drops a column).
 pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     validate_env(env)?;
+    check_legacy_views(project, state, env)?;
     for n in options.forward_only.iter().chain(options.reclassify.keys()) {
         if project.dag.get(n).is_none() {
             let hint = project.dag.suggest(&n.to_string()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();

@@ -43,7 +43,7 @@ pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
     let mut models = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        match std::fs::read_to_string(root.join(f)) {
+        match fs_err::read_to_string(root.join(f)) {
             Ok(text) => match parse(f, &text) {
                 Ok(m) => models.push(m),
                 Err(e) => errors.extend(e),

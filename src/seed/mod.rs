@@ -58,7 +58,7 @@ pub fn hash_seed_files(root: &Path, models: &mut [Model]) -> Vec<LoadError> {
     for m in models.iter_mut() {
         let Kind::Seed(seed) = &mut m.kind else { continue };
         let file = resolve(root, &seed.path);
-        match std::fs::read(&file) {
+        match fs_err::read(&file) {
             Ok(bytes) => seed.content_hash = content_hash(&bytes),
             Err(e) => errors.push(
                 LoadError::new(Some(m.location.clone()), Some(m.name.clone()), format!("cannot read seed file `{}`: {e}", seed.path))

@@ -116,3 +116,92 @@ fn physical_names_never_collide() {
         assert_eq!(p.rows(&env_view(env, "a.b__c")), vec![vec![Some("same".to_string())]]);
     }
 }
+
+/// Every string of 1 to 4 characters over `a`, `A`, `_` and `1`: underscores at every edge,
+/// both cases, `__` inside, digits first.
+fn tricky_words() -> Vec<String> {
+    let mut words: Vec<String> = vec![String::new()];
+    let mut all = Vec::new();
+    for _ in 0..4 {
+        words = words.iter().flat_map(|w| ['a', 'A', '_', '1'].map(|c| format!("{w}{c}"))).collect();
+        all.extend(words.iter().cloned());
+    }
+    all
+}
+
+#[test]
+fn environment_view_names_are_injective_over_tricky_names() {
+    // `<env>__<schema>` (and `<schema>` for prod) must never give two (environment, schema)
+    // pairs the same DuckDB schema, ignoring case as DuckDB does, nor land on `_efmesh`.
+    use efmesh::core::name::validate_env;
+    let words = tricky_words();
+    let mut envs: Vec<String> = words.iter().filter(|w| validate_env(w).is_ok()).cloned().collect();
+    envs.push("prod".into());
+    let schemas: Vec<String> = words.iter().filter(|w| efmesh::core::ModelName::parse(&format!("{w}.t")).is_ok()).cloned().collect();
+    assert!(envs.len() > 20 && schemas.len() > 100, "{} envs, {} schemas", envs.len(), schemas.len());
+    // The rules refuse exactly the names that could collide.
+    assert!(validate_env("dev_").is_err() && efmesh::core::ModelName::parse("mart_.x").is_err());
+    assert!(validate_env("dev").is_ok() && efmesh::core::ModelName::parse("_mart.x").is_ok());
+    let mut seen: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
+    for env in &envs {
+        for schema in &schemas {
+            let view = efmesh::plan::env_schema(env, schema).to_lowercase();
+            assert_ne!(view, "_efmesh", "({env}, {schema})");
+            let key = (env.clone(), schema.to_lowercase());
+            if let Some(prev) = seen.insert(view.clone(), key.clone()) {
+                assert_eq!(prev, key, "`{view}` serves two environment schemas");
+            }
+        }
+    }
+}
+
+#[test]
+fn physical_names_are_injective_over_tricky_names_even_with_one_fingerprint() {
+    // `<schema>__<table>__<fp>` must tell models apart by structure alone (the fingerprint
+    // hashes the name too, but injectivity must not rest on it).
+    use efmesh::sql::fingerprint::{Fingerprint, physical_table};
+    let fp = Fingerprint::parse(&"0".repeat(64)).unwrap();
+    let words = tricky_words();
+    let names: Vec<efmesh::core::ModelName> =
+        words.iter().flat_map(|s| words.iter().map(move |t| format!("{s}.{t}"))).filter_map(|n| efmesh::core::ModelName::parse(&n).ok()).collect();
+    assert!(names.len() > 10_000, "{}", names.len());
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for name in &names {
+        let physical = physical_table(name, &fp).to_lowercase();
+        let key = name.to_string().to_lowercase();
+        if let Some(prev) = seen.insert(physical.clone(), key.clone()) {
+            assert_eq!(prev, key, "`{physical}` stores two models");
+        }
+    }
+}
+
+#[test]
+fn environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view() {
+    // `dev_` + `mart.x` and `dev` + `_mart.x` both used to map to `"dev___mart"."x"`.
+    let p = Project::new();
+    p.write("models/m.lua", &model("mart.x"));
+    let run = p.run(&["apply", "dev_", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("dev_") && run.stderr.contains("not ending with `_`"), "{}", run.stderr);
+    assert!(p.physical_tables().is_empty(), "a refused environment built something");
+
+    // A store written before the rule may hold `dev_`: applying `dev` over its view is refused,
+    // naming both environments and both models, before anything is built.
+    p.apply("devx");
+    {
+        let db = rusqlite::Connection::open(p.state_path()).unwrap();
+        db.execute("UPDATE environments SET env = 'dev_' WHERE env = 'devx'", []).unwrap();
+    }
+    p.write("models/m.lua", &model("_mart.x"));
+    let before = p.physical_tables();
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    for needle in ["`dev`", "`dev_`", "_mart.x", "mart.x", "dev___mart"] {
+        assert!(run.stderr.contains(needle), "refusal does not name {needle}:\n{}", run.stderr);
+    }
+    assert_eq!(p.physical_tables(), before);
+    assert!(p.state().env_pointers("dev").unwrap().is_empty());
+    // Without the legacy environment in the way the same apply serves its model.
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_serves(&p, "prod", "_mart.x");
+}
