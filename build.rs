@@ -3,9 +3,9 @@
 //! `LD_LIBRARY_PATH`.
 fn main() {
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
-    if std::env::var_os("CARGO_FEATURE_BUNDLED").is_none() {
-        if let Ok(dir) = std::env::var("DUCKDB_LIB_DIR") {
-            println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
-        }
+    if std::env::var_os("CARGO_FEATURE_BUNDLED").is_none()
+        && let Ok(dir) = std::env::var("DUCKDB_LIB_DIR")
+    {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
     }
 }
