@@ -82,28 +82,25 @@ impl Fragment {
                 i = end;
                 continue;
             }
-            match bytes[i] {
-                b'@' => {
-                    let rest = &s[i + 1..];
-                    let hit = if rest.starts_with("start") {
-                        Some((Node::Start, 6))
-                    } else if rest.starts_with("end") {
-                        Some((Node::End, 4))
-                    } else {
-                        None
-                    };
-                    if let Some((node, len)) = hit {
-                        let before = if i == 0 { None } else { bytes.get(i - 1) };
-                        if !word(bytes.get(i + len)) && !word(before) {
-                            self.push_text(&s[last..i]);
-                            self.nodes.push(node);
-                            i += len;
-                            last = i;
-                            continue;
-                        }
+            if bytes[i] == b'@' {
+                let rest = &s[i + 1..];
+                let hit = if rest.starts_with("start") {
+                    Some((Node::Start, 6))
+                } else if rest.starts_with("end") {
+                    Some((Node::End, 4))
+                } else {
+                    None
+                };
+                if let Some((node, len)) = hit {
+                    let before = if i == 0 { None } else { bytes.get(i - 1) };
+                    if !word(bytes.get(i + len)) && !word(before) {
+                        self.push_text(&s[last..i]);
+                        self.nodes.push(node);
+                        i += len;
+                        last = i;
+                        continue;
                     }
                 }
-                _ => {}
             }
             i += 1;
         }

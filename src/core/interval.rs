@@ -190,15 +190,15 @@ pub fn parse_instant(s: &str) -> Result<Millis, String> {
     if let Ok(ts) = s.parse::<jiff::Timestamp>() {
         return Ok(ts.as_millisecond());
     }
-    if let Ok(dt) = s.parse::<jiff::civil::DateTime>() {
-        if let Ok(ts) = jiff::tz::TimeZone::UTC.to_timestamp(dt) {
-            return Ok(ts.as_millisecond());
-        }
+    if let Ok(dt) = s.parse::<jiff::civil::DateTime>()
+        && let Ok(ts) = jiff::tz::TimeZone::UTC.to_timestamp(dt)
+    {
+        return Ok(ts.as_millisecond());
     }
-    if let Ok(d) = s.parse::<jiff::civil::Date>() {
-        if let Ok(ts) = jiff::tz::TimeZone::UTC.to_timestamp(d.to_datetime(jiff::civil::Time::midnight())) {
-            return Ok(ts.as_millisecond());
-        }
+    if let Ok(d) = s.parse::<jiff::civil::Date>()
+        && let Ok(ts) = jiff::tz::TimeZone::UTC.to_timestamp(d.to_datetime(jiff::civil::Time::midnight()))
+    {
+        return Ok(ts.as_millisecond());
     }
     Err(format!("`{s}` is not a date or timestamp (use `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` in UTC, or RFC 3339)"))
 }

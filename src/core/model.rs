@@ -68,10 +68,10 @@ impl Model {
     /// `table` (so table models keep the fingerprints they always had).
     pub fn kind_payload(&self) -> serde_json::Value {
         let mut v = self.kind.fingerprint_payload();
-        if self.target != Target::Table {
-            if let serde_json::Value::Object(m) = &mut v {
-                m.insert("target".into(), serde_json::Value::String(self.target.as_str().into()));
-            }
+        if self.target != Target::Table
+            && let serde_json::Value::Object(m) = &mut v
+        {
+            m.insert("target".into(), serde_json::Value::String(self.target.as_str().into()));
         }
         v
     }

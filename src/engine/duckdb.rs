@@ -35,10 +35,10 @@ impl DuckDb {
     /// # Errors
     /// [`EngineError`] when the file cannot be opened (e.g. locked by another process).
     pub fn open(path: &Path, settings: &EngineSection) -> Result<Self, EngineError> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                fs_err::create_dir_all(dir).map_err(|e| EngineError::new("", e.to_string()))?;
-            }
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            fs_err::create_dir_all(dir).map_err(|e| EngineError::new("", e.to_string()))?;
         }
         let conn = duckdb::Connection::open(path).map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display())))?;
         let mut db = Self::new(conn);

@@ -168,10 +168,10 @@ pub fn build_test(spec: &Map<String, Value>, location: Location) -> Result<TestS
                     None => errors.push(err(format!("`vars.{k}` must be a date or timestamp string, e.g. \"2026-01-01\""))),
                 }
             }
-            if let (Some(s), Some(e)) = (start, end) {
-                if s >= e {
-                    errors.push(err("`vars.start` must be before `vars.end` (the interval is `[start, end)`)".into()));
-                }
+            if let (Some(s), Some(e)) = (start, end)
+                && s >= e
+            {
+                errors.push(err("`vars.start` must be before `vars.end` (the interval is `[start, end)`)".into()));
             }
         }
         Some(Value::Array(a)) if a.is_empty() => {}

@@ -168,10 +168,10 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
     let extra: Vec<&str> = header.iter().map(String::as_str).filter(|h| !schema.contains(h)).collect();
     if !missing.is_empty() {
         let mut msg = format!("the header lacks declared column{} {}", plural(missing.len()), ticks(&missing));
-        if let [one] = missing.as_slice() {
-            if let Some(s) = did_you_mean(one, extra.iter().copied()) {
-                msg.push_str(&format!(" (the header has `{s}`)"));
-            }
+        if let [one] = missing.as_slice()
+            && let Some(s) = did_you_mean(one, extra.iter().copied())
+        {
+            msg.push_str(&format!(" (the header has `{s}`)"));
         }
         errors.push(SeedError::at(header_place, None, msg));
     }

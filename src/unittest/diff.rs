@@ -55,11 +55,11 @@ pub fn compare(expected: &[TextRow], actual: &[TextRow], ordered: bool) -> RowDi
     }
     let mut unexpected = Vec::new();
     for r in actual {
-        if let Some(n) = remaining.get_mut(r) {
-            if *n > 0 {
-                *n -= 1;
-                unexpected.push(r.clone());
-            }
+        if let Some(n) = remaining.get_mut(r)
+            && *n > 0
+        {
+            *n -= 1;
+            unexpected.push(r.clone());
         }
     }
     let order = if ordered && missing.is_empty() && unexpected.is_empty() {

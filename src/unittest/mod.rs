@@ -255,10 +255,10 @@ fn check_cells(cells: &[Cell], engine: &mut dyn Engine) -> Vec<String> {
         let c = &cells[i];
         if let Err(e) = engine.query(&format!("SELECT {}", fixture::typed(c.value, &c.column.ty))) {
             problems.push(format!("{} does not fit: {}", c.describe(), first_line(&e.message)));
-        } else if let Ok(rows) = engine.query(&format!("SELECT TRY_CAST({} AS {}) IS NULL", fixture::literal(c.value), c.column.ty)) {
-            if rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("true") {
-                problems.push(format!("{} does not fit", c.describe()));
-            }
+        } else if let Ok(rows) = engine.query(&format!("SELECT TRY_CAST({} AS {}) IS NULL", fixture::literal(c.value), c.column.ty))
+            && rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("true")
+        {
+            problems.push(format!("{} does not fit", c.describe()));
         }
     }
     problems

@@ -965,7 +965,7 @@ fn run(name: &str) {
         let has_explain = a.get("explain").is_some_and(|e| e["reason"].as_str().is_some_and(|r| !r.is_empty()));
         assert_eq!(has_explain, !matches!(change, "added" | "unchanged"), "explain of {a:#}");
         if change == "indirect" {
-            assert!(!a["explain"]["cascadeFrom"].as_array().map_or(true, Vec::is_empty), "an indirect change names its parent: {a:#}");
+            assert!(!a["explain"]["cascadeFrom"].as_array().is_none_or(Vec::is_empty), "an indirect change names its parent: {a:#}");
             // Reused exactly when not rebuilt.
             assert_eq!(a.get("reusedFrom").is_some(), a["build"] == Value::Bool(false), "{a:#}");
         }
