@@ -505,12 +505,12 @@ fn the_budget_cannot_be_caught() {
 
 #[test]
 fn what_a_file_prints_is_capped() {
-    let p = project_of(&[("models/p.rhai", &format!("for i in 0..100000 {{ print(`line ${{i}}`); debug(i); }}\n{RHAI_OK_MODEL}"))]);
+    let p = project_of(&[("models/p.rhai", &format!("for i in 0..20000 {{ print(`line ${{i}}`); debug(i); }}\n{RHAI_OK_MODEL}"))]);
     let (run, took) = run_bounded(&p, &["check"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(took < LIMIT, "took {took:?}");
     assert!(run.stderr.contains("line 0"), "the first lines are printed:\n{}", &run.stderr[..run.stderr.len().min(2000)]);
-    assert!(!run.stderr.contains("line 99999"), "the output should be capped");
+    assert!(!run.stderr.contains("line 19999"), "the output should be capped");
     assert!(run.stderr.contains("models/p.rhai: further output suppressed"), "{}", &run.stderr[run.stderr.len().saturating_sub(2000)..]);
     assert!(run.stderr.len() < 64 * 1024, "stderr has {} bytes", run.stderr.len());
 }
