@@ -15,6 +15,11 @@ local charge = limits.charge
 local string, table, utf8, type, error, select, tostring, tonumber = string, table, utf8, type, error, select, tostring, tonumber
 local floor, log, abs, min = math.floor, math.log, math.abs, math.min
 
+-- Units: one per byte scanned or copied; PER_ELEMENT per element moved, value produced,
+-- comparison or callback made (each costs tens of byte-steps inside C). The budget allows about
+-- a second of C work in one call, so a call that would take longer is refused before it starts.
+local PER_ELEMENT = 32
+
 -- Length of a string argument (numbers are converted by the library, so they count too).
 local function slen(v)
   local t = type(v)
@@ -70,7 +75,7 @@ string.rep = function(s, n, sep)
   if k and k >= 1 then
     local size = slen(s) * k + slen(sep) * (k - 1)
     -- `k` iterations even when the result is empty (`(""):rep(1e15)`).
-    charge(k + size, "string.rep")
+    charge(4 * k + size, "string.rep")
     if size > limits.max_string then
       error(("string.rep would build a %d-byte string (limit %d bytes)"):format(floor(size), limits.max_string), 2)
     end
@@ -85,7 +90,7 @@ table.move = function(a1, f, e, t, a2)
     if ne - nf + 1 > limits.max_table_move then
       error(("table.move of %d elements (limit %d)"):format(floor(ne - nf + 1), limits.max_table_move), 2)
     end
-    charge(ne - nf + 1, "table.move")
+    charge((ne - nf + 1) * PER_ELEMENT, "table.move")
   end
   return move(a1, f, e, t, a2)
 end
@@ -118,7 +123,11 @@ local function guard(name, f)
       end
     end
     local cost = (ls + 1) * (lp + 1)
-    if name == "gsub" then cost = cost + (ls + 1) * slen(r) end
+    if name == "gsub" then
+      -- The replacement is copied, or called / looked up, at each match.
+      local tr = type(r)
+      cost = cost + (ls + 1) * ((tr == "function" or tr == "table") and PER_ELEMENT or slen(r))
+    end
     charge(cost, label)
     if name == "gsub" then return produced1(f(s, p, r, ...)) end
     return produced(f(s, p, r, ...))
@@ -143,12 +152,12 @@ do
   end
   local byte = string.byte
   string.byte = function(s, i, j)
-    charge(span(slen(s), i, j or num(i) or 1), "string.byte")
+    charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "string.byte")
     return byte(s, i, j)
   end
   local char = string.char
   string.char = function(...)
-    charge(select("#", ...), "string.char")
+    charge(select("#", ...) * PER_ELEMENT, "string.char")
     return char(...)
   end
   local format = string.format
@@ -165,37 +174,38 @@ end
 do
   local concat = table.concat
   table.concat = function(t, sep, i, j)
-    charge(count(i, j or tlen(t)) * (1 + slen(sep)), "table.concat")
+    charge(count(i, j or tlen(t)) * (PER_ELEMENT + slen(sep)), "table.concat")
     return produced1(concat(t, sep, i, j))
   end
   local insert = table.insert
   table.insert = function(t, ...)
     if select("#", ...) >= 2 then
       local pos = num((...))
-      if pos then charge(tlen(t) - pos + 1, "table.insert") end
+      if pos then charge((tlen(t) - pos + 1) * PER_ELEMENT, "table.insert") end
     end
     return insert(t, ...)
   end
   local remove = table.remove
   table.remove = function(t, pos)
     local p = num(pos)
-    if p then charge(tlen(t) - p + 1, "table.remove") end
+    if p then charge((tlen(t) - p + 1) * PER_ELEMENT, "table.remove") end
     return remove(t, pos)
   end
   local sort = table.sort
   table.sort = function(t, cmp)
     local n = tlen(t)
-    if n > 1 then charge(n * (log(n, 2) + 1), "table.sort") end
+    -- n log n comparisons, each a call when `cmp` is given.
+    if n > 1 then charge(n * (log(n, 2) + 1) * (cmp ~= nil and PER_ELEMENT or 4), "table.sort") end
     return sort(t, cmp)
   end
   local unpack = table.unpack
   table.unpack = function(t, i, j)
-    charge(count(i, j or tlen(t)), "table.unpack")
+    charge(count(i, j or tlen(t)) * PER_ELEMENT, "table.unpack")
     return unpack(t, i, j)
   end
   local pack = table.pack
   table.pack = function(...)
-    charge(select("#", ...), "table.pack")
+    charge(select("#", ...) * PER_ELEMENT, "table.pack")
     return pack(...)
   end
 end
@@ -203,7 +213,7 @@ end
 do
   local char, codes, codepoint, len, offset = utf8.char, utf8.codes, utf8.codepoint, utf8.len, utf8.offset
   utf8.char = function(...)
-    charge(select("#", ...), "utf8.char")
+    charge(select("#", ...) * PER_ELEMENT, "utf8.char")
     return char(...)
   end
   utf8.codes = function(s, ...)
@@ -211,7 +221,7 @@ do
     return codes(s, ...)
   end
   utf8.codepoint = function(s, i, j, ...)
-    charge(span(slen(s), i, j or num(i) or 1), "utf8.codepoint")
+    charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "utf8.codepoint")
     return codepoint(s, i, j, ...)
   end
   utf8.len = function(s, i, j, ...)

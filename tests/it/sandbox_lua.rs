@@ -316,6 +316,9 @@ fn other_library_loops_on_big_data_are_charged_by_work() {
         must_stop("models/m.lua", &code, &["budget"]);
     }
     must_stop("models/m.lua", "local _ = string.pack(\"c1000000000\", \"\")", &["pack"]);
+    // One call making a C callback per element, long enough on its own: refused before it starts.
+    must_stop("models/m.lua", "local s = \"x\"\nfor i = 1, 25 do s = s .. s end\nlocal _ = s:gsub(\".\", type)", &["`string.gsub` would take"]);
+    must_stop("models/m.lua", "local t = { 1 }\nfor i = 1, 22 do table.move(t, 1, #t, #t + 1) end\ntable.sort(t, rawequal)", &["`table.sort` would take"]);
 }
 
 #[test]
