@@ -16,6 +16,8 @@ fn main() -> ExitCode {
         }
     };
     cli::init_logging(&args.log_level);
+    // A model file stuck where the sandbox cannot interrupt it ends the process (exit 1).
+    efmesh::script::watchdog::exit_when_stuck(true);
     match cli::run(args) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {

@@ -5,12 +5,24 @@
 //! safe base functions) and the efmesh API (`define_model`, `ref`, `cols`, `kind`, `require`),
 //! so no file can change what another file sees. Not available: `io`, `os`, `debug`,
 //! `package`, `load`, `loadfile`, `dofile`, `string.dump`, `collectgarbage`, randomness and the
-//! clock. `require` resolves only files inside the project. A memory limit and a wall-clock
-//! budget per file (checked every 10 000 VM instructions) turn runaway scripts into load errors.
+//! clock. `require` resolves only files inside the project.
+//!
+//! # Termination
+//!
+//! Each top-level file (with what it requires) has a wall-clock budget ([`FILE_BUDGET`]) and a
+//! work budget ([`WORK_BUDGET`]: VM instructions, counted by a hook every [`HOOK_EVERY`]
+//! instructions, plus the work library functions do inside C, charged by the wrappers of
+//! `stdlib/lua/guards.lua` before and after each call, so that a call that would loop for long
+//! is refused before it starts). Once a budget is exceeded the evaluation is *tripped*: every
+//! later hook call and every charge fails again with the same error, and `pcall`/`xpcall` (and
+//! the host's own catch points) re-raise it, so no script can catch the budget and go on. A
+//! memory limit bounds allocations, and the [watchdog](super::watchdog) ends the process if an
+//! evaluation is stuck in an operation nothing above can interrupt.
 
 mod audits;
 
 use super::builder::{Site, Sites, build_model};
+use super::sandbox::{Definitions, PrintCap};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, Value};
@@ -26,13 +38,39 @@ pub const MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 pub const FILE_BUDGET: Duration = Duration::from_millis(500);
 /// Largest string `string.rep` may build, in bytes.
 pub const MAX_STRING: usize = 64 * 1024 * 1024;
+/// Work one top-level file may do: VM instructions plus the steps library functions take inside
+/// C (bytes scanned or copied, elements moved or sorted). Generous: the wall-clock budget ends a
+/// runaway file first unless it spends its time inside C.
+pub const WORK_BUDGET: u64 = 1_000_000_000;
+/// How often (in VM instructions) the hook charges the work meter and reads the clock.
+pub const HOOK_EVERY: u32 = 1000;
 
 const PRELUDE: &str = include_str!("../../stdlib/lua/prelude.lua");
 const GUARDS: &str = include_str!("../../stdlib/lua/guards.lua");
 /// Lua source of the safe base functions that replace the raw ones in model files.
 const SAFE_BASE: &str = r#"
+local charge = ...
 local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort = setmetatable, getmetatable, next, type, error, tostring, table.sort
+local raw_pcall, raw_xpcall = pcall, xpcall
 local safe = {}
+-- A spent budget cannot be caught: after a protected call returns, `charge(0)` raises the budget
+-- error again if the evaluation was tripped meanwhile.
+local function after(...)
+  charge(0)
+  return ...
+end
+function safe.pcall(...)
+  return after(raw_pcall(...))
+end
+-- The message handler of an error raised by the budget hook runs with hooks off: it must not
+-- run at all once the evaluation is tripped (`charge(0)` raises instead).
+function safe.xpcall(f, handler, ...)
+  if type(handler) ~= "function" then return raw_xpcall(f, handler, ...) end
+  return after(raw_xpcall(f, function(e)
+    charge(0)
+    return handler(e)
+  end, ...))
+end
 -- Finalizers run with the instruction hook off: no `__gc`, no `__close` metamethods.
 function safe.setmetatable(t, mt)
   if type(mt) == "table" and (rawget(mt, "__gc") ~= nil or rawget(mt, "__close") ~= nil) then
@@ -91,11 +129,69 @@ struct State {
     modules: HashMap<PathBuf, ModuleState>,
     /// Files being evaluated, innermost last.
     stack: Vec<PathBuf>,
-    deadline: Option<Instant>,
+    /// The budget of the top-level evaluation in progress.
+    budget: Option<Budget>,
+    /// What each file printed.
+    printed: PrintCap,
+    /// Which top-level files defined something, and which are libraries.
+    definitions: Definitions,
+    /// True once test files are evaluated.
+    testing: bool,
     /// Unit tests defined by test files (`define_test`).
     tests: Vec<super::test_spec::TestSpec>,
     /// `define_audit` definitions (built-ins first).
     audits: super::audits::Registry<Function>,
+}
+
+/// The budgets of one top-level evaluation (a file and what it requires).
+struct Budget {
+    deadline: Instant,
+    /// Work charged so far (see [`WORK_BUDGET`]).
+    work: u64,
+    /// The error that ended the evaluation: once set, every later check fails with it.
+    tripped: Option<String>,
+    _watch: super::watchdog::Watch,
+}
+
+impl State {
+    /// Charges `n` units of work (done by `what`, or by the VM) and checks both budgets; the
+    /// error once a budget is spent, then again at every later call. Outside an evaluation
+    /// nothing is counted.
+    fn charge(&mut self, n: u64, what: Option<&str>, line: impl FnOnce() -> Option<usize>) -> Result<(), String> {
+        let Some(b) = self.budget.as_mut() else { return Ok(()) };
+        if let Some(msg) = &b.tripped {
+            return Err(msg.clone());
+        }
+        let at = || line().map(|l| format!(" (at line {l})")).unwrap_or_default();
+        let left = WORK_BUDGET.saturating_sub(b.work);
+        let msg = if n > left {
+            Some(match what {
+                Some(what) => format!(
+                    "`{what}` would take {n} steps{}, more than the {left} left of this file's work budget ({WORK_BUDGET} steps: VM instructions plus bytes and elements library functions process)",
+                    at()
+                ),
+                None => format!("evaluation exceeded its work budget of {WORK_BUDGET} steps{}: an infinite loop?", at()),
+            })
+        } else if Instant::now() > b.deadline {
+            Some(format!("evaluation exceeded its budget of {} ms{}: an infinite loop?", FILE_BUDGET.as_millis(), at()))
+        } else {
+            None
+        };
+        b.work = b.work.saturating_add(n);
+        match msg {
+            Some(msg) => {
+                let msg = format!("{msg} (the budget cannot be caught: the evaluation is abandoned)");
+                b.tripped = Some(msg.clone());
+                Err(msg)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The budget error, when the evaluation in progress was tripped.
+    fn tripped(&self) -> Option<mlua::Error> {
+        self.budget.as_ref().and_then(|b| b.tripped.clone()).map(rt)
+    }
 }
 
 enum ModuleState {
@@ -134,6 +230,11 @@ fn caller_location(lua: &Lua, root: &Path) -> Option<Location> {
         }
     }
     None
+}
+
+/// The line of the innermost project-file Lua code on the stack (the caller of a callback).
+fn caller_line(lua: &Lua) -> Option<usize> {
+    (1..8).map_while(|level| lua.inspect_stack(level, |d| (d.source().source.is_some_and(|s| s.starts_with('@')), d.current_line()))).find(|(ours, _)| *ours)?.1
 }
 
 /// The line of a `<close>` attribute in Lua source, if any (its `__close` handler would run with
@@ -233,18 +334,29 @@ impl LuaHost {
         let state = Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() }));
         {
             let st = state.clone();
-            lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(10_000), move |_, debug| {
-                if st.borrow().deadline.is_some_and(|d| Instant::now() > d) {
-                    let line = debug.current_line().map(|l| format!(" (at line {l})")).unwrap_or_default();
-                    return Err(rt(format!("evaluation exceeded its budget of {} ms{line}: an infinite loop?", FILE_BUDGET.as_millis())));
+            lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(HOOK_EVERY), move |_, debug| {
+                match st.borrow_mut().charge(u64::from(HOOK_EVERY), None, || debug.current_line()) {
+                    Ok(()) => Ok(mlua::VmState::Continue),
+                    Err(msg) => Err(rt(msg)),
                 }
-                Ok(mlua::VmState::Continue)
             })?;
         }
+        // charge(n, what): the work meter the library wrappers (and `pcall`) charge.
+        let st = state.clone();
+        let charge = lua.create_function(move |lua, (n, what): (Value, Option<String>)| {
+            let n = match n {
+                Value::Integer(i) => u64::try_from(i).unwrap_or(0),
+                // Saturating: `inf` and anything above u64::MAX charge everything; NaN nothing.
+                Value::Number(f) if f > 0.0 => f as u64,
+                _ => 0,
+            };
+            st.borrow_mut().charge(n, what.as_deref(), || caller_line(lua)).map_err(rt)
+        })?;
         let limits = lua.create_table()?;
         limits.set("max_string", MAX_STRING)?;
         limits.set("max_table_move", 10_000_000)?;
         limits.set("max_pattern_cost", 1e9)?;
+        limits.set("charge", charge.clone())?;
         lua.load(GUARDS).set_name("=efmesh/guards.lua").call::<()>(limits)?;
         // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
         lua.load("getmetatable('').__metatable = false").set_name("=efmesh").exec()?;
@@ -256,7 +368,7 @@ impl LuaHost {
         ] {
             proto.set(name, g.get::<Value>(name)?)?;
         }
-        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").eval()?;
+        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").call(charge)?;
         for pair in safe.pairs::<Value, Value>() {
             let (k, v) = pair?;
             proto.set(k, v)?;
@@ -301,6 +413,12 @@ impl LuaHost {
         // define_model { ... }
         let st = self.state.clone();
         let define_fn = lua.create_function(move |lua, spec: Value| {
+            {
+                let mut s = st.borrow_mut();
+                if let Some(file) = s.stack.last().cloned() {
+                    s.definitions.defining.insert(file);
+                }
+            }
             let root = st.borrow().root.clone();
             let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
             let Value::Table(t) = spec else {
@@ -370,10 +488,13 @@ impl LuaHost {
         })?;
         // print(...) → log on stderr, never stdout.
         let st = self.state.clone();
-        let print_fn = lua.create_function(move |_, args: MultiValue| {
+        let print_fn = lua.create_function(move |lua, args: MultiValue| {
             let text = args.iter().map(|v| v.to_string().unwrap_or_default()).collect::<Vec<_>>().join("\t");
-            let file = st.borrow().stack.last().cloned().unwrap_or_default();
-            tracing::info!(file = %file.display(), "{text}");
+            let line = caller_line(lua);
+            let mut s = st.borrow_mut();
+            s.charge(text.len() as u64, Some("print"), || line).map_err(rt)?;
+            let file = s.stack.last().cloned().unwrap_or_default();
+            s.printed.print(&file, line, &text);
             Ok(())
         })?;
         self.proto.set("ref", ref_fn)?;
@@ -422,6 +543,7 @@ impl LuaHost {
         })?;
         self.proto.set("define_test", define_test)?;
         self.proto.set("define_model", refuse_model)?;
+        self.state.borrow_mut().testing = true;
         Ok(())
     }
 
@@ -491,6 +613,7 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         if !real.starts_with(&real_root) {
             return Err(rt(format!("`require(\"{name}\")` resolves outside the project")));
         }
+        st.borrow_mut().definitions.libraries.insert(found.clone());
         loader.call::<Value>(found.to_string_lossy().to_string())
     })
 }
@@ -498,6 +621,12 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
 impl LuaHost {
     /// Evaluates one file (relative to the root); errors are recorded, never returned.
     pub fn load_file(&mut self, rel: &Path) {
+        {
+            let mut s = self.state.borrow_mut();
+            if !s.testing {
+                s.definitions.top_level.push(rel.to_path_buf());
+            }
+        }
         if let Err(e) = self.ensure_loader() {
             self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string()));
             return;
@@ -535,7 +664,7 @@ impl LuaHost {
                 }
             }
             let root = st.borrow().root.clone();
-            let code = std::fs::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
+            let code = fs_err::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
                 st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));
@@ -548,7 +677,8 @@ impl LuaHost {
                 s.modules.insert(rel.clone(), ModuleState::Loading);
                 s.stack.push(rel.clone());
                 if s.stack.len() == 1 {
-                    s.deadline = Some(Instant::now() + FILE_BUDGET);
+                    let watch = super::watchdog::watch(&rel, FILE_BUDGET);
+                    s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
                 }
             }
             let result =
@@ -556,7 +686,7 @@ impl LuaHost {
             let mut s = st.borrow_mut();
             s.stack.pop();
             if s.stack.is_empty() {
-                s.deadline = None;
+                s.budget = None;
             }
             match result {
                 Ok(v) => {
@@ -585,6 +715,8 @@ impl LuaHost {
     /// All load errors, sorted by location.
     pub fn finish(self) -> Result<Vec<Model>, LoadErrors> {
         let mut s = self.state.borrow_mut();
+        let idle = s.definitions.errors(|f| !matches!(s.modules.get(f), Some(ModuleState::Done(_))));
+        s.errors.extend(idle);
         if !s.errors.is_empty() {
             let mut errors = std::mem::take(&mut s.errors);
             errors.sort_by(|a, b| a.location.cmp(&b.location));

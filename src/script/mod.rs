@@ -8,8 +8,10 @@ pub mod audits;
 pub mod builder;
 pub mod lua;
 pub mod rhai;
+pub mod sandbox;
 pub mod sql_file;
 pub mod test_spec;
+pub mod watchdog;
 
 use crate::config::Config;
 use crate::core::{LoadError, LoadErrors, Model};

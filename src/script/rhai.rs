@@ -14,7 +14,13 @@
 //! Limits (see the constants): operations, call depth, expression depth, string, array and map
 //! sizes, variables, functions, imports, file size, and per file a wall-clock budget and a cap on
 //! resident-memory growth, both polled by `on_progress`; so an infinite loop, a memory bomb, deep
-//! recursion or a gigantic string is a load error naming the file, well within a second. The
+//! recursion or a gigantic string is a load error naming the file, well within a second. Once a
+//! budget is spent the evaluation is *tripped*: `on_progress` terminates every later operation
+//! (Rhai's `try`/`catch` cannot catch a termination, and the host's own catch points, such as an
+//! audit body's errors, re-raise it). Native functions are bounded by the size limits, except
+//! `pad` with an empty padding string, which would loop forever and is refused. What a file may
+//! print is capped, and the [watchdog](super::watchdog) ends the process if an evaluation is
+//! stuck in one operation. The
 //! host runs on its own thread with a large stack so that nothing a script builds within the
 //! limits can overflow it, and a panic inside the interpreter becomes a load error rather than a
 //! crash.
@@ -39,6 +45,7 @@ mod errors;
 mod resolver;
 
 use super::builder::{Site, Sites, build_model};
+use super::sandbox::{Definitions, PrintCap};
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use ::rhai::packages::{BasicArrayPackage, BasicMapPackage, BasicMathPackage, BitFieldPackage, CorePackage, LogicPackage, MoreStringPackage, Package};
@@ -86,8 +93,9 @@ pub const MAX_COLS_ARGS: usize = 16;
 /// Stack of the host thread: large, so that the interpreter's recursion within the limits above
 /// (nested data being sized, copied or dropped) never reaches the guard page.
 const STACK_SIZE: usize = 256 << 20;
-/// How often (in operations) `on_progress` reads the clock.
-const CLOCK_EVERY: u64 = 256;
+/// How often (in operations) `on_progress` reads the clock: often, because one native call on
+/// data at the size limits can take milliseconds.
+const CLOCK_EVERY: u64 = 16;
 /// How often (in operations) `on_progress` reads the resident memory.
 const MEMORY_EVERY: u64 = 1024;
 /// Source name of the built-in kind module, as it appears in tracebacks.
@@ -126,6 +134,29 @@ struct State {
     audits: super::audits::Registry<audits::Body>,
     /// The functions of every evaluated file (audit bodies run with those of their file).
     asts: HashMap<PathBuf, Rc<::rhai::AST>>,
+    /// Why the top-level evaluation in progress was terminated ([`BUDGET_TAG`] or
+    /// [`MEMORY_TAG`]): once set, every later operation is terminated too.
+    tripped: Rc<Cell<Option<&'static str>>>,
+    /// What each file printed.
+    printed: PrintCap,
+    /// Which top-level files defined something, and which are libraries.
+    definitions: Definitions,
+    /// A limit an audit body hit (a system exception), to raise again at the use.
+    uncaught: Option<Box<EvalAltResult>>,
+}
+
+impl State {
+    /// The termination to raise again when the evaluation in progress was tripped.
+    fn tripped(&self) -> Option<Box<EvalAltResult>> {
+        self.tripped.get().map(|tag| Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(tag), Position::NONE)))
+    }
+
+    /// Notes that the file being evaluated defines something.
+    fn defines(&mut self) {
+        if let Some(file) = self.stack.last().cloned() {
+            self.definitions.defining.insert(file);
+        }
+    }
 }
 
 enum ModuleState {
@@ -247,6 +278,9 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Res
             refs.state.borrow_mut().testing = true;
         }
         let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
+        if i < files.len() {
+            refs.state.borrow_mut().definitions.top_level.push(rel.clone());
+        }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // Errors are recorded by `evaluate`; the returned module matters to importers only.
             let _ = evaluate(&engine, &refs, &rel);
@@ -262,6 +296,8 @@ fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Res
     }
     drop(engine);
     let mut s = refs.state.borrow_mut();
+    let idle = s.definitions.errors(|f| !matches!(s.modules.get(f), Some(ModuleState::Done(_))));
+    s.errors.extend(idle);
     if !s.errors.is_empty() {
         let mut errors = std::mem::take(&mut s.errors);
         errors.sort_by(|a, b| a.location.cmp(&b.location));
@@ -305,25 +341,21 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
 
     let deadline = refs.deadline.clone();
     let memory = refs.memory.clone();
+    let tripped = refs.state.borrow().tripped.clone();
     engine.on_progress(move |ops| {
-        if ops % CLOCK_EVERY != 0 {
-            None
-        } else if deadline.get().is_some_and(|d| Instant::now() > d) {
-            Some(Dynamic::from(BUDGET_TAG))
-        } else if ops % MEMORY_EVERY == 0 && memory.exceeded() {
-            Some(Dynamic::from(MEMORY_TAG))
-        } else {
-            None
+        if tripped.get().is_none() {
+            if ops % CLOCK_EVERY == 0 && deadline.get().is_some_and(|d| Instant::now() > d) {
+                tripped.set(Some(BUDGET_TAG));
+            } else if ops % MEMORY_EVERY == 0 && memory.exceeded() {
+                tripped.set(Some(MEMORY_TAG));
+            }
         }
+        tripped.get().map(Dynamic::from)
     });
     let st = refs.state.clone();
-    engine.on_print(move |text| {
-        let file = st.try_borrow().ok().and_then(|s| s.stack.last().cloned()).unwrap_or_default();
-        tracing::info!(file = %file.display(), "{text}");
-    });
-    engine.on_debug(move |text, source, pos| {
-        tracing::info!(file = source.unwrap_or(""), line = pos.line().unwrap_or(0), "{text}");
-    });
+    engine.on_print(move |text| print_capped(&st, None, None, text));
+    let st = refs.state.clone();
+    engine.on_debug(move |text, source, pos| print_capped(&st, source, pos.line(), text));
     engine.set_module_resolver(resolver::ProjectResolver::new(refs.clone()));
 
     register_api(&mut engine, refs);
@@ -336,6 +368,17 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
     let kind = Module::eval_ast_as_new(Scope::new(), &ast, &engine).map_err(|e| format!("{KIND_SOURCE_NAME}: {e}"))?;
     engine.register_static_module("kind", kind.into());
     Ok(engine)
+}
+
+/// Logs what a file printed, within the per-file cap.
+fn print_capped(st: &Rc<RefCell<State>>, source: Option<&str>, line: Option<usize>, text: &str) {
+    match st.try_borrow_mut() {
+        Ok(mut s) => {
+            let file = source.map(PathBuf::from).or_else(|| s.stack.last().cloned()).unwrap_or_default();
+            s.printed.print(&file, line, text);
+        }
+        Err(_) => tracing::info!(file = source.unwrap_or(""), "{text}"),
+    }
 }
 
 /// The file a host function was called from: the innermost script namespace with a source (a
@@ -396,6 +439,8 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     let no_sleep = || -> Result<(), Box<EvalAltResult>> { Err(rt(SLEEP_REFUSED)) };
     engine.register_fn("sleep", move |_: ::rhai::INT| no_sleep());
     engine.register_fn("sleep", move |_: ::rhai::FLOAT| no_sleep());
+    // The package's `pad(string, len, padding)` never ends with an empty padding string.
+    engine.register_fn("pad", pad_with_string);
 
     engine.register_type_with_name::<Handle>("Model");
     engine.register_get("name", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
@@ -458,6 +503,7 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             return Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"));
         }
         let mut s = st.borrow_mut();
+        s.defines();
         match build_model(&spec, query.as_deref(), &s.sites, location) {
             Ok(mut model) => {
                 model.audits = attached;
@@ -473,6 +519,26 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             }
         }
     });
+}
+
+/// `string.pad(len, padding)`: pads with copies of `padding` (the last one cut) up to `len`
+/// characters; refuses an empty padding, and a length over the string size limit before
+/// building anything.
+fn pad_with_string(string: &mut ImmutableString, len: ::rhai::INT, padding: ImmutableString) -> Result<(), Box<EvalAltResult>> {
+    let Ok(len) = usize::try_from(len) else { return Ok(()) };
+    if len > MAX_STRING_SIZE {
+        return Err(Box::new(EvalAltResult::ErrorDataTooLarge("Length of string".into(), Position::NONE)));
+    }
+    let have = string.chars().count();
+    if len <= have {
+        return Ok(());
+    }
+    if padding.is_empty() {
+        return Err(rt("`pad`: the padding string is empty, so the string can never reach the length asked for"));
+    }
+    let s = string.make_mut();
+    s.extend(padding.chars().cycle().take(len - have));
+    Ok(())
 }
 
 /// `define_test(#{ … })`: records a unit test; only test files may call it.
@@ -540,15 +606,18 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
         s.stack.push(rel.to_path_buf());
         s.stack.len() == 1
     };
-    if outermost {
+    let watch = outermost.then(|| {
+        refs.state.borrow().tripped.set(None);
         refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
         refs.memory.arm(true);
-    }
+        super::watchdog::watch(rel, FILE_BUDGET)
+    });
     let result = run_file(engine, refs, &root, rel);
     if outermost {
         refs.deadline.set(None);
         refs.memory.arm(false);
     }
+    drop(watch);
     let mut s = refs.state.borrow_mut();
     s.stack.pop();
     match result {

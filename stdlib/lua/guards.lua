@@ -1,33 +1,103 @@
 -- efmesh Lua guards: run once on the interpreter's own library tables before any model file.
 --
--- Some library functions loop inside C, where the instruction hook that enforces the time
--- budget never fires; others install finalizers that run with hooks off. These wrappers bound
--- them with clear errors. Because the string metatable is locked afterwards, method calls such
--- as ("x"):rep(n) reach these same wrapped functions. `...` is the limits table.
+-- Library functions run inside C, where the instruction hook that enforces the budgets never
+-- fires. So every one that can loop is wrapped here and bounded by its WORK, not only by the
+-- size of its result: before the call it charges the work meter (`limits.charge`) with what the
+-- call may cost (bytes scanned, repetitions, elements moved or sorted), so a call that would run
+-- for long is refused before it starts; after the call, what it produced. The meter counts
+-- against the same budget as the VM instructions, and every charge also reads the clock, so a
+-- loop of library calls ends at the file's wall-clock budget too. Others install finalizers
+-- that run with hooks off (refused in the safe base functions). Because the string metatable
+-- is locked afterwards, method calls such as ("x"):rep(n) reach these same wrapped functions.
+-- `...` is the limits table.
 local limits = ...
-local string, table, type, error, select, tostring = string, table, type, error, select, tostring
-local floor = math.floor
+local charge = limits.charge
+local string, table, utf8, type, error, select, tostring, tonumber = string, table, utf8, type, error, select, tostring, tonumber
+local floor, log, abs, min = math.floor, math.log, math.abs, math.min
+
+-- Units: one per byte scanned or copied; PER_ELEMENT per element moved, value produced,
+-- comparison or callback made (each costs tens of byte-steps inside C). The budget allows about
+-- a second of C work in one call, so a call that would take longer is refused before it starts.
+local PER_ELEMENT = 32
+
+-- Length of a string argument (numbers are converted by the library, so they count too).
+local function slen(v)
+  local t = type(v)
+  if t == "string" then return #v end
+  if t == "number" then return #tostring(v) end
+  return 0
+end
+-- A numeric argument as the library will read it (numbers or numeric strings), else nil.
+local function num(v)
+  if type(v) == "number" then return v end
+  if type(v) == "string" and #v < 64 then return tonumber(v) end
+  return nil
+end
+-- How many positions `i..j` covers in a sequence of `n` (negative positions count from the end).
+local function span(n, i, j)
+  i, j = num(i) or 1, num(j) or n
+  if i < 0 then i = n + i + 1 end
+  if j < 0 then j = n + j + 1 end
+  if i < 1 then i = 1 end
+  if j > n then j = n end
+  if j < i then return 0 end
+  return j - i + 1
+end
+-- How many indices `i..j` covers (absolute indices, as `table.concat` and `table.unpack` take).
+local function count(i, j)
+  i, j = num(i) or 1, num(j) or 0
+  if j < i then return 0 end
+  return j - i + 1
+end
+-- Charges the total length of a call's string results, then returns them.
+local function produced(...)
+  local n = 0
+  for k = 1, select("#", ...) do
+    n = n + slen((select(k, ...)))
+  end
+  charge(n)
+  return ...
+end
+-- Like `produced` for the first result only (the others are counts or positions).
+local function produced1(r, ...)
+  charge(slen(r))
+  return r, ...
+end
+-- The length of a table as the library sees it, or 0.
+local function tlen(t)
+  if type(t) == "table" then return #t end
+  return 0
+end
 
 local rep = string.rep
 string.rep = function(s, n, sep)
-  s = tostring(s)
-  if type(n) ~= "number" then return rep(s, n, sep) end
-  local size = #s * n + (sep and #tostring(sep) * (n - 1) or 0)
-  if size > limits.max_string then
-    error(("string.rep would build a %d-byte string (limit %d bytes)"):format(floor(size), limits.max_string), 2)
+  local k = num(n)
+  if k and k >= 1 then
+    local size = slen(s) * k + slen(sep) * (k - 1)
+    -- `k` iterations even when the result is empty (`(""):rep(1e15)`).
+    charge(4 * k + size, "string.rep")
+    if size > limits.max_string then
+      error(("string.rep would build a %d-byte string (limit %d bytes)"):format(floor(size), limits.max_string), 2)
+    end
   end
   return rep(s, n, sep)
 end
 
 local move = table.move
 table.move = function(a1, f, e, t, a2)
-  if type(f) == "number" and type(e) == "number" and e - f + 1 > limits.max_table_move then
-    error(("table.move of %d elements (limit %d)"):format(floor(e - f + 1), limits.max_table_move), 2)
+  local nf, ne = num(f), num(e)
+  if nf and ne then
+    if ne - nf + 1 > limits.max_table_move then
+      error(("table.move of %d elements (limit %d)"):format(floor(ne - nf + 1), limits.max_table_move), 2)
+    end
+    charge((ne - nf + 1) * PER_ELEMENT, "table.move")
   end
   return move(a1, f, e, t, a2)
 end
 
--- Lua patterns backtrack inside C. Bound the worst case: subject length ^ (quantifiers + 1).
+-- Lua patterns backtrack inside C. Bound the worst case: subject length ^ (quantifiers + 1);
+-- and charge each call (subject length × pattern length: a match may be tried at every
+-- position), so a long loop of cheap calls on a big string ends with the budget.
 local function quantifiers(p)
   local n, i = 0, 1
   while i <= #p do
@@ -42,7 +112,9 @@ local function quantifiers(p)
   return n
 end
 local function guard(name, f)
-  string[name] = function(s, p, ...)
+  local label = "string." .. name
+  string[name] = function(s, p, r, ...)
+    local ls, lp = slen(s), slen(p)
     if type(s) == "string" and type(p) == "string" then
       local q = quantifiers(p)
       local cost = (#s + 1) ^ (q + 1)
@@ -50,9 +122,132 @@ local function guard(name, f)
         error(("string.%s: pattern `%s` may backtrack too long on a %d-byte string; simplify it"):format(name, p, #s), 2)
       end
     end
-    return f(s, p, ...)
+    local cost = (ls + 1) * (lp + 1)
+    if name == "gsub" then
+      -- The replacement is copied, or called / looked up, at each match.
+      local tr = type(r)
+      cost = cost + (ls + 1) * ((tr == "function" or tr == "table") and PER_ELEMENT or slen(r))
+    end
+    charge(cost, label)
+    if name == "gsub" then return produced1(f(s, p, r, ...)) end
+    return produced(f(s, p, r, ...))
   end
 end
 for _, name in ipairs({ "find", "match", "gmatch", "gsub" }) do
   guard(name, string[name])
 end
+
+-- Functions that scan or copy their string argument.
+for _, name in ipairs({ "lower", "upper", "reverse" }) do
+  local f, label = string[name], "string." .. name
+  string[name] = function(s, ...)
+    charge(slen(s), label)
+    return f(s, ...)
+  end
+end
+do
+  local sub = string.sub
+  string.sub = function(s, i, j)
+    return produced1(sub(s, i, j))
+  end
+  local byte = string.byte
+  string.byte = function(s, i, j)
+    charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "string.byte")
+    return byte(s, i, j)
+  end
+  local char = string.char
+  string.char = function(...)
+    charge(select("#", ...) * PER_ELEMENT, "string.char")
+    return char(...)
+  end
+  local format = string.format
+  string.format = function(fmt, ...)
+    local n = slen(fmt) + 512 * select("#", ...)
+    for k = 1, select("#", ...) do
+      n = n + 4 * slen((select(k, ...)))
+    end
+    charge(n, "string.format")
+    return produced1(format(fmt, ...))
+  end
+end
+
+do
+  local concat = table.concat
+  table.concat = function(t, sep, i, j)
+    charge(count(i, j or tlen(t)) * (PER_ELEMENT + slen(sep)), "table.concat")
+    return produced1(concat(t, sep, i, j))
+  end
+  local insert = table.insert
+  table.insert = function(t, ...)
+    if select("#", ...) >= 2 then
+      local pos = num((...))
+      if pos then charge((tlen(t) - pos + 1) * PER_ELEMENT, "table.insert") end
+    end
+    return insert(t, ...)
+  end
+  local remove = table.remove
+  table.remove = function(t, pos)
+    local p = num(pos)
+    if p then charge((tlen(t) - p + 1) * PER_ELEMENT, "table.remove") end
+    return remove(t, pos)
+  end
+  local sort = table.sort
+  table.sort = function(t, cmp)
+    local n = tlen(t)
+    -- n log n comparisons, each a call when `cmp` is given.
+    if n > 1 then charge(n * (log(n, 2) + 1) * (cmp ~= nil and PER_ELEMENT or 4), "table.sort") end
+    return sort(t, cmp)
+  end
+  local unpack = table.unpack
+  table.unpack = function(t, i, j)
+    charge(count(i, j or tlen(t)) * PER_ELEMENT, "table.unpack")
+    return unpack(t, i, j)
+  end
+  local pack = table.pack
+  table.pack = function(...)
+    charge(select("#", ...) * PER_ELEMENT, "table.pack")
+    return pack(...)
+  end
+end
+
+do
+  local char, codes, codepoint, len, offset = utf8.char, utf8.codes, utf8.codepoint, utf8.len, utf8.offset
+  utf8.char = function(...)
+    charge(select("#", ...) * PER_ELEMENT, "utf8.char")
+    return char(...)
+  end
+  utf8.codes = function(s, ...)
+    charge(slen(s), "utf8.codes")
+    return codes(s, ...)
+  end
+  utf8.codepoint = function(s, i, j, ...)
+    charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "utf8.codepoint")
+    return codepoint(s, i, j, ...)
+  end
+  utf8.len = function(s, i, j, ...)
+    charge(span(slen(s), i, j), "utf8.len")
+    return len(s, i, j, ...)
+  end
+  utf8.offset = function(s, n, ...)
+    local k = num(n)
+    charge(min(k and abs(k) or 0, slen(s)) + 1, "utf8.offset")
+    return offset(s, n, ...)
+  end
+end
+
+-- Base functions that scan their string arguments.
+do
+  local raw_tonumber, raw_rawequal = tonumber, rawequal
+  _ENV.tonumber = function(v, ...)
+    charge(slen(v))
+    return raw_tonumber(v, ...)
+  end
+  _ENV.rawequal = function(a, b)
+    if type(a) == "string" and type(b) == "string" and #a == #b then charge(#a) end
+    return raw_rawequal(a, b)
+  end
+end
+
+-- Binary packing is not needed to write SQL, and its formats can ask C for unbounded padding;
+-- bytecode cannot be loaded anyway.
+string.pack, string.unpack, string.packsize, string.dump = nil, nil, nil, nil

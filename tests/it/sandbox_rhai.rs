@@ -1,6 +1,6 @@
 //! The Rhai host (issue #3): the same API as Lua with the same semantics (fingerprints equal to
 //! the Lua twin, refs across languages, load errors with file:line), and a sandbox with one test
-//! per threat: each asserts the error text and that loading fails in under one second.
+//! per threat: each asserts the error text and that loading fails in under two seconds.
 //!
 //! Public API only: `efmesh::project::Project::load`, `efmesh::plan::versions`.
 
@@ -11,7 +11,7 @@ use efmesh::project::Project;
 use efmesh::sql::fingerprint::Fingerprint;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -56,8 +56,9 @@ fn assert_has(text: &str, needles: &[&str]) {
     }
 }
 
-/// A project whose only file is `models/evil.rhai` holding `code`: the load must fail within one
-/// second with an error naming the file and every needle. Returns the error text.
+/// A project whose only file is `models/evil.rhai` holding `code`: the load must fail within two
+/// seconds (the budget is 500 ms; the margin is for a loaded machine) with an error naming the
+/// file and every needle. Returns the error text.
 #[track_caller]
 fn threat(code: &str, needles: &[&str]) -> String {
     let dir = project(&[("models/evil.rhai", code)]);
@@ -68,7 +69,7 @@ fn threat(code: &str, needles: &[&str]) -> String {
         Ok(_) => panic!("the threat loaded without error:\n{code}"),
         Err(e) => e.to_string(),
     };
-    assert!(took < Duration::from_secs(1), "loading took {took:?}:\n{err}");
+    assert!(took < LIMIT, "loading took {took:?}:\n{err}");
     assert_has(&err, &["models/evil.rhai:"]);
     assert_has(&err, needles);
     err
@@ -420,7 +421,7 @@ fn no_import_through_a_symlink_leaving_the_project() {
     std::os::unix::fs::symlink(outside.path().join("secret.rhai"), dir.path().join("lib/link.rhai")).expect("symlink");
     let started = Instant::now();
     let err = load_err(&dir);
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < LIMIT);
     assert_has(&err, &["models/evil.rhai:1", "`lib/link.rhai` resolves outside the project"]);
 }
 
@@ -435,7 +436,11 @@ fn no_process_file_or_random_functions() {
 fn a_file_cannot_change_what_another_file_sees() {
     let dir = project(&[
         // Shadows the API and leaves a variable behind: all local to this file.
-        ("models/a.rhai", "fn ref(x) { \"hijacked\" }\nfn define_model(spec) { () }\nlet secret = 1;\nlet hijacked = ref(\"s.z\");\n"),
+        (
+            "models/a.rhai",
+            "fn ref(x) { \"hijacked\" }\nlet secret = 1;\nlet hijacked = ref(\"s.z\");\n\
+             define_model(#{ name: \"s.w\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n",
+        ),
         (
             "models/b.rhai",
             "define_model(#{ name: \"s.z\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n\
@@ -470,4 +475,57 @@ fn print_goes_to_the_log_never_stdout() {
     assert!(!stdout.contains("BY-A-MODEL"), "a model printed on stdout:\n{stdout}");
     assert!(stdout.contains("SELECT"), "{stdout}");
     assert_has(&stderr, &["PRINTED-BY-A-MODEL", "DEBUGGED-BY-A-MODEL"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Termination (issue 10, defect 8): through `efmesh check`, each within 2 s wall, naming the file.
+
+use crate::sandbox_lua::{LIMIT, must_stop, project_of, run_bounded};
+
+const RHAI_OK_MODEL: &str = "define_model(#{ name: \"s.ok\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n";
+
+#[test]
+fn pad_with_an_empty_padding_is_refused() {
+    // The package's `pad` loops forever inside Rust on an empty padding string.
+    must_stop("models/evil.rhai", "let s = \"\";\ns.pad(100, \"\");\n", &["models/evil.rhai:2", "the padding string is empty"]);
+    // Padding still works.
+    let p = project_of(&[("models/ok.rhai", &format!("let s = \"ab\";\ns.pad(5, \"xy\");\nif s != \"abxyx\" {{ throw s; }}\n{RHAI_OK_MODEL}"))]);
+    p.run(&["check"]).expect_code(0);
+}
+
+#[test]
+fn the_budget_cannot_be_caught() {
+    must_stop("models/evil.rhai", "loop { try { loop {} } catch {} }\n", &["infinite loop?"]);
+    // An audit body that spends a budget (operations or time) ends the evaluation with one
+    // error, instead of being recorded as that audit's failure while the file goes on.
+    let code = "define_audit(#{ name: \"spin\", query: |rel, args| { loop {} } });\nloop { let a = audit(\"spin\"); }\n";
+    let err = must_stop("models/evil.rhai", code, &["infinite loop?"]);
+    assert!(!err.contains("failed to render"), "the limit was caught as an audit error:\n{err}");
+    assert_eq!(err.matches("infinite loop?").count(), 1, "one error, then the evaluation is abandoned:\n{err}");
+}
+
+#[test]
+fn what_a_file_prints_is_capped() {
+    let p = project_of(&[("models/p.rhai", &format!("for i in 0..20000 {{ print(`line ${{i}}`); debug(i); }}\n{RHAI_OK_MODEL}"))]);
+    let (run, took) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(took < LIMIT, "took {took:?}");
+    assert!(run.stderr.contains("line 0"), "the first lines are printed:\n{}", &run.stderr[..run.stderr.len().min(2000)]);
+    assert!(!run.stderr.contains("line 19999"), "the output should be capped");
+    assert!(run.stderr.contains("models/p.rhai: further output suppressed"), "{}", &run.stderr[run.stderr.len().saturating_sub(2000)..]);
+    assert!(run.stderr.len() < 64 * 1024, "stderr has {} bytes", run.stderr.len());
+}
+
+#[test]
+fn a_model_file_that_defines_no_model_is_an_error() {
+    // Shadowing `define_model` with a function silently defined nothing.
+    let shadow = format!("fn define_model(spec) {{}}\n{RHAI_OK_MODEL}");
+    must_stop("models/evil.rhai", &shadow, &["defines no model", "shadow `define_model`"]);
+    must_stop("models/evil.rhai", "let define_model = 1;\n", &["defines no model"]);
+    // A file another model file imports is a library: no model needed.
+    let p = project_of(&[
+        ("models/lib.rhai", "fn one() { \"SELECT 1 AS n\" }\n"),
+        ("models/m.rhai", "import \"lib\" as lib;\ndefine_model(#{ name: \"s.m\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: lib::one() });\n"),
+    ]);
+    p.run(&["check"]).expect_code(0);
 }

@@ -65,6 +65,12 @@ fn location_of(lua: &Lua, st: &Rc<RefCell<State>>) -> Location {
 pub(super) fn install(lua: &Lua, proto: &Table, st: &Rc<RefCell<State>>) -> mlua::Result<()> {
     let state = st.clone();
     let define = lua.create_function(move |lua, spec: Value| {
+        {
+            let mut s = state.borrow_mut();
+            if let Some(file) = s.stack.last().cloned() {
+                s.definitions.defining.insert(file);
+            }
+        }
         let location = location_of(lua, &state);
         match define(&spec, location) {
             Ok((def, body)) => {
@@ -110,7 +116,12 @@ fn define(spec: &Value, location: Location) -> Result<(AuditDef, Function), Load
 /// `audit.<name>(…)`: resolves one use; errors are recorded and yield an empty use.
 fn use_audit(lua: &Lua, st: &Rc<RefCell<State>>, name: &str, args: MultiValue) -> mlua::Result<Use> {
     let location = location_of(lua, st);
-    match resolve(lua, st, name, args, &location) {
+    let resolved = resolve(lua, st, name, args, &location);
+    // A body that spent the file's budget ends the evaluation: its error is not caught here.
+    if let Some(e) = st.borrow().tripped() {
+        return Err(e);
+    }
+    match resolved {
         Ok(audit) => Ok(Use(Some(audit))),
         Err(e) => {
             st.borrow_mut().errors.push(e);

@@ -42,6 +42,7 @@ pub(super) fn register(engine: &mut Engine, state: &Rc<RefCell<State>>) {
     engine.register_raw_fn("define_audit", [TypeId::of::<Dynamic>()], move |ctx, args| {
         let location = call_site(&ctx);
         let spec = std::mem::take(args[0]);
+        st.borrow_mut().defines();
         match define(&st, spec, &location) {
             Ok((def, body)) => {
                 let defined = st.borrow_mut().audits.define(def, body);
@@ -62,7 +63,13 @@ pub(super) fn register(engine: &mut Engine, state: &Rc<RefCell<State>>) {
                 return Err(rt("`audit(name, …)` needs the audit's name first, e.g. `audit(\"not_null\", \"id\")`"));
             };
             let rest: Vec<Dynamic> = args[1..].iter_mut().map(|a| std::mem::take(*a)).collect();
-            match resolve(&ctx, &st, &name, rest, &location) {
+            let resolved = resolve(&ctx, &st, &name, rest, &location);
+            // A body that spent the file's budget ends the evaluation: its error is not caught here.
+            let uncaught = st.borrow_mut().uncaught.take();
+            if let Some(e) = uncaught.or_else(|| st.borrow().tripped()) {
+                return Err(e);
+            }
+            match resolved {
                 Ok(a) => Ok(Use(Some(a))),
                 Err(e) => {
                     st.borrow_mut().errors.push(e);
@@ -134,7 +141,19 @@ fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: V
             Some(s) => s.to_string(),
             None => return Err(reg::body_failed(&def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
         },
-        Err(e) => return Err(reg::body_failed(&def, location, &rhai_message(&e))),
+        Err(e) => {
+            let mut leaf = &*e;
+            while let EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = leaf {
+                leaf = inner;
+            }
+            let failed = reg::body_failed(&def, location, &rhai_message(&e));
+            // A spent limit (operations, budget, memory, depth) ends the file, as it would outside
+            // the body: the caller raises it again instead of recording it.
+            if leaf.is_system_exception() {
+                st.borrow_mut().uncaught = Some(e);
+            }
+            return Err(failed);
+        }
     };
     reg::finish(&def, bound, &text, location)
 }

@@ -31,6 +31,7 @@ impl ModuleResolver for ProjectResolver {
         let root = self.refs.state.borrow().root.clone();
         let importer = source.map(PathBuf::from).unwrap_or_default();
         let rel = find(&root, &importer, path).map_err(at)?;
+        self.refs.state.borrow_mut().definitions.libraries.insert(rel.clone());
         evaluate(engine, &self.refs, &rel).map_err(|e| {
             let mut e = e;
             // Keep the message, prefixed with the import statement, at the import's position.

@@ -1,0 +1,100 @@
+//! Sandbox rules shared by the Lua and Rhai hosts: the cap on what a model file may print, and
+//! the rule that every file of the model globs defines something.
+
+use crate::core::{LoadError, Location};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Bytes one file may print (`print`, and Rhai's `debug`) before the rest is suppressed.
+pub const MAX_PRINT_BYTES: usize = 8 * 1024;
+/// Lines one file may print before the rest is suppressed.
+pub const MAX_PRINT_LINES: usize = 200;
+
+#[derive(Debug, Default)]
+struct Printed {
+    bytes: usize,
+    lines: usize,
+    suppressed: bool,
+}
+
+/// What each file printed so far; logs on stderr (never stdout) within the caps, then one line
+/// saying the rest is suppressed.
+#[derive(Debug, Default)]
+pub struct PrintCap {
+    per_file: HashMap<PathBuf, Printed>,
+}
+
+impl PrintCap {
+    /// Logs `text`, printed by `file` (at `line` when known), unless the file's quota is spent.
+    pub fn print(&mut self, file: &Path, line: Option<usize>, text: &str) {
+        let p = self.per_file.entry(file.to_path_buf()).or_default();
+        if p.suppressed {
+            return;
+        }
+        let line = line.unwrap_or(0);
+        let bytes_left = MAX_PRINT_BYTES.saturating_sub(p.bytes);
+        let lines_left = MAX_PRINT_LINES.saturating_sub(p.lines);
+        let n_lines = text.lines().count().max(1);
+        if text.len() <= bytes_left && n_lines <= lines_left {
+            p.bytes += text.len();
+            p.lines += n_lines;
+            tracing::info!(file = %file.display(), line, "{text}");
+            return;
+        }
+        // What still fits, cut at a line and a character boundary, then the notice.
+        let mut cut = 0;
+        for (i, l) in text.split_inclusive('\n').enumerate() {
+            if i >= lines_left || cut + l.len() > bytes_left {
+                break;
+            }
+            cut += l.len();
+        }
+        if cut == 0 && lines_left > 0 {
+            cut = (0..=bytes_left.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        }
+        if cut > 0 {
+            tracing::info!(file = %file.display(), line, "{}", text[..cut].trim_end_matches('\n'));
+        }
+        p.suppressed = true;
+        tracing::warn!(
+            file = %file.display(),
+            "{}: further output suppressed (a model file may print {MAX_PRINT_LINES} lines or {MAX_PRINT_BYTES} bytes)",
+            file.display()
+        );
+    }
+}
+
+/// The files that must have defined something but did not: every top-level file (matched by
+/// the model or audit globs) that evaluated without error, called neither `define_model` nor
+/// `define_audit`, and is not a library another file `require`d / `import`ed.
+#[derive(Debug, Default)]
+pub struct Definitions {
+    /// Files evaluated because a glob matched them, in order.
+    pub top_level: Vec<PathBuf>,
+    /// Files another file required or imported.
+    pub libraries: HashSet<PathBuf>,
+    /// Files that called `define_model` or `define_audit` while being evaluated.
+    pub defining: HashSet<PathBuf>,
+}
+
+impl Definitions {
+    /// The load errors for files that define nothing; `failed` tells a file whose evaluation
+    /// failed (already reported).
+    pub fn errors(&self, failed: impl Fn(&Path) -> bool) -> Vec<LoadError> {
+        self.top_level
+            .iter()
+            .filter(|f| !failed(f) && !self.defining.contains(*f) && !self.libraries.contains(*f))
+            .map(|f| {
+                LoadError::new(
+                    Some(Location { file: f.clone(), line: 0 }),
+                    None,
+                    "this file defines no model: it never called `define_model` (or `define_audit`), and no other file requires or imports it",
+                )
+                .with_hint(
+                    "a file matched by `project.models` must define a model, or be a library another model file `require`s / `import`s; \
+                     check that the file does not shadow `define_model` with a function or variable of its own",
+                )
+            })
+            .collect()
+    }
+}
