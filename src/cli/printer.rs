@@ -107,9 +107,15 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 if cols.is_empty() { String::new() } else { format!(" (columns: {cols})") }
             ));
             if h.refused() {
+                let rename = match (h.dropped.as_slice(), h.added.as_slice()) {
+                    ([old], [new]) => format!("`renamed = {{ {old} = \"{new}\" }}`"),
+                    _ => "`renamed = { old = \"new\" }`".to_string(),
+                };
+                let forward =
+                    if h.dropped.is_empty() && h.retyped.is_empty() { format!(", `--forward-only {}` to keep the table", a.name) } else { String::new() };
                 s.push_str(&format!(
-                    "      apply refuses this: declare `renamed = {{ old = \"new\" }}` to carry it over, use `--forward-only {m}` if columns were only added, or `--reset-history {m}` to start over\n",
-                    m = a.name
+                    "      apply refuses this: declare {rename} in the kind to carry it over{forward}, or `--reset-history {}` to start over\n",
+                    a.name
                 ));
             }
         }
