@@ -1002,7 +1002,17 @@ fn scd_history(
         return Ok(Some(h));
     }
     let new_kind = model.kind_payload();
-    let identity = ["key", "valid_from", "valid_to"].into_iter().find(|f| old.kind.get(*f) != new_kind.get(*f));
+    // The key may be renamed too; the managed columns may not.
+    let old_key: Option<Vec<String>> = old
+        .kind
+        .get("key")
+        .and_then(serde_json::Value::as_array)
+        .map(|k| k.iter().filter_map(serde_json::Value::as_str).map(|c| h.renamed.get(c).cloned().unwrap_or_else(|| c.to_string())).collect());
+    let new_key: Option<Vec<String>> = match &model.kind {
+        Kind::ScdType2(s) => Some(s.key.clone()),
+        _ => None,
+    };
+    let identity = if old_key != new_key { Some("key") } else { ["valid_from", "valid_to"].into_iter().find(|f| old.kind.get(*f) != new_kind.get(*f)) };
     let blocker = if !matches!(model.kind, Kind::ScdType2(_)) {
         Some(format!("the model is no longer `scd_type2`, so the history of @{short} is no longer served"))
     } else if let Some(field) = identity {

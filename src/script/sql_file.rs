@@ -278,7 +278,11 @@ fn scalar(v: &str) -> Value {
         let mut m = Map::new();
         for piece in split_top(inner, ',').into_iter().filter(|s| !s.is_empty()) {
             let Some((k, val)) = piece.split_once('=') else { return Value::String(v.to_string()) };
-            m.insert(k.trim().to_string(), scalar(val));
+            let key = match scalar(k) {
+                Value::String(k) => k,
+                other => other.to_string(),
+            };
+            m.insert(key, scalar(val));
         }
         return Value::Object(m);
     }
@@ -348,6 +352,13 @@ mod tests {
         let Kind::IncrementalByTimeRange(t) = &m.kind else { panic!() };
         assert_eq!((t.time_column.as_str(), t.batch_size, t.grain.as_str()), ("t", 7, "hour"));
         assert!(m.body.unwrap().nodes.iter().any(|n| matches!(n, Node::Start)));
+    }
+
+    #[test]
+    fn maps_parse_as_objects() {
+        let m = p("-- name: a.b\n-- kind: scd_type2(key = id, renamed = {doc = physician, 'w' = ward})\n-- schema: id bigint, physician varchar, ward varchar\nSELECT 1 AS id, 'x' AS physician, 'y' AS ward").unwrap();
+        let Kind::ScdType2(s) = &m.kind else { panic!() };
+        assert_eq!(s.renamed, vec![("doc".to_string(), "physician".to_string()), ("w".to_string(), "ward".to_string())]);
     }
 
     #[test]

@@ -302,6 +302,18 @@ fn load_errors_name_the_column_the_model_and_the_line() {
         (SQL.replace("key = id", "key = []"), "`key` of kind `scd_type2` is empty"),
         (SQL.replace("columns = [v]", "watch = [v]"), "unknown option `watch` for kind `scd_type2`"),
         (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = {v = w}"),
+            "column `w` renamed from `v` (kind `scd_type2`, `renamed`) is not declared in the schema",
+        ),
+        (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = {v = w}"),
+            "column `v` is declared renamed to `w` (kind `scd_type2`, `renamed`) but is still declared in the schema",
+        ),
+        (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = [v]"),
+            "`renamed` of kind `scd_type2` must map old column names to new ones",
+        ),
+        (
             SQL.replace("v double\n", "v double, vf timestamp\n").replace("SELECT id, k, v", "SELECT id, k, v, now()::timestamp AS vf"),
             "column `vf` is managed by kind `scd_type2` and cannot be declared",
         ),
