@@ -872,8 +872,12 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
             None => (Vec::new(), 0),
         };
+        // Only where the environment's version is an SCD model (its stored metadata says so,
+        // read without parsing): the others have no history to lose.
         let history = match &previous {
-            Some(p) if *p != fp && !external => scd_history(state, model, p, physical.as_deref(), build, options)?,
+            Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, m)| m.contains("\"tag\":\"scd_type2\"")) => {
+                scd_history(state, model, p, physical.as_deref(), build, options)?
+            }
             _ => None,
         };
         actions.push(Action {
@@ -943,11 +947,11 @@ fn forward_only_kind(kind: &Kind) -> bool {
 /// next reconcile follows the new rules; its key and managed columns must stay.
 fn forward_only_kind_fields(kind: &serde_json::Value) -> serde_json::Value {
     let mut k = kind.clone();
-    if k.get("tag").and_then(serde_json::Value::as_str) == Some("scd_type2") {
-        if let Some(o) = k.as_object_mut() {
-            o.remove("columns");
-            o.remove("invalidate_hard_deletes");
-        }
+    if k.get("tag").and_then(serde_json::Value::as_str) == Some("scd_type2")
+        && let Some(o) = k.as_object_mut()
+    {
+        o.remove("columns");
+        o.remove("invalidate_hard_deletes");
     }
     k
 }

@@ -453,6 +453,13 @@ fn renaming_a_tracked_column_is_refused_unless_history_is_reset_explicitly() {
     p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
     assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
 
+    // A model that stops being scd_type2 stops serving its history: refused the same way.
+    p.write("models/m.lua", &edited.replace("kind = kind.scd_type2 { key = \"patient\" }", "kind = kind.full()"));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("the model is no longer `scd_type2`"), "{}", r.stderr);
+    assert_eq!(history_in(&p, "dev", "physician").len(), 2, "dev still serves its history");
+
     // Only scd_type2 models have a history to reset.
     let r = p.run(&["plan", "dev", "--reset-history", "m.src"]);
     r.expect_code(1);
