@@ -4,6 +4,10 @@
 //! keep their `valid_from` across refreshes; duplicate source keys are refused with the table
 //! unchanged; history survives a non-breaking parent edit (the physical table is reused). The
 //! managed columns are exposed by the environment view and readable by children, never declared.
+//! History is never discarded without an explicit choice: a new version that would start it over
+//! is named by the plan and refused by `apply --yes` unless `--reset-history` names the model; a
+//! declared `renamed` (Lua, Rhai, SQL) carries every version over; `--forward-only` adds columns
+//! to the kept table.
 
 use crate::common::*;
 use efmesh::config::Config;
@@ -575,4 +579,62 @@ fn forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions() {
             row("2", "neuro", Some("NEURO"), T4, None),
         ]
     );
+}
+
+#[test]
+fn a_new_column_left_out_of_the_watch_list_opens_no_version() {
+    // `columns` lists the watched ones: a forward-only column outside it is stored as versions
+    // open, and never opens one by itself.
+    let opts = r#", columns = { "dept", "doctor" }"#;
+    let mut p = view_project(opts, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    p.now = T2.into();
+    let edited = models(opts).replace("kind = kind.full()", "kind = kind.view()").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+        r#"{ "doctor", "varchar" }, { "ward", "varchar" } },
+  query = "SELECT patient, dept, doctor, upper(dept) AS ward FROM " .. ref(src),"#,
+    );
+    p.write("models/m.lua", &edited);
+    p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]).expect_code(0);
+    p.now = T3.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    let rows = p.query(&format!(
+        "SELECT CAST(patient AS VARCHAR), dept, ward, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
+        env_view("dev", "m.assign")
+    ));
+    let row = |patient: &str, dept: &str, ward: Option<&str>, from: &str, to: Option<&str>| {
+        vec![Some(patient.to_string()), Some(dept.to_string()), ward.map(str::to_string), Some(ts(from)), to.map(ts)]
+    };
+    assert_eq!(
+        rows,
+        vec![row("1", "cardio", None, T1, Some(T3)), row("1", "icu", Some("ICU"), T3, None), row("2", "neuro", None, T1, None)],
+        "only patient 1's watched change opens a version, which stores the new column"
+    );
+}
+
+#[test]
+fn a_declared_rename_of_the_key_carries_the_history_over() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    p.now = T3.into();
+    let edited = models(r#", renamed = { patient = "patient_id" }"#)
+        .replace("kind = kind.full()", "kind = kind.view()")
+        .replace(r#"key = "patient""#, r#"key = "patient_id""#)
+        .replace(
+            r#"schema = { { "patient", "bigint" }, { "dept", "varchar" }, { "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+            r#"schema = { { "patient_id", "bigint" }, { "dept", "varchar" }, { "doctor", "varchar" } },
+  query = "SELECT patient AS patient_id, dept, doctor FROM " .. ref(src),"#,
+        );
+    assert!(edited.contains("patient AS patient_id"), "{edited}");
+    p.write("models/m.lua", &edited);
+    let applied = p.apply("dev");
+    assert_eq!(action(&applied, "m.assign")["history"]["fate"], "carried", "{applied:#}");
+    let rows = p.query(&format!(
+        "SELECT CAST(patient_id AS VARCHAR), dept, doctor, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient_id, valid_from",
+        env_view("dev", "m.assign")
+    ));
+    assert_eq!(rows, vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]);
 }
