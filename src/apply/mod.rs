@@ -126,6 +126,10 @@ pub enum ApplyError {
         /// The environment.
         env: String,
     },
+    /// The plan would start an `scd_type2` model's history over and the operator did not accept
+    /// it (`--reset-history`): nothing was done. The message lists the ways forward.
+    #[error("{0}")]
+    HistoryReset(String),
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -157,6 +161,10 @@ pub(crate) fn execute(
         if state.generation()? != planned {
             return Err(ApplyError::StalePlan { env: plan.env.clone() });
         }
+    }
+    // History is never discarded without an explicit choice: checked before anything is written.
+    if let Some(refusal) = crate::plan::history_refusal(plan) {
+        return Err(ApplyError::HistoryReset(refusal));
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
@@ -323,7 +331,18 @@ pub(crate) fn execute(
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
                 let checks = audit::checks(model, None, &physical);
-                let (stats, results) = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks)?;
+                // A declared rename carries the old version's rows over into the new table.
+                let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
+                if let Some(h) = carry {
+                    let n = scd2::carry_over(engine, model, s, &physical, h)?;
+                    tracing::info!(model = %model.name, "history carried over from @{}: {n} versions", h.from.short());
+                }
+                let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
+                if reconciled.is_err() && carry.is_some() {
+                    // No snapshot records the carried table yet: the next apply copies it afresh.
+                    let _ = engine.execute(&format!("DROP TABLE IF EXISTS {physical}"));
+                }
+                let (stats, results) = reconciled?;
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);

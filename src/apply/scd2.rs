@@ -18,6 +18,10 @@
 //!    - opens (`valid_from = now`, `valid_to = NULL`) a version for every staged row whose key
 //!      has no open version left: new keys, changed keys, keys that come back after a delete.
 //!
+//! A new version whose plan carries the history over (a declared `renamed`, see
+//! [`crate::plan::HistoryFate::Carried`]) starts from a copy of the old version's rows
+//! ([`carry_over`]) before its first reconciliation.
+//!
 //! Unchanged keys are left alone, so their `valid_from` never moves. A key is matched by its key
 //! columns (never by the whole tuple); columns that are neither key nor watched are stored as
 //! they were when the version opened (a change in them alone opens no version). Reconciling twice
@@ -69,6 +73,38 @@ pub fn reconcile(
     })();
     drop_stage(engine);
     result
+}
+
+/// Creates the new version's table `physical` from every row of the old version's table
+/// (`history.from_physical`): open and closed versions, `valid_from`/`valid_to` as they were,
+/// the declared renames applied (`renamed`), columns the new version adds NULL, each column cast
+/// to its declared type. One engine transaction; a table that exists already is left as it is
+/// (a resumed apply). Returns the number of rows the table holds.
+///
+/// # Errors
+/// [`ApplyError::Build`] when an engine statement fails (nothing is created).
+pub fn carry_over(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, history: &crate::plan::History) -> Result<usize, ApplyError> {
+    let select = model
+        .schema
+        .0
+        .iter()
+        .map(|c| {
+            let source = history.renamed.iter().find(|(_, new)| **new == c.name).map(|(old, _)| old.as_str());
+            let source = source.or_else(|| (!history.added.contains(&c.name)).then_some(c.name.as_str()));
+            match source {
+                Some(old) => format!("CAST(_o.{} AS {}) AS {}", quote_ident(old), c.ty, quote_ident(&c.name)),
+                None => format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name)),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
+    let from = &history.from_physical;
+    engine
+        .transaction(&[format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {select}, _o.{vf}, _o.{vt} FROM {from} AS _o")])
+        .map_err(|e| build_error(model, e))?;
+    let n = engine.query(&format!("SELECT count(*) FROM {physical}")).map_err(|e| build_error(model, e))?;
+    Ok(number(&n))
 }
 
 /// The condition, over `_t` (the table) and `_s` (the staged query), matching a key.

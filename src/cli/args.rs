@@ -45,12 +45,15 @@ pub enum Command {
         /// Show why each model got its category and which AST paths diverged.
         #[arg(long)]
         explain: bool,
-        /// Time-range models whose new version keeps the old table and history (`a.b,c.d`).
+        /// Time-range and scd_type2 models whose new version keeps the old table and history (`a.b,c.d`).
         #[arg(long, value_name = "MODELS", default_value = "")]
         forward_only: String,
         /// Override categories: `a.b=breaking,c.d=non-breaking`.
         #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
         reclassify: String,
+        /// Accept that this scd_type2 model's history starts over (repeatable).
+        #[arg(long, value_name = "MODEL")]
+        reset_history: Vec<String>,
     },
     /// Build what the plan needs, then point the environment's views at the new versions.
     Apply {
@@ -62,12 +65,16 @@ pub enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
-        /// Time-range models whose new version keeps the old table and history (`a.b,c.d`).
+        /// Time-range and scd_type2 models whose new version keeps the old table and history (`a.b,c.d`).
         #[arg(long, value_name = "MODELS", default_value = "")]
         forward_only: String,
         /// Override categories: `a.b=breaking,c.d=non-breaking` (recorded in the journal).
         #[arg(long, value_name = "MODEL=CATEGORY,…", default_value = "")]
         reclassify: String,
+        /// Accept that this scd_type2 model's history starts over (repeatable); without it, apply
+        /// refuses a plan that would discard a history.
+        #[arg(long, value_name = "MODEL")]
+        reset_history: Vec<String>,
     },
     /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
     /// models, compute missing intervals) without promoting; refuses when the project differs.

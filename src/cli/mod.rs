@@ -86,12 +86,12 @@ pub fn run(args: Args) -> Result<Exit> {
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
-        Command::Plan { env, json, explain, forward_only, reclassify } => {
-            let options = plan::Options::parse(&forward_only, &reclassify).map_err(|e| anyhow!(e))?;
+        Command::Plan { env, json, explain, forward_only, reclassify, reset_history } => {
+            let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             cmd_plan(&args.config, &env, json, explain, &options, now, &out)
         }
-        Command::Apply { env, yes, json, forward_only, reclassify } => {
-            let options = plan::Options::parse(&forward_only, &reclassify).map_err(|e| anyhow!(e))?;
+        Command::Apply { env, yes, json, forward_only, reclassify, reset_history } => {
+            let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             cmd_apply(&args.config, &env, yes, json, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
@@ -150,6 +150,10 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     let plan = plan::plan_with(&project, &state, env, now, options)?;
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
+    }
+    // Refused before asking anyone: neither `--yes` nor a confirmation discards a history.
+    if let Some(refusal) = plan::history_refusal(&plan) {
+        return Err(anyhow!(refusal));
     }
     if !plan.has_changes {
         if json {

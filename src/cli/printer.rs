@@ -78,6 +78,12 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.build {
             notes.push("build".into());
         }
+        if let Some(h) = &a.history {
+            notes.push(match (h.fate, h.reset_accepted) {
+                (crate::plan::HistoryFate::StartsOver, true) => "history starts over (--reset-history)".to_string(),
+                (fate, _) => format!("history {}", fate.as_str()),
+            });
+        }
         if a.intervals > 0 {
             notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
         }
@@ -90,6 +96,28 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         ));
         for r in &a.backfill {
             s.push_str(&format!("      [{}, {})\n", day_or_instant(r.start), day_or_instant(r.end)));
+        }
+        if let Some(h) = &a.history {
+            let cols = h.columns_text();
+            s.push_str(&format!(
+                "      history of @{} {}: {}{}\n",
+                h.from.short(),
+                h.fate.as_str(),
+                h.reason,
+                if cols.is_empty() { String::new() } else { format!(" (columns: {cols})") }
+            ));
+            if h.refused() {
+                let rename = match (h.dropped.as_slice(), h.added.as_slice()) {
+                    ([old], [new]) => format!("`renamed = {{ {old} = \"{new}\" }}`"),
+                    _ => "`renamed = { old = \"new\" }`".to_string(),
+                };
+                let forward =
+                    if h.dropped.is_empty() && h.retyped.is_empty() { format!(", `--forward-only {}` to keep the table", a.name) } else { String::new() };
+                s.push_str(&format!(
+                    "      apply refuses this: declare {rename} in the kind to carry it over{forward}, or `--reset-history {}` to start over\n",
+                    a.name
+                ));
+            }
         }
         if let (true, Some(e)) = (explain, &a.explain) {
             s.push_str(&format!("      why: {}\n", e.reason));

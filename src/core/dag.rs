@@ -209,6 +209,17 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
                 )));
             }
         }
+        for (old, new) in &s.renamed {
+            if !m.schema.contains(new) {
+                errors.push(err(format!("column `{new}` renamed from `{old}` (kind `scd_type2`, `renamed`) is not declared in the schema")));
+            }
+            if m.schema.contains(old) {
+                errors.push(
+                    err(format!("column `{old}` is declared renamed to `{new}` (kind `scd_type2`, `renamed`) but is still declared in the schema"))
+                        .with_hint("a renamed column is declared under its new name only"),
+                );
+            }
+        }
         for c in s.columns.iter().flatten() {
             if !m.schema.contains(c) {
                 errors.push(err(format!("watched column `{c}` of kind `scd_type2` is not declared in the schema")));

@@ -6,7 +6,8 @@
 //! see `apply::scd2`). Only data-shaping fields enter the fingerprint ([`Kind::fingerprint_payload`]):
 //! `start`, `end`, `batch_size` and `lookback` change how much history is computed and how, not
 //! what a row means, so editing them never rebuilds. Unique-key and SCD type 2 hash every field
-//! (`key`, the managed column names, the watched `columns`, `invalidate_hard_deletes`).
+//! (`key`, the managed column names, the watched `columns`, `invalidate_hard_deletes`), but not
+//! SCD type 2's `renamed`, which only says how to carry history over to a new version.
 
 use super::interval::{Grain, Millis};
 use super::name::{quote_ident, quote_literal};
@@ -57,6 +58,13 @@ pub struct ScdType2 {
     pub columns: Option<Vec<String>>,
     /// Whether a key missing from the source closes its open version (default true).
     pub invalidate_hard_deletes: bool,
+    /// Declared column renames `(old, new)`, sorted by old name: when the environment's version
+    /// has `old` and this version declares `new` instead, the new version's table is created
+    /// from the old one's rows (every version, open and closed, `valid_from`/`valid_to` kept)
+    /// with the column renamed, instead of starting the history over. A migration instruction,
+    /// not data shape: never fingerprinted nor part of the snapshot's metadata, and ignored when
+    /// the environment's version has no column `old` (e.g. once applied).
+    pub renamed: Vec<(String, String)>,
 }
 
 /// Default name of the `scd_type2` column holding when a version became current.

@@ -80,6 +80,125 @@ pub struct Explain {
     pub cascade_from: Vec<String>,
 }
 
+/// What becomes of an `scd_type2` model's history when its environment moves to another version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HistoryFate {
+    /// The new version keeps the old table (forward-only, indirect reuse): nothing is lost.
+    Kept,
+    /// The new version's table starts from every row of the old one (open and closed versions,
+    /// `valid_from`/`valid_to` kept), declared renames applied (`renamed`).
+    Carried,
+    /// The new version's table starts empty (or is another table): the history the environment
+    /// served is no longer served. `apply` refuses unless `--reset-history` names the model.
+    StartsOver,
+}
+
+impl HistoryFate {
+    /// The fate as written in plans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryFate::Kept => "kept",
+            HistoryFate::Carried => "carried over",
+            HistoryFate::StartsOver => "starts over",
+        }
+    }
+}
+
+/// The history line of an `scd_type2` action (see [`HistoryFate`]).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    /// What becomes of it.
+    pub fate: HistoryFate,
+    /// The environment's version whose history it is.
+    pub from: Fingerprint,
+    /// Columns of that version the new one no longer declares (not renamed).
+    pub dropped: Vec<String>,
+    /// Columns the new version declares that the old one did not have (not renamed).
+    pub added: Vec<String>,
+    /// Declared renames that apply (old column of that version → new column).
+    pub renamed: BTreeMap<String, String>,
+    /// Columns declared with another type.
+    pub retyped: Vec<String>,
+    /// Why, in words.
+    pub reason: String,
+    /// True when the operator accepted that it starts over (`--reset-history`).
+    pub reset_accepted: bool,
+    /// The old version's physical relation (the rows a carried history is copied from).
+    #[serde(skip)]
+    pub from_physical: String,
+}
+
+impl History {
+    /// The columns changed, in words (`dropped `a`; added `b`; renamed `c` → `d``), or empty.
+    pub fn columns_text(&self) -> String {
+        let list = |v: &[String]| v.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ");
+        let mut parts = Vec::new();
+        if !self.dropped.is_empty() {
+            parts.push(format!("dropped {}", list(&self.dropped)));
+        }
+        if !self.added.is_empty() {
+            parts.push(format!("added {}", list(&self.added)));
+        }
+        if !self.renamed.is_empty() {
+            parts.push(format!("renamed {}", self.renamed.iter().map(|(o, n)| format!("`{o}` → `{n}`")).collect::<Vec<_>>().join(", ")));
+        }
+        if !self.retyped.is_empty() {
+            parts.push(format!("retyped {}", list(&self.retyped)));
+        }
+        parts.join("; ")
+    }
+
+    /// True when applying would discard the history without the operator's consent.
+    pub fn refused(&self) -> bool {
+        self.fate == HistoryFate::StartsOver && !self.reset_accepted
+    }
+}
+
+/// The refusal `apply` gives when the plan would start an `scd_type2` model's history over
+/// without `--reset-history` naming it: every such model, and the three ways forward.
+pub fn history_refusal(plan: &Plan) -> Option<String> {
+    let refused: Vec<(&Action, &History)> = plan.actions.iter().filter_map(|a| a.history.as_ref().filter(|h| h.refused()).map(|h| (a, h))).collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "refusing to apply `{}`: the history of {} would start over, and history is never discarded without an explicit choice; nothing was done",
+        plan.env,
+        refused.iter().map(|(a, _)| format!("scd_type2 model `{}`", a.name)).collect::<Vec<_>>().join(", ")
+    );
+    for (a, h) in &refused {
+        s.push_str(&format!("\n  `{}`: {}", a.name, h.reason));
+        let cols = h.columns_text();
+        if !cols.is_empty() {
+            s.push_str(&format!(" (columns: {cols})"));
+        }
+    }
+    s.push_str("\n  choose, per model:");
+    for (a, h) in &refused {
+        if h.dropped.len() == 1 && h.added.len() == 1 {
+            s.push_str(&format!(
+                "\n  - carry the history over a column rename: declare it in the kind of `{}`, `renamed = {{ {} = \"{}\" }}` (Lua; Rhai `renamed: #{{ {}: \"{}\" }}`; SQL `renamed = {{{} = {}}}`)",
+                a.name, h.dropped[0], h.added[0], h.dropped[0], h.added[0], h.dropped[0], h.added[0]
+            ));
+        }
+    }
+    if refused.iter().any(|(_, h)| h.dropped.len() != 1 || h.added.len() != 1) {
+        s.push_str("\n  - carry the history over a column rename: declare `renamed = { old = \"new\" }` in the model's kind");
+    }
+    if refused.iter().any(|(_, h)| h.dropped.is_empty() && h.retyped.is_empty() && h.renamed.is_empty()) {
+        s.push_str(&format!(
+            "\n  - keep the table and its history (columns only added): `--forward-only {}`",
+            refused.iter().map(|(a, _)| a.name.to_string()).collect::<Vec<_>>().join(",")
+        ));
+    }
+    for (a, _) in &refused {
+        s.push_str(&format!("\n  - start the history of `{}` over: `--reset-history {}`", a.name, a.name));
+    }
+    Some(s)
+}
+
 /// One model's line in the plan.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -118,6 +237,10 @@ pub struct Action {
     /// Why the category followed (absent for `added` and `unchanged`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
+    /// `scd_type2` models whose environment served another version: what becomes of the
+    /// history that version recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
     /// Columns a forward-only version adds to the inherited table.
     #[serde(skip)]
     pub new_columns: Vec<crate::core::Column>,
@@ -140,6 +263,8 @@ pub struct Options {
     pub forward_only: BTreeSet<ModelName>,
     /// The operator's verdict (`breaking` or `non-breaking`) over the automatic one.
     pub reclassify: BTreeMap<ModelName, Change>,
+    /// `scd_type2` models whose history the operator accepts to start over (`--reset-history`).
+    pub reset_history: BTreeSet<ModelName>,
 }
 
 impl Options {
@@ -164,9 +289,20 @@ impl Options {
         Ok(o)
     }
 
+    /// Adds `--reset-history` models (each value one name or a comma-separated list).
+    ///
+    /// # Errors
+    /// A message naming the malformed entry.
+    pub fn with_reset_history(mut self, names: &[String]) -> Result<Options, String> {
+        for n in names.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+            self.reset_history.insert(ModelName::parse(n).map_err(|e| format!("--reset-history: {e}"))?);
+        }
+        Ok(self)
+    }
+
     /// True when the operator made no choice (the only plans the memo covers).
     pub fn is_default(&self) -> bool {
-        self.forward_only.is_empty() && self.reclassify.is_empty()
+        self.forward_only.is_empty() && self.reclassify.is_empty() && self.reset_history.is_empty()
     }
 }
 
@@ -507,17 +643,22 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
 pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     validate_env(env)?;
     check_legacy_views(project, state, env)?;
-    for n in options.forward_only.iter().chain(options.reclassify.keys()) {
+    for n in options.forward_only.iter().chain(options.reclassify.keys()).chain(&options.reset_history) {
         if project.dag.get(n).is_none() {
             let hint = project.dag.suggest(&n.to_string()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             return Err(PlanError::Operator(format!("unknown model `{n}`{hint}")));
         }
     }
     for n in &options.forward_only {
-        if project.dag.get(n).is_some_and(|m| m.kind.time_range().is_none()) {
+        if project.dag.get(n).is_some_and(|m| !forward_only_kind(&m.kind)) {
             return Err(PlanError::Operator(format!(
-                "`--forward-only {n}`: only `incremental_by_time_range` models can be forward-only\n  hint: other kinds rebuild; apply without `--forward-only`"
+                "`--forward-only {n}`: only `incremental_by_time_range` and `scd_type2` models can be forward-only\n  hint: other kinds rebuild; apply without `--forward-only`"
             )));
+        }
+    }
+    for n in &options.reset_history {
+        if project.dag.get(n).is_some_and(|m| !matches!(m.kind, Kind::ScdType2(_))) {
+            return Err(PlanError::Operator(format!("`--reset-history {n}`: only `scd_type2` models have a history to reset")));
         }
     }
     // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
@@ -669,22 +810,27 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                         }
                     }
                     if options.forward_only.contains(&model.name) {
-                        let Some(o) = old.as_ref().filter(|_| model.kind.time_range().is_some()) else {
+                        let Some(o) = old.as_ref().filter(|_| forward_only_kind(&model.kind)) else {
                             return Err(PlanError::Operator(format!(
-                                "`--forward-only {}`: only `incremental_by_time_range` models can be forward-only\n  hint: apply it as a {} change instead",
+                                "`--forward-only {}`: only `incremental_by_time_range` and `scd_type2` models can be forward-only\n  hint: apply it as a {} change instead",
                                 model.name,
                                 change.as_str()
                             )));
                         };
-                        if o.kind.get("tag") != new_kind.get("tag") || o.kind != new_kind {
+                        if o.kind.get("tag") != new_kind.get("tag") || forward_only_kind_fields(&o.kind) != forward_only_kind_fields(&new_kind) {
                             return Err(PlanError::Operator(format!(
                                 "`--forward-only {}`: its kind changed ({}), so the old table cannot be kept\n  hint: apply without `--forward-only` to rebuild it",
                                 model.name, verdict.reason
                             )));
                         }
                         if let Some((gone, _)) = o.schema.iter().find(|(c, _)| !new_schema.iter().any(|(n, _)| n == c)) {
+                            let hint = if matches!(model.kind, Kind::ScdType2(_)) {
+                                "apply without `--forward-only`: a rename declared with `renamed = { old = \"new\" }` carries the history over, `--reset-history` starts it over"
+                            } else {
+                                "apply without `--forward-only` to rebuild the table with its history"
+                            };
                             return Err(PlanError::Operator(format!(
-                                "`--forward-only {}`: column `{gone}` is dropped or renamed, and a forward-only version can only add columns\n  hint: apply without `--forward-only` to rebuild the table with its history",
+                                "`--forward-only {}`: column `{gone}` is dropped or renamed, and a forward-only version can only add columns\n  hint: {hint}",
                                 model.name
                             )));
                         }
@@ -697,7 +843,13 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                         refuse_shared_history(state, env, &model.name, p)?;
                         new_columns = model.schema.0.iter().filter(|c| !o.schema.iter().any(|(n, _)| *n == c.name)).cloned().collect();
                         reused = Some((p.clone(), o.physical.clone()));
-                        reason = format!("{reason}; forward-only: the old table and its history are kept, only intervals computed from now on see the change");
+                        reason = if matches!(model.kind, Kind::ScdType2(_)) {
+                            format!(
+                                "{reason}; forward-only: the old table and its history are kept, added columns are NULL in the versions recorded so far, and the next reconcile (`efmesh run`) records the change"
+                            )
+                        } else {
+                            format!("{reason}; forward-only: the old table and its history are kept, only intervals computed from now on see the change")
+                        };
                         change = Change::ForwardOnly;
                     }
                     explain = Some(Explain { diverged: verdict.diverged, reason, cascade_from: vec![] });
@@ -756,11 +908,20 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
             None => (Vec::new(), 0),
         };
+        // Only where the environment's version is an SCD model (its stored metadata says so,
+        // read without parsing): the others have no history to lose.
+        let history = match &previous {
+            Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, m)| m.contains("\"tag\":\"scd_type2\"")) => {
+                scd_history(state, model, p, physical.as_deref(), build, options)?
+            }
+            _ => None,
+        };
         actions.push(Action {
             name: model.name.clone(),
             kind: model.kind.tag(),
             change,
             reclassified_from,
+            history,
             physical,
             previous: previous.filter(|p| *p != fp),
             reused_from: reused.map(|(f, _)| f).filter(|_| existing.is_none()),
@@ -796,6 +957,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 intervals: 0,
                 canonical_source: None,
                 explain: Some(Explain { diverged: vec![], reason: "no longer in the project; its view is dropped".into(), cascade_from: vec![] }),
+                history: None,
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
             });
@@ -809,6 +971,124 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
 /// True when the model's query selects `*` (or `t.*`) anywhere.
 fn reads_star(model: &Model) -> bool {
     canonical_of(model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
+}
+
+/// Kinds whose new version may keep the old table (`--forward-only`).
+fn forward_only_kind(kind: &Kind) -> bool {
+    matches!(kind, Kind::IncrementalByTimeRange(_) | Kind::ScdType2(_))
+}
+
+/// The kind fields a forward-only version must keep. SCD type 2 may change its watch list
+/// (`columns`) and `invalidate_hard_deletes`: the history recorded so far stays true, and the
+/// next reconcile follows the new rules; its key and managed columns must stay.
+fn forward_only_kind_fields(kind: &serde_json::Value) -> serde_json::Value {
+    let mut k = kind.clone();
+    if k.get("tag").and_then(serde_json::Value::as_str) == Some("scd_type2")
+        && let Some(o) = k.as_object_mut()
+    {
+        o.remove("columns");
+        o.remove("invalidate_hard_deletes");
+    }
+    k
+}
+
+/// What becomes of the history of an `scd_type2` model whose environment serves version `prev`
+/// and moves to a version served from `physical` (`build`: created by this apply). `None` when
+/// the environment's version is not an `scd_type2` model (no history to lose).
+///
+/// A history is *kept* when the new version serves the old table (forward-only, indirect
+/// reuse); *carried over* when a declared rename (`renamed`) applies to the old version's
+/// columns, the key and managed columns are the same and no column is dropped or retyped (the
+/// new table is created from the old one's rows); otherwise it *starts over*. A version that
+/// already exists (built in another environment) is promoted as it stands: carried over when a
+/// declared rename maps the old columns onto it, starting over otherwise.
+fn scd_history(
+    state: &StateStore,
+    model: &Model,
+    prev: &Fingerprint,
+    physical: Option<&str>,
+    build: bool,
+    options: &Options,
+) -> Result<Option<History>, PlanError> {
+    let Some(old) = old_definition(state, &model.name.to_string(), prev.as_str())? else { return Ok(None) };
+    if old.kind.get("tag").and_then(serde_json::Value::as_str) != Some("scd_type2") {
+        return Ok(None);
+    }
+    let new_schema: Vec<(String, String)> = model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
+    let renamed: BTreeMap<String, String> = match &model.kind {
+        // Ignored unless the old version has the old column (e.g. once the rename is applied).
+        Kind::ScdType2(s) => s.renamed.iter().filter(|(o, _)| old.schema.iter().any(|(c, _)| c == o)).cloned().collect(),
+        _ => BTreeMap::new(),
+    };
+    let mapped = |c: &str| renamed.get(c).cloned().unwrap_or_else(|| c.to_string());
+    let dropped: Vec<String> = old.schema.iter().filter(|(c, _)| !new_schema.iter().any(|(n, _)| *n == mapped(c))).map(|(c, _)| c.clone()).collect();
+    let added: Vec<String> = new_schema.iter().filter(|(n, _)| !old.schema.iter().any(|(c, _)| mapped(c) == *n)).map(|(n, _)| n.clone()).collect();
+    let retyped: Vec<String> = old.schema.iter().filter(|(c, t)| new_schema.iter().any(|(n, nt)| *n == mapped(c) && nt != t)).map(|(c, _)| mapped(c)).collect();
+    let mut h = History {
+        fate: HistoryFate::StartsOver,
+        from: prev.clone(),
+        dropped,
+        added,
+        renamed,
+        retyped,
+        reason: String::new(),
+        reset_accepted: false,
+        from_physical: old.physical.clone(),
+    };
+    let short = prev.short();
+    if physical.is_some_and(|p| p == old.physical) {
+        h.fate = HistoryFate::Kept;
+        h.reason = format!("the table of @{short} and its history are kept");
+        return Ok(Some(h));
+    }
+    let new_kind = model.kind_payload();
+    // The key may be renamed too; the managed columns may not.
+    let old_key: Option<Vec<String>> = old
+        .kind
+        .get("key")
+        .and_then(serde_json::Value::as_array)
+        .map(|k| k.iter().filter_map(serde_json::Value::as_str).map(|c| h.renamed.get(c).cloned().unwrap_or_else(|| c.to_string())).collect());
+    let new_key: Option<Vec<String>> = match &model.kind {
+        Kind::ScdType2(s) => Some(s.key.clone()),
+        _ => None,
+    };
+    let identity = if old_key != new_key { Some("key") } else { ["valid_from", "valid_to"].into_iter().find(|f| old.kind.get(*f) != new_kind.get(*f)) };
+    let blocker = if !matches!(model.kind, Kind::ScdType2(_)) {
+        Some(format!("the model is no longer `scd_type2`, so the history of @{short} is no longer served"))
+    } else if let Some(field) = identity {
+        Some(format!("`{field}` changed, so the rows of @{short} cannot be carried over"))
+    } else if h.renamed.is_empty() {
+        Some(if build {
+            format!("the new version's table starts empty: every `valid_from` restarts and the closed versions of @{short} are no longer served")
+        } else {
+            format!("its table holds the history recorded since it was built, not the history of @{short}")
+        })
+    } else if let Some(c) = h.dropped.first() {
+        Some(format!("column `{c}` is dropped, so the declared rename cannot carry the history of @{short} over"))
+    } else {
+        h.retyped.first().map(|c| format!("column `{c}` changes type, so the declared rename cannot carry the history of @{short} over"))
+    };
+    match blocker {
+        Some(why) => {
+            h.reason = if build { why } else { format!("the new version exists already (built for another environment) and is promoted as it stands; {why}") };
+            h.reset_accepted = options.reset_history.contains(&model.name);
+            if h.reset_accepted {
+                h.reason = format!("{}; accepted by the operator (`--reset-history`)", h.reason);
+            }
+        }
+        None => {
+            h.fate = HistoryFate::Carried;
+            h.reason = if build {
+                format!(
+                    "the new version's table starts from every row of @{short} (open and closed versions, `valid_from`/`valid_to` kept), the declared renames applied"
+                )
+            } else {
+                "the version exists already (its table started from the history it replaced, the declared renames applied) and is promoted as it stands"
+                    .to_string()
+            };
+        }
+    }
+    Ok(Some(h))
 }
 
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may

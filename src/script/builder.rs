@@ -372,7 +372,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
             Ok(Kind::IncrementalByUniqueKey(UniqueKey { key: key_columns(k, tag)? }))
         }
         "scd_type2" => {
-            check_keys(tag, k, &["key", "valid_from", "valid_to", "columns", "invalidate_hard_deletes"])?;
+            check_keys(tag, k, &["key", "valid_from", "valid_to", "columns", "invalidate_hard_deletes", "renamed"])?;
             let key = key_columns(k, tag)?;
             let valid_from = opt_str(k, "valid_from", tag)?.unwrap_or(DEFAULT_VALID_FROM).to_string();
             let valid_to = opt_str(k, "valid_to", tag)?.unwrap_or(DEFAULT_VALID_TO).to_string();
@@ -400,11 +400,41 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                 valid_to,
                 columns,
                 invalidate_hard_deletes: opt_bool(k, "invalidate_hard_deletes", tag)?.unwrap_or(true),
+                renamed: renamed_columns(k)?,
             }))
         }
         "seed" => parse_seed(k).map(Kind::Seed),
         other => Err(unknown_kind(other)),
     }
+}
+
+/// `renamed` of kind `scd_type2`: a map `{ old = "new" }` of column names (sorted by old name).
+fn renamed_columns(k: &Map<String, Value>) -> Result<Vec<(String, String)>, String> {
+    const SHAPE: &str = "`renamed` of kind `scd_type2` must map old column names to new ones, e.g. `{ doctor = \"physician\" }`";
+    let map = match k.get("renamed") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(Value::Array(a)) if a.is_empty() => return Ok(Vec::new()),
+        Some(_) => return Err(SHAPE.into()),
+    };
+    let mut out: Vec<(String, String)> = Vec::with_capacity(map.len());
+    for (old, new) in map {
+        let new = new.as_str().ok_or(SHAPE)?;
+        for c in [old.as_str(), new] {
+            if !crate::core::name::is_identifier(c) {
+                return Err(format!("`renamed` of kind `scd_type2`: `{c}` is not a column name"));
+            }
+        }
+        if old == new {
+            return Err(format!("`renamed` of kind `scd_type2` renames `{old}` to itself"));
+        }
+        if out.iter().any(|(_, n)| n == new) {
+            return Err(format!("`renamed` of kind `scd_type2` renames two columns to `{new}`"));
+        }
+        out.push((old.clone(), new.to_string()));
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// `delimiter`: exactly one character.

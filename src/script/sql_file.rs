@@ -16,8 +16,8 @@
 //! - `kind` takes options in parentheses: `incremental_by_time_range(time_column = moved_at,
 //!   start = 2026-01-01, grain = day, batch_size = 7, lookback = 2)`, `external(path =
 //!   data/x.csv, null_markers = [NA])`, `incremental_by_unique_key(key = [a, b])`,
-//!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false)`. Values are bare words, `'quoted strings'`, numbers,
-//!   `true`/`false` or `[lists]`.
+//!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false, renamed = {doctor = physician})`.
+//!   Values are bare words, `'quoted strings'`, numbers, `true`/`false`, `[lists]` or `{maps = like_this}`.
 //! - A line of the header that has no `key:` continues the previous key (long schemas).
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
 //!   declared ref must be used (the original's rule: refs are explicit in raw SQL).
@@ -235,8 +235,8 @@ fn split_top(s: &str, sep: char) -> Vec<String> {
     for c in s.chars() {
         match c {
             '\'' => quote = !quote,
-            '(' | '[' if !quote => depth += 1,
-            ')' | ']' if !quote => depth -= 1,
+            '(' | '[' | '{' if !quote => depth += 1,
+            ')' | ']' | '}' if !quote => depth -= 1,
             _ => {}
         }
         if c == sep && depth == 0 && !quote {
@@ -271,6 +271,20 @@ fn scalar(v: &str) -> Value {
     let v = v.trim();
     if let Some(inner) = v.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
         return Value::Array(split_top(inner, ',').into_iter().filter(|s| !s.is_empty()).map(|s| scalar(&s)).collect());
+    }
+    // `{a = b, c = d}`: a map (e.g. `renamed = {doctor = physician}`); an entry without `=`
+    // leaves the whole value as text, which the builder then reports as malformed.
+    if let Some(inner) = v.strip_prefix('{').and_then(|x| x.strip_suffix('}')) {
+        let mut m = Map::new();
+        for piece in split_top(inner, ',').into_iter().filter(|s| !s.is_empty()) {
+            let Some((k, val)) = piece.split_once('=') else { return Value::String(v.to_string()) };
+            let key = match scalar(k) {
+                Value::String(k) => k,
+                other => other.to_string(),
+            };
+            m.insert(key, scalar(val));
+        }
+        return Value::Object(m);
     }
     if let Some(q) = v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
         return Value::String(q.to_string());
@@ -338,6 +352,13 @@ mod tests {
         let Kind::IncrementalByTimeRange(t) = &m.kind else { panic!() };
         assert_eq!((t.time_column.as_str(), t.batch_size, t.grain.as_str()), ("t", 7, "hour"));
         assert!(m.body.unwrap().nodes.iter().any(|n| matches!(n, Node::Start)));
+    }
+
+    #[test]
+    fn maps_parse_as_objects() {
+        let m = p("-- name: a.b\n-- kind: scd_type2(key = id, renamed = {doc = physician, 'w' = ward})\n-- schema: id bigint, physician varchar, ward varchar\nSELECT 1 AS id, 'x' AS physician, 'y' AS ward").unwrap();
+        let Kind::ScdType2(s) = &m.kind else { panic!() };
+        assert_eq!(s.renamed, vec![("doc".to_string(), "physician".to_string()), ("w".to_string(), "ward".to_string())]);
     }
 
     #[test]

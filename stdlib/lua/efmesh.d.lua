@@ -46,6 +46,7 @@
 ---@field valid_to? string Managed column: when a version stopped being current, NULL while it is (default `valid_to`).
 ---@field columns? string[] Watched columns whose change opens a new version (default: every non-key column).
 ---@field invalidate_hard_deletes? boolean Close the open version of a key the source no longer returns (default true).
+---@field renamed? table<string, string> Column renames `{ old = "new" }`: the new version's table starts from the old history, the column renamed.
 
 ---@class efmesh.KindConstructors
 kind = {}

@@ -43,7 +43,8 @@ function kind.incremental_by_unique_key(opts) return tagged("incremental_by_uniq
 
 --- History by key (slowly changing dimension, type 2): { key = "id" | { "a", "b" },
 --- valid_from = "valid_from", valid_to = "valid_to", columns = { watched… } | nil,
---- invalidate_hard_deletes = true }.
+--- invalidate_hard_deletes = true, renamed = { old = "new" } } (`renamed` carries the history
+--- over a column rename).
 function kind.scd_type2(opts) return tagged("scd_type2", opts) end
 
 --- A CSV or JSON file of the project loaded into a table; its content hash is fingerprinted:

@@ -4,6 +4,10 @@
 //! keep their `valid_from` across refreshes; duplicate source keys are refused with the table
 //! unchanged; history survives a non-breaking parent edit (the physical table is reused). The
 //! managed columns are exposed by the environment view and readable by children, never declared.
+//! History is never discarded without an explicit choice: a new version that would start it over
+//! is named by the plan and refused by `apply --yes` unless `--reset-history` names the model; a
+//! declared `renamed` (Lua, Rhai, SQL) carries every version over; `--forward-only` adds columns
+//! to the kept table.
 
 use crate::common::*;
 use efmesh::config::Config;
@@ -302,6 +306,18 @@ fn load_errors_name_the_column_the_model_and_the_line() {
         (SQL.replace("key = id", "key = []"), "`key` of kind `scd_type2` is empty"),
         (SQL.replace("columns = [v]", "watch = [v]"), "unknown option `watch` for kind `scd_type2`"),
         (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = {v = w}"),
+            "column `w` renamed from `v` (kind `scd_type2`, `renamed`) is not declared in the schema",
+        ),
+        (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = {v = w}"),
+            "column `v` is declared renamed to `w` (kind `scd_type2`, `renamed`) but is still declared in the schema",
+        ),
+        (
+            SQL.replace("invalidate_hard_deletes = false", "invalidate_hard_deletes = false, renamed = [v]"),
+            "`renamed` of kind `scd_type2` must map old column names to new ones",
+        ),
+        (
             SQL.replace("v double\n", "v double, vf timestamp\n").replace("SELECT id, k, v", "SELECT id, k, v, now()::timestamp AS vf"),
             "column `vf` is managed by kind `scd_type2` and cannot be declared",
         ),
@@ -346,4 +362,279 @@ fn the_contract_checks_the_query_against_the_declared_columns_only() {
     assert!(r.stderr.contains("schema contract failed, nothing was built"), "{}", r.stderr);
     assert!(r.stderr.contains("model `m.assign`: the query returns column `valid_from`"), "{}", r.stderr);
     assert!(p.physical_tables().is_empty(), "{:?}", p.physical_tables());
+}
+
+// ---------------------------------------------------------------------------------------------
+// History is never discarded without an explicit choice
+
+/// Every relation and the state store, to compare before and after a refused command.
+fn snapshot_of(p: &Project) -> (Rows, Vec<String>, StateSummary) {
+    (history_in(p, "dev", "doctor"), p.physical_tables(), p.state_summary())
+}
+
+/// Rows of `env`'s view of `m.assign`, its third column read as `third`, ordered by patient then
+/// valid_from.
+fn history_in(p: &Project, env: &str, third: &str) -> Rows {
+    p.query(&format!(
+        "SELECT CAST(patient AS VARCHAR), dept, {third}, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
+        env_view(env, "m.assign")
+    ))
+}
+
+/// A history with a closed version: applied to dev (and prod with `with_prod`) at T1 (two
+/// patients), then patient 1 moves at T2 (`run` of each).
+fn project_with_history(p: &mut Project, with_prod: bool) {
+    let envs: &[&str] = if with_prod { &["dev", "prod"] } else { &["dev"] };
+    for env in envs {
+        p.apply(env);
+    }
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    let expected = vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)];
+    for env in envs {
+        p.run(&["run", env]).expect_code(0);
+        assert_eq!(history_in(p, env, "doctor"), expected);
+    }
+}
+
+/// `models(..)` with `m.src` a view, the scd model's `doctor` renamed `physician` (query and
+/// schema), `opts` spliced into its kind options.
+fn renamed_models(opts: &str) -> String {
+    models(opts).replace("kind = kind.full()", "kind = kind.view()").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+        r#"{ "physician", "varchar" } },
+  query = "SELECT patient, dept, doctor AS physician FROM " .. ref(src),"#,
+    )
+}
+
+#[test]
+fn renaming_a_tracked_column_is_refused_unless_history_is_reset_explicitly() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, true);
+    let prod_before = history_in(&p, "prod", "doctor");
+
+    p.now = T3.into();
+    let edited = renamed_models("");
+    assert!(edited.contains("doctor AS physician"));
+    p.write("models/m.lua", &edited);
+
+    // The plan names the columns and says the history starts over, in text and JSON.
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("history starts over"), "{text}");
+    assert!(text.contains("dropped `doctor`; added `physician`"), "{text}");
+    assert!(text.contains("closed versions of @"), "{text}");
+    let plan = p.plan("dev");
+    let h = &action(&plan, "m.assign")["history"];
+    assert_eq!(h["fate"], "starts-over", "{plan:#}");
+    assert_eq!(h["dropped"], serde_json::json!(["doctor"]), "{plan:#}");
+    assert_eq!(h["added"], serde_json::json!(["physician"]), "{plan:#}");
+    assert_eq!(h["resetAccepted"], false, "{plan:#}");
+
+    // `--yes` alone discards nothing: refused before anything is written, naming the choices.
+    let before = snapshot_of(&p);
+    for args in [vec!["apply", "dev", "--yes"], vec!["apply", "dev", "--yes", "--json"]] {
+        let r = p.run(&args);
+        r.expect_code(1);
+        assert!(r.stderr.contains("the history of scd_type2 model `m.assign` would start over"), "{}", r.stderr);
+        assert!(r.stderr.contains("nothing was done"), "{}", r.stderr);
+        assert!(r.stderr.contains(r#"renamed = { doctor = "physician" }"#), "{}", r.stderr);
+        assert!(r.stderr.contains("--reset-history m.assign"), "{}", r.stderr);
+        assert_eq!(snapshot_of(&p), before, "a refused apply changed the table or the state");
+    }
+
+    // `--reset-history` accepts it: the new version's history starts at T3.
+    let applied = p.run(&["apply", "dev", "--yes", "--json", "--reset-history", "m.assign"]).expect_code(0).json();
+    assert_eq!(action(&applied, "m.assign")["history"]["resetAccepted"], true, "{applied:#}");
+    assert_eq!(history_in(&p, "dev", "physician"), vec![r("1", "icu", "house", T3, None), r("2", "neuro", "grey", T3, None)], "dev's history started over");
+
+    // prod still serves the old history; promoting the version dev built would replace it by
+    // dev's fresh table: refused too until prod's operator says so.
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("--reset-history m.assign"), "{}", r.stderr);
+    assert_eq!(history_in(&p, "prod", "doctor"), prod_before);
+    p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
+    assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
+
+    // A model that stops being scd_type2 stops serving its history: refused the same way.
+    p.write("models/m.lua", &edited.replace("kind = kind.scd_type2 { key = \"patient\" }", "kind = kind.full()"));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("the model is no longer `scd_type2`"), "{}", r.stderr);
+    assert_eq!(history_in(&p, "dev", "physician").len(), 2, "dev still serves its history");
+
+    // Only scd_type2 models have a history to reset.
+    let r = p.run(&["plan", "dev", "--reset-history", "m.src"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("only `scd_type2` models have a history to reset"), "{}", r.stderr);
+}
+
+/// The scd model after the rename, in each language (`m.src` stays in Lua).
+const RENAMED_LUA: &str = r#"define_model { name = "m.assign", kind = kind.scd_type2 { key = "patient", renamed = { doctor = "physician" } },
+  schema = { { "patient", "bigint" }, { "dept", "varchar" }, { "physician", "varchar" } },
+  query = "SELECT patient, dept, doctor AS physician FROM " .. ref("m.src") }
+"#;
+const RENAMED_RHAI: &str = r#"define_model(#{ name: "m.assign", kind: kind::scd_type2(#{ key: "patient", renamed: #{ doctor: "physician" } }),
+  schema: [["patient", "bigint"], ["dept", "varchar"], ["physician", "varchar"]],
+  query: `SELECT patient, dept, doctor AS physician FROM ${ref("m.src")}` });
+"#;
+const RENAMED_SQL: &str = "-- name: m.assign\n-- kind: scd_type2(key = patient, renamed = {doctor = physician})\n-- schema: patient bigint, dept varchar, physician varchar\n-- refs: m.src\nSELECT patient, dept, doctor AS physician FROM @ref(m.src)\n";
+
+#[test]
+fn a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql() {
+    for (file, text) in [("assign.lua", RENAMED_LUA), ("assign.rhai", RENAMED_RHAI), ("assign.sql", RENAMED_SQL)] {
+        let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+        p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+        project_with_history(&mut p, true);
+
+        // T3: the rename, in `file`'s language; patient 2 also changes doctor in the source.
+        p.now = T3.into();
+        let without_scd = models("").replace("kind = kind.full()", "kind = kind.view()");
+        let cut = without_scd.find("define_model {\n  name = \"m.assign\"").expect("the scd model");
+        p.write("models/m.lua", &without_scd[..cut]);
+        p.write(&format!("models/{file}"), text);
+        p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n");
+        let plan = p.plan("dev");
+        let h = &action(&plan, "m.assign")["history"];
+        assert_eq!(h["fate"], "carried", "{file}: {plan:#}");
+        assert_eq!(h["renamed"], serde_json::json!({"doctor": "physician"}), "{file}: {plan:#}");
+        let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+        assert!(text.contains("history carried over") && text.contains("renamed `doctor` → `physician`"), "{file}: {text}");
+
+        // `--yes` alone: every version kept (valid_from, closed rows), then reconciled at T3.
+        p.apply("dev");
+        assert_eq!(
+            history_in(&p, "dev", "physician"),
+            vec![
+                r("1", "cardio", "house", T1, Some(T2)),
+                r("1", "icu", "house", T2, None),
+                r("2", "neuro", "grey", T1, Some(T3)),
+                r("2", "neuro", "shepherd", T3, None),
+            ],
+            "{file}: history carried over under the new column name"
+        );
+        // prod promotes the carried version as it stands.
+        let prod = p.apply("prod");
+        assert_eq!(action(&prod, "m.assign")["history"]["fate"], "carried", "{file}: {prod:#}");
+        assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"), "{file}");
+        // Once applied, the declaration no longer applies (the old column is gone): no change.
+        assert_eq!(p.plan("dev")["hasChanges"], false, "{file}");
+    }
+}
+
+#[test]
+fn forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions() {
+    // dev only: a forward-only change is refused outside prod while another environment serves
+    // the table it keeps (its history would change under it).
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    let tables = p.physical_tables();
+
+    // T3: `m.assign` gains a watched column. Without a choice, its history would start over.
+    p.now = T3.into();
+    let edited = models("").replace("kind = kind.full()", "kind = kind.view()").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+        r#"{ "doctor", "varchar" }, { "ward", "varchar" } },
+  query = "SELECT patient, dept, doctor, upper(dept) AS ward FROM " .. ref(src),"#,
+    );
+    p.write("models/m.lua", &edited);
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("--forward-only m.assign"), "{}", r.stderr);
+    assert!(r.stdout.contains("added `ward`"), "{}", r.stdout);
+
+    let applied = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "m.assign"]).expect_code(0).json();
+    let a = action(&applied, "m.assign");
+    assert_eq!(a["change"], "forward-only", "{applied:#}");
+    assert_eq!(a["history"]["fate"], "kept", "{applied:#}");
+    assert_eq!(p.physical_tables(), tables, "the old table is kept, no new one");
+    let with_ward = |p: &Project| {
+        p.query(&format!(
+            "SELECT CAST(patient AS VARCHAR), dept, ward, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
+            env_view("dev", "m.assign")
+        ))
+    };
+    let row = |patient: &str, dept: &str, ward: Option<&str>, from: &str, to: Option<&str>| {
+        vec![Some(patient.to_string()), Some(dept.to_string()), ward.map(str::to_string), Some(ts(from)), to.map(ts)]
+    };
+    assert_eq!(
+        with_ward(&p),
+        vec![row("1", "cardio", None, T1, Some(T2)), row("1", "icu", None, T2, None), row("2", "neuro", None, T1, None)],
+        "history kept, the new column NULL in the versions recorded so far"
+    );
+
+    // The next reconcile records the column's values as a change of every open version (as dbt
+    // snapshots do); closed versions keep NULL.
+    p.now = T4.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(
+        with_ward(&p),
+        vec![
+            row("1", "cardio", None, T1, Some(T2)),
+            row("1", "icu", None, T2, Some(T4)),
+            row("1", "icu", Some("ICU"), T4, None),
+            row("2", "neuro", None, T1, Some(T4)),
+            row("2", "neuro", Some("NEURO"), T4, None),
+        ]
+    );
+}
+
+#[test]
+fn a_new_column_left_out_of_the_watch_list_opens_no_version() {
+    // `columns` lists the watched ones: a forward-only column outside it is stored as versions
+    // open, and never opens one by itself.
+    let opts = r#", columns = { "dept", "doctor" }"#;
+    let mut p = view_project(opts, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    p.now = T2.into();
+    let edited = models(opts).replace("kind = kind.full()", "kind = kind.view()").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+        r#"{ "doctor", "varchar" }, { "ward", "varchar" } },
+  query = "SELECT patient, dept, doctor, upper(dept) AS ward FROM " .. ref(src),"#,
+    );
+    p.write("models/m.lua", &edited);
+    p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]).expect_code(0);
+    p.now = T3.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    let rows = p.query(&format!(
+        "SELECT CAST(patient AS VARCHAR), dept, ward, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
+        env_view("dev", "m.assign")
+    ));
+    let row = |patient: &str, dept: &str, ward: Option<&str>, from: &str, to: Option<&str>| {
+        vec![Some(patient.to_string()), Some(dept.to_string()), ward.map(str::to_string), Some(ts(from)), to.map(ts)]
+    };
+    assert_eq!(
+        rows,
+        vec![row("1", "cardio", None, T1, Some(T3)), row("1", "icu", Some("ICU"), T3, None), row("2", "neuro", None, T1, None)],
+        "only patient 1's watched change opens a version, which stores the new column"
+    );
+}
+
+#[test]
+fn a_declared_rename_of_the_key_carries_the_history_over() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    p.now = T3.into();
+    let edited = models(r#", renamed = { patient = "patient_id" }"#)
+        .replace("kind = kind.full()", "kind = kind.view()")
+        .replace(r#"key = "patient""#, r#"key = "patient_id""#)
+        .replace(
+            r#"schema = { { "patient", "bigint" }, { "dept", "varchar" }, { "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+            r#"schema = { { "patient_id", "bigint" }, { "dept", "varchar" }, { "doctor", "varchar" } },
+  query = "SELECT patient AS patient_id, dept, doctor FROM " .. ref(src),"#,
+        );
+    assert!(edited.contains("patient AS patient_id"), "{edited}");
+    p.write("models/m.lua", &edited);
+    let applied = p.apply("dev");
+    assert_eq!(action(&applied, "m.assign")["history"]["fate"], "carried", "{applied:#}");
+    let rows = p.query(&format!(
+        "SELECT CAST(patient_id AS VARCHAR), dept, doctor, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient_id, valid_from",
+        env_view("dev", "m.assign")
+    ));
+    assert_eq!(rows, vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]);
 }
