@@ -13,6 +13,7 @@
 //! `apply` can persist them.
 
 pub mod categorize;
+pub mod integrity;
 pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;
@@ -124,12 +125,16 @@ pub struct Action {
     /// The metadata the snapshot should record (for `metadata` changes and new snapshots).
     #[serde(skip)]
     pub metadata: serde_json::Value,
+    /// What the engine lacks of this action's relations and the plan restores (set by
+    /// [`integrity::check`]; absent when the engine holds everything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<integrity::Repair>,
 }
 
 impl Action {
     /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
-        self.change != Change::Unchanged || self.build || !self.backfill.is_empty()
+        self.change != Change::Unchanged || self.build || !self.backfill.is_empty() || self.repair.is_some()
     }
 }
 
@@ -496,6 +501,27 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
     compute(project, state, env, now, options)
 }
 
+/// [`plan_with`], then the plan checked against the engine's `catalog` ([`integrity::check`]):
+/// what the engine lacks becomes work of the plan. Replayed and computed plans are checked
+/// alike. `None` skips the check (apply still refuses a plan that missed something).
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn plan_verified(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    catalog: Option<&crate::engine::Catalog>,
+) -> Result<Plan, PlanError> {
+    let mut plan = plan_with(project, state, env, now, options)?;
+    if let Some(catalog) = catalog {
+        integrity::check(project, state, &mut plan, catalog)?;
+    }
+    Ok(plan)
+}
+
 /// [`plan_with`] without the memo: always computes the plan in full. Operator options are not
 /// validated here (see [`plan_with`]).
 ///
@@ -524,6 +550,11 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         let external = matches!(model.kind, Kind::External(_));
         let mut explain = None;
         let mut reused: Option<(Fingerprint, String)> = None;
+        // A `view`'s physical relation embeds its parents' physical names (and, through
+        // embedded parents, theirs): it is never inherited by another version, whose parents may
+        // live elsewhere (SPEC §4). Its data stays the same when its parents' data does.
+        let embeds_parents = matches!(model.kind, Kind::View);
+        let mut data_kept = false;
         let mut reclassified_from = None;
         let mut new_columns = Vec::new();
         let change = match &previous {
@@ -570,6 +601,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
+                            Some(_) if embeds_parents => {
+                                data_kept = true;
+                                "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
+                            }
                             Some(o) if !external => {
                                 reused = Some((p.clone(), o.physical.clone()));
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
@@ -674,7 +709,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
             // Its own edit only added columns, but a parent's break still changes its rows.
             Change::NonBreaking => parents_kept,
-            Change::Indirect => reused.is_some(),
+            Change::Indirect => reused.is_some() || data_kept,
             _ => false,
         };
         same_data.insert(model.name.clone(), keeps_data);
@@ -690,7 +725,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
-        if let (Some(phys), Change::Breaking | Change::NonBreaking) = (existing, change) {
+        if let (Some(phys), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents) {
             if physical_relation(model, &fp).is_some_and(|own| own != *phys) && !phys.is_empty() {
                 if let Some(e) = explain.as_mut() {
                     e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
@@ -701,6 +736,8 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
         }
         let physical = match (existing, &reused) {
+            // A view is always its own version's relation (an older snapshot may record another's).
+            _ if embeds_parents => physical_relation(model, &fp),
             (Some(p), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
@@ -741,6 +778,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             } else {
                 serde_json::Value::Null
             },
+            repair: None,
         });
     }
     for (name, fp) in &pointers {
@@ -762,6 +800,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 explain: Some(Explain { diverged: vec![], reason: "no longer in the project; its view is dropped".into(), cascade_from: vec![] }),
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
+                repair: None,
             });
         }
     }
