@@ -542,6 +542,8 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
     // Whether each model's data for its existing columns is what the environment served before.
     let mut same_data: BTreeMap<ModelName, bool> = BTreeMap::new();
     let mut categories: BTreeMap<ModelName, Change> = BTreeMap::new();
+    // The physical relation each model's action serves, as decided so far (parents first).
+    let mut served: BTreeMap<ModelName, Option<String>> = BTreeMap::new();
     for model in project.dag.models() {
         let name_s = model.name.to_string();
         let fp = versions.fingerprints[&model.name].clone();
@@ -551,8 +553,9 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         let mut explain = None;
         let mut reused: Option<(Fingerprint, String)> = None;
         // A `view`'s physical relation embeds its parents' physical names (and, through
-        // embedded parents, theirs): it is never inherited by another version, whose parents may
-        // live elsewhere (SPEC §4). Its data stays the same when its parents' data does.
+        // embedded parents, theirs): another version inherits it only when every one of those
+        // names is still what it embeds (SPEC §4, invariant 16). Otherwise it gets a new view;
+        // its data stays the same when its parents' data does.
         let embeds_parents = matches!(model.kind, Kind::View);
         let mut data_kept = false;
         let mut reclassified_from = None;
@@ -601,7 +604,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
-                            Some(_) if embeds_parents => {
+                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, &pointers, &snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
@@ -736,12 +739,11 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
         }
         let physical = match (existing, &reused) {
-            // A view is always its own version's relation (an older snapshot may record another's).
-            _ if embeds_parents => physical_relation(model, &fp),
             (Some(p), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
         };
+        served.insert(model.name.clone(), physical.clone());
         let build = !external && existing.is_none() && reused.is_none();
         let reused_any = reused.is_some();
         let (backfill, intervals) = match model.kind.time_range() {
@@ -807,6 +809,33 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
     let has_changes = actions.iter().any(Action::has_work);
     let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false, generation: Some(generation) };
     Ok(plan)
+}
+
+/// True when every physical name `model`'s SQL embeds is the one its previous version embedded:
+/// each parent is unchanged, or materialised and served from the same physical relation as the
+/// environment's previous version of it (indirect reuse, metadata), or embedded (inlined) with
+/// its own definition unchanged and the same holding for its parents.
+fn embedded_names_kept(
+    project: &Project,
+    model: &Model,
+    categories: &BTreeMap<ModelName, Change>,
+    served: &BTreeMap<ModelName, Option<String>>,
+    pointers: &BTreeMap<String, String>,
+    snapshots: &HashMap<(String, String), (String, String)>,
+) -> bool {
+    model.parents().iter().all(|q| {
+        let Some(parent) = project.dag.get(q) else { return false };
+        match (categories.get(q), &parent.kind) {
+            (Some(Change::Unchanged), _) => true,
+            (Some(Change::Indirect | Change::Metadata), Kind::Embedded) => embedded_names_kept(project, parent, categories, served, pointers, snapshots),
+            (Some(_), Kind::Embedded | Kind::External(_)) | (None, _) => false,
+            (Some(_), _) => {
+                let name = q.to_string();
+                let old = pointers.get(&name).and_then(|fp| snapshots.get(&(name.clone(), fp.clone()))).map(|(p, _)| p.as_str());
+                old.is_some_and(|o| !o.is_empty() && served.get(q).and_then(|p| p.as_deref()) == Some(o))
+            }
+        }
+    })
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.
