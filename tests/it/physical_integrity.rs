@@ -109,6 +109,10 @@ fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     // The lost table's ledger is not trusted: every wanted interval is recomputed.
     assert_eq!(action(&plan, "t.daily")["intervals"], 40, "{plan:#}");
     assert!(!p.engine_path().exists(), "plan must not create the engine file");
+    // The cron tick does not restore: it refuses and says what is missing.
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("s.a: relations missing from the engine"), "{}", run.stderr);
 
     let applied = p.run(&["apply", "dev", "--yes"]);
     applied.expect_code(0);
