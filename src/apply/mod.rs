@@ -241,10 +241,10 @@ pub(crate) fn execute(
 
     // Lake views created under another project root are re-listed from the lake as it is now.
     for action in plan.actions.iter().filter(|a| !a.build && a.repair.as_ref().is_some_and(|r| r.created_under.is_some())) {
-        if let (Some(model), Some(physical)) = (project.dag.get(&action.name), &action.physical) {
-            if model.target == crate::core::Target::Parquet {
-                lake::refresh(project, model, physical, engine)?;
-            }
+        if let (Some(model), Some(physical)) = (project.dag.get(&action.name), &action.physical)
+            && model.target == crate::core::Target::Parquet
+        {
+            lake::refresh(project, model, physical, engine)?;
         }
     }
 

@@ -53,10 +53,10 @@ impl DuckDb {
     /// # Errors
     /// [`EngineError`] naming the file.
     pub fn open_read_only(path: &Path) -> Result<Self, EngineError> {
-        let open = || -> Result<duckdb::Connection, duckdb::Error> {
-            duckdb::Connection::open_with_flags(path, duckdb::Config::default().access_mode(duckdb::AccessMode::ReadOnly)?)
-        };
-        let conn = open().map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
+        let conn = duckdb::Config::default()
+            .access_mode(duckdb::AccessMode::ReadOnly)
+            .and_then(|config| duckdb::Connection::open_with_flags(path, config))
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
         Ok(Self::new(conn))
     }
 

@@ -88,7 +88,7 @@ impl Repair {
 
 /// Every repair of `plan`, described (see [`Repair::describe`]).
 pub fn describe(project: &Project, plan: &Plan) -> Vec<String> {
-    plan.actions.iter().filter_map(|a| a.repair.as_ref().map(|r| r.describe(a, &plan.env, &project.config.root))).flatten().collect()
+    plan.actions.iter().flat_map(|a| a.repair.as_ref().map(|r| r.describe(a, &plan.env, &project.config.root)).unwrap_or_default()).collect()
 }
 
 /// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
@@ -146,15 +146,15 @@ fn needed_at(project: &Project, env: &str, action: &Action, catalog: &Catalog, r
     }
     let (Some(model), Some(physical)) = (project.dag.get(&action.name), action.physical.as_deref()) else { return repair };
     // A relation this plan builds is created anyway; one it relies on must exist.
-    if !action.build {
-        if let Some((schema, name)) = split_relation(physical) {
-            if !catalog.contains(&schema, &name) {
-                repair.physical_missing = true;
-            } else if crate::apply::resolve::embeds_project_root(project, model) {
-                let recorded = catalog.comment(&schema, &name).and_then(comment_root);
-                if !recorded.is_some_and(|r| root.is(r)) {
-                    repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
-                }
+    if !action.build
+        && let Some((schema, name)) = split_relation(physical)
+    {
+        if !catalog.contains(&schema, &name) {
+            repair.physical_missing = true;
+        } else if crate::apply::resolve::embeds_project_root(project, model) {
+            let recorded = catalog.comment(&schema, &name).and_then(comment_root);
+            if !recorded.is_some_and(|r| root.is(r)) {
+                repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
             }
         }
     }
