@@ -168,6 +168,11 @@ fn a_dropped_environment_view_is_restored() {
     let before = p.rows(&env_view("dev", "s.c"));
     drop_relation(&p, &format!("DROP VIEW {}", env_view("dev", "s.c")));
 
+    // The plan is replayed from the memo the apply recorded: the replay is checked too.
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).expect("project");
+    let now = efmesh::core::interval::parse_instant(NOW).unwrap();
+    assert!(efmesh::plan::memo::lookup(&project, &p.state(), "dev", now).expect("memo").is_some(), "the next plan is a memo replay");
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "s.c")["repair"], serde_json::json!({"viewMissing": true}), "{plan:#}");
     assert_eq!(action(&plan, "s.c")["build"], false);
