@@ -325,11 +325,12 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dy
         let list: Vec<String> = files.iter().map(|f| quote_literal(&dir.file(f))).collect();
         format!("{anchor}\nUNION ALL BY NAME\nSELECT * FROM read_parquet([{}], union_by_name = true, hive_partitioning = false)", list.join(", "))
     };
-    engine.execute(&format!("CREATE OR REPLACE VIEW {physical} AS\n{select}")).map_err(|source| ApplyError::Build {
-        model: model.name.clone(),
-        interval: None,
-        source,
-    })?;
+    let mut statements = vec![format!("CREATE OR REPLACE VIEW {physical} AS\n{select}")];
+    if super::resolve::embeds_project_root(project, model) {
+        // The file list is absolute under the project: record the root (SPEC §4).
+        statements.push(crate::engine::root_comment_sql(physical, &project.config.root.to_string_lossy()));
+    }
+    engine.transaction(&statements).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
     write_manifest(model, &dir, &files, engine)
 }
 

@@ -130,6 +130,15 @@ pub enum ApplyError {
     /// it (`--reset-history`): nothing was done. The message lists the ways forward.
     #[error("{0}")]
     HistoryReset(String),
+    /// The engine lacks relations the plan relies on and does not restore (the plan was
+    /// computed without checking the engine, or something vanished since): nothing was done.
+    #[error("the engine does not hold what this plan of `{env}` relies on; nothing was done:\n  {}\n  hint: plan again: the plan rebuilds and restores what is missing", .missing.join("\n  "))]
+    EngineChanged {
+        /// The environment.
+        env: String,
+        /// What is missing, one line each, naming the relation and model.
+        missing: Vec<String>,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -165,6 +174,12 @@ pub(crate) fn execute(
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {
         return Err(ApplyError::HistoryReset(refusal));
+    }
+    // The relations the plan relies on must exist (one catalog query, on this connection):
+    // what the plan does not restore is refused, never trusted (SPEC §4).
+    let missing = crate::plan::integrity::unplanned(project, plan, &engine.catalog()?);
+    if !missing.is_empty() {
+        return Err(ApplyError::EngineChanged { env: plan.env.clone(), missing });
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
@@ -210,7 +225,8 @@ pub(crate) fn execute(
         if model.target == crate::core::Target::Parquet {
             // A lake view cannot be altered: re-create it anchored on the new declared columns.
             lake::refresh(project, model, &physical, engine)?;
-        } else if !action.new_columns.is_empty() {
+        } else if !action.new_columns.is_empty() && !physical_missing(action) {
+            // (A lost table is rebuilt below with every column; there is nothing to alter.)
             // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
             let present: Vec<String> = engine.describe(&format!("SELECT * FROM {physical}"))?.into_iter().map(|c| c.name).collect();
             let adds: Vec<String> = action
@@ -231,9 +247,28 @@ pub(crate) fn execute(
         }
     }
 
+    // Lake views created under another project root are re-listed from the lake as it is now.
+    for action in plan.actions.iter().filter(|a| !a.build && a.repair.as_ref().is_some_and(|r| r.created_under.is_some())) {
+        if let (Some(model), Some(physical)) = (project.dag.get(&action.name), &action.physical)
+            && model.target == crate::core::Target::Parquet
+        {
+            lake::refresh(project, model, physical, engine)?;
+        }
+    }
+
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
+        if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
+            // The relation holding these versions' intervals is gone: their ledger rows no
+            // longer describe data. Marked failed (not done) before the rebuild, so a crash
+            // in between still recomputes them.
+            let name = action.name.to_string();
+            for fp in &repair.ledger_reset {
+                let lost: Vec<Interval> = state.done_intervals(&name, fp.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
+                state.mark_intervals(&name, fp.as_str(), &lost, IntervalStatus::Failed, interval::now_millis())?;
+            }
+        }
         let physical = action.physical.clone().unwrap_or_default();
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
@@ -269,8 +304,13 @@ pub(crate) fn execute(
                 let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
                 // Not time-range: every audit sees the whole new relation, inside the build.
                 let checks = audit::checks(model, None, &physical);
-                let results = audit::transaction(engine, &[format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")], &model.name, &checks, None)
-                    .map_err(|e| audit_err(e, None))?;
+                let mut statements = vec![format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")];
+                if resolve::embeds_project_root(project, model) {
+                    // The view resolves project paths: it records the root they were resolved
+                    // against, so a moved project is noticed (SPEC §4).
+                    statements.push(crate::engine::root_comment_sql(&physical, &project.config.root.to_string_lossy()));
+                }
+                let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 state.put_snapshot(&snapshot)?;
@@ -427,6 +467,11 @@ fn pre_promotion_audits(
     Ok(())
 }
 
+/// True when the plan found `action`'s physical relation missing from the engine.
+fn physical_missing(action: &crate::plan::Action) -> bool {
+    action.repair.as_ref().is_some_and(|r| r.physical_missing)
+}
+
 /// True when `action` is a model `run` re-executes (unique-key, SCD type 2).
 fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
     project.dag.get(&action.name).is_some_and(|m| m.kind.is_refreshed())
@@ -440,7 +485,8 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
         match a.change {
-            Change::Unchanged | Change::Metadata => {}
+            // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
+            Change::Unchanged | Change::Metadata if !a.repair.as_ref().is_some_and(|r| r.view_missing) => {}
             Change::Removed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
             _ => match (&a.physical, project.dag.get(&a.name)) {
                 (Some(physical), Some(model)) => {

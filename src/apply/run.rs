@@ -28,9 +28,18 @@ pub enum RunOutcome {
     Blocked(Vec<String>),
 }
 
-/// The changes that block a run: every action that is not `unchanged`.
+/// The changes that block a run: every action that is not `unchanged`, and every relation the
+/// engine lacks (restoring it is `apply`'s job: it may rebuild history and re-create views).
 pub fn blocked_by(plan: &Plan) -> Vec<String> {
-    plan.actions.iter().filter(|a| a.change != Change::Unchanged).map(|a| format!("{}: {}", a.name, a.change.as_str())).collect()
+    plan.actions
+        .iter()
+        .filter(|a| a.change != Change::Unchanged || a.repair.is_some())
+        .map(|a| match (&a.repair, a.change) {
+            (Some(_), Change::Unchanged) => format!("{}: relations missing from the engine", a.name),
+            (Some(_), c) => format!("{}: {}, relations missing from the engine", a.name, c.as_str()),
+            (None, c) => format!("{}: {}", a.name, c.as_str()),
+        })
+        .collect()
 }
 
 /// Runs one refresh of `plan.env` (a plan computed for `project` against it).

@@ -120,10 +120,45 @@ fn open_state(project: &Project, create: bool) -> Result<StateStore> {
     StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))
 }
 
+/// The engine's catalog as `plan` sees it: the DuckDB file opened read-only for one catalog query
+/// (no file: an empty catalog, everything the state relies on is missing). `None`, with a
+/// warning, when the file cannot be read (e.g. another process is writing it): the plan then
+/// assumes the relations exist, and `apply` checks again on its own connection.
+pub(crate) fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
+    use crate::engine::Engine;
+    let path = project.config.engine_path();
+    if !path.exists() {
+        return Some(crate::engine::Catalog::default());
+    }
+    match DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
+            None
+        }
+    }
+}
+
+/// Plans `env` and checks the plan against the engine's catalog ([`plan::integrity`]); warns on
+/// stderr, naming each relation, when the engine lacks what the state relies on.
+pub(crate) fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
+    let catalog = engine_catalog(project);
+    let plan = plan::plan_verified(project, state, env, now, options, catalog.as_ref())?;
+    let repairs = plan::integrity::describe(project, &plan);
+    if !repairs.is_empty() {
+        eprintln!(
+            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+            project.config.engine_path().display(),
+            repairs.join("\n  ")
+        );
+    }
+    Ok(plan)
+}
+
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan::plan_with(&project, &state, env, now, options)?;
+    let plan = plan_checked(&project, &state, env, now, options)?;
     if json {
         out.json(serde_json::to_value(&plan)?)?;
     } else {
@@ -147,7 +182,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
 fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let mut state = open_state(&project, false)?;
-    let plan = plan::plan_with(&project, &state, env, now, options)?;
+    let plan = plan_checked(&project, &state, env, now, options)?;
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
     }

@@ -75,6 +75,17 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.reused_from.is_some() {
             notes.push("physical table reused".into());
         }
+        if let Some(r) = &a.repair {
+            if r.physical_missing {
+                notes.push("physical relation missing from the engine".into());
+            }
+            if let Some(root) = &r.created_under {
+                notes.push(format!("created under another project root ({root}): re-create"));
+            }
+            if r.view_missing {
+                notes.push("environment view missing: restore".into());
+            }
+        }
         if a.build {
             notes.push("build".into());
         }

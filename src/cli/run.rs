@@ -14,7 +14,7 @@ use serde_json::json;
 pub(super) fn run(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan::plan(&project, &state, env, now)?;
+    let plan = super::plan_checked(&project, &state, env, now, &plan::Options::default())?;
     let blocked = crate::apply::run::blocked_by(&plan);
     if !blocked.is_empty() {
         if json {

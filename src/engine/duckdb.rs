@@ -46,6 +46,20 @@ impl DuckDb {
         Ok(db)
     }
 
+    /// Opens the existing database file at `path` read-only (no extension, no setting): what
+    /// `plan` reads the catalog through, so planning never writes the engine. Fails when the file
+    /// does not exist or another process holds it open for writing.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the file.
+    pub fn open_read_only(path: &Path) -> Result<Self, EngineError> {
+        let conn = duckdb::Config::default()
+            .access_mode(duckdb::AccessMode::ReadOnly)
+            .and_then(|config| duckdb::Connection::open_with_flags(path, config))
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
+        Ok(Self::new(conn))
+    }
+
     fn new(conn: duckdb::Connection) -> Self {
         Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new() }
     }
@@ -289,6 +303,14 @@ impl Engine for DuckDb {
         })
     }
 
+    fn catalog(&mut self) -> Result<super::Catalog, EngineError> {
+        let rows = self.query(
+            "SELECT schema_name, view_name, comment FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND NOT temporary \
+             UNION ALL SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary",
+        )?;
+        Ok(super::catalog_of(rows))
+    }
+
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         let sql = format!(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",
@@ -332,6 +354,17 @@ mod tests {
         let mut db = DuckDb::in_memory().unwrap();
         let json = db.serialize_sql("SELECT 1 AS a").unwrap();
         assert!(json.contains("SELECT_NODE"), "{json}");
+    }
+
+    #[test]
+    fn the_catalog_lists_tables_and_views_with_their_comments() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE SCHEMA s; CREATE TABLE s.t (x INTEGER); CREATE VIEW s.v AS SELECT 1 AS x; CREATE TEMP TABLE tmp (x INTEGER)").unwrap();
+        db.execute(&crate::engine::root_comment_sql("s.v", "/p/it's")).unwrap();
+        let c = db.catalog().unwrap();
+        assert!(c.contains("s", "t") && c.contains("s", "v") && !c.contains("temp", "tmp") && !c.contains("main", "tmp"), "{c:?}");
+        assert_eq!(c.comment("s", "v").and_then(crate::engine::comment_root), Some("/p/it's"));
+        assert_eq!(c.comment("s", "t"), None);
     }
 
     #[test]

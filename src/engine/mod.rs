@@ -6,6 +6,49 @@
 
 pub mod duckdb;
 
+use std::collections::BTreeMap;
+
+/// The relations (tables and views) of an engine database as one catalog query lists them, with
+/// their comments. `plan` and `apply` verify against it that the physical relations and
+/// environment views the state store relies on exist (SPEC §4), and read from the comments the
+/// project root a relation embedding project paths was created under ([`root_comment`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    /// `(schema, name)` → the relation's comment.
+    pub relations: BTreeMap<(String, String), Option<String>>,
+}
+
+impl Catalog {
+    /// True when `schema.name` exists.
+    pub fn contains(&self, schema: &str, name: &str) -> bool {
+        self.relations.contains_key(&(schema.to_string(), name.to_string()))
+    }
+
+    /// The comment of `schema.name`, when it exists and has one.
+    pub fn comment(&self, schema: &str, name: &str) -> Option<&str> {
+        self.relations.get(&(schema.to_string(), name.to_string())).and_then(|c| c.as_deref())
+    }
+}
+
+/// Prefix of the comment efmesh puts on a relation whose definition embeds project paths.
+const ROOT_COMMENT: &str = "efmesh: created under project root ";
+
+/// The comment recording that a relation was created under project root `root`.
+pub fn root_comment(root: &str) -> String {
+    format!("{ROOT_COMMENT}{root}")
+}
+
+/// The project root a comment written by [`root_comment`] records.
+pub fn comment_root(comment: &str) -> Option<&str> {
+    comment.strip_prefix(ROOT_COMMENT)
+}
+
+/// `COMMENT ON VIEW <relation> IS '<root_comment(root)>'`: run in the transaction that creates a
+/// view embedding project paths, so the view carries the root it resolves paths against.
+pub fn root_comment_sql(relation: &str, root: &str) -> String {
+    format!("COMMENT ON VIEW {relation} IS {}", crate::core::name::quote_literal(&root_comment(root)))
+}
+
 /// An engine failure, with the statement that failed.
 #[derive(Debug, thiserror::Error)]
 #[error("engine error: {message}\n  while running: {sql}")]
@@ -135,6 +178,16 @@ pub trait Engine {
     /// [`EngineError`].
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError>;
 
+    /// Every table and view of the database (attached catalogs and temporary objects excluded),
+    /// with its comment where the engine keeps one: ONE catalog query.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn catalog(&mut self) -> Result<Catalog, EngineError> {
+        let rows = self.query("SELECT table_schema, table_name, NULL FROM information_schema.tables WHERE table_catalog = current_database()")?;
+        Ok(catalog_of(rows))
+    }
+
     /// Loads the engine extension `name` (DuckDB: `httpfs`, `ducklake`, …) once per session,
     /// from the configured extension directory or file (never from the network when one is set).
     ///
@@ -144,4 +197,17 @@ pub trait Engine {
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
         Err(EngineError::new("", format!("the {} engine has no extension `{name}`", self.dialect())))
     }
+}
+
+/// A [`Catalog`] from rows of `(schema, name, comment)`.
+pub fn catalog_of(rows: Vec<Vec<Option<String>>>) -> Catalog {
+    let relations = rows
+        .into_iter()
+        .filter_map(|r| {
+            let mut r = r.into_iter();
+            let (schema, name, comment) = (r.next().flatten()?, r.next().flatten()?, r.next().flatten());
+            Some(((schema, name), comment))
+        })
+        .collect();
+    Catalog { relations }
 }

@@ -182,6 +182,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             history: None,
             new_columns: Vec::new(),
             metadata: serde_json::Value::Null,
+            repair: None,
         });
     }
     if lines.next().is_some() {

@@ -13,6 +13,7 @@
 //! `apply` can persist them.
 
 pub mod categorize;
+pub mod integrity;
 pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;
@@ -247,12 +248,16 @@ pub struct Action {
     /// The metadata the snapshot should record (for `metadata` changes and new snapshots).
     #[serde(skip)]
     pub metadata: serde_json::Value,
+    /// What the engine lacks of this action's relations and the plan restores (set by
+    /// [`integrity::check`]; absent when the engine holds everything).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<integrity::Repair>,
 }
 
 impl Action {
     /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
-        self.change != Change::Unchanged || self.build || !self.backfill.is_empty()
+        self.change != Change::Unchanged || self.build || !self.backfill.is_empty() || self.repair.is_some()
     }
 }
 
@@ -673,6 +678,27 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
     compute(project, state, env, now, options)
 }
 
+/// [`plan_with`], then the plan checked against the engine's `catalog` ([`integrity::check`]):
+/// what the engine lacks becomes work of the plan. Replayed and computed plans are checked
+/// alike. `None` skips the check (apply still refuses a plan that missed something).
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn plan_verified(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    catalog: Option<&crate::engine::Catalog>,
+) -> Result<Plan, PlanError> {
+    let mut plan = plan_with(project, state, env, now, options)?;
+    if let Some(catalog) = catalog {
+        integrity::check(project, state, &mut plan, catalog)?;
+    }
+    Ok(plan)
+}
+
 /// [`plan_with`] without the memo: always computes the plan in full. Operator options are not
 /// validated here (see [`plan_with`]).
 ///
@@ -693,6 +719,8 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
     // Whether each model's data for its existing columns is what the environment served before.
     let mut same_data: BTreeMap<ModelName, bool> = BTreeMap::new();
     let mut categories: BTreeMap<ModelName, Change> = BTreeMap::new();
+    // The physical relation each model's action serves, as decided so far (parents first).
+    let mut served: BTreeMap<ModelName, Option<String>> = BTreeMap::new();
     for model in project.dag.models() {
         let name_s = model.name.to_string();
         let fp = versions.fingerprints[&model.name].clone();
@@ -701,6 +729,12 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         let external = matches!(model.kind, Kind::External(_));
         let mut explain = None;
         let mut reused: Option<(Fingerprint, String)> = None;
+        // A `view`'s physical relation embeds its parents' physical names (and, through
+        // embedded parents, theirs): another version inherits it only when every one of those
+        // names is still what it embeds (SPEC §4, invariant 16). Otherwise it gets a new view;
+        // its data stays the same when its parents' data does.
+        let embeds_parents = matches!(model.kind, Kind::View);
+        let mut data_kept = false;
         let mut reclassified_from = None;
         let mut new_columns = Vec::new();
         let change = match &previous {
@@ -747,6 +781,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
+                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, &pointers, &snapshots) => {
+                                data_kept = true;
+                                "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
+                            }
                             Some(o) if !external => {
                                 reused = Some((p.clone(), o.physical.clone()));
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
@@ -862,7 +900,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
             // Its own edit only added columns, but a parent's break still changes its rows.
             Change::NonBreaking => parents_kept,
-            Change::Indirect => reused.is_some(),
+            Change::Indirect => reused.is_some() || data_kept,
             _ => false,
         };
         same_data.insert(model.name.clone(), keeps_data);
@@ -878,7 +916,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
-        if let (Some(phys), Change::Breaking | Change::NonBreaking) = (existing, change) {
+        if let (Some(phys), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents) {
             if physical_relation(model, &fp).is_some_and(|own| own != *phys) && !phys.is_empty() {
                 if let Some(e) = explain.as_mut() {
                     e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
@@ -893,6 +931,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
         };
+        served.insert(model.name.clone(), physical.clone());
         let build = !external && existing.is_none() && reused.is_none();
         let reused_any = reused.is_some();
         let (backfill, intervals) = match model.kind.time_range() {
@@ -938,6 +977,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             } else {
                 serde_json::Value::Null
             },
+            repair: None,
         });
     }
     for (name, fp) in &pointers {
@@ -960,12 +1000,40 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 history: None,
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
+                repair: None,
             });
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
     let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false, generation: Some(generation) };
     Ok(plan)
+}
+
+/// True when every physical name `model`'s SQL embeds is the one its previous version embedded:
+/// each parent is unchanged, or materialised and served from the same physical relation as the
+/// environment's previous version of it (indirect reuse, metadata), or embedded (inlined) with
+/// its own definition unchanged and the same holding for its parents.
+fn embedded_names_kept(
+    project: &Project,
+    model: &Model,
+    categories: &BTreeMap<ModelName, Change>,
+    served: &BTreeMap<ModelName, Option<String>>,
+    pointers: &BTreeMap<String, String>,
+    snapshots: &HashMap<(String, String), (String, String)>,
+) -> bool {
+    model.parents().iter().all(|q| {
+        let Some(parent) = project.dag.get(q) else { return false };
+        match (categories.get(q), &parent.kind) {
+            (Some(Change::Unchanged), _) => true,
+            (Some(Change::Indirect | Change::Metadata), Kind::Embedded) => embedded_names_kept(project, parent, categories, served, pointers, snapshots),
+            (Some(_), Kind::Embedded | Kind::External(_)) | (None, _) => false,
+            (Some(_), _) => {
+                let name = q.to_string();
+                let old = pointers.get(&name).and_then(|fp| snapshots.get(&(name.clone(), fp.clone()))).map(|(p, _)| p.as_str());
+                old.is_some_and(|o| !o.is_empty() && served.get(q).and_then(|p| p.as_deref()) == Some(o))
+            }
+        }
+    })
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.

@@ -164,10 +164,12 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     assert_eq!(action(&a1, "s.parent")["change"], "non-breaking");
     assert_eq!(action(&a1, "s.child")["change"], "non-breaking");
     assert_eq!(action(&a1, "s.grandchild")["change"], "indirect");
-    assert_eq!(names(&a1["built"]), set(&["s.parent", "s.child"]));
-    assert_eq!(action(&a1, "s.grandchild")["physical"], action(&first, "s.grandchild")["physical"]);
+    // The grandchild view named the child's old table: it gets a new view over the new one
+    // (SPEC §4, invariant 16).
+    assert_eq!(names(&a1["built"]), set(&["s.parent", "s.child", "s.grandchild"]));
+    assert_ne!(action(&a1, "s.grandchild")["physical"], action(&first, "s.grandchild")["physical"]);
     let now: BTreeSet<String> = p.physical_tables().into_iter().collect();
-    assert_eq!(now.difference(&tables).count(), 2, "{now:?}");
+    assert_eq!(now.difference(&tables).count(), 3, "{now:?}");
     tables = now;
     assert_views_match_queries(&p, "dev", &a1, &[]);
     assert_eq!(
@@ -175,8 +177,8 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
         strs(&[&["east", "60"], &["north", "50"], &["south", "40"], &["west", "90"]])
     );
 
-    // Apply 2: the parent gains `big`. Only the parent builds; the child is reused from apply 1
-    // and the grandchild, for the second time, from the very first apply.
+    // Apply 2: the parent gains `big`. Only the parent builds; the child is reused from apply 1,
+    // so the grandchild view, which names the child's table, is reused from apply 1 too.
     p.write(PARENT_FILE, &sub(&parent_with_score(), &[("score bigint\n", "score bigint, big boolean\n"), ("AS score\n", "AS score, e.amount > 100 AS big\n")]));
     let a2 = p.apply("dev");
     assert_eq!(action(&a2, "s.parent")["change"], "non-breaking");
@@ -185,7 +187,8 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     assert_eq!(a2["built"], json!(["s.parent"]));
     assert_eq!(action(&a2, "s.child")["physical"], action(&a1, "s.child")["physical"]);
     assert_eq!(action(&a2, "s.child")["reusedFrom"], action(&a1, "s.child")["fingerprint"]);
-    assert_eq!(action(&a2, "s.grandchild")["physical"], action(&first, "s.grandchild")["physical"]);
+    assert_eq!(action(&a2, "s.grandchild")["physical"], action(&a1, "s.grandchild")["physical"]);
+    assert_eq!(action(&a2, "s.grandchild")["reusedFrom"], action(&a1, "s.grandchild")["fingerprint"]);
     let now: BTreeSet<String> = p.physical_tables().into_iter().collect();
     assert_eq!(now.difference(&tables).count(), 1, "{now:?}");
     assert_views_match_queries(&p, "dev", &a2, &[]);
@@ -502,7 +505,8 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
     assert!(child.contains("why: unchanged itself; rebuilt because of breaking parent `s.parent`"), "{text}");
     assert!(child.contains("from: `s.parent`"), "{text}");
     let total = block("s.daily_total");
-    assert!(total.contains("why: unchanged itself;") && total.contains("reused"), "{text}");
+    // A view over a parent's new table is a new view (SPEC §4, invariant 16).
+    assert!(total.contains("why: unchanged itself;") && total.contains("a new view is created"), "{text}");
     let other = block("u.other");
     assert!(other.contains("why: only fields that do not shape data changed"), "{text}");
     assert!(other.lines().any(|l| l == "diverged: description"), "{text}");

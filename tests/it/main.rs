@@ -17,6 +17,7 @@ mod lake;
 mod languages;
 mod load_errors;
 mod names;
+mod physical_integrity;
 mod plan_memo;
 mod s3;
 mod sandbox_lua;

@@ -1,0 +1,286 @@
+//! Engine relations against the state (SPEC §4, invariants 16–18): a relation embedding another's
+//! physical name is never reused across a change of that name (views and views over embedded
+//! models follow their parents' new versions); a lost DuckDB file, a dropped physical table or a
+//! dropped environment view is noticed by `plan`, rebuilt and restored by `apply` with a warning;
+//! a moved project re-creates the views that read project files.
+
+use crate::common::*;
+use efmesh::config::EngineSection;
+use efmesh::engine::Engine;
+use efmesh::engine::duckdb::DuckDb;
+use serde_json::Value;
+use std::path::Path;
+
+/// A time-range parent `m.p` (one row per day, `extra` appended to its columns), a view `m.v`
+/// over it, an embedded `m.e` over it and a view `m.ve` over the embedded model.
+fn parent_and_views(extra_col: &str, extra_schema: &str) -> String {
+    format!(
+        r#"local p = define_model {{
+  name = "m.p",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "integer" }} {extra_schema} }},
+  query = [[SELECT CAST(range AS TIMESTAMP) AS day, 1 AS v {extra_col} FROM range(@start, @end, INTERVAL 1 DAY)]],
+}}
+local e = define_model {{
+  name = "m.e",
+  kind = kind.embedded(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "integer" }} }},
+  query = "SELECT day, v FROM " .. ref(p),
+}}
+define_model {{
+  name = "m.v",
+  kind = kind.view(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "integer" }} }},
+  query = "SELECT day, v FROM " .. ref(p),
+}}
+define_model {{
+  name = "m.ve",
+  kind = kind.view(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "integer" }} }},
+  query = "SELECT day, v FROM " .. ref(e),
+}}
+"#
+    )
+}
+
+fn count(p: &Project, relation: &str) -> usize {
+    p.query(&format!("SELECT count(*) FROM {relation}"))[0][0].as_deref().expect("count").parse().expect("number")
+}
+
+#[test]
+fn views_follow_a_non_breaking_parent_version_into_later_intervals() {
+    let mut p = Project::new();
+    p.now = "2026-01-05T00:00:00Z".into();
+    p.write("models/m.lua", &parent_and_views("", ""));
+    let first = p.apply("dev");
+    assert_eq!(count(&p, &env_view("dev", "m.v")), 4);
+
+    // Non-breaking edit of the parent: a new version with a new table; the views are indirect.
+    p.write("models/m.lua", &parent_and_views(", 2 AS w", r#", { "w", "integer" }"#));
+    let second = p.apply("dev");
+    assert_eq!(action(&second, "m.p")["change"], "non-breaking", "{second:#}");
+
+    // Later intervals land in the new parent table only; the views must show them.
+    p.now = "2026-01-08T00:00:00Z".into();
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(0);
+    assert_eq!(count(&p, &env_view("dev", "m.p")), 7);
+    assert_eq!(count(&p, &env_view("dev", "m.v")), 7, "the view child reads the parent's current version");
+    assert_eq!(count(&p, &env_view("dev", "m.ve")), 7, "the view over the embedded model reads the parent's current version");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    for view in ["m.v", "m.ve"] {
+        let a = action(&second, view);
+        assert_eq!(a["change"], "indirect", "{a:#}");
+        assert!(a.get("reusedFrom").is_none(), "the parent's table changed, so the view it is named in is not reused: {a:#}");
+        assert_ne!(a["physical"], action(&first, view)["physical"], "{a:#}");
+    }
+}
+
+/// Every served model's rows in `env`.
+fn served_rows(p: &Project, plan: &Value, env: &str) -> Vec<(String, Rows)> {
+    served_models(plan).into_iter().map(|m| (m.clone(), p.rows(&env_view(env, &m)))).collect()
+}
+
+#[test]
+fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
+    let p = sample_project();
+    let dev = p.apply("dev");
+    p.apply("prod");
+    let dev_rows = served_rows(&p, &dev, "dev");
+    let prod_rows = served_rows(&p, &dev, "prod");
+    let ledger = p.state_summary().intervals;
+
+    p.remove("efmesh.duckdb");
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+
+    // plan names what is missing, and writes nothing.
+    let text = p.run(&["plan", "dev"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("physical relation missing from the engine"), "{}", text.stdout);
+    assert!(text.stderr.contains("warning") && text.stderr.contains("\"dev__s\".\"a\"") && text.stderr.contains("is missing"), "{}", text.stderr);
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    for m in served_models(&plan) {
+        let a = action(&plan, &m);
+        assert_eq!(a["repair"]["physicalMissing"], true, "{a:#}");
+        assert_eq!(a["repair"]["viewMissing"], true, "{a:#}");
+        assert_eq!(a["build"], true, "{a:#}");
+    }
+    // The lost table's ledger is not trusted: every wanted interval is recomputed.
+    assert_eq!(action(&plan, "t.daily")["intervals"], 40, "{plan:#}");
+    assert!(!p.engine_path().exists(), "plan must not create the engine file");
+    // The cron tick does not restore: it refuses and says what is missing.
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("s.a: relations missing from the engine"), "{}", run.stderr);
+
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(0);
+    assert!(applied.stderr.contains("\"_efmesh\".\"s__a__") && applied.stderr.contains("is missing"), "{}", applied.stderr);
+    assert_eq!(served_rows(&p, &dev, "dev"), dev_rows);
+    assert_eq!(p.state_summary().intervals, ledger, "the ledger describes the rebuilt tables again");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+
+    // prod shares the rebuilt versions: only its views are restored.
+    let prod = p.apply("prod");
+    assert_eq!(prod["built"], serde_json::json!([]), "{prod:#}");
+    assert_eq!(served_rows(&p, &dev, "prod"), prod_rows);
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+}
+
+fn drop_relation(p: &Project, sql: &str) {
+    let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open duckdb");
+    db.execute(sql).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_dropped_physical_table_is_rebuilt_with_every_interval() {
+    let p = sample_project();
+    let dev = p.apply("dev");
+    p.apply("prod");
+    let before = p.rows(&env_view("dev", "t.daily"));
+    let physical = action(&dev, "t.daily")["physical"].as_str().expect("physical").to_string();
+    drop_relation(&p, &format!("DROP TABLE {physical}"));
+
+    let plan = p.plan("dev");
+    let daily = action(&plan, "t.daily");
+    assert_eq!(daily["repair"]["physicalMissing"], true, "{plan:#}");
+    assert!(daily["repair"].get("viewMissing").is_none(), "{plan:#}");
+    assert_eq!(daily["intervals"], 40, "{plan:#}");
+    for a in actions(&plan).iter().filter(|a| a["name"] != "t.daily") {
+        assert!(a.get("repair").is_none() && a["build"] == false, "{a:#}");
+    }
+
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]);
+    applied.expect_code(0);
+    assert!(applied.stderr.contains(&physical) && applied.stderr.contains("is missing"), "{}", applied.stderr);
+    assert_eq!(applied.json()["built"], serde_json::json!(["t.daily"]));
+    assert_eq!(p.rows(&env_view("dev", "t.daily")), before);
+    assert_eq!(p.rows(&env_view("prod", "t.daily")), before, "prod serves the same, rebuilt table");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+}
+
+#[test]
+fn a_dropped_environment_view_is_restored() {
+    let p = sample_project();
+    p.apply("dev");
+    let before = p.rows(&env_view("dev", "s.c"));
+    drop_relation(&p, &format!("DROP VIEW {}", env_view("dev", "s.c")));
+
+    // The plan is replayed from the memo the apply recorded: the replay is checked too.
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).expect("project");
+    let now = efmesh::core::interval::parse_instant(NOW).unwrap();
+    assert!(efmesh::plan::memo::lookup(&project, &p.state(), "dev", now).expect("memo").is_some(), "the next plan is a memo replay");
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "s.c")["repair"], serde_json::json!({"viewMissing": true}), "{plan:#}");
+    assert_eq!(action(&plan, "s.c")["build"], false);
+    let applied = p.apply("dev");
+    assert_eq!(applied["built"], serde_json::json!([]), "{applied:#}");
+    assert_eq!(p.rows(&env_view("dev", "s.c")), before);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn apply_refuses_a_plan_that_relies_on_a_vanished_relation() {
+    let p = sample_project();
+    let dev = p.apply("dev");
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).expect("project");
+    let now = efmesh::core::interval::parse_instant(NOW).unwrap();
+    // Planned without looking at the engine, then the table vanishes.
+    let plan = efmesh::plan::plan(&project, &p.state(), "dev", now).expect("plan");
+    let physical = action(&dev, "s.a")["physical"].as_str().expect("physical").to_string();
+    drop_relation(&p, &format!("DROP TABLE {physical}"));
+    let before = p.state_summary();
+    let mut engine = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open");
+    let err = efmesh::apply::apply(&project, &plan, &p.state(), &mut engine, &Default::default()).expect_err("must refuse").to_string();
+    assert!(err.contains(&physical) && err.contains("plan again"), "{err}");
+    drop(engine);
+    assert_eq!(p.state_summary(), before);
+}
+
+/// Runs the binary in `dir` (a project root).
+fn efmesh_in(dir: &Path, args: &[&str]) -> Run {
+    let out = std::process::Command::new(BIN)
+        .current_dir(dir)
+        .args(["--config", "efmesh.toml", "--now", NOW])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("EFMESH_APPLIED_BY", "it")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("spawn efmesh");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        cmd: format!("efmesh {} (in {})", args.join(" "), dir.display()),
+    }
+}
+
+fn rows_in(dir: &Path, relation: &str) -> Rows {
+    let mut db = DuckDb::open(&dir.join("efmesh.duckdb"), &EngineSection::default()).expect("open duckdb");
+    let mut r = db.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}")).unwrap_or_else(|e| panic!("{e}"));
+    r.sort();
+    r
+}
+
+const MOVED_MODELS: &str = r#"local events = define_model {
+  name = "raw.events",
+  kind = kind.external { path = "data/events.csv" },
+  schema = { { "region", "varchar" }, { "amount", "bigint" } },
+}
+local e = define_model {
+  name = "s.e",
+  kind = kind.embedded(),
+  schema = { { "region", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, amount FROM " .. ref(events),
+}
+define_model { name = "s.v", kind = kind.view(), schema = { { "region", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, amount FROM " .. ref(events) }
+define_model { name = "s.ve", kind = kind.view(), schema = { { "region", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, amount FROM " .. ref(e) }
+define_model { name = "s.t", kind = kind.full(), schema = { { "region", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, amount FROM " .. ref(events) }
+define_model { name = "s.lk", kind = kind.full(), target = "parquet", schema = { { "region", "varchar" }, { "amount", "bigint" } },
+  query = "SELECT region, amount FROM " .. ref(events) }
+"#;
+
+#[test]
+fn a_moved_project_recreates_the_views_over_project_files() {
+    let outer = tempfile::Builder::new().prefix("efmesh-it-move-").tempdir().expect("temp dir");
+    let (old, new) = (outer.path().join("before"), outer.path().join("after"));
+    std::fs::create_dir_all(old.join("models")).unwrap();
+    std::fs::create_dir_all(old.join("data")).unwrap();
+    std::fs::write(old.join("efmesh.toml"), format!("{CONFIG}\n[lake]\npath = \"lake\"\n")).unwrap();
+    std::fs::write(old.join("data/events.csv"), "region,amount\nnorth,1\nsouth,2\n").unwrap();
+    std::fs::write(old.join("models/m.lua"), MOVED_MODELS).unwrap();
+    let old = old.canonicalize().unwrap();
+    efmesh_in(&old, &["apply", "prod", "--yes"]).expect_code(0);
+    let expected: Rows = vec![vec![Some("north".into()), Some("1".into())], vec![Some("south".into()), Some("2".into())]];
+    for m in ["s.v", "s.ve", "s.t", "s.lk"] {
+        assert_eq!(rows_in(&old, &env_view("prod", m)), expected, "{m}");
+    }
+
+    std::fs::rename(&old, &new).unwrap();
+    let plan = efmesh_in(&new, &["plan", "prod", "--json"]);
+    let plan = plan.expect_code(0).json();
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    for m in ["s.v", "s.ve", "s.lk"] {
+        assert_eq!(action(&plan, m)["repair"]["createdUnder"], old.to_string_lossy().as_ref(), "{m}: {plan:#}");
+    }
+    for m in ["s.t", "raw.events", "s.e"] {
+        assert!(action(&plan, m).get("repair").is_none(), "{m}: a table's data was copied, it embeds no path: {plan:#}");
+    }
+    let applied = efmesh_in(&new, &["apply", "prod", "--yes"]);
+    applied.expect_code(0);
+    assert!(applied.stderr.contains("re-created"), "{}", applied.stderr);
+    // Queried from another working directory, through another connection.
+    for m in ["s.v", "s.ve", "s.t", "s.lk"] {
+        assert_eq!(rows_in(&new, &env_view("prod", m)), expected, "{m}");
+    }
+    let again = efmesh_in(&new, &["plan", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(again["hasChanges"], false, "{again:#}");
+}
