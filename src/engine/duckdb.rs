@@ -55,6 +55,8 @@ impl DuckDb {
     pub fn open_read_only(path: &Path) -> Result<Self, EngineError> {
         let conn = duckdb::Config::default()
             .access_mode(duckdb::AccessMode::ReadOnly)
+            // One catalog query needs no worker threads (starting them is most of an open).
+            .and_then(|config| config.threads(1))
             .and_then(|config| duckdb::Connection::open_with_flags(path, config))
             .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
         Ok(Self::new(conn))
