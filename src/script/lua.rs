@@ -260,11 +260,22 @@ fn location_in_message(msg: &str, file: &Path) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Values one conversion to JSON may visit (a model spec, an audit's arguments, a unit test's
+/// fixtures): conversion runs in Rust, out of the budget hook's sight, and tables shared at
+/// several places of a nested value would otherwise be visited once per path.
+const MAX_JSON_VALUES: usize = 200_000;
+
 fn lua_to_json(v: &Value, depth: usize) -> Result<serde_json::Value, String> {
+    let mut left = MAX_JSON_VALUES;
+    to_json(v, depth, &mut left)
+}
+
+fn to_json(v: &Value, depth: usize, left: &mut usize) -> Result<serde_json::Value, String> {
     use serde_json::Value as J;
     if depth > 32 {
         return Err("value nested too deeply".into());
     }
+    *left = left.checked_sub(1).ok_or_else(|| format!("value too large (more than {MAX_JSON_VALUES} values)"))?;
     Ok(match v {
         Value::Nil => J::Null,
         Value::Boolean(b) => J::Bool(*b),
@@ -273,32 +284,35 @@ fn lua_to_json(v: &Value, depth: usize) -> Result<serde_json::Value, String> {
         Value::String(s) => J::String(s.to_str().map_err(|_| "strings must be UTF-8")?.to_string()),
         Value::Table(t) => {
             let len = t.raw_len();
-            let mut count = 0usize;
-            let mut map = serde_json::Map::new();
+            // Each entry converted once: its key, its position when it is 1..=len, its value.
+            let mut entries = Vec::new();
             let mut all_seq = true;
             for pair in t.clone().pairs::<Value, Value>() {
                 let (k, val) = pair.map_err(|e| e.to_string())?;
-                count += 1;
-                match &k {
-                    Value::Integer(i) if *i >= 1 && (*i as usize) <= len => {}
-                    _ => all_seq = false,
-                }
+                let position = match &k {
+                    Value::Integer(i) if *i >= 1 && (*i as usize) <= len => Some(*i as usize),
+                    _ => {
+                        all_seq = false;
+                        None
+                    }
+                };
                 let key = match &k {
                     Value::String(s) => s.to_str().map_err(|_| "keys must be UTF-8")?.to_string(),
                     Value::Integer(i) => i.to_string(),
                     other => return Err(format!("unsupported key type `{}`", other.type_name())),
                 };
-                map.insert(key, lua_to_json(&val, depth + 1)?);
+                entries.push((key, position, to_json(&val, depth + 1, left)?));
             }
-            if all_seq && count == len && len > 0 {
-                let mut arr = Vec::with_capacity(len);
-                for i in 1..=len {
-                    let val: Value = t.raw_get(i).map_err(|e| e.to_string())?;
-                    arr.push(lua_to_json(&val, depth + 1)?);
+            if all_seq && entries.len() == len && len > 0 {
+                let mut arr = vec![J::Null; len];
+                for (_, position, value) in entries {
+                    if let Some(p) = position {
+                        arr[p - 1] = value;
+                    }
                 }
                 J::Array(arr)
             } else {
-                J::Object(map)
+                J::Object(entries.into_iter().map(|(key, _, value)| (key, value)).collect())
             }
         }
         Value::UserData(ud) => match ud.borrow::<Handle>() {

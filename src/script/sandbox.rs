@@ -31,7 +31,6 @@ impl PrintCap {
         if p.suppressed {
             return;
         }
-        let line = line.unwrap_or(0);
         let bytes_left = MAX_PRINT_BYTES.saturating_sub(p.bytes);
         let lines_left = MAX_PRINT_LINES.saturating_sub(p.lines);
         let n_lines = text.lines().count().max(1);

@@ -113,8 +113,14 @@ fn memory_bomb_hits_the_memory_limit() {
 }
 
 #[test]
-fn deep_recursion_is_a_stack_overflow_error() {
-    assert_refused("local function f(n) return 1 + f(n + 1) end f(1)", "stack overflow");
+fn deep_recursion_ends_with_a_clear_error() {
+    // Lua's own stack limit takes about 0.75 s of recursion to reach on these machines, so on
+    // a loaded machine the 500 ms budget may end the file first: either way it ends within the
+    // limit, naming the file and saying why.
+    let (msg, elapsed) = load_err("local function f(n) return 1 + f(n + 1) end f(1)");
+    assert!(msg.contains("models/m.lua"), "error should name the file: {msg}");
+    assert!(msg.contains("stack overflow") || msg.contains("budget"), "neither a stack overflow nor the budget: {msg}");
+    assert!(elapsed < LIMIT, "took {elapsed:?}");
 }
 
 #[test]
@@ -150,7 +156,7 @@ fn error_objects_with_looping_tostring_do_not_hang() {
 #[test]
 fn string_metatable_and_host_metatables_are_locked() {
     assert_refused("getmetatable('').__index.format = nil", "index a boolean");
-    assert_refused(&format!("local h = {} getmetatable(h).__index = nil", OK_MODEL.replacen("define_model", "define_model", 1)), "index a nil");
+    assert_refused(&format!("local h = {} getmetatable(h).__index = nil", OK_MODEL), "index a nil");
 }
 
 #[test]
@@ -295,7 +301,7 @@ fn pattern_calls_on_a_big_string_are_charged_by_work() {
         must_stop("models/m.lua", &code, &["budget"]);
     }
     // One call whose worst case exceeds the whole budget is refused before it starts.
-    must_stop("models/m.lua", &format!("local s = (\"x\"):rep(8e6)\nlocal _ = s:find((\"x\"):rep(1000) .. \"y\")"), &["`string.find` would take"]);
+    must_stop("models/m.lua", "local s = (\"x\"):rep(8e6)\nlocal _ = s:find((\"x\"):rep(1000) .. \"y\")", &["`string.find` would take"]);
 }
 
 #[test]
@@ -319,6 +325,19 @@ fn other_library_loops_on_big_data_are_charged_by_work() {
     // One call making a C callback per element, long enough on its own: refused before it starts.
     must_stop("models/m.lua", "local s = \"x\"\nfor i = 1, 25 do s = s .. s end\nlocal _ = s:gsub(\".\", type)", &["`string.gsub` would take"]);
     must_stop("models/m.lua", "local t = { 1 }\nfor i = 1, 22 do table.move(t, 1, #t, #t + 1) end\ntable.sort(t, rawequal)", &["`table.sort` would take"]);
+}
+
+#[test]
+fn converting_a_nested_spec_value_is_bounded() {
+    // The host converts spec values in Rust, out of the hook's sight: each table once, and at
+    // most 200 000 values (a table shared at every level doubles the paths at each level).
+    let model = |v: &str| {
+        format!(
+            "local t = {{ 1 }}\nfor i = 1, 30 do t = {v} end\ndefine_model {{ name = \"a.ok\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT 1 AS x\", grain = t }}"
+        )
+    };
+    must_stop("models/m.lua", &model("{ t, t }"), &["value too large"]);
+    must_stop("models/m.lua", &model("{ t }"), &["grain"]);
 }
 
 #[test]
