@@ -206,10 +206,10 @@ fn a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served() {
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
     assert!(r.stderr.contains("disk is full"), "{}", r.stderr);
-    assert!(r.stderr.contains("put back"), "{}", r.stderr);
-    assert!(!r.stdout.contains("promoted"), "{}", r.stdout);
     assert_eq!(p.state_summary().pointers, before.pointers);
     assert_views_serve_pointers(&p, "dev");
+    assert!(r.stderr.contains("put back"), "{}", r.stderr);
+    assert!(!r.stdout.contains("promoted"), "{}", r.stdout);
     assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
     repair_state_writes(&p);
     p.apply("dev");
