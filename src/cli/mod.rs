@@ -129,10 +129,17 @@ fn open_state(project: &Project, create: bool) -> Result<StateStore> {
 /// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine
 /// only when there is one to undo.
 fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
-    if state.pending_promotions()?.is_empty() {
+    let pending = state.pending_promotions()?;
+    if pending.is_empty() {
         return Ok(());
     }
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+    let envs: Vec<String> = pending.iter().map(|p| format!("`{}`", p.env)).collect();
+    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine).with_context(|| {
+        format!(
+            "the state store records a promotion of {} as under way (in another efmesh process, or interrupted); undoing it needs the engine\n  hint: retry once the other process is done",
+            envs.join(", ")
+        )
+    })?;
     apply::recover_promotions(project, state, &mut engine).context("undoing an interrupted promotion")?;
     Ok(())
 }

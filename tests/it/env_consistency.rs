@@ -241,3 +241,24 @@ fn an_unwritable_state_store_blocks_commands_until_the_promotion_is_undone() {
     let v: Value = r.json();
     assert_eq!(action(&v, "s.a")["change"], "breaking", "{v:#}");
 }
+
+#[test]
+fn an_interrupted_promotion_is_not_undone_under_a_process_holding_the_engine() {
+    let p = sample_project();
+    p.apply("dev");
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    {
+        // Another process holds the DuckDB file (as an apply still promoting would).
+        let _held = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        let r = p.run(&["plan", "dev"]);
+        r.expect_code(1);
+        assert!(r.stderr.contains("records a promotion of `dev` as under way"), "{}", r.stderr);
+    }
+    assert_eq!(p.state().pending_promotions().expect("pending").len(), 1, "nothing was undone while the engine was held");
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert_views_serve_pointers(&p, "dev");
+}
