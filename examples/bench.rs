@@ -380,7 +380,7 @@ fn state_writes(project: &Project, plan: &Plan, path: &Path) -> anyhow::Result<(
     store.canon_cache_put(&plan.canon_cache_misses)?;
     let pointers: BTreeMap<String, String> = plan.actions.iter().map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
     let require = plan.actions.iter().filter(|a| a.kind != "external").map(|a| a.name.to_string()).collect();
-    store.promote(&plan.env, &pointers, &require, &serde_json::json!({}), "bench", now)?;
+    store.promote(&plan.env, &pointers, &BTreeMap::new(), &require, &serde_json::json!({}), "bench", now)?;
     Ok((snaps, ivs, t.elapsed()))
 }
 

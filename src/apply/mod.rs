@@ -18,16 +18,24 @@
 //!    an inherited table, keyed kinds, lake targets, externals, embedded models) run them
 //!    (`whole` ones for time-range models) before any view moves; a blocking violation stops
 //!    the apply unpromoted;
-//! 4. every view of the environment is swapped in ONE engine transaction;
-//! 5. the state store records the new pointer set and the journal row in one transaction.
+//! 4. the promotion is recorded as under way in the state store, with the statements that
+//!    restore the environment's views as they are now;
+//! 5. every view of the environment is swapped in ONE engine transaction;
+//! 6. the state store records the new pointer set (each pointer with the metadata the
+//!    environment now serves), the journal row, and drops the record of step 4, in one
+//!    transaction.
 //!
 //! A crash at any point leaves either the old state or a state from which the next `apply`
 //! converges: snapshots and ledger rows are only written after the engine committed, and every
-//! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range).
+//! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range). A
+//! promotion interrupted between steps 4 and 6 is undone by the next command that reads the
+//! environment ([`recover_promotions`]): its views are put back as step 4 recorded them, so the
+//! views always end up serving exactly what the state store's pointers say.
 
 pub mod audit;
 pub mod contract;
 pub mod ducklake;
+pub mod fault;
 pub mod lake;
 pub mod resolve;
 pub mod run;
@@ -210,16 +218,12 @@ pub(crate) fn execute(
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
 
-    // Versions that inherit storage (indirect reuse, forward-only) and metadata-only changes:
-    // recorded before any build, so a resumed apply finds them.
+    // Versions that inherit storage (indirect reuse, forward-only): recorded before any build,
+    // so a resumed apply finds them. Metadata-only changes write nothing here: the metadata an
+    // environment serves is recorded with its pointers by the promotion, never in a snapshot
+    // that other environments serve too.
     for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let Some(model) = project.dag.get(&action.name) else { continue };
-        // The plan gives metadata exactly where the snapshot must record it; versions built or
-        // inheriting storage get a new snapshot below, the others (metadata changes, existing
-        // versions promoted with newer metadata than they stored) are updated here.
-        if !action.build && action.reused_from.is_none() && !action.metadata.is_null() {
-            state.update_snapshot_metadata(&action.name.to_string(), action.fingerprint.as_str(), &action.metadata)?;
-        }
         let Some(from) = &action.reused_from else { continue };
         let physical = action.physical.clone().unwrap_or_default();
         if model.target == crate::core::Target::Parquet {
@@ -395,6 +399,7 @@ pub(crate) fn execute(
         }
         tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
         report.built.push(model.name.clone());
+        fault::crash_point(|| format!("after-build:{}", model.name));
     }
 
     if !plan.canon_cache_misses.is_empty() {
@@ -477,16 +482,25 @@ fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
     project.dag.get(&action.name).is_some_and(|m| m.kind.is_refreshed())
 }
 
-/// Swaps the environment's views in one engine transaction, then records the pointer set and
-/// the journal row in one state transaction.
+/// Records the promotion as under way (with the statements that put the views back as they
+/// are), swaps the environment's views in one engine transaction, then records the pointer set
+/// with each pointer's metadata and the journal row, and drops the record, in one state
+/// transaction. When the last step fails, the views are put back before returning the error (or,
+/// if that fails too, by the next command: [`recover_promotions`]).
 fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
     let mut statements = Vec::new();
     let mut schemas = BTreeSet::new();
+    // Every view a statement creates, replaces or drops, as (schema, view).
+    let mut touched: Vec<(String, String)> = Vec::new();
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
+        // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
+        let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing);
+        if !keeps_view {
+            touched.push((env_schema(&plan.env, a.name.schema()), a.name.table().to_string()));
+        }
         match a.change {
-            // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
-            Change::Unchanged | Change::Metadata if !a.repair.as_ref().is_some_and(|r| r.view_missing) => {}
+            _ if keeps_view => {}
             Change::Removed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
             _ => match (&a.physical, project.dag.get(&a.name)) {
                 (Some(physical), Some(model)) => {
@@ -506,11 +520,33 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
             },
         }
     }
-    if !statements.is_empty() {
-        engine.transaction(&statements)?;
-    }
     let pointers: BTreeMap<String, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
+    // The metadata the environment serves from now on, per pointer: the project's.
+    let metadata: BTreeMap<String, String> =
+        project.dag.models().filter(|m| pointers.contains_key(&m.name.to_string())).map(|m| (m.name.to_string(), crate::plan::metadata_text(m))).collect();
+    let rollback = if statements.is_empty() {
+        Vec::new()
+    } else {
+        let now = engine.view_definitions(&touched)?;
+        let undo: Vec<String> = touched
+            .iter()
+            .map(|key| now.get(key).cloned().unwrap_or_else(|| format!("DROP VIEW IF EXISTS {}.{}", quote_ident(&key.0), quote_ident(&key.1))))
+            .collect();
+        fault::crash_point(|| "before-intent".to_string());
+        state.begin_promotion(&plan.env, &pointers, &undo, interval::now_millis())?;
+        fault::crash_point(|| "after-intent".to_string());
+        if let Err(e) = engine.transaction(&statements) {
+            // Nothing moved: forget the intent (if that fails, the next command finds it and
+            // re-creates the views they already are).
+            if let Err(forget) = state.abandon_promotion(&plan.env) {
+                tracing::warn!("{forget}");
+            }
+            return Err(e.into());
+        }
+        fault::crash_point(|| "after-view-swap".to_string());
+        undo
+    };
     let require: BTreeSet<String> = project.dag.models().filter(|m| !matches!(m.kind, Kind::External(_))).map(|m| m.name.to_string()).collect();
     let summary = json!({
         "actions": plan.actions.iter().filter(|a| a.has_work()).map(|a| json!({
@@ -523,7 +559,22 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
         })).collect::<Vec<_>>(),
         "built": report.built.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
     });
-    state.promote(&plan.env, &pointers, &require, &summary, &options.applied_by, interval::now_millis())?;
+    if let Err(e) = state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis()) {
+        if !rollback.is_empty() {
+            // The views moved but the state store did not record it: put the views back now, so
+            // the environment keeps serving what its pointers say.
+            match engine.transaction(&rollback) {
+                Ok(()) => {
+                    tracing::warn!(env = %plan.env, "the promotion could not be recorded; the views of `{}` were put back as they were", plan.env);
+                    if let Err(forget) = state.abandon_promotion(&plan.env) {
+                        tracing::warn!("{forget}; the next command will finish undoing the promotion");
+                    }
+                }
+                Err(undo) => tracing::warn!("cannot put the views of `{}` back yet ({undo}); the next command will", plan.env),
+            }
+        }
+        return Err(e.into());
+    }
     tracing::info!(env = %plan.env, "promoted{}", if report.built.is_empty() { " (view swap only)".to_string() } else { format!(", built {}", report.built.len()) });
     Ok(())
 }
@@ -543,4 +594,43 @@ fn snapshot_record(model: &crate::core::Model, action: &crate::plan::Action, phy
         metadata: action.metadata.clone(),
         created_at: interval::to_iso(interval::now_millis()),
     })
+}
+
+/// Undoes every promotion recorded as under way that never completed (the process that ran it
+/// crashed, was killed, or could not write the state store after moving views): re-creates the
+/// views it touched as they were before it started (idempotent), then forgets it. Afterwards
+/// every environment's views serve exactly what its pointers in the state store say. Commands
+/// that read an environment call this first; it returns the environments it repaired (each
+/// also logged as a warning).
+///
+/// Undoing rather than completing: the interrupted `apply` did not report success, so the
+/// environment keeps what its pointers (and journal) say it serves, and applying again redoes
+/// the promotion (a view swap: everything it needed is built).
+///
+/// # Errors
+/// [`ApplyError`] when the views cannot be re-created or the record cannot be dropped; then
+/// the record stays and the next command tries again.
+pub fn recover_promotions(project: &Project, state: &StateStore, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
+    let pending = state.pending_promotions()?;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Views over lake files and DuckLake tables bind only once the targets are prepared.
+    lake::prepare(project, engine)?;
+    ducklake::prepare(project, engine)?;
+    let mut repaired = Vec::new();
+    for p in pending {
+        tracing::warn!(
+            env = %p.env,
+            "undoing an interrupted promotion of `{}` (started {}): its views are put back to the versions the state store records; apply again to promote",
+            p.env,
+            p.started_at
+        );
+        if !p.rollback.is_empty() {
+            engine.transaction(&p.rollback)?;
+        }
+        state.abandon_promotion(&p.env)?;
+        repaired.push(p.env);
+    }
+    Ok(repaired)
 }

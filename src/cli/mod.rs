@@ -112,12 +112,36 @@ fn load(config_path: &std::path::Path) -> Result<Project> {
 
 /// Opens the state store. With `create == false` a project that has no store yet gets an empty
 /// in-memory one, so `plan` (and an apply that ends up not applying) never creates files.
+/// Every command that reads an environment opens the store here, so an interrupted promotion
+/// is undone first ([`recover_promotions`]).
 fn open_state(project: &Project, create: bool) -> Result<StateStore> {
     let path = project.config.state_path();
     if !create && !path.exists() {
         return Ok(StateStore::open_in_memory()?);
     }
-    StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))
+    let state = StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))?;
+    recover_promotions(project, &state)?;
+    Ok(state)
+}
+
+/// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
+/// or a failed state write between moving the views and recording the pointers), so the
+/// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine
+/// only when there is one to undo.
+fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
+    let pending = state.pending_promotions()?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let envs: Vec<String> = pending.iter().map(|p| format!("`{}`", p.env)).collect();
+    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine).with_context(|| {
+        format!(
+            "the state store records a promotion of {} as under way (in another efmesh process, or interrupted); undoing it needs the engine\n  hint: retry once the other process is done",
+            envs.join(", ")
+        )
+    })?;
+    apply::recover_promotions(project, state, &mut engine).context("undoing an interrupted promotion")?;
+    Ok(())
 }
 
 /// The engine's catalog as `plan` sees it: the DuckDB file opened read-only for one catalog query

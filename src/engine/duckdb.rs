@@ -313,6 +313,37 @@ impl Engine for DuckDb {
         Ok(super::catalog_of(rows))
     }
 
+    fn view_definitions(&mut self, views: &[(String, String)]) -> Result<std::collections::BTreeMap<(String, String), String>, EngineError> {
+        use crate::core::name::quote_literal;
+        let mut out = std::collections::BTreeMap::new();
+        if views.is_empty() {
+            return Ok(out);
+        }
+        let wanted: std::collections::BTreeSet<&(String, String)> = views.iter().collect();
+        let schemas: std::collections::BTreeSet<&str> = views.iter().map(|(s, _)| s.as_str()).collect();
+        let list: Vec<String> = schemas.iter().map(|s| quote_literal(s)).collect();
+        // `sql` is DuckDB's own rendering of the `CREATE VIEW` statement, schema-qualified.
+        let sql = format!(
+            "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND schema_name IN ({})",
+            list.join(", ")
+        );
+        for row in self.query(&sql)? {
+            let [Some(schema), Some(view), Some(text)] = [row.first().cloned().flatten(), row.get(1).cloned().flatten(), row.get(2).cloned().flatten()] else {
+                continue;
+            };
+            let key = (schema, view);
+            if !wanted.contains(&key) {
+                continue;
+            }
+            let text = text.trim();
+            let Some(rest) = text.strip_prefix("CREATE VIEW ") else {
+                return Err(EngineError::new(&sql, format!("unexpected definition of view {}.{}: {text}", key.0, key.1)));
+            };
+            out.insert(key, format!("CREATE OR REPLACE VIEW {rest}"));
+        }
+        Ok(out)
+    }
+
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         let sql = format!(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",
@@ -332,6 +363,21 @@ mod tests {
     fn duckdb_is_v1_5_5_whichever_build_linked_it() {
         let mut db = DuckDb::in_memory().unwrap();
         assert_eq!(db.version().unwrap(), "v1.5.5");
+    }
+
+    #[test]
+    fn view_definitions_recreate_views_exactly() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE SCHEMA \"dev__s\"; CREATE TABLE t1 AS SELECT 1 AS a, 'x' AS \"b c\"; CREATE TABLE t2 AS SELECT 2 AS a, 'y' AS \"b c\";").unwrap();
+        db.execute("CREATE VIEW \"dev__s\".\"v\" AS SELECT a, \"b c\" FROM t1").unwrap();
+        let wanted = vec![("dev__s".to_string(), "v".to_string()), ("dev__s".to_string(), "missing".to_string())];
+        let defs = db.view_definitions(&wanted).unwrap();
+        assert_eq!(defs.len(), 1, "{defs:?}");
+        let restore = defs[&wanted[0]].clone();
+        assert!(restore.starts_with("CREATE OR REPLACE VIEW "), "{restore}");
+        db.execute("CREATE OR REPLACE VIEW \"dev__s\".\"v\" AS SELECT a, \"b c\" FROM t2").unwrap();
+        db.transaction(&[restore]).unwrap();
+        assert_eq!(db.query("SELECT a, \"b c\" FROM \"dev__s\".\"v\"").unwrap(), vec![vec![Some("1".to_string()), Some("x".to_string())]]);
     }
 
     #[test]

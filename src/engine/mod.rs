@@ -188,6 +188,18 @@ pub trait Engine {
         Ok(catalog_of(rows))
     }
 
+    /// For each `(schema, view)` of `views` that exists as a view now, one statement that
+    /// re-creates it exactly as it is (`CREATE OR REPLACE VIEW …`), keyed by the pair; views
+    /// that do not exist are absent. A promotion records these before it moves any view, so an
+    /// interrupted promotion can be undone.
+    ///
+    /// # Errors
+    /// [`EngineError`]; engines without the capability always fail.
+    fn view_definitions(&mut self, views: &[(String, String)]) -> Result<std::collections::BTreeMap<(String, String), String>, EngineError> {
+        let _ = views;
+        Err(EngineError::new("", format!("the {} engine cannot read view definitions", self.dialect())))
+    }
+
     /// Loads the engine extension `name` (DuckDB: `httpfs`, `ducklake`, …) once per session,
     /// from the configured extension directory or file (never from the network when one is set).
     ///

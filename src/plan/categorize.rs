@@ -13,8 +13,8 @@
 //! - `forward-only` (operator's choice): the new version inherits the old physical table and its
 //!   done intervals; new columns are added with `ALTER TABLE`.
 //! - `metadata`: the fingerprint is unchanged but fields that do not shape data changed
-//!   (description, batch size, lookback, start, end): no rebuild, the snapshot's metadata is
-//!   updated.
+//!   (description, batch size, lookback, start, end, audits): no rebuild; the promotion records
+//!   the new metadata with the environment's pointer (other environments keep theirs).
 //!
 //! If non-breaking cannot be proven, the verdict is breaking.
 

@@ -1,4 +1,4 @@
-//! Engine relations verified against the state (SPEC §4, invariants 16–18).
+//! Engine relations verified against the state (SPEC §4, invariants 18–20).
 //!
 //! The state store says which versions exist and which environments point at them; the engine
 //! holds the relations that realise them. The two can drift apart outside efmesh: the DuckDB

@@ -245,7 +245,8 @@ pub struct Action {
     /// Columns a forward-only version adds to the inherited table.
     #[serde(skip)]
     pub new_columns: Vec<crate::core::Column>,
-    /// The metadata the snapshot should record (for `metadata` changes and new snapshots).
+    /// The metadata a new snapshot records (for versions built or inheriting storage; `null`
+    /// otherwise). What an environment serves is recorded with its pointers at promotion.
     #[serde(skip)]
     pub metadata: serde_json::Value,
     /// What the engine lacks of this action's relations and the plan restores (set by
@@ -713,6 +714,9 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
     let cache = state.canon_cache_get(&keys)?;
     let versions = versions_keyed(project, &keyed, &cache)?;
     let pointers = state.env_pointers(env)?;
+    // The metadata this environment serves: its own, written by its last promotion (another
+    // environment's apply never changes it).
+    let served_metadata = state.env_metadata(env)?;
     let snapshots = state.snapshot_index()?;
 
     let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
@@ -731,7 +735,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         let mut reused: Option<(Fingerprint, String)> = None;
         // A `view`'s physical relation embeds its parents' physical names (and, through
         // embedded parents, theirs): another version inherits it only when every one of those
-        // names is still what it embeds (SPEC §4, invariant 16). Otherwise it gets a new view;
+        // names is still what it embeds (SPEC §4, invariant 18). Otherwise it gets a new view;
         // its data stays the same when its parents' data does.
         let embeds_parents = matches!(model.kind, Kind::View);
         let mut data_kept = false;
@@ -741,10 +745,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             None => Change::Added,
             Some(p) if *p == fp => {
                 // Compared as text first (one bulk read, no parse), parsed only when it differs.
-                let stored = snapshots.get(&(name_s.clone(), fp.as_str().to_string())).filter(|_| !external);
-                let differs = stored.is_some_and(|(_, m)| *m != meta_text);
+                let served = served_metadata.get(&name_s).filter(|_| !external);
+                let differs = served.is_some_and(|m| *m != meta_text);
                 let meta: serde_json::Value = if differs { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null };
-                match stored.filter(|_| differs).and_then(|(_, m)| serde_json::from_str::<serde_json::Value>(m).ok()) {
+                match served.filter(|_| differs).and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok()) {
                     Some(old) if old != meta => {
                         explain = Some(Explain {
                             diverged: metadata_paths(&old, &meta),
@@ -907,12 +911,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         categories.insert(model.name.clone(), change);
 
         let key = (name_s.clone(), fp.as_str().to_string());
-        let stored = snapshots.get(&key);
-        let existing = stored.map(|(physical, _)| physical);
-        // An existing version about to be (re)pointed whose stored metadata is older than the
-        // project's (e.g. a description edited after `apply dev`, then `apply prod`): apply
-        // refreshes it, so the next plan does not report a `metadata` change.
-        let stale_metadata = change != Change::Unchanged && !external && stored.is_some_and(|(_, m)| *m != meta_text);
+        let existing = snapshots.get(&key);
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
@@ -971,12 +970,9 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             canonical_source: versions.sources.get(&model.name).copied(),
             explain,
             new_columns,
-            // Parsed only where apply writes it (new snapshots, metadata changes).
-            metadata: if build || reused_any || change == Change::Metadata || stale_metadata {
-                serde_json::from_str(&meta_text).unwrap_or_default()
-            } else {
-                serde_json::Value::Null
-            },
+            // Parsed only where apply writes a new snapshot (the environment's pointer metadata is
+            // written by the promotion, from the project).
+            metadata: if build || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
             repair: None,
         });
     }

@@ -14,8 +14,17 @@
 //! - Every instant is stored as ISO-8601 UTC text with milliseconds
 //!   ([`crate::core::interval::to_iso`], e.g. `2026-01-02T00:00:00.000Z`), so rows compare and
 //!   sort lexicographically; the API speaks [`Millis`](crate::core::Millis).
-//! - A store written with another [`STATE_VERSION`] is refused, except version 1, which is
-//!   upgraded in place to 2 in one transaction (additive: the write counter and the plan memo).
+//! - A store written with another [`STATE_VERSION`] is refused, except versions 1 and 2, which
+//!   are upgraded in place in one transaction (1 → 2 adds the write counter and the plan memo;
+//!   2 → 3 gives every pointer the metadata its snapshot held, and adds promotion intents).
+//! - Snapshot rows never change once written. The metadata an environment serves (description,
+//!   `start`/`end`, batch size, lookback, audits) belongs to its pointers, written only by the
+//!   promotion that makes it live, so `apply dev` never changes what `prod` serves.
+//! - A promotion is recorded as under way ([`StateStore::begin_promotion`], with the statements
+//!   that restore the views as they were) before any view moves, and the record is removed in
+//!   the transaction that writes the new pointers. A record found later is an interrupted
+//!   promotion: its views are restored and the record dropped before anything reads the
+//!   environment (`apply::recover_promotions`).
 //!
 //! # Example
 //!
@@ -43,7 +52,8 @@
 //!
 //! let pointers = BTreeMap::from([("med.moves".to_string(), fp.clone())]);
 //! let required = BTreeSet::from(["med.moves".to_string()]);
-//! let id = store.promote("dev", &pointers, &required, &serde_json::json!({}), "ci", day)?;
+//! let metadata = BTreeMap::from([("med.moves".to_string(), "{}".to_string())]);
+//! let id = store.promote("dev", &pointers, &metadata, &required, &serde_json::json!({}), "ci", day)?;
 //! assert_eq!(store.env_pointers("dev")?, pointers);
 //! assert_eq!(store.journal("dev")?[0].id, id);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -57,10 +67,12 @@ pub use sqlite::StateStore;
 
 /// Layout version of the store, kept in the single-row table `meta(version)`. A store holding
 /// any other value is refused with [`StateError`] (see [`StateError::is_version_mismatch`]).
-pub const STATE_VERSION: i64 = 2;
+pub const STATE_VERSION: i64 = 3;
 
 /// One version of one model, as recorded when apply builds it (or registers it, for models with
-/// no storage). Keyed by (`name`, `fingerprint`); once written, the payload never changes.
+/// no storage). Keyed by (`name`, `fingerprint`); once written, the payload never changes (its
+/// `metadata` is the metadata at creation: what an environment serves is in its pointers, see
+/// [`StateStore::env_metadata`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotRecord {
     /// Model name, `schema.table`.
@@ -118,4 +130,22 @@ pub struct JournalEntry {
     pub applied_at: String,
     /// Who applied it, as given to [`StateStore::promote`] (may be empty).
     pub applied_by: String,
+}
+
+/// A promotion recorded as under way ([`StateStore::begin_promotion`]) and neither completed
+/// ([`StateStore::promote`]) nor abandoned ([`StateStore::abandon_promotion`]): the process
+/// promoting it stopped (crash, `kill -9`, a failed state write) somewhere between recording it
+/// and recording the new pointers, so the environment's views may serve the intended versions
+/// while its pointers still name the previous ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPromotion {
+    /// Environment being promoted.
+    pub env: String,
+    /// The pointer set it was promoting to (model name → fingerprint), for messages.
+    pub pointers: std::collections::BTreeMap<String, String>,
+    /// Engine statements that put every view the promotion touches back as it was before,
+    /// idempotent (`CREATE OR REPLACE VIEW`, `DROP VIEW IF EXISTS`), run in one transaction.
+    pub rollback: Vec<String>,
+    /// When it started: ISO-8601 UTC with milliseconds.
+    pub started_at: String,
 }

@@ -4,7 +4,7 @@
 //! statements (the planner reads every pointer, snapshot key and ledger row of a 2000-model
 //! project on each plan); writes are one `BEGIN IMMEDIATE` transaction each, rolled back on drop.
 
-use super::{IntervalStatus, JournalEntry, STATE_VERSION, SnapshotRecord, StateError};
+use super::{IntervalStatus, JournalEntry, PendingPromotion, STATE_VERSION, SnapshotRecord, StateError};
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -18,12 +18,16 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Prepared statements kept per connection (rusqlite's default is 16; we use about 20).
 const STATEMENT_CACHE: usize = 32;
 
-/// The layout of [`STATE_VERSION`] 2. Every timestamp column holds ISO-8601 UTC text with
+/// The layout of [`STATE_VERSION`] 3. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every [`StateStore`] write transaction bumps it), so a reader can
 /// tell in one query whether anything changed since it last looked — except a promotion, which
 /// only changes its own environment's pointers and deletes that environment's memo instead;
 /// `plan_memo` holds, per environment, the memo of its last no-op plan (see `plan::memo`).
+/// `environments.metadata` is the metadata the environment serves for each pointer (written only
+/// by the promotion that makes it live; snapshot rows never change after they are written).
+/// `promotions` holds, per environment, a promotion under way: recorded before its views move,
+/// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 const SCHEMA: &str = r#"
 CREATE TABLE meta (
     version    INTEGER NOT NULL,
@@ -51,8 +55,15 @@ CREATE TABLE environments (
     name        TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     promoted_at TEXT NOT NULL,
+    metadata    TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (env, name)
 ) WITHOUT ROWID;
+CREATE TABLE promotions (
+    env        TEXT NOT NULL PRIMARY KEY,
+    pointers   TEXT NOT NULL,
+    rollback   TEXT NOT NULL,
+    started_at TEXT NOT NULL
+);
 CREATE TABLE intervals (
     name        TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
@@ -85,6 +96,25 @@ CREATE TABLE plan_memo (
     body TEXT NOT NULL
 );
 UPDATE meta SET version = 2;
+"#;
+
+/// Upgrades a version-2 store to version 3: every pointer gets the metadata its snapshot held
+/// (the best knowledge a version-2 store has of what the environment serves), the promotion
+/// intents table is created, and every plan memo is dropped (plans now compare metadata
+/// against the pointers).
+const UPGRADE_2_TO_3: &str = r#"
+ALTER TABLE environments ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
+UPDATE environments SET metadata = COALESCE(
+    (SELECT s.metadata FROM snapshots s WHERE s.name = environments.name AND s.fingerprint = environments.fingerprint),
+    '{}');
+CREATE TABLE promotions (
+    env        TEXT NOT NULL PRIMARY KEY,
+    pointers   TEXT NOT NULL,
+    rollback   TEXT NOT NULL,
+    started_at TEXT NOT NULL
+);
+DELETE FROM plan_memo;
+UPDATE meta SET version = 3;
 "#;
 
 /// The state store: one SQLite connection to the store file (or to a private in-memory
@@ -161,12 +191,16 @@ impl StateStore {
         };
         // Check the version before touching anything, so a foreign or newer store stays as it was.
         let mut found = stored_version(&conn).map_err(open_err)?;
-        if found == Some(1) {
-            // Version 1 → 2 is additive (the write counter and the plan memo): upgraded in place,
-            // in one transaction, keeping every snapshot, pointer, ledger row and journal entry.
+        if matches!(found, Some(1 | 2)) {
+            // Version 1 → 2 is additive (the write counter and the plan memo); 2 → 3 gives each
+            // pointer its own metadata and adds promotion intents. Upgraded in place, in one
+            // transaction, keeping every snapshot, pointer, ledger row and journal entry.
             let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(open_err)?;
             if stored_version(&tx).map_err(open_err)? == Some(1) {
                 tx.execute_batch(UPGRADE_1_TO_2).map_err(open_err)?;
+            }
+            if stored_version(&tx).map_err(open_err)? == Some(2) {
+                tx.execute_batch(UPGRADE_2_TO_3).map_err(open_err)?;
             }
             tx.commit().map_err(open_err)?;
             found = stored_version(&conn).map_err(open_err)?;
@@ -280,6 +314,23 @@ impl StateStore {
         )
     }
 
+    /// The metadata environment `env` serves for each pointer: model name → metadata JSON text,
+    /// as the promotion that made the pointer live recorded it (`{}` when unknown). Empty for an
+    /// unknown environment.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails.
+    pub fn env_metadata(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
+        self.run(
+            || format!("read the metadata of environment `{env}`"),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, metadata FROM environments WHERE env = ?1")?;
+                let rows = stmt.query_map([env], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            },
+        )
+    }
+
     /// Every environment with at least one pointer, sorted. (An environment promoted with an
     /// empty pointer set has only journal rows and is not listed.)
     ///
@@ -357,40 +408,19 @@ impl StateStore {
         )
     }
 
-    /// Every snapshot's physical relation and metadata JSON text, keyed by
-    /// `(name, fingerprint)`, in one query. A version that inherited another's storage (indirect
-    /// reuse, forward-only) records that storage here.
+    /// Every snapshot's physical relation, keyed by `(name, fingerprint)`, in one query. A
+    /// version that inherited another's storage (indirect reuse, forward-only) records that
+    /// storage here.
     ///
     /// # Errors
     /// [`StateError::Sqlite`] if the read fails.
-    pub fn snapshot_index(&self) -> Result<HashMap<(String, String), (String, String)>, StateError> {
+    pub fn snapshot_index(&self) -> Result<HashMap<(String, String), String>, StateError> {
         self.run(
             || "list snapshots".to_string(),
             || {
-                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical, metadata FROM snapshots")?;
-                let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?;
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical FROM snapshots")?;
+                let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
                 Ok(rows.collect::<Result<_, _>>()?)
-            },
-        )
-    }
-
-    /// Replaces the metadata JSON of snapshot `(name, fp)` (a metadata-only change: description,
-    /// batch size, lookback… never the data). A missing snapshot is left missing.
-    ///
-    /// # Errors
-    /// [`StateError::Sqlite`] if the write fails (nothing is written).
-    pub fn update_snapshot_metadata(&self, name: &str, fp: &str, metadata: &serde_json::Value) -> Result<(), StateError> {
-        self.run(
-            || format!("update the metadata of snapshot `{name}` `{fp}`"),
-            || {
-                self.write(|tx| {
-                    tx.prepare_cached("UPDATE snapshots SET metadata = ?3 WHERE name = ?1 AND fingerprint = ?2")?.execute(params![
-                        name,
-                        fp,
-                        metadata.to_string()
-                    ])?;
-                    Ok(())
-                })
             },
         )
     }
@@ -520,8 +550,10 @@ impl StateStore {
         )
     }
 
-    /// Replaces the whole pointer set of `env` with `pointers` (model name → fingerprint) and
-    /// appends a journal row, in one transaction. Every name in `require_snapshot` (all
+    /// Replaces the whole pointer set of `env` with `pointers` (model name → fingerprint), each
+    /// with the metadata the environment now serves for it (`metadata`: model name → JSON text,
+    /// `{}` for a name it lacks), appends a journal row and removes the environment's promotion
+    /// intent ([`StateStore::begin_promotion`]), in one transaction. Every name in `require_snapshot` (all
     /// non-external models) must have a pointer whose `(name, fingerprint)` snapshot is stored;
     /// this is checked under the write lock, so a concurrent janitor cannot remove it in
     /// between. Pointers get `promoted_at = now`; the journal row gets `summary`, `applied_by`
@@ -535,10 +567,14 @@ impl StateStore {
     /// - [`StateError::Sqlite`] if a read or write fails.
     ///
     /// In every error case nothing is changed: the old pointers and journal stay as they were.
+    // Each argument is a separate part of the one promotion transaction (pointers, their
+    // metadata, the snapshot check, the journal row); bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub fn promote(
         &self,
         env: &str,
         pointers: &BTreeMap<String, String>,
+        metadata: &BTreeMap<String, String>,
         require_snapshot: &BTreeSet<String>,
         journal_summary: &serde_json::Value,
         applied_by: &str,
@@ -564,9 +600,11 @@ impl StateStore {
                     }
                     let at = to_iso(now);
                     tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
-                    let mut insert = tx.prepare_cached("INSERT INTO environments (env, name, fingerprint, promoted_at) VALUES (?1, ?2, ?3, ?4)")?;
+                    tx.prepare_cached("DELETE FROM promotions WHERE env = ?1")?.execute([env])?;
+                    let mut insert =
+                        tx.prepare_cached("INSERT INTO environments (env, name, fingerprint, promoted_at, metadata) VALUES (?1, ?2, ?3, ?4, ?5)")?;
                     for (name, fp) in pointers {
-                        insert.execute(params![env, name, fp, at])?;
+                        insert.execute(params![env, name, fp, at, metadata.get(name).map_or("{}", String::as_str)])?;
                     }
                     tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
                         env,
@@ -575,6 +613,76 @@ impl StateStore {
                         applied_by
                     ])?;
                     Ok(tx.last_insert_rowid())
+                })
+            },
+        )
+    }
+
+    /// Records that a promotion of `env` is under way, BEFORE any of its views moves: the
+    /// intended pointer set and the engine statements that restore the views as they are now.
+    /// Removed by [`StateStore::promote`] (the promotion completed) or
+    /// [`StateStore::abandon_promotion`] (its views were restored). Does not bump the
+    /// generation: until the promotion commits, the environment serves what its pointers say.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the write fails, including when a promotion of `env` is
+    /// already recorded (another process is promoting it, or one was interrupted and not yet
+    /// undone); nothing is written.
+    pub fn begin_promotion(&self, env: &str, pointers: &BTreeMap<String, String>, rollback: &[String], now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record the promotion of environment `{env}` as under way"),
+            || {
+                let pointers = serde_json::to_string(pointers).map_err(|e| Fault::Corrupt(format!("cannot encode the pointers: {e}")))?;
+                let rollback = serde_json::to_string(rollback).map_err(|e| Fault::Corrupt(format!("cannot encode the statements: {e}")))?;
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("INSERT INTO promotions (env, pointers, rollback, started_at) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
+                        env,
+                        pointers,
+                        rollback,
+                        to_iso(now)
+                    ])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    /// Every promotion recorded as under way ([`StateStore::begin_promotion`]) and not completed
+    /// or abandoned since, by environment.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a row is not JSON.
+    pub fn pending_promotions(&self) -> Result<Vec<PendingPromotion>, StateError> {
+        self.run(
+            || "read the promotions under way".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT env, pointers, rollback, started_at FROM promotions ORDER BY env")?;
+                let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (env, pointers, rollback, started_at) = row?;
+                    let corrupt = |e: serde_json::Error| Fault::Corrupt(format!("the promotion of `{env}` under way is not JSON: {e}"));
+                    let pointers = serde_json::from_str(&pointers).map_err(corrupt)?;
+                    let rollback = serde_json::from_str(&rollback).map_err(corrupt)?;
+                    out.push(PendingPromotion { env, pointers, rollback, started_at });
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    /// Forgets the promotion of `env` under way, once its views are back to what the pointers
+    /// say. Does nothing when none is recorded. Does not bump the generation.
+    ///
+    /// # Errors
+    /// [`StateError::Sqlite`] if the write fails.
+    pub fn abandon_promotion(&self, env: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("forget the interrupted promotion of environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM promotions WHERE env = ?1")?.execute([env])?;
+                    Ok(())
                 })
             },
         )
@@ -772,19 +880,19 @@ mod tests {
 
         let first: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.two".to_string(), fp('2'))].into();
         let req: BTreeSet<_> = first.keys().cloned().collect();
-        let id1 = store.promote("dev", &first, &req, &json!({"n": 1}), "alice", t("2026-01-02")).unwrap();
+        let id1 = store.promote("dev", &first, &BTreeMap::new(), &req, &json!({"n": 1}), "alice", t("2026-01-02")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), first);
 
         // a.two is dropped, a.one changes, a.three is new, and an external needs no snapshot.
         let second: BTreeMap<_, _> = [("a.one".to_string(), fp('3')), ("a.three".to_string(), fp('4')), ("src.raw".to_string(), fp('9'))].into();
         let req: BTreeSet<_> = ["a.one".to_string(), "a.three".to_string()].into();
-        let id2 = store.promote("dev", &second, &req, &json!({"n": 2}), "bob", t("2026-01-03T04:05:06.007Z")).unwrap();
+        let id2 = store.promote("dev", &second, &BTreeMap::new(), &req, &json!({"n": 2}), "bob", t("2026-01-03T04:05:06.007Z")).unwrap();
         assert!(id2 > id1);
         assert_eq!(store.env_pointers("dev").unwrap(), second);
         assert_eq!(count(&store, "SELECT count(*) FROM environments WHERE env = 'dev' AND promoted_at = '2026-01-03T04:05:06.007Z'"), 3);
 
         // Another environment is independent.
-        let id3 = store.promote("prod", &first, &BTreeSet::new(), &json!({}), "", t("2026-01-04")).unwrap();
+        let id3 = store.promote("prod", &first, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", t("2026-01-04")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), second);
         assert_eq!(store.env_pointers("prod").unwrap(), first);
         assert_eq!(store.environments().unwrap(), vec!["dev".to_string(), "prod".to_string()]);
@@ -813,12 +921,12 @@ mod tests {
         store.put_snapshot(&rec("a.one", &fp('1'))).unwrap();
         let good: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
         let req: BTreeSet<_> = good.keys().cloned().collect();
-        store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-02")).unwrap();
+        store.promote("dev", &good, &BTreeMap::new(), &req, &json!({}), "ci", t("2026-01-02")).unwrap();
         let journal = store.journal("dev").unwrap();
 
         let bad: BTreeMap<_, _> = [("a.one".to_string(), fp('1')), ("a.gone".to_string(), fp('7'))].into();
         let req: BTreeSet<_> = bad.keys().cloned().collect();
-        let err = store.promote("dev", &bad, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
+        let err = store.promote("dev", &bad, &BTreeMap::new(), &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
         assert!(err.is_missing_snapshot(), "{err:?}");
         let msg = err.to_string();
         assert!(msg.contains("`a.gone`") && msg.contains(&fp('7')) && msg.contains("disappeared"), "{msg}");
@@ -828,7 +936,7 @@ mod tests {
 
         // A required model with no pointer at all is refused the same way.
         let req: BTreeSet<_> = ["a.one".to_string(), "a.other".to_string()].into();
-        let err = store.promote("dev", &good, &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
+        let err = store.promote("dev", &good, &BTreeMap::new(), &req, &json!({}), "ci", t("2026-01-03")).unwrap_err();
         assert!(matches!(&err, StateError::MissingPointer { name, .. } if name == "a.other"), "{err:?}");
         assert_eq!(store.env_pointers("dev").unwrap(), good);
         assert_eq!(store.journal("dev").unwrap(), journal);
@@ -838,17 +946,17 @@ mod tests {
     fn promote_failing_mid_way_rolls_back() {
         let store = StateStore::open_in_memory().unwrap();
         let old: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
-        store.promote("dev", &old, &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
+        store.promote("dev", &old, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
         // Make the last step (the journal insert) fail after the pointers were rewritten.
         store.conn.execute_batch("CREATE TRIGGER boom BEFORE INSERT ON plans WHEN NEW.applied_by = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;").unwrap();
         let new: BTreeMap<_, _> = [("a.two".to_string(), fp('2'))].into();
-        let err = store.promote("dev", &new, &BTreeSet::new(), &json!({}), "boom", t("2026-01-03")).unwrap_err();
+        let err = store.promote("dev", &new, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "boom", t("2026-01-03")).unwrap_err();
         assert!(matches!(err, StateError::Sqlite { .. }), "{err:?}");
         assert_eq!(err.to_string(), "state store `:memory:`: cannot promote environment `dev`");
         assert_eq!(store.env_pointers("dev").unwrap(), old);
         assert_eq!(store.journal("dev").unwrap().len(), 1);
         // And the connection is usable afterwards (the transaction was rolled back).
-        store.promote("dev", &new, &BTreeSet::new(), &json!({}), "ci", t("2026-01-03")).unwrap();
+        store.promote("dev", &new, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "ci", t("2026-01-03")).unwrap();
         assert_eq!(store.env_pointers("dev").unwrap(), new);
     }
 
@@ -915,7 +1023,7 @@ mod tests {
             assert_eq!(store.path(), path);
             store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
             store.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
-            store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({"x": 1}), "me", 0).unwrap();
+            store.promote("prod", &pointers, &BTreeMap::new(), &pointers.keys().cloned().collect(), &json!({"x": 1}), "me", 0).unwrap();
             store.canon_cache_put(&[("k".into(), "c".into())]).unwrap();
         }
         let store = StateStore::open(&path).unwrap();
@@ -949,13 +1057,68 @@ mod tests {
         drop(store);
         // Turn it back into a version-1 layout.
         let conn = Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE plan_memo; ALTER TABLE meta DROP COLUMN generation; UPDATE meta SET version = 1;").unwrap();
+        conn.execute_batch(
+            "DROP TABLE plan_memo; DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; \
+             ALTER TABLE meta DROP COLUMN generation; UPDATE meta SET version = 1;",
+        )
+        .unwrap();
         drop(conn);
         let store = StateStore::open(&path).unwrap();
         assert_eq!(store.generation().unwrap(), 0);
         assert!(store.snapshot_keys().unwrap().contains(&("m.a".to_string(), fp('a'))));
         store.plan_memo_put("dev", "k", "b").unwrap();
         assert_eq!(store.plan_memo_get("dev").unwrap(), Some(("k".into(), "b".into())));
+    }
+
+    #[test]
+    fn a_version_2_store_is_upgraded_giving_each_pointer_its_snapshots_metadata() {
+        let (_dir, path) = temp_store();
+        let store = StateStore::open(&path).unwrap();
+        let mut r = rec("m.a", &fp('a'));
+        r.metadata = json!({"description": "old"});
+        store.put_snapshot(&r).unwrap();
+        let pointers: BTreeMap<_, _> = [("m.a".to_string(), fp('a')), ("m.ext".to_string(), fp('e'))].into();
+        store.promote("prod", &pointers, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", 0).unwrap();
+        store.plan_memo_put("prod", "k", "b").unwrap();
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; UPDATE meta SET version = 2;").unwrap();
+        drop(conn);
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(count(&store, "SELECT version FROM meta"), 3);
+        assert_eq!(store.env_pointers("prod").unwrap(), pointers);
+        let meta = store.env_metadata("prod").unwrap();
+        assert_eq!(meta["m.a"], r#"{"description":"old"}"#);
+        assert_eq!(meta["m.ext"], "{}");
+        assert_eq!(store.plan_memo_get("prod").unwrap(), None);
+        assert!(store.pending_promotions().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_promotion_under_way_is_recorded_until_promoted_or_abandoned() {
+        let store = StateStore::open_in_memory().unwrap();
+        let pointers: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
+        let undo = vec!["DROP VIEW IF EXISTS \"dev__a\".\"one\"".to_string()];
+        let generation = store.generation().unwrap();
+        store.begin_promotion("dev", &pointers, &undo, t("2026-01-02")).unwrap();
+        assert_eq!(store.generation().unwrap(), generation);
+        let pending = store.pending_promotions().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!((pending[0].env.as_str(), &pending[0].pointers, &pending[0].rollback), ("dev", &pointers, &undo));
+        assert_eq!(pending[0].started_at, "2026-01-02T00:00:00.000Z");
+        // A second one for the same environment is refused (someone else is promoting it).
+        assert!(store.begin_promotion("dev", &pointers, &undo, t("2026-01-02")).is_err());
+        // The promotion's own transaction removes it, and records the metadata per pointer.
+        let meta: BTreeMap<_, _> = [("a.one".to_string(), r#"{"x":1}"#.to_string())].into();
+        store.promote("dev", &pointers, &meta, &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
+        assert!(store.pending_promotions().unwrap().is_empty());
+        assert_eq!(store.env_metadata("dev").unwrap(), meta);
+        // Abandoning removes it too, and is idempotent.
+        store.begin_promotion("dev", &BTreeMap::new(), &undo, t("2026-01-03")).unwrap();
+        store.abandon_promotion("dev").unwrap();
+        store.abandon_promotion("dev").unwrap();
+        assert!(store.pending_promotions().unwrap().is_empty());
+        assert_eq!(store.env_pointers("dev").unwrap(), pointers);
     }
 
     #[test]
@@ -1056,7 +1219,7 @@ mod tests {
             }
             pointers.insert(name, f);
         }
-        store.promote("prod", &pointers, &pointers.keys().cloned().collect(), &json!({}), "", 0).unwrap();
+        store.promote("prod", &pointers, &BTreeMap::new(), &pointers.keys().cloned().collect(), &json!({}), "", 0).unwrap();
         let keys: Vec<String> = (0..2000).map(|i| format!("key-{i}")).collect();
         store.canon_cache_put(&keys.iter().map(|k| (k.clone(), "x".repeat(200))).collect::<Vec<_>>()).unwrap();
         for _ in 0..3 {

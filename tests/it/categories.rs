@@ -165,7 +165,7 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     assert_eq!(action(&a1, "s.child")["change"], "non-breaking");
     assert_eq!(action(&a1, "s.grandchild")["change"], "indirect");
     // The grandchild view named the child's old table: it gets a new view over the new one
-    // (SPEC §4, invariant 16).
+    // (SPEC §4, invariant 18).
     assert_eq!(names(&a1["built"]), set(&["s.parent", "s.child", "s.grandchild"]));
     assert_ne!(action(&a1, "s.grandchild")["physical"], action(&first, "s.grandchild")["physical"]);
     let now: BTreeSet<String> = p.physical_tables().into_iter().collect();
@@ -505,7 +505,7 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
     assert!(child.contains("why: unchanged itself; rebuilt because of breaking parent `s.parent`"), "{text}");
     assert!(child.contains("from: `s.parent`"), "{text}");
     let total = block("s.daily_total");
-    // A view over a parent's new table is a new view (SPEC §4, invariant 16).
+    // A view over a parent's new table is a new view (SPEC §4, invariant 18).
     assert!(total.contains("why: unchanged itself;") && total.contains("a new view is created"), "{text}");
     let other = block("u.other");
     assert!(other.contains("why: only fields that do not shape data changed"), "{text}");

@@ -404,7 +404,7 @@ return define_model {
             (C_SELECT, "SELECT region, CAST(sum(amount) AS BIGINT) AS total, count(*) AS n, max(amount) AS top\n"),
         ]))],
         expect: &[("s.child", "non-breaking"), ("s.grandchild", "indirect")],
-        // The view over the child's new table is a new view (SPEC §4, invariant 16).
+        // The view over the child's new table is a new view (SPEC §4, invariant 18).
         built: &["s.child", "s.grandchild"],
         diverged: &[("s.child", "projection[3] (added)")],
         ..CASE

@@ -1,4 +1,4 @@
-//! Engine relations against the state (SPEC §4, invariants 16–18): a relation embedding another's
+//! Engine relations against the state (SPEC §4, invariants 18–20): a relation embedding another's
 //! physical name is never reused across a change of that name (views and views over embedded
 //! models follow their parents' new versions); a lost DuckDB file, a dropped physical table or a
 //! dropped environment view is noticed by `plan`, rebuilt and restored by `apply` with a warning;

@@ -103,7 +103,7 @@ fn operator_options_never_use_the_memo() {
 }
 
 #[test]
-fn promoting_an_existing_version_refreshes_its_stored_metadata() {
+fn promoting_an_existing_version_records_the_metadata_for_that_environment_only() {
     let p = sample_project();
     p.apply("dev");
     // A description-only edit keeps the fingerprint: prod promotes the existing version.
@@ -115,11 +115,11 @@ fn promoting_an_existing_version_refreshes_its_stored_metadata() {
     let (memo, v) = plan_both(&p, "prod", NOW);
     assert!(memo);
     assert_eq!(v["hasChanges"], false, "{v:#}");
-    // Metadata belongs to the version, which dev shares: dev has nothing left to do either.
+    // Metadata belongs to what an environment serves: dev still serves the old description.
     let (_, v) = plan_both(&p, "dev", NOW);
-    assert_eq!(v["hasChanges"], false, "{v:#}");
-    let description = p.state().snapshot_index().unwrap().into_values().any(|(_, m)| m.contains("edited after dev"));
-    assert!(description, "the snapshot's metadata was refreshed by the promotion");
+    assert_eq!(action(&v, "s.a")["change"], "metadata", "{v:#}");
+    assert!(p.state().env_metadata("prod").unwrap()["s.a"].contains("edited after dev"));
+    assert!(!p.state().env_metadata("dev").unwrap()["s.a"].contains("edited after dev"));
 }
 
 #[test]

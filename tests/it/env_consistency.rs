@@ -1,0 +1,264 @@
+//! Environments hold under edits and faults (issue 10, defects 2 and 3): the metadata an
+//! environment serves is its own, written only by the promotion that makes it live; and the
+//! views of an environment always end up serving exactly what the state store's pointers say,
+//! whatever point a promotion was interrupted at (`kill -9`, a failed state write).
+
+use crate::common::*;
+use efmesh::apply::fault::FAULT_ENV;
+use serde_json::Value;
+
+/// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
+fn run_with_fault(p: &Project, point: &str, args: &[&str]) -> Run {
+    let out = p.command(args).env(FAULT_ENV, point).output().expect("spawn efmesh");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        cmd: format!("{FAULT_ENV}={point} efmesh {}", args.join(" ")),
+    }
+}
+
+/// Asserts that every view of `env` serves exactly the physical relation of the version its
+/// pointer names in the state store (row for row, over the view's columns), and that no
+/// promotion is left under way.
+#[track_caller]
+pub fn assert_views_serve_pointers(p: &Project, env: &str) {
+    let state = p.state();
+    assert_eq!(state.pending_promotions().expect("pending"), vec![], "a promotion of `{env}` is still under way");
+    let pointers = state.env_pointers(env).expect("pointers");
+    assert!(!pointers.is_empty(), "`{env}` has no pointers");
+    for (name, fp) in pointers {
+        let Some(snapshot) = state.snapshot(&name, &fp).expect("snapshot") else { continue };
+        if snapshot.physical.is_empty() {
+            continue;
+        }
+        let (schema, table) = name.split_once('.').expect("schema.table");
+        let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
+        let cols = p.query(&format!(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = '{table}' ORDER BY ordinal_position"
+        ));
+        assert!(!cols.is_empty(), "`{env}` has no view for `{name}`");
+        let list: Vec<String> = cols.into_iter().map(|c| format!("\"{}\"", c[0].clone().expect("column"))).collect();
+        let served = p.rows(&env_view(env, &name));
+        let pointed = p.rows(&format!("(SELECT {} FROM {}) AS pointed", list.join(", "), snapshot.physical));
+        assert_eq!(served, pointed, "the view of `{name}` in `{env}` does not serve the version its pointer names ({fp})");
+    }
+}
+
+// ---- defect 2: metadata per environment ------------------------------------------------------
+
+/// The sample project with metadata-only edits: a description on `s.a`, a batch size on
+/// `t.daily`. Neither changes a fingerprint.
+fn edit_metadata(p: &Project) {
+    let a = p.read("models/a.lua").replacen("define_model {", "define_model {\n  description = \"edited in dev\",", 1);
+    p.write("models/a.lua", &a);
+    let d = p.read("models/d.lua").replace("batch_size = 7", "batch_size = 3");
+    p.write("models/d.lua", &d);
+}
+
+#[test]
+fn a_metadata_edit_applied_to_dev_never_reaches_prod() {
+    let p = sample_project();
+    p.apply("prod");
+    p.apply("dev");
+    let (a0, d0) = (p.read("models/a.lua"), p.read("models/d.lua"));
+    edit_metadata(&p);
+    let v = p.apply("dev");
+    assert_eq!(action(&v, "s.a")["change"], "metadata", "{v:#}");
+    assert_eq!(action(&v, "t.daily")["change"], "metadata", "{v:#}");
+
+    // prod's checkout still has the old files: prod serves them, nothing to apply, the cron
+    // tick runs.
+    p.write("models/a.lua", &a0).write("models/d.lua", &d0);
+    let v = p.plan("prod");
+    assert_eq!(v["hasChanges"], false, "prod sees a change nobody applied to it: {v:#}");
+    p.run(&["run", "prod"]).expect_code(0);
+    // dev serves the edit: against the old files, it is dev that has a metadata change.
+    let v = p.plan("dev");
+    assert_eq!(action(&v, "s.a")["change"], "metadata", "{v:#}");
+
+    // The edit, applied to prod, is picked up there (a promotion without a build).
+    edit_metadata(&p);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    let v = p.plan("prod");
+    assert_eq!(action(&v, "s.a")["change"], "metadata", "{v:#}");
+    assert_eq!(action(&v, "t.daily")["change"], "metadata", "{v:#}");
+    let v = p.apply("prod");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["run", "prod"]).expect_code(0);
+    let served = p.state().env_metadata("prod").expect("metadata");
+    assert!(served["s.a"].contains("edited in dev"), "{served:?}");
+}
+
+/// A full model with a blocking audit: ids stay below 100 unless `bad` is true.
+fn guarded(bad: bool) -> String {
+    let top = if bad { 1000 } else { 10 };
+    format!(
+        r#"define_model {{
+  name = "s.guarded",
+  kind = kind.full(),
+  schema = {{ {{ "id", "integer" }} }},
+  audits = {{ audit.expression("id < 100") }},
+  query = "SELECT CAST(range AS INTEGER) AS id FROM range(1, {top})",
+}}
+"#
+    )
+}
+
+#[test]
+fn a_metadata_edit_in_a_failed_apply_changes_no_environment() {
+    let p = sample_project();
+    p.write("models/guarded.lua", &guarded(false));
+    p.apply("prod");
+    p.apply("dev");
+    let (a0, d0) = (p.read("models/a.lua"), p.read("models/d.lua"));
+    edit_metadata(&p);
+    // Another model's edit fails its blocking audit: the apply stops before promoting.
+    p.write("models/guarded.lua", &guarded(true));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("s.guarded"), "{}", r.stderr);
+
+    p.write("models/a.lua", &a0).write("models/d.lua", &d0).write("models/guarded.lua", &guarded(false));
+    for env in ["prod", "dev"] {
+        let v = p.plan(env);
+        assert_eq!(v["hasChanges"], false, "`{env}` sees metadata of an apply that failed: {v:#}");
+        p.run(&["run", env]).expect_code(0);
+    }
+}
+
+// ---- defect 3: views ⇔ pointers after a fault -------------------------------------------------
+
+#[test]
+fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan() {
+    let p = sample_project();
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
+    assert_ne!(r.code, 0, "the test hook did not stop the apply: {}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    // The state store never heard of the promotion (the new versions were built).
+    assert_eq!(p.state_summary().pointers, before.pointers);
+
+    // The next command that reads `dev` undoes the promotion first, saying so.
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    let plan = r.json();
+    assert_eq!(action(&plan, "s.a")["change"], "breaking", "{plan:#}");
+    assert_eq!(action(&plan, "s.a")["build"], false, "the version was built before the crash: {plan:#}");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
+
+    // Applying again promotes (a view swap) and converges.
+    let v = p.apply("dev");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.rows(&env_view("dev", "s.a")).len(), 5);
+    let r = p.run(&["plan", "dev", "--json"]);
+    assert!(!r.stderr.contains("interrupted"), "{}", r.stderr);
+    assert_eq!(r.json()["hasChanges"], false);
+}
+
+#[test]
+fn a_crash_after_recording_the_intent_is_undone_for_every_command() {
+    for command in [&["run", "dev"][..], &["audit", "dev"][..], &["apply", "dev", "--yes"][..]] {
+        let p = sample_project();
+        p.apply("dev");
+        p.write("models/a.lua", &model_a(" AND range > 2"));
+        let r = run_with_fault(&p, "after-intent", &["apply", "dev", "--yes"]);
+        assert!(r.stderr.contains("aborting at `after-intent`"), "{}", r.stderr);
+        assert_eq!(p.state().pending_promotions().expect("pending").len(), 1);
+        let r = p.run(command);
+        assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "`{}`: {}", r.cmd, r.stderr);
+        assert_views_serve_pointers(&p, "dev");
+    }
+}
+
+/// Makes the state store refuse the promotion's own transaction (as a full disk would): the
+/// journal insert fails. With `and_forgetting`, dropping the intent fails too.
+fn break_state_writes(p: &Project, and_forgetting: bool) {
+    let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
+    conn.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON plans BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").expect("trigger");
+    if and_forgetting {
+        conn.execute_batch("CREATE TRIGGER full_disk_2 BEFORE DELETE ON promotions BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;")
+            .expect("trigger");
+    }
+}
+
+fn repair_state_writes(p: &Project) {
+    let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
+    conn.execute_batch("DROP TRIGGER IF EXISTS full_disk; DROP TRIGGER IF EXISTS full_disk_2;").expect("drop triggers");
+}
+
+#[test]
+fn a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served() {
+    let p = sample_project();
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    break_state_writes(&p, false);
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("disk is full"), "{}", r.stderr);
+    assert_eq!(p.state_summary().pointers, before.pointers);
+    assert_views_serve_pointers(&p, "dev");
+    assert!(r.stderr.contains("put back"), "{}", r.stderr);
+    assert!(!r.stdout.contains("promoted"), "{}", r.stdout);
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
+    repair_state_writes(&p);
+    p.apply("dev");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn an_unwritable_state_store_blocks_commands_until_the_promotion_is_undone() {
+    let p = sample_project();
+    p.apply("dev");
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    break_state_writes(&p, true);
+    p.run(&["apply", "dev", "--yes"]).expect_code(1);
+    // The views were put back at once; the record of the promotion could not be dropped.
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
+    assert_eq!(p.state().pending_promotions().expect("pending").len(), 1);
+    // While the store stays unwritable, commands that read `dev` fail loudly rather than
+    // answer from a state they cannot make consistent.
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("interrupted promotion"), "{}", r.stderr);
+    repair_state_writes(&p);
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert_views_serve_pointers(&p, "dev");
+    let v: Value = r.json();
+    assert_eq!(action(&v, "s.a")["change"], "breaking", "{v:#}");
+}
+
+#[test]
+fn an_interrupted_promotion_is_not_undone_under_a_process_holding_the_engine() {
+    let p = sample_project();
+    p.apply("dev");
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    {
+        // Another process holds the DuckDB file (as an apply still promoting would).
+        let _held = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        let r = p.run(&["plan", "dev"]);
+        r.expect_code(1);
+        assert!(r.stderr.contains("records a promotion of `dev` as under way"), "{}", r.stderr);
+    }
+    assert_eq!(p.state().pending_promotions().expect("pending").len(), 1, "nothing was undone while the engine was held");
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert_views_serve_pointers(&p, "dev");
+}
