@@ -915,7 +915,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
-        if let (Some(phys), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents) {
+        if let (Some((phys, _)), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents) {
             if physical_relation(model, &fp).is_some_and(|own| own != *phys) && !phys.is_empty() {
                 if let Some(e) = explain.as_mut() {
                     e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
@@ -926,7 +926,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
         }
         let physical = match (existing, &reused) {
-            (Some(p), _) if !p.is_empty() => Some(p.clone()),
+            (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
         };
@@ -946,10 +946,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             }
             None => (Vec::new(), 0),
         };
-        // Only where the environment's version is an SCD model (its stored metadata says so,
-        // read without parsing): the others have no history to lose.
+        // Only where the environment's version is an SCD model (its snapshot's kind says so):
+        // the others have no history to lose.
         let history = match &previous {
-            Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, m)| m.contains("\"tag\":\"scd_type2\"")) => {
+            Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, kind)| kind == "scd_type2") => {
                 scd_history(state, model, p, physical.as_deref(), build, options)?
             }
             _ => None,

@@ -408,18 +408,18 @@ impl StateStore {
         )
     }
 
-    /// Every snapshot's physical relation, keyed by `(name, fingerprint)`, in one query. A
-    /// version that inherited another's storage (indirect reuse, forward-only) records that
-    /// storage here.
+    /// Every snapshot's physical relation and kind tag, keyed by `(name, fingerprint)`, in one
+    /// query. A version that inherited another's storage (indirect reuse, forward-only) records
+    /// that storage here.
     ///
     /// # Errors
     /// [`StateError::Sqlite`] if the read fails.
-    pub fn snapshot_index(&self) -> Result<HashMap<(String, String), String>, StateError> {
+    pub fn snapshot_index(&self) -> Result<HashMap<(String, String), (String, String)>, StateError> {
         self.run(
             || "list snapshots".to_string(),
             || {
-                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical FROM snapshots")?;
-                let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, physical, kind FROM snapshots")?;
+                let rows = stmt.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?;
                 Ok(rows.collect::<Result<_, _>>()?)
             },
         )
