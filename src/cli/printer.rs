@@ -78,6 +78,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.build {
             notes.push("build".into());
         }
+        if a.register {
+            notes.push("registered (embedded: nothing to build)".into());
+        }
         if a.intervals > 0 {
             notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
         }

@@ -108,6 +108,10 @@ pub struct Action {
     pub physical: Option<String>,
     /// True when this version must be built (no snapshot and no inherited storage).
     pub build: bool,
+    /// True when this version has no storage to build (an embedded model, inlined wherever it
+    /// is read) and apply only registers it: records its snapshot. Never both with `build`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub register: bool,
     /// Time-range models: the merged `[start, end)` UTC ranges still to compute.
     pub backfill: Vec<Interval>,
     /// Number of grain intervals in `backfill`.
@@ -129,7 +133,7 @@ pub struct Action {
 impl Action {
     /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
-        self.change != Change::Unchanged || self.build || !self.backfill.is_empty()
+        self.change != Change::Unchanged || self.build || self.register || !self.backfill.is_empty()
     }
 }
 
@@ -705,7 +709,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
         };
-        let build = !external && existing.is_none() && reused.is_none();
+        let new_version = !external && existing.is_none() && reused.is_none();
+        // An embedded model has no storage: its new version is registered, nothing is built.
+        let register = new_version && matches!(model.kind, Kind::Embedded);
+        let build = new_version && !register;
         let reused_any = reused.is_some();
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -730,13 +737,14 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             reused_from: reused.map(|(f, _)| f).filter(|_| existing.is_none()),
             fingerprint: fp,
             build,
+            register,
             backfill,
             intervals,
             canonical_source: versions.sources.get(&model.name).copied(),
             explain,
             new_columns,
             // Parsed only where apply writes it (new snapshots, metadata changes).
-            metadata: if build || reused_any || change == Change::Metadata || stale_metadata {
+            metadata: if new_version || reused_any || change == Change::Metadata || stale_metadata {
                 serde_json::from_str(&meta_text).unwrap_or_default()
             } else {
                 serde_json::Value::Null
@@ -756,6 +764,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 reused_from: None,
                 physical: None,
                 build: false,
+                register: false,
                 backfill: Vec::new(),
                 intervals: 0,
                 canonical_source: None,
