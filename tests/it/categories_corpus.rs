@@ -727,8 +727,7 @@ return define_model {
     kind_full_to_view: Case {
         edits: &[edit(C, After::Sub(&[("-- kind: full\n", "-- kind: view\n")]))],
         expect: &[("s.child", "breaking"), ("s.grandchild", "indirect")],
-        // An embedded version is registered, not built.
-        built: &["s.grandchild"],
+        built: &["s.child", "s.grandchild"],
         diverged: &[("s.child", "kind")],
         ..CASE
     },
