@@ -36,19 +36,20 @@ pub const DEFAULT_TEST_GLOBS: &[&str] = &["tests/**/*.{lua,rhai}"];
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config: {source}")]
+    #[error("cannot read config: {error}")]
     Read {
         /// Config path.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// Cause (in the message, not a `source`, so a printed cause chain never repeats it).
+        error: std::io::Error,
     },
     /// The TOML is malformed or has unknown or mistyped keys.
     #[error("invalid config `{path}`: {message}")]
     Invalid {
         /// Config path.
         path: PathBuf,
-        /// The parser's message, naming the key and line.
+        /// The parser's message, naming the key and line, with the value of every secret-looking
+        /// key ([`redact_secrets`]) replaced by `<redacted>`.
         message: String,
     },
 }
@@ -57,7 +58,7 @@ impl ConfigError {
     /// A `hint:` line for the CLI, when one helps.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ConfigError::Read { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
                 Some("run `efmesh init` to create a project, or pass `--config PATH`")
             }
             _ => None,
@@ -285,7 +286,7 @@ impl Config {
     /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Invalid`] for bad TOML,
     /// unknown keys or wrong types (the message names the key and line).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = fs_err::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = fs_err::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
         Self::parse(path, &text)
     }
 
@@ -294,13 +295,15 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string().trim_end().replace('\n', "\n  ") })?;
+        // Every message may quote the file (the parser shows the offending line): secrets
+        // written in it never leave in an error.
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message: redact_secrets(text, &message) };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end().replace('\n', "\n  ")))?;
         if raw.project.models.is_empty() {
-            return Err(ConfigError::Invalid { path: path.to_path_buf(), message: "`project.models` lists no globs".into() });
+            return Err(invalid("`project.models` lists no globs".into()));
         }
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
-            return Err(ConfigError::Invalid { path: path.to_path_buf(), message });
+            return Err(invalid(message));
         }
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let root = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
@@ -351,9 +354,111 @@ impl Config {
     }
 }
 
+/// Fragments of a key name (matched case-insensitively anywhere in it) that mark its value as a
+/// secret. Keys ending in `_env` name an environment variable, which is not a secret.
+const SECRET_KEY_MARKS: &[&str] = &["password", "passwd", "secret", "token", "key_id", "access_key", "api_key", "apikey", "private_key", "credential"];
+
+/// What replaces a secret in an error message.
+pub const REDACTED: &str = "<redacted>";
+
+fn is_secret_key(key: &str) -> bool {
+    let k = key.trim().trim_matches(|c| c == '"' || c == '\'').to_ascii_lowercase();
+    !k.ends_with("_env") && SECRET_KEY_MARKS.iter().any(|m| k.contains(m))
+}
+
+/// The `key = value` assignments of one line of TOML (inline tables too): each key and the byte
+/// range of its value as written (inside the quotes for a quoted string).
+fn assignments(line: &str) -> Vec<(&str, std::ops::Range<usize>)> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    // The end of the quoted text opening at `i` (the closing quote's index, or the line's end).
+    let close = |i: usize| {
+        let q = b[i];
+        let mut j = i + 1;
+        while j < b.len() && b[j] != q {
+            j += if q == b'"' && b[j] == b'\\' { 2 } else { 1 };
+        }
+        j.min(b.len())
+    };
+    while i < b.len() {
+        match b[i] {
+            b'#' => break,
+            b'"' | b'\'' => i = close(i) + 1,
+            b'=' => {
+                let key_end = line[..i].trim_end().len();
+                let key_start = line[..key_end].rfind(|c: char| c.is_ascii_whitespace() || c == '{' || c == ',' || c == '[').map_or(0, |p| p + 1);
+                let mut v = i + 1;
+                while v < b.len() && (b[v] == b' ' || b[v] == b'\t') {
+                    v += 1;
+                }
+                let (range, next) = match b.get(v) {
+                    Some(b'"' | b'\'') => {
+                        let end = close(v);
+                        (v + 1..end, end + 1)
+                    }
+                    _ => {
+                        let end = line[v..].find(|c: char| c == ',' || c == '}' || c == '#' || c.is_ascii_whitespace()).map_or(b.len(), |p| v + p);
+                        (v..end, end)
+                    }
+                };
+                out.push((&line[key_start..key_end], range.start.min(b.len())..range.end.min(b.len())));
+                i = next;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// `message` with every value of a secret-looking key (`password`, `secret`, `token`, `key_id`,
+/// `access_key`, … — see [`SECRET_KEY_MARKS`]) of the config `text` replaced by
+/// [`REDACTED`]: on each line of the message that quotes an assignment (the parser shows the
+/// offending line), and anywhere else the value appears (values of 4 characters or more).
+pub fn redact_secrets(text: &str, message: &str) -> String {
+    let mut secrets: Vec<&str> =
+        text.lines().flat_map(|line| assignments(line).into_iter().filter(|(k, r)| is_secret_key(k) && !r.is_empty()).map(move |(_, r)| &line[r])).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out: String = message
+        .split('\n')
+        .map(|original| {
+            let mut line = original.to_string();
+            // Right to left, so earlier ranges stay valid.
+            for (_, r) in assignments(original).into_iter().rev().filter(|(k, r)| is_secret_key(k) && !r.is_empty()) {
+                line.replace_range(r, REDACTED);
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for s in secrets.iter().filter(|s| s.chars().count() >= 4) {
+        out = out.replace(*s, REDACTED);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_never_appear_in_config_errors() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        for text in [
+            format!("[lake]\npath = \"lake\"\ns3_secret_access_key = \"{secret}\"\n"),
+            format!("[state]\npath = \"s.db\"\npassword = '{secret}'\n"),
+            format!("[engine]\nauth = {{ token = \"{secret}\", user = \"me\" }}\n"),
+            format!("[state]\napi_key = {secret}\n"),
+            format!("[lake]\npath = \"s3://\"\ns3_access_key_id_env = \"K\"\naws_access_key = \"{secret}\"\n"),
+        ] {
+            let err = Config::parse(Path::new("/p/efmesh.toml"), &text).unwrap_err().to_string();
+            assert!(!err.contains(secret) && !err.contains("wJalr"), "{err}");
+        }
+        // Short values are redacted on the quoted line; names of environment variables are not secrets.
+        let err = Config::parse(Path::new("/p/efmesh.toml"), "[state]\ntoken = \"ab\"\n").unwrap_err().to_string();
+        assert!(err.contains("token = \"<redacted>\"") && !err.contains("\"ab\""), "{err}");
+        assert_eq!(redact_secrets("x_token_env = \"MY_VAR\"", "x_token_env = \"MY_VAR\""), "x_token_env = \"MY_VAR\"");
+    }
 
     #[test]
     fn unknown_keys_are_named() {

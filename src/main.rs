@@ -12,23 +12,26 @@ fn main() -> ExitCode {
             // Help and version are successes; usage errors are errors (1), never 2.
             let code = if e.use_stderr() { 1 } else { 0 };
             let _ = e.print();
+            if code == 1 && std::env::args().skip(1).any(|a| a == "--json") {
+                cli::print_error_json("usage", e.to_string().trim_end().trim_start_matches("error: "), None);
+            }
             return ExitCode::from(code);
         }
     };
     cli::init_logging(&args.log_level);
     // A model file stuck where the sandbox cannot interrupt it ends the process (exit 1).
     efmesh::script::watchdog::exit_when_stuck(true);
+    let json = args.command.json();
     match cli::run(args) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
-            let mut msg = format!("error: {e}");
-            for cause in e.chain().skip(1) {
-                msg.push_str(&format!("\n  caused by: {cause}"));
+            let msg = cli::error_text(&e);
+            let hint = cli::hint_for(&e);
+            eprintln!("error: {msg}{}", hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default());
+            if json {
+                // `--json` promises one object on stdout, failures included.
+                cli::print_error_json(cli::error_kind(&e), &msg, hint.as_deref());
             }
-            if let Some(hint) = cli::hint_for(&e) {
-                msg.push_str(&format!("\n  hint: {hint}"));
-            }
-            eprintln!("{msg}");
             ExitCode::from(Exit::Error.code())
         }
     }

@@ -283,17 +283,13 @@ fn write_batch(
     let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
     let sql = body.render(&exec.with_bounds(Some(batch)));
     let fill = format!("CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
-    engine.execute(&fill).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: Some(batch), source })?;
+    engine.execute(&fill).map_err(|e| ApplyError::build(model, Some(batch), e))?;
     for piece in pieces {
         let (ps, pe) = (interval::to_sql_literal(piece.start), interval::to_sql_literal(piece.end));
         let query = format!("SELECT * FROM temp._efmesh_lake_batch WHERE {tc} >= {ps} AND {tc} < {pe}");
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }
-    engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|source| ApplyError::Build {
-        model: model.name.clone(),
-        interval: Some(batch),
-        source,
-    })?;
+    engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|e| ApplyError::build(model, Some(batch), e))?;
     refresh(project, model, physical, engine)
 }
 
@@ -303,7 +299,7 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
     let target = dir.file(name);
     let written = if dir.s3 { target.clone() } else { format!("{target}.tmp") };
     let copy = format!("COPY (\n{query}\n) TO {} (FORMAT parquet)", quote_literal(&written));
-    engine.execute(&copy).map_err(|source| ApplyError::Build { model: model.name.clone(), interval, source })?;
+    engine.execute(&copy).map_err(|e| ApplyError::build(model, interval, e))?;
     if !dir.s3 {
         fs_err::rename(&written, &target).map_err(|e| target_error(Some(model), interval, e.to_string()))?;
     }
@@ -330,7 +326,7 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dy
         // The file list is absolute under the project: record the root (SPEC §4).
         statements.push(crate::engine::root_comment_sql(physical, &project.config.root.to_string_lossy()));
     }
-    engine.transaction(&statements).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+    engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
     write_manifest(model, &dir, &files, engine)
 }
 
@@ -338,7 +334,7 @@ pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dy
 fn list_files(model: &Model, dir: &VersionDir, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
     let mut names: Vec<String> = if dir.s3 {
         let sql = format!("SELECT file FROM glob({})", quote_literal(&dir.file("*.parquet")));
-        let rows = engine.query(&sql).map_err(|source| ApplyError::Build { model: model.name.clone(), interval: None, source })?;
+        let rows = engine.query(&sql).map_err(|e| ApplyError::build(model, None, e))?;
         rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).filter_map(|f| f.rsplit('/').next().map(str::to_string)).collect()
     } else {
         match fs_err::read_dir(&dir.url) {
@@ -380,7 +376,7 @@ fn write_manifest(model: &Model, dir: &VersionDir, files: &[String], engine: &mu
     let target = dir.file(MANIFEST);
     if dir.s3 {
         // No rename on S3: DuckDB writes the JSON document as the one row of a JSON COPY.
-        let build_err = |source| ApplyError::Build { model: model.name.clone(), interval: None, source };
+        let build_err = |e| ApplyError::build(model, None, e);
         let structure = engine.query(&format!("SELECT json_structure({}::JSON)", quote_literal(&text))).map_err(build_err)?;
         let structure = structure.into_iter().next().and_then(|r| r.into_iter().next().flatten()).unwrap_or_default();
         let copy = format!(

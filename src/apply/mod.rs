@@ -66,11 +66,13 @@ pub struct Options {
 }
 
 /// What an apply did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyReport {
     /// Models whose version was built or backfilled, in topological order.
     pub built: Vec<ModelName>,
+    /// Embedded models whose new version was registered (snapshot recorded; nothing to build).
+    pub registered: Vec<ModelName>,
     /// Grain intervals computed.
     pub intervals: usize,
     /// True once the environment points at the plan's versions.
@@ -85,15 +87,19 @@ pub enum ApplyError {
     /// Declared schemas do not match what the queries produce; nothing was built.
     #[error("schema contract failed, nothing was built:\n{}", contract::render(.0))]
     Contract(Vec<ContractProblem>),
-    /// An engine statement failed while building a model.
-    #[error("building model `{model}`{}: {source}", .interval.map(|i| format!(" interval {i}")).unwrap_or_default())]
+    /// An engine statement failed while building a model. The message names the model's
+    /// definition (file:line) and carries the engine error once (it is not also a `source`, so
+    /// a printed cause chain never repeats it).
+    #[error("{location}: building model `{model}`{}: {error}", .interval.map(|i| format!(" interval {i}")).unwrap_or_default())]
     Build {
         /// The model.
         model: ModelName,
+        /// Where the model is defined.
+        location: crate::core::Location,
         /// The batch, for time-range models.
         interval: Option<Interval>,
         /// The engine error.
-        source: EngineError,
+        error: EngineError,
     },
     /// A keyed model's query returned rows its kind refuses (a NULL or duplicate key); nothing
     /// of that model was written.
@@ -155,6 +161,13 @@ pub enum ApplyError {
     State(#[from] StateError),
 }
 
+impl ApplyError {
+    /// [`ApplyError::Build`] for `model`: its name and definition's location, the batch if any.
+    pub fn build(model: &crate::core::Model, interval: Option<Interval>, error: EngineError) -> ApplyError {
+        ApplyError::Build { model: model.name.clone(), location: model.location.clone(), interval, error }
+    }
+}
+
 /// Applies `plan` (computed for `project`): builds, then promotes `plan.env`.
 ///
 /// # Errors
@@ -194,7 +207,9 @@ pub(crate) fn execute(
     let work: Vec<&crate::plan::Action> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && a.kind != "external" && (a.build || !a.backfill.is_empty() || (refresh && refreshed(project, a))))
+        .filter(|a| {
+            a.change != Change::Removed && a.kind != "external" && (a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)))
+        })
         .collect();
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
@@ -214,7 +229,7 @@ pub(crate) fn execute(
         }
     }
 
-    let mut report = ApplyReport { built: Vec::new(), intervals: 0, promoted: false, audits: audit::AuditReport::default() };
+    let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
 
@@ -240,7 +255,7 @@ pub(crate) fn execute(
                 .map(|c| format!("ALTER TABLE {physical} ADD COLUMN {} {}", quote_ident(&c.name), c.ty))
                 .collect();
             if !adds.is_empty() {
-                engine.transaction(&adds).map_err(|e| ApplyError::Build { model: model.name.clone(), interval: None, source: e })?;
+                engine.transaction(&adds).map_err(|e| ApplyError::build(model, None, e))?;
             }
         }
         state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
@@ -276,9 +291,9 @@ pub(crate) fn execute(
         let physical = action.physical.clone().unwrap_or_default();
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
-        let build_err = |source, interval| ApplyError::Build { model: model.name.clone(), interval, source };
+        let build_err = |error, interval| ApplyError::build(model, interval, error);
         let audit_err = |source, interval| match source {
-            audit::AuditError::Statement(e) => ApplyError::Build { model: model.name.clone(), interval, source: e },
+            audit::AuditError::Statement(e) => ApplyError::build(model, interval, e),
             other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
         };
         let snapshot = snapshot_record(model, action, &physical)?;
@@ -319,7 +334,12 @@ pub(crate) fn execute(
                 audited.insert(model.name.clone());
                 state.put_snapshot(&snapshot)?;
             }
-            Kind::Embedded => state.put_snapshot(&snapshot)?,
+            Kind::Embedded => {
+                // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
+                state.put_snapshot(&snapshot)?;
+                report.registered.push(model.name.clone());
+                continue;
+            }
             Kind::IncrementalByTimeRange(t) => {
                 let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
                 engine
@@ -440,8 +460,10 @@ fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(),
 /// Audits of the versions the environment is about to point at whose audits did not run while
 /// building in this apply: a view swap to an existing version, an inherited table, externals
 /// and embedded models. Time-range models run their `whole` audits (their `interval` ones ran
-/// with each batch when it was written); other kinds run all. Every blocking failure is
-/// reported together, and nothing is promoted.
+/// with each batch when it was written); other kinds run all. A `metadata` change (an edited
+/// audit is one) keeps the served data, which its new audits have never seen: every audit of
+/// the model runs, over the whole relation. Every blocking failure is reported together, and
+/// nothing is promoted.
 fn pre_promotion_audits(
     project: &Project,
     plan: &Plan,
@@ -452,12 +474,13 @@ fn pre_promotion_audits(
 ) -> Result<(), ApplyError> {
     use crate::core::Resolver;
     let mut failures = Vec::new();
-    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Metadata | Change::Removed)) {
+    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed)) {
         let Some(model) = project.dag.get(&action.name) else { continue };
-        if model.audits.is_empty() || audited.contains(&model.name) {
+        // Audits that ran while building saw only the batches written, not older data.
+        if model.audits.is_empty() || (audited.contains(&model.name) && action.change != Change::Metadata) {
             continue;
         }
-        let scope = model.kind.time_range().map(|_| crate::core::audit::AuditScope::Whole);
+        let scope = model.kind.time_range().filter(|_| action.change != Change::Metadata).map(|_| crate::core::audit::AuditScope::Whole);
         let relation = exec.relation(&model.name);
         let checks = audit::checks(model, scope, &relation);
         let results =
@@ -558,6 +581,7 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
             "backfill": a.backfill.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "built": report.built.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "registered": report.registered.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
     });
     if let Err(e) = state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis()) {
         if !rollback.is_empty() {

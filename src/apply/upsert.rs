@@ -79,8 +79,8 @@ pub(crate) fn column_list(model: &Model) -> String {
     model.schema.names().map(quote_ident).collect::<Vec<_>>().join(", ")
 }
 
-pub(crate) fn build_error(model: &Model, source: crate::engine::EngineError) -> ApplyError {
-    ApplyError::Build { model: model.name.clone(), interval: None, source }
+pub(crate) fn build_error(model: &Model, error: crate::engine::EngineError) -> ApplyError {
+    ApplyError::build(model, None, error)
 }
 
 /// Evaluates `query` once into [`STAGE`] (declared columns in declared order); returns the row

@@ -123,3 +123,20 @@ pub enum Command {
         json: bool,
     },
 }
+
+impl Command {
+    /// True when the command was asked for `--json` (its report, or its error, is one JSON
+    /// object on stdout).
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Init { .. } => false,
+            Command::Plan { json, .. }
+            | Command::Apply { json, .. }
+            | Command::Run { json, .. }
+            | Command::Check { json }
+            | Command::Test { json, .. }
+            | Command::Audit { json, .. }
+            | Command::Render { json, .. } => *json,
+        }
+    }
+}

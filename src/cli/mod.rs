@@ -52,6 +52,9 @@ pub struct Reported(pub String);
 
 /// The `hint:` line for an error anywhere in `err`'s cause chain, when one helps.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
+    if let Some(h) = err.chain().find_map(|e| e.downcast_ref::<crate::config::ConfigError>().and_then(|c| c.hint())) {
+        return Some(h.to_string());
+    }
     err.chain().find_map(|e| {
         let state = e
             .downcast_ref::<crate::state::StateError>()
@@ -65,6 +68,82 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
             });
         state.and_then(|s| s.hint()).map(str::to_string)
     })
+}
+
+/// The message `main` prints after `error: ` (before the hint): the error, then each cause not
+/// already part of the text before it, so nothing is printed twice.
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut msg = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !msg.contains(&cause) {
+            msg.push_str(&format!("\n  caused by: {cause}"));
+        }
+    }
+    msg
+}
+
+/// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
+/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `state`, `engine`,
+/// `usage`, or `error` when none applies.
+pub fn error_kind(err: &anyhow::Error) -> &'static str {
+    use crate::apply::ApplyError;
+    for e in err.chain() {
+        if e.is::<crate::config::ConfigError>() {
+            return "config";
+        }
+        if e.is::<Reported>() {
+            return "load";
+        }
+        if let Some(a) = e.downcast_ref::<ApplyError>() {
+            return match a {
+                ApplyError::Contract(_) => "contract",
+                ApplyError::Build { .. } => "build",
+                ApplyError::Rejected { .. } => "rejected",
+                ApplyError::Target { .. } => "target",
+                ApplyError::Audit { .. } => "audit",
+                ApplyError::StalePlan { .. } => "stale-plan",
+                ApplyError::Engine(_) => "engine",
+                ApplyError::State(_) => "state",
+                #[allow(unreachable_patterns)] // other variants may arrive; they are apply errors
+                _ => "apply",
+            };
+        }
+        if let Some(p) = e.downcast_ref::<crate::plan::PlanError>() {
+            return match p {
+                crate::plan::PlanError::State(_) => "state",
+                crate::plan::PlanError::Env(_) => "usage",
+                _ => "plan",
+            };
+        }
+        if e.is::<crate::state::StateError>() {
+            return "state";
+        }
+        if e.is::<crate::engine::EngineError>() {
+            return "engine";
+        }
+        if e.is::<crate::core::name::NameError>() {
+            return "usage";
+        }
+    }
+    "error"
+}
+
+/// The `--json` report of a failed command (stdout, one object): `{"apiVersion": 1, "error":
+/// {"kind", "message", "hint"?}}`, `message` being what stderr says after `error: `.
+pub fn error_json(kind: &str, message: &str, hint: Option<&str>) -> serde_json::Value {
+    let mut error = serde_json::Map::new();
+    error.insert("kind".into(), kind.into());
+    error.insert("message".into(), message.into());
+    if let Some(h) = hint {
+        error.insert("hint".into(), h.into());
+    }
+    json!({ "error": error })
+}
+
+/// Prints [`error_json`] on stdout, with `"apiVersion": 1` first.
+pub fn print_error_json(kind: &str, message: &str, hint: Option<&str>) {
+    let _ = Printer::stdout().json(error_json(kind, message, hint));
 }
 
 /// Installs the stderr logger: pretty at a TTY, plain one-line records otherwise.
@@ -103,23 +182,23 @@ pub fn run(args: Args) -> Result<Exit> {
 }
 
 fn load(config_path: &std::path::Path) -> Result<Project> {
-    let config = Config::load(config_path).map_err(|e| {
-        let hint = e.hint().map(|h| format!("\n  hint: {h}")).unwrap_or_default();
-        anyhow!("{e}{hint}")
-    })?;
+    // The hint is added by `main` ([`hint_for`]).
+    let config = Config::load(config_path)?;
     Project::load(&config).map_err(|e: LoadErrors| Reported(e.to_string()).into())
 }
 
-/// Opens the state store. With `create == false` a project that has no store yet gets an empty
-/// in-memory one, so `plan` (and an apply that ends up not applying) never creates files.
-/// Every command that reads an environment opens the store here, so an interrupted promotion
-/// is undone first ([`recover_promotions`]).
+/// Opens the state store for reading. A project that has no store yet gets an empty in-memory
+/// stand-in, so `plan` (and an apply that ends up not applying) never creates files. Never
+/// write to what this returns: writers take [`writable_state`]. Every command that reads an
+/// environment opens the store here, so an interrupted promotion is undone first
+/// ([`recover_promotions`]).
 fn open_state(project: &Project, create: bool) -> Result<StateStore> {
     let path = project.config.state_path();
     if !create && !path.exists() {
         return Ok(StateStore::open_in_memory()?);
     }
-    let state = StateStore::open(&path).with_context(|| format!("opening the state store `{}`", path.display()))?;
+    // The error names the file already.
+    let state = StateStore::open(&path)?;
     recover_promotions(project, &state)?;
     Ok(state)
 }
@@ -179,6 +258,16 @@ pub(crate) fn plan_checked(project: &Project, state: &StateStore, env: &str, now
     Ok(plan)
 }
 
+/// The store a command writes to, given the one its plan was read from: always the file on
+/// disk. When the plan was read from the empty stand-in, the file is opened now, or created
+/// (SQLite's create flag, the layout written under the write lock, so two processes creating it
+/// at once get one store). Another process may have created and written it since the plan was
+/// read: the plan's generation then differs and `apply`/`run` refuse the stale plan, so state is
+/// never written anywhere else and nothing is reported that was not recorded.
+pub(crate) fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
+    if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
+}
+
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let state = open_state(&project, false)?;
@@ -197,6 +286,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
         "applied": applied,
         "plan": plan,
         "built": report.map(|r| r.built.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
+        "registered": report.map(|r| r.registered.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
         "intervals": report.map(|r| r.intervals).unwrap_or(0),
         "promoted": report.is_some_and(|r| r.promoted),
         "audits": report.map(|r| serde_json::to_value(&r.audits).unwrap_or_default()).unwrap_or_else(|| json!([])),
@@ -205,7 +295,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
 
 fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
-    let mut state = open_state(&project, false)?;
+    let state = open_state(&project, false)?;
     let plan = plan_checked(&project, &state, env, now, options)?;
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
@@ -216,7 +306,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     }
     if !plan.has_changes {
         if json {
-            out.json(apply_json(&plan, true, Some(&ApplyReport { built: vec![], intervals: 0, promoted: false, audits: Default::default() })))?;
+            out.json(apply_json(&plan, true, Some(&ApplyReport::default())))?;
         } else {
             out.text("nothing to apply\n")?;
         }
@@ -247,10 +337,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
             return Ok(Exit::Success);
         }
     }
-    if !project.config.state_path().exists() {
-        // The plan was computed against an empty store; this is the same store, now on disk.
-        state = open_state(&project, true)?;
-    }
+    let state = writable_state(&project, state)?;
     let engine_path = project.config.engine_path();
     let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;
     let options = apply::Options { applied_by: applied_by() };
@@ -258,11 +345,15 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
     if json {
         out.json(apply_json(&plan, true, Some(&report)))?;
     } else {
-        let built = if report.built.is_empty() {
+        let mut built = if report.built.is_empty() {
             "no build needed (view swap only)".to_string()
         } else {
             format!("built: {}", report.built.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
         };
+        if !report.registered.is_empty() {
+            let names: Vec<String> = report.registered.iter().map(ToString::to_string).collect();
+            built.push_str(&format!("\nregistered (embedded, nothing to build): {}", names.join(", ")));
+        }
         out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }
     Ok(Exit::Success)

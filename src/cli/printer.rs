@@ -89,6 +89,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.build {
             notes.push("build".into());
         }
+        if a.register {
+            notes.push("registered (embedded: nothing to build)".into());
+        }
         if let Some(h) = &a.history {
             notes.push(match (h.fate, h.reset_accepted) {
                 (crate::plan::HistoryFate::StartsOver, true) => "history starts over (--reset-history)".to_string(),

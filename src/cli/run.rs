@@ -1,7 +1,7 @@
 //! `efmesh run <env>`: one refresh tick of an environment (see [`crate::apply::run`]).
 
 use super::printer::Printer;
-use super::{Exit, applied_by, load, open_state};
+use super::{Exit, applied_by, load, open_state, writable_state};
 use crate::apply::run::{RunOutcome, run as run_env};
 use crate::core::interval::{Millis, to_iso};
 use crate::engine::duckdb::DuckDb;
@@ -27,6 +27,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, now: Millis, 
         );
         return Ok(Exit::AwaitingHuman);
     }
+    let state = writable_state(&project, state)?;
     let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
     let report = match run_env(&project, &plan, &state, &mut engine, &applied_by())? {
         RunOutcome::Ran(r) => r,

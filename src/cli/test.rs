@@ -12,15 +12,12 @@ use crate::config::Config;
 use crate::engine::duckdb::DuckDb;
 use crate::unittest::diff::{self, TextRow};
 use crate::unittest::{self, Status, TestResult};
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use serde_json::{Value, json};
 use std::path::Path;
 
 pub(super) fn run(config_path: &Path, selectors: &[String], as_json: bool, out: &Printer) -> Result<Exit> {
-    let config = Config::load(config_path).map_err(|e| {
-        let hint = e.hint().map(|h| format!("\n  hint: {h}")).unwrap_or_default();
-        anyhow!("{e}{hint}")
-    })?;
+    let config = Config::load(config_path)?;
     let suite = unittest::load(&config).map_err(|e| Reported(e.to_string()))?;
     let selected = unittest::select(&suite.tests, selectors)?;
     let results = if selected.is_empty() {

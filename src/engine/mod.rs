@@ -49,14 +49,24 @@ pub fn root_comment_sql(relation: &str, root: &str) -> String {
     format!("COMMENT ON VIEW {relation} IS {}", crate::core::name::quote_literal(&root_comment(root)))
 }
 
-/// An engine failure, with the statement that failed.
+/// An engine failure, with the statement that failed (if any: opening a database runs none).
 #[derive(Debug, thiserror::Error)]
-#[error("engine error: {message}\n  while running: {sql}")]
 pub struct EngineError {
-    /// The statement (truncated to 300 characters).
+    /// The statement (truncated to 300 characters); empty when the failure ran no statement
+    /// (opening the database, a bad extension name), and then the message says what failed.
     pub sql: String,
     /// The engine's message.
     pub message: String,
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "engine error: {}", self.message)?;
+        if !self.sql.is_empty() {
+            write!(f, "\n  while running: {}", self.sql)?;
+        }
+        Ok(())
+    }
 }
 
 impl EngineError {

@@ -175,6 +175,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             reused_from: None,
             physical,
             build: false,
+            register: false,
             backfill,
             intervals,
             canonical_source,

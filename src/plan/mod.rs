@@ -228,6 +228,10 @@ pub struct Action {
     pub physical: Option<String>,
     /// True when this version must be built (no snapshot and no inherited storage).
     pub build: bool,
+    /// True when this version has no storage to build (an embedded model, inlined wherever it
+    /// is read) and apply only registers it: records its snapshot. Never both with `build`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub register: bool,
     /// Time-range models: the merged `[start, end)` UTC ranges still to compute.
     pub backfill: Vec<Interval>,
     /// Number of grain intervals in `backfill`.
@@ -258,7 +262,7 @@ pub struct Action {
 impl Action {
     /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
-        self.change != Change::Unchanged || self.build || !self.backfill.is_empty() || self.repair.is_some()
+        self.change != Change::Unchanged || self.build || self.register || !self.backfill.is_empty() || self.repair.is_some()
     }
 }
 
@@ -931,7 +935,10 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             _ => physical_relation(model, &fp),
         };
         served.insert(model.name.clone(), physical.clone());
-        let build = !external && existing.is_none() && reused.is_none();
+        let new_version = !external && existing.is_none() && reused.is_none();
+        // An embedded model has no storage: its new version is registered, nothing is built.
+        let register = new_version && matches!(model.kind, Kind::Embedded);
+        let build = new_version && !register;
         let reused_any = reused.is_some();
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -965,6 +972,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             reused_from: reused.map(|(f, _)| f).filter(|_| existing.is_none()),
             fingerprint: fp,
             build,
+            register,
             backfill,
             intervals,
             canonical_source: versions.sources.get(&model.name).copied(),
@@ -972,7 +980,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
             new_columns,
             // Parsed only where apply writes a new snapshot (the environment's pointer metadata is
             // written by the promotion, from the project).
-            metadata: if build || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
+            metadata: if new_version || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
             repair: None,
         });
     }
@@ -989,6 +997,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                 reused_from: None,
                 physical: None,
                 build: false,
+                register: false,
                 backfill: Vec::new(),
                 intervals: 0,
                 canonical_source: None,

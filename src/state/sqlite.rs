@@ -182,6 +182,11 @@ impl StateStore {
         &self.path
     }
 
+    /// True for a store opened by [`StateStore::open_in_memory`] (nothing it holds outlives it).
+    pub fn is_in_memory(&self) -> bool {
+        self.path.as_os_str() == ":memory:"
+    }
+
     fn init(conn: Connection, path: PathBuf, file: bool) -> Result<Self, StateError> {
         let open_err = |source| StateError::Open { path: path.clone(), source };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;

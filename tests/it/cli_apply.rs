@@ -30,7 +30,8 @@ fn assert_views_not_empty(p: &Project, env: &str, models: &[String]) {
 fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows() {
     let p = sample_project();
     let dev = p.apply("dev");
-    assert_eq!(string_set(&dev["built"]), set(&["s.a", "s.b", "s.c", "t.e", "t.d", "t.daily"]));
+    assert_eq!(string_set(&dev["built"]), set(&["s.a", "s.b", "s.c", "t.d", "t.daily"]));
+    assert_eq!(string_set(&dev["registered"]), set(&["t.e"]), "an embedded model is registered, not built");
     let tables_after_dev = p.physical_tables();
     assert_eq!(tables_after_dev.len(), 5, "{tables_after_dev:?}"); // a, b (view), c, d, daily
 
@@ -121,11 +122,11 @@ fn edit_rebuilds_only_the_model_and_its_descendants() {
     assert_ne!(p.rows(&env_view("dev", "s.c")), c_before, "the edit must show downstream");
     assert_eq!(p.rows(&env_view("dev", "s.c")), vec![vec![Some("6".to_string()), Some("81".to_string())]]);
 
-    // Edit an embedded model: it and its consumer rebuild, nothing else.
+    // Edit an embedded model: its consumer rebuilds, it is registered, nothing else.
     p.write("models/d.lua", &model_d("'y' || id"));
     let plan = p.plan("dev");
     for a in actions(&plan) {
-        let changed = matches!(a["name"].as_str().unwrap(), "t.e" | "t.d");
+        let changed = a["name"] == "t.d";
         let expected = match a["name"].as_str().unwrap() {
             "t.e" => "breaking",
             "t.d" => "indirect",
@@ -135,7 +136,8 @@ fn edit_rebuilds_only_the_model_and_its_descendants() {
         assert_eq!(a["build"], Value::Bool(changed), "{a:#}");
     }
     let applied = p.apply("dev");
-    assert_eq!(string_set(&applied["built"]), set(&["t.e", "t.d"]));
+    assert_eq!(string_set(&applied["built"]), set(&["t.d"]));
+    assert_eq!(string_set(&applied["registered"]), set(&["t.e"]));
     assert_eq!(p.rows(&env_view("dev", "t.d"))[0], vec![Some("0".to_string()), Some("y0".to_string())]);
 }
 

@@ -20,7 +20,13 @@ fn assert_load_error(break_it: impl FnOnce(&Project), needles: &[&str]) -> Strin
     for args in [&["plan", "dev", "--json"][..], &["apply", "dev", "--yes", "--json"][..], &["apply", "prod", "--yes"][..]] {
         let run = p.run(args);
         run.expect_code(1);
-        assert!(run.stdout.is_empty(), "`{}` printed on stdout despite failing:\n{}", run.cmd, run.stdout);
+        if args.contains(&"--json") {
+            // `--json` failures print one error object, nothing else.
+            let v = run.json();
+            assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "`{}`: {v:#}", run.cmd);
+        } else {
+            assert!(run.stdout.is_empty(), "`{}` printed on stdout despite failing:\n{}", run.cmd, run.stdout);
+        }
         for needle in needles {
             assert!(run.stderr.contains(needle), "stderr of `{}` lacks {needle:?}:\n{}", run.cmd, run.stderr);
         }

@@ -12,6 +12,7 @@ mod examples;
 mod extensions;
 mod externals;
 mod fingerprint;
+mod honesty;
 mod init;
 mod kinds_scd2;
 mod kinds_upsert;
