@@ -243,9 +243,9 @@ fn dump(path: &Path, calls: &[(Call, Duration)]) -> anyhow::Result<()> {
         let _ = writeln!(out, "-- {what}: {} ms\n{body};\n", ms(*d));
     }
     if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p)?;
+        fs_err::create_dir_all(p)?;
     }
-    std::fs::write(path, out)?;
+    fs_err::write(path, out)?;
     Ok(())
 }
 
@@ -544,7 +544,7 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
         Some(k) => {
             let d = k.join(format!("n{n}"));
             if d.exists() {
-                std::fs::remove_dir_all(&d)?;
+                fs_err::remove_dir_all(&d)?;
             }
             d
         }
@@ -658,7 +658,7 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
         noop_state = Some(state);
         if args.keep.is_none() && r + 1 < args.rounds {
             for f in [format!("round{r}.duckdb"), format!("direct{r}.duckdb")] {
-                let _ = std::fs::remove_file(dir.join(f));
+                let _ = fs_err::remove_file(dir.join(f));
             }
         }
     }

@@ -23,7 +23,7 @@
 //! - a little dirt for the staging model to clean: ~0.5 % of department codes in lower case and
 //!   ~0.3 % of rows delivered twice (same `move_id`, a later `recorded_at`).
 
-use std::fs::File;
+use fs_err::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
@@ -324,7 +324,7 @@ pub fn generate(out_dir: &std::path::Path, seed: u64) -> std::io::Result<()> {
     rows.sort_by_key(|r| (r.recorded_at, r.move_id));
 
     // 4. Files.
-    std::fs::create_dir_all(out_dir)?;
+    fs_err::create_dir_all(out_dir)?;
     let mut w = BufWriter::new(File::create(out_dir.join("moves.csv"))?);
     writeln!(w, "move_id,case_id,patient_id,dept,event,moved_at,recorded_at")?;
     for r in &rows {

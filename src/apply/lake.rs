@@ -215,6 +215,7 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
 /// # Errors
 /// [`ApplyError::Build`] for engine failures, [`ApplyError::Target`] for filesystem failures;
 /// the failing batch's intervals are marked failed, never done.
+#[allow(clippy::too_many_arguments)] // one call site, in `apply::execute`, passing its own state
 pub fn build(
     project: &Project,
     model: &Model,

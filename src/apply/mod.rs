@@ -187,10 +187,10 @@ pub(crate) fn execute(
     options: &Options,
     refresh: bool,
 ) -> Result<ApplyReport, ApplyError> {
-    if let Some(planned) = plan.generation {
-        if state.generation()? != planned {
-            return Err(ApplyError::StalePlan { env: plan.env.clone() });
-        }
+    if let Some(planned) = plan.generation
+        && state.generation()? != planned
+    {
+        return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {

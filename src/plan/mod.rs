@@ -488,13 +488,10 @@ fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: 
         fresh.insert(i, (c.source, digest));
     }
     for (i, model) in models.iter().enumerate() {
-        let canon = match &keyed[i] {
-            None => None,
-            Some((key, _)) => Some(match fresh.remove(&i) {
-                Some(v) => v,
-                None => parse_cached(&cache[key]),
-            }),
-        };
+        let canon = keyed[i].as_ref().map(|(key, _)| match fresh.remove(&i) {
+            Some(v) => v,
+            None => parse_cached(&cache[key]),
+        });
         let parents: BTreeMap<ModelName, Fingerprint> = model
             .parents()
             .into_iter()
@@ -672,13 +669,13 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
         }
     }
     // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
-    if options.is_default() {
-        if let Some(plan) = memo::lookup(project, state, env, now)? {
-            if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
-                memo::verify(&plan, &compute(project, state, env, now, options)?);
-            }
-            return Ok(plan);
+    if options.is_default()
+        && let Some(plan) = memo::lookup(project, state, env, now)?
+    {
+        if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+            memo::verify(&plan, &compute(project, state, env, now, options)?);
         }
+        return Ok(plan);
     }
     compute(project, state, env, now, options)
 }
@@ -809,15 +806,16 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
                     };
                     let mut reason = reason;
                     let mut change = Change::Indirect;
-                    if reused.is_none() && options.forward_only.contains(&model.name) {
-                        if let Some(o) = &old {
-                            refuse_shared_history(state, env, &model.name, p)?;
-                            // The operator keeps the old table although a parent broke: history
-                            // stays as computed, only new intervals see the parent's change.
-                            reused = Some((p.clone(), o.physical.clone()));
-                            reason = format!("{reason}; forward-only: the old table and its history are kept");
-                            change = Change::ForwardOnly;
-                        }
+                    if reused.is_none()
+                        && options.forward_only.contains(&model.name)
+                        && let Some(o) = &old
+                    {
+                        refuse_shared_history(state, env, &model.name, p)?;
+                        // The operator keeps the old table although a parent broke: history
+                        // stays as computed, only new intervals see the parent's change.
+                        reused = Some((p.clone(), o.physical.clone()));
+                        reason = format!("{reason}; forward-only: the old table and its history are kept");
+                        change = Change::ForwardOnly;
                     }
                     explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade });
                     change
@@ -919,15 +917,16 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
-        if let (Some((phys, _)), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents) {
-            if physical_relation(model, &fp).is_some_and(|own| own != *phys) && !phys.is_empty() {
-                if let Some(e) = explain.as_mut() {
-                    e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
-                }
-                change = Change::ForwardOnly;
-                categories.insert(model.name.clone(), change);
-                same_data.insert(model.name.clone(), true);
+        if let (Some((phys, _)), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents)
+            && physical_relation(model, &fp).is_some_and(|own| own != *phys)
+            && !phys.is_empty()
+        {
+            if let Some(e) = explain.as_mut() {
+                e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
             }
+            change = Change::ForwardOnly;
+            categories.insert(model.name.clone(), change);
+            same_data.insert(model.name.clone(), true);
         }
         let physical = match (existing, &reused) {
             (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
@@ -1024,7 +1023,7 @@ fn embedded_names_kept(
     categories: &BTreeMap<ModelName, Change>,
     served: &BTreeMap<ModelName, Option<String>>,
     pointers: &BTreeMap<String, String>,
-    snapshots: &HashMap<(String, String), (String, String)>,
+    snapshots: &crate::state::SnapshotIndex,
 ) -> bool {
     model.parents().iter().all(|q| {
         let Some(parent) = project.dag.get(q) else { return false };

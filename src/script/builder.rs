@@ -72,12 +72,11 @@ pub fn expand_all_cols(models: &mut [Model]) {
     for m in models.iter_mut() {
         if let Some(body) = &mut m.body {
             for n in &mut body.nodes {
-                if let Node::Cols(c) = n {
-                    if c.columns.is_empty() {
-                        if let Some(cols) = schemas.get(&c.parent) {
-                            c.columns = cols.clone();
-                        }
-                    }
+                if let Node::Cols(c) = n
+                    && c.columns.is_empty()
+                    && let Some(cols) = schemas.get(&c.parent)
+                {
+                    c.columns = cols.clone();
                 }
             }
         }

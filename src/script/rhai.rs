@@ -671,8 +671,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for (path, text) in files {
             let p = dir.path().join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
+            fs_err::create_dir_all(p.parent().unwrap()).unwrap();
+            fs_err::write(p, text).unwrap();
         }
         dir
     }

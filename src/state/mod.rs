@@ -98,6 +98,10 @@ pub struct SnapshotRecord {
     pub created_at: String,
 }
 
+/// Every snapshot's `(physical relation, kind tag)`, keyed by `(name, fingerprint)`
+/// ([`StateStore::snapshot_index`]).
+pub type SnapshotIndex = std::collections::HashMap<(String, String), (String, String)>;
+
 /// Outcome recorded for one ledger interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IntervalStatus {

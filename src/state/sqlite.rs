@@ -419,7 +419,7 @@ impl StateStore {
     ///
     /// # Errors
     /// [`StateError::Sqlite`] if the read fails.
-    pub fn snapshot_index(&self) -> Result<HashMap<(String, String), (String, String)>, StateError> {
+    pub fn snapshot_index(&self) -> Result<super::SnapshotIndex, StateError> {
         self.run(
             || "list snapshots".to_string(),
             || {

@@ -437,7 +437,7 @@ fn promoting_an_existing_version_audits_it_before_the_view_swap() {
     run.expect_code(1);
     assert!(run.stderr.contains("audit `not_null(label)` on model `s.a`: 1 violating row"), "{}", run.stderr);
     assert!(!p.all_relations().contains(&"s.a".to_string()), "{:?}", p.all_relations());
-    assert!(p.state_summary().pointers.get("prod").is_none());
+    assert!(!p.state_summary().pointers.contains_key("prod"));
 }
 
 #[test]

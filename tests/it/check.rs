@@ -180,7 +180,7 @@ fn check_opens_no_database() {
         p.run(&["check", "--json"]);
         assert!(!p.engine_path().exists(), "check created the DuckDB file");
         assert!(!p.state_path().exists(), "check created the state store");
-        let mut entries: Vec<String> = std::fs::read_dir(p.root()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        let mut entries: Vec<String> = fs_err::read_dir(p.root()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
         entries.sort();
         assert_eq!(entries, ["efmesh.toml", "models"], "check wrote files");
     }

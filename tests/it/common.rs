@@ -87,19 +87,19 @@ impl Project {
     /// Writes `text` to `rel` (creating directories).
     pub fn write(&self, rel: &str, text: &str) -> &Self {
         let path = self.root().join(rel);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, text).expect("write");
+        fs_err::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs_err::write(&path, text).expect("write");
         self
     }
 
     /// Reads `rel`.
     pub fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.root().join(rel)).expect("read")
+        fs_err::read_to_string(self.root().join(rel)).expect("read")
     }
 
     /// Deletes `rel`.
     pub fn remove(&self, rel: &str) {
-        std::fs::remove_file(self.root().join(rel)).expect("remove");
+        fs_err::remove_file(self.root().join(rel)).expect("remove");
     }
 
     /// The command `efmesh --config efmesh.toml --now <now> <args>`, run in the project root

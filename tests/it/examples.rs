@@ -14,8 +14,8 @@ use std::path::Path;
 /// so tests never write into the source tree and never share a lake or DuckLake catalog.
 fn copy_example(dir: &str) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path, top: bool) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
+        fs_err::create_dir_all(to).unwrap();
+        for entry in fs_err::read_dir(from).unwrap() {
             let entry = entry.unwrap();
             let name = entry.file_name();
             let name_s = name.to_string_lossy();
@@ -27,7 +27,7 @@ fn copy_example(dir: &str) -> tempfile::TempDir {
             if src.is_dir() {
                 copy(&src, &dst, false)
             } else {
-                std::fs::copy(&src, &dst).unwrap();
+                fs_err::copy(&src, &dst).unwrap();
             }
         }
     }
@@ -100,9 +100,9 @@ fn hospital_example_builds_the_published_row_counts() {
     let physical = db.query("SELECT table_catalog FROM information_schema.tables WHERE table_name LIKE 'lake__dept_load__%'").unwrap();
     assert_eq!(physical, vec![vec![Some("_efmesh_ducklake".to_string())]], "the DuckLake model is a table of the catalog");
     let lake = dir.path().join("lake/lake__dept_moves_daily");
-    for version in std::fs::read_dir(&lake).unwrap() {
+    for version in fs_err::read_dir(&lake).unwrap() {
         let dir = version.unwrap().path();
-        let files = std::fs::read_dir(&dir).unwrap().filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet")).count();
+        let files = fs_err::read_dir(&dir).unwrap().filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet")).count();
         assert_eq!(files, 181, "one file per day of 2026-01-01 … 2026-06-30 in {}", dir.display());
     }
 }
@@ -139,11 +139,11 @@ fn hospital_generator_is_deterministic_and_matches_the_committed_data() {
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hospital/data");
     {
         let file = "moves.csv";
-        let fresh = std::fs::read(dir.path().join(file)).unwrap();
-        let shipped = std::fs::read(committed.join(file)).unwrap();
+        let fresh = fs_err::read(dir.path().join(file)).unwrap();
+        let shipped = fs_err::read(committed.join(file)).unwrap();
         assert!(fresh == shipped, "{file} differs from a fresh run of the generator");
     }
-    let rows = std::fs::read_to_string(dir.path().join("moves.csv")).unwrap().lines().count() - 1;
+    let rows = fs_err::read_to_string(dir.path().join("moves.csv")).unwrap().lines().count() - 1;
     assert!(rows >= 100_000, "only {rows} movement rows");
 }
 

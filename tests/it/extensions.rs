@@ -20,7 +20,7 @@ fn provisioned() -> PathBuf {
 fn sqlite_project(engine_extra: &str) -> Project {
     let p = Project::new();
     let db = p.root().join("data/src.sqlite");
-    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    fs_err::create_dir_all(db.parent().unwrap()).unwrap();
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch("CREATE TABLE t (id INTEGER, label TEXT); INSERT INTO t VALUES (1, 'one'), (2, 'two');").unwrap();
     drop(conn);
@@ -55,7 +55,7 @@ fn an_extension_file_path_is_loaded_even_with_an_empty_directory() {
         "extension_directory = \"empty-ext\"\nload = [\"sqlite_scanner\"]\n\n[engine.extensions]\nsqlite_scanner = {:?}",
         file.to_string_lossy()
     ));
-    std::fs::create_dir_all(p.root().join("empty-ext")).unwrap();
+    fs_err::create_dir_all(p.root().join("empty-ext")).unwrap();
     let v = p.apply("prod");
     assert_eq!(string_set(&v["built"]), set(&["s.from_sqlite"]));
 }
@@ -63,7 +63,7 @@ fn an_extension_file_path_is_loaded_even_with_an_empty_directory() {
 #[test]
 fn a_missing_extension_names_the_expected_file_and_changes_nothing() {
     let p = sqlite_project("extension_directory = \"empty-ext\"\nload = [\"ducklake\"]");
-    std::fs::create_dir_all(p.root().join("empty-ext")).unwrap();
+    fs_err::create_dir_all(p.root().join("empty-ext")).unwrap();
     let run = p.run(&["apply", "prod", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("ducklake.duckdb_extension"), "{}", run.stderr);
@@ -78,7 +78,7 @@ fn without_a_directory_efmesh_never_downloads_when_one_is_set_by_environment() {
     // autoinstall is off, so the build fails fast instead of reaching for the network.
     let p = sqlite_project("");
     let empty = p.root().join("no-ext");
-    std::fs::create_dir_all(&empty).unwrap();
+    fs_err::create_dir_all(&empty).unwrap();
     let out = p.command(&["apply", "prod", "--yes"]).env("EFMESH_EXTENSION_DIRECTORY", &empty).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);

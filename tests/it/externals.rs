@@ -12,7 +12,7 @@ fn s(v: &str) -> Option<String> {
 /// Writes a parquet file at `rel` in the project from a DuckDB query.
 fn parquet(p: &Project, rel: &str, select: &str) {
     let path = p.root().join(rel);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs_err::create_dir_all(path.parent().unwrap()).unwrap();
     query_in_memory(&format!("COPY ({select}) TO '{}' (FORMAT parquet)", path.display()));
 }
 
@@ -221,7 +221,7 @@ fn http_urls_are_read_through_httpfs_from_the_offline_extension_directory() {
         "COPY (SELECT range AS id, 'r' || (range % 2) AS region FROM range(5)) TO '{}' (FORMAT parquet)",
         served.path().join("events.parquet").display()
     ));
-    std::fs::write(served.path().join("regions.csv"), "region,label\nr0,even\nr1,odd\n").unwrap();
+    fs_err::write(served.path().join("regions.csv"), "region,label\nr0,even\nr1,odd\n").unwrap();
     let server = HttpServer::serve(served.path());
     let base = format!("http://127.0.0.1:{}", server.port);
 

@@ -16,7 +16,7 @@ fn init_scaffold_checks_plans_and_applies_as_is() {
     for f in ["efmesh.toml", "models/raw.lua", "models/mart.lua", "data/events.csv", ".luarc.json", ".efmesh/lua/efmesh.d.lua"] {
         assert!(dir.join(f).is_file(), "missing {f}");
     }
-    let luarc = std::fs::read_to_string(dir.join(".luarc.json")).unwrap();
+    let luarc = fs_err::read_to_string(dir.join(".luarc.json")).unwrap();
     assert!(luarc.contains(".efmesh/lua"), "{luarc}");
     assert!(efmesh(&dir, &["check"]).status.success());
     let apply = efmesh(&dir, &["apply", "dev", "--yes", "--json"]);
@@ -32,11 +32,11 @@ fn init_scaffold_checks_plans_and_applies_as_is() {
 #[test]
 fn init_overwrites_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("models")).unwrap();
-    std::fs::write(tmp.path().join("models/raw.lua"), "-- mine").unwrap();
+    fs_err::create_dir_all(tmp.path().join("models")).unwrap();
+    fs_err::write(tmp.path().join("models/raw.lua"), "-- mine").unwrap();
     let out = efmesh(tmp.path(), &["init", "."]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
-    assert_eq!(std::fs::read_to_string(tmp.path().join("models/raw.lua")).unwrap(), "-- mine");
+    assert_eq!(fs_err::read_to_string(tmp.path().join("models/raw.lua")).unwrap(), "-- mine");
     assert!(!tmp.path().join("efmesh.toml").exists(), "nothing else may be written");
 }

@@ -261,9 +261,9 @@ const SQL: &str = "-- name: m.x\n-- kind: scd_type2(key = id, valid_from = vf, v
 
 fn fingerprint_of(file: &str, text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
-    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
+    fs_err::write(dir.path().join("models").join(file), text).unwrap();
     let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
     let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
     v.fingerprints.iter().find(|(k, _)| k.to_string() == "m.x").map(|(_, fp)| fp.as_str().to_string()).unwrap()

@@ -199,9 +199,9 @@ const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { 
 /// The fingerprint of `m.x` in a project of `models/parent.lua` plus `file`.
 fn fingerprint_of(file: &str, text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
-    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
+    fs_err::write(dir.path().join("models").join(file), text).unwrap();
     let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
     let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
     let fps: BTreeMap<String, String> = v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect();

@@ -71,7 +71,7 @@ define_model {{
 /// The files of a version directory, sorted.
 fn files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> =
-        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        fs_err::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -136,7 +136,7 @@ fn the_manifest_describes_files_intervals_and_schema() {
     let p = lake_project("parquet", "[lake]\npath = \"out/lake\"\n");
     let v = p.apply("dev");
     let dir = version_dir(&p, "out/lake", &v, "m.daily");
-    let m: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_str(&fs_err::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(m["manifestVersion"], Value::from(1));
     assert_eq!(m["model"], "m.daily");
     assert_eq!(m["fingerprint"], action(&v, "m.daily")["fingerprint"]);
@@ -159,7 +159,7 @@ fn the_manifest_describes_files_intervals_and_schema() {
     assert_eq!(outside, p.rows(&env_view("dev", "m.daily")));
 
     let full = version_dir(&p, "out/lake", &v, "m.totals");
-    let m: Value = serde_json::from_str(&std::fs::read_to_string(full.join("manifest.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_str(&fs_err::read_to_string(full.join("manifest.json")).unwrap()).unwrap();
     assert_eq!((m["kind"].as_str(), m["files"].clone(), m["intervals"].clone()), (Some("full"), serde_json::json!(["data.parquet"]), serde_json::json!([])));
     assert!(m.get("timeColumn").is_none());
 }
@@ -417,7 +417,7 @@ fn s3_lake_round_trip_against_a_local_server() {
 
     // Secrets come from the environment only: never in the state store nor the DuckDB file.
     for f in [p.state_path(), p.engine_path()] {
-        let bytes = std::fs::read(&f).unwrap();
+        let bytes = fs_err::read(&f).unwrap();
         assert!(!bytes.windows(crate::s3::SECRET.len()).any(|w| w == crate::s3::SECRET.as_bytes()), "{} holds the secret", f.display());
     }
     // Without them, apply says which variable is missing, and changes nothing.
@@ -455,7 +455,7 @@ fn a_forward_only_column_lands_in_new_files_of_the_kept_directory() {
     assert_eq!(rows.first().unwrap(), &vec![Some("01".to_string()), None]);
     assert!(rows.iter().all(|r| (r[0].as_deref().unwrap() >= "09") == r[1].is_some()), "{rows:?}");
     assert_eq!(rows[rows.len() - 2..], [vec![Some("10".to_string()), Some("1".to_string())], vec![Some("11".to_string()), Some("2".to_string())]]);
-    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let manifest: Value = serde_json::from_str(&fs_err::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["schema"].as_array().map(Vec::len), Some(4));
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
@@ -533,7 +533,7 @@ fn a_killed_lake_backfill_marks_done_only_complete_files_and_converges() {
         done = days.len();
         assert!(done < SLOW_LAKE_DAYS, "step {step}: everything was done before the kill");
         // Every done interval has its complete file at its final name.
-        let version = std::fs::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
+        let version = fs_err::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
         let on_disk: BTreeSet<String> = files(&version).into_iter().filter(|f| f.ends_with(".parquet")).map(|f| f[..10].to_string()).collect();
         for day in &days {
             assert!(on_disk.contains(day), "step {step}: {day} is done but has no file: {on_disk:?}");
@@ -546,7 +546,7 @@ fn a_killed_lake_backfill_marks_done_only_complete_files_and_converges() {
     assert_eq!(resumed["intervals"], Value::from(SLOW_LAKE_DAYS - done), "only the days the ledger lacks: {resumed:#}");
     let reference = reference.join().expect("reference apply");
     assert_eq!(p.rows(&env_view("dev", "k.slow")), reference.rows(&env_view("dev", "k.slow")), "lake after kill + re-apply");
-    let version = std::fs::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
+    let version = fs_err::read_dir(&lake).unwrap().next().unwrap().unwrap().path();
     let parquet: Vec<String> = files(&version).into_iter().filter(|f| f.ends_with(".parquet")).collect();
     assert_eq!(parquet, day_files(SLOW_LAKE_DAYS), "exactly one file per day");
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));

@@ -74,9 +74,9 @@ define_model { name = "m.x", kind = kind.full(), schema = { { "id", "bigint" }, 
 /// Fingerprints of every model of a project made of `models/parent.lua` plus `file`.
 fn fingerprints(file: &str, text: &str) -> BTreeMap<String, String> {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(dir.path().join("models/parent.lua"), PARENT_LUA).unwrap();
-    std::fs::write(dir.path().join("models").join(file), text).unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/parent.lua"), PARENT_LUA).unwrap();
+    fs_err::write(dir.path().join("models").join(file), text).unwrap();
     let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
     let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
     v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect()

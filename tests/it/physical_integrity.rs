@@ -91,7 +91,7 @@ fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     let ledger = p.state_summary().intervals;
 
     p.remove("efmesh.duckdb");
-    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    let _ = fs_err::remove_file(p.root().join("efmesh.duckdb.wal"));
 
     // plan names what is missing, and writes nothing.
     let text = p.run(&["plan", "dev"]);
@@ -252,11 +252,11 @@ define_model { name = "s.lk", kind = kind.full(), target = "parquet", schema = {
 fn a_moved_project_recreates_the_views_over_project_files() {
     let outer = tempfile::Builder::new().prefix("efmesh-it-move-").tempdir().expect("temp dir");
     let (old, new) = (outer.path().join("before"), outer.path().join("after"));
-    std::fs::create_dir_all(old.join("models")).unwrap();
-    std::fs::create_dir_all(old.join("data")).unwrap();
-    std::fs::write(old.join("efmesh.toml"), format!("{CONFIG}\n[lake]\npath = \"lake\"\n")).unwrap();
-    std::fs::write(old.join("data/events.csv"), "region,amount\nnorth,1\nsouth,2\n").unwrap();
-    std::fs::write(old.join("models/m.lua"), MOVED_MODELS).unwrap();
+    fs_err::create_dir_all(old.join("models")).unwrap();
+    fs_err::create_dir_all(old.join("data")).unwrap();
+    fs_err::write(old.join("efmesh.toml"), format!("{CONFIG}\n[lake]\npath = \"lake\"\n")).unwrap();
+    fs_err::write(old.join("data/events.csv"), "region,amount\nnorth,1\nsouth,2\n").unwrap();
+    fs_err::write(old.join("models/m.lua"), MOVED_MODELS).unwrap();
     let old = old.canonicalize().unwrap();
     efmesh_in(&old, &["apply", "prod", "--yes"]).expect_code(0);
     let expected: Rows = vec![vec![Some("north".into()), Some("1".into())], vec![Some("south".into()), Some("2".into())]];
@@ -264,7 +264,7 @@ fn a_moved_project_recreates_the_views_over_project_files() {
         assert_eq!(rows_in(&old, &env_view("prod", m)), expected, "{m}");
     }
 
-    std::fs::rename(&old, &new).unwrap();
+    fs_err::rename(&old, &new).unwrap();
     let plan = efmesh_in(&new, &["plan", "prod", "--json"]);
     let plan = plan.expect_code(0).json();
     assert_eq!(plan["hasChanges"], true, "{plan:#}");

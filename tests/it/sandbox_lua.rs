@@ -14,8 +14,8 @@ const OK_MODEL: &str = r#"define_model { name = "a.ok", kind = kind.full(), sche
 /// Loads a one-file project whose `models/m.lua` is `code`; returns the error text and time.
 fn load_err(code: &str) -> (String, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(dir.path().join("models/m.lua"), code).unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/m.lua"), code).unwrap();
     let config = Config::with_root(dir.path());
     let t = Instant::now();
     let result = Project::load(&config);
@@ -90,12 +90,12 @@ fn require_stays_inside_the_project() {
 #[test]
 fn require_refuses_symlinks_out_of_the_project() {
     let outside = tempfile::tempdir().unwrap();
-    std::fs::write(outside.path().join("evil.lua"), "return {}").unwrap();
+    fs_err::write(outside.path().join("evil.lua"), "return {}").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("evil.lua"), dir.path().join("models/evil.lua")).unwrap();
     // Only m.lua is discovered; evil.lua is reached through `require`.
-    std::fs::write(dir.path().join("models/m.lua"), "local e = require('evil')").unwrap();
+    fs_err::write(dir.path().join("models/m.lua"), "local e = require('evil')").unwrap();
     let mut config = Config::with_root(dir.path());
     config.project.models = vec!["models/m.lua".into()];
     let err = Project::load(&config).unwrap_err().to_string();
@@ -162,10 +162,10 @@ fn string_metatable_and_host_metatables_are_locked() {
 #[test]
 fn a_file_cannot_change_the_api_another_file_sees() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(dir.path().join("models/a.lua"), format!("{OK_MODEL}\nstring.format = nil; kind.full = nil; define_model = nil; table.concat = nil"))
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/a.lua"), format!("{OK_MODEL}\nstring.format = nil; kind.full = nil; define_model = nil; table.concat = nil"))
         .unwrap();
-    std::fs::write(
+    fs_err::write(
         dir.path().join("models/b.lua"),
         r#"define_model { name = "b.m", kind = kind.full(), schema = { { "x", "integer" } }, query = ("SELECT %d AS x"):format(1) .. table.concat({}) }"#,
     )
@@ -177,8 +177,8 @@ fn a_file_cannot_change_the_api_another_file_sees() {
 #[test]
 fn pairs_iterates_in_a_deterministic_order() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("models")).unwrap();
-    std::fs::write(
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
         dir.path().join("models/m.lua"),
         r#"local cols = { zeta = "1", alpha = "2", mid = "3", [2] = "4", [1] = "5" }
 local parts = {}

@@ -27,8 +27,8 @@ fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
 
 fn write(root: &Path, rel: &str, text: &str) {
     let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("write");
+    fs_err::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    fs_err::write(p, text).expect("write");
 }
 
 fn load(dir: &tempfile::TempDir) -> Result<Project, LoadErrors> {
@@ -417,7 +417,7 @@ fn no_import_through_a_symlink_leaving_the_project() {
     let outside = tempfile::tempdir().expect("temp dir");
     write(outside.path(), "secret.rhai", "let secret = 42;\n");
     let dir = project(&[("models/evil.rhai", "import \"lib/link\" as l;\n")]);
-    std::fs::create_dir_all(dir.path().join("lib")).expect("mkdir");
+    fs_err::create_dir_all(dir.path().join("lib")).expect("mkdir");
     std::os::unix::fs::symlink(outside.path().join("secret.rhai"), dir.path().join("lib/link.rhai")).expect("symlink");
     let started = Instant::now();
     let err = load_err(&dir);

@@ -120,9 +120,9 @@ mod tests {
     fn finds_next_to_the_importer_then_at_the_root() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        std::fs::create_dir_all(root.join("models/med")).unwrap();
-        std::fs::write(root.join("models/med/near.rhai"), "").unwrap();
-        std::fs::write(root.join("top.rhai"), "").unwrap();
+        fs_err::create_dir_all(root.join("models/med")).unwrap();
+        fs_err::write(root.join("models/med/near.rhai"), "").unwrap();
+        fs_err::write(root.join("top.rhai"), "").unwrap();
         let importer = Path::new("models/med/a.rhai");
         assert_eq!(find(root, importer, "near").unwrap(), PathBuf::from("models/med/near.rhai"));
         assert_eq!(find(root, importer, "top.rhai").unwrap(), PathBuf::from("top.rhai"));
