@@ -188,6 +188,18 @@ impl State {
         }
     }
 
+    /// Passes on to the file requiring `rel` (the innermost file being evaluated) the credit for
+    /// the models `rel` defined, itself or through what it required, so that a top-level file
+    /// whose models are all defined by the files it requires is not a file that "defines no
+    /// model". Also when `rel` was evaluated earlier and its cached value is returned.
+    fn credit_requirer(&mut self, rel: &Path) {
+        if self.definitions.defining.contains(rel)
+            && let Some(requirer) = self.stack.last().cloned()
+        {
+            self.definitions.defining.insert(requirer);
+        }
+    }
+
     /// The budget error, when the evaluation in progress was tripped.
     fn tripped(&self) -> Option<mlua::Error> {
         self.budget.as_ref().and_then(|b| b.tripped.clone()).map(rt)
@@ -666,9 +678,13 @@ impl LuaHost {
         let loader = self.lua.create_function(move |lua, rel: String| {
             let rel = PathBuf::from(rel);
             {
-                let s = st.borrow();
+                let mut s = st.borrow_mut();
                 match s.modules.get(&rel) {
-                    Some(ModuleState::Done(key)) => return lua.registry_value::<Value>(key),
+                    Some(ModuleState::Done(key)) => {
+                        let v = lua.registry_value::<Value>(key);
+                        s.credit_requirer(&rel);
+                        return v;
+                    }
                     Some(ModuleState::Loading) => {
                         let chain = s.stack.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(" → ");
                         return Err(rt(format!("require cycle: {chain} → `{}`", rel.display())));
@@ -705,6 +721,7 @@ impl LuaHost {
             match result {
                 Ok(v) => {
                     let key = lua.create_registry_value(v.clone())?;
+                    s.credit_requirer(&rel);
                     s.modules.insert(rel, ModuleState::Done(key));
                     Ok(v)
                 }

@@ -151,6 +151,18 @@ impl State {
         self.tripped.get().map(|tag| Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(tag), Position::NONE)))
     }
 
+    /// Passes on to the file importing `rel` (the innermost file being evaluated) the credit for
+    /// the models `rel` defined, itself or through what it imported, so that a top-level file
+    /// whose models are all defined by the files it imports is not a file that "defines no
+    /// model". Also when `rel` was evaluated earlier and its module is shared.
+    fn credit_importer(&mut self, rel: &Path) {
+        if self.definitions.defining.contains(rel)
+            && let Some(importer) = self.stack.last().cloned()
+        {
+            self.definitions.defining.insert(importer);
+        }
+    }
+
     /// Notes that the file being evaluated defines something.
     fn defines(&mut self) {
         if let Some(file) = self.stack.last().cloned() {
@@ -587,9 +599,13 @@ fn query_text(ctx: &NativeCallContext, q: &Dynamic) -> Result<String, Box<EvalAl
 /// error to report at its `import`.
 fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Box<EvalAltResult>> {
     let root = {
-        let s = refs.state.borrow();
+        let mut s = refs.state.borrow_mut();
         match s.modules.get(rel) {
-            Some(ModuleState::Done(m)) => return Ok(m.clone()),
+            Some(ModuleState::Done(m)) => {
+                let m = m.clone();
+                s.credit_importer(rel);
+                return Ok(m);
+            }
             Some(ModuleState::Loading) => {
                 let start = s.stack.iter().position(|p| p == rel).unwrap_or(0);
                 let chain = s.stack[start..].iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(" → ");
@@ -622,6 +638,7 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
     s.stack.pop();
     match result {
         Ok(module) => {
+            s.credit_importer(rel);
             s.modules.insert(rel.to_path_buf(), ModuleState::Done(module.clone()));
             Ok(module)
         }

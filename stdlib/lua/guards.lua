@@ -27,10 +27,30 @@ local function slen(v)
   if t == "number" then return #tostring(v) end
   return 0
 end
--- A numeric argument as the library will read it (numbers or numeric strings), else nil.
+-- Total length of the arguments (C converts numeric strings by scanning them).
+local function args_len(...)
+  local n = 0
+  for k = 1, select("#", ...) do
+    n = n + slen((select(k, ...)))
+  end
+  return n
+end
+-- A count or position argument converted as the C library would convert it: a numeric string
+-- becomes its number (`tonumber` reads exactly what `lua_tointegerx` reads, at any length, so
+-- `("0"):rep(64) .. "1000000000000000"` is 10^15 here too), its scan charged by its length. The
+-- guards charge for the converted value and pass IT on to C, so what C loops over is what was
+-- charged. Anything else comes back unchanged (C raises its own error for it).
+local function arg(v, label)
+  if type(v) == "string" then
+    charge(#v, label)
+    local n = tonumber(v)
+    if n ~= nil then return n end
+  end
+  return v
+end
+-- A converted argument (see `arg`) when it is a number, else nil.
 local function num(v)
   if type(v) == "number" then return v end
-  if type(v) == "string" and #v < 64 then return tonumber(v) end
   return nil
 end
 -- How many positions `i..j` covers in a sequence of `n` (negative positions count from the end).
@@ -51,11 +71,7 @@ local function count(i, j)
 end
 -- Charges the total length of a call's string results, then returns them.
 local function produced(...)
-  local n = 0
-  for k = 1, select("#", ...) do
-    n = n + slen((select(k, ...)))
-  end
-  charge(n)
+  charge(args_len(...))
   return ...
 end
 -- Like `produced` for the first result only (the others are counts or positions).
@@ -71,6 +87,7 @@ end
 
 local rep = string.rep
 string.rep = function(s, n, sep)
+  n = arg(n, "string.rep")
   local k = num(n)
   if k and k >= 1 then
     local size = slen(s) * k + slen(sep) * (k - 1)
@@ -85,6 +102,7 @@ end
 
 local move = table.move
 table.move = function(a1, f, e, t, a2)
+  f, e, t = arg(f, "table.move"), arg(e, "table.move"), arg(t, "table.move")
   local nf, ne = num(f), num(e)
   if nf and ne then
     if ne - nf + 1 > limits.max_table_move then
@@ -152,12 +170,13 @@ do
   end
   local byte = string.byte
   string.byte = function(s, i, j)
+    i, j = arg(i, "string.byte"), arg(j, "string.byte")
     charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "string.byte")
     return byte(s, i, j)
   end
   local char = string.char
   string.char = function(...)
-    charge(select("#", ...) * PER_ELEMENT, "string.char")
+    charge(select("#", ...) * PER_ELEMENT + args_len(...), "string.char")
     return char(...)
   end
   local format = string.format
@@ -174,19 +193,24 @@ end
 do
   local concat = table.concat
   table.concat = function(t, sep, i, j)
+    i, j = arg(i, "table.concat"), arg(j, "table.concat")
     charge(count(i, j or tlen(t)) * (PER_ELEMENT + slen(sep)), "table.concat")
     return produced1(concat(t, sep, i, j))
   end
   local insert = table.insert
   table.insert = function(t, ...)
     if select("#", ...) >= 2 then
-      local pos = num((...))
-      if pos then charge((tlen(t) - pos + 1) * PER_ELEMENT, "table.insert") end
+      local pos, v = ...
+      pos = arg(pos, "table.insert")
+      local p = num(pos)
+      if p then charge((tlen(t) - p + 1) * PER_ELEMENT, "table.insert") end
+      return insert(t, pos, v, select(3, ...))
     end
     return insert(t, ...)
   end
   local remove = table.remove
   table.remove = function(t, pos)
+    pos = arg(pos, "table.remove")
     local p = num(pos)
     if p then charge((tlen(t) - p + 1) * PER_ELEMENT, "table.remove") end
     return remove(t, pos)
@@ -200,6 +224,7 @@ do
   end
   local unpack = table.unpack
   table.unpack = function(t, i, j)
+    i, j = arg(i, "table.unpack"), arg(j, "table.unpack")
     charge(count(i, j or tlen(t)) * PER_ELEMENT, "table.unpack")
     return unpack(t, i, j)
   end
@@ -213,7 +238,7 @@ end
 do
   local char, codes, codepoint, len, offset = utf8.char, utf8.codes, utf8.codepoint, utf8.len, utf8.offset
   utf8.char = function(...)
-    charge(select("#", ...) * PER_ELEMENT, "utf8.char")
+    charge(select("#", ...) * PER_ELEMENT + args_len(...), "utf8.char")
     return char(...)
   end
   utf8.codes = function(s, ...)
@@ -221,17 +246,20 @@ do
     return codes(s, ...)
   end
   utf8.codepoint = function(s, i, j, ...)
+    i, j = arg(i, "utf8.codepoint"), arg(j, "utf8.codepoint")
     charge(span(slen(s), i, j or num(i) or 1) * PER_ELEMENT, "utf8.codepoint")
     return codepoint(s, i, j, ...)
   end
   utf8.len = function(s, i, j, ...)
+    i, j = arg(i, "utf8.len"), arg(j, "utf8.len")
     charge(span(slen(s), i, j), "utf8.len")
     return len(s, i, j, ...)
   end
-  utf8.offset = function(s, n, ...)
+  utf8.offset = function(s, n, i, ...)
+    n, i = arg(n, "utf8.offset"), arg(i, "utf8.offset")
     local k = num(n)
     charge(min(k and abs(k) or 0, slen(s)) + 1, "utf8.offset")
-    return offset(s, n, ...)
+    return offset(s, n, i, ...)
   end
 end
 

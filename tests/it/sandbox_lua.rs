@@ -386,3 +386,64 @@ fn a_model_file_that_defines_no_model_is_an_error() {
     assert!(run.stdout.contains("models/unused.lua:") && run.stdout.contains("defines no model"), "{}", run.stdout);
     assert!(!run.stdout.contains("models/lib.lua"), "{}", run.stdout);
 }
+
+#[test]
+fn long_numeric_strings_cannot_bypass_the_work_meter() {
+    // C reads a numeric string of any length as its number: 64 zeros then 10^15 is 10^15 to
+    // `string.rep` and `table.move`, so the guards must convert it too (and charge what C gets).
+    let big = "(\"0\"):rep(64) .. \"1000000000000000\"";
+    let cases = [
+        (format!("local s = (\"\"):rep({big})"), "`string.rep` would take"),
+        (format!("local s = string.rep(\"\", {big}, \"\")"), "`string.rep` would take"),
+        (format!("local t = table.move({{}}, 1, {big}, 2)"), "table.move of"),
+        (format!("local t = table.move({{}}, (\"0\"):rep(80) .. \"1\", {big}, 2)"), "table.move of"),
+    ];
+    // The binary: refused by the meter with a load error, not ended by the watchdog.
+    for (code, needle) in &cases {
+        must_stop("models/m.lua", code, &["models/m.lua:1:", needle]);
+    }
+    // As a library (no watchdog exit): refused too, never a hang.
+    for (code, needle) in cases {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let code2 = code.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_err(&code2));
+        });
+        let (msg, elapsed) = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("loading hangs for:\n{code}"));
+        assert!(msg.contains("models/m.lua") && msg.contains(needle), "expected `{needle}` naming the file in: {msg}");
+        assert!(elapsed < LIMIT, "took {elapsed:?}");
+    }
+    // Numeric strings of normal length still work as counts.
+    let p = project_of(&[(
+        "models/m.lua",
+        &format!("assert((\"ab\"):rep(\"3\") == \"ababab\")\nassert(#table.move({{1, 2, 3}}, \"1\", \"3\", \"2\") == 4)\n{OK_MODEL}"),
+    )]);
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+}
+
+#[test]
+fn a_file_whose_models_are_defined_by_what_it_requires_defines_models() {
+    let marts = "define_model { name = \"m.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\nreturn {}";
+    // `models/all.lua` defines its models through `lib/marts.lua`, itself through `lib/inner.lua`.
+    let p = project_of(&[
+        ("lib/marts.lua", marts),
+        ("lib/inner.lua", &marts.replace("m.a", "m.b")),
+        ("lib/outer.lua", "return require(\"lib.inner\")"),
+        ("models/all.lua", "require(\"lib.marts\")\nrequire(\"lib.outer\")"),
+    ]);
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // A second top-level file requiring the same (already evaluated) library is credited too.
+    p.write("models/again.lua", "require(\"lib.outer\")");
+    p.write("models/b_own.lua", &format!("require(\"lib.outer\")\n{OK_MODEL}"));
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // Requiring a library that defines nothing still leaves the file with no model.
+    p.write("lib/helpers.lua", "return { one = 1 }");
+    p.write("models/z.lua", "require(\"lib.helpers\")");
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("models/z.lua") && run.stdout.contains("defines no model"), "{}", run.stdout);
+    assert!(!run.stdout.contains("models/all.lua") && !run.stdout.contains("models/again.lua"), "{}", run.stdout);
+}

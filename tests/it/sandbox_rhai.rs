@@ -529,3 +529,28 @@ fn a_model_file_that_defines_no_model_is_an_error() {
     ]);
     p.run(&["check"]).expect_code(0);
 }
+
+#[test]
+fn a_file_whose_models_are_defined_by_what_it_imports_defines_models() {
+    let marts = "define_model(#{ name: \"m.a\", kind: kind::view(), schema: [[\"n\", \"int\"]], query: \"SELECT 1 AS n\" });\n";
+    // `models/all.rhai` defines its models through `lib/marts.rhai`, itself through `lib/inner.rhai`.
+    let p = project_of(&[
+        ("lib/marts.rhai", marts),
+        ("lib/inner.rhai", &marts.replace("m.a", "m.b")),
+        ("lib/outer.rhai", "import \"lib/inner\" as inner;\n"),
+        ("models/all.rhai", "import \"lib/marts\" as marts;\nimport \"lib/outer\" as outer;\n"),
+    ]);
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // A second top-level file importing the same (already evaluated) file is credited too.
+    p.write("models/b_again.rhai", "import \"lib/outer\" as outer;\n");
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // Importing a file that defines nothing still leaves the file with no model.
+    p.write("lib/helpers.rhai", "fn one() { 1 }\n");
+    p.write("models/z.rhai", "import \"lib/helpers\" as h;\n");
+    let (run, _) = run_bounded(&p, &["check"]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("models/z.rhai") && run.stdout.contains("defines no model"), "{}", run.stdout);
+    assert!(!run.stdout.contains("models/all.rhai") && !run.stdout.contains("models/b_again.rhai"), "{}", run.stdout);
+}
