@@ -87,12 +87,7 @@ impl VersionDir {
 /// The file name of the grain interval starting at `start`: `YYYY-MM-DD.parquet` (day) or
 /// `YYYY-MM-DDTHH.parquet` (hour), UTC; no `:` so it is safe on every filesystem.
 pub fn interval_file(start: Millis, grain: Grain) -> String {
-    let iso = interval::to_iso(start);
-    let len = match grain {
-        Grain::Day => 10,
-        Grain::Hour => 13,
-    };
-    format!("{}.parquet", &iso[..len])
+    crate::plan::integrity::lake_interval_file(start, grain)
 }
 
 /// The interval a file written by [`interval_file`] holds, if `name` is one.

@@ -217,6 +217,31 @@ pub(crate) fn execute(
     lake::prepare(project, engine)?;
     ducklake::prepare(project, engine)?;
 
+    // Lost lake views over intact lake directories are re-created over the files present first
+    // (children's contracts read them); the intervals whose file is missing are marked failed
+    // before they are recomputed, so the ledger describes the files again.
+    let relisted: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)).collect();
+    if !relisted.is_empty() {
+        engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
+    }
+    for action in relisted {
+        let (Some(model), Some(physical), Some(repair)) = (project.dag.get(&action.name), &action.physical, &action.repair) else { continue };
+        if let Some(t) = model.kind.time_range() {
+            let name = action.name.to_string();
+            let lost: BTreeSet<i64> = repair.lost_files.iter().map(|i| i.start).collect();
+            for fp in &repair.ledger_reset {
+                let gone: Vec<Interval> = state
+                    .done_intervals(&name, fp.as_str())?
+                    .into_iter()
+                    .filter(|s| lost.contains(s))
+                    .map(|s| Interval::new(s, s + t.grain.millis()))
+                    .collect();
+                state.mark_intervals(&name, fp.as_str(), &gone, IntervalStatus::Failed, interval::now_millis())?;
+            }
+        }
+        lake::refresh(project, model, physical, engine)?;
+    }
+
     if !work.is_empty() {
         engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
         let mut problems = contract::check(project, &physicals, &working_set, engine);
@@ -518,7 +543,7 @@ fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn 
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
         // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
-        let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing);
+        let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing || r.view_stale);
         if !keeps_view {
             touched.push((env_schema(&plan.env, a.name.schema()), a.name.table().to_string()));
         }

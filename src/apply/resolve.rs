@@ -62,34 +62,7 @@ pub fn resolve_source_path(root: &std::path::Path, path: &str) -> String {
     if is_url(path) { path.to_string() } else { root.join(path).to_string_lossy().to_string() }
 }
 
-/// True when the physical relation of `model` is a view whose definition embeds paths resolved
-/// against the project root: a `view` reading a project file through an external model
-/// (directly or through embedded models, which are inlined), or a parquet model whose lake
-/// directory is relative to the project. Such a relation records the root it was created under
-/// ([`crate::engine::root_comment`]) and is re-created when the project has moved (SPEC §4).
-/// Tables never do: their data was copied when they were built.
-pub fn embeds_project_root(project: &Project, model: &Model) -> bool {
-    if model.target == crate::core::Target::Parquet {
-        return project.config.lake.as_ref().is_some_and(|l| !l.is_s3() && std::path::Path::new(&l.path).is_relative());
-    }
-    matches!(model.kind, Kind::View) && reads_project_files(project, model)
-}
-
-/// True when `model`'s body reads a project file: an external parent with a relative local path,
-/// or an embedded parent that does.
-fn reads_project_files(project: &Project, model: &Model) -> bool {
-    model.parents().iter().filter_map(|p| project.dag.get(p)).any(|parent| match &parent.kind {
-        Kind::External(External::Files { path, .. }) => !is_url(path) && std::path::Path::new(path).is_relative(),
-        Kind::Embedded => reads_project_files(project, parent),
-        _ => false,
-    })
-}
-
-/// True for `scheme://…` paths (`http`, `https`, `s3`, `gs`, …): read by the engine's `httpfs`
-/// extension, never joined to the project directory.
-pub fn is_url(path: &str) -> bool {
-    path.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-}
+pub use crate::plan::integrity::{embeds_project_root, is_url};
 
 /// The expression reading an external source, restricted to its declared columns (cast to
 /// their declared types when the reader could not type them, see

@@ -85,6 +85,15 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             if r.view_missing {
                 notes.push("environment view missing: restore".into());
             }
+            if r.view_stale {
+                notes.push("environment view serves another version: restore".into());
+            }
+            if r.physical_stale {
+                notes.push("physical view reads old parent versions: rebuild".into());
+            }
+            if r.lake_view_missing {
+                notes.push("lake view missing: re-create over the lake's files".into());
+            }
         }
         if a.build {
             notes.push("build".into());

@@ -307,8 +307,8 @@ impl Engine for DuckDb {
 
     fn catalog(&mut self) -> Result<super::Catalog, EngineError> {
         let rows = self.query(
-            "SELECT schema_name, view_name, comment FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND NOT temporary \
-             UNION ALL SELECT schema_name, table_name, comment FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary",
+            "SELECT schema_name, view_name, comment, sql FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND NOT temporary \
+             UNION ALL SELECT schema_name, table_name, comment, NULL FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary",
         )?;
         Ok(super::catalog_of(rows))
     }
@@ -413,6 +413,12 @@ mod tests {
         assert!(c.contains("s", "t") && c.contains("s", "v") && !c.contains("temp", "tmp") && !c.contains("main", "tmp"), "{c:?}");
         assert_eq!(c.comment("s", "v").and_then(crate::engine::comment_root), Some("/p/it's"));
         assert_eq!(c.comment("s", "t"), None);
+        db.execute("CREATE SCHEMA \"_efmesh\"; CREATE TABLE \"_efmesh\".\"s__t__ab\" (x INTEGER); CREATE VIEW s.w AS SELECT x FROM \"_efmesh\".\"s__t__ab\"")
+            .unwrap();
+        let c = db.catalog().unwrap();
+        let sql = c.view_sql("S", "W").expect("a view's definition");
+        assert!(crate::engine::view_names(sql, "\"_efmesh\".\"s__t__ab\""), "{sql}");
+        assert_eq!(c.view_sql("s", "t"), None);
     }
 
     #[test]

@@ -9,25 +9,65 @@ pub mod duckdb;
 use std::collections::BTreeMap;
 
 /// The relations (tables and views) of an engine database as one catalog query lists them, with
-/// their comments. `plan` and `apply` verify against it that the physical relations and
-/// environment views the state store relies on exist (SPEC §4), and read from the comments the
-/// project root a relation embedding project paths was created under ([`root_comment`]).
+/// their comments and (views) definitions. `plan` and `apply` verify against it that the physical
+/// relations and environment views the state store relies on exist and select from what the
+/// state says (SPEC §4), and read from the comments the project root a relation embedding
+/// project paths was created under ([`root_comment`]).
+///
+/// Names are keyed and looked up ignoring case, as DuckDB resolves them: `Sales.a` and `sales.b`
+/// live in one schema, spelled as it was first created.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
-    /// `(schema, name)` → the relation's comment.
-    pub relations: BTreeMap<(String, String), Option<String>>,
+    /// `(schema, name)`, lowercased → the relation's comment and definition.
+    pub relations: BTreeMap<(String, String), CatalogEntry>,
+}
+
+/// One relation of a [`Catalog`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogEntry {
+    /// The relation's comment, if it has one.
+    pub comment: Option<String>,
+    /// A view's definition as the engine renders it (`CREATE VIEW … AS …`); `None` for tables
+    /// and for engines that do not report it.
+    pub sql: Option<String>,
+}
+
+fn catalog_key(schema: &str, name: &str) -> (String, String) {
+    (schema.to_lowercase(), name.to_lowercase())
 }
 
 impl Catalog {
-    /// True when `schema.name` exists.
+    /// True when `schema.name` exists (ignoring case).
     pub fn contains(&self, schema: &str, name: &str) -> bool {
-        self.relations.contains_key(&(schema.to_string(), name.to_string()))
+        self.relations.contains_key(&catalog_key(schema, name))
     }
 
     /// The comment of `schema.name`, when it exists and has one.
     pub fn comment(&self, schema: &str, name: &str) -> Option<&str> {
-        self.relations.get(&(schema.to_string(), name.to_string())).and_then(|c| c.as_deref())
+        self.relations.get(&catalog_key(schema, name)).and_then(|c| c.comment.as_deref())
     }
+
+    /// The definition of the view `schema.name`, when it exists and the engine reports it.
+    pub fn view_sql(&self, schema: &str, name: &str) -> Option<&str> {
+        self.relations.get(&catalog_key(schema, name)).and_then(|c| c.sql.as_deref())
+    }
+}
+
+/// True when the view definition `sql` names the relation `relation` (a quoted, qualified name
+/// such as `"_efmesh"."s__t__ab"`): compared ignoring case and identifier quotes, and only as a
+/// whole name (`…__ab` does not match `…__abc`).
+pub fn view_names(sql: &str, relation: &str) -> bool {
+    let strip = |s: &str| s.replace('"', "").to_lowercase();
+    let (sql, relation) = (strip(sql), strip(relation));
+    if relation.is_empty() {
+        return false;
+    }
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    sql.match_indices(&relation).any(|(at, _)| {
+        let before = sql[..at].chars().next_back();
+        let after = sql[at + relation.len()..].chars().next();
+        !before.is_some_and(|c| ident(c) || c == '.') && !after.is_some_and(|c| ident(c) || c == '.')
+    })
 }
 
 /// Prefix of the comment efmesh puts on a relation whose definition embeds project paths.
@@ -221,15 +261,31 @@ pub trait Engine {
     }
 }
 
-/// A [`Catalog`] from rows of `(schema, name, comment)`.
+/// A [`Catalog`] from rows of `(schema, name, comment[, sql])`.
 pub fn catalog_of(rows: Vec<Vec<Option<String>>>) -> Catalog {
     let relations = rows
         .into_iter()
         .filter_map(|r| {
             let mut r = r.into_iter();
-            let (schema, name, comment) = (r.next().flatten()?, r.next().flatten()?, r.next().flatten());
-            Some(((schema, name), comment))
+            let (schema, name, comment, sql) = (r.next().flatten()?, r.next().flatten()?, r.next().flatten(), r.next().flatten());
+            Some((catalog_key(&schema, &name), CatalogEntry { comment, sql }))
         })
         .collect();
     Catalog { relations }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_lookups_ignore_case_and_views_name_whole_relations() {
+        let c = catalog_of(vec![vec![Some("Sales".into()), Some("B".into()), None, Some("CREATE VIEW x AS SELECT 1".into())]]);
+        assert!(c.contains("sales", "b") && c.contains("SALES", "B"));
+        assert_eq!(c.view_sql("sales", "b"), Some("CREATE VIEW x AS SELECT 1"));
+        assert!(view_names("CREATE VIEW \"d\".\"t\" AS SELECT a FROM _efmesh.s__t__ab;", "\"_efmesh\".\"s__t__ab\""));
+        assert!(view_names("SELECT a FROM \"_EFMESH\".\"S__T__AB\"", "\"_efmesh\".\"s__t__ab\""));
+        assert!(!view_names("SELECT a FROM _efmesh.s__t__abc", "\"_efmesh\".\"s__t__ab\""));
+        assert!(!view_names("SELECT a FROM x._efmesh.s__t__ab", "\"_efmesh\".\"s__t__ab\""));
+    }
 }

@@ -16,20 +16,30 @@
 //! - a **relation embedding project paths created under another project root** (a `view` over
 //!   project files, a parquet lake view; the root is recorded in the relation's comment,
 //!   [`crate::engine::root_comment`]) is re-created: a view is rebuilt, a lake view re-listed;
-//! - an **environment view missing** is re-created by the promotion.
+//! - an **environment view missing**, or one that does not select from its version's physical
+//!   relation (an older copy of the DuckDB file), is re-created by the promotion;
+//! - a **`view`'s physical view not naming its parents' physical relations** of the plan (left
+//!   by an older efmesh that reused it across a parent's new version) is rebuilt;
+//! - a **lost parquet lake view** over a local lake directory is re-created over the files
+//!   present, keeping the ledger; only intervals whose file is missing are recomputed.
+//!
+//! Names are compared ignoring case, as DuckDB resolves them.
 //!
 //! `apply` repeats the check on its own connection before writing anything and refuses a plan
 //! that missed something ([`unplanned`]), so a plan computed without the check, or before a
 //! relation vanished, is never trusted.
 
 use super::{Action, Change, Plan, PlanError, env_schema};
-use crate::core::Kind;
+use crate::core::ModelName;
+use crate::core::Target;
 use crate::core::interval;
-use crate::engine::{Catalog, comment_root};
+use crate::core::{External, Kind, Model};
+use crate::engine::{Catalog, comment_root, view_names};
 use crate::project::Project;
 use crate::sql::fingerprint::Fingerprint;
 use crate::state::StateStore;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What an action restores because the engine does not hold what the state says it does.
@@ -47,6 +57,24 @@ pub struct Repair {
     /// The environment's view of the model is missing: the promotion re-creates it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub view_missing: bool,
+    /// The environment's view of the model exists but does not select from the version's
+    /// physical relation (e.g. the DuckDB file was replaced by an older copy): the promotion
+    /// re-creates it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub view_stale: bool,
+    /// The physical view of a `view` model does not name its parents' physical relations of this
+    /// plan (created by an older efmesh that reused it across a parent's new version): rebuilt.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub physical_stale: bool,
+    /// The physical view of a parquet lake version is missing while its (local) lake directory
+    /// is not: the view is re-created over the files present, the ledger is kept, and only the
+    /// intervals whose file is missing are recomputed ([`Repair::lost_files`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lake_view_missing: bool,
+    /// With `lake_view_missing`: the wanted grain intervals whose file is missing from the lake;
+    /// apply marks them failed (where done) before recomputing them.
+    #[serde(skip)]
+    pub lost_files: Vec<interval::Interval>,
     /// Versions of the model stored in the lost relation, whose done intervals apply marks
     /// failed before rebuilding it (time-range models).
     #[serde(skip)]
@@ -59,7 +87,7 @@ pub const UNKNOWN_ROOT: &str = "(unknown)";
 impl Repair {
     /// True when nothing needs restoring.
     pub fn is_empty(&self) -> bool {
-        !self.physical_missing && self.created_under.is_none() && !self.view_missing
+        !self.physical_missing && self.created_under.is_none() && !self.view_missing && !self.view_stale && !self.physical_stale && !self.lake_view_missing
     }
 
     /// One line per thing restored, naming the relation, for warnings and errors.
@@ -78,9 +106,22 @@ impl Repair {
                 root.display()
             ));
         }
+        if self.physical_stale {
+            out.push(format!("physical view {physical} of `{}` does not read its parents' current versions: rebuilt", action.name));
+        }
+        if self.lake_view_missing {
+            out.push(format!(
+                "lake view {physical} of `{}` is missing: re-created over the files in the lake ({} interval(s) whose file is missing recomputed)",
+                action.name,
+                self.lost_files.len()
+            ));
+        }
+        let view = format!("\"{}\".\"{}\"", env_schema(env, action.name.schema()), action.name.table());
         if self.view_missing {
-            let view = format!("\"{}\".\"{}\"", env_schema(env, action.name.schema()), action.name.table());
             out.push(format!("view {view} of `{}` in environment `{env}` is missing: restored", action.name));
+        }
+        if self.view_stale {
+            out.push(format!("view {view} of `{}` in environment `{env}` does not serve {physical}: restored", action.name));
         }
         out
     }
@@ -89,6 +130,35 @@ impl Repair {
 /// Every repair of `plan`, described (see [`Repair::describe`]).
 pub fn describe(project: &Project, plan: &Plan) -> Vec<String> {
     plan.actions.iter().flat_map(|a| a.repair.as_ref().map(|r| r.describe(a, &plan.env, &project.config.root)).unwrap_or_default()).collect()
+}
+
+/// True when the physical relation of `model` is a view whose definition embeds paths resolved
+/// against the project root: a `view` reading a project file through an external model
+/// (directly or through embedded models, which are inlined), or a parquet model whose lake
+/// directory is relative to the project. Such a relation records the root it was created under
+/// ([`crate::engine::root_comment`]) and is re-created when the project has moved (SPEC §4).
+/// Tables never do: their data was copied when they were built.
+pub fn embeds_project_root(project: &Project, model: &Model) -> bool {
+    if model.target == crate::core::Target::Parquet {
+        return project.config.lake.as_ref().is_some_and(|l| !l.is_s3() && std::path::Path::new(&l.path).is_relative());
+    }
+    matches!(model.kind, Kind::View) && reads_project_files(project, model)
+}
+
+/// True when `model`'s body reads a project file: an external parent with a relative local path,
+/// or an embedded parent that does.
+fn reads_project_files(project: &Project, model: &Model) -> bool {
+    model.parents().iter().filter_map(|p| project.dag.get(p)).any(|parent| match &parent.kind {
+        Kind::External(External::Files { path, .. }) => !is_url(path) && std::path::Path::new(path).is_relative(),
+        Kind::Embedded => reads_project_files(project, parent),
+        _ => false,
+    })
+}
+
+/// True for `scheme://…` paths (`http`, `https`, `s3`, `gs`, …): read by the engine's `httpfs`
+/// extension, never joined to the project directory.
+pub fn is_url(path: &str) -> bool {
+    path.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
 }
 
 /// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
@@ -139,7 +209,17 @@ impl Root {
     }
 }
 
-fn needed_at(project: &Project, env: &str, action: &Action, catalog: &Catalog, root: &Root) -> Repair {
+/// True when the physical view `sql` of `model` names the physical relation (in `physicals`)
+/// of every materialised parent it reads, through embedded models (which are inlined).
+fn names_parents(project: &Project, model: &Model, physicals: &BTreeMap<&ModelName, &str>, sql: &str) -> bool {
+    model.parents().iter().filter_map(|p| project.dag.get(p)).all(|parent| match &parent.kind {
+        Kind::External(_) => true,
+        Kind::Embedded => names_parents(project, parent, physicals, sql),
+        _ => physicals.get(&parent.name).is_none_or(|physical| view_names(sql, physical)),
+    })
+}
+
+fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap<&ModelName, &str>, catalog: &Catalog, root: &Root) -> Repair {
     let mut repair = Repair::default();
     if action.change == Change::Removed {
         return repair;
@@ -151,18 +231,69 @@ fn needed_at(project: &Project, env: &str, action: &Action, catalog: &Catalog, r
     {
         if !catalog.contains(&schema, &name) {
             repair.physical_missing = true;
-        } else if crate::apply::resolve::embeds_project_root(project, model) {
-            let recorded = catalog.comment(&schema, &name).and_then(comment_root);
-            if !recorded.is_some_and(|r| root.is(r)) {
-                repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
+        } else {
+            if embeds_project_root(project, model) {
+                let recorded = catalog.comment(&schema, &name).and_then(comment_root);
+                if !recorded.is_some_and(|r| root.is(r)) {
+                    repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
+                }
+            }
+            if matches!(model.kind, Kind::View)
+                && model.target != Target::Parquet
+                && catalog.view_sql(&schema, &name).is_some_and(|sql| !names_parents(project, model, physicals, sql))
+            {
+                repair.physical_stale = true;
             }
         }
     }
     // The promotion re-creates the views of every other change.
-    if matches!(action.change, Change::Unchanged | Change::Metadata) && !catalog.contains(&env_schema(env, model.name.schema()), model.name.table()) {
-        repair.view_missing = true;
+    if matches!(action.change, Change::Unchanged | Change::Metadata) {
+        let (schema, view) = (env_schema(env, model.name.schema()), model.name.table());
+        if !catalog.contains(&schema, view) {
+            repair.view_missing = true;
+        } else {
+            // The view must select from this version's relation; an engine that does not report
+            // view definitions gets its view re-created whenever the relation is rebuilt.
+            repair.view_stale = match catalog.view_sql(&schema, view) {
+                Some(sql) => !view_names(sql, physical),
+                None => repair.physical_missing,
+            };
+        }
     }
     repair
+}
+
+/// The physical relations of `plan`'s versions, by model.
+fn physicals(plan: &Plan) -> BTreeMap<&ModelName, &str> {
+    plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.as_deref().map(|p| (&a.name, p))).collect()
+}
+
+/// The file name of the lake file holding the grain interval starting at `start`:
+/// `YYYY-MM-DD.parquet` (day) or `YYYY-MM-DDTHH.parquet` (hour), UTC.
+pub fn lake_interval_file(start: interval::Millis, grain: interval::Grain) -> String {
+    let iso = interval::to_iso(start);
+    let len = match grain {
+        interval::Grain::Day => 10,
+        interval::Grain::Hour => 13,
+    };
+    format!("{}.parquet", &iso[..len])
+}
+
+/// The file names in the local lake directory of the parquet version stored in `physical`
+/// (`<lake>/<schema>__<table>/<fingerprint>`); `None` for S3 lakes (not listed while planning)
+/// or when the directory cannot be read.
+fn local_lake_files(project: &Project, physical: &str) -> Option<BTreeSet<String>> {
+    if project.config.lake.as_ref().is_none_or(|l| l.is_s3()) {
+        return None;
+    }
+    let root = project.config.lake_root()?;
+    let (_, table) = split_relation(physical)?;
+    let (model, fp) = table.rsplit_once("__")?;
+    match fs_err::read_dir(Path::new(&root).join(model).join(fp)) {
+        Ok(entries) => Some(entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(BTreeSet::new()),
+        Err(_) => None,
+    }
 }
 
 /// Checks `plan` against the engine's `catalog` and turns what is missing into work of the plan
@@ -173,13 +304,46 @@ fn needed_at(project: &Project, env: &str, action: &Action, catalog: &Catalog, r
 pub fn check(project: &Project, state: &StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
     let root = Root::of(project);
     let mut index = None;
-    for action in &mut plan.actions {
-        let mut repair = needed_at(project, &plan.env, action, catalog, &root);
+    let found: Vec<Repair> = {
+        let physicals = physicals(plan);
+        plan.actions.iter().map(|a| needed_at(project, &plan.env, a, &physicals, catalog, &root)).collect()
+    };
+    for (action, mut repair) in plan.actions.iter_mut().zip(found) {
         if repair.is_empty() {
             continue;
         }
         let model = project.dag.get(&action.name).expect("repairs are only found for project models");
-        if repair.physical_missing || (repair.created_under.is_some() && matches!(model.kind, Kind::View)) {
+        // A lost lake view over an intact local lake directory: re-created over its files, the
+        // ledger kept; only intervals whose file is missing are recomputed.
+        if repair.physical_missing
+            && model.target == Target::Parquet
+            && let Some(files) = action.physical.as_deref().and_then(|p| local_lake_files(project, p))
+        {
+            match model.kind.time_range() {
+                Some(t) => {
+                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, plan.now)
+                        .into_iter()
+                        .filter(|i| !files.contains(&lake_interval_file(i.start, t.grain)))
+                        .collect();
+                    let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
+                    pieces.extend(lost.iter().copied());
+                    pieces.sort_by_key(|i| i.start);
+                    pieces.dedup();
+                    action.intervals = pieces.len();
+                    action.backfill = interval::merge(&pieces);
+                    repair.physical_missing = false;
+                    repair.lake_view_missing = true;
+                    repair.ledger_reset = sharing(state, &mut index, action)?;
+                    repair.lost_files = lost;
+                }
+                None if files.contains(LAKE_FULL_FILE) => {
+                    repair.physical_missing = false;
+                    repair.lake_view_missing = true;
+                }
+                None => {}
+            }
+        }
+        if repair.physical_missing || ((repair.created_under.is_some() || repair.physical_stale) && matches!(model.kind, Kind::View)) {
             action.build = true;
             if action.metadata.is_null() {
                 action.metadata = super::metadata(model);
@@ -190,17 +354,7 @@ pub fn check(project: &Project, state: &StateStore, plan: &mut Plan, catalog: &C
             let wanted = interval::wanted(t.start, t.end, t.grain, plan.now);
             action.intervals = wanted.len();
             action.backfill = interval::merge(&wanted);
-            if index.is_none() {
-                index = Some(state.snapshot_index()?);
-            }
-            let name = action.name.to_string();
-            let physical = action.physical.clone().unwrap_or_default();
-            let mut fps: Vec<Fingerprint> =
-                index.iter().flatten().filter(|(key, stored)| key.0 == name && stored.0 == physical).map(|(key, _)| Fingerprint::from(key.1.clone())).collect();
-            fps.extend([Some(action.fingerprint.clone()), action.reused_from.clone()].into_iter().flatten());
-            fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-            fps.dedup_by(|a, b| a.as_str() == b.as_str());
-            repair.ledger_reset = fps;
+            repair.ledger_reset = sharing(state, &mut index, action)?;
         }
         action.repair = Some(repair);
     }
@@ -208,19 +362,43 @@ pub fn check(project: &Project, state: &StateStore, plan: &mut Plan, catalog: &C
     Ok(())
 }
 
+type SnapshotIndex = std::collections::HashMap<(String, String), (String, String)>;
+
+/// The name of a full lake version's data file (as `apply::lake::FULL_FILE`).
+const LAKE_FULL_FILE: &str = "data.parquet";
+
+/// The versions of `action`'s model stored in its physical relation (its own, the one it reuses,
+/// and every snapshot recording that relation).
+fn sharing(state: &StateStore, index: &mut Option<SnapshotIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
+    if index.is_none() {
+        *index = Some(state.snapshot_index()?);
+    }
+    let name = action.name.to_string();
+    let physical = action.physical.clone().unwrap_or_default();
+    let mut fps: Vec<Fingerprint> =
+        index.iter().flatten().filter(|(key, stored)| key.0 == name && stored.0 == physical).map(|(key, _)| Fingerprint::from(key.1.clone())).collect();
+    fps.extend([Some(action.fingerprint.clone()), action.reused_from.clone()].into_iter().flatten());
+    fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    fps.dedup_by(|a, b| a.as_str() == b.as_str());
+    Ok(fps)
+}
+
 /// What the engine's `catalog` says must be restored but `plan` does not restore, described:
 /// `apply` refuses such a plan (computed without the check, or before a relation vanished).
 pub fn unplanned(project: &Project, plan: &Plan, catalog: &Catalog) -> Vec<String> {
     let root = Root::of(project);
+    let physicals = physicals(plan);
     let mut out = Vec::new();
     for action in &plan.actions {
-        let live = needed_at(project, &plan.env, action, catalog, &root);
+        let live = needed_at(project, &plan.env, action, &physicals, catalog, &root);
         let planned = action.repair.clone().unwrap_or_default();
         let missed = Repair {
-            physical_missing: live.physical_missing,
+            physical_missing: live.physical_missing && !planned.lake_view_missing,
             created_under: live.created_under.filter(|_| planned.created_under.is_none()),
             view_missing: live.view_missing && !planned.view_missing,
-            ledger_reset: Vec::new(),
+            view_stale: live.view_stale && !planned.view_stale && !planned.view_missing,
+            physical_stale: live.physical_stale && !planned.physical_stale,
+            ..Repair::default()
         };
         out.extend(missed.describe(action, &plan.env, &project.config.root));
     }

@@ -551,3 +551,34 @@ fn a_killed_lake_backfill_marks_done_only_complete_files_and_converges() {
     assert_eq!(parquet, day_files(SLOW_LAKE_DAYS), "exactly one file per day");
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
+
+#[test]
+fn a_lost_duckdb_file_relists_intact_lake_files_and_recomputes_only_missing_ones() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let rows = p.rows(&env_view("dev", "m.daily"));
+    let totals = p.rows(&env_view("dev", "m.totals"));
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    let kept = daily.join("2026-01-05.parquet");
+    let stamp = std::fs::metadata(&kept).unwrap().modified().unwrap();
+    std::fs::remove_file(daily.join("2026-01-02.parquet")).unwrap();
+    p.remove("efmesh.duckdb");
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.daily");
+    assert_eq!(a["repair"]["lakeViewMissing"], true, "{a:#}");
+    assert!(a["repair"].get("physicalMissing").is_none(), "{a:#}");
+    assert_eq!(a["intervals"], 1, "only the interval whose file is missing is recomputed: {a:#}");
+    let t = action(&plan, "m.totals");
+    assert_eq!(t["repair"]["lakeViewMissing"], true, "{t:#}");
+    assert!(t.get("build").is_none_or(|b| b == false), "the full version's file is intact: {t:#}");
+
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(0);
+    assert_eq!(std::fs::metadata(&kept).unwrap().modified().unwrap(), stamp, "intact files are not rewritten");
+    assert!(daily.join("2026-01-02.parquet").exists());
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), rows);
+    assert_eq!(p.rows(&env_view("dev", "m.totals")), totals);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}

@@ -284,3 +284,73 @@ fn a_moved_project_recreates_the_views_over_project_files() {
     let again = efmesh_in(&new, &["plan", "prod", "--json"]).expect_code(0).json();
     assert_eq!(again["hasChanges"], false, "{again:#}");
 }
+
+#[test]
+fn schemas_differing_only_in_case_are_one_engine_schema() {
+    let p = Project::new();
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "Sales.a", kind = kind.full(), schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
+define_model { name = "sales.b", kind = kind.full(), schema = { { "x", "integer" } }, query = "SELECT 2 AS x" }
+"#,
+    );
+    p.apply("dev");
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+}
+
+fn one_model(value: i32) -> String {
+    format!(r#"define_model {{ name = "s.t", kind = kind.full(), schema = {{ {{ "x", "integer" }} }}, query = "SELECT {value} AS x" }}"#)
+}
+
+#[test]
+fn an_older_duckdb_copy_is_repaired_to_serve_the_recorded_version() {
+    let p = Project::new();
+    p.write("models/m.lua", &one_model(1));
+    p.apply("dev");
+    let aside = p.root().join("old.duckdb");
+    std::fs::copy(p.engine_path(), &aside).unwrap();
+    p.write("models/m.lua", &one_model(2));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("2".to_string())]]);
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    std::fs::copy(&aside, p.engine_path()).unwrap();
+
+    let plan = p.plan("dev");
+    let a = action(&plan, "s.t");
+    assert_eq!(a["repair"]["physicalMissing"], true, "{a:#}");
+    assert_eq!(a["repair"]["viewStale"], true, "{a:#}");
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(0);
+    assert!(applied.stderr.contains("does not serve"), "{}", applied.stderr);
+    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("2".to_string())]]);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn a_physical_view_reading_an_old_parent_version_is_rebuilt() {
+    let mut p = Project::new();
+    p.now = "2026-01-05T00:00:00Z".into();
+    p.write("models/m.lua", &parent_and_views("", ""));
+    let first = p.apply("dev");
+    // As an older efmesh left it: the view's version reused across a new parent version, so its
+    // physical view still reads the parent's old table.
+    let view = action(&first, "m.v")["physical"].as_str().expect("physical").to_string();
+    let parent = action(&first, "m.p")["physical"].as_str().expect("physical").to_string();
+    drop_relation(
+        &p,
+        &format!(
+            "CREATE TABLE \"_efmesh\".\"old_parent\" AS SELECT * FROM {parent} LIMIT 1; CREATE OR REPLACE VIEW {view} AS SELECT day, v FROM \"_efmesh\".\"old_parent\""
+        ),
+    );
+    assert_eq!(count(&p, &env_view("dev", "m.v")), 1);
+
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.v");
+    assert_eq!(a["repair"]["physicalStale"], true, "{a:#}");
+    assert_eq!(a["build"], true, "{a:#}");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(count(&p, &env_view("dev", "m.v")), 4);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
