@@ -734,7 +734,7 @@ fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything() {
     project_with_history(&mut p, false);
     p.now = T3.into();
     // `m.src` changes too: its new view would be built first.
-    p.write("models/m.lua", &declared_rename().replace("doctor FROM \" .. ref(raw)", "doctor FROM \" .. ref(raw) .. \" WHERE patient > 0"));
+    p.write("models/m.lua", &declared_rename().replace("doctor FROM \" .. ref(raw)", "doctor FROM \" .. ref(raw) .. \" WHERE patient > 0\""));
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "m.src")["build"], true, "{plan:#}");
     let old = p.physical_tables().into_iter().find(|t| t.starts_with("m__assign__")).expect("the old table");
