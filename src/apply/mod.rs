@@ -141,7 +141,8 @@ pub enum ApplyError {
         env: String,
     },
     /// The plan would start an `scd_type2` model's history over and the operator did not accept
-    /// it (`--reset-history`): nothing was done. The message lists the ways forward.
+    /// it (`--reset-history`), or a history it carries over cannot be read or holds more than the
+    /// carried version copied: nothing was done. The message lists the ways forward.
     #[error("{0}")]
     HistoryReset(String),
     /// The engine lacks relations the plan relies on and does not restore (the plan was
@@ -196,6 +197,7 @@ pub(crate) fn execute(
     if let Some(refusal) = crate::plan::history_refusal(plan) {
         return Err(ApplyError::HistoryReset(refusal));
     }
+    scd2::check_carried(project, plan, engine)?;
     // The relations the plan relies on must exist (one catalog query, on this connection):
     // what the plan does not restore is refused, never trusted (SPEC §4).
     let missing = crate::plan::integrity::unplanned(project, plan, &engine.catalog()?);
@@ -422,9 +424,18 @@ pub(crate) fn execute(
                 let checks = audit::checks(model, None, &physical);
                 // A declared rename carries the old version's rows over into the new table.
                 let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
+                let mut snapshot = snapshot;
                 if let Some(h) = carry {
-                    let n = scd2::carry_over(engine, model, s, &physical, h)?;
-                    tracing::info!(model = %model.name, "history carried over from @{}: {n} versions", h.from.short());
+                    let (rows, closed) = scd2::carry_over(engine, model, s, &physical, h)?;
+                    tracing::info!(model = %model.name, "history carried over from @{}: {rows} versions", h.from.short());
+                    // Recorded with the snapshot when it is created (snapshots never change).
+                    if let Some(m) = snapshot.metadata.as_object_mut() {
+                        m.insert(crate::plan::CARRIED.to_string(), serde_json::json!({"from": h.from.as_str(), "rows": rows, "closed": closed}));
+                    }
+                } else if action.build && state.snapshot(&snapshot.name, &snapshot.fingerprint)?.is_none() {
+                    // No snapshot records this version: a table of its name is what an
+                    // interrupted apply left, perhaps from another choice (a carry over).
+                    engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
                 }
                 let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
                 if reconciled.is_err() && carry.is_some() {

@@ -78,12 +78,20 @@ pub fn reconcile(
 /// Creates the new version's table `physical` from every row of the old version's table
 /// (`history.from_physical`): open and closed versions, `valid_from`/`valid_to` as they were,
 /// the declared renames applied (`renamed`), columns the new version adds NULL, each column cast
-/// to its declared type. One engine transaction; a table that exists already is left as it is
-/// (a resumed apply). Returns the number of rows the table holds.
+/// to its declared type. One engine transaction, which first drops a table of that name: only a
+/// version no snapshot records is built, so such a table is what an interrupted apply left
+/// (perhaps from another choice: a wrong `renamed`, which is not fingerprinted, or a reset).
+/// Returns the rows and closed versions copied, which the snapshot records ([`crate::plan::CARRIED`]).
 ///
 /// # Errors
 /// [`ApplyError::Build`] when an engine statement fails (nothing is created).
-pub fn carry_over(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, history: &crate::plan::History) -> Result<usize, ApplyError> {
+pub fn carry_over(
+    engine: &mut dyn Engine,
+    model: &Model,
+    scd: &ScdType2,
+    physical: &str,
+    history: &crate::plan::History,
+) -> Result<(usize, usize), ApplyError> {
     let select = model
         .schema
         .0
@@ -101,10 +109,59 @@ pub fn carry_over(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physic
     let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
     let from = &history.from_physical;
     engine
-        .transaction(&[format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {select}, _o.{vf}, _o.{vt} FROM {from} AS _o")])
+        .transaction(&[format!("DROP TABLE IF EXISTS {physical}"), format!("CREATE TABLE {physical} AS SELECT {select}, _o.{vf}, _o.{vt} FROM {from} AS _o")])
         .map_err(|e| build_error(model, e))?;
-    let n = engine.query(&format!("SELECT count(*) FROM {physical}")).map_err(|e| build_error(model, e))?;
-    Ok(number(&n))
+    history_counts(engine, physical, scd).map_err(|e| build_error(model, e))
+}
+
+/// Rows and closed versions of an SCD table. A reconciliation never deletes a row: whatever it
+/// records adds a row or closes a version, so equal counts mean nothing was recorded since.
+fn history_counts(engine: &mut dyn Engine, relation: &str, scd: &ScdType2) -> Result<(usize, usize), crate::engine::EngineError> {
+    let rows = engine.query(&format!("SELECT count(*), count({}) FROM {relation}", quote_ident(&scd.valid_to)))?;
+    let at = |i: usize| rows.first().and_then(|r| r.get(i).cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    Ok((at(0), at(1)))
+}
+
+/// Checked before anything is written: every history `plan` carries over is still all there.
+/// A version to build copies the old version's table, which must be readable; a version that
+/// exists already (built for another environment) copied it then, and the old table must hold
+/// exactly what it copied — otherwise what the environment recorded since would be lost, and
+/// `apply` refuses unless `--reset-history` names the model.
+///
+/// # Errors
+/// [`ApplyError::HistoryReset`] naming the model, the relation and the way forward.
+pub fn check_carried(project: &crate::project::Project, plan: &crate::plan::Plan, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    for action in &plan.actions {
+        let Some(h) = action.history.as_ref().filter(|h| h.fate == crate::plan::HistoryFate::Carried) else { continue };
+        let Some(crate::core::Kind::ScdType2(scd)) = project.dag.get(&action.name).map(|m| &m.kind) else { continue };
+        let (name, short, from) = (&action.name, h.from.short(), &h.from_physical);
+        match (h.copied, history_counts(engine, from, scd)) {
+            (None, Err(e)) => {
+                return Err(ApplyError::HistoryReset(format!(
+                    "cannot carry the history of scd_type2 model `{name}` over: the table of @{short}, {from}, cannot be read ({e}); nothing was done\n  \
+                     hint: restore it; or remove the `renamed` declaration and apply with `--reset-history {name}` to start the history over"
+                )));
+            }
+            (Some(copied), now) if !h.reset_accepted && now.as_ref().ok() != Some(&copied) => {
+                let since = match now {
+                    Ok((rows, closed)) => {
+                        format!("it holds {rows} rows ({closed} closed) where @{} copied {} ({})", action.fingerprint.short(), copied.0, copied.1)
+                    }
+                    Err(e) => format!("its table {from} cannot be read ({e})"),
+                };
+                return Err(ApplyError::HistoryReset(format!(
+                    "refusing to apply `{}`: scd_type2 model `{name}` would be served by @{}, whose table started from the history of @{short}, but @{short} recorded more since ({since}), and history is never discarded without an explicit choice; nothing was done\n  \
+                     choose:\n  - carry the current history over: change the model so a new version is built for `{}`\n  - serve @{} as it stands: `--reset-history {name}`",
+                    plan.env,
+                    action.fingerprint.short(),
+                    plan.env,
+                    action.fingerprint.short(),
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The condition, over `_t` (the table) and `_s` (the staged query), matching a key.

@@ -130,16 +130,14 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 if cols.is_empty() { String::new() } else { format!(" (columns: {cols})") }
             ));
             if h.refused() {
-                let rename = match (h.dropped.as_slice(), h.added.as_slice()) {
-                    ([old], [new]) => format!("`renamed = {{ {old} = \"{new}\" }}`"),
-                    _ => "`renamed = { old = \"new\" }`".to_string(),
+                // Only the ways forward apply would accept.
+                let rename = match (h.rename_ok, h.dropped.as_slice(), h.added.as_slice()) {
+                    (false, ..) => String::new(),
+                    (true, [old], [new]) => format!("declare `renamed = {{ {old} = \"{new}\" }}` in the kind to carry it over, "),
+                    (true, ..) => "declare `renamed = { old = \"new\" }` in the kind to carry it over, ".to_string(),
                 };
-                let forward =
-                    if h.dropped.is_empty() && h.retyped.is_empty() { format!(", `--forward-only {}` to keep the table", a.name) } else { String::new() };
-                s.push_str(&format!(
-                    "      apply refuses this: declare {rename} in the kind to carry it over{forward}, or `--reset-history {}` to start over\n",
-                    a.name
-                ));
+                let forward = if h.forward_only_ok { format!("`--forward-only {}` to keep the table, ", a.name) } else { String::new() };
+                s.push_str(&format!("      apply refuses this: {rename}{forward}or `--reset-history {}` to start over\n", a.name));
             }
         }
         if let (true, Some(e)) = (explain, &a.explain) {

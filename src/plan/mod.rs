@@ -129,6 +129,20 @@ pub struct History {
     /// The old version's physical relation (the rows a carried history is copied from).
     #[serde(skip)]
     pub from_physical: String,
+    /// For a carried history the version holds already (built for another environment): the
+    /// rows and closed versions its build copied from `from_physical`. Apply checks the old
+    /// table still holds exactly those, so nothing it recorded since is lost.
+    #[serde(skip)]
+    pub copied: Option<(usize, usize)>,
+    /// True when a declared `renamed` can carry it over (a version still to build, still
+    /// `scd_type2`, same managed columns).
+    #[serde(skip)]
+    pub rename_ok: bool,
+    /// True when `--forward-only` would be accepted and keep the old table (a version still to
+    /// build, the kind's key and managed columns unchanged, columns only added, no other
+    /// environment sharing that table).
+    #[serde(skip)]
+    pub forward_only_ok: bool,
 }
 
 impl History {
@@ -177,22 +191,20 @@ pub fn history_refusal(plan: &Plan) -> Option<String> {
         }
     }
     s.push_str("\n  choose, per model:");
-    for (a, h) in &refused {
-        if h.dropped.len() == 1 && h.added.len() == 1 {
+    for (a, h) in refused.iter().filter(|(_, h)| h.rename_ok) {
+        if let ([old], [new]) = (h.dropped.as_slice(), h.added.as_slice()) {
             s.push_str(&format!(
-                "\n  - carry the history over a column rename: declare it in the kind of `{}`, `renamed = {{ {} = \"{}\" }}` (Lua; Rhai `renamed: #{{ {}: \"{}\" }}`; SQL `renamed = {{{} = {}}}`)",
-                a.name, h.dropped[0], h.added[0], h.dropped[0], h.added[0], h.dropped[0], h.added[0]
+                "\n  - carry the history over a column rename: declare it in the kind of `{}`, `renamed = {{ {old} = \"{new}\" }}` (Lua; Rhai `renamed: #{{ {old}: \"{new}\" }}`; SQL `renamed = {{{old} = {new}}}`)",
+                a.name
             ));
         }
     }
-    if refused.iter().any(|(_, h)| h.dropped.len() != 1 || h.added.len() != 1) {
+    if refused.iter().any(|(_, h)| h.rename_ok && (h.dropped.len() != 1 || h.added.len() != 1)) {
         s.push_str("\n  - carry the history over a column rename: declare `renamed = { old = \"new\" }` in the model's kind");
     }
-    if refused.iter().any(|(_, h)| h.dropped.is_empty() && h.retyped.is_empty() && h.renamed.is_empty()) {
-        s.push_str(&format!(
-            "\n  - keep the table and its history (columns only added): `--forward-only {}`",
-            refused.iter().map(|(a, _)| a.name.to_string()).collect::<Vec<_>>().join(",")
-        ));
+    let forward: Vec<String> = refused.iter().filter(|(_, h)| h.forward_only_ok).map(|(a, _)| a.name.to_string()).collect();
+    if !forward.is_empty() {
+        s.push_str(&format!("\n  - keep the table and its history (columns only added): `--forward-only {}`", forward.join(",")));
     }
     for (a, _) in &refused {
         s.push_str(&format!("\n  - start the history of `{}` over: `--reset-history {}`", a.name, a.name));
@@ -956,7 +968,7 @@ pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, op
         // the others have no history to lose.
         let history = match &previous {
             Some(p) if *p != fp && snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(_, kind)| kind == "scd_type2") => {
-                scd_history(state, model, p, physical.as_deref(), build, options)?
+                scd_history(state, env, model, p, &fp, physical.as_deref(), build, options)?
             }
             _ => None,
         };
@@ -1064,20 +1076,24 @@ fn forward_only_kind_fields(kind: &serde_json::Value) -> serde_json::Value {
     k
 }
 
-/// What becomes of the history of an `scd_type2` model whose environment serves version `prev`
-/// and moves to a version served from `physical` (`build`: created by this apply). `None` when
-/// the environment's version is not an `scd_type2` model (no history to lose).
+/// What becomes of the history of an `scd_type2` model whose environment `env` serves version
+/// `prev` and moves to version `fp`, served from `physical` (`build`: created by this apply).
+/// `None` when the environment's version is not an `scd_type2` model (no history to lose).
 ///
 /// A history is *kept* when the new version serves the old table (forward-only, indirect
 /// reuse); *carried over* when a declared rename (`renamed`) applies to the old version's
 /// columns, the key and managed columns are the same and no column is dropped or retyped (the
 /// new table is created from the old one's rows); otherwise it *starts over*. A version that
-/// already exists (built in another environment) is promoted as it stands: carried over when a
-/// declared rename maps the old columns onto it, starting over otherwise.
+/// already exists (built in another environment) is promoted as it stands: carried over only
+/// when its snapshot records that its build copied this very version's rows ([`CARRIED`]),
+/// starting over otherwise (its table holds another history).
+#[allow(clippy::too_many_arguments)]
 fn scd_history(
     state: &StateStore,
+    env: &str,
     model: &Model,
     prev: &Fingerprint,
+    fp: &Fingerprint,
     physical: Option<&str>,
     build: bool,
     options: &Options,
@@ -1104,8 +1120,11 @@ fn scd_history(
         renamed,
         retyped,
         reason: String::new(),
-        reset_accepted: false,
+        reset_accepted: options.reset_history.contains(&model.name),
         from_physical: old.physical.clone(),
+        copied: None,
+        rename_ok: false,
+        forward_only_ok: false,
     };
     let short = prev.short();
     if physical.is_some_and(|p| p == old.physical) {
@@ -1114,6 +1133,15 @@ fn scd_history(
         return Ok(Some(h));
     }
     let new_kind = model.kind_payload();
+    let is_scd = matches!(model.kind, Kind::ScdType2(_));
+    let managed = ["valid_from", "valid_to"].into_iter().find(|f| old.kind.get(*f) != new_kind.get(*f));
+    // The ways forward the refusal may offer: only those that would be accepted.
+    h.rename_ok = build && is_scd && managed.is_none();
+    h.forward_only_ok = build
+        && is_scd
+        && forward_only_kind_fields(&old.kind) == forward_only_kind_fields(&new_kind)
+        && old.schema.iter().all(|(c, t)| new_schema.iter().any(|(n, nt)| n == c && nt == t))
+        && refuse_shared_history(state, env, &model.name, prev).is_ok();
     // The key may be renamed too; the managed columns may not.
     let old_key: Option<Vec<String>> = old
         .kind
@@ -1124,17 +1152,28 @@ fn scd_history(
         Kind::ScdType2(s) => Some(s.key.clone()),
         _ => None,
     };
-    let identity = if old_key != new_key { Some("key") } else { ["valid_from", "valid_to"].into_iter().find(|f| old.kind.get(*f) != new_kind.get(*f)) };
-    let blocker = if !matches!(model.kind, Kind::ScdType2(_)) {
+    let identity = if old_key != new_key { Some("key") } else { managed };
+    let blocker = if !is_scd {
         Some(format!("the model is no longer `scd_type2`, so the history of @{short} is no longer served"))
+    } else if !build {
+        // What its build copied, as its snapshot recorded it then (snapshots never change).
+        let carried = state.snapshot(&model.name.to_string(), fp.as_str())?.map(|rec| rec.metadata[CARRIED].clone()).unwrap_or_default();
+        let count = |f: &str| carried[f].as_u64().and_then(|n| usize::try_from(n).ok());
+        match carried["from"].as_str() {
+            Some(from) if from == prev.as_str() && count("rows").is_some() && count("closed").is_some() => {
+                h.copied = count("rows").zip(count("closed"));
+                None
+            }
+            Some(from) => Some(format!(
+                "its table started from the history of @{} and holds what was recorded since, not the history of @{short}",
+                Fingerprint::from(from.to_string()).short()
+            )),
+            None => Some(format!("its table holds the history recorded since it was built, not the history of @{short}")),
+        }
     } else if let Some(field) = identity {
         Some(format!("`{field}` changed, so the rows of @{short} cannot be carried over"))
     } else if h.renamed.is_empty() {
-        Some(if build {
-            format!("the new version's table starts empty: every `valid_from` restarts and the closed versions of @{short} are no longer served")
-        } else {
-            format!("its table holds the history recorded since it was built, not the history of @{short}")
-        })
+        Some(format!("the new version's table starts empty: every `valid_from` restarts and the closed versions of @{short} are no longer served"))
     } else if let Some(c) = h.dropped.first() {
         Some(format!("column `{c}` is dropped, so the declared rename cannot carry the history of @{short} over"))
     } else {
@@ -1143,7 +1182,6 @@ fn scd_history(
     match blocker {
         Some(why) => {
             h.reason = if build { why } else { format!("the new version exists already (built for another environment) and is promoted as it stands; {why}") };
-            h.reset_accepted = options.reset_history.contains(&model.name);
             if h.reset_accepted {
                 h.reason = format!("{}; accepted by the operator (`--reset-history`)", h.reason);
             }
@@ -1155,13 +1193,20 @@ fn scd_history(
                     "the new version's table starts from every row of @{short} (open and closed versions, `valid_from`/`valid_to` kept), the declared renames applied"
                 )
             } else {
-                "the version exists already (its table started from the history it replaced, the declared renames applied) and is promoted as it stands"
-                    .to_string()
+                format!(
+                    "the version exists already (its table started from every row of @{short}, the declared renames applied) and is promoted as it stands, provided @{short} recorded nothing since"
+                )
             };
         }
     }
     Ok(Some(h))
 }
+
+/// The key of a snapshot's metadata recording, for an `scd_type2` version whose build carried a
+/// history over, what it copied: `{"from": <fingerprint>, "rows": n, "closed": n}` (the old
+/// version, its rows and its closed versions at the copy). Written when the snapshot is
+/// created; absent otherwise.
+pub const CARRIED: &str = "carried";
 
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may
 /// always do it (environments sharing that version then see the new intervals, as in sqlmesh);

@@ -638,3 +638,129 @@ fn a_declared_rename_of_the_key_carries_the_history_over() {
     ));
     assert_eq!(rows, vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)]);
 }
+
+/// prod serves a history (applied at T1, patient 1 moved at T2); dev does not exist yet.
+fn prod_with_history() -> Project {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("prod");
+    p.now = T2.into();
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(history_in(&p, "prod", "doctor").len(), 3);
+    p
+}
+
+/// [`renamed_models`] with the rename declared.
+fn declared_rename() -> String {
+    renamed_models("").replace(r#"key = "patient""#, r#"key = "patient", renamed = { doctor = "physician" }"#)
+}
+
+#[test]
+fn a_version_a_new_environment_built_empty_does_not_replace_prods_history() {
+    let mut p = prod_with_history();
+    let prod_before = history_in(&p, "prod", "doctor");
+    // T3: the rename, declared; a new environment `dev` has no history, so it builds the new
+    // version empty (nothing to carry).
+    p.now = T3.into();
+    p.write("models/m.lua", &declared_rename());
+    p.apply("dev");
+    assert_eq!(history_in(&p, "dev", "physician").len(), 2, "dev's table started at T3");
+
+    // prod's history is not in that table: promoting it would discard prod's history.
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "m.assign")["history"]["fate"], "starts-over", "{plan:#}");
+    let before = (history_in(&p, "prod", "doctor"), p.physical_tables(), p.state_summary());
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("the history of scd_type2 model `m.assign` would start over"), "{}", r.stderr);
+    assert!(r.stderr.contains("--reset-history m.assign"), "{}", r.stderr);
+    assert!(!r.stderr.contains("renamed = {"), "declaring the rename cannot help a version that exists: {}", r.stderr);
+    assert_eq!((history_in(&p, "prod", "doctor"), p.physical_tables(), p.state_summary()), before);
+    assert_eq!(history_in(&p, "prod", "doctor"), prod_before);
+
+    // Said explicitly, prod serves dev's table.
+    p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
+    assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
+}
+
+#[test]
+fn a_carried_version_does_not_replace_a_history_that_recorded_more_since() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, true);
+    // T3: dev carries the history over the declared rename.
+    p.now = T3.into();
+    p.write("models/m.lua", &declared_rename());
+    assert_eq!(action(&p.apply("dev"), "m.assign")["history"]["fate"], "carried");
+    // T4: prod, still on the old version, records a change dev's copy does not have.
+    p.now = T4.into();
+    p.write("models/m.lua", &models("").replace("kind = kind.full()", "kind = kind.view()"));
+    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,ortho,grey\n");
+    p.run(&["run", "prod"]).expect_code(0);
+    let prod_before = history_in(&p, "prod", "doctor");
+    assert_eq!(prod_before.len(), 4, "{prod_before:?}");
+
+    p.write("models/m.lua", &declared_rename());
+    let before = (p.physical_tables(), p.state_summary());
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("scd_type2 model `m.assign`"), "{}", r.stderr);
+    assert!(r.stderr.contains("recorded more since"), "{}", r.stderr);
+    assert!(r.stderr.contains("--reset-history m.assign"), "{}", r.stderr);
+    assert_eq!(history_in(&p, "prod", "doctor"), prod_before);
+    assert_eq!((p.physical_tables(), p.state_summary()), before);
+
+    p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
+    assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
+}
+
+#[test]
+fn a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    let carried = history_in(&p, "dev", "doctor");
+    p.now = T3.into();
+    p.write("models/m.lua", &declared_rename());
+    // An interrupted `--reset-history` attempt left the new version's table, empty, with no
+    // snapshot recording it.
+    let physical = action(&p.plan("dev"), "m.assign")["physical"].as_str().expect("physical").to_string();
+    p.query(&format!("CREATE TABLE {physical} (patient BIGINT, dept VARCHAR, physician VARCHAR, valid_from TIMESTAMP, valid_to TIMESTAMP)"));
+    p.apply("dev");
+    assert_eq!(history_in(&p, "dev", "physician"), carried, "every version carried over, none from the leftover");
+}
+
+#[test]
+fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    p.now = T3.into();
+    // `m.src` changes too: its new view would be built first.
+    p.write("models/m.lua", &declared_rename().replace("doctor FROM \" .. ref(raw)", "doctor FROM \" .. ref(raw) .. \" WHERE patient > 0\""));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "m.src")["build"], true, "{plan:#}");
+    let old = p.physical_tables().into_iter().find(|t| t.starts_with("m__assign__")).expect("the old table");
+    p.query(&format!("DROP TABLE \"_efmesh\".\"{old}\""));
+    let before = (p.physical_tables(), p.state_summary());
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("scd_type2 model `m.assign`"), "{}", r.stderr);
+    assert!(r.stderr.contains(&old), "names the relation: {}", r.stderr);
+    assert_eq!((p.physical_tables(), p.state_summary()), before, "nothing built");
+}
+
+#[test]
+fn a_changed_key_is_never_offered_forward_only() {
+    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    p.now = T3.into();
+    p.write("models/m.lua", &models("").replace("kind = kind.full()", "kind = kind.view()").replace(r#"key = "patient""#, r#"key = { "patient", "dept" }"#));
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("`key` changed"), "{text}");
+    assert!(!text.contains("--forward-only"), "{text}");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("--reset-history m.assign"), "{}", r.stderr);
+    assert!(!r.stderr.contains("--forward-only"), "offered although it would be refused: {}", r.stderr);
+    let r = p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("its kind changed"), "{}", r.stderr);
+}
