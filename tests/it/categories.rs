@@ -56,12 +56,7 @@ fn names(v: &Value) -> BTreeSet<String> {
 /// Runs `args` with `EFMESH_APPLIED_BY` set to `who`.
 fn run_as(p: &Project, who: &str, args: &[&str]) -> Run {
     let out = p.command(args).env("EFMESH_APPLIED_BY", who).output().expect("spawn efmesh");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        cmd: args.join(" "),
-    }
+    Run::from_output(out, args.join(" "))
 }
 
 fn physical_of(v: &Value, model: &str) -> String {

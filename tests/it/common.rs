@@ -38,6 +38,16 @@ pub struct Run {
 }
 
 impl Run {
+    /// What a finished process produced, under the command line `cmd` (for messages).
+    pub fn from_output(out: std::process::Output, cmd: String) -> Self {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            cmd,
+        }
+    }
+
     /// Panics with the whole output unless the exit code is `code`.
     #[track_caller]
     pub fn expect_code(&self, code: i32) -> &Self {
@@ -124,12 +134,7 @@ impl Project {
     /// Runs the binary to completion.
     pub fn run(&self, args: &[&str]) -> Run {
         let out = self.command(args).output().expect("spawn efmesh");
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            cmd: format!("efmesh --now {} {}", self.now, args.join(" ")),
-        }
+        Run::from_output(out, format!("efmesh --now {} {}", self.now, args.join(" ")))
     }
 
     /// Starts the binary without waiting (output discarded).

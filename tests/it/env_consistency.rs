@@ -10,12 +10,7 @@ use serde_json::Value;
 /// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
 fn run_with_fault(p: &Project, point: &str, args: &[&str]) -> Run {
     let out = p.command(args).env(FAULT_ENV, point).output().expect("spawn efmesh");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        cmd: format!("{FAULT_ENV}={point} efmesh {}", args.join(" ")),
-    }
+    Run::from_output(out, format!("{FAULT_ENV}={point} efmesh {}", args.join(" ")))
 }
 
 /// Asserts that every view of `env` serves exactly the physical relation of the version its

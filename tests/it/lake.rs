@@ -353,12 +353,7 @@ fn run_s3(p: &Project, args: &[&str]) -> Run {
         .env_remove("AWS_SESSION_TOKEN")
         .output()
         .expect("spawn efmesh");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        cmd: format!("efmesh {}", args.join(" ")),
-    }
+    Run::from_output(out, format!("efmesh {}", args.join(" ")))
 }
 
 /// Sorted rows of `relation` in `p`'s DuckDB file, read over S3 from the moto server.

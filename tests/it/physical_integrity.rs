@@ -212,12 +212,7 @@ fn efmesh_in(dir: &Path, args: &[&str]) -> Run {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("spawn efmesh");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        cmd: format!("efmesh {} (in {})", args.join(" "), dir.display()),
-    }
+    Run::from_output(out, format!("efmesh {} (in {})", args.join(" "), dir.display()))
 }
 
 fn rows_in(dir: &Path, relation: &str) -> Rows {
