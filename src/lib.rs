@@ -33,6 +33,7 @@ pub mod plan;
 pub mod project;
 pub mod script;
 pub mod seed;
+pub mod session;
 pub mod sql;
 pub mod state;
 pub mod unittest;

@@ -10,14 +10,12 @@ mod run;
 mod test;
 
 use crate::apply::{self, ApplyReport};
-use crate::config::Config;
 use crate::core::interval::{self, Millis};
 use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
-use crate::state::StateStore;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use args::{Args, Command};
 use printer::Printer;
 use serde_json::json;
@@ -92,7 +90,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::config::ConfigError>() {
             return "config";
         }
-        if e.is::<Reported>() {
+        if e.is::<Reported>() || e.is::<LoadErrors>() {
             return "load";
         }
         if let Some(a) = e.downcast_ref::<ApplyError>() {
@@ -183,90 +181,13 @@ pub fn run(args: Args) -> Result<Exit> {
 
 fn load(config_path: &std::path::Path) -> Result<Project> {
     // The hint is added by `main` ([`hint_for`]).
-    let config = Config::load(config_path)?;
-    Project::load(&config).map_err(|e: LoadErrors| Reported(e.to_string()).into())
+    crate::session::Session::open(config_path)?.into_project().map_err(|e| match e.downcast::<LoadErrors>() {
+        Ok(errors) => Reported(errors.to_string()).into(),
+        Err(e) => e,
+    })
 }
 
-/// Opens the state store for reading. A project that has no store yet gets an empty in-memory
-/// stand-in, so `plan` (and an apply that ends up not applying) never creates files. Never
-/// write to what this returns: writers take [`writable_state`]. Every command that reads an
-/// environment opens the store here, so an interrupted promotion is undone first
-/// ([`recover_promotions`]).
-fn open_state(project: &Project, create: bool) -> Result<StateStore> {
-    let path = project.config.state_path();
-    if !create && !path.exists() {
-        return Ok(StateStore::open_in_memory()?);
-    }
-    // The error names the file already.
-    let state = StateStore::open(&path)?;
-    recover_promotions(project, &state)?;
-    Ok(state)
-}
-
-/// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
-/// or a failed state write between moving the views and recording the pointers), so the
-/// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine
-/// only when there is one to undo.
-fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
-    let pending = state.pending_promotions()?;
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let envs: Vec<String> = pending.iter().map(|p| format!("`{}`", p.env)).collect();
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine).with_context(|| {
-        format!(
-            "the state store records a promotion of {} as under way (in another efmesh process, or interrupted); undoing it needs the engine\n  hint: retry once the other process is done",
-            envs.join(", ")
-        )
-    })?;
-    apply::recover_promotions(project, state, &mut engine).context("undoing an interrupted promotion")?;
-    Ok(())
-}
-
-/// The engine's catalog as `plan` sees it: the DuckDB file opened read-only for one catalog query
-/// (no file: an empty catalog, everything the state relies on is missing). `None`, with a
-/// warning, when the file cannot be read (e.g. another process is writing it): the plan then
-/// assumes the relations exist, and `apply` checks again on its own connection.
-pub(crate) fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
-    use crate::engine::Engine;
-    let path = project.config.engine_path();
-    if !path.exists() {
-        return Some(crate::engine::Catalog::default());
-    }
-    match DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
-            None
-        }
-    }
-}
-
-/// Plans `env` and checks the plan against the engine's catalog ([`plan::integrity`]); warns on
-/// stderr, naming each relation, when the engine lacks what the state relies on.
-pub(crate) fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
-    let catalog = engine_catalog(project);
-    let plan = plan::plan_verified(project, state, env, now, options, catalog.as_ref())?;
-    let repairs = plan::integrity::describe(project, &plan);
-    if !repairs.is_empty() {
-        eprintln!(
-            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
-            project.config.engine_path().display(),
-            repairs.join("\n  ")
-        );
-    }
-    Ok(plan)
-}
-
-/// The store a command writes to, given the one its plan was read from: always the file on
-/// disk. When the plan was read from the empty stand-in, the file is opened now, or created
-/// (SQLite's create flag, the layout written under the write lock, so two processes creating it
-/// at once get one store). Another process may have created and written it since the plan was
-/// read: the plan's generation then differs and `apply`/`run` refuse the stale plan, so state is
-/// never written anywhere else and nothing is reported that was not recorded.
-pub(crate) fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
-    if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
-}
+pub(crate) use crate::session::{open_state, plan_checked, writable_state};
 
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;

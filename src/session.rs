@@ -1,0 +1,277 @@
+//! A session: the configuration, the loaded project and the way to the state store and the
+//! engine, held together so that `watch`, the CLI commands and embedders share one seam.
+//!
+//! A session is opened from a configuration file ([`Session::open`]). It keeps the project as
+//! last loaded — or the load errors, so a watcher keeps running on a broken project — and every
+//! input that load read ([`Session::inputs`]): the config, model and audit files, files reached
+//! through `require`/`import`, seed files. [`Session::reload`] takes the paths that changed and
+//! brings the project up to date. [`Session::plan`] and [`Session::apply`] plan and apply an
+//! environment the way the CLI does: the state store is opened per call (an interrupted
+//! promotion is undone first), the plan is checked against the engine's catalog, and the engine
+//! is opened only for as long as a call needs it, so other processes are not locked out between
+//! calls.
+
+use crate::apply::{self, ApplyReport};
+use crate::config::Config;
+use crate::core::interval::Millis;
+use crate::core::{LoadErrors, ModelName};
+use crate::engine::duckdb::DuckDb;
+use crate::plan::{self, Plan};
+use crate::project::Project;
+use crate::state::StateStore;
+use anyhow::{Context, Result};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// What a [`Session::reload`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reload {
+    /// The configuration file changed and was read again.
+    pub config_changed: bool,
+    /// Script files evaluated by this reload (relative to the project root).
+    pub evaluated: Vec<PathBuf>,
+    /// Models whose loaded definition differs from the previous load, added or removed
+    /// (previous load failed: every model).
+    pub changed_models: BTreeSet<ModelName>,
+}
+
+/// The configuration, the loaded project (or its load errors) and every input the load read.
+#[derive(Debug)]
+pub struct Session {
+    config_path: PathBuf,
+    config: Config,
+    project: Result<Project, LoadErrors>,
+    inputs: BTreeSet<PathBuf>,
+}
+
+impl Session {
+    /// Reads the configuration at `config_path` and loads the project. A project that does not
+    /// load still opens: its errors are in [`Session::project`].
+    ///
+    /// # Errors
+    /// The configuration cannot be read or is invalid.
+    pub fn open(config_path: &Path) -> Result<Session> {
+        let config = Config::load(config_path)?;
+        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new() };
+        session.load_all();
+        Ok(session)
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The path of the configuration file, as given to [`Session::open`].
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// The project as last loaded, or every error of that load.
+    pub fn project(&self) -> Result<&Project, &LoadErrors> {
+        self.project.as_ref()
+    }
+
+    /// The project as last loaded, or its errors as an error to report.
+    ///
+    /// # Errors
+    /// The load errors of the last load.
+    pub fn loaded(&self) -> Result<&Project> {
+        self.project.as_ref().map_err(|e| e.clone().into())
+    }
+
+    /// The project as last loaded, consuming the session (one-shot commands).
+    ///
+    /// # Errors
+    /// The load errors of the last load.
+    pub fn into_project(self) -> Result<Project> {
+        Ok(self.project?)
+    }
+
+    /// Every file the last load read, absolute: the configuration, the model and audit files,
+    /// the files they reached through `require`/`import`, and the seed files. A change to any of
+    /// them (or a new file matching the discovery globs) is a reason to [`Session::reload`].
+    pub fn inputs(&self) -> &BTreeSet<PathBuf> {
+        &self.inputs
+    }
+
+    /// Brings the project up to date after `changed` paths (absolute or relative to the project
+    /// root) changed, appeared or disappeared.
+    ///
+    /// # Errors
+    /// The configuration is gone or no longer valid; the session keeps its previous state.
+    pub fn reload(&mut self, changed: &[PathBuf]) -> Result<Reload> {
+        let config_abs = self.config.path.clone();
+        let config_changed = changed.iter().any(|p| self.absolute(p) == config_abs);
+        if config_changed {
+            self.config = Config::load(&self.config_path)?;
+        }
+        let before: std::collections::BTreeMap<ModelName, crate::core::Model> =
+            self.project.as_ref().map(|p| p.dag.models().map(|m| (m.name.clone(), m.clone())).collect()).unwrap_or_default();
+        let evaluated = self.load_all();
+        let mut changed_models = BTreeSet::new();
+        if let Ok(p) = &self.project {
+            for m in p.dag.models() {
+                if before.get(&m.name) != Some(m) {
+                    changed_models.insert(m.name.clone());
+                }
+            }
+            for name in before.keys() {
+                if p.dag.get(name).is_none() {
+                    changed_models.insert(name.clone());
+                }
+            }
+        }
+        Ok(Reload { config_changed, evaluated, changed_models })
+    }
+
+    fn absolute(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_path_buf() } else { self.config.root.join(p) }
+    }
+
+    /// Loads the whole project; returns the files evaluated.
+    fn load_all(&mut self) -> Vec<PathBuf> {
+        let files = Project::files(&self.config).unwrap_or_default();
+        self.project = Project::load(&self.config);
+        let mut inputs: BTreeSet<PathBuf> = files.iter().map(|f| self.config.root.join(f)).collect();
+        inputs.insert(self.config.path.clone());
+        if let Ok(p) = &self.project {
+            for m in p.dag.models() {
+                if let crate::core::Kind::Seed(s) = &m.kind {
+                    inputs.insert(self.config.root.join(&s.path));
+                }
+            }
+        }
+        self.inputs = inputs;
+        files
+    }
+
+    /// Opens the state store for reading (an empty in-memory stand-in when the project has
+    /// none yet), undoing an interrupted promotion first: [`open_state`].
+    ///
+    /// # Errors
+    /// The project does not load; the store cannot be opened; an interrupted promotion cannot be undone.
+    pub fn state(&self) -> Result<StateStore> {
+        open_state(self.loaded()?, false)
+    }
+
+    /// Plans `env` against the state store, checked against the engine's catalog: [`plan_checked`].
+    ///
+    /// # Errors
+    /// The project does not load; the state store or the planner fails.
+    pub fn plan(&self, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
+        let project = self.loaded()?;
+        let state = open_state(project, false)?;
+        plan_checked(project, &state, env, now, options)
+    }
+
+    /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
+    /// engine for the duration of the apply.
+    ///
+    /// # Errors
+    /// As [`apply::apply`]; a stale plan is refused.
+    pub fn apply(&self, plan: &Plan, options: &apply::Options) -> Result<ApplyReport> {
+        let project = self.loaded()?;
+        let state = open_state(project, true)?;
+        let mut engine = self.open_engine()?;
+        Ok(apply::apply(project, plan, &state, &mut engine, options)?)
+    }
+
+    /// Opens the engine for writing (held until dropped).
+    ///
+    /// # Errors
+    /// The engine file cannot be opened (e.g. another process holds it).
+    pub fn open_engine(&self) -> Result<DuckDb> {
+        Ok(DuckDb::open(&self.config.engine_path(), &self.config.engine)?)
+    }
+}
+
+/// Opens the state store for reading. A project that has no store yet gets an empty in-memory
+/// stand-in, so `plan` (and an apply that ends up not applying) never creates files. Never
+/// write to what this returns: writers take [`writable_state`]. Every command that reads an
+/// environment opens the store here, so an interrupted promotion is undone first
+/// ([`recover_promotions`]).
+///
+/// # Errors
+/// The store cannot be opened; an interrupted promotion cannot be undone.
+pub fn open_state(project: &Project, create: bool) -> Result<StateStore> {
+    let path = project.config.state_path();
+    if !create && !path.exists() {
+        return Ok(StateStore::open_in_memory()?);
+    }
+    // The error names the file already.
+    let state = StateStore::open(&path)?;
+    recover_promotions(project, &state)?;
+    Ok(state)
+}
+
+/// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
+/// or a failed state write between moving the views and recording the pointers), so the
+/// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine
+/// only when there is one to undo.
+fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
+    let pending = state.pending_promotions()?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let envs: Vec<String> = pending.iter().map(|p| format!("`{}`", p.env)).collect();
+    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine).with_context(|| {
+        format!(
+            "the state store records a promotion of {} as under way (in another efmesh process, or interrupted); undoing it needs the engine\n  hint: retry once the other process is done",
+            envs.join(", ")
+        )
+    })?;
+    apply::recover_promotions(project, state, &mut engine).context("undoing an interrupted promotion")?;
+    Ok(())
+}
+
+/// The engine's catalog as `plan` sees it: the DuckDB file opened read-only for one catalog query
+/// (no file: an empty catalog, everything the state relies on is missing). `None`, with a
+/// warning, when the file cannot be read (e.g. another process is writing it): the plan then
+/// assumes the relations exist, and `apply` checks again on its own connection.
+pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
+    use crate::engine::Engine;
+    let path = project.config.engine_path();
+    if !path.exists() {
+        return Some(crate::engine::Catalog::default());
+    }
+    match DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
+            None
+        }
+    }
+}
+
+/// Plans `env` and checks the plan against the engine's catalog ([`plan::integrity`]); warns on
+/// stderr, naming each relation, when the engine lacks what the state relies on.
+///
+/// # Errors
+/// The planner fails.
+pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
+    let catalog = engine_catalog(project);
+    let plan = plan::plan_verified(project, state, env, now, options, catalog.as_ref())?;
+    let repairs = plan::integrity::describe(project, &plan);
+    if !repairs.is_empty() {
+        eprintln!(
+            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+            project.config.engine_path().display(),
+            repairs.join("\n  ")
+        );
+    }
+    Ok(plan)
+}
+
+/// The store a command writes to, given the one its plan was read from: always the file on
+/// disk. When the plan was read from the empty stand-in, the file is opened now, or created
+/// (SQLite's create flag, the layout written under the write lock, so two processes creating it
+/// at once get one store). Another process may have created and written it since the plan was
+/// read: the plan's generation then differs and `apply`/`run` refuse the stale plan, so state is
+/// never written anywhere else and nothing is reported that was not recorded.
+///
+/// # Errors
+/// The store cannot be opened or created.
+pub fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
+    if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
+}
