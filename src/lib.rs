@@ -30,6 +30,7 @@ pub mod config;
 pub mod core;
 pub mod engine;
 pub mod plan;
+pub mod preview;
 pub mod project;
 pub mod script;
 pub mod seed;
