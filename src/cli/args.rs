@@ -111,6 +111,27 @@ pub enum Command {
         #[arg(long, value_name = "MODELS", default_value = "")]
         model: String,
     },
+    /// Keep an environment's plan (and a preview of the changed models' data) up to date while
+    /// you edit: re-plan on every save. A screen at a terminal, one JSON line per re-plan otherwise.
+    Watch {
+        /// Environment name.
+        env: String,
+        /// One JSON line per re-plan on stdout, even at a terminal.
+        #[arg(long)]
+        json: bool,
+        /// Apply each successful re-plan with changes to the environment (refused for `prod`).
+        #[arg(long)]
+        apply: bool,
+        /// Run the unit tests of the models each save changed.
+        #[arg(long)]
+        test: bool,
+        /// Rows previewed per changed model (0: no preview).
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        preview_rows: usize,
+        /// How long the files must be quiet before a re-plan, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 75)]
+        debounce_ms: u64,
+    },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {
         /// Model name `schema.table`.
@@ -129,7 +150,8 @@ impl Command {
     /// object on stdout).
     pub fn json(&self) -> bool {
         match self {
-            Command::Init { .. } => false,
+            // `watch` writes its own JSON lines, failures included.
+            Command::Init { .. } | Command::Watch { .. } => false,
             Command::Plan { json, .. }
             | Command::Apply { json, .. }
             | Command::Run { json, .. }

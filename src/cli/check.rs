@@ -174,6 +174,25 @@ fn check(config_path: &Path) -> Report {
     report
 }
 
+/// The column problems `efmesh check` finds in `model` (what it reads from its parents), as
+/// load-error-shaped diagnostics, for `watch`; none when sqlparser cannot parse its SQL.
+pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> {
+    let mut report = Report::default();
+    check_model(project, model, &mut report);
+    report
+        .errors
+        .into_iter()
+        .map(|f| {
+            let at = match (f.sql_line, f.sql_column) {
+                (Some(l), Some(c)) => format!(", at line {l}, column {c} of the query"),
+                (Some(l), None) => format!(", at line {l} of the query"),
+                _ => String::new(),
+            };
+            LoadError { location: f.location, model: f.model, message: format!("{}{at}", f.message), hint: f.hint }
+        })
+        .collect()
+}
+
 /// Resolves the columns `model` reads from its parents.
 fn check_model(project: &Project, model: &Model, report: &mut Report) {
     let Some(body) = &model.body else { return };

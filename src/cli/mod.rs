@@ -8,6 +8,7 @@ mod init;
 mod printer;
 mod run;
 mod test;
+mod watch;
 
 use crate::apply::{self, ApplyReport};
 use crate::core::interval::{self, Millis};
@@ -176,6 +177,18 @@ pub fn run(args: Args) -> Result<Exit> {
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
+        Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(
+            &args.config,
+            watch::Options {
+                env,
+                json,
+                apply,
+                test,
+                preview_rows,
+                debounce: std::time::Duration::from_millis(debounce_ms),
+                now: args.now.as_ref().map(|_| now),
+            },
+        ),
     }
 }
 

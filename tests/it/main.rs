@@ -27,3 +27,4 @@ mod sandbox_lua;
 mod sandbox_rhai;
 mod seeds;
 mod unit_tests;
+mod watch;

@@ -1,0 +1,500 @@
+//! `efmesh watch <env>`: the live development loop.
+//!
+//! The project root is watched recursively ([`notify`], debounced by
+//! [`notify_debouncer_full`]: renames and atomic replaces arrive as one event). Each batch of
+//! relevant changes ([`paths::Filter`]) reloads the [`Session`] with the changed paths,
+//! re-plans the environment, previews the changed models the plan builds
+//! ([`crate::preview::preview`]), applies with `--apply`, runs the changed models' unit tests
+//! with `--test`, and shows the result: a screen redrawn in place at a terminal
+//! ([`screen`]), one JSON line per re-plan otherwise ([`Report::json`]).
+//!
+//! The loop ([`Watch`]) knows nothing of terminals: it turns changes into [`Report`]s. Load,
+//! plan, preview, apply and test failures are problems in the report and the watch goes on; only
+//! a configuration that disappears (or a watcher that cannot start) ends it, with exit 1. The
+//! engine is opened only inside a preview or an apply and released before the report is shown.
+
+mod paths;
+mod report;
+mod screen;
+
+use super::Exit;
+use crate::apply;
+use crate::core::interval::{self, Millis};
+use crate::core::{LoadError, ModelName};
+use crate::plan::{self, Change, Plan};
+use crate::project::Project;
+use crate::session::Session;
+use crate::sql::fingerprint::Fingerprint;
+use anyhow::{Context, Result, anyhow};
+use notify_debouncer_full::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
+use paths::Filter;
+use report::{Applied, Event, Problem, Report};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// At most this many models are previewed per re-plan (the rest are counted as omitted).
+pub const MAX_PREVIEWS: usize = 20;
+
+/// `efmesh watch` options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The environment planned.
+    pub env: String,
+    /// JSON lines even at a terminal.
+    pub json: bool,
+    /// Apply each successful re-plan with changes.
+    pub apply: bool,
+    /// Run the unit tests of the changed models.
+    pub test: bool,
+    /// Rows previewed per model; 0 disables previews.
+    pub preview_rows: usize,
+    /// Quiet time before a batch of file events is delivered.
+    pub debounce: Duration,
+    /// A fixed "now" (`--now`); the wall clock at each re-plan otherwise.
+    pub now: Option<Millis>,
+}
+
+/// What the loop waits for.
+pub(crate) enum Msg {
+    /// A debounced batch of file events, delivered at `at`.
+    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant },
+    /// The file watcher reported errors.
+    WatchError(String),
+    /// Quit (`q`, Ctrl+C at the screen).
+    Quit,
+    /// Reload every input (`r` at the screen).
+    ReloadAll(Instant),
+    /// Draw the screen again (terminal resized).
+    Redraw,
+}
+
+/// Runs `efmesh watch`.
+///
+/// # Errors
+/// The environment name is invalid; `--apply` on `prod`; the configuration cannot be read at
+/// start or disappears; the file watcher or the terminal cannot be set up. In JSON-lines mode
+/// the error is also the last line (`"fatal": true`).
+pub(super) fn run(config: &Path, options: Options) -> Result<Exit> {
+    let lines = options.json || !std::io::stdout().is_terminal();
+    let result = run_loop(config, &options, lines);
+    if let (true, Err(e)) = (lines, &result) {
+        let root = config.parent().unwrap_or(Path::new("."));
+        let mut r = Report::new(Event::Error, &options.env, root);
+        r.fatal = true;
+        r.errors = Problem::from_error(super::error_kind(e), e);
+        let _ = write_line(&r.json(0.0));
+    }
+    result
+}
+
+fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> {
+    crate::core::name::validate_env(&options.env)?;
+    if options.apply && options.env == "prod" {
+        return Err(anyhow!(
+            "`watch --apply` is refused for `prod`: every save would go live\n  hint: watch another environment (`efmesh watch dev --apply`), then `efmesh apply prod` once reviewed"
+        ));
+    }
+    let started = Instant::now();
+    let session = Session::open(config_path)?;
+    let root = session.config().root.clone();
+    let (tx, rx) = mpsc::channel();
+    let mut debouncer = {
+        let tx = tx.clone();
+        new_debouncer(options.debounce, None, move |result: DebounceEventResult| {
+            let _ = tx.send(files_msg(result));
+        })
+        .context("cannot start the file watcher")?
+    };
+    debouncer.watch(&root, RecursiveMode::Recursive).with_context(|| format!("cannot watch `{}`", root.display()))?;
+    let mut out: Box<dyn Output> = if lines { Box::new(Lines) } else { Box::new(screen::Screen::start(tx.clone())?) };
+    let mut watch = Watch::new(session, options.clone());
+    let report = watch.start();
+    if !out.show(report, started)? {
+        return Ok(Exit::Success);
+    }
+    loop {
+        let Some(batch) = next_batch(&rx) else { return Ok(Exit::Success) };
+        let report = match batch {
+            Batch::Quit => return Ok(Exit::Success),
+            Batch::Redraw => {
+                out.redraw()?;
+                continue;
+            }
+            Batch::WatchError(message) => {
+                let mut r = Report::new(Event::Error, &options.env, &root);
+                r.errors.push(Problem { kind: "watch", file: None, line: None, model: None, message, hint: None });
+                (r, Instant::now())
+            }
+            Batch::Files { paths, rescan, at } => {
+                let changed = if rescan { watch.all_paths() } else { watch.relevant(paths) };
+                if changed.is_empty() {
+                    continue;
+                }
+                if watch.config_gone(options.debounce) {
+                    return Err(anyhow!("the configuration `{}` was deleted: nothing left to watch", watch.session.config().path.display()));
+                }
+                (watch.replan(&changed), at)
+            }
+        };
+        if !out.show(report.0, report.1)? {
+            return Ok(Exit::Success);
+        }
+    }
+}
+
+fn files_msg(result: DebounceEventResult) -> Msg {
+    let at = Instant::now();
+    match result {
+        Ok(events) => {
+            let mut rescan = false;
+            let mut paths = Vec::new();
+            for e in events {
+                rescan |= e.need_rescan();
+                if Filter::kind_matters(&e.kind) {
+                    paths.extend(e.event.paths);
+                }
+            }
+            Msg::Files { paths, rescan, at }
+        }
+        Err(errors) => Msg::WatchError(format!("the file watcher failed: {}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))),
+    }
+}
+
+/// What the loop does next, after merging every message already queued.
+enum Batch {
+    Quit,
+    Redraw,
+    WatchError(String),
+    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant },
+}
+
+/// Waits for a message, then takes every message already queued with it, so that saves made
+/// during a re-plan are handled by one re-plan. `None` when every sender is gone.
+fn next_batch(rx: &Receiver<Msg>) -> Option<Batch> {
+    let first = rx.recv().ok()?;
+    let mut pending = vec![first];
+    while let Ok(m) = rx.try_recv() {
+        pending.push(m);
+    }
+    let mut files: Option<(Vec<PathBuf>, bool, Instant)> = None;
+    let mut redraw = false;
+    for m in pending {
+        match m {
+            Msg::Quit => return Some(Batch::Quit),
+            Msg::WatchError(e) => return Some(Batch::WatchError(e)),
+            Msg::Redraw => redraw = true,
+            Msg::Files { paths, rescan, at } => {
+                let f = files.get_or_insert_with(|| (Vec::new(), false, at));
+                f.0.extend(paths);
+                f.1 |= rescan;
+                f.2 = f.2.min(at);
+            }
+            Msg::ReloadAll(at) => {
+                let f = files.get_or_insert_with(|| (Vec::new(), true, at));
+                f.1 = true;
+                f.2 = f.2.min(at);
+            }
+        }
+    }
+    match files {
+        Some((paths, rescan, at)) => Some(Batch::Files { paths, rescan, at }),
+        None => {
+            debug_assert!(redraw);
+            Some(Batch::Redraw)
+        }
+    }
+}
+
+/// Where reports go.
+trait Output {
+    /// Shows `report` (made for an event delivered at `since`). `false` when nobody reads any
+    /// more (stdout closed): the watch ends.
+    fn show(&mut self, report: Report, since: Instant) -> Result<bool>;
+    /// Shows the last report again.
+    fn redraw(&mut self) -> Result<()>;
+}
+
+/// One JSON line per report on stdout.
+struct Lines;
+
+impl Output for Lines {
+    fn show(&mut self, report: Report, since: Instant) -> Result<bool> {
+        let ms = since.elapsed().as_secs_f64() * 1000.0;
+        match write_line(&report.json(ms)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn redraw(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn write_line(v: &serde_json::Value) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(v).map_err(std::io::Error::other)?;
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// Each model's version and metadata as of the last successful plan.
+#[derive(Debug, Default)]
+struct Baseline {
+    fingerprints: HashMap<ModelName, Fingerprint>,
+    metadata: HashMap<ModelName, String>,
+}
+
+/// The watch loop's state: the session and what the last re-plan saw.
+struct Watch {
+    session: Session,
+    options: Options,
+    filter: Filter,
+    /// The last successful plan's versions; `None` until one succeeds.
+    baseline: Option<Baseline>,
+    /// Models reloaded since the last successful plan (compared with the baseline then).
+    pending: BTreeSet<ModelName>,
+    /// `efmesh check`'s column problems per model, kept up to date for changed models and
+    /// their children.
+    column_errors: BTreeMap<ModelName, Vec<LoadError>>,
+}
+
+impl Watch {
+    fn new(session: Session, options: Options) -> Watch {
+        let filter = Filter::new(session.config());
+        Watch { session, options, filter, baseline: None, pending: BTreeSet::new(), column_errors: BTreeMap::new() }
+    }
+
+    fn root(&self) -> &Path {
+        &self.session.config().root
+    }
+
+    /// The changed paths that matter, absolute, sorted, de-duplicated.
+    fn relevant(&self, paths: Vec<PathBuf>) -> Vec<PathBuf> {
+        let inputs = self.session.inputs();
+        let set: BTreeSet<PathBuf> = paths.into_iter().filter(|p| self.filter.relevant(p, inputs)).collect();
+        set.into_iter().collect()
+    }
+
+    /// Every input, for a rescan (events were lost) or `r`.
+    fn all_paths(&self) -> Vec<PathBuf> {
+        self.session.inputs().iter().cloned().collect()
+    }
+
+    /// True when the configuration file is gone and stays gone a moment (an editor replacing
+    /// it by rename is not a deletion).
+    fn config_gone(&self, debounce: Duration) -> bool {
+        let path = &self.session.config().path;
+        if path.exists() {
+            return false;
+        }
+        std::thread::sleep((debounce * 2).max(Duration::from_millis(100)));
+        !path.exists()
+    }
+
+    fn now(&self) -> Millis {
+        self.options.now.unwrap_or_else(interval::now_millis)
+    }
+
+    /// The first report.
+    fn start(&mut self) -> Report {
+        let mut r = Report::new(Event::Start, &self.options.env, &self.root().to_path_buf());
+        if let Ok(project) = self.session.project() {
+            self.column_errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
+        }
+        self.evaluate(&mut r, None);
+        r
+    }
+
+    /// Reloads after `changed` (absolute paths) and re-plans.
+    fn replan(&mut self, changed: &[PathBuf]) -> Report {
+        let root = self.root().to_path_buf();
+        let mut r = Report::new(Event::Replan, &self.options.env, &root);
+        r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
+        let reload = match self.session.reload(changed) {
+            Ok(reload) => reload,
+            Err(e) => {
+                // The configuration is invalid: the session keeps its previous state.
+                r.event = Event::Error;
+                r.errors = Problem::from_error("config", &e);
+                return r;
+            }
+        };
+        r.config_changed = reload.config_changed;
+        r.evaluated = reload.evaluated.clone();
+        if reload.config_changed {
+            self.filter = Filter::new(self.session.config());
+        }
+        self.pending.extend(reload.changed_models.iter().cloned());
+        match self.session.project() {
+            Ok(project) if reload.config_changed => {
+                self.column_errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
+            }
+            Ok(project) => {
+                let mut recheck: BTreeSet<&ModelName> = BTreeSet::new();
+                for name in &reload.changed_models {
+                    recheck.insert(name);
+                    recheck.extend(project.dag.children(name));
+                }
+                for name in recheck {
+                    match project.dag.get(name) {
+                        Some(m) => self.column_errors.insert(name.clone(), super::check::column_errors(project, m)),
+                        None => self.column_errors.remove(name),
+                    };
+                }
+            }
+            Err(_) => {}
+        }
+        let files: BTreeSet<PathBuf> = r.changed_files.iter().cloned().collect();
+        self.evaluate(&mut r, Some(&files));
+        r
+    }
+
+    /// Fills `r` from the session's project: errors, plan, changed models, previews, apply,
+    /// tests. `files` are the changed files (`None` at start).
+    fn evaluate(&mut self, r: &mut Report, files: Option<&BTreeSet<PathBuf>>) {
+        let now = self.now();
+        let project = match self.session.project() {
+            Ok(p) => p,
+            Err(errors) => {
+                r.errors.extend(errors.0.iter().map(|e| Problem::from_load("load", e)));
+                return;
+            }
+        };
+        r.models = Some(project.dag.len());
+        let mut check: Vec<&LoadError> = self.column_errors.values().flatten().collect();
+        check.sort_by(|a, b| (&a.location, &a.model).cmp(&(&b.location, &b.model)));
+        r.errors.extend(check.into_iter().map(|e| Problem::from_load("check", e)));
+        let plan = match self.session.plan(&self.options.env, now, &plan::Options::default()) {
+            Ok(p) => p,
+            Err(e) => {
+                r.errors.extend(Problem::from_error("plan", &e));
+                return;
+            }
+        };
+        if files.is_some() {
+            r.changed_models = changed_since(self.baseline.as_ref(), &self.pending, project, &plan);
+        }
+        self.baseline = Some(new_baseline(self.baseline.take(), &std::mem::take(&mut self.pending), project, &plan));
+        if self.options.preview_rows > 0 {
+            preview(&self.session, project, &plan, &self.options, now, r);
+        }
+        if self.options.apply && plan.has_changes && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan") {
+            let applied = match plan::history_refusal(&plan) {
+                Some(refusal) => Err(anyhow!(refusal)),
+                None => self.session.apply(&plan, &apply::Options { applied_by: super::applied_by() }),
+            };
+            r.applied = Some(match applied {
+                Ok(report) => Applied::Done(report),
+                Err(e) => {
+                    let problems = Problem::from_error("apply", &e);
+                    let message = problems.first().map(Problem::text).unwrap_or_default();
+                    r.errors.extend(problems);
+                    Applied::Failed(message)
+                }
+            });
+        }
+        if self.options.test
+            && let Some(files) = files
+        {
+            r.tests = Some(run_tests(self.session.config(), &r.changed_models, files, &mut r.errors));
+        }
+        r.plan = Some(plan);
+    }
+}
+
+/// The models whose version or metadata differs from the baseline among those reloaded since
+/// (`pending`), in plan order; every pending model when there is no baseline yet.
+fn changed_since(baseline: Option<&Baseline>, pending: &BTreeSet<ModelName>, project: &Project, plan: &Plan) -> Vec<ModelName> {
+    let Some(base) = baseline else { return pending.iter().cloned().collect() };
+    let mut changed: Vec<ModelName> = pending
+        .iter()
+        .filter(|name| {
+            let now = plan.actions.iter().find(|a| &a.name == *name && a.change != Change::Removed).map(|a| &a.fingerprint);
+            match (base.fingerprints.get(*name), now) {
+                (None, None) => false,
+                (Some(old), Some(new)) => old != new || project.dag.get(name).map(plan::metadata_text).as_ref() != base.metadata.get(*name),
+                _ => true,
+            }
+        })
+        .cloned()
+        .collect();
+    let order: HashMap<&ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+    changed.sort_by_key(|n| order.get(n).copied().unwrap_or(usize::MAX));
+    changed
+}
+
+/// The baseline after a successful plan: every model's fingerprint; metadata recomputed for the
+/// models reloaded since (all of them the first time).
+fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &Project, plan: &Plan) -> Baseline {
+    let fingerprints = plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.clone(), a.fingerprint.clone())).collect();
+    let metadata = match old {
+        None => project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect(),
+        Some(b) => {
+            let mut metadata = b.metadata;
+            for name in pending {
+                match project.dag.get(name) {
+                    Some(m) => metadata.insert(name.clone(), plan::metadata_text(m)),
+                    None => metadata.remove(name),
+                };
+            }
+            metadata
+        }
+    };
+    Baseline { fingerprints, metadata }
+}
+
+/// Previews the changed models the plan builds (or adds), at most [`MAX_PREVIEWS`].
+fn preview(session: &Session, project: &Project, plan: &Plan, options: &Options, now: Millis, r: &mut Report) {
+    let wanted: Vec<ModelName> = r
+        .changed_models
+        .iter()
+        .filter(|n| {
+            plan.action(n)
+                .is_some_and(|a| a.change != Change::Removed && (a.build || matches!(a.change, Change::Added | Change::Breaking | Change::NonBreaking)))
+        })
+        .cloned()
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    r.previews_omitted = wanted.len().saturating_sub(MAX_PREVIEWS);
+    let models = &wanted[..wanted.len().min(MAX_PREVIEWS)];
+    let popts = crate::preview::Options { rows: options.preview_rows, now };
+    match session.state().and_then(|state| crate::preview::preview(project, &state, &options.env, models, &popts)) {
+        Ok(previews) => r.previews = previews,
+        Err(e) => r.errors.extend(Problem::from_error("preview", &e)),
+    }
+}
+
+/// Runs the unit tests of the changed models and the tests defined in changed files.
+fn run_tests(config: &crate::config::Config, changed: &[ModelName], files: &BTreeSet<PathBuf>, errors: &mut Vec<Problem>) -> Vec<crate::unittest::TestResult> {
+    let test_globs = Filter::test_globs(config);
+    if changed.is_empty() && !files.iter().any(|f| test_globs.is_match(f)) {
+        return Vec::new();
+    }
+    let suite = match crate::unittest::load(config) {
+        Ok(s) => s,
+        Err(e) => {
+            errors.extend(e.0.iter().map(|e| Problem::from_load("test", e)));
+            return Vec::new();
+        }
+    };
+    let changed: BTreeSet<&ModelName> = changed.iter().collect();
+    let selected: Vec<_> = suite.tests.iter().filter(|t| changed.contains(&t.model) || files.contains(&t.location.file)).collect();
+    if selected.is_empty() {
+        return Vec::new();
+    }
+    match crate::engine::duckdb::DuckDb::in_memory() {
+        Ok(mut engine) => crate::unittest::run(&suite.project, &selected, &mut engine),
+        Err(e) => {
+            errors.push(Problem { kind: "test", file: None, line: None, model: None, message: e.to_string(), hint: None });
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Which file events are a reason to re-plan.
+//!
+//! The project root is watched recursively, so a new model file anywhere is seen. An event
+//! matters when its path is a project input ([`crate::session::Session::inputs`]: the config,
+//! model, audit and seed files, files reached through `require`/`import`), matches the
+//! discovery globs (models, audits, tests), or may become one: a script or seed file
+//! (`.lua`, `.rhai`, `.sql`, `.csv`, `.tsv`, `.json`, `.ndjson`, `.jsonl`) not loaded yet, a
+//! directory created or moved in, a directory that held inputs. Never: anything below a hidden
+//! directory (`.git`, `.efmesh`, where the load cache lives) or named with a leading dot (editor
+//! swap and backup files), the DuckDB and state files and their siblings (`-wal`, `-journal`,
+//! `.wal`, `.tmp`), a local lake directory and the DuckLake files, which efmesh itself writes.
+
+use crate::config::Config;
+use notify::EventKind;
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Extensions of files that may become inputs (scripts reached through `require`/`import`,
+/// seed files) before a load has read them.
+const MAYBE_INPUT: &[&str] = &["lua", "rhai", "sql", "csv", "tsv", "json", "ndjson", "jsonl"];
+
+/// Decides which changed paths matter to a project.
+#[derive(Debug)]
+pub struct Filter {
+    root: PathBuf,
+    config: PathBuf,
+    globs: globset::GlobSet,
+    /// Files efmesh writes (engine, state, DuckLake catalog): the file and every sibling whose
+    /// name extends it.
+    own_files: Vec<(PathBuf, OsString)>,
+    /// Directories efmesh writes (a local lake, DuckLake data).
+    own_dirs: Vec<PathBuf>,
+}
+
+impl Filter {
+    /// The filter for `config`'s project.
+    pub fn new(config: &Config) -> Filter {
+        let all: Vec<String> = config.project.models.iter().chain(&config.project.audits).chain(&config.project.tests).cloned().collect();
+        let globs = glob_set(&all);
+        let mut files = vec![config.engine_path(), config.state_path()];
+        let mut own_dirs = Vec::new();
+        if let Some(lake) = config.lake.as_ref().filter(|l| !l.is_s3()) {
+            own_dirs.push(config.resolve(Path::new(lake.path.trim_end_matches('/'))));
+        }
+        if let Some(dl) = &config.ducklake {
+            let catalog = config.resolve(&dl.catalog);
+            let mut data = catalog.clone().into_os_string();
+            data.push(".files");
+            own_dirs.push(dl.data_path.as_ref().map_or_else(|| PathBuf::from(data), |d| config.resolve(d)));
+            files.push(catalog);
+        }
+        let own_files = files.into_iter().filter_map(|f| Some((f.parent()?.to_path_buf(), f.file_name()?.to_os_string()))).collect();
+        Filter { root: config.root.clone(), config: config.path.clone(), globs, own_files, own_dirs }
+    }
+
+    /// The test-file globs of `config` (`project.tests`), matched against paths relative to
+    /// the root.
+    pub fn test_globs(config: &Config) -> globset::GlobSet {
+        glob_set(&config.project.tests)
+    }
+
+    /// True when `kind` can change what a file holds (or whether it exists): not an open or a
+    /// read, not a metadata-only change.
+    pub fn kind_matters(kind: &EventKind) -> bool {
+        match kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+            EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => false,
+            _ => true,
+        }
+    }
+
+    /// True when efmesh writes `path` itself, or it is hidden, or outside the project.
+    pub fn ignored(&self, path: &Path) -> bool {
+        let Ok(rel) = path.strip_prefix(&self.root) else { return true };
+        if rel.components().any(|c| c.as_os_str().to_string_lossy().starts_with('.')) {
+            return true;
+        }
+        if self.own_dirs.iter().any(|d| path.starts_with(d)) {
+            return true;
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
+        self.own_files.iter().any(|(dir, file)| dir == parent && name.as_encoded_bytes().starts_with(file.as_encoded_bytes()))
+    }
+
+    /// True when a change to `path` may change the loaded project (see the module doc);
+    /// `inputs` are the session's.
+    pub fn relevant(&self, path: &Path, inputs: &BTreeSet<PathBuf>) -> bool {
+        if self.ignored(path) {
+            return false;
+        }
+        if path == self.config || inputs.contains(path) {
+            return true;
+        }
+        let Ok(rel) = path.strip_prefix(&self.root) else { return false };
+        if self.globs.is_match(rel) {
+            return true;
+        }
+        if path.extension().and_then(|e| e.to_str()).is_some_and(|e| MAYBE_INPUT.contains(&e.to_ascii_lowercase().as_str())) {
+            return true;
+        }
+        if path.is_dir() {
+            return true;
+        }
+        // A directory that is gone: did it hold inputs?
+        !path.exists() && inputs.range(path.to_path_buf()..).next().is_some_and(|i| i.starts_with(path))
+    }
+}
+
+/// The globs as discovery matches them; an invalid glob (a load error the session reports)
+/// matches nothing here.
+fn glob_set(globs: &[String]) -> globset::GlobSet {
+    let mut builder = globset::GlobSetBuilder::new();
+    for g in globs {
+        if let Ok(glob) = globset::GlobBuilder::new(g).literal_separator(true).build() {
+            builder.add(glob);
+        }
+    }
+    builder.build().unwrap_or_else(|_| globset::GlobSet::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter() -> (Filter, BTreeSet<PathBuf>) {
+        let toml = "[project]\nmodels = [\"models/**/*.lua\"]\n[engine]\npath = \"db/efmesh.duckdb\"\n[state]\npath = \"efmesh.state.sqlite\"\n[lake]\npath = \"lake\"\n";
+        let config = Config::parse(Path::new("/nonexistent-efmesh/p/efmesh.toml"), toml).expect("config");
+        let inputs: BTreeSet<PathBuf> =
+            ["efmesh.toml", "models/a.lua", "lib/util.lua", "seeds/s.txt"].iter().map(|p| Path::new("/nonexistent-efmesh/p").join(p)).collect();
+        (Filter::new(&config), inputs)
+    }
+
+    fn p(rel: &str) -> PathBuf {
+        Path::new("/nonexistent-efmesh/p").join(rel)
+    }
+
+    #[test]
+    fn inputs_globs_and_possible_inputs_are_relevant() {
+        let (f, inputs) = filter();
+        for rel in ["efmesh.toml", "models/a.lua", "models/new/b.lua", "lib/util.lua", "seeds/s.txt", "lib/other.rhai", "seeds/new.csv", "x.sql"] {
+            assert!(f.relevant(&p(rel), &inputs), "{rel}");
+        }
+    }
+
+    #[test]
+    fn own_files_hidden_files_and_unrelated_files_are_not() {
+        let (f, inputs) = filter();
+        for rel in [
+            "db/efmesh.duckdb",
+            "db/efmesh.duckdb.wal",
+            "db/efmesh.duckdb.tmp",
+            "efmesh.state.sqlite-wal",
+            "efmesh.state.sqlite-journal",
+            "lake/m__t/abc/data.parquet",
+            "lake/m__t/abc/manifest.json",
+            ".efmesh/load-cache.json",
+            ".git/index",
+            "models/.a.lua.swp",
+            "models/a.lua~",
+            "models/4913",
+            "README.md",
+        ] {
+            assert!(!f.relevant(&p(rel), &inputs), "{rel}");
+        }
+        assert!(!f.relevant(Path::new("/elsewhere/models/a.lua"), &inputs));
+    }
+
+    #[test]
+    fn a_gone_directory_that_held_inputs_is_relevant() {
+        let (f, inputs) = filter();
+        assert!(f.relevant(&p("lib"), &inputs));
+        assert!(!f.relevant(&p("docs"), &inputs));
+    }
+
+    #[test]
+    fn opening_and_reading_never_trigger() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, MetadataKind, ModifyKind};
+        assert!(!Filter::kind_matters(&EventKind::Access(AccessKind::Open(AccessMode::Any))));
+        assert!(!Filter::kind_matters(&EventKind::Access(AccessKind::Close(AccessMode::Read))));
+        assert!(!Filter::kind_matters(&EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any))));
+        assert!(Filter::kind_matters(&EventKind::Access(AccessKind::Close(AccessMode::Write))));
+        assert!(Filter::kind_matters(&EventKind::Create(CreateKind::File)));
+        assert!(Filter::kind_matters(&EventKind::Modify(ModifyKind::Any)));
+    }
+}

@@ -1,0 +1,397 @@
+//! `efmesh watch <env> --json`: the binary in a subprocess on a temporary project, one JSON line
+//! per re-plan read with a timeout (a reader thread and a channel), the child killed at the end.
+//! Each test edits files the way a user does and checks the line that edit produced.
+
+use crate::common::{Project, Rows};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::Duration;
+
+/// How long to wait for one awaited line (never a timing assertion: only a bound on a hang).
+const LINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Two models: `raw.orders` (a full model over literal rows) and `mart.totals` over it.
+fn project() -> Project {
+    let p = Project::new();
+    p.write("models/raw/orders.lua", &orders("10"));
+    p.write("models/mart/totals.lua", &totals("raw.orders"));
+    p
+}
+
+/// `raw.orders` with the amount of order 2 given.
+fn orders(amount2: &str) -> String {
+    format!(
+        "return define_model {{\n  name = \"raw.orders\",\n  kind = kind.full(),\n  schema = {{ {{ \"id\", \"integer\" }}, {{ \"amount\", \"integer\" }} }},\n  query = \"SELECT 1 AS id, 5 AS amount UNION ALL SELECT 2 AS id, {amount2} AS amount\",\n}}\n"
+    )
+}
+
+/// `mart.totals`, reading the model named `parent`; its `ref` is on line 5.
+fn totals(parent: &str) -> String {
+    format!(
+        "return define_model {{\n  name = \"mart.totals\",\n  kind = kind.full(),\n  schema = {{ {{ \"total\", \"bigint\" }} }},\n  query = \"SELECT CAST(sum(amount) AS BIGINT) AS total FROM \" .. ref(\"{parent}\"),\n}}\n"
+    )
+}
+
+/// A running `efmesh watch … --json`, killed when dropped.
+struct Watch {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: Receiver<String>,
+    cmd: String,
+}
+
+impl Watch {
+    /// Starts `efmesh watch <args>` (with `--json` and a short debounce) in `p`.
+    fn start(p: &Project, args: &[&str]) -> Watch {
+        let mut all = vec!["watch"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--json", "--debounce-ms", "50"]);
+        let mut c = p.command(&all);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn efmesh watch");
+        let (tx, lines) = channel();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let (etx, stderr) = channel();
+        let mut err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            let _ = etx.send(s);
+        });
+        Watch { child, lines, stderr, cmd: format!("efmesh {}", all.join(" ")) }
+    }
+
+    /// The next line, parsed; it must be one JSON object whose first key is `"apiVersion": 1`.
+    #[track_caller]
+    fn next(&mut self) -> Value {
+        match self.lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(line) => {
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                let first = v.as_object().and_then(|o| o.iter().next()).map(|(k, v)| (k.clone(), v.clone()));
+                assert_eq!(first, Some(("apiVersion".to_string(), Value::from(1))), "first key of {line}");
+                v
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let stderr = self.kill_and_stderr();
+                panic!("`{}`: no line within {LINE_TIMEOUT:?}; stderr:\n{stderr}", self.cmd)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let stderr = self.kill_and_stderr();
+                panic!("`{}` ended early; stderr:\n{stderr}", self.cmd)
+            }
+        }
+    }
+
+    /// The next line whose `changedFiles` lists `file` (lines for other changes, e.g. a
+    /// directory created on the way, are skipped).
+    #[track_caller]
+    fn after(&mut self, file: &str) -> Value {
+        loop {
+            let v = self.next();
+            if v["changedFiles"].as_array().is_some_and(|a| a.iter().any(|f| f == file)) {
+                return v;
+            }
+        }
+    }
+
+    /// The exit code once the process ends by itself.
+    #[track_caller]
+    fn exit_code(&mut self) -> i32 {
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code().unwrap_or(-1);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let stderr = self.kill_and_stderr();
+        panic!("`{}` did not exit; stderr:\n{stderr}", self.cmd);
+    }
+
+    fn kill_and_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr.recv_timeout(Duration::from_secs(5)).unwrap_or_default()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The plan entry of `model` in a watch line, if it has work.
+fn entry<'a>(line: &'a Value, model: &str) -> Option<&'a Value> {
+    line["plan"]["models"].as_array()?.iter().find(|m| m["model"] == model)
+}
+
+fn changed_models(line: &Value) -> Vec<String> {
+    line["changedModels"].as_array().map(|a| a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+}
+
+fn errors(line: &Value) -> &Vec<Value> {
+    line["errors"].as_array().expect("errors array")
+}
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_string())
+}
+
+#[test]
+fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["models"], 2);
+    assert_eq!(start["plan"]["hasChanges"], false, "{start}");
+    assert!(errors(&start).is_empty(), "{start}");
+
+    p.write("models/raw/orders.lua", &orders("20"));
+    let edit = w.after("models/raw/orders.lua");
+    assert_eq!(edit["event"], "replan");
+    assert_eq!(changed_models(&edit), ["raw.orders"], "{edit}");
+    assert_eq!(entry(&edit, "raw.orders").expect("raw.orders in the plan")["change"], "breaking", "{edit}");
+    assert_eq!(entry(&edit, "mart.totals").expect("mart.totals in the plan")["change"], "indirect", "{edit}");
+    let previews = edit["previews"].as_array().expect("previews");
+    assert_eq!(previews.len(), 1, "{edit}");
+    let preview = &previews[0];
+    assert_eq!(preview["model"], "raw.orders");
+    assert_eq!(preview["error"], Value::Null, "{preview}");
+    let mut rows: Vec<Vec<Value>> = serde_json::from_value(preview["rows"].clone()).expect("rows");
+    rows.sort_by_key(|r| r[0].to_string());
+    assert_eq!(rows, [vec![Value::from("1"), Value::from("5")], vec![Value::from("2"), Value::from("20")]], "{preview}");
+
+    // Whitespace and keyword case only: the same version, so nothing changed since the last save.
+    p.write("models/raw/orders.lua", &orders("20").replace("SELECT 1 AS id", "select  1  as id"));
+    let reformat = w.after("models/raw/orders.lua");
+    assert_eq!(reformat["event"], "replan");
+    assert!(changed_models(&reformat).is_empty(), "{reformat}");
+    assert!(reformat["previews"].as_array().expect("previews").is_empty(), "{reformat}");
+    assert!(errors(&reformat).is_empty(), "{reformat}");
+}
+
+#[test]
+fn a_ref_typo_is_an_error_at_its_file_and_line_and_the_watch_goes_on_until_fixed() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+
+    p.write("models/mart/totals.lua", &totals("raw.ordrs"));
+    let typo = w.after("models/mart/totals.lua");
+    assert_eq!(typo["plan"], Value::Null, "{typo}");
+    let e = errors(&typo).first().unwrap_or_else(|| panic!("no error: {typo}"));
+    assert_eq!(e["file"], "models/mart/totals.lua", "{typo}");
+    assert_eq!(e["line"], 5, "{typo}");
+    assert!(e["message"].as_str().is_some_and(|m| m.contains("raw.ordrs")), "{typo}");
+
+    p.write("models/mart/totals.lua", &totals("raw.orders"));
+    let fixed = w.after("models/mart/totals.lua");
+    assert!(errors(&fixed).is_empty(), "{fixed}");
+    assert_eq!(fixed["plan"]["hasChanges"], false, "{fixed}");
+    // Back to the version of the last good plan: nothing changed since.
+    assert!(changed_models(&fixed).is_empty(), "{fixed}");
+}
+
+#[test]
+fn a_project_that_cannot_load_at_start_still_starts_and_shows_its_errors() {
+    let p = project();
+    p.write("models/mart/totals.lua", &totals("raw.ordrs"));
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["models"], Value::Null);
+    assert_eq!(errors(&start)[0]["file"], "models/mart/totals.lua", "{start}");
+    p.write("models/mart/totals.lua", &totals("raw.orders"));
+    let fixed = w.after("models/mart/totals.lua");
+    assert!(errors(&fixed).is_empty(), "{fixed}");
+    assert_eq!(entry(&fixed, "mart.totals").expect("planned")["change"], "added", "{fixed}");
+}
+
+#[test]
+fn new_and_deleted_model_files_are_seen() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+
+    let customers = "return define_model { name = \"raw.customers\", kind = kind.full(), schema = { { \"id\", \"integer\" } }, query = \"SELECT 1 AS id\" }\n";
+    p.write("models/raw/customers.lua", customers);
+    let added = w.after("models/raw/customers.lua");
+    assert_eq!(changed_models(&added), ["raw.customers"], "{added}");
+    assert_eq!(entry(&added, "raw.customers").expect("planned")["change"], "added", "{added}");
+    assert_eq!(added["models"], 3);
+
+    p.remove("models/raw/customers.lua");
+    let deleted = w.after("models/raw/customers.lua");
+    assert_eq!(changed_models(&deleted), ["raw.customers"], "{deleted}");
+    assert!(entry(&deleted, "raw.customers").is_none(), "{deleted}");
+    assert_eq!(deleted["models"], 2);
+
+    // A model file in a directory created after the watch started.
+    p.write("models/new/deep/extra.lua", &customers.replace("raw.customers", "raw.extra"));
+    let nested = loop {
+        let v = w.next();
+        if changed_models(&v).iter().any(|m| m == "raw.extra") {
+            break v;
+        }
+    };
+    assert_eq!(entry(&nested, "raw.extra").expect("planned")["change"], "added", "{nested}");
+}
+
+#[test]
+fn an_editor_saving_by_rename_is_one_change() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+    // Write a temporary file beside the model, then rename it over the model (atomic save).
+    p.write("models/raw/.orders.lua.tmp", &orders("30"));
+    fs_err::rename(p.root().join("models/raw/.orders.lua.tmp"), p.root().join("models/raw/orders.lua")).expect("rename");
+    let saved = w.after("models/raw/orders.lua");
+    assert_eq!(changed_models(&saved), ["raw.orders"], "{saved}");
+    assert_eq!(entry(&saved, "raw.orders").expect("planned")["change"], "breaking", "{saved}");
+    assert!(saved["changedFiles"].as_array().expect("files").iter().all(|f| !f.as_str().unwrap_or_default().contains(".tmp")), "{saved}");
+}
+
+#[test]
+fn a_seed_csv_edit_is_a_new_version_of_the_seed() {
+    let p = Project::new();
+    p.write("seeds/depts.csv", "code,beds\nER,32\n");
+    p.write(
+        "models/depts.lua",
+        "return define_model { name = \"ref.depts\", kind = kind.seed { path = \"seeds/depts.csv\" }, schema = { { \"code\", \"varchar\" }, { \"beds\", \"integer\" } } }\n",
+    );
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+    p.write("seeds/depts.csv", "code,beds\nER,32\nICU,12\n");
+    let line = w.after("seeds/depts.csv");
+    assert_eq!(changed_models(&line), ["ref.depts"], "{line}");
+    assert_eq!(entry(&line, "ref.depts").expect("planned")["change"], "breaking", "{line}");
+}
+
+#[test]
+fn an_edit_in_a_file_reached_only_through_require_changes_its_importer() {
+    let p = Project::new();
+    p.write("lib/amounts.lua", "return { factor = 2 }\n");
+    p.write(
+        "models/scaled.lua",
+        "local amounts = require(\"lib.amounts\")\nreturn define_model { name = \"m.scaled\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT \" .. amounts.factor .. \" AS x\" }\n",
+    );
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+    p.write("lib/amounts.lua", "return { factor = 3 }\n");
+    let line = w.after("lib/amounts.lua");
+    assert_eq!(changed_models(&line), ["m.scaled"], "{line}");
+    assert_eq!(entry(&line, "m.scaled").expect("planned")["change"], "breaking", "{line}");
+}
+
+#[test]
+fn a_config_change_is_read_again() {
+    let p = project();
+    p.write(
+        "extra/more.lua",
+        "return define_model { name = \"x.more\", kind = kind.full(), schema = { { \"id\", \"integer\" } }, query = \"SELECT 1 AS id\" }\n",
+    );
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert_eq!(start["models"], 2, "{start}");
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("[\"models/**/*.lua\"]", "[\"models/**/*.lua\", \"extra/**/*.lua\"]"));
+    let line = w.after("efmesh.toml");
+    assert_eq!(line["configChanged"], true, "{line}");
+    assert_eq!(line["models"], 3, "{line}");
+    assert_eq!(changed_models(&line), ["x.more"], "{line}");
+
+    // An invalid configuration is reported and the previous one kept.
+    p.write("efmesh.toml", "[project]\nmodels = 3\n");
+    let bad = w.after("efmesh.toml");
+    assert_eq!(bad["event"], "error", "{bad}");
+    assert_eq!(errors(&bad)[0]["kind"], "config", "{bad}");
+    assert_eq!(bad["fatal"], Value::Null, "{bad}");
+}
+
+#[test]
+fn a_deleted_config_ends_the_watch_with_exit_1() {
+    let p = project();
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+    p.remove("efmesh.toml");
+    let last = w.next();
+    assert_eq!(last["fatal"], true, "{last}");
+    assert!(errors(&last)[0]["message"].as_str().is_some_and(|m| m.contains("efmesh.toml") && m.contains("deleted")), "{last}");
+    assert_eq!(w.exit_code(), 1);
+}
+
+#[test]
+fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched() {
+    let p = project();
+    p.apply("prod");
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert_eq!(start["applied"], Value::Null, "nothing to apply at start: {start}");
+    p.write("models/raw/orders.lua", &orders("20"));
+    let line = w.after("models/raw/orders.lua");
+    let applied = &line["applied"];
+    assert_eq!(applied["ok"], true, "{line}");
+    assert_eq!(applied["promoted"], true, "{line}");
+    let built: Vec<&str> = applied["built"].as_array().expect("built").iter().filter_map(Value::as_str).collect();
+    assert_eq!(built, ["raw.orders", "mart.totals"], "{line}");
+    // The watch holds no engine between saves: the file is readable now.
+    let dev: Rows = p.rows("\"dev__mart\".\"totals\"");
+    let prod: Rows = p.rows("\"mart\".\"totals\"");
+    assert_eq!(dev, [vec![s("25")]]);
+    assert_eq!(prod, [vec![s("15")]]);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    assert_eq!(p.plan("prod")["hasChanges"], true);
+}
+
+#[test]
+fn apply_to_prod_is_refused_at_start() {
+    let p = project();
+    let mut w = Watch::start(&p, &["prod", "--apply"]);
+    let line = w.next();
+    assert_eq!(line["fatal"], true, "{line}");
+    assert!(errors(&line)[0]["message"].as_str().is_some_and(|m| m.contains("refused for `prod`")), "{line}");
+    assert_eq!(w.exit_code(), 1);
+    assert!(!p.state_path().exists(), "nothing was written");
+}
+
+#[test]
+fn test_flag_runs_the_unit_tests_of_the_changed_models() {
+    let p = project();
+    p.write(
+        "tests/totals.lua",
+        "define_test { name = \"totals_sum\", model = \"mart.totals\", inputs = { [\"raw.orders\"] = { { id = 1, amount = 2 }, { id = 2, amount = 3 } } }, expect = { { total = 5 } } }\n",
+    );
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev", "--test"]);
+    let start = w.next();
+    assert_eq!(start["tests"], Value::Null, "{start}");
+    // Double the total: the test of `mart.totals` now fails; `raw.orders` has no test.
+    p.write("models/mart/totals.lua", &totals("raw.orders").replace("sum(amount)", "2 * sum(amount)"));
+    let line = w.after("models/mart/totals.lua");
+    let tests = line["tests"].as_array().unwrap_or_else(|| panic!("tests: {line}"));
+    assert_eq!(tests.len(), 1, "{line}");
+    assert_eq!(tests[0]["name"], "totals_sum");
+    assert_eq!(tests[0]["status"], "failed", "{line}");
+    p.write("models/raw/orders.lua", &orders("11"));
+    let other = w.after("models/raw/orders.lua");
+    assert_eq!(other["tests"], serde_json::json!([]), "no test of raw.orders: {other}");
+}
