@@ -4,8 +4,8 @@
 
 use crate::common::{Project, Rows};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
 
@@ -343,10 +343,14 @@ fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched() {
     let p = project();
     p.apply("prod");
     p.apply("dev");
+    // An edit made before the watch starts is applied by the first plan.
+    p.write("models/raw/orders.lua", &orders("20"));
     let mut w = Watch::start(&p, &["dev", "--apply"]);
     let start = w.next();
-    assert_eq!(start["applied"], Value::Null, "nothing to apply at start: {start}");
-    p.write("models/raw/orders.lua", &orders("20"));
+    assert_eq!(start["applied"]["ok"], true, "{start}");
+    assert_eq!(p.rows("\"dev__mart\".\"totals\""), [vec![s("25")]]);
+
+    p.write("models/raw/orders.lua", &orders("30"));
     let line = w.after("models/raw/orders.lua");
     let applied = &line["applied"];
     assert_eq!(applied["ok"], true, "{line}");
@@ -356,10 +360,16 @@ fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched() {
     // The watch holds no engine between saves: the file is readable now.
     let dev: Rows = p.rows("\"dev__mart\".\"totals\"");
     let prod: Rows = p.rows("\"mart\".\"totals\"");
-    assert_eq!(dev, [vec![s("25")]]);
+    assert_eq!(dev, [vec![s("35")]]);
     assert_eq!(prod, [vec![s("15")]]);
     assert_eq!(p.plan("dev")["hasChanges"], false);
     assert_eq!(p.plan("prod")["hasChanges"], true);
+
+    // A save that changes nothing applies nothing.
+    p.write("models/raw/orders.lua", &format!("-- a comment\n{}", orders("30")));
+    let noop = w.after("models/raw/orders.lua");
+    assert_eq!(noop["applied"], Value::Null, "{noop}");
+    assert!(changed_models(&noop).is_empty(), "{noop}");
 }
 
 #[test]
@@ -394,4 +404,67 @@ fn test_flag_runs_the_unit_tests_of_the_changed_models() {
     p.write("models/raw/orders.lua", &orders("11"));
     let other = w.after("models/raw/orders.lua");
     assert_eq!(other["tests"], serde_json::json!([]), "no test of raw.orders: {other}");
+}
+
+/// At a terminal (a pseudo-terminal from util-linux `script`, when installed): the screen is
+/// drawn on the alternate screen, `q` quits with exit 0 and the terminal is restored; with
+/// `NO_COLOR` no colour or style escape is written.
+#[test]
+fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
+    if Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        eprintln!("skipped: no `script` to give the watch a terminal");
+        return;
+    }
+    let p = project();
+    p.apply("dev");
+    let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
+    let mut child = Command::new("script")
+        .args(["-qfc", &cmd, "/dev/null"])
+        .current_dir(p.root())
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm")
+        .env_remove("EFMESH_NOW")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn script");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let has = |bytes: &[u8], needle: &str| String::from_utf8_lossy(bytes).contains(needle);
+    while !has(&screen, "q quit") {
+        match rx.recv_timeout(LINE_TIMEOUT) {
+            Ok(chunk) => screen.extend(chunk),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no screen within {LINE_TIMEOUT:?}: {}", String::from_utf8_lossy(&screen));
+            }
+        }
+    }
+    child.stdin.as_mut().expect("stdin").write_all(b"q").expect("send q");
+    let status = child.wait().expect("wait");
+    while let Ok(chunk) = rx.recv_timeout(Duration::from_secs(2)) {
+        screen.extend(chunk);
+    }
+    let text = String::from_utf8_lossy(&screen).into_owned();
+    assert!(status.success(), "exit {status:?}: {text}");
+    assert!(text.contains("plan for `dev` (2 unchanged)"), "{text}");
+    let enter = text.find("\u{1b}[?1049h").unwrap_or_else(|| panic!("no alternate screen: {text:?}"));
+    let leave = text.rfind("\u{1b}[?1049l").unwrap_or_else(|| panic!("alternate screen never left: {text:?}"));
+    assert!(enter < leave, "{text:?}");
+    // SGR sequences (`ESC [ … m`) are colours and styles; cursor moves and clears are not.
+    let sgr = text.split("\u{1b}[").skip(1).find(|rest| {
+        rest.chars().take_while(|c| c.is_ascii_digit() || *c == ';').count() < rest.len()
+            && rest.chars().find(|c| !(c.is_ascii_digit() || *c == ';')) == Some('m')
+    });
+    assert!(sgr.is_none(), "a colour escape with NO_COLOR set: {sgr:?}");
 }

@@ -21,7 +21,7 @@ use super::Exit;
 use crate::apply;
 use crate::core::interval::{self, Millis};
 use crate::core::{LoadError, ModelName};
-use crate::plan::{self, Change, Plan};
+use crate::plan::{self, Action, Change, Plan};
 use crate::project::Project;
 use crate::session::Session;
 use crate::sql::fingerprint::Fingerprint;
@@ -377,13 +377,15 @@ impl Watch {
                 return;
             }
         };
+        let actions = actions_by_name(&plan);
         if files.is_some() {
-            r.changed_models = changed_since(self.baseline.as_ref(), &self.pending, project, &plan);
+            r.changed_models = changed_since(self.baseline.as_ref(), &self.pending, project, &plan, &actions);
         }
-        self.baseline = Some(new_baseline(self.baseline.take(), &std::mem::take(&mut self.pending), project, &plan));
+        self.baseline = Some(new_baseline(self.baseline.take(), &std::mem::take(&mut self.pending), project, &actions));
         if self.options.preview_rows > 0 {
-            preview(&self.session, project, &plan, &self.options, now, r);
+            preview(&self.session, project, &actions, &self.options, now, r);
         }
+        drop(actions);
         if self.options.apply && plan.has_changes && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan") {
             let applied = match plan::history_refusal(&plan) {
                 Some(refusal) => Err(anyhow!(refusal)),
@@ -408,19 +410,28 @@ impl Watch {
     }
 }
 
+/// The plan's actions by model name (removed models excluded), so that per-model lookups stay
+/// linear in the project size.
+fn actions_by_name(plan: &Plan) -> HashMap<&ModelName, &Action> {
+    plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (&a.name, a)).collect()
+}
+
 /// The models whose version or metadata differs from the baseline among those reloaded since
 /// (`pending`), in plan order; every pending model when there is no baseline yet.
-fn changed_since(baseline: Option<&Baseline>, pending: &BTreeSet<ModelName>, project: &Project, plan: &Plan) -> Vec<ModelName> {
+fn changed_since(
+    baseline: Option<&Baseline>,
+    pending: &BTreeSet<ModelName>,
+    project: &Project,
+    plan: &Plan,
+    actions: &HashMap<&ModelName, &Action>,
+) -> Vec<ModelName> {
     let Some(base) = baseline else { return pending.iter().cloned().collect() };
     let mut changed: Vec<ModelName> = pending
         .iter()
-        .filter(|name| {
-            let now = plan.actions.iter().find(|a| &a.name == *name && a.change != Change::Removed).map(|a| &a.fingerprint);
-            match (base.fingerprints.get(*name), now) {
-                (None, None) => false,
-                (Some(old), Some(new)) => old != new || project.dag.get(name).map(plan::metadata_text).as_ref() != base.metadata.get(*name),
-                _ => true,
-            }
+        .filter(|name| match (base.fingerprints.get(*name), actions.get(name).map(|a| &a.fingerprint)) {
+            (None, None) => false,
+            (Some(old), Some(new)) => old != new || project.dag.get(name).map(plan::metadata_text).as_ref() != base.metadata.get(*name),
+            _ => true,
         })
         .cloned()
         .collect();
@@ -431,8 +442,8 @@ fn changed_since(baseline: Option<&Baseline>, pending: &BTreeSet<ModelName>, pro
 
 /// The baseline after a successful plan: every model's fingerprint; metadata recomputed for the
 /// models reloaded since (all of them the first time).
-fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &Project, plan: &Plan) -> Baseline {
-    let fingerprints = plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.clone(), a.fingerprint.clone())).collect();
+fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &Project, actions: &HashMap<&ModelName, &Action>) -> Baseline {
+    let fingerprints = actions.iter().map(|(name, a)| ((*name).clone(), a.fingerprint.clone())).collect();
     let metadata = match old {
         None => project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect(),
         Some(b) => {
@@ -450,14 +461,11 @@ fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &
 }
 
 /// Previews the changed models the plan builds (or adds), at most [`MAX_PREVIEWS`].
-fn preview(session: &Session, project: &Project, plan: &Plan, options: &Options, now: Millis, r: &mut Report) {
+fn preview(session: &Session, project: &Project, actions: &HashMap<&ModelName, &Action>, options: &Options, now: Millis, r: &mut Report) {
     let wanted: Vec<ModelName> = r
         .changed_models
         .iter()
-        .filter(|n| {
-            plan.action(n)
-                .is_some_and(|a| a.change != Change::Removed && (a.build || matches!(a.change, Change::Added | Change::Breaking | Change::NonBreaking)))
-        })
+        .filter(|n| actions.get(n).is_some_and(|a| a.build || matches!(a.change, Change::Added | Change::Breaking | Change::NonBreaking)))
         .cloned()
         .collect();
     if wanted.is_empty() {

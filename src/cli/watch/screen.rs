@@ -18,6 +18,8 @@ use std::time::Instant;
 
 /// At most this many backfill ranges are listed per model.
 const MAX_RANGES: usize = 3;
+/// At most this many changed models are named on the "changed since the last save" line.
+const MAX_CHANGED: usize = 12;
 /// Preview cells are cut to this many characters.
 const MAX_CELL: usize = 24;
 
@@ -137,19 +139,22 @@ fn body(r: &Report) -> Vec<Line> {
             l = l.push(format!("  · {} file{} evaluated", r.evaluated.len(), if r.evaluated.len() == 1 { "" } else { "s" }), Style::Dim);
         }
         out.push(l);
-        if r.changed_models.is_empty() {
+        // Unknown while the project does not load.
+        if r.models.is_some() && r.changed_models.is_empty() {
             out.push(Line(vec![("no model changed since the last save".into(), Style::Dim)]));
-        } else {
+        } else if r.models.is_some() {
             let mut l = Line::plain("changed since the last save: ");
-            for (i, name) in r.changed_models.iter().enumerate() {
+            for (i, name) in r.changed_models.iter().take(MAX_CHANGED).enumerate() {
                 if i > 0 {
                     l = l.push(", ", Style::Plain);
                 }
-                let change = r.plan.as_ref().and_then(|p| p.action(name)).map(|a| a.change);
                 l = l.push(name.to_string(), Style::Bold);
-                if let Some(c) = change {
+                if let Some(c) = r.plan.as_ref().and_then(|p| p.action(name)).map(|a| a.change) {
                     l = l.push(format!(" ({})", c.as_str()), change_style(c));
                 }
+            }
+            if r.changed_models.len() > MAX_CHANGED {
+                l = l.push(format!(" and {} more", r.changed_models.len() - MAX_CHANGED), Style::Plain);
             }
             out.push(l);
         }
@@ -382,7 +387,8 @@ impl Screen {
 
     fn draw(&self) -> Result<()> {
         let Some((report, ms)) = &self.last else { return Ok(()) };
-        let (w, h) = terminal::size().unwrap_or((80, 24));
+        // A pseudo-terminal nobody sized reports 0×0.
+        let (w, h) = terminal::size().ok().filter(|(w, h)| *w > 0 && *h > 0).unwrap_or((80, 24));
         let lines = render(report, *ms, usize::from(w), usize::from(h), self.color);
         let mut out = std::io::stdout().lock();
         queue!(out, terminal::BeginSynchronizedUpdate, cursor::MoveTo(0, 0), terminal::Clear(terminal::ClearType::All))?;
