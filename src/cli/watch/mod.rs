@@ -303,7 +303,7 @@ impl Watch {
 
     /// The first report.
     fn start(&mut self) -> Report {
-        let mut r = Report::new(Event::Start, &self.options.env, &self.root().to_path_buf());
+        let mut r = Report::new(Event::Start, &self.options.env, self.root());
         if let Ok(project) = self.session.project() {
             self.column_errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
         }
