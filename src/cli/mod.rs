@@ -5,6 +5,7 @@ pub mod args;
 mod audit;
 mod check;
 mod init;
+mod preview;
 mod printer;
 mod run;
 mod test;
@@ -176,6 +177,7 @@ pub fn run(args: Args) -> Result<Exit> {
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
+        Command::Preview { env, models, rows, json } => preview::run(&args.config, &env, &models, rows, json, now, &out),
     }
 }
 
