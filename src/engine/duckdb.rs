@@ -311,7 +311,7 @@ impl Engine for DuckDb {
         Ok(out)
     }
 
-    fn query_with_columns(&mut self, sql: &str, limit: usize) -> Result<(Vec<DescribedColumn>, Vec<Vec<Option<String>>>), EngineError> {
+    fn query_with_columns(&mut self, sql: &str, limit: usize) -> Result<super::Described, EngineError> {
         let columns = self.describe(sql)?;
         // `COLUMNS(*)` keeps duplicate output names apart, which a list of quoted names cannot.
         let rows = self.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q LIMIT {limit}"))?;

@@ -127,6 +127,10 @@ pub struct DescribedColumn {
     pub ty: String,
 }
 
+/// A query's output columns and rows (each value as text, `None` for NULL):
+/// [`Engine::query_with_columns`].
+pub type Described = (Vec<DescribedColumn>, Vec<Vec<Option<String>>>);
+
 /// What the planner and executor need from a database.
 pub trait Engine {
     /// `duckdb` or `postgres`.
@@ -168,7 +172,7 @@ pub trait Engine {
     ///
     /// # Errors
     /// [`EngineError`] when the query does not bind or fails.
-    fn query_with_columns(&mut self, query: &str, limit: usize) -> Result<(Vec<DescribedColumn>, Vec<Vec<Option<String>>>), EngineError> {
+    fn query_with_columns(&mut self, query: &str, limit: usize) -> Result<Described, EngineError> {
         use crate::core::name::quote_ident;
         let columns = self.describe(query)?;
         let list: Vec<String> = columns.iter().map(|c| format!("CAST({q} AS VARCHAR) AS {q}", q = quote_ident(&c.name))).collect();
