@@ -318,3 +318,100 @@ fn the_text_report_shows_a_table_and_the_comparison_line() {
     assert!(run.stdout.contains("6  │ item 6 │ 18"), "{}", run.stdout);
     assert!(run.stdout.contains("vs `dev`: same columns; rows 5 → 2 (whole relation)"), "{}", run.stdout);
 }
+
+#[test]
+fn a_ducklake_model_previews_against_the_served_views_through_a_read_only_attach() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T06:00:00Z".to_string();
+    p.write("efmesh.toml", &format!("{}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n", crate::common::CONFIG));
+    let models = |filter: &str| {
+        format!(
+            r#"local daily = define_model {{
+  name = "m.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day" }},
+  target = "ducklake",
+  schema = {{ {{ "day", "timestamp" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(range AS TIMESTAMP) AS day, CAST(epoch(range) / 86400 AS BIGINT) AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
+}}
+define_model {{
+  name = "m.total",
+  kind = kind.full(),
+  target = "ducklake",
+  schema = {{ {{ "days", "bigint" }} }},
+  query = "SELECT count(*) AS days FROM " .. ref(daily) .. " {filter}",
+}}
+"#
+        )
+    };
+    p.write("models/m.lua", &models(""));
+    p.apply("dev");
+    let catalog_bytes = fs_err::read(p.root().join("catalog/lake.ducklake")).expect("catalog");
+    p.write("models/m.lua", &models("WHERE day >= TIMESTAMP '2026-01-05'"));
+    let all = previews(&p, &["dev", "m.total"], 0);
+    let total = one(&all, "m.total");
+    assert_eq!(total["error"], Value::Null, "{total:#}");
+    // Nine complete days served (2026-01-01 … 01-09); five from 01-05.
+    assert_eq!(rows(total), vec![vec![Some("5".to_string())]], "{total:#}");
+    assert_eq!(total["comparison"]["rowsNow"], 1, "{total:#}");
+    assert!(fs_err::read(p.root().join("catalog/lake.ducklake")).expect("catalog") == catalog_bytes, "the DuckLake catalog changed");
+}
+
+#[test]
+fn an_scd_type2_model_compares_its_open_versions() {
+    let p = Project::new();
+    p.write("data/people.csv", "id,team\n1,red\n2,blue\n");
+    p.write(
+        "models/people.lua",
+        r#"local raw = define_model {
+  name = "raw.people",
+  kind = kind.external { path = "data/people.csv" },
+  schema = { { "id", "bigint" }, { "team", "varchar" } },
+}
+return define_model {
+  name = "m.people",
+  kind = kind.scd_type2 { key = "id" },
+  schema = { { "id", "bigint" }, { "team", "varchar" } },
+  query = "SELECT id, team FROM " .. ref(raw),
+}
+"#,
+    );
+    p.apply("dev");
+    // A second refresh closes id 2's version and opens a new one: two open rows, three in all.
+    p.write("data/people.csv", "id,team\n1,red\n2,green\n");
+    p.run(&["run", "dev", "--json"]).expect_code(0);
+    assert_eq!(count(&p, &format!("SELECT * FROM {}", env_view("dev", "m.people"))), 3);
+    let all = previews(&p, &["dev", "m.people"], 0);
+    let m = one(&all, "m.people");
+    assert_eq!(m["error"], Value::Null, "{m:#}");
+    let c = &m["comparison"];
+    assert_eq!((c["scope"].as_str(), c["rowsNow"].as_u64(), c["rowsNew"].as_u64()), (Some("open"), Some(2), Some(2)), "{c:#}");
+    assert_eq!(c["removed"], serde_json::json!([]), "managed columns are not reported as removed: {c:#}");
+}
+
+#[test]
+fn an_embedded_parent_is_inlined_and_an_unknown_model_is_refused() {
+    let p = project();
+    p.write(
+        "models/e.lua",
+        r#"local a = require("a")
+local e = define_model {
+  name = "e.odd",
+  kind = kind.embedded(),
+  schema = { { "id", "integer" } },
+  query = "SELECT id FROM " .. ref(a) .. " WHERE id % 2 = 1",
+}
+return define_model {
+  name = "e.sum",
+  kind = kind.full(),
+  schema = { { "total", "bigint" } },
+  query = "SELECT CAST(sum(id) AS BIGINT) AS total FROM " .. ref(e),
+}
+"#,
+    );
+    p.apply("dev");
+    let all = previews(&p, &["dev", "e.sum"], 0);
+    assert_eq!(rows(one(&all, "e.sum")), vec![vec![Some("16".to_string())]]);
+    let run = p.run(&["preview", "dev", "e.summ"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("unknown model `e.summ`") && run.stderr.contains("did you mean `e.sum`"), "{}", run.stderr);
+}
