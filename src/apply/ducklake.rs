@@ -59,3 +59,28 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     engine.execute(&attach).map_err(|e| err(format!("cannot attach the DuckLake catalog: {}", e.message)))?;
     Ok(())
 }
+
+/// Like [`prepare`], for a read-only connection (a data preview): loads the extension and
+/// attaches the catalog read-only, when the project has DuckLake models and the catalog exists
+/// (no catalog yet: no version lives there, so nothing to read); creates nothing.
+///
+/// # Errors
+/// [`ApplyError::Target`] when the extension cannot be loaded or the catalog cannot be attached.
+pub fn prepare_read_only(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    if !project.dag.models().any(|m| m.target == Target::DuckLake) {
+        return Ok(());
+    }
+    let err = |message: String| ApplyError::Target { model: None, interval: None, message };
+    let Some(dl) = project.config.ducklake.as_ref() else {
+        return Err(err("models with `target = \"ducklake\"` need a `[ducklake]` section in efmesh.toml".into()));
+    };
+    let catalog = project.config.resolve(&dl.catalog);
+    if !catalog.exists() {
+        return Ok(());
+    }
+    engine.load_extension("ducklake").map_err(|e| err(format!("the DuckLake target needs the `ducklake` extension: {}", e.message)))?;
+    let attach =
+        format!("ATTACH IF NOT EXISTS {} AS {} (READ_ONLY)", quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())), quote_ident(DUCKLAKE_ALIAS));
+    engine.execute(&attach).map_err(|e| err(format!("cannot attach the DuckLake catalog read-only: {}", e.message)))?;
+    Ok(())
+}

@@ -132,6 +132,21 @@ pub enum Command {
         #[arg(long, value_name = "MS", default_value_t = 75)]
         debounce_ms: u64,
     },
+    /// Preview models' data: run their queries read-only against what an environment serves for
+    /// their parents and compare with what it serves for them now (see docs/preview.md).
+    Preview {
+        /// Environment name.
+        env: String,
+        /// Models to preview (default: every model the plan for the environment would build or change).
+        #[arg(value_name = "MODEL")]
+        models: Vec<String>,
+        /// Rows shown per model.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        rows: usize,
+        /// Print the previews as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a model's SQL: canonical (logical names), or resolved against an environment.
     Render {
         /// Model name `schema.table`.
@@ -158,6 +173,7 @@ impl Command {
             | Command::Check { json }
             | Command::Test { json, .. }
             | Command::Audit { json, .. }
+            | Command::Preview { json, .. }
             | Command::Render { json, .. } => *json,
         }
     }

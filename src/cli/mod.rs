@@ -5,6 +5,7 @@ pub mod args;
 mod audit;
 mod check;
 mod init;
+mod preview;
 mod printer;
 mod run;
 mod test;
@@ -189,6 +190,7 @@ pub fn run(args: Args) -> Result<Exit> {
                 now: args.now.as_ref().map(|_| now),
             },
         ),
+        Command::Preview { env, models, rows, json } => preview::run(&args.config, &env, &models, rows, json, now, &out),
     }
 }
 

@@ -62,6 +62,34 @@ impl DuckDb {
         Ok(Self::new(conn))
     }
 
+    /// Opens the existing database file at `path` read-only with the `[engine]` settings (time
+    /// zone, threads, memory limit, extensions): what a data preview runs its queries on, so it
+    /// never writes the engine. Fails at once (never waits) when the file does not exist or
+    /// another process holds it open for writing.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the file, or the setting that failed.
+    pub fn open_read_only_with(path: &Path, settings: &EngineSection) -> Result<Self, EngineError> {
+        let conn = duckdb::Config::default()
+            .access_mode(duckdb::AccessMode::ReadOnly)
+            .and_then(|config| duckdb::Connection::open_with_flags(path, config))
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
+        let mut db = Self::new(conn);
+        db.configure(settings)?;
+        Ok(db)
+    }
+
+    /// An in-memory database with the `[engine]` settings.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    pub fn in_memory_with(settings: &EngineSection) -> Result<Self, EngineError> {
+        let conn = duckdb::Connection::open_in_memory().map_err(|e| EngineError::new("", e.to_string()))?;
+        let mut db = Self::new(conn);
+        db.configure(settings)?;
+        Ok(db)
+    }
+
     fn new(conn: duckdb::Connection) -> Self {
         Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new() }
     }
@@ -281,6 +309,13 @@ impl Engine for DuckDb {
             out.push(vals);
         }
         Ok(out)
+    }
+
+    fn query_with_columns(&mut self, sql: &str, limit: usize) -> Result<super::Described, EngineError> {
+        let columns = self.describe(sql)?;
+        // `COLUMNS(*)` keeps duplicate output names apart, which a list of quoted names cannot.
+        let rows = self.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q LIMIT {limit}"))?;
+        Ok((columns, rows))
     }
 
     fn stage_text(&mut self, table: &str, columns: &[String], rows: &[Vec<Option<String>>]) -> Result<(), EngineError> {

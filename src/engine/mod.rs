@@ -127,6 +127,10 @@ pub struct DescribedColumn {
     pub ty: String,
 }
 
+/// A query's output columns and rows (each value as text, `None` for NULL):
+/// [`Engine::query_with_columns`].
+pub type Described = (Vec<DescribedColumn>, Vec<Vec<Option<String>>>);
+
 /// What the planner and executor need from a database.
 pub trait Engine {
     /// `duckdb` or `postgres`.
@@ -161,6 +165,20 @@ pub trait Engine {
     /// # Errors
     /// [`EngineError`].
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError>;
+
+    /// Output columns of `query` (names and engine types, as [`Engine::describe`]) and its first
+    /// `limit` rows with every value as the engine's text rendering (`None` for NULL): what a
+    /// data preview shows.
+    ///
+    /// # Errors
+    /// [`EngineError`] when the query does not bind or fails.
+    fn query_with_columns(&mut self, query: &str, limit: usize) -> Result<Described, EngineError> {
+        use crate::core::name::quote_ident;
+        let columns = self.describe(query)?;
+        let list: Vec<String> = columns.iter().map(|c| format!("CAST({q} AS VARCHAR) AS {q}", q = quote_ident(&c.name))).collect();
+        let rows = self.query(&format!("SELECT {} FROM ({query}) AS q LIMIT {limit}", list.join(", ")))?;
+        Ok((columns, rows))
+    }
 
     /// Creates (or replaces) a temporary table `table` of `VARCHAR` `columns`, visible to this
     /// session only, holding `rows` (one text value or NULL per column). Seeds stage their parsed

@@ -22,6 +22,7 @@ mod load_errors;
 mod names;
 mod physical_integrity;
 mod plan_memo;
+mod preview;
 mod s3;
 mod sandbox_lua;
 mod sandbox_rhai;
