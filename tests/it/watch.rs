@@ -171,6 +171,9 @@ fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
     assert_eq!(preview["model"], "raw.orders");
     assert_eq!(preview["error"], Value::Null, "{preview}");
     let mut rows: Vec<Vec<Value>> = serde_json::from_value(preview["rows"].clone()).expect("rows");
+    assert_eq!(preview["comparison"]["added"], serde_json::json!([]), "{preview}");
+    assert_eq!(preview["comparison"]["rowsNow"], 2, "{preview}");
+    assert_eq!(preview["comparison"]["rowsNew"], 2, "{preview}");
     rows.sort_by_key(|r| r[0].to_string());
     assert_eq!(rows, [vec![Value::from("1"), Value::from("5")], vec![Value::from("2"), Value::from("20")]], "{preview}");
 
