@@ -471,3 +471,24 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
     });
     assert!(sgr.is_none(), "a colour escape with NO_COLOR set: {sgr:?}");
 }
+
+#[test]
+fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    assert!(errors(&w.next()).is_empty());
+    // `mart.totals` reads `amount`, which `raw.orders` no longer declares.
+    p.write("models/raw/orders.lua", &orders("10").replace("\"amount\"", "\"amt\"").replace("AS amount", "AS amt"));
+    let line = w.after("models/raw/orders.lua");
+    let e = errors(&line).iter().find(|e| e["kind"] == "check").unwrap_or_else(|| panic!("no check error: {line}"));
+    assert_eq!(e["model"], "mart.totals", "{line}");
+    assert_eq!(e["file"], "models/mart/totals.lua", "{line}");
+    assert!(e["message"].as_str().is_some_and(|m| m.contains("amount")), "{line}");
+    // The plan is still made: a check error is reported, not fatal.
+    assert_eq!(entry(&line, "raw.orders").expect("planned")["change"], "breaking", "{line}");
+
+    p.write("models/raw/orders.lua", &orders("10"));
+    let fixed = w.after("models/raw/orders.lua");
+    assert!(errors(&fixed).is_empty(), "{fixed}");
+}

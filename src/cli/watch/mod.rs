@@ -262,12 +262,15 @@ struct Watch {
     /// `efmesh check`'s column problems per model, kept up to date for changed models and
     /// their children.
     column_errors: BTreeMap<ModelName, Vec<LoadError>>,
+    /// Each model's columns as children see them, when `column_errors` was last updated: a
+    /// model whose columns did not change does not make its children checked again.
+    columns: HashMap<ModelName, Vec<String>>,
 }
 
 impl Watch {
     fn new(session: Session, options: Options) -> Watch {
         let filter = Filter::new(session.config());
-        Watch { session, options, filter, baseline: None, pending: BTreeSet::new(), column_errors: BTreeMap::new() }
+        Watch { session, options, filter, baseline: None, pending: BTreeSet::new(), column_errors: BTreeMap::new(), columns: HashMap::new() }
     }
 
     fn root(&self) -> &Path {
@@ -305,7 +308,7 @@ impl Watch {
     fn start(&mut self) -> Report {
         let mut r = Report::new(Event::Start, &self.options.env, self.root());
         if let Ok(project) = self.session.project() {
-            self.column_errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
+            check_columns(project, None, &mut self.column_errors, &mut self.columns);
         }
         self.evaluate(&mut r, None);
         r
@@ -331,24 +334,9 @@ impl Watch {
             self.filter = Filter::new(self.session.config());
         }
         self.pending.extend(reload.changed_models.iter().cloned());
-        match self.session.project() {
-            Ok(project) if reload.config_changed => {
-                self.column_errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
-            }
-            Ok(project) => {
-                let mut recheck: BTreeSet<&ModelName> = BTreeSet::new();
-                for name in &reload.changed_models {
-                    recheck.insert(name);
-                    recheck.extend(project.dag.children(name));
-                }
-                for name in recheck {
-                    match project.dag.get(name) {
-                        Some(m) => self.column_errors.insert(name.clone(), super::check::column_errors(project, m)),
-                        None => self.column_errors.remove(name),
-                    };
-                }
-            }
-            Err(_) => {}
+        if let Ok(project) = self.session.project() {
+            let only = (!reload.config_changed).then_some(&reload.changed_models);
+            check_columns(project, only, &mut self.column_errors, &mut self.columns);
         }
         let files: BTreeSet<PathBuf> = r.changed_files.iter().cloned().collect();
         self.evaluate(&mut r, Some(&files));
@@ -407,6 +395,40 @@ impl Watch {
             r.tests = Some(run_tests(self.session.config(), &r.changed_models, files, &mut r.errors));
         }
         r.plan = Some(plan);
+    }
+}
+
+/// Runs `efmesh check`'s column checks: for every model (`only` = `None`), or for the models in
+/// `only` and the children of those whose columns changed.
+fn check_columns(
+    project: &Project,
+    only: Option<&BTreeSet<ModelName>>,
+    errors: &mut BTreeMap<ModelName, Vec<LoadError>>,
+    columns: &mut HashMap<ModelName, Vec<String>>,
+) {
+    let names = |m: &crate::core::Model| m.relation_columns().into_iter().map(|c| c.name).collect::<Vec<_>>();
+    let Some(changed) = only else {
+        *errors = project.dag.models().map(|m| (m.name.clone(), super::check::column_errors(project, m))).collect();
+        *columns = project.dag.models().map(|m| (m.name.clone(), names(m))).collect();
+        return;
+    };
+    let mut recheck: BTreeSet<&ModelName> = BTreeSet::new();
+    for name in changed {
+        recheck.insert(name);
+        let now = project.dag.get(name).map(names);
+        if now.as_ref() != columns.get(name) {
+            recheck.extend(project.dag.children(name));
+        }
+        match now {
+            Some(cols) => columns.insert(name.clone(), cols),
+            None => columns.remove(name),
+        };
+    }
+    for name in recheck {
+        match project.dag.get(name) {
+            Some(m) => errors.insert(name.clone(), super::check::column_errors(project, m)),
+            None => errors.remove(name),
+        };
     }
 }
 
