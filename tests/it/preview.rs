@@ -415,3 +415,29 @@ return define_model {
     run.expect_code(1);
     assert!(run.stderr.contains("unknown model `e.summ`") && run.stderr.contains("did you mean `e.sum`"), "{}", run.stderr);
 }
+
+#[test]
+fn null_values_are_null_in_json_and_prod_is_previewed_like_any_environment() {
+    let p = project();
+    p.write(
+        "models/n.lua",
+        r#"return define_model {
+  name = "n.nulls",
+  kind = kind.full(),
+  schema = { { "id", "integer" }, { "v", "varchar" } },
+  query = "SELECT 1 AS id, CAST(NULL AS VARCHAR) AS v",
+}
+"#,
+    );
+    p.apply("prod");
+    let all = previews(&p, &["prod", "n.nulls"], 0);
+    let n = one(&all, "n.nulls");
+    assert_eq!(n["rows"], serde_json::json!([["1", null]]), "{n:#}");
+    assert_eq!(n["comparison"]["rowsNow"], 1, "prod serves it: {n:#}");
+    let text = p.run(&["preview", "prod", "n.nulls"]).expect_code(0).stdout.clone();
+    assert!(text.contains("1  │ NULL"), "{text}");
+    assert!(text.contains("vs `prod`: same columns; rows 1 → 1 (whole relation)"), "{text}");
+    // dev was never applied: nothing to compare with.
+    let all = previews(&p, &["dev", "n.nulls"], 0);
+    assert_eq!(one(&all, "n.nulls")["comparison"], Value::Null);
+}
