@@ -198,7 +198,7 @@ impl Context<'_> {
             Ok(r) => r,
             Err(e) => return fail(one_line(&e.message)),
         };
-        let comparison = match self.compare(engine, model, &query, &columns, window) {
+        let comparison = match self.compare(engine, model, &query, &columns, rows.len(), window) {
             Ok(c) => c,
             Err(message) => return fail(message),
         };
@@ -273,6 +273,7 @@ impl Context<'_> {
         model: &Model,
         query: &str,
         columns: &[DescribedColumn],
+        shown: usize,
         window: Option<Interval>,
     ) -> Result<Option<Comparison>, String> {
         let name = &model.name;
@@ -308,7 +309,8 @@ impl Context<'_> {
             let rows = engine.query(&sql).map_err(|e| one_line(&e.message))?;
             Ok(rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0))
         };
-        let rows_new = count(engine, format!("SELECT count(*) FROM (\n{query}\n) AS _efmesh_preview"))?;
+        // Fewer rows than the limit: the preview holds them all, no need to run the query again.
+        let rows_new = if shown < self.options.rows { shown as u64 } else { count(engine, format!("SELECT count(*) FROM (\n{query}\n) AS _efmesh_preview"))? };
         let (filter, scope) = if let Some(w) = window {
             let column = self.served_time_column(model).unwrap_or_default();
             if !served_has(&column) {
@@ -403,5 +405,34 @@ impl Resolver for PreviewResolver<'_> {
 
     fn end(&self) -> String {
         self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "$end".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_messages_fold_to_one_line_without_the_caret_excerpt() {
+        let msg =
+            "Binder Error: Referenced column \"nope\" not found in FROM clause!\nCandidate bindings: \"id\"\n\nLINE 1: SELECT nope FROM t\n               ^";
+        assert_eq!(one_line(msg), "Binder Error: Referenced column \"nope\" not found in FROM clause! Candidate bindings: \"id\"");
+        assert_eq!(one_line("IO Error: x"), "IO Error: x");
+    }
+
+    #[test]
+    fn a_time_range_parent_is_inlined_over_every_complete_interval() {
+        let tr = crate::core::kind::TimeRange {
+            time_column: "day".into(),
+            start: interval::parse_instant("2026-01-01T00:00:00Z").unwrap(),
+            end: None,
+            grain: interval::Grain::Day,
+            batch_size: 1,
+            lookback: 0,
+        };
+        let now = interval::parse_instant("2026-01-03T12:00:00Z").unwrap();
+        let r = wanted_range(&tr, now).unwrap();
+        assert_eq!((interval::to_iso(r.start), interval::to_iso(r.end)), ("2026-01-01T00:00:00.000Z".into(), "2026-01-03T00:00:00.000Z".into()));
+        assert_eq!(wanted_range(&tr, interval::parse_instant("2026-01-01T05:00:00Z").unwrap()), None);
     }
 }

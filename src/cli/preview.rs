@@ -56,7 +56,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &[String], rows: 
     Ok(Exit::Error)
 }
 
-fn report_text(env: &str, previews: &[Preview]) -> String {
+/// The text report: per model, its name (and window), a table of its rows and the comparison
+/// line, or its error (shared with `watch`).
+pub(crate) fn report_text(env: &str, previews: &[Preview]) -> String {
     if previews.is_empty() {
         return format!("nothing to preview: the plan for `{env}` builds and changes no model\n");
     }
@@ -75,9 +77,9 @@ fn report_text(env: &str, previews: &[Preview]) -> String {
 }
 
 /// The preview's rows as an aligned table, header first; NULL shown as `NULL`.
-fn table(p: &Preview) -> String {
+pub(crate) fn table(p: &Preview) -> String {
     let header: Vec<&str> = p.columns.iter().map(|(n, _)| n.as_str()).collect();
-    let cells: Vec<Vec<String>> = p.rows.iter().map(|r| r.iter().map(|v| v.as_deref().unwrap_or("NULL").replace('\n', "⏎")).collect()).collect();
+    let cells: Vec<Vec<String>> = p.rows.iter().map(|r| r.iter().map(|v| cell(v.as_deref())).collect()).collect();
     let widths: Vec<usize> = header
         .iter()
         .enumerate()
@@ -96,6 +98,15 @@ fn table(p: &Preview) -> String {
         s.push_str("  (no rows)\n");
     }
     s
+}
+
+/// Widest value shown in a text table cell (JSON has every value whole).
+const CELL_WIDTH: usize = 40;
+
+/// A value as a table cell: `NULL`, newlines shown as `⏎`, cut at [`CELL_WIDTH`] characters with `…`.
+fn cell(v: Option<&str>) -> String {
+    let v = v.unwrap_or("NULL").replace('\n', "⏎");
+    if v.chars().count() > CELL_WIDTH { format!("{}…", v.chars().take(CELL_WIDTH - 1).collect::<String>()) } else { v }
 }
 
 /// One line: the comparison with what `env` serves now.
@@ -121,4 +132,18 @@ pub(crate) fn comparison_text(env: &str, c: Option<&Comparison>) -> String {
         _ => "whole relation",
     };
     format!("vs `{env}`: {}; rows {} → {} ({scope})", parts.join("; "), c.rows_now, c.rows_new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_in_the_table_and_nulls_named() {
+        let long = "x".repeat(100);
+        assert_eq!(cell(Some(&long)).chars().count(), CELL_WIDTH);
+        assert!(cell(Some(&long)).ends_with('…'));
+        assert_eq!(cell(None), "NULL");
+        assert_eq!(cell(Some("a\nb")), "a⏎b");
+    }
 }

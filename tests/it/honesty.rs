@@ -247,6 +247,7 @@ fn every_json_command_prints_one_error_object_when_it_fails() {
         &["audit", "dev", "--json"],
         &["test", "--json"],
         &["render", "s.a", "--json"],
+        &["preview", "dev", "--json"],
     ] {
         let run = p.run(args);
         run.expect_code(1);

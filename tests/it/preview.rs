@@ -415,3 +415,75 @@ return define_model {
     run.expect_code(1);
     assert!(run.stderr.contains("unknown model `e.summ`") && run.stderr.contains("did you mean `e.sum`"), "{}", run.stderr);
 }
+
+#[test]
+fn null_values_are_null_in_json_and_prod_is_previewed_like_any_environment() {
+    let p = project();
+    p.write(
+        "models/n.lua",
+        r#"return define_model {
+  name = "n.nulls",
+  kind = kind.full(),
+  schema = { { "id", "integer" }, { "v", "varchar" } },
+  query = "SELECT 1 AS id, CAST(NULL AS VARCHAR) AS v",
+}
+"#,
+    );
+    p.apply("prod");
+    let all = previews(&p, &["prod", "n.nulls"], 0);
+    let n = one(&all, "n.nulls");
+    assert_eq!(n["rows"], serde_json::json!([["1", null]]), "{n:#}");
+    assert_eq!(n["comparison"]["rowsNow"], 1, "prod serves it: {n:#}");
+    let text = p.run(&["preview", "prod", "n.nulls"]).expect_code(0).stdout.clone();
+    assert!(text.contains("1  │ NULL"), "{text}");
+    assert!(text.contains("vs `prod`: same columns; rows 1 → 1 (whole relation)"), "{text}");
+    // dev was never applied: nothing to compare with.
+    let all = previews(&p, &["dev", "n.nulls"], 0);
+    assert_eq!(one(&all, "n.nulls")["comparison"], Value::Null);
+}
+
+#[test]
+fn an_s3_lake_model_previews_through_a_prepared_read_only_connection() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
+    let p = project();
+    p.write("efmesh.toml", &format!("{}\n{lake}", crate::common::CONFIG));
+    p.write("models/daily.lua", &p.read("models/daily.lua").replace("  schema = {", "  target = \"parquet\",\n  schema = {"));
+    let with_credentials = |args: &[&str]| {
+        let out = p
+            .command(args)
+            .env("AWS_ACCESS_KEY_ID", crate::s3::KEY_ID)
+            .env("AWS_SECRET_ACCESS_KEY", crate::s3::SECRET)
+            .env_remove("AWS_SESSION_TOKEN")
+            .output()
+            .expect("spawn efmesh");
+        crate::common::Run::from_output(out, format!("efmesh {}", args.join(" ")))
+    };
+    with_credentials(&["apply", "dev", "--yes"]).expect_code(0);
+    let objects = moto.keys("lake");
+    p.write(
+        "models/total.lua",
+        r#"local daily = require("daily")
+return define_model {
+  name = "n.total",
+  kind = kind.full(),
+  schema = { { "total", "bigint" } },
+  query = "SELECT CAST(sum(revenue) AS BIGINT) AS total FROM " .. ref(daily),
+}
+"#,
+    );
+    let run = with_credentials(&["preview", "dev", "n.total", "--json"]);
+    let v = run.expect_code(0).json();
+    let total = one(v["previews"].as_array().expect("previews"), "n.total");
+    // Every complete day before 2026-02-10, read from the parquet files dev serves.
+    assert_eq!(rows(total), vec![vec![Some((100 + 150 + 90 + 20 + 7).to_string())]], "{total:#}");
+    assert!(!run.stdout.contains(crate::s3::SECRET) && !run.stderr.contains(crate::s3::SECRET), "the secret reached the output");
+    assert_eq!(moto.keys("lake"), objects, "a preview wrote to the lake");
+    // Without credentials, each preview says which variable is missing.
+    let out = p.command(&["preview", "dev", "n.total", "--json"]).env_remove("AWS_ACCESS_KEY_ID").env_remove("AWS_SECRET_ACCESS_KEY").output().expect("spawn");
+    let run = crate::common::Run::from_output(out, "efmesh preview dev n.total --json".into());
+    let v = run.expect_code(1).json();
+    let err = v["previews"][0]["error"].as_str().unwrap_or_else(|| panic!("{v:#}"));
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+}
