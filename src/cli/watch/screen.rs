@@ -20,8 +20,6 @@ use std::time::Instant;
 const MAX_RANGES: usize = 3;
 /// At most this many changed models are named on the "changed since the last save" line.
 const MAX_CHANGED: usize = 12;
-/// Preview cells are cut to this many characters.
-const MAX_CELL: usize = 24;
 
 /// How a piece of a line is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +203,7 @@ fn body(r: &Report) -> Vec<Line> {
     }
     for p in &r.previews {
         out.push(Line::default());
-        preview_lines(p, &mut out);
+        preview_lines(&r.env, p, &mut out);
     }
     if r.previews_omitted > 0 {
         out.push(Line(vec![(format!("({} more changed models not previewed)", r.previews_omitted), Style::Dim)]));
@@ -273,8 +271,9 @@ fn problem_lines(r: &Report, p: &Problem, out: &mut Vec<Line>) {
     }
 }
 
-/// A preview: the comparison, then the first rows as a table.
-fn preview_lines(p: &Preview, out: &mut Vec<Line>) {
+/// A preview: the comparison with what the environment serves, then the first rows as a table
+/// (both as `efmesh preview` prints them).
+fn preview_lines(env: &str, p: &Preview, out: &mut Vec<Line>) {
     let mut head = Line::plain("preview ").push(p.model.to_string(), Style::Bold);
     if let Some((start, end)) = &p.window {
         head = head.push(format!("  [{start}, {end})"), Style::Dim);
@@ -286,48 +285,9 @@ fn preview_lines(p: &Preview, out: &mut Vec<Line>) {
         }
         return;
     }
-    match &p.comparison {
-        Some(c) => {
-            let mut parts = Vec::new();
-            if !c.added.is_empty() {
-                parts.push(format!("+ columns {}", c.added.join(", ")));
-            }
-            if !c.removed.is_empty() {
-                parts.push(format!("- columns {}", c.removed.join(", ")));
-            }
-            for (name, old, new) in &c.retyped {
-                parts.push(format!("~ {name} {old} → {new}"));
-            }
-            if parts.is_empty() {
-                parts.push("same columns".into());
-            }
-            parts.push(format!("rows in the window: {} now → {} new", c.rows_now, c.rows_new));
-            out.push(Line(vec![(format!("  {}", parts.join(" · ")), Style::Yellow)]));
-        }
-        None => out.push(Line(vec![("  not served by the environment yet".into(), Style::Dim)])),
-    }
-    let cell = |s: &str| -> String {
-        let n = s.chars().count();
-        if n > MAX_CELL { format!("{}…", s.chars().take(MAX_CELL - 1).collect::<String>()) } else { s.to_string() }
-    };
-    let headers: Vec<String> = p.columns.iter().map(|(n, _)| cell(n)).collect();
-    let rows: Vec<Vec<String>> = p.rows.iter().map(|r| r.iter().map(|v| cell(v.as_deref().unwrap_or("NULL"))).collect()).collect();
-    let widths: Vec<usize> = (0..headers.len())
-        .map(|i| rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).chain([headers[i].chars().count()]).max().unwrap_or(0))
-        .collect();
-    let fmt_row = |cells: &[String]| -> String {
-        cells.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths.get(i).copied().unwrap_or(0))).collect::<Vec<_>>().join(" │ ")
-    };
-    if headers.is_empty() {
-        return;
-    }
-    out.push(Line(vec![(format!("  {}", fmt_row(&headers)), Style::Bold)]));
-    out.push(Line(vec![(format!("  {}", widths.iter().map(|w| "─".repeat(*w)).collect::<Vec<_>>().join("─┼─")), Style::Dim)]));
-    for r in &rows {
-        out.push(Line::plain(format!("  {}", fmt_row(r))));
-    }
-    if rows.is_empty() {
-        out.push(Line(vec![("  (no rows)".into(), Style::Dim)]));
+    out.push(Line(vec![(format!("  {}", super::super::preview::comparison_text(env, p.comparison.as_ref())), Style::Yellow)]));
+    for (i, line) in super::super::preview::table(p).lines().enumerate() {
+        out.push(Line(vec![(line.to_string(), if i == 0 { Style::Bold } else { Style::Plain })]));
     }
 }
 
@@ -469,5 +429,36 @@ mod tests {
         assert!(lines[8].starts_with("… "), "{lines:?}");
         assert!(lines[9].contains("efmesh watch"), "{lines:?}");
         assert!(lines.iter().all(|l| l.chars().count() <= 40), "{lines:?}");
+    }
+
+    #[test]
+    fn a_preview_shows_the_comparison_then_the_rows_and_an_error_in_place_of_them() {
+        use crate::core::ModelName;
+        use crate::preview::Comparison;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut r = Report::new(Event::Replan, "dev", dir.path());
+        let comparison = Comparison { added: vec!["cents".into()], rows_now: 3, rows_new: 3, scope: "all", ..Comparison::default() };
+        r.previews.push(Preview {
+            model: ModelName::parse("raw.orders").expect("name"),
+            columns: vec![("id".into(), "INTEGER".into()), ("cents".into(), "INTEGER".into())],
+            rows: vec![vec![Some("1".into()), Some("500".into())], vec![Some("2".into()), None]],
+            window: None,
+            comparison: Some(comparison),
+            error: None,
+        });
+        r.previews.push(Preview {
+            model: ModelName::parse("mart.bad").expect("name"),
+            columns: Vec::new(),
+            rows: Vec::new(),
+            window: None,
+            comparison: None,
+            error: Some("models/bad.lua:3: model `mart.bad`: Binder Error: column `nope` not found".into()),
+        });
+        let lines = render(&r, 1.0, 100, 30, false);
+        let at = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle:?} missing:\n{}", lines.join("\n")));
+        assert!(at("preview raw.orders") < at("added cents"));
+        assert!(at("added cents") < at("id │ cents"));
+        assert!(at("id │ cents") < at("2  │ NULL"));
+        assert!(at("preview mart.bad") < at("preview error: models/bad.lua:3"));
     }
 }
