@@ -13,14 +13,16 @@
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
+use crate::core::Model;
 use crate::core::interval::Millis;
 use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
+use crate::script::loader::LoadCache;
 use crate::state::StateStore;
 use anyhow::{Context, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// What a [`Session::reload`] did.
@@ -42,6 +44,9 @@ pub struct Session {
     config: Config,
     project: Result<Project, LoadErrors>,
     inputs: BTreeSet<PathBuf>,
+    /// Per-file load results and content hashes, kept across reloads and saved to the project's
+    /// load cache after each load.
+    cache: LoadCache,
 }
 
 impl Session {
@@ -52,7 +57,8 @@ impl Session {
     /// The configuration cannot be read or is invalid.
     pub fn open(config_path: &Path) -> Result<Session> {
         let config = Config::load(config_path)?;
-        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new() };
+        let cache = LoadCache::open(&config);
+        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new(), cache };
         session.load_all();
         Ok(session)
     }
@@ -96,7 +102,12 @@ impl Session {
     }
 
     /// Brings the project up to date after `changed` paths (absolute or relative to the project
-    /// root) changed, appeared or disappeared.
+    /// root) changed, appeared or disappeared: the discovery globs are walked again (new files
+    /// are picked up, deleted ones dropped), the content of the changed paths is read again, and
+    /// only the top-level files whose inputs changed are evaluated — a changed file and every
+    /// top-level file that reached it through `require` / `import` (every file when the
+    /// configuration's `[project]` section or an audit file changed). Seeds are hashed again;
+    /// the DAG is rebuilt. Paths not listed are taken as unchanged since the last load.
     ///
     /// # Errors
     /// The configuration is gone or no longer valid; the session keeps its previous state.
@@ -104,9 +115,16 @@ impl Session {
         let config_abs = self.config.path.clone();
         let config_changed = changed.iter().any(|p| self.absolute(p) == config_abs);
         if config_changed {
-            self.config = Config::load(&self.config_path)?;
+            let config = Config::load(&self.config_path)?;
+            if config.root != self.config.root {
+                self.cache.forget_all();
+            }
+            self.config = config;
         }
-        let before: std::collections::BTreeMap<ModelName, crate::core::Model> =
+        let root = self.config.root.clone();
+        let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
+        self.cache.forget(rel.iter().map(PathBuf::as_path));
+        let before: HashMap<ModelName, Model> =
             self.project.as_ref().map(|p| p.dag.models().map(|m| (m.name.clone(), m.clone())).collect()).unwrap_or_default();
         let evaluated = self.load_all();
         let mut changed_models = BTreeSet::new();
@@ -129,21 +147,16 @@ impl Session {
         if p.is_absolute() { p.to_path_buf() } else { self.config.root.join(p) }
     }
 
-    /// Loads the whole project; returns the files evaluated.
+    /// Loads the project through the session's cache (saved afterwards); returns the files
+    /// evaluated.
     fn load_all(&mut self) -> Vec<PathBuf> {
-        let files = Project::files(&self.config).unwrap_or_default();
-        self.project = Project::load(&self.config);
-        let mut inputs: BTreeSet<PathBuf> = files.iter().map(|f| self.config.root.join(f)).collect();
+        let (project, report) = Project::load_with(&self.config, &mut self.cache);
+        self.cache.save();
+        self.project = project;
+        let mut inputs = report.inputs;
         inputs.insert(self.config.path.clone());
-        if let Ok(p) = &self.project {
-            for m in p.dag.models() {
-                if let crate::core::Kind::Seed(s) = &m.kind {
-                    inputs.insert(self.config.root.join(&s.path));
-                }
-            }
-        }
         self.inputs = inputs;
-        files
+        report.evaluated
     }
 
     /// Opens the state store for reading (an empty in-memory stand-in when the project has

@@ -6,6 +6,7 @@
 
 pub mod audits;
 pub mod builder;
+pub mod loader;
 pub mod lua;
 pub mod rhai;
 pub mod sandbox;
@@ -74,12 +75,13 @@ pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBu
     Ok(files)
 }
 
-/// Evaluates every discovered model file under `root`, each by the host of its language
-/// (`.lua`, `.rhai`, `.sql`), and merges the models. Files of other extensions are errors.
+/// Evaluates every model file `files` under `root` (no cache), each by the host of its language
+/// (`.lua`, `.rhai`, `.sql`) and in isolation ([`loader`]), and merges the models. Files of
+/// other extensions are errors.
 ///
 /// # Errors
 /// Every load error found (script errors, invalid specs), each with file:line, sorted.
 pub fn load_models(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    // One loader serves models alone and models with unit tests (`efmesh test`).
-    test_spec::load_models_and_tests(root, files, &[]).map(|(models, _)| models)
+    let files = loader::Discovered { audits: Vec::new(), models: files.to_vec() };
+    loader::load_models_and_tests(root, &files, &[]).map(|(models, _)| models)
 }
