@@ -288,3 +288,92 @@ pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Milli
 pub fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
     if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs_err::create_dir_all(p.parent().unwrap()).unwrap();
+        fs_err::write(p, text).unwrap();
+    }
+
+    fn model(name: &str, prelude: &str, select: &str) -> String {
+        format!("{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n")
+    }
+
+    fn names(v: &[&str]) -> BTreeSet<ModelName> {
+        v.iter().map(|n| ModelName::parse(n).unwrap()).collect()
+    }
+
+    fn paths(v: &[&str]) -> Vec<PathBuf> {
+        v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn reload_evaluates_the_changed_files_and_their_importers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "lib/util.lua", "return { n = 1 }\n");
+        write(root, "models/a.lua", &model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\""));
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT 2 AS x\""));
+        write(root, "models/c.lua", &model("s.c", "", "\"SELECT x FROM \" .. ref(\"s.b\")"));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        assert_eq!(s.project().unwrap().dag.len(), 3);
+        for f in ["efmesh.toml", "lib/util.lua", "models/a.lua", "models/b.lua", "models/c.lua"] {
+            assert!(s.inputs().contains(&root.join(f)), "{f} is an input: {:?}", s.inputs());
+        }
+
+        // Nothing changed: nothing evaluated.
+        let r = s.reload(&[]).unwrap();
+        assert_eq!(r, Reload::default());
+
+        // A model file: only it, and only its model changed.
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT 3 AS x\""));
+        let r = s.reload(&[root.join("models/b.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/b.lua"]));
+        assert_eq!(r.changed_models, names(&["s.b"]));
+        assert!(!r.config_changed);
+
+        // A module reached through `require` (relative path given): its importer.
+        write(root, "lib/util.lua", "return { n = 9 }\n");
+        let r = s.reload(&[PathBuf::from("lib/util.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/a.lua"]));
+        assert_eq!(r.changed_models, names(&["s.a"]));
+
+        // A reformat that changes no model: evaluated, no model changed.
+        write(root, "models/a.lua", &format!("\n{}", model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\"")));
+        let r = s.reload(&[root.join("models/a.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/a.lua"]));
+        assert!(r.changed_models.iter().all(|m| m.to_string() == "s.a"), "only the location of s.a may change: {:?}", r.changed_models);
+
+        // A new file and a deleted one.
+        write(root, "models/d.lua", &model("s.d", "", "\"SELECT 4 AS x\""));
+        std::fs::remove_file(root.join("models/c.lua")).unwrap();
+        let r = s.reload(&[root.join("models/d.lua"), root.join("models/c.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert_eq!(r.changed_models, names(&["s.c", "s.d"]));
+        assert!(s.project().unwrap().dag.get(&ModelName::parse("s.c").unwrap()).is_none());
+        assert!(!s.inputs().contains(&root.join("models/c.lua")));
+
+        // A broken file: the errors, then the fix.
+        write(root, "models/d.lua", "define_model {");
+        let r = s.reload(&[root.join("models/d.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert!(s.project().is_err());
+        write(root, "models/d.lua", &model("s.d", "", "\"SELECT 5 AS x\""));
+        let r = s.reload(&[root.join("models/d.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert!(r.changed_models.contains(&ModelName::parse("s.d").unwrap()), "{:?}", r.changed_models);
+        assert_eq!(s.project().unwrap().dag.len(), 3);
+
+        // The config: read again; its `[project]` section is part of every key.
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\naudits = []\n");
+        let r = s.reload(&[root.join("efmesh.toml")]).unwrap();
+        assert!(r.config_changed);
+        assert_eq!(r.evaluated, paths(&["models/a.lua", "models/b.lua", "models/d.lua"]));
+        assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
+    }
+}
