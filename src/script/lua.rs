@@ -148,6 +148,9 @@ struct State {
     /// The value of each module's first evaluation, for test files (which `require` model
     /// files for their handles once every model file was evaluated).
     first_values: HashMap<PathBuf, mlua::RegistryKey>,
+    /// The audit definitions every top-level evaluation starts from: the built-ins and the
+    /// audit definition files' (set by [`LuaHost::keep_modules`]).
+    base_audits: Option<super::audits::Registry<Function>>,
     /// True once test files are evaluated.
     testing: bool,
     /// Unit tests defined by test files (`define_test`).
@@ -680,6 +683,7 @@ impl LuaHost {
         let mut s = self.state.borrow_mut();
         let kept: Vec<PathBuf> = s.modules.keys().cloned().collect();
         s.shared.extend(kept);
+        s.base_audits = Some(s.audits.clone());
     }
 
     /// Evaluates one top-level file (relative to the root) with a fresh module table: what it
@@ -693,6 +697,10 @@ impl LuaHost {
                 let shared = std::mem::take(&mut s.shared);
                 s.modules.retain(|k, _| shared.contains(k));
                 s.shared = shared;
+                // Audits a module defines are defined again when another file requires it.
+                if let Some(base) = &s.base_audits {
+                    s.audits = base.clone();
+                }
             }
             s.reached = Some(Reached::default());
             (s.models.len(), s.errors.len())

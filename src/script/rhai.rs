@@ -296,6 +296,7 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
     }
     let mut outcomes = Vec::new();
     let mut shared: HashSet<PathBuf> = HashSet::new();
+    let mut base_audits = None;
     let phases = [(audits, false), (files, false), (tests, true)];
     'phases: for (phase, (list, testing)) in phases.into_iter().enumerate() {
         {
@@ -303,6 +304,7 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
             if phase == 1 {
                 // Audit definition files (and what they import) are shared by every model file.
                 shared = s.modules.keys().cloned().collect();
+                base_audits = Some(s.audits.clone());
             }
             if testing {
                 s.testing = true;
@@ -319,6 +321,10 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
                 let mut s = refs.state.borrow_mut();
                 if !testing {
                     s.modules.retain(|k, _| shared.contains(k));
+                    // Audits a module defines are defined again when another file imports it.
+                    if let Some(base) = &base_audits {
+                        s.audits = base.clone();
+                    }
                 }
                 s.reached = Some(Reached::default());
                 (s.models.len(), s.errors.len())
