@@ -46,9 +46,11 @@ impl Discovered {
     /// # Errors
     /// [`LoadErrors`] for an invalid glob or a file outside the project.
     pub fn of(config: &Config) -> Result<Discovered, LoadErrors> {
-        let audits = super::discover_matching(config, &config.project.audits)?;
+        let mut found = super::discover_each(config, &[&config.project.audits, &config.project.models])?;
+        let models = found.pop().unwrap_or_default();
+        let audits = found.pop().unwrap_or_default();
         let audit_set: HashSet<&PathBuf> = audits.iter().collect();
-        let models = super::discover(config)?.into_iter().filter(|f| !audit_set.contains(f)).collect();
+        let models = models.into_iter().filter(|f| !audit_set.contains(f)).collect();
         Ok(Discovered { audits, models })
     }
 
@@ -166,17 +168,17 @@ fn check_extensions(files: &Discovered, tests: &[PathBuf]) -> Vec<LoadError> {
 /// in several evaluations (defined by a module several files required) is kept once when its
 /// definitions are equal; different definitions under one name are all kept, for
 /// [`crate::core::Dag::build`] to report as duplicates.
-fn merge_models<'a>(outcomes: impl Iterator<Item = &'a FileOutcome>) -> Vec<Model> {
+fn merge_models(outcomes: Vec<FileOutcome>) -> Vec<Model> {
     let mut models: Vec<Model> = Vec::new();
     let mut by_name: HashMap<ModelName, Vec<usize>> = HashMap::new();
     for o in outcomes {
-        for m in &o.models {
+        for m in o.models {
             let same = by_name.entry(m.name.clone()).or_default();
-            if same.iter().any(|&i| models[i] == *m) {
+            if same.iter().any(|&i| models[i] == m) {
                 continue;
             }
             same.push(models.len());
-            models.push(m.clone());
+            models.push(m);
         }
     }
     models
@@ -184,9 +186,9 @@ fn merge_models<'a>(outcomes: impl Iterator<Item = &'a FileOutcome>) -> Vec<Mode
 
 /// Ends a load: merged models, the no-model rule, seed hashes, `cols()` expansion; the errors
 /// sorted by location.
-fn finish(root: &Path, outcomes: &[&FileOutcome], mut errors: Vec<LoadError>, test_outcomes: &[&FileOutcome]) -> Result<Vec<Model>, LoadErrors> {
-    let mut models = merge_models(outcomes.iter().copied());
-    errors.extend(idle_top_level(outcomes, test_outcomes));
+fn finish(root: &Path, outcomes: Vec<FileOutcome>, mut errors: Vec<LoadError>, test_outcomes: &[&FileOutcome]) -> Result<Vec<Model>, LoadErrors> {
+    errors.extend(idle_top_level(&outcomes.iter().collect::<Vec<_>>(), test_outcomes));
+    let mut models = merge_models(outcomes);
     // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
     errors.extend(crate::seed::hash_seed_files(root, &mut models));
     if !errors.is_empty() {
@@ -222,7 +224,8 @@ pub fn load_models_and_tests(root: &Path, files: &Discovered, test_files: &[Path
     let (test_outcomes, top): (Vec<&FileOutcome>, Vec<&FileOutcome>) = outcomes.iter().partition(|o| tests_set.contains(&o.file));
     tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
     errors.extend(super::test_spec::check_unique(&tests));
-    let models = finish(root, &order(&top, files), errors, &test_outcomes)?;
+    let top: Vec<FileOutcome> = order(&top, files).into_iter().cloned().collect();
+    let models = finish(root, top, errors, &test_outcomes)?;
     Ok((models, tests))
 }
 
@@ -577,5 +580,8 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
             report.inputs.insert(crate::seed::resolve(root, &s.path));
         }
     }
-    (finish(root, &outcomes, errors, &[]), report)
+    // Every outcome, owned, in `files` order (models are moved, not copied, into the result).
+    let mut owned: HashMap<PathBuf, FileOutcome> = cached.into_iter().chain(evaluated).map(|o| (o.file.clone(), o)).collect();
+    let all: Vec<FileOutcome> = files.all().filter_map(|f| owned.remove(f)).collect();
+    (finish(root, all, errors, &[]), report)
 }
