@@ -3,7 +3,9 @@
 //! One interpreter per project load. Each model file runs in its own environment table holding
 //! fresh copies of the allowed libraries (`string`, `table`, `math` without `random`, `utf8`,
 //! safe base functions) and the efmesh API (`define_model`, `ref`, `cols`, `kind`, `require`),
-//! so no file can change what another file sees. Not available: `io`, `os`, `debug`,
+//! so no file can change what another file sees. Each top-level file also gets a fresh module
+//! table ([`LuaHost::load_file`]): what it requires is evaluated for it alone, so one file
+//! mutating a module's table cannot change what another sees (see [`super::loader`]). Not available: `io`, `os`, `debug`,
 //! `package`, `load`, `loadfile`, `dofile`, `string.dump`, `collectgarbage`, randomness and the
 //! clock. `require` resolves only files inside the project.
 //!

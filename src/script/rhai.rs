@@ -9,7 +9,8 @@
 //! that refuses; there is no file or network access, no randomness, and `eval` is a disabled
 //! keyword. `print` and `debug` go to `tracing` (stderr), never to stdout. `import` resolves only
 //! `.rhai` files inside the project (checked again after following symlinks), evaluating each
-//! file once, with cycle detection.
+//! imported file once per top-level file that reaches it (never shared between two top-level
+//! files: see [`super::loader`]), with cycle detection.
 //!
 //! Limits (see the constants): operations, call depth, expression depth, string, array and map
 //! sizes, variables, functions, imports, file size, and per file a wall-clock budget and a cap on
