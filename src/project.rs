@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use crate::core::{Dag, LoadErrors};
-use crate::script;
+use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
 
 /// Configuration plus the validated DAG of every model.
 #[derive(Debug, Clone)]
@@ -14,21 +14,40 @@ pub struct Project {
 }
 
 impl Project {
-    /// Discovers, evaluates and validates every model file of `config`'s project.
+    /// Discovers, evaluates and validates every model file of `config`'s project, through the
+    /// project's persistent load cache ([`LoadCache`]): files whose inputs did not change since
+    /// the last load are not evaluated again.
     ///
-    /// Pure with respect to the databases: reads only the project's files.
+    /// Pure with respect to the databases: reads only the project's files (and writes the load
+    /// cache).
     ///
     /// # Errors
     /// [`LoadErrors`]: every problem found, each with file:line, model and culprit.
     pub fn load(config: &Config) -> Result<Project, LoadErrors> {
-        let models = script::load_models(&config.root, &Self::files(config)?)?;
-        let dag = Dag::build(models)?;
-        // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
-        let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
-        if !unconfigured.is_empty() {
-            return Err(LoadErrors(unconfigured));
-        }
-        Ok(Project { config: config.clone(), dag })
+        let mut cache = LoadCache::open(config);
+        let (project, _) = Self::load_with(config, &mut cache);
+        cache.save();
+        project
+    }
+
+    /// Like [`Project::load`], with the cache `cache` (not saved); also returns what the load
+    /// read and evaluated, filled as far as the load got when it fails.
+    pub fn load_with(config: &Config, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
+        let files = match Discovered::of(config) {
+            Ok(f) => f,
+            Err(e) => return (Err(e), LoadReport::default()),
+        };
+        let (models, report) = loader::load_project(config, &files, cache);
+        let project = models.and_then(|models| {
+            let dag = Dag::build(models)?;
+            // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
+            let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
+            if !unconfigured.is_empty() {
+                return Err(LoadErrors(unconfigured));
+            }
+            Ok(Project { config: config.clone(), dag })
+        });
+        (project, report)
     }
 
     /// The files a project loads, in evaluation order: audit definitions first (so every model
@@ -37,12 +56,6 @@ impl Project {
     /// # Errors
     /// [`LoadErrors`] for an invalid glob or a file outside the project.
     pub fn files(config: &Config) -> Result<Vec<std::path::PathBuf>, LoadErrors> {
-        let mut files = script::discover_matching(config, &config.project.audits)?;
-        for f in script::discover(config)? {
-            if !files.contains(&f) {
-                files.push(f);
-            }
-        }
-        Ok(files)
+        Ok(Discovered::of(config)?.all().cloned().collect())
     }
 }

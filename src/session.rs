@@ -13,14 +13,16 @@
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
+use crate::core::Model;
 use crate::core::interval::Millis;
 use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
+use crate::script::loader::LoadCache;
 use crate::state::StateStore;
 use anyhow::{Context, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// What a [`Session::reload`] did.
@@ -42,6 +44,9 @@ pub struct Session {
     config: Config,
     project: Result<Project, LoadErrors>,
     inputs: BTreeSet<PathBuf>,
+    /// Per-file load results and content hashes, kept across reloads and saved to the project's
+    /// load cache after each load.
+    cache: LoadCache,
 }
 
 impl Session {
@@ -52,7 +57,8 @@ impl Session {
     /// The configuration cannot be read or is invalid.
     pub fn open(config_path: &Path) -> Result<Session> {
         let config = Config::load(config_path)?;
-        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new() };
+        let cache = LoadCache::open(&config);
+        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new(), cache };
         session.load_all();
         Ok(session)
     }
@@ -96,7 +102,12 @@ impl Session {
     }
 
     /// Brings the project up to date after `changed` paths (absolute or relative to the project
-    /// root) changed, appeared or disappeared.
+    /// root) changed, appeared or disappeared: the discovery globs are walked again (new files
+    /// are picked up, deleted ones dropped), the content of the changed paths is read again, and
+    /// only the top-level files whose inputs changed are evaluated — a changed file and every
+    /// top-level file that reached it through `require` / `import` (every file when the
+    /// configuration's `[project]` section or an audit file changed). Seeds are hashed again;
+    /// the DAG is rebuilt. Paths not listed are taken as unchanged since the last load.
     ///
     /// # Errors
     /// The configuration is gone or no longer valid; the session keeps its previous state.
@@ -104,9 +115,16 @@ impl Session {
         let config_abs = self.config.path.clone();
         let config_changed = changed.iter().any(|p| self.absolute(p) == config_abs);
         if config_changed {
-            self.config = Config::load(&self.config_path)?;
+            let config = Config::load(&self.config_path)?;
+            if config.root != self.config.root {
+                self.cache.forget_all();
+            }
+            self.config = config;
         }
-        let before: std::collections::BTreeMap<ModelName, crate::core::Model> =
+        let root = self.config.root.clone();
+        let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
+        self.cache.forget(rel.iter().map(PathBuf::as_path));
+        let before: HashMap<ModelName, Model> =
             self.project.as_ref().map(|p| p.dag.models().map(|m| (m.name.clone(), m.clone())).collect()).unwrap_or_default();
         let evaluated = self.load_all();
         let mut changed_models = BTreeSet::new();
@@ -129,21 +147,16 @@ impl Session {
         if p.is_absolute() { p.to_path_buf() } else { self.config.root.join(p) }
     }
 
-    /// Loads the whole project; returns the files evaluated.
+    /// Loads the project through the session's cache (saved afterwards); returns the files
+    /// evaluated.
     fn load_all(&mut self) -> Vec<PathBuf> {
-        let files = Project::files(&self.config).unwrap_or_default();
-        self.project = Project::load(&self.config);
-        let mut inputs: BTreeSet<PathBuf> = files.iter().map(|f| self.config.root.join(f)).collect();
+        let (project, report) = Project::load_with(&self.config, &mut self.cache);
+        self.cache.save();
+        self.project = project;
+        let mut inputs = report.inputs;
         inputs.insert(self.config.path.clone());
-        if let Ok(p) = &self.project {
-            for m in p.dag.models() {
-                if let crate::core::Kind::Seed(s) = &m.kind {
-                    inputs.insert(self.config.root.join(&s.path));
-                }
-            }
-        }
         self.inputs = inputs;
-        files
+        report.evaluated
     }
 
     /// Opens the state store for reading (an empty in-memory stand-in when the project has
@@ -274,4 +287,93 @@ pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Milli
 /// The store cannot be opened or created.
 pub fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
     if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs_err::create_dir_all(p.parent().unwrap()).unwrap();
+        fs_err::write(p, text).unwrap();
+    }
+
+    fn model(name: &str, prelude: &str, select: &str) -> String {
+        format!("{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n")
+    }
+
+    fn names(v: &[&str]) -> BTreeSet<ModelName> {
+        v.iter().map(|n| ModelName::parse(n).unwrap()).collect()
+    }
+
+    fn paths(v: &[&str]) -> Vec<PathBuf> {
+        v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn reload_evaluates_the_changed_files_and_their_importers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "lib/util.lua", "return { n = 1 }\n");
+        write(root, "models/a.lua", &model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\""));
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT 2 AS x\""));
+        write(root, "models/c.lua", &model("s.c", "", "\"SELECT x FROM \" .. ref(\"s.b\")"));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        assert_eq!(s.project().unwrap().dag.len(), 3);
+        for f in ["efmesh.toml", "lib/util.lua", "models/a.lua", "models/b.lua", "models/c.lua"] {
+            assert!(s.inputs().contains(&root.join(f)), "{f} is an input: {:?}", s.inputs());
+        }
+
+        // Nothing changed: nothing evaluated.
+        let r = s.reload(&[]).unwrap();
+        assert_eq!(r, Reload::default());
+
+        // A model file: only it, and only its model changed.
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT 3 AS x\""));
+        let r = s.reload(&[root.join("models/b.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/b.lua"]));
+        assert_eq!(r.changed_models, names(&["s.b"]));
+        assert!(!r.config_changed);
+
+        // A module reached through `require` (relative path given): its importer.
+        write(root, "lib/util.lua", "return { n = 9 }\n");
+        let r = s.reload(&[PathBuf::from("lib/util.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/a.lua"]));
+        assert_eq!(r.changed_models, names(&["s.a"]));
+
+        // A reformat that changes no model: evaluated, no model changed.
+        write(root, "models/a.lua", &format!("\n{}", model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\"")));
+        let r = s.reload(&[root.join("models/a.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/a.lua"]));
+        assert!(r.changed_models.iter().all(|m| m.to_string() == "s.a"), "only the location of s.a may change: {:?}", r.changed_models);
+
+        // A new file and a deleted one.
+        write(root, "models/d.lua", &model("s.d", "", "\"SELECT 4 AS x\""));
+        std::fs::remove_file(root.join("models/c.lua")).unwrap();
+        let r = s.reload(&[root.join("models/d.lua"), root.join("models/c.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert_eq!(r.changed_models, names(&["s.c", "s.d"]));
+        assert!(s.project().unwrap().dag.get(&ModelName::parse("s.c").unwrap()).is_none());
+        assert!(!s.inputs().contains(&root.join("models/c.lua")));
+
+        // A broken file: the errors, then the fix.
+        write(root, "models/d.lua", "define_model {");
+        let r = s.reload(&[root.join("models/d.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert!(s.project().is_err());
+        write(root, "models/d.lua", &model("s.d", "", "\"SELECT 5 AS x\""));
+        let r = s.reload(&[root.join("models/d.lua")]).unwrap();
+        assert_eq!(r.evaluated, paths(&["models/d.lua"]));
+        assert!(r.changed_models.contains(&ModelName::parse("s.d").unwrap()), "{:?}", r.changed_models);
+        assert_eq!(s.project().unwrap().dag.len(), 3);
+
+        // The config: read again; its `[project]` section is part of every key.
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\naudits = []\n");
+        let r = s.reload(&[root.join("efmesh.toml")]).unwrap();
+        assert!(r.config_changed);
+        assert_eq!(r.evaluated, paths(&["models/a.lua", "models/b.lua", "models/d.lua"]));
+        assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
+    }
 }

@@ -29,7 +29,7 @@ pub const USE_OPTIONS: &[&str] = &["blocking", "scope"];
 pub const DEF_KEYS: &[&str] = &["name", "params", "optional", "blocking", "scope", "query", "description"];
 
 /// Which rows an audit sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditScope {
     /// The rows just written: a time-range batch `[start, end)`, or the whole relation for other
@@ -253,7 +253,7 @@ fn use_options(map: &Map<String, Value>, name: &str, blocking: bool, scope: Audi
 }
 
 /// One piece of an audit's SQL.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum AuditPart {
     /// Literal SQL.
     Text(String),
@@ -262,7 +262,7 @@ pub enum AuditPart {
 }
 
 /// The SQL an audit body returned, with the relation under audit as a placeholder.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct AuditSql(pub Vec<AuditPart>);
 
 impl AuditSql {
@@ -309,11 +309,13 @@ impl AuditSql {
 /// body produced for them.
 ///
 /// `Hash` covers every field (the plan memo keys on it); `args` hash as their JSON text.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Audit {
     /// The definition's name, e.g. `not_null`.
     pub name: String,
-    /// Bound arguments, in declaration order (absent optional ones are `null`).
+    /// Bound arguments, in declaration order (absent optional ones are `null`). Serialized as
+    /// JSON text, so binary formats (the load cache) can hold them.
+    #[serde(with = "json_text")]
     pub args: Map<String, Value>,
     /// A blocking violation stops the apply; a warn one is logged.
     pub blocking: bool,
@@ -431,5 +433,20 @@ mod tests {
         assert_eq!(sql.render("\"_efmesh\".\"t\""), "SELECT * FROM \"_efmesh\".\"t\" WHERE x IS NULL");
         assert!(AuditSql::parse("SELECT 1").unwrap_err().contains("never reads"));
         assert!(AuditSql::parse(&format!("SELECT * FROM {THIS} JOIN \u{1}0\u{2}")).unwrap_err().contains("ref()"));
+    }
+}
+
+/// Serializes a JSON map as its text (binary serde formats cannot hold `serde_json::Value`).
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::{Map, Value};
+
+    pub fn serialize<S: Serializer>(map: &Map<String, Value>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&serde_json::to_string(map).map_err(serde::ser::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map_err(serde::de::Error::custom)
     }
 }

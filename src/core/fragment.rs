@@ -6,7 +6,7 @@ use super::model::Location;
 use super::name::{ModelName, quote_ident};
 
 /// One piece of a body.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Node {
     /// Literal SQL text.
     Text(String),
@@ -21,7 +21,7 @@ pub enum Node {
 }
 
 /// A `ref(...)` call: the target and where it was written.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RefSite {
     /// The referenced model.
     pub target: ModelName,
@@ -30,7 +30,7 @@ pub struct RefSite {
 }
 
 /// A `cols(parent, ...)` call: which columns of which parent, and where.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ColsSite {
     /// The parent whose declared schema must contain every column.
     pub parent: ModelName,
@@ -41,7 +41,7 @@ pub struct ColsSite {
 }
 
 /// A model body.
-#[derive(Debug, Clone, PartialEq, Default, Hash)]
+#[derive(Debug, Clone, PartialEq, Default, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Fragment {
     /// Pieces in order; adjacent texts are merged.
     pub nodes: Vec<Node>,

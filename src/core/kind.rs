@@ -14,7 +14,7 @@ use super::name::{quote_ident, quote_literal};
 use serde_json::{Value, json};
 
 /// How a model is materialised.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Kind {
     /// Rebuilt as a whole table whenever its version changes.
@@ -37,14 +37,14 @@ pub enum Kind {
 }
 
 /// Parameters of an `incremental_by_unique_key` model.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct UniqueKey {
     /// Declared columns identifying a row (at least one).
     pub key: Vec<String>,
 }
 
 /// Parameters of an `scd_type2` model.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ScdType2 {
     /// Declared columns identifying an entity (at least one).
     pub key: Vec<String>,
@@ -86,7 +86,7 @@ impl ScdType2 {
 }
 
 /// Parameters of an `incremental_by_time_range` model.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TimeRange {
     /// Output column holding each row's instant; must be declared in the schema.
     pub time_column: String,
@@ -106,7 +106,7 @@ pub struct TimeRange {
 pub const DEFAULT_BATCH_SIZE: u32 = 30;
 
 /// Where an external source's rows come from.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum External {
     /// An existing engine relation, `[catalog.]schema.table`, rendered with each part quoted.
     Table {
@@ -132,7 +132,7 @@ pub enum External {
 }
 
 /// Reader options of CSV externals beyond the defaults (a sniffed delimiter, a header row).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CsvOptions {
     /// Field delimiter (`delim`), one character; DuckDB sniffs it when `None`.
     pub delimiter: Option<String>,
@@ -144,7 +144,7 @@ pub struct CsvOptions {
 /// `apply` (see `crate::seed`). The file's bytes are hashed when the project loads, and that hash
 /// is part of the fingerprint: editing the file makes a new version; an unchanged file rebuilds
 /// nothing.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Seed {
     /// The file as written in the model, relative to the project directory (or absolute). This
     /// text is fingerprinted, not the resolved path, so moving the project never rebuilds.
@@ -182,7 +182,7 @@ impl Seed {
 }
 
 /// Formats of file-backed externals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FileFormat {
     /// `read_csv`, header row expected.
     Csv,

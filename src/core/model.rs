@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// A place in a project file: path relative to the project directory, 1-based line.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Location {
     /// File path, relative to the project directory when inside it.
     pub file: PathBuf,
@@ -27,7 +27,7 @@ impl std::fmt::Display for Location {
 ///
 /// `Hash` covers every field (the plan memo keys on it, `plan::memo::key`): a field added here
 /// must be hashable, so it can never be forgotten by the memo.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Model {
     /// `schema.table`.
     pub name: ModelName,

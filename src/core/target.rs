@@ -26,7 +26,7 @@ pub const DUCKLAKE_ALIAS: &str = "_efmesh_ducklake";
 pub const DUCKLAKE_SCHEMA: &str = "main";
 
 /// Where a model version's data lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     /// A table in the engine's own database (schema `_efmesh`).
     #[default]

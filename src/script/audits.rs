@@ -18,7 +18,7 @@ pub const LUA_BUILTINS: &str = "efmesh:audits.lua";
 pub const RHAI_BUILTINS: &str = "efmesh:audits.rhai";
 
 /// Definitions by name, each with the host's body `B`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Registry<B> {
     defs: BTreeMap<String, (AuditDef, B)>,
 }

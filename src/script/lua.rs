@@ -3,7 +3,9 @@
 //! One interpreter per project load. Each model file runs in its own environment table holding
 //! fresh copies of the allowed libraries (`string`, `table`, `math` without `random`, `utf8`,
 //! safe base functions) and the efmesh API (`define_model`, `ref`, `cols`, `kind`, `require`),
-//! so no file can change what another file sees. Not available: `io`, `os`, `debug`,
+//! so no file can change what another file sees. Each top-level file also gets a fresh module
+//! table ([`LuaHost::load_file`]): what it requires is evaluated for it alone, so one file
+//! mutating a module's table cannot change what another sees (see [`super::loader`]). Not available: `io`, `os`, `debug`,
 //! `package`, `load`, `loadfile`, `dofile`, `string.dump`, `collectgarbage`, randomness and the
 //! clock. `require` resolves only files inside the project.
 //!
@@ -22,12 +24,12 @@
 mod audits;
 
 use super::builder::{Site, Sites, build_model};
-use super::sandbox::{Definitions, PrintCap};
+use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
 use crate::core::fragment::{ColsSite, RefSite};
-use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use crate::core::{LoadError, Location, Model, ModelName};
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, Value};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -106,6 +108,11 @@ end
 return safe
 "#;
 
+/// Every embedded Lua source the host evaluates (the load cache's key covers them).
+pub(crate) fn stdlib_sources() -> [&'static str; 4] {
+    [PRELUDE, GUARDS, SAFE_BASE, audits::BUILTINS]
+}
+
 /// A model handle returned by `define_model`: pass it to `ref()` and `cols()`.
 #[derive(Debug, Clone)]
 struct Handle(ModelName);
@@ -133,8 +140,19 @@ struct State {
     budget: Option<Budget>,
     /// What each file printed.
     printed: PrintCap,
-    /// Which top-level files defined something, and which are libraries.
+    /// Which files defined something, and which are libraries.
     definitions: Definitions,
+    /// What the top-level evaluation in progress reached through `require`.
+    reached: Option<Reached>,
+    /// Modules kept from one top-level evaluation to the next (audit definition files and
+    /// what they require: evaluated once, before every model file).
+    shared: HashSet<PathBuf>,
+    /// The value of each module's first evaluation, for test files (which `require` model
+    /// files for their handles once every model file was evaluated).
+    first_values: HashMap<PathBuf, mlua::RegistryKey>,
+    /// The audit definitions every top-level evaluation starts from: the built-ins and the
+    /// audit definition files' (set by [`LuaHost::keep_modules`]).
+    base_audits: Option<super::audits::Registry<Function>>,
     /// True once test files are evaluated.
     testing: bool,
     /// Unit tests defined by test files (`define_test`).
@@ -569,18 +587,21 @@ impl LuaHost {
         })?;
         self.proto.set("define_test", define_test)?;
         self.proto.set("define_model", refuse_model)?;
-        self.state.borrow_mut().testing = true;
+        let mut s = self.state.borrow_mut();
+        s.testing = true;
+        // Test files see each model file as its first evaluation left it.
+        for (rel, key) in std::mem::take(&mut s.first_values) {
+            if !matches!(s.modules.get(&rel), Some(ModuleState::Done(_))) {
+                s.modules.insert(rel, ModuleState::Done(key));
+            }
+        }
         Ok(())
     }
 
-    /// Ends a load started with [`LuaHost::begin_tests`]: the models and the tests, or every
-    /// error recorded.
-    ///
-    /// # Errors
-    /// All load errors, sorted by location.
-    pub fn finish_with_tests(self) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
+    /// Ends a load started with [`LuaHost::begin_tests`]: every error recorded and the tests.
+    pub fn finish_with_tests(self) -> (Vec<LoadError>, Vec<super::test_spec::TestSpec>) {
         let tests = std::mem::take(&mut self.state.borrow_mut().tests);
-        self.finish().map(|models| (models, tests))
+        (self.finish(), tests)
     }
 }
 
@@ -629,7 +650,13 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         let rel = PathBuf::from(format!("{}.lua", name.replace('.', "/")));
         let base = current.parent().map(Path::to_path_buf).unwrap_or_default();
         let candidates = [base.join(&rel), rel.clone()];
-        let Some(found) = candidates.iter().find(|c| root.join(c).is_file()).cloned() else {
+        let found_at = candidates.iter().position(|c| root.join(c).is_file());
+        if let Some(r) = st.borrow_mut().reached.as_mut() {
+            // Absent candidates tried first: a file appearing there changes the resolution.
+            let at = found_at.unwrap_or(0);
+            r.probes.extend(candidates[..at].iter().filter(|c| **c != candidates[at]).cloned());
+        }
+        let Some(found) = found_at.map(|i| candidates[i].clone()) else {
             let _ = lua;
             return Err(rt(format!("`require(\"{name}\")`: no file `{}` or `{}` in the project", candidates[0].display(), candidates[1].display())));
         };
@@ -639,32 +666,62 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         if !real.starts_with(&real_root) {
             return Err(rt(format!("`require(\"{name}\")` resolves outside the project")));
         }
-        st.borrow_mut().definitions.libraries.insert(found.clone());
+        {
+            let mut s = st.borrow_mut();
+            s.definitions.libraries.insert(found.clone());
+            if let Some(r) = s.reached.as_mut() {
+                r.files.insert(found.clone());
+            }
+        }
         loader.call::<Value>(found.to_string_lossy().to_string())
     })
 }
 
 impl LuaHost {
-    /// Evaluates one file (relative to the root); errors are recorded, never returned.
-    pub fn load_file(&mut self, rel: &Path) {
-        {
+    /// Keeps the modules evaluated so far (the audit definition files and what they require)
+    /// for every later top-level evaluation; every other module is evaluated afresh for each
+    /// top-level file that requires it.
+    pub fn keep_modules(&mut self) {
+        let mut s = self.state.borrow_mut();
+        let kept: Vec<PathBuf> = s.modules.keys().cloned().collect();
+        s.shared.extend(kept);
+        s.base_audits = Some(s.audits.clone());
+    }
+
+    /// Evaluates one top-level file (relative to the root) with a fresh module table: what it
+    /// requires is evaluated for it (once within this evaluation), never shared with another
+    /// top-level file (see [`LuaHost::keep_modules`]). Errors are recorded, never returned;
+    /// the outcome says whether there were any.
+    pub fn load_file(&mut self, rel: &Path) -> FileOutcome {
+        let (models_before, errors_before) = {
             let mut s = self.state.borrow_mut();
             if !s.testing {
-                s.definitions.top_level.push(rel.to_path_buf());
+                let shared = std::mem::take(&mut s.shared);
+                s.modules.retain(|k, _| shared.contains(k));
+                s.shared = shared;
+                // Audits a module defines are defined again when another file requires it.
+                if let Some(base) = &s.base_audits {
+                    s.audits = base.clone();
+                }
             }
-        }
-        if let Err(e) = self.ensure_loader() {
-            self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string()));
-            return;
-        }
-        let loader: Function = match self.lua.named_registry_value("efmesh.loader") {
-            Ok(f) => f,
-            Err(e) => {
-                self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string()));
-                return;
-            }
+            s.reached = Some(Reached::default());
+            (s.models.len(), s.errors.len())
         };
-        let _ = loader.call::<Value>(rel.to_string_lossy().to_string());
+        let mut outcome = FileOutcome { file: rel.to_path_buf(), ..FileOutcome::default() };
+        match self.ensure_loader().and_then(|()| self.lua.named_registry_value::<Function>("efmesh.loader")) {
+            Ok(loader) => {
+                let _ = loader.call::<Value>(rel.to_string_lossy().to_string());
+            }
+            Err(e) => self.state.borrow_mut().errors.push(LoadError::new(None, None, e.to_string())),
+        }
+        let mut s = self.state.borrow_mut();
+        let reached = s.reached.take().unwrap_or_default();
+        outcome.models = s.models.split_off(models_before);
+        outcome.failed = s.errors.len() > errors_before || !matches!(s.modules.get(rel), Some(ModuleState::Done(_)));
+        outcome.defines = s.definitions.defining.contains(rel);
+        outcome.reached = reached.files;
+        outcome.probes = reached.probes;
+        outcome
     }
 
     fn ensure_loader(&mut self) -> mlua::Result<()> {
@@ -721,6 +778,10 @@ impl LuaHost {
             match result {
                 Ok(v) => {
                     let key = lua.create_registry_value(v.clone())?;
+                    if !s.first_values.contains_key(&rel) {
+                        let first = lua.create_registry_value(v.clone())?;
+                        s.first_values.insert(rel.clone(), first);
+                    }
                     s.credit_requirer(&rel);
                     s.modules.insert(rel, ModuleState::Done(key));
                     Ok(v)
@@ -740,21 +801,9 @@ impl LuaHost {
         Ok(())
     }
 
-    /// Ends the load: the models defined, or every error recorded.
-    ///
-    /// # Errors
-    /// All load errors, sorted by location.
-    pub fn finish(self) -> Result<Vec<Model>, LoadErrors> {
-        let mut s = self.state.borrow_mut();
-        let idle = s.definitions.errors(|f| !matches!(s.modules.get(f), Some(ModuleState::Done(_))));
-        s.errors.extend(idle);
-        if !s.errors.is_empty() {
-            let mut errors = std::mem::take(&mut s.errors);
-            errors.sort_by(|a, b| a.location.cmp(&b.location));
-            errors.dedup();
-            return Err(LoadErrors(errors));
-        }
-        Ok(std::mem::take(&mut s.models))
+    /// Ends the load: every error recorded (the models are in each file's outcome).
+    pub fn finish(self) -> Vec<LoadError> {
+        std::mem::take(&mut self.state.borrow_mut().errors)
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod audits;
 pub mod builder;
+pub mod loader;
 pub mod lua;
 pub mod rhai;
 pub mod sandbox;
@@ -31,16 +32,29 @@ pub fn discover(config: &Config) -> Result<Vec<PathBuf>, LoadErrors> {
 /// # Errors
 /// A [`LoadError`] for an invalid glob or a file resolving outside the project.
 pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBuf>, LoadErrors> {
-    let mut builder = globset::GlobSetBuilder::new();
-    for g in globs {
-        let glob = globset::GlobBuilder::new(g)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))]))?;
-        builder.add(glob);
+    Ok(discover_each(config, &[globs])?.pop().unwrap_or_default())
+}
+
+/// For each glob list of `sets`, the files it matches (relative to the project root, sorted),
+/// in one walk of the project: hidden directories skipped, symlinks leaving the project
+/// refused.
+///
+/// # Errors
+/// A [`LoadError`] for an invalid glob or a file resolving outside the project.
+pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<PathBuf>>, LoadErrors> {
+    let mut matchers = Vec::with_capacity(sets.len());
+    for globs in sets {
+        let mut builder = globset::GlobSetBuilder::new();
+        for g in *globs {
+            let glob = globset::GlobBuilder::new(g)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| LoadErrors(vec![LoadError::new(None, None, format!("invalid discovery glob `{g}` in `{}`: {e}", config.path.display()))]))?;
+            builder.add(glob);
+        }
+        matchers.push(builder.build().map_err(|e| LoadErrors(vec![LoadError::new(None, None, e.to_string())]))?);
     }
-    let set = builder.build().map_err(|e| LoadErrors(vec![LoadError::new(None, None, e.to_string())]))?;
-    let mut files = Vec::new();
+    let mut found: Vec<Vec<PathBuf>> = vec![Vec::new(); sets.len()];
     let real_root = config.root.canonicalize().unwrap_or_else(|_| config.root.clone());
     let mut outside = Vec::new();
     let walker = walkdir::WalkDir::new(&config.root).follow_links(true).into_iter().filter_entry(|e| {
@@ -52,12 +66,18 @@ pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBu
             continue;
         }
         let Ok(rel) = entry.path().strip_prefix(&config.root) else { continue };
-        if set.is_match(rel) {
-            // A symlink may lead out of the project: model files stay inside it.
-            match entry.path().canonicalize() {
-                Ok(real) if real.starts_with(&real_root) => files.push(rel.to_path_buf()),
-                _ => outside.push(rel.to_path_buf()),
+        let hits: Vec<usize> = matchers.iter().enumerate().filter(|(_, m)| m.is_match(rel)).map(|(i, _)| i).collect();
+        if hits.is_empty() {
+            continue;
+        }
+        // A symlink may lead out of the project: model files stay inside it.
+        match entry.path().canonicalize() {
+            Ok(real) if real.starts_with(&real_root) => {
+                for i in hits {
+                    found[i].push(rel.to_path_buf());
+                }
             }
+            _ => outside.push(rel.to_path_buf()),
         }
     }
     if !outside.is_empty() {
@@ -70,16 +90,19 @@ pub fn discover_matching(config: &Config, globs: &[String]) -> Result<Vec<PathBu
                 .collect(),
         ));
     }
-    files.sort();
-    Ok(files)
+    for files in &mut found {
+        files.sort();
+    }
+    Ok(found)
 }
 
-/// Evaluates every discovered model file under `root`, each by the host of its language
-/// (`.lua`, `.rhai`, `.sql`), and merges the models. Files of other extensions are errors.
+/// Evaluates every model file `files` under `root` (no cache), each by the host of its language
+/// (`.lua`, `.rhai`, `.sql`) and in isolation ([`loader`]), and merges the models. Files of
+/// other extensions are errors.
 ///
 /// # Errors
 /// Every load error found (script errors, invalid specs), each with file:line, sorted.
 pub fn load_models(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    // One loader serves models alone and models with unit tests (`efmesh test`).
-    test_spec::load_models_and_tests(root, files, &[]).map(|(models, _)| models)
+    let files = loader::Discovered { audits: Vec::new(), models: files.to_vec() };
+    loader::load_models_and_tests(root, &files, &[]).map(|(models, _)| models)
 }

@@ -9,7 +9,8 @@
 //! that refuses; there is no file or network access, no randomness, and `eval` is a disabled
 //! keyword. `print` and `debug` go to `tracing` (stderr), never to stdout. `import` resolves only
 //! `.rhai` files inside the project (checked again after following symlinks), evaluating each
-//! file once, with cycle detection.
+//! imported file once per top-level file that reaches it (never shared between two top-level
+//! files: see [`super::loader`]), with cycle detection.
 //!
 //! Limits (see the constants): operations, call depth, expression depth, string, array and map
 //! sizes, variables, functions, imports, file size, and per file a wall-clock budget and a cap on
@@ -45,14 +46,14 @@ mod errors;
 mod resolver;
 
 use super::builder::{Site, Sites, build_model};
-use super::sandbox::{Definitions, PrintCap};
+use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
 use crate::core::fragment::{ColsSite, RefSite};
-use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use crate::core::{LoadError, Location, Model, ModelName};
 use ::rhai::packages::{BasicArrayPackage, BasicMapPackage, BasicMathPackage, BitFieldPackage, CorePackage, LogicPackage, MoreStringPackage, Package};
 use ::rhai::{Array, Dynamic, Engine, EvalAltResult, FnPtr, ImmutableString, Map, Module, NativeCallContext, Position, Scope};
 use std::any::TypeId;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -108,6 +109,11 @@ const BUDGET_TAG: &str = "efmesh:budget";
 /// The value `on_progress` terminates with when memory grew too much.
 const MEMORY_TAG: &str = "efmesh:memory";
 
+/// Every embedded Rhai source the host evaluates (the load cache's key covers them).
+pub(crate) fn stdlib_sources() -> [&'static str; 2] {
+    [KIND_SOURCE, audits::BUILTINS]
+}
+
 /// A module as Rhai shares it (`Rc`: the crate is built without `sync`).
 type SharedModule = Rc<Module>;
 
@@ -139,8 +145,13 @@ struct State {
     tripped: Rc<Cell<Option<&'static str>>>,
     /// What each file printed.
     printed: PrintCap,
-    /// Which top-level files defined something, and which are libraries.
+    /// Which files defined something, and which are libraries.
     definitions: Definitions,
+    /// What the top-level evaluation in progress reached through `import`.
+    reached: Option<Reached>,
+    /// The module of each file's first evaluation, for test files (which `import` model files
+    /// for their handles once every model file was evaluated).
+    first_modules: HashMap<PathBuf, SharedModule>,
     /// A limit an audit body hit (a system exception), to raise again at the use.
     uncaught: Option<Box<EvalAltResult>>,
 }
@@ -231,34 +242,32 @@ impl MemoryGuard {
     }
 }
 
-/// Evaluates Rhai model files (paths relative to `root`, sorted) and returns their models.
-///
-/// Each file runs once (a file another file imported is not run again); errors are collected
-/// across all files. The interpreter runs on a dedicated thread; see the module docs for the
-/// sandbox.
-///
-/// # Errors
-/// Every load error (script errors with their Rhai call stack, invalid specs, import problems,
-/// exhausted limits), each with file:line, sorted by location.
-pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
-    load_with_tests(root, files, &[]).map(|(models, _)| models)
+/// What one run of the Rhai host produced.
+#[derive(Debug, Default)]
+pub struct HostRun {
+    /// One outcome per top-level file (audit, model and test files), in evaluation order.
+    pub outcomes: Vec<FileOutcome>,
+    /// Unit tests defined by the test files.
+    pub tests: Vec<super::test_spec::TestSpec>,
+    /// Every error recorded.
+    pub errors: Vec<LoadError>,
 }
 
-/// Like [`load`], then evaluates the test files `tests` (which may `import` model files) with
-/// `define_test` available and `define_model` refused; returns the models and the tests.
-///
-/// # Errors
-/// As [`load`], for model and test files alike.
-pub fn load_with_tests(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
+/// Evaluates Rhai files (paths relative to `root`): the audit definition files `audits` first
+/// (their modules shared by every later file), then each model file of `files` in isolation
+/// (what it imports is evaluated for it alone), then the test files `tests` (which may
+/// `import` model files, seeing them as their first evaluation left them) with `define_test`
+/// available and `define_model` refused. The interpreter runs on a dedicated thread; see the
+/// module docs for the sandbox.
+pub fn run_host(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests: &[PathBuf]) -> HostRun {
     let root = root.to_path_buf();
-    let files = files.to_vec();
-    let tests = tests.to_vec();
+    let (audits, files, tests) = (audits.to_vec(), files.to_vec(), tests.to_vec());
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     let spawned = std::thread::Builder::new()
         .name("efmesh-rhai".into())
         .stack_size(STACK_SIZE)
-        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &files, &tests)));
-    let fatal = |msg: String| Err(LoadErrors(vec![LoadError::new(None, None, msg)]));
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &audits, &files, &tests)));
+    let fatal = |msg: String| HostRun { errors: vec![LoadError::new(None, None, msg)], ..HostRun::default() };
     match spawned {
         Err(e) => fatal(format!("cannot start the Rhai host: {e}")),
         Ok(handle) => match handle.join() {
@@ -272,51 +281,79 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic.downcast_ref::<&str>().map(|s| (*s).to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
 }
 
-fn load_on_this_thread(root: &Path, files: &[PathBuf], tests: &[PathBuf]) -> Result<(Vec<Model>, Vec<super::test_spec::TestSpec>), LoadErrors> {
+fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests: &[PathBuf]) -> HostRun {
     let refs = Refs {
         state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
         deadline: Rc::new(Cell::new(None)),
         memory: Rc::new(MemoryGuard::new()),
     };
+    let fatal = |e: LoadError| HostRun { errors: vec![e], ..HostRun::default() };
     let engine = match new_engine(&refs) {
         Ok(e) => e,
-        Err(msg) => return Err(LoadErrors(vec![LoadError::new(None, None, format!("cannot start the Rhai host: {msg}"))])),
+        Err(msg) => return fatal(LoadError::new(None, None, format!("cannot start the Rhai host: {msg}"))),
     };
     if let Err(e) = audits::load_builtins(&engine, &refs.state) {
-        return Err(LoadErrors(vec![e]));
+        return fatal(e);
     }
-    for (i, file) in files.iter().chain(tests).enumerate() {
-        if i == files.len() {
-            refs.state.borrow_mut().testing = true;
-        }
-        let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
-        if i < files.len() {
-            refs.state.borrow_mut().definitions.top_level.push(rel.clone());
-        }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // Errors are recorded by `evaluate`; the returned module matters to importers only.
-            let _ = evaluate(&engine, &refs, &rel);
-        }));
-        if let Err(panic) = run {
-            let msg = format!("the Rhai interpreter panicked: {}", panic_message(&*panic));
-            if let Ok(mut s) = refs.state.try_borrow_mut() {
-                s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line: 0 }), None, msg));
+    let mut outcomes = Vec::new();
+    let mut shared: HashSet<PathBuf> = HashSet::new();
+    let mut base_audits = None;
+    let phases = [(audits, false), (files, false), (tests, true)];
+    'phases: for (phase, (list, testing)) in phases.into_iter().enumerate() {
+        {
+            let mut s = refs.state.borrow_mut();
+            if phase == 1 {
+                // Audit definition files (and what they import) are shared by every model file.
+                shared = s.modules.keys().cloned().collect();
+                base_audits = Some(s.audits.clone());
             }
-            // The interpreter's state is unknown after a panic: stop here.
-            break;
+            if testing {
+                s.testing = true;
+                for (rel, m) in std::mem::take(&mut s.first_modules) {
+                    if !matches!(s.modules.get(&rel), Some(ModuleState::Done(_))) {
+                        s.modules.insert(rel, ModuleState::Done(m));
+                    }
+                }
+            }
+        }
+        for file in list {
+            let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
+            let (models_before, errors_before) = {
+                let mut s = refs.state.borrow_mut();
+                if !testing {
+                    s.modules.retain(|k, _| shared.contains(k));
+                    // Audits a module defines are defined again when another file imports it.
+                    if let Some(base) = &base_audits {
+                        s.audits = base.clone();
+                    }
+                }
+                s.reached = Some(Reached::default());
+                (s.models.len(), s.errors.len())
+            };
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // Errors are recorded by `evaluate`; the returned module matters to importers only.
+                let _ = evaluate(&engine, &refs, &rel);
+            }));
+            if let Err(panic) = run {
+                let msg = format!("the Rhai interpreter panicked: {}", panic_message(&*panic));
+                if let Ok(mut s) = refs.state.try_borrow_mut() {
+                    s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line: 0 }), None, msg));
+                }
+                // The interpreter's state is unknown after a panic: stop here.
+                outcomes.push(FileOutcome { file: rel, failed: true, ..FileOutcome::default() });
+                break 'phases;
+            }
+            let mut s = refs.state.borrow_mut();
+            let reached = s.reached.take().unwrap_or_default();
+            let models = s.models.split_off(models_before);
+            let failed = s.errors.len() > errors_before || !matches!(s.modules.get(&rel), Some(ModuleState::Done(_)));
+            let defines = s.definitions.defining.contains(&rel);
+            outcomes.push(FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, defines, failed });
         }
     }
     drop(engine);
     let mut s = refs.state.borrow_mut();
-    let idle = s.definitions.errors(|f| !matches!(s.modules.get(f), Some(ModuleState::Done(_))));
-    s.errors.extend(idle);
-    if !s.errors.is_empty() {
-        let mut errors = std::mem::take(&mut s.errors);
-        errors.sort_by(|a, b| a.location.cmp(&b.location));
-        errors.dedup();
-        return Err(LoadErrors(errors));
-    }
-    Ok((std::mem::take(&mut s.models), std::mem::take(&mut s.tests)))
+    HostRun { outcomes, tests: std::mem::take(&mut s.tests), errors: std::mem::take(&mut s.errors) }
 }
 
 /// A runtime error raised by a host function; Rhai fills in the call position.
@@ -639,6 +676,9 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
     match result {
         Ok(module) => {
             s.credit_importer(rel);
+            if !s.first_modules.contains_key(rel) {
+                s.first_modules.insert(rel.to_path_buf(), module.clone());
+            }
             s.modules.insert(rel.to_path_buf(), ModuleState::Done(module.clone()));
             Ok(module)
         }
@@ -683,6 +723,7 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::LoadErrors;
 
     fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -695,7 +736,7 @@ mod tests {
     }
 
     fn load_files(dir: &tempfile::TempDir, files: &[&str]) -> Result<Vec<Model>, LoadErrors> {
-        load(dir.path(), &files.iter().map(PathBuf::from).collect::<Vec<_>>())
+        crate::script::load_models(dir.path(), &files.iter().map(PathBuf::from).collect::<Vec<_>>())
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Sandbox rules shared by the Lua and Rhai hosts: the cap on what a model file may print, and
 //! the rule that every file of the model globs defines something.
 
-use crate::core::{LoadError, Location};
-use std::collections::{HashMap, HashSet};
+use crate::core::{LoadError, Location, Model};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Bytes one file may print (`print`, and Rhai's `debug`) before the rest is suppressed.
@@ -63,37 +63,61 @@ impl PrintCap {
     }
 }
 
-/// The files that must have defined something but did not: every top-level file (matched by
-/// the model or audit globs) that evaluated without error, called neither `define_model` nor
-/// `define_audit`, and is not a library another file `require`d / `import`ed.
+/// Which files defined something during a load, and which are libraries.
 #[derive(Debug, Default)]
 pub struct Definitions {
-    /// Files evaluated because a glob matched them, in order.
-    pub top_level: Vec<PathBuf>,
     /// Files another file required or imported.
     pub libraries: HashSet<PathBuf>,
     /// Files that called `define_model` or `define_audit` while being evaluated.
     pub defining: HashSet<PathBuf>,
 }
 
-impl Definitions {
-    /// The load errors for files that define nothing; `failed` tells a file whose evaluation
-    /// failed (already reported).
-    pub fn errors(&self, failed: impl Fn(&Path) -> bool) -> Vec<LoadError> {
-        self.top_level
-            .iter()
-            .filter(|f| !failed(f) && !self.defining.contains(*f) && !self.libraries.contains(*f))
-            .map(|f| {
-                LoadError::new(
-                    Some(Location { file: f.clone(), line: 0 }),
-                    None,
-                    "this file defines no model: it never called `define_model` (or `define_audit`), and no other file requires or imports it",
-                )
-                .with_hint(
-                    "a file matched by `project.models` must define a model, or be a library another model file `require`s / `import`s; \
-                     check that the file does not shadow `define_model` with a function or variable of its own",
-                )
-            })
-            .collect()
-    }
+/// The load errors for top-level files (matched by the model or audit globs) that define
+/// nothing: evaluated without error, called neither `define_model` nor `define_audit`, and not a
+/// library another top-level file (model, audit or test file) reached through `require` /
+/// `import`. `outcomes` are every top-level file's, cached or evaluated.
+pub fn idle_errors<'a>(outcomes: impl Iterator<Item = &'a FileOutcome> + Clone) -> Vec<LoadError> {
+    let libraries: HashSet<&Path> = outcomes.clone().flat_map(|o| o.reached.iter().map(PathBuf::as_path)).collect();
+    outcomes
+        .filter(|o| !o.failed && !o.defines && !libraries.contains(o.file.as_path()))
+        .map(|o| {
+            LoadError::new(
+                Some(Location { file: o.file.clone(), line: 0 }),
+                None,
+                "this file defines no model: it never called `define_model` (or `define_audit`), and no other file requires or imports it",
+            )
+            .with_hint(
+                "a file matched by `project.models` must define a model, or be a library another model file `require`s / `import`s; \
+                 check that the file does not shadow `define_model` with a function or variable of its own",
+            )
+        })
+        .collect()
+}
+
+/// What evaluating one top-level file (with what it requires or imports, evaluated for it
+/// alone) produced: the unit the loader caches and re-evaluates.
+#[derive(Debug, Clone, Default)]
+pub struct FileOutcome {
+    /// The top-level file, relative to the project root.
+    pub file: PathBuf,
+    /// The models defined during its evaluation (also those a required module defines).
+    pub models: Vec<Model>,
+    /// Every project file reached through `require` / `import`, transitively.
+    pub reached: BTreeSet<PathBuf>,
+    /// Candidate paths `require` / `import` looked for and did not find before the file it
+    /// resolved to: a file appearing there would change the resolution.
+    pub probes: BTreeSet<PathBuf>,
+    /// It called `define_model` / `define_audit` (itself or through what it reached).
+    pub defines: bool,
+    /// Its evaluation recorded an error (never cached).
+    pub failed: bool,
+}
+
+/// Files reached by the top-level evaluation in progress.
+#[derive(Debug, Default)]
+pub struct Reached {
+    /// Files resolved by `require` / `import`.
+    pub files: BTreeSet<PathBuf>,
+    /// Candidates tried and absent.
+    pub probes: BTreeSet<PathBuf>,
 }

@@ -1,6 +1,6 @@
-//! Model unit tests as scripts: the language-neutral test builder and the loader that evaluates
-//! the project's model files *and* its test files (`[project] tests`, default
-//! `tests/**/*.{lua,rhai}`) in the same sandboxes.
+//! Model unit tests as scripts: the language-neutral test builder. The test files (`[project]
+//! tests`, default `tests/**/*.{lua,rhai}`) are evaluated with the model files, in the same
+//! sandboxes, by [`super::loader::load_models_and_tests`].
 //!
 //! A test file calls `define_test { … }` (Lua) or `define_test(#{ … })` (Rhai); each host turns
 //! the table or map into a JSON-like spec and calls [`build_test`], so both languages share one
@@ -22,10 +22,9 @@
 
 use crate::core::error::did_you_mean;
 use crate::core::interval::{Millis, parse_instant};
-use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use crate::core::{LoadError, Location, ModelName};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 /// One fixture or expected row: column name → value (JSON scalars, lists and maps; `null` for
 /// NULL). Columns a row leaves out are NULL.
@@ -228,7 +227,7 @@ fn rows_of(v: &Value, what: &str) -> Result<Vec<Row>, String> {
 }
 
 /// Rejects duplicate test names (both places are named).
-fn check_unique(tests: &[TestSpec]) -> Vec<LoadError> {
+pub(crate) fn check_unique(tests: &[TestSpec]) -> Vec<LoadError> {
     let mut seen: BTreeMap<&str, &Location> = BTreeMap::new();
     let mut errors = Vec::new();
     for t in tests {
@@ -238,96 +237,6 @@ fn check_unique(tests: &[TestSpec]) -> Vec<LoadError> {
         }
     }
     errors
-}
-
-/// Evaluates the model files (as [`super::load_models`] does) and then the test files, in the
-/// same hosts, so test files can `require` / `import` model files for their handles. Test files
-/// get `define_test` and lose `define_model`; model files cannot call `define_test`.
-///
-/// # Errors
-/// Every load error of models and tests, sorted by location; duplicate test names; test files
-/// of another extension than `.lua` / `.rhai`; a file matched both as a model and as a test.
-pub fn load_models_and_tests(root: &Path, model_files: &[PathBuf], test_files: &[PathBuf]) -> Result<(Vec<Model>, Vec<TestSpec>), LoadErrors> {
-    let ext = |f: &PathBuf| f.extension().and_then(|e| e.to_str()).unwrap_or("").to_string();
-    let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
-    let mut models = Vec::new();
-    let mut tests = Vec::new();
-    let mut errors = Vec::new();
-    let at = |f: &PathBuf| Some(Location { file: f.clone(), line: 0 });
-    for f in model_files {
-        if !matches!(ext(f).as_str(), "lua" | "rhai" | "sql") {
-            errors.push(
-                LoadError::new(at(f), None, "not a model file: efmesh reads `.lua`, `.rhai` and `.sql` files")
-                    .with_hint("narrow `project.models` in efmesh.toml"),
-            );
-        }
-    }
-    for f in test_files {
-        if model_files.contains(f) {
-            errors.push(
-                LoadError::new(at(f), None, "this file is matched both by `project.models` and by `project.tests`")
-                    .with_hint("keep test files out of the model globs (default: models in `models/`, tests in `tests/`)"),
-            );
-        } else if !matches!(ext(f).as_str(), "lua" | "rhai") {
-            errors.push(LoadError::new(at(f), None, "not a test file: tests are `.lua` or `.rhai` files").with_hint("narrow `project.tests` in efmesh.toml"));
-        }
-    }
-    if !errors.is_empty() {
-        return Err(LoadErrors(errors));
-    }
-    let test_files: Vec<PathBuf> = test_files.iter().filter(|f| !model_files.contains(f)).cloned().collect();
-    let (lua_models, lua_tests) = (pick(model_files, "lua"), pick(&test_files, "lua"));
-    if !lua_models.is_empty() || !lua_tests.is_empty() {
-        match super::lua::LuaHost::new(root) {
-            Ok(mut host) => {
-                for f in &lua_models {
-                    host.load_file(f);
-                }
-                if let Err(e) = host.begin_tests() {
-                    errors.push(LoadError::new(None, None, format!("cannot prepare the Lua host for tests: {e}")));
-                }
-                for f in &lua_tests {
-                    host.load_file(f);
-                }
-                match host.finish_with_tests() {
-                    Ok((m, t)) => {
-                        models.extend(m);
-                        tests.extend(t);
-                    }
-                    Err(e) => errors.extend(e.0),
-                }
-            }
-            Err(e) => errors.push(LoadError::new(None, None, format!("cannot start the Lua host: {e}"))),
-        }
-    }
-    let (rhai_models, rhai_tests) = (pick(model_files, "rhai"), pick(&test_files, "rhai"));
-    if !rhai_models.is_empty() || !rhai_tests.is_empty() {
-        match super::rhai::load_with_tests(root, &rhai_models, &rhai_tests) {
-            Ok((m, t)) => {
-                models.extend(m);
-                tests.extend(t);
-            }
-            Err(e) => errors.extend(e.0),
-        }
-    }
-    let sql_files = pick(model_files, "sql");
-    if !sql_files.is_empty() {
-        match super::sql_file::load(root, &sql_files) {
-            Ok(m) => models.extend(m),
-            Err(e) => errors.extend(e.0),
-        }
-    }
-    tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
-    errors.extend(check_unique(&tests));
-    // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
-    errors.extend(crate::seed::hash_seed_files(root, &mut models));
-    if !errors.is_empty() {
-        errors.sort_by(|a, b| a.location.cmp(&b.location));
-        errors.dedup();
-        return Err(LoadErrors(errors));
-    }
-    super::builder::expand_all_cols(&mut models);
-    Ok((models, tests))
 }
 
 #[cfg(test)]

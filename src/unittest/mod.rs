@@ -49,9 +49,9 @@ pub struct Suite {
 /// # Errors
 /// [`LoadErrors`] of models and test files alike, each with file:line.
 pub fn load(config: &Config) -> Result<Suite, LoadErrors> {
-    let model_files = crate::project::Project::files(config)?;
+    let files = script::loader::Discovered::of(config)?;
     let test_files = script::discover_matching(config, &config.project.tests)?;
-    let (models, tests) = script::test_spec::load_models_and_tests(&config.root, &model_files, &test_files)?;
+    let (models, tests) = script::loader::load_models_and_tests(&config.root, &files, &test_files)?;
     let dag = Dag::build(models)?;
     Ok(Suite { project: Project { config: config.clone(), dag }, tests })
 }

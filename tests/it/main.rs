@@ -18,6 +18,7 @@ mod kinds_scd2;
 mod kinds_upsert;
 mod lake;
 mod languages;
+mod load_cache;
 mod load_errors;
 mod names;
 mod physical_integrity;

@@ -30,8 +30,15 @@ impl ModuleResolver for ProjectResolver {
         };
         let root = self.refs.state.borrow().root.clone();
         let importer = source.map(PathBuf::from).unwrap_or_default();
-        let rel = find(&root, &importer, path).map_err(at)?;
-        self.refs.state.borrow_mut().definitions.libraries.insert(rel.clone());
+        let (rel, probes) = find(&root, &importer, path).map_err(at)?;
+        {
+            let mut s = self.refs.state.borrow_mut();
+            s.definitions.libraries.insert(rel.clone());
+            if let Some(r) = s.reached.as_mut() {
+                r.files.insert(rel.clone());
+                r.probes.extend(probes);
+            }
+        }
         evaluate(engine, &self.refs, &rel).map_err(|e| {
             let mut e = e;
             // Keep the message, prefixed with the import statement, at the import's position.
@@ -63,8 +70,9 @@ pub(super) fn normalize(p: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// The project file an import names, relative to the root.
-fn find(root: &Path, importer: &Path, path: &str) -> Result<PathBuf, String> {
+/// The project file an import names, relative to the root, and the candidates tried before it
+/// and absent (a file appearing there would change the resolution).
+fn find(root: &Path, importer: &Path, path: &str) -> Result<(PathBuf, Vec<PathBuf>), String> {
     if path.is_empty() {
         return Err("empty module path".into());
     }
@@ -81,6 +89,7 @@ fn find(root: &Path, importer: &Path, path: &str) -> Result<PathBuf, String> {
     let mut candidates: Vec<Option<PathBuf>> = vec![normalize(&base.join(&file)), normalize(&file)];
     candidates.dedup();
     let mut escaped = false;
+    let mut absent = Vec::new();
     for c in &candidates {
         let Some(rel) = c else {
             escaped = true;
@@ -88,6 +97,7 @@ fn find(root: &Path, importer: &Path, path: &str) -> Result<PathBuf, String> {
         };
         let full = root.join(rel);
         if !full.is_file() {
+            absent.push(rel.clone());
             continue;
         }
         // Stay inside the project even through symlinks.
@@ -96,7 +106,7 @@ fn find(root: &Path, importer: &Path, path: &str) -> Result<PathBuf, String> {
         if !real.starts_with(&real_root) {
             return Err(format!("`{}` resolves outside the project", rel.display()));
         }
-        return Ok(rel.clone());
+        return Ok((rel.clone(), absent));
     }
     if escaped {
         return Err("the path leaves the project".into());
@@ -124,9 +134,9 @@ mod tests {
         fs_err::write(root.join("models/med/near.rhai"), "").unwrap();
         fs_err::write(root.join("top.rhai"), "").unwrap();
         let importer = Path::new("models/med/a.rhai");
-        assert_eq!(find(root, importer, "near").unwrap(), PathBuf::from("models/med/near.rhai"));
-        assert_eq!(find(root, importer, "top.rhai").unwrap(), PathBuf::from("top.rhai"));
-        assert_eq!(find(root, importer, "../med/near").unwrap(), PathBuf::from("models/med/near.rhai"));
+        assert_eq!(find(root, importer, "near").unwrap(), (PathBuf::from("models/med/near.rhai"), vec![]));
+        assert_eq!(find(root, importer, "top.rhai").unwrap(), (PathBuf::from("top.rhai"), vec![PathBuf::from("models/med/top.rhai")]));
+        assert_eq!(find(root, importer, "../med/near").unwrap().0, PathBuf::from("models/med/near.rhai"));
         assert!(find(root, importer, "data.csv").unwrap_err().contains("`.rhai` files only"));
         assert!(find(root, importer, "/etc/passwd").unwrap_err().contains("not absolute"));
         assert!(find(root, importer, "../../../etc/x").unwrap_err().contains("leaves the project"));

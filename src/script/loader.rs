@@ -1,0 +1,587 @@
+//! The loader: evaluates a project's audit, model (and, for `efmesh test`, test) files, each
+//! by the host of its language, merges their models, and reports every file it read.
+//!
+//! # Per-file isolation
+//!
+//! Each top-level file (a file matched by `project.models`) is evaluated with a fresh module
+//! table: what it `require`s / `import`s is evaluated for it (once within that evaluation) and
+//! never shared with another top-level file, so a file's result depends only on its own
+//! inputs — its content, the content of every file it reached, the audit definition files
+//! and the embedded stdlib. Audit definition files (`project.audits`) are evaluated first, and
+//! what they define is seen by every model file. Models a required module defines at its top
+//! level are seen once per evaluation that reaches it; equal definitions are merged, a real
+//! duplicate (same name, different definition or location) stays a load error.
+//!
+//! # The load cache
+//!
+//! [`LoadCache`] keeps, per top-level file, what its evaluation produced, under a key covering
+//! every input of that evaluation (see [`LoadCache`]); [`load_project`] evaluates only the files
+//! whose key changed. Seeds are hashed from their content on every load, never cached.
+
+use super::sandbox::{FileOutcome, idle_errors};
+use super::test_spec::TestSpec;
+use crate::config::Config;
+use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// The version of the load cache's layout and key recipe: bump it whenever either changes.
+pub const CACHE_VERSION: u32 = 1;
+/// First bytes of a load cache file.
+const MAGIC: &str = "efmesh-load-cache";
+
+/// The files a project loads, relative to the root: audit definition files, then model files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Discovered {
+    /// Files matched by `project.audits`, sorted.
+    pub audits: Vec<PathBuf>,
+    /// Files matched by `project.models` and not by `project.audits`, sorted.
+    pub models: Vec<PathBuf>,
+}
+
+impl Discovered {
+    /// Discovers the audit and model files of `config`'s project.
+    ///
+    /// # Errors
+    /// [`LoadErrors`] for an invalid glob or a file outside the project.
+    pub fn of(config: &Config) -> Result<Discovered, LoadErrors> {
+        let mut found = super::discover_each(config, &[&config.project.audits, &config.project.models])?;
+        let models = found.pop().unwrap_or_default();
+        let audits = found.pop().unwrap_or_default();
+        let audit_set: HashSet<&PathBuf> = audits.iter().collect();
+        let models = models.into_iter().filter(|f| !audit_set.contains(f)).collect();
+        Ok(Discovered { audits, models })
+    }
+
+    /// Audit files then model files, in evaluation order.
+    pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.audits.iter().chain(&self.models)
+    }
+}
+
+/// What a load read and did.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// Every file the load read, absolute: audit and model files, the files they reached through
+    /// `require` / `import` (transitively), the seed files the models name.
+    pub inputs: BTreeSet<PathBuf>,
+    /// The top-level files evaluated by this load (relative), in order.
+    pub evaluated: Vec<PathBuf>,
+    /// How many top-level files were taken from the cache.
+    pub from_cache: usize,
+}
+
+fn ext(f: &Path) -> &str {
+    f.extension().and_then(|e| e.to_str()).unwrap_or("")
+}
+
+/// Evaluates `audits`, then `models` (each in isolation), then `tests`, by language.
+fn evaluate(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf]) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+    let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
+    let mut outcomes = Vec::new();
+    let mut tests_out = Vec::new();
+    let mut errors = Vec::new();
+    let (lua_audits, lua_models, lua_tests) = (pick(audits, "lua"), pick(models, "lua"), pick(tests, "lua"));
+    if !lua_audits.is_empty() || !lua_models.is_empty() || !lua_tests.is_empty() {
+        match super::lua::LuaHost::new(root) {
+            Ok(mut host) => {
+                for f in &lua_audits {
+                    outcomes.push(host.load_file(f));
+                }
+                host.keep_modules();
+                for f in &lua_models {
+                    outcomes.push(host.load_file(f));
+                }
+                if !lua_tests.is_empty() {
+                    match host.begin_tests() {
+                        Ok(()) => {
+                            for f in &lua_tests {
+                                outcomes.push(host.load_file(f));
+                            }
+                        }
+                        Err(e) => errors.push(LoadError::new(None, None, format!("cannot prepare the Lua host for tests: {e}"))),
+                    }
+                }
+                let (e, t) = host.finish_with_tests();
+                errors.extend(e);
+                tests_out.extend(t);
+            }
+            Err(e) => errors.push(LoadError::new(None, None, format!("cannot start the Lua host: {e}"))),
+        }
+    }
+    let (rhai_audits, rhai_models, rhai_tests) = (pick(audits, "rhai"), pick(models, "rhai"), pick(tests, "rhai"));
+    if !rhai_audits.is_empty() || !rhai_models.is_empty() || !rhai_tests.is_empty() {
+        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &rhai_tests);
+        outcomes.extend(run.outcomes);
+        tests_out.extend(run.tests);
+        errors.extend(run.errors);
+    }
+    for f in audits.iter().chain(models).filter(|f| ext(f) == "sql") {
+        let mut outcome = FileOutcome { file: f.clone(), defines: true, ..FileOutcome::default() };
+        match fs_err::read_to_string(root.join(f)) {
+            Ok(text) => match super::sql_file::parse(f, &text) {
+                Ok(m) => outcome.models.push(m),
+                Err(e) => {
+                    outcome.failed = true;
+                    errors.extend(e);
+                }
+            },
+            Err(e) => {
+                outcome.failed = true;
+                errors.push(LoadError::new(Some(Location { file: f.clone(), line: 0 }), None, format!("cannot read: {e}")));
+            }
+        }
+        outcomes.push(outcome);
+    }
+    (outcomes, tests_out, errors)
+}
+
+/// Refuses files of another extension than the hosts read, and test files also matched as
+/// model files.
+fn check_extensions(files: &Discovered, tests: &[PathBuf]) -> Vec<LoadError> {
+    let at = |f: &PathBuf| Some(Location { file: f.clone(), line: 0 });
+    let mut errors = Vec::new();
+    for f in files.all() {
+        if !matches!(ext(f), "lua" | "rhai" | "sql") {
+            errors.push(
+                LoadError::new(at(f), None, "not a model file: efmesh reads `.lua`, `.rhai` and `.sql` files")
+                    .with_hint("narrow `project.models` in efmesh.toml"),
+            );
+        }
+    }
+    let all: HashSet<&PathBuf> = files.all().collect();
+    for f in tests {
+        if all.contains(f) {
+            errors.push(
+                LoadError::new(at(f), None, "this file is matched both by `project.models` and by `project.tests`")
+                    .with_hint("keep test files out of the model globs (default: models in `models/`, tests in `tests/`)"),
+            );
+        } else if !matches!(ext(f), "lua" | "rhai") {
+            errors.push(LoadError::new(at(f), None, "not a test file: tests are `.lua` or `.rhai` files").with_hint("narrow `project.tests` in efmesh.toml"));
+        }
+    }
+    errors
+}
+
+/// Merges the models of every outcome (audit and model files, in `files` order): a model seen
+/// in several evaluations (defined by a module several files required) is kept once when its
+/// definitions are equal; different definitions under one name are all kept, for
+/// [`crate::core::Dag::build`] to report as duplicates.
+fn merge_models(outcomes: Vec<FileOutcome>) -> Vec<Model> {
+    let mut models: Vec<Model> = Vec::new();
+    let mut by_name: HashMap<ModelName, Vec<usize>> = HashMap::new();
+    for o in outcomes {
+        for m in o.models {
+            let same = by_name.entry(m.name.clone()).or_default();
+            if same.iter().any(|&i| models[i] == m) {
+                continue;
+            }
+            same.push(models.len());
+            models.push(m);
+        }
+    }
+    models
+}
+
+/// Ends a load: merged models, the no-model rule, seed hashes, `cols()` expansion; the errors
+/// sorted by location.
+fn finish(root: &Path, outcomes: Vec<FileOutcome>, mut errors: Vec<LoadError>, test_outcomes: &[&FileOutcome]) -> Result<Vec<Model>, LoadErrors> {
+    errors.extend(idle_top_level(&outcomes.iter().collect::<Vec<_>>(), test_outcomes));
+    let mut models = merge_models(outcomes);
+    // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
+    errors.extend(crate::seed::hash_seed_files(root, &mut models));
+    if !errors.is_empty() {
+        errors.sort_by(|a, b| a.location.cmp(&b.location));
+        errors.dedup();
+        return Err(LoadErrors(errors));
+    }
+    super::builder::expand_all_cols(&mut models);
+    Ok(models)
+}
+
+/// The no-model errors of audit and model files; files test files reach count as libraries.
+fn idle_top_level(outcomes: &[&FileOutcome], test_outcomes: &[&FileOutcome]) -> Vec<LoadError> {
+    let tested: Vec<FileOutcome> =
+        test_outcomes.iter().map(|o| FileOutcome { file: o.file.clone(), reached: o.reached.clone(), defines: true, ..FileOutcome::default() }).collect();
+    idle_errors(outcomes.iter().copied().chain(tested.iter()))
+}
+
+/// Evaluates every audit, model and test file (no cache), in the same hosts, so test files can
+/// `require` / `import` model files for their handles. Test files get `define_test` and lose
+/// `define_model`; model files cannot call `define_test`.
+///
+/// # Errors
+/// Every load error of models and tests, sorted by location; duplicate test names; test files
+/// of another extension than `.lua` / `.rhai`; a file matched both as a model and as a test.
+pub fn load_models_and_tests(root: &Path, files: &Discovered, test_files: &[PathBuf]) -> Result<(Vec<Model>, Vec<TestSpec>), LoadErrors> {
+    let errors = check_extensions(files, test_files);
+    if !errors.is_empty() {
+        return Err(LoadErrors(errors));
+    }
+    let (outcomes, mut tests, mut errors) = evaluate(root, &files.audits, &files.models, test_files);
+    let tests_set: HashSet<&PathBuf> = test_files.iter().collect();
+    let (test_outcomes, top): (Vec<&FileOutcome>, Vec<&FileOutcome>) = outcomes.iter().partition(|o| tests_set.contains(&o.file));
+    tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
+    errors.extend(super::test_spec::check_unique(&tests));
+    let top: Vec<FileOutcome> = order(&top, files).into_iter().cloned().collect();
+    let models = finish(root, top, errors, &test_outcomes)?;
+    Ok((models, tests))
+}
+
+/// `outcomes` in `files` order (audit files, then model files).
+fn order<'a>(outcomes: &[&'a FileOutcome], files: &Discovered) -> Vec<&'a FileOutcome> {
+    let by_file: HashMap<&Path, &'a FileOutcome> = outcomes.iter().map(|o| (o.file.as_path(), *o)).collect();
+    files.all().filter_map(|f| by_file.get(f.as_path()).copied()).collect()
+}
+
+/// What one top-level file's evaluation produced, as the cache keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    /// blake3 over every input of the evaluation (see [`LoadCache`]).
+    key: [u8; 32],
+    reached: Vec<PathBuf>,
+    probes: Vec<PathBuf>,
+    defines: bool,
+    models: Vec<Model>,
+}
+
+impl Entry {
+    fn outcome(&self, file: &Path) -> FileOutcome {
+        FileOutcome {
+            file: file.to_path_buf(),
+            models: self.models.clone(),
+            reached: self.reached.iter().cloned().collect(),
+            probes: self.probes.iter().cloned().collect(),
+            defines: self.defines,
+            failed: false,
+        }
+    }
+}
+
+/// The body of a cache file.
+#[derive(Debug, Serialize, Deserialize)]
+struct Stored {
+    entries: Vec<(PathBuf, Entry)>,
+}
+
+/// The load cache: per top-level file (audit or model file), the models its evaluation defined,
+/// what it reached, whether it defined anything, under a key — blake3 over [`CACHE_VERSION`],
+/// efmesh's version, a digest of every embedded stdlib source, the configuration's
+/// `[project]` section, the audit files (each with everything it reached), the file's
+/// content and the content of every file it reached (and the absence of every candidate path
+/// `require` / `import` tried before it). An entry is used only when its key matches the inputs
+/// as they are now; otherwise the file is evaluated again.
+///
+/// Persisted in `<state directory>/.efmesh/load-cache` ([`LoadCache::open`],
+/// [`LoadCache::save`]): a one-line text header (magic, [`CACHE_VERSION`], efmesh's version,
+/// the stdlib digest and a blake3 checksum of the body), then the entries in `postcard`. A file
+/// that is unreadable, corrupt or written by another version is ignored with a one-line warning
+/// on stderr naming it — never trusted in part — and rewritten.
+///
+/// Content hashes are memoized: each input is read once per load. A long-lived holder (a
+/// [`crate::session::Session`]) keeps the memo across loads and [`LoadCache::forget`]s the paths
+/// that changed.
+#[derive(Debug, Default)]
+pub struct LoadCache {
+    path: Option<PathBuf>,
+    entries: HashMap<PathBuf, Entry>,
+    hashes: HashMap<PathBuf, Option<[u8; 32]>>,
+    dirty: bool,
+}
+
+/// Digest of every embedded stdlib source the hosts evaluate.
+pub fn stdlib_digest() -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for src in super::lua::stdlib_sources().iter().chain(super::rhai::stdlib_sources().iter()) {
+        h.update(&(src.len() as u64).to_le_bytes());
+        h.update(src.as_bytes());
+    }
+    *h.finalize().as_bytes()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn header(body: &[u8]) -> String {
+    format!("{MAGIC} {CACHE_VERSION} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+}
+
+impl LoadCache {
+    /// An empty cache kept in memory only.
+    pub fn in_memory() -> LoadCache {
+        LoadCache::default()
+    }
+
+    /// Where `config`'s project keeps its load cache: `.efmesh/load-cache` in the directory of
+    /// the state store.
+    pub fn path_for(config: &Config) -> PathBuf {
+        let state = config.state_path();
+        let dir = state.parent().map(Path::to_path_buf).unwrap_or_else(|| config.root.clone());
+        dir.join(".efmesh").join("load-cache")
+    }
+
+    /// Reads the cache of `config`'s project; empty when there is none. A cache that cannot be
+    /// read, is corrupt or was written by another version is ignored with a warning.
+    pub fn open(config: &Config) -> LoadCache {
+        let path = Self::path_for(config);
+        let mut cache = LoadCache { path: Some(path.clone()), ..LoadCache::default() };
+        let bytes = match fs_err::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return cache,
+            Err(e) => {
+                eprintln!("warning: ignoring the load cache `{}`: cannot read it ({e}); every file is evaluated", path.display());
+                cache.dirty = true;
+                return cache;
+            }
+        };
+        match Self::decode(&bytes) {
+            Ok(entries) => cache.entries = entries,
+            Err(why) => {
+                eprintln!("warning: ignoring the load cache `{}`: {why}; every file is evaluated and the cache rewritten", path.display());
+                cache.dirty = true;
+            }
+        }
+        cache
+    }
+
+    fn decode(bytes: &[u8]) -> Result<HashMap<PathBuf, Entry>, String> {
+        let nl = bytes.iter().position(|&b| b == b'\n').ok_or("it is corrupt (no header)")?;
+        let head = std::str::from_utf8(&bytes[..nl]).map_err(|_| "it is corrupt (header)")?;
+        let body = &bytes[nl + 1..];
+        let mut words = head.split(' ');
+        if words.next() != Some(MAGIC) {
+            return Err("it is not an efmesh load cache".into());
+        }
+        let expected = header(body);
+        let expected = expected.trim_end();
+        if head != expected {
+            let version = words.next().unwrap_or("");
+            let efmesh = words.next().unwrap_or("");
+            let stdlib = words.next().unwrap_or("");
+            let ours: Vec<&str> = expected.split(' ').collect();
+            return Err(if version != CACHE_VERSION.to_string() || efmesh != ours[2] {
+                format!("it was written by another efmesh version ({efmesh}, cache layout {version})")
+            } else if stdlib != ours[3] {
+                "it was written with another embedded stdlib".into()
+            } else {
+                "it is corrupt (checksum mismatch)".into()
+            });
+        }
+        let stored: Stored = postcard::from_bytes(body).map_err(|e| format!("it is corrupt ({e})"))?;
+        Ok(stored.entries.into_iter().collect())
+    }
+
+    /// Writes the cache back when a load changed it: a temporary file renamed over the old one.
+    /// A failure is a warning, never an error.
+    pub fn save(&mut self) {
+        let Some(path) = self.path.clone() else { return };
+        if !self.dirty {
+            return;
+        }
+        let mut entries: Vec<(PathBuf, Entry)> = self.entries.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let result = (|| -> Result<(), String> {
+            let body = postcard::to_allocvec(&Stored { entries }).map_err(|e| e.to_string())?;
+            let dir = path.parent().ok_or("no directory")?;
+            fs_err::create_dir_all(dir).map_err(|e| e.to_string())?;
+            let tmp = dir.join(format!(".load-cache.{}.tmp", std::process::id()));
+            let mut bytes = header(&body).into_bytes();
+            bytes.extend_from_slice(&body);
+            fs_err::write(&tmp, &bytes).map_err(|e| e.to_string())?;
+            fs_err::rename(&tmp, &path).map_err(|e| {
+                let _ = fs_err::remove_file(&tmp);
+                e.to_string()
+            })
+        })();
+        match result {
+            Ok(()) => self.dirty = false,
+            Err(e) => tracing::warn!("cannot write the load cache `{}`: {e} (the next load evaluates again)", path.display()),
+        }
+    }
+
+    /// Forgets the memoized content hashes of `paths` (relative to the root), so the next load
+    /// reads them again.
+    pub fn forget<'a>(&mut self, paths: impl IntoIterator<Item = &'a Path>) {
+        for p in paths {
+            self.hashes.remove(p);
+        }
+    }
+
+    /// Forgets every memoized content hash.
+    pub fn forget_all(&mut self) {
+        self.hashes.clear();
+    }
+
+    fn content_hash(&mut self, root: &Path, rel: &Path) -> Option<[u8; 32]> {
+        if let Some(h) = self.hashes.get(rel) {
+            return *h;
+        }
+        let h = fs_err::read(root.join(rel)).ok().map(|bytes| *blake3::hash(&bytes).as_bytes());
+        self.hashes.insert(rel.to_path_buf(), h);
+        h
+    }
+
+    fn key(&mut self, root: &Path, base: &[u8; 32], file: &Path, reached: &[PathBuf], probes: &[PathBuf]) -> [u8; 32] {
+        let mut h = blake3::Hasher::new();
+        h.update(base);
+        let put = |h: &mut blake3::Hasher, p: &Path, content: Option<[u8; 32]>| {
+            let s = p.to_string_lossy();
+            h.update(&(s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+            match content {
+                Some(c) => {
+                    h.update(&[1]);
+                    h.update(&c);
+                }
+                None => {
+                    h.update(&[0]);
+                }
+            }
+        };
+        let c = self.content_hash(root, file);
+        put(&mut h, file, c);
+        h.update(b"reached");
+        for r in reached {
+            let c = self.content_hash(root, r);
+            put(&mut h, r, c);
+        }
+        h.update(b"probes");
+        for p in probes {
+            // A probe is a path that did not exist: only its existence matters.
+            let c = root.join(p).exists().then_some([0; 32]);
+            put(&mut h, p, c);
+        }
+        *h.finalize().as_bytes()
+    }
+}
+
+/// The key of everything every file's evaluation depends on, before the audit files.
+fn base_key(config: &Config) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(&CACHE_VERSION.to_le_bytes());
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update(&stdlib_digest());
+    // The load-relevant part of the configuration: discovery (the hosts read nothing else).
+    h.update(format!("{:?}", config.project).as_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// Loads the models of `config`'s project (audit and model files `files`), using `cache`:
+/// files whose entry matches are not evaluated; the others are, and their entries replaced.
+/// Seeds are hashed from their content every time.
+///
+/// Returns the models (or every load error) and what the load read and did; the report is
+/// filled even when the load fails, as far as it got.
+pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) -> (Result<Vec<Model>, LoadErrors>, LoadReport) {
+    let root = &config.root;
+    let mut report = LoadReport::default();
+    for f in files.all() {
+        report.inputs.insert(root.join(f));
+    }
+    let errors = check_extensions(files, &[]);
+    if !errors.is_empty() {
+        return (Err(LoadErrors(errors)), report);
+    }
+    let base = base_key(config);
+    // Audit files: every model file's result depends on them.
+    let mut audits_valid = true;
+    let mut global = blake3::Hasher::new();
+    global.update(&base);
+    for a in &files.audits {
+        let valid = match cache.entries.get(a).cloned() {
+            Some(e) => {
+                let key = cache.key(root, &base, a, &e.reached, &e.probes);
+                global.update(&key);
+                key == e.key
+            }
+            None => false,
+        };
+        audits_valid &= valid;
+    }
+    let mut stale: Vec<PathBuf> = Vec::new();
+    if audits_valid {
+        let g = *global.finalize().as_bytes();
+        for f in &files.models {
+            let fresh = match cache.entries.get(f).cloned() {
+                Some(e) => cache.key(root, &g, f, &e.reached, &e.probes) == e.key,
+                None => false,
+            };
+            if !fresh {
+                stale.push(f.clone());
+            }
+        }
+    } else {
+        stale = files.models.clone();
+    }
+    // Evaluate the stale model files, with the audit files of their languages (or every audit
+    // file when one of them changed).
+    let langs: HashSet<&str> = stale.iter().map(|f| ext(f)).collect();
+    let audits: Vec<PathBuf> = files.audits.iter().filter(|a| !audits_valid || langs.contains(ext(a))).cloned().collect();
+    let (evaluated, errors) = if stale.is_empty() && audits.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let (outcomes, _, errors) = evaluate(root, &audits, &stale, &[]);
+        (outcomes, errors)
+    };
+    let fresh: HashMap<&Path, &FileOutcome> = evaluated.iter().map(|o| (o.file.as_path(), o)).collect();
+    report.evaluated = files.all().filter(|f| fresh.contains_key(f.as_path())).cloned().collect();
+    // Every top-level file's outcome: evaluated now, or from the cache.
+    let cached: Vec<FileOutcome> =
+        files.all().filter(|f| !fresh.contains_key(f.as_path())).filter_map(|f| cache.entries.get(f).map(|e| e.outcome(f))).collect();
+    report.from_cache = cached.len();
+    let cached_by: HashMap<&Path, &FileOutcome> = cached.iter().map(|o| (o.file.as_path(), o)).collect();
+    let outcomes: Vec<&FileOutcome> = files.all().filter_map(|f| fresh.get(f.as_path()).or_else(|| cached_by.get(f.as_path())).copied()).collect();
+    tracing::debug!("load: {} files evaluated, {} from the cache", report.evaluated.len(), report.from_cache);
+    for o in &outcomes {
+        report.inputs.extend(o.reached.iter().map(|r| root.join(r)));
+    }
+    // New entries for the files evaluated without error; none for files no longer discovered.
+    let discovered: HashSet<&PathBuf> = files.all().collect();
+    let before = cache.entries.len();
+    cache.entries.retain(|f, _| discovered.contains(f));
+    cache.dirty |= cache.entries.len() != before;
+    let by_file: HashMap<&Path, &FileOutcome> = outcomes.iter().map(|o| (o.file.as_path(), *o)).collect();
+    let audit_set: HashSet<&PathBuf> = files.audits.iter().collect();
+    let mut global = blake3::Hasher::new();
+    global.update(&base);
+    let mut audit_ok = true;
+    for a in &files.audits {
+        match by_file.get(a.as_path()) {
+            Some(o) if !o.failed => {
+                let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
+                let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
+                let key = cache.key(root, &base, a, &reached, &probes);
+                global.update(&key);
+                if fresh.contains_key(a.as_path()) {
+                    cache.entries.insert(a.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
+                    cache.dirty = true;
+                }
+            }
+            _ => audit_ok = false,
+        }
+    }
+    let g = *global.finalize().as_bytes();
+    if audit_ok {
+        for o in &evaluated {
+            if o.failed || audit_set.contains(&o.file) {
+                continue;
+            }
+            let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
+            let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
+            let key = cache.key(root, &g, &o.file, &reached, &probes);
+            cache.entries.insert(o.file.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
+            cache.dirty = true;
+        }
+    }
+    for m in outcomes.iter().flat_map(|o| &o.models) {
+        if let crate::core::Kind::Seed(s) = &m.kind {
+            report.inputs.insert(crate::seed::resolve(root, &s.path));
+        }
+    }
+    // Every outcome, owned, in `files` order (models are moved, not copied, into the result).
+    let mut owned: HashMap<PathBuf, FileOutcome> = cached.into_iter().chain(evaluated).map(|o| (o.file.clone(), o)).collect();
+    let all: Vec<FileOutcome> = files.all().filter_map(|f| owned.remove(f)).collect();
+    (finish(root, all, errors, &[]), report)
+}

@@ -1,0 +1,238 @@
+//! The persistent load cache (`.efmesh/load-cache` next to the state store) and per-file
+//! isolated evaluation, driven through the binary. Every model file prints `EVAL <file>` when
+//! it is evaluated (Lua `print` and Rhai `print` log on stderr), so a test sees which files a
+//! command evaluated; `--log-level debug` adds the loader's own count.
+
+use crate::common::{Project, Run};
+
+/// A model file that prints when evaluated; `require` lines and the query are given.
+fn lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {
+    format!(
+        "print(\"EVAL {tag}\")\n{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n"
+    )
+}
+
+/// The files a run evaluated, from the `EVAL <tag>` lines it printed, sorted.
+fn evaluated(run: &Run) -> Vec<String> {
+    let mut tags: Vec<String> =
+        run.stderr.lines().filter_map(|l| l.split("EVAL ").nth(1)).filter_map(|t| t.split_whitespace().next()).map(str::to_string).collect();
+    tags.sort();
+    tags
+}
+
+/// `check` (which loads the project), which must succeed.
+fn check(p: &Project) -> Run {
+    let run = p.run(&["check", "--log-level", "debug"]);
+    run.expect_code(0);
+    run
+}
+
+fn render(p: &Project, model: &str) -> String {
+    let run = p.run(&["render", model]);
+    run.expect_code(0);
+    run.stdout
+}
+
+/// Three Lua models: `a` and `b` require `lib/util.lua` (outside the model globs), `c` does not.
+fn project() -> Project {
+    let p = Project::new();
+    p.write("lib/util.lua", "return { n = 1 }\n");
+    p.write("models/a.lua", &lua_model("a", "s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\""));
+    p.write("models/b.lua", &lua_model("b", "s.b", "local u = require(\"lib.util\")", "\"SELECT \" .. (u.n + 10) .. \" AS x\""));
+    p.write("models/c.lua", &lua_model("c", "s.c", "", "\"SELECT 3 AS x\""));
+    p
+}
+
+fn cache_path(p: &Project) -> std::path::PathBuf {
+    p.root().join(".efmesh/load-cache")
+}
+
+#[test]
+fn an_unchanged_project_evaluates_no_script_on_the_second_command() {
+    let p = project();
+    let first = check(&p);
+    assert_eq!(evaluated(&first), ["a", "b", "c"]);
+    assert!(first.stderr.contains("load: 3 files evaluated, 0 from the cache"), "{}", first.stderr);
+    assert!(cache_path(&p).is_file(), "the cache is written next to the state store");
+    let second = check(&p);
+    assert_eq!(evaluated(&second), Vec::<String>::new(), "{}", second.stderr);
+    assert!(second.stderr.contains("load: 0 files evaluated, 3 from the cache"), "{}", second.stderr);
+    // The plan of a cached load is the plan of an evaluated one.
+    let plan_cached = p.plan("dev");
+    fs_err::remove_dir_all(p.root().join(".efmesh")).unwrap();
+    assert_eq!(p.plan("dev"), plan_cached);
+}
+
+#[test]
+fn an_edit_in_a_required_lua_module_re_evaluates_exactly_its_importers() {
+    let p = project();
+    check(&p);
+    p.write("lib/util.lua", "return { n = 5 }\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b"], "{}", run.stderr);
+    assert!(render(&p, "s.a").contains("5 AS x"), "the new module value is used");
+    assert!(render(&p, "s.b").contains("15 AS x"));
+    assert_eq!(evaluated(&check(&p)), Vec::<String>::new());
+}
+
+#[test]
+fn an_edit_in_an_imported_rhai_module_re_evaluates_exactly_its_importers() {
+    let p = Project::new();
+    p.write("efmesh.toml", "[project]\nmodels = [\"models/**/*.rhai\"]\n");
+    p.write("lib/u.rhai", "export const N = 1;\n");
+    let model = |tag: &str, name: &str, import: bool, expr: &str| {
+        let imp = if import { "import \"lib/u\" as u;\n" } else { "" };
+        format!(
+            "print(\"EVAL {tag}\");\n{imp}define_model(#{{ name: \"{name}\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: `SELECT ${{{expr}}} AS x` }});\n"
+        )
+    };
+    p.write("models/a.rhai", &model("a", "s.a", true, "u::N"));
+    p.write("models/b.rhai", &model("b", "s.b", true, "u::N + 10"));
+    p.write("models/c.rhai", &model("c", "s.c", false, "3"));
+    assert_eq!(evaluated(&check(&p)), ["a", "b", "c"]);
+    assert_eq!(evaluated(&check(&p)), Vec::<String>::new());
+    p.write("lib/u.rhai", "export const N = 7;\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b"], "{}", run.stderr);
+    assert!(render(&p, "s.b").contains("17 AS x"));
+}
+
+#[test]
+fn editing_one_model_file_re_evaluates_only_it() {
+    let p = project();
+    check(&p);
+    p.write("models/c.lua", &lua_model("c", "s.c", "", "\"SELECT 4 AS x\""));
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["c"], "{}", run.stderr);
+    assert!(run.stderr.contains("load: 1 files evaluated, 2 from the cache"), "{}", run.stderr);
+    assert!(render(&p, "s.c").contains("4 AS x"));
+}
+
+#[test]
+fn a_new_file_and_a_deleted_file_are_seen() {
+    let p = project();
+    check(&p);
+    p.write("models/e.lua", &lua_model("e", "s.e", "", "\"SELECT 5 AS x\""));
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["e"], "{}", run.stderr);
+    assert!(render(&p, "s.e").contains("5 AS x"));
+    p.remove("models/c.lua");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), Vec::<String>::new());
+    let gone = p.run(&["render", "s.c"]);
+    assert_eq!(gone.code, 1, "a deleted file's model is gone: {}", gone.stdout);
+    // A file appearing where `require` looks first changes the resolution.
+    p.write("models/lib/util.lua", "return { n = 40 }\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b"], "{}", run.stderr);
+    assert!(render(&p, "s.a").contains("40 AS x"));
+}
+
+#[test]
+fn a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
+    let p = project();
+    check(&p);
+    let expected = render(&p, "s.b");
+    let path = cache_path(&p);
+    let mut bytes = fs_err::read(&path).unwrap();
+    let body = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    // Flip bytes in the body: the header's checksum no longer matches.
+    for b in bytes[body..].iter_mut().step_by(7) {
+        *b ^= 0x5a;
+    }
+    fs_err::write(&path, &bytes).unwrap();
+    let run = check(&p);
+    let warning: Vec<&str> = run.stderr.lines().filter(|l| l.contains("ignoring the load cache")).collect();
+    assert_eq!(warning.len(), 1, "one warning line:\n{}", run.stderr);
+    assert!(warning[0].contains(".efmesh/load-cache") && warning[0].contains("corrupt"), "{}", warning[0]);
+    assert_eq!(evaluated(&run), ["a", "b", "c"], "nothing is trusted from a corrupt cache");
+    assert_eq!(render(&p, "s.b"), expected);
+    let again = check(&p);
+    assert!(!again.stderr.contains("ignoring the load cache"), "the cache was rewritten:\n{}", again.stderr);
+    assert_eq!(evaluated(&again), Vec::<String>::new());
+
+    // Garbage and an empty file alike.
+    fs_err::write(&path, b"not a cache at all").unwrap();
+    let run = check(&p);
+    assert!(run.stderr.contains("ignoring the load cache"), "{}", run.stderr);
+    assert_eq!(evaluated(&run), ["a", "b", "c"]);
+}
+
+/// Rewrites one `key=value` word of the cache's header line.
+fn edit_header(p: &Project, key: &str, value: &str) {
+    let path = cache_path(p);
+    let bytes = fs_err::read(&path).unwrap();
+    let nl = bytes.iter().position(|&b| b == b'\n').unwrap();
+    let head = String::from_utf8(bytes[..nl].to_vec()).unwrap();
+    let prefix = format!("{key}=");
+    assert!(head.contains(&prefix), "the header records {key}: {head}");
+    let new: Vec<String> = head.split(' ').map(|w| if w.starts_with(&prefix) { format!("{prefix}{value}") } else { w.to_string() }).collect();
+    let mut out = new.join(" ").into_bytes();
+    out.extend_from_slice(&bytes[nl..]);
+    fs_err::write(&path, out).unwrap();
+}
+
+#[test]
+fn a_cache_from_another_efmesh_version_or_stdlib_re_evaluates_everything() {
+    let p = project();
+    check(&p);
+    edit_header(&p, "efmesh", "0.0.1-older");
+    let run = check(&p);
+    assert!(run.stderr.contains("another efmesh version"), "{}", run.stderr);
+    assert_eq!(evaluated(&run), ["a", "b", "c"]);
+    assert_eq!(evaluated(&check(&p)), Vec::<String>::new(), "rewritten by this version");
+
+    edit_header(&p, "stdlib", &"0".repeat(64));
+    let run = check(&p);
+    assert!(run.stderr.contains("another embedded stdlib"), "{}", run.stderr);
+    assert_eq!(evaluated(&run), ["a", "b", "c"]);
+}
+
+#[test]
+fn a_seed_edit_changes_the_plan() {
+    let p = Project::new();
+    p.write("seeds/t.csv", "id\n1\n2\n");
+    p.write(
+        "models/seed.lua",
+        "print(\"EVAL seed\")\ndefine_model { name = \"ref.t\", kind = kind.seed { path = \"seeds/t.csv\" }, schema = { { \"id\", \"integer\" } } }\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.write("seeds/t.csv", "id\n1\n2\n3\n");
+    let run = p.run(&["plan", "dev", "--json"]);
+    run.expect_code(0);
+    assert_eq!(evaluated(&run), Vec::<String>::new(), "the model file is cached; the seed is hashed again");
+    assert_eq!(run.json()["hasChanges"], true, "{}", run.stdout);
+}
+
+#[test]
+fn a_file_mutating_a_required_modules_table_does_not_affect_another_file() {
+    let p = Project::new();
+    p.write("lib/shared.lua", "return { n = 1 }\n");
+    // `a` is evaluated first (files are sorted) and mutates the module's table.
+    p.write("models/a.lua", &lua_model("a", "s.a", "local s = require(\"lib.shared\")\ns.n = 99", "\"SELECT 1 AS x\""));
+    p.write("models/b.lua", &lua_model("b", "s.b", "local s = require(\"lib.shared\")", "\"SELECT \" .. s.n .. \" AS x\""));
+    check(&p);
+    assert!(render(&p, "s.b").contains("1 AS x"), "b sees the module as it evaluates, not as a left it");
+    // Evaluated alone after an edit of b, the result is the same.
+    p.write("models/b.lua", &lua_model("b", "s.b", "local s = require(\"lib.shared\")", "\"SELECT \" .. s.n .. \" AS x \""));
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["b"]);
+    assert!(render(&p, "s.b").contains("1 AS x"));
+}
+
+#[test]
+fn a_model_a_required_module_defines_is_merged_but_a_real_duplicate_is_an_error() {
+    let p = Project::new();
+    // `models/a.lua` defines `s.a`; `b` and `c` require it: one model, seen in three evaluations.
+    p.write("models/a.lua", "return define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    for f in ["b", "c"] {
+        p.write(&format!("models/{f}.lua"), &lua_model(f, &format!("s.{f}"), "local a = require(\"a\")", "\"SELECT x FROM \" .. ref(a)"));
+    }
+    check(&p);
+    p.write("models/d.lua", "define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 2 AS x\" }\n");
+    let run = p.run(&["check"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(all.contains("s.a") && all.contains("models/d.lua"), "{all}");
+}
