@@ -492,3 +492,15 @@ fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child() {
     let fixed = w.after("models/raw/orders.lua");
     assert!(errors(&fixed).is_empty(), "{fixed}");
 }
+
+#[test]
+fn preview_rows_0_turns_previews_off() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev", "--preview-rows", "0"]);
+    w.next();
+    p.write("models/raw/orders.lua", &orders("20"));
+    let line = w.after("models/raw/orders.lua");
+    assert_eq!(changed_models(&line), ["raw.orders"], "{line}");
+    assert!(line["previews"].as_array().expect("previews").is_empty(), "{line}");
+}
