@@ -382,8 +382,21 @@ fn apply_to_prod_is_refused_at_start() {
     let line = w.next();
     assert_eq!(line["fatal"], true, "{line}");
     assert!(errors(&line)[0]["message"].as_str().is_some_and(|m| m.contains("refused for `prod`")), "{line}");
+    assert_eq!(line["error"]["kind"], "usage", "{line}");
     assert_eq!(w.exit_code(), 1);
     assert!(!p.state_path().exists(), "nothing was written");
+}
+
+#[test]
+fn an_invalid_config_at_start_is_a_fatal_error_line_of_kind_config() {
+    let p = project();
+    p.write("efmesh.toml", "[project]\nmodels = 3\n");
+    let mut w = Watch::start(&p, &["dev"]);
+    let line = w.next();
+    assert_eq!(line["fatal"], true, "{line}");
+    assert_eq!(line["error"]["kind"], "config", "{line}");
+    assert!(line["error"]["message"].as_str().is_some_and(|m| m.contains("efmesh.toml")), "{line}");
+    assert_eq!(w.exit_code(), 1);
 }
 
 #[test]
