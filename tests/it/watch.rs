@@ -382,8 +382,21 @@ fn apply_to_prod_is_refused_at_start() {
     let line = w.next();
     assert_eq!(line["fatal"], true, "{line}");
     assert!(errors(&line)[0]["message"].as_str().is_some_and(|m| m.contains("refused for `prod`")), "{line}");
+    assert_eq!(line["error"]["kind"], "usage", "{line}");
     assert_eq!(w.exit_code(), 1);
     assert!(!p.state_path().exists(), "nothing was written");
+}
+
+#[test]
+fn an_invalid_config_at_start_is_a_fatal_error_line_of_kind_config() {
+    let p = project();
+    p.write("efmesh.toml", "[project]\nmodels = 3\n");
+    let mut w = Watch::start(&p, &["dev"]);
+    let line = w.next();
+    assert_eq!(line["fatal"], true, "{line}");
+    assert_eq!(line["error"]["kind"], "config", "{line}");
+    assert!(line["error"]["message"].as_str().is_some_and(|m| m.contains("efmesh.toml")), "{line}");
+    assert_eq!(w.exit_code(), 1);
 }
 
 #[test]
@@ -491,4 +504,16 @@ fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child() {
     p.write("models/raw/orders.lua", &orders("10"));
     let fixed = w.after("models/raw/orders.lua");
     assert!(errors(&fixed).is_empty(), "{fixed}");
+}
+
+#[test]
+fn preview_rows_0_turns_previews_off() {
+    let p = project();
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev", "--preview-rows", "0"]);
+    w.next();
+    p.write("models/raw/orders.lua", &orders("20"));
+    let line = w.after("models/raw/orders.lua");
+    assert_eq!(changed_models(&line), ["raw.orders"], "{line}");
+    assert!(line["previews"].as_array().expect("previews").is_empty(), "{line}");
 }

@@ -71,6 +71,11 @@ pub(crate) enum Msg {
     Redraw,
 }
 
+/// A combination of options `watch` refuses (a usage error).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
 /// Runs `efmesh watch`.
 ///
 /// # Errors
@@ -84,8 +89,16 @@ pub(super) fn run(config: &Path, options: Options) -> Result<Exit> {
         let root = config.parent().unwrap_or(Path::new("."));
         let mut r = Report::new(Event::Error, &options.env, root);
         r.fatal = true;
-        r.errors = Problem::from_error(super::error_kind(e), e);
-        let _ = write_line(&r.json(0.0));
+        let kind = if e.is::<Refused>() { "usage" } else { super::error_kind(e) };
+        r.errors = Problem::from_error(kind, e);
+        let mut line = r.json(0.0);
+        // The shape every `--json` failure has (`{"error": {"kind", "message", "hint"?}}`).
+        if let (serde_json::Value::Object(o), serde_json::Value::Object(err)) =
+            (&mut line, super::error_json(kind, &super::error_text(e), super::hint_for(e).as_deref()))
+        {
+            o.extend(err);
+        }
+        let _ = write_line(&line);
     }
     result
 }
@@ -93,9 +106,11 @@ pub(super) fn run(config: &Path, options: Options) -> Result<Exit> {
 fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> {
     crate::core::name::validate_env(&options.env)?;
     if options.apply && options.env == "prod" {
-        return Err(anyhow!(
+        return Err(Refused(
             "`watch --apply` is refused for `prod`: every save would go live\n  hint: watch another environment (`efmesh watch dev --apply`), then `efmesh apply prod` once reviewed"
-        ));
+                .into(),
+        )
+        .into());
     }
     let started = Instant::now();
     let session = Session::open(config_path)?;
