@@ -67,20 +67,24 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(a)
 }
 
-/// Best and median of a set of runs.
+/// Best and median of a set of runs (wall time), and the median CPU time of the processes run.
 #[derive(Debug, Clone, Copy, Default)]
 struct Stat {
     best: Duration,
     median: Duration,
+    cpu: Option<Duration>,
 }
 
 impl Stat {
     fn of(mut v: Vec<Duration>) -> Stat {
         v.sort();
-        Stat { best: v[0], median: v[v.len() / 2] }
+        let mut cpu = take_cpu();
+        cpu.sort();
+        Stat { best: v[0], median: v[v.len() / 2], cpu: cpu.get(cpu.len() / 2).copied() }
     }
     fn show(&self) -> String {
-        format!("{} ({})", super::ms(self.best), super::ms(self.median))
+        let cpu = self.cpu.map(|c| format!(", cpu {}", super::ms(c))).unwrap_or_default();
+        format!("{} ({}{cpu})", super::ms(self.best), super::ms(self.median))
     }
 }
 
@@ -107,9 +111,31 @@ fn efmesh_bin() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
+/// CPU time (user + system) of every child this process has waited for.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+thread_local! {
+    /// CPU times of the children run since the last [`take_cpu`].
+    static CPU: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The CPU times of the processes run since the last call.
+fn take_cpu() -> Vec<Duration> {
+    CPU.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
+
 /// Runs `efmesh <args>` in `dir` as a user would (stdout and stderr read to the end), checking
-/// it exits 0; returns the wall time and stdout.
+/// it exits 0; returns the wall time and stdout (its CPU time goes to [`take_cpu`]).
 fn run(bin: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<(Duration, String)> {
+    let cpu0 = children_cpu();
     let t = Instant::now();
     let out = Command::new(bin)
         .args(args)
@@ -120,6 +146,8 @@ fn run(bin: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<(Duration, Strin
         .stdin(Stdio::null())
         .output()?;
     let d = t.elapsed();
+    let cpu = children_cpu().saturating_sub(cpu0);
+    CPU.with(|c| c.borrow_mut().push(cpu));
     anyhow::ensure!(out.status.success(), "`efmesh {}` failed ({}):\n{}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr));
     Ok((d, String::from_utf8_lossy(&out.stdout).into_owned()))
 }
@@ -212,7 +240,7 @@ struct Row {
     check: Stat,
     cold: Stat,
     apply: Duration,
-    first_noop: Duration,
+    first_noop: Stat,
     noop: Stat,
     noop_cold_caches: Stat,
     watch: Stat,
@@ -241,6 +269,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
     let state = dir.join("efmesh.state.sqlite");
     let engine = dir.join("efmesh.duckdb");
 
+    take_cpu();
     let start = runs(k, || Ok(()), || Ok(run(bin, &dir, &["--version"])?.0))?;
     let mut files = 0;
     let mut bytes = 0;
@@ -267,14 +296,16 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
     fresh()?;
 
     let (apply, _) = run(bin, &dir, &["apply", "dev", "--yes"])?;
+    take_cpu();
     eprintln!("[n={n}] apply {} ms", super::ms(apply));
-    let (first_noop, _) = run(bin, &dir, &["plan", "dev"])?;
+    let first_noop = runs(1, || Ok(()), || Ok(run(bin, &dir, &["plan", "dev"])?.0))?;
     let noop = runs(k, || Ok(()), || Ok(run(bin, &dir, &["plan", "dev"])?.0))?;
     let (_, json) = run(bin, &dir, &["plan", "dev", "--json"])?;
+    take_cpu();
     let v: serde_json::Value = serde_json::from_str(&json)?;
     anyhow::ensure!(v["hasChanges"] == serde_json::Value::Bool(false), "the plan right after apply has changes");
     let noop_cold_caches = runs(k, || remove(&cache), || Ok(run(bin, &dir, &["plan", "dev"])?.0))?;
-    eprintln!("[n={n}] first no-op plan {} ms, no-op plan {}, with cold caches {}", super::ms(first_noop), noop.show(), noop_cold_caches.show());
+    eprintln!("[n={n}] first no-op plan {}, no-op plan {}, with cold caches {}", first_noop.show(), noop.show(), noop_cold_caches.show());
 
     // Watch: one session, one-line edits of one model file.
     let edit = pick_edit(&dir)?;
@@ -335,7 +366,7 @@ pub fn main() -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "Whole process, times in ms: best (median) of {} runs; watch: best (median) of {} edits; load average (1/5/15 min) at the end of each size in the last column.",
+        "Whole process, times in ms: best (median wall, median CPU of the process) of {} runs; watch: best (median) of {} edits, in this process; load average (1/5/15 min) at the end of each size in the last column.",
         args.runs, args.edits
     );
     println!();
@@ -354,7 +385,7 @@ pub fn main() -> anyhow::Result<()> {
             r.check.show(),
             r.cold.show(),
             super::ms(r.apply),
-            super::ms(r.first_noop),
+            r.first_noop.show(),
             r.noop.show(),
             r.noop_cold_caches.show(),
             r.watch.show(),
