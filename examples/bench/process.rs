@@ -101,7 +101,7 @@ fn efmesh_bin() -> anyhow::Result<PathBuf> {
     // <target>/release/examples/bench → <target>/release/efmesh
     let release = exe.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("cannot locate the target directory from {}", exe.display()))?;
     let bin = release.join("efmesh");
-    let modified = |p: &Path| fs_err::metadata(p).and_then(|m| m.modified().map_err(Into::into));
+    let modified = |p: &Path| fs_err::metadata(p).and_then(|m| m.modified());
     let built = modified(&bin).map_err(|_| anyhow::anyhow!("no `efmesh` binary at {}: build it first (`scripts/cargo build --bin efmesh`)", bin.display()))?;
     if let Ok(lib) = modified(&release.join("libefmesh.rlib"))
         && lib > built
