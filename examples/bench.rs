@@ -1,4 +1,4 @@
-//! Benchmark of the main job (issue #2 item 12): load, cold plan, apply of everything, no-op
+//! Library-level benchmark of the main job (issue #2 item 12): load, cold plan, apply of everything, no-op
 //! plan and promotion to prod on generated N-model projects, next to the same DDL run directly
 //! on DuckDB in the same run.
 //!
@@ -32,9 +32,15 @@
 //! Rounds alternate the order (round 1: efmesh then direct; round 2: direct then efmesh; …), each
 //! on new files, and every round must issue exactly the statements of round 1. The tables report
 //! the fastest round of each side.
+//!
+//! `--process` runs the whole-process benchmark instead (`bench/process.rs`): the `efmesh`
+//! binary timed as a user runs it (`check`, cold and no-op `plan`, `apply`), and the watch
+//! re-plan through `Session`.
 
 #[path = "bench/gen.rs"]
 mod generator;
+#[path = "bench/process.rs"]
+mod process;
 
 use efmesh::apply::{self, Options};
 use efmesh::config::Config;
@@ -59,6 +65,8 @@ enum Call {
     Transaction(Vec<String>),
     Describe(String),
     Query(String),
+    /// A catalog read (`catalog`, `view_definitions`): efmesh's own checks, never replayed.
+    Read(&'static str),
 }
 
 /// An [`Engine`] that forwards to DuckDB and records every call with its duration.
@@ -97,6 +105,35 @@ impl Engine for Recorder {
     }
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         self.inner.relation_exists(schema, name)
+    }
+    fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
+        // DuckDB spreads them over cloned connections: each is recorded with an equal share.
+        let t = Instant::now();
+        let r = self.inner.describe_many(queries);
+        let share = t.elapsed() / u32::try_from(queries.len().max(1)).unwrap_or(u32::MAX);
+        self.calls.extend(queries.iter().map(|q| (Call::Describe(q.clone()), share)));
+        r
+    }
+    fn stage_text(&mut self, table: &str, columns: &[String], rows: &[Vec<Option<String>>]) -> Result<(), EngineError> {
+        self.inner.stage_text(table, columns, rows)
+    }
+    fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
+        self.inner.execute_secret(label, sql)
+    }
+    fn catalog(&mut self) -> Result<efmesh::engine::Catalog, EngineError> {
+        let t = Instant::now();
+        let r = self.inner.catalog();
+        self.calls.push((Call::Read("catalog"), t.elapsed()));
+        r
+    }
+    fn view_definitions(&mut self, views: &[(String, String)]) -> Result<BTreeMap<(String, String), String>, EngineError> {
+        let t = Instant::now();
+        let r = self.inner.view_definitions(views);
+        self.calls.push((Call::Read("view definitions"), t.elapsed()));
+        r
+    }
+    fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
+        self.inner.load_extension(name)
     }
 }
 
@@ -192,6 +229,7 @@ impl EngineSplit {
             match (cat, c) {
                 (Cat::Swap, Call::Transaction(st)) => s.swap = st.clone(),
                 (cat, _) if cat.is_describe() => {}
+                (_, Call::Read(_)) => {}
                 _ => s.build_calls.push(c.clone()),
             }
         }
@@ -222,7 +260,7 @@ fn replay(conn: &duckdb::Connection, calls: &[Call], out: &mut BTreeMap<Cat, Tal
                 }
                 conn.execute_batch("COMMIT")?;
             }
-            Call::Describe(_) | Call::Query(_) => continue,
+            Call::Describe(_) | Call::Query(_) | Call::Read(_) => continue,
         }
         out.entry(Cat::of(c, last_is_swap && i + 1 == calls.len())).or_default().add(t.elapsed());
     }
@@ -239,6 +277,7 @@ fn dump(path: &Path, calls: &[(Call, Duration)]) -> anyhow::Result<()> {
             Call::Transaction(st) => ("transaction", format!("BEGIN TRANSACTION;\n{};\nCOMMIT", st.join(";\n"))),
             Call::Describe(q) => ("describe", format!("DESCRIBE {q}")),
             Call::Query(q) => ("query", q.clone()),
+            Call::Read(what) => ("read", format!("-- {what}")),
         };
         let _ = writeln!(out, "-- {what}: {} ms\n{body};\n", ms(*d));
     }
@@ -345,14 +384,15 @@ fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Resul
 }
 
 /// Time the state store spends on an apply's writes, replayed on a fresh store: one
-/// `put_snapshot` per built model, one `mark_intervals` per batch, `canon_cache_put`, `promote`.
+/// `put_snapshot` per built or registered model, one `mark_intervals` per batch, `canon_cache_put`, `promote`.
 fn state_writes(project: &Project, plan: &Plan, path: &Path) -> anyhow::Result<(Duration, Duration, Duration)> {
     use efmesh::core::interval;
     use efmesh::state::{IntervalStatus, SnapshotRecord};
     let store = StateStore::open(path)?;
     let now = interval::now_millis();
     let (mut snaps, mut ivs) = (Duration::ZERO, Duration::ZERO);
-    for a in plan.actions.iter().filter(|a| a.build) {
+    // Registered (embedded) versions get a snapshot too: the promotion requires one per model.
+    for a in plan.actions.iter().filter(|a| a.build || a.register) {
         let m = project.dag.get(&a.name).expect("model");
         let rec = SnapshotRecord {
             name: a.name.to_string(),
@@ -725,6 +765,9 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--process") {
+        return process::main();
+    }
     let args = parse_args()?;
     let mut rows = Vec::new();
     for &n in &args.ns {

@@ -47,6 +47,8 @@ pub struct Session {
     /// Per-file load results and content hashes, kept across reloads and saved to the project's
     /// load cache after each load.
     cache: LoadCache,
+    /// Fingerprints of the last plan, so the next one re-fingerprints only what changed.
+    versions: std::sync::Mutex<plan::VersionMemo>,
 }
 
 impl Session {
@@ -58,7 +60,14 @@ impl Session {
     pub fn open(config_path: &Path) -> Result<Session> {
         let config = Config::load(config_path)?;
         let cache = LoadCache::open(&config);
-        let mut session = Session { config_path: config_path.to_path_buf(), config, project: Err(LoadErrors(Vec::new())), inputs: BTreeSet::new(), cache };
+        let mut session = Session {
+            config_path: config_path.to_path_buf(),
+            config,
+            project: Err(LoadErrors(Vec::new())),
+            inputs: BTreeSet::new(),
+            cache,
+            versions: Default::default(),
+        };
         session.load_all();
         Ok(session)
     }
@@ -169,13 +178,16 @@ impl Session {
     }
 
     /// Plans `env` against the state store, checked against the engine's catalog: [`plan_checked`].
+    /// Fingerprints are kept from one plan to the next ([`plan::VersionMemo`]): after a reload,
+    /// only models whose definition or ancestors changed are fingerprinted again.
     ///
     /// # Errors
     /// The project does not load; the state store or the planner fails.
     pub fn plan(&self, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
         let project = self.loaded()?;
         let state = open_state(project, false)?;
-        plan_checked(project, &state, env, now, options)
+        let mut versions = self.versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        plan_checked_with(project, &state, env, now, options, Some(&mut versions))
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
@@ -239,16 +251,19 @@ fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
 }
 
 /// The engine's catalog as `plan` sees it: the DuckDB file opened read-only for one catalog query
-/// (no file: an empty catalog, everything the state relies on is missing). `None`, with a
-/// warning, when the file cannot be read (e.g. another process is writing it): the plan then
-/// assumes the relations exist, and `apply` checks again on its own connection.
+/// (no file: an empty catalog, everything the state relies on is missing), or the catalog efmesh
+/// recorded when it last read the file, if the file's identity has not changed since
+/// ([`crate::engine::record`], SPEC §4 invariant 27). `None`, with a warning, when the file
+/// cannot be read (e.g. another process is writing it): the plan then assumes the relations
+/// exist, and `apply` checks again on its own connection.
 pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
     use crate::engine::Engine;
     let path = project.config.engine_path();
     if !path.exists() {
         return Some(crate::engine::Catalog::default());
     }
-    match DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()) {
+    let record = crate::engine::record::path_for(&project.config.state_path());
+    match crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
@@ -263,8 +278,23 @@ pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
 /// # Errors
 /// The planner fails.
 pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
+    plan_checked_with(project, state, env, now, options, None)
+}
+
+/// [`plan_checked`] taking fingerprints from `versions` when given ([`plan::plan_with_memo`]).
+///
+/// # Errors
+/// The planner fails.
+pub fn plan_checked_with(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &plan::Options,
+    versions: Option<&mut plan::VersionMemo>,
+) -> Result<Plan> {
     let catalog = engine_catalog(project);
-    let plan = plan::plan_verified(project, state, env, now, options, catalog.as_ref())?;
+    let plan = plan::plan_verified_with(project, state, env, now, options, catalog.as_ref(), versions)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
         eprintln!(

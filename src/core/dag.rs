@@ -32,12 +32,16 @@ impl Dag {
     /// Every problem found, each with file:line and the model at fault.
     pub fn build(models: Vec<Model>) -> Result<Dag, LoadErrors> {
         let mut errors = Vec::new();
-        let mut by_name: BTreeMap<ModelName, Model> = BTreeMap::new();
+        // Models stay where they are (a model is large: maps of them would move them on every
+        // insert); the maps hold indexes.
+        let mut slots: Vec<Option<Model>> = Vec::with_capacity(models.len());
+        let mut index: BTreeMap<ModelName, usize> = BTreeMap::new();
         // DuckDB identifiers are case-insensitive: `s.a` and `s.A` would share one view.
-        let mut folded: BTreeMap<String, ModelName> = BTreeMap::new();
+        let mut folded: std::collections::HashMap<String, ModelName> = std::collections::HashMap::with_capacity(models.len());
         for m in models {
-            if let Some(other) = folded.get(&m.name.to_string().to_ascii_lowercase()).filter(|o| **o != m.name) {
-                let first = &by_name[other];
+            let lower = m.name.to_string().to_ascii_lowercase();
+            if let Some(other) = folded.get(&lower).filter(|o| **o != m.name) {
+                let first = slots[index[other]].as_ref().expect("kept");
                 errors.push(
                     LoadError::new(
                         Some(m.location.clone()),
@@ -48,16 +52,19 @@ impl Dag {
                 );
                 continue;
             }
-            folded.insert(m.name.to_string().to_ascii_lowercase(), m.name.clone());
-            if let Some(first) = by_name.get(&m.name) {
+            if let Some(&i) = index.get(&m.name) {
+                let first = slots[i].as_ref().expect("kept");
                 errors.push(
                     LoadError::new(Some(m.location.clone()), Some(m.name.clone()), format!("duplicate model name, first defined at {}", first.location))
                         .with_hint("model names must be unique across the project"),
                 );
                 continue;
             }
-            by_name.insert(m.name.clone(), m);
+            folded.insert(lower, m.name.clone());
+            index.insert(m.name.clone(), slots.len());
+            slots.push(Some(m));
         }
+        let by_name: BTreeMap<&ModelName, &Model> = index.iter().map(|(n, &i)| (n, slots[i].as_ref().expect("kept"))).collect();
         for m in by_name.values() {
             errors.extend(validate_model(m));
             errors.extend(validate_edges(m, &by_name));
@@ -66,7 +73,7 @@ impl Dag {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
             return Err(LoadErrors(errors));
         }
-        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = by_name.keys().map(|k| (k.clone(), BTreeSet::new())).collect();
+        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = by_name.keys().map(|k| ((*k).clone(), BTreeSet::new())).collect();
         let mut indegree: BTreeMap<&ModelName, usize> = BTreeMap::new();
         for m in by_name.values() {
             let parents = m.parents();
@@ -90,8 +97,10 @@ impl Dag {
         if order.len() < by_name.len() {
             return Err(LoadErrors(cycle_errors(&by_name, &order)));
         }
+        drop(indegree);
+        drop(by_name);
+        let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        let models: Vec<Model> = order.iter().map(|n| by_name.remove(n).expect("ordered models exist")).collect();
         Ok(Dag { models, index, order, children })
     }
 
@@ -234,7 +243,7 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
     errors
 }
 
-fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError> {
+fn validate_edges(m: &Model, all: &BTreeMap<&ModelName, &Model>) -> Vec<LoadError> {
     let mut errors = Vec::new();
     let Some(body) = &m.body else { return errors };
     for r in body.refs() {
@@ -279,10 +288,10 @@ fn validate_edges(m: &Model, all: &BTreeMap<ModelName, Model>) -> Vec<LoadError>
     errors
 }
 
-fn cycle_errors(all: &BTreeMap<ModelName, Model>, ordered: &[ModelName]) -> Vec<LoadError> {
+fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Vec<LoadError> {
     use petgraph::graph::DiGraph;
     let done: BTreeSet<&ModelName> = ordered.iter().collect();
-    let rest: Vec<&ModelName> = all.keys().filter(|k| !done.contains(k)).collect();
+    let rest: Vec<&ModelName> = all.keys().copied().filter(|k| !done.contains(k)).collect();
     let mut g = DiGraph::<&ModelName, ()>::new();
     let idx: BTreeMap<&ModelName, _> = rest.iter().map(|n| (*n, g.add_node(*n))).collect();
     for n in &rest {

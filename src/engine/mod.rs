@@ -5,6 +5,7 @@
 //! text for reports and tests. Capability differences belong in methods, not in `match engine`.
 
 pub mod duckdb;
+pub mod record;
 
 use std::collections::BTreeMap;
 

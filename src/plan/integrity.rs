@@ -362,21 +362,26 @@ pub fn check(project: &Project, state: &StateStore, plan: &mut Plan, catalog: &C
     Ok(())
 }
 
-type SnapshotIndex = std::collections::HashMap<(String, String), (String, String)>;
+/// Fingerprints of every snapshot by (model name, physical relation it records), read once per
+/// check, so finding the versions sharing each lost relation is a lookup, not a scan of every
+/// snapshot per repaired action.
+type SharingIndex = std::collections::HashMap<(String, String), Vec<String>>;
 
 /// The name of a full lake version's data file (as `apply::lake::FULL_FILE`).
 const LAKE_FULL_FILE: &str = "data.parquet";
 
 /// The versions of `action`'s model stored in its physical relation (its own, the one it reuses,
 /// and every snapshot recording that relation).
-fn sharing(state: &StateStore, index: &mut Option<SnapshotIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
+fn sharing(state: &StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
     if index.is_none() {
-        *index = Some(state.snapshot_index()?);
+        let mut grouped = SharingIndex::new();
+        for ((name, fp), (physical, _)) in state.snapshot_index()? {
+            grouped.entry((name, physical)).or_default().push(fp);
+        }
+        *index = Some(grouped);
     }
-    let name = action.name.to_string();
-    let physical = action.physical.clone().unwrap_or_default();
-    let mut fps: Vec<Fingerprint> =
-        index.iter().flatten().filter(|(key, stored)| key.0 == name && stored.0 == physical).map(|(key, _)| Fingerprint::from(key.1.clone())).collect();
+    let key = (action.name.to_string(), action.physical.clone().unwrap_or_default());
+    let mut fps: Vec<Fingerprint> = index.as_ref().and_then(|i| i.get(&key)).into_iter().flatten().map(|fp| Fingerprint::from(fp.clone())).collect();
     fps.extend([Some(action.fingerprint.clone()), action.reused_from.clone()].into_iter().flatten());
     fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     fps.dedup_by(|a, b| a.as_str() == b.as_str());

@@ -476,6 +476,36 @@ pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
 
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
     let models: Vec<&Model> = project.dag.models().collect();
+    let (canon, misses) = digests(&models, keyed, cache)?;
+    let mut out = Versions::default();
+    for (i, model) in models.iter().enumerate() {
+        let parents: BTreeMap<ModelName, Fingerprint> = model.parents().into_iter().map(|p| (p.clone(), out.fingerprints[&p].clone())).collect();
+        let fp = fingerprint_with_digest(model, canon[i].as_ref().map(|(_, d)| d.as_str()), &parents);
+        out.record(model, fp, canon[i].clone(), misses[i].clone());
+    }
+    Ok(out)
+}
+
+impl Versions {
+    fn record(&mut self, model: &Model, fp: Fingerprint, canon: Option<(CanonSource, String)>, miss: Option<(String, String)>) {
+        self.fingerprints.insert(model.name.clone(), fp);
+        if let Some((source, digest)) = canon {
+            self.sources.insert(model.name.clone(), source);
+            self.digests.insert(model.name.clone(), digest);
+        }
+        self.misses.extend(miss);
+    }
+}
+
+/// The canonical digest (and its parser) of every body `keyed` names, by index (`None` where
+/// `keyed` has none): from `cache`, otherwise canonicalised on all cores (sqlparser; DuckDB's
+/// `json_serialize_sql` for the few it cannot parse), those also returned as cache entries.
+#[allow(clippy::type_complexity)]
+fn digests(
+    models: &[&Model],
+    keyed: &[Option<(String, String)>],
+    cache: &HashMap<String, String>,
+) -> Result<(Vec<Option<(CanonSource, String)>>, Vec<Option<(String, String)>>), PlanError> {
     // Cache misses, canonicalised in parallel.
     let missing: Vec<usize> = keyed.iter().enumerate().filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key))).map(|(i, _)| i).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
@@ -487,8 +517,8 @@ fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: 
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("canonicalisation thread")).collect()
     });
-    let mut fresh: HashMap<usize, (CanonSource, String)> = HashMap::new();
-    let mut out = Versions::default();
+    let mut canon: Vec<Option<(CanonSource, String)>> = keyed.iter().map(|k| k.as_ref().and_then(|(key, _)| cache.get(key)).map(|v| parse_cached(v))).collect();
+    let mut misses: Vec<Option<(String, String)>> = vec![None; keyed.len()];
     for (i, result) in computed {
         let c = match result {
             Ok(c) => c,
@@ -496,30 +526,110 @@ fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: 
             Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
         };
         let digest = body_digest(&c.text);
-        out.misses.push((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", c.source.as_str())));
-        fresh.insert(i, (c.source, digest));
+        misses[i] = Some((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", c.source.as_str())));
+        canon[i] = Some((c.source, digest));
     }
-    for (i, model) in models.iter().enumerate() {
-        let canon = keyed[i].as_ref().map(|(key, _)| match fresh.remove(&i) {
-            Some(v) => v,
-            None => parse_cached(&cache[key]),
-        });
-        let parents: BTreeMap<ModelName, Fingerprint> = model
-            .parents()
-            .into_iter()
-            .map(|p| {
-                let fp = out.fingerprints[&p].clone();
-                (p, fp)
+    Ok((canon, misses))
+}
+
+/// Fingerprints kept across the plans of one session (`Session::plan`, `efmesh watch`), so a plan
+/// after an edit re-fingerprints only the models whose definition or ancestors changed.
+///
+/// Per model: the blake3 digest of its definition as loaded (its derived `Hash`, which covers
+/// every field, as the plan memo's key does), its parents' fingerprints, and what they gave: its
+/// fingerprint, its canonical digest and parser, and the canonicalisation-cache entry computed
+/// for it (repeated in every plan's [`Plan::canon_cache_misses`], so `apply` persists it;
+/// writing an entry twice is harmless). A model whose definition is unchanged keeps its
+/// canonical digest (a body's canonical form depends on nothing else); one whose parents'
+/// fingerprints are unchanged too keeps its fingerprint. Everything else is computed as
+/// [`versions`] does. With `EFMESH_VERIFY_PLAN_MEMO=1` every result is compared with
+/// [`versions`] computed in full, and a difference panics.
+#[derive(Debug, Clone, Default)]
+pub struct VersionMemo {
+    entries: HashMap<ModelName, VersionEntry>,
+    recomputed: usize,
+}
+
+#[derive(Debug, Clone)]
+struct VersionEntry {
+    definition: blake3::Hash,
+    parents: Vec<Fingerprint>,
+    fingerprint: Fingerprint,
+    canon: Option<(CanonSource, String)>,
+    miss: Option<(String, String)>,
+}
+
+impl VersionMemo {
+    /// True before the first plan (nothing memoised).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many models the last [`VersionMemo::versions`] fingerprinted (the others were reused).
+    pub fn recomputed(&self) -> usize {
+        self.recomputed
+    }
+
+    /// Every model's version, reusing what the memo knows (see [`VersionMemo`]), and the memo
+    /// brought up to date (models no longer in the project forgotten). The models fingerprinted
+    /// are counted in [`VersionMemo::recomputed`].
+    ///
+    /// # Errors
+    /// As [`versions`]; the memo is then left as it was.
+    pub fn versions(&mut self, project: &Project, state: &StateStore) -> Result<Versions, PlanError> {
+        let models: Vec<&Model> = project.dag.models().collect();
+        let definitions: Vec<blake3::Hash> = models.iter().map(|m| memo::definition_digest(m)).collect();
+        let known: Vec<Option<&VersionEntry>> =
+            models.iter().zip(&definitions).map(|(m, d)| self.entries.get(&m.name).filter(|e| e.definition == *d)).collect();
+        let keyed: Vec<Option<(String, String)>> = models
+            .iter()
+            .zip(&known)
+            .map(|(m, k)| {
+                if k.is_some() {
+                    return None;
+                }
+                m.body.as_ref().map(|b| {
+                    let r = b.render(&CanonicalResolver);
+                    (canon_cache_key(&r), r)
+                })
             })
             .collect();
-        let fp = fingerprint_with_digest(model, canon.as_ref().map(|(_, d)| d.as_str()), &parents);
-        out.fingerprints.insert(model.name.clone(), fp);
-        if let Some((source, digest)) = canon {
-            out.sources.insert(model.name.clone(), source);
-            out.digests.insert(model.name.clone(), digest);
+        let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
+        let cache = if keys.is_empty() { HashMap::new() } else { state.canon_cache_get(&keys)? };
+        let (canon, misses) = digests(&models, &keyed, &cache)?;
+        let mut out = Versions::default();
+        let mut entries = HashMap::with_capacity(models.len());
+        let mut recomputed = 0;
+        for (i, model) in models.iter().enumerate() {
+            let parents: Vec<(ModelName, Fingerprint)> = model.parents().into_iter().map(|p| (p.clone(), out.fingerprints[&p].clone())).collect();
+            let parent_fps: Vec<Fingerprint> = parents.iter().map(|(_, f)| f.clone()).collect();
+            let (canon, miss) = match known[i] {
+                Some(e) => (e.canon.clone(), e.miss.clone()),
+                None => (canon[i].clone(), misses[i].clone()),
+            };
+            let fp = match known[i] {
+                Some(e) if e.parents == parent_fps => e.fingerprint.clone(),
+                _ => {
+                    recomputed += 1;
+                    fingerprint_with_digest(model, canon.as_ref().map(|(_, d)| d.as_str()), &parents.into_iter().collect())
+                }
+            };
+            entries.insert(
+                model.name.clone(),
+                VersionEntry { definition: definitions[i], parents: parent_fps, fingerprint: fp.clone(), canon: canon.clone(), miss: miss.clone() },
+            );
+            out.record(model, fp, canon, miss);
         }
+        if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+            let full = versions(project, &state.canon_cache_get(&rendered_bodies(project).into_iter().flatten().map(|(k, _)| k).collect::<Vec<_>>())?)?;
+            assert_eq!(out.fingerprints, full.fingerprints, "memoised fingerprints differ from fingerprints computed in full");
+            assert_eq!(out.digests, full.digests, "memoised canonical digests differ from those computed in full");
+            assert_eq!(out.sources, full.sources, "memoised canonical sources differ from those computed in full");
+        }
+        self.entries = entries;
+        self.recomputed = recomputed;
+        Ok(out)
     }
-    Ok(out)
 }
 
 fn parse_cached(value: &str) -> (CanonSource, String) {
@@ -660,6 +770,24 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
 /// parse, or an operator choice that contradicts the change (`--reclassify` a dropped column as
 /// non-breaking, `--forward-only` on a model that is not time-range or drops a column).
 pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
+    plan_with_memo(project, state, env, now, options, None)
+}
+
+/// [`plan_with`], taking fingerprints from `versions` when given ([`VersionMemo`]: only models
+/// whose definition or ancestors changed since its last plan are fingerprinted again). An empty
+/// memo is filled first, even when the plan is replayed from the plan memo, so the first edit
+/// after it is incremental too.
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn plan_with_memo(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    mut versions: Option<&mut VersionMemo>,
+) -> Result<Plan, PlanError> {
     validate_env(env)?;
     check_legacy_views(project, state, env)?;
     for n in options.forward_only.iter().chain(options.reclassify.keys()).chain(&options.reset_history) {
@@ -680,6 +808,9 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
             return Err(PlanError::Operator(format!("`--reset-history {n}`: only `scd_type2` models have a history to reset")));
         }
     }
+    if let Some(v) = versions.as_deref_mut().filter(|v| v.is_empty()) {
+        v.versions(project, state)?;
+    }
     // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
     if options.is_default()
         && let Some(plan) = memo::lookup(project, state, env, now)?
@@ -689,7 +820,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
         }
         return Ok(plan);
     }
-    compute(project, state, env, now, options)
+    compute_with(project, state, env, now, options, versions)
 }
 
 /// [`plan_with`], then the plan checked against the engine's `catalog` ([`integrity::check`]):
@@ -706,7 +837,23 @@ pub fn plan_verified(
     options: &Options,
     catalog: Option<&crate::engine::Catalog>,
 ) -> Result<Plan, PlanError> {
-    let mut plan = plan_with(project, state, env, now, options)?;
+    plan_verified_with(project, state, env, now, options, catalog, None)
+}
+
+/// [`plan_verified`] with fingerprints from `versions` when given ([`plan_with_memo`]).
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn plan_verified_with(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    catalog: Option<&crate::engine::Catalog>,
+    versions: Option<&mut VersionMemo>,
+) -> Result<Plan, PlanError> {
+    let mut plan = plan_with_memo(project, state, env, now, options, versions)?;
     if let Some(catalog) = catalog {
         integrity::check(project, state, &mut plan, catalog)?;
     }
@@ -719,13 +866,22 @@ pub fn plan_verified(
 /// # Errors
 /// As [`plan_with`].
 pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
+    compute_with(project, state, env, now, options, None)
+}
+
+fn compute_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options, memo: Option<&mut VersionMemo>) -> Result<Plan, PlanError> {
     validate_env(env)?;
     // Read first: a write landing while we read makes the plan stale, never wrongly fresh.
     let generation = state.generation()?;
-    let keyed = rendered_bodies(project);
-    let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
-    let cache = state.canon_cache_get(&keys)?;
-    let versions = versions_keyed(project, &keyed, &cache)?;
+    let versions = match memo {
+        Some(m) => m.versions(project, state)?,
+        None => {
+            let keyed = rendered_bodies(project);
+            let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
+            let cache = state.canon_cache_get(&keys)?;
+            versions_keyed(project, &keyed, &cache)?
+        }
+    };
     let pointers = state.env_pointers(env)?;
     // The metadata this environment serves: its own, written by its last promotion (another
     // environment's apply never changes it).

@@ -1,0 +1,117 @@
+//! The engine-catalog record (SPEC §4, invariant 27): a plan of a DuckDB file nobody touched
+//! since efmesh last read its catalog takes the catalog from the record; a relation dropped by
+//! another process — in place, with the file's modification time put back, or by replacing the
+//! file with a copy carrying the same modification time — is still found missing.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::Path;
+
+const FROM_RECORD: &str = "taken from";
+const QUERIED: &str = "queried and recorded";
+
+/// `plan dev --json` at debug level: the plan and what stderr says about the catalog.
+fn plan_debug(p: &Project) -> (Value, String) {
+    let r = p.run(&["--log-level", "debug", "plan", "dev", "--json"]);
+    r.expect_code(0);
+    (r.json(), r.stderr)
+}
+
+/// The physical relation (`"_efmesh"."…"`) of the full model `s.a` in `plan`.
+fn physical_of_a(plan: &Value) -> String {
+    action(plan, "s.a")["physical"].as_str().expect("s.a has a physical relation").to_string()
+}
+
+/// Drops `relation` in the DuckDB file at `path` through the duckdb crate (another process's
+/// view of the file: efmesh is not involved) and closes it.
+fn drop_table(path: &Path, relation: &str) {
+    let conn = duckdb::Connection::open(path).expect("open duckdb");
+    conn.execute_batch(&format!("DROP TABLE {relation}")).expect("drop");
+    drop(conn);
+}
+
+fn set_mtime(path: &Path, t: std::time::SystemTime) {
+    fs_err::File::options().write(true).open(path).expect("open").set_modified(t).expect("set mtime");
+}
+
+/// Applies the sample project to dev and plans it twice: the second plan must use the record.
+fn recorded_project() -> (Project, String) {
+    let p = sample_project();
+    let applied = p.apply("dev");
+    let physical = physical_of_a(&applied["plan"]);
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(FROM_RECORD), "apply records the catalog it left, so this plan reads the record:\n{stderr}");
+    assert!(p.root().join(".efmesh/engine-catalog").exists());
+    (p, physical)
+}
+
+#[test]
+fn an_unchanged_engine_file_is_planned_from_the_record_and_a_missing_record_is_queried_again() {
+    let (p, _) = recorded_project();
+    p.remove(".efmesh/engine-catalog");
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(QUERIED) && !stderr.contains(FROM_RECORD), "{stderr}");
+    let (_, stderr) = plan_debug(&p);
+    assert!(stderr.contains(FROM_RECORD), "{stderr}");
+}
+
+#[test]
+fn a_table_dropped_in_place_by_another_process_is_found_even_with_its_mtime_put_back() {
+    let (p, physical) = recorded_project();
+    let engine = p.engine_path();
+    let mtime = fs_err::metadata(&engine).expect("stat").modified().expect("mtime");
+    drop_table(&engine, &physical);
+    set_mtime(&engine, mtime);
+
+    let (plan, stderr) = plan_debug(&p);
+    assert!(!stderr.contains(FROM_RECORD), "the file changed: the record must not be used\n{stderr}");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    assert_eq!(action(&plan, "s.a")["repair"]["physicalMissing"], true, "{plan:#}");
+    assert!(stderr.contains(&physical) && stderr.contains("is missing"), "{stderr}");
+    // Restored by apply, and recorded again.
+    p.apply("dev");
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(FROM_RECORD), "{stderr}");
+}
+
+#[test]
+fn a_file_replaced_by_a_copy_lacking_a_table_is_found_even_with_the_same_mtime() {
+    let (p, physical) = recorded_project();
+    let engine = p.engine_path();
+    let mtime = fs_err::metadata(&engine).expect("stat").modified().expect("mtime");
+    // Another tool prepares a copy without the table and moves it into place.
+    let copy = p.root().join("copy.duckdb");
+    fs_err::copy(&engine, &copy).expect("copy");
+    drop_table(&copy, &physical);
+    set_mtime(&copy, mtime);
+    fs_err::rename(&copy, &engine).expect("replace");
+
+    let (plan, stderr) = plan_debug(&p);
+    assert!(!stderr.contains(FROM_RECORD), "{stderr}");
+    assert_eq!(action(&plan, "s.a")["repair"]["physicalMissing"], true, "{plan:#}");
+    assert!(stderr.contains(&physical) && stderr.contains("is missing"), "{stderr}");
+}
+
+#[test]
+fn a_corrupt_record_is_ignored() {
+    let (p, physical) = recorded_project();
+    drop_table(&p.engine_path(), &physical);
+    // A record claiming the current identity but with a damaged body is not trusted.
+    let record = p.root().join(".efmesh/engine-catalog");
+    let text = fs_err::read(&record).expect("record");
+    let mut lines: Vec<&[u8]> = text.splitn(5, |b| *b == b'\n').collect();
+    let identity = efmesh::engine::record::identity(&p.engine_path()).expect("identity");
+    lines[2] = identity.as_bytes();
+    let body = lines[4].to_vec();
+    let damaged: Vec<u8> = body.iter().map(|b| if *b == b'a' { b'b' } else { *b }).collect();
+    lines[4] = &damaged;
+    fs_err::write(&record, lines.join(&b'\n')).expect("write");
+
+    let r = p.run(&["--log-level", "debug", "plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("corrupt") && !r.stderr.contains(FROM_RECORD), "{}", r.stderr);
+    assert_eq!(action(&r.json(), "s.a")["repair"]["physicalMissing"], true);
+}
