@@ -55,16 +55,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
     let width = plan.actions.iter().map(|a| a.name.to_string().len()).max().unwrap_or(0);
     let kwidth = plan.actions.iter().map(|a| a.kind.len()).max().unwrap_or(0);
     for a in &plan.actions {
-        let mark = match a.change {
-            Change::Added => '+',
-            Change::Breaking => '!',
-            Change::NonBreaking => '~',
-            Change::Indirect => '↻',
-            Change::ForwardOnly => '→',
-            Change::Metadata => '*',
-            Change::Removed => '-',
-            Change::Unchanged => '·',
-        };
+        let mark = a.change.mark();
         let mut notes = Vec::new();
         if a.change != Change::Unchanged {
             notes.push(a.change.as_str().to_string());

@@ -53,6 +53,20 @@ pub enum Change {
 }
 
 impl Change {
+    /// The one-character mark of the category in text plans and the watch screen.
+    pub fn mark(self) -> char {
+        match self {
+            Change::Added => '+',
+            Change::Breaking => '!',
+            Change::NonBreaking => '~',
+            Change::Indirect => '↻',
+            Change::ForwardOnly => '→',
+            Change::Metadata => '*',
+            Change::Removed => '-',
+            Change::Unchanged => '·',
+        }
+    }
+
     /// The category as written in plans and JSON.
     pub fn as_str(self) -> &'static str {
         match self {

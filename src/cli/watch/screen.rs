@@ -90,19 +90,6 @@ fn change_style(c: Change) -> Style {
     }
 }
 
-fn mark(c: Change) -> char {
-    match c {
-        Change::Added => '+',
-        Change::Breaking => '!',
-        Change::NonBreaking => '~',
-        Change::Indirect => '↻',
-        Change::ForwardOnly => '→',
-        Change::Metadata => '*',
-        Change::Removed => '-',
-        Change::Unchanged => '·',
-    }
-}
-
 /// The screen for `report` (re-planned in `replan_ms`), `height` lines of at most `width`
 /// characters: the body, cut when too long, and the status line last.
 pub fn render(report: &Report, replan_ms: f64, width: usize, height: usize, color: bool) -> Vec<String> {
@@ -186,7 +173,7 @@ fn body(r: &Report) -> Vec<Line> {
             }
             out.push(
                 Line::plain("  ")
-                    .push(format!("{} {:width$}", mark(a.change), a.name.to_string()), change_style(a.change))
+                    .push(format!("{} {:width$}", a.change.mark(), a.name.to_string()), change_style(a.change))
                     .push(format!("  {:kwidth$}  ", a.kind), Style::Dim)
                     .push(notes.join(", "), Style::Plain),
             );
