@@ -721,6 +721,7 @@ impl LuaHost {
         outcome.defines = s.definitions.defining.contains(rel);
         outcome.reached = reached.files;
         outcome.probes = reached.probes;
+        outcome.hashes = reached.hashes;
         outcome
     }
 
@@ -752,6 +753,9 @@ impl LuaHost {
             }
             let root = st.borrow().root.clone();
             let code = fs_err::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
+            if let Some(r) = st.borrow_mut().reached.as_mut() {
+                r.evaluated(&rel, &code);
+            }
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
                 st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));
