@@ -652,9 +652,11 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         let candidates = [base.join(&rel), rel.clone()];
         let found_at = candidates.iter().position(|c| root.join(c).is_file());
         if let Some(r) = st.borrow_mut().reached.as_mut() {
-            // Absent candidates tried first: a file appearing there changes the resolution.
-            let at = found_at.unwrap_or(0);
-            r.probes.extend(candidates[..at].iter().filter(|c| **c != candidates[at]).cloned());
+            // Absent candidates tried first (every candidate when none exists, so that a
+            // `pcall(require, ...)` sees the file once it is created): a file appearing there
+            // changes the resolution.
+            let at = found_at.unwrap_or(candidates.len());
+            r.probes.extend(candidates[..at].iter().filter(|c| found_at.is_none_or(|i| **c != candidates[i])).cloned());
         }
         let Some(found) = found_at.map(|i| candidates[i].clone()) else {
             let _ = lua;
