@@ -405,12 +405,15 @@ impl LoadCache {
         }
     }
 
-    /// Forgets the memoized content hashes of `paths` (relative to the root), so the next load
-    /// reads them again.
+    /// Forgets the memoized content hashes of `paths` (relative to the root) and of every path
+    /// under them (a changed path may be a directory, moved or replaced as a whole), so the next
+    /// load reads them again.
     pub fn forget<'a>(&mut self, paths: impl IntoIterator<Item = &'a Path>) {
-        for p in paths {
-            self.hashes.remove(p);
+        let paths: Vec<&Path> = paths.into_iter().collect();
+        if paths.is_empty() {
+            return;
         }
+        self.hashes.retain(|p, _| !paths.iter().any(|changed| p.starts_with(changed)));
     }
 
     /// Forgets every memoized content hash.
@@ -643,6 +646,24 @@ mod tests {
         let files = Discovered::of(config).unwrap();
         let (models, report) = load_project_with(config, &files, cache, between);
         (format!("{:?}", models.unwrap()), report.evaluated)
+    }
+
+    /// A directory replaced as a whole (`mv lib lib_old && mv lib_new lib`) is reported as one
+    /// event on the directory: the files under it are read again.
+    #[test]
+    fn forgetting_a_directory_forgets_the_files_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "lib/util.lua", "return { n = 1 }\n");
+        write(root, "libx.lua", "return { n = 1 }\n");
+        let mut cache = LoadCache::in_memory();
+        let before = cache.content_hash(root, Path::new("lib/util.lua"));
+        let other = cache.content_hash(root, Path::new("libx.lua"));
+        write(root, "lib/util.lua", "return { n = 2 }\n");
+        write(root, "libx.lua", "return { n = 2 }\n");
+        cache.forget([Path::new("lib")]);
+        assert_ne!(cache.content_hash(root, Path::new("lib/util.lua")), before, "a file under the changed directory is read again");
+        assert_eq!(cache.content_hash(root, Path::new("libx.lua")), other, "a sibling sharing a name prefix stays memoized");
     }
 
     /// A file saved while the load evaluates it: the entry is keyed by the bytes evaluated, so
