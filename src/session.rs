@@ -123,6 +123,11 @@ impl Session {
     pub fn reload(&mut self, changed: &[PathBuf]) -> Result<Reload> {
         let config_abs = self.config.path.clone();
         let config_changed = changed.iter().any(|p| self.absolute(p) == config_abs);
+        // Forget first: a reload that fails below (the configuration no longer parses) must not
+        // leave these paths trusted for the next one.
+        let old_root = self.config.root.clone();
+        let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&old_root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
+        self.cache.forget(rel.iter().map(PathBuf::as_path));
         if config_changed {
             let config = Config::load(&self.config_path)?;
             if config.root != self.config.root {
@@ -130,9 +135,6 @@ impl Session {
             }
             self.config = config;
         }
-        let root = self.config.root.clone();
-        let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
-        self.cache.forget(rel.iter().map(PathBuf::as_path));
         let before: HashMap<ModelName, Model> =
             self.project.as_ref().map(|p| p.dag.models().map(|m| (m.name.clone(), m.clone())).collect()).unwrap_or_default();
         let evaluated = self.load_all();
@@ -377,7 +379,7 @@ mod tests {
         write(root, "models/a.lua", &format!("\n{}", model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\"")));
         let r = s.reload(&[root.join("models/a.lua")]).unwrap();
         assert_eq!(r.evaluated, paths(&["models/a.lua"]));
-        assert!(r.changed_models.iter().all(|m| m.to_string() == "s.a"), "only the location of s.a may change: {:?}", r.changed_models);
+        assert_eq!(r.changed_models, names(&["s.a"]), "the location of s.a changed (one line down), nothing else");
 
         // A new file and a deleted one.
         write(root, "models/d.lua", &model("s.d", "", "\"SELECT 4 AS x\""));
@@ -405,5 +407,24 @@ mod tests {
         assert!(r.config_changed);
         assert_eq!(r.evaluated, paths(&["models/a.lua", "models/b.lua", "models/d.lua"]));
         assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
+    }
+
+    /// A reload whose configuration no longer parses still forgets the changed paths: the next
+    /// reload (config fixed, nothing else named) sees the model edited meanwhile.
+    #[test]
+    fn a_reload_with_a_broken_config_still_forgets_the_changed_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "models/a.lua", &model("s.a", "", "\"SELECT 1 AS x\""));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        write(root, "efmesh.toml", "[project\n");
+        write(root, "models/a.lua", &model("s.a", "", "\"SELECT 2 AS x\""));
+        assert!(s.reload(&[root.join("efmesh.toml"), root.join("models/a.lua")]).is_err());
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        let r = s.reload(&[root.join("efmesh.toml")]).unwrap();
+        assert_eq!(r.changed_models, names(&["s.a"]));
+        let a = s.project().unwrap().dag.get(&ModelName::parse("s.a").unwrap()).cloned().unwrap();
+        assert!(format!("{a:?}").contains("SELECT 2 AS x"), "{a:?}");
     }
 }

@@ -23,7 +23,7 @@ use super::test_spec::TestSpec;
 use crate::config::Config;
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The version of the load cache's layout and key recipe: bump it whenever either changes.
@@ -121,7 +121,10 @@ fn evaluate(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBu
         let mut outcome = FileOutcome { file: f.clone(), defines: true, ..FileOutcome::default() };
         match fs_err::read_to_string(root.join(f)) {
             Ok(text) => match super::sql_file::parse(f, &text) {
-                Ok(m) => outcome.models.push(m),
+                Ok(m) => {
+                    outcome.hashes.insert(f.clone(), *blake3::hash(text.as_bytes()).as_bytes());
+                    outcome.models.push(m);
+                }
                 Err(e) => {
                     outcome.failed = true;
                     errors.extend(e);
@@ -253,6 +256,7 @@ impl Entry {
             models: self.models.clone(),
             reached: self.reached.iter().cloned().collect(),
             probes: self.probes.iter().cloned().collect(),
+            hashes: BTreeMap::new(),
             defines: self.defines,
             failed: false,
         }
@@ -401,12 +405,15 @@ impl LoadCache {
         }
     }
 
-    /// Forgets the memoized content hashes of `paths` (relative to the root), so the next load
-    /// reads them again.
+    /// Forgets the memoized content hashes of `paths` (relative to the root) and of every path
+    /// under them (a changed path may be a directory, moved or replaced as a whole), so the next
+    /// load reads them again.
     pub fn forget<'a>(&mut self, paths: impl IntoIterator<Item = &'a Path>) {
-        for p in paths {
-            self.hashes.remove(p);
+        let paths: Vec<&Path> = paths.into_iter().collect();
+        if paths.is_empty() {
+            return;
         }
+        self.hashes.retain(|p, _| !paths.iter().any(|changed| p.starts_with(changed)));
     }
 
     /// Forgets every memoized content hash.
@@ -423,7 +430,18 @@ impl LoadCache {
         h
     }
 
-    fn key(&mut self, root: &Path, base: &[u8; 32], file: &Path, reached: &[PathBuf], probes: &[PathBuf]) -> [u8; 32] {
+    /// The key of `file`'s evaluation. `evaluated` holds the hashes of the bytes an evaluation
+    /// just read (a file changed since is keyed by what was evaluated, so the next load sees
+    /// the change); without it, the current content is hashed (memoized).
+    fn key(
+        &mut self,
+        root: &Path,
+        base: &[u8; 32],
+        file: &Path,
+        reached: &[PathBuf],
+        probes: &[PathBuf],
+        evaluated: Option<&BTreeMap<PathBuf, [u8; 32]>>,
+    ) -> [u8; 32] {
         let mut h = blake3::Hasher::new();
         h.update(base);
         let put = |h: &mut blake3::Hasher, p: &Path, content: Option<[u8; 32]>| {
@@ -440,11 +458,16 @@ impl LoadCache {
                 }
             }
         };
-        let c = self.content_hash(root, file);
+        let hash = |cache: &mut LoadCache, p: &Path| match evaluated {
+            // A file the evaluation did not report reading is keyed as absent: never trusted.
+            Some(e) => e.get(p).copied(),
+            None => cache.content_hash(root, p),
+        };
+        let c = hash(self, file);
         put(&mut h, file, c);
         h.update(b"reached");
         for r in reached {
-            let c = self.content_hash(root, r);
+            let c = hash(self, r);
             put(&mut h, r, c);
         }
         h.update(b"probes");
@@ -475,6 +498,17 @@ fn base_key(config: &Config) -> [u8; 32] {
 /// Returns the models (or every load error) and what the load read and did; the report is
 /// filled even when the load fails, as far as it got.
 pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) -> (Result<Vec<Model>, LoadErrors>, LoadReport) {
+    load_project_with(config, files, cache, &mut || {})
+}
+
+/// [`load_project`], calling `after_evaluation` between the evaluation and the cache update
+/// (tests change files there, as an editor saving during a load would).
+fn load_project_with(
+    config: &Config,
+    files: &Discovered,
+    cache: &mut LoadCache,
+    after_evaluation: &mut dyn FnMut(),
+) -> (Result<Vec<Model>, LoadErrors>, LoadReport) {
     let root = &config.root;
     let mut report = LoadReport::default();
     for f in files.all() {
@@ -492,7 +526,7 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
     for a in &files.audits {
         let valid = match cache.entries.get(a).cloned() {
             Some(e) => {
-                let key = cache.key(root, &base, a, &e.reached, &e.probes);
+                let key = cache.key(root, &base, a, &e.reached, &e.probes, None);
                 global.update(&key);
                 key == e.key
             }
@@ -505,7 +539,7 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
         let g = *global.finalize().as_bytes();
         for f in &files.models {
             let fresh = match cache.entries.get(f).cloned() {
-                Some(e) => cache.key(root, &g, f, &e.reached, &e.probes) == e.key,
+                Some(e) => cache.key(root, &g, f, &e.reached, &e.probes, None) == e.key,
                 None => false,
             };
             if !fresh {
@@ -525,6 +559,7 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
         let (outcomes, _, errors) = evaluate(root, &audits, &stale, &[]);
         (outcomes, errors)
     };
+    after_evaluation();
     let fresh: HashMap<&Path, &FileOutcome> = evaluated.iter().map(|o| (o.file.as_path(), o)).collect();
     report.evaluated = files.all().filter(|f| fresh.contains_key(f.as_path())).cloned().collect();
     // Every top-level file's outcome: evaluated now, or from the cache.
@@ -552,9 +587,10 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
             Some(o) if !o.failed => {
                 let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
                 let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
-                let key = cache.key(root, &base, a, &reached, &probes);
+                let is_fresh = fresh.contains_key(a.as_path());
+                let key = cache.key(root, &base, a, &reached, &probes, is_fresh.then_some(&o.hashes));
                 global.update(&key);
-                if fresh.contains_key(a.as_path()) {
+                if is_fresh {
                     cache.entries.insert(a.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
                     cache.dirty = true;
                 }
@@ -570,7 +606,7 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
             }
             let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
             let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
-            let key = cache.key(root, &g, &o.file, &reached, &probes);
+            let key = cache.key(root, &g, &o.file, &reached, &probes, Some(&o.hashes));
             cache.entries.insert(o.file.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
             cache.dirty = true;
         }
@@ -584,4 +620,77 @@ pub fn load_project(config: &Config, files: &Discovered, cache: &mut LoadCache) 
     let mut owned: HashMap<PathBuf, FileOutcome> = cached.into_iter().chain(evaluated).map(|o| (o.file.clone(), o)).collect();
     let all: Vec<FileOutcome> = files.all().filter_map(|f| owned.remove(f)).collect();
     (finish(root, all, errors, &[]), report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs_err::create_dir_all(p.parent().unwrap()).unwrap();
+        fs_err::write(p, text).unwrap();
+    }
+
+    fn lua_model(n: u32) -> String {
+        format!(
+            "local u = require(\"lib.util\")\ndefine_model {{ name = \"s.a\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT {n} + \" .. u.n .. \" AS x\" }}\n"
+        )
+    }
+
+    fn sql_model(n: u32) -> String {
+        format!("-- name: s.b\n-- kind: full\n-- schema: y integer\nSELECT {n} AS y\n")
+    }
+
+    fn load(config: &Config, cache: &mut LoadCache, between: &mut dyn FnMut()) -> (String, Vec<PathBuf>) {
+        let files = Discovered::of(config).unwrap();
+        let (models, report) = load_project_with(config, &files, cache, between);
+        (format!("{:?}", models.unwrap()), report.evaluated)
+    }
+
+    /// A directory replaced as a whole (`mv lib lib_old && mv lib_new lib`) is reported as one
+    /// event on the directory: the files under it are read again.
+    #[test]
+    fn forgetting_a_directory_forgets_the_files_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "lib/util.lua", "return { n = 1 }\n");
+        write(root, "libx.lua", "return { n = 1 }\n");
+        let mut cache = LoadCache::in_memory();
+        let before = cache.content_hash(root, Path::new("lib/util.lua"));
+        let other = cache.content_hash(root, Path::new("libx.lua"));
+        write(root, "lib/util.lua", "return { n = 2 }\n");
+        write(root, "libx.lua", "return { n = 2 }\n");
+        cache.forget([Path::new("lib")]);
+        assert_ne!(cache.content_hash(root, Path::new("lib/util.lua")), before, "a file under the changed directory is read again");
+        assert_eq!(cache.content_hash(root, Path::new("libx.lua")), other, "a sibling sharing a name prefix stays memoized");
+    }
+
+    /// A file saved while the load evaluates it: the entry is keyed by the bytes evaluated, so
+    /// the next load evaluates the new content instead of trusting the old models.
+    #[test]
+    fn a_file_changed_during_evaluation_is_evaluated_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\", \"models/**/*.sql\"]\n");
+        write(root, "lib/util.lua", "return { n = 10 }\n");
+        write(root, "models/a.lua", &lua_model(1));
+        write(root, "models/b.sql", &sql_model(1));
+        let config = Config::load(&root.join("efmesh.toml")).unwrap();
+        let mut cache = LoadCache::in_memory();
+        let (models, _) = load(&config, &mut cache, &mut || {
+            write(root, "lib/util.lua", "return { n = 20 }\n");
+            write(root, "models/b.sql", &sql_model(2));
+        });
+        assert!(models.contains("SELECT 1 + 10 AS x") && models.contains("SELECT 1 AS y"), "{models}");
+        // A new process (no memo): both files are evaluated again and their new content seen.
+        cache.forget_all();
+        let (models, evaluated) = load(&config, &mut cache, &mut || {});
+        assert_eq!(evaluated, vec![PathBuf::from("models/a.lua"), PathBuf::from("models/b.sql")]);
+        assert!(models.contains("SELECT 1 + 20 AS x") && models.contains("SELECT 2 AS y"), "{models}");
+        // And then trusted.
+        cache.forget_all();
+        let (_, evaluated) = load(&config, &mut cache, &mut || {});
+        assert!(evaluated.is_empty(), "{evaluated:?}");
+    }
 }

@@ -652,9 +652,11 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         let candidates = [base.join(&rel), rel.clone()];
         let found_at = candidates.iter().position(|c| root.join(c).is_file());
         if let Some(r) = st.borrow_mut().reached.as_mut() {
-            // Absent candidates tried first: a file appearing there changes the resolution.
-            let at = found_at.unwrap_or(0);
-            r.probes.extend(candidates[..at].iter().filter(|c| **c != candidates[at]).cloned());
+            // Absent candidates tried first (every candidate when none exists, so that a
+            // `pcall(require, ...)` sees the file once it is created): a file appearing there
+            // changes the resolution.
+            let at = found_at.unwrap_or(candidates.len());
+            r.probes.extend(candidates[..at].iter().filter(|c| found_at.is_none_or(|i| **c != candidates[i])).cloned());
         }
         let Some(found) = found_at.map(|i| candidates[i].clone()) else {
             let _ = lua;
@@ -721,6 +723,7 @@ impl LuaHost {
         outcome.defines = s.definitions.defining.contains(rel);
         outcome.reached = reached.files;
         outcome.probes = reached.probes;
+        outcome.hashes = reached.hashes;
         outcome
     }
 
@@ -752,6 +755,9 @@ impl LuaHost {
             }
             let root = st.borrow().root.clone();
             let code = fs_err::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
+            if let Some(r) = st.borrow_mut().reached.as_mut() {
+                r.evaluated(&rel, &code);
+            }
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
                 st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));

@@ -348,7 +348,7 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
             let models = s.models.split_off(models_before);
             let failed = s.errors.len() > errors_before || !matches!(s.modules.get(&rel), Some(ModuleState::Done(_)));
             let defines = s.definitions.defining.contains(&rel);
-            outcomes.push(FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, defines, failed });
+            outcomes.push(FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, hashes: reached.hashes, defines, failed });
         }
     }
     drop(engine);
@@ -699,6 +699,9 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
         return Err(at_file(format!("the file has {size} bytes; a `.rhai` file may have at most {MAX_FILE_SIZE}")));
     }
     let code = fs_err::read_to_string(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?;
+    if let Some(r) = refs.state.borrow_mut().reached.as_mut() {
+        r.evaluated(rel, code.as_bytes());
+    }
     let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();
     ast.set_source(source.as_str());

@@ -2,7 +2,7 @@
 //! the rule that every file of the model globs defines something.
 
 use crate::core::{LoadError, Location, Model};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Bytes one file may print (`print`, and Rhai's `debug`) before the rest is suppressed.
@@ -107,6 +107,9 @@ pub struct FileOutcome {
     /// Candidate paths `require` / `import` looked for and did not find before the file it
     /// resolved to: a file appearing there would change the resolution.
     pub probes: BTreeSet<PathBuf>,
+    /// blake3 of the exact bytes evaluated, for the file and each file it reached: the load
+    /// cache keys an entry by these, never by a later read.
+    pub hashes: BTreeMap<PathBuf, [u8; 32]>,
     /// It called `define_model` / `define_audit` (itself or through what it reached).
     pub defines: bool,
     /// Its evaluation recorded an error (never cached).
@@ -120,4 +123,13 @@ pub struct Reached {
     pub files: BTreeSet<PathBuf>,
     /// Candidates tried and absent.
     pub probes: BTreeSet<PathBuf>,
+    /// blake3 of the bytes evaluated, per file (the top-level file and every module).
+    pub hashes: BTreeMap<PathBuf, [u8; 32]>,
+}
+
+impl Reached {
+    /// Records that `rel` was evaluated from `bytes`.
+    pub fn evaluated(&mut self, rel: &Path, bytes: &[u8]) {
+        self.hashes.insert(rel.to_path_buf(), *blake3::hash(bytes).as_bytes());
+    }
 }

@@ -236,3 +236,48 @@ fn a_model_a_required_module_defines_is_merged_but_a_real_duplicate_is_an_error(
     let all = format!("{}{}", run.stdout, run.stderr);
     assert!(all.contains("s.a") && all.contains("models/d.lua"), "{all}");
 }
+
+/// `pcall(require, ...)` of a module that does not exist yet: the paths `require` tried are
+/// inputs, so creating the module invalidates the cached result.
+#[test]
+fn a_lua_module_created_after_a_failed_require_is_seen() {
+    let p = Project::new();
+    p.write("models/a.lua", &lua_model("a", "s.a", "local ok, o = pcall(require, \"overrides\")\nlocal n = ok and o.n or 1", "\"SELECT \" .. n .. \" AS x\""));
+    check(&p);
+    assert!(render(&p, "s.a").contains("1 AS x"));
+    p.write("overrides.lua", "return { n = 7 }\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a"], "{}", run.stderr);
+    assert!(render(&p, "s.a").contains("7 AS x"), "the new module is used");
+}
+
+/// The Rhai counterpart: `try { import … } catch {}` of a file that does not exist yet.
+#[test]
+fn a_rhai_module_created_after_a_failed_import_is_seen() {
+    let p = Project::new();
+    p.write("efmesh.toml", "[project]\nmodels = [\"models/**/*.rhai\"]\n");
+    p.write(
+        "models/r.rhai",
+        "print(\"EVAL r\");\nlet n = 1;\ntry { import \"overrides\" as o; n = o::N; } catch {}\ndefine_model(#{ name: \"s.r\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: `SELECT ${n} AS x` });\n",
+    );
+    check(&p);
+    assert!(render(&p, "s.r").contains("1 AS x"));
+    p.write("overrides.rhai", "export const N = 7;\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["r"], "{}", run.stderr);
+    assert!(render(&p, "s.r").contains("7 AS x"), "the new module is used");
+}
+
+/// Audit definitions are seen by every model file: editing one re-evaluates every model file.
+#[test]
+fn an_edit_in_an_audit_definition_file_re_evaluates_the_model_files() {
+    let p = project();
+    let audit = |q: &str| format!("define_audit {{ name = \"mine\", params = {{ \"column\" }}, query = function(self, a) return '{q} ' .. self end }}\n");
+    p.write("audits/mine.lua", &audit("SELECT * FROM"));
+    let first = check(&p);
+    assert_eq!(evaluated(&first), ["a", "b", "c"]);
+    assert_eq!(evaluated(&check(&p)), Vec::<String>::new());
+    p.write("audits/mine.lua", &audit("SELECT 1 FROM"));
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b", "c"], "{}", run.stderr);
+}

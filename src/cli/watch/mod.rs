@@ -295,7 +295,7 @@ impl Watch {
     /// The changed paths that matter, absolute, sorted, de-duplicated.
     fn relevant(&self, paths: Vec<PathBuf>) -> Vec<PathBuf> {
         let inputs = self.session.inputs();
-        let set: BTreeSet<PathBuf> = paths.into_iter().filter(|p| self.filter.relevant(p, inputs)).collect();
+        let set: BTreeSet<PathBuf> = paths.into_iter().map(|p| self.filter.under_root(&p)).filter(|p| self.filter.relevant(p, inputs)).collect();
         set.into_iter().collect()
     }
 

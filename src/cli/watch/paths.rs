@@ -25,6 +25,8 @@ const MAYBE_INPUT: &[&str] = &["lua", "rhai", "sql", "csv", "tsv", "json", "ndjs
 #[derive(Debug)]
 pub struct Filter {
     root: PathBuf,
+    /// The root with symlinks resolved: some platforms (macOS FSEvents) report event paths so.
+    canonical_root: Option<PathBuf>,
     config: PathBuf,
     globs: globset::GlobSet,
     /// Files efmesh writes (engine, state, DuckLake catalog): the file and every sibling whose
@@ -52,7 +54,8 @@ impl Filter {
             files.push(catalog);
         }
         let own_files = files.into_iter().filter_map(|f| Some((f.parent()?.to_path_buf(), f.file_name()?.to_os_string()))).collect();
-        Filter { root: config.root.clone(), config: config.path.clone(), globs, own_files, own_dirs }
+        let canonical_root = config.root.canonicalize().ok().filter(|c| *c != config.root);
+        Filter { root: config.root.clone(), canonical_root, config: config.path.clone(), globs, own_files, own_dirs }
     }
 
     /// The test-file globs of `config` (`project.tests`), matched against paths relative to
@@ -71,12 +74,17 @@ impl Filter {
         }
     }
 
-    /// True when efmesh writes `path` itself, or it is hidden, or outside the project.
-    pub fn ignored(&self, path: &Path) -> bool {
-        let Ok(rel) = path.strip_prefix(&self.root) else { return true };
-        if rel.components().any(|c| c.as_os_str().to_string_lossy().starts_with('.')) {
-            return true;
+    /// `path` under the root as given in the configuration, when it is reported under the
+    /// canonical root (the session and its inputs name paths under the former).
+    pub fn under_root(&self, path: &Path) -> PathBuf {
+        match self.canonical_root.as_ref().and_then(|c| path.strip_prefix(c).ok()) {
+            Some(rel) if !path.starts_with(&self.root) => self.root.join(rel),
+            _ => path.to_path_buf(),
         }
+    }
+
+    /// True when efmesh writes `path` itself (engine, state, lake files).
+    fn own(&self, path: &Path) -> bool {
         if self.own_dirs.iter().any(|d| path.starts_with(d)) {
             return true;
         }
@@ -84,16 +92,27 @@ impl Filter {
         self.own_files.iter().any(|(dir, file)| dir == parent && name.as_encoded_bytes().starts_with(file.as_encoded_bytes()))
     }
 
+    /// True when `path` is hidden (below a directory or named with a leading dot).
+    fn hidden(rel: &Path) -> bool {
+        rel.components().any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+    }
+
     /// True when a change to `path` may change the loaded project (see the module doc);
-    /// `inputs` are the session's.
+    /// `inputs` are the session's. Files efmesh writes never are; an input always is, even
+    /// under a hidden directory.
     pub fn relevant(&self, path: &Path, inputs: &BTreeSet<PathBuf>) -> bool {
-        if self.ignored(path) {
+        let path = self.under_root(path);
+        let path = path.as_path();
+        let Ok(rel) = path.strip_prefix(&self.root) else { return false };
+        if self.own(path) {
             return false;
         }
         if path == self.config || inputs.contains(path) {
             return true;
         }
-        let Ok(rel) = path.strip_prefix(&self.root) else { return false };
+        if Self::hidden(rel) {
+            return false;
+        }
         if self.globs.is_match(rel) {
             return true;
         }
@@ -165,6 +184,34 @@ mod tests {
             assert!(!f.relevant(&p(rel), &inputs), "{rel}");
         }
         assert!(!f.relevant(Path::new("/elsewhere/models/a.lua"), &inputs));
+    }
+
+    #[test]
+    fn an_input_under_a_hidden_directory_is_relevant_and_own_files_never_are() {
+        let (f, mut inputs) = filter();
+        inputs.insert(p(".shared/util.lua"));
+        inputs.insert(p("db/efmesh.duckdb"));
+        assert!(f.relevant(&p(".shared/util.lua"), &inputs), "a module imported from a hidden directory is an input");
+        assert!(!f.relevant(&p(".shared/other.lua"), &inputs));
+        assert!(!f.relevant(&p("db/efmesh.duckdb"), &inputs), "efmesh's own files never trigger");
+    }
+
+    #[test]
+    fn paths_under_the_canonical_root_are_matched() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs_err::create_dir_all(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let toml = "[project]\nmodels = [\"models/**/*.lua\"]\n[engine]\npath = \"efmesh.duckdb\"\n";
+        let config = Config::parse(&link.join("efmesh.toml"), toml).expect("config");
+        let f = Filter::new(&config);
+        let canonical = real.canonicalize().unwrap();
+        let inputs: BTreeSet<PathBuf> = [link.join("lib/util.lua")].into_iter().collect();
+        assert!(f.relevant(&canonical.join("models/a.lua"), &inputs), "a model file reported under the canonical root");
+        assert!(f.relevant(&canonical.join("lib/util.lua"), &inputs), "an input reported under the canonical root");
+        assert!(f.relevant(&canonical.join("efmesh.toml"), &inputs), "the config reported under the canonical root");
+        assert!(!f.relevant(&canonical.join("efmesh.duckdb"), &inputs), "the engine file reported under the canonical root");
     }
 
     #[test]

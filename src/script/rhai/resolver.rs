@@ -30,15 +30,25 @@ impl ModuleResolver for ProjectResolver {
         };
         let root = self.refs.state.borrow().root.clone();
         let importer = source.map(PathBuf::from).unwrap_or_default();
-        let (rel, probes) = find(&root, &importer, path).map_err(at)?;
-        {
-            let mut s = self.refs.state.borrow_mut();
-            s.definitions.libraries.insert(rel.clone());
-            if let Some(r) = s.reached.as_mut() {
-                r.files.insert(rel.clone());
-                r.probes.extend(probes);
+        let found = find(&root, &importer, path);
+        let mut s = self.refs.state.borrow_mut();
+        let (rel, probes) = match found {
+            Ok(found) => found,
+            Err((msg, probes)) => {
+                // The paths tried are inputs even when none exists (`try { import … } catch {}`):
+                // a file created there changes the result.
+                if let Some(r) = s.reached.as_mut() {
+                    r.probes.extend(probes);
+                }
+                return Err(at(msg));
             }
+        };
+        s.definitions.libraries.insert(rel.clone());
+        if let Some(r) = s.reached.as_mut() {
+            r.files.insert(rel.clone());
+            r.probes.extend(probes);
         }
+        drop(s);
         evaluate(engine, &self.refs, &rel).map_err(|e| {
             let mut e = e;
             // Keep the message, prefixed with the import statement, at the import's position.
@@ -71,8 +81,18 @@ pub(super) fn normalize(p: &Path) -> Option<PathBuf> {
 }
 
 /// The project file an import names, relative to the root, and the candidates tried before it
-/// and absent (a file appearing there would change the resolution).
-fn find(root: &Path, importer: &Path, path: &str) -> Result<(PathBuf, Vec<PathBuf>), String> {
+/// and absent (a file appearing there would change the resolution); on error, the message and
+/// the candidates tried and absent.
+fn find(root: &Path, importer: &Path, path: &str) -> Result<(PathBuf, Vec<PathBuf>), (String, Vec<PathBuf>)> {
+    let mut absent = Vec::new();
+    match find_candidate(root, importer, path, &mut absent) {
+        Ok(rel) => Ok((rel, absent)),
+        Err(msg) => Err((msg, absent)),
+    }
+}
+
+/// [`find`]'s search; the absent candidates are pushed on `absent`.
+fn find_candidate(root: &Path, importer: &Path, path: &str, absent: &mut Vec<PathBuf>) -> Result<PathBuf, String> {
     if path.is_empty() {
         return Err("empty module path".into());
     }
@@ -89,7 +109,6 @@ fn find(root: &Path, importer: &Path, path: &str) -> Result<(PathBuf, Vec<PathBu
     let mut candidates: Vec<Option<PathBuf>> = vec![normalize(&base.join(&file)), normalize(&file)];
     candidates.dedup();
     let mut escaped = false;
-    let mut absent = Vec::new();
     for c in &candidates {
         let Some(rel) = c else {
             escaped = true;
@@ -106,7 +125,7 @@ fn find(root: &Path, importer: &Path, path: &str) -> Result<(PathBuf, Vec<PathBu
         if !real.starts_with(&real_root) {
             return Err(format!("`{}` resolves outside the project", rel.display()));
         }
-        return Ok((rel.clone(), absent));
+        return Ok(rel.clone());
     }
     if escaped {
         return Err("the path leaves the project".into());
@@ -137,9 +156,11 @@ mod tests {
         assert_eq!(find(root, importer, "near").unwrap(), (PathBuf::from("models/med/near.rhai"), vec![]));
         assert_eq!(find(root, importer, "top.rhai").unwrap(), (PathBuf::from("top.rhai"), vec![PathBuf::from("models/med/top.rhai")]));
         assert_eq!(find(root, importer, "../med/near").unwrap().0, PathBuf::from("models/med/near.rhai"));
-        assert!(find(root, importer, "data.csv").unwrap_err().contains("`.rhai` files only"));
-        assert!(find(root, importer, "/etc/passwd").unwrap_err().contains("not absolute"));
-        assert!(find(root, importer, "../../../etc/x").unwrap_err().contains("leaves the project"));
-        assert!(find(root, importer, "missing").unwrap_err().contains("no file `models/med/missing.rhai` or `missing.rhai`"));
+        assert!(find(root, importer, "data.csv").unwrap_err().0.contains("`.rhai` files only"));
+        assert!(find(root, importer, "/etc/passwd").unwrap_err().0.contains("not absolute"));
+        assert!(find(root, importer, "../../../etc/x").unwrap_err().0.contains("leaves the project"));
+        let (msg, tried) = find(root, importer, "missing").unwrap_err();
+        assert!(msg.contains("no file `models/med/missing.rhai` or `missing.rhai`"), "{msg}");
+        assert_eq!(tried, vec![PathBuf::from("models/med/missing.rhai"), PathBuf::from("missing.rhai")], "a missing import records what it tried");
     }
 }
