@@ -13,7 +13,6 @@
 
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
-use crate::core::Model;
 use crate::core::interval::Millis;
 use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
@@ -22,7 +21,7 @@ use crate::project::Project;
 use crate::script::loader::LoadCache;
 use crate::state::StateStore;
 use anyhow::{Context, Result};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// What a [`Session::reload`] did.
@@ -135,19 +134,20 @@ impl Session {
             }
             self.config = config;
         }
-        let before: HashMap<ModelName, Model> =
-            self.project.as_ref().map(|p| p.dag.models().map(|m| (m.name.clone(), m.clone())).collect()).unwrap_or_default();
+        // The previous project is compared with the new one, not copied: `load_all` replaces it.
+        let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
         let evaluated = self.load_all();
         let mut changed_models = BTreeSet::new();
         if let Ok(p) = &self.project {
+            let before = before.as_ref().ok().map(|b| &b.dag);
             for m in p.dag.models() {
-                if before.get(&m.name) != Some(m) {
+                if before.and_then(|b| b.get(&m.name)) != Some(m) {
                     changed_models.insert(m.name.clone());
                 }
             }
-            for name in before.keys() {
-                if p.dag.get(name).is_none() {
-                    changed_models.insert(name.clone());
+            for m in before.into_iter().flat_map(|b| b.models()) {
+                if p.dag.get(&m.name).is_none() {
+                    changed_models.insert(m.name.clone());
                 }
             }
         }
@@ -193,15 +193,14 @@ impl Session {
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
-    /// engine for the duration of the apply.
+    /// engine for the duration of the apply ([`apply_recorded`]).
     ///
     /// # Errors
     /// As [`apply::apply`]; a stale plan is refused.
     pub fn apply(&self, plan: &Plan, options: &apply::Options) -> Result<ApplyReport> {
         let project = self.loaded()?;
         let state = open_state(project, true)?;
-        let mut engine = self.open_engine()?;
-        Ok(apply::apply(project, plan, &state, &mut engine, options)?)
+        apply_recorded(project, plan, &state, options)
     }
 
     /// Opens the engine for writing (held until dropped).
@@ -259,19 +258,44 @@ fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
 /// cannot be read (e.g. another process is writing it): the plan then assumes the relations
 /// exist, and `apply` checks again on its own connection.
 pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
-    use crate::engine::Engine;
     let path = project.config.engine_path();
     if !path.exists() {
         return Some(crate::engine::Catalog::default());
     }
-    let record = crate::engine::record::path_for(&project.config.state_path());
-    match crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
+    match read_engine_catalog(project) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
             None
         }
     }
+}
+
+/// The engine's catalog through its record ([`crate::engine::record::read_through`]): the
+/// recorded catalog while the DuckDB file is unchanged, else one read-only catalog query
+/// (recorded when the file did not change meanwhile).
+fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
+    use crate::engine::Engine;
+    let path = project.config.engine_path();
+    let record = crate::engine::record::path_for(&project.config.state_path());
+    crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()))
+}
+
+/// Applies `plan` to the store `state` (on disk) with the engine opened for the apply alone, then
+/// reads the catalog as the apply left it (its connection closed first) and records it, so the
+/// next plan finds it recorded rather than opening DuckDB (SPEC §4, invariant 27); a catalog
+/// that cannot be read is only logged (debug): the next plan queries it.
+///
+/// # Errors
+/// The engine cannot be opened; as [`apply::apply`].
+pub fn apply_recorded(project: &Project, plan: &Plan, state: &StateStore, options: &apply::Options) -> Result<ApplyReport> {
+    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+    let report = apply::apply(project, plan, state, &mut engine, options)?;
+    drop(engine);
+    if let Err(e) = read_engine_catalog(project) {
+        tracing::debug!("engine catalog not recorded after apply: {}", e.message);
+    }
+    Ok(report)
 }
 
 /// Plans `env` and checks the plan against the engine's catalog ([`plan::integrity`]); warns on

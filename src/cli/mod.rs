@@ -14,7 +14,6 @@ mod watch;
 use crate::apply::{self, ApplyReport};
 use crate::core::interval::{self, Millis};
 use crate::core::{LoadErrors, ModelName};
-use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
 use anyhow::{Result, anyhow};
@@ -274,14 +273,8 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         }
     }
     let state = writable_state(&project, state)?;
-    let engine_path = project.config.engine_path();
-    let mut engine = DuckDb::open(&engine_path, &project.config.engine)?;
     let options = apply::Options { applied_by: applied_by() };
-    let report = apply::apply(&project, &plan, &state, &mut engine, &options)?;
-    // Read the catalog as this apply left it (connection closed first), so the next plan finds
-    // it recorded rather than opening DuckDB (SPEC §4, invariant 27).
-    drop(engine);
-    record_engine_catalog(&project);
+    let report = crate::session::apply_recorded(&project, &plan, &state, &options)?;
     if json {
         out.json(apply_json(&plan, true, Some(&report)))?;
     } else {
@@ -297,17 +290,6 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }
     Ok(Exit::Success)
-}
-
-/// Reads the engine's catalog after an apply closed its connection and records it with the
-/// file's identity ([`crate::engine::record`]); silent (debug log) when the file cannot be read.
-fn record_engine_catalog(project: &Project) {
-    use crate::engine::Engine;
-    let path = project.config.engine_path();
-    let record = crate::engine::record::path_for(&project.config.state_path());
-    if let Err(e) = crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
-        tracing::debug!("engine catalog not recorded after apply: {}", e.message);
-    }
 }
 
 /// The OS user applying, for the journal; empty when unknown.
