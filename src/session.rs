@@ -348,12 +348,7 @@ pub fn writable_state(project: &Project, planned: StateStore) -> Result<StateSto
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        fs_err::create_dir_all(p.parent().unwrap()).unwrap();
-        fs_err::write(p, text).unwrap();
-    }
+    use crate::script::loader::tests::write;
 
     fn model(name: &str, prelude: &str, select: &str) -> String {
         format!("{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n")

@@ -623,10 +623,11 @@ fn load_project_with(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn write(root: &Path, rel: &str, text: &str) {
+    /// Writes `text` to `rel` under `root`, creating its directories (shared by the session's tests).
+    pub(crate) fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
         fs_err::create_dir_all(p.parent().unwrap()).unwrap();
         fs_err::write(p, text).unwrap();
