@@ -58,9 +58,9 @@ impl ConfigError {
     /// A `hint:` line for the CLI, when one helps.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            ConfigError::Read { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
-                Some("run `efmesh init` to create a project, or pass `--config PATH`")
-            }
+            ConfigError::Read { error, .. } if error.kind() == std::io::ErrorKind::NotFound => Some(
+                "run `efmesh init` to create a project, or pass `--config PATH` (without it, efmesh looks for efmesh.toml here and in every parent directory)",
+            ),
             _ => None,
         }
     }
@@ -140,6 +140,16 @@ impl Default for EngineSection {
 /// The environment variable giving an extension directory when `[engine] extension_directory`
 /// is not set.
 pub const EXTENSION_DIRECTORY_ENV: &str = "EFMESH_EXTENSION_DIRECTORY";
+
+/// The configuration file's name, looked for by [`discover`].
+pub const CONFIG_FILE: &str = "efmesh.toml";
+
+/// The [`CONFIG_FILE`] in `dir` or in its nearest ancestor that has one (as cargo finds
+/// `Cargo.toml`); `None` when no ancestor has one. Relative paths in the file found still resolve
+/// against its own directory ([`Config::root`]), wherever the command runs from.
+pub fn discover(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().map(|d| d.join(CONFIG_FILE)).find(|p| p.is_file())
+}
 
 fn default_engine_path() -> PathBuf {
     "efmesh.duckdb".into()

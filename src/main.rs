@@ -18,13 +18,14 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    cli::init_logging(&args.log_level);
+    cli::init_logging(&args);
     // A model file stuck where the sandbox cannot interrupt it ends the process (exit 1).
     efmesh::script::watchdog::exit_when_stuck(true);
     let json = args.command.json();
     match cli::run(args) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
+            cli::logging::clear_progress();
             let msg = cli::error_text(&e);
             let hint = cli::hint_for(&e);
             eprintln!("error: {msg}{}", hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default());

@@ -236,7 +236,7 @@ pub fn build(
             let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
             let n = batches.len();
             for (i, batch) in batches.into_iter().enumerate() {
-                tracing::info!(model = %model.name, interval = %batch, "lake batch {} of {n}", i + 1);
+                tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "lake batch");
                 let pieces = batch.split(t.grain);
                 let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, engine);
                 if let Err(err) = written {

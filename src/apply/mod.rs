@@ -303,6 +303,10 @@ pub(crate) fn execute(
     }
 
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
+    // The lifecycle lines (`builds planned`, `build start`, `backfill batch`, `build done`) also
+    // drive the CLI's progress bar: their messages and fields are an interface.
+    let builds = work.iter().filter(|a| project.dag.get(&a.name).is_some_and(|m| !matches!(m.kind, Kind::Embedded))).count();
+    tracing::info!(env = %plan.env, models = builds, "builds planned");
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
         if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
@@ -333,14 +337,14 @@ pub(crate) fn execute(
             audited.insert(model.name.clone());
             state.put_snapshot(&snapshot)?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
-            tracing::info!(model = %model.name, "seed loaded in {} ms", started.elapsed().as_millis());
+            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
             continue;
         }
         let body = model.body.as_ref().expect("models other than externals and seeds have a body");
         if model.target == crate::core::Target::Parquet {
             lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
-            tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
+            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
             continue;
         }
@@ -384,7 +388,7 @@ pub(crate) fn execute(
                 for (i, batch) in batches.into_iter().enumerate() {
                     let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
                     let sql = body.render(&exec.with_bounds(Some(batch)));
-                    tracing::info!(model = %model.name, interval = %batch, "backfill batch {} of {n}", i + 1);
+                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
                     let statements = [
                         format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"),
                         format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"),
@@ -453,7 +457,7 @@ pub(crate) fn execute(
             // Externals are never built; seeds were built above.
             Kind::External(_) | Kind::Seed(_) => continue,
         }
-        tracing::info!(model = %model.name, "build done in {} ms", started.elapsed().as_millis());
+        tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
         report.built.push(model.name.clone());
         fault::crash_point(|| format!("after-build:{}", model.name));
     }
@@ -693,4 +697,9 @@ pub fn recover_promotions(project: &Project, state: &StateStore, engine: &mut dy
         repaired.push(p.env);
     }
     Ok(repaired)
+}
+
+/// Milliseconds since `started`, for the `build done` lines.
+fn elapsed_ms(started: std::time::Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

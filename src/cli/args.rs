@@ -1,6 +1,6 @@
 //! Command-line arguments (clap derive). Only this file knows about clap.
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// efmesh: SQL models in Lua, planned and applied on DuckDB with virtual environments.
@@ -12,18 +12,77 @@ use std::path::PathBuf;
     after_help = "Exit codes: 0 success · 1 error · 2 awaiting a human (apply with changes, no --yes, stdin not a TTY).\n`--json` prints one object whose first key is \"apiVersion\": 1; logs go to stderr."
 )]
 pub struct Args {
-    /// Project configuration file.
-    #[arg(long, global = true, default_value = "efmesh.toml", value_name = "PATH")]
+    /// Project configuration file (default: `efmesh.toml` in the current directory or the nearest
+    /// parent directory that has one).
+    #[arg(long = "config", global = true, value_name = "PATH")]
+    pub config_flag: Option<PathBuf>,
+    /// The configuration file the command uses: `--config` as given, else the one discovered
+    /// (filled by [`Args::resolve_config`]).
+    #[arg(skip)]
     pub config: PathBuf,
-    /// Minimum log level on stderr (error, warn, info, debug, trace); `RUST_LOG` overrides.
-    #[arg(long, global = true, default_value = "info", value_name = "LEVEL")]
-    pub log_level: String,
+    /// Minimum log level on stderr; `RUST_LOG` overrides.
+    #[arg(long, global = true, value_enum, default_value_t = LogLevel::Info, value_name = "LEVEL")]
+    pub log_level: LogLevel,
+    /// Log line format on stderr (default: pretty at a terminal, logfmt otherwise).
+    #[arg(long, global = true, value_enum, env = "EFMESH_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
     /// Pretend the current instant is this UTC timestamp (tests, replays).
     #[arg(long, global = true, hide = true, env = "EFMESH_NOW", value_name = "ISO")]
     pub now: Option<String>,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Args {
+    /// Fills [`Args::config`]: `--config` as given, else `efmesh.toml` in `cwd` or its nearest
+    /// ancestor that has one (as cargo finds `Cargo.toml`), else `efmesh.toml` (whose absence
+    /// the command then reports).
+    pub fn resolve_config(&mut self, cwd: &std::path::Path) {
+        self.config = match &self.config_flag {
+            Some(p) => p.clone(),
+            None => crate::config::discover(cwd).unwrap_or_else(|| PathBuf::from(crate::config::CONFIG_FILE)),
+        };
+    }
+}
+
+/// `--log-level`: the minimum level of the log lines on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Lifecycle lines (builds, batches, promotion) and above.
+    Info,
+    /// Rendered SQL, cache and catalog decisions, and above.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The level as an `EnvFilter` directive names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// `--log-format`: how log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// For people: one line per event, coloured at a terminal (unless `NO_COLOR` is set).
+    Pretty,
+    /// For machines and greps: `ts=… level=info msg="build done" model=… ms=…`, one line per event.
+    Logfmt,
+    /// One JSON object per line (`timestamp`, `level`, `message`, then the fields).
+    Json,
 }
 
 /// Subcommands.
@@ -158,6 +217,33 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script on stdout (`efmesh completions bash > …`, see docs/operations.md).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Run `efmesh run <env>` on a schedule: install it in your crontab (idempotent), remove or
+    /// list it, or print systemd units that do the same.
+    Schedule {
+        /// Environment name (not needed with `--list`).
+        env: Option<String>,
+        /// When to run, as a 5-field cron expression or `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`.
+        #[arg(long, value_name = "EXPR", default_value = "@hourly")]
+        cron: String,
+        /// Remove this project's entry for the environment from the crontab.
+        #[arg(long, conflicts_with_all = ["list", "print_systemd"])]
+        remove: bool,
+        /// List the efmesh entries of the crontab.
+        #[arg(long, conflicts_with = "print_systemd")]
+        list: bool,
+        /// Print a systemd service, timer and failure-alert unit instead of touching the crontab.
+        #[arg(long)]
+        print_systemd: bool,
+        /// With `--list`: print the entries as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
@@ -166,7 +252,7 @@ impl Command {
     pub fn json(&self) -> bool {
         match self {
             // `watch` writes its own JSON lines, failures included.
-            Command::Init { .. } | Command::Watch { .. } => false,
+            Command::Init { .. } | Command::Watch { .. } | Command::Completions { .. } => false,
             Command::Plan { json, .. }
             | Command::Apply { json, .. }
             | Command::Run { json, .. }
@@ -174,7 +260,8 @@ impl Command {
             | Command::Test { json, .. }
             | Command::Audit { json, .. }
             | Command::Preview { json, .. }
-            | Command::Render { json, .. } => *json,
+            | Command::Render { json, .. }
+            | Command::Schedule { json, .. } => *json,
         }
     }
 }

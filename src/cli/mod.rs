@@ -4,10 +4,13 @@
 pub mod args;
 mod audit;
 mod check;
+mod completions;
 mod init;
+pub mod logging;
 mod preview;
 mod printer;
 mod run;
+mod schedule;
 mod test;
 mod watch;
 
@@ -145,18 +148,24 @@ pub fn print_error_json(kind: &str, message: &str, hint: Option<&str>) {
     let _ = Printer::stdout().json(error_json(kind, message, hint));
 }
 
-/// Installs the stderr logger: pretty at a TTY, plain one-line records otherwise.
-pub fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("efmesh={level},warn")));
-    let tty = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(tty).with_target(false).try_init();
+/// Installs the stderr logger (see [`logging`]): `--log-level`, `--log-format` (pretty at a
+/// TTY, logfmt otherwise), `NO_COLOR`, and a progress bar for builds at a TTY.
+pub fn init_logging(args: &Args) {
+    logging::init(args.log_level, args.log_format, args.command.json());
 }
 
 /// Runs one command.
 ///
 /// # Errors
 /// Any failure, to be printed with its cause chain by `main` (exit 1).
-pub fn run(args: Args) -> Result<Exit> {
+pub fn run(mut args: Args) -> Result<Exit> {
+    let cwd = std::env::current_dir().map_err(|e| anyhow!("cannot read the current directory: {e}"))?;
+    args.resolve_config(&cwd);
+    match &args.config_flag {
+        Some(_) => tracing::debug!(config = %args.config.display(), "using the config given by --config"),
+        None if args.config.is_absolute() => tracing::debug!(config = %args.config.display(), "using the config found from the current directory"),
+        None => tracing::debug!(cwd = %cwd.display(), "no efmesh.toml in the current directory or any parent"),
+    }
     let now = match &args.now {
         Some(s) => interval::parse_instant(s).map_err(|e| anyhow!("--now: {e}"))?,
         None => interval::now_millis(),
@@ -190,6 +199,10 @@ pub fn run(args: Args) -> Result<Exit> {
             },
         ),
         Command::Preview { env, models, rows, json } => preview::run(&args.config, &env, &models, rows, json, now, &out),
+        Command::Completions { shell } => completions::run(shell, &out),
+        Command::Schedule { env, cron, remove, list, print_systemd, json } => {
+            schedule::run(&args.config, schedule::Options { env, cron, remove, list, print_systemd, json }, &out)
+        }
     }
 }
 

@@ -1,0 +1,563 @@
+//! `efmesh schedule <env>`: run `efmesh run <env>` on a schedule.
+//!
+//! - install (default): one entry in the user's crontab, under a marker comment naming the
+//!   environment and the project's config, so re-installing replaces it (idempotent) and other
+//!   lines of the crontab are kept as they are. The crontab is read with `crontab -l` and
+//!   written with `crontab -`, as an operator would.
+//! - `--remove`: removes that entry; `--list`: the efmesh entries of the crontab;
+//! - `--print-systemd`: prints a service, a timer (`Persistent=true`) and an `OnFailure=` alert
+//!   unit running `efmesh status <env> --check`; nothing is installed.
+//!
+//! Cron expressions are validated with `croner` (after a grammar check of each field, so an error
+//! names the field at fault); an expression that can never fire is refused.
+
+use super::Exit;
+use super::printer::Printer;
+use anyhow::{Result, anyhow, bail};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The marker comment before each efmesh entry: `# efmesh schedule: env=<env> config=<path>`.
+const MARKER: &str = "# efmesh schedule: env=";
+
+/// The command's flags.
+#[derive(Debug)]
+pub struct Options {
+    /// The environment (`None` only with `--list`).
+    pub env: Option<String>,
+    /// The cron expression.
+    pub cron: String,
+    /// Remove the entry.
+    pub remove: bool,
+    /// List the entries.
+    pub list: bool,
+    /// Print systemd units instead of touching the crontab.
+    pub print_systemd: bool,
+    /// `--list` as JSON.
+    pub json: bool,
+}
+
+/// Runs `schedule`.
+///
+/// # Errors
+/// A missing environment, an invalid environment name or cron expression, an unreadable config,
+/// a missing or failing `crontab` command.
+pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
+    if o.list {
+        let entries: Vec<Entry> = read_crontab()?.entries().into_iter().filter(|e| o.env.as_ref().is_none_or(|env| &e.env == env)).collect();
+        if o.json {
+            let entries: Vec<_> = entries.iter().map(|e| json!({"env": e.env, "config": e.config, "cron": e.cron, "command": e.command})).collect();
+            out.json(json!({ "entries": entries }))?;
+        } else if entries.is_empty() {
+            out.text("no efmesh entries in the crontab\n")?;
+        } else {
+            let width = entries.iter().map(|e| e.env.len()).max().unwrap_or(0);
+            let cwidth = entries.iter().map(|e| e.cron.len()).max().unwrap_or(0);
+            let lines: String = entries.iter().map(|e| format!("{:width$}  {:cwidth$}  {}\n", e.env, e.cron, e.config)).collect();
+            out.text(&lines)?;
+        }
+        return Ok(Exit::Success);
+    }
+    if o.json {
+        bail!("`--json` goes with `--list` only");
+    }
+    let Some(env) = o.env else {
+        bail!("environment required: efmesh schedule <env> [--cron EXPR] (or `efmesh schedule --list`)");
+    };
+    crate::core::name::validate_env(&env)?;
+    // The identity of an entry: the config's real path, wherever the command runs from.
+    let config = fs_err::canonicalize(config).or_else(|_| std::path::absolute(config)).map_err(|e| anyhow!("cannot resolve `{}`: {e}", config.display()))?;
+    if o.remove {
+        let mut tab = read_crontab()?;
+        let config = config.to_string_lossy();
+        if tab.remove(&env, &config) == 0 {
+            out.text(&format!("no crontab entry for `{env}` of {config}: nothing removed\n"))?;
+        } else {
+            write_crontab(&tab.text())?;
+            out.text(&format!("removed the crontab entry for `{env}` of {config}\n"))?;
+        }
+        return Ok(Exit::Success);
+    }
+    let loaded = crate::config::Config::load(&config)?;
+    let spec = CronSpec::parse(&o.cron).map_err(|e| anyhow!("--cron: {e}"))?;
+    let bin = std::env::current_exe().map_err(|e| anyhow!("cannot find the path of this efmesh binary: {e}"))?;
+    let unit = Unit { env: env.clone(), config: config.clone(), root: loaded.root.clone(), bin };
+    if o.print_systemd {
+        out.text(&unit.systemd(&spec))?;
+        return Ok(Exit::Success);
+    }
+    let log = loaded.root.join(".efmesh").join("logs").join(format!("run-{env}.log"));
+    if let Some(dir) = log.parent() {
+        fs_err::create_dir_all(dir)?;
+    }
+    let mut tab = read_crontab()?;
+    let config_text = config.to_string_lossy().into_owned();
+    let replaced = tab.remove(&env, &config_text) > 0;
+    let line = format!("{} {}", spec.expr, unit.cron_command(&log));
+    tab.push(&format!("{MARKER}{env} config={config_text}"), &line);
+    write_crontab(&tab.text())?;
+    out.text(&format!(
+        "{} the crontab entry: efmesh run {env} on \"{}\" ({})\n  {line}\n  log: {}\n  hint: `efmesh schedule --list` shows it; `efmesh status {env} --check` says whether the runs succeed\n",
+        if replaced { "replaced" } else { "installed" },
+        spec.expr,
+        spec.describe(),
+        log.display()
+    ))?;
+    Ok(Exit::Success)
+}
+
+// ---------------------------------------------------------------------------------------------
+// cron expressions
+
+/// The five fields of a crontab line, by name.
+const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+
+/// A validated cron expression.
+#[derive(Debug, Clone)]
+pub struct CronSpec {
+    /// As written (trimmed); what the crontab line gets.
+    pub expr: String,
+    /// The five fields (a nickname expanded).
+    pub fields: [String; 5],
+    /// Minutes, hours, days of month, months, days of week (0 = Sunday) it fires at.
+    sets: [BTreeSet<u16>; 5],
+}
+
+impl CronSpec {
+    /// Validates `expr`: five fields (`minute hour day-of-month month day-of-week`) or one of
+    /// `@hourly @daily @midnight @weekly @monthly @yearly @annually`.
+    ///
+    /// # Errors
+    /// A message naming the field at fault, or saying the expression never fires.
+    pub fn parse(expr: &str) -> Result<CronSpec, String> {
+        let expr = expr.trim().to_string();
+        if expr.is_empty() {
+            return Err("the cron expression is empty".into());
+        }
+        let five = match expr.to_ascii_lowercase().as_str() {
+            "@hourly" => "0 * * * *".to_string(),
+            "@daily" | "@midnight" => "0 0 * * *".to_string(),
+            "@weekly" => "0 0 * * 0".to_string(),
+            "@monthly" => "0 0 1 * *".to_string(),
+            "@yearly" | "@annually" => "0 0 1 1 *".to_string(),
+            "@reboot" => return Err("`@reboot` runs once at boot, not on a schedule".into()),
+            n if n.starts_with('@') => return Err(format!("unknown nickname `{expr}` (use @hourly, @daily, @weekly, @monthly or @yearly)")),
+            _ => expr.clone(),
+        };
+        let parts: Vec<&str> = five.split_whitespace().collect();
+        if parts.len() != 5 {
+            return Err(format!("`{expr}` has {} field(s); a crontab line has 5: minute hour day-of-month month day-of-week", parts.len()));
+        }
+        for (i, part) in parts.iter().enumerate() {
+            check_grammar(i, part).map_err(|why| format!("the {} field `{part}` {why}", FIELDS[i]))?;
+        }
+        let parser = croner::parser::CronParser::builder().seconds(croner::parser::Seconds::Disallowed).year(croner::parser::Year::Disallowed).build();
+        let cron = match parser.parse(&five) {
+            Ok(c) => c,
+            Err(e) => {
+                // Name the field: the first that fails alone (every other field `*`).
+                let culprit = (0..5).find(|&i| {
+                    let alone: Vec<&str> = (0..5).map(|j| if j == i { parts[i] } else { "*" }).collect();
+                    parser.parse(&alone.join(" ")).is_err()
+                });
+                return Err(match culprit {
+                    Some(i) => format!("the {} field `{}` is invalid: {}", FIELDS[i], parts[i], croner_message(&e)),
+                    None => format!("`{expr}` is invalid: {}", croner_message(&e)),
+                });
+            }
+        };
+        let p = &cron.pattern;
+        let dow: BTreeSet<u16> = p.days_of_week.values().into_iter().map(|d| d % 7).collect();
+        let sets = [
+            p.minutes.values().into_iter().collect(),
+            p.hours.values().into_iter().collect(),
+            p.days.values().into_iter().collect(),
+            p.months.values().into_iter().collect(),
+            dow,
+        ];
+        let fields = [0, 1, 2, 3, 4].map(|i| parts[i].to_string());
+        let spec = CronSpec { expr, fields, sets };
+        if spec.sets.iter().any(BTreeSet::is_empty) || !spec.fires() {
+            return Err(format!("`{}` never fires: no month has the day(s) of month it names", spec.expr));
+        }
+        Ok(spec)
+    }
+
+    /// Cron reads day-of-month and day-of-week as "either" when both are restricted; a field
+    /// starting with `*` does not restrict (as cron itself decides).
+    fn dom_restricted(&self) -> bool {
+        !self.fields[2].starts_with('*')
+    }
+
+    fn dow_restricted(&self) -> bool {
+        !self.fields[4].starts_with('*')
+    }
+
+    /// Some day matches: by weekday, or a listed day of month exists in a listed month
+    /// (February has 29 days in leap years).
+    fn fires(&self) -> bool {
+        if self.dow_restricted() {
+            return true;
+        }
+        let days_in = |m: u16| match m {
+            2 => 29,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        };
+        self.sets[3].iter().any(|&m| self.sets[2].iter().any(|&d| d <= days_in(m)))
+    }
+
+    /// A short reading for people (`every hour at minute 0`-style is left to `croner`'s words).
+    fn describe(&self) -> String {
+        croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Disallowed)
+            .year(croner::parser::Year::Disallowed)
+            .build()
+            .parse(&self.fields.join(" "))
+            .map(|c| c.describe())
+            .unwrap_or_default()
+    }
+
+    /// The systemd `OnCalendar=` values firing at the same instants (local time, as cron). Two
+    /// values when both day fields are restricted (cron's "either"; a timer fires on any of its
+    /// `OnCalendar=` lines).
+    pub fn on_calendar(&self) -> Vec<String> {
+        let time = format!("{}:{}:00", calendar_list(&self.sets[1], 0, 23, 2), calendar_list(&self.sets[0], 0, 59, 2));
+        let month = calendar_list(&self.sets[3], 1, 12, 2);
+        let dom = calendar_list(&self.sets[2], 1, 31, 2);
+        let weekdays = {
+            const NAMES: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+            self.sets[4].iter().map(|&d| NAMES[usize::from(d % 7)]).collect::<Vec<_>>().join(",")
+        };
+        match (self.dom_restricted(), self.dow_restricted()) {
+            (true, true) => vec![format!("*-{month}-{dom} {time}"), format!("{weekdays} *-{month}-* {time}")],
+            (true, false) => vec![format!("*-{month}-{dom} {time}")],
+            (false, true) => vec![format!("{weekdays} *-{month}-* {time}")],
+            (false, false) => vec![format!("*-{month}-* {time}")],
+        }
+    }
+}
+
+/// A cron field's grammar, as crontab reads it: comma-separated items, each `*`, a number or a
+/// name (months and weekdays only), or a range `a-b`, optionally followed by `/step`.
+fn check_grammar(field: usize, text: &str) -> Result<(), String> {
+    let names = field >= 3;
+    let value_ok = |v: &str| !v.is_empty() && (v.bytes().all(|b| b.is_ascii_digit()) || (names && v.len() == 3 && v.bytes().all(|b| b.is_ascii_alphabetic())));
+    for item in text.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (item, None),
+        };
+        if let Some(s) = step
+            && (s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.bytes().all(|b| b == b'0'))
+        {
+            return Err(format!("has a bad step `/{s}` (a positive number)"));
+        }
+        let ok = range == "*"
+            || match range.split_once('-') {
+                Some((a, b)) => value_ok(a) && value_ok(b),
+                None => value_ok(range),
+            };
+        if !ok {
+            let hint = if names { "`*`, numbers, three-letter names, `a-b`, `,` and `/step`" } else { "`*`, numbers, `a-b`, `,` and `/step`" };
+            return Err(format!("is not understood by cron at `{item}` (use {hint})"));
+        }
+    }
+    Ok(())
+}
+
+fn croner_message(e: &croner::errors::CronError) -> String {
+    let m = e.to_string();
+    m.trim_end_matches('.').to_string()
+}
+
+/// One OnCalendar component: `*` for every value, `a/step` for a progression running to the end,
+/// else a comma list (zero-padded to `width` digits).
+fn calendar_list(set: &BTreeSet<u16>, min: u16, max: u16, width: usize) -> String {
+    let all = (min..=max).all(|v| set.contains(&v));
+    if all {
+        return "*".into();
+    }
+    let v: Vec<u16> = set.iter().copied().collect();
+    if v.len() >= 2 {
+        let step = v[1] - v[0];
+        let progression = v.windows(2).all(|w| w[1] - w[0] == step) && v[v.len() - 1] + step > max;
+        if progression {
+            return format!("{:0width$}/{step}", v[0]);
+        }
+    }
+    v.iter().map(|x| format!("{x:0width$}")).collect::<Vec<_>>().join(",")
+}
+
+// ---------------------------------------------------------------------------------------------
+// the command installed
+
+/// What the schedule runs.
+struct Unit {
+    env: String,
+    config: PathBuf,
+    root: PathBuf,
+    bin: PathBuf,
+}
+
+/// Single-quotes `s` for `sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Quotes one systemd command-line word: specifiers (`%`) and variables (`$`) escaped, double
+/// quotes when it has spaces or quotes.
+fn sd_word(s: &str) -> String {
+    let escaped = s.replace('\\', r"\\").replace('%', "%%").replace('$', "$$").replace('"', "\\\"");
+    if escaped.contains([' ', '\t', '"', '\'']) { format!("\"{escaped}\"") } else { escaped }
+}
+
+impl Unit {
+    /// The crontab command: run from the project directory, output appended to `log` (cron's
+    /// `%` escaped).
+    fn cron_command(&self, log: &Path) -> String {
+        let cmd = format!(
+            "cd {} && {} run {} --config {} >> {} 2>&1",
+            sh_quote(&self.root.to_string_lossy()),
+            sh_quote(&self.bin.to_string_lossy()),
+            self.env,
+            sh_quote(&self.config.to_string_lossy()),
+            sh_quote(&log.to_string_lossy())
+        );
+        cmd.replace('%', r"\%")
+    }
+
+    /// `efmesh-<project directory name>-<env>`, every character outside `[A-Za-z0-9_-]` made `-`.
+    fn title(&self) -> String {
+        let project = self.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "project".into());
+        let project: String = project.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+        format!("efmesh-{project}-{}", self.env)
+    }
+
+    /// The three units and how to enable them.
+    fn systemd(&self, spec: &CronSpec) -> String {
+        let title = self.title();
+        let env = &self.env;
+        let project = self.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let bin = sd_word(&self.bin.to_string_lossy());
+        let config = sd_word(&self.config.to_string_lossy());
+        let root = self.root.to_string_lossy().replace('%', "%%");
+        let calendars: String = spec.on_calendar().iter().map(|c| format!("OnCalendar={c}\n")).collect();
+        format!(
+            "# ~/.config/systemd/user/{title}.service
+[Unit]
+Description=efmesh run {env} ({project})
+OnFailure={title}-alert.service
+
+[Service]
+Type=oneshot
+WorkingDirectory={root}
+ExecStart={bin} run {env} --config {config}
+# Exit 2 (the project has changes nobody applied: run refuses them) counts as a failure on
+# purpose: someone must run `efmesh apply {env}`. Logs: journalctl --user -u {title}.service
+
+# ~/.config/systemd/user/{title}.timer
+[Unit]
+Description=efmesh run {env} ({project}), cron \"{expr}\"
+
+[Timer]
+{calendars}Persistent=true
+
+[Install]
+WantedBy=timers.target
+
+# ~/.config/systemd/user/{title}-alert.service
+[Unit]
+Description=efmesh alert: a scheduled run of {env} failed ({project})
+
+[Service]
+Type=oneshot
+WorkingDirectory={root}
+# The status report lands in the journal (journalctl --user -u {title}-alert.service); add your
+# notifier as another ExecStart= line after it.
+ExecStart=-{bin} status {env} --check --config {config}
+
+# Enable with:
+#   systemctl --user daemon-reload && systemctl --user enable --now {title}.timer
+",
+            expr = spec.expr
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the crontab
+
+/// One efmesh entry of the crontab.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    env: String,
+    config: String,
+    cron: String,
+    command: String,
+}
+
+/// The user's crontab, line by line.
+#[derive(Debug, Default)]
+struct Crontab {
+    lines: Vec<String>,
+}
+
+impl Crontab {
+    fn parse(text: &str) -> Crontab {
+        Crontab { lines: text.lines().map(str::to_string).collect() }
+    }
+
+    fn text(&self) -> String {
+        let mut s: String = self.lines.iter().map(|l| format!("{l}\n")).collect();
+        if s.is_empty() {
+            s.push('\n');
+        }
+        s
+    }
+
+    /// `(env, config)` of a marker line.
+    fn marker(line: &str) -> Option<(&str, &str)> {
+        line.strip_prefix(MARKER)?.split_once(" config=")
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        for (i, line) in self.lines.iter().enumerate() {
+            let Some((env, config)) = Self::marker(line) else { continue };
+            let Some(next) = self.lines.get(i + 1).filter(|l| Self::marker(l).is_none()) else { continue };
+            let words: Vec<&str> = next.split_whitespace().collect();
+            let n = if words.first().is_some_and(|w| w.starts_with('@')) { 1 } else { 5 };
+            let cron = words.iter().take(n).copied().collect::<Vec<_>>().join(" ");
+            let command = words.iter().skip(n).copied().collect::<Vec<_>>().join(" ");
+            out.push(Entry { env: env.to_string(), config: config.to_string(), cron, command });
+        }
+        out
+    }
+
+    /// Removes the entries (marker and the line after it) of `env` and `config`; how many.
+    fn remove(&mut self, env: &str, config: &str) -> usize {
+        let mut kept = Vec::with_capacity(self.lines.len());
+        let mut removed = 0;
+        let mut i = 0;
+        while i < self.lines.len() {
+            if Self::marker(&self.lines[i]) == Some((env, config)) {
+                removed += 1;
+                i += 1;
+                if self.lines.get(i).is_some_and(|l| Self::marker(l).is_none()) {
+                    i += 1;
+                }
+                continue;
+            }
+            kept.push(self.lines[i].clone());
+            i += 1;
+        }
+        self.lines = kept;
+        removed
+    }
+
+    fn push(&mut self, marker: &str, line: &str) {
+        self.lines.push(marker.to_string());
+        self.lines.push(line.to_string());
+    }
+}
+
+fn crontab_missing(e: &std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        anyhow!("no `crontab` command on PATH\n  hint: install cron (e.g. cronie), or use `efmesh schedule <env> --print-systemd` for a systemd timer")
+    } else {
+        anyhow!("cannot run `crontab`: {e}")
+    }
+}
+
+/// `crontab -l`; a user without a crontab has an empty one.
+fn read_crontab() -> Result<Crontab> {
+    let out = Command::new("crontab").arg("-l").stdin(Stdio::null()).output().map_err(|e| crontab_missing(&e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        if stderr.to_ascii_lowercase().contains("no crontab for") {
+            return Ok(Crontab::default());
+        }
+        bail!("`crontab -l` failed ({}): {}", out.status, stderr.trim());
+    }
+    Ok(Crontab::parse(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `crontab -` with `text` on its stdin.
+fn write_crontab(text: &str) -> Result<()> {
+    let mut child =
+        Command::new("crontab").arg("-").stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| crontab_missing(&e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(text.as_bytes()).map_err(|e| anyhow!("cannot write to `crontab -`: {e}"))?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("`crontab -` refused the new crontab ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(expr: &str) -> String {
+        CronSpec::parse(expr).expect_err(expr)
+    }
+
+    #[test]
+    fn cron_errors_name_the_field() {
+        assert!(err("61 * * * *").contains("minute field `61`"), "{}", err("61 * * * *"));
+        assert!(err("0 24 * * *").contains("hour field `24`"), "{}", err("0 24 * * *"));
+        assert!(err("0 0 32 * *").contains("day-of-month field `32`"));
+        assert!(err("0 0 * 13 *").contains("month field `13`"));
+        assert!(err("0 0 * * 8").contains("day-of-week field `8`"));
+        assert!(err("0 0 L * *").contains("day-of-month field `L`"));
+        assert!(err("*/0 * * * *").contains("minute field"));
+        assert!(err("0 * * *").contains("has 4 field(s)"));
+        assert!(err("@reboot").contains("boot"));
+        assert!(err("@often").contains("unknown nickname"));
+        assert!(err("0 0 30 2 *").contains("never fires"));
+    }
+
+    #[test]
+    fn cron_accepts_what_crontab_accepts() {
+        for ok in ["@hourly", "@daily", "*/15 * * * *", "0 9-17 * * mon-fri", "5,35 */2 1,15 jan-jun *", "0 0 29 2 *", "30 4 1-7 * 1"] {
+            CronSpec::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn on_calendar_matches_cron() {
+        let cal = |e: &str| CronSpec::parse(e).expect(e).on_calendar();
+        assert_eq!(cal("@hourly"), ["*-*-* *:00:00"]);
+        assert_eq!(cal("@daily"), ["*-*-* 00:00:00"]);
+        assert_eq!(cal("@weekly"), ["Sun *-*-* 00:00:00"]);
+        assert_eq!(cal("*/15 * * * *"), ["*-*-* *:00/15:00"]);
+        assert_eq!(cal("0 9-17 * * mon-fri"), ["Mon,Tue,Wed,Thu,Fri *-*-* 09,10,11,12,13,14,15,16,17:00:00"]);
+        assert_eq!(cal("0 0 * * 7"), ["Sun *-*-* 00:00:00"]);
+        // Both day fields restricted: cron fires on either, so two calendars.
+        assert_eq!(cal("30 4 1,15 * 1"), ["*-*-01,15 04:30:00", "Mon *-*-* 04:30:00"]);
+    }
+
+    #[test]
+    fn crontab_entries_replace_and_remove_only_their_own() {
+        let mut tab = Crontab::parse("MAILTO=me\n# mine\n0 1 * * * backup\n# efmesh schedule: env=prod config=/p/efmesh.toml\n0 * * * * cd '/p' && x\n");
+        assert_eq!(tab.entries().len(), 1);
+        assert_eq!(tab.entries()[0].cron, "0 * * * *");
+        assert_eq!(tab.remove("dev", "/p/efmesh.toml"), 0);
+        assert_eq!(tab.remove("prod", "/q/efmesh.toml"), 0);
+        assert_eq!(tab.remove("prod", "/p/efmesh.toml"), 1);
+        assert_eq!(tab.text(), "MAILTO=me\n# mine\n0 1 * * * backup\n");
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("/a b/it's"), r"'/a b/it'\''s'");
+        assert_eq!(sd_word("/usr/bin/efmesh"), "/usr/bin/efmesh");
+        assert_eq!(sd_word("/my dir/50%"), "\"/my dir/50%%\"");
+    }
+}
