@@ -450,7 +450,7 @@ fn warn_audits_log_and_never_block() {
     assert_eq!(r["violations"], 1);
     assert_eq!(r["runs"], 5);
     assert_eq!(r["intervals"], serde_json::json!([{"start": "2026-01-03T00:00:00.000Z", "end": "2026-01-04T00:00:00.000Z"}]));
-    assert!(run.stderr.contains("WARN") && run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
+    assert!(run.stderr.contains("level=warn") && run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
     // Human output says so too.
     let q = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
