@@ -34,12 +34,12 @@ pub struct Setup {
 
 impl Setup {
     /// Resolves `--log-format` (none: pretty at a terminal, logfmt otherwise), colours (pretty at a
-    /// terminal, `NO_COLOR` unset or empty) and the progress bar (pretty at a terminal, not for a
-    /// `--json` command).
-    pub fn resolve(format: Option<LogFormat>, stderr_tty: bool, no_color: bool, json_command: bool) -> Setup {
+    /// terminal, `NO_COLOR` unset or empty) and the progress bar (pretty at a terminal, unless
+    /// `no_bar`: a `--json` command, `watch`).
+    pub fn resolve(format: Option<LogFormat>, stderr_tty: bool, no_color: bool, no_bar: bool) -> Setup {
         let format = format.unwrap_or(if stderr_tty { LogFormat::Pretty } else { LogFormat::Logfmt });
         let pretty_tty = format == LogFormat::Pretty && stderr_tty;
-        Setup { format, color: pretty_tty && !no_color, progress: pretty_tty && !json_command }
+        Setup { format, color: pretty_tty && !no_color, progress: pretty_tty && !no_bar }
     }
 }
 
@@ -52,10 +52,10 @@ fn no_color() -> bool {
 /// printed.
 static PROGRESS: OnceLock<Arc<Mutex<Bars>>> = OnceLock::new();
 
-/// Installs the stderr logger for a command (`json_command`: the command prints `--json`).
-/// `RUST_LOG`, when set and valid, replaces the `--log-level` filter.
-pub fn init(level: LogLevel, format: Option<LogFormat>, json_command: bool) {
-    let setup = Setup::resolve(format, std::io::stderr().is_terminal(), no_color(), json_command);
+/// Installs the stderr logger for a command (`no_bar`: never draw the progress bar, e.g. for a
+/// `--json` command). `RUST_LOG`, when set and valid, replaces the `--log-level` filter.
+pub fn init(level: LogLevel, format: Option<LogFormat>, no_bar: bool) {
+    let setup = Setup::resolve(format, std::io::stderr().is_terminal(), no_color(), no_bar);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("efmesh={},warn", level.as_str())));
     let multi = MultiProgress::with_draw_target(if setup.progress { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
     let writer = Stderr { multi: multi.clone() };

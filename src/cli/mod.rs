@@ -149,9 +149,11 @@ pub fn print_error_json(kind: &str, message: &str, hint: Option<&str>) {
 }
 
 /// Installs the stderr logger (see [`logging`]): `--log-level`, `--log-format` (pretty at a
-/// TTY, logfmt otherwise), `NO_COLOR`, and a progress bar for builds at a TTY.
+/// TTY, logfmt otherwise), `NO_COLOR`, and a progress bar for builds at a TTY (not for `--json`,
+/// nor for `watch`, whose screen owns the terminal).
 pub fn init_logging(args: &Args) {
-    logging::init(args.log_level, args.log_format, args.command.json());
+    let no_bar = args.command.json() || matches!(args.command, Command::Watch { .. });
+    logging::init(args.log_level, args.log_format, no_bar);
 }
 
 /// Runs one command.
