@@ -75,12 +75,39 @@ pub enum Command {
         /// refuses a plan that would discard a history.
         #[arg(long, value_name = "MODEL")]
         reset_history: Vec<String>,
+        /// When another process holds the environment's lock, wait up to this long (`30s`, `10m`) before giving up.
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
+        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        retries: u32,
     },
     /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
     /// models, compute missing intervals) without promoting; refuses when the project differs.
     Run {
         /// Environment name.
         env: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        retries: u32,
+    },
+    /// Report an environment's health: last plan applied and by whom, lag per model, failed
+    /// intervals, recent run ticks, lock holder. `--check` exits 1 when unhealthy.
+    Status {
+        /// Environment name.
+        env: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 on failed intervals or a last run tick that errored (the report is printed either way).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Upgrade the state store to this efmesh's layout, backing it up beside itself first.
+    Migrate {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -170,6 +197,8 @@ impl Command {
             Command::Plan { json, .. }
             | Command::Apply { json, .. }
             | Command::Run { json, .. }
+            | Command::Status { json, .. }
+            | Command::Migrate { json }
             | Command::Check { json }
             | Command::Test { json, .. }
             | Command::Audit { json, .. }
