@@ -333,7 +333,9 @@ fn apply_locked(
         // Under the lock, a promotion of this environment recorded as under way was interrupted.
         crate::session::recover_interrupted(project, state)?;
         let confirmed = versions(&plan);
-        let mut first = Some(plan);
+        // Another process may have written the store while this one waited for the lock (or
+        // between the plan and the lock): plan again, and go on only with the versions confirmed.
+        let mut first = if plan.generation.is_some() && plan.generation != Some(state.generation()?) { None } else { Some(plan) };
         crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |_| {
             let plan = match first.take() {
                 Some(p) => p,
