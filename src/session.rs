@@ -196,11 +196,22 @@ impl Session {
     /// engine for the duration of the apply ([`apply_recorded`]).
     ///
     /// # Errors
-    /// As [`apply::apply`]; a stale plan is refused.
+    /// As [`apply::apply`]; a stale plan is refused; the environment's lock is held by another
+    /// live process.
     pub fn apply(&self, plan: &Plan, options: &apply::Options) -> Result<ApplyReport> {
+        use crate::state::lease::{LeaseGuard, Refused, env_lease};
         let project = self.loaded()?;
         let state = open_state(project, true)?;
-        apply_recorded(project, plan, &*state, options)
+        // Under the environment's lock, like `efmesh apply` (SPEC §4, invariant 28).
+        let lock = env_lease(&plan.env);
+        let guard = match LeaseGuard::acquire(&*state, &lock, &format!("efmesh watch {} --apply", plan.env), std::time::Duration::ZERO) {
+            Ok(g) => g,
+            Err(Refused::Held(r)) => anyhow::bail!("environment `{}` is locked: `{lock}` is held by {}; nothing was done", plan.env, r.holder),
+            Err(Refused::State(e)) => return Err(e.into()),
+        };
+        let result = recover_promotions(project, &*state).and_then(|()| apply_recorded(project, plan, &*state, options));
+        guard.release(&*state);
+        result
     }
 
     /// Opens the engine for writing (held until dropped).

@@ -106,6 +106,27 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Forget the done intervals of a time-range model (and of its time-range descendants) in a
+    /// range, for the versions an environment serves, so the next run recomputes them.
+    Restate {
+        /// Environment name.
+        env: String,
+        /// The time-range model to restate (`schema.table`).
+        #[arg(long, value_name = "MODEL")]
+        model: String,
+        /// Start of the range (ISO-8601 UTC, aligned to the model's grain).
+        #[arg(long, value_name = "ISO")]
+        from: String,
+        /// End of the range, exclusive (ISO-8601 UTC, aligned to the model's grain).
+        #[arg(long, value_name = "ISO")]
+        to: String,
+        /// Show what would be cleared; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Upgrade the state store to this efmesh's layout, backing it up beside itself first.
     Migrate {
         /// Print the result as JSON.
@@ -198,6 +219,7 @@ impl Command {
             | Command::Apply { json, .. }
             | Command::Run { json, .. }
             | Command::Status { json, .. }
+            | Command::Restate { json, .. }
             | Command::Migrate { json }
             | Command::Check { json }
             | Command::Test { json, .. }

@@ -9,6 +9,7 @@ mod lock;
 mod migrate;
 mod preview;
 mod printer;
+mod restate;
 mod run;
 mod status;
 mod test;
@@ -183,6 +184,9 @@ pub fn run(args: Args) -> Result<Exit> {
         Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
+        Command::Restate { env, model, from, to, dry_run, json } => {
+            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json }, &out)
+        }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
@@ -325,17 +329,27 @@ fn apply_locked(
     now: Millis,
 ) -> Result<ApplyReport> {
     let env = plan.env.clone();
-    let guard = match lock::lock_env(state, &env, flags.wait)? {
-        lock::Locked::Held(g) => g,
+    // First without waiting: whether this apply had to wait decides below whether it may plan again.
+    let (guard, waited) = match lock::lock_env(state, &env, std::time::Duration::ZERO)? {
+        lock::Locked::Held(g) => (g, false),
+        lock::Locked::Busy(..) if !flags.wait.is_zero() => match lock::lock_env(state, &env, flags.wait)? {
+            lock::Locked::Held(g) => (g, true),
+            lock::Locked::Busy(name, holder) => return Err(lock::held_error(&env, &name, &holder, flags.wait)),
+        },
         lock::Locked::Busy(name, holder) => return Err(lock::held_error(&env, &name, &holder, flags.wait)),
     };
     let result = (|| {
         // Under the lock, a promotion of this environment recorded as under way was interrupted.
         crate::session::recover_interrupted(project, state)?;
         let confirmed = versions(&plan);
-        // Another process may have written the store while this one waited for the lock (or
-        // between the plan and the lock): plan again, and go on only with the versions confirmed.
-        let mut first = if plan.generation.is_some() && plan.generation != Some(state.generation()?) { None } else { Some(plan) };
+        // The holder this apply waited for (`--wait`) may have written the store: plan again, and
+        // go on only with the versions confirmed. Without a wait, a store that moved since the
+        // plan is refused as a stale plan (nothing done, "plan again").
+        let moved = plan.generation.is_some() && plan.generation != Some(state.generation()?);
+        if waited && moved {
+            tracing::warn!(env = %env, "the state store changed while waiting for the lock of `{env}`; planning again (applied only if it leads to the same versions)");
+        }
+        let mut first = if waited && moved { None } else { Some(plan) };
         crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |_| {
             let plan = match first.take() {
                 Some(p) => p,

@@ -189,6 +189,14 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (none is recorded), or the fence lease was lost.
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError>;
 
+    /// Deletes the done intervals of `(name, fp)` whose start lies in `[from, to)` (restatement),
+    /// in one transaction, so the next apply or run recomputes them. Returns how many were
+    /// cleared.
+    ///
+    /// # Errors
+    /// The write fails (nothing is cleared), or the fence lease was lost.
+    fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError>;
+
     /// Replaces the pointer set of `env`, appends a journal row and drops its promotion intent,
     /// in one transaction; every name in `require_snapshot` must have a stored snapshot.
     /// Returns the journal id.

@@ -485,6 +485,19 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError> {
+        self.run(
+            || format!("clear the intervals of `{name}` `{fp}` in [{}, {})", to_iso(from), to_iso(to)),
+            || {
+                self.write(|tx| {
+                    Ok(tx
+                        .prepare_cached("DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4")?
+                        .execute(params![name, fp, to_iso(from), to_iso(to)])?)
+                })
+            },
+        )
+    }
+
     fn try_acquire_lease(
         &self,
         name: &str,

@@ -430,3 +430,100 @@ fn migrate_from_every_older_fixture_with_backup() {
         assert!(r.stderr.contains("newer efmesh"), "{r:#?}");
     }
 }
+
+/// A time-range parent over a CSV, a daily time-range child and a `full` rollup; an scd_type2
+/// model on the side.
+fn restate_project(amount: u32) -> Project {
+    let p = Project::new();
+    write_events(&p, amount);
+    p.write(
+        "models/m.lua",
+        r#"
+local ev = define_model {
+  name = "raw.ev", kind = kind.external { path = "data/ev.csv" },
+  schema = { { "at", "timestamp" }, { "amount", "bigint" } },
+}
+local parent = define_model {
+  name = "t.parent",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
+  schema = { { "day", "timestamp" }, { "amount", "bigint" } },
+  query = "SELECT CAST(date_trunc('day', at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE at >= @start AND at < @end GROUP BY ALL",
+}
+local child = define_model {
+  name = "t.child",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
+  schema = { { "day", "timestamp" }, { "doubled", "bigint" } },
+  query = "SELECT day, amount * 2 AS doubled FROM " .. ref(parent) .. " WHERE day >= @start AND day < @end",
+}
+define_model {
+  name = "t.roll", kind = kind.full(),
+  schema = { { "total", "bigint" } },
+  query = "SELECT CAST(sum(doubled) AS BIGINT) AS total FROM " .. ref(child),
+}
+define_model {
+  name = "t.hist", kind = kind.scd_type2 { key = "day" },
+  schema = { { "day", "timestamp" }, { "amount", "bigint" } },
+  query = "SELECT day, amount FROM " .. ref(parent),
+}
+"#,
+    );
+    p
+}
+
+/// One event per day from 2026-01-01 to 2026-02-09 with `amount`.
+fn write_events(p: &Project, amount: u32) {
+    let mut csv = String::from("at,amount\n");
+    for d in 0..days_until("2026-02-10") {
+        let day = efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant("2026-01-01").unwrap() + d * 86_400_000);
+        csv.push_str(&format!("{} 12:00:00,{amount}\n", &day[..10]));
+    }
+    p.write("data/ev.csv", &csv);
+}
+
+#[test]
+fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else() {
+    let p = restate_project(1);
+    p.apply("prod");
+    // The source changes everywhere; only the restated month may pick it up.
+    write_events(&p, 5);
+    // Misaligned bounds name the nearest valid ones; scd_type2 and unknown models are refused by name.
+    let r = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01T05:00:00Z", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("2026-01-01T00:00:00.000Z") && r.stderr.contains("2026-01-02T00:00:00.000Z"), "{r:#?}");
+    let r = p.run(&["restate", "prod", "--model", "t.hist", "--from", "2026-01-01", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("scd_type2") && r.stderr.contains("t.hist"), "{r:#?}");
+    p.run(&["restate", "prod", "--model", "t.parnt", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(1);
+    // A dry run changes nothing.
+    let before = p.state_summary();
+    let dry = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01", "--dry-run", "--json"]).expect_code(0).json();
+    assert_eq!(dry["restated"].as_array().unwrap().iter().map(|r| r["intervals"].as_u64().unwrap()).collect::<Vec<_>>(), [31, 31]);
+    assert_eq!(p.state_summary(), before);
+
+    let v = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01", "--json"]).expect_code(0).json();
+    let restated: Vec<(String, u64)> =
+        v["restated"].as_array().unwrap().iter().map(|r| (r["model"].as_str().unwrap().to_string(), r["intervals"].as_u64().unwrap())).collect();
+    assert_eq!(restated, [("t.parent".to_string(), 31), ("t.child".to_string(), 31)]);
+    assert_eq!(v["rebuiltByNextRun"], serde_json::json!(["t.roll"]));
+    assert_eq!(v["notRestated"], serde_json::json!(["t.hist"]));
+
+    let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&ran["processed"]).is_superset(&set(&["t.parent", "t.child", "t.roll"])), "{ran:#}");
+    let tick = &p.state().ticks("prod", 1).unwrap()[0];
+    assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "exactly the month, in both");
+    // January recomputed from the new source, February as it was.
+    let amounts = p.query("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM prod__t.parent GROUP BY ALL ORDER BY 1");
+    assert_eq!(
+        amounts,
+        vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
+    );
+    let doubled = p.query("SELECT strftime(day, '%Y-%m'), min(doubled), max(doubled), count(*) FROM prod__t.child GROUP BY ALL ORDER BY 1");
+    assert_eq!(
+        doubled,
+        vec![
+            vec![Some("2026-01".into()), Some("10".into()), Some("10".into()), Some("31".into())],
+            vec![Some("2026-02".into()), Some("2".into()), Some("2".into()), Some("9".into())]
+        ]
+    );
+    assert_eq!(p.rows("prod__t.roll"), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+}
