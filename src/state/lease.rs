@@ -94,7 +94,14 @@ impl LeaseGuard {
     /// [`Refused::Held`] naming the holder when it is still held after `wait`;
     /// [`Refused::State`] when the store fails.
     pub fn acquire(store: &dyn StateStore, name: &str, command: &str, wait: Duration) -> Result<LeaseGuard, Refused> {
-        let ttl = ttl();
+        Self::acquire_with_ttl(store, name, command, wait, ttl())
+    }
+
+    /// [`LeaseGuard::acquire`] with an explicit time to live.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::acquire`].
+    pub fn acquire_with_ttl(store: &dyn StateStore, name: &str, command: &str, wait: Duration, ttl: Duration) -> Result<LeaseGuard, Refused> {
         let host = host_name();
         let pid = std::process::id();
         let token =
@@ -224,4 +231,49 @@ pub fn interrupted_promotions(state: &dyn StateStore) -> Result<Vec<PendingPromo
         }
     }
     Ok(keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::SqliteStore;
+
+    #[test]
+    fn the_heartbeat_keeps_a_short_lease_alive_and_release_frees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let a = SqliteStore::open(&path).unwrap();
+        let b = SqliteStore::open(&path).unwrap();
+        let ttl = Duration::from_millis(300);
+        let guard = LeaseGuard::acquire_with_ttl(&a, "env:dev", "efmesh apply dev", Duration::ZERO, ttl).map_err(|_| "refused").unwrap();
+        let first = b.lease("env:dev").unwrap().unwrap();
+        assert_eq!((first.holder.pid, first.holder.command.as_str()), (std::process::id(), "efmesh apply dev"));
+        // Three ttls later the lease is still held (renewed every ttl/3), never reclaimable.
+        std::thread::sleep(ttl * 3);
+        let renewed = b.lease("env:dev").unwrap().unwrap();
+        assert!(renewed.expires_at > first.expires_at, "{renewed:?} vs {first:?}");
+        assert!(!guard.is_lost());
+        match LeaseGuard::acquire_with_ttl(&b, "env:dev", "efmesh run dev", Duration::ZERO, ttl) {
+            Err(Refused::Held(h)) => assert_eq!(h.holder.command, "efmesh apply dev"),
+            _ => panic!("the lease was taken over while its holder was alive"),
+        }
+        // The fenced handle writes; after release it is unfenced and the lease is gone.
+        a.canon_cache_put(&[("k".into(), "v".into())]).unwrap();
+        guard.release(&a);
+        assert!(b.lease("env:dev").unwrap().is_none());
+        let other = LeaseGuard::acquire_with_ttl(&b, "env:dev", "efmesh run dev", Duration::ZERO, ttl).map_err(|_| "refused").unwrap();
+        // `a` is no longer fenced by a lease it gave up.
+        a.canon_cache_put(&[("k".into(), "w".into())]).unwrap();
+        drop(other);
+        assert!(b.lease("env:dev").unwrap().is_none(), "dropping a guard releases its lease");
+    }
+
+    #[test]
+    fn a_dead_pid_is_dead_and_this_one_is_not() {
+        assert!(!pid_is_dead(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(pid_is_dead(pid));
+    }
 }

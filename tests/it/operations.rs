@@ -441,13 +441,13 @@ fn restate_project(amount: u32) -> Project {
         r#"
 local ev = define_model {
   name = "raw.ev", kind = kind.external { path = "data/ev.csv" },
-  schema = { { "at", "timestamp" }, { "amount", "bigint" } },
+  schema = { { "event_at", "timestamp" }, { "amount", "bigint" } },
 }
 local parent = define_model {
   name = "t.parent",
   kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
   schema = { { "day", "timestamp" }, { "amount", "bigint" } },
-  query = "SELECT CAST(date_trunc('day', at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE at >= @start AND at < @end GROUP BY ALL",
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
 }
 local child = define_model {
   name = "t.child",
@@ -472,7 +472,7 @@ define_model {
 
 /// One event per day from 2026-01-01 to 2026-02-09 with `amount`.
 fn write_events(p: &Project, amount: u32) {
-    let mut csv = String::from("at,amount\n");
+    let mut csv = String::from("event_at,amount\n");
     for d in 0..days_until("2026-02-10") {
         let day = efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant("2026-01-01").unwrap() + d * 86_400_000);
         csv.push_str(&format!("{} 12:00:00,{amount}\n", &day[..10]));
@@ -512,12 +512,13 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     let tick = &p.state().ticks("prod", 1).unwrap()[0];
     assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "exactly the month, in both");
     // January recomputed from the new source, February as it was.
-    let amounts = p.query("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM prod__t.parent GROUP BY ALL ORDER BY 1");
+    let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));
     assert_eq!(
         amounts,
         vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
     );
-    let doubled = p.query("SELECT strftime(day, '%Y-%m'), min(doubled), max(doubled), count(*) FROM prod__t.child GROUP BY ALL ORDER BY 1");
+    let doubled =
+        p.query(&format!("SELECT strftime(day, '%Y-%m'), min(doubled), max(doubled), count(*) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.child")));
     assert_eq!(
         doubled,
         vec![
@@ -525,5 +526,5 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
             vec![Some("2026-02".into()), Some("2".into()), Some("2".into()), Some("9".into())]
         ]
     );
-    assert_eq!(p.rows("prod__t.roll"), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+    assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
 }
