@@ -242,7 +242,7 @@ pub fn migrate(path: &Path, now: Millis) -> Result<MigrationReport, StateError> 
     if found == STATE_VERSION {
         return Ok(MigrationReport { store, from: found, to: STATE_VERSION, applied: Vec::new(), backup: None });
     }
-    if found > STATE_VERSION || found < 1 {
+    if !(1..=STATE_VERSION).contains(&found) {
         return Err(StateError::Version { store, found, wanted: STATE_VERSION });
     }
     let backend = |op: &str, e: rusqlite::Error| StateError::Backend {
