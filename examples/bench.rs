@@ -50,7 +50,7 @@ use efmesh::engine::duckdb::DuckDb;
 use efmesh::engine::{DescribedColumn, Engine, EngineError};
 use efmesh::plan::{self, Plan};
 use efmesh::project::Project;
-use efmesh::state::StateStore;
+use efmesh::state::{SqliteStore, StateStore};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -334,7 +334,7 @@ struct PlanSplit {
     fingerprint: Duration,
 }
 
-fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Result<PlanSplit> {
+fn plan_split(project: &Project, state: &dyn StateStore, env: &str) -> anyhow::Result<PlanSplit> {
     let t0 = Instant::now();
     let keys: Vec<String> = project.dag.models().filter_map(|m| m.body.as_ref().map(|b| plan::canon_cache_key(&b.render(&CanonicalResolver)))).collect();
     let t1 = Instant::now();
@@ -388,7 +388,7 @@ fn plan_split(project: &Project, state: &StateStore, env: &str) -> anyhow::Resul
 fn state_writes(project: &Project, plan: &Plan, path: &Path) -> anyhow::Result<(Duration, Duration, Duration)> {
     use efmesh::core::interval;
     use efmesh::state::{IntervalStatus, SnapshotRecord};
-    let store = StateStore::open(path)?;
+    let store = SqliteStore::open(path)?;
     let now = interval::now_millis();
     let (mut snaps, mut ivs) = (Duration::ZERO, Duration::ZERO);
     // Registered (embedded) versions get a snapshot too: the promotion requires one per model.
@@ -524,8 +524,8 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 /// Apply dev, then promote prod, on new files `<dir>/round<r>.{state.sqlite,duckdb}`.
-fn efmesh_round(project: &Project, config: &Config, dir: &Path, r: usize) -> anyhow::Result<(EfRound, StateStore)> {
-    let state = StateStore::open(&dir.join(format!("round{r}.state.sqlite")))?;
+fn efmesh_round(project: &Project, config: &Config, dir: &Path, r: usize) -> anyhow::Result<(EfRound, SqliteStore)> {
+    let state = SqliteStore::open(&dir.join(format!("round{r}.state.sqlite")))?;
     let now = efmesh::core::interval::now_millis();
     let dev = plan::plan(project, &state, "dev", now)?;
     let mut engine = Recorder { inner: DuckDb::open(&dir.join(format!("round{r}.duckdb")), &config.engine)?, calls: Vec::new() };
@@ -631,14 +631,14 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
     // Cold plan: a new state file each time.
     let mut colds = Vec::new();
     for r in 0..args.reps {
-        let state = StateStore::open(&dir.join(format!("cold{r}.state.sqlite")))?;
+        let state = SqliteStore::open(&dir.join(format!("cold{r}.state.sqlite")))?;
         let t = Instant::now();
         let p = plan::plan(&project, &state, "dev", efmesh::core::interval::now_millis())?;
         colds.push(t.elapsed());
         anyhow::ensure!(p.has_changes, "a cold plan has changes");
     }
     let cold_plan = median(colds);
-    let cold_state = StateStore::open(&dir.join("cold-split.state.sqlite"))?;
+    let cold_state = SqliteStore::open(&dir.join("cold-split.state.sqlite"))?;
     let cold_split = plan_split(&project, &cold_state, "dev")?;
     let cold = plan::plan(&project, &cold_state, "dev", efmesh::core::interval::now_millis())?;
     let state_writes = state_writes(&project, &cold, &dir.join("writes.state.sqlite"))?;

@@ -14,11 +14,11 @@
 //! use efmesh::{config::Config, project::Project, plan, apply};
 //! let config = Config::load("efmesh.toml".as_ref())?;
 //! let project = Project::load(&config)?;
-//! let mut state = efmesh::state::StateStore::open(&config.state_path())?;
+//! let state = efmesh::state::SqliteStore::open(&config.state_path())?;
 //! let now = efmesh::core::interval::now_millis();
 //! let plan = plan::plan(&project, &state, "dev", now)?;
 //! let mut engine = efmesh::engine::duckdb::DuckDb::open(&config.engine_path(), &config.engine)?;
-//! let report = apply::apply(&project, &plan, &mut state, &mut engine, &apply::Options::default())?;
+//! let report = apply::apply(&project, &plan, &state, &mut engine, &apply::Options::default())?;
 //! println!("built {:?}", report.built);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

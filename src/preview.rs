@@ -103,7 +103,7 @@ impl Preview {
 /// # Errors
 /// Only failures that concern every model (the state store cannot be read); a model whose query
 /// fails gets a [`Preview`] with `error` set.
-pub fn preview(project: &Project, state: &StateStore, env: &str, models: &[ModelName], options: &Options) -> anyhow::Result<Vec<Preview>> {
+pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[ModelName], options: &Options) -> anyhow::Result<Vec<Preview>> {
     crate::core::name::validate_env(env)?;
     let served: BTreeSet<String> = state.env_pointers(env)?.into_keys().collect();
     let metadata = state.env_metadata(env)?;

@@ -19,7 +19,7 @@ use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
 use crate::script::loader::LoadCache;
-use crate::state::StateStore;
+use crate::state::{SqliteStore, StateStore};
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,7 @@ impl Session {
     ///
     /// # Errors
     /// The project does not load; the store cannot be opened; an interrupted promotion cannot be undone.
-    pub fn state(&self) -> Result<StateStore> {
+    pub fn state(&self) -> Result<Box<dyn StateStore>> {
         open_state(self.loaded()?, false)
     }
 
@@ -189,18 +189,29 @@ impl Session {
         let project = self.loaded()?;
         let state = open_state(project, false)?;
         let mut versions = self.versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        plan_checked_with(project, &state, env, now, options, Some(&mut versions))
+        plan_checked_with(project, &*state, env, now, options, Some(&mut versions))
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
     /// engine for the duration of the apply ([`apply_recorded`]).
     ///
     /// # Errors
-    /// As [`apply::apply`]; a stale plan is refused.
+    /// As [`apply::apply`]; a stale plan is refused; the environment's lock is held by another
+    /// live process.
     pub fn apply(&self, plan: &Plan, options: &apply::Options) -> Result<ApplyReport> {
+        use crate::state::lease::{LeaseGuard, Refused, env_lease};
         let project = self.loaded()?;
         let state = open_state(project, true)?;
-        apply_recorded(project, plan, &state, options)
+        // Under the environment's lock, like `efmesh apply` (SPEC §4, invariant 30).
+        let lock = env_lease(&plan.env);
+        let guard = match LeaseGuard::acquire(&*state, &lock, &format!("efmesh watch {} --apply", plan.env), std::time::Duration::ZERO) {
+            Ok(g) => g,
+            Err(Refused::Held(r)) => anyhow::bail!("environment `{}` is locked: `{lock}` is held by {}; nothing was done", plan.env, r.holder),
+            Err(Refused::State(e)) => return Err(e.into()),
+        };
+        let result = recover_promotions(project, &*state).and_then(|()| apply_recorded(project, plan, &*state, options));
+        guard.release(&*state);
+        result
     }
 
     /// Opens the engine for writing (held until dropped).
@@ -220,23 +231,32 @@ impl Session {
 ///
 /// # Errors
 /// The store cannot be opened; an interrupted promotion cannot be undone.
-pub fn open_state(project: &Project, create: bool) -> Result<StateStore> {
+pub fn open_state(project: &Project, create: bool) -> Result<Box<dyn StateStore>> {
     let path = project.config.state_path();
     if !create && !path.exists() {
-        return Ok(StateStore::open_in_memory()?);
+        return Ok(Box::new(SqliteStore::open_in_memory()?));
     }
     // The error names the file already.
-    let state = StateStore::open(&path)?;
+    let state = SqliteStore::open(&path)?;
     recover_promotions(project, &state)?;
-    Ok(state)
+    Ok(Box::new(state))
 }
 
 /// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
 /// or a failed state write between moving the views and recording the pointers), so the
 /// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine
 /// only when there is one to undo.
-fn recover_promotions(project: &Project, state: &StateStore) -> Result<()> {
-    let pending = state.pending_promotions()?;
+/// [`recover_promotions`] for a command that just took an environment's lock (the promotion
+/// of that environment under way, if any, is an interrupted one now).
+///
+/// # Errors
+/// As [`open_state`].
+pub fn recover_interrupted(project: &Project, state: &dyn StateStore) -> Result<()> {
+    recover_promotions(project, state)
+}
+
+fn recover_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
+    let pending = crate::state::lease::interrupted_promotions(state)?;
     if pending.is_empty() {
         return Ok(());
     }
@@ -288,7 +308,7 @@ fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crat
 ///
 /// # Errors
 /// The engine cannot be opened; as [`apply::apply`].
-pub fn apply_recorded(project: &Project, plan: &Plan, state: &StateStore, options: &apply::Options) -> Result<ApplyReport> {
+pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
     let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
     let report = apply::apply(project, plan, state, &mut engine, options)?;
     drop(engine);
@@ -303,7 +323,7 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &StateStore, option
 ///
 /// # Errors
 /// The planner fails.
-pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
+pub fn plan_checked(project: &Project, state: &dyn StateStore, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
     plan_checked_with(project, state, env, now, options, None)
 }
 
@@ -313,7 +333,7 @@ pub fn plan_checked(project: &Project, state: &StateStore, env: &str, now: Milli
 /// The planner fails.
 pub fn plan_checked_with(
     project: &Project,
-    state: &StateStore,
+    state: &dyn StateStore,
     env: &str,
     now: Millis,
     options: &plan::Options,
@@ -341,7 +361,7 @@ pub fn plan_checked_with(
 ///
 /// # Errors
 /// The store cannot be opened or created.
-pub fn writable_state(project: &Project, planned: StateStore) -> Result<StateStore> {
+pub fn writable_state(project: &Project, planned: Box<dyn StateStore>) -> Result<Box<dyn StateStore>> {
     if planned.is_in_memory() { open_state(project, true) } else { Ok(planned) }
 }
 

@@ -217,7 +217,7 @@ pub fn build(
     action: &Action,
     exec: &ExecResolver<'_>,
     snapshot: &SnapshotRecord,
-    state: &StateStore,
+    state: &dyn StateStore,
     engine: &mut dyn Engine,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {

@@ -38,6 +38,7 @@ pub mod ducklake;
 pub mod fault;
 pub mod lake;
 pub mod resolve;
+pub mod retry;
 pub mod run;
 pub mod scd2;
 pub mod seed;
@@ -79,6 +80,9 @@ pub struct ApplyReport {
     pub promoted: bool,
     /// Every audit run, one entry per (model, audit, scope), warn violations included.
     pub audits: audit::AuditReport,
+    /// Intervals computed per model built (0 for a model built or refreshed whole).
+    #[serde(skip)]
+    pub per_model: BTreeMap<String, usize>,
 }
 
 /// Why an apply stopped.
@@ -173,7 +177,7 @@ impl ApplyError {
 ///
 /// # Errors
 /// [`ApplyError`]; on error the environment still serves what it served before.
-pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
+pub fn apply(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, options: &Options) -> Result<ApplyReport, ApplyError> {
     execute(project, plan, state, engine, options, false)
 }
 
@@ -183,7 +187,7 @@ pub fn apply(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dy
 pub(crate) fn execute(
     project: &Project,
     plan: &Plan,
-    state: &StateStore,
+    state: &dyn StateStore,
     engine: &mut dyn Engine,
     options: &Options,
     refresh: bool,
@@ -206,13 +210,23 @@ pub(crate) fn execute(
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
-    let work: Vec<&crate::plan::Action> = plan
-        .actions
-        .iter()
-        .filter(|a| {
-            a.change != Change::Removed && a.kind != "external" && (a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)))
-        })
-        .collect();
+    // `run` also rebuilds the `full` and `view` models downstream of what it refreshes or
+    // backfills (actions are in topological order, so parents are decided first).
+    let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
+    let mut work: Vec<&crate::plan::Action> = Vec::new();
+    for a in &plan.actions {
+        if a.change == Change::Removed || a.kind == "external" {
+            continue;
+        }
+        let downstream =
+            refresh && project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View) && m.parents().iter().any(|p| touched.contains(p)));
+        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
+            if refresh {
+                touched.insert(&a.name);
+            }
+            work.push(a);
+        }
+    }
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
@@ -309,6 +323,9 @@ pub(crate) fn execute(
     tracing::info!(env = %plan.env, models = builds, "builds planned");
     for action in &work {
         let model = project.dag.get(&action.name).expect("plan matches project");
+        // A process that lost its environment lease stops before writing anything more.
+        state.check_fence()?;
+        let intervals_before = report.intervals;
         if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
             // The relation holding these versions' intervals is gone: their ledger rows no
             // longer describe data. Marked failed (not done) before the rebuild, so a crash
@@ -339,6 +356,7 @@ pub(crate) fn execute(
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
+            report.per_model.insert(model.name.to_string(), 0);
             continue;
         }
         let body = model.body.as_ref().expect("models other than externals and seeds have a body");
@@ -346,6 +364,7 @@ pub(crate) fn execute(
             lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
+            report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
             continue;
         }
         match &model.kind {
@@ -459,6 +478,7 @@ pub(crate) fn execute(
         }
         tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
         report.built.push(model.name.clone());
+        report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
         fault::crash_point(|| format!("after-build:{}", model.name));
     }
 
@@ -484,7 +504,7 @@ pub(crate) fn execute(
 
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
-fn record_memo(project: &Project, plan: &Plan, state: &StateStore) -> Result<(), StateError> {
+fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
     let mut done = Vec::with_capacity(project.dag.len());
     for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());
@@ -550,7 +570,7 @@ fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
 /// with each pointer's metadata and the journal row, and drops the record, in one state
 /// transaction. When the last step fails, the views are put back before returning the error (or,
 /// if that fails too, by the next command: [`recover_promotions`]).
-fn promote(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
+fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
     let mut statements = Vec::new();
     let mut schemas = BTreeSet::new();
     // Every view a statement creates, replaces or drops, as (schema, view).
@@ -674,8 +694,10 @@ fn snapshot_record(model: &crate::core::Model, action: &crate::plan::Action, phy
 /// # Errors
 /// [`ApplyError`] when the views cannot be re-created or the record cannot be dropped; then
 /// the record stays and the next command tries again.
-pub fn recover_promotions(project: &Project, state: &StateStore, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
-    let pending = state.pending_promotions()?;
+pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
+    // A promotion under way in a live process that holds its environment's lock is not
+    // interrupted: it is that process's to finish or undo.
+    let pending = crate::state::lease::interrupted_promotions(state)?;
     if pending.is_empty() {
         return Ok(Vec::new());
     }

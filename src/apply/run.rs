@@ -47,7 +47,7 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
 /// # Errors
 /// As [`super::apply`]: a contract failure builds nothing; a rejected key or an engine error stops at
 /// that model, earlier models stay refreshed (each refresh is its own transaction).
-pub fn run(project: &Project, plan: &Plan, state: &StateStore, engine: &mut dyn Engine, applied_by: &str) -> Result<RunOutcome, ApplyError> {
+pub fn run(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, applied_by: &str) -> Result<RunOutcome, ApplyError> {
     let blocked = blocked_by(plan);
     if !blocked.is_empty() {
         return Ok(RunOutcome::Blocked(blocked));

@@ -134,12 +134,60 @@ pub enum Command {
         /// refuses a plan that would discard a history.
         #[arg(long, value_name = "MODEL")]
         reset_history: Vec<String>,
+        /// When another process holds the environment's lock, wait up to this long (`30s`, `10m`) before giving up.
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
+        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        retries: u32,
     },
     /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
     /// models, compute missing intervals) without promoting; refuses when the project differs.
     Run {
         /// Environment name.
         env: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        retries: u32,
+    },
+    /// Report an environment's health: last plan applied and by whom, lag per model, failed
+    /// intervals, recent run ticks, lock holder. `--check` exits 1 when unhealthy.
+    Status {
+        /// Environment name.
+        env: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 on failed intervals or a last run tick that errored (the report is printed either way).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Forget the done intervals of a time-range model (and of its time-range descendants) in a
+    /// range, for the versions an environment serves, so the next run recomputes them.
+    Restate {
+        /// Environment name.
+        env: String,
+        /// The time-range model to restate (`schema.table`).
+        #[arg(long, value_name = "MODEL")]
+        model: String,
+        /// Start of the range (ISO-8601 UTC, aligned to the model's grain).
+        #[arg(long, value_name = "ISO")]
+        from: String,
+        /// End of the range, exclusive (ISO-8601 UTC, aligned to the model's grain).
+        #[arg(long, value_name = "ISO")]
+        to: String,
+        /// Show what would be cleared; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Upgrade the state store to this efmesh's layout, backing it up beside itself first.
+    Migrate {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -256,6 +304,9 @@ impl Command {
             Command::Plan { json, .. }
             | Command::Apply { json, .. }
             | Command::Run { json, .. }
+            | Command::Status { json, .. }
+            | Command::Restate { json, .. }
+            | Command::Migrate { json }
             | Command::Check { json }
             | Command::Test { json, .. }
             | Command::Audit { json, .. }

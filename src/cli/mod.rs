@@ -7,10 +7,14 @@ mod check;
 mod completions;
 mod init;
 pub mod logging;
+mod lock;
+mod migrate;
 mod preview;
 mod printer;
+mod restate;
 mod run;
 mod schedule;
+mod status;
 mod test;
 mod watch;
 
@@ -97,6 +101,9 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<Reported>() || e.is::<LoadErrors>() {
             return "load";
         }
+        if e.is::<lock::LockHeld>() {
+            return "lock-held";
+        }
         if let Some(a) = e.downcast_ref::<ApplyError>() {
             return match a {
                 ApplyError::Contract(_) => "contract",
@@ -179,12 +186,18 @@ pub fn run(mut args: Args) -> Result<Exit> {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             cmd_plan(&args.config, &env, json, explain, &options, now, &out)
         }
-        Command::Apply { env, yes, json, forward_only, reclassify, reset_history } => {
+        Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries } => {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
-            cmd_apply(&args.config, &env, yes, json, &options, now, &out)
+            let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
+            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries }, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
-        Command::Run { env, json } => run::run(&args.config, &env, json, now, &out),
+        Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
+        Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
+        Command::Migrate { json } => migrate::run(&args.config, json, &out),
+        Command::Restate { env, model, from, to, dry_run, json } => {
+            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json }, &out)
+        }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
@@ -221,7 +234,7 @@ pub(crate) use crate::session::{open_state, plan_checked, writable_state};
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan_checked(&project, &state, env, now, options)?;
+    let plan = plan_checked(&project, &*state, env, now, options)?;
     if json {
         out.json(serde_json::to_value(&plan)?)?;
     } else {
@@ -243,10 +256,22 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
     })
 }
 
-fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
+/// `apply`'s flags beyond the plan options.
+#[derive(Debug, Clone, Copy)]
+struct ApplyFlags {
+    yes: bool,
+    json: bool,
+    /// How long to wait for the environment's lock.
+    wait: std::time::Duration,
+    /// Transient failures retried.
+    retries: u32,
+}
+
+fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
+    let ApplyFlags { yes, json, .. } = flags;
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan_checked(&project, &state, env, now, options)?;
+    let plan = plan_checked(&project, &*state, env, now, options)?;
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
     }
@@ -288,8 +313,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         }
     }
     let state = writable_state(&project, state)?;
-    let options = apply::Options { applied_by: applied_by() };
-    let report = crate::session::apply_recorded(&project, &plan, &state, &options)?;
+    let report = apply_locked(&project, plan.clone(), &*state, flags, options, now)?;
     if json {
         out.json(apply_json(&plan, true, Some(&report)))?;
     } else {
@@ -305,6 +329,65 @@ fn cmd_apply(config: &std::path::Path, env: &str, yes: bool, json: bool, options
         out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }
     Ok(Exit::Success)
+}
+
+/// Applies `plan` under the environment's lock (waiting `flags.wait` for it; a lock still held
+/// is an error naming its holder), retrying transient failures `flags.retries` times: each retry
+/// plans again under the lock and refuses to go on if the versions differ from `plan`'s (what
+/// was confirmed).
+fn apply_locked(
+    project: &Project,
+    plan: Plan,
+    state: &dyn crate::state::StateStore,
+    flags: ApplyFlags,
+    options: &plan::Options,
+    now: Millis,
+) -> Result<ApplyReport> {
+    let env = plan.env.clone();
+    // First without waiting: whether this apply had to wait decides below whether it may plan again.
+    let (guard, waited) = match lock::lock_env(state, &env, std::time::Duration::ZERO)? {
+        lock::Locked::Held(g) => (g, false),
+        lock::Locked::Busy(..) if !flags.wait.is_zero() => match lock::lock_env(state, &env, flags.wait)? {
+            lock::Locked::Held(g) => (g, true),
+            lock::Locked::Busy(name, holder) => return Err(lock::held_error(&env, &name, &holder, flags.wait)),
+        },
+        lock::Locked::Busy(name, holder) => return Err(lock::held_error(&env, &name, &holder, flags.wait)),
+    };
+    let result = (|| {
+        // Under the lock, a promotion of this environment recorded as under way was interrupted.
+        crate::session::recover_interrupted(project, state)?;
+        let confirmed = versions(&plan);
+        // The holder this apply waited for (`--wait`) may have written the store: plan again, and
+        // go on only with the versions confirmed. Without a wait, a store that moved since the
+        // plan is refused as a stale plan (nothing done, "plan again").
+        let moved = plan.generation.is_some() && plan.generation != Some(state.generation()?);
+        if waited && moved {
+            tracing::warn!(env = %env, "the state store changed while waiting for the lock of `{env}`; planning again (applied only if it leads to the same versions)");
+        }
+        let mut first = if waited && moved { None } else { Some(plan) };
+        crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |_| {
+            let plan = match first.take() {
+                Some(p) => p,
+                None => {
+                    let again = plan_checked(project, state, &env, now, options)?;
+                    if versions(&again) != confirmed {
+                        return Err(anyhow!(
+                            "the plan of `{env}` changed while retrying (another process changed the project or the state); nothing more was done\n  hint: plan again"
+                        ));
+                    }
+                    again
+                }
+            };
+            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by() })
+        })
+    })();
+    guard.release(state);
+    result
+}
+
+/// The versions a plan leads to: model name → fingerprint (removed models absent).
+fn versions(plan: &Plan) -> std::collections::BTreeMap<String, String> {
+    plan.actions.iter().filter(|a| a.change != plan::Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect()
 }
 
 /// The OS user applying, for the journal; empty when unknown.

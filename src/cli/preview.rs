@@ -31,7 +31,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &[String], rows: 
     }
     let state = open_state(&project, false)?;
     if names.is_empty() {
-        let plan = plan_checked(&project, &state, env, now, &crate::plan::Options::default())?;
+        let plan = plan_checked(&project, &*state, env, now, &crate::plan::Options::default())?;
         names = plan
             .actions
             .iter()
@@ -39,7 +39,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &[String], rows: 
             .map(|a| a.name.clone())
             .collect();
     }
-    let previews = preview::preview(&project, &state, env, &names, &preview::Options { rows, now })?;
+    let previews = preview::preview(&project, &*state, env, &names, &preview::Options { rows, now })?;
     if json {
         out.json(json!({ "env": env, "previews": previews }))?;
     } else {

@@ -1,46 +1,111 @@
-//! `efmesh run <env>`: one refresh tick of an environment (see [`crate::apply::run`]).
+//! `efmesh run <env>`: one refresh tick of an environment (see [`crate::apply::run`]), under the
+//! environment's lock, journaled in the state store's run journal (every tick, failures too).
+//!
+//! Outcomes: `processed` (something was refreshed or backfilled), `nothing-due`, `blocked` (the
+//! project differs from the environment: exit 2), `lock-held` (another process holds the lock:
+//! an overlapping tick is normal, exit 0), `error` (exit 1).
 
+use super::lock::{Locked, lock_env};
 use super::printer::Printer;
-use super::{Exit, applied_by, load, open_state, writable_state};
+use super::{Exit, applied_by, error_text, load, open_state};
+use crate::apply::ApplyReport;
+use crate::apply::retry::with_retries;
 use crate::apply::run::{RunOutcome, run as run_env};
-use crate::core::interval::{Millis, to_iso};
+use crate::core::interval::{Millis, now_millis, to_iso};
 use crate::engine::duckdb::DuckDb;
 use crate::plan;
+use crate::project::Project;
+use crate::state::{StateStore, Tick};
 use anyhow::Result;
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-/// Plans `env`; refuses (exit 2, listing the changes) when the project differs from it; else
-/// refreshes its unique-key and SCD type 2 models and computes missing intervals.
-pub(super) fn run(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+/// How a tick under the lock ended (errors aside).
+enum Ticked {
+    Ran(ApplyReport),
+    Blocked(Vec<String>),
+}
+
+/// Runs one tick of `env`: takes its lock (none: outcome `lock-held`, exit 0), plans; refuses
+/// (exit 2, listing the changes) when the project differs from the environment; else refreshes
+/// its unique-key and SCD type 2 models, computes missing intervals and rebuilds the `full` and
+/// `view` models downstream, retrying transient failures `retries` times. Journals the tick.
+pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
-    let state = open_state(&project, false)?;
-    let plan = super::plan_checked(&project, &state, env, now, &plan::Options::default())?;
-    let blocked = crate::apply::run::blocked_by(&plan);
-    if !blocked.is_empty() {
-        if json {
-            out.json(json!({"env": env, "outcome": "awaiting-human", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked}))?;
+    crate::core::name::validate_env(env)?;
+    let started = now_millis();
+    let state = open_state(&project, true)?;
+    let record = |outcome: &str, processed: BTreeMap<String, usize>, detail: Option<String>| {
+        let tick =
+            Tick { env: env.to_string(), started_at: to_iso(started), finished_at: to_iso(now_millis()), outcome: outcome.to_string(), processed, detail };
+        // The journal is a record, not the work: failing to write it is logged, not fatal.
+        if let Err(e) = state.record_tick(&tick) {
+            tracing::warn!("cannot journal the run tick: {e}");
         }
-        let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
-        eprintln!(
-            "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}`, then run again",
-            lines.join("\n")
-        );
-        return Ok(Exit::AwaitingHuman);
-    }
-    let state = writable_state(&project, state)?;
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
-    let report = match run_env(&project, &plan, &state, &mut engine, &applied_by())? {
-        RunOutcome::Ran(r) => r,
-        RunOutcome::Blocked(_) => unreachable!("checked above with the same plan"),
     };
-    let processed: Vec<String> = report.built.iter().map(ToString::to_string).collect();
-    if json {
-        out.json(json!({"env": env, "outcome": "ok", "now": to_iso(now), "processed": processed, "intervals": report.intervals}))?;
-    } else if processed.is_empty() {
-        out.text(&format!("run `{env}`: nothing to refresh\n"))?;
-    } else {
-        let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
-        out.text(&format!("run `{env}`: processed {}{intervals}\n", processed.join(", ")))?;
+    let guard = match lock_env(&*state, env, Duration::ZERO)? {
+        Locked::Held(g) => g,
+        Locked::Busy(lock, holder) => {
+            record("lock-held", BTreeMap::new(), Some(format!("`{lock}` held by {holder}")));
+            if json {
+                out.json(json!({"env": env, "outcome": "lock-held", "now": to_iso(now), "processed": [], "lock": lock, "holder": holder}))?;
+            } else {
+                out.text(&format!("run `{env}`: skipped, `{lock}` is held by {holder}\n"))?;
+            }
+            return Ok(Exit::Success);
+        }
+    };
+    let result = tick(&project, &*state, env, retries, now);
+    guard.release(&*state);
+    match result {
+        Ok(Ticked::Blocked(blocked)) => {
+            record("blocked", BTreeMap::new(), Some(blocked.join("; ")));
+            if json {
+                out.json(json!({"env": env, "outcome": "blocked", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked}))?;
+            }
+            let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
+            eprintln!(
+                "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}`, then run again",
+                lines.join("\n")
+            );
+            Ok(Exit::AwaitingHuman)
+        }
+        Ok(Ticked::Ran(report)) => {
+            let processed: Vec<String> = report.built.iter().map(ToString::to_string).collect();
+            let outcome = if processed.is_empty() { "nothing-due" } else { "processed" };
+            record(outcome, report.per_model.clone(), None);
+            if json {
+                out.json(json!({"env": env, "outcome": outcome, "now": to_iso(now), "processed": processed, "intervals": report.intervals}))?;
+            } else if processed.is_empty() {
+                out.text(&format!("run `{env}`: nothing to refresh\n"))?;
+            } else {
+                let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
+                out.text(&format!("run `{env}`: processed {}{intervals}\n", processed.join(", ")))?;
+            }
+            Ok(Exit::Success)
+        }
+        Err(e) => {
+            record("error", BTreeMap::new(), Some(error_text(&e)));
+            Err(e)
+        }
     }
-    Ok(Exit::Success)
+}
+
+/// Plans and refreshes `env` under its lock, retrying transient failures.
+fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, now: Millis) -> Result<Ticked> {
+    // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
+    crate::session::recover_interrupted(project, state)?;
+    with_retries(retries, &format!("run `{env}`"), |_| {
+        let plan = super::plan_checked(project, state, env, now, &plan::Options::default())?;
+        let blocked = crate::apply::run::blocked_by(&plan);
+        if !blocked.is_empty() {
+            return Ok(Ticked::Blocked(blocked));
+        }
+        let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+        Ok(match run_env(project, &plan, state, &mut engine, &applied_by())? {
+            RunOutcome::Ran(r) => Ticked::Ran(r),
+            RunOutcome::Blocked(b) => Ticked::Blocked(b),
+        })
+    })
 }

@@ -301,7 +301,7 @@ fn local_lake_files(project: &Project, physical: &str) -> Option<BTreeSet<String
 ///
 /// # Errors
 /// [`PlanError::State`] when the snapshots sharing a lost table cannot be read.
-pub fn check(project: &Project, state: &StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
+pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
     let root = Root::of(project);
     let mut index = None;
     let found: Vec<Repair> = {
@@ -372,7 +372,7 @@ const LAKE_FULL_FILE: &str = "data.parquet";
 
 /// The versions of `action`'s model stored in its physical relation (its own, the one it reuses,
 /// and every snapshot recording that relation).
-fn sharing(state: &StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
+fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
     if index.is_none() {
         let mut grouped = SharingIndex::new();
         for ((name, fp), (physical, _)) in state.snapshot_index()? {

@@ -125,7 +125,7 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
 ///
 /// # Errors
 /// [`StateError`] when the store cannot be read.
-pub fn lookup(project: &Project, state: &StateStore, env: &str, now: Millis) -> Result<Option<Plan>, StateError> {
+pub fn lookup(project: &Project, state: &dyn StateStore, env: &str, now: Millis) -> Result<Option<Plan>, StateError> {
     let Some((stored, body)) = state.plan_memo_get(env)? else { return Ok(None) };
     let generation = state.generation()?;
     if stored != key(project, env, generation) {

@@ -590,7 +590,7 @@ impl VersionMemo {
     ///
     /// # Errors
     /// As [`versions`]; the memo is then left as it was.
-    pub fn versions(&mut self, project: &Project, state: &StateStore) -> Result<Versions, PlanError> {
+    pub fn versions(&mut self, project: &Project, state: &dyn StateStore) -> Result<Versions, PlanError> {
         let models: Vec<&Model> = project.dag.models().collect();
         let definitions: Vec<blake3::Hash> = models.iter().map(|m| memo::definition_digest(m)).collect();
         let known: Vec<Option<&VersionEntry>> =
@@ -721,7 +721,7 @@ pub fn env_schema(env: &str, schema: &str) -> String {
 ///
 /// # Errors
 /// [`PlanError::ViewConflict`] naming both environments, both models and the shared view.
-pub fn check_legacy_views(project: &Project, state: &StateStore, env: &str) -> Result<(), PlanError> {
+pub fn check_legacy_views(project: &Project, state: &dyn StateStore, env: &str) -> Result<(), PlanError> {
     let legacy: Vec<String> = state.environments()?.into_iter().filter(|e| e != env && validate_env(e).is_err()).collect();
     if legacy.is_empty() {
         return Ok(());
@@ -748,7 +748,7 @@ pub fn check_legacy_views(project: &Project, state: &StateStore, env: &str) -> R
 ///
 /// # Errors
 /// As [`plan_with`].
-pub fn plan(project: &Project, state: &StateStore, env: &str, now: Millis) -> Result<Plan, PlanError> {
+pub fn plan(project: &Project, state: &dyn StateStore, env: &str, now: Millis) -> Result<Plan, PlanError> {
     plan_with(project, state, env, now, &Options::default())
 }
 
@@ -761,7 +761,7 @@ struct OldDefinition {
     physical: String,
 }
 
-fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
+fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
     let Some(rec) = state.snapshot(name, fp)? else { return Ok(None) };
     let m = &rec.metadata;
     let schema = m["schema"]
@@ -783,7 +783,7 @@ fn old_definition(state: &StateStore, name: &str, fp: &str) -> Result<Option<Old
 /// [`PlanError`]: an invalid environment name, a state store failure, a body that does not
 /// parse, or an operator choice that contradicts the change (`--reclassify` a dropped column as
 /// non-breaking, `--forward-only` on a model that is not time-range or drops a column).
-pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
+pub fn plan_with(project: &Project, state: &dyn StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     plan_with_memo(project, state, env, now, options, None)
 }
 
@@ -796,7 +796,7 @@ pub fn plan_with(project: &Project, state: &StateStore, env: &str, now: Millis, 
 /// As [`plan_with`].
 pub fn plan_with_memo(
     project: &Project,
-    state: &StateStore,
+    state: &dyn StateStore,
     env: &str,
     now: Millis,
     options: &Options,
@@ -845,7 +845,7 @@ pub fn plan_with_memo(
 /// As [`plan_with`].
 pub fn plan_verified(
     project: &Project,
-    state: &StateStore,
+    state: &dyn StateStore,
     env: &str,
     now: Millis,
     options: &Options,
@@ -860,7 +860,7 @@ pub fn plan_verified(
 /// As [`plan_with`].
 pub fn plan_verified_with(
     project: &Project,
-    state: &StateStore,
+    state: &dyn StateStore,
     env: &str,
     now: Millis,
     options: &Options,
@@ -879,11 +879,18 @@ pub fn plan_verified_with(
 ///
 /// # Errors
 /// As [`plan_with`].
-pub fn compute(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
+pub fn compute(project: &Project, state: &dyn StateStore, env: &str, now: Millis, options: &Options) -> Result<Plan, PlanError> {
     compute_with(project, state, env, now, options, None)
 }
 
-fn compute_with(project: &Project, state: &StateStore, env: &str, now: Millis, options: &Options, memo: Option<&mut VersionMemo>) -> Result<Plan, PlanError> {
+fn compute_with(
+    project: &Project,
+    state: &dyn StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    memo: Option<&mut VersionMemo>,
+) -> Result<Plan, PlanError> {
     validate_env(env)?;
     // Read first: a write landing while we read makes the plan stale, never wrongly fresh.
     let generation = state.generation()?;
@@ -1259,7 +1266,7 @@ fn forward_only_kind_fields(kind: &serde_json::Value) -> serde_json::Value {
 /// starting over otherwise (its table holds another history).
 #[allow(clippy::too_many_arguments)]
 fn scd_history(
-    state: &StateStore,
+    state: &dyn StateStore,
     env: &str,
     model: &Model,
     prev: &Fingerprint,
@@ -1382,7 +1389,7 @@ pub const CARRIED: &str = "carried";
 /// always do it (environments sharing that version then see the new intervals, as in sqlmesh);
 /// any other environment is refused while another environment serves that version, whose
 /// history would silently change under it.
-fn refuse_shared_history(state: &StateStore, env: &str, model: &ModelName, old: &Fingerprint) -> Result<(), PlanError> {
+fn refuse_shared_history(state: &dyn StateStore, env: &str, model: &ModelName, old: &Fingerprint) -> Result<(), PlanError> {
     if env == crate::core::name::PROD {
         return Ok(());
     }

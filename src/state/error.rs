@@ -1,55 +1,57 @@
-//! [`StateError`]: every way a state-store operation can fail.
+//! [`StateError`]: every way a state-store operation can fail, whatever the backend.
 
-use std::path::PathBuf;
+/// The backend's own error, kept as the [`source`](std::error::Error::source).
+pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// A failed state-store operation. Each variant names the store file (`:memory:` for an
-/// in-memory store) and what was being done; SQLite's own error is kept as the
+/// A failed state-store operation. Each variant names the store (its file, `:memory:` for an
+/// in-memory store) and what was being done; the backend's own error is kept as the
 /// [`source`](std::error::Error::source). Messages follow `STYLE.md`: no trailing period, names
-/// in backticks.
+/// in backticks. [`StateError::hint`] gives the CLI's `hint:` line.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
-    /// The file could not be opened, is not a SQLite database, or could not be configured
-    /// (journal mode, busy timeout) or initialised.
-    #[error("cannot open the state store `{}`", path.display())]
+    /// The store could not be opened, is not a store of this backend, or could not be configured
+    /// or initialised.
+    #[error("cannot open the state store `{store}`")]
     Open {
-        /// Store file.
-        path: PathBuf,
-        /// SQLite's error.
+        /// The store.
+        store: String,
+        /// The backend's error.
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
+        /// True when another process holding the store's lock caused it (retrying may succeed).
+        transient: bool,
     },
     /// The store was written with another layout version (older or newer). It is never
-    /// upgraded silently.
-    #[error(
-        "the state store `{}` has version {found}, this efmesh needs version {wanted}",
-        path.display()
-    )]
+    /// upgraded silently: `efmesh migrate` upgrades an older one.
+    #[error("the state store `{store}` has version {found}, this efmesh needs version {wanted}")]
     Version {
-        /// Store file.
-        path: PathBuf,
+        /// The store.
+        store: String,
         /// Version found in `meta` (0 when `meta` is missing or empty).
         found: i64,
         /// [`STATE_VERSION`](super::STATE_VERSION).
         wanted: i64,
     },
-    /// A read or write failed in SQLite (including a lock still held by another process after
-    /// the busy timeout, see [`StateError::is_busy`]).
-    #[error("state store `{}`: cannot {op}", path.display())]
-    Sqlite {
-        /// Store file.
-        path: PathBuf,
+    /// A read or write failed in the backend (including a lock still held by another process
+    /// after the busy timeout, see [`StateError::is_busy`]).
+    #[error("state store `{store}`: cannot {op}")]
+    Backend {
+        /// The store.
+        store: String,
         /// What was being done, e.g. "read the pointers of environment `dev`".
         op: String,
-        /// SQLite's error.
+        /// The backend's error.
         #[source]
-        source: rusqlite::Error,
+        source: BackendError,
+        /// True when another process holding the store's lock caused it (retrying may succeed).
+        transient: bool,
     },
     /// A stored value cannot be read back (malformed JSON or timestamp, unknown status).
-    #[error("state store `{}`: cannot {op}: {detail}", path.display())]
+    #[error("state store `{store}`: cannot {op}: {detail}")]
     Corrupt {
-        /// Store file.
-        path: PathBuf,
+        /// The store.
+        store: String,
         /// What was being done.
         op: String,
         /// Which value is malformed, naming its row.
@@ -79,17 +81,27 @@ pub enum StateError {
         /// Model name.
         name: String,
     },
+    /// This process held lease `lease` (e.g. `env:prod`) and lost it (it expired and another
+    /// process reclaimed it): it stopped before writing anything more.
+    #[error(
+        "state store `{store}`: this process lost the lock `{lease}`{}; stopped before writing anything more",
+        .holder.as_ref().map(|h| format!(" (now held by {h})")).unwrap_or_default()
+    )]
+    LeaseLost {
+        /// The store.
+        store: String,
+        /// Lease name.
+        lease: String,
+        /// Who holds it now, if anyone.
+        holder: Option<String>,
+    },
 }
 
 impl StateError {
     /// True when another process held the store's write lock for longer than the busy timeout
     /// (about 5 s); retrying later may succeed.
     pub fn is_busy(&self) -> bool {
-        let source = match self {
-            StateError::Open { source, .. } | StateError::Sqlite { source, .. } => source,
-            _ => return false,
-        };
-        matches!(source.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+        matches!(self, StateError::Open { transient: true, .. } | StateError::Backend { transient: true, .. })
     }
 
     /// True when the store has another layout version than [`STATE_VERSION`](super::STATE_VERSION).
@@ -102,13 +114,22 @@ impl StateError {
         matches!(self, StateError::MissingSnapshot { .. })
     }
 
+    /// True when this process lost a lease it held.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, StateError::LeaseLost { .. })
+    }
+
     /// A `hint:` line for the CLI, when one helps.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            StateError::Version { found, wanted, .. } if found < wanted => {
-                Some("the store predates this efmesh's format and cannot be read; move it aside to start afresh")
+            StateError::Version { found: 0, .. } => {
+                Some("this database is not an efmesh state store (it has no layout version); point `[state] path` elsewhere")
             }
-            StateError::Version { .. } => Some("the store was written by a newer efmesh; use that version"),
+            StateError::Version { found, wanted, .. } if found < wanted => {
+                Some("the store was written by an older efmesh: run `efmesh migrate` (it backs the store up beside itself first)")
+            }
+            StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
+            StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),
             _ if self.is_busy() => Some("another efmesh process is writing the state store; retry when it is done"),
             _ => None,
         }

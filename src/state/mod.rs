@@ -1,5 +1,8 @@
-//! The state store: snapshots, environment pointers, the interval ledger, the apply journal
-//! and the canonicalisation cache, in one SQLite file (`efmesh.state.sqlite` by default).
+//! The state store: snapshots, environment pointers, the interval ledger, the apply journal,
+//! environment leases, the run journal (ticks), promotion intents, the plan memo and the
+//! canonicalisation cache, behind one interface, the [`StateStore`] trait. Its first
+//! implementation, [`SqliteStore`], keeps everything in one SQLite file (`efmesh.state.sqlite`
+//! by default); plan, apply, the session and every command use only the trait.
 //!
 //! The store is the single source of truth for what has been built: a physical table with no
 //! ledger rows counts as empty (reference `core-semantics.md` §6.3). Everything is keyed by the
@@ -14,9 +17,14 @@
 //! - Every instant is stored as ISO-8601 UTC text with milliseconds
 //!   ([`crate::core::interval::to_iso`], e.g. `2026-01-02T00:00:00.000Z`), so rows compare and
 //!   sort lexicographically; the API speaks [`Millis`](crate::core::Millis).
-//! - A store written with another [`STATE_VERSION`] is refused, except versions 1 and 2, which
-//!   are upgraded in place in one transaction (1 → 2 adds the write counter and the plan memo;
-//!   2 → 3 gives every pointer the metadata its snapshot held, and adds promotion intents).
+//! - The layout is versioned ([`STATE_VERSION`]) by a list of migrations ([`MIGRATIONS`]). A
+//!   store written by a newer efmesh is refused (upgrade efmesh); an older one is refused too,
+//!   except by [`migrate`] (`efmesh migrate`), which backs it up beside itself and applies the
+//!   missing migrations in one transaction.
+//! - Writers that hold an environment lease ([`lease`]) fence their writes: every write of the
+//!   store first checks, inside its own transaction, that the lease still has the holder's
+//!   token, so a holder that lost its lease stops before its next write
+//!   ([`StateError::LeaseLost`]).
 //! - Snapshot rows never change once written. The metadata an environment serves (description,
 //!   `start`/`end`, batch size, lookback, audits) belongs to its pointers, written only by the
 //!   promotion that makes it live, so `apply dev` never changes what `prod` serves.
@@ -30,10 +38,10 @@
 //!
 //! ```
 //! use efmesh::core::Interval;
-//! use efmesh::state::{IntervalStatus, SnapshotRecord, StateStore};
+//! use efmesh::state::{IntervalStatus, SnapshotRecord, SqliteStore, StateStore};
 //! use std::collections::{BTreeMap, BTreeSet};
 //!
-//! let store = StateStore::open_in_memory()?;
+//! let store = SqliteStore::open_in_memory()?;
 //! let fp = "ab".repeat(32);
 //! store.put_snapshot(&SnapshotRecord {
 //!     name: "med.moves".into(),
@@ -60,14 +68,332 @@
 //! ```
 
 mod error;
+pub mod lease;
 mod sqlite;
 
 pub use error::StateError;
-pub use sqlite::StateStore;
+pub use sqlite::{MIGRATIONS, Migration, MigrationReport, SqliteStore, migrate, stored_version_of};
 
-/// Layout version of the store, kept in the single-row table `meta(version)`. A store holding
-/// any other value is refused with [`StateError`] (see [`StateError::is_version_mismatch`]).
-pub const STATE_VERSION: i64 = 3;
+use crate::core::interval::{Interval, Millis};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// Layout version of the store, kept in the single-row table `meta(version)`: the version the
+/// last of [`MIGRATIONS`] produces. A store holding any other value is refused with
+/// [`StateError`] (see [`StateError::is_version_mismatch`]); an older one is upgraded by
+/// [`migrate`].
+pub const STATE_VERSION: i64 = 4;
+
+/// The state store's interface: everything plan, apply, the session and the commands read and
+/// write. Implementations keep each write atomic (all or nothing), keep every instant as
+/// ISO-8601 UTC text with milliseconds, and fence writes with the lease set by
+/// [`StateStore::set_fence`].
+///
+/// Errors are [`StateError`]s naming the store, the operation and the backend's error as the
+/// source, whatever the backend.
+pub trait StateStore: Send + std::fmt::Debug {
+    /// Where the store lives, for messages (a file path, `:memory:`).
+    fn location(&self) -> String;
+
+    /// True for a store that vanishes with this handle (an in-memory stand-in).
+    fn is_in_memory(&self) -> bool;
+
+    /// A second, independent handle on the same store (the lease heartbeat thread uses one).
+    ///
+    /// # Errors
+    /// The store cannot be opened again (an in-memory store never can).
+    fn reopen(&self) -> Result<Box<dyn StateStore>, StateError>;
+
+    /// How many write transactions the store has committed: equal values mean nothing was
+    /// written in between, except promotions (which change only their own environment's
+    /// pointers and delete that environment's plan memo), leases and ticks.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn generation(&self) -> Result<i64, StateError>;
+
+    /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn plan_memo_get(&self, env: &str) -> Result<Option<(String, String)>, StateError>;
+
+    /// Stores the plan memo of `env` (does not bump the generation).
+    ///
+    /// # Errors
+    /// The write fails (nothing is written).
+    fn plan_memo_put(&self, env: &str, key: &str, body: &str) -> Result<(), StateError>;
+
+    /// The pointer set of `env`: model name → fingerprint (empty for an unknown environment).
+    ///
+    /// # Errors
+    /// The read fails.
+    fn env_pointers(&self, env: &str) -> Result<BTreeMap<String, String>, StateError>;
+
+    /// The metadata `env` serves per pointer: model name → JSON text.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn env_metadata(&self, env: &str) -> Result<BTreeMap<String, String>, StateError>;
+
+    /// Every environment with at least one pointer, sorted.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn environments(&self) -> Result<Vec<String>, StateError>;
+
+    /// The snapshot `(name, fp)`, or `None`.
+    ///
+    /// # Errors
+    /// The read fails, or its metadata is not JSON.
+    fn snapshot(&self, name: &str, fp: &str) -> Result<Option<SnapshotRecord>, StateError>;
+
+    /// Every snapshot id `(name, fingerprint)`.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn snapshot_keys(&self) -> Result<HashSet<(String, String)>, StateError>;
+
+    /// Every snapshot's `(physical, kind)` keyed by `(name, fingerprint)`.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn snapshot_index(&self) -> Result<SnapshotIndex, StateError>;
+
+    /// Records a snapshot; an existing `(name, fingerprint)` keeps its first payload.
+    ///
+    /// # Errors
+    /// The write fails (nothing is written), or the fence lease was lost.
+    fn put_snapshot(&self, rec: &SnapshotRecord) -> Result<(), StateError>;
+
+    /// Starts of the done intervals of `(name, fp)`.
+    ///
+    /// # Errors
+    /// The read fails, or a stored start is not a timestamp.
+    fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError>;
+
+    /// The done interval starts of every snapshot, keyed by `(name, fingerprint)`.
+    ///
+    /// # Errors
+    /// The read fails, or a stored start is not a timestamp.
+    fn all_done_intervals(&self) -> Result<HashMap<(String, String), BTreeSet<Millis>>, StateError>;
+
+    /// Counts and newest done end of the ledger of `(name, fp)` (for `status`).
+    ///
+    /// # Errors
+    /// The read fails, or a stored end is not a timestamp.
+    fn ledger_stats(&self, name: &str, fp: &str) -> Result<LedgerStats, StateError>;
+
+    /// Records `intervals` of `(name, fp)` with `status` in one transaction.
+    ///
+    /// # Errors
+    /// The write fails (none is recorded), or the fence lease was lost.
+    fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError>;
+
+    /// Deletes the done intervals of `(name, fp)` whose start lies in `[from, to)` (restatement),
+    /// in one transaction, so the next apply or run recomputes them. Returns how many were
+    /// cleared.
+    ///
+    /// # Errors
+    /// The write fails (nothing is cleared), or the fence lease was lost.
+    fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError>;
+
+    /// Replaces the pointer set of `env`, appends a journal row and drops its promotion intent,
+    /// in one transaction; every name in `require_snapshot` must have a stored snapshot.
+    /// Returns the journal id.
+    ///
+    /// # Errors
+    /// [`StateError::MissingSnapshot`], [`StateError::MissingPointer`], a failed write or a lost
+    /// fence lease; nothing is changed then.
+    #[allow(clippy::too_many_arguments)]
+    fn promote(
+        &self,
+        env: &str,
+        pointers: &BTreeMap<String, String>,
+        metadata: &BTreeMap<String, String>,
+        require_snapshot: &BTreeSet<String>,
+        journal_summary: &serde_json::Value,
+        applied_by: &str,
+        now: Millis,
+    ) -> Result<i64, StateError>;
+
+    /// Records a promotion of `env` as under way, before any view moves.
+    ///
+    /// # Errors
+    /// The write fails (also when one is already recorded), or the fence lease was lost.
+    fn begin_promotion(&self, env: &str, pointers: &BTreeMap<String, String>, rollback: &[String], now: Millis) -> Result<(), StateError>;
+
+    /// Every promotion recorded as under way and neither completed nor abandoned.
+    ///
+    /// # Errors
+    /// The read fails, or a row is not JSON.
+    fn pending_promotions(&self) -> Result<Vec<PendingPromotion>, StateError>;
+
+    /// Forgets the promotion of `env` under way (idempotent).
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn abandon_promotion(&self, env: &str) -> Result<(), StateError>;
+
+    /// The apply journal of `env`, oldest first.
+    ///
+    /// # Errors
+    /// The read fails, or a summary is not JSON.
+    fn journal(&self, env: &str) -> Result<Vec<JournalEntry>, StateError>;
+
+    /// Cached canonical forms of those `keys` that are cached.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn canon_cache_get(&self, keys: &[String]) -> Result<HashMap<String, String>, StateError>;
+
+    /// Stores canonical forms in one transaction.
+    ///
+    /// # Errors
+    /// The write fails (none is stored), or the fence lease was lost.
+    fn canon_cache_put(&self, entries: &[(String, String)]) -> Result<(), StateError>;
+
+    /// Tries to take lease `name` for `holder` with `token`, in one transaction: free → taken;
+    /// held by a lease that expired at or before `now`, or that `is_stale` says is dead →
+    /// reclaimed (the previous record returned); otherwise [`LeaseClaim::Held`] naming the holder.
+    ///
+    /// # Errors
+    /// The read or write fails.
+    fn try_acquire_lease(
+        &self,
+        name: &str,
+        token: &str,
+        holder: &LeaseHolder,
+        expires: Millis,
+        now: Millis,
+        is_stale: &dyn Fn(&LeaseRecord) -> bool,
+    ) -> Result<LeaseClaim, StateError>;
+
+    /// Extends lease `name` to `expires` if it still has `token`; false when it was lost.
+    ///
+    /// # Errors
+    /// The write fails.
+    fn renew_lease(&self, name: &str, token: &str, expires: Millis, now: Millis) -> Result<bool, StateError>;
+
+    /// Releases lease `name` if it still has `token` (else does nothing).
+    ///
+    /// # Errors
+    /// The write fails.
+    fn release_lease(&self, name: &str, token: &str) -> Result<(), StateError>;
+
+    /// The record of lease `name`, if anyone holds it (expired or not).
+    ///
+    /// # Errors
+    /// The read fails.
+    fn lease(&self, name: &str) -> Result<Option<LeaseRecord>, StateError>;
+
+    /// Every write of this handle from now on first checks, in its own transaction, that lease
+    /// `fence.0` still has token `fence.1` (`None`: no check).
+    fn set_fence(&self, fence: Option<(String, String)>);
+
+    /// Checks the fence now (before an engine write).
+    ///
+    /// # Errors
+    /// [`StateError::LeaseLost`] when the lease was taken over; a failed read.
+    fn check_fence(&self) -> Result<(), StateError>;
+
+    /// Appends one tick to the run journal (not fenced: a holder that lost its lease still
+    /// records why it stopped). Returns its id.
+    ///
+    /// # Errors
+    /// The write fails.
+    fn record_tick(&self, tick: &Tick) -> Result<i64, StateError>;
+
+    /// The newest `limit` ticks of `env`, newest first.
+    ///
+    /// # Errors
+    /// The read fails, or a detail is not JSON.
+    fn ticks(&self, env: &str, limit: usize) -> Result<Vec<Tick>, StateError>;
+
+    /// The layout version of this store.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn schema_version(&self) -> Result<i64, StateError>;
+}
+
+/// Ledger counts of one snapshot ([`StateStore::ledger_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LedgerStats {
+    /// Intervals recorded done.
+    pub done: usize,
+    /// Intervals recorded failed (and not done since).
+    pub failed: usize,
+    /// The newest end of a done interval.
+    pub done_up_to: Option<Millis>,
+}
+
+/// Who holds a lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseHolder {
+    /// Process id on `host`.
+    pub pid: u32,
+    /// Host name.
+    pub host: String,
+    /// The command line, e.g. `efmesh apply prod`.
+    pub command: String,
+    /// When it took the lease: ISO-8601 UTC with milliseconds.
+    pub started_at: String,
+}
+
+impl std::fmt::Display for LeaseHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` (pid {} on {}) since {}", self.command, self.pid, self.host, self.started_at)
+    }
+}
+
+/// A lease as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRecord {
+    /// Lease name, e.g. `env:prod`.
+    pub name: String,
+    /// The holder's secret token (fences its writes).
+    #[serde(skip)]
+    pub token: String,
+    /// Who holds it.
+    pub holder: LeaseHolder,
+    /// When it expires unless renewed: ISO-8601 UTC with milliseconds.
+    pub expires_at: String,
+    /// Last renewal: ISO-8601 UTC with milliseconds.
+    pub heartbeat_at: String,
+}
+
+/// What [`StateStore::try_acquire_lease`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseClaim {
+    /// Taken; `reclaimed` is the stale lease it replaced, if any.
+    Acquired {
+        /// The stale lease replaced.
+        reclaimed: Option<LeaseRecord>,
+    },
+    /// Someone else holds it.
+    Held(LeaseRecord),
+}
+
+/// One `run` tick, as journaled.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tick {
+    /// Environment.
+    pub env: String,
+    /// ISO-8601 UTC with milliseconds.
+    pub started_at: String,
+    /// ISO-8601 UTC with milliseconds.
+    pub finished_at: String,
+    /// `processed`, `nothing-due`, `blocked`, `lock-held` or `error`.
+    pub outcome: String,
+    /// Intervals (or refreshes) done per model: model name → count.
+    pub processed: BTreeMap<String, usize>,
+    /// The error text (outcome `error`), the blocking changes (`blocked`) or the holder
+    /// (`lock-held`).
+    pub detail: Option<String>,
+}
 
 /// One version of one model, as recorded when apply builds it (or registers it, for models with
 /// no storage). Keyed by (`name`, `fingerprint`); once written, the payload never changes (its

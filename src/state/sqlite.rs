@@ -1,12 +1,18 @@
-//! [`StateStore`]: the state store in one SQLite file (WAL journaling, 5 s busy timeout).
+//! [`SqliteStore`]: the state store in one SQLite file (WAL journaling, 5 s busy timeout).
 //!
-//! Layout (version [`STATE_VERSION`]) is [`SCHEMA`]. Reads are single prepared, cached
-//! statements (the planner reads every pointer, snapshot key and ledger row of a 2000-model
-//! project on each plan); writes are one `BEGIN IMMEDIATE` transaction each, rolled back on drop.
+//! Layout (version [`STATE_VERSION`]) is [`SCHEMA`]; older layouts are upgraded by
+//! [`MIGRATIONS`] through [`migrate`] only. Reads are single prepared, cached statements (the
+//! planner reads every pointer, snapshot key and ledger row of a 2000-model project on each
+//! plan); writes are one `BEGIN IMMEDIATE` transaction each, rolled back on drop, fenced by the
+//! handle's lease when one is set ([`StateStore::set_fence`]).
 
-use super::{IntervalStatus, JournalEntry, PendingPromotion, STATE_VERSION, SnapshotRecord, StateError};
+use super::{
+    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, STATE_VERSION, SnapshotRecord, StateError, StateStore,
+    Tick,
+};
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,20 +21,22 @@ use std::time::Duration;
 /// `SQLITE_BUSY` ([`StateError::is_busy`]).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Prepared statements kept per connection (rusqlite's default is 16; we use about 20).
-const STATEMENT_CACHE: usize = 32;
+/// Prepared statements kept per connection (rusqlite's default is 16; we use about 30).
+const STATEMENT_CACHE: usize = 48;
 
-/// The layout of [`STATE_VERSION`] 3. Every timestamp column holds ISO-8601 UTC text with
+/// The layout of [`STATE_VERSION`] 4. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
-/// counts committed writes (every [`StateStore`] write transaction bumps it), so a reader can
-/// tell in one query whether anything changed since it last looked — except a promotion, which
-/// only changes its own environment's pointers and deletes that environment's memo instead;
+/// counts committed writes (every data write transaction bumps it), so a reader can tell in one
+/// query whether anything changed since it last looked — except a promotion, which only changes
+/// its own environment's pointers and deletes that environment's memo instead;
 /// `plan_memo` holds, per environment, the memo of its last no-op plan (see `plan::memo`).
 /// `environments.metadata` is the metadata the environment serves for each pointer (written only
 /// by the promotion that makes it live; snapshot rows never change after they are written).
 /// `promotions` holds, per environment, a promotion under way: recorded before its views move,
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
-const SCHEMA: &str = r#"
+/// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
+/// `ticks` is the run journal (one row per `efmesh run`).
+pub const SCHEMA: &str = r#"
 CREATE TABLE meta (
     version    INTEGER NOT NULL,
     generation INTEGER NOT NULL DEFAULT 0
@@ -85,10 +93,47 @@ CREATE TABLE canon_cache (
     key       TEXT NOT NULL PRIMARY KEY,
     canonical TEXT NOT NULL
 );
+CREATE TABLE leases (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    token        TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    host         TEXT    NOT NULL,
+    command      TEXT    NOT NULL,
+    started_at   TEXT    NOT NULL,
+    expires_at   TEXT    NOT NULL,
+    heartbeat_at TEXT    NOT NULL
+);
+CREATE TABLE ticks (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    env         TEXT NOT NULL,
+    started_at  TEXT NOT NULL,
+    finished_at TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    processed   TEXT NOT NULL DEFAULT '{}',
+    detail      TEXT
+);
+CREATE INDEX ticks_by_env ON ticks (env, id);
 "#;
 
-/// Upgrades a version-1 store to version 2 (additive only).
-const UPGRADE_1_TO_2: &str = r#"
+/// One step of the layout's history: the statements that turn a store of version `to - 1` into
+/// version `to` (they end by recording `to` in `meta`).
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// The version this migration produces.
+    pub to: i64,
+    /// What it changes, for the `migrate` report.
+    pub description: &'static str,
+    /// The SQL, run inside the migration transaction.
+    pub sql: &'static str,
+}
+
+/// Every migration, oldest first: version 1 (the first released layout) is upgraded by each
+/// in turn up to [`STATE_VERSION`].
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        to: 2,
+        description: "the write counter and the plan memo",
+        sql: r#"
 ALTER TABLE meta ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE plan_memo (
     env  TEXT NOT NULL PRIMARY KEY,
@@ -96,13 +141,15 @@ CREATE TABLE plan_memo (
     body TEXT NOT NULL
 );
 UPDATE meta SET version = 2;
-"#;
-
-/// Upgrades a version-2 store to version 3: every pointer gets the metadata its snapshot held
-/// (the best knowledge a version-2 store has of what the environment serves), the promotion
-/// intents table is created, and every plan memo is dropped (plans now compare metadata
-/// against the pointers).
-const UPGRADE_2_TO_3: &str = r#"
+"#,
+    },
+    Migration {
+        // Every pointer gets the metadata its snapshot held (the best knowledge a version-2
+        // store has of what the environment serves), the promotion intents table is created,
+        // and every plan memo is dropped (plans now compare metadata against the pointers).
+        to: 3,
+        description: "metadata per pointer and promotion intents",
+        sql: r#"
 ALTER TABLE environments ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
 UPDATE environments SET metadata = COALESCE(
     (SELECT s.metadata FROM snapshots s WHERE s.name = environments.name AND s.fingerprint = environments.fingerprint),
@@ -115,9 +162,122 @@ CREATE TABLE promotions (
 );
 DELETE FROM plan_memo;
 UPDATE meta SET version = 3;
-"#;
+"#,
+    },
+    Migration {
+        to: 4,
+        description: "environment leases and the run journal",
+        sql: r#"
+CREATE TABLE leases (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    token        TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    host         TEXT    NOT NULL,
+    command      TEXT    NOT NULL,
+    started_at   TEXT    NOT NULL,
+    expires_at   TEXT    NOT NULL,
+    heartbeat_at TEXT    NOT NULL
+);
+CREATE TABLE ticks (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    env         TEXT NOT NULL,
+    started_at  TEXT NOT NULL,
+    finished_at TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    processed   TEXT NOT NULL DEFAULT '{}',
+    detail      TEXT
+);
+CREATE INDEX ticks_by_env ON ticks (env, id);
+UPDATE meta SET version = 4;
+"#,
+    },
+];
 
-/// The state store: one SQLite connection to the store file (or to a private in-memory
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationReport {
+    /// The store.
+    pub store: String,
+    /// Its version before.
+    pub from: i64,
+    /// Its version after ([`STATE_VERSION`]).
+    pub to: i64,
+    /// The versions applied, in order (empty: the store was current).
+    pub applied: Vec<i64>,
+    /// The copy of the store taken before migrating (`None` when nothing was migrated).
+    pub backup: Option<PathBuf>,
+}
+
+/// The layout version of the SQLite store at `path` without changing anything: `None` when the
+/// file does not exist or holds no table.
+///
+/// # Errors
+/// [`StateError::Open`] when the file cannot be read as a SQLite database.
+pub fn stored_version_of(path: &Path) -> Result<Option<i64>, StateError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| open_error(path, e))?;
+    stored_version(&conn).map_err(|e| open_error(path, e))
+}
+
+/// Upgrades the store at `path` to [`STATE_VERSION`]: an older store is first copied beside
+/// itself (`VACUUM INTO <path>.v<found>-<stamp>.bak`), then every missing migration runs in ONE
+/// transaction (a failure leaves the store as it was). A current store is left untouched.
+///
+/// # Errors
+/// [`StateError::Version`] for a store newer than this efmesh (or one that is not a store:
+/// version 0); [`StateError::Open`] when there is no store at `path` or it cannot be read;
+/// [`StateError::Backend`] when the backup or a migration fails (nothing is changed then).
+pub fn migrate(path: &Path, now: Millis) -> Result<MigrationReport, StateError> {
+    let store = path.display().to_string();
+    if !path.exists() {
+        let source: super::error::BackendError = format!("no state store at `{store}`").into();
+        return Err(StateError::Open { store, source, transient: false });
+    }
+    let conn = Connection::open(path).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(path, e))?;
+    let found = stored_version(&conn).map_err(|e| open_error(path, e))?.unwrap_or(STATE_VERSION);
+    if found == STATE_VERSION {
+        return Ok(MigrationReport { store, from: found, to: STATE_VERSION, applied: Vec::new(), backup: None });
+    }
+    if !(1..=STATE_VERSION).contains(&found) {
+        return Err(StateError::Version { store, found, wanted: STATE_VERSION });
+    }
+    let backend = |op: &str, e: rusqlite::Error| StateError::Backend {
+        store: path.display().to_string(),
+        op: op.to_string(),
+        transient: is_transient(&e),
+        source: Box::new(e),
+    };
+    let stamp = to_iso(now).replace([':', '.'], "-");
+    let mut backup = path.as_os_str().to_owned();
+    backup.push(format!(".v{found}-{stamp}.bak"));
+    let backup = PathBuf::from(backup);
+    conn.execute("VACUUM INTO ?1", [backup.to_string_lossy()]).map_err(|e| backend(&format!("back the store up into `{}`", backup.display()), e))?;
+    let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(|e| backend("start the migration", e))?;
+    // Re-read under the write lock: another process may have migrated meanwhile.
+    let from = stored_version(&tx).map_err(|e| backend("read the layout version", e))?.unwrap_or(STATE_VERSION);
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| m.to > from) {
+        tx.execute_batch(m.sql).map_err(|e| backend(&format!("migrate to version {} ({})", m.to, m.description), e))?;
+        applied.push(m.to);
+    }
+    tx.commit().map_err(|e| backend("commit the migration", e))?;
+    Ok(MigrationReport { store, from, to: STATE_VERSION, applied, backup: Some(backup) })
+}
+
+fn open_error(path: &Path, e: rusqlite::Error) -> StateError {
+    StateError::Open { store: path.display().to_string(), transient: is_transient(&e), source: Box::new(e) }
+}
+
+/// True for SQLite's "another connection holds the lock" errors.
+fn is_transient(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+/// The state store in SQLite: one connection to the store file (or to a private in-memory
 /// database).
 ///
 /// Methods take `&self`; the store is `Send` but not `Sync` (one connection). Several processes
@@ -125,10 +285,12 @@ UPDATE meta SET version = 3;
 /// at `BEGIN IMMEDIATE`, waiting up to 5 s for another writer before failing with an error for
 /// which [`StateError::is_busy`] is true.
 #[derive(Debug)]
-pub struct StateStore {
+pub struct SqliteStore {
     conn: Connection,
     /// Store file, or `:memory:`; named in every error.
     path: PathBuf,
+    /// The lease every write checks first: (lease name, token).
+    fence: RefCell<Option<(String, String)>>,
 }
 
 /// What went wrong inside one operation, before the operation's name is attached.
@@ -144,26 +306,29 @@ impl From<rusqlite::Error> for Fault {
     }
 }
 
-impl StateStore {
+impl SqliteStore {
     /// Opens the store at `path`, creating the file and the layout of [`STATE_VERSION`] when it
     /// does not exist (or is an empty database). Turns on WAL journaling (persistent in the
-    /// file), `synchronous = NORMAL` and a busy timeout of about 5 s.
+    /// file), `synchronous = NORMAL` and a busy timeout of about 5 s. Two processes creating the
+    /// same store at once get one store: the layout is written under the write lock, re-checked
+    /// there.
     ///
     /// # Errors
     /// - [`StateError::Open`] when the file cannot be opened or created (e.g. a missing parent
     ///   directory), is not a SQLite database, or cannot be initialised.
-    /// - [`StateError::Version`] when the store has another layout version, older or newer
-    ///   (a database with tables but no `meta` counts as version 0). The file is left
-    ///   untouched.
+    /// - [`StateError::Version`] when the store has another layout version, older (run
+    ///   `efmesh migrate`) or newer (a database with tables but no `meta` counts as version 0).
+    ///   The file is left untouched.
     ///
     /// # Example
     /// ```no_run
-    /// let store = efmesh::state::StateStore::open("efmesh.state.sqlite".as_ref())?;
+    /// use efmesh::state::StateStore;
+    /// let store = efmesh::state::SqliteStore::open("efmesh.state.sqlite".as_ref())?;
     /// println!("environments: {:?}", store.environments()?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let conn = Connection::open(path).map_err(|source| StateError::Open { path: path.to_path_buf(), source })?;
+        let conn = Connection::open(path).map_err(|e| open_error(path, e))?;
         Self::init(conn, path.to_path_buf(), true)
     }
 
@@ -173,7 +338,7 @@ impl StateStore {
     /// [`StateError::Open`] if SQLite cannot allocate the database.
     pub fn open_in_memory() -> Result<Self, StateError> {
         let path = PathBuf::from(":memory:");
-        let conn = Connection::open_in_memory().map_err(|source| StateError::Open { path: path.clone(), source })?;
+        let conn = Connection::open_in_memory().map_err(|e| open_error(&path, e))?;
         Self::init(conn, path, false)
     }
 
@@ -182,34 +347,16 @@ impl StateStore {
         &self.path
     }
 
-    /// True for a store opened by [`StateStore::open_in_memory`] (nothing it holds outlives it).
-    pub fn is_in_memory(&self) -> bool {
-        self.path.as_os_str() == ":memory:"
-    }
-
     fn init(conn: Connection, path: PathBuf, file: bool) -> Result<Self, StateError> {
-        let open_err = |source| StateError::Open { path: path.clone(), source };
+        let open_err = |e| open_error(&path, e);
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let check = |found: i64| {
-            if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { path: path.clone(), found, wanted: STATE_VERSION }) }
+            if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { store: path.display().to_string(), found, wanted: STATE_VERSION }) }
         };
-        // Check the version before touching anything, so a foreign or newer store stays as it was.
-        let mut found = stored_version(&conn).map_err(open_err)?;
-        if matches!(found, Some(1 | 2)) {
-            // Version 1 → 2 is additive (the write counter and the plan memo); 2 → 3 gives each
-            // pointer its own metadata and adds promotion intents. Upgraded in place, in one
-            // transaction, keeping every snapshot, pointer, ledger row and journal entry.
-            let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(open_err)?;
-            if stored_version(&tx).map_err(open_err)? == Some(1) {
-                tx.execute_batch(UPGRADE_1_TO_2).map_err(open_err)?;
-            }
-            if stored_version(&tx).map_err(open_err)? == Some(2) {
-                tx.execute_batch(UPGRADE_2_TO_3).map_err(open_err)?;
-            }
-            tx.commit().map_err(open_err)?;
-            found = stored_version(&conn).map_err(open_err)?;
-        }
+        // Check the version before touching anything, so a foreign, older or newer store stays
+        // as it was (an older one is upgraded by `migrate` only).
+        let found = stored_version(&conn).map_err(open_err)?;
         if let Some(v) = found {
             check(v)?;
         }
@@ -231,20 +378,20 @@ impl StateStore {
             }
             tx.commit().map_err(open_err)?;
         }
-        Ok(Self { conn, path })
+        Ok(Self { conn, path, fence: RefCell::new(None) })
     }
 
     /// Runs one operation, naming it (lazily) in any error.
     fn run<T>(&self, op: impl FnOnce() -> String, f: impl FnOnce() -> Result<T, Fault>) -> Result<T, StateError> {
         f().map_err(|fault| match fault {
-            Fault::Sql(source) => StateError::Sqlite { path: self.path.clone(), op: op(), source },
-            Fault::Corrupt(detail) => StateError::Corrupt { path: self.path.clone(), op: op(), detail },
+            Fault::Sql(source) => StateError::Backend { store: self.location(), op: op(), transient: is_transient(&source), source: Box::new(source) },
+            Fault::Corrupt(detail) => StateError::Corrupt { store: self.location(), op: op(), detail },
             Fault::Fail(e) => e,
         })
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction: committed if `f` succeeds, rolled back
-    /// (on drop) otherwise.
+    /// (on drop) otherwise. Checks the fence lease first, inside the transaction.
     ///
     /// Bumps [`StateStore::generation`] in the same transaction: whatever `f` wrote may change
     /// any environment's plan.
@@ -253,6 +400,13 @@ impl StateStore {
     }
 
     fn write_tx<T>(&self, bump: bool, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
+        self.write_unfenced(bump, |tx| {
+            self.fence_check(tx)?;
+            f(tx)
+        })
+    }
+
+    fn write_unfenced<T>(&self, bump: bool, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
         // `new_unchecked` because methods take `&self`; the connection is private and no method
         // nests transactions.
         let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
@@ -264,21 +418,224 @@ impl StateStore {
         Ok(out)
     }
 
+    /// Fails with [`StateError::LeaseLost`] when the fence lease no longer has our token.
+    fn fence_check(&self, conn: &Connection) -> Result<(), Fault> {
+        let Some((name, token)) = self.fence.borrow().clone() else { return Ok(()) };
+        let row: Option<(String, u32, String, String, String)> = conn
+            .prepare_cached("SELECT token, pid, host, command, started_at FROM leases WHERE name = ?1")?
+            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .optional()?;
+        match row {
+            Some((t, ..)) if t == token => Ok(()),
+            other => Err(Fault::Fail(StateError::LeaseLost {
+                store: self.location(),
+                lease: name,
+                holder: other.map(|(_, pid, host, command, started_at)| LeaseHolder { pid, host, command, started_at }.to_string()),
+            })),
+        }
+    }
+}
+
+fn lease_row(r: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
+    Ok(LeaseRecord {
+        name: r.get(0)?,
+        token: r.get(1)?,
+        holder: LeaseHolder { pid: r.get(2)?, host: r.get(3)?, command: r.get(4)?, started_at: r.get(5)? },
+        expires_at: r.get(6)?,
+        heartbeat_at: r.get(7)?,
+    })
+}
+
+const LEASE_COLUMNS: &str = "name, token, pid, host, command, started_at, expires_at, heartbeat_at";
+
+impl StateStore for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn is_in_memory(&self) -> bool {
+        self.path.as_os_str() == ":memory:"
+    }
+
+    fn reopen(&self) -> Result<Box<dyn StateStore>, StateError> {
+        if self.is_in_memory() {
+            let source: super::error::BackendError = "an in-memory store cannot be opened twice".into();
+            return Err(StateError::Open { store: self.location(), source, transient: false });
+        }
+        Ok(Box::new(SqliteStore::open(&self.path)?))
+    }
+
+    fn ledger_stats(&self, name: &str, fp: &str) -> Result<LedgerStats, StateError> {
+        self.run(
+            || format!("read the ledger of `{name}` `{fp}`"),
+            || {
+                let (done, failed, up_to): (i64, i64, Option<String>) = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT COALESCE(SUM(status = 'done'), 0), COALESCE(SUM(status = 'failed'), 0), MAX(CASE WHEN status = 'done' THEN end_ts END) \
+                         FROM intervals WHERE name = ?1 AND fingerprint = ?2",
+                    )?
+                    .query_row([name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                let done_up_to = match up_to {
+                    Some(t) => Some(instant(&t, || format!("`{name}` `{fp}`"))?),
+                    None => None,
+                };
+                Ok(LedgerStats { done: done as usize, failed: failed as usize, done_up_to })
+            },
+        )
+    }
+
+    fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError> {
+        self.run(
+            || format!("clear the intervals of `{name}` `{fp}` in [{}, {})", to_iso(from), to_iso(to)),
+            || {
+                self.write(|tx| {
+                    Ok(tx
+                        .prepare_cached("DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4")?
+                        .execute(params![name, fp, to_iso(from), to_iso(to)])?)
+                })
+            },
+        )
+    }
+
+    fn try_acquire_lease(
+        &self,
+        name: &str,
+        token: &str,
+        holder: &LeaseHolder,
+        expires: Millis,
+        now: Millis,
+        is_stale: &dyn Fn(&LeaseRecord) -> bool,
+    ) -> Result<LeaseClaim, StateError> {
+        self.run(
+            || format!("take the lock `{name}`"),
+            || {
+                self.write_unfenced(false, |tx| {
+                    let current = tx.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE name = ?1"))?.query_row([name], lease_row).optional()?;
+                    let reclaimed = match current {
+                        Some(held) if held.token == token => None,
+                        Some(held) if held.expires_at.as_str() > to_iso(now).as_str() && !is_stale(&held) => return Ok(LeaseClaim::Held(held)),
+                        other => other,
+                    };
+                    let now_iso = to_iso(now);
+                    tx.prepare_cached(
+                        "INSERT OR REPLACE INTO leases (name, token, pid, host, command, started_at, expires_at, heartbeat_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )?
+                    .execute(params![
+                        name,
+                        token,
+                        holder.pid,
+                        holder.host,
+                        holder.command,
+                        holder.started_at,
+                        to_iso(expires),
+                        now_iso
+                    ])?;
+                    Ok(LeaseClaim::Acquired { reclaimed })
+                })
+            },
+        )
+    }
+
+    fn renew_lease(&self, name: &str, token: &str, expires: Millis, now: Millis) -> Result<bool, StateError> {
+        self.run(
+            || format!("renew the lock `{name}`"),
+            || {
+                self.write_unfenced(false, |tx| {
+                    let n = tx.prepare_cached("UPDATE leases SET expires_at = ?3, heartbeat_at = ?4 WHERE name = ?1 AND token = ?2")?.execute(params![
+                        name,
+                        token,
+                        to_iso(expires),
+                        to_iso(now)
+                    ])?;
+                    Ok(n == 1)
+                })
+            },
+        )
+    }
+
+    fn release_lease(&self, name: &str, token: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("release the lock `{name}`"),
+            || {
+                self.write_unfenced(false, |tx| {
+                    tx.prepare_cached("DELETE FROM leases WHERE name = ?1 AND token = ?2")?.execute([name, token])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn lease(&self, name: &str) -> Result<Option<LeaseRecord>, StateError> {
+        self.run(
+            || format!("read the lock `{name}`"),
+            || Ok(self.conn.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE name = ?1"))?.query_row([name], lease_row).optional()?),
+        )
+    }
+
+    fn set_fence(&self, fence: Option<(String, String)>) {
+        *self.fence.borrow_mut() = fence;
+    }
+
+    fn check_fence(&self) -> Result<(), StateError> {
+        self.run(|| "check the lock this process holds".to_string(), || self.fence_check(&self.conn))
+    }
+
+    fn record_tick(&self, tick: &Tick) -> Result<i64, StateError> {
+        self.run(
+            || format!("record a run tick of environment `{}`", tick.env),
+            || {
+                let processed = serde_json::to_string(&tick.processed).map_err(|e| Fault::Corrupt(format!("cannot encode the tick: {e}")))?;
+                self.write_unfenced(false, |tx| {
+                    tx.prepare_cached("INSERT INTO ticks (env, started_at, finished_at, outcome, processed, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+                        .execute(params![tick.env, tick.started_at, tick.finished_at, tick.outcome, processed, tick.detail])?;
+                    Ok(tx.last_insert_rowid())
+                })
+            },
+        )
+    }
+
+    fn ticks(&self, env: &str, limit: usize) -> Result<Vec<Tick>, StateError> {
+        self.run(
+            || format!("read the run ticks of environment `{env}`"),
+            || {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached("SELECT id, started_at, finished_at, outcome, processed, detail FROM ticks WHERE env = ?1 ORDER BY id DESC LIMIT ?2")?;
+                let rows = stmt.query_map(params![env, limit as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get(5)?))
+                })?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (id, started_at, finished_at, outcome, processed, detail) = row?;
+                    let processed = serde_json::from_str(&processed).map_err(|e| Fault::Corrupt(format!("tick {id} is not JSON: {e}")))?;
+                    out.push(Tick { env: env.to_string(), started_at, finished_at, outcome, processed, detail });
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    fn schema_version(&self) -> Result<i64, StateError> {
+        self.run(|| "read the layout version".to_string(), || Ok(self.conn.prepare_cached("SELECT MAX(version) FROM meta")?.query_row([], |r| r.get(0))?))
+    }
+
     /// How many write transactions the store has committed (the `meta.generation` counter):
     /// equal values mean nothing was written in between, except promotions, which change only
     /// their own environment's pointers and delete that environment's plan memo.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn generation(&self) -> Result<i64, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn generation(&self) -> Result<i64, StateError> {
         self.run(|| "read the store's generation".to_string(), || Ok(self.conn.prepare_cached("SELECT generation FROM meta")?.query_row([], |r| r.get(0))?))
     }
 
     /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn plan_memo_get(&self, env: &str) -> Result<Option<(String, String)>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn plan_memo_get(&self, env: &str) -> Result<Option<(String, String)>, StateError> {
         self.run(
             || format!("read the plan memo of `{env}`"),
             || Ok(self.conn.prepare_cached("SELECT key, body FROM plan_memo WHERE env = ?1")?.query_row([env], |r| Ok((r.get(0)?, r.get(1)?))).optional()?),
@@ -290,8 +647,8 @@ impl StateStore {
     /// says, keyed by the generation it was computed at.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the write fails (nothing is written).
-    pub fn plan_memo_put(&self, env: &str, key: &str, body: &str) -> Result<(), StateError> {
+    /// [`StateError::Backend`] if the write fails (nothing is written).
+    fn plan_memo_put(&self, env: &str, key: &str, body: &str) -> Result<(), StateError> {
         self.run(
             || format!("write the plan memo of `{env}`"),
             || {
@@ -307,8 +664,8 @@ impl StateStore {
     /// Includes externals. Empty for an unknown environment.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn env_pointers(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn env_pointers(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
         self.run(
             || format!("read the pointers of environment `{env}`"),
             || {
@@ -324,8 +681,8 @@ impl StateStore {
     /// unknown environment.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn env_metadata(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn env_metadata(&self, env: &str) -> Result<BTreeMap<String, String>, StateError> {
         self.run(
             || format!("read the metadata of environment `{env}`"),
             || {
@@ -340,8 +697,8 @@ impl StateStore {
     /// empty pointer set has only journal rows and is not listed.)
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn environments(&self) -> Result<Vec<String>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn environments(&self) -> Result<Vec<String>, StateError> {
         self.run(
             || "list environments".to_string(),
             || {
@@ -355,9 +712,9 @@ impl StateStore {
     /// The snapshot `(name, fp)`, or `None` if the store has none.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if its metadata is not
+    /// [`StateError::Backend`] if the read fails; [`StateError::Corrupt`] if its metadata is not
     /// JSON.
-    pub fn snapshot(&self, name: &str, fp: &str) -> Result<Option<SnapshotRecord>, StateError> {
+    fn snapshot(&self, name: &str, fp: &str) -> Result<Option<SnapshotRecord>, StateError> {
         self.run(
             || format!("read snapshot `{name}` `{fp}`"),
             || {
@@ -401,8 +758,8 @@ impl StateStore {
     /// Every snapshot id `(name, fingerprint)` in the store, in one query.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn snapshot_keys(&self) -> Result<HashSet<(String, String)>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn snapshot_keys(&self) -> Result<HashSet<(String, String)>, StateError> {
         self.run(
             || "list snapshots".to_string(),
             || {
@@ -418,8 +775,8 @@ impl StateStore {
     /// that storage here.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn snapshot_index(&self) -> Result<super::SnapshotIndex, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn snapshot_index(&self) -> Result<super::SnapshotIndex, StateError> {
         self.run(
             || "list snapshots".to_string(),
             || {
@@ -434,8 +791,8 @@ impl StateStore {
     /// the first payload (and `created_at`) is kept, so repeating a write is harmless.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the write fails (nothing is written).
-    pub fn put_snapshot(&self, rec: &SnapshotRecord) -> Result<(), StateError> {
+    /// [`StateError::Backend`] if the write fails (nothing is written).
+    fn put_snapshot(&self, rec: &SnapshotRecord) -> Result<(), StateError> {
         self.run(
             || format!("write snapshot `{}` `{}`", rec.name, rec.fingerprint),
             || {
@@ -467,9 +824,9 @@ impl StateStore {
     /// [`IntervalStatus::Done`]. Failed intervals are not included.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a stored start is
+    /// [`StateError::Backend`] if the read fails; [`StateError::Corrupt`] if a stored start is
     /// not a timestamp.
-    pub fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError> {
+    fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError> {
         self.run(
             || format!("read the intervals of `{name}` `{fp}`"),
             || {
@@ -488,9 +845,9 @@ impl StateStore {
     /// in one query. Snapshots with no done interval are absent.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a stored start is
+    /// [`StateError::Backend`] if the read fails; [`StateError::Corrupt`] if a stored start is
     /// not a timestamp.
-    pub fn all_done_intervals(&self) -> Result<HashMap<(String, String), BTreeSet<Millis>>, StateError> {
+    fn all_done_intervals(&self) -> Result<HashMap<(String, String), BTreeSet<Millis>>, StateError> {
         self.run(
             || "read the interval ledger".to_string(),
             || {
@@ -530,8 +887,8 @@ impl StateStore {
     /// done. An empty slice writes nothing.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if a write fails; then none of `intervals` is recorded.
-    pub fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError> {
+    /// [`StateError::Backend`] if a write fails; then none of `intervals` is recorded.
+    fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError> {
         if intervals.is_empty() {
             return Ok(());
         }
@@ -569,13 +926,13 @@ impl StateStore {
     /// # Errors
     /// - [`StateError::MissingSnapshot`] naming the model and fingerprint when a required
     ///   snapshot is gone; [`StateError::MissingPointer`] when a required name has no pointer.
-    /// - [`StateError::Sqlite`] if a read or write fails.
+    /// - [`StateError::Backend`] if a read or write fails.
     ///
     /// In every error case nothing is changed: the old pointers and journal stay as they were.
     // Each argument is a separate part of the one promotion transaction (pointers, their
     // metadata, the snapshot check, the journal row); bundling them would only rename them.
     #[allow(clippy::too_many_arguments)]
-    pub fn promote(
+    fn promote(
         &self,
         env: &str,
         pointers: &BTreeMap<String, String>,
@@ -630,10 +987,10 @@ impl StateStore {
     /// generation: until the promotion commits, the environment serves what its pointers say.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the write fails, including when a promotion of `env` is
+    /// [`StateError::Backend`] if the write fails, including when a promotion of `env` is
     /// already recorded (another process is promoting it, or one was interrupted and not yet
     /// undone); nothing is written.
-    pub fn begin_promotion(&self, env: &str, pointers: &BTreeMap<String, String>, rollback: &[String], now: Millis) -> Result<(), StateError> {
+    fn begin_promotion(&self, env: &str, pointers: &BTreeMap<String, String>, rollback: &[String], now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the promotion of environment `{env}` as under way"),
             || {
@@ -656,8 +1013,8 @@ impl StateStore {
     /// or abandoned since, by environment.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a row is not JSON.
-    pub fn pending_promotions(&self) -> Result<Vec<PendingPromotion>, StateError> {
+    /// [`StateError::Backend`] if the read fails; [`StateError::Corrupt`] if a row is not JSON.
+    fn pending_promotions(&self) -> Result<Vec<PendingPromotion>, StateError> {
         self.run(
             || "read the promotions under way".to_string(),
             || {
@@ -680,8 +1037,8 @@ impl StateStore {
     /// say. Does nothing when none is recorded. Does not bump the generation.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the write fails.
-    pub fn abandon_promotion(&self, env: &str) -> Result<(), StateError> {
+    /// [`StateError::Backend`] if the write fails.
+    fn abandon_promotion(&self, env: &str) -> Result<(), StateError> {
         self.run(
             || format!("forget the interrupted promotion of environment `{env}`"),
             || {
@@ -696,9 +1053,9 @@ impl StateStore {
     /// The journal of `env`, oldest first. Empty for an unknown environment.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails; [`StateError::Corrupt`] if a summary is not
+    /// [`StateError::Backend`] if the read fails; [`StateError::Corrupt`] if a summary is not
     /// JSON.
-    pub fn journal(&self, env: &str) -> Result<Vec<JournalEntry>, StateError> {
+    fn journal(&self, env: &str) -> Result<Vec<JournalEntry>, StateError> {
         self.run(
             || format!("read the journal of environment `{env}`"),
             || {
@@ -719,8 +1076,8 @@ impl StateStore {
     /// one query. Unknown keys are absent from the result.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if the read fails.
-    pub fn canon_cache_get(&self, keys: &[String]) -> Result<HashMap<String, String>, StateError> {
+    /// [`StateError::Backend`] if the read fails.
+    fn canon_cache_get(&self, keys: &[String]) -> Result<HashMap<String, String>, StateError> {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
@@ -740,8 +1097,8 @@ impl StateStore {
     /// cached.
     ///
     /// # Errors
-    /// [`StateError::Sqlite`] if a write fails; then none of `entries` is stored.
-    pub fn canon_cache_put(&self, entries: &[(String, String)]) -> Result<(), StateError> {
+    /// [`StateError::Backend`] if a write fails; then none of `entries` is stored.
+    fn canon_cache_put(&self, entries: &[(String, String)]) -> Result<(), StateError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -829,13 +1186,13 @@ mod tests {
         (dir, path)
     }
 
-    fn count(store: &StateStore, sql: &str) -> i64 {
+    fn count(store: &SqliteStore, sql: &str) -> i64 {
         store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
     #[test]
     fn snapshot_round_trip() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), None);
         let mut external = rec("src.raw", &fp('2'));
         external.physical = String::new();
@@ -852,7 +1209,7 @@ mod tests {
 
     #[test]
     fn metadata_key_order_survives() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let mut r = rec("a.b", &fp('1'));
         r.metadata = json!({"zeta": 1, "alpha": [1, 2], "mid": {"y": null, "b": "s"}});
         store.put_snapshot(&r).unwrap();
@@ -862,7 +1219,7 @@ mod tests {
 
     #[test]
     fn put_snapshot_is_idempotent_and_keeps_the_first_payload() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let first = rec("a.b", &fp('1'));
         store.put_snapshot(&first).unwrap();
         store.put_snapshot(&first).unwrap();
@@ -876,7 +1233,7 @@ mod tests {
 
     #[test]
     fn promote_replaces_the_whole_pointer_set_and_journals() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         for (n, c) in [("a.one", '1'), ("a.two", '2'), ("a.one", '3'), ("a.three", '4')] {
             store.put_snapshot(&rec(n, &fp(c))).unwrap();
         }
@@ -922,7 +1279,7 @@ mod tests {
 
     #[test]
     fn promote_with_a_missing_snapshot_changes_nothing() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.put_snapshot(&rec("a.one", &fp('1'))).unwrap();
         let good: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
         let req: BTreeSet<_> = good.keys().cloned().collect();
@@ -949,14 +1306,14 @@ mod tests {
 
     #[test]
     fn promote_failing_mid_way_rolls_back() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let old: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
         store.promote("dev", &old, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "ci", t("2026-01-02")).unwrap();
         // Make the last step (the journal insert) fail after the pointers were rewritten.
         store.conn.execute_batch("CREATE TRIGGER boom BEFORE INSERT ON plans WHEN NEW.applied_by = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END;").unwrap();
         let new: BTreeMap<_, _> = [("a.two".to_string(), fp('2'))].into();
         let err = store.promote("dev", &new, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "boom", t("2026-01-03")).unwrap_err();
-        assert!(matches!(err, StateError::Sqlite { .. }), "{err:?}");
+        assert!(matches!(err, StateError::Backend { .. }), "{err:?}");
         assert_eq!(err.to_string(), "state store `:memory:`: cannot promote environment `dev`");
         assert_eq!(store.env_pointers("dev").unwrap(), old);
         assert_eq!(store.journal("dev").unwrap().len(), 1);
@@ -967,7 +1324,7 @@ mod tests {
 
     #[test]
     fn intervals_upsert_failed_then_done() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let (name, f) = ("a.b", fp('1'));
         let ivs = days("2026-01-01", 3);
         store.mark_intervals(name, &f, &ivs, IntervalStatus::Failed, t("2026-01-05")).unwrap();
@@ -994,7 +1351,7 @@ mod tests {
 
     #[test]
     fn ledger_is_keyed_by_name_and_fingerprint() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let same = fp('5');
         store.mark_intervals("a.x", &same, &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
         store.mark_intervals("a.y", &same, &days("2026-02-01", 1), IntervalStatus::Done, 0).unwrap();
@@ -1010,7 +1367,7 @@ mod tests {
 
     #[test]
     fn canon_cache_round_trip() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         assert!(store.canon_cache_get(&[]).unwrap().is_empty());
         store.canon_cache_put(&[("k1".into(), "c1".into()), ("k2".into(), "c2".into()), ("it's \"odd\"".into(), "c3".into())]).unwrap();
         let got = store.canon_cache_get(&["k1".into(), "nope".into(), "it's \"odd\"".into(), "k1".into()]).unwrap();
@@ -1024,14 +1381,14 @@ mod tests {
         let (_dir, path) = temp_store();
         let pointers: BTreeMap<_, _> = [("a.b".to_string(), fp('1'))].into();
         {
-            let store = StateStore::open(&path).unwrap();
+            let store = SqliteStore::open(&path).unwrap();
             assert_eq!(store.path(), path);
             store.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
             store.mark_intervals("a.b", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
             store.promote("prod", &pointers, &BTreeMap::new(), &pointers.keys().cloned().collect(), &json!({"x": 1}), "me", 0).unwrap();
             store.canon_cache_put(&[("k".into(), "c".into())]).unwrap();
         }
-        let store = StateStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.snapshot("a.b", &fp('1')).unwrap(), Some(rec("a.b", &fp('1'))));
         assert_eq!(store.done_intervals("a.b", &fp('1')).unwrap().len(), 2);
         assert_eq!(store.env_pointers("prod").unwrap(), pointers);
@@ -1043,7 +1400,7 @@ mod tests {
     #[test]
     fn wal_mode_is_on() {
         let (_dir, path) = temp_store();
-        let store = StateStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         let mode: String = store.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
         assert_eq!(count(&store, "PRAGMA synchronous"), 1); // NORMAL
@@ -1054,54 +1411,168 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    #[test]
-    fn a_version_1_store_is_upgraded_in_place_keeping_its_data() {
-        let (_dir, path) = temp_store();
-        let store = StateStore::open(&path).unwrap();
-        store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();
-        drop(store);
-        // Turn it back into a version-1 layout.
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "DROP TABLE plan_memo; DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; \
-             ALTER TABLE meta DROP COLUMN generation; UPDATE meta SET version = 1;",
-        )
-        .unwrap();
-        drop(conn);
-        let store = StateStore::open(&path).unwrap();
-        assert_eq!(store.generation().unwrap(), 0);
-        assert!(store.snapshot_keys().unwrap().contains(&("m.a".to_string(), fp('a'))));
-        store.plan_memo_put("dev", "k", "b").unwrap();
-        assert_eq!(store.plan_memo_get("dev").unwrap(), Some(("k".into(), "b".into())));
+    /// Turns the store at `path` back into the layout of `version` (1, 2 or 3), as the
+    /// historical DDL had it.
+    fn downgrade(path: &Path, version: i64) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("DROP TABLE leases; DROP TABLE ticks; UPDATE meta SET version = 3;").unwrap();
+        if version <= 2 {
+            conn.execute_batch("DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; UPDATE meta SET version = 2;").unwrap();
+        }
+        if version <= 1 {
+            conn.execute_batch("DROP TABLE plan_memo; ALTER TABLE meta DROP COLUMN generation; UPDATE meta SET version = 1;").unwrap();
+        }
     }
 
     #[test]
-    fn a_version_2_store_is_upgraded_giving_each_pointer_its_snapshots_metadata() {
+    fn an_older_store_is_refused_until_migrated_with_a_backup() {
+        for version in 1..STATE_VERSION {
+            let (_dir, path) = temp_store();
+            let store = SqliteStore::open(&path).unwrap();
+            let mut r = rec("m.a", &fp('a'));
+            r.metadata = json!({"description": "old"});
+            store.put_snapshot(&r).unwrap();
+            let pointers: BTreeMap<_, _> = [("m.a".to_string(), fp('a'))].into();
+            store.promote("prod", &pointers, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "me", 0).unwrap();
+            drop(store);
+            downgrade(&path, version);
+            let err = SqliteStore::open(&path).unwrap_err();
+            assert!(matches!(err, StateError::Version { found, .. } if found == version), "{err:?}");
+            assert!(err.hint().unwrap().contains("efmesh migrate"), "{:?}", err.hint());
+            assert_eq!(stored_version_of(&path).unwrap(), Some(version), "refusing changed nothing");
+
+            let report = migrate(&path, t("2026-03-04")).unwrap();
+            assert_eq!((report.from, report.to), (version, STATE_VERSION));
+            assert_eq!(report.applied, ((version + 1)..=STATE_VERSION).collect::<Vec<_>>());
+            let backup = report.backup.clone().unwrap();
+            assert_eq!(stored_version_of(&backup).unwrap(), Some(version), "the backup is the store as it was");
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(store.env_pointers("prod").unwrap(), pointers);
+            assert_eq!(store.journal("prod").unwrap()[0].applied_by, "me");
+            if version <= 2 {
+                assert_eq!(store.env_metadata("prod").unwrap()["m.a"], r#"{"description":"old"}"#);
+            }
+            assert!(store.pending_promotions().unwrap().is_empty());
+            assert!(store.ticks("prod", 5).unwrap().is_empty());
+            // Migrating a current store changes nothing and takes no backup.
+            let again = migrate(&path, t("2026-03-05")).unwrap();
+            assert!(again.applied.is_empty() && again.backup.is_none());
+        }
+    }
+
+    #[test]
+    fn a_newer_store_is_not_migrated() {
         let (_dir, path) = temp_store();
-        let store = StateStore::open(&path).unwrap();
-        let mut r = rec("m.a", &fp('a'));
-        r.metadata = json!({"description": "old"});
-        store.put_snapshot(&r).unwrap();
-        let pointers: BTreeMap<_, _> = [("m.a".to_string(), fp('a')), ("m.ext".to_string(), fp('e'))].into();
-        store.promote("prod", &pointers, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", 0).unwrap();
-        store.plan_memo_put("prod", "k", "b").unwrap();
-        drop(store);
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch("DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; UPDATE meta SET version = 2;").unwrap();
-        drop(conn);
-        let store = StateStore::open(&path).unwrap();
-        assert_eq!(count(&store, "SELECT version FROM meta"), 3);
-        assert_eq!(store.env_pointers("prod").unwrap(), pointers);
-        let meta = store.env_metadata("prod").unwrap();
-        assert_eq!(meta["m.a"], r#"{"description":"old"}"#);
-        assert_eq!(meta["m.ext"], "{}");
-        assert_eq!(store.plan_memo_get("prod").unwrap(), None);
-        assert!(store.pending_promotions().unwrap().is_empty());
+        SqliteStore::open(&path).unwrap();
+        Connection::open(&path).unwrap().execute("UPDATE meta SET version = ?1", [STATE_VERSION + 1]).unwrap();
+        assert!(matches!(migrate(&path, 0).unwrap_err(), StateError::Version { .. }));
+        assert_eq!(stored_version_of(&path).unwrap(), Some(STATE_VERSION + 1));
+    }
+
+    fn holder(pid: u32) -> LeaseHolder {
+        LeaseHolder { pid, host: "h".into(), command: "efmesh apply dev".into(), started_at: "2026-01-01T00:00:00.000Z".into() }
+    }
+
+    #[test]
+    fn a_lease_is_held_until_released_expired_or_stale() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let never = |_: &LeaseRecord| false;
+        let always = |_: &LeaseRecord| true;
+        let now = t("2026-01-01");
+        assert_eq!(store.try_acquire_lease("env:dev", "a", &holder(1), now + 1000, now, &never).unwrap(), LeaseClaim::Acquired { reclaimed: None });
+        // Another token meets it held, naming the holder.
+        match store.try_acquire_lease("env:dev", "b", &holder(2), now + 1000, now, &never).unwrap() {
+            LeaseClaim::Held(l) => assert_eq!((l.holder.pid, l.token.as_str()), (1, "a")),
+            other => panic!("{other:?}"),
+        }
+        // Other leases are independent.
+        assert!(matches!(store.try_acquire_lease("env:prod", "b", &holder(2), now + 1000, now, &never).unwrap(), LeaseClaim::Acquired { .. }));
+        // Renewal extends only the holder's lease.
+        assert!(store.renew_lease("env:dev", "a", now + 5000, now).unwrap());
+        assert!(!store.renew_lease("env:dev", "b", now + 5000, now).unwrap());
+        assert!(matches!(store.try_acquire_lease("env:dev", "b", &holder(2), now + 9000, now + 4000, &never).unwrap(), LeaseClaim::Held(_)));
+        // Expired: reclaimed, the old record returned.
+        match store.try_acquire_lease("env:dev", "b", &holder(2), now + 9000, now + 5000, &never).unwrap() {
+            LeaseClaim::Acquired { reclaimed: Some(old) } => assert_eq!(old.token, "a"),
+            other => panic!("{other:?}"),
+        }
+        // Stale (dead owner) before expiry: reclaimed too.
+        assert!(matches!(
+            store.try_acquire_lease("env:dev", "c", &holder(3), now + 9000, now + 5000, &always).unwrap(),
+            LeaseClaim::Acquired { reclaimed: Some(_) }
+        ));
+        // Releasing with a stale token does nothing; with the right one frees it.
+        store.release_lease("env:dev", "b").unwrap();
+        assert_eq!(store.lease("env:dev").unwrap().unwrap().token, "c");
+        store.release_lease("env:dev", "c").unwrap();
+        assert!(store.lease("env:dev").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_fenced_writer_that_lost_its_lease_stops_before_writing() {
+        let (_dir, path) = temp_store();
+        let a = SqliteStore::open(&path).unwrap();
+        let b = SqliteStore::open(&path).unwrap();
+        let now = t("2026-01-01");
+        let never = |_: &LeaseRecord| false;
+        a.try_acquire_lease("env:dev", "a", &holder(1), now + 1000, now, &never).unwrap();
+        a.set_fence(Some(("env:dev".into(), "a".into())));
+        a.put_snapshot(&rec("m.a", &fp('1'))).unwrap();
+        a.check_fence().unwrap();
+        // `b` reclaims the expired lease; `a`'s next write is refused and writes nothing.
+        assert!(matches!(b.try_acquire_lease("env:dev", "b", &holder(2), now + 9000, now + 2000, &never).unwrap(), LeaseClaim::Acquired { .. }));
+        let err = a.put_snapshot(&rec("m.b", &fp('2'))).unwrap_err();
+        assert!(err.is_lease_lost(), "{err:?}");
+        assert!(err.to_string().contains("env:dev") && err.to_string().contains("pid 2"), "{err}");
+        assert!(a.check_fence().unwrap_err().is_lease_lost());
+        assert!(!b.snapshot_keys().unwrap().contains(&("m.b".to_string(), fp('2'))));
+        // Ticks are journaled all the same (why it stopped).
+        a.record_tick(&Tick {
+            env: "dev".into(),
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+            finished_at: "2026-01-01T00:00:01.000Z".into(),
+            outcome: "error".into(),
+            processed: BTreeMap::new(),
+            detail: Some(err.to_string()),
+        })
+        .unwrap();
+        assert_eq!(b.ticks("dev", 5).unwrap()[0].outcome, "error");
+    }
+
+    #[test]
+    fn ticks_are_listed_newest_first_per_environment() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for (i, outcome) in ["processed", "nothing-due", "lock-held"].iter().enumerate() {
+            let tick = Tick {
+                env: "prod".into(),
+                started_at: to_iso(t("2026-01-01") + i as i64),
+                finished_at: to_iso(t("2026-01-01") + i as i64 + 5),
+                outcome: outcome.to_string(),
+                processed: BTreeMap::from([("a.b".to_string(), i)]),
+                detail: None,
+            };
+            store.record_tick(&tick).unwrap();
+        }
+        let ticks = store.ticks("prod", 2).unwrap();
+        assert_eq!(ticks.iter().map(|t| t.outcome.as_str()).collect::<Vec<_>>(), ["lock-held", "nothing-due"]);
+        assert_eq!(ticks[1].processed["a.b"], 1);
+        assert!(store.ticks("dev", 5).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ledger_stats_count_done_and_failed() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let f = fp('1');
+        assert_eq!(store.ledger_stats("a.b", &f).unwrap(), LedgerStats::default());
+        let ivs = days("2026-01-01", 4);
+        store.mark_intervals("a.b", &f, &ivs[..3], IntervalStatus::Done, 0).unwrap();
+        store.mark_intervals("a.b", &f, &ivs[3..], IntervalStatus::Failed, 0).unwrap();
+        assert_eq!(store.ledger_stats("a.b", &f).unwrap(), LedgerStats { done: 3, failed: 1, done_up_to: Some(t("2026-01-04")) });
     }
 
     #[test]
     fn a_promotion_under_way_is_recorded_until_promoted_or_abandoned() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         let pointers: BTreeMap<_, _> = [("a.one".to_string(), fp('1'))].into();
         let undo = vec!["DROP VIEW IF EXISTS \"dev__a\".\"one\"".to_string()];
         let generation = store.generation().unwrap();
@@ -1129,10 +1600,10 @@ mod tests {
     #[test]
     fn another_version_refuses_to_open() {
         let (_dir, path) = temp_store();
-        StateStore::open(&path).unwrap();
-        for (found, hint) in [(STATE_VERSION + 1, "newer"), (0, "predates")] {
+        SqliteStore::open(&path).unwrap();
+        for (found, hint) in [(STATE_VERSION + 1, "newer"), (0, "not an efmesh state store")] {
             Connection::open(&path).unwrap().execute("UPDATE meta SET version = ?1", [found]).unwrap();
-            let err = StateStore::open(&path).unwrap_err();
+            let err = SqliteStore::open(&path).unwrap_err();
             assert!(err.is_version_mismatch(), "{err:?}");
             assert!(matches!(err, StateError::Version { found: f, wanted: STATE_VERSION, .. } if f == found));
             let msg = err.to_string();
@@ -1142,35 +1613,35 @@ mod tests {
         }
         // An empty `meta` counts as version 0, and the store is left as it was.
         Connection::open(&path).unwrap().execute("DELETE FROM meta", []).unwrap();
-        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
+        assert!(matches!(SqliteStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
         let left: i64 = Connection::open(&path).unwrap().query_row("SELECT count(*) FROM meta", [], |r| r.get(0)).unwrap();
         assert_eq!(left, 0);
         // Back at the right version it opens again.
         Connection::open(&path).unwrap().execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).unwrap();
-        StateStore::open(&path).unwrap();
+        SqliteStore::open(&path).unwrap();
     }
 
     #[test]
     fn a_foreign_database_is_not_adopted() {
         let (dir, path) = temp_store();
         Connection::open(&path).unwrap().execute_batch("CREATE TABLE other (x INTEGER);").unwrap();
-        assert!(matches!(StateStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
+        assert!(matches!(SqliteStore::open(&path).unwrap_err(), StateError::Version { found: 0, .. }));
 
         let junk = dir.path().join("junk.sqlite");
         fs_err::write(&junk, "this is not a database, just some text that is long enough to have a header").unwrap();
-        let err = StateStore::open(&junk).unwrap_err();
+        let err = SqliteStore::open(&junk).unwrap_err();
         assert!(matches!(err, StateError::Open { .. }), "{err:?}");
         assert!(err.to_string().contains("junk.sqlite"), "{err}");
 
-        let err = StateStore::open(&dir.path().join("missing-dir").join("s.sqlite")).unwrap_err();
+        let err = SqliteStore::open(&dir.path().join("missing-dir").join("s.sqlite")).unwrap_err();
         assert!(matches!(err, StateError::Open { .. }), "{err:?}");
     }
 
     #[test]
     fn a_second_process_opening_the_same_file_sees_writes() {
         let (_dir, path) = temp_store();
-        let a = StateStore::open(&path).unwrap();
-        let b = StateStore::open(&path).unwrap();
+        let a = SqliteStore::open(&path).unwrap();
+        let b = SqliteStore::open(&path).unwrap();
         a.put_snapshot(&rec("a.b", &fp('1'))).unwrap();
         assert!(b.snapshot_keys().unwrap().contains(&("a.b".to_string(), fp('1'))));
         // A reader in the middle of a read does not block a writer (WAL).
@@ -1183,7 +1654,7 @@ mod tests {
     #[test]
     fn a_held_write_lock_is_a_busy_error_and_writes_nothing() {
         let (_dir, path) = temp_store();
-        let store = StateStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         store.conn.busy_timeout(Duration::from_millis(50)).unwrap();
         let other = Connection::open(&path).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -1200,7 +1671,7 @@ mod tests {
 
     #[test]
     fn corrupt_rows_are_reported_with_their_owner() {
-        let store = StateStore::open_in_memory().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
         store.conn.execute("INSERT INTO intervals VALUES ('a.b', ?1, 'yesterday', 'today', 'done', '')", [fp('1')]).unwrap();
         let err = store.all_done_intervals().unwrap_err();
         assert!(matches!(err, StateError::Corrupt { .. }), "{err:?}");
@@ -1213,7 +1684,7 @@ mod tests {
     #[ignore]
     fn bench_plan_reads_at_2000_models() {
         let (_dir, path) = temp_store();
-        let store = StateStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
         let mut pointers = BTreeMap::new();
         for i in 0..2000 {
             let name = format!("s{}.model_{i}", i % 20);

@@ -528,7 +528,7 @@ fn the_flights_example_audits_pass_and_its_warn_audits_fire_on_real_data() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/flights");
     let config = efmesh::config::Config::load(&root.join("efmesh.toml")).unwrap();
     let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
-    let state = efmesh::state::StateStore::open_in_memory().unwrap();
+    let state = efmesh::state::SqliteStore::open_in_memory().unwrap();
     let mut engine = DuckDb::in_memory().unwrap();
     let now = efmesh::core::interval::parse_instant("2026-11-30T00:00:00Z").unwrap();
     let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();

@@ -235,7 +235,7 @@ fn done_count(p: &Project) -> usize {
     if !p.state_path().exists() {
         return 0;
     }
-    match efmesh::state::StateStore::open(&p.state_path()).and_then(|s| s.all_done_intervals()) {
+    match efmesh::state::SqliteStore::open(&p.state_path()).and_then(|s| s.all_done_intervals()) {
         Ok(m) => m.iter().filter(|((name, _), _)| name == "k.slow").map(|(_, v)| v.len()).sum(),
         Err(_) => 0, // being created by the process: try again
     }

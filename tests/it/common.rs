@@ -6,7 +6,7 @@
 use efmesh::config::EngineSection;
 use efmesh::engine::Engine;
 use efmesh::engine::duckdb::DuckDb;
-use efmesh::state::StateStore;
+pub use efmesh::state::{SqliteStore, StateStore};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -210,9 +210,9 @@ impl Project {
     }
 
     /// Opens the state store.
-    pub fn state(&self) -> StateStore {
+    pub fn state(&self) -> SqliteStore {
         assert!(self.state_path().exists(), "no state store yet");
-        StateStore::open(&self.state_path()).expect("open state store")
+        SqliteStore::open(&self.state_path()).expect("open state store")
     }
 
     /// Everything the state store records, in comparable form.

@@ -7,7 +7,7 @@ use efmesh::core::interval::parse_instant;
 use efmesh::engine::Engine;
 use efmesh::engine::duckdb::DuckDb;
 use efmesh::project::Project;
-use efmesh::state::StateStore;
+use efmesh::state::SqliteStore;
 use std::path::Path;
 
 /// Copies an example's committed files (config, models, tests, data) into a temporary directory,
@@ -38,12 +38,12 @@ fn copy_example(dir: &str) -> tempfile::TempDir {
 
 /// Applies a copy of the example to `dev` (in-memory engine and state); the directory lives as
 /// long as the returned `TempDir`.
-fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, StateStore, tempfile::TempDir) {
+fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, SqliteStore, tempfile::TempDir) {
     let tmp = copy_example(dir);
     let root = tmp.path().to_path_buf();
     let config = Config::load(&root.join("efmesh.toml")).unwrap();
     let project = Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
-    let state = StateStore::open_in_memory().unwrap();
+    let state = SqliteStore::open_in_memory().unwrap();
     let mut engine = DuckDb::in_memory().unwrap();
     let now = parse_instant(now).unwrap();
     let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
@@ -117,7 +117,12 @@ fn hospital_assignments_gain_history_through_daily_runs() {
         let outcome = apply::run::run(&project, &plan, &state, &mut db, "it").unwrap_or_else(|e| panic!("{e}"));
         let apply::run::RunOutcome::Ran(report) = outcome else { panic!("run blocked on {day}") };
         let built: Vec<String> = report.built.iter().map(ToString::to_string).collect();
-        assert_eq!(built, ["med.moves", "lake.dept_moves_daily", "med.current_location", "med.assignments"], "{day}");
+        // The refreshed and backfilled models, then the `full` and `view` models downstream of them.
+        assert_eq!(
+            built,
+            ["med.moves", "lake.dept_load", "lake.dept_moves_daily", "med.current_location", "med.assignments", "med.stays", "med.census_daily"],
+            "{day}"
+        );
     }
     // Measured with the default seed (see examples/hospital/README.md).
     assert_eq!(count(&mut db, "dev__med.current_location"), 9_627);

@@ -20,18 +20,18 @@ fn only_edited_models_and_their_descendants_are_fingerprinted_again() {
     let mut memo = VersionMemo::default();
     let project = load(&p);
     let state = open_state(&project, false).expect("state");
-    let first = memo.versions(&project, &state).expect("versions");
+    let first = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), project.dag.len(), "an empty memo fingerprints every model");
     assert_eq!(first.fingerprints, plan::versions(&project, &Default::default()).expect("full").fingerprints);
 
-    let again = memo.versions(&project, &state).expect("versions");
+    let again = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), 0, "nothing changed");
     assert_eq!(again.fingerprints, first.fingerprints);
 
     // `s.a` → `s.b` (view) → `s.c`: editing `s.a` re-fingerprints those three only.
     p.write("models/a.lua", &model_a("AND id < 7"));
     let project = load(&p);
-    let edited = memo.versions(&project, &state).expect("versions");
+    let edited = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), 3);
     let full = plan::versions(&project, &Default::default()).expect("full");
     assert_eq!(edited.fingerprints, full.fingerprints);
@@ -46,14 +46,14 @@ fn only_edited_models_and_their_descendants_are_fingerprinted_again() {
     // keep theirs without being fingerprinted.
     p.write("models/a.lua", &format!("-- a comment\n{}", model_a("AND id < 7")));
     let project = load(&p);
-    let commented = memo.versions(&project, &state).expect("versions");
+    let commented = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), 1);
     assert_eq!(commented.fingerprints, edited.fingerprints);
 
     // Reverting goes back to the applied versions.
     p.write("models/a.lua", &model_a(""));
     let project = load(&p);
-    assert_eq!(memo.versions(&project, &state).expect("versions").fingerprints, first.fingerprints);
+    assert_eq!(memo.versions(&project, &*state).expect("versions").fingerprints, first.fingerprints);
 }
 
 /// The plan `Session::plan` returns, and the plan computed from scratch for the same project.
@@ -61,7 +61,7 @@ fn both(session: &Session, now: i64) -> (serde_json::Value, serde_json::Value) {
     let project = session.loaded().expect("loads");
     let state = open_state(project, false).expect("state");
     let incremental = session.plan("dev", now, &plan::Options::default()).expect("session plan");
-    let scratch = plan_checked(project, &state, "dev", now, &plan::Options::default()).expect("plan");
+    let scratch = plan_checked(project, &*state, "dev", now, &plan::Options::default()).expect("plan");
     // The session repeats the cache entries it computed until they are stored; never fewer.
     let misses = |p: &plan::Plan| p.canon_cache_misses.iter().cloned().collect::<std::collections::BTreeSet<_>>();
     assert!(misses(&incremental).is_superset(&misses(&scratch)));

@@ -59,7 +59,7 @@ fn run_upserts_changed_and_new_rows_and_keeps_absent_ones() {
     assert_eq!(p.rows(&view).len(), 3, "apply must not refresh");
 
     let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
-    assert_eq!(ran["outcome"], "ok");
+    assert_eq!(ran["outcome"], "processed");
     assert_eq!(ran["processed"], serde_json::json!(["m.latest"]));
     assert_eq!(p.rows(&view), rows(&[&["1", "ANN", "10"], &["2", "bob", "20"], &["3", "cyd", "30"], &["4", "dan", "40"]]));
 
@@ -148,7 +148,7 @@ fn run_refuses_an_environment_the_project_differs_from() {
     let r = p.run(&["run", "dev", "--json"]);
     r.expect_code(2);
     let v = r.json();
-    assert_eq!(v["outcome"], "awaiting-human");
+    assert_eq!(v["outcome"], "blocked");
     assert_eq!(string_set(&v["blockedBy"]), set(&["m.latest: added", "raw.src: added"]));
     assert!(!p.engine_path().exists(), "a refused run opens no database");
 

@@ -494,7 +494,7 @@ fn done_days(p: &Project) -> BTreeSet<String> {
     if !p.state_path().exists() {
         return BTreeSet::new();
     }
-    match efmesh::state::StateStore::open(&p.state_path()).and_then(|s| s.all_done_intervals()) {
+    match efmesh::state::SqliteStore::open(&p.state_path()).and_then(|s| s.all_done_intervals()) {
         Ok(m) => m
             .iter()
             .filter(|((name, _), _)| name == "k.slow")

@@ -23,6 +23,7 @@ mod languages;
 mod load_cache;
 mod load_errors;
 mod names;
+mod deployment;
 mod operations;
 mod physical_integrity;
 mod plan_memo;

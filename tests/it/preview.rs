@@ -239,7 +239,7 @@ fn preview_changes_nothing_and_releases_the_engine_file() {
     // same process can open the file for writing right after.
     let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
     let project = efmesh::project::Project::load(&config).expect("project");
-    let store = efmesh::state::StateStore::open(&p.state_path()).expect("state");
+    let store = efmesh::state::SqliteStore::open(&p.state_path()).expect("state");
     let name = efmesh::core::ModelName::parse("s.b").expect("name");
     let now = efmesh::core::interval::parse_instant(crate::common::NOW).expect("now");
     let out = efmesh::preview::preview(&project, &store, "dev", &[name], &efmesh::preview::Options { rows: 5, now }).expect("preview");

@@ -321,7 +321,7 @@ fn a_seed_changed_between_plan_and_apply_is_refused() {
     p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
     let config = Config::load(&p.root().join("efmesh.toml")).unwrap();
     let project = efmesh::project::Project::load(&config).unwrap();
-    let state = efmesh::state::StateStore::open_in_memory().unwrap();
+    let state = efmesh::state::SqliteStore::open_in_memory().unwrap();
     let plan = efmesh::plan::plan(&project, &state, "dev", efmesh::core::interval::parse_instant("2026-02-10").unwrap()).unwrap();
     p.write("seeds/depts.csv", "code,name,beds,note\nER,Emergency,99,\n");
     let mut engine = efmesh::engine::duckdb::DuckDb::in_memory().unwrap();

@@ -511,7 +511,7 @@ fn preview(session: &Session, project: &Project, actions: &HashMap<&ModelName, &
     r.previews_omitted = wanted.len().saturating_sub(MAX_PREVIEWS);
     let models = &wanted[..wanted.len().min(MAX_PREVIEWS)];
     let popts = crate::preview::Options { rows: options.preview_rows, now };
-    match session.state().and_then(|state| crate::preview::preview(project, &state, &options.env, models, &popts)) {
+    match session.state().and_then(|state| crate::preview::preview(project, &*state, &options.env, models, &popts)) {
         Ok(previews) => r.previews = previews,
         Err(e) => r.errors.extend(Problem::from_error("preview", &e)),
     }

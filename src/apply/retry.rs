@@ -1,0 +1,136 @@
+//! `--retries N`: transient failures (an engine or state-store lock held by another process,
+//! I/O errors) are retried with exponential backoff and a warning; SQL errors never are.
+//!
+//! Test hook: `EFMESH_TEST_TRANSIENT=<n>` makes the first `n` attempts of a retried operation
+//! fail at their start with an injected transient engine error (`IO Error: … (test hook)`),
+//! so the integration tests can prove the loop without a flaky lock. Only tests set it.
+
+use super::ApplyError;
+use crate::engine::EngineError;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The test hook's environment variable (see the module docs).
+pub const TRANSIENT_ENV: &str = "EFMESH_TEST_TRANSIENT";
+
+/// First backoff; doubled after each failed attempt, capped at [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+static INJECTED: AtomicU32 = AtomicU32::new(0);
+
+/// The wait after failed attempt `attempt` (0-based): 200 ms, 400 ms, 800 ms, … up to 30 s.
+pub fn backoff(attempt: u32) -> Duration {
+    FIRST_BACKOFF.saturating_mul(1u32 << attempt.min(16)).min(MAX_BACKOFF)
+}
+
+/// True when `message` (an engine's error text) says another process holds a lock, a
+/// transaction conflicted, or I/O failed: worth retrying. Parser, binder, catalog, conversion,
+/// constraint and other SQL errors are not.
+pub fn is_transient_message(message: &str) -> bool {
+    const TRANSIENT: [&str; 6] = ["IO Error", "Could not set lock", "Conflicting lock", "database is locked", "TransactionContext Error", "Conflict on"];
+    TRANSIENT.iter().any(|t| message.contains(t))
+}
+
+impl ApplyError {
+    /// True for a failure that retrying may cure ([`is_transient_message`] on an engine error, a
+    /// busy state store); false for SQL errors, contracts, audits and everything else.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApplyError::Engine(e) | ApplyError::Build { error: e, .. } => is_transient_message(&e.message),
+            ApplyError::State(s) => s.is_busy(),
+            _ => false,
+        }
+    }
+}
+
+/// True when `err` (anywhere in its chain) is transient: an [`ApplyError`] that is, a busy
+/// [`crate::state::StateError`], or an [`EngineError`] with a transient message (e.g. the
+/// engine file locked by another process at open).
+pub fn is_transient(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<ApplyError>().is_some_and(ApplyError::is_transient)
+            || e.downcast_ref::<crate::state::StateError>().is_some_and(crate::state::StateError::is_busy)
+            || e.downcast_ref::<EngineError>().is_some_and(|e| is_transient_message(&e.message))
+    })
+}
+
+/// Runs `attempt` up to `1 + retries` times while it fails with a transient error
+/// ([`is_transient`]), sleeping [`backoff`] between attempts and logging a warning each time.
+/// The attempt number (0-based) is passed in.
+///
+/// # Errors
+/// The last failure, or the first that is not transient.
+pub fn with_retries<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut n = 0;
+    loop {
+        let result = injected().map_err(anyhow::Error::from).and_then(|()| attempt(n));
+        match result {
+            Err(e) if n < retries && is_transient(&e) => {
+                let wait = backoff(n);
+                tracing::warn!(attempt = n + 1, retries, wait_ms = wait.as_millis() as u64, "{what} failed with a transient error, retrying: {e}");
+                std::thread::sleep(wait);
+                n += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The test hook: an injected transient failure while fewer than `EFMESH_TEST_TRANSIENT`
+/// were injected in this process.
+fn injected() -> Result<(), ApplyError> {
+    let Some(limit) = std::env::var(TRANSIENT_ENV).ok().and_then(|v| v.parse::<u32>().ok()) else { return Ok(()) };
+    if INJECTED.fetch_add(1, Ordering::SeqCst) < limit {
+        return Err(ApplyError::Engine(EngineError::new("", format!("IO Error: injected transient failure ({TRANSIENT_ENV}, test hook)"))));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_and_io_errors_are_transient_sql_errors_are_not() {
+        assert!(is_transient_message("IO Error: Could not set lock on file \"x.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 12)"));
+        assert!(is_transient_message("TransactionContext Error: Catalog write-write conflict on create with \"t\""));
+        for sql in [
+            "Parser Error: syntax error at or near \"SELEC\"",
+            "Binder Error: Referenced column \"x\" not found",
+            "Conversion Error: Could not convert string 'a' to INT32",
+            "Catalog Error: Table with name t does not exist!",
+            "Constraint Error: NOT NULL constraint failed",
+        ] {
+            assert!(!is_transient_message(sql), "{sql}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_millis(200));
+        assert_eq!(backoff(1), Duration::from_millis(400));
+        assert_eq!(backoff(3), Duration::from_millis(1600));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn only_transient_failures_are_retried() {
+        let mut calls = 0;
+        let r: anyhow::Result<()> = with_retries(3, "test", |_| {
+            calls += 1;
+            Err(ApplyError::Engine(EngineError::new("SELECT", "Binder Error: nope")).into())
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, 1, "an SQL error is never retried");
+        let mut calls = 0;
+        let r = with_retries(2, "test", |n| {
+            calls += 1;
+            if n < 1 { Err(ApplyError::Engine(EngineError::new("", "IO Error: disk hiccup")).into()) } else { Ok(n) }
+        });
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(calls, 2);
+    }
+}

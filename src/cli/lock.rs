@@ -1,0 +1,96 @@
+//! The environment lock as the commands take it ([`crate::state::lease`]): `apply` and `run`
+//! hold `env:<name>` for as long as they write.
+//!
+//! Test hook: `EFMESH_TEST_HOLD_LEASE_MS=<ms>` makes a command sleep that long right after
+//! taking its lock, so the integration tests can start two commands and know they overlap. Only
+//! tests set it.
+
+use crate::state::StateStore;
+use crate::state::lease::{LeaseGuard, Refused, env_lease};
+use anyhow::{Result, anyhow};
+use std::time::Duration;
+
+/// The test hook's environment variable (see the module docs).
+pub const HOLD_ENV: &str = "EFMESH_TEST_HOLD_LEASE_MS";
+
+/// How a lock attempt ended.
+pub(super) enum Locked {
+    /// Ours until dropped or released.
+    Held(LeaseGuard),
+    /// Another live process holds it: `(lock name, holder as text)`.
+    Busy(String, String),
+}
+
+/// This command's line, as recorded in the lease (`efmesh apply prod --yes`).
+pub(super) fn command_line() -> String {
+    let mut args = std::env::args();
+    let program = args.next().map(|p| std::path::Path::new(&p).file_name().map_or(p.clone(), |f| f.to_string_lossy().into_owned())).unwrap_or_default();
+    std::iter::once(program).chain(args).collect::<Vec<_>>().join(" ")
+}
+
+/// Takes the lock of `env` on `store`, waiting up to `wait`.
+///
+/// # Errors
+/// The state store fails.
+pub(super) fn lock_env(store: &dyn StateStore, env: &str, wait: Duration) -> Result<Locked> {
+    let name = env_lease(env);
+    match LeaseGuard::acquire(store, &name, &command_line(), wait) {
+        Ok(guard) => {
+            if let Some(ms) = std::env::var(HOLD_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            Ok(Locked::Held(guard))
+        }
+        Err(Refused::Held(record)) => Ok(Locked::Busy(name, record.holder.to_string())),
+        Err(Refused::State(e)) => Err(e.into()),
+    }
+}
+
+/// Parses a `--wait` duration: `500ms`, `30s`, `2m`, `1h`, or a number of seconds.
+///
+/// # Errors
+/// Anything else, naming the value.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (num, unit) = t.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((t, ""), |i| t.split_at(i));
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration (e.g. 30s, 2m, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("`{text}` is not a duration (unit must be ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{text}` is not a duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The error of `apply` meeting a held lock.
+pub(super) fn held_error(env: &str, lock: &str, holder: &str, waited: Duration) -> anyhow::Error {
+    let waited = if waited.is_zero() { String::new() } else { format!(" (waited {} ms)", waited.as_millis()) };
+    anyhow!(LockHeld(format!(
+        "environment `{env}` is locked: `{lock}` is held by {holder}{waited}; nothing was done\n  hint: retry when it is done, or wait for it with `--wait 10m`"
+    )))
+}
+
+/// A command met a lock another live process holds.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LockHeld(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

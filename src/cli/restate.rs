@@ -1,0 +1,158 @@
+//! `efmesh restate <env> --model M --from T --to T [--dry-run] [--json]`: forget the done
+//! intervals of a time-range model in a range, and of every time-range descendant reading that
+//! range, for the versions the environment serves, so the next `run` (or `apply`) recomputes
+//! exactly that range; `full` and `view` descendants are rebuilt by the `run` that recomputes
+//! it (they are downstream of what it backfills). Under the environment's lock.
+
+use super::lock::{Locked, lock_env};
+use super::printer::Printer;
+use super::{Exit, load, open_state};
+use crate::core::interval::{Grain, Millis, parse_instant, to_iso};
+use crate::core::{Kind, ModelName};
+use anyhow::{Result, anyhow, bail};
+use serde_json::json;
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// The restate request.
+pub(super) struct Request<'a> {
+    pub env: &'a str,
+    pub model: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+/// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds.
+fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &str) -> Result<()> {
+    let floor = grain.floor(t);
+    if floor == t {
+        return Ok(());
+    }
+    bail!(
+        "--{which} {text} is not aligned to the {} grain of `{model}`; the nearest valid bounds are {} and {}",
+        match grain {
+            Grain::Day => "day",
+            Grain::Hour => "hour",
+        },
+        to_iso(floor),
+        to_iso(floor + grain.millis())
+    )
+}
+
+/// Runs the restatement.
+pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    crate::core::name::validate_env(req.env)?;
+    let name = ModelName::parse(req.model)?;
+    let Some(model) = project.dag.get(&name) else {
+        let hint = project.dag.suggest(req.model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
+        bail!("unknown model `{}`{hint}", req.model);
+    };
+    let t = match &model.kind {
+        Kind::IncrementalByTimeRange(t) => t.clone(),
+        Kind::ScdType2(_) => bail!(
+            "cannot restate `{name}`: an scd_type2 model's history is not recomputable from its source (it records what the source said when each run looked)"
+        ),
+        other => bail!("cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})", other.tag()),
+    };
+    let from = parse_instant(req.from).map_err(|e| anyhow!("--from: {e}"))?;
+    let to = parse_instant(req.to).map_err(|e| anyhow!("--to: {e}"))?;
+    aligned("from", req.from, from, t.grain, req.model)?;
+    aligned("to", req.to, to, t.grain, req.model)?;
+    if from >= to {
+        bail!("--from {} must be before --to {}", req.from, req.to);
+    }
+    let state = open_state(&project, false)?;
+    let pointers = state.env_pointers(req.env)?;
+    if !pointers.contains_key(&name.to_string()) {
+        bail!("environment `{}` does not serve `{name}`; nothing to restate\n  hint: apply it first", req.env);
+    }
+    // The model, then its descendants in topological order: time-range ones are restated over
+    // the range widened to their grain; full and view ones are rebuilt by the next run.
+    let mut seen: BTreeSet<ModelName> = BTreeSet::from([name.clone()]);
+    let mut queue: VecDeque<ModelName> = VecDeque::from([name.clone()]);
+    while let Some(n) = queue.pop_front() {
+        for c in project.dag.children(&n) {
+            if seen.insert(c.clone()) {
+                queue.push_back(c.clone());
+            }
+        }
+    }
+    let mut targets = Vec::new();
+    let mut rebuilt = Vec::new();
+    let mut refused = Vec::new();
+    for n in project.dag.order().iter().filter(|n| seen.contains(*n)) {
+        let Some(m) = project.dag.get(n) else { continue };
+        let Some(fp) = pointers.get(&n.to_string()) else { continue };
+        match &m.kind {
+            Kind::IncrementalByTimeRange(tr) => {
+                let (f, e) = (tr.grain.floor(from), tr.grain.floor(to - 1) + tr.grain.millis());
+                targets.push((n.to_string(), fp.clone(), f, e));
+            }
+            Kind::Full | Kind::View => rebuilt.push(n.to_string()),
+            Kind::ScdType2(_) => refused.push(n.to_string()),
+            _ => {}
+        }
+    }
+    if !refused.is_empty() {
+        tracing::warn!("scd_type2 descendants are not restated (their history is not recomputable): {}", refused.join(", "));
+    }
+    let mut cleared = Vec::new();
+    if req.dry_run {
+        for (n, fp, f, e) in &targets {
+            let n_done = state.done_intervals(n, fp)?.range(*f..*e).count();
+            cleared.push((n.clone(), *f, *e, n_done));
+        }
+    } else {
+        let state = super::writable_state(&project, state)?;
+        let guard = match lock_env(&*state, req.env, Duration::ZERO)? {
+            Locked::Held(g) => g,
+            Locked::Busy(lock, holder) => return Err(super::lock::held_error(req.env, &lock, &holder, Duration::ZERO)),
+        };
+        let result = (|| -> Result<()> {
+            // The pointers may have moved before the lock was taken.
+            let now_pointers = state.env_pointers(req.env)?;
+            for (n, fp, f, e) in &targets {
+                if now_pointers.get(n) != Some(fp) {
+                    bail!(
+                        "environment `{}` changed while restating (`{n}` now serves another version); nothing more was done\n  hint: run restate again",
+                        req.env
+                    );
+                }
+                let k = state.clear_intervals(n, fp, *f, *e)?;
+                cleared.push((n.clone(), *f, *e, k));
+            }
+            Ok(())
+        })();
+        guard.release(&*state);
+        result?;
+    }
+    if req.json {
+        out.json(json!({
+            "env": req.env,
+            "model": req.model,
+            "from": to_iso(from),
+            "to": to_iso(to),
+            "dryRun": req.dry_run,
+            "restated": cleared.iter().map(|(n, f, e, k)| json!({"model": n, "from": to_iso(*f), "to": to_iso(*e), "intervals": k})).collect::<Vec<_>>(),
+            "rebuiltByNextRun": rebuilt,
+            "notRestated": refused,
+        }))?;
+    } else {
+        let verb = if req.dry_run { "would clear" } else { "cleared" };
+        let mut text = String::new();
+        for (n, f, e, k) in &cleared {
+            text.push_str(&format!("{n}: {verb} {k} done interval(s) in [{}, {})\n", to_iso(*f), to_iso(*e)));
+        }
+        if !rebuilt.is_empty() {
+            text.push_str(&format!("rebuilt by the next run: {}\n", rebuilt.join(", ")));
+        }
+        if !req.dry_run {
+            text.push_str(&format!("`efmesh run {}` recomputes the range\n", req.env));
+        }
+        out.text(&text)?;
+    }
+    Ok(Exit::Success)
+}

@@ -1,0 +1,172 @@
+//! `efmesh status <env> [--json] [--check]`: what an environment serves and how healthy it is —
+//! the last plan applied and by whom (the apply journal), per time-range model the newest done
+//! interval and the lag behind now (by grain), failed intervals, the last run ticks and the lock
+//! holder. `--check` exits 1 when failed intervals exist or the newest tick errored; lag,
+//! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
+//! printed either way.
+
+use super::printer::Printer;
+use super::{Exit, load, open_state};
+use crate::core::interval::{Millis, to_iso};
+use crate::core::{Kind, ModelName};
+use crate::state::lease::{env_lease, host_name, is_stale};
+use crate::state::{STATE_VERSION, Tick};
+use anyhow::Result;
+use serde_json::json;
+
+/// How many ticks the report lists.
+const TICKS: usize = 5;
+
+/// One model's lag and ledger health.
+struct Lag {
+    model: String,
+    grain: &'static str,
+    done_up_to: Option<Millis>,
+    /// Complete grain intervals between the newest done one and now.
+    behind: i64,
+    /// Intervals recorded failed.
+    failed: usize,
+}
+
+/// Prints the status report of `env`; with `check`, exit 1 when unhealthy.
+pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, now: Millis, out: &Printer) -> Result<Exit> {
+    let project = load(config)?;
+    crate::core::name::validate_env(env)?;
+    let state = open_state(&project, false)?;
+    let pointers = state.env_pointers(env)?;
+    let journal = state.journal(env)?;
+    let last_plan = journal.last();
+    let ticks = state.ticks(env, TICKS)?;
+    let lease = state.lease(&env_lease(env))?;
+    let host = host_name();
+    let mut lags = Vec::new();
+    let mut failed_other = Vec::new();
+    for (name, fp) in &pointers {
+        let stats = state.ledger_stats(name, fp)?;
+        let model = ModelName::parse(name).ok().and_then(|n| project.dag.get(&n).cloned());
+        match model.as_ref().and_then(|m| m.kind.time_range().cloned()) {
+            Some(t) if !matches!(model.as_ref().map(|m| &m.kind), Some(Kind::External(_))) => {
+                let horizon = t.end.map_or(t.grain.floor(now), |e| e.min(t.grain.floor(now)));
+                let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
+                let behind = ((horizon - from) / t.grain.millis()).max(0);
+                lags.push(Lag { model: name.clone(), grain: grain_name(t.grain), done_up_to: stats.done_up_to, behind, failed: stats.failed });
+            }
+            _ if stats.failed > 0 => failed_other.push((name.clone(), stats.failed)),
+            _ => {}
+        }
+    }
+    let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();
+    let last_errored = ticks.first().is_some_and(|t| t.outcome == "error");
+    let mut problems = Vec::new();
+    if failed_total > 0 {
+        problems.push(format!("{failed_total} failed interval(s)"));
+    }
+    if last_errored {
+        problems.push("the last run tick errored".to_string());
+    }
+    let healthy = problems.is_empty();
+    let lock = lease.as_ref().map(|l| {
+        let stale = is_stale(l, crate::core::interval::now_millis(), &host);
+        (l, stale)
+    });
+    if json {
+        out.json(json!({
+            "env": env,
+            "storeVersion": STATE_VERSION,
+            "models": pointers.len(),
+            "lastPlan": last_plan.map(|j| json!({"appliedAt": j.applied_at, "appliedBy": j.applied_by, "summary": j.summary})),
+            "lag": lags.iter().map(|l| json!({
+                "model": l.model,
+                "grain": l.grain,
+                "doneUpTo": l.done_up_to.map(to_iso),
+                "behind": l.behind,
+                "failed": l.failed,
+            })).collect::<Vec<_>>(),
+            "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
+            "ticks": ticks.iter().map(tick_json).collect::<Vec<_>>(),
+            "lock": lock.map(|(l, stale)| json!({"name": l.name, "holder": l.holder, "expiresAt": l.expires_at, "heartbeatAt": l.heartbeat_at, "stale": stale})),
+            "healthy": healthy,
+            "problems": problems,
+        }))?;
+    } else {
+        let mut text = String::new();
+        if pointers.is_empty() && last_plan.is_none() {
+            text.push_str(&format!("environment `{env}` does not exist — the first apply creates it\n"));
+        } else {
+            text.push_str(&format!("environment `{env}`: {} models (state store layout v{STATE_VERSION})\n", pointers.len()));
+        }
+        match last_plan {
+            Some(j) => {
+                text.push_str(&format!("last plan: applied {} by {}\n", j.applied_at, if j.applied_by.is_empty() { "unknown" } else { j.applied_by.as_str() }))
+            }
+            None => text.push_str("last plan: never applied\n"),
+        }
+        match &lock {
+            Some((l, false)) => text.push_str(&format!("lock: `{}` held by {} (expires {})\n", l.name, l.holder, l.expires_at)),
+            Some((l, true)) => text.push_str(&format!("lock: `{}` stale (held by {}, expired or gone; the next command reclaims it)\n", l.name, l.holder)),
+            None => text.push_str("lock: free\n"),
+        }
+        for l in &lags {
+            let up_to = l.done_up_to.map_or("—".to_string(), to_iso);
+            if l.behind == 0 {
+                text.push_str(&format!("  ✓ {}  caught up to {up_to}\n", l.model));
+            } else {
+                text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}\n", l.model, l.behind, l.grain));
+            }
+            if l.failed > 0 {
+                text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
+            }
+        }
+        for (m, n) in &failed_other {
+            text.push_str(&format!("  ⚠ {m}  failed intervals: {n}\n"));
+        }
+        if ticks.is_empty() {
+            text.push_str("no run ticks yet\n");
+        } else {
+            text.push_str("recent run ticks:\n");
+            for t in &ticks {
+                text.push_str(&format!("  {} {}\n", tick_mark(t), tick_text(t)));
+            }
+        }
+        if healthy {
+            text.push_str("health: ok\n");
+        } else {
+            text.push_str(&format!("health: unhealthy ({})\n", problems.join(", ")));
+        }
+        out.text(&text)?;
+    }
+    Ok(if check && !healthy { Exit::Error } else { Exit::Success })
+}
+
+fn grain_name(g: crate::core::interval::Grain) -> &'static str {
+    match g {
+        crate::core::interval::Grain::Day => "day",
+        crate::core::interval::Grain::Hour => "hour",
+    }
+}
+
+fn tick_json(t: &Tick) -> serde_json::Value {
+    json!({"startedAt": t.started_at, "finishedAt": t.finished_at, "outcome": t.outcome, "processed": t.processed, "detail": t.detail})
+}
+
+fn tick_mark(t: &Tick) -> &'static str {
+    match t.outcome.as_str() {
+        "processed" | "nothing-due" => "✓",
+        "error" => "✗",
+        _ => "…",
+    }
+}
+
+fn tick_text(t: &Tick) -> String {
+    let ms = match (crate::core::interval::parse_instant(&t.started_at), crate::core::interval::parse_instant(&t.finished_at)) {
+        (Ok(s), Ok(f)) => format!(" ({} ms)", f - s),
+        _ => String::new(),
+    };
+    let processed: Vec<String> = t.processed.iter().map(|(m, n)| if *n > 0 { format!("{m} ({n})") } else { m.clone() }).collect();
+    let detail = match (&t.detail, processed.is_empty()) {
+        (Some(d), _) => format!("  {}", d.lines().next().unwrap_or_default()),
+        (None, false) => format!("  {}", processed.join(", ")),
+        (None, true) => String::new(),
+    };
+    format!("{}  {}{ms}{detail}", t.started_at, t.outcome)
+}

@@ -1,0 +1,530 @@
+//! Operations (issue 12): the environment lock under concurrent and killed processes, the run
+//! journal, `status --check`, `migrate` from every older state layout, `--retries`.
+//!
+//! Test hooks used (documented where they live): `EFMESH_TEST_HOLD_LEASE_MS` (a command sleeps
+//! right after taking its lock, so two commands started together are known to overlap) and
+//! `EFMESH_TEST_TRANSIENT` (the first N attempts fail with an injected transient engine error).
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// A time-range model over generated rows (one row per hour, batch size 1, so an apply or a run
+/// is many small transactions), a `full` rollup downstream, and a unique-key model over a CSV
+/// with a `full` model downstream of it.
+fn ops_project(multiplier: u32) -> Project {
+    let p = Project::new();
+    p.write("data/src.csv", "id,score\n1,1\n2,2\n");
+    p.write("models/m.lua", &models(multiplier));
+    p
+}
+
+fn models(multiplier: u32) -> String {
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 * {multiplier} AS BIGINT) AS v",
+}}
+define_model {{
+  name = "t.rollup", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(daily),
+}}
+local src = define_model {{
+  name = "raw.src", kind = kind.external {{ path = "data/src.csv" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "score", "bigint" }} }},
+}}
+local latest = define_model {{
+  name = "m.latest", kind = kind.incremental_by_unique_key {{ key = "id" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "score", "bigint" }} }},
+  query = "SELECT id, score FROM " .. ref(src),
+}}
+define_model {{
+  name = "m.sum", kind = kind.full(),
+  schema = {{ {{ "total", "bigint" }} }},
+  query = "SELECT CAST(sum(score) AS BIGINT) AS total FROM " .. ref(latest),
+}}
+"#
+    )
+}
+
+/// Days from 2026-01-01 to the day before `now_day` (`YYYY-MM-DD`).
+fn days_until(now_day: &str) -> i64 {
+    let start = efmesh::core::interval::parse_instant("2026-01-01").unwrap();
+    let end = efmesh::core::interval::parse_instant(now_day).unwrap();
+    (end - start) / 86_400_000
+}
+
+/// What `t.daily` and `t.rollup` must serve in `env` when computed up to `now_day` with
+/// `multiplier`, computed independently on an in-memory DuckDB.
+fn expected_daily(now_day: &str, multiplier: u32) -> (Rows, Rows) {
+    let daily = sorted_in_memory(&format!(
+        "SELECT CAST(CAST(d AS TIMESTAMP) AS VARCHAR), CAST(CAST(epoch(CAST(d AS TIMESTAMP)) / 86400 * {multiplier} AS BIGINT) AS VARCHAR) \
+         FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '{now_day}', INTERVAL 1 DAY) AS t(d)"
+    ));
+    let rollup = sorted_in_memory(&format!(
+        "SELECT CAST(count(*) AS VARCHAR), CAST(CAST(sum(CAST(epoch(CAST(d AS TIMESTAMP)) / 86400 * {multiplier} AS BIGINT)) AS BIGINT) AS VARCHAR) \
+         FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '{now_day}', INTERVAL 1 DAY) AS t(d)"
+    ));
+    (daily, rollup)
+}
+
+/// Every ledger row of `t.daily` at the fingerprint `env` serves is done, one per day up to
+/// `now_day`, and no lease or promotion is left over.
+#[track_caller]
+fn assert_consistent(p: &Project, env: &str, now_day: &str, multiplier: u32, log: &str) {
+    let (daily, rollup) = expected_daily(now_day, multiplier);
+    assert_eq!(p.rows(&env_view(env, "t.daily")), daily, "t.daily in {env}\n{log}");
+    assert_eq!(p.rows(&env_view(env, "t.rollup")), rollup, "t.rollup in {env}\n{log}");
+    let s = p.state();
+    let fp = s.env_pointers(env).unwrap()["t.daily"].clone();
+    let stats = s.ledger_stats("t.daily", &fp).unwrap();
+    assert_eq!((stats.done as i64, stats.failed), (days_until(now_day), 0), "ledger of t.daily\n{log}");
+    // A killed holder's lease may stay until the next locking command reclaims it, but it never blocks.
+    if let Some(l) = s.lease(&format!("env:{env}")).unwrap() {
+        let (now, host) = (efmesh::core::interval::now_millis(), efmesh::state::lease::host_name());
+        assert!(efmesh::state::lease::is_stale(&l, now, &host), "a live lease is left behind: {l:?}\n{log}");
+    }
+    assert!(s.pending_promotions().unwrap().is_empty(), "no promotion left under way\n{log}");
+}
+
+fn spawn_with(p: &Project, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    let mut c = p.command(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn efmesh")
+}
+
+fn finish(child: std::process::Child, what: &str) -> Run {
+    Run::from_output(child.wait_with_output().expect("wait"), what.to_string())
+}
+
+/// xorshift64*: small, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[test]
+fn two_applies_at_once_one_applies_the_other_names_the_holder() {
+    // Fresh (no state file, no DuckDB file) and with an existing environment.
+    for fresh in [true, false] {
+        let p = ops_project(1);
+        if !fresh {
+            p.apply("dev");
+            p.write("models/m.lua", &models(2));
+        }
+        let hold = [("EFMESH_TEST_HOLD_LEASE_MS", "1500")];
+        let a = spawn_with(&p, &["apply", "dev", "--yes", "--json"], &hold);
+        let b = spawn_with(&p, &["apply", "dev", "--yes", "--json"], &hold);
+        let runs = [finish(a, "apply a"), finish(b, "apply b")];
+        let codes: BTreeSet<i32> = runs.iter().map(|r| r.code).collect();
+        assert_eq!(codes, BTreeSet::from([0, 1]), "one applies, the other is refused: {runs:#?}");
+        let loser = runs.iter().find(|r| r.code == 1).unwrap();
+        assert!(loser.stderr.contains("environment `dev` is locked") && loser.stderr.contains("efmesh") && loser.stderr.contains("pid "), "{loser:#?}");
+        assert_eq!(loser.json()["error"]["kind"], "lock-held", "{loser:#?}");
+        let winner = runs.iter().find(|r| r.code == 0).unwrap();
+        assert_eq!(winner.json()["applied"], true);
+        // One promotion journaled, the data as one uninterrupted apply leaves it, no lease left.
+        assert_eq!(p.state().journal("dev").unwrap().len(), if fresh { 1 } else { 2 });
+        assert_consistent(&p, "dev", "2026-02-10", if fresh { 1 } else { 2 }, "");
+        assert_eq!(p.rows(&env_view("dev", "m.latest")), vec![vec![Some("1".into()), Some("1".into())], vec![Some("2".into()), Some("2".into())]]);
+        // The loser, run again, has nothing left to do.
+        let again = p.run(&["apply", "dev", "--yes"]);
+        again.expect_code(0);
+        assert!(again.stdout.contains("nothing to apply"), "{again:#?}");
+    }
+}
+
+#[test]
+fn apply_waits_for_the_lock_with_wait() {
+    let p = ops_project(1);
+    p.apply("dev");
+    let holder = spawn_with(&p, &["run", "dev"], &[("EFMESH_TEST_HOLD_LEASE_MS", "1500")]);
+    // Wait until the run holds the lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while p.state().lease("env:dev").unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    p.write("models/m.lua", &models(3));
+    let waited = p.run(&["apply", "dev", "--yes", "--wait", "60s"]);
+    waited.expect_code(0);
+    finish(holder, "run").expect_code(0);
+    assert_consistent(&p, "dev", "2026-02-10", 3, "");
+}
+
+#[test]
+fn two_runs_at_once_one_processes_the_other_reports_lock_held() {
+    let mut p = ops_project(1);
+    p.apply("prod");
+    p.now = "2026-02-15T00:00:00Z".into();
+    let hold = [("EFMESH_TEST_HOLD_LEASE_MS", "1500")];
+    let a = spawn_with(&p, &["run", "prod", "--json"], &hold);
+    let b = spawn_with(&p, &["run", "prod", "--json"], &hold);
+    let runs = [finish(a, "run a"), finish(b, "run b")];
+    for r in &runs {
+        r.expect_code(0);
+    }
+    let outcomes: BTreeSet<String> = runs.iter().map(|r| r.json()["outcome"].as_str().unwrap().to_string()).collect();
+    assert_eq!(outcomes, BTreeSet::from(["lock-held".to_string(), "processed".to_string()]), "{runs:#?}");
+    let processed = runs.iter().map(|r| r.json()).find(|v| v["outcome"] == "processed").unwrap();
+    assert_eq!(processed["apiVersion"], 1);
+    assert_eq!(processed["env"], "prod");
+    // The run refreshed the unique-key model and rebuilt the `full` models downstream of what it refreshed.
+    assert_eq!(string_set(&processed["processed"]), set(&["t.daily", "t.rollup", "m.latest", "m.sum"]));
+    assert_consistent(&p, "prod", "2026-02-15", 1, "");
+    // Both ticks are journaled, newest first; the processed one counts intervals per model.
+    let ticks = p.state().ticks("prod", 10).unwrap();
+    let outcomes: BTreeSet<&str> = ticks.iter().map(|t| t.outcome.as_str()).collect();
+    assert_eq!(outcomes, BTreeSet::from(["lock-held", "processed"]));
+    let done = ticks.iter().find(|t| t.outcome == "processed").unwrap();
+    assert_eq!(done.processed["t.daily"], 5, "{done:?}");
+    let held = ticks.iter().find(|t| t.outcome == "lock-held").unwrap();
+    assert!(held.detail.as_deref().unwrap_or_default().contains("env:prod"), "{held:?}");
+    // No interval due: only the unique-key model (refreshed by every run) and its rollup.
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!((v["outcome"].as_str(), string_set(&v["processed"])), (Some("processed"), set(&["m.latest", "m.sum"])));
+}
+
+#[test]
+fn a_run_with_nothing_due_says_so() {
+    let p = Project::new();
+    let only_time_range = models(1);
+    p.write("models/m.lua", &only_time_range[..only_time_range.find("local src").unwrap()]);
+    p.apply("prod");
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!((v["outcome"].as_str(), v["processed"].as_array().map(Vec::len)), (Some("nothing-due"), Some(0)));
+    let ticks = p.state().ticks("prod", 5).unwrap();
+    assert_eq!(ticks.len(), 1);
+    assert_eq!(ticks[0].outcome, "nothing-due");
+    assert!(ticks[0].processed.is_empty());
+}
+
+#[test]
+fn run_rebuilds_full_models_downstream_of_a_refreshed_model() {
+    let p = ops_project(1);
+    p.apply("dev");
+    p.write("data/src.csv", "id,score\n1,10\n3,30\n");
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["m.latest", "m.sum"])), "{v:#}");
+    // 1 → 10 (changed), 2 kept, 3 added: 10 + 2 + 30.
+    assert_eq!(p.rows(&env_view("dev", "m.sum")), vec![vec![Some("42".to_string())]]);
+}
+
+/// kill -9 at seeded random moments of `apply` and of `run`, then the same command again: the
+/// data equals the uninterrupted result, the killed holder's lease is reclaimed (never blocks),
+/// the ledger is consistent.
+#[test]
+fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges() {
+    let seed: u64 = std::env::var("EFMESH_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0012);
+    let mut rng = Rng(seed);
+    let mut p = ops_project(1);
+    p.apply("prod");
+    let mut log = String::new();
+    // Apply: a breaking edit each round (multiplier 2, 3, …) so every apply backfills 40 days.
+    for i in 0..20u32 {
+        let m = 2 + i;
+        p.write("models/m.lua", &models(m));
+        let delay = rng.next() % 600;
+        let mut child = spawn_with(&p, &["apply", "prod", "--yes"], &[]);
+        child.stdout.take();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        log.push_str(&format!("apply round {i}: multiplier {m}, killed after {delay} ms\n"));
+        let again = p.run(&["apply", "prod", "--yes"]);
+        assert_eq!(again.code, 0, "{log}{again:#?}");
+        assert_consistent(&p, "prod", "2026-02-10", m, &log);
+    }
+    // Run: each round one more day is due.
+    let m = 21;
+    for i in 0..20u32 {
+        let day = efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant("2026-02-11").unwrap() + i64::from(i) * 86_400_000);
+        let day = &day[..10];
+        p.now = format!("{day}T00:00:00Z");
+        let delay = rng.next() % 400;
+        let mut child = spawn_with(&p, &["run", "prod"], &[]);
+        child.stdout.take();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        log.push_str(&format!("run round {i}: now {day}, killed after {delay} ms\n"));
+        let again = p.run(&["run", "prod", "--json"]);
+        assert_eq!(again.code, 0, "{log}{again:#?}");
+        assert_ne!(again.json()["outcome"], "lock-held", "the killed run's lease must be reclaimed\n{log}");
+        assert_consistent(&p, "prod", day, m, &log);
+    }
+}
+
+#[test]
+fn status_check_exit_codes_for_each_state() {
+    let mut p = ops_project(1);
+    let status = |p: &Project| -> (i32, Value, String) {
+        let text = p.run(&["status", "prod", "--check"]);
+        let json = p.run(&["status", "prod", "--check", "--json"]);
+        assert_eq!(text.code, json.code, "{text:#?}{json:#?}");
+        (json.code, json.json(), text.stdout)
+    };
+    // Never applied: healthy, and says so.
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 0);
+    assert!(text.contains("does not exist"), "{text}");
+    assert_eq!(v["lastPlan"], Value::Null);
+
+    // Applied and current.
+    p.apply("prod");
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["lastPlan"]["appliedBy"], "it");
+    assert!(text.contains("last plan: applied") && text.contains("by it"), "{text}");
+    let lag = v["lag"].as_array().unwrap();
+    assert_eq!(lag.len(), 1);
+    assert_eq!(
+        (lag[0]["model"].as_str(), lag[0]["behind"].as_i64(), lag[0]["doneUpTo"].as_str()),
+        (Some("t.daily"), Some(0), Some("2026-02-10T00:00:00.000Z"))
+    );
+
+    // Lagging (three days later, no run yet): healthy.
+    p.now = "2026-02-13T00:00:00Z".into();
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 0);
+    assert_eq!(v["lag"][0]["behind"], 3);
+    assert!(text.contains("behind by 3 day interval(s)"), "{text}");
+
+    // A run that errors: unhealthy.
+    let r = p.command(&["run", "prod"]).env("EFMESH_TEST_TRANSIENT", "1").output().unwrap();
+    assert_eq!(r.status.code(), Some(1));
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["ticks"][0]["outcome"], "error");
+    assert!(v["ticks"][0]["detail"].as_str().unwrap().contains("injected"), "{v:#}");
+    assert!(text.contains("health: unhealthy") && text.contains("✗"), "{text}");
+    // Without --check the same report exits 0.
+    assert_eq!(p.run(&["status", "prod"]).code, 0);
+
+    // The next run succeeds: healthy again, caught up.
+    p.run(&["run", "prod"]).expect_code(0);
+    let (code, v, _) = status(&p);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["ticks"][0]["outcome"], "processed");
+    assert_eq!(v["lag"][0]["behind"], 0);
+
+    // Blocked (the project differs): healthy.
+    p.write("models/m.lua", &models(5));
+    p.run(&["run", "prod"]).expect_code(2);
+    let (code, v, _) = status(&p);
+    assert_eq!((code, v["ticks"][0]["outcome"].as_str()), (0, Some("blocked")));
+
+    // Lock held by a live run: healthy, the holder shown.
+    p.write("models/m.lua", &models(1));
+    let holder = spawn_with(&p, &["run", "prod"], &[("EFMESH_TEST_HOLD_LEASE_MS", "2000")]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while p.state().lease("env:prod").unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = p.run(&["run", "prod", "--json"]);
+    r.expect_code(0);
+    assert_eq!(r.json()["outcome"], "lock-held");
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["ticks"][0]["outcome"], "lock-held");
+    assert!(v["lock"]["holder"]["pid"].as_u64().is_some(), "{v:#}");
+    assert!(text.contains("lock: `env:prod` held by"), "{text}");
+    finish(holder, "run").expect_code(0);
+
+    // Failed intervals: unhealthy.
+    let s = p.state();
+    let fp = s.env_pointers("prod").unwrap()["t.daily"].clone();
+    let day = efmesh::core::interval::parse_instant("2026-01-05").unwrap();
+    s.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Failed, 0).unwrap();
+    drop(s);
+    let (code, v, text) = status(&p);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(v["lag"][0]["failed"], 1);
+    assert!(text.contains("failed intervals: 1"), "{text}");
+}
+
+#[test]
+fn retries_cure_transient_failures_and_never_retry_sql_errors() {
+    let p = ops_project(1);
+    // Two injected transient failures, three retries: applied, with a warning per retry.
+    let r = p.command(&["apply", "dev", "--yes", "--retries", "3"]).env("EFMESH_TEST_TRANSIENT", "2").output().unwrap();
+    let r = Run::from_output(r, "apply --retries 3".into());
+    r.expect_code(0);
+    assert_eq!(r.stderr.matches("retrying").count(), 2, "{r:#?}");
+    // Fewer retries than failures: the failure is reported.
+    p.write("models/m.lua", &models(2));
+    let r = Run::from_output(p.command(&["apply", "dev", "--yes", "--retries", "1"]).env("EFMESH_TEST_TRANSIENT", "2").output().unwrap(), "apply".into());
+    r.expect_code(1);
+    assert!(r.stderr.contains("injected transient failure"), "{r:#?}");
+    assert_eq!(r.stderr.matches("retrying").count(), 1, "{r:#?}");
+    // `run` retries too.
+    let r = Run::from_output(p.command(&["run", "dev", "--json", "--retries", "2"]).env("EFMESH_TEST_TRANSIENT", "1").output().unwrap(), "run".into());
+    // (the project differs from dev now: blocked after the retry, exit 2)
+    r.expect_code(2);
+    assert_eq!(r.stderr.matches("retrying").count(), 1, "{r:#?}");
+    // An SQL error is never retried.
+    p.write("models/m.lua", &models(2).replace("SELECT id, score FROM", "SELECT id, CAST('x' || score AS BIGINT) AS score FROM"));
+    let r = p.run(&["apply", "dev", "--yes", "--retries", "3"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("Conversion Error"), "{r:#?}");
+    assert_eq!(r.stderr.matches("retrying").count(), 0, "{r:#?}");
+}
+
+/// Fixtures of every earlier state layout (`tests/fixtures/state-v<N>.sql`, written from the
+/// historical DDL with a `prod` environment): refused by ordinary commands, migrated by `migrate`
+/// with a backup, then usable.
+#[test]
+fn migrate_from_every_older_fixture_with_backup() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for version in 1..efmesh::state::STATE_VERSION {
+        let p = ops_project(1);
+        let sql = fs_err::read_to_string(fixtures.join(format!("state-v{version}.sql"))).unwrap();
+        rusqlite::Connection::open(p.state_path()).unwrap().execute_batch(&sql).unwrap();
+        assert_eq!(efmesh::state::stored_version_of(&p.state_path()).unwrap(), Some(version));
+        // Every command but `migrate` refuses it, naming `efmesh migrate`.
+        for args in [&["plan", "prod"][..], &["status", "prod"], &["run", "prod"], &["apply", "prod", "--yes"]] {
+            let r = p.run(args);
+            r.expect_code(1);
+            assert!(r.stderr.contains(&format!("has version {version}")) && r.stderr.contains("efmesh migrate"), "{args:?}: {r:#?}");
+        }
+        assert_eq!(efmesh::state::stored_version_of(&p.state_path()).unwrap(), Some(version), "refusing changed nothing");
+        let r = p.run(&["migrate", "--json"]);
+        r.expect_code(0);
+        let v = r.json();
+        assert_eq!((v["from"].as_i64(), v["to"].as_i64()), (Some(version), Some(efmesh::state::STATE_VERSION)), "{v:#}");
+        let backup = std::path::PathBuf::from(v["backup"].as_str().unwrap());
+        assert!(backup.starts_with(p.root()), "the backup lies beside the store: {backup:?}");
+        assert_eq!(efmesh::state::stored_version_of(&backup).unwrap(), Some(version), "the backup is the store as it was");
+        // The migrated store keeps the fixture's environment and journal.
+        let s = p.state();
+        assert_eq!(s.env_pointers("prod").unwrap().len(), 1);
+        assert_eq!(s.journal("prod").unwrap()[0].applied_by, "fixture");
+        drop(s);
+        let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+        assert_eq!(status["lastPlan"]["appliedBy"], "fixture");
+        // A second migrate has nothing to do.
+        let again = p.run(&["migrate", "--json"]).expect_code(0).json();
+        assert_eq!(again["applied"], serde_json::json!([]));
+        assert_eq!(again["backup"], Value::Null);
+    }
+    // A newer store is refused by every command, `migrate` included.
+    let p = ops_project(1);
+    p.run(&["run", "prod"]);
+    rusqlite::Connection::open(p.state_path()).unwrap().execute("UPDATE meta SET version = 99", []).unwrap();
+    for args in [&["migrate"][..], &["plan", "prod"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(r.stderr.contains("newer efmesh"), "{r:#?}");
+    }
+}
+
+/// A time-range parent over a CSV, a daily time-range child and a `full` rollup; an scd_type2
+/// model on the side.
+fn restate_project(amount: u32) -> Project {
+    let p = Project::new();
+    write_events(&p, amount);
+    p.write(
+        "models/m.lua",
+        r#"
+local ev = define_model {
+  name = "raw.ev", kind = kind.external { path = "data/ev.csv" },
+  schema = { { "event_at", "timestamp" }, { "amount", "bigint" } },
+}
+local parent = define_model {
+  name = "t.parent",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
+  schema = { { "day", "timestamp" }, { "amount", "bigint" } },
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
+}
+local child = define_model {
+  name = "t.child",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
+  schema = { { "day", "timestamp" }, { "doubled", "bigint" } },
+  query = "SELECT day, amount * 2 AS doubled FROM " .. ref(parent) .. " WHERE day >= @start AND day < @end",
+}
+define_model {
+  name = "t.roll", kind = kind.full(),
+  schema = { { "total", "bigint" } },
+  query = "SELECT CAST(sum(doubled) AS BIGINT) AS total FROM " .. ref(child),
+}
+define_model {
+  name = "t.hist", kind = kind.scd_type2 { key = "day" },
+  schema = { { "day", "timestamp" }, { "amount", "bigint" } },
+  query = "SELECT day, amount FROM " .. ref(parent),
+}
+"#,
+    );
+    p
+}
+
+/// One event per day from 2026-01-01 to 2026-02-09 with `amount`.
+fn write_events(p: &Project, amount: u32) {
+    let mut csv = String::from("event_at,amount\n");
+    for d in 0..days_until("2026-02-10") {
+        let day = efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant("2026-01-01").unwrap() + d * 86_400_000);
+        csv.push_str(&format!("{} 12:00:00,{amount}\n", &day[..10]));
+    }
+    p.write("data/ev.csv", &csv);
+}
+
+#[test]
+fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else() {
+    let p = restate_project(1);
+    p.apply("prod");
+    // The source changes everywhere; only the restated month may pick it up.
+    write_events(&p, 5);
+    // Misaligned bounds name the nearest valid ones; scd_type2 and unknown models are refused by name.
+    let r = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01T05:00:00Z", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("2026-01-01T00:00:00.000Z") && r.stderr.contains("2026-01-02T00:00:00.000Z"), "{r:#?}");
+    let r = p.run(&["restate", "prod", "--model", "t.hist", "--from", "2026-01-01", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("scd_type2") && r.stderr.contains("t.hist"), "{r:#?}");
+    p.run(&["restate", "prod", "--model", "t.parnt", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(1);
+    // A dry run changes nothing.
+    let before = p.state_summary();
+    let dry = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01", "--dry-run", "--json"]).expect_code(0).json();
+    assert_eq!(dry["restated"].as_array().unwrap().iter().map(|r| r["intervals"].as_u64().unwrap()).collect::<Vec<_>>(), [31, 31]);
+    assert_eq!(p.state_summary(), before);
+
+    let v = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01", "--json"]).expect_code(0).json();
+    let restated: Vec<(String, u64)> =
+        v["restated"].as_array().unwrap().iter().map(|r| (r["model"].as_str().unwrap().to_string(), r["intervals"].as_u64().unwrap())).collect();
+    assert_eq!(restated, [("t.parent".to_string(), 31), ("t.child".to_string(), 31)]);
+    assert_eq!(v["rebuiltByNextRun"], serde_json::json!(["t.roll"]));
+    assert_eq!(v["notRestated"], serde_json::json!(["t.hist"]));
+
+    let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&ran["processed"]).is_superset(&set(&["t.parent", "t.child", "t.roll"])), "{ran:#}");
+    let tick = &p.state().ticks("prod", 1).unwrap()[0];
+    assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "exactly the month, in both");
+    // January recomputed from the new source, February as it was.
+    let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));
+    assert_eq!(
+        amounts,
+        vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
+    );
+    let doubled =
+        p.query(&format!("SELECT strftime(day, '%Y-%m'), min(doubled), max(doubled), count(*) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.child")));
+    assert_eq!(
+        doubled,
+        vec![
+            vec![Some("2026-01".into()), Some("10".into()), Some("10".into()), Some("31".into())],
+            vec![Some("2026-02".into()), Some("2".into()), Some("2".into()), Some("9".into())]
+        ]
+    );
+    assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+}
