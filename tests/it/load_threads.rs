@@ -119,3 +119,23 @@ string.format, kind.full, define_model = nil, nil, nil
         assert_eq!(run.json()["models"], 48, "{}", run.stdout);
     }
 }
+
+#[test]
+fn each_file_keeps_its_own_budget_on_loader_threads() {
+    let p = Project::new();
+    for i in 0..40u32 {
+        let text = if i == 13 {
+            "while true do end\n".to_string()
+        } else {
+            format!("define_model {{ name = \"s.m{i}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT {i} AS x\" }}\n")
+        };
+        p.write(&format!("models/f{i:03}.lua"), &text);
+    }
+    let run = run_on(&p, 2, &["check", "--json", "--log-level", "debug"]);
+    run.expect_code(1);
+    assert_eq!(threads_used(&run), Some(2), "{}", run.stderr);
+    let errors = run.json()["errors"].as_array().cloned().unwrap_or_default();
+    assert_eq!(errors.len(), 1, "only the looping file fails: {}", run.stdout);
+    assert_eq!(errors[0]["file"], "models/f013.lua", "{}", run.stdout);
+    assert!(errors[0]["message"].as_str().unwrap_or("").contains("budget"), "{}", run.stdout);
+}
