@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! scripts/cargo build --bin efmesh && scripts/cargo run --example bench -- --process [N ...]
-//!     [--runs K] [--edits E] [--events ROWS] [--seed S] [--keep DIR]
+//!     [--runs K] [--edits E] [--events ROWS] [--seed S] [--keep DIR [--generate-only]]
 //! ```
 //! Default: N = 100 500 2000 10000, K = 5 runs per command, E = 5 watch edits. The `efmesh`
 //! binary is the one beside the example in the target directory (`EFMESH_BIN` overrides); the
@@ -45,10 +45,12 @@ struct Args {
     events: i64,
     seed: u64,
     keep: Option<PathBuf>,
+    /// Only write the projects (under `--keep DIR`), time nothing.
+    generate_only: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), runs: 5, edits: 5, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None };
+    let mut a = Args { ns: Vec::new(), runs: 5, edits: 5, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, generate_only: false };
     let mut it = std::env::args().skip(1).filter(|x| x != "--process");
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -58,6 +60,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--events" => a.events = val("--events")?.parse()?,
             "--seed" => a.seed = val("--seed")?.parse()?,
             "--keep" => a.keep = Some(val("--keep")?.into()),
+            "--generate-only" => a.generate_only = true,
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
         }
     }
@@ -357,6 +360,16 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
 /// `bench --process`.
 pub fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    if args.generate_only {
+        let keep = args.keep.as_ref().ok_or_else(|| anyhow::anyhow!("--generate-only needs --keep DIR"))?;
+        for &n in &args.ns {
+            let d = keep.join(format!("p{n}"));
+            remove(&d)?;
+            let summary = super::generator::generate(&d, n, args.events, args.seed)?;
+            eprintln!("[n={n}] generated {} models in {} files under {}", summary.models, summary.files, d.display());
+        }
+        return Ok(());
+    }
     let bin = efmesh_bin()?;
     let version = Command::new(&bin).arg("--version").output()?;
     eprintln!("timing {} ({})", bin.display(), String::from_utf8_lossy(&version.stdout).trim());

@@ -76,8 +76,203 @@ fn ext(f: &Path) -> &str {
     f.extension().and_then(|e| e.to_str()).unwrap_or("")
 }
 
-/// Evaluates `audits`, then `models` (each in isolation), then `tests`, by language.
+/// The environment variable that sets how many threads evaluate model files (`1`: one, on the
+/// calling thread); by default, the processors available ([`std::thread::available_parallelism`]).
+pub const LOAD_THREADS_ENV: &str = "EFMESH_LOAD_THREADS";
+/// At least this many files per loader thread: a small load (a watch reload of one file) is
+/// not worth a thread and an interpreter.
+const FILES_PER_THREAD: usize = 16;
+/// Stack of a loader thread (the main thread's default: deep Lua `require` chains recurse in C).
+const THREAD_STACK: usize = 8 << 20;
+
+/// How many threads evaluate model files: `EFMESH_LOAD_THREADS` when set to a positive number,
+/// else the processors available.
+fn load_threads() -> usize {
+    match std::env::var(LOAD_THREADS_ENV) {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!("{LOAD_THREADS_ENV}={v:?} is not a positive number of threads: using the processors available");
+                std::thread::available_parallelism().map_or(1, usize::from)
+            }
+        },
+        Err(_) => std::thread::available_parallelism().map_or(1, usize::from),
+    }
+}
+
+/// What one loader worker produced (see [`evaluate_parallel`]).
+#[derive(Default)]
+struct Work {
+    /// The audit files' outcomes and the errors of their evaluation (every worker evaluates
+    /// them; the first worker's are kept).
+    audits: Option<(Vec<FileOutcome>, Vec<LoadError>)>,
+    /// Per job index: the file's outcome and the errors of its evaluation.
+    jobs: Vec<(usize, FileOutcome, Vec<LoadError>)>,
+    /// Errors outside any file (an interpreter that cannot start).
+    other: Vec<LoadError>,
+}
+
+/// Evaluates one `.sql` model file.
+fn evaluate_sql(root: &Path, f: &Path) -> (FileOutcome, Vec<LoadError>) {
+    let mut outcome = FileOutcome { file: f.to_path_buf(), defines: true, ..FileOutcome::default() };
+    let mut errors = Vec::new();
+    match fs_err::read_to_string(root.join(f)) {
+        Ok(text) => match super::sql_file::parse(f, &text) {
+            Ok(m) => {
+                outcome.hashes.insert(f.to_path_buf(), *blake3::hash(text.as_bytes()).as_bytes());
+                outcome.models.push(m);
+            }
+            Err(e) => {
+                outcome.failed = true;
+                errors.extend(e);
+            }
+        },
+        Err(e) => {
+            outcome.failed = true;
+            errors.push(LoadError::new(Some(Location { file: f.to_path_buf(), line: 0 }), None, format!("cannot read: {e}")));
+        }
+    }
+    (outcome, errors)
+}
+
+/// One loader worker: takes the next job (an index into `lua_models` then `sql_files`) until
+/// none is left. Lua jobs run in the worker's own interpreter, started (with the audit files
+/// evaluated and kept) at its first Lua job.
+fn work(root: &Path, lua_audits: &[PathBuf], lua_models: &[PathBuf], sql_files: &[PathBuf], next: &std::sync::atomic::AtomicUsize) -> Work {
+    use std::sync::atomic::Ordering;
+    let mut out = Work::default();
+    let mut host: Option<super::lua::LuaHost> = None;
+    let mut no_host = false;
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = lua_models.get(i) {
+            if host.is_none() && !no_host {
+                match super::lua::LuaHost::new(root) {
+                    Ok(mut h) => {
+                        let outcomes: Vec<FileOutcome> = lua_audits.iter().map(|a| h.load_file(a)).collect();
+                        out.audits = Some((outcomes, h.take_errors()));
+                        h.keep_modules();
+                        host = Some(h);
+                    }
+                    Err(e) => {
+                        // As when the one interpreter of a sequential load cannot start: an
+                        // error, and no outcome for the Lua files this worker takes.
+                        out.other.push(LoadError::new(None, None, format!("cannot start the Lua host: {e}")));
+                        no_host = true;
+                    }
+                }
+            }
+            if let Some(h) = host.as_mut() {
+                let outcome = h.load_file(f);
+                out.jobs.push((i, outcome, h.take_errors()));
+            }
+        } else if let Some(f) = sql_files.get(i - lua_models.len()) {
+            let (outcome, errors) = evaluate_sql(root, f);
+            out.jobs.push((i, outcome, errors));
+        } else {
+            break;
+        }
+    }
+    if let Some(h) = host {
+        out.other.extend(h.finish());
+    }
+    out
+}
+
+/// Evaluates the Lua model files and the `.sql` files on `threads` workers (the calling thread
+/// is one), each Lua worker with its own interpreter in which the Lua audit files are evaluated
+/// first. Every top-level file is evaluated in isolation (module docs), so which worker
+/// evaluates it does not change its result; the outcomes and errors are merged in job order, so
+/// the result is the one of [`evaluate_sequential`]: the Lua audit files' outcomes and errors,
+/// then per Lua model file, then per `.sql` file. Returns the Lua outcomes and errors, then the
+/// `.sql` ones.
+#[allow(clippy::type_complexity)]
+fn evaluate_parallel(
+    root: &Path,
+    lua_audits: &[PathBuf],
+    lua_models: &[PathBuf],
+    sql_files: &[PathBuf],
+    threads: usize,
+) -> ((Vec<FileOutcome>, Vec<LoadError>), (Vec<FileOutcome>, Vec<LoadError>)) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    let mut works: Vec<Work> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads)
+            .map(|k| {
+                let (dispatch, next) = (dispatch.clone(), &next);
+                std::thread::Builder::new()
+                    .name(format!("efmesh-load-{k}"))
+                    .stack_size(THREAD_STACK)
+                    .spawn_scoped(scope, move || tracing::dispatcher::with_default(&dispatch, || work(root, lua_audits, lua_models, sql_files, next)))
+            })
+            .collect();
+        let mut works = vec![work(root, lua_audits, lua_models, sql_files, &next)];
+        for h in handles {
+            match h {
+                Ok(h) => works.push(h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
+                // A thread that cannot start takes no job: the others (this one at least) do them all.
+                Err(e) => tracing::debug!("cannot start a loader thread: {e}"),
+            }
+        }
+        works
+    });
+    let mut lua_outcomes = Vec::new();
+    let mut lua_errors = Vec::new();
+    if let Some((outcomes, errors)) = works.iter_mut().find_map(|w| w.audits.take()) {
+        lua_outcomes.extend(outcomes);
+        lua_errors.extend(errors);
+    }
+    let mut jobs: Vec<(usize, FileOutcome, Vec<LoadError>)> = works.iter_mut().flat_map(|w| std::mem::take(&mut w.jobs)).collect();
+    jobs.sort_by_key(|j| j.0);
+    let mut sql = (Vec::new(), Vec::new());
+    for (i, outcome, errors) in jobs {
+        let (outcomes, errs) = if i < lua_models.len() { (&mut lua_outcomes, &mut lua_errors) } else { (&mut sql.0, &mut sql.1) };
+        outcomes.push(outcome);
+        errs.extend(errors);
+    }
+    for w in works {
+        for e in w.other {
+            if !lua_errors.contains(&e) {
+                lua_errors.push(e);
+            }
+        }
+    }
+    ((lua_outcomes, lua_errors), sql)
+}
+
+/// Evaluates `audits`, then `models` (each in isolation), then `tests`, by language: Lua, Rhai,
+/// then `.sql` files. Without test files, the Lua model files and the `.sql` files are spread
+/// over loader threads ([`LOAD_THREADS_ENV`], [`evaluate_parallel`]) with the same result.
 fn evaluate(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf]) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+    evaluate_on(root, audits, models, tests, load_threads())
+}
+
+/// [`evaluate`] on at most `threads` threads.
+fn evaluate_on(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf], threads: usize) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+    let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
+    let lua_models = pick(models, "lua");
+    let sql_files: Vec<PathBuf> = audits.iter().chain(models).filter(|f| ext(f) == "sql").cloned().collect();
+    let threads = threads.min((lua_models.len() + sql_files.len()).div_ceil(FILES_PER_THREAD));
+    let lua_audits_alone = lua_models.is_empty() && audits.iter().any(|a| ext(a) == "lua");
+    if !tests.is_empty() || threads <= 1 || lua_audits_alone {
+        tracing::debug!("load: evaluating {} files on 1 thread", audits.len() + models.len() + tests.len());
+        return evaluate_sequential(root, audits, models, tests);
+    }
+    tracing::debug!("load: evaluating {} files on {threads} threads", audits.len() + models.len());
+    let ((mut outcomes, mut errors), (sql_outcomes, sql_errors)) = evaluate_parallel(root, &pick(audits, "lua"), &lua_models, &sql_files, threads);
+    let (rhai_audits, rhai_models) = (pick(audits, "rhai"), pick(models, "rhai"));
+    if !rhai_audits.is_empty() || !rhai_models.is_empty() {
+        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &[]);
+        outcomes.extend(run.outcomes);
+        errors.extend(run.errors);
+    }
+    outcomes.extend(sql_outcomes);
+    errors.extend(sql_errors);
+    (outcomes, Vec::new(), errors)
+}
+
+/// [`evaluate`] on the calling thread (and the Rhai host's), one interpreter per language.
+fn evaluate_sequential(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf]) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
     let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
     let mut outcomes = Vec::new();
     let mut tests_out = Vec::new();
@@ -118,24 +313,9 @@ fn evaluate(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBu
         errors.extend(run.errors);
     }
     for f in audits.iter().chain(models).filter(|f| ext(f) == "sql") {
-        let mut outcome = FileOutcome { file: f.clone(), defines: true, ..FileOutcome::default() };
-        match fs_err::read_to_string(root.join(f)) {
-            Ok(text) => match super::sql_file::parse(f, &text) {
-                Ok(m) => {
-                    outcome.hashes.insert(f.clone(), *blake3::hash(text.as_bytes()).as_bytes());
-                    outcome.models.push(m);
-                }
-                Err(e) => {
-                    outcome.failed = true;
-                    errors.extend(e);
-                }
-            },
-            Err(e) => {
-                outcome.failed = true;
-                errors.push(LoadError::new(Some(Location { file: f.clone(), line: 0 }), None, format!("cannot read: {e}")));
-            }
-        }
+        let (outcome, e) = evaluate_sql(root, f);
         outcomes.push(outcome);
+        errors.extend(e);
     }
     (outcomes, tests_out, errors)
 }
@@ -647,6 +827,75 @@ pub(crate) mod tests {
         let files = Discovered::of(config).unwrap();
         let (models, report) = load_project_with(config, &files, cache, between);
         (format!("{:?}", models.unwrap()), report.evaluated)
+    }
+
+    /// Loader threads change nothing: a project of many Lua and `.sql` files (modules required
+    /// by several files, a Lua audit file, errors of every kind in several files) evaluates to
+    /// the same outcomes, in the same order, and the same errors, in the same order, on one
+    /// thread and on several; and the load ends with the same models or errors.
+    #[test]
+    fn parallel_evaluation_equals_sequential_evaluation() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(
+            root,
+            "audits/checks.lua",
+            "define_audit { name = \"positive\", params = { \"column\" }, query = function(self, a) return ('SELECT * FROM %s WHERE %s < 0'):format(self, a.column) end }\n",
+        );
+        write(root, "lib/util.lua", "local M = { n = 7 }\nfunction M.col(c) return c .. ' AS ' .. c end\nreturn M\n");
+        write(root, "lib/bad.lua", "return { n = 1 } +\n");
+        let mut models = Vec::new();
+        for i in 0..70u32 {
+            let (rel, text) = match i % 10 {
+                // A syntax error, a runtime error with a line, an invalid spec, a failing require.
+                3 => (format!("models/f{i:03}.lua"), format!("local x = \ndefine_model {{ name = \"s.m{i}\"\n")),
+                5 => (format!("models/f{i:03}.lua"), format!("local u = require(\"lib.util\")\n\nerror(\"boom {i}\")\n")),
+                7 => (
+                    format!("models/f{i:03}.lua"),
+                    format!("define_model {{ name = \"s.m{i}\", kind = kind.fuul(), schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT 1 AS x\" }}\n"),
+                ),
+                9 if i < 40 => (format!("models/f{i:03}.lua"), "local b = require(\"lib.bad\")\n".to_string()),
+                // `.sql` files, one of them broken.
+                1 => (format!("models/f{i:03}.sql"), format!("-- name: q.m{i}\n-- kind: full\n-- schema: y integer\nSELECT {i} AS y\n")),
+                8 if i < 30 => (format!("models/f{i:03}.sql"), format!("-- name: q.m{i}\n-- kind: fulll\nSELECT {i} AS y\n")),
+                // Models through a shared module, a file printing, a global assignment.
+                _ => (
+                    format!("models/f{i:03}.lua"),
+                    format!(
+                        "local u = require(\"lib.util\")\nprint(\"f{i}\")\nu.n = u.n + {i}\nstring.format = nil\ndefine_model {{ name = \"s.m{i}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT \" .. u.n .. \" AS x\", audits = {{ audit.positive(\"x\") }} }}\n"
+                    ),
+                ),
+            };
+            write(root, &rel, &text);
+            models.push(PathBuf::from(rel));
+        }
+        // A duplicate model name across files.
+        write(
+            root,
+            "models/f070.lua",
+            "define_model { name = \"s.m0\", kind = kind.view(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 2 AS x\" }\n",
+        );
+        models.push(PathBuf::from("models/f070.lua"));
+        let audits = vec![PathBuf::from("audits/checks.lua")];
+        let show = |(outcomes, tests, errors): (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>)| {
+            assert!(tests.is_empty());
+            let shown = format!("{outcomes:#?}\n{errors:#?}");
+            let files: Vec<FileOutcome> =
+                order(&outcomes.iter().collect::<Vec<_>>(), &Discovered { audits: audits.clone(), models: models.clone() }).into_iter().cloned().collect();
+            let loaded = match finish(root, files, errors, &[]) {
+                Ok(m) => format!("{m:#?}"),
+                Err(e) => format!("{e}"),
+            };
+            (shown, loaded)
+        };
+        let (one, one_loaded) = show(evaluate_on(root, &audits, &models, &[], 1));
+        assert!(one.contains("boom 15") && one.contains("lib/bad.lua") && one.contains("fuul") && one.contains("fulll"), "{one}");
+        assert!(one_loaded.contains("boom 15") && one_loaded.contains("fulll"), "{one_loaded}");
+        for threads in [2, 3, 5] {
+            let (many, many_loaded) = show(evaluate_on(root, &audits, &models, &[], threads));
+            assert_eq!(many, one, "{threads} threads");
+            assert_eq!(many_loaded, one_loaded, "{threads} threads");
+        }
     }
 
     /// A directory replaced as a whole (`mv lib lib_old && mv lib_new lib`) is reported as one

@@ -126,17 +126,24 @@ pub fn watch(file: &Path, budget: Duration) -> Watch {
     let mut watched = dog.lock();
     let id = watched.next_id;
     watched.next_id += 1;
-    watched.entries.push(Entry { id, file: file.to_path_buf(), budget, started: Instant::now() });
+    let entry = Entry { id, file: file.to_path_buf(), budget, started: Instant::now() };
+    // The watching thread sleeps until the earliest fatal instant: wake it only when this one
+    // comes first (one wake-up per file would cost more than the evaluation of a small file).
+    let earliest = watched.entries.iter().all(|e| e.fatal_at() > entry.fatal_at());
+    watched.entries.push(entry);
     drop(watched);
-    dog.changed.notify_all();
+    if earliest {
+        dog.changed.notify_all();
+    }
     Watch { id: Some(id) }
 }
 
 impl Drop for Watch {
+    /// Ends the watch. The watching thread is not woken: at worst it wakes at the instant this
+    /// entry would have become fatal, finds it gone, and sleeps again.
     fn drop(&mut self) {
         if let (Some(id), Some(dog)) = (self.id, watchdog()) {
             dog.lock().entries.retain(|e| e.id != id);
-            dog.changed.notify_all();
         }
     }
 }

@@ -22,6 +22,7 @@ mod lake;
 mod languages;
 mod load_cache;
 mod load_errors;
+mod load_threads;
 mod names;
 mod deployment;
 mod operations;
