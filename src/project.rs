@@ -4,6 +4,8 @@ use crate::config::Config;
 use crate::core::{Dag, LoadErrors};
 use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
 
+pub mod cache;
+
 /// Configuration plus the validated DAG of every model.
 #[derive(Debug, Clone)]
 pub struct Project {
@@ -14,9 +16,10 @@ pub struct Project {
 }
 
 impl Project {
-    /// Discovers, evaluates and validates every model file of `config`'s project, through the
-    /// project's persistent load cache ([`LoadCache`]): files whose inputs did not change since
-    /// the last load are not evaluated again.
+    /// Discovers, evaluates and validates every model file of `config`'s project: restored from
+    /// the project cache ([`cache`]) when no input changed since the last load, else through the
+    /// project's persistent load cache ([`LoadCache`]), where files whose inputs did not change
+    /// since the last load are not evaluated again (then the project cache is stored).
     ///
     /// Pure with respect to the databases: reads only the project's files (and writes the load
     /// cache).
@@ -24,9 +27,17 @@ impl Project {
     /// # Errors
     /// [`LoadErrors`]: every problem found, each with file:line, model and culprit.
     pub fn load(config: &Config) -> Result<Project, LoadErrors> {
-        let mut cache = LoadCache::open(config);
-        let (project, _) = Self::load_with(config, &mut cache);
-        cache.save();
+        if let Some(restored) = cache::restore(config) {
+            return Ok(restored.project);
+        }
+        let mut load_cache = LoadCache::open(config);
+        let (project, report) = Self::load_with(config, &mut load_cache);
+        load_cache.save();
+        if let Ok(p) = &project
+            && let Some(key) = cache::key_of(config, p, &report)
+        {
+            cache::store(config, &key, p);
+        }
         project
     }
 

@@ -18,6 +18,7 @@ use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
+use crate::project::cache as project_cache;
 use crate::script::loader::LoadCache;
 use crate::state::StateStore;
 use anyhow::{Context, Result};
@@ -44,31 +45,80 @@ pub struct Session {
     project: Result<Project, LoadErrors>,
     inputs: BTreeSet<PathBuf>,
     /// Per-file load results and content hashes, kept across reloads and saved to the project's
-    /// load cache after each load.
-    cache: LoadCache,
+    /// load cache by [`Session::save_caches`]; opened on the first load that needs it (a session
+    /// restored from the project cache never reads it).
+    cache: Option<LoadCache>,
+    /// Content hashes the project-cache restore read, for the load cache's memo when it opens.
+    restored: Vec<(PathBuf, [u8; 32])>,
+    /// The project cache's key as last restored or stored, and the key of the last load.
+    stored_key: Option<project_cache::Key>,
+    loaded_key: Option<project_cache::Key>,
     /// Fingerprints of the last plan, so the next one re-fingerprints only what changed.
     versions: std::sync::Mutex<plan::VersionMemo>,
 }
 
 impl Session {
-    /// Reads the configuration at `config_path` and loads the project. A project that does not
+    /// Reads the configuration at `config_path` and loads the project: restored from the
+    /// project cache when no input changed since it was stored ([`crate::project::cache`]),
+    /// otherwise through the load cache (then both caches are saved). A project that does not
     /// load still opens: its errors are in [`Session::project`].
     ///
     /// # Errors
     /// The configuration cannot be read or is invalid.
     pub fn open(config_path: &Path) -> Result<Session> {
         let config = Config::load(config_path)?;
-        let cache = LoadCache::open(&config);
+        let restored = project_cache::restore(&config);
         let mut session = Session {
             config_path: config_path.to_path_buf(),
             config,
             project: Err(LoadErrors(Vec::new())),
             inputs: BTreeSet::new(),
-            cache,
+            cache: None,
+            restored: Vec::new(),
+            stored_key: None,
+            loaded_key: None,
             versions: Default::default(),
         };
-        session.load_all();
+        match restored {
+            Some(r) => {
+                session.project = Ok(r.project);
+                session.inputs = r.inputs;
+                session.inputs.insert(session.config.path.clone());
+                session.restored = r.hashes;
+                session.stored_key = Some(r.key);
+            }
+            None => {
+                session.load_all();
+                session.save_caches();
+            }
+        }
         Ok(session)
+    }
+
+    /// Writes what the last loads changed to the project's caches: the load cache, and the
+    /// project cache when the project loaded and its inputs differ from the stored ones. A
+    /// failure is a warning. [`Session::open`] saves after its load; [`Session::reload`] does
+    /// not (`watch` saves after showing each re-plan, off the path from the save to the screen).
+    pub fn save_caches(&mut self) {
+        if let Some(c) = &mut self.cache {
+            c.save();
+        }
+        if let (Ok(p), Some(key)) = (&self.project, self.loaded_key.take())
+            && self.stored_key.as_ref() != Some(&key)
+        {
+            project_cache::store(&self.config, &key, p);
+            self.stored_key = Some(key);
+        }
+    }
+
+    /// The load cache, opened on first use (its memo seeded with what a restore read).
+    fn load_cache(&mut self) -> &mut LoadCache {
+        if self.cache.is_none() {
+            let mut c = LoadCache::open(&self.config);
+            c.remember(std::mem::take(&mut self.restored).into_iter().map(|(p, h)| (p, Some(h))));
+            self.cache = Some(c);
+        }
+        self.cache.as_mut().expect("opened above")
     }
 
     /// The configuration in use.
@@ -126,11 +176,11 @@ impl Session {
         // leave these paths trusted for the next one.
         let old_root = self.config.root.clone();
         let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&old_root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
-        self.cache.forget(rel.iter().map(PathBuf::as_path));
+        self.load_cache().forget(rel.iter().map(PathBuf::as_path));
         if config_changed {
             let config = Config::load(&self.config_path)?;
             if config.root != self.config.root {
-                self.cache.forget_all();
+                self.load_cache().forget_all();
             }
             self.config = config;
         }
@@ -158,11 +208,13 @@ impl Session {
         if p.is_absolute() { p.to_path_buf() } else { self.config.root.join(p) }
     }
 
-    /// Loads the project through the session's cache (saved afterwards); returns the files
-    /// evaluated.
+    /// Loads the project through the session's load cache (saved by [`Session::save_caches`]);
+    /// returns the files evaluated.
     fn load_all(&mut self) -> Vec<PathBuf> {
-        let (project, report) = Project::load_with(&self.config, &mut self.cache);
-        self.cache.save();
+        self.load_cache();
+        let cache = self.cache.as_mut().expect("opened above");
+        let (project, report) = Project::load_with(&self.config, cache);
+        self.loaded_key = project.as_ref().ok().and_then(|p| project_cache::key_of(&self.config, p, &report));
         self.project = project;
         let mut inputs = report.inputs;
         inputs.insert(self.config.path.clone());

@@ -23,6 +23,8 @@ pub struct Dag {
     index: BTreeMap<ModelName, usize>,
     order: Vec<ModelName>,
     children: BTreeMap<ModelName, BTreeSet<ModelName>>,
+    /// [`Dag::digest`], computed on first use (or restored with the models).
+    digest: std::sync::OnceLock<[u8; 32]>,
 }
 
 impl Dag {
@@ -101,7 +103,44 @@ impl Dag {
         drop(by_name);
         let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag { models, index, order, children })
+        Ok(Dag { models, index, order, children, digest: std::sync::OnceLock::new() })
+    }
+
+    /// A DAG of `models` already validated and in the order [`Dag::build`] gave them (restored
+    /// from the project cache, `crate::project::cache`), with their [`Dag::digest`]: nothing is
+    /// checked again. `None` when the models are not in a parents-first order or name a parent
+    /// they do not hold (a cache that does not fit is never used).
+    pub fn from_validated(models: Vec<Model>, digest: [u8; 32]) -> Option<Dag> {
+        let order: Vec<ModelName> = models.iter().map(|m| m.name.clone()).collect();
+        let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        if index.len() != models.len() {
+            return None;
+        }
+        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = order.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+        for (i, m) in models.iter().enumerate() {
+            for r in m.body.iter().flat_map(|b| b.refs()) {
+                // Parents first: every parent sits before its child.
+                if index.get(&r.target).is_none_or(|&p| p >= i) {
+                    return None;
+                }
+                children.get_mut(&r.target)?.insert(m.name.clone());
+            }
+        }
+        Some(Dag { models, index, order, children, digest: std::sync::OnceLock::from(digest) })
+    }
+
+    /// The blake3 digest of every model exactly as loaded, in order, each fed through its
+    /// derived `Hash` (which covers every field): equal digests, equal projects. Computed once
+    /// per DAG; the plan memo's key is built from it.
+    pub fn digest(&self) -> [u8; 32] {
+        *self.digest.get_or_init(|| {
+            use std::hash::Hash;
+            let mut bytes = HashBytes(Vec::with_capacity(self.models.len() * 512));
+            for m in &self.models {
+                m.hash(&mut bytes);
+            }
+            *blake3::hash(&bytes.0).as_bytes()
+        })
     }
 
     /// Model names in topological order (parents first).
@@ -138,6 +177,19 @@ impl Dag {
     pub fn suggest(&self, wanted: &str) -> Option<String> {
         let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
         did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
+    }
+}
+
+/// A [`std::hash::Hasher`] that keeps every byte it is fed, so a derived `Hash` can be digested
+/// with blake3 in one call (std's hashers are neither stable nor collision-resistant).
+pub struct HashBytes(pub Vec<u8>);
+
+impl std::hash::Hasher for HashBytes {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
     }
 }
 

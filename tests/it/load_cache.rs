@@ -54,6 +54,8 @@ fn an_unchanged_project_evaluates_no_script_on_the_second_command() {
     assert_eq!(evaluated(&first), ["a", "b", "c"]);
     assert!(first.stderr.contains("load: 3 files evaluated, 0 from the cache"), "{}", first.stderr);
     assert!(cache_path(&p).is_file(), "the cache is written next to the state store");
+    // Without the project cache (which would restore the whole project), the load cache alone.
+    p.remove(".efmesh/project-cache");
     let second = check(&p);
     assert_eq!(evaluated(&second), Vec::<String>::new(), "{}", second.stderr);
     assert!(second.stderr.contains("load: 0 files evaluated, 3 from the cache"), "{}", second.stderr);
@@ -141,18 +143,22 @@ fn a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
         *b ^= 0x5a;
     }
     fs_err::write(&path, &bytes).unwrap();
+    // The project cache would restore the project without reading the load cache.
+    p.remove(".efmesh/project-cache");
     let run = check(&p);
     let warning: Vec<&str> = run.stderr.lines().filter(|l| l.contains("ignoring the load cache")).collect();
     assert_eq!(warning.len(), 1, "one warning line:\n{}", run.stderr);
     assert!(warning[0].contains(".efmesh/load-cache") && warning[0].contains("corrupt"), "{}", warning[0]);
     assert_eq!(evaluated(&run), ["a", "b", "c"], "nothing is trusted from a corrupt cache");
     assert_eq!(render(&p, "s.b"), expected);
+    p.remove(".efmesh/project-cache");
     let again = check(&p);
     assert!(!again.stderr.contains("ignoring the load cache"), "the cache was rewritten:\n{}", again.stderr);
     assert_eq!(evaluated(&again), Vec::<String>::new());
 
     // Garbage and an empty file alike.
     fs_err::write(&path, b"not a cache at all").unwrap();
+    p.remove(".efmesh/project-cache");
     let run = check(&p);
     assert!(run.stderr.contains("ignoring the load cache"), "{}", run.stderr);
     assert_eq!(evaluated(&run), ["a", "b", "c"]);
@@ -161,6 +167,8 @@ fn a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
 /// Rewrites one `key=value` word of the cache's header line.
 fn edit_header(p: &Project, key: &str, value: &str) {
     let path = cache_path(p);
+    // The project cache would restore the project without reading the load cache.
+    let _ = fs_err::remove_file(p.root().join(".efmesh/project-cache"));
     let bytes = fs_err::read(&path).unwrap();
     let nl = bytes.iter().position(|&b| b == b'\n').unwrap();
     let head = String::from_utf8(bytes[..nl].to_vec()).unwrap();
@@ -180,6 +188,7 @@ fn a_cache_from_another_efmesh_version_or_stdlib_re_evaluates_everything() {
     let run = check(&p);
     assert!(run.stderr.contains("another efmesh version"), "{}", run.stderr);
     assert_eq!(evaluated(&run), ["a", "b", "c"]);
+    p.remove(".efmesh/project-cache");
     assert_eq!(evaluated(&check(&p)), Vec::<String>::new(), "rewritten by this version");
 
     edit_header(&p, "stdlib", &"0".repeat(64));

@@ -26,6 +26,7 @@ mod names;
 mod physical_integrity;
 mod plan_memo;
 mod preview;
+mod project_cache;
 mod s3;
 mod sandbox_lua;
 mod sandbox_rhai;
