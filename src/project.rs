@@ -44,10 +44,15 @@ impl Project {
     /// Like [`Project::load`], with the cache `cache` (not saved); also returns what the load
     /// read and evaluated, filled as far as the load got when it fails.
     pub fn load_with(config: &Config, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
-        let files = match Discovered::of(config) {
-            Ok(f) => f,
-            Err(e) => return (Err(e), LoadReport::default()),
-        };
+        match Discovered::of(config) {
+            Ok(files) => Self::load_files(config, files, cache),
+            Err(e) => (Err(e), LoadReport::default()),
+        }
+    }
+
+    /// [`Project::load_with`] of the audit and model files `files` (as [`Discovered::of`] gave
+    /// them), without walking the discovery globs.
+    pub fn load_files(config: &Config, files: Discovered, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
         let (models, report) = loader::load_project(config, &files, cache);
         let project = models.and_then(|models| {
             let dag = Dag::build(models)?;

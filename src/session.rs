@@ -19,7 +19,7 @@ use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
 use crate::project::cache as project_cache;
-use crate::script::loader::LoadCache;
+use crate::script::loader::{Discovered, LoadCache};
 use crate::state::StateStore;
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
@@ -53,8 +53,14 @@ pub struct Session {
     /// The project cache's key as last restored or stored, and the key of the last load.
     stored_key: Option<project_cache::Key>,
     loaded_key: Option<project_cache::Key>,
+    /// The audit and model files of the last load; a reload whose changed paths cannot change
+    /// them reuses them instead of walking the discovery globs again.
+    files: Option<Discovered>,
     /// Fingerprints of the last plan, so the next one re-fingerprints only what changed.
     versions: std::sync::Mutex<plan::VersionMemo>,
+    /// The engine catalog of the last plan, with the identity of the DuckDB file it is exactly
+    /// valid for ([`crate::engine::record::identity`]): reused while the file keeps that identity.
+    catalog: std::sync::Mutex<Option<(String, crate::engine::Catalog)>>,
 }
 
 impl Session {
@@ -77,7 +83,9 @@ impl Session {
             restored: Vec::new(),
             stored_key: None,
             loaded_key: None,
+            files: None,
             versions: Default::default(),
+            catalog: Default::default(),
         };
         match restored {
             Some(r) => {
@@ -85,6 +93,7 @@ impl Session {
                 session.inputs = r.inputs;
                 session.inputs.insert(session.config.path.clone());
                 session.restored = r.hashes;
+                session.files = Some(r.files);
                 session.stored_key = Some(r.key);
             }
             None => {
@@ -184,6 +193,17 @@ impl Session {
             }
             self.config = config;
         }
+        // The discovered files can change only by a path appearing, disappearing or changing
+        // what it is, or by the configuration: the globs are walked again unless every changed
+        // path is a plain file (no link) the last load already read.
+        let root = self.config.root.clone();
+        let plain_known = |p: &PathBuf| {
+            let known = self.files.as_ref().is_some_and(|f| f.all().any(|x| x == p)) || self.inputs.contains(&root.join(p));
+            known && fs_err::symlink_metadata(root.join(p)).is_ok_and(|m| m.file_type().is_file())
+        };
+        if config_changed || !rel.iter().all(plain_known) {
+            self.files = None;
+        }
         // The previous project is compared with the new one, not copied: `load_all` replaces it.
         let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
         let evaluated = self.load_all();
@@ -213,7 +233,11 @@ impl Session {
     fn load_all(&mut self) -> Vec<PathBuf> {
         self.load_cache();
         let cache = self.cache.as_mut().expect("opened above");
-        let (project, report) = Project::load_with(&self.config, cache);
+        let (project, report) = match self.files.take() {
+            Some(files) => Project::load_files(&self.config, files, cache),
+            None => Project::load_with(&self.config, cache),
+        };
+        self.files = (report.files != Discovered::default() || project.is_ok()).then(|| report.files.clone());
         self.loaded_key = project.as_ref().ok().and_then(|p| project_cache::key_of(&self.config, p, &report));
         self.project = project;
         let mut inputs = report.inputs;
@@ -241,7 +265,36 @@ impl Session {
         let project = self.loaded()?;
         let state = open_state(project, false)?;
         let mut versions = self.versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        plan_checked_with(project, &state, env, now, options, Some(&mut versions))
+        let catalog = self.engine_catalog(project);
+        plan_checked_in(project, &state, env, now, options, Some(&mut versions), catalog.as_ref())
+    }
+
+    /// [`engine_catalog`], kept in memory between plans: reused while the DuckDB file's identity
+    /// is exactly the one it was read at (the same proof as the record's, invariant 27).
+    fn engine_catalog(&self, project: &Project) -> Option<crate::engine::Catalog> {
+        let path = project.config.engine_path();
+        if !path.exists() {
+            return Some(crate::engine::Catalog::default());
+        }
+        let mut kept = self.catalog.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(now), Some((id, catalog))) = (crate::engine::record::identity(&path), kept.as_ref())
+            && now == *id
+        {
+            return Some(catalog.clone());
+        }
+        use crate::engine::Engine;
+        let record = crate::engine::record::path_for(&project.config.state_path());
+        match crate::engine::record::read_through_identified(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
+            Ok((catalog, id)) => {
+                *kept = id.map(|id| (id, catalog.clone()));
+                Some(catalog)
+            }
+            Err(e) => {
+                *kept = None;
+                tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
+                None
+            }
+        }
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
@@ -372,7 +425,20 @@ pub fn plan_checked_with(
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
     let catalog = engine_catalog(project);
-    let plan = plan::plan_verified_with(project, state, env, now, options, catalog.as_ref(), versions)?;
+    plan_checked_in(project, state, env, now, options, versions, catalog.as_ref())
+}
+
+/// [`plan_checked_with`] against `catalog` (as [`engine_catalog`] gives it).
+fn plan_checked_in(
+    project: &Project,
+    state: &StateStore,
+    env: &str,
+    now: Millis,
+    options: &plan::Options,
+    versions: Option<&mut plan::VersionMemo>,
+    catalog: Option<&crate::engine::Catalog>,
+) -> Result<Plan> {
+    let plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
         eprintln!(

@@ -22,7 +22,8 @@ pub struct Dag {
     models: Vec<Model>,
     index: BTreeMap<ModelName, usize>,
     order: Vec<ModelName>,
-    children: BTreeMap<ModelName, BTreeSet<ModelName>>,
+    /// Direct children by parent, computed on first use when restored from the project cache.
+    children: std::sync::OnceLock<BTreeMap<ModelName, BTreeSet<ModelName>>>,
     /// [`Dag::digest`], computed on first use (or restored with the models).
     digest: std::sync::OnceLock<[u8; 32]>,
 }
@@ -103,30 +104,20 @@ impl Dag {
         drop(by_name);
         let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag { models, index, order, children, digest: std::sync::OnceLock::new() })
+        Ok(Dag { models, index, order, children: std::sync::OnceLock::from(children), digest: std::sync::OnceLock::new() })
     }
 
-    /// A DAG of `models` already validated and in the order [`Dag::build`] gave them (restored
-    /// from the project cache, `crate::project::cache`), with their [`Dag::digest`]: nothing is
-    /// checked again. `None` when the models are not in a parents-first order or name a parent
-    /// they do not hold (a cache that does not fit is never used).
+    /// A DAG of `models` already validated by [`Dag::build`] and in the order it gave them, with
+    /// their [`Dag::digest`] (restored from the project cache, `crate::project::cache`, whose
+    /// checksum proves them as stored): nothing is checked again. `None` when two models share a
+    /// name.
     pub fn from_validated(models: Vec<Model>, digest: [u8; 32]) -> Option<Dag> {
         let order: Vec<ModelName> = models.iter().map(|m| m.name.clone()).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         if index.len() != models.len() {
             return None;
         }
-        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = order.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
-        for (i, m) in models.iter().enumerate() {
-            for r in m.body.iter().flat_map(|b| b.refs()) {
-                // Parents first: every parent sits before its child.
-                if index.get(&r.target).is_none_or(|&p| p >= i) {
-                    return None;
-                }
-                children.get_mut(&r.target)?.insert(m.name.clone());
-            }
-        }
-        Some(Dag { models, index, order, children, digest: std::sync::OnceLock::from(digest) })
+        Some(Dag { models, index, order, children: std::sync::OnceLock::new(), digest: std::sync::OnceLock::from(digest) })
     }
 
     /// The blake3 digest of every model exactly as loaded, in order, each fed through its
@@ -170,7 +161,16 @@ impl Dag {
 
     /// Direct children of `name`.
     pub fn children(&self, name: &ModelName) -> impl Iterator<Item = &ModelName> {
-        self.children.get(name).into_iter().flatten()
+        let children = self.children.get_or_init(|| {
+            let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = self.order.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+            for m in &self.models {
+                for p in m.parents() {
+                    children.entry(p).or_default().insert(m.name.clone());
+                }
+            }
+            children
+        });
+        children.get(name).into_iter().flatten()
     }
 
     /// The closest model name to `wanted`, for "did you mean" hints.

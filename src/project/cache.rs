@@ -63,6 +63,8 @@ pub struct Restored {
     pub hashes: Vec<(PathBuf, [u8; 32])>,
     /// The key it was stored under (equal to the project as it is now).
     pub key: Key,
+    /// The audit and model files discovered.
+    pub files: Discovered,
 }
 
 /// Where `config`'s project keeps its project cache: `.efmesh/project-cache` in the directory
@@ -261,5 +263,5 @@ pub fn restore(config: &Config) -> Option<Restored> {
     };
     let inputs = key.inputs.iter().filter(|(_, h)| h.is_some()).map(|(p, _)| config.root.join(p)).collect();
     tracing::debug!("load: the project restored from the project cache ({} models)", dag.len());
-    Some(Restored { project: Project { config: config.clone(), dag }, inputs, hashes, key })
+    Some(Restored { project: Project { config: config.clone(), dag }, inputs, hashes, key, files })
 }

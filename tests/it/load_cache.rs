@@ -290,3 +290,24 @@ fn an_edit_in_an_audit_definition_file_re_evaluates_the_model_files() {
     let run = check(&p);
     assert_eq!(evaluated(&run), ["a", "b", "c"], "{}", run.stderr);
 }
+
+/// Discovery resolves only what it reached through a symbolic link: a model file under a
+/// directory linked out of the project is refused, one linked inside the project is loaded.
+#[cfg(unix)]
+#[test]
+fn discovery_refuses_model_files_reached_through_a_directory_link_out_of_the_project() {
+    let outside = tempfile::tempdir().unwrap();
+    fs_err::write(outside.path().join("x.lua"), lua_model("x", "s.x", "", "\"SELECT 1 AS x\"")).unwrap();
+    let p = project();
+    std::os::unix::fs::symlink(outside.path(), p.root().join("models/ext")).unwrap();
+    let run = p.run(&["check"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(all.contains("models/ext/x.lua") && all.contains("resolves outside the project"), "{all}");
+    fs_err::remove_file(p.root().join("models/ext")).unwrap();
+    // A directory linked inside the project is walked like any other.
+    p.write("shared/y.lua", &lua_model("y", "s.y", "", "\"SELECT 2 AS x\""));
+    std::os::unix::fs::symlink(p.root().join("shared"), p.root().join("models/inner")).unwrap();
+    check(&p);
+    assert!(render(&p, "s.y").contains("2 AS x"));
+}

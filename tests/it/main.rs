@@ -31,5 +31,6 @@ mod s3;
 mod sandbox_lua;
 mod sandbox_rhai;
 mod seeds;
+mod session_reuse;
 mod unit_tests;
 mod watch;
