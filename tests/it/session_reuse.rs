@@ -16,8 +16,19 @@ fn session_plan(s: &Session) -> Value {
     serde_json::to_value(s.plan("dev", now(), &plan::Options::default()).unwrap()).unwrap()
 }
 
+/// The session's project (restored, or reloaded incrementally) equals the project loaded from
+/// scratch (no cache of any kind), model for model and in the same order.
+fn assert_same_as_fresh_load(s: &Session) {
+    let config = s.config();
+    let (fresh, _) = efmesh::project::Project::load_with(config, &mut efmesh::script::loader::LoadCache::in_memory());
+    let fresh: Vec<_> = fresh.unwrap().dag.models().cloned().collect();
+    let kept: Vec<_> = s.project().unwrap().dag.models().cloned().collect();
+    assert!(kept == fresh, "the session's project differs from a fresh load");
+}
+
 /// The session's plan equals the plan a new process computes, field for field.
 fn assert_same_as_cli(p: &Project, s: &Session) {
+    assert_same_as_fresh_load(s);
     let mut cli = p.plan("dev");
     cli.as_object_mut().unwrap().remove("apiVersion");
     assert_eq!(session_plan(s), cli, "the session's re-plan equals `efmesh plan dev`");
