@@ -4,6 +4,8 @@ use crate::config::Config;
 use crate::core::{Dag, LoadErrors};
 use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
 
+pub mod cache;
+
 /// Configuration plus the validated DAG of every model.
 #[derive(Debug, Clone)]
 pub struct Project {
@@ -14,9 +16,10 @@ pub struct Project {
 }
 
 impl Project {
-    /// Discovers, evaluates and validates every model file of `config`'s project, through the
-    /// project's persistent load cache ([`LoadCache`]): files whose inputs did not change since
-    /// the last load are not evaluated again.
+    /// Discovers, evaluates and validates every model file of `config`'s project: restored from
+    /// the project cache ([`cache`]) when no input changed since the last load, else through the
+    /// project's persistent load cache ([`LoadCache`]), where files whose inputs did not change
+    /// since the last load are not evaluated again (then the project cache is stored).
     ///
     /// Pure with respect to the databases: reads only the project's files (and writes the load
     /// cache).
@@ -24,19 +27,32 @@ impl Project {
     /// # Errors
     /// [`LoadErrors`]: every problem found, each with file:line, model and culprit.
     pub fn load(config: &Config) -> Result<Project, LoadErrors> {
-        let mut cache = LoadCache::open(config);
-        let (project, _) = Self::load_with(config, &mut cache);
-        cache.save();
+        if let Some(restored) = cache::restore(config) {
+            return Ok(restored.project);
+        }
+        let mut load_cache = LoadCache::open(config);
+        let (project, report) = Self::load_with(config, &mut load_cache);
+        load_cache.save();
+        if let Ok(p) = &project
+            && let Some(key) = cache::key_of(config, p, &report)
+        {
+            cache::store(config, &key, p);
+        }
         project
     }
 
     /// Like [`Project::load`], with the cache `cache` (not saved); also returns what the load
     /// read and evaluated, filled as far as the load got when it fails.
     pub fn load_with(config: &Config, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
-        let files = match Discovered::of(config) {
-            Ok(f) => f,
-            Err(e) => return (Err(e), LoadReport::default()),
-        };
+        match Discovered::of(config) {
+            Ok(files) => Self::load_files(config, files, cache),
+            Err(e) => (Err(e), LoadReport::default()),
+        }
+    }
+
+    /// [`Project::load_with`] of the audit and model files `files` (as [`Discovered::of`] gave
+    /// them), without walking the discovery globs.
+    pub fn load_files(config: &Config, files: Discovered, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
         let (models, report) = loader::load_project(config, &files, cache);
         let project = models.and_then(|models| {
             let dag = Dag::build(models)?;

@@ -18,7 +18,8 @@ use crate::core::{LoadErrors, ModelName};
 use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
-use crate::script::loader::LoadCache;
+use crate::project::cache as project_cache;
+use crate::script::loader::{Discovered, LoadCache};
 use crate::state::{SqliteStore, StateStore};
 use anyhow::{Context, Result};
 use std::collections::BTreeSet;
@@ -44,31 +45,89 @@ pub struct Session {
     project: Result<Project, LoadErrors>,
     inputs: BTreeSet<PathBuf>,
     /// Per-file load results and content hashes, kept across reloads and saved to the project's
-    /// load cache after each load.
-    cache: LoadCache,
+    /// load cache by [`Session::save_caches`]; opened on the first load that needs it (a session
+    /// restored from the project cache never reads it).
+    cache: Option<LoadCache>,
+    /// Content hashes the project-cache restore read, for the load cache's memo when it opens.
+    restored: Vec<(PathBuf, [u8; 32])>,
+    /// The project cache's key as last restored or stored, and the key of the last load.
+    stored_key: Option<project_cache::Key>,
+    loaded_key: Option<project_cache::Key>,
+    /// The audit and model files of the last load; a reload whose changed paths cannot change
+    /// them reuses them instead of walking the discovery globs again.
+    files: Option<Discovered>,
     /// Fingerprints of the last plan, so the next one re-fingerprints only what changed.
     versions: std::sync::Mutex<plan::VersionMemo>,
+    /// The engine catalog of the last plan, with the identity of the DuckDB file it is exactly
+    /// valid for ([`crate::engine::record::identity`]): reused while the file keeps that identity.
+    catalog: std::sync::Mutex<Option<(String, crate::engine::Catalog)>>,
 }
 
 impl Session {
-    /// Reads the configuration at `config_path` and loads the project. A project that does not
+    /// Reads the configuration at `config_path` and loads the project: restored from the
+    /// project cache when no input changed since it was stored ([`crate::project::cache`]),
+    /// otherwise through the load cache (then both caches are saved). A project that does not
     /// load still opens: its errors are in [`Session::project`].
     ///
     /// # Errors
     /// The configuration cannot be read or is invalid.
     pub fn open(config_path: &Path) -> Result<Session> {
         let config = Config::load(config_path)?;
-        let cache = LoadCache::open(&config);
+        let restored = project_cache::restore(&config);
         let mut session = Session {
             config_path: config_path.to_path_buf(),
             config,
             project: Err(LoadErrors(Vec::new())),
             inputs: BTreeSet::new(),
-            cache,
+            cache: None,
+            restored: Vec::new(),
+            stored_key: None,
+            loaded_key: None,
+            files: None,
             versions: Default::default(),
+            catalog: Default::default(),
         };
-        session.load_all();
+        match restored {
+            Some(r) => {
+                session.project = Ok(r.project);
+                session.inputs = r.inputs;
+                session.inputs.insert(session.config.path.clone());
+                session.restored = r.hashes;
+                session.files = Some(r.files);
+                session.stored_key = Some(r.key);
+            }
+            None => {
+                session.load_all();
+                session.save_caches();
+            }
+        }
         Ok(session)
+    }
+
+    /// Writes what the last loads changed to the project's caches: the load cache, and the
+    /// project cache when the project loaded and its inputs differ from the stored ones. A
+    /// failure is a warning. [`Session::open`] saves after its load; [`Session::reload`] does
+    /// not (`watch` saves after showing each re-plan, off the path from the save to the screen).
+    pub fn save_caches(&mut self) {
+        if let Some(c) = &mut self.cache {
+            c.save();
+        }
+        if let (Ok(p), Some(key)) = (&self.project, self.loaded_key.take())
+            && self.stored_key.as_ref() != Some(&key)
+        {
+            project_cache::store(&self.config, &key, p);
+            self.stored_key = Some(key);
+        }
+    }
+
+    /// The load cache, opened on first use (its memo seeded with what a restore read).
+    fn load_cache(&mut self) -> &mut LoadCache {
+        if self.cache.is_none() {
+            let mut c = LoadCache::open(&self.config);
+            c.remember(std::mem::take(&mut self.restored).into_iter().map(|(p, h)| (p, Some(h))));
+            self.cache = Some(c);
+        }
+        self.cache.as_mut().expect("opened above")
     }
 
     /// The configuration in use.
@@ -126,13 +185,24 @@ impl Session {
         // leave these paths trusted for the next one.
         let old_root = self.config.root.clone();
         let rel: Vec<PathBuf> = changed.iter().map(|p| p.strip_prefix(&old_root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone())).collect();
-        self.cache.forget(rel.iter().map(PathBuf::as_path));
+        self.load_cache().forget(rel.iter().map(PathBuf::as_path));
         if config_changed {
             let config = Config::load(&self.config_path)?;
             if config.root != self.config.root {
-                self.cache.forget_all();
+                self.load_cache().forget_all();
             }
             self.config = config;
+        }
+        // The discovered files can change only by a path appearing, disappearing or changing
+        // what it is, or by the configuration: the globs are walked again unless every changed
+        // path is a plain file (no link) the last load already read.
+        let root = self.config.root.clone();
+        let plain_known = |p: &PathBuf| {
+            let known = self.files.as_ref().is_some_and(|f| f.all().any(|x| x == p)) || self.inputs.contains(&root.join(p));
+            known && fs_err::symlink_metadata(root.join(p)).is_ok_and(|m| m.file_type().is_file())
+        };
+        if config_changed || !rel.iter().all(plain_known) {
+            self.files = None;
         }
         // The previous project is compared with the new one, not copied: `load_all` replaces it.
         let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
@@ -158,11 +228,17 @@ impl Session {
         if p.is_absolute() { p.to_path_buf() } else { self.config.root.join(p) }
     }
 
-    /// Loads the project through the session's cache (saved afterwards); returns the files
-    /// evaluated.
+    /// Loads the project through the session's load cache (saved by [`Session::save_caches`]);
+    /// returns the files evaluated.
     fn load_all(&mut self) -> Vec<PathBuf> {
-        let (project, report) = Project::load_with(&self.config, &mut self.cache);
-        self.cache.save();
+        self.load_cache();
+        let cache = self.cache.as_mut().expect("opened above");
+        let (project, report) = match self.files.take() {
+            Some(files) => Project::load_files(&self.config, files, cache),
+            None => Project::load_with(&self.config, cache),
+        };
+        self.files = (report.files != Discovered::default() || project.is_ok()).then(|| report.files.clone());
+        self.loaded_key = project.as_ref().ok().and_then(|p| project_cache::key_of(&self.config, p, &report));
         self.project = project;
         let mut inputs = report.inputs;
         inputs.insert(self.config.path.clone());
@@ -189,7 +265,36 @@ impl Session {
         let project = self.loaded()?;
         let state = open_state(project, false)?;
         let mut versions = self.versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        plan_checked_with(project, &*state, env, now, options, Some(&mut versions))
+        let catalog = self.engine_catalog(project);
+        plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_ref())
+    }
+
+    /// [`engine_catalog`], kept in memory between plans: reused while the DuckDB file's identity
+    /// is exactly the one it was read at (the same proof as the record's, invariant 27).
+    fn engine_catalog(&self, project: &Project) -> Option<crate::engine::Catalog> {
+        let path = project.config.engine_path();
+        if !path.exists() {
+            return Some(crate::engine::Catalog::default());
+        }
+        let mut kept = self.catalog.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(now), Some((id, catalog))) = (crate::engine::record::identity(&path), kept.as_ref())
+            && now == *id
+        {
+            return Some(catalog.clone());
+        }
+        use crate::engine::Engine;
+        let record = crate::engine::record::path_for(&project.config.state_path());
+        match crate::engine::record::read_through_identified(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
+            Ok((catalog, id)) => {
+                *kept = id.map(|id| (id, catalog.clone()));
+                Some(catalog)
+            }
+            Err(e) => {
+                *kept = None;
+                tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
+                None
+            }
+        }
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
@@ -340,7 +445,20 @@ pub fn plan_checked_with(
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
     let catalog = engine_catalog(project);
-    let plan = plan::plan_verified_with(project, state, env, now, options, catalog.as_ref(), versions)?;
+    plan_checked_in(project, state, env, now, options, versions, catalog.as_ref())
+}
+
+/// [`plan_checked_with`] against `catalog` (as [`engine_catalog`] gives it).
+fn plan_checked_in(
+    project: &Project,
+    state: &dyn StateStore,
+    env: &str,
+    now: Millis,
+    options: &plan::Options,
+    versions: Option<&mut plan::VersionMemo>,
+    catalog: Option<&crate::engine::Catalog>,
+) -> Result<Plan> {
+    let plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
         eprintln!(

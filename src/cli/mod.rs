@@ -240,6 +240,10 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     } else {
         out.text(&printer::plan_text(&plan, explain))?;
     }
+    // The process ends here: freeing every model and action one by one is work nobody waits
+    // for (the operating system takes the memory back at exit).
+    std::mem::forget(plan);
+    std::mem::forget(project);
     Ok(Exit::Success)
 }
 

@@ -22,7 +22,10 @@ pub struct Dag {
     models: Vec<Model>,
     index: BTreeMap<ModelName, usize>,
     order: Vec<ModelName>,
-    children: BTreeMap<ModelName, BTreeSet<ModelName>>,
+    /// Direct children by parent, computed on first use when restored from the project cache.
+    children: std::sync::OnceLock<BTreeMap<ModelName, BTreeSet<ModelName>>>,
+    /// [`Dag::digest`], computed on first use (or restored with the models).
+    digest: std::sync::OnceLock<[u8; 32]>,
 }
 
 impl Dag {
@@ -101,7 +104,34 @@ impl Dag {
         drop(by_name);
         let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag { models, index, order, children })
+        Ok(Dag { models, index, order, children: std::sync::OnceLock::from(children), digest: std::sync::OnceLock::new() })
+    }
+
+    /// A DAG of `models` already validated by [`Dag::build`] and in the order it gave them, with
+    /// their [`Dag::digest`] (restored from the project cache, `crate::project::cache`, whose
+    /// checksum proves them as stored): nothing is checked again. `None` when two models share a
+    /// name.
+    pub fn from_validated(models: Vec<Model>, digest: [u8; 32]) -> Option<Dag> {
+        let order: Vec<ModelName> = models.iter().map(|m| m.name.clone()).collect();
+        let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        if index.len() != models.len() {
+            return None;
+        }
+        Some(Dag { models, index, order, children: std::sync::OnceLock::new(), digest: std::sync::OnceLock::from(digest) })
+    }
+
+    /// The blake3 digest of every model exactly as loaded, in order, each fed through its
+    /// derived `Hash` (which covers every field): equal digests, equal projects. Computed once
+    /// per DAG; the plan memo's key is built from it.
+    pub fn digest(&self) -> [u8; 32] {
+        *self.digest.get_or_init(|| {
+            use std::hash::Hash;
+            let mut bytes = HashBytes(Vec::with_capacity(self.models.len() * 512));
+            for m in &self.models {
+                m.hash(&mut bytes);
+            }
+            *blake3::hash(&bytes.0).as_bytes()
+        })
     }
 
     /// Model names in topological order (parents first).
@@ -131,13 +161,35 @@ impl Dag {
 
     /// Direct children of `name`.
     pub fn children(&self, name: &ModelName) -> impl Iterator<Item = &ModelName> {
-        self.children.get(name).into_iter().flatten()
+        let children = self.children.get_or_init(|| {
+            let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = self.order.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+            for m in &self.models {
+                for p in m.parents() {
+                    children.entry(p).or_default().insert(m.name.clone());
+                }
+            }
+            children
+        });
+        children.get(name).into_iter().flatten()
     }
 
     /// The closest model name to `wanted`, for "did you mean" hints.
     pub fn suggest(&self, wanted: &str) -> Option<String> {
         let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
         did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
+    }
+}
+
+/// A [`std::hash::Hasher`] that keeps every byte it is fed, so a derived `Hash` can be digested
+/// with blake3 in one call (std's hashers are neither stable nor collision-resistant).
+pub struct HashBytes(pub Vec<u8>);
+
+impl std::hash::Hasher for HashBytes {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
     }
 }
 

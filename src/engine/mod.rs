@@ -58,6 +58,11 @@ impl Catalog {
 /// such as `"_efmesh"."s__t__ab"`): compared ignoring case and identifier quotes, and only as a
 /// whole name (`…__ab` does not match `…__abc`).
 pub fn view_names(sql: &str, relation: &str) -> bool {
+    if sql.is_ascii() && relation.is_ascii() { view_names_ascii(sql.as_bytes(), relation.as_bytes()) } else { view_names_text(sql, relation) }
+}
+
+/// [`view_names`] for any text: both stripped of quotes and lowercased, then searched.
+fn view_names_text(sql: &str, relation: &str) -> bool {
     let strip = |s: &str| s.replace('"', "").to_lowercase();
     let (sql, relation) = (strip(sql), strip(relation));
     if relation.is_empty() {
@@ -69,6 +74,39 @@ pub fn view_names(sql: &str, relation: &str) -> bool {
         let after = sql[at + relation.len()..].chars().next();
         !before.is_some_and(|c| ident(c) || c == '.') && !after.is_some_and(|c| ident(c) || c == '.')
     })
+}
+
+/// [`view_names`] for ASCII text, without copying `sql` (a plan checks every view): the same
+/// comparison, reading past quotes and comparing ASCII case-insensitively in place.
+fn view_names_ascii(sql: &[u8], relation: &[u8]) -> bool {
+    let rel: Vec<u8> = relation.iter().filter(|&&b| b != b'"').map(u8::to_ascii_lowercase).collect();
+    let Some(&first) = rel.first() else { return false };
+    let joins = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'.');
+    let mut prev: Option<u8> = None;
+    for (i, &c) in sql.iter().enumerate() {
+        if c == b'"' {
+            continue;
+        }
+        if c.to_ascii_lowercase() == first && !prev.is_some_and(joins) {
+            let (mut j, mut k) = (i, 0);
+            while k < rel.len() && j < sql.len() {
+                if sql[j] == b'"' {
+                    j += 1;
+                    continue;
+                }
+                if sql[j].to_ascii_lowercase() != rel[k] {
+                    break;
+                }
+                j += 1;
+                k += 1;
+            }
+            if k == rel.len() && !sql[j..].iter().copied().find(|&b| b != b'"').is_some_and(joins) {
+                return true;
+            }
+        }
+        prev = Some(c);
+    }
+    false
 }
 
 /// Prefix of the comment efmesh puts on a relation whose definition embeds project paths.
@@ -306,5 +344,22 @@ mod tests {
         assert!(view_names("SELECT a FROM \"_EFMESH\".\"S__T__AB\"", "\"_efmesh\".\"s__t__ab\""));
         assert!(!view_names("SELECT a FROM _efmesh.s__t__abc", "\"_efmesh\".\"s__t__ab\""));
         assert!(!view_names("SELECT a FROM x._efmesh.s__t__ab", "\"_efmesh\".\"s__t__ab\""));
+        // The in-place ASCII comparison agrees with the copying one on every case.
+        let sqls = [
+            "SELECT a FROM \"_efmesh\".\"s__t__ab\"",
+            "SELECT a FROM _efmesh.s__t__abc",
+            "SELECT a FROM _efmesh.s__t__ab.x",
+            "SELECT * FROM \"_EFMESH\".\"S__T__AB\" JOIN _efmesh.s__t__ab ON 1",
+            "_efmesh.s__t__ab",
+            "x_efmesh.s__t__ab",
+            "(_efmesh\"\".s__t__ab)",
+            "$_efmesh.s__t__ab",
+            "",
+        ];
+        for sql in sqls {
+            for rel in ["\"_efmesh\".\"s__t__ab\"", "_efmesh.s__t__ab", "\"\"", "s__t__ab", "ab"] {
+                assert_eq!(view_names_ascii(sql.as_bytes(), rel.as_bytes()), view_names_text(sql, rel), "{sql} / {rel}");
+            }
+        }
     }
 }

@@ -96,22 +96,37 @@ pub fn write(record: &Path, engine: &Path, identity: &str, catalog: &Catalog) ->
 /// # Errors
 /// What `query` returns.
 pub fn read_through<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<Catalog, E> {
+    Ok(read_through_identified(record, engine, query)?.0)
+}
+
+/// [`read_through`], also returning the identity of the engine file the catalog is exactly valid
+/// for (`None` when the file changed while it was queried, or has no identity): a holder may keep
+/// the catalog in memory and reuse it while [`identity`] still returns that one.
+///
+/// # Errors
+/// What `query` returns.
+pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<(Catalog, Option<String>), E> {
     let before = identity(engine);
     if let Some(id) = &before
         && let Some(catalog) = read(record, engine, id)
     {
         tracing::debug!("engine catalog of `{}` taken from {}: the file is unchanged since efmesh last read it", engine.display(), record.display());
-        return Ok(catalog);
+        return Ok((catalog, before));
     }
     let catalog = query()?;
     match (before, identity(engine)) {
-        (Some(b), Some(a)) if a == b => match write(record, engine, &a, &catalog) {
-            Ok(()) => tracing::debug!("engine catalog of `{}` queried and recorded in {}", engine.display(), record.display()),
-            Err(e) => tracing::debug!("engine catalog of `{}` queried; not recorded: {e}", engine.display()),
-        },
-        _ => tracing::debug!("engine catalog of `{}` queried; not recorded: the file changed while it was read", engine.display()),
+        (Some(b), Some(a)) if a == b => {
+            match write(record, engine, &a, &catalog) {
+                Ok(()) => tracing::debug!("engine catalog of `{}` queried and recorded in {}", engine.display(), record.display()),
+                Err(e) => tracing::debug!("engine catalog of `{}` queried; not recorded: {e}", engine.display()),
+            }
+            Ok((catalog, Some(a)))
+        }
+        _ => {
+            tracing::debug!("engine catalog of `{}` queried; not recorded: the file changed while it was read", engine.display());
+            Ok((catalog, None))
+        }
     }
-    Ok(catalog)
 }
 
 fn push_field(out: &mut Vec<u8>, field: Option<&str>) {
@@ -153,16 +168,17 @@ fn decode(text: &[u8], engine: &Path, current: &str) -> Option<Catalog> {
         return None;
     }
     let mut cursor = Cursor { body, at: 0 };
-    let mut catalog = Catalog::default();
+    let mut relations = Vec::new();
     while cursor.at < body.len() {
         let (schema, name, comment, sql) = (cursor.field()??, cursor.field()??, cursor.field()?, cursor.field()?);
         if body.get(cursor.at) != Some(&b'\n') {
             return None;
         }
         cursor.at += 1;
-        catalog.relations.insert((schema, name), CatalogEntry { comment, sql });
+        relations.push(((schema, name), CatalogEntry { comment, sql }));
     }
-    Some(catalog)
+    // Written in key order: collected in bulk, not inserted one by one.
+    Some(Catalog { relations: relations.into_iter().collect() })
 }
 
 struct Cursor<'a> {

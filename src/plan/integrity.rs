@@ -219,7 +219,29 @@ fn names_parents(project: &Project, model: &Model, physicals: &BTreeMap<&ModelNa
     })
 }
 
-fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap<&ModelName, &str>, catalog: &Catalog, root: &Root) -> Repair {
+/// The catalog indexed for the check: one hash lookup per relation, lowercasing a name only when
+/// it has upper-case letters (the catalog's names are lowercased already).
+struct Lookup<'a> {
+    relations: std::collections::HashMap<(&'a str, &'a str), &'a crate::engine::CatalogEntry>,
+}
+
+impl<'a> Lookup<'a> {
+    fn of(catalog: &'a Catalog) -> Self {
+        Self { relations: catalog.relations.iter().map(|((s, n), e)| ((s.as_str(), n.as_str()), e)).collect() }
+    }
+
+    fn get(&self, schema: &str, name: &str) -> Option<&'a crate::engine::CatalogEntry> {
+        let (schema, name) = (lowered(schema), lowered(name));
+        self.relations.get(&(schema.as_ref(), name.as_ref())).copied()
+    }
+}
+
+/// `s` lowercased as the catalog's names are, copied only when that changes it.
+fn lowered(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) { std::borrow::Cow::Owned(s.to_lowercase()) } else { std::borrow::Cow::Borrowed(s) }
+}
+
+fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap<&ModelName, &str>, catalog: &Lookup, root: &Root) -> Repair {
     let mut repair = Repair::default();
     if action.change == Change::Removed {
         return repair;
@@ -229,35 +251,37 @@ fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap
     if !action.build
         && let Some((schema, name)) = split_relation(physical)
     {
-        if !catalog.contains(&schema, &name) {
-            repair.physical_missing = true;
-        } else {
-            if embeds_project_root(project, model) {
-                let recorded = catalog.comment(&schema, &name).and_then(comment_root);
-                if !recorded.is_some_and(|r| root.is(r)) {
-                    repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
+        match catalog.get(&schema, &name) {
+            None => repair.physical_missing = true,
+            Some(entry) => {
+                if embeds_project_root(project, model) {
+                    let recorded = entry.comment.as_deref().and_then(comment_root);
+                    if !recorded.is_some_and(|r| root.is(r)) {
+                        repair.created_under = Some(recorded.unwrap_or(UNKNOWN_ROOT).to_string());
+                    }
                 }
-            }
-            if matches!(model.kind, Kind::View)
-                && model.target != Target::Parquet
-                && catalog.view_sql(&schema, &name).is_some_and(|sql| !names_parents(project, model, physicals, sql))
-            {
-                repair.physical_stale = true;
+                if matches!(model.kind, Kind::View)
+                    && model.target != Target::Parquet
+                    && entry.sql.as_deref().is_some_and(|sql| !names_parents(project, model, physicals, sql))
+                {
+                    repair.physical_stale = true;
+                }
             }
         }
     }
     // The promotion re-creates the views of every other change.
     if matches!(action.change, Change::Unchanged | Change::Metadata) {
         let (schema, view) = (env_schema(env, model.name.schema()), model.name.table());
-        if !catalog.contains(&schema, view) {
-            repair.view_missing = true;
-        } else {
-            // The view must select from this version's relation; an engine that does not report
-            // view definitions gets its view re-created whenever the relation is rebuilt.
-            repair.view_stale = match catalog.view_sql(&schema, view) {
-                Some(sql) => !view_names(sql, physical),
-                None => repair.physical_missing,
-            };
+        match catalog.get(&schema, view) {
+            None => repair.view_missing = true,
+            Some(entry) => {
+                // The view must select from this version's relation; an engine that does not
+                // report view definitions gets its view re-created whenever the relation is rebuilt.
+                repair.view_stale = match entry.sql.as_deref() {
+                    Some(sql) => !view_names(sql, physical),
+                    None => repair.physical_missing,
+                };
+            }
         }
     }
     repair
@@ -306,7 +330,8 @@ pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog
     let mut index = None;
     let found: Vec<Repair> = {
         let physicals = physicals(plan);
-        plan.actions.iter().map(|a| needed_at(project, &plan.env, a, &physicals, catalog, &root)).collect()
+        let lookup = Lookup::of(catalog);
+        plan.actions.iter().map(|a| needed_at(project, &plan.env, a, &physicals, &lookup, &root)).collect()
     };
     for (action, mut repair) in plan.actions.iter_mut().zip(found) {
         if repair.is_empty() {
@@ -393,9 +418,10 @@ fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Ac
 pub fn unplanned(project: &Project, plan: &Plan, catalog: &Catalog) -> Vec<String> {
     let root = Root::of(project);
     let physicals = physicals(plan);
+    let lookup = Lookup::of(catalog);
     let mut out = Vec::new();
     for action in &plan.actions {
-        let live = needed_at(project, &plan.env, action, &physicals, catalog, &root);
+        let live = needed_at(project, &plan.env, action, &physicals, &lookup, &root);
         let planned = action.repair.clone().unwrap_or_default();
         let missed = Repair {
             physical_missing: live.physical_missing && !planned.lake_view_missing,

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
 /// is never replayed.
-pub const MEMO_VERSION: u32 = 3;
+pub const MEMO_VERSION: u32 = 4;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,41 +44,26 @@ pub struct Memo {
     pub body: String,
 }
 
-/// A [`std::hash::Hasher`] that keeps every byte it is fed, so a derived `Hash` can be digested
-/// with blake3 in one call (std's hashers are neither stable nor collision-resistant).
-struct Bytes(Vec<u8>);
-
-impl std::hash::Hasher for Bytes {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(bytes);
-    }
-    fn finish(&self) -> u64 {
-        0
-    }
-}
-
 /// The memo key of `project` planned against `env` with the store at `generation`: blake3 (hex)
 /// over the memo and fingerprint versions, efmesh's version, the environment, the generation,
-/// the configuration (its `Debug` form) and every model exactly as loaded, fed through its
-/// derived `Hash` (which covers every field, so a field a model gains is covered without listing
-/// it here). Only equality matters: the key is compared, never interpreted, and stays on the
-/// machine that wrote it.
+/// the configuration (its `Debug` form) and the digest of every model exactly as loaded
+/// ([`crate::core::Dag::digest`]: each model fed through its derived `Hash`, which covers every
+/// field, so a field a model gains is covered without listing it here). Only equality matters:
+/// the key is compared, never interpreted, and stays on the machine that wrote it.
 pub fn key(project: &Project, env: &str, generation: i64) -> String {
-    use std::hash::Hash;
-    let mut bytes = Bytes(Vec::with_capacity(project.dag.len() * 512));
-    format!("efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n", env!("CARGO_PKG_VERSION"), project.config)
-        .hash(&mut bytes);
-    for model in project.dag.models() {
-        model.hash(&mut bytes);
-    }
-    blake3::hash(&bytes.0).to_hex().to_string()
+    let mut h = blake3::Hasher::new();
+    h.update(
+        format!("efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n", env!("CARGO_PKG_VERSION"), project.config).as_bytes(),
+    );
+    h.update(&project.dag.digest());
+    h.finalize().to_hex().to_string()
 }
 
 /// The blake3 digest of one model exactly as loaded, fed through its derived `Hash` (as [`key`]
 /// does for the whole project): equal digests, equal definitions.
 pub fn definition_digest(model: &crate::core::Model) -> blake3::Hash {
     use std::hash::Hash;
-    let mut bytes = Bytes(Vec::with_capacity(512));
+    let mut bytes = crate::core::dag::HashBytes(Vec::with_capacity(512));
     model.hash(&mut bytes);
     blake3::hash(&bytes.0)
 }

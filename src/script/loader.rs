@@ -70,6 +70,26 @@ pub struct LoadReport {
     pub evaluated: Vec<PathBuf>,
     /// How many top-level files were taken from the cache.
     pub from_cache: usize,
+    /// Per audit or model file and per file they reached (relative to the root): the blake3 of
+    /// the bytes the returned models came from (`None` when unknown or when two evaluations read
+    /// different bytes: such a file never matches). The project cache is keyed by them.
+    pub hashes: BTreeMap<PathBuf, Option<[u8; 32]>>,
+    /// Paths `require` / `import` tried and found absent before resolving (relative).
+    pub probes: BTreeSet<PathBuf>,
+    /// The audit and model files the load was given.
+    pub files: Discovered,
+}
+
+impl LoadReport {
+    fn record_hash(&mut self, path: &Path, hash: Option<[u8; 32]>) {
+        match self.hashes.get_mut(path) {
+            Some(h) if *h != hash => *h = None,
+            Some(_) => {}
+            None => {
+                self.hashes.insert(path.to_path_buf(), hash);
+            }
+        }
+    }
 }
 
 fn ext(f: &Path) -> &str {
@@ -601,20 +621,34 @@ impl LoadCache {
         self.hashes.clear();
     }
 
+    #[cfg(test)]
     fn content_hash(&mut self, root: &Path, rel: &Path) -> Option<[u8; 32]> {
-        if let Some(h) = self.hashes.get(rel) {
-            return *h;
-        }
-        let h = fs_err::read(root.join(rel)).ok().map(|bytes| *blake3::hash(&bytes).as_bytes());
-        self.hashes.insert(rel.to_path_buf(), h);
-        h
+        content_hash(&mut self.hashes, root, rel)
     }
 
+    /// Seeds the memo of content hashes with `hashes` (relative path → blake3 of the content as
+    /// it was just read, `None` for absent), so a later load does not read them again.
+    pub fn remember(&mut self, hashes: impl IntoIterator<Item = (PathBuf, Option<[u8; 32]>)>) {
+        self.hashes.extend(hashes);
+    }
+}
+
+/// The blake3 of `rel`'s content (`None`: unreadable), memoized in `memo`.
+fn content_hash(memo: &mut HashMap<PathBuf, Option<[u8; 32]>>, root: &Path, rel: &Path) -> Option<[u8; 32]> {
+    if let Some(h) = memo.get(rel) {
+        return *h;
+    }
+    let h = fs_err::read(root.join(rel)).ok().map(|bytes| *blake3::hash(&bytes).as_bytes());
+    memo.insert(rel.to_path_buf(), h);
+    h
+}
+
+impl LoadCache {
     /// The key of `file`'s evaluation. `evaluated` holds the hashes of the bytes an evaluation
     /// just read (a file changed since is keyed by what was evaluated, so the next load sees
     /// the change); without it, the current content is hashed (memoized).
     fn key(
-        &mut self,
+        memo: &mut HashMap<PathBuf, Option<[u8; 32]>>,
         root: &Path,
         base: &[u8; 32],
         file: &Path,
@@ -638,16 +672,16 @@ impl LoadCache {
                 }
             }
         };
-        let hash = |cache: &mut LoadCache, p: &Path| match evaluated {
+        let mut hash = |p: &Path| match evaluated {
             // A file the evaluation did not report reading is keyed as absent: never trusted.
             Some(e) => e.get(p).copied(),
-            None => cache.content_hash(root, p),
+            None => content_hash(memo, root, p),
         };
-        let c = hash(self, file);
+        let c = hash(file);
         put(&mut h, file, c);
         h.update(b"reached");
         for r in reached {
-            let c = hash(self, r);
+            let c = hash(r);
             put(&mut h, r, c);
         }
         h.update(b"probes");
@@ -690,7 +724,7 @@ fn load_project_with(
     after_evaluation: &mut dyn FnMut(),
 ) -> (Result<Vec<Model>, LoadErrors>, LoadReport) {
     let root = &config.root;
-    let mut report = LoadReport::default();
+    let mut report = LoadReport { files: files.clone(), ..LoadReport::default() };
     for f in files.all() {
         report.inputs.insert(root.join(f));
     }
@@ -704,9 +738,9 @@ fn load_project_with(
     let mut global = blake3::Hasher::new();
     global.update(&base);
     for a in &files.audits {
-        let valid = match cache.entries.get(a).cloned() {
+        let valid = match cache.entries.get(a) {
             Some(e) => {
-                let key = cache.key(root, &base, a, &e.reached, &e.probes, None);
+                let key = LoadCache::key(&mut cache.hashes, root, &base, a, &e.reached, &e.probes, None);
                 global.update(&key);
                 key == e.key
             }
@@ -718,8 +752,8 @@ fn load_project_with(
     if audits_valid {
         let g = *global.finalize().as_bytes();
         for f in &files.models {
-            let fresh = match cache.entries.get(f).cloned() {
-                Some(e) => cache.key(root, &g, f, &e.reached, &e.probes, None) == e.key,
+            let fresh = match cache.entries.get(f) {
+                Some(e) => LoadCache::key(&mut cache.hashes, root, &g, f, &e.reached, &e.probes, None) == e.key,
                 None => false,
             };
             if !fresh {
@@ -751,6 +785,13 @@ fn load_project_with(
     tracing::debug!("load: {} files evaluated, {} from the cache", report.evaluated.len(), report.from_cache);
     for o in &outcomes {
         report.inputs.extend(o.reached.iter().map(|r| root.join(r)));
+        let is_fresh = fresh.contains_key(o.file.as_path());
+        for p in std::iter::once(&o.file).chain(&o.reached) {
+            // Evaluated now: the bytes evaluated; from the cache: the content its key matched.
+            let h = if is_fresh { o.hashes.get(p).copied() } else { cache.hashes.get(p).copied().flatten() };
+            report.record_hash(p, h);
+        }
+        report.probes.extend(o.probes.iter().cloned());
     }
     // New entries for the files evaluated without error; none for files no longer discovered.
     let discovered: HashSet<&PathBuf> = files.all().collect();
@@ -768,7 +809,7 @@ fn load_project_with(
                 let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
                 let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
                 let is_fresh = fresh.contains_key(a.as_path());
-                let key = cache.key(root, &base, a, &reached, &probes, is_fresh.then_some(&o.hashes));
+                let key = LoadCache::key(&mut cache.hashes, root, &base, a, &reached, &probes, is_fresh.then_some(&o.hashes));
                 global.update(&key);
                 if is_fresh {
                     cache.entries.insert(a.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
@@ -786,7 +827,7 @@ fn load_project_with(
             }
             let reached: Vec<PathBuf> = o.reached.iter().cloned().collect();
             let probes: Vec<PathBuf> = o.probes.iter().cloned().collect();
-            let key = cache.key(root, &g, &o.file, &reached, &probes, Some(&o.hashes));
+            let key = LoadCache::key(&mut cache.hashes, root, &g, &o.file, &reached, &probes, Some(&o.hashes));
             cache.entries.insert(o.file.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
             cache.dirty = true;
         }

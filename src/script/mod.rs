@@ -61,7 +61,16 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
         // Skip hidden directories (.git, .efmesh) below the root.
         e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.')
     });
+    // Per depth, whether the directory walked at that depth was reached through a symbolic link.
+    let mut linked: Vec<bool> = Vec::new();
     for entry in walker.flatten() {
+        let depth = entry.depth();
+        let through_link = depth > 0 && (linked.get(depth - 1).copied().unwrap_or(true) || entry.path_is_symlink());
+        if entry.file_type().is_dir() {
+            linked.truncate(depth);
+            linked.push(through_link);
+            continue;
+        }
         if !entry.file_type().is_file() {
             continue;
         }
@@ -70,8 +79,10 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
         if hits.is_empty() {
             continue;
         }
-        // A symlink may lead out of the project: model files stay inside it.
-        match entry.path().canonicalize() {
+        // A symlink may lead out of the project: model files stay inside it. A file reached
+        // through no link below the root is inside it as walked; only the others are resolved.
+        let real = if through_link { entry.path().canonicalize() } else { Ok(real_root.join(rel)) };
+        match real {
             Ok(real) if real.starts_with(&real_root) => {
                 for i in hits {
                     found[i].push(rel.to_path_buf());

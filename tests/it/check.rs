@@ -182,11 +182,12 @@ fn check_opens_no_database() {
         assert!(!p.state_path().exists(), "check created the state store");
         let mut entries: Vec<String> = fs_err::read_dir(p.root()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
         entries.sort();
-        // The load cache (docs/load-cache.md) is the one thing a load writes.
+        // The load and project caches (docs/load-cache.md) are the one thing a load writes.
         assert_eq!(entries, [".efmesh", "efmesh.toml", "models"], "check wrote files");
-        let cache: Vec<String> =
+        let mut cache: Vec<String> =
             fs_err::read_dir(p.root().join(".efmesh")).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
-        assert_eq!(cache, ["load-cache"], "check wrote files");
+        cache.sort();
+        assert_eq!(cache, ["load-cache", "project-cache"], "check wrote files");
     }
 }
 

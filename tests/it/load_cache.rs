@@ -59,6 +59,8 @@ fn an_unchanged_project_evaluates_no_script_on_the_second_command() {
     assert_eq!(evaluated(&first), ["a", "b", "c"]);
     assert!(first.stderr.contains("load: 3 files evaluated, 0 from the cache"), "{}", first.stderr);
     assert!(cache_path(&p).is_file(), "the cache is written next to the state store");
+    // Without the project cache (which would restore the whole project), the load cache alone.
+    p.remove(".efmesh/project-cache");
     let second = check(&p);
     assert_eq!(evaluated(&second), Vec::<String>::new(), "{}", second.stderr);
     assert!(second.stderr.contains("load: 0 files evaluated, 3 from the cache"), "{}", second.stderr);
@@ -146,18 +148,22 @@ fn a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
         *b ^= 0x5a;
     }
     fs_err::write(&path, &bytes).unwrap();
+    // The project cache would restore the project without reading the load cache.
+    p.remove(".efmesh/project-cache");
     let run = check(&p);
     let warning: Vec<&str> = run.stderr.lines().filter(|l| l.contains("ignoring the load cache")).collect();
     assert_eq!(warning.len(), 1, "one warning line:\n{}", run.stderr);
     assert!(warning[0].contains(".efmesh/load-cache") && warning[0].contains("corrupt"), "{}", warning[0]);
     assert_eq!(evaluated(&run), ["a", "b", "c"], "nothing is trusted from a corrupt cache");
     assert_eq!(render(&p, "s.b"), expected);
+    p.remove(".efmesh/project-cache");
     let again = check(&p);
     assert!(!again.stderr.contains("ignoring the load cache"), "the cache was rewritten:\n{}", again.stderr);
     assert_eq!(evaluated(&again), Vec::<String>::new());
 
     // Garbage and an empty file alike.
     fs_err::write(&path, b"not a cache at all").unwrap();
+    p.remove(".efmesh/project-cache");
     let run = check(&p);
     assert!(run.stderr.contains("ignoring the load cache"), "{}", run.stderr);
     assert_eq!(evaluated(&run), ["a", "b", "c"]);
@@ -166,6 +172,8 @@ fn a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
 /// Rewrites one `key=value` word of the cache's header line.
 fn edit_header(p: &Project, key: &str, value: &str) {
     let path = cache_path(p);
+    // The project cache would restore the project without reading the load cache.
+    let _ = fs_err::remove_file(p.root().join(".efmesh/project-cache"));
     let bytes = fs_err::read(&path).unwrap();
     let nl = bytes.iter().position(|&b| b == b'\n').unwrap();
     let head = String::from_utf8(bytes[..nl].to_vec()).unwrap();
@@ -185,6 +193,7 @@ fn a_cache_from_another_efmesh_version_or_stdlib_re_evaluates_everything() {
     let run = check(&p);
     assert!(run.stderr.contains("another efmesh version"), "{}", run.stderr);
     assert_eq!(evaluated(&run), ["a", "b", "c"]);
+    p.remove(".efmesh/project-cache");
     assert_eq!(evaluated(&check(&p)), Vec::<String>::new(), "rewritten by this version");
 
     edit_header(&p, "stdlib", &"0".repeat(64));
@@ -285,4 +294,25 @@ fn an_edit_in_an_audit_definition_file_re_evaluates_the_model_files() {
     p.write("audits/mine.lua", &audit("SELECT 1 FROM"));
     let run = check(&p);
     assert_eq!(evaluated(&run), ["a", "b", "c"], "{}", run.stderr);
+}
+
+/// Discovery resolves only what it reached through a symbolic link: a model file under a
+/// directory linked out of the project is refused, one linked inside the project is loaded.
+#[cfg(unix)]
+#[test]
+fn discovery_refuses_model_files_reached_through_a_directory_link_out_of_the_project() {
+    let outside = tempfile::tempdir().unwrap();
+    fs_err::write(outside.path().join("x.lua"), lua_model("x", "s.x", "", "\"SELECT 1 AS x\"")).unwrap();
+    let p = project();
+    std::os::unix::fs::symlink(outside.path(), p.root().join("models/ext")).unwrap();
+    let run = p.run(&["check"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(all.contains("models/ext/x.lua") && all.contains("resolves outside the project"), "{all}");
+    fs_err::remove_file(p.root().join("models/ext")).unwrap();
+    // A directory linked inside the project is walked like any other.
+    p.write("shared/y.lua", &lua_model("y", "s.y", "", "\"SELECT 2 AS x\""));
+    std::os::unix::fs::symlink(p.root().join("shared"), p.root().join("models/inner")).unwrap();
+    check(&p);
+    assert!(render(&p, "s.y").contains("2 AS x"));
 }

@@ -157,6 +157,8 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
         if !out.show(report.0, report.1)? {
             return Ok(Exit::Success);
         }
+        // After the screen or line is out: the caches are not on the path from save to redraw.
+        watch.session.save_caches();
     }
 }
 
