@@ -461,8 +461,8 @@ fn plan_checked_in(
     let plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
-        eprintln!(
-            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+        tracing::warn!(
+            "the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
             project.config.engine_path().display(),
             repairs.join("\n  ")
         );

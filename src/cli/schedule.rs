@@ -70,6 +70,16 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
     crate::core::name::validate_env(&env)?;
     // The identity of an entry: the config's real path, wherever the command runs from.
     let config = fs_err::canonicalize(config).or_else(|_| std::path::absolute(config)).map_err(|e| anyhow!("cannot resolve `{}`: {e}", config.display()))?;
+    // A newline (or any control character) in a path would write extra crontab lines.
+    let bin = std::env::current_exe().map_err(|e| anyhow!("cannot find the path of this efmesh binary: {e}"))?;
+    for path in [&config, &bin] {
+        if path.to_string_lossy().chars().any(char::is_control) {
+            bail!(
+                "`{}` has a control character in its path: a crontab entry cannot name it safely\n  hint: move the project (or efmesh) to a path without newlines or tabs",
+                path.display()
+            );
+        }
+    }
     if o.remove {
         let mut tab = read_crontab()?;
         let config = config.to_string_lossy();
@@ -83,7 +93,6 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
     }
     let loaded = crate::config::Config::load(&config)?;
     let spec = CronSpec::parse(&o.cron).map_err(|e| anyhow!("--cron: {e}"))?;
-    let bin = std::env::current_exe().map_err(|e| anyhow!("cannot find the path of this efmesh binary: {e}"))?;
     let unit = Unit { env: env.clone(), config: config.clone(), root: loaded.root.clone(), bin };
     if o.print_systemd {
         out.text(&unit.systemd(&spec))?;
@@ -419,6 +428,11 @@ impl Crontab {
         s
     }
 
+    /// Whether `line` is the command `schedule` writes for `env` (`… run <env> --config …`).
+    fn runs(line: &str, env: &str) -> bool {
+        line.contains(&format!(" run {env} --config "))
+    }
+
     /// `(env, config)` of a marker line.
     fn marker(line: &str) -> Option<(&str, &str)> {
         line.strip_prefix(MARKER)?.split_once(" config=")
@@ -428,7 +442,7 @@ impl Crontab {
         let mut out = Vec::new();
         for (i, line) in self.lines.iter().enumerate() {
             let Some((env, config)) = Self::marker(line) else { continue };
-            let Some(next) = self.lines.get(i + 1).filter(|l| Self::marker(l).is_none()) else { continue };
+            let Some(next) = self.lines.get(i + 1).filter(|l| Self::marker(l).is_none() && Self::runs(l, env)) else { continue };
             let words: Vec<&str> = next.split_whitespace().collect();
             let n = if words.first().is_some_and(|w| w.starts_with('@')) { 1 } else { 5 };
             let cron = words.iter().take(n).copied().collect::<Vec<_>>().join(" ");
@@ -447,7 +461,9 @@ impl Crontab {
             if Self::marker(&self.lines[i]) == Some((env, config)) {
                 removed += 1;
                 i += 1;
-                if self.lines.get(i).is_some_and(|l| Self::marker(l).is_none()) {
+                // Only our own command line goes with its marker: a line the user wrote after
+                // a marker whose entry they deleted by hand is theirs and stays.
+                if self.lines.get(i).is_some_and(|l| Self::marker(l).is_none() && Self::runs(l, env)) {
                     i += 1;
                 }
                 continue;
@@ -475,7 +491,8 @@ fn crontab_missing(e: &std::io::Error) -> anyhow::Error {
 
 /// `crontab -l`; a user without a crontab has an empty one.
 fn read_crontab() -> Result<Crontab> {
-    let out = Command::new("crontab").arg("-l").stdin(Stdio::null()).output().map_err(|e| crontab_missing(&e))?;
+    // `LC_ALL=C`: the "no crontab for" message is matched in English.
+    let out = Command::new("crontab").arg("-l").env("LC_ALL", "C").stdin(Stdio::null()).output().map_err(|e| crontab_missing(&e))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         if stderr.to_ascii_lowercase().contains("no crontab for") {
@@ -545,13 +562,23 @@ mod tests {
 
     #[test]
     fn crontab_entries_replace_and_remove_only_their_own() {
-        let mut tab = Crontab::parse("MAILTO=me\n# mine\n0 1 * * * backup\n# efmesh schedule: env=prod config=/p/efmesh.toml\n0 * * * * cd '/p' && x\n");
+        let mut tab = Crontab::parse(
+            "MAILTO=me\n# mine\n0 1 * * * backup\n# efmesh schedule: env=prod config=/p/efmesh.toml\n0 * * * * cd '/p' && '/bin/efmesh' run prod --config '/p/efmesh.toml' >> '/p/log' 2>&1\n",
+        );
         assert_eq!(tab.entries().len(), 1);
         assert_eq!(tab.entries()[0].cron, "0 * * * *");
         assert_eq!(tab.remove("dev", "/p/efmesh.toml"), 0);
         assert_eq!(tab.remove("prod", "/q/efmesh.toml"), 0);
         assert_eq!(tab.remove("prod", "/p/efmesh.toml"), 1);
         assert_eq!(tab.text(), "MAILTO=me\n# mine\n0 1 * * * backup\n");
+    }
+
+    #[test]
+    fn a_users_line_after_a_marker_whose_entry_was_deleted_by_hand_is_kept() {
+        let mut tab = Crontab::parse("# efmesh schedule: env=prod config=/p/efmesh.toml\n0 1 * * * backup\n");
+        assert!(tab.entries().is_empty(), "the user's line is not an efmesh entry");
+        assert_eq!(tab.remove("prod", "/p/efmesh.toml"), 1);
+        assert_eq!(tab.text(), "0 1 * * * backup\n");
     }
 
     #[test]

@@ -228,11 +228,11 @@ pub fn restore(config: &Config) -> Option<Restored> {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
-            eprintln!("warning: ignoring the project cache `{}`: cannot read it ({e}); the project is loaded through the load cache", path.display());
+            tracing::warn!("ignoring the project cache `{}`: cannot read it ({e}); the project is loaded through the load cache", path.display());
             return None;
         }
     };
-    let warn = |why: String| eprintln!("warning: ignoring the project cache `{}`: {why}; the project is loaded through the load cache", path.display());
+    let warn = |why: String| tracing::warn!("ignoring the project cache `{}`: {why}; the project is loaded through the load cache", path.display());
     let (key, models) = match body(&bytes).and_then(split) {
         Ok(x) => x,
         Err(why) => {

@@ -535,7 +535,7 @@ impl LoadCache {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return cache,
             Err(e) => {
-                eprintln!("warning: ignoring the load cache `{}`: cannot read it ({e}); every file is evaluated", path.display());
+                tracing::warn!("ignoring the load cache `{}`: cannot read it ({e}); every file is evaluated", path.display());
                 cache.dirty = true;
                 return cache;
             }
@@ -543,7 +543,7 @@ impl LoadCache {
         match Self::decode(&bytes) {
             Ok(entries) => cache.entries = entries,
             Err(why) => {
-                eprintln!("warning: ignoring the load cache `{}`: {why}; every file is evaluated and the cache rewritten", path.display());
+                tracing::warn!("ignoring the load cache `{}`: {why}; every file is evaluated and the cache rewritten", path.display());
                 cache.dirty = true;
             }
         }

@@ -243,9 +243,13 @@ fn at_a_terminal_the_progress_never_reaches_stdout() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(v["applied"], true);
     p.write("models/a.lua", &model_a("AND id > 2"));
-    let (code, stdout, _) = with_tty_stderr(p.command(&["apply", "dev", "--yes"]));
+    let (code, stdout, tty) = with_tty_stderr(p.command(&["apply", "dev", "--yes"]));
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("promoted") && !stdout.contains('\u{1b}') && !stdout.contains('\r'), "{stdout:?}");
+    // The bar was drawn, on the terminal (stderr) only.
+    let text = String::from_utf8_lossy(&tty);
+    assert!(text.contains(" models · "), "a progress bar on the terminal:\n{text:?}");
+    assert!(!stdout.contains(" models · "), "{stdout:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,8 +16,13 @@ fn lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {
 }
 
 fn evaluated(run: &Run) -> Vec<String> {
-    let mut tags: Vec<String> =
-        run.stderr.lines().filter_map(|l| l.split("EVAL ").nth(1)).filter_map(|t| t.split_whitespace().next()).map(str::to_string).collect();
+    let mut tags: Vec<String> = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("EVAL ").nth(1))
+        .filter_map(|t| t.split(|c: char| c.is_whitespace() || c == '"').next())
+        .map(str::to_string)
+        .collect();
     tags.sort();
     tags
 }
