@@ -361,6 +361,22 @@ pub fn recover_interrupted(project: &Project, state: &dyn StateStore) -> Result<
 }
 
 fn recover_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
+    if state.pending_promotions()?.is_empty() {
+        return Ok(());
+    }
+    // Undoing a promotion takes its environment's lock first (on a handle of its own, so the
+    // caller's fence stays as it is): a live holder keeps its promotion; a stale one is
+    // reclaimed, so that holder, should it resume, fails with `LeaseLost` (SPEC §4 invariant 30).
+    let handle = state.reopen()?;
+    let guards = crate::state::lease::take_for_recovery(state, &*handle)?;
+    let result = undo_promotions(project, state);
+    for g in guards {
+        g.release(&*handle);
+    }
+    result
+}
+
+fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
     let pending = crate::state::lease::interrupted_promotions(state)?;
     if pending.is_empty() {
         return Ok(());

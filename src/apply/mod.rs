@@ -619,6 +619,9 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         fault::crash_point(|| "before-intent".to_string());
         state.begin_promotion(&plan.env, &pointers, &undo, interval::now_millis())?;
         fault::crash_point(|| "after-intent".to_string());
+        // A holder whose lease is (nearly) expired moves no view: the intent stays for whoever
+        // takes the lease next to undo (a no-op: nothing moved).
+        state.check_fence()?;
         if let Err(e) = engine.transaction(&statements) {
             // Nothing moved: forget the intent (if that fails, the next command finds it and
             // re-creates the views they already are).

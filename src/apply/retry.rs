@@ -27,11 +27,19 @@ pub fn backoff(attempt: u32) -> Duration {
 }
 
 /// True when `message` (an engine's error text) says another process holds a lock, a
-/// transaction conflicted, or I/O failed: worth retrying. Parser, binder, catalog, conversion,
-/// constraint and other SQL errors are not.
+/// transaction conflicted, or I/O failed: worth retrying. Only the error type at the start of
+/// the message counts (`IO Error: …`, `TransactionContext Error: …`, SQLite's `database is
+/// locked`), never a word further in; and I/O errors that retrying cannot cure (a file or
+/// pattern not found, permission denied) are not transient. Parser, binder, catalog,
+/// conversion, constraint and other SQL errors are not.
 pub fn is_transient_message(message: &str) -> bool {
-    const TRANSIENT: [&str; 6] = ["IO Error", "Could not set lock", "Conflicting lock", "database is locked", "TransactionContext Error", "Conflict on"];
-    TRANSIENT.iter().any(|t| message.contains(t))
+    let m = message.trim_start();
+    if let Some(detail) = m.strip_prefix("IO Error:") {
+        const DETERMINISTIC: [&str; 6] = ["no files found", "no such file", "not found", "does not exist", "permission denied", "read-only file system"];
+        let d = detail.to_ascii_lowercase();
+        return !DETERMINISTIC.iter().any(|t| d.contains(t));
+    }
+    m.starts_with("TransactionContext Error:") || m.starts_with("database is locked")
 }
 
 impl ApplyError {
@@ -106,6 +114,22 @@ mod tests {
         ] {
             assert!(!is_transient_message(sql), "{sql}");
         }
+    }
+
+    #[test]
+    fn only_the_error_type_counts_and_deterministic_io_errors_are_not_transient() {
+        for deterministic in [
+            "IO Error: No files found that match the pattern \"data/missing.csv\"",
+            "IO Error: Cannot open file \"/data/x.csv\": No such file or directory",
+            "IO Error: Cannot open file \"/data/x.csv\": Permission denied",
+            // A transient word inside another error type's text does not make it transient.
+            "Binder Error: table \"IO Error\" has a column \"Conflict on\"",
+            "Invalid Input Error: Could not set lock on nothing in particular",
+        ] {
+            assert!(!is_transient_message(deterministic), "{deterministic}");
+        }
+        assert!(is_transient_message("IO Error: Could not read from file \"x.parquet\": Resource temporarily unavailable"));
+        assert!(is_transient_message("database is locked"));
     }
 
     #[test]

@@ -56,7 +56,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
     }
     let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();
-    let last_errored = ticks.first().is_some_and(|t| t.outcome == "error");
+    // The newest tick that says whether a run succeeded (`processed`, `nothing-due`, `error`):
+    // `lock-held` and `blocked` ticks after an error do not make it green.
+    let last_errored = newest_deciding_tick(&*state, env, &ticks)?.is_some_and(|t| t.outcome == "error");
     let mut problems = Vec::new();
     if failed_total > 0 {
         problems.push(format!("{failed_total} failed interval(s)"));
@@ -142,6 +144,29 @@ fn grain_name(g: crate::core::interval::Grain) -> &'static str {
     match g {
         crate::core::interval::Grain::Day => "day",
         crate::core::interval::Grain::Hour => "hour",
+    }
+}
+
+/// The newest tick of `env` whose outcome is `processed`, `nothing-due` or `error`: the first
+/// of `recent` (newest first), else read further back.
+fn newest_deciding_tick(state: &dyn crate::state::StateStore, env: &str, recent: &[Tick]) -> Result<Option<Tick>> {
+    let deciding = |t: &&Tick| matches!(t.outcome.as_str(), "processed" | "nothing-due" | "error");
+    if let Some(t) = recent.iter().find(deciding) {
+        return Ok(Some(t.clone()));
+    }
+    if recent.len() < TICKS {
+        return Ok(None);
+    }
+    let mut limit = TICKS;
+    loop {
+        limit = limit.saturating_mul(8);
+        let older = state.ticks(env, limit)?;
+        if let Some(t) = older.iter().find(deciding) {
+            return Ok(Some(t.clone()));
+        }
+        if older.len() < limit {
+            return Ok(None);
+        }
     }
 }
 

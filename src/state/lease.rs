@@ -43,23 +43,91 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-/// True when `pid` names no live process on this host: `/proc/<pid>` is gone or the process is a
-/// zombie. Where `/proc` does not exist, nothing is known to be dead (expiry alone reclaims).
-pub fn pid_is_dead(pid: u32) -> bool {
-    let proc = std::path::Path::new("/proc");
-    if !proc.join("self").exists() {
-        return false;
+/// This process's identity beyond its pid: the kernel boot id, the pid namespace and the
+/// process start time (clock ticks since boot, `/proc/<pid>/stat` field 22). `None` where `/proc`
+/// does not tell (then only expiry reclaims a lease this process left).
+pub fn own_identity() -> Option<Identity> {
+    let boot = fs_err::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().to_string();
+    let ns = fs_err::read_link("/proc/self/ns/pid").ok()?.to_string_lossy().chars().filter(char::is_ascii_digit).collect::<String>();
+    let start = start_ticks(std::process::id())?;
+    (!boot.is_empty() && !ns.is_empty()).then_some(Identity { boot, ns, start })
+}
+
+/// Where a lease holder ran and when its process started, as recorded in its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `/proc/sys/kernel/random/boot_id`: another value is another machine or another boot.
+    pub boot: String,
+    /// The pid namespace's inode (`/proc/self/ns/pid`): another value is another container.
+    pub ns: String,
+    /// Process start time in clock ticks since boot: another value with the same pid is another
+    /// process (the pid was reused).
+    pub start: u64,
+}
+
+impl Identity {
+    /// The token prefix recording this identity.
+    fn encode(&self) -> String {
+        format!("v2:{}:{}:{}", self.boot, self.ns, self.start)
     }
-    match fs_err::read_to_string(proc.join(pid.to_string()).join("stat")) {
-        // The state is the first field after the command name (in parentheses, may hold spaces).
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state == "Z" || state == "X"),
-        Err(_) => true,
+
+    /// The identity a token records (`None` for tokens without one).
+    pub fn of_token(token: &str) -> Option<Identity> {
+        let mut parts = token.strip_prefix("v2:")?.split(':');
+        let (boot, ns, start) = (parts.next()?.to_string(), parts.next()?.to_string(), parts.next()?.parse().ok()?);
+        Some(Identity { boot, ns, start })
     }
 }
 
-/// True when `lease` is stale: expired at `now`, or owned by a dead process on this host.
-pub fn is_stale(lease: &LeaseRecord, now: Millis, host: &str) -> bool {
-    lease.expires_at.as_str() <= to_iso(now).as_str() || (lease.holder.host == host && lease.holder.pid != std::process::id() && pid_is_dead(lease.holder.pid))
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22, clock ticks since boot), if
+/// it exists and is not a zombie.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs_err::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (in parentheses, may hold spaces) start at field 3.
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if matches!(rest.first(), Some(&"Z" | &"X")) {
+        return None;
+    }
+    rest.get(22 - 3)?.parse().ok()
+}
+
+/// True when `pid` names no process visible to this one: `kill(pid, 0)` fails with `ESRCH`
+/// (`EPERM` means it exists under another user: alive), or it is a zombie.
+pub fn pid_is_dead(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    if p <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists; nothing is delivered.
+    if unsafe { libc::kill(p, 0) } == 0 {
+        let zombie = fs_err::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string)))
+            .is_some_and(|state| state == "Z" || state == "X");
+        return zombie;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// True when the holder of `lease` is known to be gone, from this process's point of view:
+/// its token records the same boot and pid namespace as `me`, and its pid is dead, or now names
+/// another process (another start time). A holder on another machine, boot or container, or
+/// with no recorded identity, is never known dead: only expiry reclaims its lease.
+fn holder_is_gone(lease: &LeaseRecord, me: Option<&Identity>) -> bool {
+    let (Some(me), Some(them)) = (me, Identity::of_token(&lease.token)) else { return false };
+    if me.boot != them.boot || me.ns != them.ns {
+        return false;
+    }
+    if lease.holder.pid == std::process::id() {
+        return me.start != them.start;
+    }
+    pid_is_dead(lease.holder.pid) || start_ticks(lease.holder.pid).is_some_and(|start| start != them.start)
+}
+
+/// True when `lease` is stale: expired at `now`, or its holder is known gone
+/// ([`holder_is_gone`]: same boot and pid namespace, pid dead or reused).
+pub fn is_stale(lease: &LeaseRecord, now: Millis, _host: &str) -> bool {
+    lease.expires_at.as_str() <= to_iso(now).as_str() || holder_is_gone(lease, own_identity().as_ref())
 }
 
 /// A lease held by this process: renewed from a background thread until dropped, then
@@ -104,8 +172,12 @@ impl LeaseGuard {
     pub fn acquire_with_ttl(store: &dyn StateStore, name: &str, command: &str, wait: Duration, ttl: Duration) -> Result<LeaseGuard, Refused> {
         let host = host_name();
         let pid = std::process::id();
-        let token =
-            format!("{pid}-{host}-{}-{}", now_millis(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos()));
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        // The token records the holder's identity, so another process can tell it is gone.
+        let token = match own_identity() {
+            Some(id) => format!("{}:{pid}:{}:{nanos}", id.encode(), now_millis()),
+            None => format!("v1:{pid}:{host}:{}:{nanos}", now_millis()),
+        };
         let deadline = std::time::Instant::now() + wait;
         loop {
             let now = now_millis();
@@ -117,8 +189,16 @@ impl LeaseGuard {
                         let why = if old.expires_at.as_str() <= to_iso(now).as_str() { "expired" } else { "its owner is no longer running" };
                         tracing::warn!(lock = name, "reclaimed the stale lock `{name}` held by {} ({why}, expiry {})", old.holder, old.expires_at);
                     }
-                    store.set_fence(Some((name.to_string(), token.clone())));
-                    return Ok(Self::start(store, name, token, ttl));
+                    let guard = match store.reopen() {
+                        Ok(handle) => Self::start(handle, name, token.clone(), ttl),
+                        Err(e) => {
+                            // No heartbeat, no lease: give it back rather than let it expire under us.
+                            let _ = store.release_lease(name, &token);
+                            return Err(Refused::State(e));
+                        }
+                    };
+                    store.set_fence(Some((name.to_string(), token)));
+                    return Ok(guard);
                 }
                 LeaseClaim::Held(held) => {
                     if std::time::Instant::now() >= deadline {
@@ -132,9 +212,9 @@ impl LeaseGuard {
         }
     }
 
-    fn start(store: &dyn StateStore, name: &str, token: String, ttl: Duration) -> LeaseGuard {
+    fn start(heartbeat: Box<dyn StateStore>, name: &str, token: String, ttl: Duration) -> LeaseGuard {
         let lost = Arc::new(AtomicBool::new(false));
-        let handle: Arc<Mutex<Option<Box<dyn StateStore>>>> = Arc::new(Mutex::new(store.reopen().ok()));
+        let handle: Arc<Mutex<Option<Box<dyn StateStore>>>> = Arc::new(Mutex::new(Some(heartbeat)));
         let (tx, rx) = mpsc::channel::<()>();
         let thread = {
             let (name, token, lost, handle) = (name.to_string(), token.clone(), lost.clone(), handle.clone());
@@ -142,6 +222,7 @@ impl LeaseGuard {
                 .name("efmesh-lease".into())
                 .spawn(move || {
                     let every = ttl / 3;
+                    let mut renewed = std::time::Instant::now();
                     loop {
                         match rx.recv_timeout(every) {
                             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -151,7 +232,10 @@ impl LeaseGuard {
                         let Some(store) = guard.as_ref() else { return };
                         let now = now_millis();
                         match store.renew_lease(&name, &token, now + ttl.as_millis() as Millis, now) {
-                            Ok(true) => tracing::debug!(lock = %name, "lock renewed"),
+                            Ok(true) => {
+                                renewed = std::time::Instant::now();
+                                tracing::debug!(lock = %name, "lock renewed");
+                            }
                             Ok(false) => {
                                 lost.store(true, Ordering::SeqCst);
                                 tracing::error!(lock = %name, "this process lost the lock `{name}` (another process reclaimed it); it stops before its next write");
@@ -159,6 +243,11 @@ impl LeaseGuard {
                             }
                             // A failed renewal is retried at the next beat; the lease may expire meanwhile.
                             Err(e) => tracing::warn!(lock = %name, "cannot renew the lock: {e}"),
+                        }
+                        // Renewals failing for most of a ttl: the lease is as good as lost (the
+                        // fence refuses writes once it expires, and engine steps a quarter ttl before).
+                        if renewed.elapsed() > ttl - ttl / 4 && !lost.swap(true, Ordering::SeqCst) {
+                            tracing::error!(lock = %name, "this process could not renew the lock `{name}` for {} ms; it stops before its next write", renewed.elapsed().as_millis());
                         }
                     }
                 })
@@ -207,9 +296,12 @@ impl Drop for LeaseGuard {
     }
 }
 
-/// The promotions recorded as under way whose process is gone: those of environments whose
-/// lease is free, stale, or held by this very process. A promotion in a live process holding
-/// its environment's lease is still under way and is left alone.
+/// The promotions recorded as under way that this process may undo: those of environments
+/// whose lease this process holds (its own command's, or one [`take_for_recovery`] reclaimed).
+/// A promotion of an environment whose lease is held by another process, live or stale, or by
+/// none, is left alone: whoever undoes it must first take the lease, so the process that
+/// started it, should it resume, fails with [`StateError::LeaseLost`] instead of recording
+/// pointers over the views the recovery put back.
 ///
 /// # Errors
 /// The store cannot be read.
@@ -219,18 +311,38 @@ pub fn interrupted_promotions(state: &dyn StateStore) -> Result<Vec<PendingPromo
         return Ok(pending);
     }
     let host = host_name();
-    let now = now_millis();
     let mut keep = Vec::with_capacity(pending.len());
     for p in pending.drain(..) {
-        let mine_or_gone = match state.lease(&env_lease(&p.env))? {
-            Some(l) => (l.holder.pid == std::process::id() && l.holder.host == host) || is_stale(&l, now, &host),
-            None => true,
-        };
-        if mine_or_gone {
+        if state.lease(&env_lease(&p.env))?.is_some_and(|l| l.holder.pid == std::process::id() && l.holder.host == host) {
             keep.push(p);
         }
     }
     Ok(keep)
+}
+
+/// Takes, on `handle`, the lease of every environment with a promotion recorded as under way
+/// whose lease this process does not hold already: a free or stale lease is taken (reclaimed,
+/// with a warning), one a live process holds is left (its promotion is under way). The
+/// returned guards hold them until released; then [`interrupted_promotions`] lists the
+/// promotions to undo.
+///
+/// # Errors
+/// The store fails.
+pub fn take_for_recovery(state: &dyn StateStore, handle: &dyn StateStore) -> Result<Vec<LeaseGuard>, StateError> {
+    let host = host_name();
+    let mut guards = Vec::new();
+    for p in state.pending_promotions()? {
+        let name = env_lease(&p.env);
+        if state.lease(&name)?.is_some_and(|l| l.holder.pid == std::process::id() && l.holder.host == host) {
+            continue;
+        }
+        match LeaseGuard::acquire(handle, &name, "efmesh (undoing an interrupted promotion)", Duration::ZERO) {
+            Ok(g) => guards.push(g),
+            Err(Refused::Held(_)) => {}
+            Err(Refused::State(e)) => return Err(e),
+        }
+    }
+    Ok(guards)
 }
 
 #[cfg(test)]
@@ -244,7 +356,7 @@ mod tests {
         let path = dir.path().join("s.sqlite");
         let a = SqliteStore::open(&path).unwrap();
         let b = SqliteStore::open(&path).unwrap();
-        let ttl = Duration::from_millis(300);
+        let ttl = Duration::from_millis(600);
         let guard = LeaseGuard::acquire_with_ttl(&a, "env:dev", "efmesh apply dev", Duration::ZERO, ttl).map_err(|_| "refused").unwrap();
         let first = b.lease("env:dev").unwrap().unwrap();
         assert_eq!((first.holder.pid, first.holder.command.as_str()), (std::process::id(), "efmesh apply dev"));
@@ -271,9 +383,93 @@ mod tests {
     #[test]
     fn a_dead_pid_is_dead_and_this_one_is_not() {
         assert!(!pid_is_dead(std::process::id()));
+        // pid 1 exists (alive, or EPERM when it belongs to another user: alive too).
+        assert!(!pid_is_dead(1));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
         assert!(pid_is_dead(pid));
+    }
+
+    fn leased(store: &SqliteStore, name: &str, token: &str, pid: u32, expires: Millis) {
+        let holder = LeaseHolder { pid, host: host_name(), command: "efmesh apply".into(), started_at: to_iso(now_millis()) };
+        let always = |_: &LeaseRecord| true;
+        store.try_acquire_lease(name, token, &holder, expires, now_millis(), &always).unwrap();
+    }
+
+    #[test]
+    fn recovery_takes_a_stale_holders_lease_and_leaves_a_live_holders_promotion_alone() {
+        let Some(me) = own_identity() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let a = SqliteStore::open(&path).unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let live = Identity { start: start_ticks(child.id()).unwrap(), ..me };
+        let token = format!("{}:{}:0:0", live.encode(), child.id());
+        let now = now_millis();
+        // `live`: a live process holds the lease, not expired. `stale`: same process, expired.
+        leased(&a, "env:live", &token, child.id(), now + 60_000);
+        leased(&a, "env:stale", &token, child.id(), now - 1);
+        for env in ["live", "stale"] {
+            a.begin_promotion(env, &std::collections::BTreeMap::new(), &["SELECT 1".to_string()], now).unwrap();
+        }
+        // The stale holder's own handle (fenced by its token) as if it resumed later.
+        let holder = SqliteStore::open(&path).unwrap();
+        holder.set_fence(Some(("env:stale".into(), token.clone())));
+        assert!(interrupted_promotions(&a).unwrap().is_empty(), "nothing is undone before its lease is taken");
+        let handle = SqliteStore::open(&path).unwrap();
+        let guards = take_for_recovery(&a, &handle).unwrap();
+        assert_eq!(guards.len(), 1);
+        let envs: Vec<String> = interrupted_promotions(&a).unwrap().into_iter().map(|p| p.env).collect();
+        assert_eq!(envs, ["stale"]);
+        assert_eq!(a.lease("env:live").unwrap().unwrap().token, token, "the live holder keeps its lease");
+        assert!(holder.check_fence().unwrap_err().is_lease_lost());
+        assert!(holder.abandon_promotion("stale").unwrap_err().is_lease_lost());
+        for g in guards {
+            g.release(&handle);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_reused_pid_or_another_boot_or_container_is_told_apart() {
+        let Some(me) = own_identity() else { return };
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let start = start_ticks(pid).unwrap();
+        let lease = |id: &Identity, pid: u32| LeaseRecord {
+            name: "env:dev".into(),
+            token: format!("{}:{pid}:0:0", id.encode()),
+            holder: LeaseHolder { pid, host: host_name(), command: "efmesh run dev".into(), started_at: String::new() },
+            expires_at: "2999-01-01T00:00:00.000Z".into(),
+            heartbeat_at: String::new(),
+        };
+        let same = Identity { start, ..me.clone() };
+        assert!(!holder_is_gone(&lease(&same, pid), Some(&me)), "a live holder");
+        let reused = Identity { start: start + 1, ..me.clone() };
+        assert!(holder_is_gone(&lease(&reused, pid), Some(&me)), "its pid now names another process");
+        let mine_reused = Identity { start: me.start + 1, ..me.clone() };
+        assert!(holder_is_gone(&lease(&mine_reused, std::process::id()), Some(&me)), "an earlier process with this pid");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(holder_is_gone(&lease(&same, pid), Some(&me)), "a dead holder");
+        let other_boot = Identity { boot: "another-boot".into(), ..same.clone() };
+        assert!(!holder_is_gone(&lease(&other_boot, pid), Some(&me)), "another machine or boot: only expiry tells");
+        let other_ns = Identity { ns: "1".into(), ..same };
+        assert!(!holder_is_gone(&lease(&other_ns, pid), Some(&me)), "another container: only expiry tells");
+        let mut old = lease(&me, pid);
+        old.token = format!("{pid}-h-0-0");
+        assert!(!holder_is_gone(&old, Some(&me)), "no recorded identity: only expiry tells");
+    }
+
+    #[test]
+    fn a_lease_without_a_heartbeat_is_refused() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        match LeaseGuard::acquire_with_ttl(&store, "env:dev", "efmesh apply dev", Duration::ZERO, Duration::from_secs(5)) {
+            Err(Refused::State(e)) => assert!(e.to_string().contains(":memory:"), "{e}"),
+            _ => panic!("a lease was taken with no handle to renew it"),
+        }
+        assert!(store.lease("env:dev").unwrap().is_none(), "the lease is given back");
     }
 }

@@ -251,14 +251,28 @@ pub fn migrate(path: &Path, now: Millis) -> Result<MigrationReport, StateError> 
         transient: is_transient(&e),
         source: Box::new(e),
     };
+    // Take the write lock first, and re-read under it: another process may have migrated
+    // meanwhile (to this version: nothing to do; a newer efmesh, past it: refuse).
+    let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(|e| backend("start the migration", e))?;
+    let from = stored_version(&tx).map_err(|e| backend("read the layout version", e))?.unwrap_or(STATE_VERSION);
+    if from == STATE_VERSION {
+        return Ok(MigrationReport { store, from, to: STATE_VERSION, applied: Vec::new(), backup: None });
+    }
+    if !(1..=STATE_VERSION).contains(&from) {
+        return Err(StateError::Version { store, found: from, wanted: STATE_VERSION });
+    }
     let stamp = to_iso(now).replace([':', '.'], "-");
     let mut backup = path.as_os_str().to_owned();
-    backup.push(format!(".v{found}-{stamp}.bak"));
+    backup.push(format!(".v{from}-{stamp}.bak"));
     let backup = PathBuf::from(backup);
-    conn.execute("VACUUM INTO ?1", [backup.to_string_lossy()]).map_err(|e| backend(&format!("back the store up into `{}`", backup.display()), e))?;
-    let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(|e| backend("start the migration", e))?;
-    // Re-read under the write lock: another process may have migrated meanwhile.
-    let from = stored_version(&tx).map_err(|e| backend("read the layout version", e))?.unwrap_or(STATE_VERSION);
+    // The backup, while this connection holds the write lock: no other writer can commit
+    // between the backup and the migration. `VACUUM INTO` cannot run inside a transaction, so
+    // a second connection runs it; it only reads (a consistent snapshot), which the write lock
+    // allows, and the snapshot is exactly what this transaction starts from (it wrote nothing).
+    let reader = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| open_error(path, e))?;
+    reader.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(path, e))?;
+    reader.execute("VACUUM INTO ?1", [backup.to_string_lossy()]).map_err(|e| backend(&format!("back the store up into `{}`", backup.display()), e))?;
+    drop(reader);
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.to > from) {
         tx.execute_batch(m.sql).map_err(|e| backend(&format!("migrate to version {} ({})", m.to, m.description), e))?;
@@ -401,7 +415,7 @@ impl SqliteStore {
 
     fn write_tx<T>(&self, bump: bool, f: impl FnOnce(&Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
         self.write_unfenced(bump, |tx| {
-            self.fence_check(tx)?;
+            self.fence_check(tx, None)?;
             f(tx)
         })
     }
@@ -418,20 +432,27 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// Fails with [`StateError::LeaseLost`] when the fence lease no longer has our token.
-    fn fence_check(&self, conn: &Connection) -> Result<(), Fault> {
+    /// Fails with [`StateError::LeaseLost`] when the fence lease no longer has our token, or has
+    /// expired (`expires_at <= now`): an expired lease may be reclaimed at any moment (an
+    /// interrupted promotion's recovery does), so its holder must not write on. `margin_den`
+    /// (`Some(d)`) also requires `1/d` of the lease's time to live to remain (the check before an
+    /// engine step, which the state store cannot fence).
+    fn fence_check(&self, conn: &Connection, margin_den: Option<i64>) -> Result<(), Fault> {
         let Some((name, token)) = self.fence.borrow().clone() else { return Ok(()) };
-        let row: Option<(String, u32, String, String, String)> = conn
-            .prepare_cached("SELECT token, pid, host, command, started_at FROM leases WHERE name = ?1")?
-            .query_row([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-            .optional()?;
+        let row: Option<LeaseRecord> =
+            conn.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE name = ?1"))?.query_row([&name], lease_row).optional()?;
+        let now = crate::core::interval::now_millis();
+        let live = |l: &LeaseRecord| -> bool {
+            let (Ok(expires), Ok(beat)) = (crate::core::interval::parse_instant(&l.expires_at), crate::core::interval::parse_instant(&l.heartbeat_at)) else {
+                return false;
+            };
+            let margin = margin_den.map_or(0, |d| (expires - beat).max(0) / d.max(1));
+            expires - margin > now
+        };
         match row {
-            Some((t, ..)) if t == token => Ok(()),
-            other => Err(Fault::Fail(StateError::LeaseLost {
-                store: self.location(),
-                lease: name,
-                holder: other.map(|(_, pid, host, command, started_at)| LeaseHolder { pid, host, command, started_at }.to_string()),
-            })),
+            Some(l) if l.token == token && live(&l) => Ok(()),
+            Some(l) if l.token == token => Err(Fault::Fail(StateError::LeaseLost { store: self.location(), lease: name, holder: None })),
+            other => Err(Fault::Fail(StateError::LeaseLost { store: self.location(), lease: name, holder: other.map(|l| l.holder.to_string()) })),
         }
     }
 }
@@ -445,6 +466,10 @@ fn lease_row(r: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
         heartbeat_at: r.get(7)?,
     })
 }
+
+/// [`StateStore::check_fence`] (before an engine step) requires a quarter of the lease's time
+/// to live left: a holder whose renewals stalled stops before its lease can be reclaimed.
+const FENCE_MARGIN_DEN: i64 = 4;
 
 const LEASE_COLUMNS: &str = "name, token, pid, host, command, started_at, expires_at, heartbeat_at";
 
@@ -579,7 +604,7 @@ impl StateStore for SqliteStore {
     }
 
     fn check_fence(&self) -> Result<(), StateError> {
-        self.run(|| "check the lock this process holds".to_string(), || self.fence_check(&self.conn))
+        self.run(|| "check the lock this process holds".to_string(), || self.fence_check(&self.conn, Some(FENCE_MARGIN_DEN)))
     }
 
     fn record_tick(&self, tick: &Tick) -> Result<i64, StateError> {
@@ -1460,6 +1485,34 @@ mod tests {
         }
     }
 
+    /// A writer holding the write lock when `migrate` starts commits before the backup (taken
+    /// under migrate's own write lock) and before the migration; one that migrated the store past
+    /// this efmesh meanwhile makes `migrate` refuse, changing nothing.
+    #[test]
+    fn migrate_backs_up_under_the_write_lock_and_rereads_the_version_there() {
+        for (sql, newer) in [("CREATE TABLE scratch (x); INSERT INTO scratch VALUES (1)", false), ("UPDATE meta SET version = 99", true)] {
+            let (_dir, path) = temp_store();
+            drop(SqliteStore::open(&path).unwrap());
+            downgrade(&path, STATE_VERSION - 1);
+            let writer = Connection::open(&path).unwrap();
+            writer.execute_batch(&format!("BEGIN IMMEDIATE; {sql}")).unwrap();
+            let committer = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                writer.execute_batch("COMMIT").unwrap();
+            });
+            let result = migrate(&path, t("2026-03-04"));
+            committer.join().unwrap();
+            if newer {
+                assert!(matches!(result, Err(StateError::Version { found: 99, .. })), "{result:?}");
+                assert_eq!(stored_version_of(&path).unwrap(), Some(99));
+            } else {
+                let backup = result.unwrap().backup.unwrap();
+                let n: i64 = Connection::open(&backup).unwrap().query_row("SELECT COUNT(*) FROM scratch", [], |r| r.get(0)).unwrap();
+                assert_eq!(n, 1, "the backup holds what was committed before the migration");
+            }
+        }
+    }
+
     #[test]
     fn a_newer_store_is_not_migrated() {
         let (_dir, path) = temp_store();
@@ -1509,18 +1562,42 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_lease_fences_its_holder_before_anyone_reclaims_it() {
+        let (_dir, path) = temp_store();
+        let a = SqliteStore::open(&path).unwrap();
+        let never = |_: &LeaseRecord| false;
+        let now = crate::core::interval::now_millis();
+        a.try_acquire_lease("env:dev", "a", &holder(1), now + 400, now, &never).unwrap();
+        a.set_fence(Some(("env:dev".into(), "a".into())));
+        a.put_snapshot(&rec("m.a", &fp('1'))).unwrap();
+        // Past three quarters of the ttl the check before an engine step already refuses,
+        // while state writes (fenced by expiry itself) still pass.
+        std::thread::sleep(std::time::Duration::from_millis(330));
+        if crate::core::interval::now_millis() < now + 400 {
+            assert!(a.check_fence().unwrap_err().is_lease_lost());
+        }
+        // Expired, nobody reclaimed it (the row still carries our token): the next write fails.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(a.lease("env:dev").unwrap().unwrap().token, "a");
+        let err = a.put_snapshot(&rec("m.b", &fp('2'))).unwrap_err();
+        assert!(err.is_lease_lost(), "{err:?}");
+        assert!(a.check_fence().unwrap_err().is_lease_lost());
+        assert!(!a.snapshot_keys().unwrap().contains(&("m.b".to_string(), fp('2'))));
+    }
+
+    #[test]
     fn a_fenced_writer_that_lost_its_lease_stops_before_writing() {
         let (_dir, path) = temp_store();
         let a = SqliteStore::open(&path).unwrap();
         let b = SqliteStore::open(&path).unwrap();
-        let now = t("2026-01-01");
+        let now = crate::core::interval::now_millis();
         let never = |_: &LeaseRecord| false;
-        a.try_acquire_lease("env:dev", "a", &holder(1), now + 1000, now, &never).unwrap();
+        a.try_acquire_lease("env:dev", "a", &holder(1), now + 60_000, now, &never).unwrap();
         a.set_fence(Some(("env:dev".into(), "a".into())));
         a.put_snapshot(&rec("m.a", &fp('1'))).unwrap();
         a.check_fence().unwrap();
         // `b` reclaims the expired lease; `a`'s next write is refused and writes nothing.
-        assert!(matches!(b.try_acquire_lease("env:dev", "b", &holder(2), now + 9000, now + 2000, &never).unwrap(), LeaseClaim::Acquired { .. }));
+        assert!(matches!(b.try_acquire_lease("env:dev", "b", &holder(2), now + 190_000, now + 70_000, &never).unwrap(), LeaseClaim::Acquired { .. }));
         let err = a.put_snapshot(&rec("m.b", &fp('2'))).unwrap_err();
         assert!(err.is_lease_lost(), "{err:?}");
         assert!(err.to_string().contains("env:dev") && err.to_string().contains("pid 2"), "{err}");
