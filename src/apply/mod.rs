@@ -210,20 +210,35 @@ pub(crate) fn execute(
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
-    // `run` also rebuilds the `full` and `view` models downstream of what it refreshes or
-    // backfills (actions are in topological order, so parents are decided first).
+    // `full` and `view` models downstream of what this apply or run computes (new intervals,
+    // a refresh, a rebuild) are rebuilt too (actions are in topological order, so parents are
+    // decided first), unless their physical relation is also what another version of the model
+    // serves (an inherited table: indirect reuse after a non-breaking parent change), which
+    // another environment reads over other parents: rebuilding it here would change its data.
     let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
+    let mut shared: Option<BTreeSet<(String, String)>> = None;
     let mut work: Vec<&crate::plan::Action> = Vec::new();
     for a in &plan.actions {
         if a.change == Change::Removed || a.kind == "external" {
             continue;
         }
-        let downstream =
-            refresh && project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View) && m.parents().iter().any(|p| touched.contains(p)));
-        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
-            if refresh {
-                touched.insert(&a.name);
+        let candidate =
+            !a.build && project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View) && m.parents().iter().any(|p| touched.contains(p)));
+        let downstream = match (&a.physical, candidate) {
+            (Some(physical), true) => {
+                if shared.is_none() {
+                    shared = Some(served_by_other_versions(plan, state)?);
+                }
+                let shared_with = shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
+                if shared_with {
+                    tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
+                }
+                !shared_with
             }
+            _ => false,
+        };
+        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
+            touched.insert(&a.name);
             work.push(a);
         }
     }
@@ -553,6 +568,26 @@ fn pre_promotion_audits(
         return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
     }
     Ok(())
+}
+
+/// `(model, physical relation)` of every version that an environment other than `plan.env`
+/// serves and that is not the plan's version of that model: a relation in this set is read by
+/// another environment through another version (an inherited table).
+fn served_by_other_versions(plan: &Plan, state: &dyn StateStore) -> Result<BTreeSet<(String, String)>, StateError> {
+    let planned: BTreeMap<String, &str> = plan.actions.iter().map(|a| (a.name.to_string(), a.fingerprint.as_str())).collect();
+    let index = state.snapshot_index()?;
+    let mut out = BTreeSet::new();
+    for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
+        for (name, fp) in state.env_pointers(&env)? {
+            if planned.get(&name).is_some_and(|p| *p == fp) {
+                continue;
+            }
+            if let Some((physical, _)) = index.get(&(name.clone(), fp)) {
+                out.insert((name, physical.clone()));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// True when the plan found `action`'s physical relation missing from the engine.

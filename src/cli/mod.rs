@@ -196,7 +196,7 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
         Command::Restate { env, model, from, to, dry_run, json } => {
-            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json }, &out)
+            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now }, &out)
         }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),

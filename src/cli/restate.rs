@@ -9,6 +9,7 @@ use super::printer::Printer;
 use super::{Exit, load, open_state};
 use crate::core::interval::{Grain, Millis, parse_instant, to_iso};
 use crate::core::{Kind, ModelName};
+use crate::state::RestateTarget;
 use anyhow::{Result, anyhow, bail};
 use serde_json::json;
 use std::collections::{BTreeSet, VecDeque};
@@ -22,6 +23,8 @@ pub(super) struct Request<'a> {
     pub to: &'a str,
     pub dry_run: bool,
     pub json: bool,
+    /// The instant the environment's plan is computed at (`--now`).
+    pub now: Millis,
 }
 
 /// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds.
@@ -69,6 +72,19 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     if !pointers.contains_key(&name.to_string()) {
         bail!("environment `{}` does not serve `{name}`; nothing to restate\n  hint: apply it first", req.env);
     }
+    // The lineage and grains below come from the project: they are what the environment serves
+    // only when the project does not differ from it (as `run` requires). The pointers are
+    // checked again when the intervals are cleared.
+    let plan = super::plan_checked(&project, &*state, req.env, req.now, &crate::plan::Options::default())?;
+    let blocked = crate::apply::run::blocked_by(&plan);
+    if !blocked.is_empty() {
+        bail!(
+            "cannot restate `{}`: the project differs from what the environment serves, so its lineage is not the served one:\n  {}\n  hint: apply the changes first (`efmesh apply {}`), or restore the project, then restate",
+            req.env,
+            blocked.join("\n  "),
+            req.env
+        );
+    }
     // The model, then its descendants in topological order: time-range ones are restated over
     // the range widened to their grain; full and view ones are rebuilt by the next run.
     let mut seen: BTreeSet<ModelName> = BTreeSet::from([name.clone()]);
@@ -99,6 +115,29 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     if !refused.is_empty() {
         tracing::warn!("scd_type2 descendants are not restated (their history is not recomputable): {}", refused.join(", "));
     }
+    // A version another environment serves too is that environment's data as well: restating
+    // it from a non-prod environment would change what the other one serves (as a forward-only
+    // change in dev would; the planner refuses that too). `prod` restates its versions wherever
+    // they are also served.
+    if req.env != "prod" {
+        let mut shared = Vec::new();
+        for other in state.environments()?.into_iter().filter(|e| e != req.env) {
+            let theirs = state.env_pointers(&other)?;
+            for (n, fp, _, _) in &targets {
+                if theirs.get(n) == Some(fp) {
+                    shared.push(format!("`{n}` (also served by `{other}`)"));
+                }
+            }
+        }
+        if !shared.is_empty() {
+            bail!(
+                "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: restate the environment that owns them (`efmesh restate prod ...`), or apply a change that gives `{}` its own versions first",
+                req.env,
+                shared.join("\n  "),
+                req.env
+            );
+        }
+    }
     let mut cleared = Vec::new();
     if req.dry_run {
         for (n, fp, f, e) in &targets {
@@ -111,23 +150,17 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             Locked::Held(g) => g,
             Locked::Busy(lock, holder) => return Err(super::lock::held_error(req.env, &lock, &holder, Duration::ZERO)),
         };
-        let result = (|| -> Result<()> {
-            // The pointers may have moved before the lock was taken.
-            let now_pointers = state.env_pointers(req.env)?;
-            for (n, fp, f, e) in &targets {
-                if now_pointers.get(n) != Some(fp) {
-                    bail!(
-                        "environment `{}` changed while restating (`{n}` now serves another version); nothing more was done\n  hint: run restate again",
-                        req.env
-                    );
-                }
-                let k = state.clear_intervals(n, fp, *f, *e)?;
-                cleared.push((n.clone(), *f, *e, k));
-            }
-            Ok(())
-        })();
+        // One transaction: every target's pointer is checked (it may have moved before the lock
+        // was taken) and every range cleared, or nothing is.
+        let request: Vec<RestateTarget> =
+            targets.iter().map(|(n, fp, f, e)| RestateTarget { name: n.clone(), fingerprint: fp.clone(), from: *f, to: *e }).collect();
+        let result = state.restate_intervals(req.env, &request);
         guard.release(&*state);
-        result?;
+        let counts =
+            result.map_err(|e| if e.is_pointer_moved() { anyhow!("{e}; nothing was cleared\n  hint: run restate again") } else { anyhow::Error::from(e) })?;
+        for ((n, _, f, e), k) in targets.iter().zip(counts) {
+            cleared.push((n.clone(), *f, *e, k));
+        }
     }
     if req.json {
         out.json(json!({

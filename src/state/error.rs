@@ -95,6 +95,18 @@ pub enum StateError {
         /// Who holds it now, if anyone.
         holder: Option<String>,
     },
+    /// [`StateStore::restate_intervals`](super::StateStore::restate_intervals): the environment
+    /// no longer points at a version the restatement names (another process applied meanwhile).
+    /// Nothing was changed.
+    #[error("state store `{store}`: environment `{env}` no longer serves the version of `{name}` being restated")]
+    PointerMoved {
+        /// The store.
+        store: String,
+        /// Environment.
+        env: String,
+        /// Model name.
+        name: String,
+    },
 }
 
 impl StateError {
@@ -117,6 +129,11 @@ impl StateError {
     /// True when this process lost a lease it held.
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, StateError::LeaseLost { .. })
+    }
+
+    /// True when a restatement found a pointer moved ([`StateError::PointerMoved`]).
+    pub fn is_pointer_moved(&self) -> bool {
+        matches!(self, StateError::PointerMoved { .. })
     }
 
     /// A `hint:` line for the CLI, when one helps.

@@ -314,6 +314,28 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The read fails.
     fn schema_version(&self) -> Result<i64, StateError>;
+
+    /// Restatement: in one transaction, checks that `env` still points at every target's
+    /// version and deletes the done intervals of each target whose start lies in its range, so
+    /// the next apply or run recomputes them. Returns how many were cleared per target, in order.
+    ///
+    /// # Errors
+    /// [`StateError::PointerMoved`] when `env` serves another version of a target (nothing is
+    /// cleared); a failed write or a lost fence lease (nothing is cleared).
+    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError>;
+}
+
+/// One version's range to restate ([`StateStore::restate_intervals`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestateTarget {
+    /// Model name.
+    pub name: String,
+    /// The version the environment serves.
+    pub fingerprint: String,
+    /// Start of the range (inclusive).
+    pub from: Millis,
+    /// End of the range (exclusive).
+    pub to: Millis,
 }
 
 /// Ledger counts of one snapshot ([`StateStore::ledger_stats`]).

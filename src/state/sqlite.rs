@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, STATE_VERSION, SnapshotRecord, StateError, StateStore,
-    Tick,
+    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, RestateTarget, STATE_VERSION, SnapshotRecord,
+    StateError, StateStore, Tick,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -1143,6 +1143,30 @@ impl StateStore for SqliteStore {
             },
         )
     }
+
+    fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
+        self.run(
+            || format!("restate {} version(s) of environment `{env}`", targets.len()),
+            || {
+                self.write(|tx| {
+                    let mut pointer = tx.prepare_cached("SELECT fingerprint FROM environments WHERE env = ?1 AND name = ?2")?;
+                    let mut clear = tx.prepare_cached(
+                        "DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4",
+                    )?;
+                    let mut cleared = Vec::with_capacity(targets.len());
+                    for t in targets {
+                        let served: Option<String> = pointer.query_row(params![env, t.name], |r| r.get(0)).optional()?;
+                        if served.as_deref() != Some(t.fingerprint.as_str()) {
+                            // Dropping the transaction rolls back every range cleared so far.
+                            return Err(Fault::Fail(StateError::PointerMoved { store: self.location(), env: env.to_string(), name: t.name.clone() }));
+                        }
+                        cleared.push(clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?);
+                    }
+                    Ok(cleared)
+                })
+            },
+        )
+    }
 }
 
 /// The layout version stored in the database, or `None` for a fresh database (no tables at
@@ -1798,5 +1822,31 @@ mod tests {
                 t4 - t3
             );
         }
+    }
+
+    #[test]
+    fn restate_intervals_clears_every_target_or_none() {
+        let (_dir, path) = temp_store();
+        let store = SqliteStore::open(&path).unwrap();
+        for (name, c) in [("m.a", 'a'), ("m.b", 'b')] {
+            store.put_snapshot(&rec(name, &fp(c))).unwrap();
+            store.mark_intervals(name, &fp(c), &days("2026-01-01", 5), IntervalStatus::Done, 0).unwrap();
+        }
+        let pointers: BTreeMap<_, _> = [("m.a".to_string(), fp('a')), ("m.b".to_string(), fp('b'))].into();
+        store.promote("prod", &pointers, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "me", 0).unwrap();
+        let target = |name: &str, c: char| RestateTarget { name: name.into(), fingerprint: fp(c), from: t("2026-01-02"), to: t("2026-01-04") };
+        // The second target's pointer moved (prod serves `m.b` `b…`, not `c…`): nothing is cleared,
+        // not even the first target's range.
+        let err = store.restate_intervals("prod", &[target("m.a", 'a'), target("m.b", 'c')]).unwrap_err();
+        assert!(err.is_pointer_moved() && err.to_string().contains("m.b"), "{err}");
+        assert_eq!(store.done_intervals("m.a", &fp('a')).unwrap().len(), 5);
+        // A model the environment does not serve at all is refused the same way.
+        assert!(store.restate_intervals("dev", &[target("m.a", 'a')]).unwrap_err().is_pointer_moved());
+        assert_eq!(store.done_intervals("m.a", &fp('a')).unwrap().len(), 5);
+        // Both pointers current: both ranges cleared, in one call.
+        assert_eq!(store.restate_intervals("prod", &[target("m.a", 'a'), target("m.b", 'b')]).unwrap(), vec![2, 2]);
+        let left = |name: &str, c: char| store.done_intervals(name, &fp(c)).unwrap().into_iter().collect::<Vec<_>>();
+        assert_eq!(left("m.a", 'a'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
+        assert_eq!(left("m.b", 'b'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
     }
 }

@@ -569,3 +569,60 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     );
     assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
 }
+
+#[test]
+fn restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup() {
+    let p = restate_project(1);
+    p.apply("prod");
+    write_events(&p, 5);
+    p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(0);
+    // `apply`, not `run`: it backfills the restated month and rebuilds the rollup downstream.
+    let v = p.apply("prod");
+    assert!(string_set(&v["built"]).is_superset(&set(&["t.parent", "t.child", "t.roll"])), "{v:#}");
+    let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));
+    assert_eq!(
+        amounts,
+        vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
+    );
+    assert_eq!(p.query(&format!("SELECT CAST(sum(doubled) AS BIGINT) FROM {}", env_view("prod", "t.child"))), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+    assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
+}
+
+#[test]
+fn restate_is_refused_while_the_project_differs_from_the_environment() {
+    let p = restate_project(1);
+    p.apply("prod");
+    // An unapplied edit: the child no longer reads the parent. prod still serves a child that
+    // does, so restating the parent must not follow the working tree.
+    let models = p.read("models/m.lua").replace(
+        r#"query = "SELECT day, amount * 2 AS doubled FROM " .. ref(parent) .. " WHERE day >= @start AND day < @end","#,
+        r#"query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) * 2 AS BIGINT) AS doubled FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL","#,
+    );
+    assert_ne!(models, p.read("models/m.lua"));
+    p.write("models/m.lua", &models);
+    let before = p.state_summary();
+    for dry in [true, false] {
+        let mut args = vec!["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let r = p.run(&args);
+        r.expect_code(1);
+        assert!(r.stderr.contains("differs") && r.stderr.contains("t.child"), "{r:#?}");
+    }
+    assert_eq!(p.state_summary(), before, "nothing was cleared");
+}
+
+#[test]
+fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves() {
+    let p = restate_project(1);
+    p.apply("prod");
+    p.apply("dev");
+    let before = p.state_summary();
+    let r = p.run(&["restate", "dev", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("t.parent") && r.stderr.contains("`prod`"), "{r:#?}");
+    assert_eq!(p.state_summary(), before, "prod's ledger is untouched");
+    // prod restates its versions (which dev also serves).
+    p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(0);
+}
