@@ -210,8 +210,8 @@ pub(crate) fn execute(
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
-    // `full` and `view` models downstream of what this apply or run computes (new intervals,
-    // a refresh, a rebuild) are rebuilt too (actions are in topological order, so parents are
+    // `full` and `view` models downstream of what this apply or run computes (new intervals of
+    // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
     // decided first), unless their physical relation is also what another version of the model
     // serves (an inherited table: indirect reuse after a non-breaking parent change), which
     // another environment reads over other parents: rebuilding it here would change its data.
@@ -238,7 +238,12 @@ pub(crate) fn execute(
             _ => false,
         };
         if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
-            touched.insert(&a.name);
+            // In `apply`, a new version of a parent does not make its children's existing
+            // tables rebuild (a non-breaking change keeps them as they are); new intervals of
+            // the same version (a backfill, e.g. after a restatement) do.
+            if refresh || !a.build {
+                touched.insert(&a.name);
+            }
             work.push(a);
         }
     }
