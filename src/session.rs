@@ -477,8 +477,10 @@ fn plan_checked_in(
     let plan = plan::plan_verified_with(project, state, env, now, options, catalog, versions)?;
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
-        tracing::warn!(
-            "the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+        // A report for the person at the terminal (it names relations across several lines),
+        // printed like `error:`/`hint:`, not a log event.
+        eprintln!(
+            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
             project.config.engine_path().display(),
             repairs.join("\n  ")
         );

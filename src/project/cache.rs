@@ -28,7 +28,7 @@
 use super::Project;
 use crate::config::Config;
 use crate::core::{Dag, Kind, Model};
-use crate::script::loader::{Discovered, LoadReport, stdlib_digest};
+use crate::script::loader::{Discovered, LoadReport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -75,12 +75,8 @@ pub fn path_for(config: &Config) -> PathBuf {
     dir.join(".efmesh").join("project-cache")
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn header(body: &[u8]) -> String {
-    format!("{MAGIC} {CACHE_VERSION} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+    crate::script::loader::cache_header(MAGIC, CACHE_VERSION, body)
 }
 
 fn config_digest(config: &Config) -> [u8; 32] {
@@ -144,29 +140,7 @@ pub fn store(config: &Config, key: &Key, project: &Project) {
 
 /// The body of a cache file, checked against its header.
 fn body(bytes: &[u8]) -> Result<&[u8], String> {
-    let nl = bytes.iter().position(|&b| b == b'\n').ok_or("it is corrupt (no header)")?;
-    let head = std::str::from_utf8(&bytes[..nl]).map_err(|_| "it is corrupt (header)")?;
-    let body = &bytes[nl + 1..];
-    let mut words = head.split(' ');
-    if words.next() != Some(MAGIC) {
-        return Err("it is not an efmesh project cache".into());
-    }
-    let expected = header(body);
-    let expected = expected.trim_end();
-    if head != expected {
-        let version = words.next().unwrap_or("");
-        let efmesh = words.next().unwrap_or("");
-        let stdlib = words.next().unwrap_or("");
-        let ours: Vec<&str> = expected.split(' ').collect();
-        return Err(if version != CACHE_VERSION.to_string() || efmesh != ours[2] {
-            format!("it was written by another efmesh version ({efmesh}, cache layout {version})")
-        } else if stdlib != ours[3] {
-            "it was written with another embedded stdlib".into()
-        } else {
-            "it is corrupt (checksum mismatch)".into()
-        });
-    }
-    Ok(body)
+    crate::script::loader::checked_cache_body(bytes, MAGIC, CACHE_VERSION, "project cache")
 }
 
 /// Splits a checked body into its key and the encoded models.

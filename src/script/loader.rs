@@ -509,7 +509,42 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn header(body: &[u8]) -> String {
-    format!("{MAGIC} {CACHE_VERSION} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+    cache_header(MAGIC, CACHE_VERSION, body)
+}
+
+/// The one-line header of an efmesh cache file (load cache, project cache): its kind (`magic`),
+/// layout version, efmesh version, stdlib digest and a blake3 checksum of `body`.
+pub(crate) fn cache_header(magic: &str, layout: u32, body: &[u8]) -> String {
+    format!("{magic} {layout} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+}
+
+/// The body of a cache file written with [`cache_header`]`(magic, layout, …)`, or why it cannot
+/// be trusted (another kind of file, another efmesh or stdlib, a checksum mismatch), in words
+/// that follow "ignoring the <what> `<path>`: ".
+pub(crate) fn checked_cache_body<'a>(bytes: &'a [u8], magic: &str, layout: u32, what: &str) -> Result<&'a [u8], String> {
+    let nl = bytes.iter().position(|&b| b == b'\n').ok_or("it is corrupt (no header)")?;
+    let head = std::str::from_utf8(&bytes[..nl]).map_err(|_| "it is corrupt (header)")?;
+    let body = &bytes[nl + 1..];
+    let mut words = head.split(' ');
+    if words.next() != Some(magic) {
+        return Err(format!("it is not an efmesh {what}"));
+    }
+    let expected = cache_header(magic, layout, body);
+    let expected = expected.trim_end();
+    if head != expected {
+        let version = words.next().unwrap_or("");
+        let efmesh = words.next().unwrap_or("");
+        let stdlib = words.next().unwrap_or("");
+        let ours: Vec<&str> = expected.split(' ').collect();
+        return Err(if version != layout.to_string() || efmesh != ours[2] {
+            format!("it was written by another efmesh version ({efmesh}, cache layout {version})")
+        } else if stdlib != ours[3] {
+            "it was written with another embedded stdlib".into()
+        } else {
+            "it is corrupt (checksum mismatch)".into()
+        });
+    }
+    Ok(body)
 }
 
 impl LoadCache {
@@ -551,28 +586,7 @@ impl LoadCache {
     }
 
     fn decode(bytes: &[u8]) -> Result<HashMap<PathBuf, Entry>, String> {
-        let nl = bytes.iter().position(|&b| b == b'\n').ok_or("it is corrupt (no header)")?;
-        let head = std::str::from_utf8(&bytes[..nl]).map_err(|_| "it is corrupt (header)")?;
-        let body = &bytes[nl + 1..];
-        let mut words = head.split(' ');
-        if words.next() != Some(MAGIC) {
-            return Err("it is not an efmesh load cache".into());
-        }
-        let expected = header(body);
-        let expected = expected.trim_end();
-        if head != expected {
-            let version = words.next().unwrap_or("");
-            let efmesh = words.next().unwrap_or("");
-            let stdlib = words.next().unwrap_or("");
-            let ours: Vec<&str> = expected.split(' ').collect();
-            return Err(if version != CACHE_VERSION.to_string() || efmesh != ours[2] {
-                format!("it was written by another efmesh version ({efmesh}, cache layout {version})")
-            } else if stdlib != ours[3] {
-                "it was written with another embedded stdlib".into()
-            } else {
-                "it is corrupt (checksum mismatch)".into()
-            });
-        }
+        let body = checked_cache_body(bytes, MAGIC, CACHE_VERSION, "load cache")?;
         let stored: Stored = postcard::from_bytes(body).map_err(|e| format!("it is corrupt ({e})"))?;
         Ok(stored.entries.into_iter().collect())
     }

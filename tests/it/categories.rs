@@ -246,7 +246,8 @@ fn forward_only_adds_a_column_without_replaying_history() {
     p.now = "2026-02-11T00:00:00Z".into();
     let later = p.apply("dev");
     assert_eq!(later["intervals"], json!(1), "{later:#}");
-    assert_eq!(later["built"], json!(["s.daily"]));
+    // The model downstream of the new interval is rebuilt with it (SPEC invariant 33).
+    assert_eq!(later["built"], json!(["s.daily", "s.daily_total"]));
     assert_eq!(physical_of(&later, "s.daily"), table, "still the inherited table");
     let rows = p.rows(&format!("(SELECT CAST(day AS DATE), region, n, revenue FROM {} WHERE day >= TIMESTAMP '2026-02-09') AS q", env_view("dev", "s.daily")));
     assert_eq!(rows, strs(&[&["2026-02-09", "west", "NULL", "42"], &["2026-02-10", "west", "1", "1000"]]));

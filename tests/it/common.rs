@@ -408,3 +408,25 @@ define_model {{
 "#
     )
 }
+
+/// The files a run evaluated, from the `EVAL <tag>` lines its model files printed (see
+/// [`printing_lua_model`]; plain or inside a logfmt `msg="…"`), sorted.
+pub fn evaluated(run: &Run) -> Vec<String> {
+    let mut tags: Vec<String> = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("EVAL ").nth(1))
+        .filter_map(|t| t.split(|c: char| c.is_whitespace() || c == '"').next())
+        .map(str::to_string)
+        .collect();
+    tags.sort();
+    tags
+}
+
+/// A Lua model file that prints `EVAL <tag>` when evaluated; `require` lines (`prelude`) and the
+/// query are given.
+pub fn printing_lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {
+    format!(
+        "print(\"EVAL {tag}\")\n{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n"
+    )
+}

@@ -3,27 +3,7 @@
 //! it is evaluated (Lua `print` and Rhai `print` log on stderr), so a test sees which files a
 //! command evaluated; `--log-level debug` adds the loader's own count.
 
-use crate::common::{Project, Run};
-
-/// A model file that prints when evaluated; `require` lines and the query are given.
-fn lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {
-    format!(
-        "print(\"EVAL {tag}\")\n{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n"
-    )
-}
-
-/// The files a run evaluated, from the `EVAL <tag>` lines it printed, sorted.
-fn evaluated(run: &Run) -> Vec<String> {
-    let mut tags: Vec<String> = run
-        .stderr
-        .lines()
-        .filter_map(|l| l.split("EVAL ").nth(1))
-        .filter_map(|t| t.split(|c: char| c.is_whitespace() || c == '"').next())
-        .map(str::to_string)
-        .collect();
-    tags.sort();
-    tags
-}
+use crate::common::{Project, Run, evaluated, printing_lua_model as lua_model};
 
 /// `check` (which loads the project), which must succeed.
 fn check(p: &Project) -> Run {

@@ -4,28 +4,10 @@
 //! was restored, so each test sees which path a command took — and, above all, that what it
 //! reports is the project as it is on disk now.
 
-use crate::common::{Project, Run};
+use crate::common::{Project, Run, evaluated, printing_lua_model as lua_model};
 use std::time::{Duration, SystemTime};
 
 const RESTORED: &str = "restored from the project cache";
-
-fn lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {
-    format!(
-        "print(\"EVAL {tag}\")\n{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n"
-    )
-}
-
-fn evaluated(run: &Run) -> Vec<String> {
-    let mut tags: Vec<String> = run
-        .stderr
-        .lines()
-        .filter_map(|l| l.split("EVAL ").nth(1))
-        .filter_map(|t| t.split(|c: char| c.is_whitespace() || c == '"').next())
-        .map(str::to_string)
-        .collect();
-    tags.sort();
-    tags
-}
 
 fn check(p: &Project) -> Run {
     let run = p.run(&["check", "--log-level", "debug"]);
