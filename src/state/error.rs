@@ -58,11 +58,11 @@ pub enum StateError {
         detail: String,
     },
     /// [`StateStore::promote`](super::StateStore::promote): a snapshot the new pointer set needs
-    /// is not in the store (another process, probably the janitor, removed it after the plan).
+    /// is not in the store (another process removed it after the plan).
     /// Nothing was changed.
     #[error(
         "cannot promote `{env}`: snapshot `{name}` `{fingerprint}` disappeared from the state store \
-         (removed by another process, probably `efmesh janitor`); nothing was changed, re-run `efmesh apply`"
+         (removed by another process after the plan was made); nothing was changed, re-run `efmesh apply`"
     )]
     MissingSnapshot {
         /// Environment being promoted.
