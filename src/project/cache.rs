@@ -75,10 +75,6 @@ pub fn path_for(config: &Config) -> PathBuf {
     dir.join(".efmesh").join("project-cache")
 }
 
-fn header(body: &[u8]) -> String {
-    crate::script::loader::cache_header(MAGIC, CACHE_VERSION, body)
-}
-
 fn config_digest(config: &Config) -> [u8; 32] {
     *blake3::hash(format!("{config:?}").as_bytes()).as_bytes()
 }
@@ -122,16 +118,7 @@ pub fn store(config: &Config, key: &Key, project: &Project) {
         body.extend_from_slice(&(key_bytes.len() as u64).to_le_bytes());
         body.extend_from_slice(&key_bytes);
         body.extend_from_slice(&models_bytes);
-        let dir = path.parent().ok_or("no directory")?;
-        fs_err::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let tmp = dir.join(format!(".project-cache.{}.tmp", std::process::id()));
-        let mut bytes = header(&body).into_bytes();
-        bytes.extend_from_slice(&body);
-        fs_err::write(&tmp, &bytes).map_err(|e| e.to_string())?;
-        fs_err::rename(&tmp, &path).map_err(|e| {
-            let _ = fs_err::remove_file(&tmp);
-            e.to_string()
-        })
+        crate::script::loader::write_cache_file(&path, MAGIC, CACHE_VERSION, &body)
     })();
     if let Err(e) = result {
         tracing::warn!("cannot write the project cache `{}`: {e} (the next command loads through the load cache)", path.display());

@@ -508,14 +508,30 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn header(body: &[u8]) -> String {
-    cache_header(MAGIC, CACHE_VERSION, body)
-}
-
 /// The one-line header of an efmesh cache file (load cache, project cache): its kind (`magic`),
 /// layout version, efmesh version, stdlib digest and a blake3 checksum of `body`.
 pub(crate) fn cache_header(magic: &str, layout: u32, body: &[u8]) -> String {
     format!("{magic} {layout} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+}
+
+/// Writes a cache file atomically: [`cache_header`]`(magic, layout, body)` then `body` into a
+/// temporary file beside `path` (named after it and this process), renamed over `path`.
+///
+/// # Errors
+/// The directory cannot be created, or the file written or renamed (the temporary file is
+/// removed then); the message is for a warning.
+pub(crate) fn write_cache_file(path: &Path, magic: &str, layout: u32, body: &[u8]) -> Result<(), String> {
+    let dir = path.parent().ok_or("no directory")?;
+    let name = path.file_name().ok_or("no file name")?.to_string_lossy();
+    fs_err::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let mut bytes = cache_header(magic, layout, body).into_bytes();
+    bytes.extend_from_slice(body);
+    fs_err::write(&tmp, &bytes).map_err(|e| e.to_string())?;
+    fs_err::rename(&tmp, path).map_err(|e| {
+        let _ = fs_err::remove_file(&tmp);
+        e.to_string()
+    })
 }
 
 /// The body of a cache file written with [`cache_header`]`(magic, layout, …)`, or why it cannot
@@ -602,16 +618,7 @@ impl LoadCache {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let result = (|| -> Result<(), String> {
             let body = postcard::to_allocvec(&Stored { entries }).map_err(|e| e.to_string())?;
-            let dir = path.parent().ok_or("no directory")?;
-            fs_err::create_dir_all(dir).map_err(|e| e.to_string())?;
-            let tmp = dir.join(format!(".load-cache.{}.tmp", std::process::id()));
-            let mut bytes = header(&body).into_bytes();
-            bytes.extend_from_slice(&body);
-            fs_err::write(&tmp, &bytes).map_err(|e| e.to_string())?;
-            fs_err::rename(&tmp, &path).map_err(|e| {
-                let _ = fs_err::remove_file(&tmp);
-                e.to_string()
-            })
+            write_cache_file(&path, MAGIC, CACHE_VERSION, &body)
         })();
         match result {
             Ok(()) => self.dirty = false,

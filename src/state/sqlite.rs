@@ -24,6 +24,35 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Prepared statements kept per connection (rusqlite's default is 16; we use about 30).
 const STATEMENT_CACHE: usize = 48;
 
+/// The tables layout version 4 added (environment leases, the run journal): one text for the
+/// fresh layout ([`SCHEMA`]) and the migration to 4.
+macro_rules! leases_and_ticks {
+    () => {
+        r#"
+CREATE TABLE leases (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    token        TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    host         TEXT    NOT NULL,
+    command      TEXT    NOT NULL,
+    started_at   TEXT    NOT NULL,
+    expires_at   TEXT    NOT NULL,
+    heartbeat_at TEXT    NOT NULL
+);
+CREATE TABLE ticks (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    env         TEXT NOT NULL,
+    started_at  TEXT NOT NULL,
+    finished_at TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    processed   TEXT NOT NULL DEFAULT '{}',
+    detail      TEXT
+);
+CREATE INDEX ticks_by_env ON ticks (env, id);
+"#
+    };
+}
+
 /// The layout of [`STATE_VERSION`] 4. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
@@ -36,7 +65,8 @@ const STATEMENT_CACHE: usize = 48;
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
 /// `ticks` is the run journal (one row per `efmesh run`).
-pub const SCHEMA: &str = r#"
+pub const SCHEMA: &str = concat!(
+    r#"
 CREATE TABLE meta (
     version    INTEGER NOT NULL,
     generation INTEGER NOT NULL DEFAULT 0
@@ -93,27 +123,9 @@ CREATE TABLE canon_cache (
     key       TEXT NOT NULL PRIMARY KEY,
     canonical TEXT NOT NULL
 );
-CREATE TABLE leases (
-    name         TEXT    NOT NULL PRIMARY KEY,
-    token        TEXT    NOT NULL,
-    pid          INTEGER NOT NULL,
-    host         TEXT    NOT NULL,
-    command      TEXT    NOT NULL,
-    started_at   TEXT    NOT NULL,
-    expires_at   TEXT    NOT NULL,
-    heartbeat_at TEXT    NOT NULL
+"#,
+    leases_and_ticks!()
 );
-CREATE TABLE ticks (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    env         TEXT NOT NULL,
-    started_at  TEXT NOT NULL,
-    finished_at TEXT NOT NULL,
-    outcome     TEXT NOT NULL,
-    processed   TEXT NOT NULL DEFAULT '{}',
-    detail      TEXT
-);
-CREATE INDEX ticks_by_env ON ticks (env, id);
-"#;
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
 /// version `to` (they end by recording `to` in `meta`).
@@ -164,33 +176,7 @@ DELETE FROM plan_memo;
 UPDATE meta SET version = 3;
 "#,
     },
-    Migration {
-        to: 4,
-        description: "environment leases and the run journal",
-        sql: r#"
-CREATE TABLE leases (
-    name         TEXT    NOT NULL PRIMARY KEY,
-    token        TEXT    NOT NULL,
-    pid          INTEGER NOT NULL,
-    host         TEXT    NOT NULL,
-    command      TEXT    NOT NULL,
-    started_at   TEXT    NOT NULL,
-    expires_at   TEXT    NOT NULL,
-    heartbeat_at TEXT    NOT NULL
-);
-CREATE TABLE ticks (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    env         TEXT NOT NULL,
-    started_at  TEXT NOT NULL,
-    finished_at TEXT NOT NULL,
-    outcome     TEXT NOT NULL,
-    processed   TEXT NOT NULL DEFAULT '{}',
-    detail      TEXT
-);
-CREATE INDEX ticks_by_env ON ticks (env, id);
-UPDATE meta SET version = 4;
-"#,
-    },
+    Migration { to: 4, description: "environment leases and the run journal", sql: concat!(leases_and_ticks!(), "UPDATE meta SET version = 4;\n") },
 ];
 
 /// What [`migrate`] did.

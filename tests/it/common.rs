@@ -430,3 +430,17 @@ pub fn printing_lua_model(tag: &str, name: &str, prelude: &str, select: &str) ->
         "print(\"EVAL {tag}\")\n{prelude}\ndefine_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, query = {select} }}\n"
     )
 }
+
+/// `efmesh check --log-level debug`, which must succeed (the debug lines say what the load did).
+pub fn check_debug(p: &Project) -> Run {
+    let run = p.run(&["check", "--log-level", "debug"]);
+    run.expect_code(0);
+    run
+}
+
+/// `efmesh render <model>`'s output, which must succeed.
+pub fn rendered(p: &Project, model: &str) -> String {
+    let run = p.run(&["render", model]);
+    run.expect_code(0);
+    run.stdout
+}

@@ -3,21 +3,9 @@
 //! it is evaluated (Lua `print` and Rhai `print` log on stderr), so a test sees which files a
 //! command evaluated; `--log-level debug` adds the loader's own count.
 
-use crate::common::{Project, Run, evaluated, printing_lua_model as lua_model};
+use crate::common::{Project, check_debug as check, evaluated, printing_lua_model as lua_model, rendered as render};
 
 /// `check` (which loads the project), which must succeed.
-fn check(p: &Project) -> Run {
-    let run = p.run(&["check", "--log-level", "debug"]);
-    run.expect_code(0);
-    run
-}
-
-fn render(p: &Project, model: &str) -> String {
-    let run = p.run(&["render", model]);
-    run.expect_code(0);
-    run.stdout
-}
-
 /// Three Lua models: `a` and `b` require `lib/util.lua` (outside the model globs), `c` does not.
 fn project() -> Project {
     let p = Project::new();

@@ -4,22 +4,10 @@
 //! was restored, so each test sees which path a command took — and, above all, that what it
 //! reports is the project as it is on disk now.
 
-use crate::common::{Project, Run, evaluated, printing_lua_model as lua_model};
+use crate::common::{Project, check_debug as check, evaluated, printing_lua_model as lua_model, rendered as render};
 use std::time::{Duration, SystemTime};
 
 const RESTORED: &str = "restored from the project cache";
-
-fn check(p: &Project) -> Run {
-    let run = p.run(&["check", "--log-level", "debug"]);
-    run.expect_code(0);
-    run
-}
-
-fn render(p: &Project, model: &str) -> String {
-    let run = p.run(&["render", model]);
-    run.expect_code(0);
-    run.stdout
-}
 
 /// `a` requires `lib/util.lua`; `b` does not.
 fn project() -> Project {
