@@ -53,7 +53,55 @@ CREATE INDEX ticks_by_env ON ticks (env, id);
     };
 }
 
-/// The layout of [`STATE_VERSION`] 4. Every timestamp column holds ISO-8601 UTC text with
+/// The tables layout version 5 added (the janitor's bookkeeping, pending rebuilds): one text
+/// for the fresh layout ([`SCHEMA`]) and the migration to 5.
+///
+/// - `released`: when each version last stopped being served by an environment (the janitor's
+///   TTL counts from the later of this and the snapshot's creation).
+/// - `intents`: per environment, the versions (and their physical relations) an apply or run in
+///   progress reads or writes; the janitor never claims them.
+/// - `condemned`: physical storage the janitor has claimed (in the transaction that removed its
+///   snapshot rows) and not yet dropped; an apply relying on it is refused.
+/// - `pending_rebuilds`: `full`/`view` versions an apply or run decided to rebuild (downstream of
+///   new intervals) and has not rebuilt yet; the next apply or run of an environment serving
+///   them rebuilds them, so a process stopped in between never leaves them stale.
+macro_rules! v5_tables {
+    () => {
+        r#"
+CREATE TABLE released (
+    name        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    released_at TEXT NOT NULL,
+    PRIMARY KEY (name, fingerprint)
+) WITHOUT ROWID;
+CREATE TABLE intents (
+    env         TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    physical    TEXT NOT NULL DEFAULT '',
+    recorded_at TEXT NOT NULL,
+    PRIMARY KEY (env, name, fingerprint)
+) WITHOUT ROWID;
+CREATE TABLE condemned (
+    physical    TEXT NOT NULL PRIMARY KEY,
+    name        TEXT NOT NULL DEFAULT '',
+    fingerprint TEXT NOT NULL DEFAULT '',
+    kind        TEXT NOT NULL DEFAULT '',
+    detail      TEXT NOT NULL DEFAULT '{}',
+    claimed_at  TEXT NOT NULL
+);
+CREATE TABLE pending_rebuilds (
+    name        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    reason      TEXT NOT NULL DEFAULT '',
+    recorded_at TEXT NOT NULL,
+    PRIMARY KEY (name, fingerprint)
+) WITHOUT ROWID;
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 5. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -64,7 +112,8 @@ CREATE INDEX ticks_by_env ON ticks (env, id);
 /// `promotions` holds, per environment, a promotion under way: recorded before its views move,
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
-/// `ticks` is the run journal (one row per `efmesh run`).
+/// `ticks` is the run journal (one row per `efmesh run`); the tables of version 5 are described
+/// at `v5_tables!`.
 pub const SCHEMA: &str = concat!(
     r#"
 CREATE TABLE meta (
@@ -124,7 +173,8 @@ CREATE TABLE canon_cache (
     canonical TEXT NOT NULL
 );
 "#,
-    leases_and_ticks!()
+    leases_and_ticks!(),
+    v5_tables!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -177,6 +227,21 @@ UPDATE meta SET version = 3;
 "#,
     },
     Migration { to: 4, description: "environment leases and the run journal", sql: concat!(leases_and_ticks!(), "UPDATE meta SET version = 4;\n") },
+    Migration {
+        // Every version no environment serves counts as released now: the janitor's TTL starts
+        // at the upgrade, never earlier (the store did not record when they stopped being served).
+        to: 5,
+        description: "janitor bookkeeping (released versions, intents, claims) and pending rebuilds",
+        sql: concat!(
+            v5_tables!(),
+            r#"
+INSERT INTO released (name, fingerprint, released_at)
+    SELECT s.name, s.fingerprint, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM snapshots s
+    WHERE NOT EXISTS (SELECT 1 FROM environments e WHERE e.name = s.name AND e.fingerprint = s.fingerprint);
+UPDATE meta SET version = 5;
+"#
+        ),
+    },
 ];
 
 /// What [`migrate`] did.
@@ -1450,7 +1515,10 @@ mod tests {
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP TABLE leases; DROP TABLE ticks; UPDATE meta SET version = 3;").unwrap();
+        conn.execute_batch("DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; UPDATE meta SET version = 4;").unwrap();
+        if version <= 3 {
+            conn.execute_batch("DROP TABLE leases; DROP TABLE ticks; UPDATE meta SET version = 3;").unwrap();
+        }
         if version <= 2 {
             conn.execute_batch("DROP TABLE promotions; ALTER TABLE environments DROP COLUMN metadata; UPDATE meta SET version = 2;").unwrap();
         }
