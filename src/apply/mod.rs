@@ -217,13 +217,21 @@ pub(crate) fn execute(
     // another environment reads over other parents: rebuilding it here would change its data.
     let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
     let mut shared: Option<BTreeSet<(String, String)>> = None;
+    // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
+    // pending before anything is written, cleared one by one as they are rebuilt, so a process
+    // stopped in between leaves a record the next apply or run acts on (SPEC §4).
+    let mut rebuilds: Vec<((String, String), String)> = Vec::new();
     let mut work: Vec<&crate::plan::Action> = Vec::new();
     for a in &plan.actions {
         if a.change == Change::Removed || a.kind == "external" {
             continue;
         }
-        let candidate =
-            !a.build && project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View) && m.parents().iter().any(|p| touched.contains(p)));
+        let model = project.dag.get(&a.name);
+        let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
+        // The first parent with new intervals (or refreshed), for the pending-rebuild record.
+        let cause = model.and_then(|m| m.parents().iter().find(|p| touched.contains(p)).cloned());
+        // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
+        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild);
         let downstream = match (&a.physical, candidate) {
             (Some(physical), true) => {
                 if shared.is_none() {
@@ -232,11 +240,23 @@ pub(crate) fn execute(
                 let shared_with = shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
                 if shared_with {
                     tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
+                    if a.rebuild {
+                        // Rebuilding it would change another environment's data; that
+                        // environment's own run rebuilds it over its parents.
+                        state.clear_pending_rebuild(&a.name.to_string(), a.fingerprint.as_str())?;
+                    }
                 }
                 !shared_with
             }
             _ => false,
         };
+        if downstream {
+            let reason = match &cause {
+                Some(p) => format!("downstream of new intervals of {p}"),
+                None => "an earlier apply or run stopped before rebuilding it".to_string(),
+            };
+            rebuilds.push(((a.name.to_string(), a.fingerprint.as_str().to_string()), reason));
+        }
         if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
             // In `apply`, a new version of a parent does not make its children's existing
             // tables rebuild (a non-breaking change keeps them as they are); new intervals of
@@ -336,6 +356,14 @@ pub(crate) fn execute(
         }
     }
 
+    let pending: BTreeSet<(String, String)> = rebuilds.iter().map(|(v, _)| v.clone()).collect();
+    for (reason, versions) in rebuilds.iter().fold(BTreeMap::<&str, Vec<(String, String)>>::new(), |mut by, (v, r)| {
+        by.entry(r.as_str()).or_default().push(v.clone());
+        by
+    }) {
+        state.record_pending_rebuilds(&versions, reason, interval::now_millis())?;
+    }
+
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     // The lifecycle lines (`builds planned`, `build start`, `backfill batch`, `build done`) also
     // drive the CLI's progress bar: their messages and fields are an interface.
@@ -380,8 +408,12 @@ pub(crate) fn execute(
             continue;
         }
         let body = model.body.as_ref().expect("models other than externals and seeds have a body");
+        let version = (snapshot.name.clone(), snapshot.fingerprint.clone());
         if model.target == crate::core::Target::Parquet {
             lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
+            if pending.contains(&version) {
+                state.clear_pending_rebuild(&version.0, &version.1)?;
+            }
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
             report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
@@ -403,6 +435,9 @@ pub(crate) fn execute(
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 state.put_snapshot(&snapshot)?;
+                if pending.contains(&version) {
+                    state.clear_pending_rebuild(&version.0, &version.1)?;
+                }
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.

@@ -89,6 +89,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.build {
             notes.push("build".into());
         }
+        if a.rebuild {
+            notes.push("rebuild pending (an earlier apply or run stopped before it)".into());
+        }
         if a.register {
             notes.push("registered (embedded: nothing to build)".into());
         }

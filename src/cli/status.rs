@@ -1,7 +1,8 @@
 //! `efmesh status <env> [--json] [--check]`: what an environment serves and how healthy it is —
 //! the last plan applied and by whom (the apply journal), per time-range model the newest done
 //! interval and the lag behind now (by grain), failed intervals, the last run ticks and the lock
-//! holder. `--check` exits 1 when failed intervals exist or the newest tick errored; lag,
+//! holder, and the `full`/`view` rebuilds an interrupted apply or run left pending. `--check`
+//! exits 1 when failed intervals exist or the newest tick errored; lag,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
 
@@ -55,6 +56,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             _ => {}
         }
     }
+    // Rebuilds decided and not done (a process stopped in between): the next apply or run does them.
+    let pending: Vec<crate::state::PendingRebuild> =
+        state.pending_rebuilds()?.into_iter().filter(|p| pointers.get(&p.name).is_some_and(|fp| *fp == p.fingerprint)).collect();
     let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();
     // The newest tick that says whether a run succeeded (`processed`, `nothing-due`, `error`):
     // `lock-held` and `blocked` ticks after an error do not make it green.
@@ -85,6 +89,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "failed": l.failed,
             })).collect::<Vec<_>>(),
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
+            "pendingRebuilds": pending,
             "ticks": ticks.iter().map(tick_json).collect::<Vec<_>>(),
             "lock": lock.map(|(l, stale)| json!({"name": l.name, "holder": l.holder, "expiresAt": l.expires_at, "heartbeatAt": l.heartbeat_at, "stale": stale})),
             "healthy": healthy,
@@ -121,6 +126,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         for (m, n) in &failed_other {
             text.push_str(&format!("  ⚠ {m}  failed intervals: {n}\n"));
+        }
+        for p in &pending {
+            text.push_str(&format!("  … {}  rebuild pending since {} ({}); the next run or apply rebuilds it\n", p.name, p.recorded_at, p.reason));
         }
         if ticks.is_empty() {
             text.push_str("no run ticks yet\n");

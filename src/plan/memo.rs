@@ -178,6 +178,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             new_columns: Vec::new(),
             metadata: serde_json::Value::Null,
             repair: None,
+            rebuild: false,
         });
     }
     if lines.next().is_some() {

@@ -26,7 +26,7 @@ use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fin
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub use crate::core::name::PHYSICAL_SCHEMA;
 
@@ -283,12 +283,17 @@ pub struct Action {
     /// [`integrity::check`]; absent when the engine holds everything).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair: Option<integrity::Repair>,
+    /// `full`/`view` versions only: an earlier apply or run decided to rebuild this version
+    /// (downstream of new intervals of a parent) and stopped before it did, so its relation may
+    /// be stale; apply and run rebuild it ([`crate::state::StateStore::pending_rebuilds`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rebuild: bool,
 }
 
 impl Action {
     /// True when applying this action writes data, views or snapshot metadata.
     pub fn has_work(&self) -> bool {
-        self.change != Change::Unchanged || self.build || self.register || !self.backfill.is_empty() || self.repair.is_some()
+        self.change != Change::Unchanged || self.build || self.register || !self.backfill.is_empty() || self.repair.is_some() || self.rebuild
     }
 }
 
@@ -826,15 +831,36 @@ pub fn plan_with_memo(
         v.versions(project, state)?;
     }
     // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
-    if options.is_default()
-        && let Some(plan) = memo::lookup(project, state, env, now)?
-    {
-        if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
-            memo::verify(&plan, &compute(project, state, env, now, options)?);
+    let replayed = if options.is_default() { memo::lookup(project, state, env, now)? } else { None };
+    let mut plan = match replayed {
+        Some(plan) => {
+            if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+                memo::verify(&plan, &compute(project, state, env, now, options)?);
+            }
+            plan
         }
-        return Ok(plan);
+        None => compute_with(project, state, env, now, options, versions)?,
+    };
+    mark_pending_rebuilds(state, &mut plan)?;
+    Ok(plan)
+}
+
+/// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
+/// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
+/// one with changes: apply and run rebuild them.
+fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
+    let pending = state.pending_rebuilds()?;
+    if pending.is_empty() {
+        return Ok(());
     }
-    compute_with(project, state, env, now, options, versions)
+    let pending: HashSet<(&str, &str)> = pending.iter().map(|p| (p.name.as_str(), p.fingerprint.as_str())).collect();
+    for a in plan.actions.iter_mut().filter(|a| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view")) {
+        if pending.contains(&(a.name.to_string().as_str(), a.fingerprint.as_str())) {
+            a.rebuild = true;
+        }
+    }
+    plan.has_changes = plan.actions.iter().any(Action::has_work);
+    Ok(())
 }
 
 /// [`plan_with`], then the plan checked against the engine's `catalog` ([`integrity::check`]):
@@ -1170,6 +1196,7 @@ fn compute_with(
             // written by the promotion, from the project).
             metadata: if new_version || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
             repair: None,
+            rebuild: false,
         });
     }
     for (name, fp) in &pointers {
@@ -1194,6 +1221,7 @@ fn compute_with(
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
                 repair: None,
+                rebuild: false,
             });
         }
     }

@@ -323,6 +323,43 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// [`StateError::PointerMoved`] when `env` serves another version of a target (nothing is
     /// cleared); a failed write or a lost fence lease (nothing is cleared).
     fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError>;
+
+    /// Every `full`/`view` version an apply or run decided to rebuild (downstream of new
+    /// intervals of a parent) and has not rebuilt yet, oldest first.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn pending_rebuilds(&self) -> Result<Vec<PendingRebuild>, StateError>;
+
+    /// Records `versions` (`(name, fingerprint)`) as to be rebuilt, in one transaction, before
+    /// the work that makes them stale is written; a version already recorded keeps its first
+    /// record.
+    ///
+    /// # Errors
+    /// The write fails (nothing is recorded), or the fence lease was lost.
+    fn record_pending_rebuilds(&self, versions: &[(String, String)], reason: &str, now: Millis) -> Result<(), StateError>;
+
+    /// Forgets the pending rebuild of `(name, fp)` once it is rebuilt (idempotent).
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn clear_pending_rebuild(&self, name: &str, fp: &str) -> Result<(), StateError>;
+}
+
+/// A `full`/`view` version whose rebuild an apply or run decided and did not finish
+/// ([`StateStore::pending_rebuilds`]): its relation may predate intervals of its parents that
+/// are recorded done. The next apply or run of an environment serving it rebuilds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRebuild {
+    /// Model name.
+    pub name: String,
+    /// The version to rebuild.
+    pub fingerprint: String,
+    /// Why, for `status` (e.g. `downstream of new intervals of t.daily`).
+    pub reason: String,
+    /// When it was recorded: ISO-8601 UTC with milliseconds.
+    pub recorded_at: String,
 }
 
 /// One version's range to restate ([`StateStore::restate_intervals`]).

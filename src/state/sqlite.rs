@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, RestateTarget, STATE_VERSION, SnapshotRecord,
-    StateError, StateStore, Tick,
+    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION,
+    SnapshotRecord, StateError, StateStore, Tick,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -689,6 +689,49 @@ impl StateStore for SqliteStore {
                     out.push(Tick { env: env.to_string(), started_at, finished_at, outcome, processed, detail });
                 }
                 Ok(out)
+            },
+        )
+    }
+
+    fn pending_rebuilds(&self) -> Result<Vec<PendingRebuild>, StateError> {
+        self.run(
+            || "read the pending rebuilds".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT name, fingerprint, reason, recorded_at FROM pending_rebuilds ORDER BY recorded_at, name")?;
+                let rows = stmt.query_map([], |r| Ok(PendingRebuild { name: r.get(0)?, fingerprint: r.get(1)?, reason: r.get(2)?, recorded_at: r.get(3)? }))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            },
+        )
+    }
+
+    fn record_pending_rebuilds(&self, versions: &[(String, String)], reason: &str, now: Millis) -> Result<(), StateError> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        self.run(
+            || format!("record {} pending rebuilds", versions.len()),
+            || {
+                self.write(|tx| {
+                    let mut stmt =
+                        tx.prepare_cached("INSERT OR IGNORE INTO pending_rebuilds (name, fingerprint, reason, recorded_at) VALUES (?1, ?2, ?3, ?4)")?;
+                    let at = to_iso(now);
+                    for (name, fp) in versions {
+                        stmt.execute(params![name, fp, reason, at])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn clear_pending_rebuild(&self, name: &str, fp: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("clear the pending rebuild of `{name}` `{fp}`"),
+            || {
+                self.write(|tx| {
+                    tx.prepare_cached("DELETE FROM pending_rebuilds WHERE name = ?1 AND fingerprint = ?2")?.execute(params![name, fp])?;
+                    Ok(())
+                })
             },
         )
     }
