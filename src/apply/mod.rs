@@ -212,9 +212,10 @@ pub(crate) fn execute(
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
     // `full` and `view` models downstream of what this apply or run computes (new intervals of
     // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
-    // decided first), unless their physical relation is also what another version of the model
-    // serves (an inherited table: indirect reuse after a non-breaking parent change), which
-    // another environment reads over other parents: rebuilding it here would change its data.
+    // decided first), unless (outside `prod`) their physical relation is also what another
+    // version of the model serves (an inherited table: indirect reuse after a non-breaking parent
+    // change), which another environment reads over other parents: rebuilding it here would
+    // change that environment's data. `prod` rebuilds its own.
     let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
     let mut shared: Option<BTreeSet<(String, String)>> = None;
     // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
@@ -237,7 +238,10 @@ pub(crate) fn execute(
                 if shared.is_none() {
                     shared = Some(served_by_other_versions(plan, state)?);
                 }
-                let shared_with = shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
+                // `prod` always rebuilds what it serves over its own parents (it is never left
+                // stale for another environment's sake); the environments sharing the table see
+                // prod's rows, as the reuse promised.
+                let shared_with = plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
                 if shared_with {
                     tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
                     if a.rebuild {
