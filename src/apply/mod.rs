@@ -726,9 +726,12 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         "registered": report.registered.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
     });
     if let Err(e) = state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis()) {
-        if !rollback.is_empty() {
+        if !rollback.is_empty() && !matches!(e, StateError::LeaseLost { .. }) {
             // The views moved but the state store did not record it: put the views back now, so
-            // the environment keeps serving what its pointers say.
+            // the environment keeps serving what its pointers say. (A holder that lost its lease
+            // writes nothing more, not even this: whoever took the lease found the intent and
+            // undoes it under the lease, before its own promotion, which a late undo from here
+            // could otherwise overwrite.)
             match engine.transaction(&rollback) {
                 Ok(()) => {
                     tracing::warn!(env = %plan.env, "the promotion could not be recorded; the views of `{}` were put back as they were", plan.env);
