@@ -25,6 +25,7 @@
 //! evaluation is stuck in an operation nothing above can interrupt.
 
 mod audits;
+mod chunk;
 
 use super::builder::{Site, Sites, build_model};
 use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
@@ -831,8 +832,9 @@ impl LuaHost {
                     s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
                 }
             }
-            let result =
-                lua.load(&code[..]).set_name(format!("@{}", rel.display())).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).eval::<Value>();
+            // `Chunk::eval`'s result, compiling the file once when it has several statements.
+            let name = format!("@{}", rel.display());
+            let result = chunk::eval(&code, || lua.load(&code[..]).set_name(name.as_str()).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env.clone()));
             let mut s = st.borrow_mut();
             s.stack.pop();
             if s.stack.is_empty() {
