@@ -5,6 +5,11 @@ use clap::Parser;
 use efmesh::cli::{self, Exit, args::Args};
 use std::process::ExitCode;
 
+/// mimalloc instead of the system allocator: the loader threads allocate and free millions of
+/// small objects (Lua values, models, SQL syntax trees); see docs/benchmark.md, "Cold load".
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,

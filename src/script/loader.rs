@@ -508,10 +508,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The identity of the efmesh build: a digest of the crate's sources (`src/`, `stdlib/`,
+/// `Cargo.toml`, `Cargo.lock`) taken by the build script. Two binaries built from the same
+/// sources share it; a rebuild after any change of the code that evaluates model files (even
+/// with the same version number) does not, so its caches are not trusted.
+pub const BUILD_ID: &str = env!("EFMESH_BUILD_ID");
+
 /// The one-line header of an efmesh cache file (load cache, project cache): its kind (`magic`),
-/// layout version, efmesh version, stdlib digest and a blake3 checksum of `body`.
+/// layout version, efmesh version, build identity ([`BUILD_ID`]), stdlib digest and a blake3
+/// checksum of `body`.
 pub(crate) fn cache_header(magic: &str, layout: u32, body: &[u8]) -> String {
-    format!("{magic} {layout} efmesh={} stdlib={} body={}\n", env!("CARGO_PKG_VERSION"), hex(&stdlib_digest()), hex(blake3::hash(body).as_bytes()))
+    format!(
+        "{magic} {layout} efmesh={} build={BUILD_ID} stdlib={} body={}\n",
+        env!("CARGO_PKG_VERSION"),
+        hex(&stdlib_digest()),
+        hex(blake3::hash(body).as_bytes())
+    )
 }
 
 /// Writes a cache file atomically: [`cache_header`]`(magic, layout, body)` then `body` into a
@@ -549,12 +561,17 @@ pub(crate) fn checked_cache_body<'a>(bytes: &'a [u8], magic: &str, layout: u32, 
     let expected = expected.trim_end();
     if head != expected {
         let version = words.next().unwrap_or("");
-        let efmesh = words.next().unwrap_or("");
-        let stdlib = words.next().unwrap_or("");
-        let ours: Vec<&str> = expected.split(' ').collect();
-        return Err(if version != layout.to_string() || efmesh != ours[2] {
-            format!("it was written by another efmesh version ({efmesh}, cache layout {version})")
-        } else if stdlib != ours[3] {
+        let field = |line: &'_ str, key: &str| -> String {
+            let prefix = format!("{key}=");
+            line.split(' ').find_map(|w| w.strip_prefix(prefix.as_str())).unwrap_or("").to_string()
+        };
+        let theirs = |key: &str| field(head, key);
+        let ours = |key: &str| field(expected, key);
+        return Err(if version != layout.to_string() || theirs("efmesh") != ours("efmesh") {
+            format!("it was written by another efmesh version ({}, cache layout {version})", theirs("efmesh"))
+        } else if theirs("build") != ours("build") {
+            format!("it was written by another build of efmesh {} (build {})", theirs("efmesh"), theirs("build"))
+        } else if theirs("stdlib") != ours("stdlib") {
             "it was written with another embedded stdlib".into()
         } else {
             "it is corrupt (checksum mismatch)".into()
@@ -720,6 +737,7 @@ fn base_key(config: &Config) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(&CACHE_VERSION.to_le_bytes());
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update(BUILD_ID.as_bytes());
     h.update(&stdlib_digest());
     // The load-relevant part of the configuration: discovery (the hosts read nothing else).
     h.update(format!("{:?}", config.project).as_bytes());

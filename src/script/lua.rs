@@ -25,6 +25,7 @@
 //! evaluation is stuck in an operation nothing above can interrupt.
 
 mod audits;
+mod chunk;
 
 use super::builder::{Site, Sites, build_model};
 use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
@@ -150,6 +151,9 @@ struct State {
     /// Modules kept from one top-level evaluation to the next (audit definition files and
     /// what they require: evaluated once, before every model file).
     shared: HashSet<PathBuf>,
+    /// blake3 of the bytes each module was last evaluated from (a kept module's value is
+    /// reused by later top-level files, which are keyed by these bytes).
+    evaluated: HashMap<PathBuf, [u8; 32]>,
     /// The value of each module's first evaluation, for test files (which `require` model
     /// files for their handles once every model file was evaluated).
     first_values: HashMap<PathBuf, mlua::RegistryKey>,
@@ -788,6 +792,10 @@ impl LuaHost {
                     Some(ModuleState::Done(key)) => {
                         let v = lua.registry_value::<Value>(key);
                         s.credit_requirer(&rel);
+                        let s = &mut *s;
+                        if let (Some(r), Some(h)) = (s.reached.as_mut(), s.evaluated.get(&rel)) {
+                            r.reused(&rel, *h);
+                        }
                         return v;
                     }
                     Some(ModuleState::Loading) => {
@@ -800,8 +808,13 @@ impl LuaHost {
             }
             let root = st.borrow().root.clone();
             let code = fs_err::read(root.join(&rel)).map_err(|e| rt(format!("cannot read `{}`: {e}", rel.display())))?;
-            if let Some(r) = st.borrow_mut().reached.as_mut() {
-                r.evaluated(&rel, &code);
+            {
+                let hash = *blake3::hash(&code).as_bytes();
+                let mut s = st.borrow_mut();
+                s.evaluated.insert(rel.clone(), hash);
+                if let Some(r) = s.reached.as_mut() {
+                    r.evaluated(&rel, hash);
+                }
             }
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
@@ -819,8 +832,9 @@ impl LuaHost {
                     s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
                 }
             }
-            let result =
-                lua.load(&code[..]).set_name(format!("@{}", rel.display())).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env).eval::<Value>();
+            // `Chunk::eval`'s result, compiling the file once when it has several statements.
+            let name = format!("@{}", rel.display());
+            let result = chunk::eval(&code, || lua.load(&code[..]).set_name(name.as_str()).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env.clone()));
             let mut s = st.borrow_mut();
             s.stack.pop();
             if s.stack.is_empty() {

@@ -149,6 +149,9 @@ struct State {
     definitions: Definitions,
     /// What the top-level evaluation in progress reached through `import`.
     reached: Option<Reached>,
+    /// blake3 of the bytes each module was last evaluated from (a shared module, imported by an
+    /// audit definition file, is reused by later top-level files, which are keyed by these bytes).
+    evaluated: HashMap<PathBuf, [u8; 32]>,
     /// The module of each file's first evaluation, for test files (which `import` model files
     /// for their handles once every model file was evaluated).
     first_modules: HashMap<PathBuf, SharedModule>,
@@ -641,6 +644,10 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
             Some(ModuleState::Done(m)) => {
                 let m = m.clone();
                 s.credit_importer(rel);
+                let s = &mut *s;
+                if let (Some(r), Some(h)) = (s.reached.as_mut(), s.evaluated.get(rel)) {
+                    r.reused(rel, *h);
+                }
                 return Ok(m);
             }
             Some(ModuleState::Loading) => {
@@ -699,8 +706,13 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
         return Err(at_file(format!("the file has {size} bytes; a `.rhai` file may have at most {MAX_FILE_SIZE}")));
     }
     let code = fs_err::read_to_string(&path).map_err(|e| at_file(format!("cannot read the file: {e}")))?;
-    if let Some(r) = refs.state.borrow_mut().reached.as_mut() {
-        r.evaluated(rel, code.as_bytes());
+    {
+        let hash = *blake3::hash(code.as_bytes()).as_bytes();
+        let mut s = refs.state.borrow_mut();
+        s.evaluated.insert(rel.to_path_buf(), hash);
+        if let Some(r) = s.reached.as_mut() {
+            r.evaluated(rel, hash);
+        }
     }
     let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();

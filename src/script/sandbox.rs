@@ -128,8 +128,15 @@ pub struct Reached {
 }
 
 impl Reached {
-    /// Records that `rel` was evaluated from `bytes`.
-    pub fn evaluated(&mut self, rel: &Path, bytes: &[u8]) {
-        self.hashes.insert(rel.to_path_buf(), *blake3::hash(bytes).as_bytes());
+    /// Records that `rel` was evaluated from bytes whose blake3 is `hash`.
+    pub fn evaluated(&mut self, rel: &Path, hash: [u8; 32]) {
+        self.hashes.insert(rel.to_path_buf(), hash);
+    }
+
+    /// Records that `rel`'s value is reused from an earlier evaluation (a module an audit
+    /// definition file required, kept for every model file) from bytes whose blake3 was `hash`:
+    /// the load cache keys the requiring file by those bytes, as if it had evaluated them.
+    pub fn reused(&mut self, rel: &Path, hash: [u8; 32]) {
+        self.hashes.entry(rel.to_path_buf()).or_insert(hash);
     }
 }

@@ -170,6 +170,20 @@ fn a_cache_from_another_efmesh_version_or_stdlib_re_evaluates_everything() {
     assert_eq!(evaluated(&run), ["a", "b", "c"]);
 }
 
+/// A binary rebuilt from changed sources keeps its version number but not its build identity:
+/// it trusts neither cache of the other build (its evaluation code may differ).
+#[test]
+fn a_cache_from_another_build_of_the_same_version_re_evaluates_everything() {
+    let p = project();
+    check(&p);
+    edit_header(&p, "build", &"0".repeat(32));
+    let run = check(&p);
+    assert!(run.stderr.contains("another build of efmesh"), "{}", run.stderr);
+    assert_eq!(evaluated(&run), ["a", "b", "c"]);
+    p.remove(".efmesh/project-cache");
+    assert_eq!(evaluated(&check(&p)), Vec::<String>::new(), "rewritten by this build");
+}
+
 #[test]
 fn a_seed_edit_changes_the_plan() {
     let p = Project::new();
@@ -283,4 +297,52 @@ fn discovery_refuses_model_files_reached_through_a_directory_link_out_of_the_pro
     std::os::unix::fs::symlink(p.root().join("shared"), p.root().join("models/inner")).unwrap();
     check(&p);
     assert!(render(&p, "s.y").contains("2 AS x"));
+}
+
+/// A module an audit definition file requires is kept for every model file (evaluated once);
+/// a model file that requires it too is cached under the bytes that module was evaluated from,
+/// so an unchanged project evaluates nothing, and an edit of the module re-evaluates everything.
+#[test]
+fn a_lua_module_shared_with_an_audit_file_keeps_its_importers_cached() {
+    let p = project();
+    p.write(
+        "audits/mine.lua",
+        "local u = require(\"lib.util\")\ndefine_audit { name = \"mine\", query = function(self) return 'SELECT ' .. u.n .. ' FROM ' .. self end }\n",
+    );
+    assert_eq!(evaluated(&check(&p)), ["a", "b", "c"]);
+    assert!(p.root().join(".efmesh/project-cache").is_file(), "every input was hashed, so the project cache is stored");
+    p.remove(".efmesh/project-cache");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), Vec::<String>::new(), "{}", run.stderr);
+    assert!(run.stderr.contains("load: 0 files evaluated, 4 from the cache"), "{}", run.stderr);
+    p.write("lib/util.lua", "return { n = 6 }\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b", "c"], "{}", run.stderr);
+    assert!(render(&p, "s.b").contains("16 AS x"), "the new module value is used");
+}
+
+/// As above, for a Rhai module an audit definition file imports.
+#[test]
+fn a_rhai_module_shared_with_an_audit_file_keeps_its_importers_cached() {
+    let p = Project::new();
+    p.write("efmesh.toml", "[project]\nmodels = [\"models/**/*.rhai\"]\n");
+    p.write("lib/u.rhai", "export const N = 1;\n");
+    p.write("audits/mine.rhai", "import \"lib/u\" as u;\ndefine_audit(#{ name: \"mine\", query: |rel, args| `SELECT ${u::N} FROM ${rel}` });\n");
+    let model = |tag: &str, name: &str, expr: &str| {
+        format!(
+            "print(\"EVAL {tag}\");\nimport \"lib/u\" as u;\ndefine_model(#{{ name: \"{name}\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: `SELECT ${{{expr}}} AS x` }});\n"
+        )
+    };
+    p.write("models/a.rhai", &model("a", "s.a", "u::N"));
+    p.write("models/b.rhai", &model("b", "s.b", "u::N + 10"));
+    assert_eq!(evaluated(&check(&p)), ["a", "b"]);
+    assert!(p.root().join(".efmesh/project-cache").is_file(), "every input was hashed, so the project cache is stored");
+    p.remove(".efmesh/project-cache");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), Vec::<String>::new(), "{}", run.stderr);
+    assert!(run.stderr.contains("load: 0 files evaluated, 3 from the cache"), "{}", run.stderr);
+    p.write("lib/u.rhai", "export const N = 7;\n");
+    let run = check(&p);
+    assert_eq!(evaluated(&run), ["a", "b"], "{}", run.stderr);
+    assert!(render(&p, "s.b").contains("17 AS x"));
 }
