@@ -59,15 +59,6 @@ pub fn key(project: &Project, env: &str, generation: i64) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// The blake3 digest of one model exactly as loaded, fed through its derived `Hash` (as [`key`]
-/// does for the whole project): equal digests, equal definitions.
-pub fn definition_digest(model: &crate::core::Model) -> blake3::Hash {
-    use std::hash::Hash;
-    let mut bytes = crate::core::dag::HashBytes(Vec::with_capacity(512));
-    model.hash(&mut bytes);
-    blake3::hash(&bytes.0)
-}
-
 /// Set to `1` to make every memo hit also compute the plan in full and panic when the two
 /// differ (the test suite runs with it).
 pub const VERIFY_ENV: &str = "EFMESH_VERIFY_PLAN_MEMO";
