@@ -564,8 +564,80 @@ pub fn plan_checked_with(
     options: &plan::Options,
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
+    if versions.is_some() {
+        let catalog = engine_catalog(project);
+        return plan_checked_in(project, state, env, now, options, versions, catalog.as_ref());
+    }
+    let mut plan = plan::plan_with_memo(project, state, env, now, options, None)?;
+    // A no-op plan replayed from the memo, checked clean against this very engine file before:
+    // the same check with the same inputs (SPEC §4 invariant 36).
+    let engine = project.config.engine_path();
+    let token = match (plan.from_memo, plan.generation) {
+        (true, Some(generation)) => engine_file_identity(&engine).map(|id| (plan_check_token(project, env, generation, &id), id)),
+        _ => None,
+    };
+    let record = plan_check_path(project);
+    if let Some((t, _)) = &token
+        && fs_err::read_to_string(&record).is_ok_and(|s| s.trim_end() == t)
+    {
+        tracing::debug!("engine check skipped: {} says this replayed plan was checked clean against the engine file as it is", record.display());
+        return Ok(plan);
+    }
     let catalog = engine_catalog(project);
-    plan_checked_in(project, state, env, now, options, versions, catalog.as_ref())
+    if let Some(catalog) = &catalog {
+        plan::integrity::check(project, state, &mut plan, catalog)?;
+    }
+    let repairs = plan::integrity::describe(project, &plan);
+    if !repairs.is_empty() {
+        eprintln!(
+            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+            engine.display(),
+            repairs.join("\n  ")
+        );
+    } else if let (Some((t, id)), Some(_)) = (&token, &catalog)
+        && engine_file_identity(&engine).as_ref() == Some(id)
+        && let Err(e) = write_plan_check(&record, t)
+    {
+        tracing::debug!("cannot write {}: {e}", record.display());
+    }
+    Ok(plan)
+}
+
+/// `<state dir>/.efmesh/plan-check`: the token of the last replayed no-op plan found clean by
+/// the engine check ([`plan_check_token`]).
+fn plan_check_path(project: &Project) -> PathBuf {
+    crate::engine::record::path_for(&project.config.state_path()).with_file_name("plan-check")
+}
+
+/// The identity of the engine file as the engine-catalog record takes it, or a marker naming
+/// its absence; `None` when it cannot be read.
+fn engine_file_identity(engine: &Path) -> Option<String> {
+    match fs_err::symlink_metadata(engine) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
+        _ => crate::engine::record::identity(engine),
+    }
+}
+
+/// blake3 (hex) over efmesh's version, the plan memo's key of `project` for `env` at
+/// `generation` (which fixes every action of the replayed plan), the engine's path and the
+/// identity of its file (which fixes its catalog, invariant 27).
+fn plan_check_token(project: &Project, env: &str, generation: i64, engine_identity: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(format!("efmesh-plan-check 1 {}\n", env!("CARGO_PKG_VERSION")).as_bytes());
+    h.update(plan::memo::key(project, env, generation).as_bytes());
+    h.update(format!("\n{}\n{engine_identity}", project.config.engine_path().display()).as_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+/// Writes `token` to `path` (a temporary file renamed over it).
+fn write_plan_check(path: &Path, token: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    fs_err::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".plan-check.{}.tmp", std::process::id()));
+    fs_err::write(&tmp, format!("{token}\n"))?;
+    fs_err::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs_err::remove_file(&tmp);
+    })
 }
 
 /// [`plan_checked_with`] against `catalog` (as [`engine_catalog`] gives it).

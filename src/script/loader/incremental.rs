@@ -78,6 +78,12 @@ pub fn reevaluate(config: &Config, files: &Discovered, changed: &[PathBuf], cach
     if stale.is_empty() || stale.iter().any(|f| libraries.contains(f.as_path())) {
         return None;
     }
+    // Every changed path must be a model file or a file some model file reached: anything else
+    // (a seed file, say) changes what this evaluation does not see.
+    let models: HashSet<&Path> = files.models.iter().map(PathBuf::as_path).collect();
+    if !changed.iter().all(|c| models.contains(c.as_path()) || libraries.contains(c.as_path()) || reached_before.contains(c)) {
+        return None;
+    }
     let langs: HashSet<&str> = stale.iter().map(|f| ext(f)).collect();
     let audits: Vec<PathBuf> = files.audits.iter().filter(|a| langs.contains(ext(a))).cloned().collect();
     let (outcomes, _, errors) = evaluate(root, &audits, &stale, &[]);
