@@ -1162,7 +1162,7 @@ fn compute_with(
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
-                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, &pointers, &snapshots) => {
+                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, pointers, snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
