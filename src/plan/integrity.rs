@@ -326,12 +326,12 @@ fn local_lake_files(project: &Project, physical: &str) -> Option<BTreeSet<String
 /// # Errors
 /// [`PlanError::State`] when the snapshots sharing a lost table cannot be read.
 pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
-    check_skipping(project, state, plan, catalog, &std::collections::HashSet::new()).map(|_| ())
+    check_skipping(project, state, plan, catalog, &|_| false).map(|_| ())
 }
 
-/// [`check`], taking the actions of the models in `skip` as needing nothing (the caller proves
-/// they were found so with the same inputs: `VersionMemo`'s repair memo); returns the models
-/// found (or taken as) needing nothing.
+/// [`check`], taking the actions of the models `skip` says as needing nothing (the caller
+/// proves they were found so with the same inputs: `VersionMemo`'s repair memo); returns the
+/// models found needing a repair.
 ///
 /// # Errors
 /// As [`check`].
@@ -340,26 +340,23 @@ pub fn check_skipping(
     state: &dyn StateStore,
     plan: &mut Plan,
     catalog: &Catalog,
-    skip: &std::collections::HashSet<crate::core::ModelName>,
+    skip: &dyn Fn(&crate::core::ModelName) -> bool,
 ) -> Result<std::collections::HashSet<crate::core::ModelName>, PlanError> {
     let root = Root::of(project);
     let mut index = None;
+    let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
-        let physicals = if skip.len() < plan.actions.len() { physicals(plan) } else { BTreeMap::new() };
-        let lookup = if skip.len() < plan.actions.len() { Lookup::of(catalog) } else { Lookup { relations: std::collections::HashMap::new() } };
+        let any = checked.iter().any(|c| *c);
+        let physicals = if any { physicals(plan) } else { BTreeMap::new() };
+        let lookup = if any { Lookup::of(catalog) } else { Lookup { relations: std::collections::HashMap::new() } };
         plan.actions
             .iter()
-            .map(|a| {
-                if a.change != Change::Removed && skip.contains(&a.name) {
-                    Repair::default()
-                } else {
-                    needed_at(project, &plan.env, a, &physicals, &lookup, &root)
-                }
-            })
+            .zip(&checked)
+            .map(|(a, checked)| if *checked { needed_at(project, &plan.env, a, &physicals, &lookup, &root) } else { Repair::default() })
             .collect()
     };
-    let clean: std::collections::HashSet<crate::core::ModelName> =
-        plan.actions.iter().zip(&found).filter(|(a, r)| a.change != Change::Removed && r.is_empty()).map(|(a, _)| a.name.clone()).collect();
+    let unclean: std::collections::HashSet<crate::core::ModelName> =
+        plan.actions.iter().zip(&found).filter(|(a, r)| a.change != Change::Removed && !r.is_empty()).map(|(a, _)| a.name.clone()).collect();
     for (action, mut repair) in plan.actions.iter_mut().zip(found) {
         if repair.is_empty() {
             continue;
@@ -411,7 +408,7 @@ pub fn check_skipping(
         action.repair = Some(repair);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
-    Ok(clean)
+    Ok(unclean)
 }
 
 /// Fingerprints of every snapshot by (model name, physical relation it records), read once per

@@ -570,8 +570,9 @@ pub struct VersionMemo {
     repairs: RepairMemo,
 }
 
-/// The models whose integrity check ([`integrity::check`]) found nothing to repair in the last
-/// plan computed with a [`VersionMemo`], under the key they hold for: the identity of the engine
+/// The models whose integrity check ([`integrity::check`]) found something to repair in the last
+/// plan computed with a [`VersionMemo`] (every other model of that plan was found clean), under
+/// the key this holds for: the identity of the engine
 /// catalog checked against ([`VersionMemo::set_catalog_identity`]), the environment and the
 /// project root. A model whose action the next plan reused from that plan, with every ancestor's
 /// (see [`ActionMemo`]), checked against a catalog of the same identity, would be checked with
@@ -582,7 +583,8 @@ struct RepairMemo {
     /// The catalog identity for the next check (`None`: unknown, nothing is kept).
     catalog: Option<String>,
     key: Option<(String, String, String)>,
-    clean: std::collections::HashSet<ModelName>,
+    /// The models that plan's check found something to repair for.
+    unclean: std::collections::HashSet<ModelName>,
 }
 
 /// The actions of the last plan computed with a [`VersionMemo`], with the state reads they came
@@ -986,17 +988,18 @@ pub fn plan_verified_with(
     match (catalog, versions) {
         (Some(catalog), Some(m)) => {
             let key = m.repairs.catalog.clone().map(|c| (c, env.to_string(), project.config.root.to_string_lossy().into_owned()));
-            // Models whose check is known empty: reused with every ancestor from the plan whose
-            // check gave `clean`, against the same catalog.
-            let skip: std::collections::HashSet<ModelName> = match (&m.actions.dirty, key.is_some() && key == m.repairs.key) {
-                (Some(dirty), true) => m.repairs.clean.iter().filter(|n| !dirty.contains(*n)).cloned().collect(),
-                _ => std::collections::HashSet::new(),
-            };
+            // Models whose check is known empty: reused with every ancestor from the plan the
+            // repair memo was recorded for (a model not recomputed was in it), found clean
+            // there, against the same catalog.
+            let valid = key.is_some() && key == m.repairs.key;
             m.repairs.key = None;
-            let clean = integrity::check_skipping(project, state, &mut plan, catalog, &skip)?;
+            let unclean = std::mem::take(&mut m.repairs.unclean);
+            let dirty = m.actions.dirty.as_ref().filter(|_| valid);
+            let skip = |n: &ModelName| dirty.is_some_and(|d| !d.contains(n) && !unclean.contains(n));
+            let found = integrity::check_skipping(project, state, &mut plan, catalog, &skip)?;
             if key.is_some() {
                 m.repairs.key = key;
-                m.repairs.clean = clean;
+                m.repairs.unclean = found;
             }
         }
         (Some(catalog), None) => integrity::check(project, state, &mut plan, catalog)?,
@@ -1079,10 +1082,10 @@ fn compute_with(
 
     let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
     // Whether each model's data for its existing columns is what the environment served before.
-    let mut same_data: BTreeMap<ModelName, bool> = BTreeMap::new();
-    let mut categories: BTreeMap<ModelName, Change> = BTreeMap::new();
+    let mut same_data: HashMap<ModelName, bool> = HashMap::with_capacity(project.dag.len());
+    let mut categories: HashMap<ModelName, Change> = HashMap::with_capacity(project.dag.len());
     // The physical relation each model's action serves, as decided so far (parents first).
-    let mut served: BTreeMap<ModelName, Option<String>> = BTreeMap::new();
+    let mut served: HashMap<ModelName, Option<String>> = HashMap::with_capacity(project.dag.len());
     for (index, model) in project.dag.models().enumerate() {
         let fp = versions.fingerprints[&model.name].clone();
         let definition = if recording { project.dag.model_digest(index) } else { [0; 32] };
@@ -1436,8 +1439,8 @@ fn verify_reused(reused: &Plan, computed: &Plan) {
 fn embedded_names_kept(
     project: &Project,
     model: &Model,
-    categories: &BTreeMap<ModelName, Change>,
-    served: &BTreeMap<ModelName, Option<String>>,
+    categories: &HashMap<ModelName, Change>,
+    served: &HashMap<ModelName, Option<String>>,
     pointers: &BTreeMap<String, String>,
     snapshots: &crate::state::SnapshotIndex,
 ) -> bool {
