@@ -35,6 +35,9 @@ pub struct Reload {
     /// Models whose loaded definition differs from the previous load, added or removed
     /// (previous load failed: every model).
     pub changed_models: BTreeSet<ModelName>,
+    /// The project was updated in place (only the evaluated files' models replaced in the DAG),
+    /// not loaded in full: see [`Session::reload`].
+    pub in_place: bool,
 }
 
 /// The configuration, the loaded project (or its load errors) and every input the load read.
@@ -60,7 +63,7 @@ pub struct Session {
     versions: std::sync::Mutex<plan::VersionMemo>,
     /// The engine catalog of the last plan, with the identity of the DuckDB file it is exactly
     /// valid for ([`crate::engine::record::identity`]): reused while the file keeps that identity.
-    catalog: std::sync::Mutex<Option<(String, crate::engine::Catalog)>>,
+    catalog: std::sync::Mutex<Option<(String, std::sync::Arc<crate::engine::Catalog>)>>,
 }
 
 impl Session {
@@ -204,6 +207,13 @@ impl Session {
         if config_changed || !rel.iter().all(plain_known) {
             self.files = None;
         }
+        // The common case of `watch`: model files (or modules they reach) edited in place.
+        if !config_changed
+            && !rel.is_empty()
+            && let Some(r) = self.reload_in_place(&rel)
+        {
+            return Ok(r);
+        }
         // The previous project is compared with the new one, not copied: `load_all` replaces it.
         let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
         let evaluated = self.load_all();
@@ -221,7 +231,90 @@ impl Session {
                 }
             }
         }
-        Ok(Reload { config_changed, evaluated, changed_models })
+        Ok(Reload { config_changed, evaluated, changed_models, in_place: false })
+    }
+
+    /// [`Session::reload`] of `rel` (relative, already forgotten by the load cache) without a
+    /// full load, when it can be proven equal to one: the project loaded, the discovered files
+    /// are kept (no path appeared, vanished or changed type), every model of the project is
+    /// located in the top-level model file that defines it, and the loader re-evaluated only the
+    /// files the change reaches ([`crate::script::loader::reevaluate`], which states its own
+    /// conditions). Their models must keep their names, parents and exposed columns
+    /// ([`crate::core::Dag::try_replace`]); they are put in place in the DAG. `None` when any
+    /// condition fails: the caller loads in full (the load cache then holds what was evaluated).
+    fn reload_in_place(&mut self, rel: &[PathBuf]) -> Option<Reload> {
+        let files = self.files.as_ref()?;
+        let project = self.project.as_ref().ok()?;
+        let top: std::collections::HashSet<&Path> = files.models.iter().map(PathBuf::as_path).collect();
+        if !project.dag.models().all(|m| top.contains(m.location.file.as_path())) {
+            return None;
+        }
+        let cache = self.cache.as_mut()?;
+        let re = crate::script::loader::reevaluate(&self.config, files, rel, cache)?;
+        let evaluated: Vec<PathBuf> = re.files.iter().map(|(f, _)| f.clone()).collect();
+        let in_evaluated: std::collections::HashSet<&Path> = evaluated.iter().map(PathBuf::as_path).collect();
+        let before: BTreeSet<&ModelName> = project.dag.models().filter(|m| in_evaluated.contains(m.location.file.as_path())).map(|m| &m.name).collect();
+        let mut models: Vec<crate::core::Model> = re.files.into_iter().flat_map(|(_, ms)| ms).collect();
+        let after: BTreeSet<&ModelName> = models.iter().map(|m| &m.name).collect();
+        if after.len() != models.len() || after != before {
+            return None;
+        }
+        drop((after, before, in_evaluated));
+        // As a full load ends (`cols()` expanded from the parents' columns, seeds hashed, storage
+        // targets configured), over these models and the project's others.
+        let columns = |n: &ModelName| -> Option<Vec<String>> {
+            models.iter().find(|m| m.name == *n).or_else(|| project.dag.get(n)).map(|m| m.relation_columns().into_iter().map(|c| c.name).collect())
+        };
+        let expanded: Vec<Vec<(usize, Vec<String>)>> = models
+            .iter()
+            .map(|m| {
+                let nodes = m.body.as_ref().map(|b| b.nodes.as_slice()).unwrap_or_default();
+                nodes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, n)| match n {
+                        crate::core::fragment::Node::Cols(c) if c.columns.is_empty() => columns(&c.parent).map(|cols| (i, cols)),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        for (m, fills) in models.iter_mut().zip(expanded) {
+            let Some(body) = m.body.as_mut() else { continue };
+            for (i, cols) in fills {
+                if let crate::core::fragment::Node::Cols(c) = &mut body.nodes[i] {
+                    c.columns = cols;
+                }
+            }
+        }
+        if !crate::seed::hash_seed_files(&self.config.root, &mut models).is_empty()
+            || !crate::core::target::unconfigured(&models, self.config.lake.is_some(), self.config.ducklake.is_some()).is_empty()
+        {
+            return None;
+        }
+        let changed_models: BTreeSet<ModelName> = models.iter().filter(|m| project.dag.get(&m.name) != Some(*m)).map(|m| m.name.clone()).collect();
+        let seeds: Vec<(PathBuf, [u8; 32])> = models
+            .iter()
+            .filter_map(|m| match &m.kind {
+                crate::core::Kind::Seed(s) => {
+                    Some((crate::seed::resolve(&self.config.root, &s.path), *blake3::Hash::from_hex(&s.content_hash).ok()?.as_bytes()))
+                }
+                _ => None,
+            })
+            .collect();
+        let project = self.project.as_mut().ok()?;
+        if project.dag.try_replace(models).is_err() {
+            return None;
+        }
+        // The project cache's key, brought up to date the same way (it may keep an input the
+        // evaluated files no longer read: that only makes it stricter).
+        let base = self.loaded_key.take().or_else(|| self.stored_key.clone());
+        self.loaded_key = base.and_then(|k| k.patched(&self.config.root, &re.hashes, &re.probes, &seeds));
+        for p in re.hashes.keys() {
+            self.inputs.insert(self.config.root.join(p));
+        }
+        self.inputs.extend(seeds.into_iter().map(|(p, _)| p));
+        Some(Reload { config_changed: false, evaluated, changed_models, in_place: true })
     }
 
     fn absolute(&self, p: &Path) -> PathBuf {
@@ -263,36 +356,47 @@ impl Session {
     /// The project does not load; the state store or the planner fails.
     pub fn plan(&self, env: &str, now: Millis, options: &plan::Options) -> Result<Plan> {
         let project = self.loaded()?;
-        let state = open_state(project, false)?;
         let mut versions = self.versions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let catalog = self.engine_catalog(project);
-        plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_ref())
+        // The store's identity before it is opened: a store replaced after this (a new file at
+        // the path) is then found with another identity by the next plan, never the reverse.
+        let path = project.config.state_path();
+        versions.set_store_identity(match fs_err::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
+            _ => crate::engine::record::identity(&path).map(|id| format!("store {id}")),
+        });
+        let state = open_state(project, false)?;
+        let (catalog, catalog_id) = self.engine_catalog(project);
+        versions.set_catalog_identity(catalog_id);
+        plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_deref())
     }
 
     /// [`engine_catalog`], kept in memory between plans: reused while the DuckDB file's identity
     /// is exactly the one it was read at (the same proof as the record's, invariant 27).
-    fn engine_catalog(&self, project: &Project) -> Option<crate::engine::Catalog> {
+    /// Also returns the identity the catalog is exactly valid for (`None`: unknown).
+    #[allow(clippy::type_complexity)]
+    fn engine_catalog(&self, project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
         let path = project.config.engine_path();
         if !path.exists() {
-            return Some(crate::engine::Catalog::default());
+            return (Some(Default::default()), Some(format!("absent {}", path.display())));
         }
         let mut kept = self.catalog.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let (Some(now), Some((id, catalog))) = (crate::engine::record::identity(&path), kept.as_ref())
             && now == *id
         {
-            return Some(catalog.clone());
+            return (Some(catalog.clone()), Some(format!("{} {id}", path.display())));
         }
         use crate::engine::Engine;
         let record = crate::engine::record::path_for(&project.config.state_path());
         match crate::engine::record::read_through_identified(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
             Ok((catalog, id)) => {
-                *kept = id.map(|id| (id, catalog.clone()));
-                Some(catalog)
+                let catalog = std::sync::Arc::new(catalog);
+                *kept = id.clone().map(|id| (id, catalog.clone()));
+                (Some(catalog), id.map(|id| format!("{} {id}", path.display())))
             }
             Err(e) => {
                 *kept = None;
                 tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
-                None
+                (None, None)
             }
         }
     }
@@ -460,8 +564,80 @@ pub fn plan_checked_with(
     options: &plan::Options,
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
+    if versions.is_some() {
+        let catalog = engine_catalog(project);
+        return plan_checked_in(project, state, env, now, options, versions, catalog.as_ref());
+    }
+    let mut plan = plan::plan_with_memo(project, state, env, now, options, None)?;
+    // A no-op plan replayed from the memo, checked clean against this very engine file before:
+    // the same check with the same inputs (SPEC §4 invariant 38).
+    let engine = project.config.engine_path();
+    let token = match (plan.from_memo, plan.generation) {
+        (true, Some(generation)) => engine_file_identity(&engine).map(|id| (plan_check_token(project, env, generation, &id), id)),
+        _ => None,
+    };
+    let record = plan_check_path(project);
+    if let Some((t, _)) = &token
+        && fs_err::read_to_string(&record).is_ok_and(|s| s.trim_end() == t)
+    {
+        tracing::debug!("engine check skipped: {} says this replayed plan was checked clean against the engine file as it is", record.display());
+        return Ok(plan);
+    }
     let catalog = engine_catalog(project);
-    plan_checked_in(project, state, env, now, options, versions, catalog.as_ref())
+    if let Some(catalog) = &catalog {
+        plan::integrity::check(project, state, &mut plan, catalog)?;
+    }
+    let repairs = plan::integrity::describe(project, &plan);
+    if !repairs.is_empty() {
+        eprintln!(
+            "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
+            engine.display(),
+            repairs.join("\n  ")
+        );
+    } else if let (Some((t, id)), Some(_)) = (&token, &catalog)
+        && engine_file_identity(&engine).as_ref() == Some(id)
+        && let Err(e) = write_plan_check(&record, t)
+    {
+        tracing::debug!("cannot write {}: {e}", record.display());
+    }
+    Ok(plan)
+}
+
+/// `<state dir>/.efmesh/plan-check`: the token of the last replayed no-op plan found clean by
+/// the engine check ([`plan_check_token`]).
+fn plan_check_path(project: &Project) -> PathBuf {
+    crate::engine::record::path_for(&project.config.state_path()).with_file_name("plan-check")
+}
+
+/// The identity of the engine file as the engine-catalog record takes it, or a marker naming
+/// its absence; `None` when it cannot be read.
+fn engine_file_identity(engine: &Path) -> Option<String> {
+    match fs_err::symlink_metadata(engine) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
+        _ => crate::engine::record::identity(engine),
+    }
+}
+
+/// blake3 (hex) over efmesh's version, the plan memo's key of `project` for `env` at
+/// `generation` (which fixes every action of the replayed plan), the engine's path and the
+/// identity of its file (which fixes its catalog, invariant 27).
+fn plan_check_token(project: &Project, env: &str, generation: i64, engine_identity: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(format!("efmesh-plan-check 1 {}\n", env!("CARGO_PKG_VERSION")).as_bytes());
+    h.update(plan::memo::key(project, env, generation).as_bytes());
+    h.update(format!("\n{}\n{engine_identity}", project.config.engine_path().display()).as_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+/// Writes `token` to `path` (a temporary file renamed over it).
+fn write_plan_check(path: &Path, token: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    fs_err::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".plan-check.{}.tmp", std::process::id()));
+    fs_err::write(&tmp, format!("{token}\n"))?;
+    fs_err::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs_err::remove_file(&tmp);
+    })
 }
 
 /// [`plan_checked_with`] against `catalog` (as [`engine_catalog`] gives it).

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! scripts/cargo build --bin efmesh && scripts/cargo run --example bench -- --process [N ...]
-//!     [--runs K] [--edits E] [--events ROWS] [--seed S] [--keep DIR [--generate-only]]
+//!     [--runs K] [--edits E] [--events ROWS] [--seed S] [--keep DIR [--generate-only | --watch-only]]
 //! ```
 //! Default: N = 100 500 2000 10000, K = 5 runs per command, E = 5 watch edits. The `efmesh`
 //! binary is the one beside the example in the target directory (`EFMESH_BIN` overrides); the
@@ -48,10 +48,12 @@ struct Args {
     keep: Option<PathBuf>,
     /// Only write the projects (under `--keep DIR`), time nothing.
     generate_only: bool,
+    /// Only the watch re-plan, on the projects a previous `--keep DIR` run left applied.
+    watch_only: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), runs: 5, edits: 5, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, generate_only: false };
+    let mut a = Args { ns: Vec::new(), runs: 5, edits: 5, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, generate_only: false, watch_only: false };
     let mut it = std::env::args().skip(1).filter(|x| x != "--process");
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -62,6 +64,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--seed" => a.seed = val("--seed")?.parse()?,
             "--keep" => a.keep = Some(val("--keep")?.into()),
             "--generate-only" => a.generate_only = true,
+            "--watch-only" => a.watch_only = true,
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
         }
     }
@@ -311,8 +314,44 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
     let noop_cold_caches = runs(k, || remove(&cache), || Ok(run(bin, &dir, &["plan", "dev"])?.0))?;
     eprintln!("[n={n}] first no-op plan {}, no-op plan {}, with cold caches {}", first_noop.show(), noop.show(), noop_cold_caches.show());
 
-    // Watch: one session, one-line edits of one model file.
-    let edit = pick_edit(&dir)?;
+    let w = watch(&dir, args.edits)?;
+    let row = Row {
+        n,
+        files,
+        bytes,
+        start,
+        read,
+        check,
+        cold,
+        apply,
+        first_noop,
+        noop,
+        noop_cold_caches,
+        watch: w.total,
+        watch_reload: w.reload,
+        watch_plan: w.plan,
+        watch_model: w.model,
+        watch_changed: w.changed,
+        load: loadavg(),
+    };
+    eprintln!("[n={n}] watch re-plan {} (reload {}, plan {}); load average {}", row.watch.show(), row.watch_reload.show(), row.watch_plan.show(), row.load);
+    drop(tmp);
+    Ok(row)
+}
+
+/// The watch re-plan measurement of one project.
+struct Watch {
+    total: Stat,
+    reload: Stat,
+    plan: Stat,
+    model: String,
+    changed: usize,
+}
+
+/// Watch: one session on the applied project in `dir`, `edits` one-line edits of one model file,
+/// each timed from after the write to the returned plan; the file is restored at the end.
+fn watch(dir: &Path, edits: usize) -> anyhow::Result<Watch> {
+    let edit = pick_edit(dir)?;
     let now = efmesh::core::interval::now_millis();
     let options = plan::Options::default();
     let mut session = Session::open(&dir.join("efmesh.toml"))?;
@@ -320,7 +359,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
     anyhow::ensure!(!first.has_changes, "the session's first plan has changes");
     let (mut total, mut reloads, mut plans) = (Vec::new(), Vec::new(), Vec::new());
     let mut changed = 0;
-    for i in 0..args.edits {
+    for i in 0..edits {
         fs_err::write(&edit.file, edit.text(i))?;
         let t0 = Instant::now();
         let r = session.reload(std::slice::from_ref(&edit.file))?;
@@ -336,28 +375,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
         session.save_caches();
     }
     fs_err::write(&edit.file, &edit.original)?;
-    let row = Row {
-        n,
-        files,
-        bytes,
-        start,
-        read,
-        check,
-        cold,
-        apply,
-        first_noop,
-        noop,
-        noop_cold_caches,
-        watch: Stat::of(total),
-        watch_reload: Stat::of(reloads),
-        watch_plan: Stat::of(plans),
-        watch_model: edit.model,
-        watch_changed: changed,
-        load: loadavg(),
-    };
-    eprintln!("[n={n}] watch re-plan {} (reload {}, plan {}); load average {}", row.watch.show(), row.watch_reload.show(), row.watch_plan.show(), row.load);
-    drop(tmp);
-    Ok(row)
+    Ok(Watch { total: Stat::of(total), reload: Stat::of(reloads), plan: Stat::of(plans), model: edit.model, changed })
 }
 
 /// `bench --process`.
@@ -370,6 +388,22 @@ pub fn main() -> anyhow::Result<()> {
             remove(&d)?;
             let summary = super::generator::generate(&d, n, args.events, args.seed)?;
             eprintln!("[n={n}] generated {} models in {} files under {}", summary.models, summary.files, d.display());
+        }
+        return Ok(());
+    }
+    if args.watch_only {
+        let keep = args.keep.as_ref().ok_or_else(|| anyhow::anyhow!("--watch-only needs --keep DIR (of an earlier run)"))?;
+        for &n in &args.ns {
+            let w = watch(&keep.join(format!("p{n}")), args.edits)?;
+            println!(
+                "n={n}: watch re-plan {} (reload {}, plan {}); `{}`; {} models not unchanged; load average {}",
+                w.total.show(),
+                w.reload.show(),
+                w.plan.show(),
+                w.model,
+                w.changed,
+                loadavg()
+            );
         }
         return Ok(());
     }

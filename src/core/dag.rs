@@ -26,6 +26,9 @@ pub struct Dag {
     children: std::sync::OnceLock<BTreeMap<ModelName, BTreeSet<ModelName>>>,
     /// [`Dag::digest`], computed on first use (or restored with the models).
     digest: std::sync::OnceLock<[u8; 32]>,
+    /// [`Dag::model_digest`] of every model, in order, computed on first use (kept by
+    /// [`Dag::replace`] for the models it does not replace).
+    model_digests: std::sync::OnceLock<Vec<[u8; 32]>>,
 }
 
 impl Dag {
@@ -68,9 +71,15 @@ impl Dag {
             slots.push(Some(m));
         }
         let by_name: BTreeMap<&ModelName, &Model> = index.iter().map(|(n, &i)| (n, slots[i].as_ref().expect("kept"))).collect();
+        let lookup = |n: &ModelName| by_name.get(n).copied();
+        // Built only on the error path: a project with thousands of models stays linear.
+        let suggest = |wanted: &str| {
+            let names: Vec<String> = by_name.keys().map(|k| k.to_string()).collect();
+            did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
+        };
         for m in by_name.values() {
             errors.extend(validate_model(m));
-            errors.extend(validate_edges(m, &by_name));
+            errors.extend(validate_edges(m, &lookup, &suggest));
         }
         if !errors.is_empty() {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
@@ -104,7 +113,14 @@ impl Dag {
         drop(by_name);
         let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag { models, index, order, children: std::sync::OnceLock::from(children), digest: std::sync::OnceLock::new() })
+        Ok(Dag {
+            models,
+            index,
+            order,
+            children: std::sync::OnceLock::from(children),
+            digest: std::sync::OnceLock::new(),
+            model_digests: std::sync::OnceLock::new(),
+        })
     }
 
     /// A DAG of `models` already validated by [`Dag::build`] and in the order it gave them, with
@@ -117,21 +133,76 @@ impl Dag {
         if index.len() != models.len() {
             return None;
         }
-        Some(Dag { models, index, order, children: std::sync::OnceLock::new(), digest: std::sync::OnceLock::from(digest) })
+        Some(Dag {
+            models,
+            index,
+            order,
+            children: std::sync::OnceLock::new(),
+            digest: std::sync::OnceLock::from(digest),
+            model_digests: std::sync::OnceLock::new(),
+        })
     }
 
-    /// The blake3 digest of every model exactly as loaded, in order, each fed through its
-    /// derived `Hash` (which covers every field): equal digests, equal projects. Computed once
-    /// per DAG; the plan memo's key is built from it.
+    /// The digest of every model exactly as loaded, in order: blake3 over the model count and
+    /// each model's [`Dag::model_digest`] (its derived `Hash`, which covers every field): equal
+    /// digests, equal projects. Computed once per DAG; the plan memo's key is built from it.
     pub fn digest(&self) -> [u8; 32] {
-        *self.digest.get_or_init(|| {
-            use std::hash::Hash;
-            let mut bytes = HashBytes(Vec::with_capacity(self.models.len() * 512));
-            for m in &self.models {
-                m.hash(&mut bytes);
+        *self.digest.get_or_init(|| digest_of(self.model_digests()))
+    }
+
+    /// The blake3 digest of the model at position `i` (topological order) exactly as loaded:
+    /// equal digests, equal definitions. Computed once per DAG (for every model at once).
+    ///
+    /// # Panics
+    /// `i` is out of range.
+    pub fn model_digest(&self, i: usize) -> [u8; 32] {
+        self.model_digests()[i]
+    }
+
+    fn model_digests(&self) -> &[[u8; 32]] {
+        self.model_digests.get_or_init(|| self.models.iter().map(model_digest).collect())
+    }
+
+    /// Puts `replacements` in place of the models of the same names, in place, when that
+    /// provably leaves everything but those models as it is: every replacement names a model of
+    /// this DAG (once), reads the same parents, exposes the same relation columns (children
+    /// expanded `cols()` from them) and passes the per-model checks, and the refs and `cols()`
+    /// of the replacements and of their children check against their parents. Then the order,
+    /// the children and every other model stay, and so do the digests of the others: the DAG
+    /// equals [`Dag::build`] of the same models (`tests/it/dag_replace.rs` compares them).
+    ///
+    /// # Errors
+    /// The replacements, given back with the DAG untouched, when a replacement adds or drops an
+    /// edge, renames, changes its exposed columns or fails a check: the caller builds the DAG
+    /// in full (which also reports the errors).
+    pub fn try_replace(&mut self, replacements: Vec<Model>) -> Result<(), Vec<Model>> {
+        let mut at: BTreeMap<usize, usize> = BTreeMap::new();
+        for (k, m) in replacements.iter().enumerate() {
+            let Some(&i) = self.index.get(&m.name) else { return Err(replacements) };
+            let old = &self.models[i];
+            if at.insert(i, k).is_some() || old.parents() != m.parents() || old.relation_columns() != m.relation_columns() || !validate_model(m).is_empty() {
+                return Err(replacements);
             }
-            *blake3::hash(&bytes.0).as_bytes()
-        })
+        }
+        let by_name: BTreeMap<&ModelName, &Model> = replacements.iter().map(|m| (&m.name, m)).collect();
+        let lookup = |n: &ModelName| by_name.get(n).copied().or_else(|| self.get(n));
+        let mut checked: BTreeSet<&ModelName> = BTreeSet::new();
+        for m in &replacements {
+            checked.insert(&m.name);
+            checked.extend(self.children(&m.name));
+        }
+        if checked.iter().any(|n| !validate_edges(lookup(n).expect("a model of the DAG"), &lookup, &|_| None).is_empty()) {
+            return Err(replacements);
+        }
+        drop(by_name);
+        let mut digests = self.model_digests().to_vec();
+        for ((&i, _), m) in at.iter().zip(sorted_by_position(replacements, &at)) {
+            digests[i] = model_digest(&m);
+            self.models[i] = m;
+        }
+        self.digest = std::sync::OnceLock::from(digest_of(&digests));
+        self.model_digests = std::sync::OnceLock::from(digests);
+        Ok(())
     }
 
     /// Model names in topological order (parents first).
@@ -178,6 +249,30 @@ impl Dag {
         let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
         did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
     }
+}
+
+/// `replacements` ordered by the DAG position `at` maps to their index.
+fn sorted_by_position(replacements: Vec<Model>, at: &BTreeMap<usize, usize>) -> Vec<Model> {
+    let mut slots: Vec<Option<Model>> = replacements.into_iter().map(Some).collect();
+    at.values().map(|&k| slots[k].take().expect("one position per replacement")).collect()
+}
+
+/// The blake3 digest of one model exactly as loaded, fed through its derived `Hash`.
+pub fn model_digest(model: &Model) -> [u8; 32] {
+    use std::hash::Hash;
+    let mut bytes = HashBytes(Vec::with_capacity(1024));
+    model.hash(&mut bytes);
+    *blake3::hash(&bytes.0).as_bytes()
+}
+
+/// [`Dag::digest`] of models whose [`model_digest`]s are `digests`, in order.
+fn digest_of(digests: &[[u8; 32]]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(&(digests.len() as u64).to_le_bytes());
+    for d in digests {
+        h.update(d);
+    }
+    *h.finalize().as_bytes()
 }
 
 /// A [`std::hash::Hasher`] that keeps every byte it is fed, so a derived `Hash` can be digested
@@ -295,24 +390,24 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
     errors
 }
 
-fn validate_edges(m: &Model, all: &BTreeMap<&ModelName, &Model>) -> Vec<LoadError> {
+/// The checks of `m`'s refs and `cols()` against the models `all` finds by name.
+/// `suggest` gives the "did you mean" of an unknown name (called on the error path only).
+fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, suggest: &dyn Fn(&str) -> Option<String>) -> Vec<LoadError> {
     let mut errors = Vec::new();
     let Some(body) = &m.body else { return errors };
     for r in body.refs() {
         if r.target == m.name {
             errors.push(LoadError::new(Some(r.location.clone()), Some(m.name.clone()), "a model cannot reference itself"));
-        } else if !all.contains_key(&r.target) {
+        } else if all(&r.target).is_none() {
             let mut e = LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("unknown ref `{}`", r.target));
-            // Built only on the error path: a project with thousands of models stays linear.
-            let names: Vec<String> = all.keys().map(|k| k.to_string()).collect();
-            if let Some(s) = did_you_mean(&r.target.to_string(), names.iter().map(String::as_str)) {
+            if let Some(s) = suggest(&r.target.to_string()) {
                 e = e.with_hint(format!("did you mean `{s}`?"));
             }
             errors.push(e);
         }
     }
     for c in body.cols() {
-        let Some(parent) = all.get(&c.parent) else {
+        let Some(parent) = all(&c.parent) else {
             errors.push(LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names unknown model `{}`", c.parent)));
             continue;
         };

@@ -326,13 +326,37 @@ fn local_lake_files(project: &Project, physical: &str) -> Option<BTreeSet<String
 /// # Errors
 /// [`PlanError::State`] when the snapshots sharing a lost table cannot be read.
 pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog: &Catalog) -> Result<(), PlanError> {
+    check_skipping(project, state, plan, catalog, &|_| false).map(|_| ())
+}
+
+/// [`check`], taking the actions of the models `skip` says as needing nothing (the caller
+/// proves they were found so with the same inputs: `VersionMemo`'s repair memo); returns the
+/// models found needing a repair.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_skipping(
+    project: &Project,
+    state: &dyn StateStore,
+    plan: &mut Plan,
+    catalog: &Catalog,
+    skip: &dyn Fn(&crate::core::ModelName) -> bool,
+) -> Result<std::collections::HashSet<crate::core::ModelName>, PlanError> {
     let root = Root::of(project);
     let mut index = None;
+    let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
-        let physicals = physicals(plan);
-        let lookup = Lookup::of(catalog);
-        plan.actions.iter().map(|a| needed_at(project, &plan.env, a, &physicals, &lookup, &root)).collect()
+        let any = checked.iter().any(|c| *c);
+        let physicals = if any { physicals(plan) } else { BTreeMap::new() };
+        let lookup = if any { Lookup::of(catalog) } else { Lookup { relations: std::collections::HashMap::new() } };
+        plan.actions
+            .iter()
+            .zip(&checked)
+            .map(|(a, checked)| if *checked { needed_at(project, &plan.env, a, &physicals, &lookup, &root) } else { Repair::default() })
+            .collect()
     };
+    let unclean: std::collections::HashSet<crate::core::ModelName> =
+        plan.actions.iter().zip(&found).filter(|(a, r)| a.change != Change::Removed && !r.is_empty()).map(|(a, _)| a.name.clone()).collect();
     for (action, mut repair) in plan.actions.iter_mut().zip(found) {
         if repair.is_empty() {
             continue;
@@ -384,7 +408,7 @@ pub fn check(project: &Project, state: &dyn StateStore, plan: &mut Plan, catalog
         action.repair = Some(repair);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
-    Ok(())
+    Ok(unclean)
 }
 
 /// Fingerprints of every snapshot by (model name, physical relation it records), read once per

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
 /// is never replayed.
-pub const MEMO_VERSION: u32 = 4;
+pub const MEMO_VERSION: u32 = 5;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,15 +57,6 @@ pub fn key(project: &Project, env: &str, generation: i64) -> String {
     );
     h.update(&project.dag.digest());
     h.finalize().to_hex().to_string()
-}
-
-/// The blake3 digest of one model exactly as loaded, fed through its derived `Hash` (as [`key`]
-/// does for the whole project): equal digests, equal definitions.
-pub fn definition_digest(model: &crate::core::Model) -> blake3::Hash {
-    use std::hash::Hash;
-    let mut bytes = crate::core::dag::HashBytes(Vec::with_capacity(512));
-    model.hash(&mut bytes);
-    blake3::hash(&bytes.0)
 }
 
 /// Set to `1` to make every memo hit also compute the plan in full and panic when the two

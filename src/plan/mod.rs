@@ -563,15 +563,81 @@ fn digests(
 /// fingerprints are unchanged too keeps its fingerprint. Everything else is computed as
 /// [`versions`] does. With `EFMESH_VERIFY_PLAN_MEMO=1` every result is compared with
 /// [`versions`] computed in full, and a difference panics.
+///
+/// It also keeps the last plan's actions ([`ActionMemo`]) for [`compute`] to reuse.
 #[derive(Debug, Clone, Default)]
 pub struct VersionMemo {
     entries: HashMap<ModelName, VersionEntry>,
+    /// What `entries` give, as one [`Versions`] (kept in step with `entries`).
+    last: Versions,
     recomputed: usize,
+    actions: ActionMemo,
+    repairs: RepairMemo,
+}
+
+/// The models whose integrity check ([`integrity::check`]) found something to repair in the last
+/// plan computed with a [`VersionMemo`] (every other model of that plan was found clean), under
+/// the key this holds for: the identity of the engine
+/// catalog checked against ([`VersionMemo::set_catalog_identity`]), the environment and the
+/// project root. A model whose action the next plan reused from that plan, with every ancestor's
+/// (see [`ActionMemo`]), checked against a catalog of the same identity, would be checked with
+/// exactly the same inputs (its action, its parents' physical relations, the catalog): it is not
+/// checked again.
+#[derive(Debug, Clone, Default)]
+struct RepairMemo {
+    /// The catalog identity for the next check (`None`: unknown, nothing is kept).
+    catalog: Option<String>,
+    key: Option<(String, String, String)>,
+    /// The models that plan's check found something to repair for.
+    unclean: std::collections::HashSet<ModelName>,
+}
+
+/// The actions of the last plan computed with a [`VersionMemo`], with the state reads they came
+/// from and the key that proves those reads current: the environment, the identity of the
+/// state store's file as the caller took it before opening the store
+/// ([`VersionMemo::set_store_identity`]), the store's generation and the id of the
+/// environment's last promotion ([`StateStore::plan_state`], read before anything else). When
+/// the next plan of the same environment, with no operator options, reads the same key, the
+/// pointers, the metadata served and the snapshot index are taken from memory, and every model
+/// whose definition, fingerprint and ancestors are unchanged keeps its action (its missing
+/// intervals recomputed at the new `now` from the done intervals read then); the changed models
+/// and their descendants are computed as always. With `EFMESH_VERIFY_PLAN_MEMO=1` a plan that
+/// reused anything is compared with the plan computed from scratch, and a difference panics.
+#[derive(Debug, Clone, Default)]
+struct ActionMemo {
+    /// The store identity for the next plan (`None`: unknown, nothing is kept).
+    store: Option<String>,
+    key: Option<(String, String, i64, i64)>,
+    reads: Option<std::sync::Arc<Reads>>,
+    entries: HashMap<ModelName, ActionEntry>,
+    reused: usize,
+    /// The models the last plan computed (not reused), when it reused from the plan before it
+    /// under the same key; `None` when everything was computed.
+    dirty: Option<std::collections::HashSet<ModelName>>,
+}
+
+/// What a plan reads of the state store for every model.
+#[derive(Debug, Default)]
+struct Reads {
+    pointers: BTreeMap<String, String>,
+    served_metadata: BTreeMap<String, String>,
+    snapshots: crate::state::SnapshotIndex,
+}
+
+#[derive(Debug, Clone)]
+struct ActionEntry {
+    definition: [u8; 32],
+    action: Action,
+    same_data: bool,
+    category: Change,
+    served: Option<String>,
+    /// Time-range models: the done intervals the action's missing ones came from.
+    done: Option<BTreeSet<Millis>>,
 }
 
 #[derive(Debug, Clone)]
 struct VersionEntry {
-    definition: blake3::Hash,
+    definition: [u8; 32],
     parents: Vec<Fingerprint>,
     fingerprint: Fingerprint,
     canon: Option<(CanonSource, String)>,
@@ -589,6 +655,25 @@ impl VersionMemo {
         self.recomputed
     }
 
+    /// Names the state store the next plan will read: the identity of its file taken before the
+    /// store was opened (e.g. `crate::engine::record::identity`), `Some("absent")` style markers
+    /// for no file, or `None` when it cannot be told (then no action is reused).
+    pub fn set_store_identity(&mut self, identity: Option<String>) {
+        self.actions.store = identity;
+    }
+
+    /// How many actions the last plan computed with this memo took from the plan before.
+    pub fn actions_reused(&self) -> usize {
+        self.actions.reused
+    }
+
+    /// Names the engine catalog the next plan is checked against: an identity that changes
+    /// whenever the catalog may have (`crate::engine::record::identity`), or `None` when it
+    /// cannot be told (then every action is checked).
+    pub fn set_catalog_identity(&mut self, identity: Option<String>) {
+        self.repairs.catalog = identity;
+    }
+
     /// Every model's version, reusing what the memo knows (see [`VersionMemo`]), and the memo
     /// brought up to date (models no longer in the project forgotten). The models fingerprinted
     /// are counted in [`VersionMemo::recomputed`].
@@ -596,15 +681,21 @@ impl VersionMemo {
     /// # Errors
     /// As [`versions`]; the memo is then left as it was.
     pub fn versions(&mut self, project: &Project, state: &dyn StateStore) -> Result<Versions, PlanError> {
+        self.update(project, state)?;
+        Ok(self.last.clone())
+    }
+
+    /// [`VersionMemo::versions`] kept in `self.last`, updated in place: only the models whose
+    /// definition changed, or one of whose parents' fingerprint did, are looked at.
+    fn update(&mut self, project: &Project, state: &dyn StateStore) -> Result<(), PlanError> {
         let models: Vec<&Model> = project.dag.models().collect();
-        let definitions: Vec<blake3::Hash> = models.iter().map(|m| memo::definition_digest(m)).collect();
-        let known: Vec<Option<&VersionEntry>> =
-            models.iter().zip(&definitions).map(|(m, d)| self.entries.get(&m.name).filter(|e| e.definition == *d)).collect();
+        let definitions: Vec<[u8; 32]> = (0..models.len()).map(|i| project.dag.model_digest(i)).collect();
+        let known: Vec<bool> = models.iter().zip(&definitions).map(|(m, d)| self.entries.get(&m.name).is_some_and(|e| e.definition == *d)).collect();
         let keyed: Vec<Option<(String, String)>> = models
             .iter()
             .zip(&known)
             .map(|(m, k)| {
-                if k.is_some() {
+                if *k {
                     return None;
                 }
                 m.body.as_ref().map(|b| {
@@ -616,38 +707,63 @@ impl VersionMemo {
         let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
         let cache = if keys.is_empty() { HashMap::new() } else { state.canon_cache_get(&keys)? };
         let (canon, misses) = digests(&models, &keyed, &cache)?;
-        let mut out = Versions::default();
-        let mut entries = HashMap::with_capacity(models.len());
+        // Nothing fails below: the memo changes only from here on.
+        let mut changed: std::collections::HashSet<&ModelName> = std::collections::HashSet::new();
         let mut recomputed = 0;
+        let mut renamed = false;
         for (i, model) in models.iter().enumerate() {
-            let parents: Vec<(ModelName, Fingerprint)> = model.parents().into_iter().map(|p| (p.clone(), out.fingerprints[&p].clone())).collect();
+            let parents_changed = model.body.iter().flat_map(|b| b.refs()).any(|r| changed.contains(&r.target));
+            if known[i] && !parents_changed {
+                continue;
+            }
+            renamed |= !self.entries.contains_key(&model.name);
+            let parents: Vec<(ModelName, Fingerprint)> = model.parents().into_iter().map(|p| (p.clone(), self.last.fingerprints[&p].clone())).collect();
             let parent_fps: Vec<Fingerprint> = parents.iter().map(|(_, f)| f.clone()).collect();
-            let (canon, miss) = match known[i] {
+            let old = self.entries.get(&model.name).filter(|_| known[i]);
+            let (canon, miss) = match old {
                 Some(e) => (e.canon.clone(), e.miss.clone()),
                 None => (canon[i].clone(), misses[i].clone()),
             };
-            let fp = match known[i] {
+            let fp = match old {
                 Some(e) if e.parents == parent_fps => e.fingerprint.clone(),
                 _ => {
                     recomputed += 1;
                     fingerprint_with_digest(model, canon.as_ref().map(|(_, d)| d.as_str()), &parents.into_iter().collect())
                 }
             };
-            entries.insert(
-                model.name.clone(),
-                VersionEntry { definition: definitions[i], parents: parent_fps, fingerprint: fp.clone(), canon: canon.clone(), miss: miss.clone() },
-            );
-            out.record(model, fp, canon, miss);
+            if self.last.fingerprints.get(&model.name) != Some(&fp) {
+                changed.insert(&model.name);
+            }
+            match &canon {
+                Some((source, digest)) => {
+                    self.last.sources.insert(model.name.clone(), *source);
+                    self.last.digests.insert(model.name.clone(), digest.clone());
+                }
+                None => {
+                    self.last.sources.remove(&model.name);
+                    self.last.digests.remove(&model.name);
+                }
+            }
+            self.last.fingerprints.insert(model.name.clone(), fp.clone());
+            self.entries.insert(model.name.clone(), VersionEntry { definition: definitions[i], parents: parent_fps, fingerprint: fp, canon, miss });
         }
+        // Models no longer in the project are forgotten.
+        if renamed || self.entries.len() != models.len() {
+            let names: std::collections::HashSet<&ModelName> = models.iter().map(|m| &m.name).collect();
+            self.entries.retain(|n, _| names.contains(n));
+            self.last.fingerprints.retain(|n, _| names.contains(n));
+            self.last.sources.retain(|n, _| names.contains(n));
+            self.last.digests.retain(|n, _| names.contains(n));
+        }
+        self.last.misses = models.iter().filter_map(|m| self.entries.get(&m.name).and_then(|e| e.miss.clone())).collect();
+        self.recomputed = recomputed;
         if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
             let full = versions(project, &state.canon_cache_get(&rendered_bodies(project).into_iter().flatten().map(|(k, _)| k).collect::<Vec<_>>())?)?;
-            assert_eq!(out.fingerprints, full.fingerprints, "memoised fingerprints differ from fingerprints computed in full");
-            assert_eq!(out.digests, full.digests, "memoised canonical digests differ from those computed in full");
-            assert_eq!(out.sources, full.sources, "memoised canonical sources differ from those computed in full");
+            assert_eq!(self.last.fingerprints, full.fingerprints, "memoised fingerprints differ from fingerprints computed in full");
+            assert_eq!(self.last.digests, full.digests, "memoised canonical digests differ from those computed in full");
+            assert_eq!(self.last.sources, full.sources, "memoised canonical sources differ from those computed in full");
         }
-        self.entries = entries;
-        self.recomputed = recomputed;
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -805,7 +921,7 @@ pub fn plan_with_memo(
     env: &str,
     now: Millis,
     options: &Options,
-    mut versions: Option<&mut VersionMemo>,
+    versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
     validate_env(env)?;
     check_legacy_views(project, state, env)?;
@@ -827,11 +943,10 @@ pub fn plan_with_memo(
             return Err(PlanError::Operator(format!("`--reset-history {n}`: only `scd_type2` models have a history to reset")));
         }
     }
-    if let Some(v) = versions.as_deref_mut().filter(|v| v.is_empty()) {
-        v.versions(project, state)?;
-    }
-    // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]).
-    let replayed = if options.is_default() { memo::lookup(project, state, env, now)? } else { None };
+    // The no-op plan the last apply recorded at this very state: replay it (see [`memo`]). Not
+    // with a memo of versions (a session): its plans keep their actions for the next one
+    // ([`ActionMemo`]), which a replay does not give.
+    let replayed = if options.is_default() && versions.is_none() { memo::lookup(project, state, env, now)? } else { None };
     let mut plan = match replayed {
         Some(plan) => {
             if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
@@ -893,9 +1008,28 @@ pub fn plan_verified_with(
     catalog: Option<&crate::engine::Catalog>,
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
-    let mut plan = plan_with_memo(project, state, env, now, options, versions)?;
-    if let Some(catalog) = catalog {
-        integrity::check(project, state, &mut plan, catalog)?;
+    let mut versions = versions;
+    let mut plan = plan_with_memo(project, state, env, now, options, versions.as_deref_mut())?;
+    match (catalog, versions) {
+        (Some(catalog), Some(m)) => {
+            let key = m.repairs.catalog.clone().map(|c| (c, env.to_string(), project.config.root.to_string_lossy().into_owned()));
+            // Models whose check is known empty: reused with every ancestor from the plan the
+            // repair memo was recorded for (a model not recomputed was in it), found clean
+            // there, against the same catalog.
+            let valid = key.is_some() && key == m.repairs.key;
+            m.repairs.key = None;
+            let unclean = std::mem::take(&mut m.repairs.unclean);
+            let dirty = m.actions.dirty.as_ref().filter(|_| valid);
+            let skip = |n: &ModelName| dirty.is_some_and(|d| !d.contains(n) && !unclean.contains(n));
+            let found = integrity::check_skipping(project, state, &mut plan, catalog, &skip)?;
+            if key.is_some() {
+                m.repairs.key = key;
+                m.repairs.unclean = found;
+            }
+        }
+        (Some(catalog), None) => integrity::check(project, state, &mut plan, catalog)?,
+        (None, Some(m)) => m.repairs.key = None,
+        (None, None) => {}
     }
     Ok(plan)
 }
@@ -919,31 +1053,86 @@ fn compute_with(
 ) -> Result<Plan, PlanError> {
     validate_env(env)?;
     // Read first: a write landing while we read makes the plan stale, never wrongly fresh.
-    let generation = state.generation()?;
-    let versions = match memo {
-        Some(m) => m.versions(project, state)?,
+    // With a memo and no operator options, the key of the reads kept in memory ([`ActionMemo`]).
+    let store = memo.as_deref().filter(|_| options.is_default()).and_then(|m| m.actions.store.clone());
+    let (generation, key) = match store {
+        Some(store) => match state.plan_state(env)? {
+            Some((g, p)) => (g, Some((env.to_string(), store, g, p))),
+            None => (state.generation()?, None),
+        },
+        None => (state.generation()?, None),
+    };
+    let owned: Versions;
+    let (versions, mut kept) = match memo {
+        Some(m) => {
+            m.update(project, state)?;
+            (&m.last, Some(&mut m.actions))
+        }
         None => {
             let keyed = rendered_bodies(project);
             let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
             let cache = state.canon_cache_get(&keys)?;
-            versions_keyed(project, &keyed, &cache)?
+            owned = versions_keyed(project, &keyed, &cache)?;
+            (&owned, None)
         }
     };
-    let pointers = state.env_pointers(env)?;
-    // The metadata this environment serves: its own, written by its last promotion (another
-    // environment's apply never changes it).
-    let served_metadata = state.env_metadata(env)?;
-    let snapshots = state.snapshot_index()?;
+    // What the last plan left, when its key is this one; forgotten either way until this plan
+    // completes (an error below leaves nothing half-kept).
+    let (reads, mut previous) = match kept.as_deref_mut() {
+        Some(k) if key.is_some() && k.key == key => {
+            k.key = None;
+            k.dirty = None;
+            (k.reads.take(), std::mem::take(&mut k.entries))
+        }
+        Some(k) => {
+            *k = ActionMemo { store: k.store.take(), ..ActionMemo::default() };
+            (None, HashMap::new())
+        }
+        None => (None, HashMap::new()),
+    };
+    let reads = match reads {
+        Some(r) => r,
+        // The metadata this environment serves: its own, written by its last promotion (another
+        // environment's apply never changes it).
+        None => {
+            std::sync::Arc::new(Reads { pointers: state.env_pointers(env)?, served_metadata: state.env_metadata(env)?, snapshots: state.snapshot_index()? })
+        }
+    };
+    let (pointers, served_metadata, snapshots) = (&reads.pointers, &reads.served_metadata, &reads.snapshots);
+    let recording = kept.is_some() && key.is_some();
+    let mut entries: HashMap<ModelName, ActionEntry> = HashMap::with_capacity(if recording { project.dag.len() } else { 0 });
+    // Models computed by this plan (changed, or below one that is): their children are too.
+    let mut dirty: std::collections::HashSet<ModelName> = std::collections::HashSet::new();
+    let mut reused_count = 0;
 
     let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
     // Whether each model's data for its existing columns is what the environment served before.
-    let mut same_data: BTreeMap<ModelName, bool> = BTreeMap::new();
-    let mut categories: BTreeMap<ModelName, Change> = BTreeMap::new();
+    let mut same_data: HashMap<ModelName, bool> = HashMap::with_capacity(project.dag.len());
+    let mut categories: HashMap<ModelName, Change> = HashMap::with_capacity(project.dag.len());
     // The physical relation each model's action serves, as decided so far (parents first).
-    let mut served: BTreeMap<ModelName, Option<String>> = BTreeMap::new();
-    for model in project.dag.models() {
-        let name_s = model.name.to_string();
+    let mut served: HashMap<ModelName, Option<String>> = HashMap::with_capacity(project.dag.len());
+    for (index, model) in project.dag.models().enumerate() {
         let fp = versions.fingerprints[&model.name].clone();
+        let definition = if recording { project.dag.model_digest(index) } else { [0; 32] };
+        if let Some(e) = previous.remove(&model.name).filter(|e| {
+            e.definition == definition && e.action.fingerprint == fp && !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target))
+        }) {
+            let mut action = e.action.clone();
+            if let (Some(t), Some(done)) = (model.kind.time_range(), &e.done) {
+                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), done, t.lookback);
+                action.backfill = interval::merge(&missing);
+                action.intervals = missing.len();
+            }
+            same_data.insert(model.name.clone(), e.same_data);
+            categories.insert(model.name.clone(), e.category);
+            served.insert(model.name.clone(), e.served.clone());
+            actions.push(action);
+            entries.insert(model.name.clone(), e);
+            reused_count += 1;
+            continue;
+        }
+        dirty.insert(model.name.clone());
+        let name_s = model.name.to_string();
         let meta_text = metadata_text(model);
         let previous = pointers.get(&name_s).map(|p| Fingerprint::from(p.clone()));
         let external = matches!(model.kind, Kind::External(_));
@@ -1001,7 +1190,7 @@ fn compute_with(
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
-                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, &pointers, &snapshots) => {
+                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, pointers, snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
@@ -1154,6 +1343,7 @@ fn compute_with(
         let register = new_version && matches!(model.kind, Kind::Embedded);
         let build = new_version && !register;
         let reused_any = reused.is_some();
+        let mut kept_done = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let wanted = interval::wanted(t.start, t.end, t.grain, now);
@@ -1163,6 +1353,7 @@ fn compute_with(
                     done.extend(state.done_intervals(&name_s, from.as_str())?);
                 }
                 let missing = interval::missing(&wanted, &done, t.lookback);
+                kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
             }
             None => (Vec::new(), 0),
@@ -1198,8 +1389,20 @@ fn compute_with(
             repair: None,
             rebuild: false,
         });
+        if recording {
+            let action = actions.last().expect("pushed above").clone();
+            let entry = ActionEntry {
+                definition,
+                action,
+                same_data: same_data[&model.name],
+                category: categories[&model.name],
+                served: served[&model.name].clone(),
+                done: kept_done,
+            };
+            entries.insert(model.name.clone(), entry);
+        }
     }
-    for (name, fp) in &pointers {
+    for (name, fp) in pointers.iter() {
         let Ok(model_name) = ModelName::parse(name) else { continue };
         if project.dag.get(&model_name).is_none() {
             actions.push(Action {
@@ -1226,8 +1429,34 @@ fn compute_with(
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    let plan = Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses, from_memo: false, generation: Some(generation) };
+    let plan =
+        Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses.clone(), from_memo: false, generation: Some(generation) };
+    if let Some(k) = kept {
+        k.reused = reused_count;
+        if recording {
+            k.key = key;
+            k.reads = Some(reads);
+            k.entries = entries;
+            k.dirty = (reused_count > 0).then_some(dirty);
+        }
+    }
+    if reused_count > 0 && std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+        verify_reused(&plan, &compute(project, state, env, now, options)?);
+    }
     Ok(plan)
+}
+
+/// Panics when a plan that reused actions of the plan before differs from the plan computed
+/// from scratch (see [`ActionMemo`]).
+fn verify_reused(reused: &Plan, computed: &Plan) {
+    let a = serde_json::to_value(reused).expect("plan serialises");
+    let b = serde_json::to_value(computed).expect("plan serialises");
+    assert_eq!(a, b, "the plan of `{}` reusing the previous plan's actions disagrees with the full plan", reused.env);
+    assert_eq!(reused.generation, computed.generation, "generations differ");
+    for (x, y) in reused.actions.iter().zip(&computed.actions) {
+        assert_eq!(x.metadata, y.metadata, "metadata of `{}` differs", x.name);
+        assert_eq!(x.new_columns, y.new_columns, "new columns of `{}` differ", x.name);
+    }
 }
 
 /// True when every physical name `model`'s SQL embeds is the one its previous version embedded:
@@ -1237,8 +1466,8 @@ fn compute_with(
 fn embedded_names_kept(
     project: &Project,
     model: &Model,
-    categories: &BTreeMap<ModelName, Change>,
-    served: &BTreeMap<ModelName, Option<String>>,
+    categories: &HashMap<ModelName, Change>,
+    served: &HashMap<ModelName, Option<String>>,
     pointers: &BTreeMap<String, String>,
     snapshots: &crate::state::SnapshotIndex,
 ) -> bool {

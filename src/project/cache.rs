@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The version of the project cache's layout and key recipe: bump it whenever either changes.
-pub const CACHE_VERSION: u32 = 1;
+pub const CACHE_VERSION: u32 = 2;
 /// First bytes of a project cache file.
 const MAGIC: &str = "efmesh-project-cache";
 
@@ -104,6 +104,50 @@ pub fn key_of(config: &Config, project: &Project, report: &LoadReport) -> Option
         return None;
     }
     Some(Key { config: config_digest(config), audits: report.files.audits.clone(), models: report.files.models.clone(), inputs })
+}
+
+impl Key {
+    /// This key after the files in `hashes` (relative; the evaluated files and what they
+    /// reached) were read with those contents, `probes` (relative) were found absent and the
+    /// seed files `seeds` (absolute or relative) hashed, the rest of the load unchanged
+    /// (`crate::session::Session`'s reload in place). Inputs the new reads no longer need stay
+    /// with their recorded hashes, which only makes the key stricter. `None` when one path would
+    /// be both present and absent, or read with two contents.
+    pub fn patched(
+        &self,
+        root: &Path,
+        hashes: &std::collections::BTreeMap<PathBuf, [u8; 32]>,
+        probes: &BTreeSet<PathBuf>,
+        seeds: &[(PathBuf, [u8; 32])],
+    ) -> Option<Key> {
+        let mut inputs: std::collections::BTreeMap<PathBuf, Option<[u8; 32]>> = self.inputs.iter().cloned().collect();
+        let mut set = |p: PathBuf, h: Option<[u8; 32]>, replace: bool| -> Option<()> {
+            match inputs.get(&p) {
+                Some(old) if *old != h && !replace => None,
+                _ => {
+                    inputs.insert(p, h);
+                    Some(())
+                }
+            }
+        };
+        for (p, h) in hashes {
+            set(p.clone(), Some(*h), true)?;
+        }
+        for (p, h) in seeds {
+            let rel = p.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| p.clone());
+            if hashes.get(&rel).is_some_and(|x| x != h) {
+                return None;
+            }
+            set(rel, Some(*h), true)?;
+        }
+        for p in probes {
+            if hashes.contains_key(p) {
+                return None;
+            }
+            set(p.clone(), None, false)?;
+        }
+        Some(Key { config: self.config, audits: self.audits.clone(), models: self.models.clone(), inputs: inputs.into_iter().collect() })
+    }
 }
 
 /// Writes `project` under `key` (a temporary file renamed over the old one). A failure is a

@@ -18,6 +18,9 @@
 //! every input of that evaluation (see [`LoadCache`]); [`load_project`] evaluates only the files
 //! whose key changed. Seeds are hashed from their content on every load, never cached.
 
+mod incremental;
+pub use incremental::{Reevaluated, reevaluate};
+
 use super::sandbox::{FileOutcome, idle_errors};
 use super::test_spec::TestSpec;
 use crate::config::Config;

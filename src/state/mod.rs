@@ -111,6 +111,18 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn generation(&self) -> Result<i64, StateError>;
 
+    /// [`StateStore::generation`] and the id of `env`'s last promotion (0 before the first;
+    /// ids only grow), read together: equal pairs mean nothing a plan of `env` reads was written
+    /// in between (promotions of `env` do not bump the generation, but every one gets a new id).
+    /// `None` when the store cannot say, and then nothing read earlier may be reused.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
+        let _ = env;
+        Ok(None)
+    }
+
     /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
     ///
     /// # Errors

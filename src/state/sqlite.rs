@@ -750,6 +750,25 @@ impl StateStore for SqliteStore {
         self.run(|| "read the store's generation".to_string(), || Ok(self.conn.prepare_cached("SELECT generation FROM meta")?.query_row([], |r| r.get(0))?))
     }
 
+    /// The generation and the id of `env`'s last row in the apply journal, which every
+    /// promotion of `env` writes in the transaction that moves its pointers (`AUTOINCREMENT`:
+    /// ids are never reused), in one statement.
+    ///
+    /// # Errors
+    /// [`StateError::Backend`] if the read fails.
+    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
+        self.run(
+            || format!("read the store's generation and the last promotion of `{env}`"),
+            || {
+                Ok(Some(
+                    self.conn
+                        .prepare_cached("SELECT generation, (SELECT coalesce(max(id), 0) FROM plans WHERE env = ?1) FROM meta")?
+                        .query_row([env], |r| Ok((r.get(0)?, r.get(1)?)))?,
+                ))
+            },
+        )
+    }
+
     /// The plan memo of `env`: `(key, body)` as [`StateStore::plan_memo_put`] stored it.
     ///
     /// # Errors

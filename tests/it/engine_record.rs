@@ -9,6 +9,7 @@ use std::path::Path;
 
 const FROM_RECORD: &str = "taken from";
 const QUERIED: &str = "queried and recorded";
+const SKIPPED: &str = "engine check skipped";
 
 /// `plan dev --json` at debug level: the plan and what stderr says about the catalog.
 fn plan_debug(p: &Project) -> (Value, String) {
@@ -49,12 +50,39 @@ fn recorded_project() -> (Project, String) {
 #[test]
 fn an_unchanged_engine_file_is_planned_from_the_record_and_a_missing_record_is_queried_again() {
     let (p, _) = recorded_project();
+    // Without the record of the last clean check either (see the next test).
     p.remove(".efmesh/engine-catalog");
+    p.remove(".efmesh/plan-check");
     let (plan, stderr) = plan_debug(&p);
     assert_eq!(plan["hasChanges"], false, "{plan:#}");
     assert!(stderr.contains(QUERIED) && !stderr.contains(FROM_RECORD), "{stderr}");
+    p.remove(".efmesh/plan-check");
     let (_, stderr) = plan_debug(&p);
     assert!(stderr.contains(FROM_RECORD), "{stderr}");
+}
+
+/// A replayed no-op plan found clean against the engine file is not checked again while the
+/// file keeps its identity (`.efmesh/plan-check`, SPEC §4 invariant 38); a table dropped in
+/// place, the file's modification time put back, is found missing all the same.
+#[test]
+fn a_clean_replayed_plan_is_not_checked_again_until_the_engine_file_changes() {
+    let (p, physical) = recorded_project();
+    assert!(p.root().join(".efmesh/plan-check").exists(), "the clean check is recorded");
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(SKIPPED) && !stderr.contains(FROM_RECORD) && !stderr.contains(QUERIED), "{stderr}");
+    let engine = p.engine_path();
+    let mtime = fs_err::metadata(&engine).expect("stat").modified().expect("mtime");
+    drop_table(&engine, &physical);
+    set_mtime(&engine, mtime);
+    let (plan, stderr) = plan_debug(&p);
+    assert!(!stderr.contains(SKIPPED), "the file changed: {stderr}");
+    assert_eq!(action(&plan, "s.a")["repair"]["physicalMissing"], true, "{plan:#}");
+    // A token that is not this plan's is never trusted.
+    p.apply("dev");
+    p.write(".efmesh/plan-check", "0000\n");
+    let (_, stderr) = plan_debug(&p);
+    assert!(!stderr.contains(SKIPPED), "{stderr}");
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod externals;
 mod fingerprint;
 mod honesty;
 mod incremental_plan;
+mod incremental_reload;
 mod init;
 mod kinds_scd2;
 mod kinds_upsert;
