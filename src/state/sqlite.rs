@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, RestateTarget, STATE_VERSION, SnapshotRecord,
-    StateError, StateStore, Tick,
+    Claim, Condemned, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion,
+    RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -1037,6 +1037,25 @@ impl StateStore for SqliteStore {
                         }
                     }
                     let at = to_iso(now);
+                    // Every version this promotion stops serving is released now: the janitor's
+                    // TTL counts from here (SPEC §4, the janitor's claim protocol).
+                    {
+                        let mut old = tx.prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?;
+                        let replaced: Vec<(String, String)> = old
+                            .query_map([env], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                            .collect::<Result<Vec<_>, _>>()?
+                            .into_iter()
+                            .filter(|(name, fp)| pointers.get(name) != Some(fp))
+                            .collect();
+                        let mut release = tx.prepare_cached(
+                            "INSERT INTO released (name, fingerprint, released_at) VALUES (?1, ?2, ?3) \
+                             ON CONFLICT (name, fingerprint) DO UPDATE SET released_at = excluded.released_at",
+                        )?;
+                        for (name, fp) in &replaced {
+                            release.execute(params![name, fp, at])?;
+                        }
+                    }
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM promotions WHERE env = ?1")?.execute([env])?;
                     let mut insert =
@@ -1195,6 +1214,118 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn record_intents(&self, env: &str, intents: &[Intent], now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record what the apply of environment `{env}` relies on"),
+            || {
+                // Intents are not data a plan reads: the generation stays.
+                self.write_tx(false, |tx| {
+                    {
+                        let mut condemned = tx.prepare_cached("SELECT 1 FROM condemned WHERE physical = ?1")?;
+                        let mut exists = tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;
+                        for i in intents {
+                            let why = if !i.physical.is_empty() && condemned.exists([&i.physical])? {
+                                Some(format!("its storage {} is claimed", i.physical))
+                            } else if i.must_exist && !exists.exists([&i.name, &i.fingerprint])? {
+                                Some("its snapshot is gone".to_string())
+                            } else {
+                                None
+                            };
+                            if let Some(why) = why {
+                                return Err(Fault::Fail(StateError::Reclaimed {
+                                    store: self.location(),
+                                    name: i.name.clone(),
+                                    fingerprint: i.fingerprint.clone(),
+                                    why,
+                                }));
+                            }
+                        }
+                    }
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO intents (env, name, fingerprint, physical, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         ON CONFLICT (env, name, fingerprint) DO UPDATE SET physical = excluded.physical",
+                    )?;
+                    let at = to_iso(now);
+                    for i in intents {
+                        insert.execute(params![env, i.name, i.fingerprint, i.physical, at])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn clear_intents(&self, env: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("forget the intents of environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn janitor_inventory(&self) -> Result<JanitorInventory, StateError> {
+        self.run(
+            || "read what the janitor decides from".to_string(),
+            || {
+                // One read transaction: every table seen at the same instant.
+                let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?;
+                let inv = Self::inventory_on(&tx)?;
+                tx.commit()?;
+                Ok(inv)
+            },
+        )
+    }
+
+    fn janitor_claim(&self, decide: &mut dyn FnMut(&JanitorInventory) -> Vec<Claim>, now: Millis) -> Result<Vec<Claim>, StateError> {
+        self.run(
+            || "claim unreachable storage for the janitor".to_string(),
+            || {
+                self.write_tx(false, |tx| {
+                    let inv = Self::inventory_on(tx)?;
+                    let claims = decide(&inv);
+                    if claims.is_empty() {
+                        return Ok(claims);
+                    }
+                    let at = to_iso(now);
+                    for c in &claims {
+                        for (name, fp) in &c.versions {
+                            for table in ["snapshots", "intervals", "released", "pending_rebuilds"] {
+                                tx.prepare_cached(&format!("DELETE FROM {table} WHERE name = ?1 AND fingerprint = ?2"))?.execute([name, fp])?;
+                            }
+                        }
+                        if let Some(s) = &c.storage {
+                            tx.prepare_cached(
+                                "INSERT INTO condemned (physical, name, fingerprint, kind, detail, claimed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                                 ON CONFLICT (physical) DO NOTHING",
+                            )?
+                            .execute(params![s.physical, s.name, s.fingerprint, s.kind, s.detail.to_string(), at])?;
+                        }
+                    }
+                    // The plan memo's key does not see these deletions: forget every memo.
+                    tx.prepare_cached("DELETE FROM plan_memo")?.execute([])?;
+                    Ok(claims)
+                })
+            },
+        )
+    }
+
+    fn release_condemned(&self, physical: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("forget the claim on `{physical}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM condemned WHERE physical = ?1")?.execute([physical])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
         self.run(
             || format!("restate {} version(s) of environment `{env}`", targets.len()),
@@ -1217,6 +1348,57 @@ impl StateStore for SqliteStore {
                 })
             },
         )
+    }
+}
+
+impl SqliteStore {
+    /// The janitor's inventory, read on `conn` (a plain connection or a transaction).
+    fn inventory_on(conn: &Connection) -> Result<JanitorInventory, Fault> {
+        let mut inv = JanitorInventory::default();
+        {
+            let mut stmt = conn.prepare_cached(
+                "SELECT s.name, s.fingerprint, s.kind, s.physical, s.created_at, r.released_at FROM snapshots s \
+                 LEFT JOIN released r ON r.name = s.name AND r.fingerprint = s.fingerprint ORDER BY s.name, s.fingerprint",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(VersionRow { name: r.get(0)?, fingerprint: r.get(1)?, kind: r.get(2)?, physical: r.get(3)?, created_at: r.get(4)?, released_at: r.get(5)? })
+            })?;
+            inv.versions = rows.collect::<Result<_, _>>()?;
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT name, fingerprint FROM environments")?;
+            inv.served = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT env, pointers FROM promotions")?;
+            let rows: Vec<(String, String)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            for (env, pointers) in rows {
+                let pointers: BTreeMap<String, String> =
+                    serde_json::from_str(&pointers).map_err(|e| Fault::Corrupt(format!("the promotion of `{env}` under way is not JSON: {e}")))?;
+                inv.pending.extend(pointers);
+            }
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT name, fingerprint, physical FROM intents")?;
+            let rows: Vec<(String, String, String)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+            for (name, fp, physical) in rows {
+                if !physical.is_empty() {
+                    inv.intent_physicals.insert(physical);
+                }
+                inv.intents.insert((name, fp));
+            }
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT physical, name, fingerprint, kind, detail, claimed_at FROM condemned ORDER BY physical")?;
+            let rows: Vec<(String, String, String, String, String, String)> =
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?.collect::<Result<_, _>>()?;
+            for (physical, name, fingerprint, kind, detail, claimed_at) in rows {
+                let detail =
+                    serde_json::from_str(&detail).map_err(|e| Fault::Corrupt(format!("the claim of `{physical}` has a detail that is not JSON: {e}")))?;
+                inv.condemned.push(Condemned { physical, name, fingerprint, kind, detail, claimed_at });
+            }
+        }
+        Ok(inv)
     }
 }
 
