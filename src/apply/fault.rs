@@ -3,13 +3,15 @@
 //!
 //! Points: `after-build:<schema.table>` (a model was built and recorded), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
-//! `after-view-swap` (the views moved, the state store does not know yet). Unset (the normal
+//! `after-view-swap` (the views moved, the state store does not know yet),
+//! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal
 //! case), a point costs one environment lookup. Only the integration tests set it.
 //!
 //! A second hook, `EFMESH_DELAY=<point>=<ms>[,<point>=<ms>…]`, makes the process sleep at a
 //! named point ([`delay_point`]): the janitor's race test widens the windows between apply's
-//! plan and its intents (`apply-before-intents`) and between the janitor's candidate read and
-//! its claim (`janitor-before-claim`), so every interleaving happens.
+//! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
+//! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
+//! so every interleaving happens.
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";

@@ -200,7 +200,6 @@ pub(crate) fn execute(
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
-    fault::delay_point("apply-before-intents");
     state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
     let result = execute_recorded(project, plan, state, engine, options, refresh);
     // A promotion removed the intents in its transaction; otherwise they go now (best effort:

@@ -17,6 +17,7 @@ mod fingerprint;
 mod honesty;
 mod incremental_plan;
 mod init;
+mod janitor;
 mod kinds_scd2;
 mod kinds_upsert;
 mod lake;
