@@ -197,9 +197,10 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (nothing is cleared), or the fence lease was lost.
     fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError>;
 
-    /// Replaces the pointer set of `env`, appends a journal row and drops its promotion intent,
-    /// in one transaction; every name in `require_snapshot` must have a stored snapshot.
-    /// Returns the journal id.
+    /// Replaces the pointer set of `env`, appends a journal row, drops its promotion intent
+    /// and its intents ([`StateStore::record_intents`]), and records every version it stops
+    /// serving as released now (the janitor's ttl counts from there), in one transaction; every
+    /// name in `require_snapshot` must have a stored snapshot. Returns the journal id.
     ///
     /// # Errors
     /// [`StateError::MissingSnapshot`], [`StateError::MissingPointer`], a failed write or a lost

@@ -990,8 +990,9 @@ impl StateStore for SqliteStore {
 
     /// Replaces the whole pointer set of `env` with `pointers` (model name → fingerprint), each
     /// with the metadata the environment now serves for it (`metadata`: model name → JSON text,
-    /// `{}` for a name it lacks), appends a journal row and removes the environment's promotion
-    /// intent ([`StateStore::begin_promotion`]), in one transaction. Every name in `require_snapshot` (all
+    /// `{}` for a name it lacks), appends a journal row, removes the environment's promotion
+    /// intent ([`StateStore::begin_promotion`]) and its intents ([`StateStore::record_intents`]),
+    /// and records every version it stops serving as released at `now`, in one transaction. Every name in `require_snapshot` (all
     /// non-external models) must have a pointer whose `(name, fingerprint)` snapshot is stored;
     /// this is checked under the write lock, so a concurrent janitor cannot remove it in
     /// between. Pointers get `promoted_at = now`; the journal row gets `summary`, `applied_by`
@@ -2084,5 +2085,125 @@ mod tests {
         let left = |name: &str, c: char| store.done_intervals(name, &fp(c)).unwrap().into_iter().collect::<Vec<_>>();
         assert_eq!(left("m.a", 'a'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
         assert_eq!(left("m.b", 'b'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
+    }
+
+    fn intent(name: &str, c: char, must_exist: bool) -> Intent {
+        Intent { name: name.into(), fingerprint: fp(c), physical: rec(name, &fp(c)).physical, must_exist }
+    }
+
+    #[test]
+    fn promotion_releases_replaced_versions_and_drops_the_environments_intents() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for c in ['a', 'b'] {
+            store.put_snapshot(&rec("m.a", &fp(c))).unwrap();
+        }
+        let required = BTreeSet::from(["m.a".to_string()]);
+        let point = |c: char| BTreeMap::from([("m.a".to_string(), fp(c))]);
+        store.promote("dev", &point('a'), &BTreeMap::new(), &required, &json!({}), "me", t("2026-01-01")).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 0, "nothing replaced yet");
+        store.record_intents("dev", &[intent("m.a", 'b', true)], t("2026-01-02")).unwrap();
+        store.record_intents("prod", &[intent("m.a", 'a', true)], t("2026-01-02")).unwrap();
+        store.promote("dev", &point('b'), &BTreeMap::new(), &required, &json!({}), "me", t("2026-01-03")).unwrap();
+        let released: String = store.conn.query_row("SELECT released_at FROM released WHERE fingerprint = ?1", [fp('a')], |r| r.get(0)).unwrap();
+        assert_eq!(released, to_iso(t("2026-01-03")));
+        assert_eq!(count(&store, "SELECT count(*) FROM intents WHERE env = 'dev'"), 0, "the promotion ends dev's intents");
+        assert_eq!(count(&store, "SELECT count(*) FROM intents WHERE env = 'prod'"), 1, "another environment's stay");
+        // Removing every pointer releases the served version too.
+        store.promote("dev", &BTreeMap::new(), &BTreeMap::new(), &BTreeSet::new(), &json!({}), "me", t("2026-01-04")).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 2);
+    }
+
+    #[test]
+    fn intents_are_refused_on_claimed_storage_or_a_vanished_snapshot_and_write_nothing() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();
+        store.record_intents("dev", &[intent("m.a", 'a', true), intent("m.b", 'b', false)], 0).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 2);
+        // A version this apply reuses but whose snapshot is gone.
+        let err = store.record_intents("dev", &[intent("m.c", 'c', true)], 0).unwrap_err();
+        assert!(
+            err.is_reclaimed() && err.to_string().contains("reclaimed by the janitor after this plan was made") && err.to_string().contains("plan again"),
+            "{err}"
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 2, "the earlier intents stand, nothing written");
+        // Claimed storage: refused even for a version this apply builds.
+        let mut decided = false;
+        let claims = store
+            .janitor_claim(
+                &mut |inv| {
+                    decided = true;
+                    assert!(inv.intents.contains(&("m.a".to_string(), fp('a'))));
+                    vec![Claim {
+                        versions: vec![],
+                        storage: Some(Condemned {
+                            physical: rec("m.d", &fp('d')).physical,
+                            name: "m.d".into(),
+                            fingerprint: fp('d'),
+                            kind: "orphan".into(),
+                            detail: json!({"orphan": true}),
+                            claimed_at: String::new(),
+                        }),
+                    }]
+                },
+                0,
+            )
+            .unwrap();
+        assert!(decided && claims.len() == 1);
+        let err = store.record_intents("dev", &[intent("m.d", 'd', false)], 0).unwrap_err();
+        assert!(err.is_reclaimed() && err.to_string().contains("claimed"), "{err}");
+        store.release_condemned(&rec("m.d", &fp('d')).physical).unwrap();
+        store.record_intents("dev", &[intent("m.d", 'd', false)], 0).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 1, "replaces the environment's rows");
+        store.clear_intents("dev").unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 0);
+    }
+
+    #[test]
+    fn a_claim_deletes_the_versions_rows_and_condemns_their_storage_in_one_transaction() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for c in ['a', 'b'] {
+            store.put_snapshot(&rec("m.a", &fp(c))).unwrap();
+            store.mark_intervals("m.a", &fp(c), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+        }
+        let required = BTreeSet::from(["m.a".to_string()]);
+        store.promote("dev", &BTreeMap::from([("m.a".to_string(), fp('a'))]), &BTreeMap::new(), &required, &json!({}), "me", 0).unwrap();
+        store.promote("dev", &BTreeMap::from([("m.a".to_string(), fp('b'))]), &BTreeMap::new(), &required, &json!({}), "me", 0).unwrap();
+        store.plan_memo_put("dev", "k", "b").unwrap();
+        let generation = store.generation().unwrap();
+        let inv = store.janitor_inventory().unwrap();
+        assert_eq!(inv.versions.len(), 2);
+        assert!(inv.served.contains(&("m.a".to_string(), fp('b'))));
+        assert_eq!(inv.versions.iter().find(|v| v.fingerprint == fp('a')).and_then(|v| v.released_at.clone()), Some(to_iso(0)));
+        let victim = |inv: &JanitorInventory| -> Vec<Claim> {
+            inv.versions
+                .iter()
+                .filter(|v| !inv.served.contains(&(v.name.clone(), v.fingerprint.clone())))
+                .map(|v| Claim {
+                    versions: vec![(v.name.clone(), v.fingerprint.clone())],
+                    storage: Some(Condemned {
+                        physical: v.physical.clone(),
+                        name: v.name.clone(),
+                        fingerprint: v.fingerprint.clone(),
+                        kind: v.kind.clone(),
+                        detail: json!({}),
+                        claimed_at: String::new(),
+                    }),
+                })
+                .collect()
+        };
+        let claims = store.janitor_claim(&mut |inv| victim(inv), t("2026-02-01")).unwrap();
+        assert_eq!(claims.len(), 1);
+        assert!(store.snapshot("m.a", &fp('a')).unwrap().is_none() && store.snapshot("m.a", &fp('b')).unwrap().is_some());
+        assert!(store.done_intervals("m.a", &fp('a')).unwrap().is_empty(), "its ledger went with it");
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 0);
+        assert_eq!(store.plan_memo_get("dev").unwrap(), None, "every plan memo is dropped");
+        assert_eq!(store.generation().unwrap(), generation, "a claim does not bump the generation");
+        let condemned = store.janitor_inventory().unwrap().condemned;
+        assert_eq!(condemned.len(), 1);
+        assert_eq!((condemned[0].physical.clone(), condemned[0].claimed_at.clone()), (rec("m.a", &fp('a')).physical, to_iso(t("2026-02-01"))));
+        // Nothing left to claim: an empty claim writes nothing.
+        assert!(store.janitor_claim(&mut |inv| victim(inv), 0).unwrap().is_empty());
+        store.release_condemned(&condemned[0].physical).unwrap();
+        assert!(store.janitor_inventory().unwrap().condemned.is_empty());
     }
 }
