@@ -217,6 +217,15 @@ pub fn decide(inv: &JanitorInventory, listed: &[String], ttl_ms: Millis, now: Mi
             continue;
         }
         let Some((model, fp)) = physical_shape(relation_name(physical)) else { continue };
+        // A version a pointer, a promotion under way or an intent names, whose snapshot row is
+        // gone (a damaged or restored store): its storage may still be served; never an orphan.
+        let named = |set: &std::collections::HashSet<(String, String)>| {
+            set.iter().any(|(n, f)| f.eq_ignore_ascii_case(fp) && n.replace('.', "__").eq_ignore_ascii_case(model))
+        };
+        if named(&inv.served) || named(&inv.pending) || named(&inv.intents) {
+            tracing::warn!(relation = %physical, "a version an environment names has no snapshot row; its storage is left alone");
+            continue;
+        }
         claims.push(Claim {
             versions: Vec::new(),
             storage: Some(Condemned {
@@ -590,7 +599,9 @@ mod tests {
         let (a, b, c) = (fp('a'), fp('b'), fp('c'));
         let mut inv = JanitorInventory { versions: vec![row("s.t", &a, &phys("s.t", &a), "2026-02-09T23:00:00.000Z", None)], ..JanitorInventory::default() };
         inv.intent_physicals.insert(phys("s.u", &c));
-        let listed = vec![phys("s.t", &a), phys("s.t", &b), phys("s.u", &c), "\"_efmesh\".\"_efmesh_stage\"".to_string()];
+        // Served, but its snapshot row is gone: never an orphan.
+        inv.served.insert(("s.w".into(), fp('e')));
+        let listed = vec![phys("s.t", &a), phys("s.t", &b), phys("s.u", &c), phys("s.w", &fp('e')), "\"_efmesh\".\"_efmesh_stage\"".to_string()];
         let claims = decide(&inv, &listed, 86_400_000, now);
         assert_eq!(claims.len(), 1, "{claims:?}");
         let s = claims[0].storage.as_ref().unwrap();

@@ -448,3 +448,50 @@ fn janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a
     eprintln!("janitor race (seed {seed:#x}): {swapped} view swaps, {rebuilt} rebuilds, {refused} refusals over {iterations} iterations");
     assert!(swapped > 0 && rebuilt > 0 && refused > 0, "every interleaving happened: {swapped} swaps, {rebuilt} rebuilds, {refused} refusals");
 }
+
+/// DuckLake versions: the table of an unreachable version is dropped from the attached catalog,
+/// and a table of the physical-name shape the state store does not know is an orphan.
+#[test]
+fn ducklake_tables_of_unreachable_versions_and_orphans_are_dropped() {
+    let dl_model = |v: i64| {
+        format!(
+            r#"define_model {{ name = "m.total", kind = kind.full(), target = "ducklake", schema = {{ {{ "n", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS n" }}"#
+        )
+    };
+    let mut p = Project::new();
+    p.write("efmesh.toml", &format!("{CONFIG}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n"));
+    p.write("models/m.lua", &dl_model(1));
+    let one = p.apply("dev");
+    p.write("models/m.lua", &dl_model(2));
+    let two = p.apply("dev");
+    let tables = |p: &Project| -> BTreeSet<String> {
+        use efmesh::engine::Engine;
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+        db.query("SELECT table_name FROM information_schema.tables WHERE table_catalog = '_efmesh_ducklake' AND table_schema = 'main'")
+            .unwrap()
+            .into_iter()
+            .map(|r| r[0].clone().unwrap())
+            .collect()
+    };
+    let (old, new) = (physical_of(&one, "m.total"), physical_of(&two, "m.total"));
+    assert!(old.starts_with("\"_efmesh_ducklake\".\"main\"."), "{old}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&old), table_name(&new)]));
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([old.clone()]), "{v:#}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&new)]));
+    // A table of the physical-name shape nobody knows is an orphan; the served version's
+    // table, even with its snapshot row gone (a damaged store), is not.
+    let stray = format!("m__gone__{}", "c".repeat(64));
+    {
+        use efmesh::engine::Engine;
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+        db.execute(&format!("CREATE TABLE \"_efmesh_ducklake\".\"main\".\"{stray}\" AS SELECT 1 AS x")).expect("create");
+    }
+    let fp = action(&two, "m.total")["fingerprint"].as_str().unwrap().to_string();
+    rusqlite::Connection::open(p.state_path()).unwrap().execute("DELETE FROM snapshots WHERE fingerprint = ?1", [&fp]).unwrap();
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([format!("\"_efmesh_ducklake\".\"main\".\"{stray}\"")]), "{v:#}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&new)]), "the served table stays");
+}
