@@ -29,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod engine;
+pub mod janitor;
 pub mod plan;
 pub mod preview;
 pub mod project;

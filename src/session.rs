@@ -534,6 +534,8 @@ fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crat
 /// # Errors
 /// The engine cannot be opened; as [`apply::apply`].
 pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
+    // Test hook: the window between the plan and the apply's intents (the janitor's race test).
+    apply::fault::delay_point("apply-after-plan");
     let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
     let report = apply::apply(project, plan, state, &mut engine, options)?;
     drop(engine);

@@ -22,11 +22,16 @@ use crate::project::Project;
 /// The `ATTACH` statement for the project's DuckLake catalog, with paths made absolute against
 /// the project root; `None` without `[ducklake]`.
 pub fn attach_sql(project: &Project) -> Option<String> {
-    let dl = project.config.ducklake.as_ref()?;
-    let catalog = project.config.resolve(&dl.catalog);
+    attach_sql_for(&project.config)
+}
+
+/// [`attach_sql`] from the configuration alone.
+pub fn attach_sql_for(config: &crate::config::Config) -> Option<String> {
+    let dl = config.ducklake.as_ref()?;
+    let catalog = config.resolve(&dl.catalog);
     let mut sql = format!("ATTACH IF NOT EXISTS {} AS {}", quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())), quote_ident(DUCKLAKE_ALIAS));
     if let Some(data) = &dl.data_path {
-        let mut data = project.config.resolve(data).to_string_lossy().into_owned();
+        let mut data = config.resolve(data).to_string_lossy().into_owned();
         if !data.ends_with('/') {
             data.push('/');
         }

@@ -3,8 +3,15 @@
 //!
 //! Points: `after-build:<schema.table>` (a model was built and recorded), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
-//! `after-view-swap` (the views moved, the state store does not know yet). Unset (the normal
+//! `after-view-swap` (the views moved, the state store does not know yet),
+//! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal
 //! case), a point costs one environment lookup. Only the integration tests set it.
+//!
+//! A second hook, `EFMESH_DELAY=<point>=<ms>[,<point>=<ms>…]`, makes the process sleep at a
+//! named point ([`delay_point`]): the janitor's race test widens the windows between apply's
+//! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
+//! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
+//! so every interleaving happens.
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";
@@ -17,5 +24,18 @@ pub fn crash_point(name: impl FnOnce() -> String) {
     if wanted.to_str() == Some(point.as_str()) {
         eprintln!("{FAULT_ENV}: aborting at `{point}` (test hook)");
         std::process::abort();
+    }
+}
+
+/// The environment variable of the delay hook (see the module docs).
+pub const DELAY_ENV: &str = "EFMESH_DELAY";
+
+/// Sleeps as long as [`DELAY_ENV`] says for the point `name`; does nothing otherwise.
+pub fn delay_point(name: &str) {
+    let Some(spec) = std::env::var_os(DELAY_ENV) else { return };
+    let spec = spec.to_string_lossy();
+    let ms = spec.split(',').filter_map(|e| e.split_once('=')).find(|(p, _)| p.trim() == name).and_then(|(_, ms)| ms.trim().parse::<u64>().ok());
+    if let Some(ms) = ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }

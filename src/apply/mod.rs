@@ -197,6 +197,61 @@ pub(crate) fn execute(
     {
         return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
+    // Before any engine write, one state transaction records every version this apply or run
+    // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
+    // one since the plan was made (SPEC §4, the janitor's claim protocol).
+    state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
+    let result = execute_recorded(project, plan, state, engine, options, refresh);
+    // A promotion removed the intents in its transaction; otherwise they go now (best effort:
+    // a row left behind only keeps the janitor away until this environment's next apply or run).
+    if (result.is_err() || refresh)
+        && let Err(e) = state.clear_intents(&plan.env)
+    {
+        tracing::warn!("cannot forget the intents of `{}`: {e}", plan.env);
+    }
+    result
+}
+
+/// The versions `plan` reads or writes, as intents ([`StateStore::record_intents`]): every
+/// action's version (which must exist unless this apply builds or registers it), the versions
+/// whose storage it inherits (`reused_from`) or copies (an `scd_type2` history carried over),
+/// and the versions stored in a lost relation whose ledger it resets.
+pub fn intents(plan: &Plan) -> Vec<crate::state::Intent> {
+    use crate::state::Intent;
+    let mut out = Vec::new();
+    for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
+        let name = a.name.to_string();
+        let physical = a.physical.clone().unwrap_or_default();
+        // Versions this apply records itself: built, registered, inheriting storage (their
+        // snapshot is written before any build), externals (never required).
+        let creates = a.build || a.register || a.reused_from.is_some() || a.kind == "external";
+        out.push(Intent { name: name.clone(), fingerprint: a.fingerprint.as_str().to_string(), physical: physical.clone(), must_exist: !creates });
+        if let Some(from) = &a.reused_from {
+            out.push(Intent { name: name.clone(), fingerprint: from.as_str().to_string(), physical: physical.clone(), must_exist: true });
+        }
+        if let Some(h) = &a.history
+            && h.fate == crate::plan::HistoryFate::Carried
+        {
+            out.push(Intent { name: name.clone(), fingerprint: h.from.as_str().to_string(), physical: h.from_physical.clone(), must_exist: true });
+        }
+        if let Some(r) = &a.repair {
+            for fp in &r.ledger_reset {
+                out.push(Intent { name: name.clone(), fingerprint: fp.as_str().to_string(), physical: physical.clone(), must_exist: false });
+            }
+        }
+    }
+    out
+}
+
+/// [`execute`] once the intents are recorded.
+fn execute_recorded(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    options: &Options,
+    refresh: bool,
+) -> Result<ApplyReport, ApplyError> {
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {
         return Err(ApplyError::HistoryReset(refusal));

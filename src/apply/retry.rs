@@ -34,6 +34,8 @@ pub fn backoff(attempt: u32) -> Duration {
 /// conversion, constraint and other SQL errors are not.
 pub fn is_transient_message(message: &str) -> bool {
     let m = message.trim_start();
+    // An open failure names the file before the engine's own message: judge the latter.
+    let m = crate::engine::open_failure_message(m);
     if let Some(detail) = m.strip_prefix("IO Error:") {
         const DETERMINISTIC: [&str; 6] = ["no files found", "no such file", "not found", "does not exist", "permission denied", "read-only file system"];
         let d = detail.to_ascii_lowercase();
@@ -105,6 +107,9 @@ mod tests {
     fn lock_and_io_errors_are_transient_sql_errors_are_not() {
         assert!(is_transient_message("IO Error: Could not set lock on file \"x.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 12)"));
         assert!(is_transient_message("TransactionContext Error: Catalog write-write conflict on create with \"t\""));
+        // The engine's message behind the file an open could not lock.
+        assert!(is_transient_message("cannot open DuckDB database `/p/x.duckdb`: IO Error: Could not set lock on file \"/p/x.duckdb\": Conflicting lock"));
+        assert!(!is_transient_message("cannot open DuckDB database `/p/x.duckdb`: Serialization Error: not a DuckDB file"));
         for sql in [
             "Parser Error: syntax error at or near \"SELEC\"",
             "Binder Error: Referenced column \"x\" not found",

@@ -186,6 +186,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Drop the physical storage (tables, views, lake version directories, DuckLake tables) no
+    /// environment reaches any more and older than the ttl, and orphans the state store does not know.
+    Janitor {
+        /// Keep versions that stopped being served (or were created) less than this many days ago (fractions allowed; 0 collects at once).
+        #[arg(long, value_name = "DAYS", default_value_t = crate::janitor::DEFAULT_TTL_DAYS)]
+        ttl: f64,
+        /// List what would be dropped; claim and drop nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// When another janitor holds the janitor lock, wait up to this long (`30s`, `10m`) before giving up.
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
+    },
     /// Upgrade the state store to this efmesh's layout, backing it up beside itself first.
     Migrate {
         /// Print the result as JSON.
@@ -307,6 +323,7 @@ impl Command {
             | Command::Status { json, .. }
             | Command::Restate { json, .. }
             | Command::Migrate { json }
+            | Command::Janitor { json, .. }
             | Command::Check { json }
             | Command::Test { json, .. }
             | Command::Audit { json, .. }

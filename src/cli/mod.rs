@@ -6,6 +6,7 @@ mod audit;
 mod check;
 mod completions;
 mod init;
+mod janitor;
 mod lock;
 pub mod logging;
 mod migrate;
@@ -113,6 +114,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
                 ApplyError::Audit { .. } => "audit",
                 ApplyError::StalePlan { .. } => "stale-plan",
                 ApplyError::Engine(_) => "engine",
+                ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
                 ApplyError::State(_) => "state",
                 #[allow(unreachable_patterns)] // other variants may arrive; they are apply errors
                 _ => "apply",
@@ -124,6 +126,9 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
                 crate::plan::PlanError::Env(_) => "usage",
                 _ => "plan",
             };
+        }
+        if e.downcast_ref::<crate::state::StateError>().is_some_and(crate::state::StateError::is_reclaimed) {
+            return "reclaimed";
         }
         if e.is::<crate::state::StateError>() {
             return "state";
@@ -195,6 +200,10 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
+        Command::Janitor { ttl, dry_run, json, wait } => {
+            let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
+            janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, json, wait, now }, &out)
+        }
         Command::Restate { env, model, from, to, dry_run, json } => {
             restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now }, &out)
         }

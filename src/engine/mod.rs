@@ -157,6 +157,19 @@ impl EngineError {
     }
 }
 
+/// The engine's own message inside a failure to open a database file (`cannot open <engine>
+/// database `<file>`: <message>`, as the engines word it), or `message` itself: what callers
+/// classify (a lock held by another process is transient).
+pub fn open_failure_message(message: &str) -> &str {
+    let engine = message
+        .strip_prefix("cannot open ")
+        .and_then(|rest| rest.split_once(" database `"))
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .and_then(|(_, tail)| tail.split_once(": "))
+        .map(|(_, engine)| engine.trim_start());
+    engine.unwrap_or(message)
+}
+
 /// One output column of a query: name and engine type spelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribedColumn {
@@ -295,6 +308,46 @@ pub trait Engine {
         Ok(catalog_of(rows))
     }
 
+    /// Every relation of efmesh's storage: the tables and views of schema `_efmesh` of this
+    /// database and, when the DuckLake catalog is attached (`_efmesh_ducklake`), the tables of
+    /// its `main` schema; ONE catalog query. What the janitor lists and drops.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn storage_relations(&mut self) -> Result<Vec<StoredRelation>, EngineError> {
+        use crate::core::name::{quote_ident, quote_literal};
+        use crate::core::target::DUCKLAKE_ALIAS;
+        let rows = self.query(&format!(
+            "SELECT table_catalog, table_schema, table_name, table_type FROM information_schema.tables \
+             WHERE (table_catalog = current_database() AND table_schema = {}) OR (table_catalog = {} AND table_schema = 'main') \
+             ORDER BY table_catalog, table_name",
+            quote_literal(STORAGE_SCHEMA),
+            quote_literal(DUCKLAKE_ALIAS)
+        ))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let mut r = r.into_iter();
+            let (Some(catalog), Some(schema), Some(name), ty) = (r.next().flatten(), r.next().flatten(), r.next().flatten(), r.next().flatten()) else {
+                continue;
+            };
+            let qualified = if catalog == DUCKLAKE_ALIAS {
+                format!("{}.{}.{}", quote_ident(&catalog), quote_ident(&schema), quote_ident(&name))
+            } else {
+                format!("{}.{}", quote_ident(&schema), quote_ident(&name))
+            };
+            out.push(StoredRelation { qualified, name, view: ty.is_some_and(|t| t.eq_ignore_ascii_case("VIEW")) });
+        }
+        Ok(out)
+    }
+
+    /// Drops the relation `qualified` (a view when `view`), if it exists.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the statement.
+    fn drop_relation(&mut self, qualified: &str, view: bool) -> Result<(), EngineError> {
+        self.execute(&format!("DROP {} IF EXISTS {qualified}", if view { "VIEW" } else { "TABLE" }))
+    }
+
     /// For each `(schema, view)` of `views` that exists as a view now, one statement that
     /// re-creates it exactly as it is (`CREATE OR REPLACE VIEW …`), keyed by the pair; views
     /// that do not exist are absent. A promotion records these before it moves any view, so an
@@ -316,6 +369,21 @@ pub trait Engine {
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
         Err(EngineError::new("", format!("the {} engine has no extension `{name}`", self.dialect())))
     }
+}
+
+/// The schema of physical relations in the engine database.
+pub const STORAGE_SCHEMA: &str = "_efmesh";
+
+/// One relation of efmesh's storage ([`Engine::storage_relations`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRelation {
+    /// Quoted, qualified name as physical relations are written (`"_efmesh"."<name>"`, or
+    /// `"_efmesh_ducklake"."main"."<name>"`).
+    pub qualified: String,
+    /// The relation's own name, as the engine spells it.
+    pub name: String,
+    /// True for a view.
+    pub view: bool,
 }
 
 /// A [`Catalog`] from rows of `(schema, name, comment[, sql])`.

@@ -107,6 +107,22 @@ pub enum StateError {
         /// Model name.
         name: String,
     },
+    /// [`StateStore::record_intents`](super::StateStore::record_intents): a version the apply
+    /// or run relies on was reclaimed by the janitor after its plan was made. Nothing was done.
+    #[error(
+        "model `{name}` version `{short}`: reclaimed by the janitor after this plan was made ({why}); nothing was done; plan again",
+        short = .fingerprint.get(..12).unwrap_or(.fingerprint.as_str())
+    )]
+    Reclaimed {
+        /// The store.
+        store: String,
+        /// Model name.
+        name: String,
+        /// Fingerprint.
+        fingerprint: String,
+        /// What was found: its storage claimed, or its snapshot gone.
+        why: String,
+    },
 }
 
 impl StateError {
@@ -136,6 +152,12 @@ impl StateError {
         matches!(self, StateError::PointerMoved { .. })
     }
 
+    /// True when a version an apply relies on was reclaimed by the janitor
+    /// ([`StateError::Reclaimed`]).
+    pub fn is_reclaimed(&self) -> bool {
+        matches!(self, StateError::Reclaimed { .. })
+    }
+
     /// A `hint:` line for the CLI, when one helps.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
@@ -147,6 +169,7 @@ impl StateError {
             }
             StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
             StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),
+            StateError::Reclaimed { .. } => Some("plan again: the plan then rebuilds what the janitor dropped"),
             _ if self.is_busy() => Some("another efmesh process is writing the state store; retry when it is done"),
             _ => None,
         }

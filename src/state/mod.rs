@@ -209,9 +209,10 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (nothing is cleared), or the fence lease was lost.
     fn clear_intervals(&self, name: &str, fp: &str, from: Millis, to: Millis) -> Result<usize, StateError>;
 
-    /// Replaces the pointer set of `env`, appends a journal row and drops its promotion intent,
-    /// in one transaction; every name in `require_snapshot` must have a stored snapshot.
-    /// Returns the journal id.
+    /// Replaces the pointer set of `env`, appends a journal row, drops its promotion intent
+    /// and its intents ([`StateStore::record_intents`]), and records every version it stops
+    /// serving as released now (the janitor's ttl counts from there), in one transaction; every
+    /// name in `require_snapshot` must have a stored snapshot. Returns the journal id.
     ///
     /// # Errors
     /// [`StateError::MissingSnapshot`], [`StateError::MissingPointer`], a failed write or a lost
@@ -356,6 +357,121 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The write fails, or the fence lease was lost.
     fn clear_pending_rebuild(&self, name: &str, fp: &str) -> Result<(), StateError>;
+
+    /// Records, in one transaction, every version an apply or run of `env` is about to read or
+    /// write (its intents), replacing that environment's earlier rows, so the janitor never
+    /// claims them. The same transaction refuses, writing nothing, when the storage of an
+    /// entry is claimed by the janitor (`condemned`) or an entry that must exist
+    /// ([`Intent::must_exist`]) has no snapshot row any more.
+    ///
+    /// # Errors
+    /// [`StateError::Reclaimed`] naming the model and version (nothing written); a failed write
+    /// or a lost fence lease.
+    fn record_intents(&self, env: &str, intents: &[Intent], now: Millis) -> Result<(), StateError>;
+
+    /// Forgets the intents of `env` (idempotent): the apply or run ended without promoting.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn clear_intents(&self, env: &str) -> Result<(), StateError>;
+
+    /// Everything the janitor decides from, read in one consistent snapshot of the store.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn janitor_inventory(&self) -> Result<JanitorInventory, StateError>;
+
+    /// The janitor's claim, in ONE write transaction: reads the inventory again under the write
+    /// lock, lets `decide` pick the victims from it, then for each victim deletes its versions'
+    /// snapshot, ledger, released and pending-rebuild rows and records its storage (when it has
+    /// some) as `condemned`; drops every plan memo when anything was claimed. Returns the
+    /// claims made. Does not bump the generation: a plan relying on a claimed version is
+    /// refused by [`StateStore::record_intents`] instead.
+    ///
+    /// # Errors
+    /// A failed read or write (nothing is claimed), or the fence lease was lost.
+    fn janitor_claim(&self, decide: &mut dyn FnMut(&JanitorInventory) -> Vec<Claim>, now: Millis) -> Result<Vec<Claim>, StateError>;
+
+    /// Forgets the claim on `physical` once its storage is gone.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn release_condemned(&self, physical: &str) -> Result<(), StateError>;
+}
+
+/// One version an apply or run relies on ([`StateStore::record_intents`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    /// Model name.
+    pub name: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// Its physical relation (`""` for versions without storage).
+    pub physical: String,
+    /// True when the apply does not create this version's snapshot itself (a view swap to an
+    /// existing version, storage it inherits or copies): its snapshot row must still exist.
+    pub must_exist: bool,
+}
+
+/// One snapshot as the janitor sees it ([`JanitorInventory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionRow {
+    /// Model name.
+    pub name: String,
+    /// Fingerprint.
+    pub fingerprint: String,
+    /// Kind tag.
+    pub kind: String,
+    /// Physical relation (`""`: no storage).
+    pub physical: String,
+    /// When the snapshot was written: ISO-8601 UTC with milliseconds.
+    pub created_at: String,
+    /// When an environment last stopped serving it, if one ever did.
+    pub released_at: Option<String>,
+}
+
+/// Storage the janitor claimed and has not dropped yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condemned {
+    /// The physical relation (its storage: the relation, and a lake version directory).
+    pub physical: String,
+    /// Model name (empty for an orphan whose name is only the relation's).
+    pub name: String,
+    /// Fingerprint (for an orphan: the one its name ends with).
+    pub fingerprint: String,
+    /// Kind tag, or `orphan`.
+    pub kind: String,
+    /// What the janitor recorded about it (versions sharing it, age, orphan flag), as JSON.
+    pub detail: serde_json::Value,
+    /// When it was claimed: ISO-8601 UTC with milliseconds.
+    pub claimed_at: String,
+}
+
+/// What the janitor decides from ([`StateStore::janitor_inventory`]).
+#[derive(Debug, Clone, Default)]
+pub struct JanitorInventory {
+    /// Every snapshot.
+    pub versions: Vec<VersionRow>,
+    /// `(name, fingerprint)` of every environment pointer.
+    pub served: HashSet<(String, String)>,
+    /// `(name, fingerprint)` of every pointer of a promotion under way.
+    pub pending: HashSet<(String, String)>,
+    /// `(name, fingerprint)` of every intent.
+    pub intents: HashSet<(String, String)>,
+    /// Physical relations named by an intent.
+    pub intent_physicals: HashSet<String>,
+    /// Storage claimed and not dropped yet.
+    pub condemned: Vec<Condemned>,
+}
+
+/// One claim of [`StateStore::janitor_claim`]: versions whose rows go, and the storage they
+/// leave to drop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    /// `(name, fingerprint)` of every version whose rows are deleted.
+    pub versions: Vec<(String, String)>,
+    /// The storage to drop, recorded as condemned (`None`: versions without storage).
+    pub storage: Option<Condemned>,
 }
 
 /// A `full`/`view` version whose rebuild an apply or run decided and did not finish

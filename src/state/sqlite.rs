@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    IntervalStatus, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION,
-    SnapshotRecord, StateError, StateStore, Tick,
+    Claim, Condemned, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion,
+    PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -1052,8 +1052,9 @@ impl StateStore for SqliteStore {
 
     /// Replaces the whole pointer set of `env` with `pointers` (model name → fingerprint), each
     /// with the metadata the environment now serves for it (`metadata`: model name → JSON text,
-    /// `{}` for a name it lacks), appends a journal row and removes the environment's promotion
-    /// intent ([`StateStore::begin_promotion`]), in one transaction. Every name in `require_snapshot` (all
+    /// `{}` for a name it lacks), appends a journal row, removes the environment's promotion
+    /// intent ([`StateStore::begin_promotion`]) and its intents ([`StateStore::record_intents`]),
+    /// and records every version it stops serving as released at `now`, in one transaction. Every name in `require_snapshot` (all
     /// non-external models) must have a pointer whose `(name, fingerprint)` snapshot is stored;
     /// this is checked under the write lock, so a concurrent janitor cannot remove it in
     /// between. Pointers get `promoted_at = now`; the journal row gets `summary`, `applied_by`
@@ -1099,6 +1100,25 @@ impl StateStore for SqliteStore {
                         }
                     }
                     let at = to_iso(now);
+                    // Every version this promotion stops serving is released now: the janitor's
+                    // TTL counts from here (SPEC §4, the janitor's claim protocol).
+                    {
+                        let mut old = tx.prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?;
+                        let replaced: Vec<(String, String)> = old
+                            .query_map([env], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                            .collect::<Result<Vec<_>, _>>()?
+                            .into_iter()
+                            .filter(|(name, fp)| pointers.get(name) != Some(fp))
+                            .collect();
+                        let mut release = tx.prepare_cached(
+                            "INSERT INTO released (name, fingerprint, released_at) VALUES (?1, ?2, ?3) \
+                             ON CONFLICT (name, fingerprint) DO UPDATE SET released_at = excluded.released_at",
+                        )?;
+                        for (name, fp) in &replaced {
+                            release.execute(params![name, fp, at])?;
+                        }
+                    }
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM promotions WHERE env = ?1")?.execute([env])?;
                     let mut insert =
@@ -1257,6 +1277,118 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn record_intents(&self, env: &str, intents: &[Intent], now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record what the apply of environment `{env}` relies on"),
+            || {
+                // Intents are not data a plan reads: the generation stays.
+                self.write_tx(false, |tx| {
+                    {
+                        let mut condemned = tx.prepare_cached("SELECT 1 FROM condemned WHERE physical = ?1")?;
+                        let mut exists = tx.prepare_cached("SELECT 1 FROM snapshots WHERE name = ?1 AND fingerprint = ?2")?;
+                        for i in intents {
+                            let why = if !i.physical.is_empty() && condemned.exists([&i.physical])? {
+                                Some(format!("its storage {} is claimed", i.physical))
+                            } else if i.must_exist && !exists.exists([&i.name, &i.fingerprint])? {
+                                Some("its snapshot is gone".to_string())
+                            } else {
+                                None
+                            };
+                            if let Some(why) = why {
+                                return Err(Fault::Fail(StateError::Reclaimed {
+                                    store: self.location(),
+                                    name: i.name.clone(),
+                                    fingerprint: i.fingerprint.clone(),
+                                    why,
+                                }));
+                            }
+                        }
+                    }
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO intents (env, name, fingerprint, physical, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         ON CONFLICT (env, name, fingerprint) DO UPDATE SET physical = excluded.physical",
+                    )?;
+                    let at = to_iso(now);
+                    for i in intents {
+                        insert.execute(params![env, i.name, i.fingerprint, i.physical, at])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn clear_intents(&self, env: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("forget the intents of environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn janitor_inventory(&self) -> Result<JanitorInventory, StateError> {
+        self.run(
+            || "read what the janitor decides from".to_string(),
+            || {
+                // One read transaction: every table seen at the same instant.
+                let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?;
+                let inv = Self::inventory_on(&tx)?;
+                tx.commit()?;
+                Ok(inv)
+            },
+        )
+    }
+
+    fn janitor_claim(&self, decide: &mut dyn FnMut(&JanitorInventory) -> Vec<Claim>, now: Millis) -> Result<Vec<Claim>, StateError> {
+        self.run(
+            || "claim unreachable storage for the janitor".to_string(),
+            || {
+                self.write_tx(false, |tx| {
+                    let inv = Self::inventory_on(tx)?;
+                    let claims = decide(&inv);
+                    if claims.is_empty() {
+                        return Ok(claims);
+                    }
+                    let at = to_iso(now);
+                    for c in &claims {
+                        for (name, fp) in &c.versions {
+                            for table in ["snapshots", "intervals", "released", "pending_rebuilds"] {
+                                tx.prepare_cached(&format!("DELETE FROM {table} WHERE name = ?1 AND fingerprint = ?2"))?.execute([name, fp])?;
+                            }
+                        }
+                        if let Some(s) = &c.storage {
+                            tx.prepare_cached(
+                                "INSERT INTO condemned (physical, name, fingerprint, kind, detail, claimed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                                 ON CONFLICT (physical) DO NOTHING",
+                            )?
+                            .execute(params![s.physical, s.name, s.fingerprint, s.kind, s.detail.to_string(), at])?;
+                        }
+                    }
+                    // The plan memo's key does not see these deletions: forget every memo.
+                    tx.prepare_cached("DELETE FROM plan_memo")?.execute([])?;
+                    Ok(claims)
+                })
+            },
+        )
+    }
+
+    fn release_condemned(&self, physical: &str) -> Result<(), StateError> {
+        self.run(
+            || format!("forget the claim on `{physical}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("DELETE FROM condemned WHERE physical = ?1")?.execute([physical])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     fn restate_intervals(&self, env: &str, targets: &[RestateTarget]) -> Result<Vec<usize>, StateError> {
         self.run(
             || format!("restate {} version(s) of environment `{env}`", targets.len()),
@@ -1279,6 +1411,57 @@ impl StateStore for SqliteStore {
                 })
             },
         )
+    }
+}
+
+impl SqliteStore {
+    /// The janitor's inventory, read on `conn` (a plain connection or a transaction).
+    fn inventory_on(conn: &Connection) -> Result<JanitorInventory, Fault> {
+        let mut inv = JanitorInventory::default();
+        {
+            let mut stmt = conn.prepare_cached(
+                "SELECT s.name, s.fingerprint, s.kind, s.physical, s.created_at, r.released_at FROM snapshots s \
+                 LEFT JOIN released r ON r.name = s.name AND r.fingerprint = s.fingerprint ORDER BY s.name, s.fingerprint",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(VersionRow { name: r.get(0)?, fingerprint: r.get(1)?, kind: r.get(2)?, physical: r.get(3)?, created_at: r.get(4)?, released_at: r.get(5)? })
+            })?;
+            inv.versions = rows.collect::<Result<_, _>>()?;
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT name, fingerprint FROM environments")?;
+            inv.served = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT env, pointers FROM promotions")?;
+            let rows: Vec<(String, String)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            for (env, pointers) in rows {
+                let pointers: BTreeMap<String, String> =
+                    serde_json::from_str(&pointers).map_err(|e| Fault::Corrupt(format!("the promotion of `{env}` under way is not JSON: {e}")))?;
+                inv.pending.extend(pointers);
+            }
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT name, fingerprint, physical FROM intents")?;
+            let rows: Vec<(String, String, String)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+            for (name, fp, physical) in rows {
+                if !physical.is_empty() {
+                    inv.intent_physicals.insert(physical);
+                }
+                inv.intents.insert((name, fp));
+            }
+        }
+        {
+            let mut stmt = conn.prepare_cached("SELECT physical, name, fingerprint, kind, detail, claimed_at FROM condemned ORDER BY physical")?;
+            let rows: Vec<(String, String, String, String, String, String)> =
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?.collect::<Result<_, _>>()?;
+            for (physical, name, fingerprint, kind, detail, claimed_at) in rows {
+                let detail =
+                    serde_json::from_str(&detail).map_err(|e| Fault::Corrupt(format!("the claim of `{physical}` has a detail that is not JSON: {e}")))?;
+                inv.condemned.push(Condemned { physical, name, fingerprint, kind, detail, claimed_at });
+            }
+        }
+        Ok(inv)
     }
 }
 
@@ -1964,5 +2147,125 @@ mod tests {
         let left = |name: &str, c: char| store.done_intervals(name, &fp(c)).unwrap().into_iter().collect::<Vec<_>>();
         assert_eq!(left("m.a", 'a'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
         assert_eq!(left("m.b", 'b'), vec![t("2026-01-01"), t("2026-01-04"), t("2026-01-05")]);
+    }
+
+    fn intent(name: &str, c: char, must_exist: bool) -> Intent {
+        Intent { name: name.into(), fingerprint: fp(c), physical: rec(name, &fp(c)).physical, must_exist }
+    }
+
+    #[test]
+    fn promotion_releases_replaced_versions_and_drops_the_environments_intents() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for c in ['a', 'b'] {
+            store.put_snapshot(&rec("m.a", &fp(c))).unwrap();
+        }
+        let required = BTreeSet::from(["m.a".to_string()]);
+        let point = |c: char| BTreeMap::from([("m.a".to_string(), fp(c))]);
+        store.promote("dev", &point('a'), &BTreeMap::new(), &required, &json!({}), "me", t("2026-01-01")).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 0, "nothing replaced yet");
+        store.record_intents("dev", &[intent("m.a", 'b', true)], t("2026-01-02")).unwrap();
+        store.record_intents("prod", &[intent("m.a", 'a', true)], t("2026-01-02")).unwrap();
+        store.promote("dev", &point('b'), &BTreeMap::new(), &required, &json!({}), "me", t("2026-01-03")).unwrap();
+        let released: String = store.conn.query_row("SELECT released_at FROM released WHERE fingerprint = ?1", [fp('a')], |r| r.get(0)).unwrap();
+        assert_eq!(released, to_iso(t("2026-01-03")));
+        assert_eq!(count(&store, "SELECT count(*) FROM intents WHERE env = 'dev'"), 0, "the promotion ends dev's intents");
+        assert_eq!(count(&store, "SELECT count(*) FROM intents WHERE env = 'prod'"), 1, "another environment's stay");
+        // Removing every pointer releases the served version too.
+        store.promote("dev", &BTreeMap::new(), &BTreeMap::new(), &BTreeSet::new(), &json!({}), "me", t("2026-01-04")).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 2);
+    }
+
+    #[test]
+    fn intents_are_refused_on_claimed_storage_or_a_vanished_snapshot_and_write_nothing() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();
+        store.record_intents("dev", &[intent("m.a", 'a', true), intent("m.b", 'b', false)], 0).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 2);
+        // A version this apply reuses but whose snapshot is gone.
+        let err = store.record_intents("dev", &[intent("m.c", 'c', true)], 0).unwrap_err();
+        assert!(
+            err.is_reclaimed() && err.to_string().contains("reclaimed by the janitor after this plan was made") && err.to_string().contains("plan again"),
+            "{err}"
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 2, "the earlier intents stand, nothing written");
+        // Claimed storage: refused even for a version this apply builds.
+        let mut decided = false;
+        let claims = store
+            .janitor_claim(
+                &mut |inv| {
+                    decided = true;
+                    assert!(inv.intents.contains(&("m.a".to_string(), fp('a'))));
+                    vec![Claim {
+                        versions: vec![],
+                        storage: Some(Condemned {
+                            physical: rec("m.d", &fp('d')).physical,
+                            name: "m.d".into(),
+                            fingerprint: fp('d'),
+                            kind: "orphan".into(),
+                            detail: json!({"orphan": true}),
+                            claimed_at: String::new(),
+                        }),
+                    }]
+                },
+                0,
+            )
+            .unwrap();
+        assert!(decided && claims.len() == 1);
+        let err = store.record_intents("dev", &[intent("m.d", 'd', false)], 0).unwrap_err();
+        assert!(err.is_reclaimed() && err.to_string().contains("claimed"), "{err}");
+        store.release_condemned(&rec("m.d", &fp('d')).physical).unwrap();
+        store.record_intents("dev", &[intent("m.d", 'd', false)], 0).unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 1, "replaces the environment's rows");
+        store.clear_intents("dev").unwrap();
+        assert_eq!(count(&store, "SELECT count(*) FROM intents"), 0);
+    }
+
+    #[test]
+    fn a_claim_deletes_the_versions_rows_and_condemns_their_storage_in_one_transaction() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for c in ['a', 'b'] {
+            store.put_snapshot(&rec("m.a", &fp(c))).unwrap();
+            store.mark_intervals("m.a", &fp(c), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+        }
+        let required = BTreeSet::from(["m.a".to_string()]);
+        store.promote("dev", &BTreeMap::from([("m.a".to_string(), fp('a'))]), &BTreeMap::new(), &required, &json!({}), "me", 0).unwrap();
+        store.promote("dev", &BTreeMap::from([("m.a".to_string(), fp('b'))]), &BTreeMap::new(), &required, &json!({}), "me", 0).unwrap();
+        store.plan_memo_put("dev", "k", "b").unwrap();
+        let generation = store.generation().unwrap();
+        let inv = store.janitor_inventory().unwrap();
+        assert_eq!(inv.versions.len(), 2);
+        assert!(inv.served.contains(&("m.a".to_string(), fp('b'))));
+        assert_eq!(inv.versions.iter().find(|v| v.fingerprint == fp('a')).and_then(|v| v.released_at.clone()), Some(to_iso(0)));
+        let victim = |inv: &JanitorInventory| -> Vec<Claim> {
+            inv.versions
+                .iter()
+                .filter(|v| !inv.served.contains(&(v.name.clone(), v.fingerprint.clone())))
+                .map(|v| Claim {
+                    versions: vec![(v.name.clone(), v.fingerprint.clone())],
+                    storage: Some(Condemned {
+                        physical: v.physical.clone(),
+                        name: v.name.clone(),
+                        fingerprint: v.fingerprint.clone(),
+                        kind: v.kind.clone(),
+                        detail: json!({}),
+                        claimed_at: String::new(),
+                    }),
+                })
+                .collect()
+        };
+        let claims = store.janitor_claim(&mut |inv| victim(inv), t("2026-02-01")).unwrap();
+        assert_eq!(claims.len(), 1);
+        assert!(store.snapshot("m.a", &fp('a')).unwrap().is_none() && store.snapshot("m.a", &fp('b')).unwrap().is_some());
+        assert!(store.done_intervals("m.a", &fp('a')).unwrap().is_empty(), "its ledger went with it");
+        assert_eq!(count(&store, "SELECT count(*) FROM released"), 0);
+        assert_eq!(store.plan_memo_get("dev").unwrap(), None, "every plan memo is dropped");
+        assert_eq!(store.generation().unwrap(), generation, "a claim does not bump the generation");
+        let condemned = store.janitor_inventory().unwrap().condemned;
+        assert_eq!(condemned.len(), 1);
+        assert_eq!((condemned[0].physical.clone(), condemned[0].claimed_at.clone()), (rec("m.a", &fp('a')).physical, to_iso(t("2026-02-01"))));
+        // Nothing left to claim: an empty claim writes nothing.
+        assert!(store.janitor_claim(&mut |inv| victim(inv), 0).unwrap().is_empty());
+        store.release_condemned(&condemned[0].physical).unwrap();
+        assert!(store.janitor_inventory().unwrap().condemned.is_empty());
     }
 }

@@ -18,6 +18,7 @@ mod honesty;
 mod incremental_plan;
 mod incremental_reload;
 mod init;
+mod janitor;
 mod kinds_scd2;
 mod kinds_upsert;
 mod lake;

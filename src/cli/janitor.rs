@@ -1,0 +1,137 @@
+//! `efmesh janitor [--ttl DAYS] [--dry-run] [--json] [--wait DUR]`: drops the physical storage
+//! no environment reaches any more and that is older than the ttl, and the orphans the state
+//! store no longer knows ([`crate::janitor`]), under the global `janitor` lock. Only the
+//! configuration is needed (a project that does not load can still be cleaned). Exit 1 when a
+//! drop failed (it stays claimed: the next janitor tries again).
+
+use super::Exit;
+use super::lock::{LockHeld, command_line};
+use super::printer::Printer;
+use crate::core::interval::Millis;
+use crate::engine::duckdb::DuckDb;
+use crate::engine::{Engine, EngineError};
+use crate::janitor::{Options, Report, Victim, collect};
+use crate::state::SqliteStore;
+use crate::state::lease::{LeaseGuard, Refused};
+use anyhow::{Result, anyhow, bail};
+use std::time::Duration;
+
+/// The janitor's global lock.
+pub const JANITOR_LEASE: &str = "janitor";
+
+/// The janitor's request.
+pub(super) struct Request {
+    /// `--ttl` in days.
+    pub ttl_days: f64,
+    pub dry_run: bool,
+    pub json: bool,
+    /// `--wait` for the janitor lock.
+    pub wait: Duration,
+    pub now: Millis,
+}
+
+/// Runs the janitor for the project at `config`.
+pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Result<Exit> {
+    if !req.ttl_days.is_finite() || req.ttl_days < 0.0 {
+        bail!("--ttl {} must be a number of days, 0 or more", req.ttl_days);
+    }
+    let config = crate::config::Config::load(config)?;
+    let store_path = config.state_path();
+    if !store_path.exists() {
+        // Without the store every relation would look like an orphan: refuse rather than guess.
+        bail!(
+            "no state store at `{}`: the janitor needs it to know what is reachable; nothing was done\n  hint: check `[state] path` in the configuration",
+            store_path.display()
+        );
+    }
+    let state = SqliteStore::open(&store_path)?;
+    let engine_path = config.engine_path();
+    let settings = config.engine.clone();
+    let dry_run = req.dry_run;
+    let mut open = move || -> Result<Option<Box<dyn Engine>>, EngineError> {
+        if !engine_path.exists() {
+            return Ok(None);
+        }
+        // A dry run reads the engine only.
+        let db = if dry_run { DuckDb::open_read_only_with(&engine_path, &settings)? } else { DuckDb::open(&engine_path, &settings)? };
+        Ok(Some(Box::new(db)))
+    };
+    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now };
+    let report = if req.dry_run {
+        collect(&config, &state, &mut open, &options)?
+    } else {
+        let guard = match LeaseGuard::acquire(&state, JANITOR_LEASE, &command_line(), req.wait) {
+            Ok(g) => g,
+            Err(Refused::Held(r)) => {
+                return Err(anyhow!(LockHeld(format!(
+                    "the janitor is locked: `{JANITOR_LEASE}` is held by {}; nothing was done\n  hint: another janitor is running; retry when it is done, or wait for it with `--wait 10m`",
+                    r.holder
+                ))));
+            }
+            Err(Refused::State(e)) => return Err(e.into()),
+        };
+        let result = collect(&config, &state, &mut open, &options);
+        guard.release(&state);
+        result?
+    };
+    if req.json {
+        out.json(serde_json::to_value(&report)?)?;
+    } else {
+        out.text(&text(&report))?;
+    }
+    for f in &report.failed {
+        eprintln!("error: janitor: cannot drop {} (model `{}`): {}", f.physical, f.model, f.error);
+    }
+    Ok(if report.failed.is_empty() { Exit::Success } else { Exit::Error })
+}
+
+fn line(v: &Victim) -> String {
+    let mut s = format!("  {} @{}", v.model, v.fingerprint);
+    if !v.kind.is_empty() {
+        s.push_str(&format!(" ({})", v.kind));
+    }
+    if !v.physical.is_empty() {
+        s.push_str(&format!(" {}", v.physical));
+    } else {
+        s.push_str(" (no storage: rows only)");
+    }
+    if let Some(a) = v.age_days {
+        s.push_str(&format!(", {a:.2} days old"));
+    }
+    if v.versions.len() > 1 {
+        s.push_str(&format!(", shared by {}", v.versions.join(", ")));
+    }
+    if let Some(d) = &v.lake_dir {
+        s.push_str(&format!(", lake directory {d}"));
+    }
+    if v.left_over {
+        s.push_str(", claimed by an earlier janitor");
+    }
+    s.push('\n');
+    s
+}
+
+/// The report for people.
+fn text(r: &Report) -> String {
+    let verb = if r.dry_run { "would drop" } else { "dropped" };
+    let mut s = String::new();
+    if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() {
+        s.push_str(&format!("janitor: nothing to collect (ttl {} days)\n", r.ttl_days));
+        return s;
+    }
+    if !r.dropped.is_empty() {
+        s.push_str(&format!("janitor {verb} {} unreachable version storage(s) (ttl {} days):\n", r.dropped.len(), r.ttl_days));
+        s.extend(r.dropped.iter().map(line));
+    }
+    if !r.orphans.is_empty() {
+        s.push_str(&format!("janitor {verb} {} orphan(s) the state store does not know:\n", r.orphans.len()));
+        s.extend(r.orphans.iter().map(line));
+    }
+    if !r.failed.is_empty() {
+        s.push_str(&format!("janitor could not drop {} (still claimed; the next janitor tries again):\n", r.failed.len()));
+        for f in &r.failed {
+            s.push_str(&format!("  {} ({}): {}\n", f.physical, f.model, f.error));
+        }
+    }
+    s
+}

@@ -1,0 +1,610 @@
+//! The janitor (`efmesh janitor`): drops the physical storage no environment can reach any
+//! more — tables and views in `_efmesh`, parquet lake version directories, DuckLake tables —
+//! once it is older than a time to live, and the orphans the state store no longer knows.
+//!
+//! The claim protocol (SPEC §4, invariant 39): an apply or run records, in one state
+//! transaction before any engine write, every version it relies on (its intents), refusing when
+//! the janitor claimed one since its plan; the janitor claims its victims in ONE state
+//! transaction that re-reads pointers, promotions under way, intents and claims under the
+//! store's write lock, deleting the victims' snapshot and ledger rows and recording their
+//! storage as `condemned`; only then does it drop the storage, and it forgets a claim only once
+//! the drop succeeded. So a relation is dropped only after no plan can rely on it any more: a
+//! plan made before the claim is refused at its intents, a plan made after it builds afresh.
+//!
+//! Candidates: versions not pointed at by any environment, not in any promotion under way, not
+//! named by any intent, whose age — now minus the later of the snapshot's creation and the
+//! moment an environment last stopped serving it — is at least the ttl. Storage shared by
+//! several versions (forward-only and indirect reuse inherit their parent version's table) is
+//! claimed only with every version sharing it. Versions without storage (embedded, external)
+//! only lose their rows. Orphans are relations in `_efmesh` (and lake version directories,
+//! DuckLake tables) whose name has the physical-name shape `<schema>__<table>__<64 hex>` but no
+//! snapshot, intent or claim names them; other relations are left alone.
+//!
+//! Engine access goes through the [`Engine`] trait, opened by the caller's function for the
+//! listing and again for the drops (never held across the claim); lake directories are removed
+//! only inside the lake root, never through a symbolic link.
+
+use crate::apply::fault;
+use crate::apply::lake::VersionDir;
+use crate::config::Config;
+use crate::core::interval::{Millis, parse_instant};
+use crate::engine::{Engine, EngineError, STORAGE_SCHEMA, StoredRelation};
+use crate::state::{Claim, Condemned, JanitorInventory, StateError, StateStore};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+/// Milliseconds in a day (`--ttl` is in days).
+pub const DAY_MS: f64 = 86_400_000.0;
+
+/// The default `--ttl`, in days (sqlmesh's default snapshot TTL).
+pub const DEFAULT_TTL_DAYS: f64 = 7.0;
+
+/// How long the janitor waits for an engine file another process holds, at most.
+pub const ENGINE_WAIT: Duration = Duration::from_secs(5);
+
+/// What to collect.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Versions younger than this many days are kept.
+    pub ttl_days: f64,
+    /// List what would go; claim and drop nothing.
+    pub dry_run: bool,
+    /// The current instant.
+    pub now: Millis,
+}
+
+/// One storage the janitor dropped (or would drop), or versions without storage whose rows it
+/// removed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Victim {
+    /// Model name.
+    pub model: String,
+    /// Fingerprint, first 12 characters.
+    pub fingerprint: String,
+    /// Kind tag (`orphan` for an orphan).
+    pub kind: String,
+    /// The physical relation (`""` for versions without storage).
+    pub physical: String,
+    /// Age in days when claimed (absent for orphans).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_days: Option<f64>,
+    /// Every version (`name@fingerprint-short`) whose rows went with it.
+    pub versions: Vec<String>,
+    /// The lake version directory removed, if there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lake_dir: Option<String>,
+    /// True when an earlier janitor claimed it and could not drop it (or was stopped).
+    pub left_over: bool,
+}
+
+/// A claimed storage the janitor could not drop: it stays claimed, and the next janitor tries
+/// again.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// The physical relation.
+    pub physical: String,
+    /// Model name (empty for an orphan of unknown model).
+    pub model: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What a janitor run did.
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Unreachable versions dropped (or, with `dry_run`, that would be).
+    pub dropped: Vec<Victim>,
+    /// Orphans dropped (or that would be).
+    pub orphans: Vec<Victim>,
+    /// Drops that failed (still claimed).
+    pub failed: Vec<Failure>,
+    /// True for `--dry-run`.
+    pub dry_run: bool,
+    /// The ttl used.
+    pub ttl_days: f64,
+}
+
+/// Why the janitor stopped before claiming anything.
+#[derive(Debug, thiserror::Error)]
+pub enum JanitorError {
+    /// The engine could not be opened or listed.
+    #[error("janitor: {0}; nothing was claimed or dropped")]
+    Engine(EngineError),
+    /// The state store failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// Opens the engine: `Ok(None)` when there is no database yet (nothing stored).
+pub type Opener<'a> = dyn FnMut() -> Result<Option<Box<dyn Engine>>, EngineError> + 'a;
+
+/// `<schema>__<table>` and the fingerprint of a relation name of the physical-name shape
+/// `<schema>__<table>__<64 lowercase hex>`, or `None`.
+pub fn physical_shape(name: &str) -> Option<(&str, &str)> {
+    let (model, fp) = name.rsplit_once("__")?;
+    let hex = fp.len() == 64 && fp.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let (schema, table) = model.split_once("__")?;
+    (hex && !schema.is_empty() && !table.is_empty()).then_some((model, fp))
+}
+
+/// The model name (`schema.table`) a physical-name-shaped relation name belongs to.
+fn model_of(model_part: &str) -> String {
+    model_part.split_once("__").map_or_else(|| model_part.to_string(), |(s, t)| format!("{s}.{t}"))
+}
+
+fn short(fp: &str) -> String {
+    fp.get(..12).unwrap_or(fp).to_string()
+}
+
+/// The unquoted relation name at the end of a quoted, qualified physical name.
+fn relation_name(physical: &str) -> &str {
+    physical.rsplit("\".\"").next().unwrap_or(physical).trim_matches('"')
+}
+
+/// The age in milliseconds of a version: now minus the later of its creation and its release;
+/// `None` when a stored instant cannot be read (such a version is never collected).
+fn age(v: &crate::state::VersionRow, now: Millis) -> Option<Millis> {
+    let created = parse_instant(&v.created_at).ok()?;
+    let released = match &v.released_at {
+        Some(r) => Some(parse_instant(r).ok()?),
+        None => None,
+    };
+    Some(now - released.map_or(created, |r| r.max(created)))
+}
+
+/// The claims the janitor makes from `inv` (pure): every unreachable version at least
+/// `ttl_ms` old, grouped by the storage they share (a group is claimed whole or not at all),
+/// and every orphan of `listed` (qualified physical names seen in the engine or the lake) that
+/// no snapshot, intent or claim names.
+pub fn decide(inv: &JanitorInventory, listed: &[String], ttl_ms: Millis, now: Millis) -> Vec<Claim> {
+    let key = |p: &str| p.to_lowercase();
+    let condemned: BTreeSet<String> = inv.condemned.iter().map(|c| key(&c.physical)).collect();
+    let intent_physicals: BTreeSet<String> = inv.intent_physicals.iter().map(|p| key(p)).collect();
+    let candidate = |v: &crate::state::VersionRow| -> Option<Millis> {
+        let id = (v.name.clone(), v.fingerprint.clone());
+        if inv.served.contains(&id) || inv.pending.contains(&id) || inv.intents.contains(&id) {
+            return None;
+        }
+        if !v.physical.is_empty() && intent_physicals.contains(&key(&v.physical)) {
+            return None;
+        }
+        age(v, now).filter(|a| *a >= ttl_ms)
+    };
+    let mut claims = Vec::new();
+    let mut groups: BTreeMap<String, Vec<&crate::state::VersionRow>> = BTreeMap::new();
+    for v in &inv.versions {
+        if v.physical.is_empty() {
+            if candidate(v).is_some() {
+                claims.push(Claim { versions: vec![(v.name.clone(), v.fingerprint.clone())], storage: None });
+            }
+        } else {
+            groups.entry(key(&v.physical)).or_default().push(v);
+        }
+    }
+    for (k, group) in &groups {
+        if condemned.contains(k) {
+            continue;
+        }
+        let ages: Option<Vec<Millis>> = group.iter().map(|v| candidate(v)).collect();
+        let Some(ages) = ages else { continue };
+        let physical = &group[0].physical;
+        // The version whose name the relation bears owns it; the others inherited it.
+        let owner = group.iter().find(|v| relation_name(physical).to_lowercase().ends_with(&v.fingerprint.to_lowercase())).unwrap_or(&group[0]);
+        let youngest = ages.iter().copied().min().unwrap_or(0);
+        let versions: Vec<(String, String)> = group.iter().map(|v| (v.name.clone(), v.fingerprint.clone())).collect();
+        claims.push(Claim {
+            storage: Some(Condemned {
+                physical: physical.clone(),
+                name: owner.name.clone(),
+                fingerprint: owner.fingerprint.clone(),
+                kind: owner.kind.clone(),
+                detail: json!({"orphan": false, "ageDays": youngest as f64 / DAY_MS, "versions": versions}),
+                claimed_at: String::new(),
+            }),
+            versions,
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for physical in listed {
+        let k = key(physical);
+        if groups.contains_key(&k) || condemned.contains(&k) || intent_physicals.contains(&k) || !seen.insert(k) {
+            continue;
+        }
+        let Some((model, fp)) = physical_shape(relation_name(physical)) else { continue };
+        // A version a pointer, a promotion under way or an intent names, whose snapshot row is
+        // gone (a damaged or restored store): its storage may still be served; never an orphan.
+        let named = |set: &std::collections::HashSet<(String, String)>| {
+            set.iter().any(|(n, f)| f.eq_ignore_ascii_case(fp) && n.replace('.', "__").eq_ignore_ascii_case(model))
+        };
+        if named(&inv.served) || named(&inv.pending) || named(&inv.intents) {
+            tracing::warn!(relation = %physical, "a version an environment names has no snapshot row; its storage is left alone");
+            continue;
+        }
+        claims.push(Claim {
+            versions: Vec::new(),
+            storage: Some(Condemned {
+                physical: physical.clone(),
+                name: model_of(model),
+                fingerprint: fp.to_string(),
+                kind: "orphan".to_string(),
+                detail: json!({"orphan": true}),
+                claimed_at: String::new(),
+            }),
+        });
+    }
+    claims
+}
+
+/// Runs the janitor: lists the engine's storage and the lake, claims (unless `dry_run`), drops
+/// every claimed storage (the ones earlier janitors left claimed too) and forgets each claim
+/// whose drop succeeded. The caller holds the global `janitor` lease on `state`.
+///
+/// # Errors
+/// [`JanitorError`] when the engine cannot be opened for the listing or the state store fails;
+/// nothing was claimed then. Failed drops are not errors: they are in [`Report::failed`].
+pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, opts: &Options) -> Result<Report, JanitorError> {
+    let ttl_ms = (opts.ttl_days * DAY_MS).round() as Millis;
+    let mut report = Report { dry_run: opts.dry_run, ttl_days: opts.ttl_days, ..Report::default() };
+    // 1. What storage exists: the engine's relations, the lake's version directories.
+    let stored = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
+        Some(mut engine) => engine.storage_relations().map_err(JanitorError::Engine)?,
+        None => Vec::new(),
+    };
+    let mut listed: Vec<String> = stored.iter().filter(|r| physical_shape(&r.name).is_some()).map(|r| r.qualified.clone()).collect();
+    for r in stored.iter().filter(|r| physical_shape(&r.name).is_none()) {
+        tracing::debug!(relation = %r.qualified, "not a physical-name shape: left alone");
+    }
+    listed.extend(lake_orphan_candidates(config));
+    // 2. The claim (or, for a dry run, what it would be).
+    let claims = if opts.dry_run {
+        let inv = state.janitor_inventory()?;
+        let claims = decide(&inv, &listed, ttl_ms, opts.now);
+        for c in &inv.condemned {
+            push(&mut report, victim(c, config, true), c);
+        }
+        claims
+    } else {
+        fault::delay_point("janitor-before-claim");
+        let claims = state.janitor_claim(&mut |inv| decide(inv, &listed, ttl_ms, opts.now), opts.now)?;
+        fault::crash_point(|| "janitor-after-claim".to_string());
+        claims
+    };
+    let fresh: BTreeSet<String> = claims.iter().filter_map(|c| c.storage.as_ref().map(|s| s.physical.clone())).collect();
+    for c in &claims {
+        match &c.storage {
+            None => report.dropped.push(Victim {
+                model: c.versions.first().map(|v| v.0.clone()).unwrap_or_default(),
+                fingerprint: c.versions.first().map(|v| short(&v.1)).unwrap_or_default(),
+                kind: String::new(),
+                physical: String::new(),
+                age_days: None,
+                versions: c.versions.iter().map(|(n, f)| format!("{n}@{}", short(f))).collect(),
+                lake_dir: None,
+                left_over: false,
+            }),
+            Some(s) if opts.dry_run => push(&mut report, victim(s, config, false), s),
+            Some(_) => {}
+        }
+    }
+    if opts.dry_run {
+        return Ok(report);
+    }
+    // 3. Drop every claimed storage: this janitor's and what earlier ones left.
+    let condemned = state.janitor_inventory()?.condemned;
+    if condemned.is_empty() {
+        return Ok(report);
+    }
+    fault::delay_point("janitor-before-drop");
+    let mut engine = match open_with_wait(open, config, false) {
+        Ok(e) => e,
+        Err(e) => {
+            for c in &condemned {
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.to_string() });
+            }
+            return Ok(report);
+        }
+    };
+    let present: HashMap<String, StoredRelation> = match engine.as_mut().map(|e| e.storage_relations()).transpose() {
+        Ok(list) => list.unwrap_or_default().into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(),
+        Err(e) => {
+            for c in &condemned {
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.to_string() });
+            }
+            return Ok(report);
+        }
+    };
+    for c in &condemned {
+        match drop_storage(config, engine.as_deref_mut(), &present, c) {
+            Ok(lake_dir) => {
+                // The storage is gone: the claim can go (if forgetting it fails, the next
+                // janitor drops nothing and forgets it then).
+                if let Err(e) = state.release_condemned(&c.physical) {
+                    report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: format!("dropped, but {e}") });
+                    continue;
+                }
+                let mut v = victim(c, config, !fresh.contains(&c.physical));
+                v.lake_dir = lake_dir;
+                tracing::info!(physical = %c.physical, model = %c.name, "dropped");
+                push(&mut report, v, c);
+            }
+            Err(error) => {
+                tracing::warn!(physical = %c.physical, model = %c.name, "cannot drop: {error}; it stays claimed and the next janitor tries again");
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error });
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn push(report: &mut Report, v: Victim, c: &Condemned) {
+    if c.detail.get("orphan").and_then(serde_json::Value::as_bool).unwrap_or(false) {
+        report.orphans.push(v);
+    } else {
+        report.dropped.push(v);
+    }
+}
+
+/// The report line of a claimed storage.
+fn victim(c: &Condemned, config: &Config, left_over: bool) -> Victim {
+    let versions = c
+        .detail
+        .get("versions")
+        .and_then(serde_json::Value::as_array)
+        .map(|vs| vs.iter().filter_map(|v| Some(format!("{}@{}", v.get(0)?.as_str()?, short(v.get(1)?.as_str()?)))).collect::<Vec<_>>())
+        .unwrap_or_default();
+    Victim {
+        model: c.name.clone(),
+        fingerprint: short(&c.fingerprint),
+        kind: c.kind.clone(),
+        physical: c.physical.clone(),
+        age_days: c.detail.get("ageDays").and_then(serde_json::Value::as_f64),
+        versions,
+        lake_dir: lake_dir_of(config, &c.physical).filter(|d| !d.s3 && Path::new(&d.url).exists()).map(|d| d.url),
+        left_over,
+    }
+}
+
+/// The lake version directory of a physical relation in `_efmesh`, when the project has a lake.
+fn lake_dir_of(config: &Config, physical: &str) -> Option<VersionDir> {
+    let root = config.lake_root()?;
+    let in_storage_schema = physical.to_lowercase().starts_with(&format!("\"{STORAGE_SCHEMA}\"."));
+    if !in_storage_schema {
+        return None;
+    }
+    let (model, fp) = physical_shape(relation_name(physical))?;
+    Some(VersionDir { url: format!("{root}/{model}/{fp}"), s3: root.starts_with("s3://"), fingerprint: fp.to_string() })
+}
+
+/// Lake version directories (`<lake>/<schema>__<table>/<64 hex>`) of a local lake, as the
+/// physical relation they belong to.
+fn lake_orphan_candidates(config: &Config) -> Vec<String> {
+    use crate::core::name::quote_ident;
+    let Some(root) = config.lake_root().filter(|r| !r.starts_with("s3://")) else { return Vec::new() };
+    let mut out = Vec::new();
+    let Ok(models) = fs_err::read_dir(&root) else { return out };
+    for m in models.flatten() {
+        let Ok(ty) = m.file_type() else { continue };
+        if !ty.is_dir() {
+            continue;
+        }
+        let model = m.file_name().to_string_lossy().into_owned();
+        let Ok(versions) = fs_err::read_dir(m.path()) else { continue };
+        for v in versions.flatten() {
+            let name = format!("{model}__{}", v.file_name().to_string_lossy());
+            if v.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()) && physical_shape(&name).is_some() {
+                out.push(format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&name)));
+            }
+        }
+    }
+    out
+}
+
+/// Opens the engine, waiting up to [`ENGINE_WAIT`] while another process holds its file (a
+/// lock conflict is transient), and attaches the DuckLake catalog when the project has one
+/// (read-only for a dry run).
+fn open_with_wait(open: &mut Opener<'_>, config: &Config, read_only: bool) -> Result<Option<Box<dyn Engine>>, EngineError> {
+    let deadline = std::time::Instant::now() + ENGINE_WAIT;
+    let mut engine = loop {
+        match open() {
+            Ok(e) => break e,
+            Err(e) if crate::apply::retry::is_transient_message(&e.message) && std::time::Instant::now() < deadline => {
+                tracing::debug!("the engine is busy, waiting: {}", e.message);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                let busy = crate::apply::retry::is_transient_message(&e.message);
+                return Err(if busy {
+                    EngineError::new(&e.sql, format!("{} (still held by another process after {} s)", e.message, ENGINE_WAIT.as_secs()))
+                } else {
+                    e
+                });
+            }
+        }
+    };
+    if let (Some(e), Some(attach), Some(dl)) = (engine.as_mut(), crate::apply::ducklake::attach_sql_for(config), config.ducklake.as_ref()) {
+        // No catalog yet: no version lives there.
+        let catalog = config.resolve(&dl.catalog);
+        if catalog.exists() {
+            e.load_extension("ducklake")?;
+            let attach = if read_only {
+                use crate::core::name::{quote_ident, quote_literal};
+                format!(
+                    "ATTACH IF NOT EXISTS {} AS {} (READ_ONLY)",
+                    quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())),
+                    quote_ident(crate::core::target::DUCKLAKE_ALIAS)
+                )
+            } else {
+                attach
+            };
+            e.execute(&attach)?;
+        }
+    }
+    Ok(engine)
+}
+
+/// Drops one claimed storage: its relation (as the engine lists it) and its local lake version
+/// directory. Returns the directory removed.
+fn drop_storage(
+    config: &Config,
+    engine: Option<&mut (dyn Engine + '_)>,
+    present: &HashMap<String, StoredRelation>,
+    c: &Condemned,
+) -> Result<Option<String>, String> {
+    let mut removed = None;
+    if let Some(dir) = lake_dir_of(config, &c.physical) {
+        if dir.s3 {
+            return Err(format!("the S3 lake directory `{}` is not removed by the janitor; remove it yourself, then run the janitor again", dir.url));
+        }
+        if let Some(root) = config.lake_root()
+            && remove_version_dir(Path::new(&root), &dir)?
+        {
+            removed = Some(dir.url.clone());
+        }
+    }
+    if let Some(rel) = present.get(&c.physical.to_lowercase()) {
+        let Some(engine) = engine else { return Err("no engine to drop it from".to_string()) };
+        engine.drop_relation(&rel.qualified, rel.view).map_err(|e| e.to_string())?;
+    } else if c.physical.to_lowercase().starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) && config.ducklake.is_none() {
+        return Err("a DuckLake table, but the project has no `[ducklake]` section to attach its catalog".to_string());
+    }
+    Ok(removed)
+}
+
+/// Removes a lake version directory `<root>/<model>/<fp>` if it exists: only a real directory
+/// inside the lake root (neither it nor its model directory may be a symbolic link); the model
+/// directory goes too once empty. Returns whether it removed anything.
+fn remove_version_dir(root: &Path, dir: &VersionDir) -> Result<bool, String> {
+    let path = Path::new(&dir.url);
+    let Some(model_dir) = path.parent() else { return Ok(false) };
+    let is_real_dir = |p: &Path| -> Result<bool, String> {
+        match fs_err::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                Err(format!("`{}` is a symbolic link; the janitor never follows one out of the lake: remove it yourself", p.display()))
+            }
+            Ok(m) if m.is_dir() => Ok(true),
+            Ok(_) => Err(format!("`{}` is not a directory", p.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    if !is_real_dir(model_dir)? || !is_real_dir(path)? {
+        return Ok(false);
+    }
+    let root = fs_err::canonicalize(root).map_err(|e| e.to_string())?;
+    let real = fs_err::canonicalize(path).map_err(|e| e.to_string())?;
+    if !real.starts_with(&root) || real == root {
+        return Err(format!("`{}` is not inside the lake root `{}`", real.display(), root.display()));
+    }
+    // `remove_dir_all` removes symbolic links inside without following them.
+    fs_err::remove_dir_all(&real).map_err(|e| e.to_string())?;
+    if fs_err::read_dir(model_dir).is_ok_and(|mut d| d.next().is_none()) {
+        let _ = fs_err::remove_dir(model_dir);
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::VersionRow;
+
+    fn fp(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
+    fn row(name: &str, f: &str, physical: &str, created: &str, released: Option<&str>) -> VersionRow {
+        VersionRow {
+            name: name.into(),
+            fingerprint: f.into(),
+            kind: "full".into(),
+            physical: physical.into(),
+            created_at: created.into(),
+            released_at: released.map(Into::into),
+        }
+    }
+
+    fn phys(model: &str, f: &str) -> String {
+        format!("\"_efmesh\".\"{}__{f}\"", model.replace('.', "__"))
+    }
+
+    const NOW: &str = "2026-02-10T00:00:00.000Z";
+
+    #[test]
+    fn physical_shapes() {
+        assert_eq!(physical_shape(&format!("s__t__{}", fp('a'))), Some(("s__t", fp('a').as_str())));
+        assert_eq!(physical_shape(&format!("s__t__x__{}", fp('0'))).map(|s| s.0), Some("s__t__x"));
+        assert!(physical_shape(&format!("t__{}", fp('a'))).is_none(), "no schema part");
+        assert!(physical_shape(&format!("s__t__{}", fp('A'))).is_none(), "uppercase hex is not ours");
+        assert!(physical_shape("s__t__abc").is_none());
+        assert!(physical_shape("_efmesh_stage_x").is_none());
+    }
+
+    #[test]
+    fn only_unreachable_versions_past_the_ttl_are_claimed() {
+        let now = parse_instant(NOW).unwrap();
+        let day = DAY_MS as Millis;
+        let (a, b, c, d, e) = (fp('a'), fp('b'), fp('c'), fp('d'), fp('e'));
+        let mut inv = JanitorInventory {
+            versions: vec![
+                row("s.served", &a, &phys("s.served", &a), "2026-01-01T00:00:00.000Z", None),
+                row("s.old", &b, &phys("s.old", &b), "2026-01-01T00:00:00.000Z", Some("2026-02-01T00:00:00.000Z")),
+                row("s.young", &c, &phys("s.young", &c), "2026-01-01T00:00:00.000Z", Some("2026-02-09T00:00:00.000Z")),
+                row("s.intent", &d, &phys("s.intent", &d), "2026-01-01T00:00:00.000Z", None),
+                row("s.embedded", &e, "", "2026-01-01T00:00:00.000Z", None),
+            ],
+            ..JanitorInventory::default()
+        };
+        inv.served.insert(("s.served".into(), a.clone()));
+        inv.intents.insert(("s.intent".into(), d.clone()));
+        let claims = decide(&inv, &[], 7 * day, now);
+        let names: Vec<&str> = claims.iter().map(|c| c.versions[0].0.as_str()).collect();
+        assert_eq!(names, ["s.embedded", "s.old"], "{claims:?}");
+        assert!(claims[0].storage.is_none() && claims[1].storage.as_ref().is_some_and(|s| s.physical == phys("s.old", &b)));
+        // ttl 0 takes the young one too; a pending promotion protects like a pointer.
+        inv.pending.insert(("s.old".into(), b.clone()));
+        let names: BTreeSet<String> = decide(&inv, &[], 0, now).into_iter().map(|c| c.versions[0].0.clone()).collect();
+        assert_eq!(names, BTreeSet::from(["s.embedded".to_string(), "s.young".to_string()]));
+    }
+
+    #[test]
+    fn shared_storage_goes_only_with_every_version_sharing_it() {
+        let now = parse_instant(NOW).unwrap();
+        let (a, b) = (fp('a'), fp('b'));
+        let shared = phys("s.t", &a);
+        let mut inv = JanitorInventory {
+            versions: vec![
+                row("s.t", &a, &shared, "2026-01-01T00:00:00.000Z", Some("2026-01-02T00:00:00.000Z")),
+                row("s.t", &b, &shared, "2026-01-01T00:00:00.000Z", None),
+            ],
+            ..JanitorInventory::default()
+        };
+        inv.served.insert(("s.t".into(), b.clone()));
+        assert!(decide(&inv, &[], 0, now).is_empty(), "the forward-only version still serves the table");
+        inv.served.clear();
+        let claims = decide(&inv, &[], 0, now);
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].versions.len(), 2);
+        assert_eq!(claims[0].storage.as_ref().map(|s| s.fingerprint.clone()), Some(a), "the owner is the version the name bears");
+    }
+
+    #[test]
+    fn orphans_are_listed_relations_nobody_names() {
+        let now = parse_instant(NOW).unwrap();
+        let (a, b, c) = (fp('a'), fp('b'), fp('c'));
+        let mut inv = JanitorInventory { versions: vec![row("s.t", &a, &phys("s.t", &a), "2026-02-09T23:00:00.000Z", None)], ..JanitorInventory::default() };
+        inv.intent_physicals.insert(phys("s.u", &c));
+        // Served, but its snapshot row is gone: never an orphan.
+        inv.served.insert(("s.w".into(), fp('e')));
+        let listed = vec![phys("s.t", &a), phys("s.t", &b), phys("s.u", &c), phys("s.w", &fp('e')), "\"_efmesh\".\"_efmesh_stage\"".to_string()];
+        let claims = decide(&inv, &listed, 86_400_000, now);
+        assert_eq!(claims.len(), 1, "{claims:?}");
+        let s = claims[0].storage.as_ref().unwrap();
+        assert_eq!((s.physical.as_str(), s.name.as_str(), s.kind.as_str()), (phys("s.t", &b).as_str(), "s.t", "orphan"));
+    }
+}

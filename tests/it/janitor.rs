@@ -1,0 +1,497 @@
+//! `efmesh janitor` (issue 12 item 5): what it drops and never drops, the ttl, orphans, parquet
+//! lake directories, failed drops retried, a killed janitor's claims finished, and the race
+//! with an apply that re-points an old version.
+//!
+//! Snapshots record the real instant they were written, so these tests collect with a `--now`
+//! far in the future (or just past the real instant, for the ttl).
+//!
+//! Test hooks used (documented in `src/apply/fault.rs`): `EFMESH_FAULT=janitor-after-claim`
+//! (the janitor aborts after its claim) and `EFMESH_DELAY=<point>=<ms>` (a process sleeps at a
+//! point: `apply-after-plan`, `janitor-before-claim`).
+
+use crate::common::*;
+use efmesh::core::interval::{now_millis, to_iso};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Far enough in the future that every version is older than any ttl these tests use.
+const LATER: &str = "2099-01-01T00:00:00Z";
+
+/// `s.m` (full, `SELECT <v> AS x`) and `s.v` (view over it).
+fn models(v: i64) -> String {
+    format!(
+        r#"define_model {{ name = "s.m", kind = kind.full(), schema = {{ {{ "x", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS x" }}
+define_model {{ name = "s.v", kind = kind.view(), schema = {{ {{ "x", "bigint" }} }}, query = "SELECT x FROM " .. ref("s.m") }}
+"#
+    )
+}
+
+fn project(v: i64) -> Project {
+    let p = Project::new();
+    p.write("models/m.lua", &models(v));
+    p
+}
+
+/// Runs the janitor with `--now now` and `args`.
+fn janitor(p: &mut Project, now: &str, args: &[&str]) -> Run {
+    let saved = std::mem::replace(&mut p.now, now.to_string());
+    let mut all = vec!["janitor"];
+    all.extend_from_slice(args);
+    let r = p.run(&all);
+    p.now = saved;
+    r
+}
+
+/// `physical` of every entry of a janitor report list.
+fn physicals(v: &Value, key: &str) -> BTreeSet<String> {
+    v[key].as_array().unwrap_or_else(|| panic!("no `{key}` in {v:#}")).iter().map(|d| d["physical"].as_str().unwrap().to_string()).collect()
+}
+
+/// `"_efmesh"."<schema>__<table>__<fp>"` of a model's version in an apply result.
+fn physical_of(applied: &Value, model: &str) -> String {
+    action(applied, model)["physical"].as_str().unwrap_or_else(|| panic!("no physical for {model}")).to_string()
+}
+
+/// The relation name inside a quoted physical name.
+fn table_name(physical: &str) -> String {
+    physical.rsplit("\".\"").next().unwrap().trim_matches('"').to_string()
+}
+
+/// Rows of the `condemned` table (claims not dropped yet).
+fn condemned(p: &Project) -> i64 {
+    rusqlite::Connection::open(p.state_path()).unwrap().query_row("SELECT count(*) FROM condemned", [], |r| r.get(0)).unwrap()
+}
+
+/// Every environment's views serve exactly the physical relation its pointer names (read back
+/// through the view definition) and are queryable.
+#[track_caller]
+fn assert_views_serve_pointers(p: &Project, models: &[&str]) {
+    let state = p.state();
+    for env in state.environments().unwrap() {
+        let pointers = state.env_pointers(&env).unwrap();
+        for m in models {
+            let Some(fp) = pointers.get(*m) else { continue };
+            let snapshot = state.snapshot(m, fp).unwrap().unwrap_or_else(|| panic!("{env}: `{m}` points at {fp}, which has no snapshot"));
+            let (schema, table) = m.split_once('.').unwrap();
+            let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
+            let sql = p.query(&format!("SELECT sql FROM duckdb_views() WHERE schema_name = '{schema}' AND view_name = '{table}'"));
+            let sql = sql.first().and_then(|r| r[0].clone()).unwrap_or_else(|| panic!("{env}: no view for `{m}`"));
+            assert!(
+                sql.replace('"', "").to_lowercase().contains(&snapshot.physical.replace('"', "").to_lowercase()),
+                "{env}: the view of `{m}` does not select from {}: {sql}",
+                snapshot.physical
+            );
+            p.query(&format!("SELECT count(*) FROM \"{schema}\".\"{table}\""));
+        }
+    }
+}
+
+#[test]
+fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped() {
+    let mut p = project(1);
+    p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    let two = p.apply("dev");
+    p.write("models/m.lua", &models(3));
+    p.apply("dev");
+    let unreachable = BTreeSet::from([physical_of(&two, "s.m"), physical_of(&two, "s.v")]);
+    let (tables, summary) = (p.physical_tables(), p.state_summary());
+    assert_eq!(tables.len(), 6, "{tables:?}");
+
+    let dry = janitor(&mut p, LATER, &["--ttl", "0", "--dry-run", "--json"]);
+    let v = dry.expect_code(0).json();
+    assert_eq!(v["dryRun"], Value::Bool(true));
+    assert_eq!(physicals(&v, "dropped"), unreachable, "{v:#}");
+    assert_eq!(p.physical_tables(), tables, "a dry run drops nothing");
+    assert_eq!(p.state_summary(), summary, "a dry run changes no state");
+
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    assert_eq!((v["dryRun"].clone(), v["ttlDays"].as_f64()), (Value::Bool(false), Some(0.0)));
+    assert_eq!(physicals(&v, "dropped"), unreachable, "{v:#}");
+    assert!(v["orphans"].as_array().unwrap().is_empty() && v["failed"].as_array().unwrap().is_empty(), "{v:#}");
+    let left: BTreeSet<String> = p.physical_tables().into_iter().collect();
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(unreachable.iter().all(|u| !left.contains(&table_name(u))), "{left:?}");
+    // prod and dev still serve their versions, and their rows.
+    assert_views_serve_pointers(&p, &["s.m", "s.v"]);
+    assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("3".to_string())]]);
+    let after = p.state_summary();
+    assert_eq!(after.pointers, summary.pointers);
+    assert_eq!(after.snapshots.len(), summary.snapshots.len() - 2, "the two versions' snapshots went with their storage");
+    // The text report, and nothing left to do.
+    let again = janitor(&mut p, LATER, &["--ttl", "0"]);
+    assert!(again.expect_code(0).stdout.contains("nothing to collect"), "{again:#?}");
+    // Applying the dropped version again rebuilds it.
+    p.write("models/m.lua", &models(2));
+    let rebuilt = p.apply("dev");
+    assert_eq!(string_set(&rebuilt["built"]), set(&["s.m", "s.v"]));
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+}
+
+#[test]
+fn the_ttl_counts_from_when_a_version_stopped_being_served() {
+    let mut p = project(1);
+    let one = p.apply("dev");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    let now = now_millis();
+    let day = 86_400_000;
+    // Released moments ago: younger than a week, younger than half a day.
+    for (at, ttl) in [(now, "7"), (now + day / 4, "0.5")] {
+        let v = janitor(&mut p, &to_iso(at), &["--ttl", ttl, "--json"]).expect_code(0).json();
+        assert!(v["dropped"].as_array().unwrap().is_empty(), "ttl {ttl}: {v:#}");
+    }
+    assert!(p.physical_tables().contains(&table_name(&physical_of(&one, "s.m"))));
+    // Eight days later the week is over.
+    let v = janitor(&mut p, &to_iso(now + 8 * day), &["--json"]).expect_code(0).json();
+    assert_eq!(v["ttlDays"].as_f64(), Some(7.0));
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([physical_of(&one, "s.m"), physical_of(&one, "s.v")]));
+    assert!(v["dropped"].as_array().unwrap().iter().all(|d| d["ageDays"].as_f64().is_some_and(|a| a >= 7.0)), "{v:#}");
+}
+
+/// A time-range model whose second version is forward-only (it keeps the first version's table).
+fn forward_only_models(extra_col: bool, tag: &str) -> String {
+    let (col, sel) = if extra_col { (r#", { "y", "bigint" }"#, ", CAST(2 AS BIGINT) AS y") } else { ("", "") };
+    format!(
+        r#"define_model {{
+  name = "t.d",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-02-07", grain = "day" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "varchar" }}{col} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, '{tag}' AS v{sel}",
+}}
+"#
+    )
+}
+
+#[test]
+fn a_forward_only_shared_table_is_kept_while_one_sharer_is_served() {
+    let mut p = Project::new();
+    p.write("models/d.lua", &forward_only_models(false, "a"));
+    let first = p.apply("dev");
+    let table = physical_of(&first, "t.d");
+    p.write("models/d.lua", &forward_only_models(true, "a"));
+    let fo = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "t.d"]).expect_code(0).json();
+    assert_eq!(physical_of(&fo, "t.d"), table, "the forward-only version inherits the table");
+    // The first version is served by nobody, but its table is the served version's.
+    let rows = p.rows("dev__t.d");
+    assert!(!rows.is_empty());
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(p.physical_tables().contains(&table_name(&table)));
+    assert_eq!(p.rows("dev__t.d"), rows, "dev still serves the shared table's rows");
+    // A breaking change gives dev a table of its own: both sharers are unreachable, and go together.
+    p.write("models/d.lua", &forward_only_models(true, "b"));
+    p.apply("dev");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([table.clone()]), "{v:#}");
+    assert_eq!(v["dropped"][0]["versions"].as_array().map(Vec::len), Some(2), "{v:#}");
+    assert!(!p.physical_tables().contains(&table_name(&table)));
+    assert_views_serve_pointers(&p, &["t.d"]);
+}
+
+#[test]
+fn orphans_are_found_and_dropped_other_relations_left_alone() {
+    let mut p = project(1);
+    p.apply("dev");
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    p.query("CREATE TABLE \"_efmesh\".\"my_scratch\" AS SELECT 1 AS x");
+    let dry = janitor(&mut p, LATER, &["--ttl", "0", "--dry-run", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&dry, "orphans"), BTreeSet::from([format!("\"_efmesh\".\"{orphan}\"")]), "{dry:#}");
+    assert!(p.physical_tables().contains(&orphan));
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([format!("\"_efmesh\".\"{orphan}\"")]), "{v:#}");
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "served versions are not orphans: {v:#}");
+    let tables = p.physical_tables();
+    assert!(!tables.contains(&orphan) && tables.contains(&"my_scratch".to_string()), "{tables:?}");
+    assert_views_serve_pointers(&p, &["s.m", "s.v"]);
+}
+
+/// A project with `s.m` stored in a local parquet lake (`lake/`).
+fn lake_project(v: i64) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &format!("{CONFIG}\n[lake]\npath = \"lake\"\n"));
+    p.write("models/m.lua", &lake_models(v));
+    p
+}
+
+fn lake_models(v: i64) -> String {
+    format!(
+        r#"define_model {{ name = "s.m", kind = kind.full(), target = "parquet", schema = {{ {{ "x", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS x" }}"#
+    )
+}
+
+/// `lake/s__m/<fp>` of the version an apply result names.
+fn lake_dir(p: &Project, applied: &Value) -> std::path::PathBuf {
+    let name = table_name(&physical_of(applied, "s.m"));
+    let fp = name.rsplit("__").next().unwrap();
+    p.root().join("lake/s__m").join(fp)
+}
+
+#[test]
+fn a_parquet_lake_version_directory_is_removed_with_its_view() {
+    let mut p = lake_project(1);
+    let one = p.apply("dev");
+    p.write("models/m.lua", &lake_models(2));
+    let two = p.apply("dev");
+    let (old, new) = (lake_dir(&p, &one), lake_dir(&p, &two));
+    assert!(old.join("data.parquet").exists() && new.join("data.parquet").exists());
+    // A version directory nobody knows: an orphan.
+    let stray = p.root().join("lake/s__m").join("d".repeat(64));
+    fs_err::create_dir_all(&stray).unwrap();
+    fs_err::write(stray.join("data.parquet"), "not parquet").unwrap();
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([physical_of(&one, "s.m")]), "{v:#}");
+    let reported = v["dropped"][0]["lakeDir"].as_str().map(std::path::PathBuf::from).unwrap_or_else(|| panic!("no lakeDir in {v:#}"));
+    assert!(reported.ends_with(old.strip_prefix(p.root()).unwrap()), "{reported:?} is not {old:?}");
+    assert_eq!(v["orphans"].as_array().map(Vec::len), Some(1), "{v:#}");
+    assert!(!old.exists() && !stray.exists() && new.join("data.parquet").exists());
+    assert!(!p.physical_tables().contains(&table_name(&physical_of(&one, "s.m"))));
+    assert_eq!(p.rows("dev__s.m"), vec![vec![Some("2".to_string())]]);
+}
+
+#[test]
+fn a_failed_drop_is_reported_with_exit_1_and_retried_by_the_next_janitor() {
+    let mut p = lake_project(1);
+    let one = p.apply("dev");
+    p.write("models/m.lua", &lake_models(2));
+    p.apply("dev");
+    // The old version's directory is now a symbolic link out of the lake: never followed.
+    let old = lake_dir(&p, &one);
+    let outside = tempfile::tempdir().unwrap();
+    let moved = outside.path().join("kept");
+    fs_err::rename(&old, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &old).unwrap();
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(1).json();
+    assert_eq!(physicals(&v, "failed"), BTreeSet::from([physical_of(&one, "s.m")]), "{v:#}");
+    assert!(v["failed"][0]["error"].as_str().unwrap().contains("symbolic link"), "{v:#}");
+    assert!(r.stderr.contains("cannot drop"), "{}", r.stderr);
+    assert!(moved.join("data.parquet").exists(), "nothing outside the lake is touched");
+    assert_eq!(condemned(&p), 1, "the failed drop stays claimed");
+    // Applying the claimed version is refused while it is claimed.
+    p.write("models/m.lua", &lake_models(1));
+    let refused = p.run(&["apply", "dev", "--yes"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("reclaimed by the janitor"), "{}", refused.stderr);
+    assert_eq!(p.rows("dev__s.m"), vec![vec![Some("2".to_string())]]);
+    // The operator removes the link; the next janitor finishes the claim.
+    fs_err::remove_file(&old).unwrap();
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([physical_of(&one, "s.m")]), "{v:#}");
+    assert_eq!(v["dropped"][0]["leftOver"], Value::Bool(true), "{v:#}");
+    assert_eq!(condemned(&p), 0);
+    // Now the version can be built again.
+    let again = p.apply("dev");
+    assert_eq!(string_set(&again["built"]), set(&["s.m"]));
+    assert_eq!(p.rows("dev__s.m"), vec![vec![Some("1".to_string())]]);
+}
+
+#[test]
+fn a_killed_janitors_claims_are_finished_by_the_next_one() {
+    let mut p = project(1);
+    let one = p.apply("dev");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    p.now = LATER.to_string();
+    let killed = Run::from_output(p.command(&["janitor", "--ttl", "0"]).env("EFMESH_FAULT", "janitor-after-claim").output().unwrap(), "janitor".into());
+    assert_ne!(killed.code, 0, "{killed:#?}");
+    assert!(killed.stderr.contains("janitor-after-claim"), "{}", killed.stderr);
+    assert_eq!(condemned(&p), 2, "both claims recorded");
+    assert!(p.physical_tables().contains(&table_name(&physical_of(&one, "s.m"))), "nothing dropped yet");
+    assert!(p.state().snapshot("s.m", action(&one, "s.m")["fingerprint"].as_str().unwrap()).unwrap().is_none());
+    // An apply relying on a claimed version is refused, and changes nothing.
+    p.write("models/m.lua", &models(1));
+    let before = p.state_summary();
+    let refused = p.run(&["apply", "dev", "--yes", "--json"]);
+    refused.expect_code(1);
+    assert_eq!(refused.json()["error"]["kind"], "reclaimed", "{}", refused.stdout);
+    assert!(refused.stderr.contains("reclaimed by the janitor after this plan was made") && refused.stderr.contains("plan again"), "{}", refused.stderr);
+    assert_eq!(p.state_summary(), before);
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+    // The janitor's lock of the killed process is stale: the next janitor reclaims it and drops.
+    let v = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([physical_of(&one, "s.m"), physical_of(&one, "s.v")]), "{v:#}");
+    assert!(v["dropped"].as_array().unwrap().iter().all(|d| d["leftOver"] == Value::Bool(true)), "{v:#}");
+    assert_eq!(condemned(&p), 0);
+    p.now = NOW.to_string();
+    let rebuilt = p.apply("dev");
+    assert_eq!(string_set(&rebuilt["built"]), set(&["s.m", "s.v"]));
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]]);
+    assert_views_serve_pointers(&p, &["s.m", "s.v"]);
+}
+
+/// The unserved snapshot of the layout-4 fixture counts as released at the upgrade: its ttl
+/// starts then, not at its creation.
+#[test]
+fn the_v4_fixtures_unserved_snapshot_counts_as_released_at_the_upgrade() {
+    let mut p = project(1);
+    let sql = fs_err::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-v4.sql")).unwrap();
+    rusqlite::Connection::open(p.state_path()).unwrap().execute_batch(&sql).unwrap();
+    let before = now_millis();
+    p.run(&["migrate"]).expect_code(0);
+    let released: Vec<(String, String)> = rusqlite::Connection::open(p.state_path())
+        .unwrap()
+        .prepare("SELECT fingerprint, released_at FROM released")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(released.len(), 1, "{released:?}");
+    assert_eq!(released[0].0, "b".repeat(64), "only the unserved snapshot");
+    let at = efmesh::core::interval::parse_instant(&released[0].1).unwrap();
+    assert!(at >= before - 1000, "released at the upgrade ({}), not before", released[0].1);
+    // Created in 2026-01 but released just now: kept by a week's ttl, collected eight days on.
+    let v = janitor(&mut p, &to_iso(now_millis()), &["--dry-run", "--json"]).expect_code(0).json();
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    let v = janitor(&mut p, &to_iso(now_millis() + 8 * 86_400_000), &["--dry-run", "--json"]).expect_code(0).json();
+    assert_eq!(v["dropped"].as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!(v["dropped"][0]["model"], "old.model");
+}
+
+#[test]
+fn without_a_state_store_the_janitor_refuses_to_guess() {
+    let mut p = project(1);
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("no state store"), "{}", r.stderr);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("nothing was done"));
+}
+
+/// A small deterministic generator (xorshift) for the race's offsets.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The race the issue asks for: a janitor with `--ttl 0` against an apply that re-points `dev`
+/// at the version it served before (unreachable since), at least 50 times, with start offsets
+/// and delay hooks spread so that the apply wins (a view swap), the janitor wins before the apply
+/// plans (the apply rebuilds), and the janitor claims between the apply's plan and its intents
+/// (the apply is refused with the janitor's message). After every iteration every environment's
+/// views serve exactly what its pointers say.
+#[test]
+fn janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a_dropped_relation() {
+    let seed: u64 = std::env::var("EFMESH_JANITOR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x1a41_7012);
+    let mut rng = Rng(seed | 1);
+    let mut p = project(0);
+    p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    p.write("models/m.lua", &models(1));
+    p.apply("dev");
+    // Every process of the race pretends it is far in the future: the janitor's ttl 0 takes
+    // everything unreachable at once.
+    p.now = LATER.to_string();
+    let (mut swapped, mut rebuilt, mut refused) = (0, 0, 0);
+    let iterations = 50;
+    for i in 0..iterations {
+        let serving: i64 = p.rows("dev__s.m")[0][0].as_deref().unwrap().parse().unwrap();
+        let target = 3 - serving;
+        p.write("models/m.lua", &models(target));
+        // Three shapes, each with jitter: the janitor late (apply first), the janitor early
+        // (before the apply plans), the janitor in the apply's window between plan and intents.
+        let jitter = rng.below(60);
+        let (apply_after, apply_delay, janitor_after, janitor_delay) = match (i + rng.below(3)) % 3 {
+            0 => (0, 0, jitter, 250 + rng.below(100)),
+            1 => (250 + jitter, 0, 0, 0),
+            _ => (0, 300 + rng.below(100), 60 + jitter, 0),
+        };
+        let mut apply = p.command(&["apply", "dev", "--yes", "--json", "--retries", "6"]);
+        apply.env("EFMESH_DELAY", format!("apply-after-plan={apply_delay}"));
+        let mut jan = p.command(&["janitor", "--ttl", "0", "--json", "--wait", "10s"]);
+        jan.env("EFMESH_DELAY", format!("janitor-before-claim={janitor_delay}"));
+        let start = std::time::Instant::now();
+        let mut order: Vec<(u64, &mut std::process::Command, &str)> = vec![(apply_after, &mut apply, "apply"), (janitor_after, &mut jan, "janitor")];
+        order.sort_by_key(|o| o.0);
+        let mut children = Vec::new();
+        for (after, cmd, what) in order {
+            let wait = std::time::Duration::from_millis(after).saturating_sub(start.elapsed());
+            std::thread::sleep(wait);
+            children.push((what, cmd.spawn().unwrap()));
+        }
+        let mut outputs = std::collections::BTreeMap::new();
+        for (what, child) in children {
+            outputs.insert(what, Run::from_output(child.wait_with_output().unwrap(), format!("{what} (iteration {i})")));
+        }
+        let (a, j) = (&outputs["apply"], &outputs["janitor"]);
+        j.expect_code(0);
+        let served: i64 = p.rows("dev__s.m")[0][0].as_deref().unwrap().parse().unwrap();
+        match a.code {
+            0 => {
+                let v = a.json();
+                assert_eq!(served, target, "iteration {i}: applied, so dev serves {target}\n{}", a.stderr);
+                if v["built"].as_array().unwrap().is_empty() { swapped += 1 } else { rebuilt += 1 }
+            }
+            1 => {
+                assert!(a.stderr.contains("reclaimed by the janitor after this plan was made"), "iteration {i}: apply failed otherwise:\n{}", a.stderr);
+                assert_eq!(served, serving, "iteration {i}: refused, so dev still serves {serving}");
+                refused += 1;
+            }
+            other => panic!("iteration {i}: apply exited {other}:\n{}", a.stderr),
+        }
+        assert_views_serve_pointers(&p, &["s.m", "s.v"]);
+        assert_eq!(p.rows("s.v"), vec![vec![Some("0".to_string())]], "iteration {i}: prod untouched");
+    }
+    eprintln!("janitor race (seed {seed:#x}): {swapped} view swaps, {rebuilt} rebuilds, {refused} refusals over {iterations} iterations");
+    assert!(swapped > 0 && rebuilt > 0 && refused > 0, "every interleaving happened: {swapped} swaps, {rebuilt} rebuilds, {refused} refusals");
+}
+
+/// DuckLake versions: the table of an unreachable version is dropped from the attached catalog,
+/// and a table of the physical-name shape the state store does not know is an orphan.
+#[test]
+fn ducklake_tables_of_unreachable_versions_and_orphans_are_dropped() {
+    let dl_model = |v: i64| {
+        format!(
+            r#"define_model {{ name = "m.total", kind = kind.full(), target = "ducklake", schema = {{ {{ "n", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS n" }}"#
+        )
+    };
+    let mut p = Project::new();
+    p.write("efmesh.toml", &format!("{CONFIG}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n"));
+    p.write("models/m.lua", &dl_model(1));
+    let one = p.apply("dev");
+    p.write("models/m.lua", &dl_model(2));
+    let two = p.apply("dev");
+    let tables = |p: &Project| -> BTreeSet<String> {
+        use efmesh::engine::Engine;
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+        db.query("SELECT table_name FROM information_schema.tables WHERE table_catalog = '_efmesh_ducklake' AND table_schema = 'main'")
+            .unwrap()
+            .into_iter()
+            .map(|r| r[0].clone().unwrap())
+            .collect()
+    };
+    let (old, new) = (physical_of(&one, "m.total"), physical_of(&two, "m.total"));
+    assert!(old.starts_with("\"_efmesh_ducklake\".\"main\"."), "{old}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&old), table_name(&new)]));
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([old.clone()]), "{v:#}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&new)]));
+    // A table of the physical-name shape nobody knows is an orphan; the served version's
+    // table, even with its snapshot row gone (a damaged store), is not.
+    let stray = format!("m__gone__{}", "c".repeat(64));
+    {
+        use efmesh::engine::Engine;
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+        db.execute(&format!("CREATE TABLE \"_efmesh_ducklake\".\"main\".\"{stray}\" AS SELECT 1 AS x")).expect("create");
+    }
+    let fp = action(&two, "m.total")["fingerprint"].as_str().unwrap().to_string();
+    rusqlite::Connection::open(p.state_path()).unwrap().execute("DELETE FROM snapshots WHERE fingerprint = ?1", [&fp]).unwrap();
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([format!("\"_efmesh_ducklake\".\"main\".\"{stray}\"")]), "{v:#}");
+    assert_eq!(tables(&p), BTreeSet::from([table_name(&new)]), "the served table stays");
+}
