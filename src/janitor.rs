@@ -32,7 +32,7 @@ use crate::engine::{Engine, EngineError, STORAGE_SCHEMA, StoredRelation};
 use crate::state::{Claim, Condemned, JanitorInventory, StateError, StateStore};
 use serde::Serialize;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -77,6 +77,10 @@ pub struct Victim {
     /// The lake version directory removed, if there was one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lake_dir: Option<String>,
+    /// An S3 lake version directory the janitor does not remove (it has no S3 client): the
+    /// lake view over it was dropped; remove the files with S3 tooling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3_lake_dir: Option<String>,
     /// True when an earlier janitor claimed it and could not drop it (or was stopped).
     pub left_over: bool,
 }
@@ -286,6 +290,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 age_days: None,
                 versions: c.versions.iter().map(|(n, f)| format!("{n}@{}", short(f))).collect(),
                 lake_dir: None,
+                s3_lake_dir: None,
                 left_over: false,
             }),
             Some(s) if opts.dry_run => push(&mut report, victim(s, config, false), s),
@@ -310,6 +315,12 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             return Ok(report);
         }
     };
+    // The engine is ours now (a DuckDB file admits one writer): a janitor that stalled past its
+    // lease stops here, and only what is still claimed is dropped (another janitor may have
+    // dropped and released a claim since, and an apply rebuilt that version).
+    state.check_fence()?;
+    let still: HashSet<String> = state.janitor_inventory()?.condemned.into_iter().map(|c| c.physical).collect();
+    let condemned: Vec<Condemned> = condemned.into_iter().filter(|c| still.contains(&c.physical)).collect();
     let present: HashMap<String, StoredRelation> = match engine.as_mut().map(|e| e.storage_relations()).transpose() {
         Ok(list) => list.unwrap_or_default().into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(),
         Err(e) => {
@@ -321,7 +332,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     };
     for c in &condemned {
         match drop_storage(config, engine.as_deref_mut(), &present, c) {
-            Ok(lake_dir) => {
+            Ok((lake_dir, s3_lake_dir)) => {
                 // The storage is gone: the claim can go (if forgetting it fails, the next
                 // janitor drops nothing and forgets it then).
                 if let Err(e) = state.release_condemned(&c.physical) {
@@ -330,6 +341,10 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 }
                 let mut v = victim(c, config, !fresh.contains(&c.physical));
                 v.lake_dir = lake_dir;
+                if let Some(d) = &s3_lake_dir {
+                    tracing::warn!(physical = %c.physical, "the S3 lake directory `{d}` (if it holds files) is not removed by the janitor; remove it with S3 tooling");
+                }
+                v.s3_lake_dir = s3_lake_dir;
                 tracing::info!(physical = %c.physical, model = %c.name, "dropped");
                 push(&mut report, v, c);
             }
@@ -366,6 +381,7 @@ fn victim(c: &Condemned, config: &Config, left_over: bool) -> Victim {
         age_days: c.detail.get("ageDays").and_then(serde_json::Value::as_f64),
         versions,
         lake_dir: lake_dir_of(config, &c.physical).filter(|d| !d.s3 && Path::new(&d.url).exists()).map(|d| d.url),
+        s3_lake_dir: None,
         left_over,
     }
 }
@@ -455,13 +471,17 @@ fn drop_storage(
     engine: Option<&mut (dyn Engine + '_)>,
     present: &HashMap<String, StoredRelation>,
     c: &Condemned,
-) -> Result<Option<String>, String> {
+) -> Result<(Option<String>, Option<String>), String> {
     let mut removed = None;
+    let mut s3_left = None;
     if let Some(dir) = lake_dir_of(config, &c.physical) {
         if dir.s3 {
-            return Err(format!("the S3 lake directory `{}` is not removed by the janitor; remove it yourself, then run the janitor again", dir.url));
-        }
-        if let Some(root) = config.lake_root()
+            // No S3 client here: the lake view (a view over the directory) is dropped and the
+            // directory named in the report; a table version has no directory.
+            if present.get(&c.physical.to_lowercase()).is_some_and(|r| r.view) {
+                s3_left = Some(dir.url.clone());
+            }
+        } else if let Some(root) = config.lake_root()
             && remove_version_dir(Path::new(&root), &dir)?
         {
             removed = Some(dir.url.clone());
@@ -473,7 +493,7 @@ fn drop_storage(
     } else if c.physical.to_lowercase().starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) && config.ducklake.is_none() {
         return Err("a DuckLake table, but the project has no `[ducklake]` section to attach its catalog".to_string());
     }
-    Ok(removed)
+    Ok((removed, s3_left))
 }
 
 /// Removes a lake version directory `<root>/<model>/<fp>` if it exists: only a real directory

@@ -291,19 +291,15 @@ fn execute_recorded(
         let downstream = match (&a.physical, candidate) {
             (Some(physical), true) => {
                 if shared.is_none() {
-                    shared = Some(served_by_other_versions(plan, state)?);
+                    shared = Some(crate::plan::served_by_other_versions(plan, state)?);
                 }
                 // `prod` always rebuilds what it serves over its own parents (it is never left
                 // stale for another environment's sake); the environments sharing the table see
                 // prod's rows, as the reuse promised.
                 let shared_with = plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
                 if shared_with {
+                    // A pending record stays for an environment that may rebuild it (prod).
                     tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
-                    if a.rebuild {
-                        // Rebuilding it would change another environment's data; that
-                        // environment's own run rebuilds it over its parents.
-                        state.clear_pending_rebuild(&a.name.to_string(), a.fingerprint.as_str())?;
-                    }
                 }
                 !shared_with
             }
@@ -672,22 +668,6 @@ fn pre_promotion_audits(
 /// `(model, physical relation)` of every version that an environment other than `plan.env`
 /// serves and that is not the plan's version of that model: a relation in this set is read by
 /// another environment through another version (an inherited table).
-fn served_by_other_versions(plan: &Plan, state: &dyn StateStore) -> Result<BTreeSet<(String, String)>, StateError> {
-    let planned: BTreeMap<String, &str> = plan.actions.iter().map(|a| (a.name.to_string(), a.fingerprint.as_str())).collect();
-    let index = state.snapshot_index()?;
-    let mut out = BTreeSet::new();
-    for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
-        for (name, fp) in state.env_pointers(&env)? {
-            if planned.get(&name).is_some_and(|p| *p == fp) {
-                continue;
-            }
-            if let Some((physical, _)) = index.get(&(name.clone(), fp)) {
-                out.insert((name, physical.clone()));
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// True when the plan found `action`'s physical relation missing from the engine.
 fn physical_missing(action: &crate::plan::Action) -> bool {

@@ -104,6 +104,9 @@ fn line(v: &Victim) -> String {
     if let Some(d) = &v.lake_dir {
         s.push_str(&format!(", lake directory {d}"));
     }
+    if let Some(d) = &v.s3_lake_dir {
+        s.push_str(&format!(", S3 lake directory {d} left in place (remove it with S3 tooling)"));
+    }
     if v.left_over {
         s.push_str(", claimed by an earlier janitor");
     }

@@ -960,6 +960,30 @@ pub fn plan_with_memo(
     Ok(plan)
 }
 
+/// `(model name, physical relation)` of every version another environment than `plan.env`
+/// serves that is not the version `plan` leads to: a relation listed here is shared with another
+/// environment's other version (indirect reuse), so rebuilding it over `plan.env`'s parents
+/// would change that environment's data.
+///
+/// # Errors
+/// A state read fails.
+pub fn served_by_other_versions(plan: &Plan, state: &dyn StateStore) -> Result<BTreeSet<(String, String)>, StateError> {
+    let planned: BTreeMap<String, &str> = plan.actions.iter().map(|a| (a.name.to_string(), a.fingerprint.as_str())).collect();
+    let index = state.snapshot_index()?;
+    let mut out = BTreeSet::new();
+    for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
+        for (name, fp) in state.env_pointers(&env)? {
+            if planned.get(&name).is_some_and(|p| *p == fp) {
+                continue;
+            }
+            if let Some((physical, _)) = index.get(&(name.clone(), fp)) {
+                out.insert((name, physical.clone()));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
 /// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
 /// one with changes: apply and run rebuild them.
@@ -969,8 +993,23 @@ fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan) -> Result<(), 
         return Ok(());
     }
     let pending: HashSet<(&str, &str)> = pending.iter().map(|p| (p.name.as_str(), p.fingerprint.as_str())).collect();
-    for a in plan.actions.iter_mut().filter(|a| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view")) {
-        if pending.contains(&(a.name.to_string().as_str(), a.fingerprint.as_str())) {
+    let wanted: Vec<usize> = plan
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view"))
+        .filter(|(_, a)| pending.contains(&(a.name.to_string().as_str(), a.fingerprint.as_str())))
+        .map(|(i, _)| i)
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    // Outside prod, a table shared with another environment's other version is not rebuilt
+    // here (apply skips it); its record waits for an environment that rebuilds it.
+    let shared = if plan.env == crate::core::name::PROD { BTreeSet::new() } else { served_by_other_versions(plan, state)? };
+    for i in wanted {
+        let a = &mut plan.actions[i];
+        if !a.physical.as_ref().is_some_and(|p| shared.contains(&(a.name.to_string(), p.clone()))) {
             a.rebuild = true;
         }
     }

@@ -68,6 +68,7 @@ CREATE INDEX ticks_by_env ON ticks (env, id);
 macro_rules! v5_tables {
     () => {
         r#"
+ALTER TABLE meta ADD COLUMN claims INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE released (
     name        TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
@@ -416,34 +417,56 @@ impl SqliteStore {
         let open_err = |e| open_error(&path, e);
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // SQLite does not always wait through the busy handler while another process creates
+        // the store or switches it to WAL (it can answer `SQLITE_BUSY` at once); every step here
+        // is idempotent, so a busy answer is retried for up to the busy timeout.
+        let started = std::time::Instant::now();
+        loop {
+            match Self::prepare(&conn, &path, file) {
+                Err(Fault::Sql(e)) if is_transient(&e) && started.elapsed() < BUSY_TIMEOUT => std::thread::sleep(Duration::from_millis(25)),
+                Err(Fault::Sql(e)) => return Err(open_err(e)),
+                Err(Fault::Fail(e)) => return Err(e),
+                Err(Fault::Corrupt(detail)) => return Err(StateError::Corrupt { store: path.display().to_string(), op: "open".to_string(), detail }),
+                Ok(()) => break,
+            }
+        }
+        Ok(Self { conn, path, fence: RefCell::new(None) })
+    }
+
+    /// Checks the layout version, sets the journal mode and creates a fresh layout.
+    fn prepare(conn: &Connection, path: &Path, file: bool) -> Result<(), Fault> {
         let check = |found: i64| {
-            if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { store: path.display().to_string(), found, wanted: STATE_VERSION }) }
+            if found == STATE_VERSION {
+                Ok(())
+            } else {
+                Err(Fault::Fail(StateError::Version { store: path.display().to_string(), found, wanted: STATE_VERSION }))
+            }
         };
         // Check the version before touching anything, so a foreign, older or newer store stays
         // as it was (an older one is upgraded by `migrate` only).
-        let found = stored_version(&conn).map_err(open_err)?;
+        let found = stored_version(conn)?;
         if let Some(v) = found {
             check(v)?;
         }
-        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(open_err)?;
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         if file && !mode.eq_ignore_ascii_case("wal") {
             tracing::warn!(path = %path.display(), mode, "the state store cannot use WAL journaling here; concurrent readers will wait for writers");
         }
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         if found.is_none() {
             // Fresh: create the layout under the write lock, re-checking in case another
             // process created it since we looked.
-            let tx = Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(open_err)?;
-            match stored_version(&tx).map_err(open_err)? {
+            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+            match stored_version(&tx)? {
                 Some(v) => check(v)?,
                 None => {
-                    tx.execute_batch(SCHEMA).map_err(open_err)?;
-                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION]).map_err(open_err)?;
+                    tx.execute_batch(SCHEMA)?;
+                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION])?;
                 }
             }
-            tx.commit().map_err(open_err)?;
+            tx.commit()?;
         }
-        Ok(Self { conn, path, fence: RefCell::new(None) })
+        Ok(())
     }
 
     /// Runs one operation, naming it (lazily) in any error.
@@ -762,7 +785,7 @@ impl StateStore for SqliteStore {
             || {
                 Ok(Some(
                     self.conn
-                        .prepare_cached("SELECT generation, (SELECT coalesce(max(id), 0) FROM plans WHERE env = ?1) FROM meta")?
+                        .prepare_cached("SELECT generation + claims, (SELECT coalesce(max(id), 0) FROM plans WHERE env = ?1) FROM meta")?
                         .query_row([env], |r| Ok((r.get(0)?, r.get(1)?)))?,
                 ))
             },
@@ -1369,8 +1392,10 @@ impl StateStore for SqliteStore {
                             .execute(params![s.physical, s.name, s.fingerprint, s.kind, s.detail.to_string(), at])?;
                         }
                     }
-                    // The plan memo's key does not see these deletions: forget every memo.
+                    // The plan memo's key does not see these deletions: forget every memo. A session's
+                    // kept state reads are keyed by `plan_state`, which counts claims.
                     tx.prepare_cached("DELETE FROM plan_memo")?.execute([])?;
+                    tx.prepare_cached("UPDATE meta SET claims = claims + 1")?.execute([])?;
                     Ok(claims)
                 })
             },
@@ -1760,7 +1785,10 @@ mod tests {
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; UPDATE meta SET version = 4;").unwrap();
+        conn.execute_batch(
+            "DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; ALTER TABLE meta DROP COLUMN claims; UPDATE meta SET version = 4;",
+        )
+        .unwrap();
         if version <= 3 {
             conn.execute_batch("DROP TABLE leases; DROP TABLE ticks; UPDATE meta SET version = 3;").unwrap();
         }
