@@ -665,10 +665,6 @@ fn pre_promotion_audits(
     Ok(())
 }
 
-/// `(model, physical relation)` of every version that an environment other than `plan.env`
-/// serves and that is not the plan's version of that model: a relation in this set is read by
-/// another environment through another version (an inherited table).
-
 /// True when the plan found `action`'s physical relation missing from the engine.
 fn physical_missing(action: &crate::plan::Action) -> bool {
     action.repair.as_ref().is_some_and(|r| r.physical_missing)
