@@ -276,7 +276,7 @@ fn execute_recorded(
     // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
     // pending before anything is written, cleared one by one as they are rebuilt, so a process
     // stopped in between leaves a record the next apply or run acts on (SPEC §4).
-    let mut rebuilds: Vec<((String, String), String)> = Vec::new();
+    let mut rebuilds: Vec<(String, String, String)> = Vec::new();
     let mut work: Vec<&crate::plan::Action> = Vec::new();
     for a in &plan.actions {
         if a.change == Change::Removed || a.kind == "external" {
@@ -310,7 +310,7 @@ fn execute_recorded(
                 Some(p) => format!("downstream of new intervals of {p}"),
                 None => "an earlier apply or run stopped before rebuilding it".to_string(),
             };
-            rebuilds.push(((a.name.to_string(), a.fingerprint.as_str().to_string()), reason));
+            rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
         }
         if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
             // In `apply`, a new version of a parent does not make its children's existing
@@ -411,13 +411,8 @@ fn execute_recorded(
         }
     }
 
-    let pending: BTreeSet<(String, String)> = rebuilds.iter().map(|(v, _)| v.clone()).collect();
-    for (reason, versions) in rebuilds.iter().fold(BTreeMap::<&str, Vec<(String, String)>>::new(), |mut by, (v, r)| {
-        by.entry(r.as_str()).or_default().push(v.clone());
-        by
-    }) {
-        state.record_pending_rebuilds(&versions, reason, interval::now_millis())?;
-    }
+    state.record_pending_rebuilds(&rebuilds, interval::now_millis())?;
+    let pending: BTreeSet<(String, String)> = rebuilds.into_iter().map(|(name, fp, _)| (name, fp)).collect();
 
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
     // The lifecycle lines (`builds planned`, `build start`, `backfill batch`, `build done`) also

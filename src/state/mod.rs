@@ -346,13 +346,13 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn pending_rebuilds(&self) -> Result<Vec<PendingRebuild>, StateError>;
 
-    /// Records `versions` (`(name, fingerprint)`) as to be rebuilt, in one transaction, before
-    /// the work that makes them stale is written; a version already recorded keeps its first
-    /// record.
+    /// Records `rebuilds` (`(name, fingerprint, reason)`) as to be rebuilt, in one transaction,
+    /// before the work that makes them stale is written; a version already recorded keeps its
+    /// first record.
     ///
     /// # Errors
     /// The write fails (nothing is recorded), or the fence lease was lost.
-    fn record_pending_rebuilds(&self, versions: &[(String, String)], reason: &str, now: Millis) -> Result<(), StateError>;
+    fn record_pending_rebuilds(&self, rebuilds: &[(String, String, String)], now: Millis) -> Result<(), StateError>;
 
     /// Forgets the pending rebuild of `(name, fp)` once it is rebuilt (idempotent).
     ///

@@ -727,18 +727,18 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn record_pending_rebuilds(&self, versions: &[(String, String)], reason: &str, now: Millis) -> Result<(), StateError> {
-        if versions.is_empty() {
+    fn record_pending_rebuilds(&self, rebuilds: &[(String, String, String)], now: Millis) -> Result<(), StateError> {
+        if rebuilds.is_empty() {
             return Ok(());
         }
         self.run(
-            || format!("record {} pending rebuilds", versions.len()),
+            || format!("record {} pending rebuilds", rebuilds.len()),
             || {
                 self.write(|tx| {
                     let mut stmt =
                         tx.prepare_cached("INSERT OR IGNORE INTO pending_rebuilds (name, fingerprint, reason, recorded_at) VALUES (?1, ?2, ?3, ?4)")?;
                     let at = to_iso(now);
-                    for (name, fp) in versions {
+                    for (name, fp, reason) in rebuilds {
                         stmt.execute(params![name, fp, reason, at])?;
                     }
                     Ok(())

@@ -99,6 +99,18 @@ fn spawn_with(p: &Project, args: &[&str], env: &[(&str, &str)]) -> std::process:
     c.spawn().expect("spawn efmesh")
 }
 
+/// Starts `efmesh run <env>` holding its lock for `hold_ms` after taking it
+/// (`EFMESH_TEST_HOLD_LEASE_MS`) and returns once the lock is taken.
+fn spawn_run_holding_the_lock(p: &Project, env: &str, hold_ms: &str) -> std::process::Child {
+    let holder = spawn_with(p, &["run", env], &[("EFMESH_TEST_HOLD_LEASE_MS", hold_ms)]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while p.state().lease(&format!("env:{env}")).unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    holder
+}
+
 fn finish(child: std::process::Child, what: &str) -> Run {
     Run::from_output(child.wait_with_output().expect("wait"), what.to_string())
 }
@@ -150,13 +162,7 @@ fn two_applies_at_once_one_applies_the_other_names_the_holder() {
 fn apply_waits_for_the_lock_with_wait() {
     let p = ops_project(1);
     p.apply("dev");
-    let holder = spawn_with(&p, &["run", "dev"], &[("EFMESH_TEST_HOLD_LEASE_MS", "1500")]);
-    // Wait until the run holds the lock.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while p.state().lease("env:dev").unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let holder = spawn_run_holding_the_lock(&p, "dev", "1500");
     p.write("models/m.lua", &models(3));
     let waited = p.run(&["apply", "dev", "--yes", "--wait", "60s"]);
     waited.expect_code(0);
@@ -383,12 +389,7 @@ fn status_check_exit_codes_for_each_state() {
 
     // Lock held by a live run: healthy, the holder shown.
     p.write("models/m.lua", &models(1));
-    let holder = spawn_with(&p, &["run", "prod"], &[("EFMESH_TEST_HOLD_LEASE_MS", "2000")]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while p.state().lease("env:prod").unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let holder = spawn_run_holding_the_lock(&p, "prod", "2000");
     let r = p.run(&["run", "prod", "--json"]);
     r.expect_code(0);
     assert_eq!(r.json()["outcome"], "lock-held");
@@ -407,12 +408,7 @@ fn status_check_exit_codes_for_each_state() {
     let (code, v, _) = status(&p);
     assert_eq!((code, v["ticks"][0]["outcome"].as_str(), v["ticks"][1]["outcome"].as_str()), (1, Some("blocked"), Some("error")), "{v:#}");
     p.write("models/m.lua", &models(1));
-    let holder = spawn_with(&p, &["run", "prod"], &[("EFMESH_TEST_HOLD_LEASE_MS", "2000")]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while p.state().lease("env:prod").unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let holder = spawn_run_holding_the_lock(&p, "prod", "2000");
     p.run(&["run", "prod"]).expect_code(0);
     let (code, v, _) = status(&p);
     assert_eq!((code, v["ticks"][0]["outcome"].as_str()), (1, Some("lock-held")), "{v:#}");
