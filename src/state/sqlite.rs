@@ -102,7 +102,39 @@ CREATE TABLE pending_rebuilds (
     };
 }
 
-/// The layout of [`STATE_VERSION`] 5. Every timestamp column holds ISO-8601 UTC text with
+/// The tables layout version 6 added: one text for the fresh layout ([`SCHEMA`]) and the
+/// migration to 6.
+///
+/// - `meta.store_id`: a random identity of this store, written when the store is created (or
+///   migrated); the janitor compares it with the owner marker it keeps in the engine, so two
+///   stores sharing one catalog or lake root never collect each other's storage as orphans.
+/// - `data_versions`: per version, a counter of changes to its data (`generation`: bumped when
+///   intervals are recorded or cleared, or the version is rebuilt) and, for `full`/`view`
+///   versions, `built_from`: a digest of the parents' data generations the last build read, so
+///   a plan can tell that a rollup is stale whichever environment refreshed its parents.
+/// - `orphans_seen`: when a janitor first saw each orphan (storage the state does not know);
+///   orphans are dropped only once seen for longer than the ttl.
+macro_rules! v6_tables {
+    () => {
+        r#"
+ALTER TABLE meta ADD COLUMN store_id TEXT NOT NULL DEFAULT '';
+CREATE TABLE data_versions (
+    name        TEXT    NOT NULL,
+    fingerprint TEXT    NOT NULL,
+    generation  INTEGER NOT NULL DEFAULT 0,
+    built_from  TEXT,
+    updated_at  TEXT    NOT NULL,
+    PRIMARY KEY (name, fingerprint)
+) WITHOUT ROWID;
+CREATE TABLE orphans_seen (
+    physical   TEXT NOT NULL PRIMARY KEY,
+    first_seen TEXT NOT NULL
+) WITHOUT ROWID;
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 6. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -113,8 +145,8 @@ CREATE TABLE pending_rebuilds (
 /// `promotions` holds, per environment, a promotion under way: recorded before its views move,
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
-/// `ticks` is the run journal (one row per `efmesh run`); the tables of version 5 are described
-/// at `v5_tables!`.
+/// `ticks` is the run journal (one row per `efmesh run`); the tables of versions 5 and 6 are
+/// described at `v5_tables!` and `v6_tables!`.
 pub const SCHEMA: &str = concat!(
     r#"
 CREATE TABLE meta (
@@ -175,7 +207,8 @@ CREATE TABLE canon_cache (
 );
 "#,
     leases_and_ticks!(),
-    v5_tables!()
+    v5_tables!(),
+    v6_tables!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -242,6 +275,11 @@ INSERT INTO released (name, fingerprint, released_at)
 UPDATE meta SET version = 5;
 "#
         ),
+    },
+    Migration {
+        to: 6,
+        description: "the store's identity, data generations of versions, orphans seen by the janitor",
+        sql: concat!(v6_tables!(), "UPDATE meta SET store_id = lower(hex(randomblob(16)));\nUPDATE meta SET version = 6;\n"),
     },
 ];
 
@@ -461,7 +499,7 @@ impl SqliteStore {
                 Some(v) => check(v)?,
                 None => {
                     tx.execute_batch(SCHEMA)?;
-                    tx.execute("INSERT INTO meta (version) VALUES (?1)", [STATE_VERSION])?;
+                    tx.execute("INSERT INTO meta (version, store_id) VALUES (?1, lower(hex(randomblob(16))))", [STATE_VERSION])?;
                 }
             }
             tx.commit()?;
@@ -1768,6 +1806,19 @@ mod tests {
     }
 
     #[test]
+    fn every_new_store_has_its_own_identity() {
+        let ids: Vec<String> = (0..2)
+            .map(|_| {
+                let (_dir, path) = temp_store();
+                let store = SqliteStore::open(&path).unwrap();
+                store.conn.query_row("SELECT store_id FROM meta", [], |r| r.get(0)).unwrap()
+            })
+            .collect();
+        assert!(ids.iter().all(|id| id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit())), "{ids:?}");
+        assert_ne!(ids[0], ids[1]);
+    }
+
+    #[test]
     fn wal_mode_is_on() {
         let (_dir, path) = temp_store();
         let store = SqliteStore::open(&path).unwrap();
@@ -1781,14 +1832,17 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    /// Turns the store at `path` back into the layout of `version` (1, 2 or 3), as the
+    /// Turns the store at `path` back into the layout of `version` (1 to 5), as the
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch(
-            "DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; ALTER TABLE meta DROP COLUMN claims; UPDATE meta SET version = 4;",
-        )
-        .unwrap();
+        conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;").unwrap();
+        if version <= 4 {
+            conn.execute_batch(
+                "DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; ALTER TABLE meta DROP COLUMN claims; UPDATE meta SET version = 4;",
+            )
+            .unwrap();
+        }
         if version <= 3 {
             conn.execute_batch("DROP TABLE leases; DROP TABLE ticks; UPDATE meta SET version = 3;").unwrap();
         }
@@ -1830,6 +1884,8 @@ mod tests {
             }
             assert!(store.pending_promotions().unwrap().is_empty());
             assert!(store.ticks("prod", 5).unwrap().is_empty());
+            let id: String = store.conn.query_row("SELECT store_id FROM meta", [], |r| r.get(0)).unwrap();
+            assert_eq!(id.len(), 32, "the migration gives the store an identity: {id:?}");
             // Migrating a current store changes nothing and takes no backup.
             let again = migrate(&path, t("2026-03-05")).unwrap();
             assert!(again.applied.is_empty() && again.backup.is_none());
