@@ -205,7 +205,8 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
 }
 
 /// Builds one action of a parquet model: writes its files, refreshes its view and manifest,
-/// records the snapshot and marks intervals done, in that order.
+/// records the snapshot (with its new data generation and `built_from`, for `full` models) and
+/// marks intervals done, in that order.
 ///
 /// # Errors
 /// [`ApplyError::Build`] for engine failures, [`ApplyError::Target`] for filesystem failures;
@@ -217,6 +218,7 @@ pub fn build(
     action: &Action,
     exec: &ExecResolver<'_>,
     snapshot: &SnapshotRecord,
+    built_from: Option<&str>,
     state: &dyn StateStore,
     engine: &mut dyn Engine,
     report: &mut ApplyReport,
@@ -253,7 +255,7 @@ pub fn build(
             let query = format!("SELECT {cols} FROM (\n{sql}\n) AS _efmesh_q");
             write_file(model, &dir, FULL_FILE, &query, None, engine)?;
             refresh(project, model, &physical, engine)?;
-            state.put_snapshot(snapshot)?;
+            state.record_build(snapshot, built_from, interval::now_millis())?;
         }
     }
     Ok(())

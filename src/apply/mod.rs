@@ -55,7 +55,7 @@ use crate::state::{IntervalStatus, SnapshotRecord, StateError, StateStore};
 use resolve::{ExecResolver, Mode};
 use serde::Serialize;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use contract::ContractProblem;
 
@@ -308,7 +308,7 @@ fn execute_recorded(
         if downstream {
             let reason = match &cause {
                 Some(p) => format!("downstream of new intervals of {p}"),
-                None => "an earlier apply or run stopped before rebuilding it".to_string(),
+                None => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
             };
             rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
         }
@@ -415,6 +415,10 @@ fn execute_recorded(
     let pending: BTreeSet<(String, String)> = rebuilds.into_iter().map(|(name, fp, _)| (name, fp)).collect();
 
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
+    // The version of every model this plan leads to: a `full` build records its parents' data
+    // generations at these versions (SPEC §4 invariant 36).
+    let versions: HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
     // The lifecycle lines (`builds planned`, `build start`, `backfill batch`, `build done`) also
     // drive the CLI's progress bar: their messages and fields are an interface.
     let builds = work.iter().filter(|a| project.dag.get(&a.name).is_some_and(|m| !matches!(m.kind, Kind::Embedded))).count();
@@ -450,7 +454,7 @@ fn execute_recorded(
             let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
             report.audits.add(results);
             audited.insert(model.name.clone());
-            state.put_snapshot(&snapshot)?;
+            state.record_build(&snapshot, None, interval::now_millis())?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
@@ -459,8 +463,11 @@ fn execute_recorded(
         }
         let body = model.body.as_ref().expect("models other than externals and seeds have a body");
         let version = (snapshot.name.clone(), snapshot.fingerprint.clone());
+        // Read before the build starts: a parent changed during the build leaves a mismatch, so
+        // the next plan rebuilds (never a record newer than the data).
+        let built_from = if matches!(model.kind, Kind::Full) { Some(read_built_from(project, &versions, &model.name, state)?) } else { None };
         if model.target == crate::core::Target::Parquet {
-            lake::build(project, model, action, &exec, &snapshot, state, engine, &mut report)?;
+            lake::build(project, model, action, &exec, &snapshot, built_from.as_deref(), state, engine, &mut report)?;
             if pending.contains(&version) {
                 state.clear_pending_rebuild(&version.0, &version.1)?;
             }
@@ -484,10 +491,9 @@ fn execute_recorded(
                 let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
                 report.audits.add(results);
                 audited.insert(model.name.clone());
-                state.put_snapshot(&snapshot)?;
-                if pending.contains(&version) {
-                    state.clear_pending_rebuild(&version.0, &version.1)?;
-                }
+                // The snapshot, the new data generation, what it was built from and the end of
+                // its pending rebuild, in one transaction.
+                state.record_build(&snapshot, built_from.as_deref(), interval::now_millis())?;
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
@@ -546,6 +552,7 @@ fn execute_recorded(
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
+                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
             }
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
@@ -577,6 +584,7 @@ fn execute_recorded(
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
+                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
             }
             // Externals are never built; seeds were built above.
             Kind::External(_) | Kind::Seed(_) => continue,
@@ -605,6 +613,21 @@ fn execute_recorded(
         tracing::warn!("cannot write the plan memo: {e}");
     }
     Ok(report)
+}
+
+/// The `built_from` record of a `full` build of `name`: its parents' data generations now, at
+/// the versions the plan leads to ([`crate::plan::generations`]).
+fn read_built_from(project: &Project, versions: &HashMap<String, String>, name: &ModelName, state: &dyn StateStore) -> Result<String, StateError> {
+    use crate::plan::generations;
+    let keys: Vec<(String, String)> = generations::data_parents(project, name)
+        .into_iter()
+        .filter_map(|p| {
+            let p = p.to_string();
+            versions.get(&p).map(|fp| (p, fp.clone()))
+        })
+        .collect();
+    let gens = state.data_versions(&keys)?;
+    Ok(generations::built_from(&generations::sources(project, name, &|n: &str| versions.get(n).cloned(), &gens)))
 }
 
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so

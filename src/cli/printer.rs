@@ -90,7 +90,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             notes.push("build".into());
         }
         if a.rebuild {
-            notes.push("rebuild pending (an earlier apply or run stopped before it)".into());
+            notes.push(format!("rebuild: {}", a.rebuild_reason.as_deref().unwrap_or("an earlier apply or run stopped before rebuilding it")));
         }
         if a.register {
             notes.push("registered (embedded: nothing to build)".into());

@@ -170,6 +170,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             metadata: serde_json::Value::Null,
             repair: None,
             rebuild: false,
+            rebuild_reason: None,
         });
     }
     if lines.next().is_some() {

@@ -13,6 +13,7 @@
 //! `apply` can persist them.
 
 pub mod categorize;
+pub mod generations;
 pub mod integrity;
 pub mod memo;
 
@@ -26,7 +27,7 @@ use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fin
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use crate::core::name::PHYSICAL_SCHEMA;
 
@@ -288,6 +289,10 @@ pub struct Action {
     /// be stale; apply and run rebuild it ([`crate::state::StateStore::pending_rebuilds`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rebuild: bool,
+    /// Why `rebuild` is set: a pending rebuild's record, the parents whose data changed since
+    /// the version was built ([`generations`]), or a parent rebuilt by this plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebuild_reason: Option<String>,
 }
 
 impl Action {
@@ -956,7 +961,9 @@ pub fn plan_with_memo(
         }
         None => compute_with(project, state, env, now, options, versions)?,
     };
-    mark_pending_rebuilds(state, &mut plan)?;
+    let mut shared = None;
+    mark_pending_rebuilds(state, &mut plan, &mut shared)?;
+    mark_stale_builds(project, state, &mut plan, &mut shared)?;
     Ok(plan)
 }
 
@@ -984,34 +991,97 @@ pub fn served_by_other_versions(plan: &Plan, state: &dyn StateStore) -> Result<B
     Ok(out)
 }
 
+/// True when `a`'s relation is shared with another environment's other version and `plan.env`
+/// is not `prod`: such a table is not rebuilt here (apply skips it); a record about it waits for
+/// an environment that rebuilds it. `shared` caches [`served_by_other_versions`].
+fn shared_elsewhere(state: &dyn StateStore, plan: &Plan, a: &Action, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<bool, StateError> {
+    if plan.env == crate::core::name::PROD {
+        return Ok(false);
+    }
+    let Some(physical) = &a.physical else { return Ok(false) };
+    if shared.is_none() {
+        *shared = Some(served_by_other_versions(plan, state)?);
+    }
+    Ok(shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone()))))
+}
+
 /// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
 /// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
 /// one with changes: apply and run rebuild them.
-fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
+fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<(), StateError> {
     let pending = state.pending_rebuilds()?;
     if pending.is_empty() {
         return Ok(());
     }
-    let pending: HashSet<(&str, &str)> = pending.iter().map(|p| (p.name.as_str(), p.fingerprint.as_str())).collect();
-    let wanted: Vec<usize> = plan
+    let pending: HashMap<(&str, &str), &str> = pending.iter().map(|p| ((p.name.as_str(), p.fingerprint.as_str()), p.reason.as_str())).collect();
+    let wanted: Vec<(usize, String)> = plan
         .actions
         .iter()
         .enumerate()
         .filter(|(_, a)| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view"))
-        .filter(|(_, a)| pending.contains(&(a.name.to_string().as_str(), a.fingerprint.as_str())))
-        .map(|(i, _)| i)
+        .filter_map(|(i, a)| pending.get(&(a.name.to_string().as_str(), a.fingerprint.as_str())).map(|r| (i, r.to_string())))
         .collect();
     if wanted.is_empty() {
         return Ok(());
     }
-    // Outside prod, a table shared with another environment's other version is not rebuilt
-    // here (apply skips it); its record waits for an environment that rebuilds it.
-    let shared = if plan.env == crate::core::name::PROD { BTreeSet::new() } else { served_by_other_versions(plan, state)? };
-    for i in wanted {
-        let a = &mut plan.actions[i];
-        if !a.physical.as_ref().is_some_and(|p| shared.contains(&(a.name.to_string(), p.clone()))) {
+    for (i, reason) in wanted {
+        if !shared_elsewhere(state, plan, &plan.actions[i], shared)? {
+            let a = &mut plan.actions[i];
             a.rebuild = true;
+            a.rebuild_reason = Some(format!("pending: an earlier apply or run stopped before rebuilding it ({reason})"));
         }
+    }
+    plan.has_changes = plan.actions.iter().any(Action::has_work);
+    Ok(())
+}
+
+/// Marks the `full` actions (not built by the plan) whose recorded build read other data than
+/// their parents hold now, whichever environment changed it ([`generations::stale`]), and the
+/// `full` actions downstream of those (through any parents), parents first; the same sharing
+/// rule as pending rebuilds applies. A version built before layout 6 has no record and is not
+/// marked.
+fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<(), StateError> {
+    let candidates: Vec<(ModelName, String)> = plan
+        .actions
+        .iter()
+        .filter(|a| a.change != Change::Removed && !a.build && !a.rebuild && a.kind == "full" && a.physical.is_some())
+        .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let fingerprints: HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
+    let stale = generations::stale(project, state, &candidates, &|n: &str| fingerprints.get(n).cloned())?;
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let reasons: HashMap<&ModelName, &str> = stale.iter().map(|(n, _, r)| (n, r.as_str())).collect();
+    let mut rebuilt: BTreeSet<ModelName> = BTreeSet::new();
+    for i in 0..plan.actions.len() {
+        let a = &plan.actions[i];
+        if a.change == Change::Removed || a.build || a.kind != "full" || a.physical.is_none() {
+            continue;
+        }
+        let reason = match reasons.get(&a.name) {
+            Some(r) => Some(r.to_string()),
+            None if !a.rebuild => {
+                project.dag.get(&a.name).and_then(|m| m.parents().into_iter().find(|p| rebuilt.contains(p))).map(|p| format!("downstream of the rebuild of {p}"))
+            }
+            None => None,
+        };
+        if a.rebuild {
+            rebuilt.insert(a.name.clone());
+            continue;
+        }
+        let Some(reason) = reason else { continue };
+        if shared_elsewhere(state, plan, a, shared)? {
+            continue;
+        }
+        let a = &mut plan.actions[i];
+        a.rebuild = true;
+        a.rebuild_reason = Some(reason);
+        rebuilt.insert(a.name.clone());
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
@@ -1048,6 +1118,12 @@ pub fn plan_verified_with(
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
     let mut versions = versions;
+    // The repair memo is taken out before anything can fail: a plan that stops half-way (an
+    // error in the marks or the check) leaves no key that would vouch for its check.
+    let (prior_key, unclean) = match versions.as_deref_mut() {
+        Some(m) => (m.repairs.key.take(), std::mem::take(&mut m.repairs.unclean)),
+        None => (None, Default::default()),
+    };
     let mut plan = plan_with_memo(project, state, env, now, options, versions.as_deref_mut())?;
     match (catalog, versions) {
         (Some(catalog), Some(m)) => {
@@ -1055,9 +1131,7 @@ pub fn plan_verified_with(
             // Models whose check is known empty: reused with every ancestor from the plan the
             // repair memo was recorded for (a model not recomputed was in it), found clean
             // there, against the same catalog.
-            let valid = key.is_some() && key == m.repairs.key;
-            m.repairs.key = None;
-            let unclean = std::mem::take(&mut m.repairs.unclean);
+            let valid = key.is_some() && key == prior_key;
             let dirty = m.actions.dirty.as_ref().filter(|_| valid);
             let skip = |n: &ModelName| dirty.is_some_and(|d| !d.contains(n) && !unclean.contains(n));
             let found = integrity::check_skipping(project, state, &mut plan, catalog, &skip)?;
@@ -1427,6 +1501,7 @@ fn compute_with(
             metadata: if new_version || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
             repair: None,
             rebuild: false,
+            rebuild_reason: None,
         });
         if recording {
             let action = actions.last().expect("pushed above").clone();
@@ -1464,6 +1539,7 @@ fn compute_with(
                 metadata: serde_json::Value::Null,
                 repair: None,
                 rebuild: false,
+                rebuild_reason: None,
             });
         }
     }

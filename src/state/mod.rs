@@ -399,6 +399,41 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The write fails, or the fence lease was lost.
     fn release_condemned(&self, physical: &str) -> Result<(), StateError>;
+
+    /// The data generation and recorded build of each of `keys` that has a row; a version
+    /// absent from the answer has generation 0 and no recorded build.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn data_versions(&self, keys: &[(String, String)]) -> Result<HashMap<(String, String), DataVersion>, StateError>;
+
+    /// Records a build of a `full`/`view`/seed version in ONE transaction: its snapshot (an
+    /// existing one keeps its first payload), its data generation bumped, `built_from` (the
+    /// parents' data it was built from, read before the build started; `None` when it has no
+    /// parents to track) and its pending rebuild forgotten.
+    ///
+    /// # Errors
+    /// The write fails (nothing is written), or the fence lease was lost.
+    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, now: Millis) -> Result<(), StateError>;
+
+    /// Bumps the data generation of `(name, fp)` after a write the ledger does not record (a
+    /// unique-key upsert, an SCD type 2 reconciliation).
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn record_data_change(&self, name: &str, fp: &str, now: Millis) -> Result<(), StateError>;
+}
+
+/// One version's data generation ([`StateStore::data_versions`]): bumped by every transaction
+/// that changes the version's data (intervals done, done intervals cleared or reset, a build,
+/// an upsert or reconciliation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataVersion {
+    /// How many times its data changed.
+    pub generation: i64,
+    /// For a `full` version: its parents' data as read before its last build
+    /// ([`crate::plan::built_from`]); `None` before layout 6 or for a version never built since.
+    pub built_from: Option<String>,
 }
 
 /// One version an apply or run relies on ([`StateStore::record_intents`]).

@@ -7,7 +7,7 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    Claim, Condemned, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion,
+    Claim, Condemned, DataVersion, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion,
     PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
@@ -627,9 +627,13 @@ impl StateStore for SqliteStore {
             || format!("clear the intervals of `{name}` `{fp}` in [{}, {})", to_iso(from), to_iso(to)),
             || {
                 self.write(|tx| {
-                    Ok(tx
+                    let cleared = tx
                         .prepare_cached("DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4")?
-                        .execute(params![name, fp, to_iso(from), to_iso(to)])?)
+                        .execute(params![name, fp, to_iso(from), to_iso(to)])?;
+                    if cleared > 0 {
+                        bump_data_generation(tx, name, fp, &to_iso(crate::core::interval::now_millis()))?;
+                    }
+                    Ok(cleared)
                 })
             },
         )
@@ -992,31 +996,7 @@ impl StateStore for SqliteStore {
     /// # Errors
     /// [`StateError::Backend`] if the write fails (nothing is written).
     fn put_snapshot(&self, rec: &SnapshotRecord) -> Result<(), StateError> {
-        self.run(
-            || format!("write snapshot `{}` `{}`", rec.name, rec.fingerprint),
-            || {
-                self.write(|tx| {
-                    tx.prepare_cached(
-                        "INSERT INTO snapshots \
-                         (name, fingerprint, fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-                         ON CONFLICT (name, fingerprint) DO NOTHING",
-                    )?
-                    .execute(params![
-                        rec.name,
-                        rec.fingerprint,
-                        rec.fingerprint_version,
-                        rec.kind,
-                        rec.physical,
-                        rec.canonical,
-                        rec.rendered_sql,
-                        rec.metadata.to_string(),
-                        rec.created_at,
-                    ])?;
-                    Ok(())
-                })
-            },
-        )
+        self.run(|| format!("write snapshot `{}` `{}`", rec.name, rec.fingerprint), || self.write(|tx| insert_snapshot(tx, rec)))
     }
 
     /// Starts (UTC epoch ms) of the intervals of snapshot `(name, fp)` recorded as
@@ -1102,8 +1082,22 @@ impl StateStore for SqliteStore {
                          end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
                     )?;
                     let now = to_iso(now);
+                    // The data a child reads changes when intervals are done, or when done ones
+                    // are marked failed (a ledger reset: their rows are gone); a failed batch
+                    // rolled back changes nothing.
+                    let mut changed = status == IntervalStatus::Done;
+                    if !changed {
+                        let mut was_done =
+                            tx.prepare_cached("SELECT count(*) FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND start_ts = ?3 AND status = 'done'")?;
+                        for iv in intervals {
+                            changed |= was_done.query_row(params![name, fp, to_iso(iv.start)], |r| r.get::<_, i64>(0))? > 0;
+                        }
+                    }
                     for iv in intervals {
                         stmt.execute(params![name, fp, to_iso(iv.start), to_iso(iv.end), status.as_str(), now])?;
+                    }
+                    if changed {
+                        bump_data_generation(tx, name, fp, &now)?;
                     }
                     Ok(())
                 })
@@ -1418,7 +1412,7 @@ impl StateStore for SqliteStore {
                     let at = to_iso(now);
                     for c in &claims {
                         for (name, fp) in &c.versions {
-                            for table in ["snapshots", "intervals", "released", "pending_rebuilds"] {
+                            for table in ["snapshots", "intervals", "released", "pending_rebuilds", "data_versions"] {
                                 tx.prepare_cached(&format!("DELETE FROM {table} WHERE name = ?1 AND fingerprint = ?2"))?.execute([name, fp])?;
                             }
                         }
@@ -1437,6 +1431,47 @@ impl StateStore for SqliteStore {
                     Ok(claims)
                 })
             },
+        )
+    }
+
+    fn data_versions(&self, keys: &[(String, String)]) -> Result<HashMap<(String, String), DataVersion>, StateError> {
+        self.run(
+            || format!("read the data generations of {} version(s)", keys.len()),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT generation, built_from FROM data_versions WHERE name = ?1 AND fingerprint = ?2")?;
+                let mut out = HashMap::new();
+                for (name, fp) in keys {
+                    let row = stmt.query_row(params![name, fp], |r| Ok(DataVersion { generation: r.get(0)?, built_from: r.get(1)? })).optional()?;
+                    if let Some(row) = row {
+                        out.insert((name.clone(), fp.clone()), row);
+                    }
+                }
+                Ok(out)
+            },
+        )
+    }
+
+    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record the build of `{}` `{}`", rec.name, rec.fingerprint),
+            || {
+                self.write(|tx| {
+                    insert_snapshot(tx, rec)?;
+                    let at = to_iso(now);
+                    bump_data_generation(tx, &rec.name, &rec.fingerprint, &at)?;
+                    tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?
+                        .execute(params![rec.name, rec.fingerprint, built_from])?;
+                    tx.prepare_cached("DELETE FROM pending_rebuilds WHERE name = ?1 AND fingerprint = ?2")?.execute(params![rec.name, rec.fingerprint])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn record_data_change(&self, name: &str, fp: &str, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record a change of the data of `{name}` `{fp}`"),
+            || self.write(|tx| bump_data_generation(tx, name, fp, &to_iso(now))),
         )
     }
 
@@ -1468,13 +1503,50 @@ impl StateStore for SqliteStore {
                             // Dropping the transaction rolls back every range cleared so far.
                             return Err(Fault::Fail(StateError::PointerMoved { store: self.location(), env: env.to_string(), name: t.name.clone() }));
                         }
-                        cleared.push(clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?);
+                        let n = clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?;
+                        if n > 0 {
+                            bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
+                        }
+                        cleared.push(n);
                     }
                     Ok(cleared)
                 })
             },
         )
     }
+}
+
+/// Writes snapshot `rec` unless `(name, fingerprint)` is stored (the first payload is kept).
+fn insert_snapshot(tx: &Transaction<'_>, rec: &SnapshotRecord) -> Result<(), Fault> {
+    tx.prepare_cached(
+        "INSERT INTO snapshots \
+         (name, fingerprint, fingerprint_version, kind, physical, canonical, rendered_sql, metadata, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         ON CONFLICT (name, fingerprint) DO NOTHING",
+    )?
+    .execute(params![
+        rec.name,
+        rec.fingerprint,
+        rec.fingerprint_version,
+        rec.kind,
+        rec.physical,
+        rec.canonical,
+        rec.rendered_sql,
+        rec.metadata.to_string(),
+        rec.created_at,
+    ])?;
+    Ok(())
+}
+
+/// Bumps the data generation of `(name, fp)` (a row is created at 1 when there is none), inside
+/// the caller's transaction: the transaction that changes the version's data state.
+fn bump_data_generation(tx: &Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
+    tx.prepare_cached(
+        "INSERT INTO data_versions (name, fingerprint, generation, updated_at) VALUES (?1, ?2, 1, ?3) \
+         ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
+    )?
+    .execute(params![name, fp, at])?;
+    Ok(())
 }
 
 impl SqliteStore {

@@ -256,7 +256,7 @@ fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply
         if args[0] == "apply" {
             let plan = p.run(&["plan", "prod"]);
             plan.expect_code(0);
-            assert!(plan.stdout.contains("rebuild pending"), "the plan says why it has changes: {plan:#?}");
+            assert!(plan.stdout.contains("rebuild: pending"), "the plan says why it has changes: {plan:#?}");
         }
         let again = p.run(&[&args[..], &["--json"]].concat()).expect_code(0).json();
         let done = string_set(&again[if args[0] == "run" { "processed" } else { "built" }]);
