@@ -1,7 +1,8 @@
 //! `efmesh status <env> [--json] [--check]`: what an environment serves and how healthy it is —
 //! the last plan applied and by whom (the apply journal), per time-range model the newest done
 //! interval and the lag behind now (by grain), failed intervals, the last run ticks and the lock
-//! holder, and the `full`/`view` rebuilds an interrupted apply or run left pending. `--check`
+//! holder, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
+//! versions whose parents' data changed since they were built (stale rebuilds). `--check`
 //! exits 1 when failed intervals exist or the newest tick errored; lag,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
@@ -59,6 +60,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // Rebuilds decided and not done (a process stopped in between): the next apply or run does them.
     let pending: Vec<crate::state::PendingRebuild> =
         state.pending_rebuilds()?.into_iter().filter(|p| pointers.get(&p.name).is_some_and(|fp| *fp == p.fingerprint)).collect();
+    // `full` versions built from older data than their parents hold now, whichever environment
+    // changed it (SPEC §4 invariant 36): the next run or apply of this environment rebuilds them.
+    // Like pending rebuilds, they do not make `--check` fail.
+    let candidates: Vec<(ModelName, String)> = pointers
+        .iter()
+        .filter_map(|(n, fp)| ModelName::parse(n).ok().map(|m| (m, fp.clone())))
+        .filter(|(m, fp)| project.dag.get(m).is_some_and(|m| matches!(m.kind, Kind::Full)) && !pending.iter().any(|p| p.name == m.to_string() && p.fingerprint == *fp))
+        .collect();
+    let stale = crate::plan::generations::stale(&project, &*state, &candidates, &|n: &str| pointers.get(n).cloned())?;
     let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();
     // The newest tick that says whether a run succeeded (`processed`, `nothing-due`, `error`):
     // `lock-held` and `blocked` ticks after an error do not make it green.
@@ -90,6 +100,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             })).collect::<Vec<_>>(),
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
             "pendingRebuilds": pending,
+            "staleRebuilds": stale.iter().map(|(n, fp, reason)| json!({"name": n.to_string(), "fingerprint": fp, "reason": reason})).collect::<Vec<_>>(),
             "ticks": ticks.iter().map(tick_json).collect::<Vec<_>>(),
             "lock": lock.map(|(l, stale)| json!({"name": l.name, "holder": l.holder, "expiresAt": l.expires_at, "heartbeatAt": l.heartbeat_at, "stale": stale})),
             "healthy": healthy,
@@ -129,6 +140,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         for p in &pending {
             text.push_str(&format!("  … {}  rebuild pending since {} ({}); the next run or apply rebuilds it\n", p.name, p.recorded_at, p.reason));
+        }
+        for (n, _, reason) in &stale {
+            text.push_str(&format!("  … {n}  stale: {reason}; the next run or apply rebuilds it\n"));
         }
         if ticks.is_empty() {
             text.push_str("no run ticks yet\n");

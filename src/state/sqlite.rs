@@ -2424,4 +2424,52 @@ mod tests {
         store.release_condemned(&condemned[0].physical).unwrap();
         assert!(store.janitor_inventory().unwrap().condemned.is_empty());
     }
+
+    #[test]
+    fn data_generations_bump_with_every_change_of_data_in_the_same_transaction() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let generation = |name: &str, c: char| store.data_versions(&[(name.to_string(), fp(c))]).unwrap().get(&(name.to_string(), fp(c))).cloned();
+        store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();
+        assert_eq!(generation("m.a", 'a'), None, "no data change yet: no row (generation 0)");
+        let meta = store.generation().unwrap();
+        store.mark_intervals("m.a", &fp('a'), &days("2026-01-01", 3), IntervalStatus::Done, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(1));
+        assert!(store.generation().unwrap() > meta, "the write bumps the store's generation too (the plan memo's key)");
+        // A failed batch rolled back changes no data; done intervals marked failed (a ledger reset) do.
+        store.mark_intervals("m.a", &fp('a'), &days("2026-01-05", 1), IntervalStatus::Failed, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(1));
+        store.mark_intervals("m.a", &fp('a'), &days("2026-01-01", 1), IntervalStatus::Failed, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(2));
+        // Clearing nothing changes nothing; clearing done intervals does (restatement).
+        assert_eq!(store.clear_intervals("m.a", &fp('a'), t("2025-01-01"), t("2025-02-01")).unwrap(), 0);
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(2));
+        assert_eq!(store.clear_intervals("m.a", &fp('a'), t("2026-01-02"), t("2026-01-03")).unwrap(), 1);
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(3));
+        let pointers: BTreeMap<_, _> = [("m.a".to_string(), fp('a'))].into();
+        store.promote("prod", &pointers, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "me", 0).unwrap();
+        let target = RestateTarget { name: "m.a".into(), fingerprint: fp('a'), from: t("2026-01-01"), to: t("2026-01-10") };
+        assert_eq!(store.restate_intervals("prod", std::slice::from_ref(&target)).unwrap(), vec![1]);
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(4));
+        store.record_data_change("m.a", &fp('a'), 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(5));
+        // A build: snapshot, generation, what it was built from and the end of its pending
+        // rebuild in one transaction.
+        let rollup = rec("m.r", &fp('r'));
+        store.record_pending_rebuilds(&[("m.r".into(), fp('r'), "downstream".into())], 0).unwrap();
+        let from = crate::plan::generations::built_from(&[("m.a".to_string(), fp('a'), 5)]);
+        store.record_build(&rollup, Some(&from), 0).unwrap();
+        assert!(store.snapshot("m.r", &fp('r')).unwrap().is_some());
+        assert_eq!(generation("m.r", 'r'), Some(DataVersion { generation: 1, built_from: Some(from.clone()) }));
+        assert!(store.pending_rebuilds().unwrap().is_empty(), "a build ends its pending rebuild, whatever decided it");
+        assert!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 5)]).is_empty());
+        store.mark_intervals("m.a", &fp('a'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
+        assert_eq!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 6)]), vec!["m.a".to_string()]);
+        store.record_build(&rollup, None, 0).unwrap();
+        assert_eq!(generation("m.r", 'r'), Some(DataVersion { generation: 2, built_from: None }));
+        // The janitor's claim deletes the rows of its victims.
+        let claims = store.janitor_claim(&mut |_| vec![Claim { versions: vec![("m.r".into(), fp('r'))], storage: None }], 0).unwrap();
+        assert_eq!(claims.len(), 1);
+        assert_eq!(generation("m.r", 'r'), None);
+        assert!(generation("m.a", 'a').is_some());
+    }
 }

@@ -14,6 +14,7 @@ mod examples;
 mod extensions;
 mod externals;
 mod fingerprint;
+mod generations;
 mod honesty;
 mod incremental_plan;
 mod incremental_reload;

@@ -1,0 +1,168 @@
+//! Data generations (SPEC §4 invariant 36): a `full` version is rebuilt whenever its parents'
+//! data changed since its last build, whichever environment changed it. prod and dev share the
+//! version of a time-range parent and serve different versions of a `full` rollup (and of a
+//! rollup of that rollup).
+
+use crate::common::*;
+use serde_json::Value;
+
+/// A daily time-range model, a `full` rollup over it (its total multiplied by `factor`: dev
+/// edits it) and a `full` rollup of that rollup.
+fn models(factor: u32) -> String {
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+}}
+local rollup = define_model {{
+  name = "t.rollup", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) * {factor} AS BIGINT) AS total FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.roll2", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total1", "bigint" }} }},
+  query = "SELECT n, total + 1 AS total1 FROM " .. ref(rollup),
+}}
+"#
+    )
+}
+
+const PROD: u32 = 1;
+const DEV: u32 = 3;
+
+/// What `t.rollup` and `t.roll2` hold when computed from scratch over the days before `now_day`
+/// with `factor`, on an in-memory DuckDB.
+fn expected(now_day: &str, factor: u32) -> (Rows, Rows) {
+    let days = format!("range(TIMESTAMP '2026-01-01', TIMESTAMP '{now_day}', INTERVAL 1 DAY) AS t(d)");
+    let rollup = sorted_in_memory(&format!("SELECT count(*), CAST(sum(CAST(epoch(d) / 86400 AS BIGINT)) * {factor} AS BIGINT) FROM {days}"));
+    let roll2 = sorted_in_memory(&format!("SELECT count(*), CAST(sum(CAST(epoch(d) / 86400 AS BIGINT)) * {factor} + 1 AS BIGINT) FROM {days}"));
+    (rollup, roll2)
+}
+
+#[track_caller]
+fn assert_serves(p: &Project, env: &str, now_day: &str, factor: u32) {
+    let (rollup, roll2) = expected(now_day, factor);
+    assert_eq!(p.rows(&env_view(env, "t.rollup")), rollup, "t.rollup in {env}");
+    assert_eq!(p.rows(&env_view(env, "t.roll2")), roll2, "t.roll2 in {env}");
+}
+
+/// Runs `args` with the project as `factor` defines it (prod's or dev's edit).
+#[track_caller]
+fn with(p: &Project, factor: u32, args: &[&str]) -> Run {
+    p.write("models/m.lua", &models(factor));
+    p.run(args)
+}
+
+#[track_caller]
+fn plan_of(p: &Project, factor: u32, env: &str) -> Value {
+    with(p, factor, &["plan", env, "--json"]).expect_code(0).json()
+}
+
+/// prod at `PROD`, dev at `DEV` (its own rollups, prod's daily version), both applied at
+/// 2026-01-10; then a no-op plan in both.
+fn two_environments() -> Project {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    with(&p, PROD, &["apply", "prod", "--yes"]).expect_code(0);
+    with(&p, DEV, &["apply", "dev", "--yes"]).expect_code(0);
+    let dev = plan_of(&p, DEV, "dev");
+    assert_eq!(action(&dev, "t.rollup")["change"], "unchanged", "{dev:#}");
+    let s = p.state();
+    assert_eq!(s.env_pointers("prod").unwrap()["t.daily"], s.env_pointers("dev").unwrap()["t.daily"], "the daily version is shared");
+    assert_ne!(s.env_pointers("prod").unwrap()["t.rollup"], s.env_pointers("dev").unwrap()["t.rollup"], "the rollups differ");
+    for (env, factor) in [("prod", PROD), ("dev", DEV)] {
+        let plan = plan_of(&p, factor, env);
+        assert_eq!(plan["hasChanges"], false, "nothing changed, nothing is marked: {plan:#}");
+        assert!(actions(&plan).iter().all(|a| a.get("rebuild").is_none()), "{plan:#}");
+        assert_serves(&p, env, "2026-01-10", factor);
+    }
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    p
+}
+
+#[track_caller]
+fn assert_marked(plan: &Value, parent_of_rollup: &str) {
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    let daily = action(plan, "t.daily");
+    assert_eq!(daily["intervals"], 0, "the shared ledger has nothing missing: {plan:#}");
+    let rollup = action(plan, "t.rollup");
+    assert_eq!(rollup["rebuild"], true, "{plan:#}");
+    assert!(rollup["rebuildReason"].as_str().unwrap().contains(parent_of_rollup), "the reason names the parent: {plan:#}");
+    let roll2 = action(plan, "t.roll2");
+    assert_eq!(roll2["rebuild"], true, "{plan:#}");
+    assert!(roll2["rebuildReason"].as_str().unwrap().contains("t.rollup"), "{plan:#}");
+}
+
+#[test]
+fn prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_own_rollups() {
+    let p = two_environments();
+    // prod's run computes the two new days of the shared daily version and rebuilds prod's rollups.
+    let v = with(&p, PROD, &["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup", "t.roll2"])), "{v:#}");
+    assert_serves(&p, "prod", "2026-01-12", PROD);
+    // dev's rollups were built from the older daily data: still as they were, and the plan says so.
+    assert_serves(&p, "dev", "2026-01-10", DEV);
+    let plan = plan_of(&p, DEV, "dev");
+    assert_marked(&plan, "t.daily");
+    let text = with(&p, DEV, &["plan", "dev"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("rebuild: the data of t.daily changed since it was built"), "{text:#?}");
+    let status = with(&p, DEV, &["status", "dev", "--json", "--check"]).expect_code(0).json();
+    let stale: Vec<&str> = status["staleRebuilds"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(stale, ["t.rollup"], "status lists the stale rollup (its child follows it): {status:#}");
+    let prod_rollup = p.rows(&env_view("prod", "t.rollup"));
+    // dev's run rebuilds both, parents first, over the shared daily data.
+    let v = with(&p, DEV, &["run", "dev", "--json"]).expect_code(0).json();
+    let processed = string_set(&v["processed"]);
+    assert!(processed.is_superset(&set(&["t.rollup", "t.roll2"])) && !processed.contains("t.daily"), "{v:#}");
+    assert_serves(&p, "dev", "2026-01-12", DEV);
+    assert_eq!(p.rows(&env_view("prod", "t.rollup")), prod_rollup, "dev's run left prod's rollup alone");
+    // Nothing is stale any more, in either environment.
+    for (env, factor) in [("dev", DEV), ("prod", PROD)] {
+        let plan = plan_of(&p, factor, env);
+        assert_eq!(plan["hasChanges"], false, "{env}: {plan:#}");
+    }
+    let status = with(&p, DEV, &["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["staleRebuilds"], serde_json::json!([]), "{status:#}");
+}
+
+#[test]
+fn dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_own_rollups() {
+    let p = two_environments();
+    let v = with(&p, DEV, &["run", "dev", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup", "t.roll2"])), "{v:#}");
+    assert_serves(&p, "dev", "2026-01-12", DEV);
+    assert_serves(&p, "prod", "2026-01-10", PROD);
+    let plan = plan_of(&p, PROD, "prod");
+    assert_marked(&plan, "t.daily");
+    // `apply` rebuilds them as well as `run` does.
+    let v = with(&p, PROD, &["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["built"]).is_superset(&set(&["t.rollup", "t.roll2"])), "{v:#}");
+    assert_serves(&p, "prod", "2026-01-12", PROD);
+    assert_serves(&p, "dev", "2026-01-12", DEV);
+    for (env, factor) in [("dev", DEV), ("prod", PROD)] {
+        assert_eq!(plan_of(&p, factor, env)["hasChanges"], false, "{env}");
+    }
+}
+
+#[test]
+fn a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent() {
+    let p = two_environments();
+    // Caught up in both first, so only the restatement changes anything.
+    with(&p, PROD, &["run", "prod"]).expect_code(0);
+    with(&p, DEV, &["run", "dev"]).expect_code(0);
+    assert_eq!(plan_of(&p, DEV, "dev")["hasChanges"], false);
+    with(&p, PROD, &["restate", "prod", "--model", "t.daily", "--from", "2026-01-03", "--to", "2026-01-04"]).expect_code(0);
+    // prod recomputes the day; dev's ledger (shared) has nothing missing, and its rollups are stale.
+    let v = with(&p, PROD, &["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup"])), "{v:#}");
+    let plan = plan_of(&p, DEV, "dev");
+    assert_marked(&plan, "t.daily");
+    with(&p, DEV, &["run", "dev"]).expect_code(0);
+    assert_serves(&p, "dev", "2026-01-12", DEV);
+    assert_eq!(plan_of(&p, DEV, "dev")["hasChanges"], false);
+}
