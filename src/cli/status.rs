@@ -66,7 +66,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let candidates: Vec<(ModelName, String)> = pointers
         .iter()
         .filter_map(|(n, fp)| ModelName::parse(n).ok().map(|m| (m, fp.clone())))
-        .filter(|(m, fp)| project.dag.get(m).is_some_and(|m| matches!(m.kind, Kind::Full)) && !pending.iter().any(|p| p.name == m.to_string() && p.fingerprint == *fp))
+        .filter(|(m, fp)| {
+            project.dag.get(m).is_some_and(|m| matches!(m.kind, Kind::Full)) && !pending.iter().any(|p| p.name == m.to_string() && p.fingerprint == *fp)
+        })
         .collect();
     let stale = crate::plan::generations::stale(&project, &*state, &candidates, &|n: &str| pointers.get(n).cloned())?;
     let failed_total: usize = lags.iter().map(|l| l.failed).sum::<usize>() + failed_other.iter().map(|(_, n)| n).sum::<usize>();

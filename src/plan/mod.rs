@@ -1065,9 +1065,11 @@ fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan,
         }
         let reason = match reasons.get(&a.name) {
             Some(r) => Some(r.to_string()),
-            None if !a.rebuild => {
-                project.dag.get(&a.name).and_then(|m| m.parents().into_iter().find(|p| rebuilt.contains(p))).map(|p| format!("downstream of the rebuild of {p}"))
-            }
+            None if !a.rebuild => project
+                .dag
+                .get(&a.name)
+                .and_then(|m| m.parents().into_iter().find(|p| rebuilt.contains(p)))
+                .map(|p| format!("downstream of the rebuild of {p}")),
             None => None,
         };
         if a.rebuild {

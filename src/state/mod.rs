@@ -385,7 +385,7 @@ pub trait StateStore: Send + std::fmt::Debug {
 
     /// The janitor's claim, in ONE write transaction: reads the inventory again under the write
     /// lock, lets `decide` pick the victims from it, then for each victim deletes its versions'
-    /// snapshot, ledger, released and pending-rebuild rows and records its storage (when it has
+    /// snapshot, ledger, released, pending-rebuild and data-generation rows and records its storage (when it has
     /// some) as `condemned`; drops every plan memo when anything was claimed. Returns the
     /// claims made. Does not bump the generation: a plan relying on a claimed version is
     /// refused by [`StateStore::record_intents`] instead.

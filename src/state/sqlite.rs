@@ -109,9 +109,10 @@ CREATE TABLE pending_rebuilds (
 ///   migrated); the janitor compares it with the owner marker it keeps in the engine, so two
 ///   stores sharing one catalog or lake root never collect each other's storage as orphans.
 /// - `data_versions`: per version, a counter of changes to its data (`generation`: bumped when
-///   intervals are recorded or cleared, or the version is rebuilt) and, for `full`/`view`
-///   versions, `built_from`: a digest of the parents' data generations the last build read, so
-///   a plan can tell that a rollup is stale whichever environment refreshed its parents.
+///   intervals are recorded done, done ones are reset or cleared, the version is rebuilt,
+///   upserted or reconciled) and, for `full` versions, `built_from`: the parents'
+///   `(name, fingerprint, generation)` the last build read (JSON, `plan::generations`), so a
+///   plan can tell that a rollup is stale whichever environment refreshed its parents.
 /// - `orphans_seen`: when a janitor first saw each orphan (storage the state does not know);
 ///   orphans are dropped only once seen for longer than the ttl.
 macro_rules! v6_tables {
@@ -1459,8 +1460,11 @@ impl StateStore for SqliteStore {
                     insert_snapshot(tx, rec)?;
                     let at = to_iso(now);
                     bump_data_generation(tx, &rec.name, &rec.fingerprint, &at)?;
-                    tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?
-                        .execute(params![rec.name, rec.fingerprint, built_from])?;
+                    tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?.execute(params![
+                        rec.name,
+                        rec.fingerprint,
+                        built_from
+                    ])?;
                     tx.prepare_cached("DELETE FROM pending_rebuilds WHERE name = ?1 AND fingerprint = ?2")?.execute(params![rec.name, rec.fingerprint])?;
                     Ok(())
                 })
@@ -1469,10 +1473,7 @@ impl StateStore for SqliteStore {
     }
 
     fn record_data_change(&self, name: &str, fp: &str, now: Millis) -> Result<(), StateError> {
-        self.run(
-            || format!("record a change of the data of `{name}` `{fp}`"),
-            || self.write(|tx| bump_data_generation(tx, name, fp, &to_iso(now))),
-        )
+        self.run(|| format!("record a change of the data of `{name}` `{fp}`"), || self.write(|tx| bump_data_generation(tx, name, fp, &to_iso(now))))
     }
 
     fn release_condemned(&self, physical: &str) -> Result<(), StateError> {

@@ -13,7 +13,7 @@ fn models(factor: u32) -> String {
         r#"
 local daily = define_model {{
   name = "t.daily",
-  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day" }},
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
   query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
 }}
