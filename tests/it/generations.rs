@@ -7,7 +7,8 @@ use crate::common::*;
 use serde_json::Value;
 
 /// A daily time-range model, a `full` rollup over it (its total multiplied by `factor`: dev
-/// edits it) and a `full` rollup of that rollup.
+/// edits it), a `full` rollup of that rollup, and a `full` rollup like the first reading the
+/// daily model through a `view` (a view has no data of its own: seen through).
 fn models(factor: u32) -> String {
     format!(
         r#"
@@ -26,6 +27,16 @@ define_model {{
   name = "t.roll2", kind = kind.full(),
   schema = {{ {{ "n", "bigint" }}, {{ "total1", "bigint" }} }},
   query = "SELECT n, total + 1 AS total1 FROM " .. ref(rollup),
+}}
+local vw = define_model {{
+  name = "t.vw", kind = kind.view(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT day, v FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.vroll", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) * {factor} AS BIGINT) AS total FROM " .. ref(vw),
 }}
 "#
     )
@@ -48,6 +59,7 @@ fn assert_serves(p: &Project, env: &str, now_day: &str, factor: u32) {
     let (rollup, roll2) = expected(now_day, factor);
     assert_eq!(p.rows(&env_view(env, "t.rollup")), rollup, "t.rollup in {env}");
     assert_eq!(p.rows(&env_view(env, "t.roll2")), roll2, "t.roll2 in {env}");
+    assert_eq!(p.rows(&env_view(env, "t.vroll")), rollup, "t.vroll in {env}");
 }
 
 /// Runs `args` with the project as `factor` defines it (prod's or dev's edit).
@@ -95,6 +107,10 @@ fn assert_marked(plan: &Value, parent_of_rollup: &str) {
     let roll2 = action(plan, "t.roll2");
     assert_eq!(roll2["rebuild"], true, "{plan:#}");
     assert!(roll2["rebuildReason"].as_str().unwrap().contains("t.rollup"), "{plan:#}");
+    let vroll = action(plan, "t.vroll");
+    assert_eq!(vroll["rebuild"], true, "{plan:#}");
+    assert!(vroll["rebuildReason"].as_str().unwrap().contains(parent_of_rollup), "seen through the view: {plan:#}");
+    assert!(action(plan, "t.vw").get("rebuild").is_none(), "a view is never stale: {plan:#}");
 }
 
 #[test]
@@ -113,12 +129,12 @@ fn prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_ow
     assert!(text.stdout.contains("rebuild: the data of t.daily changed since it was built"), "{text:#?}");
     let status = with(&p, DEV, &["status", "dev", "--json", "--check"]).expect_code(0).json();
     let stale: Vec<&str> = status["staleRebuilds"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(stale, ["t.rollup"], "status lists the stale rollup (its child follows it): {status:#}");
+    assert_eq!(stale, ["t.rollup", "t.vroll"], "status lists the stale rollups (the rollup of a rollup follows it): {status:#}");
     let prod_rollup = p.rows(&env_view("prod", "t.rollup"));
     // dev's run rebuilds both, parents first, over the shared daily data.
     let v = with(&p, DEV, &["run", "dev", "--json"]).expect_code(0).json();
     let processed = string_set(&v["processed"]);
-    assert!(processed.is_superset(&set(&["t.rollup", "t.roll2"])) && !processed.contains("t.daily"), "{v:#}");
+    assert!(processed.is_superset(&set(&["t.rollup", "t.roll2", "t.vroll"])) && !processed.contains("t.daily"), "{v:#}");
     assert_serves(&p, "dev", "2026-01-12", DEV);
     assert_eq!(p.rows(&env_view("prod", "t.rollup")), prod_rollup, "dev's run left prod's rollup alone");
     // Nothing is stale any more, in either environment.
