@@ -315,8 +315,10 @@ fn execute_recorded(
         if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
             // In `apply`, a new version of a parent does not make its children's existing
             // tables rebuild (a non-breaking change keeps them as they are); new intervals of
-            // the same version (a backfill, e.g. after a restatement) do.
-            if refresh || !a.build {
+            // the same version (a backfill, e.g. after a restatement) do, and so does an existing
+            // version rebuilt because its relation was lost (its data generation moves: its
+            // `full` children would be stale after this apply, SPEC §4 invariant 36).
+            if refresh || !a.build || a.repair.as_ref().is_some_and(|r| r.physical_missing) {
                 touched.insert(&a.name);
             }
             work.push(a);
