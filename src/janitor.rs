@@ -18,11 +18,15 @@
 //! claimed only with every version sharing it. Versions without storage (embedded, external)
 //! only lose their rows. Orphans are relations in `_efmesh` (and lake version directories,
 //! DuckLake tables) whose name has the physical-name shape `<schema>__<table>__<64 hex>` but no
-//! snapshot, intent or claim names them; other relations are left alone.
+//! snapshot, intent or claim names them; other relations are left alone. An orphan is claimed
+//! only when every storage it lives in carries an owner marker naming this state store alone
+//! ([`crate::ownership`]) and a janitor first saw it at least the ttl ago (`orphans_seen`);
+//! the others are reported as kept (`young`, `foreign`, `unmarked`).
 //!
 //! Engine access goes through the [`Engine`] trait, opened by the caller's function for the
 //! listing and again for the drops (never held across the claim); lake directories are removed
-//! only inside the lake root, never through a symbolic link.
+//! only inside the lake root, never through a symbolic link; on S3, every object under the
+//! version directory's prefix is deleted (listed page by page, deleted in batches).
 
 use crate::apply::fault;
 use crate::apply::lake::VersionDir;
@@ -56,7 +60,7 @@ pub struct Options {
     pub dry_run: bool,
     /// The current instant.
     pub now: Millis,
-    /// `--adopt`: make this store the only owner of every storage first (SPEC invariant 40).
+    /// `--adopt`: make this store the only owner of every storage first (SPEC invariant 39 (d)).
     pub adopt: bool,
 }
 
@@ -111,7 +115,7 @@ pub struct Report {
     pub orphans: Vec<Victim>,
     /// Orphans seen and kept: too young, or in a storage this store does not own alone.
     pub kept_orphans: Vec<KeptOrphan>,
-    /// The owner marker of every storage (SPEC invariant 40).
+    /// The owner marker of every storage (SPEC invariant 39 (d)).
     pub storages: Vec<Owners>,
     /// This state store's identity.
     pub store_id: String,

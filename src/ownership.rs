@@ -1,4 +1,4 @@
-//! Owner markers: which state stores have written into a storage (SPEC §4, invariant 40).
+//! Owner markers: which state stores have written into a storage (SPEC §4, invariant 39 (d)).
 //!
 //! Each storage efmesh writes physical versions into carries a marker listing the state stores
 //! (`meta.store_id`) that applied there:

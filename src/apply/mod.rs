@@ -327,7 +327,7 @@ fn execute_recorded(
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
     lake::prepare(project, engine)?;
     ducklake::prepare(project, engine)?;
-    // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 40).
+    // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 39 (d)).
     if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)) {
         let uses = |t: crate::core::Target| project.dag.models().any(|m| m.target == t);
         let me = state.store_id()?;

@@ -348,7 +348,7 @@ pub trait Engine {
         self.execute(&format!("DROP {} IF EXISTS {qualified}", if view { "VIEW" } else { "TABLE" }))
     }
 
-    /// The store ids of the owner marker (SPEC §4, invariant 40) of this database's `_efmesh`
+    /// The store ids of the owner marker (SPEC §4, invariant 39 (d)) of this database's `_efmesh`
     /// schema (`ducklake = false`: one sequence `"_efmesh"."_efmesh_owner__<id>"` per owning
     /// store, so the marker is no relation) or of the attached DuckLake catalog (`ducklake`:
     /// the rows of its table `"_efmesh"."_efmesh_owners"`); `None` when there is no marker.

@@ -394,7 +394,7 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// A failed read or write (nothing is claimed), or the fence lease was lost.
     fn janitor_claim(&self, decide: &mut dyn FnMut(&JanitorInventory) -> Vec<Claim>, now: Millis) -> Result<Vec<Claim>, StateError>;
 
-    /// Forgets the claim on `physical` once its storage is gone.
+    /// Forgets the claim on `physical` (and, for an orphan, its sighting) once its storage is gone.
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.

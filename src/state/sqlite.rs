@@ -1446,6 +1446,8 @@ impl StateStore for SqliteStore {
             || {
                 self.write_tx(false, |tx| {
                     tx.prepare_cached("DELETE FROM condemned WHERE physical = ?1")?.execute([physical])?;
+                    // A dropped orphan's sighting goes with its claim.
+                    tx.prepare_cached("DELETE FROM orphans_seen WHERE physical = ?1")?.execute([physical])?;
                     Ok(())
                 })
             },
