@@ -18,17 +18,23 @@
 //! claimed only with every version sharing it. Versions without storage (embedded, external)
 //! only lose their rows. Orphans are relations in `_efmesh` (and lake version directories,
 //! DuckLake tables) whose name has the physical-name shape `<schema>__<table>__<64 hex>` but no
-//! snapshot, intent or claim names them; other relations are left alone.
+//! snapshot, intent or claim names them; other relations are left alone. An orphan is claimed
+//! only when every storage it lives in carries an owner marker naming this state store alone
+//! ([`crate::ownership`]) and a janitor first saw it at least the ttl ago (`orphans_seen`);
+//! the others are reported as kept (`young`, `foreign`, `unmarked`).
 //!
 //! Engine access goes through the [`Engine`] trait, opened by the caller's function for the
 //! listing and again for the drops (never held across the claim); lake directories are removed
-//! only inside the lake root, never through a symbolic link.
+//! only inside the lake root, never through a symbolic link; on S3, every object under the
+//! version directory's prefix is deleted (listed page by page, deleted in batches).
 
 use crate::apply::fault;
 use crate::apply::lake::VersionDir;
 use crate::config::Config;
 use crate::core::interval::{Millis, parse_instant};
 use crate::engine::{Engine, EngineError, STORAGE_SCHEMA, StoredRelation};
+use crate::ownership::{Owners, Status, Storage};
+use crate::s3::S3Lake;
 use crate::state::{Claim, Condemned, JanitorInventory, StateError, StateStore};
 use serde::Serialize;
 use serde_json::json;
@@ -54,6 +60,8 @@ pub struct Options {
     pub dry_run: bool,
     /// The current instant.
     pub now: Millis,
+    /// `--adopt`: make this store the only owner of every storage first (SPEC invariant 39 (d)).
+    pub adopt: bool,
 }
 
 /// One storage the janitor dropped (or would drop), or versions without storage whose rows it
@@ -77,10 +85,9 @@ pub struct Victim {
     /// The lake version directory removed, if there was one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lake_dir: Option<String>,
-    /// An S3 lake version directory the janitor does not remove (it has no S3 client): the
-    /// lake view over it was dropped; remove the files with S3 tooling.
+    /// For an orphan: when a janitor first saw it (ISO-8601 UTC), if recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub s3_lake_dir: Option<String>,
+    pub first_seen: Option<String>,
     /// True when an earlier janitor claimed it and could not drop it (or was stopped).
     pub left_over: bool,
 }
@@ -106,12 +113,40 @@ pub struct Report {
     pub dropped: Vec<Victim>,
     /// Orphans dropped (or that would be).
     pub orphans: Vec<Victim>,
+    /// Orphans seen and kept: too young, or in a storage this store does not own alone.
+    pub kept_orphans: Vec<KeptOrphan>,
+    /// The owner marker of every storage (SPEC invariant 39 (d)).
+    pub storages: Vec<Owners>,
+    /// This state store's identity.
+    pub store_id: String,
+    /// True when `--adopt` made this store the only owner of every storage.
+    pub adopted: bool,
     /// Drops that failed (still claimed).
     pub failed: Vec<Failure>,
     /// True for `--dry-run`.
     pub dry_run: bool,
     /// The ttl used.
     pub ttl_days: f64,
+}
+
+/// An orphan the janitor saw and kept.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptOrphan {
+    /// Model name (from the relation's name).
+    pub model: String,
+    /// Fingerprint, first 12 characters.
+    pub fingerprint: String,
+    /// The physical relation.
+    pub physical: String,
+    /// When a janitor first saw it (ISO-8601 UTC).
+    pub first_seen: String,
+    /// `young` (seen for less than the ttl), `foreign` (the storage's marker names other
+    /// stores) or `unmarked` (the storage has no marker: `efmesh janitor --adopt`).
+    pub reason: String,
+    /// The other stores the storage's marker names (for `foreign`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<String>,
 }
 
 /// Why the janitor stopped before claiming anything.
@@ -123,6 +158,9 @@ pub enum JanitorError {
     /// The state store failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The lake could not be listed, or an owner marker read or written.
+    #[error("janitor: {0}; nothing was claimed or dropped")]
+    Storage(String),
 }
 
 /// Opens the engine: `Ok(None)` when there is no database yet (nothing stored).
@@ -214,28 +252,13 @@ pub fn decide(inv: &JanitorInventory, listed: &[String], ttl_ms: Millis, now: Mi
             versions,
         });
     }
-    let mut seen = BTreeSet::new();
-    for physical in listed {
-        let k = key(physical);
-        if groups.contains_key(&k) || condemned.contains(&k) || intent_physicals.contains(&k) || !seen.insert(k) {
-            continue;
-        }
-        let Some((model, fp)) = physical_shape(relation_name(physical)) else { continue };
-        // A version a pointer, a promotion under way or an intent names, whose snapshot row is
-        // gone (a damaged or restored store): its storage may still be served; never an orphan.
-        let named = |set: &std::collections::HashSet<(String, String)>| {
-            set.iter().any(|(n, f)| f.eq_ignore_ascii_case(fp) && n.replace('.', "__").eq_ignore_ascii_case(model))
-        };
-        if named(&inv.served) || named(&inv.pending) || named(&inv.intents) {
-            tracing::warn!(relation = %physical, "a version an environment names has no snapshot row; its storage is left alone");
-            continue;
-        }
+    for (physical, model, fp) in orphan_candidates(inv, listed) {
         claims.push(Claim {
             versions: Vec::new(),
             storage: Some(Condemned {
-                physical: physical.clone(),
-                name: model_of(model),
-                fingerprint: fp.to_string(),
+                physical,
+                name: model,
+                fingerprint: fp,
                 kind: "orphan".to_string(),
                 detail: json!({"orphan": true}),
                 claimed_at: String::new(),
@@ -243,6 +266,37 @@ pub fn decide(inv: &JanitorInventory, listed: &[String], ttl_ms: Millis, now: Mi
         });
     }
     claims
+}
+
+/// The orphans among `listed` (qualified physical names seen in the engine or the lake): of the
+/// physical-name shape, named by no snapshot, intent or claim, nor by a pointer or a promotion
+/// under way by model and fingerprint (a damaged or restored store: never an orphan). Each as
+/// `(physical, model, fingerprint)`, once.
+pub fn orphan_candidates(inv: &JanitorInventory, listed: &[String]) -> Vec<(String, String, String)> {
+    let key = |p: &str| p.to_lowercase();
+    let known: BTreeSet<String> = inv
+        .versions
+        .iter()
+        .map(|v| key(&v.physical))
+        .chain(inv.condemned.iter().map(|c| key(&c.physical)))
+        .chain(inv.intent_physicals.iter().map(|p| key(p)))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for physical in listed {
+        let k = key(physical);
+        if known.contains(&k) || !seen.insert(k) {
+            continue;
+        }
+        let Some((model, fp)) = physical_shape(relation_name(physical)) else { continue };
+        let named = |set: &HashSet<(String, String)>| set.iter().any(|(n, f)| f.eq_ignore_ascii_case(fp) && n.replace('.', "__").eq_ignore_ascii_case(model));
+        if named(&inv.served) || named(&inv.pending) || named(&inv.intents) {
+            tracing::warn!(relation = %physical, "a version an environment names has no snapshot row; its storage is left alone");
+            continue;
+        }
+        out.push((physical.clone(), model_of(model), fp.to_string()));
+    }
+    out
 }
 
 /// Runs the janitor: lists the engine's storage and the lake, claims (unless `dry_run`), drops
@@ -254,28 +308,111 @@ pub fn decide(inv: &JanitorInventory, listed: &[String], ttl_ms: Millis, now: Mi
 /// nothing was claimed then. Failed drops are not errors: they are in [`Report::failed`].
 pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, opts: &Options) -> Result<Report, JanitorError> {
     let ttl_ms = (opts.ttl_days * DAY_MS).round() as Millis;
-    let mut report = Report { dry_run: opts.dry_run, ttl_days: opts.ttl_days, ..Report::default() };
-    // 1. What storage exists: the engine's relations, the lake's version directories.
-    let stored = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
-        Some(mut engine) => engine.storage_relations().map_err(JanitorError::Engine)?,
-        None => Vec::new(),
+    let me = state.store_id()?;
+    let at = crate::core::interval::to_iso(opts.now);
+    let mut report = Report { dry_run: opts.dry_run, ttl_days: opts.ttl_days, store_id: me.clone(), adopted: opts.adopt, ..Report::default() };
+    let s3 = crate::ownership::s3_lake(config).map_err(JanitorError::Storage)?;
+    // 1. What storage exists (the engine's relations, the lake's version directories) and who
+    //    owns it (the markers), read on one connection, released before the claim.
+    let (stored, owners) = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
+        Some(mut engine) => {
+            if opts.adopt {
+                crate::ownership::adopt(config, Some(engine.as_mut()), s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
+                tracing::warn!(store = %me, "adopted: this state store is now the only owner of the project's storage; what other stores wrote there is collected as orphans after the ttl");
+            }
+            let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
+            (stored, crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?)
+        }
+        None => {
+            if opts.adopt {
+                crate::ownership::adopt(config, None, s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
+            }
+            (Vec::new(), crate::ownership::read_all(config, None, s3.as_ref(), &me).map_err(JanitorError::Storage)?)
+        }
     };
     let mut listed: Vec<String> = stored.iter().filter(|r| physical_shape(&r.name).is_some()).map(|r| r.qualified.clone()).collect();
     for r in stored.iter().filter(|r| physical_shape(&r.name).is_none()) {
         tracing::debug!(relation = %r.qualified, "not a physical-name shape: left alone");
     }
-    listed.extend(lake_orphan_candidates(config));
-    // 2. The claim (or, for a dry run, what it would be).
+    {
+        use crate::core::name::quote_ident;
+        let dirs = crate::ownership::lake_version_dirs(config, s3.as_ref()).map_err(JanitorError::Storage)?;
+        listed.extend(dirs.iter().map(|name| format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(name))));
+    }
+    // 2. Orphans: recorded when first seen; only those of storage this store owns alone and
+    //    seen for at least the ttl are eligible for the claim.
+    let candidates = orphan_candidates(&state.janitor_inventory()?, &listed);
+    let physicals: Vec<String> = candidates.iter().map(|c| c.0.clone()).collect();
+    let seen = if opts.dry_run {
+        let mut seen = state.orphans_seen()?;
+        seen.retain(|p, _| physicals.contains(p));
+        for p in &physicals {
+            seen.entry(p.clone()).or_insert_with(|| at.clone());
+        }
+        seen
+    } else {
+        state.record_orphans_seen(&physicals, opts.now)?
+    };
+    let mut eligible = Vec::new();
+    let mut kept_in: BTreeMap<Storage, usize> = BTreeMap::new();
+    for (physical, model, fp) in &candidates {
+        let first_seen = seen.get(physical).cloned().unwrap_or_else(|| at.clone());
+        let blocking = crate::ownership::storages_of(config, physical)
+            .into_iter()
+            .filter_map(|st| owners.iter().find(|o| o.storage == st))
+            .find(|o| o.status != Status::Ours);
+        let young = parse_instant(&first_seen).map_or(true, |f| opts.now - f < ttl_ms);
+        let (reason, others) = match blocking {
+            Some(o) => {
+                *kept_in.entry(o.storage).or_default() += 1;
+                (if o.status == Status::Unmarked { "unmarked" } else { "foreign" }, o.others(&me))
+            }
+            None if young => ("young", Vec::new()),
+            None => {
+                eligible.push(physical.clone());
+                continue;
+            }
+        };
+        report.kept_orphans.push(KeptOrphan {
+            model: model.clone(),
+            fingerprint: short(fp),
+            physical: physical.clone(),
+            first_seen,
+            reason: reason.to_string(),
+            owners: others,
+        });
+    }
+    for (storage, n) in &kept_in {
+        let Some(o) = owners.iter().find(|o| o.storage == *storage) else { continue };
+        if o.status == Status::Unmarked {
+            tracing::warn!(
+                storage = ?o.storage,
+                "{n} orphan(s) kept: `{}` has no owner marker (written before efmesh recorded owners), so other state stores may have written there; \
+                 if only this project's state store ({me}) ever applied there, adopt it with `efmesh janitor --adopt`",
+                o.location
+            );
+        } else {
+            tracing::warn!(
+                storage = ?o.storage,
+                "{n} orphan(s) kept: `{}` is also owned by state store(s) {} (this one is {me}); they may be theirs. \
+                 If those stores are gone for good (a state file deleted or replaced), take the storage over with `efmesh janitor --adopt`",
+                o.location,
+                o.others(&me).join(", ")
+            );
+        }
+    }
+    report.storages = owners;
+    // 3. The claim (or, for a dry run, what it would be).
     let claims = if opts.dry_run {
         let inv = state.janitor_inventory()?;
-        let claims = decide(&inv, &listed, ttl_ms, opts.now);
+        let claims = decide(&inv, &eligible, ttl_ms, opts.now);
         for c in &inv.condemned {
             push(&mut report, victim(c, config, true), c);
         }
         claims
     } else {
         fault::delay_point("janitor-before-claim");
-        let claims = state.janitor_claim(&mut |inv| decide(inv, &listed, ttl_ms, opts.now), opts.now)?;
+        let claims = state.janitor_claim(&mut |inv| decide(inv, &eligible, ttl_ms, opts.now), opts.now)?;
         fault::crash_point(|| "janitor-after-claim".to_string());
         claims
     };
@@ -290,20 +427,35 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 age_days: None,
                 versions: c.versions.iter().map(|(n, f)| format!("{n}@{}", short(f))).collect(),
                 lake_dir: None,
-                s3_lake_dir: None,
+                first_seen: None,
                 left_over: false,
             }),
             Some(s) if opts.dry_run => push(&mut report, victim(s, config, false), s),
             Some(_) => {}
         }
     }
-    if opts.dry_run {
-        return Ok(report);
+    if !opts.dry_run {
+        drop_condemned(config, state, open, s3.as_ref(), &me, &fresh, &mut report)?;
     }
-    // 3. Drop every claimed storage: this janitor's and what earlier ones left.
+    for v in &mut report.orphans {
+        v.first_seen = seen.get(&v.physical).cloned();
+    }
+    Ok(report)
+}
+
+/// Drops every claimed storage: this janitor's and what earlier ones left.
+fn drop_condemned(
+    config: &Config,
+    state: &dyn StateStore,
+    open: &mut Opener<'_>,
+    s3: Option<&S3Lake>,
+    me: &str,
+    fresh: &BTreeSet<String>,
+    report: &mut Report,
+) -> Result<(), JanitorError> {
     let condemned = state.janitor_inventory()?.condemned;
     if condemned.is_empty() {
-        return Ok(report);
+        return Ok(());
     }
     fault::delay_point("janitor-before-drop");
     let mut engine = match open_with_wait(open, config, false) {
@@ -312,7 +464,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             for c in &condemned {
                 report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.to_string() });
             }
-            return Ok(report);
+            return Ok(());
         }
     };
     // The engine is ours now (a DuckDB file admits one writer): a janitor that stalled past its
@@ -321,18 +473,44 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     state.check_fence()?;
     let still: HashSet<String> = state.janitor_inventory()?.condemned.into_iter().map(|c| c.physical).collect();
     let condemned: Vec<Condemned> = condemned.into_iter().filter(|c| still.contains(&c.physical)).collect();
-    let present: HashMap<String, StoredRelation> = match engine.as_mut().map(|e| e.storage_relations()).transpose() {
-        Ok(list) => list.unwrap_or_default().into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(),
+    let listing = engine.as_mut().map(|e| e.storage_relations()).transpose().map_err(|e| e.to_string()).and_then(|list| {
+        // The markers again, with the engine held: a store that registered since the listing
+        // keeps its storage (orphan claims in a storage no longer ours alone are released).
+        let owners = crate::ownership::read_all(config, engine.as_deref_mut(), s3, me)?;
+        Ok((list, owners))
+    });
+    let (present, owners): (HashMap<String, StoredRelation>, Vec<Owners>) = match listing {
+        Ok((list, owners)) => (list.unwrap_or_default().into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(), owners),
         Err(e) => {
             for c in &condemned {
-                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.to_string() });
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.clone() });
             }
-            return Ok(report);
+            return Ok(());
         }
     };
     for c in &condemned {
-        match drop_storage(config, engine.as_deref_mut(), &present, c) {
-            Ok((lake_dir, s3_lake_dir)) => {
+        let orphan = c.detail.get("orphan").and_then(serde_json::Value::as_bool).unwrap_or(false);
+        let not_ours = crate::ownership::storages_of(config, &c.physical)
+            .into_iter()
+            .filter_map(|st| owners.iter().find(|o| o.storage == st))
+            .find(|o| o.status != Status::Ours);
+        if orphan && let Some(o) = not_ours {
+            tracing::warn!(physical = %c.physical, "not dropped: `{}` is no longer owned by this state store alone; the claim is released", o.location);
+            if let Err(e) = state.release_condemned(&c.physical) {
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: format!("kept, but {e}") });
+            }
+            report.kept_orphans.push(KeptOrphan {
+                model: c.name.clone(),
+                fingerprint: short(&c.fingerprint),
+                physical: c.physical.clone(),
+                first_seen: String::new(),
+                reason: if o.status == Status::Unmarked { "unmarked" } else { "foreign" }.to_string(),
+                owners: o.others(me),
+            });
+            continue;
+        }
+        match drop_storage(config, engine.as_deref_mut(), s3, &present, c) {
+            Ok(lake_dir) => {
                 // The storage is gone: the claim can go (if forgetting it fails, the next
                 // janitor drops nothing and forgets it then).
                 if let Err(e) = state.release_condemned(&c.physical) {
@@ -341,12 +519,8 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 }
                 let mut v = victim(c, config, !fresh.contains(&c.physical));
                 v.lake_dir = lake_dir;
-                if let Some(d) = &s3_lake_dir {
-                    tracing::warn!(physical = %c.physical, "the S3 lake directory `{d}` (if it holds files) is not removed by the janitor; remove it with S3 tooling");
-                }
-                v.s3_lake_dir = s3_lake_dir;
                 tracing::info!(physical = %c.physical, model = %c.name, "dropped");
-                push(&mut report, v, c);
+                push(report, v, c);
             }
             Err(error) => {
                 tracing::warn!(physical = %c.physical, model = %c.name, "cannot drop: {error}; it stays claimed and the next janitor tries again");
@@ -354,7 +528,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 fn push(report: &mut Report, v: Victim, c: &Condemned) {
@@ -381,7 +555,7 @@ fn victim(c: &Condemned, config: &Config, left_over: bool) -> Victim {
         age_days: c.detail.get("ageDays").and_then(serde_json::Value::as_f64),
         versions,
         lake_dir: lake_dir_of(config, &c.physical).filter(|d| !d.s3 && Path::new(&d.url).exists()).map(|d| d.url),
-        s3_lake_dir: None,
+        first_seen: None,
         left_over,
     }
 }
@@ -395,30 +569,6 @@ fn lake_dir_of(config: &Config, physical: &str) -> Option<VersionDir> {
     }
     let (model, fp) = physical_shape(relation_name(physical))?;
     Some(VersionDir { url: format!("{root}/{model}/{fp}"), s3: root.starts_with("s3://"), fingerprint: fp.to_string() })
-}
-
-/// Lake version directories (`<lake>/<schema>__<table>/<64 hex>`) of a local lake, as the
-/// physical relation they belong to.
-fn lake_orphan_candidates(config: &Config) -> Vec<String> {
-    use crate::core::name::quote_ident;
-    let Some(root) = config.lake_root().filter(|r| !r.starts_with("s3://")) else { return Vec::new() };
-    let mut out = Vec::new();
-    let Ok(models) = fs_err::read_dir(&root) else { return out };
-    for m in models.flatten() {
-        let Ok(ty) = m.file_type() else { continue };
-        if !ty.is_dir() {
-            continue;
-        }
-        let model = m.file_name().to_string_lossy().into_owned();
-        let Ok(versions) = fs_err::read_dir(m.path()) else { continue };
-        for v in versions.flatten() {
-            let name = format!("{model}__{}", v.file_name().to_string_lossy());
-            if v.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()) && physical_shape(&name).is_some() {
-                out.push(format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&name)));
-            }
-        }
-    }
-    out
 }
 
 /// Opens the engine, waiting up to [`ENGINE_WAIT`] while another process holds its file (a
@@ -464,22 +614,22 @@ fn open_with_wait(open: &mut Opener<'_>, config: &Config, read_only: bool) -> Re
     Ok(engine)
 }
 
-/// Drops one claimed storage: its relation (as the engine lists it) and its local lake version
-/// directory. Returns the directory removed.
+/// Drops one claimed storage: its lake version directory (local, or every object under its
+/// S3 prefix) and its relation (as the engine lists it). Returns the directory removed.
 fn drop_storage(
     config: &Config,
     engine: Option<&mut (dyn Engine + '_)>,
+    s3: Option<&S3Lake>,
     present: &HashMap<String, StoredRelation>,
     c: &Condemned,
-) -> Result<(Option<String>, Option<String>), String> {
+) -> Result<Option<String>, String> {
     let mut removed = None;
-    let mut s3_left = None;
     if let Some(dir) = lake_dir_of(config, &c.physical) {
         if dir.s3 {
-            // No S3 client here: the lake view (a view over the directory) is dropped and the
-            // directory named in the report; a table version has no directory.
-            if present.get(&c.physical.to_lowercase()).is_some_and(|r| r.view) {
-                s3_left = Some(dir.url.clone());
+            let Some(s3) = s3 else { return Err("an S3 lake directory, but no S3 client".to_string()) };
+            let prefix = format!("{}/", s3.key_of_url(&dir.url)?);
+            if s3.delete_prefix(&prefix)? > 0 {
+                removed = Some(dir.url.clone());
             }
         } else if let Some(root) = config.lake_root()
             && remove_version_dir(Path::new(&root), &dir)?
@@ -493,7 +643,7 @@ fn drop_storage(
     } else if c.physical.to_lowercase().starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) && config.ducklake.is_none() {
         return Err("a DuckLake table, but the project has no `[ducklake]` section to attach its catalog".to_string());
     }
-    Ok((removed, s3_left))
+    Ok(removed)
 }
 
 /// Removes a lake version directory `<root>/<model>/<fp>` if it exists: only a real directory

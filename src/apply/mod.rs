@@ -329,6 +329,20 @@ fn execute_recorded(
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
     lake::prepare(project, engine)?;
     ducklake::prepare(project, engine)?;
+    // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 39 (d)).
+    if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)) {
+        let uses = |t: crate::core::Target| project.dag.models().any(|m| m.target == t);
+        let me = state.store_id()?;
+        crate::ownership::register(
+            &project.config,
+            &me,
+            engine,
+            uses(crate::core::Target::Parquet),
+            uses(crate::core::Target::DuckLake),
+            &interval::to_iso(interval::now_millis()),
+        )
+        .map_err(|message| ApplyError::Target { model: None, interval: None, message })?;
+    }
 
     // Lost lake views over intact lake directories are re-created over the files present first
     // (children's contracts read them); the intervals whose file is missing are marked failed

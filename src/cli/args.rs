@@ -193,8 +193,13 @@ pub enum Command {
         #[arg(long, value_name = "DAYS", default_value_t = crate::janitor::DEFAULT_TTL_DAYS)]
         ttl: f64,
         /// List what would be dropped; claim and drop nothing.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "adopt")]
         dry_run: bool,
+        /// Make this project's state store the only owner of its storage first (the storage's
+        /// owner marker), so the orphans there are collected: after the state file was deleted
+        /// or replaced, or for storage written before efmesh recorded owners.
+        #[arg(long)]
+        adopt: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -10,7 +10,7 @@ use super::printer::Printer;
 use crate::core::interval::Millis;
 use crate::engine::duckdb::DuckDb;
 use crate::engine::{Engine, EngineError};
-use crate::janitor::{Options, Report, Victim, collect};
+use crate::janitor::{KeptOrphan, Options, Report, Victim, collect};
 use crate::state::SqliteStore;
 use crate::state::lease::{LeaseGuard, Refused};
 use anyhow::{Result, anyhow, bail};
@@ -24,6 +24,8 @@ pub(super) struct Request {
     /// `--ttl` in days.
     pub ttl_days: f64,
     pub dry_run: bool,
+    /// `--adopt`: take the storage over first.
+    pub adopt: bool,
     pub json: bool,
     /// `--wait` for the janitor lock.
     pub wait: Duration,
@@ -56,7 +58,7 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         let db = if dry_run { DuckDb::open_read_only_with(&engine_path, &settings)? } else { DuckDb::open(&engine_path, &settings)? };
         Ok(Some(Box::new(db)))
     };
-    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now };
+    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt };
     let report = if req.dry_run {
         collect(&config, &state, &mut open, &options)?
     } else {
@@ -104,8 +106,8 @@ fn line(v: &Victim) -> String {
     if let Some(d) = &v.lake_dir {
         s.push_str(&format!(", lake directory {d}"));
     }
-    if let Some(d) = &v.s3_lake_dir {
-        s.push_str(&format!(", S3 lake directory {d} left in place (remove it with S3 tooling)"));
+    if let Some(f) = &v.first_seen {
+        s.push_str(&format!(", first seen {f}"));
     }
     if v.left_over {
         s.push_str(", claimed by an earlier janitor");
@@ -114,11 +116,24 @@ fn line(v: &Victim) -> String {
     s
 }
 
+fn kept_line(k: &KeptOrphan) -> String {
+    let why = match k.reason.as_str() {
+        "young" => "seen for less than the ttl".to_string(),
+        "unmarked" => "its storage has no owner marker (`efmesh janitor --adopt` takes it over)".to_string(),
+        _ => format!("its storage is also owned by state store(s) {}", k.owners.join(", ")),
+    };
+    let seen = if k.first_seen.is_empty() { String::new() } else { format!(", first seen {}", k.first_seen) };
+    format!("  {} @{} {}{seen}: {why}\n", k.model, k.fingerprint, k.physical)
+}
+
 /// The report for people.
 fn text(r: &Report) -> String {
     let verb = if r.dry_run { "would drop" } else { "dropped" };
     let mut s = String::new();
-    if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() {
+    if r.adopted {
+        s.push_str(&format!("janitor: this state store ({}) is now the only owner of the project's storage\n", r.store_id));
+    }
+    if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() {
         s.push_str(&format!("janitor: nothing to collect (ttl {} days)\n", r.ttl_days));
         return s;
     }
@@ -129,6 +144,10 @@ fn text(r: &Report) -> String {
     if !r.orphans.is_empty() {
         s.push_str(&format!("janitor {verb} {} orphan(s) the state store does not know:\n", r.orphans.len()));
         s.extend(r.orphans.iter().map(line));
+    }
+    if !r.kept_orphans.is_empty() {
+        s.push_str(&format!("janitor kept {} orphan(s):\n", r.kept_orphans.len()));
+        s.extend(r.kept_orphans.iter().map(kept_line));
     }
     if !r.failed.is_empty() {
         s.push_str(&format!("janitor could not drop {} (still claimed; the next janitor tries again):\n", r.failed.len()));

@@ -200,9 +200,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
-        Command::Janitor { ttl, dry_run, json, wait } => {
+        Command::Janitor { ttl, dry_run, adopt, json, wait } => {
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
-            janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, json, wait, now }, &out)
+            janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, adopt, json, wait, now }, &out)
         }
         Command::Restate { env, model, from, to, dry_run, json } => {
             restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now }, &out)

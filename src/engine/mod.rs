@@ -348,6 +348,81 @@ pub trait Engine {
         self.execute(&format!("DROP {} IF EXISTS {qualified}", if view { "VIEW" } else { "TABLE" }))
     }
 
+    /// The store ids of the owner marker (SPEC §4, invariant 39 (d)) of this database's `_efmesh`
+    /// schema (`ducklake = false`: one sequence `"_efmesh"."_efmesh_owner__<id>"` per owning
+    /// store, so the marker is no relation) or of the attached DuckLake catalog (`ducklake`:
+    /// the rows of its table `"_efmesh"."_efmesh_owners"`); `None` when there is no marker.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn owner_marker(&mut self, ducklake: bool) -> Result<Option<Vec<String>>, EngineError> {
+        use crate::core::name::quote_literal;
+        use crate::core::target::DUCKLAKE_ALIAS;
+        if !ducklake {
+            let rows = self.query(&format!(
+                "SELECT sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {} AND starts_with(sequence_name, {}) ORDER BY 1",
+                quote_literal(STORAGE_SCHEMA),
+                quote_literal(OWNER_SEQUENCE_PREFIX)
+            ))?;
+            let ids: Vec<String> =
+                rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).map(|n| n[OWNER_SEQUENCE_PREFIX.len()..].to_string()).collect();
+            return Ok((!ids.is_empty()).then_some(ids));
+        }
+        let exists = self.query(&format!(
+            "SELECT count(*) FROM information_schema.tables WHERE table_catalog = {} AND table_schema = {} AND table_name = {}",
+            quote_literal(DUCKLAKE_ALIAS),
+            quote_literal(STORAGE_SCHEMA),
+            quote_literal(OWNER_TABLE)
+        ))?;
+        if exists.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("0") {
+            return Ok(None);
+        }
+        let rows = self.query(&format!("SELECT DISTINCT store_id FROM {} ORDER BY 1", ducklake_owner_table()))?;
+        Ok(Some(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).collect()))
+    }
+
+    /// Adds `id` to the owner marker of [`Engine::owner_marker`]'s storage, creating it; with
+    /// `only`, every other owner is removed first (the janitor's `--adopt`). `id` must be
+    /// lowercase hex or `unknown`.
+    ///
+    /// # Errors
+    /// [`EngineError`]; an `id` of other characters is refused.
+    fn write_owner_marker(&mut self, ducklake: bool, id: &str, only: bool, at: &str) -> Result<(), EngineError> {
+        use crate::core::name::{quote_ident, quote_literal};
+        use crate::core::target::DUCKLAKE_ALIAS;
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            return Err(EngineError::new("", format!("`{id}` is not a store id")));
+        }
+        if !ducklake {
+            self.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(STORAGE_SCHEMA)))?;
+            if only {
+                for other in self.owner_marker(false)?.unwrap_or_default().into_iter().filter(|o| o != id) {
+                    self.execute(&format!(
+                        "DROP SEQUENCE IF EXISTS {}.{}",
+                        quote_ident(STORAGE_SCHEMA),
+                        quote_ident(&format!("{OWNER_SEQUENCE_PREFIX}{other}"))
+                    ))?;
+                }
+            }
+            return self.execute(&format!(
+                "CREATE SEQUENCE IF NOT EXISTS {}.{}",
+                quote_ident(STORAGE_SCHEMA),
+                quote_ident(&format!("{OWNER_SEQUENCE_PREFIX}{id}"))
+            ));
+        }
+        let table = ducklake_owner_table();
+        self.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}.{}", quote_ident(DUCKLAKE_ALIAS), quote_ident(STORAGE_SCHEMA)))?;
+        self.execute(&format!("CREATE TABLE IF NOT EXISTS {table} (store_id VARCHAR NOT NULL, since VARCHAR NOT NULL)"))?;
+        if only {
+            self.execute(&format!("DELETE FROM {table} WHERE store_id <> {}", quote_literal(id)))?;
+        }
+        self.execute(&format!(
+            "INSERT INTO {table} SELECT {id}, {at} WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE store_id = {id})",
+            id = quote_literal(id),
+            at = quote_literal(at)
+        ))
+    }
+
     /// For each `(schema, view)` of `views` that exists as a view now, one statement that
     /// re-creates it exactly as it is (`CREATE OR REPLACE VIEW …`), keyed by the pair; views
     /// that do not exist are absent. A promotion records these before it moves any view, so an
@@ -373,6 +448,18 @@ pub trait Engine {
 
 /// The schema of physical relations in the engine database.
 pub const STORAGE_SCHEMA: &str = "_efmesh";
+
+/// Prefix of the owner marker sequences in `_efmesh` ([`Engine::owner_marker`]).
+pub const OWNER_SEQUENCE_PREFIX: &str = "_efmesh_owner__";
+
+/// The owner marker table of a DuckLake catalog, in its schema `_efmesh` ([`Engine::owner_marker`]).
+pub const OWNER_TABLE: &str = "_efmesh_owners";
+
+/// `"_efmesh_ducklake"."_efmesh"."_efmesh_owners"`.
+fn ducklake_owner_table() -> String {
+    use crate::core::name::quote_ident;
+    format!("{}.{}.{}", quote_ident(crate::core::target::DUCKLAKE_ALIAS), quote_ident(STORAGE_SCHEMA), quote_ident(OWNER_TABLE))
+}
 
 /// One relation of efmesh's storage ([`Engine::storage_relations`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -394,11 +394,33 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// A failed read or write (nothing is claimed), or the fence lease was lost.
     fn janitor_claim(&self, decide: &mut dyn FnMut(&JanitorInventory) -> Vec<Claim>, now: Millis) -> Result<Vec<Claim>, StateError>;
 
-    /// Forgets the claim on `physical` once its storage is gone.
+    /// Forgets the claim on `physical` (and, for an orphan, its sighting) once its storage is gone.
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
     fn release_condemned(&self, physical: &str) -> Result<(), StateError>;
+
+    /// This store's identity (`meta.store_id`, 32 hex digits): the janitor and `apply` compare
+    /// it with the owner markers kept in the storage ([`crate::ownership`]).
+    ///
+    /// # Errors
+    /// The read fails, or the store has no identity (a damaged `meta` row).
+    fn store_id(&self) -> Result<String, StateError>;
+
+    /// Records, in ONE transaction, the orphans a janitor sees now: each of `present` not seen
+    /// before gets `first_seen = now`; rows of orphans not in `present` are deleted. Returns
+    /// the first-seen instant (ISO-8601 UTC) of every one of `present`.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost (nothing is recorded).
+    fn record_orphans_seen(&self, present: &[String], now: Millis) -> Result<BTreeMap<String, String>, StateError>;
+
+    /// When each orphan recorded by [`StateStore::record_orphans_seen`] was first seen (read only,
+    /// for a dry run).
+    ///
+    /// # Errors
+    /// The read fails.
+    fn orphans_seen(&self) -> Result<BTreeMap<String, String>, StateError>;
 
     /// The data generation and recorded build of each of `keys` that has a row; a version
     /// absent from the answer has generation 0 and no recorded build.

@@ -1482,8 +1482,75 @@ impl StateStore for SqliteStore {
             || {
                 self.write_tx(false, |tx| {
                     tx.prepare_cached("DELETE FROM condemned WHERE physical = ?1")?.execute([physical])?;
+                    // A dropped orphan's sighting goes with its claim.
+                    tx.prepare_cached("DELETE FROM orphans_seen WHERE physical = ?1")?.execute([physical])?;
                     Ok(())
                 })
+            },
+        )
+    }
+
+    fn store_id(&self) -> Result<String, StateError> {
+        self.run(
+            || "read the store's identity".to_string(),
+            || {
+                let id: String = self.conn.prepare_cached("SELECT store_id FROM meta")?.query_row([], |r| r.get(0))?;
+                if id.is_empty() {
+                    return Err(Fault::Corrupt("`meta.store_id` is empty (the store has no identity)".to_string()));
+                }
+                Ok(id)
+            },
+        )
+    }
+
+    fn record_orphans_seen(&self, present: &[String], now: Millis) -> Result<BTreeMap<String, String>, StateError> {
+        self.run(
+            || format!("record the {} orphan(s) the janitor sees", present.len()),
+            || {
+                self.write_tx(false, |tx| {
+                    let at = to_iso(now);
+                    let mut seen = BTreeMap::new();
+                    {
+                        let mut rows = tx.prepare_cached("SELECT physical, first_seen FROM orphans_seen")?;
+                        let rows = rows.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+                        for row in rows {
+                            let (physical, first) = row?;
+                            seen.insert(physical, first);
+                        }
+                    }
+                    let wanted: BTreeSet<&String> = present.iter().collect();
+                    for gone in seen.keys().filter(|p| !wanted.contains(p)) {
+                        tx.prepare_cached("DELETE FROM orphans_seen WHERE physical = ?1")?.execute([gone])?;
+                    }
+                    let mut out = BTreeMap::new();
+                    for p in present {
+                        let first = match seen.get(p) {
+                            Some(f) => f.clone(),
+                            None => {
+                                tx.prepare_cached("INSERT INTO orphans_seen (physical, first_seen) VALUES (?1, ?2)")?.execute(params![p, at])?;
+                                at.clone()
+                            }
+                        };
+                        out.insert(p.clone(), first);
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+
+    fn orphans_seen(&self) -> Result<BTreeMap<String, String>, StateError> {
+        self.run(
+            || "read the orphans the janitor saw".to_string(),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT physical, first_seen FROM orphans_seen")?;
+                let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+                let mut out = BTreeMap::new();
+                for row in rows {
+                    let (physical, first) = row?;
+                    out.insert(physical, first);
+                }
+                Ok(out)
             },
         )
     }

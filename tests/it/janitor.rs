@@ -495,3 +495,139 @@ fn ducklake_tables_of_unreachable_versions_and_orphans_are_dropped() {
     assert_eq!(physicals(&v, "orphans"), BTreeSet::from([format!("\"_efmesh_ducklake\".\"main\".\"{stray}\"")]), "{v:#}");
     assert_eq!(tables(&p), BTreeSet::from([table_name(&new)]), "the served table stays");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Ownership and age of orphans (SPEC invariant 40)
+
+/// The identity (`meta.store_id`) of the state store at `rel`.
+fn store_id(p: &Project, rel: &str) -> String {
+    rusqlite::Connection::open(p.root().join(rel)).unwrap().query_row("SELECT store_id FROM meta", [], |r| r.get(0)).unwrap()
+}
+
+/// Points the project at the state store `rel` (the DuckDB file stays the same).
+fn use_state(p: &Project, rel: &str) {
+    p.write("efmesh.toml", &CONFIG.replace("efmesh.state.sqlite", rel));
+}
+
+/// `(physical, reason)` of every kept orphan of a janitor report.
+fn kept(v: &Value) -> BTreeSet<(String, String)> {
+    v["keptOrphans"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no keptOrphans in {v:#}"))
+        .iter()
+        .map(|k| (k["physical"].as_str().unwrap().to_string(), k["reason"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn two_state_stores_sharing_one_duckdb_file_never_collect_each_others_storage() {
+    let mut p = project(1);
+    use_state(&p, "a.state.sqlite");
+    let a = p.apply("dev");
+    let a_phys = [physical_of(&a, "s.m"), physical_of(&a, "s.v")];
+    // A second state store (another project, or the state file replaced) applying into the same file.
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &models(2).replace("\"s.", "\"t."));
+    let b = p.apply("dev");
+    let b_phys = [physical_of(&b, "t.m"), physical_of(&b, "t.v")];
+    let (a_id, b_id) = (store_id(&p, "a.state.sqlite"), store_id(&p, "b.state.sqlite"));
+    assert_ne!(a_id, b_id);
+    for (me, other, others_phys) in [("b.state.sqlite", &a_id, &a_phys), ("a.state.sqlite", &b_id, &b_phys)] {
+        use_state(&p, me);
+        let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+        let v = r.expect_code(0).json();
+        assert!(v["orphans"].as_array().unwrap().is_empty() && v["dropped"].as_array().unwrap().is_empty(), "{me}: {v:#}");
+        let want: BTreeSet<(String, String)> = others_phys.iter().map(|ph| (ph.clone(), "foreign".to_string())).collect();
+        assert_eq!(kept(&v), want, "{me}: the other store's versions are kept as foreign: {v:#}");
+        assert_eq!(v["keptOrphans"][0]["owners"], serde_json::json!([other]), "{v:#}");
+        assert!(r.stderr.contains(other.as_str()) && r.stderr.contains("--adopt"), "the warning names the other store and the way out: {}", r.stderr);
+    }
+    let tables = p.physical_tables();
+    for ph in a_phys.iter().chain(&b_phys) {
+        assert!(tables.contains(&table_name(ph)), "{ph} was dropped: {tables:?}");
+    }
+    assert_eq!(p.rows("dev__s.m"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(p.rows("dev__t.m"), vec![vec![Some("2".to_string())]]);
+    // The way out when the other store is gone for good: adopt, then its storage is collected.
+    use_state(&p, "b.state.sqlite");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]).expect_code(0).json();
+    assert_eq!(v["adopted"], Value::Bool(true));
+    assert_eq!(physicals(&v, "orphans"), a_phys.iter().cloned().collect(), "{v:#}");
+    let tables = p.physical_tables();
+    assert!(b_phys.iter().all(|ph| tables.contains(&table_name(ph))) && a_phys.iter().all(|ph| !tables.contains(&table_name(ph))), "{tables:?}");
+    assert_eq!(p.rows("dev__t.m"), vec![vec![Some("2".to_string())]]);
+}
+
+#[test]
+fn an_orphan_is_dropped_only_once_seen_for_the_ttl() {
+    let mut p = project(1);
+    p.apply("dev");
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let physical = format!("\"_efmesh\".\"{orphan}\"");
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    let first = "2099-01-01T00:00:00.000Z";
+    let v = janitor(&mut p, first, &["--ttl", "7", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "young".to_string())]), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["firstSeen"], Value::from(first), "{v:#}");
+    // Six days later it is still young: the first sighting is kept, not renewed.
+    let v = janitor(&mut p, "2099-01-07T00:00:00Z", &["--ttl", "7", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "young".to_string())]), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["firstSeen"], Value::from(first), "{v:#}");
+    assert!(p.physical_tables().contains(&orphan));
+    // Seven days after the first sighting it goes.
+    let v = janitor(&mut p, "2099-01-08T00:00:00Z", &["--ttl", "7", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([physical.clone()]), "{v:#}");
+    assert_eq!(v["orphans"][0]["firstSeen"], Value::from(first), "{v:#}");
+    assert!(!p.physical_tables().contains(&orphan));
+    let rows: i64 = rusqlite::Connection::open(p.state_path()).unwrap().query_row("SELECT count(*) FROM orphans_seen", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 0, "the sighting of an orphan no longer present is forgotten");
+}
+
+#[test]
+fn storage_written_before_owner_markers_keeps_its_orphans_until_adopted() {
+    let mut p = project(1);
+    p.apply("dev");
+    let me = store_id(&p, "efmesh.state.sqlite");
+    // Storage as an efmesh without owner markers left it.
+    p.query(&format!("DROP SEQUENCE \"_efmesh\".\"_efmesh_owner__{me}\""));
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let physical = format!("\"_efmesh\".\"{orphan}\"");
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "unmarked".to_string())]), "{v:#}");
+    assert!(r.stderr.contains("no owner marker") && r.stderr.contains("--adopt"), "{}", r.stderr);
+    // An apply into it records itself beside `unknown`: other stores may have written there.
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "foreign".to_string())]), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["owners"], serde_json::json!(["unknown"]), "{v:#}");
+    assert!(p.physical_tables().contains(&orphan));
+    // The operator adopts it: only then are its orphans collected.
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([physical]), "{v:#}");
+    assert!(!p.physical_tables().contains(&orphan));
+    assert_eq!(p.rows("dev__s.m"), vec![vec![Some("2".to_string())]]);
+}
+
+#[test]
+fn a_lake_root_shared_by_two_state_stores_keeps_each_others_directories() {
+    let mut p = lake_project(1);
+    let config = p.read("efmesh.toml");
+    let a = p.apply("dev");
+    let a_dir = lake_dir(&p, &a);
+    // The second store writes into the same lake root, from its own DuckDB file.
+    p.write("efmesh.toml", &config.replace("efmesh.state.sqlite", "b.state.sqlite").replace("efmesh.duckdb", "b.duckdb"));
+    p.write("models/m.lua", &lake_models(2));
+    let b = p.apply("dev");
+    let b_dir = lake_dir(&p, &b);
+    let marker: Value = serde_json::from_str(&p.read("lake/.efmesh-owner")).unwrap();
+    assert_eq!(marker["owners"].as_array().map(Vec::len), Some(2), "{marker:#}");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical_of(&a, "s.m"), "foreign".to_string())]), "{v:#}");
+    p.write("efmesh.toml", &config);
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical_of(&b, "s.m"), "foreign".to_string())]), "{v:#}");
+    assert!(a_dir.join("data.parquet").exists() && b_dir.join("data.parquet").exists());
+}

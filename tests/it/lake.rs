@@ -391,6 +391,7 @@ fn s3_lake_round_trip_against_a_local_server() {
     expected.push(format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")));
     expected.push(format!("warehouse/m__totals/{}/data.parquet", fp("m.totals")));
     expected.push(format!("warehouse/m__totals/{}/manifest.json", fp("m.totals")));
+    expected.push("warehouse/.efmesh-owner".to_string());
     expected.sort();
     assert_eq!(moto.keys("lake"), expected, "one object per interval, one file set per full version");
     let manifest: Value = serde_json::from_str(&moto.get("lake", &format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")))).unwrap();
@@ -576,4 +577,44 @@ fn a_lost_duckdb_file_relists_intact_lake_files_and_recomputes_only_missing_ones
     assert_eq!(p.rows(&env_view("dev", "m.daily")), rows);
     assert_eq!(p.rows(&env_view("dev", "m.totals")), totals);
     assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_served_ones() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
+    let mut p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &config(&lake));
+    let one = run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    p.write("models/m.lua", &models("parquet", "HAVING count(*) > 1", 3));
+    let two = run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let fp = |v: &Value, m: &str| action(v, m)["fingerprint"].as_str().unwrap().to_string();
+    assert_ne!(fp(&one, "m.totals"), fp(&two, "m.totals"));
+    let old = format!("warehouse/m__totals/{}/", fp(&one, "m.totals"));
+    let stray = format!("warehouse/m__totals/{}/", "e".repeat(64));
+    moto.put("lake", &format!("{stray}data.parquet"), "not parquet");
+    let keys = moto.keys("lake");
+    assert!(keys.iter().any(|k| k.starts_with(&old)), "{keys:?}");
+    let marker: Value = serde_json::from_str(&moto.get("lake", "warehouse/.efmesh-owner")).expect("the lake's owner marker");
+    assert_eq!(marker["owners"].as_array().map(Vec::len), Some(1), "{marker:#}");
+    p.now = "2099-01-01T00:00:00Z".to_string();
+    let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    assert!(!r.stderr.contains(crate::s3::SECRET) && !r.stdout.contains(crate::s3::SECRET), "the secret reached the output");
+    assert_eq!(v["dropped"].as_array().map(Vec::len), Some(1), "{v:#}");
+    assert_eq!(v["dropped"][0]["lakeDir"], Value::from(format!("s3://lake/{}", old.trim_end_matches('/'))), "{v:#}");
+    assert_eq!(v["orphans"].as_array().map(Vec::len), Some(1), "{v:#}");
+    let after = moto.keys("lake");
+    let expected: Vec<String> = keys.iter().filter(|k| !k.starts_with(&old) && !k.starts_with(&stray)).cloned().collect();
+    assert_eq!(after, expected, "nothing left under the collected prefixes, every other object kept");
+    assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__totals/{}/", fp(&two, "m.totals")))));
+    assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__daily/{}/", fp(&two, "m.daily")))));
+    p.now = LAKE_NOW.to_string();
+    let reference = lake_project("", "");
+    reference.write("models/m.lua", &models("", "HAVING count(*) > 1", 3));
+    reference.apply("dev");
+    for m in ["m.daily", "m.totals"] {
+        assert_eq!(s3_rows(&p, &moto, &env_view("dev", m)), reference.rows(&env_view("dev", m)), "`{m}` still served from S3");
+    }
 }

@@ -76,6 +76,11 @@ impl Moto {
         serde_json::from_str(out.trim()).expect("key list")
     }
 
+    /// Writes `text` to `bucket/key`.
+    pub fn put(&self, bucket: &str, key: &str, text: &str) {
+        self.boto(&format!("s3.put_object(Bucket='{bucket}', Key='{key}', Body={text:?})"));
+    }
+
     /// The content of `bucket/key` as text.
     pub fn get(&self, bucket: &str, key: &str) -> String {
         self.boto(&format!("sys.stdout.write(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read().decode())"))

@@ -1,0 +1,298 @@
+//! Owner markers: which state stores have written into a storage (SPEC §4, invariant 39 (d)).
+//!
+//! Each storage efmesh writes physical versions into carries a marker listing the state stores
+//! (`meta.store_id`) that applied there:
+//!
+//! - the engine database's `_efmesh` schema: one sequence `"_efmesh"."_efmesh_owner__<id>"` per
+//!   store (DuckDB has no comment on a schema; a sequence is no relation, so nothing listing the
+//!   schema's tables and views sees it, and adding an owner is one atomic statement);
+//! - a DuckLake catalog: the table `"_efmesh"."_efmesh_owners"` (its tables live in `main`);
+//! - a parquet lake root, local or on S3: the file or object `<root>/.efmesh-owner` (JSON).
+//!
+//! `apply` adds its store to the marker of every storage it is about to write; a storage that
+//! holds versions but had no marker (written before markers existed) gets the owner `unknown`
+//! too, since other stores may have written there. The janitor collects orphans of a storage
+//! only when its marker names this store alone; `janitor --adopt` makes it so.
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::s3::S3Lake;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Name of the lake root's marker (file or S3 object).
+pub const OWNER_FILE: &str = ".efmesh-owner";
+
+/// The owner recorded beside the first known one in a storage that already held versions
+/// without a marker: stores unknown may have written there.
+pub const UNKNOWN_OWNER: &str = "unknown";
+
+/// A storage that carries a marker.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// The engine database's `_efmesh` schema.
+    Engine,
+    /// The parquet lake root (local or S3).
+    Lake,
+    /// The DuckLake catalog.
+    Ducklake,
+}
+
+/// Who owns a storage, relative to this store.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The marker names this store alone: its orphans are this store's to collect.
+    Ours,
+    /// The marker names this store and others (or `unknown`).
+    Shared,
+    /// The marker names other stores only.
+    Foreign,
+    /// No marker (storage written before markers existed, or nothing written yet).
+    Unmarked,
+}
+
+/// The marker of one storage.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Owners {
+    /// Which storage.
+    pub storage: Storage,
+    /// Where it is (database file, lake root, DuckLake catalog).
+    pub location: String,
+    /// The store ids the marker names (`None`: no marker).
+    pub owners: Option<Vec<String>>,
+    /// What that means for this store.
+    pub status: Status,
+}
+
+impl Owners {
+    fn new(storage: Storage, location: String, owners: Option<Vec<String>>, me: &str) -> Self {
+        let status = match &owners {
+            None => Status::Unmarked,
+            Some(o) if o.is_empty() => Status::Unmarked,
+            Some(o) if o.iter().all(|x| x == me) => Status::Ours,
+            Some(o) if o.iter().any(|x| x == me) => Status::Shared,
+            Some(_) => Status::Foreign,
+        };
+        Self { storage, location, owners, status }
+    }
+
+    /// The owners other than `me`.
+    pub fn others(&self, me: &str) -> Vec<String> {
+        self.owners.iter().flatten().filter(|o| *o != me).cloned().collect()
+    }
+}
+
+/// The JSON of a lake root's marker.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+struct LakeMarker {
+    owners: Vec<LakeOwner>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LakeOwner {
+    store_id: String,
+    since: String,
+}
+
+/// The storages of a physical relation: `"_efmesh_ducklake".…` lives in the DuckLake catalog;
+/// `"_efmesh".…` in the engine database and, when the project has a lake, maybe in it too.
+pub fn storages_of(config: &Config, physical: &str) -> Vec<Storage> {
+    let p = physical.to_lowercase();
+    if p.starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) {
+        return vec![Storage::Ducklake];
+    }
+    let mut out = vec![Storage::Engine];
+    if config.lake.is_some() {
+        out.push(Storage::Lake);
+    }
+    out
+}
+
+/// Reads the lake root's marker: `Ok(None)` when there is none.
+fn read_lake(config: &Config, s3: Option<&S3Lake>) -> Result<Option<LakeMarker>, String> {
+    let root = config.lake_root().unwrap_or_default();
+    let text = match s3 {
+        Some(s3) => s3.get(&s3.key(OWNER_FILE))?,
+        None => match fs_err::read_to_string(Path::new(&root).join(OWNER_FILE)) {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.to_string()),
+        },
+    };
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| format!("the lake's owner marker `{root}/{OWNER_FILE}` is not valid ({e}); fix or remove it (then `efmesh janitor --adopt`)"))
+    })
+    .transpose()
+}
+
+fn write_lake(config: &Config, s3: Option<&S3Lake>, marker: &LakeMarker) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(marker).map_err(|e| e.to_string())? + "\n";
+    if let Some(s3) = s3 {
+        return s3.put(&s3.key(OWNER_FILE), &text);
+    }
+    let root = config.lake_root().unwrap_or_default();
+    fs_err::create_dir_all(&root).map_err(|e| e.to_string())?;
+    let path = Path::new(&root).join(OWNER_FILE);
+    let tmp = Path::new(&root).join(format!("{OWNER_FILE}.tmp"));
+    fs_err::write(&tmp, text).map_err(|e| e.to_string())?;
+    fs_err::rename(&tmp, &path).map_err(|e| e.to_string())
+}
+
+/// The S3 client of the project's lake, when it is on S3.
+///
+/// # Errors
+/// A missing credential or an invalid endpoint.
+pub fn s3_lake(config: &Config) -> Result<Option<S3Lake>, String> {
+    config.lake.as_ref().filter(|l| l.is_s3()).map(S3Lake::open).transpose()
+}
+
+/// Version directories of the lake (`<root>/<schema>__<table>/<64 hex>`), as the relation
+/// names `<schema>__<table>__<fp>` they belong to; empty without a lake.
+///
+/// # Errors
+/// A failed S3 listing.
+pub fn lake_version_dirs(config: &Config, s3: Option<&S3Lake>) -> Result<Vec<String>, String> {
+    let Some(root) = config.lake_root() else { return Ok(Vec::new()) };
+    let shape = |model: &str, fp: &str| {
+        let name = format!("{model}__{fp}");
+        crate::janitor::physical_shape(&name).is_some().then_some(name)
+    };
+    let mut out = Vec::new();
+    if let Some(s3) = s3 {
+        let base = s3.key("");
+        let (_, models) = s3.list(&base, Some("/"))?;
+        for m in models {
+            let model = m.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_string();
+            if crate::janitor::physical_shape(&format!("{model}__{}", "0".repeat(64))).is_none() {
+                continue;
+            }
+            let (_, versions) = s3.list(&m, Some("/"))?;
+            out.extend(versions.iter().filter_map(|v| shape(&model, v.trim_end_matches('/').rsplit('/').next().unwrap_or_default())));
+        }
+        return Ok(out);
+    }
+    let Ok(models) = fs_err::read_dir(&root) else { return Ok(out) };
+    for m in models.flatten() {
+        if !m.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let model = m.file_name().to_string_lossy().into_owned();
+        let Ok(versions) = fs_err::read_dir(m.path()) else { continue };
+        for v in versions.flatten() {
+            if v.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink()) {
+                out.extend(shape(&model, &v.file_name().to_string_lossy()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The markers of every storage the project has: the engine database (when `engine` is
+/// open), the lake (when configured), the DuckLake catalog (when attached).
+///
+/// # Errors
+/// A failed engine query or lake read.
+pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str) -> Result<Vec<Owners>, String> {
+    let mut out = Vec::new();
+    let db = config.engine_path().to_string_lossy().into_owned();
+    match engine {
+        Some(engine) => {
+            out.push(Owners::new(Storage::Engine, db, engine.owner_marker(false).map_err(|e| e.to_string())?, me));
+            if let Some(dl) = &config.ducklake
+                && config.resolve(&dl.catalog).exists()
+            {
+                let owners = engine.owner_marker(true).map_err(|e| e.to_string())?;
+                out.push(Owners::new(Storage::Ducklake, config.resolve(&dl.catalog).to_string_lossy().into_owned(), owners, me));
+            }
+        }
+        None => out.push(Owners::new(Storage::Engine, db, None, me)),
+    }
+    if let Some(root) = config.lake_root() {
+        let owners = read_lake(config, s3)?.map(|m| m.owners.into_iter().map(|o| o.store_id).collect());
+        out.push(Owners::new(Storage::Lake, root, owners, me));
+    }
+    Ok(out)
+}
+
+/// Adds `me` to the marker of the storages an apply is about to write (the engine database
+/// always, the lake and the DuckLake catalog when `lake` / `ducklake`): a storage without a
+/// marker that already holds versions gets [`UNKNOWN_OWNER`] too. Warns when the marker names
+/// other stores.
+///
+/// # Errors
+/// A failed engine statement or lake read/write.
+pub fn register(config: &Config, me: &str, engine: &mut dyn Engine, lake: bool, ducklake: bool, now: &str) -> Result<(), String> {
+    let engine_err = |e: crate::engine::EngineError| format!("cannot record this state store as an owner of the storage: {}", e.message);
+    let mut stored: Option<Vec<crate::engine::StoredRelation>> = None;
+    for (storage, on) in [(Storage::Engine, true), (Storage::Ducklake, ducklake)] {
+        if !on {
+            continue;
+        }
+        let dl = storage == Storage::Ducklake;
+        let owners = engine.owner_marker(dl).map_err(engine_err)?;
+        let location = if dl { "the DuckLake catalog" } else { "the engine database's `_efmesh` schema" };
+        match owners {
+            Some(o) if o.iter().any(|x| x == me) => continue,
+            Some(o) => warn_shared(location, &o, me),
+            None => {
+                if stored.is_none() {
+                    stored = Some(engine.storage_relations().map_err(engine_err)?);
+                }
+                let alias = format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS);
+                let held = stored.iter().flatten().any(|r| r.qualified.starts_with(&alias) == dl && crate::janitor::physical_shape(&r.name).is_some());
+                if held {
+                    engine.write_owner_marker(dl, UNKNOWN_OWNER, false, now).map_err(engine_err)?;
+                }
+            }
+        }
+        engine.write_owner_marker(dl, me, false, now).map_err(engine_err)?;
+    }
+    if lake && config.lake.is_some() {
+        let s3 = s3_lake(config)?;
+        let mut marker = match read_lake(config, s3.as_ref())? {
+            Some(m) if m.owners.iter().any(|o| o.store_id == me) => return Ok(()),
+            Some(m) => {
+                warn_shared("the lake", &m.owners.iter().map(|o| o.store_id.clone()).collect::<Vec<_>>(), me);
+                m
+            }
+            None if !lake_version_dirs(config, s3.as_ref())?.is_empty() => {
+                LakeMarker { owners: vec![LakeOwner { store_id: UNKNOWN_OWNER.to_string(), since: now.to_string() }] }
+            }
+            None => LakeMarker::default(),
+        };
+        marker.owners.push(LakeOwner { store_id: me.to_string(), since: now.to_string() });
+        write_lake(config, s3.as_ref(), &marker).map_err(|e| format!("cannot record this state store as an owner of the lake: {e}"))?;
+    }
+    Ok(())
+}
+
+fn warn_shared(location: &str, others: &[String], me: &str) {
+    tracing::warn!(
+        "{location} is also written by other state store(s) ({}; this one is {me}): the janitor collects no orphans there while they share it; \
+         if they are gone for good (a state file deleted or replaced), take the storage over with `efmesh janitor --adopt`",
+        others.join(", ")
+    );
+}
+
+/// Makes `me` the only owner of every storage the project has (`janitor --adopt`): the
+/// storage other stores wrote becomes this store's orphans, collected after the ttl.
+///
+/// # Errors
+/// A failed engine statement or lake write.
+pub fn adopt(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str, now: &str) -> Result<(), String> {
+    if let Some(engine) = engine {
+        engine.write_owner_marker(false, me, true, now).map_err(|e| e.to_string())?;
+        if config.ducklake.as_ref().is_some_and(|dl| config.resolve(&dl.catalog).exists()) {
+            engine.write_owner_marker(true, me, true, now).map_err(|e| e.to_string())?;
+        }
+    }
+    if config.lake.is_some() {
+        write_lake(config, s3, &LakeMarker { owners: vec![LakeOwner { store_id: me.to_string(), since: now.to_string() }] })?;
+    }
+    Ok(())
+}
