@@ -482,20 +482,31 @@ fn changed_since(
 /// The baseline after a successful plan: every model's fingerprint; metadata recomputed for the
 /// models reloaded since (all of them the first time).
 fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &Project, actions: &HashMap<&ModelName, &Action>) -> Baseline {
-    let fingerprints = actions.iter().map(|(name, a)| ((*name).clone(), a.fingerprint.clone())).collect();
-    let metadata = match old {
-        None => project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect(),
-        Some(b) => {
-            let mut metadata = b.metadata;
-            for name in pending {
-                match project.dag.get(name) {
-                    Some(m) => metadata.insert(name.clone(), plan::metadata_text(m)),
-                    None => metadata.remove(name),
-                };
-            }
-            metadata
-        }
+    let Some(Baseline { mut fingerprints, mut metadata }) = old else {
+        let fingerprints = actions.iter().map(|(name, a)| ((*name).clone(), a.fingerprint.clone())).collect();
+        let metadata = project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect();
+        return Baseline { fingerprints, metadata };
     };
+    // Updated in place: only the versions that changed are copied.
+    fingerprints.retain(|n, _| actions.contains_key(n));
+    for (name, a) in actions {
+        match fingerprints.get_mut(*name) {
+            Some(fp) => {
+                if *fp != a.fingerprint {
+                    fp.clone_from(&a.fingerprint);
+                }
+            }
+            None => {
+                fingerprints.insert((*name).clone(), a.fingerprint.clone());
+            }
+        }
+    }
+    for name in pending {
+        match project.dag.get(name) {
+            Some(m) => metadata.insert(name.clone(), plan::metadata_text(m)),
+            None => metadata.remove(name),
+        };
+    }
     Baseline { fingerprints, metadata }
 }
 
