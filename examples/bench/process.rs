@@ -393,6 +393,9 @@ fn watch(dir: &Path, edits: usize) -> anyhow::Result<Watch> {
 
 /// What `efmesh watch dev --json` itself reports per re-plan ([`watch_process`]).
 struct WatchProcess {
+    /// `planMs` of its JSON lines: from the debouncer's delivery of the file event to the plan
+    /// ready (reload, column checks, plan), which a screen draws at once.
+    plan: Stat,
     /// `replanMs` of its JSON lines: from the debouncer's delivery of the file event to the line
     /// written (reload, column checks, plan, previews, the line).
     replan: Stat,
@@ -439,7 +442,7 @@ fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow
             Duration::from_millis(f.iter().sum::<u64>() * 10)
         };
         let cpu0 = proc_cpu(child.id());
-        let (mut replan, mut end_to_end) = (Vec::new(), Vec::new());
+        let (mut plan, mut replan, mut end_to_end) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..edits {
             // A text no earlier edit wrote (the in-process measurement used the first ones).
             let t = Instant::now();
@@ -459,11 +462,13 @@ fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow
             );
             let ms = line["replanMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no replanMs in {line}"))?;
             replan.push(Duration::from_secs_f64(ms / 1000.0));
+            let ms = line["planMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no planMs in {line}"))?;
+            plan.push(Duration::from_secs_f64(ms / 1000.0));
             std::thread::sleep(Duration::from_millis(300));
         }
         let cpu = proc_cpu(child.id()).saturating_sub(cpu0);
         take_cpu();
-        Ok(WatchProcess { replan: Stat::of(replan), end_to_end: Stat::of(end_to_end), cpu_per_edit: cpu / u32::try_from(edits.max(1))? })
+        Ok(WatchProcess { plan: Stat::of(plan), replan: Stat::of(replan), end_to_end: Stat::of(end_to_end), cpu_per_edit: cpu / u32::try_from(edits.max(1))? })
     })();
     let _ = child.kill();
     let _ = child.wait();
@@ -503,8 +508,9 @@ pub fn main() -> anyhow::Result<()> {
                 for extra in [&["--preview-rows", "0"][..], &[][..]] {
                     let p = watch_process(bin, &dir, args.edits, extra)?;
                     println!(
-                        "n={n}: `efmesh watch dev --json {}`: replanMs {}, write to line {}, cpu per edit {}; load average {}",
+                        "n={n}: `efmesh watch dev --json {}`: planMs {}, replanMs {}, write to line {}, cpu per edit {}; load average {}",
                         extra.join(" "),
+                        p.plan.show(),
                         p.replan.show(),
                         p.end_to_end.show(),
                         super::ms(p.cpu_per_edit),
