@@ -29,6 +29,10 @@
 //!   definition), then `Session::reload([that file])` + `Session::plan("dev")`, timed from
 //!   after the write to the returned plan (what `efmesh watch` does after its debouncer fires);
 //!   `Session::save_caches` follows, untimed, as `watch` writes its caches after the redraw.
+//!   This process uses the binary's allocator (mimalloc) and reports its CPU time per edit.
+//! - with `--watch-only`, also **the `efmesh watch dev --json` process** (`--preview-rows 0`,
+//!   then the default): E edits, each waited for; its `planMs` and `replanMs` (from the
+//!   debouncer's delivery), the time from the write to the line read here, and its CPU per edit.
 //!
 //! Each figure is the best of its runs, with the median beside it; `/proc/loadavg` is printed
 //! with every table, since the machine is shared.
