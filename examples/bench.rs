@@ -37,6 +37,11 @@
 //! binary timed as a user runs it (`check`, cold and no-op `plan`, `apply`), and the watch
 //! re-plan through `Session`.
 
+/// The allocator of the `efmesh` binary (src/main.rs), so that what this process times in the
+/// library (the watch re-plan of `--process`) allocates as `efmesh watch` does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "bench/gen.rs"]
 mod generator;
 #[path = "bench/process.rs"]

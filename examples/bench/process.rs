@@ -29,6 +29,10 @@
 //!   definition), then `Session::reload([that file])` + `Session::plan("dev")`, timed from
 //!   after the write to the returned plan (what `efmesh watch` does after its debouncer fires);
 //!   `Session::save_caches` follows, untimed, as `watch` writes its caches after the redraw.
+//!   This process uses the binary's allocator (mimalloc) and reports its CPU time per edit.
+//! - with `--watch-only`, also **the `efmesh watch dev --json` process** (`--preview-rows 0`,
+//!   then the default): E edits, each waited for; its `planMs` and `replanMs` (from the
+//!   debouncer's delivery), the time from the write to the line read here, and its CPU per edit.
 //!
 //! Each figure is the best of its runs, with the median beside it; `/proc/loadavg` is printed
 //! with every table, since the machine is shared.
@@ -120,9 +124,18 @@ fn efmesh_bin() -> anyhow::Result<PathBuf> {
 
 /// CPU time (user + system) of every child this process has waited for.
 fn children_cpu() -> Duration {
+    rusage(libc::RUSAGE_CHILDREN)
+}
+
+/// CPU time (user + system) of this process, all its threads.
+fn own_cpu() -> Duration {
+    rusage(libc::RUSAGE_SELF)
+}
+
+fn rusage(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return Duration::ZERO;
     }
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
@@ -359,13 +372,17 @@ fn watch(dir: &Path, edits: usize) -> anyhow::Result<Watch> {
     anyhow::ensure!(!first.has_changes, "the session's first plan has changes");
     let (mut total, mut reloads, mut plans) = (Vec::new(), Vec::new(), Vec::new());
     let mut changed = 0;
+    take_cpu();
     for i in 0..edits {
         fs_err::write(&edit.file, edit.text(i))?;
+        let cpu0 = own_cpu();
         let t0 = Instant::now();
         let r = session.reload(std::slice::from_ref(&edit.file))?;
         let t1 = Instant::now();
         let p = session.plan("dev", now, &options)?;
         let t2 = Instant::now();
+        let cpu = own_cpu().saturating_sub(cpu0);
+        CPU.with(|c| c.borrow_mut().push(cpu));
         anyhow::ensure!(p.has_changes && r.changed_models.len() == 1, "edit {i} of `{}` changed {:?}", edit.model, r.changed_models);
         changed = p.actions.iter().filter(|a| a.change != plan::Change::Unchanged).count();
         total.push(t2 - t0);
@@ -376,6 +393,91 @@ fn watch(dir: &Path, edits: usize) -> anyhow::Result<Watch> {
     }
     fs_err::write(&edit.file, &edit.original)?;
     Ok(Watch { total: Stat::of(total), reload: Stat::of(reloads), plan: Stat::of(plans), model: edit.model, changed })
+}
+
+/// What `efmesh watch dev --json` itself reports per re-plan ([`watch_process`]).
+struct WatchProcess {
+    /// `planMs` of its JSON lines: from the debouncer's delivery of the file event to the plan
+    /// ready (reload, column checks, plan), which a screen draws at once.
+    plan: Stat,
+    /// `replanMs` of its JSON lines: from the debouncer's delivery of the file event to the line
+    /// written (reload, column checks, plan, previews, the line).
+    replan: Stat,
+    /// From after the write to the line read here: the above plus the file watcher and the
+    /// debounce window (`--debounce-ms`, 75 by default).
+    end_to_end: Stat,
+    /// The watch process's CPU time over all edits (its caches saved after each line included),
+    /// divided by the edits (`/proc` counts in 10 ms ticks: only the total is meaningful).
+    cpu_per_edit: Duration,
+}
+
+/// The `efmesh watch dev --json` process on the applied project in `dir`: `edits` one-line edits
+/// of one model file, each waited for (its `replan` line, naming the edited model as changed),
+/// then a pause so the caches it saves after the line are written before the next edit. Extra
+/// arguments (e.g. `--preview-rows 0`) go to `watch`. The file is restored at the end.
+fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow::Result<WatchProcess> {
+    use std::io::BufRead;
+    let edit = pick_edit(dir)?;
+    let mut child = Command::new(bin)
+        .args(["watch", "dev", "--json"])
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("EFMESH_VERIFY_PLAN_MEMO")
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let result = (|| -> anyhow::Result<WatchProcess> {
+        let mut lines = std::io::BufReader::new(child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?).lines();
+        let mut next = || -> anyhow::Result<serde_json::Value> {
+            let line = lines.next().ok_or_else(|| anyhow::anyhow!("`efmesh watch` ended"))??;
+            Ok(serde_json::from_str(&line)?)
+        };
+        let first = next()?;
+        anyhow::ensure!(first["event"] == "start" && first["errors"].as_array().is_some_and(Vec::is_empty), "watch started with {first}");
+        std::thread::sleep(Duration::from_millis(300));
+        let proc_cpu = |pid: u32| -> Duration {
+            // utime and stime, fields 14 and 15 of /proc/<pid>/stat, in clock ticks (100 a second).
+            let stat = fs_err::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            let f: Vec<u64> = after.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+            Duration::from_millis(f.iter().sum::<u64>() * 10)
+        };
+        let cpu0 = proc_cpu(child.id());
+        let (mut plan, mut replan, mut end_to_end) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..edits {
+            // A text no earlier edit wrote (the in-process measurement used the first ones).
+            let t = Instant::now();
+            fs_err::write(&edit.file, edit.text(1000 + i))?;
+            let line = loop {
+                let v = next()?;
+                if v["event"] != "start" {
+                    break v;
+                }
+            };
+            end_to_end.push(t.elapsed());
+            anyhow::ensure!(
+                line["event"] == "replan"
+                    && line["changedModels"].as_array().is_some_and(|m| m.len() == 1)
+                    && line["errors"].as_array().is_some_and(Vec::is_empty),
+                "edit {i}: {line}"
+            );
+            let ms = line["replanMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no replanMs in {line}"))?;
+            replan.push(Duration::from_secs_f64(ms / 1000.0));
+            let ms = line["planMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no planMs in {line}"))?;
+            plan.push(Duration::from_secs_f64(ms / 1000.0));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let cpu = proc_cpu(child.id()).saturating_sub(cpu0);
+        take_cpu();
+        Ok(WatchProcess { plan: Stat::of(plan), replan: Stat::of(replan), end_to_end: Stat::of(end_to_end), cpu_per_edit: cpu / u32::try_from(edits.max(1))? })
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    fs_err::write(&edit.file, &edit.original)?;
+    result
 }
 
 /// `bench --process`.
@@ -393,8 +495,10 @@ pub fn main() -> anyhow::Result<()> {
     }
     if args.watch_only {
         let keep = args.keep.as_ref().ok_or_else(|| anyhow::anyhow!("--watch-only needs --keep DIR (of an earlier run)"))?;
+        let bin = efmesh_bin().ok();
         for &n in &args.ns {
-            let w = watch(&keep.join(format!("p{n}")), args.edits)?;
+            let dir = keep.join(format!("p{n}"));
+            let w = watch(&dir, args.edits)?;
             println!(
                 "n={n}: watch re-plan {} (reload {}, plan {}); `{}`; {} models not unchanged; load average {}",
                 w.total.show(),
@@ -404,6 +508,20 @@ pub fn main() -> anyhow::Result<()> {
                 w.changed,
                 loadavg()
             );
+            if let Some(bin) = &bin {
+                for extra in [&["--preview-rows", "0"][..], &[][..]] {
+                    let p = watch_process(bin, &dir, args.edits, extra)?;
+                    println!(
+                        "n={n}: `efmesh watch dev --json {}`: planMs {}, replanMs {}, write to line {}, cpu per edit {}; load average {}",
+                        extra.join(" "),
+                        p.plan.show(),
+                        p.replan.show(),
+                        p.end_to_end.show(),
+                        super::ms(p.cpu_per_edit),
+                        loadavg()
+                    );
+                }
+            }
         }
         return Ok(());
     }

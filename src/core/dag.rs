@@ -215,6 +215,11 @@ impl Dag {
         self.models.iter()
     }
 
+    /// The position of a model in topological order ([`Dag::order`], [`Dag::models`]).
+    pub fn position(&self, name: &ModelName) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     /// A model by name.
     pub fn get(&self, name: &ModelName) -> Option<&Model> {
         self.index.get(name).map(|&i| &self.models[i])

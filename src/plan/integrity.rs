@@ -39,7 +39,7 @@ use crate::project::Project;
 use crate::sql::fingerprint::Fingerprint;
 use crate::state::StateStore;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// What an action restores because the engine does not hold what the state says it does.
@@ -211,7 +211,7 @@ impl Root {
 
 /// True when the physical view `sql` of `model` names the physical relation (in `physicals`)
 /// of every materialised parent it reads, through embedded models (which are inlined).
-fn names_parents(project: &Project, model: &Model, physicals: &BTreeMap<&ModelName, &str>, sql: &str) -> bool {
+fn names_parents(project: &Project, model: &Model, physicals: &Physicals, sql: &str) -> bool {
     model.parents().iter().filter_map(|p| project.dag.get(p)).all(|parent| match &parent.kind {
         Kind::External(_) => true,
         Kind::Embedded => names_parents(project, parent, physicals, sql),
@@ -219,20 +219,47 @@ fn names_parents(project: &Project, model: &Model, physicals: &BTreeMap<&ModelNa
     })
 }
 
-/// The catalog indexed for the check: one hash lookup per relation, lowercasing a name only when
-/// it has upper-case letters (the catalog's names are lowercased already).
-struct Lookup<'a> {
-    relations: std::collections::HashMap<(&'a str, &'a str), &'a crate::engine::CatalogEntry>,
+/// The catalog as the check reads it, lowercasing a name only when it has upper-case letters
+/// (the catalog's names are lowercased already): indexed (one hash lookup per relation) for a
+/// check of many actions, or looked up in the catalog's own map for a few (a re-plan checks the
+/// models it recomputed: indexing thousands of relations for them would cost more).
+enum Lookup<'a> {
+    Indexed(std::collections::HashMap<(&'a str, &'a str), &'a crate::engine::CatalogEntry>),
+    Direct(&'a Catalog),
 }
 
 impl<'a> Lookup<'a> {
     fn of(catalog: &'a Catalog) -> Self {
-        Self { relations: catalog.relations.iter().map(|((s, n), e)| ((s.as_str(), n.as_str()), e)).collect() }
+        Lookup::Indexed(catalog.relations.iter().map(|((s, n), e)| ((s.as_str(), n.as_str()), e)).collect())
+    }
+
+    /// For `lookups` lookups: indexed when they are many for the catalog's size.
+    fn for_lookups(catalog: &'a Catalog, lookups: usize) -> Self {
+        if lookups.saturating_mul(16) < catalog.relations.len() { Lookup::Direct(catalog) } else { Lookup::of(catalog) }
     }
 
     fn get(&self, schema: &str, name: &str) -> Option<&'a crate::engine::CatalogEntry> {
         let (schema, name) = (lowered(schema), lowered(name));
-        self.relations.get(&(schema.as_ref(), name.as_ref())).copied()
+        match self {
+            Lookup::Indexed(relations) => relations.get(&(schema.as_ref(), name.as_ref())).copied(),
+            Lookup::Direct(catalog) => catalog.relations.get(&(schema.into_owned(), name.into_owned())),
+        }
+    }
+}
+
+/// The physical relation each model's action in a plan serves (removed models excepted), for
+/// [`names_parents`]: found by the model's DAG position (a plan lists the project's models in
+/// DAG order, removed ones after), checked by name, else searched.
+struct Physicals<'a> {
+    project: &'a Project,
+    plan: &'a Plan,
+}
+
+impl<'a> Physicals<'a> {
+    fn get(&self, name: &ModelName) -> Option<&'a str> {
+        let at = self.project.dag.position(name).and_then(|i| self.plan.actions.get(i)).filter(|a| a.name == *name);
+        let action = at.or_else(|| self.plan.actions.iter().find(|a| a.name == *name && a.change != Change::Removed));
+        action.filter(|a| a.change != Change::Removed).and_then(|a| a.physical.as_deref())
     }
 }
 
@@ -241,7 +268,7 @@ fn lowered(s: &str) -> std::borrow::Cow<'_, str> {
     if s.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) { std::borrow::Cow::Owned(s.to_lowercase()) } else { std::borrow::Cow::Borrowed(s) }
 }
 
-fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap<&ModelName, &str>, catalog: &Lookup, root: &Root) -> Repair {
+fn needed_at(project: &Project, env: &str, action: &Action, physicals: &Physicals, catalog: &Lookup, root: &Root) -> Repair {
     let mut repair = Repair::default();
     if action.change == Change::Removed {
         return repair;
@@ -285,11 +312,6 @@ fn needed_at(project: &Project, env: &str, action: &Action, physicals: &BTreeMap
         }
     }
     repair
-}
-
-/// The physical relations of `plan`'s versions, by model.
-fn physicals(plan: &Plan) -> BTreeMap<&ModelName, &str> {
-    plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.as_deref().map(|p| (&a.name, p))).collect()
 }
 
 /// The file name of the lake file holding the grain interval starting at `start`:
@@ -346,9 +368,8 @@ pub fn check_skipping(
     let mut index = None;
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
-        let any = checked.iter().any(|c| *c);
-        let physicals = if any { physicals(plan) } else { BTreeMap::new() };
-        let lookup = if any { Lookup::of(catalog) } else { Lookup { relations: std::collections::HashMap::new() } };
+        let physicals = Physicals { project, plan };
+        let lookup = Lookup::for_lookups(catalog, checked.iter().filter(|c| **c).count());
         plan.actions
             .iter()
             .zip(&checked)
@@ -441,7 +462,7 @@ fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Ac
 /// `apply` refuses such a plan (computed without the check, or before a relation vanished).
 pub fn unplanned(project: &Project, plan: &Plan, catalog: &Catalog) -> Vec<String> {
     let root = Root::of(project);
-    let physicals = physicals(plan);
+    let physicals = Physicals { project, plan };
     let lookup = Lookup::of(catalog);
     let mut out = Vec::new();
     for action in &plan.actions {

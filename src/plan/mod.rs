@@ -614,7 +614,11 @@ struct ActionMemo {
     store: Option<String>,
     key: Option<(String, String, i64, i64)>,
     reads: Option<std::sync::Arc<Reads>>,
-    entries: HashMap<ModelName, ActionEntry>,
+    /// One entry per model of the last plan, by DAG position; `order` names them (the DAG's
+    /// order then). A plan over a DAG of the same order (an in-place reload keeps it) takes
+    /// them by position; any other order is matched by name once.
+    entries: Vec<ActionEntry>,
+    order: Vec<ModelName>,
     reused: usize,
     /// The models the last plan computed (not reused), when it reused from the plan before it
     /// under the same key; `None` when everything was computed.
@@ -638,6 +642,10 @@ struct ActionEntry {
     served: Option<String>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
+    /// Time-range models: the grain floor of `now` the action's missing intervals were computed
+    /// at. The wanted intervals depend on `now` only through it ([`interval::wanted`]), so
+    /// while it is the same (and `done` too) the missing intervals are the action's.
+    floor: Option<Millis>,
 }
 
 #[derive(Debug, Clone)]
@@ -1193,17 +1201,19 @@ fn compute_with(
     };
     // What the last plan left, when its key is this one; forgotten either way until this plan
     // completes (an error below leaves nothing half-kept).
-    let (reads, mut previous) = match kept.as_deref_mut() {
+    let (reads, mut previous, mut order) = match kept.as_deref_mut() {
         Some(k) if key.is_some() && k.key == key => {
             k.key = None;
             k.dirty = None;
-            (k.reads.take(), std::mem::take(&mut k.entries))
+            let entries = std::mem::take(&mut k.entries);
+            let order = std::mem::take(&mut k.order);
+            (k.reads.take(), by_position(project, entries, &order), order)
         }
         Some(k) => {
             *k = ActionMemo { store: k.store.take(), ..ActionMemo::default() };
-            (None, HashMap::new())
+            (None, Vec::new(), Vec::new())
         }
-        None => (None, HashMap::new()),
+        None => (None, Vec::new(), Vec::new()),
     };
     let reads = match reads {
         Some(r) => r,
@@ -1215,37 +1225,46 @@ fn compute_with(
     };
     let (pointers, served_metadata, snapshots) = (&reads.pointers, &reads.served_metadata, &reads.snapshots);
     let recording = kept.is_some() && key.is_some();
-    let mut entries: HashMap<ModelName, ActionEntry> = HashMap::with_capacity(if recording { project.dag.len() } else { 0 });
+    let mut entries: Vec<ActionEntry> = Vec::with_capacity(if recording { project.dag.len() } else { 0 });
     // Models computed by this plan (changed, or below one that is): their children are too.
     let mut dirty: std::collections::HashSet<ModelName> = std::collections::HashSet::new();
     let mut reused_count = 0;
 
     let mut actions: Vec<Action> = Vec::with_capacity(project.dag.len());
-    // Whether each model's data for its existing columns is what the environment served before.
-    let mut same_data: HashMap<ModelName, bool> = HashMap::with_capacity(project.dag.len());
-    let mut categories: HashMap<ModelName, Change> = HashMap::with_capacity(project.dag.len());
-    // The physical relation each model's action serves, as decided so far (parents first).
-    let mut served: HashMap<ModelName, Option<String>> = HashMap::with_capacity(project.dag.len());
+    // Per DAG position, as decided so far (parents first): whether the model's data for its
+    // existing columns is what the environment served before, its category, and the physical
+    // relation its action serves.
+    let mut decided = Decided::new(project);
     for (index, model) in project.dag.models().enumerate() {
-        let fp = versions.fingerprints[&model.name].clone();
+        let fp = &versions.fingerprints[&model.name];
         let definition = if recording { project.dag.model_digest(index) } else { [0; 32] };
-        if let Some(e) = previous.remove(&model.name).filter(|e| {
-            e.definition == definition && e.action.fingerprint == fp && !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target))
+        if let Some(e) = previous.get_mut(index).and_then(Option::take).filter(|e| {
+            e.definition == definition
+                && e.action.fingerprint == *fp
+                && (dirty.is_empty() || !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target)))
         }) {
+            let mut e = e;
             let mut action = e.action.clone();
             if let (Some(t), Some(done)) = (model.kind.time_range(), &e.done) {
-                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), done, t.lookback);
-                action.backfill = interval::merge(&missing);
-                action.intervals = missing.len();
+                let floor = t.grain.floor(now);
+                if e.floor != Some(floor) {
+                    let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), done, t.lookback);
+                    action.backfill = interval::merge(&missing);
+                    action.intervals = missing.len();
+                    e.action.backfill.clone_from(&action.backfill);
+                    e.action.intervals = action.intervals;
+                    e.floor = Some(floor);
+                }
             }
-            same_data.insert(model.name.clone(), e.same_data);
-            categories.insert(model.name.clone(), e.category);
-            served.insert(model.name.clone(), e.served.clone());
+            decided.set(index, e.same_data, e.category, e.served.clone());
             actions.push(action);
-            entries.insert(model.name.clone(), e);
+            if recording {
+                entries.push(e);
+            }
             reused_count += 1;
             continue;
         }
+        let fp = fp.clone();
         dirty.insert(model.name.clone());
         let name_s = model.name.to_string();
         let meta_text = metadata_text(model);
@@ -1291,7 +1310,7 @@ fn compute_with(
                     })
                     .collect();
                 let own = fingerprint_with_digest(model, versions.digests.get(&model.name).map(String::as_str), &old_parents);
-                let changed_parents: Vec<&ModelName> = old_parents.keys().filter(|q| categories.get(*q).is_some_and(|c| *c != Change::Unchanged)).collect();
+                let changed_parents: Vec<&ModelName> = old_parents.keys().filter(|q| decided.category(q).is_some_and(|c| c != Change::Unchanged)).collect();
                 let old = if external { None } else { old_definition(state, &name_s, p.as_str())? };
                 if own == *p {
                     // A `*` over a parent that gained columns would change this model's shape:
@@ -1299,13 +1318,13 @@ fn compute_with(
                     let reads_star = reads_star(model);
                     let breaking: Vec<String> = changed_parents
                         .iter()
-                        .filter(|q| !same_data.get(**q).copied().unwrap_or(false) || (reads_star && categories.get(**q) == Some(&Change::NonBreaking)))
+                        .filter(|q| !decided.same_data(q).unwrap_or(false) || (reads_star && decided.category(q) == Some(Change::NonBreaking)))
                         .map(|q| q.to_string())
                         .collect();
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
                     let reason = if breaking.is_empty() {
                         match &old {
-                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &categories, &served, pointers, snapshots) => {
+                            Some(_) if embeds_parents && !embedded_names_kept(project, model, &decided, pointers, snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
@@ -1420,7 +1439,7 @@ fn compute_with(
                 }
             }
         };
-        let parents_kept = model.body.as_ref().is_none_or(|b| b.refs().all(|r| same_data.get(&r.target).copied().unwrap_or(false)));
+        let parents_kept = model.body.as_ref().is_none_or(|b| b.refs().all(|r| decided.same_data(&r.target).unwrap_or(false)));
         let keeps_data = match change {
             Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
             // Its own edit only added columns, but a parent's break still changes its rows.
@@ -1428,8 +1447,8 @@ fn compute_with(
             Change::Indirect => reused.is_some() || data_kept,
             _ => false,
         };
-        same_data.insert(model.name.clone(), keeps_data);
-        categories.insert(model.name.clone(), change);
+        decided.same_data[index] = Some(keeps_data);
+        decided.categories[index] = Some(change);
 
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key);
@@ -1444,23 +1463,25 @@ fn compute_with(
                 e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
             }
             change = Change::ForwardOnly;
-            categories.insert(model.name.clone(), change);
-            same_data.insert(model.name.clone(), true);
+            decided.categories[index] = Some(change);
+            decided.same_data[index] = Some(true);
         }
         let physical = match (existing, &reused) {
             (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(model, &fp),
         };
-        served.insert(model.name.clone(), physical.clone());
+        decided.served[index].clone_from(&physical);
         let new_version = !external && existing.is_none() && reused.is_none();
         // An embedded model has no storage: its new version is registered, nothing is built.
         let register = new_version && matches!(model.kind, Kind::Embedded);
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
+        let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
+                floor = Some(t.grain.floor(now));
                 let wanted = interval::wanted(t.start, t.end, t.grain, now);
                 // Only this version's ledger (and the one it inherits): older rows never matter.
                 let mut done = state.done_intervals(&name_s, fp.as_str())?;
@@ -1510,12 +1531,13 @@ fn compute_with(
             let entry = ActionEntry {
                 definition,
                 action,
-                same_data: same_data[&model.name],
-                category: categories[&model.name],
-                served: served[&model.name].clone(),
+                same_data: decided.same_data[index].unwrap_or(false),
+                category: decided.categories[index].unwrap_or(change),
+                served: decided.served[index].clone(),
                 done: kept_done,
+                floor,
             };
-            entries.insert(model.name.clone(), entry);
+            entries.push(entry);
         }
     }
     for (name, fp) in pointers.iter() {
@@ -1554,6 +1576,10 @@ fn compute_with(
             k.key = key;
             k.reads = Some(reads);
             k.entries = entries;
+            if order.as_slice() != project.dag.order() {
+                order = project.dag.order().to_vec();
+            }
+            k.order = order;
             k.dirty = (reused_count > 0).then_some(dirty);
         }
     }
@@ -1583,24 +1609,76 @@ fn verify_reused(reused: &Plan, computed: &Plan) {
 fn embedded_names_kept(
     project: &Project,
     model: &Model,
-    categories: &HashMap<ModelName, Change>,
-    served: &HashMap<ModelName, Option<String>>,
+    decided: &Decided,
     pointers: &BTreeMap<String, String>,
     snapshots: &crate::state::SnapshotIndex,
 ) -> bool {
     model.parents().iter().all(|q| {
         let Some(parent) = project.dag.get(q) else { return false };
-        match (categories.get(q), &parent.kind) {
+        match (decided.category(q), &parent.kind) {
             (Some(Change::Unchanged), _) => true,
-            (Some(Change::Indirect | Change::Metadata), Kind::Embedded) => embedded_names_kept(project, parent, categories, served, pointers, snapshots),
+            (Some(Change::Indirect | Change::Metadata), Kind::Embedded) => embedded_names_kept(project, parent, decided, pointers, snapshots),
             (Some(_), Kind::Embedded | Kind::External(_)) | (None, _) => false,
             (Some(_), _) => {
                 let name = q.to_string();
                 let old = pointers.get(&name).and_then(|fp| snapshots.get(&(name.clone(), fp.clone()))).map(|(p, _)| p.as_str());
-                old.is_some_and(|o| !o.is_empty() && served.get(q).and_then(|p| p.as_deref()) == Some(o))
+                old.is_some_and(|o| !o.is_empty() && decided.served(q) == Some(o))
             }
         }
     })
+}
+
+/// What a plan decided so far for each model, by DAG position (parents are decided before
+/// their children): whether its data for its existing columns is what the environment served
+/// before, its category, and the physical relation its action serves. `None`: not decided yet.
+struct Decided<'a> {
+    project: &'a Project,
+    same_data: Vec<Option<bool>>,
+    categories: Vec<Option<Change>>,
+    served: Vec<Option<String>>,
+}
+
+impl<'a> Decided<'a> {
+    fn new(project: &'a Project) -> Self {
+        let n = project.dag.len();
+        Decided { project, same_data: vec![None; n], categories: vec![None; n], served: vec![None; n] }
+    }
+
+    fn set(&mut self, index: usize, same_data: bool, category: Change, served: Option<String>) {
+        self.same_data[index] = Some(same_data);
+        self.categories[index] = Some(category);
+        self.served[index] = served;
+    }
+
+    fn same_data(&self, name: &ModelName) -> Option<bool> {
+        self.project.dag.position(name).and_then(|i| self.same_data[i])
+    }
+
+    fn category(&self, name: &ModelName) -> Option<Change> {
+        self.project.dag.position(name).and_then(|i| self.categories[i])
+    }
+
+    fn served(&self, name: &ModelName) -> Option<&str> {
+        self.project.dag.position(name).and_then(|i| self.served[i].as_deref())
+    }
+}
+
+/// The entries of the last plan ([`ActionMemo`], in `order`) by the position of their model in
+/// `project`'s DAG: taken as they are when the order is the same, matched by name otherwise.
+fn by_position(project: &Project, entries: Vec<ActionEntry>, order: &[ModelName]) -> Vec<Option<ActionEntry>> {
+    if entries.len() != order.len() {
+        return Vec::new();
+    }
+    if order == project.dag.order() {
+        return entries.into_iter().map(Some).collect();
+    }
+    let mut out: Vec<Option<ActionEntry>> = (0..project.dag.len()).map(|_| None).collect();
+    for (e, name) in entries.into_iter().zip(order) {
+        if let Some(i) = project.dag.position(name) {
+            out[i] = Some(e);
+        }
+    }
+    out
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.

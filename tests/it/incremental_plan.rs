@@ -96,6 +96,22 @@ fn a_session_plan_after_each_edit_equals_the_plan_from_scratch() {
         assert_eq!(inc, scratch, "after writing {file}");
         assert_eq!(inc["hasChanges"], true, "after writing {file}: {inc:#}");
     }
+    // The clock moves on and nothing is written: the session keeps its actions, and the missing
+    // intervals of the daily model `t.daily` follow the clock (recomputed once a day boundary is
+    // crossed, kept within the day).
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let daily_intervals = |plan: &serde_json::Value| {
+        plan["actions"].as_array().and_then(|a| a.iter().find(|x| x["name"] == "t.daily")).map(|x| x["intervals"].clone()).expect("t.daily in the plan")
+    };
+    let mut seen = Vec::new();
+    for later in [now + HOUR, now + DAY, now + DAY + HOUR, now + 3 * DAY] {
+        let (inc, scratch) = both(&session, later);
+        assert_eq!(inc, scratch, "at {later}");
+        seen.push(daily_intervals(&inc));
+    }
+    assert_ne!(seen[0], seen[1], "a day later, one more interval of `t.daily` is due: {seen:?}");
+    assert_ne!(seen[2], seen[3], "{seen:?}");
     // A deleted model file, then every edit undone: the session plans what dev serves.
     p.remove("models/e.lua");
     session.reload(&[p.root().join("models/e.lua")]).expect("reload");

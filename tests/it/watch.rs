@@ -176,6 +176,9 @@ fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
     assert_eq!(preview["comparison"]["rowsNew"], 2, "{preview}");
     rows.sort_by_key(|r| r[0].to_string());
     assert_eq!(rows, [vec![Value::from("1"), Value::from("5")], vec![Value::from("2"), Value::from("20")]], "{preview}");
+    // The plan was ready before the preview ran (a screen draws it then).
+    let (plan_ms, replan_ms) = (edit["planMs"].as_f64().expect("planMs"), edit["replanMs"].as_f64().expect("replanMs"));
+    assert!(plan_ms <= replan_ms, "{edit}");
 
     // Whitespace and keyword case only: the same version, so nothing changed since the last save.
     p.write("models/raw/orders.lua", &orders("20").replace("SELECT 1 AS id", "select  1  as id"));
@@ -483,6 +486,64 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
             && rest.chars().find(|c| !(c.is_ascii_digit() || *c == ';')) == Some('m')
     });
     assert!(sgr.is_none(), "a colour escape with NO_COLOR set: {sgr:?}");
+}
+
+/// At a terminal, an edit that is previewed shows its plan first (saying the preview still
+/// runs), then the screen with the preview.
+#[test]
+fn the_screen_draws_the_plan_before_the_preview() {
+    if Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        eprintln!("skipped: no `script` to give the watch a terminal");
+        return;
+    }
+    let p = project();
+    p.apply("dev");
+    let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
+    let mut child = Command::new("script")
+        .args(["-qfc", &cmd, "/dev/null"])
+        .current_dir(p.root())
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm")
+        .env_remove("EFMESH_NOW")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn script");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let wait_for = |screen: &mut Vec<u8>, needle: &str, child: &mut std::process::Child| {
+        while !String::from_utf8_lossy(screen).contains(needle) {
+            match rx.recv_timeout(LINE_TIMEOUT) {
+                Ok(chunk) => screen.extend(chunk),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("no `{needle}` within {LINE_TIMEOUT:?}: {}", String::from_utf8_lossy(screen));
+                }
+            }
+        }
+    };
+    wait_for(&mut screen, "q quit", &mut child);
+    let started = screen.len();
+    p.write("models/raw/orders.lua", &orders("20"));
+    wait_for(&mut screen, "preview raw.orders", &mut child);
+    child.stdin.as_mut().expect("stdin").write_all(b"q").expect("send q");
+    let status = child.wait().expect("wait");
+    let text = String::from_utf8_lossy(&screen[started..]).into_owned();
+    assert!(status.success(), "exit {status:?}: {text}");
+    let early = text.find("previewing 1 model …").unwrap_or_else(|| panic!("the plan was not drawn before the preview: {text}"));
+    let plan = text.find("plan for `dev`").unwrap_or_else(|| panic!("no plan: {text}"));
+    let preview = text.find("preview raw.orders").expect("waited for above");
+    assert!(plan < early && early < preview, "{text}");
 }
 
 #[test]

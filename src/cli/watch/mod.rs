@@ -126,7 +126,7 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
     debouncer.watch(&root, RecursiveMode::Recursive).with_context(|| format!("cannot watch `{}`", root.display()))?;
     let mut out: Box<dyn Output> = if lines { Box::new(Lines) } else { Box::new(screen::Screen::start(tx.clone())?) };
     let mut watch = Watch::new(session, options.clone());
-    let report = watch.start();
+    let report = watch.start(&mut |r: &Report| early(&mut *out, r, started));
     if !out.show(report, started)? {
         return Ok(Exit::Success);
     }
@@ -151,7 +151,7 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
                 if watch.config_gone(options.debounce) {
                     return Err(anyhow!("the configuration `{}` was deleted: nothing left to watch", watch.session.config().path.display()));
                 }
-                (watch.replan(&changed), at)
+                (watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at)), at)
             }
         };
         if !out.show(report.0, report.1)? {
@@ -159,6 +159,13 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
         }
         // After the screen or line is out: the caches are not on the path from save to redraw.
         watch.session.save_caches();
+    }
+}
+
+/// [`Output::show_early`], a failure only logged (the complete report follows).
+fn early(out: &mut dyn Output, report: &Report, since: Instant) {
+    if let Err(e) = out.show_early(report, since) {
+        tracing::debug!("cannot show the plan before its previews: {e}");
     }
 }
 
@@ -232,6 +239,11 @@ trait Output {
     fn show(&mut self, report: Report, since: Instant) -> Result<bool>;
     /// Shows the last report again.
     fn redraw(&mut self) -> Result<()>;
+    /// Shows `report` while its previews, apply or tests still run (its plan is ready): the
+    /// screen draws it at once; JSON lines wait for the complete report (one line per re-plan).
+    fn show_early(&mut self, _report: &Report, _since: Instant) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One JSON line per report on stdout.
@@ -240,7 +252,12 @@ struct Lines;
 impl Output for Lines {
     fn show(&mut self, report: Report, since: Instant) -> Result<bool> {
         let ms = since.elapsed().as_secs_f64() * 1000.0;
-        match write_line(&report.json(ms)) {
+        let mut line = report.json(ms);
+        if let (Some(ready), serde_json::Value::Object(o)) = (report.plan_ready, &mut line) {
+            let plan_ms = ready.saturating_duration_since(since).as_secs_f64() * 1000.0;
+            o.insert("planMs".into(), ((plan_ms * 10.0).round() / 10.0).into());
+        }
+        match write_line(&line) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
             Err(e) => Err(e.into()),
@@ -321,18 +338,19 @@ impl Watch {
         self.options.now.unwrap_or_else(interval::now_millis)
     }
 
-    /// The first report.
-    fn start(&mut self) -> Report {
+    /// The first report. `early` is shown the report with its plan while previews, the apply or
+    /// tests still run.
+    fn start(&mut self, early: &mut dyn FnMut(&Report)) -> Report {
         let mut r = Report::new(Event::Start, &self.options.env, self.root());
         if let Ok(project) = self.session.project() {
             check_columns(project, None, &mut self.column_errors, &mut self.columns);
         }
-        self.evaluate(&mut r, None);
+        self.evaluate(&mut r, None, early);
         r
     }
 
-    /// Reloads after `changed` (absolute paths) and re-plans.
-    fn replan(&mut self, changed: &[PathBuf]) -> Report {
+    /// Reloads after `changed` (absolute paths) and re-plans (`early`: as [`Watch::start`]).
+    fn replan(&mut self, changed: &[PathBuf], early: &mut dyn FnMut(&Report)) -> Report {
         let root = self.root().to_path_buf();
         let mut r = Report::new(Event::Replan, &self.options.env, &root);
         r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
@@ -356,13 +374,15 @@ impl Watch {
             check_columns(project, only, &mut self.column_errors, &mut self.columns);
         }
         let files: BTreeSet<PathBuf> = r.changed_files.iter().cloned().collect();
-        self.evaluate(&mut r, Some(&files));
+        self.evaluate(&mut r, Some(&files), early);
         r
     }
 
     /// Fills `r` from the session's project: errors, plan, changed models, previews, apply,
-    /// tests. `files` are the changed files (`None` at start).
-    fn evaluate(&mut self, r: &mut Report, files: Option<&BTreeSet<PathBuf>>) {
+    /// tests. `files` are the changed files (`None` at start). Once the plan is ready, when
+    /// previews, an apply or tests follow, `r` is handed to `early` with the plan and what is
+    /// still under way (`pending`), so a screen shows the plan without waiting for them.
+    fn evaluate(&mut self, r: &mut Report, files: Option<&BTreeSet<PathBuf>>, early: &mut dyn FnMut(&Report)) {
         let now = self.now();
         let project = match self.session.project() {
             Ok(p) => p,
@@ -382,16 +402,39 @@ impl Watch {
                 return;
             }
         };
+        r.plan_ready = Some(Instant::now());
         let actions = actions_by_name(&plan);
         if files.is_some() {
             r.changed_models = changed_since(self.baseline.as_ref(), &self.pending, project, &plan, &actions);
         }
         self.baseline = Some(new_baseline(self.baseline.take(), &std::mem::take(&mut self.pending), project, &actions));
-        if self.options.preview_rows > 0 {
-            preview(&self.session, project, &actions, &self.options, now, r);
-        }
+        let previewed = if self.options.preview_rows > 0 { preview_wanted(&r.changed_models, &actions) } else { Vec::new() };
         drop(actions);
-        if self.options.apply && plan.has_changes && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan") {
+        let applying = self.options.apply && plan.has_changes && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan");
+        let testing = self.options.test && files.is_some();
+        let mut pending = Vec::new();
+        if !previewed.is_empty() {
+            pending.push(format!("previewing {} model{}", previewed.len().min(MAX_PREVIEWS), if previewed.len() == 1 { "" } else { "s" }));
+        }
+        if applying {
+            pending.push("applying".to_string());
+        }
+        if testing {
+            pending.push("running the changed models' unit tests".to_string());
+        }
+        let plan = if pending.is_empty() {
+            plan
+        } else {
+            r.pending = Some(pending.join(", "));
+            r.plan = Some(plan);
+            early(r);
+            r.pending = None;
+            r.plan.take().expect("set above")
+        };
+        if !previewed.is_empty() {
+            preview(&self.session, project, previewed, &self.options, now, r);
+        }
+        if applying {
             let applied = match plan::history_refusal(&plan) {
                 Some(refusal) => Err(anyhow!(refusal)),
                 None => self.session.apply(&plan, &apply::Options { applied_by: super::applied_by() }),
@@ -482,31 +525,45 @@ fn changed_since(
 /// The baseline after a successful plan: every model's fingerprint; metadata recomputed for the
 /// models reloaded since (all of them the first time).
 fn new_baseline(old: Option<Baseline>, pending: &BTreeSet<ModelName>, project: &Project, actions: &HashMap<&ModelName, &Action>) -> Baseline {
-    let fingerprints = actions.iter().map(|(name, a)| ((*name).clone(), a.fingerprint.clone())).collect();
-    let metadata = match old {
-        None => project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect(),
-        Some(b) => {
-            let mut metadata = b.metadata;
-            for name in pending {
-                match project.dag.get(name) {
-                    Some(m) => metadata.insert(name.clone(), plan::metadata_text(m)),
-                    None => metadata.remove(name),
-                };
-            }
-            metadata
-        }
+    let Some(Baseline { mut fingerprints, mut metadata }) = old else {
+        let fingerprints = actions.iter().map(|(name, a)| ((*name).clone(), a.fingerprint.clone())).collect();
+        let metadata = project.dag.models().map(|m| (m.name.clone(), plan::metadata_text(m))).collect();
+        return Baseline { fingerprints, metadata };
     };
+    // Updated in place: only the versions that changed are copied.
+    fingerprints.retain(|n, _| actions.contains_key(n));
+    for (name, a) in actions {
+        match fingerprints.get_mut(*name) {
+            Some(fp) => {
+                if *fp != a.fingerprint {
+                    fp.clone_from(&a.fingerprint);
+                }
+            }
+            None => {
+                fingerprints.insert((*name).clone(), a.fingerprint.clone());
+            }
+        }
+    }
+    for name in pending {
+        match project.dag.get(name) {
+            Some(m) => metadata.insert(name.clone(), plan::metadata_text(m)),
+            None => metadata.remove(name),
+        };
+    }
     Baseline { fingerprints, metadata }
 }
 
-/// Previews the changed models the plan builds (or adds), at most [`MAX_PREVIEWS`].
-fn preview(session: &Session, project: &Project, actions: &HashMap<&ModelName, &Action>, options: &Options, now: Millis, r: &mut Report) {
-    let wanted: Vec<ModelName> = r
-        .changed_models
+/// The changed models the plan builds (or adds): the ones to preview.
+fn preview_wanted(changed: &[ModelName], actions: &HashMap<&ModelName, &Action>) -> Vec<ModelName> {
+    changed
         .iter()
         .filter(|n| actions.get(n).is_some_and(|a| a.build || matches!(a.change, Change::Added | Change::Breaking | Change::NonBreaking)))
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// Previews `wanted` (from [`preview_wanted`]), at most [`MAX_PREVIEWS`].
+fn preview(session: &Session, project: &Project, wanted: Vec<ModelName>, options: &Options, now: Millis, r: &mut Report) {
     if wanted.is_empty() {
         return;
     }

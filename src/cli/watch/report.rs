@@ -156,6 +156,11 @@ pub struct Report {
     pub tests: Option<Vec<TestResult>>,
     /// Wall-clock time of day when the report was made (`HH:MM:SS`, local time).
     pub at: String,
+    /// When the plan was ready, before previews, the apply and tests ran (`planMs`).
+    pub plan_ready: Option<std::time::Instant>,
+    /// Work still under way when the report is shown early (the plan is drawn before the
+    /// previews, the apply and the tests it waits for): e.g. `previewing 1 model`.
+    pub pending: Option<String>,
 }
 
 impl Report {
@@ -178,6 +183,8 @@ impl Report {
             applied: None,
             tests: None,
             at: jiff::ZonedDateTime::now().strftime("%H:%M:%S").to_string(),
+            plan_ready: None,
+            pending: None,
         }
     }
 

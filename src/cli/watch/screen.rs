@@ -195,6 +195,10 @@ fn body(r: &Report) -> Vec<Line> {
     if r.previews_omitted > 0 {
         out.push(Line(vec![(format!("({} more changed models not previewed)", r.previews_omitted), Style::Dim)]));
     }
+    if let Some(p) = &r.pending {
+        out.push(Line::default());
+        out.push(Line(vec![(format!("{p} …"), Style::Dim)]));
+    }
     match &r.applied {
         Some(Applied::Done(a)) => {
             out.push(Line::default());
@@ -334,9 +338,13 @@ impl Screen {
 
     fn draw(&self) -> Result<()> {
         let Some((report, ms)) = &self.last else { return Ok(()) };
+        self.draw_report(report, *ms)
+    }
+
+    fn draw_report(&self, report: &Report, ms: f64) -> Result<()> {
         // A pseudo-terminal nobody sized reports 0×0.
         let (w, h) = terminal::size().ok().filter(|(w, h)| *w > 0 && *h > 0).unwrap_or((80, 24));
-        let lines = render(report, *ms, usize::from(w), usize::from(h), self.color);
+        let lines = render(report, ms, usize::from(w), usize::from(h), self.color);
         let mut out = std::io::stdout().lock();
         queue!(out, terminal::BeginSynchronizedUpdate, cursor::MoveTo(0, 0), terminal::Clear(terminal::ClearType::All))?;
         for (i, l) in lines.iter().enumerate() {
@@ -364,6 +372,10 @@ impl Output for Screen {
 
     fn redraw(&mut self) -> Result<()> {
         self.draw()
+    }
+
+    fn show_early(&mut self, report: &Report, since: Instant) -> Result<()> {
+        self.draw_report(report, since.elapsed().as_secs_f64() * 1000.0)
     }
 }
 
