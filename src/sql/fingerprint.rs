@@ -230,7 +230,7 @@ pub fn normalize_type(ty: &str) -> String {
     // ASCII (nearly every declared type): the same text without the intermediate strings. The
     // ASCII characters `char::is_whitespace` accepts are TAB, LF, VT, FF, CR and space.
     let mut out = String::with_capacity(ty.len());
-    for word in ty.split(|c: char| matches!(c, '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | ' ')).filter(|w| !w.is_empty()) {
+    for word in ty.split(['\t', '\n', '\u{b}', '\u{c}', '\r', ' ']).filter(|w| !w.is_empty()) {
         if !out.is_empty() {
             out.push(' ');
         }
