@@ -85,42 +85,44 @@ impl Dag {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
             return Err(LoadErrors(errors));
         }
-        let mut children: BTreeMap<ModelName, BTreeSet<ModelName>> = by_name.keys().map(|k| ((*k).clone(), BTreeSet::new())).collect();
-        let mut indegree: BTreeMap<&ModelName, usize> = BTreeMap::new();
-        for m in by_name.values() {
-            let parents = m.parents();
-            indegree.insert(&m.name, parents.len());
+        // Kahn's algorithm over ranks in name order (`by_name` is sorted): the ready model with
+        // the smallest name goes first. Ranks spare the name comparisons and clones of maps
+        // keyed by name; the children map is built on first use ([`Dag::children`]).
+        let names: Vec<&ModelName> = by_name.keys().copied().collect();
+        let rank: std::collections::HashMap<&ModelName, usize> = names.iter().enumerate().map(|(r, n)| (*n, r)).collect();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+        let mut indegree: Vec<usize> = vec![0; names.len()];
+        for (r, m) in by_name.values().enumerate() {
+            // Validated above: every ref names another model of the set.
+            let mut parents: Vec<usize> = m.body.iter().flat_map(|b| b.refs()).map(|p| rank[&p.target]).collect();
+            parents.sort_unstable();
+            parents.dedup();
+            indegree[r] = parents.len();
             for p in parents {
-                children.get_mut(&p).expect("validated").insert(m.name.clone());
+                children[p].push(r);
             }
         }
-        let mut ready: BTreeSet<ModelName> = indegree.iter().filter(|(_, d)| **d == 0).map(|(n, _)| (*n).clone()).collect();
-        let mut order = Vec::with_capacity(by_name.len());
-        while let Some(n) = ready.pop_first() {
-            for c in &children[&n] {
-                let d = indegree.get_mut(c).expect("known");
-                *d -= 1;
-                if *d == 0 {
-                    ready.insert(c.clone());
+        let mut ready: BTreeSet<usize> = (0..names.len()).filter(|&r| indegree[r] == 0).collect();
+        let mut ranks = Vec::with_capacity(names.len());
+        while let Some(r) = ready.pop_first() {
+            for &c in &children[r] {
+                indegree[c] -= 1;
+                if indegree[c] == 0 {
+                    ready.insert(c);
                 }
             }
-            order.push(n);
+            ranks.push(r);
         }
+        let order: Vec<ModelName> = ranks.iter().map(|&r| names[r].clone()).collect();
         if order.len() < by_name.len() {
             return Err(LoadErrors(cycle_errors(&by_name, &order)));
         }
-        drop(indegree);
+        let slot_of: Vec<usize> = names.iter().map(|n| index[*n]).collect();
+        drop(rank);
         drop(by_name);
-        let models: Vec<Model> = order.iter().map(|n| slots[index[n]].take().expect("ordered models exist once")).collect();
+        let models: Vec<Model> = ranks.iter().map(|&r| slots[slot_of[r]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag {
-            models,
-            index,
-            order,
-            children: std::sync::OnceLock::from(children),
-            digest: std::sync::OnceLock::new(),
-            model_digests: std::sync::OnceLock::new(),
-        })
+        Ok(Dag { models, index, order, children: std::sync::OnceLock::new(), digest: std::sync::OnceLock::new(), model_digests: std::sync::OnceLock::new() })
     }
 
     /// A DAG of `models` already validated by [`Dag::build`] and in the order it gave them, with

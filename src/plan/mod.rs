@@ -22,7 +22,7 @@ use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
-use crate::sql::canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback};
+use crate::sql::canon::{CanonSource, Canonical, SqlError, canonical_digest, canonicalize_with_fallback};
 use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table};
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
@@ -534,24 +534,28 @@ fn digests(
     let missing: Vec<usize> = keyed.iter().enumerate().filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key))).map(|(i, _)| i).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     let chunk = missing.len().div_ceil(threads).max(1);
-    let computed: Vec<(usize, Result<Canonical, SqlError>)> = std::thread::scope(|scope| {
+    // Each thread hashes the canonical text as it writes it (`canonical_digest`): the digest is
+    // all a plan keeps of it.
+    let computed: Vec<(usize, Result<String, SqlError>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = missing
             .chunks(chunk)
-            .map(|idx| scope.spawn(move || idx.iter().map(|&i| (i, canonicalize(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>()))
+            .map(|idx| scope.spawn(move || idx.iter().map(|&i| (i, canonical_digest(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>()))
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("canonicalisation thread")).collect()
     });
     let mut canon: Vec<Option<(CanonSource, String)>> = keyed.iter().map(|k| k.as_ref().and_then(|(key, _)| cache.get(key)).map(|v| parse_cached(v))).collect();
     let mut misses: Vec<Option<(String, String)>> = vec![None; keyed.len()];
     for (i, result) in computed {
-        let c = match result {
-            Ok(c) => c,
-            Err(SqlError::Parse { .. }) => canonical_with_fallback(models[i], &keyed[i].as_ref().expect("has body").1)?,
+        let (source, digest) = match result {
+            Ok(digest) => (CanonSource::SqlParser, digest),
+            Err(SqlError::Parse { .. }) => {
+                let c = canonical_with_fallback(models[i], &keyed[i].as_ref().expect("has body").1)?;
+                (c.source, body_digest(&c.text))
+            }
             Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
         };
-        let digest = body_digest(&c.text);
-        misses[i] = Some((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", c.source.as_str())));
-        canon[i] = Some((c.source, digest));
+        misses[i] = Some((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", source.as_str())));
+        canon[i] = Some((source, digest));
     }
     Ok((canon, misses))
 }

@@ -634,10 +634,16 @@ impl LoadCache {
         if !self.dirty {
             return;
         }
-        let mut entries: Vec<(PathBuf, Entry)> = self.entries.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        // Serialised from references: postcard writes `&T` exactly as `T`, so these are the
+        // bytes of a `Stored`, without copying every model first.
+        #[derive(Serialize)]
+        struct StoredRef<'a> {
+            entries: Vec<(&'a PathBuf, &'a Entry)>,
+        }
+        let mut entries: Vec<(&PathBuf, &Entry)> = self.entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
         let result = (|| -> Result<(), String> {
-            let body = postcard::to_allocvec(&Stored { entries }).map_err(|e| e.to_string())?;
+            let body = postcard::to_allocvec(&StoredRef { entries }).map_err(|e| e.to_string())?;
             write_cache_file(&path, MAGIC, CACHE_VERSION, &body)
         })();
         match result {

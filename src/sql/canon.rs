@@ -227,6 +227,52 @@ pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
     Ok(canonical_of(query))
 }
 
+/// The [`body_digest`](super::fingerprint::body_digest) of [`canonicalize`]'s text, computed
+/// without keeping the text: the canonical JSON is hashed as it is written (through a buffer),
+/// which spares the text's allocation, its growth and its UTF-8 check. Equal, byte for byte, to
+/// `body_digest(&canonicalize(sql)?.text)` (tested on every example project's models).
+///
+/// # Errors
+/// As [`canonicalize`].
+pub fn canonical_digest(sql: &str) -> Result<String, SqlError> {
+    let mut query = parse_query(sql)?;
+    let _ = query.visit(&mut Normalizer);
+    let mut out = HashBuffer { hasher: blake3::Hasher::new(), buf: Vec::with_capacity(HashBuffer::SIZE) };
+    // As in `canonical_of`: serialising an AST cannot fail.
+    let _ = Filtered(&*query).serialize(&mut serde_json::Serializer::new(&mut out));
+    out.hasher.update(&out.buf);
+    Ok(out.hasher.finalize().to_hex().to_string())
+}
+
+/// A writer that feeds blake3 in blocks of [`HashBuffer::SIZE`] bytes (blake3's digest does not
+/// depend on how its input is split; large updates let it hash several chunks at once).
+struct HashBuffer {
+    hasher: blake3::Hasher,
+    buf: Vec<u8>,
+}
+
+impl HashBuffer {
+    const SIZE: usize = 16 * 1024;
+}
+
+impl std::io::Write for HashBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > Self::SIZE {
+            self.hasher.update(&self.buf);
+            self.buf.clear();
+        }
+        if data.len() >= Self::SIZE {
+            self.hasher.update(data);
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// sqlparser's own rendering of the query in `sql` (one line, keywords upper-case, parentheses
 /// and quoting kept, comments dropped), *before* normalisation.
 ///

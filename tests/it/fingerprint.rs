@@ -409,3 +409,51 @@ fn duckdb_json_loses_query_locations() {
     let rejected = r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"SELEC\"","error_subtype":"SYNTAX_ERROR","position":"0"}"#;
     assert_eq!(normalize_duckdb_json(rejected).unwrap_err().to_string(), r#"DuckDB cannot parse SQL: syntax error at or near "SELEC""#);
 }
+
+/// Copies the committed model sources of an example (config, models, seeds, data) into a
+/// temporary directory, so loading it writes no cache into the source tree.
+fn example_copy(dir: &str) -> tempfile::TempDir {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        fs_err::create_dir_all(to).unwrap();
+        for entry in fs_err::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name.contains(".duckdb") || name.contains(".state.sqlite") || ["lake", "ducklake"].contains(&name.as_str()) {
+                continue;
+            }
+            let (src, dst) = (entry.path(), to.join(&name));
+            if src.is_dir() { copy(&src, &dst) } else { fs_err::copy(&src, &dst).map(|_| ()).unwrap() }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    copy(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir), tmp.path());
+    tmp
+}
+
+/// The plan hashes each canonical text as it is written (`canonical_digest`), never keeping
+/// it: that digest must be the one of the text itself, for every body of the shipped examples
+/// and of the golden cases above, or fingerprints would change.
+#[test]
+fn streamed_canonical_digests_equal_the_digest_of_the_text() {
+    use efmesh::sql::canon::canonical_digest;
+    use efmesh::sql::fingerprint::body_digest;
+    let mut bodies: Vec<String> = vec![ORDERS_BODY.to_string()];
+    for example in ["flights", "hospital"] {
+        let tmp = example_copy(example);
+        let config = efmesh::config::Config::load(&tmp.path().join("efmesh.toml")).unwrap();
+        let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{example}: {e}"));
+        let before = bodies.len();
+        bodies.extend(project.dag.models().filter_map(|m| m.body.as_ref().map(|b| b.render(&CanonicalResolver))));
+        assert!(bodies.len() > before + 5, "{example}: too few bodies");
+    }
+    // A body longer than the hashing buffer (16 KiB), so the text is hashed in several pieces.
+    let long = format!("SELECT {} FROM s.t", (0..3000).map(|i| format!("c{i} + 1 AS \"x{i}\"")).collect::<Vec<_>>().join(", "));
+    bodies.push(long);
+    for sql in &bodies {
+        match canonicalize(sql) {
+            Ok(c) => assert_eq!(canonical_digest(sql).unwrap(), body_digest(&c.text), "{sql}"),
+            Err(e) => assert_eq!(canonical_digest(sql).unwrap_err(), e, "{sql}"),
+        }
+    }
+    assert!(canonicalize(&bodies[bodies.len() - 1]).unwrap().text.len() > 3 * 16 * 1024);
+}
