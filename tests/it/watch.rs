@@ -176,9 +176,9 @@ fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
     assert_eq!(preview["comparison"]["rowsNew"], 2, "{preview}");
     rows.sort_by_key(|r| r[0].to_string());
     assert_eq!(rows, [vec![Value::from("1"), Value::from("5")], vec![Value::from("2"), Value::from("20")]], "{preview}");
-    // The plan was ready before the preview ran (a screen draws it then).
-    let (plan_ms, replan_ms) = (edit["planMs"].as_f64().expect("planMs"), edit["replanMs"].as_f64().expect("replanMs"));
-    assert!(plan_ms <= replan_ms, "{edit}");
+    // The line carries when the plan was ready (`planMs`); that the screen draws it before the
+    // preview runs is `the_screen_draws_the_plan_before_the_preview`.
+    assert!(edit["planMs"].as_f64().is_some() && edit["replanMs"].as_f64().is_some(), "{edit}");
 
     // Whitespace and keyword case only: the same version, so nothing changed since the last save.
     p.write("models/raw/orders.lua", &orders("20").replace("SELECT 1 AS id", "select  1  as id"));
