@@ -1,7 +1,8 @@
 //! Test hook for crash tests: `EFMESH_FAULT=<point>` makes the process abort (as `kill -9`
 //! would stop it: no destructor, no flush, no rollback) when it reaches that point of an apply.
 //!
-//! Points: `after-build:<schema.table>` (a model was built and recorded), `before-intent`,
+//! Points: `after-build:<schema.table>` (a model was built and recorded), `after-upsert:<schema.table>`
+//! (a unique-key upsert committed in the engine, not yet recorded after it), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
 //! `after-view-swap` (the views moved, the state store does not know yet),
 //! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal

@@ -286,6 +286,11 @@ fn execute_recorded(
         let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
         // The first parent with new intervals (or refreshed), for the pending-rebuild record.
         let cause = model.and_then(|m| m.parents().iter().find(|p| touched.contains(p)).cloned());
+        // An `embedded` model has no data of its own: its readers read its parents' data, so it
+        // counts as touched when a parent is (its `full`/`view` children are downstream of that).
+        if cause.is_some() && model.is_some_and(|m| matches!(m.kind, Kind::Embedded)) {
+            touched.insert(&a.name);
+        }
         // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
         let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild);
         let downstream = match (&a.physical, candidate) {
@@ -561,14 +566,20 @@ fn execute_recorded(
                 let sql = body.render(&exec.with_bounds(None));
                 // Every audit sees the whole table, inside the upsert's transaction.
                 let checks = audit::checks(model, None, &physical);
+                // Bumped before the engine write as well as after a real change: a process killed
+                // between the engine's commit and the state's still leaves the generation moved.
+                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
+                fault::crash_point(|| format!("after-upsert:{}", model.name));
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 tracing::info!(model = %model.name, "upserted {} rows", stats.upserted);
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                if stats.upserted > 0 {
+                    state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                }
             }
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
@@ -588,6 +599,8 @@ fn execute_recorded(
                     // interrupted apply left, perhaps from another choice (a carry over).
                     engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
                 }
+                // Bumped before the engine write as well as after a real change (as an upsert).
+                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
                 if reconciled.is_err() && carry.is_some() {
                     // No snapshot records the carried table yet: the next apply copies it afresh.
@@ -600,7 +613,9 @@ fn execute_recorded(
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                if stats.closed + stats.opened > 0 || carry.is_some() {
+                    state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                }
             }
             // Externals are never built; seeds were built above.
             Kind::External(_) | Kind::Seed(_) => continue,

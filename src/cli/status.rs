@@ -141,10 +141,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             text.push_str(&format!("  ⚠ {m}  failed intervals: {n}\n"));
         }
         for p in &pending {
-            text.push_str(&format!("  … {}  rebuild pending since {} ({}); the next run or apply rebuilds it\n", p.name, p.recorded_at, p.reason));
+            text.push_str(&format!(
+                "  … {}  rebuild pending since {} ({}); the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n",
+                p.name, p.recorded_at, p.reason
+            ));
         }
         for (n, _, reason) in &stale {
-            text.push_str(&format!("  … {n}  stale: {reason}; the next run or apply rebuilds it\n"));
+            text.push_str(&format!(
+                "  … {n}  stale: {reason}; the next run or apply rebuilds it (outside prod, not while another environment shares its table)\n"
+            ));
         }
         if ticks.is_empty() {
             text.push_str("no run ticks yet\n");

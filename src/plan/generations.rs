@@ -2,7 +2,8 @@
 //!
 //! Every version has a data generation in the state store ([`crate::state::DataVersion`]),
 //! bumped by the transaction that changes its data (intervals done, done intervals cleared or
-//! reset, a build, an upsert, a reconciliation), whichever environment wrote it. A `full`
+//! reset, a build; an upsert or a reconciliation: before and after its engine write), whichever
+//! environment wrote it, together with every version sharing its physical relation. A `full`
 //! version's build records `built_from`: the `(name, fingerprint, generation)` of every version
 //! whose data it reads ([`sources`]: its parents, seen through `view` and `embedded` parents,
 //! which have no data of their own), read before the build started. A plan marks a `full`
@@ -88,7 +89,7 @@ pub fn changed(recorded: &str, current: &[Source]) -> Vec<String> {
 /// Of `candidates` (`(name, fingerprint)` of `full` versions), those whose recorded build read
 /// other data than their sources hold now, with the reason (naming the parents). The versions
 /// of the sources are `fingerprint_of`'s. A version without a recorded `built_from` (built before
-/// layout 6) is not stale.
+/// layout 6, or reused from another version's table) is not stale.
 ///
 /// # Errors
 /// A state read fails.

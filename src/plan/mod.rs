@@ -1077,11 +1077,10 @@ fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan,
         }
         let reason = match reasons.get(&a.name) {
             Some(r) => Some(r.to_string()),
-            None if !a.rebuild => project
-                .dag
-                .get(&a.name)
-                .and_then(|m| m.parents().into_iter().find(|p| rebuilt.contains(p)))
-                .map(|p| format!("downstream of the rebuild of {p}")),
+            // Seen through `view` and `embedded` parents: they read the rebuilt table.
+            None if !a.rebuild => {
+                generations::data_parents(project, &a.name).into_iter().find(|p| rebuilt.contains(p)).map(|p| format!("downstream of the rebuild of {p}"))
+            }
             None => None,
         };
         if a.rebuild {

@@ -1606,11 +1606,21 @@ fn insert_snapshot(tx: &Transaction<'_>, rec: &SnapshotRecord) -> Result<(), Fau
     Ok(())
 }
 
-/// Bumps the data generation of `(name, fp)` (a row is created at 1 when there is none), inside
+/// Bumps the data generation of `(name, fp)` (a row is created at 1 when there is none), and of
+/// every other version whose snapshot names the same non-empty physical relation (data lives per
+/// relation: a version reusing another's table reads what the other's writes put there), inside
 /// the caller's transaction: the transaction that changes the version's data state.
 fn bump_data_generation(tx: &Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
     tx.prepare_cached(
         "INSERT INTO data_versions (name, fingerprint, generation, updated_at) VALUES (?1, ?2, 1, ?3) \
+         ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
+    )?
+    .execute(params![name, fp, at])?;
+    tx.prepare_cached(
+        "INSERT INTO data_versions (name, fingerprint, generation, updated_at) \
+         SELECT s.name, s.fingerprint, 1, ?3 FROM snapshots s \
+         WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
+         AND NOT (s.name = ?1 AND s.fingerprint = ?2) \
          ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
     )?
     .execute(params![name, fp, at])?;
@@ -2494,7 +2504,27 @@ mod tests {
     }
 
     #[test]
-    fn data_generations_bump_with_every_change_of_data_in_the_same_transaction() {
+    fn a_change_of_data_bumps_every_version_sharing_the_physical_relation() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let generation = |name: &str, c: char| store.data_versions(&[(name.to_string(), fp(c))]).unwrap().get(&(name.to_string(), fp(c))).map(|d| d.generation);
+        let old = rec("m.c", &fp('a'));
+        // A second version reusing the first's table (indirect reuse), and a third with its own.
+        let reuser = SnapshotRecord { fingerprint: fp('b'), ..old.clone() };
+        store.put_snapshot(&old).unwrap();
+        store.put_snapshot(&reuser).unwrap();
+        store.put_snapshot(&rec("m.c", &fp('c'))).unwrap();
+        store.record_build(&old, None, 0).unwrap();
+        assert_eq!(generation("m.c", 'a'), Some(1));
+        assert_eq!(generation("m.c", 'b'), Some(1), "the version reading the same table is bumped too");
+        assert_eq!(generation("m.c", 'c'), None, "a version with its own table is not");
+        store.mark_intervals("m.c", &fp('b'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
+        assert_eq!((generation("m.c", 'a'), generation("m.c", 'b')), (Some(2), Some(2)), "either way round");
+        store.record_data_change("m.c", &fp('c'), 0).unwrap();
+        assert_eq!((generation("m.c", 'a'), generation("m.c", 'b'), generation("m.c", 'c')), (Some(2), Some(2), Some(1)));
+    }
+
+    #[test]
+    fn data_generations_bump_with_every_change_of_data() {
         let store = SqliteStore::open_in_memory().unwrap();
         let generation = |name: &str, c: char| store.data_versions(&[(name.to_string(), fp(c))]).unwrap().get(&(name.to_string(), fp(c))).cloned();
         store.put_snapshot(&rec("m.a", &fp('a'))).unwrap();

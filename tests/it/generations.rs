@@ -182,3 +182,160 @@ fn a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent() 
     assert_serves(&p, "dev", "2026-01-12", DEV);
     assert_eq!(plan_of(&p, DEV, "dev")["hasChanges"], false);
 }
+
+/// Two versions sharing one table: dev adds a column to the daily model (non-breaking), so
+/// dev's rollup is a new version reusing prod's rollup table, and dev edits the rollup of the
+/// rollup (its own table, built from dev's rollup version). `prod` rebuilding its rollup changes
+/// the table dev's rollup version reads: dev's own rollup of it is marked.
+fn shared_table_models(dev: bool) -> String {
+    let (extra_col, extra_sel, plus) = if dev { (r#", { "w", "bigint" }"#, ", 7 AS w", 2) } else { ("", "", 1) };
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }}{extra_col} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v{extra_sel}",
+}}
+local rollup = define_model {{
+  name = "t.rollup", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.top", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total1", "bigint" }} }},
+  query = "SELECT n, total + {plus} AS total1 FROM " .. ref(rollup),
+}}
+"#
+    )
+}
+
+#[test]
+fn prod_rebuilding_a_table_dev_reuses_marks_dev_rollup_over_the_reusing_version() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &shared_table_models(false));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &shared_table_models(true));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let s = p.state();
+    let (prod, dev) = (s.env_pointers("prod").unwrap(), s.env_pointers("dev").unwrap());
+    assert_ne!(prod["t.rollup"], dev["t.rollup"], "two versions of the rollup: {v:#}");
+    assert_ne!(prod["t.top"], dev["t.top"]);
+    let physical = |name: &str, fp: &str| s.snapshot(name, fp).unwrap().unwrap().physical;
+    assert_eq!(physical("t.rollup", &prod["t.rollup"]), physical("t.rollup", &dev["t.rollup"]), "dev's rollup reuses prod's table");
+    assert_ne!(physical("t.top", &prod["t.top"]), physical("t.top", &dev["t.top"]), "dev's top has a table of its own");
+    drop(s);
+    assert_eq!(p.rows(&env_view("dev", "t.top")), p.rows(&format!("(SELECT n, total + 2 FROM {}) AS q", env_view("dev", "t.rollup"))));
+    // prod's run rebuilds prod's rollup: the shared table changes under dev's rollup version.
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    p.write("models/m.lua", &shared_table_models(false));
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).contains("t.rollup"), "{v:#}");
+    p.write("models/m.lua", &shared_table_models(true));
+    let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
+    let top = action(&plan, "t.top");
+    assert_eq!(top["rebuild"], true, "{plan:#}");
+    assert!(top["rebuildReason"].as_str().unwrap().contains("t.rollup"), "the reason names the shared parent: {plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(
+        p.rows(&env_view("dev", "t.top")),
+        p.rows(&format!("(SELECT n, total + 2 FROM {}) AS q", env_view("dev", "t.rollup"))),
+        "dev's top serves what dev's rollup holds"
+    );
+}
+
+/// A `full` model over an `embedded` model over a time-range parent: the run that computes the
+/// parent's new intervals rebuilds the `full` model too (the embedded model has no data of its
+/// own), so the plan after it is a no-op.
+#[test]
+fn a_run_rebuilds_a_full_model_reading_new_intervals_through_an_embedded_model() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write(
+        "models/m.lua",
+        r#"
+local daily = define_model {
+  name = "t.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 },
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+}
+local emb = define_model {
+  name = "t.emb", kind = kind.embedded(),
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT day, v FROM " .. ref(daily),
+}
+define_model {
+  name = "t.eroll", kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  query = "SELECT count(*) AS n FROM " .. ref(emb),
+}
+"#,
+    );
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("prod", "t.eroll")), vec![vec![Some("9".to_string())]]);
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).contains("t.eroll"), "{v:#}");
+    assert_eq!(p.rows(&env_view("prod", "t.eroll")), vec![vec![Some("11".to_string())]], "the rollup reads the new days");
+    let plan = p.run(&["plan", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(plan["hasChanges"], false, "nothing left stale after the run: {plan:#}");
+}
+
+/// A unique-key model prod and dev share, and a `full` rollup of it each of their own (dev edits
+/// it). `prod`'s run upserts new rows and is killed (the `EFMESH_FAULT` hook aborts it) after the
+/// engine committed the upsert, before anything is recorded after it: the generation moved before
+/// the write, so dev's rollup is still marked.
+fn upsert_models(plus: u32) -> String {
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, 1 AS v",
+}}
+local u = define_model {{
+  name = "t.u", kind = kind.incremental_by_unique_key {{ key = "id" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "n", "bigint" }} }},
+  query = "SELECT 1 AS id, count(*) AS n FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.r", kind = kind.full(),
+  schema = {{ {{ "n1", "bigint" }} }},
+  query = "SELECT n + {plus} AS n1 FROM " .. ref(u),
+}}
+"#
+    )
+}
+
+#[test]
+fn a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_it() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &upsert_models(1));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &upsert_models(2));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let s = p.state();
+    assert_eq!(s.env_pointers("prod").unwrap()["t.u"], s.env_pointers("dev").unwrap()["t.u"], "the upserted version is shared");
+    drop(s);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    p.write("models/m.lua", &upsert_models(1));
+    let mut c = p.command(&["run", "prod"]);
+    c.env("EFMESH_FAULT", "after-upsert:t.u");
+    let killed = c.output().expect("spawn efmesh");
+    let stderr = String::from_utf8_lossy(&killed.stderr);
+    assert!(!killed.status.success() && stderr.contains("aborting at `after-upsert:t.u`"), "{stderr}");
+    assert_eq!(p.rows(&env_view("prod", "t.u")), vec![vec![Some("1".to_string()), Some("11".to_string())]], "the upsert committed");
+    p.write("models/m.lua", &upsert_models(2));
+    let plan = p.plan("dev");
+    let r = action(&plan, "t.r");
+    assert_eq!(r["rebuild"], true, "{plan:#}");
+    assert!(r["rebuildReason"].as_str().unwrap().contains("t.u"), "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "t.r")), vec![vec![Some("13".to_string())]]);
+}
