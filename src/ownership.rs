@@ -54,6 +54,8 @@ pub enum Status {
     Foreign,
     /// No marker (storage written before markers existed, or nothing written yet).
     Unmarked,
+    /// The marker could not be read (e.g. S3 unreachable): treated as not ours.
+    Unreadable,
 }
 
 /// The marker of one storage.
@@ -88,15 +90,20 @@ impl Owners {
     }
 }
 
-/// The storages of a physical relation: `"_efmesh_ducklake".…` lives in the DuckLake catalog;
-/// `"_efmesh".…` in the engine database and, when the project has a lake, maybe in it too.
-pub fn storages_of(config: &Config, physical: &str) -> Vec<Storage> {
+/// The storages a physical relation was found in: `"_efmesh_ducklake".…` lives in the DuckLake
+/// catalog; `"_efmesh".…` in the engine database when listed there (`in_engine`), and in the
+/// lake when a version directory of that name was listed there (`in_lake`). A project with
+/// `[lake]` but no parquet version in it never needs the lake's marker for its engine orphans.
+pub fn storages_of(physical: &str, in_engine: bool, in_lake: bool) -> Vec<Storage> {
     let p = physical.to_lowercase();
     if p.starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) {
         return vec![Storage::Ducklake];
     }
-    let mut out = vec![Storage::Engine];
-    if config.lake.is_some() {
+    let mut out = Vec::new();
+    if in_engine {
+        out.push(Storage::Engine);
+    }
+    if in_lake {
         out.push(Storage::Lake);
     }
     out
@@ -222,7 +229,7 @@ pub fn lake_version_dirs(config: &Config, s3: Option<&S3Lake>) -> Result<Vec<Str
 /// open), the lake (when configured), the DuckLake catalog (when attached).
 ///
 /// # Errors
-/// A failed engine query or lake read.
+/// A failed engine query (an unreadable lake marker is [`Status::Unreadable`]).
 pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str) -> Result<Vec<Owners>, String> {
     let mut out = Vec::new();
     let db = config.engine_path().to_string_lossy().into_owned();
@@ -239,7 +246,14 @@ pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Opt
         None => out.push(Owners::new(Storage::Engine, db, None, me)),
     }
     if let Some(root) = config.lake_root() {
-        out.push(Owners::new(Storage::Lake, root, read_lake(config, s3)?, me));
+        match read_lake(config, s3) {
+            Ok(owners) => out.push(Owners::new(Storage::Lake, root, owners, me)),
+            Err(e) => {
+                // Unreadable (an S3 outage): nothing of the lake is ours to collect this time.
+                tracing::warn!("the lake's owner markers cannot be read: {e}");
+                out.push(Owners { storage: Storage::Lake, location: root, owners: None, status: Status::Unreadable });
+            }
+        }
     }
     Ok(out)
 }

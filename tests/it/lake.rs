@@ -346,8 +346,14 @@ fn misconfigured_targets_are_load_errors_naming_the_model() {
 
 /// Runs efmesh in `p` with the S3 credentials of the moto server in the environment.
 fn run_s3(p: &Project, args: &[&str]) -> Run {
+    run_s3_with(p, args, &[])
+}
+
+/// [`run_s3`] with extra environment variables.
+fn run_s3_with(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = p
         .command(args)
+        .envs(env.iter().copied())
         .env("AWS_ACCESS_KEY_ID", crate::s3::KEY_ID)
         .env("AWS_SECRET_ACCESS_KEY", crate::s3::SECRET)
         .env_remove("AWS_SESSION_TOKEN")
@@ -595,20 +601,26 @@ fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_se
     let old = format!("warehouse/m__totals/{}/", fp(&one, "m.totals"));
     let stray = format!("warehouse/m__totals/{}/", "e".repeat(64));
     moto.put("lake", &format!("{stray}data.parquet"), "not parquet");
+    // A sibling of the collected prefix `<fp>/`: `<fp>x/` is not under it and must survive.
+    let sibling = format!("warehouse/m__totals/{}x/data.parquet", fp(&one, "m.totals"));
+    moto.put("lake", &sibling, "not ours to delete");
     let keys = moto.keys("lake");
     assert!(keys.iter().any(|k| k.starts_with(&old)), "{keys:?}");
     let markers: Vec<String> = keys.iter().filter(|k| k.starts_with("warehouse/.efmesh-owner.d/")).cloned().collect();
     assert_eq!(markers.len(), 1, "the lake's owner marker: {keys:?}");
     p.now = "2099-01-01T00:00:00Z".to_string();
-    let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
+    // At trace level too, no pre-signed URL (its signature) reaches the logs.
+    let r = run_s3_with(&p, &["janitor", "--ttl", "0", "--json"], &[("RUST_LOG", "trace")]);
     let v = r.expect_code(0).json();
     assert!(!r.stderr.contains(crate::s3::SECRET) && !r.stdout.contains(crate::s3::SECRET), "the secret reached the output");
+    assert!(!r.stderr.contains("X-Amz-Signature") && !r.stdout.contains("X-Amz-Signature"), "a signed URL reached the logs");
     assert_eq!(v["dropped"].as_array().map(Vec::len), Some(1), "{v:#}");
     assert_eq!(v["dropped"][0]["lakeDir"], Value::from(format!("s3://lake/{}", old.trim_end_matches('/'))), "{v:#}");
     assert_eq!(v["orphans"].as_array().map(Vec::len), Some(1), "{v:#}");
     let after = moto.keys("lake");
     let expected: Vec<String> = keys.iter().filter(|k| !k.starts_with(&old) && !k.starts_with(&stray)).cloned().collect();
     assert_eq!(after, expected, "nothing left under the collected prefixes, every other object kept");
+    assert!(after.contains(&sibling), "the sibling prefix `<fp>x/` survives: {after:?}");
     assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__totals/{}/", fp(&two, "m.totals")))));
     assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__daily/{}/", fp(&two, "m.daily")))));
     p.now = LAKE_NOW.to_string();
