@@ -445,7 +445,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         }
     }
     if !opts.dry_run {
-        drop_condemned(config, state, open, s3.as_ref(), &me, &fresh, &mut report)?;
+        drop_condemned(config, state, open, s3.as_ref(), &me, &fresh, &in_lake, &mut report)?;
     }
     for v in &mut report.orphans {
         v.first_seen = seen.get(&v.physical).cloned();
@@ -461,6 +461,7 @@ fn drop_condemned(
     s3: Option<&S3Lake>,
     me: &str,
     fresh: &BTreeSet<String>,
+    listed_in_lake: &HashSet<String>,
     report: &mut Report,
 ) -> Result<(), JanitorError> {
     let condemned = state.janitor_inventory()?.condemned;
@@ -503,7 +504,12 @@ fn drop_condemned(
         let orphan = c.detail.get("orphan").and_then(serde_json::Value::as_bool).unwrap_or(false);
         let key = c.physical.to_lowercase();
         // The lake counts when the directory is listed there, or when the lake cannot be listed.
-        let lake = lake_now.as_ref().map_or(config.lake.is_some(), |l| l.contains(&key));
+        // Unlistable now: what this run's listing saw for its own claims, the lake for older ones.
+        let lake = match &lake_now {
+            Some(l) => l.contains(&key),
+            None if fresh.contains(&c.physical) => listed_in_lake.contains(&key),
+            None => config.lake.is_some(),
+        };
         let not_ours = crate::ownership::storages_of(&c.physical, present.contains_key(&key), lake)
             .into_iter()
             .filter_map(|st| owners.iter().find(|o| o.storage == st))

@@ -635,3 +635,20 @@ fn a_lake_root_shared_by_two_state_stores_keeps_each_others_directories() {
     assert_eq!(kept(&v), BTreeSet::from([(physical_of(&b, "s.m"), "foreign".to_string())]), "{v:#}");
     assert!(a_dir.join("data.parquet").exists() && b_dir.join("data.parquet").exists());
 }
+
+#[test]
+fn a_lake_without_parquet_versions_does_not_keep_the_engines_orphans() {
+    let mut p = project(1);
+    p.write("efmesh.toml", &format!("{CONFIG}\n[lake]\npath = \"lake\"\n"));
+    p.apply("dev");
+    assert!(!p.root().join("lake/.efmesh-owner.d").exists(), "no parquet model: the lake was never written, so it has no marker");
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let physical = format!("\"_efmesh\".\"{orphan}\"");
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([physical]), "the orphan lives in the engine only, which is ours: {v:#}");
+    assert!(v["keptOrphans"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(!r.stderr.contains("no owner marker"), "{}", r.stderr);
+    assert!(!p.physical_tables().contains(&orphan));
+}

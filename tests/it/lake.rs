@@ -631,3 +631,21 @@ fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_se
         assert_eq!(s3_rows(&p, &moto, &env_view("dev", m)), reference.rows(&env_view("dev", m)), "`{m}` still served from S3");
     }
 }
+
+#[test]
+fn an_s3_listing_failure_fails_the_janitor_but_the_engines_orphans_are_still_collected() {
+    let moto = crate::s3::Moto::start();
+    // The bucket does not exist: every listing of the lake fails.
+    let lake = format!("[lake]\npath = \"s3://missing/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
+    let mut p = lake_project("", &lake);
+    run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0);
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    p.now = "2099-01-01T00:00:00Z".to_string();
+    let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
+    let v = r.expect_code(1).json();
+    let failed = v["failed"].as_array().unwrap();
+    assert!(failed.iter().any(|f| f["physical"] == Value::from("s3://missing/warehouse")), "the lake's listing failure is reported: {v:#}");
+    let orphans: Vec<&str> = v["orphans"].as_array().unwrap().iter().filter_map(|o| o["physical"].as_str()).collect();
+    assert_eq!(orphans, [format!("\"_efmesh\".\"{orphan}\"")], "the engine's orphan is still collected: {v:#}");
+}
