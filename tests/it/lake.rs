@@ -645,11 +645,11 @@ fn an_s3_listing_failure_fails_the_janitor_but_the_engines_orphans_are_still_cla
     let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
     let v = r.expect_code(1).json();
     let failed = v["failed"].as_array().unwrap();
-    assert!(failed.iter().any(|f| f["physical"] == Value::from("s3://missing/warehouse")), "the lake's listing failure is reported: {v:#}");
+    assert!(failed.iter().any(|f| f["physical"] == "s3://missing/warehouse"), "the lake's listing failure is reported: {v:#}");
     // The engine's orphan is still claimed (the run went on), but its drop first clears its lake
     // prefix, which cannot be listed: it stays claimed for the next janitor, nothing lost.
     let physical = format!("\"_efmesh\".\"{orphan}\"");
-    assert!(failed.iter().any(|f| f["physical"] == Value::from(physical.as_str())), "the orphan was claimed, its drop retried later: {v:#}");
+    assert!(failed.iter().any(|f| f["physical"] == physical.as_str()), "the orphan was claimed, its drop retried later: {v:#}");
     assert!(v["orphans"].as_array().unwrap().is_empty(), "{v:#}");
     assert!(p.physical_tables().contains(&orphan), "kept until its lake prefix can be checked");
 }
