@@ -334,11 +334,18 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     for r in stored.iter().filter(|r| physical_shape(&r.name).is_none()) {
         tracing::debug!(relation = %r.qualified, "not a physical-name shape: left alone");
     }
-    {
-        use crate::core::name::quote_ident;
-        let dirs = crate::ownership::lake_version_dirs(config, s3.as_ref()).map_err(JanitorError::Storage)?;
-        listed.extend(dirs.iter().map(|name| format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(name))));
-    }
+    let in_engine: HashSet<String> = listed.iter().map(|p| p.to_lowercase()).collect();
+    // An S3 listing failure is a failure (exit 1), but the engine's storage is still collected.
+    let lake_names = match lake_listing(config, s3.as_ref()) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("the lake cannot be listed, its orphans are not collected this time: {e}");
+            report.failed.push(Failure { physical: config.lake_root().unwrap_or_default(), model: String::new(), error: e });
+            Vec::new()
+        }
+    };
+    let in_lake: HashSet<String> = lake_names.iter().map(|p| p.to_lowercase()).collect();
+    listed.extend(lake_names.into_iter().filter(|p| !in_engine.contains(&p.to_lowercase())));
     // 2. Orphans: recorded when first seen; only those of storage this store owns alone and
     //    seen for at least the ttl are eligible for the claim.
     let candidates = orphan_candidates(&state.janitor_inventory()?, &listed);
@@ -357,7 +364,8 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     let mut kept_in: BTreeMap<Storage, usize> = BTreeMap::new();
     for (physical, model, fp) in &candidates {
         let first_seen = seen.get(physical).cloned().unwrap_or_else(|| at.clone());
-        let blocking = crate::ownership::storages_of(config, physical)
+        let key = physical.to_lowercase();
+        let blocking = crate::ownership::storages_of(physical, in_engine.contains(&key), in_lake.contains(&key))
             .into_iter()
             .filter_map(|st| owners.iter().find(|o| o.storage == st))
             .find(|o| o.status != Status::Ours);
@@ -365,7 +373,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         let (reason, others) = match blocking {
             Some(o) => {
                 *kept_in.entry(o.storage).or_default() += 1;
-                (if o.status == Status::Unmarked { "unmarked" } else { "foreign" }, o.others(&me))
+                (kept_reason(o.status), o.others(&me))
             }
             None if young => ("young", Vec::new()),
             None => {
@@ -384,7 +392,9 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     }
     for (storage, n) in &kept_in {
         let Some(o) = owners.iter().find(|o| o.storage == *storage) else { continue };
-        if o.status == Status::Unmarked {
+        if o.status == Status::Unreadable {
+            tracing::warn!(storage = ?o.storage, "{n} orphan(s) kept: the owner markers of `{}` cannot be read", o.location);
+        } else if o.status == Status::Unmarked {
             tracing::warn!(
                 storage = ?o.storage,
                 "{n} orphan(s) kept: `{}` has no owner marker (written before efmesh recorded owners), so other state stores may have written there; \
@@ -435,7 +445,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         }
     }
     if !opts.dry_run {
-        drop_condemned(config, state, open, s3.as_ref(), &me, &fresh, &mut report)?;
+        drop_condemned(config, state, open, s3.as_ref(), &me, &fresh, &in_lake, &mut report)?;
     }
     for v in &mut report.orphans {
         v.first_seen = seen.get(&v.physical).cloned();
@@ -444,6 +454,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
 }
 
 /// Drops every claimed storage: this janitor's and what earlier ones left.
+#[allow(clippy::too_many_arguments)] // one call site, in `collect`, passing its own listing
 fn drop_condemned(
     config: &Config,
     state: &dyn StateStore,
@@ -451,6 +462,7 @@ fn drop_condemned(
     s3: Option<&S3Lake>,
     me: &str,
     fresh: &BTreeSet<String>,
+    listed_in_lake: &HashSet<String>,
     report: &mut Report,
 ) -> Result<(), JanitorError> {
     let condemned = state.janitor_inventory()?.condemned;
@@ -488,9 +500,18 @@ fn drop_condemned(
             return Ok(());
         }
     };
+    let lake_now: Option<HashSet<String>> = lake_listing(config, s3).ok().map(|l| l.iter().map(|p| p.to_lowercase()).collect());
     for c in &condemned {
         let orphan = c.detail.get("orphan").and_then(serde_json::Value::as_bool).unwrap_or(false);
-        let not_ours = crate::ownership::storages_of(config, &c.physical)
+        let key = c.physical.to_lowercase();
+        // The lake counts when the directory is listed there, or when the lake cannot be listed.
+        // Unlistable now: what this run's listing saw for its own claims, the lake for older ones.
+        let lake = match &lake_now {
+            Some(l) => l.contains(&key),
+            None if fresh.contains(&c.physical) => listed_in_lake.contains(&key),
+            None => config.lake.is_some(),
+        };
+        let not_ours = crate::ownership::storages_of(&c.physical, present.contains_key(&key), lake)
             .into_iter()
             .filter_map(|st| owners.iter().find(|o| o.storage == st))
             .find(|o| o.status != Status::Ours);
@@ -504,7 +525,7 @@ fn drop_condemned(
                 fingerprint: short(&c.fingerprint),
                 physical: c.physical.clone(),
                 first_seen: String::new(),
-                reason: if o.status == Status::Unmarked { "unmarked" } else { "foreign" }.to_string(),
+                reason: kept_reason(o.status).to_string(),
                 owners: o.others(me),
             });
             continue;
@@ -529,6 +550,22 @@ fn drop_condemned(
         }
     }
     Ok(())
+}
+
+/// The lake's version directories as the physical names of their views in `_efmesh`.
+fn lake_listing(config: &Config, s3: Option<&S3Lake>) -> Result<Vec<String>, String> {
+    use crate::core::name::quote_ident;
+    let dirs = crate::ownership::lake_version_dirs(config, s3)?;
+    Ok(dirs.iter().map(|name| format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(name))).collect())
+}
+
+/// The `keptOrphans` reason of an orphan in storage of that status.
+fn kept_reason(status: Status) -> &'static str {
+    match status {
+        Status::Unmarked => "unmarked",
+        Status::Unreadable => "unreadable",
+        _ => "foreign",
+    }
 }
 
 fn push(report: &mut Report, v: Victim, c: &Condemned) {

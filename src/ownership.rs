@@ -7,7 +7,9 @@
 //!   store (DuckDB has no comment on a schema; a sequence is no relation, so nothing listing the
 //!   schema's tables and views sees it, and adding an owner is one atomic statement);
 //! - a DuckLake catalog: the table `"_efmesh"."_efmesh_owners"` (its tables live in `main`);
-//! - a parquet lake root, local or on S3: the file or object `<root>/.efmesh-owner` (JSON).
+//! - a parquet lake root, local or on S3: one file or object `<root>/.efmesh-owner.d/<id>` per
+//!   store, created once and never rewritten (S3 has no conditional put: a shared file rewritten
+//!   by two stores at once would lose one), read by listing.
 //!
 //! `apply` adds its store to the marker of every storage it is about to write; a storage that
 //! holds versions but had no marker (written before markers existed) gets the owner `unknown`
@@ -17,11 +19,12 @@
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::s3::S3Lake;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::Path;
 
-/// Name of the lake root's marker (file or S3 object).
-pub const OWNER_FILE: &str = ".efmesh-owner";
+/// Name of the lake root's marker directory (or S3 prefix): one file or object per store,
+/// named by its id.
+pub const OWNER_DIR: &str = ".efmesh-owner.d";
 
 /// The owner recorded beside the first known one in a storage that already held versions
 /// without a marker: stores unknown may have written there.
@@ -51,6 +54,8 @@ pub enum Status {
     Foreign,
     /// No marker (storage written before markers existed, or nothing written yet).
     Unmarked,
+    /// The marker could not be read (e.g. S3 unreachable): treated as not ours.
+    Unreadable,
 }
 
 /// The marker of one storage.
@@ -85,62 +90,90 @@ impl Owners {
     }
 }
 
-/// The JSON of a lake root's marker.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-struct LakeMarker {
-    owners: Vec<LakeOwner>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LakeOwner {
-    store_id: String,
-    since: String,
-}
-
-/// The storages of a physical relation: `"_efmesh_ducklake".…` lives in the DuckLake catalog;
-/// `"_efmesh".…` in the engine database and, when the project has a lake, maybe in it too.
-pub fn storages_of(config: &Config, physical: &str) -> Vec<Storage> {
+/// The storages a physical relation was found in: `"_efmesh_ducklake".…` lives in the DuckLake
+/// catalog; `"_efmesh".…` in the engine database when listed there (`in_engine`), and in the
+/// lake when a version directory of that name was listed there (`in_lake`). A project with
+/// `[lake]` but no parquet version in it never needs the lake's marker for its engine orphans.
+pub fn storages_of(physical: &str, in_engine: bool, in_lake: bool) -> Vec<Storage> {
     let p = physical.to_lowercase();
     if p.starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS)) {
         return vec![Storage::Ducklake];
     }
-    let mut out = vec![Storage::Engine];
-    if config.lake.is_some() {
+    let mut out = Vec::new();
+    if in_engine {
+        out.push(Storage::Engine);
+    }
+    if in_lake {
         out.push(Storage::Lake);
     }
     out
 }
 
-/// Reads the lake root's marker: `Ok(None)` when there is none.
-fn read_lake(config: &Config, s3: Option<&S3Lake>) -> Result<Option<LakeMarker>, String> {
+/// The owners a lake root's marker directory names (`<root>/.efmesh-owner.d/<store_id>`, one
+/// file or object per store, read by listing): `Ok(None)` when there is none.
+fn read_lake(config: &Config, s3: Option<&S3Lake>) -> Result<Option<Vec<String>>, String> {
     let root = config.lake_root().unwrap_or_default();
-    let text = match s3 {
-        Some(s3) => s3.get(&s3.key(OWNER_FILE))?,
-        None => match fs_err::read_to_string(Path::new(&root).join(OWNER_FILE)) {
-            Ok(t) => Some(t),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+    let mut ids: Vec<String> = match s3 {
+        Some(s3) => {
+            let (keys, _) = s3.list(&s3.key(&format!("{OWNER_DIR}/")), None)?;
+            keys.iter().filter_map(|k| k.rsplit('/').next()).filter(|id| !id.is_empty()).map(str::to_string).collect()
+        }
+        None => match fs_err::read_dir(Path::new(&root).join(OWNER_DIR)) {
+            Ok(entries) => entries
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|n| !n.starts_with('.'))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.to_string()),
         },
     };
-    text.map(|t| {
-        serde_json::from_str(&t)
-            .map_err(|e| format!("the lake's owner marker `{root}/{OWNER_FILE}` is not valid ({e}); fix or remove it (then `efmesh janitor --adopt`)"))
-    })
-    .transpose()
+    ids.sort();
+    Ok((!ids.is_empty()).then_some(ids))
 }
 
-fn write_lake(config: &Config, s3: Option<&S3Lake>, marker: &LakeMarker) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(marker).map_err(|e| e.to_string())? + "\n";
-    if let Some(s3) = s3 {
-        return s3.put(&s3.key(OWNER_FILE), &text);
+/// A store id is a file or object name in the marker directory: letters, digits, `-` and `_` only.
+fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(format!("the state store id `{id}` cannot name an owner marker (letters, digits, `-`, `_` only)"));
     }
-    let root = config.lake_root().unwrap_or_default();
-    fs_err::create_dir_all(&root).map_err(|e| e.to_string())?;
-    let path = Path::new(&root).join(OWNER_FILE);
-    let tmp = Path::new(&root).join(format!("{OWNER_FILE}.tmp"));
+    Ok(())
+}
+
+/// Creates the marker of store `id` in the lake root (never rewritten once there: each store
+/// writes its own, so two stores registering at once both end up listed).
+fn write_lake(config: &Config, s3: Option<&S3Lake>, id: &str, now: &str) -> Result<(), String> {
+    check_id(id)?;
+    let text = serde_json::to_string(&serde_json::json!({ "storeId": id, "since": now })).map_err(|e| e.to_string())? + "\n";
+    if let Some(s3) = s3 {
+        let key = s3.key(&format!("{OWNER_DIR}/{id}"));
+        if s3.get(&key)?.is_some() {
+            return Ok(());
+        }
+        return s3.put(&key, &text);
+    }
+    let dir = Path::new(&config.lake_root().unwrap_or_default()).join(OWNER_DIR);
+    fs_err::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join(id);
+    if path.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join(format!(".{id}.tmp"));
     fs_err::write(&tmp, text).map_err(|e| e.to_string())?;
     fs_err::rename(&tmp, &path).map_err(|e| e.to_string())
+}
+
+/// Removes the markers of every store but `me` from the lake root (`janitor --adopt`).
+fn remove_other_lake_markers(config: &Config, s3: Option<&S3Lake>, me: &str) -> Result<(), String> {
+    for id in read_lake(config, s3)?.unwrap_or_default().into_iter().filter(|id| id != me) {
+        match s3 {
+            Some(s3) => s3.delete(&s3.key(&format!("{OWNER_DIR}/{id}")))?,
+            None => fs_err::remove_file(Path::new(&config.lake_root().unwrap_or_default()).join(OWNER_DIR).join(&id)).map_err(|e| e.to_string())?,
+        }
+    }
+    Ok(())
 }
 
 /// The S3 client of the project's lake, when it is on S3.
@@ -196,7 +229,7 @@ pub fn lake_version_dirs(config: &Config, s3: Option<&S3Lake>) -> Result<Vec<Str
 /// open), the lake (when configured), the DuckLake catalog (when attached).
 ///
 /// # Errors
-/// A failed engine query or lake read.
+/// A failed engine query (an unreadable lake marker is [`Status::Unreadable`]).
 pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str) -> Result<Vec<Owners>, String> {
     let mut out = Vec::new();
     let db = config.engine_path().to_string_lossy().into_owned();
@@ -213,8 +246,14 @@ pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Opt
         None => out.push(Owners::new(Storage::Engine, db, None, me)),
     }
     if let Some(root) = config.lake_root() {
-        let owners = read_lake(config, s3)?.map(|m| m.owners.into_iter().map(|o| o.store_id).collect());
-        out.push(Owners::new(Storage::Lake, root, owners, me));
+        match read_lake(config, s3) {
+            Ok(owners) => out.push(Owners::new(Storage::Lake, root, owners, me)),
+            Err(e) => {
+                // Unreadable (an S3 outage): nothing of the lake is ours to collect this time.
+                tracing::warn!("the lake's owner markers cannot be read: {e}");
+                out.push(Owners { storage: Storage::Lake, location: root, owners: None, status: Status::Unreadable });
+            }
+        }
     }
     Ok(out)
 }
@@ -254,19 +293,15 @@ pub fn register(config: &Config, me: &str, engine: &mut dyn Engine, lake: bool, 
     }
     if lake && config.lake.is_some() {
         let s3 = s3_lake(config)?;
-        let mut marker = match read_lake(config, s3.as_ref())? {
-            Some(m) if m.owners.iter().any(|o| o.store_id == me) => return Ok(()),
-            Some(m) => {
-                warn_shared("the lake", &m.owners.iter().map(|o| o.store_id.clone()).collect::<Vec<_>>(), me);
-                m
-            }
+        match read_lake(config, s3.as_ref())? {
+            Some(o) if o.iter().any(|x| x == me) => return Ok(()),
+            Some(o) => warn_shared("the lake", &o, me),
             None if !lake_version_dirs(config, s3.as_ref())?.is_empty() => {
-                LakeMarker { owners: vec![LakeOwner { store_id: UNKNOWN_OWNER.to_string(), since: now.to_string() }] }
+                write_lake(config, s3.as_ref(), UNKNOWN_OWNER, now).map_err(|e| format!("cannot record this state store as an owner of the lake: {e}"))?;
             }
-            None => LakeMarker::default(),
-        };
-        marker.owners.push(LakeOwner { store_id: me.to_string(), since: now.to_string() });
-        write_lake(config, s3.as_ref(), &marker).map_err(|e| format!("cannot record this state store as an owner of the lake: {e}"))?;
+            None => {}
+        }
+        write_lake(config, s3.as_ref(), me, now).map_err(|e| format!("cannot record this state store as an owner of the lake: {e}"))?;
     }
     Ok(())
 }
@@ -292,7 +327,45 @@ pub fn adopt(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option
         }
     }
     if config.lake.is_some() {
-        write_lake(config, s3, &LakeMarker { owners: vec![LakeOwner { store_id: me.to_string(), since: now.to_string() }] })?;
+        write_lake(config, s3, me, now)?;
+        remove_other_lake_markers(config, s3, me)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lake_config(dir: &Path) -> Config {
+        Config::parse(&dir.join("efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n\n[lake]\npath = \"lake\"\n").unwrap()
+    }
+
+    #[test]
+    fn two_stores_registering_in_one_lake_root_at_once_are_both_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = lake_config(dir.path());
+        let ids: Vec<String> = (0..8).map(|i| format!("{i:032x}")).collect();
+        std::thread::scope(|s| {
+            for id in &ids {
+                let config = &config;
+                s.spawn(move || write_lake(config, None, id, "2026-01-01T00:00:00.000Z").unwrap());
+            }
+        });
+        assert_eq!(read_lake(&config, None).unwrap(), Some(ids.clone()), "every store that registered is listed");
+        // Registering again rewrites nothing; adopting leaves only the adopter.
+        write_lake(&config, None, &ids[0], "2027-01-01T00:00:00.000Z").unwrap();
+        let text = fs_err::read_to_string(Path::new(&config.lake_root().unwrap()).join(OWNER_DIR).join(&ids[0])).unwrap();
+        assert!(text.contains("2026-01-01"), "a marker is never rewritten: {text}");
+        adopt(&config, None, None, &ids[3], "2027-01-01T00:00:00.000Z").unwrap();
+        assert_eq!(read_lake(&config, None).unwrap(), Some(vec![ids[3].clone()]));
+    }
+
+    #[test]
+    fn a_store_id_that_is_no_plain_name_names_no_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = lake_config(dir.path());
+        assert!(write_lake(&config, None, "../x", "2026-01-01T00:00:00.000Z").is_err());
+        assert_eq!(read_lake(&config, None).unwrap(), None);
+    }
 }

@@ -164,6 +164,20 @@ impl S3Lake {
         self.check(&what, response).map(drop)
     }
 
+    /// Deletes the object `key` (no error when it does not exist).
+    ///
+    /// # Errors
+    /// A message naming the request that failed.
+    pub fn delete(&self, key: &str) -> Result<(), String> {
+        let what = format!("deletion of `{key}`");
+        let url = self.bucket.delete_object(Some(&self.credentials), key).sign(SIGNED_FOR);
+        let response = self.agent.delete(url.as_str()).call().map_err(|e| self.failed(&what, e))?;
+        if response.status().as_u16() == 404 {
+            return Ok(());
+        }
+        self.check(&what, response).map(drop)
+    }
+
     /// Deletes every object under `prefix` (which must end with `/`), listing page by page
     /// and deleting in batches; returns how many objects were deleted.
     ///

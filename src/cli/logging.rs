@@ -52,11 +52,18 @@ fn no_color() -> bool {
 /// printed.
 static PROGRESS: OnceLock<Arc<Mutex<Bars>>> = OnceLock::new();
 
+/// The HTTP and TLS crates never log below `info`, whatever `RUST_LOG` says: at `debug` and
+/// `trace` ureq logs whole request URLs, and the S3 lake's are pre-signed (their query string
+/// holds a signature and maybe a session token).
+fn quiet_http(filter: EnvFilter) -> EnvFilter {
+    ["ureq=info", "ureq_proto=info", "rustls=info"].iter().filter_map(|d| d.parse().ok()).fold(filter, EnvFilter::add_directive)
+}
+
 /// Installs the stderr logger for a command (`no_bar`: never draw the progress bar, e.g. for a
 /// `--json` command). `RUST_LOG`, when set and valid, replaces the `--log-level` filter.
 pub fn init(level: LogLevel, format: Option<LogFormat>, no_bar: bool) {
     let setup = Setup::resolve(format, std::io::stderr().is_terminal(), no_color(), no_bar);
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("efmesh={},warn", level.as_str())));
+    let filter = quiet_http(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("efmesh={},warn", level.as_str()))));
     let multi = MultiProgress::with_draw_target(if setup.progress { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
     let writer = Stderr { multi: multi.clone() };
     let lines = match setup.format {

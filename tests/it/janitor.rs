@@ -497,7 +497,7 @@ fn ducklake_tables_of_unreachable_versions_and_orphans_are_dropped() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Ownership and age of orphans (SPEC invariant 40)
+// Ownership and age of orphans (SPEC invariant 39 (d))
 
 /// The identity (`meta.store_id`) of the state store at `rel`.
 fn store_id(p: &Project, rel: &str) -> String {
@@ -622,12 +622,33 @@ fn a_lake_root_shared_by_two_state_stores_keeps_each_others_directories() {
     p.write("models/m.lua", &lake_models(2));
     let b = p.apply("dev");
     let b_dir = lake_dir(&p, &b);
-    let marker: Value = serde_json::from_str(&p.read("lake/.efmesh-owner")).unwrap();
-    assert_eq!(marker["owners"].as_array().map(Vec::len), Some(2), "{marker:#}");
+    let mut markers: Vec<String> =
+        std::fs::read_dir(p.root().join("lake/.efmesh-owner.d")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    markers.sort();
+    let mut want = vec![store_id(&p, "efmesh.state.sqlite"), store_id(&p, "b.state.sqlite")];
+    want.sort();
+    assert_eq!(markers, want, "one marker per store in the lake root");
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     assert_eq!(kept(&v), BTreeSet::from([(physical_of(&a, "s.m"), "foreign".to_string())]), "{v:#}");
     p.write("efmesh.toml", &config);
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     assert_eq!(kept(&v), BTreeSet::from([(physical_of(&b, "s.m"), "foreign".to_string())]), "{v:#}");
     assert!(a_dir.join("data.parquet").exists() && b_dir.join("data.parquet").exists());
+}
+
+#[test]
+fn a_lake_without_parquet_versions_does_not_keep_the_engines_orphans() {
+    let mut p = project(1);
+    p.write("efmesh.toml", &format!("{CONFIG}\n[lake]\npath = \"lake\"\n"));
+    p.apply("dev");
+    assert!(!p.root().join("lake/.efmesh-owner.d").exists(), "no parquet model: the lake was never written, so it has no marker");
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let physical = format!("\"_efmesh\".\"{orphan}\"");
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    assert_eq!(physicals(&v, "orphans"), BTreeSet::from([physical]), "the orphan lives in the engine only, which is ours: {v:#}");
+    assert!(v["keptOrphans"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(!r.stderr.contains("no owner marker"), "{}", r.stderr);
+    assert!(!p.physical_tables().contains(&orphan));
 }

@@ -346,8 +346,14 @@ fn misconfigured_targets_are_load_errors_naming_the_model() {
 
 /// Runs efmesh in `p` with the S3 credentials of the moto server in the environment.
 fn run_s3(p: &Project, args: &[&str]) -> Run {
+    run_s3_with(p, args, &[])
+}
+
+/// [`run_s3`] with extra environment variables.
+fn run_s3_with(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = p
         .command(args)
+        .envs(env.iter().copied())
         .env("AWS_ACCESS_KEY_ID", crate::s3::KEY_ID)
         .env("AWS_SECRET_ACCESS_KEY", crate::s3::SECRET)
         .env_remove("AWS_SESSION_TOKEN")
@@ -391,7 +397,8 @@ fn s3_lake_round_trip_against_a_local_server() {
     expected.push(format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")));
     expected.push(format!("warehouse/m__totals/{}/data.parquet", fp("m.totals")));
     expected.push(format!("warehouse/m__totals/{}/manifest.json", fp("m.totals")));
-    expected.push("warehouse/.efmesh-owner".to_string());
+    let store: String = rusqlite::Connection::open(p.state_path()).unwrap().query_row("SELECT store_id FROM meta", [], |r| r.get(0)).unwrap();
+    expected.push(format!("warehouse/.efmesh-owner.d/{store}"));
     expected.sort();
     assert_eq!(moto.keys("lake"), expected, "one object per interval, one file set per full version");
     let manifest: Value = serde_json::from_str(&moto.get("lake", &format!("warehouse/m__daily/{}/manifest.json", fp("m.daily")))).unwrap();
@@ -594,20 +601,26 @@ fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_se
     let old = format!("warehouse/m__totals/{}/", fp(&one, "m.totals"));
     let stray = format!("warehouse/m__totals/{}/", "e".repeat(64));
     moto.put("lake", &format!("{stray}data.parquet"), "not parquet");
+    // A sibling of the collected prefix `<fp>/`: `<fp>x/` is not under it and must survive.
+    let sibling = format!("warehouse/m__totals/{}x/data.parquet", fp(&one, "m.totals"));
+    moto.put("lake", &sibling, "not ours to delete");
     let keys = moto.keys("lake");
     assert!(keys.iter().any(|k| k.starts_with(&old)), "{keys:?}");
-    let marker: Value = serde_json::from_str(&moto.get("lake", "warehouse/.efmesh-owner")).expect("the lake's owner marker");
-    assert_eq!(marker["owners"].as_array().map(Vec::len), Some(1), "{marker:#}");
+    let markers: Vec<String> = keys.iter().filter(|k| k.starts_with("warehouse/.efmesh-owner.d/")).cloned().collect();
+    assert_eq!(markers.len(), 1, "the lake's owner marker: {keys:?}");
     p.now = "2099-01-01T00:00:00Z".to_string();
-    let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
+    // At trace level too, no pre-signed URL (its signature) reaches the logs.
+    let r = run_s3_with(&p, &["janitor", "--ttl", "0", "--json"], &[("RUST_LOG", "trace")]);
     let v = r.expect_code(0).json();
     assert!(!r.stderr.contains(crate::s3::SECRET) && !r.stdout.contains(crate::s3::SECRET), "the secret reached the output");
+    assert!(!r.stderr.contains("X-Amz-Signature") && !r.stdout.contains("X-Amz-Signature"), "a signed URL reached the logs");
     assert_eq!(v["dropped"].as_array().map(Vec::len), Some(1), "{v:#}");
     assert_eq!(v["dropped"][0]["lakeDir"], Value::from(format!("s3://lake/{}", old.trim_end_matches('/'))), "{v:#}");
     assert_eq!(v["orphans"].as_array().map(Vec::len), Some(1), "{v:#}");
     let after = moto.keys("lake");
     let expected: Vec<String> = keys.iter().filter(|k| !k.starts_with(&old) && !k.starts_with(&stray)).cloned().collect();
     assert_eq!(after, expected, "nothing left under the collected prefixes, every other object kept");
+    assert!(after.contains(&sibling), "the sibling prefix `<fp>x/` survives: {after:?}");
     assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__totals/{}/", fp(&two, "m.totals")))));
     assert!(after.iter().any(|k| k.starts_with(&format!("warehouse/m__daily/{}/", fp(&two, "m.daily")))));
     p.now = LAKE_NOW.to_string();
@@ -617,4 +630,26 @@ fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_se
     for m in ["m.daily", "m.totals"] {
         assert_eq!(s3_rows(&p, &moto, &env_view("dev", m)), reference.rows(&env_view("dev", m)), "`{m}` still served from S3");
     }
+}
+
+#[test]
+fn an_s3_listing_failure_fails_the_janitor_but_the_engines_orphans_are_still_claimed() {
+    let moto = crate::s3::Moto::start();
+    // The bucket does not exist: every listing of the lake fails.
+    let lake = format!("[lake]\npath = \"s3://missing/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
+    let mut p = lake_project("", &lake);
+    run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0);
+    let orphan = format!("s__gone__{}", "c".repeat(64));
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
+    p.now = "2099-01-01T00:00:00Z".to_string();
+    let r = run_s3(&p, &["janitor", "--ttl", "0", "--json"]);
+    let v = r.expect_code(1).json();
+    let failed = v["failed"].as_array().unwrap();
+    assert!(failed.iter().any(|f| f["physical"] == "s3://missing/warehouse"), "the lake's listing failure is reported: {v:#}");
+    // The engine's orphan is still claimed (the run went on), but its drop first clears its lake
+    // prefix, which cannot be listed: it stays claimed for the next janitor, nothing lost.
+    let physical = format!("\"_efmesh\".\"{orphan}\"");
+    assert!(failed.iter().any(|f| f["physical"] == physical.as_str()), "the orphan was claimed, its drop retried later: {v:#}");
+    assert!(v["orphans"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(p.physical_tables().contains(&orphan), "kept until its lake prefix can be checked");
 }
