@@ -217,6 +217,8 @@ fn prod_rebuilding_a_table_dev_reuses_marks_dev_rollup_over_the_reusing_version(
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &shared_table_models(false));
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    // dev starts as prod (a view swap), so the edit below is categorised against prod's versions.
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
     p.write("models/m.lua", &shared_table_models(true));
     let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
     let s = p.state();
