@@ -425,15 +425,10 @@ fn test_flag_runs_the_unit_tests_of_the_changed_models() {
     assert_eq!(other["tests"], serde_json::json!([]), "no test of raw.orders: {other}");
 }
 
-/// At a terminal (a pseudo-terminal from util-linux `script`, when installed): the screen is
-/// drawn on the alternate screen, `q` quits with exit 0 and the terminal is restored; with
-/// `NO_COLOR` no colour or style escape is written.
-#[test]
-fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
-    if Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        eprintln!("skipped: no `script` to give the watch a terminal");
-        return;
-    }
+/// `watch dev` at a pseudo-terminal (util-linux `script`) on an applied project, with
+/// `NO_COLOR`, and a channel of what it writes; `None` when `script` is not installed.
+fn watch_at_a_terminal() -> Option<(Project, Child, Receiver<Vec<u8>>)> {
+    Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?;
     let p = project();
     p.apply("dev");
     let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
@@ -458,6 +453,18 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
             }
         }
     });
+    Some((p, child, rx))
+}
+
+/// At a terminal (a pseudo-terminal from util-linux `script`, when installed): the screen is
+/// drawn on the alternate screen, `q` quits with exit 0 and the terminal is restored; with
+/// `NO_COLOR` no colour or style escape is written.
+#[test]
+fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
+    let Some((_project, mut child, rx)) = watch_at_a_terminal() else {
+        eprintln!("skipped: no `script` to give the watch a terminal");
+        return;
+    };
     let mut screen = Vec::new();
     let has = |bytes: &[u8], needle: &str| String::from_utf8_lossy(bytes).contains(needle);
     while !has(&screen, "q quit") {
@@ -492,34 +499,10 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
 /// runs), then the screen with the preview.
 #[test]
 fn the_screen_draws_the_plan_before_the_preview() {
-    if Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+    let Some((p, mut child, rx)) = watch_at_a_terminal() else {
         eprintln!("skipped: no `script` to give the watch a terminal");
         return;
-    }
-    let p = project();
-    p.apply("dev");
-    let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
-    let mut child = Command::new("script")
-        .args(["-qfc", &cmd, "/dev/null"])
-        .current_dir(p.root())
-        .env("NO_COLOR", "1")
-        .env("TERM", "xterm")
-        .env_remove("EFMESH_NOW")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn script");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
+    };
     let mut screen = Vec::new();
     let wait_for = |screen: &mut Vec<u8>, needle: &str, child: &mut std::process::Child| {
         while !String::from_utf8_lossy(screen).contains(needle) {
