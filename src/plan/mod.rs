@@ -1362,6 +1362,8 @@ fn compute_with(
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
                             }
                             Some(_) if !external => {
+                                // Built anew over parents keeping their data: its data stays the same.
+                                data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but its table is also served by another \
                                  environment over other parents' tables, so it gets one of its own"
                                     .to_string()
