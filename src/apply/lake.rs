@@ -219,6 +219,7 @@ pub fn build(
     exec: &ExecResolver<'_>,
     snapshot: &SnapshotRecord,
     built_from: Option<&str>,
+    sharers: &[(String, String, String)],
     state: &dyn StateStore,
     engine: &mut dyn Engine,
     report: &mut ApplyReport,
@@ -255,7 +256,7 @@ pub fn build(
             let query = format!("SELECT {cols} FROM (\n{sql}\n) AS _efmesh_q");
             write_file(model, &dir, FULL_FILE, &query, None, engine)?;
             refresh(project, model, &physical, engine)?;
-            state.record_build(snapshot, built_from, interval::now_millis())?;
+            state.record_build(snapshot, built_from, sharers, interval::now_millis())?;
         }
     }
     Ok(())

@@ -265,6 +265,9 @@ fn execute_recorded(
     }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
+    // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
+    let relation_by_name: HashMap<String, String> = physicals.iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
+    let relation_of = |n: &str| relation_by_name.get(n).cloned();
     // `full` and `view` models downstream of what this apply or run computes (new intervals of
     // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
     // decided first), unless (outside `prod`) their physical relation is also what another
@@ -301,7 +304,21 @@ fn execute_recorded(
                 // `prod` always rebuilds what it serves over its own parents (it is never left
                 // stale for another environment's sake); the environments sharing the table see
                 // prod's rows, as the reuse promised.
-                let shared_with = plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
+                let mut shared_with =
+                    plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
+                // A `full` table whose every version reads the same relations is rebuilt rightly
+                // for all of them by any environment.
+                if shared_with && model.is_some_and(|m| matches!(m.kind, Kind::Full)) {
+                    let relations = crate::plan::generations::relations(project, &a.name, &relation_of);
+                    shared_with = !crate::plan::generations::rebuild_is_shared_rightly(
+                        state,
+                        &plan.env,
+                        &a.name.to_string(),
+                        a.fingerprint.as_str(),
+                        physical,
+                        relations.as_ref(),
+                    )?;
+                }
                 if shared_with {
                     // A pending record stays for an environment that may rebuild it (prod).
                     tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
@@ -389,6 +406,10 @@ fn execute_recorded(
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
+    // The version of every model this plan leads to: a `full` build records its parents' data
+    // generations at these versions (SPEC §4 invariant 36).
+    let versions: HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
 
     // Versions that inherit storage (indirect reuse, forward-only): recorded before any build,
     // so a resumed apply finds them. Metadata-only changes write nothing here: the metadata an
@@ -415,7 +436,16 @@ fn execute_recorded(
                 engine.transaction(&adds).map_err(|e| ApplyError::build(model, None, e))?;
             }
         }
-        state.put_snapshot(&snapshot_record(model, action, &physical)?)?;
+        let snapshot = snapshot_record(model, action, &physical)?;
+        if matches!(model.kind, Kind::Full) {
+            // A record no generation matches until this apply proves the inherited table current
+            // (after its parents are built, below): a process stopped in between leaves a version
+            // the next plan rebuilds, never one trusted unproven (SPEC §4 invariant 36 (c)).
+            let current = read_sources(project, &versions, &model.name, state)?;
+            state.record_reuse(&snapshot, &crate::plan::generations::never_matching(&current), interval::now_millis())?;
+        } else {
+            state.put_snapshot(&snapshot)?;
+        }
         if let Some(t) = model.kind.time_range() {
             let done: Vec<Interval> =
                 state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
@@ -436,10 +466,6 @@ fn execute_recorded(
     let pending: BTreeSet<(String, String)> = rebuilds.into_iter().map(|(name, fp, _)| (name, fp)).collect();
 
     let exec = ExecResolver::new(project, &physicals, Mode::Execute);
-    // The version of every model this plan leads to: a `full` build records its parents' data
-    // generations at these versions (SPEC §4 invariant 36).
-    let versions: HashMap<String, String> =
-        plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
     // The lifecycle lines (`builds planned`, `build start`, `backfill batch`, `build done`) also
     // drive the CLI's progress bar: their messages and fields are an interface.
     let builds = work.iter().filter(|a| project.dag.get(&a.name).is_some_and(|m| !matches!(m.kind, Kind::Embedded))).count();
@@ -475,7 +501,7 @@ fn execute_recorded(
             let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
             report.audits.add(results);
             audited.insert(model.name.clone());
-            state.record_build(&snapshot, None, interval::now_millis())?;
+            state.record_build(&snapshot, None, &[], interval::now_millis())?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
@@ -487,8 +513,19 @@ fn execute_recorded(
         // Read before the build starts: a parent changed during the build leaves a mismatch, so
         // the next plan rebuilds (never a record newer than the data).
         let built_from = if matches!(model.kind, Kind::Full) { Some(read_built_from(project, &versions, &model.name, state)?) } else { None };
+        // The other versions on this table, when they read the same relations: the build is
+        // theirs too, so their records move with it (SPEC §4 invariant 36 (e)).
+        let mut sharers = Vec::new();
+        if matches!(model.kind, Kind::Full) {
+            if shared.is_none() {
+                shared = Some(crate::plan::served_by_other_versions(plan, state)?);
+            }
+            if shared.as_ref().is_some_and(|s| s.contains(&(action.name.to_string(), physical.clone()))) {
+                sharers = shared_builds(project, plan, action, &physical, &relation_of, state)?;
+            }
+        }
         if model.target == crate::core::Target::Parquet {
-            lake::build(project, model, action, &exec, &snapshot, built_from.as_deref(), state, engine, &mut report)?;
+            lake::build(project, model, action, &exec, &snapshot, built_from.as_deref(), &sharers, state, engine, &mut report)?;
             if pending.contains(&version) {
                 state.clear_pending_rebuild(&version.0, &version.1)?;
             }
@@ -514,7 +551,7 @@ fn execute_recorded(
                 audited.insert(model.name.clone());
                 // The snapshot, the new data generation, what it was built from and the end of
                 // its pending rebuild, in one transaction.
-                state.record_build(&snapshot, built_from.as_deref(), interval::now_millis())?;
+                state.record_build(&snapshot, built_from.as_deref(), &sharers, interval::now_millis())?;
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
@@ -566,20 +603,19 @@ fn execute_recorded(
                 let sql = body.render(&exec.with_bounds(None));
                 // Every audit sees the whole table, inside the upsert's transaction.
                 let checks = audit::checks(model, None, &physical);
-                // Bumped before the engine write as well as after a real change: a process killed
-                // between the engine's commit and the state's still leaves the generation moved.
-                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                // Marked before the engine write (the generation moves), the mark taken back after
+                // it when no row changed: a process killed between the engine's commit and the
+                // state's leaves the generation moved (SPEC §4 invariant 36 (a)).
+                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
                 fault::crash_point(|| format!("after-upsert:{}", model.name));
                 report.audits.add(results);
                 audited.insert(model.name.clone());
-                tracing::info!(model = %model.name, "upserted {} rows", stats.upserted);
+                tracing::info!(model = %model.name, "upserted {} rows ({} changed)", stats.upserted, stats.changed);
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                if stats.upserted > 0 {
-                    state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                }
+                state.end_data_write(&write, stats.changed > 0, interval::now_millis())?;
             }
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
@@ -599,8 +635,8 @@ fn execute_recorded(
                     // interrupted apply left, perhaps from another choice (a carry over).
                     engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
                 }
-                // Bumped before the engine write as well as after a real change (as an upsert).
-                state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                // Marked before the engine write, taken back when nothing changed (as an upsert).
+                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
                 if reconciled.is_err() && carry.is_some() {
                     // No snapshot records the carried table yet: the next apply copies it afresh.
@@ -613,9 +649,7 @@ fn execute_recorded(
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                if stats.closed + stats.opened > 0 || carry.is_some() {
-                    state.record_data_change(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                }
+                state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some(), interval::now_millis())?;
             }
             // Externals are never built; seeds were built above.
             Kind::External(_) | Kind::Seed(_) => continue,
@@ -624,6 +658,21 @@ fn execute_recorded(
         report.built.push(model.name.clone());
         report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
         fault::crash_point(|| format!("after-build:{}", model.name));
+    }
+
+    // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
+    // the inherited table was built from can be compared with what their sources hold.
+    if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
+        let index = state.snapshot_index()?;
+        for action in
+            plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
+        {
+            let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
+            let snapshot = snapshot_record(model, action, &action.physical.clone().unwrap_or_default())?;
+            let current = read_sources(project, &versions, &model.name, state)?;
+            let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
+            state.record_reuse(&snapshot, &record, interval::now_millis())?;
+        }
     }
 
     if !plan.canon_cache_misses.is_empty() {
@@ -649,6 +698,43 @@ fn execute_recorded(
 /// The `built_from` record of a `full` build of `name`: its parents' data generations now, at
 /// the versions the plan leads to ([`crate::plan::generations`]).
 fn read_built_from(project: &Project, versions: &HashMap<String, String>, name: &ModelName, state: &dyn StateStore) -> Result<String, StateError> {
+    Ok(crate::plan::generations::built_from(&read_sources(project, versions, name, state)?))
+}
+
+/// The other versions other environments serve on `physical` (the table a `full` build of
+/// `action` rewrites) with their records after the build, when every one of them reads the same
+/// relations as `action`'s version ([`crate::plan::generations::shares_sources`]); none
+/// otherwise (their records stay: the next plan marks them).
+fn shared_builds(
+    project: &Project,
+    plan: &Plan,
+    action: &crate::plan::Action,
+    physical: &str,
+    relation_of: &dyn Fn(&str) -> Option<String>,
+    state: &dyn StateStore,
+) -> Result<Vec<(String, String, String)>, StateError> {
+    use crate::plan::generations;
+    let name = action.name.to_string();
+    let index = state.snapshot_index()?;
+    let others = generations::others_on(&generations::served_elsewhere(state, &index, &plan.env)?, &name, action.fingerprint.as_str(), physical);
+    if others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(relations) = generations::relations(project, &action.name, relation_of) else { return Ok(Vec::new()) };
+    if !generations::shares_sources(state, &index, &name, &others, &relations)? {
+        return Ok(Vec::new());
+    }
+    generations::sharer_records(state, &name, &others)
+}
+
+/// The sources of `name` now ([`crate::plan::generations::sources`]) at the versions the plan
+/// leads to.
+fn read_sources(
+    project: &Project,
+    versions: &HashMap<String, String>,
+    name: &ModelName,
+    state: &dyn StateStore,
+) -> Result<Vec<crate::plan::generations::Source>, StateError> {
     use crate::plan::generations;
     let keys: Vec<(String, String)> = generations::data_parents(project, name)
         .into_iter()
@@ -658,7 +744,7 @@ fn read_built_from(project: &Project, versions: &HashMap<String, String>, name: 
         })
         .collect();
     let gens = state.data_versions(&keys)?;
-    Ok(generations::built_from(&generations::sources(project, name, &|n: &str| versions.get(n).cloned(), &gens)))
+    Ok(generations::sources(project, name, &|n: &str| versions.get(n).cloned(), &gens))
 }
 
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so

@@ -28,6 +28,9 @@ pub(crate) const STAGE: &str = "temp.main.\"_efmesh_stage\"";
 pub struct UpsertStats {
     /// Rows the query returned (each inserted or replacing the row of the same key).
     pub upserted: usize,
+    /// Rows of the query not already in the table as they are (new keys or changed values): 0
+    /// when the upsert rewrote the table as it was.
+    pub changed: usize,
 }
 
 /// Upserts `query` (the model's body rendered against the plan's physical relations) into
@@ -52,6 +55,10 @@ pub fn upsert(
     let result = (|| {
         check_keys(engine, model, key)?;
         let cols = column_list(model);
+        // Compared before the write (a table not there yet makes every row a change).
+        let changed = engine
+            .query(&format!("SELECT count(*) FROM (SELECT {cols} FROM {STAGE} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed"))
+            .map_or(staged, |rows| first_number(&rows));
         let matches = key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ");
         let statements = [
             format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {STAGE} LIMIT 0"),
@@ -59,7 +66,7 @@ pub fn upsert(
             format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {STAGE}"),
         ];
         let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| audit_error(model, e))?;
-        Ok((UpsertStats { upserted: staged }, audits))
+        Ok((UpsertStats { upserted: staged, changed }, audits))
     })();
     drop_stage(engine);
     result

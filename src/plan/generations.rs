@@ -10,10 +10,16 @@
 //! version stale when that record differs from the generations now, naming the parents whose
 //! data changed ([`stale`]). `view` versions are DuckDB views, never stale; externals have no
 //! ledger and are not tracked.
+//!
+//! A `full` version inheriting another version's table (indirect reuse) records a `built_from`
+//! too ([`reuse_record`]): its current sources when the inherited table provably holds what they
+//! hold now, otherwise a record no generation matches (the next plan rebuilds it). Versions
+//! sharing one `full` table read the same relations ([`shares_sources`]), so rebuilding it for
+//! one of them rebuilds it rightly for all ([`sharer_records`]).
 
 use crate::core::{Kind, ModelName};
 use crate::project::Project;
-use crate::state::{DataVersion, StateError, StateStore};
+use crate::state::{DataVersion, SnapshotIndex, StateError, StateStore};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One version whose data a `full` model reads: `(name, fingerprint, generation)`.
@@ -88,8 +94,9 @@ pub fn changed(recorded: &str, current: &[Source]) -> Vec<String> {
 
 /// Of `candidates` (`(name, fingerprint)` of `full` versions), those whose recorded build read
 /// other data than their sources hold now, with the reason (naming the parents). The versions
-/// of the sources are `fingerprint_of`'s. A version without a recorded `built_from` (built before
-/// layout 6, or reused from another version's table) is not stale.
+/// of the sources are `fingerprint_of`'s. A version without a recorded `built_from` (built
+/// before layout 6, or inherited from another version's table before reuses were recorded) is
+/// not stale.
 ///
 /// # Errors
 /// A state read fails.
@@ -125,6 +132,210 @@ pub fn stale(
         }
     }
     Ok(out)
+}
+
+/// A `built_from` record no generations match: `current` at generation -1 (generations are never
+/// negative), so [`changed`] names every source.
+pub fn never_matching(current: &[Source]) -> String {
+    built_from(&current.iter().map(|(n, f, _)| (n.clone(), f.clone(), -1)).collect::<Vec<_>>())
+}
+
+/// The `built_from` of a `full` version of `name` inheriting the table of version `from` (nothing
+/// is built), given its sources now (`current`): `current` when the inherited table was built
+/// from data equal to what each of them holds now ([`same_data`]: the same version at the same
+/// generation, or the same relation unchanged since, or a new version over equal data),
+/// otherwise [`never_matching`] for the sources not proven equal (the next plan rebuilds it,
+/// naming them). `from` without a readable record proves nothing.
+///
+/// # Errors
+/// A state read fails.
+pub fn reuse_record(state: &dyn StateStore, index: &SnapshotIndex, name: &str, from: &str, current: &[Source]) -> Result<String, StateError> {
+    let key = (name.to_string(), from.to_string());
+    let recorded = state.data_versions(std::slice::from_ref(&key))?.remove(&key).and_then(|d| d.built_from);
+    let Some(before) = recorded.and_then(|r| serde_json::from_str::<Vec<Source>>(&r).ok()) else {
+        return Ok(never_matching(current));
+    };
+    let before: BTreeMap<&str, &Source> = before.iter().map(|s| (s.0.as_str(), s)).collect();
+    if before.len() != current.len() {
+        return Ok(never_matching(current));
+    }
+    let mut out = Vec::with_capacity(current.len());
+    for source in current {
+        let proven = match before.get(source.0.as_str()) {
+            Some(old) => same_data(state, index, source, old, 0)?,
+            None => false,
+        };
+        out.push(if proven { source.clone() } else { (source.0.clone(), source.1.clone(), -1) });
+    }
+    Ok(built_from(&out))
+}
+
+/// True when the data of `new` (`(name, fingerprint, generation)`) is provably what `old` held at
+/// its recorded generation: the same version at the same generation; otherwise both versions
+/// must be at those generations now and either name the same relation (every write to a
+/// relation moves every version naming it), or be `full` versions whose own records are equal
+/// source by source (recursively), or time-range versions with the same intervals done. The
+/// data of a new version equals the old one's over equal inputs because the plan categorised
+/// it so (it inherits a table only when every changed parent keeps its data). Anything else
+/// (unique-key, SCD type 2, seeds, an unreadable record) is not proven.
+fn same_data(state: &dyn StateStore, index: &SnapshotIndex, new: &Source, old: &Source, depth: usize) -> Result<bool, StateError> {
+    if new.1 == old.1 {
+        return Ok(new.2 == old.2);
+    }
+    if depth > 64 {
+        return Ok(false);
+    }
+    let keys = [(new.0.clone(), new.1.clone()), (old.0.clone(), old.1.clone())];
+    let gens = state.data_versions(&keys)?;
+    let generation = |k: &(String, String)| gens.get(k).map_or(0, |d| d.generation);
+    if generation(&keys[0]) != new.2 || generation(&keys[1]) != old.2 {
+        return Ok(false);
+    }
+    let (Some((new_rel, new_kind)), Some((old_rel, old_kind))) = (index.get(&keys[0]), index.get(&keys[1])) else { return Ok(false) };
+    if !old_rel.is_empty() && new_rel == old_rel {
+        return Ok(true);
+    }
+    if new_kind != old_kind {
+        return Ok(false);
+    }
+    match new_kind.as_str() {
+        "incremental_by_time_range" => Ok(state.done_intervals(&new.0, &new.1)? == state.done_intervals(&old.0, &old.1)?),
+        "full" => {
+            let record = |k: &(String, String)| gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok());
+            let (Some(a), Some(b)) = (record(&keys[0]), record(&keys[1])) else { return Ok(false) };
+            if a.len() != b.len() {
+                return Ok(false);
+            }
+            let b: BTreeMap<&str, &Source> = b.iter().map(|s| (s.0.as_str(), s)).collect();
+            for s in &a {
+                match b.get(s.0.as_str()) {
+                    Some(o) if same_data(state, index, s, o, depth + 1)? => {}
+                    _ => return Ok(false),
+                }
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Every version other environments than `env` serve, by `(name, relation)`: the fingerprints
+/// served on each relation (one bulk read of the pointers; [`others_on`] looks it up).
+pub type ServedElsewhere = HashMap<(String, String), BTreeSet<String>>;
+
+/// [`ServedElsewhere`] of `env`.
+///
+/// # Errors
+/// A state read fails.
+pub fn served_elsewhere(state: &dyn StateStore, index: &SnapshotIndex, env: &str) -> Result<ServedElsewhere, StateError> {
+    let mut out: ServedElsewhere = HashMap::new();
+    for e in state.environments()?.into_iter().filter(|e| e != env) {
+        for (name, fp) in state.env_pointers(&e)? {
+            if let Some((physical, _)) = index.get(&(name.clone(), fp.clone()))
+                && !physical.is_empty()
+            {
+                out.entry((name, physical.clone())).or_default().insert(fp);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The fingerprints of the versions of `name` other environments serve on `physical`, other than
+/// `fp` (from `served`, [`served_elsewhere`]).
+pub fn others_on(served: &ServedElsewhere, name: &str, fp: &str, physical: &str) -> BTreeSet<String> {
+    served.get(&(name.to_string(), physical.to_string())).map(|fps| fps.iter().filter(|f| *f != fp).cloned().collect()).unwrap_or_default()
+}
+
+/// True when every one of `others` (versions of `name` sharing a `full` table) has a recorded
+/// `built_from` whose sources are the relations `relations` names (`(name, relation)` of the
+/// sources of the version at hand now): then all of them read the same data, and rebuilding the
+/// table for one rebuilds it rightly for every one (SPEC §4 invariant 36 (e)).
+///
+/// # Errors
+/// A state read fails.
+pub fn shares_sources(
+    state: &dyn StateStore,
+    index: &SnapshotIndex,
+    name: &str,
+    others: &BTreeSet<String>,
+    relations: &BTreeMap<String, String>,
+) -> Result<bool, StateError> {
+    let keys: Vec<(String, String)> = others.iter().map(|f| (name.to_string(), f.clone())).collect();
+    let gens = state.data_versions(&keys)?;
+    for k in &keys {
+        let Some(record) = gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok()) else {
+            return Ok(false);
+        };
+        let theirs: BTreeMap<String, String> = record.into_iter().filter_map(|(n, f, _)| index.get(&(n.clone(), f)).map(|(p, _)| (n, p.clone()))).collect();
+        if theirs != *relations || relations.values().any(String::is_empty) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The records of `others` (versions of `name` sharing the table a build of `name` rewrites,
+/// [`shares_sources`]) after that build: their recorded sources at the generations read now,
+/// before the build (they read the same relations).
+///
+/// # Errors
+/// A state read fails.
+pub fn sharer_records(state: &dyn StateStore, name: &str, others: &BTreeSet<String>) -> Result<Vec<(String, String, String)>, StateError> {
+    let keys: Vec<(String, String)> = others.iter().map(|f| (name.to_string(), f.clone())).collect();
+    let gens = state.data_versions(&keys)?;
+    let mut out = Vec::new();
+    for k in &keys {
+        let Some(record) = gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok()) else { continue };
+        let source_keys: Vec<(String, String)> = record.iter().map(|(n, f, _)| (n.clone(), f.clone())).collect();
+        let now = state.data_versions(&source_keys)?;
+        let sources: Vec<Source> = source_keys
+            .into_iter()
+            .map(|k| {
+                let g = now.get(&k).map_or(0, |d| d.generation);
+                (k.0, k.1, g)
+            })
+            .collect();
+        out.push((k.0.clone(), k.1.clone(), built_from(&sources)));
+    }
+    Ok(out)
+}
+
+/// The relations the sources of `name` read: `(parent, relation)` of each of its data parents
+/// ([`data_parents`]) with the relation `relation_of` gives; `None` when one has none.
+pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str) -> Option<String>) -> Option<BTreeMap<String, String>> {
+    data_parents(project, name)
+        .into_iter()
+        .map(|p| {
+            let p = p.to_string();
+            relation_of(&p).filter(|r| !r.is_empty()).map(|r| (p, r))
+        })
+        .collect()
+}
+
+/// True when the `full` version `(name, fp)` on `physical`, whose sources read `relations`, may
+/// be rebuilt by `env` although other environments serve other versions on the same table:
+/// every one of those reads the same relations ([`shares_sources`]); true as well when none does.
+///
+/// # Errors
+/// A state read fails.
+pub fn rebuild_is_shared_rightly(
+    state: &dyn StateStore,
+    env: &str,
+    name: &str,
+    fp: &str,
+    physical: &str,
+    relations: Option<&BTreeMap<String, String>>,
+) -> Result<bool, StateError> {
+    let index = state.snapshot_index()?;
+    let others = others_on(&served_elsewhere(state, &index, env)?, name, fp, physical);
+    if others.is_empty() {
+        return Ok(true);
+    }
+    match relations {
+        Some(r) => shares_sources(state, &index, name, &others, r),
+        None => Ok(false),
+    }
 }
 
 #[cfg(test)]

@@ -974,7 +974,7 @@ pub fn plan_with_memo(
         None => compute_with(project, state, env, now, options, versions)?,
     };
     let mut shared = None;
-    mark_pending_rebuilds(state, &mut plan, &mut shared)?;
+    mark_pending_rebuilds(project, state, &mut plan, &mut shared)?;
     mark_stale_builds(project, state, &mut plan, &mut shared)?;
     Ok(plan)
 }
@@ -1004,9 +1004,17 @@ pub fn served_by_other_versions(plan: &Plan, state: &dyn StateStore) -> Result<B
 }
 
 /// True when `a`'s relation is shared with another environment's other version and `plan.env`
-/// is not `prod`: such a table is not rebuilt here (apply skips it); a record about it waits for
-/// an environment that rebuilds it. `shared` caches [`served_by_other_versions`].
-fn shared_elsewhere(state: &dyn StateStore, plan: &Plan, a: &Action, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<bool, StateError> {
+/// is not `prod`, unless `a` is a `full` version whose every sharer reads the same relations
+/// ([`generations::rebuild_is_shared_rightly`]): such a table is not rebuilt here (apply skips
+/// it); a record about it waits for an environment that rebuilds it. `shared` caches
+/// [`served_by_other_versions`].
+fn shared_elsewhere(
+    project: &Project,
+    state: &dyn StateStore,
+    plan: &Plan,
+    a: &Action,
+    shared: &mut Option<BTreeSet<(String, String)>>,
+) -> Result<bool, StateError> {
     if plan.env == crate::core::name::PROD {
         return Ok(false);
     }
@@ -1014,13 +1022,26 @@ fn shared_elsewhere(state: &dyn StateStore, plan: &Plan, a: &Action, shared: &mu
     if shared.is_none() {
         *shared = Some(served_by_other_versions(plan, state)?);
     }
-    Ok(shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone()))))
+    if !shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone()))) {
+        return Ok(false);
+    }
+    if a.kind != "full" {
+        return Ok(true);
+    }
+    let relation_of = |n: &str| plan.actions.iter().find(|b| b.change != Change::Removed && b.name.to_string() == n).and_then(|b| b.physical.clone());
+    let relations = generations::relations(project, &a.name, &relation_of);
+    Ok(!generations::rebuild_is_shared_rightly(state, &plan.env, &a.name.to_string(), a.fingerprint.as_str(), physical, relations.as_ref())?)
 }
 
 /// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
 /// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
 /// one with changes: apply and run rebuild them.
-fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<(), StateError> {
+fn mark_pending_rebuilds(
+    project: &Project,
+    state: &dyn StateStore,
+    plan: &mut Plan,
+    shared: &mut Option<BTreeSet<(String, String)>>,
+) -> Result<(), StateError> {
     let pending = state.pending_rebuilds()?;
     if pending.is_empty() {
         return Ok(());
@@ -1037,7 +1058,7 @@ fn mark_pending_rebuilds(state: &dyn StateStore, plan: &mut Plan, shared: &mut O
         return Ok(());
     }
     for (i, reason) in wanted {
-        if !shared_elsewhere(state, plan, &plan.actions[i], shared)? {
+        if !shared_elsewhere(project, state, plan, &plan.actions[i], shared)? {
             let a = &mut plan.actions[i];
             a.rebuild = true;
             a.rebuild_reason = Some(format!("pending: an earlier apply or run stopped before rebuilding it ({reason})"));
@@ -1088,7 +1109,7 @@ fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan,
             continue;
         }
         let Some(reason) = reason else { continue };
-        if shared_elsewhere(state, plan, a, shared)? {
+        if shared_elsewhere(project, state, plan, a, shared)? {
             continue;
         }
         let a = &mut plan.actions[i];
@@ -1238,6 +1259,8 @@ fn compute_with(
     // existing columns is what the environment served before, its category, and the physical
     // relation its action serves.
     let mut decided = Decided::new(project);
+    // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
+    let mut elsewhere: Option<generations::ServedElsewhere> = None;
     for (index, model) in project.dag.models().enumerate() {
         let fp = &versions.fingerprints[&model.name];
         let definition = if recording { project.dag.model_digest(index) } else { [0; 32] };
@@ -1331,9 +1354,19 @@ fn compute_with(
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
-                            Some(o) if !external => {
+                            Some(o)
+                                if !external
+                                    && !full_table_read_elsewhere(project, state, env, model, &fp, &o.physical, &decided, snapshots, &mut elsewhere)? =>
+                            {
                                 reused = Some((p.clone(), o.physical.clone()));
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
+                            }
+                            Some(_) if !external => {
+                                // Built anew over parents keeping their data: its data stays the same.
+                                data_kept = true;
+                                "unchanged itself; every changed parent keeps existing columns' data, but its table is also served by another \
+                                 environment over other parents' tables, so it gets one of its own"
+                                    .to_string()
                             }
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
@@ -1629,6 +1662,41 @@ fn embedded_names_kept(
             }
         }
     })
+}
+
+/// True when `model` is a `full` model and the table `physical` of its previous version is also
+/// served by another environment's other version whose build read other relations than the new
+/// version `fp` would read (its parents' relations as decided): inheriting it would leave one of
+/// them stale as soon as their parents' data diverge, with no rebuild right for both, so the new
+/// version gets a table of its own (SPEC §4 invariant 36 (e)).
+#[allow(clippy::too_many_arguments)] // one call site, in `compute_with`, passing its own state
+fn full_table_read_elsewhere(
+    project: &Project,
+    state: &dyn StateStore,
+    env: &str,
+    model: &Model,
+    fp: &Fingerprint,
+    physical: &str,
+    decided: &Decided<'_>,
+    snapshots: &crate::state::SnapshotIndex,
+    elsewhere: &mut Option<generations::ServedElsewhere>,
+) -> Result<bool, StateError> {
+    if !matches!(model.kind, Kind::Full) || physical.is_empty() {
+        return Ok(false);
+    }
+    if elsewhere.is_none() {
+        *elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
+    }
+    let others = generations::others_on(elsewhere.as_ref().expect("read above"), &model.name.to_string(), fp.as_str(), physical);
+    if others.is_empty() {
+        return Ok(false);
+    }
+    let relations: Option<BTreeMap<String, String>> = generations::data_parents(project, &model.name)
+        .into_iter()
+        .map(|p| decided.served(&p).filter(|r| !r.is_empty()).map(|r| (p.to_string(), r.to_string())))
+        .collect();
+    let Some(relations) = relations else { return Ok(true) };
+    Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?)
 }
 
 /// What a plan decided so far for each model, by DAG position (parents are decided before

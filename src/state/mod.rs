@@ -432,18 +432,52 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// Records a build of a `full`/`view`/seed version in ONE transaction: its snapshot (an
     /// existing one keeps its first payload), its data generation bumped, `built_from` (the
     /// parents' data it was built from, read before the build started; `None` when it has no
-    /// parents to track) and its pending rebuild forgotten.
+    /// parents to track), its pending rebuild forgotten, and the `built_from` of each of
+    /// `sharers` (`(name, fingerprint, built_from)`: other versions whose snapshot names the same
+    /// table, which the build rewrote for them too).
     ///
     /// # Errors
     /// The write fails (nothing is written), or the fence lease was lost.
-    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, now: Millis) -> Result<(), StateError>;
+    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, sharers: &[(String, String, String)], now: Millis) -> Result<(), StateError>;
 
-    /// Bumps the data generation of `(name, fp)` after a write the ledger does not record (a
-    /// unique-key upsert, an SCD type 2 reconciliation).
+    /// Records a `full` version that inherits another version's table (nothing is built) in ONE
+    /// transaction: its snapshot (an existing one keeps its first payload) and its `built_from`
+    /// (what the inherited table was built from, in terms of this version's sources, or a record
+    /// that matches nothing: [`crate::plan::generations::reuse_record`]). Its data generation
+    /// does not move (no data changed).
+    ///
+    /// # Errors
+    /// The write fails (nothing is written), or the fence lease was lost.
+    fn record_reuse(&self, rec: &SnapshotRecord, built_from: &str, now: Millis) -> Result<(), StateError>;
+
+    /// Before an engine write the ledger does not record (a unique-key upsert, an SCD type 2
+    /// reconciliation) of `(name, fp)`: bumps its data generation and that of every version
+    /// sharing its table (a mark of a write in progress: a process killed between the engine's
+    /// commit and [`StateStore::end_data_write`] leaves the generation moved), and returns the
+    /// generations it set, for [`StateStore::end_data_write`].
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
-    fn record_data_change(&self, name: &str, fp: &str, now: Millis) -> Result<(), StateError>;
+    fn begin_data_write(&self, name: &str, fp: &str, now: Millis) -> Result<DataWrite, StateError>;
+
+    /// After the engine write [`StateStore::begin_data_write`] announced: when rows `changed`,
+    /// bumps the generations again; otherwise takes back the mark (each generation still at the
+    /// value the mark set goes back by one; one that moved since is left as it is), so a write
+    /// that changed nothing leaves the `full` models over it current.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn end_data_write(&self, write: &DataWrite, changed: bool, now: Millis) -> Result<(), StateError>;
+}
+
+/// The marks of a write in progress ([`StateStore::begin_data_write`]): `(name, fingerprint,
+/// generation set)` of the written version and of every version sharing its table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataWrite {
+    /// The written version: `(name, fingerprint)`.
+    pub version: (String, String),
+    /// Each version whose generation the mark moved, with the generation it set.
+    pub marked: Vec<(String, String, i64)>,
 }
 
 /// One version's data generation ([`StateStore::data_versions`]): bumped by every transaction

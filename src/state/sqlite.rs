@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    Claim, Condemned, DataVersion, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats, PendingPromotion,
-    PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
+    Claim, Condemned, DataVersion, DataWrite, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats,
+    PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -1452,7 +1452,7 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, now: Millis) -> Result<(), StateError> {
+    fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, sharers: &[(String, String, String)], now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the build of `{}` `{}`", rec.name, rec.fingerprint),
             || {
@@ -1460,11 +1460,11 @@ impl StateStore for SqliteStore {
                     insert_snapshot(tx, rec)?;
                     let at = to_iso(now);
                     bump_data_generation(tx, &rec.name, &rec.fingerprint, &at)?;
-                    tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?.execute(params![
-                        rec.name,
-                        rec.fingerprint,
-                        built_from
-                    ])?;
+                    let mut set = tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?;
+                    set.execute(params![rec.name, rec.fingerprint, built_from])?;
+                    for (name, fp, from) in sharers {
+                        set.execute(params![name, fp, from])?;
+                    }
                     tx.prepare_cached("DELETE FROM pending_rebuilds WHERE name = ?1 AND fingerprint = ?2")?.execute(params![rec.name, rec.fingerprint])?;
                     Ok(())
                 })
@@ -1472,8 +1472,62 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn record_data_change(&self, name: &str, fp: &str, now: Millis) -> Result<(), StateError> {
-        self.run(|| format!("record a change of the data of `{name}` `{fp}`"), || self.write(|tx| bump_data_generation(tx, name, fp, &to_iso(now))))
+    fn record_reuse(&self, rec: &SnapshotRecord, built_from: &str, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record `{}` `{}` inheriting `{}`", rec.name, rec.fingerprint, rec.physical),
+            || {
+                self.write(|tx| {
+                    insert_snapshot(tx, rec)?;
+                    tx.prepare_cached(
+                        "INSERT INTO data_versions (name, fingerprint, generation, built_from, updated_at) VALUES (?1, ?2, 0, ?3, ?4) \
+                         ON CONFLICT (name, fingerprint) DO UPDATE SET built_from = excluded.built_from, updated_at = excluded.updated_at",
+                    )?
+                    .execute(params![rec.name, rec.fingerprint, built_from, to_iso(now)])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
+    fn begin_data_write(&self, name: &str, fp: &str, now: Millis) -> Result<DataWrite, StateError> {
+        self.run(
+            || format!("mark a write of the data of `{name}` `{fp}`"),
+            || {
+                self.write(|tx| {
+                    bump_data_generation(tx, name, fp, &to_iso(now))?;
+                    let mut stmt = tx.prepare_cached(
+                        "SELECT d.name, d.fingerprint, d.generation FROM data_versions d WHERE (d.name = ?1 AND d.fingerprint = ?2) OR EXISTS ( \
+                         SELECT 1 FROM snapshots s WHERE s.name = d.name AND s.fingerprint = d.fingerprint AND s.physical <> '' \
+                         AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2)) ORDER BY 1, 2",
+                    )?;
+                    let marked = stmt.query_map(params![name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<Vec<_>, _>>()?;
+                    Ok(DataWrite { version: (name.to_string(), fp.to_string()), marked })
+                })
+            },
+        )
+    }
+
+    fn end_data_write(&self, write: &DataWrite, changed: bool, now: Millis) -> Result<(), StateError> {
+        let (name, fp) = &write.version;
+        self.run(
+            || format!("record the end of a write of the data of `{name}` `{fp}`"),
+            || {
+                self.write(|tx| {
+                    if changed {
+                        return bump_data_generation(tx, name, fp, &to_iso(now));
+                    }
+                    // Only a mark still in place is taken back: a generation moved since by
+                    // anything else stays moved.
+                    let mut stmt = tx.prepare_cached(
+                        "UPDATE data_versions SET generation = generation - 1, updated_at = ?4 WHERE name = ?1 AND fingerprint = ?2 AND generation = ?3",
+                    )?;
+                    for (n, f, g) in &write.marked {
+                        stmt.execute(params![n, f, g, to_iso(now)])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
     }
 
     fn release_condemned(&self, physical: &str) -> Result<(), StateError> {
@@ -2513,14 +2567,15 @@ mod tests {
         store.put_snapshot(&old).unwrap();
         store.put_snapshot(&reuser).unwrap();
         store.put_snapshot(&rec("m.c", &fp('c'))).unwrap();
-        store.record_build(&old, None, 0).unwrap();
+        store.record_build(&old, None, &[], 0).unwrap();
         assert_eq!(generation("m.c", 'a'), Some(1));
         assert_eq!(generation("m.c", 'b'), Some(1), "the version reading the same table is bumped too");
         assert_eq!(generation("m.c", 'c'), None, "a version with its own table is not");
         store.mark_intervals("m.c", &fp('b'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
         assert_eq!((generation("m.c", 'a'), generation("m.c", 'b')), (Some(2), Some(2)), "either way round");
-        store.record_data_change("m.c", &fp('c'), 0).unwrap();
-        assert_eq!((generation("m.c", 'a'), generation("m.c", 'b'), generation("m.c", 'c')), (Some(2), Some(2), Some(1)));
+        let write = store.begin_data_write("m.c", &fp('c'), 0).unwrap();
+        store.end_data_write(&write, true, 0).unwrap();
+        assert_eq!((generation("m.c", 'a'), generation("m.c", 'b'), generation("m.c", 'c')), (Some(2), Some(2), Some(2)));
     }
 
     #[test]
@@ -2548,26 +2603,73 @@ mod tests {
         let target = RestateTarget { name: "m.a".into(), fingerprint: fp('a'), from: t("2026-01-01"), to: t("2026-01-10") };
         assert_eq!(store.restate_intervals("prod", std::slice::from_ref(&target)).unwrap(), vec![1]);
         assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(4));
-        store.record_data_change("m.a", &fp('a'), 0).unwrap();
-        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(5));
+        let write = store.begin_data_write("m.a", &fp('a'), 0).unwrap();
+        store.end_data_write(&write, false, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(4), "a write that changed nothing moves nothing");
+        let write = store.begin_data_write("m.a", &fp('a'), 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(5), "a write in progress is marked");
+        store.end_data_write(&write, true, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(6));
+        let write = store.begin_data_write("m.a", &fp('a'), 0).unwrap();
+        store.end_data_write(&write, false, 0).unwrap();
+        assert_eq!(generation("m.a", 'a').map(|d| d.generation), Some(6));
         // A build: snapshot, generation, what it was built from and the end of its pending
         // rebuild in one transaction.
         let rollup = rec("m.r", &fp('r'));
         store.record_pending_rebuilds(&[("m.r".into(), fp('r'), "downstream".into())], 0).unwrap();
-        let from = crate::plan::generations::built_from(&[("m.a".to_string(), fp('a'), 5)]);
-        store.record_build(&rollup, Some(&from), 0).unwrap();
+        let from = crate::plan::generations::built_from(&[("m.a".to_string(), fp('a'), 6)]);
+        store.record_build(&rollup, Some(&from), &[], 0).unwrap();
         assert!(store.snapshot("m.r", &fp('r')).unwrap().is_some());
         assert_eq!(generation("m.r", 'r'), Some(DataVersion { generation: 1, built_from: Some(from.clone()) }));
         assert!(store.pending_rebuilds().unwrap().is_empty(), "a build ends its pending rebuild, whatever decided it");
-        assert!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 5)]).is_empty());
+        assert!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 6)]).is_empty());
         store.mark_intervals("m.a", &fp('a'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
-        assert_eq!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 6)]), vec!["m.a".to_string()]);
-        store.record_build(&rollup, None, 0).unwrap();
+        assert_eq!(crate::plan::generations::changed(&from, &[("m.a".to_string(), fp('a'), 7)]), vec!["m.a".to_string()]);
+        store.record_build(&rollup, None, &[], 0).unwrap();
         assert_eq!(generation("m.r", 'r'), Some(DataVersion { generation: 2, built_from: None }));
         // The janitor's claim deletes the rows of its victims.
         let claims = store.janitor_claim(&mut |_| vec![Claim { versions: vec![("m.r".into(), fp('r'))], storage: None }], 0).unwrap();
         assert_eq!(claims.len(), 1);
         assert_eq!(generation("m.r", 'r'), None);
         assert!(generation("m.a", 'a').is_some());
+    }
+
+    #[test]
+    fn a_write_mark_left_behind_stays_moved_and_only_an_untouched_mark_is_taken_back() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let generation = |name: &str, c: char| store.data_versions(&[(name.to_string(), fp(c))]).unwrap().get(&(name.to_string(), fp(c))).map(|d| d.generation);
+        let u = rec("m.u", &fp('a'));
+        let sharer = SnapshotRecord { fingerprint: fp('b'), ..u.clone() };
+        store.put_snapshot(&u).unwrap();
+        store.put_snapshot(&sharer).unwrap();
+        // A process killed after its engine write: the mark stays (the generation moved).
+        let _lost = store.begin_data_write("m.u", &fp('a'), 0).unwrap();
+        assert_eq!((generation("m.u", 'a'), generation("m.u", 'b')), (Some(1), Some(1)));
+        // The next write that changes nothing takes back its own mark only.
+        let write = store.begin_data_write("m.u", &fp('a'), 0).unwrap();
+        assert_eq!((generation("m.u", 'a'), generation("m.u", 'b')), (Some(2), Some(2)));
+        store.end_data_write(&write, false, 0).unwrap();
+        assert_eq!((generation("m.u", 'a'), generation("m.u", 'b')), (Some(1), Some(1)), "the mark left behind still counts");
+        // A generation moved by something else during the write is not taken back.
+        let write = store.begin_data_write("m.u", &fp('a'), 0).unwrap();
+        store.mark_intervals("m.u", &fp('b'), &days("2026-01-01", 1), IntervalStatus::Done, 0).unwrap();
+        store.end_data_write(&write, false, 0).unwrap();
+        assert_eq!((generation("m.u", 'a'), generation("m.u", 'b')), (Some(3), Some(3)));
+    }
+
+    #[test]
+    fn a_reuse_records_its_built_from_without_moving_data_and_a_build_rewrites_its_sharers_records() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let version = |name: &str, c: char| store.data_versions(&[(name.to_string(), fp(c))]).unwrap().get(&(name.to_string(), fp(c))).cloned();
+        let r = rec("m.r", &fp('a'));
+        let reuser = SnapshotRecord { fingerprint: fp('b'), ..r.clone() };
+        store.record_build(&r, Some("[]"), &[], 0).unwrap();
+        store.record_reuse(&reuser, "[1]", 0).unwrap();
+        assert!(store.snapshot("m.r", &fp('b')).unwrap().is_some());
+        assert_eq!(version("m.r", 'b'), Some(DataVersion { generation: 0, built_from: Some("[1]".into()) }));
+        assert_eq!(version("m.r", 'a').map(|d| d.generation), Some(1));
+        store.record_build(&r, Some("[2]"), &[("m.r".into(), fp('b'), "[3]".into())], 0).unwrap();
+        assert_eq!(version("m.r", 'a'), Some(DataVersion { generation: 2, built_from: Some("[2]".into()) }));
+        assert_eq!(version("m.r", 'b'), Some(DataVersion { generation: 1, built_from: Some("[3]".into()) }), "the sharer is bumped and its record rewritten");
     }
 }

@@ -659,21 +659,21 @@ fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves() {
     p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(0);
 }
 
-/// A `full` rollup whose new version reuses another version's table (indirect reuse after a
-/// non-breaking change of its parent) shares that table between environments: a `run` of `dev`
-/// that backfills its parents does not rebuild the shared table (that would change what `prod`
-/// serves), and a `run` of `prod` rebuilds it over prod's parents (prod is never left stale for
-/// another environment's sake).
+/// A `full` rollup over a parent whose new version (a non-breaking change in dev) has a table of
+/// its own does not inherit the rollup table prod serves (prod's is built from prod's parent:
+/// the two would diverge with the parents' days): dev's rollup gets a table of its own, a `run`
+/// of `dev` that backfills its parents rebuilds it and leaves prod's alone, and a `run` of `prod`
+/// rebuilds prod's over prod's parents (SPEC §4 invariant 36 (e)).
 #[test]
-fn a_rollup_table_shared_with_prod_is_rebuilt_by_prod_runs_and_never_by_dev_runs() {
+fn a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_never_touching_prod() {
     let mut p = restate_project(1);
     p.now = "2026-02-05T00:00:00Z".to_string();
     p.apply("prod");
     let total = |days: u32| vec![vec![Some((days * 2).to_string())]];
     assert_eq!(p.rows(&env_view("prod", "t.roll")), total(35));
     p.apply("dev");
-    // The child gains a column (non-breaking): its new version is built in dev, the rollup keeps
-    // prod's table (indirect reuse).
+    // The child gains a column (non-breaking): its new version is built in dev; the rollup is
+    // built anew rather than inheriting prod's table.
     let prod_models = p.read("models/m.lua");
     let models = prod_models
         .replace("amount * 2 AS doubled FROM", "amount * 2 AS doubled, amount AS single FROM")
@@ -681,16 +681,17 @@ fn a_rollup_table_shared_with_prod_is_rebuilt_by_prod_runs_and_never_by_dev_runs
     p.write("models/m.lua", &models);
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "t.child")["change"], "non-breaking", "{plan:#}");
-    assert_eq!(action(&plan, "t.roll")["build"], false, "{plan:#}");
-    assert!(action(&plan, "t.roll")["reusedFrom"].is_string(), "{plan:#}");
+    assert_eq!(action(&plan, "t.roll")["build"], true, "{plan:#}");
+    assert!(action(&plan, "t.roll").get("reusedFrom").is_none(), "{plan:#}");
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "t.roll")), total(35));
-    // A day later: dev's run backfills the shared parent and dev's child, and leaves the shared
-    // rollup as prod computed it.
+    // A day later: dev's run backfills the shared parent and dev's child, and rebuilds dev's
+    // rollup; prod's stays as prod computed it.
     p.now = "2026-02-06T00:00:00Z".to_string();
     let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
     let processed = string_set(&v["processed"]);
-    assert!(processed.contains("t.child") && !processed.contains("t.roll"), "{v:#}");
+    assert!(processed.contains("t.child") && processed.contains("t.roll"), "{v:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.roll")), total(36), "dev's rollup follows dev's child");
     assert_eq!(p.rows(&env_view("prod", "t.roll")), total(35), "dev's run changed what prod serves");
     // prod's run (of prod's project) backfills prod's child and rebuilds its rollup over it.
     p.write("models/m.lua", &prod_models);

@@ -183,10 +183,10 @@ fn a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent() 
     assert_eq!(plan_of(&p, DEV, "dev")["hasChanges"], false);
 }
 
-/// Two versions sharing one table: dev adds a column to the daily model (non-breaking), so
-/// dev's rollup is a new version reusing prod's rollup table, and dev edits the rollup of the
-/// rollup (its own table, built from dev's rollup version). `prod` rebuilding its rollup changes
-/// the table dev's rollup version reads: dev's own rollup of it is marked.
+/// dev adds a column to the daily model (non-breaking): a new daily version with a table of its
+/// own, which dev alone serves. `t.rollup` reads it, so dev's rollup version gets a table of its
+/// own rather than inheriting prod's (prod's rollup is built from prod's daily table: the two
+/// would diverge as soon as one of the dailies gets new days), and `t.top` over it too.
 fn shared_table_models(dev: bool) -> String {
     let (extra_col, extra_sel, plus) = if dev { (r#", { "w", "bigint" }"#, ", 7 AS w", 2) } else { ("", "", 1) };
     format!(
@@ -211,8 +211,13 @@ define_model {{
     )
 }
 
+/// `(n, total)` of `t.rollup` computed from scratch over the days before `now_day`.
+fn fresh_rollup(now_day: &str) -> Rows {
+    expected(now_day, 1).0
+}
+
 #[test]
-fn prod_rebuilding_a_table_dev_reuses_marks_dev_rollup_over_the_reusing_version() {
+fn a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_dev_data() {
     let mut p = Project::new();
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &shared_table_models(false));
@@ -220,32 +225,119 @@ fn prod_rebuilding_a_table_dev_reuses_marks_dev_rollup_over_the_reusing_version(
     // dev starts as prod (a view swap), so the edit below is categorised against prod's versions.
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
     p.write("models/m.lua", &shared_table_models(true));
-    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let plan = p.plan("dev");
+    let rollup = action(&plan, "t.rollup");
+    assert_eq!(rollup["change"], "indirect", "{plan:#}");
+    assert_eq!(rollup["build"], true, "not inherited from prod: {plan:#}");
+    assert!(rollup.get("reusedFrom").is_none(), "{plan:#}");
+    assert!(rollup["explain"]["reason"].as_str().unwrap().contains("one of its own"), "{plan:#}");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
     let s = p.state();
     let (prod, dev) = (s.env_pointers("prod").unwrap(), s.env_pointers("dev").unwrap());
-    assert_ne!(prod["t.rollup"], dev["t.rollup"], "two versions of the rollup: {v:#}");
-    assert_ne!(prod["t.top"], dev["t.top"]);
     let physical = |name: &str, fp: &str| s.snapshot(name, fp).unwrap().unwrap().physical;
-    assert_eq!(physical("t.rollup", &prod["t.rollup"]), physical("t.rollup", &dev["t.rollup"]), "dev's rollup reuses prod's table");
-    assert_ne!(physical("t.top", &prod["t.top"]), physical("t.top", &dev["t.top"]), "dev's top has a table of its own");
+    assert_ne!(physical("t.rollup", &prod["t.rollup"]), physical("t.rollup", &dev["t.rollup"]), "dev's rollup has a table of its own");
     drop(s);
-    assert_eq!(p.rows(&env_view("dev", "t.top")), p.rows(&format!("(SELECT n, total + 2 FROM {}) AS q", env_view("dev", "t.rollup"))));
-    // prod's run rebuilds prod's rollup: the shared table changes under dev's rollup version.
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-10"));
+    assert_eq!(p.plan("dev")["hasChanges"], false, "built from what dev's daily holds: nothing stale");
+    // prod's run computes prod's new days and rebuilds prod's rollup: dev's is not affected.
     p.now = "2026-01-12T00:00:00Z".to_string();
     p.write("models/m.lua", &shared_table_models(false));
     let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert!(string_set(&v["processed"]).contains("t.rollup"), "{v:#}");
+    assert_eq!(p.rows(&env_view("prod", "t.rollup")), fresh_rollup("2026-01-12"));
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-10"), "dev's daily has not computed the new days yet");
+    // dev's run computes dev's new days and rebuilds dev's rollup (and top) over them; prod's stays.
     p.write("models/m.lua", &shared_table_models(true));
-    let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
-    let top = action(&plan, "t.top");
-    assert_eq!(top["rebuild"], true, "{plan:#}");
-    assert!(top["rebuildReason"].as_str().unwrap().contains("t.rollup"), "the reason names the shared parent: {plan:#}");
-    p.run(&["run", "dev"]).expect_code(0);
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup", "t.top"])), "{v:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-12"));
     assert_eq!(
         p.rows(&env_view("dev", "t.top")),
         p.rows(&format!("(SELECT n, total + 2 FROM {}) AS q", env_view("dev", "t.rollup"))),
         "dev's top serves what dev's rollup holds"
     );
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// A rollup whose new version inherits its own environment's table while its parent's new
+/// version holds other data (two more days than the table was built from): the reuse records
+/// a `built_from` that matches nothing, so the next plan marks it and its apply rebuilds it.
+#[test]
+fn an_inherited_rollup_table_built_from_other_data_is_marked_by_the_next_plan_and_rebuilt() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &shared_table_models(false));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    // Two days later, without a run, dev adds a column to the daily model: its new version is
+    // backfilled up to now, while the rollup table (inherited) was built over ten days.
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    p.write("models/m.lua", &shared_table_models(true).replace("total + 2", "total + 1"));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let rollup = action(&v, "t.rollup");
+    assert!(rollup["reusedFrom"].is_string(), "dev's own table is inherited: {v:#}");
+    let plan = p.plan("dev");
+    let rollup = action(&plan, "t.rollup");
+    assert_eq!(rollup["rebuild"], true, "{plan:#}");
+    assert!(rollup["rebuildReason"].as_str().unwrap().contains("t.daily"), "the reason names the parent: {plan:#}");
+    assert_eq!(action(&plan, "t.top")["rebuild"], true, "{plan:#}");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-12"), "a fresh computation over dev's daily");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// A view between the daily model and a rollup: dev edits the view (a column added), so dev's
+/// rollup version inherits prod's table and reads the same daily table: the reuse is current
+/// (not marked), and either environment's rebuild of the shared table is right for both.
+fn view_models(dev: bool) -> String {
+    let (extra_col, extra_sel) = if dev { (r#", { "w", "bigint" }"#, ", 7 AS w") } else { ("", "") };
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+}}
+local vw = define_model {{
+  name = "t.vw", kind = kind.view(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }}{extra_col} }},
+  query = "SELECT day, v{extra_sel} FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.rollup", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(vw),
+}}
+"#
+    )
+}
+
+#[test]
+fn a_rollup_inheriting_a_table_over_the_same_parent_data_is_not_marked_and_any_environment_refreshes_it() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &view_models(false));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &view_models(true));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert!(action(&v, "t.rollup")["reusedFrom"].is_string(), "dev's rollup inherits prod's table: {v:#}");
+    assert!(!string_set(&v["built"]).contains("t.rollup"), "{v:#}");
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "the inherited table is current: no needless rebuild: {plan:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-10"));
+    // dev's run computes the shared daily version's new days and rebuilds the shared table:
+    // right for prod too (the same relations), whose plan then has nothing to do.
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup"])), "{v:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-12"));
+    assert_eq!(p.rows(&env_view("prod", "t.rollup")), fresh_rollup("2026-01-12"));
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    p.write("models/m.lua", &view_models(false));
+    let plan = p.plan("prod");
+    assert_eq!(plan["hasChanges"], false, "prod's version of the shared table moved with the rebuild: {plan:#}");
 }
 
 /// A `full` model over an `embedded` model over a time-range parent: the run that computes the
@@ -340,4 +432,33 @@ fn a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_i
     assert!(r["rebuildReason"].as_str().unwrap().contains("t.u"), "{plan:#}");
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(p.rows(&env_view("dev", "t.r")), vec![vec![Some("13".to_string())]]);
+}
+
+#[test]
+fn an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &upsert_models(1));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &upsert_models(2));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    // prod's run upserts the same row again (no new day): nothing changed.
+    p.write("models/m.lua", &upsert_models(1));
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).contains("t.u"), "the upsert ran: {v:#}");
+    p.write("models/m.lua", &upsert_models(2));
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "dev's rollup over the unchanged upsert is not marked: {plan:#}");
+    // A day later the upsert changes the row: dev's rollup is marked.
+    p.now = "2026-01-11T00:00:00Z".to_string();
+    p.write("models/m.lua", &upsert_models(1));
+    p.run(&["run", "prod"]).expect_code(0);
+    p.write("models/m.lua", &upsert_models(2));
+    let plan = p.plan("dev");
+    let r = action(&plan, "t.r");
+    assert_eq!(r["rebuild"], true, "{plan:#}");
+    assert!(r["rebuildReason"].as_str().unwrap().contains("t.u"), "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "t.r")), vec![vec![Some("12".to_string())]]);
 }
