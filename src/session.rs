@@ -570,21 +570,31 @@ pub fn plan_checked_with(
         let catalog = engine_catalog(project);
         return plan_checked_in(project, state, env, now, options, versions, catalog.as_ref());
     }
-    let mut plan = plan::plan_with_memo(project, state, env, now, options, None)?;
-    // A no-op plan replayed from the memo, checked clean against this very engine file before:
-    // the same check with the same inputs (SPEC §4 invariant 38).
+    let mut plan = plan::plan_unmarked(project, state, env, now, options, None)?;
+    // A no-op plan replayed from the memo, found with nothing to rebuild and checked clean
+    // against this very engine file before: the same marks and the same check with the same
+    // inputs (SPEC §4 invariants 38 and 40).
     let engine = project.config.engine_path();
     let token = match (plan.from_memo, plan.generation) {
-        (true, Some(generation)) => engine_file_identity(&engine).map(|id| (plan_check_token(project, env, generation, &id), id)),
+        (true, Some(generation)) => {
+            engine_file_identity(&engine).zip(store_identity(project, state)).map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
+        }
         _ => None,
     };
     let record = plan_check_path(project);
     if let Some((t, _)) = &token
         && fs_err::read_to_string(&record).is_ok_and(|s| s.trim_end() == t)
     {
-        tracing::debug!("engine check skipped: {} says this replayed plan was checked clean against the engine file as it is", record.display());
+        if std::env::var_os(plan::memo::VERIFY_ENV).is_some_and(|v| v == "1") {
+            let has_changes = plan.has_changes;
+            plan::mark_rebuilds(project, state, &mut plan)?;
+            assert!(plan.actions.iter().all(|a| !a.rebuild) && plan.has_changes == has_changes, "the plan-check token of `{env}` hid a rebuild");
+        }
+        tracing::debug!("rebuild marks and engine check skipped: {} says this replayed plan was found clean at this state and engine file", record.display());
         return Ok(plan);
     }
+    plan::mark_rebuilds(project, state, &mut plan)?;
+    let nothing_marked = plan.actions.iter().all(|a| !a.rebuild);
     let catalog = engine_catalog(project);
     if let Some(catalog) = &catalog {
         plan::integrity::check(project, state, &mut plan, catalog)?;
@@ -596,13 +606,33 @@ pub fn plan_checked_with(
             engine.display(),
             repairs.join("\n  ")
         );
-    } else if let (Some((t, id)), Some(_)) = (&token, &catalog)
+    } else if let (Some((t, id)), Some(_), true) = (&token, &catalog, nothing_marked)
         && engine_file_identity(&engine).as_ref() == Some(id)
         && let Err(e) = write_plan_check(&record, t)
     {
         tracing::debug!("cannot write {}: {e}", record.display());
     }
     Ok(plan)
+}
+
+/// The identity of the state store `state` was opened from: its `store_id` and the file's
+/// device, inode, size, modification and status-change times (a store copied or moved over
+/// the file changes them); `None` when either cannot be read (then nothing is skipped).
+#[cfg(unix)]
+fn store_identity(project: &Project, state: &dyn StateStore) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if state.is_in_memory() {
+        return None;
+    }
+    let m = fs_err::metadata(project.config.state_path()).ok()?;
+    let id = state.store_id().ok()?;
+    Some(format!("{id} {}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+}
+
+/// Without the Unix file identity nothing is skipped: every replayed plan is marked and checked.
+#[cfg(not(unix))]
+fn store_identity(_project: &Project, _state: &dyn StateStore) -> Option<String> {
+    None
 }
 
 /// `<state dir>/.efmesh/plan-check`: the token of the last replayed no-op plan found clean by
@@ -621,13 +651,14 @@ fn engine_file_identity(engine: &Path) -> Option<String> {
 }
 
 /// blake3 (hex) over efmesh's version, the plan memo's key of `project` for `env` at
-/// `generation` (which fixes every action of the replayed plan), the engine's path and the
+/// `generation` (which fixes every action of the replayed plan), the state store's identity
+/// (with the generation, which fixes what the rebuild marks read), the engine's path and the
 /// identity of its file (which fixes its catalog, invariant 27).
-fn plan_check_token(project: &Project, env: &str, generation: i64, engine_identity: &str) -> String {
+fn plan_check_token(project: &Project, env: &str, generation: i64, engine_identity: &str, store_identity: &str) -> String {
     let mut h = blake3::Hasher::new();
-    h.update(format!("efmesh-plan-check 1 {}\n", env!("CARGO_PKG_VERSION")).as_bytes());
+    h.update(format!("efmesh-plan-check 2 {}\n", env!("CARGO_PKG_VERSION")).as_bytes());
     h.update(plan::memo::key(project, env, generation).as_bytes());
-    h.update(format!("\n{}\n{engine_identity}", project.config.engine_path().display()).as_bytes());
+    h.update(format!("\n{store_identity}\n{}\n{engine_identity}", project.config.engine_path().display()).as_bytes());
     h.finalize().to_hex().to_string()
 }
 

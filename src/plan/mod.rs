@@ -940,6 +940,26 @@ pub fn plan_with_memo(
     options: &Options,
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
+    let mut plan = plan_unmarked(project, state, env, now, options, versions)?;
+    mark_rebuilds(project, state, &mut plan)?;
+    Ok(plan)
+}
+
+/// [`plan_with_memo`] without [`mark_rebuilds`]: the plan replayed from the plan memo or
+/// computed, before the `full` versions with a pending or stale build are marked for rebuild.
+/// A caller that skips the marks must prove them empty ([`crate::session::plan_checked`] does,
+/// for a replayed plan, with a token naming the memo key and the state store's identity).
+///
+/// # Errors
+/// As [`plan_with`].
+pub fn plan_unmarked(
+    project: &Project,
+    state: &dyn StateStore,
+    env: &str,
+    now: Millis,
+    options: &Options,
+    versions: Option<&mut VersionMemo>,
+) -> Result<Plan, PlanError> {
     validate_env(env)?;
     check_legacy_views(project, state, env)?;
     for n in options.forward_only.iter().chain(options.reclassify.keys()).chain(&options.reset_history) {
@@ -964,7 +984,7 @@ pub fn plan_with_memo(
     // with a memo of versions (a session): its plans keep their actions for the next one
     // ([`ActionMemo`]), which a replay does not give.
     let replayed = if options.is_default() && versions.is_none() { memo::lookup(project, state, env, now)? } else { None };
-    let mut plan = match replayed {
+    Ok(match replayed {
         Some(plan) => {
             if std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1") {
                 memo::verify(&plan, &compute(project, state, env, now, options)?);
@@ -972,11 +992,21 @@ pub fn plan_with_memo(
             plan
         }
         None => compute_with(project, state, env, now, options, versions)?,
-    };
+    })
+}
+
+/// Marks the `full`/`view` versions of `plan` with a pending rebuild and the `full` versions
+/// whose build read other data than their parents hold now (and those downstream) for rebuild
+/// (the last step of [`plan_with_memo`]). What it marks depends only on the project, the plan's
+/// actions and the state store's content (every write that can change it bumps the store's
+/// generation).
+///
+/// # Errors
+/// A state read fails.
+pub fn mark_rebuilds(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
     let mut shared = None;
-    mark_pending_rebuilds(project, state, &mut plan, &mut shared)?;
-    mark_stale_builds(project, state, &mut plan, &mut shared)?;
-    Ok(plan)
+    mark_pending_rebuilds(project, state, plan, &mut shared)?;
+    mark_stale_builds(project, state, plan, &mut shared)
 }
 
 /// `(model name, physical relation)` of every version another environment than `plan.env`

@@ -183,46 +183,190 @@ fn split(body: &[u8]) -> Result<(Key, &[u8]), String> {
     Ok((key, &body[8 + len..]))
 }
 
-/// True when every input of `key` is as recorded under `root`; the hashes read are returned.
-/// Inputs are read and hashed on up to four threads; the first difference stops every thread.
-fn inputs_current(root: &Path, key: &Key) -> Option<Vec<(PathBuf, [u8; 32])>> {
+/// A file's identity and times as `stat` gives them: what the input-stats file records beside
+/// the blake3 of the content read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Stat {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    /// Modification and status-change times, `(seconds, nanoseconds)` since the epoch.
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stat {
+    #[cfg(unix)]
+    fn of(m: &std::fs::Metadata) -> Option<Stat> {
+        use std::os::unix::fs::MetadataExt;
+        Some(Stat { dev: m.dev(), ino: m.ino(), size: m.size(), mtime: (m.mtime(), m.mtime_nsec()), ctime: (m.ctime(), m.ctime_nsec()) })
+    }
+
+    /// Without Unix file identities nothing is recorded: every input is read and hashed.
+    #[cfg(not(unix))]
+    fn of(_m: &std::fs::Metadata) -> Option<Stat> {
+        None
+    }
+
+    /// True when the file's last change is strictly older than `clock` (the file system's time
+    /// taken before this stat): every later write, rename over it, `chmod`, or time set back by a
+    /// tool gives it a status-change time of `clock` or later, so a stat still equal to this one
+    /// proves the content is the one read after it. A file changed at `clock` or later ("racily
+    /// clean", as git calls it) is not recorded and is read again next time.
+    fn settled_before(&self, clock: (i64, i64)) -> bool {
+        self.mtime < clock && self.ctime < clock
+    }
+}
+
+/// The input-stats file's records: per relative path, the stat taken before the content was
+/// read and the blake3 of that content.
+type Proven = std::collections::HashMap<PathBuf, (Stat, [u8; 32])>;
+
+/// The version of the input-stats file's layout.
+const STATS_VERSION: u32 = 1;
+/// First bytes of an input-stats file.
+const STATS_MAGIC: &str = "efmesh-input-stats";
+
+/// `<state dir>/.efmesh/input-stats`, beside the project cache.
+fn stats_path(config: &Config) -> PathBuf {
+    path_for(config).with_file_name("input-stats")
+}
+
+/// The records of the input-stats file at `path`; none when it is absent, and none with a debug
+/// line when it cannot be trusted (another efmesh, a checksum mismatch): then every input is
+/// read and hashed, and the file rewritten.
+fn read_stats(path: &Path) -> Proven {
+    let Ok(bytes) = fs_err::read(path) else { return Proven::new() };
+    let records: Result<Vec<(PathBuf, Stat, [u8; 32])>, String> =
+        crate::script::loader::checked_cache_body(&bytes, STATS_MAGIC, STATS_VERSION, "input-stats file")
+            .and_then(|body| postcard::from_bytes(body).map_err(|e| format!("it is corrupt ({e})")));
+    match records {
+        Ok(r) => r.into_iter().map(|(p, s, h)| (p, (s, h))).collect(),
+        Err(why) => {
+            tracing::debug!("ignoring the input-stats file `{}`: {why}; every input is read and hashed", path.display());
+            Proven::new()
+        }
+    }
+}
+
+/// Writes `records` to the input-stats file at `path`; a failure is a debug line (the next
+/// restore reads and hashes every input).
+fn write_stats(path: &Path, records: &Proven) {
+    let mut list: Vec<(&PathBuf, &Stat, &[u8; 32])> = records.iter().map(|(p, (s, h))| (p, s, h)).collect();
+    list.sort_by(|a, b| a.0.cmp(b.0));
+    let result = postcard::to_allocvec(&list)
+        .map_err(|e| e.to_string())
+        .and_then(|body| crate::script::loader::write_cache_file(path, STATS_MAGIC, STATS_VERSION, &body));
+    if let Err(e) = result {
+        tracing::debug!("cannot write the input-stats file `{}`: {e}", path.display());
+    }
+}
+
+/// The file system's current time, `(seconds, nanoseconds)`: the status-change time of a file
+/// created in `dir` now (removed again). `None` when it cannot be created.
+#[cfg(unix)]
+fn fs_clock(dir: &Path) -> Option<(i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs_err::create_dir_all(dir).ok()?;
+    let path = dir.join(format!(".input-stats-clock.{}.tmp", std::process::id()));
+    let m = fs_err::File::create(&path).and_then(|f| f.metadata());
+    let _ = fs_err::remove_file(&path);
+    let m = m.ok()?;
+    Some((m.ctime(), m.ctime_nsec()))
+}
+
+#[cfg(not(unix))]
+fn fs_clock(_dir: &Path) -> Option<(i64, i64)> {
+    None
+}
+
+/// What [`inputs_current`] found.
+struct Current {
+    /// The content hash of every present input (proven by its stat or read and hashed now).
+    hashes: Vec<(PathBuf, [u8; 32])>,
+    /// The input-stats records to write, when some input was read and hashed.
+    records: Option<Proven>,
+}
+
+/// True when every input of `key` is as recorded under `root`; the hashes proven are returned.
+///
+/// An input whose stat equals its record in `known` (same device, inode, size, modification
+/// and status-change times) with the hash `key` wants is proven without reading it (git's
+/// index rule: [`Stat::settled_before`] says why a record can be trusted). Every other input is
+/// read and hashed, on up to four threads, after the file system's clock was read
+/// ([`fs_clock`]); its stat, taken before the read, is recorded when its last change is older
+/// than that clock. The first difference stops every thread.
+fn inputs_current(root: &Path, key: &Key, known: &Proven, clock_dir: &Path) -> Option<Current> {
+    let mut hashes = Vec::with_capacity(key.inputs.len());
+    let mut todo: Vec<(&PathBuf, &[u8; 32])> = Vec::new();
+    let mut records = Proven::new();
+    for (p, want) in &key.inputs {
+        let full = root.join(p);
+        let Some(h) = want else {
+            if full.exists() {
+                tracing::debug!("project cache: `{}` appeared", p.display());
+                return None;
+            }
+            continue;
+        };
+        let Ok(meta) = fs_err::metadata(&full) else {
+            tracing::debug!("project cache: `{}` cannot be read", p.display());
+            return None;
+        };
+        match (Stat::of(&meta), known.get(p)) {
+            (Some(now), Some((stat, recorded))) if now == *stat && recorded == h => {
+                hashes.push((p.clone(), *h));
+                records.insert(p.clone(), (now, *h));
+            }
+            _ => todo.push((p, h)),
+        }
+    }
+    tracing::debug!("project cache: {} input(s) proven by their recorded stat, {} to read and hash", hashes.len(), todo.len());
+    if todo.is_empty() {
+        return Some(Current { hashes, records: None });
+    }
+    let clock = fs_clock(clock_dir);
     let stale = AtomicBool::new(false);
-    let check = |chunk: &[(PathBuf, Option<[u8; 32]>)]| -> Vec<(PathBuf, [u8; 32])> {
+    type Read = (PathBuf, [u8; 32], Option<Stat>);
+    let check = |chunk: &[(&PathBuf, &[u8; 32])]| -> Vec<Read> {
         let mut read = Vec::with_capacity(chunk.len());
-        for (p, want) in chunk {
+        for (p, h) in chunk {
             if stale.load(Ordering::Relaxed) {
                 break;
             }
             let full = root.join(p);
-            let ok = match want {
-                None => !full.exists(),
-                Some(h) => match fs_err::read(&full) {
-                    Ok(bytes) if blake3::hash(&bytes).as_bytes() == h => {
-                        read.push((p.clone(), *h));
-                        true
-                    }
-                    _ => false,
-                },
-            };
-            if !ok {
-                tracing::debug!("project cache: `{}` changed", p.display());
-                stale.store(true, Ordering::Relaxed);
-                break;
+            let stat = fs_err::metadata(&full).ok().and_then(|m| Stat::of(&m)).filter(|s| clock.is_some_and(|c| s.settled_before(c)));
+            match fs_err::read(&full) {
+                Ok(bytes) if blake3::hash(&bytes).as_bytes() == *h => read.push(((*p).clone(), **h, stat)),
+                _ => {
+                    tracing::debug!("project cache: `{}` changed", p.display());
+                    stale.store(true, Ordering::Relaxed);
+                    break;
+                }
             }
         }
         read
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-    let per = key.inputs.len().div_ceil(threads).max(64);
-    let read: Vec<(PathBuf, [u8; 32])> = if key.inputs.len() <= per {
-        check(&key.inputs)
+    let per = todo.len().div_ceil(threads).max(64);
+    let read: Vec<Read> = if todo.len() <= per {
+        check(&todo)
     } else {
         std::thread::scope(|s| {
-            let handles: Vec<_> = key.inputs.chunks(per).map(|c| s.spawn(|| check(c))).collect();
+            let handles: Vec<_> = todo.chunks(per).map(|c| s.spawn(|| check(c))).collect();
             handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
         })
     };
-    (!stale.load(Ordering::Relaxed) && read.len() == key.inputs.iter().filter(|(_, h)| h.is_some()).count()).then_some(read)
+    if stale.load(Ordering::Relaxed) || read.len() != todo.len() {
+        return None;
+    }
+    for (p, h, stat) in read {
+        if let Some(stat) = stat {
+            records.insert(p.clone(), (stat, h));
+        }
+        hashes.push((p, h));
+    }
+    Some(Current { hashes, records: Some(records) })
 }
 
 /// The project of `config` as last stored, when the cache is intact and every input is as it was
@@ -254,7 +398,10 @@ pub fn restore(config: &Config) -> Option<Restored> {
         tracing::debug!("project cache: the discovered files changed");
         return None;
     }
-    let hashes = inputs_current(&config.root, &key)?;
+    let stats = stats_path(config);
+    let known = read_stats(&stats);
+    let current = inputs_current(&config.root, &key, &known, stats.parent().unwrap_or(&config.root))?;
+    let hashes = current.hashes;
     let (digest, models): ([u8; 32], Vec<Model>) = match postcard::from_bytes(models) {
         Ok(x) => x,
         Err(e) => {
@@ -267,6 +414,58 @@ pub fn restore(config: &Config) -> Option<Restored> {
         return None;
     };
     let inputs = key.inputs.iter().filter(|(_, h)| h.is_some()).map(|(p, _)| config.root.join(p)).collect();
+    if let Some(records) = &current.records {
+        write_stats(&stats, records);
+    }
     tracing::debug!("load: the project restored from the project cache ({} models)", dag.len());
     Some(Restored { project: Project { config: config.clone(), dag }, inputs, hashes, key, files })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn key_of_files(inputs: &[(&str, [u8; 32])]) -> Key {
+        Key { config: [0; 32], audits: Vec::new(), models: Vec::new(), inputs: inputs.iter().map(|(p, h)| (PathBuf::from(p), Some(*h))).collect() }
+    }
+
+    #[test]
+    fn only_a_change_strictly_older_than_the_clock_is_settled() {
+        let s = Stat { dev: 1, ino: 2, size: 3, mtime: (10, 5), ctime: (10, 7) };
+        assert!(s.settled_before((10, 8)));
+        assert!(!s.settled_before((10, 7)), "changed at the clock's tick: racy, read again");
+        assert!(!Stat { mtime: (11, 0), ..s }.settled_before((10, 8)), "an mtime set into the future is not settled");
+    }
+
+    #[test]
+    fn a_recorded_stat_proves_the_recorded_content_until_the_file_changes_in_any_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let file = root.join("m.lua");
+        fs_err::write(&file, "return 1\n").unwrap();
+        let real = *blake3::hash(b"return 1\n").as_bytes();
+        // Read and hashed: recorded once the change is older than the clock.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let key = key_of_files(&[("m.lua", real)]);
+        let first = inputs_current(root, &key, &Proven::new(), root).unwrap();
+        assert_eq!(first.hashes, vec![(PathBuf::from("m.lua"), real)]);
+        let records = first.records.unwrap();
+        let (stat, hash) = records[Path::new("m.lua")];
+        assert_eq!(hash, real);
+        // A record is trusted without reading: one naming another content proves that content
+        // (this is what a record means), while the file keeps the recorded stat.
+        let forged = [7u8; 32];
+        let known: Proven = [(PathBuf::from("m.lua"), (stat, forged))].into_iter().collect();
+        let current = inputs_current(root, &key_of_files(&[("m.lua", forged)]), &known, root).unwrap();
+        assert!(current.records.is_none(), "nothing read");
+        // The same bytes written again with the modification time put back: the status-change
+        // time moved, so the file is read, and the forged hash no longer matches.
+        let mtime = fs_err::metadata(&file).unwrap().modified().unwrap();
+        fs_err::write(&file, "return 1\n").unwrap();
+        fs_err::File::options().write(true).open(&file).unwrap().set_modified(mtime).unwrap();
+        assert!(inputs_current(root, &key_of_files(&[("m.lua", forged)]), &known, root).is_none());
+        // And a record with the right content but an old stat is read again and renewed.
+        let again = inputs_current(root, &key, &known, root).unwrap();
+        assert!(again.records.is_some());
+    }
 }

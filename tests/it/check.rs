@@ -182,12 +182,13 @@ fn check_opens_no_database() {
         assert!(!p.state_path().exists(), "check created the state store");
         let mut entries: Vec<String> = fs_err::read_dir(p.root()).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
         entries.sort();
-        // The load and project caches (docs/load-cache.md) are the one thing a load writes.
+        // The load and project caches (docs/load-cache.md) are the one thing a load writes; the
+        // second check restored the project and recorded its inputs' stats.
         assert_eq!(entries, [".efmesh", "efmesh.toml", "models"], "check wrote files");
         let mut cache: Vec<String> =
             fs_err::read_dir(p.root().join(".efmesh")).expect("ls").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
         cache.sort();
-        assert_eq!(cache, ["load-cache", "project-cache"], "check wrote files");
+        assert_eq!(cache, ["input-stats", "load-cache", "project-cache"], "check wrote files");
     }
 }
 

@@ -85,6 +85,25 @@ fn a_clean_replayed_plan_is_not_checked_again_until_the_engine_file_changes() {
     assert!(!stderr.contains(SKIPPED), "{stderr}");
 }
 
+/// The token of a clean replayed plan also stands for its rebuild marks (none), which read the
+/// state store: a store put in place of the file (here a copy of the same store) is another
+/// store for the token, so the next plan marks and checks again (SPEC §4 invariant 40).
+#[test]
+fn a_state_store_put_in_place_of_the_file_is_marked_and_checked_again() {
+    let (p, _) = recorded_project();
+    let (_, stderr) = plan_debug(&p);
+    assert!(stderr.contains(SKIPPED), "{stderr}");
+    let state = p.state_path();
+    let copy = p.root().join("copy.sqlite");
+    fs_err::copy(&state, &copy).expect("copy the store");
+    fs_err::rename(&copy, &state).expect("put the copy in place");
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(!stderr.contains(SKIPPED), "another store file: {stderr}");
+    let (_, stderr) = plan_debug(&p);
+    assert!(stderr.contains(SKIPPED), "found clean again, recorded again: {stderr}");
+}
+
 #[test]
 fn a_table_dropped_in_place_by_another_process_is_found_even_with_its_mtime_put_back() {
     let (p, physical) = recorded_project();

@@ -68,6 +68,31 @@ fn an_edit_keeping_size_and_mtime_is_seen() {
     assert!(check(&p).stderr.contains(RESTORED), "stored again after the load");
 }
 
+/// After a restore that read and hashed every input, the next one proves them by their
+/// recorded stat (`.efmesh/input-stats`, git's index rule) without reading them; an edit that
+/// keeps size and modification time still moves the status-change time, so it is seen.
+#[test]
+fn inputs_proven_by_their_stat_still_see_an_edit_keeping_size_and_mtime() {
+    let p = project();
+    check(&p);
+    let second = check(&p);
+    assert!(second.stderr.contains("0 input(s) proven by their recorded stat, 3 to read and hash"), "{}", second.stderr);
+    assert!(p.root().join(".efmesh/input-stats").is_file());
+    let third = check(&p);
+    assert!(third.stderr.contains(RESTORED) && third.stderr.contains("3 input(s) proven by their recorded stat, 0 to read"), "{}", third.stderr);
+    let text = p.read("models/b.lua").replace("SELECT 2 AS x", "SELECT 7 AS x");
+    write_keeping_mtime(&p, "models/b.lua", &text);
+    let run = check(&p);
+    assert!(!run.stderr.contains(RESTORED), "{}", run.stderr);
+    assert_eq!(evaluated(&run), ["b"]);
+    assert!(render(&p, "s.b").contains("7 AS x"));
+    // A damaged input-stats file is never trusted: every input is read and hashed again.
+    check(&p);
+    p.write(".efmesh/input-stats", "efmesh-input-stats 1 garbage\n\u{0}");
+    let run = check(&p);
+    assert!(run.stderr.contains(RESTORED) && run.stderr.contains("0 input(s) proven by their recorded stat, 3 to read and hash"), "{}", run.stderr);
+}
+
 #[test]
 fn a_new_a_deleted_file_and_a_module_appearing_in_front_are_seen() {
     let p = project();
