@@ -805,3 +805,45 @@ fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]], "{}\n{}", b.stderr, j.stderr);
     assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
 }
+
+/// Two stores sharing one DuckLake catalog (and DuckDB file): each keeps the other's tables as
+/// `foreign` orphans, and a version of the same model with the same SQL that one of them no
+/// longer serves is kept (`keptShared`, storage `ducklake`) while the catalog's marker names the
+/// other store.
+#[test]
+fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
+    let dl_model = |name: &str, v: i64| {
+        format!(
+            r#"define_model {{ name = "{name}", kind = kind.full(), target = "ducklake", schema = {{ {{ "n", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS n" }}
+"#
+        )
+    };
+    let config =
+        |state: &str| format!("{}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n", CONFIG.replace("efmesh.state.sqlite", state));
+    let mut p = Project::new();
+    p.write("efmesh.toml", &config("a.state.sqlite"));
+    p.write("models/m.lua", &(dl_model("m.total", 1) + &dl_model("m.a_only", 5)));
+    let a = p.apply("dev");
+    p.write("efmesh.toml", &config("b.state.sqlite"));
+    p.write("models/m.lua", &dl_model("m.total", 1));
+    let b = p.apply("dev");
+    let (a_id, b_id) = (store_id(&p, "a.state.sqlite"), store_id(&p, "b.state.sqlite"));
+    let total = physical_of(&a, "m.total");
+    assert_eq!(total, physical_of(&b, "m.total"), "same model, same SQL: one DuckLake table");
+    assert!(total.starts_with("\"_efmesh_ducklake\".\"main\"."), "{total}");
+    // B sees A's other table as an orphan in a catalog A owns too: kept.
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical_of(&a, "m.a_only"), "foreign".to_string())]), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["owners"], serde_json::json!([a_id]), "{v:#}");
+    // A moves on: its version 1 of m.total is what B serves.
+    p.write("efmesh.toml", &config("a.state.sqlite"));
+    p.write("models/m.lua", &(dl_model("m.total", 2) + &dl_model("m.a_only", 5)));
+    p.apply("dev");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept_shared(&v), BTreeSet::from([(total.clone(), "shared".to_string(), vec![b_id.clone()])]), "{v:#}");
+    assert_eq!(v["keptShared"][0]["storage"], Value::from("ducklake"), "{v:#}");
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    assert_eq!(p.rows("dev__m.total"), vec![vec![Some("2".to_string())]]);
+    p.write("efmesh.toml", &config("b.state.sqlite"));
+    assert_eq!(p.rows("dev__m.total"), vec![vec![Some("1".to_string())]], "B still serves its data");
+}
