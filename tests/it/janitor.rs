@@ -662,6 +662,10 @@ fn a_lake_without_parquet_versions_does_not_keep_the_engines_orphans() {
 // ---------------------------------------------------------------------------------------------
 // The same physical name in two live stores sharing one storage (SPEC invariant 39 (e))
 
+/// The environment store B applies to (the two stores share the DuckDB file, so their
+/// environments' views must not share names).
+const B_ENV: &str = "staging";
+
 /// `(physical, reason, owners)` of every `keptShared` entry of a janitor report.
 fn kept_shared(v: &Value) -> BTreeSet<(String, String, Vec<String>)> {
     v["keptShared"]
@@ -675,15 +679,15 @@ fn kept_shared(v: &Value) -> BTreeSet<(String, String, Vec<String>)> {
         .collect()
 }
 
-/// Stores A (`a.state.sqlite`) and B (`b.state.sqlite`) both apply `models(1)` to `dev` in one
-/// DuckDB file (the same physical names), then A moves on to `models(2)`. Returns the physical
+/// Stores A (`a.state.sqlite`) and B (`b.state.sqlite`) both apply `models(1)` (to `dev` and to
+/// `staging`) in one DuckDB file (the same physical names), then A moves on to `models(2)`. Returns the physical
 /// relations of version 1 and the two store ids.
 fn two_stores_on_one_version(p: &Project) -> (Vec<String>, String, String) {
     p.write("models/m.lua", &models(1));
     use_state(p, "a.state.sqlite");
     let a = p.apply("dev");
     use_state(p, "b.state.sqlite");
-    let b = p.apply("dev");
+    let b = p.apply(B_ENV);
     let one = vec![physical_of(&a, "s.m"), physical_of(&a, "s.v")];
     assert_eq!(one, vec![physical_of(&b, "s.m"), physical_of(&b, "s.v")], "same model, same SQL: the same physical names");
     use_state(p, "a.state.sqlite");
@@ -707,7 +711,7 @@ fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on() {
     assert!(one.iter().all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]], "A serves version 2");
     use_state(&p, "b.state.sqlite");
-    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]], "B's environment still serves its data");
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]], "B's environment still serves its data");
     assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
     // The human report names the other store too.
     use_state(&p, "a.state.sqlite");
@@ -716,15 +720,15 @@ fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on() {
     assert!(r.stdout.contains("another state store may serve") && r.stdout.contains(&b_id), "{}", r.stdout);
     // B moves on as well: its janitor is the last one, and collects version 1.
     use_state(&p, "b.state.sqlite");
-    p.apply("dev");
+    p.apply(B_ENV);
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     assert_eq!(physicals(&v, "dropped"), one.iter().cloned().collect(), "{v:#}");
     assert!(v["keptShared"].as_array().unwrap().is_empty(), "{v:#}");
     let tables = p.physical_tables();
     assert!(one.iter().all(|ph| !tables.contains(&table_name(ph))), "{tables:?}");
-    for state in ["a.state.sqlite", "b.state.sqlite"] {
+    for (state, view) in [("a.state.sqlite", "dev__s.v"), ("b.state.sqlite", "staging__s.v")] {
         use_state(&p, state);
-        assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]], "{state}");
+        assert_eq!(p.rows(view), vec![vec![Some("2".to_string())]], "{state}");
         assert_views_serve_pointers_of(&p, state, &["s.m", "s.v"]);
     }
     // A's janitor forgets its version 1 (the relation is gone) and drops nothing else.
@@ -740,7 +744,7 @@ fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it() {
     let (one, a_id, _) = two_stores_on_one_version(&p);
     // B moves on too; B's janitor keeps version 1 (A has not given it up yet) and gives up its own use.
     use_state(&p, "b.state.sqlite");
-    p.apply("dev");
+    p.apply(B_ENV);
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     let want: BTreeSet<_> = one.iter().map(|ph| (ph.clone(), "shared".to_string(), vec![a_id.clone()])).collect();
     assert_eq!(kept_shared(&v), want, "{v:#}");
@@ -752,12 +756,12 @@ fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it() {
     // never served dropped.
     use_state(&p, "b.state.sqlite");
     p.write("models/m.lua", &models(1));
-    let r = p.run(&["apply", "dev", "--yes", "--json"]);
+    let r = p.run(&["apply", B_ENV, "--yes", "--json"]);
     if r.code != 0 {
         assert!(r.stderr.contains(&table_name(&one[0])), "a refusal names the missing relation: {}", r.stderr);
-        p.apply("dev");
+        p.apply(B_ENV);
     }
-    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]]);
     assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
     use_state(&p, "a.state.sqlite");
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
@@ -772,7 +776,7 @@ fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
     let mut p = project(1);
     let (one, _, b_id) = two_stores_on_one_version(&p);
     use_state(&p, "b.state.sqlite");
-    p.apply("dev");
+    p.apply(B_ENV);
     janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0);
     use_state(&p, "a.state.sqlite");
     p.now = LATER.to_string();
@@ -791,7 +795,7 @@ fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
     }
     use_state(&p, "b.state.sqlite");
     p.write("models/m.lua", &models(1));
-    let b = p.run(&["apply", "dev", "--yes", "--json", "--retries", "6"]);
+    let b = p.run(&["apply", B_ENV, "--yes", "--json", "--retries", "6"]);
     let j = Run::from_output(jan.wait_with_output().unwrap(), "janitor".to_string());
     let v = j.expect_code(0).json();
     // B's apply ran within the janitor's wait (4 s), before its drop: the use came first.
@@ -803,7 +807,7 @@ fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
     assert_eq!(claimed(&a_state), 0, "A's claim is released");
     let tables = p.physical_tables();
     assert!(one.iter().all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
-    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]], "{}\n{}", b.stderr, j.stderr);
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]], "{}\n{}", b.stderr, j.stderr);
     assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
 }
 
@@ -822,11 +826,11 @@ fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
     let config =
         |state: &str| format!("{}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n", CONFIG.replace("efmesh.state.sqlite", state));
     // Read through the catalog, as an outside reader would.
-    let dl_rows = |p: &Project| -> Rows {
+    let dl_rows = |p: &Project, env: &str| -> Rows {
         use efmesh::engine::Engine;
         let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
         db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
-        db.query("SELECT CAST(n AS VARCHAR) FROM \"dev__m\".\"total\"").unwrap_or_else(|e| panic!("{e}"))
+        db.query(&format!("SELECT CAST(n AS VARCHAR) FROM \"{env}__m\".\"total\"")).unwrap_or_else(|e| panic!("{e}"))
     };
     let mut p = Project::new();
     p.write("efmesh.toml", &config("a.state.sqlite"));
@@ -834,7 +838,7 @@ fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
     let a = p.apply("dev");
     p.write("efmesh.toml", &config("b.state.sqlite"));
     p.write("models/m.lua", &dl_model("m.total", 1));
-    let b = p.apply("dev");
+    let b = p.apply(B_ENV);
     let (a_id, b_id) = (store_id(&p, "a.state.sqlite"), store_id(&p, "b.state.sqlite"));
     let total = physical_of(&a, "m.total");
     assert_eq!(total, physical_of(&b, "m.total"), "same model, same SQL: one DuckLake table");
@@ -851,7 +855,7 @@ fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
     assert_eq!(kept_shared(&v), BTreeSet::from([(total.clone(), "shared".to_string(), vec![b_id.clone()])]), "{v:#}");
     assert_eq!(v["keptShared"][0]["storage"], Value::from("ducklake"), "{v:#}");
     assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
-    assert_eq!(dl_rows(&p), vec![vec![Some("2".to_string())]]);
+    assert_eq!(dl_rows(&p, "dev"), vec![vec![Some("2".to_string())]]);
     p.write("efmesh.toml", &config("b.state.sqlite"));
-    assert_eq!(dl_rows(&p), vec![vec![Some("1".to_string())]], "B still serves its data");
+    assert_eq!(dl_rows(&p, B_ENV), vec![vec![Some("1".to_string())]], "B still serves its data");
 }
