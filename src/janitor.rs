@@ -547,6 +547,9 @@ fn unshared(claims: Vec<Claim>, shared: &BTreeMap<String, KeptShared>) -> Vec<Cl
     claims.into_iter().filter(|c| c.storage.as_ref().is_none_or(|s| !shared.contains_key(&s.physical.to_lowercase()))).collect()
 }
 
+/// A use record `(store id, key)` ([`Engine::storage_uses`]).
+type UseRecord = (String, String);
+
 /// Drops every claimed storage: this janitor's and what earlier ones left.
 #[allow(clippy::too_many_arguments)] // one call site, in `collect`, passing its own listing
 fn drop_condemned(
@@ -587,7 +590,7 @@ fn drop_condemned(
             let owners = crate::ownership::read_all(config, engine.as_deref_mut(), s3, me)?;
             Ok((list, owners))
         });
-    let (present, uses, owners): (HashMap<String, StoredRelation>, Vec<(String, String)>, Vec<Owners>) = match listing {
+    let (present, uses, owners): (HashMap<String, StoredRelation>, Vec<UseRecord>, Vec<Owners>) = match listing {
         Ok((list, owners)) => {
             let (list, uses) = list.unwrap_or_default();
             (list.into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(), uses, owners)
