@@ -115,6 +115,9 @@ pub struct Report {
     pub orphans: Vec<Victim>,
     /// Orphans seen and kept: too young, or in a storage this store does not own alone.
     pub kept_orphans: Vec<KeptOrphan>,
+    /// Unreachable versions kept because another state store may serve their storage (SPEC
+    /// invariant 39 (e)).
+    pub kept_shared: Vec<KeptShared>,
     /// The owner marker of every storage (SPEC invariant 39 (d)).
     pub storages: Vec<Owners>,
     /// This state store's identity.
@@ -147,6 +150,27 @@ pub struct KeptOrphan {
     /// The other stores the storage's marker names (for `foreign`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub owners: Vec<String>,
+}
+
+/// An unreachable version's storage the janitor kept because another state store may serve it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptShared {
+    /// Model name.
+    pub model: String,
+    /// Fingerprint, first 12 characters.
+    pub fingerprint: String,
+    /// The physical relation.
+    pub physical: String,
+    /// Always `shared`.
+    pub reason: String,
+    /// The storage whose records say so.
+    pub storage: Storage,
+    /// The other stores that may serve it (`unknown`: stores that wrote before markers existed).
+    pub owners: Vec<String>,
+    /// True when this store's claim had already removed its rows (another store registered the
+    /// relation between the listing and the drop): the relation is an orphan to this store now.
+    pub forgotten: bool,
 }
 
 /// Why the janitor stopped before claiming anything.
@@ -312,29 +336,6 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     let at = crate::core::interval::to_iso(opts.now);
     let mut report = Report { dry_run: opts.dry_run, ttl_days: opts.ttl_days, store_id: me.clone(), adopted: opts.adopt, ..Report::default() };
     let s3 = crate::ownership::s3_lake(config).map_err(JanitorError::Storage)?;
-    // 1. What storage exists (the engine's relations, the lake's version directories) and who
-    //    owns it (the markers), read on one connection, released before the claim.
-    let (stored, owners) = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
-        Some(mut engine) => {
-            if opts.adopt {
-                crate::ownership::adopt(config, Some(engine.as_mut()), s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
-                tracing::warn!(store = %me, "adopted: this state store is now the only owner of the project's storage; what other stores wrote there is collected as orphans after the ttl");
-            }
-            let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
-            (stored, crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?)
-        }
-        None => {
-            if opts.adopt {
-                crate::ownership::adopt(config, None, s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
-            }
-            (Vec::new(), crate::ownership::read_all(config, None, s3.as_ref(), &me).map_err(JanitorError::Storage)?)
-        }
-    };
-    let mut listed: Vec<String> = stored.iter().filter(|r| physical_shape(&r.name).is_some()).map(|r| r.qualified.clone()).collect();
-    for r in stored.iter().filter(|r| physical_shape(&r.name).is_none()) {
-        tracing::debug!(relation = %r.qualified, "not a physical-name shape: left alone");
-    }
-    let in_engine: HashSet<String> = listed.iter().map(|p| p.to_lowercase()).collect();
     // An S3 listing failure is a failure (exit 1), but the engine's storage is still collected.
     let lake_names = match lake_listing(config, s3.as_ref()) {
         Ok(l) => l,
@@ -345,6 +346,40 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         }
     };
     let in_lake: HashSet<String> = lake_names.iter().map(|p| p.to_lowercase()).collect();
+    // 1. What storage exists (the engine's relations, the lake's version directories), who
+    //    owns it (the markers) and which relations other stores may serve (their use records),
+    //    read on one connection, released before the claim.
+    let (stored, owners, shared) = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
+        Some(mut engine) => {
+            if opts.adopt {
+                crate::ownership::adopt(config, Some(engine.as_mut()), s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
+                tracing::warn!(store = %me, "adopted: this state store is now the only owner of the project's storage; what other stores wrote there is collected as orphans after the ttl");
+            }
+            let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
+            let owners = crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?;
+            let shared = shared_candidates(state, engine.as_mut(), &stored, &in_lake, &owners, &me, ttl_ms, opts)?;
+            (stored, owners, shared)
+        }
+        None => {
+            if opts.adopt {
+                crate::ownership::adopt(config, None, s3.as_ref(), &me, &at).map_err(JanitorError::Storage)?;
+            }
+            (Vec::new(), crate::ownership::read_all(config, None, s3.as_ref(), &me).map_err(JanitorError::Storage)?, BTreeMap::new())
+        }
+    };
+    if !shared.is_empty() {
+        tracing::warn!(
+            "{} unreachable version(s) kept: other state stores share their storage and may serve them (see `keptShared`); \
+             in the engine database each is dropped by the janitor of the last store to stop serving it; \
+             in a lake root or DuckLake catalog shared with another store nothing is dropped until one store remains and adopts it (`efmesh janitor --adopt`)",
+            shared.len()
+        );
+    }
+    let mut listed: Vec<String> = stored.iter().filter(|r| physical_shape(&r.name).is_some()).map(|r| r.qualified.clone()).collect();
+    for r in stored.iter().filter(|r| physical_shape(&r.name).is_none()) {
+        tracing::debug!(relation = %r.qualified, "not a physical-name shape: left alone");
+    }
+    let in_engine: HashSet<String> = listed.iter().map(|p| p.to_lowercase()).collect();
     listed.extend(lake_names.into_iter().filter(|p| !in_engine.contains(&p.to_lowercase())));
     // 2. Orphans: recorded when first seen; only those of storage this store owns alone and
     //    seen for at least the ttl are eligible for the claim.
@@ -412,17 +447,18 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         }
     }
     report.storages = owners;
+    report.kept_shared = shared.values().cloned().collect();
     // 3. The claim (or, for a dry run, what it would be).
     let claims = if opts.dry_run {
         let inv = state.janitor_inventory()?;
-        let claims = decide(&inv, &eligible, ttl_ms, opts.now);
+        let claims = unshared(decide(&inv, &eligible, ttl_ms, opts.now), &shared);
         for c in &inv.condemned {
             push(&mut report, victim(c, config, true), c);
         }
         claims
     } else {
         fault::delay_point("janitor-before-claim");
-        let claims = state.janitor_claim(&mut |inv| decide(inv, &eligible, ttl_ms, opts.now), opts.now)?;
+        let claims = state.janitor_claim(&mut |inv| unshared(decide(inv, &eligible, ttl_ms, opts.now), &shared), opts.now)?;
         fault::crash_point(|| "janitor-after-claim".to_string());
         claims
     };
@@ -452,6 +488,67 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     }
     Ok(report)
 }
+
+/// The unreachable versions past the ttl whose storage another state store may serve (SPEC §4,
+/// invariant 39 (e)), by lowercased physical name, read on the connection of the listing. Unless
+/// `dry_run`, this store's own use records of every unreachable version past the ttl are removed
+/// on that connection: it no longer serves them, and records them again (apply, run) before it
+/// does, so the janitor of the last store to stop serving a relation drops it. The inventory
+/// is read with the engine held, so an apply of this store that relies on one of them either
+/// recorded its intents before (the version is no candidate) or records its use after.
+#[allow(clippy::too_many_arguments)] // one call site, in `collect`, passing its own listing
+fn shared_candidates(
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    stored: &[StoredRelation],
+    in_lake: &HashSet<String>,
+    owners: &[Owners],
+    me: &str,
+    ttl_ms: Millis,
+    opts: &Options,
+) -> Result<BTreeMap<String, KeptShared>, JanitorError> {
+    let uses = engine.storage_uses().map_err(JanitorError::Engine)?;
+    let in_engine: HashSet<String> = stored.iter().map(|r| r.qualified.to_lowercase()).collect();
+    let mut out = BTreeMap::new();
+    let mut mine = Vec::new();
+    for claim in decide(&state.janitor_inventory()?, &[], ttl_ms, opts.now) {
+        let Some(c) = &claim.storage else { continue };
+        let key = c.physical.to_lowercase();
+        let record = (me.to_string(), crate::engine::use_key(&c.physical));
+        if uses.contains(&record) {
+            mine.push(record);
+        }
+        if let Some(kept) = kept_shared(c, in_engine.contains(&key), in_lake.contains(&key), owners, &uses, me, false) {
+            out.insert(key, kept);
+        }
+    }
+    if !opts.dry_run {
+        engine.write_storage_uses(&[], &mine).map_err(JanitorError::Engine)?;
+    }
+    Ok(out)
+}
+
+/// The report entry of a claimed (or candidate) storage another store may serve, if one may.
+fn kept_shared(c: &Condemned, in_engine: bool, in_lake: bool, owners: &[Owners], uses: &[(String, String)], me: &str, forgotten: bool) -> Option<KeptShared> {
+    let (storage, others) = crate::ownership::sharers(&c.physical, in_engine, in_lake, owners, uses, me)?;
+    Some(KeptShared {
+        model: c.name.clone(),
+        fingerprint: short(&c.fingerprint),
+        physical: c.physical.clone(),
+        reason: "shared".to_string(),
+        storage,
+        owners: others,
+        forgotten,
+    })
+}
+
+/// `claims` without the storage another store may serve (`shared`, by lowercased physical name).
+fn unshared(claims: Vec<Claim>, shared: &BTreeMap<String, KeptShared>) -> Vec<Claim> {
+    claims.into_iter().filter(|c| c.storage.as_ref().is_none_or(|s| !shared.contains_key(&s.physical.to_lowercase()))).collect()
+}
+
+/// A use record `(store id, key)` ([`Engine::storage_uses`]).
+type UseRecord = (String, String);
 
 /// Drops every claimed storage: this janitor's and what earlier ones left.
 #[allow(clippy::too_many_arguments)] // one call site, in `collect`, passing its own listing
@@ -485,14 +582,19 @@ fn drop_condemned(
     state.check_fence()?;
     let still: HashSet<String> = state.janitor_inventory()?.condemned.into_iter().map(|c| c.physical).collect();
     let condemned: Vec<Condemned> = condemned.into_iter().filter(|c| still.contains(&c.physical)).collect();
-    let listing = engine.as_mut().map(|e| e.storage_relations()).transpose().map_err(|e| e.to_string()).and_then(|list| {
-        // The markers again, with the engine held: a store that registered since the listing
-        // keeps its storage (orphan claims in a storage no longer ours alone are released).
-        let owners = crate::ownership::read_all(config, engine.as_deref_mut(), s3, me)?;
-        Ok((list, owners))
-    });
-    let (present, owners): (HashMap<String, StoredRelation>, Vec<Owners>) = match listing {
-        Ok((list, owners)) => (list.unwrap_or_default().into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(), owners),
+    let listing =
+        engine.as_mut().map(|e| Ok::<_, EngineError>((e.storage_relations()?, e.storage_uses()?))).transpose().map_err(|e| e.to_string()).and_then(|list| {
+            // The markers and use records again, with the engine held: a store that registered
+            // since the listing keeps its storage (orphan claims in a storage no longer ours alone,
+            // and claims of relations another store may serve now, are released).
+            let owners = crate::ownership::read_all(config, engine.as_deref_mut(), s3, me)?;
+            Ok((list, owners))
+        });
+    let (present, uses, owners): (HashMap<String, StoredRelation>, Vec<UseRecord>, Vec<Owners>) = match listing {
+        Ok((list, owners)) => {
+            let (list, uses) = list.unwrap_or_default();
+            (list.into_iter().map(|r| (r.qualified.to_lowercase(), r)).collect(), uses, owners)
+        }
         Err(e) => {
             for c in &condemned {
                 report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: e.clone() });
@@ -528,6 +630,16 @@ fn drop_condemned(
                 reason: kept_reason(o.status).to_string(),
                 owners: o.others(me),
             });
+            continue;
+        }
+        // A version's storage another store recorded since the listing: kept, the claim released
+        // (this store forgot the version: the relation is its orphan now, in shared storage).
+        if !orphan && let Some(kept) = kept_shared(c, present.contains_key(&key), lake, &owners, &uses, me, true) {
+            tracing::warn!(physical = %c.physical, "not dropped: state store(s) {} may serve it now; the claim is released", kept.owners.join(", "));
+            if let Err(e) = state.release_condemned(&c.physical) {
+                report.failed.push(Failure { physical: c.physical.clone(), model: c.name.clone(), error: format!("kept, but {e}") });
+            }
+            report.kept_shared.push(kept);
             continue;
         }
         match drop_storage(config, engine.as_deref_mut(), s3, &present, c) {

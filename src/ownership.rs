@@ -314,6 +314,58 @@ fn warn_shared(location: &str, others: &[String], me: &str) {
     );
 }
 
+/// Records, in the engine database, that store `me` may serve each of `physicals` (SPEC §4,
+/// invariant 39 (e)); the first time this store records uses there, every relation its
+/// snapshots name (`known`) is recorded too, then the store's `registered` record. Relations of
+/// the DuckLake catalog are not recorded (that storage is gated by its owner marker alone).
+/// Writes nothing when every record is there already. Called by `apply` and `run` on the
+/// connection they hold for the whole apply, before they check the relations they rely on.
+///
+/// # Errors
+/// A failed engine statement or `known`.
+pub fn register_uses(engine: &mut dyn Engine, me: &str, physicals: &[String], known: &mut dyn FnMut() -> Result<Vec<String>, String>) -> Result<(), String> {
+    use crate::engine::{USES_REGISTERED, use_key};
+    let err = |e: crate::engine::EngineError| format!("cannot record which relations this state store serves: {}", e.message);
+    let mine: std::collections::HashSet<String> = engine.storage_uses().map_err(err)?.into_iter().filter(|(s, _)| s == me).map(|(_, k)| k).collect();
+    let in_engine = |p: &&String| !p.is_empty() && !p.to_lowercase().starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS));
+    let mut keys: std::collections::BTreeSet<String> = physicals.iter().filter(in_engine).map(|p| use_key(p)).collect();
+    if !mine.contains(USES_REGISTERED) {
+        keys.extend(known()?.iter().filter(in_engine).map(|p| use_key(p)));
+        keys.insert(USES_REGISTERED.to_string());
+    }
+    let add: Vec<(String, String)> = keys.into_iter().filter(|k| !mine.contains(k)).map(|k| (me.to_string(), k)).collect();
+    engine.write_storage_uses(&add, &[]).map_err(err)
+}
+
+/// The other state stores that may serve `physical`, and the storage that says so (SPEC §4,
+/// invariant 39 (e)), or `None` when no other store may: in the engine database, every other
+/// store with a use record of it and every other owner of its marker that records no uses
+/// there (an older efmesh, or `unknown`); in a lake root or a DuckLake catalog (no use records),
+/// every other owner of the marker (an unreadable marker: `unreadable`).
+pub fn sharers(physical: &str, in_engine: bool, in_lake: bool, owners: &[Owners], uses: &[(String, String)], me: &str) -> Option<(Storage, Vec<String>)> {
+    use crate::engine::{USES_REGISTERED, use_key};
+    for storage in storages_of(physical, in_engine, in_lake) {
+        let Some(o) = owners.iter().find(|o| o.storage == storage) else { continue };
+        let mut others: Vec<String> = match storage {
+            Storage::Engine => {
+                let key = use_key(physical);
+                let registered = |s: &String| uses.iter().any(|(u, k)| u == s && k == USES_REGISTERED);
+                let mut v: Vec<String> = uses.iter().filter(|(s, k)| s != me && *k == key).map(|(s, _)| s.clone()).collect();
+                v.extend(o.others(me).into_iter().filter(|s| !registered(s)));
+                v
+            }
+            _ if o.status == Status::Unreadable => vec!["unreadable".to_string()],
+            _ => o.others(me),
+        };
+        others.sort();
+        others.dedup();
+        if !others.is_empty() {
+            return Some((storage, others));
+        }
+    }
+    None
+}
+
 /// Makes `me` the only owner of every storage the project has (`janitor --adopt`): the
 /// storage other stores wrote becomes this store's orphans, collected after the ttl.
 ///
@@ -322,6 +374,9 @@ fn warn_shared(location: &str, others: &[String], me: &str) {
 pub fn adopt(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str, now: &str) -> Result<(), String> {
     if let Some(engine) = engine {
         engine.write_owner_marker(false, me, true, now).map_err(|e| e.to_string())?;
+        // Other stores' use records go with their ownership (SPEC §4, 39 (e)).
+        let others: Vec<(String, String)> = engine.storage_uses().map_err(|e| e.to_string())?.into_iter().filter(|(s, _)| s != me).collect();
+        engine.write_storage_uses(&[], &others).map_err(|e| e.to_string())?;
         if config.ducklake.as_ref().is_some_and(|dl| config.resolve(&dl.catalog).exists()) {
             engine.write_owner_marker(true, me, true, now).map_err(|e| e.to_string())?;
         }

@@ -257,6 +257,17 @@ fn execute_recorded(
         return Err(ApplyError::HistoryReset(refusal));
     }
     scd2::check_carried(project, plan, engine)?;
+    // This store records, on this connection and before the check below, every relation it may
+    // serve, so no other store's janitor drops one from now on and one dropped before is found
+    // missing just below (SPEC §4, invariant 39 (e)).
+    let uses: Vec<String> = intents(plan).into_iter().map(|i| i.physical).collect();
+    let mut known =
+        || -> Result<Vec<String>, String> { Ok(state.janitor_inventory().map_err(|e| e.to_string())?.versions.into_iter().map(|v| v.physical).collect()) };
+    crate::ownership::register_uses(engine, &state.store_id()?, &uses, &mut known).map_err(|message| ApplyError::Target {
+        model: None,
+        interval: None,
+        message,
+    })?;
     // The relations the plan relies on must exist (one catalog query, on this connection):
     // what the plan does not restore is refused, never trusted (SPEC §4).
     let missing = crate::plan::integrity::unplanned(project, plan, &engine.catalog()?);

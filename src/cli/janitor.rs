@@ -10,7 +10,8 @@ use super::printer::Printer;
 use crate::core::interval::Millis;
 use crate::engine::duckdb::DuckDb;
 use crate::engine::{Engine, EngineError};
-use crate::janitor::{KeptOrphan, Options, Report, Victim, collect};
+use crate::janitor::{KeptOrphan, KeptShared, Options, Report, Victim, collect};
+use crate::ownership::Storage;
 use crate::state::SqliteStore;
 use crate::state::lease::{LeaseGuard, Refused};
 use anyhow::{Result, anyhow, bail};
@@ -126,6 +127,16 @@ fn kept_line(k: &KeptOrphan) -> String {
     format!("  {} @{} {}{seen}: {why}\n", k.model, k.fingerprint, k.physical)
 }
 
+fn shared_line(k: &KeptShared) -> String {
+    let forgot = if k.forgotten { " (this store already forgot the version: the relation is its orphan now)" } else { "" };
+    let storage = match k.storage {
+        Storage::Engine => "the engine database",
+        Storage::Lake => "the lake root",
+        Storage::Ducklake => "the DuckLake catalog",
+    };
+    format!("  {} @{} {}: state store(s) {} of {storage} may serve it{forgot}\n", k.model, k.fingerprint, k.physical, k.owners.join(", "))
+}
+
 /// The report for people.
 fn text(r: &Report) -> String {
     let verb = if r.dry_run { "would drop" } else { "dropped" };
@@ -133,7 +144,7 @@ fn text(r: &Report) -> String {
     if r.adopted {
         s.push_str(&format!("janitor: this state store ({}) is now the only owner of the project's storage\n", r.store_id));
     }
-    if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() {
+    if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() && r.kept_shared.is_empty() {
         s.push_str(&format!("janitor: nothing to collect (ttl {} days)\n", r.ttl_days));
         return s;
     }
@@ -148,6 +159,10 @@ fn text(r: &Report) -> String {
     if !r.kept_orphans.is_empty() {
         s.push_str(&format!("janitor kept {} orphan(s):\n", r.kept_orphans.len()));
         s.extend(r.kept_orphans.iter().map(kept_line));
+    }
+    if !r.kept_shared.is_empty() {
+        s.push_str(&format!("janitor kept {} unreachable version storage(s) another state store may serve:\n", r.kept_shared.len()));
+        s.extend(r.kept_shared.iter().map(shared_line));
     }
     if !r.failed.is_empty() {
         s.push_str(&format!("janitor could not drop {} (still claimed; the next janitor tries again):\n", r.failed.len()));

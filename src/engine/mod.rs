@@ -423,6 +423,52 @@ pub trait Engine {
         ))
     }
 
+    /// The use records of this database's `_efmesh` schema (SPEC §4, invariant 39 (e)): one
+    /// sequence `"_efmesh"."_efmesh_use__<store id>__<key>"` per physical relation a state store
+    /// may serve (`key` = [`use_key`] of the relation) and one `…__registered` per store that
+    /// records its uses, as `(store id, key)`. Sequences, like the owner marker: no relation, so
+    /// nothing listing `_efmesh`'s tables sees them, and each record is one atomic statement.
+    ///
+    /// # Errors
+    /// [`EngineError`].
+    fn storage_uses(&mut self) -> Result<Vec<(String, String)>, EngineError> {
+        use crate::core::name::quote_literal;
+        let rows = self.query(&format!(
+            "SELECT sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {} AND starts_with(sequence_name, {})",
+            quote_literal(STORAGE_SCHEMA),
+            quote_literal(USE_SEQUENCE_PREFIX)
+        ))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .filter_map(|n| n[USE_SEQUENCE_PREFIX.len()..].split_once("__").map(|(s, k)| (s.to_string(), k.to_string())))
+            .collect())
+    }
+
+    /// Creates the use records `(store, key)` of [`Engine::storage_uses`] (`add`) and drops
+    /// those of `remove`, in ONE transaction; records already there (or already gone) are fine.
+    /// Store ids and keys must be lowercase letters and digits.
+    ///
+    /// # Errors
+    /// [`EngineError`]; an id or key of other characters is refused.
+    fn write_storage_uses(&mut self, add: &[(String, String)], remove: &[(String, String)]) -> Result<(), EngineError> {
+        use crate::core::name::quote_ident;
+        if add.is_empty() && remove.is_empty() {
+            return Ok(());
+        }
+        let plain = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let mut statements = vec![format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(STORAGE_SCHEMA))];
+        for (verb, records) in [("CREATE SEQUENCE IF NOT EXISTS", add), ("DROP SEQUENCE IF EXISTS", remove)] {
+            for (store, key) in records {
+                if !plain(store) || !plain(key) {
+                    return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
+                }
+                statements.push(format!("{verb} {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}"))));
+            }
+        }
+        self.transaction(&statements)
+    }
+
     /// For each `(schema, view)` of `views` that exists as a view now, one statement that
     /// re-creates it exactly as it is (`CREATE OR REPLACE VIEW …`), keyed by the pair; views
     /// that do not exist are absent. A promotion records these before it moves any view, so an
@@ -451,6 +497,18 @@ pub const STORAGE_SCHEMA: &str = "_efmesh";
 
 /// Prefix of the owner marker sequences in `_efmesh` ([`Engine::owner_marker`]).
 pub const OWNER_SEQUENCE_PREFIX: &str = "_efmesh_owner__";
+
+/// Prefix of the use record sequences in `_efmesh` ([`Engine::storage_uses`]).
+pub const USE_SEQUENCE_PREFIX: &str = "_efmesh_use__";
+
+/// The key of a store's use record meaning "this store records its uses here" ([`Engine::storage_uses`]).
+pub const USES_REGISTERED: &str = "registered";
+
+/// The key of the use record of a physical relation ([`Engine::storage_uses`]): the first 32 hex
+/// digits of blake3 over its lowercased qualified name (case-insensitive, as DuckDB's names).
+pub fn use_key(physical: &str) -> String {
+    blake3::hash(physical.to_lowercase().as_bytes()).to_hex()[..32].to_string()
+}
 
 /// The owner marker table of a DuckLake catalog, in its schema `_efmesh` ([`Engine::owner_marker`]).
 pub const OWNER_TABLE: &str = "_efmesh_owners";

@@ -66,7 +66,13 @@ fn condemned(p: &Project) -> i64 {
 /// through the view definition) and are queryable.
 #[track_caller]
 fn assert_views_serve_pointers(p: &Project, models: &[&str]) {
-    let state = p.state();
+    assert_views_serve_pointers_of(p, "efmesh.state.sqlite", models);
+}
+
+/// [`assert_views_serve_pointers`] for the state store at `rel`.
+#[track_caller]
+fn assert_views_serve_pointers_of(p: &Project, rel: &str, models: &[&str]) {
+    let state = efmesh::state::SqliteStore::open(&p.root().join(rel)).expect("open state store");
     for env in state.environments().unwrap() {
         let pointers = state.env_pointers(&env).unwrap();
         for m in models {
@@ -651,4 +657,205 @@ fn a_lake_without_parquet_versions_does_not_keep_the_engines_orphans() {
     assert!(v["keptOrphans"].as_array().unwrap().is_empty(), "{v:#}");
     assert!(!r.stderr.contains("no owner marker"), "{}", r.stderr);
     assert!(!p.physical_tables().contains(&orphan));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same physical name in two live stores sharing one storage (SPEC invariant 39 (e))
+
+/// The environment store B applies to (the two stores share the DuckDB file, so their
+/// environments' views must not share names).
+const B_ENV: &str = "staging";
+
+/// `(physical, reason, owners)` of every `keptShared` entry of a janitor report.
+fn kept_shared(v: &Value) -> BTreeSet<(String, String, Vec<String>)> {
+    v["keptShared"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no keptShared in {v:#}"))
+        .iter()
+        .map(|k| {
+            let owners = k["owners"].as_array().unwrap().iter().map(|o| o.as_str().unwrap().to_string()).collect();
+            (k["physical"].as_str().unwrap().to_string(), k["reason"].as_str().unwrap().to_string(), owners)
+        })
+        .collect()
+}
+
+/// Stores A (`a.state.sqlite`) and B (`b.state.sqlite`) both apply `models(1)` (to `dev` and to
+/// `staging`) in one DuckDB file (the same physical names), then A moves on to `models(2)`. Returns the physical
+/// relations of version 1 and the two store ids.
+fn two_stores_on_one_version(p: &Project) -> (Vec<String>, String, String) {
+    p.write("models/m.lua", &models(1));
+    use_state(p, "a.state.sqlite");
+    let a = p.apply("dev");
+    use_state(p, "b.state.sqlite");
+    let b = p.apply(B_ENV);
+    let one = vec![physical_of(&a, "s.m"), physical_of(&a, "s.v")];
+    assert_eq!(one, vec![physical_of(&b, "s.m"), physical_of(&b, "s.v")], "same model, same SQL: the same physical names");
+    use_state(p, "a.state.sqlite");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    (one, store_id(p, "a.state.sqlite"), store_id(p, "b.state.sqlite"))
+}
+
+#[test]
+fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on() {
+    let mut p = project(1);
+    let (one, _, b_id) = two_stores_on_one_version(&p);
+    // A no longer serves version 1; B does. A's janitor keeps it and says why.
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
+    let v = r.expect_code(0).json();
+    let want: BTreeSet<_> = one.iter().map(|ph| (ph.clone(), "shared".to_string(), vec![b_id.clone()])).collect();
+    assert_eq!(kept_shared(&v), want, "{v:#}");
+    assert!(v["dropped"].as_array().unwrap().is_empty() && v["orphans"].as_array().unwrap().is_empty(), "{v:#}");
+    assert!(r.stderr.contains("keptShared"), "the warning says where to look: {}", r.stderr);
+    let tables = p.physical_tables();
+    assert!(one.iter().all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]], "A serves version 2");
+    use_state(&p, "b.state.sqlite");
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]], "B's environment still serves its data");
+    assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
+    // The human report names the other store too.
+    use_state(&p, "a.state.sqlite");
+    let r = janitor(&mut p, LATER, &["--ttl", "0"]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("another state store may serve") && r.stdout.contains(&b_id), "{}", r.stdout);
+    // B moves on as well: its janitor is the last one, and collects version 1.
+    use_state(&p, "b.state.sqlite");
+    p.apply(B_ENV);
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), one.iter().cloned().collect(), "{v:#}");
+    assert!(v["keptShared"].as_array().unwrap().is_empty(), "{v:#}");
+    let tables = p.physical_tables();
+    assert!(one.iter().all(|ph| !tables.contains(&table_name(ph))), "{tables:?}");
+    for (state, view) in [("a.state.sqlite", "dev__s.v"), ("b.state.sqlite", "staging__s.v")] {
+        use_state(&p, state);
+        assert_eq!(p.rows(view), vec![vec![Some("2".to_string())]], "{state}");
+        assert_views_serve_pointers_of(&p, state, &["s.m", "s.v"]);
+    }
+    // A's janitor forgets its version 1 (the relation is gone) and drops nothing else.
+    use_state(&p, "a.state.sqlite");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(v["keptShared"].as_array().unwrap().is_empty() && v["failed"].as_array().unwrap().is_empty(), "{v:#}");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+}
+
+#[test]
+fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it() {
+    let mut p = project(1);
+    let (one, a_id, _) = two_stores_on_one_version(&p);
+    // B moves on too; B's janitor keeps version 1 (A has not given it up yet) and gives up its own use.
+    use_state(&p, "b.state.sqlite");
+    p.apply(B_ENV);
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    let want: BTreeSet<_> = one.iter().map(|ph| (ph.clone(), "shared".to_string(), vec![a_id.clone()])).collect();
+    assert_eq!(kept_shared(&v), want, "{v:#}");
+    // A's janitor is now the last user: it drops version 1.
+    use_state(&p, "a.state.sqlite");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), one.iter().cloned().collect(), "{v:#}");
+    // B still knows version 1 and goes back to it: the relation is found missing and rebuilt,
+    // never served dropped.
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &models(1));
+    let r = p.run(&["apply", B_ENV, "--yes", "--json"]);
+    if r.code != 0 {
+        assert!(r.stderr.contains(&table_name(&one[0])), "a refusal names the missing relation: {}", r.stderr);
+        p.apply(B_ENV);
+    }
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]]);
+    assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
+    use_state(&p, "a.state.sqlite");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+}
+
+/// A's janitor claims version 1 (B had given up its use), and B re-points its environment at
+/// version 1 while A's janitor waits before its drop (`EFMESH_DELAY=janitor-before-drop`): the
+/// drop, with the engine held, sees B's new use record and keeps the relation (the claim
+/// released). (B's apply after the drop finds it missing and rebuilds it: the test above.)
+#[test]
+fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
+    let mut p = project(1);
+    let (one, _, b_id) = two_stores_on_one_version(&p);
+    use_state(&p, "b.state.sqlite");
+    p.apply(B_ENV);
+    janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0);
+    use_state(&p, "a.state.sqlite");
+    p.now = LATER.to_string();
+    let mut jan = p.command(&["janitor", "--ttl", "0", "--json"]);
+    jan.env("EFMESH_DELAY", "janitor-before-drop=4000");
+    let jan = jan.spawn().unwrap();
+    // Wait for A's claim, then let B go back to version 1.
+    let a_state = p.root().join("a.state.sqlite");
+    let claimed = |path: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(path).and_then(|c| c.query_row("SELECT count(*) FROM condemned", [], |r| r.get(0))).unwrap_or(0)
+    };
+    let start = std::time::Instant::now();
+    while claimed(&a_state) == 0 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "the janitor never claimed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &models(1));
+    let b = p.run(&["apply", B_ENV, "--yes", "--json", "--retries", "6"]);
+    let j = Run::from_output(jan.wait_with_output().unwrap(), "janitor".to_string());
+    let v = j.expect_code(0).json();
+    // B's apply ran within the janitor's wait (4 s), before its drop: the use came first.
+    assert_eq!(b.code, 0, "{}", b.stderr);
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    let kept = v["keptShared"].as_array().unwrap();
+    assert_eq!(kept.iter().map(|k| k["physical"].as_str().unwrap().to_string()).collect::<BTreeSet<_>>(), one.iter().cloned().collect(), "{v:#}");
+    assert!(kept.iter().all(|k| k["forgotten"] == Value::Bool(true) && k["owners"] == serde_json::json!([b_id])), "{v:#}");
+    assert_eq!(claimed(&a_state), 0, "A's claim is released");
+    let tables = p.physical_tables();
+    assert!(one.iter().all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("1".to_string())]], "{}\n{}", b.stderr, j.stderr);
+    assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
+}
+
+/// Two stores sharing one DuckLake catalog (and DuckDB file): each keeps the other's tables as
+/// `foreign` orphans, and a version of the same model with the same SQL that one of them no
+/// longer serves is kept (`keptShared`, storage `ducklake`) while the catalog's marker names the
+/// other store.
+#[test]
+fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
+    let dl_model = |name: &str, v: i64| {
+        format!(
+            r#"define_model {{ name = "{name}", kind = kind.full(), target = "ducklake", schema = {{ {{ "n", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS n" }}
+"#
+        )
+    };
+    let config =
+        |state: &str| format!("{}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n", CONFIG.replace("efmesh.state.sqlite", state));
+    // Read through the catalog, as an outside reader would.
+    let dl_rows = |p: &Project, env: &str| -> Rows {
+        use efmesh::engine::Engine;
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!("ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\"", p.root().join("catalog/lake.ducklake").display())).expect("attach");
+        db.query(&format!("SELECT CAST(n AS VARCHAR) FROM \"{env}__m\".\"total\"")).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let mut p = Project::new();
+    p.write("efmesh.toml", &config("a.state.sqlite"));
+    p.write("models/m.lua", &(dl_model("m.total", 1) + dl_model("m.a_only", 5).as_str()));
+    let a = p.apply("dev");
+    p.write("efmesh.toml", &config("b.state.sqlite"));
+    p.write("models/m.lua", &dl_model("m.total", 1));
+    let b = p.apply(B_ENV);
+    let (a_id, b_id) = (store_id(&p, "a.state.sqlite"), store_id(&p, "b.state.sqlite"));
+    let total = physical_of(&a, "m.total");
+    assert_eq!(total, physical_of(&b, "m.total"), "same model, same SQL: one DuckLake table");
+    assert!(total.starts_with("\"_efmesh_ducklake\".\"main\"."), "{total}");
+    // B sees A's other table as an orphan in a catalog A owns too: kept.
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical_of(&a, "m.a_only"), "foreign".to_string())]), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["owners"], serde_json::json!([a_id]), "{v:#}");
+    // A moves on: its version 1 of m.total is what B serves.
+    p.write("efmesh.toml", &config("a.state.sqlite"));
+    p.write("models/m.lua", &(dl_model("m.total", 2) + dl_model("m.a_only", 5).as_str()));
+    p.apply("dev");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(kept_shared(&v), BTreeSet::from([(total.clone(), "shared".to_string(), vec![b_id.clone()])]), "{v:#}");
+    assert_eq!(v["keptShared"][0]["storage"], Value::from("ducklake"), "{v:#}");
+    assert!(v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    assert_eq!(dl_rows(&p, "dev"), vec![vec![Some("2".to_string())]]);
+    p.write("efmesh.toml", &config("b.state.sqlite"));
+    assert_eq!(dl_rows(&p, B_ENV), vec![vec![Some("1".to_string())]], "B still serves its data");
 }
