@@ -41,7 +41,9 @@ pub struct Prefetch {
     bodies: Vec<String>,
     index: HashMap<String, usize>,
     next: AtomicUsize,
-    results: Vec<OnceLock<Result<String, SqlError>>>,
+    /// `None`: canonicalising that body panicked on a background thread (the caller computes it
+    /// again on its own thread, where the panic surfaces as it would without a prefetch).
+    results: Vec<OnceLock<Option<Result<String, SqlError>>>>,
 }
 
 impl Prefetch {
@@ -59,17 +61,19 @@ impl Prefetch {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(body) = self.bodies.get(i) else { return };
-            let _ = self.results[i].set(canonical_digest(body));
+            // Never left unset, or a waiting caller would wait forever.
+            let _ = self.results[i].set(std::panic::catch_unwind(|| canonical_digest(body)).ok());
         }
     }
 
     /// [`canonical_digest`] of `body` when this prefetch holds it: helps until every body is
-    /// claimed, then waits for the one asked for. `None` for a body it does not hold.
+    /// claimed, then waits for the one asked for. `None` for a body it does not hold (or whose
+    /// canonicalisation panicked).
     #[must_use]
     pub fn get(&self, body: &str) -> Option<Result<String, SqlError>> {
         let i = *self.index.get(body)?;
         self.help();
-        Some(self.results[i].wait().clone())
+        self.results[i].wait().clone()
     }
 
     /// Number of bodies held.
