@@ -55,6 +55,7 @@ impl Project {
     pub fn load_files(config: &Config, files: Discovered, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
         let (models, report) = loader::load_project(config, &files, cache);
         let project = models.and_then(|models| {
+            prefetch_canonical(config, &models);
             let dag = Dag::build(models)?;
             // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
             let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
@@ -74,4 +75,20 @@ impl Project {
     pub fn files(config: &Config) -> Result<Vec<std::path::PathBuf>, LoadErrors> {
         Ok(Discovered::of(config)?.all().cloned().collect())
     }
+}
+
+/// For a command about to plan with no state store on disk (so no canonicalisation cache: the
+/// plan canonicalises every body), starts canonicalising every body in the background
+/// (`sql::prefetch`) on all cores but this one, which goes on with the serial rest of the load
+/// and the plan's reads.
+fn prefetch_canonical(config: &Config, models: &[crate::core::Model]) {
+    if !crate::sql::prefetch::wanted() || config.state_path().exists() {
+        return;
+    }
+    let bodies: Vec<String> = models.iter().filter_map(|m| m.body.as_ref().map(|b| b.render(&crate::core::fragment::CanonicalResolver))).collect();
+    if bodies.is_empty() {
+        return;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(8);
+    crate::sql::prefetch::start(bodies, threads.saturating_sub(1).max(1));
 }

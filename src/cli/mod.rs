@@ -241,6 +241,8 @@ fn load(config_path: &std::path::Path) -> Result<Project> {
 pub(crate) use crate::session::{open_state, plan_checked, writable_state};
 
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
+    // A cold load canonicalises the bodies in the background while it finishes (`sql::prefetch`).
+    crate::sql::prefetch::enable();
     let project = load(config)?;
     let state = open_state(&project, false)?;
     let plan = plan_checked(&project, &*state, env, now, options)?;
@@ -282,6 +284,7 @@ struct ApplyFlags {
 
 fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     let ApplyFlags { yes, json, .. } = flags;
+    crate::sql::prefetch::enable();
     let project = load(config)?;
     let state = open_state(&project, false)?;
     let plan = plan_checked(&project, &*state, env, now, options)?;

@@ -500,7 +500,7 @@ pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
 
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
     let models: Vec<&Model> = project.dag.models().collect();
-    let (canon, misses) = digests(&models, keyed, cache)?;
+    let (canon, misses) = digests(&models, keyed, cache, crate::sql::prefetch::take())?;
     let mut out = Versions::default();
     for (i, model) in models.iter().enumerate() {
         let parents: BTreeMap<ModelName, Fingerprint> = model.parents().into_iter().map(|p| (p.clone(), out.fingerprints[&p].clone())).collect();
@@ -529,27 +529,25 @@ fn digests(
     models: &[&Model],
     keyed: &[Option<(String, String)>],
     cache: &HashMap<String, String>,
+    ahead: Option<std::sync::Arc<crate::sql::prefetch::Prefetch>>,
 ) -> Result<(Vec<Option<(CanonSource, String)>>, Vec<Option<(String, String)>>), PlanError> {
     // Cache misses, canonicalised in parallel.
     let missing: Vec<usize> = keyed.iter().enumerate().filter(|(_, k)| k.as_ref().is_some_and(|(key, _)| !cache.contains_key(key))).map(|(i, _)| i).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    let chunk = missing.len().div_ceil(threads).max(1);
+    let body = |i: usize| keyed[i].as_ref().expect("has body").1.as_str();
     // Each thread hashes the canonical text as it writes it (`canonical_digest`): the digest is
-    // all a plan keeps of it.
-    let computed: Vec<(usize, Result<String, SqlError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = missing
-            .chunks(chunk)
-            .map(|idx| scope.spawn(move || idx.iter().map(|&i| (i, canonical_digest(&keyed[i].as_ref().expect("has body").1))).collect::<Vec<_>>()))
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("canonicalisation thread")).collect()
-    });
+    // all a plan keeps of it. Digests computed ahead by the load (`sql::prefetch`, keyed by the
+    // body text itself) are taken from there, this thread helping with what is left.
+    let computed: Vec<(usize, Result<String, SqlError>)> = match ahead.filter(|_| !missing.is_empty()) {
+        Some(ahead) => missing.iter().map(|&i| (i, ahead.get(body(i)).unwrap_or_else(|| canonical_digest(body(i))))).collect(),
+        None => canonicalise_all(&missing, body),
+    };
     let mut canon: Vec<Option<(CanonSource, String)>> = keyed.iter().map(|k| k.as_ref().and_then(|(key, _)| cache.get(key)).map(|v| parse_cached(v))).collect();
     let mut misses: Vec<Option<(String, String)>> = vec![None; keyed.len()];
     for (i, result) in computed {
         let (source, digest) = match result {
             Ok(digest) => (CanonSource::SqlParser, digest),
             Err(SqlError::Parse { .. }) => {
-                let c = canonical_with_fallback(models[i], &keyed[i].as_ref().expect("has body").1)?;
+                let c = canonical_with_fallback(models[i], body(i))?;
                 (c.source, body_digest(&c.text))
             }
             Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
@@ -558,6 +556,56 @@ fn digests(
         canon[i] = Some((source, digest));
     }
     Ok((canon, misses))
+}
+
+/// [`canonical_digest`] of the body of every index in `missing`, on all cores: each thread
+/// (this one included) claims the next index until none is left, so a thread slowed down by a
+/// busy machine or by long bodies leaves its share to the others.
+fn canonicalise_all<'a>(missing: &[usize], body: impl Fn(usize) -> &'a str + Sync) -> Vec<(usize, Result<String, SqlError>)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(missing.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        while let Some(&i) = missing.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            out.push((i, canonical_digest(body(i))));
+        }
+        out
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for h in handles {
+            all.extend(h.join().expect("canonicalisation thread"));
+        }
+        all
+    })
+}
+
+/// [`metadata_text`] of every model of `models`, in that order, with its tree as [`metadata`]
+/// parses it, on all cores (each thread claims the next model until none is left).
+fn metadata_all(models: &[&Model]) -> Vec<(String, serde_json::Value)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(models.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(model) = models.get(i) else { return out };
+            let text = metadata_text(model);
+            let tree = serde_json::from_str(&text).unwrap_or_default();
+            out.push((i, text, tree));
+        }
+    };
+    let mut all: Vec<(usize, String, serde_json::Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for h in handles {
+            all.extend(h.join().expect("metadata thread"));
+        }
+        all
+    });
+    all.sort_unstable_by_key(|(i, _, _)| *i);
+    all.into_iter().map(|(_, text, tree)| (text, tree)).collect()
 }
 
 /// Fingerprints kept across the plans of one session (`Session::plan`, `efmesh watch`), so a plan
@@ -723,7 +771,7 @@ impl VersionMemo {
             .collect();
         let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
         let cache = if keys.is_empty() { HashMap::new() } else { state.canon_cache_get(&keys)? };
-        let (canon, misses) = digests(&models, &keyed, &cache)?;
+        let (canon, misses) = digests(&models, &keyed, &cache, crate::sql::prefetch::take())?;
         // Nothing fails below: the memo changes only from here on.
         let mut changed: std::collections::HashSet<&ModelName> = std::collections::HashSet::new();
         let mut recomputed = 0;
@@ -1291,6 +1339,14 @@ fn compute_with(
     let mut decided = Decided::new(project);
     // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
+    // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
+    // is computed below as a new version: its metadata (text and tree) computed first on all
+    // cores, as the loop would compute it.
+    let mut ahead = if previous.iter().all(Option::is_none) && pointers.is_empty() && snapshots.is_empty() {
+        metadata_all(&project.dag.models().collect::<Vec<_>>())
+    } else {
+        Vec::new()
+    };
     for (index, model) in project.dag.models().enumerate() {
         let fp = &versions.fingerprints[&model.name];
         let definition = if recording { project.dag.model_digest(index) } else { [0; 32] };
@@ -1323,7 +1379,10 @@ fn compute_with(
         let fp = fp.clone();
         dirty.insert(model.name.clone());
         let name_s = model.name.to_string();
-        let meta_text = metadata_text(model);
+        let (meta_text, meta_tree) = match ahead.get_mut(index).map(std::mem::take) {
+            Some((text, tree)) => (text, Some(tree)),
+            None => (metadata_text(model), None),
+        };
         let previous = pointers.get(&name_s).map(|p| Fingerprint::from(p.clone()));
         let external = matches!(model.kind, Kind::External(_));
         let mut explain = None;
@@ -1587,7 +1646,11 @@ fn compute_with(
             new_columns,
             // Parsed only where apply writes a new snapshot (the environment's pointer metadata is
             // written by the promotion, from the project).
-            metadata: if new_version || reused_any { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null },
+            metadata: if new_version || reused_any {
+                meta_tree.unwrap_or_else(|| serde_json::from_str(&meta_text).unwrap_or_default())
+            } else {
+                serde_json::Value::Null
+            },
             repair: None,
             rebuild: false,
             rebuild_reason: None,
@@ -1971,4 +2034,52 @@ fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<Strin
     let mut out = Vec::new();
     categorize::diff(&aligned(old), &aligned(new), "", &mut out);
     out.into_iter().map(|p| p.trim_start_matches('.').to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Column, Location, Schema};
+    use crate::sql::prefetch::Prefetch;
+
+    fn model(name: &str) -> Model {
+        Model {
+            name: ModelName::parse(name).unwrap(),
+            kind: Kind::Full,
+            schema: Schema(vec![Column { name: "a".into(), ty: "BIGINT".into() }]),
+            body: None,
+            grain: vec![],
+            description: None,
+            location: Location { file: "m.lua".into(), line: 1 },
+            target: Default::default(),
+            audits: vec![],
+        }
+    }
+
+    #[test]
+    fn digests_taken_from_a_prefetch_equal_digests_computed_here() {
+        let bodies = ["SELECT 1 AS a", "select 1 as a -- reformatted", "SELECT a FROM s.t WHERE a > 2", "SELECT 2 AS a", "SELECT a::VARCHAR AS a FROM s.t"];
+        let models: Vec<Model> = (0..bodies.len()).map(|i| model(&format!("s.m{i}"))).collect();
+        let refs: Vec<&Model> = models.iter().collect();
+        let keyed: Vec<Option<(String, String)>> = bodies.iter().map(|b| Some((canon_cache_key(b), (*b).to_string()))).collect();
+        let without = digests(&refs, &keyed, &HashMap::new(), None).unwrap();
+        // The prefetch lacks one body (computed here) and holds one the plan does not ask for.
+        let held: Vec<String> = bodies.iter().take(4).map(|b| (*b).to_string()).chain(["SELECT 9".to_string()]).collect();
+        let with = digests(&refs, &keyed, &HashMap::new(), Some(Prefetch::spawn(held, 1))).unwrap();
+        assert_eq!(with, without);
+        assert_eq!(without.0[0], without.0[1], "formatting variants share a digest");
+        assert_ne!(without.0[0], without.0[3]);
+        assert!(without.1.iter().all(Option::is_some), "every body computed is a canonicalisation-cache entry");
+    }
+
+    #[test]
+    fn metadata_computed_ahead_equals_the_metadata_of_each_model() {
+        let mut project_models: Vec<Model> = (0..40).map(|i| model(&format!("s.m{i:02}"))).collect();
+        project_models[3].description = Some("three".into());
+        project_models[7].grain = vec!["a".into()];
+        let refs: Vec<&Model> = project_models.iter().collect();
+        let ahead = metadata_all(&refs);
+        let expected: Vec<(String, serde_json::Value)> = refs.iter().map(|m| (metadata_text(m), metadata(m))).collect();
+        assert_eq!(ahead, expected);
+    }
 }
