@@ -577,7 +577,8 @@ pub fn plan_checked_with(
     let engine = project.config.engine_path();
     let token = match (plan.from_memo, plan.generation) {
         (true, Some(generation)) => {
-            engine_file_identity(&engine).zip(store_identity(project, state)).map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
+            let store = store_identity(project, state).zip(others_pointers_digest(state, env)).map(|(id, others)| format!("{id} {others}"));
+            engine_file_identity(&engine).zip(store).map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
         }
         _ => None,
     };
@@ -627,6 +628,22 @@ fn store_identity(project: &Project, state: &dyn StateStore) -> Option<String> {
     let m = fs_err::metadata(project.config.state_path()).ok()?;
     let id = state.store_id().ok()?;
     Some(format!("{id} {}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+}
+
+/// blake3 (hex) over every environment's pointers but `env`'s, or `None` when they cannot be
+/// read (then nothing is skipped). The rebuild marks read other environments' pointers (a table
+/// shared with another environment's version, SPEC §4 invariant 36 (e)), and a promotion
+/// changes them without moving the store's generation (it keeps other environments' plan
+/// memos valid), so the plan-check token must cover them (invariant 40).
+fn others_pointers_digest(state: &dyn StateStore, env: &str) -> Option<String> {
+    let mut h = blake3::Hasher::new();
+    for e in state.environments().ok()?.into_iter().filter(|e| e != env) {
+        h.update(format!("env {e}\n").as_bytes());
+        for (name, fp) in state.env_pointers(&e).ok()? {
+            h.update(format!("{name} {fp}\n").as_bytes());
+        }
+    }
+    Some(h.finalize().to_hex().to_string())
 }
 
 /// Without the Unix file identity nothing is skipped: every replayed plan is marked and checked.

@@ -213,8 +213,11 @@ impl Stat {
     /// tool gives it a status-change time of `clock` or later, so a stat still equal to this one
     /// proves the content is the one read after it. A file changed at `clock` or later ("racily
     /// clean", as git calls it) is not recorded and is read again next time.
-    fn settled_before(&self, clock: (i64, i64)) -> bool {
-        self.mtime < clock && self.ctime < clock
+    ///
+    /// `clock` is `(device, time)`: a file on another device than the clock's (another file
+    /// system, with its own time source and granularity) proves nothing and is never recorded.
+    fn settled_before(&self, clock: (u64, (i64, i64))) -> bool {
+        self.dev == clock.0 && self.mtime < clock.1 && self.ctime < clock.1
     }
 }
 
@@ -262,21 +265,21 @@ fn write_stats(path: &Path, records: &Proven) {
     }
 }
 
-/// The file system's current time, `(seconds, nanoseconds)`: the status-change time of a file
-/// created in `dir` now (removed again). `None` when it cannot be created.
+/// The file system's current time: the device and status-change time `(seconds, nanoseconds)`
+/// of a file created in `dir` now (removed again). `None` when it cannot be created.
 #[cfg(unix)]
-fn fs_clock(dir: &Path) -> Option<(i64, i64)> {
+fn fs_clock(dir: &Path) -> Option<(u64, (i64, i64))> {
     use std::os::unix::fs::MetadataExt;
     fs_err::create_dir_all(dir).ok()?;
     let path = dir.join(format!(".input-stats-clock.{}.tmp", std::process::id()));
     let m = fs_err::File::create(&path).and_then(|f| f.metadata());
     let _ = fs_err::remove_file(&path);
     let m = m.ok()?;
-    Some((m.ctime(), m.ctime_nsec()))
+    Some((m.dev(), (m.ctime(), m.ctime_nsec())))
 }
 
 #[cfg(not(unix))]
-fn fs_clock(_dir: &Path) -> Option<(i64, i64)> {
+fn fs_clock(_dir: &Path) -> Option<(u64, (i64, i64))> {
     None
 }
 
@@ -432,9 +435,10 @@ mod tests {
     #[test]
     fn only_a_change_strictly_older_than_the_clock_is_settled() {
         let s = Stat { dev: 1, ino: 2, size: 3, mtime: (10, 5), ctime: (10, 7) };
-        assert!(s.settled_before((10, 8)));
-        assert!(!s.settled_before((10, 7)), "changed at the clock's tick: racy, read again");
-        assert!(!Stat { mtime: (11, 0), ..s }.settled_before((10, 8)), "an mtime set into the future is not settled");
+        assert!(s.settled_before((1, (10, 8))));
+        assert!(!s.settled_before((1, (10, 7))), "changed at the clock's tick: racy, read again");
+        assert!(!Stat { mtime: (11, 0), ..s }.settled_before((1, (10, 8))), "an mtime set into the future is not settled");
+        assert!(!s.settled_before((9, (10, 8))), "a file on another device than the clock's proves nothing");
     }
 
     #[test]

@@ -1460,6 +1460,17 @@ impl StateStore for SqliteStore {
                     insert_snapshot(tx, rec)?;
                     let at = to_iso(now);
                     bump_data_generation(tx, &rec.name, &rec.fingerprint, &at)?;
+                    // Every other version on the same table whose record this build made untrue
+                    // (not one of `sharers`, set below) gets a record no sources match: the
+                    // table now holds what this version's sources hold.
+                    if !rec.physical.is_empty() {
+                        tx.prepare_cached(
+                            "UPDATE data_versions SET built_from = '\"rebuilt for another version\"' \
+                             WHERE built_from IS NOT NULL AND NOT (name = ?1 AND fingerprint = ?2) AND EXISTS ( \
+                             SELECT 1 FROM snapshots s WHERE s.name = data_versions.name AND s.fingerprint = data_versions.fingerprint AND s.physical = ?3)",
+                        )?
+                        .execute(params![rec.name, rec.fingerprint, rec.physical])?;
+                    }
                     let mut set = tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?;
                     set.execute(params![rec.name, rec.fingerprint, built_from])?;
                     for (name, fp, from) in sharers {
@@ -2671,5 +2682,26 @@ mod tests {
         store.record_build(&r, Some("[2]"), &[("m.r".into(), fp('b'), "[3]".into())], 0).unwrap();
         assert_eq!(version("m.r", 'a'), Some(DataVersion { generation: 2, built_from: Some("[2]".into()) }));
         assert_eq!(version("m.r", 'b'), Some(DataVersion { generation: 1, built_from: Some("[3]".into()) }), "the sharer is bumped and its record rewritten");
+    }
+
+    #[test]
+    fn a_build_makes_the_record_of_every_other_version_on_its_table_but_its_sharers_untrue() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let built_from =
+            |c: char| store.data_versions(&[("m.r".to_string(), fp(c))]).unwrap().get(&("m.r".to_string(), fp(c))).and_then(|d| d.built_from.clone());
+        let r = rec("m.r", &fp('a'));
+        let other = SnapshotRecord { fingerprint: fp('b'), ..r.clone() };
+        let sharer = SnapshotRecord { fingerprint: fp('c'), ..r.clone() };
+        let elsewhere = SnapshotRecord { fingerprint: fp('d'), physical: "\"_efmesh\".\"other\"".into(), ..r.clone() };
+        store.record_build(&r, Some("[]"), &[], 0).unwrap();
+        store.record_reuse(&other, "[1]", 0).unwrap();
+        store.record_reuse(&sharer, "[2]", 0).unwrap();
+        store.record_build(&elsewhere, Some("[4]"), &[], 0).unwrap();
+        store.record_build(&r, Some("[5]"), &[("m.r".into(), fp('c'), "[6]".into())], 0).unwrap();
+        assert_eq!(built_from('a').as_deref(), Some("[5]"));
+        assert_eq!(built_from('c').as_deref(), Some("[6]"), "a sharer's record is rewritten");
+        let untrue = built_from('b').expect("kept a record");
+        assert!(crate::plan::generations::changed(&untrue, &[("m.p".into(), fp('p'), 1)]) == vec!["m.p".to_string()], "no sources match it: {untrue}");
+        assert_eq!(built_from('d').as_deref(), Some("[4]"), "a version on another table keeps its record");
     }
 }

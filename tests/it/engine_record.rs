@@ -162,3 +162,36 @@ fn a_corrupt_record_is_ignored() {
     assert!(r.stderr.contains("corrupt") && !r.stderr.contains(FROM_RECORD), "{}", r.stderr);
     assert_eq!(action(&r.json(), "s.a")["repair"]["physicalMissing"], true);
 }
+
+/// The size, inode, modification and status-change times of `path`.
+fn file_stat(path: &Path) -> (u64, u64, i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs_err::metadata(path).expect("stat");
+    (m.size(), m.ino(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
+}
+
+/// The token of a clean replayed plan stands for its rebuild marks, which read the other
+/// environments' pointers (a table another environment's version shares, SPEC §4 invariant
+/// 36 (e)). A change of those pointers that moves neither the store's generation nor its file
+/// (here written into the write-ahead log by a connection that stays open, so the store file
+/// keeps its stat, as while another efmesh process holds the store) must still end the token
+/// (invariant 40).
+#[test]
+fn another_environments_pointers_changing_under_an_unchanged_store_file_end_the_token() {
+    let (p, _) = recorded_project();
+    let (_, stderr) = plan_debug(&p);
+    assert!(stderr.contains(SKIPPED), "{stderr}");
+    let state = p.state_path();
+    let before = file_stat(&state);
+    let conn = rusqlite::Connection::open(&state).expect("open state");
+    conn.pragma_update(None, "wal_autocheckpoint", 0).expect("no checkpoint");
+    let added = conn
+        .execute("INSERT INTO environments (env, name, fingerprint, promoted_at, metadata) SELECT 'qa', name, fingerprint, promoted_at, metadata FROM environments WHERE env = 'dev'", [])
+        .expect("another environment's pointers");
+    assert!(added > 0);
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(file_stat(&state), before, "the store file kept its stat: only the pointers can end the token");
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(!stderr.contains(SKIPPED), "another environment's pointers changed: {stderr}");
+    drop(conn);
+}
