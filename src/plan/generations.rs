@@ -74,6 +74,12 @@ pub fn built_from(sources: &[Source]) -> String {
     serde_json::to_string(&sorted).unwrap_or_default()
 }
 
+/// The sources `key`'s recorded `built_from` names, from `gens` (a [`StateStore::data_versions`]
+/// read); `None` when it has no record or one that cannot be read (a never-matching marker).
+fn recorded_sources(gens: &HashMap<(String, String), DataVersion>, key: &(String, String)) -> Option<Vec<Source>> {
+    gens.get(key).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str(r).ok())
+}
+
 /// The names whose data changed between the recorded `built_from` and `current`; empty when
 /// they agree. A record that cannot be read names every current source (stale, never trusted).
 pub fn changed(recorded: &str, current: &[Source]) -> Vec<String> {
@@ -151,8 +157,7 @@ pub fn never_matching(current: &[Source]) -> String {
 /// A state read fails.
 pub fn reuse_record(state: &dyn StateStore, index: &SnapshotIndex, name: &str, from: &str, current: &[Source]) -> Result<String, StateError> {
     let key = (name.to_string(), from.to_string());
-    let recorded = state.data_versions(std::slice::from_ref(&key))?.remove(&key).and_then(|d| d.built_from);
-    let Some(before) = recorded.and_then(|r| serde_json::from_str::<Vec<Source>>(&r).ok()) else {
+    let Some(before) = recorded_sources(&state.data_versions(std::slice::from_ref(&key))?, &key) else {
         return Ok(never_matching(current));
     };
     let before: BTreeMap<&str, &Source> = before.iter().map(|s| (s.0.as_str(), s)).collect();
@@ -201,8 +206,7 @@ fn same_data(state: &dyn StateStore, index: &SnapshotIndex, new: &Source, old: &
     match new_kind.as_str() {
         "incremental_by_time_range" => Ok(state.done_intervals(&new.0, &new.1)? == state.done_intervals(&old.0, &old.1)?),
         "full" => {
-            let record = |k: &(String, String)| gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok());
-            let (Some(a), Some(b)) = (record(&keys[0]), record(&keys[1])) else { return Ok(false) };
+            let (Some(a), Some(b)) = (recorded_sources(&gens, &keys[0]), recorded_sources(&gens, &keys[1])) else { return Ok(false) };
             if a.len() != b.len() {
                 return Ok(false);
             }
@@ -264,7 +268,7 @@ pub fn shares_sources(
     let keys: Vec<(String, String)> = others.iter().map(|f| (name.to_string(), f.clone())).collect();
     let gens = state.data_versions(&keys)?;
     for k in &keys {
-        let Some(record) = gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok()) else {
+        let Some(record) = recorded_sources(&gens, k) else {
             return Ok(false);
         };
         let theirs: BTreeMap<String, String> = record.into_iter().filter_map(|(n, f, _)| index.get(&(n.clone(), f)).map(|(p, _)| (n, p.clone()))).collect();
@@ -286,7 +290,7 @@ pub fn sharer_records(state: &dyn StateStore, name: &str, others: &BTreeSet<Stri
     let gens = state.data_versions(&keys)?;
     let mut out = Vec::new();
     for k in &keys {
-        let Some(record) = gens.get(k).and_then(|d| d.built_from.as_deref()).and_then(|r| serde_json::from_str::<Vec<Source>>(r).ok()) else { continue };
+        let Some(record) = recorded_sources(&gens, k) else { continue };
         let source_keys: Vec<(String, String)> = record.iter().map(|(n, f, _)| (n.clone(), f.clone())).collect();
         let now = state.data_versions(&source_keys)?;
         let sources: Vec<Source> = source_keys
