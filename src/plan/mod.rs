@@ -501,13 +501,72 @@ pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
     let models: Vec<&Model> = project.dag.models().collect();
     let (canon, misses) = digests(&models, keyed, cache, crate::sql::prefetch::take())?;
+    let fingerprints = fingerprints_by_level(&models, &canon);
     let mut out = Versions::default();
-    for (i, model) in models.iter().enumerate() {
-        let parents: BTreeMap<ModelName, Fingerprint> = model.parents().into_iter().map(|p| (p.clone(), out.fingerprints[&p].clone())).collect();
-        let fp = fingerprint_with_digest(model, canon[i].as_ref().map(|(_, d)| d.as_str()), &parents);
+    for (i, (model, fp)) in models.iter().zip(fingerprints).enumerate() {
         out.record(model, fp, canon[i].clone(), misses[i].clone());
     }
     Ok(out)
+}
+
+/// Fewest models one DAG level must have for its fingerprints to be spread over threads (below
+/// it, starting threads costs more than it saves).
+const PARALLEL_LEVEL: usize = 128;
+
+/// The fingerprint of every model of `models` (in DAG order: parents first), by index. A
+/// fingerprint needs its parents' fingerprints, so the models are taken level by level (a
+/// model's level is one more than its highest parent's); the models of one level depend only on
+/// earlier levels and are fingerprinted on all cores when the level is large. Every fingerprint
+/// is [`fingerprint_with_digest`] of the same inputs as one model at a time would give it.
+fn fingerprints_by_level(models: &[&Model], canon: &[Option<(CanonSource, String)>]) -> Vec<Fingerprint> {
+    let index: HashMap<&ModelName, usize> = models.iter().enumerate().map(|(i, m)| (&m.name, i)).collect();
+    let parents: Vec<Vec<usize>> = models
+        .iter()
+        .map(|m| m.parents().iter().map(|p| *index.get(p).unwrap_or_else(|| panic!("parent `{p}` of `{}` is not in the DAG", m.name))).collect())
+        .collect();
+    let mut level = vec![0usize; models.len()];
+    let mut levels: Vec<Vec<usize>> = Vec::new();
+    for i in 0..models.len() {
+        // DAG order puts every parent first; a parent after its child is a broken DAG.
+        let l = parents[i]
+            .iter()
+            .map(|&j| if j < i { level[j] + 1 } else { panic!("`{}` comes before its parent in DAG order", models[i].name) })
+            .max()
+            .unwrap_or(0);
+        level[i] = l;
+        if levels.len() <= l {
+            levels.resize_with(l + 1, Vec::new);
+        }
+        levels[l].push(i);
+    }
+    let threads = if models.len() >= PARALLEL_LEVEL { std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) } else { 1 };
+    let mut done: Vec<Option<Fingerprint>> = vec![None; models.len()];
+    for members in &levels {
+        let one = |i: usize, done: &[Option<Fingerprint>]| {
+            let ps: BTreeMap<ModelName, Fingerprint> =
+                parents[i].iter().map(|&j| (models[j].name.clone(), done[j].clone().expect("parents are fingerprinted first"))).collect();
+            fingerprint_with_digest(models[i], canon[i].as_ref().map(|(_, d)| d.as_str()), &ps)
+        };
+        let computed: Vec<(usize, Fingerprint)> = if threads > 1 && members.len() >= PARALLEL_LEVEL {
+            let per = members.len().div_ceil(threads);
+            let done = &done;
+            std::thread::scope(|scope| {
+                let handles: Vec<_> =
+                    members[per..].chunks(per).map(|c| scope.spawn(move || c.iter().map(|&i| (i, one(i, done))).collect::<Vec<_>>())).collect();
+                let mut all: Vec<(usize, Fingerprint)> = members[..per].iter().map(|&i| (i, one(i, done))).collect();
+                for h in handles {
+                    all.extend(h.join().expect("fingerprint thread"));
+                }
+                all
+            })
+        } else {
+            members.iter().map(|&i| (i, one(i, &done))).collect()
+        };
+        for (i, fp) in computed {
+            done[i] = Some(fp);
+        }
+    }
+    done.into_iter().map(|fp| fp.expect("every level fingerprinted")).collect()
 }
 
 impl Versions {
@@ -2070,6 +2129,41 @@ mod tests {
         assert_eq!(without.0[0], without.0[1], "formatting variants share a digest");
         assert_ne!(without.0[0], without.0[3]);
         assert!(without.1.iter().all(Option::is_some), "every body computed is a canonicalisation-cache entry");
+    }
+
+    #[test]
+    fn fingerprints_by_level_equal_fingerprints_taken_one_model_at_a_time() {
+        use crate::core::fragment::{Fragment, Node, RefSite};
+        // A layered DAG wide enough for the threads (levels of 300 models), with a few models
+        // whose parents sit several levels up, and a body digest on most models.
+        let mut models: Vec<Model> = Vec::new();
+        for level in 0..4 {
+            for j in 0..300 {
+                let mut m = model(&format!("s.l{level}m{j:03}"));
+                if level > 0 {
+                    let mut body = Fragment::default();
+                    body.push_text("SELECT a FROM ");
+                    for parent in [format!("s.l{}m{:03}", level - 1, j), format!("s.l0m{:03}", (j * 7) % 300)] {
+                        let location = Location { file: "m.lua".into(), line: 1 };
+                        body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(&parent).unwrap(), location }));
+                    }
+                    m.body = Some(body);
+                }
+                models.push(m);
+            }
+        }
+        let refs: Vec<&Model> = models.iter().collect();
+        let canon: Vec<Option<(CanonSource, String)>> = (0..refs.len()).map(|i| (i % 5 != 0).then(|| (CanonSource::SqlParser, format!("{i:064x}")))).collect();
+        let by_level = fingerprints_by_level(&refs, &canon);
+        let mut one_at_a_time: BTreeMap<ModelName, Fingerprint> = BTreeMap::new();
+        for (i, m) in refs.iter().enumerate() {
+            let parents: BTreeMap<ModelName, Fingerprint> = m.parents().into_iter().map(|p| (p.clone(), one_at_a_time[&p].clone())).collect();
+            assert_eq!(parents.is_empty(), i < 300, "model {i}");
+            let fp = fingerprint_with_digest(m, canon[i].as_ref().map(|(_, d)| d.as_str()), &parents);
+            assert_eq!(by_level[i], fp, "model {} ({i})", m.name);
+            one_at_a_time.insert(m.name.clone(), fp);
+        }
+        assert_eq!(by_level.iter().collect::<BTreeSet<_>>().len(), refs.len(), "every fingerprint differs");
     }
 
     #[test]

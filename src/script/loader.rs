@@ -83,16 +83,31 @@ pub struct LoadReport {
     pub files: Discovered,
 }
 
-impl LoadReport {
-    fn record_hash(&mut self, path: &Path, hash: Option<[u8; 32]>) {
-        match self.hashes.get_mut(path) {
-            Some(h) if *h != hash => *h = None,
-            Some(_) => {}
-            None => {
-                self.hashes.insert(path.to_path_buf(), hash);
-            }
-        }
-    }
+/// `Path`'s order (component by component) read from the bytes: equal to it for paths without
+/// empty or `.` components (every path discovery or `require` produces), and only a pre-sort
+/// otherwise ([`path_set`] and [`path_map`] leave the final order to `Path`'s own).
+fn path_order(a: &Path, b: &Path) -> std::cmp::Ordering {
+    let (a, b) = (a.as_os_str().as_encoded_bytes(), b.as_os_str().as_encoded_bytes());
+    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    // At the first difference a separator sorts before any other byte; a prefix sorts first.
+    let at = |s: &[u8]| s.get(same).map(|&c| if c == b'/' { 0 } else { u16::from(c) + 1 });
+    at(a).cmp(&at(b))
+}
+
+/// A set of paths built from a sorted vector: sorted by bytes first ([`path_order`]) so that
+/// the set's own sort (by components, far slower per comparison) finds them in order and
+/// compares each path about twice instead of `log2(n)` times.
+fn path_set(paths: impl Iterator<Item = PathBuf>) -> BTreeSet<PathBuf> {
+    let mut v: Vec<PathBuf> = paths.collect();
+    v.sort_by(|a, b| path_order(a, b));
+    v.into_iter().collect()
+}
+
+/// [`path_set`] for a map; a key given twice keeps its last value, as `BTreeMap::from_iter`.
+fn path_map<T>(entries: impl Iterator<Item = (PathBuf, T)>) -> BTreeMap<PathBuf, T> {
+    let mut v: Vec<(PathBuf, T)> = entries.collect();
+    v.sort_by(|a, b| path_order(&a.0, &b.0));
+    v.into_iter().collect()
 }
 
 fn ext(f: &Path) -> &str {
@@ -773,9 +788,7 @@ fn load_project_with(
 ) -> (Result<Vec<Model>, LoadErrors>, LoadReport) {
     let root = &config.root;
     let mut report = LoadReport { files: files.clone(), ..LoadReport::default() };
-    for f in files.all() {
-        report.inputs.insert(root.join(f));
-    }
+    report.inputs = path_set(files.all().map(|f| root.join(f)));
     let errors = check_extensions(files, &[]);
     if !errors.is_empty() {
         return (Err(LoadErrors(errors)), report);
@@ -831,16 +844,28 @@ fn load_project_with(
     let cached_by: HashMap<&Path, &FileOutcome> = cached.iter().map(|o| (o.file.as_path(), o)).collect();
     let outcomes: Vec<&FileOutcome> = files.all().filter_map(|f| fresh.get(f.as_path()).or_else(|| cached_by.get(f.as_path())).copied()).collect();
     tracing::debug!("load: {} files evaluated, {} from the cache", report.evaluated.len(), report.from_cache);
+    // The hashes gathered first and sorted once ([`path_set`]): a `BTreeMap<PathBuf, _>` filled
+    // one path at a time compares paths component by component, dozens of times each.
+    let mut hashes: HashMap<&Path, Option<[u8; 32]>> = HashMap::new();
     for o in &outcomes {
         report.inputs.extend(o.reached.iter().map(|r| root.join(r)));
         let is_fresh = fresh.contains_key(o.file.as_path());
         for p in std::iter::once(&o.file).chain(&o.reached) {
             // Evaluated now: the bytes evaluated; from the cache: the content its key matched.
             let h = if is_fresh { o.hashes.get(p).copied() } else { cache.hashes.get(p).copied().flatten() };
-            report.record_hash(p, h);
+            // A path seen with two different contents has no hash.
+            hashes
+                .entry(p.as_path())
+                .and_modify(|known| {
+                    if *known != h {
+                        *known = None
+                    }
+                })
+                .or_insert(h);
         }
         report.probes.extend(o.probes.iter().cloned());
     }
+    report.hashes = path_map(hashes.into_iter().map(|(p, h)| (p.to_path_buf(), h)));
     // New entries for the files evaluated without error; none for files no longer discovered.
     let discovered: HashSet<&PathBuf> = files.all().collect();
     let before = cache.entries.len();
@@ -894,6 +919,61 @@ fn load_project_with(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn path_order_is_paths_own_order_and_the_sets_equal_sets_built_one_path_at_a_time() {
+        let paths = [
+            "a",
+            "a/b",
+            "a-b",
+            "a.b",
+            "a/b/c",
+            "a/b-c",
+            "a/bc",
+            "ab",
+            "a/",
+            "a//b",
+            "a/./b",
+            "./a",
+            "/a",
+            "/a/b",
+            "b",
+            "A",
+            "a/b/",
+            "é/x",
+            "a/\\x",
+            "",
+            "models/l01/f00002.lua",
+            "models/l01/f00010.lua",
+            "models/l01-x/f.lua",
+            "models/l010/f.lua",
+            "models/l1/f.lua",
+        ];
+        let clean = |p: &str| !p.is_empty() && !p.split('/').skip(1).any(|c| c.is_empty() || c == ".") && !p.starts_with("./");
+        for a in paths {
+            for b in paths {
+                if clean(a) && clean(b) {
+                    assert_eq!(path_order(Path::new(a), Path::new(b)), Path::new(a).cmp(Path::new(b)), "{a:?} vs {b:?}");
+                }
+            }
+        }
+        // Unclean paths too: the set and the map equal those built one path at a time.
+        let mut shuffled: Vec<PathBuf> = paths.iter().rev().chain(paths.iter()).map(PathBuf::from).collect();
+        shuffled.rotate_left(7);
+        let one_by_one: BTreeSet<PathBuf> = shuffled.iter().fold(BTreeSet::new(), |mut s, p| {
+            s.insert(p.clone());
+            s
+        });
+        let set = path_set(shuffled.iter().cloned());
+        assert_eq!(set, one_by_one);
+        assert_eq!(set.iter().collect::<Vec<_>>(), one_by_one.iter().collect::<Vec<_>>());
+        let map = path_map(shuffled.iter().enumerate().map(|(i, p)| (p.clone(), i)));
+        let mut expected = BTreeMap::new();
+        for (i, p) in shuffled.iter().enumerate() {
+            expected.insert(p.clone(), i);
+        }
+        assert_eq!(map.into_iter().collect::<Vec<_>>(), expected.into_iter().collect::<Vec<_>>());
+    }
 
     /// Writes `text` to `rel` under `root`, creating its directories (shared by the session's tests).
     pub(crate) fn write(root: &Path, rel: &str, text: &str) {
