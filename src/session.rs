@@ -56,6 +56,9 @@ pub struct Session {
     /// The project cache's key as last restored or stored, and the key of the last load.
     stored_key: Option<project_cache::Key>,
     loaded_key: Option<project_cache::Key>,
+    /// `stored_key` is the key of the project as loaded now (restored, or saved since the last
+    /// load): with `loaded_key`, what [`Session::unchanged`] compares with.
+    stored_current: bool,
     /// The audit and model files of the last load; a reload whose changed paths cannot change
     /// them reuses them instead of walking the discovery globs again.
     files: Option<Discovered>,
@@ -86,6 +89,7 @@ impl Session {
             restored: Vec::new(),
             stored_key: None,
             loaded_key: None,
+            stored_current: false,
             files: None,
             versions: Default::default(),
             catalog: Default::default(),
@@ -98,6 +102,7 @@ impl Session {
                 session.restored = r.hashes;
                 session.files = Some(r.files);
                 session.stored_key = Some(r.key);
+                session.stored_current = true;
             }
             None => {
                 session.load_all();
@@ -115,11 +120,40 @@ impl Session {
         if let Some(c) = &mut self.cache {
             c.save();
         }
-        if let (Ok(p), Some(key)) = (&self.project, self.loaded_key.take())
-            && self.stored_key.as_ref() != Some(&key)
-        {
-            project_cache::store(&self.config, &key, p);
-            self.stored_key = Some(key);
+        if let (Ok(p), Some(key)) = (&self.project, self.loaded_key.take()) {
+            if self.stored_key.as_ref() != Some(&key) {
+                project_cache::store(&self.config, &key, p);
+                self.stored_key = Some(key);
+            }
+            self.stored_current = true;
+        }
+    }
+
+    /// The key of what the project as loaded now was loaded from (`None`: not loaded, or its
+    /// key unknown).
+    fn current_key(&self) -> Option<&project_cache::Key> {
+        self.project.as_ref().ok()?;
+        self.loaded_key.as_ref().or(self.stored_key.as_ref().filter(|_| self.stored_current))
+    }
+
+    /// True when `path` (absolute or relative to the root) is as the project now loaded was
+    /// loaded from it: an input whose bytes hash to what the load read, or a path that is absent
+    /// now and was no input (nor a directory holding one) or was found absent by the load. The
+    /// configuration file never is (it is read again on every change), nor anything when the
+    /// project did not load. A change of such a path cannot change the project: `watch` drops
+    /// it, so a save reported in two batches of file events re-plans once.
+    pub fn unchanged(&self, path: &Path) -> bool {
+        let Some(key) = self.current_key() else { return false };
+        let abs = self.absolute(path);
+        if abs == self.config.path {
+            return false;
+        }
+        let absent = || matches!(fs_err::symlink_metadata(&abs), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let rel = abs.strip_prefix(&self.config.root).map(Path::to_path_buf).unwrap_or_else(|_| abs.clone());
+        match key.input(&rel) {
+            Some(Some(hash)) => fs_err::read(&abs).is_ok_and(|bytes| *blake3::hash(&bytes).as_bytes() == hash),
+            Some(None) => absent(),
+            None => !self.inputs.contains(&abs) && !key.has_input_under(&rel) && absent(),
         }
     }
 
@@ -308,7 +342,10 @@ impl Session {
         }
         // The project cache's key, brought up to date the same way (it may keep an input the
         // evaluated files no longer read: that only makes it stricter).
-        let base = self.loaded_key.take().or_else(|| self.stored_key.clone());
+        // The key of the project before this reload (a stored key that is not, after a load
+        // whose key was unknown, is no base).
+        let base = self.loaded_key.take().or_else(|| self.stored_key.clone().filter(|_| self.stored_current));
+        self.stored_current = false;
         self.loaded_key = base.and_then(|k| k.patched(&self.config.root, &re.hashes, &re.probes, &seeds));
         for p in re.hashes.keys() {
             self.inputs.insert(self.config.root.join(p));
@@ -331,6 +368,7 @@ impl Session {
             None => Project::load_with(&self.config, cache),
         };
         self.files = (report.files != Discovered::default() || project.is_ok()).then(|| report.files.clone());
+        self.stored_current = false;
         self.loaded_key = project.as_ref().ok().and_then(|p| project_cache::key_of(&self.config, p, &report));
         self.project = project;
         let mut inputs = report.inputs;

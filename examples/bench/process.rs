@@ -32,7 +32,10 @@
 //!   This process uses the binary's allocator (mimalloc) and reports its CPU time per edit.
 //! - with `--watch-only`, also **the `efmesh watch dev --json` process** (`--preview-rows 0`,
 //!   then the default): E edits, each waited for; its `planMs` and `replanMs` (from the
-//!   debouncer's delivery), the time from the write to the line read here, and its CPU per edit.
+//!   debouncer's delivery), `debounceMs` (from the save's last file event to that delivery),
+//!   the time from the write to the line read here, and its CPU per edit. Lines are paired
+//!   with edits by content (the edited file, the edited model and a new version of it), and a
+//!   line that belongs to no edit fails the run: one save must give one line.
 //!
 //! Each figure is the best of its runs, with the median beside it; `/proc/loadavg` is printed
 //! with every table, since the machine is shared.
@@ -403,6 +406,9 @@ struct WatchProcess {
     /// `replanMs` of its JSON lines: from the debouncer's delivery of the file event to the line
     /// written (reload, column checks, plan, previews, the line).
     replan: Stat,
+    /// `debounceMs` of its JSON lines: from the last file event of the save, as the debouncer
+    /// received it, to the delivery (the debounce window and the debouncer's tick).
+    debounce: Stat,
     /// From after the write to the line read here: the above plus the file watcher and the
     /// debounce window (`--debounce-ms`, 75 by default).
     end_to_end: Stat,
@@ -412,12 +418,20 @@ struct WatchProcess {
 }
 
 /// The `efmesh watch dev --json` process on the applied project in `dir`: `edits` one-line edits
-/// of one model file, each waited for (its `replan` line, naming the edited model as changed),
-/// then a pause so the caches it saves after the line are written before the next edit. Extra
-/// arguments (e.g. `--preview-rows 0`) go to `watch`. The file is restored at the end.
+/// of one model file, each waited for, then a pause so the caches it saves after the line are
+/// written before the next edit. Extra arguments (e.g. `--preview-rows 0`) go to `watch`. The
+/// file is restored at the end.
+///
+/// Lines are paired with edits by their content, not their order: an edit's line is the first
+/// `replan` line read after its write that names the edited file in `changedFiles`, the edited
+/// model in `changedModels`, and a version of that model other than the previous edit's. Any
+/// other line (read before the write, between the write and its line, or in the pause after)
+/// is a stray line: one save must give exactly one line, so a stray line fails the run, named.
 fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow::Result<WatchProcess> {
     use std::io::BufRead;
+    use std::sync::mpsc;
     let edit = pick_edit(dir)?;
+    let rel = edit.file.strip_prefix(dir).unwrap_or(&edit.file).display().to_string();
     let mut child = Command::new(bin)
         .args(["watch", "dev", "--json"])
         .args(extra)
@@ -429,13 +443,27 @@ fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
+    // Each line with the instant it was read, by a thread of its own, so the lines already
+    // written can be drained without blocking.
+    let (tx, rx) = mpsc::channel::<(Instant, String)>();
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
     let result = (|| -> anyhow::Result<WatchProcess> {
-        let mut lines = std::io::BufReader::new(child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?).lines();
-        let mut next = || -> anyhow::Result<serde_json::Value> {
-            let line = lines.next().ok_or_else(|| anyhow::anyhow!("`efmesh watch` ended"))??;
-            Ok(serde_json::from_str(&line)?)
+        let next = |timeout: Duration| -> anyhow::Result<Option<(Instant, serde_json::Value)>> {
+            match rx.recv_timeout(timeout) {
+                Ok((at, line)) => Ok(Some((at, serde_json::from_str(&line)?))),
+                Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+                Err(mpsc::RecvTimeoutError::Disconnected) => anyhow::bail!("`efmesh watch` ended"),
+            }
         };
-        let first = next()?;
+        let (_, first) = next(Duration::from_secs(120))?.ok_or_else(|| anyhow::anyhow!("no start line"))?;
         anyhow::ensure!(first["event"] == "start" && first["errors"].as_array().is_some_and(Vec::is_empty), "watch started with {first}");
         std::thread::sleep(Duration::from_millis(300));
         let proc_cpu = |pid: u32| -> Duration {
@@ -445,34 +473,64 @@ fn watch_process(bin: &Path, dir: &Path, edits: usize, extra: &[&str]) -> anyhow
             let f: Vec<u64> = after.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
             Duration::from_millis(f.iter().sum::<u64>() * 10)
         };
+        let version_of = |line: &serde_json::Value| -> Option<String> {
+            line["plan"]["models"].as_array()?.iter().find(|m| m["model"] == edit.model.as_str())?["fingerprint"].as_str().map(str::to_string)
+        };
+        let stray = |when: &str, i: usize, line: &serde_json::Value| {
+            anyhow::anyhow!(
+                "edit {i}: a stray line {when} (one save must give one line): changedFiles {}, changedModels {}, errors {}",
+                line["changedFiles"],
+                line["changedModels"],
+                line["errors"]
+            )
+        };
         let cpu0 = proc_cpu(child.id());
-        let (mut plan, mut replan, mut end_to_end) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plan, mut replan, mut debounce, mut end_to_end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut previous: Option<String> = None;
         for i in 0..edits {
+            if let Some((_, line)) = next(Duration::ZERO)? {
+                return Err(stray("before the write", i, &line));
+            }
             // A text no earlier edit wrote (the in-process measurement used the first ones).
             let t = Instant::now();
             fs_err::write(&edit.file, edit.text(1000 + i))?;
-            let line = loop {
-                let v = next()?;
-                if v["event"] != "start" {
-                    break v;
-                }
-            };
-            end_to_end.push(t.elapsed());
+            let (at, line) = next(Duration::from_secs(60))?.ok_or_else(|| anyhow::anyhow!("edit {i}: no line within 60 s"))?;
+            let version = version_of(&line);
+            let ours = line["event"] == "replan"
+                && line["changedFiles"].as_array().is_some_and(|f| f.iter().any(|f| f.as_str() == Some(rel.as_str())))
+                && line["changedModels"].as_array().is_some_and(|m| m.iter().any(|m| m.as_str() == Some(edit.model.as_str())))
+                && version.is_some()
+                && version != previous;
+            if !ours {
+                return Err(stray("after the write, before its line", i, &line));
+            }
             anyhow::ensure!(
-                line["event"] == "replan"
-                    && line["changedModels"].as_array().is_some_and(|m| m.len() == 1)
-                    && line["errors"].as_array().is_some_and(Vec::is_empty),
+                line["changedModels"].as_array().is_some_and(|m| m.len() == 1) && line["errors"].as_array().is_some_and(Vec::is_empty),
                 "edit {i}: {line}"
             );
-            let ms = line["replanMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no replanMs in {line}"))?;
-            replan.push(Duration::from_secs_f64(ms / 1000.0));
-            let ms = line["planMs"].as_f64().ok_or_else(|| anyhow::anyhow!("no planMs in {line}"))?;
-            plan.push(Duration::from_secs_f64(ms / 1000.0));
-            std::thread::sleep(Duration::from_millis(300));
+            previous = version;
+            end_to_end.push(at - t);
+            let ms = |key: &str| -> anyhow::Result<Duration> {
+                let ms = line[key].as_f64().ok_or_else(|| anyhow::anyhow!("no {key} in {line}"))?;
+                Ok(Duration::from_secs_f64(ms / 1000.0))
+            };
+            replan.push(ms("replanMs")?);
+            plan.push(ms("planMs")?);
+            debounce.push(ms("debounceMs")?);
+            // The pause: a line in it is a second line for this save.
+            if let Some((_, line)) = next(Duration::from_millis(300))? {
+                return Err(stray("after its line", i, &line));
+            }
         }
         let cpu = proc_cpu(child.id()).saturating_sub(cpu0);
         take_cpu();
-        Ok(WatchProcess { plan: Stat::of(plan), replan: Stat::of(replan), end_to_end: Stat::of(end_to_end), cpu_per_edit: cpu / u32::try_from(edits.max(1))? })
+        Ok(WatchProcess {
+            plan: Stat::of(plan),
+            replan: Stat::of(replan),
+            debounce: Stat::of(debounce),
+            end_to_end: Stat::of(end_to_end),
+            cpu_per_edit: cpu / u32::try_from(edits.max(1))?,
+        })
     })();
     let _ = child.kill();
     let _ = child.wait();
@@ -512,10 +570,11 @@ pub fn main() -> anyhow::Result<()> {
                 for extra in [&["--preview-rows", "0"][..], &[][..]] {
                     let p = watch_process(bin, &dir, args.edits, extra)?;
                     println!(
-                        "n={n}: `efmesh watch dev --json {}`: planMs {}, replanMs {}, write to line {}, cpu per edit {}; load average {}",
+                        "n={n}: `efmesh watch dev --json {}`: planMs {}, replanMs {}, debounceMs {}, write to line {}, cpu per edit {}; load average {}",
                         extra.join(" "),
                         p.plan.show(),
                         p.replan.show(),
+                        p.debounce.show(),
                         p.end_to_end.show(),
                         super::ms(p.cpu_per_edit),
                         loadavg()

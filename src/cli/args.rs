@@ -256,7 +256,7 @@ pub enum Command {
         /// Rows previewed per changed model (0: no preview).
         #[arg(long, value_name = "N", default_value_t = 10)]
         preview_rows: usize,
-        /// How long the files must be quiet before a re-plan, in milliseconds.
+        /// How old a file event must be before it is re-planned for, in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 75)]
         debounce_ms: u64,
     },

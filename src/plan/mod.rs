@@ -689,6 +689,23 @@ pub struct VersionMemo {
     recomputed: usize,
     actions: ActionMemo,
     repairs: RepairMemo,
+    marks: MarkMemo,
+}
+
+/// The rebuild marks ([`mark_rebuilds`]) of the last plan computed with a [`VersionMemo`], under
+/// the [`ActionMemo`] key that plan was computed under. What the marks decide for a model depends
+/// on its action and its ancestors' (their versions and physical relations) and on the state
+/// store's content, which the key proves unchanged (every write that can change the marks bumps
+/// the store's generation). So when the next plan has the same key and reused a model's action
+/// from that plan with every ancestor's (it is not among the models it computed, which include
+/// every descendant of a computed model), the model's mark is the one kept here; only the
+/// computed models are marked again. With `EFMESH_VERIFY_PLAN_MEMO=1` the marks are also
+/// computed in full and a difference panics.
+#[derive(Debug, Clone, Default)]
+struct MarkMemo {
+    key: Option<(String, String, i64, i64)>,
+    /// The models marked for rebuild, with their reasons (the others were not marked).
+    marked: HashMap<ModelName, String>,
 }
 
 /// The models whose integrity check ([`integrity::check`]) found something to repair in the last
@@ -1047,9 +1064,62 @@ pub fn plan_with_memo(
     options: &Options,
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
-    let mut plan = plan_unmarked(project, state, env, now, options, versions)?;
-    mark_rebuilds(project, state, &mut plan)?;
+    let mut versions = versions;
+    // Taken out before anything can fail: a plan that stops half-way keeps no marks.
+    let kept = versions.as_deref_mut().map(|m| std::mem::take(&mut m.marks));
+    let mut plan = plan_unmarked(project, state, env, now, options, versions.as_deref_mut())?;
+    match versions {
+        Some(m) => mark_rebuilds_kept(project, state, &mut plan, m, kept.unwrap_or_default())?,
+        None => mark_rebuilds(project, state, &mut plan)?,
+    }
     Ok(plan)
+}
+
+/// [`mark_rebuilds`] with the marks of the previous plan kept in `memo` ([`MarkMemo`]): only the
+/// models this plan computed are marked again when the key is the same; then the marks are kept
+/// for the next plan.
+fn mark_rebuilds_kept(project: &Project, state: &dyn StateStore, plan: &mut Plan, memo: &mut VersionMemo, kept: MarkMemo) -> Result<(), StateError> {
+    let key = memo.actions.key.clone();
+    let computed = memo.actions.dirty.as_ref().filter(|_| key.is_some() && kept.key == key);
+    match computed {
+        Some(computed) => {
+            let unmarked = std::env::var_os(memo::VERIFY_ENV).is_some_and(|v| v == "1").then(|| plan.clone());
+            let n = project.dag.len();
+            for a in plan.actions.iter_mut().take(n).filter(|a| !computed.contains(&a.name)) {
+                if let Some(reason) = kept.marked.get(&a.name) {
+                    a.rebuild = true;
+                    a.rebuild_reason = Some(reason.clone());
+                }
+            }
+            let mut shared = None;
+            mark_pending_rebuilds(project, state, plan, &mut shared, Some(computed))?;
+            mark_stale_builds(project, state, plan, &mut shared, Some(computed))?;
+            plan.has_changes = plan.actions.iter().any(Action::has_work);
+            if let Some(mut full) = unmarked {
+                mark_rebuilds(project, state, &mut full)?;
+                verify_marks(plan, &full);
+            }
+        }
+        None => mark_rebuilds(project, state, plan)?,
+    }
+    memo.marks = MarkMemo {
+        key,
+        marked: plan
+            .actions
+            .iter()
+            .filter(|a| a.rebuild && a.change != Change::Removed)
+            .map(|a| (a.name.clone(), a.rebuild_reason.clone().unwrap_or_default()))
+            .collect(),
+    };
+    Ok(())
+}
+
+/// Panics when the marks kept from the previous plan differ from the marks computed in full.
+fn verify_marks(kept: &Plan, full: &Plan) {
+    assert_eq!(kept.has_changes, full.has_changes, "the plan of `{}` marked with kept marks disagrees on having changes", kept.env);
+    for (x, y) in kept.actions.iter().zip(&full.actions) {
+        assert_eq!((x.rebuild, &x.rebuild_reason), (y.rebuild, &y.rebuild_reason), "the kept rebuild mark of `{}` disagrees with the full marks", x.name);
+    }
 }
 
 /// [`plan_with_memo`] without [`mark_rebuilds`]: the plan replayed from the plan memo or
@@ -1112,8 +1182,8 @@ pub fn plan_unmarked(
 /// A state read fails.
 pub fn mark_rebuilds(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
     let mut shared = None;
-    mark_pending_rebuilds(project, state, plan, &mut shared)?;
-    mark_stale_builds(project, state, plan, &mut shared)
+    mark_pending_rebuilds(project, state, plan, &mut shared, None)?;
+    mark_stale_builds(project, state, plan, &mut shared, None)
 }
 
 /// `(model name, physical relation)` of every version another environment than `plan.env`
@@ -1172,12 +1242,14 @@ fn shared_elsewhere(
 
 /// Marks the `full`/`view` actions whose version has a pending rebuild (an earlier apply or run
 /// stopped between recording new intervals of a parent and rebuilding it), which makes the plan
-/// one with changes: apply and run rebuild them.
+/// one with changes: apply and run rebuild them. With `only`, just the actions of those models
+/// are looked at (the others' marks are kept, [`MarkMemo`]).
 fn mark_pending_rebuilds(
     project: &Project,
     state: &dyn StateStore,
     plan: &mut Plan,
     shared: &mut Option<BTreeSet<(String, String)>>,
+    only: Option<&std::collections::HashSet<ModelName>>,
 ) -> Result<(), StateError> {
     let pending = state.pending_rebuilds()?;
     if pending.is_empty() {
@@ -1189,6 +1261,7 @@ fn mark_pending_rebuilds(
         .iter()
         .enumerate()
         .filter(|(_, a)| a.change != Change::Removed && !a.build && matches!(a.kind, "full" | "view"))
+        .filter(|(_, a)| only.is_none_or(|o| o.contains(&a.name)))
         .filter_map(|(i, a)| pending.get(&(a.name.to_string().as_str(), a.fingerprint.as_str())).map(|r| (i, r.to_string())))
         .collect();
     if wanted.is_empty() {
@@ -1209,12 +1282,20 @@ fn mark_pending_rebuilds(
 /// their parents hold now, whichever environment changed it ([`generations::stale`]), and the
 /// `full` actions downstream of those (through any parents), parents first; the same sharing
 /// rule as pending rebuilds applies. A version built before layout 6 has no record and is not
-/// marked.
-fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan, shared: &mut Option<BTreeSet<(String, String)>>) -> Result<(), StateError> {
+/// marked. With `only`, just the actions of those models are marked (the others' marks are
+/// kept, [`MarkMemo`]; no model in `only` is an ancestor of one outside it).
+fn mark_stale_builds(
+    project: &Project,
+    state: &dyn StateStore,
+    plan: &mut Plan,
+    shared: &mut Option<BTreeSet<(String, String)>>,
+    only: Option<&std::collections::HashSet<ModelName>>,
+) -> Result<(), StateError> {
     let candidates: Vec<(ModelName, String)> = plan
         .actions
         .iter()
         .filter(|a| a.change != Change::Removed && !a.build && !a.rebuild && a.kind == "full" && a.physical.is_some())
+        .filter(|a| only.is_none_or(|o| o.contains(&a.name)))
         .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
         .collect();
     if candidates.is_empty() {
@@ -1231,6 +1312,9 @@ fn mark_stale_builds(project: &Project, state: &dyn StateStore, plan: &mut Plan,
     for i in 0..plan.actions.len() {
         let a = &plan.actions[i];
         if a.change == Change::Removed || a.build || a.kind != "full" || a.physical.is_none() {
+            continue;
+        }
+        if !a.rebuild && only.is_some_and(|o| !o.contains(&a.name)) {
             continue;
         }
         let reason = match reasons.get(&a.name) {

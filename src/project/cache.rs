@@ -107,6 +107,19 @@ pub fn key_of(config: &Config, project: &Project, report: &LoadReport) -> Option
 }
 
 impl Key {
+    /// What this key records for `rel` (relative to the root; absolute for a seed outside it):
+    /// `Some(Some(hash))` for an input read with that content, `Some(None)` for a path the load
+    /// found absent, `None` for a path that is no input.
+    pub fn input(&self, rel: &Path) -> Option<Option<[u8; 32]>> {
+        self.inputs.binary_search_by(|(p, _)| p.as_path().cmp(rel)).ok().map(|i| self.inputs[i].1)
+    }
+
+    /// True when an input lies under the directory `rel` (relative to the root).
+    pub fn has_input_under(&self, rel: &Path) -> bool {
+        let i = self.inputs.partition_point(|(p, _)| p.as_path() < rel);
+        self.inputs.get(i).is_some_and(|(p, _)| p.starts_with(rel))
+    }
+
     /// This key after the files in `hashes` (relative; the evaluated files and what they
     /// reached) were read with those contents, `probes` (relative) were found absent and the
     /// seed files `seeds` (absolute or relative) hashed, the rest of the load unchanged

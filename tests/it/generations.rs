@@ -462,3 +462,37 @@ fn an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(p.rows(&env_view("dev", "t.r")), vec![vec![Some("12".to_string())]]);
 }
+
+/// A session's re-plan keeps the rebuild marks of the models its edit does not reach
+/// (`plan::VersionMemo`'s marks, SPEC §4): after edits that leave the stale rollup alone, the
+/// session still marks it, and every plan equals the plan from scratch (the test suite also sets
+/// `EFMESH_VERIFY_PLAN_MEMO=1`, which compares the kept marks with the marks computed in full).
+#[test]
+fn a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach() {
+    use efmesh::session::{Session, open_state, plan_checked};
+    let p = two_environments();
+    with(&p, PROD, &["run", "prod", "--json"]).expect_code(0);
+    p.write("models/m.lua", &models(DEV));
+    let now = efmesh::core::interval::parse_instant("2026-01-12T00:00:00Z").expect("instant");
+    let options = efmesh::plan::Options::default();
+    let scratch = |session: &Session| {
+        let project = session.loaded().expect("loads");
+        let state = open_state(project, false).expect("state");
+        serde_json::to_value(plan_checked(project, &*state, "dev", now, &options).expect("plan")).expect("json")
+    };
+    let mut session = Session::open(&p.root().join("efmesh.toml")).expect("session");
+    let first = serde_json::to_value(session.plan("dev", now, &options).expect("plan")).expect("json");
+    assert_marked(&first, "t.daily");
+    assert_eq!(first, scratch(&session));
+    // `t.roll2` (below the stale rollup), then the view `t.vw` (above `t.vroll`).
+    for (from, to) in [("total + 1 AS total1", "total + 2 AS total1"), ("SELECT day, v FROM", "SELECT day, v + 0 AS v FROM")] {
+        let text = fs_err::read_to_string(p.root().join("models/m.lua")).expect("read").replace(from, to);
+        p.write("models/m.lua", &text);
+        session.reload(&[p.root().join("models/m.lua")]).expect("reload");
+        let plan = serde_json::to_value(session.plan("dev", now, &options).expect("plan")).expect("json");
+        assert_eq!(plan, scratch(&session), "after `{to}`");
+        let rollup = action(&plan, "t.rollup");
+        assert_eq!(rollup["rebuild"], true, "after `{to}`, the stale rollup is still marked: {plan:#}");
+        assert!(rollup["rebuildReason"].as_str().unwrap_or_default().contains("t.daily"), "{plan:#}");
+    }
+}

@@ -45,9 +45,14 @@ struct Watch {
 impl Watch {
     /// Starts `efmesh watch <args>` (with `--json` and a short debounce) in `p`.
     fn start(p: &Project, args: &[&str]) -> Watch {
+        Watch::start_debounced(p, args, "50")
+    }
+
+    /// [`Watch::start`] with `--debounce-ms debounce_ms`.
+    fn start_debounced(p: &Project, args: &[&str], debounce_ms: &str) -> Watch {
         let mut all = vec!["watch"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--json", "--debounce-ms", "50"]);
+        all.extend_from_slice(&["--json", "--debounce-ms", debounce_ms]);
         let mut c = p.command(&all);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().expect("spawn efmesh watch");
@@ -271,6 +276,49 @@ fn an_editor_saving_by_rename_is_one_change() {
     assert_eq!(changed_models(&saved), ["raw.orders"], "{saved}");
     assert_eq!(entry(&saved, "raw.orders").expect("planned")["change"], "breaking", "{saved}");
     assert!(saved["changedFiles"].as_array().expect("files").iter().all(|f| !f.as_str().unwrap_or_default().contains(".tmp")), "{saved}");
+}
+
+/// The amount of order 2 in the preview rows of a line (the line's content names its edit).
+fn previewed_amount(line: &Value) -> Option<String> {
+    let rows = line["previews"].as_array()?.first()?["rows"].as_array()?;
+    rows.iter().find(|r| r[0] == "2").and_then(|r| r[1].as_str()).map(str::to_string)
+}
+
+#[test]
+fn a_save_written_in_two_steps_is_one_line_and_a_rewrite_of_the_same_bytes_is_none() {
+    let p = project();
+    p.apply("dev");
+    // A long debounce: the debouncer delivers each file event once it is that old, so the two
+    // writes below (100 ms apart) arrive as two batches; the first batch already finds the
+    // whole file (the second write is long done).
+    let mut w = Watch::start_debounced(&p, &["dev"], "500");
+    assert_eq!(w.next()["event"], "start");
+    let path = p.root().join("models/raw/orders.lua");
+    let text = orders("20");
+    let (head, tail) = text.split_at(text.len() / 2);
+    {
+        let mut f = fs_err::OpenOptions::new().write(true).truncate(true).open(&path).expect("open");
+        f.write_all(head.as_bytes()).expect("write");
+        f.flush().expect("flush");
+        std::thread::sleep(Duration::from_millis(100));
+        f.write_all(tail.as_bytes()).expect("write");
+    }
+    let saved = w.next();
+    assert_eq!(saved["event"], "replan", "{saved}");
+    assert_eq!(changed_models(&saved), ["raw.orders"], "{saved}");
+    assert_eq!(previewed_amount(&saved).as_deref(), Some("20"), "{saved}");
+    // The same bytes again (an editor saving an unmodified buffer), and a file efmesh writes
+    // itself: no change, so no line.
+    p.write("models/raw/orders.lua", &text);
+    p.write(".efmesh/scratch", "efmesh's own files are never a change");
+    // Past the debounce window, so these are a batch of their own.
+    std::thread::sleep(Duration::from_millis(900));
+    // The next line is the next edit's: nothing came in between.
+    p.write("models/raw/orders.lua", &orders("30"));
+    let next = w.next();
+    assert_eq!(next["changedFiles"], serde_json::json!(["models/raw/orders.lua"]), "{next}");
+    assert_eq!(changed_models(&next), ["raw.orders"], "a line after a save that changed nothing: {next}");
+    assert_eq!(previewed_amount(&next).as_deref(), Some("30"), "{next}");
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub struct Options {
     pub test: bool,
     /// Rows previewed per model; 0 disables previews.
     pub preview_rows: usize,
-    /// Quiet time before a batch of file events is delivered.
+    /// How old a file event must be before the debouncer delivers it.
     pub debounce: Duration,
     /// A fixed "now" (`--now`); the wall clock at each re-plan otherwise.
     pub now: Option<Millis>,
@@ -59,8 +59,9 @@ pub struct Options {
 
 /// What the loop waits for.
 pub(crate) enum Msg {
-    /// A debounced batch of file events, delivered at `at`.
-    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant },
+    /// A debounced batch of file events, delivered at `at`; `last` is when the debouncer
+    /// received the latest of them.
+    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant, last: Option<Instant> },
     /// The file watcher reported errors.
     WatchError(String),
     /// Quit (`q`, Ctrl+C at the screen).
@@ -143,15 +144,20 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
                 r.errors.push(Problem { kind: "watch", file: None, line: None, model: None, message, hint: None });
                 (r, Instant::now())
             }
-            Batch::Files { paths, rescan, at } => {
-                let changed = if rescan { watch.all_paths() } else { watch.relevant(paths) };
+            Batch::Files { paths, rescan, at, last } => {
+                // A path whose content is what the project was loaded from changes nothing (the
+                // second batch of a save whose events the debouncer split, a rewrite of the same
+                // bytes): no re-plan, no line.
+                let changed = if rescan { watch.all_paths() } else { watch.relevant(paths).into_iter().filter(|p| !watch.session.unchanged(p)).collect() };
                 if changed.is_empty() {
                     continue;
                 }
                 if watch.config_gone(options.debounce) {
                     return Err(anyhow!("the configuration `{}` was deleted: nothing left to watch", watch.session.config().path.display()));
                 }
-                (watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at)), at)
+                let mut report = watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at));
+                report.debounced = last.map(|last| at.saturating_duration_since(last));
+                (report, at)
             }
         };
         if !out.show(report.0, report.1)? {
@@ -175,13 +181,15 @@ fn files_msg(result: DebounceEventResult) -> Msg {
         Ok(events) => {
             let mut rescan = false;
             let mut paths = Vec::new();
+            let mut last: Option<Instant> = None;
             for e in events {
                 rescan |= e.need_rescan();
                 if Filter::kind_matters(&e.kind) {
+                    last = Some(last.map_or(e.time, |l| l.max(e.time)));
                     paths.extend(e.event.paths);
                 }
             }
-            Msg::Files { paths, rescan, at }
+            Msg::Files { paths, rescan, at, last }
         }
         Err(errors) => Msg::WatchError(format!("the file watcher failed: {}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))),
     }
@@ -192,7 +200,7 @@ enum Batch {
     Quit,
     Redraw,
     WatchError(String),
-    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant },
+    Files { paths: Vec<PathBuf>, rescan: bool, at: Instant, last: Option<Instant> },
 }
 
 /// Waits for a message, then takes every message already queued with it, so that saves made
@@ -203,28 +211,29 @@ fn next_batch(rx: &Receiver<Msg>) -> Option<Batch> {
     while let Ok(m) = rx.try_recv() {
         pending.push(m);
     }
-    let mut files: Option<(Vec<PathBuf>, bool, Instant)> = None;
+    let mut files: Option<(Vec<PathBuf>, bool, Instant, Option<Instant>)> = None;
     let mut redraw = false;
     for m in pending {
         match m {
             Msg::Quit => return Some(Batch::Quit),
             Msg::WatchError(e) => return Some(Batch::WatchError(e)),
             Msg::Redraw => redraw = true,
-            Msg::Files { paths, rescan, at } => {
-                let f = files.get_or_insert_with(|| (Vec::new(), false, at));
+            Msg::Files { paths, rescan, at, last } => {
+                let f = files.get_or_insert_with(|| (Vec::new(), false, at, None));
                 f.0.extend(paths);
                 f.1 |= rescan;
                 f.2 = f.2.min(at);
+                f.3 = f.3.max(last);
             }
             Msg::ReloadAll(at) => {
-                let f = files.get_or_insert_with(|| (Vec::new(), true, at));
+                let f = files.get_or_insert_with(|| (Vec::new(), true, at, None));
                 f.1 = true;
                 f.2 = f.2.min(at);
             }
         }
     }
     match files {
-        Some((paths, rescan, at)) => Some(Batch::Files { paths, rescan, at }),
+        Some((paths, rescan, at, last)) => Some(Batch::Files { paths, rescan, at, last }),
         None => {
             debug_assert!(redraw);
             Some(Batch::Redraw)
@@ -251,11 +260,15 @@ struct Lines;
 
 impl Output for Lines {
     fn show(&mut self, report: Report, since: Instant) -> Result<bool> {
-        let ms = since.elapsed().as_secs_f64() * 1000.0;
-        let mut line = report.json(ms);
+        let mut line = report.json(0.0);
         if let (Some(ready), serde_json::Value::Object(o)) = (report.plan_ready, &mut line) {
             let plan_ms = ready.saturating_duration_since(since).as_secs_f64() * 1000.0;
             o.insert("planMs".into(), ((plan_ms * 10.0).round() / 10.0).into());
+        }
+        // Taken last, once the line is built: it is written right after.
+        if let serde_json::Value::Object(o) = &mut line {
+            let ms = since.elapsed().as_secs_f64() * 1000.0;
+            o.insert("replanMs".into(), ((ms * 10.0).round() / 10.0).into());
         }
         match write_line(&line) {
             Ok(()) => Ok(true),

@@ -158,6 +158,9 @@ pub struct Report {
     pub at: String,
     /// When the plan was ready, before previews, the apply and tests ran (`planMs`).
     pub plan_ready: Option<std::time::Instant>,
+    /// From the latest file event of the batch (as the debouncer received it) to the batch's
+    /// delivery: the debounce window and the debouncer's tick (`debounceMs`).
+    pub debounced: Option<std::time::Duration>,
     /// Work still under way when the report is shown early (the plan is drawn before the
     /// previews, the apply and the tests it waits for): e.g. `previewing 1 model`.
     pub pending: Option<String>,
@@ -184,6 +187,7 @@ impl Report {
             tests: None,
             at: jiff::ZonedDateTime::now().strftime("%H:%M:%S").to_string(),
             plan_ready: None,
+            debounced: None,
             pending: None,
         }
     }
@@ -212,6 +216,9 @@ impl Report {
         o.insert("applied".into(), self.applied.as_ref().map_or(Value::Null, applied_json));
         o.insert("tests".into(), self.tests.as_ref().map_or(Value::Null, |t| t.iter().map(test_json).collect::<Vec<_>>().into()));
         o.insert("replanMs".into(), ((replan_ms * 10.0).round() / 10.0).into());
+        if let Some(d) = self.debounced {
+            o.insert("debounceMs".into(), ((d.as_secs_f64() * 10_000.0).round() / 10.0).into());
+        }
         Value::Object(o)
     }
 }
