@@ -2099,11 +2099,15 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    /// Turns the store at `path` back into the layout of `version` (1 to 5), as the
+    /// Turns the store at `path` back into the layout of `version` (1 to 6), as the
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;").unwrap();
+        conn.execute_batch("DROP TABLE audit_passes; UPDATE meta SET version = 6;").unwrap();
+        if version <= 5 {
+            conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;")
+                .unwrap();
+        }
         if version <= 4 {
             conn.execute_batch(
                 "DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; ALTER TABLE meta DROP COLUMN claims; UPDATE meta SET version = 4;",

@@ -53,9 +53,12 @@ define_model {{
 }
 
 /// `apply <env> --yes` with the engine's statements logged (`RUST_LOG=efmesh=debug`): the run.
+/// The log quotes each statement (`sql="…"`, inner quotes escaped): they are unescaped here.
 fn apply_logged(p: &Project, env: &str) -> Run {
     let out = p.command(&["apply", env, "--yes"]).env("RUST_LOG", "efmesh=debug").output().expect("spawn efmesh");
-    Run::from_output(out, format!("efmesh apply {env} --yes (debug log)"))
+    let mut run = Run::from_output(out, format!("efmesh apply {env} --yes (debug log)"));
+    run.stderr = run.stderr.replace("\\\"", "\"");
+    run
 }
 
 /// The physical table of `s.daily` (`"_efmesh"."s__daily__<fp>"`).
