@@ -29,8 +29,9 @@
 //! - **flights**: `examples/flights` copied to a temp dir, `efmesh apply dev --yes` vs the
 //!   hand-written `examples/flights/floor.sql` (same transformations, whole year per statement).
 //!
-//! Each side runs K times, alternating which goes first; every run is a child process waited
-//! with `wait4`, which gives its CPU time (user + system) and peak RSS. Reported: best wall
+//! Each side runs K times, alternating which goes first; every run is a child process (under
+//! `/usr/bin/time -f %M`, for its peak RSS) waited with `wait4`, which gives its wall and CPU
+//! time (user + system, the process and `time` together). Reported: best wall
 //! (median wall, median CPU, peak RSS of the largest run) and the ratio of the best walls; the
 //! load average is printed with each line. After the last apply and the last breaking change,
 //! every relation efmesh's `dev` serves is compared with the floor's: same row count and same
@@ -111,8 +112,16 @@ struct Sample {
 
 /// Runs `cmd` to completion (stdout to /dev/null, stderr to a file shown on failure) and
 /// reaps it with `wait4`, which reports its resource usage.
-fn measure(mut cmd: Command) -> anyhow::Result<Sample> {
+fn measure(inner: Command) -> anyhow::Result<Sample> {
     let err = tempfile::NamedTempFile::new()?;
+    // Peak RSS through `/usr/bin/time` (`%M`): the rusage of a child spawned from this (large)
+    // process carries this process's peak RSS over `exec`, so `wait4` alone overstates it.
+    let rss = tempfile::NamedTempFile::new()?;
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-f").arg("%M").arg("-o").arg(rss.path()).arg(inner.get_program()).args(inner.get_args());
+    if let Some(d) = inner.get_current_dir() {
+        cmd.current_dir(d);
+    }
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err.reopen()?).env_remove("RUST_LOG").env_remove("EFMESH_VERIFY_PLAN_MEMO").env("NO_COLOR", "1");
     let what = format!("{cmd:?}");
     let t = Instant::now();
@@ -129,7 +138,8 @@ fn measure(mut cmd: Command) -> anyhow::Result<Sample> {
         anyhow::bail!("{what} failed (status {status}):\n{}", fs_err::read_to_string(err.path()).unwrap_or_default());
     }
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    Ok(Sample { wall, cpu: tv(ru.ru_utime) + tv(ru.ru_stime), rss_kb: ru.ru_maxrss })
+    let rss_kb = fs_err::read_to_string(rss.path())?.trim().lines().last().unwrap_or("").parse().map_err(|e| anyhow::anyhow!("peak RSS of {what}: {e}"))?;
+    Ok(Sample { wall, cpu: tv(ru.ru_utime) + tv(ru.ru_stime), rss_kb })
 }
 
 /// A side's runs.

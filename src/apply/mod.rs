@@ -7,7 +7,8 @@
 //! 2. models are built parents first: `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
-//!    to `[start, end)` on the time column), the ledger written after the commit;
+//!    to `[start, end)` on the time column; a table this apply creates is created by its first
+//!    batch, and its later batches have nothing to `DELETE`), the ledger written after the commit;
 //!    `incremental_by_unique_key` upserted by key ([`upsert`]) and `scd_type2` reconciled by key
 //!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after.
 //!    Audits are write-audit-publish ([`audit`]): a batch's `interval` audits (all audits of a
@@ -603,26 +604,41 @@ fn execute_recorded(
                     audited.insert(model.name.clone());
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
-                for (i, batch) in batches.into_iter().enumerate() {
-                    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
-                    let sql = body.render(&exec.with_bounds(Some(batch)));
-                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
-                    let statements = if create_with_first && i == 0 {
-                        vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")]
-                    } else {
-                        vec![
-                            format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"),
-                            format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"),
-                        ]
-                    };
-                    let pieces = batch.split(t.grain);
-                    // Interval audits see this batch; the last batch also runs the whole ones.
+                // Every batch's statements, rendered once. The batches of a table this apply
+                // creates have nothing to delete (the ranges are disjoint and the table new).
+                let prepared: Vec<(Interval, Vec<String>)> = batches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &batch)| {
+                        let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+                        let sql = body.render(&exec.with_bounds(Some(batch)));
+                        let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
+                        let statements = match (create_with_first, i) {
+                            (true, 0) => vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")],
+                            (true, _) => vec![insert],
+                            (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+                        };
+                        (batch, statements)
+                    })
+                    .collect();
+                // Interval audits see their batch; the last batch also runs the whole ones.
+                let checks_of = |i: usize, batch: Interval| {
                     let slice = audit::batch_relation(&physical, &t.time_column, batch);
                     let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
                     if i + 1 == n {
                         checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
                     }
-                    match audit::transaction(engine, &statements, &model.name, &checks, Some(batch)) {
+                    checks
+                };
+                // Each batch is its own engine transaction (write-audit-publish), its ledger rows
+                // written after its commit: batches never share a transaction, so a failed batch
+                // or a `kill -9` leaves every earlier batch done and a long backfill resumes
+                // where it stopped (SPEC §4 invariant 4).
+                for (i, (batch, statements)) in prepared.iter().enumerate() {
+                    let batch = *batch;
+                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
+                    let pieces = batch.split(t.grain);
+                    match audit::transaction(engine, statements, &model.name, &checks_of(i, batch), Some(batch)) {
                         Ok(results) => report.audits.add(results),
                         Err(err) => {
                             let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());

@@ -75,14 +75,17 @@ fn a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creatio
     run.expect_code(0);
     let table = daily_table(&p);
     let log = &run.stderr;
-    // Three batches ([1, 3), [3, 5), [5, 6)): the first creates the table with its rows, the
-    // two others replace their range; no empty `LIMIT 0` creation, no DELETE of nothing.
+    // Three batches ([1, 3), [3, 5), [5, 6)), each its own transaction: the first creates the
+    // table with its rows, the two others insert theirs; no empty `LIMIT 0` creation, no
+    // DELETE of nothing.
     assert_eq!(log.matches(&format!("CREATE TABLE {table} AS SELECT * FROM (")).count(), 1, "{log}");
     assert!(!log.contains(&format!("CREATE TABLE IF NOT EXISTS {table}")), "{log}");
-    assert_eq!(log.matches(&format!("DELETE FROM {table}")).count(), 2, "{log}");
+    assert_eq!(log.matches(&format!("INSERT INTO {table}")).count(), 2, "{log}");
+    assert!(!log.contains(&format!("DELETE FROM {table}")), "{log}");
+    assert_eq!(log.matches("backfill batch").count(), 3, "{log}");
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
     assert_eq!(p.state_summary().intervals.values().map(std::collections::BTreeSet::len).sum::<usize>(), 5);
-    // The table exists now: a later apply with new intervals deletes and inserts, as before.
+    // The table exists now: a later apply with new intervals deletes and inserts.
     p.now = "2026-01-08T00:00:00Z".into();
     let run = apply_logged(&p, "dev");
     run.expect_code(0);
@@ -180,4 +183,38 @@ fn an_edited_audit_is_run_at_promotion_even_over_data_whose_old_audits_passed() 
     let prod = p.apply("prod");
     assert_eq!(audits_of(&prod, "s.totals").len(), 2, "{prod:#}");
     assert_eq!(reused(&prod), ["s.daily"], "{prod:#}");
+}
+
+#[test]
+fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_done() {
+    // Batches [1, 3), [3, 5), [5, 6): the 4th has no region, so the second batch fails; the
+    // first (which created the table) stays.
+    let bad = EVENTS.replace("2026-01-04 10:00:00,south,40", "2026-01-04 10:00:00,,40");
+    let p = project(&bad, "audit.not_null(\"region\")");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("(batch [2026-01-03T00:00:00.000Z, 2026-01-05T00:00:00.000Z) of model `s.daily` rolled back and marked failed)"),
+        "{}",
+        run.stderr
+    );
+    let table = daily_table(&p);
+    assert_eq!(
+        p.rows(&format!("(SELECT CAST(day AS DATE), region FROM {table})")),
+        vec![vec![Some("2026-01-01".to_string()), Some("north".to_string())], vec![Some("2026-01-02".to_string()), Some("north".to_string())],]
+    );
+    let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
+    let mut stmt = conn.prepare("SELECT substr(start_ts, 1, 10), status FROM intervals WHERE name = 's.daily' ORDER BY start_ts").expect("prepare");
+    let ledger: Vec<(String, String)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").map(Result::unwrap).collect();
+    assert_eq!(
+        ledger,
+        [("2026-01-01", "done"), ("2026-01-02", "done"), ("2026-01-03", "failed"), ("2026-01-04", "failed")].map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert!(p.state_summary().snapshots.iter().any(|(n, _)| n == "s.daily"), "the first batch's table is recorded");
+    drop(stmt);
+    drop(conn);
+    // Fixed data: the next apply writes the rest into the existing table.
+    p.write("data/events.csv", EVENTS);
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
 }
