@@ -1,6 +1,6 @@
 //! Library-level benchmark of the main job (issue #2 item 12): load, cold plan, apply of everything, no-op
-//! plan and promotion to prod on generated N-model projects, next to the same DDL run directly
-//! on DuckDB in the same run.
+//! plan and promotion to prod on generated N-model projects, next to a replay of its own statements
+//! on DuckDB in the same run (a replay, not a floor: `--floor` measures the floor).
 //!
 //! ```text
 //! scripts/cargo run --example bench -- [N ...] [--events ROWS] [--seed S] [--reps R] [--rounds K]
@@ -18,7 +18,7 @@
 //! - **apply**: `apply(dev)` of a cold plan on a fresh state file and a fresh file-backed DuckDB:
 //!   contract check, every build, the dev view swap, state writes. The engine is wrapped in a
 //!   recorder that keeps every statement and times every engine call (a string clone per call).
-//! - **direct DDL**: the recorded statements of that apply — `CREATE SCHEMA`, `CREATE OR REPLACE
+//! - **replay DDL** (historically "direct DDL"): the recorded statements of that apply — `CREATE SCHEMA`, `CREATE OR REPLACE
 //!   TABLE/VIEW … AS`, `CREATE TABLE IF NOT EXISTS … LIMIT 0`, the `DELETE` + `INSERT` batches,
 //!   and the dev view swap — replayed verbatim on a fresh DuckDB file through a bare
 //!   `duckdb::Connection` (same `SET TimeZone = 'UTC'`, same transaction grouping: each efmesh
@@ -26,12 +26,17 @@
 //!   check's `DESCRIBE`s are left out: they are efmesh's own overhead.
 //! - **no-op plan**: `plan(dev)` right after apply (asserted to have no changes).
 //! - **promote**: `plan(prod)` + `apply(prod)`, asserted to build nothing (a view swap).
-//! - **direct views**: the recorded prod view swap replayed in one transaction on the direct
+//! - **replay views**: the recorded prod view swap replayed in one transaction on the direct
 //!   DuckDB file, which holds the same physical relations.
 //!
 //! Rounds alternate the order (round 1: efmesh then direct; round 2: direct then efmesh; …), each
 //! on new files, and every round must issue exactly the statements of round 1. The tables report
 //! the fastest round of each side.
+//!
+//! The replay is NOT a floor: it repeats efmesh's own statements (whatever extra SQL efmesh
+//! issues is on both sides). `--floor` runs the honest floor instead (`bench/floor.rs`): the
+//! `efmesh` process against the models' own SQL run directly in DuckDB by a process with no
+//! efmesh in it.
 //!
 //! `--process` runs the whole-process benchmark instead (`bench/process.rs`): the `efmesh`
 //! binary timed as a user runs it (`check`, cold and no-op `plan`, `apply`), and the watch
@@ -42,6 +47,8 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "bench/floor.rs"]
+mod floor;
 #[path = "bench/gen.rs"]
 mod generator;
 #[path = "bench/process.rs"]
@@ -660,7 +667,7 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
                 return Ok(());
             }
             let d = direct_round(&dir, r, ef)?;
-            eprintln!("[n={n}] round {}: direct DDL {} ms, direct prod views {} ms", r + 1, ms(d.build + d.swap), ms(d.views));
+            eprintln!("[n={n}] round {}: replay DDL {} ms, replay prod views {} ms", r + 1, ms(d.build + d.swap), ms(d.views));
             direct_applies.push(d.build + d.swap);
             direct_views.push(d.views);
             if best_direct.as_ref().is_none_or(|b| d.build + d.swap < b.build + b.swap) {
@@ -770,6 +777,12 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--floor-exec") {
+        return floor::exec_main();
+    }
+    if std::env::args().any(|a| a == "--floor") {
+        return floor::main();
+    }
     if std::env::args().any(|a| a == "--process") {
         return process::main();
     }
@@ -789,7 +802,7 @@ fn main() -> anyhow::Result<()> {
         args.rounds
     );
     println!();
-    println!("| models | load | cold plan | no-op plan | apply | direct DDL | ratio | promote | direct views | ratio |");
+    println!("| models | load | cold plan | no-op plan | apply | replay DDL | ratio | promote | replay views | ratio |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for x in &rows {
         let (apply, promote) = (min(&x.ef_applies), min(&x.ef_promotes));
@@ -809,12 +822,12 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!();
-    println!("Every round (ms): efmesh apply / direct DDL / efmesh promote / direct views");
+    println!("Every round (ms): efmesh apply / replay of its DDL / efmesh promote / replay of its views");
     println!();
     for x in &rows {
         let list = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ");
         println!(
-            "- n={}: apply [{}], direct [{}], promote [{}], direct views [{}]",
+            "- n={}: apply [{}], replay [{}], promote [{}], replay views [{}]",
             x.n,
             list(&x.ef_applies),
             list(&x.direct_applies),
@@ -854,7 +867,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!();
-    println!("Apply breakdown, fastest efmesh round vs fastest direct round (ms, calls in parentheses):");
+    println!("Apply breakdown, fastest efmesh round vs fastest replay round (ms, calls in parentheses):");
     println!();
     println!(
         "| models | contract: type check / externals / describe CSV-reading / describe other | full (CTAS) efmesh / direct | views efmesh / direct | time-range create + batches efmesh / direct | dev view swap efmesh / direct | efmesh outside the engine | state writes replayed: snapshots / intervals / cache + promote |"

@@ -232,6 +232,30 @@ pub fn transaction(
     Ok(results)
 }
 
+/// What an audit pass over a whole relation of `model` checks, as text for
+/// [`crate::state::AuditPass::digest`]: the scope (`None`: every audit; `Whole`: the `whole`
+/// ones), every audit of the model as defined (name, arguments, blocking, scope, SQL, location)
+/// and the efmesh version. A pass recorded under another digest proves nothing about these audits.
+pub fn pass_digest(model: &crate::core::Model, scope: Option<AuditScope>) -> String {
+    let text = serde_json::json!({
+        "efmesh": env!("CARGO_PKG_VERSION"),
+        "scope": scope,
+        "audits": model.audits,
+    })
+    .to_string();
+    blake3::hash(text.as_bytes()).to_hex().to_string()
+}
+
+/// True when the data of `model`'s versions is tracked by a data generation that moves with every
+/// write to it (SPEC §4 invariant 36), so audits that passed at one generation passed on the same
+/// data: `full`, seed and time-range tables in the engine. Not views (their data is their
+/// parents'), externals (written outside efmesh), keyed kinds (re-executed by every run), lake
+/// and DuckLake targets.
+pub fn pass_is_provable(model: &crate::core::Model) -> bool {
+    use crate::core::Kind;
+    model.target == crate::core::Target::Table && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
+}
+
 /// The audits of `model` that run in a pass of `scope`, each with the relation it sees.
 pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, relation: &str) -> Vec<(&'a Audit, String)> {
     model.audits.iter().filter(|a| scope.is_none_or(|s| a.scope == s)).map(|a| (a, relation.to_string())).collect()

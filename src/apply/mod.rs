@@ -7,7 +7,8 @@
 //! 2. models are built parents first: `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
-//!    to `[start, end)` on the time column), the ledger written after the commit;
+//!    to `[start, end)` on the time column; a table this apply creates is created by its first
+//!    batch, and its later batches have nothing to `DELETE`), the ledger written after the commit;
 //!    `incremental_by_unique_key` upserted by key ([`upsert`]) and `scd_type2` reconciled by key
 //!    at the plan's instant ([`scd2`]), each in one transaction, the snapshot recorded after.
 //!    Audits are write-audit-publish ([`audit`]): a batch's `interval` audits (all audits of a
@@ -80,6 +81,9 @@ pub struct ApplyReport {
     pub promoted: bool,
     /// Every audit run, one entry per (model, audit, scope), warn violations included.
     pub audits: audit::AuditReport,
+    /// Models whose audits the promotion did not run again: they passed on the same data (same
+    /// version, same data generation, same audits; [`StateStore::audit_pass`]).
+    pub audits_reused: Vec<ModelName>,
     /// Intervals computed per model built (0 for a model built or refreshed whole).
     #[serde(skip)]
     pub per_model: BTreeMap<String, usize>,
@@ -270,7 +274,8 @@ fn execute_recorded(
     })?;
     // The relations the plan relies on must exist (one catalog query, on this connection):
     // what the plan does not restore is refused, never trusted (SPEC §4).
-    let missing = crate::plan::integrity::unplanned(project, plan, &engine.catalog()?);
+    let catalog = engine.catalog()?;
+    let missing = crate::plan::integrity::unplanned(project, plan, &catalog);
     if !missing.is_empty() {
         return Err(ApplyError::EngineChanged { env: plan.env.clone(), missing });
     }
@@ -509,10 +514,12 @@ fn execute_recorded(
             // Parsed, staged and type-checked in the contract phase: one statement builds the
             // table from the stage, audited inside the same transaction like a `full` model.
             let checks = audit::checks(model, None, &physical);
+            let before = pass_start(state, model, &snapshot.fingerprint)?;
             let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
             report.audits.add(results);
             audited.insert(model.name.clone());
             state.record_build(&snapshot, None, &[], interval::now_millis())?;
+            record_pass(state, model, &snapshot.fingerprint, None, before, 1)?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
@@ -557,12 +564,14 @@ fn execute_recorded(
                     // against, so a moved project is noticed (SPEC §4).
                     statements.push(crate::engine::root_comment_sql(&physical, &project.config.root.to_string_lossy()));
                 }
+                let before = pass_start(state, model, &snapshot.fingerprint)?;
                 let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 // The snapshot, the new data generation, what it was built from and the end of
                 // its pending rebuild, in one transaction.
                 state.record_build(&snapshot, built_from.as_deref(), &sharers, interval::now_millis())?;
+                record_pass(state, model, &snapshot.fingerprint, None, before, 1)?;
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
@@ -571,43 +580,80 @@ fn execute_recorded(
                 continue;
             }
             Kind::IncrementalByTimeRange(t) => {
-                let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
-                engine
-                    .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
-                    .map_err(|e| build_err(e, None))?;
-                state.put_snapshot(&snapshot)?;
                 let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
                 let cols = cols.join(", ");
                 let tc = quote_ident(&t.time_column);
                 let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
                 let n = batches.len();
+                // A table the engine did not hold when this apply started is created by its first
+                // batch's transaction (`CREATE TABLE … AS` the batch: the same columns and types
+                // as the query, as an empty `LIMIT 0` creation would give), so a new version
+                // costs no extra committed statement and no `DELETE` of nothing. A plain
+                // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
+                // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
+                let absent = crate::plan::integrity::split_relation(&physical).is_some_and(|(s, r)| !catalog.contains(&s, &r));
+                let create_with_first = absent && n > 0;
+                if !create_with_first {
+                    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
+                    engine
+                        .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
+                        .map_err(|e| build_err(e, None))?;
+                    state.put_snapshot(&snapshot)?;
+                }
                 if n > 0 {
                     audited.insert(model.name.clone());
                 }
-                for (i, batch) in batches.into_iter().enumerate() {
-                    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
-                    let sql = body.render(&exec.with_bounds(Some(batch)));
-                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
-                    let statements = [
-                        format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"),
-                        format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"),
-                    ];
-                    let pieces = batch.split(t.grain);
-                    // Interval audits see this batch; the last batch also runs the whole ones.
+                let before = pass_start(state, model, &snapshot.fingerprint)?;
+                // Every batch's statements, rendered once. The batches of a table this apply
+                // creates have nothing to delete (the ranges are disjoint and the table new).
+                let prepared: Vec<(Interval, Vec<String>)> = batches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &batch)| {
+                        let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+                        let sql = body.render(&exec.with_bounds(Some(batch)));
+                        let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
+                        let statements = match (create_with_first, i) {
+                            (true, 0) => vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")],
+                            (true, _) => vec![insert],
+                            (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+                        };
+                        (batch, statements)
+                    })
+                    .collect();
+                // Interval audits see their batch; the last batch also runs the whole ones.
+                let checks_of = |i: usize, batch: Interval| {
                     let slice = audit::batch_relation(&physical, &t.time_column, batch);
                     let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
                     if i + 1 == n {
                         checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
                     }
-                    match audit::transaction(engine, &statements, &model.name, &checks, Some(batch)) {
+                    checks
+                };
+                // Each batch is its own engine transaction (write-audit-publish), its ledger rows
+                // written after its commit: batches never share a transaction, so a failed batch
+                // or a `kill -9` leaves every earlier batch done and a long backfill resumes
+                // where it stopped (SPEC §4 invariant 4).
+                for (i, (batch, statements)) in prepared.iter().enumerate() {
+                    let batch = *batch;
+                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
+                    let pieces = batch.split(t.grain);
+                    match audit::transaction(engine, statements, &model.name, &checks_of(i, batch), Some(batch)) {
                         Ok(results) => report.audits.add(results),
                         Err(err) => {
                             let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
                             return Err(audit_err(err, Some(batch)));
                         }
                     }
+                    if create_with_first && i == 0 {
+                        state.put_snapshot(&snapshot)?;
+                    }
                     state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
                     report.intervals += pieces.len();
+                }
+                if n > 0 {
+                    // The last batch ran the `whole` audits over the whole table.
+                    record_pass(state, model, &snapshot.fingerprint, Some(crate::core::audit::AuditScope::Whole), before, n)?;
                 }
             }
             Kind::IncrementalByUniqueKey(u) => {
@@ -696,7 +742,7 @@ fn execute_recorded(
     if refresh {
         return Ok(report);
     }
-    pre_promotion_audits(project, plan, engine, &exec, &audited, &mut report)?;
+    pre_promotion_audits(project, plan, state, engine, &exec, &audited, &mut report)?;
     promote(project, plan, state, engine, options, &report)?;
     report.promoted = true;
     // The memo is a cache: failing to write it only costs a slower next plan.
@@ -783,6 +829,7 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
 fn pre_promotion_audits(
     project: &Project,
     plan: &Plan,
+    state: &dyn StateStore,
     engine: &mut dyn Engine,
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
@@ -797,16 +844,74 @@ fn pre_promotion_audits(
             continue;
         }
         let scope = model.kind.time_range().filter(|_| action.change != Change::Metadata).map(|_| crate::core::audit::AuditScope::Whole);
+        // A view swap to data these audits already passed on (same version, same data
+        // generation, same audits) does not run them again (SPEC §4 invariant 44).
+        let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
+        let provable = audit::pass_is_provable(model);
+        let digest = audit::pass_digest(model, scope);
+        let generation = if provable { Some(data_generation(state, &name, fp)?) } else { None };
+        if let Some(g) = generation
+            && state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g)
+        {
+            tracing::info!(model = %model.name, "audits not run again: they passed on this version's data (generation {g})");
+            report.audits_reused.push(model.name.clone());
+            continue;
+        }
         let relation = exec.relation(&model.name);
         let checks = audit::checks(model, scope, &relation);
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
+        let passed = !results.iter().any(audit::AuditResult::failed);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
+        // Recorded only when the generation did not move while they ran.
+        if let Some(g) = generation
+            && passed
+            && data_generation(state, &name, fp)? == g
+        {
+            state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
+        }
     }
     if let Some(first) = failures.first() {
         return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
+    }
+    Ok(())
+}
+
+/// The data generation of `(name, fp)` (0 when it has none yet).
+fn data_generation(state: &dyn StateStore, name: &str, fp: &str) -> Result<i64, StateError> {
+    let key = (name.to_string(), fp.to_string());
+    Ok(state.data_versions(std::slice::from_ref(&key))?.get(&key).map_or(0, |v| v.generation))
+}
+
+/// Before a build of `model`'s version `fp`: its data generation, when a pass of its audits can
+/// be recorded after the build ([`record_pass`]: it has audits and its generation tracks its
+/// data, [`audit::pass_is_provable`]); `None` otherwise (no read).
+fn pass_start(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> Result<Option<i64>, StateError> {
+    if model.audits.is_empty() || !audit::pass_is_provable(model) {
+        return Ok(None);
+    }
+    data_generation(state, &model.name.to_string(), fp).map(Some)
+}
+
+/// After a build of `model`'s version `fp` whose audits (`scope`) all passed inside the
+/// transactions that wrote it: records the pass at the data generation reached, when that is
+/// `before` ([`pass_start`]) plus the `writes` this build recorded (another writer's bump in
+/// between proves nothing, so nothing is recorded then).
+fn record_pass(
+    state: &dyn StateStore,
+    model: &crate::core::Model,
+    fp: &str,
+    scope: Option<crate::core::audit::AuditScope>,
+    before: Option<i64>,
+    writes: usize,
+) -> Result<(), StateError> {
+    let Some(before) = before else { return Ok(()) };
+    let name = model.name.to_string();
+    let after = data_generation(state, &name, fp)?;
+    if after == before + i64::try_from(writes).unwrap_or(i64::MAX) {
+        state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest: audit::pass_digest(model, scope), generation: after }, interval::now_millis())?;
     }
     Ok(())
 }

@@ -268,6 +268,7 @@ fn apply_json(plan: &Plan, applied: bool, report: Option<&ApplyReport>) -> serde
         "intervals": report.map(|r| r.intervals).unwrap_or(0),
         "promoted": report.is_some_and(|r| r.promoted),
         "audits": report.map(|r| serde_json::to_value(&r.audits).unwrap_or_default()).unwrap_or_else(|| json!([])),
+        "auditsReused": report.map(|r| r.audits_reused.iter().map(ToString::to_string).collect::<Vec<_>>()).unwrap_or_default(),
     })
 }
 
@@ -341,6 +342,10 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
         if !report.registered.is_empty() {
             let names: Vec<String> = report.registered.iter().map(ToString::to_string).collect();
             built.push_str(&format!("\nregistered (embedded, nothing to build): {}", names.join(", ")));
+        }
+        if !report.audits_reused.is_empty() {
+            let names: Vec<String> = report.audits_reused.iter().map(ToString::to_string).collect();
+            built.push_str(&format!("\naudits not run again (passed on the same data): {}", names.join(", ")));
         }
         out.text(&format!("{built}\n{}environment `{env}` promoted\n", printer::audits_text(&report.audits)))?;
     }

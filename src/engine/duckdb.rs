@@ -90,6 +90,25 @@ impl DuckDb {
         Ok(db)
     }
 
+    /// After a batched transaction failed (and was rolled back) with `message`: the statement at
+    /// fault, found by running them one by one in a transaction that is always rolled back, so
+    /// the error names it as an unbatched transaction would; the whole batch when none fails
+    /// alone (e.g. the `COMMIT`).
+    fn culprit(&mut self, statements: &[String], message: String) -> EngineError {
+        if self.conn.execute_batch("BEGIN TRANSACTION").is_err() {
+            return EngineError::new("COMMIT", message);
+        }
+        let mut found = None;
+        for s in statements {
+            if let Err(e) = self.conn.execute_batch(s) {
+                found = Some(EngineError::new(s, e.to_string()));
+                break;
+            }
+        }
+        let _ = self.conn.execute_batch("ROLLBACK");
+        found.unwrap_or_else(|| EngineError::new("COMMIT", message))
+    }
+
     fn new(conn: duckdb::Connection) -> Self {
         Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new() }
     }
@@ -241,6 +260,23 @@ impl Engine for DuckDb {
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
+        if statements.len() > 1 {
+            // One round trip for the whole transaction (an environment's view swap is thousands
+            // of statements); each statement ends on its own line, so a trailing `--` comment
+            // cannot swallow the separator.
+            let mut batch = String::from("BEGIN TRANSACTION;\n");
+            for s in statements {
+                tracing::debug!(sql = %s, "execute in transaction");
+                batch.push_str(s);
+                batch.push_str("\n;\n");
+            }
+            batch.push_str("COMMIT;");
+            if let Err(e) = self.conn.execute_batch(&batch) {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(self.culprit(statements, e.to_string()));
+            }
+            return Ok(());
+        }
         self.execute("BEGIN TRANSACTION")?;
         for s in statements {
             tracing::debug!(sql = %s, "execute in transaction");

@@ -163,7 +163,7 @@ pub fn is_url(path: &str) -> bool {
 
 /// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
 /// e.g. DuckLake tables, which the main catalog does not list).
-fn split_relation(qualified: &str) -> Option<(String, String)> {
+pub fn split_relation(qualified: &str) -> Option<(String, String)> {
     let mut parts = Vec::new();
     let mut chars = qualified.chars().peekable();
     while chars.peek().is_some() {

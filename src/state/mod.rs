@@ -81,7 +81,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// last of [`MIGRATIONS`] produces. A store holding any other value is refused with
 /// [`StateError`] (see [`StateError::is_version_mismatch`]); an older one is upgraded by
 /// [`migrate`].
-pub const STATE_VERSION: i64 = 6;
+pub const STATE_VERSION: i64 = 7;
 
 /// The state store's interface: everything plan, apply, the session and the commands read and
 /// write. Implementations keep each write atomic (all or nothing), keep every instant as
@@ -429,6 +429,21 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn data_versions(&self, keys: &[(String, String)]) -> Result<HashMap<(String, String), DataVersion>, StateError>;
 
+    /// The audits recorded as passed on the data of `(name, fp)` ([`StateStore::record_audit_pass`]),
+    /// if any.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn audit_pass(&self, name: &str, fp: &str) -> Result<Option<AuditPass>, StateError>;
+
+    /// Records that the audits `pass.digest` names found no blocking violation on the data of
+    /// `(name, fp)` at data generation `pass.generation` (replacing an earlier record). Not a
+    /// data write: the store's write counter does not move.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn record_audit_pass(&self, name: &str, fp: &str, pass: &AuditPass, now: Millis) -> Result<(), StateError>;
+
     /// Records a build of a `full`/`view`/seed version in ONE transaction: its snapshot (an
     /// existing one keeps its first payload), its data generation bumped, `built_from` (the
     /// parents' data it was built from, read before the build started; `None` when it has no
@@ -490,6 +505,15 @@ pub struct DataVersion {
     /// For a `full` version: its parents' data as read before its last build
     /// ([`crate::plan::built_from`]); `None` before layout 6 or for a version never built since.
     pub built_from: Option<String>,
+}
+
+/// Audits that passed on a version's data ([`StateStore::audit_pass`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPass {
+    /// What ran: the audits and the scope they saw ([`crate::apply::audit::pass_digest`]).
+    pub digest: String,
+    /// The version's data generation they saw ([`DataVersion::generation`]).
+    pub generation: i64,
 }
 
 /// One version an apply or run relies on ([`StateStore::record_intents`]).

@@ -7,8 +7,8 @@
 //! handle's lease when one is set ([`StateStore::set_fence`]).
 
 use super::{
-    Claim, Condemned, DataVersion, DataWrite, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord, LedgerStats,
-    PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
+    AuditPass, Claim, Condemned, DataVersion, DataWrite, Intent, IntervalStatus, JanitorInventory, JournalEntry, LeaseClaim, LeaseHolder, LeaseRecord,
+    LedgerStats, PendingPromotion, PendingRebuild, RestateTarget, STATE_VERSION, SnapshotRecord, StateError, StateStore, Tick, VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
@@ -135,7 +135,27 @@ CREATE TABLE orphans_seen (
     };
 }
 
-/// The layout of [`STATE_VERSION`] 6. Every timestamp column holds ISO-8601 UTC text with
+/// The table layout version 7 added: `audit_passes`, per version, the audits that passed on its
+/// data (`digest`: the audits and the scope they saw, [`crate::apply::audit::pass_digest`]) and
+/// the data generation they saw (`data_versions.generation`); a promotion of that version at the
+/// same generation with the same digest does not run them again. Not data: writing a row does
+/// not move `meta.generation`.
+macro_rules! v7_tables {
+    () => {
+        r#"
+CREATE TABLE audit_passes (
+    name        TEXT    NOT NULL,
+    fingerprint TEXT    NOT NULL,
+    digest      TEXT    NOT NULL,
+    generation  INTEGER NOT NULL,
+    passed_at   TEXT    NOT NULL,
+    PRIMARY KEY (name, fingerprint)
+) WITHOUT ROWID;
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 7. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -209,7 +229,8 @@ CREATE TABLE canon_cache (
 "#,
     leases_and_ticks!(),
     v5_tables!(),
-    v6_tables!()
+    v6_tables!(),
+    v7_tables!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -281,6 +302,11 @@ UPDATE meta SET version = 5;
         to: 6,
         description: "the store's identity, data generations of versions, orphans seen by the janitor",
         sql: concat!(v6_tables!(), "UPDATE meta SET store_id = lower(hex(randomblob(16)));\nUPDATE meta SET version = 6;\n"),
+    },
+    Migration {
+        to: 7,
+        description: "audits passed on a version's data (promotion does not re-run them)",
+        sql: concat!(v7_tables!(), "UPDATE meta SET version = 7;\n"),
     },
 ];
 
@@ -1452,6 +1478,32 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn audit_pass(&self, name: &str, fp: &str) -> Result<Option<AuditPass>, StateError> {
+        self.run(
+            || format!("read the audits passed on `{name}` `{fp}`"),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT digest, generation FROM audit_passes WHERE name = ?1 AND fingerprint = ?2")?;
+                Ok(stmt.query_row(params![name, fp], |r| Ok(AuditPass { digest: r.get(0)?, generation: r.get(1)? })).optional()?)
+            },
+        )
+    }
+
+    fn record_audit_pass(&self, name: &str, fp: &str, pass: &AuditPass, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record the audits passed on `{name}` `{fp}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached(
+                        "INSERT INTO audit_passes (name, fingerprint, digest, generation, passed_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                         ON CONFLICT (name, fingerprint) DO UPDATE SET digest = excluded.digest, generation = excluded.generation, passed_at = excluded.passed_at",
+                    )?
+                    .execute(params![name, fp, pass.digest, pass.generation, to_iso(now)])?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     fn record_build(&self, rec: &SnapshotRecord, built_from: Option<&str>, sharers: &[(String, String, String)], now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the build of `{}` `{}`", rec.name, rec.fingerprint),
@@ -2047,11 +2099,15 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    /// Turns the store at `path` back into the layout of `version` (1 to 5), as the
+    /// Turns the store at `path` back into the layout of `version` (1 to 6), as the
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;").unwrap();
+        conn.execute_batch("DROP TABLE audit_passes; UPDATE meta SET version = 6;").unwrap();
+        if version <= 5 {
+            conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;")
+                .unwrap();
+        }
         if version <= 4 {
             conn.execute_batch(
                 "DROP TABLE released; DROP TABLE intents; DROP TABLE condemned; DROP TABLE pending_rebuilds; ALTER TABLE meta DROP COLUMN claims; UPDATE meta SET version = 4;",

@@ -1,3 +1,4 @@
+mod apply_floor;
 mod audits;
 mod backfill;
 mod categories;
