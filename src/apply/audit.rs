@@ -251,9 +251,20 @@ pub fn pass_digest(model: &crate::core::Model, scope: Option<AuditScope>) -> Str
 /// data: `full`, seed and time-range tables in the engine. Not views (their data is their
 /// parents'), externals (written outside efmesh), keyed kinds (re-executed by every run), lake
 /// and DuckLake targets.
+/// Only audits whose SQL provably reads nothing but the audited relation and calls no volatile
+/// function ([`crate::sql::audit_reads::reads_only`]) qualify: another table's data or the clock
+/// could change their result at the same generation.
 pub fn pass_is_provable(model: &crate::core::Model) -> bool {
     use crate::core::Kind;
-    model.target == crate::core::Target::Table && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
+    model.target == crate::core::Target::Table
+        && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
+        && model.audits.iter().all(|a| crate::sql::audit_reads::reads_only(|this| a.sql.render(this)))
+}
+
+/// True when no audit in `results` found a violating row (warn audits included): only then is a
+/// pass recorded, so a reused pass never hides a warning.
+pub fn clean(results: &[AuditResult]) -> bool {
+    results.iter().all(|r| r.violations == 0)
 }
 
 /// The audits of `model` that run in a pass of `scope`, each with the relation it sees.

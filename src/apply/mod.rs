@@ -516,10 +516,11 @@ fn execute_recorded(
             let checks = audit::checks(model, None, &physical);
             let before = pass_start(state, model, &snapshot.fingerprint)?;
             let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
+            let clean = audit::clean(&results);
             report.audits.add(results);
             audited.insert(model.name.clone());
             state.record_build(&snapshot, None, &[], interval::now_millis())?;
-            record_pass(state, model, &snapshot.fingerprint, None, before, 1)?;
+            record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
             seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
             tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
             report.built.push(model.name.clone());
@@ -566,12 +567,13 @@ fn execute_recorded(
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
                 let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
+                let clean = audit::clean(&results);
                 report.audits.add(results);
                 audited.insert(model.name.clone());
                 // The snapshot, the new data generation, what it was built from and the end of
                 // its pending rebuild, in one transaction.
                 state.record_build(&snapshot, built_from.as_deref(), &sharers, interval::now_millis())?;
-                record_pass(state, model, &snapshot.fingerprint, None, before, 1)?;
+                record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
@@ -634,12 +636,17 @@ fn execute_recorded(
                 // written after its commit: batches never share a transaction, so a failed batch
                 // or a `kill -9` leaves every earlier batch done and a long backfill resumes
                 // where it stopped (SPEC §4 invariant 4).
+                // A pass is recorded only when no audit (warn ones included) found a row.
+                let mut clean = true;
                 for (i, (batch, statements)) in prepared.iter().enumerate() {
                     let batch = *batch;
                     tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
                     let pieces = batch.split(t.grain);
                     match audit::transaction(engine, statements, &model.name, &checks_of(i, batch), Some(batch)) {
-                        Ok(results) => report.audits.add(results),
+                        Ok(results) => {
+                            clean &= audit::clean(&results);
+                            report.audits.add(results);
+                        }
                         Err(err) => {
                             let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
                             return Err(audit_err(err, Some(batch)));
@@ -653,7 +660,7 @@ fn execute_recorded(
                 }
                 if n > 0 {
                     // The last batch ran the `whole` audits over the whole table.
-                    record_pass(state, model, &snapshot.fingerprint, Some(crate::core::audit::AuditScope::Whole), before, n)?;
+                    record_pass(state, model, &snapshot.fingerprint, Some(crate::core::audit::AuditScope::Whole), before.filter(|_| clean), n)?;
                 }
             }
             Kind::IncrementalByUniqueKey(u) => {
@@ -862,7 +869,8 @@ fn pre_promotion_audits(
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
-        let passed = !results.iter().any(audit::AuditResult::failed);
+        // Warn audits that found rows count as not passed: reusing them would hide their report.
+        let passed = audit::clean(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
         // Recorded only when the generation did not move while they ran.

@@ -245,6 +245,14 @@ fn value_text(v: Value) -> Option<String> {
     }
 }
 
+/// True for a statement that changes the catalog only (views, schemas, comments): cheap to run
+/// again, so a transaction of them may be sent as one batch.
+fn catalog_only(statement: &str) -> bool {
+    let head: String = statement.trim_start().chars().take(40).collect::<String>().to_ascii_uppercase();
+    let head = head.split_whitespace().collect::<Vec<_>>().join(" ");
+    ["CREATE VIEW", "CREATE OR REPLACE VIEW", "DROP VIEW", "ALTER VIEW", "CREATE SCHEMA", "COMMENT ON"].iter().any(|p| head.starts_with(p))
+}
+
 impl Engine for DuckDb {
     fn dialect(&self) -> &'static str {
         "duckdb"
@@ -260,10 +268,12 @@ impl Engine for DuckDb {
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
-        if statements.len() > 1 {
+        if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
             // One round trip for the whole transaction (an environment's view swap is thousands
             // of statements); each statement ends on its own line, so a trailing `--` comment
-            // cannot swallow the separator.
+            // cannot swallow the separator. Only statements that touch the catalog alone are
+            // sent this way: naming the culprit of a failure runs them again (`culprit`), which
+            // must never repeat a long data write.
             let mut batch = String::from("BEGIN TRANSACTION;\n");
             for s in statements {
                 tracing::debug!(sql = %s, "execute in transaction");

@@ -696,7 +696,8 @@ pub struct VersionMemo {
 /// the [`ActionMemo`] key that plan was computed under. What the marks decide for a model depends
 /// on its action and its ancestors' (their versions and physical relations) and on the state
 /// store's content, which the key proves unchanged (every write that can change the marks bumps
-/// the store's generation). So when the next plan has the same key and reused a model's action
+/// the store's generation or, for a promotion of any environment, the last promotion id the key
+/// holds: the marks read the other environments' pointers). So when the next plan has the same key and reused a model's action
 /// from that plan with every ancestor's (it is not among the models it computed, which include
 /// every descendant of a computed model), the model's mark is the one kept here; only the
 /// computed models are marked again. With `EFMESH_VERIFY_PLAN_MEMO=1` the marks are also

@@ -9,6 +9,7 @@
 //!
 //! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
 
+pub mod audit_reads;
 pub mod canon;
 pub mod fingerprint;
 pub mod lineage;

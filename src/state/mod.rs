@@ -112,10 +112,11 @@ pub trait StateStore: Send + std::fmt::Debug {
     fn generation(&self) -> Result<i64, StateError>;
 
     /// [`StateStore::generation`] plus the count of janitor claims (both only grow; a claim
-    /// deletes snapshot and ledger rows without bumping the generation) and the id of `env`'s
-    /// last promotion (0 before the first; ids only grow), read together: equal pairs mean
-    /// nothing a plan of `env` reads was written in between (promotions of `env` do not bump the
-    /// generation, but every one gets a new id).
+    /// deletes snapshot and ledger rows without bumping the generation) and the id of the last
+    /// promotion of ANY environment (0 before the first; ids only grow), read together: equal
+    /// pairs mean nothing a plan of `env` reads was written in between (promotions do not bump
+    /// the generation, but every one gets a new id; a plan of `env` reads the other
+    /// environments' pointers too: the rebuild marks and the tables new versions may share).
     /// `None` when the store cannot say, and then nothing read earlier may be reused.
     ///
     /// # Errors

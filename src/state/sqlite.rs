@@ -850,12 +850,12 @@ impl StateStore for SqliteStore {
     /// [`StateError::Backend`] if the read fails.
     fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
         self.run(
-            || format!("read the store's generation and the last promotion of `{env}`"),
+            || format!("read the store's generation and the last promotion (planning `{env}`)"),
             || {
                 Ok(Some(
                     self.conn
-                        .prepare_cached("SELECT generation + claims, (SELECT coalesce(max(id), 0) FROM plans WHERE env = ?1) FROM meta")?
-                        .query_row([env], |r| Ok((r.get(0)?, r.get(1)?)))?,
+                        .prepare_cached("SELECT generation + claims, (SELECT coalesce(max(id), 0) FROM plans) FROM meta")?
+                        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?,
                 ))
             },
         )
@@ -1439,7 +1439,7 @@ impl StateStore for SqliteStore {
                     let at = to_iso(now);
                     for c in &claims {
                         for (name, fp) in &c.versions {
-                            for table in ["snapshots", "intervals", "released", "pending_rebuilds", "data_versions"] {
+                            for table in ["snapshots", "intervals", "released", "pending_rebuilds", "data_versions", "audit_passes"] {
                                 tx.prepare_cached(&format!("DELETE FROM {table} WHERE name = ?1 AND fingerprint = ?2"))?.execute([name, fp])?;
                             }
                         }
@@ -1928,8 +1928,11 @@ mod tests {
         assert_eq!(store.env_pointers("dev").unwrap(), second);
         assert_eq!(count(&store, "SELECT count(*) FROM environments WHERE env = 'dev' AND promoted_at = '2026-01-03T04:05:06.007Z'"), 3);
 
-        // Another environment is independent.
+        // Another environment is independent, but a plan of `dev` reads its pointers (rebuild
+        // marks, shared tables): the key of dev's kept plan state moves with prod's promotion.
+        let dev_key = store.plan_state("dev").unwrap();
         let id3 = store.promote("prod", &first, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", t("2026-01-04")).unwrap();
+        assert_ne!(store.plan_state("dev").unwrap(), dev_key, "another environment's promotion ends dev's kept plan state");
         assert_eq!(store.env_pointers("dev").unwrap(), second);
         assert_eq!(store.env_pointers("prod").unwrap(), first);
         assert_eq!(store.environments().unwrap(), vec!["dev".to_string(), "prod".to_string()]);

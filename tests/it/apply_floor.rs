@@ -218,3 +218,43 @@ fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_don
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
 }
+
+#[test]
+fn a_warn_audit_that_found_rows_runs_again_at_every_promotion() {
+    // Several days per region: the warn-level `unique(region)` finds rows; the apply succeeds.
+    let p = project(EVENTS, "audit.unique { \"region\", blocking = false, scope = \"whole\" }");
+    let dev = p.apply("dev");
+    assert!(audits_of(&dev, "s.daily").iter().any(|a| a["violations"].as_u64() > Some(0)), "{dev:#}");
+    // Its pass is not recorded: the promotion runs it again and reports the warning again.
+    let prod = p.apply("prod");
+    let daily = audits_of(&prod, "s.daily");
+    assert_eq!(daily.len(), 1, "{prod:#}");
+    assert!(daily[0]["violations"].as_u64() > Some(0), "{prod:#}");
+    assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
+}
+
+#[test]
+fn an_audit_reading_the_clock_or_another_table_runs_at_every_promotion() {
+    let p = project(EVENTS, "audit.not_in_future(), audit.regions_known()");
+    p.write(
+        "audits/custom.lua",
+        r#"define_audit {
+  name = "not_in_future",
+  scope = "whole",
+  query = function(self, args) return ("SELECT * FROM %s WHERE day > now() + INTERVAL 100 YEAR"):format(self) end,
+}
+define_audit {
+  name = "regions_known",
+  scope = "whole",
+  query = function(self, args) return ("SELECT * FROM %s WHERE (SELECT count(*) FROM information_schema.schemata) < 0"):format(self) end,
+}
+"#,
+    );
+    let dev = p.apply("dev");
+    assert_eq!(audits_of(&dev, "s.daily").len(), 2, "{dev:#}");
+    // s.totals' built-in audit reads only its table: reused. s.daily's read the clock and
+    // another relation: their result is not fixed by s.daily's data, so they run again.
+    let prod = p.apply("prod");
+    assert_eq!(audits_of(&prod, "s.daily").len(), 2, "{prod:#}");
+    assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
+}
