@@ -38,6 +38,7 @@
 //! rows (`EXCEPT ALL` both ways, doubles rounded to 6 decimals; `--compare counts` only counts).
 //! stdout of the timed processes goes to /dev/null; stderr to a file shown on failure.
 
+use super::process::{efmesh_bin, loadavg};
 use efmesh::apply::resolve::{ExecResolver, Mode};
 use efmesh::config::Config;
 use efmesh::core::interval::{self, Interval};
@@ -171,28 +172,6 @@ fn ratio(a: &Runs, b: &Runs) -> String {
         return "—".into();
     }
     format!("{:.2}× (RSS {:.2}×)", a.best().as_secs_f64() / b.best().as_secs_f64().max(1e-9), a.rss_mb() / b.rss_mb().max(1e-9))
-}
-
-fn loadavg() -> String {
-    fs_err::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
-}
-
-/// The `efmesh` binary beside this example (`EFMESH_BIN` overrides), not older than the library.
-fn efmesh_bin() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("EFMESH_BIN") {
-        return Ok(p.into());
-    }
-    let exe = std::env::current_exe()?;
-    let release = exe.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("cannot locate the target directory"))?;
-    let bin = release.join("efmesh");
-    let modified = |p: &Path| fs_err::metadata(p).and_then(|m| m.modified());
-    let built = modified(&bin).map_err(|_| anyhow::anyhow!("no `efmesh` binary at {}: `scripts/cargo build --bin efmesh` first", bin.display()))?;
-    if let Ok(lib) = modified(&release.join("libefmesh.rlib"))
-        && lib > built
-    {
-        anyhow::bail!("{} is older than the library: rebuild it (`scripts/cargo build --bin efmesh`)", bin.display());
-    }
-    Ok(bin)
 }
 
 fn efmesh(bin: &Path, dir: &Path, args: &[&str]) -> Command {

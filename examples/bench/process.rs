@@ -102,12 +102,12 @@ impl Stat {
     }
 }
 
-fn loadavg() -> String {
+pub(super) fn loadavg() -> String {
     fs_err::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
 }
 
 /// The `efmesh` binary to time, checked not to be older than the library beside it.
-fn efmesh_bin() -> anyhow::Result<PathBuf> {
+pub(super) fn efmesh_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("EFMESH_BIN") {
         return Ok(p.into());
     }
