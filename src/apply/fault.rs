@@ -2,7 +2,9 @@
 //! would stop it: no destructor, no flush, no rollback) when it reaches that point of an apply.
 //!
 //! Points: `after-build:<schema.table>` (a model was built and recorded), `after-upsert:<schema.table>`
-//! (a unique-key upsert committed in the engine, not yet recorded after it), `before-intent`,
+//! (a unique-key upsert committed in the engine, not yet recorded after it),
+//! `after-first-batch:<schema.table>` (a new time-range table created by its first batch's commit,
+//! its snapshot not yet recorded), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
 //! `after-view-swap` (the views moved, the state store does not know yet),
 //! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal

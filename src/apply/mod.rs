@@ -653,6 +653,8 @@ fn execute_recorded(
                         }
                     }
                     if create_with_first && i == 0 {
+                        // The table exists in the engine; the state store does not know it yet.
+                        fault::crash_point(|| format!("after-first-batch:{}", model.name));
                         state.put_snapshot(&snapshot)?;
                     }
                     state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;

@@ -258,3 +258,23 @@ define_audit {
     assert_eq!(audits_of(&prod, "s.daily").len(), 2, "{prod:#}");
     assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
 }
+
+#[test]
+fn a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_converges_on_the_next_apply() {
+    let p = project(EVENTS, "audit.not_null(\"region\")");
+    let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_FAULT", "after-first-batch:s.daily").output().expect("spawn efmesh");
+    assert!(!out.status.success(), "the fault hook aborts the apply");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-first-batch:s.daily`"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The engine holds the new table (its first batch committed), the state store no snapshot.
+    let table = daily_table(&p);
+    assert!(!p.rows(&table).is_empty(), "the first batch's rows are in the engine");
+    assert!(p.state().env_pointers("dev").expect("pointers").is_empty(), "nothing was promoted");
+    // The next apply finds the table in the catalog, writes every batch by DELETE/INSERT and ends
+    // with the same rows as an apply that was never interrupted.
+    p.apply("dev");
+    let clean = project(EVENTS, "audit.not_null(\"region\")");
+    clean.apply("dev");
+    assert_eq!(daily_table(&p).rsplit("__").next(), daily_table(&clean).rsplit("__").next(), "same version");
+    assert_eq!(p.rows(&daily_table(&p)), clean.rows(&daily_table(&clean)));
+    assert_eq!(p.rows("(SELECT * FROM dev__s.totals)"), clean.rows("(SELECT * FROM dev__s.totals)"));
+}
