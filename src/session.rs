@@ -565,7 +565,8 @@ fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crat
 }
 
 /// Applies `plan` to the store `state` (on disk) with the engine opened for the apply alone, then
-/// reads the catalog as the apply left it (its connection closed first) and records it, so the
+/// records the catalog as the apply left it, read on the apply's own connection
+/// ([`record_catalog_and_close`]; failing that, by opening the closed file read-only), so the
 /// next plan finds it recorded rather than opening DuckDB (SPEC §4, invariant 27); a catalog
 /// that cannot be read is only logged (debug): the next plan queries it.
 ///
@@ -576,11 +577,47 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, op
     apply::fault::delay_point("apply-after-plan");
     let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
     let report = apply::apply(project, plan, state, &mut engine, options)?;
-    drop(engine);
-    if let Err(e) = read_engine_catalog(project) {
+    if !record_catalog_and_close(project, engine)
+        && let Err(e) = read_engine_catalog(project)
+    {
         tracing::debug!("engine catalog not recorded after apply: {}", e.message);
     }
     Ok(report)
+}
+
+/// Records the catalog of the engine file as `engine` (the apply's own read-write connection)
+/// sees it, then closes it: a `CHECKPOINT` first, so the file holds everything; the catalog is
+/// queried while this connection holds DuckDB's write lock (no other process can change the
+/// file meanwhile) and recorded only when the file's identity is the same before the query,
+/// after it and after the connection closed (closing after a checkpoint writes nothing). Saves
+/// the next plan, and this process, a second open of the file. `false` (nothing recorded) when
+/// any step fails or the identity moved: the caller reads the catalog the ordinary way.
+fn record_catalog_and_close(project: &Project, mut engine: DuckDb) -> bool {
+    use crate::engine::Engine;
+    let path = project.config.engine_path();
+    let record = crate::engine::record::path_for(&project.config.state_path());
+    let read = (|| {
+        engine.checkpoint().ok()?;
+        let before = crate::engine::record::identity(&path)?;
+        let catalog = engine.catalog().ok()?;
+        (crate::engine::record::identity(&path)? == before).then_some((before, catalog))
+    })();
+    drop(engine);
+    let Some((before, catalog)) = read else { return false };
+    if crate::engine::record::identity(&path).as_ref() != Some(&before) {
+        tracing::debug!("engine catalog of `{}` read on the apply's connection; not recorded: the file changed when it closed", path.display());
+        return false;
+    }
+    match crate::engine::record::write(&record, &path, &before, &catalog) {
+        Ok(()) => {
+            tracing::debug!("engine catalog of `{}` read on the apply's connection and recorded in {}", path.display(), record.display());
+            true
+        }
+        Err(e) => {
+            tracing::debug!("engine catalog of `{}` read on the apply's connection; not recorded: {e}", path.display());
+            false
+        }
+    }
 }
 
 /// Plans `env` and checks the plan against the engine's catalog ([`plan::integrity`]); warns on

@@ -558,6 +558,15 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let floor_snap = dir.join("snap-floor");
     snapshot(&files, &snap, true)?;
     snapshot(std::slice::from_ref(&floor_db), &floor_snap, true)?;
+    // The applied files as `apply dev` left them: a copy gives the DuckDB file a new identity
+    // (inode times), which makes the engine-catalog record that apply wrote stale; it is
+    // recorded again (untimed), as the apply had, so the next command starts where a user's
+    // `apply prod` after `apply dev` would (SPEC §4 invariant 27).
+    let restore = || -> anyhow::Result<()> {
+        snapshot(&files, &snap, false)?;
+        efmesh::session::engine_catalog(&project).ok_or_else(|| anyhow::anyhow!("cannot read the restored engine catalog"))?;
+        Ok(())
+    };
 
     // No-op plan.
     let mut noop = Runs::default();
@@ -572,7 +581,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     // Promote dev → prod.
     let (ef, fl) = alternate(
         k,
-        || snapshot(&files, &snap, false),
+        restore,
         || Ok(efmesh(bin, &dir, &["apply", "prod", "--yes"])),
         || snapshot(std::slice::from_ref(&floor_db), &floor_snap, false),
         || floor_exec(&dir, &prod_script, &floor_db),
@@ -598,7 +607,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         fs_err::write(&rerun_sql, rerun_script(&changed_project, &ranges, &rerun)?)?;
         let (ef, fl) = alternate(
             k,
-            || snapshot(&files, &snap, false),
+            restore,
             || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes"])),
             || snapshot(std::slice::from_ref(&floor_db), &floor_snap, false),
             || floor_exec(&dir, &rerun_sql, &floor_db),

@@ -46,6 +46,16 @@ impl DuckDb {
         Ok(db)
     }
 
+    /// Writes everything this connection committed into the database file (DuckDB's
+    /// `CHECKPOINT`), so that closing it afterwards writes nothing more to the file.
+    ///
+    /// # Errors
+    /// The checkpoint fails (e.g. another connection of this process holds a transaction open).
+    pub fn checkpoint(&mut self) -> Result<(), EngineError> {
+        use super::Engine;
+        self.execute("CHECKPOINT")
+    }
+
     /// Opens the existing database file at `path` read-only (no extension, no setting): what
     /// `plan` reads the catalog through, so planning never writes the engine. Fails when the file
     /// does not exist or another process holds it open for writing.

@@ -195,3 +195,26 @@ fn another_environments_pointers_changing_under_an_unchanged_store_file_end_the_
     assert!(!stderr.contains(SKIPPED), "another environment's pointers changed: {stderr}");
     drop(conn);
 }
+
+#[test]
+fn apply_records_the_catalog_from_its_own_connection_exactly_as_a_fresh_query_reads_it() {
+    let p = sample_project();
+    let r = p.run(&["--log-level", "debug", "apply", "dev", "--yes"]);
+    r.expect_code(0);
+    // No second open of the file after the apply: its own connection read and recorded it.
+    assert!(r.stderr.contains("read on the apply's connection and recorded"), "{}", r.stderr);
+    assert!(!r.stderr.contains(QUERIED), "{}", r.stderr);
+    let record = p.root().join(".efmesh/engine-catalog");
+    let from_apply = fs_err::read(&record).expect("the apply wrote the record");
+    // The same bytes (identity and catalog) as a read-only query of the closed file records.
+    p.remove(".efmesh/engine-catalog");
+    let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(QUERIED), "{stderr}");
+    assert_eq!(fs_err::read(&record).expect("the plan wrote the record"), from_apply, "the apply recorded another catalog or identity than the file has");
+    // And the next plan reads it.
+    let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let (_, stderr) = plan_debug(&p);
+    assert!(stderr.contains(FROM_RECORD), "{stderr}");
+}
