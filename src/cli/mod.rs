@@ -191,13 +191,13 @@ pub fn run(mut args: Args) -> Result<Exit> {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             cmd_plan(&args.config, &env, json, explain, &options, now, &out)
         }
-        Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries } => {
+        Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries, jobs } => {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
-            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries }, &options, now, &out)
+            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries, jobs: jobs.map_or(0, |j| j as usize) }, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
-        Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
+        Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {
@@ -281,6 +281,8 @@ struct ApplyFlags {
     wait: std::time::Duration,
     /// Transient failures retried.
     retries: u32,
+    /// Models built at once (0: the number of cores).
+    jobs: usize,
 }
 
 fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
@@ -399,7 +401,7 @@ fn apply_locked(
                     again
                 }
             };
-            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by() })
+            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by(), jobs: flags.jobs })
         })
     })();
     guard.release(state);
