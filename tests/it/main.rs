@@ -20,6 +20,7 @@ mod honesty;
 mod incremental_plan;
 mod incremental_reload;
 mod init;
+mod jobs;
 mod janitor;
 mod kinds_scd2;
 mod kinds_upsert;
