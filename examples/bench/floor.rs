@@ -71,7 +71,8 @@ struct Args {
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), runs: 3, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, flights: true, sizes: true, full_compare: true, jobs: Vec::new() };
+    let mut a =
+        Args { ns: Vec::new(), runs: 3, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, flights: true, sizes: true, full_compare: true, jobs: Vec::new() };
     let mut it = std::env::args().skip(1).filter(|x| x != "--floor");
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));

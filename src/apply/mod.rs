@@ -524,9 +524,10 @@ fn execute_recorded(
     let parallel: Vec<bool> = work
         .iter()
         .map(|a| {
-            project.dag.get(&a.name).is_some_and(|m| {
-                m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_))
-            })
+            project
+                .dag
+                .get(&a.name)
+                .is_some_and(|m| m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_)))
         })
         .collect();
     let mut builder = Builder {

@@ -210,7 +210,11 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
     let mut failures = st.failures;
     if failures.is_empty() && st.done < n {
         // Cannot happen with dependencies on earlier items only; refused rather than reported done.
-        failures.push(ApplyError::Target { model: None, interval: None, message: format!("internal error: {} of {n} models were never scheduled", n - st.done) });
+        failures.push(ApplyError::Target {
+            model: None,
+            interval: None,
+            message: format!("internal error: {} of {n} models were never scheduled", n - st.done),
+        });
     }
     match failures.len() {
         0 => Ok(()),
@@ -280,7 +284,9 @@ impl Progress {
                 self.failures.push(ApplyError::Target {
                     model: Some(model),
                     interval: None,
-                    message: "the worker building it stopped unexpectedly; its transaction was not committed".to_string(),
+                    message:
+                        "the worker building it stopped unexpectedly (an internal error); what it committed is not recorded, the next apply builds it again"
+                            .to_string(),
                 });
             }
         }

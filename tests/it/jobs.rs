@@ -17,7 +17,10 @@ fn full(p: &Project, name: &str, parents: &[&str]) {
         format!("SELECT CAST({} AS BIGINT) AS n FROM {}", sum.join(" + "), from.join(", "))
     };
     let file = name.replace('.', "_");
-    p.write(&format!("models/{file}.lua"), &format!("define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"n\", \"bigint\" }} }},\n  query = \"{query}\",\n}}\n"));
+    p.write(
+        &format!("models/{file}.lua"),
+        &format!("define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"n\", \"bigint\" }} }},\n  query = \"{query}\",\n}}\n"),
+    );
 }
 
 /// A `full` model `name` whose query binds (its contract holds) and fails when it runs.
@@ -89,11 +92,10 @@ fn a_diamond_with_four_jobs_builds_each_model_once_after_its_parents() {
     let built: Vec<&str> = v["built"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
     assert_eq!(built, ["s.a", "s.b", "s.c", "s.d", "t.x"], "{v:#}");
     assert_eq!(p.rows(&env_view("dev", "s.d")), vec![vec![Some("2".to_string())]]);
-    assert_eq!(p.query(&format!("SELECT count(*), min(n), max(n) FROM {}", env_view("dev", "t.x"))), vec![vec![
-        Some("40".to_string()),
-        Some("1000".to_string()),
-        Some("1000".to_string())
-    ]]);
+    assert_eq!(
+        p.query(&format!("SELECT count(*), min(n), max(n) FROM {}", env_view("dev", "t.x"))),
+        vec![vec![Some("40".to_string()), Some("1000".to_string()), Some("1000".to_string())]]
+    );
     // Every interval is in the ledger, and nothing is left to do.
     let again = p.plan("dev");
     assert_eq!(again["hasChanges"], false, "{again:#}");
@@ -120,10 +122,10 @@ fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing() {
     full(&p, "s.bad_child", &["s.bad"]);
     full(&p, "s.slow", &[]);
     full(&p, "s.after", &["s.slow"]);
-    // s.slow is still being built when s.bad fails: it finishes and is recorded; s.after, ready
-    // only after the failure, never starts.
+    // s.bad fails once s.slow is under way (both start at once), and s.slow is still being built
+    // then: it finishes and is recorded; s.after, ready only after the failure, never starts.
     let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--jobs", "2"]);
-    cmd.env("EFMESH_DELAY", "build:s.slow=1500");
+    cmd.env("EFMESH_DELAY", "build:s.bad=700,build:s.slow=2500");
     let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into());
     run.expect_code(1);
     assert!(run.stderr.contains("boom in s.bad") && run.stderr.contains("s_bad.lua:1"), "{}", run.stderr);
