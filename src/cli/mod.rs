@@ -90,9 +90,35 @@ pub fn error_text(err: &anyhow::Error) -> String {
     msg
 }
 
+/// The `--json` error kind of an apply failure; several failures (`--jobs`) of one kind have
+/// that kind, of different kinds `several`.
+fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
+    use crate::apply::ApplyError;
+    match a {
+        ApplyError::Contract(_) => "contract",
+        ApplyError::Build { .. } => "build",
+        ApplyError::Rejected { .. } => "rejected",
+        ApplyError::Target { .. } => "target",
+        ApplyError::Audit { .. } => "audit",
+        ApplyError::StalePlan { .. } => "stale-plan",
+        ApplyError::Engine(_) => "engine",
+        ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
+        ApplyError::State(_) => "state",
+        ApplyError::Several(all) => {
+            let kinds: std::collections::BTreeSet<&str> = all.iter().map(apply_error_kind).collect();
+            match kinds.len() {
+                1 => kinds.into_iter().next().unwrap_or("several"),
+                _ => "several",
+            }
+        }
+        _ => "apply",
+    }
+}
+
 /// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
 /// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `state`, `engine`,
-/// `usage`, or `error` when none applies.
+/// `usage`, `several` (failures of different kinds in a parallel apply), or `error` when none
+/// applies.
 pub fn error_kind(err: &anyhow::Error) -> &'static str {
     use crate::apply::ApplyError;
     for e in err.chain() {
@@ -106,19 +132,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
             return "lock-held";
         }
         if let Some(a) = e.downcast_ref::<ApplyError>() {
-            return match a {
-                ApplyError::Contract(_) => "contract",
-                ApplyError::Build { .. } => "build",
-                ApplyError::Rejected { .. } => "rejected",
-                ApplyError::Target { .. } => "target",
-                ApplyError::Audit { .. } => "audit",
-                ApplyError::StalePlan { .. } => "stale-plan",
-                ApplyError::Engine(_) => "engine",
-                ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
-                ApplyError::State(_) => "state",
-                #[allow(unreachable_patterns)] // other variants may arrive; they are apply errors
-                _ => "apply",
-            };
+            return apply_error_kind(a);
         }
         if let Some(p) = e.downcast_ref::<crate::plan::PlanError>() {
             return match p {

@@ -162,6 +162,15 @@ fn every_failure_of_a_parallel_apply_is_reported() {
     assert!(p.physical_tables().is_empty() || !p.physical_tables().iter().any(|t| t.contains("ok")), "{:?}", p.physical_tables());
     let views = p.query("SELECT count(*) FROM duckdb_views() WHERE schema_name LIKE 'dev__%'");
     assert_eq!(views, vec![vec![Some("0".to_string())]]);
+    // In JSON: one error whose kind is the failures' common kind, the message naming both.
+    let mut cmd = p.command(&["apply", "dev", "--yes", "--json", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.bad1=700");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --json --jobs 2".into());
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["error"]["kind"], "build", "{v:#}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("boom in s.bad1") && message.contains("boom in s.bad2"), "{v:#}");
 }
 
 #[test]
