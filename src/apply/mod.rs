@@ -4,7 +4,9 @@
 //! 1. the schema contract of every model to build is checked *before anything is built*
 //!    (parents not built yet stand in as typed empty relations from their declared schemas); a
 //!    mismatch lists every problem of every model and builds nothing;
-//! 2. models are built parents first: `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
+//! 2. models are built parents first — with `--jobs N` up to N at once, each as soon as the models
+//!    it reads are built, on its own engine connection, the state store written from this thread
+//!    ([`schedule`], SPEC §4 invariant 45): `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
 //!    to `[start, end)` on the time column; a table this apply creates is created by its first
