@@ -192,3 +192,36 @@ fn jobs_zero_is_refused() {
     run.expect_code(1);
     assert!(run.stderr.contains("--jobs"), "{}", run.stderr);
 }
+
+/// Models of the engine's own database reading a DuckLake model run on worker connections: the
+/// catalog attached on the main connection is the database instance's, so they see it.
+#[test]
+fn workers_read_what_the_main_connection_attached() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T06:00:00Z".to_string();
+    p.write("efmesh.toml", &format!("{CONFIG}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n"));
+    p.write(
+        "models/m.lua",
+        r#"define_model {
+  name = "m.lake",
+  kind = kind.full(),
+  target = "ducklake",
+  schema = { { "n", "bigint" } },
+  query = "SELECT CAST(range AS BIGINT) AS n FROM range(1, 11)",
+}
+"#,
+    );
+    for (name, op) in [("s.sum", "sum"), ("s.max", "max"), ("s.min", "min")] {
+        let file = name.replace('.', "_");
+        p.write(
+            &format!("models/{file}.lua"),
+            &format!(
+                "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"v\", \"bigint\" }} }},\n  query = \"SELECT CAST({op}(n) AS BIGINT) AS v FROM \" .. ref(\"m.lake\"),\n}}\n"
+            ),
+        );
+    }
+    p.run(&["apply", "dev", "--yes", "--jobs", "3"]).expect_code(0);
+    for (name, want) in [("s.sum", "55"), ("s.max", "10"), ("s.min", "1")] {
+        assert_eq!(p.rows(&env_view("dev", name)), vec![vec![Some(want.to_string())]], "{name}");
+    }
+}
