@@ -4,6 +4,7 @@
 //! ```text
 //! scripts/cargo build --bin efmesh && scripts/cargo run --example bench -- --floor [N ...]
 //!     [--runs K] [--events ROWS] [--seed S] [--keep DIR] [--no-flights] [--flights-only] [--compare counts|full]
+//!     [--jobs J[,J…]]
 //! ```
 //! Default: N = 100 500 2000, K = 3. Per N, in a fresh directory holding the generated project
 //! (`bench/gen.rs`):
@@ -19,7 +20,9 @@
 //!   floor process is this bench re-invoked (`--floor-exec SCRIPT DB`): it opens a fresh DuckDB
 //!   file and runs the script with one `execute_batch`.
 //! - **cold plan**: `efmesh plan dev` with no state, engine file or cache (the floor plans nothing);
-//! - **apply all**: `efmesh apply dev --yes` on fresh files vs the floor's script on a fresh file;
+//! - **apply all**: `efmesh apply dev --yes --jobs J` on fresh files vs the floor's script on a fresh
+//!   file, one line per J of `--jobs` (default: 1, then the cores available); the floor's script
+//!   is one sequential connection whatever J is;
 //! - **no-op plan**: `efmesh plan dev` after it (checked to have no changes);
 //! - **promote**: from copies of the applied files, `efmesh apply prod --yes` (a view swap) vs
 //!   the floor creating the same views (`"<schema>"."<table>"`) in one transaction;
@@ -63,10 +66,13 @@ struct Args {
     flights: bool,
     sizes: bool,
     full_compare: bool,
+    /// `--jobs` of the timed `apply all` runs, one line each.
+    jobs: Vec<usize>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a = Args { ns: Vec::new(), runs: 3, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, flights: true, sizes: true, full_compare: true };
+    let mut a =
+        Args { ns: Vec::new(), runs: 3, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, flights: true, sizes: true, full_compare: true, jobs: Vec::new() };
     let mut it = std::env::args().skip(1).filter(|x| x != "--floor");
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -78,11 +84,21 @@ fn parse_args() -> anyhow::Result<Args> {
             "--no-flights" => a.flights = false,
             "--flights-only" => a.sizes = false,
             "--compare" => a.full_compare = val("--compare")? != "counts",
+            "--jobs" => {
+                for j in val("--jobs")?.split(',') {
+                    a.jobs.push(j.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("--jobs `{j}`: {e}"))?.max(1));
+                }
+            }
             n => a.ns.push(n.parse().map_err(|e| anyhow::anyhow!("`{n}` is not a model count: {e}"))?),
         }
     }
     if a.ns.is_empty() {
         a.ns = vec![100, 500, 2000];
+    }
+    if a.jobs.is_empty() {
+        // Sequential, then the default (the cores available).
+        a.jobs = vec![1, std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)];
+        a.jobs.dedup();
     }
     Ok(a)
 }
@@ -550,10 +566,15 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     push(Line { what: format!("n={n}: start (`efmesh --version`)"), ef: start, fl: Runs::default(), note: String::new(), load: loadavg() });
     push(Line { what: format!("n={n}: cold plan"), ef: cold, fl: Runs::default(), note: String::new(), load: loadavg() });
 
-    // Apply everything.
-    let (ef, fl) = alternate(k, fresh, || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes"])), fresh_floor, || floor_exec(&dir, &script, &floor_db))?;
-    let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&project), args.full_compare)?);
-    push(Line { what: format!("n={n}: apply all"), ef, fl, note, load: loadavg() });
+    // Apply everything, once per `--jobs` value (each line with its own floor runs); every
+    // result is compared with the floor's.
+    for &j in &args.jobs {
+        let jobs = j.to_string();
+        let (ef, fl) =
+            alternate(k, fresh, || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes", "--jobs", &jobs])), fresh_floor, || floor_exec(&dir, &script, &floor_db))?;
+        let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&project), args.full_compare)?);
+        push(Line { what: format!("n={n}: apply all --jobs {j}"), ef, fl, note, load: loadavg() });
+    }
     let snap = dir.join("snap-efmesh");
     let floor_snap = dir.join("snap-floor");
     snapshot(&files, &snap, true)?;

@@ -14,7 +14,8 @@
 //! named point ([`delay_point`]): the janitor's race test widens the windows between apply's
 //! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
 //! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
-//! so every interleaving happens.
+//! so every interleaving happens; the scheduler tests hold a model's build (`build:<schema.table>`,
+//! before its first transaction, on whichever connection builds it) to make builds overlap.
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";

@@ -4,7 +4,9 @@
 //! 1. the schema contract of every model to build is checked *before anything is built*
 //!    (parents not built yet stand in as typed empty relations from their declared schemas); a
 //!    mismatch lists every problem of every model and builds nothing;
-//! 2. models are built parents first: `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
+//! 2. models are built parents first — with `--jobs N` up to N at once, each as soon as the models
+//!    it reads are built, on its own engine connection, the state store written from this thread
+//!    ([`schedule`], SPEC §4 invariant 45): `full` as one `CREATE OR REPLACE TABLE`, `view` as a view
 //!    in `_efmesh`, `embedded` only records its snapshot, time-range models batch by batch, each
 //!    batch one engine transaction (`DELETE` the range, `INSERT` by column name, output filtered
 //!    to `[start, end)` on the time column; a table this apply creates is created by its first
@@ -42,6 +44,7 @@ pub mod resolve;
 pub mod retry;
 pub mod run;
 pub mod scd2;
+mod schedule;
 pub mod seed;
 pub mod upsert;
 
@@ -65,6 +68,17 @@ pub use contract::ContractProblem;
 pub struct Options {
     /// Who applies (recorded in the journal); empty when unknown.
     pub applied_by: String,
+    /// How many models are built at once (`--jobs`), each on its own engine connection; `0`
+    /// means the number of cores available, `1` builds one model after another on one
+    /// connection (see [`schedule`]).
+    pub jobs: usize,
+}
+
+impl Options {
+    /// [`Options::jobs`], with `0` resolved to the number of cores available.
+    pub fn effective_jobs(&self) -> usize {
+        if self.jobs == 0 { std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) } else { self.jobs }
+    }
 }
 
 /// What an apply did.
@@ -162,12 +176,29 @@ pub enum ApplyError {
         /// What is missing, one line each, naming the relation and model.
         missing: Vec<String>,
     },
+    /// Several models failed in a parallel apply or run (`--jobs`): each failure, one per model;
+    /// the models that were running when the first failed finished and were recorded, none
+    /// started after it, nothing was promoted.
+    #[error("{} models failed; nothing was promoted:\n{}", .0.len(), render_several(.0))]
+    Several(Vec<ApplyError>),
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The state store failed.
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+/// The failures of [`ApplyError::Several`], each numbered, its lines indented.
+fn render_several(failures: &[ApplyError]) -> String {
+    let mut out = Vec::new();
+    for (i, f) in failures.iter().enumerate() {
+        let text = f.to_string();
+        let mut lines = text.lines();
+        out.push(format!("  {}. {}", i + 1, lines.next().unwrap_or_default()));
+        out.extend(lines.map(|l| format!("     {l}")));
+    }
+    out.join("\n")
 }
 
 impl ApplyError {
@@ -486,245 +517,43 @@ fn execute_recorded(
     // drive the CLI's progress bar: their messages and fields are an interface.
     let builds = work.iter().filter(|a| project.dag.get(&a.name).is_some_and(|m| !matches!(m.kind, Kind::Embedded))).count();
     tracing::info!(env = %plan.env, models = builds, "builds planned");
-    for action in &work {
-        let model = project.dag.get(&action.name).expect("plan matches project");
-        // A process that lost its environment lease stops before writing anything more.
-        state.check_fence()?;
-        let intervals_before = report.intervals;
-        if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
-            // The relation holding these versions' intervals is gone: their ledger rows no
-            // longer describe data. Marked failed (not done) before the rebuild, so a crash
-            // in between still recomputes them.
-            let name = action.name.to_string();
-            for fp in &repair.ledger_reset {
-                let lost: Vec<Interval> = state.done_intervals(&name, fp.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
-                state.mark_intervals(&name, fp.as_str(), &lost, IntervalStatus::Failed, interval::now_millis())?;
-            }
-        }
-        let physical = action.physical.clone().unwrap_or_default();
-        let started = std::time::Instant::now();
-        tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
-        let build_err = |error, interval| ApplyError::build(model, interval, error);
-        let audit_err = |source, interval| match source {
-            audit::AuditError::Statement(e) => ApplyError::build(model, interval, e),
-            other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
-        };
-        let snapshot = snapshot_record(model, action, &physical)?;
-        if let Kind::Seed(_) = &model.kind {
-            // Parsed, staged and type-checked in the contract phase: one statement builds the
-            // table from the stage, audited inside the same transaction like a `full` model.
-            let checks = audit::checks(model, None, &physical);
-            let before = pass_start(state, model, &snapshot.fingerprint)?;
-            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
-            let clean = audit::clean(&results);
-            report.audits.add(results);
-            audited.insert(model.name.clone());
-            state.record_build(&snapshot, None, &[], interval::now_millis())?;
-            record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
-            seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
-            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
-            report.built.push(model.name.clone());
-            report.per_model.insert(model.name.to_string(), 0);
-            continue;
-        }
-        let body = model.body.as_ref().expect("models other than externals and seeds have a body");
-        let version = (snapshot.name.clone(), snapshot.fingerprint.clone());
-        // Read before the build starts: a parent changed during the build leaves a mismatch, so
-        // the next plan rebuilds (never a record newer than the data).
-        let built_from = if matches!(model.kind, Kind::Full) { Some(read_built_from(project, &versions, &model.name, state)?) } else { None };
-        // The other versions on this table, when they read the same relations: the build is
-        // theirs too, so their records move with it (SPEC §4 invariant 36 (e)).
-        let mut sharers = Vec::new();
-        if matches!(model.kind, Kind::Full) {
-            if shared.is_none() {
-                shared = Some(crate::plan::served_by_other_versions(plan, state)?);
-            }
-            if shared.as_ref().is_some_and(|s| s.contains(&(action.name.to_string(), physical.clone()))) {
-                sharers = shared_builds(project, plan, action, &physical, &relation_of, state)?;
-            }
-        }
-        if model.target == crate::core::Target::Parquet {
-            lake::build(project, model, action, &exec, &snapshot, built_from.as_deref(), &sharers, state, engine, &mut report)?;
-            if pending.contains(&version) {
-                state.clear_pending_rebuild(&version.0, &version.1)?;
-            }
-            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
-            report.built.push(model.name.clone());
-            report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
-            continue;
-        }
-        match &model.kind {
-            Kind::Full | Kind::View => {
-                let sql = body.render(&exec.with_bounds(None));
-                let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
-                // Not time-range: every audit sees the whole new relation, inside the build.
-                let checks = audit::checks(model, None, &physical);
-                let mut statements = vec![format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")];
-                if resolve::embeds_project_root(project, model) {
-                    // The view resolves project paths: it records the root they were resolved
-                    // against, so a moved project is noticed (SPEC §4).
-                    statements.push(crate::engine::root_comment_sql(&physical, &project.config.root.to_string_lossy()));
-                }
-                let before = pass_start(state, model, &snapshot.fingerprint)?;
-                let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_err(e, None))?;
-                let clean = audit::clean(&results);
-                report.audits.add(results);
-                audited.insert(model.name.clone());
-                // The snapshot, the new data generation, what it was built from and the end of
-                // its pending rebuild, in one transaction.
-                state.record_build(&snapshot, built_from.as_deref(), &sharers, interval::now_millis())?;
-                record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
-            }
-            Kind::Embedded => {
-                // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
-                state.put_snapshot(&snapshot)?;
-                report.registered.push(model.name.clone());
-                continue;
-            }
-            Kind::IncrementalByTimeRange(t) => {
-                let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
-                let cols = cols.join(", ");
-                let tc = quote_ident(&t.time_column);
-                let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
-                let n = batches.len();
-                // A table the engine did not hold when this apply started is created by its first
-                // batch's transaction (`CREATE TABLE … AS` the batch: the same columns and types
-                // as the query, as an empty `LIMIT 0` creation would give), so a new version
-                // costs no extra committed statement and no `DELETE` of nothing. A plain
-                // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
-                // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
-                let absent = crate::plan::integrity::split_relation(&physical).is_some_and(|(s, r)| !catalog.contains(&s, &r));
-                let create_with_first = absent && n > 0;
-                if !create_with_first {
-                    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
-                    engine
-                        .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
-                        .map_err(|e| build_err(e, None))?;
-                    state.put_snapshot(&snapshot)?;
-                }
-                if n > 0 {
-                    audited.insert(model.name.clone());
-                }
-                let before = pass_start(state, model, &snapshot.fingerprint)?;
-                // Every batch's statements, rendered once. The batches of a table this apply
-                // creates have nothing to delete (the ranges are disjoint and the table new).
-                let prepared: Vec<(Interval, Vec<String>)> = batches
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &batch)| {
-                        let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
-                        let sql = body.render(&exec.with_bounds(Some(batch)));
-                        let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
-                        let statements = match (create_with_first, i) {
-                            (true, 0) => vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")],
-                            (true, _) => vec![insert],
-                            (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
-                        };
-                        (batch, statements)
-                    })
-                    .collect();
-                // Interval audits see their batch; the last batch also runs the whole ones.
-                let checks_of = |i: usize, batch: Interval| {
-                    let slice = audit::batch_relation(&physical, &t.time_column, batch);
-                    let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
-                    if i + 1 == n {
-                        checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
-                    }
-                    checks
-                };
-                // Each batch is its own engine transaction (write-audit-publish), its ledger rows
-                // written after its commit: batches never share a transaction, so a failed batch
-                // or a `kill -9` leaves every earlier batch done and a long backfill resumes
-                // where it stopped (SPEC §4 invariant 4).
-                // A pass is recorded only when no audit (warn ones included) found a row.
-                let mut clean = true;
-                for (i, (batch, statements)) in prepared.iter().enumerate() {
-                    let batch = *batch;
-                    tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "backfill batch");
-                    let pieces = batch.split(t.grain);
-                    match audit::transaction(engine, statements, &model.name, &checks_of(i, batch), Some(batch)) {
-                        Ok(results) => {
-                            clean &= audit::clean(&results);
-                            report.audits.add(results);
-                        }
-                        Err(err) => {
-                            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
-                            return Err(audit_err(err, Some(batch)));
-                        }
-                    }
-                    if create_with_first && i == 0 {
-                        // The table exists in the engine; the state store does not know it yet.
-                        fault::crash_point(|| format!("after-first-batch:{}", model.name));
-                        state.put_snapshot(&snapshot)?;
-                    }
-                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
-                    report.intervals += pieces.len();
-                }
-                if n > 0 {
-                    // The last batch ran the `whole` audits over the whole table.
-                    record_pass(state, model, &snapshot.fingerprint, Some(crate::core::audit::AuditScope::Whole), before.filter(|_| clean), n)?;
-                }
-            }
-            Kind::IncrementalByUniqueKey(u) => {
-                let sql = body.render(&exec.with_bounds(None));
-                // Every audit sees the whole table, inside the upsert's transaction.
-                let checks = audit::checks(model, None, &physical);
-                // Marked before the engine write (the generation moves), the mark taken back after
-                // it when no row changed: a process killed between the engine's commit and the
-                // state's leaves the generation moved (SPEC §4 invariant 36 (a)).
-                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
-                fault::crash_point(|| format!("after-upsert:{}", model.name));
-                report.audits.add(results);
-                audited.insert(model.name.clone());
-                tracing::info!(model = %model.name, "upserted {} rows ({} changed)", stats.upserted, stats.changed);
-                if action.build {
-                    state.put_snapshot(&snapshot)?;
-                }
-                state.end_data_write(&write, stats.changed > 0, interval::now_millis())?;
-            }
-            Kind::ScdType2(s) => {
-                let sql = body.render(&exec.with_bounds(None));
-                let checks = audit::checks(model, None, &physical);
-                // A declared rename carries the old version's rows over into the new table.
-                let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
-                let mut snapshot = snapshot;
-                if let Some(h) = carry {
-                    let (rows, closed) = scd2::carry_over(engine, model, s, &physical, h)?;
-                    tracing::info!(model = %model.name, "history carried over from @{}: {rows} versions", h.from.short());
-                    // Recorded with the snapshot when it is created (snapshots never change).
-                    if let Some(m) = snapshot.metadata.as_object_mut() {
-                        m.insert(crate::plan::CARRIED.to_string(), serde_json::json!({"from": h.from.as_str(), "rows": rows, "closed": closed}));
-                    }
-                } else if action.build && state.snapshot(&snapshot.name, &snapshot.fingerprint)?.is_none() {
-                    // No snapshot records this version: a table of its name is what an
-                    // interrupted apply left, perhaps from another choice (a carry over).
-                    engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
-                }
-                // Marked before the engine write, taken back when nothing changed (as an upsert).
-                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
-                if reconciled.is_err() && carry.is_some() {
-                    // No snapshot records the carried table yet: the next apply copies it afresh.
-                    let _ = engine.execute(&format!("DROP TABLE IF EXISTS {physical}"));
-                }
-                let (stats, results) = reconciled?;
-                report.audits.add(results);
-                audited.insert(model.name.clone());
-                tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);
-                if action.build {
-                    state.put_snapshot(&snapshot)?;
-                }
-                state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some(), interval::now_millis())?;
-            }
-            // Externals are never built; seeds were built above.
-            Kind::External(_) | Kind::Seed(_) => continue,
-        }
-        tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
-        report.built.push(model.name.clone());
-        report.per_model.insert(model.name.to_string(), report.intervals - intervals_before);
-        fault::crash_point(|| format!("after-build:{}", model.name));
-    }
+    // What each model waits for: the models of the working set it reads, directly or through
+    // models outside it (an embedded or unchanged model reading one).
+    let deps = work_dependencies(project, &work);
+    // Built on a worker's connection: the kinds whose build is statements alone, into tables of
+    // the engine's own database. The rest (seeds, keyed kinds, lake and DuckLake targets) need
+    // this connection (its temporary stages, its attachments) and run here, one at a time.
+    let parallel: Vec<bool> = work
+        .iter()
+        .map(|a| {
+            project
+                .dag
+                .get(&a.name)
+                .is_some_and(|m| m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_)))
+        })
+        .collect();
+    let mut builder = Builder {
+        project,
+        plan,
+        state,
+        work: &work,
+        exec: &exec,
+        versions: &versions,
+        pending: &pending,
+        relation_of: &relation_of,
+        catalog: &catalog,
+        shared: &mut shared,
+        report: &mut report,
+        audited: &mut audited,
+        flights: HashMap::new(),
+    };
+    schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
+    // Reported in the plan's (topological) order, whichever finished first.
+    let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+    let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
+    report.built.sort_by_key(|n| at(n));
+    report.registered.sort_by_key(|n| at(n));
+    report.audits.0.sort_by_key(|r| at(&r.model));
 
     // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
     // the inherited table was built from can be compared with what their sources hold.
@@ -1101,4 +930,363 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
 /// Milliseconds since `started`, for the `build done` lines.
 fn elapsed_ms(started: std::time::Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The models of `work` each work item reads, as indices into `work`: its parents in the working
+/// set, and through each parent outside it (an embedded model, an unchanged view) that parent's
+/// own, transitively. `work` is in topological order, so every index is lower than the item's.
+fn work_dependencies(project: &Project, work: &[&crate::plan::Action]) -> Vec<Vec<usize>> {
+    let index: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+    // The working-set models read through a model outside the working set, memoized.
+    let mut through: HashMap<ModelName, BTreeSet<usize>> = HashMap::new();
+    fn reads(
+        project: &Project,
+        name: &ModelName,
+        index: &HashMap<&ModelName, usize>,
+        through: &mut HashMap<ModelName, BTreeSet<usize>>,
+        depth: usize,
+    ) -> BTreeSet<usize> {
+        let mut out = BTreeSet::new();
+        let Some(model) = project.dag.get(name) else { return out };
+        for p in model.parents() {
+            if let Some(&i) = index.get(&p) {
+                out.insert(i);
+            } else if let Some(known) = through.get(&p) {
+                out.extend(known.iter().copied());
+            } else if depth < 10_000 {
+                let found = reads(project, &p, index, through, depth + 1);
+                out.extend(found.iter().copied());
+                through.insert(p, found);
+            }
+        }
+        out
+    }
+    work.iter().map(|a| reads(project, &a.name, &index, &mut through, 0).into_iter().collect()).collect()
+}
+
+/// A model whose engine work is under way: what its steps and its end record.
+struct Flight {
+    /// When its build started (the `build done` line's `ms`).
+    started: std::time::Instant,
+    /// The snapshot its build records.
+    snapshot: SnapshotRecord,
+    /// Grain intervals computed so far.
+    intervals: usize,
+    /// What it records.
+    what: FlightKind,
+}
+
+enum FlightKind {
+    /// A `full` or `view` model: one transaction, then the snapshot, the data generation and
+    /// what it was built from.
+    Whole { built_from: Option<String>, sharers: Vec<(String, String, String)>, before: Option<i64> },
+    /// A time-range model: one transaction per batch, its ledger rows after each commit.
+    Batches { batches: Vec<Interval>, grain: crate::core::interval::Grain, create_with_first: bool, before: Option<i64>, clean: bool },
+}
+
+/// The state side of the builds of one apply or run ([`schedule::Builds`]).
+struct Builder<'a, 'p> {
+    project: &'p Project,
+    plan: &'p Plan,
+    state: &'a dyn StateStore,
+    work: &'a [&'p crate::plan::Action],
+    exec: &'a ExecResolver<'p>,
+    versions: &'a HashMap<String, String>,
+    pending: &'a BTreeSet<(String, String)>,
+    relation_of: &'a dyn Fn(&str) -> Option<String>,
+    catalog: &'a crate::engine::Catalog,
+    shared: &'a mut Option<BTreeSet<(String, String)>>,
+    report: &'a mut ApplyReport,
+    audited: &'a mut BTreeSet<ModelName>,
+    flights: HashMap<usize, Flight>,
+}
+
+/// An audited transaction's failure as the apply reports it.
+fn audit_failure(model: &crate::core::Model, source: audit::AuditError, interval: Option<Interval>) -> ApplyError {
+    match source {
+        audit::AuditError::Statement(e) => ApplyError::build(model, interval, e),
+        other => ApplyError::Audit { model: model.name.clone(), interval, failure: other },
+    }
+}
+
+impl<'p> Builder<'_, 'p> {
+    fn model(&self, item: usize) -> (&'p crate::plan::Action, &'p crate::core::Model) {
+        let action: &'p crate::plan::Action = self.work[item];
+        (action, self.project.dag.get(&action.name).expect("plan matches project"))
+    }
+
+    /// The end of a model's build: the `build done` line, the report, the crash point.
+    fn built(&mut self, model: &crate::core::Model, started: std::time::Instant, intervals: usize) {
+        tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
+        self.report.built.push(model.name.clone());
+        self.report.per_model.insert(model.name.to_string(), intervals);
+        fault::crash_point(|| format!("after-build:{}", model.name));
+    }
+}
+
+impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
+    fn start(&mut self, item: usize, engine: &mut dyn Engine) -> Result<Option<schedule::Job<'p>>, ApplyError> {
+        let (project, plan, state) = (self.project, self.plan, self.state);
+        let (action, model) = self.model(item);
+        // A process that lost its environment lease stops before writing anything more.
+        state.check_fence()?;
+        let intervals_before = self.report.intervals;
+        if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
+            // The relation holding these versions' intervals is gone: their ledger rows no
+            // longer describe data. Marked failed (not done) before the rebuild, so a crash
+            // in between still recomputes them.
+            let name = action.name.to_string();
+            for fp in &repair.ledger_reset {
+                let lost: Vec<Interval> = state.done_intervals(&name, fp.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
+                state.mark_intervals(&name, fp.as_str(), &lost, IntervalStatus::Failed, interval::now_millis())?;
+            }
+        }
+        let physical = action.physical.clone().unwrap_or_default();
+        let started = std::time::Instant::now();
+        tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
+        let build_err = |error, interval| ApplyError::build(model, interval, error);
+        let snapshot = snapshot_record(model, action, &physical)?;
+        if let Kind::Seed(_) = &model.kind {
+            // Parsed, staged and type-checked in the contract phase (on this connection): one
+            // statement builds the table from the stage, audited inside the same transaction
+            // like a `full` model.
+            let checks = audit::checks(model, None, &physical);
+            let before = pass_start(state, model, &snapshot.fingerprint)?;
+            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None)
+                .map_err(|e| audit_failure(model, e, None))?;
+            let clean = audit::clean(&results);
+            self.report.audits.add(results);
+            self.audited.insert(model.name.clone());
+            state.record_build(&snapshot, None, &[], interval::now_millis())?;
+            record_pass(state, model, &snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+            seed::drop_stages(project, &BTreeSet::from([model.name.clone()]), engine);
+            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
+            self.report.built.push(model.name.clone());
+            self.report.per_model.insert(model.name.to_string(), 0);
+            return Ok(None);
+        }
+        let body = model.body.as_ref().expect("models other than externals and seeds have a body");
+        let version = (snapshot.name.clone(), snapshot.fingerprint.clone());
+        // Read before the build starts: a parent changed during the build leaves a mismatch, so
+        // the next plan rebuilds (never a record newer than the data).
+        let built_from = if matches!(model.kind, Kind::Full) { Some(read_built_from(project, self.versions, &model.name, state)?) } else { None };
+        // The other versions on this table, when they read the same relations: the build is
+        // theirs too, so their records move with it (SPEC §4 invariant 36 (e)).
+        let mut sharers = Vec::new();
+        if matches!(model.kind, Kind::Full) {
+            if self.shared.is_none() {
+                *self.shared = Some(crate::plan::served_by_other_versions(plan, state)?);
+            }
+            if self.shared.as_ref().is_some_and(|s| s.contains(&(action.name.to_string(), physical.clone()))) {
+                sharers = shared_builds(project, plan, action, &physical, self.relation_of, state)?;
+            }
+        }
+        if model.target == crate::core::Target::Parquet {
+            lake::build(project, model, action, self.exec, &snapshot, built_from.as_deref(), &sharers, state, engine, self.report)?;
+            if self.pending.contains(&version) {
+                state.clear_pending_rebuild(&version.0, &version.1)?;
+            }
+            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
+            self.report.built.push(model.name.clone());
+            self.report.per_model.insert(model.name.to_string(), self.report.intervals - intervals_before);
+            return Ok(None);
+        }
+        let exec = self.exec;
+        match &model.kind {
+            Kind::Full | Kind::View => {
+                let sql = body.render(&exec.with_bounds(None));
+                let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
+                // Not time-range: every audit sees the whole new relation, inside the build.
+                let checks = audit::checks(model, None, &physical);
+                let mut statements = vec![format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")];
+                if resolve::embeds_project_root(project, model) {
+                    // The view resolves project paths: it records the root they were resolved
+                    // against, so a moved project is noticed (SPEC §4).
+                    statements.push(crate::engine::root_comment_sql(&physical, &project.config.root.to_string_lossy()));
+                }
+                let before = pass_start(state, model, &snapshot.fingerprint)?;
+                self.flights.insert(item, Flight { started, snapshot, intervals: 0, what: FlightKind::Whole { built_from, sharers, before } });
+                Ok(Some(schedule::Job { model: model.name.clone(), steps: vec![schedule::Step { statements, checks, batch: None, of: None }] }))
+            }
+            Kind::Embedded => {
+                // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
+                state.put_snapshot(&snapshot)?;
+                self.report.registered.push(model.name.clone());
+                Ok(None)
+            }
+            Kind::IncrementalByTimeRange(t) => {
+                let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+                let cols = cols.join(", ");
+                let tc = quote_ident(&t.time_column);
+                let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
+                let n = batches.len();
+                // A table the engine did not hold when this apply started is created by its first
+                // batch's transaction (`CREATE TABLE … AS` the batch: the same columns and types
+                // as the query, as an empty `LIMIT 0` creation would give), so a new version
+                // costs no extra committed statement and no `DELETE` of nothing. A plain
+                // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
+                // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
+                let absent = crate::plan::integrity::split_relation(&physical).is_some_and(|(s, r)| !self.catalog.contains(&s, &r));
+                let create_with_first = absent && n > 0;
+                if !create_with_first {
+                    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
+                    engine
+                        .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
+                        .map_err(|e| build_err(e, None))?;
+                    state.put_snapshot(&snapshot)?;
+                }
+                if n > 0 {
+                    self.audited.insert(model.name.clone());
+                }
+                let before = pass_start(state, model, &snapshot.fingerprint)?;
+                // Every batch's statements, rendered once. The batches of a table this apply
+                // creates have nothing to delete (the ranges are disjoint and the table new).
+                // Interval audits see their batch; the last batch also runs the whole ones.
+                // Each batch is its own engine transaction (write-audit-publish), its ledger rows
+                // written after its commit ([`schedule::Builds::step`]): batches never share a
+                // transaction, so a failed batch or a `kill -9` leaves every earlier batch done
+                // and a long backfill resumes where it stopped (SPEC §4 invariant 4).
+                let steps: Vec<schedule::Step<'p>> = batches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &batch)| {
+                        let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+                        let sql = body.render(&exec.with_bounds(Some(batch)));
+                        let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
+                        let statements = match (create_with_first, i) {
+                            (true, 0) => vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")],
+                            (true, _) => vec![insert],
+                            (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+                        };
+                        let slice = audit::batch_relation(&physical, &t.time_column, batch);
+                        let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
+                        if i + 1 == n {
+                            checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
+                        }
+                        schedule::Step { statements, checks, batch: Some(batch), of: Some((i, n)) }
+                    })
+                    .collect();
+                self.flights.insert(
+                    item,
+                    Flight { started, snapshot, intervals: 0, what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, clean: true } },
+                );
+                Ok(Some(schedule::Job { model: model.name.clone(), steps }))
+            }
+            Kind::IncrementalByUniqueKey(u) => {
+                let sql = body.render(&exec.with_bounds(None));
+                // Every audit sees the whole table, inside the upsert's transaction.
+                let checks = audit::checks(model, None, &physical);
+                // Marked before the engine write (the generation moves), the mark taken back after
+                // it when no row changed: a process killed between the engine's commit and the
+                // state's leaves the generation moved (SPEC §4 invariant 36 (a)).
+                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
+                fault::crash_point(|| format!("after-upsert:{}", model.name));
+                self.report.audits.add(results);
+                self.audited.insert(model.name.clone());
+                tracing::info!(model = %model.name, "upserted {} rows ({} changed)", stats.upserted, stats.changed);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
+                }
+                state.end_data_write(&write, stats.changed > 0, interval::now_millis())?;
+                self.built(model, started, 0);
+                Ok(None)
+            }
+            Kind::ScdType2(s) => {
+                let sql = body.render(&exec.with_bounds(None));
+                let checks = audit::checks(model, None, &physical);
+                // A declared rename carries the old version's rows over into the new table.
+                let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
+                let mut snapshot = snapshot;
+                if let Some(h) = carry {
+                    let (rows, closed) = scd2::carry_over(engine, model, s, &physical, h)?;
+                    tracing::info!(model = %model.name, "history carried over from @{}: {rows} versions", h.from.short());
+                    // Recorded with the snapshot when it is created (snapshots never change).
+                    if let Some(m) = snapshot.metadata.as_object_mut() {
+                        m.insert(crate::plan::CARRIED.to_string(), serde_json::json!({"from": h.from.as_str(), "rows": rows, "closed": closed}));
+                    }
+                } else if action.build && state.snapshot(&snapshot.name, &snapshot.fingerprint)?.is_none() {
+                    // No snapshot records this version: a table of its name is what an
+                    // interrupted apply left, perhaps from another choice (a carry over).
+                    engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
+                }
+                // Marked before the engine write, taken back when nothing changed (as an upsert).
+                let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
+                let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
+                if reconciled.is_err() && carry.is_some() {
+                    // No snapshot records the carried table yet: the next apply copies it afresh.
+                    let _ = engine.execute(&format!("DROP TABLE IF EXISTS {physical}"));
+                }
+                let (stats, results) = reconciled?;
+                self.report.audits.add(results);
+                self.audited.insert(model.name.clone());
+                tracing::info!(model = %model.name, "closed {} versions, opened {}", stats.closed, stats.opened);
+                if action.build {
+                    state.put_snapshot(&snapshot)?;
+                }
+                state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some(), interval::now_millis())?;
+                self.built(model, started, 0);
+                Ok(None)
+            }
+            // Externals are never built; seeds were built above.
+            Kind::External(_) | Kind::Seed(_) => Ok(None),
+        }
+    }
+
+    fn step(&mut self, item: usize, step: usize, result: schedule::StepResult) -> Result<(), ApplyError> {
+        let state = self.state;
+        let (_, model) = self.model(item);
+        let flight = self.flights.get_mut(&item).expect("a step of a started model");
+        match &mut flight.what {
+            FlightKind::Whole { built_from, sharers, before } => {
+                let results = result.map_err(|e| audit_failure(model, e, None))?;
+                let clean = audit::clean(&results);
+                self.report.audits.add(results);
+                self.audited.insert(model.name.clone());
+                // The snapshot, the new data generation, what it was built from and the end of
+                // its pending rebuild, in one transaction.
+                state.record_build(&flight.snapshot, built_from.as_deref(), sharers, interval::now_millis())?;
+                record_pass(state, model, &flight.snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+            }
+            FlightKind::Batches { batches, grain, create_with_first, clean, .. } => {
+                let batch = batches[step];
+                let pieces = batch.split(*grain);
+                let snapshot = &flight.snapshot;
+                match result {
+                    Ok(results) => {
+                        // A pass is recorded only when no audit (warn ones included) found a row.
+                        *clean &= audit::clean(&results);
+                        self.report.audits.add(results);
+                    }
+                    Err(err) => {
+                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
+                        return Err(audit_failure(model, err, Some(batch)));
+                    }
+                }
+                if *create_with_first && step == 0 {
+                    // The table exists in the engine; the state store does not know it yet.
+                    fault::crash_point(|| format!("after-first-batch:{}", model.name));
+                    state.put_snapshot(snapshot)?;
+                }
+                state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
+                self.report.intervals += pieces.len();
+                flight.intervals += pieces.len();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, item: usize) -> Result<(), ApplyError> {
+        let (_, model) = self.model(item);
+        let flight = self.flights.remove(&item).expect("a started model");
+        if let FlightKind::Batches { batches, before, clean, .. } = &flight.what
+            && !batches.is_empty()
+        {
+            // The last batch ran the `whole` audits over the whole table.
+            let scope = Some(crate::core::audit::AuditScope::Whole);
+            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), batches.len())?;
+        }
+        self.built(model, flight.started, flight.intervals);
+        Ok(())
+    }
 }

@@ -42,16 +42,16 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// Runs one refresh of `plan.env` (a plan computed for `project` against it).
+/// Runs one refresh of `plan.env` (a plan computed for `project` against it), building as
+/// `options` say (who runs it, how many models at once).
 ///
 /// # Errors
 /// As [`super::apply`]: a contract failure builds nothing; a rejected key or an engine error stops at
 /// that model, earlier models stay refreshed (each refresh is its own transaction).
-pub fn run(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, applied_by: &str) -> Result<RunOutcome, ApplyError> {
+pub fn run(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, options: &Options) -> Result<RunOutcome, ApplyError> {
     let blocked = blocked_by(plan);
     if !blocked.is_empty() {
         return Ok(RunOutcome::Blocked(blocked));
     }
-    let options = Options { applied_by: applied_by.to_string() };
-    execute(project, plan, state, engine, &options, true).map(RunOutcome::Ran)
+    execute(project, plan, state, engine, options, true).map(RunOutcome::Ran)
 }

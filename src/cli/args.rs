@@ -140,6 +140,9 @@ pub enum Command {
         /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
+        /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).
+        #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
     },
     /// Refresh an environment's current versions (upsert unique-key models, reconcile scd_type2
     /// models, compute missing intervals) without promoting; refuses when the project differs.
@@ -152,6 +155,9 @@ pub enum Command {
         /// Retry transient failures (a lock held by another process, I/O errors) up to N times, with exponential backoff.
         #[arg(long, value_name = "N", default_value_t = 0)]
         retries: u32,
+        /// Build up to N models at once, each on its own engine connection (default: the number of cores; 1 builds one after another).
+        #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
     },
     /// Report an environment's health: last plan applied and by whom, lag per model, failed
     /// intervals, recent run ticks, lock holder. `--check` exits 1 when unhealthy.

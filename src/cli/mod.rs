@@ -90,9 +90,35 @@ pub fn error_text(err: &anyhow::Error) -> String {
     msg
 }
 
+/// The `--json` error kind of an apply failure; several failures (`--jobs`) of one kind have
+/// that kind, of different kinds `several`.
+fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
+    use crate::apply::ApplyError;
+    match a {
+        ApplyError::Contract(_) => "contract",
+        ApplyError::Build { .. } => "build",
+        ApplyError::Rejected { .. } => "rejected",
+        ApplyError::Target { .. } => "target",
+        ApplyError::Audit { .. } => "audit",
+        ApplyError::StalePlan { .. } => "stale-plan",
+        ApplyError::Engine(_) => "engine",
+        ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
+        ApplyError::State(_) => "state",
+        ApplyError::Several(all) => {
+            let kinds: std::collections::BTreeSet<&str> = all.iter().map(apply_error_kind).collect();
+            match kinds.len() {
+                1 => kinds.into_iter().next().unwrap_or("several"),
+                _ => "several",
+            }
+        }
+        _ => "apply",
+    }
+}
+
 /// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
 /// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `state`, `engine`,
-/// `usage`, or `error` when none applies.
+/// `usage`, `several` (failures of different kinds in a parallel apply), or `error` when none
+/// applies.
 pub fn error_kind(err: &anyhow::Error) -> &'static str {
     use crate::apply::ApplyError;
     for e in err.chain() {
@@ -106,19 +132,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
             return "lock-held";
         }
         if let Some(a) = e.downcast_ref::<ApplyError>() {
-            return match a {
-                ApplyError::Contract(_) => "contract",
-                ApplyError::Build { .. } => "build",
-                ApplyError::Rejected { .. } => "rejected",
-                ApplyError::Target { .. } => "target",
-                ApplyError::Audit { .. } => "audit",
-                ApplyError::StalePlan { .. } => "stale-plan",
-                ApplyError::Engine(_) => "engine",
-                ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
-                ApplyError::State(_) => "state",
-                #[allow(unreachable_patterns)] // other variants may arrive; they are apply errors
-                _ => "apply",
-            };
+            return apply_error_kind(a);
         }
         if let Some(p) = e.downcast_ref::<crate::plan::PlanError>() {
             return match p {
@@ -191,13 +205,13 @@ pub fn run(mut args: Args) -> Result<Exit> {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             cmd_plan(&args.config, &env, json, explain, &options, now, &out)
         }
-        Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries } => {
+        Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries, jobs } => {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
-            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries }, &options, now, &out)
+            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries, jobs: jobs.map_or(0, |j| j as usize) }, &options, now, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
-        Command::Run { env, json, retries } => run::run(&args.config, &env, json, retries, now, &out),
+        Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {
@@ -281,6 +295,8 @@ struct ApplyFlags {
     wait: std::time::Duration,
     /// Transient failures retried.
     retries: u32,
+    /// Models built at once (0: the number of cores).
+    jobs: usize,
 }
 
 fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
@@ -399,7 +415,7 @@ fn apply_locked(
                     again
                 }
             };
-            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by() })
+            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by(), jobs: flags.jobs })
         })
     })();
     guard.release(state);

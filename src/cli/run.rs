@@ -30,8 +30,8 @@ enum Ticked {
 /// Runs one tick of `env`: takes its lock (none: outcome `lock-held`, exit 0), plans; refuses
 /// (exit 2, listing the changes) when the project differs from the environment; else refreshes
 /// its unique-key and SCD type 2 models, computes missing intervals and rebuilds the `full` and
-/// `view` models downstream, retrying transient failures `retries` times. Journals the tick.
-pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32, now: Millis, out: &Printer) -> Result<Exit> {
+/// `view` models downstream (`jobs` models at once, 0: the number of cores), retrying transient failures `retries` times. Journals the tick.
+pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32, jobs: usize, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     crate::core::name::validate_env(env)?;
     let started = now_millis();
@@ -56,7 +56,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             return Ok(Exit::Success);
         }
     };
-    let result = tick(&project, &*state, env, retries, now);
+    let result = tick(&project, &*state, env, retries, jobs, now);
     guard.release(&*state);
     match result {
         Ok(Ticked::Blocked(blocked)) => {
@@ -93,7 +93,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
 }
 
 /// Plans and refreshes `env` under its lock, retrying transient failures.
-fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, now: Millis) -> Result<Ticked> {
+fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis) -> Result<Ticked> {
     // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
     crate::session::recover_interrupted(project, state)?;
     with_retries(retries, &format!("run `{env}`"), |_| {
@@ -103,7 +103,7 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, now:
             return Ok(Ticked::Blocked(blocked));
         }
         let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
-        Ok(match run_env(project, &plan, state, &mut engine, &applied_by())? {
+        Ok(match run_env(project, &plan, state, &mut engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
             RunOutcome::Ran(r) => Ticked::Ran(r),
             RunOutcome::Blocked(b) => Ticked::Blocked(b),
         })

@@ -435,6 +435,19 @@ impl Engine for DuckDb {
         Ok(out)
     }
 
+    fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
+        // One database instance, so one catalog, buffer pool and thread pool (`threads`,
+        // `memory_limit` and loaded extensions are the instance's); the session's own settings
+        // are set again.
+        let conn = self.conn.try_clone().ok()?;
+        let mut db = DuckDb::new(conn);
+        let _ = db.conn.execute_batch("SET TimeZone = 'UTC'");
+        db.extension_directory = self.extension_directory.clone();
+        db.extension_files = self.extension_files.clone();
+        db.loaded = self.loaded.clone();
+        Some(Box::new(db))
+    }
+
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         let sql = format!(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",
@@ -517,5 +530,56 @@ mod tests {
         let mut db = DuckDb::in_memory().unwrap();
         let rows = db.query("SELECT (TIMESTAMPTZ '2026-01-01 00:00:00+00' = TIMESTAMP '2026-01-01 00:00:00')::VARCHAR").unwrap();
         assert_eq!(rows, vec![vec![Some("true".to_string())]]);
+    }
+
+    #[test]
+    fn workers_are_utc_sessions_of_the_same_database() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE SCHEMA s; CREATE TABLE s.t AS SELECT 41 AS x").unwrap();
+        let mut w = db.worker().expect("a second connection");
+        assert_eq!(w.query("SELECT x + 1 FROM s.t").unwrap(), vec![vec![Some("42".to_string())]]);
+        let rows = w.query("SELECT (TIMESTAMPTZ '2026-01-01 00:00:00+00' = TIMESTAMP '2026-01-01 00:00:00')::VARCHAR").unwrap();
+        assert_eq!(rows, vec![vec![Some("true".to_string())]]);
+        // A temporary relation of one session is not the other's.
+        db.execute("CREATE TEMP TABLE stage AS SELECT 1 AS x").unwrap();
+        assert!(w.query("SELECT * FROM temp.main.stage").is_err());
+    }
+
+    /// What `apply --jobs N` relies on: connections of one database create and fill different
+    /// tables and views of ONE schema at the same time, each in its own transaction, without a
+    /// catalog conflict.
+    #[test]
+    fn workers_write_different_tables_of_one_schema_at_once() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE SCHEMA \"_efmesh\"; CREATE TABLE \"_efmesh\".src AS SELECT range AS x FROM range(20000)").unwrap();
+        let workers: Vec<Box<dyn Engine + Send>> = (0..4).map(|_| db.worker().expect("a connection")).collect();
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = workers
+                .into_iter()
+                .enumerate()
+                .map(|(w, mut engine)| {
+                    s.spawn(move || {
+                        let mut errors = Vec::new();
+                        for i in 0..25 {
+                            let t = format!("\"_efmesh\".t_{w}_{i}");
+                            let statements = vec![
+                                format!("CREATE OR REPLACE TABLE {t} AS SELECT x, x * {i} AS y FROM \"_efmesh\".src"),
+                                format!("CREATE OR REPLACE VIEW \"_efmesh\".v_{w}_{i} AS SELECT * FROM {t}"),
+                                format!("INSERT INTO {t} SELECT x, 0 FROM \"_efmesh\".src WHERE x < 10"),
+                            ];
+                            if let Err(e) = engine.transaction(&statements) {
+                                errors.push(e.to_string());
+                            }
+                        }
+                        errors
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errors.is_empty(), "{errors:#?}");
+        let n = db.query("SELECT count(*) FROM duckdb_tables() WHERE schema_name = '_efmesh' AND table_name LIKE 't\\_%' ESCAPE '\\'").unwrap();
+        assert_eq!(n, vec![vec![Some("100".to_string())]]);
+        assert_eq!(db.query("SELECT count(*) FROM \"_efmesh\".v_3_24").unwrap(), vec![vec![Some("20010".to_string())]]);
     }
 }

@@ -292,6 +292,14 @@ pub trait Engine {
         self.execute("ROLLBACK")
     }
 
+    /// Another connection to the same database, for a worker thread of a parallel apply
+    /// (`--jobs N`): its own session (settings re-applied, no temporary relations of this one)
+    /// over the same catalog and data; `None` when the engine cannot open one (then the apply
+    /// runs sequentially).
+    fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
+        None
+    }
+
     /// True when `schema.name` exists as a table or view.
     ///
     /// # Errors

@@ -39,6 +39,11 @@ fn copy_example(dir: &str) -> tempfile::TempDir {
 /// Applies a copy of the example to `dev` (in-memory engine and state); the directory lives as
 /// long as the returned `TempDir`.
 fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, SqliteStore, tempfile::TempDir) {
+    apply_example_with(dir, now, 0)
+}
+
+/// [`apply_example`] building `jobs` models at once (0: the number of cores).
+fn apply_example_with(dir: &str, now: &str, jobs: usize) -> (Project, DuckDb, SqliteStore, tempfile::TempDir) {
     let tmp = copy_example(dir);
     let root = tmp.path().to_path_buf();
     let config = Config::load(&root.join("efmesh.toml")).unwrap();
@@ -47,7 +52,7 @@ fn apply_example(dir: &str, now: &str) -> (Project, DuckDb, SqliteStore, tempfil
     let mut engine = DuckDb::in_memory().unwrap();
     let now = parse_instant(now).unwrap();
     let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
-    apply::apply(&project, &plan, &state, &mut engine, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    apply::apply(&project, &plan, &state, &mut engine, &Options { jobs, ..Options::default() }).unwrap_or_else(|e| panic!("{e}"));
     let again = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
     assert!(!again.has_changes, "a plan right after apply must be empty: {again:?}");
     (project, engine, state, tmp)
@@ -114,7 +119,7 @@ fn hospital_assignments_gain_history_through_daily_runs() {
     for day in ["2026-03-02", "2026-03-03", "2026-03-04"] {
         let now = parse_instant(day).unwrap();
         let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
-        let outcome = apply::run::run(&project, &plan, &state, &mut db, "it").unwrap_or_else(|e| panic!("{e}"));
+        let outcome = apply::run::run(&project, &plan, &state, &mut db, &Options { applied_by: "it".into(), jobs: 0 }).unwrap_or_else(|e| panic!("{e}"));
         let apply::run::RunOutcome::Ran(report) = outcome else { panic!("run blocked on {day}") };
         let built: Vec<String> = report.built.iter().map(ToString::to_string).collect();
         // The refreshed and backfilled models, then the `full` and `view` models downstream of them.
@@ -191,4 +196,30 @@ fn flights_unit_tests_pass() {
     let tests = example_unit_tests("flights");
     let got: Vec<(&str, &str)> = tests.iter().map(|(n, m, _)| (n.as_str(), m.as_str())).collect();
     assert_eq!(got, [("carrier_delays_of_one_utc_day", "mart.carrier_delays_daily"), ("worst_routes_are_frequent_and_sorted", "mart.worst_routes")]);
+}
+
+/// Every relation `dev` serves, each as its sorted rows (every value cast to text).
+fn served_rows(project: &Project, engine: &mut DuckDb) -> Vec<(String, Vec<Vec<Option<String>>>)> {
+    use efmesh::core::Kind;
+    let mut out = Vec::new();
+    for m in project.dag.models().filter(|m| !matches!(m.kind, Kind::External(_) | Kind::Embedded)) {
+        let view = format!("\"{}\".\"{}\"", efmesh::plan::env_schema("dev", m.name.schema()), m.name.table());
+        let mut rows = engine.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {view}")).unwrap_or_else(|e| panic!("{view}: {e}"));
+        rows.sort();
+        out.push((view, rows));
+    }
+    out
+}
+
+#[test]
+fn examples_build_the_same_rows_with_one_job_and_with_four() {
+    for dir in ["flights", "hospital"] {
+        let (project, mut one, _, _d1) = apply_example_with(dir, "2026-11-30T00:00:00Z", 1);
+        let (_, mut four, _, _d4) = apply_example_with(dir, "2026-11-30T00:00:00Z", 4);
+        let (a, b) = (served_rows(&project, &mut one), served_rows(&project, &mut four));
+        assert!(a.len() > 3, "{dir}: {} relations", a.len());
+        for ((view, rows1), (_, rows4)) in a.iter().zip(&b) {
+            assert!(rows1 == rows4, "{dir}: {view} differs between --jobs 1 ({} rows) and --jobs 4 ({} rows)", rows1.len(), rows4.len());
+        }
+    }
 }

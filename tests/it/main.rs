@@ -21,6 +21,7 @@ mod incremental_plan;
 mod incremental_reload;
 mod init;
 mod janitor;
+mod jobs;
 mod kinds_scd2;
 mod kinds_upsert;
 mod lake;

@@ -1,0 +1,227 @@
+//! `apply --jobs N` / `run --jobs N`: the DAG scheduler builds a model once its parents are
+//! built, several at once on their own engine connections; the first failure stops new work,
+//! every failure is reported, nothing is promoted. (Speed lives in the benchmark.)
+
+use crate::common::*;
+use serde_json::Value;
+
+/// A `full` model `name` reading `parents` (a cross join of their counts, so it really reads
+/// them), one file per model.
+fn full(p: &Project, name: &str, parents: &[&str]) {
+    let query = if parents.is_empty() {
+        "SELECT CAST(range AS BIGINT) AS n FROM range(1, 1001)".to_string()
+    } else {
+        let from: Vec<String> = parents.iter().map(|q| format!("(SELECT count(*) AS c FROM \" .. ref(\"{q}\") .. \")")).collect();
+        let sum: Vec<String> = (0..parents.len()).map(|i| format!("p{i}.c")).collect();
+        let from: Vec<String> = from.iter().enumerate().map(|(i, f)| format!("{f} AS p{i}")).collect();
+        format!("SELECT CAST({} AS BIGINT) AS n FROM {}", sum.join(" + "), from.join(", "))
+    };
+    let file = name.replace('.', "_");
+    p.write(
+        &format!("models/{file}.lua"),
+        &format!("define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"n\", \"bigint\" }} }},\n  query = \"{query}\",\n}}\n"),
+    );
+}
+
+/// A `full` model `name` whose query binds (its contract holds) and fails when it runs.
+fn failing(p: &Project, name: &str) {
+    let file = name.replace('.', "_");
+    p.write(
+        &format!("models/{file}.lua"),
+        &format!(
+            "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"x\", \"varchar\" }} }},\n  query = \"SELECT CAST(CASE WHEN range > 5 THEN error('boom in {name}') ELSE 'ok' END AS VARCHAR) AS x FROM range(10)\",\n}}\n"
+        ),
+    );
+}
+
+/// The JSON log lines of a run (`--log-format json`).
+fn events(run: &Run) -> Vec<Value> {
+    run.stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
+}
+
+/// Position of the log line `msg` about `model` (exactly one such line).
+#[track_caller]
+fn at(events: &[Value], msg: &str, model: &str, run: &Run) -> usize {
+    let found: Vec<usize> = events.iter().enumerate().filter(|(_, e)| e["message"] == msg && e["model"] == model).map(|(i, _)| i).collect();
+    assert_eq!(found.len(), 1, "`{msg}` of {model}: {found:?}\n{}", run.stderr);
+    found[0]
+}
+
+/// s.a → s.b, s.c → s.d (a diamond), plus t.x (a time-range model over s.a, several batches).
+fn diamond() -> Project {
+    let p = Project::new();
+    full(&p, "s.a", &[]);
+    full(&p, "s.b", &["s.a"]);
+    full(&p, "s.c", &["s.a"]);
+    full(&p, "s.d", &["s.b", "s.c"]);
+    p.write(
+        "models/t_x.lua",
+        r#"define_model {
+  name = "t.x",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 7 },
+  schema = { { "day", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT d.day, a.n FROM (SELECT range AS day FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '2026-02-10', INTERVAL 1 DAY)) AS d, (SELECT count(*) AS n FROM " .. ref("s.a") .. ") AS a WHERE d.day >= @start AND d.day < @end",
+}
+"#,
+    );
+    p
+}
+
+#[test]
+fn a_diamond_with_four_jobs_builds_each_model_once_after_its_parents() {
+    let p = diamond();
+    // s.b and s.c each take a while to build: with 4 jobs they are under way at once.
+    let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--json", "--jobs", "4"]);
+    cmd.env("EFMESH_DELAY", "build:s.b=700,build:s.c=700");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 4".into());
+    run.expect_code(0);
+    let v = run.json();
+    assert_eq!(v["applied"], true, "{v:#}");
+    let ev = events(&run);
+    for (child, parents) in [("s.b", &["s.a"][..]), ("s.c", &["s.a"]), ("s.d", &["s.b", "s.c"]), ("t.x", &["s.a"])] {
+        let start = at(&ev, "build start", child, &run);
+        for parent in parents {
+            assert!(at(&ev, "build done", parent, &run) < start, "{child} started before {parent} was built:\n{}", run.stderr);
+        }
+    }
+    at(&ev, "build start", "s.a", &run);
+    // Both branches were under way at once.
+    assert!(at(&ev, "build start", "s.c", &run) < at(&ev, "build done", "s.b", &run), "{}", run.stderr);
+    assert!(at(&ev, "build start", "s.b", &run) < at(&ev, "build done", "s.c", &run), "{}", run.stderr);
+    // Reported in the plan's order, whatever finished first.
+    let built: Vec<&str> = v["built"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert_eq!(built, ["s.a", "s.b", "s.c", "s.d", "t.x"], "{v:#}");
+    assert_eq!(p.rows(&env_view("dev", "s.d")), vec![vec![Some("2".to_string())]]);
+    assert_eq!(
+        p.query(&format!("SELECT count(*), min(n), max(n) FROM {}", env_view("dev", "t.x"))),
+        vec![vec![Some("40".to_string()), Some("1000".to_string()), Some("1000".to_string())]]
+    );
+    // Every interval is in the ledger, and nothing is left to do.
+    let again = p.plan("dev");
+    assert_eq!(again["hasChanges"], false, "{again:#}");
+}
+
+#[test]
+fn one_job_builds_one_model_after_another_in_the_plans_order() {
+    let p = diamond();
+    let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--jobs", "1"]);
+    cmd.env("EFMESH_DELAY", "build:s.b=300,build:s.c=300");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 1".into());
+    run.expect_code(0);
+    let ev = events(&run);
+    let order = ["s.a", "s.b", "s.c", "s.d", "t.x"];
+    for pair in order.windows(2) {
+        assert!(at(&ev, "build done", pair[0], &run) < at(&ev, "build start", pair[1], &run), "{pair:?}\n{}", run.stderr);
+    }
+}
+
+#[test]
+fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing() {
+    let p = Project::new();
+    failing(&p, "s.bad");
+    full(&p, "s.bad_child", &["s.bad"]);
+    full(&p, "s.slow", &[]);
+    full(&p, "s.after", &["s.slow"]);
+    // s.bad fails once s.slow is under way (both start at once), and s.slow is still being built
+    // then: it finishes and is recorded; s.after, ready only after the failure, never starts.
+    let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.bad=700,build:s.slow=2500");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into());
+    run.expect_code(1);
+    assert!(run.stderr.contains("boom in s.bad") && run.stderr.contains("s_bad.lua:1"), "{}", run.stderr);
+    let ev = events(&run);
+    at(&ev, "build done", "s.slow", &run);
+    for never in ["s.after", "s.bad_child"] {
+        assert!(!ev.iter().any(|e| e["message"] == "build start" && e["model"] == never), "{never} started:\n{}", run.stderr);
+    }
+    // Nothing promoted: the environment has no view.
+    let views = p.query("SELECT count(*) FROM duckdb_views() WHERE schema_name LIKE 'dev__%'");
+    assert_eq!(views, vec![vec![Some("0".to_string())]], "{}", run.stderr);
+    // s.slow's build was recorded: once s.bad is fixed, the next apply does not build it again.
+    full(&p, "s.bad", &[]);
+    let v = p.run(&["apply", "dev", "--yes", "--json", "--jobs", "2"]).expect_code(0).json();
+    let built: Vec<&str> = v["built"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert_eq!(built, ["s.bad", "s.bad_child", "s.after"], "{v:#}");
+}
+
+#[test]
+fn every_failure_of_a_parallel_apply_is_reported() {
+    let p = Project::new();
+    failing(&p, "s.bad1");
+    failing(&p, "s.bad2");
+    full(&p, "s.ok", &["s.bad1"]);
+    // s.bad1 fails only after s.bad2 started: both were under way, both are reported.
+    let mut cmd = p.command(&["apply", "dev", "--yes", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.bad1=700");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into());
+    run.expect_code(1);
+    assert!(run.stderr.contains("2 models failed"), "{}", run.stderr);
+    for m in ["s.bad1", "s.bad2"] {
+        assert!(run.stderr.contains(&format!("boom in {m}")) && run.stderr.contains(&format!("s_{}.lua:1", &m[2..])), "{m}:\n{}", run.stderr);
+    }
+    assert!(p.physical_tables().is_empty() || !p.physical_tables().iter().any(|t| t.contains("ok")), "{:?}", p.physical_tables());
+    let views = p.query("SELECT count(*) FROM duckdb_views() WHERE schema_name LIKE 'dev__%'");
+    assert_eq!(views, vec![vec![Some("0".to_string())]]);
+    // In JSON: one error whose kind is the failures' common kind, the message naming both.
+    let mut cmd = p.command(&["apply", "dev", "--yes", "--json", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.bad1=700");
+    let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --json --jobs 2".into());
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["error"]["kind"], "build", "{v:#}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("boom in s.bad1") && message.contains("boom in s.bad2"), "{v:#}");
+}
+
+#[test]
+fn run_accepts_jobs_and_computes_the_same_intervals() {
+    let mut p = diamond();
+    p.now = "2026-02-01T00:00:00Z".to_string();
+    p.apply("dev");
+    let mut later = p;
+    later.now = "2026-02-10T00:00:00Z".to_string();
+    let v = later.run(&["run", "dev", "--json", "--jobs", "3"]).expect_code(0).json();
+    assert_eq!(v["outcome"], "processed", "{v:#}");
+    assert_eq!(later.query(&format!("SELECT count(*) FROM {}", env_view("dev", "t.x"))), vec![vec![Some("40".to_string())]]);
+}
+
+#[test]
+fn jobs_zero_is_refused() {
+    let p = diamond();
+    let run = p.run(&["apply", "dev", "--yes", "--jobs", "0"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("--jobs"), "{}", run.stderr);
+}
+
+/// Models of the engine's own database reading a DuckLake model run on worker connections: the
+/// catalog attached on the main connection is the database instance's, so they see it.
+#[test]
+fn workers_read_what_the_main_connection_attached() {
+    let mut p = Project::new();
+    p.now = "2026-01-10T06:00:00Z".to_string();
+    p.write("efmesh.toml", &format!("{CONFIG}\n[ducklake]\ncatalog = \"catalog/lake.ducklake\"\ndata_path = \"lake_data\"\n"));
+    p.write(
+        "models/m.lua",
+        r#"define_model {
+  name = "m.lake",
+  kind = kind.full(),
+  target = "ducklake",
+  schema = { { "n", "bigint" } },
+  query = "SELECT CAST(range AS BIGINT) AS n FROM range(1, 11)",
+}
+"#,
+    );
+    for (name, op) in [("s.sum", "sum"), ("s.max", "max"), ("s.min", "min")] {
+        let file = name.replace('.', "_");
+        p.write(
+            &format!("models/{file}.lua"),
+            &format!(
+                "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"v\", \"bigint\" }} }},\n  query = \"SELECT CAST({op}(n) AS BIGINT) AS v FROM \" .. ref(\"m.lake\"),\n}}\n"
+            ),
+        );
+    }
+    p.run(&["apply", "dev", "--yes", "--jobs", "3"]).expect_code(0);
+    for (name, want) in [("s.sum", "55"), ("s.max", "10"), ("s.min", "1")] {
+        assert_eq!(p.rows(&env_view("dev", name)), vec![vec![Some(want.to_string())]], "{name}");
+    }
+}
