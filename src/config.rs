@@ -152,15 +152,38 @@ pub fn memory_limit_problem(value: &str) -> Option<String> {
     if v.starts_with('-') || v == "none" || v == "null" {
         return None;
     }
-    let bad = |why: &str| Some(format!("`engine.memory_limit` = \"{value}\" {why} (expected a number and a unit, e.g. \"4GB\" or \"512MiB\", or \"-1\" for no limit)"));
+    let bad = |why: &str| {
+        Some(format!("`engine.memory_limit` = \"{value}\" {why} (expected a number and a unit, e.g. \"4GB\" or \"512MiB\", or \"-1\" for no limit)"))
+    };
     let number_end = v.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-'))).unwrap_or(v.len());
     if number_end == 0 || v[..number_end].parse::<f64>().is_err() {
         return bad("does not start with a number");
     }
     let unit = v[number_end..].trim_start().to_ascii_lowercase();
     const UNITS: &[&str] = &[
-        "b", "byte", "bytes", "k", "kb", "kilobyte", "kilobytes", "m", "mb", "megabyte", "megabytes", "g", "gb", "gigabyte", "gigabytes", "t", "tb", "terabyte",
-        "terabytes", "kib", "mib", "gib", "tib",
+        "b",
+        "byte",
+        "bytes",
+        "k",
+        "kb",
+        "kilobyte",
+        "kilobytes",
+        "m",
+        "mb",
+        "megabyte",
+        "megabytes",
+        "g",
+        "gb",
+        "gigabyte",
+        "gigabytes",
+        "t",
+        "tb",
+        "terabyte",
+        "terabytes",
+        "kib",
+        "mib",
+        "gib",
+        "tib",
     ];
     if unit.is_empty() {
         return bad("has no unit");

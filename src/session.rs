@@ -425,7 +425,9 @@ impl Session {
         }
         use crate::engine::Engine;
         let record = crate::engine::record::path_for(&project.config.state_path());
-        match crate::engine::record::read_through_identified(&record, &path, || DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog())) {
+        match crate::engine::record::read_through_identified(&record, &path, || {
+            DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog())
+        }) {
             Ok((catalog, id)) => {
                 let catalog = std::sync::Arc::new(catalog);
                 *kept = id.clone().map(|id| (id, catalog.clone()));

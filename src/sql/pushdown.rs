@@ -22,8 +22,8 @@ use crate::core::kind::{External, FileFormat, Kind};
 use crate::core::model::Model;
 use crate::core::name::ModelName;
 use sqlparser::ast::{
-    Distinct, Expr, GroupByExpr, Ident, NamedWindowExpr, ObjectNamePart, Query, Select, SelectItem, SetExpr, Statement, TableFactor,
-    Value, Visit, Visitor, WindowType,
+    BinaryOperator, Distinct, Expr, GroupByExpr, Ident, NamedWindowExpr, ObjectNamePart, Query, Select, SelectItem, SetExpr, Statement, TableFactor, Value,
+    Visit, Visitor, WindowType,
 };
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::Parser;
@@ -156,11 +156,66 @@ fn output_expr(select: &Select, column: &str) -> Option<Expr> {
 
 /// Aggregate functions (the common ones): a query computing one aggregates its rows.
 const AGGREGATES: &[&str] = &[
-    "count", "sum", "avg", "mean", "min", "max", "median", "mode", "any_value", "arbitrary", "first", "last", "arg_min", "arg_max", "argmin", "argmax", "min_by",
-    "max_by", "list", "array_agg", "string_agg", "group_concat", "listagg", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "product", "fsum", "sumkahan",
-    "kahan_sum", "favg", "quantile", "quantile_cont", "quantile_disc", "approx_quantile", "approx_count_distinct", "reservoir_quantile", "stddev", "stddev_pop",
-    "stddev_samp", "variance", "var_pop", "var_samp", "covar_pop", "covar_samp", "corr", "entropy", "kurtosis", "skewness", "histogram", "countif", "count_if",
-    "every", "regr_slope", "regr_intercept", "regr_count", "bitstring_agg", "mad",
+    "count",
+    "sum",
+    "avg",
+    "mean",
+    "min",
+    "max",
+    "median",
+    "mode",
+    "any_value",
+    "arbitrary",
+    "first",
+    "last",
+    "arg_min",
+    "arg_max",
+    "argmin",
+    "argmax",
+    "min_by",
+    "max_by",
+    "list",
+    "array_agg",
+    "string_agg",
+    "group_concat",
+    "listagg",
+    "bool_and",
+    "bool_or",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "product",
+    "fsum",
+    "sumkahan",
+    "kahan_sum",
+    "favg",
+    "quantile",
+    "quantile_cont",
+    "quantile_disc",
+    "approx_quantile",
+    "approx_count_distinct",
+    "reservoir_quantile",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "covar_pop",
+    "covar_samp",
+    "corr",
+    "entropy",
+    "kurtosis",
+    "skewness",
+    "histogram",
+    "countif",
+    "count_if",
+    "every",
+    "regr_slope",
+    "regr_intercept",
+    "regr_count",
+    "bitstring_agg",
+    "mad",
 ];
 
 fn function_name(f: &sqlparser::ast::Function) -> String {
@@ -286,14 +341,16 @@ fn through_select<'q>(dag: &Dag, select: &'q Select, column: &str, ctes: &[&'q s
     if functions(&target).1 {
         return Step::Blocked(format!("`{column}` is an aggregate over all its rows"));
     }
-    match &select.group_by {
-        GroupByExpr::Expressions(keys, _) if !keys.is_empty() => {
-            if !keys.iter().any(|k| is_key(k, &target, column)) {
-                return Step::Blocked(format!("it aggregates all its rows (`GROUP BY`), and `{column}` is not one of the grouping keys"));
-            }
-        }
-        GroupByExpr::All(_) => {}
-        _ if aggregate || select.having.is_some() => return Step::Blocked("it aggregates all its rows into one".into()),
+    // Grouped by the column (`GROUP BY ALL` groups by every non-aggregate output): the filter
+    // passes; grouped by other keys, or aggregated into one row: it does not.
+    let grouped_by_column = match &select.group_by {
+        GroupByExpr::Expressions(keys, _) if !keys.is_empty() => Some(keys.iter().any(|k| is_key(k, &target, column))),
+        GroupByExpr::All(_) => Some(true),
+        _ => None,
+    };
+    match grouped_by_column {
+        Some(false) => return Step::Blocked(format!("it aggregates all its rows (`GROUP BY`), and `{column}` is not one of the grouping keys")),
+        None if aggregate || select.having.is_some() => return Step::Blocked("it aggregates all its rows into one".into()),
         _ => {}
     }
     // Through the projection to the one column the expression reads.
@@ -323,9 +380,10 @@ fn from_items(select: &Select) -> Vec<(Vec<String>, &TableFactor)> {
                 };
                 out.push((names, f));
             }
-            TableFactor::Derived { alias, .. } | TableFactor::Function { alias, .. } | TableFactor::TableFunction { alias, .. } | TableFactor::UNNEST { alias, .. } => {
-                out.push((alias.iter().map(|a| a.name.value.to_lowercase()).collect(), f))
-            }
+            TableFactor::Derived { alias, .. }
+            | TableFactor::Function { alias, .. }
+            | TableFactor::TableFunction { alias, .. }
+            | TableFactor::UNNEST { alias, .. } => out.push((alias.iter().map(|a| a.name.value.to_lowercase()).collect(), f)),
             _ => out.push((Vec::new(), f)),
         }
     }
@@ -497,15 +555,7 @@ fn bound_filtered_columns(dag: &Dag, query: &Query) -> Vec<(ModelName, String)> 
             }
             for part in parts {
                 let column = match &part {
-                    Expr::BinaryOp { left, op, right }
-                        if matches!(
-                            op,
-                            sqlparser::ast::BinaryOperator::Gt
-                                | sqlparser::ast::BinaryOperator::GtEq
-                                | sqlparser::ast::BinaryOperator::Lt
-                                | sqlparser::ast::BinaryOperator::LtEq
-                        ) =>
-                    {
+                    Expr::BinaryOp { left, op: BinaryOperator::Gt | BinaryOperator::GtEq | BinaryOperator::Lt | BinaryOperator::LtEq, right } => {
                         if has_bound(right) && !has_bound(left) {
                             left.as_ref().clone()
                         } else if has_bound(left) && !has_bound(right) {

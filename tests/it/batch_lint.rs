@@ -33,7 +33,8 @@ const SHAPES: &[(&str, &[&str])] = &[
     ("SELECT * FROM {src} WINDOW w AS (PARTITION BY k ORDER BY t) QUALIFY row_number() OVER w = 1", &["id", "k", "t", "v"]),
 ];
 
-const EVENTS: &str = "CREATE TABLE main.events AS SELECT i AS id, 'k' || (i % 5) AS k, TIMESTAMP '2026-01-01' + to_minutes(i) AS t, i * 1.0 AS v FROM range(20000) r(i)";
+const EVENTS: &str =
+    "CREATE TABLE main.events AS SELECT i AS id, 'k' || (i % 5) AS k, TIMESTAMP '2026-01-01' + to_minutes(i) AS t, i * 1.0 AS v FROM range(20000) r(i)";
 
 fn ty(c: &str) -> &'static str {
     match c {
