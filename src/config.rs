@@ -12,6 +12,8 @@
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
+//! threads = 4                    # optional: DuckDB worker threads (default: one per core)
+//! memory_limit = "4GB"           # optional: DuckDB memory limit (default: 80 % of RAM)
 //!
 //! [state]
 //! path = "efmesh.state.sqlite"   # SQLite state store (default shown)
