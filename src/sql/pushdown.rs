@@ -83,7 +83,8 @@ fn trace(dag: &Dag, model: &ModelName, column: &str) -> Option<(ModelName, Strin
     for _ in 0..MAX_DEPTH {
         let m = dag.get(&model)?;
         match &m.kind {
-            Kind::External(External::Files { path, format: format @ (FileFormat::Csv | FileFormat::Json), .. }) => {
+            // With hive partitioning, a filter on a partition column skips whole files: no warning.
+            Kind::External(External::Files { path, format: format @ (FileFormat::Csv | FileFormat::Json), hive_partitioning, .. }) if *hive_partitioning != Some(true) => {
                 let what = if *format == FileFormat::Csv { "CSV" } else { "JSON" };
                 return Some((model, format!("it reads the {what} file `{path}`, which has no statistics to skip rows by")));
             }
