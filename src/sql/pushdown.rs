@@ -84,7 +84,9 @@ fn trace(dag: &Dag, model: &ModelName, column: &str) -> Option<(ModelName, Strin
         let m = dag.get(&model)?;
         match &m.kind {
             // With hive partitioning, a filter on a partition column skips whole files: no warning.
-            Kind::External(External::Files { path, format: format @ (FileFormat::Csv | FileFormat::Json), hive_partitioning, .. }) if *hive_partitioning != Some(true) => {
+            Kind::External(External::Files { path, format: format @ (FileFormat::Csv | FileFormat::Json), hive_partitioning, .. })
+                if *hive_partitioning != Some(true) =>
+            {
                 let what = if *format == FileFormat::Csv { "CSV" } else { "JSON" };
                 return Some((model, format!("it reads the {what} file `{path}`, which has no statistics to skip rows by")));
             }
