@@ -12,6 +12,8 @@
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
+//! threads = 4                    # optional: DuckDB worker threads (default: one per core)
+//! memory_limit = "4GB"           # optional: DuckDB memory limit (default: 80 % of RAM)
 //!
 //! [state]
 //! path = "efmesh.state.sqlite"   # SQLite state store (default shown)
@@ -109,10 +111,15 @@ pub struct EngineSection {
     /// DuckDB database file, relative to the config directory.
     #[serde(default = "default_engine_path")]
     pub path: PathBuf,
-    /// Maximum DuckDB threads (default: DuckDB's own choice).
+    /// DuckDB's `threads` setting: the most worker threads DuckDB runs queries on, at least 1
+    /// (default: DuckDB's own choice, one per core). Set on every DuckDB database efmesh opens.
     #[serde(default)]
     pub threads: Option<u32>,
-    /// DuckDB memory limit, e.g. `"4GB"` (default: DuckDB's own choice).
+    /// DuckDB's `memory_limit` setting, e.g. `"4GB"`, `"512MiB"` (default: DuckDB's own choice,
+    /// 80 % of the machine's memory): a number and a unit (`KB`, `MB`, `GB`, `TB` for powers of
+    /// 1000, `KiB`, `MiB`, `GiB`, `TiB` for powers of 1024), or `"-1"` for no limit. It bounds
+    /// DuckDB's buffer manager, not efmesh's own memory. Set on every DuckDB database efmesh
+    /// opens; checked when the config loads ([`memory_limit_problem`]).
     #[serde(default)]
     pub memory_limit: Option<String>,
     /// Where DuckDB finds extensions (its `extension_directory` setting), relative to the config
@@ -135,6 +142,58 @@ impl Default for EngineSection {
     fn default() -> Self {
         Self { path: default_engine_path(), threads: None, memory_limit: None, extension_directory: None, load: Vec::new(), extensions: Default::default() }
     }
+}
+
+/// What is wrong with an `[engine] memory_limit` value, if anything: the grammar DuckDB's
+/// `memory_limit` setting accepts (a number, optional spaces, a unit: `B`, `KB`/`K`, `MB`/`M`,
+/// `GB`/`G`, `TB`/`T`, `KiB`, `MiB`, `GiB`, `TiB` or their spelled-out names, any case; `-1`,
+/// `none` or `null` for no limit), except that nothing may follow the unit (DuckDB ignores it).
+/// A test checks this agrees with DuckDB on valid and invalid samples.
+pub fn memory_limit_problem(value: &str) -> Option<String> {
+    let v = value.trim();
+    if v.starts_with('-') || v == "none" || v == "null" {
+        return None;
+    }
+    let bad = |why: &str| {
+        Some(format!("`engine.memory_limit` = \"{value}\" {why} (expected a number and a unit, e.g. \"4GB\" or \"512MiB\", or \"-1\" for no limit)"))
+    };
+    let number_end = v.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-'))).unwrap_or(v.len());
+    if number_end == 0 || v[..number_end].parse::<f64>().is_err() {
+        return bad("does not start with a number");
+    }
+    let unit = v[number_end..].trim_start().to_ascii_lowercase();
+    const UNITS: &[&str] = &[
+        "b",
+        "byte",
+        "bytes",
+        "k",
+        "kb",
+        "kilobyte",
+        "kilobytes",
+        "m",
+        "mb",
+        "megabyte",
+        "megabytes",
+        "g",
+        "gb",
+        "gigabyte",
+        "gigabytes",
+        "t",
+        "tb",
+        "terabyte",
+        "terabytes",
+        "kib",
+        "mib",
+        "gib",
+        "tib",
+    ];
+    if unit.is_empty() {
+        return bad("has no unit");
+    }
+    if !UNITS.contains(&unit.as_str()) {
+        return bad(&format!("has an unknown unit `{}`", v[number_end..].trim_start()));
+    }
+    None
 }
 
 /// The environment variable giving an extension directory when `[engine] extension_directory`
@@ -313,6 +372,12 @@ impl Config {
             return Err(invalid("`project.models` lists no globs".into()));
         }
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
+            return Err(invalid(message));
+        }
+        if raw.engine.threads == Some(0) {
+            return Err(invalid("`engine.threads` must be at least 1, got 0".into()));
+        }
+        if let Some(message) = raw.engine.memory_limit.as_deref().and_then(memory_limit_problem) {
             return Err(invalid(message));
         }
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());

@@ -425,7 +425,9 @@ impl Session {
         }
         use crate::engine::Engine;
         let record = crate::engine::record::path_for(&project.config.state_path());
-        match crate::engine::record::read_through_identified(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog())) {
+        match crate::engine::record::read_through_identified(&record, &path, || {
+            DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog())
+        }) {
             Ok((catalog, id)) => {
                 let catalog = std::sync::Arc::new(catalog);
                 *kept = id.clone().map(|id| (id, catalog.clone()));
@@ -561,7 +563,7 @@ fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crat
     use crate::engine::Engine;
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());
-    crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path).and_then(|mut db| db.catalog()))
+    crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog()))
 }
 
 /// Applies `plan` to the store `state` (on disk) with the engine opened for the apply alone, then

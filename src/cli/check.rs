@@ -8,6 +8,10 @@
 //! Every error names the model, its file:line (where `define_model` is), the column and the
 //! parent, with the position in the query when known and a "did you mean" hint when a parent
 //! column is close. Exit 1 on any error, load errors included (printed in the same shape).
+//!
+//! Warnings (`warning:` lines, `"warnings"` in `--json`) never change the exit code: a
+//! time-range model whose `@start`/`@end` filter cannot reach the scan of what it reads
+//! ([`crate::sql::pushdown`]), so that every batch re-reads or re-computes all of it.
 
 use super::Exit;
 use super::printer::Printer;
@@ -16,6 +20,7 @@ use crate::core::fragment::CanonicalResolver;
 use crate::core::{LoadError, Location, Model, ModelName};
 use crate::project::Project;
 use crate::sql::lineage::{self, ColumnProblem};
+use crate::sql::pushdown::BatchRescan;
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -87,12 +92,65 @@ struct Unchecked {
     reason: String,
 }
 
+/// A time-range model whose every batch re-reads or re-computes a whole relation
+/// ([`crate::sql::pushdown`]): a warning, which never changes the exit code.
+#[derive(Debug)]
+struct Warning {
+    model: ModelName,
+    location: Location,
+    rescan: BatchRescan,
+    message: String,
+    hint: String,
+}
+
+impl Warning {
+    fn new(project: &Project, model: &Model, rescan: BatchRescan) -> Self {
+        let culprit = project.dag.get(&rescan.culprit);
+        let what = culprit.map_or("model", |m| m.kind.tag());
+        let at = culprit.map(|m| format!(" ({})", m.location)).unwrap_or_default();
+        let stops = if rescan.culprit == rescan.parent { "its scan".to_string() } else { format!("the scan of `{}`", rescan.culprit) };
+        let message = format!(
+            "every batch reads all of `{}`: the `@start`/`@end` filter on its column `{}` cannot reach {stops}: {what} `{}`{at}: {}",
+            rescan.parent, rescan.column, rescan.culprit, rescan.reason
+        );
+        let hint = match culprit.map(|m| &m.kind) {
+            Some(crate::core::Kind::External(_)) => format!(
+                "load the file once into a table (a `full` or `incremental_by_unique_key` model reading `{}`) and read that in `{}`, or store it as parquet",
+                rescan.culprit, model.name
+            ),
+            _ => format!(
+                "materialise `{}` once as a table (kind `full`, `incremental_by_unique_key` or `incremental_by_time_range`), so each batch of `{}` reads only its rows",
+                rescan.culprit, model.name
+            ),
+        };
+        Warning { model: model.name.clone(), location: model.location.clone(), rescan, message, hint }
+    }
+
+    fn text(&self) -> String {
+        format!("warning: {}: model `{}`: {}\n  hint: {}", self.location, self.model, self.message, self.hint)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "file": self.location.file.display().to_string(),
+            "line": self.location.line,
+            "model": self.model.to_string(),
+            "parent": self.rescan.parent.to_string(),
+            "column": self.rescan.column,
+            "culprit": self.rescan.culprit.to_string(),
+            "message": self.message,
+            "hint": self.hint,
+        })
+    }
+}
+
 /// What one check found.
 #[derive(Debug, Default)]
 struct Report {
     /// Models loaded (0 when the project did not load).
     models: usize,
     errors: Vec<Finding>,
+    warnings: Vec<Warning>,
     unchecked: Vec<Unchecked>,
     /// The project did not load: `errors` are load errors.
     not_loaded: bool,
@@ -114,6 +172,7 @@ pub(super) fn run(config_path: &Path, json: bool, out: &Printer) -> Result<Exit>
             "ok": ok,
             "models": report.models,
             "errors": report.errors.iter().map(Finding::json).collect::<Vec<_>>(),
+            "warnings": report.warnings.iter().map(Warning::json).collect::<Vec<_>>(),
             "unchecked": report.unchecked.iter().map(|u| json!({
                 "file": u.location.file.display().to_string(),
                 "line": u.location.line,
@@ -127,9 +186,15 @@ pub(super) fn run(config_path: &Path, json: bool, out: &Printer) -> Result<Exit>
             s.push_str(&e.text());
             s.push('\n');
         }
+        for w in &report.warnings {
+            s.push_str(&w.text());
+            s.push('\n');
+        }
         let n = report.errors.len();
         let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-        if ok {
+        if ok && !report.warnings.is_empty() {
+            s.push_str(&format!("ok: {} checked, {}\n", plural(report.models, "model"), plural(report.warnings.len(), "warning")));
+        } else if ok {
             s.push_str(&format!("ok: {} checked\n", plural(report.models, "model")));
         } else if report.not_loaded {
             s.push_str(&format!("check failed: {} (the project did not load)\n", plural(n, "error")));
@@ -169,6 +234,9 @@ fn check(config_path: &Path) -> Report {
     let mut report = Report { models: project.dag.len(), ..Report::default() };
     for model in project.dag.models() {
         check_model(&project, model, &mut report);
+        for rescan in crate::sql::pushdown::batch_rescans(&project.dag, model) {
+            report.warnings.push(Warning::new(&project, model, rescan));
+        }
     }
     report.errors.sort_by(|a, b| (&a.location, &a.model, a.sql_line, a.sql_column).cmp(&(&b.location, &b.model, b.sql_line, b.sql_column)));
     report

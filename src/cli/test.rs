@@ -23,7 +23,7 @@ pub(super) fn run(config_path: &Path, selectors: &[String], as_json: bool, out: 
     let results = if selected.is_empty() {
         Vec::new()
     } else {
-        let mut engine = DuckDb::in_memory()?;
+        let mut engine = DuckDb::in_memory_with(&config.engine)?;
         unittest::run(&suite.project, &selected, &mut engine)
     };
     let ok = results.iter().all(|r| r.status == Status::Passed);

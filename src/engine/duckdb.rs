@@ -56,20 +56,23 @@ impl DuckDb {
         self.execute("CHECKPOINT")
     }
 
-    /// Opens the existing database file at `path` read-only (no extension, no setting): what
-    /// `plan` reads the catalog through, so planning never writes the engine. Fails when the file
-    /// does not exist or another process holds it open for writing.
+    /// Opens the existing database file at `path` read-only for catalog queries: what `plan`
+    /// reads the catalog through, so planning never writes the engine. No extension is loaded;
+    /// `[engine] memory_limit` applies, and one thread (a catalog query needs no worker threads,
+    /// and starting them is most of an open), which is within any `[engine] threads`. Fails when
+    /// the file does not exist or another process holds it open for writing.
     ///
     /// # Errors
-    /// [`EngineError`] naming the file.
-    pub fn open_read_only(path: &Path) -> Result<Self, EngineError> {
+    /// [`EngineError`] naming the file, or the setting that failed.
+    pub fn open_read_only(path: &Path, settings: &EngineSection) -> Result<Self, EngineError> {
         let conn = duckdb::Config::default()
             .access_mode(duckdb::AccessMode::ReadOnly)
-            // One catalog query needs no worker threads (starting them is most of an open).
             .and_then(|config| config.threads(1))
             .and_then(|config| duckdb::Connection::open_with_flags(path, config))
             .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
-        Ok(Self::new(conn))
+        let mut db = Self::new(conn);
+        db.set_memory_limit(settings)?;
+        Ok(db)
     }
 
     /// Opens the existing database file at `path` read-only with the `[engine]` settings (time
@@ -138,11 +141,10 @@ impl DuckDb {
         // Without ICU there is no TimeZone setting and timestamps are UTC already.
         let _ = self.conn.execute_batch("SET TimeZone = 'UTC'");
         if let Some(t) = settings.threads {
-            self.execute(&format!("SET threads = {t}"))?;
+            let sql = format!("SET threads = {t}");
+            self.execute(&sql).map_err(|e| EngineError::new(&sql, format!("`[engine] threads` = {t}: DuckDB refused it: {}", e.message)))?;
         }
-        if let Some(m) = &settings.memory_limit {
-            self.execute(&format!("SET memory_limit = {}", crate::core::name::quote_literal(m)))?;
-        }
+        self.set_memory_limit(settings)?;
         self.extension_files = settings.extensions.clone();
         self.extension_directory = settings
             .extension_directory
@@ -155,6 +157,16 @@ impl DuckDb {
         }
         for name in &settings.load {
             self.load_extension(name)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `[engine] memory_limit` (a global setting: every connection of this database,
+    /// clones included, runs under it).
+    fn set_memory_limit(&mut self, settings: &EngineSection) -> Result<(), EngineError> {
+        if let Some(m) = &settings.memory_limit {
+            let sql = format!("SET memory_limit = {}", crate::core::name::quote_literal(m));
+            self.execute(&sql).map_err(|e| EngineError::new(&sql, format!("`[engine] memory_limit` = \"{m}\": DuckDB refused it: {}", e.message)))?;
         }
         Ok(())
     }
@@ -523,6 +535,52 @@ mod tests {
         let sql = c.view_sql("S", "W").expect("a view's definition");
         assert!(crate::engine::view_names(sql, "\"_efmesh\".\"s__t__ab\""), "{sql}");
         assert_eq!(c.view_sql("s", "t"), None);
+    }
+
+    /// `threads` and `memory_limit` as DuckDB reports them on `db`.
+    fn resources(db: &mut DuckDb) -> (String, String) {
+        let rows = db.query("SELECT CAST(current_setting('threads') AS VARCHAR), current_setting('memory_limit')").unwrap();
+        (rows[0][0].clone().unwrap(), rows[0][1].clone().unwrap())
+    }
+
+    #[test]
+    fn engine_settings_reach_every_database_efmesh_opens() {
+        let settings = EngineSection { threads: Some(2), memory_limit: Some("123MiB".into()), ..EngineSection::default() };
+        let want = ("2".to_string(), "123.0 MiB".to_string());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.duckdb");
+        {
+            let mut db = DuckDb::open(&path, &settings).unwrap();
+            assert_eq!(resources(&mut db), want, "the writable open (apply, run, audit, janitor)");
+            // `describe_many`'s worker connections are clones: the settings are global to the database.
+            let mut clone = DuckDb::new(db.conn.try_clone().unwrap());
+            assert_eq!(resources(&mut clone), want, "a cloned connection");
+        }
+        let mut db = DuckDb::open_read_only_with(&path, &settings).unwrap();
+        assert_eq!(resources(&mut db), want, "the read-only open with settings (preview, janitor --dry-run)");
+        drop(db);
+        let mut db = DuckDb::open_read_only(&path, &settings).unwrap();
+        assert_eq!(resources(&mut db), ("1".to_string(), want.1.clone()), "the catalog open: one thread, the memory limit");
+        let mut db = DuckDb::in_memory_with(&settings).unwrap();
+        assert_eq!(resources(&mut db), want, "the in-memory engine (efmesh test, watch's tests, preview without a file)");
+        // Without settings, DuckDB's defaults stay.
+        let mut db = DuckDb::in_memory().unwrap();
+        assert_ne!(resources(&mut db).1, want.1);
+    }
+
+    #[test]
+    fn the_memory_limit_grammar_agrees_with_duckdb() {
+        let valid = ["4GB", "4 GB", " 4gb ", "512MiB", "1.5GB", "100KB", "1e3MB", "4 gigabytes", "2 Bytes", "4G", "3 tib", "-1", "none", "null"];
+        let invalid = ["80%", "1000", "NONE", "bogus", "", "4XB", "GB", "1 kibibyte", "1.5.3GB", "1-2GB", "e"];
+        let mut db = DuckDb::in_memory().unwrap();
+        for v in valid.iter().chain(&invalid) {
+            let ours = crate::config::memory_limit_problem(v);
+            let duckdb = db.execute(&format!("SET memory_limit = {}", crate::core::name::quote_literal(v)));
+            assert_eq!(ours.is_none(), duckdb.is_ok(), "`{v}`: efmesh says {ours:?}, DuckDB says {duckdb:?}");
+            assert_eq!(ours.is_none(), valid.contains(v), "`{v}`");
+        }
+        // Stricter than DuckDB on purpose: it ignores what follows the unit; a config error names it.
+        assert!(crate::config::memory_limit_problem("4GB x").is_some());
     }
 
     #[test]

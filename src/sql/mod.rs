@@ -6,6 +6,7 @@
 //!   body and parent fingerprints; and the physical table name a fingerprint gives.
 //! - [`prefetch`]: canonical digests computed in the background ahead of a cold plan.
 //! - [`lineage`]: which parent columns a body reads, resolved through the AST (`efmesh check`).
+//! - [`pushdown`]: time-range models whose batches re-read a whole relation (a `check` warning).
 //!
 //! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
 
@@ -14,6 +15,7 @@ pub mod canon;
 pub mod fingerprint;
 pub mod lineage;
 pub mod prefetch;
+pub mod pushdown;
 
 pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, fingerprint, physical_table};

@@ -1,6 +1,7 @@
 mod apply_floor;
 mod audits;
 mod backfill;
+mod batch_lint;
 mod categories;
 mod categories_corpus;
 mod check;
@@ -10,6 +11,7 @@ mod crash_property;
 mod deployment;
 mod ducklake;
 mod engine_record;
+mod engine_settings;
 mod env_consistency;
 mod examples;
 mod extensions;

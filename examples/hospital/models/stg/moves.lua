@@ -1,9 +1,14 @@
--- stg.moves: the raw feed cleaned up, as a view (no copy of the data).
+-- stg.moves: the raw feed cleaned up and deduplicated once, into a table upserted by move_id.
+-- Not a view: deduplicating takes a window over the whole feed, which no time filter can pass,
+-- so every weekly batch of med.moves would re-read the whole CSV and redo it (`efmesh check`
+-- warns about that shape). As a table, the feed is read and deduplicated once per apply or
+-- run, and med.moves's batches read only their days. `efmesh run` upserts it again before
+-- med.moves computes new days, so rows appended to the feed are picked up.
 local src = require("models.sources")
 
 return define_model {
   name        = "stg.moves",
-  kind        = kind.view(),
+  kind        = kind.incremental_by_unique_key { key = "move_id" },
   description = "One row per movement: duplicate deliveries dropped (the first recorded wins), "
              .. "department codes upper-cased and named, timestamps typed as UTC instants, and "
              .. "is_late set when the row was recorded a day or more after the move.",
