@@ -280,9 +280,7 @@ fn caller_line(lua: &Lua) -> Option<usize> {
 /// the instruction hook off).
 fn close_attribute_line(code: &[u8]) -> Option<u32> {
     // Most files never mention `close`: one vectorised search decides (a cold load reads every file).
-    if memchr::memmem::find(code, b"close").is_none() {
-        return None;
-    }
+    memchr::memmem::find(code, b"close")?;
     let text = String::from_utf8_lossy(code);
     for (i, line) in text.lines().enumerate() {
         let squeezed: String = line.chars().filter(|c| !c.is_whitespace()).collect();
