@@ -176,10 +176,10 @@ pub enum ApplyError {
         /// What is missing, one line each, naming the relation and model.
         missing: Vec<String>,
     },
-    /// Several models failed in a parallel apply or run (`--jobs`): each failure, one per model;
+    /// Several failures in a parallel apply or run (`--jobs`), each once, one per model;
     /// the models that were running when the first failed finished and were recorded, none
     /// started after it, nothing was promoted.
-    #[error("{} models failed; nothing was promoted:\n{}", .0.len(), render_several(.0))]
+    #[error("{} failures; nothing was promoted:\n{}", .0.len(), render_several(.0))]
     Several(Vec<ApplyError>),
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
@@ -939,13 +939,7 @@ fn work_dependencies(project: &Project, work: &[&crate::plan::Action]) -> Vec<Ve
     let index: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
     // The working-set models read through a model outside the working set, memoized.
     let mut through: HashMap<ModelName, BTreeSet<usize>> = HashMap::new();
-    fn reads(
-        project: &Project,
-        name: &ModelName,
-        index: &HashMap<&ModelName, usize>,
-        through: &mut HashMap<ModelName, BTreeSet<usize>>,
-        depth: usize,
-    ) -> BTreeSet<usize> {
+    fn reads(project: &Project, name: &ModelName, index: &HashMap<&ModelName, usize>, through: &mut HashMap<ModelName, BTreeSet<usize>>) -> BTreeSet<usize> {
         let mut out = BTreeSet::new();
         let Some(model) = project.dag.get(name) else { return out };
         for p in model.parents() {
@@ -953,15 +947,16 @@ fn work_dependencies(project: &Project, work: &[&crate::plan::Action]) -> Vec<Ve
                 out.insert(i);
             } else if let Some(known) = through.get(&p) {
                 out.extend(known.iter().copied());
-            } else if depth < 10_000 {
-                let found = reads(project, &p, index, through, depth + 1);
+            } else {
+                // The DAG is acyclic: the recursion ends at its roots.
+                let found = reads(project, &p, index, through);
                 out.extend(found.iter().copied());
                 through.insert(p, found);
             }
         }
         out
     }
-    work.iter().map(|a| reads(project, &a.name, &index, &mut through, 0).into_iter().collect()).collect()
+    work.iter().map(|a| reads(project, &a.name, &index, &mut through).into_iter().collect()).collect()
 }
 
 /// A model whose engine work is under way: what its steps and its end record.

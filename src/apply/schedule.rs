@@ -26,6 +26,7 @@ use crate::core::audit::Audit;
 use crate::core::interval::Interval;
 use crate::engine::Engine;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 
 /// One transaction of a model's build: statements, then the audits that guard them
@@ -137,30 +138,40 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
     let (job_tx, job_rx) = mpsc::channel::<(usize, Job<'p>)>();
     let job_rx = Mutex::new(job_rx);
     let (report_tx, report_rx) = mpsc::channel::<Report>();
+    // Per item, set by this thread when recording one of its steps failed: its worker runs no
+    // further step of it (at most the step under way commits unrecorded, as after a kill, and
+    // the next apply computes it again).
+    let stopped: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+    // Workers log through the caller's subscriber (a library caller's or a test's scoped one).
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
     std::thread::scope(|s| {
         for mut worker in workers {
-            let (jobs, reports) = (&job_rx, report_tx.clone());
+            let (jobs, reports, stopped, dispatch) = (&job_rx, report_tx.clone(), &stopped, dispatch.clone());
             s.spawn(move || {
-                loop {
-                    let next = match jobs.lock() {
-                        Ok(rx) => rx.recv(),
-                        Err(_) => break,
-                    };
-                    let Ok((item, job)) = next else { break };
-                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        run_job(&mut *worker, &job, &mut |k, r| reports.send(Report::Step(item, k, r)).is_ok());
-                    }));
-                    let end = if ran.is_ok() { Report::End(item) } else { Report::Lost(item, job.model.clone()) };
-                    if reports.send(end).is_err() {
-                        break;
+                tracing::dispatcher::with_default(&dispatch, || {
+                    loop {
+                        let next = match jobs.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => break,
+                        };
+                        let Ok((item, job)) = next else { break };
+                        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            run_job(&mut *worker, &job, &mut |k, r| reports.send(Report::Step(item, k, r)).is_ok() && !stopped[item].load(Ordering::SeqCst));
+                        }));
+                        // A worker that panicked may hold a transaction open: it takes no more work.
+                        let lost = ran.is_err();
+                        let end = if lost { Report::Lost(item, job.model.clone()) } else { Report::End(item) };
+                        if reports.send(end).is_err() || lost {
+                            break;
+                        }
                     }
-                }
+                })
             });
         }
         drop(report_tx);
         loop {
             while let Ok(r) = report_rx.try_recv() {
-                st.handle(r, b);
+                st.handle(r, b, &stopped);
             }
             if st.failures.is_empty() {
                 // Keep the workers busy first, then build what only this connection can.
@@ -180,7 +191,11 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                     }
                     continue;
                 }
-                if let Some(item) = st.ready.iter().copied().find(|&i| !parallel[i]) {
+                // Built on this connection while fewer than `count` workers are busy: at most
+                // `jobs` models are under way at once.
+                if st.busy < count
+                    && let Some(item) = st.ready.iter().copied().find(|&i| !parallel[i])
+                {
                     st.ready.remove(&item);
                     let built = match b.start(item, engine) {
                         Ok(Some(job)) => inline(b, item, &job, engine),
@@ -198,7 +213,7 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                 break;
             }
             match report_rx.recv() {
-                Ok(r) => st.handle(r, b),
+                Ok(r) => st.handle(r, b, &stopped),
                 Err(_) => {
                     st.failures.push(lost_workers());
                     break;
@@ -208,6 +223,9 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
         drop(job_tx);
     });
     let mut failures = st.failures;
+    // The same failure met by several models (a lost lease, a busy store) is reported once.
+    let mut seen = std::collections::HashSet::new();
+    failures.retain(|f| seen.insert(f.to_string()));
     if failures.is_empty() && st.done < n {
         // Cannot happen with dependencies on earlier items only; refused rather than reported done.
         failures.push(ApplyError::Target {
@@ -259,12 +277,13 @@ impl Progress {
     }
 
     /// Records what a worker reported.
-    fn handle<'p>(&mut self, r: Report, b: &mut dyn Builds<'p>) {
+    fn handle<'p>(&mut self, r: Report, b: &mut dyn Builds<'p>, stopped: &[AtomicBool]) {
         match r {
             Report::Step(item, k, result) => {
                 if !self.failed.contains(&item)
                     && let Err(e) = b.step(item, k, result)
                 {
+                    stopped[item].store(true, Ordering::SeqCst);
                     self.failed.insert(item);
                     self.failures.push(e);
                 }
@@ -285,7 +304,7 @@ impl Progress {
                     model: Some(model),
                     interval: None,
                     message:
-                        "the worker building it stopped unexpectedly (an internal error); what it committed is not recorded, the next apply builds it again"
+                        "the worker building it stopped unexpectedly (an internal error); its last transaction is not recorded, the next apply builds what is not"
                             .to_string(),
                 });
             }

@@ -71,6 +71,11 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
             })
             .or_else(|| match e.downcast_ref::<crate::apply::ApplyError>() {
                 Some(crate::apply::ApplyError::State(s)) => Some(s),
+                // The first failure of a parallel apply that carries a hint.
+                Some(crate::apply::ApplyError::Several(all)) => all.iter().find_map(|a| match a {
+                    crate::apply::ApplyError::State(s) if s.hint().is_some() => Some(s),
+                    _ => None,
+                }),
                 _ => None,
             });
         state.and_then(|s| s.hint()).map(str::to_string)
@@ -106,6 +111,10 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::State(_) => "state",
         ApplyError::Several(all) => {
             let kinds: std::collections::BTreeSet<&str> = all.iter().map(apply_error_kind).collect();
+            // A lost lease says what to do next whatever else failed.
+            if kinds.contains("reclaimed") {
+                return "reclaimed";
+            }
             match kinds.len() {
                 1 => kinds.into_iter().next().unwrap_or("several"),
                 _ => "several",

@@ -453,7 +453,9 @@ impl Engine for DuckDb {
         // are set again.
         let conn = self.conn.try_clone().ok()?;
         let mut db = DuckDb::new(conn);
-        let _ = db.conn.execute_batch("SET TimeZone = 'UTC'");
+        // A worker that cannot read time zones as the main session does builds nothing: the
+        // caller falls back to the main connection alone.
+        db.conn.execute_batch("SET TimeZone = 'UTC'").ok()?;
         db.extension_directory = self.extension_directory.clone();
         db.extension_files = self.extension_files.clone();
         db.loaded = self.loaded.clone();

@@ -146,7 +146,9 @@ fn run_sequence(seed: u64) -> (usize, usize) {
         write_project(&p, v);
         let env = ["dev", "prod"][rng.below(2)];
         let fault = faults[rng.below(faults.len())];
-        let args: Vec<&str> = if rng.below(5) == 0 { vec!["run", env] } else { vec!["apply", env, "--yes"] };
+        // Sequential or parallel builds, whatever the machine's cores (SPEC §4 invariant 45).
+        let jobs = ["1", "2"][rng.below(2)];
+        let args: Vec<&str> = if rng.below(5) == 0 { vec!["run", env, "--jobs", jobs] } else { vec!["apply", env, "--yes", "--jobs", jobs] };
         let mut cmd = p.command(&args);
         if !fault.is_empty() {
             cmd.env(FAULT_ENV, fault);

@@ -66,6 +66,10 @@ impl Problem {
         if let Some(errors) = err.chain().find_map(|e| e.downcast_ref::<LoadErrors>()) {
             return errors.0.iter().map(|e| Problem::from_load(kind, e)).collect();
         }
+        // Each failure of a parallel apply on its own, with its model's file:line.
+        if let Some(crate::apply::ApplyError::Several(all)) = err.chain().find_map(|e| e.downcast_ref::<crate::apply::ApplyError>()) {
+            return all.iter().map(|a| Problem::from_apply(kind, a)).collect();
+        }
         let located: Option<(&Location, &ModelName)> = err.chain().find_map(|e| {
             use crate::apply::ApplyError;
             if let Some(crate::plan::PlanError::Sql { model, location, .. }) = e.downcast_ref() {
@@ -84,6 +88,31 @@ impl Problem {
             message: super::super::error_text(err),
             hint: super::super::hint_for(err),
         }]
+    }
+
+    /// One failure of a parallel apply ([`crate::apply::ApplyError::Several`]).
+    fn from_apply(kind: &'static str, a: &crate::apply::ApplyError) -> Problem {
+        use crate::apply::ApplyError;
+        let located = match a {
+            ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. } => Some((location, model)),
+            _ => None,
+        };
+        let model = located.map(|(_, m)| m.clone()).or_else(|| match a {
+            ApplyError::Target { model, .. } => model.clone(),
+            ApplyError::Audit { model, .. } => Some(model.clone()),
+            _ => None,
+        });
+        Problem {
+            kind,
+            file: located.map(|(l, _)| l.file.clone()),
+            line: located.map(|(l, _)| l.line).filter(|l| *l > 0),
+            model,
+            message: a.to_string(),
+            hint: match a {
+                ApplyError::State(s) => s.hint().map(str::to_string),
+                _ => None,
+            },
+        }
     }
 
     /// `file:line: model `m`: message` (and the hint on its own line).
