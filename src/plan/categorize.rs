@@ -165,55 +165,6 @@ pub fn selects_star(canonical: &str) -> bool {
 
 /// True when a projection item is an aggregate call (so `GROUP BY ALL` does not group by it).
 fn is_aggregate(item: &Value) -> bool {
-    const AGGREGATES: &[&str] = &[
-        "count",
-        "sum",
-        "avg",
-        "mean",
-        "min",
-        "max",
-        "median",
-        "mode",
-        "any_value",
-        "first",
-        "last",
-        "string_agg",
-        "list",
-        "array_agg",
-        "stddev",
-        "stddev_pop",
-        "stddev_samp",
-        "variance",
-        "var_pop",
-        "var_samp",
-        "quantile",
-        "quantile_cont",
-        "quantile_disc",
-        "approx_count_distinct",
-        "approx_quantile",
-        "bool_and",
-        "bool_or",
-        "arg_min",
-        "arg_max",
-        "argmin",
-        "argmax",
-        "max_by",
-        "min_by",
-        "product",
-        "bit_and",
-        "bit_or",
-        "histogram",
-        "count_star",
-        "fsum",
-        "sumkahan",
-        "kahan_sum",
-        "entropy",
-        "kurtosis",
-        "skewness",
-        "corr",
-        "covar_pop",
-        "covar_samp",
-    ];
     // The item's expression must be an aggregate call at its root (possibly aliased or cast).
     fn root(v: &Value) -> Option<&Value> {
         let e = v.get("ExprWithAlias").and_then(|x| x.get("expr")).or_else(|| v.get("UnnamedExpr"))?;
@@ -226,7 +177,7 @@ fn is_aggregate(item: &Value) -> bool {
     root(item)
         .and_then(|f| f.get("name"))
         .map(|n| n.to_string().to_ascii_lowercase())
-        .is_some_and(|n| AGGREGATES.iter().any(|a| n.contains(&format!("\"value\":\"{a}\""))))
+        .is_some_and(|n| crate::sql::AGGREGATES.iter().any(|a| n.contains(&format!("\"value\":\"{a}\""))))
 }
 
 fn tag(kind: &Value) -> &str {

@@ -157,70 +157,6 @@ fn output_expr(select: &Select, column: &str) -> Option<Expr> {
     })
 }
 
-/// Aggregate functions (the common ones): a query computing one aggregates its rows.
-const AGGREGATES: &[&str] = &[
-    "count",
-    "sum",
-    "avg",
-    "mean",
-    "min",
-    "max",
-    "median",
-    "mode",
-    "any_value",
-    "arbitrary",
-    "first",
-    "last",
-    "arg_min",
-    "arg_max",
-    "argmin",
-    "argmax",
-    "min_by",
-    "max_by",
-    "list",
-    "array_agg",
-    "string_agg",
-    "group_concat",
-    "listagg",
-    "bool_and",
-    "bool_or",
-    "bit_and",
-    "bit_or",
-    "bit_xor",
-    "product",
-    "fsum",
-    "sumkahan",
-    "kahan_sum",
-    "favg",
-    "quantile",
-    "quantile_cont",
-    "quantile_disc",
-    "approx_quantile",
-    "approx_count_distinct",
-    "reservoir_quantile",
-    "stddev",
-    "stddev_pop",
-    "stddev_samp",
-    "variance",
-    "var_pop",
-    "var_samp",
-    "covar_pop",
-    "covar_samp",
-    "corr",
-    "entropy",
-    "kurtosis",
-    "skewness",
-    "histogram",
-    "countif",
-    "count_if",
-    "every",
-    "regr_slope",
-    "regr_intercept",
-    "regr_count",
-    "bitstring_agg",
-    "mad",
-];
-
 fn function_name(f: &sqlparser::ast::Function) -> String {
     f.name.0.last().and_then(ObjectNamePart::as_ident).map(|i| i.value.to_lowercase()).unwrap_or_default()
 }
@@ -249,7 +185,7 @@ fn functions(expr: &Expr) -> (Vec<sqlparser::ast::Function>, bool) {
             {
                 if f.over.is_some() {
                     self.windows.push(f.clone());
-                } else if AGGREGATES.contains(&function_name(f).as_str()) {
+                } else if super::AGGREGATES.contains(&function_name(f).as_str()) {
                     self.aggregate = true;
                 }
             }
