@@ -53,7 +53,8 @@ pub fn reads_only(render: impl Fn(&str) -> String) -> bool {
     if tokens.iter().any(|t| matches!(t, Token::Word(w) if w.quote_style.is_none() && VOLATILE.iter().any(|v| w.value.eq_ignore_ascii_case(v)))) {
         return false;
     }
-    let Ok(statements) = Parser::parse_sql(&dialect, &sql) else { return false };
+    // One token stream serves both the volatile-function scan above and the parse.
+    let Ok(statements) = Parser::new(&dialect).with_tokens(tokens).parse_statements() else { return false };
     let [Statement::Query(_)] = statements.as_slice() else { return false };
     // Names a `WITH` defines may be read; every other relation must be the audited one.
     let mut ctes = BTreeSet::new();
