@@ -151,15 +151,20 @@ impl Default for EngineSection {
 /// A test checks this agrees with DuckDB on valid and invalid samples.
 pub fn memory_limit_problem(value: &str) -> Option<String> {
     let v = value.trim();
-    if v.starts_with('-') || v == "none" || v == "null" {
+    // DuckDB looks at the value's first character as written: a leading `-` means no limit.
+    if value.starts_with('-') || v == "none" || v == "null" {
         return None;
     }
     let bad = |why: &str| {
         Some(format!("`engine.memory_limit` = \"{value}\" {why} (expected a number and a unit, e.g. \"4GB\" or \"512MiB\", or \"-1\" for no limit)"))
     };
     let number_end = v.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-'))).unwrap_or(v.len());
-    if number_end == 0 || v[..number_end].parse::<f64>().is_err() {
+    let Some(number) = v[..number_end].parse::<f64>().ok().filter(|_| number_end > 0) else {
         return bad("does not start with a number");
+    };
+    // DuckDB refuses what does not fit its byte count (an unsigned 64-bit number).
+    if !number.is_finite() || number * 1024f64.powi(4) >= 1.8e19 {
+        return bad("is out of range");
     }
     let unit = v[number_end..].trim_start().to_ascii_lowercase();
     const UNITS: &[&str] = &[

@@ -588,29 +588,35 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, op
 }
 
 /// Records the catalog of the engine file as `engine` (the apply's own read-write connection)
-/// sees it, then closes it: a `CHECKPOINT` first, so the file holds everything; the catalog is
-/// queried while this connection holds DuckDB's write lock (no other process can change the
-/// file meanwhile) and recorded only when the file's identity is the same before the query,
-/// after it and after the connection closed (closing after a checkpoint writes nothing). Saves
-/// the next plan, and this process, a second open of the file. `false` (nothing recorded) when
-/// any step fails or the identity moved: the caller reads the catalog the ordinary way.
+/// sees it, then closes it: a `CHECKPOINT` first, so the file holds everything; the file's stat
+/// identity is taken before the catalog query and after it (stat only: opening and closing the
+/// file while the connection holds it would release DuckDB's lock, see
+/// [`crate::engine::record::stat_identity`]); after the connection closed, the full identity
+/// (with the header) and the stat identity once more. The record is written, at that full
+/// identity, only when the three stat identities agree: no write by anyone (a close that
+/// wrote, another process's commit) came between the query and the full identity. Saves the
+/// next plan, and this process, a second open of the file. `false` (nothing recorded) when any
+/// step fails or the identity moved: the caller reads the catalog the ordinary way.
 fn record_catalog_and_close(project: &Project, mut engine: DuckDb) -> bool {
     use crate::engine::Engine;
+    use crate::engine::record::{identity, stat_identity};
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());
     let read = (|| {
         engine.checkpoint().ok()?;
-        let before = crate::engine::record::identity(&path)?;
+        let before = stat_identity(&path)?;
         let catalog = engine.catalog().ok()?;
-        (crate::engine::record::identity(&path)? == before).then_some((before, catalog))
+        (stat_identity(&path)? == before).then_some((before, catalog))
     })();
     drop(engine);
     let Some((before, catalog)) = read else { return false };
-    if crate::engine::record::identity(&path).as_ref() != Some(&before) {
+    // No connection of this process holds the file now: reading its header is harmless.
+    let full = identity(&path);
+    let (Some(full), true) = (full, stat_identity(&path).as_ref() == Some(&before)) else {
         tracing::debug!("engine catalog of `{}` read on the apply's connection; not recorded: the file changed when it closed", path.display());
         return false;
-    }
-    match crate::engine::record::write(&record, &path, &before, &catalog) {
+    };
+    match crate::engine::record::write(&record, &path, &full, &catalog) {
         Ok(()) => {
             tracing::debug!("engine catalog of `{}` read on the apply's connection and recorded in {}", path.display(), record.display());
             true

@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn the_memory_limit_grammar_agrees_with_duckdb() {
         let valid = ["4GB", "4 GB", " 4gb ", "512MiB", "1.5GB", "100KB", "1e3MB", "4 gigabytes", "2 Bytes", "4G", "3 tib", "-1", "none", "null"];
-        let invalid = ["80%", "1000", "NONE", "bogus", "", "4XB", "GB", "1 kibibyte", "1.5.3GB", "1-2GB", "e"];
+        let invalid = ["80%", "1000", "NONE", "bogus", "", "4XB", "GB", "1 kibibyte", "1.5.3GB", "1-2GB", "e", "1e30GB", " -x"];
         let mut db = DuckDb::in_memory().unwrap();
         for v in valid.iter().chain(&invalid) {
             let ours = crate::config::memory_limit_problem(v);

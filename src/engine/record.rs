@@ -61,6 +61,31 @@ pub fn identity(_engine: &Path) -> Option<String> {
     None
 }
 
+/// The part of [`identity`] read by `stat` alone (the file's and the WAL's device, inode, size,
+/// modification and status-change times), without opening the file: what may be taken while a
+/// DuckDB connection of this process holds the file. (DuckDB locks the file with a POSIX
+/// `fcntl` lock, which closing ANY descriptor of the file in the same process releases: reading
+/// the header, as [`identity`] does, would hand the file to other processes.) Any write changes
+/// it: the status-change time cannot be set back.
+#[cfg(unix)]
+pub fn stat_identity(engine: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let stat = |m: &std::fs::Metadata| format!("{}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    let db = fs_err::metadata(engine).ok()?;
+    let wal = match fs_err::metadata(wal_path(engine)) {
+        Ok(m) => stat(&m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "absent".to_string(),
+        Err(_) => return None,
+    };
+    Some(format!("db {} wal {wal}", stat(&db)))
+}
+
+/// Without the Unix file identity nothing is ever recorded.
+#[cfg(not(unix))]
+pub fn stat_identity(_engine: &Path) -> Option<String> {
+    None
+}
+
 fn wal_path(engine: &Path) -> PathBuf {
     let mut p = engine.as_os_str().to_owned();
     p.push(".wal");

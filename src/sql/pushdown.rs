@@ -223,10 +223,41 @@ fn expr_key(e: &Expr) -> String {
     e.to_string().to_lowercase()
 }
 
-/// True when `target` (the expression of the filtered column) is `e`, or `e` names the output
-/// column `column`.
-fn is_key(e: &Expr, target: &Expr, column: &str) -> bool {
-    expr_key(e) == expr_key(target) || matches!(e, Expr::Identifier(i) if same(&i.value, column))
+/// True when `e` (a `GROUP BY` or `PARTITION BY` key of `select`) may be `target` (the expression
+/// of the filtered column): the same text, the output column `column` by name or by position
+/// (`GROUP BY 1`), or a column reference with the same column name whatever its qualifier
+/// (`e.day` and `day`). Generous on purpose: a key taken for the column only costs a warning
+/// not given; a key not recognised would be a false alarm.
+fn is_key(select: &Select, e: &Expr, target: &Expr, column: &str) -> bool {
+    fn column_name(e: &Expr) -> Option<&str> {
+        match e {
+            Expr::Identifier(i) => Some(&i.value),
+            Expr::CompoundIdentifier(parts) => parts.last().map(|i| i.value.as_str()),
+            Expr::Nested(inner) => column_name(inner),
+            _ => None,
+        }
+    }
+    let names = |e: &Expr| {
+        expr_key(e) == expr_key(target)
+            || column_name(e).is_some_and(|n| same(n, column))
+            || column_name(e).zip(column_name(target)).is_some_and(|(a, b)| same(a, b))
+    };
+    if names(e) {
+        return true;
+    }
+    // `GROUP BY 2`: the second output column.
+    if let Expr::Value(v) = e
+        && let Ok(n) = v.to_string().parse::<usize>()
+        && let Some(item) = n.checked_sub(1).and_then(|i| select.projection.get(i))
+    {
+        return match item {
+            SelectItem::UnnamedExpr(x) => names(x),
+            SelectItem::ExprWithAlias { expr, alias } => same(&alias.value, column) || names(expr),
+            // A position into `*`: not followed, taken as the column (no false alarm).
+            _ => true,
+        };
+    }
+    false
 }
 
 /// Shortens SQL text for a message.
@@ -265,7 +296,7 @@ fn through_select<'q>(dag: &Dag, select: &'q Select, column: &str, ctes: &[&'q s
                 .unwrap_or_default(),
             None => Vec::new(),
         };
-        if !partition.iter().any(|p| is_key(p, &target, column)) {
+        if !partition.iter().any(|p| is_key(select, p, &target, column)) {
             let clause = if select.qualify.is_some() { "a `QUALIFY` on " } else { "" };
             return Step::Blocked(format!(
                 "it computes {clause}`{}` over all its rows, and `{column}` is not one of its `PARTITION BY` keys",
@@ -283,7 +314,7 @@ fn through_select<'q>(dag: &Dag, select: &'q Select, column: &str, ctes: &[&'q s
     // Grouped by the column (`GROUP BY ALL` groups by every non-aggregate output): the filter
     // passes; grouped by other keys, or aggregated into one row: it does not.
     let grouped_by_column = match &select.group_by {
-        GroupByExpr::Expressions(keys, _) if !keys.is_empty() => Some(keys.iter().any(|k| is_key(k, &target, column))),
+        GroupByExpr::Expressions(keys, _) if !keys.is_empty() => Some(keys.iter().any(|k| is_key(select, k, &target, column))),
         GroupByExpr::All(_) => Some(true),
         _ => None,
     };

@@ -31,6 +31,11 @@ const SHAPES: &[(&str, &[&str])] = &[
     ("SELECT id, k, t + INTERVAL 1 HOUR AS t FROM {src}", &["id", "k", "t"]),
     ("SELECT e.id, e.k, e.t FROM {src} AS e LEFT JOIN (SELECT DISTINCT k FROM {src}) AS d ON d.k = e.k", &["id", "k", "t"]),
     ("SELECT * FROM {src} WINDOW w AS (PARTITION BY k ORDER BY t) QUALIFY row_number() OVER w = 1", &["id", "k", "t", "v"]),
+    // Keys spelled otherwise than the output column: by position, qualified, and `*` against a
+    // qualified partition key.
+    ("SELECT t, k, count(*) AS n FROM {src} GROUP BY 1, 2", &["t", "k", "n"]),
+    ("SELECT t, count(*) AS n FROM {src} AS e GROUP BY e.t", &["t", "n"]),
+    ("SELECT *, row_number() OVER (PARTITION BY e.t ORDER BY e.id) AS rn FROM {src} AS e", &["id", "k", "t", "v", "rn"]),
 ];
 
 const EVENTS: &str =
