@@ -608,6 +608,9 @@ fn record_catalog_and_close(project: &Project, mut engine: DuckDb) -> bool {
         let catalog = engine.catalog().ok()?;
         (stat_identity(&path)? == before).then_some((before, catalog))
     })();
+    tracing::debug!("engine catalog read on the apply's connection; closing it");
+    // Test hook: the window in which the connection still holds the file (its lock must hold).
+    apply::fault::delay_point("apply-before-close");
     drop(engine);
     let Some((before, catalog)) = read else { return false };
     // No connection of this process holds the file now: reading its header is harmless.

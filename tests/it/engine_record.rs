@@ -218,3 +218,42 @@ fn apply_records_the_catalog_from_its_own_connection_exactly_as_a_fresh_query_re
     let (_, stderr) = plan_debug(&p);
     assert!(stderr.contains(FROM_RECORD), "{stderr}");
 }
+
+/// While the apply reads the catalog it records and closes its connection, DuckDB's lock on the
+/// file holds: another process cannot open it for writing (identities are taken by `stat` while
+/// the connection is open; opening and closing the file would release the process's lock).
+#[test]
+fn the_engine_file_stays_locked_until_the_apply_closes_its_connection() {
+    use std::io::BufRead;
+    let p = sample_project();
+    let mut cmd = p.command(&["--log-level", "debug", "--log-format", "logfmt", "apply", "dev", "--yes"]);
+    cmd.env("EFMESH_DELAY", "apply-before-close=1500").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn efmesh");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut seen = String::new();
+    let reached = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if l.contains("closing it") {
+                    break true;
+                }
+            }
+            _ => break false,
+        }
+    };
+    assert!(reached, "the apply never reached its close:\n{seen}");
+    // Inside the window: a writer from another process is refused.
+    let other = duckdb::Connection::open(p.root().join("efmesh.duckdb"));
+    assert!(other.is_err(), "another process opened the engine file while the apply still held it");
+    drop(other);
+    for l in lines.map_while(Result::ok) {
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{seen}");
+    assert!(seen.contains("read on the apply's connection and recorded"), "{seen}");
+}
