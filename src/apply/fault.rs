@@ -15,7 +15,9 @@
 //! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
 //! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
 //! so every interleaving happens; the scheduler tests hold a model's build (`build:<schema.table>`,
-//! before its first transaction, on whichever connection builds it) to make builds overlap.
+//! before its first transaction, on whichever connection builds it) to make builds overlap;
+//! the engine-record test holds an apply between its catalog read and the close of its
+//! connection (`apply-before-close`) to show the file stays locked.
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";
