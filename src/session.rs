@@ -707,13 +707,12 @@ pub fn plan_checked_with(
 /// the file changes them); `None` when either cannot be read (then nothing is skipped).
 #[cfg(unix)]
 fn store_identity(project: &Project, state: &dyn StateStore) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
     if state.is_in_memory() {
         return None;
     }
     let m = fs_err::metadata(project.config.state_path()).ok()?;
     let id = state.store_id().ok()?;
-    Some(format!("{id} {}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+    Some(format!("{id} {}", crate::engine::record::file_stat(&m)))
 }
 
 /// blake3 (hex) over every environment's pointers but `env`'s, or `None` when they cannot be

@@ -41,7 +41,7 @@
 //! rows (`EXCEPT ALL` both ways, doubles rounded to 6 decimals; `--compare counts` only counts).
 //! stdout of the timed processes goes to /dev/null; stderr to a file shown on failure.
 
-use super::process::{efmesh_bin, loadavg};
+use super::process::{bench_dir, efmesh_bin, loadavg, remove};
 use efmesh::apply::resolve::{ExecResolver, Mode};
 use efmesh::config::Config;
 use efmesh::core::interval::{self, Interval};
@@ -200,15 +200,6 @@ fn floor_exec(dir: &Path, script: &Path, db: &Path) -> anyhow::Result<Command> {
     let mut c = Command::new(std::env::current_exe()?);
     c.arg("--floor-exec").arg(script).arg(db).current_dir(dir);
     Ok(c)
-}
-
-fn remove(p: &Path) -> anyhow::Result<()> {
-    match fs_err::metadata(p) {
-        Ok(m) if m.is_dir() => fs_err::remove_dir_all(p)?,
-        Ok(_) => fs_err::remove_file(p)?,
-        Err(_) => {}
-    }
-    Ok(())
 }
 
 /// The files an efmesh project's state lives in (state store, engine, caches).
@@ -512,15 +503,7 @@ fn middle_edit(dir: &Path, layers: usize) -> anyhow::Result<(PathBuf, String, St
 }
 
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
-    let tmp = tempfile::Builder::new().prefix("efmesh-bench-floor-").tempdir()?;
-    let dir: PathBuf = match &args.keep {
-        Some(k) => {
-            let d = k.join(format!("floor{n}"));
-            remove(&d)?;
-            d
-        }
-        None => tmp.path().to_path_buf(),
-    };
+    let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("floor{n}"), "efmesh-bench-floor-")?;
     let summary = super::generator::generate(&dir, n, args.events, args.seed)?;
     let config = Config::load(&dir.join("efmesh.toml"))?;
     let project = Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -211,7 +211,23 @@ fn read_floor(dir: &Path) -> anyhow::Result<(Duration, usize, u64)> {
     Ok((t.elapsed(), files.len(), bytes))
 }
 
-fn remove(p: &Path) -> anyhow::Result<()> {
+/// The directory one size of a bench runs in: `<keep>/<name>` emptied first (kept after the
+/// run), or a new temporary directory (`prefix…`) removed with the returned guard.
+pub(super) fn bench_dir(keep: Option<&Path>, name: &str, prefix: &str) -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
+    let tmp = tempfile::Builder::new().prefix(prefix).tempdir()?;
+    let dir = match keep {
+        Some(k) => {
+            let d = k.join(name);
+            remove(&d)?;
+            d
+        }
+        None => tmp.path().to_path_buf(),
+    };
+    Ok((tmp, dir))
+}
+
+/// Removes the file or directory `p`, if there is one.
+pub(super) fn remove(p: &Path) -> anyhow::Result<()> {
     match fs_err::metadata(p) {
         Ok(m) if m.is_dir() => fs_err::remove_dir_all(p)?,
         Ok(_) => fs_err::remove_file(p)?,
@@ -275,15 +291,7 @@ struct Row {
 }
 
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
-    let tmp = tempfile::Builder::new().prefix("efmesh-bench-process-").tempdir()?;
-    let dir: PathBuf = match &args.keep {
-        Some(k) => {
-            let d = k.join(format!("p{n}"));
-            remove(&d)?;
-            d
-        }
-        None => tmp.path().to_path_buf(),
-    };
+    let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("p{n}"), "efmesh-bench-process-")?;
     let t = Instant::now();
     let summary = super::generator::generate(&dir, n, args.events, args.seed)?;
     eprintln!("[n={n}] generated {} models in {} files in {} ms; load average {}", summary.models, summary.files, super::ms(t.elapsed()), loadavg());

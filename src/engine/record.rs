@@ -42,17 +42,30 @@ pub fn path_for(state_path: &Path) -> PathBuf {
 #[cfg(unix)]
 pub fn identity(engine: &Path) -> Option<String> {
     use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
-    let stat = |m: &std::fs::Metadata| format!("{}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
     let db = fs_err::metadata(engine).ok()?;
     let mut header = Vec::with_capacity(HEADER_BYTES);
     fs_err::File::open(engine).ok()?.take(HEADER_BYTES as u64).read_to_end(&mut header).ok()?;
-    let wal = match fs_err::metadata(wal_path(engine)) {
-        Ok(m) => stat(&m),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "absent".to_string(),
-        Err(_) => return None,
-    };
-    Some(format!("db {} header {} wal {wal}", stat(&db), blake3::hash(&header).to_hex()))
+    let wal = wal_stat(engine)?;
+    Some(format!("db {} header {} wal {wal}", file_stat(&db), blake3::hash(&header).to_hex()))
+}
+
+/// A file's device, inode, size, modification and status-change times (nanoseconds), as text:
+/// what the identities of the engine file and of the state store are made of.
+#[cfg(unix)]
+pub fn file_stat(m: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
+}
+
+/// [`file_stat`] of the engine's write-ahead log, `absent` when there is none; `None` when it
+/// cannot be read.
+#[cfg(unix)]
+fn wal_stat(engine: &Path) -> Option<String> {
+    match fs_err::metadata(wal_path(engine)) {
+        Ok(m) => Some(file_stat(&m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
+        Err(_) => None,
+    }
 }
 
 /// Without the Unix file identity nothing is ever recorded: every plan queries the catalog.
@@ -69,15 +82,8 @@ pub fn identity(_engine: &Path) -> Option<String> {
 /// it: the status-change time cannot be set back.
 #[cfg(unix)]
 pub fn stat_identity(engine: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let stat = |m: &std::fs::Metadata| format!("{}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
     let db = fs_err::metadata(engine).ok()?;
-    let wal = match fs_err::metadata(wal_path(engine)) {
-        Ok(m) => stat(&m),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "absent".to_string(),
-        Err(_) => return None,
-    };
-    Some(format!("db {} wal {wal}", stat(&db)))
+    Some(format!("db {} wal {}", file_stat(&db), wal_stat(engine)?))
 }
 
 /// Without the Unix file identity nothing is ever recorded.
