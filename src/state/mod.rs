@@ -81,7 +81,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// last of [`MIGRATIONS`] produces. A store holding any other value is refused with
 /// [`StateError`] (see [`StateError::is_version_mismatch`]); an older one is upgraded by
 /// [`migrate`].
-pub const STATE_VERSION: i64 = 7;
+pub const STATE_VERSION: i64 = 8;
 
 /// The state store's interface: everything plan, apply, the session and the commands read and
 /// write. Implementations keep each write atomic (all or nothing), keep every instant as

@@ -155,7 +155,19 @@ CREATE TABLE audit_passes (
     };
 }
 
-/// The layout of [`STATE_VERSION`] 7. Every timestamp column holds ISO-8601 UTC text with
+/// The index layout version 8 added: snapshots by physical relation. Recording a build, a batch
+/// or an upsert finds the other versions on the same table (`bump_data_generation`, the record
+/// of a rebuild, `begin_data_write`) by this index; without it each of those scanned every
+/// snapshot, so an apply of n models read the table n times (quadratic in the project).
+macro_rules! v8_indexes {
+    () => {
+        r#"
+CREATE INDEX snapshots_by_physical ON snapshots (physical);
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 8. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -230,7 +242,8 @@ CREATE TABLE canon_cache (
     leases_and_ticks!(),
     v5_tables!(),
     v6_tables!(),
-    v7_tables!()
+    v7_tables!(),
+    v8_indexes!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -308,6 +321,7 @@ UPDATE meta SET version = 5;
         description: "audits passed on a version's data (promotion does not re-run them)",
         sql: concat!(v7_tables!(), "UPDATE meta SET version = 7;\n"),
     },
+    Migration { to: 8, description: "an index of snapshots by physical relation", sql: concat!(v8_indexes!(), "UPDATE meta SET version = 8;\n") },
 ];
 
 /// What [`migrate`] did.
@@ -1518,8 +1532,8 @@ impl StateStore for SqliteStore {
                     if !rec.physical.is_empty() {
                         tx.prepare_cached(
                             "UPDATE data_versions SET built_from = '\"rebuilt for another version\"' \
-                             WHERE built_from IS NOT NULL AND NOT (name = ?1 AND fingerprint = ?2) AND EXISTS ( \
-                             SELECT 1 FROM snapshots s WHERE s.name = data_versions.name AND s.fingerprint = data_versions.fingerprint AND s.physical = ?3)",
+                             WHERE built_from IS NOT NULL AND NOT (name = ?1 AND fingerprint = ?2) \
+                             AND (name, fingerprint) IN (SELECT s.name, s.fingerprint FROM snapshots s WHERE s.physical = ?3)",
                         )?
                         .execute(params![rec.name, rec.fingerprint, rec.physical])?;
                     }
@@ -1559,9 +1573,11 @@ impl StateStore for SqliteStore {
                 self.write(|tx| {
                     bump_data_generation(tx, name, fp, &to_iso(now))?;
                     let mut stmt = tx.prepare_cached(
-                        "SELECT d.name, d.fingerprint, d.generation FROM data_versions d WHERE (d.name = ?1 AND d.fingerprint = ?2) OR EXISTS ( \
-                         SELECT 1 FROM snapshots s WHERE s.name = d.name AND s.fingerprint = d.fingerprint AND s.physical <> '' \
-                         AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2)) ORDER BY 1, 2",
+                        "SELECT d.name, d.fingerprint, d.generation FROM data_versions d WHERE d.name = ?1 AND d.fingerprint = ?2 \
+                         UNION SELECT d.name, d.fingerprint, d.generation FROM snapshots s \
+                         JOIN data_versions d ON d.name = s.name AND d.fingerprint = s.fingerprint \
+                         WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
+                         ORDER BY 1, 2",
                     )?;
                     let marked = stmt.query_map(params![name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<Vec<_>, _>>()?;
                     Ok(DataWrite { version: (name.to_string(), fp.to_string()), marked })
@@ -2102,11 +2118,14 @@ mod tests {
         assert_eq!(mode, "wal");
     }
 
-    /// Turns the store at `path` back into the layout of `version` (1 to 6), as the
+    /// Turns the store at `path` back into the layout of `version` (1 to 7), as the
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP TABLE audit_passes; UPDATE meta SET version = 6;").unwrap();
+        conn.execute_batch("DROP INDEX snapshots_by_physical; UPDATE meta SET version = 7;").unwrap();
+        if version <= 6 {
+            conn.execute_batch("DROP TABLE audit_passes; UPDATE meta SET version = 6;").unwrap();
+        }
         if version <= 5 {
             conn.execute_batch("DROP TABLE data_versions; DROP TABLE orphans_seen; ALTER TABLE meta DROP COLUMN store_id; UPDATE meta SET version = 5;")
                 .unwrap();
