@@ -4,7 +4,7 @@
 //! ```text
 //! scripts/cargo build --bin efmesh && scripts/cargo run --example bench -- --floor [N ...]
 //!     [--runs K] [--events ROWS] [--seed S] [--keep DIR] [--no-flights] [--flights-only] [--compare counts|full]
-//!     [--jobs J[,J…]]
+//!     [--jobs J[,J…]] [--one-batch]
 //! ```
 //! Default: N = 100 500 2000, K = 3. Per N, in a fresh directory holding the generated project
 //! (`bench/gen.rs`):
@@ -68,11 +68,26 @@ struct Args {
     full_compare: bool,
     /// `--jobs` of the timed `apply all` runs, one line each.
     jobs: Vec<usize>,
+    /// `--one-batch`: the generated time-range models declare a `batch_size` covering their
+    /// whole range, so efmesh runs one statement per model as the floor does (the default
+    /// project declares 7, 14 or 30 days: efmesh then runs 2–6 statements, commits and scans
+    /// per model where the floor runs one).
+    one_batch: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut a =
-        Args { ns: Vec::new(), runs: 3, events: 200_000, seed: 0xEF3E_5B2C_0001, keep: None, flights: true, sizes: true, full_compare: true, jobs: Vec::new() };
+    let mut a = Args {
+        ns: Vec::new(),
+        runs: 3,
+        events: 200_000,
+        seed: 0xEF3E_5B2C_0001,
+        keep: None,
+        flights: true,
+        sizes: true,
+        full_compare: true,
+        jobs: Vec::new(),
+        one_batch: false,
+    };
     let mut it = std::env::args().skip(1).filter(|x| x != "--floor");
     while let Some(x) = it.next() {
         let mut val = |name: &str| it.next().ok_or_else(|| anyhow::anyhow!("{name} needs a value"));
@@ -82,6 +97,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--seed" => a.seed = val("--seed")?.parse()?,
             "--keep" => a.keep = Some(val("--keep")?.into()),
             "--no-flights" => a.flights = false,
+            "--one-batch" => a.one_batch = true,
             "--flights-only" => a.sizes = false,
             "--compare" => a.full_compare = val("--compare")? != "counts",
             "--jobs" => {
@@ -502,9 +518,39 @@ fn middle_edit(dir: &Path, layers: usize) -> anyhow::Result<(PathBuf, String, St
     anyhow::bail!("no model with a WHERE line under {}", layer.display())
 }
 
+/// `--one-batch`: rewrites every `batch_size = N` of the generated models under `dir` to a size
+/// covering the generated range, so each time-range model is backfilled in one batch.
+fn one_batch_per_model(dir: &Path) -> anyhow::Result<()> {
+    for entry in fs_err::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            one_batch_per_model(&path)?;
+        } else if path.extension().is_some_and(|e| e == "lua") {
+            let text = fs_err::read_to_string(&path)?;
+            let mut out = String::with_capacity(text.len());
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("batch_size = ") {
+                let after = &rest[at + "batch_size = ".len()..];
+                let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+                out.push_str(&rest[..at]);
+                out.push_str("batch_size = 100000");
+                rest = &after[digits..];
+            }
+            out.push_str(rest);
+            if out != text {
+                fs_err::write(&path, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("floor{n}"), "efmesh-bench-floor-")?;
     let summary = super::generator::generate(&dir, n, args.events, args.seed)?;
+    if args.one_batch {
+        one_batch_per_model(&dir.join("models"))?;
+    }
     let config = Config::load(&dir.join("efmesh.toml"))?;
     let project = Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ranges = ranges(&project, &dir)?;
@@ -556,7 +602,13 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         let (ef, fl) =
             alternate(k, fresh, || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes", "--jobs", &jobs])), fresh_floor, || floor_exec(&dir, &script, &floor_db))?;
         let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&project), args.full_compare)?);
-        push(Line { what: format!("n={n}: apply all --jobs {j}"), ef, fl, note, load: loadavg() });
+        push(Line {
+            what: format!("n={n}: apply all --jobs {j}{}", if args.one_batch { " (one batch per model)" } else { "" }),
+            ef,
+            fl,
+            note,
+            load: loadavg(),
+        });
     }
     let snap = dir.join("snap-efmesh");
     let floor_snap = dir.join("snap-floor");

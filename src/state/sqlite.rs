@@ -1530,12 +1530,7 @@ impl StateStore for SqliteStore {
                     // (not one of `sharers`, set below) gets a record no sources match: the
                     // table now holds what this version's sources hold.
                     if !rec.physical.is_empty() {
-                        tx.prepare_cached(
-                            "UPDATE data_versions SET built_from = '\"rebuilt for another version\"' \
-                             WHERE built_from IS NOT NULL AND NOT (name = ?1 AND fingerprint = ?2) \
-                             AND (name, fingerprint) IN (SELECT s.name, s.fingerprint FROM snapshots s WHERE s.physical = ?3)",
-                        )?
-                        .execute(params![rec.name, rec.fingerprint, rec.physical])?;
+                        tx.prepare_cached(UNTRUE_SHARERS_SQL)?.execute(params![rec.name, rec.fingerprint, rec.physical])?;
                     }
                     let mut set = tx.prepare_cached("UPDATE data_versions SET built_from = ?3 WHERE name = ?1 AND fingerprint = ?2")?;
                     set.execute(params![rec.name, rec.fingerprint, built_from])?;
@@ -1572,13 +1567,7 @@ impl StateStore for SqliteStore {
             || {
                 self.write(|tx| {
                     bump_data_generation(tx, name, fp, &to_iso(now))?;
-                    let mut stmt = tx.prepare_cached(
-                        "SELECT d.name, d.fingerprint, d.generation FROM data_versions d WHERE d.name = ?1 AND d.fingerprint = ?2 \
-                         UNION SELECT d.name, d.fingerprint, d.generation FROM snapshots s \
-                         JOIN data_versions d ON d.name = s.name AND d.fingerprint = s.fingerprint \
-                         WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
-                         ORDER BY 1, 2",
-                    )?;
+                    let mut stmt = tx.prepare_cached(MARKED_SQL)?;
                     let marked = stmt.query_map(params![name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<Vec<_>, _>>()?;
                     Ok(DataWrite { version: (name.to_string(), fp.to_string()), marked })
                 })
@@ -1749,16 +1738,29 @@ fn bump_data_generation(tx: &Transaction<'_>, name: &str, fp: &str, at: &str) ->
          ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
     )?
     .execute(params![name, fp, at])?;
-    tx.prepare_cached(
-        "INSERT INTO data_versions (name, fingerprint, generation, updated_at) \
-         SELECT s.name, s.fingerprint, 1, ?3 FROM snapshots s \
-         WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
-         AND NOT (s.name = ?1 AND s.fingerprint = ?2) \
-         ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
-    )?
-    .execute(params![name, fp, at])?;
+    tx.prepare_cached(BUMP_SHARERS_SQL)?.execute(params![name, fp, at])?;
     Ok(())
 }
+
+/// Bumps the generation of every other version on the table of `(?1, ?2)` (at `?3`); found by
+/// `snapshots_by_physical`, never by a scan of the snapshots.
+const BUMP_SHARERS_SQL: &str = "INSERT INTO data_versions (name, fingerprint, generation, updated_at) \
+     SELECT s.name, s.fingerprint, 1, ?3 FROM snapshots s \
+     WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
+     AND NOT (s.name = ?1 AND s.fingerprint = ?2) \
+     ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at";
+
+/// Makes untrue the `full` build record of every version on the table `?3` but `(?1, ?2)`.
+const UNTRUE_SHARERS_SQL: &str = "UPDATE data_versions SET built_from = '\"rebuilt for another version\"' \
+     WHERE built_from IS NOT NULL AND NOT (name = ?1 AND fingerprint = ?2) \
+     AND (name, fingerprint) IN (SELECT s.name, s.fingerprint FROM snapshots s WHERE s.physical = ?3)";
+
+/// The generations of `(?1, ?2)` and of every version on its table, after a write was marked.
+const MARKED_SQL: &str = "SELECT d.name, d.fingerprint, d.generation FROM data_versions d WHERE d.name = ?1 AND d.fingerprint = ?2 \
+     UNION SELECT d.name, d.fingerprint, d.generation FROM snapshots s \
+     JOIN data_versions d ON d.name = s.name AND d.fingerprint = s.fingerprint \
+     WHERE s.physical <> '' AND s.physical = (SELECT o.physical FROM snapshots o WHERE o.name = ?1 AND o.fingerprint = ?2) \
+     ORDER BY 1, 2";
 
 impl SqliteStore {
     /// The janitor's inventory, read on `conn` (a plain connection or a transaction).
@@ -2183,6 +2185,37 @@ mod tests {
             let again = migrate(&path, t("2026-03-05")).unwrap();
             assert!(again.applied.is_empty() && again.backup.is_none());
         }
+    }
+
+    /// The statements run when a build, a batch or a write is recorded find the versions on a
+    /// table through `snapshots_by_physical` and primary keys: none scans `snapshots` or
+    /// `data_versions` (a scan per record made an apply of n models read them n times).
+    fn assert_sharers_found_by_index(conn: &Connection) {
+        for sql in [BUMP_SHARERS_SQL, UNTRUE_SHARERS_SQL, MARKED_SQL] {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let args = ["m.a".to_string(), fp('a'), "p".to_string()];
+            let args = &args[..stmt.parameter_count()];
+            let steps: Vec<String> = stmt.query_map(rusqlite::params_from_iter(args), |r| r.get(3)).unwrap().collect::<Result<_, _>>().unwrap();
+            assert!(steps.iter().any(|s| s.contains("USING INDEX snapshots_by_physical")), "{sql}: {steps:?}");
+            assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "a full scan in {sql}: {steps:?}");
+        }
+    }
+
+    #[test]
+    fn the_versions_sharing_a_table_are_found_by_index_in_a_fresh_and_a_migrated_store() {
+        let (_dir, path) = temp_store();
+        let store = SqliteStore::open(&path).unwrap();
+        assert_sharers_found_by_index(&store.conn);
+        drop(store);
+        downgrade(&path, STATE_VERSION - 1);
+        let old = Connection::open(&path).unwrap();
+        let mut stmt = old.prepare(&format!("EXPLAIN QUERY PLAN {BUMP_SHARERS_SQL}")).unwrap();
+        let before: Vec<String> = stmt.query_map(params!["m.a", fp('a'), "p"], |r| r.get(3)).unwrap().collect::<Result<_, _>>().unwrap();
+        drop(stmt);
+        assert!(before.iter().any(|s| s == "SCAN s"), "layout 7 scans the snapshots: {before:?}");
+        drop(old);
+        migrate(&path, t("2026-03-04")).unwrap();
+        assert_sharers_found_by_index(&SqliteStore::open(&path).unwrap().conn);
     }
 
     /// A writer holding the write lock when `migrate` starts commits before the backup (taken
