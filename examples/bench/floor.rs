@@ -548,6 +548,8 @@ fn one_batch_per_model(dir: &Path) -> anyhow::Result<()> {
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("floor{n}"), "efmesh-bench-floor-")?;
     let summary = super::generator::generate(&dir, n, args.events, args.seed)?;
+    // Every line of a `--one-batch` run says so.
+    let tag = if args.one_batch { format!("n={n}, one batch per model") } else { format!("n={n}") };
     if args.one_batch {
         one_batch_per_model(&dir.join("models"))?;
     }
@@ -592,8 +594,8 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         fresh()?;
         cold.0.push(measure(efmesh(bin, &dir, &["plan", "dev"]))?);
     }
-    push(Line { what: format!("n={n}: start (`efmesh --version`)"), ef: start, fl: Runs::default(), note: String::new(), load: loadavg() });
-    push(Line { what: format!("n={n}: cold plan"), ef: cold, fl: Runs::default(), note: String::new(), load: loadavg() });
+    push(Line { what: format!("{tag}: start (`efmesh --version`)"), ef: start, fl: Runs::default(), note: String::new(), load: loadavg() });
+    push(Line { what: format!("{tag}: cold plan"), ef: cold, fl: Runs::default(), note: String::new(), load: loadavg() });
 
     // Apply everything, once per `--jobs` value (each line with its own floor runs); every
     // result is compared with the floor's.
@@ -602,13 +604,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         let (ef, fl) =
             alternate(k, fresh, || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes", "--jobs", &jobs])), fresh_floor, || floor_exec(&dir, &script, &floor_db))?;
         let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&project), args.full_compare)?);
-        push(Line {
-            what: format!("n={n}: apply all --jobs {j}{}", if args.one_batch { " (one batch per model)" } else { "" }),
-            ef,
-            fl,
-            note,
-            load: loadavg(),
-        });
+        push(Line { what: format!("{tag}: apply all --jobs {j}"), ef, fl, note, load: loadavg() });
     }
     let snap = dir.join("snap-efmesh");
     let floor_snap = dir.join("snap-floor");
@@ -632,7 +628,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let out = Command::new(bin).args(["plan", "dev", "--json"]).current_dir(&dir).output()?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     anyhow::ensure!(v["hasChanges"] == serde_json::Value::Bool(false), "the plan right after apply has changes");
-    push(Line { what: format!("n={n}: no-op plan"), ef: noop, fl: Runs::default(), note: "no changes".into(), load: loadavg() });
+    push(Line { what: format!("{tag}: no-op plan"), ef: noop, fl: Runs::default(), note: "no changes".into(), load: loadavg() });
 
     // Promote dev → prod.
     let (ef, fl) = alternate(
@@ -649,7 +645,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         .map(|m| (env_view(efmesh::core::name::PROD, &m.name), env_view(efmesh::core::name::PROD, &m.name), m))
         .collect();
     let (views, _) = compare(&dir.join("efmesh.duckdb"), &floor_db, &prod_pairs, false)?;
-    push(Line { what: format!("n={n}: promote dev → prod"), ef, fl, note: format!("{views} prod views, same counts"), load: loadavg() });
+    push(Line { what: format!("{tag}: promote dev → prod"), ef, fl, note: format!("{views} prod views, same counts"), load: loadavg() });
 
     // A breaking change in the middle layer.
     let (file, original, edited, model) = middle_edit(&dir, summary.layers)?;
@@ -669,7 +665,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
             || floor_exec(&dir, &rerun_sql, &floor_db),
         )?;
         let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&changed_project), args.full_compare)?);
-        Ok(Line { what: format!("n={n}: breaking change of `{model}` ({rebuilt} models re-run)"), ef, fl, note, load: loadavg() })
+        Ok(Line { what: format!("{tag}: breaking change of `{model}` ({rebuilt} models re-run)"), ef, fl, note, load: loadavg() })
     })();
     fs_err::write(&file, &original)?;
     push(result?);

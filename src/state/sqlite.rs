@@ -178,8 +178,8 @@ CREATE INDEX snapshots_by_physical ON snapshots (physical);
 /// `promotions` holds, per environment, a promotion under way: recorded before its views move,
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
-/// `ticks` is the run journal (one row per `efmesh run`); the tables of versions 5 and 6 are
-/// described at `v5_tables!` and `v6_tables!`.
+/// `ticks` is the run journal (one row per `efmesh run`); the tables and index of versions 5 to
+/// 8 are described at `v5_tables!`, `v6_tables!`, `v7_tables!` and `v8_indexes!`.
 pub const SCHEMA: &str = concat!(
     r#"
 CREATE TABLE meta (
@@ -2216,6 +2216,60 @@ mod tests {
         drop(old);
         migrate(&path, t("2026-03-04")).unwrap();
         assert_sharers_found_by_index(&SqliteStore::open(&path).unwrap().conn);
+    }
+
+    /// The layout of the store on `conn` as text: per table (name order) whether it is `WITHOUT
+    /// ROWID`, its columns (name, type, not null, default, primary-key position) and its indexes
+    /// (name, unique, origin, partial, and their columns).
+    fn layout_of(conn: &Connection) -> Vec<String> {
+        let tables: Vec<(String, String)> = conn
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut out = Vec::new();
+        for (table, sql) in tables {
+            out.push(format!("table {table} without_rowid={}", sql.to_uppercase().contains("WITHOUT ROWID")));
+            let mut cols = conn.prepare(&format!("PRAGMA table_xinfo({})", crate::core::name::quote_ident(&table))).unwrap();
+            let rows = cols.query_map([], |r| {
+                Ok(format!(
+                    "  column {:?}",
+                    (r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?, r.get::<_, Option<String>>(4)?, r.get::<_, i64>(5)?)
+                ))
+            });
+            out.extend(rows.unwrap().map(Result::unwrap));
+            let mut indexes = conn.prepare(&format!("PRAGMA index_list({})", crate::core::name::quote_ident(&table))).unwrap();
+            let mut list: Vec<(String, i64, String, i64)> =
+                indexes.query_map([], |r| Ok((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))).unwrap().collect::<Result<_, _>>().unwrap();
+            list.sort();
+            for (index, unique, origin, partial) in list {
+                let mut cols = conn.prepare(&format!("PRAGMA index_info({})", crate::core::name::quote_ident(&index))).unwrap();
+                let names: Vec<Option<String>> = cols.query_map([], |r| r.get(2)).unwrap().collect::<Result<_, _>>().unwrap();
+                out.push(format!("  index {index} unique={unique} origin={origin} partial={partial} {names:?}"));
+            }
+        }
+        out
+    }
+
+    /// Every historical layout (`tests/fixtures/state-v<N>.sql`), migrated, has exactly the
+    /// layout of a fresh store: tables, columns, keys and indexes.
+    #[test]
+    fn a_store_migrated_from_every_older_layout_has_the_fresh_layout() {
+        let (_dir, fresh) = temp_store();
+        drop(SqliteStore::open(&fresh).unwrap());
+        let want = layout_of(&Connection::open(&fresh).unwrap());
+        assert!(want.iter().any(|l| l.contains("index snapshots_by_physical")), "{want:#?}");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for version in 1..STATE_VERSION {
+            let (_dir, path) = temp_store();
+            let sql = fs_err::read_to_string(fixtures.join(format!("state-v{version}.sql"))).unwrap();
+            Connection::open(&path).unwrap().execute_batch(&sql).unwrap();
+            assert_eq!(stored_version_of(&path).unwrap(), Some(version));
+            migrate(&path, t("2026-03-04")).unwrap();
+            assert_eq!(layout_of(&Connection::open(&path).unwrap()), want, "migrated from layout {version}");
+        }
     }
 
     /// A writer holding the write lock when `migrate` starts commits before the backup (taken
