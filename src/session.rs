@@ -400,7 +400,7 @@ impl Session {
         // By `stat` alone, never by opening the file: closing a descriptor of the store in this
         // process would release the POSIX locks SQLite holds on it for any open connection.
         let path = project.config.state_path();
-        versions.set_store_identity(store_file_identity(&path));
+        versions.set_store_identity(crate::engine::record::path_stat(&path).map(|stat| format!("store {stat}")));
         let state = open_state(project, false)?;
         let (catalog, catalog_id) = self.engine_catalog(project);
         versions.set_catalog_identity(catalog_id);
@@ -699,23 +699,6 @@ pub fn plan_checked_with(
         tracing::debug!("cannot write {}: {e}", record.display());
     }
     Ok(plan)
-}
-
-/// The state store file's identity by `stat` (device, inode, size, modification and
-/// status-change times), `absent` when there is no file, `None` when it cannot be told.
-#[cfg(unix)]
-fn store_file_identity(path: &std::path::Path) -> Option<String> {
-    match fs_err::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
-        Err(_) => None,
-        Ok(m) => Some(format!("store {}", crate::engine::record::file_stat(&m))),
-    }
-}
-
-/// Without the Unix file identity no action is reused from the plan before.
-#[cfg(not(unix))]
-fn store_file_identity(_path: &std::path::Path) -> Option<String> {
-    None
 }
 
 /// The identity of the state store `state` was opened from: its `store_id` and the file's

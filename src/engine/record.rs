@@ -57,15 +57,27 @@ pub fn file_stat(m: &std::fs::Metadata) -> String {
     format!("{}:{}:{}:{}.{:09}:{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
 }
 
-/// [`file_stat`] of the engine's write-ahead log, `absent` when there is none; `None` when it
-/// cannot be read.
+/// [`file_stat`] of the file at `path`, `absent` when there is none; `None` when it cannot be
+/// read (on other systems than Unix, always `None`).
 #[cfg(unix)]
-fn wal_stat(engine: &Path) -> Option<String> {
-    match fs_err::metadata(wal_path(engine)) {
+pub fn path_stat(path: &Path) -> Option<String> {
+    match fs_err::metadata(path) {
         Ok(m) => Some(file_stat(&m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("absent".to_string()),
         Err(_) => None,
     }
+}
+
+/// Without the Unix file identity no file is told apart.
+#[cfg(not(unix))]
+pub fn path_stat(_path: &Path) -> Option<String> {
+    None
+}
+
+/// [`path_stat`] of the engine's write-ahead log.
+#[cfg(unix)]
+fn wal_stat(engine: &Path) -> Option<String> {
+    path_stat(&wal_path(engine))
 }
 
 /// Without the Unix file identity nothing is ever recorded: every plan queries the catalog.

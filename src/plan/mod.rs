@@ -798,7 +798,7 @@ impl VersionMemo {
     }
 
     /// Names the state store the next plan will read: the identity of its file taken before the
-    /// store was opened (by `stat` alone, e.g. `crate::engine::record::file_stat`), `Some("absent")` style markers
+    /// store was opened (by `stat` alone, e.g. `crate::engine::record::path_stat`), `absent` style markers
     /// for no file, or `None` when it cannot be told (then no action is reused).
     pub fn set_store_identity(&mut self, identity: Option<String>) {
         self.actions.store = identity;
