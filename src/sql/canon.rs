@@ -374,8 +374,8 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
     Ok(doc.to_string())
 }
 
-/// Parses `sql` and returns its single query.
-fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
+/// Parses `sql` (sqlparser's DuckDB dialect) and returns its single query.
+pub(crate) fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
     let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| SqlError::from_parser(e, sql))?;
     let n = statements.len();
     let mut it = statements.into_iter();

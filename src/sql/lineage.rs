@@ -46,10 +46,8 @@ use crate::core::error::did_you_mean;
 use sqlparser::ast::{
     AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator,
     NamedWindowExpr, ObjectName, ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
-    SetQuantifier, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
+    SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
 };
-use sqlparser::dialect::DuckDbDialect;
-use sqlparser::parser::Parser;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
 
@@ -115,11 +113,7 @@ fn parse(sql: &str) -> Result<Query, SqlError> {
         Err(e) => e,
         Ok(_) => SqlError::NotAQuery { found: "a statement that is not a query".into() },
     };
-    let mut statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|_| fail())?;
-    match (statements.pop(), statements.is_empty()) {
-        (Some(Statement::Query(q)), true) => Ok(*q),
-        _ => Err(fail()),
-    }
+    canon::parse_query(sql).map(|q| *q).map_err(|_| fail())
 }
 
 /// Names DuckDB resolves without any relation: pseudo-columns and keyword functions.

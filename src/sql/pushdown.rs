@@ -22,11 +22,9 @@ use crate::core::kind::{External, FileFormat, Kind};
 use crate::core::model::Model;
 use crate::core::name::ModelName;
 use sqlparser::ast::{
-    BinaryOperator, Distinct, Expr, GroupByExpr, Ident, NamedWindowExpr, ObjectNamePart, Query, Select, SelectItem, SetExpr, Statement, TableFactor, Value,
-    Visit, Visitor, WindowType,
+    BinaryOperator, Distinct, Expr, GroupByExpr, Ident, NamedWindowExpr, ObjectNamePart, Query, Select, SelectItem, SetExpr, TableFactor, Value, Visit,
+    Visitor, WindowType,
 };
-use sqlparser::dialect::DuckDbDialect;
-use sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
 /// A time-range model whose every batch re-reads or re-computes a whole relation.
@@ -68,11 +66,7 @@ pub fn batch_rescans(dag: &Dag, model: &Model) -> Vec<BatchRescan> {
 
 fn body_query(model: &Model) -> Option<Query> {
     let sql = model.body.as_ref()?.render(&CanonicalResolver);
-    let mut statements = Parser::parse_sql(&DuckDbDialect {}, &sql).ok()?;
-    match (statements.pop(), statements.is_empty()) {
-        (Some(Statement::Query(q)), true) => Some(*q),
-        _ => None,
-    }
+    crate::sql::canon::parse_query(&sql).ok().map(|q| *q)
 }
 
 /// Follows the filter on `column` of `model` down its `view`/`embedded` ancestors: the model
