@@ -206,6 +206,15 @@ impl ApplyError {
     pub fn build(model: &crate::core::Model, interval: Option<Interval>, error: EngineError) -> ApplyError {
         ApplyError::Build { model: model.name.clone(), location: model.location.clone(), interval, error }
     }
+
+    /// The definition's location and the model of a failure that names them (a build the engine
+    /// refused, a model the target rejected).
+    pub fn located(&self) -> Option<(&crate::core::Location, &ModelName)> {
+        match self {
+            ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. } => Some((location, model)),
+            _ => None,
+        }
+    }
 }
 
 /// Applies `plan` (computed for `project`): builds, then promotes `plan.env`.

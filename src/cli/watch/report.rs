@@ -75,10 +75,7 @@ impl Problem {
             if let Some(crate::plan::PlanError::Sql { model, location, .. }) = e.downcast_ref() {
                 return Some((location, model));
             }
-            match e.downcast_ref::<ApplyError>() {
-                Some(ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. }) => Some((location, model)),
-                _ => None,
-            }
+            e.downcast_ref::<ApplyError>().and_then(ApplyError::located)
         });
         vec![Problem {
             kind,
@@ -93,10 +90,7 @@ impl Problem {
     /// One failure of a parallel apply ([`crate::apply::ApplyError::Several`]).
     fn from_apply(kind: &'static str, a: &crate::apply::ApplyError) -> Problem {
         use crate::apply::ApplyError;
-        let located = match a {
-            ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. } => Some((location, model)),
-            _ => None,
-        };
+        let located = a.located();
         let model = located.map(|(_, m)| m.clone()).or_else(|| match a {
             ApplyError::Target { model, .. } => model.clone(),
             ApplyError::Audit { model, .. } => Some(model.clone()),
