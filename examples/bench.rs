@@ -603,7 +603,7 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
         None => tmp.path().to_path_buf(),
     };
     let t = Instant::now();
-    let summary = generator::generate(&dir, n, args.events, args.seed)?;
+    let summary = generator::generate(&dir, n, args.events, args.seed, false)?;
     eprintln!(
         "[n={n}] generated {} models in {} files, {} layers ({} full, {} view, {} embedded, {} time-range), {} event rows, in {} ms",
         summary.models,

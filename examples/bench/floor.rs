@@ -518,41 +518,11 @@ fn middle_edit(dir: &Path, layers: usize) -> anyhow::Result<(PathBuf, String, St
     anyhow::bail!("no model with a WHERE line under {}", layer.display())
 }
 
-/// `--one-batch`: rewrites every `batch_size = N` of the generated models under `dir` to a size
-/// covering the generated range, so each time-range model is backfilled in one batch.
-fn one_batch_per_model(dir: &Path) -> anyhow::Result<()> {
-    for entry in fs_err::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            one_batch_per_model(&path)?;
-        } else if path.extension().is_some_and(|e| e == "lua") {
-            let text = fs_err::read_to_string(&path)?;
-            let mut out = String::with_capacity(text.len());
-            let mut rest = text.as_str();
-            while let Some(at) = rest.find("batch_size = ") {
-                let after = &rest[at + "batch_size = ".len()..];
-                let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-                out.push_str(&rest[..at]);
-                out.push_str("batch_size = 100000");
-                rest = &after[digits..];
-            }
-            out.push_str(rest);
-            if out != text {
-                fs_err::write(&path, out)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("floor{n}"), "efmesh-bench-floor-")?;
-    let summary = super::generator::generate(&dir, n, args.events, args.seed)?;
+    let summary = super::generator::generate(&dir, n, args.events, args.seed, args.one_batch)?;
     // Every line of a `--one-batch` run says so.
     let tag = if args.one_batch { format!("n={n}, one batch per model") } else { format!("n={n}") };
-    if args.one_batch {
-        one_batch_per_model(&dir.join("models"))?;
-    }
     let config = Config::load(&dir.join("efmesh.toml"))?;
     let project = Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ranges = ranges(&project, &dir)?;

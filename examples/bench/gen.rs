@@ -198,8 +198,10 @@ impl Pools {
     }
 }
 
-/// Writes a project of `n` models and its data under `dir`.
-pub fn generate(dir: &Path, n: usize, events: i64, seed: u64) -> anyhow::Result<Summary> {
+/// Writes a project of `n` models and its data under `dir`. With `one_batch`, every time-range
+/// model declares a `batch_size` covering its whole range (backfilled in one batch, as the
+/// floor runs it) instead of 7, 14 or 30 days; the project is otherwise the same.
+pub fn generate(dir: &Path, n: usize, events: i64, seed: u64, one_batch: bool) -> anyhow::Result<Summary> {
     fs_err::create_dir_all(dir.join("data"))?;
     fs_err::create_dir_all(dir.join("models"))?;
     write_data(dir, events)?;
@@ -239,7 +241,7 @@ define_model {
         let mut text = format!("-- generated: layer {layer}\n");
         let mut j = 0;
         while j < per_file && i < n && 1 + i * layers / n == layer {
-            let (model, lua) = one_model(&mut rng, &pools, i, layer);
+            let (model, lua) = one_model(&mut rng, &pools, i, layer, one_batch);
             match lua.1 {
                 K::Full => summary.full += 1,
                 K::View => summary.view += 1,
@@ -264,7 +266,7 @@ define_model {
 }
 
 /// One model: its pool entry and (Lua text, kind).
-fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize) -> (Gen, (String, K)) {
+fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize, one_batch: bool) -> (Gen, (String, K)) {
     let name = format!("l{layer:02}.m{i:05}");
     let incremental = rng.unit() < 0.10;
     let shape = if incremental {
@@ -296,6 +298,7 @@ fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize) -> (Gen, (Str
         K::View => "kind.view()".to_string(),
         K::Embedded => "kind.embedded()".to_string(),
         K::Incr(b) => {
+            let b = if one_batch { 100_000 } else { b };
             format!("kind.incremental_by_time_range {{ time_column = \"day\", start = \"{START}\", [\"end\"] = \"{END}\", grain = \"day\", batch_size = {b} }}")
         }
     };
