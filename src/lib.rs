@@ -17,8 +17,8 @@
 //! let state = efmesh::state::SqliteStore::open(&config.state_path())?;
 //! let now = efmesh::core::interval::now_millis();
 //! let plan = plan::plan(&project, &state, "dev", now)?;
-//! let mut engine = efmesh::engine::duckdb::DuckDb::open(&config.engine_path(), &config.engine)?;
-//! let report = apply::apply(&project, &plan, &state, &mut engine, &apply::Options::default())?;
+//! let mut engine = efmesh::engine::open(&config, efmesh::engine::Access::ReadWrite)?;
+//! let report = apply::apply(&project, &plan, &state, &mut *engine, &apply::Options::default())?;
 //! println!("built {:?}", report.built);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

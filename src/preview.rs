@@ -34,8 +34,7 @@ use crate::core::fragment::Resolver;
 use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{quote_ident, quote_literal};
 use crate::core::{Kind, Model, ModelName};
-use crate::engine::duckdb::DuckDb;
-use crate::engine::{Catalog, DescribedColumn, Engine};
+use crate::engine::{Access, Catalog, DescribedColumn, Engine};
 use crate::plan::env_schema;
 use crate::project::Project;
 use crate::state::StateStore;
@@ -122,23 +121,22 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
         }
     };
     let ctx = Context { project, env, served: &served, metadata: &metadata, catalog: &catalog, options };
-    let previews = models.iter().map(|m| ctx.preview_one(&mut engine, m)).collect();
+    let previews = models.iter().map(|m| ctx.preview_one(&mut *engine, m)).collect();
     drop(engine);
     Ok(previews)
 }
 
-/// The engine for one preview call: the DuckDB file read-only (an in-memory database when there
-/// is no file yet), with the lake and DuckLake targets prepared read-only.
-fn open_engine(project: &Project) -> Result<DuckDb, String> {
-    let path = project.config.engine_path();
-    let mut engine = if path.exists() {
-        DuckDb::open_read_only_with(&path, &project.config.engine)
+/// The engine for one preview call: the engine's database read-only (a scratch database when
+/// there is none yet), with the lake and DuckLake targets prepared read-only.
+fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
+    let mut engine = if project.config.engine_path().exists() {
+        crate::engine::open(&project.config, Access::ReadOnly)
             .map_err(|e| format!("{} (is another process writing it? previews read it read-only and never wait for it)", one_line(&e.message)))?
     } else {
-        DuckDb::in_memory_with(&project.config.engine).map_err(|e| format!("cannot open an in-memory DuckDB: {}", one_line(&e.message)))?
+        crate::engine::open(&project.config, Access::Scratch).map_err(|e| format!("cannot open a scratch database: {}", one_line(&e.message)))?
     };
-    crate::apply::lake::prepare(project, &mut engine).map_err(|e| format!("cannot prepare the lake target for a preview: {}", one_line(&e.to_string())))?;
-    crate::apply::ducklake::prepare_read_only(project, &mut engine)
+    crate::apply::lake::prepare(project, &mut *engine).map_err(|e| format!("cannot prepare the lake target for a preview: {}", one_line(&e.to_string())))?;
+    crate::apply::ducklake::prepare_read_only(project, &mut *engine)
         .map_err(|e| format!("cannot prepare the DuckLake target for a preview: {}", one_line(&e.to_string())))?;
     Ok(engine)
 }
@@ -184,7 +182,7 @@ fn wanted_range(tr: &crate::core::kind::TimeRange, now: Millis) -> Option<Interv
 }
 
 impl Context<'_> {
-    fn preview_one(&self, engine: &mut DuckDb, name: &ModelName) -> Preview {
+    fn preview_one(&self, engine: &mut dyn Engine, name: &ModelName) -> Preview {
         let Some(model) = self.project.dag.get(name) else {
             let hint = self.project.dag.suggest(&name.to_string()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             return Preview::failed(name, format!("unknown model `{name}`{hint}"));
@@ -269,7 +267,7 @@ impl Context<'_> {
     /// The comparison with the view `env` serves for `model`, when it serves one.
     fn compare(
         &self,
-        engine: &mut DuckDb,
+        engine: &mut dyn Engine,
         model: &Model,
         query: &str,
         columns: &[DescribedColumn],
@@ -305,7 +303,7 @@ impl Context<'_> {
         let removed = old.iter().filter(|(n, _)| find(&new, n).is_none()).map(|(n, _)| n.clone()).collect();
         let retyped = new.iter().filter_map(|(n, t)| find(&old, n).filter(|o| o != t).map(|o| (n.clone(), o, t.clone()))).collect();
 
-        let count = |engine: &mut DuckDb, sql: String| -> Result<u64, String> {
+        let count = |engine: &mut dyn Engine, sql: String| -> Result<u64, String> {
             let rows = engine.query(&sql).map_err(|e| one_line(&e.message))?;
             Ok(rows.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0))
         };

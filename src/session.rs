@@ -15,7 +15,6 @@ use crate::apply::{self, ApplyReport};
 use crate::config::Config;
 use crate::core::interval::Millis;
 use crate::core::{LoadErrors, ModelName};
-use crate::engine::duckdb::DuckDb;
 use crate::plan::{self, Plan};
 use crate::project::Project;
 use crate::project::cache as project_cache;
@@ -422,10 +421,9 @@ impl Session {
         {
             return (Some(catalog.clone()), Some(format!("{} {id}", path.display())));
         }
-        use crate::engine::Engine;
         let record = crate::engine::record::path_for(&project.config.state_path());
         match crate::engine::record::read_through_identified(&record, &path, || {
-            DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog())
+            crate::engine::open(&project.config, crate::engine::Access::Catalog).and_then(|mut db| db.catalog())
         }) {
             Ok((catalog, id)) => {
                 let catalog = std::sync::Arc::new(catalog);
@@ -466,8 +464,8 @@ impl Session {
     ///
     /// # Errors
     /// The engine file cannot be opened (e.g. another process holds it).
-    pub fn open_engine(&self) -> Result<DuckDb> {
-        Ok(DuckDb::open(&self.config.engine_path(), &self.config.engine)?)
+    pub fn open_engine(&self) -> Result<Box<dyn crate::engine::Engine + Send>> {
+        Ok(crate::engine::open(&self.config, crate::engine::Access::ReadWrite)?)
     }
 }
 
@@ -525,13 +523,13 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
         return Ok(());
     }
     let envs: Vec<String> = pending.iter().map(|p| format!("`{}`", p.env)).collect();
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine).with_context(|| {
+    let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite).with_context(|| {
         format!(
             "the state store records a promotion of {} as under way (in another efmesh process, or interrupted); undoing it needs the engine\n  hint: retry once the other process is done",
             envs.join(", ")
         )
     })?;
-    apply::recover_promotions(project, state, &mut engine).context("undoing an interrupted promotion")?;
+    apply::recover_promotions(project, state, &mut *engine).context("undoing an interrupted promotion")?;
     Ok(())
 }
 
@@ -559,10 +557,9 @@ pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
 /// recorded catalog while the DuckDB file is unchanged, else one read-only catalog query
 /// (recorded when the file did not change meanwhile).
 fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
-    use crate::engine::Engine;
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());
-    crate::engine::record::read_through(&record, &path, || DuckDb::open_read_only(&path, &project.config.engine).and_then(|mut db| db.catalog()))
+    crate::engine::record::read_through(&record, &path, || crate::engine::open(&project.config, crate::engine::Access::Catalog).and_then(|mut db| db.catalog()))
 }
 
 /// Applies `plan` to the store `state` (on disk) with the engine opened for the apply alone, then
@@ -576,8 +573,8 @@ fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crat
 pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
     // Test hook: the window between the plan and the apply's intents (the janitor's race test).
     apply::fault::delay_point("apply-after-plan");
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
-    let report = apply::apply(project, plan, state, &mut engine, options)?;
+    let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+    let report = apply::apply(project, plan, state, &mut *engine, options)?;
     if !record_catalog_and_close(project, engine)
         && let Err(e) = read_engine_catalog(project)
     {
@@ -596,8 +593,7 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, op
 /// wrote, another process's commit) came between the query and the full identity. Saves the
 /// next plan, and this process, a second open of the file. `false` (nothing recorded) when any
 /// step fails or the identity moved: the caller reads the catalog the ordinary way.
-fn record_catalog_and_close(project: &Project, mut engine: DuckDb) -> bool {
-    use crate::engine::Engine;
+fn record_catalog_and_close(project: &Project, mut engine: Box<dyn crate::engine::Engine + Send>) -> bool {
     use crate::engine::record::{identity, stat_identity};
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());

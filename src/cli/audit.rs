@@ -4,7 +4,6 @@ use super::printer::Printer;
 use super::{Exit, load, open_state};
 use crate::apply::audit::{AuditResult, audit_environment};
 use crate::core::ModelName;
-use crate::engine::duckdb::DuckDb;
 use anyhow::{Result, anyhow};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -30,12 +29,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     if served.is_empty() {
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
-    let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
+    let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
     // Views over lake files (S3 credentials) and DuckLake tables (the attached catalog) bind only
     // once the targets are prepared, as apply does.
-    crate::apply::lake::prepare(&project, &mut engine)?;
-    crate::apply::ducklake::prepare(&project, &mut engine)?;
-    let results = audit_environment(&project, env, &served, &only, &mut engine)?;
+    crate::apply::lake::prepare(&project, &mut *engine)?;
+    crate::apply::ducklake::prepare(&project, &mut *engine)?;
+    let results = audit_environment(&project, env, &served, &only, &mut *engine)?;
     let skipped: Vec<String> = project
         .dag
         .models()

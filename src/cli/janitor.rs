@@ -8,7 +8,6 @@ use super::Exit;
 use super::lock::{LockHeld, command_line};
 use super::printer::Printer;
 use crate::core::interval::Millis;
-use crate::engine::duckdb::DuckDb;
 use crate::engine::{Engine, EngineError};
 use crate::janitor::{KeptOrphan, KeptShared, Options, Report, Victim, collect};
 use crate::ownership::Storage;
@@ -48,16 +47,15 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         );
     }
     let state = SqliteStore::open(&store_path)?;
-    let engine_path = config.engine_path();
-    let settings = config.engine.clone();
+    let engine_config = config.clone();
     let dry_run = req.dry_run;
     let mut open = move || -> Result<Option<Box<dyn Engine>>, EngineError> {
-        if !engine_path.exists() {
+        if !engine_config.engine_path().exists() {
             return Ok(None);
         }
         // A dry run reads the engine only.
-        let db = if dry_run { DuckDb::open_read_only_with(&engine_path, &settings)? } else { DuckDb::open(&engine_path, &settings)? };
-        Ok(Some(Box::new(db)))
+        let access = if dry_run { crate::engine::Access::ReadOnly } else { crate::engine::Access::ReadWrite };
+        Ok(Some(crate::engine::open(&engine_config, access)?))
     };
     let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt };
     let report = if req.dry_run {

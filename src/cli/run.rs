@@ -12,7 +12,6 @@ use crate::apply::ApplyReport;
 use crate::apply::retry::with_retries;
 use crate::apply::run::{RunOutcome, run as run_env};
 use crate::core::interval::{Millis, now_millis, to_iso};
-use crate::engine::duckdb::DuckDb;
 use crate::plan;
 use crate::project::Project;
 use crate::state::{StateStore, Tick};
@@ -102,8 +101,8 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         if !blocked.is_empty() {
             return Ok(Ticked::Blocked(blocked));
         }
-        let mut engine = DuckDb::open(&project.config.engine_path(), &project.config.engine)?;
-        Ok(match run_env(project, &plan, state, &mut engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
+        let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+        Ok(match run_env(project, &plan, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
             RunOutcome::Ran(r) => Ticked::Ran(r),
             RunOutcome::Blocked(b) => Ticked::Blocked(b),
         })

@@ -9,7 +9,6 @@
 use super::printer::Printer;
 use super::{Exit, Reported};
 use crate::config::Config;
-use crate::engine::duckdb::DuckDb;
 use crate::unittest::diff::{self, TextRow};
 use crate::unittest::{self, Status, TestResult};
 use anyhow::Result;
@@ -23,8 +22,8 @@ pub(super) fn run(config_path: &Path, selectors: &[String], as_json: bool, out: 
     let results = if selected.is_empty() {
         Vec::new()
     } else {
-        let mut engine = DuckDb::in_memory_with(&config.engine)?;
-        unittest::run(&suite.project, &selected, &mut engine)
+        let mut engine = crate::engine::open(&config, crate::engine::Access::Scratch)?;
+        unittest::run(&suite.project, &selected, &mut *engine)
     };
     let ok = results.iter().all(|r| r.status == Status::Passed);
     if as_json {

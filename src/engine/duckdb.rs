@@ -46,16 +46,6 @@ impl DuckDb {
         Ok(db)
     }
 
-    /// Writes everything this connection committed into the database file (DuckDB's
-    /// `CHECKPOINT`), so that closing it afterwards writes nothing more to the file.
-    ///
-    /// # Errors
-    /// The checkpoint fails (e.g. another connection of this process holds a transaction open).
-    pub fn checkpoint(&mut self) -> Result<(), EngineError> {
-        use super::Engine;
-        self.execute("CHECKPOINT")
-    }
-
     /// Opens the existing database file at `path` read-only for catalog queries: what `plan`
     /// reads the catalog through, so planning never writes the engine. No extension is loaded;
     /// `[engine] memory_limit` applies, and one thread (a catalog query needs no worker threads,
@@ -282,6 +272,10 @@ impl Engine for DuckDb {
 
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
         DuckDb::load_extension(self, name)
+    }
+
+    fn checkpoint(&mut self) -> Result<(), EngineError> {
+        self.execute("CHECKPOINT")
     }
 
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {

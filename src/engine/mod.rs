@@ -7,7 +7,70 @@
 pub mod duckdb;
 pub mod record;
 
+use crate::config::Config;
 use std::collections::BTreeMap;
+
+/// How [`open`] opens the project's engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read-write, created if absent, with every `[engine]` setting: `apply`, `run`, `audit`,
+    /// the janitor, the undo of an interrupted promotion. Held until dropped.
+    ReadWrite,
+    /// Read-only with every `[engine]` setting (time zone, threads, memory limit, extensions):
+    /// data previews and `janitor --dry-run`. Never writes; fails at once when the database does
+    /// not exist or another process writes it.
+    ReadOnly,
+    /// Read-only for catalog queries alone (what `plan` reads): no extension, the fewest
+    /// resources the engine allows. Never writes.
+    Catalog,
+    /// A private, empty, throw-away database with every `[engine]` setting: unit tests of models
+    /// and the fixtures they build.
+    Scratch,
+}
+
+/// Opens the engine the project's `[engine]` configures, as `access` says: the one place the
+/// rest of efmesh gets an engine from (plan, apply and the commands never name one).
+///
+/// # Errors
+/// [`EngineError`] naming the database and why it cannot be opened (locked by another process,
+/// absent for a read-only open, a setting the engine refused).
+pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, EngineError> {
+    let (path, settings) = (config.engine_path(), &config.engine);
+    Ok(match access {
+        Access::ReadWrite => Box::new(duckdb::DuckDb::open(&path, settings)?),
+        Access::ReadOnly => Box::new(duckdb::DuckDb::open_read_only_with(&path, settings)?),
+        Access::Catalog => Box::new(duckdb::DuckDb::open_read_only(&path, settings)?),
+        Access::Scratch => Box::new(duckdb::DuckDb::in_memory_with(settings)?),
+    })
+}
+
+/// [`open`] with [`Access::Scratch`] for settings without a project (a unit-test run).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_scratch(settings: &crate::config::EngineSection) -> Result<Box<dyn Engine + Send>, EngineError> {
+    Ok(Box::new(duckdb::DuckDb::in_memory_with(settings)?))
+}
+
+/// The canonical form of a model body ([`crate::sql::canon`]): sqlparser's tree, and for the
+/// bodies sqlparser cannot parse, the engine's own parse tree (DuckDB's `json_serialize_sql`,
+/// from a private in-memory database opened on the first such body and kept for the next ones of
+/// this call of `each`). The engine supplies the parser it executes with, so a body only the
+/// engine understands still gets a fingerprint that ignores formatting.
+///
+/// # Errors
+/// [`crate::sql::canon::SqlError`] as [`crate::sql::canon::canonicalize_with_fallback`].
+pub fn canonicalize(sql: &str) -> Result<crate::sql::canon::Canonical, crate::sql::canon::SqlError> {
+    let db: std::cell::RefCell<Option<duckdb::DuckDb>> = std::cell::RefCell::new(None);
+    let fallback = |sql: &str| -> Result<String, String> {
+        let mut slot = db.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(duckdb::DuckDb::in_memory().map_err(|e| e.to_string())?);
+        }
+        slot.as_mut().expect("opened").serialize_sql(sql)
+    };
+    crate::sql::canon::canonicalize_with_fallback(sql, &fallback)
+}
 
 /// The relations (tables and views) of an engine database as one catalog query lists them, with
 /// their comments and (views) definitions. `plan` and `apply` verify against it that the physical
@@ -290,6 +353,16 @@ pub trait Engine {
     /// [`EngineError`].
     fn rollback(&mut self) -> Result<(), EngineError> {
         self.execute("ROLLBACK")
+    }
+
+    /// Makes everything this connection committed durable in the engine's own storage, so that
+    /// closing the connection afterwards writes nothing more (DuckDB's `CHECKPOINT` of its file;
+    /// a server engine has nothing to do).
+    ///
+    /// # Errors
+    /// [`EngineError`] (e.g. another connection of this process holds a transaction open).
+    fn checkpoint(&mut self) -> Result<(), EngineError> {
+        Ok(())
     }
 
     /// Another connection to the same database, for a worker thread of a parallel apply

@@ -22,11 +22,10 @@ use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
 use crate::project::Project;
-use crate::sql::canon::{CanonSource, Canonical, SqlError, canonical_digest, canonicalize_with_fallback};
+use crate::sql::canon::{CanonSource, Canonical, SqlError, canonical_digest};
 use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table};
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use crate::core::name::PHYSICAL_SCHEMA;
@@ -448,8 +447,8 @@ pub fn canon_cache_key(rendered: &str) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// Canonicalises one body: sqlparser first, DuckDB's `json_serialize_sql` (an in-memory DuckDB,
-/// opened on first use) when sqlparser cannot parse it.
+/// Canonicalises one body with the engine's canonical parser ([`crate::engine::canonicalize`]:
+/// sqlparser first, the engine's own parse tree when sqlparser cannot parse it).
 ///
 /// # Errors
 /// [`PlanError::Sql`] naming the model.
@@ -460,15 +459,7 @@ pub fn canonical_of(model: &Model) -> Result<Option<Canonical>, PlanError> {
 }
 
 fn canonical_with_fallback(model: &Model, rendered: &str) -> Result<Canonical, PlanError> {
-    let db: RefCell<Option<crate::engine::duckdb::DuckDb>> = RefCell::new(None);
-    let fallback = |sql: &str| -> Result<String, String> {
-        let mut slot = db.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(crate::engine::duckdb::DuckDb::in_memory().map_err(|e| e.to_string())?);
-        }
-        slot.as_mut().expect("opened").serialize_sql(sql)
-    };
-    canonicalize_with_fallback(rendered, &fallback).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
+    crate::engine::canonicalize(rendered).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
 }
 
 /// Computes every model's canonical digest and fingerprint, parents first.

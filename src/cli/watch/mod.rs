@@ -607,8 +607,8 @@ fn run_tests(config: &crate::config::Config, changed: &[ModelName], files: &BTre
     if selected.is_empty() {
         return Vec::new();
     }
-    match crate::engine::duckdb::DuckDb::in_memory_with(&suite.project.config.engine) {
-        Ok(mut engine) => crate::unittest::run(&suite.project, &selected, &mut engine),
+    match crate::engine::open(&suite.project.config, crate::engine::Access::Scratch) {
+        Ok(mut engine) => crate::unittest::run(&suite.project, &selected, &mut *engine),
         Err(e) => {
             errors.push(Problem { kind: "test", file: None, line: None, model: None, message: e.to_string(), hint: None });
             Vec::new()
