@@ -88,8 +88,8 @@ struct Recorder {
 }
 
 impl Engine for Recorder {
-    fn dialect(&self) -> &'static str {
-        self.inner.dialect()
+    fn sql(&self) -> &'static dyn efmesh::engine::dialect::Dialect {
+        self.inner.sql()
     }
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
         let t = Instant::now();

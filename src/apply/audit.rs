@@ -150,7 +150,7 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relati
     let violations: u64 = count.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0);
     let sample = if violations > 0 {
         engine
-            .query(&format!("SELECT CAST(to_json(_efmesh_audit) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_audit LIMIT {SAMPLE_ROWS}"))
+            .query(&format!("SELECT {} FROM (\n{sql}\n) AS _efmesh_audit LIMIT {SAMPLE_ROWS}", engine.sql().row_json_text("_efmesh_audit")))
             .map_err(err)?
             .into_iter()
             .filter_map(|r| r.into_iter().next().flatten())

@@ -76,8 +76,10 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                 if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {t}) AS x")) {
                     for m in &involved {
                         for c in m.schema.0.iter().filter(|c| c.ty == *t) {
-                            problems
-                                .push(problem(m, format!("column `{}` has type `{}`, which is not a DuckDB type: {}", c.name, c.ty, first_line(&e.message))));
+                            problems.push(problem(
+                                m,
+                                format!("column `{}` has type `{}`, which is not a {} type: {}", c.name, c.ty, engine.sql().title(), first_line(&e.message)),
+                            ));
                         }
                     }
                 }

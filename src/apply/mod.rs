@@ -427,7 +427,7 @@ fn execute_recorded(
     // before they are recomputed, so the ledger describes the files again.
     let relisted: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)).collect();
     if !relisted.is_empty() {
-        engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
+        engine.execute(&engine.sql().create_schema_if_absent(crate::plan::PHYSICAL_SCHEMA))?;
     }
     for action in relisted {
         let (Some(model), Some(physical), Some(repair)) = (project.dag.get(&action.name), &action.physical, &action.repair) else { continue };
@@ -448,7 +448,7 @@ fn execute_recorded(
     }
 
     if !work.is_empty() {
-        engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(crate::plan::PHYSICAL_SCHEMA)))?;
+        engine.execute(&engine.sql().create_schema_if_absent(crate::plan::PHYSICAL_SCHEMA))?;
         let mut problems = contract::check(project, &physicals, &working_set, engine);
         // Seeds are parsed and their values typed here, so a bad value builds nothing.
         let mistyped: BTreeSet<ModelName> = problems.iter().map(|p| p.model.clone()).collect();
@@ -486,7 +486,7 @@ fn execute_recorded(
                 .new_columns
                 .iter()
                 .filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(&c.name)))
-                .map(|c| format!("ALTER TABLE {physical} ADD COLUMN {} {}", quote_ident(&c.name), c.ty))
+                .map(|c| engine.sql().add_column(&physical, &c.name, &c.ty))
                 .collect();
             if !adds.is_empty() {
                 engine.transaction(&adds).map_err(|e| ApplyError::build(model, None, e))?;
@@ -780,6 +780,7 @@ fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
 /// transaction. When the last step fails, the views are put back before returning the error (or,
 /// if that fails too, by the next command: [`recover_promotions`]).
 fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
+    let dialect = engine.sql();
     let mut statements = Vec::new();
     let mut schemas = BTreeSet::new();
     // Every view a statement creates, replaces or drops, as (schema, view).
@@ -793,21 +794,21 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         }
         match a.change {
             _ if keeps_view => {}
-            Change::Removed => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
+            Change::Removed => statements.push(dialect.drop_view_if_exists(&view(&a.name))),
             _ => match (&a.physical, project.dag.get(&a.name)) {
                 (Some(physical), Some(model)) => {
                     let schema = env_schema(&plan.env, a.name.schema());
                     if schemas.insert(schema.clone()) {
-                        statements.push(format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(&schema)));
+                        statements.push(dialect.create_schema_if_absent(&schema));
                     }
                     // The declared columns, in declared order (then the kind's managed columns):
                     // the view's shape is the contract, whatever order an inherited
                     // (forward-only) table has.
                     let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
-                    statements.push(format!("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {physical}", view(&a.name), cols.join(", ")));
+                    statements.extend(dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", "))));
                 }
                 // Externals and embedded models have no view; one may replace a model that had.
-                _ if a.change != Change::Added => statements.push(format!("DROP VIEW IF EXISTS {}", view(&a.name))),
+                _ if a.change != Change::Added => statements.push(dialect.drop_view_if_exists(&view(&a.name))),
                 _ => {}
             },
         }
@@ -823,7 +824,7 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         let now = engine.view_definitions(&touched)?;
         let undo: Vec<String> = touched
             .iter()
-            .map(|key| now.get(key).cloned().unwrap_or_else(|| format!("DROP VIEW IF EXISTS {}.{}", quote_ident(&key.0), quote_ident(&key.1))))
+            .map(|key| now.get(key).cloned().unwrap_or_else(|| dialect.drop_view_if_exists(&format!("{}.{}", quote_ident(&key.0), quote_ident(&key.1)))))
             .collect();
         fault::crash_point(|| "before-intent".to_string());
         state.begin_promotion(&plan.env, &pointers, &undo, interval::now_millis())?;
@@ -1056,8 +1057,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             // like a `full` model.
             let checks = audit::checks(model, None, &physical);
             let before = pass_start(state, model, &snapshot.fingerprint)?;
-            let results = audit::transaction(engine, &[seed::build_statement(model, &physical)], &model.name, &checks, None)
-                .map_err(|e| audit_failure(model, e, None))?;
+            let statements = seed::build_statements(model, &physical, engine.sql());
+            let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_failure(model, e, None))?;
             let clean = audit::clean(&results);
             self.report.audits.add(results);
             self.audited.insert(model.name.clone());
@@ -1099,10 +1100,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
         match &model.kind {
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));
-                let what = if matches!(model.kind, Kind::Full) { "TABLE" } else { "VIEW" };
                 // Not time-range: every audit sees the whole new relation, inside the build.
                 let checks = audit::checks(model, None, &physical);
-                let mut statements = vec![format!("CREATE OR REPLACE {what} {physical} AS\n{sql}")];
+                let query = format!("\n{sql}");
+                let mut statements = if matches!(model.kind, Kind::Full) {
+                    engine.sql().replace_table_as(&physical, &query)
+                } else {
+                    engine.sql().replace_view_as(&physical, &query)
+                };
                 if resolve::embeds_project_root(project, model) {
                     // The view resolves project paths: it records the root they were resolved
                     // against, so a moved project is noticed (SPEC §4).
@@ -1122,6 +1127,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
                 let cols = cols.join(", ");
                 let tc = quote_ident(&t.time_column);
+                let dialect = engine.sql();
                 let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
                 let n = batches.len();
                 // A table the engine did not hold when this apply started is created by its first
@@ -1134,9 +1140,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 let create_with_first = absent && n > 0;
                 if !create_with_first {
                     let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
-                    engine
-                        .execute(&format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT * FROM (\n{skeleton}\n) AS _efmesh_q LIMIT 0"))
-                        .map_err(|e| build_err(e, None))?;
+                    engine.execute(&engine.sql().create_empty_table_if_absent(&physical, &skeleton)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
                 }
                 if n > 0 {
@@ -1158,7 +1162,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                         let sql = body.render(&exec.with_bounds(Some(batch)));
                         let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
                         let statements = match (create_with_first, i) {
-                            (true, 0) => vec![format!("CREATE TABLE {physical} AS SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}")],
+                            (true, 0) => {
+                                vec![dialect.create_table_as(&physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))]
+                            }
                             (true, _) => vec![insert],
                             (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
                         };
@@ -1212,14 +1218,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 } else if action.build && state.snapshot(&snapshot.name, &snapshot.fingerprint)?.is_none() {
                     // No snapshot records this version: a table of its name is what an
                     // interrupted apply left, perhaps from another choice (a carry over).
-                    engine.execute(&format!("DROP TABLE IF EXISTS {physical}")).map_err(|e| build_err(e, None))?;
+                    engine.execute(&engine.sql().drop_table_if_exists(&physical)).map_err(|e| build_err(e, None))?;
                 }
                 // Marked before the engine write, taken back when nothing changed (as an upsert).
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
                 if reconciled.is_err() && carry.is_some() {
                     // No snapshot records the carried table yet: the next apply copies it afresh.
-                    let _ = engine.execute(&format!("DROP TABLE IF EXISTS {physical}"));
+                    let _ = engine.execute(&engine.sql().drop_table_if_exists(&physical));
                 }
                 let (stats, results) = reconciled?;
                 self.report.audits.add(results);

@@ -28,7 +28,7 @@
 //! with the same source changes nothing, so a crash before the snapshot is recorded is harmless.
 
 use super::ApplyError;
-use super::upsert::{STAGE, build_error, check_keys, column_list, drop_stage, stage};
+use super::upsert::{build_error, check_keys, column_list, drop_stage, stage, stage_relation};
 use crate::core::Model;
 use crate::core::interval::{self, Millis};
 use crate::core::kind::ScdType2;
@@ -65,7 +65,7 @@ pub fn reconcile(
     stage(engine, model, query)?;
     let result = (|| {
         check_keys(engine, model, &scd.key)?;
-        let statements = statements(model, scd, physical, now);
+        let statements = statements(model, scd, physical, now, &stage_relation(engine));
         // Counted inside the same state the transaction sees: before it, what will close and open.
         let (closed, opened) = counts(engine, model, scd, physical)?;
         let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| super::upsert::audit_error(model, e))?;
@@ -109,7 +109,10 @@ pub fn carry_over(
     let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
     let from = &history.from_physical;
     engine
-        .transaction(&[format!("DROP TABLE IF EXISTS {physical}"), format!("CREATE TABLE {physical} AS SELECT {select}, _o.{vf}, _o.{vt} FROM {from} AS _o")])
+        .transaction(&[
+            engine.sql().drop_table_if_exists(physical),
+            engine.sql().create_table_as(physical, &format!("SELECT {select}, _o.{vf}, _o.{vt} FROM {from} AS _o")),
+        ])
         .map_err(|e| build_error(model, e))?;
     history_counts(engine, physical, scd).map_err(|e| build_error(model, e))
 }
@@ -170,16 +173,16 @@ fn key_match(scd: &ScdType2) -> String {
 }
 
 /// The condition under which an open version `_t` must close.
-fn closes(model: &Model, scd: &ScdType2) -> String {
+fn closes(model: &Model, scd: &ScdType2, st: &str) -> String {
     let matches = key_match(scd);
     let watched = scd.watched(&model.schema);
     let mut reasons = Vec::new();
     if !watched.is_empty() {
         let differs = watched.iter().map(|c| format!("_s.{c} IS DISTINCT FROM _t.{c}", c = quote_ident(c))).collect::<Vec<_>>().join(" OR ");
-        reasons.push(format!("EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches} AND ({differs}))"));
+        reasons.push(format!("EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches} AND ({differs}))"));
     }
     if scd.invalidate_hard_deletes {
-        reasons.push(format!("NOT EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches})"));
+        reasons.push(format!("NOT EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches})"));
     }
     if reasons.is_empty() {
         return "FALSE".into();
@@ -187,19 +190,17 @@ fn closes(model: &Model, scd: &ScdType2) -> String {
     reasons.join(" OR ")
 }
 
-fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Vec<String> {
+fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis, st: &str) -> Vec<String> {
     let cols = column_list(model);
     let staged_cols = model.schema.names().map(|c| format!("_s.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
     let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
     let now = interval::to_sql_literal(now);
     let matches = key_match(scd);
     vec![
+        format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {st} LIMIT 0"),
+        format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd, &st)),
         format!(
-            "CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {STAGE} LIMIT 0"
-        ),
-        format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd)),
-        format!(
-            "INSERT INTO {physical} ({cols}, {vf}, {vt}) SELECT {staged_cols}, {now}, NULL FROM {STAGE} AS _s \
+            "INSERT INTO {physical} ({cols}, {vf}, {vt}) SELECT {staged_cols}, {now}, NULL FROM {st} AS _s \
              WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL)"
         ),
     ]
@@ -207,22 +208,23 @@ fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Vec
 
 /// How many open versions will close and how many versions will open (for the log and report).
 fn counts(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str) -> Result<(usize, usize), ApplyError> {
+    let st = stage_relation(engine);
     let (schema, table) = split_physical(physical);
     if !engine.relation_exists(&schema, &table).map_err(|e| build_error(model, e))? {
-        let n = engine.query(&format!("SELECT count(*) FROM {STAGE}")).map_err(|e| build_error(model, e))?;
+        let n = engine.query(&format!("SELECT count(*) FROM {st}")).map_err(|e| build_error(model, e))?;
         return Ok((0, number(&n)));
     }
     let vt = quote_ident(&scd.valid_to);
     let matches = key_match(scd);
     let closed = engine
-        .query(&format!("SELECT count(*) FROM {physical} AS _t WHERE _t.{vt} IS NULL AND ({})", closes(model, scd)))
+        .query(&format!("SELECT count(*) FROM {physical} AS _t WHERE _t.{vt} IS NULL AND ({})", closes(model, scd, &st)))
         .map_err(|e| build_error(model, e))?;
     // Keys with no open version after closing: staged keys without an open version, plus
     // staged keys whose open version closes for a change.
     let opened = engine
         .query(&format!(
-            "SELECT count(*) FROM {STAGE} AS _s WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL AND NOT ({}))",
-            closes(model, scd)
+            "SELECT count(*) FROM {st} AS _s WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL AND NOT ({}))",
+            closes(model, scd, &st)
         ))
         .map_err(|e| build_error(model, e))?;
     Ok((number(&closed), number(&opened)))

@@ -8,7 +8,7 @@
 //! the engine, in one query per seed, for the first row of every column whose value does not
 //! cast to the declared type. Every problem becomes a [`ContractProblem`] naming the file, the
 //! row, the column and the value, so a bad value fails the apply before any model is built.
-//! [`build_statement`] then creates the physical table from the stage in declared column order,
+//! [`build_statements`] then create the physical table from the stage in declared column order,
 //! rows in file order.
 //!
 //! Casting uses the engine's own rules (what `CAST(text AS type)` accepts), with one stricter
@@ -111,7 +111,7 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
 /// would do.
 fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
     let shown = if value.is_empty() { "`\"\"` (a quoted empty string; leave the field empty, unquoted, for NULL)".to_string() } else { format!("`{value}`") };
-    match engine.query(&format!("SELECT CAST(CAST({} AS VARCHAR) AS {ty})", quote_literal(value))) {
+    match engine.query(&format!("SELECT CAST({} AS {ty})", engine.sql().text_of(&quote_literal(value)))) {
         Err(e) => format!("{shown} is not a valid `{ty}`: {}", first_line(&e.message).trim()),
         Ok(r) => {
             let to = r.first().and_then(|row| row.first().cloned().flatten()).unwrap_or_default();
@@ -120,16 +120,13 @@ fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
     }
 }
 
-/// `CREATE OR REPLACE TABLE <physical> AS SELECT CAST(<col> AS <type>) AS <col>, … FROM <stage>
-/// ORDER BY <ordinal>`: the seed's table, typed as declared, rows in file order.
-pub fn build_statement(model: &Model, physical: &str) -> String {
+/// The table `physical` replaced by `SELECT CAST(<col> AS <type>) AS <col>, … FROM <stage> ORDER
+/// BY <ordinal>` ([`crate::engine::dialect::Dialect::replace_table_as`]): the seed's table, typed
+/// as declared, rows in file order.
+pub fn build_statements(model: &Model, physical: &str, dialect: &dyn crate::engine::dialect::Dialect) -> Vec<String> {
     let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
-    format!(
-        "CREATE OR REPLACE TABLE {physical} AS\nSELECT {}\nFROM {}\nORDER BY CAST({} AS BIGINT)",
-        cols.join(", "),
-        quote_ident(&stage_table(&model.name)),
-        quote_ident(ORDINAL)
-    )
+    let query = format!("\nSELECT {}\nFROM {}\nORDER BY CAST({} AS BIGINT)", cols.join(", "), quote_ident(&stage_table(&model.name)), quote_ident(ORDINAL));
+    dialect.replace_table_as(physical, &query)
 }
 
 /// Drops the stage tables of the seeds in `pending` (best effort: they are session-local and
@@ -137,7 +134,8 @@ pub fn build_statement(model: &Model, physical: &str) -> String {
 pub fn drop_stages(project: &Project, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) {
     for model in pending.iter().filter_map(|n| project.dag.get(n)) {
         if matches!(model.kind, Kind::Seed(_)) {
-            let _ = engine.execute(&format!("DROP TABLE IF EXISTS temp.main.{}", quote_ident(&stage_table(&model.name))));
+            let dialect = engine.sql();
+            let _ = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&stage_table(&model.name))));
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Every build of a new version and every `efmesh run` of the environment's current version runs
 //! the same steps:
 //!
-//! 1. the query is evaluated once into a connection-local staging table (`temp.main._efmesh_stage`)
+//! 1. the query is evaluated once into a connection-local staging table (`_efmesh_stage`, in the engine's temporary schema)
 //!    holding the declared columns in declared order;
 //! 2. the staged rows are checked: a NULL in any key column, or a key that appears more than
 //!    once, rejects the refresh with [`ApplyError::Rejected`] naming the model (and the row count
@@ -20,8 +20,13 @@ use crate::core::Model;
 use crate::core::name::quote_ident;
 use crate::engine::Engine;
 
-/// The connection-local staging table holding one evaluation of a keyed model's query.
-pub(crate) const STAGE: &str = "temp.main.\"_efmesh_stage\"";
+/// The name of the connection-local staging table holding one evaluation of a keyed model's query.
+const STAGE: &str = "_efmesh_stage";
+
+/// The qualified name of [`STAGE`] in `engine`'s spelling of temporary relations.
+pub(crate) fn stage_relation(engine: &dyn Engine) -> String {
+    engine.sql().temp_relation(STAGE)
+}
 
 /// What one upsert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,18 +57,19 @@ pub fn upsert(
     checks: &[(&crate::core::audit::Audit, String)],
 ) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
     let staged = stage(engine, model, query)?;
+    let st = stage_relation(engine);
     let result = (|| {
         check_keys(engine, model, key)?;
         let cols = column_list(model);
         // Compared before the write (a table not there yet makes every row a change).
         let changed = engine
-            .query(&format!("SELECT count(*) FROM (SELECT {cols} FROM {STAGE} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed"))
+            .query(&format!("SELECT count(*) FROM (SELECT {cols} FROM {st} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed"))
             .map_or(staged, |rows| first_number(&rows));
         let matches = key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ");
         let statements = [
-            format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {STAGE} LIMIT 0"),
-            format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {STAGE} AS _s WHERE {matches})"),
-            format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {STAGE}"),
+            format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {st} LIMIT 0"),
+            format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches})"),
+            format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {st}"),
         ];
         let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| audit_error(model, e))?;
         Ok((UpsertStats { upserted: staged, changed }, audits))
@@ -90,29 +96,32 @@ pub(crate) fn build_error(model: &Model, error: crate::engine::EngineError) -> A
     ApplyError::build(model, None, error)
 }
 
-/// Evaluates `query` once into [`STAGE`] (declared columns in declared order); returns the row
+/// Evaluates `query` once into the stage ([`stage_relation`]) (declared columns in declared order); returns the row
 /// count.
 pub(crate) fn stage(engine: &mut dyn Engine, model: &Model, query: &str) -> Result<usize, ApplyError> {
     let cols = column_list(model);
+    let st = stage_relation(engine);
     engine
-        .execute(&format!("CREATE OR REPLACE TEMP TABLE \"_efmesh_stage\" AS SELECT {cols} FROM (\n{query}\n) AS _efmesh_q"))
+        .transaction(&engine.sql().replace_temp_table_as(STAGE, &format!("SELECT {cols} FROM (\n{query}\n) AS _efmesh_q")))
         .map_err(|e| build_error(model, e))?;
-    let rows = engine.query(&format!("SELECT count(*) FROM {STAGE}")).map_err(|e| build_error(model, e))?;
+    let rows = engine.query(&format!("SELECT count(*) FROM {st}")).map_err(|e| build_error(model, e))?;
     Ok(first_number(&rows))
 }
 
-/// Drops [`STAGE`]; a failure only leaves a temporary table that dies with the connection.
+/// Drops the stage ([`stage_relation`]); a failure only leaves a temporary table that dies with the connection.
 pub(crate) fn drop_stage(engine: &mut dyn Engine) {
-    if let Err(e) = engine.execute(&format!("DROP TABLE IF EXISTS {STAGE}")) {
+    let st = stage_relation(engine);
+    if let Err(e) = engine.execute(&format!("DROP TABLE IF EXISTS {st}")) {
         tracing::warn!("cannot drop the staging table: {e}");
     }
 }
 
 /// Rejects staged rows with a NULL key column or a key that appears more than once.
 pub(crate) fn check_keys(engine: &mut dyn Engine, model: &Model, key: &[String]) -> Result<(), ApplyError> {
+    let st = stage_relation(engine);
     let reject = |message: String| ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message };
     let any_null = key.iter().map(|k| format!("{} IS NULL", quote_ident(k))).collect::<Vec<_>>().join(" OR ");
-    let rows = engine.query(&format!("SELECT count(*) FROM {STAGE} WHERE {any_null}")).map_err(|e| build_error(model, e))?;
+    let rows = engine.query(&format!("SELECT count(*) FROM {st} WHERE {any_null}")).map_err(|e| build_error(model, e))?;
     let nulls = first_number(&rows);
     if nulls > 0 {
         return Err(reject(format!(
@@ -126,7 +135,7 @@ pub(crate) fn check_keys(engine: &mut dyn Engine, model: &Model, key: &[String])
     let shown = key.iter().map(|k| format!("CAST({} AS VARCHAR)", quote_ident(k))).collect::<Vec<_>>().join(", ");
     let dup = engine
         .query(&format!(
-            "SELECT {shown}, n, count(*) OVER () FROM (SELECT {key_cols}, count(*) AS n FROM {STAGE} GROUP BY {key_cols} HAVING count(*) > 1) \
+            "SELECT {shown}, n, count(*) OVER () FROM (SELECT {key_cols}, count(*) AS n FROM {st} GROUP BY {key_cols} HAVING count(*) > 1) \
              ORDER BY n DESC, {} LIMIT 1",
             (1..=key.len()).map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
         ))

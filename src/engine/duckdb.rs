@@ -265,9 +265,40 @@ fn catalog_only(statement: &str) -> bool {
     ["CREATE VIEW", "CREATE OR REPLACE VIEW", "DROP VIEW", "ALTER VIEW", "CREATE SCHEMA", "COMMENT ON"].iter().any(|p| head.starts_with(p))
 }
 
-impl Engine for DuckDb {
-    fn dialect(&self) -> &'static str {
+/// DuckDB's spelling ([`super::dialect::Dialect`]): `CREATE OR REPLACE` for tables, views and
+/// temporary tables (one statement each), temporary relations in `temp.main`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DuckDbDialect;
+
+impl super::dialect::Dialect for DuckDbDialect {
+    fn name(&self) -> &'static str {
         "duckdb"
+    }
+
+    fn title(&self) -> &'static str {
+        "DuckDB"
+    }
+
+    fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
+        vec![format!("CREATE OR REPLACE TABLE {relation} AS {query}")]
+    }
+
+    fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
+        vec![format!("CREATE OR REPLACE VIEW {relation} AS {query}")]
+    }
+
+    fn temp_relation(&self, name: &str) -> String {
+        format!("temp.main.{}", crate::core::name::quote_ident(name))
+    }
+
+    fn replace_temp_table_as(&self, name: &str, query: &str) -> Vec<String> {
+        vec![format!("CREATE OR REPLACE TEMP TABLE {} AS {query}", crate::core::name::quote_ident(name))]
+    }
+}
+
+impl Engine for DuckDb {
+    fn sql(&self) -> &'static dyn super::dialect::Dialect {
+        &DuckDbDialect
     }
 
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {

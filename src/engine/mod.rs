@@ -4,6 +4,7 @@
 //! all-or-nothing transaction, `describe` for the schema contract, and a query returning rows as
 //! text for reports and tests. Capability differences belong in methods, not in `match engine`.
 
+pub mod dialect;
 pub mod duckdb;
 pub mod record;
 
@@ -248,8 +249,9 @@ pub type Described = (Vec<DescribedColumn>, Vec<Vec<Option<String>>>);
 
 /// What the planner and executor need from a database.
 pub trait Engine {
-    /// `duckdb` or `postgres`.
-    fn dialect(&self) -> &'static str;
+    /// How this engine spells the statements efmesh writes ([`dialect::Dialect`]); its
+    /// `name()` (`duckdb`, `postgres`) names the engine in messages.
+    fn sql(&self) -> &'static dyn dialect::Dialect;
 
     /// Runs one or more statements outside any explicit transaction.
     ///
@@ -305,7 +307,8 @@ pub trait Engine {
     fn stage_text(&mut self, table: &str, columns: &[String], rows: &[Vec<Option<String>>]) -> Result<(), EngineError> {
         use crate::core::name::{quote_ident, quote_literal};
         let cols: Vec<String> = columns.iter().map(|c| format!("{} VARCHAR", quote_ident(c))).collect();
-        self.execute(&format!("CREATE OR REPLACE TEMP TABLE {} ({})", quote_ident(table), cols.join(", ")))?;
+        self.execute(&self.sql().drop_table_if_exists(&self.sql().temp_relation(table)))?;
+        self.execute(&format!("CREATE TEMP TABLE {} ({})", quote_ident(table), cols.join(", ")))?;
         for chunk in rows.chunks(1000) {
             let values: Vec<String> = chunk
                 .iter()
@@ -324,7 +327,7 @@ pub trait Engine {
     /// [`EngineError`] whose `sql` is `label`; engines without the capability always fail.
     fn execute_secret(&mut self, label: &str, sql: &str) -> Result<(), EngineError> {
         let _ = sql;
-        Err(EngineError::new(label, format!("the {} engine cannot run {label}", self.dialect())))
+        Err(EngineError::new(label, format!("the {} engine cannot run {label}", self.sql().name())))
     }
 
     /// Opens a transaction that the caller ends with [`Engine::commit`] or
@@ -559,7 +562,7 @@ pub trait Engine {
     /// [`EngineError`]; engines without the capability always fail.
     fn view_definitions(&mut self, views: &[(String, String)]) -> Result<std::collections::BTreeMap<(String, String), String>, EngineError> {
         let _ = views;
-        Err(EngineError::new("", format!("the {} engine cannot read view definitions", self.dialect())))
+        Err(EngineError::new("", format!("the {} engine cannot read view definitions", self.sql().name())))
     }
 
     /// Loads the engine extension `name` (DuckDB: `httpfs`, `ducklake`, …) once per session,
@@ -569,7 +572,7 @@ pub trait Engine {
     /// [`EngineError`] saying where the extension was looked for; engines without extensions
     /// always fail.
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
-        Err(EngineError::new("", format!("the {} engine has no extension `{name}`", self.dialect())))
+        Err(EngineError::new("", format!("the {} engine has no extension `{name}`", self.sql().name())))
     }
 }
 

@@ -1,0 +1,125 @@
+//! The statements efmesh writes, as each engine spells them: the engine seam's SQL half, in the
+//! spirit of sqlparser's `Dialect`. `plan`, `apply` and the previews build every statement whose
+//! spelling differs between engines through [`Dialect`] ([`crate::engine::Engine::sql`]), never
+//! inline; what every engine spells the same (`INSERT INTO … SELECT`, `DELETE FROM … WHERE`,
+//! `SELECT count(*)`) stays plain SQL at its call site.
+//!
+//! The defaults are the standard (Postgres) spelling; an engine overrides what it spells
+//! otherwise or does in fewer statements (DuckDB's `CREATE OR REPLACE TABLE`). A method that
+//! returns several statements expects them to run in ONE transaction, in order.
+
+use crate::core::name::quote_ident;
+
+/// How one engine spells the statements efmesh writes (see the module documentation).
+///
+/// # Example
+/// ```
+/// use efmesh::engine::dialect::{Dialect, Standard};
+/// // Postgres has no `CREATE OR REPLACE TABLE`: a drop and a create, in one transaction.
+/// assert_eq!(
+///     Standard.replace_table_as("s.t", "SELECT 1 AS a"),
+///     ["DROP TABLE IF EXISTS s.t", "CREATE TABLE s.t AS SELECT 1 AS a"]
+/// );
+/// ```
+pub trait Dialect: Send + Sync + std::fmt::Debug {
+    /// `duckdb` or `postgres`.
+    fn name(&self) -> &'static str;
+
+    /// The engine's name as messages spell it (`DuckDB`, `Postgres`).
+    fn title(&self) -> &'static str;
+
+    /// Replaces the table `relation` (qualified, quoted) with the result of `query`, creating it
+    /// when absent: the build of a `full` model or a seed. `query` follows `AS ` as given (a
+    /// leading newline is kept).
+    fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
+        vec![self.drop_table_if_exists(relation), format!("CREATE TABLE {relation} AS {query}")]
+    }
+
+    /// Replaces the view `relation` with one selecting `query`, creating it when absent. The
+    /// standard spelling drops and creates (`CREATE OR REPLACE VIEW` cannot change a view's
+    /// columns in Postgres); never `CASCADE`: a view others depend on fails loudly.
+    fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
+        vec![self.drop_view_if_exists(relation), format!("CREATE VIEW {relation} AS {query}")]
+    }
+
+    /// Creates the table `relation` from `query`; fails when it exists (the first batch of a new
+    /// time-range table, an SCD type 2 rebuild).
+    fn create_table_as(&self, relation: &str, query: &str) -> String {
+        format!("CREATE TABLE {relation} AS {query}")
+    }
+
+    /// Creates the table `relation`, empty, with the columns and types of `query`'s output,
+    /// unless a relation of that name exists.
+    fn create_empty_table_if_absent(&self, relation: &str, query: &str) -> String {
+        format!("CREATE TABLE IF NOT EXISTS {relation} AS SELECT * FROM (\n{query}\n) AS _efmesh_q LIMIT 0")
+    }
+
+    /// The qualified name of the temporary relation `name` of this session (a stage).
+    fn temp_relation(&self, name: &str) -> String {
+        format!("pg_temp.{}", quote_ident(name))
+    }
+
+    /// Replaces this session's temporary table `name` with the result of `query`.
+    fn replace_temp_table_as(&self, name: &str, query: &str) -> Vec<String> {
+        vec![format!("DROP TABLE IF EXISTS {}", self.temp_relation(name)), format!("CREATE TEMP TABLE {} AS {query}", quote_ident(name))]
+    }
+
+    /// Creates the schema `schema` (unquoted name) unless it exists.
+    fn create_schema_if_absent(&self, schema: &str) -> String {
+        format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))
+    }
+
+    /// Drops the table `relation` if it exists (never `CASCADE`).
+    fn drop_table_if_exists(&self, relation: &str) -> String {
+        format!("DROP TABLE IF EXISTS {relation}")
+    }
+
+    /// Drops the view `relation` if it exists (never `CASCADE`).
+    fn drop_view_if_exists(&self, relation: &str) -> String {
+        format!("DROP VIEW IF EXISTS {relation}")
+    }
+
+    /// Adds the column `column` (unquoted) of type `ty` to the table `relation`.
+    fn add_column(&self, relation: &str, column: &str, ty: &str) -> String {
+        format!("ALTER TABLE {relation} ADD COLUMN {} {ty}", quote_ident(column))
+    }
+
+    /// The expression `expr` as text.
+    fn text_of(&self, expr: &str) -> String {
+        format!("CAST({expr} AS VARCHAR)")
+    }
+
+    /// One row of the relation aliased `alias` as a JSON object, as text (audit samples).
+    fn row_json_text(&self, alias: &str) -> String {
+        format!("CAST(to_json({alias}) AS VARCHAR)")
+    }
+}
+
+/// The standard spelling: every default of [`Dialect`] (what Postgres runs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Standard;
+
+impl Dialect for Standard {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn title(&self) -> &'static str {
+        "Postgres"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_standard_spelling_replaces_by_drop_and_create_and_never_cascades() {
+        let d = Standard;
+        assert_eq!(d.replace_view_as("e.v", "SELECT a FROM t"), ["DROP VIEW IF EXISTS e.v", "CREATE VIEW e.v AS SELECT a FROM t"]);
+        assert_eq!(d.replace_temp_table_as("_s", "SELECT 1"), ["DROP TABLE IF EXISTS pg_temp.\"_s\"", "CREATE TEMP TABLE \"_s\" AS SELECT 1"]);
+        for s in d.replace_table_as("s.t", "SELECT 1").iter().chain(d.replace_view_as("s.v", "SELECT 1").iter()) {
+            assert!(!s.to_uppercase().contains("CASCADE"), "{s}");
+        }
+    }
+}
