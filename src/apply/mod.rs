@@ -181,6 +181,19 @@ pub enum ApplyError {
     /// started after it, nothing was promoted.
     #[error("{} failures; nothing was promoted:\n{}", .0.len(), render_several(.0))]
     Several(Vec<ApplyError>),
+    /// A model of the plan needs a feature the engine does not have (the parquet lake on
+    /// Postgres, say): nothing was done.
+    #[error("{location}: model `{model}` needs {feature}, which the {engine} engine does not have; nothing was done")]
+    EngineFeature {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: crate::core::Location,
+        /// The feature, as [`crate::engine::dialect::Feature::describe`] names it.
+        feature: &'static str,
+        /// The engine, as messages spell it.
+        engine: &'static str,
+    },
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -211,7 +224,9 @@ impl ApplyError {
     /// refused, a model the target rejected).
     pub fn located(&self) -> Option<(&crate::core::Location, &ModelName)> {
         match self {
-            ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. } => Some((location, model)),
+            ApplyError::Build { model, location, .. } | ApplyError::Rejected { model, location, .. } | ApplyError::EngineFeature { model, location, .. } => {
+                Some((location, model))
+            }
             _ => None,
         }
     }
@@ -241,6 +256,7 @@ pub(crate) fn execute(
     {
         return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
+    check_features(project, plan, engine.sql())?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
@@ -285,6 +301,27 @@ pub fn intents(plan: &Plan) -> Vec<crate::state::Intent> {
         }
     }
     out
+}
+
+/// Refuses, before anything is written, a plan whose models need a feature the engine lacks
+/// ([`crate::engine::dialect::Feature`]): the first such model in plan order, with its file:line
+/// and the feature.
+///
+/// # Errors
+/// [`ApplyError::EngineFeature`].
+pub fn check_features(project: &Project, plan: &Plan, dialect: &dyn crate::engine::dialect::Dialect) -> Result<(), ApplyError> {
+    for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        if let Some(feature) = crate::engine::dialect::Feature::needed_by(model).filter(|f| !dialect.supports(*f)) {
+            return Err(ApplyError::EngineFeature {
+                model: model.name.clone(),
+                location: model.location.clone(),
+                feature: feature.describe(),
+                engine: dialect.title(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// [`execute`] once the intents are recorded.

@@ -104,6 +104,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Build { .. } => "build",
         ApplyError::Rejected { .. } => "rejected",
         ApplyError::Target { .. } => "target",
+        ApplyError::EngineFeature { .. } => "engine-feature",
         ApplyError::Audit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::Engine(_) => "engine",

@@ -9,6 +9,41 @@
 //! returns several statements expects them to run in ONE transaction, in order.
 
 use crate::core::name::quote_ident;
+use crate::core::{Kind, Model, Target};
+
+/// A capability beyond tables and views that a model may need of its engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Feature {
+    /// `target = "parquet"`: files written by the engine (`COPY … TO`), read back through a view.
+    ParquetLake,
+    /// `target = "ducklake"`: a table in an attached DuckLake catalog.
+    DuckLake,
+    /// An external model read from files by the engine (`read_csv`, `read_parquet`, globs).
+    FileExternal,
+}
+
+impl Feature {
+    /// The feature as messages name it.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Feature::ParquetLake => "the parquet lake target (`target = \"parquet\"`)",
+            Feature::DuckLake => "the DuckLake target (`target = \"ducklake\"`)",
+            Feature::FileExternal => "an external source read from files (`kind.external { path = … }`)",
+        }
+    }
+
+    /// The feature `model` needs beyond tables and views, if any.
+    #[must_use]
+    pub fn needed_by(model: &Model) -> Option<Feature> {
+        match (&model.kind, model.target) {
+            (Kind::External(crate::core::External::Files { .. }), _) => Some(Feature::FileExternal),
+            (_, Target::Parquet) => Some(Feature::ParquetLake),
+            (_, Target::DuckLake) => Some(Feature::DuckLake),
+            _ => None,
+        }
+    }
+}
 
 /// How one engine spells the statements efmesh writes (see the module documentation).
 ///
@@ -27,6 +62,12 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
 
     /// The engine's name as messages spell it (`DuckDB`, `Postgres`).
     fn title(&self) -> &'static str;
+
+    /// True when the engine has `feature` ([`Feature`]); none by default.
+    fn supports(&self, feature: Feature) -> bool {
+        let _ = feature;
+        false
+    }
 
     /// Replaces the table `relation` (qualified, quoted) with the result of `query`, creating it
     /// when absent: the build of a `full` model or a seed. `query` follows `AS ` as given (a

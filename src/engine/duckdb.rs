@@ -279,6 +279,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         "DuckDB"
     }
 
+    fn supports(&self, _feature: super::dialect::Feature) -> bool {
+        true
+    }
+
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![format!("CREATE OR REPLACE TABLE {relation} AS {query}")]
     }

@@ -11,6 +11,7 @@ mod crash_property;
 mod deployment;
 mod ducklake;
 mod engine_record;
+mod engine_seam;
 mod engine_settings;
 mod env_consistency;
 mod examples;
