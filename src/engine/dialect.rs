@@ -10,6 +10,7 @@
 
 use crate::core::name::quote_ident;
 use crate::core::{Kind, Model, Target};
+use crate::sql::canon::{Canonical, SqlError};
 
 /// A capability beyond tables and views that a model may need of its engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -62,6 +63,16 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
 
     /// The engine's name as messages spell it (`DuckDB`, `Postgres`).
     fn title(&self) -> &'static str;
+
+    /// The canonical form of a model body in this engine's grammar (what the fingerprint
+    /// hashes): the standard spelling parses with the Postgres grammar
+    /// ([`crate::sql::pg_canon`]).
+    ///
+    /// # Errors
+    /// [`SqlError`] when the body is not exactly one query the grammar accepts.
+    fn canonicalize(&self, sql: &str) -> Result<Canonical, SqlError> {
+        crate::sql::pg_canon::canonicalize(sql)
+    }
 
     /// True when the engine has `feature` ([`Feature`]); none by default.
     fn supports(&self, feature: Feature) -> bool {
@@ -162,5 +173,18 @@ mod tests {
         for s in d.replace_table_as("s.t", "SELECT 1").iter().chain(d.replace_view_as("s.v", "SELECT 1").iter()) {
             assert!(!s.to_uppercase().contains("CASCADE"), "{s}");
         }
+    }
+
+    #[test]
+    fn each_engine_supplies_the_parser_of_its_own_grammar() {
+        use crate::engine::duckdb::DuckDbDialect;
+        use crate::sql::canon::CanonSource;
+        // DuckDB: sqlparser, DuckDB's own parser for what sqlparser cannot read.
+        assert_eq!(DuckDbDialect.canonicalize("SELECT 1 AS a").unwrap().source, CanonSource::SqlParser);
+        assert_eq!(DuckDbDialect.canonicalize("SELECT a FROM t USING SAMPLE 10%").unwrap().source, CanonSource::DuckDbJson);
+        // Postgres's grammar: DuckDB's `USING SAMPLE` is not Postgres, `x::text COLLATE "C"` is.
+        assert_eq!(Standard.canonicalize("SELECT 1 AS a").unwrap().source, CanonSource::PgQuery);
+        assert!(matches!(Standard.canonicalize("SELECT a FROM t USING SAMPLE 10%"), Err(SqlError::Postgres { .. })));
+        assert_eq!(Standard.canonicalize("SELECT a::text COLLATE \"C\" FROM t").unwrap().source, CanonSource::PgQuery);
     }
 }

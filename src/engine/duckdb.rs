@@ -283,6 +283,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         true
     }
 
+    fn canonicalize(&self, sql: &str) -> Result<crate::sql::canon::Canonical, crate::sql::canon::SqlError> {
+        super::canonicalize(sql)
+    }
+
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![format!("CREATE OR REPLACE TABLE {relation} AS {query}")]
     }

@@ -53,8 +53,9 @@ pub fn open_scratch(settings: &crate::config::EngineSection) -> Result<Box<dyn E
     Ok(Box::new(duckdb::DuckDb::in_memory_with(settings)?))
 }
 
-/// The canonical form of a model body ([`crate::sql::canon`]): sqlparser's tree, and for the
-/// bodies sqlparser cannot parse, the engine's own parse tree (DuckDB's `json_serialize_sql`,
+/// The canonical form of a model body of the DuckDB engine, the project's engine today
+/// ([`dialect::Dialect::canonicalize`] gives each engine's; [`crate::sql::canon`]): sqlparser's
+/// tree, and for the bodies sqlparser cannot parse, the engine's own parse tree (DuckDB's `json_serialize_sql`,
 /// from a private in-memory database opened on the first such body and kept for the next ones of
 /// this call of `each`). The engine supplies the parser it executes with, so a body only the
 /// engine understands still gets a fingerprint that ignores formatting.

@@ -125,35 +125,57 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 /// `DISTINCT`, multiplies rows with a set-returning function, or shifts positional `ORDER BY` /
 /// `GROUP BY` references.
 fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
-    let select = ast.get("body")?.get("Select")?;
-    if select.get("group_by").is_some_and(|g| g.get("All").is_some()) && added.iter().any(|&i| !is_aggregate(&projection[i])) {
+    // The clauses in the tree of either parser: sqlparser's (`body.Select`) or Postgres's
+    // (`node.SelectStmt`, [`crate::sql::pg_canon`]).
+    let (group_by_all, distinct, order_by, group_by) = if let Some(stmt) = pg_select(ast) {
+        let distinct = stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty());
+        (false, distinct, stmt.get("sort_clause"), stmt.get("group_clause"))
+    } else {
+        let select = ast.get("body")?.get("Select")?;
+        let all = select.get("group_by").is_some_and(|g| g.get("All").is_some());
+        (all, select.get("distinct").is_some_and(|d| !d.is_null()), ast.get("order_by"), select.get("group_by"))
+    };
+    if group_by_all && added.iter().any(|&i| !is_aggregate(&projection[i])) {
         return Some("a non-aggregate column added under `GROUP BY ALL` is a new grouping key, so existing rows change".into());
     }
-    if select.get("distinct").is_some_and(|d| !d.is_null()) {
+    if distinct {
         return Some("a column added under `DISTINCT` changes which rows are distinct".into());
     }
-    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree"];
+    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
     for &i in added {
         let text = projection[i].to_string();
-        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\""))) {
+        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""))) {
             return Some("an added column calls a set-returning function, which multiplies rows".into());
         }
     }
-    let positional = |v: Option<&Value>| v.is_some_and(|v| v.to_string().contains("\"Number\""));
-    if added.iter().any(|&i| i < old_len) && (positional(ast.get("order_by")) || positional(select.get("group_by"))) {
+    // A positional reference: sqlparser's `Number`, Postgres's integer constant (`ival`).
+    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\""].iter().any(|k| v.to_string().contains(k)));
+    if added.iter().any(|&i| i < old_len) && (positional(order_by) || positional(group_by)) {
         return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
     }
     None
 }
 
+/// The top-level `SELECT` of a Postgres tree ([`crate::sql::pg_canon`]), when `ast` is one.
+fn pg_select(ast: &Value) -> Option<&Value> {
+    ast.get("node")?.get("SelectStmt")
+}
+
 /// True when some projection in the canonical AST (top level, CTEs or subqueries) selects `*` or
-/// `t.*` — not `count(*)`, whose argument is not a projection item.
+/// `t.*` — not `count(*)`, whose argument is not a projection item. Either parser's tree:
+/// sqlparser's `projection` items, or Postgres's `target_list` items whose column reference
+/// ends in `A_Star`.
 pub fn selects_star(canonical: &str) -> bool {
+    fn pg_star(item: &Value) -> bool {
+        let fields = item.pointer("/node/ResTarget/val/node/ColumnRef/fields").and_then(Value::as_array);
+        fields.is_some_and(|f| f.iter().any(|x| x.pointer("/node/AStar").is_some()))
+    }
     fn walk(v: &Value) -> bool {
         match v {
             Value::Object(m) => m.iter().any(|(k, child)| {
                 (k == "projection"
                     && child.as_array().is_some_and(|items| items.iter().any(|i| i.get("Wildcard").is_some() || i.get("QualifiedWildcard").is_some())))
+                    || (k == "target_list" && child.as_array().is_some_and(|items| items.iter().any(pg_star)))
                     || walk(child)
             }),
             Value::Array(items) => items.iter().any(walk),
@@ -184,13 +206,21 @@ fn tag(kind: &Value) -> &str {
     kind.get("tag").and_then(Value::as_str).unwrap_or("?")
 }
 
+/// The top-level projection: sqlparser's `body.Select.projection`, or Postgres's
+/// `node.SelectStmt.target_list` (empty for a set operation, whose arms hold the lists: no
+/// projection then).
 fn projection(ast: &Value) -> Option<&Vec<Value>> {
+    if let Some(stmt) = pg_select(ast) {
+        return stmt.get("target_list")?.as_array().filter(|l| !l.is_empty());
+    }
     ast.get("body")?.get("Select")?.get("projection")?.as_array()
 }
 
 fn without_projection(ast: &Value) -> Value {
     let mut v = ast.clone();
-    if let Some(sel) = v.get_mut("body").and_then(|b| b.get_mut("Select")).and_then(Value::as_object_mut) {
+    if let Some(stmt) = v.get_mut("node").and_then(|n| n.get_mut("SelectStmt")).and_then(Value::as_object_mut) {
+        stmt.remove("target_list");
+    } else if let Some(sel) = v.get_mut("body").and_then(|b| b.get_mut("Select")).and_then(Value::as_object_mut) {
         sel.remove("projection");
     }
     v
@@ -237,20 +267,36 @@ fn schema_diff(old: &[(String, String)], new: &[(String, String)]) -> Vec<String
     out
 }
 
-/// Readable name of a diverged path: the clause of sqlparser's `Query`/`Select` tree and its
-/// item index (`where`, `projection[2]`, `from[0]`), not the AST's inner structure.
+/// Readable name of a diverged path: the clause of sqlparser's `Query`/`Select` tree or of
+/// Postgres's `SelectStmt` and its item index (`where`, `projection[2]`, `from[0]`), not the
+/// AST's inner structure.
 fn pretty(path: &str) -> String {
     let p = path.trim_start_matches('.');
-    let p = p.strip_prefix("body.Select.").unwrap_or(p);
+    let p = p.strip_prefix("body.Select.").or_else(|| p.strip_prefix("node.SelectStmt.")).unwrap_or(p);
     // Keep the first segment and its index, drop the rest.
     let cut = p.find('.').map_or(p, |i| &p[..i]);
     let p = match cut.find(']') {
         Some(i) => &cut[..=i],
         None => cut,
     };
-    for (from, to) in
-        [("selection", "where"), ("group_by", "group_by"), ("limit_clause", "limit"), ("order_by", "order_by"), ("from", "from"), ("with", "with")]
-    {
+    for (from, to) in [
+        ("selection", "where"),
+        ("group_by", "group_by"),
+        ("limit_clause", "limit"),
+        ("order_by", "order_by"),
+        ("from", "from"),
+        ("with", "with"),
+        // Postgres's names.
+        ("where_clause", "where"),
+        ("target_list", "projection"),
+        ("from_clause", "from"),
+        ("group_clause", "group_by"),
+        ("having_clause", "having"),
+        ("sort_clause", "order_by"),
+        ("limit_count", "limit"),
+        ("limit_offset", "offset"),
+        ("with_clause", "with"),
+    ] {
         if let Some(rest) = p.strip_prefix(from) {
             return format!("{to}{rest}");
         }
@@ -344,6 +390,45 @@ mod tests {
         assert!(selects_star(&canonicalize("SELECT a, t.* FROM t").unwrap().text));
         assert!(selects_star(&canonicalize("WITH x AS (SELECT * FROM t) SELECT a FROM x").unwrap().text));
         assert!(!selects_star(&canonicalize("SELECT count(*) AS n FROM t").unwrap().text));
+    }
+
+    fn pg_verdict(old_sql: &str, old_cols: &[&str], new_sql: &str, new_cols: &[&str]) -> OwnChange {
+        let k = json!({"tag": "full"});
+        let pg = |s: &str| crate::sql::pg_canon::canonicalize(s).unwrap().text;
+        let (sa, sb) = (cols(old_cols), cols(new_cols));
+        compare(&def(&pg(old_sql), &sa, &k), &def(&pg(new_sql), &sb, &k))
+    }
+
+    #[test]
+    fn postgres_trees_are_categorised_like_sqlparser_trees() {
+        // Added output columns anywhere in the projection: non-breaking.
+        let v = pg_verdict("SELECT a, b FROM t", &["a", "b"], "SELECT a, b, c FROM t", &["a", "b", "c"]);
+        assert!(v.non_breaking, "{v:?}");
+        assert_eq!(v.diverged, vec!["projection[2] (added)"]);
+        let v = pg_verdict("SELECT a, b FROM t", &["a", "b"], "SELECT a, x + 1 AS c, b FROM t", &["a", "c", "b"]);
+        assert!(v.non_breaking, "{v:?}");
+        assert_eq!(v.diverged, vec!["projection[1] (added)"]);
+        // Anything else: breaking, with the changed path.
+        let v = pg_verdict("SELECT a FROM t WHERE a > 1", &["a"], "SELECT a FROM t WHERE a > 2", &["a"]);
+        assert!(!v.non_breaking && v.keeps_columns, "{v:?}");
+        assert_eq!(v.diverged, vec!["where"], "{v:?}");
+        let v = pg_verdict("SELECT a, b FROM t", &["a", "b"], "SELECT a FROM t", &["a"]);
+        assert!(!v.non_breaking && !v.keeps_columns, "{v:?}");
+        let v = pg_verdict("SELECT a FROM t", &["a"], "SELECT a, b FROM t WHERE a > 2", &["a", "b"]);
+        assert!(!v.non_breaking, "{v:?}");
+        // Added columns that change the rows: under DISTINCT, set-returning, shifting positions.
+        let v = pg_verdict("SELECT DISTINCT a FROM t", &["a"], "SELECT DISTINCT a, b FROM t", &["a", "b"]);
+        assert!(!v.non_breaking && v.reason.contains("DISTINCT"), "{v:?}");
+        let v = pg_verdict("SELECT a FROM t", &["a"], "SELECT a, unnest(arr) AS x FROM t", &["a", "x"]);
+        assert!(!v.non_breaking && v.reason.contains("set-returning"), "{v:?}");
+        let v = pg_verdict("SELECT a, b FROM t ORDER BY 1", &["a", "b"], "SELECT c, a, b FROM t ORDER BY 1", &["c", "a", "b"]);
+        assert!(!v.non_breaking && v.reason.contains("positional"), "{v:?}");
+        // `*` in a projection, not `count(*)`.
+        let pg = |s: &str| crate::sql::pg_canon::canonicalize(s).unwrap().text;
+        assert!(selects_star(&pg("SELECT * FROM t")));
+        assert!(selects_star(&pg("SELECT a, t.* FROM t")));
+        assert!(selects_star(&pg("WITH x AS (SELECT * FROM t) SELECT a FROM x")));
+        assert!(!selects_star(&pg("SELECT count(*) AS n FROM t")));
     }
 
     #[test]

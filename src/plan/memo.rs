@@ -133,8 +133,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
         let physical = (!physical.is_empty()).then(|| physical.to_string());
         let canonical_source = match source {
             "" => None,
-            "duckdb-json" => Some(CanonSource::DuckDbJson),
-            _ => Some(CanonSource::SqlParser),
+            other => Some(CanonSource::from_name(other)),
         };
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {

@@ -902,8 +902,7 @@ impl VersionMemo {
 
 fn parse_cached(value: &str) -> (CanonSource, String) {
     match value.split_once(':') {
-        Some(("duckdb-json", d)) => (CanonSource::DuckDbJson, d.to_string()),
-        Some((_, d)) => (CanonSource::SqlParser, d.to_string()),
+        Some((source, d)) => (CanonSource::from_name(source), d.to_string()),
         None => (CanonSource::SqlParser, value.to_string()),
     }
 }

@@ -55,15 +55,30 @@ pub enum CanonSource {
     SqlParser,
     /// DuckDB's `json_serialize_sql`, without `query_location` (the fallback).
     DuckDbJson,
+    /// The Postgres grammar (libpg_query), without locations ([`super::pg_canon`]).
+    PgQuery,
 }
 
 impl CanonSource {
-    /// `sqlparser` or `duckdb-json`, as shown by `plan --explain`.
+    /// `sqlparser`, `duckdb-json` or `pg-query`, as shown by `plan --explain` and kept in the
+    /// caches.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             CanonSource::SqlParser => "sqlparser",
             CanonSource::DuckDbJson => "duckdb-json",
+            CanonSource::PgQuery => "pg-query",
+        }
+    }
+
+    /// The source [`CanonSource::as_str`] names; anything else is `sqlparser` (the caches'
+    /// older entries carry no name).
+    #[must_use]
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "duckdb-json" => CanonSource::DuckDbJson,
+            "pg-query" => CanonSource::PgQuery,
+            _ => CanonSource::SqlParser,
         }
     }
 }
@@ -106,6 +121,12 @@ pub enum SqlError {
     NotAQuery {
         /// What was found instead, e.g. "a `DELETE FROM` statement", "2 statements", "no statement".
         found: String,
+    },
+    /// The Postgres grammar (libpg_query) rejected the text.
+    #[error("Postgres cannot parse SQL: {message}")]
+    Postgres {
+        /// libpg_query's message.
+        message: String,
     },
     /// DuckDB's own parser rejected the text (the fallback's `"error": true`).
     #[error("DuckDB cannot parse SQL: {message}")]

@@ -2,6 +2,7 @@
 //!
 //! - [`canon`]: one deterministic text per query body, whatever its formatting (sqlparser's
 //!   DuckDB dialect, with DuckDB's `json_serialize_sql` as the fallback).
+//! - [`pg_canon`]: the same for Postgres bodies, from the Postgres grammar (libpg_query).
 //! - [`fingerprint`]: blake3 over a versioned payload of name, kind, columns, grain, canonical
 //!   body and parent fingerprints; and the physical table name a fingerprint gives.
 //! - [`prefetch`]: canonical digests computed in the background ahead of a cold plan.
@@ -14,6 +15,7 @@ pub mod audit_reads;
 pub mod canon;
 pub mod fingerprint;
 pub mod lineage;
+pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;
 

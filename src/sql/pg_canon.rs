@@ -1,0 +1,264 @@
+//! Canonical SQL for Postgres: the Postgres server's own grammar (libpg_query, through the
+//! `pg_query` crate), its raw parse tree as compact JSON with every location field removed.
+//!
+//! What is normalised comes from the parser itself: keyword case, whitespace, comments, a
+//! trailing `;`, the case of unquoted identifiers (folded to lower case as Postgres folds them,
+//! so `Amount`, `amount` and `"amount"` are one column, `"Amount"` another), redundant
+//! parentheses, optional `AS`, `INNER`/`OUTER`, `!=` (read as `<>`), and `x::t` against
+//! `CAST(x AS t)`. Everything the parser keeps (constants, operators, clauses, their order) is
+//! meaning and changes the text. Byte offsets (`location`, `*_location`, `stmt_len`, the list
+//! bounds `list_start`/`list_end` and `rexpr_list_start`/`rexpr_list_end`: every `ParseLoc` of
+//! the Postgres tree) change with formatting and are removed at every depth.
+//!
+//! Bounds rendered by [`CanonicalResolver`](crate::core::fragment::CanonicalResolver) (`$start`,
+//! `$end`) are parameters `$1` and `$2` for the parser (outside strings, quoted identifiers and
+//! comments).
+
+use super::canon::{CanonSource, Canonical, SqlError};
+use serde_json::Value;
+
+/// The canonical form of a Postgres query body.
+///
+/// `sql` must hold exactly one query: `SELECT`, `WITH … SELECT`, `VALUES`, or a set operation of
+/// them (never `SELECT … INTO`, which creates a table); one trailing `;` is fine.
+///
+/// # Errors
+/// [`SqlError::Postgres`] when the Postgres grammar rejects the text; [`SqlError::NotAQuery`]
+/// when it is empty, holds several statements, or a statement that is not a query.
+///
+/// # Example
+/// ```
+/// use efmesh::sql::pg_canon::canonicalize;
+/// let a = canonicalize("SELECT \"id\", amount::float8 AS amt FROM raw.orders o -- note")?;
+/// let b = canonicalize("select ID, cast(amount as float8) amt\nfrom raw.orders as o;")?;
+/// assert_eq!(a, b);
+/// assert_ne!(a, canonicalize("SELECT id, amount::float8 AS amt FROM raw.orders o WHERE id > 1")?);
+/// assert!(canonicalize("DELETE FROM raw.orders").is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
+    let text = with_bound_parameters(sql);
+    let parsed = pg_query::parse(&text, 0).map_err(|e| SqlError::Postgres { message: parse_message(&e) })?;
+    let stmts = &parsed.protobuf.stmts;
+    match stmts.len() {
+        1 => {}
+        0 => return Err(SqlError::NotAQuery { found: "no statement".into() }),
+        n => return Err(SqlError::NotAQuery { found: format!("{n} statements") }),
+    }
+    let Some(node) = stmts[0].stmt.as_ref() else {
+        return Err(SqlError::NotAQuery { found: "no statement".into() });
+    };
+    match &node.node {
+        Some(pg_query::NodeEnum::SelectStmt(s)) if s.into_clause.is_none() => {}
+        Some(pg_query::NodeEnum::SelectStmt(_)) => return Err(SqlError::NotAQuery { found: "a `SELECT … INTO` statement (it creates a table)".into() }),
+        Some(other) => return Err(SqlError::NotAQuery { found: format!("a `{}` statement", statement_name(other)) }),
+        None => return Err(SqlError::NotAQuery { found: "no statement".into() }),
+    }
+    let mut tree = serde_json::to_value(node).map_err(|e| SqlError::Postgres { message: format!("cannot serialise the parse tree: {e}") })?;
+    strip_locations(&mut tree);
+    Ok(Canonical { text: tree.to_string(), source: CanonSource::PgQuery })
+}
+
+/// libpg_query's message, without a trailing period.
+fn parse_message(e: &pg_query::Error) -> String {
+    let text = match e {
+        pg_query::Error::Parse(m) => m.clone(),
+        other => other.to_string(),
+    };
+    text.trim_end_matches('.').to_string()
+}
+
+/// The statement's node name as Postgres calls it (`DeleteStmt` → `DELETE`), for messages.
+fn statement_name(node: &pg_query::NodeEnum) -> String {
+    let debug = format!("{node:?}");
+    let name = debug.split(['(', ' ', '{']).next().unwrap_or("?");
+    name.trim_end_matches("Stmt").to_ascii_uppercase()
+}
+
+/// Removes every key holding a byte offset into the text (Postgres's `ParseLoc` fields:
+/// `location`, `*_location`, `stmt_len`, `list_start`, `list_end`, `rexpr_list_start`,
+/// `rexpr_list_end`), at any depth.
+fn strip_locations(v: &mut Value) {
+    const OFFSETS: &[&str] = &["location", "stmt_len", "list_start", "list_end", "rexpr_list_start", "rexpr_list_end"];
+    match v {
+        Value::Object(map) => {
+            map.retain(|k, _| !OFFSETS.contains(&k.as_str()) && !k.ends_with("_location"));
+            map.values_mut().for_each(strip_locations);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_locations),
+        _ => {}
+    }
+}
+
+/// `sql` with the canonical bounds `$start` and `$end` as parameters `$1` and `$2`, outside
+/// string literals, quoted identifiers and comments.
+fn with_bound_parameters(sql: &str) -> String {
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    let mut copied = 0;
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"') => {
+                i += 1;
+                while i < b.len() {
+                    if b[i] == q {
+                        if b.get(i + 1) == Some(&q) {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b'$' => {
+                let rest = &sql[i + 1..];
+                let found = [("start", "$1"), ("end", "$2")]
+                    .into_iter()
+                    .find(|(word, _)| rest.starts_with(word) && !rest.as_bytes().get(word.len()).copied().is_some_and(ident));
+                if let Some((word, param)) = found {
+                    out.push_str(&sql[copied..i]);
+                    out.push_str(param);
+                    i += 1 + word.len();
+                    copied = i;
+                } else {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&sql[copied.min(sql.len())..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id \
+                        WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5";
+
+    fn text(sql: &str) -> String {
+        canonicalize(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).text
+    }
+
+    #[test]
+    fn formatting_variants_have_one_canonical_text() {
+        let variants = [
+            "select o.id, o.region, sum(o.amount) as total from raw.orders as o join raw.regions as r on r.id = o.region_id where o.amount > 10 and r.name <> 'x' group by o.id, o.region order by total desc limit 5",
+            "SELECT   o.id ,o.region,sum( o.amount )AS total\nFROM raw.orders AS o\n  JOIN raw.regions AS r ON r.id = o.region_id\nWHERE o.amount > 10 AND r.name <> 'x'\nGROUP BY o.id, o.region\nORDER BY total DESC\nLIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5;",
+            "SELECT o.id, o.region, sum(o.amount) AS total -- the total\nFROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "/* header */ SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) total FROM raw.orders o JOIN raw.regions r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o INNER JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name != 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT O.ID, O.REGION, SUM(O.AMOUNT) AS TOTAL FROM RAW.ORDERS AS O JOIN RAW.REGIONS AS R ON R.ID = O.REGION_ID WHERE O.AMOUNT > 10 AND R.NAME <> 'x' GROUP BY O.ID, O.REGION ORDER BY TOTAL DESC LIMIT 5",
+            "SELECT \"o\".\"id\", \"o\".\"region\", \"sum\"(\"o\".\"amount\") AS \"total\" FROM \"raw\".\"orders\" AS \"o\" JOIN \"raw\".\"regions\" AS \"r\" ON \"r\".\"id\" = \"o\".\"region_id\" WHERE \"o\".\"amount\" > 10 AND \"r\".\"name\" <> 'x' GROUP BY \"o\".\"id\", \"o\".\"region\" ORDER BY \"total\" DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON (r.id = o.region_id) WHERE (o.amount > 10) AND (r.name <> 'x') GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE ((o.amount > 10) AND (r.name <> 'x')) GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > (10) AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5 -- trailing",
+            "\n\n\tSELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5\n\n",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5 ;  ",
+            "SeLeCt o.id, o.region, SuM(o.amount) As total FrOm raw.orders As o JoIn raw.regions aS r On r.id = o.region_id WhErE o.amount > 10 AnD r.name <> 'x' GrOuP bY o.id, o.region OrDeR bY total DeSc LiMiT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 /* ten */ AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5",
+            "SELECT o.id,\n       o.region,\n       sum(o.amount) AS total\n  FROM raw.orders AS o\n  JOIN raw.regions AS r\n    ON r.id = o.region_id\n WHERE o.amount > 10\n   AND r.name <> 'x'\n GROUP BY o.id,\n          o.region\n ORDER BY total DESC\n LIMIT 5",
+            "SELECT o.id, o.region, sum(o.amount) AS total FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY total DESC LIMIT 5\n-- end of model\n",
+            "SELECT o.id, o.region, sum(o.amount) AS \"total\" FROM raw.orders AS o JOIN raw.regions AS r ON r.id = o.region_id WHERE o.amount > 10 AND r.name <> 'x' GROUP BY o.id, o.region ORDER BY \"total\" DESC LIMIT 5",
+        ];
+        assert!(variants.len() >= 20);
+        let base = text(BASE);
+        for v in variants {
+            assert_eq!(text(v), base, "{v}");
+        }
+        // Lists and arrays whatever their spacing (their bounds are byte offsets too).
+        assert_eq!(text("SELECT ARRAY[1,2] FROM t WHERE a IN (1,2)"), text("SELECT ARRAY[ 1, 2 ]\nFROM t WHERE a IN ( 1 , 2 )"));
+        assert_ne!(text("SELECT a FROM t WHERE a IN (1, 2)"), text("SELECT a FROM t WHERE a IN (1, 3)"));
+        // Casts: `::` and `CAST`; bounds as parameters wherever they are written.
+        assert_eq!(text("SELECT a::bigint FROM t WHERE d >= $start AND d < $end"), text("SELECT CAST(a AS bigint) FROM t WHERE d >= $start AND d < $end"));
+    }
+
+    #[test]
+    fn semantic_edits_change_the_canonical_text() {
+        let edits = [
+            BASE.replace("o.id, o.region, sum", "o.id, sum"),
+            BASE.replace("sum(o.amount)", "avg(o.amount)"),
+            BASE.replace("> 10", ">= 10"),
+            BASE.replace("> 10", "> 11"),
+            BASE.replace("'x'", "'y'"),
+            BASE.replace("JOIN raw.regions", "LEFT JOIN raw.regions"),
+            BASE.replace("raw.orders", "raw.orders_v2"),
+            BASE.replace("SELECT o.id", "SELECT DISTINCT o.id"),
+            BASE.replace("DESC", "ASC"),
+            BASE.replace("LIMIT 5", "LIMIT 6"),
+            BASE.replace("GROUP BY o.id, o.region", "GROUP BY o.region, o.id"),
+            BASE.replace("AS total", "AS \"Total\""),
+            BASE.replace(" AND r.name <> 'x'", ""),
+            format!("{BASE} OFFSET 1"),
+            BASE.replace("r.id = o.region_id", "r.id = o.id"),
+        ];
+        assert!(edits.len() >= 10);
+        let base = text(BASE);
+        let mut seen = std::collections::BTreeSet::from([base.clone()]);
+        for e in &edits {
+            let t = text(e);
+            assert_ne!(t, base, "{e}");
+            assert!(seen.insert(t), "two edits share a text: {e}");
+        }
+        assert_ne!(text("SELECT 1 UNION SELECT 2"), text("SELECT 1 UNION ALL SELECT 2"));
+        assert_ne!(text("SELECT a FROM t WHERE d >= $start"), text("SELECT a FROM t WHERE d >= $end"));
+    }
+
+    #[test]
+    fn only_one_query_is_a_body() {
+        for (sql, found) in [
+            ("DELETE FROM t", "a `DELETE` statement"),
+            ("SELECT 1; SELECT 2", "2 statements"),
+            ("", "no statement"),
+            ("-- nothing", "no statement"),
+            ("SELECT * INTO t2 FROM t", "a `SELECT … INTO` statement (it creates a table)"),
+            ("CREATE TABLE t (a int)", "a `CREATE` statement"),
+        ] {
+            match canonicalize(sql) {
+                Err(SqlError::NotAQuery { found: f }) => assert_eq!(f, found, "{sql}"),
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+        let err = canonicalize("SELECT a FRM t").unwrap_err();
+        assert!(matches!(err, SqlError::Postgres { .. }), "{err:?}");
+        assert!(err.to_string().starts_with("Postgres cannot parse SQL: syntax error at or near"), "{err}");
+        // WITH, VALUES and set operations are queries.
+        for sql in ["WITH x AS (SELECT 1 AS a) SELECT a FROM x", "VALUES (1), (2)", "SELECT 1 EXCEPT SELECT 2"] {
+            assert_eq!(canonicalize(sql).unwrap().source, CanonSource::PgQuery);
+        }
+    }
+
+    #[test]
+    fn no_location_survives_and_bounds_are_parameters_only_outside_quotes_and_comments() {
+        let t = text(BASE);
+        assert!(!t.contains("location") && !t.contains("stmt_len"), "{t}");
+        let t = text("SELECT ARRAY[1, 2], a IN (1, 2) FROM t");
+        assert!(!t.contains("list_start") && !t.contains("list_end"), "{t}");
+        assert_eq!(
+            with_bound_parameters("WHERE d >= $start AND d < $end AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2"),
+            "WHERE d >= $1 AND d < $2 AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2"
+        );
+    }
+}
