@@ -198,7 +198,7 @@ fn statements(model: &Model, scd: &ScdType2, physical: &str, now: Millis, st: &s
     let matches = key_match(scd);
     vec![
         format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols}, CAST(NULL AS TIMESTAMP) AS {vf}, CAST(NULL AS TIMESTAMP) AS {vt} FROM {st} LIMIT 0"),
-        format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd, &st)),
+        format!("UPDATE {physical} AS _t SET {vt} = {now} WHERE _t.{vt} IS NULL AND ({})", closes(model, scd, st)),
         format!(
             "INSERT INTO {physical} ({cols}, {vf}, {vt}) SELECT {staged_cols}, {now}, NULL FROM {st} AS _s \
              WHERE NOT EXISTS (SELECT 1 FROM {physical} AS _t WHERE {matches} AND _t.{vt} IS NULL)"
