@@ -13,7 +13,11 @@ use std::collections::BTreeSet;
 /// is many small transactions), a `full` rollup downstream, and a unique-key model over a CSV
 /// with a `full` model downstream of it.
 fn ops_project(multiplier: u32) -> Project {
-    let p = Project::new();
+    ops_project_on(StateBackend::Sqlite, multiplier)
+}
+
+fn ops_project_on(backend: StateBackend, multiplier: u32) -> Project {
+    let p = Project::on(backend);
     p.write("data/src.csv", "id,score\n1,1\n2,2\n");
     p.write("models/m.lua", &models(multiplier));
     p
@@ -79,7 +83,7 @@ fn assert_consistent(p: &Project, env: &str, now_day: &str, multiplier: u32, log
     let (daily, rollup) = expected_daily(now_day, multiplier);
     assert_eq!(p.rows(&env_view(env, "t.daily")), daily, "t.daily in {env}\n{log}");
     assert_eq!(p.rows(&env_view(env, "t.rollup")), rollup, "t.rollup in {env}\n{log}");
-    let s = p.state();
+    let s = p.store().expect("a state store");
     let fp = s.env_pointers(env).unwrap()["t.daily"].clone();
     let stats = s.ledger_stats("t.daily", &fp).unwrap();
     assert_eq!((stats.done as i64, stats.failed), (days_until(now_day), 0), "ledger of t.daily\n{log}");
@@ -127,11 +131,17 @@ impl Rng {
     }
 }
 
-#[test]
-fn two_applies_at_once_one_applies_the_other_names_the_holder() {
-    // Fresh (no state file, no DuckDB file) and with an existing environment.
+crate::on_every_state_backend!(two_applies_at_once_one_applies_the_other_names_the_holder);
+
+fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend) {
+    // Fresh (no state store, no DuckDB file) and with an existing environment.
     for fresh in [true, false] {
-        let p = ops_project(1);
+        let backend = match (&backend, fresh) {
+            // The second round on a schema of its own: fresh again.
+            (StateBackend::Postgres(t), false) => StateBackend::Postgres(crate::pg::PgTarget { schema: format!("{}_again", t.schema), ..t.clone() }),
+            (b, _) => b.clone(),
+        };
+        let p = ops_project_on(backend, 1);
         if !fresh {
             p.apply("dev");
             p.write("models/m.lua", &models(2));
@@ -148,7 +158,7 @@ fn two_applies_at_once_one_applies_the_other_names_the_holder() {
         let winner = runs.iter().find(|r| r.code == 0).unwrap();
         assert_eq!(winner.json()["applied"], true);
         // One promotion journaled, the data as one uninterrupted apply leaves it, no lease left.
-        assert_eq!(p.state().journal("dev").unwrap().len(), if fresh { 1 } else { 2 });
+        assert_eq!(p.store().unwrap().journal("dev").unwrap().len(), if fresh { 1 } else { 2 });
         assert_consistent(&p, "dev", "2026-02-10", if fresh { 1 } else { 2 }, "");
         assert_eq!(p.rows(&env_view("dev", "m.latest")), vec![vec![Some("1".into()), Some("1".into())], vec![Some("2".into()), Some("2".into())]]);
         // The loser, run again, has nothing left to do.
