@@ -656,3 +656,40 @@ fn a_postgres_state_is_opened_from_the_variable_url_env_names_and_an_unset_one_i
     assert!(efmesh::state::open_existing(&config).unwrap().is_some());
     unsafe { std::env::remove_var(&var) };
 }
+
+#[test]
+fn a_fresh_postgres_store_has_the_tables_columns_and_version_of_a_fresh_sqlite_store() {
+    let Some(target) = pg::fresh() else { return };
+    drop(target.open());
+    let sqlite = Sqlite::new();
+    drop(sqlite.open());
+    let conn = rusqlite::Connection::open(&sqlite.path).unwrap();
+    let mut lite: BTreeSet<(String, String)> = BTreeSet::new();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for t in tables {
+        let cols: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        lite.extend(cols.into_iter().map(|c| (t.clone(), c)));
+    }
+    let pg: BTreeSet<(String, String)> = target
+        .client()
+        .query("SELECT table_name::text, column_name::text FROM information_schema.columns WHERE table_schema = $1", &[&target.schema])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(pg, lite, "the same tables and columns");
+    let version: i64 = target.client().query_one(&format!("SELECT version FROM {}.meta", target.schema), &[]).unwrap().get(0);
+    assert_eq!(version, efmesh::state::STATE_VERSION);
+}
