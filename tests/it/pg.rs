@@ -131,15 +131,21 @@ fn start_cluster(bin: &Path) -> Result<Cluster, String> {
         let pw = user_ids(user).ok_or_else(|| format!("running as root, and there is no `{user}` user to run the cluster as"))?;
         chown(&dir, pw)?;
     }
-    let mut init = command(run_as.as_deref(), &bin.join("initdb"));
-    init.arg("-D").arg(&data).args(["-U", "efmesh", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"]);
-    run(init, "initdb")?;
     // A port only names the socket file: there is no TCP listener, so no port is taken.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(54329);
     let options =
         format!("-c listen_addresses='' -k {} -p {port} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", dir.display());
-    let mut start = command(run_as.as_deref(), &bin.join("pg_ctl"));
-    start.arg("-D").arg(&data).arg("-l").arg(dir.join("log")).args(["-w", "-t", "60", "-o", &options, "start"]);
+    let cluster =
+        Cluster { url: format!("postgres://efmesh@{}:{port}/postgres", percent(&dir.display().to_string())), pg_ctl: bin.join("pg_ctl"), data, dir, run_as };
+    // Before anything runs: a process killed while `initdb` or `pg_ctl start` runs still
+    // stops its cluster and removes its directory.
+    watchdog(&cluster);
+    let (data, dir) = (&cluster.data, &cluster.dir);
+    let mut init = command(cluster.run_as.as_deref(), &bin.join("initdb"));
+    init.arg("-D").arg(data).args(["-U", "efmesh", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"]);
+    run(init, "initdb")?;
+    let mut start = command(cluster.run_as.as_deref(), &bin.join("pg_ctl"));
+    start.arg("-D").arg(data).arg("-l").arg(dir.join("log")).args(["-w", "-t", "60", "-o", &options, "start"]);
     // pg_ctl leaves the server running with inherited pipes: give it none.
     start.stdout(Stdio::null()).stderr(Stdio::null());
     let status = start.stdin(Stdio::null()).status().map_err(|e| format!("cannot run pg_ctl: {e}"))?;
@@ -147,9 +153,6 @@ fn start_cluster(bin: &Path) -> Result<Cluster, String> {
         let log = fs_err::read_to_string(dir.join("log")).unwrap_or_default();
         return Err(format!("pg_ctl start failed ({status}): {log}"));
     }
-    let cluster =
-        Cluster { url: format!("postgres://efmesh@{}:{port}/postgres", percent(&dir.display().to_string())), pg_ctl: bin.join("pg_ctl"), data, dir, run_as };
-    watchdog(&cluster);
     unsafe { libc::atexit(stop_at_exit) };
     Ok(cluster)
 }
@@ -191,7 +194,8 @@ extern "C" fn stop_at_exit() {
 }
 
 /// A shell that stops the cluster once this process is gone (killed, aborted): it polls the
-/// test process's pid every 200 ms.
+/// test process's pid every 200 ms, then tries `pg_ctl stop` for up to 20 s (a `pg_ctl start`
+/// the process left running may bring the server up only then), and removes the directory.
 fn watchdog(cluster: &Cluster) {
     let stop = stop_command(cluster);
     let mut line = format!("{:?}", stop.get_program());
@@ -200,7 +204,7 @@ fn watchdog(cluster: &Cluster) {
         line.push_str(&shell_quote(&a.to_string_lossy()));
     }
     let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; {line} >/dev/null 2>&1; rm -rf {dir}",
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; i=0; while [ $i -lt 100 ] && [ -d {dir} ]; do {line} >/dev/null 2>&1 && break; i=$((i+1)); sleep 0.2; done; rm -rf {dir}",
         pid = std::process::id(),
         dir = shell_quote(&cluster.dir.display().to_string())
     );
