@@ -76,6 +76,17 @@ pub enum StateBackend {
     Postgres(crate::pg::PgTarget),
 }
 
+impl StateBackend {
+    /// Another store on the same backend, empty: the same for SQLite (each project has its own
+    /// file), a schema named after `tag` for Postgres.
+    pub fn another(&self, tag: &str) -> StateBackend {
+        match self {
+            StateBackend::Sqlite => StateBackend::Sqlite,
+            StateBackend::Postgres(t) => StateBackend::Postgres(crate::pg::PgTarget { schema: format!("{}_{tag}", t.schema), ..t.clone() }),
+        }
+    }
+}
+
 /// The variable a Postgres test project's `[state] url_env` names.
 pub const PG_URL_ENV: &str = "EFMESH_IT_PG_URL";
 

@@ -136,12 +136,7 @@ crate::on_every_state_backend!(two_applies_at_once_one_applies_the_other_names_t
 fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend) {
     // Fresh (no state store, no DuckDB file) and with an existing environment.
     for fresh in [true, false] {
-        let backend = match (&backend, fresh) {
-            // The second round on a schema of its own: fresh again.
-            (StateBackend::Postgres(t), false) => StateBackend::Postgres(crate::pg::PgTarget { schema: format!("{}_again", t.schema), ..t.clone() }),
-            (b, _) => b.clone(),
-        };
-        let p = ops_project_on(backend, 1);
+        let p = ops_project_on(backend.another(&fresh.to_string()), 1);
         if !fresh {
             p.apply("dev");
             p.write("models/m.lua", &models(2));
