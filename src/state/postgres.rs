@@ -206,9 +206,17 @@ fn describe(config: &postgres::Config, schema: &str) -> String {
     format!("postgres://{user}{}{port}/{db} schema {schema}", hosts.join(","))
 }
 
-/// A backend error as text with `secret` (the password) removed, whatever it quotes.
-fn scrubbed(e: impl std::fmt::Display, secret: Option<&str>) -> super::error::BackendError {
-    let mut text = crate::config::redact_url_passwords(&e.to_string());
+/// A backend error as text, with its causes (a server error's message is only in its source:
+/// the error itself says `db error`), and with `secret` (the password) removed, whatever it quotes.
+fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> super::error::BackendError {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    let mut text = crate::config::redact_url_passwords(&text);
     if let Some(s) = secret.filter(|s| !s.is_empty()) {
         text = text.replace(s, crate::config::REDACTED);
     }
@@ -291,7 +299,7 @@ impl PostgresStore {
         let config: postgres::Config = url.parse().map_err(|e| {
             let redacted = crate::config::redact_url_passwords(url);
             let store = if redacted.contains("://") { format!("{redacted} schema {schema}") } else { format!("a Postgres database, schema {schema}") };
-            StateError::Open { store, source: scrubbed(format!("not a Postgres URL: {e}"), None), transient: false }
+            StateError::Open { store, source: crate::config::redact_url_passwords(&format!("not a Postgres URL: {e}")).into(), transient: false }
         })?;
         Self::connect(config, schema, create)
     }
@@ -324,7 +332,11 @@ impl PostgresStore {
                 match stored_version(&mut tx, schema).map_err(&open_err)? {
                     Some(v) => check(v)?,
                     None => {
-                        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {}", quoted(schema))).map_err(&open_err)?;
+                        // Only when missing: a role without CREATE on the database may own a
+                        // schema made for it (`CREATE SCHEMA IF NOT EXISTS` checks that privilege first).
+                        if tx.query_opt("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", &[&schema]).map_err(&open_err)?.is_none() {
+                            tx.batch_execute(&format!("CREATE SCHEMA {}", quoted(schema))).map_err(&open_err)?;
+                        }
                         tx.batch_execute(PG_SCHEMA).map_err(&open_err)?;
                         tx.execute("INSERT INTO meta (version, store_id) VALUES ($1, replace(gen_random_uuid()::text, '-', ''))", &[&STATE_VERSION])
                             .map_err(&open_err)?;
@@ -1429,7 +1441,7 @@ fn inventory_on<C: GenericClient>(conn: &mut C) -> Result<JanitorInventory, Faul
 pub fn migrate(url: &str, schema: &str, now: Millis) -> Result<MigrationReport, StateError> {
     let _ = now;
     let config: postgres::Config =
-        url.parse().map_err(|e| StateError::Open { store: format!("a Postgres database, schema {schema}"), source: scrubbed(e, None), transient: false })?;
+        url.parse().map_err(|e| StateError::Open { store: format!("a Postgres database, schema {schema}"), source: scrubbed(&e, None), transient: false })?;
     let store = describe(&config, schema);
     let secret = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned());
     let open_err = |e: postgres::Error| StateError::Open { store: store.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };

@@ -693,3 +693,29 @@ fn a_fresh_postgres_store_has_the_tables_columns_and_version_of_a_fresh_sqlite_s
     let version: i64 = target.client().query_one(&format!("SELECT version FROM {}.meta", target.schema), &[]).unwrap().get(0);
     assert_eq!(version, efmesh::state::STATE_VERSION);
 }
+
+#[test]
+fn a_role_owning_a_schema_made_for_it_creates_the_store_there_without_create_on_the_database() {
+    let Some(target) = pg::fresh() else { return };
+    let role = format!("{}_owner", target.schema);
+    let mut admin = target.client();
+    if let Err(e) = admin.batch_execute(&format!("CREATE ROLE {role} LOGIN; CREATE SCHEMA {} AUTHORIZATION {role}", target.schema)) {
+        // A server given by EFMESH_TEST_PG_URL may not let this test create roles.
+        return eprintln!("SKIPPED: cannot create a role on the test Postgres: {e}");
+    }
+    let may_create: bool = admin.query_one("SELECT has_database_privilege($1, current_database(), 'CREATE')", &[&role]).unwrap().get(0);
+    assert!(!may_create, "the role must lack CREATE on the database for this test to prove anything");
+    let url = match target.url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+        Some((scheme, host)) => format!("{scheme}://{role}@{host}"),
+        None => return eprintln!("SKIPPED: the test URL has no user part"),
+    };
+    // A server's refusal is reported with its own message, not a bare "db error".
+    let err = PostgresStore::open(&url.replace(&role, &format!("{role}_missing")), &target.schema).unwrap_err();
+    let why = std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains(&format!("{role}_missing")) && why.contains("does not exist"), "{err}: {why}");
+    let store = PostgresStore::open(&url, &target.schema).unwrap_or_else(|e| panic!("{e}: {:?}", std::error::Error::source(&e)));
+    store.put_snapshot(&rec("m.a", &fp('1'))).unwrap();
+    let owner: String =
+        admin.query_one("SELECT tableowner::text FROM pg_tables WHERE schemaname = $1 AND tablename = 'snapshots'", &[&target.schema]).unwrap().get(0);
+    assert_eq!(owner, role);
+}
