@@ -65,4 +65,10 @@ fn the_url_password_never_reaches_the_output() {
     assert_eq!(broken.code, 1, "{broken:#?}");
     assert!(broken.stderr.contains("version 99") && broken.stderr.contains(schema.as_str()), "{broken:#?}");
     assert!(!broken.stderr.contains(password), "{broken:#?}");
+    // `migrate` refuses a store newer than this efmesh, naming it, and leaves it as it was.
+    let migrate = p.run(&["migrate"]);
+    assert_eq!(migrate.code, 1, "{migrate:#?}");
+    assert!(migrate.stderr.contains("version 99") && migrate.stderr.contains("newer") && !migrate.stderr.contains(password), "{migrate:#?}");
+    let version: i64 = target.client().query_one(&format!("SELECT version FROM {schema}.meta"), &[]).unwrap().get(0);
+    assert_eq!(version, 99);
 }
