@@ -219,23 +219,79 @@ fn default_engine_path() -> PathBuf {
     "efmesh.duckdb".into()
 }
 
-/// `[state]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[state]`: where the state store lives. Either a SQLite file (`path`, the default
+/// `efmesh.state.sqlite`) or a Postgres database (`url_env`: the NAME of an environment variable
+/// holding a `postgres://` URL, never the URL itself, and `schema`, default `efmesh_state`).
+#[derive(Debug, Clone)]
 pub struct StateSection {
-    /// SQLite state file, relative to the config directory.
-    #[serde(default = "default_state_path")]
+    /// SQLite state file, relative to the config directory. For a Postgres state it is the
+    /// default and only anchors the project's local records (`.efmesh/` beside it); no file is
+    /// ever opened there ([`Config::state_file`] is `None`).
     pub path: PathBuf,
+    /// `url_env`: the environment variable holding the Postgres URL (a Postgres state store).
+    pub url_env: Option<String>,
+    /// `schema`: the Postgres schema holding the store's tables (default `efmesh_state`).
+    pub schema: String,
 }
 
 impl Default for StateSection {
     fn default() -> Self {
-        Self { path: default_state_path() }
+        Self { path: default_state_path(), url_env: None, schema: DEFAULT_STATE_SCHEMA.to_string() }
     }
 }
 
+/// The Postgres schema of a state store whose `[state]` names none.
+pub const DEFAULT_STATE_SCHEMA: &str = "efmesh_state";
+
 fn default_state_path() -> PathBuf {
     "efmesh.state.sqlite".into()
+}
+
+/// `[state]` as written, checked by [`RawStateSection::into_section`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStateSection {
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    url_env: Option<String>,
+    #[serde(default)]
+    schema: Option<String>,
+    /// Accepted only to be refused with a message that never quotes it (a URL holds a password).
+    #[serde(default)]
+    url: Option<toml::Value>,
+}
+
+impl RawStateSection {
+    fn into_section(self) -> Result<StateSection, String> {
+        if self.url.is_some() {
+            return Err("`state.url` is not read: a database URL holds a password, and secrets come only from the environment; \
+                        put the URL in an environment variable and name it with `url_env = \"PG_URL\"`"
+                .to_string());
+        }
+        match (self.path, self.url_env) {
+            (Some(_), Some(_)) => Err("`state.path` (a SQLite file) and `state.url_env` (a Postgres database) are both set: keep one".to_string()),
+            (path, None) => {
+                if self.schema.is_some() {
+                    return Err("`state.schema` applies to a Postgres state store only: set `state.url_env` too, or remove it".to_string());
+                }
+                Ok(StateSection { path: path.unwrap_or_else(default_state_path), ..StateSection::default() })
+            }
+            (None, Some(var)) => {
+                if var.is_empty() || var.contains(['=', '\0']) || var.contains("://") {
+                    return Err(format!("`state.url_env` must name an environment variable (e.g. `PG_URL`), got {var:?}"));
+                }
+                let schema = self.schema.unwrap_or_else(|| DEFAULT_STATE_SCHEMA.to_string());
+                let ok = schema.len() <= 63
+                    && schema.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                    && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                if !ok {
+                    return Err(format!("`state.schema` must be a lowercase SQL identifier (letters, digits, `_`, at most 63), got {schema:?}"));
+                }
+                Ok(StateSection { path: default_state_path(), url_env: Some(var), schema })
+            }
+        }
+    }
 }
 
 /// `[lake]`: where models with `target = "parquet"` write their files (see `docs/targets.md`).
@@ -327,7 +383,7 @@ struct RawConfig {
     #[serde(default)]
     engine: EngineSection,
     #[serde(default)]
-    state: StateSection,
+    state: RawStateSection,
     #[serde(default)]
     lake: Option<LakeSection>,
     #[serde(default)]
@@ -379,6 +435,7 @@ impl Config {
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
             return Err(invalid(message));
         }
+        let state = raw.state.into_section().map_err(invalid)?;
         if raw.engine.threads == Some(0) {
             return Err(invalid("`engine.threads` must be at least 1, got 0".into()));
         }
@@ -394,7 +451,7 @@ impl Config {
         for file in engine.extensions.values_mut() {
             *file = absolute(file);
         }
-        Ok(Config { path: abs, root, project: raw.project, engine, state: raw.state, lake: raw.lake, ducklake: raw.ducklake })
+        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -420,9 +477,17 @@ impl Config {
         self.resolve(&self.engine.path)
     }
 
-    /// The state store file.
+    /// The SQLite state file; for a Postgres state store ([`Config::state_file`] is `None`) a
+    /// path no file is opened at, whose directory anchors the project's local records
+    /// (`.efmesh/`: the load cache, the engine-catalog record).
     pub fn state_path(&self) -> PathBuf {
         self.resolve(&self.state.path)
+    }
+
+    /// The SQLite state file, or `None` for a Postgres state store (`[state] url_env`): there is
+    /// no file whose identity could tell that the store changed.
+    pub fn state_file(&self) -> Option<PathBuf> {
+        self.state.url_env.is_none().then(|| self.state_path())
     }
 
     /// The lake root as the engine addresses it: `s3://…` as written (without a trailing `/`),
@@ -514,12 +579,79 @@ pub fn redact_secrets(text: &str, message: &str) -> String {
     for s in secrets.iter().filter(|s| s.chars().count() >= 4) {
         out = out.replace(*s, REDACTED);
     }
+    redact_url_passwords(&out)
+}
+
+/// `text` with the password of every URL in it (`scheme://user:password@host`) replaced by
+/// [`REDACTED`], whatever key the URL was written under.
+pub fn redact_url_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        // The authority ends at the first `/`, `?`, `#`, quote or blank; its userinfo at the last `@`.
+        let end = tail.find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | '`') || c.is_whitespace()).unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@').and_then(|a| authority[..a].find(':').map(|c| (c, a))) {
+            Some((colon, a)) => {
+                out.push_str(&authority[..=colon]);
+                out.push_str(REDACTED);
+                out.push_str(&authority[a..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state_of(text: &str) -> Result<StateSection, String> {
+        match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n{text}")) {
+            Ok(c) => Ok(c.state),
+            Err(ConfigError::Invalid { message, .. }) => Err(message),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_postgres_state_is_named_by_an_environment_variable_and_a_schema() {
+        let s = state_of("[state]\nurl_env = \"PG_URL\"\n").unwrap();
+        assert_eq!((s.url_env.as_deref(), s.schema.as_str()), (Some("PG_URL"), "efmesh_state"));
+        let s = state_of("[state]\nurl_env = \"PG_URL\"\nschema = \"team_a\"\n").unwrap();
+        assert_eq!(s.schema, "team_a");
+        let c = Config::parse(Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"m/*.lua\"]\n[state]\nurl_env = \"PG_URL\"\n").unwrap();
+        assert_eq!(c.state_file(), None);
+        let c = Config::parse(Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"m/*.lua\"]\n").unwrap();
+        assert_eq!(c.state_file(), Some(PathBuf::from("/p/efmesh.state.sqlite")));
+    }
+
+    #[test]
+    fn a_state_with_both_a_file_and_a_database_or_a_literal_url_is_refused_without_quoting_the_url() {
+        let both = state_of("[state]\npath = \"s.sqlite\"\nurl_env = \"PG_URL\"\n").unwrap_err();
+        assert!(both.contains("both set"), "{both}");
+        let literal = state_of("[state]\nurl = \"postgres://efmesh:hunter2secret@db:5432/app\"\n").unwrap_err();
+        assert!(literal.contains("url_env") && !literal.contains("hunter2secret"), "{literal}");
+        let schema_alone = state_of("[state]\nschema = \"x\"\n").unwrap_err();
+        assert!(schema_alone.contains("Postgres"), "{schema_alone}");
+        let bad_schema = state_of("[state]\nurl_env = \"PG_URL\"\nschema = \"Bad-Name\"\n").unwrap_err();
+        assert!(bad_schema.contains("identifier"), "{bad_schema}");
+        // A syntax error on the URL's line quotes the line: its password is still redacted.
+        let broken = state_of("[state]\nurl = \"postgres://efmesh:hunter2secret@db/app\" oops\n").unwrap_err();
+        assert!(!broken.contains("hunter2secret"), "{broken}");
+    }
+
+    #[test]
+    fn url_passwords_are_redacted_wherever_they_appear() {
+        assert_eq!(redact_url_passwords("at postgres://u:p4ss@h:5/db?x=1 and s3://b/k"), "at postgres://u:<redacted>@h:5/db?x=1 and s3://b/k");
+        assert_eq!(redact_url_passwords("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url_passwords("\"postgresql://a:b:c@h\""), "\"postgresql://a:<redacted>@h\"");
+    }
 
     #[test]
     fn secrets_never_appear_in_config_errors() {

@@ -14,11 +14,11 @@
 //! use efmesh::{config::Config, project::Project, plan, apply};
 //! let config = Config::load("efmesh.toml".as_ref())?;
 //! let project = Project::load(&config)?;
-//! let state = efmesh::state::SqliteStore::open(&config.state_path())?;
+//! let state = efmesh::state::open(&config)?; // SQLite or Postgres, as `[state]` says
 //! let now = efmesh::core::interval::now_millis();
-//! let plan = plan::plan(&project, &state, "dev", now)?;
+//! let plan = plan::plan(&project, &*state, "dev", now)?;
 //! let mut engine = efmesh::engine::open(&config, efmesh::engine::Access::ReadWrite)?;
-//! let report = apply::apply(&project, &plan, &state, &mut *engine, &apply::Options::default())?;
+//! let report = apply::apply(&project, &plan, &*state, &mut *engine, &apply::Options::default())?;
 //! println!("built {:?}", report.built);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

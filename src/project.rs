@@ -82,7 +82,8 @@ impl Project {
 /// (`sql::prefetch`) on all cores but this one, which goes on with the serial rest of the load
 /// and the plan's reads.
 fn prefetch_canonical(config: &Config, models: &[crate::core::Model]) {
-    if !crate::sql::prefetch::wanted() || config.state_path().exists() {
+    // A Postgres store (`url_env`) is taken to exist: it has a canonicalisation cache.
+    if !crate::sql::prefetch::wanted() || config.state.url_env.is_some() || config.state_path().exists() {
         return;
     }
     let bodies: Vec<String> = models.iter().filter_map(|m| m.body.as_ref().map(|b| b.render(&crate::core::fragment::CanonicalResolver))).collect();

@@ -398,8 +398,9 @@ impl Session {
         // the path) is then found with another identity by the next plan, never the reverse.
         // By `stat` alone, never by opening the file: closing a descriptor of the store in this
         // process would release the POSIX locks SQLite holds on it for any open connection.
-        let path = project.config.state_path();
-        versions.set_store_identity(crate::engine::record::path_stat(&path).map(|stat| format!("store {stat}")));
+        let path = project.config.state_file();
+        // A Postgres store has no file to identify it: nothing is reused then (`None`).
+        versions.set_store_identity(path.and_then(|path| crate::engine::record::path_stat(&path)).map(|stat| format!("store {stat}")));
         let state = open_state(project, false)?;
         let (catalog, catalog_id) = self.engine_catalog(project);
         versions.set_catalog_identity(catalog_id);
@@ -478,14 +479,13 @@ impl Session {
 /// # Errors
 /// The store cannot be opened; an interrupted promotion cannot be undone.
 pub fn open_state(project: &Project, create: bool) -> Result<Box<dyn StateStore>> {
-    let path = project.config.state_path();
-    if !create && !path.exists() {
+    // The error names the store already (a file, or a Postgres URL without its password).
+    let state = if create { Some(crate::state::open(&project.config)?) } else { crate::state::open_existing(&project.config)? };
+    let Some(state) = state else {
         return Ok(Box::new(SqliteStore::open_in_memory()?));
-    }
-    // The error names the file already.
-    let state = SqliteStore::open(&path)?;
-    recover_promotions(project, &state)?;
-    Ok(Box::new(state))
+    };
+    recover_promotions(project, &*state)?;
+    Ok(state)
 }
 
 /// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
@@ -705,7 +705,8 @@ fn store_identity(project: &Project, state: &dyn StateStore) -> Option<String> {
     if state.is_in_memory() {
         return None;
     }
-    let m = fs_err::metadata(project.config.state_path()).ok()?;
+    // A Postgres store has no file whose identity would tell it was replaced: no token then.
+    let m = fs_err::metadata(project.config.state_file()?).ok()?;
     let id = state.store_id().ok()?;
     Some(format!("{id} {}", crate::engine::record::file_stat(&m)))
 }

@@ -11,7 +11,6 @@ use crate::core::interval::Millis;
 use crate::engine::{Engine, EngineError};
 use crate::janitor::{KeptOrphan, KeptShared, Options, Report, Victim, collect};
 use crate::ownership::Storage;
-use crate::state::SqliteStore;
 use crate::state::lease::{LeaseGuard, Refused};
 use anyhow::{Result, anyhow, bail};
 use std::time::Duration;
@@ -38,15 +37,14 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         bail!("--ttl {} must be a number of days, 0 or more", req.ttl_days);
     }
     let config = crate::config::Config::load(config)?;
-    let store_path = config.state_path();
-    if !store_path.exists() {
+    let Some(state) = crate::state::open_existing(&config)? else {
         // Without the store every relation would look like an orphan: refuse rather than guess.
         bail!(
-            "no state store at `{}`: the janitor needs it to know what is reachable; nothing was done\n  hint: check `[state] path` in the configuration",
-            store_path.display()
+            "no state store at `{}`: the janitor needs it to know what is reachable; nothing was done\n  hint: check `[state]` in the configuration",
+            crate::state::location(&config)
         );
-    }
-    let state = SqliteStore::open(&store_path)?;
+    };
+    let state = &*state;
     let engine_config = config.clone();
     let dry_run = req.dry_run;
     let mut open = move || -> Result<Option<Box<dyn Engine>>, EngineError> {
@@ -59,9 +57,9 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
     };
     let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt };
     let report = if req.dry_run {
-        collect(&config, &state, &mut open, &options)?
+        collect(&config, state, &mut open, &options)?
     } else {
-        let guard = match LeaseGuard::acquire(&state, JANITOR_LEASE, &command_line(), req.wait) {
+        let guard = match LeaseGuard::acquire(state, JANITOR_LEASE, &command_line(), req.wait) {
             Ok(g) => g,
             Err(Refused::Held(r)) => {
                 return Err(anyhow!(LockHeld(format!(
@@ -71,8 +69,8 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
             }
             Err(Refused::State(e)) => return Err(e.into()),
         };
-        let result = collect(&config, &state, &mut open, &options);
-        guard.release(&state);
+        let result = collect(&config, state, &mut open, &options);
+        guard.release(state);
         result?
     };
     if req.json {

@@ -12,7 +12,7 @@ use serde_json::json;
 pub(super) fn run(config: &std::path::Path, json: bool, out: &Printer) -> Result<Exit> {
     // Only the configuration is needed: a project that does not load can still be migrated.
     let config = crate::config::Config::load(config)?;
-    let report = crate::state::migrate(&config.state_path(), now_millis())?;
+    let report = crate::state::migrate_store(&config, now_millis())?;
     if json {
         out.json(json!({
             "store": report.store,
@@ -24,7 +24,8 @@ pub(super) fn run(config: &std::path::Path, json: bool, out: &Printer) -> Result
     } else if report.applied.is_empty() {
         out.text(&format!("state store `{}` is at version {}: nothing to migrate\n", report.store, report.to))?;
     } else {
-        let backup = report.backup.as_ref().map(|b| b.display().to_string()).unwrap_or_default();
+        // A Postgres store is not backed up (no file to copy; its migration is one transaction).
+        let backup = report.backup.as_ref().map_or_else(|| "none taken (a Postgres store: back it up with `pg_dump`)".to_string(), |b| b.display().to_string());
         out.text(&format!(
             "state store `{}` migrated from version {} to {} (migrations {})\nbackup of the store as it was: {backup}\n",
             report.store,

@@ -162,10 +162,10 @@ impl StateError {
     pub fn hint(&self) -> Option<&'static str> {
         match self {
             StateError::Version { found: 0, .. } => {
-                Some("this database is not an efmesh state store (it has no layout version); point `[state] path` elsewhere")
+                Some("this database is not an efmesh state store (it has no layout version); point `[state] path` (or `schema`) elsewhere")
             }
             StateError::Version { found, wanted, .. } if found < wanted => {
-                Some("the store was written by an older efmesh: run `efmesh migrate` (it backs the store up beside itself first)")
+                Some("the store was written by an older efmesh: run `efmesh migrate` (it backs a SQLite store up beside itself first)")
             }
             StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
             StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),

@@ -69,10 +69,90 @@
 
 mod error;
 pub mod lease;
+mod postgres;
 mod sqlite;
 
+pub use self::postgres::{PG_FIRST_VERSION, PG_MIGRATIONS, PG_SCHEMA, PostgresStore};
 pub use error::StateError;
 pub use sqlite::{MIGRATIONS, Migration, MigrationReport, SqliteStore, migrate, stored_version_of};
+
+use crate::config::Config;
+
+/// The Postgres URL and schema of `config`'s state store, or `None` for a SQLite store: the URL
+/// is read from the environment variable `[state] url_env` names (never from the file).
+///
+/// # Errors
+/// [`StateError::Open`] naming the variable and the configuration file when it is unset, empty
+/// or not Unicode.
+fn postgres_url(config: &Config) -> Result<Option<(String, String)>, StateError> {
+    let Some(var) = &config.state.url_env else { return Ok(None) };
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Ok(Some((url, config.state.schema.clone()))),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Err(StateError::Open {
+            store: location(config),
+            source: format!("the environment variable `{var}` (named by `[state] url_env` in `{}`) is unset or empty", config.path.display()).into(),
+            transient: false,
+        }),
+        Err(std::env::VarError::NotUnicode(_)) => Err(StateError::Open {
+            store: location(config),
+            source: format!("the environment variable `{var}` (named by `[state] url_env` in `{}`) is not Unicode", config.path.display()).into(),
+            transient: false,
+        }),
+    }
+}
+
+/// Where `config`'s state store lives, for messages, without opening it: the SQLite file, or
+/// the Postgres database named by `[state] url_env` (`postgres://user@host:port/db schema s`,
+/// never the password).
+pub fn location(config: &Config) -> String {
+    match &config.state.url_env {
+        None => config.state_path().display().to_string(),
+        Some(var) => match std::env::var(var).ok().filter(|u| !u.trim().is_empty()) {
+            Some(url) => format!("{} schema {}", crate::config::redact_url_passwords(&url), config.state.schema),
+            None => format!("the Postgres database in `${var}` (unset), schema {}", config.state.schema),
+        },
+    }
+}
+
+/// Opens `config`'s state store, creating it when it does not exist: the SQLite file
+/// ([`SqliteStore::open`]) or the Postgres schema ([`PostgresStore::open`]).
+///
+/// # Errors
+/// As those; [`StateError::Open`] when `[state] url_env` names an unset variable.
+pub fn open(config: &Config) -> Result<Box<dyn StateStore>, StateError> {
+    Ok(match postgres_url(config)? {
+        Some((url, schema)) => Box::new(PostgresStore::open(&url, &schema)?),
+        None => Box::new(SqliteStore::open(&config.state_path())?),
+    })
+}
+
+/// Opens `config`'s state store if it exists (`None`: no SQLite file, or no store in the
+/// Postgres schema; nothing is created).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_existing(config: &Config) -> Result<Option<Box<dyn StateStore>>, StateError> {
+    Ok(match postgres_url(config)? {
+        Some((url, schema)) => PostgresStore::open_existing(&url, &schema)?.map(|s| Box::new(s) as Box<dyn StateStore>),
+        None => {
+            let path = config.state_path();
+            if path.exists() { Some(Box::new(SqliteStore::open(&path)?)) } else { None }
+        }
+    })
+}
+
+/// `efmesh migrate` for `config`'s store: [`migrate`] for a SQLite file (backed up beside
+/// itself first), the Postgres migrations ([`PG_MIGRATIONS`], one transaction, no backup: there
+/// is no file to copy) for a Postgres store.
+///
+/// # Errors
+/// As [`migrate`].
+pub fn migrate_store(config: &Config, now: Millis) -> Result<MigrationReport, StateError> {
+    match postgres_url(config)? {
+        Some((url, schema)) => self::postgres::migrate(&url, &schema, now),
+        None => migrate(&config.state_path(), now),
+    }
+}
 
 use crate::core::interval::{Interval, Millis};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -91,7 +171,8 @@ pub const STATE_VERSION: i64 = 8;
 /// Errors are [`StateError`]s naming the store, the operation and the backend's error as the
 /// source, whatever the backend.
 pub trait StateStore: Send + std::fmt::Debug {
-    /// Where the store lives, for messages (a file path, `:memory:`).
+    /// Where the store lives, for messages (a file path, `:memory:`, a Postgres URL without its
+    /// password and the schema).
     fn location(&self) -> String;
 
     /// True for a store that vanishes with this handle (an in-memory stand-in).

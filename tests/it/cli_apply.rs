@@ -18,6 +18,13 @@ fn assert_no_changes(v: &Value) {
     }
 }
 
+// On a SQLite and on a Postgres state store alike.
+crate::on_every_state_backend!(
+    apply_prod_after_dev_builds_nothing_and_serves_devs_rows,
+    plan_right_after_apply_has_no_changes,
+    edit_rebuilds_only_the_model_and_its_descendants,
+);
+
 /// Every model that has a view must have rows there, or comparisons would prove nothing.
 #[track_caller]
 fn assert_views_not_empty(p: &Project, env: &str, models: &[String]) {
@@ -26,9 +33,8 @@ fn assert_views_not_empty(p: &Project, env: &str, models: &[String]) {
     }
 }
 
-#[test]
-fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows() {
-    let p = sample_project();
+fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows(backend: StateBackend) {
+    let p = sample_project_on(backend);
     let dev = p.apply("dev");
     assert_eq!(string_set(&dev["built"]), set(&["s.a", "s.b", "s.c", "t.d", "t.daily"]));
     assert_eq!(string_set(&dev["registered"]), set(&["t.e"]), "an embedded model is registered, not built");
@@ -63,9 +69,8 @@ fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows() {
     }
 }
 
-#[test]
-fn plan_right_after_apply_has_no_changes() {
-    let p = sample_project();
+fn plan_right_after_apply_has_no_changes(backend: StateBackend) {
+    let p = sample_project_on(backend);
     let first = p.apply("dev");
     assert!(action(&first, "t.daily")["intervals"].as_u64().unwrap() > 0);
 
@@ -93,9 +98,8 @@ fn plan_right_after_apply_has_no_changes() {
     }
 }
 
-#[test]
-fn edit_rebuilds_only_the_model_and_its_descendants() {
-    let p = sample_project();
+fn edit_rebuilds_only_the_model_and_its_descendants(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("dev");
     let c_before = p.rows(&env_view("dev", "s.c"));
 

@@ -67,11 +67,59 @@ impl Run {
     }
 }
 
+/// Where a test project keeps its state store.
+#[derive(Debug, Clone)]
+pub enum StateBackend {
+    /// The SQLite file `efmesh.state.sqlite` (the default).
+    Sqlite,
+    /// A fresh schema on the test Postgres (`tests/it/pg.rs`), named by `[state] url_env`.
+    Postgres(crate::pg::PgTarget),
+}
+
+impl StateBackend {
+    /// Another store on the same backend, empty: the same for SQLite (each project has its own
+    /// file), a schema named after `tag` for Postgres.
+    pub fn another(&self, tag: &str) -> StateBackend {
+        match self {
+            StateBackend::Sqlite => StateBackend::Sqlite,
+            StateBackend::Postgres(t) => StateBackend::Postgres(crate::pg::PgTarget { schema: format!("{}_{tag}", t.schema), ..t.clone() }),
+        }
+    }
+}
+
+/// The variable a Postgres test project's `[state] url_env` names.
+pub const PG_URL_ENV: &str = "EFMESH_IT_PG_URL";
+
+/// Runs the behaviour `fn name(backend: StateBackend)` once per state backend: a module
+/// `name` with the tests `sqlite` and `postgres` (the latter fails without a Postgres unless
+/// `EFMESH_SKIP_PG=1`, see `tests/it/pg.rs`).
+#[macro_export]
+macro_rules! on_every_state_backend {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn sqlite() {
+                    super::$name($crate::common::StateBackend::Sqlite)
+                }
+                #[test]
+                fn postgres() {
+                    if let Some(target) = $crate::pg::fresh() {
+                        super::$name($crate::common::StateBackend::Postgres(target))
+                    }
+                }
+            }
+        )*
+    };
+}
+
 /// A project in a temporary directory. Dropped with the directory.
 pub struct Project {
     dir: tempfile::TempDir,
     /// `--now` passed to every command.
     pub now: String,
+    /// Where its state store lives.
+    pub backend: StateBackend,
 }
 
 impl Default for Project {
@@ -83,10 +131,27 @@ impl Default for Project {
 impl Project {
     /// An empty project with the default `efmesh.toml`.
     pub fn new() -> Self {
+        Self::on(StateBackend::Sqlite)
+    }
+
+    /// An empty project whose state store is on `backend` (the default `efmesh.toml`, but for
+    /// `[state]`).
+    pub fn on(backend: StateBackend) -> Self {
         let dir = tempfile::Builder::new().prefix("efmesh-it-").tempdir().expect("temp dir");
-        let p = Self { dir, now: NOW.to_string() };
-        p.write("efmesh.toml", CONFIG);
+        let p = Self { dir, now: NOW.to_string(), backend };
+        p.write("efmesh.toml", &p.config_with(""));
         p
+    }
+
+    /// The default `efmesh.toml` for this project's state backend, with `extra` appended.
+    pub fn config_with(&self, extra: &str) -> String {
+        let base = match &self.backend {
+            StateBackend::Sqlite => CONFIG.to_string(),
+            StateBackend::Postgres(t) => {
+                CONFIG.replace("[state]\npath = \"efmesh.state.sqlite\"\n", &format!("[state]\nurl_env = \"{PG_URL_ENV}\"\nschema = \"{}\"\n", t.schema))
+            }
+        };
+        format!("{base}{extra}")
     }
 
     /// The project root.
@@ -125,9 +190,13 @@ impl Project {
             .env_remove("EFMESH_NOW")
             .env_remove("RUST_LOG")
             .env("EFMESH_APPLIED_BY", "it")
+            .env_remove(PG_URL_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let StateBackend::Postgres(t) = &self.backend {
+            c.env(PG_URL_ENV, &t.url);
+        }
         c
     }
 
@@ -209,18 +278,28 @@ impl Project {
         v
     }
 
-    /// Opens the state store.
+    /// Opens the state store, whatever its backend (`None`: there is none yet).
+    pub fn store(&self) -> Option<Box<dyn StateStore>> {
+        match &self.backend {
+            StateBackend::Sqlite => self.state_path().exists().then(|| Box::new(self.state()) as Box<dyn StateStore>),
+            StateBackend::Postgres(t) => efmesh::state::PostgresStore::open_existing(&t.url, &t.schema)
+                .expect("open the Postgres state store")
+                .map(|s| Box::new(s) as Box<dyn StateStore>),
+        }
+    }
+
+    /// Opens the SQLite state store (a project on SQLite only: see [`Project::store`]).
     pub fn state(&self) -> SqliteStore {
+        assert!(matches!(self.backend, StateBackend::Sqlite), "a Postgres project: use `store()`");
         assert!(self.state_path().exists(), "no state store yet");
         SqliteStore::open(&self.state_path()).expect("open state store")
     }
 
     /// Everything the state store records, in comparable form.
     pub fn state_summary(&self) -> StateSummary {
-        if !self.state_path().exists() {
+        let Some(s) = self.store() else {
             return StateSummary::default();
-        }
-        let s = self.state();
+        };
         let envs = s.environments().expect("environments");
         let mut pointers = BTreeMap::new();
         let mut journal = BTreeMap::new();
@@ -303,7 +382,12 @@ pub fn served_models(v: &Value) -> Vec<String> {
 /// `s.c` (full), and unrelated `t.e` (embedded) → `t.d` (full) plus `t.daily` (time range over
 /// the CSV, lookback 1).
 pub fn sample_project() -> Project {
-    let p = Project::new();
+    sample_project_on(StateBackend::Sqlite)
+}
+
+/// [`sample_project`] with its state store on `backend`.
+pub fn sample_project_on(backend: StateBackend) -> Project {
+    let p = Project::on(backend);
     p.write(
         "data/events.csv",
         "event_at,region,amount\n\

@@ -13,7 +13,11 @@ use std::collections::BTreeSet;
 /// is many small transactions), a `full` rollup downstream, and a unique-key model over a CSV
 /// with a `full` model downstream of it.
 fn ops_project(multiplier: u32) -> Project {
-    let p = Project::new();
+    ops_project_on(StateBackend::Sqlite, multiplier)
+}
+
+fn ops_project_on(backend: StateBackend, multiplier: u32) -> Project {
+    let p = Project::on(backend);
     p.write("data/src.csv", "id,score\n1,1\n2,2\n");
     p.write("models/m.lua", &models(multiplier));
     p
@@ -79,7 +83,7 @@ fn assert_consistent(p: &Project, env: &str, now_day: &str, multiplier: u32, log
     let (daily, rollup) = expected_daily(now_day, multiplier);
     assert_eq!(p.rows(&env_view(env, "t.daily")), daily, "t.daily in {env}\n{log}");
     assert_eq!(p.rows(&env_view(env, "t.rollup")), rollup, "t.rollup in {env}\n{log}");
-    let s = p.state();
+    let s = p.store().expect("a state store");
     let fp = s.env_pointers(env).unwrap()["t.daily"].clone();
     let stats = s.ledger_stats("t.daily", &fp).unwrap();
     assert_eq!((stats.done as i64, stats.failed), (days_until(now_day), 0), "ledger of t.daily\n{log}");
@@ -104,7 +108,7 @@ fn spawn_with(p: &Project, args: &[&str], env: &[(&str, &str)]) -> std::process:
 fn spawn_run_holding_the_lock(p: &Project, env: &str, hold_ms: &str) -> std::process::Child {
     let holder = spawn_with(p, &["run", env], &[("EFMESH_TEST_HOLD_LEASE_MS", hold_ms)]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while p.state().lease(&format!("env:{env}")).unwrap().is_none() {
+    while p.store().unwrap().lease(&format!("env:{env}")).unwrap().is_none() {
         assert!(std::time::Instant::now() < deadline, "the run never took the lock");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -127,11 +131,20 @@ impl Rng {
     }
 }
 
-#[test]
-fn two_applies_at_once_one_applies_the_other_names_the_holder() {
-    // Fresh (no state file, no DuckDB file) and with an existing environment.
+// On a SQLite and on a Postgres state store alike.
+crate::on_every_state_backend!(
+    two_applies_at_once_one_applies_the_other_names_the_holder,
+    apply_waits_for_the_lock_with_wait,
+    two_runs_at_once_one_processes_the_other_reports_lock_held,
+    a_run_with_nothing_due_says_so,
+    kill_9_at_random_moments_of_apply_and_run_then_rerun_converges,
+    restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else,
+);
+
+fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend) {
+    // Fresh (no state store, no DuckDB file) and with an existing environment.
     for fresh in [true, false] {
-        let p = ops_project(1);
+        let p = ops_project_on(backend.another(&fresh.to_string()), 1);
         if !fresh {
             p.apply("dev");
             p.write("models/m.lua", &models(2));
@@ -148,7 +161,7 @@ fn two_applies_at_once_one_applies_the_other_names_the_holder() {
         let winner = runs.iter().find(|r| r.code == 0).unwrap();
         assert_eq!(winner.json()["applied"], true);
         // One promotion journaled, the data as one uninterrupted apply leaves it, no lease left.
-        assert_eq!(p.state().journal("dev").unwrap().len(), if fresh { 1 } else { 2 });
+        assert_eq!(p.store().unwrap().journal("dev").unwrap().len(), if fresh { 1 } else { 2 });
         assert_consistent(&p, "dev", "2026-02-10", if fresh { 1 } else { 2 }, "");
         assert_eq!(p.rows(&env_view("dev", "m.latest")), vec![vec![Some("1".into()), Some("1".into())], vec![Some("2".into()), Some("2".into())]]);
         // The loser, run again, has nothing left to do.
@@ -158,9 +171,8 @@ fn two_applies_at_once_one_applies_the_other_names_the_holder() {
     }
 }
 
-#[test]
-fn apply_waits_for_the_lock_with_wait() {
-    let p = ops_project(1);
+fn apply_waits_for_the_lock_with_wait(backend: StateBackend) {
+    let p = ops_project_on(backend, 1);
     p.apply("dev");
     let holder = spawn_run_holding_the_lock(&p, "dev", "1500");
     p.write("models/m.lua", &models(3));
@@ -170,9 +182,8 @@ fn apply_waits_for_the_lock_with_wait() {
     assert_consistent(&p, "dev", "2026-02-10", 3, "");
 }
 
-#[test]
-fn two_runs_at_once_one_processes_the_other_reports_lock_held() {
-    let mut p = ops_project(1);
+fn two_runs_at_once_one_processes_the_other_reports_lock_held(backend: StateBackend) {
+    let mut p = ops_project_on(backend, 1);
     p.apply("prod");
     p.now = "2026-02-15T00:00:00Z".into();
     let hold = [("EFMESH_TEST_HOLD_LEASE_MS", "1500")];
@@ -191,7 +202,7 @@ fn two_runs_at_once_one_processes_the_other_reports_lock_held() {
     assert_eq!(string_set(&processed["processed"]), set(&["t.daily", "t.rollup", "m.latest", "m.sum"]));
     assert_consistent(&p, "prod", "2026-02-15", 1, "");
     // Both ticks are journaled, newest first; the processed one counts intervals per model.
-    let ticks = p.state().ticks("prod", 10).unwrap();
+    let ticks = p.store().unwrap().ticks("prod", 10).unwrap();
     let outcomes: BTreeSet<&str> = ticks.iter().map(|t| t.outcome.as_str()).collect();
     assert_eq!(outcomes, BTreeSet::from(["lock-held", "processed"]));
     let done = ticks.iter().find(|t| t.outcome == "processed").unwrap();
@@ -203,15 +214,14 @@ fn two_runs_at_once_one_processes_the_other_reports_lock_held() {
     assert_eq!((v["outcome"].as_str(), string_set(&v["processed"])), (Some("processed"), set(&["m.latest", "m.sum"])));
 }
 
-#[test]
-fn a_run_with_nothing_due_says_so() {
-    let p = Project::new();
+fn a_run_with_nothing_due_says_so(backend: StateBackend) {
+    let p = Project::on(backend);
     let only_time_range = models(1);
     p.write("models/m.lua", &only_time_range[..only_time_range.find("local src").unwrap()]);
     p.apply("prod");
     let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert_eq!((v["outcome"].as_str(), v["processed"].as_array().map(Vec::len)), (Some("nothing-due"), Some(0)));
-    let ticks = p.state().ticks("prod", 5).unwrap();
+    let ticks = p.store().unwrap().ticks("prod", 5).unwrap();
     assert_eq!(ticks.len(), 1);
     assert_eq!(ticks[0].outcome, "nothing-due");
     assert!(ticks[0].processed.is_empty());
@@ -272,11 +282,10 @@ fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply
 /// kill -9 at seeded random moments of `apply` and of `run`, then the same command again: the
 /// data equals the uninterrupted result, the killed holder's lease is reclaimed (never blocks),
 /// the ledger is consistent.
-#[test]
-fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges() {
+fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: StateBackend) {
     let seed: u64 = std::env::var("EFMESH_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0012);
     let mut rng = Rng(seed);
-    let mut p = ops_project(1);
+    let mut p = ops_project_on(backend, 1);
     // The kill delays are drawn from the measured length of an uninterrupted command (this
     // machine, this load), so the kills land while it works, not all during its start.
     let started = std::time::Instant::now();
@@ -295,7 +304,7 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges() {
         std::thread::sleep(std::time::Duration::from_millis(delay));
         let _ = child.kill();
         let _ = child.wait();
-        let left = p.state().lease("env:prod").unwrap().is_some();
+        let left = p.store().unwrap().lease("env:prod").unwrap().is_some();
         apply_leases += usize::from(left);
         log.push_str(&format!("apply round {i}: multiplier {m}, killed after {delay} ms of ~{span}, lease left: {left}\n"));
         let started = std::time::Instant::now();
@@ -316,7 +325,7 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges() {
         std::thread::sleep(std::time::Duration::from_millis(delay));
         let _ = child.kill();
         let _ = child.wait();
-        let left = p.state().lease("env:prod").unwrap().is_some();
+        let left = p.store().unwrap().lease("env:prod").unwrap().is_some();
         run_leases += usize::from(left);
         log.push_str(&format!("run round {i}: now {day}, killed after {delay} ms of ~{span}, lease left: {left}\n"));
         let started = std::time::Instant::now();
@@ -420,7 +429,7 @@ fn status_check_exit_codes_for_each_state() {
     assert_eq!(code, 0, "{v:#}");
 
     // Failed intervals: unhealthy.
-    let s = p.state();
+    let s = p.store().unwrap();
     let fp = s.env_pointers("prod").unwrap()["t.daily"].clone();
     let day = efmesh::core::interval::parse_instant("2026-01-05").unwrap();
     s.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Failed, 0).unwrap();
@@ -509,7 +518,11 @@ fn migrate_from_every_older_fixture_with_backup() {
 /// A time-range parent over a CSV, a daily time-range child and a `full` rollup; an scd_type2
 /// model on the side.
 fn restate_project(amount: u32) -> Project {
-    let p = Project::new();
+    restate_project_on(StateBackend::Sqlite, amount)
+}
+
+fn restate_project_on(backend: StateBackend, amount: u32) -> Project {
+    let p = Project::on(backend);
     write_events(&p, amount);
     p.write(
         "models/m.lua",
@@ -555,9 +568,8 @@ fn write_events(p: &Project, amount: u32) {
     p.write("data/ev.csv", &csv);
 }
 
-#[test]
-fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else() {
-    let p = restate_project(1);
+fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else(backend: StateBackend) {
+    let p = restate_project_on(backend, 1);
     p.apply("prod");
     // The source changes everywhere; only the restated month may pick it up.
     write_events(&p, 5);
@@ -584,7 +596,7 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
 
     let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert!(string_set(&ran["processed"]).is_superset(&set(&["t.parent", "t.child", "t.roll"])), "{ran:#}");
-    let tick = &p.state().ticks("prod", 1).unwrap()[0];
+    let tick = &p.store().unwrap().ticks("prod", 1).unwrap()[0];
     assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "exactly the month, in both");
     // January recomputed from the new source, February as it was.
     let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));

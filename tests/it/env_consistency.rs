@@ -18,7 +18,7 @@ fn run_with_fault(p: &Project, point: &str, args: &[&str]) -> Run {
 /// promotion is left under way.
 #[track_caller]
 pub fn assert_views_serve_pointers(p: &Project, env: &str) {
-    let state = p.state();
+    let state = p.store().expect("a state store");
     assert_eq!(state.pending_promotions().expect("pending"), vec![], "a promotion of `{env}` is still under way");
     let pointers = state.env_pointers(env).expect("pointers");
     assert!(!pointers.is_empty(), "`{env}` has no pointers");
@@ -40,6 +40,13 @@ pub fn assert_views_serve_pointers(p: &Project, env: &str) {
     }
 }
 
+// On a SQLite and on a Postgres state store alike.
+crate::on_every_state_backend!(
+    a_metadata_edit_applied_to_dev_never_reaches_prod,
+    a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan,
+    a_crash_after_recording_the_intent_is_undone_for_every_command,
+);
+
 // ---- defect 2: metadata per environment ------------------------------------------------------
 
 /// The sample project with metadata-only edits: a description on `s.a`, a batch size on
@@ -51,9 +58,8 @@ fn edit_metadata(p: &Project) {
     p.write("models/d.lua", &d);
 }
 
-#[test]
-fn a_metadata_edit_applied_to_dev_never_reaches_prod() {
-    let p = sample_project();
+fn a_metadata_edit_applied_to_dev_never_reaches_prod(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("prod");
     p.apply("dev");
     let (a0, d0) = (p.read("models/a.lua"), p.read("models/d.lua"));
@@ -83,7 +89,7 @@ fn a_metadata_edit_applied_to_dev_never_reaches_prod() {
     assert_eq!(p.plan("prod")["hasChanges"], false);
     assert_eq!(p.plan("dev")["hasChanges"], false);
     p.run(&["run", "prod"]).expect_code(0);
-    let served = p.state().env_metadata("prod").expect("metadata");
+    let served = p.store().unwrap().env_metadata("prod").expect("metadata");
     assert!(served["s.a"].contains("edited in dev"), "{served:?}");
 }
 
@@ -126,9 +132,8 @@ fn a_metadata_edit_in_a_failed_apply_changes_no_environment() {
 
 // ---- defect 3: views ⇔ pointers after a fault -------------------------------------------------
 
-#[test]
-fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan() {
-    let p = sample_project();
+fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("dev");
     let before = p.state_summary();
     let served_before = p.rows(&env_view("dev", "s.a"));
@@ -159,15 +164,14 @@ fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(
     assert_eq!(r.json()["hasChanges"], false);
 }
 
-#[test]
-fn a_crash_after_recording_the_intent_is_undone_for_every_command() {
+fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend) {
     for command in [&["run", "dev"][..], &["audit", "dev"][..], &["apply", "dev", "--yes"][..]] {
-        let p = sample_project();
+        let p = sample_project_on(backend.another(command[0]));
         p.apply("dev");
         p.write("models/a.lua", &model_a(" AND range > 2"));
         let r = run_with_fault(&p, "after-intent", &["apply", "dev", "--yes"]);
         assert!(r.stderr.contains("aborting at `after-intent`"), "{}", r.stderr);
-        assert_eq!(p.state().pending_promotions().expect("pending").len(), 1);
+        assert_eq!(p.store().unwrap().pending_promotions().expect("pending").len(), 1);
         let r = p.run(command);
         assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "`{}`: {}", r.cmd, r.stderr);
         assert_views_serve_pointers(&p, "dev");

@@ -27,7 +27,11 @@ define_model {{ name = "s.v", kind = kind.view(), schema = {{ {{ "x", "bigint" }
 }
 
 fn project(v: i64) -> Project {
-    let p = Project::new();
+    project_on(StateBackend::Sqlite, v)
+}
+
+fn project_on(backend: StateBackend, v: i64) -> Project {
+    let p = Project::on(backend);
     p.write("models/m.lua", &models(v));
     p
 }
@@ -57,6 +61,13 @@ fn table_name(physical: &str) -> String {
     physical.rsplit("\".\"").next().unwrap().trim_matches('"').to_string()
 }
 
+// On a SQLite and on a Postgres state store alike.
+crate::on_every_state_backend!(
+    dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped,
+    the_ttl_counts_from_when_a_version_stopped_being_served,
+    orphans_are_found_and_dropped_other_relations_left_alone,
+);
+
 /// Rows of the `condemned` table (claims not dropped yet).
 fn condemned(p: &Project) -> i64 {
     rusqlite::Connection::open(p.state_path()).unwrap().query_row("SELECT count(*) FROM condemned", [], |r| r.get(0)).unwrap()
@@ -66,13 +77,19 @@ fn condemned(p: &Project) -> i64 {
 /// through the view definition) and are queryable.
 #[track_caller]
 fn assert_views_serve_pointers(p: &Project, models: &[&str]) {
-    assert_views_serve_pointers_of(p, "efmesh.state.sqlite", models);
+    let state = p.store().expect("a state store");
+    assert_views_serve_pointers_in(p, &*state, models);
 }
 
 /// [`assert_views_serve_pointers`] for the state store at `rel`.
 #[track_caller]
 fn assert_views_serve_pointers_of(p: &Project, rel: &str, models: &[&str]) {
     let state = efmesh::state::SqliteStore::open(&p.root().join(rel)).expect("open state store");
+    assert_views_serve_pointers_in(p, &state, models);
+}
+
+#[track_caller]
+fn assert_views_serve_pointers_in(p: &Project, state: &dyn StateStore, models: &[&str]) {
     for env in state.environments().unwrap() {
         let pointers = state.env_pointers(&env).unwrap();
         for m in models {
@@ -92,9 +109,8 @@ fn assert_views_serve_pointers_of(p: &Project, rel: &str, models: &[&str]) {
     }
 }
 
-#[test]
-fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped() {
-    let mut p = project(1);
+fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped(backend: StateBackend) {
+    let mut p = project_on(backend, 1);
     p.apply("prod");
     p.write("models/m.lua", &models(2));
     let two = p.apply("dev");
@@ -136,9 +152,8 @@ fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped(
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
 }
 
-#[test]
-fn the_ttl_counts_from_when_a_version_stopped_being_served() {
-    let mut p = project(1);
+fn the_ttl_counts_from_when_a_version_stopped_being_served(backend: StateBackend) {
+    let mut p = project_on(backend, 1);
     let one = p.apply("dev");
     p.write("models/m.lua", &models(2));
     p.apply("dev");
@@ -197,9 +212,8 @@ fn a_forward_only_shared_table_is_kept_while_one_sharer_is_served() {
     assert_views_serve_pointers(&p, &["t.d"]);
 }
 
-#[test]
-fn orphans_are_found_and_dropped_other_relations_left_alone() {
-    let mut p = project(1);
+fn orphans_are_found_and_dropped_other_relations_left_alone(backend: StateBackend) {
+    let mut p = project_on(backend, 1);
     p.apply("dev");
     let orphan = format!("s__gone__{}", "c".repeat(64));
     p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));

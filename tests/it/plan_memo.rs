@@ -21,21 +21,27 @@ fn json(plan: &Plan) -> serde_json::Value {
     serde_json::to_value(plan).expect("plan serialises")
 }
 
+// On a SQLite and on a Postgres state store alike.
+crate::on_every_state_backend!(
+    a_plan_right_after_apply_is_replayed_and_equals_the_full_plan,
+    editing_a_model_computes_the_plan_in_full,
+    store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo,
+);
+
 /// Plans `env` through the memo and in full; both must agree. Returns whether the memo served.
 #[track_caller]
 fn plan_both(p: &Project, env: &str, now: &str) -> (bool, serde_json::Value) {
     let project = load(p);
-    let state = p.state();
-    let via = plan::plan_with(&project, &state, env, at(now), &Options::default()).expect("plan");
-    let full = plan::compute(&project, &state, env, at(now), &Options::default()).expect("plan");
+    let state = p.store().expect("a state store");
+    let via = plan::plan_with(&project, &*state, env, at(now), &Options::default()).expect("plan");
+    let full = plan::compute(&project, &*state, env, at(now), &Options::default()).expect("plan");
     assert!(!full.from_memo);
     assert_eq!(json(&via), json(&full), "memo and full plan differ at {now}");
     (via.from_memo, json(&via))
 }
 
-#[test]
-fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan() {
-    let p = sample_project();
+fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("dev");
     let (memo, v) = plan_both(&p, "dev", NOW);
     assert!(memo, "the plan after apply should come from the memo");
@@ -47,9 +53,8 @@ fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan() {
     assert_eq!(action(&v, "t.daily")["intervals"], 3 + 1, "three new days plus the lookback day: {v:#}");
 }
 
-#[test]
-fn editing_a_model_computes_the_plan_in_full() {
-    let p = sample_project();
+fn editing_a_model_computes_the_plan_in_full(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("dev");
     p.write("models/a.lua", &model_a(" AND range > 2"));
     let (memo, v) = plan_both(&p, "dev", NOW);
@@ -62,9 +67,8 @@ fn editing_a_model_computes_the_plan_in_full() {
     assert_eq!(v["hasChanges"], false);
 }
 
-#[test]
-fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo() {
-    let p = sample_project();
+fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo(backend: StateBackend) {
+    let p = sample_project_on(backend);
     p.apply("dev");
     assert!(plan_both(&p, "dev", NOW).0);
     // Promoting prod (a view swap) only changes prod's pointers: dev's memo stays valid.
@@ -81,7 +85,7 @@ fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo() {
     assert!(!memo, "a build must invalidate other environments' memos");
     assert_eq!(v["hasChanges"], false);
     // A ledger write (someone marks an interval failed) also invalidates.
-    let state = p.state();
+    let state = p.store().expect("a state store");
     let fp = p.plan("prod")["actions"].as_array().unwrap().iter().find(|a| a["name"] == "t.daily").unwrap()["fingerprint"].as_str().unwrap().to_string();
     let day = at("2026-01-03T00:00:00Z");
     state.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Failed, day).unwrap();
