@@ -79,19 +79,26 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
     if rows.rows.is_empty() {
         return Vec::new();
     }
-    let firsts: Vec<String> = model
+    let dialect = engine.sql();
+    let firsts: Option<Vec<String>> = model
         .schema
         .0
         .iter()
         .map(|c| {
             let v = quote_ident(&c.name);
-            let mut bad = format!("TRY_CAST({v} AS {ty}) IS NULL", ty = c.ty);
+            let mut bad = format!("{} IS NULL", dialect.try_cast(&v, &c.ty)?);
             if is_integer_type(&c.ty) {
-                bad = format!("{bad} OR TRY_CAST({v} AS DOUBLE) <> TRY_CAST({v} AS {ty})", ty = c.ty);
+                bad = format!("{bad} OR {} <> {}", dialect.try_cast(&v, "DOUBLE")?, dialect.try_cast(&v, &c.ty)?);
             }
-            format!("CAST(min(CAST({} AS BIGINT)) FILTER (WHERE {v} IS NOT NULL AND ({bad})) AS VARCHAR)", quote_ident(ORDINAL))
+            Some(format!("CAST(min(CAST({} AS BIGINT)) FILTER (WHERE {v} IS NOT NULL AND ({bad})) AS VARCHAR)", quote_ident(ORDINAL)))
         })
         .collect();
+    let Some(firsts) = firsts else {
+        return vec![format!(
+            "cannot check the values of seed file `{path}`: the {} engine has no cast that yields NULL for a value that does not fit",
+            dialect.title()
+        )];
+    };
     let sql = format!("SELECT {} FROM {}", firsts.join(", "), quote_ident(&stage_table(&model.name)));
     let found = match engine.query(&sql) {
         Ok(r) => r.into_iter().next().unwrap_or_default(),

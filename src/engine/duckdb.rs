@@ -288,11 +288,15 @@ impl super::dialect::Dialect for DuckDbDialect {
     }
 
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
-        vec![format!("CREATE OR REPLACE TABLE {relation} AS {query}")]
+        vec![format!("CREATE OR REPLACE TABLE {relation} AS{}", super::dialect::after_as(query))]
     }
 
     fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
-        vec![format!("CREATE OR REPLACE VIEW {relation} AS {query}")]
+        vec![format!("CREATE OR REPLACE VIEW {relation} AS{}", super::dialect::after_as(query))]
+    }
+
+    fn try_cast(&self, expr: &str, ty: &str) -> Option<String> {
+        Some(format!("TRY_CAST({expr} AS {ty})"))
     }
 
     fn temp_relation(&self, name: &str) -> String {

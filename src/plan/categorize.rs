@@ -142,6 +142,17 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
         return Some("a column added under `DISTINCT` changes which rows are distinct".into());
     }
     const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
+    if pg_select(ast).is_some() {
+        // Any Postgres function may return a set (`RETURNS SETOF`, the many JSON and text
+        // splitters): only functions known to return one value per row keep the rows.
+        for &i in added {
+            if let Some(f) =
+                pg_functions(&projection[i]).into_iter().find(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str()))
+            {
+                return Some(format!("an added column calls `{f}`, which may return a set of rows (a set-returning function multiplies rows)"));
+            }
+        }
+    }
     for &i in added {
         let text = projection[i].to_string();
         if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""))) {
@@ -154,6 +165,102 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
         return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
     }
     None
+}
+
+/// Postgres functions known to return one value per input row (scalar and window functions): an
+/// added column calling only these (or aggregates) cannot multiply rows.
+const PG_ONE_VALUE: &[&str] = &[
+    "abs",
+    "round",
+    "ceil",
+    "ceiling",
+    "floor",
+    "trunc",
+    "sign",
+    "sqrt",
+    "power",
+    "exp",
+    "ln",
+    "log",
+    "mod",
+    "lower",
+    "upper",
+    "initcap",
+    "length",
+    "char_length",
+    "octet_length",
+    "substr",
+    "substring",
+    "trim",
+    "btrim",
+    "ltrim",
+    "rtrim",
+    "concat",
+    "concat_ws",
+    "replace",
+    "split_part",
+    "left",
+    "right",
+    "lpad",
+    "rpad",
+    "repeat",
+    "reverse",
+    "strpos",
+    "position",
+    "format",
+    "md5",
+    "to_char",
+    "to_date",
+    "to_timestamp",
+    "to_number",
+    "date_trunc",
+    "date_part",
+    "extract",
+    "age",
+    "make_date",
+    "make_timestamp",
+    "now",
+    "timezone",
+    "nullif",
+    "greatest",
+    "least",
+    "to_json",
+    "to_jsonb",
+    "json_build_object",
+    "jsonb_build_object",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "ntile",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+];
+
+/// The names of the functions a Postgres expression calls (the last part of each `FuncCall`'s
+/// name), at any depth.
+fn pg_functions(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(names) = m.get("FuncCall").and_then(|f| f.get("funcname")).and_then(Value::as_array)
+                    && let Some(last) = names.last().and_then(|n| n.pointer("/node/String/sval")).and_then(Value::as_str)
+                {
+                    out.push(last.to_ascii_lowercase());
+                }
+                m.values().for_each(|c| walk(c, out));
+            }
+            Value::Array(items) => items.iter().for_each(|c| walk(c, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
 }
 
 /// The top-level `SELECT` of a Postgres tree ([`crate::sql::pg_canon`]), when `ast` is one.
@@ -421,6 +528,19 @@ mod tests {
         assert!(!v.non_breaking && v.reason.contains("DISTINCT"), "{v:?}");
         let v = pg_verdict("SELECT a FROM t", &["a"], "SELECT a, unnest(arr) AS x FROM t", &["a", "x"]);
         assert!(!v.non_breaking && v.reason.contains("set-returning"), "{v:?}");
+        // Any function not known to return one value per row may return a set.
+        for f in ["jsonb_array_elements(j)", "regexp_split_to_table(s, ',')", "my_setof_function(a)", "upper(jsonb_object_keys(j))"] {
+            let v = pg_verdict("SELECT a FROM t", &["a"], &format!("SELECT a, {f} AS x FROM t"), &["a", "x"]);
+            assert!(!v.non_breaking && v.reason.contains("may return a set"), "{f}: {v:?}");
+        }
+        // Scalar functions and aggregates keep the rows.
+        let v = pg_verdict(
+            "SELECT a, count(*) AS n FROM t GROUP BY a",
+            &["a", "n"],
+            "SELECT a, count(*) AS n, max(upper(b)) AS m FROM t GROUP BY a",
+            &["a", "n", "m"],
+        );
+        assert!(v.non_breaking, "{v:?}");
         let v = pg_verdict("SELECT a, b FROM t ORDER BY 1", &["a", "b"], "SELECT c, a, b FROM t ORDER BY 1", &["c", "a", "b"]);
         assert!(!v.non_breaking && v.reason.contains("positional"), "{v:?}");
         // `*` in a projection, not `count(*)`.

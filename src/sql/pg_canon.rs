@@ -37,7 +37,7 @@ use serde_json::Value;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
-    let text = with_bound_parameters(sql);
+    let text = with_bound_parameters(sql)?;
     let parsed = pg_query::parse(&text, 0).map_err(|e| SqlError::Postgres { message: parse_message(&e) })?;
     let stmts = &parsed.protobuf.stmts;
     match stmts.len() {
@@ -91,8 +91,13 @@ fn strip_locations(v: &mut Value) {
 }
 
 /// `sql` with the canonical bounds `$start` and `$end` as parameters `$1` and `$2`, outside
-/// string literals, quoted identifiers and comments.
-fn with_bound_parameters(sql: &str) -> String {
+/// string literals (`'…'`, `E'…'` with its backslash escapes, dollar-quoted `$tag$…$tag$`),
+/// quoted identifiers and comments.
+///
+/// # Errors
+/// [`SqlError::Postgres`] for a positional parameter (`$1`) written in the body itself: it would
+/// be indistinguishable from a bound.
+fn with_bound_parameters(sql: &str) -> Result<String, SqlError> {
     let b = sql.as_bytes();
     let mut out = String::with_capacity(sql.len());
     let mut i = 0;
@@ -101,8 +106,14 @@ fn with_bound_parameters(sql: &str) -> String {
     while i < b.len() {
         match b[i] {
             q @ (b'\'' | b'"') => {
+                // `E'…'`: backslash escapes (an `E` that does not end a longer identifier).
+                let escapes = q == b'\'' && i > 0 && matches!(b[i - 1], b'E' | b'e') && !(i > 1 && ident(b[i - 2]));
                 i += 1;
                 while i < b.len() {
+                    if escapes && b[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
                     if b[i] == q {
                         if b.get(i + 1) == Some(&q) {
                             i += 2;
@@ -128,9 +139,22 @@ fn with_bound_parameters(sql: &str) -> String {
             }
             b'$' => {
                 let rest = &sql[i + 1..];
-                let found = [("start", "$1"), ("end", "$2")]
-                    .into_iter()
-                    .find(|(word, _)| rest.starts_with(word) && !rest.as_bytes().get(word.len()).copied().is_some_and(ident));
+                let tag_len = rest.bytes().take_while(|&c| ident(c)).count();
+                let opens_quote = rest.as_bytes().get(tag_len) == Some(&b'$') && !rest.as_bytes().first().is_some_and(u8::is_ascii_digit);
+                if opens_quote {
+                    // A dollar-quoted string: up to the same `$tag$`.
+                    let delimiter = &sql[i..i + tag_len + 2];
+                    let body = i + delimiter.len();
+                    i = sql[body..].find(delimiter).map_or(b.len(), |end| body + end + delimiter.len());
+                    continue;
+                }
+                if rest.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+                    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    return Err(SqlError::Postgres {
+                        message: format!("a positional parameter `${n}` in a model body; the interval's bounds are `@start` and `@end`"),
+                    });
+                }
+                let found = [("start", "$1"), ("end", "$2")].into_iter().find(|(word, _)| rest.starts_with(word) && tag_len == word.len());
                 if let Some((word, param)) = found {
                     out.push_str(&sql[copied..i]);
                     out.push_str(param);
@@ -144,7 +168,7 @@ fn with_bound_parameters(sql: &str) -> String {
         }
     }
     out.push_str(&sql[copied.min(sql.len())..]);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -257,8 +281,17 @@ mod tests {
         let t = text("SELECT ARRAY[1, 2], a IN (1, 2) FROM t");
         assert!(!t.contains("list_start") && !t.contains("list_end"), "{t}");
         assert_eq!(
-            with_bound_parameters("WHERE d >= $start AND d < $end AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2"),
+            with_bound_parameters("WHERE d >= $start AND d < $end AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2").unwrap(),
             "WHERE d >= $1 AND d < $2 AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2"
         );
+        // Dollar-quoted and `E'…'` strings are strings: a `$start` in them stays text.
+        assert_eq!(
+            with_bound_parameters("SELECT $$a $start$$, $q$ $end $q$, E'it\\'s $start' WHERE d < $end").unwrap(),
+            "SELECT $$a $start$$, $q$ $end $q$, E'it\\'s $start' WHERE d < $2"
+        );
+        assert_ne!(text("SELECT $$a $start$$ AS s"), text("SELECT $$a $1$$ AS s"));
+        // A positional parameter of the body's own would read as a bound: refused.
+        let err = canonicalize("SELECT a FROM t WHERE d >= $1").unwrap_err();
+        assert!(err.to_string().contains("positional parameter `$1`"), "{err}");
     }
 }

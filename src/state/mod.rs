@@ -108,7 +108,8 @@ pub fn location(config: &Config) -> String {
     match &config.state.url_env {
         None => config.state_path().display().to_string(),
         Some(var) => match std::env::var(var).ok().filter(|u| !u.trim().is_empty()) {
-            Some(url) => format!("{} schema {}", crate::config::redact_url_passwords(&url), config.state.schema),
+            Some(url) => self::postgres::describe_url(&url, &config.state.schema)
+                .unwrap_or_else(|| format!("the Postgres database in `${var}`, schema {}", config.state.schema)),
             None => format!("the Postgres database in `${var}` (unset), schema {}", config.state.schema),
         },
     }

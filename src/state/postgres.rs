@@ -48,133 +48,134 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The layout of [`STATE_VERSION`] 8 in Postgres: the tables and columns of the SQLite layout
 /// (`SCHEMA` in `sqlite.rs`, described there), with `BIGINT` for SQLite's `INTEGER` and
 /// identity columns for its `AUTOINCREMENT` ids. Every instant is ISO-8601 UTC text with
-/// milliseconds, as in SQLite, so both stores compare and sort alike.
+/// milliseconds, as in SQLite, and every text column is `COLLATE "C"` (byte order, as SQLite
+/// compares), so both stores compare and sort alike whatever the database's locale.
 pub const PG_SCHEMA: &str = r#"
 CREATE TABLE meta (
     version    BIGINT NOT NULL,
     generation BIGINT NOT NULL DEFAULT 0,
     claims     BIGINT NOT NULL DEFAULT 0,
-    store_id   TEXT   NOT NULL DEFAULT ''
+    store_id   TEXT COLLATE "C"   NOT NULL DEFAULT ''
 );
 CREATE TABLE plan_memo (
-    env  TEXT NOT NULL PRIMARY KEY,
-    key  TEXT NOT NULL,
-    body TEXT NOT NULL
+    env  TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    key  TEXT COLLATE "C" NOT NULL,
+    body TEXT COLLATE "C" NOT NULL
 );
 CREATE TABLE snapshots (
-    name                TEXT   NOT NULL,
-    fingerprint         TEXT   NOT NULL,
+    name                TEXT COLLATE "C"   NOT NULL,
+    fingerprint         TEXT COLLATE "C"   NOT NULL,
     fingerprint_version BIGINT NOT NULL,
-    kind                TEXT   NOT NULL,
-    physical            TEXT   NOT NULL DEFAULT '',
-    canonical           TEXT,
-    rendered_sql        TEXT   NOT NULL,
-    metadata            TEXT   NOT NULL DEFAULT '{}',
-    created_at          TEXT   NOT NULL,
+    kind                TEXT COLLATE "C"   NOT NULL,
+    physical            TEXT COLLATE "C"   NOT NULL DEFAULT '',
+    canonical           TEXT COLLATE "C",
+    rendered_sql        TEXT COLLATE "C"   NOT NULL,
+    metadata            TEXT COLLATE "C"   NOT NULL DEFAULT '{}',
+    created_at          TEXT COLLATE "C"   NOT NULL,
     PRIMARY KEY (name, fingerprint)
 );
 CREATE TABLE environments (
-    env         TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    promoted_at TEXT NOT NULL,
-    metadata    TEXT NOT NULL DEFAULT '{}',
+    env         TEXT COLLATE "C" NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    promoted_at TEXT COLLATE "C" NOT NULL,
+    metadata    TEXT COLLATE "C" NOT NULL DEFAULT '{}',
     PRIMARY KEY (env, name)
 );
 CREATE TABLE promotions (
-    env        TEXT NOT NULL PRIMARY KEY,
-    pointers   TEXT NOT NULL,
-    rollback   TEXT NOT NULL,
-    started_at TEXT NOT NULL
+    env        TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    pointers   TEXT COLLATE "C" NOT NULL,
+    rollback   TEXT COLLATE "C" NOT NULL,
+    started_at TEXT COLLATE "C" NOT NULL
 );
 CREATE TABLE intervals (
-    name        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    start_ts    TEXT NOT NULL,
-    end_ts      TEXT NOT NULL,
-    status      TEXT NOT NULL CHECK (status IN ('done', 'failed')),
-    updated_at  TEXT NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    start_ts    TEXT COLLATE "C" NOT NULL,
+    end_ts      TEXT COLLATE "C" NOT NULL,
+    status      TEXT COLLATE "C" NOT NULL CHECK (status IN ('done', 'failed')),
+    updated_at  TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (name, fingerprint, start_ts)
 );
 CREATE TABLE plans (
     id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    env        TEXT NOT NULL,
-    summary    TEXT NOT NULL,
-    applied_at TEXT NOT NULL,
-    applied_by TEXT NOT NULL DEFAULT ''
+    env        TEXT COLLATE "C" NOT NULL,
+    summary    TEXT COLLATE "C" NOT NULL,
+    applied_at TEXT COLLATE "C" NOT NULL,
+    applied_by TEXT COLLATE "C" NOT NULL DEFAULT ''
 );
 CREATE INDEX plans_by_env ON plans (env, id);
 CREATE TABLE canon_cache (
-    key       TEXT NOT NULL PRIMARY KEY,
-    canonical TEXT NOT NULL
+    key       TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    canonical TEXT COLLATE "C" NOT NULL
 );
 CREATE TABLE leases (
-    name         TEXT   NOT NULL PRIMARY KEY,
-    token        TEXT   NOT NULL,
+    name         TEXT COLLATE "C"   NOT NULL PRIMARY KEY,
+    token        TEXT COLLATE "C"   NOT NULL,
     pid          BIGINT NOT NULL,
-    host         TEXT   NOT NULL,
-    command      TEXT   NOT NULL,
-    started_at   TEXT   NOT NULL,
-    expires_at   TEXT   NOT NULL,
-    heartbeat_at TEXT   NOT NULL
+    host         TEXT COLLATE "C"   NOT NULL,
+    command      TEXT COLLATE "C"   NOT NULL,
+    started_at   TEXT COLLATE "C"   NOT NULL,
+    expires_at   TEXT COLLATE "C"   NOT NULL,
+    heartbeat_at TEXT COLLATE "C"   NOT NULL
 );
 CREATE TABLE ticks (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    env         TEXT NOT NULL,
-    started_at  TEXT NOT NULL,
-    finished_at TEXT NOT NULL,
-    outcome     TEXT NOT NULL,
-    processed   TEXT NOT NULL DEFAULT '{}',
-    detail      TEXT
+    env         TEXT COLLATE "C" NOT NULL,
+    started_at  TEXT COLLATE "C" NOT NULL,
+    finished_at TEXT COLLATE "C" NOT NULL,
+    outcome     TEXT COLLATE "C" NOT NULL,
+    processed   TEXT COLLATE "C" NOT NULL DEFAULT '{}',
+    detail      TEXT COLLATE "C"
 );
 CREATE INDEX ticks_by_env ON ticks (env, id);
 CREATE TABLE released (
-    name        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    released_at TEXT NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    released_at TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (name, fingerprint)
 );
 CREATE TABLE intents (
-    env         TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    physical    TEXT NOT NULL DEFAULT '',
-    recorded_at TEXT NOT NULL,
+    env         TEXT COLLATE "C" NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    physical    TEXT COLLATE "C" NOT NULL DEFAULT '',
+    recorded_at TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (env, name, fingerprint)
 );
 CREATE TABLE condemned (
-    physical    TEXT NOT NULL PRIMARY KEY,
-    name        TEXT NOT NULL DEFAULT '',
-    fingerprint TEXT NOT NULL DEFAULT '',
-    kind        TEXT NOT NULL DEFAULT '',
-    detail      TEXT NOT NULL DEFAULT '{}',
-    claimed_at  TEXT NOT NULL
+    physical    TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    name        TEXT COLLATE "C" NOT NULL DEFAULT '',
+    fingerprint TEXT COLLATE "C" NOT NULL DEFAULT '',
+    kind        TEXT COLLATE "C" NOT NULL DEFAULT '',
+    detail      TEXT COLLATE "C" NOT NULL DEFAULT '{}',
+    claimed_at  TEXT COLLATE "C" NOT NULL
 );
 CREATE TABLE pending_rebuilds (
-    name        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    reason      TEXT NOT NULL DEFAULT '',
-    recorded_at TEXT NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    reason      TEXT COLLATE "C" NOT NULL DEFAULT '',
+    recorded_at TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (name, fingerprint)
 );
 CREATE TABLE data_versions (
-    name        TEXT   NOT NULL,
-    fingerprint TEXT   NOT NULL,
+    name        TEXT COLLATE "C"   NOT NULL,
+    fingerprint TEXT COLLATE "C"   NOT NULL,
     generation  BIGINT NOT NULL DEFAULT 0,
-    built_from  TEXT,
-    updated_at  TEXT   NOT NULL,
+    built_from  TEXT COLLATE "C",
+    updated_at  TEXT COLLATE "C"   NOT NULL,
     PRIMARY KEY (name, fingerprint)
 );
 CREATE TABLE orphans_seen (
-    physical   TEXT NOT NULL PRIMARY KEY,
-    first_seen TEXT NOT NULL
+    physical   TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+    first_seen TEXT COLLATE "C" NOT NULL
 );
 CREATE TABLE audit_passes (
-    name        TEXT   NOT NULL,
-    fingerprint TEXT   NOT NULL,
-    digest      TEXT   NOT NULL,
+    name        TEXT COLLATE "C"   NOT NULL,
+    fingerprint TEXT COLLATE "C"   NOT NULL,
+    digest      TEXT COLLATE "C"   NOT NULL,
     generation  BIGINT NOT NULL,
-    passed_at   TEXT   NOT NULL,
+    passed_at   TEXT COLLATE "C"   NOT NULL,
     PRIMARY KEY (name, fingerprint)
 );
 CREATE INDEX snapshots_by_physical ON snapshots (physical);
@@ -190,6 +191,12 @@ pub const PG_MIGRATIONS: &[Migration] = &[];
 
 /// Where a Postgres store lives, as it is named in messages: its URL without the password
 /// (`postgres://user@host:port/db`) and its schema.
+/// [`describe`] of a URL or `key=value` string; `None` when it does not parse (then nothing of
+/// it may be shown: a password can sit anywhere in it).
+pub(crate) fn describe_url(url: &str, schema: &str) -> Option<String> {
+    url.parse::<postgres::Config>().ok().map(|c| describe(&c, schema))
+}
+
 fn describe(config: &postgres::Config, schema: &str) -> String {
     use postgres::config::Host;
     let hosts: Vec<String> = config
@@ -296,10 +303,12 @@ impl PostgresStore {
     }
 
     fn open_with(url: &str, schema: &str, create: bool) -> Result<Option<Self>, StateError> {
-        let config: postgres::Config = url.parse().map_err(|e| {
-            let redacted = crate::config::redact_url_passwords(url);
-            let store = if redacted.contains("://") { format!("{redacted} schema {schema}") } else { format!("a Postgres database, schema {schema}") };
-            StateError::Open { store, source: crate::config::redact_url_passwords(&format!("not a Postgres URL: {e}")).into(), transient: false }
+        // An unparsable URL is never shown, not even redacted: a password can sit anywhere in it
+        // (`user:pw@`, `?password=`, `password=` of a `key=value` string).
+        let config: postgres::Config = url.parse().map_err(|e: postgres::Error| StateError::Open {
+            store: format!("a Postgres database, schema {schema}"),
+            source: format!("not a Postgres URL or `key=value` connection string: {}", crate::config::redact_url_passwords(&e.to_string())).into(),
+            transient: false,
         })?;
         Self::connect(config, schema, create)
     }

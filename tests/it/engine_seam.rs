@@ -24,15 +24,46 @@ fn sources(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// True when `line` (code, not a comment) names the DuckDB engine: the type `DuckDb` as a whole
+/// word (not `DuckDbJson`, nor the parser error `SqlError::DuckDb`), or a `duckdb::` path (the
+/// engine module or the duckdb crate).
+fn names_duckdb(line: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let word_at = |i: usize, len: usize| !line[..i].chars().next_back().is_some_and(ident) && !line[i + len..].chars().next().is_some_and(ident);
+    let typ = line.match_indices("DuckDb").any(|(i, _)| word_at(i, 6) && !line[..i].ends_with("SqlError::"));
+    let path = line.match_indices("duckdb::").any(|(i, _)| !line[..i].chars().next_back().is_some_and(ident));
+    typ || path
+}
+
+#[test]
+fn the_duckdb_pattern_finds_every_spelling_of_the_engine() {
+    for hit in [
+        "use crate::engine::duckdb::DuckDb;",
+        "use crate::engine::{duckdb::DuckDb, Engine};",
+        "fn f(e: &DuckDb) {}",
+        "let x = DuckDb::open(p, s)?;",
+        "duckdb::Connection::open_in_memory()",
+        "Box<DuckDb>",
+    ] {
+        assert!(names_duckdb(hit), "{hit}");
+    }
+    for miss in ["CanonSource::DuckDbJson", "SqlError::DuckDb { message }", "BadDuckDbJson", "a DuckDB file", "engine::open(&config, Access::ReadWrite)"] {
+        assert!(!names_duckdb(miss), "{miss}");
+    }
+}
+
 #[test]
 fn no_module_outside_the_engine_names_the_duckdb_engine() {
     let mut found = Vec::new();
     for (file, text) in sources(Path::new("src")) {
-        if file.starts_with("src/engine/") {
+        // `sql::canon` is the DuckDB grammar's canonicaliser (its error `SqlError::DuckDb` says
+        // DuckDB's parser rejected a body), as `sql::pg_canon` is Postgres's: the engine's
+        // Dialect chooses between them.
+        if file.starts_with("src/engine/") || file == "src/sql/canon.rs" {
             continue;
         }
         for (n, line) in text.lines().enumerate() {
-            if ["engine::duckdb", "DuckDb::", "mut DuckDb", "<DuckDb>", "-> DuckDb", ": DuckDb"].iter().any(|p| line.contains(p)) {
+            if !line.trim_start().starts_with("//") && names_duckdb(line) {
                 found.push(format!("{file}:{}: {}", n + 1, line.trim()));
             }
         }
@@ -55,7 +86,8 @@ fn plan_apply_session_and_previews_spell_no_duckdb_only_statement() {
             if code.starts_with("//") {
                 continue;
             }
-            if ["CREATE OR REPLACE", "temp.main"].iter().any(|p| line.contains(p)) {
+            if ["CREATE OR REPLACE", "temp.main", "TRY_CAST", "USING SAMPLE", "json_serialize_sql", "read_parquet", "read_csv"].iter().any(|p| line.contains(p))
+            {
                 found.push(format!("{file}:{}: {}", n + 1, line.trim()));
             }
         }

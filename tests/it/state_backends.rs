@@ -42,11 +42,15 @@ fn an_unset_url_variable_fails_naming_it_and_the_config_file() {
 #[test]
 fn the_url_password_never_reaches_the_output() {
     let Some(target) = crate::pg::fresh() else { return };
-    let password = "pw-never-printed-91c2";
-    let url = match target.url.split_once('@') {
-        Some((user, host)) if !user.trim_start_matches("postgres://").contains(':') => format!("{user}:{password}@{host}"),
-        _ => return eprintln!("SKIPPED: EFMESH_TEST_PG_URL has a password of its own"),
+    // A password of our own, or the one EFMESH_TEST_PG_URL carries (a server that checks it).
+    let (url, password) = match target.url.split_once('@') {
+        Some((user, host)) if !user.trim_start_matches("postgres://").contains(':') => {
+            (format!("{user}:pw-never-printed-91c2@{host}"), "pw-never-printed-91c2".to_string())
+        }
+        Some((user, _)) => (target.url.clone(), user.rsplit(':').next().unwrap_or_default().to_string()),
+        None => panic!("EFMESH_TEST_PG_URL must be a `postgres://user@host/db` URL"),
     };
+    let password = password.as_str();
     let target = crate::pg::PgTarget { url, ..target };
     let p = sample_project_on(StateBackend::Postgres(target.clone()));
     p.apply("dev");
@@ -71,4 +75,40 @@ fn the_url_password_never_reaches_the_output() {
     assert!(migrate.stderr.contains("version 99") && migrate.stderr.contains("newer") && !migrate.stderr.contains(password), "{migrate:#?}");
     let version: i64 = target.client().query_one(&format!("SELECT version FROM {schema}.meta"), &[]).unwrap().get(0);
     assert_eq!(version, 99);
+}
+
+/// The URL of `target` in the forms the postgres crate reads, each carrying `password`: in the
+/// query (`?password=`), as `key=value` pairs, and one the crate cannot parse (an unknown option).
+fn url_forms(target: &crate::pg::PgTarget, password: &str) -> Vec<(&'static str, String)> {
+    use postgres::config::Host;
+    let config: postgres::Config = target.url.parse().expect("the test URL parses");
+    let host = match config.get_hosts().first().expect("a host") {
+        Host::Tcp(h) => h.clone(),
+        Host::Unix(p) => p.display().to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let (user, db) = (config.get_user().unwrap_or("postgres"), config.get_dbname().unwrap_or("postgres"));
+    let sep = if target.url.contains('?') { '&' } else { '?' };
+    vec![
+        ("query parameter", format!("{}{sep}password={password}", target.url)),
+        ("key=value", format!("host={host} port={port} user={user} dbname={db} password={password}")),
+        ("unparsable", format!("{}{sep}password={password}&no_such_option=1", target.url)),
+    ]
+}
+
+#[test]
+fn the_password_never_reaches_the_output_whatever_the_url_form() {
+    let Some(target) = crate::pg::fresh() else { return };
+    let password = "pw-in-another-form-5d1e";
+    for (form, url) in url_forms(&target, password) {
+        let p = sample_project_on(StateBackend::Postgres(crate::pg::PgTarget { url: url.clone(), ..target.clone() }));
+        // The janitor names the store it cannot find; apply opens (or fails to open) it; status reads it.
+        for args in [&["janitor", "--dry-run"][..], &["apply", "dev", "--yes"], &["status", "dev"], &["apply", "dev", "--yes", "--json"]] {
+            let run = p.run(args);
+            assert!(!run.stdout.contains(password) && !run.stderr.contains(password), "{form}: {args:?}: {run:#?}");
+            if form == "unparsable" {
+                assert_eq!(run.code, 1, "{form}: {args:?}: {run:#?}");
+            }
+        }
+    }
 }

@@ -557,24 +557,22 @@ fn every_store_has_its_own_identity_shared_by_its_handles(b: &dyn Backend) {
 
 // ---- Postgres only ----
 
-/// `target`'s URL with a password added (the test cluster trusts every local connection, so
-/// any password is accepted and none is needed).
-fn with_password(target: &pg::PgTarget, password: &str) -> String {
-    match target.url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((user, host)) if !user.contains(':') => format!("{scheme}://{user}:{password}@{host}"),
-            _ => target.url.clone(),
-        },
-        None => target.url.clone(),
+/// `target`'s URL carrying a password, and that password: ours added when the URL has none (the
+/// test cluster trusts every local connection, so any password is accepted), else its own.
+fn with_password(target: &pg::PgTarget, password: &str) -> (String, String) {
+    match target.url.split_once("://").and_then(|(scheme, rest)| rest.split_once('@').map(|(user, host)| (scheme, user, host))) {
+        Some((scheme, user, host)) if !user.contains(':') => (format!("{scheme}://{user}:{password}@{host}"), password.to_string()),
+        Some((_, user, _)) => (target.url.clone(), user.rsplit(':').next().unwrap_or_default().to_string()),
+        None => panic!("EFMESH_TEST_PG_URL must be a `postgres://user@host/db` URL"),
     }
 }
 
 #[test]
 fn a_postgres_store_names_itself_without_the_password_in_its_location_debug_and_errors() {
     let Some(target) = pg::fresh() else { return };
-    let password = "pw-do-not-show-7f3a";
-    let url = with_password(&target, password);
-    assert!(url.contains(password) || !target.url.contains("efmesh@"), "the test URL carries the password: {}", url.contains(password));
+    let (url, password) = with_password(&target, "pw-do-not-show-7f3a");
+    let password = password.as_str();
+    assert!(!password.is_empty() && url.contains(password));
     let store = PostgresStore::open(&url, &target.schema).unwrap();
     let location = store.location();
     assert!(location.starts_with("postgres://") && location.contains(&target.schema), "{location}");
@@ -589,6 +587,23 @@ fn a_postgres_store_names_itself_without_the_password_in_its_location_debug_and_
     let err = PostgresStore::open(&format!("postgres://efmesh:{password}@127.0.0.1:1/db?connect_timeout=2"), "s").unwrap_err();
     let text = format!("{err} {err:?} {}", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default());
     assert!(!text.contains(password) && text.contains("127.0.0.1"), "{text}");
+}
+
+#[test]
+fn every_text_column_of_a_postgres_store_compares_bytes_whatever_the_database_locale() {
+    let Some(target) = pg::fresh() else { return };
+    drop(target.open());
+    let rows = target
+        .client()
+        .query("SELECT table_name::text, column_name::text, coalesce(collation_name::text, '') FROM information_schema.columns WHERE table_schema = $1 AND data_type = 'text'", &[&target.schema])
+        .unwrap();
+    assert!(rows.len() > 20, "the store's text columns: {}", rows.len());
+    let other: Vec<String> = rows
+        .iter()
+        .filter(|r| r.get::<_, String>(2) != "C")
+        .map(|r| format!("{}.{} {}", r.get::<_, String>(0), r.get::<_, String>(1), r.get::<_, String>(2)))
+        .collect();
+    assert!(other.is_empty(), "text columns not in byte order (COLLATE \"C\"): {other:?}");
 }
 
 #[test]
