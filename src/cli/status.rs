@@ -83,8 +83,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         problems.push("the last run tick errored".to_string());
     }
     let healthy = problems.is_empty();
+    let clock = state.clock()?;
     let lock = lease.as_ref().map(|l| {
-        let stale = is_stale(l, crate::core::interval::now_millis(), &host);
+        let stale = is_stale(l, clock, &host);
         (l, stale)
     });
     if json {

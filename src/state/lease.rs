@@ -180,7 +180,8 @@ impl LeaseGuard {
         };
         let deadline = std::time::Instant::now() + wait;
         loop {
-            let now = now_millis();
+            // The store's clock: every process sharing the store measures expiry by it.
+            let now = store.clock().map_err(Refused::State)?;
             let holder = LeaseHolder { pid, host: host.clone(), command: command.to_string(), started_at: to_iso(now) };
             let stale = |l: &LeaseRecord| is_stale(l, now, &host);
             match store.try_acquire_lease(name, &token, &holder, now + ttl.as_millis() as Millis, now, &stale).map_err(Refused::State)? {
@@ -230,8 +231,8 @@ impl LeaseGuard {
                         }
                         let guard = handle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                         let Some(store) = guard.as_ref() else { return };
-                        let now = now_millis();
-                        match store.renew_lease(&name, &token, now + ttl.as_millis() as Millis, now) {
+                        let renewal = store.clock().and_then(|now| store.renew_lease(&name, &token, now + ttl.as_millis() as Millis, now));
+                        match renewal {
                             Ok(true) => {
                                 renewed = std::time::Instant::now();
                                 tracing::debug!(lock = %name, "lock renewed");

@@ -101,6 +101,18 @@ fn postgres_url(config: &Config) -> Result<Option<(String, String)>, StateError>
     }
 }
 
+/// Test hook: `EFMESH_TEST_CLOCK_SKEW_MS=<ms>` moves this process's clock (as the lease code
+/// reads it, [`process_clock`]) by that many milliseconds, standing in for a machine whose clock
+/// is off.
+pub const CLOCK_SKEW_ENV: &str = "EFMESH_TEST_CLOCK_SKEW_MS";
+
+/// This process's clock, UTC milliseconds ([`CLOCK_SKEW_ENV`] added): the clock of a store that
+/// lives on this machine ([`StateStore::clock`]).
+pub fn process_clock() -> Millis {
+    static SKEW: std::sync::OnceLock<Millis> = std::sync::OnceLock::new();
+    crate::core::interval::now_millis() + *SKEW.get_or_init(|| std::env::var(CLOCK_SKEW_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+}
+
 /// Where `config`'s state store lives, for messages, without opening it: the SQLite file, or
 /// the Postgres database named by `[state] url_env` (`postgres://user@host:port/db schema s`,
 /// never the password).
@@ -349,6 +361,17 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The write fails (none is stored), or the fence lease was lost.
     fn canon_cache_put(&self, entries: &[(String, String)]) -> Result<(), StateError>;
+
+    /// The store's clock, UTC milliseconds: what every lease's expiry is measured by, so that
+    /// the processes sharing a store agree on it whatever their own clocks say. A SQLite store
+    /// lives on one machine: its clock ([`process_clock`]); a Postgres store is shared between
+    /// machines: the server's.
+    ///
+    /// # Errors
+    /// The store cannot be asked.
+    fn clock(&self) -> Result<Millis, StateError> {
+        Ok(process_clock())
+    }
 
     /// Tries to take lease `name` for `holder` with `token`, in one transaction: free → taken;
     /// held by a lease that expired at or before `now`, or that `is_stale` says is dead →

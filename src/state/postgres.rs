@@ -416,7 +416,8 @@ impl PostgresStore {
         let Some((name, token)) = self.fence.borrow().clone() else { return Ok(()) };
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE name = $1{}", if lock { " FOR SHARE" } else { "" });
         let row = conn.query_opt(&sql, &[&name])?.map(|r| lease_row(&r)).transpose()?;
-        let now = crate::core::interval::now_millis();
+        // The server's clock, as every lease of this store is measured ([`StateStore::clock`]).
+        let now = server_clock(conn)?;
         let live = |l: &LeaseRecord| -> bool {
             let (Ok(expires), Ok(beat)) = (parse_instant(&l.expires_at), parse_instant(&l.heartbeat_at)) else {
                 return false;
@@ -445,6 +446,12 @@ fn stored_version<C: GenericClient>(conn: &mut C, schema: &str) -> Result<Option
     }
     let v: i64 = conn.query_one(&format!("SELECT COALESCE(MAX(version), 0)::bigint FROM {}.meta", quoted(schema)), &[])?.try_get(0)?;
     Ok(Some(v))
+}
+
+/// The server's clock, UTC milliseconds: what the leases of a store shared between machines are
+/// measured by (machines' own clocks may disagree).
+fn server_clock<C: GenericClient>(conn: &mut C) -> Result<Millis, postgres::Error> {
+    conn.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[])?.try_get(0)
 }
 
 const LEASE_COLUMNS: &str = "name, token, pid, host, command, started_at, expires_at, heartbeat_at";
@@ -921,6 +928,10 @@ impl StateStore for PostgresStore {
                 })
             },
         )
+    }
+
+    fn clock(&self) -> Result<Millis, StateError> {
+        self.run(|| "read the server's clock".to_string(), || self.read(|c| Ok(server_clock(c)?)))
     }
 
     fn lease(&self, name: &str) -> Result<Option<LeaseRecord>, StateError> {

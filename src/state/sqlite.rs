@@ -594,7 +594,7 @@ impl SqliteStore {
         let Some((name, token)) = self.fence.borrow().clone() else { return Ok(()) };
         let row: Option<LeaseRecord> =
             conn.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE name = ?1"))?.query_row([&name], lease_row).optional()?;
-        let now = crate::core::interval::now_millis();
+        let now = super::process_clock();
         let live = |l: &LeaseRecord| -> bool {
             let (Ok(expires), Ok(beat)) = (crate::core::interval::parse_instant(&l.expires_at), crate::core::interval::parse_instant(&l.heartbeat_at)) else {
                 return false;

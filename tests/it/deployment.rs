@@ -715,3 +715,25 @@ fn a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_
     let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
     assert_eq!(status["pendingRebuilds"], serde_json::json!([]), "{status:#}");
 }
+
+/// A Postgres store is shared between machines whose clocks may disagree: lock expiry is
+/// measured by the server's clock (`StateStore::clock`), so a machine whose own clock runs ahead
+/// (`EFMESH_TEST_CLOCK_SKEW_MS`: 10 minutes, five times the lock's time to live) still finds a
+/// live lock held and is refused, naming the holder.
+#[test]
+fn a_machine_whose_clock_runs_ahead_does_not_take_a_live_lock_of_a_shared_postgres_store() {
+    let Some(target) = crate::pg::fresh() else { return };
+    let p = ops_project_on(StateBackend::Postgres(target), 1);
+    p.apply("dev");
+    p.write("models/m.lua", &models(2));
+    let holder = spawn_run_holding_the_lock(&p, "dev", "4000");
+    let ahead = finish(spawn_with(&p, &["apply", "dev", "--yes", "--json"], &[(efmesh::state::CLOCK_SKEW_ENV, "600000")]), "apply (clock 10 min ahead)");
+    assert_eq!(ahead.code, 1, "a clock running ahead took a live lock: {ahead:#?}");
+    assert_eq!(ahead.json()["error"]["kind"], "lock-held", "{ahead:#?}");
+    assert!(ahead.stderr.contains("environment `dev` is locked"), "{ahead:#?}");
+    // The holder: a run that finds the edited model unapplied (exit 2: an apply is needed).
+    finish(holder, "run holding the lock").expect_code(2);
+    // Once the holder is done, the same machine applies.
+    let later = finish(spawn_with(&p, &["apply", "dev", "--yes"], &[(efmesh::state::CLOCK_SKEW_ENV, "600000")]), "apply (clock 10 min ahead, lock free)");
+    later.expect_code(0);
+}
