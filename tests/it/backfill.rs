@@ -83,8 +83,8 @@ fn lua_query(sql: &str) -> String {
     format!("[[{}]]", sql.replace("{src}", "]] .. ref(raw) .. [["))
 }
 
-fn batch_project(batch: u32) -> Project {
-    let p = Project::new();
+fn batch_project(backend: StateBackend, batch: u32) -> Project {
+    let p = Project::on(backend);
     p.write("data/events.csv", &events_csv());
     p.write(
         "models/tr.lua",
@@ -135,8 +135,8 @@ fn count(p: &Project, sql: &str) -> usize {
     p.query(sql)[0][0].as_deref().expect("count").parse().expect("number")
 }
 
-fn backfill_equals_one_full_query(batch: u32) {
-    let p = batch_project(batch);
+fn backfill_equals_one_full_query(backend: StateBackend, batch: u32) {
+    let p = batch_project(backend, batch);
     let run = p.run(&["--log-level", "info", "apply", "dev", "--yes", "--json"]);
     run.expect_code(0);
     let v = run.json();
@@ -180,17 +180,19 @@ fn backfill_equals_one_full_query(batch: u32) {
 
 #[test]
 fn backfill_batch_size_1_equals_one_full_query() {
-    backfill_equals_one_full_query(1);
+    backfill_equals_one_full_query(StateBackend::Sqlite, 1);
 }
 
-#[test]
-fn backfill_batch_size_7_equals_one_full_query() {
-    backfill_equals_one_full_query(7);
+// The ledger of every batch, on both state stores.
+crate::on_every_state_backend!(backfill_batch_size_7_equals_one_full_query);
+
+fn backfill_batch_size_7_equals_one_full_query(backend: StateBackend) {
+    backfill_equals_one_full_query(backend, 7);
 }
 
 #[test]
 fn backfill_batch_size_30_equals_one_full_query() {
-    backfill_equals_one_full_query(30);
+    backfill_equals_one_full_query(StateBackend::Sqlite, 30);
 }
 
 // ---------------------------------------------------------------------------------------------

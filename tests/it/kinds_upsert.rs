@@ -24,12 +24,24 @@ define_model {
 }
 "#;
 
-fn project(csv: &str) -> Project {
-    let p = Project::new();
+fn project_on(backend: StateBackend, csv: &str) -> Project {
+    let p = Project::on(backend);
     p.write("data/src.csv", csv);
     p.write("models/m.lua", MODELS);
     p
 }
+
+// The upsert and SCD type 2 paths write data generations and the ledger: on both state stores.
+crate::on_every_state_backend!(
+    run_upserts_changed_and_new_rows_and_keeps_absent_ones,
+    a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged,
+    a_null_key_on_the_first_apply_builds_and_promotes_nothing,
+    duplicate_keys_in_the_query_are_refused_naming_a_key,
+    run_refuses_an_environment_the_project_differs_from,
+    run_also_computes_missing_intervals_of_time_range_models,
+    a_key_change_is_a_breaking_change_that_rebuilds,
+    a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile,
+);
 
 fn row(vals: &[&str]) -> Vec<Option<String>> {
     vals.iter().map(|v| if *v == "NULL" { None } else { Some(v.to_string()) }).collect()
@@ -41,9 +53,8 @@ fn rows(list: &[&[&str]]) -> Rows {
     r
 }
 
-#[test]
-fn run_upserts_changed_and_new_rows_and_keeps_absent_ones() {
-    let p = project("id,name,score\n1,ann,1\n2,bob,2\n3,cyd,3\n");
+fn run_upserts_changed_and_new_rows_and_keeps_absent_ones(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n3,cyd,3\n");
     let applied = p.apply("dev");
     assert_eq!(applied["built"], serde_json::json!(["m.latest"]));
     let view = env_view("dev", "m.latest");
@@ -72,9 +83,8 @@ fn run_upserts_changed_and_new_rows_and_keeps_absent_ones() {
     assert_eq!(p.state_summary(), before);
 }
 
-#[test]
-fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged() {
-    let p = project("id,name,score\n1,ann,1\n2,bob,2\n");
+fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n");
     p.apply("dev");
     let view = env_view("dev", "m.latest");
     let before = p.rows(&view);
@@ -87,9 +97,8 @@ fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unc
     assert_eq!(p.rows(&view), before, "nothing of the batch may be written");
 }
 
-#[test]
-fn a_null_key_on_the_first_apply_builds_and_promotes_nothing() {
-    let p = project("id,name,score\n1,ann,1\n,nul,2\n");
+fn a_null_key_on_the_first_apply_builds_and_promotes_nothing(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n,nul,2\n");
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
     assert!(r.stderr.contains("1 row of the query has a NULL key"), "{}", r.stderr);
@@ -98,9 +107,8 @@ fn a_null_key_on_the_first_apply_builds_and_promotes_nothing() {
     assert!(p.physical_tables().iter().all(|t| !t.starts_with("m__latest")), "{:?}", p.physical_tables());
 }
 
-#[test]
-fn duplicate_keys_in_the_query_are_refused_naming_a_key() {
-    let p = project("id,name,score\n1,ann,1\n");
+fn duplicate_keys_in_the_query_are_refused_naming_a_key(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n");
     p.apply("dev");
     let view = env_view("dev", "m.latest");
     let before = p.rows(&view);
@@ -141,9 +149,8 @@ define_model {
     assert_eq!(p.rows(&env_view("dev", "m.stock")), rows(&[&["a", "1", "11"], &["a", "2", "20"], &["b", "1", "30"], &["b", "2", "5"]]));
 }
 
-#[test]
-fn run_refuses_an_environment_the_project_differs_from() {
-    let p = project("id,name,score\n1,ann,1\n");
+fn run_refuses_an_environment_the_project_differs_from(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n");
     // Never applied: everything is `added`.
     let r = p.run(&["run", "dev", "--json"]);
     r.expect_code(2);
@@ -162,9 +169,8 @@ fn run_refuses_an_environment_the_project_differs_from() {
     assert_eq!(p.rows(&env_view("dev", "m.latest")), rows(&[&["1", "ann", "10"]]), "a refused run writes nothing");
 }
 
-#[test]
-fn run_also_computes_missing_intervals_of_time_range_models() {
-    let mut p = project("id,name,score\n1,ann,1\n");
+fn run_also_computes_missing_intervals_of_time_range_models(backend: StateBackend) {
+    let mut p = project_on(backend, "id,name,score\n1,ann,1\n");
     p.write(
         "models/t.lua",
         r#"define_model {
@@ -221,9 +227,8 @@ fn the_same_unique_key_model_has_one_fingerprint_in_lua_rhai_and_sql_and_the_key
     assert_ne!(lua, full, "the kind is hashed");
 }
 
-#[test]
-fn a_key_change_is_a_breaking_change_that_rebuilds() {
-    let p = project("id,name,score\n1,ann,1\n");
+fn a_key_change_is_a_breaking_change_that_rebuilds(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n");
     p.apply("dev");
     p.write("models/m.lua", &MODELS.replace(r#"key = "id""#, r#"key = { "id", "name" }"#));
     let plan = p.plan("dev");
@@ -280,9 +285,8 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     assert!(out.contains("models/x.lua:1: model `m.x`: unknown option `unique` for kind `incremental_by_unique_key`"), "{}", out);
 }
 
-#[test]
-fn a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile() {
-    let p = project("id,name,score\n1,ann,1\n2,bob,2\n");
+fn a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile(backend: StateBackend) {
+    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n");
     p.write(
         "models/m.lua",
         &(MODELS.replace(
