@@ -423,9 +423,7 @@ impl Session {
             return (Some(catalog.clone()), Some(format!("{} {id}", path.display())));
         }
         let record = crate::engine::record::path_for(&project.config.state_path());
-        match crate::engine::record::read_through_identified(&record, &path, || {
-            crate::engine::open(&project.config, crate::engine::Access::Catalog).and_then(|mut db| db.catalog())
-        }) {
+        match crate::engine::record::read_through_identified(&record, &path, || query_catalog(project)) {
             Ok((catalog, id)) => {
                 let catalog = std::sync::Arc::new(catalog);
                 *kept = id.clone().map(|id| (id, catalog.clone()));
@@ -559,7 +557,12 @@ pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
 fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());
-    crate::engine::record::read_through(&record, &path, || crate::engine::open(&project.config, crate::engine::Access::Catalog).and_then(|mut db| db.catalog()))
+    crate::engine::record::read_through(&record, &path, || query_catalog(project))
+}
+
+/// One catalog query on the engine opened for it alone ([`crate::engine::Access::Catalog`]).
+fn query_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
+    crate::engine::open(&project.config, crate::engine::Access::Catalog).and_then(|mut db| db.catalog())
 }
 
 /// Applies `plan` to the store `state` (on disk) with the engine opened for the apply alone, then

@@ -110,8 +110,7 @@ pub(crate) fn stage(engine: &mut dyn Engine, model: &Model, query: &str) -> Resu
 
 /// Drops the stage ([`stage_relation`]); a failure only leaves a temporary table that dies with the connection.
 pub(crate) fn drop_stage(engine: &mut dyn Engine) {
-    let st = stage_relation(engine);
-    if let Err(e) = engine.execute(&format!("DROP TABLE IF EXISTS {st}")) {
+    if let Err(e) = engine.execute(&engine.sql().drop_table_if_exists(&stage_relation(engine))) {
         tracing::warn!("cannot drop the staging table: {e}");
     }
 }

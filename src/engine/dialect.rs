@@ -118,7 +118,7 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
 
     /// Replaces this session's temporary table `name` with the result of `query`.
     fn replace_temp_table_as(&self, name: &str, query: &str) -> Vec<String> {
-        vec![format!("DROP TABLE IF EXISTS {}", self.temp_relation(name)), format!("CREATE TEMP TABLE {} AS {query}", quote_ident(name))]
+        vec![self.drop_table_if_exists(&self.temp_relation(name)), format!("CREATE TEMP TABLE {} AS {query}", quote_ident(name))]
     }
 
     /// Creates the schema `schema` (unquoted name) unless it exists.

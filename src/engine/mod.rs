@@ -45,32 +45,17 @@ pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, E
     })
 }
 
-/// [`open`] with [`Access::Scratch`] for settings without a project (a unit-test run).
-///
-/// # Errors
-/// As [`open`].
-pub fn open_scratch(settings: &crate::config::EngineSection) -> Result<Box<dyn Engine + Send>, EngineError> {
-    Ok(Box::new(duckdb::DuckDb::in_memory_with(settings)?))
-}
-
 /// The canonical form of a model body of the DuckDB engine, the project's engine today
 /// ([`dialect::Dialect::canonicalize`] gives each engine's; [`crate::sql::canon`]): sqlparser's
-/// tree, and for the bodies sqlparser cannot parse, the engine's own parse tree (DuckDB's `json_serialize_sql`,
-/// from a private in-memory database opened on the first such body and kept for the next ones of
-/// this call of `each`). The engine supplies the parser it executes with, so a body only the
-/// engine understands still gets a fingerprint that ignores formatting.
+/// tree, and for the bodies sqlparser cannot parse, the engine's own parse tree (DuckDB's
+/// `json_serialize_sql`, from a private in-memory database opened only then). The engine
+/// supplies the parser it executes with, so a body only the engine understands still gets a
+/// fingerprint that ignores formatting.
 ///
 /// # Errors
 /// [`crate::sql::canon::SqlError`] as [`crate::sql::canon::canonicalize_with_fallback`].
 pub fn canonicalize(sql: &str) -> Result<crate::sql::canon::Canonical, crate::sql::canon::SqlError> {
-    let db: std::cell::RefCell<Option<duckdb::DuckDb>> = std::cell::RefCell::new(None);
-    let fallback = |sql: &str| -> Result<String, String> {
-        let mut slot = db.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(duckdb::DuckDb::in_memory().map_err(|e| e.to_string())?);
-        }
-        slot.as_mut().expect("opened").serialize_sql(sql)
-    };
+    let fallback = |sql: &str| duckdb::DuckDb::in_memory().map_err(|e| e.to_string())?.serialize_sql(sql);
     crate::sql::canon::canonicalize_with_fallback(sql, &fallback)
 }
 

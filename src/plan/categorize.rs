@@ -127,7 +127,8 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
     // The clauses in the tree of either parser: sqlparser's (`body.Select`) or Postgres's
     // (`node.SelectStmt`, [`crate::sql::pg_canon`]).
-    let (group_by_all, distinct, order_by, group_by) = if let Some(stmt) = pg_select(ast) {
+    let pg = pg_select(ast);
+    let (group_by_all, distinct, order_by, group_by) = if let Some(stmt) = pg {
         let distinct = stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty());
         (false, distinct, stmt.get("sort_clause"), stmt.get("group_clause"))
     } else {
@@ -142,7 +143,7 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
         return Some("a column added under `DISTINCT` changes which rows are distinct".into());
     }
     const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
-    if pg_select(ast).is_some() {
+    if pg.is_some() {
         // Any Postgres function may return a set (`RETURNS SETOF`, the many JSON and text
         // splitters): only functions known to return one value per row keep the rows.
         for &i in added {
@@ -155,7 +156,7 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
     }
     for &i in added {
         let text = projection[i].to_string();
-        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""))) {
+        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\""))) {
             return Some("an added column calls a set-returning function, which multiplies rows".into());
         }
     }

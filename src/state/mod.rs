@@ -86,19 +86,16 @@ use crate::config::Config;
 /// or not Unicode.
 fn postgres_url(config: &Config) -> Result<Option<(String, String)>, StateError> {
     let Some(var) = &config.state.url_env else { return Ok(None) };
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Ok(Some((url, config.state.schema.clone()))),
-        Ok(_) | Err(std::env::VarError::NotPresent) => Err(StateError::Open {
-            store: location(config),
-            source: format!("the environment variable `{var}` (named by `[state] url_env` in `{}`) is unset or empty", config.path.display()).into(),
-            transient: false,
-        }),
-        Err(std::env::VarError::NotUnicode(_)) => Err(StateError::Open {
-            store: location(config),
-            source: format!("the environment variable `{var}` (named by `[state] url_env` in `{}`) is not Unicode", config.path.display()).into(),
-            transient: false,
-        }),
-    }
+    let why = match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => return Ok(Some((url, config.state.schema.clone()))),
+        Ok(_) | Err(std::env::VarError::NotPresent) => "is unset or empty",
+        Err(std::env::VarError::NotUnicode(_)) => "is not Unicode",
+    };
+    Err(StateError::Open {
+        store: location(config),
+        source: format!("the environment variable `{var}` (named by `[state] url_env` in `{}`) {why}", config.path.display()).into(),
+        transient: false,
+    })
 }
 
 /// Test hook: `EFMESH_TEST_CLOCK_SKEW_MS=<ms>` moves this process's clock (as the lease code
