@@ -348,7 +348,8 @@ struct PlanSplit {
 
 fn plan_split(project: &Project, state: &dyn StateStore, env: &str) -> anyhow::Result<PlanSplit> {
     let t0 = Instant::now();
-    let keys: Vec<String> = project.dag.models().filter_map(|m| m.body.as_ref().map(|b| plan::canon_cache_key(&b.render(&CanonicalResolver)))).collect();
+    let keys: Vec<String> =
+        project.dag.models().filter_map(|m| m.body.as_ref().map(|b| plan::canon_cache_key("duckdb", &b.render(&CanonicalResolver)))).collect();
     let t1 = Instant::now();
     let cache: HashMap<String, String> = state.canon_cache_get(&keys)?;
     let t2 = Instant::now();
@@ -412,7 +413,7 @@ fn state_writes(project: &Project, plan: &Plan, path: &Path) -> anyhow::Result<(
             fingerprint_version: efmesh::sql::fingerprint::FINGERPRINT_VERSION,
             kind: a.kind.to_string(),
             physical: a.physical.clone().unwrap_or_default(),
-            canonical: efmesh::plan::canonical_of(m)?.map(|c| c.text),
+            canonical: efmesh::plan::canonical_of(&efmesh::engine::duckdb::DuckDbDialect, m)?.map(|c| c.text),
             rendered_sql: m.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default(),
             metadata: serde_json::json!({"kind": m.kind.fingerprint_payload(), "schema": m.schema.0.iter().map(|c| [c.name.clone(), c.ty.clone()]).collect::<Vec<_>>()}),
             created_at: interval::to_iso(now),

@@ -111,6 +111,13 @@ pub struct EngineSection {
     /// DuckDB database file, relative to the config directory.
     #[serde(default = "default_engine_path")]
     pub path: PathBuf,
+    /// The NAME of an environment variable holding a `postgres://` URL (or a `key=value`
+    /// connection string): the project's models then run on that Postgres database instead of
+    /// DuckDB ([`Config::engine_file`] is `None`). The URL itself is never read from the file,
+    /// logged or stored. Refused together with a DuckDB setting (`path`, `threads`,
+    /// `memory_limit`, extensions).
+    #[serde(default)]
+    pub url_env: Option<String>,
     /// DuckDB's `threads` setting: the most worker threads DuckDB runs queries on, at least 1
     /// (default: DuckDB's own choice, one per core). Set on every DuckDB database efmesh opens.
     #[serde(default)]
@@ -140,7 +147,15 @@ pub struct EngineSection {
 
 impl Default for EngineSection {
     fn default() -> Self {
-        Self { path: default_engine_path(), threads: None, memory_limit: None, extension_directory: None, load: Vec::new(), extensions: Default::default() }
+        Self {
+            path: default_engine_path(),
+            url_env: None,
+            threads: None,
+            memory_limit: None,
+            extension_directory: None,
+            load: Vec::new(),
+            extensions: Default::default(),
+        }
     }
 }
 
@@ -436,6 +451,29 @@ impl Config {
             return Err(invalid(message));
         }
         let state = raw.state.into_section().map_err(invalid)?;
+        if let Some(var) = &raw.engine.url_env {
+            if var.is_empty() || var.contains(['=', '\0']) || var.contains("://") {
+                return Err(invalid(format!("`engine.url_env` must name an environment variable (e.g. `PG_URL`), got {var:?}")));
+            }
+            let e = &raw.engine;
+            let duckdb_only = [
+                ("path", e.path != default_engine_path()),
+                ("threads", e.threads.is_some()),
+                ("memory_limit", e.memory_limit.is_some()),
+                ("extension_directory", e.extension_directory.is_some()),
+                ("load", !e.load.is_empty()),
+                ("extensions", !e.extensions.is_empty()),
+            ];
+            if let Some((key, _)) = duckdb_only.iter().find(|(_, set)| *set) {
+                return Err(invalid(format!("`engine.{key}` is a DuckDB setting, and `engine.url_env` makes the engine Postgres: remove one of them")));
+            }
+            if raw.lake.is_some() || raw.ducklake.is_some() {
+                let section = if raw.lake.is_some() { "[lake]" } else { "[ducklake]" };
+                return Err(invalid(format!(
+                    "`{section}` needs the DuckDB engine (the parquet lake and DuckLake are DuckDB features), and `engine.url_env` makes the engine Postgres"
+                )));
+            }
+        }
         if raw.engine.threads == Some(0) {
             return Err(invalid("`engine.threads` must be at least 1, got 0".into()));
         }
@@ -472,9 +510,16 @@ impl Config {
         if p.is_absolute() { p.to_path_buf() } else { self.root.join(p) }
     }
 
-    /// The DuckDB file.
+    /// The DuckDB file. For a Postgres engine ([`Config::engine_file`] is `None`) a path no
+    /// file is opened at.
     pub fn engine_path(&self) -> PathBuf {
         self.resolve(&self.engine.path)
+    }
+
+    /// The DuckDB file, or `None` when the engine is a Postgres database (`[engine] url_env`):
+    /// there is no file whose identity could prove its catalog unchanged.
+    pub fn engine_file(&self) -> Option<PathBuf> {
+        self.engine.url_env.is_none().then(|| self.engine_path())
     }
 
     /// The SQLite state file; for a Postgres state store ([`Config::state_file`] is `None`) a

@@ -31,6 +31,7 @@ pub mod core;
 pub mod engine;
 pub mod janitor;
 pub mod ownership;
+pub mod pg;
 pub mod plan;
 pub mod preview;
 pub mod project;

@@ -232,7 +232,7 @@ pub fn lake_version_dirs(config: &Config, s3: Option<&S3Lake>) -> Result<Vec<Str
 /// A failed engine query (an unreadable lake marker is [`Status::Unreadable`]).
 pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option<&S3Lake>, me: &str) -> Result<Vec<Owners>, String> {
     let mut out = Vec::new();
-    let db = config.engine_path().to_string_lossy().into_owned();
+    let db = crate::engine::location(config);
     match engine {
         Some(engine) => {
             out.push(Owners::new(Storage::Engine, db, engine.owner_marker(false).map_err(|e| e.to_string())?, me));

@@ -129,7 +129,7 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
 /// The engine for one preview call: the engine's database read-only (a scratch database when
 /// there is none yet), with the lake and DuckLake targets prepared read-only.
 fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
-    let mut engine = if project.config.engine_path().exists() {
+    let mut engine = if project.config.engine_file().is_none_or(|path| path.exists()) {
         crate::engine::open(&project.config, Access::ReadOnly)
             .map_err(|e| format!("{} (is another process writing it? previews read it read-only and never wait for it)", one_line(&e.message)))?
     } else {

@@ -412,7 +412,10 @@ impl Session {
     /// Also returns the identity the catalog is exactly valid for (`None`: unknown).
     #[allow(clippy::type_complexity)]
     fn engine_catalog(&self, project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
-        let path = project.config.engine_path();
+        let Some(path) = project.config.engine_file() else {
+            // A server's catalog has no file identity to prove it unchanged: read it every time.
+            return (engine_catalog(project).map(std::sync::Arc::new), None);
+        };
         if !path.exists() {
             return (Some(Default::default()), Some(format!("absent {}", path.display())));
         }
@@ -538,8 +541,7 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 /// cannot be read (e.g. another process is writing it): the plan then assumes the relations
 /// exist, and `apply` checks again on its own connection.
 pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
-    let path = project.config.engine_path();
-    if !path.exists() {
+    if project.config.engine_file().is_some_and(|path| !path.exists()) {
         return Some(crate::engine::Catalog::default());
     }
     match read_engine_catalog(project) {
@@ -555,7 +557,7 @@ pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
 /// recorded catalog while the DuckDB file is unchanged, else one read-only catalog query
 /// (recorded when the file did not change meanwhile).
 fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
-    let path = project.config.engine_path();
+    let Some(path) = project.config.engine_file() else { return query_catalog(project) };
     let record = crate::engine::record::path_for(&project.config.state_path());
     crate::engine::record::read_through(&record, &path, || query_catalog(project))
 }
@@ -578,6 +580,10 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, op
     apply::fault::delay_point("apply-after-plan");
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
     let report = apply::apply(project, plan, state, &mut *engine, options)?;
+    if project.config.engine_file().is_none() {
+        // A server engine's catalog is read by every plan: nothing to record.
+        return Ok(report);
+    }
     if !record_catalog_and_close(project, engine)
         && let Err(e) = read_engine_catalog(project)
     {
@@ -662,7 +668,12 @@ pub fn plan_checked_with(
     let token = match (plan.from_memo, plan.generation) {
         (true, Some(generation)) => {
             let store = store_identity(project, state).zip(others_pointers_digest(state, env)).map(|(id, others)| format!("{id} {others}"));
-            engine_file_identity(&engine).zip(store).map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
+            project
+                .config
+                .engine_file()
+                .and_then(|_| engine_file_identity(&engine))
+                .zip(store)
+                .map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
         }
         _ => None,
     };
@@ -791,7 +802,7 @@ fn plan_checked_in(
         // printed like `error:`/`hint:`, not a log event.
         eprintln!(
             "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
-            project.config.engine_path().display(),
+            crate::engine::location(&project.config),
             repairs.join("\n  ")
         );
     }

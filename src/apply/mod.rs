@@ -529,7 +529,7 @@ fn execute_recorded(
                 engine.transaction(&adds).map_err(|e| ApplyError::build(model, None, e))?;
             }
         }
-        let snapshot = snapshot_record(model, action, &physical)?;
+        let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &physical)?;
         if matches!(model.kind, Kind::Full) {
             // A record no generation matches until this apply proves the inherited table current
             // (after its parents are built, below): a process stopped in between leaves a version
@@ -609,7 +609,7 @@ fn execute_recorded(
             plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
         {
             let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
-            let snapshot = snapshot_record(model, action, &action.physical.clone().unwrap_or_default())?;
+            let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
             let current = read_sources(project, &versions, &model.name, state)?;
             let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
             state.record_reuse(&snapshot, &record, interval::now_millis())?;
@@ -918,8 +918,13 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
 
 /// The snapshot of an action's version: its canonical AST (for later categorisation), canonical
 /// render, metadata and physical storage.
-fn snapshot_record(model: &crate::core::Model, action: &crate::plan::Action, physical: &str) -> Result<SnapshotRecord, ApplyError> {
-    let canonical = crate::plan::canonical_of(model).ok().flatten().map(|c| c.text);
+fn snapshot_record(
+    dialect: &dyn crate::engine::dialect::Dialect,
+    model: &crate::core::Model,
+    action: &crate::plan::Action,
+    physical: &str,
+) -> Result<SnapshotRecord, ApplyError> {
+    let canonical = crate::plan::canonical_of(dialect, model).ok().flatten().map(|c| c.text);
     Ok(SnapshotRecord {
         name: model.name.to_string(),
         fingerprint: action.fingerprint.as_str().to_string(),
@@ -1087,7 +1092,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
         let started = std::time::Instant::now();
         tracing::info!(model = %model.name, fp = action.fingerprint.short(), "build start");
         let build_err = |error, interval| ApplyError::build(model, interval, error);
-        let snapshot = snapshot_record(model, action, &physical)?;
+        let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &physical)?;
         if let Kind::Seed(_) = &model.kind {
             // Parsed, staged and type-checked in the contract phase (on this connection): one
             // statement builds the table from the stage, audited inside the same transaction

@@ -48,7 +48,7 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
     let engine_config = config.clone();
     let dry_run = req.dry_run;
     let mut open = move || -> Result<Option<Box<dyn Engine>>, EngineError> {
-        if !engine_config.engine_path().exists() {
+        if engine_config.engine_file().is_some_and(|path| !path.exists()) {
             return Ok(None);
         }
         // A dry run reads the engine only.

@@ -148,6 +148,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
             return match p {
                 crate::plan::PlanError::State(_) => "state",
                 crate::plan::PlanError::Env(_) => "usage",
+                crate::plan::PlanError::EngineFeature { .. } => "engine-feature",
                 _ => "plan",
             };
         }

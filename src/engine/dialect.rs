@@ -51,10 +51,15 @@ impl Feature {
 /// # Example
 /// ```
 /// use efmesh::engine::dialect::{Dialect, Standard};
-/// // Postgres has no `CREATE OR REPLACE TABLE`: a drop and a create, in one transaction.
+/// // Postgres has no `CREATE OR REPLACE TABLE`, and views that select from a table keep it from
+/// // being dropped: the table is created when absent, then emptied and filled, in one transaction.
 /// assert_eq!(
 ///     Standard.replace_table_as("s.t", "SELECT 1 AS a"),
-///     ["DROP TABLE IF EXISTS s.t", "CREATE TABLE s.t AS SELECT 1 AS a"]
+///     [
+///         "CREATE TABLE IF NOT EXISTS s.t AS SELECT * FROM (\nSELECT 1 AS a\n) AS _efmesh_q LIMIT 0",
+///         "TRUNCATE s.t",
+///         "INSERT INTO s.t SELECT * FROM (\nSELECT 1 AS a\n) AS _efmesh_q",
+///     ]
 /// );
 /// ```
 pub trait Dialect: Send + Sync + std::fmt::Debug {
@@ -74,27 +79,44 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         crate::sql::pg_canon::canonicalize(sql)
     }
 
+    /// The longest identifier the engine keeps, in bytes (`None`: no limit). Postgres keeps 63
+    /// and cuts longer ones with only a notice: efmesh shortens physical names to fit
+    /// ([`crate::sql::fingerprint::physical_table_within`]) and refuses longer model and
+    /// environment names at plan time ([`crate::plan::check_engine`]).
+    fn max_identifier_bytes(&self) -> Option<usize> {
+        Some(63)
+    }
+
     /// True when the engine has `feature` ([`Feature`]); none by default.
     fn supports(&self, feature: Feature) -> bool {
         let _ = feature;
         false
     }
 
-    /// Replaces the table `relation` (qualified, quoted) with the result of `query`, creating it
-    /// when absent: the build of a `full` model or a seed. `query` follows `AS` after a space, or
-    /// directly when it starts with a line break ([`after_as`]).
+    /// Replaces the rows of the table `relation` (qualified, quoted) with the result of `query`,
+    /// creating it when absent: the build of a `full` model or a seed. `query` follows `AS`
+    /// after a space, or directly when it starts with a line break ([`after_as`]).
+    ///
+    /// The standard spelling keeps the table itself (create if absent, `TRUNCATE`, `INSERT …
+    /// SELECT`): Postgres records which views select from a table (environment views, `view`
+    /// models), so dropping a served table fails, and a rebuilt table must stay the one they
+    /// read. The physical table of a version always has that version's columns; a query whose
+    /// columns no longer fit the table fails loudly.
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
-        vec![self.drop_table_if_exists(relation), format!("CREATE TABLE {relation} AS{}", after_as(query))]
+        vec![
+            self.create_empty_table_if_absent(relation, query),
+            format!("TRUNCATE {relation}"),
+            format!("INSERT INTO {relation} SELECT * FROM (\n{query}\n) AS _efmesh_q"),
+        ]
     }
 
     /// Replaces the view `relation` with one selecting `query`, creating it when absent. The
     /// standard spelling drops and creates (`CREATE OR REPLACE VIEW` cannot change a view's
     /// columns in Postgres); never `CASCADE`: a view others depend on fails loudly.
     ///
-    /// Known gap of the standard spelling (the Postgres engine, issue #14 part 2, must close it):
-    /// Postgres records that views depend on a table, so dropping a table or view that an
-    /// environment view selects from fails; a rebuild of a served relation needs a build into a
-    /// new relation and a swap instead.
+    /// Environment views are the only views replaced once created (a `view` model's physical
+    /// view belongs to one version and is created once), and no relation efmesh creates
+    /// selects from them.
     fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![self.drop_view_if_exists(relation), format!("CREATE VIEW {relation} AS{}", after_as(query))]
     }
@@ -190,6 +212,7 @@ mod tests {
         assert_eq!(d.replace_view_as("e.v", "SELECT a FROM t"), ["DROP VIEW IF EXISTS e.v", "CREATE VIEW e.v AS SELECT a FROM t"]);
         assert_eq!(d.replace_temp_table_as("_s", "SELECT 1"), ["DROP TABLE IF EXISTS pg_temp.\"_s\"", "CREATE TEMP TABLE \"_s\" AS SELECT 1"]);
         for s in d.replace_table_as("s.t", "SELECT 1").iter().chain(d.replace_view_as("s.v", "SELECT 1").iter()) {
+            assert!(!s.to_uppercase().starts_with("DROP TABLE"), "{s}");
             assert!(!s.to_uppercase().contains("CASCADE"), "{s}");
         }
     }

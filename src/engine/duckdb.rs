@@ -271,6 +271,10 @@ fn catalog_only(statement: &str) -> bool {
 pub struct DuckDbDialect;
 
 impl super::dialect::Dialect for DuckDbDialect {
+    fn max_identifier_bytes(&self) -> Option<usize> {
+        None
+    }
+
     fn name(&self) -> &'static str {
         "duckdb"
     }

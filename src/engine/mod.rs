@@ -6,6 +6,7 @@
 
 pub mod dialect;
 pub mod duckdb;
+pub mod postgres;
 pub mod record;
 
 use crate::config::Config;
@@ -36,6 +37,13 @@ pub enum Access {
 /// [`EngineError`] naming the database and why it cannot be opened (locked by another process,
 /// absent for a read-only open, a setting the engine refused).
 pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, EngineError> {
+    if let Some(url) = postgres_url(config)? {
+        return Ok(match access {
+            Access::ReadWrite => Box::new(postgres::Postgres::open(&url, false)?),
+            Access::ReadOnly | Access::Catalog => Box::new(postgres::Postgres::open(&url, true)?),
+            Access::Scratch => Box::new(postgres::Postgres::scratch(&url)?),
+        });
+    }
     let (path, settings) = (config.engine_path(), &config.engine);
     Ok(match access {
         Access::ReadWrite => Box::new(duckdb::DuckDb::open(&path, settings)?),
@@ -43,6 +51,41 @@ pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, E
         Access::Catalog => Box::new(duckdb::DuckDb::open_read_only(&path, settings)?),
         Access::Scratch => Box::new(duckdb::DuckDb::in_memory_with(settings)?),
     })
+}
+
+/// The statements of the engine `config` configures ([`dialect::Dialect`]), without opening it:
+/// what the planner spells and parses with (the canonical parser, identifier limits).
+#[must_use]
+pub fn dialect_for(config: &Config) -> &'static dyn dialect::Dialect {
+    if config.engine.url_env.is_some() { &dialect::Standard } else { &duckdb::DuckDbDialect }
+}
+
+/// The Postgres URL of `config`'s engine, read from the environment variable `[engine] url_env`
+/// names (never from the file), or `None` for DuckDB.
+///
+/// # Errors
+/// [`EngineError`] naming the variable and the configuration file when it is unset or empty.
+pub fn postgres_url(config: &Config) -> Result<Option<String>, EngineError> {
+    let Some(var) = &config.engine.url_env else { return Ok(None) };
+    let why = match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => return Ok(Some(url)),
+        Ok(_) | Err(std::env::VarError::NotPresent) => "is unset or empty",
+        Err(std::env::VarError::NotUnicode(_)) => "is not Unicode",
+    };
+    Err(EngineError::new("", format!("the environment variable `{var}` (named by `[engine] url_env` in `{}`) {why}", config.path.display())))
+}
+
+/// Where `config`'s engine database is, for messages: the DuckDB file, or the Postgres database
+/// (`postgres://user@host:port/db`, never the password).
+#[must_use]
+pub fn location(config: &Config) -> String {
+    match &config.engine.url_env {
+        None => config.engine_path().display().to_string(),
+        Some(var) => match std::env::var(var).ok().filter(|u| !u.trim().is_empty()) {
+            Some(url) => crate::pg::describe_url(&url).unwrap_or_else(|| format!("the Postgres database in `${var}`")),
+            None => format!("the Postgres database in `${var}` (unset)"),
+        },
+    }
 }
 
 /// The canonical form of a model body of the DuckDB engine, the project's engine today

@@ -21,9 +21,10 @@ use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
 use crate::core::name::{ModelName, validate_env};
 use crate::core::{Kind, Location, Model};
+use crate::engine::dialect::Dialect;
 use crate::project::Project;
 use crate::sql::canon::{CanonSource, Canonical, SqlError, canonical_digest};
-use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table};
+use crate::sql::fingerprint::{FINGERPRINT_VERSION, Fingerprint, body_digest, fingerprint_with_digest, physical_table_within};
 use crate::state::{StateError, StateStore};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -422,6 +423,45 @@ pub enum PlanError {
     /// write (see [`check_legacy_views`]).
     #[error("{0}")]
     ViewConflict(String),
+    /// A model needs what the project's engine does not have: a feature (the parquet lake on
+    /// Postgres), or a name longer than its identifiers may be ([`check_engine`]).
+    #[error("{location}: model `{model}` needs {what}, which the {engine} engine does not have")]
+    EngineFeature {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: Location,
+        /// What the model needs.
+        what: String,
+        /// The engine, as messages spell it.
+        engine: &'static str,
+    },
+}
+
+/// Refuses, before anything is planned, a model the project's engine cannot hold: one needing a
+/// [`crate::engine::dialect::Feature`] the engine lacks (DuckDB-only targets and file sources
+/// on Postgres), or whose schema, table or environment schema (`<env>__<schema>`) is longer than
+/// the engine's identifiers may be (Postgres would cut it silently). Physical names are
+/// shortened instead ([`physical_table_within`]): no one types them.
+///
+/// # Errors
+/// [`PlanError::EngineFeature`] naming the first such model, its file:line and what it needs.
+pub fn check_engine(project: &Project, env: &str, dialect: &dyn Dialect) -> Result<(), PlanError> {
+    let limit = dialect.max_identifier_bytes();
+    for model in project.dag.models() {
+        let refuse = |what: String| PlanError::EngineFeature { model: model.name.clone(), location: model.location.clone(), what, engine: dialect.title() };
+        if let Some(feature) = crate::engine::dialect::Feature::needed_by(model).filter(|f| !dialect.supports(*f)) {
+            return Err(refuse(feature.describe().to_string()));
+        }
+        let Some(limit) = limit else { continue };
+        let env_schema = env_schema(env, model.name.schema());
+        for (what, ident) in [("schema", model.name.schema()), ("table", model.name.table()), ("environment schema", env_schema.as_str())] {
+            if ident.len() > limit {
+                return Err(refuse(format!("its {what} name `{ident}` ({} bytes) to fit in {limit} bytes (the longest identifier allowed)", ident.len())));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fingerprints and canonical digests of every model of a project.
@@ -437,29 +477,30 @@ pub struct Versions {
     pub misses: Vec<(String, String)>,
 }
 
-/// The canon-cache key of a canonically rendered body: blake3 of
-/// `"<FINGERPRINT_VERSION>:duckdb:<text>"`, so a version bump or another dialect never reads a
-/// stale entry.
-pub fn canon_cache_key(rendered: &str) -> String {
+/// The canon-cache key of a body canonically rendered for the engine `dialect` names (`duckdb`,
+/// `postgres`): blake3 of `"<FINGERPRINT_VERSION>:<dialect>:<text>"`, so a version bump or
+/// another engine's grammar never reads a stale entry.
+pub fn canon_cache_key(dialect: &str, rendered: &str) -> String {
     let mut h = blake3::Hasher::new();
-    h.update(format!("{FINGERPRINT_VERSION}:duckdb:").as_bytes());
+    h.update(format!("{FINGERPRINT_VERSION}:{dialect}:").as_bytes());
     h.update(rendered.as_bytes());
     h.finalize().to_hex().to_string()
 }
 
-/// Canonicalises one body with the engine's canonical parser ([`crate::engine::canonicalize`]:
-/// sqlparser first, the engine's own parse tree when sqlparser cannot parse it).
+/// Canonicalises one body with the canonical parser of the engine `dialect` spells
+/// ([`crate::engine::dialect::Dialect::canonicalize`]: for DuckDB sqlparser first, the engine's
+/// own parse tree when sqlparser cannot parse it; for Postgres libpg_query's tree).
 ///
 /// # Errors
 /// [`PlanError::Sql`] naming the model.
-pub fn canonical_of(model: &Model) -> Result<Option<Canonical>, PlanError> {
+pub fn canonical_of(dialect: &dyn Dialect, model: &Model) -> Result<Option<Canonical>, PlanError> {
     let Some(body) = &model.body else { return Ok(None) };
     let rendered = body.render(&CanonicalResolver);
-    canonical_with_fallback(model, &rendered).map(Some)
+    canonical_with_fallback(dialect, model, &rendered).map(Some)
 }
 
-fn canonical_with_fallback(model: &Model, rendered: &str) -> Result<Canonical, PlanError> {
-    crate::engine::canonicalize(rendered).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
+fn canonical_with_fallback(dialect: &dyn Dialect, model: &Model, rendered: &str) -> Result<Canonical, PlanError> {
+    dialect.canonicalize(rendered).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
 }
 
 /// Computes every model's canonical digest and fingerprint, parents first.
@@ -477,13 +518,14 @@ pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Ve
 /// Every model's canonical render and its cache key, in topological order (`None` for
 /// externals).
 pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
+    let dialect = crate::engine::dialect_for(&project.config).name();
     project
         .dag
         .models()
         .map(|m| {
             m.body.as_ref().map(|b| {
                 let r = b.render(&CanonicalResolver);
-                (canon_cache_key(&r), r)
+                (canon_cache_key(dialect, &r), r)
             })
         })
         .collect()
@@ -491,7 +533,7 @@ pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
 
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {
     let models: Vec<&Model> = project.dag.models().collect();
-    let (canon, misses) = digests(&models, keyed, cache, crate::sql::prefetch::take())?;
+    let (canon, misses) = digests(crate::engine::dialect_for(&project.config), &models, keyed, cache, crate::sql::prefetch::take())?;
     let fingerprints = fingerprints_by_level(&models, &canon);
     let mut out = Versions::default();
     for (i, (model, fp)) in models.iter().zip(fingerprints).enumerate() {
@@ -576,6 +618,7 @@ impl Versions {
 /// `json_serialize_sql` for the few it cannot parse), those also returned as cache entries.
 #[allow(clippy::type_complexity)]
 fn digests(
+    dialect: &dyn Dialect,
     models: &[&Model],
     keyed: &[Option<(String, String)>],
     cache: &HashMap<String, String>,
@@ -587,17 +630,25 @@ fn digests(
     // Each thread hashes the canonical text as it writes it (`canonical_digest`): the digest is
     // all a plan keeps of it. Digests computed ahead by the load (`sql::prefetch`, keyed by the
     // body text itself) are taken from there, this thread helping with what is left.
-    let computed: Vec<(usize, Result<String, SqlError>)> = match ahead.filter(|_| !missing.is_empty()) {
+    // The fast path (and the prefetch, which takes it) is sqlparser's: DuckDB's grammar. Another
+    // engine's bodies are parsed by its own parser alone.
+    let duckdb = dialect.name() == crate::engine::duckdb::DuckDbDialect.name();
+    let computed: Vec<(usize, Result<String, SqlError>)> = match ahead.filter(|_| !missing.is_empty() && duckdb) {
         Some(ahead) => missing.iter().map(|&i| (i, ahead.get(body(i)).unwrap_or_else(|| canonical_digest(body(i))))).collect(),
-        None => canonicalise_all(&missing, body),
+        None if duckdb => canonicalise_all(&missing, &|i| canonical_digest(body(i))),
+        None => canonicalise_all(&missing, &|i| dialect.canonicalize(body(i)).map(|c| format!("{}\u{0}{}", c.source.as_str(), body_digest(&c.text)))),
     };
     let mut canon: Vec<Option<(CanonSource, String)>> = keyed.iter().map(|k| k.as_ref().and_then(|(key, _)| cache.get(key)).map(|v| parse_cached(v))).collect();
     let mut misses: Vec<Option<(String, String)>> = vec![None; keyed.len()];
     for (i, result) in computed {
         let (source, digest) = match result {
-            Ok(digest) => (CanonSource::SqlParser, digest),
-            Err(SqlError::Parse { .. }) => {
-                let c = canonical_with_fallback(models[i], body(i))?;
+            Ok(digest) if duckdb => (CanonSource::SqlParser, digest),
+            Ok(tagged) => {
+                let (source, digest) = tagged.split_once('\u{0}').expect("tagged with its source");
+                (CanonSource::from_name(source), digest.to_string())
+            }
+            Err(SqlError::Parse { .. }) if duckdb => {
+                let c = canonical_with_fallback(dialect, models[i], body(i))?;
                 (c.source, body_digest(&c.text))
             }
             Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
@@ -611,13 +662,13 @@ fn digests(
 /// [`canonical_digest`] of the body of every index in `missing`, on all cores: each thread
 /// (this one included) claims the next index until none is left, so a thread slowed down by a
 /// busy machine or by long bodies leaves its share to the others.
-fn canonicalise_all<'a>(missing: &[usize], body: impl Fn(usize) -> &'a str + Sync) -> Vec<(usize, Result<String, SqlError>)> {
+fn canonicalise_all(missing: &[usize], digest: &(dyn Fn(usize) -> Result<String, SqlError> + Sync)) -> Vec<(usize, Result<String, SqlError>)> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(missing.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let work = || {
         let mut out = Vec::new();
         while let Some(&i) = missing.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-            out.push((i, canonical_digest(body(i))));
+            out.push((i, digest(i)));
         }
         out
     };
@@ -822,6 +873,7 @@ impl VersionMemo {
     /// definition changed, or one of whose parents' fingerprint did, are looked at.
     fn update(&mut self, project: &Project, state: &dyn StateStore) -> Result<(), PlanError> {
         let models: Vec<&Model> = project.dag.models().collect();
+        let dialect = crate::engine::dialect_for(&project.config);
         let definitions: Vec<[u8; 32]> = (0..models.len()).map(|i| project.dag.model_digest(i)).collect();
         let known: Vec<bool> = models.iter().zip(&definitions).map(|(m, d)| self.entries.get(&m.name).is_some_and(|e| e.definition == *d)).collect();
         let keyed: Vec<Option<(String, String)>> = models
@@ -833,13 +885,13 @@ impl VersionMemo {
                 }
                 m.body.as_ref().map(|b| {
                     let r = b.render(&CanonicalResolver);
-                    (canon_cache_key(&r), r)
+                    (canon_cache_key(dialect.name(), &r), r)
                 })
             })
             .collect();
         let keys: Vec<String> = keyed.iter().flatten().map(|(k, _)| k.clone()).collect();
         let cache = if keys.is_empty() { HashMap::new() } else { state.canon_cache_get(&keys)? };
-        let (canon, misses) = digests(&models, &keyed, &cache, crate::sql::prefetch::take())?;
+        let (canon, misses) = digests(dialect, &models, &keyed, &cache, crate::sql::prefetch::take())?;
         // Nothing fails below: the memo changes only from here on.
         let mut changed: std::collections::HashSet<&ModelName> = std::collections::HashSet::new();
         let mut recomputed = 0;
@@ -957,8 +1009,9 @@ pub fn metadata_text(model: &Model) -> String {
 /// Qualified physical relation of a model version, for materialised kinds: in `_efmesh` for the
 /// `table` and `parquet` targets, in the attached DuckLake catalog for `ducklake`
 /// ([`crate::core::Target::physical_relation`]).
-pub fn physical_relation(model: &Model, fp: &Fingerprint) -> Option<String> {
-    model.kind.is_materialized().then(|| model.target.physical_relation(PHYSICAL_SCHEMA, &physical_table(&model.name, fp)))
+pub fn physical_relation(dialect: &dyn Dialect, model: &Model, fp: &Fingerprint) -> Option<String> {
+    let table = physical_table_within(&model.name, fp, dialect.max_identifier_bytes());
+    model.kind.is_materialized().then(|| model.target.physical_relation(PHYSICAL_SCHEMA, &table))
 }
 
 /// The environment's schema for a model schema: `<schema>` for prod, `<env>__<schema>` otherwise.
@@ -1411,6 +1464,8 @@ fn compute_with(
     memo: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
     validate_env(env)?;
+    let dialect = crate::engine::dialect_for(&project.config);
+    check_engine(project, env, dialect)?;
     // Read first: a write landing while we read makes the plan stale, never wrongly fresh.
     // With a memo and no operator options, the key of the reads kept in memory ([`ActionMemo`]).
     let store = memo.as_deref().filter(|_| options.is_default()).and_then(|m| m.actions.store.clone());
@@ -1564,7 +1619,7 @@ fn compute_with(
                 if own == *p {
                     // A `*` over a parent that gained columns would change this model's shape:
                     // rebuild it (and meet the contract) rather than keep serving the old shape.
-                    let reads_star = reads_star(model);
+                    let reads_star = reads_star(dialect, model);
                     let breaking: Vec<String> = changed_parents
                         .iter()
                         .filter(|q| !decided.same_data(q).unwrap_or(false) || (reads_star && decided.category(q) == Some(Change::NonBreaking)))
@@ -1622,7 +1677,7 @@ fn compute_with(
                     let new_kind = model.kind_payload();
                     let verdict = match &old {
                         Some(o) if !external => {
-                            let new_canonical = canonical_of(model)?.map(|c| c.text);
+                            let new_canonical = canonical_of(dialect, model)?.map(|c| c.text);
                             let old_def = categorize::Definition { canonical: o.canonical.as_deref(), kind: &o.kind, schema: &o.schema, grain: &o.grain };
                             let new_def =
                                 categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
@@ -1715,7 +1770,7 @@ fn compute_with(
         // elsewhere: say so, whatever the AST comparison says.
         let mut change = change;
         if let (Some((phys, _)), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents)
-            && physical_relation(model, &fp).is_some_and(|own| own != *phys)
+            && physical_relation(dialect, model, &fp).is_some_and(|own| own != *phys)
             && !phys.is_empty()
         {
             if let Some(e) = explain.as_mut() {
@@ -1728,7 +1783,7 @@ fn compute_with(
         let physical = match (existing, &reused) {
             (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
-            _ => physical_relation(model, &fp),
+            _ => physical_relation(dialect, model, &fp),
         };
         decided.served[index].clone_from(&physical);
         let new_version = !external && existing.is_none() && reused.is_none();
@@ -1980,8 +2035,8 @@ fn by_position(project: &Project, entries: Vec<ActionEntry>, order: &[ModelName]
 }
 
 /// True when the model's query selects `*` (or `t.*`) anywhere.
-fn reads_star(model: &Model) -> bool {
-    canonical_of(model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
+fn reads_star(dialect: &dyn Dialect, model: &Model) -> bool {
+    canonical_of(dialect, model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
 }
 
 /// Kinds whose new version may keep the old table (`--forward-only`).
@@ -2174,6 +2229,7 @@ fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::core::{Column, Location, Schema};
+    use crate::engine::duckdb::DuckDbDialect;
     use crate::sql::prefetch::Prefetch;
 
     fn model(name: &str) -> Model {
@@ -2195,11 +2251,11 @@ mod tests {
         let bodies = ["SELECT 1 AS a", "select 1 as a -- reformatted", "SELECT a FROM s.t WHERE a > 2", "SELECT 2 AS a", "SELECT a::VARCHAR AS a FROM s.t"];
         let models: Vec<Model> = (0..bodies.len()).map(|i| model(&format!("s.m{i}"))).collect();
         let refs: Vec<&Model> = models.iter().collect();
-        let keyed: Vec<Option<(String, String)>> = bodies.iter().map(|b| Some((canon_cache_key(b), (*b).to_string()))).collect();
-        let without = digests(&refs, &keyed, &HashMap::new(), None).unwrap();
+        let keyed: Vec<Option<(String, String)>> = bodies.iter().map(|b| Some((canon_cache_key("duckdb", b), (*b).to_string()))).collect();
+        let without = digests(&DuckDbDialect, &refs, &keyed, &HashMap::new(), None).unwrap();
         // The prefetch lacks one body (computed here) and holds one the plan does not ask for.
         let held: Vec<String> = bodies.iter().take(4).map(|b| (*b).to_string()).chain(["SELECT 9".to_string()]).collect();
-        let with = digests(&refs, &keyed, &HashMap::new(), Some(Prefetch::spawn(held, 1))).unwrap();
+        let with = digests(&DuckDbDialect, &refs, &keyed, &HashMap::new(), Some(Prefetch::spawn(held, 1))).unwrap();
         assert_eq!(with, without);
         assert_eq!(without.0[0], without.0[1], "formatting variants share a digest");
         assert_ne!(without.0[0], without.0[3]);

@@ -267,6 +267,43 @@ pub fn physical_table(name: &ModelName, fp: &Fingerprint) -> String {
     format!("{}__{}__{}", name.schema(), name.table(), fp.as_str())
 }
 
+/// Hex digits of the fingerprint a shortened physical name keeps at least
+/// ([`physical_table_within`]): 128 bits.
+pub const SHORT_FINGERPRINT_HEX: usize = 32;
+
+/// [`physical_table`] within an engine's identifier limit of `limit` bytes (Postgres: 63), or
+/// as it is without one. A name over the limit is shortened deterministically: the model part
+/// `<schema>__<table>` cut (at a character boundary) to leave room for `__` and at least
+/// [`SHORT_FINGERPRINT_HEX`] hex digits of the fingerprint, then as many fingerprint digits as
+/// fit. Two versions' names still differ unless their fingerprints share the first 128 bits (the
+/// fingerprint hashes the model's name, so different models sharing a cut prefix differ there
+/// too). The name is recorded with each snapshot, so the mapping never needs recomputing.
+///
+/// # Example
+/// ```
+/// use efmesh::core::ModelName;
+/// use efmesh::sql::fingerprint::{physical_table_within, Fingerprint};
+/// let fp = Fingerprint::parse(&"ab".repeat(32))?;
+/// let name = ModelName::parse("med.moves")?;
+/// let short = physical_table_within(&name, &fp, Some(63));
+/// assert!(short.len() <= 63 && short.starts_with("med__moves__abab"));
+/// assert_eq!(physical_table_within(&name, &fp, None), format!("med__moves__{}", "ab".repeat(32)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn physical_table_within(name: &ModelName, fp: &Fingerprint, limit: Option<usize>) -> String {
+    let full = physical_table(name, fp);
+    let Some(limit) = limit.filter(|l| full.len() > *l) else { return full };
+    let model = format!("{}__{}", name.schema(), name.table());
+    let mut cut = limit.saturating_sub(2 + SHORT_FINGERPRINT_HEX).min(model.len());
+    while !model.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = &model[..cut];
+    let hex = (limit - 2 - prefix.len()).min(fp.as_str().len());
+    format!("{prefix}__{}", &fp.as_str()[..hex])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +320,26 @@ mod tests {
             location: Location { file: "m.lua".into(), line: 1 },
             target: Default::default(),
             audits: vec![],
+        }
+    }
+
+    #[test]
+    fn shortened_physical_names_fit_the_limit_and_never_collide() {
+        let mut seen = std::collections::BTreeSet::new();
+        let long = "x".repeat(60);
+        for i in 0..200 {
+            // Long names sharing their first 40 bytes, short ones, long schemas.
+            let names = [format!("s.{long}{i}"), format!("s.t{i}"), format!("{long}{i}.t")];
+            for n in names {
+                let name = ModelName::parse(&n).unwrap();
+                let fp = fingerprint(&model(&n), Some("d"), &BTreeMap::new());
+                let short = physical_table_within(&name, &fp, Some(63));
+                assert!(short.len() <= 63, "{short}");
+                assert!(short.ends_with(&fp.as_str()[..SHORT_FINGERPRINT_HEX]) || short.contains(&fp.as_str()[..SHORT_FINGERPRINT_HEX]), "{short}");
+                assert!(seen.insert(short.clone()), "collision: {short}");
+                // Deterministic.
+                assert_eq!(short, physical_table_within(&name, &fp, Some(63)));
+            }
         }
     }
 

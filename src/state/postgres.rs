@@ -33,17 +33,13 @@ use super::{
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, NoTls, Row, Transaction};
+use postgres::{Client, GenericClient, Row, Transaction};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::Duration;
 
 /// How long a statement waits for a lock another connection holds before failing
 /// ([`StateError::is_busy`]), like SQLite's busy timeout.
 pub const LOCK_TIMEOUT: &str = "5s";
-
-/// How long connecting may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The layout of [`STATE_VERSION`] 8 in Postgres: the tables and columns of the SQLite layout
 /// (`SCHEMA` in `sqlite.rs`, described there), with `BIGINT` for SQLite's `INTEGER` and
@@ -190,44 +186,18 @@ pub const PG_FIRST_VERSION: i64 = 8;
 pub const PG_MIGRATIONS: &[Migration] = &[];
 
 /// Where a Postgres store lives, as it is named in messages: its URL without the password
-/// (`postgres://user@host:port/db`) and its schema.
-/// [`describe`] of a URL or `key=value` string; `None` when it does not parse (then nothing of
-/// it may be shown: a password can sit anywhere in it).
+/// (`postgres://user@host:port/db`) and its schema; `None` when the URL does not parse (then
+/// nothing of it may be shown: a password can sit anywhere in it).
 pub(crate) fn describe_url(url: &str, schema: &str) -> Option<String> {
-    url.parse::<postgres::Config>().ok().map(|c| describe(&c, schema))
+    crate::pg::describe_url(url).map(|d| format!("{d} schema {schema}"))
 }
 
 fn describe(config: &postgres::Config, schema: &str) -> String {
-    use postgres::config::Host;
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(h) => h.clone(),
-            Host::Unix(p) => p.display().to_string(),
-        })
-        .collect();
-    let port = config.get_ports().first().map(|p| format!(":{p}")).unwrap_or_default();
-    let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
-    let db = config.get_dbname().unwrap_or("");
-    format!("postgres://{user}{}{port}/{db} schema {schema}", hosts.join(","))
+    format!("{} schema {schema}", crate::pg::describe(config))
 }
 
-/// A backend error as text, with its causes (a server error's message is only in its source:
-/// the error itself says `db error`), and with `secret` (the password) removed, whatever it quotes.
 fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> super::error::BackendError {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    let mut text = crate::config::redact_url_passwords(&text);
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        text = text.replace(s, crate::config::REDACTED);
-    }
-    text.into()
+    crate::pg::scrubbed(e, secret).into()
 }
 
 /// True for errors another connection's lock caused (a lock wait past [`LOCK_TIMEOUT`], a
@@ -313,17 +283,11 @@ impl PostgresStore {
         Self::connect(config, schema, create)
     }
 
-    fn connect(mut config: postgres::Config, schema: &str, create: bool) -> Result<Option<Self>, StateError> {
+    fn connect(config: postgres::Config, schema: &str, create: bool) -> Result<Option<Self>, StateError> {
         let location = describe(&config, schema);
-        let secret = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned());
+        let secret = crate::pg::secret(&config);
         let open_err = |e: postgres::Error| StateError::Open { store: location.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };
-        if config.get_application_name().is_none() {
-            config.application_name("efmesh");
-        }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        let mut client = config.connect(NoTls).map_err(&open_err)?;
+        let mut client = crate::pg::connect(config.clone()).map_err(&open_err)?;
         client
             .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}; SET client_min_messages = warning", quoted(schema)))
             .map_err(&open_err)?;
@@ -1463,11 +1427,11 @@ pub fn migrate(url: &str, schema: &str, now: Millis) -> Result<MigrationReport, 
     let config: postgres::Config =
         url.parse().map_err(|e| StateError::Open { store: format!("a Postgres database, schema {schema}"), source: scrubbed(&e, None), transient: false })?;
     let store = describe(&config, schema);
-    let secret = config.get_password().map(|p| String::from_utf8_lossy(p).into_owned());
+    let secret = crate::pg::secret(&config);
     let open_err = |e: postgres::Error| StateError::Open { store: store.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };
     let backend =
         |op: &str, e: postgres::Error| StateError::Backend { store: store.clone(), op: op.to_string(), transient: is_transient(&e), source: Box::new(e) };
-    let mut client = config.connect(NoTls).map_err(&open_err)?;
+    let mut client = crate::pg::connect(config).map_err(&open_err)?;
     client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}", quoted(schema))).map_err(&open_err)?;
     let mut tx = client.transaction().map_err(|e| backend("start the migration", e))?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock_key(schema, "layout")]).map_err(|e| backend("lock the layout", e))?;

@@ -42,6 +42,7 @@ impl Filter {
         let all: Vec<String> = config.project.models.iter().chain(&config.project.audits).chain(&config.project.tests).cloned().collect();
         let globs = glob_set(&all);
         let mut files = vec![config.engine_path(), config.state_path()];
+        // (With a Postgres engine or state no file is at those paths: nothing to ignore, harmless.)
         let mut own_dirs = Vec::new();
         if let Some(lake) = config.lake.as_ref().filter(|l| !l.is_s3()) {
             own_dirs.push(config.resolve(Path::new(lake.path.trim_end_matches('/'))));

@@ -1,0 +1,413 @@
+//! The Postgres engine: models run on a Postgres database (`[engine] url_env`).
+//!
+//! One connection per [`Postgres`] (a worker of a parallel apply opens its own). Every session
+//! runs with `TimeZone = 'UTC'` (as DuckDB's), so naive bound literals compare as they do there.
+//! Statements are spelled by [`super::dialect::Standard`]; what Postgres does differently from
+//! DuckDB lives here and in that dialect:
+//! - `describe` prepares the query and reads its result columns (nothing runs); their types are
+//!   named in SQL's spelling ([`type_name`]) so the contract's type families apply;
+//! - identifiers are at most 63 bytes ([`MAX_IDENTIFIER_BYTES`]): longer physical names are
+//!   shortened by the planner ([`crate::sql::fingerprint::physical_table_within`]);
+//! - the owner marker and the storage-use records are rows of two tables in schema
+//!   `_efmesh_meta` (DuckDB keeps them as sequences, whose names would pass the limit here);
+//! - a scratch database ([`super::Access::Scratch`], unit tests) is a database created for the
+//!   session and dropped when it ends.
+
+use super::{DescribedColumn, Engine, EngineError};
+use crate::core::name::{quote_ident, quote_literal};
+
+/// Postgres's limit on identifiers (`NAMEDATALEN - 1`); longer ones are truncated by the server
+/// with only a notice, so efmesh never sends one.
+pub const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// The schema of efmesh's own records in a Postgres engine database (owner marker, storage uses).
+pub const META_SCHEMA: &str = "_efmesh_meta";
+
+/// A Postgres database.
+pub struct Postgres {
+    client: postgres::Client,
+    config: postgres::Config,
+    /// The database as messages name it (no password).
+    location: String,
+    /// The password, scrubbed from every message.
+    secret: Option<String>,
+    read_only: bool,
+    /// A scratch database this session created: dropped, through a connection to the database
+    /// the URL names, when this value is dropped.
+    scratch: Option<(postgres::Config, String)>,
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Postgres({})", self.location)
+    }
+}
+
+static SCRATCH_COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Postgres {
+    /// Connects to the database at `url` (a `postgres://` URL or a `key=value` string);
+    /// `read_only` sessions cannot write (`default_transaction_read_only`).
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the database (never the password) and why.
+    pub fn open(url: &str, read_only: bool) -> Result<Self, EngineError> {
+        let config = crate::pg::parse(url).map_err(|e| EngineError::new("", format!("cannot open the Postgres engine database: {e}")))?;
+        Self::connect(config, read_only)
+    }
+
+    fn connect(config: postgres::Config, read_only: bool) -> Result<Self, EngineError> {
+        let location = crate::pg::describe(&config);
+        let secret = crate::pg::secret(&config);
+        let client = crate::pg::connect(config.clone())
+            .map_err(|e| EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref()))))?;
+        let mut db = Self { client, config, location, secret, read_only, scratch: None };
+        let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = warning");
+        if read_only {
+            setup.push_str("; SET default_transaction_read_only = on");
+        }
+        db.execute(&setup)?;
+        Ok(db)
+    }
+
+    /// A new, empty database on the server of `url`, for this session alone (unit tests):
+    /// created now, dropped when the returned value is dropped.
+    ///
+    /// # Errors
+    /// [`EngineError`]: the server cannot be reached, or the role may not create databases.
+    pub fn scratch(url: &str) -> Result<Self, EngineError> {
+        let config = crate::pg::parse(url).map_err(|e| EngineError::new("", format!("cannot open the Postgres engine database: {e}")))?;
+        let mut admin = Self::connect(config.clone(), false)?;
+        let n = SCRATCH_COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("efmesh_scratch_{}_{}_{n}", std::process::id(), crate::core::interval::now_millis());
+        admin.execute(&format!("CREATE DATABASE {}", quote_ident(&name))).map_err(|e| EngineError {
+            message: format!("{} (unit tests on Postgres run in a database created for them: the role needs CREATEDB)", e.message),
+            ..e
+        })?;
+        let mut scratch_config = config.clone();
+        scratch_config.dbname(&name);
+        match Self::connect(scratch_config, false) {
+            Ok(mut db) => {
+                db.scratch = Some((config, name));
+                Ok(db)
+            }
+            Err(e) => {
+                let _ = admin.execute(&format!("DROP DATABASE IF EXISTS {}", quote_ident(&name)));
+                Err(e)
+            }
+        }
+    }
+
+    fn error(&self, sql: &str, e: &postgres::Error) -> EngineError {
+        // A server error's own message, without the driver's `db error: ` prefix.
+        let message = match e.as_db_error() {
+            Some(db) => {
+                let mut m = format!("{}: {}", db.severity(), db.message());
+                if let Some(detail) = db.detail() {
+                    m.push_str(&format!("\n  detail: {detail}"));
+                }
+                if let Some(hint) = db.hint() {
+                    m.push_str(&format!("\n  hint: {hint}"));
+                }
+                m
+            }
+            None => crate::pg::scrubbed(e, self.secret.as_deref()),
+        };
+        let message = match self.secret.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => message.replace(s, crate::config::REDACTED),
+            None => message,
+        };
+        EngineError::new(sql, message)
+    }
+
+    fn rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+        tracing::debug!(sql, "query");
+        let fixed = with_subquery_aliases(sql);
+        let messages = self.client.simple_query(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))?;
+        Ok(messages
+            .into_iter()
+            .filter_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
+                _ => None,
+            })
+            .collect())
+    }
+
+    fn ensure_meta(&mut self) -> Result<(), EngineError> {
+        let s = quote_ident(META_SCHEMA);
+        self.transaction(&[
+            // Two processes creating the tables at once would collide in the catalog.
+            format!("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))", quote_literal(META_SCHEMA)),
+            format!("CREATE SCHEMA IF NOT EXISTS {s}"),
+            format!("CREATE TABLE IF NOT EXISTS {s}.owners (store_id TEXT PRIMARY KEY, since TEXT NOT NULL)"),
+            format!("CREATE TABLE IF NOT EXISTS {s}.uses (store_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (store_id, key))"),
+        ])
+    }
+
+    fn meta_exists(&mut self) -> Result<bool, EngineError> {
+        let rows = self.rows(&format!("SELECT to_regclass({}) IS NOT NULL", quote_literal(&format!("{}.uses", quote_ident(META_SCHEMA)))))?;
+        Ok(rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some((config, name)) = self.scratch.take() {
+            // The session's own connection must be gone before its database can be dropped.
+            let placeholder = std::mem::replace(
+                &mut self.client,
+                match crate::pg::connect(config.clone()) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!("cannot drop the scratch database `{name}`: {}", crate::pg::scrubbed(&e, self.secret.as_deref()));
+                        return;
+                    }
+                },
+            );
+            drop(placeholder);
+            if let Err(e) = self.client.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(&name))) {
+                tracing::warn!("cannot drop the scratch database `{name}`: {}", crate::pg::scrubbed(&e, self.secret.as_deref()));
+            }
+        }
+    }
+}
+
+/// `sql` with a name given to every subquery in `FROM` that has none (`_efmesh_subquery_<n>`),
+/// or `None` when none lacks one (or the text does not parse: then it runs as written and the
+/// server names the error). DuckDB and Postgres 16 accept `FROM (SELECT …)`; Postgres 15 and
+/// older refuse it, and efmesh renders references to embedded models, external sources and (in
+/// the contract check) models not built yet as such subqueries. Only text the server would
+/// refuse is rewritten (libpg_query's deparser), so a statement that runs as written is sent
+/// byte for byte.
+#[must_use]
+pub fn with_subquery_aliases(sql: &str) -> Option<String> {
+    if !sql.contains('(') {
+        return None;
+    }
+    let mut parsed = pg_query::parse(sql, 0).ok()?;
+    let mut named = 0usize;
+    // SAFETY: the pointers `nodes_mut` returns point into `parsed.protobuf`, which outlives
+    // them and is not otherwise touched until they are gone; each is dereferenced once.
+    for (node, _, _) in unsafe { parsed.protobuf.nodes_mut() } {
+        if let pg_query::NodeMut::RangeSubselect(r) = node {
+            let Some(r) = (unsafe { r.as_mut() }) else { continue };
+            if r.alias.is_none() {
+                named += 1;
+                r.alias = Some(pg_query::protobuf::Alias { aliasname: format!("_efmesh_subquery_{named}"), colnames: Vec::new() });
+            }
+        }
+    }
+    if named == 0 {
+        return None;
+    }
+    parsed.protobuf.deparse(pg_query::DeparseOptions::default()).ok()
+}
+
+/// A Postgres type as SQL spells it (`int8` → `BIGINT`, `timestamptz` → `TIMESTAMP WITH TIME
+/// ZONE`, `_int4` → `INTEGER[]`): what `describe` reports, so the schema contract's type
+/// families ([`crate::core::schema::TypeFamily`]) read Postgres types as they read DuckDB's.
+#[must_use]
+pub fn type_name(ty: &postgres::types::Type) -> String {
+    use postgres::types::Kind;
+    if let Kind::Array(inner) = ty.kind() {
+        return format!("{}[]", type_name(inner));
+    }
+    let name = ty.name();
+    match name {
+        "int2" => "SMALLINT",
+        "int4" => "INTEGER",
+        "int8" => "BIGINT",
+        "float4" => "REAL",
+        "float8" => "DOUBLE PRECISION",
+        "numeric" => "NUMERIC",
+        "bool" => "BOOLEAN",
+        "text" => "TEXT",
+        "varchar" => "VARCHAR",
+        "bpchar" => "CHAR",
+        "date" => "DATE",
+        "time" => "TIME",
+        "timetz" => "TIME WITH TIME ZONE",
+        "timestamp" => "TIMESTAMP",
+        "timestamptz" => "TIMESTAMP WITH TIME ZONE",
+        "interval" => "INTERVAL",
+        "uuid" => "UUID",
+        "json" => "JSON",
+        "jsonb" => "JSONB",
+        "bytea" => "BYTEA",
+        other => return other.to_ascii_uppercase(),
+    }
+    .to_string()
+}
+
+impl Engine for Postgres {
+    fn sql(&self) -> &'static dyn super::dialect::Dialect {
+        &super::dialect::Standard
+    }
+
+    fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
+        tracing::debug!(sql, "execute");
+        let fixed = with_subquery_aliases(sql);
+        self.client.batch_execute(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))
+    }
+
+    fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
+        self.execute("BEGIN")?;
+        for s in statements {
+            tracing::debug!(sql = %s, "execute in transaction");
+            let fixed = with_subquery_aliases(s);
+            if let Err(e) = self.client.batch_execute(fixed.as_deref().unwrap_or(s)) {
+                let err = self.error(s, &e);
+                let _ = self.client.batch_execute("ROLLBACK");
+                return Err(err);
+            }
+        }
+        if let Err(e) = self.client.batch_execute("COMMIT") {
+            let err = self.error("COMMIT", &e);
+            let _ = self.client.batch_execute("ROLLBACK");
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
+        tracing::debug!(sql = query, "describe");
+        // Preparing binds the query (names, types) and runs nothing.
+        let fixed = with_subquery_aliases(query);
+        let statement = self.client.prepare(fixed.as_deref().unwrap_or(query)).map_err(|e| self.error(query, &e))?;
+        Ok(statement.columns().iter().map(|c| DescribedColumn { name: c.name().to_string(), ty: type_name(c.type_()) }).collect())
+    }
+
+    fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+        self.rows(sql)
+    }
+
+    fn query_with_columns(&mut self, query: &str, limit: usize) -> Result<super::Described, EngineError> {
+        let columns = self.describe(query)?;
+        // The text protocol renders every value as Postgres prints it: no casts to write.
+        let rows = self.rows(&format!("SELECT * FROM (\n{query}\n) AS _efmesh_q LIMIT {limit}"))?;
+        Ok((columns, rows))
+    }
+
+    fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
+        Self::connect(self.config.clone(), self.read_only).ok().map(|db| Box::new(db) as Box<dyn Engine + Send>)
+    }
+
+    fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
+        let rows = self.rows(&format!(
+            "SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {}",
+            quote_literal(schema),
+            quote_literal(name)
+        ))?;
+        Ok(rows.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0"))
+    }
+
+    fn catalog(&mut self) -> Result<super::Catalog, EngineError> {
+        // Views carry their definition as `CREATE VIEW <name> AS <query>`, as DuckDB reports it.
+        let rows = self.rows(
+            "SELECT n.nspname, c.relname, obj_description(c.oid, 'pg_class'), \
+                    CASE WHEN c.relkind = 'v' THEN 'CREATE VIEW ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' AS ' || pg_get_viewdef(c.oid) END \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'v', 'm', 'p', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+               AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp\\_%'",
+        )?;
+        Ok(super::catalog_of(rows))
+    }
+
+    fn view_definitions(&mut self, views: &[(String, String)]) -> Result<std::collections::BTreeMap<(String, String), String>, EngineError> {
+        let mut out = std::collections::BTreeMap::new();
+        if views.is_empty() {
+            return Ok(out);
+        }
+        let schemas: std::collections::BTreeSet<&str> = views.iter().map(|(s, _)| s.as_str()).collect();
+        let list: Vec<String> = schemas.iter().map(|s| quote_literal(s)).collect();
+        let wanted: std::collections::BTreeSet<&(String, String)> = views.iter().collect();
+        let rows = self.rows(&format!(
+            "SELECT n.nspname, c.relname, pg_get_viewdef(c.oid) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind = 'v' AND n.nspname IN ({})",
+            list.join(", ")
+        ))?;
+        for row in rows {
+            let [Some(schema), Some(view), Some(query)] = [row.first().cloned().flatten(), row.get(1).cloned().flatten(), row.get(2).cloned().flatten()] else {
+                continue;
+            };
+            let key = (schema, view);
+            if !wanted.contains(&key) {
+                continue;
+            }
+            // A view's columns may have changed since: drop and create (`OR REPLACE` cannot
+            // remove or rename columns), in the one transaction the caller runs this in.
+            let name = format!("{}.{}", quote_ident(&key.0), quote_ident(&key.1));
+            out.insert(key, format!("DROP VIEW IF EXISTS {name}; CREATE VIEW {name} AS {}", query.trim().trim_end_matches(';')));
+        }
+        Ok(out)
+    }
+
+    fn owner_marker(&mut self, ducklake: bool) -> Result<Option<Vec<String>>, EngineError> {
+        if ducklake {
+            return Err(EngineError::new("", "the Postgres engine has no DuckLake catalog"));
+        }
+        if !self.meta_exists()? {
+            return Ok(None);
+        }
+        let rows = self.rows(&format!("SELECT store_id FROM {}.owners ORDER BY 1", quote_ident(META_SCHEMA)))?;
+        let ids: Vec<String> = rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).collect();
+        Ok((!ids.is_empty()).then_some(ids))
+    }
+
+    fn write_owner_marker(&mut self, ducklake: bool, id: &str, only: bool, at: &str) -> Result<(), EngineError> {
+        if ducklake {
+            return Err(EngineError::new("", "the Postgres engine has no DuckLake catalog"));
+        }
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            return Err(EngineError::new("", format!("`{id}` is not a store id")));
+        }
+        self.ensure_meta()?;
+        let table = format!("{}.owners", quote_ident(META_SCHEMA));
+        let mut statements = Vec::new();
+        if only {
+            statements.push(format!("DELETE FROM {table} WHERE store_id <> {}", quote_literal(id)));
+        }
+        statements.push(format!(
+            "INSERT INTO {table} (store_id, since) VALUES ({}, {}) ON CONFLICT (store_id) DO NOTHING",
+            quote_literal(id),
+            quote_literal(at)
+        ));
+        self.transaction(&statements)
+    }
+
+    fn storage_uses(&mut self) -> Result<Vec<(String, String)>, EngineError> {
+        if !self.meta_exists()? {
+            return Ok(Vec::new());
+        }
+        let rows = self.rows(&format!("SELECT store_id, key FROM {}.uses", quote_ident(META_SCHEMA)))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let mut r = r.into_iter();
+                Some((r.next().flatten()?, r.next().flatten()?))
+            })
+            .collect())
+    }
+
+    fn write_storage_uses(&mut self, add: &[(String, String)], remove: &[(String, String)]) -> Result<(), EngineError> {
+        if add.is_empty() && remove.is_empty() {
+            return Ok(());
+        }
+        let plain = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !plain(s) || !plain(k)) {
+            return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
+        }
+        self.ensure_meta()?;
+        let table = format!("{}.uses", quote_ident(META_SCHEMA));
+        let pairs =
+            |records: &[(String, String)]| records.iter().map(|(s, k)| format!("({}, {})", quote_literal(s), quote_literal(k))).collect::<Vec<_>>().join(", ");
+        let mut statements = Vec::new();
+        if !add.is_empty() {
+            statements.push(format!("INSERT INTO {table} (store_id, key) VALUES {} ON CONFLICT DO NOTHING", pairs(add)));
+        }
+        if !remove.is_empty() {
+            statements.push(format!("DELETE FROM {table} WHERE (store_id, key) IN ({})", pairs(remove)));
+        }
+        self.transaction(&statements)
+    }
+}

@@ -1,0 +1,77 @@
+//! Connecting to Postgres, for the state store ([`crate::state::PostgresStore`]) and the engine
+//! ([`crate::engine::postgres`]): how a database is named in messages (never its password), how
+//! a driver error becomes text (the password scrubbed), and the one way a client connects.
+
+use std::time::Duration;
+
+/// How long a connection attempt waits for the server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A URL or `key=value` string parsed, or an error that never quotes it (a password can sit
+/// anywhere in it: `user:pw@`, `?password=`, `password=`).
+///
+/// # Errors
+/// The message of the parse failure, passwords redacted.
+pub fn parse(url: &str) -> Result<postgres::Config, String> {
+    url.parse::<postgres::Config>()
+        .map_err(|e| format!("not a Postgres URL or `key=value` connection string: {}", crate::config::redact_url_passwords(&e.to_string())))
+}
+
+/// The database of `config` as messages name it: `postgres://user@host:port/db` (no password).
+pub fn describe(config: &postgres::Config) -> String {
+    use postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(h) => h.clone(),
+            Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let port = config.get_ports().first().map(|p| format!(":{p}")).unwrap_or_default();
+    let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    let db = config.get_dbname().unwrap_or("");
+    format!("postgres://{user}{}{port}/{db}", hosts.join(","))
+}
+
+/// [`describe`] of a URL, `None` when it does not parse (then nothing of it may be shown).
+pub fn describe_url(url: &str) -> Option<String> {
+    url.parse::<postgres::Config>().ok().map(|c| describe(&c))
+}
+
+/// The password of `config`, to scrub from messages ([`scrubbed`]).
+pub fn secret(config: &postgres::Config) -> Option<String> {
+    config.get_password().map(|p| String::from_utf8_lossy(p).into_owned())
+}
+
+/// An error as text, with its causes (a server error's message is only in its source: the
+/// error itself says `db error`), and with `secret` (the password) removed, whatever it quotes.
+pub fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    let mut text = crate::config::redact_url_passwords(&text);
+    if let Some(s) = secret.filter(|s| !s.is_empty()) {
+        text = text.replace(s, crate::config::REDACTED);
+    }
+    text
+}
+
+/// Connects a client as `config` says, naming itself `efmesh` and waiting at most
+/// [`CONNECT_TIMEOUT`] unless the URL says otherwise.
+///
+/// # Errors
+/// The driver's error.
+pub fn connect(mut config: postgres::Config) -> Result<postgres::Client, postgres::Error> {
+    if config.get_application_name().is_none() {
+        config.application_name("efmesh");
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.connect(postgres::NoTls)
+}
