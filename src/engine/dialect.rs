@@ -79,6 +79,13 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         crate::sql::pg_canon::canonicalize(sql)
     }
 
+    /// True when [`Dialect::canonicalize`] is sqlparser's canonical form first (DuckDB's), so
+    /// the planner may take sqlparser's fast digest ([`crate::sql::canon::canonical_digest`])
+    /// and the load's prefetch of it; false for a grammar of its own (Postgres).
+    fn sqlparser_first(&self) -> bool {
+        false
+    }
+
     /// The longest identifier the engine keeps, in bytes (`None`: no limit). Postgres keeps 63
     /// and cuts longer ones with only a notice: efmesh shortens physical names to fit
     /// ([`crate::sql::fingerprint::physical_table_within`]) and refuses longer model and

@@ -275,6 +275,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         None
     }
 
+    fn sqlparser_first(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "duckdb"
     }

@@ -411,3 +411,49 @@ impl Engine for Postgres {
         self.transaction(&statements)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unnamed_subqueries_are_named_and_named_text_is_left_alone() {
+        // Nothing to name: the text is sent as written.
+        assert_eq!(with_subquery_aliases("SELECT a FROM (SELECT 1 AS a) AS q"), None);
+        assert_eq!(with_subquery_aliases("SELECT 1"), None);
+        assert_eq!(with_subquery_aliases("not sql ("), None);
+        // Every unnamed subquery in FROM, in joins and nested, gets a name of its own.
+        let fixed = with_subquery_aliases("SELECT x.a FROM (SELECT 1 AS a) AS x JOIN (SELECT 1 AS a) ON true WHERE a IN (SELECT a FROM (SELECT 2 AS a))").unwrap();
+        assert!(fixed.contains("_efmesh_subquery_1") && fixed.contains("_efmesh_subquery_2"), "{fixed}");
+        assert!(!fixed.contains("_efmesh_subquery_3"), "{fixed}");
+        // Inside DDL too (the builds wrap bodies in CREATE TABLE … AS and INSERT … SELECT).
+        let ddl = with_subquery_aliases("CREATE TABLE s.t AS SELECT * FROM (SELECT 1 AS a) LIMIT 0").unwrap();
+        assert!(ddl.starts_with("CREATE TABLE s.t AS SELECT") && ddl.contains("_efmesh_subquery_1"), "{ddl}");
+        let insert = with_subquery_aliases("INSERT INTO s.t SELECT * FROM (SELECT 1 AS a)").unwrap();
+        assert!(insert.contains("_efmesh_subquery_1"), "{insert}");
+    }
+
+    #[test]
+    fn postgres_types_are_named_as_sql_spells_them() {
+        use crate::core::schema::TypeFamily;
+        use postgres::types::Type;
+        assert_eq!(type_name(&Type::INT8), "BIGINT");
+        assert_eq!(type_name(&Type::TIMESTAMPTZ), "TIMESTAMP WITH TIME ZONE");
+        assert_eq!(type_name(&Type::INT4_ARRAY), "INTEGER[]");
+        for (ty, family) in [
+            (Type::INT2, TypeFamily::Numeric),
+            (Type::FLOAT8, TypeFamily::Numeric),
+            (Type::NUMERIC, TypeFamily::Numeric),
+            (Type::TEXT, TypeFamily::Text),
+            (Type::BPCHAR, TypeFamily::Text),
+            (Type::BOOL, TypeFamily::Boolean),
+            (Type::DATE, TypeFamily::Temporal),
+            (Type::TIMESTAMP, TypeFamily::Temporal),
+            (Type::INTERVAL, TypeFamily::Temporal),
+            (Type::JSONB, TypeFamily::Any),
+            (Type::TEXT_ARRAY, TypeFamily::Any),
+        ] {
+            assert_eq!(TypeFamily::of(&type_name(&ty)), family, "{ty}");
+        }
+    }
+}

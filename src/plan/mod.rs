@@ -423,18 +423,17 @@ pub enum PlanError {
     /// write (see [`check_legacy_views`]).
     #[error("{0}")]
     ViewConflict(String),
-    /// A model needs what the project's engine does not have: a feature (the parquet lake on
-    /// Postgres), or a name longer than its identifiers may be ([`check_engine`]).
-    #[error("{location}: model `{model}` needs {what}, which the {engine} engine does not have")]
+    /// A model needs what the project's engine does not have: a feature (files read by an
+    /// external model on Postgres), or a name longer than its identifiers may be
+    /// ([`check_engine`]).
+    #[error("{location}: model `{model}`: {message}")]
     EngineFeature {
         /// The model.
         model: ModelName,
         /// Where it is defined.
         location: Location,
-        /// What the model needs.
-        what: String,
-        /// The engine, as messages spell it.
-        engine: &'static str,
+        /// What the model needs that the engine lacks, and what to do.
+        message: String,
     },
 }
 
@@ -449,15 +448,19 @@ pub enum PlanError {
 pub fn check_engine(project: &Project, env: &str, dialect: &dyn Dialect) -> Result<(), PlanError> {
     let limit = dialect.max_identifier_bytes();
     for model in project.dag.models() {
-        let refuse = |what: String| PlanError::EngineFeature { model: model.name.clone(), location: model.location.clone(), what, engine: dialect.title() };
+        let refuse = |message: String| PlanError::EngineFeature { model: model.name.clone(), location: model.location.clone(), message };
         if let Some(feature) = crate::engine::dialect::Feature::needed_by(model).filter(|f| !dialect.supports(*f)) {
-            return Err(refuse(feature.describe().to_string()));
+            return Err(refuse(format!("needs {}, which the {} engine does not have", feature.describe(), dialect.title())));
         }
         let Some(limit) = limit else { continue };
         let env_schema = env_schema(env, model.name.schema());
         for (what, ident) in [("schema", model.name.schema()), ("table", model.name.table()), ("environment schema", env_schema.as_str())] {
             if ident.len() > limit {
-                return Err(refuse(format!("its {what} name `{ident}` ({} bytes) to fit in {limit} bytes (the longest identifier allowed)", ident.len())));
+                return Err(refuse(format!(
+                    "its {what} name `{ident}` is {} bytes long, and the {} engine keeps identifiers of at most {limit} bytes (it would cut the name): choose a shorter name",
+                    ident.len(),
+                    dialect.title()
+                )));
             }
         }
     }
@@ -632,7 +635,7 @@ fn digests(
     // body text itself) are taken from there, this thread helping with what is left.
     // The fast path (and the prefetch, which takes it) is sqlparser's: DuckDB's grammar. Another
     // engine's bodies are parsed by its own parser alone.
-    let duckdb = dialect.name() == crate::engine::duckdb::DuckDbDialect.name();
+    let duckdb = dialect.sqlparser_first();
     let computed: Vec<(usize, Result<String, SqlError>)> = match ahead.filter(|_| !missing.is_empty() && duckdb) {
         Some(ahead) => missing.iter().map(|&i| (i, ahead.get(body(i)).unwrap_or_else(|| canonical_digest(body(i))))).collect(),
         None if duckdb => canonicalise_all(&missing, &|i| canonical_digest(body(i))),
@@ -2229,7 +2232,6 @@ fn metadata_paths(old: &serde_json::Value, new: &serde_json::Value) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::core::{Column, Location, Schema};
-    use crate::engine::duckdb::DuckDbDialect;
     use crate::sql::prefetch::Prefetch;
 
     fn model(name: &str) -> Model {
@@ -2246,16 +2248,21 @@ mod tests {
         }
     }
 
+    /// The default engine's dialect (DuckDB), as a project without `[engine] url_env` has it.
+    fn duckdb_dialect() -> &'static dyn Dialect {
+        crate::engine::dialect_for(&crate::config::Config::with_root(std::path::Path::new("/p")))
+    }
+
     #[test]
     fn digests_taken_from_a_prefetch_equal_digests_computed_here() {
         let bodies = ["SELECT 1 AS a", "select 1 as a -- reformatted", "SELECT a FROM s.t WHERE a > 2", "SELECT 2 AS a", "SELECT a::VARCHAR AS a FROM s.t"];
         let models: Vec<Model> = (0..bodies.len()).map(|i| model(&format!("s.m{i}"))).collect();
         let refs: Vec<&Model> = models.iter().collect();
         let keyed: Vec<Option<(String, String)>> = bodies.iter().map(|b| Some((canon_cache_key("duckdb", b), (*b).to_string()))).collect();
-        let without = digests(&DuckDbDialect, &refs, &keyed, &HashMap::new(), None).unwrap();
+        let without = digests(duckdb_dialect(), &refs, &keyed, &HashMap::new(), None).unwrap();
         // The prefetch lacks one body (computed here) and holds one the plan does not ask for.
         let held: Vec<String> = bodies.iter().take(4).map(|b| (*b).to_string()).chain(["SELECT 9".to_string()]).collect();
-        let with = digests(&DuckDbDialect, &refs, &keyed, &HashMap::new(), Some(Prefetch::spawn(held, 1))).unwrap();
+        let with = digests(duckdb_dialect(), &refs, &keyed, &HashMap::new(), Some(Prefetch::spawn(held, 1))).unwrap();
         assert_eq!(with, without);
         assert_eq!(without.0[0], without.0[1], "formatting variants share a digest");
         assert_ne!(without.0[0], without.0[3]);

@@ -90,6 +90,41 @@ impl StateBackend {
 /// The variable a Postgres test project's `[state] url_env` names.
 pub const PG_URL_ENV: &str = "EFMESH_IT_PG_URL";
 
+/// The variable a test project's `[engine] url_env` names when its engine is Postgres.
+pub const PG_ENGINE_URL_ENV: &str = "EFMESH_IT_PG_ENGINE_URL";
+
+/// The engine a test project runs its models on.
+#[derive(Debug, Clone)]
+pub enum EngineBackend {
+    /// The DuckDB file `efmesh.duckdb` (the default).
+    DuckDb,
+    /// A fresh database on the test Postgres (`tests/it/pg.rs`), named by `[engine] url_env`.
+    Postgres(crate::pg::PgTarget),
+}
+
+/// Runs the behaviour `fn name(engine: EngineBackend)` once per engine: a module `name` with
+/// the tests `duckdb` and `postgres` (the latter fails without a Postgres unless
+/// `EFMESH_SKIP_PG=1`, see `tests/it/pg.rs`).
+#[macro_export]
+macro_rules! on_every_engine {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+                #[test]
+                fn postgres() {
+                    if let Some(target) = $crate::pg::fresh_database() {
+                        super::$name($crate::common::EngineBackend::Postgres(target))
+                    }
+                }
+            }
+        )*
+    };
+}
+
 /// Runs the behaviour `fn name(backend: StateBackend)` once per state backend: a module
 /// `name` with the tests `sqlite` and `postgres` (the latter fails without a Postgres unless
 /// `EFMESH_SKIP_PG=1`, see `tests/it/pg.rs`).
@@ -120,6 +155,8 @@ pub struct Project {
     pub now: String,
     /// Where its state store lives.
     pub backend: StateBackend,
+    /// What it runs its models on.
+    pub engine: EngineBackend,
 }
 
 impl Default for Project {
@@ -137,10 +174,25 @@ impl Project {
     /// An empty project whose state store is on `backend` (the default `efmesh.toml`, but for
     /// `[state]`).
     pub fn on(backend: StateBackend) -> Self {
+        Self::with(backend, EngineBackend::DuckDb)
+    }
+
+    /// An empty project whose models run on `engine` (state in SQLite).
+    pub fn on_engine(engine: EngineBackend) -> Self {
+        Self::with(StateBackend::Sqlite, engine)
+    }
+
+    /// An empty project with its state store on `backend` and its models on `engine`.
+    pub fn with(backend: StateBackend, engine: EngineBackend) -> Self {
         let dir = tempfile::Builder::new().prefix("efmesh-it-").tempdir().expect("temp dir");
-        let p = Self { dir, now: NOW.to_string(), backend };
+        let p = Self { dir, now: NOW.to_string(), backend, engine };
         p.write("efmesh.toml", &p.config_with(""));
         p
+    }
+
+    /// True when the project's engine is Postgres.
+    pub fn on_postgres(&self) -> bool {
+        matches!(self.engine, EngineBackend::Postgres(_))
     }
 
     /// The default `efmesh.toml` for this project's state backend, with `extra` appended.
@@ -150,6 +202,10 @@ impl Project {
             StateBackend::Postgres(t) => {
                 CONFIG.replace("[state]\npath = \"efmesh.state.sqlite\"\n", &format!("[state]\nurl_env = \"{PG_URL_ENV}\"\nschema = \"{}\"\n", t.schema))
             }
+        };
+        let base = match &self.engine {
+            EngineBackend::DuckDb => base,
+            EngineBackend::Postgres(_) => base.replace("[engine]\npath = \"efmesh.duckdb\"\n", &format!("[engine]\nurl_env = \"{PG_ENGINE_URL_ENV}\"\n")),
         };
         format!("{base}{extra}")
     }
@@ -191,11 +247,15 @@ impl Project {
             .env_remove("RUST_LOG")
             .env("EFMESH_APPLIED_BY", "it")
             .env_remove(PG_URL_ENV)
+            .env_remove(PG_ENGINE_URL_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let StateBackend::Postgres(t) = &self.backend {
             c.env(PG_URL_ENV, &t.url);
+        }
+        if let EngineBackend::Postgres(t) = &self.engine {
+            c.env(PG_ENGINE_URL_ENV, &t.url);
         }
         c
     }
@@ -240,6 +300,11 @@ impl Project {
     /// Runs `sql` on the project's DuckDB file (opened for this query only).
     #[track_caller]
     pub fn query(&self, sql: &str) -> Rows {
+        use efmesh::engine::Engine;
+        if let EngineBackend::Postgres(t) = &self.engine {
+            let mut db = efmesh::engine::postgres::Postgres::open(&t.url, false).expect("open the Postgres engine database");
+            return db.query(sql).unwrap_or_else(|e| panic!("{e}"));
+        }
         assert!(self.engine_path().exists(), "no DuckDB file yet");
         let mut db = DuckDb::open(&self.engine_path(), &EngineSection::default()).expect("open duckdb");
         db.query(sql).unwrap_or_else(|e| panic!("{e}"))
@@ -248,14 +313,16 @@ impl Project {
     /// Every row of `relation`, each value cast to VARCHAR in SQL, sorted (a row multiset).
     #[track_caller]
     pub fn rows(&self, relation: &str) -> Rows {
-        let mut r = self.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}"));
+        // Postgres's text protocol renders every value as text already.
+        let sql = if self.on_postgres() { format!("SELECT * FROM {relation}") } else { format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}") };
+        let mut r = self.query(&sql);
         r.sort();
         r
     }
 
     /// Names of the relations in schema `_efmesh`, sorted (empty without a DuckDB file).
     pub fn physical_tables(&self) -> Vec<String> {
-        if !self.engine_path().exists() {
+        if !self.on_postgres() && !self.engine_path().exists() {
             return Vec::new();
         }
         let mut v: Vec<String> = self

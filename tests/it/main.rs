@@ -13,6 +13,7 @@ mod ducklake;
 mod engine_record;
 mod engine_seam;
 mod engine_settings;
+mod engines;
 mod env_consistency;
 mod examples;
 mod extensions;

@@ -74,6 +74,33 @@ pub fn fresh() -> Option<PgTarget> {
     Some(PgTarget { url, schema: format!("t_{}_{n}", std::process::id()) })
 }
 
+/// A fresh, empty database on the test Postgres (for a project whose ENGINE is Postgres), or
+/// `None` as [`fresh`]. Its `url` names the new database; `schema` is unused.
+#[track_caller]
+pub fn fresh_database() -> Option<PgTarget> {
+    let server = fresh()?;
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let name = format!("e_{}_{n}", std::process::id());
+    server.client().batch_execute(&format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("create the test database {name}: {e}"));
+    Some(PgTarget { url: with_database(&server.url, &name), schema: String::new() })
+}
+
+/// `url` (a `postgres://` URL or a `key=value` string) naming the database `db` instead.
+pub fn with_database(url: &str, db: &str) -> String {
+    if !url.contains("://") {
+        return format!("{url} dbname={db}");
+    }
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[after_scheme..].find('/').map_or(base.len(), |i| after_scheme + i);
+    let mut out = format!("{}/{db}", &base[..host_end]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
 /// The URL of the server to use: [`URL_ENV`], or a cluster started now.
 fn server() -> Result<String, String> {
     if let Some(url) = std::env::var(URL_ENV).ok().filter(|u| !u.trim().is_empty()) {

@@ -1,0 +1,245 @@
+//! The same project on both engines (DuckDB and Postgres): what each builds, serves, refreshes
+//! and refuses. Every model here is written in SQL both engines read the same way, so the rows
+//! must be equal; the Postgres-only behaviours (identifier limits, DuckDB-only features) follow.
+
+use crate::common::{EngineBackend, Project, StateBackend, action, actions};
+use crate::{on_every_engine, pg};
+use serde_json::Value;
+
+/// A seed, a `full` model, a `view` over both, a daily time-range model, a unique-key model and
+/// an SCD type 2 model, in SQL both engines run.
+fn portable_project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
+    p.write("seeds/depts.csv", "code,name\nA,Alpha\nB,Beta\n");
+    p.write("models/m.lua", PORTABLE_MODELS);
+    p
+}
+
+const PORTABLE_MODELS: &str = r#"local M = {}
+M.depts = define_model {
+  name = "raw.depts",
+  kind = kind.seed { path = "seeds/depts.csv" },
+  schema = { { "code", "varchar" }, { "name", "varchar" } },
+}
+M.events = define_model {
+  name = "s.events",
+  kind = kind.full(),
+  schema = { { "id", "integer" }, { "code", "varchar" }, { "happened_at", "timestamp" } },
+  query = [[SELECT CAST(i AS INTEGER) AS id, CASE WHEN i % 2 = 0 THEN 'A' ELSE 'B' END AS code,
+                   TIMESTAMP '2026-01-01 00:00:00' + i * INTERVAL '7 hours' AS happened_at
+            FROM generate_series(1, 40) AS g(i)]],
+}
+M.named = define_model {
+  name = "s.named",
+  kind = kind.view(),
+  schema = { { "id", "integer" }, { "name", "varchar" } },
+  query = "SELECT e.id, d.name FROM " .. ref(M.events) .. " AS e JOIN " .. ref(M.depts) .. " AS d ON d.code = e.code",
+}
+M.daily = define_model {
+  name = "s.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", ["end"] = "2026-01-05", grain = "day" },
+  schema = { { "day", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT date_trunc('day', happened_at) AS day, count(*) AS n FROM " .. ref(M.events) .. " WHERE happened_at >= @start AND happened_at < @end GROUP BY 1",
+}
+M.latest = define_model {
+  name = "s.latest",
+  kind = kind.incremental_by_unique_key { key = "code" },
+  schema = { { "code", "varchar" }, { "n", "bigint" } },
+  query = "SELECT code, count(*) AS n FROM " .. ref(M.events) .. " GROUP BY code",
+}
+M.hist = define_model {
+  name = "s.hist",
+  kind = kind.scd_type2 { key = "code", columns = { "name" } },
+  schema = { { "code", "varchar" }, { "name", "varchar" } },
+  query = "SELECT code, name FROM " .. ref(M.depts),
+}
+return M
+"#;
+
+fn strs(rows: &[&[&str]]) -> Vec<Vec<Option<String>>> {
+    rows.iter().map(|r| r.iter().map(|v| Some(v.to_string())).collect()).collect()
+}
+
+fn built(v: &Value) -> Vec<String> {
+    let mut b: Vec<String> = v["built"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    b.sort();
+    b
+}
+
+on_every_engine!(
+    a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine,
+    unique_key_and_scd_type2_models_refresh_on_run,
+    restated_intervals_are_recomputed_by_the_next_run,
+);
+
+fn a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine(engine: EngineBackend) {
+    let p = portable_project(engine);
+    let v = p.apply("dev");
+    assert_eq!(built(&v), ["raw.depts", "s.daily", "s.events", "s.hist", "s.latest", "s.named"]);
+    assert_eq!(p.rows("dev__s.daily"), strs(&[&["2026-01-01 00:00:00", "3"], &["2026-01-02 00:00:00", "3"], &["2026-01-03 00:00:00", "4"], &[
+        "2026-01-04 00:00:00",
+        "3"
+    ]]));
+    assert_eq!(p.query("SELECT count(*), count(DISTINCT name) FROM dev__s.named")[0], [Some("40".into()), Some("2".into())]);
+    assert_eq!(p.rows("dev__raw.depts"), strs(&[&["A", "Alpha"], &["B", "Beta"]]));
+    // Promotion to another environment builds nothing: the views point at the same tables.
+    let prod = p.apply("prod");
+    assert!(built(&prod).is_empty(), "{prod:#}");
+    assert_eq!(p.rows("s.daily"), p.rows("dev__s.daily"));
+    // Nothing changed: a no-op plan.
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    // A breaking edit builds a new version in dev, in parallel, and leaves prod as it was.
+    p.write("models/m.lua", &PORTABLE_MODELS.replace("count(*) AS n FROM \" .. ref(M.events) .. \" WHERE", "count(*) * 10 AS n FROM \" .. ref(M.events) .. \" WHERE"));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "s.daily")["change"], "breaking", "{plan:#}");
+    let v = p.run(&["apply", "dev", "--yes", "--json", "--jobs", "4"]).expect_code(0).json();
+    assert_eq!(built(&v), ["s.daily"]);
+    assert_eq!(p.query("SELECT sum(n) FROM dev__s.daily")[0][0].as_deref(), Some("130"));
+    assert_eq!(p.query("SELECT sum(n) FROM s.daily")[0][0].as_deref(), Some("13"));
+    // Two versions of s.daily are stored side by side.
+    assert_eq!(p.physical_tables().iter().filter(|t| t.starts_with("s__daily__")).count(), 2, "{:?}", p.physical_tables());
+    // Every physical name fits Postgres's identifiers on Postgres.
+    if p.on_postgres() {
+        assert!(p.physical_tables().iter().all(|t| t.len() <= 63), "{:?}", p.physical_tables());
+    }
+}
+
+fn unique_key_and_scd_type2_models_refresh_on_run(engine: EngineBackend) {
+    let p = portable_project(engine);
+    p.apply("dev");
+    assert_eq!(p.query("SELECT code, name FROM dev__s.hist WHERE valid_to IS NULL ORDER BY code"), strs(&[&["A", "Alpha"], &["B", "Beta"]]));
+    // The seed changes: a breaking change of the seed, its children follow; the SCD type 2 model
+    // keeps its history (forward-only) and the next run closes and opens rows.
+    p.write("seeds/depts.csv", "code,name\nA,Alpha2\nB,Beta\nC,Gamma\n");
+    p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.hist"]).expect_code(0);
+    p.run(&["run", "dev", "--json"]).expect_code(0);
+    assert_eq!(p.query("SELECT code, name FROM dev__s.hist WHERE valid_to IS NULL ORDER BY code"), strs(&[&["A", "Alpha2"], &["B", "Beta"], &["C", "Gamma"]]));
+    assert_eq!(p.query("SELECT code, name FROM dev__s.hist WHERE valid_to IS NOT NULL ORDER BY code"), strs(&[&["A", "Alpha"]]));
+    assert_eq!(p.rows("dev__s.latest"), strs(&[&["A", "20"], &["B", "20"]]));
+}
+
+fn restated_intervals_are_recomputed_by_the_next_run(engine: EngineBackend) {
+    let p = portable_project(engine);
+    p.apply("dev");
+    let physical = p.physical_tables().into_iter().find(|t| t.starts_with("s__daily__")).expect("s.daily's table");
+    // Someone damages one day; restating it and running puts it back.
+    p.query(&format!("UPDATE \"_efmesh\".\"{physical}\" SET n = 0 WHERE day = TIMESTAMP '2026-01-02 00:00:00'"));
+    assert_eq!(p.query("SELECT sum(n) FROM dev__s.daily")[0][0].as_deref(), Some("10"));
+    p.run(&["restate", "dev", "--model", "s.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "dev", "--json"]).expect_code(0);
+    assert_eq!(p.query("SELECT sum(n) FROM dev__s.daily")[0][0].as_deref(), Some("13"));
+}
+
+/// A Postgres project, or `None` (skipped) as [`pg::fresh_database`].
+fn postgres_project() -> Option<Project> {
+    pg::fresh_database().map(|t| portable_project(EngineBackend::Postgres(t)))
+}
+
+#[test]
+fn postgres_refuses_duckdb_only_features_at_plan_time_naming_the_model() {
+    let Some(p) = postgres_project() else { return };
+    p.write("data/x.csv", "a\n1\n");
+    p.write(
+        "models/lake.lua",
+        "return define_model { name = \"s.filey\", kind = kind.external { path = \"data/x.csv\" }, schema = { { \"a\", \"integer\" } } }\n",
+    );
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(1);
+    let v = r.json();
+    assert_eq!(v["error"]["kind"], "engine-feature", "{v:#}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("models/lake.lua:1") && message.contains("s.filey") && message.contains("read from files") && message.contains("Postgres"), "{message}");
+    // Nothing was written to the engine.
+    assert!(p.physical_tables().is_empty());
+}
+
+#[test]
+fn long_names_fit_postgres_identifiers_or_are_refused_by_name() {
+    let Some(p) = postgres_project() else { return };
+    let table = "t".repeat(60);
+    p.write(
+        "models/long.lua",
+        &format!("return define_model {{ name = \"s.{table}\", kind = kind.full(), schema = {{ {{ \"a\", \"integer\" }} }}, query = \"SELECT 1 AS a\" }}\n"),
+    );
+    p.apply("dev");
+    let physical: Vec<String> = p.physical_tables().into_iter().filter(|t| t.starts_with("s__ttt")).collect();
+    assert_eq!(physical.len(), 1, "{physical:?}");
+    assert!(physical[0].len() <= 63, "{}", physical[0]);
+    // The mapping is recorded with the snapshot: the state names the shortened table.
+    let store = p.store().expect("state");
+    let snapshots = store.snapshot_keys().expect("snapshots");
+    let (_, fp) = snapshots.iter().find(|(n, _)| *n == format!("s.{table}")).expect("snapshot").clone();
+    assert!(physical[0].ends_with(&fp[..32]) || physical[0].contains(&fp[..32]), "{} / {fp}", physical[0]);
+    assert_eq!(p.query(&format!("SELECT a FROM dev__s.\"{table}\""))[0][0].as_deref(), Some("1"));
+    // An environment schema past the limit is refused with the model and the name.
+    let env = "e".repeat(60);
+    let r = p.run(&["plan", &env, "--json"]);
+    r.expect_code(1);
+    let v = r.json();
+    assert_eq!(v["error"]["kind"], "engine-feature", "{v:#}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&format!("`{env}__")) && message.contains("63 bytes") && message.contains("models/"), "{v:#}");
+}
+
+#[test]
+fn an_unset_engine_url_is_named_with_the_config_file_and_nothing_else_is_shown() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = portable_project(EngineBackend::Postgres(t));
+    let out = p.command(&["apply", "dev", "--yes"]).env_remove(crate::common::PG_ENGINE_URL_ENV).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(crate::common::PG_ENGINE_URL_ENV) && err.contains("efmesh.toml") && err.contains("url_env"), "{err}");
+}
+
+#[test]
+fn bad_input_on_postgres_names_the_file_line_row_and_column() {
+    let Some(p) = postgres_project() else { return };
+    p.write("seeds/depts.csv", "code,name\nA,Alpha\nB,Beta\n");
+    p.write(
+        "models/bad.lua",
+        "return define_model { name = \"s.bad\", kind = kind.full(), schema = { { \"a\", \"integer\" } },\n  query = \"SELECT no_such_column AS a FROM \" .. ref(\"s.events\") }\n",
+    );
+    p.write("seeds/nums.csv", "n\n1\n2\nthree\n4\n");
+    p.write(
+        "models/nums.lua",
+        "return define_model { name = \"raw.nums\", kind = kind.seed { path = \"seeds/nums.csv\" }, schema = { { \"n\", \"integer\" } } }\n",
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/bad.lua:1") && r.stderr.contains("no_such_column"), "{}", r.stderr);
+    assert!(r.stderr.contains("seeds/nums.csv") && r.stderr.contains("row 4") && r.stderr.contains("`three`"), "{}", r.stderr);
+    assert!(p.physical_tables().is_empty(), "nothing is built when the contract fails");
+}
+
+#[test]
+fn unit_tests_of_a_postgres_project_run_on_postgres_in_a_database_of_their_own() {
+    let Some(p) = postgres_project() else { return };
+    let config = p.read("efmesh.toml").replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\"]\ntests = [\"tests/**/*.lua\"]");
+    p.write("efmesh.toml", &config);
+    // `string_agg(… ORDER BY …)` and `::text` are Postgres; the expected row proves it ran there.
+    p.write(
+        "models/agg.lua",
+        "return define_model { name = \"s.agg\", kind = kind.full(), schema = { { \"names\", \"varchar\" } },\n  query = \"SELECT string_agg(name::text, ',' ORDER BY name DESC) AS names FROM \" .. ref(\"raw.depts\") }\n",
+    );
+    p.write(
+        "tests/agg.lua",
+        "define_test { name = \"agg_orders\", model = \"s.agg\", inputs = { [\"raw.depts\"] = { { code = \"A\", name = \"x\" }, { code = \"B\", name = \"y\" } } }, expect = { { names = \"y,x\" } } }\n",
+    );
+    let r = p.run(&["test"]);
+    r.expect_code(0);
+    // The scratch database is gone afterwards.
+    let left = p.query("SELECT count(*) FROM pg_database WHERE datname LIKE 'efmesh_scratch_%'");
+    assert_eq!(left[0][0].as_deref(), Some("0"));
+}
+
+#[test]
+fn engine_and_state_both_in_postgres() {
+    let (Some(engine), Some(state)) = (pg::fresh_database(), pg::fresh()) else { return };
+    let p = Project::with(StateBackend::Postgres(state), EngineBackend::Postgres(engine));
+    p.write("seeds/depts.csv", "code,name\nA,Alpha\nB,Beta\n");
+    p.write("models/m.lua", PORTABLE_MODELS);
+    p.apply("dev");
+    assert!(!p.state_path().exists() && !p.engine_path().exists(), "no local database file");
+    assert_eq!(p.rows("dev__s.latest"), vec![vec![Some("A".to_string()), Some("20".to_string())], vec![Some("B".to_string()), Some("20".to_string())]]);
+    assert!(actions(&p.plan("dev")).iter().all(|a| a["change"] == "unchanged"));
+}
