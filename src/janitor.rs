@@ -191,10 +191,12 @@ pub enum JanitorError {
 pub type Opener<'a> = dyn FnMut() -> Result<Option<Box<dyn Engine>>, EngineError> + 'a;
 
 /// `<schema>__<table>` and the fingerprint of a relation name of the physical-name shape
-/// `<schema>__<table>__<64 lowercase hex>`, or `None`.
+/// `<schema>__<table>__<64 lowercase hex>`, or `None`. A name shortened to an engine's
+/// identifier limit ([`crate::sql::fingerprint::physical_table_within`]) keeps at least 32 hex
+/// digits (and perhaps a cut model part): it has the shape too, with the fingerprint's prefix.
 pub fn physical_shape(name: &str) -> Option<(&str, &str)> {
     let (model, fp) = name.rsplit_once("__")?;
-    let hex = fp.len() == 64 && fp.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex = (crate::sql::fingerprint::SHORT_FINGERPRINT_HEX..=64).contains(&fp.len()) && fp.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let (schema, table) = model.split_once("__")?;
     (hex && !schema.is_empty() && !table.is_empty()).then_some((model, fp))
 }
@@ -603,6 +605,9 @@ fn drop_condemned(
         }
     };
     let lake_now: Option<HashSet<String>> = lake_listing(config, s3).ok().map(|l| l.iter().map(|p| p.to_lowercase()).collect());
+    // Views before the relations they read (Postgres refuses to drop a relation a view reads).
+    let catalog = engine.as_mut().and_then(|e| e.catalog().ok());
+    let condemned = dependents_first(condemned, &present, catalog.as_ref());
     for c in &condemned {
         let orphan = c.detail.get("orphan").and_then(serde_json::Value::as_bool).unwrap_or(false);
         let key = c.physical.to_lowercase();
@@ -763,6 +768,44 @@ fn open_with_wait(open: &mut Opener<'_>, config: &Config, read_only: bool) -> Re
     Ok(engine)
 }
 
+/// `condemned` in an order that drops every view before the relations it reads: the views
+/// first, each taken once no remaining condemned view's definition (`catalog`) names it, then
+/// everything else. Engines that do not track view dependencies (DuckDB) lose nothing by it.
+fn dependents_first(condemned: Vec<Condemned>, present: &HashMap<String, StoredRelation>, catalog: Option<&crate::engine::Catalog>) -> Vec<Condemned> {
+    let is_view = |c: &Condemned| present.get(&c.physical.to_lowercase()).is_some_and(|r| r.view);
+    let (mut views, rest): (Vec<Condemned>, Vec<Condemned>) = condemned.into_iter().partition(is_view);
+    let sql_of = |c: &Condemned| -> String {
+        let name = present.get(&c.physical.to_lowercase()).map(|r| r.name.clone()).unwrap_or_default();
+        catalog.and_then(|cat| cat.view_sql(crate::engine::STORAGE_SCHEMA, &name)).unwrap_or_default().to_string()
+    };
+    let mut ordered = Vec::with_capacity(views.len() + rest.len());
+    while !views.is_empty() {
+        let sqls: Vec<String> = views.iter().map(sql_of).collect();
+        // Views no other remaining view reads: dropped now.
+        let free: Vec<bool> = views
+            .iter()
+            .enumerate()
+            .map(|(i, v)| !sqls.iter().enumerate().any(|(j, sql)| i != j && crate::engine::view_names(sql, &v.physical)))
+            .collect();
+        if !free.iter().any(|f| *f) {
+            // A cycle cannot be; keep the rest as listed.
+            ordered.append(&mut views);
+            break;
+        }
+        let mut i = 0;
+        views.retain(|v| {
+            let keep = !free[i];
+            i += 1;
+            if !keep {
+                ordered.push(v.clone());
+            }
+            keep
+        });
+    }
+    ordered.extend(rest);
+    ordered
+}
+
 /// Drops one claimed storage: its lake version directory (local, or every object under its
 /// S3 prefix) and its relation (as the engine lists it). Returns the directory removed.
 fn drop_storage(
@@ -862,6 +905,9 @@ mod tests {
         assert!(physical_shape(&format!("s__t__{}", fp('A'))).is_none(), "uppercase hex is not ours");
         assert!(physical_shape("s__t__abc").is_none());
         assert!(physical_shape("_efmesh_stage_x").is_none());
+        // Shortened to Postgres's 63 bytes: at least 32 hex digits.
+        assert_eq!(physical_shape(&format!("s__t__{}", &fp('a')[..40])), Some(("s__t", &fp('a')[..40])));
+        assert!(physical_shape(&format!("s__t__{}", &fp('a')[..31])).is_none());
     }
 
     #[test]

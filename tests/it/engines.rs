@@ -70,7 +70,34 @@ on_every_engine!(
     a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine,
     unique_key_and_scd_type2_models_refresh_on_run,
     restated_intervals_are_recomputed_by_the_next_run,
+    the_janitor_drops_unreachable_versions_views_before_the_tables_they_read,
 );
+
+fn the_janitor_drops_unreachable_versions_views_before_the_tables_they_read(engine: EngineBackend) {
+    let mut p = portable_project(engine);
+    p.apply("dev");
+    let first = p.physical_tables();
+    // A breaking edit of s.events gives new versions of it and of everything reading it (the
+    // view s.named among them); the old view reads the old table.
+    p.write("models/m.lua", &PORTABLE_MODELS.replace("generate_series(1, 40)", "generate_series(1, 42)"));
+    p.apply("dev");
+    let second = p.physical_tables();
+    assert!(second.len() > first.len(), "{second:?}");
+    // Versions record the real instant they were left: collect as if long after.
+    p.now = "2099-01-01T00:00:00Z".to_string();
+    let v = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let after = p.physical_tables();
+    // Exactly the relations dev serves now are left: the old versions are gone, views first.
+    let gone: Vec<&String> = first.iter().filter(|t| !after.contains(t)).collect();
+    assert!(!gone.is_empty() && gone.iter().any(|t| t.starts_with("s__named__")) && gone.iter().any(|t| t.starts_with("s__events__")), "{v:#}\n{after:?}");
+    assert_eq!(after.len(), first.len(), "one relation per model is left: {after:?}");
+    assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("42"));
+    // An orphan of the physical-name shape that no state knows of is dropped too.
+    let orphan = if p.on_postgres() { format!("s__ghost__{}", "ab".repeat(20)) } else { format!("s__ghost__{}", "ab".repeat(32)) };
+    p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS a"));
+    p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0);
+    assert!(!p.physical_tables().contains(&orphan), "{:?}", p.physical_tables());
+}
 
 fn a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine(engine: EngineBackend) {
     let p = portable_project(engine);
