@@ -782,11 +782,8 @@ fn dependents_first(condemned: Vec<Condemned>, present: &HashMap<String, StoredR
     while !views.is_empty() {
         let sqls: Vec<String> = views.iter().map(sql_of).collect();
         // Views no other remaining view reads: dropped now.
-        let free: Vec<bool> = views
-            .iter()
-            .enumerate()
-            .map(|(i, v)| !sqls.iter().enumerate().any(|(j, sql)| i != j && crate::engine::view_names(sql, &v.physical)))
-            .collect();
+        let free: Vec<bool> =
+            views.iter().enumerate().map(|(i, v)| !sqls.iter().enumerate().any(|(j, sql)| i != j && crate::engine::view_names(sql, &v.physical))).collect();
         if !free.iter().any(|f| *f) {
             // A cycle cannot be; keep the rest as listed.
             ordered.append(&mut views);

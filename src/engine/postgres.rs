@@ -423,7 +423,8 @@ mod tests {
         assert_eq!(with_subquery_aliases("SELECT 1"), None);
         assert_eq!(with_subquery_aliases("not sql ("), None);
         // Every unnamed subquery in FROM, in joins and nested, gets a name of its own.
-        let fixed = with_subquery_aliases("SELECT x.a FROM (SELECT 1 AS a) AS x JOIN (SELECT 1 AS a) ON true WHERE a IN (SELECT a FROM (SELECT 2 AS a))").unwrap();
+        let fixed =
+            with_subquery_aliases("SELECT x.a FROM (SELECT 1 AS a) AS x JOIN (SELECT 1 AS a) ON true WHERE a IN (SELECT a FROM (SELECT 2 AS a))").unwrap();
         assert!(fixed.contains("_efmesh_subquery_1") && fixed.contains("_efmesh_subquery_2"), "{fixed}");
         assert!(!fixed.contains("_efmesh_subquery_3"), "{fixed}");
         // Inside DDL too (the builds wrap bodies in CREATE TABLE … AS and INSERT … SELECT).

@@ -122,10 +122,13 @@ define_audit {
     local grain = args.grain or "day"
     if grain ~= "day" and grain ~= "hour" then error("`grain` must be \"day\" or \"hour\"", 0) end
     local c = ident(text("column", args.column))
-    return "SELECT covered_through, resumes_at, date_diff('" .. grain .. "', covered_through, resumes_at) - 1 AS missing FROM ("
+    -- Portable SQL (DuckDB and Postgres): buckets as naive UTC timestamps, gaps counted from
+    -- the interval between them.
+    local seconds = grain == "day" and "86400" or "3600"
+    return "SELECT covered_through, resumes_at, CAST(extract(epoch FROM resumes_at - covered_through) / " .. seconds .. " AS BIGINT) - 1 AS missing FROM ("
       .. "SELECT lag(b) OVER (ORDER BY b) AS covered_through, b AS resumes_at FROM ("
-      .. "SELECT DISTINCT date_trunc('" .. grain .. "', " .. c .. ") AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
-      .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL 1 " .. string.upper(grain)
+      .. "SELECT DISTINCT CAST(date_trunc('" .. grain .. "', " .. c .. ") AS TIMESTAMP) AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
+      .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL '1 " .. grain .. "'"
       .. " ORDER BY covered_through"
   end,
 }

@@ -71,7 +71,67 @@ on_every_engine!(
     unique_key_and_scd_type2_models_refresh_on_run,
     restated_intervals_are_recomputed_by_the_next_run,
     the_janitor_drops_unreachable_versions_views_before_the_tables_they_read,
+    audits_previews_and_external_tables_work_on_every_engine,
 );
+
+fn audits_previews_and_external_tables_work_on_every_engine(engine: EngineBackend) {
+    let p = portable_project(engine);
+    p.apply("dev");
+    // A source table the project does not manage, read through an external model.
+    p.query("CREATE SCHEMA IF NOT EXISTS ext");
+    p.query("CREATE TABLE ext.src (k INTEGER, v VARCHAR)");
+    p.query("INSERT INTO ext.src VALUES (1, 'one'), (2, 'two'), (4, 'four')");
+    p.write(
+        "models/x.lua",
+        r#"local src = define_model {
+  name = "ext.src", kind = kind.external { table = "ext.src" },
+  schema = { { "k", "integer" }, { "v", "varchar" } },
+}
+return define_model {
+  name = "s.fromext", kind = kind.full(),
+  schema = { { "k", "integer" }, { "v", "varchar" }, { "at", "timestamp" } },
+  audits = {
+    audit.not_null("k", "v"),
+    audit.unique("k"),
+    audit.accepted_range { column = "k", min = 1, max = 9 },
+    audit.accepted_values { column = "v", values = { "one", "two", "four" } },
+    audit.row_count { min = 3 },
+    audit.contiguous { column = "k", blocking = false },
+    audit.no_gaps { column = "at", blocking = false },
+  },
+  query = "SELECT k, v, TIMESTAMP '2026-01-01 00:00:00' + k * INTERVAL '1 day' AS at FROM " .. ref(src),
+}
+"#,
+    );
+    let v = p.apply("dev");
+    assert!(built(&v).contains(&"s.fromext".to_string()), "{v:#}");
+    assert_eq!(p.rows("dev__s.fromext").len(), 3);
+    // The two warnings (k = 3 and the day it stands for are missing) are reported, not blocking.
+    let audit = p.run(&["audit", "dev", "--json"]).expect_code(0).json();
+    let violations = |name: &str| {
+        let list = audit["results"].as_array().unwrap_or_else(|| panic!("{audit:#}"));
+        let r = list
+            .iter()
+            .find(|r| r["model"] == "s.fromext" && r["audit"].as_str().is_some_and(|a| a.starts_with(name)))
+            .unwrap_or_else(|| panic!("{name}: {audit:#}"));
+        r["violations"].as_u64()
+    };
+    assert_eq!(
+        (violations("contiguous"), violations("no_gaps"), violations("unique"), violations("not_null")),
+        (Some(1), Some(1), Some(0), Some(0)),
+        "{audit:#}"
+    );
+    // A blocking violation fails the apply and promotes nothing, naming the audit.
+    p.query("INSERT INTO ext.src VALUES (2, 'two')");
+    p.write("models/x.lua", &p.read("models/x.lua").replace("AS at FROM \" .. ref(src)", "AS at FROM \" .. ref(src) .. \" WHERE k > 0\""));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("unique") && r.stderr.contains("s.fromext"), "{}", r.stderr);
+    assert_eq!(p.rows("dev__s.fromext").len(), 3, "the environment still serves the old version");
+    // A preview runs the model's query read-only and compares it with what dev serves.
+    let preview = p.run(&["preview", "dev", "s.daily", "--json"]).expect_code(0).json();
+    assert!(preview.to_string().contains("s.daily"), "{preview:#}");
+}
 
 fn the_janitor_drops_unreachable_versions_views_before_the_tables_they_read(engine: EngineBackend) {
     let mut p = portable_project(engine);
@@ -103,10 +163,10 @@ fn a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine(eng
     let p = portable_project(engine);
     let v = p.apply("dev");
     assert_eq!(built(&v), ["raw.depts", "s.daily", "s.events", "s.hist", "s.latest", "s.named"]);
-    assert_eq!(p.rows("dev__s.daily"), strs(&[&["2026-01-01 00:00:00", "3"], &["2026-01-02 00:00:00", "3"], &["2026-01-03 00:00:00", "4"], &[
-        "2026-01-04 00:00:00",
-        "3"
-    ]]));
+    assert_eq!(
+        p.rows("dev__s.daily"),
+        strs(&[&["2026-01-01 00:00:00", "3"], &["2026-01-02 00:00:00", "3"], &["2026-01-03 00:00:00", "4"], &["2026-01-04 00:00:00", "3"]])
+    );
     assert_eq!(p.query("SELECT count(*), count(DISTINCT name) FROM dev__s.named")[0], [Some("40".into()), Some("2".into())]);
     assert_eq!(p.rows("dev__raw.depts"), strs(&[&["A", "Alpha"], &["B", "Beta"]]));
     // Promotion to another environment builds nothing: the views point at the same tables.
@@ -116,7 +176,10 @@ fn a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine(eng
     // Nothing changed: a no-op plan.
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
     // A breaking edit builds a new version in dev, in parallel, and leaves prod as it was.
-    p.write("models/m.lua", &PORTABLE_MODELS.replace("count(*) AS n FROM \" .. ref(M.events) .. \" WHERE", "count(*) * 10 AS n FROM \" .. ref(M.events) .. \" WHERE"));
+    p.write(
+        "models/m.lua",
+        &PORTABLE_MODELS.replace("count(*) AS n FROM \" .. ref(M.events) .. \" WHERE", "count(*) * 10 AS n FROM \" .. ref(M.events) .. \" WHERE"),
+    );
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "s.daily")["change"], "breaking", "{plan:#}");
     let v = p.run(&["apply", "dev", "--yes", "--json", "--jobs", "4"]).expect_code(0).json();
@@ -175,7 +238,10 @@ fn postgres_refuses_duckdb_only_features_at_plan_time_naming_the_model() {
     let v = r.json();
     assert_eq!(v["error"]["kind"], "engine-feature", "{v:#}");
     let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("models/lake.lua:1") && message.contains("s.filey") && message.contains("read from files") && message.contains("Postgres"), "{message}");
+    assert!(
+        message.contains("models/lake.lua:1") && message.contains("s.filey") && message.contains("read from files") && message.contains("Postgres"),
+        "{message}"
+    );
     // Nothing was written to the engine.
     assert!(p.physical_tables().is_empty());
 }
