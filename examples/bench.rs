@@ -51,6 +51,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod floor;
 #[path = "bench/gen.rs"]
 mod generator;
+#[path = "bench/pg.rs"]
+mod pg;
 #[path = "bench/process.rs"]
 mod process;
 
@@ -604,7 +606,7 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
         None => tmp.path().to_path_buf(),
     };
     let t = Instant::now();
-    let summary = generator::generate(&dir, n, args.events, args.seed, false)?;
+    let summary = generator::generate(&dir, n, args.events, args.seed, false, generator::Sql::DuckDb)?;
     eprintln!(
         "[n={n}] generated {} models in {} files, {} layers ({} full, {} view, {} embedded, {} time-range), {} event rows, in {} ms",
         summary.models,
@@ -780,6 +782,9 @@ fn bench_one(n: usize, args: &Args) -> anyhow::Result<Row> {
 fn main() -> anyhow::Result<()> {
     if std::env::args().any(|a| a == "--floor-exec") {
         return floor::exec_main();
+    }
+    if std::env::args().any(|a| a == "--floor-exec-pg") {
+        return pg::exec_main();
     }
     if std::env::args().any(|a| a == "--floor") {
         return floor::main();

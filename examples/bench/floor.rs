@@ -4,7 +4,7 @@
 //! ```text
 //! scripts/cargo build --bin efmesh && scripts/cargo run --example bench -- --floor [N ...]
 //!     [--runs K] [--events ROWS] [--seed S] [--keep DIR] [--no-flights] [--flights-only] [--compare counts|full]
-//!     [--jobs J[,J…]] [--one-batch]
+//!     [--jobs J[,J…]] [--one-batch] [--postgres]
 //! ```
 //! Default: N = 100 500 2000, K = 3. Per N, in a fresh directory holding the generated project
 //! (`bench/gen.rs`):
@@ -40,7 +40,21 @@
 //! every relation efmesh's `dev` serves is compared with the floor's: same row count and same
 //! rows (`EXCEPT ALL` both ways, doubles rounded to 6 decimals; `--compare counts` only counts).
 //! stdout of the timed processes goes to /dev/null; stderr to a file shown on failure.
+//!
+//! `--postgres` (issue #14 part 7; `bench/pg.rs`): the same DAG written for the Postgres engine
+//! (`[engine] url_env`, externals naming source tables, Postgres spellings: `bench/gen.rs`),
+//! on the server whose URL is in `EFMESH_BENCH_PG_URL` (the role needs `CREATEDB`). Per N the
+//! sources are loaded once into a template database; before every run the side's database is
+//! made anew from it (`CREATE DATABASE … TEMPLATE`, untimed) and efmesh's state file removed.
+//! The floor process is `bench --floor-exec-pg SCRIPT` on its own database: the same rendered
+//! SQL, one statement per round trip in autocommit (the views' transaction as one), one
+//! connection. A breaking change's floor refills each re-run table (`TRUNCATE` + `INSERT` in
+//! one transaction: Postgres has no `CREATE OR REPLACE TABLE` and keeps views' dependencies).
+//! Relations are compared by row count and by an order-independent hash of their rows (two
+//! databases cannot be joined): see [`pg::Server::compare`]. No flights (it reads files).
 
+use super::generator::{PG_ENGINE_URL_ENV, Sql};
+use super::pg;
 use super::process::{bench_dir, efmesh_bin, loadavg, remove};
 use efmesh::apply::resolve::{ExecResolver, Mode};
 use efmesh::config::Config;
@@ -73,6 +87,9 @@ struct Args {
     /// project declares 7, 14 or 30 days: efmesh then runs 2–6 statements, commits and scans
     /// per model where the floor runs one).
     one_batch: bool,
+    /// `--postgres`: the project on the Postgres engine, both sides on the server of
+    /// [`pg::URL_ENV`] (`bench/pg.rs`); no flights.
+    postgres: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -87,6 +104,7 @@ fn parse_args() -> anyhow::Result<Args> {
         full_compare: true,
         jobs: Vec::new(),
         one_batch: false,
+        postgres: false,
     };
     let mut it = std::env::args().skip(1).filter(|x| x != "--floor");
     while let Some(x) = it.next() {
@@ -98,6 +116,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--keep" => a.keep = Some(val("--keep")?.into()),
             "--no-flights" => a.flights = false,
             "--one-batch" => a.one_batch = true,
+            "--postgres" => a.postgres = true,
             "--flights-only" => a.sizes = false,
             "--compare" => a.full_compare = val("--compare")? != "counts",
             "--jobs" => {
@@ -141,7 +160,13 @@ struct Sample {
     wall: Duration,
     cpu: Duration,
     rss_kb: i64,
+    /// `--postgres`, server on this machine: the server's CPU time over the run
+    /// ([`pg::server_cpu`]).
+    server_cpu: Option<Duration>,
 }
+
+/// The postmaster whose CPU time each measured run reports (`--postgres`, [`pg::postmaster`]).
+static POSTMASTER: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
 
 /// Runs `cmd` to completion (stdout to /dev/null, stderr to a file shown on failure) and
 /// reaps it with `wait4`, which reports its resource usage.
@@ -155,8 +180,15 @@ fn measure(inner: Command) -> anyhow::Result<Sample> {
     if let Some(d) = inner.get_current_dir() {
         cmd.current_dir(d);
     }
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err.reopen()?).env_remove("RUST_LOG").env_remove("EFMESH_VERIFY_PLAN_MEMO").env("NO_COLOR", "1");
     let what = format!("{cmd:?}");
+    let server0 = POSTMASTER.get().map(|pid| pg::server_cpu(*pid));
     let t = Instant::now();
     let child = cmd.spawn()?;
     let pid = libc::pid_t::try_from(child.id())?;
@@ -172,7 +204,8 @@ fn measure(inner: Command) -> anyhow::Result<Sample> {
     }
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
     let rss_kb = fs_err::read_to_string(rss.path())?.trim().lines().last().unwrap_or("").parse().map_err(|e| anyhow::anyhow!("peak RSS of {what}: {e}"))?;
-    Ok(Sample { wall, cpu: tv(ru.ru_utime) + tv(ru.ru_stime), rss_kb })
+    let server_cpu = POSTMASTER.get().zip(server0).map(|(pid, before)| pg::server_cpu(*pid).saturating_sub(before));
+    Ok(Sample { wall, cpu: tv(ru.ru_utime) + tv(ru.ru_stime), rss_kb, server_cpu })
 }
 
 /// A side's runs.
@@ -192,7 +225,11 @@ impl Runs {
         w.sort();
         c.sort();
         let rss = self.0.iter().map(|s| s.rss_kb).max().unwrap_or(0);
-        format!("{} ({}, cpu {}, {:.0} MB)", super::ms(self.best()), super::ms(w[w.len() / 2]), super::ms(c[c.len() / 2]), rss as f64 / 1024.0)
+        // The server's median CPU beside the process's, when measured (`--postgres`).
+        let mut server: Vec<Duration> = self.0.iter().filter_map(|s| s.server_cpu).collect();
+        server.sort();
+        let server = if server.len() == self.0.len() { format!(" + server {}", super::ms(server[server.len() / 2])) } else { String::new() };
+        format!("{} ({}, cpu {}{server}, {:.0} MB)", super::ms(self.best()), super::ms(w[w.len() / 2]), super::ms(c[c.len() / 2]), rss as f64 / 1024.0)
     }
     fn rss_mb(&self) -> f64 {
         self.0.iter().map(|s| s.rss_kb).max().unwrap_or(0) as f64 / 1024.0
@@ -305,25 +342,32 @@ fn build_statement(
     ranges: &BTreeMap<ModelName, Interval>,
     m: &Model,
     replace: bool,
+    sql: Sql,
 ) -> anyhow::Result<String> {
     let exec = ExecResolver::new(project, physicals, Mode::Execute);
     let body = m.body.as_ref().ok_or_else(|| anyhow::anyhow!("model `{}` has no body", m.name))?;
     let t = exec.relation(&m.name);
     let create = if replace { "CREATE OR REPLACE" } else { "CREATE" };
+    // Postgres has no `CREATE OR REPLACE TABLE`, and will not drop a table views read: a table
+    // is refilled in one transaction (as efmesh rebuilds a table on Postgres).
+    let refill = |query: String| format!("BEGIN TRANSACTION;\nTRUNCATE {t};\nINSERT INTO {t}\n{query};\nCOMMIT");
+    let pg_replace = replace && sql == Sql::Postgres;
     Ok(match &m.kind {
+        Kind::Full if pg_replace => refill(body.render(&exec.with_bounds(None))),
         Kind::Full => format!("{create} TABLE {t} AS\n{}", body.render(&exec.with_bounds(None))),
         Kind::View => format!("{create} VIEW {t} AS\n{}", body.render(&exec.with_bounds(None))),
         Kind::IncrementalByTimeRange(tr) => {
             let range = ranges.get(&m.name).copied().ok_or_else(|| anyhow::anyhow!("no backfill range for `{}`", m.name))?;
             let cols: Vec<String> = m.schema.names().map(quote_ident).collect();
             let tc = quote_ident(&tr.time_column);
-            format!(
-                "{create} TABLE {t} AS SELECT {} FROM (\n{}\n) AS q WHERE {tc} >= {} AND {tc} < {}",
+            let query = format!(
+                "SELECT {} FROM (\n{}\n) AS q WHERE {tc} >= {} AND {tc} < {}",
                 cols.join(", "),
                 body.render(&exec.with_bounds(Some(range))),
                 interval::to_sql_literal(range.start),
                 interval::to_sql_literal(range.end)
-            )
+            );
+            if pg_replace { refill(query) } else { format!("{create} TABLE {t} AS {query}") }
         }
         other => anyhow::bail!("the floor does not build `{}` models (`{}`)", other.tag(), m.name),
     })
@@ -354,7 +398,7 @@ fn apply_script(project: &Project, ranges: &BTreeMap<ModelName, Interval>) -> an
     let physicals = physicals(project);
     let mut out = format!("SET TimeZone = 'UTC';\nCREATE SCHEMA {};\n", quote_ident(FLOOR));
     for m in project.dag.models().filter(|m| materialised(m)) {
-        out.push_str(&build_statement(project, &physicals, ranges, m, false)?);
+        out.push_str(&build_statement(project, &physicals, ranges, m, false, Sql::DuckDb)?);
         out.push_str(";\n");
     }
     out.push_str(&views_script(project, "dev"));
@@ -362,11 +406,11 @@ fn apply_script(project: &Project, ranges: &BTreeMap<ModelName, Interval>) -> an
 }
 
 /// The floor's re-run of `models` (in DAG order) after a change.
-fn rerun_script(project: &Project, ranges: &BTreeMap<ModelName, Interval>, models: &BTreeSet<ModelName>) -> anyhow::Result<String> {
+fn rerun_script(project: &Project, ranges: &BTreeMap<ModelName, Interval>, models: &BTreeSet<ModelName>, sql: Sql) -> anyhow::Result<String> {
     let physicals = physicals(project);
     let mut out = String::from("SET TimeZone = 'UTC';\n");
     for m in project.dag.models().filter(|m| materialised(m) && models.contains(&m.name)) {
-        out.push_str(&build_statement(project, &physicals, ranges, m, true)?);
+        out.push_str(&build_statement(project, &physicals, ranges, m, true, sql)?);
         out.push_str(";\n");
     }
     Ok(out)
@@ -518,11 +562,122 @@ fn middle_edit(dir: &Path, layers: usize) -> anyhow::Result<(PathBuf, String, St
     anyhow::bail!("no model with a WHERE line under {}", layer.display())
 }
 
-fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
+/// Where the two sides keep their data.
+enum Store<'a> {
+    /// DuckDB files in the project's directory: efmesh's `efmesh.duckdb` (one of the
+    /// [`efmesh_files`]) and the floor's `floor.duckdb`.
+    DuckDb { floor_db: PathBuf },
+    /// Databases of a Postgres server (`--postgres`): efmesh's (`ef`) and the floor's (`fl`),
+    /// each made anew from `template` (the source tables, nothing else) before a run.
+    Postgres { server: &'a pg::Server, template: String, ef: String, fl: String },
+}
+
+impl Store<'_> {
+    fn sql(&self) -> Sql {
+        match self {
+            Store::DuckDb { .. } => Sql::DuckDb,
+            Store::Postgres { .. } => pg::SQL,
+        }
+    }
+
+    /// The engine as efmesh's next run from scratch finds it (its files are removed apart).
+    fn fresh_ef(&self) -> anyhow::Result<()> {
+        match self {
+            Store::DuckDb { .. } => Ok(()),
+            Store::Postgres { server, template, ef, .. } => server.recreate(ef, template),
+        }
+    }
+
+    fn fresh_floor(&self) -> anyhow::Result<()> {
+        match self {
+            Store::DuckDb { floor_db } => {
+                remove(floor_db)?;
+                remove(&floor_db.with_extension("duckdb.wal"))
+            }
+            Store::Postgres { server, template, fl, .. } => server.recreate(fl, template),
+        }
+    }
+
+    /// `efmesh <args>` in `dir`, on this store's engine.
+    fn efmesh(&self, bin: &Path, dir: &Path, args: &[&str]) -> Command {
+        let mut c = efmesh(bin, dir, args);
+        if let Store::Postgres { server, ef, .. } = self {
+            c.env(PG_ENGINE_URL_ENV, server.url_of(ef));
+        }
+        c
+    }
+
+    /// The floor process running `script`.
+    fn floor(&self, dir: &Path, script: &Path) -> anyhow::Result<Command> {
+        match self {
+            Store::DuckDb { floor_db } => floor_exec(dir, script, floor_db),
+            Store::Postgres { server, fl, .. } => {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.arg("--floor-exec-pg").arg(script).current_dir(dir).env(PG_ENGINE_URL_ENV, server.url_of(fl));
+                Ok(c)
+            }
+        }
+    }
+
+    /// Keeps a copy of efmesh's engine database (`save`), or puts the copy back; on DuckDB the
+    /// engine file is one of the [`efmesh_files`], copied with them.
+    fn snapshot_ef(&self, save: bool) -> anyhow::Result<()> {
+        match self {
+            Store::DuckDb { .. } => Ok(()),
+            Store::Postgres { server, ef, .. } => {
+                let copy = format!("{ef}_applied");
+                if save { server.recreate(&copy, ef) } else { server.recreate(ef, &copy) }
+            }
+        }
+    }
+
+    /// Keeps a copy of the floor's database in `snap` (`save`), or puts it back.
+    fn snapshot_floor(&self, snap: &Path, save: bool) -> anyhow::Result<()> {
+        match self {
+            Store::DuckDb { floor_db } => snapshot(std::slice::from_ref(floor_db), snap, save),
+            Store::Postgres { server, fl, .. } => {
+                let copy = format!("{fl}_applied");
+                if save { server.recreate(&copy, fl) } else { server.recreate(fl, &copy) }
+            }
+        }
+    }
+
+    /// See [`compare`] and [`pg::Server::compare`].
+    fn compare(&self, dir: &Path, pairs: &[(String, String, &Model)], full: bool) -> anyhow::Result<(usize, usize)> {
+        match self {
+            Store::DuckDb { floor_db } => compare(&dir.join("efmesh.duckdb"), floor_db, pairs, full),
+            Store::Postgres { server, ef, fl, .. } => server.compare(ef, fl, pairs, full),
+        }
+    }
+
+    /// Drops the databases this store made (Postgres).
+    fn drop_databases(&self) -> anyhow::Result<()> {
+        if let Store::Postgres { server, template, ef, fl } = self {
+            for db in [ef.clone(), fl.clone(), format!("{ef}_applied"), format!("{fl}_applied"), template.clone()] {
+                server.drop_database(&db)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bench_one(n: usize, args: &Args, bin: &Path, server: Option<&pg::Server>) -> anyhow::Result<Vec<Line>> {
+    let sql = if server.is_some() { pg::SQL } else { Sql::DuckDb };
     let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("floor{n}"), "efmesh-bench-floor-")?;
-    let summary = super::generator::generate(&dir, n, args.events, args.seed, args.one_batch)?;
-    // Every line of a `--one-batch` run says so.
-    let tag = if args.one_batch { format!("n={n}, one batch per model") } else { format!("n={n}") };
+    let summary = super::generator::generate(&dir, n, args.events, args.seed, args.one_batch, sql)?;
+    // Every line of a `--one-batch` run says so; every line of a Postgres run too.
+    let mut tag = if args.one_batch { format!("n={n}, one batch per model") } else { format!("n={n}") };
+    let store = match server {
+        None => Store::DuckDb { floor_db: dir.join("floor.duckdb") },
+        Some(server) => {
+            tag.push_str(", Postgres");
+            let template = format!("efbench_n{n}_sources");
+            let t = Instant::now();
+            let size = server.load_template(&template, &dir)?;
+            eprintln!("[n={n}] sources loaded into database `{template}` ({} MB) in {} ms", size / 1_000_000, super::ms(t.elapsed()));
+            Store::Postgres { server, template, ef: format!("efbench_n{n}_efmesh"), fl: format!("efbench_n{n}_floor") }
+        }
+    };
     let config = Config::load(&dir.join("efmesh.toml"))?;
     let project = Project::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ranges = ranges(&project, &dir)?;
@@ -530,17 +685,13 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     fs_err::write(&script, apply_script(&project, &ranges)?)?;
     let prod_script = dir.join("floor-prod.sql");
     fs_err::write(&prod_script, views_script(&project, efmesh::core::name::PROD))?;
-    let floor_db = dir.join("floor.duckdb");
-    let fresh_floor = || -> anyhow::Result<()> {
-        remove(&floor_db)?;
-        remove(&dir.join("floor.duckdb.wal"))
-    };
+    let fresh_floor = || store.fresh_floor();
     let files = efmesh_files(&dir);
     let fresh = || -> anyhow::Result<()> {
         for f in &files {
             remove(f)?;
         }
-        Ok(())
+        store.fresh_ef()
     };
     eprintln!(
         "[n={n}] {} models ({} time-range), floor script {} KB; load average {}",
@@ -562,7 +713,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     for _ in 0..k {
         start.0.push(measure(efmesh(bin, &dir, &["--version"]))?);
         fresh()?;
-        cold.0.push(measure(efmesh(bin, &dir, &["plan", "dev"]))?);
+        cold.0.push(measure(store.efmesh(bin, &dir, &["plan", "dev"]))?);
     }
     push(Line { what: format!("{tag}: start (`efmesh --version`)"), ef: start, fl: Runs::default(), note: String::new(), load: loadavg() });
     push(Line { what: format!("{tag}: cold plan"), ef: cold, fl: Runs::default(), note: String::new(), load: loadavg() });
@@ -572,30 +723,35 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     for &j in &args.jobs {
         let jobs = j.to_string();
         let (ef, fl) =
-            alternate(k, fresh, || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes", "--jobs", &jobs])), fresh_floor, || floor_exec(&dir, &script, &floor_db))?;
-        let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&project), args.full_compare)?);
+            alternate(k, fresh, || Ok(store.efmesh(bin, &dir, &["apply", "dev", "--yes", "--jobs", &jobs])), fresh_floor, || store.floor(&dir, &script))?;
+        let note = compared(store.compare(&dir, &dev_pairs(&project), args.full_compare)?);
         push(Line { what: format!("{tag}: apply all --jobs {j}"), ef, fl, note, load: loadavg() });
     }
     let snap = dir.join("snap-efmesh");
     let floor_snap = dir.join("snap-floor");
     snapshot(&files, &snap, true)?;
-    snapshot(std::slice::from_ref(&floor_db), &floor_snap, true)?;
+    store.snapshot_ef(true)?;
+    store.snapshot_floor(&floor_snap, true)?;
     // The applied files as `apply dev` left them: a copy gives the DuckDB file a new identity
     // (inode times), which makes the engine-catalog record that apply wrote stale; it is
     // recorded again (untimed), as the apply had, so the next command starts where a user's
-    // `apply prod` after `apply dev` would (SPEC §4 invariant 27).
+    // `apply prod` after `apply dev` would (SPEC §4 invariant 27). A Postgres engine has no
+    // record (every plan queries its catalog).
     let restore = || -> anyhow::Result<()> {
         snapshot(&files, &snap, false)?;
-        efmesh::session::engine_catalog(&project).ok_or_else(|| anyhow::anyhow!("cannot read the restored engine catalog"))?;
+        store.snapshot_ef(false)?;
+        if server.is_none() {
+            efmesh::session::engine_catalog(&project).ok_or_else(|| anyhow::anyhow!("cannot read the restored engine catalog"))?;
+        }
         Ok(())
     };
 
     // No-op plan.
     let mut noop = Runs::default();
     for _ in 0..k {
-        noop.0.push(measure(efmesh(bin, &dir, &["plan", "dev"]))?);
+        noop.0.push(measure(store.efmesh(bin, &dir, &["plan", "dev"]))?);
     }
-    let out = Command::new(bin).args(["plan", "dev", "--json"]).current_dir(&dir).output()?;
+    let out = store.efmesh(bin, &dir, &["plan", "dev", "--json"]).output()?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     anyhow::ensure!(v["hasChanges"] == serde_json::Value::Bool(false), "the plan right after apply has changes");
     push(Line { what: format!("{tag}: no-op plan"), ef: noop, fl: Runs::default(), note: "no changes".into(), load: loadavg() });
@@ -604,9 +760,9 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
     let (ef, fl) = alternate(
         k,
         restore,
-        || Ok(efmesh(bin, &dir, &["apply", "prod", "--yes"])),
-        || snapshot(std::slice::from_ref(&floor_db), &floor_snap, false),
-        || floor_exec(&dir, &prod_script, &floor_db),
+        || Ok(store.efmesh(bin, &dir, &["apply", "prod", "--yes"])),
+        || store.snapshot_floor(&floor_snap, false),
+        || store.floor(&dir, &prod_script),
     )?;
     let prod_pairs: Vec<(String, String, &Model)> = project
         .dag
@@ -614,7 +770,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         .filter(|m| materialised(m))
         .map(|m| (env_view(efmesh::core::name::PROD, &m.name), env_view(efmesh::core::name::PROD, &m.name), m))
         .collect();
-    let (views, _) = compare(&dir.join("efmesh.duckdb"), &floor_db, &prod_pairs, false)?;
+    let (views, _) = store.compare(&dir, &prod_pairs, false)?;
     push(Line { what: format!("{tag}: promote dev → prod"), ef, fl, note: format!("{views} prod views, same counts"), load: loadavg() });
 
     // A breaking change in the middle layer.
@@ -626,19 +782,22 @@ fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Vec<Line>> {
         let rerun = descendants(&changed_project, &name);
         let rebuilt = changed_project.dag.models().filter(|m| materialised(m) && rerun.contains(&m.name)).count();
         let rerun_sql = dir.join("floor-breaking.sql");
-        fs_err::write(&rerun_sql, rerun_script(&changed_project, &ranges, &rerun)?)?;
+        fs_err::write(&rerun_sql, rerun_script(&changed_project, &ranges, &rerun, store.sql())?)?;
         let (ef, fl) = alternate(
             k,
             restore,
-            || Ok(efmesh(bin, &dir, &["apply", "dev", "--yes"])),
-            || snapshot(std::slice::from_ref(&floor_db), &floor_snap, false),
-            || floor_exec(&dir, &rerun_sql, &floor_db),
+            || Ok(store.efmesh(bin, &dir, &["apply", "dev", "--yes"])),
+            || store.snapshot_floor(&floor_snap, false),
+            || store.floor(&dir, &rerun_sql),
         )?;
-        let note = compared(compare(&dir.join("efmesh.duckdb"), &floor_db, &dev_pairs(&changed_project), args.full_compare)?);
+        let note = compared(store.compare(&dir, &dev_pairs(&changed_project), args.full_compare)?);
         Ok(Line { what: format!("{tag}: breaking change of `{model}` ({rebuilt} models re-run)"), ef, fl, note, load: loadavg() })
     })();
     fs_err::write(&file, &original)?;
     push(result?);
+    if args.keep.is_none() {
+        store.drop_databases()?;
+    }
     drop(tmp);
     Ok(lines)
 }
@@ -686,15 +845,25 @@ fn flights(args: &Args, bin: &Path) -> anyhow::Result<Line> {
 pub fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let bin = efmesh_bin()?;
+    let server = if args.postgres { Some(pg::Server::from_env()?) } else { None };
+    if let Some(s) = &server {
+        match pg::postmaster(s) {
+            Some(pid) => {
+                let _ = POSTMASTER.set(pid);
+                eprintln!("Postgres: {} (postmaster {pid}: its CPU time is shown as `+ server`)", s.describe());
+            }
+            None => eprintln!("Postgres: {} (its processes are not visible here: no server CPU time)", s.describe()),
+        }
+    }
     let mut lines = Vec::new();
-    if args.flights {
+    if args.flights && server.is_none() {
         let l = flights(&args, &bin)?;
         eprintln!("{}: efmesh {} / floor {}", l.what, l.ef.show(), l.fl.show());
         lines.push(l);
     }
     if args.sizes {
         for &n in &args.ns {
-            lines.extend(bench_one(n, &args, &bin)?);
+            lines.extend(bench_one(n, &args, &bin, server.as_ref())?);
         }
     }
     println!();

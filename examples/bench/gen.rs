@@ -19,6 +19,15 @@
 //! `view`, the rest `full`. Chains of views/embedded models are capped so that no body inlines
 //! more than a few of them. Randomness is splitmix64 from a fixed seed: same N, same seed, same
 //! project, byte for byte.
+//!
+//! [`Sql::Postgres`] writes the same DAG (the same random draws, models, kinds and parents) for
+//! the Postgres engine: `[engine] url_env = "EFMESH_BENCH_PG_ENGINE_URL"` in `efmesh.toml`, the
+//! three roots as externals naming tables (`src.events`, `src.customers`, `src.products`, which
+//! the bench loads from `data/*.csv`), and Postgres spellings where DuckDB's differ: `GROUP BY`
+//! ordinals for `GROUP BY ALL`, `round` over `numeric` (Postgres has no `round(double, int)`),
+//! `double precision` for `double`, and every reference aliased (Postgres 15 refuses an
+//! unnamed subquery in `FROM`, which an embedded model's inlined body is). [`Sql::DuckDb`]
+//! writes exactly what it wrote before.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -34,6 +43,46 @@ const REGIONS: i64 = 12;
 const CATEGORIES: i64 = 20;
 /// Max number of view/embedded models a body may inline transitively.
 const MAX_INLINE: u32 = 6;
+
+/// The SQL dialect of a generated project (and the engine it runs on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sql {
+    /// DuckDB, the default engine: externals read `data/*.parquet` and `data/customers.csv`.
+    #[default]
+    DuckDb,
+    /// Postgres (`[engine] url_env`): externals name the tables of [`PG_SOURCES`].
+    Postgres,
+}
+
+/// The variable naming the Postgres engine database of a [`Sql::Postgres`] project.
+pub const PG_ENGINE_URL_ENV: &str = "EFMESH_BENCH_PG_ENGINE_URL";
+
+/// The source tables of a [`Sql::Postgres`] project: (table, column definitions, CSV file under
+/// `data/`, with a header line). The bench creates and fills them before timing anything.
+pub const PG_SOURCES: [(&str, &str, &str); 3] = [
+    ("src.events", "event_id bigint, event_at timestamp, customer_id integer, product_id integer, amount double precision", "events.csv"),
+    ("src.customers", "customer_id integer, region varchar, segment varchar", "customers.csv"),
+    ("src.products", "product_id integer, category varchar, price double precision", "products.csv"),
+];
+
+/// The external roots of a DuckDB project (a Postgres project names tables instead).
+const RAW_DUCKDB: &str = r#"-- External roots (generated data).
+define_model {
+  name = "raw.events",
+  kind = kind.external { path = "data/events.parquet" },
+  schema = { { "event_id", "bigint" }, { "event_at", "timestamp" }, { "customer_id", "integer" }, { "product_id", "integer" }, { "amount", "double" } },
+}
+define_model {
+  name = "raw.customers",
+  kind = kind.external { path = "data/customers.csv" },
+  schema = { { "customer_id", "integer" }, { "region", "varchar" }, { "segment", "varchar" } },
+}
+define_model {
+  name = "raw.products",
+  kind = kind.external { path = "data/products.parquet" },
+  schema = { { "product_id", "integer" }, { "category", "varchar" }, { "price", "double" } },
+}
+"#;
 
 /// What a generated project contains.
 #[derive(Debug, Default, Clone)]
@@ -99,14 +148,34 @@ const EVENTS: &str = "raw.events";
 const CUSTOMERS_M: &str = "raw.customers";
 const PRODUCTS_M: &str = "raw.products";
 
-fn schema_of(shape: Shape) -> &'static str {
-    match shape {
+fn schema_of(shape: Shape, sql: Sql) -> String {
+    let schema = match shape {
         Shape::A => {
             r#"{ { "event_id", "bigint" }, { "event_at", "timestamp" }, { "customer_id", "integer" }, { "product_id", "integer" }, { "region", "varchar" }, { "amount", "double" } }"#
         }
         Shape::B => r#"{ { "k", "varchar" }, { "n", "bigint" }, { "total", "double" } }"#,
         Shape::D => r#"{ { "day", "timestamp" }, { "k", "varchar" }, { "n", "bigint" }, { "total", "double" } }"#,
+    };
+    match sql {
+        Sql::DuckDb => schema.to_string(),
+        Sql::Postgres => schema.replace("\"double\"", "\"double precision\""),
     }
+}
+
+/// `sql` with every reference marker (`§i`) not followed by an alias given one (`AS s<i>`).
+fn alias_refs(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(i) = rest.find('§') {
+        let after = i + '§'.len_utf8() + 1;
+        out.push_str(&rest[..after]);
+        if !rest[after..].starts_with(" AS ") {
+            let _ = write!(out, " AS s{}", &rest[i + '§'.len_utf8()..after]);
+        }
+        rest = &rest[after..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Renders SQL whose `§0`, `§1`, `§2` markers stand for `ref(parents[i])` as a Lua expression.
@@ -201,31 +270,26 @@ impl Pools {
 /// Writes a project of `n` models and its data under `dir`. With `one_batch`, every time-range
 /// model declares a `batch_size` covering its whole range (backfilled in one batch, as the
 /// floor runs it) instead of 7, 14 or 30 days; the project is otherwise the same.
-pub fn generate(dir: &Path, n: usize, events: i64, seed: u64, one_batch: bool) -> anyhow::Result<Summary> {
+pub fn generate(dir: &Path, n: usize, events: i64, seed: u64, one_batch: bool, sql: Sql) -> anyhow::Result<Summary> {
     fs_err::create_dir_all(dir.join("data"))?;
     fs_err::create_dir_all(dir.join("models"))?;
-    write_data(dir, events)?;
-    fs_err::write(dir.join("efmesh.toml"), "# generated by examples/bench.rs\n[project]\nmodels = [\"models/**/*.lua\"]\n")?;
-    fs_err::write(
-        dir.join("models/raw.lua"),
-        r#"-- External roots (generated data).
-define_model {
-  name = "raw.events",
-  kind = kind.external { path = "data/events.parquet" },
-  schema = { { "event_id", "bigint" }, { "event_at", "timestamp" }, { "customer_id", "integer" }, { "product_id", "integer" }, { "amount", "double" } },
-}
-define_model {
-  name = "raw.customers",
-  kind = kind.external { path = "data/customers.csv" },
-  schema = { { "customer_id", "integer" }, { "region", "varchar" }, { "segment", "varchar" } },
-}
-define_model {
-  name = "raw.products",
-  kind = kind.external { path = "data/products.parquet" },
-  schema = { { "product_id", "integer" }, { "category", "varchar" }, { "price", "double" } },
-}
-"#,
-    )?;
+    write_data(dir, events, sql)?;
+    let toml = "# generated by examples/bench.rs\n[project]\nmodels = [\"models/**/*.lua\"]\n";
+    let raw = match sql {
+        Sql::DuckDb => {
+            fs_err::write(dir.join("efmesh.toml"), toml)?;
+            RAW_DUCKDB.to_string()
+        }
+        Sql::Postgres => {
+            fs_err::write(dir.join("efmesh.toml"), format!("{toml}\n[engine]\nurl_env = \"{PG_ENGINE_URL_ENV}\"\n"))?;
+            RAW_DUCKDB
+                .replace("path = \"data/events.parquet\"", "table = \"src.events\"")
+                .replace("path = \"data/customers.csv\"", "table = \"src.customers\"")
+                .replace("path = \"data/products.parquet\"", "table = \"src.products\"")
+                .replace("\"double\"", "\"double precision\"")
+        }
+    };
+    fs_err::write(dir.join("models/raw.lua"), raw)?;
 
     let mut rng = Rng(seed ^ (n as u64).wrapping_mul(0x0100_0000_01B3));
     // Deeper DAGs for larger projects: 4 layers at 100 models, 6 at 500, 11 at 2000.
@@ -241,7 +305,7 @@ define_model {
         let mut text = format!("-- generated: layer {layer}\n");
         let mut j = 0;
         while j < per_file && i < n && 1 + i * layers / n == layer {
-            let (model, lua) = one_model(&mut rng, &pools, i, layer, one_batch);
+            let (model, lua) = one_model(&mut rng, &pools, i, layer, one_batch, sql);
             match lua.1 {
                 K::Full => summary.full += 1,
                 K::View => summary.view += 1,
@@ -266,7 +330,7 @@ define_model {
 }
 
 /// One model: its pool entry and (Lua text, kind).
-fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize, one_batch: bool) -> (Gen, (String, K)) {
+fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize, one_batch: bool, dialect: Sql) -> (Gen, (String, K)) {
     let name = format!("l{layer:02}.m{i:05}");
     let incremental = rng.unit() < 0.10;
     let shape = if incremental {
@@ -287,7 +351,8 @@ fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize, one_batch: bo
             _ => K::Full,
         }
     };
-    let (sql, parents) = body(rng, pools, shape, layer, matches!(kind, K::Incr(_)));
+    let (sql, parents) = body(rng, pools, shape, layer, matches!(kind, K::Incr(_)), dialect);
+    let sql = if dialect == Sql::Postgres { alias_refs(&sql) } else { sql };
     let parent_inline: u32 = parents.iter().filter_map(|p| pools.get(p)).map(|m| m.inline).sum();
     if matches!(kind, K::View | K::Embedded) && parent_inline + 1 > MAX_INLINE {
         kind = K::Full;
@@ -306,14 +371,19 @@ fn one_model(rng: &mut Rng, pools: &Pools, i: usize, layer: usize, one_batch: bo
     let _ = write!(
         lua,
         "\ndefine_model {{\n  name = \"{name}\",\n  kind = {kind_lua},\n  schema = {},\n  query = {},\n}}\n",
-        schema_of(shape),
+        schema_of(shape, dialect),
         lua_query(&sql, &parents)
     );
     (Gen { name, layer, shape, inline }, (lua, kind))
 }
 
 /// SQL (with `§i` markers) and parents for a model of `shape` at `layer`.
-fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: bool) -> (String, Vec<String>) {
+fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: bool, dialect: Sql) -> (String, Vec<String>) {
+    // Spellings that differ: `GROUP BY ALL` (its columns by position on Postgres) and
+    // `round(x, 2)` of a double (Postgres rounds `numeric` only; cast back to a double).
+    let pg = dialect == Sql::Postgres;
+    let group_all = |ordinals: &str| if pg { format!("GROUP BY {ordinals}") } else { "GROUP BY ALL".to_string() };
+    let round2 = |x: &str| if pg { format!("CAST(round(CAST({x} AS numeric), 2) AS double precision)") } else { format!("round({x}, 2)") };
     let (m, r) = {
         let m = rng.range(2, 6);
         (m, rng.range(0, m - 1))
@@ -339,8 +409,10 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
             ),
             Shape::B => (
                 format!(
-                    "\nSELECT c.segment || '-' || c.region AS k, count(*) AS n, round(sum(e.amount), 2) AS total\nFROM §0 AS e\n\
-                     JOIN §1 AS c ON c.customer_id = e.customer_id\nWHERE e.event_id % {m} = {r}\nGROUP BY ALL\n"
+                    "\nSELECT c.segment || '-' || c.region AS k, count(*) AS n, {} AS total\nFROM §0 AS e\n\
+                     JOIN §1 AS c ON c.customer_id = e.customer_id\nWHERE e.event_id % {m} = {r}\n{}\n",
+                    round2("sum(e.amount)"),
+                    group_all("1")
                 ),
                 vec![ev, CUSTOMERS_M.into()],
             ),
@@ -349,7 +421,8 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
                 (
                     format!(
                         "\nSELECT date_trunc('day', e.event_at) AS day, c.region AS k, count(*) AS n, sum(e.amount) AS total\n\
-                         FROM §0 AS e\nJOIN §1 AS c ON c.customer_id = e.customer_id\nWHERE {w}\nGROUP BY ALL\n"
+                         FROM §0 AS e\nJOIN §1 AS c ON c.customer_id = e.customer_id\nWHERE {w}\n{}\n",
+                        group_all("1, 2")
                     ),
                     vec![ev, CUSTOMERS_M.into()],
                 )
@@ -368,8 +441,9 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
             match rng.below(3) {
                 0 => (
                     format!(
-                        "\nSELECT event_id, event_at, customer_id, product_id, region, round(amount * {f}, 2) AS amount\n\
-                         FROM §0\nWHERE event_id % {m} <> {r}\n"
+                        "\nSELECT event_id, event_at, customer_id, product_id, region, {} AS amount\n\
+                         FROM §0\nWHERE event_id % {m} <> {r}\n",
+                        round2(&format!("amount * {f}"))
                     ),
                     vec![a],
                 ),
@@ -400,8 +474,9 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
                 } else {
                     (
                         format!(
-                            "\nSELECT CAST(customer_id % {} AS VARCHAR) AS k, count(*) AS n, round(sum(amount), 2) AS total\nFROM §0\nGROUP BY 1\n",
-                            rng.range(10, 200)
+                            "\nSELECT CAST(customer_id % {} AS VARCHAR) AS k, count(*) AS n, {} AS total\nFROM §0\nGROUP BY 1\n",
+                            rng.range(10, 200),
+                            round2("sum(amount)")
                         ),
                         vec![a],
                     )
@@ -435,7 +510,10 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
                 let a = pick(rng, Shape::A, &mut taken).expect("A");
                 let w = if incremental { format!("WHERE {}\n", tfilter("event_at")) } else { String::new() };
                 return (
-                    format!("\nSELECT date_trunc('day', event_at) AS day, region AS k, count(*) AS n, sum(amount) AS total\nFROM §0\n{w}GROUP BY ALL\n"),
+                    format!(
+                        "\nSELECT date_trunc('day', event_at) AS day, region AS k, count(*) AS n, sum(amount) AS total\nFROM §0\n{w}{}\n",
+                        group_all("1, 2")
+                    ),
                     vec![a],
                 );
             }
@@ -478,12 +556,14 @@ fn body(rng: &mut Rng, pools: &Pools, shape: Shape, layer: usize, incremental: b
     }
 }
 
-/// Writes the three source files with DuckDB (deterministic arithmetic, no randomness).
-fn write_data(dir: &Path, events: i64) -> anyhow::Result<()> {
+/// Writes the three source files with DuckDB (deterministic arithmetic, no randomness): for
+/// Postgres, every one as CSV with a header (the files of [`PG_SOURCES`]), the same rows.
+fn write_data(dir: &Path, events: i64, sql: Sql) -> anyhow::Result<()> {
     let data = dir.join("data");
     let q = |p: &str| data.join(p).to_string_lossy().replace('\'', "''");
     let conn = duckdb::Connection::open_in_memory()?;
     let secs = DAYS * 86_400;
+    let pg = sql == Sql::Postgres;
     conn.execute_batch(&format!(
         "COPY (
            SELECT i AS event_id,
@@ -492,7 +572,7 @@ fn write_data(dir: &Path, events: i64) -> anyhow::Result<()> {
                   CAST((i * 104729 + 7) % {PRODUCTS} AS INTEGER) AS product_id,
                   ((i * 2654435761) % 100000) / 100.0 AS amount
            FROM range({events}) AS t(i) ORDER BY event_at
-         ) TO '{ev}' (FORMAT parquet);
+         ) TO '{ev}' ({parquet});
          COPY (
            SELECT CAST(i AS INTEGER) AS customer_id,
                   'r' || lpad(CAST((i * 31) % {REGIONS} AS VARCHAR), 2, '0') AS region,
@@ -504,10 +584,11 @@ fn write_data(dir: &Path, events: i64) -> anyhow::Result<()> {
                   'cat' || lpad(CAST((i * 7) % {CATEGORIES} AS VARCHAR), 2, '0') AS category,
                   round(1 + ((i * 7907) % 9900) / 100.0, 2) AS price
            FROM range({PRODUCTS}) AS t(i)
-         ) TO '{pr}' (FORMAT parquet);",
-        ev = q("events.parquet"),
+         ) TO '{pr}' ({parquet});",
+        ev = q(if pg { "events.csv" } else { "events.parquet" }),
         cu = q("customers.csv"),
-        pr = q("products.parquet"),
+        pr = q(if pg { "products.csv" } else { "products.parquet" }),
+        parquet = if pg { "FORMAT csv, HEADER true" } else { "FORMAT parquet" },
     ))?;
     Ok(())
 }

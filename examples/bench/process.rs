@@ -293,7 +293,7 @@ struct Row {
 fn bench_one(n: usize, args: &Args, bin: &Path) -> anyhow::Result<Row> {
     let (tmp, dir) = bench_dir(args.keep.as_deref(), &format!("p{n}"), "efmesh-bench-process-")?;
     let t = Instant::now();
-    let summary = super::generator::generate(&dir, n, args.events, args.seed, false)?;
+    let summary = super::generator::generate(&dir, n, args.events, args.seed, false, super::generator::Sql::DuckDb)?;
     eprintln!("[n={n}] generated {} models in {} files in {} ms; load average {}", summary.models, summary.files, super::ms(t.elapsed()), loadavg());
     let k = args.runs;
     let cache = dir.join(".efmesh");
@@ -554,7 +554,7 @@ pub fn main() -> anyhow::Result<()> {
         for &n in &args.ns {
             let d = keep.join(format!("p{n}"));
             remove(&d)?;
-            let summary = super::generator::generate(&d, n, args.events, args.seed, false)?;
+            let summary = super::generator::generate(&d, n, args.events, args.seed, false, super::generator::Sql::DuckDb)?;
             eprintln!("[n={n}] generated {} models in {} files under {}", summary.models, summary.files, d.display());
         }
         return Ok(());
