@@ -364,6 +364,39 @@ impl LakeSection {
     pub fn is_s3(&self) -> bool {
         self.path.starts_with("s3://")
     }
+
+    /// The S3 settings of the section.
+    pub fn s3(&self) -> S3Settings {
+        S3Settings {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            url_style: self.s3_url_style.clone(),
+            use_ssl: self.s3_use_ssl,
+            access_key_id_env: self.s3_access_key_id_env.clone(),
+            secret_access_key_env: self.s3_secret_access_key_env.clone(),
+            session_token_env: self.s3_session_token_env.clone(),
+        }
+    }
+}
+
+/// How DuckDB reaches an S3 location (`[lake]` or `[ducklake]`): the `s3_*` keys of either.
+/// Credentials are the NAMES of environment variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Settings {
+    /// `host[:port]` of an S3-compatible store (default: AWS).
+    pub endpoint: Option<String>,
+    /// Region (default `us-east-1`).
+    pub region: Option<String>,
+    /// `path` or `vhost`.
+    pub url_style: Option<String>,
+    /// HTTPS or not (default true).
+    pub use_ssl: Option<bool>,
+    /// Variable holding the access key id.
+    pub access_key_id_env: String,
+    /// Variable holding the secret access key.
+    pub secret_access_key_env: String,
+    /// Variable holding a session token (used when set).
+    pub session_token_env: String,
 }
 
 fn default_key_id_env() -> String {
@@ -378,16 +411,93 @@ fn default_token_env() -> String {
     "AWS_SESSION_TOKEN".into()
 }
 
-/// `[ducklake]`: the DuckLake catalog that models with `target = "ducklake"` live in.
+/// `[ducklake]`: the DuckLake catalog that models with `target = "ducklake"` live in: a local
+/// DuckDB file (`catalog`), or a Postgres database (`catalog_url_env`) that several machines
+/// share, with the data in a shared place (`data_path = "s3://…"`; see `docs/scaling.md`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DuckLakeSection {
     /// The catalog's metadata database: a local DuckDB file, relative to the config directory.
+    /// Empty when the catalog is in Postgres (`catalog_url_env`).
+    #[serde(default)]
     pub catalog: PathBuf,
+    /// The NAME of an environment variable holding a `postgres://` URL (or a `key=value`
+    /// string): the catalog's metadata lives in that Postgres database (DuckDB's
+    /// `postgres_scanner` extension). Never the URL itself; it is never logged.
+    #[serde(default)]
+    pub catalog_url_env: Option<String>,
     /// Where DuckLake writes its parquet data files: a local directory, relative to the config
-    /// directory (default: DuckLake's, `<catalog>.files` beside the catalog).
+    /// directory (default: DuckLake's, `<catalog>.files` beside the catalog), or
+    /// `s3://bucket/prefix` (reached with the `s3_*` keys below).
     #[serde(default)]
     pub data_path: Option<PathBuf>,
+    /// S3 endpoint `host[:port]` of an `s3://` data path (default: AWS).
+    #[serde(default)]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default `us-east-1`).
+    #[serde(default)]
+    pub s3_region: Option<String>,
+    /// `path` or `vhost` addressing.
+    #[serde(default)]
+    pub s3_url_style: Option<String>,
+    /// Whether to use HTTPS (default true).
+    #[serde(default)]
+    pub s3_use_ssl: Option<bool>,
+    /// Environment variable holding the access key id (default `AWS_ACCESS_KEY_ID`).
+    #[serde(default = "default_key_id_env")]
+    pub s3_access_key_id_env: String,
+    /// Environment variable holding the secret access key (default `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default = "default_secret_env")]
+    pub s3_secret_access_key_env: String,
+    /// Environment variable holding a session token, used when set (default `AWS_SESSION_TOKEN`).
+    #[serde(default = "default_token_env")]
+    pub s3_session_token_env: String,
+}
+
+impl DuckLakeSection {
+    /// What is wrong with the section's values, if anything.
+    fn problem(&self) -> Option<String> {
+        match (&self.catalog_url_env, self.catalog.as_os_str().is_empty()) {
+            (Some(_), false) => {
+                return Some("`ducklake.catalog` (a local file) and `ducklake.catalog_url_env` (a Postgres database) are both set: keep one".into());
+            }
+            (None, true) => return Some("`[ducklake]` needs `catalog` (a local file) or `catalog_url_env` (the variable holding a Postgres URL)".into()),
+            (Some(var), true) if var.is_empty() || var.contains(['=', '\0']) || var.contains("://") => {
+                return Some(format!("`ducklake.catalog_url_env` must name an environment variable (e.g. `DUCKLAKE_PG_URL`), got {var:?}"));
+            }
+            _ => {}
+        }
+        let data = self.data_path.as_ref().map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        if let Some(rest) = data.strip_prefix("s3://") {
+            if rest.split('/').next().is_none_or(str::is_empty) {
+                return Some(format!("`ducklake.data_path` `{data}` names no bucket (expected `s3://bucket/prefix`)"));
+            }
+        } else if data.contains("://") {
+            return Some(format!("`ducklake.data_path` `{data}`: only local directories and `s3://` are supported"));
+        }
+        match self.s3_url_style.as_deref() {
+            None | Some("path") | Some("vhost") => None,
+            Some(other) => Some(format!("`ducklake.s3_url_style` must be `path` or `vhost`, got `{other}`")),
+        }
+    }
+
+    /// The data path when it is an `s3://` location.
+    pub fn s3_data_path(&self) -> Option<String> {
+        self.data_path.as_ref().map(|d| d.to_string_lossy().into_owned()).filter(|d| d.starts_with("s3://"))
+    }
+
+    /// The S3 settings of the section.
+    pub fn s3(&self) -> S3Settings {
+        S3Settings {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            url_style: self.s3_url_style.clone(),
+            use_ssl: self.s3_use_ssl,
+            access_key_id_env: self.s3_access_key_id_env.clone(),
+            secret_access_key_env: self.s3_secret_access_key_env.clone(),
+            session_token_env: self.s3_session_token_env.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -448,6 +558,9 @@ impl Config {
             return Err(invalid("`project.models` lists no globs".into()));
         }
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
+            return Err(invalid(message));
+        }
+        if let Some(message) = raw.ducklake.as_ref().and_then(DuckLakeSection::problem) {
             return Err(invalid(message));
         }
         let state = raw.state.into_section().map_err(invalid)?;
@@ -533,6 +646,18 @@ impl Config {
     /// no file whose identity could tell that the store changed.
     pub fn state_file(&self) -> Option<PathBuf> {
         self.state.url_env.is_none().then(|| self.state_path())
+    }
+
+    /// The DuckLake catalog's local file, or `None` without `[ducklake]` or when the catalog is
+    /// in Postgres (`catalog_url_env`).
+    pub fn ducklake_catalog_file(&self) -> Option<PathBuf> {
+        self.ducklake.as_ref().filter(|dl| dl.catalog_url_env.is_none()).map(|dl| self.resolve(&dl.catalog))
+    }
+
+    /// True when the project has a DuckLake catalog that may hold tables: a Postgres catalog, or
+    /// a local file that exists.
+    pub fn ducklake_catalog_exists(&self) -> bool {
+        self.ducklake.as_ref().is_some_and(|dl| dl.catalog_url_env.is_some() || self.resolve(&dl.catalog).exists())
     }
 
     /// The lake root as the engine addresses it: `s3://…` as written (without a trailing `/`),

@@ -747,23 +747,11 @@ fn open_with_wait(open: &mut Opener<'_>, config: &Config, read_only: bool) -> Re
             }
         }
     };
-    if let (Some(e), Some(attach), Some(dl)) = (engine.as_mut(), crate::apply::ducklake::attach_sql_for(config), config.ducklake.as_ref()) {
-        // No catalog yet: no version lives there.
-        let catalog = config.resolve(&dl.catalog);
-        if catalog.exists() {
-            e.load_extension("ducklake")?;
-            let attach = if read_only {
-                use crate::core::name::{quote_ident, quote_literal};
-                format!(
-                    "ATTACH IF NOT EXISTS {} AS {} (READ_ONLY)",
-                    quote_literal(&format!("ducklake:{}", catalog.to_string_lossy())),
-                    quote_ident(crate::core::target::DUCKLAKE_ALIAS)
-                )
-            } else {
-                attach
-            };
-            e.execute(&attach)?;
-        }
+    // No catalog yet: no version lives there.
+    if let Some(e) = engine.as_mut()
+        && config.ducklake_catalog_exists()
+    {
+        crate::apply::ducklake::attach(config, &mut **e, read_only).map_err(|m| EngineError::new("", m))?;
     }
     Ok(engine)
 }

@@ -236,11 +236,9 @@ pub fn read_all(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Opt
     match engine {
         Some(engine) => {
             out.push(Owners::new(Storage::Engine, db, engine.owner_marker(false).map_err(|e| e.to_string())?, me));
-            if let Some(dl) = &config.ducklake
-                && config.resolve(&dl.catalog).exists()
-            {
+            if config.ducklake_catalog_exists() {
                 let owners = engine.owner_marker(true).map_err(|e| e.to_string())?;
-                out.push(Owners::new(Storage::Ducklake, config.resolve(&dl.catalog).to_string_lossy().into_owned(), owners, me));
+                out.push(Owners::new(Storage::Ducklake, crate::apply::ducklake::catalog_location(config), owners, me));
             }
         }
         None => out.push(Owners::new(Storage::Engine, db, None, me)),
@@ -377,7 +375,7 @@ pub fn adopt(config: &Config, engine: Option<&mut (dyn Engine + '_)>, s3: Option
         // Other stores' use records go with their ownership (SPEC §4, 39 (e)).
         let others: Vec<(String, String)> = engine.storage_uses().map_err(|e| e.to_string())?.into_iter().filter(|(s, _)| s != me).collect();
         engine.write_storage_uses(&[], &others).map_err(|e| e.to_string())?;
-        if config.ducklake.as_ref().is_some_and(|dl| config.resolve(&dl.catalog).exists()) {
+        if config.ducklake_catalog_exists() {
             engine.write_owner_marker(true, me, true, now).map_err(|e| e.to_string())?;
         }
     }

@@ -157,51 +157,50 @@ pub fn prepare(project: &Project, engine: &mut dyn Engine) -> Result<(), ApplyEr
     engine
         .load_extension("httpfs")
         .map_err(|e| target_error(None, None, format!("the S3 lake `{}` needs the `httpfs` extension: {}", lake.path, e.message)))?;
+    create_s3_secret(engine, S3_SECRET, &lake.path, &lake.s3(), "the S3 lake").map_err(|message| target_error(None, None, message))
+}
+
+/// Creates (replaces) the session's temporary S3 secret `name` for the bucket of `location`
+/// (`s3://bucket/…`) from `s3`'s settings and the environment variables it names; `what` names
+/// the location in messages (`the S3 lake`). The values are never logged nor shown.
+///
+/// # Errors
+/// A message naming an unset variable, or the engine's refusal (values redacted).
+pub fn create_s3_secret(engine: &mut dyn Engine, name: &str, location: &str, s3: &crate::config::S3Settings, what: &str) -> Result<(), String> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let key_id = var(&lake.s3_access_key_id_env).ok_or_else(|| {
-        target_error(
-            None,
-            None,
-            format!("the S3 lake `{}` needs an access key id in the environment variable `{}`, which is not set", lake.path, lake.s3_access_key_id_env),
-        )
-    })?;
-    let secret = var(&lake.s3_secret_access_key_env).ok_or_else(|| {
-        target_error(
-            None,
-            None,
-            format!("the S3 lake `{}` needs a secret access key in the environment variable `{}`, which is not set", lake.path, lake.s3_secret_access_key_env),
-        )
-    })?;
-    let token = var(&lake.s3_session_token_env);
-    let bucket = lake.path.trim_start_matches("s3://").split('/').next().unwrap_or_default();
+    let key_id = var(&s3.access_key_id_env)
+        .ok_or_else(|| format!("{what} `{location}` needs an access key id in the environment variable `{}`, which is not set", s3.access_key_id_env))?;
+    let secret = var(&s3.secret_access_key_env)
+        .ok_or_else(|| format!("{what} `{location}` needs a secret access key in the environment variable `{}`, which is not set", s3.secret_access_key_env))?;
+    let token = var(&s3.session_token_env);
+    let bucket = location.trim_start_matches("s3://").split('/').next().unwrap_or_default();
     let mut options = vec![
         "TYPE s3".to_string(),
         format!("KEY_ID {}", quote_literal(&key_id)),
         format!("SECRET {}", quote_literal(&secret)),
-        format!("REGION {}", quote_literal(lake.s3_region.as_deref().unwrap_or("us-east-1"))),
+        format!("REGION {}", quote_literal(s3.region.as_deref().unwrap_or("us-east-1"))),
     ];
     if let Some(t) = &token {
         options.push(format!("SESSION_TOKEN {}", quote_literal(t)));
     }
-    if let Some(e) = &lake.s3_endpoint {
+    if let Some(e) = &s3.endpoint {
         options.push(format!("ENDPOINT {}", quote_literal(e)));
     }
-    if let Some(s) = &lake.s3_url_style {
+    if let Some(s) = &s3.url_style {
         options.push(format!("URL_STYLE {}", quote_literal(s)));
     }
-    if let Some(ssl) = lake.s3_use_ssl {
+    if let Some(ssl) = s3.use_ssl {
         options.push(format!("USE_SSL {ssl}"));
     }
     options.push(format!("SCOPE {}", quote_literal(&format!("s3://{bucket}"))));
-    let sql = format!("CREATE OR REPLACE TEMPORARY SECRET {} ({})", quote_ident(S3_SECRET), options.join(", "));
-    engine.execute_secret("CREATE SECRET for the S3 lake", &sql).map_err(|e| {
+    let sql = format!("CREATE OR REPLACE TEMPORARY SECRET {} ({})", quote_ident(name), options.join(", "));
+    engine.execute_secret(&format!("CREATE SECRET for {what}"), &sql).map_err(|e| {
         let mut message = e.message;
         for v in [Some(&key_id), Some(&secret), token.as_ref()].into_iter().flatten() {
             message = message.replace(v.as_str(), "<redacted>");
         }
-        target_error(None, None, format!("cannot create the S3 secret for the lake `{}`: {message}", lake.path))
-    })?;
-    Ok(())
+        format!("cannot create the S3 secret for {what} `{location}`: {message}")
+    })
 }
 
 /// Builds one action of a parquet model: writes its files, refreshes its view and manifest,

@@ -46,6 +46,7 @@ mod sandbox_rhai;
 mod schedule;
 mod seeds;
 mod session_reuse;
+mod shared_lake;
 mod state_backends;
 mod state_store;
 mod unit_tests;

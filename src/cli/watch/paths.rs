@@ -47,8 +47,7 @@ impl Filter {
         if let Some(lake) = config.lake.as_ref().filter(|l| !l.is_s3()) {
             own_dirs.push(config.resolve(Path::new(lake.path.trim_end_matches('/'))));
         }
-        if let Some(dl) = &config.ducklake {
-            let catalog = config.resolve(&dl.catalog);
+        if let (Some(dl), Some(catalog)) = (&config.ducklake, config.ducklake_catalog_file()) {
             let mut data = catalog.clone().into_os_string();
             data.push(".files");
             own_dirs.push(dl.data_path.as_ref().map_or_else(|| PathBuf::from(data), |d| config.resolve(d)));
