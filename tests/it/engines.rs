@@ -2,9 +2,11 @@
 //! and refuses. Every model here is written in SQL both engines read the same way, so the rows
 //! must be equal; the Postgres-only behaviours (identifier limits, DuckDB-only features) follow.
 
-use crate::common::{EngineBackend, Project, StateBackend, action, actions};
+use crate::common::{EngineBackend, Project, Rows, StateBackend, action, actions};
 use crate::{on_every_engine, pg};
 use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// A seed, a `full` model, a `view` over both, a daily time-range model, a unique-key model and
 /// an SCD type 2 model, in SQL both engines run.
@@ -335,4 +337,197 @@ fn engine_and_state_both_in_postgres() {
     assert!(!p.state_path().exists() && !p.engine_path().exists(), "no local database file");
     assert_eq!(p.rows("dev__s.latest"), vec![vec![Some("A".to_string()), Some("20".to_string())], vec![Some("B".to_string()), Some("20".to_string())]]);
     assert!(actions(&p.plan("dev")).iter().all(|a| a["change"] == "unchanged"));
+}
+
+// The hospital example on both engines (issue #14): `examples/hospital_portable` is
+// `examples/hospital` in SQL that DuckDB and Postgres run alike. Every model must have the same
+// rows on both engines, and on DuckDB the rows of its counterpart in `examples/hospital`.
+
+/// The instant the hospital projects are applied at: after the feed's last day, so every
+/// interval of `med.moves` is built (as in `tests/it/examples.rs`).
+const HOSPITAL_NOW: &str = "2026-11-30T00:00:00Z";
+
+/// A project running the shipped example `examples/<dir>` on `engine`: its files copied with its
+/// own `efmesh.toml`, plus `[engine] url_env` on Postgres (what its README tells a user to add).
+fn example_project(dir: &str, engine: EngineBackend) -> Project {
+    /// Copies a directory, without the outputs of earlier runs (databases, state stores, load
+    /// caches, the lake and DuckLake directories).
+    fn copy_tree(from: &Path, to: &Path, top: bool) {
+        fs_err::create_dir_all(to).expect("mkdir");
+        for entry in fs_err::read_dir(from).expect("read the example") {
+            let entry = entry.expect("entry");
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if (top && ["lake", "ducklake", ".efmesh"].contains(&name.as_str())) || name.contains(".duckdb") || name.contains(".state.sqlite") {
+                continue;
+            }
+            let (src, dst) = (entry.path(), to.join(&name));
+            if src.is_dir() {
+                copy_tree(&src, &dst, false);
+            } else {
+                fs_err::copy(&src, &dst).expect("copy");
+            }
+        }
+    }
+    let mut p = Project::on_engine(engine);
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(dir), p.root(), true);
+    if p.on_postgres() {
+        let config = p.read("efmesh.toml");
+        p.write("efmesh.toml", &format!("{config}\n[engine]\nurl_env = \"{}\"\n", crate::common::PG_ENGINE_URL_ENV));
+    }
+    p.now = HOSPITAL_NOW.to_string();
+    p
+}
+
+/// Every model of a plan, by name, with its kind.
+fn models_of(plan: &Value) -> BTreeMap<String, String> {
+    actions(plan).iter().map(|a| (a["name"].as_str().expect("name").to_string(), a["kind"].as_str().expect("kind").to_string())).collect()
+}
+
+/// The type family a column of `information_schema.columns.data_type` is compared by, named the
+/// same for both engines' spellings (DuckDB: `VARCHAR`, `DOUBLE`, `TIMESTAMP`; Postgres:
+/// `character varying`, `double precision`, `timestamp without time zone`).
+fn portable_type(data_type: &str) -> &'static str {
+    match data_type.to_ascii_lowercase().as_str() {
+        // Postgres types what a string function returns (`upper(…)`, `||`) `text`, the type its
+        // `varchar` is with no length limit; DuckDB names both VARCHAR.
+        "varchar" | "character varying" | "text" => "text",
+        "integer" => "integer",
+        "bigint" => "bigint",
+        "double" | "double precision" => "double",
+        "boolean" => "boolean",
+        "date" => "date",
+        "timestamp" | "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        other => panic!("no portable text form for the type `{other}` yet: add it to portable_type and portable_text"),
+    }
+}
+
+/// SQL giving `column` (of the portable type `ty`) as text both engines spell alike. The values
+/// are cast to text in SQL by each engine, never rendered by the client, so a Postgres boolean
+/// is `true`/`false` (its cast to text), not `t`/`f` (its wire form), as DuckDB's cast gives.
+fn portable_text(column: &str, ty: &str) -> String {
+    let c = format!("\"{column}\"");
+    match ty {
+        // An instant as text carries the session's time zone (`+00`); as the UTC wall-clock time
+        // (`timezone('UTC', …)`, a plain timestamp) it is the same whatever the session's zone.
+        "timestamptz" => format!("CAST(timezone('UTC', {c}) AS VARCHAR)"),
+        // A whole double prints `100.0` on DuckDB and `100` on Postgres; a decimal of fixed
+        // scale prints alike. Six places are far more than the one place the model rounds to.
+        "double" => format!("CAST(CAST({c} AS DECIMAL(18, 6)) AS VARCHAR)"),
+        // Integers, text, dates and timestamps (ISO) cast to the same text on both engines.
+        _ => format!("CAST({c} AS VARCHAR)"),
+    }
+}
+
+/// The columns of the relation `schema.table` of `p`'s engine, with their portable types.
+fn portable_columns(p: &Project, schema: &str, table: &str) -> Vec<(String, &'static str)> {
+    let columns: Vec<(String, &'static str)> = p
+        .query(&format!(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = '{table}' ORDER BY ordinal_position"
+        ))
+        .into_iter()
+        .map(|r| (r[0].clone().expect("column name"), portable_type(r[1].as_deref().expect("data type"))))
+        .collect();
+    assert!(!columns.is_empty(), "no relation {schema}.{table}");
+    columns
+}
+
+/// Every row of `from` (a relation or a subquery), its `columns` as portable text, sorted.
+fn portable_rows(p: &Project, from: &str, columns: &[(String, &'static str)]) -> Rows {
+    let select: Vec<String> = columns.iter().map(|(c, ty)| portable_text(c, ty)).collect();
+    let mut rows = p.query(&format!("SELECT {} FROM {from}", select.join(", ")));
+    rows.sort();
+    rows
+}
+
+/// Asserts two sorted row lists are the same multiset; otherwise names the counts and a few
+/// rows only one side has.
+#[track_caller]
+fn assert_same_rows(what: &str, (left_name, left): (&str, &Rows), (right_name, right): (&str, &Rows)) {
+    if left == right {
+        return;
+    }
+    let counts = |rows: &Rows| {
+        let mut m: BTreeMap<Vec<Option<String>>, usize> = BTreeMap::new();
+        for r in rows {
+            *m.entry(r.clone()).or_default() += 1;
+        }
+        m
+    };
+    let (l, r) = (counts(left), counts(right));
+    let only = |a: &BTreeMap<Vec<Option<String>>, usize>, b: &BTreeMap<Vec<Option<String>>, usize>| -> Vec<String> {
+        a.iter().filter(|(row, n)| b.get(*row).copied().unwrap_or(0) < **n).take(5).map(|(row, _)| format!("{row:?}")).collect()
+    };
+    panic!(
+        "{what}: {} rows on {left_name}, {} on {right_name}\n  only on {left_name}: {}\n  only on {right_name}: {}",
+        left.len(),
+        right.len(),
+        only(&l, &r).join("\n    "),
+        only(&r, &l).join("\n    ")
+    );
+}
+
+/// The models of `examples/hospital_portable`.
+const HOSPITAL_MODELS: [&str; 8] =
+    ["med.assignments", "med.census_daily", "med.current_location", "med.moves", "med.stays", "raw.departments", "raw.moves", "stg.moves"];
+
+#[test]
+fn the_hospital_example_gives_the_same_rows_on_duckdb_and_postgres() {
+    let Some(target) = pg::fresh_database() else { return };
+    let duck = example_project("hospital_portable", EngineBackend::DuckDb);
+    let pg = example_project("hospital_portable", EngineBackend::Postgres(target));
+    let models = models_of(&duck.plan("prod"));
+    assert_eq!(models.keys().collect::<Vec<_>>(), HOSPITAL_MODELS, "{models:?}");
+    assert_eq!(models_of(&pg.plan("prod")), models, "the same models, of the same kinds");
+    let (on_duck, on_pg) = (duck.apply("prod"), pg.apply("prod"));
+    assert_eq!(built(&on_duck), HOSPITAL_MODELS);
+    assert_eq!(built(&on_pg), HOSPITAL_MODELS);
+    // Postgres describes what it built as the plan expects: nothing to do right after.
+    assert_eq!(pg.plan("prod")["hasChanges"], Value::Bool(false));
+    for name in HOSPITAL_MODELS {
+        let (schema, table) = name.split_once('.').expect("schema.table");
+        let columns = portable_columns(&duck, schema, table);
+        assert_eq!(portable_columns(&pg, schema, table), columns, "{name}: the same columns, of the same types");
+        let rows = portable_rows(&duck, name, &columns);
+        assert!(!rows.is_empty(), "{name} is empty");
+        assert_same_rows(name, ("DuckDB", &rows), ("Postgres", &portable_rows(&pg, name, &columns)));
+    }
+    // Its unit tests (the hospital example's) pass on Postgres too (on DuckDB: tests/it/examples.rs).
+    let tests = pg.run(&["test", "--json"]).expect_code(0).json();
+    let passed: Vec<&str> = tests["tests"].as_array().expect("tests").iter().filter(|t| t["status"] == "passed").filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(passed, ["stg_moves_cleans_the_feed", "med_moves_keeps_only_its_interval", "stays_follow_each_case", "stays_of_no_moves_is_empty"], "{tests:#}");
+}
+
+#[test]
+fn the_portable_hospital_example_gives_the_original_rows_on_duckdb() {
+    let port = example_project("hospital_portable", EngineBackend::DuckDb);
+    // The original as shipped, its lake and DuckLake models included (the ducklake extension
+    // comes from EFMESH_EXTENSION_DIRECTORY, as for tests/it/examples.rs).
+    let original = example_project("hospital", EngineBackend::DuckDb);
+    let (port_models, original_models) = (models_of(&port.plan("prod")), models_of(&original.plan("prod")));
+    // What the port leaves out is exactly the two DuckDB-only storage targets.
+    let left_out: Vec<&String> = original_models.keys().filter(|m| !port_models.contains_key(*m)).collect();
+    assert_eq!(left_out, ["lake.dept_load", "lake.dept_moves_daily"]);
+    port.apply("prod");
+    original.apply("prod");
+    for (name, kind) in &port_models {
+        let original_kind = &original_models[name];
+        let (schema, table) = name.split_once('.').expect("schema.table");
+        let columns = portable_columns(&port, schema, table);
+        let rows = portable_rows(&port, name, &columns);
+        assert!(!rows.is_empty(), "{name} is empty");
+        // The original's `raw.moves` is an external model (no view): its rows are what the
+        // query `efmesh render` prints for it reads (the CSV file, typed as declared).
+        let from = if original_kind == "external" {
+            assert_eq!((name.as_str(), kind.as_str()), ("raw.moves", "seed"));
+            let source = original.run(&["render", name]).expect_code(0).stdout.trim().to_string();
+            assert!(source.contains("read_csv("), "{source}");
+            format!("({source}) AS source")
+        } else {
+            assert_eq!(original_kind, kind, "{name}: the same kind");
+            assert_eq!(portable_columns(&original, schema, table), columns, "{name}: the same columns, of the same types");
+            name.clone()
+        };
+        assert_same_rows(name, ("examples/hospital_portable", &rows), ("examples/hospital", &portable_rows(&original, &from, &columns)));
+    }
 }
