@@ -282,3 +282,8 @@ fn check_passes_the_flights_example() {
 fn check_passes_the_hospital_example() {
     check_example("hospital");
 }
+
+#[test]
+fn check_passes_the_hospital_portable_example() {
+    check_example("hospital_portable");
+}

@@ -112,6 +112,22 @@ fn hospital_example_builds_the_published_row_counts() {
     }
 }
 
+/// `examples/hospital_portable` (the hospital example in SQL Postgres runs too) builds the row
+/// counts its README publishes, the hospital example's; tests/it/engines.rs compares its rows
+/// with the hospital example's and between DuckDB and Postgres.
+#[test]
+fn hospital_portable_example_builds_the_published_row_counts() {
+    let (_, mut db, _, _dir) = apply_example("hospital_portable", "2026-11-30T00:00:00Z");
+    assert_eq!(count(&mut db, "dev__raw.moves"), 106_496, "the feed is a seed here");
+    assert_eq!(count(&mut db, "dev__raw.departments"), 7);
+    assert_eq!(count(&mut db, "dev__stg.moves"), 106_175);
+    assert_eq!(count(&mut db, "dev__med.moves"), 106_175);
+    assert_eq!(count(&mut db, "dev__med.stays"), 76_654);
+    assert_eq!(count(&mut db, "dev__med.census_daily"), 1_267);
+    assert_eq!(count(&mut db, "dev__med.current_location"), 24_293);
+    assert_eq!(count(&mut db, "dev__med.assignments"), 1_321);
+}
+
 #[test]
 fn hospital_assignments_gain_history_through_daily_runs() {
     let (project, mut db, state, _dir) = apply_example("hospital", "2026-03-01T00:00:00Z");
@@ -154,6 +170,13 @@ fn hospital_generator_is_deterministic_and_matches_the_committed_data() {
         let shipped = fs_err::read(committed.join(file)).unwrap();
         assert!(fresh == shipped, "{file} differs from a fresh run of the generator");
     }
+    // examples/hospital_portable loads the same feed as a seed.
+    let portable = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hospital_portable/seeds/moves.csv");
+    assert!(
+        fs_err::read(&portable).unwrap() == fs_err::read(committed.join("moves.csv")).unwrap(),
+        "{} differs from the hospital example's data/moves.csv",
+        portable.display()
+    );
     let rows = fs_err::read_to_string(dir.path().join("moves.csv")).unwrap().lines().count() - 1;
     assert!(rows >= 100_000, "only {rows} movement rows");
 }
@@ -193,6 +216,13 @@ fn hospital_unit_tests_pass() {
 }
 
 #[test]
+fn hospital_portable_unit_tests_pass() {
+    let tests = example_unit_tests("hospital_portable");
+    let names: Vec<&str> = tests.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["stg_moves_cleans_the_feed", "med_moves_keeps_only_its_interval", "stays_follow_each_case", "stays_of_no_moves_is_empty"]);
+}
+
+#[test]
 fn flights_unit_tests_pass() {
     let tests = example_unit_tests("flights");
     let got: Vec<(&str, &str)> = tests.iter().map(|(n, m, _)| (n.as_str(), m.as_str())).collect();
@@ -214,7 +244,7 @@ fn served_rows(project: &Project, engine: &mut DuckDb) -> Vec<(String, Vec<Vec<O
 
 #[test]
 fn examples_build_the_same_rows_with_one_job_and_with_four() {
-    for dir in ["flights", "hospital"] {
+    for dir in ["flights", "hospital", "hospital_portable"] {
         let (project, mut one, _, _d1) = apply_example_with(dir, "2026-11-30T00:00:00Z", 1);
         let (_, mut four, _, _d4) = apply_example_with(dir, "2026-11-30T00:00:00Z", 4);
         let (a, b) = (served_rows(&project, &mut one), served_rows(&project, &mut four));

@@ -438,7 +438,7 @@ fn streamed_canonical_digests_equal_the_digest_of_the_text() {
     use efmesh::sql::canon::canonical_digest;
     use efmesh::sql::fingerprint::body_digest;
     let mut bodies: Vec<String> = vec![ORDERS_BODY.to_string()];
-    for example in ["flights", "hospital"] {
+    for example in ["flights", "hospital", "hospital_portable"] {
         let tmp = example_copy(example);
         let config = efmesh::config::Config::load(&tmp.path().join("efmesh.toml")).unwrap();
         let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{example}: {e}"));
