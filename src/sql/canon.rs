@@ -397,7 +397,12 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
 
 /// Parses `sql` (sqlparser's DuckDB dialect) and returns its single query.
 pub(crate) fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
-    let statements = Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| SqlError::from_parser(e, sql))?;
+    parse_query_in(&DuckDbDialect {}, sql)
+}
+
+/// [`parse_query`] in sqlparser's `dialect`.
+pub(crate) fn parse_query_in(dialect: &dyn sqlparser::dialect::Dialect, sql: &str) -> Result<Box<Query>, SqlError> {
+    let statements = Parser::parse_sql(dialect, sql).map_err(|e| SqlError::from_parser(e, sql))?;
     let n = statements.len();
     let mut it = statements.into_iter();
     match (it.next(), n) {

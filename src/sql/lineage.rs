@@ -98,7 +98,31 @@ pub struct ColumnProblem {
 /// Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn unknown_columns(sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
-    let query = parse(sql)?;
+    unknown_columns_in(Grammar::DuckDb, sql, parents)
+}
+
+/// The SQL grammar a project's bodies are written in: its engine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grammar {
+    /// DuckDB's (sqlparser's DuckDB dialect).
+    DuckDb,
+    /// Postgres's: parsed with sqlparser's Postgres dialect; a body it cannot read is reported
+    /// with libpg_query's own message when Postgres's grammar refuses it too.
+    Postgres,
+}
+
+/// [`unknown_columns`] for a body written in `grammar`.
+///
+/// # Errors
+/// As [`unknown_columns`].
+pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
+    let query = match grammar {
+        Grammar::DuckDb => parse(sql)?,
+        Grammar::Postgres => *canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql).map_err(|e| match super::pg_canon::canonicalize(sql) {
+            Err(pg) => pg,
+            Ok(_) => e,
+        })?,
+    };
     let mut an = Analyzer { parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(), problems: Vec::new() };
     an.query(&query, None);
     let mut problems = an.problems;
@@ -1360,5 +1384,27 @@ mod tests {
     fn unparsable_sql_is_an_error() {
         assert!(unknown_columns("SELEC 1", &parents()).is_err());
         assert!(unknown_columns("DELETE FROM raw.orders", &parents()).is_err());
+    }
+}
+
+#[cfg(test)]
+mod postgres_grammar {
+    use super::*;
+
+    fn parents() -> BTreeMap<String, Vec<String>> {
+        BTreeMap::from([("raw.orders".to_string(), vec!["id".to_string(), "customer_id".to_string(), "amount".to_string()])])
+    }
+
+    #[test]
+    fn a_postgres_body_is_resolved_in_postgres_grammar() {
+        // Postgres spellings (`::`, `E''` strings, `string_agg … ORDER BY`, `DISTINCT ON`).
+        let ok = "SELECT DISTINCT ON (o.customer_id) o.customer_id, string_agg(o.id::text, E'\\t' ORDER BY o.id) AS ids FROM raw.orders AS o GROUP BY o.customer_id, o.id ORDER BY o.customer_id";
+        assert_eq!(unknown_columns_in(Grammar::Postgres, ok, &parents()).unwrap(), vec![]);
+        let bad = ok.replace("o.id::text", "o.idd::text");
+        let p = unknown_columns_in(Grammar::Postgres, &bad, &parents()).unwrap();
+        assert_eq!(p.iter().map(|p| p.column.as_str()).collect::<Vec<_>>(), ["idd"], "{p:#?}");
+        // What Postgres itself refuses is reported with its own message.
+        let e = unknown_columns_in(Grammar::Postgres, "SELECT a FROM raw.orders USING SAMPLE 10%", &parents()).unwrap_err();
+        assert!(matches!(e, SqlError::Postgres { .. }), "{e:?}");
     }
 }
