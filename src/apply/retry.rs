@@ -41,7 +41,7 @@ pub fn is_transient_message(message: &str) -> bool {
         let d = detail.to_ascii_lowercase();
         return !DETERMINISTIC.iter().any(|t| d.contains(t));
     }
-    m.starts_with("TransactionContext Error:") || m.starts_with("database is locked")
+    m.starts_with("TransactionContext Error:") || m.starts_with("database is locked") || m.starts_with("Lock Error:")
 }
 
 impl ApplyError {

@@ -39,7 +39,7 @@ pub enum Access {
 pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, EngineError> {
     if let Some(url) = postgres_url(config)? {
         return Ok(match access {
-            Access::ReadWrite => Box::new(postgres::Postgres::open(&url, false)?),
+            Access::ReadWrite => Box::new(postgres::Postgres::open_writer(&url)?),
             Access::ReadOnly | Access::Catalog => Box::new(postgres::Postgres::open(&url, true)?),
             Access::Scratch => Box::new(postgres::Postgres::scratch(&url)?),
         });

@@ -23,6 +23,9 @@ pub const MAX_IDENTIFIER_BYTES: usize = 63;
 /// The schema of efmesh's own records in a Postgres engine database (owner marker, storage uses).
 pub const META_SCHEMA: &str = "_efmesh_meta";
 
+/// The key of efmesh's writer lock on a Postgres engine database ([`Postgres::open_writer`]).
+const WRITER_LOCK: &str = "efmesh engine writer";
+
 /// A Postgres database.
 pub struct Postgres {
     client: postgres::Client,
@@ -54,6 +57,30 @@ impl Postgres {
     pub fn open(url: &str, read_only: bool) -> Result<Self, EngineError> {
         let config = crate::pg::parse(url).map_err(|e| EngineError::new("", format!("cannot open the Postgres engine database: {e}")))?;
         Self::connect(config, read_only)
+    }
+
+    /// [`Postgres::open`] for writing, as the one writer efmesh allows per database: the
+    /// session takes efmesh's writer lock (a session advisory lock, released when the
+    /// connection ends, a killed process's too), as DuckDB allows one writing process per file.
+    /// Two applies of different environments could otherwise build the same version at once.
+    /// The connections of its `--jobs` workers share its work and take no lock.
+    ///
+    /// # Errors
+    /// As [`Postgres::open`]; another process holding the lock fails at once with a message
+    /// `apply --retries` treats as transient (`Lock Error: …`).
+    pub fn open_writer(url: &str) -> Result<Self, EngineError> {
+        let mut db = Self::open(url, false)?;
+        let got = db.rows(&format!("SELECT pg_try_advisory_lock(hashtextextended({}, 0))", quote_literal(WRITER_LOCK)))?;
+        if got.first().and_then(|r| r.first().cloned().flatten()).as_deref() != Some("t") {
+            return Err(EngineError::new(
+                "",
+                format!(
+                    "cannot open Postgres database `{}`: Lock Error: another efmesh process is writing this database (it holds efmesh's writer lock); try again when it is done",
+                    db.location
+                ),
+            ));
+        }
+        Ok(db)
     }
 
     fn connect(config: postgres::Config, read_only: bool) -> Result<Self, EngineError> {

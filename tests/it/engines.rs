@@ -531,3 +531,24 @@ fn the_portable_hospital_example_gives_the_original_rows_on_duckdb() {
         assert_same_rows(name, ("examples/hospital_portable", &rows), ("examples/hospital", &portable_rows(&original, &from, &columns)));
     }
 }
+
+#[test]
+fn one_process_writes_a_postgres_engine_at_a_time_and_readers_are_not_held() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = portable_project(EngineBackend::Postgres(t.clone()));
+    p.apply("dev");
+    p.write("models/m.lua", &PORTABLE_MODELS.replace("generate_series(1, 40)", "generate_series(1, 44)"));
+    // Another efmesh process writing the database (here: this test holding the writer lock).
+    let holder = efmesh::engine::postgres::Postgres::open_writer(&t.url).expect("the writer lock");
+    let r = p.run(&["apply", "dev", "--yes", "--json"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("another efmesh process is writing this database"), "{}", r.stderr);
+    // Nothing moved, and reading is not held up: plan and preview still work.
+    assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("40"));
+    assert_eq!(p.plan("dev")["hasChanges"], serde_json::Value::Bool(true));
+    // A second writer is refused while the first holds the lock; once it is gone, the apply runs.
+    assert!(efmesh::engine::postgres::Postgres::open_writer(&t.url).is_err());
+    drop(holder);
+    p.apply("dev");
+    assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("44"));
+}
