@@ -315,7 +315,18 @@ pub fn orphan_candidates(inv: &JanitorInventory, listed: &[String]) -> Vec<(Stri
             continue;
         }
         let Some((model, fp)) = physical_shape(relation_name(physical)) else { continue };
-        let named = |set: &HashSet<(String, String)>| set.iter().any(|(n, f)| f.eq_ignore_ascii_case(fp) && n.replace('.', "__").eq_ignore_ascii_case(model));
+        // A name shortened to an engine's limit keeps a prefix of the fingerprint (and perhaps
+        // of the model): compared as prefixes.
+        let named = |set: &HashSet<(String, String)>| {
+            let (ms, mt) = model.split_once("__").unwrap_or((model, ""));
+            set.iter().any(|(n, f)| {
+                let (ns, nt) = n.split_once('.').unwrap_or((n.as_str(), ""));
+                let part = |whole: &str, kept: &str| {
+                    if fp.len() < 64 { whole.to_ascii_lowercase().starts_with(&kept.to_ascii_lowercase()) } else { whole.eq_ignore_ascii_case(kept) }
+                };
+                f.to_ascii_lowercase().starts_with(&fp.to_ascii_lowercase()) && part(ns, ms) && part(nt, mt)
+            })
+        };
         if named(&inv.served) || named(&inv.pending) || named(&inv.intents) {
             tracing::warn!(relation = %physical, "a version an environment names has no snapshot row; its storage is left alone");
             continue;
@@ -881,6 +892,27 @@ mod tests {
     }
 
     const NOW: &str = "2026-02-10T00:00:00.000Z";
+
+    #[test]
+    fn a_shortened_name_an_environment_serves_is_never_an_orphan() {
+        use crate::core::ModelName;
+        use crate::sql::fingerprint::{Fingerprint, physical_table_within};
+        let name = ModelName::parse(&format!("{}.{}", "s".repeat(40), "t".repeat(40))).unwrap();
+        let fp = Fingerprint::parse(&fp('c')).unwrap();
+        let short = physical_table_within(&name, &fp, Some(63));
+        let listed = vec![format!("\"_efmesh\".\"{short}\"")];
+        // Served by an environment but without a snapshot row (a damaged store): left alone.
+        let mut inv = JanitorInventory::default();
+        inv.served.insert((name.to_string(), fp.as_str().to_string()));
+        assert!(orphan_candidates(&inv, &listed).is_empty(), "{short}");
+        // Named by nothing: an orphan of the physical-name shape, whatever was cut.
+        let orphans = orphan_candidates(&JanitorInventory::default(), &listed);
+        assert_eq!(orphans.len(), 1, "{short}");
+        // Another model sharing the cut prefix is not this one.
+        let mut other = JanitorInventory::default();
+        other.served.insert((format!("{}.{}x", "s".repeat(40), "u".repeat(40)), fp.as_str().to_string()));
+        assert_eq!(orphan_candidates(&other, &listed).len(), 1);
+    }
 
     #[test]
     fn physical_shapes() {

@@ -83,7 +83,8 @@ impl Project {
 /// and the plan's reads.
 fn prefetch_canonical(config: &Config, models: &[crate::core::Model]) {
     // A Postgres store (`url_env`) is taken to exist: it has a canonicalisation cache.
-    if !crate::sql::prefetch::wanted() || config.state.url_env.is_some() || config.state_path().exists() {
+    // The prefetch is sqlparser's digest: the embedded engine's grammar only (no `[engine] url_env`).
+    if !crate::sql::prefetch::wanted() || config.engine.url_env.is_some() || config.state.url_env.is_some() || config.state_path().exists() {
         return;
     }
     let bodies: Vec<String> = models.iter().filter_map(|m| m.body.as_ref().map(|b| b.render(&crate::core::fragment::CanonicalResolver))).collect();

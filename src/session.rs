@@ -699,7 +699,7 @@ pub fn plan_checked_with(
     if !repairs.is_empty() {
         eprintln!(
             "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
-            engine.display(),
+            crate::engine::location(&project.config),
             repairs.join("\n  ")
         );
     } else if let (Some((t, id)), Some(_), true) = (&token, &catalog, nothing_marked)

@@ -28,7 +28,10 @@ const ORDINAL: &str = "_efmesh_ordinal";
 
 /// The session-local table holding a seed's parsed text between the contract phase and its build.
 pub fn stage_table(name: &ModelName) -> String {
-    format!("_efmesh_seed__{}__{}", name.schema(), name.table())
+    let plain = format!("_efmesh_seed__{}__{}", name.schema(), name.table());
+    // Within every engine's identifier limit (Postgres: 63 bytes, which would cut two long names
+    // to one stage): a long name is replaced by a digest of the model's name.
+    if plain.len() <= 63 { plain } else { format!("_efmesh_seed_{}", &blake3::hash(name.to_string().as_bytes()).to_hex()[..32]) }
 }
 
 /// Stages every seed in `pending` (see the module docs) and returns every problem found. Seeds in
@@ -118,6 +121,20 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
     let ordinal = format!("CAST({} AS BIGINT)", quote_ident(ORDINAL));
     let mut out = Vec::new();
     for (i, column) in model.schema.0.iter().enumerate() {
+        // `CAST(… AS varchar(n))` cuts a longer value without an error: lengths are checked
+        // first, so a seed never serves a value other than its file's.
+        if let Some(n) = declared_length(&column.ty) {
+            let q = quote_ident(&column.name);
+            let first = engine.query(&format!("SELECT CAST(min({ordinal}) AS VARCHAR) FROM {stage} WHERE length({q}) > {n}"));
+            if let Some(ordinal) =
+                first.ok().and_then(|r| r.into_iter().next()).and_then(|r| r.into_iter().next().flatten()).and_then(|o| o.parse::<usize>().ok())
+                && let Some((place, values)) = rows.rows.get(ordinal - 1)
+            {
+                let value = values[i].clone().unwrap_or_default();
+                out.push(format!("`{path}`: {place}, column `{}`: `{value}` is longer than the {n} characters of `{}`", column.name, column.ty));
+                continue;
+            }
+        }
         let cast = format!("count(CAST({} AS {}))", quote_ident(&column.name), column.ty);
         let fits =
             |engine: &mut dyn Engine, lo: usize, hi: usize| engine.query(&format!("SELECT {cast} FROM {stage} WHERE {ordinal} BETWEEN {lo} AND {hi}")).is_ok();
@@ -139,6 +156,17 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
         out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
     }
     out
+}
+
+/// The length `n` of a `varchar(n)` / `char(n)` / `character varying(n)` type, if it is one.
+fn declared_length(ty: &str) -> Option<u64> {
+    let t = ty.trim().to_ascii_lowercase();
+    let (base, rest) = t.split_once('(')?;
+    let base = base.trim();
+    if !matches!(base, "varchar" | "char" | "character" | "character varying" | "bpchar" | "nvarchar") {
+        return None;
+    }
+    rest.strip_suffix(')')?.trim().parse().ok()
 }
 
 /// Why `value` does not fit `ty`: the engine's cast error, or the rounding an integer column

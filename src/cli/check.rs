@@ -270,7 +270,7 @@ fn check_model(project: &Project, model: &Model, report: &mut Report) {
         .into_iter()
         .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
         .collect();
-    let grammar = if crate::engine::dialect_for(&project.config).sqlparser_first() { lineage::Grammar::DuckDb } else { lineage::Grammar::Postgres };
+    let grammar = if crate::engine::dialect_for(&project.config).sqlparser_first() { lineage::Grammar::Embedded } else { lineage::Grammar::Postgres };
     match lineage::unknown_columns_in(grammar, &sql, &parents) {
         Ok(problems) => {
             for p in problems {

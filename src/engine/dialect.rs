@@ -57,7 +57,7 @@ impl Feature {
 ///     Standard.replace_table_as("s.t", "SELECT 1 AS a"),
 ///     [
 ///         "CREATE TABLE IF NOT EXISTS s.t AS SELECT * FROM (\nSELECT 1 AS a\n) AS _efmesh_q LIMIT 0",
-///         "TRUNCATE s.t",
+///         "DELETE FROM s.t",
 ///         "INSERT INTO s.t SELECT * FROM (\nSELECT 1 AS a\n) AS _efmesh_q",
 ///     ]
 /// );
@@ -104,15 +104,17 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// creating it when absent: the build of a `full` model or a seed. `query` follows `AS`
     /// after a space, or directly when it starts with a line break ([`after_as`]).
     ///
-    /// The standard spelling keeps the table itself (create if absent, `TRUNCATE`, `INSERT …
+    /// The standard spelling keeps the table itself (create if absent, `DELETE FROM`, `INSERT …
     /// SELECT`): Postgres records which views select from a table (environment views, `view`
     /// models), so dropping a served table fails, and a rebuilt table must stay the one they
-    /// read. The physical table of a version always has that version's columns; a query whose
-    /// columns no longer fit the table fails loudly.
+    /// read. `DELETE` rather than `TRUNCATE`, so readers keep reading the old rows until the
+    /// transaction commits (`TRUNCATE` would lock them out for the whole rebuild). The physical
+    /// table of a version always has that version's columns; a query whose columns no longer
+    /// fit the table fails loudly.
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![
             self.create_empty_table_if_absent(relation, query),
-            format!("TRUNCATE {relation}"),
+            format!("DELETE FROM {relation}"),
             format!("INSERT INTO {relation} SELECT * FROM (\n{query}\n) AS _efmesh_q"),
         ]
     }

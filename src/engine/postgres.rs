@@ -38,6 +38,11 @@ pub struct Postgres {
     /// A scratch database this session created: dropped, through a connection to the database
     /// the URL names, when this value is dropped.
     scratch: Option<(postgres::Config, String)>,
+    /// The server refuses unnamed subqueries in `FROM` (before Postgres 16).
+    names_subqueries: bool,
+    /// The server's notice that it cut an identifier to 63 bytes, if one came since the last
+    /// check ([`Postgres::check_cut`]).
+    cut: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -86,15 +91,43 @@ impl Postgres {
     fn connect(config: postgres::Config, read_only: bool) -> Result<Self, EngineError> {
         let location = crate::pg::describe(&config);
         let secret = crate::pg::secret(&config);
-        let client = crate::pg::connect(config.clone())
+        // Postgres cuts an identifier longer than 63 bytes with only a notice: caught here and
+        // turned into an error by `check_cut` (two long names cut alike would be one relation).
+        let cut = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let mut with_notices = config.clone();
+        let seen = cut.clone();
+        with_notices.notice_callback(move |notice| {
+            if *notice.code() == postgres::error::SqlState::NAME_TOO_LONG {
+                *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(notice.message().to_string());
+            }
+        });
+        let client = crate::pg::connect(with_notices)
             .map_err(|e| EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref()))))?;
-        let mut db = Self { client, config, location, secret, read_only, scratch: None };
-        let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = warning");
+        let mut db = Self { client, config, location, secret, read_only, scratch: None, names_subqueries: false, cut };
+        let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
         if read_only {
             setup.push_str("; SET default_transaction_read_only = on");
         }
         db.execute(&setup)?;
+        let version = db.rows("SHOW server_version_num")?;
+        db.names_subqueries = version.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse::<u32>().ok()).is_none_or(|v| v < 160_000);
         Ok(db)
+    }
+
+    /// An error when the server cut an identifier since the last check (`sql` ran with it).
+    fn check_cut(&mut self, sql: &str) -> Result<(), EngineError> {
+        match self.cut.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            Some(notice) => Err(EngineError::new(
+                sql,
+                format!("Postgres cut an identifier longer than {MAX_IDENTIFIER_BYTES} bytes ({notice}); efmesh never uses a cut name: shorten the name"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// `sql`, with its unnamed `FROM` subqueries named when the server needs it.
+    fn fixed(&self, sql: &str) -> Option<String> {
+        if self.names_subqueries { with_subquery_aliases(sql) } else { None }
     }
 
     /// A new, empty database on the server of `url`, for this session alone (unit tests):
@@ -149,8 +182,9 @@ impl Postgres {
 
     fn rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
         tracing::debug!(sql, "query");
-        let fixed = with_subquery_aliases(sql);
+        let fixed = self.fixed(sql);
         let messages = self.client.simple_query(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))?;
+        self.check_cut(sql)?;
         Ok(messages
             .into_iter()
             .filter_map(|m| match m {
@@ -273,17 +307,18 @@ impl Engine for Postgres {
 
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
         tracing::debug!(sql, "execute");
-        let fixed = with_subquery_aliases(sql);
-        self.client.batch_execute(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))
+        let fixed = self.fixed(sql);
+        self.client.batch_execute(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))?;
+        self.check_cut(sql)
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
         self.execute("BEGIN")?;
         for s in statements {
             tracing::debug!(sql = %s, "execute in transaction");
-            let fixed = with_subquery_aliases(s);
-            if let Err(e) = self.client.batch_execute(fixed.as_deref().unwrap_or(s)) {
-                let err = self.error(s, &e);
+            let fixed = self.fixed(s);
+            let result = self.client.batch_execute(fixed.as_deref().unwrap_or(s)).map_err(|e| self.error(s, &e)).and_then(|()| self.check_cut(s));
+            if let Err(err) = result {
                 let _ = self.client.batch_execute("ROLLBACK");
                 return Err(err);
             }
@@ -299,13 +334,29 @@ impl Engine for Postgres {
     fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
         tracing::debug!(sql = query, "describe");
         // Preparing binds the query (names, types) and runs nothing.
-        let fixed = with_subquery_aliases(query);
+        let fixed = self.fixed(query);
         let statement = self.client.prepare(fixed.as_deref().unwrap_or(query)).map_err(|e| self.error(query, &e))?;
+        self.check_cut(query)?;
         Ok(statement.columns().iter().map(|c| DescribedColumn { name: c.name().to_string(), ty: type_name(c.type_()) }).collect())
     }
 
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
         self.rows(sql)
+    }
+
+    fn commit(&mut self) -> Result<(), EngineError> {
+        // Postgres answers the COMMIT of a transaction an error aborted with a rollback and no
+        // error: a statement first, which fails in an aborted transaction.
+        if let Err(e) = self.client.simple_query("SELECT 1") {
+            let err = self.error("COMMIT", &e);
+            let _ = self.client.batch_execute("ROLLBACK");
+            return Err(EngineError::new("COMMIT", format!("nothing was committed: the transaction was aborted by an earlier error ({})", err.message)));
+        }
+        self.client.batch_execute("COMMIT").map_err(|e| {
+            let err = self.error("COMMIT", &e);
+            let _ = self.client.batch_execute("ROLLBACK");
+            err
+        })
     }
 
     fn query_with_columns(&mut self, query: &str, limit: usize) -> Result<super::Described, EngineError> {

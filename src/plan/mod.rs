@@ -454,7 +454,9 @@ pub fn check_engine(project: &Project, env: &str, dialect: &dyn Dialect) -> Resu
         }
         let Some(limit) = limit else { continue };
         let env_schema = env_schema(env, model.name.schema());
-        for (what, ident) in [("schema", model.name.schema()), ("table", model.name.table()), ("environment schema", env_schema.as_str())] {
+        let columns = model.relation_columns();
+        let named = [("schema", model.name.schema()), ("table", model.name.table()), ("environment schema", env_schema.as_str())];
+        for (what, ident) in named.into_iter().chain(columns.iter().map(|c| ("column", c.name.as_str()))) {
             if ident.len() > limit {
                 return Err(refuse(format!(
                     "its {what} name `{ident}` is {} bytes long, and the {} engine keeps identifiers of at most {limit} bytes (it would cut the name): choose a shorter name",
@@ -1788,6 +1790,22 @@ fn compute_with(
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(dialect, model, &fp),
         };
+        // A version recorded by a project on another engine sharing this state store may name
+        // storage this engine cannot (its identifiers are shorter): refused, never cut.
+        if let (Some(limit), Some(p)) = (dialect.max_identifier_bytes(), physical.as_deref())
+            && let Some(long) = p.split("\".\"").map(|part| part.trim_matches('"')).find(|part| part.len() > limit)
+        {
+            return Err(PlanError::EngineFeature {
+                model: model.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "its version {} is recorded in the state store with the storage `{long}` ({} bytes), which the {} engine cannot name (at most {limit} bytes): was this state store used with another engine? Give each engine its own state store",
+                    fp.short(),
+                    long.len(),
+                    dialect.title()
+                ),
+            });
+        }
         decided.served[index].clone_from(&physical);
         let new_version = !external && existing.is_none() && reused.is_none();
         // An embedded model has no storage: its new version is registered, nothing is built.

@@ -294,13 +294,24 @@ pub const SHORT_FINGERPRINT_HEX: usize = 32;
 pub fn physical_table_within(name: &ModelName, fp: &Fingerprint, limit: Option<usize>) -> String {
     let full = physical_table(name, fp);
     let Some(limit) = limit.filter(|l| full.len() > *l) else { return full };
-    let model = format!("{}__{}", name.schema(), name.table());
-    let mut cut = limit.saturating_sub(2 + SHORT_FINGERPRINT_HEX).min(model.len());
-    while !model.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let prefix = &model[..cut];
-    let hex = (limit - 2 - prefix.len()).min(fp.as_str().len());
+    // Room for `<schema part>__<table part>`: both parts are kept (the janitor reads the shape
+    // `<schema>__<table>__<hex>`), the table's up to 13 bytes when both must be cut.
+    let room = limit.saturating_sub(2 + SHORT_FINGERPRINT_HEX + 2);
+    let (schema, table) = (name.schema(), name.table());
+    let (s_keep, t_keep) = if schema.len() + table.len() <= room {
+        (schema.len(), table.len())
+    } else {
+        let t_keep = table.len().min(13.max(room.saturating_sub(schema.len())));
+        (room.saturating_sub(t_keep).clamp(1, schema.len()), t_keep.max(1))
+    };
+    let cut = |s: &str, mut n: usize| {
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        s[..n].to_string()
+    };
+    let prefix = format!("{}__{}", cut(schema, s_keep), cut(table, t_keep));
+    let hex = limit.saturating_sub(2 + prefix.len()).min(fp.as_str().len());
     format!("{prefix}__{}", &fp.as_str()[..hex])
 }
 
@@ -329,12 +340,15 @@ mod tests {
         let long = "x".repeat(60);
         for i in 0..200 {
             // Long names sharing their first 40 bytes, short ones, long schemas.
-            let names = [format!("s.{long}{i}"), format!("s.t{i}"), format!("{long}{i}.t")];
+            let names = [format!("s.{long}{i}"), format!("s.t{i}"), format!("{long}{i}.t"), format!("{long}{i}.{long}")];
             for n in names {
                 let name = ModelName::parse(&n).unwrap();
                 let fp = fingerprint(&model(&n), Some("d"), &BTreeMap::new());
                 let short = physical_table_within(&name, &fp, Some(63));
                 assert!(short.len() <= 63, "{short}");
+                // The physical-name shape survives: `<schema>__<table>__<at least 32 hex>`.
+                let (model_part, hex) = short.rsplit_once("__").unwrap();
+                assert!(hex.len() >= SHORT_FINGERPRINT_HEX && model_part.split_once("__").is_some_and(|(s, t)| !s.is_empty() && !t.is_empty()), "{short}");
                 assert!(short.ends_with(&fp.as_str()[..SHORT_FINGERPRINT_HEX]) || short.contains(&fp.as_str()[..SHORT_FINGERPRINT_HEX]), "{short}");
                 assert!(seen.insert(short.clone()), "collision: {short}");
                 // Deterministic.

@@ -98,14 +98,14 @@ pub struct ColumnProblem {
 /// Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn unknown_columns(sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
-    unknown_columns_in(Grammar::DuckDb, sql, parents)
+    unknown_columns_in(Grammar::Embedded, sql, parents)
 }
 
 /// The SQL grammar a project's bodies are written in: its engine's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grammar {
-    /// DuckDB's (sqlparser's DuckDB dialect).
-    DuckDb,
+    /// The embedded engine's (sqlparser's DuckDB dialect), the default.
+    Embedded,
     /// Postgres's: parsed with sqlparser's Postgres dialect; a body it cannot read is reported
     /// with libpg_query's own message when Postgres's grammar refuses it too.
     Postgres,
@@ -117,7 +117,7 @@ pub enum Grammar {
 /// As [`unknown_columns`].
 pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
     let query = match grammar {
-        Grammar::DuckDb => parse(sql)?,
+        Grammar::Embedded => parse(sql)?,
         Grammar::Postgres => *canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql).map_err(|e| match super::pg_canon::canonicalize(sql) {
             Err(pg) => pg,
             Ok(_) => e,

@@ -2,7 +2,7 @@
 //! and refuses. Every model here is written in SQL both engines read the same way, so the rows
 //! must be equal; the Postgres-only behaviours (identifier limits, DuckDB-only features) follow.
 
-use crate::common::{EngineBackend, Project, Rows, StateBackend, action, actions};
+use crate::common::{EngineBackend, Project, Rows, Run, StateBackend, action, actions};
 use crate::{on_every_engine, pg};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -587,4 +587,87 @@ fn one_process_writes_a_postgres_engine_at_a_time_and_readers_are_not_held() {
     drop(holder);
     p.apply("dev");
     assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("44"));
+}
+
+#[test]
+fn long_seed_names_values_and_foreign_storage_never_pass_silently_on_postgres() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = Project::on_engine(EngineBackend::Postgres(t));
+    // Two seeds whose stage names share their first 63 bytes each serve their own rows.
+    let stem = "patient_admissions_by_ward_and_month_2024_quarter";
+    for (q, row) in [("1", "A,Alpha"), ("2", "B,Beta")] {
+        p.write(&format!("seeds/q{q}.csv"), &format!("code,name\n{row}\n"));
+        p.write(
+            &format!("models/q{q}.lua"),
+            &format!("return define_model {{ name = \"raw.{stem}{q}\", kind = kind.seed {{ path = \"seeds/q{q}.csv\" }}, schema = {{ {{ \"code\", \"varchar\" }}, {{ \"name\", \"varchar\" }} }} }}\n"),
+        );
+    }
+    p.apply("dev");
+    assert_eq!(p.rows(&format!("dev__raw.{stem}1")), vec![vec![Some("A".to_string()), Some("Alpha".to_string())]]);
+    assert_eq!(p.rows(&format!("dev__raw.{stem}2")), vec![vec![Some("B".to_string()), Some("Beta".to_string())]]);
+    // A value longer than its declared `varchar(n)` is refused by row and column, never cut.
+    p.write("seeds/short.csv", "code\nabc\nabcdef\n");
+    p.write(
+        "models/short.lua",
+        "return define_model { name = \"raw.short\", kind = kind.seed { path = \"seeds/short.csv\" }, schema = { { \"code\", \"varchar(3)\" } } }\n",
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("seeds/short.csv") && r.stderr.contains("row 3") && r.stderr.contains("`abcdef`") && r.stderr.contains("longer"), "{}", r.stderr);
+    p.remove("models/short.lua");
+    // A column name longer than Postgres's identifiers is refused at plan time by name.
+    let long = "c".repeat(70);
+    p.write(
+        "models/wide.lua",
+        &format!(
+            "return define_model {{ name = \"s.wide\", kind = kind.full(), schema = {{ {{ \"{long}\", \"integer\" }} }}, query = \"SELECT 1 AS {long}\" }}\n"
+        ),
+    );
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(1);
+    assert!(r.json()["error"]["message"].as_str().is_some_and(|m| m.contains("column") && m.contains(&long) && m.contains("models/wide.lua")), "{}", r.stdout);
+}
+
+#[test]
+fn a_state_store_recording_duckdb_storage_is_refused_by_a_postgres_engine_not_cut() {
+    let Some(t) = pg::fresh_database() else { return };
+    // A DuckDB project records a seed version (no SQL body: the same fingerprint on any engine)
+    // whose physical name is longer than 63 bytes.
+    let p = Project::on_engine(EngineBackend::DuckDb);
+    p.write("seeds/d.csv", "code\nA\n");
+    p.write(
+        "models/d.lua",
+        "return define_model { name = \"raw.departments_of_hospital\", kind = kind.seed { path = \"seeds/d.csv\" }, schema = { { \"code\", \"varchar\" } } }\n",
+    );
+    p.apply("dev");
+    // The same project and state store, the engine switched to Postgres.
+    let config =
+        p.read("efmesh.toml").replace("[engine]\npath = \"efmesh.duckdb\"\n", &format!("[engine]\nurl_env = \"{}\"\n", crate::common::PG_ENGINE_URL_ENV));
+    p.write("efmesh.toml", &config);
+    let r = Run::from_output(p.command(&["plan", "dev", "--json"]).env(crate::common::PG_ENGINE_URL_ENV, &t.url).output().unwrap(), "plan".into());
+    r.expect_code(1);
+    let v = r.json();
+    assert_eq!(v["error"]["kind"], "engine-feature", "{v:#}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("raw.departments_of_hospital") && m.contains("another engine")), "{v:#}");
+}
+
+#[test]
+fn the_postgres_engine_refuses_cut_identifiers_and_commits_of_aborted_transactions() {
+    use efmesh::engine::Engine;
+    let Some(t) = pg::fresh_database() else { return };
+    let mut db = efmesh::engine::postgres::Postgres::open(&t.url, false).expect("open");
+    // Postgres would cut the name to 63 bytes with a notice only: an error here.
+    let e = db.execute(&format!("CREATE TABLE \"{}\" (a INTEGER)", "n".repeat(70))).unwrap_err();
+    assert!(e.message.contains("cut an identifier"), "{e}");
+    let e = db.transaction(&[format!("CREATE TABLE \"{}\" (a INTEGER)", "m".repeat(70))]).unwrap_err();
+    assert!(e.message.contains("cut an identifier"), "{e}");
+    assert_eq!(db.query("SELECT count(*) FROM pg_class WHERE relname LIKE 'mmmm%'").unwrap()[0][0].as_deref(), Some("0"), "rolled back");
+    // An error inside begin … commit aborts the transaction: the commit must not report success.
+    db.execute("CREATE TABLE t (a INTEGER)").unwrap();
+    db.begin().unwrap();
+    db.execute("INSERT INTO t VALUES (1)").unwrap();
+    assert!(db.execute("SELECT no_such_column FROM t").is_err());
+    let e = db.commit().unwrap_err();
+    assert!(e.message.contains("nothing was committed"), "{e}");
+    assert_eq!(db.query("SELECT count(*) FROM t").unwrap()[0][0].as_deref(), Some("0"));
 }
