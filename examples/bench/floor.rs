@@ -620,24 +620,36 @@ impl Store<'_> {
     }
 
     /// Keeps a copy of efmesh's engine database (`save`), or puts the copy back; on DuckDB the
-    /// engine file is one of the [`efmesh_files`], copied with them.
+    /// engine file is one of the [`efmesh_files`], copied with them. On Postgres the database
+    /// is `ANALYZE`d before it is copied (see [`pg::Server::analyze`]).
     fn snapshot_ef(&self, save: bool) -> anyhow::Result<()> {
         match self {
             Store::DuckDb { .. } => Ok(()),
             Store::Postgres { server, ef, .. } => {
                 let copy = format!("{ef}_applied");
-                if save { server.recreate(&copy, ef) } else { server.recreate(ef, &copy) }
+                if save {
+                    server.analyze(ef)?;
+                    server.recreate(&copy, ef)
+                } else {
+                    server.recreate(ef, &copy)
+                }
             }
         }
     }
 
-    /// Keeps a copy of the floor's database in `snap` (`save`), or puts it back.
+    /// Keeps a copy of the floor's database in `snap` (`save`), or puts it back; on Postgres
+    /// `ANALYZE`d first, as efmesh's.
     fn snapshot_floor(&self, snap: &Path, save: bool) -> anyhow::Result<()> {
         match self {
             Store::DuckDb { floor_db } => snapshot(std::slice::from_ref(floor_db), snap, save),
             Store::Postgres { server, fl, .. } => {
                 let copy = format!("{fl}_applied");
-                if save { server.recreate(&copy, fl) } else { server.recreate(fl, &copy) }
+                if save {
+                    server.analyze(fl)?;
+                    server.recreate(&copy, fl)
+                } else {
+                    server.recreate(fl, &copy)
+                }
             }
         }
     }

@@ -80,6 +80,14 @@ impl Server {
         self.admin(&format!("CREATE DATABASE {} TEMPLATE {}", quote_ident(db), quote_ident(template)))
     }
 
+    /// `ANALYZE`s database `db`: the applied state the promotion and the breaking change start
+    /// from is the same on both sides whether or not autovacuum reached its tables yet (a
+    /// table filled without statistics can turn a join into a nested loop: at 500 models the
+    /// floor's breaking change took 0.1 s or 0.8 s depending on it).
+    pub fn analyze(&self, db: &str) -> anyhow::Result<()> {
+        self.connect(Some(db))?.batch_execute("ANALYZE").map_err(|e| anyhow::anyhow!("ANALYZE {db}: {}", efmesh::pg::scrubbed(&e, None)))
+    }
+
     /// Drops `db` if it exists, ending any session left on it.
     pub fn drop_database(&self, db: &str) -> anyhow::Result<()> {
         self.admin(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(db)))
