@@ -2,16 +2,26 @@
 //! and `efmesh audit <env>`, driven through the binary on temporary projects.
 
 use crate::common::*;
-use efmesh::config::EngineSection;
-use efmesh::engine::Engine;
+use crate::on_every_engine;
 use efmesh::engine::duckdb::DuckDb;
 use serde_json::Value;
 
-const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n\n[state]\npath = \"efmesh.state.sqlite\"\n";
+on_every_engine!(
+    every_built_in_passes_on_clean_data_and_fires_on_violations,
+    lua_and_rhai_built_ins_render_the_same_sql,
+    a_custom_parameterised_audit_in_lua_and_one_in_rhai_each_serve_two_models,
+    a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay,
+    a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_apply,
+    promoting_an_existing_version_audits_it_before_the_view_swap,
+    warn_audits_log_and_never_block,
+    an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing,
+    efmesh_audit_catches_a_corrupted_physical_table,
+);
 
-fn project() -> Project {
-    let p = Project::new();
-    p.write("efmesh.toml", CONFIG);
+/// A project on `engine` whose models may be Lua, Rhai or SQL files.
+fn project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
     p
 }
 
@@ -26,18 +36,18 @@ fn violations(v: &Value, model: &str, audit: &str) -> u64 {
     result(v, model, audit)["violations"].as_u64().expect("violations")
 }
 
-/// Executes a statement on the project's DuckDB file, as someone with write access would.
-fn corrupt(p: &Project, sql: &str) {
-    let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open duckdb");
-    db.execute(sql).unwrap_or_else(|e| panic!("{e}"));
-}
-
 /// The one physical table of `model` (`schema__table__<fp>`).
 fn physical_of(p: &Project, model: &str) -> String {
     let prefix = format!("{}__", model.replace('.', "__"));
     let tables: Vec<String> = p.physical_tables().into_iter().filter(|t| t.starts_with(&prefix)).collect();
     assert_eq!(tables.len(), 1, "{tables:?}");
     format!("\"_efmesh\".\"{}\"", tables[0])
+}
+
+/// A timestamp as an audit's sample shows it: Postgres's `to_json` writes ISO 8601 with a `T`
+/// (`2026-01-02T00:00:00`), DuckDB's a space (`2026-01-02 00:00:00`).
+fn sample_ts(p: &Project, ts: &str) -> String {
+    if p.on_postgres() { ts.replacen(' ', "T", 1) } else { ts.to_string() }
 }
 
 /// Ledger statuses of a model: (start ISO, status), sorted.
@@ -88,9 +98,8 @@ const ITEMS: &str = r#"define_model {
 }
 "#;
 
-#[test]
-fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
-    let p = project();
+fn every_built_in_passes_on_clean_data_and_fires_on_violations(engine: EngineBackend) {
+    let p = project(engine);
     p.write("models/items.lua", ITEMS);
     let run = p.run(&["apply", "dev", "--yes", "--json"]);
     run.expect_code(0);
@@ -134,18 +143,20 @@ fn every_built_in_passes_on_clean_data_and_fires_on_violations() {
     assert_eq!(result(&v, m, "contiguous(id)")["sample"][0], serde_json::json!({"covered_through": 3, "resumes_at": 5, "missing": 1}));
     // The first gap first, then how many more.
     let gaps = result(&v, m, "no_gaps(seen_at)");
-    assert_eq!(gaps["sample"][0], serde_json::json!({"covered_through": "2026-01-02 00:00:00", "resumes_at": "2026-01-05 00:00:00", "missing": 2}));
-    assert_eq!(gaps["sample"][1]["covered_through"], "2026-01-05 00:00:00");
+    assert_eq!(
+        gaps["sample"][0],
+        serde_json::json!({"covered_through": sample_ts(&p, "2026-01-02 00:00:00"), "resumes_at": sample_ts(&p, "2026-01-05 00:00:00"), "missing": 2})
+    );
+    assert_eq!(gaps["sample"][1]["covered_through"], sample_ts(&p, "2026-01-05 00:00:00"));
     assert_eq!(gaps["scope"], "whole");
     assert_eq!(result(&v, m, "not_null(code)")["scope"], "interval");
     // The warn audits did not block: the environment serves the model.
     assert_eq!(p.rows(&env_view("dev", m)).len(), 5);
 }
 
-#[test]
-fn lua_and_rhai_built_ins_render_the_same_sql() {
+fn lua_and_rhai_built_ins_render_the_same_sql(engine: EngineBackend) {
     // Two copies of one model with every built-in, one per language: same audit metadata.
-    let p = project();
+    let p = project(engine);
     let uses_lua = r#"audit.not_null("a", "b"), audit.unique("a"), audit.accepted_values { column = "a", values = { "x", "it's" } },
     audit.accepted_values { column = "b", values = { 1, 2.5 } }, audit.accepted_values { column = "f", values = { true } },
     audit.accepted_range { column = "b", min = -1, max = 2.5, inclusive = false }, audit.expression("a <> 'q'"), audit.row_count { min = 1 },
@@ -156,11 +167,11 @@ fn lua_and_rhai_built_ins_render_the_same_sql() {
     audit("contiguous", "b"), audit("no_gaps", #{ column: "t", grain: "hour", blocking: false }), audit("unique", #{ columns: ["a", "b"], scope: "whole" })"#;
     p.write(
         "models/l.lua",
-        &format!("define_model {{ name = \"l.m\", kind = kind.view(), schema = {{ {{ \"a\", \"varchar\" }}, {{ \"b\", \"double\" }}, {{ \"t\", \"timestamp\" }}, {{ \"f\", \"boolean\" }} }},\n  audits = {{ {uses_lua} }},\n  query = \"SELECT 'x' AS a, 1.0::DOUBLE AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }}\n"),
+        &format!("define_model {{ name = \"l.m\", kind = kind.view(), schema = {{ {{ \"a\", \"varchar\" }}, {{ \"b\", \"double precision\" }}, {{ \"t\", \"timestamp\" }}, {{ \"f\", \"boolean\" }} }},\n  audits = {{ {uses_lua} }},\n  query = \"SELECT 'x' AS a, CAST(1.0 AS DOUBLE PRECISION) AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }}\n"),
     );
     p.write(
         "models/r.rhai",
-        &format!("define_model(#{{ name: \"r.m\", kind: kind::view(), schema: [[\"a\", \"varchar\"], [\"b\", \"double\"], [\"t\", \"timestamp\"], [\"f\", \"boolean\"]],\n  audits: [{uses_rhai}],\n  query: \"SELECT 'x' AS a, 1.0::DOUBLE AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }});\n"),
+        &format!("define_model(#{{ name: \"r.m\", kind: kind::view(), schema: [[\"a\", \"varchar\"], [\"b\", \"double precision\"], [\"t\", \"timestamp\"], [\"f\", \"boolean\"]],\n  audits: [{uses_rhai}],\n  query: \"SELECT 'x' AS a, CAST(1.0 AS DOUBLE PRECISION) AS b, TIMESTAMP '2026-01-01' AS t, true AS f\" }});\n"),
     );
     let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
     let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
@@ -184,9 +195,8 @@ fn lua_and_rhai_built_ins_render_the_same_sql() {
 
 // ---- custom audits -----------------------------------------------------------------------
 
-#[test]
-fn a_custom_parameterised_audit_in_lua_and_one_in_rhai_each_serve_two_models() {
-    let p = project();
+fn a_custom_parameterised_audit_in_lua_and_one_in_rhai_each_serve_two_models(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "audits/positive.lua",
         r#"define_audit {
@@ -217,13 +227,13 @@ fn a_custom_parameterised_audit_in_lua_and_one_in_rhai_each_serve_two_models() {
   name = "l.clean", kind = kind.full(),
   schema = { { "x", "integer" } },
   audits = { audit.positive("x") },
-  query = "SELECT CAST(range AS INTEGER) AS x FROM range(1, 4)",
+  query = "SELECT CAST(i AS INTEGER) AS x FROM generate_series(1, 3) AS g(i)",
 }
 define_model {
   name = "l.dirty", kind = kind.full(),
   schema = { { "x", "integer" } },
   audits = { audit.positive { "x", blocking = false }, audit.positive { column = "x", allow_zero = true, blocking = false } },
-  query = "SELECT CAST(range AS INTEGER) AS x FROM range(-2, 3)",
+  query = "SELECT CAST(i AS INTEGER) AS x FROM generate_series(-2, 2) AS g(i)",
 }
 "#,
     );
@@ -234,13 +244,13 @@ define_model(#{
   name: "r.clean", kind: kind::full(),
   schema: [["x", "integer"]],
   audits: [audit("at_most", "x", 10)],
-  query: "SELECT CAST(range AS INTEGER) AS x FROM range(1, 4)",
+  query: "SELECT CAST(i AS INTEGER) AS x FROM generate_series(1, 3) AS g(i)",
 });
 define_model(#{
   name: "r.dirty", kind: kind::full(),
   schema: [["x", "integer"]],
   audits: [audit("at_most", #{ column: "x", limit: 10, blocking: false })],
-  query: "SELECT CAST(range AS INTEGER) AS x FROM range(8, 14)",
+  query: "SELECT CAST(i AS INTEGER) AS x FROM generate_series(8, 13) AS g(i)",
 });
 "#,
     );
@@ -258,14 +268,14 @@ define_model(#{
     let run = p.run(&["apply", "prod", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("audit `positive(x)` on model `l.dirty`: 3 violating rows"), "{}", run.stderr);
-    assert!(!p.all_relations().iter().any(|r| r.starts_with("l.") || r.starts_with("r.")), "prod must not exist: {:?}", p.all_relations());
+    assert!(!p.relations().iter().any(|r| r.starts_with("l.") || r.starts_with("r.")), "prod must not exist: {:?}", p.relations());
 }
 
 // ---- load errors -------------------------------------------------------------------------
 
 #[test]
 fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.write("audits/mine.lua", "define_audit { name = \"mine\", params = { \"column\" }, query = function(self, a) return 'SELECT * FROM ' .. self end }\n");
     p.write(
         "models/a.lua",
@@ -307,7 +317,7 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
         assert!(e.contains(want), "missing `{want}` in:\n{e}");
     }
     // A name taken twice, and an audit body that reads nothing.
-    let q = project();
+    let q = project(EngineBackend::DuckDb);
     q.write("audits/dup.lua", "define_audit { name = \"unique\", params = { \"c\" }, query = function(s, a) return 'SELECT * FROM ' .. s end }\ndefine_audit { name = \"blind\", query = function(s, a) return 'SELECT 1' end }\n");
     q.write(
         "models/a.lua",
@@ -320,17 +330,18 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
 
 // ---- write-audit-publish -----------------------------------------------------------------
 
-/// A daily time-range model over a CSV (one batch per day) with a blocking `not_null(region)`.
-fn daily_project(csv: &str, audits: &str) -> Project {
-    let mut p = project();
+/// A daily time-range model over an external table (one batch per day) with `audits`; the
+/// table `src.events` holds the rows of `csv` (see [`load_events`]).
+fn daily_project(engine: EngineBackend, csv: &str, audits: &str) -> Project {
+    let mut p = project(engine);
     p.now = "2026-01-06T00:00:00Z".into();
-    p.write("data/events.csv", csv);
+    load_events(&p, csv);
     p.write(
         "models/daily.lua",
         &format!(
             r#"local raw = define_model {{
   name = "raw.events",
-  kind = kind.external {{ path = "data/events.csv" }},
+  kind = kind.external {{ table = "src.events" }},
   schema = {{ {{ "event_at", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
 }}
 define_model {{
@@ -338,12 +349,30 @@ define_model {{
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
   audits = {{ {audits} }},
-  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(raw) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(raw) .. " WHERE event_at >= @start AND event_at < @end GROUP BY 1, 2",
 }}
 "#
         ),
     );
     p
+}
+
+/// Replaces the rows of the source table `src.events` with those of `csv` (`event_at,region,amount`
+/// lines after a header; an empty region is NULL), creating it when missing.
+fn load_events(p: &Project, csv: &str) {
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS src");
+    p.execute_on_engine("CREATE TABLE IF NOT EXISTS src.events (event_at TIMESTAMP, region VARCHAR, amount BIGINT)");
+    p.execute_on_engine("DELETE FROM src.events");
+    let rows: Vec<String> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let region = if f[1].is_empty() { "NULL".to_string() } else { format!("'{}'", f[1]) };
+            format!("(TIMESTAMP '{}', {region}, {})", f[0], f[2])
+        })
+        .collect();
+    p.execute_on_engine(&format!("INSERT INTO src.events VALUES {}", rows.join(", ")));
 }
 
 const EVENTS: &str = "event_at,region,amount\n\
@@ -353,20 +382,20 @@ const EVENTS: &str = "event_at,region,amount\n\
 2026-01-03 11:00:00,south,5\n\
 2026-01-04 10:00:00,south,40\n";
 
-#[test]
-fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay() {
-    let p = daily_project(EVENTS, "audit.not_null(\"region\")");
+fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay(engine: EngineBackend) {
+    let p = daily_project(engine, EVENTS, "audit.not_null(\"region\")");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     let e = &run.stderr;
     assert!(e.contains("audit `not_null(region)` on model `s.daily` in [2026-01-03T00:00:00.000Z, 2026-01-04T00:00:00.000Z): 1 violating row"), "{e}");
-    assert!(e.contains(r#"{"day":"2026-01-03 00:00:00","region":null,"amount":30}"#), "{e}");
+    let sample = format!(r#"{{"day":"{}","region":null,"amount":30}}"#, sample_ts(&p, "2026-01-03 00:00:00"));
+    assert!(e.contains(&sample), "{e}");
     assert!(e.contains("rolled back and marked failed"), "{e}");
     // The batch of the 3rd has no rows in the table (not even its clean `south` row); the
     // 1st and 2nd stay; nothing after the failure ran; no view was created.
     let physical = physical_of(&p, "s.daily");
     assert_eq!(
-        p.rows(&format!("(SELECT day, region FROM {physical})")),
+        p.rows(&format!("(SELECT day, region FROM {physical}) AS q")),
         vec![vec![Some("2026-01-01 00:00:00".into()), Some("north".into())], vec![Some("2026-01-02 00:00:00".into()), Some("north".into())],]
     );
     assert_eq!(
@@ -377,33 +406,33 @@ fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay() {
             ("2026-01-03T00:00:00.000Z".into(), "failed".into()),
         ]
     );
-    assert!(!p.all_relations().contains(&"dev__s.daily".to_string()), "{:?}", p.all_relations());
+    assert!(!p.relations().contains(&"dev__s.daily".to_string()), "{:?}", p.relations());
     // The next plan wants the failed day and the rest again (the failed one is not done).
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "s.daily")["intervals"], 3);
     // Fixed data: the next apply recomputes from the failed day and publishes.
-    p.write("data/events.csv", &EVENTS.replace(",,30", ",east,30"));
+    load_events(&p, &EVENTS.replace(",,30", ",east,30"));
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
 }
 
-#[test]
-fn a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_apply() {
+fn a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_apply(engine: EngineBackend) {
     let audits = "audit.unique { \"day\", scope = \"whole\" }";
     let clean = "event_at,region,amount\n2026-01-01 10:00:00,north,10\n2026-01-02 10:00:00,north,20\n2026-01-03 10:00:00,north,30\n";
-    let p = daily_project(clean, audits);
+    let p = daily_project(engine, clean, audits);
     p.apply("prod");
     let before = p.rows(&env_view("prod", "s.daily"));
     let pointers = p.state_summary().pointers;
     assert_eq!(before.len(), 3);
     // v2 groups by region as well: on the 3rd, two regions → two rows of the same day. Each
     // batch alone is fine for an interval check; the whole table is not.
-    p.write("data/events.csv", &format!("{clean}2026-01-03 11:00:00,south,5\n"));
-    p.write("models/daily.lua", &p.read("models/daily.lua").replace("GROUP BY ALL", "GROUP BY ALL HAVING true"));
+    load_events(&p, &format!("{clean}2026-01-03 11:00:00,south,5\n"));
+    p.write("models/daily.lua", &p.read("models/daily.lua").replace("GROUP BY 1, 2", "GROUP BY 1, 2 HAVING true"));
     let run = p.run(&["apply", "prod", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("audit `unique(day)` on model `s.daily`"), "{}", run.stderr);
-    assert!(run.stderr.contains(r#"{"day":"2026-01-03 00:00:00","duplicates":2}"#), "{}", run.stderr);
+    let sample = format!(r#"{{"day":"{}","duplicates":2}}"#, sample_ts(&p, "2026-01-03 00:00:00"));
+    assert!(run.stderr.contains(&sample), "{}", run.stderr);
     assert_eq!(p.rows(&env_view("prod", "s.daily")), before, "prod's view moved");
     assert_eq!(p.state_summary().pointers, pointers, "prod's pointers moved");
     // The failed whole audit is not forgotten: the next apply runs it again and fails again.
@@ -418,15 +447,14 @@ fn a_blocking_whole_audit_leaves_prod_on_the_old_version_and_runs_again_next_app
     assert_eq!(p.rows(&env_view("prod", "s.daily")).len(), 4);
 }
 
-#[test]
-fn promoting_an_existing_version_audits_it_before_the_view_swap() {
-    let p = project();
+fn promoting_an_existing_version_audits_it_before_the_view_swap(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "models/a.lua",
         r#"define_model {
   name = "s.a", kind = kind.full(), schema = { { "id", "integer" }, { "label", "varchar" } },
   audits = { audit.not_null("label"), audit.row_count { max = 3, blocking = false } },
-  query = "SELECT CAST(range AS INTEGER) AS id, 'n' || range AS label FROM range(3)",
+  query = "SELECT CAST(i AS INTEGER) AS id, 'n' || i AS label FROM generate_series(0, 2) AS g(i)",
 }
 "#,
     );
@@ -438,18 +466,17 @@ fn promoting_an_existing_version_audits_it_before_the_view_swap() {
     let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
     assert_eq!(conn.execute("DELETE FROM audit_passes WHERE name = 's.a'", []).expect("forget the pass"), 1);
     drop(conn);
-    corrupt(&p, &format!("INSERT INTO {} VALUES (9, NULL)", physical_of(&p, "s.a")));
+    p.execute_on_engine(&format!("INSERT INTO {} VALUES (9, NULL)", physical_of(&p, "s.a")));
     // `apply prod` builds nothing (the version exists) but audits it before pointing prod at it.
     let run = p.run(&["apply", "prod", "--yes", "--json"]);
     run.expect_code(1);
     assert!(run.stderr.contains("audit `not_null(label)` on model `s.a`: 1 violating row"), "{}", run.stderr);
-    assert!(!p.all_relations().contains(&"s.a".to_string()), "{:?}", p.all_relations());
+    assert!(!p.relations().contains(&"s.a".to_string()), "{:?}", p.relations());
     assert!(!p.state_summary().pointers.contains_key("prod"));
 }
 
-#[test]
-fn warn_audits_log_and_never_block() {
-    let p = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
+fn warn_audits_log_and_never_block(engine: EngineBackend) {
+    let p = daily_project(engine.clone(), EVENTS, "audit.not_null { \"region\", blocking = false }");
     let run = p.run(&["apply", "dev", "--yes", "--json"]);
     run.expect_code(0);
     let v = run.json();
@@ -460,16 +487,15 @@ fn warn_audits_log_and_never_block() {
     assert!(run.stderr.contains("level=warn") && run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
     // Human output says so too.
-    let q = daily_project(EVENTS, "audit.not_null { \"region\", blocking = false }");
+    let q = daily_project(engine.another(), EVENTS, "audit.not_null { \"region\", blocking = false }");
     let out = q.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.clone();
     assert!(out.contains("audits: 1 checked (5 runs), 0 passed, 1 warned"), "{out}");
 }
 
 // ---- audits are metadata -----------------------------------------------------------------
 
-#[test]
-fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing() {
-    let p = daily_project(EVENTS.replace(",,30", ",east,30").as_str(), "");
+fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing(engine: EngineBackend) {
+    let p = daily_project(engine, EVENTS.replace(",,30", ",east,30").as_str(), "");
     p.apply("dev");
     let tables = p.physical_tables();
     for audits in ["audit.not_null(\"region\")", "audit.not_null(\"region\", \"amount\")", "audit.not_null { \"region\", blocking = false }"] {
@@ -492,9 +518,9 @@ fn an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing() {
 
 // ---- efmesh audit <env> ------------------------------------------------------------------
 
-#[test]
-fn efmesh_audit_catches_a_corrupted_physical_table() {
+fn efmesh_audit_catches_a_corrupted_physical_table(engine: EngineBackend) {
     let p = daily_project(
+        engine,
         EVENTS.replace(",,30", ",east,30").as_str(),
         "audit.not_null(\"region\"), audit.accepted_values { column = \"region\", values = { \"north\", \"south\", \"east\" }, blocking = false }",
     );
@@ -506,7 +532,7 @@ fn efmesh_audit_catches_a_corrupted_physical_table() {
     assert!(human.contains("✓ s.daily  not_null(region)"), "{human}");
 
     // Someone writes a NULL and an unknown region into the physical table by hand.
-    corrupt(&p, &format!("INSERT INTO {} VALUES (TIMESTAMP '2026-01-04', NULL, 1), (TIMESTAMP '2026-01-04', 'west', 2)", physical_of(&p, "s.daily")));
+    p.execute_on_engine(&format!("INSERT INTO {} VALUES (TIMESTAMP '2026-01-04', NULL, 1), (TIMESTAMP '2026-01-04', 'west', 2)", physical_of(&p, "s.daily")));
     let run = p.run(&["audit", "prod", "--json"]);
     run.expect_code(1);
     let v = run.json();
@@ -515,7 +541,7 @@ fn efmesh_audit_catches_a_corrupted_physical_table() {
     assert_eq!(v["warnViolations"], 1, "NULL is not an accepted_values violation: {v:#}");
     let r = result(&v, "s.daily", "not_null(region)");
     assert_eq!((r["blocking"].as_bool(), r["violations"].as_u64(), r["scope"].as_str()), (Some(true), Some(1), Some("interval")));
-    assert_eq!(r["sample"][0], serde_json::json!({"day": "2026-01-04 00:00:00", "region": null, "amount": 1}));
+    assert_eq!(r["sample"][0], serde_json::json!({"day": sample_ts(&p, "2026-01-04 00:00:00"), "region": null, "amount": 1}));
     assert!(run.stderr.contains("environment `prod`: 1 blocking audit violation"), "{}", run.stderr);
     let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
     assert!(human.contains("✗ s.daily  not_null(region)  1 violating row"), "{human}");

@@ -102,6 +102,17 @@ pub enum EngineBackend {
     Postgres(crate::pg::PgTarget),
 }
 
+impl EngineBackend {
+    /// Another engine of the same kind, empty, for a second project in the same test: DuckDB
+    /// as is (each project has its own file), a fresh database for Postgres.
+    pub fn another(&self) -> EngineBackend {
+        match self {
+            EngineBackend::DuckDb => EngineBackend::DuckDb,
+            EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a second Postgres database")),
+        }
+    }
+}
+
 /// Runs the behaviour `fn name(engine: EngineBackend)` once per engine: a module `name` with
 /// the tests `duckdb` and `postgres` (the latter fails without a Postgres unless
 /// `EFMESH_SKIP_PG=1`, see `tests/it/pg.rs`).
@@ -377,6 +388,36 @@ impl Project {
         let snapshots = s.snapshot_keys().expect("snapshots").into_iter().collect();
         let intervals = s.all_done_intervals().expect("intervals").into_iter().collect();
         StateSummary { envs, pointers, journal, snapshots, intervals }
+    }
+}
+
+/// Writes to the engine and lists its relations, on either engine.
+impl Project {
+    /// Executes `sql` (statements, no result) on the project's engine as someone with write
+    /// access would; on DuckDB the file is created when there is none yet.
+    #[track_caller]
+    pub fn execute_on_engine(&self, sql: &str) {
+        if let EngineBackend::Postgres(t) = &self.engine {
+            let mut db = efmesh::engine::postgres::Postgres::open(&t.url, false).expect("open the Postgres engine database");
+            return db.execute(sql).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let mut db = DuckDb::open(&self.engine_path(), &EngineSection::default()).expect("open duckdb");
+        db.execute(sql).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every relation outside the catalog schemas as `schema.name`, sorted, on either engine
+    /// (empty without a DuckDB file).
+    pub fn relations(&self) -> Vec<String> {
+        if !self.on_postgres() && !self.engine_path().exists() {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = self
+            .query("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")
+            .into_iter()
+            .map(|r| r[0].clone().expect("name"))
+            .collect();
+        v.sort();
+        v
     }
 }
 
