@@ -3,13 +3,22 @@
 //! every failure is reported, nothing is promoted. (Speed lives in the benchmark.)
 
 use crate::common::*;
+use crate::on_every_engine;
 use serde_json::Value;
+
+on_every_engine!(
+    a_diamond_with_four_jobs_builds_each_model_once_after_its_parents,
+    one_job_builds_one_model_after_another_in_the_plans_order,
+    a_failure_in_one_branch_stops_new_work_and_promotes_nothing,
+    every_failure_of_a_parallel_apply_is_reported,
+    run_builds_in_parallel_and_computes_what_one_job_computes,
+);
 
 /// A `full` model `name` reading `parents` (a cross join of their counts, so it really reads
 /// them), one file per model.
 fn full(p: &Project, name: &str, parents: &[&str]) {
     let query = if parents.is_empty() {
-        "SELECT CAST(range AS BIGINT) AS n FROM range(1, 1001)".to_string()
+        "SELECT CAST(i AS BIGINT) AS n FROM generate_series(1, 1000) AS g(i)".to_string()
     } else {
         let from: Vec<String> = parents.iter().map(|q| format!("(SELECT count(*) AS c FROM \" .. ref(\"{q}\") .. \")")).collect();
         let sum: Vec<String> = (0..parents.len()).map(|i| format!("p{i}.c")).collect();
@@ -23,13 +32,14 @@ fn full(p: &Project, name: &str, parents: &[&str]) {
     );
 }
 
-/// A `full` model `name` whose query binds (its contract holds) and fails when it runs.
+/// A `full` model `name` whose query binds (its contract holds) and fails when it runs (a cast
+/// of a text naming the model to an integer, from the seventh row on).
 fn failing(p: &Project, name: &str) {
     let file = name.replace('.', "_");
     p.write(
         &format!("models/{file}.lua"),
         &format!(
-            "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"x\", \"varchar\" }} }},\n  query = \"SELECT CAST(CASE WHEN range > 5 THEN error('boom in {name}') ELSE 'ok' END AS VARCHAR) AS x FROM range(10)\",\n}}\n"
+            "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"x\", \"varchar\" }} }},\n  query = \"SELECT CASE WHEN i > 5 THEN CAST(CAST('boom in {name} #' || i AS INTEGER) AS VARCHAR) ELSE 'ok' END AS x FROM generate_series(0, 9) AS g(i)\",\n}}\n"
         ),
     );
 }
@@ -48,8 +58,8 @@ fn at(events: &[Value], msg: &str, model: &str, run: &Run) -> usize {
 }
 
 /// s.a → s.b, s.c → s.d (a diamond), plus t.x (a time-range model over s.a, several batches).
-fn diamond() -> Project {
-    let p = Project::new();
+fn diamond(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
     full(&p, "s.a", &[]);
     full(&p, "s.b", &["s.a"]);
     full(&p, "s.c", &["s.a"]);
@@ -60,16 +70,15 @@ fn diamond() -> Project {
   name = "t.x",
   kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 7 },
   schema = { { "day", "timestamp" }, { "n", "bigint" } },
-  query = "SELECT d.day, a.n FROM (SELECT range AS day FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '2026-02-10', INTERVAL 1 DAY)) AS d, (SELECT count(*) AS n FROM " .. ref("s.a") .. ") AS a WHERE d.day >= @start AND d.day < @end",
+  query = "SELECT d.day, a.n FROM (SELECT day FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-02-09', INTERVAL '1 day') AS g(day)) AS d, (SELECT count(*) AS n FROM " .. ref("s.a") .. ") AS a WHERE d.day >= @start AND d.day < @end",
 }
 "#,
     );
     p
 }
 
-#[test]
-fn a_diamond_with_four_jobs_builds_each_model_once_after_its_parents() {
-    let p = diamond();
+fn a_diamond_with_four_jobs_builds_each_model_once_after_its_parents(engine: EngineBackend) {
+    let p = diamond(engine);
     // s.b and s.c each take a while to build: with 4 jobs they are under way at once.
     let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--json", "--jobs", "4"]);
     cmd.env("EFMESH_DELAY", "build:s.b=700,build:s.c=700");
@@ -101,9 +110,8 @@ fn a_diamond_with_four_jobs_builds_each_model_once_after_its_parents() {
     assert_eq!(again["hasChanges"], false, "{again:#}");
 }
 
-#[test]
-fn one_job_builds_one_model_after_another_in_the_plans_order() {
-    let p = diamond();
+fn one_job_builds_one_model_after_another_in_the_plans_order(engine: EngineBackend) {
+    let p = diamond(engine);
     let mut cmd = p.command(&["--log-format", "json", "apply", "dev", "--yes", "--jobs", "1"]);
     cmd.env("EFMESH_DELAY", "build:s.b=300,build:s.c=300");
     let run = Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 1".into());
@@ -115,9 +123,8 @@ fn one_job_builds_one_model_after_another_in_the_plans_order() {
     }
 }
 
-#[test]
-fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing() {
-    let p = Project::new();
+fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     failing(&p, "s.bad");
     full(&p, "s.bad_child", &["s.bad"]);
     full(&p, "s.slow", &[]);
@@ -135,7 +142,7 @@ fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing() {
         assert!(!ev.iter().any(|e| e["message"] == "build start" && e["model"] == never), "{never} started:\n{}", run.stderr);
     }
     // Nothing promoted: the environment has no view.
-    let views = p.query("SELECT count(*) FROM duckdb_views() WHERE schema_name LIKE 'dev__%'");
+    let views = p.query("SELECT count(*) FROM information_schema.tables WHERE table_type = 'VIEW' AND table_schema LIKE 'dev__%'");
     assert_eq!(views, vec![vec![Some("0".to_string())]], "{}", run.stderr);
     // s.slow's build was recorded: once s.bad is fixed, the next apply does not build it again.
     full(&p, "s.bad", &[]);
@@ -144,9 +151,8 @@ fn a_failure_in_one_branch_stops_new_work_and_promotes_nothing() {
     assert_eq!(built, ["s.bad", "s.bad_child", "s.after"], "{v:#}");
 }
 
-#[test]
-fn every_failure_of_a_parallel_apply_is_reported() {
-    let p = Project::new();
+fn every_failure_of_a_parallel_apply_is_reported(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     failing(&p, "s.bad1");
     failing(&p, "s.bad2");
     full(&p, "s.ok", &["s.bad1"]);
@@ -159,7 +165,7 @@ fn every_failure_of_a_parallel_apply_is_reported() {
     for m in ["s.bad1", "s.bad2"] {
         assert!(run.stderr.contains(&format!("boom in {m}")) && run.stderr.contains(&format!("s_{}.lua:1", &m[2..])), "{m}:\n{}", run.stderr);
     }
-    let views = p.query("SELECT count(*) FROM duckdb_views() WHERE schema_name LIKE 'dev__%'");
+    let views = p.query("SELECT count(*) FROM information_schema.tables WHERE table_type = 'VIEW' AND table_schema LIKE 'dev__%'");
     assert_eq!(views, vec![vec![Some("0".to_string())]]);
     // In JSON: one error whose kind is the failures' common kind, the message naming both.
     let mut cmd = p.command(&["apply", "dev", "--yes", "--json", "--jobs", "2"]);
@@ -173,18 +179,17 @@ fn every_failure_of_a_parallel_apply_is_reported() {
 }
 
 /// [`diamond`] plus `t.y`, a second time-range model over `s.a`: `run` has two models to compute.
-fn two_time_ranges() -> Project {
-    let p = diamond();
+fn two_time_ranges(engine: EngineBackend) -> Project {
+    let p = diamond(engine);
     let x = p.read("models/t_x.lua");
     p.write("models/t_y.lua", &x.replace("\"t.x\"", "\"t.y\"").replace("a.n FROM", "a.n * 2 AS n FROM"));
     p
 }
 
-#[test]
-fn run_builds_in_parallel_and_computes_what_one_job_computes() {
+fn run_builds_in_parallel_and_computes_what_one_job_computes(engine: EngineBackend) {
     let mut rows = Vec::new();
     for jobs in ["1", "2"] {
-        let mut p = two_time_ranges();
+        let mut p = two_time_ranges(if jobs == "1" { engine.clone() } else { engine.another() });
         p.now = "2026-02-01T00:00:00Z".to_string();
         p.apply("dev");
         p.now = "2026-02-10T00:00:00Z".to_string();
@@ -207,7 +212,7 @@ fn run_builds_in_parallel_and_computes_what_one_job_computes() {
 
 #[test]
 fn jobs_zero_is_refused() {
-    let p = diamond();
+    let p = diamond(EngineBackend::DuckDb);
     let run = p.run(&["apply", "dev", "--yes", "--jobs", "0"]);
     run.expect_code(1);
     assert!(run.stderr.contains("--jobs"), "{}", run.stderr);
