@@ -13,6 +13,27 @@ use crate::common::*;
 use efmesh::config::Config;
 use efmesh::project::Project as LibProject;
 
+crate::on_every_engine!(
+    changes_hard_deletes_and_returning_keys_build_the_history,
+    unchanged_rows_keep_their_valid_from_across_three_refreshes,
+    duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged,
+    without_invalidate_hard_deletes_a_missing_key_stays_open,
+    only_watched_columns_open_versions,
+    one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns,
+    history_survives_a_non_breaking_parent_edit,
+    the_contract_checks_the_query_against_the_declared_columns_only,
+    renaming_a_tracked_column_is_refused_unless_history_is_reset_explicitly,
+    a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql,
+    forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions,
+    a_new_column_left_out_of_the_watch_list_opens_no_version,
+    a_declared_rename_of_the_key_carries_the_history_over,
+    a_version_a_new_environment_built_empty_does_not_replace_prods_history,
+    a_carried_version_does_not_replace_a_history_that_recorded_more_since,
+    a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history,
+    a_carry_over_whose_source_table_is_gone_fails_before_building_anything,
+    a_changed_key_is_never_offered_forward_only,
+);
+
 const T1: &str = "2026-02-10T00:00:00Z";
 const T2: &str = "2026-02-11T08:30:00Z";
 const T3: &str = "2026-02-12T00:00:00Z";
@@ -23,13 +44,13 @@ fn ts(iso: &str) -> String {
     iso.trim_end_matches('Z').replace('T', " ")
 }
 
-/// `raw.assign` (CSV) → `m.src` (full, reads it) → `m.assign` (scd_type2 by patient, `opts`
-/// spliced into the kind's options).
+/// `raw.assign` (the engine table `land.assign`, see [`set_assign`]) → `m.src` (full, reads it)
+/// → `m.assign` (scd_type2 by patient, `opts` spliced into the kind's options).
 fn models(opts: &str) -> String {
     format!(
         r#"
 local raw = define_model {{
-  name = "raw.assign", kind = kind.external {{ path = "data/assign.csv" }},
+  name = "raw.assign", kind = kind.external {{ table = "land.assign" }},
   schema = {{ {{ "patient", "bigint" }}, {{ "dept", "varchar" }}, {{ "doctor", "varchar" }} }},
 }}
 local src = define_model {{
@@ -46,17 +67,34 @@ define_model {{
     )
 }
 
-fn project(opts: &str, csv: &str) -> Project {
-    let mut p = Project::new();
+fn project(engine: EngineBackend, opts: &str, csv: &str) -> Project {
+    let mut p = Project::on_engine(engine);
     p.now = T1.into();
-    p.write("data/assign.csv", csv);
+    set_assign(&p, csv);
     p.write("models/m.lua", &models(opts));
     p
 }
 
-/// [`project`] with `m.src` a view, so every `run` reads the CSV as it is now.
-fn view_project(opts: &str, csv: &str) -> Project {
-    let p = project(opts, csv);
+/// Replaces the rows of the engine table `land.assign` (created on first use) by those of `csv`:
+/// a header line, then one row a line, an empty field NULL.
+fn set_assign(p: &Project, csv: &str) {
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS land");
+    p.execute_on_engine("CREATE TABLE IF NOT EXISTS land.assign (patient BIGINT, dept VARCHAR, doctor VARCHAR)");
+    p.execute_on_engine("DELETE FROM land.assign");
+    let values: Vec<String> = csv
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<String> = line.split(',').map(|f| if f.is_empty() { "NULL".to_string() } else { format!("'{f}'") }).collect();
+            format!("({})", fields.join(", "))
+        })
+        .collect();
+    p.execute_on_engine(&format!("INSERT INTO land.assign VALUES {}", values.join(", ")));
+}
+
+/// [`project`] with `m.src` a view, so every `run` reads the source table as it is now.
+fn view_project(engine: EngineBackend, opts: &str, csv: &str) -> Project {
+    let p = project(engine, opts, csv);
     p.write("models/m.lua", &models(opts).replace("kind = kind.full()", "kind = kind.view()"));
     p
 }
@@ -73,16 +111,15 @@ fn r(patient: &str, dept: &str, doctor: &str, from: &str, to: Option<&str>) -> V
     vec![Some(patient.into()), Some(dept.into()), Some(doctor.into()), Some(ts(from)), to.map(ts)]
 }
 
-#[test]
-fn changes_hard_deletes_and_returning_keys_build_the_history() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n3,ortho,yang\n");
+fn changes_hard_deletes_and_returning_keys_build_the_history(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n3,ortho,yang\n");
     let applied = p.apply("dev");
     assert_eq!(applied["built"], serde_json::json!(["m.src", "m.assign"]));
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None), r("3", "ortho", "yang", T1, None)]);
 
     // T2: patient 1 moves, patient 2 leaves, patient 3 stays, patient 4 arrives.
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n3,ortho,yang\n4,neuro,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n3,ortho,yang\n4,neuro,grey\n");
     let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
     assert_eq!(ran["processed"], serde_json::json!(["m.assign"]));
     assert_eq!(
@@ -98,7 +135,7 @@ fn changes_hard_deletes_and_returning_keys_build_the_history() {
 
     // T3: patient 2 comes back (a new version; the closed one stays closed).
     p.now = T3.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n3,ortho,yang\n4,neuro,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n3,ortho,yang\n4,neuro,grey\n");
     p.run(&["run", "dev"]).expect_code(0);
     let h = history(&p);
     assert!(h.contains(&r("2", "neuro", "grey", T1, Some(T2))), "{h:?}");
@@ -109,14 +146,13 @@ fn changes_hard_deletes_and_returning_keys_build_the_history() {
     assert!(open.is_empty(), "{open:?}");
 }
 
-#[test]
-fn unchanged_rows_keep_their_valid_from_across_three_refreshes() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn unchanged_rows_keep_their_valid_from_across_three_refreshes(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.apply("dev");
     for (i, now) in [T2, T3, T4].into_iter().enumerate() {
         p.now = now.into();
         // Patient 2 changes doctor every time; patient 1 never changes.
-        p.write("data/assign.csv", &format!("patient,dept,doctor\n1,cardio,house\n2,neuro,doc{i}\n"));
+        set_assign(&p, &format!("patient,dept,doctor\n1,cardio,house\n2,neuro,doc{i}\n"));
         p.run(&["run", "dev"]).expect_code(0);
         let h = history(&p);
         assert_eq!(h[0], r("1", "cardio", "house", T1, None), "after refresh {}: {h:?}", i + 1);
@@ -124,13 +160,12 @@ fn unchanged_rows_keep_their_valid_from_across_three_refreshes() {
     }
 }
 
-#[test]
-fn duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n");
+fn duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n");
     p.apply("dev");
     let before = history(&p);
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n7,a,b\n7,c,d\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n7,a,b\n7,c,d\n");
     let r = p.run(&["run", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("model `m.assign`"), "{}", r.stderr);
@@ -138,41 +173,38 @@ fn duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged()
     assert_eq!(history(&p), before, "patient 1's change must not be half-applied");
 
     // A NULL key is refused the same way.
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n,a,b\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n,a,b\n");
     let r = p.run(&["run", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("1 row of the query has a NULL key (`patient`)"), "{}", r.stderr);
     assert_eq!(history(&p), before);
 }
 
-#[test]
-fn without_invalidate_hard_deletes_a_missing_key_stays_open() {
-    let mut p = view_project(", invalidate_hard_deletes = false", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn without_invalidate_hard_deletes_a_missing_key_stays_open(engine: EngineBackend) {
+    let mut p = view_project(engine, ", invalidate_hard_deletes = false", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.apply("dev");
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,cardio,house\n");
+    set_assign(&p, "patient,dept,doctor\n1,cardio,house\n");
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, None)]);
 }
 
-#[test]
-fn only_watched_columns_open_versions() {
+fn only_watched_columns_open_versions(engine: EngineBackend) {
     let opts = r#", columns = { "dept" }"#;
-    let mut p = view_project(opts, "patient,dept,doctor\n1,cardio,house\n");
+    let mut p = view_project(engine, opts, "patient,dept,doctor\n1,cardio,house\n");
     p.apply("dev");
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,cardio,wilson\n");
+    set_assign(&p, "patient,dept,doctor\n1,cardio,wilson\n");
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None)], "a doctor change alone is not watched");
     p.now = T3.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,wilson\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,wilson\n");
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, Some(T3)), r("1", "icu", "wilson", T3, None)]);
 }
 
-#[test]
-fn one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns() {
-    let mut p = project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns(engine: EngineBackend) {
+    let mut p = project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.now = "2026-02-10T13:14:15.678Z".into();
     p.write(
         "models/twin.lua",
@@ -196,27 +228,34 @@ define_model {
         env_view("dev", "m.twin")
     ));
     assert_eq!(instants, vec![vec![Some("2026-02-10 13:14:15.678".to_string())]; 2]);
-    let cols =
-        |rel: &str| -> Vec<String> { p.query(&format!("SELECT column_name FROM (DESCRIBE {rel})")).into_iter().map(|r| r[0].clone().unwrap()).collect() };
-    assert_eq!(cols(&env_view("dev", "m.assign")), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
-    assert_eq!(cols(&env_view("dev", "m.twin")), ["patient", "dept", "since", "until"]);
+    let cols = |env: &str, model: &str| -> Vec<String> {
+        let (schema, table) = model.split_once('.').unwrap();
+        let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
+        p.query(&format!(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = '{table}' ORDER BY ordinal_position"
+        ))
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect()
+    };
+    assert_eq!(cols("dev", "m.assign"), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
+    assert_eq!(cols("dev", "m.twin"), ["patient", "dept", "since", "until"]);
     assert_eq!(p.rows(&env_view("dev", "m.current")).len(), 2);
     // Promotion to prod is a view swap exposing the same columns.
     let prod = p.apply("prod");
     assert_eq!(prod["built"], serde_json::json!([]));
-    assert_eq!(cols(&env_view("prod", "m.assign")), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
+    assert_eq!(cols("prod", "m.assign"), ["patient", "dept", "doctor", "valid_from", "valid_to"]);
 }
 
-#[test]
-fn history_survives_a_non_breaking_parent_edit() {
-    let mut p = project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn history_survives_a_non_breaking_parent_edit(engine: EngineBackend) {
+    let mut p = project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.apply("dev");
     let tables_before = p.physical_tables().into_iter().filter(|t| t.starts_with("m__assign")).collect::<Vec<_>>();
 
     // T2: patient 1 moves in the source, and `m.src` (a full model, so it reads the CSV only
     // when built) gains a column `m.assign` does not read: a non-breaking edit.
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
     let edited = models("").replace(
         r#"{ "doctor", "varchar" } },
   query = "SELECT patient, dept, doctor FROM " .. ref(raw),"#,
@@ -346,10 +385,9 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     assert!(out.contains("models/x.lua:1: model `m.x`: column `valid_to` is managed by kind `scd_type2` and cannot be declared"), "{}", out);
 }
 
-#[test]
-fn the_contract_checks_the_query_against_the_declared_columns_only() {
+fn the_contract_checks_the_query_against_the_declared_columns_only(engine: EngineBackend) {
     // A query that produces a managed column itself returns a column the schema does not declare.
-    let p = project("", "patient,dept,doctor\n1,cardio,house\n");
+    let p = project(engine, "", "patient,dept,doctor\n1,cardio,house\n");
     p.write(
         "models/m.lua",
         &models("").replace(
@@ -389,7 +427,7 @@ fn project_with_history(p: &mut Project, with_prod: bool) {
         p.apply(env);
     }
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    set_assign(p, "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
     let expected = vec![r("1", "cardio", "house", T1, Some(T2)), r("1", "icu", "house", T2, None), r("2", "neuro", "grey", T1, None)];
     for env in envs {
         p.run(&["run", env]).expect_code(0);
@@ -408,9 +446,8 @@ fn renamed_models(opts: &str) -> String {
     )
 }
 
-#[test]
-fn renaming_a_tracked_column_is_refused_unless_history_is_reset_explicitly() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn renaming_a_tracked_column_is_refused_unless_history_is_reset_explicitly(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, true);
     let prod_before = history_in(&p, "prod", "doctor");
 
@@ -481,11 +518,12 @@ const RENAMED_RHAI: &str = r#"define_model(#{ name: "m.assign", kind: kind::scd_
 "#;
 const RENAMED_SQL: &str = "-- name: m.assign\n-- kind: scd_type2(key = patient, renamed = {doctor = physician})\n-- schema: patient bigint, dept varchar, physician varchar\n-- refs: m.src\nSELECT patient, dept, doctor AS physician FROM @ref(m.src)\n";
 
-#[test]
-fn a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql() {
-    for (file, text) in [("assign.lua", RENAMED_LUA), ("assign.rhai", RENAMED_RHAI), ("assign.sql", RENAMED_SQL)] {
-        let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
-        p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+fn a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql(engine: EngineBackend) {
+    for (i, (file, text)) in [("assign.lua", RENAMED_LUA), ("assign.rhai", RENAMED_RHAI), ("assign.sql", RENAMED_SQL)].into_iter().enumerate() {
+        // One project per language, each on its own database.
+        let engine = if i == 0 { engine.clone() } else { engine.another() };
+        let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+        p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
         project_with_history(&mut p, true);
 
         // T3: the rename, in `file`'s language; patient 2 also changes doctor in the source.
@@ -494,7 +532,7 @@ fn a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql() {
         let cut = without_scd.find("define_model {\n  name = \"m.assign\"").expect("the scd model");
         p.write("models/m.lua", &without_scd[..cut]);
         p.write(&format!("models/{file}"), text);
-        p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n");
+        set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,neuro,shepherd\n");
         let plan = p.plan("dev");
         let h = &action(&plan, "m.assign")["history"];
         assert_eq!(h["fate"], "carried", "{file}: {plan:#}");
@@ -523,11 +561,10 @@ fn a_declared_rename_carries_every_version_over_in_lua_rhai_and_sql() {
     }
 }
 
-#[test]
-fn forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions() {
+fn forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions(engine: EngineBackend) {
     // dev only: a forward-only change is refused outside prod while another environment serves
     // the table it keeps (its history would change under it).
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, false);
     let tables = p.physical_tables();
 
@@ -581,12 +618,11 @@ fn forward_only_adds_a_column_keeping_history_with_null_in_earlier_versions() {
     );
 }
 
-#[test]
-fn a_new_column_left_out_of_the_watch_list_opens_no_version() {
+fn a_new_column_left_out_of_the_watch_list_opens_no_version(engine: EngineBackend) {
     // `columns` lists the watched ones: a forward-only column outside it is stored as versions
     // open, and never opens one by itself.
     let opts = r#", columns = { "dept", "doctor" }"#;
-    let mut p = view_project(opts, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    let mut p = view_project(engine, opts, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.apply("dev");
     p.now = T2.into();
     let edited = models(opts).replace("kind = kind.full()", "kind = kind.view()").replace(
@@ -598,7 +634,7 @@ fn a_new_column_left_out_of_the_watch_list_opens_no_version() {
     p.write("models/m.lua", &edited);
     p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]).expect_code(0);
     p.now = T3.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
     p.run(&["run", "dev"]).expect_code(0);
     let rows = p.query(&format!(
         "SELECT CAST(patient AS VARCHAR), dept, ward, CAST(valid_from AS VARCHAR), CAST(valid_to AS VARCHAR) FROM {} ORDER BY patient, valid_from",
@@ -614,9 +650,8 @@ fn a_new_column_left_out_of_the_watch_list_opens_no_version() {
     );
 }
 
-#[test]
-fn a_declared_rename_of_the_key_carries_the_history_over() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn a_declared_rename_of_the_key_carries_the_history_over(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, false);
     p.now = T3.into();
     let edited = models(r#", renamed = { patient = "patient_id" }"#)
@@ -640,11 +675,11 @@ fn a_declared_rename_of_the_key_carries_the_history_over() {
 }
 
 /// prod serves a history (applied at T1, patient 1 moved at T2); dev does not exist yet.
-fn prod_with_history() -> Project {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn prod_with_history(engine: EngineBackend) -> Project {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     p.apply("prod");
     p.now = T2.into();
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,neuro,grey\n");
     p.run(&["run", "prod"]).expect_code(0);
     assert_eq!(history_in(&p, "prod", "doctor").len(), 3);
     p
@@ -655,9 +690,8 @@ fn declared_rename() -> String {
     renamed_models("").replace(r#"key = "patient""#, r#"key = "patient", renamed = { doctor = "physician" }"#)
 }
 
-#[test]
-fn a_version_a_new_environment_built_empty_does_not_replace_prods_history() {
-    let mut p = prod_with_history();
+fn a_version_a_new_environment_built_empty_does_not_replace_prods_history(engine: EngineBackend) {
+    let mut p = prod_with_history(engine);
     let prod_before = history_in(&p, "prod", "doctor");
     // T3: the rename, declared; a new environment `dev` has no history, so it builds the new
     // version empty (nothing to carry).
@@ -683,9 +717,8 @@ fn a_version_a_new_environment_built_empty_does_not_replace_prods_history() {
     assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
 }
 
-#[test]
-fn a_carried_version_does_not_replace_a_history_that_recorded_more_since() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn a_carried_version_does_not_replace_a_history_that_recorded_more_since(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, true);
     // T3: dev carries the history over the declared rename.
     p.now = T3.into();
@@ -694,7 +727,7 @@ fn a_carried_version_does_not_replace_a_history_that_recorded_more_since() {
     // T4: prod, still on the old version, records a change dev's copy does not have.
     p.now = T4.into();
     p.write("models/m.lua", &models("").replace("kind = kind.full()", "kind = kind.view()"));
-    p.write("data/assign.csv", "patient,dept,doctor\n1,icu,house\n2,ortho,grey\n");
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n2,ortho,grey\n");
     p.run(&["run", "prod"]).expect_code(0);
     let prod_before = history_in(&p, "prod", "doctor");
     assert_eq!(prod_before.len(), 4, "{prod_before:?}");
@@ -713,9 +746,8 @@ fn a_carried_version_does_not_replace_a_history_that_recorded_more_since() {
     assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
 }
 
-#[test]
-fn a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, false);
     let carried = history_in(&p, "dev", "doctor");
     p.now = T3.into();
@@ -723,14 +755,13 @@ fn a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history()
     // An interrupted `--reset-history` attempt left the new version's table, empty, with no
     // snapshot recording it.
     let physical = action(&p.plan("dev"), "m.assign")["physical"].as_str().expect("physical").to_string();
-    p.query(&format!("CREATE TABLE {physical} (patient BIGINT, dept VARCHAR, physician VARCHAR, valid_from TIMESTAMP, valid_to TIMESTAMP)"));
+    p.execute_on_engine(&format!("CREATE TABLE {physical} (patient BIGINT, dept VARCHAR, physician VARCHAR, valid_from TIMESTAMP, valid_to TIMESTAMP)"));
     p.apply("dev");
     assert_eq!(history_in(&p, "dev", "physician"), carried, "every version carried over, none from the leftover");
 }
 
-#[test]
-fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, false);
     p.now = T3.into();
     // `m.src` changes too: its new view would be built first.
@@ -738,7 +769,9 @@ fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything() {
     let plan = p.plan("dev");
     assert_eq!(action(&plan, "m.src")["build"], true, "{plan:#}");
     let old = p.physical_tables().into_iter().find(|t| t.starts_with("m__assign__")).expect("the old table");
-    p.query(&format!("DROP TABLE \"_efmesh\".\"{old}\""));
+    // Postgres refuses to drop a table a view reads: dev's view of it goes too.
+    let cascade = if p.on_postgres() { " CASCADE" } else { "" };
+    p.execute_on_engine(&format!("DROP TABLE \"_efmesh\".\"{old}\"{cascade}"));
     let before = (p.physical_tables(), p.state_summary());
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
@@ -747,9 +780,8 @@ fn a_carry_over_whose_source_table_is_gone_fails_before_building_anything() {
     assert_eq!((p.physical_tables(), p.state_summary()), before, "nothing built");
 }
 
-#[test]
-fn a_changed_key_is_never_offered_forward_only() {
-    let mut p = view_project("", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+fn a_changed_key_is_never_offered_forward_only(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
     project_with_history(&mut p, false);
     p.now = T3.into();
     p.write("models/m.lua", &models("").replace("kind = kind.full()", "kind = kind.view()").replace(r#"key = "patient""#, r#"key = { "patient", "dept" }"#));
