@@ -136,6 +136,35 @@ macro_rules! on_every_engine {
     };
 }
 
+/// Runs the behaviour `fn name(backend: StateBackend, engine: EngineBackend)` on each engine with
+/// its state in SQLite, and on a Postgres state store with the DuckDB engine: a module `name`
+/// with the tests `duckdb`, `postgres` (the engine) and `postgres_state` (the state store).
+#[macro_export]
+macro_rules! on_every_engine_and_state_backend {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::StateBackend::Sqlite, $crate::common::EngineBackend::DuckDb)
+                }
+                #[test]
+                fn postgres() {
+                    if let Some(target) = $crate::pg::fresh_database() {
+                        super::$name($crate::common::StateBackend::Sqlite, $crate::common::EngineBackend::Postgres(target))
+                    }
+                }
+                #[test]
+                fn postgres_state() {
+                    if let Some(target) = $crate::pg::fresh() {
+                        super::$name($crate::common::StateBackend::Postgres(target), $crate::common::EngineBackend::DuckDb)
+                    }
+                }
+            }
+        )*
+    };
+}
+
 /// Runs the behaviour `fn name(backend: StateBackend)` once per state backend: a module
 /// `name` with the tests `sqlite` and `postgres` (the latter fails without a Postgres unless
 /// `EFMESH_SKIP_PG=1`, see `tests/it/pg.rs`).

@@ -5,16 +5,14 @@
 //! from. Load errors name the column, the model and file:line.
 
 use crate::common::*;
-use efmesh::config::{Config, EngineSection};
-use efmesh::engine::Engine;
-use efmesh::engine::duckdb::DuckDb;
+use efmesh::config::Config;
 use efmesh::project::Project as LibProject;
 use std::collections::BTreeMap;
 
-/// `raw.src` reads `data/src.csv`; `m.latest` upserts it by `id`.
+/// `raw.src` reads the engine table `land.src` (see [`set_src`]); `m.latest` upserts it by `id`.
 const MODELS: &str = r#"
 local src = define_model {
-  name = "raw.src", kind = kind.external { path = "data/src.csv" },
+  name = "raw.src", kind = kind.external { table = "land.src" },
   schema = { { "id", "bigint" }, { "name", "varchar" }, { "score", "bigint" } },
 }
 define_model {
@@ -24,15 +22,33 @@ define_model {
 }
 "#;
 
-fn project_on(backend: StateBackend, csv: &str) -> Project {
-    let p = Project::on(backend);
-    p.write("data/src.csv", csv);
+fn project_on(backend: StateBackend, engine: EngineBackend, csv: &str) -> Project {
+    let p = Project::with(backend, engine);
     p.write("models/m.lua", MODELS);
+    set_src(&p, csv);
     p
 }
 
-// The upsert and SCD type 2 paths write data generations and the ledger: on both state stores.
-crate::on_every_state_backend!(
+/// Replaces the rows of the engine table `land.src` (created on first use) by those of `csv`: a
+/// header line, then one row a line, an empty field NULL.
+fn set_src(p: &Project, csv: &str) {
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS land");
+    p.execute_on_engine("CREATE TABLE IF NOT EXISTS land.src (id BIGINT, name VARCHAR, score BIGINT)");
+    p.execute_on_engine("DELETE FROM land.src");
+    let values: Vec<String> = csv
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<String> = line.split(',').map(|f| if f.is_empty() { "NULL".to_string() } else { format!("'{f}'") }).collect();
+            format!("({})", fields.join(", "))
+        })
+        .collect();
+    p.execute_on_engine(&format!("INSERT INTO land.src VALUES {}", values.join(", ")));
+}
+
+// The upsert and SCD type 2 paths write data generations and the ledger: on both engines and
+// both state stores.
+crate::on_every_engine_and_state_backend!(
     run_upserts_changed_and_new_rows_and_keeps_absent_ones,
     a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged,
     a_null_key_on_the_first_apply_builds_and_promotes_nothing,
@@ -42,6 +58,8 @@ crate::on_every_state_backend!(
     a_key_change_is_a_breaking_change_that_rebuilds,
     a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile,
 );
+
+crate::on_every_engine!(a_composite_key_upserts_from_an_engine_table_changed_between_runs);
 
 fn row(vals: &[&str]) -> Vec<Option<String>> {
     vals.iter().map(|v| if *v == "NULL" { None } else { Some(v.to_string()) }).collect()
@@ -53,15 +71,15 @@ fn rows(list: &[&[&str]]) -> Rows {
     r
 }
 
-fn run_upserts_changed_and_new_rows_and_keeps_absent_ones(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n3,cyd,3\n");
+fn run_upserts_changed_and_new_rows_and_keeps_absent_ones(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n2,bob,2\n3,cyd,3\n");
     let applied = p.apply("dev");
     assert_eq!(applied["built"], serde_json::json!(["m.latest"]));
     let view = env_view("dev", "m.latest");
     assert_eq!(p.rows(&view), rows(&[&["1", "ann", "10"], &["2", "bob", "20"], &["3", "cyd", "30"]]));
 
     // The source changes: 1 is renamed, 2 disappears, 4 arrives.
-    p.write("data/src.csv", "id,name,score\n1,ANN,1\n3,cyd,3\n4,dan,4\n");
+    set_src(&p, "id,name,score\n1,ANN,1\n3,cyd,3\n4,dan,4\n");
     // Nothing changed in the project: apply does nothing, and says how to refresh.
     let noop = p.run(&["apply", "dev", "--yes"]);
     noop.expect_code(0);
@@ -83,12 +101,12 @@ fn run_upserts_changed_and_new_rows_and_keeps_absent_ones(backend: StateBackend)
     assert_eq!(p.state_summary(), before);
 }
 
-fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n");
+fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unchanged(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n2,bob,2\n");
     p.apply("dev");
     let view = env_view("dev", "m.latest");
     let before = p.rows(&view);
-    p.write("data/src.csv", "id,name,score\n1,ANN,1\n,nul,5\n,nil,6\n7,new,7\n");
+    set_src(&p, "id,name,score\n1,ANN,1\n,nul,5\n,nil,6\n7,new,7\n");
     let r = p.run(&["run", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("model `m.latest`"), "{}", r.stderr);
@@ -97,8 +115,8 @@ fn a_null_key_is_refused_naming_the_model_and_the_row_count_and_the_table_is_unc
     assert_eq!(p.rows(&view), before, "nothing of the batch may be written");
 }
 
-fn a_null_key_on_the_first_apply_builds_and_promotes_nothing(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n,nul,2\n");
+fn a_null_key_on_the_first_apply_builds_and_promotes_nothing(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n,nul,2\n");
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
     assert!(r.stderr.contains("1 row of the query has a NULL key"), "{}", r.stderr);
@@ -107,12 +125,12 @@ fn a_null_key_on_the_first_apply_builds_and_promotes_nothing(backend: StateBacke
     assert!(p.physical_tables().iter().all(|t| !t.starts_with("m__latest")), "{:?}", p.physical_tables());
 }
 
-fn duplicate_keys_in_the_query_are_refused_naming_a_key(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n");
+fn duplicate_keys_in_the_query_are_refused_naming_a_key(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n");
     p.apply("dev");
     let view = env_view("dev", "m.latest");
     let before = p.rows(&view);
-    p.write("data/src.csv", "id,name,score\n1,ann,1\n5,eve,1\n5,eva,2\n");
+    set_src(&p, "id,name,score\n1,ann,1\n5,eve,1\n5,eva,2\n");
     let r = p.run(&["run", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("model `m.latest`"), "{}", r.stderr);
@@ -120,14 +138,13 @@ fn duplicate_keys_in_the_query_are_refused_naming_a_key(backend: StateBackend) {
     assert_eq!(p.rows(&view), before);
 }
 
-#[test]
-fn a_composite_key_upserts_from_an_engine_table_changed_between_runs() {
-    let p = Project::new();
+fn a_composite_key_upserts_from_an_engine_table_changed_between_runs(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     p.write(
         "models/m.lua",
         r#"
 local landing = define_model {
-  name = "raw.landing", kind = kind.external { table = "main.landing" },
+  name = "raw.landing", kind = kind.external { table = "land.landing" },
   schema = { { "shop", "varchar" }, { "sku", "bigint" }, { "stock", "bigint" } },
 }
 define_model {
@@ -137,30 +154,40 @@ define_model {
 }
 "#,
     );
-    let engine = |sql: &str| {
-        let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).unwrap();
-        db.execute(sql).unwrap();
-    };
-    engine("CREATE TABLE main.landing (shop VARCHAR, sku BIGINT, stock BIGINT); INSERT INTO main.landing VALUES ('a', 1, 10), ('a', 2, 20), ('b', 1, 30)");
+    p.execute_on_engine("CREATE SCHEMA land");
+    p.execute_on_engine("CREATE TABLE land.landing (shop VARCHAR, sku BIGINT, stock BIGINT)");
+    p.execute_on_engine("INSERT INTO land.landing VALUES ('a', 1, 10), ('a', 2, 20), ('b', 1, 30)");
     p.apply("dev");
     // Same sku in another shop is another key: only ('a', 1) changes; ('b', 2) is new.
-    engine("DELETE FROM main.landing; INSERT INTO main.landing VALUES ('a', 1, 11), ('b', 2, 5)");
+    p.execute_on_engine("DELETE FROM land.landing");
+    p.execute_on_engine("INSERT INTO land.landing VALUES ('a', 1, 11), ('b', 2, 5)");
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(p.rows(&env_view("dev", "m.stock")), rows(&[&["a", "1", "11"], &["a", "2", "20"], &["b", "1", "30"], &["b", "2", "5"]]));
 }
 
-fn run_refuses_an_environment_the_project_differs_from(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n");
+fn run_refuses_an_environment_the_project_differs_from(backend: StateBackend, engine: EngineBackend) {
+    // The source table is not created yet: a refused run must leave the engine as it found it.
+    let p = Project::with(backend, engine);
+    p.write("models/m.lua", MODELS);
     // Never applied: everything is `added`.
     let r = p.run(&["run", "dev", "--json"]);
     r.expect_code(2);
     let v = r.json();
     assert_eq!(v["outcome"], "blocked");
     assert_eq!(string_set(&v["blockedBy"]), set(&["m.latest: added", "raw.src: added"]));
-    assert!(!p.engine_path().exists(), "a refused run opens no database");
+    if p.on_postgres() {
+        // The plan reads the server's catalog; nothing may be created.
+        assert_eq!(
+            p.query("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE '%efmesh%' OR schema_name LIKE 'dev%'"),
+            [[Some("0".to_string())]]
+        );
+    } else {
+        assert!(!p.engine_path().exists(), "a refused run opens no database");
+    }
+    set_src(&p, "id,name,score\n1,ann,1\n");
 
     p.apply("dev");
-    p.write("data/src.csv", "id,name,score\n1,ann,1\n2,bob,2\n");
+    set_src(&p, "id,name,score\n1,ann,1\n2,bob,2\n");
     p.write("models/m.lua", &MODELS.replace("score * 10", "score * 100"));
     let r = p.run(&["run", "dev"]);
     r.expect_code(2);
@@ -169,14 +196,14 @@ fn run_refuses_an_environment_the_project_differs_from(backend: StateBackend) {
     assert_eq!(p.rows(&env_view("dev", "m.latest")), rows(&[&["1", "ann", "10"]]), "a refused run writes nothing");
 }
 
-fn run_also_computes_missing_intervals_of_time_range_models(backend: StateBackend) {
-    let mut p = project_on(backend, "id,name,score\n1,ann,1\n");
+fn run_also_computes_missing_intervals_of_time_range_models(backend: StateBackend, engine: EngineBackend) {
+    let mut p = project_on(backend, engine, "id,name,score\n1,ann,1\n");
     p.write(
         "models/t.lua",
         r#"define_model {
   name = "m.days", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-02-01" },
   schema = { { "day", "timestamp" } },
-  query = "SELECT CAST(range AS TIMESTAMP) AS day FROM range(TIMESTAMP '2026-01-01', TIMESTAMP '2026-03-01', INTERVAL 1 DAY) WHERE range >= @start AND range < @end",
+  query = "SELECT CAST(d AS TIMESTAMP) AS day FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-02-28', INTERVAL '1 day') AS g(d) WHERE d >= @start AND d < @end",
 }
 "#,
     );
@@ -227,8 +254,8 @@ fn the_same_unique_key_model_has_one_fingerprint_in_lua_rhai_and_sql_and_the_key
     assert_ne!(lua, full, "the kind is hashed");
 }
 
-fn a_key_change_is_a_breaking_change_that_rebuilds(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n");
+fn a_key_change_is_a_breaking_change_that_rebuilds(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n");
     p.apply("dev");
     p.write("models/m.lua", &MODELS.replace(r#"key = "id""#, r#"key = { "id", "name" }"#));
     let plan = p.plan("dev");
@@ -285,8 +312,8 @@ fn load_errors_name_the_column_the_model_and_the_line() {
     assert!(out.contains("models/x.lua:1: model `m.x`: unknown option `unique` for kind `incremental_by_unique_key`"), "{}", out);
 }
 
-fn a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile(backend: StateBackend) {
-    let p = project_on(backend, "id,name,score\n1,ann,1\n2,bob,2\n");
+fn a_blocking_audit_rolls_back_a_run_upsert_and_an_scd_reconcile(backend: StateBackend, engine: EngineBackend) {
+    let p = project_on(backend, engine, "id,name,score\n1,ann,1\n2,bob,2\n");
     p.write(
         "models/m.lua",
         &(MODELS.replace(
@@ -307,7 +334,7 @@ define_model {
     let before = p.rows(&latest);
     // A negative score arrives: m.hist (first in order) accepts it; m.latest's audit rejects it
     // inside the upsert's transaction.
-    p.write("data/src.csv", "id,name,score\n1,ann,-5\n3,cyd,3\n");
+    set_src(&p, "id,name,score\n1,ann,-5\n3,cyd,3\n");
     let run = p.run(&["run", "dev"]);
     run.expect_code(1);
     assert!(run.stderr.contains("accepted_range") && run.stderr.contains("m.latest"), "{}", run.stderr);
@@ -315,7 +342,7 @@ define_model {
     let hist_before = p.rows(&hist);
     assert!(hist_before.iter().any(|r| r[2].as_deref() == Some("-5")), "m.hist reconciled: {hist_before:?}");
     // Now m.hist's own audit rejects its reconciliation: its table is unchanged too.
-    p.write("data/src.csv", "id,name,score\n1,ann,-500\n3,cyd,3\n");
+    set_src(&p, "id,name,score\n1,ann,-500\n3,cyd,3\n");
     let run = p.run(&["run", "dev"]);
     run.expect_code(1);
     assert!(run.stderr.contains("expression(score >= -100)") && run.stderr.contains("m.hist"), "{}", run.stderr);
