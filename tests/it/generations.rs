@@ -4,6 +4,7 @@
 //! rollup of that rollup).
 
 use crate::common::*;
+use crate::on_every_engine;
 use serde_json::Value;
 
 /// A daily time-range model, a `full` rollup over it (its total multiplied by `factor`: dev
@@ -16,7 +17,7 @@ local daily = define_model {{
   name = "t.daily",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
 }}
 local rollup = define_model {{
   name = "t.rollup", kind = kind.full(),
@@ -41,6 +42,39 @@ define_model {{
 "#
     )
 }
+
+// DuckDB only for now, converted: on Postgres, the `run` that rebuilds the view model `t.vw`
+// (over a time-range model with new days) fails dropping the view's physical relation, which
+// the environment views read ("cannot drop view _efmesh.t__vw__… because other objects depend on
+// it"). Move each to the list above once that is fixed.
+macro_rules! on_duckdb_only {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+            }
+        )*
+    };
+}
+
+on_duckdb_only!(
+    prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_own_rollups,
+    dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_own_rollups,
+    a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent,
+    a_rollup_inheriting_a_table_over_the_same_parent_data_is_not_marked_and_any_environment_refreshes_it,
+    a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach,
+);
+
+on_every_engine!(
+    a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_dev_data,
+    an_inherited_rollup_table_built_from_other_data_is_marked_by_the_next_plan_and_rebuilt,
+    a_run_rebuilds_a_full_model_reading_new_intervals_through_an_embedded_model,
+    a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_it,
+    an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them,
+);
 
 const PROD: u32 = 1;
 const DEV: u32 = 3;
@@ -76,8 +110,8 @@ fn plan_of(p: &Project, factor: u32, env: &str) -> Value {
 
 /// prod at `PROD`, dev at `DEV` (its own rollups, prod's daily version), both applied at
 /// 2026-01-10; then a no-op plan in both.
-fn two_environments() -> Project {
-    let mut p = Project::new();
+fn two_environments(engine: EngineBackend) -> Project {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     with(&p, PROD, &["apply", "prod", "--yes"]).expect_code(0);
     with(&p, DEV, &["apply", "dev", "--yes"]).expect_code(0);
@@ -113,9 +147,8 @@ fn assert_marked(plan: &Value, parent_of_rollup: &str) {
     assert!(action(plan, "t.vw").get("rebuild").is_none(), "a view is never stale: {plan:#}");
 }
 
-#[test]
-fn prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_own_rollups() {
-    let p = two_environments();
+fn prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_own_rollups(engine: EngineBackend) {
+    let p = two_environments(engine);
     // prod's run computes the two new days of the shared daily version and rebuilds prod's rollups.
     let v = with(&p, PROD, &["run", "prod", "--json"]).expect_code(0).json();
     assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup", "t.roll2"])), "{v:#}");
@@ -146,9 +179,8 @@ fn prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_ow
     assert_eq!(status["staleRebuilds"], serde_json::json!([]), "{status:#}");
 }
 
-#[test]
-fn dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_own_rollups() {
-    let p = two_environments();
+fn dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_own_rollups(engine: EngineBackend) {
+    let p = two_environments(engine);
     let v = with(&p, DEV, &["run", "dev", "--json"]).expect_code(0).json();
     assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.rollup", "t.roll2"])), "{v:#}");
     assert_serves(&p, "dev", "2026-01-12", DEV);
@@ -165,9 +197,8 @@ fn dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_ow
     }
 }
 
-#[test]
-fn a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent() {
-    let p = two_environments();
+fn a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent(engine: EngineBackend) {
+    let p = two_environments(engine);
     // Caught up in both first, so only the restatement changes anything.
     with(&p, PROD, &["run", "prod"]).expect_code(0);
     with(&p, DEV, &["run", "dev"]).expect_code(0);
@@ -195,7 +226,7 @@ local daily = define_model {{
   name = "t.daily",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }}{extra_col} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v{extra_sel}",
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v{extra_sel}",
 }}
 local rollup = define_model {{
   name = "t.rollup", kind = kind.full(),
@@ -216,9 +247,8 @@ fn fresh_rollup(now_day: &str) -> Rows {
     expected(now_day, 1).0
 }
 
-#[test]
-fn a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_dev_data() {
-    let mut p = Project::new();
+fn a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_dev_data(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &shared_table_models(false));
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
@@ -262,9 +292,8 @@ fn a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_d
 /// A rollup whose new version inherits its own environment's table while its parent's new
 /// version holds other data (two more days than the table was built from): the reuse records
 /// a `built_from` that matches nothing, so the next plan marks it and its apply rebuilds it.
-#[test]
-fn an_inherited_rollup_table_built_from_other_data_is_marked_by_the_next_plan_and_rebuilt() {
-    let mut p = Project::new();
+fn an_inherited_rollup_table_built_from_other_data_is_marked_by_the_next_plan_and_rebuilt(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &shared_table_models(false));
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
@@ -296,7 +325,7 @@ local daily = define_model {{
   name = "t.daily",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
 }}
 local vw = define_model {{
   name = "t.vw", kind = kind.view(),
@@ -312,9 +341,8 @@ define_model {{
     )
 }
 
-#[test]
-fn a_rollup_inheriting_a_table_over_the_same_parent_data_is_not_marked_and_any_environment_refreshes_it() {
-    let mut p = Project::new();
+fn a_rollup_inheriting_a_table_over_the_same_parent_data_is_not_marked_and_any_environment_refreshes_it(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &view_models(false));
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
@@ -343,9 +371,8 @@ fn a_rollup_inheriting_a_table_over_the_same_parent_data_is_not_marked_and_any_e
 /// A `full` model over an `embedded` model over a time-range parent: the run that computes the
 /// parent's new intervals rebuilds the `full` model too (the embedded model has no data of its
 /// own), so the plan after it is a no-op.
-#[test]
-fn a_run_rebuilds_a_full_model_reading_new_intervals_through_an_embedded_model() {
-    let mut p = Project::new();
+fn a_run_rebuilds_a_full_model_reading_new_intervals_through_an_embedded_model(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write(
         "models/m.lua",
@@ -354,7 +381,7 @@ local daily = define_model {
   name = "t.daily",
   kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 },
   schema = { { "day", "timestamp" }, { "v", "bigint" } },
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v",
 }
 local emb = define_model {
   name = "t.emb", kind = kind.embedded(),
@@ -405,9 +432,8 @@ define_model {{
     )
 }
 
-#[test]
-fn a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_it() {
-    let mut p = Project::new();
+fn a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_it(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &upsert_models(1));
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
@@ -434,9 +460,8 @@ fn a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_i
     assert_eq!(p.rows(&env_view("dev", "t.r")), vec![vec![Some("13".to_string())]]);
 }
 
-#[test]
-fn an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them() {
-    let mut p = Project::new();
+fn an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
     p.write("models/m.lua", &upsert_models(1));
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
@@ -467,12 +492,20 @@ fn an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that
 /// (`plan::VersionMemo`'s marks, SPEC §4): after edits that leave the stale rollup alone, the
 /// session still marks it, and every plan equals the plan from scratch (the test suite also sets
 /// `EFMESH_VERIFY_PLAN_MEMO=1`, which compares the kept marks with the marks computed in full).
-#[test]
-fn a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach() {
+fn a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach(engine: EngineBackend) {
     use efmesh::session::{Session, open_state, plan_checked};
-    let p = two_environments();
+    let p = two_environments(engine);
     with(&p, PROD, &["run", "prod", "--json"]).expect_code(0);
     p.write("models/m.lua", &models(DEV));
+    // The session runs in this process: on Postgres, its configuration names a variable of this
+    // test's own (the engine's catalog is read by every plan).
+    if let EngineBackend::Postgres(target) = &p.engine {
+        let dir = p.root().file_name().expect("dir").to_string_lossy().to_uppercase();
+        let var = format!("{PG_ENGINE_URL_ENV}_{}", dir.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        p.write("efmesh.toml", &p.config_with("").replace(PG_ENGINE_URL_ENV, &var));
+        // SAFETY: this variable is this test's own; no other thread reads it.
+        unsafe { std::env::set_var(&var, &target.url) };
+    }
     let now = efmesh::core::interval::parse_instant("2026-01-12T00:00:00Z").expect("instant");
     let options = efmesh::plan::Options::default();
     let scratch = |session: &Session| {
