@@ -565,6 +565,31 @@ return M
     p
 }
 
+/// [`sample_project_on`] with its models on `engine`, in SQL both engines read the same way
+/// (see [`portable_sample`]).
+pub fn sample_project_with(backend: StateBackend, engine: EngineBackend) -> Project {
+    let sample = sample_project_on(backend.clone());
+    let p = Project::with(backend, engine);
+    for rel in ["data/events.csv", "models/raw.lua", "models/a.lua", "models/b.lua", "models/c.lua", "models/d.lua"] {
+        p.write(rel, &portable_sample(&p, &sample.read(rel)));
+    }
+    p
+}
+
+/// A file of the sample project (or of [`model_a`], [`model_d`]) in SQL both engines read the
+/// same way: `range(…)` as `generate_series(…) AS g(range)` (same rows, same column name),
+/// `GROUP BY ALL` spelled out, `t.e`'s tag without reading the alias `id` its own SELECT
+/// defines; on Postgres, which reads no files, the external CSV is loaded as
+/// a seed of the same file.
+pub fn portable_sample(p: &Project, text: &str) -> String {
+    let text = text
+        .replace("FROM range(1, 8)", "FROM generate_series(1, 7) AS g(range)")
+        .replace("FROM range(3)", "FROM generate_series(0, 2) AS g(range)")
+        .replace("GROUP BY ALL", "GROUP BY 1, 2")
+        .replace(" || id AS tag FROM generate_series", " || CAST(range AS INTEGER) AS tag FROM generate_series");
+    if p.on_postgres() { text.replace("kind.external { path = \"data/events.csv\" }", "kind.seed { path = \"data/events.csv\" }") } else { text }
+}
+
 /// `models/a.lua` of the sample project; `extra` is appended to its WHERE clause.
 pub fn model_a(extra: &str) -> String {
     format!(

@@ -7,6 +7,14 @@ use crate::common::*;
 use efmesh::apply::fault::FAULT_ENV;
 use serde_json::Value;
 
+/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
+fn another_engine(engine: &EngineBackend) -> EngineBackend {
+    match engine {
+        EngineBackend::DuckDb => EngineBackend::DuckDb,
+        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
+    }
+}
+
 /// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
 fn run_with_fault(p: &Project, point: &str, args: &[&str]) -> Run {
     let out = p.command(args).env(FAULT_ENV, point).output().expect("spawn efmesh");
@@ -40,11 +48,18 @@ pub fn assert_views_serve_pointers(p: &Project, env: &str) {
     }
 }
 
-// On a SQLite and on a Postgres state store alike.
-crate::on_every_state_backend!(
+// On each engine, and on a Postgres state store.
+crate::on_every_engine_and_state_backend!(
     a_metadata_edit_applied_to_dev_never_reaches_prod,
     a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan,
     a_crash_after_recording_the_intent_is_undone_for_every_command,
+);
+
+// On each engine (these break the SQLite state store's writes).
+crate::on_every_engine!(
+    a_metadata_edit_in_a_failed_apply_changes_no_environment,
+    a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served,
+    an_unwritable_state_store_blocks_commands_until_the_promotion_is_undone,
 );
 
 // ---- defect 2: metadata per environment ------------------------------------------------------
@@ -58,8 +73,8 @@ fn edit_metadata(p: &Project) {
     p.write("models/d.lua", &d);
 }
 
-fn a_metadata_edit_applied_to_dev_never_reaches_prod(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn a_metadata_edit_applied_to_dev_never_reaches_prod(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("prod");
     p.apply("dev");
     let (a0, d0) = (p.read("models/a.lua"), p.read("models/d.lua"));
@@ -95,22 +110,21 @@ fn a_metadata_edit_applied_to_dev_never_reaches_prod(backend: StateBackend) {
 
 /// A full model with a blocking audit: ids stay below 100 unless `bad` is true.
 fn guarded(bad: bool) -> String {
-    let top = if bad { 1000 } else { 10 };
+    let last = if bad { 999 } else { 9 };
     format!(
         r#"define_model {{
   name = "s.guarded",
   kind = kind.full(),
   schema = {{ {{ "id", "integer" }} }},
   audits = {{ audit.expression("id < 100") }},
-  query = "SELECT CAST(range AS INTEGER) AS id FROM range(1, {top})",
+  query = "SELECT CAST(i AS INTEGER) AS id FROM generate_series(1, {last}) AS g(i)",
 }}
 "#
     )
 }
 
-#[test]
-fn a_metadata_edit_in_a_failed_apply_changes_no_environment() {
-    let p = sample_project();
+fn a_metadata_edit_in_a_failed_apply_changes_no_environment(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.write("models/guarded.lua", &guarded(false));
     p.apply("prod");
     p.apply("dev");
@@ -132,12 +146,12 @@ fn a_metadata_edit_in_a_failed_apply_changes_no_environment() {
 
 // ---- defect 3: views ⇔ pointers after a fault -------------------------------------------------
 
-fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("dev");
     let before = p.state_summary();
     let served_before = p.rows(&env_view("dev", "s.a"));
-    p.write("models/a.lua", &model_a(" AND range > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
     let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
     assert_ne!(r.code, 0, "the test hook did not stop the apply: {}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
@@ -164,11 +178,11 @@ fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(
     assert_eq!(r.json()["hasChanges"], false);
 }
 
-fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend) {
+fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend, engine: EngineBackend) {
     for command in [&["run", "dev"][..], &["audit", "dev"][..], &["apply", "dev", "--yes"][..]] {
-        let p = sample_project_on(backend.another(command[0]));
+        let p = sample_project_with(backend.another(command[0]), another_engine(&engine));
         p.apply("dev");
-        p.write("models/a.lua", &model_a(" AND range > 2"));
+        p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
         let r = run_with_fault(&p, "after-intent", &["apply", "dev", "--yes"]);
         assert!(r.stderr.contains("aborting at `after-intent`"), "{}", r.stderr);
         assert_eq!(p.store().unwrap().pending_promotions().expect("pending").len(), 1);
@@ -194,13 +208,12 @@ fn repair_state_writes(p: &Project) {
     conn.execute_batch("DROP TRIGGER IF EXISTS full_disk; DROP TRIGGER IF EXISTS full_disk_2;").expect("drop triggers");
 }
 
-#[test]
-fn a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served() {
-    let p = sample_project();
+fn a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
     let before = p.state_summary();
     let served_before = p.rows(&env_view("dev", "s.a"));
-    p.write("models/a.lua", &model_a(" AND range > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
     break_state_writes(&p, false);
     let r = p.run(&["apply", "dev", "--yes"]);
     r.expect_code(1);
@@ -216,12 +229,11 @@ fn a_failed_state_write_after_the_view_swap_leaves_the_old_versions_served() {
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
-#[test]
-fn an_unwritable_state_store_blocks_commands_until_the_promotion_is_undone() {
-    let p = sample_project();
+fn an_unwritable_state_store_blocks_commands_until_the_promotion_is_undone(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
     let served_before = p.rows(&env_view("dev", "s.a"));
-    p.write("models/a.lua", &model_a(" AND range > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
     break_state_writes(&p, true);
     p.run(&["apply", "dev", "--yes"]).expect_code(1);
     // The views were put back at once; the record of the promotion could not be dropped.
