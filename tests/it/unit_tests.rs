@@ -3,10 +3,53 @@
 //! compared as NULL-aware multisets (or in order), failures print a row diff, bad fixtures are
 //! errors naming test, parent, row and column.
 
-use crate::common::Project;
+use crate::common::{EngineBackend, PG_ENGINE_URL_ENV, Project};
+use crate::on_every_engine;
 use serde_json::Value;
 
+on_every_engine!(
+    comparison_is_a_null_aware_multiset,
+    embedded_parents_are_fixtured_or_inlined_over_their_own_fixtures,
+    time_range_models_run_with_the_tests_bounds,
+    values_are_typed_by_the_declared_schema_and_misfits_are_named,
+    ordered_tests_compare_positions,
+    schema_contract_breaches_fail_the_test,
+    duplicate_names_and_the_test_glob_are_checked,
+);
+
+/// [`on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb` only):
+/// move each back once its bug is fixed.
+macro_rules! on_duckdb_only_for_now {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+            }
+        )*
+    };
+}
+
+// A fixture number with a fraction (`amount = 10.5` in `TOTALS_TEST`) is rendered
+// `CAST('10.5' AS DOUBLE)` (src/unittest/fixture.rs `literal`), a type Postgres does not have:
+// on Postgres these tests fail with `value 10.5 does not fit: ERROR: type "double" does not exist`.
+on_duckdb_only_for_now!(
+    a_passing_test_exits_0_and_touches_no_database,
+    a_failing_test_exits_1_with_an_aligned_row_diff,
+    rhai_test_files_mirror_lua,
+    tests_are_selected_by_name_or_model,
+);
+
 const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
+
+/// The project's `efmesh.toml`: [`CONFIG`] with `project_extra` appended to `[project]`, and on
+/// Postgres the engine's `url_env`.
+fn config(p: &Project, project_extra: &str) -> String {
+    let engine = if p.on_postgres() { format!("\n[engine]\nurl_env = \"{PG_ENGINE_URL_ENV}\"\n") } else { String::new() };
+    format!("{CONFIG}{project_extra}{engine}")
+}
 
 /// Orders and customers (externals), a full rollup with a LEFT JOIN, a daily time-range model
 /// using `@start`/`@end`, an embedded lookup and a model reading it.
@@ -26,7 +69,7 @@ M.totals = define_model {
   query = ([[
 SELECT o.customer, c.region, count(*) AS orders, sum(o.amount) AS total
 FROM %s AS o LEFT JOIN %s AS c USING (customer)
-GROUP BY ALL]]):format(ref(M.orders), ref(M.customers)),
+GROUP BY o.customer, c.region]]):format(ref(M.orders), ref(M.customers)),
 }
 M.daily = define_model {
   name = "mart.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
@@ -49,7 +92,7 @@ M.by_region = define_model {
   name = "mart.by_region", kind = kind.full(),
   schema = { { "region", "varchar" }, { "orders", "bigint" } },
   query = ([[
-SELECT r.region, count(*) AS orders FROM %s AS o JOIN %s AS r USING (customer) GROUP BY ALL]]):format(ref(M.orders), ref(M.regions)),
+SELECT r.region, count(*) AS orders FROM %s AS o JOIN %s AS r USING (customer) GROUP BY r.region]]):format(ref(M.orders), ref(M.regions)),
 }
 return M
 "#;
@@ -77,10 +120,13 @@ define_test {
 }
 "#;
 
-fn project() -> Project {
-    let p = Project::new();
-    p.write("efmesh.toml", CONFIG);
-    p.write("models/shop.lua", MODELS);
+/// A project of [`MODELS`] on `engine`; on Postgres, `mart.tenure` names its column's type with
+/// `pg_typeof` (DuckDB's `typeof` is not Postgres's), upper-cased as DuckDB names it.
+fn project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &config(&p, ""));
+    let models = if p.on_postgres() { MODELS.replace("typeof(since)", "upper(CAST(pg_typeof(since) AS text))") } else { MODELS.to_string() };
+    p.write("models/shop.lua", &models);
     p
 }
 
@@ -95,15 +141,21 @@ fn problems(v: &Value, name: &str) -> String {
     entry(v, name)["problems"].as_array().expect("problems").iter().map(|p| p.as_str().unwrap().to_string()).collect::<Vec<_>>().join("\n")
 }
 
-#[test]
-fn a_passing_test_exits_0_and_touches_no_database() {
-    let p = project();
+fn a_passing_test_exits_0_and_touches_no_database(engine: EngineBackend) {
+    let p = project(engine);
     p.write("tests/totals.lua", TOTALS_TEST);
     let run = p.run(&["test"]);
     run.expect_code(0);
     assert!(run.stdout.contains("✓ totals_per_customer  mart.totals"), "{}", run.stdout);
     assert!(run.stdout.contains("test result: ok. 1 passed, 0 failed, 0 errors"), "{}", run.stdout);
     assert!(!p.engine_path().exists() && !p.state_path().exists(), "efmesh test opens neither the database nor the state store");
+    if p.on_postgres() {
+        // The run had a database of its own: the project's has no schema, table or view.
+        let schemas = p.query(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('public', 'information_schema') AND schema_name NOT LIKE 'pg\\_%'",
+        );
+        assert_eq!((schemas, p.relations()), (vec![], vec![]), "efmesh test wrote to the project's database");
+    }
     let v = p.run(&["test", "--json"]).expect_code(0).json();
     assert_eq!(v["ok"], true);
     let t = entry(&v, "totals_per_customer");
@@ -113,9 +165,8 @@ fn a_passing_test_exits_0_and_touches_no_database() {
     assert_eq!((t["expectedRows"].clone(), t["actualRows"].clone()), (Value::from(2), Value::from(2)));
 }
 
-#[test]
-fn a_failing_test_exits_1_with_an_aligned_row_diff() {
-    let p = project();
+fn a_failing_test_exits_1_with_an_aligned_row_diff(engine: EngineBackend) {
+    let p = project(engine);
     p.write("tests/totals.lua", &TOTALS_TEST.replace("orders = 2, total = 15", "orders = 2, total = 16"));
     let run = p.run(&["test"]);
     run.expect_code(1);
@@ -138,9 +189,8 @@ fn a_failing_test_exits_1_with_an_aligned_row_diff() {
     assert_eq!(t["unexpected"], serde_json::json!([["ann", "north", "2", "15.00"]]));
 }
 
-#[test]
-fn comparison_is_a_null_aware_multiset() {
-    let p = project();
+fn comparison_is_a_null_aware_multiset(engine: EngineBackend) {
+    let p = project(engine);
     // bob has no customer row: his region is NULL, and only NULL matches it.
     let base = r#"
 define_test { name = "NAME", model = "mart.totals",
@@ -176,7 +226,7 @@ define_test { name = "NAME", model = "mart.totals",
 
 #[test]
 fn missing_and_unknown_fixtures_are_errors_naming_them() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.write(
         "tests/fixtures.lua",
         r#"
@@ -200,9 +250,8 @@ define_test { name = "unknown_model", model = "mart.totls", expect = {} }
     assert_eq!((v["passed"].clone(), v["errors"].clone()), (Value::from(0), Value::from(3)));
 }
 
-#[test]
-fn embedded_parents_are_fixtured_or_inlined_over_their_own_fixtures() {
-    let p = project();
+fn embedded_parents_are_fixtured_or_inlined_over_their_own_fixtures(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "tests/embedded.lua",
         r#"
@@ -224,9 +273,8 @@ define_test { name = "inlined_without_its_parent", model = "mart.by_region",
     assert!(msg.contains("no fixture for `raw.customers`, which the embedded parent `core.regions` reads"), "{msg}");
 }
 
-#[test]
-fn time_range_models_run_with_the_tests_bounds() {
-    let p = project();
+fn time_range_models_run_with_the_tests_bounds(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "tests/daily.lua",
         r#"
@@ -265,9 +313,8 @@ define_test { name = "bounds_on_a_full_model", model = "mart.totals", vars = { s
     assert_eq!(entry(&v, "leaky")["status"], "passed");
 }
 
-#[test]
-fn rhai_test_files_mirror_lua() {
-    let p = project();
+fn rhai_test_files_mirror_lua(engine: EngineBackend) {
+    let p = project(engine);
     p.write("tests/totals.lua", TOTALS_TEST);
     p.write(
         "tests/totals.rhai",
@@ -300,9 +347,8 @@ define_test(#{
     assert_eq!(entry(&v, "totals_per_customer")["status"], "passed");
 }
 
-#[test]
-fn values_are_typed_by_the_declared_schema_and_misfits_are_named() {
-    let p = project();
+fn values_are_typed_by_the_declared_schema_and_misfits_are_named(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "tests/types.lua",
         r#"
@@ -323,8 +369,10 @@ define_test { name = "unknown_columns", model = "mart.totals",
     let run = p.run(&["test"]);
     run.expect_code(1);
     assert!(run.stdout.contains("! bad_date            mart.tenure  tests/types.lua:5"), "{}", run.stdout);
+    // The engine's own words follow.
+    let engine_says = if p.on_postgres() { r#"ERROR: date/time field value out of range: "2024-13-45""# } else { "Conversion Error" };
     assert!(
-        run.stdout.contains("error: input `raw.customers` row 2, column `since` (date): value \"2024-13-45\" does not fit: Conversion Error"),
+        run.stdout.contains(&format!("error: input `raw.customers` row 2, column `since` (date): value \"2024-13-45\" does not fit: {engine_says}")),
         "{}",
         run.stdout
     );
@@ -350,9 +398,8 @@ fn v_all(p: &Project) -> Value {
     p.run(&["test", "--json"]).expect_code(1).json()
 }
 
-#[test]
-fn ordered_tests_compare_positions() {
-    let p = project();
+fn ordered_tests_compare_positions(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "models/sorted.lua",
         r#"define_model { name = "mart.sorted", kind = kind.view(), schema = { { "id", "bigint" } },
@@ -380,9 +427,8 @@ define_test {{ name = "any_order", model = "mart.sorted", inputs = {orders}, exp
     assert!(text.stdout.contains("expected  1") && text.stdout.contains("returned  3"), "{}", text.stdout);
 }
 
-#[test]
-fn tests_are_selected_by_name_or_model() {
-    let p = project();
+fn tests_are_selected_by_name_or_model(engine: EngineBackend) {
+    let p = project(engine);
     p.write("tests/totals.lua", TOTALS_TEST);
     p.write(
         "tests/more.lua",
@@ -405,9 +451,8 @@ define_test { name = "tenure_broken", model = "mart.tenure", inputs = { ["raw.cu
     assert!(run.stdout.is_empty());
 }
 
-#[test]
-fn schema_contract_breaches_fail_the_test() {
-    let p = project();
+fn schema_contract_breaches_fail_the_test(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "models/broken.lua",
         r#"define_model { name = "mart.broken", kind = kind.full(), schema = { { "id", "bigint" }, { "label", "varchar" } },
@@ -421,7 +466,7 @@ fn schema_contract_breaches_fail_the_test() {
 
 #[test]
 fn test_files_and_model_files_keep_to_their_api() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.write("tests/a.lua", r#"define_model { name = "x.y", kind = kind.full(), schema = { { "a", "int" } }, query = "SELECT 1 AS a" }"#);
     let run = p.run(&["test"]);
     run.expect_code(1);
@@ -444,16 +489,15 @@ fn test_files_and_model_files_keep_to_their_api() {
     assert!(run.stderr.contains("did you mean `expect`?"), "{}", run.stderr);
 }
 
-#[test]
-fn duplicate_names_and_the_test_glob_are_checked() {
-    let p = project();
+fn duplicate_names_and_the_test_glob_are_checked(engine: EngineBackend) {
+    let p = project(engine);
     p.write("tests/a.lua", "define_test { name = \"t\", model = \"mart.tenure\", inputs = { [\"raw.customers\"] = {} }, expect = {} }\n");
     p.write("tests/b.rhai", "define_test(#{ name: \"t\", model: \"mart.tenure\", inputs: #{ \"raw.customers\": [] }, expect: [] });\n");
     let run = p.run(&["test"]);
     run.expect_code(1);
     assert!(run.stderr.contains("tests/b.rhai:1: test `t` is defined twice (first at tests/a.lua:1)"), "{}", run.stderr);
     // `project.tests` moves the test files; files outside it are not tests.
-    p.write("efmesh.toml", &format!("{CONFIG}tests = [\"spec/*.lua\"]\n"));
+    p.write("efmesh.toml", &config(&p, "tests = [\"spec/*.lua\"]\n"));
     let run = p.run(&["test"]);
     run.expect_code(0);
     assert!(run.stdout.contains("no tests found (`project.tests`: spec/*.lua)"), "{}", run.stdout);
