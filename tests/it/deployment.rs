@@ -12,15 +12,55 @@ use std::collections::BTreeSet;
 /// A time-range model over generated rows (one row per hour, batch size 1, so an apply or a run
 /// is many small transactions), a `full` rollup downstream, and a unique-key model over a CSV
 /// with a `full` model downstream of it.
-fn ops_project(multiplier: u32) -> Project {
-    ops_project_on(StateBackend::Sqlite, multiplier)
+fn ops_project(engine: EngineBackend, multiplier: u32) -> Project {
+    ops_project_on(StateBackend::Sqlite, engine, multiplier)
 }
 
-fn ops_project_on(backend: StateBackend, multiplier: u32) -> Project {
-    let p = Project::on(backend);
-    p.write("data/src.csv", "id,score\n1,1\n2,2\n");
-    p.write("models/m.lua", &models(multiplier));
+fn ops_project_on(backend: StateBackend, engine: EngineBackend, multiplier: u32) -> Project {
+    let p = Project::with(backend, engine);
+    set_source(&p, "src", "id bigint, score bigint", "id,score\n1,1\n2,2\n");
+    write_models(&p, &models(multiplier));
     p
+}
+
+/// Sets the rows of the source `name` the externals read: `data/<name>.csv` on DuckDB; on
+/// Postgres, which reads no files, the table `src_data.<name>` (`columns` its SQL columns) holding
+/// the same rows.
+fn set_source(p: &Project, name: &str, columns: &str, csv: &str) {
+    if !p.on_postgres() {
+        p.write(&format!("data/{name}.csv"), csv);
+        return;
+    }
+    p.query("CREATE SCHEMA IF NOT EXISTS src_data");
+    p.query(&format!("DROP TABLE IF EXISTS src_data.{name}"));
+    p.query(&format!("CREATE TABLE src_data.{name} ({columns})"));
+    let rows: Vec<String> = csv.lines().skip(1).map(|l| format!("({})", l.split(',').map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", "))).collect();
+    p.query(&format!("INSERT INTO src_data.{name} VALUES {}", rows.join(", ")));
+}
+
+/// Writes `models/m.lua`; on Postgres its externals name the tables of [`set_source`] rather than
+/// the CSV files.
+fn write_models(p: &Project, text: &str) {
+    let text = if p.on_postgres() {
+        text.replace("kind.external { path = \"data/src.csv\" }", "kind.external { table = \"src_data.src\" }")
+            .replace("kind.external { path = \"data/ev.csv\" }", "kind.external { table = \"src_data.ev\" }")
+    } else {
+        text.to_string()
+    };
+    p.write("models/m.lua", &text);
+}
+
+/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
+fn another_engine(engine: &EngineBackend) -> EngineBackend {
+    match engine {
+        EngineBackend::DuckDb => EngineBackend::DuckDb,
+        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
+    }
+}
+
+/// `day`'s month (`YYYY-MM`) in the engine's SQL.
+fn month_of(p: &Project, day: &str) -> String {
+    if p.on_postgres() { format!("to_char({day}, 'YYYY-MM')") } else { format!("strftime({day}, '%Y-%m')") }
 }
 
 fn models(multiplier: u32) -> String {
@@ -30,7 +70,7 @@ local daily = define_model {{
   name = "t.daily",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(epoch(CAST(@start AS TIMESTAMP)) / 86400 * {multiplier} AS BIGINT) AS v",
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 * {multiplier} AS BIGINT) AS v",
 }}
 define_model {{
   name = "t.rollup", kind = kind.full(),
@@ -131,8 +171,8 @@ impl Rng {
     }
 }
 
-// On a SQLite and on a Postgres state store alike.
-crate::on_every_state_backend!(
+// On each engine, and on a Postgres state store.
+crate::on_every_engine_and_state_backend!(
     two_applies_at_once_one_applies_the_other_names_the_holder,
     apply_waits_for_the_lock_with_wait,
     two_runs_at_once_one_processes_the_other_reports_lock_held,
@@ -141,13 +181,25 @@ crate::on_every_state_backend!(
     restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else,
 );
 
-fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend) {
+// On each engine (with the state in SQLite).
+crate::on_every_engine!(
+    run_rebuilds_full_models_downstream_of_a_refreshed_model,
+    a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply,
+    status_check_exit_codes_for_each_state,
+    retries_cure_transient_failures_and_never_retry_sql_errors,
+    restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup,
+    restate_is_refused_while_the_project_differs_from_the_environment,
+    restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves,
+    a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_never_touching_prod,
+);
+
+fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend, engine: EngineBackend) {
     // Fresh (no state store, no DuckDB file) and with an existing environment.
     for fresh in [true, false] {
-        let p = ops_project_on(backend.another(&fresh.to_string()), 1);
+        let p = ops_project_on(backend.another(&fresh.to_string()), another_engine(&engine), 1);
         if !fresh {
             p.apply("dev");
-            p.write("models/m.lua", &models(2));
+            write_models(&p, &models(2));
         }
         let hold = [("EFMESH_TEST_HOLD_LEASE_MS", "1500")];
         let a = spawn_with(&p, &["apply", "dev", "--yes", "--json"], &hold);
@@ -171,19 +223,19 @@ fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBack
     }
 }
 
-fn apply_waits_for_the_lock_with_wait(backend: StateBackend) {
-    let p = ops_project_on(backend, 1);
+fn apply_waits_for_the_lock_with_wait(backend: StateBackend, engine: EngineBackend) {
+    let p = ops_project_on(backend, engine, 1);
     p.apply("dev");
     let holder = spawn_run_holding_the_lock(&p, "dev", "1500");
-    p.write("models/m.lua", &models(3));
+    write_models(&p, &models(3));
     let waited = p.run(&["apply", "dev", "--yes", "--wait", "60s"]);
     waited.expect_code(0);
     finish(holder, "run").expect_code(0);
     assert_consistent(&p, "dev", "2026-02-10", 3, "");
 }
 
-fn two_runs_at_once_one_processes_the_other_reports_lock_held(backend: StateBackend) {
-    let mut p = ops_project_on(backend, 1);
+fn two_runs_at_once_one_processes_the_other_reports_lock_held(backend: StateBackend, engine: EngineBackend) {
+    let mut p = ops_project_on(backend, engine, 1);
     p.apply("prod");
     p.now = "2026-02-15T00:00:00Z".into();
     let hold = [("EFMESH_TEST_HOLD_LEASE_MS", "1500")];
@@ -214,10 +266,10 @@ fn two_runs_at_once_one_processes_the_other_reports_lock_held(backend: StateBack
     assert_eq!((v["outcome"].as_str(), string_set(&v["processed"])), (Some("processed"), set(&["m.latest", "m.sum"])));
 }
 
-fn a_run_with_nothing_due_says_so(backend: StateBackend) {
-    let p = Project::on(backend);
+fn a_run_with_nothing_due_says_so(backend: StateBackend, engine: EngineBackend) {
+    let p = Project::with(backend, engine);
     let only_time_range = models(1);
-    p.write("models/m.lua", &only_time_range[..only_time_range.find("local src").unwrap()]);
+    write_models(&p, &only_time_range[..only_time_range.find("local src").unwrap()]);
     p.apply("prod");
     let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert_eq!((v["outcome"].as_str(), v["processed"].as_array().map(Vec::len)), (Some("nothing-due"), Some(0)));
@@ -227,11 +279,10 @@ fn a_run_with_nothing_due_says_so(backend: StateBackend) {
     assert!(ticks[0].processed.is_empty());
 }
 
-#[test]
-fn run_rebuilds_full_models_downstream_of_a_refreshed_model() {
-    let p = ops_project(1);
+fn run_rebuilds_full_models_downstream_of_a_refreshed_model(engine: EngineBackend) {
+    let p = ops_project(engine, 1);
     p.apply("dev");
-    p.write("data/src.csv", "id,score\n1,10\n3,30\n");
+    set_source(&p, "src", "id bigint, score bigint", "id,score\n1,10\n3,30\n");
     let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
     assert!(string_set(&v["processed"]).is_superset(&set(&["m.latest", "m.sum"])), "{v:#}");
     // 1 → 10 (changed), 2 kept, 3 added: 10 + 2 + 30.
@@ -243,9 +294,8 @@ fn run_rebuilds_full_models_downstream_of_a_refreshed_model() {
 /// rebuilt leaves a pending rebuild, which `status` shows; the next `run` or `apply` rebuilds the
 /// rollup (an apply with an otherwise unchanged project has changes because of it), so the
 /// rollup never stays stale.
-#[test]
-fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply() {
-    let mut p = ops_project(1);
+fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply(engine: EngineBackend) {
+    let mut p = ops_project(engine, 1);
     p.now = "2026-02-10T00:00:00Z".into();
     p.apply("prod");
     assert_consistent(&p, "prod", "2026-02-10", 1, "after the first apply");
@@ -282,10 +332,10 @@ fn a_rebuild_interrupted_after_the_parent_batch_is_done_by_the_next_run_or_apply
 /// kill -9 at seeded random moments of `apply` and of `run`, then the same command again: the
 /// data equals the uninterrupted result, the killed holder's lease is reclaimed (never blocks),
 /// the ledger is consistent.
-fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: StateBackend) {
+fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: StateBackend, engine: EngineBackend) {
     let seed: u64 = std::env::var("EFMESH_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_0012);
     let mut rng = Rng(seed);
-    let mut p = ops_project_on(backend, 1);
+    let mut p = ops_project_on(backend, engine, 1);
     // The kill delays are drawn from the measured length of an uninterrupted command (this
     // machine, this load), so the kills land while it works, not all during its start.
     let started = std::time::Instant::now();
@@ -297,7 +347,7 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: State
     // Apply: a breaking edit each round (multiplier 2, 3, …) so every apply backfills 40 days.
     for i in 0..20u32 {
         let m = 2 + i;
-        p.write("models/m.lua", &models(m));
+        write_models(&p, &models(m));
         let delay = rng.next() % (span + span / 5);
         let mut child = spawn_with(&p, &["apply", "prod", "--yes"], &[]);
         child.stdout.take();
@@ -339,9 +389,8 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: State
     assert!(apply_leases > 0 && run_leases > 0, "no kill landed while the lock was held\n{log}");
 }
 
-#[test]
-fn status_check_exit_codes_for_each_state() {
-    let mut p = ops_project(1);
+fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
+    let mut p = ops_project(engine, 1);
     let status = |p: &Project| -> (i32, Value, String) {
         let text = p.run(&["status", "prod", "--check"]);
         let json = p.run(&["status", "prod", "--check", "--json"]);
@@ -393,13 +442,13 @@ fn status_check_exit_codes_for_each_state() {
     assert_eq!(v["lag"][0]["behind"], 0);
 
     // Blocked (the project differs): healthy.
-    p.write("models/m.lua", &models(5));
+    write_models(&p, &models(5));
     p.run(&["run", "prod"]).expect_code(2);
     let (code, v, _) = status(&p);
     assert_eq!((code, v["ticks"][0]["outcome"].as_str()), (0, Some("blocked")));
 
     // Lock held by a live run: healthy, the holder shown.
-    p.write("models/m.lua", &models(1));
+    write_models(&p, &models(1));
     let holder = spawn_run_holding_the_lock(&p, "prod", "2000");
     let r = p.run(&["run", "prod", "--json"]);
     r.expect_code(0);
@@ -414,11 +463,11 @@ fn status_check_exit_codes_for_each_state() {
     // An error, then ticks that decide nothing (blocked, then lock-held): red until a tick succeeds.
     let r = p.command(&["run", "prod"]).env("EFMESH_TEST_TRANSIENT", "1").output().unwrap();
     assert_eq!(r.status.code(), Some(1));
-    p.write("models/m.lua", &models(5));
+    write_models(&p, &models(5));
     p.run(&["run", "prod"]).expect_code(2);
     let (code, v, _) = status(&p);
     assert_eq!((code, v["ticks"][0]["outcome"].as_str(), v["ticks"][1]["outcome"].as_str()), (1, Some("blocked"), Some("error")), "{v:#}");
-    p.write("models/m.lua", &models(1));
+    write_models(&p, &models(1));
     let holder = spawn_run_holding_the_lock(&p, "prod", "2000");
     p.run(&["run", "prod"]).expect_code(0);
     let (code, v, _) = status(&p);
@@ -440,16 +489,15 @@ fn status_check_exit_codes_for_each_state() {
     assert!(text.contains("failed intervals: 1"), "{text}");
 }
 
-#[test]
-fn retries_cure_transient_failures_and_never_retry_sql_errors() {
-    let p = ops_project(1);
+fn retries_cure_transient_failures_and_never_retry_sql_errors(engine: EngineBackend) {
+    let p = ops_project(engine, 1);
     // Two injected transient failures, three retries: applied, with a warning per retry.
     let r = p.command(&["apply", "dev", "--yes", "--retries", "3"]).env("EFMESH_TEST_TRANSIENT", "2").output().unwrap();
     let r = Run::from_output(r, "apply --retries 3".into());
     r.expect_code(0);
     assert_eq!(r.stderr.matches("retrying").count(), 2, "{r:#?}");
     // Fewer retries than failures: the failure is reported.
-    p.write("models/m.lua", &models(2));
+    write_models(&p, &models(2));
     let r = Run::from_output(p.command(&["apply", "dev", "--yes", "--retries", "1"]).env("EFMESH_TEST_TRANSIENT", "2").output().unwrap(), "apply".into());
     r.expect_code(1);
     assert!(r.stderr.contains("injected transient failure"), "{r:#?}");
@@ -460,10 +508,12 @@ fn retries_cure_transient_failures_and_never_retry_sql_errors() {
     r.expect_code(2);
     assert_eq!(r.stderr.matches("retrying").count(), 1, "{r:#?}");
     // An SQL error is never retried.
-    p.write("models/m.lua", &models(2).replace("SELECT id, score FROM", "SELECT id, CAST('x' || score AS BIGINT) AS score FROM"));
+    write_models(&p, &models(2).replace("SELECT id, score FROM", "SELECT id, CAST('x' || score AS BIGINT) AS score FROM"));
     let r = p.run(&["apply", "dev", "--yes", "--retries", "3"]);
     r.expect_code(1);
-    assert!(r.stderr.contains("Conversion Error"), "{r:#?}");
+    // The server's own wording of the failed cast.
+    let cast_error = if p.on_postgres() { "invalid input syntax for type bigint: \"x1\"" } else { "Conversion Error" };
+    assert!(r.stderr.contains(cast_error), "{r:#?}");
     assert_eq!(r.stderr.matches("retrying").count(), 0, "{r:#?}");
 }
 
@@ -474,7 +524,7 @@ fn retries_cure_transient_failures_and_never_retry_sql_errors() {
 fn migrate_from_every_older_fixture_with_backup() {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     for version in 1..efmesh::state::STATE_VERSION {
-        let p = ops_project(1);
+        let p = ops_project(EngineBackend::DuckDb, 1);
         let sql = fs_err::read_to_string(fixtures.join(format!("state-v{version}.sql"))).unwrap();
         rusqlite::Connection::open(p.state_path()).unwrap().execute_batch(&sql).unwrap();
         assert_eq!(efmesh::state::stored_version_of(&p.state_path()).unwrap(), Some(version));
@@ -505,7 +555,7 @@ fn migrate_from_every_older_fixture_with_backup() {
         assert_eq!(again["backup"], Value::Null);
     }
     // A newer store is refused by every command, `migrate` included.
-    let p = ops_project(1);
+    let p = ops_project(EngineBackend::DuckDb, 1);
     p.run(&["run", "prod"]);
     rusqlite::Connection::open(p.state_path()).unwrap().execute("UPDATE meta SET version = 99", []).unwrap();
     for args in [&["migrate"][..], &["plan", "prod"]] {
@@ -517,15 +567,15 @@ fn migrate_from_every_older_fixture_with_backup() {
 
 /// A time-range parent over a CSV, a daily time-range child and a `full` rollup; an scd_type2
 /// model on the side.
-fn restate_project(amount: u32) -> Project {
-    restate_project_on(StateBackend::Sqlite, amount)
+fn restate_project(engine: EngineBackend, amount: u32) -> Project {
+    restate_project_on(StateBackend::Sqlite, engine, amount)
 }
 
-fn restate_project_on(backend: StateBackend, amount: u32) -> Project {
-    let p = Project::on(backend);
+fn restate_project_on(backend: StateBackend, engine: EngineBackend, amount: u32) -> Project {
+    let p = Project::with(backend, engine);
     write_events(&p, amount);
-    p.write(
-        "models/m.lua",
+    write_models(
+        &p,
         r#"
 local ev = define_model {
   name = "raw.ev", kind = kind.external { path = "data/ev.csv" },
@@ -535,7 +585,7 @@ local parent = define_model {
   name = "t.parent",
   kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day", batch_size = 10 },
   schema = { { "day", "timestamp" }, { "amount", "bigint" } },
-  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY 1",
 }
 local child = define_model {
   name = "t.child",
@@ -565,11 +615,11 @@ fn write_events(p: &Project, amount: u32) {
         let day = efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant("2026-01-01").unwrap() + d * 86_400_000);
         csv.push_str(&format!("{} 12:00:00,{amount}\n", &day[..10]));
     }
-    p.write("data/ev.csv", &csv);
+    set_source(p, "ev", "event_at timestamp, amount bigint", &csv);
 }
 
-fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else(backend: StateBackend) {
-    let p = restate_project_on(backend, 1);
+fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollup_and_nothing_else(backend: StateBackend, engine: EngineBackend) {
+    let p = restate_project_on(backend, engine, 1);
     p.apply("prod");
     // The source changes everywhere; only the restated month may pick it up.
     write_events(&p, 5);
@@ -599,13 +649,13 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     let tick = &p.store().unwrap().ticks("prod", 1).unwrap()[0];
     assert_eq!((tick.processed["t.parent"], tick.processed["t.child"]), (31, 31), "exactly the month, in both");
     // January recomputed from the new source, February as it was.
-    let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));
+    let amounts = p.query(&format!("SELECT {}, min(amount), max(amount) FROM {} GROUP BY 1 ORDER BY 1", month_of(&p, "day"), env_view("prod", "t.parent")));
     assert_eq!(
         amounts,
         vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
     );
     let doubled =
-        p.query(&format!("SELECT strftime(day, '%Y-%m'), min(doubled), max(doubled), count(*) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.child")));
+        p.query(&format!("SELECT {}, min(doubled), max(doubled), count(*) FROM {} GROUP BY 1 ORDER BY 1", month_of(&p, "day"), env_view("prod", "t.child")));
     assert_eq!(
         doubled,
         vec![
@@ -616,16 +666,15 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
 }
 
-#[test]
-fn restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup() {
-    let p = restate_project(1);
+fn restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_rollup(engine: EngineBackend) {
+    let p = restate_project(engine, 1);
     p.apply("prod");
     write_events(&p, 5);
     p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(0);
     // `apply`, not `run`: it backfills the restated month and rebuilds the rollup downstream.
     let v = p.apply("prod");
     assert!(string_set(&v["built"]).is_superset(&set(&["t.parent", "t.child", "t.roll"])), "{v:#}");
-    let amounts = p.query(&format!("SELECT strftime(day, '%Y-%m'), min(amount), max(amount) FROM {} GROUP BY ALL ORDER BY 1", env_view("prod", "t.parent")));
+    let amounts = p.query(&format!("SELECT {}, min(amount), max(amount) FROM {} GROUP BY 1 ORDER BY 1", month_of(&p, "day"), env_view("prod", "t.parent")));
     assert_eq!(
         amounts,
         vec![vec![Some("2026-01".into()), Some("5".into()), Some("5".into())], vec![Some("2026-02".into()), Some("1".into()), Some("1".into())]]
@@ -634,15 +683,14 @@ fn restate_then_apply_recomputes_the_month_in_the_parent_the_child_and_the_full_
     assert_eq!(p.rows(&env_view("prod", "t.roll")), vec![vec![Some((31 * 10 + 9 * 2).to_string())]]);
 }
 
-#[test]
-fn restate_is_refused_while_the_project_differs_from_the_environment() {
-    let p = restate_project(1);
+fn restate_is_refused_while_the_project_differs_from_the_environment(engine: EngineBackend) {
+    let p = restate_project(engine, 1);
     p.apply("prod");
     // An unapplied edit: the child no longer reads the parent. prod still serves a child that
     // does, so restating the parent must not follow the working tree.
     let models = p.read("models/m.lua").replace(
         r#"query = "SELECT day, amount * 2 AS doubled FROM " .. ref(parent) .. " WHERE day >= @start AND day < @end","#,
-        r#"query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) * 2 AS BIGINT) AS doubled FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL","#,
+        r#"query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, CAST(sum(amount) * 2 AS BIGINT) AS doubled FROM " .. ref(ev) .. " WHERE event_at >= @start AND event_at < @end GROUP BY 1","#,
     );
     assert_ne!(models, p.read("models/m.lua"));
     p.write("models/m.lua", &models);
@@ -659,9 +707,8 @@ fn restate_is_refused_while_the_project_differs_from_the_environment() {
     assert_eq!(p.state_summary(), before, "nothing was cleared");
 }
 
-#[test]
-fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves() {
-    let p = restate_project(1);
+fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves(engine: EngineBackend) {
+    let p = restate_project(engine, 1);
     p.apply("prod");
     p.apply("dev");
     let before = p.state_summary();
@@ -678,9 +725,8 @@ fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves() {
 /// the two would diverge with the parents' days): dev's rollup gets a table of its own, a `run`
 /// of `dev` that backfills its parents rebuilds it and leaves prod's alone, and a `run` of `prod`
 /// rebuilds prod's over prod's parents (SPEC §4 invariant 36 (e)).
-#[test]
-fn a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_never_touching_prod() {
-    let mut p = restate_project(1);
+fn a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_never_touching_prod(engine: EngineBackend) {
+    let mut p = restate_project(engine, 1);
     p.now = "2026-02-05T00:00:00Z".to_string();
     p.apply("prod");
     let total = |days: u32| vec![vec![Some((days * 2).to_string())]];
@@ -723,9 +769,9 @@ fn a_rollup_dev_reads_over_its_own_child_gets_its_own_table_rebuilt_by_dev_runs_
 #[test]
 fn a_machine_whose_clock_runs_ahead_does_not_take_a_live_lock_of_a_shared_postgres_store() {
     let Some(target) = crate::pg::fresh() else { return };
-    let p = ops_project_on(StateBackend::Postgres(target), 1);
+    let p = ops_project_on(StateBackend::Postgres(target), EngineBackend::DuckDb, 1);
     p.apply("dev");
-    p.write("models/m.lua", &models(2));
+    write_models(&p, &models(2));
     let holder = spawn_run_holding_the_lock(&p, "dev", "4000");
     let ahead = finish(spawn_with(&p, &["apply", "dev", "--yes", "--json"], &[(efmesh::state::CLOCK_SKEW_ENV, "600000")]), "apply (clock 10 min ahead)");
     assert_eq!(ahead.code, 1, "a clock running ahead took a live lock: {ahead:#?}");
