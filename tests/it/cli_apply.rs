@@ -3,6 +3,7 @@
 //! reformatting rebuilds nothing, non-TTY applies wait for a human, contracts build nothing.
 
 use crate::common::*;
+use crate::on_every_engine;
 use serde_json::Value;
 
 /// Asserts that `plan` (a plan or apply object) has no work at all.
@@ -18,12 +19,40 @@ fn assert_no_changes(v: &Value) {
     }
 }
 
-// On a SQLite and on a Postgres state store alike.
-crate::on_every_state_backend!(
+// On each engine, and on a Postgres state store.
+crate::on_every_engine_and_state_backend!(
     apply_prod_after_dev_builds_nothing_and_serves_devs_rows,
     plan_right_after_apply_has_no_changes,
     edit_rebuilds_only_the_model_and_its_descendants,
 );
+
+on_every_engine!(
+    reformatting_a_model_rebuilds_nothing,
+    non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing,
+    non_tty_apply_without_yes_after_an_edit_changes_nothing,
+    schema_contract_mismatch_lists_every_problem_and_builds_nothing,
+    render_canonical_and_for_an_environment,
+);
+
+/// The models the sample project builds: on Postgres its CSV is a seed (`portable_sample`),
+/// built and served like the others.
+fn sample_built(p: &Project, models: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut s = set(models);
+    if p.on_postgres() {
+        s.insert("raw.events".to_string());
+    }
+    s
+}
+
+/// True while the project's engine holds nothing: no DuckDB file, or on Postgres no schema
+/// but the server's own.
+fn engine_untouched(p: &Project) -> bool {
+    if !p.on_postgres() {
+        return !p.engine_path().exists();
+    }
+    p.query("SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('public', 'information_schema') AND schema_name NOT LIKE 'pg\\_%'")
+        .is_empty()
+}
 
 /// Every model that has a view must have rows there, or comparisons would prove nothing.
 #[track_caller]
@@ -33,13 +62,13 @@ fn assert_views_not_empty(p: &Project, env: &str, models: &[String]) {
     }
 }
 
-fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     let dev = p.apply("dev");
-    assert_eq!(string_set(&dev["built"]), set(&["s.a", "s.b", "s.c", "t.d", "t.daily"]));
+    assert_eq!(string_set(&dev["built"]), sample_built(&p, &["s.a", "s.b", "s.c", "t.d", "t.daily"]));
     assert_eq!(string_set(&dev["registered"]), set(&["t.e"]), "an embedded model is registered, not built");
     let tables_after_dev = p.physical_tables();
-    assert_eq!(tables_after_dev.len(), 5, "{tables_after_dev:?}"); // a, b (view), c, d, daily
+    assert_eq!(tables_after_dev.len(), sample_built(&p, &[]).len() + 5, "{tables_after_dev:?}"); // a, b (view), c, d, daily (and the seed)
 
     let prod = p.apply("prod");
     assert_eq!(prod["built"], Value::Array(vec![]), "{prod:#}");
@@ -57,7 +86,7 @@ fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows(backend: StateBacken
     assert_eq!(p.physical_tables(), tables_after_dev, "promotion created or dropped physical relations");
 
     let served = served_models(&prod);
-    assert_eq!(served.iter().cloned().collect::<std::collections::BTreeSet<_>>(), set(&["s.a", "s.b", "s.c", "t.d", "t.daily"]));
+    assert_eq!(served.iter().cloned().collect::<std::collections::BTreeSet<_>>(), sample_built(&p, &["s.a", "s.b", "s.c", "t.d", "t.daily"]));
     assert_views_not_empty(&p, "dev", &served);
     for m in &served {
         assert_eq!(p.rows(&env_view("prod", m)), p.rows(&env_view("dev", m)), "prod and dev differ for `{m}`");
@@ -69,8 +98,8 @@ fn apply_prod_after_dev_builds_nothing_and_serves_devs_rows(backend: StateBacken
     }
 }
 
-fn plan_right_after_apply_has_no_changes(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn plan_right_after_apply_has_no_changes(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     let first = p.apply("dev");
     assert!(action(&first, "t.daily")["intervals"].as_u64().unwrap() > 0);
 
@@ -98,8 +127,8 @@ fn plan_right_after_apply_has_no_changes(backend: StateBackend) {
     }
 }
 
-fn edit_rebuilds_only_the_model_and_its_descendants(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn edit_rebuilds_only_the_model_and_its_descendants(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("dev");
     let c_before = p.rows(&env_view("dev", "s.c"));
 
@@ -127,7 +156,7 @@ fn edit_rebuilds_only_the_model_and_its_descendants(backend: StateBackend) {
     assert_eq!(p.rows(&env_view("dev", "s.c")), vec![vec![Some("6".to_string()), Some("81".to_string())]]);
 
     // Edit an embedded model: its consumer rebuilds, it is registered, nothing else.
-    p.write("models/d.lua", &model_d("'y' || id"));
+    p.write("models/d.lua", &portable_sample(&p, &model_d("'y' || id")));
     let plan = p.plan("dev");
     for a in actions(&plan) {
         let changed = a["name"] == "t.d";
@@ -145,9 +174,8 @@ fn edit_rebuilds_only_the_model_and_its_descendants(backend: StateBackend) {
     assert_eq!(p.rows(&env_view("dev", "t.d"))[0], vec![Some("0".to_string()), Some("y0".to_string())]);
 }
 
-#[test]
-fn reformatting_a_model_rebuilds_nothing() {
-    let p = sample_project();
+fn reformatting_a_model_rebuilds_nothing(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let first = p.apply("dev");
     let tables = p.physical_tables();
 
@@ -167,12 +195,11 @@ fn reformatting_a_model_rebuilds_nothing() {
     assert_eq!(p.physical_tables(), tables);
 }
 
-#[test]
-fn non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing() {
-    let p = sample_project();
+fn non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     // `plan` never touches the engine either.
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(true));
-    assert!(!p.engine_path().exists(), "plan created the DuckDB file");
+    assert!(engine_untouched(&p), "plan created the DuckDB file (or a schema on Postgres)");
 
     let run = p.run(&["apply", "dev", "--json"]);
     run.expect_code(2);
@@ -184,29 +211,28 @@ fn non_tty_apply_without_yes_exits_2_prints_json_and_changes_nothing() {
     assert_eq!(action(&v, "s.a")["change"], "added");
     assert!(run.stderr.contains("--yes"), "stderr should say how to proceed: {}", run.stderr);
 
-    assert!(!p.engine_path().exists(), "apply without confirmation created the DuckDB file");
+    assert!(engine_untouched(&p), "apply without confirmation created the DuckDB file (or a schema on Postgres)");
     let state = p.state_summary();
     assert!(state.envs.is_empty(), "{state:?}");
     assert!(state.pointers.is_empty() && state.journal.is_empty() && state.snapshots.is_empty() && state.intervals.is_empty(), "{state:?}");
 
     // Without --json: still exit 2, still nothing.
     p.run(&["apply", "dev"]).expect_code(2);
-    assert!(!p.engine_path().exists());
+    assert!(engine_untouched(&p));
     assert_eq!(p.state_summary(), state);
 }
 
-#[test]
-fn non_tty_apply_without_yes_after_an_edit_changes_nothing() {
-    let p = sample_project();
+fn non_tty_apply_without_yes_after_an_edit_changes_nothing(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
-    let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
+    let (tables, relations, state) = (p.physical_tables(), p.relations(), p.state_summary());
     let c_rows = p.rows(&env_view("dev", "s.c"));
 
     // No changes: nothing to confirm, exit 0.
     let v = p.run(&["apply", "dev", "--json"]).expect_code(0).json();
     assert_eq!(v["plan"]["hasChanges"], Value::Bool(false));
 
-    p.write("models/a.lua", &model_a("AND range < 5"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range < 5")));
     let run = p.run(&["apply", "dev", "--json"]);
     run.expect_code(2);
     let v = run.json();
@@ -215,16 +241,15 @@ fn non_tty_apply_without_yes_after_an_edit_changes_nothing() {
     assert_eq!(action(&v, "s.a")["build"], Value::Bool(true));
 
     assert_eq!(p.physical_tables(), tables);
-    assert_eq!(p.all_relations(), relations);
+    assert_eq!(p.relations(), relations);
     assert_eq!(p.state_summary(), state);
     assert_eq!(p.rows(&env_view("dev", "s.c")), c_rows);
 }
 
-#[test]
-fn schema_contract_mismatch_lists_every_problem_and_builds_nothing() {
-    let p = sample_project();
+fn schema_contract_mismatch_lists_every_problem_and_builds_nothing(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
-    let (tables, relations, state) = (p.physical_tables(), p.all_relations(), p.state_summary());
+    let (tables, relations, state) = (p.physical_tables(), p.relations(), p.state_summary());
 
     // A new, valid model that would be built if the contract did not stop everything.
     p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
@@ -267,13 +292,12 @@ define_model {
     assert_eq!(problem_lines, 4, "one line per problem:\n{err}");
 
     assert_eq!(p.physical_tables(), tables, "a model was built despite the contract failure");
-    assert_eq!(p.all_relations(), relations);
+    assert_eq!(p.relations(), relations);
     assert_eq!(p.state_summary(), state);
 }
 
-#[test]
-fn render_canonical_and_for_an_environment() {
-    let p = sample_project();
+fn render_canonical_and_for_an_environment(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
 
     let canonical = p.run(&["render", "s.c"]).expect_code(0).stdout.clone();
@@ -285,7 +309,7 @@ fn render_canonical_and_for_an_environment() {
     let dev_sql = dev["sql"].as_str().unwrap();
     assert_eq!(dev_sql, "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM \"dev__s\".\"b\"");
     // The rendered SQL runs against the environment and returns what the model's view serves.
-    assert_eq!(p.rows(&format!("({dev_sql})")), p.rows(&env_view("dev", "s.c")));
+    assert_eq!(p.rows(&format!("({dev_sql}) AS q")), p.rows(&env_view("dev", "s.c")));
 
     let prod = p.run(&["render", "s.c", "--env", "prod", "--json"]).expect_code(0).json();
     assert_eq!(prod["sql"], "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM \"s\".\"b\"");
@@ -298,7 +322,7 @@ fn render_canonical_and_for_an_environment() {
     let daily = p.run(&["render", "t.daily"]).expect_code(0).stdout.clone();
     assert!(daily.contains("FROM raw.events") && daily.contains("event_at >= $start AND event_at < $end"), "{daily}");
     let d_dev = p.run(&["render", "t.d", "--env", "dev"]).expect_code(0).stdout.clone();
-    assert!(d_dev.contains("FROM range(3)") && !d_dev.contains("t.e"), "embedded parent not inlined: {d_dev}");
+    assert!(d_dev.contains("FROM generate_series(0, 2) AS g(range)") && !d_dev.contains("t.e"), "embedded parent not inlined: {d_dev}");
 
     // Unknown model: exit 1 with a suggestion; bad env name: exit 1.
     let run = p.run(&["render", "s.cc"]);
