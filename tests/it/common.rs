@@ -420,6 +420,22 @@ impl Project {
     }
 }
 
+/// Library calls in the test process (`Session`, `plan_checked`) on either engine.
+impl Project {
+    /// Lets this test process open the project's engine itself: on Postgres, `efmesh.toml` then
+    /// names a variable of this project's own, set in this process (the commands it starts
+    /// inherit it). Nothing to do on DuckDB.
+    pub fn engine_url_in_process(&self) {
+        if let EngineBackend::Postgres(target) = &self.engine {
+            let dir = self.root().file_name().expect("dir").to_string_lossy().to_uppercase();
+            let var = format!("{PG_ENGINE_URL_ENV}_{}", dir.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+            self.write("efmesh.toml", &self.read("efmesh.toml").replace(PG_ENGINE_URL_ENV, &var));
+            // SAFETY: this variable is this project's own; no other thread reads it.
+            unsafe { std::env::set_var(&var, &target.url) };
+        }
+    }
+}
+
 /// Writes to the engine and lists its relations, on either engine.
 impl Project {
     /// Executes `sql` (statements, no result) on the project's engine as someone with write

@@ -8,14 +8,16 @@ use efmesh::plan::{self, VersionMemo};
 use efmesh::project::Project as Loaded;
 use efmesh::session::{Session, open_state, plan_checked};
 
+crate::on_every_engine!(only_edited_models_and_their_descendants_are_fingerprinted_again, a_session_plan_after_each_edit_equals_the_plan_from_scratch);
+
 fn load(p: &Project) -> Loaded {
     let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
     Loaded::load(&config).expect("project loads")
 }
 
-#[test]
-fn only_edited_models_and_their_descendants_are_fingerprinted_again() {
-    let p = sample_project();
+fn only_edited_models_and_their_descendants_are_fingerprinted_again(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    p.engine_url_in_process();
     p.apply("dev");
     let mut memo = VersionMemo::default();
     let project = load(&p);
@@ -29,7 +31,7 @@ fn only_edited_models_and_their_descendants_are_fingerprinted_again() {
     assert_eq!(again.fingerprints, first.fingerprints);
 
     // `s.a` → `s.b` (view) → `s.c`: editing `s.a` re-fingerprints those three only.
-    p.write("models/a.lua", &model_a("AND id < 7"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range < 7")));
     let project = load(&p);
     let edited = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), 3);
@@ -44,14 +46,14 @@ fn only_edited_models_and_their_descendants_are_fingerprinted_again() {
     // A comment-only edit changes the definition as loaded (its location and text) but not the
     // canonical body: `s.a` is fingerprinted again, to the same fingerprint, so `s.b` and `s.c`
     // keep theirs without being fingerprinted.
-    p.write("models/a.lua", &format!("-- a comment\n{}", model_a("AND id < 7")));
+    p.write("models/a.lua", &portable_sample(&p, &format!("-- a comment\n{}", model_a("AND range < 7"))));
     let project = load(&p);
     let commented = memo.versions(&project, &*state).expect("versions");
     assert_eq!(memo.recomputed(), 1);
     assert_eq!(commented.fingerprints, edited.fingerprints);
 
     // Reverting goes back to the applied versions.
-    p.write("models/a.lua", &model_a(""));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("")));
     let project = load(&p);
     assert_eq!(memo.versions(&project, &*state).expect("versions").fingerprints, first.fingerprints);
 }
@@ -68,9 +70,9 @@ fn both(session: &Session, now: i64) -> (serde_json::Value, serde_json::Value) {
     (serde_json::to_value(&incremental).unwrap(), serde_json::to_value(&scratch).unwrap())
 }
 
-#[test]
-fn a_session_plan_after_each_edit_equals_the_plan_from_scratch() {
-    let p = sample_project();
+fn a_session_plan_after_each_edit_equals_the_plan_from_scratch(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    p.engine_url_in_process();
     p.apply("dev");
     let now = parse_instant(NOW).unwrap();
     let mut session = Session::open(&p.root().join("efmesh.toml")).expect("session");
@@ -79,7 +81,7 @@ fn a_session_plan_after_each_edit_equals_the_plan_from_scratch() {
     assert_eq!(inc["hasChanges"], false, "{inc:#}");
 
     let edits: Vec<(&str, String)> = vec![
-        ("models/a.lua", model_a("AND id < 7")),
+        ("models/a.lua", model_a("AND range < 7")),
         ("models/b.lua", model_b("SELECT id, label, id * 3 AS twice FROM {a} WHERE id > 1")),
         ("models/d.lua", model_d("'y' || id")),
         (
@@ -90,7 +92,7 @@ fn a_session_plan_after_each_edit_equals_the_plan_from_scratch() {
         ("models/a.lua", model_a("")),
     ];
     for (file, text) in &edits {
-        p.write(file, text);
+        p.write(file, &portable_sample(&p, text));
         session.reload(&[p.root().join(file)]).expect("reload");
         let (inc, scratch) = both(&session, now);
         assert_eq!(inc, scratch, "after writing {file}");
@@ -115,8 +117,8 @@ fn a_session_plan_after_each_edit_equals_the_plan_from_scratch() {
     // A deleted model file, then every edit undone: the session plans what dev serves.
     p.remove("models/e.lua");
     session.reload(&[p.root().join("models/e.lua")]).expect("reload");
-    p.write("models/b.lua", &model_b(B_QUERY));
-    p.write("models/d.lua", &model_d("'x' || id"));
+    p.write("models/b.lua", &portable_sample(&p, &model_b(B_QUERY)));
+    p.write("models/d.lua", &portable_sample(&p, &model_d("'x' || id")));
     session.reload(&[p.root().join("models/b.lua"), p.root().join("models/d.lua")]).expect("reload");
     let (inc, scratch) = both(&session, now);
     assert_eq!(inc, scratch);
