@@ -10,6 +10,8 @@ use efmesh::project::Project as Loaded;
 use efmesh::script::loader::LoadCache;
 use efmesh::session::{Session, open_state, plan_checked};
 
+crate::on_every_engine!(a_session_after_random_edits_equals_a_load_and_a_plan_from_scratch, a_promotion_between_two_session_plans_is_seen);
+
 /// A tiny deterministic generator (tests must not depend on a seed source).
 struct Lcg(u64);
 
@@ -20,7 +22,7 @@ impl Lcg {
     }
 }
 
-/// One model file: `s.m<i>` reading `parents` (none: a root over `range`), its `WHERE` bound
+/// One model file: `s.m<i>` reading `parents` (none: a root over `generate_series`), its `WHERE` bound
 /// `bound`, `extra` more columns (`e0`, …), `lib` requiring `lib/util.lua`, `comment` lines on top.
 #[derive(Clone)]
 struct Spec {
@@ -39,7 +41,7 @@ fn text(i: usize, s: &Spec) -> String {
     let extra: String = (0..s.extra).map(|e| format!(", id + {e} AS e{e}")).collect();
     let bound = if s.lib { format!("\" .. (u.base + {}) .. \"", s.bound) } else { s.bound.to_string() };
     let from = match s.parents.as_slice() {
-        [] => "range(20) t(id)".to_string(),
+        [] => "generate_series(0, 19) AS t(id)".to_string(),
         [p] => format!("\" .. ref(\"s.m{p}\") .. \" m{p}"),
         [p, q, ..] => format!("\" .. ref(\"s.m{p}\") .. \" m{p} JOIN \" .. ref(\"s.m{q}\") .. \" m{q} USING (id)"),
     };
@@ -68,10 +70,9 @@ fn scratch_project(p: &Project) -> Loaded {
     project.expect("the project loads from scratch")
 }
 
-#[test]
-fn a_session_after_random_edits_equals_a_load_and_a_plan_from_scratch() {
-    let p = Project::new();
-    p.write("efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+fn a_session_after_random_edits_equals_a_load_and_a_plan_from_scratch(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.engine_url_in_process();
     p.write("lib/util.lua", "return { base = 1 }\n");
     let mut specs: Vec<Option<Spec>> = Vec::new();
     let mut path_of: Vec<String> = Vec::new();
@@ -198,21 +199,21 @@ fn a_session_after_random_edits_equals_a_load_and_a_plan_from_scratch() {
 
 /// A pure promotion (versions that exist already) does not bump the store's generation; the
 /// session still sees it (the id of the environment's last promotion is part of its key).
-#[test]
-fn a_promotion_between_two_session_plans_is_seen() {
-    let p = sample_project();
+fn a_promotion_between_two_session_plans_is_seen(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    p.engine_url_in_process();
     p.apply("dev");
     let now = parse_instant(NOW).unwrap();
     let mut session = Session::open(&p.root().join("efmesh.toml")).expect("session");
     let options = plan::Options::default();
     assert!(!session.plan("dev", now, &options).unwrap().has_changes);
-    p.write("models/a.lua", &model_a("AND id < 7"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range < 7")));
     session.reload(&[p.root().join("models/a.lua")]).unwrap();
     assert!(session.plan("dev", now, &options).unwrap().has_changes);
     p.apply("dev");
     let after = session.plan("dev", now, &options).unwrap();
     assert!(!after.has_changes, "dev serves the edit now");
-    p.write("models/a.lua", &model_a(""));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("")));
     session.reload(&[p.root().join("models/a.lua")]).unwrap();
     assert!(session.plan("dev", now, &options).unwrap().has_changes);
     // Back to versions that exist: a view swap only.
