@@ -4,8 +4,9 @@
 //! is refused when it contradicts the AST and is journaled with `applied_by`; `--explain` says
 //! why. The project is the corpus's (see `categories_corpus`).
 
-use crate::categories_corpus::{Db, EVENTS_CSV, assert_views_match_queries, base_project, sub};
+use crate::categories_corpus::{BASE, Db, EVENTS_CSV, REGIONS_CSV, assert_views_match_queries, base_project, render_all, sub};
 use crate::common::*;
+use crate::on_every_engine;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
@@ -49,6 +50,95 @@ fn daily_with_count() -> String {
     )
 }
 
+/// The corpus's base project on `engine` (`categories_corpus::base_project` on DuckDB). Postgres
+/// reads no files: there the CSVs are loaded into tables `src_data.<name>` that the externals
+/// name, and the models are written in Postgres's spelling ([`write`]).
+fn project(engine: EngineBackend) -> Project {
+    if !matches!(engine, EngineBackend::Postgres(_)) {
+        return base_project();
+    }
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    source_table(&p, "events", EVENTS_CSV);
+    source_table(&p, "regions", REGIONS_CSV);
+    for (f, t) in BASE {
+        write(&p, f, t);
+    }
+    p
+}
+
+/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
+fn another(engine: &EngineBackend) -> EngineBackend {
+    match engine {
+        EngineBackend::DuckDb => EngineBackend::DuckDb,
+        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
+    }
+}
+
+/// On Postgres, the table `src_data.<name>` holding the rows of `csv` (the corpus's CSV files).
+fn source_table(p: &Project, name: &str, csv: &str) {
+    let columns = if csv.starts_with("id,") { "id bigint, event_at timestamp, region varchar, amount bigint" } else { "region varchar, zone varchar" };
+    p.query("CREATE SCHEMA IF NOT EXISTS src_data");
+    p.query(&format!("CREATE TABLE src_data.{name} ({columns})"));
+    let rows: Vec<String> = csv.lines().skip(1).map(|l| format!("({})", l.split(',').map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", "))).collect();
+    p.query(&format!("INSERT INTO src_data.{name} VALUES {}", rows.join(", ")));
+}
+
+/// Writes the model file `rel`; on Postgres in its spelling: an external CSV `data/<name>.csv`
+/// as the table `src_data.<name>`, `GROUP BY ALL` spelled out (by name: a positional reference
+/// would make inserting a column breaking), `range(3)` as `generate_series`,
+/// `double` as `float8` (and the share computed in it: `bigint / numeric` is `numeric` there).
+fn write(p: &Project, rel: &str, text: &str) {
+    if !p.on_postgres() {
+        p.write(rel, text);
+        return;
+    }
+    let mut text = text
+        .replace("GROUP BY ALL", "GROUP BY day, region")
+        .replace("FROM range(3)", "FROM generate_series(0, 2) AS g(range)")
+        .replace("share double", "share float8")
+        .replace("total / sum(total) OVER () AS share", "CAST(total AS float8) / sum(total) OVER () AS share")
+        .replace("revenue double", "revenue float8")
+        .replace("AS DOUBLE) AS revenue", "AS float8) AS revenue");
+    while let Some(i) = text.find("external(path = data/") {
+        let end = i + text[i..].find(".csv)").expect("a CSV external");
+        let name = text[i + "external(path = data/".len()..end].to_string();
+        text.replace_range(i..end + ".csv)".len(), &format!("external(table = src_data.{name})"));
+    }
+    p.write(rel, &text);
+}
+
+/// [`assert_views_match_queries`] on either engine.
+#[track_caller]
+fn assert_views_match(p: &Project, env: &str, plan: &Value, stale: &[&str]) {
+    if !p.on_postgres() {
+        return assert_views_match_queries(p, env, plan, stale);
+    }
+    let models: Vec<String> = served_models(plan).into_iter().filter(|m| !stale.contains(&m.as_str())).collect();
+    let sqls = render_all(p, env, &models);
+    for m in &models {
+        let served = p.rows(&env_view(env, m));
+        assert!(!served.is_empty(), "`{m}` serves no rows in `{env}`: the comparison would prove nothing");
+        let sql = sqls[m].replace("$start", "TIMESTAMP '2026-01-01 00:00:00'").replace("$end", "TIMESTAMP '2026-02-10 00:00:00'");
+        let cols: Vec<String> = columns_of(p, env, m).iter().map(|c| format!("\"{c}\"")).collect();
+        let want = p.rows(&format!("(SELECT {} FROM (\n{sql}\n) AS _q) AS _r", cols.join(", ")));
+        assert_eq!(served, want, "`{m}` in `{env}` serves rows (left) that its query no longer returns (right)");
+    }
+}
+
+/// The served (env view) columns of `model` in `env`, in order.
+fn columns_of(p: &Project, env: &str, model: &str) -> Vec<String> {
+    if !p.on_postgres() {
+        return Db::open(p).view_columns(env, model);
+    }
+    let (schema, table) = model.split_once('.').expect("schema.table");
+    let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
+    p.query(&format!("SELECT column_name FROM information_schema.columns WHERE table_schema = '{schema}' AND table_name = '{table}' ORDER BY ordinal_position"))
+        .into_iter()
+        .map(|r| r[0].clone().expect("name"))
+        .collect()
+}
+
 fn names(v: &Value) -> BTreeSet<String> {
     string_set(v)
 }
@@ -79,19 +169,49 @@ fn assert_refused(run: &Run, needles: &[&str]) {
     assert!(!run.stdout.contains("\"applied\": true"), "{}", run.stdout);
 }
 
+// DuckDB only for now, converted: on Postgres, the apply that computes a new interval of
+// `s.daily` rebuilds the view `s.daily_total` over it and fails dropping the view's physical
+// relation, which the environment views read ("cannot drop view _efmesh.s__daily_total__… because
+// other objects depend on it"). Move each to the list below once that is fixed.
+macro_rules! on_duckdb_only {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+            }
+        )*
+    };
+}
+
+on_duckdb_only!(forward_only_adds_a_column_without_replaying_history, forward_only_in_dev_cannot_change_what_prod_serves,);
+
+on_every_engine!(
+    non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables,
+    chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
+    forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild,
+    forward_only_is_refused_when_the_table_cannot_be_kept,
+    promoting_a_forward_only_version_is_shown_as_forward_only,
+    reclassify_contradicting_the_ast_is_refused,
+    reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by,
+    explain_shows_why_and_the_diverged_paths_and_json_always_has_explain,
+    star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build,
+);
+
 // ---------------------------------------------------------------------------------------------
 // Non-breaking: the parent alone is rebuilt
 
-#[test]
-fn non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables() {
-    let p = base_project();
+fn non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables(engine: EngineBackend) {
+    let p = project(engine);
     let first = p.apply("dev");
     let tables_before: BTreeSet<String> = p.physical_tables().into_iter().collect();
     let child_rows = p.rows(&env_view("dev", "s.child"));
     let grandchild_rows = p.rows(&env_view("dev", "s.grandchild"));
     assert_eq!(child_rows, strs(&[&["east", "75", "1"], &["north", "370", "3"], &["south", "110", "2"], &["west", "1042", "2"]]));
 
-    p.write(PARENT_FILE, &parent_with_score());
+    write(&p, PARENT_FILE, &parent_with_score());
     let plan = p.plan("dev");
     let parent = action(&plan, "s.parent");
     assert_eq!(parent["change"], "non-breaking", "{parent:#}");
@@ -125,7 +245,7 @@ fn non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_
     assert_eq!(parent_rows, strs(&[&["1", "10"], &["2", "20"], &["3", "30"], &["4", "40"], &["5", "50"], &["6", "60"], &["8", "80"], &["9", "90"]]));
     assert_eq!(p.rows(&env_view("dev", "s.child")), child_rows);
     assert_eq!(p.rows(&env_view("dev", "s.grandchild")), grandchild_rows);
-    assert_views_match_queries(&p, "dev", &applied, &[]);
+    assert_views_match(&p, "dev", &applied, &[]);
 
     // Promoting the same versions to prod builds nothing and serves the same rows.
     let prod = p.apply("prod");
@@ -137,15 +257,15 @@ fn non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
 
-#[test]
-fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models() {
-    let p = base_project();
+fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models(engine: EngineBackend) {
+    let p = project(engine);
     let first = p.apply("dev");
     let mut tables: BTreeSet<String> = p.physical_tables().into_iter().collect();
 
     // Apply 1: the parent gains `score`, the child gains `top_score` (reading it).
-    p.write(PARENT_FILE, &parent_with_score());
-    p.write(
+    write(&p, PARENT_FILE, &parent_with_score());
+    write(
+        &p,
         CHILD_FILE,
         &sub(
             crate::categories_corpus::CHILD,
@@ -166,7 +286,7 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     let now: BTreeSet<String> = p.physical_tables().into_iter().collect();
     assert_eq!(now.difference(&tables).count(), 3, "{now:?}");
     tables = now;
-    assert_views_match_queries(&p, "dev", &a1, &[]);
+    assert_views_match(&p, "dev", &a1, &[]);
     assert_eq!(
         p.rows(&format!("(SELECT region, top_score FROM {}) AS q", env_view("dev", "s.child"))),
         strs(&[&["east", "60"], &["north", "50"], &["south", "40"], &["west", "90"]])
@@ -174,7 +294,11 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
 
     // Apply 2: the parent gains `big`. Only the parent builds; the child is reused from apply 1,
     // so the grandchild view, which names the child's table, is reused from apply 1 too.
-    p.write(PARENT_FILE, &sub(&parent_with_score(), &[("score bigint\n", "score bigint, big boolean\n"), ("AS score\n", "AS score, e.amount > 100 AS big\n")]));
+    write(
+        &p,
+        PARENT_FILE,
+        &sub(&parent_with_score(), &[("score bigint\n", "score bigint, big boolean\n"), ("AS score\n", "AS score, e.amount > 100 AS big\n")]),
+    );
     let a2 = p.apply("dev");
     assert_eq!(action(&a2, "s.parent")["change"], "non-breaking");
     assert_eq!(action(&a2, "s.child")["change"], "indirect");
@@ -186,7 +310,7 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
     assert_eq!(action(&a2, "s.grandchild")["reusedFrom"], action(&a1, "s.grandchild")["fingerprint"]);
     let now: BTreeSet<String> = p.physical_tables().into_iter().collect();
     assert_eq!(now.difference(&tables).count(), 1, "{now:?}");
-    assert_views_match_queries(&p, "dev", &a2, &[]);
+    assert_views_match(&p, "dev", &a2, &[]);
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 
     // A fresh environment gets the same versions without building anything.
@@ -200,9 +324,8 @@ fn chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_m
 // ---------------------------------------------------------------------------------------------
 // Forward-only
 
-#[test]
-fn forward_only_adds_a_column_without_replaying_history() {
-    let mut p = base_project();
+fn forward_only_adds_a_column_without_replaying_history(engine: EngineBackend) {
+    let mut p = project(engine);
     let first = p.apply("dev");
     assert_eq!(action(&first, "s.daily")["intervals"], json!(40));
     let old_fp = action(&first, "s.daily")["fingerprint"].as_str().unwrap().to_string();
@@ -210,7 +333,7 @@ fn forward_only_adds_a_column_without_replaying_history() {
     let tables_before = p.physical_tables();
     let daily_before = p.rows(&env_view("dev", "s.daily"));
 
-    p.write(DAILY_FILE, &daily_with_count());
+    write(&p, DAILY_FILE, &daily_with_count());
     let plan = p.run(&["plan", "dev", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
     let daily = action(&plan, "s.daily");
     assert_eq!(daily["change"], "forward-only", "{daily:#}");
@@ -256,14 +379,17 @@ fn forward_only_adds_a_column_without_replaying_history() {
     assert_eq!(p.rows(&format!("(SELECT revenue FROM {} WHERE region = 'west') AS q", env_view("dev", "s.daily_total"))), strs(&[&["1042"]]));
 }
 
-#[test]
-fn forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild() {
+fn forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild(engine: EngineBackend) {
     // The external behind s.daily and s.parent changes source: s.parent's chain rebuilds, s.daily
     // keeps its table and history because the operator said so.
-    let p = base_project();
-    p.write("data/events_copy.csv", EVENTS_CSV);
+    let p = project(engine);
+    if p.on_postgres() {
+        source_table(&p, "events_copy", EVENTS_CSV);
+    } else {
+        p.write("data/events_copy.csv", EVENTS_CSV);
+    }
     let first = p.apply("dev");
-    p.write("models/events.sql", &sub(crate::categories_corpus::EVENTS, &[("data/events.csv", "data/events_copy.csv")]));
+    write(&p, "models/events.sql", &sub(crate::categories_corpus::EVENTS, &[("data/events.csv", "data/events_copy.csv")]));
     let applied = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
     let daily = action(&applied, "s.daily");
     assert_eq!(daily["change"], "forward-only", "{daily:#}");
@@ -274,9 +400,8 @@ fn forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild() {
     assert_eq!(applied["intervals"], json!(0));
 }
 
-#[test]
-fn forward_only_is_refused_when_the_table_cannot_be_kept() {
-    let p = base_project();
+fn forward_only_is_refused_when_the_table_cannot_be_kept(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let state = p.state_summary();
     let tables = p.physical_tables();
@@ -296,10 +421,15 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
     };
 
     // A dropped column.
-    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[(", first_at timestamp\n", "\n"), (", CAST(min(event_at) AS TIMESTAMP) AS first_at\n", "\n")]));
+    write(
+        &p,
+        DAILY_FILE,
+        &sub(crate::categories_corpus::DAILY, &[(", first_at timestamp\n", "\n"), (", CAST(min(event_at) AS TIMESTAMP) AS first_at\n", "\n")]),
+    );
     try_both("dropped column", &["--forward-only s.daily", "first_at", "dropped"], "s.daily", true);
     // A retyped column.
-    p.write(
+    write(
+        &p,
         DAILY_FILE,
         &sub(
             crate::categories_corpus::DAILY,
@@ -308,10 +438,11 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
     );
     try_both("retyped column", &["--forward-only s.daily", "revenue", "type"], "s.daily", true);
     // A kind change within time ranges (time column).
-    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("time_column = day", "time_column = first_at")]));
+    write(&p, DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("time_column = day", "time_column = first_at")]));
     try_both("time column", &["--forward-only s.daily", "kind changed"], "s.daily", true);
     // A kind change away from time ranges.
-    p.write(
+    write(
+        &p,
         DAILY_FILE,
         &sub(
             crate::categories_corpus::DAILY,
@@ -322,10 +453,10 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
         ),
     );
     try_both("kind change to full", &["--forward-only s.daily", "incremental_by_time_range"], "s.daily", true);
-    p.write(DAILY_FILE, crate::categories_corpus::DAILY);
+    write(&p, DAILY_FILE, crate::categories_corpus::DAILY);
 
     // A full model.
-    p.write(PARENT_FILE, &parent_with_score());
+    write(&p, PARENT_FILE, &parent_with_score());
     try_both("full model", &["--forward-only s.parent", "only `incremental_by_time_range`"], "s.parent", true);
     // An unknown model.
     try_both("unknown model", &["unknown model `s.parnet`", "did you mean"], "s.parnet", false);
@@ -334,9 +465,8 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept() {
 // Forward-only writes new intervals into an older version's table, so it is refused while
 // another environment serves that version: `prod` keeps serving what it computed, and the
 // forward-only change is applied to `prod` itself.
-#[test]
-fn forward_only_in_dev_cannot_change_what_prod_serves() {
-    let mut p = base_project();
+fn forward_only_in_dev_cannot_change_what_prod_serves(engine: EngineBackend) {
+    let mut p = project(engine);
     p.apply("dev");
     p.apply("prod");
     let revenue = "SELECT CAST(day AS VARCHAR), region, CAST(revenue AS VARCHAR) FROM s.daily ORDER BY 1, 2";
@@ -344,7 +474,7 @@ fn forward_only_in_dev_cannot_change_what_prod_serves() {
     let dev_before = p.rows(&env_view("dev", "s.daily"));
     let tables = p.physical_tables();
 
-    p.write(DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
+    write(&p, DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let refused = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]);
     refused.expect_code(1);
     assert!(refused.stderr.contains("`prod` serves the version"), "{}", refused.stderr);
@@ -369,18 +499,17 @@ fn forward_only_in_dev_cannot_change_what_prod_serves() {
 // A version applied forward-only in one environment keeps an older version's table: another
 // environment promoting it sees `forward-only`, nothing is rebuilt, and its descendants reuse
 // their tables.
-#[test]
-fn promoting_a_forward_only_version_is_shown_as_forward_only() {
-    let p = base_project();
+fn promoting_a_forward_only_version_is_shown_as_forward_only(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     p.apply("prod");
     // dev moves on with a normal (breaking) change: its own new table.
-    p.write(DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
+    write(&p, DAILY_FILE, &sub(crate::categories_corpus::DAILY, &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let breaking = p.apply("dev");
     assert_eq!(action(&breaking, "s.daily")["change"], "breaking");
     let dev_table = action(&breaking, "s.daily")["physical"].clone();
     // Then adds a column forward-only: prod does not serve that version, so it is allowed.
-    p.write(DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
+    write(&p, DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let fo = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]).expect_code(0).json();
     assert_eq!(action(&fo, "s.daily")["physical"], dev_table);
     let plan = p.plan("prod");
@@ -394,9 +523,8 @@ fn promoting_a_forward_only_version_is_shown_as_forward_only() {
 // ---------------------------------------------------------------------------------------------
 // --reclassify
 
-#[test]
-fn reclassify_contradicting_the_ast_is_refused() {
-    let p = base_project();
+fn reclassify_contradicting_the_ast_is_refused(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let state = p.state_summary();
     let tables = p.physical_tables();
@@ -413,7 +541,7 @@ fn reclassify_contradicting_the_ast_is_refused() {
             ),
         ),
     ] {
-        p.write(PARENT_FILE, &text);
+        write(&p, PARENT_FILE, &text);
         // Without the override it is simply breaking.
         assert_eq!(action(&p.plan("dev"), "s.parent")["change"], "breaking", "{what}");
         for cmd in [vec!["plan", "dev"], vec!["apply", "dev", "--yes", "--json"]] {
@@ -433,12 +561,11 @@ fn reclassify_contradicting_the_ast_is_refused() {
     }
 }
 
-#[test]
-fn reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by() {
-    let p = base_project();
+fn reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let tables_before: BTreeSet<String> = p.physical_tables().into_iter().collect();
-    p.write(PARENT_FILE, &parent_with_score());
+    write(&p, PARENT_FILE, &parent_with_score());
     assert_eq!(action(&p.plan("dev"), "s.parent")["change"], "non-breaking");
 
     let text = p.run(&["plan", "dev", "--reclassify", "s.parent=breaking"]).expect_code(0).stdout.clone();
@@ -458,7 +585,7 @@ fn reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_a
     assert_eq!(names(&applied["built"]), set(&["s.parent", "s.child", "s.grandchild"]));
     let tables_after: BTreeSet<String> = p.physical_tables().into_iter().collect();
     assert_eq!(tables_after.difference(&tables_before).count(), 3);
-    assert_views_match_queries(&p, "dev", &applied, &[]);
+    assert_views_match(&p, "dev", &applied, &[]);
 
     let journal = p.state().journal("dev").unwrap();
     assert_eq!(journal.len(), 2);
@@ -477,13 +604,12 @@ fn reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_a
 // ---------------------------------------------------------------------------------------------
 // --explain
 
-#[test]
-fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
-    let p = base_project();
+fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
-    p.write(PARENT_FILE, &sub(crate::categories_corpus::PARENT, &[("WHERE e.amount > 10\n", "WHERE e.amount > 50\n")]));
-    p.write(DAILY_FILE, &daily_with_count());
-    p.write("models/other.lua", &sub(crate::categories_corpus::OTHER, &[("  kind = kind.full(),\n", "  kind = kind.full(),\n  description = \"three\",\n")]));
+    write(&p, PARENT_FILE, &sub(crate::categories_corpus::PARENT, &[("WHERE e.amount > 10\n", "WHERE e.amount > 50\n")]));
+    write(&p, DAILY_FILE, &daily_with_count());
+    write(&p, "models/other.lua", &sub(crate::categories_corpus::OTHER, &[("  kind = kind.full(),\n", "  kind = kind.full(),\n  description = \"three\",\n")]));
 
     let text = p.run(&["plan", "dev", "--explain"]).expect_code(0).stdout.clone();
     let block = |model: &str| -> String {
@@ -545,8 +671,7 @@ fn explain_shows_why_and_the_diverged_paths_and_json_always_has_explain() {
 // column (non-breaking): a `*` reader's shape would change, so it is rebuilt rather than reused,
 // and the incremental apply reaches the same verdict as a build from scratch (the contract error
 // naming s.grandchild).
-#[test]
-fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build() {
+fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build(engine: EngineBackend) {
     const STAR: &str =
         "-- name: s.grandchild\n-- kind: view\n-- schema: region varchar, total bigint, n bigint\n-- refs: s.child\nSELECT * FROM @ref(s.child)\n";
     let child = sub(
@@ -556,15 +681,15 @@ fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build()
             ("count(*) AS n\n", "count(*) AS n, max(amount) AS top\n"),
         ],
     );
-    let incremental = base_project();
-    incremental.write("models/grandchild.sql", STAR);
+    let incremental = project(another(&engine));
+    write(&incremental, "models/grandchild.sql", STAR);
     incremental.apply("dev");
-    incremental.write(CHILD_FILE, &child);
+    write(&incremental, CHILD_FILE, &child);
     let inc = incremental.run(&["apply", "dev", "--yes", "--json"]);
 
-    let fresh = base_project();
-    fresh.write("models/grandchild.sql", STAR);
-    fresh.write(CHILD_FILE, &child);
+    let fresh = project(engine);
+    write(&fresh, "models/grandchild.sql", STAR);
+    write(&fresh, CHILD_FILE, &child);
     let scratch = fresh.run(&["apply", "dev", "--yes", "--json"]);
     assert_eq!(scratch.code, 1, "{}", scratch.stderr);
     assert!(scratch.stderr.contains("s.grandchild") && scratch.stderr.contains("`top`"), "{}", scratch.stderr);
@@ -574,5 +699,5 @@ fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build()
 
 /// The served columns of `model` in `dev`.
 fn view_columns(p: &Project, model: &str) -> Vec<String> {
-    Db::open(p).view_columns("dev", model)
+    columns_of(p, "dev", model)
 }
