@@ -1,8 +1,43 @@
 //! `efmesh preview <env> [MODEL…]`: models' queries run read-only against what an environment
 //! serves for their parents, compared with what it serves for them now.
 
-use crate::common::{Project, Rows, env_view, sorted_in_memory};
+use crate::common::{EngineBackend, Project, Rows, env_view, sorted_in_memory};
+use crate::on_every_engine;
 use serde_json::Value;
+
+on_every_engine!(
+    a_changed_model_previews_its_new_rows_and_compares_with_the_dev_view,
+    a_new_model_whose_parent_is_new_too_previews_through_the_inlined_parent,
+    an_environment_never_applied_previews_every_parent_inlined_without_creating_the_engine,
+    a_time_range_model_previews_only_its_newest_complete_interval,
+    a_sql_error_names_the_model_file_and_line_once,
+    the_rows_limit_is_honoured_and_the_count_is_not_limited,
+    without_models_it_previews_what_the_plan_would_build_or_change,
+    a_seed_parent_not_served_is_a_clear_error_and_a_seed_previews_its_file,
+    an_scd_type2_model_compares_its_open_versions,
+    an_embedded_parent_is_inlined_and_an_unknown_model_is_refused,
+    null_values_are_null_in_json_and_prod_is_previewed_like_any_environment,
+);
+
+/// [`on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb` only):
+/// move each back once its bug is fixed.
+macro_rules! on_duckdb_only_for_now {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+            }
+        )*
+    };
+}
+
+// Postgres reports an unchanged column retyped: `vs `dev`: retyped label TEXT → VARCHAR; …`
+// (the served table holds the type of `'item ' || range`, text; the preview types the new side
+// as declared, varchar, assuming apply stores declared types).
+on_duckdb_only_for_now!(the_text_report_shows_a_table_and_the_comparison_line);
 
 const EVENTS: &str = "event_at,region,amount\n\
     2026-01-01 00:00:00,north,100\n\
@@ -23,27 +58,26 @@ fn model_b(schema: &str, query: &str) -> String {
 const B_SCHEMA: &str = r#"{ "id", "integer" }, { "label", "varchar" }, { "twice", "integer" }"#;
 const B_QUERY: &str = "SELECT id, label, id * 2 AS twice FROM {a} WHERE id > 2";
 
-/// An external CSV `raw.events`, `s.a` (full, ids 1..7) → `s.b` (full), and `t.daily`
-/// (time range, day grain, over the CSV).
-fn project() -> Project {
-    let p = Project::new();
+/// An external CSV `raw.events` (on Postgres, which reads no files, a seed of the same file),
+/// `s.a` (full, ids 1..7) → `s.b` (full), and `t.daily` (time range, day grain, over the CSV).
+fn project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
     p.write("data/events.csv", EVENTS);
-    p.write(
-        "models/raw.lua",
-        r#"return define_model {
+    let raw = r#"return define_model {
   name = "raw.events",
   kind = kind.external { path = "data/events.csv" },
   schema = { { "event_at", "timestamp" }, { "region", "varchar" }, { "amount", "bigint" } },
 }
-"#,
-    );
+"#;
+    let raw = if p.on_postgres() { raw.replace("kind.external {", "kind.seed {") } else { raw.to_string() };
+    p.write("models/raw.lua", &raw);
     p.write(
         "models/a.lua",
         r#"return define_model {
   name = "s.a",
   kind = kind.full(),
   schema = { { "id", "integer" }, { "label", "varchar" } },
-  query = "SELECT CAST(range AS INTEGER) AS id, 'item ' || range AS label FROM range(1, 8)",
+  query = "SELECT CAST(range AS INTEGER) AS id, 'item ' || range AS label FROM generate_series(1, 7) AS g(range)",
 }
 "#,
     );
@@ -59,7 +93,7 @@ return define_model {
     SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS revenue
     FROM ]] .. ref(raw) .. [[
     WHERE event_at >= @start AND event_at < @end
-    GROUP BY ALL
+    GROUP BY 1, 2
   ]],
 }
 "#,
@@ -91,12 +125,11 @@ fn rows(preview: &Value) -> Rows {
 }
 
 fn count(p: &Project, sql: &str) -> u64 {
-    p.query(&format!("SELECT count(*)::VARCHAR FROM ({sql})"))[0][0].as_deref().expect("count").parse().expect("number")
+    p.query(&format!("SELECT CAST(count(*) AS VARCHAR) FROM ({sql}) AS q"))[0][0].as_deref().expect("count").parse().expect("number")
 }
 
-#[test]
-fn a_changed_model_previews_its_new_rows_and_compares_with_the_dev_view() {
-    let p = project();
+fn a_changed_model_previews_its_new_rows_and_compares_with_the_dev_view(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let served_rows = count(&p, &format!("SELECT * FROM {}", env_view("dev", "s.b")));
     // Drop `label`, add `tag`, retype `twice` (integer → bigint), keep fewer rows.
@@ -125,9 +158,8 @@ fn a_changed_model_previews_its_new_rows_and_compares_with_the_dev_view() {
     assert_eq!(count(&p, &format!("SELECT * FROM {}", env_view("dev", "s.b"))), served_rows);
 }
 
-#[test]
-fn a_new_model_whose_parent_is_new_too_previews_through_the_inlined_parent() {
-    let p = project();
+fn a_new_model_whose_parent_is_new_too_previews_through_the_inlined_parent(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     p.write(
         "models/n.lua",
@@ -152,23 +184,28 @@ return define_model {
     assert_eq!(rows(two), sorted_in_memory("SELECT i * 10 + 1 AS y FROM range(4, 8) AS t(i)"), "{two:#}");
     assert_eq!(two["comparison"], Value::Null, "dev does not serve n.two: {two:#}");
     // Nothing was built for the preview.
-    assert!(!p.all_relations().iter().any(|r| r.contains("n__")), "{:?}", p.all_relations());
+    assert!(!p.relations().iter().any(|r| r.contains("n__")), "{:?}", p.relations());
 }
 
-#[test]
-fn an_environment_never_applied_previews_every_parent_inlined_without_creating_the_engine() {
-    let p = project();
+fn an_environment_never_applied_previews_every_parent_inlined_without_creating_the_engine(engine: EngineBackend) {
+    let p = project(engine);
     let all = previews(&p, &["dev", "s.b"], 0);
     let b = one(&all, "s.b");
     assert_eq!(b["error"], Value::Null, "{b:#}");
     assert_eq!(rows(b), sorted_in_memory("SELECT i AS id, 'item ' || i AS label, i * 2 AS twice FROM range(3, 8) AS t(i)"), "{b:#}");
-    assert!(!p.engine_path().exists(), "a preview created the DuckDB file");
+    if p.on_postgres() {
+        let schemas = p.query(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('public', 'information_schema') AND schema_name NOT LIKE 'pg\\_%'",
+        );
+        assert_eq!(schemas, Rows::new(), "a preview created a schema");
+    } else {
+        assert!(!p.engine_path().exists(), "a preview created the DuckDB file");
+    }
     assert!(!p.state_path().exists(), "a preview created the state store");
 }
 
-#[test]
-fn a_time_range_model_previews_only_its_newest_complete_interval() {
-    let p = project();
+fn a_time_range_model_previews_only_its_newest_complete_interval(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     // A new version: revenue doubled.
     p.write("models/daily.lua", &p.read("models/daily.lua").replace("sum(amount)", "sum(amount) * 2"));
@@ -191,9 +228,8 @@ fn a_time_range_model_previews_only_its_newest_complete_interval() {
     assert_eq!(c["rowsNew"], 2, "{c:#}");
 }
 
-#[test]
-fn a_sql_error_names_the_model_file_and_line_once() {
-    let p = project();
+fn a_sql_error_names_the_model_file_and_line_once(engine: EngineBackend) {
+    let p = project(engine);
     p.write("models/b.lua", &model_b(B_SCHEMA, "SELECT id, label, nope * 2 AS twice FROM {a}"));
     let run = p.run(&["preview", "dev", "s.b", "s.a", "--json"]);
     run.expect_code(1);
@@ -203,15 +239,15 @@ fn a_sql_error_names_the_model_file_and_line_once() {
     assert!(err.starts_with("models/b.lua:2: model `s.b`: "), "{err}");
     assert!(err.contains("nope"), "{err}");
     assert!(!err.contains('\n'), "one line: {err}");
-    assert_eq!(err.matches("Binder Error").count(), 1, "the engine's message once: {err}");
+    let engine_says = if p.on_postgres() { r#"ERROR: column "nope" does not exist"# } else { "Binder Error" };
+    assert_eq!(err.matches(engine_says).count(), 1, "the engine's message once: {err}");
     // The other model still previews.
     assert_eq!(one(all, "s.a")["error"], Value::Null, "{v:#}");
     assert!(run.stderr.contains(&err), "{}", run.stderr);
 }
 
-#[test]
-fn the_rows_limit_is_honoured_and_the_count_is_not_limited() {
-    let p = project();
+fn the_rows_limit_is_honoured_and_the_count_is_not_limited(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let all = previews(&p, &["dev", "s.a", "--rows", "3"], 0);
     let a = one(&all, "s.a");
@@ -222,7 +258,7 @@ fn the_rows_limit_is_honoured_and_the_count_is_not_limited() {
 
 #[test]
 fn preview_changes_nothing_and_releases_the_engine_file() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.apply("dev");
     p.write("models/b.lua", &model_b(B_SCHEMA, "SELECT id, label, id * 3 AS twice FROM {a}"));
     let relations = p.all_relations();
@@ -251,7 +287,7 @@ fn preview_changes_nothing_and_releases_the_engine_file() {
 
 #[test]
 fn a_file_held_by_a_writer_fails_the_preview_instead_of_waiting() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.apply("dev");
     let _writer = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("hold the file");
     let run = p.run(&["preview", "dev", "s.b", "--json"]);
@@ -261,9 +297,8 @@ fn a_file_held_by_a_writer_fails_the_preview_instead_of_waiting() {
     assert!(err.contains("efmesh.duckdb") && err.contains("read-only"), "{err}");
 }
 
-#[test]
-fn without_models_it_previews_what_the_plan_would_build_or_change() {
-    let p = project();
+fn without_models_it_previews_what_the_plan_would_build_or_change(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let all = previews(&p, &["dev"], 0);
     assert!(all.is_empty(), "nothing changed: {all:#?}");
@@ -273,9 +308,8 @@ fn without_models_it_previews_what_the_plan_would_build_or_change() {
     assert_eq!(names, ["s.b"], "{all:#?}");
 }
 
-#[test]
-fn a_seed_parent_not_served_is_a_clear_error_and_a_seed_previews_its_file() {
-    let p = project();
+fn a_seed_parent_not_served_is_a_clear_error_and_a_seed_previews_its_file(engine: EngineBackend) {
+    let p = project(engine);
     p.write("seeds/regions.csv", "region,label\nnorth,North\nsouth,South\n");
     p.write(
         "models/seed.lua",
@@ -307,9 +341,8 @@ return define_model {
     assert_eq!(rows(one(&all, "s.labels")), sorted_in_memory("SELECT * FROM (VALUES ('North'), ('South'))"));
 }
 
-#[test]
-fn the_text_report_shows_a_table_and_the_comparison_line() {
-    let p = project();
+fn the_text_report_shows_a_table_and_the_comparison_line(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     p.write("models/b.lua", &model_b(B_SCHEMA, "SELECT id, label, id * 3 AS twice FROM {a} WHERE id > 5"));
     let run = p.run(&["preview", "dev", "s.b"]);
@@ -356,15 +389,17 @@ define_model {{
     assert!(fs_err::read(p.root().join("catalog/lake.ducklake")).expect("catalog") == catalog_bytes, "the DuckLake catalog changed");
 }
 
-#[test]
-fn an_scd_type2_model_compares_its_open_versions() {
-    let p = Project::new();
-    p.write("data/people.csv", "id,team\n1,red\n2,blue\n");
+fn an_scd_type2_model_compares_its_open_versions(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    // The source is a table of the engine's that the project does not manage.
+    p.execute_on_engine("CREATE SCHEMA src");
+    p.execute_on_engine("CREATE TABLE src.people (id BIGINT, team VARCHAR)");
+    p.execute_on_engine("INSERT INTO src.people VALUES (1, 'red'), (2, 'blue')");
     p.write(
         "models/people.lua",
         r#"local raw = define_model {
   name = "raw.people",
-  kind = kind.external { path = "data/people.csv" },
+  kind = kind.external { table = "src.people" },
   schema = { { "id", "bigint" }, { "team", "varchar" } },
 }
 return define_model {
@@ -377,7 +412,7 @@ return define_model {
     );
     p.apply("dev");
     // A second refresh closes id 2's version and opens a new one: two open rows, three in all.
-    p.write("data/people.csv", "id,team\n1,red\n2,green\n");
+    p.execute_on_engine("UPDATE src.people SET team = 'green' WHERE id = 2");
     p.run(&["run", "dev", "--json"]).expect_code(0);
     assert_eq!(count(&p, &format!("SELECT * FROM {}", env_view("dev", "m.people"))), 3);
     let all = previews(&p, &["dev", "m.people"], 0);
@@ -388,9 +423,8 @@ return define_model {
     assert_eq!(c["removed"], serde_json::json!([]), "managed columns are not reported as removed: {c:#}");
 }
 
-#[test]
-fn an_embedded_parent_is_inlined_and_an_unknown_model_is_refused() {
-    let p = project();
+fn an_embedded_parent_is_inlined_and_an_unknown_model_is_refused(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "models/e.lua",
         r#"local a = require("a")
@@ -416,9 +450,8 @@ return define_model {
     assert!(run.stderr.contains("unknown model `e.summ`") && run.stderr.contains("did you mean `e.sum`"), "{}", run.stderr);
 }
 
-#[test]
-fn null_values_are_null_in_json_and_prod_is_previewed_like_any_environment() {
-    let p = project();
+fn null_values_are_null_in_json_and_prod_is_previewed_like_any_environment(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "models/n.lua",
         r#"return define_model {
@@ -447,7 +480,7 @@ fn an_s3_lake_model_previews_through_a_prepared_read_only_connection() {
     let moto = crate::s3::Moto::start();
     moto.create_bucket("lake");
     let lake = format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint());
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.write("efmesh.toml", &format!("{}\n{lake}", crate::common::CONFIG));
     p.write("models/daily.lua", &p.read("models/daily.lua").replace("  schema = {", "  target = \"parquet\",\n  schema = {"));
     let with_credentials = |args: &[&str]| {
