@@ -497,15 +497,8 @@ fn a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach(engine
     let p = two_environments(engine);
     with(&p, PROD, &["run", "prod", "--json"]).expect_code(0);
     p.write("models/m.lua", &models(DEV));
-    // The session runs in this process: on Postgres, its configuration names a variable of this
-    // test's own (the engine's catalog is read by every plan).
-    if let EngineBackend::Postgres(target) = &p.engine {
-        let dir = p.root().file_name().expect("dir").to_string_lossy().to_uppercase();
-        let var = format!("{PG_ENGINE_URL_ENV}_{}", dir.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-        p.write("efmesh.toml", &p.config_with("").replace(PG_ENGINE_URL_ENV, &var));
-        // SAFETY: this variable is this test's own; no other thread reads it.
-        unsafe { std::env::set_var(&var, &target.url) };
-    }
+    // The session runs in this process: on Postgres it reads the engine's catalog.
+    p.engine_url_in_process();
     let now = efmesh::core::interval::parse_instant("2026-01-12T00:00:00Z").expect("instant");
     let options = efmesh::plan::Options::default();
     let scratch = |session: &Session| {
