@@ -13,28 +13,6 @@ fn project(engine: EngineBackend) -> Project {
     p
 }
 
-/// An engine like `engine` for another project: a database of its own on Postgres.
-fn another(engine: &EngineBackend) -> EngineBackend {
-    match engine {
-        EngineBackend::DuckDb => EngineBackend::DuckDb,
-        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
-    }
-}
-
-/// Every relation of the engine's database outside the system catalogs, as `schema.name`, sorted.
-fn engine_relations(p: &Project) -> Vec<String> {
-    if !p.on_postgres() {
-        return p.all_relations();
-    }
-    let mut v: Vec<String> = p
-        .query("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")
-        .into_iter()
-        .map(|r| r[0].clone().expect("name"))
-        .collect();
-    v.sort();
-    v
-}
-
 /// `models/seed.lua`: seed `ref.depts` over `file` with the given schema and extra options.
 fn seed_model(file: &str, schema: &str, options: &str) -> String {
     format!("return define_model {{\n  name = \"ref.depts\",\n  kind = kind.seed {{ path = \"{file}\"{options} }},\n  schema = {schema},\n}}\n")
@@ -138,7 +116,7 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built(engine: En
     p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
     write_children(&p);
     p.apply("dev");
-    let (tables, relations, state) = (p.physical_tables(), engine_relations(&p), p.state_summary());
+    let (tables, relations, state) = (p.physical_tables(), p.relations(), p.state_summary());
     let before = p.rows("\"dev__ref\".\"depts\"");
 
     // Row 4 (the header is row 1) holds `abc` in the INTEGER column `beds`; a new, valid model
@@ -155,7 +133,7 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built(engine: En
     }
     assert!(run.stderr.contains("nothing was built"), "{}", run.stderr);
     assert_eq!(p.physical_tables(), tables, "something was built");
-    assert_eq!(engine_relations(&p), relations);
+    assert_eq!(p.relations(), relations);
     assert_eq!(p.state_summary(), state, "the state store changed");
     assert_eq!(p.rows("\"dev__ref\".\"depts\""), before);
 }
@@ -306,7 +284,7 @@ fn a_seed_has_one_fingerprint_in_lua_rhai_and_sql(engine: EngineBackend) {
     ];
     let mut fps = Vec::new();
     for (file, text) in &variants {
-        let p = project(another(&engine));
+        let p = project(engine.another());
         p.write("seeds/d.csv", csv);
         p.write(&format!("models/{file}"), text);
         let applied = p.apply("dev");
@@ -317,7 +295,7 @@ fn a_seed_has_one_fingerprint_in_lua_rhai_and_sql(engine: EngineBackend) {
     assert_eq!(fps[0], fps[2], "Lua vs SQL");
 
     // The hash is the file's content: the same declaration over other bytes is another version.
-    let p = project(another(&engine));
+    let p = project(engine.another());
     p.write("seeds/d.csv", "code;name;beds;note\nER;Emergency;33;NA\n");
     p.write("models/seed.lua", &variants[0].1);
     assert_ne!(action(&p.plan("dev"), "ref.depts")["fingerprint"].as_str().unwrap(), fps[0]);
