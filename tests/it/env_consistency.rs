@@ -7,14 +7,6 @@ use crate::common::*;
 use efmesh::apply::fault::FAULT_ENV;
 use serde_json::Value;
 
-/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
-fn another_engine(engine: &EngineBackend) -> EngineBackend {
-    match engine {
-        EngineBackend::DuckDb => EngineBackend::DuckDb,
-        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
-    }
-}
-
 /// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
 fn run_with_fault(p: &Project, point: &str, args: &[&str]) -> Run {
     let out = p.command(args).env(FAULT_ENV, point).output().expect("spawn efmesh");
@@ -180,7 +172,7 @@ fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(
 
 fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend, engine: EngineBackend) {
     for command in [&["run", "dev"][..], &["audit", "dev"][..], &["apply", "dev", "--yes"][..]] {
-        let p = sample_project_with(backend.another(command[0]), another_engine(&engine));
+        let p = sample_project_with(backend.another(command[0]), engine.another());
         p.apply("dev");
         p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
         let r = run_with_fault(&p, "after-intent", &["apply", "dev", "--yes"]);
