@@ -50,14 +50,6 @@ fn write_models(p: &Project, text: &str) {
     p.write("models/m.lua", &text);
 }
 
-/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
-fn another_engine(engine: &EngineBackend) -> EngineBackend {
-    match engine {
-        EngineBackend::DuckDb => EngineBackend::DuckDb,
-        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
-    }
-}
-
 /// `day`'s month (`YYYY-MM`) in the engine's SQL.
 fn month_of(p: &Project, day: &str) -> String {
     if p.on_postgres() { format!("to_char({day}, 'YYYY-MM')") } else { format!("strftime({day}, '%Y-%m')") }
@@ -196,7 +188,7 @@ crate::on_every_engine!(
 fn two_applies_at_once_one_applies_the_other_names_the_holder(backend: StateBackend, engine: EngineBackend) {
     // Fresh (no state store, no DuckDB file) and with an existing environment.
     for fresh in [true, false] {
-        let p = ops_project_on(backend.another(&fresh.to_string()), another_engine(&engine), 1);
+        let p = ops_project_on(backend.another(&fresh.to_string()), engine.another(), 1);
         if !fresh {
             p.apply("dev");
             write_models(&p, &models(2));
