@@ -67,14 +67,6 @@ fn project(engine: EngineBackend) -> Project {
     p
 }
 
-/// An engine like `engine` for another project of the same test: a database of its own on Postgres.
-fn another(engine: &EngineBackend) -> EngineBackend {
-    match engine {
-        EngineBackend::DuckDb => EngineBackend::DuckDb,
-        EngineBackend::Postgres(_) => EngineBackend::Postgres(crate::pg::fresh_database().expect("a test Postgres")),
-    }
-}
-
 /// On Postgres, the table `src_data.<name>` holding the rows of `csv` (the corpus's CSV files).
 fn source_table(p: &Project, name: &str, csv: &str) {
     let columns = if csv.starts_with("id,") { "id bigint, event_at timestamp, region varchar, amount bigint" } else { "region varchar, zone varchar" };
@@ -681,7 +673,7 @@ fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build(e
             ("count(*) AS n\n", "count(*) AS n, max(amount) AS top\n"),
         ],
     );
-    let incremental = project(another(&engine));
+    let incremental = project(engine.another());
     write(&incremental, "models/grandchild.sql", STAR);
     incremental.apply("dev");
     write(&incremental, CHILD_FILE, &child);
