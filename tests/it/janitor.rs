@@ -27,13 +27,25 @@ define_model {{ name = "s.v", kind = kind.view(), schema = {{ {{ "x", "bigint" }
 }
 
 fn project(v: i64) -> Project {
-    project_on(StateBackend::Sqlite, v)
+    project_with(StateBackend::Sqlite, EngineBackend::DuckDb, v)
 }
 
-fn project_on(backend: StateBackend, v: i64) -> Project {
-    let p = Project::on(backend);
+fn project_on_engine(engine: EngineBackend, v: i64) -> Project {
+    project_with(StateBackend::Sqlite, engine, v)
+}
+
+fn project_with(backend: StateBackend, engine: EngineBackend, v: i64) -> Project {
+    let p = Project::with(backend, engine);
     p.write("models/m.lua", &models(v));
     p
+}
+
+/// A relation name of the physical-name shape (`s__<table>__<fingerprint>`) that no state store
+/// knows: a full fingerprint on DuckDB, as many digits as a shortened name keeps within
+/// Postgres's 63-byte identifiers on Postgres.
+fn orphan_name(p: &Project, table: &str) -> String {
+    let digits = if p.on_postgres() { 40 } else { 64 };
+    format!("s__{table}__{}", "c".repeat(digits))
 }
 
 /// Runs the janitor with `--now now` and `args`.
@@ -61,12 +73,50 @@ fn table_name(physical: &str) -> String {
     physical.rsplit("\".\"").next().unwrap().trim_matches('"').to_string()
 }
 
-// On a SQLite and on a Postgres state store alike.
-crate::on_every_state_backend!(
+// On each engine, and on a Postgres state store.
+crate::on_every_engine_and_state_backend!(
     dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped,
     the_ttl_counts_from_when_a_version_stopped_being_served,
     orphans_are_found_and_dropped_other_relations_left_alone,
 );
+
+crate::on_every_engine!(
+    a_forward_only_shared_table_is_kept_while_one_sharer_is_served,
+    a_killed_janitors_claims_are_finished_by_the_next_one,
+    janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a_dropped_relation,
+    an_orphan_is_dropped_only_once_seen_for_the_ttl,
+);
+
+/// [`crate::on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb`
+/// only): move each back once its bug is fixed.
+macro_rules! on_duckdb_only_for_now {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn duckdb() {
+                    super::$name($crate::common::EngineBackend::DuckDb)
+                }
+            }
+        )*
+    };
+}
+
+// Two state stores sharing one Postgres database, on the same version of a view model: store
+// B's apply rebuilds the physical view `_efmesh.s__v__<fp>` that store A's environment view
+// `dev__s.v` reads, and fails: `models/m.lua:2: building model `s.v`: engine error: ERROR:
+// cannot drop view _efmesh.s__v__… because other objects depend on it` (DuckDB replaces it).
+on_duckdb_only_for_now!(
+    a_version_another_store_serves_is_kept_until_the_last_store_moves_on,
+    a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it,
+    a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation,
+);
+
+// Postgres: `janitor --adopt` cannot collect the other store's versions while that store's
+// environment views still read them: exit 1, `janitor: cannot drop "_efmesh"."s__v__…" (model
+// `s.v`): engine error: ERROR: cannot drop view … because other objects depend on it` (the
+// dependent views not named); DuckDB drops them.
+on_duckdb_only_for_now!(two_state_stores_sharing_one_duckdb_file_never_collect_each_others_storage);
 
 /// Rows of the `condemned` table (claims not dropped yet).
 fn condemned(p: &Project) -> i64 {
@@ -97,7 +147,11 @@ fn assert_views_serve_pointers_in(p: &Project, state: &dyn StateStore, models: &
             let snapshot = state.snapshot(m, fp).unwrap().unwrap_or_else(|| panic!("{env}: `{m}` points at {fp}, which has no snapshot"));
             let (schema, table) = m.split_once('.').unwrap();
             let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
-            let sql = p.query(&format!("SELECT sql FROM duckdb_views() WHERE schema_name = '{schema}' AND view_name = '{table}'"));
+            let sql = if p.on_postgres() {
+                p.query(&format!("SELECT definition FROM pg_views WHERE schemaname = '{schema}' AND viewname = '{table}'"))
+            } else {
+                p.query(&format!("SELECT sql FROM duckdb_views() WHERE schema_name = '{schema}' AND view_name = '{table}'"))
+            };
             let sql = sql.first().and_then(|r| r[0].clone()).unwrap_or_else(|| panic!("{env}: no view for `{m}`"));
             assert!(
                 sql.replace('"', "").to_lowercase().contains(&snapshot.physical.replace('"', "").to_lowercase()),
@@ -109,8 +163,8 @@ fn assert_views_serve_pointers_in(p: &Project, state: &dyn StateStore, models: &
     }
 }
 
-fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped(backend: StateBackend) {
-    let mut p = project_on(backend, 1);
+fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped(backend: StateBackend, engine: EngineBackend) {
+    let mut p = project_with(backend, engine, 1);
     p.apply("prod");
     p.write("models/m.lua", &models(2));
     let two = p.apply("dev");
@@ -152,8 +206,8 @@ fn dry_run_lists_and_changes_nothing_then_only_unreachable_versions_are_dropped(
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
 }
 
-fn the_ttl_counts_from_when_a_version_stopped_being_served(backend: StateBackend) {
-    let mut p = project_on(backend, 1);
+fn the_ttl_counts_from_when_a_version_stopped_being_served(backend: StateBackend, engine: EngineBackend) {
+    let mut p = project_with(backend, engine, 1);
     let one = p.apply("dev");
     p.write("models/m.lua", &models(2));
     p.apply("dev");
@@ -186,9 +240,8 @@ fn forward_only_models(extra_col: bool, tag: &str) -> String {
     )
 }
 
-#[test]
-fn a_forward_only_shared_table_is_kept_while_one_sharer_is_served() {
-    let mut p = Project::new();
+fn a_forward_only_shared_table_is_kept_while_one_sharer_is_served(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.write("models/d.lua", &forward_only_models(false, "a"));
     let first = p.apply("dev");
     let table = physical_of(&first, "t.d");
@@ -212,10 +265,10 @@ fn a_forward_only_shared_table_is_kept_while_one_sharer_is_served() {
     assert_views_serve_pointers(&p, &["t.d"]);
 }
 
-fn orphans_are_found_and_dropped_other_relations_left_alone(backend: StateBackend) {
-    let mut p = project_on(backend, 1);
+fn orphans_are_found_and_dropped_other_relations_left_alone(backend: StateBackend, engine: EngineBackend) {
+    let mut p = project_with(backend, engine, 1);
     p.apply("dev");
-    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let orphan = orphan_name(&p, "gone");
     p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
     p.query("CREATE TABLE \"_efmesh\".\"my_scratch\" AS SELECT 1 AS x");
     let dry = janitor(&mut p, LATER, &["--ttl", "0", "--dry-run", "--json"]).expect_code(0).json();
@@ -309,9 +362,8 @@ fn a_failed_drop_is_reported_with_exit_1_and_retried_by_the_next_janitor() {
     assert_eq!(p.rows("dev__s.m"), vec![vec![Some("1".to_string())]]);
 }
 
-#[test]
-fn a_killed_janitors_claims_are_finished_by_the_next_one() {
-    let mut p = project(1);
+fn a_killed_janitors_claims_are_finished_by_the_next_one(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     let one = p.apply("dev");
     p.write("models/m.lua", &models(2));
     p.apply("dev");
@@ -402,11 +454,10 @@ impl Rng {
 /// plans (the apply rebuilds), and the janitor claims between the apply's plan and its intents
 /// (the apply is refused with the janitor's message). After every iteration every environment's
 /// views serve exactly what its pointers say.
-#[test]
-fn janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a_dropped_relation() {
+fn janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a_dropped_relation(engine: EngineBackend) {
     let seed: u64 = std::env::var("EFMESH_JANITOR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x1a41_7012);
     let mut rng = Rng(seed | 1);
-    let mut p = project(0);
+    let mut p = project_on_engine(engine, 0);
     p.apply("prod");
     p.write("models/m.lua", &models(2));
     p.apply("dev");
@@ -526,7 +577,7 @@ fn store_id(p: &Project, rel: &str) -> String {
 
 /// Points the project at the state store `rel` (the DuckDB file stays the same).
 fn use_state(p: &Project, rel: &str) {
-    p.write("efmesh.toml", &CONFIG.replace("efmesh.state.sqlite", rel));
+    p.write("efmesh.toml", &p.config_with("").replace("efmesh.state.sqlite", rel));
 }
 
 /// `(physical, reason)` of every kept orphan of a janitor report.
@@ -539,9 +590,8 @@ fn kept(v: &Value) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-#[test]
-fn two_state_stores_sharing_one_duckdb_file_never_collect_each_others_storage() {
-    let mut p = project(1);
+fn two_state_stores_sharing_one_duckdb_file_never_collect_each_others_storage(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     use_state(&p, "a.state.sqlite");
     let a = p.apply("dev");
     let a_phys = [physical_of(&a, "s.m"), physical_of(&a, "s.v")];
@@ -578,11 +628,10 @@ fn two_state_stores_sharing_one_duckdb_file_never_collect_each_others_storage() 
     assert_eq!(p.rows("dev__t.m"), vec![vec![Some("2".to_string())]]);
 }
 
-#[test]
-fn an_orphan_is_dropped_only_once_seen_for_the_ttl() {
-    let mut p = project(1);
+fn an_orphan_is_dropped_only_once_seen_for_the_ttl(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     p.apply("dev");
-    let orphan = format!("s__gone__{}", "c".repeat(64));
+    let orphan = orphan_name(&p, "gone");
     let physical = format!("\"_efmesh\".\"{orphan}\"");
     p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
     let first = "2099-01-01T00:00:00.000Z";
@@ -710,9 +759,8 @@ fn two_stores_on_one_version(p: &Project) -> (Vec<String>, String, String) {
     (one, store_id(p, "a.state.sqlite"), store_id(p, "b.state.sqlite"))
 }
 
-#[test]
-fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on() {
-    let mut p = project(1);
+fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     let (one, _, b_id) = two_stores_on_one_version(&p);
     // A no longer serves version 1; B does. A's janitor keeps it and says why.
     let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
@@ -752,9 +800,8 @@ fn a_version_another_store_serves_is_kept_until_the_last_store_moves_on() {
     assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
 }
 
-#[test]
-fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it() {
-    let mut p = project(1);
+fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     let (one, a_id, _) = two_stores_on_one_version(&p);
     // B moves on too; B's janitor keeps version 1 (A has not given it up yet) and gives up its own use.
     use_state(&p, "b.state.sqlite");
@@ -785,9 +832,8 @@ fn a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it() {
 /// version 1 while A's janitor waits before its drop (`EFMESH_DELAY=janitor-before-drop`): the
 /// drop, with the engine held, sees B's new use record and keeps the relation (the claim
 /// released). (B's apply after the drop finds it missing and rebuilds it: the test above.)
-#[test]
-fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation() {
-    let mut p = project(1);
+fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     let (one, _, b_id) = two_stores_on_one_version(&p);
     use_state(&p, "b.state.sqlite");
     p.apply(B_ENV);
