@@ -85,6 +85,7 @@ crate::on_every_engine!(
     a_killed_janitors_claims_are_finished_by_the_next_one,
     janitor_racing_an_apply_that_repoints_an_old_version_never_leaves_a_view_on_a_dropped_relation,
     an_orphan_is_dropped_only_once_seen_for_the_ttl,
+    storage_written_before_owner_markers_keeps_its_orphans_until_adopted,
 );
 
 /// [`crate::on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb`
@@ -652,14 +653,17 @@ fn an_orphan_is_dropped_only_once_seen_for_the_ttl(engine: EngineBackend) {
     assert_eq!(rows, 0, "the sighting of an orphan no longer present is forgotten");
 }
 
-#[test]
-fn storage_written_before_owner_markers_keeps_its_orphans_until_adopted() {
-    let mut p = project(1);
+fn storage_written_before_owner_markers_keeps_its_orphans_until_adopted(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
     p.apply("dev");
     let me = store_id(&p, "efmesh.state.sqlite");
-    // Storage as an efmesh without owner markers left it.
-    p.query(&format!("DROP SEQUENCE \"_efmesh\".\"_efmesh_owner__{me}\""));
-    let orphan = format!("s__gone__{}", "c".repeat(64));
+    // Storage as an efmesh without owner markers left it (on Postgres the marker is a row).
+    if p.on_postgres() {
+        p.execute_on_engine(&format!("DELETE FROM \"_efmesh_meta\".owners WHERE store_id = '{me}'"));
+    } else {
+        p.query(&format!("DROP SEQUENCE \"_efmesh\".\"_efmesh_owner__{me}\""));
+    }
+    let orphan = orphan_name(&p, "gone");
     let physical = format!("\"_efmesh\".\"{orphan}\"");
     p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
     let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
