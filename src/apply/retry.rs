@@ -49,7 +49,7 @@ impl ApplyError {
     /// busy state store); false for SQL errors, contracts, audits and everything else.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApplyError::Engine(e) | ApplyError::Build { error: e, .. } => is_transient_message(&e.message),
+            ApplyError::Engine(e) | ApplyError::Build { error: e, .. } => e.transient || is_transient_message(&e.message),
             ApplyError::State(s) => s.is_busy(),
             ApplyError::Several(all) => all.iter().all(ApplyError::is_transient),
             _ => false,
@@ -58,13 +58,13 @@ impl ApplyError {
 }
 
 /// True when `err` (anywhere in its chain) is transient: an [`ApplyError`] that is, a busy
-/// [`crate::state::StateError`], or an [`EngineError`] with a transient message (e.g. the
-/// engine file locked by another process at open).
+/// [`crate::state::StateError`], or an [`EngineError`] the engine marked transient or with a
+/// transient message (e.g. the engine file locked by another process at open).
 pub fn is_transient(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.downcast_ref::<ApplyError>().is_some_and(ApplyError::is_transient)
             || e.downcast_ref::<crate::state::StateError>().is_some_and(crate::state::StateError::is_busy)
-            || e.downcast_ref::<EngineError>().is_some_and(|e| is_transient_message(&e.message))
+            || e.downcast_ref::<EngineError>().is_some_and(|e| e.transient || is_transient_message(&e.message))
     })
 }
 

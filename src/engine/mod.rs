@@ -229,6 +229,11 @@ pub struct EngineError {
     pub sql: String,
     /// The engine's message.
     pub message: String,
+    /// True when the engine knows that retrying the same work may succeed (a serialization
+    /// failure, a deadlock, a lock wait that timed out, a lost connection): `--retries` retries
+    /// it. Engines whose errors carry no code leave it false and are classified by their
+    /// message (`apply::retry::is_transient_message`).
+    pub transient: bool,
 }
 
 impl std::fmt::Display for EngineError {
@@ -246,7 +251,14 @@ impl EngineError {
     pub fn new(sql: &str, message: impl Into<String>) -> Self {
         let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
         let sql = if one_line.chars().count() > 300 { format!("{}…", one_line.chars().take(300).collect::<String>()) } else { one_line };
-        Self { sql, message: message.into() }
+        Self { sql, message: message.into(), transient: false }
+    }
+
+    /// The same error, marked as one retrying may cure ([`EngineError::transient`]).
+    #[must_use]
+    pub fn transient(mut self) -> Self {
+        self.transient = true;
+        self
     }
 }
 

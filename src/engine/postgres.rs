@@ -101,8 +101,12 @@ impl Postgres {
                 *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(notice.message().to_string());
             }
         });
-        let client = crate::pg::connect(with_notices)
-            .map_err(|e| EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref()))))?;
+        let client = crate::pg::connect(with_notices).map_err(|e| {
+            let error = EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref())));
+            // A server starting or shutting down, or out of connections, may take us later; an
+            // unreachable host or a refused login will not.
+            if e.code().is_some() && is_transient(&e) { error.transient() } else { error }
+        })?;
         let mut db = Self { client, config, location, secret, read_only, scratch: None, names_subqueries: false, cut };
         let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
         if read_only {
@@ -177,7 +181,8 @@ impl Postgres {
             Some(s) => message.replace(s, crate::config::REDACTED),
             None => message,
         };
-        EngineError::new(sql, message)
+        let error = EngineError::new(sql, message);
+        if is_transient(e) { error.transient() } else { error }
     }
 
     fn rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
@@ -488,6 +493,32 @@ impl Engine for Postgres {
         }
         self.transaction(&statements)
     }
+}
+
+/// True for a failure retrying may cure: a serialization failure (`40001`) or deadlock (`40P01`), a lock
+/// wait that timed out (`55P03`), the server shutting down or not yet accepting connections
+/// (`57P01`–`57P03`), too many connections (`53300`), a connection exception (class 08), or a
+/// connection the server closed. Every batch is a transaction that rewrites its interval
+/// (`DELETE` + `INSERT`, or an upsert of the same rows) and the state store records an interval
+/// only after the engine committed it, so retrying the whole apply or run is safe even when
+/// a lost connection leaves unknown whether the last `COMMIT` landed.
+fn is_transient(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    let Some(code) = e.code() else { return false };
+    [
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::ADMIN_SHUTDOWN,
+        SqlState::CRASH_SHUTDOWN,
+        SqlState::CANNOT_CONNECT_NOW,
+        SqlState::TOO_MANY_CONNECTIONS,
+    ]
+    .contains(code)
+        || code.code().starts_with("08")
 }
 
 #[cfg(test)]

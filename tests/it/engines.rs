@@ -671,3 +671,39 @@ fn the_postgres_engine_refuses_cut_identifiers_and_commits_of_aborted_transactio
     assert!(e.message.contains("nothing was committed"), "{e}");
     assert_eq!(db.query("SELECT count(*) FROM t").unwrap()[0][0].as_deref(), Some("0"));
 }
+
+#[test]
+fn server_errors_that_retrying_cures_are_retried_by_retries_and_otherwise_change_nothing() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = portable_project(EngineBackend::Postgres(t.clone()));
+    p.apply("dev");
+    // Every session of this database gives up waiting for a lock after 300 ms (SQLSTATE 55P03).
+    let mut admin = t.client();
+    let db: String = admin.query_one("SELECT current_database()", &[]).expect("current_database").get(0);
+    admin.batch_execute(&format!("ALTER DATABASE \"{db}\" SET lock_timeout = '300ms'")).expect("set lock_timeout");
+    p.write("models/m.lua", &PORTABLE_MODELS.replace("generate_series(1, 40)", "generate_series(1, 44)"));
+    let count = || p.query("SELECT count(*) FROM dev__s.events")[0][0].clone();
+
+    // A reader of the environment (a long query) holds its view: the promotion cannot drop it.
+    let mut holder = t.client();
+    holder.batch_execute("BEGIN; LOCK TABLE dev__s.events IN ACCESS SHARE MODE").expect("lock the view");
+    let r = p.run(&["apply", "dev", "--yes", "--json"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("lock timeout"), "the server's reason is shown: {}", r.stderr);
+    assert_eq!(r.json()["apiVersion"], 1);
+    holder.batch_execute("ROLLBACK").expect("release");
+    assert_eq!(count().as_deref(), Some("40"), "the environment still serves what it served");
+
+    // With `--retries`, the same failure is retried with backoff until the reader lets go.
+    holder.batch_execute("BEGIN; LOCK TABLE dev__s.events IN ACCESS SHARE MODE").expect("lock the view");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        holder.batch_execute("COMMIT").expect("release");
+    });
+    let r = p.run(&["apply", "dev", "--yes", "--json", "--retries", "6"]);
+    release.join().expect("the holder thread");
+    r.expect_code(0);
+    assert!(r.stderr.contains("transient error, retrying") && r.stderr.contains("lock timeout"), "{}", r.stderr);
+    assert_eq!(count().as_deref(), Some("44"));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false), "{}", r.stdout);
+}
