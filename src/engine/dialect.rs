@@ -119,15 +119,27 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         ]
     }
 
-    /// Replaces the view `relation` with one selecting `query`, creating it when absent. The
-    /// standard spelling drops and creates (`CREATE OR REPLACE VIEW` cannot change a view's
-    /// columns in Postgres); never `CASCADE`: a view others depend on fails loudly.
+    /// Replaces the view `relation` with one selecting `query`, creating it when absent; never
+    /// `CASCADE`. The standard spelling is one `DO` block: `CREATE OR REPLACE VIEW`, which keeps
+    /// the view itself (its grants, and every view that selects from it: another state store's
+    /// environment views over a shared `view` model, a rebuilt physical view under its
+    /// environment views); only when the columns change (`invalid_table_definition`: Postgres
+    /// cannot rename, retype or drop a view's columns in place) it drops and creates the view,
+    /// and that drop fails loudly, naming them, when other views depend on it.
     ///
-    /// Environment views are the only views replaced once created (a `view` model's physical
-    /// view belongs to one version and is created once), and no relation efmesh creates
-    /// selects from them.
+    /// The server reads the query inside the block's string, where the engine's rewrite of
+    /// unnamed subqueries for servers before 16 cannot reach it: they are named here
+    /// ([`crate::engine::postgres::with_subquery_aliases`]; harmless on every version).
     fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
-        vec![self.drop_view_if_exists(relation), format!("CREATE VIEW {relation} AS{}", after_as(query))]
+        let body = after_as(&crate::engine::postgres::with_subquery_aliases(query).unwrap_or_else(|| query.to_string()));
+        let mut tag = String::from("$efmesh_view$");
+        while body.contains(&tag) || relation.contains(&tag) {
+            tag.insert(tag.len() - 1, '_');
+        }
+        vec![format!(
+            "DO {tag}\nBEGIN\n  CREATE OR REPLACE VIEW {relation} AS{body}\n  ;\nEXCEPTION WHEN invalid_table_definition THEN\n  {};\n  CREATE VIEW {relation} AS{body}\n  ;\nEND\n{tag}",
+            self.drop_view_if_exists(relation)
+        )]
     }
 
     /// Creates the table `relation` from `query`; fails when it exists (the first batch of a new
@@ -216,9 +228,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_standard_spelling_replaces_by_drop_and_create_and_never_cascades() {
+    fn the_standard_spelling_replaces_views_in_place_and_never_cascades() {
         let d = Standard;
-        assert_eq!(d.replace_view_as("e.v", "SELECT a FROM t"), ["DROP VIEW IF EXISTS e.v", "CREATE VIEW e.v AS SELECT a FROM t"]);
+        assert_eq!(
+            d.replace_view_as("e.v", "SELECT a FROM t"),
+            [
+                "DO $efmesh_view$\nBEGIN\n  CREATE OR REPLACE VIEW e.v AS SELECT a FROM t\n  ;\nEXCEPTION WHEN invalid_table_definition THEN\n  DROP VIEW IF EXISTS e.v;\n  CREATE VIEW e.v AS SELECT a FROM t\n  ;\nEND\n$efmesh_view$"
+            ]
+        );
+        // A query holding the dollar-quote tag gets another.
+        assert!(d.replace_view_as("e.v", "SELECT '$efmesh_view$' AS a")[0].starts_with("DO $efmesh_view_$\n"));
+        // Unnamed subqueries are named inside the block (servers before 16 refuse them).
+        assert!(d.replace_view_as("e.v", "SELECT a FROM (SELECT 1 AS a)")[0].contains("_efmesh_subquery_1"));
         assert_eq!(d.replace_temp_table_as("_s", "SELECT 1"), ["DROP TABLE IF EXISTS pg_temp.\"_s\"", "CREATE TEMP TABLE \"_s\" AS SELECT 1"]);
         for s in d.replace_table_as("s.t", "SELECT 1").iter().chain(d.replace_view_as("s.v", "SELECT 1").iter()) {
             assert!(!s.to_uppercase().starts_with("DROP TABLE"), "{s}");

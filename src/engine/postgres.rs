@@ -168,9 +168,12 @@ impl Postgres {
             Some(db) => {
                 let mut m = format!("{}: {}", db.severity(), db.message());
                 if let Some(detail) = db.detail() {
-                    m.push_str(&format!("\n  detail: {detail}"));
+                    m.push_str(&format!("\n  detail: {}", detail.replace('\n', "\n    ")));
                 }
-                if let Some(hint) = db.hint() {
+                if *db.code() == postgres::error::SqlState::DEPENDENT_OBJECTS_STILL_EXIST {
+                    // The server suggests `CASCADE`, which would drop what others serve.
+                    m.push_str("\n  hint: drop or re-point the dependent views named above first (efmesh never drops with CASCADE)");
+                } else if let Some(hint) = db.hint() {
                     m.push_str(&format!("\n  hint: {hint}"));
                 }
                 m

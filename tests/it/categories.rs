@@ -161,26 +161,9 @@ fn assert_refused(run: &Run, needles: &[&str]) {
     assert!(!run.stdout.contains("\"applied\": true"), "{}", run.stdout);
 }
 
-// DuckDB only for now, converted: on Postgres, the apply that computes a new interval of
-// `s.daily` rebuilds the view `s.daily_total` over it and fails dropping the view's physical
-// relation, which the environment views read ("cannot drop view _efmesh.s__daily_total__… because
-// other objects depend on it"). Move each to the list below once that is fixed.
-macro_rules! on_duckdb_only {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn duckdb() {
-                    super::$name($crate::common::EngineBackend::DuckDb)
-                }
-            }
-        )*
-    };
-}
-
-on_duckdb_only!(forward_only_adds_a_column_without_replaying_history, forward_only_in_dev_cannot_change_what_prod_serves,);
-
 on_every_engine!(
+    forward_only_adds_a_column_without_replaying_history,
+    forward_only_in_dev_cannot_change_what_prod_serves,
     non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables,
     chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
     forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild,

@@ -74,7 +74,45 @@ on_every_engine!(
     restated_intervals_are_recomputed_by_the_next_run,
     the_janitor_drops_unreachable_versions_views_before_the_tables_they_read,
     audits_previews_and_external_tables_work_on_every_engine,
+    environment_views_follow_versions_that_drop_reorder_or_add_columns,
 );
+
+fn environment_views_follow_versions_that_drop_reorder_or_add_columns(engine: EngineBackend) {
+    let p = portable_project(engine);
+    p.apply("dev");
+    let columns = || -> Vec<String> {
+        p.query("SELECT column_name FROM information_schema.columns WHERE table_schema = 'dev__s' AND table_name = 'named' ORDER BY ordinal_position")
+            .into_iter()
+            .map(|r| r[0].clone().unwrap())
+            .collect()
+    };
+    let named = |schema: &str, select: &str| {
+        PORTABLE_MODELS.replace(r#"schema = { { "id", "integer" }, { "name", "varchar" } },"#, schema).replace("SELECT e.id, d.name FROM", select)
+    };
+    assert_eq!(columns(), ["id", "name"]);
+    // A column dropped: the environment view (and the view model's own) cannot keep it.
+    p.write("models/m.lua", &named(r#"schema = { { "id", "integer" } },"#, "SELECT e.id FROM"));
+    p.apply("dev");
+    assert_eq!(columns(), ["id"]);
+    assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("40"));
+    // Reordered, with a column added.
+    p.write("models/m.lua", &named(r#"schema = { { "name", "varchar" }, { "id", "integer" } },"#, "SELECT d.name, e.id FROM"));
+    if p.on_postgres() {
+        // A view of the user's over the environment view: Postgres cannot re-create the view
+        // under it and efmesh never cascades: the promotion fails naming it, nothing changes.
+        p.query("CREATE VIEW public.mine AS SELECT * FROM dev__s.named");
+        let r = p.run(&["apply", "dev", "--yes"]);
+        r.expect_code(1);
+        assert!(r.stderr.contains("view mine depends on view dev__s.named") && r.stderr.contains("never drops with CASCADE"), "{}", r.stderr);
+        assert_eq!(columns(), ["id"], "the environment still serves what it served");
+        assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(true));
+        p.query("DROP VIEW public.mine");
+    }
+    p.apply("dev");
+    assert_eq!(columns(), ["name", "id"]);
+    assert_eq!(p.query("SELECT count(DISTINCT name), count(*) FROM dev__s.named")[0], [Some("2".into()), Some("40".into())]);
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
 
 fn audits_previews_and_external_tables_work_on_every_engine(engine: EngineBackend) {
     let p = portable_project(engine);

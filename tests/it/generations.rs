@@ -43,24 +43,7 @@ define_model {{
     )
 }
 
-// DuckDB only for now, converted: on Postgres, the `run` that rebuilds the view model `t.vw`
-// (over a time-range model with new days) fails dropping the view's physical relation, which
-// the environment views read ("cannot drop view _efmesh.t__vw__… because other objects depend on
-// it"). Move each to the list above once that is fixed.
-macro_rules! on_duckdb_only {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn duckdb() {
-                    super::$name($crate::common::EngineBackend::DuckDb)
-                }
-            }
-        )*
-    };
-}
-
-on_duckdb_only!(
+on_every_engine!(
     prod_computes_the_shared_parent_then_dev_plans_and_runs_the_rebuild_of_its_own_rollups,
     dev_computes_the_shared_parent_then_prod_plans_and_runs_the_rebuild_of_its_own_rollups,
     a_restatement_in_prod_marks_the_rollup_dev_serves_over_the_restated_parent,
