@@ -15,14 +15,15 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 /// The SQL literal of a fixture value: NULL, TRUE/FALSE, integers as digits, other numbers as
-/// `CAST('<shortest round-trip text>' AS DOUBLE)`, strings quoted, lists as `[…]` and maps as
-/// DuckDB struct literals `{'k': v}`.
+/// `CAST('<shortest round-trip text>' AS DOUBLE PRECISION)` (the spelling DuckDB and Postgres
+/// share), strings quoted, lists as `[…]` and maps as DuckDB struct literals `{'k': v}` (DuckDB
+/// only: Postgres has neither).
 pub fn literal(v: &Value) -> String {
     match v {
         Value::Null => "NULL".into(),
         Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
         Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
-        Value::Number(n) => format!("CAST('{}' AS DOUBLE)", n.as_f64().unwrap_or(f64::NAN)),
+        Value::Number(n) => format!("CAST('{}' AS DOUBLE PRECISION)", n.as_f64().unwrap_or(f64::NAN)),
         Value::String(s) => quote_literal(s),
         Value::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
         Value::Object(m) => format!("{{{}}}", m.iter().map(|(k, v)| format!("{}: {}", quote_literal(k), literal(v))).collect::<Vec<_>>().join(", ")),
@@ -109,7 +110,7 @@ mod tests {
         assert_eq!(literal(&json!(null)), "NULL");
         assert_eq!(literal(&json!(true)), "TRUE");
         assert_eq!(literal(&json!(-12)), "-12");
-        assert_eq!(literal(&json!(0.1)), "CAST('0.1' AS DOUBLE)");
+        assert_eq!(literal(&json!(0.1)), "CAST('0.1' AS DOUBLE PRECISION)");
         assert_eq!(literal(&json!("it's")), "'it''s'");
         assert_eq!(literal(&json!([1, "a"])), "[1, 'a']");
         assert_eq!(literal(&json!({"k": 1})), "{'k': 1}");

@@ -15,27 +15,6 @@ on_every_engine!(
     ordered_tests_compare_positions,
     schema_contract_breaches_fail_the_test,
     duplicate_names_and_the_test_glob_are_checked,
-);
-
-/// [`on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb` only):
-/// move each back once its bug is fixed.
-macro_rules! on_duckdb_only_for_now {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn duckdb() {
-                    super::$name($crate::common::EngineBackend::DuckDb)
-                }
-            }
-        )*
-    };
-}
-
-// A fixture number with a fraction (`amount = 10.5` in `TOTALS_TEST`) is rendered
-// `CAST('10.5' AS DOUBLE)` (src/unittest/fixture.rs `literal`), a type Postgres does not have:
-// on Postgres these tests fail with `value 10.5 does not fit: ERROR: type "double" does not exist`.
-on_duckdb_only_for_now!(
     a_passing_test_exits_0_and_touches_no_database,
     a_failing_test_exits_1_with_an_aligned_row_diff,
     rhai_test_files_mirror_lua,
