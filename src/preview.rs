@@ -20,8 +20,8 @@
 //! A seed previews its file's rows, read and parsed as apply reads them.
 //!
 //! The comparison, when the environment serves the model (a pointer and its view), describes
-//! both relations: columns added, removed and retyped (the new side typed as declared, since
-//! apply stores declared types), and counts the rows of each over the preview window: for a
+//! both relations: columns added, removed and retyped (the new side typed as the query types
+//! it, as apply stores it), and counts the rows of each over the preview window: for a
 //! time-range model the same interval on the served view's time column, for `scd_type2` the
 //! open versions (`valid_to IS NULL`), for every other kind the whole relation.
 //!
@@ -282,16 +282,11 @@ impl Context<'_> {
         let view = env_view(self.env, name);
         let served =
             engine.describe(&format!("SELECT * FROM {view}")).map_err(|e| format!("cannot describe the served view {view}: {}", one_line(&e.message)))?;
-        // The new side as apply stores it: declared columns typed as declared.
-        let declared: BTreeMap<String, String> = engine
-            .describe(&format!("SELECT * FROM {} AS _efmesh_declared", typed_empty(model)))
-            .map_err(|e| one_line(&e.message))?
-            .into_iter()
-            .map(|c| (c.name.to_lowercase(), c.ty))
-            .collect();
+        // The new side as apply stores it: the query's own column types (apply checks them
+        // against the declared ones by family and creates the table from the query, so a
+        // `varchar` declared over a `text` expression is stored `text`).
+        let new: Vec<(String, String)> = columns.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
         let managed: BTreeSet<String> = model.kind.managed_columns().into_iter().map(|c| c.name.to_lowercase()).collect();
-        let new: Vec<(String, String)> =
-            columns.iter().map(|c| (c.name.clone(), declared.get(&c.name.to_lowercase()).cloned().unwrap_or_else(|| c.ty.clone()))).collect();
         let served_has = |n: &str| served.iter().any(|c| c.name.eq_ignore_ascii_case(n));
         let open_column = match &model.kind {
             Kind::ScdType2(scd) if served_has(&scd.valid_to) => Some(scd.valid_to.clone()),

@@ -92,21 +92,6 @@ crate::on_every_engine!(
     two_state_stores_sharing_one_engine_never_collect_each_others_storage,
 );
 
-/// [`crate::on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb`
-/// only): move each back once its bug is fixed.
-macro_rules! on_duckdb_only_for_now {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn duckdb() {
-                    super::$name($crate::common::EngineBackend::DuckDb)
-                }
-            }
-        )*
-    };
-}
-
 /// Rows of the `condemned` table (claims not dropped yet).
 fn condemned(p: &Project) -> i64 {
     rusqlite::Connection::open(p.state_path()).unwrap().query_row("SELECT count(*) FROM condemned", [], |r| r.get(0)).unwrap()

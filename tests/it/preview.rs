@@ -17,27 +17,8 @@ on_every_engine!(
     an_scd_type2_model_compares_its_open_versions,
     an_embedded_parent_is_inlined_and_an_unknown_model_is_refused,
     null_values_are_null_in_json_and_prod_is_previewed_like_any_environment,
+    the_text_report_shows_a_table_and_the_comparison_line,
 );
-
-/// [`on_every_engine!`] for behaviours Postgres fails for now (the test `name::duckdb` only):
-/// move each back once its bug is fixed.
-macro_rules! on_duckdb_only_for_now {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn duckdb() {
-                    super::$name($crate::common::EngineBackend::DuckDb)
-                }
-            }
-        )*
-    };
-}
-
-// Postgres reports an unchanged column retyped: `vs `dev`: retyped label TEXT → VARCHAR; …`
-// (the served table holds the type of `'item ' || range`, text; the preview types the new side
-// as declared, varchar, assuming apply stores declared types).
-on_duckdb_only_for_now!(the_text_report_shows_a_table_and_the_comparison_line);
 
 const EVENTS: &str = "event_at,region,amount\n\
     2026-01-01 00:00:00,north,100\n\
