@@ -188,7 +188,7 @@ impl Context<'_> {
             return Preview::failed(name, format!("unknown model `{name}`{hint}"));
         };
         let fail = |message: String| Preview::failed(name, format!("{}: model `{name}`: {message}", model.location));
-        let (query, window) = match self.query(model) {
+        let (query, window) = match self.query(model, engine.sql()) {
             Ok(q) => q,
             Err(message) => return fail(message),
         };
@@ -211,11 +211,11 @@ impl Context<'_> {
     }
 
     /// The query previewed for `model` and, for time-range models, its window.
-    fn query(&self, model: &Model) -> Result<(String, Option<Interval>), String> {
+    fn query(&self, model: &Model, dialect: &dyn crate::engine::dialect::Dialect) -> Result<(String, Option<Interval>), String> {
         let problems = RefCell::new(Vec::new());
         let (query, window) = match (&model.kind, &model.body) {
             (Kind::External(ext), _) => (format!("SELECT * FROM {}", external_relation(self.project, model, ext)), None),
-            (Kind::Seed(_), _) => (self.seed_query(model)?, None),
+            (Kind::Seed(_), _) => (self.seed_query(model, dialect)?, None),
             (Kind::IncrementalByTimeRange(tr), Some(body)) => {
                 let newest = interval::wanted(tr.start, tr.end, tr.grain, self.options.now).last().copied().ok_or_else(|| {
                     format!(
@@ -239,11 +239,11 @@ impl Context<'_> {
 
     /// A seed's rows as apply reads them (the file parsed against the declared schema), as a
     /// `VALUES` relation cast to the declared types.
-    fn seed_query(&self, model: &Model) -> Result<String, String> {
+    fn seed_query(&self, model: &Model, dialect: &dyn crate::engine::dialect::Dialect) -> Result<String, String> {
         let Kind::Seed(seed) = &model.kind else { return Err("not a seed".into()) };
         let path = crate::seed::resolve(&self.project.config.root, &seed.path);
         let bytes = fs_err::read(&path).map_err(|e| e.to_string())?;
-        let rows = crate::seed::read(&bytes, seed, &model.schema).map_err(|errors| {
+        let rows = crate::apply::seed::read(&bytes, seed, model, dialect).map_err(|errors| {
             let first = errors.first().map(ToString::to_string).unwrap_or_default();
             format!("seed file `{}`: {first}", seed.path)
         })?;

@@ -54,7 +54,7 @@ pub fn stage(project: &Project, pending: &BTreeSet<ModelName>, skip_typing: &BTr
             problems.push(problem(format!("seed file `{}` changed after the plan was computed; plan again", s.path)));
             continue;
         }
-        let rows = match seed::read(&bytes, s, &model.schema) {
+        let rows = match read(&bytes, s, model, engine.sql()) {
             Ok(rows) => rows,
             Err(errors) => {
                 problems.extend(errors.into_iter().map(|e| problem(format!("`{}`: {e}", s.path))));
@@ -74,6 +74,37 @@ pub fn stage(project: &Project, pending: &BTreeSet<ModelName>, skip_typing: &BTr
         }
     }
     problems
+}
+
+/// A seed file's rows ([`seed::read`]) as text the engine casts to the declared types: a JSON
+/// seed's array value in an array-typed column (`varchar[]`) is spelled as the engine reads an
+/// array ([`crate::engine::dialect::Dialect::array_text`]; DuckDB casts the JSON text itself).
+///
+/// # Errors
+/// The file's problems, as [`seed::read`] finds them.
+pub fn read(
+    bytes: &[u8],
+    s: &crate::core::kind::Seed,
+    model: &Model,
+    dialect: &dyn crate::engine::dialect::Dialect,
+) -> Result<seed::SeedRows, Vec<seed::SeedError>> {
+    let mut rows = seed::read(bytes, s, &model.schema)?;
+    if s.format == crate::core::kind::FileFormat::Json && dialect.array_text(&[]).is_some() {
+        for (i, column) in model.schema.0.iter().enumerate() {
+            if !column.ty.trim_end().ends_with(']') {
+                continue;
+            }
+            for (_, values) in &mut rows.rows {
+                if let Some(Some(text)) = values.get_mut(i)
+                    && let Ok(serde_json::Value::Array(items)) = serde_json::from_str::<serde_json::Value>(text)
+                    && let Some(spelled) = dialect.array_text(&items)
+                {
+                    *text = spelled;
+                }
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// The first row of each column whose value does not fit the declared type, as messages naming

@@ -189,6 +189,22 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         format!("CAST({expr} AS VARCHAR)")
     }
 
+    /// The text `CAST(text AS <array type>)` reads as the array of the JSON array `items` (a JSON
+    /// seed's list value); `None` when the engine casts the JSON text itself (DuckDB). The
+    /// standard spelling is Postgres's array literal: `{"a","b",NULL}`, each element quoted
+    /// (`\` and `"` escaped), nested arrays as nested braces, `null` as `NULL`.
+    fn array_text(&self, items: &[serde_json::Value]) -> Option<String> {
+        fn element(v: &serde_json::Value) -> String {
+            match v {
+                serde_json::Value::Null => "NULL".to_string(),
+                serde_json::Value::Array(inner) => format!("{{{}}}", inner.iter().map(element).collect::<Vec<_>>().join(",")),
+                serde_json::Value::String(s) => format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")),
+                other => format!("\"{}\"", other.to_string().replace('\\', "\\\\").replace('"', "\\\"")),
+            }
+        }
+        Some(format!("{{{}}}", items.iter().map(element).collect::<Vec<_>>().join(",")))
+    }
+
     /// `expr` cast to `ty`, NULL where the value does not fit (DuckDB's `TRY_CAST`); `None` when
     /// the engine has no such cast (the standard spelling: a failed cast is an error).
     fn try_cast(&self, expr: &str, ty: &str) -> Option<String> {
@@ -245,6 +261,15 @@ mod tests {
             assert!(!s.to_uppercase().starts_with("DROP TABLE"), "{s}");
             assert!(!s.to_uppercase().contains("CASCADE"), "{s}");
         }
+    }
+
+    #[test]
+    fn json_arrays_become_postgres_array_literals() {
+        let items = serde_json::json!(["front", "a \"q\" \\ b", null, 3, [1, 2]]);
+        let text = Standard.array_text(items.as_array().unwrap()).unwrap();
+        assert_eq!(text, r#"{"front","a \"q\" \\ b",NULL,"3",{"1","2"}}"#);
+        assert_eq!(Standard.array_text(&[]).as_deref(), Some("{}"));
+        assert_eq!(crate::engine::duckdb::DuckDbDialect.array_text(&[]), None);
     }
 
     #[test]

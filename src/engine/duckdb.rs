@@ -307,6 +307,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         Some(format!("TRY_CAST({expr} AS {ty})"))
     }
 
+    fn array_text(&self, _items: &[serde_json::Value]) -> Option<String> {
+        None
+    }
+
     fn temp_relation(&self, name: &str) -> String {
         format!("temp.main.{}", crate::core::name::quote_ident(name))
     }

@@ -217,10 +217,12 @@ fn editing_the_seed_rebuilds_the_seed_and_its_descendants_only(engine: EngineBac
     assert_eq!(p.rows("\"ref\".\"depts\""), p.rows("\"dev__ref\".\"depts\""));
 }
 
-// DuckDB only: its columns are lists (`varchar[]`), which the portable suite leaves to DuckDB.
-#[test]
-fn json_seeds_read_arrays_and_newline_delimited_objects() {
-    let p = project(EngineBackend::DuckDb);
+on_every_engine!(json_seeds_read_arrays_and_newline_delimited_objects);
+
+/// JSON lists load into array columns (`varchar[]`) on both engines: DuckDB casts the JSON text,
+/// Postgres gets its own array literal.
+fn json_seeds_read_arrays_and_newline_delimited_objects(engine: EngineBackend) {
+    let p = project(engine);
     let schema = r#"{ { "code", "varchar" }, { "beds", "integer" }, { "open", "boolean" }, { "tags", "varchar[]" } }"#;
     p.write(
         "seeds/a.json",
@@ -239,9 +241,14 @@ fn json_seeds_read_arrays_and_newline_delimited_objects() {
         ),
     );
     p.apply("dev");
-    let expect = vec![vec![s(""), None, None, s("[]")], vec![s("ER"), s("32"), s("true"), s("[front, 24h]")], vec![s("ICU"), s("120"), s("false"), None]];
+    // Each engine's own text of booleans and arrays.
+    let (yes, no, empty, two) = if p.on_postgres() { ("t", "f", "{}", "{front,24h}") } else { ("true", "false", "[]", "[front, 24h]") };
+    let expect = vec![vec![s(""), None, None, s(empty)], vec![s("ER"), s("32"), s(yes), s(two)], vec![s("ICU"), s("120"), s(no), None]];
     assert_eq!(p.rows("\"dev__ref\".\"a\""), expect);
     assert_eq!(p.rows("\"dev__ref\".\"b\""), expect);
+    // The preview reads the file as apply does.
+    let preview = p.run(&["preview", "dev", "ref.a", "--json"]).expect_code(0).json();
+    assert_eq!(preview["previews"][0]["rows"].as_array().map(Vec::len), Some(3), "{preview:#}");
 
     // A value that does not fit is named by its row (the n-th object) and key.
     p.write(
@@ -250,7 +257,8 @@ fn json_seeds_read_arrays_and_newline_delimited_objects() {
     );
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
-    assert!(run.stderr.contains("`seeds/b.ndjson`: row 2, column `beds`: `1.5` is not a whole number"), "{}", run.stderr);
+    // DuckDB: "is not a whole number"; Postgres: "is not a valid `integer`: ERROR: invalid input syntax …".
+    assert!(run.stderr.contains("`seeds/b.ndjson`: row 2, column `beds`: `1.5` is not a"), "{}", run.stderr);
     // Keys must be declared columns.
     p.write("seeds/b.ndjson", "{\"code\": \"ER\", \"bed\": 32, \"beds\": 1, \"open\": true, \"tags\": []}\n");
     let run = p.run(&["apply", "dev", "--yes"]);
