@@ -142,8 +142,10 @@ impl Postgres {
     pub fn scratch(url: &str) -> Result<Self, EngineError> {
         let config = crate::pg::parse(url).map_err(|e| EngineError::new("", format!("cannot open the Postgres engine database: {e}")))?;
         let mut admin = Self::connect(config.clone(), false)?;
+        admin.drop_abandoned_scratch();
         let n = SCRATCH_COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let name = format!("efmesh_scratch_{}_{}_{n}", std::process::id(), crate::core::interval::now_millis());
+        tracing::info!(database = %name, "unit tests run in a scratch database, dropped when they end");
         admin.execute(&format!("CREATE DATABASE {}", quote_ident(&name))).map_err(|e| EngineError {
             message: format!("{} (unit tests on Postgres run in a database created for them: the role needs CREATEDB)", e.message),
             ..e
@@ -158,6 +160,28 @@ impl Postgres {
             Err(e) => {
                 let _ = admin.execute(&format!("DROP DATABASE IF EXISTS {}", quote_ident(&name)));
                 Err(e)
+            }
+        }
+    }
+
+    /// Drops the scratch databases a killed run left behind: named `efmesh_scratch_<pid>_<ms>_<n>`,
+    /// created more than [`SCRATCH_ABANDONED_MS`] ago by their name's clock, and with no session
+    /// connected (a live run holds its connection for as long as it uses the database; one that
+    /// has just been created is younger than the margin). Best effort: a database someone
+    /// connects to meanwhile is not dropped (no `FORCE`), and failures only log.
+    fn drop_abandoned_scratch(&mut self) {
+        let listed = self.rows(
+            "SELECT d.datname FROM pg_database AS d WHERE d.datname LIKE 'efmesh\\_scratch\\_%' \
+             AND NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.datname = d.datname)",
+        );
+        let now = crate::core::interval::now_millis();
+        for name in listed.unwrap_or_default().into_iter().filter_map(|r| r.into_iter().next().flatten()) {
+            let created = name.strip_prefix("efmesh_scratch_").and_then(|rest| rest.split('_').nth(1)).and_then(|ms| ms.parse::<i64>().ok());
+            if created.is_some_and(|ms| now - ms > SCRATCH_ABANDONED_MS) {
+                match self.client.batch_execute(&format!("DROP DATABASE IF EXISTS {}", quote_ident(&name))) {
+                    Ok(()) => tracing::info!(database = %name, "dropped a scratch database a killed run left behind"),
+                    Err(e) => tracing::debug!(database = %name, "not dropped: {e}"),
+                }
             }
         }
     }
@@ -218,6 +242,10 @@ impl Postgres {
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
     }
 }
+
+/// How old (by the creating machine's clock, in its name) an unconnected scratch database must
+/// be before another run drops it as abandoned: one hour.
+pub const SCRATCH_ABANDONED_MS: i64 = 3_600_000;
 
 impl Drop for Postgres {
     fn drop(&mut self) {

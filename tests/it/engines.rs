@@ -358,11 +358,24 @@ fn unit_tests_of_a_postgres_project_run_on_postgres_in_a_database_of_their_own()
         "tests/agg.lua",
         "define_test { name = \"agg_orders\", model = \"s.agg\", inputs = { [\"raw.depts\"] = { { code = \"A\", name = \"x\" }, { code = \"B\", name = \"y\" } } }, expect = { { names = \"y,x\" } } }\n",
     );
+    // What killed runs left: one long ago, unconnected (collected), one just now (kept: it may be
+    // a run between creating its database and connecting to it).
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let (abandoned, young) = (format!("efmesh_scratch_{}_1000_0", std::process::id()), format!("efmesh_scratch_{}_{now_ms}_0", std::process::id()));
+    for db in [&abandoned, &young] {
+        p.execute_on_engine(&format!("CREATE DATABASE \"{db}\""));
+    }
+    let exists = |db: &str| p.query(&format!("SELECT count(*) FROM pg_database WHERE datname = '{db}'"))[0][0].as_deref() == Some("1");
     let r = p.run(&["test"]);
     r.expect_code(0);
-    // The scratch database is gone afterwards.
-    let left = p.query("SELECT count(*) FROM pg_database WHERE datname LIKE 'efmesh_scratch_%'");
-    assert_eq!(left[0][0].as_deref(), Some("0"));
+    // The run's own scratch database is gone afterwards.
+    let line = r.stderr.lines().find(|l| l.contains("scratch database, dropped when they end")).unwrap_or_else(|| panic!("{}", r.stderr));
+    let own = line.split("database=").nth(1).and_then(|d| d.split_whitespace().next()).unwrap_or_else(|| panic!("{line}")).to_string();
+    assert!(own.starts_with("efmesh_scratch_"), "{line}");
+    assert!(!exists(&own), "{own} was left behind");
+    assert!(!exists(&abandoned), "an abandoned scratch database is collected");
+    assert!(exists(&young), "a young one is kept");
+    p.execute_on_engine(&format!("DROP DATABASE \"{young}\""));
 }
 
 #[test]
