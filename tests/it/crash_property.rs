@@ -4,12 +4,16 @@
 //! environment's views must equal a from-scratch build, on a fresh in-memory DuckDB, of the
 //! versions the state store says the environment serves (from their snapshots' SQL).
 //!
-//! `EFMESH_PROPERTY_SEED=<n>` replays one sequence; the default runs a few fixed seeds.
+//! `EFMESH_PROPERTY_SEED=<n>` replays one sequence; the default runs a few fixed seeds. It runs
+//! on both engines: on Postgres the from-scratch build is made in a database of its own on the
+//! same server.
 
 use crate::common::*;
+use crate::on_every_engine;
 use efmesh::apply::fault::FAULT_ENV;
 use efmesh::engine::Engine;
 use efmesh::engine::duckdb::DuckDb;
+use efmesh::engine::postgres::Postgres;
 
 /// Steps per sequence (bounded so the whole test takes seconds).
 const STEPS: usize = 10;
@@ -58,11 +62,12 @@ fn write_project(p: &Project, v: Variant) {
   name = "s.a",
 {description}  kind = kind.full(),
   schema = {{ {{ "id", "integer" }}, {{ "label", "varchar" }} }},
-  query = "SELECT CAST(range AS INTEGER) AS id, 'v{a}' AS label FROM range(1, {n})",
+  query = "SELECT CAST(range AS INTEGER) AS id, 'v{a}' AS label FROM generate_series(1, {n}) AS g(range)",
 }}
 "#,
             a = v.a,
-            n = 5 + 3 * v.a
+            // `range(1, 5 + 3a)`: the end is inclusive.
+            n = 4 + 3 * v.a
         ),
     );
     p.write(
@@ -85,7 +90,7 @@ define_model {{
   name = "t.daily",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "{START}", grain = "day", batch_size = {batch} }},
   schema = {{ {{ "day", "timestamp" }}, {{ "id", "integer" }}, {{ "label", "varchar" }} }},
-  query = "SELECT day, id, label FROM (SELECT CAST(TIMESTAMP '{START}' + to_days(id * 3) AS TIMESTAMP) AS day, id, label FROM " .. ref(a) .. ") AS q WHERE day >= @start AND day < @end",
+  query = "SELECT day, id, label FROM (SELECT CAST(TIMESTAMP '{START}' + id * 3 * INTERVAL '1 day' AS TIMESTAMP) AS day, id, label FROM " .. ref(a) .. ") AS q WHERE day >= @start AND day < @end",
 }}
 "#,
             m = 2 + v.b,
@@ -94,15 +99,55 @@ define_model {{
     );
 }
 
+/// Where from-scratch builds are made: a fresh in-memory DuckDB each time, or a database of the
+/// test Postgres that no project uses, emptied each time.
+enum Scratch {
+    DuckDb,
+    Postgres(String),
+}
+
+impl Scratch {
+    fn for_project(p: &Project) -> Scratch {
+        match &p.engine {
+            EngineBackend::DuckDb => Scratch::DuckDb,
+            EngineBackend::Postgres(_) => Scratch::Postgres(crate::pg::fresh_database().expect("a scratch Postgres database").url),
+        }
+    }
+
+    /// An empty engine of the project's kind with the schemas `s` and `t`.
+    fn fresh(&self) -> Box<dyn Engine> {
+        let mut db: Box<dyn Engine> = match self {
+            Scratch::DuckDb => Box::new(DuckDb::in_memory().expect("in-memory duckdb")),
+            Scratch::Postgres(url) => {
+                let mut db = Postgres::open(url, false).expect("open the scratch Postgres database");
+                db.execute("DROP SCHEMA IF EXISTS s CASCADE; DROP SCHEMA IF EXISTS t CASCADE;").expect("empty the scratch database");
+                Box::new(db)
+            }
+        };
+        db.execute("CREATE SCHEMA s; CREATE SCHEMA t;").expect("schemas");
+        db
+    }
+
+    /// Every row of `relation`, every value as text, sorted (as [`Project::rows`]).
+    fn rows(&self, db: &mut dyn Engine, relation: &str) -> Rows {
+        let sql = match self {
+            Scratch::DuckDb => format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {relation}"),
+            Scratch::Postgres(_) => format!("SELECT * FROM {relation}"),
+        };
+        let mut rows = db.query(&sql).expect("fresh rows");
+        rows.sort();
+        rows
+    }
+}
+
 /// Every environment's views against a from-scratch build of the versions its pointers name.
 #[track_caller]
-fn check_environments(p: &Project, log: &str) {
+fn check_environments(p: &Project, scratch: &Scratch, log: &str) {
     let state = p.state();
     assert_eq!(state.pending_promotions().expect("pending"), vec![], "a promotion is still under way\n{log}");
     for env in state.environments().expect("environments") {
         let pointers = state.env_pointers(&env).expect("pointers");
-        let mut fresh = DuckDb::in_memory().expect("in-memory duckdb");
-        fresh.execute("CREATE SCHEMA s; CREATE SCHEMA t;").expect("schemas");
+        let mut fresh = scratch.fresh();
         for (name, time_column) in MODELS {
             let Some(fp) = pointers.get(name) else { continue };
             let snapshot =
@@ -113,8 +158,7 @@ fn check_environments(p: &Project, log: &str) {
                 None => sql,
             };
             fresh.execute(&format!("CREATE TABLE {name} AS {sql}")).unwrap_or_else(|e| panic!("fresh build of `{name}`: {e}\n{log}"));
-            let mut want = fresh.query(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {name}")).expect("fresh rows");
-            want.sort();
+            let want = scratch.rows(fresh.as_mut(), name);
             let served = p.rows(&env_view(&env, name));
             assert_eq!(served, want, "`{env}` serves `{name}` unlike a fresh build of the version its pointer names ({fp})\n{log}");
         }
@@ -122,15 +166,16 @@ fn check_environments(p: &Project, log: &str) {
 }
 
 /// Runs one sequence; returns how many steps crashed and how many promotions were undone.
-fn run_sequence(seed: u64) -> (usize, usize) {
-    let p = Project::new();
+fn run_sequence(engine: &EngineBackend, seed: u64) -> (usize, usize) {
+    let p = Project::on_engine(engine.another());
+    let scratch = Scratch::for_project(&p);
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut v = Variant { a: 0, a_description: false, b: 0, daily_batch: 0 };
     write_project(&p, v);
     let mut log = format!("EFMESH_PROPERTY_SEED={seed}\n");
     p.apply("prod");
     log.push_str("apply prod\n");
-    check_environments(&p, &log);
+    check_environments(&p, &scratch, &log);
     let (mut crashes, mut undone) = (0, 0);
     let faults = ["", "", "before-intent", "after-intent", "after-view-swap", "after-build:s.a", "after-build:s.c", "after-build:t.daily"];
     for step in 0..STEPS {
@@ -177,26 +222,27 @@ fn run_sequence(seed: u64) -> (usize, usize) {
                 log.push_str(&format!("  plan {e}: undid an interrupted promotion\n"));
             }
         }
-        check_environments(&p, &log);
+        check_environments(&p, &scratch, &log);
     }
     // Whatever happened, applying the project to both environments converges.
     for env in ["dev", "prod"] {
         p.apply(env);
         assert_eq!(p.plan(env)["hasChanges"], false, "{log}");
     }
-    check_environments(&p, &log);
+    check_environments(&p, &scratch, &log);
     (crashes, undone)
 }
 
-#[test]
-fn random_edits_applies_runs_and_crashes_keep_views_equal_to_what_the_state_says() {
+on_every_engine!(random_edits_applies_runs_and_crashes_keep_views_equal_to_what_the_state_says);
+
+fn random_edits_applies_runs_and_crashes_keep_views_equal_to_what_the_state_says(engine: EngineBackend) {
     let seeds: Vec<u64> = match std::env::var("EFMESH_PROPERTY_SEED") {
         Ok(s) => vec![s.parse().expect("EFMESH_PROPERTY_SEED is a number")],
         Err(_) => vec![1, 2, 3],
     };
     let (mut crashes, mut undone) = (0, 0);
     for seed in seeds {
-        let (c, u) = run_sequence(seed);
+        let (c, u) = run_sequence(&engine, seed);
         crashes += c;
         undone += u;
     }
