@@ -8,6 +8,15 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+crate::on_every_engine!(
+    logs_off_a_terminal_are_logfmt_one_line_per_event,
+    json_log_lines_parse_and_stdout_stays_one_json_object,
+    an_unknown_log_level_is_refused_and_rust_log_overrides,
+    at_a_terminal_logs_are_coloured_unless_no_color,
+    at_a_terminal_the_progress_never_reaches_stdout,
+    commands_in_a_subdirectory_find_the_config_above,
+);
+
 // ---------------------------------------------------------------------------------------------
 // A logfmt parser (https://brandur.org/logfmt, as go-logfmt reads it)
 
@@ -102,9 +111,8 @@ fn logfmt_lines(stderr: &str) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
-#[test]
-fn logs_off_a_terminal_are_logfmt_one_line_per_event() {
-    let p = sample_project();
+fn logs_off_a_terminal_are_logfmt_one_line_per_event(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let run = p.run(&["--log-level", "debug", "apply", "dev", "--yes"]);
     run.expect_code(0);
     let lines = logfmt_lines(&run.stderr);
@@ -131,9 +139,8 @@ fn logs_off_a_terminal_are_logfmt_one_line_per_event() {
     assert!(!run.stderr.contains('\u{1b}'), "no ANSI in logfmt");
 }
 
-#[test]
-fn json_log_lines_parse_and_stdout_stays_one_json_object() {
-    let p = sample_project();
+fn json_log_lines_parse_and_stdout_stays_one_json_object(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let run = p.run(&["--log-level", "debug", "--log-format", "json", "apply", "dev", "--yes", "--json"]);
     run.expect_code(0);
     let v = run.json();
@@ -154,9 +161,8 @@ fn json_log_lines_parse_and_stdout_stays_one_json_object() {
     run.json();
 }
 
-#[test]
-fn an_unknown_log_level_is_refused_and_rust_log_overrides() {
-    let p = sample_project();
+fn an_unknown_log_level_is_refused_and_rust_log_overrides(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let run = p.run(&["--log-level", "verbose", "plan", "dev"]);
     run.expect_code(1);
     assert!(run.stderr.contains("verbose") && run.stderr.contains("--log-level") && run.stderr.contains("debug"), "{}", run.stderr);
@@ -216,9 +222,8 @@ fn with_tty_stderr(mut cmd: Command) -> (i32, String, Vec<u8>) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), tty)
 }
 
-#[test]
-fn at_a_terminal_logs_are_coloured_unless_no_color() {
-    let p = sample_project();
+fn at_a_terminal_logs_are_coloured_unless_no_color(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let args = ["--log-level", "debug", "plan", "dev"];
     let (code, stdout, tty) = with_tty_stderr(p.command(&args));
     assert_eq!(code, 0, "{stdout}");
@@ -235,16 +240,15 @@ fn at_a_terminal_logs_are_coloured_unless_no_color() {
     assert!(!tty.contains(&0x1b), "NO_COLOR: no ANSI byte at all:\n{text:?}");
 }
 
-#[test]
-fn at_a_terminal_the_progress_never_reaches_stdout() {
-    let p = sample_project();
+fn at_a_terminal_the_progress_never_reaches_stdout(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let (code, stdout, _) = with_tty_stderr(p.command(&["apply", "dev", "--yes", "--json"]));
     assert_eq!(code, 0, "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(v["applied"], true);
-    p.write("models/a.lua", &model_a("AND id > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range > 2")));
     let (code, stdout, tty) = with_tty_stderr(p.command(&["apply", "dev", "--yes"]));
-    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(code, 0, "{stdout}\n--- terminal\n{}", String::from_utf8_lossy(&tty));
     assert!(stdout.contains("promoted") && !stdout.contains('\u{1b}') && !stdout.contains('\r'), "{stdout:?}");
     // The bar was drawn, on the terminal (stderr) only.
     let text = String::from_utf8_lossy(&tty);
@@ -257,7 +261,21 @@ fn at_a_terminal_the_progress_never_reaches_stdout() {
 
 /// `efmesh <args>` run in `dir` without `--config`.
 fn run_in(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(BIN)
+    run_in_with(Command::new(BIN), dir, args)
+}
+
+/// [`run_in`] for a project in or above `dir`: its Postgres engine's URL is in the environment.
+fn run_for(p: &Project, dir: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove(PG_ENGINE_URL_ENV);
+    if let EngineBackend::Postgres(t) = &p.engine {
+        cmd.env(PG_ENGINE_URL_ENV, &t.url);
+    }
+    run_in_with(cmd, dir, args)
+}
+
+fn run_in_with(mut cmd: Command, dir: &Path, args: &[&str]) -> Run {
+    let out = cmd
         .current_dir(dir)
         .arg("--now")
         .arg(NOW)
@@ -271,32 +289,33 @@ fn run_in(dir: &Path, args: &[&str]) -> Run {
     Run::from_output(out, format!("(in {}) efmesh {}", dir.display(), args.join(" ")))
 }
 
-#[test]
-fn commands_in_a_subdirectory_find_the_config_above() {
-    let p = sample_project();
+fn commands_in_a_subdirectory_find_the_config_above(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let deep = p.root().join("notebooks").join("deep");
     fs_err::create_dir_all(&deep).expect("mkdir");
-    let run = run_in(&deep, &["--log-level", "debug", "apply", "dev", "--yes", "--json"]);
+    let run = run_for(&p, &deep, &["--log-level", "debug", "apply", "dev", "--yes", "--json"]);
     run.expect_code(0);
     assert_eq!(run.json()["applied"], true);
     let config = p.root().join("efmesh.toml");
     let said = run.stderr.lines().find(|l| l.contains("using the config")).unwrap_or_else(|| panic!("{}", run.stderr));
     assert!(said.contains(&config.display().to_string()) && said.contains("level=debug"), "{said}");
     // Relative paths in the config resolve against its directory, not the current one.
-    assert!(p.engine_path().exists() && p.state_path().exists());
+    // (On Postgres there is no engine file: none appears anywhere.)
+    assert!(p.state_path().exists());
+    assert_eq!(p.engine_path().exists(), !p.on_postgres());
     assert!(fs_err::read_dir(&deep).expect("ls").next().is_none(), "nothing written in the subdirectory");
     assert_eq!(p.rows(&env_view("dev", "s.c")).len(), 1);
-    let again = run_in(&deep, &["plan", "dev", "--json"]);
+    let again = run_for(&p, &deep, &["plan", "dev", "--json"]);
     assert_eq!(again.expect_code(0).json()["hasChanges"], false, "{}", again.stdout);
 
     // An explicit --config is used as given (relative to the current directory).
     let other = p.root().join("other");
     fs_err::create_dir_all(&other).expect("mkdir");
     fs_err::write(other.join("efmesh.toml"), "[project]\nmodels = [\"nothing/*.lua\"]\n").expect("write");
-    let run = run_in(&deep, &["--config", "../../efmesh.toml", "plan", "dev", "--json"]);
+    let run = run_for(&p, &deep, &["--config", "../../efmesh.toml", "plan", "dev", "--json"]);
     assert_eq!(run.expect_code(0).json()["hasChanges"], false);
     // The nearest config wins.
-    let run = run_in(&other, &["--log-level", "debug", "check"]);
+    let run = run_for(&p, &other, &["--log-level", "debug", "check"]);
     assert!(run.stderr.contains(&other.join("efmesh.toml").display().to_string()), "{}", run.stderr);
 }
 
