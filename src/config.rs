@@ -535,6 +535,13 @@ pub struct Config {
 }
 
 impl Config {
+    /// True when the project writes a lake (`[lake]` or `[ducklake]`), which other machines may
+    /// share: its writers take one lock ([`crate::state::lease::writer_lease`]).
+    #[must_use]
+    pub fn writes_a_lake(&self) -> bool {
+        self.lake.is_some() || self.ducklake.is_some()
+    }
+
     /// Reads and validates `path`.
     ///
     /// # Errors

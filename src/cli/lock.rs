@@ -1,12 +1,13 @@
-//! The environment lock as the commands take it ([`crate::state::lease`]): `apply` and `run`
-//! hold `env:<name>` for as long as they write.
+//! The environment lock as the commands take it ([`crate::state::lease`]): `apply`, `run` and
+//! `restate` hold `env:<name>` for as long as they write, or, in a project with a lake, the one
+//! lock `lake` of every environment ([`writer_lease`]).
 //!
 //! Test hook: `EFMESH_TEST_HOLD_LEASE_MS=<ms>` makes a command sleep that long right after
 //! taking its lock, so the integration tests can start two commands and know they overlap. Only
 //! tests set it.
 
 use crate::state::StateStore;
-use crate::state::lease::{LeaseGuard, Refused, env_lease};
+use crate::state::lease::{LAKE_LEASE, LeaseGuard, Refused, writer_lease};
 use anyhow::{Result, anyhow};
 use std::time::Duration;
 
@@ -28,12 +29,13 @@ pub(super) fn command_line() -> String {
     std::iter::once(program).chain(args).collect::<Vec<_>>().join(" ")
 }
 
-/// Takes the lock of `env` on `store`, waiting up to `wait`.
+/// Takes the writer lock of `env` on `store` (the project's `config` says which:
+/// [`writer_lease`]), waiting up to `wait`.
 ///
 /// # Errors
 /// The state store fails.
-pub(super) fn lock_env(store: &dyn StateStore, env: &str, wait: Duration) -> Result<Locked> {
-    let name = env_lease(env);
+pub(super) fn lock_env(store: &dyn StateStore, config: &crate::config::Config, env: &str, wait: Duration) -> Result<Locked> {
+    let name = writer_lease(env, config.writes_a_lake());
     match LeaseGuard::acquire(store, &name, &command_line(), wait) {
         Ok(guard) => {
             if let Some(ms) = std::env::var(HOLD_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
@@ -70,8 +72,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// The error of `apply` meeting a held lock.
 pub(super) fn held_error(env: &str, lock: &str, holder: &str, waited: Duration) -> anyhow::Error {
     let waited = if waited.is_zero() { String::new() } else { format!(" (waited {} ms)", waited.as_millis()) };
+    let lock = if lock == LAKE_LEASE { format!("`{lock}` (the lake's one writer lock, for every environment)") } else { format!("`{lock}`") };
     anyhow!(LockHeld(format!(
-        "environment `{env}` is locked: `{lock}` is held by {holder}{waited}; nothing was done\n  hint: retry when it is done, or wait for it with `--wait 10m`"
+        "environment `{env}` is locked: {lock} is held by {holder}{waited}; nothing was done\n  hint: retry when it is done, or wait for it with `--wait 10m`"
     )))
 }
 

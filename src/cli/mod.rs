@@ -393,9 +393,9 @@ fn apply_locked(
 ) -> Result<ApplyReport> {
     let env = plan.env.clone();
     // First without waiting: whether this apply had to wait decides below whether it may plan again.
-    let (guard, waited) = match lock::lock_env(state, &env, std::time::Duration::ZERO)? {
+    let (guard, waited) = match lock::lock_env(state, &project.config, &env, std::time::Duration::ZERO)? {
         lock::Locked::Held(g) => (g, false),
-        lock::Locked::Busy(..) if !flags.wait.is_zero() => match lock::lock_env(state, &env, flags.wait)? {
+        lock::Locked::Busy(..) if !flags.wait.is_zero() => match lock::lock_env(state, &project.config, &env, flags.wait)? {
             lock::Locked::Held(g) => (g, true),
             lock::Locked::Busy(name, holder) => return Err(lock::held_error(&env, &name, &holder, flags.wait)),
         },

@@ -146,7 +146,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         }
     } else {
         let state = super::writable_state(&project, state)?;
-        let guard = match lock_env(&*state, req.env, Duration::ZERO)? {
+        let guard = match lock_env(&*state, &project.config, req.env, Duration::ZERO)? {
             Locked::Held(g) => g,
             Locked::Busy(lock, holder) => return Err(super::lock::held_error(req.env, &lock, &holder, Duration::ZERO)),
         };

@@ -43,7 +43,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             tracing::warn!("cannot journal the run tick: {e}");
         }
     };
-    let guard = match lock_env(&*state, env, Duration::ZERO)? {
+    let guard = match lock_env(&*state, &project.config, env, Duration::ZERO)? {
         Locked::Held(g) => g,
         Locked::Busy(lock, holder) => {
             record("lock-held", BTreeMap::new(), Some(format!("`{lock}` held by {holder}")));

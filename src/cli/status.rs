@@ -11,7 +11,7 @@ use super::printer::Printer;
 use super::{Exit, load, open_state};
 use crate::core::interval::{Millis, to_iso};
 use crate::core::{Kind, ModelName};
-use crate::state::lease::{env_lease, host_name, is_stale};
+use crate::state::lease::{host_name, is_stale, writer_lease};
 use crate::state::{STATE_VERSION, Tick};
 use anyhow::Result;
 use serde_json::json;
@@ -39,7 +39,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let journal = state.journal(env)?;
     let last_plan = journal.last();
     let ticks = state.ticks(env, TICKS)?;
-    let lease = state.lease(&env_lease(env))?;
+    let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
     let host = host_name();
     let mut lags = Vec::new();
     let mut failed_other = Vec::new();

@@ -29,6 +29,17 @@ pub fn env_lease(env: &str) -> String {
     format!("env:{env}")
 }
 
+/// The lease every writer of a project with a lake (`[lake]` or `[ducklake]`) takes, whatever
+/// its environment: machines sharing the lake and the state store could otherwise build one
+/// lake version for two environments at once.
+pub const LAKE_LEASE: &str = "lake";
+
+/// The lease a writer of `env` takes (`apply`, `run`, `restate`): [`LAKE_LEASE`] when the project
+/// writes a lake, else the environment's own ([`env_lease`]).
+pub fn writer_lease(env: &str, writes_a_lake: bool) -> String {
+    if writes_a_lake { LAKE_LEASE.to_string() } else { env_lease(env) }
+}
+
 /// The lease time to live: [`TTL_ENV`] when set to a positive number of ms, else [`DEFAULT_TTL`].
 pub fn ttl() -> Duration {
     std::env::var(TTL_ENV).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&ms| ms > 0).map_or(DEFAULT_TTL, Duration::from_millis)

@@ -143,6 +143,29 @@ fn two_checkouts_share_one_lake_through_postgres_and_s3() {
     assert_eq!(v["built"].as_array().map(Vec::len), Some(0), "{v:#}");
     assert_eq!(a.rows("m.total"), b.rows("m.total"));
 
+    // Two machines apply two *different* environments needing the same new versions at once:
+    // a project with a lake has one writer lock for every environment, so one builds the
+    // versions and the other is refused, naming it, and then only swaps views.
+    a.p.write("models/m.lua", &models(4));
+    b.p.write("models/m.lua", &models(4));
+    let spawn_env = |m: &Machine, env: &str| {
+        let mut c = m.command(&["apply", env, "--yes", "--json"]);
+        c.env("EFMESH_TEST_HOLD_LEASE_MS", "1500").stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().expect("spawn")
+    };
+    let (ca, cb) = (spawn_env(&a, "qa"), spawn_env(&b, "staging"));
+    let runs = [Run::from_output(ca.wait_with_output().unwrap(), "a qa".into()), Run::from_output(cb.wait_with_output().unwrap(), "b staging".into())];
+    let mut codes: Vec<i32> = runs.iter().map(|r| r.code).collect();
+    codes.sort();
+    assert_eq!(codes, [0, 1], "{runs:#?}");
+    let (winner, loser) = if runs[0].code == 0 { (&runs[0], &runs[1]) } else { (&runs[1], &runs[0]) };
+    assert_eq!(winner.json()["built"].as_array().map(Vec::len), Some(2), "{winner:#?}");
+    assert_eq!(loser.json()["error"]["kind"], "lock-held", "{loser:#?}");
+    assert!(loser.stderr.contains("`lake` (the lake's one writer lock, for every environment) is held by"), "{}", loser.stderr);
+    let (late, env) = if runs[0].code == 1 { (&a, "qa") } else { (&b, "staging") };
+    let v = late.run(&["apply", env, "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(v["built"].as_array().map(Vec::len), Some(0), "the versions the other machine built are served: {v:#}");
+
     // No secret leaves in a message: an unreachable catalog fails the apply, named without its
     // URL's password, and nothing is promoted.
     b.p.write("models/m.lua", &models(3));
