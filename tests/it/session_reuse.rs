@@ -1,12 +1,28 @@
 //! What a [`Session`] keeps between re-plans (the project restored from the project cache, the
 //! discovered files, the engine catalog at the DuckDB file's identity) is trusted only while its
 //! key proves it current: another process's apply, or a relation dropped behind efmesh's back,
-//! between two re-plans is seen by the next one, exactly as by a fresh `efmesh plan`.
+//! between two re-plans is seen by the next one, exactly as by a fresh `efmesh plan`. On DuckDB
+//! and on Postgres (whose catalog the session reads again for every plan) alike.
 
 use crate::common::*;
+use crate::on_every_engine;
 use efmesh::plan::{self, Change};
 use efmesh::session::Session;
 use serde_json::Value;
+
+on_every_engine!(
+    another_processs_apply_between_two_re_plans_is_seen,
+    a_relation_dropped_behind_efmesh_between_two_re_plans_is_seen,
+    reloads_see_new_deleted_and_edited_files_as_a_fresh_load_does,
+);
+
+/// The sample project on `engine`, in SQL both engines read the same way; the session this test
+/// process opens reaches the engine too.
+fn sample(engine: EngineBackend) -> Project {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    p.engine_url_in_process();
+    p
+}
 
 fn now() -> efmesh::core::interval::Millis {
     efmesh::core::interval::parse_instant(NOW).unwrap()
@@ -34,16 +50,15 @@ fn assert_same_as_cli(p: &Project, s: &Session) {
     assert_eq!(session_plan(s), cli, "the session's re-plan equals `efmesh plan dev`");
 }
 
-#[test]
-fn another_processs_apply_between_two_re_plans_is_seen() {
-    let p = sample_project();
+fn another_processs_apply_between_two_re_plans_is_seen(engine: EngineBackend) {
+    let p = sample(engine);
     p.apply("dev");
     // Restored from the project cache the apply's load stored.
     let mut s = Session::open(&p.root().join("efmesh.toml")).unwrap();
     let first = s.plan("dev", now(), &plan::Options::default()).unwrap();
     assert!(!first.has_changes);
 
-    p.write("models/a.lua", &model_a("AND id < 6"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range < 6")));
     s.reload(&[p.root().join("models/a.lua")]).unwrap();
     let edited = s.plan("dev", now(), &plan::Options::default()).unwrap();
     assert!(edited.has_changes);
@@ -57,26 +72,30 @@ fn another_processs_apply_between_two_re_plans_is_seen() {
     assert_same_as_cli(&p, &s);
 }
 
-#[test]
-fn a_relation_dropped_behind_efmesh_between_two_re_plans_is_seen() {
-    let p = sample_project();
+fn a_relation_dropped_behind_efmesh_between_two_re_plans_is_seen(engine: EngineBackend) {
+    let p = sample(engine);
     p.apply("dev");
     let s = Session::open(&p.root().join("efmesh.toml")).unwrap();
     assert!(!s.plan("dev", now(), &plan::Options::default()).unwrap().has_changes);
-    // Another client drops the environment's view of `s.a` (the file's mtime is put back).
-    let mtime = fs_err::metadata(p.engine_path()).unwrap().modified().unwrap();
-    let conn = duckdb::Connection::open(p.engine_path()).unwrap();
-    conn.execute_batch(&format!("DROP VIEW {}", env_view("dev", "s.a"))).unwrap();
-    drop(conn);
-    fs_err::File::options().write(true).open(p.engine_path()).unwrap().set_modified(mtime).unwrap();
+    // Another client drops the environment's view of `s.a` (on DuckDB, the file's mtime is put
+    // back).
+    let drop_view = format!("DROP VIEW {}", env_view("dev", "s.a"));
+    if p.on_postgres() {
+        p.execute_on_engine(&drop_view);
+    } else {
+        let mtime = fs_err::metadata(p.engine_path()).unwrap().modified().unwrap();
+        let conn = duckdb::Connection::open(p.engine_path()).unwrap();
+        conn.execute_batch(&drop_view).unwrap();
+        drop(conn);
+        fs_err::File::options().write(true).open(p.engine_path()).unwrap().set_modified(mtime).unwrap();
+    }
     let plan = session_plan(&s);
     assert_eq!(action(&plan, "s.a")["repair"]["viewMissing"], true, "{plan:#}");
     assert_same_as_cli(&p, &s);
 }
 
-#[test]
-fn reloads_see_new_deleted_and_edited_files_as_a_fresh_load_does() {
-    let p = sample_project();
+fn reloads_see_new_deleted_and_edited_files_as_a_fresh_load_does(engine: EngineBackend) {
+    let p = sample(engine);
     p.apply("dev");
     let mut s = Session::open(&p.root().join("efmesh.toml")).unwrap();
     // An edit of a known file (the discovered files are reused), then a new and a deleted file
