@@ -21,11 +21,17 @@ fn json(plan: &Plan) -> serde_json::Value {
     serde_json::to_value(plan).expect("plan serialises")
 }
 
-// On a SQLite and on a Postgres state store alike.
-crate::on_every_state_backend!(
+// On a SQLite and on a Postgres state store, on DuckDB and on Postgres, alike.
+crate::on_every_engine_and_state_backend!(
     a_plan_right_after_apply_is_replayed_and_equals_the_full_plan,
     editing_a_model_computes_the_plan_in_full,
     store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo,
+);
+
+crate::on_every_engine!(
+    operator_options_never_use_the_memo,
+    promoting_an_existing_version_records_the_metadata_for_that_environment_only,
+    a_plan_is_refused_when_the_store_changed_since_it_was_computed,
 );
 
 /// Plans `env` through the memo and in full; both must agree. Returns whether the memo served.
@@ -40,8 +46,8 @@ fn plan_both(p: &Project, env: &str, now: &str) -> (bool, serde_json::Value) {
     (via.from_memo, json(&via))
 }
 
-fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("dev");
     let (memo, v) = plan_both(&p, "dev", NOW);
     assert!(memo, "the plan after apply should come from the memo");
@@ -53,22 +59,22 @@ fn a_plan_right_after_apply_is_replayed_and_equals_the_full_plan(backend: StateB
     assert_eq!(action(&v, "t.daily")["intervals"], 3 + 1, "three new days plus the lookback day: {v:#}");
 }
 
-fn editing_a_model_computes_the_plan_in_full(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn editing_a_model_computes_the_plan_in_full(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("dev");
-    p.write("models/a.lua", &model_a(" AND range > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
     let (memo, v) = plan_both(&p, "dev", NOW);
     assert!(!memo, "an edited project must not replay the memo");
     assert_eq!(action(&v, "s.a")["change"], "breaking");
     // Reformatting is a different load too (another memo key), though the plan has no changes.
-    p.write("models/a.lua", &format!("\n\n{}", model_a("")));
+    p.write("models/a.lua", &format!("\n\n{}", portable_sample(&p, &model_a(""))));
     let (memo, v) = plan_both(&p, "dev", NOW);
     assert!(!memo);
     assert_eq!(v["hasChanges"], false);
 }
 
-fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo(backend: StateBackend) {
-    let p = sample_project_on(backend);
+fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
     p.apply("dev");
     assert!(plan_both(&p, "dev", NOW).0);
     // Promoting prod (a view swap) only changes prod's pointers: dev's memo stays valid.
@@ -78,9 +84,9 @@ fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo(backe
     assert_eq!(v["hasChanges"], false);
     assert!(plan_both(&p, "prod", NOW).0, "prod's own apply recorded prod's memo");
     // A build writes snapshots and the ledger: every memo is stale.
-    p.write("models/d.lua", &model_d("'y' || id"));
+    p.write("models/d.lua", &portable_sample(&p, &model_d("'y' || id")));
     p.apply("staging");
-    p.write("models/d.lua", &model_d("'x' || id"));
+    p.write("models/d.lua", &portable_sample(&p, &model_d("'x' || id")));
     let (memo, v) = plan_both(&p, "prod", NOW);
     assert!(!memo, "a build must invalidate other environments' memos");
     assert_eq!(v["hasChanges"], false);
@@ -96,9 +102,8 @@ fn store_writes_compute_the_plan_in_full_and_each_apply_records_a_new_memo(backe
     assert_eq!(action(&v, "t.daily")["backfill"][0]["end"], "2026-01-04T00:00:00.000Z", "{v:#}");
 }
 
-#[test]
-fn operator_options_never_use_the_memo() {
-    let p = sample_project();
+fn operator_options_never_use_the_memo(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
     let project = load(&p);
     let options = Options::parse("t.daily", "").unwrap();
@@ -106,9 +111,8 @@ fn operator_options_never_use_the_memo() {
     assert!(!via.from_memo);
 }
 
-#[test]
-fn promoting_an_existing_version_records_the_metadata_for_that_environment_only() {
-    let p = sample_project();
+fn promoting_an_existing_version_records_the_metadata_for_that_environment_only(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
     // A description-only edit keeps the fingerprint: prod promotes the existing version.
     let a = p.read("models/a.lua").replacen("define_model {", "define_model {\n  description = \"edited after dev\",", 1);
@@ -126,19 +130,21 @@ fn promoting_an_existing_version_records_the_metadata_for_that_environment_only(
     assert!(!p.state().env_metadata("dev").unwrap()["s.a"].contains("edited after dev"));
 }
 
-#[test]
-fn a_plan_is_refused_when_the_store_changed_since_it_was_computed() {
-    let p = sample_project();
+fn a_plan_is_refused_when_the_store_changed_since_it_was_computed(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    // This process opens the engine below.
+    p.engine_url_in_process();
     p.apply("dev");
-    p.write("models/a.lua", &model_a(" AND range > 2"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
     let project_edited = load(&p);
     let stale = plan::plan(&project_edited, &p.state(), "dev", at(NOW)).expect("plan");
     assert!(stale.has_changes);
     // Another process applies meanwhile (here: the edit, to dev).
     p.apply("dev");
     let before = p.state_summary();
-    let mut engine = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).unwrap();
-    let err = efmesh::apply::apply(&project_edited, &stale, &p.state(), &mut engine, &efmesh::apply::Options::default()).unwrap_err();
+    // The engine the project names, opened in this process for writing.
+    let mut engine = efmesh::engine::open(&project_edited.config, efmesh::engine::Access::ReadWrite).unwrap();
+    let err = efmesh::apply::apply(&project_edited, &stale, &p.state(), &mut *engine, &efmesh::apply::Options::default()).unwrap_err();
     assert!(err.to_string().contains("changed since this plan"), "{err}");
     assert_eq!(p.state_summary(), before, "a refused plan writes nothing");
     // A fresh plan is fine again (and has nothing left to do).
