@@ -1,7 +1,10 @@
 //! `efmesh schedule`: crontab entries through a fake `crontab` command first on PATH (it keeps
-//! the table in a file, so no real crontab is touched), cron validation, systemd units.
+//! the table in a file, so no real crontab is touched), cron validation, systemd units. Only
+//! the entry's run touches the engine: that test runs on both engines; the rest is crontab and
+//! command-line work on a DuckDB project.
 
 use crate::common::*;
+use crate::on_every_engine;
 use std::path::{Path, PathBuf};
 
 /// A project plus a fake `crontab` (`-l` prints the file or "no crontab for …", `-` stores stdin).
@@ -12,7 +15,12 @@ struct Cron {
 
 impl Cron {
     fn new() -> Cron {
-        let p = sample_project();
+        Cron::on_engine(EngineBackend::DuckDb)
+    }
+
+    /// [`Cron::new`] with the sample project's models on `engine`.
+    fn on_engine(engine: EngineBackend) -> Cron {
+        let p = sample_project_with(StateBackend::Sqlite, engine);
         let bin = tempfile::tempdir().expect("tmp");
         let script = "#!/bin/sh\nf=\"$FAKE_CRONTAB\"\ncase \"$1\" in\n  -l) if [ -f \"$f\" ]; then cat \"$f\"; else echo \"no crontab for tester\" >&2; exit 1; fi ;;\n  -) cat > \"$f\" ;;\n  *) echo \"fake crontab: unexpected $*\" >&2; exit 2 ;;\nesac\n";
         let path = bin.path().join("crontab");
@@ -49,9 +57,10 @@ fn markers(table: &str) -> usize {
     table.lines().filter(|l| l.starts_with("# efmesh schedule:")).count()
 }
 
-#[test]
-fn install_twice_is_one_entry_and_other_lines_are_kept() {
-    let c = Cron::new();
+on_every_engine!(install_twice_is_one_entry_and_other_lines_are_kept);
+
+fn install_twice_is_one_entry_and_other_lines_are_kept(engine: EngineBackend) {
+    let c = Cron::on_engine(engine);
     fs_err::write(c.table_path(), "MAILTO=ops@example.com\n0 1 * * * /usr/local/bin/backup\n").expect("seed table");
     c.run(&["schedule", "prod", "--cron", "*/30 * * * *"]).expect_code(0);
     let first = c.table();
@@ -67,7 +76,13 @@ fn install_twice_is_one_entry_and_other_lines_are_kept() {
     assert!(!table.contains("*/30"), "the first entry was replaced:\n{first}\n---\n{table}");
     // The line runs as cron would run it (sh): from the project, its output in the log.
     let command = entry.trim_start_matches("15 * * * * ");
-    let status = std::process::Command::new("sh").arg("-c").arg(command).env("EFMESH_NOW", NOW).status().expect("sh");
+    // Cron passes its own environment: on Postgres, the one naming the engine's URL.
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c").arg(command).env("EFMESH_NOW", NOW);
+    if let EngineBackend::Postgres(t) = &c.p.engine {
+        sh.env(PG_ENGINE_URL_ENV, &t.url);
+    }
+    let status = sh.status().expect("sh");
     let log = c.p.root().join(".efmesh/logs/run-prod.log");
     assert!(log.exists(), "{}", log.display());
     assert!(status.code().is_some(), "{status}");
