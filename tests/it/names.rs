@@ -3,6 +3,15 @@
 //! (exit 1, naming the culprit) without touching the engine.
 
 use crate::common::*;
+use crate::on_every_engine;
+
+on_every_engine!(
+    models_differing_only_in_case_do_not_share_a_view,
+    prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view,
+    a_model_in_the_physical_schema_cannot_replace_a_physical_relation,
+    physical_names_never_collide,
+    environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view,
+);
 
 /// A full model `name` returning the single row `name`.
 fn model(name: &str) -> String {
@@ -32,11 +41,10 @@ fn assert_serves(p: &Project, env: &str, model: &str) {
     assert_eq!(p.rows(&env_view(env, model)), vec![vec![Some(model.to_string())]], "view of `{model}` in `{env}`");
 }
 
-#[test]
-fn models_differing_only_in_case_do_not_share_a_view() {
+fn models_differing_only_in_case_do_not_share_a_view(engine: EngineBackend) {
     // DuckDB identifiers are case-insensitive, so `s.a` and `s.A` would share the view
     // `"dev__s"."a"`: the project must be rejected naming both.
-    let p = Project::new();
+    let p = Project::on_engine(engine);
     p.write("models/m.lua", &format!("{}{}", model("s.a"), model("s.A")));
     if apply_or_rejected(&p, &["dev"], &["s.a", "s.A"]) {
         assert_serves(&p, "dev", "s.a");
@@ -44,11 +52,10 @@ fn models_differing_only_in_case_do_not_share_a_view() {
     }
 }
 
-#[test]
-fn prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view() {
+fn prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view(engine: EngineBackend) {
     // In prod, a model `dev__s.e` would be served as `"dev__s"."e"`, where environment `dev`
     // serves `s.e`: schemas containing `__` are rejected at load.
-    let p = Project::new();
+    let p = Project::on_engine(engine);
     p.write("models/m.lua", &format!("{}{}", model("s.e"), model("dev__s.e")));
     if apply_or_rejected(&p, &["dev", "prod"], &["dev__s.e"]) {
         assert_serves(&p, "prod", "dev__s.e");
@@ -57,11 +64,10 @@ fn prod_view_of_a_double_underscore_schema_does_not_shadow_another_envs_view() {
     }
 }
 
-#[test]
-fn a_model_in_the_physical_schema_cannot_replace_a_physical_relation() {
+fn a_model_in_the_physical_schema_cannot_replace_a_physical_relation(engine: EngineBackend) {
     // A model in schema `_efmesh` named after a physical relation would have its prod view
     // replace that relation: the schema `_efmesh` is rejected at load.
-    let p = Project::new();
+    let p = Project::on_engine(engine);
     p.write("models/b.lua", "define_model { name = \"s.b\", kind = kind.view(), schema = { { \"v\", \"varchar\" } }, query = \"SELECT 's.b' AS v\" }\n");
     let plan = p.plan("dev");
     let physical = action(&plan, "s.b")["physical"].as_str().unwrap().to_string();
@@ -88,21 +94,20 @@ fn a_model_in_the_physical_schema_cannot_replace_a_physical_relation() {
     }
 }
 
-#[test]
-fn physical_names_never_collide() {
+fn physical_names_never_collide(engine: EngineBackend) {
     // `a__b.c` and `a.b__c` would both flatten to `a__b__c`: schemas cannot contain `__`, so the
     // first `__` of a physical name always ends the schema, and the full fingerprint (which hashes
     // the model name) ends it. With identical bodies, tables `b__c` and `b` stay apart.
     let same = |name: &str| {
         format!("define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"varchar\" }} }}, query = \"SELECT 'same' AS v\" }}\n")
     };
-    let rejected = Project::new();
+    let rejected = Project::on_engine(engine.another());
     rejected.write("models/m.lua", &format!("{}{}", same("a__b.c"), same("a.b__c")));
     let run = rejected.run(&["plan", "dev"]);
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("a__b.c") && run.stderr.contains("`__`"), "{}", run.stderr);
 
-    let p = Project::new();
+    let p = Project::on_engine(engine);
     p.write("models/m.lua", &format!("{}{}{}{}", same("a.b"), same("a.b__c"), model("x.y"), model("x.y__z")));
     let dev = p.apply("dev");
     let physical: std::collections::BTreeSet<String> = actions(&dev).iter().map(|a| a["physical"].as_str().unwrap().to_string()).collect();
@@ -175,10 +180,9 @@ fn physical_names_are_injective_over_tricky_names_even_with_one_fingerprint() {
     }
 }
 
-#[test]
-fn environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view() {
+fn environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view(engine: EngineBackend) {
     // `dev_` + `mart.x` and `dev` + `_mart.x` both used to map to `"dev___mart"."x"`.
-    let p = Project::new();
+    let p = Project::on_engine(engine);
     p.write("models/m.lua", &model("mart.x"));
     let run = p.run(&["apply", "dev_", "--yes"]);
     run.expect_code(1);
