@@ -5,6 +5,7 @@
 //! secrets in `efmesh.toml` never appear in an error.
 
 use crate::common::*;
+use crate::on_every_engine;
 use efmesh::config::EngineSection;
 use efmesh::engine::duckdb::DuckDb;
 use serde_json::Value;
@@ -21,7 +22,7 @@ fn audited_full(audits: &str) -> String {
   kind = kind.full(),
   schema = {{ {{ "id", "integer" }}, {{ "v", "varchar" }} }},
   audits = {{ {audits} }},
-  query = "SELECT CAST(range AS INTEGER) AS id, CASE WHEN range = 1 THEN NULL ELSE 'x' END AS v FROM range(2)",
+  query = "SELECT CAST(range AS INTEGER) AS id, CASE WHEN range = 1 THEN NULL ELSE 'x' END AS v FROM generate_series(0, 1) AS g(range)",
 }}
 "#
     )
@@ -35,13 +36,22 @@ fn audited_daily(audits: &str) -> String {
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "varchar" }} }},
   audits = {{ {audits} }},
-  query = [[SELECT CAST(d AS TIMESTAMP) AS day, CASE WHEN d = DATE '2026-01-02' THEN NULL ELSE 'x' END AS v
-            FROM range(DATE '2026-01-01', DATE '2026-01-05', INTERVAL 1 DAY) AS r(d)
+  query = [[SELECT CAST(d AS TIMESTAMP) AS day, CASE WHEN d = TIMESTAMP '2026-01-02' THEN NULL ELSE 'x' END AS v
+            FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-01-04', INTERVAL '1 day') AS r(d)
             WHERE d >= @start AND d < @end]],
 }}
 "#
     )
 }
+
+on_every_engine!(
+    a_first_apply_that_loses_the_race_for_the_state_store_reports_the_stale_plan,
+    plan_and_an_apply_with_nothing_to_do_create_no_state_store,
+    embedded_models_are_registered_not_built,
+    an_edited_blocking_audit_the_served_data_fails_blocks_the_apply,
+    a_build_error_names_the_models_file_and_line_once,
+    every_json_command_prints_one_error_object_when_it_fails,
+);
 
 // ---- defect 5: a concurrent first apply ----------------------------------------------------
 
@@ -50,23 +60,19 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-#[test]
-fn a_first_apply_that_loses_the_race_for_the_state_store_reports_the_stale_plan() {
-    let p = sample_project();
+fn a_first_apply_that_loses_the_race_for_the_state_store_reports_the_stale_plan(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     assert!(!p.state_path().exists());
     // A: `apply dev` on a terminal (util-linux `script` gives it one), planned against the empty
     // store and stopped at its confirmation prompt.
     let cmd = [BIN, "--config", "efmesh.toml", "--now", &p.now, "apply", "dev"].iter().map(|a| sh_quote(a)).collect::<Vec<_>>().join(" ");
-    let mut a = Command::new("script")
-        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
-        .current_dir(p.root())
-        .env("EFMESH_APPLIED_BY", "it")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn `script` (util-linux) to give `efmesh apply` a terminal");
+    let mut a = Command::new("script");
+    a.args(["-q", "-e", "-c", &cmd, "/dev/null"]).current_dir(p.root()).env("EFMESH_APPLIED_BY", "it").env_remove("RUST_LOG").env_remove(PG_ENGINE_URL_ENV);
+    if let EngineBackend::Postgres(t) = &p.engine {
+        a.env(PG_ENGINE_URL_ENV, &t.url);
+    }
+    let mut a =
+        a.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn `script` (util-linux) to give `efmesh apply` a terminal");
     let out = Arc::new(Mutex::new(Vec::new()));
     let reader = {
         let out = Arc::clone(&out);
@@ -110,18 +116,23 @@ fn a_first_apply_that_loses_the_race_for_the_state_store_reports_the_stale_plan(
     assert_eq!(status.code(), Some(1), "{said}");
     assert!(said.contains("the state store changed since this plan of `dev` was computed") && said.contains("plan again"), "{said}");
     assert!(!recorded);
-    assert!(!p.all_relations().iter().any(|r| r.starts_with("dev__")), "{:?}", p.all_relations());
+    assert!(!p.relations().iter().any(|r| r.starts_with("dev__")), "{:?}", p.relations());
     // Planned again, it applies and records.
     p.apply("dev");
     assert!(p.state_summary().pointers.contains_key("dev"));
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
-#[test]
-fn plan_and_an_apply_with_nothing_to_do_create_no_state_store() {
-    let p = Project::new();
-    p.write("models/x.lua", "define_model { name = \"s.x\", kind = kind.external { path = \"x.csv\" }, schema = { { \"a\", \"integer\" } } }\n");
-    p.write("x.csv", "a\n1\n");
+fn plan_and_an_apply_with_nothing_to_do_create_no_state_store(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    if p.on_postgres() {
+        // Postgres reads no files: the external names a table.
+        p.execute_on_engine("CREATE SCHEMA src; CREATE TABLE src.x (a integer); INSERT INTO src.x VALUES (1);");
+        p.write("models/x.lua", "define_model { name = \"s.x\", kind = kind.external { table = \"src.x\" }, schema = { { \"a\", \"integer\" } } }\n");
+    } else {
+        p.write("models/x.lua", "define_model { name = \"s.x\", kind = kind.external { path = \"x.csv\" }, schema = { { \"a\", \"integer\" } } }\n");
+        p.write("x.csv", "a\n1\n");
+    }
     p.plan("dev");
     assert!(!p.state_path().exists(), "plan never writes");
     // Not confirmed (stdin is not a terminal): nothing applied, nothing created.
@@ -133,9 +144,8 @@ fn plan_and_an_apply_with_nothing_to_do_create_no_state_store() {
 
 // ---- defect 10a: embedded models are registered, not built ----------------------------------
 
-#[test]
-fn embedded_models_are_registered_not_built() {
-    let p = sample_project();
+fn embedded_models_are_registered_not_built(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let plan = p.plan("dev");
     let e = action(&plan, "t.e");
     assert_eq!((e["change"].as_str(), e["build"].as_bool(), e["register"].as_bool()), (Some("added"), Some(false), Some(true)), "{e:#}");
@@ -154,7 +164,7 @@ fn embedded_models_are_registered_not_built() {
     assert!(!string_set(&summary["built"]).contains("t.e") && string_set(&summary["registered"]).contains("t.e"), "{summary:#}");
 
     // Human output of an edit of the embedded model: its consumer is built, it is registered.
-    p.write("models/d.lua", &model_d("'z' || id"));
+    p.write("models/d.lua", &portable_sample(&p, &model_d("'z' || id")));
     let out = p.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.clone();
     assert!(out.contains("built: t.d\n") && out.contains("registered (embedded, nothing to build): t.e"), "{out}");
     assert_eq!(p.rows(&env_view("dev", "t.d"))[0], vec![Some("0".to_string()), Some("z0".to_string())]);
@@ -162,14 +172,13 @@ fn embedded_models_are_registered_not_built() {
 
 // ---- defect 10b: an edited audit runs before promotion ----------------------------------------
 
-#[test]
-fn an_edited_blocking_audit_the_served_data_fails_blocks_the_apply() {
+fn an_edited_blocking_audit_the_served_data_fails_blocks_the_apply(engine: EngineBackend) {
     for (file, old, new, model, audit) in [
         ("models/m.lua", audited_full("audit.not_null(\"id\")"), audited_full("audit.not_null(\"v\")"), "s.m", "not_null(v)"),
         // An `interval` audit of a time-range model: over every interval already served.
         ("models/t.lua", audited_daily("audit.not_null(\"day\")"), audited_daily("audit.not_null(\"v\")"), "s.t", "not_null(v)"),
     ] {
-        let mut p = Project::new();
+        let mut p = Project::on_engine(engine.another());
         p.now = "2026-01-05T00:00:00Z".into();
         p.write(file, &old);
         p.apply("prod");
@@ -194,19 +203,18 @@ fn an_edited_blocking_audit_the_served_data_fails_blocks_the_apply() {
 
 // ---- defect 10c: build errors name the model's file:line, once --------------------------------
 
-#[test]
-fn a_build_error_names_the_models_file_and_line_once() {
-    let p = Project::new();
+fn a_build_error_names_the_models_file_and_line_once(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     p.write("models/ok.lua", "define_model { name = \"s.ok\", kind = kind.full(), schema = { { \"n\", \"integer\" } }, query = \"SELECT 1 AS n\" }\n");
     // Binds (so the contract passes), fails when it runs.
     p.write(
         "models/bad.lua",
-        "-- a comment\n\ndefine_model {\n  name = \"s.bad\",\n  kind = kind.full(),\n  schema = { { \"id\", \"integer\" } },\n  query = \"SELECT CAST('x' || range AS INTEGER) AS id FROM range(3)\",\n}\n",
+        "-- a comment\n\ndefine_model {\n  name = \"s.bad\",\n  kind = kind.full(),\n  schema = { { \"id\", \"integer\" } },\n  query = \"SELECT CAST('x' || range AS INTEGER) AS id FROM generate_series(0, 2) AS g(range)\",\n}\n",
     );
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("models/bad.lua:3: building model `s.bad`: "), "{}", run.stderr);
-    let engine_message = "Could not convert string";
+    let engine_message = if p.on_postgres() { "invalid input syntax for type integer: \"x0\"" } else { "Could not convert string" };
     assert_eq!(run.stderr.matches(engine_message).count(), 1, "the engine error is printed once:\n{}", run.stderr);
     assert!(!run.stderr.contains("caused by"), "{}", run.stderr);
     let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(1).json();
@@ -235,9 +243,8 @@ fn a_locked_database_error_names_the_file_and_no_empty_statement() {
 
 // ---- defect 10e: `--json` failures print one error object --------------------------------------
 
-#[test]
-fn every_json_command_prints_one_error_object_when_it_fails() {
-    let p = sample_project();
+fn every_json_command_prints_one_error_object_when_it_fails(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let config = p.read("efmesh.toml");
     p.write("efmesh.toml", &format!("{config}\n[engine\n"));
     for args in [
