@@ -403,7 +403,15 @@ impl Engine for Postgres {
     }
 
     fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
-        Self::connect(self.config.clone(), self.read_only).ok().map(|db| Box::new(db) as Box<dyn Engine + Send>)
+        // One more connection of the same database (the `--jobs` workers' pool); a server out of
+        // connections leaves the build with fewer workers, said so.
+        match Self::connect(self.config.clone(), self.read_only) {
+            Ok(db) => Some(Box::new(db) as Box<dyn Engine + Send>),
+            Err(e) => {
+                tracing::warn!("cannot open another connection for a --jobs worker, building with fewer: {}", e.message);
+                None
+            }
+        }
     }
 
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
