@@ -2,7 +2,8 @@
 //! per re-plan read with a timeout (a reader thread and a channel), the child killed at the end.
 //! Each test edits files the way a user does and checks the line that edit produced.
 
-use crate::common::{Project, Rows};
+use crate::common::{EngineBackend, PG_ENGINE_URL_ENV, Project, Rows};
+use crate::on_every_engine;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -12,9 +13,31 @@ use std::time::Duration;
 /// How long to wait for one awaited line (never a timing assertion: only a bound on a hang).
 const LINE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Two models: `raw.orders` (a full model over literal rows) and `mart.totals` over it.
-fn project() -> Project {
-    let p = Project::new();
+// Every test whose watch plans, previews or applies runs on DuckDB and on Postgres; the two
+// refused before the watch reaches the engine (below) on DuckDB only.
+on_every_engine!(
+    an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing,
+    a_ref_typo_is_an_error_at_its_file_and_line_and_the_watch_goes_on_until_fixed,
+    a_project_that_cannot_load_at_start_still_starts_and_shows_its_errors,
+    new_and_deleted_model_files_are_seen,
+    an_editor_saving_by_rename_is_one_change,
+    a_save_written_in_two_steps_is_one_line_and_a_rewrite_of_the_same_bytes_is_none,
+    a_seed_csv_edit_is_a_new_version_of_the_seed,
+    an_edit_in_a_file_reached_only_through_require_changes_its_importer,
+    a_config_change_is_read_again,
+    a_deleted_config_ends_the_watch_with_exit_1,
+    apply_serves_the_new_data_in_dev_and_leaves_prod_untouched,
+    test_flag_runs_the_unit_tests_of_the_changed_models,
+    the_screen_quits_on_q_restores_the_terminal_and_respects_no_color,
+    the_screen_draws_the_plan_before_the_preview,
+    a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child,
+    preview_rows_0_turns_previews_off,
+);
+
+/// Two models: `raw.orders` (a full model over literal rows) and `mart.totals` over it, on
+/// `engine`.
+fn project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
     p.write("models/raw/orders.lua", &orders("10"));
     p.write("models/mart/totals.lua", &totals("raw.orders"));
     p
@@ -153,9 +176,8 @@ fn s(v: &str) -> Option<String> {
     Some(v.to_string())
 }
 
-#[test]
-fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
-    let p = project();
+fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     let start = w.next();
@@ -194,9 +216,8 @@ fn an_edit_is_breaking_with_preview_rows_and_a_reformat_changes_nothing() {
     assert!(errors(&reformat).is_empty(), "{reformat}");
 }
 
-#[test]
-fn a_ref_typo_is_an_error_at_its_file_and_line_and_the_watch_goes_on_until_fixed() {
-    let p = project();
+fn a_ref_typo_is_an_error_at_its_file_and_line_and_the_watch_goes_on_until_fixed(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     w.next();
@@ -217,9 +238,8 @@ fn a_ref_typo_is_an_error_at_its_file_and_line_and_the_watch_goes_on_until_fixed
     assert!(changed_models(&fixed).is_empty(), "{fixed}");
 }
 
-#[test]
-fn a_project_that_cannot_load_at_start_still_starts_and_shows_its_errors() {
-    let p = project();
+fn a_project_that_cannot_load_at_start_still_starts_and_shows_its_errors(engine: EngineBackend) {
+    let p = project(engine);
     p.write("models/mart/totals.lua", &totals("raw.ordrs"));
     let mut w = Watch::start(&p, &["dev"]);
     let start = w.next();
@@ -232,9 +252,8 @@ fn a_project_that_cannot_load_at_start_still_starts_and_shows_its_errors() {
     assert_eq!(entry(&fixed, "mart.totals").expect("planned")["change"], "added", "{fixed}");
 }
 
-#[test]
-fn new_and_deleted_model_files_are_seen() {
-    let p = project();
+fn new_and_deleted_model_files_are_seen(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     w.next();
@@ -263,9 +282,8 @@ fn new_and_deleted_model_files_are_seen() {
     assert_eq!(entry(&nested, "raw.extra").expect("planned")["change"], "added", "{nested}");
 }
 
-#[test]
-fn an_editor_saving_by_rename_is_one_change() {
-    let p = project();
+fn an_editor_saving_by_rename_is_one_change(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     w.next();
@@ -284,9 +302,8 @@ fn previewed_amount(line: &Value) -> Option<String> {
     rows.iter().find(|r| r[0] == "2").and_then(|r| r[1].as_str()).map(str::to_string)
 }
 
-#[test]
-fn a_save_written_in_two_steps_is_one_line_and_a_rewrite_of_the_same_bytes_is_none() {
-    let p = project();
+fn a_save_written_in_two_steps_is_one_line_and_a_rewrite_of_the_same_bytes_is_none(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     // A long debounce: the debouncer delivers each file event once it is that old, so the two
     // writes below (100 ms apart) arrive as two batches; the first batch already finds the
@@ -321,9 +338,8 @@ fn a_save_written_in_two_steps_is_one_line_and_a_rewrite_of_the_same_bytes_is_no
     assert_eq!(previewed_amount(&next).as_deref(), Some("30"), "{next}");
 }
 
-#[test]
-fn a_seed_csv_edit_is_a_new_version_of_the_seed() {
-    let p = Project::new();
+fn a_seed_csv_edit_is_a_new_version_of_the_seed(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     p.write("seeds/depts.csv", "code,beds\nER,32\n");
     p.write(
         "models/depts.lua",
@@ -338,9 +354,8 @@ fn a_seed_csv_edit_is_a_new_version_of_the_seed() {
     assert_eq!(entry(&line, "ref.depts").expect("planned")["change"], "breaking", "{line}");
 }
 
-#[test]
-fn an_edit_in_a_file_reached_only_through_require_changes_its_importer() {
-    let p = Project::new();
+fn an_edit_in_a_file_reached_only_through_require_changes_its_importer(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     p.write("lib/amounts.lua", "return { factor = 2 }\n");
     p.write(
         "models/scaled.lua",
@@ -356,9 +371,8 @@ fn an_edit_in_a_file_reached_only_through_require_changes_its_importer() {
     assert_eq!(entry(&line, "m.scaled").expect("planned")["change"], "breaking", "{line}");
 }
 
-#[test]
-fn a_config_change_is_read_again() {
-    let p = project();
+fn a_config_change_is_read_again(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "extra/more.lua",
         "return define_model { name = \"x.more\", kind = kind.full(), schema = { { \"id\", \"integer\" } }, query = \"SELECT 1 AS id\" }\n",
@@ -366,7 +380,7 @@ fn a_config_change_is_read_again() {
     let mut w = Watch::start(&p, &["dev"]);
     let start = w.next();
     assert_eq!(start["models"], 2, "{start}");
-    p.write("efmesh.toml", &crate::common::CONFIG.replace("[\"models/**/*.lua\"]", "[\"models/**/*.lua\", \"extra/**/*.lua\"]"));
+    p.write("efmesh.toml", &p.config_with("").replace("[\"models/**/*.lua\"]", "[\"models/**/*.lua\", \"extra/**/*.lua\"]"));
     let line = w.after("efmesh.toml");
     assert_eq!(line["configChanged"], true, "{line}");
     assert_eq!(line["models"], 3, "{line}");
@@ -380,9 +394,8 @@ fn a_config_change_is_read_again() {
     assert_eq!(bad["fatal"], Value::Null, "{bad}");
 }
 
-#[test]
-fn a_deleted_config_ends_the_watch_with_exit_1() {
-    let p = project();
+fn a_deleted_config_ends_the_watch_with_exit_1(engine: EngineBackend) {
+    let p = project(engine);
     let mut w = Watch::start(&p, &["dev"]);
     w.next();
     p.remove("efmesh.toml");
@@ -392,9 +405,8 @@ fn a_deleted_config_ends_the_watch_with_exit_1() {
     assert_eq!(w.exit_code(), 1);
 }
 
-#[test]
-fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched() {
-    let p = project();
+fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("prod");
     p.apply("dev");
     // An edit made before the watch starts is applied by the first plan.
@@ -428,7 +440,7 @@ fn apply_serves_the_new_data_in_dev_and_leaves_prod_untouched() {
 
 #[test]
 fn apply_to_prod_is_refused_at_start() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     let mut w = Watch::start(&p, &["prod", "--apply"]);
     let line = w.next();
     assert_eq!(line["fatal"], true, "{line}");
@@ -440,7 +452,7 @@ fn apply_to_prod_is_refused_at_start() {
 
 #[test]
 fn an_invalid_config_at_start_is_a_fatal_error_line_of_kind_config() {
-    let p = project();
+    let p = project(EngineBackend::DuckDb);
     p.write("efmesh.toml", "[project]\nmodels = 3\n");
     let mut w = Watch::start(&p, &["dev"]);
     let line = w.next();
@@ -450,9 +462,8 @@ fn an_invalid_config_at_start_is_a_fatal_error_line_of_kind_config() {
     assert_eq!(w.exit_code(), 1);
 }
 
-#[test]
-fn test_flag_runs_the_unit_tests_of_the_changed_models() {
-    let p = project();
+fn test_flag_runs_the_unit_tests_of_the_changed_models(engine: EngineBackend) {
+    let p = project(engine);
     p.write(
         "tests/totals.lua",
         "define_test { name = \"totals_sum\", model = \"mart.totals\", inputs = { [\"raw.orders\"] = { { id = 1, amount = 2 }, { id = 2, amount = 3 } } }, expect = { { total = 5 } } }\n",
@@ -473,14 +484,18 @@ fn test_flag_runs_the_unit_tests_of_the_changed_models() {
     assert_eq!(other["tests"], serde_json::json!([]), "no test of raw.orders: {other}");
 }
 
-/// `watch dev` at a pseudo-terminal (util-linux `script`) on an applied project, with
-/// `NO_COLOR`, and a channel of what it writes; `None` when `script` is not installed.
-fn watch_at_a_terminal() -> Option<(Project, Child, Receiver<Vec<u8>>)> {
+/// `watch dev` at a pseudo-terminal (util-linux `script`) on an applied project on `engine`,
+/// with `NO_COLOR`, and a channel of what it writes; `None` when `script` is not installed.
+fn watch_at_a_terminal(engine: EngineBackend) -> Option<(Project, Child, Receiver<Vec<u8>>)> {
     Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?;
-    let p = project();
+    let p = project(engine);
     p.apply("dev");
     let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
-    let mut child = Command::new("script")
+    let mut script = Command::new("script");
+    if let EngineBackend::Postgres(t) = &p.engine {
+        script.env(PG_ENGINE_URL_ENV, &t.url);
+    }
+    let mut child = script
         .args(["-qfc", &cmd, "/dev/null"])
         .current_dir(p.root())
         .env("NO_COLOR", "1")
@@ -507,9 +522,8 @@ fn watch_at_a_terminal() -> Option<(Project, Child, Receiver<Vec<u8>>)> {
 /// At a terminal (a pseudo-terminal from util-linux `script`, when installed): the screen is
 /// drawn on the alternate screen, `q` quits with exit 0 and the terminal is restored; with
 /// `NO_COLOR` no colour or style escape is written.
-#[test]
-fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
-    let Some((_project, mut child, rx)) = watch_at_a_terminal() else {
+fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color(engine: EngineBackend) {
+    let Some((_project, mut child, rx)) = watch_at_a_terminal(engine) else {
         eprintln!("skipped: no `script` to give the watch a terminal");
         return;
     };
@@ -545,9 +559,8 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color() {
 
 /// At a terminal, an edit that is previewed shows its plan first (saying the preview still
 /// runs), then the screen with the preview.
-#[test]
-fn the_screen_draws_the_plan_before_the_preview() {
-    let Some((p, mut child, rx)) = watch_at_a_terminal() else {
+fn the_screen_draws_the_plan_before_the_preview(engine: EngineBackend) {
+    let Some((p, mut child, rx)) = watch_at_a_terminal(engine) else {
         eprintln!("skipped: no `script` to give the watch a terminal");
         return;
     };
@@ -577,9 +590,8 @@ fn the_screen_draws_the_plan_before_the_preview() {
     assert!(plan < early && early < preview, "{text}");
 }
 
-#[test]
-fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child() {
-    let p = project();
+fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     assert!(errors(&w.next()).is_empty());
@@ -598,9 +610,8 @@ fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child() {
     assert!(errors(&fixed).is_empty(), "{fixed}");
 }
 
-#[test]
-fn preview_rows_0_turns_previews_off() {
-    let p = project();
+fn preview_rows_0_turns_previews_off(engine: EngineBackend) {
+    let p = project(engine);
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev", "--preview-rows", "0"]);
     w.next();
