@@ -11,6 +11,15 @@ use efmesh::engine::duckdb::DuckDb;
 use serde_json::Value;
 use std::path::Path;
 
+crate::on_every_engine!(
+    views_follow_a_non_breaking_parent_version_into_later_intervals,
+    a_dropped_physical_table_is_rebuilt_with_every_interval,
+    a_dropped_environment_view_is_restored,
+    apply_refuses_a_plan_that_relies_on_a_vanished_relation,
+    schemas_differing_only_in_case_are_one_engine_schema,
+    a_physical_view_reading_an_old_parent_version_is_rebuilt,
+);
+
 /// A time-range parent `m.p` (one row per day, `extra` appended to its columns), a view `m.v`
 /// over it, an embedded `m.e` over it and a view `m.ve` over the embedded model.
 fn parent_and_views(extra_col: &str, extra_schema: &str) -> String {
@@ -19,7 +28,7 @@ fn parent_and_views(extra_col: &str, extra_schema: &str) -> String {
   name = "m.p",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day" }},
   schema = {{ {{ "day", "timestamp" }}, {{ "v", "integer" }} {extra_schema} }},
-  query = [[SELECT CAST(range AS TIMESTAMP) AS day, 1 AS v {extra_col} FROM range(@start, @end, INTERVAL 1 DAY)]],
+  query = [[SELECT CAST(d AS TIMESTAMP) AS day, 1 AS v {extra_col} FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-12-31', INTERVAL '1 day') AS g(d) WHERE d >= @start AND d < @end]],
 }}
 local e = define_model {{
   name = "m.e",
@@ -47,9 +56,8 @@ fn count(p: &Project, relation: &str) -> usize {
     p.query(&format!("SELECT count(*) FROM {relation}"))[0][0].as_deref().expect("count").parse().expect("number")
 }
 
-#[test]
-fn views_follow_a_non_breaking_parent_version_into_later_intervals() {
-    let mut p = Project::new();
+fn views_follow_a_non_breaking_parent_version_into_later_intervals(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-05T00:00:00Z".into();
     p.write("models/m.lua", &parent_and_views("", ""));
     let first = p.apply("dev");
@@ -128,24 +136,25 @@ fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     assert_eq!(p.plan("prod")["hasChanges"], false);
 }
 
-fn drop_relation(p: &Project, sql: &str) {
-    let mut db = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open duckdb");
-    db.execute(sql).unwrap_or_else(|e| panic!("{e}"));
-}
-
-#[test]
-fn a_dropped_physical_table_is_rebuilt_with_every_interval() {
-    let p = sample_project();
+fn a_dropped_physical_table_is_rebuilt_with_every_interval(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     let dev = p.apply("dev");
     p.apply("prod");
     let before = p.rows(&env_view("dev", "t.daily"));
     let physical = action(&dev, "t.daily")["physical"].as_str().expect("physical").to_string();
-    drop_relation(&p, &format!("DROP TABLE {physical}"));
+    // Postgres drops a table only with the views reading it (CASCADE): there the environment
+    // views of dev and prod vanish with it.
+    let cascade = if p.on_postgres() { " CASCADE" } else { "" };
+    p.execute_on_engine(&format!("DROP TABLE {physical}{cascade}"));
 
     let plan = p.plan("dev");
     let daily = action(&plan, "t.daily");
     assert_eq!(daily["repair"]["physicalMissing"], true, "{plan:#}");
-    assert!(daily["repair"].get("viewMissing").is_none(), "{plan:#}");
+    if p.on_postgres() {
+        assert_eq!(daily["repair"]["viewMissing"], true, "{plan:#}");
+    } else {
+        assert!(daily["repair"].get("viewMissing").is_none(), "{plan:#}");
+    }
     assert_eq!(daily["intervals"], 40, "{plan:#}");
     for a in actions(&plan).iter().filter(|a| a["name"] != "t.daily") {
         assert!(a.get("repair").is_none() && a["build"] == false, "{a:#}");
@@ -156,17 +165,23 @@ fn a_dropped_physical_table_is_rebuilt_with_every_interval() {
     assert!(applied.stderr.contains(&physical) && applied.stderr.contains("is missing"), "{}", applied.stderr);
     assert_eq!(applied.json()["built"], serde_json::json!(["t.daily"]));
     assert_eq!(p.rows(&env_view("dev", "t.daily")), before);
+    if p.on_postgres() {
+        // prod's view went with the table: only the view is restored, over the rebuilt table.
+        let plan = p.plan("prod");
+        assert_eq!(action(&plan, "t.daily")["repair"], serde_json::json!({"viewMissing": true}), "{plan:#}");
+        assert_eq!(action(&plan, "t.daily")["build"], false, "{plan:#}");
+        assert_eq!(p.apply("prod")["built"], serde_json::json!([]));
+    }
     assert_eq!(p.rows(&env_view("prod", "t.daily")), before, "prod serves the same, rebuilt table");
     assert_eq!(p.plan("dev")["hasChanges"], false);
     assert_eq!(p.plan("prod")["hasChanges"], false);
 }
 
-#[test]
-fn a_dropped_environment_view_is_restored() {
-    let p = sample_project();
+fn a_dropped_environment_view_is_restored(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
     let before = p.rows(&env_view("dev", "s.c"));
-    drop_relation(&p, &format!("DROP VIEW {}", env_view("dev", "s.c")));
+    p.execute_on_engine(&format!("DROP VIEW {}", env_view("dev", "s.c")));
 
     // The plan is replayed from the memo the apply recorded: the replay is checked too.
     let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
@@ -182,9 +197,10 @@ fn a_dropped_environment_view_is_restored() {
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
-#[test]
-fn apply_refuses_a_plan_that_relies_on_a_vanished_relation() {
-    let p = sample_project();
+fn apply_refuses_a_plan_that_relies_on_a_vanished_relation(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    // This process opens the engine below.
+    p.engine_url_in_process();
     let dev = p.apply("dev");
     let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
     let project = efmesh::project::Project::load(&config).expect("project");
@@ -192,10 +208,12 @@ fn apply_refuses_a_plan_that_relies_on_a_vanished_relation() {
     // Planned without looking at the engine, then the table vanishes.
     let plan = efmesh::plan::plan(&project, &p.state(), "dev", now).expect("plan");
     let physical = action(&dev, "s.a")["physical"].as_str().expect("physical").to_string();
-    drop_relation(&p, &format!("DROP TABLE {physical}"));
+    // Postgres drops a table only with the views reading it (`s.b`'s, the environment's).
+    let cascade = if p.on_postgres() { " CASCADE" } else { "" };
+    p.execute_on_engine(&format!("DROP TABLE {physical}{cascade}"));
     let before = p.state_summary();
-    let mut engine = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open");
-    let err = efmesh::apply::apply(&project, &plan, &p.state(), &mut engine, &Default::default()).expect_err("must refuse").to_string();
+    let mut engine = efmesh::engine::open(&project.config, efmesh::engine::Access::ReadWrite).expect("open the engine");
+    let err = efmesh::apply::apply(&project, &plan, &p.state(), &mut *engine, &Default::default()).expect_err("must refuse").to_string();
     assert!(err.contains(&physical) && err.contains("plan again"), "{err}");
     drop(engine);
     assert_eq!(p.state_summary(), before);
@@ -280,9 +298,8 @@ fn a_moved_project_recreates_the_views_over_project_files() {
     assert_eq!(again["hasChanges"], false, "{again:#}");
 }
 
-#[test]
-fn schemas_differing_only_in_case_are_one_engine_schema() {
-    let p = Project::new();
+fn schemas_differing_only_in_case_are_one_engine_schema(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
     p.write(
         "models/m.lua",
         r#"define_model { name = "Sales.a", kind = kind.full(), schema = { { "x", "integer" } }, query = "SELECT 1 AS x" }
@@ -323,9 +340,8 @@ fn an_older_duckdb_copy_is_repaired_to_serve_the_recorded_version() {
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
-#[test]
-fn a_physical_view_reading_an_old_parent_version_is_rebuilt() {
-    let mut p = Project::new();
+fn a_physical_view_reading_an_old_parent_version_is_rebuilt(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-05T00:00:00Z".into();
     p.write("models/m.lua", &parent_and_views("", ""));
     let first = p.apply("dev");
@@ -333,8 +349,7 @@ fn a_physical_view_reading_an_old_parent_version_is_rebuilt() {
     // physical view still reads the parent's old table.
     let view = action(&first, "m.v")["physical"].as_str().expect("physical").to_string();
     let parent = action(&first, "m.p")["physical"].as_str().expect("physical").to_string();
-    drop_relation(
-        &p,
+    p.execute_on_engine(
         &format!(
             "CREATE TABLE \"_efmesh\".\"old_parent\" AS SELECT * FROM {parent} LIMIT 1; CREATE OR REPLACE VIEW {view} AS SELECT day, v FROM \"_efmesh\".\"old_parent\""
         ),
