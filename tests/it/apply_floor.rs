@@ -1,12 +1,24 @@
 //! Issue #13: apply without statements beyond the work (a new time-range table created by its
 //! first batch), and a promotion that does not re-run audits already passed on the same data.
+//! Every test runs on both engines: the source is an external table (changed outside efmesh
+//! by the tests), which Postgres reads as DuckDB does.
 
 use crate::common::*;
+use crate::on_every_engine;
 use efmesh::core::interval::Interval;
 use efmesh::state::{IntervalStatus, StateStore};
 use serde_json::Value;
 
-const CONFIG: &str = "[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n\n[state]\npath = \"efmesh.state.sqlite\"\n";
+on_every_engine!(
+    a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creation_or_a_delete,
+    a_first_batch_failing_its_audit_leaves_no_table_and_no_snapshot_and_a_fix_builds_it,
+    promotion_does_not_rerun_audits_passed_on_the_same_data_and_reruns_them_when_the_data_changed,
+    an_edited_audit_is_run_at_promotion_even_over_data_whose_old_audits_passed,
+    a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_done,
+    a_warn_audit_that_found_rows_runs_again_at_every_promotion,
+    an_audit_reading_the_clock_or_another_table_runs_at_every_promotion,
+    a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_converges_on_the_next_apply,
+);
 
 const EVENTS: &str = "event_at,region,amount\n\
 2026-01-01 10:00:00,north,10\n\
@@ -17,19 +29,19 @@ const EVENTS: &str = "event_at,region,amount\n\
 2026-01-06 10:00:00,east,60\n\
 2026-01-07 10:00:00,east,70\n";
 
-/// A daily time-range model over a CSV (batches of 2 days) with the given audits, and a `full`
-/// rollup of it with a `not_null` audit; `now` is 2026-01-06 (5 daily intervals).
-fn project(csv: &str, audits: &str) -> Project {
-    let mut p = Project::new();
+/// A daily time-range model over an external table holding the rows of `csv` (see
+/// [`load_events`]; batches of 2 days) with the given audits, and a `full` rollup of it with a
+/// `not_null` audit; `now` is 2026-01-06 (5 daily intervals).
+fn project(engine: EngineBackend, csv: &str, audits: &str) -> Project {
+    let mut p = Project::on_engine(engine);
     p.now = "2026-01-06T00:00:00Z".into();
-    p.write("efmesh.toml", CONFIG);
-    p.write("data/events.csv", csv);
+    load_events(&p, csv);
     p.write(
         "models/daily.lua",
         &format!(
             r#"local raw = define_model {{
   name = "raw.events",
-  kind = kind.external {{ path = "data/events.csv" }},
+  kind = kind.external {{ table = "src.events" }},
   schema = {{ {{ "event_at", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
 }}
 local daily = define_model {{
@@ -37,19 +49,38 @@ local daily = define_model {{
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 2 }},
   schema = {{ {{ "day", "timestamp" }}, {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
   audits = {{ {audits} }},
-  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(raw) .. " WHERE event_at >= @start AND event_at < @end GROUP BY ALL",
+  query = "SELECT CAST(date_trunc('day', event_at) AS TIMESTAMP) AS day, region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(raw) .. " WHERE event_at >= @start AND event_at < @end GROUP BY 1, 2",
 }}
 define_model {{
   name = "s.totals",
   kind = kind.full(),
   schema = {{ {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
   audits = {{ audit.not_null("region", "amount") }},
-  query = "SELECT region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(daily) .. " GROUP BY ALL",
+  query = "SELECT region, CAST(sum(amount) AS BIGINT) AS amount FROM " .. ref(daily) .. " GROUP BY region",
 }}
 "#
         ),
     );
     p
+}
+
+/// Replaces the rows of the source table `src.events` with those of `csv` (`event_at,region,amount`
+/// lines after a header; an empty region is NULL), creating it when missing: the data changes
+/// outside efmesh, the external's declaration does not.
+fn load_events(p: &Project, csv: &str) {
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS src");
+    p.execute_on_engine("CREATE TABLE IF NOT EXISTS src.events (event_at TIMESTAMP, region VARCHAR, amount BIGINT)");
+    p.execute_on_engine("DELETE FROM src.events");
+    let rows: Vec<String> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let region = if f[1].is_empty() { "NULL".to_string() } else { format!("'{}'", f[1]) };
+            format!("(TIMESTAMP '{}', {region}, {})", f[0], f[2])
+        })
+        .collect();
+    p.execute_on_engine(&format!("INSERT INTO src.events VALUES {}", rows.join(", ")));
 }
 
 /// `apply <env> --yes` with the engine's statements logged (`RUST_LOG=efmesh=debug`): the run.
@@ -68,9 +99,8 @@ fn daily_table(p: &Project) -> String {
     format!("\"_efmesh\".\"{}\"", t[0])
 }
 
-#[test]
-fn a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creation_or_a_delete() {
-    let mut p = project(EVENTS, "audit.not_null(\"region\")");
+fn a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creation_or_a_delete(engine: EngineBackend) {
+    let mut p = project(engine, EVENTS, "audit.not_null(\"region\")");
     let run = apply_logged(&p, "dev");
     run.expect_code(0);
     let table = daily_table(&p);
@@ -92,7 +122,7 @@ fn a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creatio
     assert!(!run.stderr.contains(&format!("CREATE TABLE {table}")), "{}", run.stderr);
     assert_eq!(run.stderr.matches(&format!("DELETE FROM {table}")).count(), 1, "{}", run.stderr);
     assert_eq!(
-        p.rows(&format!("(SELECT CAST(day AS DATE) AS d, region, amount FROM {})", env_view("dev", "s.daily"))),
+        p.rows(&format!("(SELECT CAST(day AS DATE) AS d, region, amount FROM {}) AS r", env_view("dev", "s.daily"))),
         EVENTS
             .lines()
             .skip(1)
@@ -104,10 +134,9 @@ fn a_new_time_range_table_is_created_by_its_first_batch_without_an_empty_creatio
     );
 }
 
-#[test]
-fn a_first_batch_failing_its_audit_leaves_no_table_and_no_snapshot_and_a_fix_builds_it() {
+fn a_first_batch_failing_its_audit_leaves_no_table_and_no_snapshot_and_a_fix_builds_it(engine: EngineBackend) {
     let bad = EVENTS.replace("2026-01-01 10:00:00,north,10", "2026-01-01 10:00:00,,10");
-    let p = project(&bad, "audit.not_null(\"region\")");
+    let p = project(engine, &bad, "audit.not_null(\"region\")");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(run.stderr.contains("audit `not_null(region)` on model `s.daily`"), "{}", run.stderr);
@@ -121,7 +150,7 @@ fn a_first_batch_failing_its_audit_leaves_no_table_and_no_snapshot_and_a_fix_bui
     let failed: i64 = conn.query_row("SELECT count(*) FROM intervals WHERE name = 's.daily' AND status = 'failed'", [], |r| r.get(0)).expect("count");
     assert_eq!(failed, 2);
     // Fixed data: the next apply builds it from its first batch on.
-    p.write("data/events.csv", EVENTS);
+    load_events(&p, EVENTS);
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
 }
@@ -135,9 +164,8 @@ fn reused(v: &Value) -> Vec<String> {
     v["auditsReused"].as_array().expect("auditsReused").iter().map(|x| x.as_str().expect("name").to_string()).collect()
 }
 
-#[test]
-fn promotion_does_not_rerun_audits_passed_on_the_same_data_and_reruns_them_when_the_data_changed() {
-    let p = project(EVENTS, "audit.not_null(\"region\"), audit.unique { \"day\", \"region\", scope = \"whole\" }");
+fn promotion_does_not_rerun_audits_passed_on_the_same_data_and_reruns_them_when_the_data_changed(engine: EngineBackend) {
+    let p = project(engine, EVENTS, "audit.not_null(\"region\"), audit.unique { \"day\", \"region\", scope = \"whole\" }");
     let dev = p.apply("dev");
     // Built in dev: every audit ran while writing (interval ones per batch, whole ones at the end).
     assert_eq!(audits_of(&dev, "s.daily").len(), 2, "{dev:#}");
@@ -171,9 +199,8 @@ fn promotion_does_not_rerun_audits_passed_on_the_same_data_and_reruns_them_when_
     assert!(reused(&uat).contains(&"s.daily".to_string()), "{uat:#}");
 }
 
-#[test]
-fn an_edited_audit_is_run_at_promotion_even_over_data_whose_old_audits_passed() {
-    let p = project(EVENTS, "audit.not_null(\"region\")");
+fn an_edited_audit_is_run_at_promotion_even_over_data_whose_old_audits_passed(engine: EngineBackend) {
+    let p = project(engine, EVENTS, "audit.not_null(\"region\")");
     p.apply("dev");
     // A stricter audit on s.totals is a metadata change: same version, same data, new audits.
     p.write(
@@ -185,12 +212,11 @@ fn an_edited_audit_is_run_at_promotion_even_over_data_whose_old_audits_passed() 
     assert_eq!(reused(&prod), ["s.daily"], "{prod:#}");
 }
 
-#[test]
-fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_done() {
+fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_done(engine: EngineBackend) {
     // Batches [1, 3), [3, 5), [5, 6): the 4th has no region, so the second batch fails; the
     // first (which created the table) stays.
     let bad = EVENTS.replace("2026-01-04 10:00:00,south,40", "2026-01-04 10:00:00,,40");
-    let p = project(&bad, "audit.not_null(\"region\")");
+    let p = project(engine, &bad, "audit.not_null(\"region\")");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(
@@ -200,7 +226,7 @@ fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_don
     );
     let table = daily_table(&p);
     assert_eq!(
-        p.rows(&format!("(SELECT CAST(day AS DATE), region FROM {table})")),
+        p.rows(&format!("(SELECT CAST(day AS DATE) AS d, region FROM {table}) AS r")),
         vec![vec![Some("2026-01-01".to_string()), Some("north".to_string())], vec![Some("2026-01-02".to_string()), Some("north".to_string())],]
     );
     let conn = rusqlite::Connection::open(p.state_path()).expect("open state");
@@ -214,15 +240,14 @@ fn a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_don
     drop(stmt);
     drop(conn);
     // Fixed data: the next apply writes the rest into the existing table.
-    p.write("data/events.csv", EVENTS);
+    load_events(&p, EVENTS);
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 5);
 }
 
-#[test]
-fn a_warn_audit_that_found_rows_runs_again_at_every_promotion() {
+fn a_warn_audit_that_found_rows_runs_again_at_every_promotion(engine: EngineBackend) {
     // Several days per region: the warn-level `unique(region)` finds rows; the apply succeeds.
-    let p = project(EVENTS, "audit.unique { \"region\", blocking = false, scope = \"whole\" }");
+    let p = project(engine, EVENTS, "audit.unique { \"region\", blocking = false, scope = \"whole\" }");
     let dev = p.apply("dev");
     assert!(audits_of(&dev, "s.daily").iter().any(|a| a["violations"].as_u64() > Some(0)), "{dev:#}");
     // Its pass is not recorded: the promotion runs it again and reports the warning again.
@@ -233,15 +258,14 @@ fn a_warn_audit_that_found_rows_runs_again_at_every_promotion() {
     assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
 }
 
-#[test]
-fn an_audit_reading_the_clock_or_another_table_runs_at_every_promotion() {
-    let p = project(EVENTS, "audit.not_in_future(), audit.regions_known()");
+fn an_audit_reading_the_clock_or_another_table_runs_at_every_promotion(engine: EngineBackend) {
+    let p = project(engine, EVENTS, "audit.not_in_future(), audit.regions_known()");
     p.write(
         "audits/custom.lua",
         r#"define_audit {
   name = "not_in_future",
   scope = "whole",
-  query = function(self, args) return ("SELECT * FROM %s WHERE day > now() + INTERVAL 100 YEAR"):format(self) end,
+  query = function(self, args) return ("SELECT * FROM %s WHERE day > now() + INTERVAL '100 years'"):format(self) end,
 }
 define_audit {
   name = "regions_known",
@@ -259,9 +283,8 @@ define_audit {
     assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
 }
 
-#[test]
-fn a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_converges_on_the_next_apply() {
-    let p = project(EVENTS, "audit.not_null(\"region\")");
+fn a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_converges_on_the_next_apply(engine: EngineBackend) {
+    let p = project(engine.clone(), EVENTS, "audit.not_null(\"region\")");
     let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_FAULT", "after-first-batch:s.daily").output().expect("spawn efmesh");
     assert!(!out.status.success(), "the fault hook aborts the apply");
     assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-first-batch:s.daily`"), "{}", String::from_utf8_lossy(&out.stderr));
@@ -272,9 +295,9 @@ fn a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_conver
     // The next apply finds the table in the catalog, writes every batch by DELETE/INSERT and ends
     // with the same rows as an apply that was never interrupted.
     p.apply("dev");
-    let clean = project(EVENTS, "audit.not_null(\"region\")");
+    let clean = project(engine.another(), EVENTS, "audit.not_null(\"region\")");
     clean.apply("dev");
     assert_eq!(daily_table(&p).rsplit("__").next(), daily_table(&clean).rsplit("__").next(), "same version");
     assert_eq!(p.rows(&daily_table(&p)), clean.rows(&daily_table(&clean)));
-    assert_eq!(p.rows("(SELECT * FROM dev__s.totals)"), clean.rows("(SELECT * FROM dev__s.totals)"));
+    assert_eq!(p.rows("dev__s.totals"), clean.rows("dev__s.totals"));
 }
