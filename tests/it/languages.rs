@@ -2,16 +2,19 @@
 //! fingerprint (for every kind), moving a model to another file or language rebuilds nothing, and
 //! one DAG can mix all three.
 
-use crate::common::{Project as CliProject, action, actions};
+use crate::common::{EngineBackend, PG_ENGINE_URL_ENV, Project as CliProject, action, actions};
+use crate::on_every_engine;
 use efmesh::config::Config;
 use efmesh::project::Project;
 use std::collections::BTreeMap;
 
-/// A parent every variant references, written in Lua in every project.
+/// A parent every variant references (the table `landing.src`, see [`source_table`]; declared
+/// types are spelled as both engines name them: `float8`, not DuckDB's `double`), written in
+/// Lua in every project.
 const PARENT_LUA: &str = r#"
 return { src = define_model {
-  name = "raw.src", kind = kind.external { path = "data/src.csv", null_markers = { "NA" } },
-  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "v", "double" } },
+  name = "raw.src", kind = kind.external { table = "landing.src" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "v", "float8" } },
 } }
 "#;
 
@@ -27,11 +30,11 @@ const VARIANTS: &[Variant] = &[
     Variant {
         kind: "full",
         lua: r#"local p = require("models.parent")
-define_model { name = "m.x", kind = kind.full(), schema = { { "id", "bigint" }, { "v2", "double" } }, grain = { "id" },
+define_model { name = "m.x", kind = kind.full(), schema = { { "id", "bigint" }, { "v2", "float8" } }, grain = { "id" },
   query = "SELECT " .. cols(p.src, "id") .. ", v * 2 AS v2 FROM " .. ref(p.src) .. " WHERE v > 0" }"#,
-        rhai: r#"define_model(#{ name: "m.x", kind: kind::full(), schema: [["id", "bigint"], ["v2", "double"]], grain: ["id"],
+        rhai: r#"define_model(#{ name: "m.x", kind: kind::full(), schema: [["id", "bigint"], ["v2", "float8"]], grain: ["id"],
   query: `SELECT ${cols("raw.src", "id")}, v * 2 AS v2 FROM ${ref("raw.src")} WHERE v > 0` });"#,
-        sql: "-- name: m.x\n-- kind: full\n-- schema: id bigint, v2 double\n-- grain: id\n-- refs: raw.src\nselect \"id\", v*2 as v2\nfrom @ref(raw.src)\nwhere v > 0;\n",
+        sql: "-- name: m.x\n-- kind: full\n-- schema: id bigint, v2 float8\n-- grain: id\n-- refs: raw.src\nselect \"id\", v*2 as v2\nfrom @ref(raw.src)\nwhere v > 0;\n",
     },
     Variant {
         kind: "view",
@@ -49,13 +52,13 @@ define_model { name = "m.x", kind = kind.full(), schema = { { "id", "bigint" }, 
         kind: "incremental_by_time_range",
         lua: r#"define_model { name = "m.x",
   kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01", grain = "hour", batch_size = 12, lookback = 2 },
-  schema = { { "t", "timestamp" }, { "v", "double" } },
+  schema = { { "t", "timestamp" }, { "v", "float8" } },
   query = "SELECT t, v FROM " .. ref("raw.src") .. " WHERE t >= @start AND t < @end" }"#,
         rhai: r#"define_model(#{ name: "m.x",
   kind: kind::incremental_by_time_range(#{ time_column: "t", start: "2026-01-01", grain: "hour", batch_size: 12, lookback: 2 }),
-  schema: [["t", "timestamp"], ["v", "double"]],
+  schema: [["t", "timestamp"], ["v", "float8"]],
   query: `SELECT t, v FROM ${ref("raw.src")} WHERE t >= @start AND t < @end` });"#,
-        sql: "-- name: m.x\n-- kind: incremental_by_time_range(time_column = t, start = 2026-01-01, grain = hour, batch_size = 12, lookback = 2)\n-- schema: t timestamp, v double\n-- refs: raw.src\nSELECT t, v FROM @ref(raw.src) WHERE t >= @start AND t < @end\n",
+        sql: "-- name: m.x\n-- kind: incremental_by_time_range(time_column = t, start = 2026-01-01, grain = hour, batch_size = 12, lookback = 2)\n-- schema: t timestamp, v float8\n-- refs: raw.src\nSELECT t, v FROM @ref(raw.src) WHERE t >= @start AND t < @end\n",
     },
     Variant {
         kind: "external (file)",
@@ -96,11 +99,31 @@ fn the_same_model_has_one_fingerprint_in_lua_rhai_and_sql_for_every_kind() {
     assert_eq!(all.len(), VARIANTS.len());
 }
 
-#[test]
-fn moving_a_model_to_another_file_or_language_rebuilds_nothing() {
-    let p = CliProject::new();
-    p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
-    p.write("data/src.csv", "id,t,v\n1,2026-01-01 00:00:00,1.5\n2,2026-01-01 01:00:00,2.5\n");
+on_every_engine!(moving_a_model_to_another_file_or_language_rebuilds_nothing, a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end);
+
+/// A project on `engine` with the default configuration (models in `models/**/*.{lua,rhai,sql}`;
+/// on Postgres, only `[engine] url_env` is written).
+fn project_with_defaults(engine: EngineBackend) -> CliProject {
+    let p = CliProject::on_engine(engine);
+    if p.on_postgres() {
+        p.write("efmesh.toml", &format!("# defaults: models/**/*.{{lua,rhai,sql}}\n[engine]\nurl_env = \"{PG_ENGINE_URL_ENV}\"\n"));
+    } else {
+        p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
+    }
+    p
+}
+
+/// Creates the source table `landing.src` (`id`, `t`, `v`) on the project's engine with `rows`
+/// (`(id, TIMESTAMP '…', v)` tuples).
+fn source_table(p: &CliProject, rows: &str) {
+    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS landing");
+    p.execute_on_engine("CREATE TABLE landing.src (id BIGINT, t TIMESTAMP, v DOUBLE PRECISION)");
+    p.execute_on_engine(&format!("INSERT INTO landing.src VALUES {rows}"));
+}
+
+fn moving_a_model_to_another_file_or_language_rebuilds_nothing(engine: EngineBackend) {
+    let p = project_with_defaults(engine);
+    source_table(&p, "(1, TIMESTAMP '2026-01-01 00:00:00', 1.5), (2, TIMESTAMP '2026-01-01 01:00:00', 2.5)");
     p.write("models/parent.lua", PARENT_LUA);
     let full = &VARIANTS[0];
     p.write("models/x.lua", full.lua);
@@ -119,27 +142,27 @@ fn moving_a_model_to_another_file_or_language_rebuilds_nothing() {
     }
 }
 
-#[test]
-fn a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end() {
-    let p = CliProject::new();
-    p.write("efmesh.toml", "# defaults: models/**/*.{lua,rhai,sql}\n");
-    p.write("data/src.csv", "id,t,v\n1,2026-01-01 00:00:00,1.5\n2,2026-01-01 01:00:00,2.5\n3,2026-01-02 00:00:00,-1\n");
+fn a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end(engine: EngineBackend) {
+    let p = project_with_defaults(engine);
+    source_table(&p, "(1, TIMESTAMP '2026-01-01 00:00:00', 1.5), (2, TIMESTAMP '2026-01-01 01:00:00', 2.5), (3, TIMESTAMP '2026-01-02 00:00:00', -1)");
     p.write("models/parent.lua", PARENT_LUA);
     p.write(
         "models/base.sql",
-        "-- name: s.base\n-- kind: full\n-- schema: id bigint, v double\n-- refs: raw.src\nSELECT id, v FROM @ref(raw.src) WHERE v > 0\n",
+        "-- name: s.base\n-- kind: full\n-- schema: id bigint, v float8\n-- refs: raw.src\nSELECT id, v FROM @ref(raw.src) WHERE v > 0\n",
     );
     p.write(
         "models/mid.lua",
-        r#"define_model { name = "s.mid", kind = kind.view(), schema = { { "id", "bigint" }, { "v2", "double" } },
+        r#"define_model { name = "s.mid", kind = kind.view(), schema = { { "id", "bigint" }, { "v2", "float8" } },
   query = "SELECT " .. cols("s.base", "id") .. ", v * 2 AS v2 FROM " .. ref("s.base") }"#,
     );
     p.write(
         "models/top.rhai",
-        r#"define_model(#{ name: "s.top", kind: kind::full(), schema: [["total", "double"]], query: `SELECT sum(v2) AS total FROM ${ref("s.mid")}` });"#,
+        r#"define_model(#{ name: "s.top", kind: kind::full(), schema: [["total", "float8"]], query: `SELECT sum(v2) AS total FROM ${ref("s.mid")}` });"#,
     );
     let applied = p.apply("dev");
     let built: Vec<&str> = applied["built"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(built, vec!["s.base", "s.mid", "s.top"]);
-    assert_eq!(p.rows("dev__s.top"), vec![vec![Some("8.0".to_string())]]);
+    // A double is spelled `8.0` by DuckDB and `8` by Postgres.
+    let total = if p.on_postgres() { "8" } else { "8.0" };
+    assert_eq!(p.rows("dev__s.top"), vec![vec![Some(total.to_string())]]);
 }
