@@ -3,6 +3,8 @@
 //! all of it in every batch. The rule agrees with DuckDB's own optimizer on a corpus of view
 //! shapes (EXPLAIN shows whether the filter reached the table scan); the hospital example's old
 //! shape is warned about and its shipped shape is not; warnings never change the exit code.
+//! DuckDB only: the corpus is checked against DuckDB's optimizer, and the other projects read
+//! files (externals, the hospital example's lake and DuckLake), which Postgres refuses.
 
 use crate::common::{BIN, Project};
 use efmesh::engine::Engine;

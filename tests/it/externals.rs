@@ -2,6 +2,8 @@
 //! directories, CSV reader options, a glob that matches nothing (a contract error naming the model
 //! and the pattern), and declaration changes (path, options, schema) that re-version every
 //! consumer while externals themselves are never built.
+//! Every test here reads files (or URLs) through DuckDB's readers, so they run on DuckDB only:
+//! the Postgres engine refuses externals read from files at plan time (`tests/it/engines.rs`).
 
 use crate::common::{Project, action, query_in_memory};
 
