@@ -4,6 +4,9 @@
 //! environment's views must equal a from-scratch build, on a fresh in-memory DuckDB, of the
 //! versions the state store says the environment serves (from their snapshots' SQL).
 //!
+//! A step without a fault point may instead be killed (SIGKILL) after a seeded random delay,
+//! wherever the command then is; a second property kills every command so, at any instant.
+//!
 //! `EFMESH_PROPERTY_SEED=<n>` replays one sequence; the default runs a few fixed seeds. It runs
 //! on both engines: on Postgres the from-scratch build is made in a database of its own on the
 //! same server.
@@ -14,6 +17,7 @@ use efmesh::apply::fault::FAULT_ENV;
 use efmesh::engine::Engine;
 use efmesh::engine::duckdb::DuckDb;
 use efmesh::engine::postgres::Postgres;
+use std::time::{Duration, Instant};
 
 /// Steps per sequence (bounded so the whole test takes seconds).
 const STEPS: usize = 10;
@@ -165,18 +169,37 @@ fn check_environments(p: &Project, scratch: &Scratch, log: &str) {
     }
 }
 
-/// Runs one sequence; returns how many steps crashed and how many promotions were undone.
-fn run_sequence(engine: &EngineBackend, seed: u64) -> (usize, usize) {
+/// Waits until no other session is connected to a Postgres project's engine database: a
+/// killed client's server session finishes its statement, then rolls back and ends.
+fn wait_for_killed_sessions(p: &Project, log: &str) {
+    if !p.on_postgres() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let others = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    while p.query(others) != [[Some("0".to_string())]] {
+        assert!(Instant::now() < deadline, "a killed command's server session did not end within 30 s\n{log}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs one sequence; returns how many steps crashed at a fault point, how many promotions
+/// were undone and how many commands were killed before they finished. With `kill_every_step`
+/// no fault point is armed and every command is killed after 0 to 100 ms instead.
+fn run_sequence(engine: &EngineBackend, seed: u64, kill_every_step: bool) -> (usize, usize, usize) {
     let p = Project::on_engine(engine.another());
     let scratch = Scratch::for_project(&p);
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Kills draw from their own stream, so a seed's edits, commands and fault points stay as
+    // they were before kills were added.
+    let mut kills = Rng(seed.wrapping_mul(0xd1b5_4a32_d192_ed03) | 1);
     let mut v = Variant { a: 0, a_description: false, b: 0, daily_batch: 0 };
     write_project(&p, v);
     let mut log = format!("EFMESH_PROPERTY_SEED={seed}\n");
     p.apply("prod");
     log.push_str("apply prod\n");
     check_environments(&p, &scratch, &log);
-    let (mut crashes, mut undone) = (0, 0);
+    let (mut crashes, mut undone, mut killed) = (0, 0, 0);
     let faults = ["", "", "before-intent", "after-intent", "after-view-swap", "after-build:s.a", "after-build:s.c", "after-build:t.daily"];
     for step in 0..STEPS {
         // Mostly an edit (so the command has work and the fault point is reached), sometimes
@@ -191,6 +214,7 @@ fn run_sequence(engine: &EngineBackend, seed: u64) -> (usize, usize) {
         write_project(&p, v);
         let env = ["dev", "prod"][rng.below(2)];
         let fault = faults[rng.below(faults.len())];
+        let fault = if kill_every_step { "" } else { fault };
         // Sequential or parallel builds, whatever the machine's cores (SPEC §4 invariant 45).
         let jobs = ["1", "2"][rng.below(2)];
         let args: Vec<&str> = if rng.below(5) == 0 { vec!["run", env, "--jobs", jobs] } else { vec!["apply", env, "--yes", "--jobs", jobs] };
@@ -198,14 +222,41 @@ fn run_sequence(engine: &EngineBackend, seed: u64) -> (usize, usize) {
         if !fault.is_empty() {
             cmd.env(FAULT_ENV, fault);
         }
-        let out = cmd.output().expect("spawn efmesh");
-        let code = out.status.code().unwrap_or(-1);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        log.push_str(&format!("step {step}: {v:?}; {FAULT_ENV}={fault} efmesh {} -> {code}\n", args.join(" ")));
+        // Half the steps without a fault point are killed after 0 to 300 ms (every step after 0
+        // to 100 ms with `kill_every_step`).
+        let kill_after = if kill_every_step {
+            Some(Duration::from_millis(kills.below(101) as u64))
+        } else {
+            (fault.is_empty() && kills.below(2) == 0).then(|| Duration::from_millis(kills.below(301) as u64))
+        };
+        let (code, stderr, was_killed) = match kill_after {
+            None => {
+                let out = cmd.output().expect("spawn efmesh");
+                (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned(), false)
+            }
+            Some(after) => {
+                let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("spawn efmesh");
+                let deadline = Instant::now() + after;
+                while Instant::now() < deadline && child.try_wait().expect("try_wait").is_none() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // Does nothing when the command already finished.
+                let _ = child.kill();
+                let status = child.wait().expect("wait");
+                (status.code().unwrap_or(-1), String::new(), status.code().is_none())
+            }
+        };
+        let kill_note =
+            kill_after.map(|d| format!(" (SIGKILL after {} ms{})", d.as_millis(), if was_killed { "" } else { ": finished before" })).unwrap_or_default();
+        log.push_str(&format!("step {step}: {v:?}; {FAULT_ENV}={fault} efmesh {} -> {code}{kill_note}\n", args.join(" ")));
         let aborted = stderr.contains("(test hook)");
         crashes += usize::from(aborted);
+        killed += usize::from(was_killed);
+        wait_for_killed_sessions(&p, &log);
         // Without a crash, an apply succeeds and a run either refreshes or waits for an apply.
-        let fine = if aborted {
+        let fine = if was_killed {
+            true
+        } else if aborted {
             code != 0
         } else if args[0] == "run" {
             code == 0 || code == 2
@@ -230,7 +281,7 @@ fn run_sequence(engine: &EngineBackend, seed: u64) -> (usize, usize) {
         assert_eq!(p.plan(env)["hasChanges"], false, "{log}");
     }
     check_environments(&p, &scratch, &log);
-    (crashes, undone)
+    (crashes, undone, killed)
 }
 
 on_every_engine!(random_edits_applies_runs_and_crashes_keep_views_equal_to_what_the_state_says);
@@ -240,13 +291,34 @@ fn random_edits_applies_runs_and_crashes_keep_views_equal_to_what_the_state_says
         Ok(s) => vec![s.parse().expect("EFMESH_PROPERTY_SEED is a number")],
         Err(_) => vec![1, 2, 3],
     };
-    let (mut crashes, mut undone) = (0, 0);
+    let (mut crashes, mut undone, mut killed) = (0, 0, 0);
     for seed in seeds {
-        let (c, u) = run_sequence(&engine, seed);
+        let (c, u, k) = run_sequence(&engine, seed, false);
         crashes += c;
+        killed += k;
         undone += u;
     }
-    eprintln!("crash property: {crashes} crashes, {undone} interrupted promotions undone");
+    eprintln!("crash property: {crashes} crashes, {undone} interrupted promotions undone, {killed} commands killed");
     // The sequences are seeded: they must exercise crashes, interrupted promotions included.
     assert!(crashes >= 3 && undone >= 1, "too few faults exercised: {crashes} crashes, {undone} promotions undone");
+}
+
+on_every_engine!(random_edits_applies_and_runs_killed_at_random_instants_keep_views_equal_to_what_the_state_says);
+
+/// kill -9 at any instant: every command of the sequence is SIGKILLed after a seeded random
+/// delay, wherever it then is (planning, building, swapping views, recording the promotion).
+fn random_edits_applies_and_runs_killed_at_random_instants_keep_views_equal_to_what_the_state_says(engine: EngineBackend) {
+    let seeds: Vec<u64> = match std::env::var("EFMESH_PROPERTY_SEED") {
+        Ok(s) => vec![s.parse().expect("EFMESH_PROPERTY_SEED is a number")],
+        Err(_) => vec![11, 12, 13],
+    };
+    let (mut killed, mut undone, mut commands) = (0, 0, 0);
+    for seed in seeds {
+        let (_, u, k) = run_sequence(&engine, seed, true);
+        killed += k;
+        undone += u;
+        commands += STEPS;
+    }
+    eprintln!("kill property: {killed} of {commands} commands killed before they finished, {undone} interrupted promotions undone");
+    assert!(killed >= commands / 4, "too few commands killed before they finished: {killed} of {commands}");
 }
