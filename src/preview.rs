@@ -20,8 +20,8 @@
 //! A seed previews its file's rows, read and parsed as apply reads them.
 //!
 //! The comparison, when the environment serves the model (a pointer and its view), describes
-//! both relations: columns added, removed and retyped (the new side typed as the query types
-//! it, as apply stores it), and counts the rows of each over the preview window: for a
+//! both relations: columns added, removed and retyped (a served type that is neither the
+//! query's own nor the declared one: apply stores one or the other), and counts the rows of each over the preview window: for a
 //! time-range model the same interval on the served view's time column, for `scd_type2` the
 //! open versions (`valid_to IS NULL`), for every other kind the whole relation.
 //!
@@ -282,9 +282,16 @@ impl Context<'_> {
         let view = env_view(self.env, name);
         let served =
             engine.describe(&format!("SELECT * FROM {view}")).map_err(|e| format!("cannot describe the served view {view}: {}", one_line(&e.message)))?;
-        // The new side as apply stores it: the query's own column types (apply checks them
-        // against the declared ones by family and creates the table from the query, so a
-        // `varchar` declared over a `text` expression is stored `text`).
+        // The new side as apply stores it: an engine table takes the query's own column types
+        // (checked against the declared ones by family: a `varchar` declared over a `text`
+        // expression is stored `text`), a lake version or a column added to a forward-only
+        // table the declared ones. A column is retyped only when the served type is neither.
+        let declared: BTreeMap<String, String> = engine
+            .describe(&format!("SELECT * FROM {} AS _efmesh_declared", typed_empty(model)))
+            .map_err(|e| one_line(&e.message))?
+            .into_iter()
+            .map(|c| (c.name.to_lowercase(), c.ty))
+            .collect();
         let new: Vec<(String, String)> = columns.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
         let managed: BTreeSet<String> = model.kind.managed_columns().into_iter().map(|c| c.name.to_lowercase()).collect();
         let served_has = |n: &str| served.iter().any(|c| c.name.eq_ignore_ascii_case(n));
@@ -296,7 +303,10 @@ impl Context<'_> {
         let find = |cols: &[(String, String)], n: &str| cols.iter().find(|(c, _)| c.eq_ignore_ascii_case(n)).map(|(_, t)| t.clone());
         let added = new.iter().filter(|(n, _)| find(&old, n).is_none()).map(|(n, _)| n.clone()).collect();
         let removed = old.iter().filter(|(n, _)| find(&new, n).is_none()).map(|(n, _)| n.clone()).collect();
-        let retyped = new.iter().filter_map(|(n, t)| find(&old, n).filter(|o| o != t).map(|o| (n.clone(), o, t.clone()))).collect();
+        let retyped = new
+            .iter()
+            .filter_map(|(n, t)| find(&old, n).filter(|o| o != t && declared.get(&n.to_lowercase()) != Some(o)).map(|o| (n.clone(), o, t.clone())))
+            .collect();
 
         let count = |engine: &mut dyn Engine, sql: String| -> Result<u64, String> {
             let rows = engine.query(&sql).map_err(|e| one_line(&e.message))?;

@@ -447,11 +447,12 @@ impl Session {
     /// As [`apply::apply`]; a stale plan is refused; the environment's lock is held by another
     /// live process.
     pub fn apply(&self, plan: &Plan, options: &apply::Options) -> Result<ApplyReport> {
-        use crate::state::lease::{LeaseGuard, Refused, env_lease};
+        use crate::state::lease::{LeaseGuard, Refused, writer_lease};
         let project = self.loaded()?;
         let state = open_state(project, true)?;
-        // Under the environment's lock, like `efmesh apply` (SPEC §4, invariant 30).
-        let lock = env_lease(&plan.env);
+        // Under the environment's lock, like `efmesh apply` (SPEC §4, invariant 30): in a
+        // project with a lake, the one lock `lake` of every environment.
+        let lock = writer_lease(&plan.env, project.config.writes_a_lake());
         let guard = match LeaseGuard::acquire(&*state, &lock, &format!("efmesh watch {} --apply", plan.env), std::time::Duration::ZERO) {
             Ok(g) => g,
             Err(Refused::Held(r)) => anyhow::bail!("environment `{}` is locked: `{lock}` is held by {}; nothing was done", plan.env, r.holder),
@@ -510,7 +511,7 @@ fn recover_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
     // caller's fence stays as it is): a live holder keeps its promotion; a stale one is
     // reclaimed, so that holder, should it resume, fails with `LeaseLost` (SPEC §4 invariant 30).
     let handle = state.reopen()?;
-    let guards = crate::state::lease::take_for_recovery(state, &*handle)?;
+    let guards = crate::state::lease::take_for_recovery(state, &*handle, project.config.writes_a_lake())?;
     let result = undo_promotions(project, state);
     for g in guards {
         g.release(&*handle);
@@ -519,7 +520,7 @@ fn recover_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 }
 
 fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
-    let pending = crate::state::lease::interrupted_promotions(state)?;
+    let pending = crate::state::lease::interrupted_promotions(state, project.config.writes_a_lake())?;
     if pending.is_empty() {
         return Ok(());
     }

@@ -871,8 +871,12 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         state.check_fence()?;
         if let Err(e) = engine.transaction(&statements) {
             // Nothing moved: forget the intent (if that fails, the next command finds it and
-            // re-creates the views they already are).
-            if let Err(forget) = state.abandon_promotion(&plan.env) {
+            // re-creates the views they already are). A transient failure (a lost connection)
+            // may have come after the engine committed: the intent stays, and the next command
+            // (a `--retries` attempt of this one included) puts the views back as they were.
+            if e.transient {
+                tracing::warn!(env = %plan.env, "the view swap failed transiently and may have landed; the next command puts the views back");
+            } else if let Err(forget) = state.abandon_promotion(&plan.env) {
                 tracing::warn!("{forget}");
             }
             return Err(e.into());
@@ -955,7 +959,7 @@ fn snapshot_record(
 pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
     // A promotion under way in a live process that holds its environment's lock is not
     // interrupted: it is that process's to finish or undo.
-    let pending = crate::state::lease::interrupted_promotions(state)?;
+    let pending = crate::state::lease::interrupted_promotions(state, project.config.writes_a_lake())?;
     if pending.is_empty() {
         return Ok(Vec::new());
     }

@@ -413,7 +413,12 @@ fn apply_locked(
             tracing::warn!(env = %env, "the state store changed while waiting for the lock of `{env}`; planning again (applied only if it leads to the same versions)");
         }
         let mut first = if waited && moved { None } else { Some(plan) };
-        crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |_| {
+        crate::apply::retry::with_retries(flags.retries, &format!("apply `{env}`"), |attempt| {
+            // A failed attempt may have left its promotion's intent (a view swap that failed
+            // transiently may have landed): undone before trying again.
+            if attempt > 0 {
+                crate::session::recover_interrupted(project, state)?;
+            }
             let plan = match first.take() {
                 Some(p) => p,
                 None => {

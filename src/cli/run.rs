@@ -95,7 +95,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
 fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis) -> Result<Ticked> {
     // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
     crate::session::recover_interrupted(project, state)?;
-    with_retries(retries, &format!("run `{env}`"), |_| {
+    with_retries(retries, &format!("run `{env}`"), |attempt| {
+        // A failed attempt may have left its promotion's intent: undone before trying again.
+        if attempt > 0 {
+            crate::session::recover_interrupted(project, state)?;
+        }
         let plan = super::plan_checked(project, state, env, now, &plan::Options::default())?;
         let blocked = crate::apply::run::blocked_by(&plan);
         if !blocked.is_empty() {

@@ -456,10 +456,12 @@ impl Engine for Postgres {
             if !wanted.contains(&key) {
                 continue;
             }
-            // A view's columns may have changed since: drop and create (`OR REPLACE` cannot
-            // remove or rename columns), in the one transaction the caller runs this in.
+            // Re-created as any replaced view is (in place; dropped and created only when its
+            // columns changed since, never `CASCADE`), in the one transaction the caller runs
+            // this in: a view of the user's over it does not block the undo.
             let name = format!("{}.{}", quote_ident(&key.0), quote_ident(&key.1));
-            out.insert(key, format!("DROP VIEW IF EXISTS {name}; CREATE VIEW {name} AS {}", query.trim().trim_end_matches(';')));
+            let query = query.trim().trim_end_matches(';').trim_end();
+            out.insert(key, super::dialect::Dialect::replace_view_as(&super::dialect::Standard, &name, query).concat());
         }
         Ok(out)
     }
@@ -537,10 +539,11 @@ impl Engine for Postgres {
 /// True for a failure retrying may cure: a serialization failure (`40001`) or deadlock (`40P01`), a lock
 /// wait that timed out (`55P03`), the server shutting down or not yet accepting connections
 /// (`57P01`–`57P03`), too many connections (`53300`), a connection exception (class 08), or a
-/// connection the server closed. Every batch is a transaction that rewrites its interval
-/// (`DELETE` + `INSERT`, or an upsert of the same rows) and the state store records an interval
-/// only after the engine committed it, so retrying the whole apply or run is safe even when
-/// a lost connection leaves unknown whether the last `COMMIT` landed.
+/// connection the server closed. A lost connection may leave unknown whether the last `COMMIT`
+/// landed; retrying is safe because every batch is a transaction that rewrites its interval
+/// (`DELETE` + `INSERT`, or an upsert of the same rows), the state store records an interval
+/// only after the engine committed it, and a promotion whose view swap failed transiently
+/// keeps its intent, so the views are put back as they were before anything is retried.
 fn is_transient(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     if e.is_closed() {

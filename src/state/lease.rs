@@ -317,7 +317,7 @@ impl Drop for LeaseGuard {
 ///
 /// # Errors
 /// The store cannot be read.
-pub fn interrupted_promotions(state: &dyn StateStore) -> Result<Vec<PendingPromotion>, StateError> {
+pub fn interrupted_promotions(state: &dyn StateStore, writes_a_lake: bool) -> Result<Vec<PendingPromotion>, StateError> {
     let mut pending = state.pending_promotions()?;
     if pending.is_empty() {
         return Ok(pending);
@@ -325,7 +325,7 @@ pub fn interrupted_promotions(state: &dyn StateStore) -> Result<Vec<PendingPromo
     let host = host_name();
     let mut keep = Vec::with_capacity(pending.len());
     for p in pending.drain(..) {
-        if state.lease(&env_lease(&p.env))?.is_some_and(|l| l.holder.pid == std::process::id() && l.holder.host == host) {
+        if state.lease(&writer_lease(&p.env, writes_a_lake))?.is_some_and(|l| l.holder.pid == std::process::id() && l.holder.host == host) {
             keep.push(p);
         }
     }
@@ -340,11 +340,13 @@ pub fn interrupted_promotions(state: &dyn StateStore) -> Result<Vec<PendingPromo
 ///
 /// # Errors
 /// The store fails.
-pub fn take_for_recovery(state: &dyn StateStore, handle: &dyn StateStore) -> Result<Vec<LeaseGuard>, StateError> {
+pub fn take_for_recovery(state: &dyn StateStore, handle: &dyn StateStore, writes_a_lake: bool) -> Result<Vec<LeaseGuard>, StateError> {
     let host = host_name();
     let mut guards = Vec::new();
     for p in state.pending_promotions()? {
-        let name = env_lease(&p.env);
+        // The lease its writer held: in a project with a lake, the one `lake` of every
+        // environment (taken once, then found held by this process).
+        let name = writer_lease(&p.env, writes_a_lake);
         if state.lease(&name)?.is_some_and(|l| l.holder.pid == std::process::id() && l.holder.host == host) {
             continue;
         }
@@ -428,11 +430,11 @@ mod tests {
         // The stale holder's own handle (fenced by its token) as if it resumed later.
         let holder = SqliteStore::open(&path).unwrap();
         holder.set_fence(Some(("env:stale".into(), token.clone())));
-        assert!(interrupted_promotions(&a).unwrap().is_empty(), "nothing is undone before its lease is taken");
+        assert!(interrupted_promotions(&a, false).unwrap().is_empty(), "nothing is undone before its lease is taken");
         let handle = SqliteStore::open(&path).unwrap();
-        let guards = take_for_recovery(&a, &handle).unwrap();
+        let guards = take_for_recovery(&a, &handle, false).unwrap();
         assert_eq!(guards.len(), 1);
-        let envs: Vec<String> = interrupted_promotions(&a).unwrap().into_iter().map(|p| p.env).collect();
+        let envs: Vec<String> = interrupted_promotions(&a, false).unwrap().into_iter().map(|p| p.env).collect();
         assert_eq!(envs, ["stale"]);
         assert_eq!(a.lease("env:live").unwrap().unwrap().token, token, "the live holder keeps its lease");
         assert!(holder.check_fence().unwrap_err().is_lease_lost());

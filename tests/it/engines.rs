@@ -90,6 +90,15 @@ fn environment_views_follow_versions_that_drop_reorder_or_add_columns(engine: En
         PORTABLE_MODELS.replace(r#"schema = { { "id", "integer" }, { "name", "varchar" } },"#, schema).replace("SELECT e.id, d.name FROM", select)
     };
     assert_eq!(columns(), ["id", "name"]);
+    // A view of the user's over the environment view: a new version with the same columns is
+    // promoted under it (the view is replaced in place), and it reads the new version.
+    p.query("CREATE SCHEMA usr");
+    p.query("CREATE VIEW usr.mine AS SELECT * FROM dev__s.named");
+    p.write("models/m.lua", &named(r#"schema = { { "id", "integer" }, { "name", "varchar" } },"#, "SELECT e.id * 1 AS id, d.name FROM"));
+    let v = p.apply("dev");
+    assert_eq!(built(&v), ["s.named"], "{v:#}");
+    assert_eq!(p.query("SELECT count(*), min(name) FROM usr.mine")[0], [Some("40".into()), Some("Alpha".into())]);
+    p.query("DROP VIEW usr.mine");
     // A column dropped: the environment view (and the view model's own) cannot keep it.
     p.write("models/m.lua", &named(r#"schema = { { "id", "integer" } },"#, "SELECT e.id FROM"));
     p.apply("dev");
@@ -735,7 +744,7 @@ fn server_errors_that_retrying_cures_are_retried_by_retries_and_otherwise_change
     p.write("models/m.lua", &PORTABLE_MODELS.replace("generate_series(1, 40)", "generate_series(1, 44)"));
     let count = || p.query("SELECT count(*) FROM dev__s.events")[0][0].clone();
 
-    // A reader of the environment (a long query) holds its view: the promotion cannot drop it.
+    // A reader of the environment (a long query) holds its view: the promotion cannot replace it.
     let mut holder = t.client();
     holder.batch_execute("BEGIN; LOCK TABLE dev__s.events IN ACCESS SHARE MODE").expect("lock the view");
     let r = p.run(&["apply", "dev", "--yes", "--json"]);
@@ -744,6 +753,11 @@ fn server_errors_that_retrying_cures_are_retried_by_retries_and_otherwise_change
     assert_eq!(r.json()["apiVersion"], 1);
     holder.batch_execute("ROLLBACK").expect("release");
     assert_eq!(count().as_deref(), Some("40"), "the environment still serves what it served");
+    // The swap failed transiently, so its intent was kept (a lost connection may hide a landed
+    // commit): the next command puts the views back as they were and plans the change again.
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], Value::Bool(true), "{plan:#}");
+    assert_eq!(count().as_deref(), Some("40"));
 
     // With `--retries`, the same failure is retried with backoff until the reader lets go.
     holder.batch_execute("BEGIN; LOCK TABLE dev__s.events IN ACCESS SHARE MODE").expect("lock the view");
