@@ -17,7 +17,8 @@
 //! so every interleaving happens; the scheduler tests hold a model's build (`build:<schema.table>`,
 //! before its first transaction, on whichever connection builds it) to make builds overlap;
 //! the engine-record test holds an apply between its catalog read and the close of its
-//! connection (`apply-before-close`) to show the file stays locked.
+//! connection (`apply-before-close`) to show the file stays locked; the lake lease test holds
+//! a promotion between its intent and its view swap (`after-intent`).
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";

@@ -866,6 +866,7 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
         fault::crash_point(|| "before-intent".to_string());
         state.begin_promotion(&plan.env, &pointers, &undo, interval::now_millis())?;
         fault::crash_point(|| "after-intent".to_string());
+        fault::delay_point("after-intent");
         // A holder whose lease is (nearly) expired moves no view: the intent stays for whoever
         // takes the lease next to undo (a no-op: nothing moved).
         state.check_fence()?;

@@ -257,6 +257,35 @@ fn a_batch_failing_mid_backfill_marks_nothing_done_and_the_next_apply_converges(
 }
 
 #[test]
+fn a_promotion_under_way_in_a_lake_project_is_not_undone_by_another_command() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    p.apply("dev");
+    p.write("models/m.lua", &models("parquet", "HAVING sum(revenue) > 50", 3));
+    // A holds the lake's writer lock and stops between its promotion's intent and its view swap.
+    let mut a = p.command(&["apply", "dev", "--yes", "--json"]);
+    a.env("EFMESH_DELAY", "after-intent=3000").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let a = a.spawn().expect("spawn apply");
+    let intents =
+        || -> i64 { rusqlite::Connection::open(p.state_path()).and_then(|c| c.query_row("SELECT count(*) FROM promotions", [], |r| r.get(0))).unwrap_or(0) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while intents() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the apply never recorded its intent");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Meanwhile another command finds the promotion recorded as under way: its writer holds
+    // `lake` (not `env:dev`), so it is live and left alone (nothing undone, no engine needed).
+    let plan = p.run(&["plan", "dev", "--json"]);
+    plan.expect_code(0);
+    assert!(!plan.stderr.contains("undid") && !plan.stderr.contains("interrupted"), "{}", plan.stderr);
+    assert_eq!(intents(), 1, "the intent is the live apply's");
+    let a = Run::from_output(a.wait_with_output().expect("apply"), "apply dev".into());
+    a.expect_code(0);
+    // The environment serves what the state says: the new version, nothing left to do.
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    assert_eq!(intents(), 0);
+}
+
+#[test]
 fn full_models_get_one_file_set_per_version_and_prod_keeps_the_old_one_until_promoted() {
     let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
     let first = p.apply("dev");
