@@ -292,6 +292,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show which models two environments serve differently (added, removed, at another
+    /// version), from the state store alone.
+    Diff {
+        /// The environment compared from.
+        env_a: String,
+        /// The environment compared to.
+        env_b: String,
+        /// Only these models (comma-separated `schema.table`).
+        #[arg(long, value_name = "M,…")]
+        model: Option<String>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script on stdout (`efmesh completions bash > …`, see docs/operations.md).
     Completions {
         /// The shell.
@@ -340,6 +354,7 @@ impl Command {
             | Command::Audit { json, .. }
             | Command::Preview { json, .. }
             | Command::Render { json, .. }
+            | Command::Diff { json, .. }
             | Command::Schedule { json, .. } => *json,
         }
     }

@@ -5,6 +5,7 @@ pub mod args;
 mod audit;
 mod check;
 mod completions;
+mod diff;
 mod init;
 mod janitor;
 mod lock;
@@ -234,6 +235,7 @@ pub fn run(mut args: Args) -> Result<Exit> {
         }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Diff { env_a, env_b, model, json } => diff::run(&args.config, &env_a, &env_b, model.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(
             &args.config,

@@ -24,6 +24,7 @@ mod honesty;
 mod incremental_plan;
 mod incremental_reload;
 mod init;
+mod inspect;
 mod janitor;
 mod jobs;
 mod kinds_scd2;
