@@ -357,24 +357,6 @@ define_model {{
     p
 }
 
-/// Replaces the rows of the source table `src.events` with those of `csv` (`event_at,region,amount`
-/// lines after a header; an empty region is NULL), creating it when missing.
-fn load_events(p: &Project, csv: &str) {
-    p.execute_on_engine("CREATE SCHEMA IF NOT EXISTS src");
-    p.execute_on_engine("CREATE TABLE IF NOT EXISTS src.events (event_at TIMESTAMP, region VARCHAR, amount BIGINT)");
-    p.execute_on_engine("DELETE FROM src.events");
-    let rows: Vec<String> = csv
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let region = if f[1].is_empty() { "NULL".to_string() } else { format!("'{}'", f[1]) };
-            format!("(TIMESTAMP '{}', {region}, {})", f[0], f[2])
-        })
-        .collect();
-    p.execute_on_engine(&format!("INSERT INTO src.events VALUES {}", rows.join(", ")));
-}
-
 const EVENTS: &str = "event_at,region,amount\n\
 2026-01-01 10:00:00,north,10\n\
 2026-01-02 10:00:00,north,20\n\
