@@ -292,6 +292,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Column-level lineage: where a model's columns (or one column) take their values from,
+    /// through CTEs, joins, `*` and embedded models down to externals and seeds; with
+    /// `--downstream`, the columns that read it. From the project alone (no engine).
+    Lineage {
+        /// `schema.table` (every column) or `schema.table.column`.
+        #[arg(value_name = "MODEL[.COLUMN]")]
+        target: String,
+        /// Follow at most N levels of models.
+        #[arg(long, value_name = "N")]
+        depth: Option<usize>,
+        /// The columns that read it (and the models that filter, join or group by it), instead
+        /// of the columns it reads.
+        #[arg(long)]
+        downstream: bool,
+        /// Print the lineage trees as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show which models two environments serve differently (added, removed, at another
     /// version), from the state store alone.
     Diff {
@@ -355,6 +373,7 @@ impl Command {
             | Command::Preview { json, .. }
             | Command::Render { json, .. }
             | Command::Diff { json, .. }
+            | Command::Lineage { json, .. }
             | Command::Schedule { json, .. } => *json,
         }
     }

@@ -8,6 +8,7 @@ mod completions;
 mod diff;
 mod init;
 mod janitor;
+mod lineage;
 mod lock;
 pub mod logging;
 mod migrate;
@@ -235,6 +236,7 @@ pub fn run(mut args: Args) -> Result<Exit> {
         }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Lineage { target, depth, downstream, json } => lineage::run(&args.config, &target, depth, downstream, json, &out),
         Command::Diff { env_a, env_b, model, json } => diff::run(&args.config, &env_a, &env_b, model.as_deref(), json, &out),
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(

@@ -31,6 +31,7 @@ mod kinds_scd2;
 mod kinds_upsert;
 mod lake;
 mod languages;
+mod lineage;
 mod load_cache;
 mod load_errors;
 mod load_threads;
