@@ -285,9 +285,15 @@ pub enum Command {
     Render {
         /// Model name `schema.table`.
         model: String,
-        /// Resolve references to this environment's views.
+        /// Resolve references to this environment's views (with `--interval`: the environment
+        /// whose tables apply writes, default `prod`).
         #[arg(long)]
         env: Option<String>,
+        /// Print the statements apply runs to compute this interval of an
+        /// incremental_by_time_range model (DELETE + INSERT per batch, literal bounds); FROM
+        /// and TO are ISO-8601 UTC, aligned to the model's grain, TO exclusive.
+        #[arg(long, num_args = 2, value_names = ["FROM", "TO"])]
+        interval: Option<Vec<String>>,
         /// Print as JSON.
         #[arg(long)]
         json: bool,

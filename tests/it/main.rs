@@ -42,6 +42,7 @@ mod physical_integrity;
 mod plan_memo;
 mod preview;
 mod project_cache;
+mod render;
 mod s3;
 mod sandbox_lua;
 mod sandbox_rhai;
