@@ -120,6 +120,125 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
     breaking("the query changed beyond adding output columns".into(), diverged)
 }
 
+/// The output columns a breaking change is confined to, when it provably leaves the rows alone:
+/// the same kind, grain and query apart from some top-level select items, each item named (an
+/// alias or a column), no `*`. The set (lower-case) holds the columns whose item or declared
+/// type changed, and those added or removed. `None` ("anything may have changed") when the rows
+/// could change: another clause changed, `DISTINCT`, `GROUP BY ALL`, positional `ORDER BY` /
+/// `GROUP BY`, a changed item that aggregates without `GROUP BY` or calls a set-returning
+/// function, a clause outside the select list that names a changed column (DuckDB lets `WHERE`,
+/// `HAVING`, `QUALIFY` and `ORDER BY` read select-list aliases), or a changed column the kind
+/// keys rows by (`key_columns`: a time column, a unique key).
+///
+/// Children that read none of these columns keep their data (the plan's column impact, SPEC §4).
+pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: &[String]) -> Option<std::collections::BTreeSet<String>> {
+    if old.kind != new.kind || old.grain != new.grain {
+        return None;
+    }
+    let old_ast: Value = serde_json::from_str(old.canonical?).ok()?;
+    let new_ast: Value = serde_json::from_str(new.canonical?).ok()?;
+    let rest = without_projection(&new_ast);
+    if without_projection(&old_ast) != rest {
+        return None;
+    }
+    let named =
+        |ast: &Value| -> Option<Vec<(String, Value)>> { projection(ast)?.iter().map(|item| Some((item_name(item)?.to_lowercase(), item.clone()))).collect() };
+    let (old_items, new_items) = (named(&old_ast)?, named(&new_ast)?);
+    let mut changed = std::collections::BTreeSet::new();
+    let mut changed_items: Vec<&Value> = Vec::new();
+    for (name, item) in &old_items {
+        match new_items.iter().find(|(n, _)| n == name) {
+            Some((_, new_item)) if new_item == item => {}
+            Some((_, new_item)) => {
+                changed.insert(name.clone());
+                changed_items.extend([item, new_item]);
+            }
+            None => {
+                changed.insert(name.clone());
+                changed_items.push(item);
+            }
+        }
+    }
+    for (name, item) in &new_items {
+        if !old_items.iter().any(|(n, _)| n == name) {
+            changed.insert(name.clone());
+            changed_items.push(item);
+        }
+    }
+    for (name, ty) in old.schema {
+        if new.schema.iter().any(|(n, t)| n == name && t != ty) {
+            changed.insert(name.to_lowercase());
+        }
+    }
+    if changed.is_empty() || changed.iter().any(|c| key_columns.iter().any(|k| k.eq_ignore_ascii_case(c))) {
+        return None;
+    }
+    // What keeps the rows: the clauses outside the select list must not depend on it.
+    let pg = pg_select(&new_ast);
+    let (distinct, group_by_all, has_group_by, order_by, group_by) = match pg {
+        Some(stmt) => (
+            stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty()),
+            false,
+            stmt.get("group_clause").and_then(Value::as_array).is_some_and(|g| !g.is_empty()),
+            stmt.get("sort_clause"),
+            stmt.get("group_clause"),
+        ),
+        None => {
+            let select = new_ast.get("body")?.get("Select")?;
+            let group = select.get("group_by");
+            let exprs = group.and_then(|g| g.get("Expressions")).and_then(|e| e.get(0)).and_then(Value::as_array);
+            (
+                select.get("distinct").is_some_and(|d| !d.is_null()),
+                group.is_some_and(|g| g.get("All").is_some()),
+                exprs.is_some_and(|e| !e.is_empty()),
+                new_ast.get("order_by"),
+                group,
+            )
+        }
+    };
+    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\""].iter().any(|k| v.to_string().contains(k)));
+    if distinct || group_by_all || positional(order_by) || positional(group_by) {
+        return None;
+    }
+    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
+    for item in &changed_items {
+        let text = item.to_string().to_lowercase();
+        let calls = |f: &str| text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""));
+        if SET_RETURNING.iter().any(|f| calls(f)) || (!has_group_by && crate::sql::AGGREGATES.iter().any(|f| calls(f))) {
+            return None;
+        }
+        if pg.is_some() && pg_functions(item).iter().any(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str())) {
+            return None;
+        }
+    }
+    let rest_text = rest.to_string().to_lowercase();
+    if changed.iter().any(|c| rest_text.contains(&format!("\"value\":\"{c}\"")) || rest_text.contains(&format!("\"sval\":\"{c}\""))) {
+        return None;
+    }
+    Some(changed)
+}
+
+/// The output name of a top-level select item when the tree says it: its alias, or the column
+/// it reads as is (sqlparser's `ExprWithAlias` / `Identifier` / `CompoundIdentifier`, Postgres's
+/// `ResTarget.name` / `ColumnRef`). `None` for `*` and for names the engine generates.
+fn item_name(item: &Value) -> Option<String> {
+    if let Some(t) = item.pointer("/node/ResTarget") {
+        if let Some(n) = t.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            return Some(n.to_string());
+        }
+        let fields = t.pointer("/val/node/ColumnRef/fields")?.as_array()?;
+        return fields.last()?.pointer("/node/String/sval").and_then(Value::as_str).map(str::to_string);
+    }
+    if let Some(a) = item.get("ExprWithAlias") {
+        return a.pointer("/alias/value").and_then(Value::as_str).map(str::to_string);
+    }
+    let e = item.get("UnnamedExpr")?;
+    if let Some(v) = e.pointer("/Identifier/value") {
+        return v.as_str().map(str::to_string);
+    }
+    e.get("CompoundIdentifier")?.as_array()?.last()?.get("value")?.as_str().map(str::to_string)
+}
+
 /// Why adding projection items at `added` would change the existing rows, if it would: a new
 /// column is a new grouping key under `GROUP BY ALL`, changes which rows are distinct under
 /// `DISTINCT`, multiplies rows with a set-returning function, or shifts positional `ORDER BY` /
@@ -460,6 +579,50 @@ mod tests {
     fn cols(names: &[&str]) -> Vec<(String, String)> {
         names.iter().map(|n| (n.to_string(), "bigint".to_string())).collect()
     }
+    /// `changed_columns` of two bodies over the same kind (`full`), schemas from their columns.
+    fn changed(old_sql: &str, old_cols: &[&str], new_sql: &str, new_cols: &[&str]) -> Option<Vec<String>> {
+        let k = json!({"tag": "full"});
+        let (oc, nc) = (canonicalize(old_sql).unwrap().text, canonicalize(new_sql).unwrap().text);
+        let (os, ns) = (cols(old_cols), cols(new_cols));
+        changed_columns(&def(&oc, &os, &k), &def(&nc, &ns, &k), &[]).map(|s| s.into_iter().collect())
+    }
+
+    #[test]
+    fn a_change_confined_to_select_items_names_its_columns() {
+        let base = "SELECT id, a + 1 AS b, c FROM s.t WHERE id > 0";
+        assert_eq!(changed(base, &["id", "b", "c"], "SELECT id, a + 2 AS b, c FROM s.t WHERE id > 0", &["id", "b", "c"]), Some(vec!["b".into()]));
+        // A removed column and a renamed one.
+        assert_eq!(changed(base, &["id", "b", "c"], "SELECT id, a + 1 AS b FROM s.t WHERE id > 0", &["id", "b"]), Some(vec!["c".into()]));
+        assert_eq!(
+            changed(base, &["id", "b", "c"], "SELECT id, a + 1 AS b, c AS d FROM s.t WHERE id > 0", &["id", "b", "d"]),
+            Some(vec!["c".into(), "d".into()])
+        );
+        // Under an explicit GROUP BY an aggregate may change alone.
+        assert_eq!(
+            changed("SELECT k, sum(v) AS total FROM s.t GROUP BY k", &["k", "total"], "SELECT k, max(v) AS total FROM s.t GROUP BY k", &["k", "total"]),
+            Some(vec!["total".into()])
+        );
+    }
+
+    #[test]
+    fn a_change_that_may_change_rows_names_no_columns() {
+        let cols3 = &["id", "b", "c"];
+        // Another clause.
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t WHERE id > 0", cols3, "SELECT id, a AS b, c FROM s.t WHERE id > 1", cols3), None);
+        // A filter on a changed alias, DISTINCT, an aggregate without GROUP BY, a set-returning function, `*`.
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t QUALIFY b > 0", cols3, "SELECT id, a * 2 AS b, c FROM s.t QUALIFY b > 0", cols3), None);
+        assert_eq!(changed("SELECT DISTINCT id, a AS b, c FROM s.t", cols3, "SELECT DISTINCT id, a * 2 AS b, c FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, max(a) OVER () AS b, c FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, unnest([a]) AS b, c FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT *, a AS b FROM s.t", cols3, "SELECT *, a * 2 AS b FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t ORDER BY 2", cols3, "SELECT id, a * 2 AS b, c FROM s.t ORDER BY 2", cols3), None);
+        // A key column of the kind.
+        let k = json!({"tag": "full"});
+        let (oc, nc) = (canonicalize("SELECT id, a AS b FROM s.t").unwrap().text, canonicalize("SELECT id + 1 AS id, a AS b FROM s.t").unwrap().text);
+        let sc = cols(&["id", "b"]);
+        assert_eq!(changed_columns(&def(&oc, &sc, &k), &def(&nc, &sc, &k), &["id".to_string()]), None);
+    }
+
     fn verdict(old_sql: &str, old_cols: &[&str], new_sql: &str, new_cols: &[&str]) -> OwnChange {
         let k = json!({"tag": "full"});
         let (a, b) = (canonicalize(old_sql).unwrap().text, canonicalize(new_sql).unwrap().text);

@@ -9,7 +9,7 @@ use crate::core::fragment::CanonicalResolver;
 use crate::core::{Model, ModelName};
 use crate::project::Project;
 use crate::sql::lineage::{self, ColumnLineage, Grammar, QueryLineage, SourceColumn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One model's column lineage.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -198,6 +198,19 @@ impl ProjectLineage {
             .cloned()
             .collect()
     }
+}
+
+/// True when a model with lineage `l` may read one of `columns` (lower-case) of `parent`: a
+/// read lineage names, or anything lineage cannot rule out — an unreadable query, a read or a
+/// column it cannot name, an output it cannot list, or a `*` over `parent` reaching the output
+/// (a column added to or removed from `parent` changes the model's columns). The plan's column
+/// impact reuses a child only when this is false.
+pub fn reads_any(l: &ModelLineage, parent: &str, columns: &BTreeSet<String>) -> bool {
+    let Some(q) = &l.query else { return true };
+    if !q.reads_certain || !q.complete || l.columns.iter().any(|c| !c.certain) || q.whole.iter().any(|w| w == parent) {
+        return true;
+    }
+    q.reads.iter().any(|s| s.model == parent && columns.contains(&s.column.to_lowercase()))
 }
 
 /// `schema.table` or `schema.table.column`, split against the project's models.

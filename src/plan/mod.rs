@@ -95,6 +95,24 @@ pub struct Explain {
     /// For indirect changes: the changed parents that caused it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cascade_from: Vec<String>,
+    /// For a breaking change confined to some output columns: which, and which children read
+    /// them (column impact, from lineage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column_impact: Option<ColumnImpact>,
+}
+
+/// The column impact of a breaking change whose rows provably stay the same
+/// ([`categorize::changed_columns`]): children that read none of the changed columns keep their
+/// data (indirect, reused), the others rebuild.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ColumnImpact {
+    /// The output columns whose values may differ (changed, added, removed or retyped).
+    pub changed: Vec<String>,
+    /// Children that read one of them (or whose lineage is uncertain): they rebuild.
+    pub read_by: Vec<String>,
+    /// Children that read none of them: their data stays the same.
+    pub not_read_by: Vec<String>,
 }
 
 /// What becomes of an `scd_type2` model's history when its environment moves to another version.
@@ -817,6 +835,7 @@ struct ActionEntry {
     same_data: bool,
     category: Change,
     served: Option<String>,
+    changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
     /// Time-range models: the grain floor of `now` the action's missing intervals were computed
@@ -1564,6 +1583,7 @@ fn compute_with(
                 }
             }
             decided.set(index, e.same_data, e.category, e.served.clone());
+            decided.changed_columns[index].clone_from(&e.changed_columns);
             actions.push(action);
             if recording {
                 entries.push(e);
@@ -1603,6 +1623,7 @@ fn compute_with(
                             diverged: metadata_paths(&old, &meta),
                             reason: "only fields that do not shape data changed".into(),
                             cascade_from: vec![],
+                            column_impact: None,
                         });
                         Change::Metadata
                     }
@@ -1626,9 +1647,22 @@ fn compute_with(
                     // A `*` over a parent that gained columns would change this model's shape:
                     // rebuild it (and meet the contract) rather than keep serving the old shape.
                     let reads_star = reads_star(dialect, model);
+                    // Column impact: a parent whose breaking change is confined to some columns
+                    // breaks this model only when it reads one of them (lineage certain).
+                    let mut unread: Vec<(String, Vec<String>)> = Vec::new();
+                    let mut lineage_of: Option<lineage::ModelLineage> = None;
                     let breaking: Vec<String> = changed_parents
                         .iter()
                         .filter(|q| !decided.same_data(q).unwrap_or(false) || (reads_star && decided.category(q) == Some(Change::NonBreaking)))
+                        .filter(|q| {
+                            let Some(cols) = decided.changed_columns(q) else { return true };
+                            let l = lineage_of.get_or_insert_with(|| lineage::model_lineage(project, model));
+                            let read = lineage::reads_any(l, &q.to_string(), cols);
+                            if !read {
+                                unread.push((q.to_string(), cols.iter().cloned().collect()));
+                            }
+                            read
+                        })
                         .map(|q| q.to_string())
                         .collect();
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
@@ -1663,6 +1697,14 @@ fn compute_with(
                         )
                     };
                     let mut reason = reason;
+                    if breaking.is_empty() && !unread.is_empty() {
+                        let which = unread
+                            .iter()
+                            .map(|(q, cols)| format!("`{q}` changed only {}", cols.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")))
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        reason = format!("{reason} (column impact: {which}, which this model does not read)");
+                    }
                     let mut change = Change::Indirect;
                     if reused.is_none()
                         && options.forward_only.contains(&model.name)
@@ -1675,19 +1717,26 @@ fn compute_with(
                         reason = format!("{reason}; forward-only: the old table and its history are kept");
                         change = Change::ForwardOnly;
                     }
-                    explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade });
+                    explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade, column_impact: None });
                     change
                 } else {
                     let new_schema: Vec<(String, String)> =
                         model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
                     let new_kind = model.kind_payload();
+                    let mut confined = None;
                     let verdict = match &old {
                         Some(o) if !external => {
                             let new_canonical = canonical_of(dialect, model)?.map(|c| c.text);
                             let old_def = categorize::Definition { canonical: o.canonical.as_deref(), kind: &o.kind, schema: &o.schema, grain: &o.grain };
                             let new_def =
                                 categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
-                            categorize::compare(&old_def, &new_def)
+                            let verdict = categorize::compare(&old_def, &new_def);
+                            if !verdict.non_breaking
+                                && let Some(keys) = row_key_columns(&model.kind)
+                            {
+                                confined = categorize::changed_columns(&old_def, &new_def, &keys);
+                            }
+                            verdict
                         }
                         _ => categorize::OwnChange {
                             non_breaking: false,
@@ -1754,7 +1803,11 @@ fn compute_with(
                         };
                         change = Change::ForwardOnly;
                     }
-                    explain = Some(Explain { diverged: verdict.diverged, reason, cascade_from: vec![] });
+                    let column_impact = confined.filter(|_| change == Change::Breaking).map(|cols| {
+                        decided.changed_columns[index] = Some(cols.clone());
+                        ColumnImpact { changed: cols.into_iter().collect(), ..ColumnImpact::default() }
+                    });
+                    explain = Some(Explain { diverged: verdict.diverged, reason, cascade_from: vec![], column_impact });
                     change
                 }
             }
@@ -1785,6 +1838,7 @@ fn compute_with(
             change = Change::ForwardOnly;
             decided.categories[index] = Some(change);
             decided.same_data[index] = Some(true);
+            decided.changed_columns[index] = None;
         }
         let physical = match (existing, &reused) {
             (Some((p, _)), _) if !p.is_empty() => Some(p.clone()),
@@ -1874,12 +1928,14 @@ fn compute_with(
                 same_data: decided.same_data[index].unwrap_or(false),
                 category: decided.categories[index].unwrap_or(change),
                 served: decided.served[index].clone(),
+                changed_columns: decided.changed_columns[index].clone(),
                 done: kept_done,
                 floor,
             };
             entries.push(entry);
         }
     }
+    fill_column_impact(project, &mut actions);
     for (name, fp) in pointers.iter() {
         let Ok(model_name) = ModelName::parse(name) else { continue };
         if project.dag.get(&model_name).is_none() {
@@ -1897,7 +1953,12 @@ fn compute_with(
                 backfill: Vec::new(),
                 intervals: 0,
                 canonical_source: None,
-                explain: Some(Explain { diverged: vec![], reason: "no longer in the project; its view is dropped".into(), cascade_from: vec![] }),
+                explain: Some(Explain {
+                    diverged: vec![],
+                    reason: "no longer in the project; its view is dropped".into(),
+                    cascade_from: vec![],
+                    column_impact: None,
+                }),
                 history: None,
                 new_columns: Vec::new(),
                 metadata: serde_json::Value::Null,
@@ -2011,12 +2072,14 @@ struct Decided<'a> {
     same_data: Vec<Option<bool>>,
     categories: Vec<Option<Change>>,
     served: Vec<Option<String>>,
+    /// Breaking models whose change is confined to these output columns (lower-case).
+    changed_columns: Vec<Option<BTreeSet<String>>>,
 }
 
 impl<'a> Decided<'a> {
     fn new(project: &'a Project) -> Self {
         let n = project.dag.len();
-        Decided { project, same_data: vec![None; n], categories: vec![None; n], served: vec![None; n] }
+        Decided { project, same_data: vec![None; n], categories: vec![None; n], served: vec![None; n], changed_columns: vec![None; n] }
     }
 
     fn set(&mut self, index: usize, same_data: bool, category: Change, served: Option<String>) {
@@ -2027,6 +2090,10 @@ impl<'a> Decided<'a> {
 
     fn same_data(&self, name: &ModelName) -> Option<bool> {
         self.project.dag.position(name).and_then(|i| self.same_data[i])
+    }
+
+    fn changed_columns(&self, name: &ModelName) -> Option<&BTreeSet<String>> {
+        self.project.dag.position(name).and_then(|i| self.changed_columns[i].as_ref())
     }
 
     fn category(&self, name: &ModelName) -> Option<Change> {
@@ -2059,6 +2126,39 @@ fn by_position(project: &Project, entries: Vec<ActionEntry>, order: &[ModelName]
 /// True when the model's query selects `*` (or `t.*`) anywhere.
 fn reads_star(dialect: &dyn Dialect, model: &Model) -> bool {
     canonical_of(dialect, model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
+}
+
+/// The columns a kind keys its rows by, which a column-confined change must not touch (a time
+/// column places rows in intervals, a unique key identifies them); `None` for kinds whose rows
+/// depend on every column (`scd_type2` records a version per change) or that have no query.
+fn row_key_columns(kind: &Kind) -> Option<Vec<String>> {
+    match kind {
+        Kind::Full | Kind::View | Kind::Embedded => Some(Vec::new()),
+        Kind::IncrementalByTimeRange(t) => Some(vec![t.time_column.clone()]),
+        Kind::IncrementalByUniqueKey(u) => Some(u.key.clone()),
+        Kind::ScdType2(_) | Kind::External(_) | Kind::Seed(_) => None,
+    }
+}
+
+/// Fills each column-confined breaking change's readers ([`ColumnImpact`]) from its children's
+/// lineage: a pure function of the project, so a plan replayed from the memo says the same.
+fn fill_column_impact(project: &Project, actions: &mut [Action]) {
+    for action in actions.iter_mut() {
+        let Some(impact) = action.explain.as_mut().and_then(|e| e.column_impact.as_mut()) else { continue };
+        let name = action.name.clone();
+        let parent = name.to_string();
+        let cols: BTreeSet<String> = impact.changed.iter().cloned().collect();
+        impact.read_by.clear();
+        impact.not_read_by.clear();
+        for child in project.dag.children(&name) {
+            let Some(model) = project.dag.get(child) else { continue };
+            if lineage::reads_any(&lineage::model_lineage(project, model), &parent, &cols) {
+                impact.read_by.push(child.to_string());
+            } else {
+                impact.not_read_by.push(child.to_string());
+            }
+        }
+    }
 }
 
 /// Kinds whose new version may keep the old table (`--forward-only`).

@@ -1,8 +1,11 @@
 //! `efmesh lineage` (issue #15): column lineage from the project alone, through a CTE, a join,
-//! `*` and an embedded model, down to an external and a seed; and the other direction.
+//! `*` and an embedded model, down to an external and a seed; and the other direction. And the
+//! plan's column impact: children that read none of a breaking change's columns keep their data.
 
-use crate::common::Project;
+use crate::common::{EngineBackend, Project, string_set};
+use crate::on_every_engine;
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 const MODELS: &str = r#"local orders = define_model { name = "raw.orders", kind = kind.external { table = "main.orders" },
   schema = { { "id", "bigint" }, { "customer_id", "bigint" }, { "cents", "bigint" }, { "status", "varchar" } } }
@@ -116,4 +119,68 @@ fn lineage_marks_uncertain_columns_and_names_bad_input() {
     let r = p.run(&["lineage", "revenue"]);
     r.expect_code(1);
     assert!(r.stderr.contains("`revenue` is neither a model (`schema.table`) nor a column (`schema.table.column`)"), "{}", r.stderr);
+}
+
+on_every_engine!(plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_matches_a_fresh_build);
+
+/// A parent of three columns and children reading it in different ways; `b_expr` is `b`'s.
+fn impact_models(b_expr: &str) -> String {
+    format!(
+        r#"local p = define_model {{ name = "s.p", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "a", "bigint" }}, {{ "b", "bigint" }} }},
+  query = "SELECT CAST(i AS BIGINT) AS id, CAST(i * 2 AS BIGINT) AS a, CAST({b_expr} AS BIGINT) AS b FROM generate_series(0, 4) AS t(i)" }}
+local reads_a = define_model {{ name = "s.reads_a", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "a", "bigint" }} }},
+  query = "SELECT id, a FROM " .. ref(p) }}
+define_model {{ name = "s.sums_a", kind = kind.view(), schema = {{ {{ "total", "bigint" }} }},
+  query = "SELECT CAST(sum(a) AS BIGINT) AS total FROM " .. ref(reads_a) }}
+define_model {{ name = "s.reads_b", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "b", "bigint" }} }},
+  query = "SELECT id, b FROM " .. ref(p) }}
+define_model {{ name = "s.filters_b", kind = kind.full(), schema = {{ {{ "id", "bigint" }} }},
+  query = "SELECT id FROM " .. ref(p) .. " WHERE b > 3" }}
+define_model {{ name = "s.star", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "a", "bigint" }}, {{ "b", "bigint" }} }},
+  query = "SELECT * FROM " .. ref(p) }}
+"#
+    )
+}
+
+const IMPACT_MODELS: [&str; 6] = ["s.p", "s.reads_a", "s.sums_a", "s.reads_b", "s.filters_b", "s.star"];
+
+fn plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_matches_a_fresh_build(engine: EngineBackend) {
+    let p = Project::on_engine(engine.clone());
+    p.write("models/m.lua", &impact_models("i * 3"));
+    p.apply("dev");
+    // A breaking edit confined to `b`.
+    p.write("models/m.lua", &impact_models("i * 4"));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    let parent = action("s.p");
+    assert_eq!(parent["category"], "breaking", "{parent:#}");
+    assert_eq!(
+        parent["explain"]["columnImpact"],
+        serde_json::json!({"changed": ["b"], "readBy": ["s.reads_b", "s.filters_b", "s.star"], "notReadBy": ["s.reads_a"]}),
+        "{parent:#}"
+    );
+    let kept = action("s.reads_a");
+    assert_eq!((kept["category"].as_str(), kept["build"].as_bool()), (Some("indirect"), Some(false)), "{kept:#}");
+    assert!(kept["explain"]["reason"].as_str().unwrap().contains("column impact: `s.p` changed only `b`, which this model does not read"), "{kept:#}");
+    let text = p.run(&["plan", "dev", "--explain"]).expect_code(0).stdout.clone();
+    assert!(text.contains("columns changed: `b`\n") && text.contains("read by: `s.reads_b`, `s.filters_b`, `s.star`; not read by: `s.reads_a`"), "{text}");
+
+    // Apply builds the parent and the children reading `b` (a filter and `*` count), nothing else.
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(
+        string_set(&applied["built"]),
+        ["s.p", "s.reads_b", "s.filters_b", "s.star"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>(),
+        "{applied:#}"
+    );
+
+    // Every model serves what a fresh build of the edited project serves.
+    let fresh = Project::on_engine(engine.another());
+    fresh.write("models/m.lua", &impact_models("i * 4"));
+    fresh.apply("dev");
+    for m in IMPACT_MODELS {
+        let view = format!("dev__{m}");
+        assert_eq!(p.rows(&view), fresh.rows(&view), "{m} differs from a fresh build");
+    }
+    assert_eq!(p.rows("dev__s.filters_b").len(), 4, "the filter sees the new `b`");
 }
