@@ -28,6 +28,7 @@ pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod datadiff;
 pub mod engine;
 pub mod janitor;
 pub mod ownership;

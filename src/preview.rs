@@ -126,12 +126,13 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
     Ok(previews)
 }
 
-/// The engine for one preview call: the engine's database read-only (a scratch database when
-/// there is none yet), with the lake and DuckLake targets prepared read-only.
-fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
+/// The engine for one preview call (and one `efmesh diff --data`): the engine's database
+/// read-only (a scratch database when there is none yet), with the lake and DuckLake targets
+/// prepared read-only.
+pub(crate) fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
     let mut engine = if project.config.engine_file().is_none_or(|path| path.exists()) {
         crate::engine::open(&project.config, Access::ReadOnly)
-            .map_err(|e| format!("{} (is another process writing it? previews read it read-only and never wait for it)", one_line(&e.message)))?
+            .map_err(|e| format!("{} (is another process writing it? previews and data diffs read it read-only and never wait for it)", one_line(&e.message)))?
     } else {
         crate::engine::open(&project.config, Access::Scratch).map_err(|e| format!("cannot open a scratch database: {}", one_line(&e.message)))?
     };
@@ -143,7 +144,7 @@ fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
 
 /// The engine's message on one line: DuckDB's caret excerpt (`LINE 1: …`, positions in the
 /// generated SQL, meaningless to the model's author) dropped, the other lines joined.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     let mut parts = Vec::new();
     for line in message.lines().map(str::trim) {
         if line.starts_with("LINE ") {
@@ -166,7 +167,7 @@ struct Context<'a> {
 }
 
 /// `"<env schema>"."<table>"`: the view serving `name` in `env`.
-fn env_view(env: &str, name: &ModelName) -> String {
+pub(crate) fn env_view(env: &str, name: &ModelName) -> String {
     format!("{}.{}", quote_ident(&env_schema(env, name.schema())), quote_ident(name.table()))
 }
 

@@ -317,7 +317,7 @@ pub enum Command {
         json: bool,
     },
     /// Show which models two environments serve differently (added, removed, at another
-    /// version), from the state store alone.
+    /// version), from the state store alone; with `--data`, how their data differs.
     Diff {
         /// The environment compared from.
         env_a: String,
@@ -326,6 +326,13 @@ pub enum Command {
         /// Only these models (comma-separated `schema.table`).
         #[arg(long, value_name = "M,…")]
         model: Option<String>,
+        /// Also compare the data each environment serves (row counts, keys only on one side,
+        /// per-column mismatches, schema drift), read-only on the engine.
+        #[arg(long)]
+        data: bool,
+        /// With `--data`: compare only the keys in a deterministic share of P percent (1 to 99).
+        #[arg(long, value_name = "P")]
+        sample: Option<String>,
         /// Print as JSON.
         #[arg(long)]
         json: bool,

@@ -1,17 +1,48 @@
-//! `efmesh diff <env-a> <env-b> [--model M,…] [--json]`: which models two environments serve
-//! differently, read from the state store alone (no engine): models only `env-b` serves
-//! (added), only `env-a` serves (removed), and at another version (the fingerprints differ).
-//! Each is described by its pointer in the state store, which is exactly what the environment's
-//! views serve (SPEC §4). Comparing the data (`--data`) is not built yet (issue #15).
+//! `efmesh diff <env-a> <env-b> [--model M,…] [--data [--sample P]] [--json]`: which models two
+//! environments serve differently, read from the state store alone (no engine): models only
+//! `env-b` serves (added), only `env-a` serves (removed), and at another version (the
+//! fingerprints differ). Each is described by its pointer in the state store, which is exactly
+//! what the environment's views serve (SPEC §4). With `--data`, how the data of each model both
+//! serve differs, read-only on the engine ([`crate::datadiff`]).
 
 use super::printer::Printer;
 use super::{Exit, load, open_state};
+use crate::core::Model;
 use anyhow::{Result, anyhow};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// What `efmesh diff` was asked.
+pub(super) struct Request<'a> {
+    /// The environment compared from.
+    pub a: &'a str,
+    /// The environment compared to.
+    pub b: &'a str,
+    /// `--model`: comma-separated model names.
+    pub models: Option<&'a str>,
+    /// `--data`: compare the data too.
+    pub data: bool,
+    /// `--sample P`, as typed.
+    pub sample: Option<&'a str>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// `--sample`'s percent: a whole number from 1 to 99.
+fn parse_sample(text: &str) -> Result<u8> {
+    match text.trim().parse::<u8>() {
+        Ok(p) if (1..=99).contains(&p) => Ok(p),
+        _ => Err(anyhow!("--sample expects a percent from 1 to 99")),
+    }
+}
+
 /// Prints how `b` differs from `a`; `models` (comma-separated) restricts it to those models.
-pub(super) fn run(config: &std::path::Path, a: &str, b: &str, models: Option<&str>, json: bool, out: &Printer) -> Result<Exit> {
+pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> Result<Exit> {
+    let (a, b) = (req.a, req.b);
+    let sample = req.sample.map(parse_sample).transpose()?;
+    if sample.is_some() && !req.data {
+        return Err(anyhow!("--sample samples the data comparison: use it with --data"));
+    }
     let project = load(config)?;
     for env in [a, b] {
         crate::core::name::validate_env(env)?;
@@ -25,7 +56,7 @@ pub(super) fn run(config: &std::path::Path, a: &str, b: &str, models: Option<&st
         }
     }
     let (pa, pb) = (state.env_pointers(a)?, state.env_pointers(b)?);
-    let wanted: Option<BTreeSet<String>> = match models {
+    let wanted: Option<BTreeSet<String>> = match req.models {
         None => None,
         Some(list) => {
             let mut set = BTreeSet::new();
@@ -42,19 +73,72 @@ pub(super) fn run(config: &std::path::Path, a: &str, b: &str, models: Option<&st
     };
     let keep = |name: &String| wanted.as_ref().is_none_or(|w| w.contains(name));
     let d = Diff::of(&pa, &pb, keep);
-    if json {
-        out.json(json!({
+    let data = if req.data {
+        let models = data_models(&project, a, b, &pa, &pb, wanted.as_ref())?;
+        Some(crate::datadiff::diff_data(&project, a, b, &models, sample)?)
+    } else {
+        None
+    };
+    if req.json {
+        let mut report = json!({
             "envA": a,
             "envB": b,
             "added": d.added.iter().map(|(m, fp)| json!({"model": m, "fingerprint": fp})).collect::<Vec<_>>(),
             "removed": d.removed.iter().map(|(m, fp)| json!({"model": m, "fingerprint": fp})).collect::<Vec<_>>(),
             "changed": d.changed.iter().map(|(m, fa, fb)| json!({"model": m, "fingerprintA": fa, "fingerprintB": fb})).collect::<Vec<_>>(),
             "same": d.same,
-        }))?;
+        });
+        if let Some(data) = &data {
+            report["data"] = serde_json::to_value(data)?;
+        }
+        out.json(report)?;
     } else {
-        out.text(&d.text(a, b))?;
+        let mut text = d.text(a, b);
+        if let Some(data) = &data {
+            text.push_str(&crate::datadiff::text(a, b, data));
+        }
+        out.text(&text)?;
     }
     Ok(Exit::Success)
+}
+
+/// The models whose data `--data` compares, in topological order: those both environments
+/// serve that have data of their own (not external, not embedded), restricted to `wanted`; a
+/// wanted model that is not such a model is an error naming it.
+fn data_models<'p>(
+    project: &'p crate::project::Project,
+    a: &str,
+    b: &str,
+    pa: &BTreeMap<String, String>,
+    pb: &BTreeMap<String, String>,
+    wanted: Option<&BTreeSet<String>>,
+) -> Result<Vec<&'p Model>> {
+    if let Some(wanted) = wanted {
+        for name in wanted {
+            let Some(model) = crate::core::ModelName::parse(name).ok().and_then(|n| project.dag.get(&n)) else {
+                return Err(anyhow!("--data: model `{name}` is not in the project: its data cannot be compared"));
+            };
+            let missing: Vec<&str> = [(a, pa), (b, pb)].iter().filter(|(_, p)| !p.contains_key(name)).map(|(env, _)| *env).collect();
+            if !missing.is_empty() {
+                let list = missing.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(" and ");
+                return Err(anyhow!(
+                    "--data: model `{name}` is not served by both environments ({list} does not serve it): there is nothing to compare it with\n  hint: `efmesh apply {}` builds it",
+                    missing[0]
+                ));
+            }
+            if !crate::datadiff::has_data(model) {
+                return Err(anyhow!("--data: model `{name}` is an {} model: it has no data of its own to compare", model.kind.tag()));
+            }
+        }
+    }
+    Ok(project
+        .dag
+        .models()
+        .filter(|m| {
+            let name = m.name.to_string();
+            pa.contains_key(&name) && pb.contains_key(&name) && crate::datadiff::has_data(m) && wanted.is_none_or(|w| w.contains(&name))
+        })
+        .collect())
 }
 
 /// How the pointers of `b` differ from those of `a`.

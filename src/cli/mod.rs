@@ -241,7 +241,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         }
         Command::Render { model, env, interval: None, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Lineage { target, depth, downstream, json } => lineage::run(&args.config, &target, depth, downstream, json, &out),
-        Command::Diff { env_a, env_b, model, json } => diff::run(&args.config, &env_a, &env_b, model.as_deref(), json, &out),
+        Command::Diff { env_a, env_b, model, data, sample, json } => {
+            diff::run(&args.config, diff::Request { a: &env_a, b: &env_b, models: model.as_deref(), data, sample: sample.as_deref(), json }, &out)
+        }
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(
             &args.config,

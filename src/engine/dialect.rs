@@ -216,6 +216,46 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     fn row_json_text(&self, alias: &str) -> String {
         format!("CAST(to_json({alias}) AS VARCHAR)")
     }
+
+    /// The statement that opens a read-only transaction over one snapshot of the database
+    /// (`efmesh diff --data` runs every comparison in it, then rolls it back). The standard
+    /// spelling asks Postgres for `REPEATABLE READ, READ ONLY`: every query sees the same
+    /// snapshot and none can write.
+    fn begin_read_only(&self) -> String {
+        "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY".to_string()
+    }
+
+    /// The condition of a `FULL OUTER JOIN` under which `left` and `right` (two expressions of
+    /// one key column, one per side) match, NULL-safe: NULL matches NULL (`IS NOT DISTINCT
+    /// FROM`). Postgres runs a full join only on conditions it can hash or merge, which
+    /// `IS NOT DISTINCT FROM` is not: the standard spelling compares each side's
+    /// [`Dialect::null_safe_text`] with `=`, which means the same.
+    fn full_join_match(&self, left: &str, right: &str) -> String {
+        format!("{} = {}", self.null_safe_text(left), self.null_safe_text(right))
+    }
+
+    /// `expr` as text that tells NULL apart from every value, the string `'NULL'` included: a
+    /// value is `v` followed by its text, NULL is `n`.
+    fn null_safe_text(&self, expr: &str) -> String {
+        format!("COALESCE('v' || {}, 'n')", self.text_of(expr))
+    }
+
+    /// A condition true for a deterministic share of about `percent` % (1 to 99) of the
+    /// distinct values of `exprs` (a key's columns, or a whole row's): the first four hex
+    /// digits of the md5 of the values' [`Dialect::null_safe_text`] joined by `|` are below
+    /// `percent` % of `ffff`. It depends on the values alone, so a key is in the share on both
+    /// sides of a comparison or on neither (`efmesh diff --data --sample`).
+    fn sample_filter(&self, exprs: &[String], percent: u8) -> String {
+        let text: Vec<String> = exprs.iter().map(|e| self.null_safe_text(e)).collect();
+        format!("substr(md5({}), 1, 4) < '{}'", text.join(" || '|' || "), sample_threshold(percent))
+    }
+}
+
+/// The four lowercase hex digits a sampled hash stays below for `percent` % (1 to 99) of the
+/// 65536 four-digit prefixes ([`Dialect::sample_filter`]).
+#[must_use]
+pub fn sample_threshold(percent: u8) -> String {
+    format!("{:04x}", (65536 * u32::from(percent.clamp(1, 99)) / 100))
 }
 
 /// What follows `AS` in `CREATE … AS <query>`: the query after a space, or as given when it

@@ -315,6 +315,15 @@ impl super::dialect::Dialect for DuckDbDialect {
         format!("temp.main.{}", crate::core::name::quote_ident(name))
     }
 
+    fn begin_read_only(&self) -> String {
+        // The connection is read-only already; a DuckDB transaction reads one snapshot.
+        "BEGIN TRANSACTION".to_string()
+    }
+
+    fn full_join_match(&self, left: &str, right: &str) -> String {
+        format!("{left} IS NOT DISTINCT FROM {right}")
+    }
+
     fn replace_temp_table_as(&self, name: &str, query: &str) -> Vec<String> {
         vec![format!("CREATE OR REPLACE TEMP TABLE {} AS {query}", crate::core::name::quote_ident(name))]
     }

@@ -1,11 +1,14 @@
 //! Seeing the project (issue #15): `efmesh diff` of two environments' versions, read from the
-//! state store alone.
+//! state store alone, and of their data (`--data`, read-only on the engine).
 
-use crate::common::{EngineBackend, Project, action};
+use crate::common::{EngineBackend, Project, action, env_view};
 use crate::on_every_engine;
 use serde_json::Value;
 
-on_every_engine!(diff_lists_models_added_removed_and_at_another_version_between_two_environments);
+on_every_engine!(
+    diff_lists_models_added_removed_and_at_another_version_between_two_environments,
+    diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values,
+);
 
 fn models(b_query: &str, with_c: bool, with_d: bool) -> String {
     let mut s = String::from("local a = define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
@@ -73,4 +76,189 @@ fn diff_lists_models_added_removed_and_at_another_version_between_two_environmen
     r.expect_code(1);
     assert_eq!(r.json()["apiVersion"], 1);
     assert!(r.stderr.contains("unknown model `s.bb`") && r.stderr.contains("did you mean `s.b`?"), "{}", r.stderr);
+}
+
+/// The project of the data diff: `s.t` keyed by its grain `id`, `s.u` by its unique key `code`,
+/// `s.k` without a key, `s.h` (`scd_type2`) by its key `id`, `s.e` embedded (no data of its own); `second` is what `dev` serves: in
+/// `s.t` row 2 changed, row 3's name NULL where `prod` has a value, row 4 only in `dev`, row 6
+/// only in `prod`, a column `extra` only in `dev` and `v` at another type; in `s.u` one value
+/// changed; in `s.k` one of two duplicate rows gone and a new row; in `s.h` one value changed (and
+/// every `valid_from` differs: each environment built its version at another time); `s.only`
+/// only in `dev`.
+fn data_models(second: bool) -> String {
+    let t = if second {
+        "SELECT id, name, CAST(v AS BIGINT) AS v, 'x' AS extra FROM (VALUES (1, 'a', 10), (2, 'B', 20), (3, NULL, 30), (4, 'd', 40), (5, NULL, 50), (NULL, 'z', 0)) AS t(id, name, v)"
+    } else {
+        "SELECT id, name, v FROM (VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30), (5, NULL, 50), (6, 'f', 60), (NULL, 'z', 0)) AS t(id, name, v)"
+    };
+    let t_schema = if second {
+        r#"{ "id", "integer" }, { "name", "varchar" }, { "v", "bigint" }, { "extra", "varchar" }"#
+    } else {
+        r#"{ "id", "integer" }, { "name", "varchar" }, { "v", "integer" }"#
+    };
+    let u = if second { "(1, 'one'), (2, 'TWO'), (3, 'three')" } else { "(1, 'one'), (2, 'two'), (3, 'three')" };
+    let k = if second { "(1, 'x'), (2, 'y'), (3, 'z')" } else { "(1, 'x'), (1, 'x'), (2, 'y')" };
+    let h = if second { "(1, 'a'), (2, 'c')" } else { "(1, 'a'), (2, 'b')" };
+    let mut s = format!(
+        "define_model {{ name = \"s.t\", kind = kind.full(), grain = {{ \"id\" }}, schema = {{ {t_schema} }}, query = [[{t}]] }}\n\
+         define_model {{ name = \"s.u\", kind = kind.incremental_by_unique_key {{ key = \"code\" }}, schema = {{ {{ \"code\", \"integer\" }}, {{ \"label\", \"varchar\" }} }}, query = [[SELECT code, label FROM (VALUES {u}) AS u(code, label)]] }}\n\
+         define_model {{ name = \"s.k\", kind = kind.full(), schema = {{ {{ \"n\", \"integer\" }}, {{ \"w\", \"varchar\" }} }}, query = [[SELECT n, w FROM (VALUES {k}) AS k(n, w)]] }}\n\
+         define_model {{ name = \"s.h\", kind = kind.scd_type2 {{ key = \"id\" }}, schema = {{ {{ \"id\", \"integer\" }}, {{ \"w\", \"varchar\" }} }}, query = [[SELECT id, w FROM (VALUES {h}) AS h(id, w)]] }}\n\
+         define_model {{ name = \"s.e\", kind = kind.embedded(), schema = {{ {{ \"n\", \"integer\" }} }}, query = [[SELECT 1 AS n]] }}\n"
+    );
+    if second {
+        s.push_str("define_model { name = \"s.only\", kind = kind.full(), schema = { { \"n\", \"integer\" } }, query = [[SELECT 1 AS n]] }\n");
+    }
+    s
+}
+
+fn entry<'a>(v: &'a Value, model: &str) -> &'a Value {
+    v["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no data array: {v:#}"))
+        .iter()
+        .find(|d| d["model"] == model)
+        .unwrap_or_else(|| panic!("no entry for {model}: {v:#}"))
+}
+
+fn count(v: &Value, field: &str) -> u64 {
+    v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a count: {v:#}"))
+}
+
+/// The mismatches of `column` in a data diff entry (0 when it is not listed).
+fn mismatches(v: &Value, column: &str) -> u64 {
+    v["columns"].as_array().unwrap().iter().find(|c| c["column"] == column).map_or(0, |c| count(c, "mismatches"))
+}
+
+fn diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.write("models/m.lua", &data_models(false));
+    p.apply("prod");
+    p.write("models/m.lua", &data_models(true));
+    p.apply("dev");
+
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    // The version half is still there, and the data half lists the models both serve that have
+    // data, in topological order (not the embedded `s.e`, not `s.only`).
+    assert_eq!(v["added"][0]["model"], "s.only", "{v:#}");
+    let listed: Vec<&str> = v["data"].as_array().unwrap().iter().map(|d| d["model"].as_str().unwrap()).collect();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["s.h", "s.k", "s.t", "s.u"], "{v:#}");
+
+    // Keyed by the grain: a NULL key matches a NULL key; row 2 changed and row 3's NULL name
+    // against `c` are the two mismatches of `name` (row 5's NULL against NULL is none).
+    let t = entry(&v, "s.t");
+    assert_eq!(t["key"], serde_json::json!(["id"]), "{t:#}");
+    assert_eq!(t["keyless"], false);
+    assert_eq!((count(t, "rowsA"), count(t, "rowsB")), (6, 6), "{t:#}");
+    assert_eq!((count(t, "onlyInA"), count(t, "onlyInB"), count(t, "matched")), (1, 1, 5), "{t:#}");
+    assert_eq!(mismatches(t, "name"), 2, "{t:#}");
+    let name = t["columns"].as_array().unwrap().iter().find(|c| c["column"] == "name").unwrap();
+    assert!((name["rate"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{t:#}");
+    // `v` is at another type but the same value in every row: compared as text, no mismatch.
+    assert_eq!(mismatches(t, "v"), 0, "{t:#}");
+    assert_eq!(t["columns"].as_array().unwrap().len(), 1, "{t:#}");
+    assert_eq!(t["columnsOnlyInA"], serde_json::json!([]), "{t:#}");
+    assert_eq!(t["columnsOnlyInB"], serde_json::json!(["extra"]), "{t:#}");
+    let retyped = t["typeChanged"].as_array().unwrap();
+    assert_eq!(retyped.len(), 1, "{t:#}");
+    assert_eq!(retyped[0]["column"], "v");
+    assert_ne!(retyped[0]["typeA"], retyped[0]["typeB"]);
+    assert_eq!(t["onlyInAKeys"], serde_json::json!([["6"]]), "{t:#}");
+    assert_eq!(t["onlyInBKeys"], serde_json::json!([["4"]]), "{t:#}");
+    assert_eq!(t["sampledPercent"], Value::Null);
+
+    // Keyed by the unique key of its kind.
+    let u = entry(&v, "s.u");
+    assert_eq!(u["key"], serde_json::json!(["code"]), "{u:#}");
+    assert_eq!((count(u, "onlyInA"), count(u, "onlyInB"), count(u, "matched"), mismatches(u, "label")), (0, 0, 3, 1), "{u:#}");
+
+    // `scd_type2`: the open versions by key, the managed columns left out.
+    let h = entry(&v, "s.h");
+    assert_eq!((h["key"].clone(), h["scope"].clone()), (serde_json::json!(["id"]), Value::from("open")), "{h:#}");
+    assert_eq!((count(h, "onlyInA"), count(h, "onlyInB"), count(h, "matched"), mismatches(h, "w")), (0, 0, 2, 1), "{h:#}");
+    assert_eq!(h["columns"].as_array().unwrap().len(), 1, "valid_from/valid_to are never compared: {h:#}");
+
+    // No key: a multiset, the duplicate row counted.
+    let k = entry(&v, "s.k");
+    assert_eq!((k["keyless"].clone(), k["key"].clone(), k["matched"].clone()), (Value::Bool(true), Value::Null, Value::Null), "{k:#}");
+    assert_eq!((count(k, "rowsA"), count(k, "rowsB"), count(k, "onlyInA"), count(k, "onlyInB")), (3, 3, 1, 1), "{k:#}");
+    assert!(k["note"].as_str().unwrap().contains("no grain or key declared"), "{k:#}");
+
+    // The text report.
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("data \"prod\" ↔ \"dev\":\n"), "{text}");
+    assert!(text.contains("  ≠ s.t  A=6 B=6  key (id): only in A 1, only in B 1, matched 5\n"), "{text}");
+    assert!(text.contains("      name: 2 of 5 (40.00%)\n"), "{text}");
+    assert!(text.contains("      columns only in B: extra\n"), "{text}");
+    assert!(text.contains("      only in A: id=6\n") && text.contains("      only in B: id=4\n"), "{text}");
+    assert!(text.contains("  ≠ s.k  A=3 B=3  no key (declare a grain): only in A 1, only in B 1\n"), "{text}");
+    // Comparing an environment with itself finds nothing.
+    let same = p.run(&["diff", "dev", "dev", "--data"]).expect_code(0).stdout.clone();
+    let line = same.lines().find(|l| l.contains(" s.t ")).unwrap_or_else(|| panic!("{same}"));
+    assert!(line.starts_with("  ✓ s.t ") && line.ends_with("  A=6 B=6  key (id): only in A 0, only in B 0, matched 6"), "{same}");
+    assert!(!same.contains('≠'), "{same}");
+
+    // Sampling: the same keys on both sides, so it never finds a row missing that the full
+    // comparison does not; the same sample twice is the same result; row counts stay full;
+    // a larger share compares a superset of keys, so no count shrinks as the share grows.
+    let full = [count(t, "onlyInA"), count(t, "onlyInB"), count(t, "matched"), mismatches(t, "name")];
+    let mut previous = [0u64; 4];
+    for percent in ["1", "10", "25", "50", "75", "99"] {
+        let s = p.run(&["diff", "prod", "dev", "--data", "--model", "s.t", "--sample", percent, "--json"]).expect_code(0).json();
+        let again = p.run(&["diff", "prod", "dev", "--data", "--model", "s.t", "--sample", percent, "--json"]).expect_code(0).json();
+        assert_eq!(s["data"], again["data"], "sampling is deterministic");
+        assert_eq!(s["data"].as_array().unwrap().len(), 1, "{s:#}");
+        let st = entry(&s, "s.t");
+        assert_eq!(st["sampledPercent"].as_u64(), percent.parse().ok(), "{st:#}");
+        assert_eq!((count(st, "rowsA"), count(st, "rowsB")), (6, 6), "row counts are never sampled: {st:#}");
+        let got = [count(st, "onlyInA"), count(st, "onlyInB"), count(st, "matched"), mismatches(st, "name")];
+        for i in 0..4 {
+            assert!(got[i] <= full[i], "sample {percent}%: {got:?} exceeds the full comparison {full:?}");
+            assert!(got[i] >= previous[i], "sample {percent}%: {got:?} shrank from {previous:?}");
+        }
+        if percent == "1" {
+            // The smallest share leaves keys out (md5 is fixed: the same keys every run).
+            assert!(got[2] < full[2], "sample 1%: {got:?} against {full:?}");
+        }
+        previous = got;
+        // Each key reported only on one side is, in the data, only on that side.
+        for (field, here, there) in [("onlyInAKeys", "prod", "dev"), ("onlyInBKeys", "dev", "prod")] {
+            for key in st[field].as_array().unwrap() {
+                let id = key[0].as_str().unwrap();
+                let n = |env: &str| p.query(&format!("SELECT count(*) FROM {} WHERE id = {id}", env_view(env, "s.t")))[0][0].clone();
+                assert_eq!((n(here), n(there)), (Some("1".into()), Some("0".into())), "key {id} of {field}: {st:#}");
+            }
+        }
+        // The unique-key model's keys are the same in both: sampling them finds none missing.
+        let su = p.run(&["diff", "prod", "dev", "--data", "--model", "s.u", "--sample", percent, "--json"]).expect_code(0).json();
+        let su = entry(&su, "s.u");
+        assert_eq!((count(su, "onlyInA"), count(su, "onlyInB")), (0, 0), "sample {percent}%: {su:#}");
+        assert!(count(su, "matched") <= 3);
+        // The keyless model samples whole rows, alike on both sides.
+        let sk = p.run(&["diff", "prod", "dev", "--data", "--model", "s.k", "--sample", percent, "--json"]).expect_code(0).json();
+        let sk = entry(&sk, "s.k");
+        assert!(count(sk, "onlyInA") <= 1 && count(sk, "onlyInB") <= 1, "sample {percent}%: {sk:#}");
+    }
+    let text = p.run(&["diff", "prod", "dev", "--data", "--sample", "50"]).expect_code(0).stdout.clone();
+    assert!(text.contains("  (sample 50%)\n"), "{text}");
+
+    // Bad input: a share outside 1..99, a sample without --data, a model not served by both or
+    // without data of its own; each exits 1 naming what is wrong.
+    for bad in ["0", "100", "x"] {
+        let r = p.run(&["diff", "prod", "dev", "--data", "--sample", bad, "--json"]);
+        r.expect_code(1);
+        assert_eq!(r.json()["apiVersion"], 1);
+        assert!(r.stderr.contains("--sample expects a percent from 1 to 99"), "{}", r.stderr);
+    }
+    let r = p.run(&["diff", "prod", "dev", "--sample", "50"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("use it with --data"), "{}", r.stderr);
+    let r = p.run(&["diff", "prod", "dev", "--data", "--model", "s.t,s.only"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("model `s.only` is not served by both environments (`prod` does not serve it)"), "{}", r.stderr);
+    let r = p.run(&["diff", "prod", "dev", "--data", "--model", "s.e"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("model `s.e` is an embedded model"), "{}", r.stderr);
 }
