@@ -154,17 +154,17 @@ fn plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_m
     let action =
         |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
     let parent = action("s.p");
-    assert_eq!(parent["category"], "breaking", "{parent:#}");
+    assert_eq!(parent["change"], "breaking", "{parent:#}");
     assert_eq!(
         parent["explain"]["columnImpact"],
-        serde_json::json!({"changed": ["b"], "readBy": ["s.reads_b", "s.filters_b", "s.star"], "notReadBy": ["s.reads_a"]}),
+        serde_json::json!({"changed": ["b"], "readBy": ["s.filters_b", "s.reads_b", "s.star"], "notReadBy": ["s.reads_a"]}),
         "{parent:#}"
     );
     let kept = action("s.reads_a");
-    assert_eq!((kept["category"].as_str(), kept["build"].as_bool()), (Some("indirect"), Some(false)), "{kept:#}");
+    assert_eq!((kept["change"].as_str(), kept["build"].as_bool()), (Some("indirect"), Some(false)), "{kept:#}");
     assert!(kept["explain"]["reason"].as_str().unwrap().contains("column impact: `s.p` changed only `b`, which this model does not read"), "{kept:#}");
     let text = p.run(&["plan", "dev", "--explain"]).expect_code(0).stdout.clone();
-    assert!(text.contains("columns changed: `b`\n") && text.contains("read by: `s.reads_b`, `s.filters_b`, `s.star`; not read by: `s.reads_a`"), "{text}");
+    assert!(text.contains("columns changed: `b`\n") && text.contains("read by: `s.filters_b`, `s.reads_b`, `s.star`; not read by: `s.reads_a`"), "{text}");
 
     // Apply builds the parent and the children reading `b` (a filter and `*` count), nothing else.
     let applied = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
