@@ -6,6 +6,7 @@ mod audit;
 mod check;
 mod completions;
 mod diff;
+mod graph;
 mod init;
 mod janitor;
 mod lock;
@@ -162,7 +163,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::engine::EngineError>() {
             return "engine";
         }
-        if e.is::<crate::core::name::NameError>() {
+        if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() {
             return "usage";
         }
     }
@@ -236,6 +237,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Diff { env_a, env_b, model, json } => diff::run(&args.config, &env_a, &env_b, model.as_deref(), json, &out),
+        Command::Graph { json, html, select, env } => {
+            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now }, &out)
+        }
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(
             &args.config,
