@@ -36,6 +36,7 @@
 //! views always end up serving exactly what the state store's pointers say.
 
 pub mod audit;
+pub mod batch;
 pub mod contract;
 pub mod ducklake;
 pub mod fault;
@@ -1171,9 +1172,6 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 Ok(None)
             }
             Kind::IncrementalByTimeRange(t) => {
-                let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
-                let cols = cols.join(", ");
-                let tc = quote_ident(&t.time_column);
                 let dialect = engine.sql();
                 let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
                 let n = batches.len();
@@ -1183,18 +1181,17 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // costs no extra committed statement and no `DELETE` of nothing. A plain
                 // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
                 // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
-                let absent = crate::plan::integrity::split_relation(&physical).is_some_and(|(s, r)| !self.catalog.contains(&s, &r));
-                let create_with_first = absent && n > 0;
+                let create_with_first = batch::table_absent(&physical, self.catalog) && n > 0;
                 if !create_with_first {
-                    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
-                    engine.execute(&engine.sql().create_empty_table_if_absent(&physical, &skeleton)).map_err(|e| build_err(e, None))?;
+                    engine.execute(&batch::ensure_table(body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
                 }
                 if n > 0 {
                     self.audited.insert(model.name.clone());
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
-                // Every batch's statements, rendered once. The batches of a table this apply
+                // Every batch's statements, rendered once ([`batch::statements`], which
+                // `efmesh render --interval` prints too). The batches of a table this apply
                 // creates have nothing to delete (the ranges are disjoint and the table new).
                 // Interval audits see their batch; the last batch also runs the whole ones.
                 // Each batch is its own engine transaction (write-audit-publish), its ledger rows
@@ -1204,23 +1201,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 let steps: Vec<schedule::Step<'p>> = batches
                     .iter()
                     .enumerate()
-                    .map(|(i, &batch)| {
-                        let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
-                        let sql = body.render(&exec.with_bounds(Some(batch)));
-                        let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
-                        let statements = match (create_with_first, i) {
-                            (true, 0) => {
-                                vec![dialect.create_table_as(&physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))]
-                            }
-                            (true, _) => vec![insert],
-                            (false, _) => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
-                        };
-                        let slice = audit::batch_relation(&physical, &t.time_column, batch);
+                    .map(|(i, &b)| {
+                        let statements = batch::statements(model, t, body, &physical, b, exec, dialect, batch::BatchWrite::of(create_with_first, i));
+                        let slice = audit::batch_relation(&physical, &t.time_column, b);
                         let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
                         if i + 1 == n {
                             checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
                         }
-                        schedule::Step { statements, checks, batch: Some(batch), of: Some((i, n)) }
+                        schedule::Step { statements, checks, batch: Some(b), of: Some((i, n)) }
                     })
                     .collect();
                 self.flights.insert(

@@ -285,10 +285,34 @@ pub enum Command {
     Render {
         /// Model name `schema.table`.
         model: String,
-        /// Resolve references to this environment's views.
+        /// Resolve references to this environment's views (with `--interval`: the environment
+        /// whose tables apply writes, default `prod`).
         #[arg(long)]
         env: Option<String>,
+        /// Print the statements apply runs to compute this interval of an
+        /// incremental_by_time_range model (DELETE + INSERT per batch, literal bounds); FROM
+        /// and TO are ISO-8601 UTC, aligned to the model's grain, TO exclusive.
+        #[arg(long, num_args = 2, value_names = ["FROM", "TO"])]
+        interval: Option<Vec<String>>,
         /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Column-level lineage: where a model's columns (or one column) take their values from,
+    /// through CTEs, joins, `*` and embedded models down to externals and seeds; with
+    /// `--downstream`, the columns that read it. From the project alone (no engine).
+    Lineage {
+        /// `schema.table` (every column) or `schema.table.column`.
+        #[arg(value_name = "MODEL[.COLUMN]")]
+        target: String,
+        /// Follow at most N levels of models.
+        #[arg(long, value_name = "N")]
+        depth: Option<usize>,
+        /// The columns that read it (and the models that filter, join or group by it), instead
+        /// of the columns it reads.
+        #[arg(long)]
+        downstream: bool,
+        /// Print the lineage trees as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -373,6 +397,7 @@ impl Command {
             | Command::Render { json, .. }
             | Command::Diff { json, .. }
             | Command::Graph { json, .. }
+            | Command::Lineage { json, .. }
             | Command::Schedule { json, .. } => *json,
         }
     }

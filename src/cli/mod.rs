@@ -9,11 +9,13 @@ mod diff;
 mod graph;
 mod init;
 mod janitor;
+mod lineage;
 mod lock;
 pub mod logging;
 mod migrate;
 mod preview;
 mod printer;
+mod render;
 mod restate;
 mod run;
 mod schedule;
@@ -235,7 +237,11 @@ pub fn run(mut args: Args) -> Result<Exit> {
             restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now }, &out)
         }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
-        Command::Render { model, env, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Render { model, env, interval: Some(bounds), json } => {
+            render::interval(&args.config, render::Request { model: &model, env: env.as_deref(), bounds: &bounds, json, now }, &out)
+        }
+        Command::Render { model, env, interval: None, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
+        Command::Lineage { target, depth, downstream, json } => lineage::run(&args.config, &target, depth, downstream, json, &out),
         Command::Diff { env_a, env_b, model, json } => diff::run(&args.config, &env_a, &env_b, model.as_deref(), json, &out),
         Command::Graph { json, html, select, env } => {
             graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now }, &out)

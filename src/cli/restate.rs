@@ -28,7 +28,7 @@ pub(super) struct Request<'a> {
 }
 
 /// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds.
-fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &str) -> Result<()> {
+pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &str) -> Result<()> {
     let floor = grain.floor(t);
     if floor == t {
         return Ok(());

@@ -15,6 +15,7 @@
 pub mod categorize;
 pub mod generations;
 pub mod integrity;
+pub mod lineage;
 pub mod memo;
 
 use crate::core::fragment::CanonicalResolver;

@@ -44,9 +44,9 @@
 use super::canon::{self, SqlError};
 use crate::core::error::did_you_mean;
 use sqlparser::ast::{
-    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator,
-    NamedWindowExpr, ObjectName, ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
-    SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
+    AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, JoinConstraint,
+    JoinOperator, NamedWindowExpr, ObjectName, ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind,
+    SetExpr, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
@@ -116,19 +116,120 @@ pub enum Grammar {
 /// # Errors
 /// As [`unknown_columns`].
 pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
-    let query = match grammar {
-        Grammar::Embedded => parse(sql)?,
-        Grammar::Postgres => *canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql).map_err(|e| match super::pg_canon::canonicalize(sql) {
-            Err(pg) => pg,
-            Ok(_) => e,
-        })?,
-    };
-    let mut an = Analyzer { parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(), problems: Vec::new() };
+    let query = parse_in(grammar, sql)?;
+    let mut an = Analyzer::new(parents);
     an.query(&query, None);
     let mut problems = an.problems;
     problems.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
     problems.dedup();
     Ok(problems)
+}
+
+/// A parent's column that a query reads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct SourceColumn {
+    /// The parent model's logical name, as the parents map spells it.
+    pub model: String,
+    /// The column, as the parent declares it.
+    pub column: String,
+}
+
+/// Where one output column of a query takes its values from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ColumnLineage {
+    /// The output column's name; `None` where DuckDB generates it from the expression text.
+    pub column: Option<String>,
+    /// The parents' columns its expression reads, through CTEs, subqueries, joins, aliases and
+    /// `*` (not the columns of filters, joins or groupings, which are in [`QueryLineage::reads`]).
+    pub sources: Vec<SourceColumn>,
+    /// False when something the list cannot name may feed it too: a relation whose columns are
+    /// not known (an unknown table, a table function), a name that does not resolve,
+    /// `COLUMNS(…)`. A certain empty list is a constant or a row count.
+    pub certain: bool,
+}
+
+/// Column-level lineage of one query against its parents' declared columns.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueryLineage {
+    /// The output columns, in order.
+    pub columns: Vec<ColumnLineage>,
+    /// False when the output may have columns `columns` does not list (`*` over an unknown
+    /// relation, repeated names…).
+    pub complete: bool,
+    /// Every parent column the query reads anywhere: select lists, `WHERE`, joins, `GROUP BY`,
+    /// windows, CTEs and subqueries (a change to any other column of a parent cannot change
+    /// what the query returns, unless it changes the parent's rows).
+    pub reads: Vec<SourceColumn>,
+    /// False when the query may read parent columns `reads` does not list.
+    pub reads_certain: bool,
+    /// Parents whose `*` reaches the output: a column added to or removed from one of them adds
+    /// or removes an output column.
+    pub whole: Vec<String>,
+}
+
+/// The column-level lineage of `sql` (rendered as for [`unknown_columns`]) given the declared
+/// columns of the parents it reads.
+///
+/// # Errors
+/// As [`unknown_columns`].
+///
+/// # Example
+/// ```
+/// use std::collections::BTreeMap;
+/// use efmesh::sql::lineage::{Grammar, column_lineage_in};
+/// let parents = BTreeMap::from([
+///     ("raw.orders".to_string(), vec!["id".to_string(), "customer_id".to_string(), "cents".to_string()]),
+///     ("raw.customers".to_string(), vec!["id".to_string(), "region".to_string()]),
+/// ]);
+/// let sql = "WITH o AS (SELECT *, cents / 100 AS amount FROM raw.orders) \
+///            SELECT c.region, sum(o.amount) AS revenue FROM o JOIN raw.customers AS c ON c.id = o.customer_id GROUP BY 1";
+/// let l = column_lineage_in(Grammar::Embedded, sql, &parents)?;
+/// let revenue = &l.columns[1];
+/// assert_eq!(revenue.column.as_deref(), Some("revenue"));
+/// assert_eq!(revenue.sources.iter().map(|s| format!("{}.{}", s.model, s.column)).collect::<Vec<_>>(), ["raw.orders.cents"]);
+/// assert!(l.reads.iter().any(|s| s.model == "raw.customers" && s.column == "id"));
+/// Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn column_lineage_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<QueryLineage, SqlError> {
+    let query = parse_in(grammar, sql)?;
+    let mut an = Analyzer::new(parents);
+    let out = an.query(&query, None);
+    an.reads.add(&out.all_sources());
+    let named = |from: &BTreeSet<(String, String)>| -> Vec<SourceColumn> {
+        let mut v: Vec<SourceColumn> = from
+            .iter()
+            .map(|(p, c)| match an.parents.get(p) {
+                Some((model, declared)) => {
+                    SourceColumn { model: model.clone(), column: declared.iter().find(|d| lower(d) == *c).cloned().unwrap_or_else(|| c.clone()) }
+                }
+                None => SourceColumn { model: p.clone(), column: c.clone() },
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let columns = out.items.iter().map(|c| ColumnLineage { column: c.name.clone(), sources: named(&c.src.from), certain: !c.src.uncertain }).collect();
+    Ok(QueryLineage {
+        columns,
+        complete: !out.more,
+        reads: named(&an.reads.from),
+        reads_certain: !an.reads.uncertain && !out.more,
+        whole: out.star_of.iter().map(|p| an.parents.get(p).map_or_else(|| p.clone(), |(n, _)| n.clone())).collect(),
+    })
+}
+
+/// The single query of `sql` in `grammar`.
+fn parse_in(grammar: Grammar, sql: &str) -> Result<Query, SqlError> {
+    match grammar {
+        Grammar::Embedded => parse(sql),
+        Grammar::Postgres => {
+            Ok(*canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql).map_err(|e| match super::pg_canon::canonicalize(sql) {
+                Err(pg) => pg,
+                Ok(_) => e,
+            })?)
+        }
+    }
 }
 
 /// The single query of `sql`; on failure, canonicalisation's error (same parser, same message).
@@ -160,14 +261,49 @@ fn lower(s: &str) -> String {
     s.to_lowercase()
 }
 
+/// Where one column's values come from: parents' columns (lower-case parent key, lower-case
+/// column), and whether that list is certain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Src {
+    from: BTreeSet<(String, String)>,
+    /// Something the list cannot name may feed the column too: a relation whose columns are not
+    /// known, a reference that does not resolve, `COLUMNS(…)`, a name DuckDB might bind elsewhere.
+    uncertain: bool,
+}
+
+impl Src {
+    fn uncertain() -> Self {
+        Src { uncertain: true, ..Src::default() }
+    }
+
+    fn add(&mut self, other: &Src) {
+        self.from.extend(other.from.iter().cloned());
+        self.uncertain |= other.uncertain;
+    }
+}
+
+/// One output column: its name (`None` where DuckDB generates it from the expression text) and
+/// where its values come from.
+#[derive(Debug, Clone, Default)]
+struct Col {
+    name: Option<String>,
+    src: Src,
+}
+
+impl Col {
+    fn named(name: impl Into<String>, src: Src) -> Self {
+        Col { name: Some(name.into()), src }
+    }
+}
+
 /// The columns of a relation or a query's output.
 #[derive(Debug, Clone, Default)]
 struct Cols {
-    /// Columns in order; `None` where DuckDB generates the name from the expression text.
-    names: Vec<Option<String>>,
-    /// There may be columns beyond `names` (an unknown relation, or `*` over one).
+    /// Columns in order.
+    items: Vec<Col>,
+    /// There may be columns beyond `items` (an unknown relation, or `*` over one).
     more: bool,
-    /// `names` may not be in DuckDB's order (a `*` over a `USING` join), so positional aliases
+    /// `items` may not be in DuckDB's order (a `*` over a `USING` join), so positional aliases
     /// cannot be applied.
     unordered: bool,
     /// Parents whose `*` expansion fed these columns (lower-case keys into the parents map).
@@ -179,28 +315,44 @@ impl Cols {
         Cols { more: true, ..Cols::default() }
     }
 
-    fn known(names: impl IntoIterator<Item = String>) -> Self {
-        Cols { names: names.into_iter().map(Some).collect(), ..Cols::default() }
+    /// A parent's declared columns (`key` lower-case), each its own source.
+    fn of_parent(key: &str, names: impl IntoIterator<Item = String>) -> Self {
+        let items = names.into_iter().map(|n| Col::named(n.clone(), Src { from: BTreeSet::from([(key.to_string(), lower(&n))]), uncertain: false })).collect();
+        Cols { items, star_of: BTreeSet::from([key.to_string()]), ..Cols::default() }
     }
 
-    /// Some column may exist that `names` does not list.
+    /// Some column may exist that `items` does not list.
     fn is_open(&self) -> bool {
-        self.more || self.names.iter().any(Option::is_none)
+        self.more || self.items.iter().any(|c| c.name.is_none())
     }
 
     /// `name` (lower-case) is one of the known names.
     fn has(&self, name: &str) -> bool {
-        self.names.iter().flatten().any(|n| lower(n) == name)
+        self.get(name).is_some()
+    }
+
+    /// The first known column called `name` (lower-case).
+    fn get(&self, name: &str) -> Option<&Col> {
+        self.items.iter().find(|c| c.name.as_ref().is_some_and(|n| lower(n) == name))
     }
 
     fn known_names(&self) -> impl Iterator<Item = &str> {
-        self.names.iter().flatten().map(String::as_str)
+        self.items.iter().filter_map(|c| c.name.as_deref())
+    }
+
+    /// Every column's sources together (a relation used whole: a row value, `*` in a function).
+    fn all_sources(&self) -> Src {
+        let mut src = Src { uncertain: self.more, ..Src::default() };
+        for c in &self.items {
+            src.add(&c.src);
+        }
+        src
     }
 
     /// Repeated names make the output open: DuckDB renames or rejects them.
     fn finish(mut self) -> Self {
         let mut seen = HashSet::new();
-        if self.names.iter().flatten().any(|n| !seen.insert(lower(n))) {
+        if self.known_names().any(|n| !seen.insert(lower(n))) {
             self.more = true;
         }
         self
@@ -211,11 +363,12 @@ impl Cols {
         if aliases.is_empty() {
             return self;
         }
-        if self.more || self.unordered || aliases.len() > self.names.len() {
-            return Cols { names: aliases.iter().map(|a| Some(a.name.value.clone())).collect(), more: true, unordered: true, star_of: self.star_of };
+        if self.more || self.unordered || aliases.len() > self.items.len() {
+            let items = aliases.iter().map(|a| Col::named(a.name.value.clone(), Src::uncertain())).collect();
+            return Cols { items, more: true, unordered: true, star_of: self.star_of };
         }
-        for (slot, alias) in self.names.iter_mut().zip(aliases) {
-            *slot = Some(alias.name.value.clone());
+        for (slot, alias) in self.items.iter_mut().zip(aliases) {
+            slot.name = Some(alias.name.value.clone());
         }
         self.finish()
     }
@@ -335,9 +488,27 @@ struct Analyzer {
     /// Lower-case logical name → (name as given, declared columns).
     parents: BTreeMap<String, (String, Vec<String>)>,
     problems: Vec<ColumnProblem>,
+    /// The sources of the select items being resolved, innermost last: every resolved reference
+    /// is added to the top one.
+    sinks: Vec<Src>,
+    /// Every parent column the query reads anywhere (select lists, filters, joins, groupings…).
+    reads: Src,
+    /// Per `SELECT` being resolved (keyed by its alias list's address): the sources of the
+    /// select-list aliases resolved so far, for references to them (lower-case names).
+    alias_srcs: Vec<(usize, Vec<(String, Src)>)>,
 }
 
 impl Analyzer {
+    fn new(parents: &BTreeMap<String, Vec<String>>) -> Self {
+        Analyzer {
+            parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
+            problems: Vec::new(),
+            sinks: Vec::new(),
+            reads: Src::default(),
+            alias_srcs: Vec::new(),
+        }
+    }
+
     /// Resolves a query; returns its output columns.
     fn query(&mut self, q: &Query, up: Option<&Frame<'_>>) -> Cols {
         let mut ctes: Vec<(String, Cols)> = Vec::new();
@@ -387,16 +558,27 @@ impl Analyzer {
                 let r = self.set_expr(right, up);
                 let mut out = if matches!(set_quantifier, SetQuantifier::ByName | SetQuantifier::AllByName | SetQuantifier::DistinctByName) {
                     let mut out = l.clone();
-                    for n in r.names.iter().flatten() {
-                        if !out.has(&lower(n)) {
-                            out.names.push(Some(n.clone()));
+                    for c in &r.items {
+                        match c.name.as_ref().map(|n| lower(n)) {
+                            Some(n) if out.has(&n) => {
+                                if let Some(slot) = out.items.iter_mut().find(|o| o.name.as_ref().is_some_and(|o| lower(o) == n)) {
+                                    slot.src.add(&c.src);
+                                }
+                            }
+                            _ => out.items.push(c.clone()),
                         }
                     }
                     out.more |= r.more;
                     out.unordered = true;
                     out
                 } else {
-                    l
+                    // Positional: each output column reads both branches' columns at its place.
+                    let mut out = l;
+                    for (slot, c) in out.items.iter_mut().zip(&r.items) {
+                        slot.src.add(&c.src);
+                    }
+                    out.more |= r.more;
+                    out
                 };
                 out.star_of.extend(r.star_of);
                 out
@@ -406,7 +588,7 @@ impl Analyzer {
                 self.walk(&v.rows, &up);
                 // DuckDB names them `col0`, `col1`…: known count, generated names.
                 let width = v.rows.first().map_or(0, |r| r.content.len());
-                Cols { names: vec![None; width], ..Cols::default() }
+                Cols { items: vec![Col::default(); width], ..Cols::default() }
             }
             _ => Cols::open(),
         }
@@ -426,6 +608,8 @@ impl Analyzer {
             })
             .collect();
         let frame = scope(up, &rels, &aliases);
+        let alias_key = aliases.as_ptr() as usize;
+        self.alias_srcs.push((alias_key, Vec::new()));
         let mut out = Cols::default();
         if s.projection.is_empty() || s.flavor == SelectFlavor::FromFirstNoSelect {
             out = star(&rels);
@@ -433,16 +617,20 @@ impl Analyzer {
         for item in &s.projection {
             match item {
                 SelectItem::UnnamedExpr(e) => {
-                    self.walk(e, &frame);
-                    out.names.push(output_name(e, &rels));
+                    let src = self.sourced(e, &frame);
+                    out.items.push(Col { name: output_name(e, &rels), src });
                 }
                 SelectItem::ExprWithAlias { expr, alias } => {
-                    self.walk(expr, &frame);
-                    out.names.push(Some(alias.value.clone()));
+                    let src = self.sourced(expr, &frame);
+                    self.note_alias(alias_key, &alias.value, &src);
+                    out.items.push(Col::named(alias.value.clone(), src));
                 }
                 SelectItem::ExprWithAliases { expr, aliases } => {
-                    self.walk(expr, &frame);
-                    out.names.extend(aliases.iter().map(|a| Some(a.value.clone())));
+                    let src = self.sourced(expr, &frame);
+                    for a in aliases {
+                        self.note_alias(alias_key, &a.value, &src);
+                    }
+                    out.items.extend(aliases.iter().map(|a| Col::named(a.value.clone(), src.clone())));
                 }
                 SelectItem::Wildcard(opts) => {
                     let cols = self.wildcard(star(&rels), opts, &frame);
@@ -494,6 +682,7 @@ impl Analyzer {
         if !s.lateral_views.is_empty() || !s.connect_by.is_empty() {
             out.more = true;
         }
+        self.alias_srcs.pop();
         out.finish()
     }
 
@@ -509,20 +698,25 @@ impl Analyzer {
             drop.push(lower(&first_element.value));
             drop.extend(additional_elements.iter().map(|i| lower(&i.value)));
         }
-        cols.names.retain(|n| n.as_ref().is_none_or(|n| !drop.contains(&lower(n))));
+        cols.items.retain(|c| c.name.as_ref().is_none_or(|n| !drop.contains(&lower(n))));
         let renames: Vec<(String, String)> = match &opts.opt_rename {
             Some(RenameSelectItem::Single(r)) => vec![(lower(&r.ident.value), r.alias.value.clone())],
             Some(RenameSelectItem::Multiple(rs)) => rs.iter().map(|r| (lower(&r.ident.value), r.alias.value.clone())).collect(),
             None => Vec::new(),
         };
-        for n in cols.names.iter_mut().flatten() {
+        for n in cols.items.iter_mut().filter_map(|c| c.name.as_mut()) {
             if let Some((_, to)) = renames.iter().find(|(from, _)| *from == lower(n)) {
                 *n = to.clone();
             }
         }
         if let Some(replace) = &opts.opt_replace {
             for item in &replace.items {
-                self.walk(&item.expr, frame);
+                let src = self.sourced(&item.expr, frame);
+                let name = lower(&item.column_name.value);
+                match cols.items.iter_mut().find(|c| c.name.as_ref().is_some_and(|n| lower(n) == name)) {
+                    Some(slot) => slot.src = src,
+                    None => cols.more = true,
+                }
             }
         }
         cols
@@ -634,8 +828,7 @@ impl Analyzer {
                     let rel = Rel::new(vec![lowered.clone()], true, alias.as_ref(), cols.clone(), Origin::Cte(parts[0].clone()));
                     renamed(rel, alias.as_ref())
                 } else if let Some((display, declared)) = self.parents.get(&lowered.join(".")) {
-                    let mut cols = Cols::known(declared.iter().cloned());
-                    cols.star_of.insert(lowered.join("."));
+                    let cols = Cols::of_parent(&lowered.join("."), declared.iter().cloned());
                     let quals = (0..lowered.len()).map(|i| lowered[i..].to_vec()).collect();
                     renamed(Rel::new(quals, true, alias.as_ref(), cols, Origin::Parent(display.clone())), alias.as_ref())
                 } else {
@@ -684,6 +877,8 @@ impl Analyzer {
     /// parameters around it.
     fn reference(&mut self, parts: &[&Ident], frame: &Frame<'_>, params: &[Vec<String>]) {
         let lowered: Vec<String> = parts.iter().map(|p| lower(&p.value)).collect();
+        let src = self.source_of(&lowered, frame, params);
+        self.record(&src);
         let head = lowered[0].as_str();
         if params.iter().flatten().any(|p| p == head) {
             return;
@@ -800,6 +995,117 @@ impl Analyzer {
         })
     }
 
+    /// Resolves the references of one expression (a select item) and returns its sources.
+    fn sourced<V: Visit + ?Sized>(&mut self, node: &V, frame: &Frame<'_>) -> Src {
+        self.sinks.push(Src::default());
+        self.walk(node, frame);
+        self.sinks.pop().unwrap_or_default()
+    }
+
+    /// Adds `src` to the select item being resolved and to the query's reads.
+    fn record(&mut self, src: &Src) {
+        if let Some(top) = self.sinks.last_mut() {
+            top.add(src);
+        }
+        self.reads.add(src);
+    }
+
+    fn note_alias(&mut self, key: usize, alias: &str, src: &Src) {
+        if let Some((k, list)) = self.alias_srcs.last_mut()
+            && *k == key
+        {
+            list.push((lower(alias), src.clone()));
+        }
+    }
+
+    /// Where a reference (lower-case parts as written) takes its values from.
+    fn source_of(&self, lowered: &[String], frame: &Frame<'_>, params: &[Vec<String>]) -> Src {
+        let head = lowered[0].as_str();
+        if params.iter().flatten().any(|p| p == head) {
+            return Src::default();
+        }
+        if lowered.len() > 1 {
+            for data in frame.chain() {
+                let FrameData::Scope { rels, .. } = data else { continue };
+                for rel in rels.iter() {
+                    for q in &rel.quals {
+                        let offset = if lowered.starts_with(q) {
+                            0
+                        } else if q.len() == 2 && lowered[1..].starts_with(q) {
+                            1
+                        } else {
+                            continue;
+                        };
+                        let Some(col) = lowered.get(offset + q.len()) else { return rel.cols.all_sources() };
+                        if let Some(c) = rel.cols.get(col) {
+                            return c.src.clone();
+                        }
+                        // Not a known column of that relation: maybe one it does not list, or
+                        // a struct column `head` of another relation.
+                        let mut src = Src::uncertain();
+                        if let Some(other) = self.unqualified_source(head, frame, false) {
+                            src.add(&other);
+                        }
+                        return src;
+                    }
+                }
+            }
+        }
+        self.unqualified_source(head, frame, lowered.len() == 1).unwrap_or_else(Src::uncertain)
+    }
+
+    /// Where an unqualified name takes its values from, innermost scope first: a column of a
+    /// relation in scope, a select-list alias, a lambda parameter, a relation used as a row.
+    /// `None` when nothing in scope can be it.
+    fn unqualified_source(&self, name: &str, frame: &Frame<'_>, row_value: bool) -> Option<Src> {
+        if PSEUDO_COLUMNS.contains(&name) {
+            return Some(Src::default());
+        }
+        for data in frame.chain() {
+            match data {
+                FrameData::Params(ps) if ps.iter().any(|p| p == name) => return Some(Src::default()),
+                FrameData::Scope { rels, aliases } => {
+                    let hits: Vec<&Col> = rels.iter().filter_map(|r| r.cols.get(name)).collect();
+                    if !hits.is_empty() {
+                        // Several hits: the two sides of `USING` (merged), or a query the
+                        // engine refuses as ambiguous.
+                        let mut src = Src::default();
+                        for c in hits {
+                            src.add(&c.src);
+                        }
+                        return Some(src);
+                    }
+                    if aliases.iter().any(|a| lower(a) == name) {
+                        let key = aliases.as_ptr() as usize;
+                        let known = self.alias_srcs.iter().rev().find(|(k, _)| *k == key).and_then(|(_, list)| list.iter().find(|(a, _)| a == name));
+                        return Some(known.map_or_else(Src::uncertain, |(_, src)| src.clone()));
+                    }
+                    if row_value && let Some(r) = rels.iter().find(|r| r.quals.iter().any(|q| q.len() == 1 && q[0] == name)) {
+                        return Some(r.cols.all_sources());
+                    }
+                    if rels.iter().any(|r| r.cols.is_open()) {
+                        return Some(Src::uncertain());
+                    }
+                }
+                FrameData::Params(_) | FrameData::Ctes(_) => {}
+            }
+        }
+        None
+    }
+
+    /// The columns `*` reads in the innermost scope of `frame` (`qualifier`: only that relation's).
+    fn star_source(frame: &Frame<'_>, qualifier: Option<&[String]>) -> Src {
+        let rels = frame.chain().find_map(|d| match d {
+            FrameData::Scope { rels, .. } => Some(*rels),
+            _ => None,
+        });
+        let rels = rels.unwrap_or(&[]);
+        match qualifier {
+            None => star(rels).all_sources(),
+            Some(q) => rels.iter().find(|r| r.quals.iter().any(|x| x.as_slice() == q)).map_or_else(Src::uncertain, |r| r.cols.all_sources()),
+        }
+    }
+
     fn push(&mut self, at: &Ident, column: &str, reference: &str, relation: Option<String>, detail: String, suggestion: Option<String>) {
         let pos = at.span.start;
         let relation = relation.map(|r| self.parents.get(&r).map_or(r, |(n, _)| n.clone()));
@@ -892,14 +1198,14 @@ fn table_factor_alias(f: &TableFactor) -> Option<&TableAlias> {
 fn star(rels: &[Rel]) -> Cols {
     let mut out = Cols::default();
     for r in rels {
-        for n in &r.cols.names {
-            if let Some(name) = n
+        for c in &r.cols.items {
+            if let Some(name) = &c.name
                 && r.star_skip.contains(&lower(name))
             {
                 out.unordered = true;
                 continue;
             }
-            out.names.push(n.clone());
+            out.items.push(c.clone());
         }
         out.more |= r.cols.more;
         out.unordered |= r.cols.unordered;
@@ -909,7 +1215,7 @@ fn star(rels: &[Rel]) -> Cols {
 }
 
 fn append(out: &mut Cols, cols: Cols) {
-    out.names.extend(cols.names);
+    out.items.extend(cols.items);
     out.more |= cols.more;
     out.unordered |= cols.unordered;
     out.star_of.extend(cols.star_of);
@@ -952,7 +1258,9 @@ impl Visitor for Walker<'_, '_> {
         if self.skip.is_none() {
             let params: Vec<String> = self.params.concat();
             let frame = Frame { up: Some(self.frame), data: FrameData::Params(&params) };
-            self.an.query(q, Some(&frame));
+            let cols = self.an.query(q, Some(&frame));
+            // A scalar / `IN` / `EXISTS` subquery: what it returns feeds the expression.
+            self.an.record(&cols.all_sources());
             self.skip = Some((true, addr(q)));
         }
         ControlFlow::Continue(())
@@ -1007,10 +1315,31 @@ impl Visitor for Walker<'_, '_> {
             }
             Expr::Lambda(l) => self.params.push(l.params.iter().map(|p| lower(&p.name.value)).collect()),
             Expr::Function(f) => {
+                let fname = f.name.0.last().and_then(|p| p.as_ident()).map(|i| lower(&i.value)).unwrap_or_default();
+                if fname == "columns" {
+                    // DuckDB's `COLUMNS(…)`: columns chosen by a pattern or a lambda.
+                    self.an.record(&Src::uncertain());
+                }
                 if let FunctionArguments::List(list) = &f.args {
                     for arg in &list.args {
                         if let FunctionArg::ExprNamed { name, .. } = arg {
                             self.ignore.insert(addr(name));
+                        }
+                        let wildcard = match arg {
+                            FunctionArg::Unnamed(a) | FunctionArg::Named { arg: a, .. } | FunctionArg::ExprNamed { arg: a, .. } => Some(a),
+                        };
+                        // `f(*)` / `f(t.*)` reads whole rows; `count(*)` reads none of their columns.
+                        match wildcard {
+                            Some(FunctionArgExpr::Wildcard) if fname != "count" => {
+                                let src = Analyzer::star_source(self.frame, None);
+                                self.an.record(&src);
+                            }
+                            Some(FunctionArgExpr::QualifiedWildcard(q)) => {
+                                let q: Vec<String> = name_parts(q).iter().map(|p| lower(p)).collect();
+                                let src = Analyzer::star_source(self.frame, Some(&q));
+                                self.an.record(&src);
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -1064,6 +1393,123 @@ mod tests {
         assert_eq!(p.len(), 1, "wanted exactly one problem in\n{sql}\n{p:#?}");
         assert_eq!(p[0].column, column, "{p:#?}");
         p[0].clone()
+    }
+
+    /// Each output column as `name <- parent.col, …` (`?` when uncertain).
+    fn lineage(sql: &str) -> (Vec<String>, QueryLineage) {
+        let l = column_lineage_in(Grammar::Embedded, sql, &parents()).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        let cols = l
+            .columns
+            .iter()
+            .map(|c| {
+                let mut srcs: Vec<String> = c.sources.iter().map(|s| format!("{}.{}", s.model, s.column)).collect();
+                if !c.certain {
+                    srcs.push("?".into());
+                }
+                format!("{} <- {}", c.column.as_deref().unwrap_or("?"), srcs.join(", "))
+            })
+            .collect();
+        (cols, l)
+    }
+
+    fn reads(l: &QueryLineage) -> Vec<String> {
+        l.reads.iter().map(|s| format!("{}.{}", s.model, s.column)).collect()
+    }
+
+    #[test]
+    fn lineage_through_ctes_joins_aliases_and_star() {
+        let (cols, l) = lineage(
+            "WITH o AS (SELECT * FROM raw.orders WHERE amount_cents > 0), c AS (SELECT id AS cid, region FROM raw.customers)
+             SELECT o.id, amount_cents / 100 AS amount, c.region, r.label
+             FROM o JOIN c ON c.cid = o.customer_id JOIN core.regions AS r ON r.region = c.region",
+        );
+        assert_eq!(cols, ["id <- raw.orders.id", "amount <- raw.orders.amount_cents", "region <- raw.customers.region", "label <- core.regions.label"]);
+        assert!(l.complete && l.reads_certain);
+        assert_eq!(
+            reads(&l),
+            [
+                "core.regions.label",
+                "core.regions.region",
+                "raw.customers.id",
+                "raw.customers.region",
+                "raw.orders.amount_cents",
+                "raw.orders.customer_id",
+                "raw.orders.id"
+            ],
+            "a filter, a join key and a renamed key are read"
+        );
+        assert!(l.whole.is_empty(), "no `*` reaches the output: {:?}", l.whole);
+    }
+
+    #[test]
+    fn lineage_of_star_expansions_using_and_set_operations() {
+        let (cols, l) = lineage("SELECT * EXCLUDE (items, meta) FROM raw.orders");
+        assert_eq!(
+            cols,
+            ["id <- raw.orders.id", "customer_id <- raw.orders.customer_id", "amount_cents <- raw.orders.amount_cents", "ordered_at <- raw.orders.ordered_at"]
+        );
+        assert_eq!(l.whole, ["raw.orders"]);
+        let (cols, _) = lineage("SELECT * FROM raw.customers, (SELECT id, amount_cents FROM raw.orders) AS o(order_id, cents)");
+        assert_eq!(
+            cols,
+            [
+                "id <- raw.customers.id",
+                "name <- raw.customers.name",
+                "region <- raw.customers.region",
+                "order_id <- raw.orders.id",
+                "cents <- raw.orders.amount_cents"
+            ]
+        );
+        let (cols, _) = lineage("SELECT * REPLACE (amount_cents * 2 AS amount_cents) FROM (SELECT id, amount_cents, customer_id FROM raw.orders) AS s");
+        assert_eq!(cols, ["id <- raw.orders.id", "amount_cents <- raw.orders.amount_cents", "customer_id <- raw.orders.customer_id"]);
+        // `USING` merges both sides' key into one column.
+        let (cols, _) = lineage("SELECT region, label FROM raw.customers JOIN core.regions USING (region)");
+        assert_eq!(cols, ["region <- core.regions.region, raw.customers.region", "label <- core.regions.label"]);
+        // A union's column reads both branches at its position.
+        let (cols, _) = lineage("SELECT id AS k FROM raw.orders UNION ALL SELECT id FROM raw.customers");
+        assert_eq!(cols, ["k <- raw.customers.id, raw.orders.id"]);
+    }
+
+    #[test]
+    fn lineage_of_subqueries_windows_aliases_and_aggregates() {
+        let (cols, _) = lineage(
+            "SELECT o.id,
+                    (SELECT max(c.region) FROM raw.customers AS c WHERE c.id = o.customer_id) AS region,
+                    lead(ordered_at) OVER (PARTITION BY customer_id ORDER BY ordered_at) AS next_at,
+                    amount_cents AS a, a * 2 AS doubled, count(*) OVER () AS n, 1 AS one
+             FROM raw.orders AS o",
+        );
+        assert_eq!(
+            cols,
+            [
+                "id <- raw.orders.id",
+                "region <- raw.customers.id, raw.customers.region, raw.orders.customer_id",
+                "next_at <- raw.orders.customer_id, raw.orders.ordered_at",
+                "a <- raw.orders.amount_cents",
+                "doubled <- raw.orders.amount_cents",
+                "n <- ",
+                "one <- ",
+            ]
+        );
+        // A relation used as a row value, or `*` inside a function, reads every column.
+        let (cols, _) = lineage("SELECT to_json(c) AS j, hash(*) AS h FROM raw.customers AS c");
+        assert_eq!(
+            cols,
+            ["j <- raw.customers.id, raw.customers.name, raw.customers.region", "h <- raw.customers.id, raw.customers.name, raw.customers.region"]
+        );
+    }
+
+    #[test]
+    fn lineage_is_uncertain_where_columns_are_not_known() {
+        let (cols, l) = lineage("SELECT x, o.id FROM somewhere AS s, raw.orders AS o");
+        assert_eq!(cols, ["x <- ?", "id <- raw.orders.id"]);
+        assert!(!l.reads_certain);
+        let (cols, _) = lineage("SELECT COLUMNS('amount.*') FROM raw.orders");
+        assert_eq!(cols, ["? <- ?"]);
+        let (_, l) = lineage("SELECT * FROM read_csv('x.csv')");
+        assert!(!l.complete && !l.reads_certain);
+        let (_, l) = lineage("SELECT id FROM raw.orders");
+        assert!(l.complete && l.reads_certain);
     }
 
     #[test]

@@ -1,0 +1,83 @@
+//! The statements of a time-range model's batches, rendered in one place: `apply` (and `run`,
+//! which builds through it) executes them, and `efmesh render <model> --interval FROM TO`
+//! prints them, so what render shows is the text apply runs (no copy that can drift).
+
+use super::resolve::ExecResolver;
+use crate::core::interval::{self, Interval};
+use crate::core::name::quote_ident;
+use crate::core::{Fragment, Model, TimeRange};
+use crate::engine::dialect::Dialect;
+
+/// How one batch writes its rows into the model's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchWrite {
+    /// The table does not exist yet: the batch creates it (`CREATE TABLE … AS` the batch).
+    Create,
+    /// The table was created by an earlier batch of the same build: the batch has nothing to
+    /// delete (`INSERT` only).
+    Insert,
+    /// The table exists: the batch replaces its interval (`DELETE` then `INSERT`).
+    Replace,
+}
+
+impl BatchWrite {
+    /// The write of batch `i` (0-based) of a build whose first batch creates the table
+    /// (`create_with_first`) or not.
+    pub fn of(create_with_first: bool, i: usize) -> BatchWrite {
+        match (create_with_first, i) {
+            (true, 0) => BatchWrite::Create,
+            (true, _) => BatchWrite::Insert,
+            (false, _) => BatchWrite::Replace,
+        }
+    }
+
+    /// `create`, `insert` or `replace` (the `--json` spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchWrite::Create => "create",
+            BatchWrite::Insert => "insert",
+            BatchWrite::Replace => "replace",
+        }
+    }
+}
+
+/// Whether the engine lacks the table `physical` (per `catalog`): a time-range table the engine
+/// does not hold is created by the first batch that computes it.
+pub fn table_absent(physical: &str, catalog: &crate::engine::Catalog) -> bool {
+    crate::plan::integrity::split_relation(physical).is_some_and(|(s, r)| !catalog.contains(&s, &r))
+}
+
+/// The statement run before the batches when the table exists (or no batch creates it): creates
+/// it empty, with the query's columns and types, unless it exists (a no-op then).
+pub fn ensure_table(body: &Fragment, physical: &str, exec: &ExecResolver<'_>, dialect: &dyn Dialect) -> String {
+    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
+    dialect.create_empty_table_if_absent(physical, &skeleton)
+}
+
+/// The statements of one batch of `model` (a time-range model of kind `t`, query `body`) over
+/// `batch` into `physical`: its query rendered with the batch's literal bounds (references
+/// resolved by `exec`), restricted to the batch on the time column, written as `write` says.
+/// They run in one engine transaction.
+#[allow(clippy::too_many_arguments)]
+pub fn statements(
+    model: &Model,
+    t: &TimeRange,
+    body: &Fragment,
+    physical: &str,
+    batch: Interval,
+    exec: &ExecResolver<'_>,
+    dialect: &dyn Dialect,
+    write: BatchWrite,
+) -> Vec<String> {
+    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    let cols = cols.join(", ");
+    let tc = quote_ident(&t.time_column);
+    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+    let sql = body.render(&exec.with_bounds(Some(batch)));
+    let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
+    match write {
+        BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],
+        BatchWrite::Insert => vec![insert],
+        BatchWrite::Replace => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+    }
+}

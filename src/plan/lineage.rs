@@ -1,0 +1,220 @@
+//! Column lineage across the project: for every model, where each declared column takes its
+//! values from ([`crate::sql::lineage::column_lineage_in`] on its canonical SQL, against its
+//! parents' declared columns), and the trees that follow it up to the sources (externals,
+//! seeds) or down to every column that reads it. Embedded models are parents like any other,
+//! so lineage passes through them. No engine and no state store: what `efmesh lineage` prints,
+//! the graph page shows, and the plan's column impact reads.
+
+use crate::core::fragment::CanonicalResolver;
+use crate::core::{Model, ModelName};
+use crate::project::Project;
+use crate::sql::lineage::{self, ColumnLineage, Grammar, QueryLineage, SourceColumn};
+use std::collections::BTreeMap;
+
+/// One model's column lineage.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelLineage {
+    /// The model's kind tag (`full`, `external`, `seed`…).
+    pub kind: &'static str,
+    /// One entry per column the model exposes (declared, then the kind's managed ones), in order.
+    pub columns: Vec<ColumnLineage>,
+    /// The query's lineage; `None` for a model without a query (external, seed) or whose query
+    /// sqlparser cannot read (then `unreadable` says why and every column is uncertain).
+    pub query: Option<QueryLineage>,
+    /// Why the query could not be read, when it could not.
+    pub unreadable: Option<String>,
+}
+
+/// Column lineage of every model of a project.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectLineage {
+    models: BTreeMap<String, ModelLineage>,
+    /// Model names in topological order.
+    order: Vec<String>,
+}
+
+/// A node of a lineage tree: a model's column, and the columns it reads (upstream) or that read
+/// it (downstream).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LineageNode {
+    /// The model, `schema.table`.
+    pub model: String,
+    /// The column, as the model declares it.
+    pub column: String,
+    /// The model's kind tag.
+    pub kind: &'static str,
+    /// False when something lineage cannot name may feed this column too (see
+    /// [`ColumnLineage::certain`]).
+    pub certain: bool,
+    /// Upstream: the columns this one reads; downstream: the columns reading this one.
+    #[serde(rename = "sources", skip_serializing_if = "Option::is_none")]
+    pub next: Option<Vec<LineageNode>>,
+    /// The tree was cut here by `--depth` (there is more).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// The grammar the project's bodies are written in (its engine's).
+pub fn grammar(project: &Project) -> Grammar {
+    if crate::engine::dialect_for(&project.config).sqlparser_first() { Grammar::Embedded } else { Grammar::Postgres }
+}
+
+/// The declared columns of `model`'s parents, by logical name.
+pub fn parent_columns(project: &Project, model: &Model) -> BTreeMap<String, Vec<String>> {
+    model
+        .parents()
+        .into_iter()
+        .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
+        .collect()
+}
+
+/// One model's lineage (its parents' declared columns are all it needs).
+pub fn model_lineage(project: &Project, model: &Model) -> ModelLineage {
+    let exposed: Vec<String> = model.relation_columns().into_iter().map(|c| c.name).collect();
+    let managed: Vec<String> = model.kind.managed_columns().into_iter().map(|c| c.name).collect();
+    let (query, unreadable) = match &model.body {
+        None => (None, None),
+        Some(body) => match lineage::column_lineage_in(grammar(project), &body.render(&CanonicalResolver), &parent_columns(project, model)) {
+            Ok(q) => (Some(q), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+    };
+    let columns = exposed
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let found = query.as_ref().and_then(|q| {
+                let by_name = q.columns.iter().find(|c| c.column.as_deref().is_some_and(|c| c.eq_ignore_ascii_case(name)));
+                // The contract makes the query's columns the declared ones, in order: a column
+                // whose name the engine generates is matched by its place.
+                by_name.or_else(|| (q.complete && q.columns.len() + managed.len() == exposed.len()).then(|| q.columns.get(i)).flatten())
+            });
+            match (found, &model.body) {
+                (Some(c), _) => ColumnLineage { column: Some(name.clone()), sources: c.sources.clone(), certain: c.certain },
+                // A source (external, seed) or a column efmesh manages (`valid_from`…): the
+                // lineage starts here.
+                (None, None) => ColumnLineage { column: Some(name.clone()), sources: Vec::new(), certain: true },
+                (None, Some(_)) if managed.iter().any(|m| m == name) => ColumnLineage { column: Some(name.clone()), sources: Vec::new(), certain: true },
+                (None, Some(_)) => ColumnLineage { column: Some(name.clone()), sources: Vec::new(), certain: false },
+            }
+        })
+        .collect();
+    ModelLineage { kind: model.kind.tag(), columns, query, unreadable }
+}
+
+impl ProjectLineage {
+    /// The lineage of every model of `project`.
+    pub fn of(project: &Project) -> Self {
+        let mut out = ProjectLineage::default();
+        for model in project.dag.models() {
+            out.order.push(model.name.to_string());
+            out.models.insert(model.name.to_string(), model_lineage(project, model));
+        }
+        out
+    }
+
+    /// One model's lineage.
+    pub fn model(&self, name: &str) -> Option<&ModelLineage> {
+        self.models.get(name)
+    }
+
+    /// Model names in topological order.
+    pub fn order(&self) -> &[String] {
+        &self.order
+    }
+
+    fn column(&self, model: &str, column: &str) -> Option<(&ModelLineage, &ColumnLineage)> {
+        let m = self.models.get(model)?;
+        let c = m.columns.iter().find(|c| c.column.as_deref().is_some_and(|n| n.eq_ignore_ascii_case(column)))?;
+        Some((m, c))
+    }
+
+    /// The tree of columns `model.column` reads, down to sources, `depth` levels at most.
+    /// `None` when the model has no such column.
+    pub fn upstream(&self, model: &str, column: &str, depth: Option<usize>) -> Option<LineageNode> {
+        let (m, c) = self.column(model, column)?;
+        let name = c.column.clone().unwrap_or_else(|| column.to_string());
+        let next: Vec<&SourceColumn> = c.sources.iter().collect();
+        let (next, truncated) = match depth {
+            Some(0) if !next.is_empty() => (Vec::new(), true),
+            _ => (
+                next.iter()
+                    .map(|s| {
+                        self.upstream(&s.model, &s.column, depth.map(|d| d.saturating_sub(1))).unwrap_or_else(|| LineageNode {
+                            model: s.model.clone(),
+                            column: s.column.clone(),
+                            kind: self.models.get(&s.model).map_or("unknown", |m| m.kind),
+                            certain: false,
+                            next: Some(Vec::new()),
+                            truncated: false,
+                        })
+                    })
+                    .collect(),
+                false,
+            ),
+        };
+        Some(LineageNode { model: model.to_string(), column: name, kind: m.kind, certain: c.certain, next: Some(next), truncated })
+    }
+
+    /// The tree of columns that read `model.column` (through their expressions), `depth`
+    /// levels at most. `None` when the model has no such column.
+    pub fn downstream(&self, model: &str, column: &str, depth: Option<usize>) -> Option<LineageNode> {
+        let (m, c) = self.column(model, column)?;
+        let name = c.column.clone().unwrap_or_else(|| column.to_string());
+        let readers = self.readers_of(model, &name);
+        let (next, truncated) = match depth {
+            Some(0) if !readers.is_empty() => (Vec::new(), true),
+            _ => (readers.iter().filter_map(|(rm, rc)| self.downstream(rm, rc, depth.map(|d| d.saturating_sub(1)))).collect(), false),
+        };
+        Some(LineageNode { model: model.to_string(), column: name, kind: m.kind, certain: c.certain, next: Some(next), truncated })
+    }
+
+    /// The (model, column) pairs whose expression reads `model.column` directly, in
+    /// topological order.
+    fn readers_of(&self, model: &str, column: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for name in &self.order {
+            let m = &self.models[name];
+            for c in &m.columns {
+                if c.sources.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column)) {
+                    out.push((name.clone(), c.column.clone().unwrap_or_default()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Models that read `model.column` anywhere (filters, joins, groupings included) but none
+    /// of whose columns take values from it, in topological order.
+    pub fn filtered_by(&self, model: &str, column: &str) -> Vec<String> {
+        self.order
+            .iter()
+            .filter(|name| {
+                let m = &self.models[*name];
+                let reads = m.query.as_ref().is_some_and(|q| q.reads.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column)));
+                let feeds = m.columns.iter().any(|c| c.sources.iter().any(|s| s.model == model && s.column.eq_ignore_ascii_case(column)));
+                reads && !feeds
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// `schema.table` or `schema.table.column`, split against the project's models.
+///
+/// # Errors
+/// An unknown model (with a did-you-mean hint) or a malformed name.
+pub fn split_target(project: &Project, target: &str) -> anyhow::Result<(ModelName, Option<String>)> {
+    let parts: Vec<&str> = target.split('.').collect();
+    let (model, column) = match parts.as_slice() {
+        [_, _] => (target.to_string(), None),
+        [s, t, c] => (format!("{s}.{t}"), Some((*c).to_string())),
+        _ => anyhow::bail!("`{target}` is neither a model (`schema.table`) nor a column (`schema.table.column`)"),
+    };
+    let name = ModelName::parse(&model)?;
+    if project.dag.get(&name).is_none() {
+        let hint = project.dag.suggest(&model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
+        anyhow::bail!("unknown model `{model}`{hint}");
+    }
+    Ok((name, column))
+}
