@@ -340,4 +340,12 @@ fn graph_html_page_draws_every_model_and_a_click_shows_its_sql_in_chromium() {
     let dom = dump_dom(profile.path(), &format!("{url}#select=mart.daily"));
     let schema = text_of(&dom, "table", "panel-schema");
     assert_eq!(schema, "columntypedaytimestampwardvarcharnbigintbedsinteger", "mart.daily's declared columns");
+    // Column lineage: each column and the parents' columns it reads.
+    let lineage = text_of(&dom, "table", "panel-lineage");
+    assert_eq!(
+        lineage, "columnreadsdaystg.events.twardstg.events.wardnno parent column: a constant or a row countbedscore.wards.beds",
+        "mart.daily's column lineage"
+    );
+    let dom = dump_dom(profile.path(), &format!("{url}#select=raw.events"));
+    assert!(text_of(&dom, "table", "panel-lineage").starts_with("columnreadsida source: its values enter the project here (external)"), "a source's columns");
 }

@@ -235,6 +235,9 @@ fn data(project: &Project, g: &Graph<'_>, project_name: &str) -> Value {
             o.insert("parents".into(), m.parents().iter().map(ToString::to_string).collect::<Vec<_>>().into());
             o.insert("children".into(), project.dag.children(&m.name).map(ToString::to_string).collect::<Vec<_>>().into());
             o.insert("sql".into(), canonical_sql(project, m).into());
+            let (lineage, note) = lineage_of(project, m);
+            o.insert("lineage".into(), lineage);
+            o.insert("lineageNote".into(), note.into());
             if let Some(a) = n.action {
                 o.insert("state".into(), state_of(a.change).into());
                 o.insert("category".into(), a.change.as_str().into());
@@ -257,6 +260,36 @@ fn data(project: &Project, g: &Graph<'_>, project_name: &str) -> Value {
         "nodes": nodes,
         "removed": g.removed().iter().map(|a| json!({"name": a.name.to_string(), "served": a.fingerprint.as_str()})).collect::<Vec<_>>(),
     })
+}
+
+/// Each exposed column of `m` and the parents' columns it reads ([`crate::plan::lineage`], what
+/// `efmesh lineage` prints one level deep), with a note where the list is not the whole story;
+/// and a note on the whole model when its query could not be read.
+fn lineage_of(project: &Project, m: &Model) -> (Value, Option<String>) {
+    let lineage = crate::plan::lineage::model_lineage(project, m);
+    let managed: Vec<String> = m.kind.managed_columns().into_iter().map(|c| c.name).collect();
+    let columns = lineage
+        .columns
+        .iter()
+        .map(|c| {
+            let name = c.column.clone().unwrap_or_default();
+            let note = match (m.body.is_some(), c.sources.is_empty(), c.certain) {
+                (false, _, _) => Some(format!("a source: its values enter the project here ({})", m.kind.tag())),
+                (true, true, true) if managed.contains(&name) => Some("managed by efmesh".to_string()),
+                (true, true, true) => Some("no parent column: a constant or a row count".to_string()),
+                (true, true, false) => Some("not known (a relation or expression lineage cannot follow)".to_string()),
+                (true, false, false) => Some("and maybe more".to_string()),
+                (true, false, true) => None,
+            };
+            json!({
+                "column": name,
+                "sources": c.sources.iter().map(|s| json!({"model": s.model, "column": s.column})).collect::<Vec<_>>(),
+                "certain": c.certain,
+                "note": note,
+            })
+        })
+        .collect::<Vec<_>>();
+    (columns.into(), lineage.unreadable.map(|e| format!("the query could not be read for lineage: {e}")))
 }
 
 #[cfg(test)]

@@ -115,19 +115,19 @@
       for (const c of n.columns) t.append(el('tr', {}, el('td', { text: c.name }), el('td', { class: 'type', text: c.type })));
       body.append(t);
     } else body.append(el('div', { class: 'none', text: 'no declared columns' }));
-    if (n.lineage) {
+    if (n.lineage && n.lineage.length) {
       body.append(el('h3', { text: 'Column lineage' }));
+      if (n.lineageNote) body.append(el('div', { class: 'none', text: n.lineageNote }));
       const t = el('table', { id: 'panel-lineage' }, el('tr', {}, el('th', { text: 'column' }), el('th', { text: 'reads' })));
       for (const c of n.lineage) {
         const src = el('td', { class: 'src' });
-        if (c.sources.length) {
-          c.sources.forEach((s, i) => {
-            if (i) src.append(', ');
-            const a = link(s.model);
-            a.textContent = s.model + '.' + s.column;
-            src.append(a);
-          });
-        } else src.append(el('span', { class: 'none', text: c.note || 'no column of a parent' }));
+        c.sources.forEach((s, i) => {
+          if (i) src.append(', ');
+          const a = link(s.model);
+          a.textContent = s.model + '.' + s.column;
+          src.append(a);
+        });
+        if (c.note) src.append(el('span', { class: 'none', text: (c.sources.length ? ' ' : '') + c.note }));
         t.append(el('tr', {}, el('td', { text: c.column }), src));
       }
       body.append(t);
