@@ -338,14 +338,16 @@ fn graph_html_page_draws_every_model_and_a_click_shows_its_sql_in_chromium() {
         assert!(text_of(&dom, "dd", "panel-version").contains(&format!("@{served}")), "{name}: the version dev serves");
     }
     let dom = dump_dom(profile.path(), &format!("{url}#select=mart.daily"));
-    let schema = text_of(&dom, "table", "panel-schema");
-    assert_eq!(schema, "columntypedaytimestampwardvarcharnbigintbedsinteger", "mart.daily's declared columns");
-    // Column lineage: each column and the parents' columns it reads.
-    let lineage = text_of(&dom, "table", "panel-lineage");
+    // The declared columns, each with the parents' columns it reads (its lineage).
+    let columns = text_of(&dom, "table", "panel-columns");
     assert_eq!(
-        lineage, "columnreadsdaystg.events.twardstg.events.wardnno parent column: a constant or a row countbedscore.wards.beds",
-        "mart.daily's column lineage"
+        columns,
+        "columntypereadsdaytimestampstg.events.twardvarcharstg.events.wardnbigintno parent column: a constant or a row countbedsintegercore.wards.beds",
+        "mart.daily's columns and their lineage"
     );
     let dom = dump_dom(profile.path(), &format!("{url}#select=raw.events"));
-    assert!(text_of(&dom, "table", "panel-lineage").starts_with("columnreadsida source: its values enter the project here (external)"), "a source's columns");
+    assert!(
+        text_of(&dom, "table", "panel-columns").starts_with("columntypereadsidbiginta source: its values enter the project here (external)"),
+        "a source's columns"
+    );
 }

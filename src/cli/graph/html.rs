@@ -172,7 +172,7 @@ fn svg(g: &Graph<'_>) -> String {
             escape(&kind_label(m)),
             w = l.card_w
         );
-        if let Some(a) = n.action {
+        if let Some(a) = n.action.filter(|a| a.change != crate::plan::Change::Unchanged) {
             let _ = write!(
                 s,
                 "<g class=\"mark\" transform=\"translate({:.0},16)\"><title>{}</title><circle r=\"9\"/><text y=\"4\">{}</text></g>",

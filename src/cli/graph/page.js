@@ -108,34 +108,34 @@
     if (v) facts.append(el('dt', { text: 'version' }), el('dd', { id: 'panel-version', text: v }));
     if (n.reason) facts.append(el('dt', { text: 'why' }), el('dd', { text: n.reason, style: 'font-family:var(--sans)' }));
     body.append(facts);
-    body.append(el('h3', { text: 'Parents' }), links(n.parents), el('h3', { text: 'Children' }), links(n.children));
-    body.append(el('h3', { text: 'Schema' }));
+    // Columns: the declared schema, and where each column takes its values from (lineage).
+    body.append(el('h3', { text: 'Columns' }));
+    if (n.lineageNote) body.append(el('div', { class: 'none', text: n.lineageNote }));
     if (n.columns.length) {
-      const t = el('table', { id: 'panel-schema' }, el('tr', {}, el('th', { text: 'column' }), el('th', { text: 'type' })));
-      for (const c of n.columns) t.append(el('tr', {}, el('td', { text: c.name }), el('td', { class: 'type', text: c.type })));
-      body.append(t);
-    } else body.append(el('div', { class: 'none', text: 'no declared columns' }));
-    if (n.lineage && n.lineage.length) {
-      body.append(el('h3', { text: 'Column lineage' }));
-      if (n.lineageNote) body.append(el('div', { class: 'none', text: n.lineageNote }));
-      const t = el('table', { id: 'panel-lineage' }, el('tr', {}, el('th', { text: 'column' }), el('th', { text: 'reads' })));
-      for (const c of n.lineage) {
+      const lineage = new Map((n.lineage || []).map((c) => [c.column, c]));
+      const t = el('table', { id: 'panel-columns' },
+        el('tr', {}, el('th', { text: 'column' }), el('th', { text: 'type' }), el('th', { text: 'reads' })));
+      for (const col of n.columns) {
         const src = el('td', { class: 'src' });
-        c.sources.forEach((s, i) => {
-          if (i) src.append(', ');
-          const a = link(s.model);
-          a.textContent = s.model + '.' + s.column;
-          src.append(a);
-        });
-        if (c.note) src.append(el('span', { class: 'none', text: (c.sources.length ? ' ' : '') + c.note }));
-        t.append(el('tr', {}, el('td', { text: c.column }), src));
+        const c = lineage.get(col.name);
+        if (c) {
+          c.sources.forEach((s, i) => {
+            if (i) src.append(', ');
+            const a = link(s.model);
+            a.textContent = s.model + '.' + s.column;
+            src.append(a);
+          });
+          if (c.note) src.append(el('span', { class: 'none', text: (c.sources.length ? ' ' : '') + c.note }));
+        }
+        t.append(el('tr', {}, el('td', { text: col.name }), el('td', { class: 'type', text: col.type }), src));
       }
       body.append(t);
-    }
+    } else body.append(el('div', { class: 'none', text: 'no declared columns' }));
     body.append(el('h3', { text: 'SQL' }));
     const code = el('code');
     highlight(n.sql || '', code);
     body.append(el('pre', { class: 'sql', id: 'panel-sql' }, code));
+    body.append(el('h3', { text: 'Parents' }), links(n.parents), el('h3', { text: 'Children' }), links(n.children));
     panel.hidden = false;
   }
 
