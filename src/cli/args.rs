@@ -337,6 +337,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the DAG: models by layer with their kinds (and their state against an environment),
+    /// as text, JSON, or a self-contained HTML page.
+    Graph {
+        /// Print the nodes and edges as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Write a self-contained HTML page of the DAG to this file.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// Only these models: `m`, `+m` (with ancestors), `m+` (with descendants), `2+m`, `m+1`,
+        /// `kind:K`, `schema:S`; several separated by commas or spaces.
+        #[arg(long, value_name = "EXPR")]
+        select: Option<String>,
+        /// Show each model's state against this environment (the categories `efmesh plan E` gives).
+        #[arg(long, value_name = "ENV")]
+        env: Option<String>,
+    },
     /// Print a shell completion script on stdout (`efmesh completions bash > …`, see docs/operations.md).
     Completions {
         /// The shell.
@@ -386,6 +403,7 @@ impl Command {
             | Command::Preview { json, .. }
             | Command::Render { json, .. }
             | Command::Diff { json, .. }
+            | Command::Graph { json, .. }
             | Command::Lineage { json, .. }
             | Command::Schedule { json, .. } => *json,
         }

@@ -6,6 +6,7 @@ mod audit;
 mod check;
 mod completions;
 mod diff;
+mod graph;
 mod init;
 mod janitor;
 mod lineage;
@@ -164,7 +165,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::engine::EngineError>() {
             return "engine";
         }
-        if e.is::<crate::core::name::NameError>() {
+        if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() {
             return "usage";
         }
     }
@@ -243,6 +244,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Lineage { target, depth, downstream, json } => lineage::run(&args.config, &target, depth, downstream, json, &out),
         Command::Diff { env_a, env_b, model, data, sample, json } => {
             diff::run(&args.config, diff::Request { a: &env_a, b: &env_b, models: model.as_deref(), data, sample: sample.as_deref(), json }, &out)
+        }
+        Command::Graph { json, html, select, env } => {
+            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now }, &out)
         }
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(

@@ -9,6 +9,7 @@ pub mod kind;
 pub mod model;
 pub mod name;
 pub mod schema;
+pub mod select;
 pub mod target;
 
 pub use dag::Dag;

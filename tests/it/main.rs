@@ -20,6 +20,7 @@ mod extensions;
 mod externals;
 mod fingerprint;
 mod generations;
+mod graph;
 mod honesty;
 mod incremental_plan;
 mod incremental_reload;
