@@ -203,6 +203,10 @@ impl<'a> Graph<'a> {
         for (i, &l) in self.layout.layer.iter().enumerate() {
             by_layer[l].push(i);
         }
+        // Within a layer, the order the picture draws them (top to bottom).
+        for nodes in &mut by_layer {
+            nodes.sort_by_key(|&i| self.layout.row[i]);
+        }
         for (l, nodes) in by_layer.iter().enumerate() {
             s.push_str(&format!("layer {l}\n"));
             for &i in nodes {
@@ -267,7 +271,7 @@ impl<'a> Graph<'a> {
             "nodes": nodes,
             "edges": edges,
         });
-        if let (Some(_), Value::Object(o)) = (self.env, &mut v) {
+        if let (Some(_), None, Value::Object(o)) = (self.env, self.select, &mut v) {
             let removed: Vec<Value> =
                 self.removed().iter().map(|a| json!({"name": a.name.to_string(), "state": "removed", "served": a.fingerprint.as_str()})).collect();
             o.insert("removed".into(), removed.into());

@@ -542,6 +542,14 @@ mod tests {
     }
 
     #[test]
+    fn data_diff_samples_like_every_engine_and_joins_keys_null_safely() {
+        use crate::engine::dialect::{Dialect, Standard};
+        // The sample's hash bucket is the same text on both engines, so samples pair up.
+        assert_eq!(DuckDbDialect.sample_filter(&["\"id\"".into()], 50), Standard.sample_filter(&["\"id\"".into()], 50));
+        assert_eq!(DuckDbDialect.full_join_match("a.k", "b.k"), "a.k IS NOT DISTINCT FROM b.k");
+    }
+
+    #[test]
     fn view_definitions_recreate_views_exactly() {
         let mut db = DuckDb::in_memory().unwrap();
         db.execute("CREATE SCHEMA \"dev__s\"; CREATE TABLE t1 AS SELECT 1 AS a, 'x' AS \"b c\"; CREATE TABLE t2 AS SELECT 2 AS a, 'y' AS \"b c\";").unwrap();

@@ -196,7 +196,9 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
             )
         }
     };
-    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\""].iter().any(|k| v.to_string().contains(k)));
+    // Positional references and `ORDER BY ALL` (which, under a `LIMIT`, picks rows by every
+    // column) depend on the select list.
+    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\"", "\"All\""].iter().any(|k| v.to_string().contains(k)));
     if distinct || group_by_all || positional(order_by) || positional(group_by) {
         return None;
     }
@@ -211,8 +213,19 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
             return None;
         }
     }
-    let rest_text = rest.to_string().to_lowercase();
-    if changed.iter().any(|c| rest_text.contains(&format!("\"value\":\"{c}\"")) || rest_text.contains(&format!("\"sval\":\"{c}\""))) {
+    // A name in the tree is a JSON string: compare with the column's JSON spelling.
+    let names = |text: &str| {
+        changed.iter().any(|c| {
+            let quoted = serde_json::to_string(c).unwrap_or_default();
+            text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
+        })
+    };
+    if names(&rest.to_string().to_lowercase()) {
+        return None;
+    }
+    // DuckDB lets a select item read an earlier item's alias (`a * 2 AS b, b + 1 AS c`): an
+    // unchanged item naming a changed or removed column may change with it.
+    if new_items.iter().filter(|(n, _)| !changed.contains(n)).any(|(_, item)| names(&item.to_string().to_lowercase())) {
         return None;
     }
     Some(changed)
@@ -616,6 +629,16 @@ mod tests {
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, unnest([a]) AS b, c FROM s.t", cols3), None);
         assert_eq!(changed("SELECT *, a AS b FROM s.t", cols3, "SELECT *, a * 2 AS b FROM s.t", cols3), None);
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t ORDER BY 2", cols3, "SELECT id, a * 2 AS b, c FROM s.t ORDER BY 2", cols3), None);
+        // `ORDER BY ALL` under a LIMIT picks rows by every column.
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t ORDER BY ALL LIMIT 3", cols3, "SELECT id, -a AS b, c FROM s.t ORDER BY ALL LIMIT 3", cols3), None);
+        // Another item reads the changed alias (DuckDB's lateral column aliases), or a removed one.
+        assert_eq!(changed("SELECT id, a * 2 AS b, b + 1 AS c FROM s.t", cols3, "SELECT id, a * 3 AS b, b + 1 AS c FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT id, a * 2 AS b, b + 1 AS c FROM s.t", cols3, "SELECT id, a * 2 AS d, b + 1 AS c FROM s.t", &["id", "d", "c"]), None);
+        // A name that JSON escapes is still found in the other clauses.
+        assert_eq!(
+            changed(r#"SELECT id, a AS "b""q", c FROM s.t WHERE "b""q" > 0"#, cols3, r#"SELECT id, a * 2 AS "b""q", c FROM s.t WHERE "b""q" > 0"#, cols3),
+            None
+        );
         // A key column of the kind.
         let k = json!({"tag": "full"});
         let (oc, nc) = (canonicalize("SELECT id, a AS b FROM s.t").unwrap().text, canonicalize("SELECT id + 1 AS id, a AS b FROM s.t").unwrap().text);

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
 /// is never replayed.
-pub const MEMO_VERSION: u32 = 5;
+pub const MEMO_VERSION: u32 = 6;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1813,6 +1813,14 @@ fn compute_with(
             }
         };
         let parents_kept = model.body.as_ref().is_none_or(|b| b.refs().all(|r| decided.same_data(&r.target).unwrap_or(false)));
+        if !parents_kept {
+            // Its own edit is confined to some columns, but a parent's changed data may reach
+            // any of the others: its children are judged as under any breaking change.
+            decided.changed_columns[index] = None;
+            if let Some(e) = explain.as_mut() {
+                e.column_impact = None;
+            }
+        }
         let keeps_data = match change {
             Change::Unchanged | Change::Metadata | Change::ForwardOnly => true,
             // Its own edit only added columns, but a parent's break still changes its rows.

@@ -45,8 +45,9 @@ use super::canon::{self, SqlError};
 use crate::core::error::did_you_mean;
 use sqlparser::ast::{
     AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, JoinConstraint,
-    JoinOperator, NamedWindowExpr, ObjectName, ObjectNamePart, Query, RenameSelectItem, Select, SelectFlavor, SelectItem, SelectItemQualifiedWildcardKind,
-    SetExpr, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor, WildcardAdditionalOptions,
+    JoinOperator, NamedWindowExpr, ObjectName, ObjectNamePart, OrderByKind, Query, RenameSelectItem, Select, SelectFlavor, SelectItem,
+    SelectItemQualifiedWildcardKind, SetExpr, SetOperator, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor,
+    WildcardAdditionalOptions,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
@@ -553,9 +554,15 @@ impl Analyzer {
         match body {
             SetExpr::Select(s) => self.select(s, up, None),
             SetExpr::Query(q) => self.query(q, up),
-            SetExpr::SetOperation { left, right, set_quantifier, .. } => {
+            SetExpr::SetOperation { left, right, op, set_quantifier } => {
                 let l = self.set_expr(left, up);
                 let r = self.set_expr(right, up);
+                // `UNION` (distinct), `EXCEPT` and `INTERSECT` compare whole rows: every column of
+                // both branches decides which rows come out, whether or not it reaches the output.
+                if !(*op == SetOperator::Union && matches!(set_quantifier, SetQuantifier::All | SetQuantifier::AllByName)) {
+                    self.reads.add(&l.all_sources());
+                    self.reads.add(&r.all_sources());
+                }
                 let mut out = if matches!(set_quantifier, SetQuantifier::ByName | SetQuantifier::AllByName | SetQuantifier::DistinctByName) {
                     let mut out = l.clone();
                     for c in &r.items {
@@ -682,6 +689,13 @@ impl Analyzer {
         if !s.lateral_views.is_empty() || !s.connect_by.is_empty() {
             out.more = true;
         }
+        // `DISTINCT`, `GROUP BY ALL` and `ORDER BY ALL` (with a `LIMIT`, which rows) depend on
+        // every output column: a `*` expansion is then read whole even where an outer query
+        // keeps only some of its columns (explicit items are read already).
+        let order_by_all = tail.and_then(|q| q.order_by.as_ref()).is_some_and(|o| matches!(o.kind, OrderByKind::All(_)));
+        if s.distinct.is_some() || matches!(s.group_by, GroupByExpr::All(_)) || order_by_all {
+            self.reads.add(&out.all_sources());
+        }
         self.alias_srcs.pop();
         out.finish()
     }
@@ -775,7 +789,20 @@ impl Analyzer {
                     Some(JoinConstraint::Natural) => {
                         let left = star(&rels[start..left_end]);
                         let right = star(&rels[left_end..]);
-                        right.known_names().filter(|n| left.has(&lower(n))).map(lower).collect()
+                        let keys: Vec<String> = right.known_names().filter(|n| left.has(&lower(n))).map(lower).collect();
+                        // The shared names are the join keys: read on both sides. A side whose
+                        // columns are not all known may share more: the reads are then uncertain.
+                        for k in &keys {
+                            for side in [&left, &right] {
+                                if let Some(c) = side.get(k) {
+                                    self.reads.add(&c.src);
+                                }
+                            }
+                        }
+                        if left.is_open() || right.is_open() {
+                            self.reads.uncertain = true;
+                        }
+                        keys
                     }
                     _ => Vec::new(),
                 };
@@ -790,6 +817,14 @@ impl Analyzer {
     /// Reports a `USING` column missing from a side whose columns are fully known.
     fn using_column(&mut self, id: &Ident, left: &[Rel], right: &[Rel]) {
         let col = lower(&id.value);
+        // A `USING` key is read on both sides (it decides which rows match).
+        for side in [left, right] {
+            match side.iter().find_map(|r| r.cols.get(&col)) {
+                Some(c) => self.reads.add(&c.src),
+                None if side.iter().any(|r| r.cols.is_open()) => self.reads.uncertain = true,
+                None => {}
+            }
+        }
         for side in [left, right] {
             if side.is_empty() || side.iter().any(|r| r.cols.is_open() || r.cols.has(&col)) {
                 continue;
@@ -1468,6 +1503,33 @@ mod tests {
         // A union's column reads both branches at its position.
         let (cols, _) = lineage("SELECT id AS k FROM raw.orders UNION ALL SELECT id FROM raw.customers");
         assert_eq!(cols, ["k <- raw.customers.id, raw.orders.id"]);
+    }
+
+    fn reads_of(sql: &str) -> Vec<String> {
+        reads(&lineage(sql).1)
+    }
+
+    #[test]
+    fn join_keys_and_whole_row_comparisons_are_reads() {
+        // `USING` and `NATURAL` keys decide which rows match: read on both sides.
+        assert_eq!(
+            reads_of("SELECT label FROM raw.customers JOIN core.regions USING (region)"),
+            ["core.regions.label", "core.regions.region", "raw.customers.region"]
+        );
+        assert_eq!(
+            reads_of("SELECT c.name, r.label FROM raw.customers AS c NATURAL JOIN core.regions AS r"),
+            ["core.regions.label", "core.regions.region", "raw.customers.name", "raw.customers.region"]
+        );
+        // A `*` that only reaches the output in part still reads every column where whole rows
+        // are compared: DISTINCT, UNION / EXCEPT / INTERSECT, GROUP BY ALL, ORDER BY ALL.
+        let all = ["raw.customers.id", "raw.customers.name", "raw.customers.region"];
+        assert_eq!(reads_of("SELECT id FROM (SELECT DISTINCT * FROM raw.customers) AS q"), all);
+        assert_eq!(reads_of("SELECT id FROM (SELECT * FROM raw.customers GROUP BY ALL) AS q"), all);
+        assert_eq!(reads_of("SELECT id FROM (SELECT * FROM raw.customers ORDER BY ALL LIMIT 3) AS q"), all);
+        assert_eq!(reads_of("SELECT id FROM (SELECT * FROM raw.customers EXCEPT SELECT * FROM raw.customers WHERE id = 1) AS q"), all);
+        // A plain `*` projection passes columns through: only what the outer query uses is read.
+        assert_eq!(reads_of("WITH c AS (SELECT * FROM raw.customers) SELECT id FROM c"), ["raw.customers.id"]);
+        assert_eq!(reads_of("SELECT id FROM (SELECT * FROM raw.customers UNION ALL SELECT * FROM raw.customers) AS q"), ["raw.customers.id"]);
     }
 
     #[test]

@@ -221,6 +221,9 @@ fn graph_env_shows_each_models_state_from_the_plan() {
     let old = removed[0]["served"].as_str().unwrap();
     assert_eq!(action(&plan, "mart.old")["fingerprint"], old, "the version dev serves");
     assert!(text.contains(&format!("removed (served by `dev`, no longer in the project)\n  - mart.old  @{}\n", &old[..12])), "{text}");
+    // A selection shows part of the project: what the project no longer has is not listed.
+    let v = p.run(&["graph", "--env", "dev", "--select", "mart.daily", "--json"]).expect_code(0).json();
+    assert!(v.get("removed").is_none(), "{v:#}");
     let r = p.run(&["graph", "--env", "Dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("invalid environment name `Dev`"), "{}", r.stderr);

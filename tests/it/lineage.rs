@@ -184,3 +184,51 @@ fn plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_m
     }
     assert_eq!(p.rows("dev__s.filters_b").len(), 4, "the filter sees the new `b`");
 }
+
+on_every_engine!(plan_column_impact_never_keeps_a_child_whose_parent_has_a_changed_parent_or_a_changed_join_key);
+
+/// `s.p`'s own edit touches only `y`, but its parent `s.pp` changes `v`, which reaches `x`;
+/// `s.q`'s edit touches only `k`, which a child joins on with `USING`.
+fn chained_models(v_expr: &str, y: i64, k_expr: &str) -> String {
+    format!(
+        r#"local pp = define_model {{ name = "s.pp", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "v", "bigint" }} }},
+  query = "SELECT CAST(i AS BIGINT) AS id, CAST({v_expr} AS BIGINT) AS v FROM generate_series(0, 4) AS t(i)" }}
+local p = define_model {{ name = "s.p", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "x", "bigint" }}, {{ "y", "bigint" }} }},
+  query = "SELECT id, v AS x, CAST({y} AS BIGINT) AS y FROM " .. ref(pp) }}
+define_model {{ name = "s.c", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "x", "bigint" }} }},
+  query = "SELECT id, x FROM " .. ref(p) }}
+local base = define_model {{ name = "s.base", kind = kind.full(), schema = {{ {{ "k", "bigint" }}, {{ "id", "bigint" }} }},
+  query = "SELECT CAST(i AS BIGINT) AS k, CAST(i AS BIGINT) AS id FROM generate_series(0, 4) AS t(i)" }}
+local q = define_model {{ name = "s.q", kind = kind.full(), schema = {{ {{ "k", "bigint" }}, {{ "label", "bigint" }} }},
+  query = "SELECT CAST({k_expr} AS BIGINT) AS k, CAST(i * 100 AS BIGINT) AS label FROM generate_series(0, 4) AS t(i)" }}
+define_model {{ name = "s.j", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "label", "bigint" }} }},
+  query = "SELECT b.id, q.label FROM " .. ref(base) .. " AS b JOIN " .. ref(q) .. " AS q USING (k)" }}
+"#
+    )
+}
+
+fn plan_column_impact_never_keeps_a_child_whose_parent_has_a_changed_parent_or_a_changed_join_key(engine: EngineBackend) {
+    let p = Project::on_engine(engine.clone());
+    p.write("models/m.lua", &chained_models("i", 1, "i"));
+    p.apply("dev");
+    p.write("models/m.lua", &chained_models("i * 10", 2, "i + 1"));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    // `s.p`'s column impact would say "only `y`", but `x` changes through `s.pp`: none is claimed.
+    assert!(action("s.p")["explain"]["columnImpact"].is_null(), "{:#}", action("s.p"));
+    assert_eq!(action("s.c")["build"], true, "{:#}", action("s.c"));
+    // `s.q` changed only `k`; `s.j` outputs none of it but joins on it.
+    assert_eq!(action("s.q")["explain"]["columnImpact"]["readBy"], serde_json::json!(["s.j"]), "{:#}", action("s.q"));
+    assert_eq!(action("s.j")["build"], true, "{:#}", action("s.j"));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+
+    let fresh = Project::on_engine(engine.another());
+    fresh.write("models/m.lua", &chained_models("i * 10", 2, "i + 1"));
+    fresh.apply("dev");
+    for m in ["s.pp", "s.p", "s.c", "s.base", "s.q", "s.j"] {
+        let view = format!("dev__{m}");
+        assert_eq!(p.rows(&view), fresh.rows(&view), "{m} differs from a fresh build");
+    }
+    assert_eq!(p.rows("dev__s.j").len(), 4, "the join sees the new keys");
+}

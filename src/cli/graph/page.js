@@ -264,7 +264,10 @@
   // ---- start: honour #select=<model> (the panel takes its room), then fit a large graph
   function fromHash(smooth) {
     const m = /(?:^#|&)select=([^&]*)/.exec(location.hash);
-    if (m) clickNode(decodeURIComponent(m[1]), smooth);
+    if (!m) return;
+    let name;
+    try { name = decodeURIComponent(m[1]); } catch (e) { return; } // a malformed fragment selects nothing
+    clickNode(name, smooth);
   }
   window.addEventListener('hashchange', () => fromHash(true));
   fromHash(false);
