@@ -174,14 +174,34 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
 
 /// The `--json` report of a failed command (stdout, one object): `{"apiVersion": 1, "error":
 /// {"kind", "message", "hint"?}}`, `message` being what stderr says after `error: `.
+/// A hint the message carries itself (`…\n  hint: …`, as stderr prints it) becomes `hint`.
 pub fn error_json(kind: &str, message: &str, hint: Option<&str>) -> serde_json::Value {
+    let (message, own_hint) = match message.split_once("\n  hint: ") {
+        Some((m, h)) if hint.is_none() => (m, Some(h)),
+        _ => (message, None),
+    };
     let mut error = serde_json::Map::new();
     error.insert("kind".into(), kind.into());
     error.insert("message".into(), message.into());
-    if let Some(h) = hint {
+    if let Some(h) = hint.or(own_hint) {
         error.insert("hint".into(), h.into());
     }
     json!({ "error": error })
+}
+
+#[cfg(test)]
+mod error_json_tests {
+    use super::error_json;
+
+    #[test]
+    fn a_hint_inside_the_message_becomes_the_hint_field() {
+        let v = error_json("error", "unknown model `mart.rutes`\n  hint: did you mean `mart.routes`?", None);
+        assert_eq!(v["error"]["message"], "unknown model `mart.rutes`");
+        assert_eq!(v["error"]["hint"], "did you mean `mart.routes`?");
+        let v = error_json("error", "no such thing", Some("try this"));
+        assert_eq!((v["error"]["message"].as_str(), v["error"]["hint"].as_str()), (Some("no such thing"), Some("try this")));
+        assert!(error_json("error", "plain", None)["error"].get("hint").is_none());
+    }
 }
 
 /// Prints [`error_json`] on stdout, with `"apiVersion": 1` first.
@@ -469,11 +489,24 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
         let hint = project.dag.suggest(model).map(|s| format!("\n  hint: did you mean `{s}`?")).unwrap_or_default();
         return Err(anyhow!("unknown model `{model}`{hint}"));
     };
+    let mut env_exists = None;
     let sql = match (&m.body, &m.kind) {
         (Some(body), _) => match env {
             None => body.render(&crate::core::fragment::CanonicalResolver),
             Some(e) => {
                 crate::core::name::validate_env(e)?;
+                // The views of an environment nothing was applied to do not exist yet: the SQL
+                // is what it would read once applied, and the user is told (the store is only read).
+                let exists = match crate::state::open_existing(&project.config)? {
+                    Some(state) => !state.env_pointers(e)?.is_empty(),
+                    None => false,
+                };
+                if !exists {
+                    tracing::warn!(
+                        "environment `{e}` does not exist yet (nothing was applied to it): this SQL reads views that `efmesh apply {e}` would create"
+                    );
+                }
+                env_exists = Some(exists);
                 let physicals = Default::default();
                 body.render(&crate::apply::resolve::ExecResolver::new(&project, &physicals, crate::apply::resolve::Mode::Env(e)))
             }
@@ -484,7 +517,11 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
     };
     let sql = sql.trim().to_string();
     if json {
-        out.json(json!({"model": model, "env": env, "sql": sql}))?;
+        let mut v = json!({"model": model, "env": env, "sql": sql});
+        if let (Some(exists), Some(o)) = (env_exists, v.as_object_mut()) {
+            o.insert("envExists".into(), exists.into());
+        }
+        out.json(v)?;
     } else {
         out.text(&format!("{sql}\n"))?;
     }

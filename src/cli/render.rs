@@ -57,7 +57,8 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
     };
     let (Kind::IncrementalByTimeRange(t), Some(body)) = (&model.kind, &model.body) else {
         bail!(
-            "--interval: `{name}` is a {} model, which has no intervals ({})\n  hint: `efmesh render {name} --env {env}` prints its query",
+            "--interval: `{name}` is {} {} model, which has no intervals ({})\n  hint: `efmesh render {name} --env {env}` prints its query",
+            if model.kind.tag().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" },
             model.kind.tag(),
             without_intervals(&model.kind)
         );

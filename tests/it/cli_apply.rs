@@ -311,8 +311,13 @@ fn render_canonical_and_for_an_environment(engine: EngineBackend) {
     // The rendered SQL runs against the environment and returns what the model's view serves.
     assert_eq!(p.rows(&format!("({dev_sql}) AS q")), p.rows(&env_view("dev", "s.c")));
 
-    let prod = p.run(&["render", "s.c", "--env", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(dev["envExists"], true);
+    // `prod` was never applied: the SQL over the views it would have, and a warning.
+    let run = p.run(&["render", "s.c", "--env", "prod", "--json"]);
+    let prod = run.expect_code(0).json();
     assert_eq!(prod["sql"], "SELECT count(*) AS n, CAST(sum(twice) AS BIGINT) AS total FROM \"s\".\"b\"");
+    assert_eq!(prod["envExists"], false);
+    assert!(run.stderr.contains("environment `prod` does not exist yet"), "{}", run.stderr);
 
     let canonical_json = p.run(&["render", "s.c", "--json"]).expect_code(0).json();
     assert_eq!(canonical_json["sql"].as_str().unwrap(), canonical.trim());
