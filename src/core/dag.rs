@@ -418,7 +418,9 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
             errors.push(LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names unknown model `{}`", c.parent)));
             continue;
         };
-        if !body.refs().any(|r| r.target == c.parent) {
+        // With an unknown ref in the query (reported above), the missing ref is likely that
+        // one misspelt: a second error about it would send the user the wrong way.
+        if !body.refs().any(|r| r.target == c.parent) && body.refs().all(|r| all(&r.target).is_some()) {
             errors.push(
                 LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names `{}`, which the query never `ref`s", c.parent))
                     .with_hint(format!("read it with `ref(\"{}\")`", c.parent)),

@@ -287,3 +287,25 @@ fn check_passes_the_hospital_example() {
 fn check_passes_the_hospital_portable_example() {
     check_example("hospital_portable");
 }
+
+#[test]
+fn a_misspelt_ref_beside_cols_is_one_error_and_cols_without_its_ref_is_named() {
+    let p = project_with(THROUGH_ALIAS);
+    // `cols()` of `raw.orders`, but the ref misspelt: only the ref is wrong.
+    p.write(
+        "models/typo.lua",
+        "define_model { name = \"mart.t\", kind = kind.full(), schema = { { \"id\", \"bigint\" } },\n  query = \"SELECT \" .. cols(\"raw.orders\", \"id\") .. \" FROM \" .. ref(\"raw.order\") }\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let messages: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(messages, ["unknown ref `raw.order`"], "{v:#}");
+    // Every ref known, and `cols()` of a model the query does not ref: that is the error.
+    p.write(
+        "models/typo.lua",
+        "define_model { name = \"mart.t\", kind = kind.full(), schema = { { \"id\", \"bigint\" } },\n  query = \"SELECT \" .. cols(\"raw.orders\", \"id\") .. \" FROM \" .. ref(\"mart.m\") }\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    assert!(v["errors"][0]["message"].as_str().is_some_and(|m| m.contains("`cols()` names `raw.orders`, which the query never `ref`s")), "{v:#}");
+}
