@@ -91,6 +91,19 @@ pub(super) struct GraphNode<'a> {
     served: Option<&'a str>,
 }
 
+impl GraphNode<'_> {
+    /// Its state against the environment, in the JSON report and the page alike: `state`,
+    /// `category`, `fingerprint`, `served` (nothing without an environment).
+    fn insert_state(&self, o: &mut serde_json::Map<String, Value>) {
+        if let Some(a) = self.action {
+            o.insert("state".into(), state_of(a.change).into());
+            o.insert("category".into(), a.change.as_str().into());
+            o.insert("fingerprint".into(), a.fingerprint.as_str().into());
+            o.insert("served".into(), self.served.into());
+        }
+    }
+}
+
 /// The models shown, their edges and layout.
 pub(super) struct Graph<'a> {
     /// In topological order.
@@ -252,12 +265,7 @@ impl<'a> Graph<'a> {
                 if let Some(d) = &m.description {
                     o.insert("description".into(), d.clone().into());
                 }
-                if let Some(a) = n.action {
-                    o.insert("state".into(), state_of(a.change).into());
-                    o.insert("category".into(), a.change.as_str().into());
-                    o.insert("fingerprint".into(), a.fingerprint.as_str().into());
-                    o.insert("served".into(), n.served.into());
-                }
+                n.insert_state(&mut o);
                 Value::Object(o)
             })
             .collect();

@@ -238,14 +238,9 @@ fn data(project: &Project, g: &Graph<'_>, project_name: &str) -> Value {
             let (lineage, note) = lineage_of(project, m);
             o.insert("lineage".into(), lineage);
             o.insert("lineageNote".into(), note.into());
-            if let Some(a) = n.action {
-                o.insert("state".into(), state_of(a.change).into());
-                o.insert("category".into(), a.change.as_str().into());
-                o.insert("fingerprint".into(), a.fingerprint.as_str().into());
-                o.insert("served".into(), n.served.into());
-                if let Some(e) = &a.explain {
-                    o.insert("reason".into(), e.reason.clone().into());
-                }
+            n.insert_state(&mut o);
+            if let Some(e) = n.action.and_then(|a| a.explain.as_ref()) {
+                o.insert("reason".into(), e.reason.clone().into());
             }
             Value::Object(o)
         })
