@@ -410,6 +410,10 @@ impl Resolver for PreviewResolver<'_> {
     fn end(&self) -> String {
         self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "$end".into())
     }
+
+    fn bound(&self, b: crate::core::fragment::Bound) -> String {
+        self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| b.placeholder())
+    }
 }
 
 #[cfg(test)]

@@ -72,12 +72,24 @@ pub fn statements(
     let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
     let cols = cols.join(", ");
     let tc = quote_ident(&t.time_column);
-    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
+    let (s, e) = time_column_bounds(model, t, batch);
     let sql = body.render(&exec.with_bounds(Some(batch)));
     let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
     match write {
         BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],
         BatchWrite::Insert => vec![insert],
         BatchWrite::Replace => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
+    }
+}
+
+/// The literals `[start, end)` of `batch` compared with the time column: `DATE '…'` when the
+/// column is declared `date` (its grain is a day or coarser, [`crate::core::dag`] checks it, so
+/// the bounds are midnights and the comparison is the same, without casting the column),
+/// `TIMESTAMP '…'` otherwise.
+pub fn time_column_bounds(model: &Model, t: &TimeRange, batch: Interval) -> (String, String) {
+    if model.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) {
+        (interval::to_date_literal(batch.start), interval::to_date_literal(batch.end))
+    } else {
+        (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
     }
 }

@@ -101,4 +101,8 @@ impl Resolver for ExecResolver<'_> {
     fn end(&self) -> String {
         self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "$end".into())
     }
+
+    fn bound(&self, b: crate::core::fragment::Bound) -> String {
+        self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| b.placeholder())
+    }
 }

@@ -182,7 +182,15 @@ impl Dag {
         for (k, m) in replacements.iter().enumerate() {
             let Some(&i) = self.index.get(&m.name) else { return Err(replacements) };
             let old = &self.models[i];
-            if at.insert(i, k).is_some() || old.parents() != m.parents() || old.relation_columns() != m.relation_columns() || !validate_model(m).is_empty() {
+            // A change of whether a model uses bounds concerns every model that inlines it
+            // (`validate_edges` of models further down): the full build checks them.
+            let bounds_changed = old.body.as_ref().is_some_and(|b| b.uses_bounds()) != m.body.as_ref().is_some_and(|b| b.uses_bounds());
+            if at.insert(i, k).is_some()
+                || old.parents() != m.parents()
+                || old.relation_columns() != m.relation_columns()
+                || bounds_changed
+                || !validate_model(m).is_empty()
+            {
                 return Err(replacements);
             }
         }
@@ -330,11 +338,21 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if t.batch_size == 0 {
                 errors.push(err("`batch_size` must be at least 1".into()));
             }
+            if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) && t.grain.millis() < super::interval::Grain::Day.millis()
+            {
+                errors.push(
+                    err(format!("time column `{}` is a `date`, but the grain `{}` is finer than a day", t.time_column, t.grain.as_str()))
+                        .with_hint("a date holds no time of day: use `grain = \"day\"` (or coarser), or declare the column a `timestamp`"),
+                );
+            }
             if t.end.is_some_and(|e| e <= t.start) {
                 errors.push(err("`end` must be after `start`".into()));
             }
             let _ = body;
         }
+        // An embedded model's bounds are its consumer's: [`validate_edges`] lets only
+        // time-range models (and embedded models) read one that uses them.
+        (Kind::Embedded, Some(_)) => {}
         (_, Some(body)) => {
             if body.uses_bounds() {
                 errors.push(
@@ -413,6 +431,21 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
             errors.push(e);
         }
     }
+    if !matches!(m.kind, Kind::IncrementalByTimeRange(_) | Kind::Embedded) {
+        for r in body.refs() {
+            if let Some(inlined) = embedded_with_bounds(&r.target, all) {
+                let via = if inlined == r.target { String::new() } else { format!(" (through `{}`, which inlines it)", r.target) };
+                errors.push(
+                    LoadError::new(
+                        Some(r.location.clone()),
+                        Some(m.name.clone()),
+                        format!("embedded model `{inlined}` uses `@start`/`@end`{via}, but a `{}` model has no interval to give it", m.kind.tag()),
+                    )
+                    .with_hint("an embedded model with interval bounds can be read only by `incremental_by_time_range` models (directly or through other embedded models)"),
+                );
+            }
+        }
+    }
     for c in body.cols() {
         let Some(parent) = all(&c.parent) else {
             errors.push(LoadError::new(Some(c.location.clone()), Some(m.name.clone()), format!("`cols()` names unknown model `{}`", c.parent)));
@@ -442,6 +475,25 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
         }
     }
     errors
+}
+
+/// The embedded model using interval bounds that a reference to `name` inlines: `name` itself
+/// or, through embedded models, one of their embedded parents. `None` for any other model.
+fn embedded_with_bounds<'a>(name: &ModelName, all: &dyn Fn(&ModelName) -> Option<&'a Model>) -> Option<ModelName> {
+    let mut stack = vec![name.clone()];
+    let mut seen = BTreeSet::new();
+    while let Some(n) = stack.pop() {
+        let Some(model) = all(&n) else { continue };
+        if !matches!(model.kind, Kind::Embedded) || !seen.insert(n.clone()) {
+            continue;
+        }
+        let Some(body) = &model.body else { continue };
+        if body.uses_bounds() {
+            return Some(n);
+        }
+        stack.extend(body.refs().map(|r| r.target.clone()));
+    }
+    None
 }
 
 fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Vec<LoadError> {

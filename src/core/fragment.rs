@@ -18,6 +18,68 @@ pub enum Node {
     Start,
     /// The interval's exclusive upper bound (`@end`).
     End,
+    /// A bound in another form: `@start_date`, `@end_ds`, … (sqlmesh's macro variables).
+    Bound(Bound),
+}
+
+/// A bound of the interval in a form other than `@start`/`@end`'s `TIMESTAMP`: what a model
+/// compares a `DATE` or a string partition column with. As in sqlmesh, the `end` forms are
+/// **inclusive** (the last instant of the interval: `BETWEEN @start_date AND @end_date`), while
+/// `@end` itself is exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Bound {
+    /// The end of the interval (its last instant) rather than its start.
+    pub end: bool,
+    /// How the instant renders.
+    pub form: BoundForm,
+}
+
+/// The rendering of a [`Bound`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum BoundForm {
+    /// `DATE 'YYYY-MM-DD'` (`@start_date`, `@end_date`).
+    Date,
+    /// `'YYYY-MM-DD'`, a string (`@start_ds`, `@end_ds`).
+    Ds,
+    /// `'YYYY-MM-DD HH:MM:SS.ffffff'`, a string (`@start_ts`, `@end_ts`).
+    Ts,
+}
+
+impl Bound {
+    /// Every bound form, with its marker (without the `@`).
+    pub const ALL: [(&'static str, Bound); 6] = [
+        ("start_date", Bound { end: false, form: BoundForm::Date }),
+        ("end_date", Bound { end: true, form: BoundForm::Date }),
+        ("start_ds", Bound { end: false, form: BoundForm::Ds }),
+        ("end_ds", Bound { end: true, form: BoundForm::Ds }),
+        ("start_ts", Bound { end: false, form: BoundForm::Ts }),
+        ("end_ts", Bound { end: true, form: BoundForm::Ts }),
+    ];
+
+    /// The marker's name without the `@` (`start_date`).
+    pub fn marker(self) -> &'static str {
+        Self::ALL.iter().find(|(_, b)| *b == self).map(|(m, _)| *m).expect("every bound has a marker")
+    }
+
+    /// The canonical placeholder (`$start_date`): what is fingerprinted and what `render`
+    /// prints without an interval.
+    pub fn placeholder(self) -> String {
+        format!("${}", self.marker())
+    }
+
+    /// The SQL literal of this bound of `iv` (half-open `[start, end)`, UTC): the start's
+    /// instant, or for an end form the interval's last instant (one microsecond before `end`,
+    /// DuckDB's and Postgres's timestamp resolution), so `@end_date` of the day
+    /// `[2026-01-01, 2026-01-02)` is `DATE '2026-01-01'`.
+    pub fn literal(self, iv: super::interval::Interval) -> String {
+        let micros = if self.end { iv.end.saturating_mul(1000).saturating_sub(1) } else { iv.start.saturating_mul(1000) };
+        let Ok(ts) = jiff::Timestamp::from_microsecond(micros) else { return "NULL".into() };
+        match self.form {
+            BoundForm::Date => format!("DATE '{}'", ts.strftime("%Y-%m-%d")),
+            BoundForm::Ds => format!("'{}'", ts.strftime("%Y-%m-%d")),
+            BoundForm::Ts => format!("'{}'", ts.strftime("%Y-%m-%d %H:%M:%S%.6f")),
+        }
+    }
 }
 
 /// A `ref(...)` call: the target and where it was written.
@@ -55,6 +117,10 @@ pub trait Resolver {
     fn start(&self) -> String;
     /// SQL for `@end`.
     fn end(&self) -> String;
+    /// SQL for a bound in another form (`@start_date`, …): by default its placeholder.
+    fn bound(&self, b: Bound) -> String {
+        b.placeholder()
+    }
 }
 
 impl Fragment {
@@ -70,8 +136,9 @@ impl Fragment {
         }
     }
 
-    /// Splits literal SQL on the `@start` / `@end` markers and appends it. Markers count only
-    /// as whole words outside string literals, quoted identifiers and comments.
+    /// Splits literal SQL on the `@start` / `@end` markers (and their other forms, [`Bound`])
+    /// and appends it. Markers count only as whole words outside string literals, quoted
+    /// identifiers and comments.
     pub fn push_sql_with_bounds(&mut self, s: &str) {
         let bytes = s.as_bytes();
         let word = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
@@ -84,7 +151,10 @@ impl Fragment {
             }
             if bytes[i] == b'@' {
                 let rest = &s[i + 1..];
-                let hit = if rest.starts_with("start") {
+                let form = Bound::ALL.iter().find(|(m, _)| rest.starts_with(m) && !word(rest.as_bytes().get(m.len())));
+                let hit = if let Some((m, b)) = form {
+                    Some((Node::Bound(*b), m.len() + 1))
+                } else if rest.starts_with("start") {
                     Some((Node::Start, 6))
                 } else if rest.starts_with("end") {
                     Some((Node::End, 4))
@@ -123,9 +193,9 @@ impl Fragment {
         })
     }
 
-    /// True when the body uses `@start` or `@end`.
+    /// True when the body uses `@start` or `@end` (or another form of them).
     pub fn uses_bounds(&self) -> bool {
-        self.nodes.iter().any(|n| matches!(n, Node::Start | Node::End))
+        self.nodes.iter().any(|n| matches!(n, Node::Start | Node::End | Node::Bound(_)))
     }
 
     /// Renders the body with `resolver`.
@@ -141,6 +211,7 @@ impl Fragment {
                 }
                 Node::Start => out.push_str(&resolver.start()),
                 Node::End => out.push_str(&resolver.end()),
+                Node::Bound(b) => out.push_str(&resolver.bound(*b)),
             }
         }
         out
@@ -210,6 +281,38 @@ mod tests {
         assert_eq!(
             f.render(&CanonicalResolver),
             "WHERE t >= $start AND t < $end AND x = '@ended' AND y=@start_x AND z = 'it''s @start' -- @end\n /* @start */ AND \"@end\" = 1"
+        );
+    }
+
+    #[test]
+    fn end_forms_are_the_last_instant_of_the_interval() {
+        use super::super::interval::{Interval, parse_instant};
+        let day = Interval::new(parse_instant("2026-01-01").unwrap(), parse_instant("2026-01-02").unwrap());
+        let lit = |m: &str, iv| Bound::ALL.iter().find(|(k, _)| *k == m).unwrap().1.literal(iv);
+        assert_eq!(lit("start_date", day), "DATE '2026-01-01'");
+        assert_eq!(lit("end_date", day), "DATE '2026-01-01'");
+        assert_eq!(lit("start_ds", day), "'2026-01-01'");
+        assert_eq!(lit("end_ds", day), "'2026-01-01'");
+        assert_eq!(lit("start_ts", day), "'2026-01-01 00:00:00.000000'");
+        assert_eq!(lit("end_ts", day), "'2026-01-01 23:59:59.999999'");
+        let hour = Interval::new(parse_instant("2026-03-01 23:00").unwrap(), parse_instant("2026-03-02").unwrap());
+        assert_eq!(lit("end_date", hour), "DATE '2026-03-01'");
+        let week = Interval::new(parse_instant("2026-01-01").unwrap(), parse_instant("2026-01-08").unwrap());
+        assert_eq!(lit("end_date", week), "DATE '2026-01-07'");
+    }
+
+    #[test]
+    fn other_bound_forms_are_markers_of_their_own() {
+        let mut f = Fragment::default();
+        f.push_sql_with_bounds(
+            "WHERE d BETWEEN @start_date AND @end_date AND s >= @start_ds AND s <= @end_ds AND t < @end_ts AND u = @start_dates AND v = '@end_date'",
+        );
+        let forms: Vec<Bound> = f.nodes.iter().filter_map(|n| if let Node::Bound(b) = n { Some(*b) } else { None }).collect();
+        assert_eq!(forms.iter().map(|b| b.marker()).collect::<Vec<_>>(), ["start_date", "end_date", "start_ds", "end_ds", "end_ts"]);
+        assert!(f.uses_bounds());
+        assert_eq!(
+            f.render(&CanonicalResolver),
+            "WHERE d BETWEEN $start_date AND $end_date AND s >= $start_ds AND s <= $end_ds AND t < $end_ts AND u = @start_dates AND v = '@end_date'"
         );
     }
 }

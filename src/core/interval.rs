@@ -180,6 +180,14 @@ pub fn to_sql_literal(t: Millis) -> String {
     }
 }
 
+/// `DATE 'YYYY-MM-DD'`: the UTC date of `t` (a midnight when it bounds a `date` time column).
+pub fn to_date_literal(t: Millis) -> String {
+    match jiff::Timestamp::from_millisecond(t) {
+        Ok(ts) => format!("DATE '{}'", ts.strftime("%Y-%m-%d")),
+        Err(_) => "NULL".to_string(),
+    }
+}
+
 /// Parses an instant: `YYYY-MM-DD` (UTC midnight), `YYYY-MM-DD[T ]HH:MM[:SS[.fff]]` (UTC), or
 /// an RFC 3339 timestamp with `Z` or an offset.
 ///

@@ -90,7 +90,8 @@ fn strip_locations(v: &mut Value) {
     }
 }
 
-/// `sql` with the canonical bounds `$start` and `$end` as parameters `$1` and `$2`, outside
+/// `sql` with the canonical bounds `$start` and `$end` as parameters `$1` and `$2` (and their
+/// other forms, `$start_date` … `$end_ts`, as `$3` … `$8`), outside
 /// string literals (`'…'`, `E'…'` with its backslash escapes, dollar-quoted `$tag$…$tag$`),
 /// quoted identifiers and comments.
 ///
@@ -154,7 +155,17 @@ fn with_bound_parameters(sql: &str) -> Result<String, SqlError> {
                         message: format!("a positional parameter `${n}` in a model body; the interval's bounds are `@start` and `@end`"),
                     });
                 }
-                let found = [("start", "$1"), ("end", "$2")].into_iter().find(|(word, _)| rest.starts_with(word) && tag_len == word.len());
+                const BOUNDS: [(&str, &str); 8] = [
+                    ("start", "$1"),
+                    ("end", "$2"),
+                    ("start_date", "$3"),
+                    ("end_date", "$4"),
+                    ("start_ds", "$5"),
+                    ("end_ds", "$6"),
+                    ("start_ts", "$7"),
+                    ("end_ts", "$8"),
+                ];
+                let found = BOUNDS.into_iter().find(|(word, _)| rest.starts_with(word) && tag_len == word.len());
                 if let Some((word, param)) = found {
                     out.push_str(&sql[copied..i]);
                     out.push_str(param);
@@ -283,6 +294,10 @@ mod tests {
         assert_eq!(
             with_bound_parameters("WHERE d >= $start AND d < $end AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2").unwrap(),
             "WHERE d >= $1 AND d < $2 AND s = '$start' AND \"$end\" = 1 -- $start\n/* $end */ AND $ended = 2"
+        );
+        assert_eq!(
+            with_bound_parameters("WHERE d BETWEEN $start_date AND $end_date AND $end_dates = 1").unwrap(),
+            "WHERE d BETWEEN $3 AND $4 AND $end_dates = 1"
         );
         // Dollar-quoted and `E'…'` strings are strings: a `$start` in them stays text.
         assert_eq!(

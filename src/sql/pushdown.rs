@@ -456,13 +456,14 @@ fn file_reader(function: &str) -> Option<String> {
     Some(format!("it reads a {what} file (`{function}`), which has no statistics to skip rows by"))
 }
 
-/// True when `e` holds an `@start`/`@end` bound (rendered `$start`/`$end`).
+/// True when `e` holds an `@start`/`@end` bound (rendered `$start`/`$end`) or another form of
+/// one (`$start_date`, …).
 fn has_bound(e: &Expr) -> bool {
     let mut found = false;
     let _ = sqlparser::ast::visit_expressions(e, |x| {
         if let Expr::Value(v) = x
             && let Value::Placeholder(p) = &v.value
-            && (p == "$start" || p == "$end")
+            && (p == "$start" || p == "$end" || crate::core::fragment::Bound::ALL.iter().any(|(m, _)| p.strip_prefix('$') == Some(*m)))
         {
             found = true;
         }

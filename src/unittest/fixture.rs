@@ -98,6 +98,10 @@ impl Resolver for FixtureResolver<'_> {
     fn end(&self) -> String {
         self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "NULL".into())
     }
+
+    fn bound(&self, b: crate::core::fragment::Bound) -> String {
+        self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| "NULL".into())
+    }
 }
 
 #[cfg(test)]

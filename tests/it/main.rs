@@ -2,6 +2,7 @@ mod apply_floor;
 mod audits;
 mod backfill;
 mod batch_lint;
+mod bounds;
 mod categories;
 mod categories_corpus;
 mod check;

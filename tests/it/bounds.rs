@@ -1,0 +1,129 @@
+//! Interval bounds in other forms than `@start`/`@end` (issue #16 part 8): `@start_date` /
+//! `@end_date` (`DATE` literals, the end inclusive as in sqlmesh), `@start_ds` / `@end_ds` and
+//! `@start_ts` / `@end_ts` (strings); a `date` time column compared with `DATE` literals; and
+//! embedded models using bounds, inlined into a time-range consumer.
+
+use crate::common::{EngineBackend, Project};
+use crate::on_every_engine;
+use serde_json::Value;
+
+on_every_engine!(
+    date_bounds_filter_a_date_column_render_shows_date_literals_and_apply_matches_a_direct_computation,
+    an_embedded_model_using_bounds_takes_its_time_range_consumers_batch,
+);
+
+/// `s.events`: three rows a day from 2026-01-01 to 2026-02-20, `day` a `date`.
+const EVENTS: &str = "-- name: s.events
+-- kind: full
+-- schema: day date, k integer
+SELECT CAST(g.d AS date) AS day, v.k FROM generate_series(TIMESTAMP '2026-01-01', TIMESTAMP '2026-02-20', INTERVAL '1 day') AS g(d), (VALUES (1), (2), (3)) AS v(k)
+";
+
+/// `t.daily`: per day of a `date` time column, by batches of 3 days filtered with
+/// `BETWEEN @start_date AND @end_date`; `batch_ds` is the batch's `@start_ds`.
+const DAILY: &str = "-- name: t.daily
+-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = day, batch_size = 3)
+-- schema: day date, n bigint, batch_ds varchar, batch_last varchar
+-- refs: s.events
+SELECT day, count(*) AS n, CAST(@start_ds AS varchar) AS batch_ds, CAST(@end_ts AS varchar) AS batch_last
+FROM @ref(s.events)
+WHERE day BETWEEN @start_date AND @end_date
+GROUP BY day
+";
+
+/// An empty project whose models are `.sql` files.
+fn sql_project(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p
+}
+
+fn statements(v: &Value) -> Vec<String> {
+    v["batches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["statements"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+fn date_bounds_filter_a_date_column_render_shows_date_literals_and_apply_matches_a_direct_computation(engine: EngineBackend) {
+    let p = sql_project(engine);
+    p.write("models/events.sql", EVENTS);
+    p.write("models/daily.sql", DAILY);
+
+    // Without an interval: the canonical placeholders (what is fingerprinted).
+    let plain = p.run(&["render", "t.daily", "--json"]).expect_code(0).json();
+    let sql = plain["sql"].as_str().unwrap_or_default();
+    assert!(sql.contains("$start_date") && sql.contains("$end_date") && sql.contains("$start_ds") && sql.contains("$end_ts"), "{plain:#}");
+
+    // One batch of three days: DATE literals, the end date inclusive (the batch's last day);
+    // the time column is compared with DATE literals too: no TIMESTAMP anywhere.
+    let v = p.run(&["render", "t.daily", "--env", "dev", "--interval", "2026-01-01", "2026-01-04", "--json"]).expect_code(0).json();
+    let s = statements(&v);
+    assert_eq!(s.len(), 1, "{v:#}");
+    assert!(s[0].contains("BETWEEN DATE '2026-01-01' AND DATE '2026-01-03'"), "{}", s[0]);
+    assert!(s[0].contains("\"day\" >= DATE '2026-01-01' AND \"day\" < DATE '2026-01-04'"), "{}", s[0]);
+    assert!(s[0].contains("CAST('2026-01-01' AS varchar)") && s[0].contains("CAST('2026-01-03 23:59:59.999999' AS varchar)"), "{}", s[0]);
+    assert!(!s[0].contains("TIMESTAMP") && !s[0].contains('$') && !s[0].contains('@'), "{}", s[0]);
+
+    p.apply("dev");
+    // The project's now is 2026-02-10: 40 days, each with its 3 events, each batch's start.
+    let got = p.query("SELECT CAST(day AS varchar), n, batch_ds, batch_last FROM dev__t.daily ORDER BY day");
+    assert_eq!(got.len(), 40, "{got:?}");
+    let want = p.query(
+        "SELECT CAST(day AS varchar), count(*), \
+                CAST(DATE '2026-01-01' + CAST(floor((day - DATE '2026-01-01') / 3.0) * 3 AS integer) AS varchar), \
+                CAST(least(DATE '2026-01-01' + CAST(floor((day - DATE '2026-01-01') / 3.0) * 3 + 2 AS integer), DATE '2026-02-09') AS varchar) || ' 23:59:59.999999' \
+         FROM dev__s.events WHERE day < DATE '2026-02-10' GROUP BY day ORDER BY day",
+    );
+    assert_eq!(got, want, "each day once, with its batch's start and last instant");
+}
+
+fn an_embedded_model_using_bounds_takes_its_time_range_consumers_batch(engine: EngineBackend) {
+    let p = sql_project(engine);
+    p.write("models/events.sql", EVENTS);
+    p.write(
+        "models/window.sql",
+        "-- name: e.window\n-- kind: embedded\n-- schema: day date, k integer\n-- refs: s.events\nSELECT day, k FROM @ref(s.events) WHERE day >= @start_date AND day <= @end_date\n",
+    );
+    p.write(
+        "models/per_day.sql",
+        "-- name: t.per_day\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = day, batch_size = 7)\n-- schema: day date, total bigint\n-- refs: e.window\nSELECT day, CAST(sum(k) AS bigint) AS total FROM @ref(e.window) GROUP BY day\n",
+    );
+    let v = p.run(&["render", "t.per_day", "--env", "dev", "--interval", "2026-01-08", "2026-01-15", "--json"]).expect_code(0).json();
+    let s = statements(&v);
+    assert!(s.iter().any(|s| s.contains("day >= DATE '2026-01-08' AND day <= DATE '2026-01-14'")), "the embedded body takes the consumer's batch: {s:?}");
+    p.apply("dev");
+    let got = p.query("SELECT CAST(day AS varchar), total FROM dev__t.per_day ORDER BY day");
+    let want = p.query("SELECT CAST(day AS varchar), CAST(sum(k) AS bigint) FROM dev__s.events WHERE day < DATE '2026-02-10' GROUP BY day ORDER BY day");
+    assert_eq!((got.len(), &got), (40, &want));
+}
+
+#[test]
+fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
+    let p = sql_project(EngineBackend::DuckDb);
+    p.write("models/events.sql", EVENTS);
+    p.write(
+        "models/window.sql",
+        "-- name: e.window\n-- kind: embedded\n-- schema: day date, k integer\n-- refs: s.events\nSELECT day, k FROM @ref(s.events) WHERE day BETWEEN @start_date AND @end_date\n",
+    );
+    p.write("models/via.sql", "-- name: e.via\n-- kind: embedded\n-- schema: day date\n-- refs: e.window\nSELECT day FROM @ref(e.window)\n");
+    p.write("models/full.sql", "-- name: m.full\n-- kind: full\n-- schema: day date\n-- refs: e.via\nSELECT day FROM @ref(e.via)\n");
+    p.write(
+        "models/hourly.sql",
+        "-- name: t.hourly\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = hour)\n-- schema: day date\n-- refs: s.events\nSELECT day FROM @ref(s.events)\n",
+    );
+    p.write("models/plain.sql", "-- name: m.plain\n-- kind: full\n-- schema: d date\nSELECT @start_date AS d\n");
+    let out = p.run(&["plan", "dev"]);
+    out.expect_code(1);
+    let err = &out.stderr;
+    assert!(
+        err.contains("models/full.sql:")
+            && err.contains("embedded model `e.window` uses `@start`/`@end` (through `e.via`, which inlines it), but a `full` model has no interval"),
+        "{err}"
+    );
+    assert!(err.contains("models/hourly.sql") && err.contains("time column `day` is a `date`, but the grain `hour` is finer than a day"), "{err}");
+    assert!(err.contains("models/plain.sql") && err.contains("`@start`/`@end` used in a `full` model"), "{err}");
+}
