@@ -835,6 +835,28 @@ mod tests {
         }
     }
 
+    fn environments_of(text: &str) -> Result<EnvironmentsSection, String> {
+        match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n{text}")) {
+            Ok(c) => Ok(c.environments),
+            Err(ConfigError::Invalid { message, .. }) => Err(message),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn an_environment_ttl_is_a_duration_and_none_by_default() {
+        assert_eq!(environments_of("").unwrap().ttl, None);
+        assert_eq!(environments_of("[environments]\n").unwrap().ttl, None);
+        assert_eq!(environments_of("[environments]\nttl = \"7d\"\n").unwrap().ttl, Some(7 * 86_400_000));
+        assert_eq!(environments_of("[environments]\nttl = \"36h\"\n").unwrap().ttl, Some(36 * 3_600_000));
+        let zero = environments_of("[environments]\nttl = \"0d\"\n").unwrap_err();
+        assert!(zero.contains("longer than 0"), "{zero}");
+        let unit = environments_of("[environments]\nttl = \"7 parsecs\"\n").unwrap_err();
+        assert!(unit.contains("environments.ttl") && unit.contains("unit"), "{unit}");
+        let key = environments_of("[environments]\nttl_days = 7\n").unwrap_err();
+        assert!(key.contains("ttl_days"), "{key}");
+    }
+
     #[test]
     fn a_postgres_state_is_named_by_an_environment_variable_and_a_schema() {
         let s = state_of("[state]\nurl_env = \"PG_URL\"\n").unwrap();

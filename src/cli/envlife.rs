@@ -93,7 +93,7 @@ pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, j
 /// `efmesh state import FILE|- [--force] [--json]`: validates the document (its format and
 /// layout versions, every table and value), then writes it into the project's state store
 /// (created when absent) in one transaction.
-pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, json: bool, out: &Printer) -> Result<Exit> {
     let config = crate::config::Config::load(config)?;
     let text = if file.as_os_str() == "-" {
         let mut s = String::new();
@@ -106,7 +106,8 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("`{name}` is not JSON ({e}); nothing was imported"))?;
     let dump = crate::state::dump::StateDump::from_document(&doc).map_err(|e| anyhow::anyhow!("cannot import `{name}`: {e}; nothing was imported"))?;
     let state = crate::state::open(&config)?;
-    state.import_state(&dump, force, now)?;
+    // Leases expire by the store's clock (SPEC invariant 30), not by `--now`.
+    state.import_state(&dump, force, state.clock()?)?;
     let counts = dump.counts();
     if json {
         out.json(json!({"imported": true, "file": name, "store": state.location(), "stateVersion": crate::state::STATE_VERSION, "storeId": dump.store_id, "rows": counts}))?;

@@ -387,7 +387,8 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// identity counters set past them.
     ///
     /// # Errors
-    /// [`StateError::Import`] (not empty, a live lease), a failed write; nothing is written.
+    /// [`StateError::Import`] (not empty, a lease unexpired at `now`, the store's clock), a
+    /// failed write; nothing is written.
     fn import_state(&self, dump: &dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError>;
 
     /// Cached canonical forms of those `keys` that are cached.
