@@ -513,6 +513,41 @@ struct RawConfig {
     lake: Option<LakeSection>,
     #[serde(default)]
     ducklake: Option<DuckLakeSection>,
+    #[serde(default)]
+    environments: RawEnvironmentsSection,
+}
+
+/// `[environments]`: the lifecycle of environments other than `prod`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvironmentsSection {
+    /// `ttl` (`"7d"`, `"12h"`, `"2w"`: [`crate::core::interval::parse_duration`]) in
+    /// milliseconds: an environment other than `prod` not promoted for that long is expired and
+    /// `efmesh janitor` drops it (`crate::lifecycle`). `None` (no `ttl`): environments never
+    /// expire, only `efmesh invalidate` expires one.
+    pub ttl: Option<crate::core::interval::Millis>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEnvironmentsSection {
+    #[serde(default)]
+    ttl: Option<String>,
+}
+
+impl RawEnvironmentsSection {
+    fn into_section(self) -> Result<EnvironmentsSection, String> {
+        let ttl = match self.ttl {
+            None => None,
+            Some(text) => {
+                let d = crate::core::interval::parse_duration(&text).map_err(|e| format!("`environments.ttl`: {e}"))?;
+                if d.is_zero() {
+                    return Err(format!("`environments.ttl` must be longer than 0, got {text:?} (remove it and environments never expire)"));
+                }
+                Some(i64::try_from(d.as_millis()).map_err(|_| format!("`environments.ttl` {text:?} is too long"))?)
+            }
+        };
+        Ok(EnvironmentsSection { ttl })
+    }
 }
 
 /// A loaded configuration.
@@ -532,6 +567,8 @@ pub struct Config {
     pub lake: Option<LakeSection>,
     /// `[ducklake]`, when configured.
     pub ducklake: Option<DuckLakeSection>,
+    /// `[environments]`.
+    pub environments: EnvironmentsSection,
 }
 
 impl Config {
@@ -571,6 +608,7 @@ impl Config {
             return Err(invalid(message));
         }
         let state = raw.state.into_section().map_err(invalid)?;
+        let environments = raw.environments.into_section().map_err(invalid)?;
         if let Some(var) = &raw.engine.url_env {
             if var.is_empty() || var.contains(['=', '\0']) || var.contains("://") {
                 return Err(invalid(format!("`engine.url_env` must name an environment variable (e.g. `PG_URL`), got {var:?}")));
@@ -609,7 +647,7 @@ impl Config {
         for file in engine.extensions.values_mut() {
             *file = absolute(file);
         }
-        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake })
+        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -622,6 +660,7 @@ impl Config {
             state: StateSection::default(),
             lake: None,
             ducklake: None,
+            environments: EnvironmentsSection::default(),
         }
     }
 
@@ -794,6 +833,28 @@ mod tests {
             Err(ConfigError::Invalid { message, .. }) => Err(message),
             Err(e) => panic!("{e}"),
         }
+    }
+
+    fn environments_of(text: &str) -> Result<EnvironmentsSection, String> {
+        match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n{text}")) {
+            Ok(c) => Ok(c.environments),
+            Err(ConfigError::Invalid { message, .. }) => Err(message),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn an_environment_ttl_is_a_duration_and_none_by_default() {
+        assert_eq!(environments_of("").unwrap().ttl, None);
+        assert_eq!(environments_of("[environments]\n").unwrap().ttl, None);
+        assert_eq!(environments_of("[environments]\nttl = \"7d\"\n").unwrap().ttl, Some(7 * 86_400_000));
+        assert_eq!(environments_of("[environments]\nttl = \"36h\"\n").unwrap().ttl, Some(36 * 3_600_000));
+        let zero = environments_of("[environments]\nttl = \"0d\"\n").unwrap_err();
+        assert!(zero.contains("longer than 0"), "{zero}");
+        let unit = environments_of("[environments]\nttl = \"7 parsecs\"\n").unwrap_err();
+        assert!(unit.contains("environments.ttl") && unit.contains("unit"), "{unit}");
+        let key = environments_of("[environments]\nttl_days = 7\n").unwrap_err();
+        assert!(key.contains("ttl_days"), "{key}");
     }
 
     #[test]

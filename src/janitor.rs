@@ -62,6 +62,9 @@ pub struct Options {
     pub now: Millis,
     /// `--adopt`: make this store the only owner of every storage first (SPEC invariant 39 (d)).
     pub adopt: bool,
+    /// `[environments] ttl` in milliseconds: environments other than `prod` not applied for that
+    /// long are expired and dropped first ([`crate::lifecycle`]); `None`: only invalidated ones.
+    pub env_ttl: Option<Millis>,
 }
 
 /// One storage the janitor dropped (or would drop), or versions without storage whose rows it
@@ -130,6 +133,33 @@ pub struct Report {
     pub dry_run: bool,
     /// The ttl used.
     pub ttl_days: f64,
+    /// Expired environments dropped (or, with `dry_run`, that would be), or kept (`kept`).
+    pub environments: Vec<ExpiredEnv>,
+}
+
+/// An expired environment the janitor dropped, would drop, or kept ([`crate::lifecycle`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiredEnv {
+    /// The environment.
+    pub env: String,
+    /// `ttl` or `invalidated`.
+    pub reason: String,
+    /// When it expired (ISO-8601 UTC).
+    pub expired_at: String,
+    /// When the last plan was applied to it (ISO-8601 UTC).
+    pub last_applied_at: Option<String>,
+    /// Its views dropped (or that would be), `"<env>__<schema>"."<table>"`.
+    pub views: Vec<String>,
+    /// Its schemas dropped (or that would be): those holding nothing but its views.
+    pub schemas: Vec<String>,
+    /// True once its views and state are gone (false for a dry run or a kept environment).
+    pub dropped: bool,
+    /// Why it was kept this time: `locked` (an apply or run of it holds its lock), `promoting`
+    /// (a promotion of it is under way or was interrupted), `renewed` (applied or invalidated
+    /// again meanwhile) or `failed` (the engine refused a statement: in [`Report::failed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// An orphan the janitor saw and kept.
@@ -348,6 +378,9 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     let me = state.store_id()?;
     let at = crate::core::interval::to_iso(opts.now);
     let mut report = Report { dry_run: opts.dry_run, ttl_days: opts.ttl_days, store_id: me.clone(), adopted: opts.adopt, ..Report::default() };
+    // 0. Expired environments: their views and pointers go first, so the versions only they
+    //    served are released now and follow the rules below (claimed once the ttl old).
+    expire_environments(config, state, open, opts, &mut report)?;
     let s3 = crate::ownership::s3_lake(config).map_err(JanitorError::Storage)?;
     // An S3 listing failure is a failure (exit 1), but the engine's storage is still collected.
     let lake_names = match lake_listing(config, s3.as_ref()) {
@@ -500,6 +533,129 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
         v.first_seen = seen.get(&v.physical).cloned();
     }
     Ok(report)
+}
+
+/// Drops every expired environment other than `prod` ([`crate::lifecycle::judge`]): for each,
+/// under its writer lease (`env:<name>`, or `lake`; taken on a second handle of the store,
+/// never waited for: an apply or run holding it keeps the environment for the next janitor),
+/// judged again under it, its views and the schemas holding nothing else are dropped in ONE
+/// engine transaction, then its state in ONE state transaction
+/// ([`StateStore::drop_environment`], which checks that nothing renewed it). Views first: a
+/// janitor stopped in between leaves pointers whose views are missing (the next janitor, or
+/// the next apply's repair, finishes), never views over versions the state no longer serves.
+/// A dry run lists them and changes nothing. An environment whose engine statements fail is
+/// kept (`failed`, in [`Report::failed`]: exit 1) with its state; the others go on.
+///
+/// # Errors
+/// The state store fails, or the engine cannot be opened.
+fn expire_environments(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, opts: &Options, report: &mut Report) -> Result<(), JanitorError> {
+    use crate::core::name::quote_ident;
+    use crate::lifecycle::{PROD, judge};
+    let mut out = Vec::new();
+    for env in state.environments()? {
+        if env == PROD {
+            continue;
+        }
+        let expiry = judge(&env, &state.journal(&env)?, opts.env_ttl, opts.now);
+        if !expiry.expired {
+            continue;
+        }
+        let mut schemas: BTreeSet<String> = BTreeSet::new();
+        let mut views = Vec::new();
+        for name in state.env_pointers(&env)?.keys() {
+            let Some((schema, table)) = name.split_once('.') else { continue };
+            let schema = crate::plan::env_schema(&env, schema);
+            views.push((schema.clone(), table.to_string()));
+            schemas.insert(schema);
+        }
+        out.push(ExpiredEnv {
+            env: env.clone(),
+            reason: expiry.reason.unwrap_or("ttl").to_string(),
+            expired_at: expiry.expires_at.clone().unwrap_or_default(),
+            last_applied_at: expiry.last_applied_at.clone(),
+            views: views.iter().map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t))).collect(),
+            schemas: schemas.iter().cloned().collect(),
+            dropped: false,
+            kept: None,
+        });
+    }
+    if out.is_empty() || opts.dry_run {
+        report.environments = out;
+        return Ok(());
+    }
+    let handle = state.reopen()?;
+    let mut engine = open_with_wait(open, config, false).map_err(JanitorError::Engine)?;
+    for e in &mut out {
+        let lease = crate::state::lease::writer_lease(&e.env, config.writes_a_lake());
+        let command = format!("efmesh janitor (dropping the expired environment `{}`)", e.env);
+        let guard = match crate::state::lease::LeaseGuard::acquire(&*handle, &lease, &command, Duration::ZERO) {
+            Ok(g) => g,
+            Err(crate::state::lease::Refused::Held(held)) => {
+                tracing::warn!(env = %e.env, "the expired environment `{}` is kept this time: `{lease}` is held by {}", e.env, held.holder);
+                e.kept = Some("locked".into());
+                continue;
+            }
+            Err(crate::state::lease::Refused::State(err)) => return Err(err.into()),
+        };
+        let result = drop_environment(&*handle, engine.as_mut().map(|en| &mut **en as &mut dyn Engine), e, opts);
+        guard.release(&*handle);
+        if let Err(failure) = result {
+            let JanitorError::Engine(err) = failure else { return Err(failure) };
+            tracing::warn!(env = %e.env, "cannot drop the expired environment `{}`: {err}", e.env);
+            e.kept = Some("failed".into());
+            report.failed.push(Failure { physical: e.views.join(", "), model: format!("environment {}", e.env), error: err.to_string() });
+        }
+    }
+    report.environments = out;
+    Ok(())
+}
+
+/// [`expire_environments`] for one environment, its writer lease held on `state`.
+fn drop_environment(state: &dyn StateStore, engine: Option<&mut dyn Engine>, e: &mut ExpiredEnv, opts: &Options) -> Result<(), JanitorError> {
+    // Judged again under the lease: an apply that promoted it meanwhile renewed it.
+    let expiry = crate::lifecycle::judge(&e.env, &state.journal(&e.env)?, opts.env_ttl, opts.now);
+    if !expiry.expired {
+        e.kept = Some("renewed".into());
+        return Ok(());
+    }
+    if state.pending_promotions()?.iter().any(|p| p.env == e.env) {
+        tracing::warn!(env = %e.env, "the expired environment `{}` is kept this time: a promotion of it was interrupted (the next command that reads it undoes it)", e.env);
+        e.kept = Some("promoting".into());
+        return Ok(());
+    }
+    let mut views: Vec<(String, String)> = Vec::new();
+    for name in state.env_pointers(&e.env)?.keys() {
+        if let Some((schema, table)) = name.split_once('.') {
+            views.push((crate::plan::env_schema(&e.env, schema), table.to_string()));
+        }
+    }
+    e.views = views.iter().map(|(s, t)| format!("{}.{}", crate::core::name::quote_ident(s), crate::core::name::quote_ident(t))).collect();
+    e.schemas.clear();
+    if let Some(engine) = engine {
+        let catalog = engine.catalog().map_err(JanitorError::Engine)?;
+        let dialect = engine.sql();
+        let mut statements: Vec<String> = e.views.iter().map(|v| dialect.drop_view_if_exists(v)).collect();
+        let ours: HashSet<(String, String)> = views.iter().map(|(s, t)| (s.to_lowercase(), t.to_lowercase())).collect();
+        let schemas: BTreeSet<&String> = views.iter().map(|(s, _)| s).collect();
+        for schema in schemas {
+            let lower = schema.to_lowercase();
+            // A schema holding anything but this environment's views (a relation of the user's) stays.
+            let others = catalog.relations.keys().any(|(s, t)| *s == lower && !ours.contains(&(s.clone(), t.clone())));
+            if !others {
+                statements.push(dialect.drop_schema_if_exists(schema));
+                e.schemas.push(schema.clone());
+            }
+        }
+        state.check_fence()?;
+        engine.transaction(&statements).map_err(JanitorError::Engine)?;
+    }
+    if state.drop_environment(&e.env, expiry.journal_id, &crate::lifecycle::dropped_summary(&expiry), opts.now)? {
+        e.dropped = true;
+        tracing::info!(env = %e.env, views = e.views.len(), "dropped the expired environment `{}`", e.env);
+    } else {
+        e.kept = Some("renewed".into());
+    }
+    Ok(())
 }
 
 /// The unreachable versions past the ttl whose storage another state store may serve (SPEC §4,

@@ -31,6 +31,7 @@ pub mod core;
 pub mod datadiff;
 pub mod engine;
 pub mod janitor;
+pub mod lifecycle;
 pub mod ownership;
 pub mod pg;
 pub mod plan;

@@ -213,6 +213,22 @@ pub enum Command {
         #[arg(long, value_name = "DURATION")]
         wait: Option<String>,
     },
+    /// Mark an environment (not `prod`) expired now, so the next `efmesh janitor` drops its views
+    /// and state; applying it again before that renews it.
+    Invalidate {
+        /// Environment name.
+        env: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export or import the whole state store as one versioned JSON document (backup, move
+    /// between SQLite and Postgres).
+    State {
+        /// What to do.
+        #[command(subcommand)]
+        action: StateAction,
+    },
     /// Upgrade the state store to this efmesh's layout, backing it up beside itself first.
     Migrate {
         /// Print the result as JSON.
@@ -383,6 +399,34 @@ pub enum Command {
     },
 }
 
+/// `efmesh state …`.
+#[derive(Debug, Subcommand)]
+pub enum StateAction {
+    /// Write the whole state store (snapshots, environments, ledger, journal, ticks, the
+    /// janitor's bookkeeping…) as one JSON document to FILE, or to stdout (`-` or no FILE).
+    Export {
+        /// Where to write it (`-`: stdout, the default).
+        #[arg(value_name = "FILE|-")]
+        file: Option<PathBuf>,
+        /// With a FILE: print the report as JSON (to stdout the document is the output).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a document `state export` wrote into this project's state store, in one
+    /// transaction; refused when the store is not empty unless `--force` (which replaces it).
+    Import {
+        /// The document (`-`: stdin).
+        #[arg(value_name = "FILE|-")]
+        file: PathBuf,
+        /// Replace the content of a store that is not empty.
+        #[arg(long)]
+        force: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 impl Command {
     /// True when the command was asked for `--json` (its report, or its error, is one JSON
     /// object on stdout).
@@ -396,6 +440,8 @@ impl Command {
             | Command::Status { json, .. }
             | Command::Restate { json, .. }
             | Command::Migrate { json }
+            | Command::Invalidate { json, .. }
+            | Command::State { action: StateAction::Export { json, .. } | StateAction::Import { json, .. } }
             | Command::Janitor { json, .. }
             | Command::Check { json }
             | Command::Test { json, .. }

@@ -9,7 +9,7 @@ use super::lock::{LockHeld, command_line};
 use super::printer::Printer;
 use crate::core::interval::Millis;
 use crate::engine::{Engine, EngineError};
-use crate::janitor::{KeptOrphan, KeptShared, Options, Report, Victim, collect};
+use crate::janitor::{ExpiredEnv, KeptOrphan, KeptShared, Options, Report, Victim, collect};
 use crate::ownership::Storage;
 use crate::state::lease::{LeaseGuard, Refused};
 use anyhow::{Result, anyhow, bail};
@@ -55,7 +55,7 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         let access = if dry_run { crate::engine::Access::ReadOnly } else { crate::engine::Access::ReadWrite };
         Ok(Some(crate::engine::open(&engine_config, access)?))
     };
-    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt };
+    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt, env_ttl: config.environments.ttl };
     let report = if req.dry_run {
         collect(&config, state, &mut open, &options)?
     } else {
@@ -133,12 +133,33 @@ fn shared_line(k: &KeptShared) -> String {
     format!("  {} @{} {}: state store(s) {} of {storage} may serve it{forgot}\n", k.model, k.fingerprint, k.physical, k.owners.join(", "))
 }
 
+fn env_line(e: &ExpiredEnv, dry_run: bool) -> String {
+    let why = if e.reason == "invalidated" { "invalidated".to_string() } else { format!("not applied since {}", e.last_applied_at.as_deref().unwrap_or("?")) };
+    let what = format!("{} view(s){}", e.views.len(), if e.schemas.is_empty() { String::new() } else { format!(", schema(s) {}", e.schemas.join(", ")) });
+    match (e.kept.as_deref(), dry_run) {
+        (Some(kept), _) => {
+            let because = match kept {
+                "locked" => "an apply or run of it holds its lock",
+                "promoting" => "a promotion of it was interrupted (the next command reading it undoes it)",
+                "renewed" => "it was applied or invalidated again meanwhile",
+                _ => "the engine refused to drop its views (see below)",
+            };
+            format!("janitor kept the expired environment `{}` (expired at {}, {why}) this time: {because}\n", e.env, e.expired_at)
+        }
+        (None, true) => format!("janitor would drop the expired environment `{}` (expired at {}, {why}): {what}\n", e.env, e.expired_at),
+        (None, false) => format!("janitor dropped the expired environment `{}` (expired at {}, {why}): {what}\n", e.env, e.expired_at),
+    }
+}
+
 /// The report for people.
 fn text(r: &Report) -> String {
     let verb = if r.dry_run { "would drop" } else { "dropped" };
     let mut s = String::new();
     if r.adopted {
         s.push_str(&format!("janitor: this state store ({}) is now the only owner of the project's storage\n", r.store_id));
+    }
+    for e in &r.environments {
+        s.push_str(&env_line(e, r.dry_run));
     }
     if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() && r.kept_shared.is_empty() {
         s.push_str(&format!("janitor: nothing to collect (ttl {} days)\n", r.ttl_days));

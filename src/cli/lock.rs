@@ -48,26 +48,7 @@ pub(super) fn lock_env(store: &dyn StateStore, config: &crate::config::Config, e
     }
 }
 
-/// Parses a `--wait` duration: `500ms`, `30s`, `2m`, `1h`, or a number of seconds.
-///
-/// # Errors
-/// Anything else, naming the value.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (num, unit) = t.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((t, ""), |i| t.split_at(i));
-    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration (e.g. 30s, 2m, 500ms)"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("`{text}` is not a duration (unit must be ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("`{text}` is not a duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+pub use crate::core::interval::parse_duration;
 
 /// The error of `apply` meeting a held lock.
 pub(super) fn held_error(env: &str, lock: &str, holder: &str, waited: Duration) -> anyhow::Error {
@@ -95,5 +76,9 @@ mod tests {
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5_400)));
+        assert!(parse_duration("-1d").is_err());
     }
 }

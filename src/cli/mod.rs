@@ -6,6 +6,7 @@ mod audit;
 mod check;
 mod completions;
 mod diff;
+mod envlife;
 mod graph;
 mod init;
 mod janitor;
@@ -249,6 +250,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
+        Command::Invalidate { env, json } => envlife::invalidate(&args.config, &env, json, now, &out),
+        Command::State { action: args::StateAction::Export { file, json } } => envlife::export(&args.config, file.as_deref(), json, now, &out),
+        Command::State { action: args::StateAction::Import { file, force, json } } => envlife::import(&args.config, &file, force, json, &out),
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
             janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, adopt, json, wait, now }, &out)
@@ -305,8 +309,22 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     let project = load(config)?;
     let state = open_state(&project, false)?;
     let plan = plan_checked(&project, &*state, env, now, options)?;
+    // An expired environment (not yet dropped by the janitor) is planned against what it still
+    // serves: applying it renews it (`crate::lifecycle`).
+    let expiry = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
+    let expired = expiry.expired && !state.env_pointers(env)?.is_empty();
+    if expired && let Some(line) = crate::lifecycle::describe(&expiry) {
+        tracing::warn!(env = %env, "{line}");
+    }
     if json {
-        out.json(serde_json::to_value(&plan)?)?;
+        let mut v = serde_json::to_value(&plan)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("expired".into(), expired.into());
+            if expired {
+                o.insert("expiry".into(), serde_json::to_value(&expiry)?);
+            }
+        }
+        out.json(v)?;
     } else {
         out.text(&printer::plan_text(&plan, explain))?;
     }
@@ -478,7 +496,7 @@ fn versions(plan: &Plan) -> std::collections::BTreeMap<String, String> {
 }
 
 /// The OS user applying, for the journal; empty when unknown.
-fn applied_by() -> String {
+pub(super) fn applied_by() -> String {
     std::env::var("EFMESH_APPLIED_BY").or_else(|_| std::env::var("USER")).or_else(|_| std::env::var("LOGNAME")).unwrap_or_default()
 }
 

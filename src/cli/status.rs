@@ -37,7 +37,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let state = open_state(&project, false)?;
     let pointers = state.env_pointers(env)?;
     let journal = state.journal(env)?;
-    let last_plan = journal.last();
+    // Invalidations and drops are journal rows too ([`crate::lifecycle`]): the last plan is the
+    // newest row that is no lifecycle event.
+    let last_plan = crate::lifecycle::last_applied(&journal);
+    let expiry = crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now);
     let ticks = state.ticks(env, TICKS)?;
     let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
     let host = host_name();
@@ -94,6 +97,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             "storeVersion": STATE_VERSION,
             "models": pointers.len(),
             "lastPlan": last_plan.map(|j| json!({"appliedAt": j.applied_at, "appliedBy": j.applied_by, "summary": j.summary})),
+            "expiry": expiry,
             "lag": lags.iter().map(|l| json!({
                 "model": l.model,
                 "grain": l.grain,
@@ -113,6 +117,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         let mut text = String::new();
         if pointers.is_empty() && last_plan.is_none() {
             text.push_str(&format!("environment `{env}` does not exist — the first apply creates it\n"));
+        } else if let (true, Some(at)) = (pointers.is_empty(), &expiry.dropped_at) {
+            text.push_str(&format!("environment `{env}` expired and was dropped by the janitor at {at} — the next apply creates it again\n"));
         } else {
             text.push_str(&format!("environment `{env}`: {} models (state store layout v{STATE_VERSION})\n", pointers.len()));
         }
@@ -121,6 +127,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 text.push_str(&format!("last plan: applied {} by {}\n", j.applied_at, if j.applied_by.is_empty() { "unknown" } else { j.applied_by.as_str() }))
             }
             None => text.push_str("last plan: never applied\n"),
+        }
+        if let Some(line) = crate::lifecycle::describe(&expiry).filter(|_| !pointers.is_empty()) {
+            text.push_str(&format!("{line}\n"));
         }
         match &lock {
             Some((l, false)) => text.push_str(&format!("lock: `{}` held by {} (expires {})\n", l.name, l.holder, l.expires_at)),

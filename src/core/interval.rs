@@ -211,6 +211,31 @@ pub fn parse_instant(s: &str) -> Result<Millis, String> {
     Err(format!("`{s}` is not a date or timestamp (use `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` in UTC, or RFC 3339)"))
 }
 
+/// Parses a duration as `--wait` takes it and `[environments] ttl` is written: a number
+/// (fractions allowed) followed by `ms`, `s`, `m`, `h`, `d` (24 hours) or `w` (7 days), or a
+/// bare number of seconds: `500ms`, `30s`, `10m`, `1.5h`, `7d`, `2w`.
+///
+/// # Errors
+/// Anything else (a negative or unknown unit), naming the value.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let (num, unit) = t.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((t, ""), |i| t.split_at(i));
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration (e.g. 30s, 10m, 7d)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        "w" => value * 7.0 * 86_400.0,
+        _ => return Err(format!("`{text}` is not a duration (unit must be ms, s, m, h, d or w)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{text}` is not a duration"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// The current instant, in milliseconds. Only the CLI and embedders call this; planning takes
 /// `now` as an argument so tests can pin it.
 pub fn now_millis() -> Millis {

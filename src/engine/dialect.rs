@@ -179,6 +179,12 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         format!("DROP VIEW IF EXISTS {relation}")
     }
 
+    /// Drops the schema `schema` (unquoted name) if it exists; never `CASCADE`, so a schema that
+    /// still holds a relation fails loudly instead of losing it.
+    fn drop_schema_if_exists(&self, schema: &str) -> String {
+        format!("DROP SCHEMA IF EXISTS {}", quote_ident(schema))
+    }
+
     /// Adds the column `column` (unquoted) of type `ty` to the table `relation`.
     fn add_column(&self, relation: &str, column: &str, ty: &str) -> String {
         format!("ALTER TABLE {relation} ADD COLUMN {} {ty}", quote_ident(column))

@@ -123,6 +123,15 @@ pub enum StateError {
         /// What was found: its storage claimed, or its snapshot gone.
         why: String,
     },
+    /// [`StateStore::import_state`](super::StateStore::import_state) refused: the store is not
+    /// empty (without `replace`), or a live process holds one of its locks. Nothing was written.
+    #[error("state store `{store}`: cannot import: {detail}; nothing was written")]
+    Import {
+        /// The store.
+        store: String,
+        /// Why.
+        detail: String,
+    },
 }
 
 impl StateError {

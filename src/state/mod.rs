@@ -67,6 +67,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod dump;
 mod error;
 pub mod lease;
 mod postgres;
@@ -346,6 +347,49 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The read fails, or a summary is not JSON.
     fn journal(&self, env: &str) -> Result<Vec<JournalEntry>, StateError>;
+
+    /// Marks `env` expired now (`efmesh invalidate`): appends a journal row whose summary is
+    /// `{"event": "invalidated"}` ([`crate::lifecycle`]), in ONE transaction that first checks
+    /// that `env` has pointers. Returns the row's id, or `None` (nothing written) when `env` has
+    /// none. Does not bump the generation (no plan reads it; the next promotion of `env` renews
+    /// it).
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost (nothing is written).
+    fn invalidate_environment(&self, env: &str, by: &str, now: Millis) -> Result<Option<i64>, StateError>;
+
+    /// Forgets the expired environment `env` (the janitor, holding its writer lease, after
+    /// dropping its views) in ONE transaction, and only when its newest journal row is still
+    /// `seen` (no promotion or invalidation since it was judged expired) and no promotion of it
+    /// is under way: deletes its pointers, intents and plan memo, records every version it
+    /// served as released now (the janitor's version ttl counts from there), appends the journal
+    /// row `summary` (`{"event": "dropped", …}`) and bumps the generation (a plan of `env` made
+    /// before is stale). Returns false, writing nothing, when the check fails.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost (nothing is written).
+    fn drop_environment(&self, env: &str, seen: i64, summary: &serde_json::Value, now: Millis) -> Result<bool, StateError>;
+
+    /// Everything a plan, an apply, a run, `status` and the janitor read as data, in ONE
+    /// consistent read ([`dump::TABLES`], and `meta`'s store id, generation and claim count):
+    /// `efmesh state export`.
+    ///
+    /// # Errors
+    /// The read fails, or a value has a type the layout does not give it.
+    fn export_state(&self) -> Result<dump::StateDump, StateError>;
+
+    /// Writes `dump` into this store in ONE transaction (all or nothing): refused, writing
+    /// nothing, when any table of [`dump::TABLES`] holds a row and `replace` is false, or when
+    /// an unexpired lease is held (a live apply, run or janitor); with `replace`, those tables
+    /// and the caches and intents ([`dump::CLEARED_ON_IMPORT`]) are emptied first. Takes the
+    /// document's store id, and a generation past both the store's and the document's (so
+    /// nothing keyed by the old content is reused). Journal and tick ids are kept, and the
+    /// identity counters set past them.
+    ///
+    /// # Errors
+    /// [`StateError::Import`] (not empty, a lease unexpired at `now`, the store's clock), a
+    /// failed write; nothing is written.
+    fn import_state(&self, dump: &dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError>;
 
     /// Cached canonical forms of those `keys` that are cached.
     ///

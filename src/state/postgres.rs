@@ -801,6 +801,151 @@ impl StateStore for PostgresStore {
         )
     }
 
+    fn invalidate_environment(&self, env: &str, by: &str, now: Millis) -> Result<Option<i64>, StateError> {
+        self.run(
+            || format!("invalidate environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    if tx.query_opt("SELECT 1 FROM environments WHERE env = $1 LIMIT 1", &[&env])?.is_none() {
+                        return Ok(None);
+                    }
+                    let summary = crate::lifecycle::invalidated_summary().to_string();
+                    let id: i64 = tx
+                        .query_one(
+                            "INSERT INTO plans (env, summary, applied_at, applied_by) VALUES ($1, $2, $3, $4) RETURNING id",
+                            &[&env, &summary, &to_iso(now), &by],
+                        )?
+                        .try_get(0)?;
+                    Ok(Some(id))
+                })
+            },
+        )
+    }
+
+    fn drop_environment(&self, env: &str, seen: i64, summary: &serde_json::Value, now: Millis) -> Result<bool, StateError> {
+        self.run(
+            || format!("drop the expired environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    let newest: i64 = tx.query_one("SELECT coalesce(max(id), 0)::bigint FROM plans WHERE env = $1", &[&env])?.try_get(0)?;
+                    let promoting = tx.query_opt("SELECT 1 FROM promotions WHERE env = $1", &[&env])?.is_some();
+                    if newest != seen || promoting {
+                        // Renewed (or being promoted) since it was judged: nothing is written.
+                        return Ok(false);
+                    }
+                    let at = to_iso(now);
+                    let served = pairs(&tx.query("SELECT name, fingerprint FROM environments WHERE env = $1", &[&env])?)?;
+                    let release = tx.prepare(
+                        "INSERT INTO released (name, fingerprint, released_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (name, fingerprint) DO UPDATE SET released_at = excluded.released_at",
+                    )?;
+                    for (name, fp) in &served {
+                        tx.execute(&release, &[name, fp, &at])?;
+                    }
+                    tx.execute("DELETE FROM environments WHERE env = $1", &[&env])?;
+                    tx.execute("DELETE FROM intents WHERE env = $1", &[&env])?;
+                    tx.execute("DELETE FROM plan_memo WHERE env = $1", &[&env])?;
+                    tx.execute("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES ($1, $2, $3, '')", &[&env, &summary.to_string(), &at])?;
+                    tx.execute("UPDATE meta SET generation = generation + 1", &[])?;
+                    Ok(true)
+                })
+            },
+        )
+    }
+
+    fn export_state(&self) -> Result<super::dump::StateDump, StateError> {
+        use super::dump::{Col, StateDump, TABLES};
+        self.run(
+            || "export the state store".to_string(),
+            || {
+                // One snapshot of the whole store: every table seen at the same instant.
+                let mut client = self.client.borrow_mut();
+                let mut tx = client.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).read_only(true).start()?;
+                let meta = tx.query_one("SELECT store_id, generation, claims FROM meta", &[])?;
+                let mut dump = StateDump { store_id: meta.try_get(0)?, generation: meta.try_get(1)?, claims: meta.try_get(2)?, ..StateDump::default() };
+                for t in TABLES {
+                    let rows = tx.query(&format!("SELECT {} FROM {} ORDER BY {}", t.column_list(), t.name, t.order), &[])?;
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        let mut cells = Vec::with_capacity(t.columns.len());
+                        for (i, (_, col)) in t.columns.iter().enumerate() {
+                            cells.push(match col {
+                                Col::Int => serde_json::Value::from(r.try_get::<_, i64>(i)?),
+                                Col::Text => serde_json::Value::from(r.try_get::<_, String>(i)?),
+                                Col::TextOrNull => r.try_get::<_, Option<String>>(i)?.map_or(serde_json::Value::Null, serde_json::Value::from),
+                            });
+                        }
+                        out.push(cells);
+                    }
+                    dump.tables.insert(t.name.to_string(), out);
+                }
+                tx.commit()?;
+                Ok(dump)
+            },
+        )
+    }
+
+    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError> {
+        use super::dump::{CLEARED_ON_IMPORT, Col, TABLES};
+        use postgres::types::ToSql;
+        let store = self.location();
+        self.run(
+            || "import a state export".to_string(),
+            || {
+                self.write_tx(false, |tx| {
+                    if let Some(r) = tx.query_opt("SELECT name FROM leases WHERE expires_at > $1 ORDER BY name LIMIT 1", &[&to_iso(now)])? {
+                        let name: String = r.try_get(0)?;
+                        let detail = format!("the lock `{name}` is held (an efmesh command is running against this store); retry when it is done");
+                        return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                    }
+                    for t in TABLES {
+                        if !replace && tx.query_opt(&format!("SELECT 1 FROM {} LIMIT 1", t.name), &[])?.is_some() {
+                            let detail =
+                                format!("it is not empty (table `{}` has rows); import into a fresh store, or replace its content with `--force`", t.name);
+                            return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                        }
+                    }
+                    for name in TABLES.iter().map(|t| t.name).chain(CLEARED_ON_IMPORT.iter().copied()) {
+                        tx.execute(&format!("DELETE FROM {name}"), &[])?;
+                    }
+                    for t in TABLES {
+                        let marks: Vec<String> = (1..=t.columns.len()).map(|i| format!("${i}")).collect();
+                        // The journal and tick ids are kept: their identity columns take them as given.
+                        let overriding = if t.columns.first().is_some_and(|(c, _)| *c == "id") { " OVERRIDING SYSTEM VALUE" } else { "" };
+                        let insert = tx.prepare(&format!("INSERT INTO {} ({}){overriding} VALUES ({})", t.name, t.column_list(), marks.join(", ")))?;
+                        for row in dump.tables.get(t.name).map(Vec::as_slice).unwrap_or_default() {
+                            let values: Vec<Box<dyn ToSql + Sync>> = t
+                                .columns
+                                .iter()
+                                .zip(row)
+                                .map(|((_, col), v)| -> Box<dyn ToSql + Sync> {
+                                    match col {
+                                        Col::Int => Box::new(v.as_i64()),
+                                        Col::Text | Col::TextOrNull => Box::new(v.as_str().map(str::to_string)),
+                                    }
+                                })
+                                .collect();
+                            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|b| &**b).collect();
+                            tx.execute(&insert, &refs)?;
+                        }
+                        if !overriding.is_empty() {
+                            // The next id follows the largest one imported.
+                            tx.execute(
+                                &format!("SELECT setval(pg_get_serial_sequence('{0}', 'id'), coalesce((SELECT max(id) FROM {0}), 0) + 1, false)", t.name),
+                                &[],
+                            )?;
+                        }
+                    }
+                    tx.execute(
+                        "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3)",
+                        &[&dump.store_id, &dump.generation, &dump.claims],
+                    )?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     fn canon_cache_get(&self, keys: &[String]) -> Result<HashMap<String, String>, StateError> {
         if keys.is_empty() {
             return Ok(HashMap::new());

@@ -1326,6 +1326,158 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn invalidate_environment(&self, env: &str, by: &str, now: Millis) -> Result<Option<i64>, StateError> {
+        self.run(
+            || format!("invalidate environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    if !tx.prepare_cached("SELECT 1 FROM environments WHERE env = ?1")?.exists([env])? {
+                        return Ok(None);
+                    }
+                    let summary = crate::lifecycle::invalidated_summary().to_string();
+                    tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, ?4)")?.execute(params![
+                        env,
+                        summary,
+                        to_iso(now),
+                        by
+                    ])?;
+                    Ok(Some(tx.last_insert_rowid()))
+                })
+            },
+        )
+    }
+
+    fn drop_environment(&self, env: &str, seen: i64, summary: &serde_json::Value, now: Millis) -> Result<bool, StateError> {
+        self.run(
+            || format!("drop the expired environment `{env}`"),
+            || {
+                self.write_tx(false, |tx| {
+                    let newest: i64 = tx.prepare_cached("SELECT coalesce(max(id), 0) FROM plans WHERE env = ?1")?.query_row([env], |r| r.get(0))?;
+                    let promoting = tx.prepare_cached("SELECT 1 FROM promotions WHERE env = ?1")?.exists([env])?;
+                    if newest != seen || promoting {
+                        // Renewed (or being promoted) since it was judged: nothing is written.
+                        return Ok(false);
+                    }
+                    let at = to_iso(now);
+                    let served: Vec<(String, String)> = tx
+                        .prepare_cached("SELECT name, fingerprint FROM environments WHERE env = ?1")?
+                        .query_map([env], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut release = tx.prepare_cached(
+                        "INSERT INTO released (name, fingerprint, released_at) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (name, fingerprint) DO UPDATE SET released_at = excluded.released_at",
+                    )?;
+                    for (name, fp) in &served {
+                        release.execute(params![name, fp, at])?;
+                    }
+                    tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
+                    tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    tx.prepare_cached("DELETE FROM plan_memo WHERE env = ?1")?.execute([env])?;
+                    tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, '')")?.execute(params![
+                        env,
+                        summary.to_string(),
+                        at
+                    ])?;
+                    tx.prepare_cached("UPDATE meta SET generation = generation + 1")?.execute([])?;
+                    Ok(true)
+                })
+            },
+        )
+    }
+
+    fn export_state(&self) -> Result<super::dump::StateDump, StateError> {
+        use super::dump::{Col, StateDump, TABLES};
+        use rusqlite::types::ValueRef;
+        self.run(
+            || "export the state store".to_string(),
+            || {
+                // One read transaction: every table as of one commit (WAL snapshot isolation).
+                let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?;
+                let (store_id, generation, claims): (String, i64, i64) =
+                    tx.query_row("SELECT store_id, generation, claims FROM meta", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                let mut dump = StateDump { store_id, generation, claims, ..StateDump::default() };
+                for t in TABLES {
+                    let mut stmt = tx.prepare(&format!("SELECT {} FROM {} ORDER BY {}", t.column_list(), t.name, t.order))?;
+                    let mut rows = stmt.query([])?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next()? {
+                        let mut cells = Vec::with_capacity(t.columns.len());
+                        for (i, (column, col)) in t.columns.iter().enumerate() {
+                            let v = match (row.get_ref(i)?, col) {
+                                (ValueRef::Integer(n), Col::Int) => serde_json::Value::from(n),
+                                (ValueRef::Text(b), Col::Text | Col::TextOrNull) => serde_json::Value::from(String::from_utf8_lossy(b).into_owned()),
+                                (ValueRef::Null, Col::TextOrNull) => serde_json::Value::Null,
+                                (other, _) => {
+                                    return Err(Fault::Corrupt(format!(
+                                        "table `{}` column `{column}` holds {:?}, not the layout's type",
+                                        t.name,
+                                        other.data_type()
+                                    )));
+                                }
+                            };
+                            cells.push(v);
+                        }
+                        out.push(cells);
+                    }
+                    dump.tables.insert(t.name.to_string(), out);
+                }
+                tx.commit()?;
+                Ok(dump)
+            },
+        )
+    }
+
+    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError> {
+        use super::dump::{CLEARED_ON_IMPORT, TABLES};
+        let store = self.location();
+        self.run(
+            || "import a state export".to_string(),
+            || {
+                self.write_tx(false, |tx| {
+                    let live: Vec<String> = tx
+                        .prepare("SELECT name FROM leases WHERE expires_at > ?1 ORDER BY name")?
+                        .query_map([to_iso(now)], |r| r.get(0))?
+                        .collect::<Result<_, _>>()?;
+                    if let Some(name) = live.first() {
+                        let detail = format!("the lock `{name}` is held (an efmesh command is running against this store); retry when it is done");
+                        return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                    }
+                    for t in TABLES {
+                        if !replace && tx.prepare(&format!("SELECT 1 FROM {} LIMIT 1", t.name))?.exists([])? {
+                            let detail =
+                                format!("it is not empty (table `{}` has rows); import into a fresh store, or replace its content with `--force`", t.name);
+                            return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                        }
+                    }
+                    for name in TABLES.iter().map(|t| t.name).chain(CLEARED_ON_IMPORT.iter().copied()) {
+                        tx.execute(&format!("DELETE FROM {name}"), [])?;
+                    }
+                    for t in TABLES {
+                        let marks: Vec<String> = (1..=t.columns.len()).map(|i| format!("?{i}")).collect();
+                        let mut insert = tx.prepare(&format!("INSERT INTO {} ({}) VALUES ({})", t.name, t.column_list(), marks.join(", ")))?;
+                        for row in dump.tables.get(t.name).map(Vec::as_slice).unwrap_or_default() {
+                            let values: Vec<rusqlite::types::Value> = row
+                                .iter()
+                                .map(|v| match v {
+                                    serde_json::Value::Null => rusqlite::types::Value::Null,
+                                    serde_json::Value::Number(n) => n.as_i64().map_or(rusqlite::types::Value::Null, rusqlite::types::Value::Integer),
+                                    serde_json::Value::String(s) => rusqlite::types::Value::Text(s.clone()),
+                                    other => rusqlite::types::Value::Text(other.to_string()),
+                                })
+                                .collect();
+                            insert.execute(rusqlite::params_from_iter(values))?;
+                        }
+                    }
+                    tx.execute(
+                        "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3)",
+                        params![dump.store_id, dump.generation, dump.claims],
+                    )?;
+                    Ok(())
+                })
+            },
+        )
+    }
+
     /// The cached canonical forms of those `keys` that are cached (key → canonical text), in
     /// one query. Unknown keys are absent from the result.
     ///

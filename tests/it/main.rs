@@ -16,6 +16,7 @@ mod engine_seam;
 mod engine_settings;
 mod engines;
 mod env_consistency;
+mod envlife;
 mod examples;
 mod extensions;
 mod externals;

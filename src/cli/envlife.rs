@@ -1,0 +1,125 @@
+//! The lifecycle commands of environments and of the state store: `efmesh invalidate <env>`
+//! ([`crate::lifecycle`]: expire an environment now, the janitor drops it), `efmesh state
+//! export [FILE|-]` and `efmesh state import FILE [--force]` ([`crate::state::dump`]: the whole
+//! store as one versioned JSON document, through the `StateStore` trait, so a SQLite store
+//! moves into Postgres and back).
+
+use super::Exit;
+use super::printer::Printer;
+use crate::core::interval::{Millis, to_iso};
+use crate::lifecycle::PROD;
+use anyhow::{Result, bail};
+use serde_json::json;
+
+/// `efmesh invalidate <env> [--json]`: records the environment as expired now (a journal row),
+/// so the next janitor drops it. Refuses `prod` and an environment the store does not hold
+/// (with the closest name when one is near). Only the configuration is needed.
+pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+    let config = crate::config::Config::load(config)?;
+    crate::core::name::validate_env(env)?;
+    if env == PROD {
+        bail!(
+            "`prod` never expires and cannot be invalidated; nothing was done\n  hint: only environments other than prod expire (`[environments] ttl`) or are invalidated"
+        );
+    }
+    let unknown = |known: &[String]| {
+        let hint = crate::core::error::did_you_mean(env, known.iter().map(String::as_str).filter(|e| *e != PROD)).map_or_else(
+            || "\n  hint: `efmesh status <env>` shows an environment; only an applied environment can be invalidated".to_string(),
+            |s| format!("\n  hint: did you mean `{s}`?"),
+        );
+        anyhow::anyhow!("unknown environment `{env}`: nothing was applied to it in this state store; nothing was done{hint}")
+    };
+    let Some(state) = crate::state::open_existing(&config)? else { return Err(unknown(&[])) };
+    let known = state.environments()?;
+    if !known.iter().any(|e| e == env) {
+        return Err(unknown(&known));
+    }
+    let views = state.env_pointers(env)?.len();
+    // `None`: the janitor dropped it between the two reads.
+    let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[])) };
+    tracing::debug!(env, journal = id, "environment invalidated");
+    if json {
+        out.json(json!({"env": env, "invalidated": true, "invalidatedAt": to_iso(now), "models": views}))?;
+    } else {
+        out.text(&format!(
+            "environment `{env}` invalidated at {}: the next `efmesh janitor` drops its {views} view(s) and its state; `efmesh apply {env}` before that renews it\n",
+            to_iso(now)
+        ))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// `efmesh state export [FILE|-] [--json]`: the whole store as one document, written to FILE
+/// (atomically: a temporary file renamed over it) or to stdout.
+pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+    let config = crate::config::Config::load(config)?;
+    let Some(state) = crate::state::open_existing(&config)? else {
+        bail!("no state store at `{}`: nothing to export\n  hint: check `[state]` in the configuration", crate::state::location(&config));
+    };
+    let dump = state.export_state()?;
+    let doc = dump.to_document(&to_iso(now));
+    let to_stdout = file.is_none_or(|f| f.as_os_str() == "-");
+    if to_stdout {
+        // The document is the output (its first key is `"apiVersion": 1`).
+        out.json(doc)?;
+        return Ok(Exit::Success);
+    }
+    let path = file.unwrap_or_else(|| std::path::Path::new("-"));
+    let text = serde_json::to_string_pretty(&doc)?;
+    let tmp = path.with_file_name(format!(".{}.tmp-{}", path.file_name().map_or("export".into(), |n| n.to_string_lossy()), std::process::id()));
+    fs_err::write(&tmp, format!("{text}\n"))?;
+    if let Err(e) = fs_err::rename(&tmp, path) {
+        let _ = fs_err::remove_file(&tmp);
+        return Err(e.into());
+    }
+    let counts = dump.counts();
+    if json {
+        out.json(json!({"exported": true, "file": path.display().to_string(), "store": state.location(), "stateVersion": crate::state::STATE_VERSION, "storeId": dump.store_id, "rows": counts}))?;
+    } else {
+        out.text(&format!(
+            "exported the state store `{}` (layout {}) to {}: {} snapshot(s), {} environment pointer(s), {} ledger interval(s), {} journal row(s)\n",
+            state.location(),
+            crate::state::STATE_VERSION,
+            path.display(),
+            counts["snapshots"],
+            counts["environments"],
+            counts["intervals"],
+            counts["plans"]
+        ))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// `efmesh state import FILE|- [--force] [--json]`: validates the document (its format and
+/// layout versions, every table and value), then writes it into the project's state store
+/// (created when absent) in one transaction.
+pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, json: bool, out: &Printer) -> Result<Exit> {
+    let config = crate::config::Config::load(config)?;
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        s
+    } else {
+        fs_err::read_to_string(file)?
+    };
+    let name = if file.as_os_str() == "-" { "stdin".to_string() } else { file.display().to_string() };
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("`{name}` is not JSON ({e}); nothing was imported"))?;
+    let dump = crate::state::dump::StateDump::from_document(&doc).map_err(|e| anyhow::anyhow!("cannot import `{name}`: {e}; nothing was imported"))?;
+    let state = crate::state::open(&config)?;
+    // Leases expire by the store's clock (SPEC invariant 30), not by `--now`.
+    state.import_state(&dump, force, state.clock()?)?;
+    let counts = dump.counts();
+    if json {
+        out.json(json!({"imported": true, "file": name, "store": state.location(), "stateVersion": crate::state::STATE_VERSION, "storeId": dump.store_id, "rows": counts}))?;
+    } else {
+        out.text(&format!(
+            "imported {name} into the state store `{}`: {} snapshot(s), {} environment pointer(s), {} ledger interval(s), {} journal row(s)\n",
+            state.location(),
+            counts["snapshots"],
+            counts["environments"],
+            counts["intervals"],
+            counts["plans"]
+        ))?;
+    }
+    Ok(Exit::Success)
+}

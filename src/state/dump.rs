@@ -1,0 +1,284 @@
+//! `efmesh state export` / `efmesh state import`: the whole state store as one versioned JSON
+//! document, the same for every backend (export from SQLite, import into Postgres).
+//!
+//! ```json
+//! {"apiVersion": 1, "kind": "efmesh-state", "stateVersion": 8, "exportedAt": "…", "storeId": "…",
+//!  "generation": 42, "claims": 0,
+//!  "tables": {"snapshots": {"columns": ["name", …], "rows": [["s.m", …], …]}, …}}
+//! ```
+//!
+//! `tables` holds every table a plan, an apply, a run, `status` and the janitor read as data
+//! ([`TABLES`]: snapshots, pointers, promotions under way, the ledger, the apply journal, run
+//! ticks, the janitor's bookkeeping, pending rebuilds, data generations, audit passes). Left out:
+//! caches (`plan_memo`, `canon_cache`: recomputed), and what belongs to running processes
+//! (`leases`, `intents`). `meta` travels as `storeId`, `generation` and `claims`. Rows are
+//! arrays in the declared column order, integers as JSON numbers, text as strings, NULL as
+//! `null`; each table's rows are sorted by its key, so exporting an unchanged store gives the
+//! same bytes (but `exportedAt`).
+//!
+//! This module is pure (no I/O): the document's shape, its validation, and the list of tables
+//! both backends read and write ([`crate::state::StateStore::export_state`],
+//! [`crate::state::StateStore::import_state`]).
+
+use super::STATE_VERSION;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// The document format's version (`apiVersion`).
+pub const DUMP_API_VERSION: i64 = 1;
+
+/// The document's `kind`.
+pub const DUMP_KIND: &str = "efmesh-state";
+
+/// A column's type in the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Col {
+    /// A 64-bit integer (`INTEGER` / `BIGINT`).
+    Int,
+    /// Text.
+    Text,
+    /// Text or NULL.
+    TextOrNull,
+}
+
+/// One exported table: its name, its columns in order, and the key its rows are sorted by.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    /// Table name (the same in both backends).
+    pub name: &'static str,
+    /// Columns, in the document's order.
+    pub columns: &'static [(&'static str, Col)],
+    /// `ORDER BY` of the export.
+    pub order: &'static str,
+}
+
+impl Table {
+    /// The column names, comma-separated, for SQL.
+    pub fn column_list(&self) -> String {
+        self.columns.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
+    }
+}
+
+use Col::{Int, Text, TextOrNull};
+
+/// Every exported table, in the order an import writes them.
+pub const TABLES: &[Table] = &[
+    Table {
+        name: "snapshots",
+        columns: &[
+            ("name", Text),
+            ("fingerprint", Text),
+            ("fingerprint_version", Int),
+            ("kind", Text),
+            ("physical", Text),
+            ("canonical", TextOrNull),
+            ("rendered_sql", Text),
+            ("metadata", Text),
+            ("created_at", Text),
+        ],
+        order: "name, fingerprint",
+    },
+    Table {
+        name: "environments",
+        columns: &[("env", Text), ("name", Text), ("fingerprint", Text), ("promoted_at", Text), ("metadata", Text)],
+        order: "env, name",
+    },
+    Table { name: "promotions", columns: &[("env", Text), ("pointers", Text), ("rollback", Text), ("started_at", Text)], order: "env" },
+    Table {
+        name: "intervals",
+        columns: &[("name", Text), ("fingerprint", Text), ("start_ts", Text), ("end_ts", Text), ("status", Text), ("updated_at", Text)],
+        order: "name, fingerprint, start_ts",
+    },
+    Table { name: "plans", columns: &[("id", Int), ("env", Text), ("summary", Text), ("applied_at", Text), ("applied_by", Text)], order: "id" },
+    Table {
+        name: "ticks",
+        columns: &[("id", Int), ("env", Text), ("started_at", Text), ("finished_at", Text), ("outcome", Text), ("processed", Text), ("detail", TextOrNull)],
+        order: "id",
+    },
+    Table { name: "released", columns: &[("name", Text), ("fingerprint", Text), ("released_at", Text)], order: "name, fingerprint" },
+    Table {
+        name: "condemned",
+        columns: &[("physical", Text), ("name", Text), ("fingerprint", Text), ("kind", Text), ("detail", Text), ("claimed_at", Text)],
+        order: "physical",
+    },
+    Table { name: "pending_rebuilds", columns: &[("name", Text), ("fingerprint", Text), ("reason", Text), ("recorded_at", Text)], order: "name, fingerprint" },
+    Table {
+        name: "data_versions",
+        columns: &[("name", Text), ("fingerprint", Text), ("generation", Int), ("built_from", TextOrNull), ("updated_at", Text)],
+        order: "name, fingerprint",
+    },
+    Table { name: "orphans_seen", columns: &[("physical", Text), ("first_seen", Text)], order: "physical" },
+    Table {
+        name: "audit_passes",
+        columns: &[("name", Text), ("fingerprint", Text), ("digest", Text), ("generation", Int), ("passed_at", Text)],
+        order: "name, fingerprint",
+    },
+];
+
+/// Tables an import empties besides [`TABLES`] (with `--force`): caches keyed by what the
+/// store held before, and the intents of applies that are not running against the new content.
+pub const CLEARED_ON_IMPORT: &[&str] = &["plan_memo", "canon_cache", "intents"];
+
+/// The whole store's data ([`crate::state::StateStore::export_state`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StateDump {
+    /// `meta.store_id`.
+    pub store_id: String,
+    /// `meta.generation`.
+    pub generation: i64,
+    /// `meta.claims`.
+    pub claims: i64,
+    /// Rows per table of [`TABLES`], each in its columns' order.
+    pub tables: BTreeMap<String, Vec<Vec<Value>>>,
+}
+
+impl StateDump {
+    /// Rows per table, for a report: table → count.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        TABLES.iter().map(|t| (t.name.to_string(), self.tables.get(t.name).map_or(0, Vec::len))).collect()
+    }
+
+    /// The JSON document (`apiVersion` first), stamped `exported_at`.
+    pub fn to_document(&self, exported_at: &str) -> Value {
+        let mut tables = Map::new();
+        for t in TABLES {
+            let rows = self.tables.get(t.name).cloned().unwrap_or_default();
+            tables.insert(t.name.to_string(), json!({"columns": t.columns.iter().map(|(c, _)| *c).collect::<Vec<_>>(), "rows": rows}));
+        }
+        let mut doc = Map::new();
+        doc.insert("apiVersion".into(), DUMP_API_VERSION.into());
+        doc.insert("kind".into(), DUMP_KIND.into());
+        doc.insert("stateVersion".into(), STATE_VERSION.into());
+        doc.insert("exportedAt".into(), exported_at.into());
+        doc.insert("storeId".into(), self.store_id.clone().into());
+        doc.insert("generation".into(), self.generation.into());
+        doc.insert("claims".into(), self.claims.into());
+        doc.insert("tables".into(), Value::Object(tables));
+        Value::Object(doc)
+    }
+
+    /// Reads and validates a document: its `apiVersion` and `kind`, its `stateVersion` (this
+    /// efmesh's layout only: a newer one is refused, upgrade efmesh; an older one too, export
+    /// it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns, and
+    /// every value's type.
+    ///
+    /// # Errors
+    /// A message naming what is wrong (the table, row and column for a value).
+    pub fn from_document(doc: &Value) -> Result<StateDump, String> {
+        let obj = doc.as_object().ok_or("the document is not a JSON object")?;
+        let api = obj.get("apiVersion").and_then(Value::as_i64).ok_or("the document has no `apiVersion`: it is not an efmesh state export")?;
+        if api != DUMP_API_VERSION {
+            return Err(format!(
+                "the document has `apiVersion` {api}, this efmesh reads {DUMP_API_VERSION}{}",
+                if api > DUMP_API_VERSION { ": it was written by a newer efmesh; upgrade efmesh to import it" } else { "" }
+            ));
+        }
+        if obj.get("kind").and_then(Value::as_str) != Some(DUMP_KIND) {
+            return Err(format!("the document's `kind` is not `{DUMP_KIND}`: it is not an efmesh state export"));
+        }
+        let version = obj.get("stateVersion").and_then(Value::as_i64).ok_or("the document has no `stateVersion`")?;
+        if version > STATE_VERSION {
+            return Err(format!(
+                "the document holds a state store of layout {version}, newer than this efmesh's {STATE_VERSION}: it was exported by a newer efmesh; upgrade efmesh to import it"
+            ));
+        }
+        if version < STATE_VERSION {
+            return Err(format!(
+                "the document holds a state store of layout {version}, older than this efmesh's {STATE_VERSION}: run `efmesh migrate` on the store it came from with this efmesh, then export it again"
+            ));
+        }
+        let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string).ok_or(format!("the document has no `{k}`"));
+        let int = |k: &str| obj.get(k).and_then(Value::as_i64).ok_or(format!("the document has no integer `{k}`"));
+        let (store_id, generation, claims) = (text("storeId")?, int("generation")?, int("claims")?);
+        let tables_obj = obj.get("tables").and_then(Value::as_object).ok_or("the document has no `tables` object")?;
+        if let Some(unknown) = tables_obj.keys().find(|k| !TABLES.iter().any(|t| t.name == k.as_str())) {
+            return Err(format!("the document has a table `{unknown}` this efmesh does not know"));
+        }
+        let mut tables = BTreeMap::new();
+        for t in TABLES {
+            let table = tables_obj.get(t.name).ok_or(format!("the document has no table `{}`", t.name))?;
+            let columns: Vec<&str> = table.get("columns").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            let wanted: Vec<&str> = t.columns.iter().map(|(c, _)| *c).collect();
+            if columns != wanted {
+                return Err(format!("table `{}` has the columns {columns:?}, layout {STATE_VERSION} has {wanted:?}", t.name));
+            }
+            let rows = table.get("rows").and_then(Value::as_array).ok_or(format!("table `{}` has no `rows` array", t.name))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for (i, row) in rows.iter().enumerate() {
+                let cells = row.as_array().filter(|r| r.len() == t.columns.len()).ok_or(format!(
+                    "table `{}` row {}: not an array of {} values",
+                    t.name,
+                    i + 1,
+                    t.columns.len()
+                ))?;
+                for ((column, col), v) in t.columns.iter().zip(cells) {
+                    let ok = match col {
+                        Int => v.as_i64().is_some(),
+                        Text => v.is_string(),
+                        TextOrNull => v.is_string() || v.is_null(),
+                    };
+                    if !ok {
+                        return Err(format!("table `{}` row {} column `{column}`: {v} is not {}", t.name, i + 1, col_name(*col)));
+                    }
+                }
+                out.push(cells.clone());
+            }
+            tables.insert(t.name.to_string(), out);
+        }
+        Ok(StateDump { store_id, generation, claims, tables })
+    }
+}
+
+fn col_name(c: Col) -> &'static str {
+    match c {
+        Int => "an integer",
+        Text => "a string",
+        TextOrNull => "a string or null",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StateDump {
+        let mut d = StateDump { store_id: "ab".repeat(16), generation: 3, claims: 0, ..StateDump::default() };
+        d.tables.insert("plans".into(), vec![vec![json!(1), json!("dev"), json!("{}"), json!("2026-01-01T00:00:00.000Z"), json!("me")]]);
+        d.tables.insert("ticks".into(), vec![vec![json!(1), json!("dev"), json!("t0"), json!("t1"), json!("processed"), json!("{}"), Value::Null]]);
+        for t in TABLES {
+            d.tables.entry(t.name.to_string()).or_default();
+        }
+        d
+    }
+
+    #[test]
+    fn a_document_reads_back_as_written() {
+        let d = sample();
+        let doc = d.to_document("2026-01-02T00:00:00.000Z");
+        assert_eq!(doc.as_object().unwrap().keys().next().map(String::as_str), Some("apiVersion"));
+        assert_eq!(StateDump::from_document(&doc), Ok(d));
+    }
+
+    #[test]
+    fn newer_older_foreign_and_malformed_documents_are_refused_by_name() {
+        let doc = sample().to_document("t");
+        let with = |k: &str, v: Value| {
+            let mut d = doc.clone();
+            d[k] = v;
+            StateDump::from_document(&d).unwrap_err()
+        };
+        assert!(with("stateVersion", json!(STATE_VERSION + 1)).contains("upgrade efmesh"));
+        assert!(with("stateVersion", json!(STATE_VERSION - 1)).contains("efmesh migrate"));
+        assert!(with("apiVersion", json!(2)).contains("newer efmesh"));
+        assert!(with("kind", json!("other")).contains("not an efmesh state export"));
+        let mut bad = doc.clone();
+        bad["tables"]["plans"]["rows"][0][0] = json!("one");
+        assert_eq!(StateDump::from_document(&bad).unwrap_err(), "table `plans` row 1 column `id`: \"one\" is not an integer");
+        let mut extra = doc.clone();
+        extra["tables"]["leases"] = json!({"columns": [], "rows": []});
+        assert!(StateDump::from_document(&extra).unwrap_err().contains("`leases`"));
+        let mut missing = doc;
+        missing["tables"].as_object_mut().unwrap().remove("snapshots");
+        assert!(StateDump::from_document(&missing).unwrap_err().contains("no table `snapshots`"));
+    }
+}

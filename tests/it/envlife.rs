@@ -1,0 +1,321 @@
+//! The lifecycle of environments (issue #16 part 6): `[environments] ttl` expiry, `efmesh
+//! invalidate`, and the janitor dropping expired environments (their views and schemas, their
+//! state, then the storage only they used), never `prod`, never one whose lock is held.
+//!
+//! A promotion records the real instant; these tests move the janitor's and the commands'
+//! "now" with `--now` (the hidden global flag `EFMESH_NOW` sets) relative to it.
+
+use crate::common::*;
+use efmesh::core::interval::{now_millis, to_iso};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const DAY: i64 = 86_400_000;
+
+/// `s.m` (full, `SELECT <v> AS x`) and `s.v` (view over it).
+fn models(v: i64) -> String {
+    format!(
+        r#"define_model {{ name = "s.m", kind = kind.full(), schema = {{ {{ "x", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS x" }}
+define_model {{ name = "s.v", kind = kind.view(), schema = {{ {{ "x", "bigint" }} }}, query = "SELECT x FROM " .. ref("s.m") }}
+"#
+    )
+}
+
+fn project(config_extra: &str) -> Project {
+    let mut p = Project::new();
+    // Versions and promotions record the real instant: the commands run a minute after it.
+    p.now = to_iso(now_millis() + 60_000);
+    p.write("efmesh.toml", &p.config_with(config_extra));
+    p.write("models/m.lua", &models(1));
+    p
+}
+
+/// Runs `args` with `--now` set to `now`.
+fn at(p: &mut Project, now: i64, args: &[&str]) -> Run {
+    let saved = std::mem::replace(&mut p.now, to_iso(now));
+    let r = p.run(args);
+    p.now = saved;
+    r
+}
+
+/// The `"<schema>"."<table>"` names of the relations in schemas starting with `prefix`.
+fn relations_in(p: &Project, prefix: &str) -> BTreeSet<String> {
+    p.all_relations().into_iter().filter(|r| r.starts_with(prefix)).collect()
+}
+
+/// Every schema of the DuckDB file.
+fn schemas(p: &Project) -> BTreeSet<String> {
+    p.query("SELECT schema_name FROM duckdb_schemas() WHERE database_name = current_database()").into_iter().map(|r| r[0].clone().unwrap()).collect()
+}
+
+/// The relation name inside a quoted physical name.
+fn table_name(physical: &str) -> String {
+    physical.rsplit("\".\"").next().unwrap().trim_matches('"').to_string()
+}
+
+fn physical_of(applied: &Value, model: &str) -> String {
+    table_name(action(applied, model)["physical"].as_str().unwrap_or_else(|| panic!("no physical for {model}")))
+}
+
+#[test]
+fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_it_is_kept() {
+    let mut p = project("\n[environments]\nttl = \"7d\"\n");
+    let prod = p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    let dev = p.apply("dev");
+    let applied = now_millis();
+    let (prod_tables, dev_tables) = ([physical_of(&prod, "s.m"), physical_of(&prod, "s.v")], [physical_of(&dev, "s.m"), physical_of(&dev, "s.v")]);
+    assert_eq!(relations_in(&p, "dev__s."), BTreeSet::from(["dev__s.m".to_string(), "dev__s.v".to_string()]));
+
+    // A day later: within its ttl. status says when it expires; the janitor keeps it.
+    let status = at(&mut p, applied + DAY, &["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["expiry"]["expired"], Value::Bool(false), "{status:#}");
+    assert_eq!(status["expiry"]["reason"], "ttl");
+    let kept = at(&mut p, applied + DAY, &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(kept["environments"].as_array().unwrap().is_empty(), "{kept:#}");
+    assert!(p.store().unwrap().environments().unwrap().contains(&"dev".to_string()));
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+
+    // Eight days later it expired: plan and status say so; a dry run lists it and changes nothing.
+    let later = applied + 8 * DAY;
+    let plan = at(&mut p, later, &["plan", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((plan["expired"].clone(), plan["expiry"]["reason"].clone()), (Value::Bool(true), Value::from("ttl")), "{plan:#}");
+    assert_eq!(at(&mut p, later, &["status", "dev", "--json"]).json()["expiry"]["expired"], Value::Bool(true));
+    assert_eq!(at(&mut p, later, &["status", "prod", "--json"]).json()["expiry"]["expired"], Value::Bool(false), "prod never expires");
+    let summary = p.state_summary();
+    let dry = at(&mut p, later, &["janitor", "--ttl", "0", "--dry-run", "--json"]).expect_code(0).json();
+    let envs = dry["environments"].as_array().unwrap();
+    assert_eq!(envs.len(), 1, "{dry:#}");
+    assert_eq!((envs[0]["env"].as_str(), envs[0]["dropped"].as_bool()), (Some("dev"), Some(false)));
+    assert_eq!(string_set(&envs[0]["views"]), set(&["\"dev__s\".\"m\"", "\"dev__s\".\"v\""]));
+    assert_eq!(p.state_summary(), summary, "a dry run changes no state");
+    assert_eq!(relations_in(&p, "dev__s.").len(), 2, "a dry run drops no view");
+
+    // The janitor drops its views, its schema, its state, and the tables only it used.
+    let r = at(&mut p, later, &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let envs = r["environments"].as_array().unwrap();
+    assert_eq!((envs[0]["env"].as_str(), envs[0]["dropped"].as_bool(), envs[0]["reason"].as_str()), (Some("dev"), Some(true), Some("ttl")), "{r:#}");
+    assert_eq!(string_set(&envs[0]["schemas"]), set(&["dev__s"]));
+    assert!(relations_in(&p, "dev__").is_empty(), "{:?}", p.all_relations());
+    assert!(!schemas(&p).contains("dev__s"), "{:?}", schemas(&p));
+    let store = p.store().unwrap();
+    assert_eq!(store.environments().unwrap(), vec!["prod".to_string()]);
+    assert!(store.env_pointers("dev").unwrap().is_empty());
+    let tables: BTreeSet<String> = p.physical_tables().into_iter().collect();
+    assert!(dev_tables.iter().all(|t| !tables.contains(t)), "dev's versions went with it: {tables:?}");
+    assert!(prod_tables.iter().all(|t| tables.contains(t)), "prod's versions stay: {tables:?}");
+    assert_eq!(physicals_dropped(&r), dev_tables.iter().cloned().collect::<BTreeSet<_>>(), "{r:#}");
+    // prod is untouched.
+    assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(store.env_pointers("prod").unwrap().len(), 2);
+    // status says it was dropped; the next janitor has nothing to do; applying creates it again.
+    let text = at(&mut p, later, &["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("dropped by the janitor"), "{text}");
+    let again = at(&mut p, later, &["janitor", "--ttl", "0"]).expect_code(0).stdout.clone();
+    assert!(again.contains("nothing to collect"), "{again}");
+    let back = p.apply("dev");
+    assert_eq!(string_set(&back["built"]), set(&["s.m", "s.v"]), "its dropped versions are rebuilt");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+}
+
+fn physicals_dropped(v: &Value) -> BTreeSet<String> {
+    v["dropped"].as_array().unwrap().iter().map(|d| table_name(d["physical"].as_str().unwrap())).collect()
+}
+
+#[test]
+fn invalidate_expires_an_environment_now_the_janitor_drops_it_and_an_apply_before_renews_it() {
+    // No ttl: environments expire only when invalidated.
+    let mut p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    let now = now_millis();
+    let untouched = at(&mut p, now + 365 * DAY, &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(untouched["environments"].as_array().unwrap().is_empty(), "without a ttl nothing expires: {untouched:#}");
+
+    let v = p.run(&["invalidate", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((v["env"].as_str(), v["invalidated"].as_bool(), v["models"].as_u64()), (Some("dev"), Some(true), Some(2)), "{v:#}");
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((status["expiry"]["expired"].clone(), status["expiry"]["reason"].clone()), (Value::Bool(true), Value::from("invalidated")), "{status:#}");
+    assert!(status["lastPlan"]["summary"].get("event").is_none(), "the last plan is the last promotion, not the invalidation: {status:#}");
+    let plan = p.run(&["plan", "dev", "--json"]);
+    assert_eq!(plan.expect_code(0).json()["expired"], Value::Bool(true));
+    assert!(plan.stderr.contains("expired"), "{}", plan.stderr);
+
+    // Applying it before the janitor renews it (the plan is against what it still serves).
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    let kept = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(kept["environments"].as_array().unwrap().is_empty(), "renewed: {kept:#}");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("2".to_string())]]);
+
+    // Invalidated again: the janitor drops it, and what only it used.
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let tables_before = p.physical_tables();
+    let r = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let envs = r["environments"].as_array().unwrap();
+    assert_eq!((envs.len(), envs[0]["dropped"].as_bool(), envs[0]["reason"].as_str()), (1, Some(true), Some("invalidated")), "{r:#}");
+    assert!(relations_in(&p, "dev__").is_empty());
+    assert!(p.store().unwrap().env_pointers("dev").unwrap().is_empty());
+    assert_eq!(p.physical_tables().len(), tables_before.len() - 2, "dev's own versions went, prod's stay");
+    assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
+    // Invalidating it again is an unknown environment now.
+    let gone = p.run(&["invalidate", "dev"]);
+    assert!(gone.expect_code(1).stderr.contains("unknown environment `dev`"), "{}", gone.stderr);
+}
+
+#[test]
+fn invalidate_refuses_prod_and_an_unknown_environment_with_the_closest_name() {
+    let p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    let prod = p.run(&["invalidate", "prod", "--json"]);
+    let v = prod.expect_code(1).json();
+    assert!(v["error"]["message"].as_str().unwrap().contains("`prod` never expires"), "{v:#}");
+    let typo = p.run(&["invalidate", "deb"]);
+    assert!(typo.expect_code(1).stderr.contains("unknown environment `deb`"), "{}", typo.stderr);
+    assert!(typo.stderr.contains("did you mean `dev`?"), "{}", typo.stderr);
+    // Nothing was recorded.
+    let s = p.store().unwrap();
+    assert!(s.journal("prod").unwrap().iter().all(|j| j.summary.get("event").is_none()));
+    assert_eq!(s.journal("dev").unwrap().len(), 1);
+}
+
+#[test]
+fn an_expired_environment_whose_lock_is_held_is_kept_until_the_next_janitor() {
+    let mut p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    // A run of dev holds its lock while the janitor looks.
+    let mut holder = p.command(&["run", "dev"]);
+    holder.env("EFMESH_TEST_HOLD_LEASE_MS", "3000");
+    let mut holder = holder.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while p.store().unwrap().lease("env:dev").unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the run never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = at(&mut p, now_millis(), &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let envs = r["environments"].as_array().unwrap();
+    assert_eq!((envs[0]["dropped"].as_bool(), envs[0]["kept"].as_str()), (Some(false), Some("locked")), "{r:#}");
+    assert_eq!(relations_in(&p, "dev__s.").len(), 2, "nothing of dev dropped");
+    assert!(holder.wait().unwrap().success());
+    let r = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(r["environments"][0]["dropped"].as_bool(), Some(true), "{r:#}");
+    assert!(relations_in(&p, "dev__").is_empty());
+}
+
+/// Removes the SQLite state store of `p` (and its WAL files): the next command sees no store.
+fn remove_sqlite_store(p: &Project) {
+    for suffix in ["", "-wal", "-shm"] {
+        let path = std::path::PathBuf::from(format!("{}{suffix}", p.state_path().display()));
+        if path.exists() {
+            fs_err::remove_file(&path).unwrap();
+        }
+    }
+}
+
+/// The sample project (every kind, a time-range ledger), applied to `prod`, an edit applied to
+/// `dev`, a run of `prod`, `dev` invalidated: every table of the store has rows.
+fn busy_sample() -> Project {
+    let p = sample_project();
+    p.apply("prod");
+    p.write("models/d.lua", &model_d("'y' || id"));
+    p.apply("dev");
+    p.write("models/d.lua", &model_d("'x' || id"));
+    p.run(&["run", "prod"]).expect_code(0);
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    p.write("models/d.lua", &model_d("'y' || id"));
+    p
+}
+
+#[test]
+fn an_export_imported_into_a_fresh_store_plans_a_no_op_and_a_store_that_is_not_empty_needs_force() {
+    let p = busy_sample();
+    let (summary, dev_plan) = (p.state_summary(), p.plan("dev"));
+    let prod_plan = {
+        p.write("models/d.lua", &model_d("'x' || id"));
+        p.plan("prod")
+    };
+    assert_eq!((prod_plan["hasChanges"].clone(), dev_plan["hasChanges"].clone()), (Value::Bool(false), Value::Bool(false)));
+    let before = p.store().unwrap().export_state().unwrap();
+
+    // To a file (with a report), and to stdout (the document itself): the same content.
+    let r = p.run(&["state", "export", "backup.json", "--json"]).expect_code(0).json();
+    assert_eq!((r["exported"].as_bool(), r["rows"]["snapshots"].as_u64()), (Some(true), Some(before.tables["snapshots"].len() as u64)), "{r:#}");
+    let doc: Value = serde_json::from_str(&p.read("backup.json")).unwrap();
+    let stdout = p.run(&["state", "export"]).expect_code(0).json();
+    assert_eq!((doc["apiVersion"].clone(), doc["stateVersion"].clone()), (Value::from(1), Value::from(efmesh::state::STATE_VERSION)));
+    assert_eq!(stdout["tables"], doc["tables"]);
+    for t in ["snapshots", "environments", "intervals", "plans", "ticks", "data_versions"] {
+        assert!(!before.tables[t].is_empty(), "the sample leaves rows in `{t}`");
+    }
+
+    // Into a fresh store: the same state, and the same plans (no-op for both environments).
+    remove_sqlite_store(&p);
+    let r = p.run(&["state", "import", "backup.json", "--json"]).expect_code(0).json();
+    assert_eq!(r["imported"].as_bool(), Some(true), "{r:#}");
+    let after = p.store().unwrap().export_state().unwrap();
+    assert_eq!(after.tables, before.tables);
+    assert_eq!(after.store_id, before.store_id);
+    assert!(after.generation > before.generation, "a generation past the exported one");
+    assert_eq!(p.state_summary(), summary);
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+    p.write("models/d.lua", &model_d("'y' || id"));
+    let dev = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((dev["hasChanges"].clone(), dev["expired"].clone()), (Value::Bool(false), Value::Bool(true)), "the invalidation travelled too");
+
+    // Into a store that is not empty: refused unless --force, and nothing written.
+    let refused = p.run(&["state", "import", "backup.json"]);
+    assert!(refused.expect_code(1).stderr.contains("not empty"), "{}", refused.stderr);
+    assert_eq!(p.store().unwrap().export_state().unwrap(), after);
+    p.run(&["state", "import", "backup.json", "--force"]).expect_code(0);
+    assert_eq!(p.store().unwrap().export_state().unwrap().tables, before.tables);
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
+
+#[test]
+fn an_export_of_a_future_layout_or_a_damaged_one_is_refused_and_nothing_is_created() {
+    let p = busy_sample();
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    remove_sqlite_store(&p);
+    let mut doc: Value = serde_json::from_str(&p.read("backup.json")).unwrap();
+    doc["stateVersion"] = Value::from(efmesh::state::STATE_VERSION + 1);
+    p.write("future.json", &doc.to_string());
+    let r = p.run(&["state", "import", "future.json", "--json"]);
+    let v = r.expect_code(1).json();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("newer than this efmesh") && msg.contains("upgrade efmesh"), "{msg}");
+    assert!(!p.state_path().exists(), "nothing created");
+    doc["stateVersion"] = Value::from(efmesh::state::STATE_VERSION);
+    doc["tables"]["intervals"]["rows"][0][2] = Value::from(3);
+    p.write("damaged.json", &doc.to_string());
+    let r = p.run(&["state", "import", "damaged.json"]);
+    assert!(r.expect_code(1).stderr.contains("table `intervals` row 1 column `start_ts`"), "{}", r.stderr);
+    assert!(!p.state_path().exists(), "nothing created");
+}
+
+#[test]
+fn an_export_from_sqlite_imported_into_postgres_plans_a_no_op() {
+    let Some(target) = crate::pg::fresh() else { return };
+    let mut p = busy_sample();
+    p.write("models/d.lua", &model_d("'x' || id"));
+    let before = p.store().unwrap().export_state().unwrap();
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    // The same project, its state now in Postgres.
+    p.backend = StateBackend::Postgres(target);
+    p.write("efmesh.toml", &p.config_with(""));
+    assert!(p.store().is_none(), "a fresh Postgres schema");
+    p.run(&["state", "import", "backup.json"]).expect_code(0);
+    let after = p.store().unwrap().export_state().unwrap();
+    assert_eq!((after.tables, after.store_id), (before.tables, before.store_id));
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+    p.write("models/d.lua", &model_d("'y' || id"));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+    // The journal's identity follows the imported ids: the next promotion gets a larger one.
+    p.write("models/d.lua", &model_d("'z' || id"));
+    p.apply("dev");
+    let journal = p.store().unwrap().journal("dev").unwrap();
+    let ids: Vec<i64> = journal.iter().map(|j| j.id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
