@@ -798,8 +798,7 @@ fn pre_promotion_audits(
         let relation = exec.relation(&model.name);
         let changed: Vec<String> = model.audit_refs().into_iter().filter(|r| touched.contains(r)).map(|r| format!("`{r}`")).collect();
         tracing::info!(model = %model.name, "audits run again: {} changed in this apply", changed.join(", "));
-        let checks: Vec<(&crate::core::audit::Audit, String)> =
-            stale.into_iter().map(|a| (a, a.sql.render(&relation, &|m| exec.relation(m)))).collect();
+        let checks: Vec<(&crate::core::audit::Audit, String)> = stale.into_iter().map(|a| (a, a.sql.render(&relation, &|m| exec.relation(m)))).collect();
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);

@@ -184,7 +184,11 @@ impl Dag {
         for (k, m) in replacements.iter().enumerate() {
             let Some(&i) = self.index.get(&m.name) else { return Err(replacements) };
             let old = &self.models[i];
-            if at.insert(i, k).is_some() || old.dependencies() != m.dependencies() || old.relation_columns() != m.relation_columns() || !validate_model(m).is_empty() {
+            if at.insert(i, k).is_some()
+                || old.dependencies() != m.dependencies()
+                || old.relation_columns() != m.relation_columns()
+                || !validate_model(m).is_empty()
+            {
                 return Err(replacements);
             }
         }
@@ -412,7 +416,8 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
                         .with_hint("the audit's relation (its first argument) is this model"),
                 );
             } else if all(&r.target).is_none() {
-                let mut e = LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("audit `{}` references unknown model `{}`", a.name, r.target));
+                let mut e =
+                    LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("audit `{}` references unknown model `{}`", a.name, r.target));
                 if let Some(s) = suggest(&r.target.to_string()) {
                     e = e.with_hint(format!("did you mean `{s}`?"));
                 }
@@ -487,8 +492,11 @@ fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Ve
         let mut path = vec![first];
         let mut cur = first;
         loop {
-            let next =
-                all.values().filter(|m| members.contains(&m.name) && m.dependencies().contains(cur)).map(|m| &m.name).find(|n| !path.contains(n) || *n == first);
+            let next = all
+                .values()
+                .filter(|m| members.contains(&m.name) && m.dependencies().contains(cur))
+                .map(|m| &m.name)
+                .find(|n| !path.contains(n) || *n == first);
             match next {
                 Some(n) if n == first => {
                     path.push(first);

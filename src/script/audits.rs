@@ -9,8 +9,8 @@
 use crate::core::audit::{Audit, AuditDef, AuditSql, Bound};
 use crate::core::error::did_you_mean;
 use crate::core::fragment::RefSite;
-use crate::script::builder::{Site, Sites};
 use crate::core::{LoadError, Location};
+use crate::script::builder::{Site, Sites};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 

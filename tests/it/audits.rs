@@ -710,7 +710,10 @@ fn an_audit_runs_after_the_model_it_references_even_without_a_data_edge(engine: 
     }
     // A cycle through an audit is a load error.
     let p = project(engine.another());
-    p.write("models/customers.lua", &customers("(1)").replace("query =", "audits = { audit.relationships(\"id\", \"s.orders\", \"customer_id\") },\n  query ="));
+    p.write(
+        "models/customers.lua",
+        &customers("(1)").replace("query =", "audits = { audit.relationships(\"id\", \"s.orders\", \"customer_id\") },\n  query ="),
+    );
     p.write(
         "models/orders.lua",
         "define_model { name = \"s.orders\", kind = kind.full(), schema = { { \"customer_id\", \"integer\" } }, query = \"SELECT id AS customer_id FROM \" .. ref(\"s.customers\") }\n",
@@ -812,7 +815,10 @@ fn a_relationships_audit_naming_an_unknown_model_is_a_load_error_at_its_use() {
     let run = p.run(&["check"]);
     run.expect_code(1);
     let e = &run.stdout;
-    assert!(e.contains("models/orders.lua:4: model `s.orders`: audit `relationships` references unknown model `s.customer`\n  hint: did you mean `s.customers`?"), "{e}");
+    assert!(
+        e.contains("models/orders.lua:4: model `s.orders`: audit `relationships` references unknown model `s.customer`\n  hint: did you mean `s.customers`?"),
+        "{e}"
+    );
     assert!(e.contains("models/orders.lua:5: model `s.orders`: audit `relationships` references its own model `s.orders`"), "{e}");
     // `cols()` stays refused in a body; a `to` that is not a model name is an error at the use.
     p.write(
