@@ -729,11 +729,12 @@ fn pre_promotion_audits(
     use crate::core::Resolver;
     use crate::core::audit::AuditScope;
     let mut failures = Vec::new();
-    // Models whose data, as the environment serves it, this apply changes.
+    // Models whose data, as the environment serves it, this apply changes: another version, or
+    // data written (a `metadata` change keeps the version the environment serves).
     let touched: BTreeSet<ModelName> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && (a.change != Change::Unchanged || report.built.contains(&a.name)))
+        .filter(|a| !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata) || report.built.contains(&a.name))
         .map(|a| a.name.clone())
         .collect();
     // The pass each model's audits got below (`None`: all of them over the whole relation).
