@@ -46,12 +46,21 @@ pub struct AuditResult {
     /// The batches `[start, end)` (UTC) in which violations were found.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<Interval>,
+    /// The engine's message when the audit's SQL could not run (`efmesh audit`, which goes on
+    /// with the other audits): a failure, blocking or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Where the audit is attached (`file:line` of its use in the model's definition), given
+    /// with an `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 impl AuditResult {
-    /// True for a blocking audit that found violating rows.
+    /// True for a blocking audit that found violating rows, and for any audit whose SQL could
+    /// not run.
     pub fn failed(&self) -> bool {
-        self.blocking && self.violations > 0
+        (self.blocking && self.violations > 0) || self.error.is_some()
     }
 
     /// One line naming the audit, the model, where and how many rows, then the samples.
@@ -107,12 +116,14 @@ pub enum AuditError {
     #[error(transparent)]
     Statement(EngineError),
     /// An audit's query failed to run (nothing committed).
-    #[error("audit `{audit}` on model `{model}` could not run: {error}")]
+    #[error("{location}: audit `{audit}` on model `{model}` could not run: {error}")]
     Query {
         /// The model.
         model: ModelName,
         /// The audit's label.
         audit: String,
+        /// Where the audit is attached (its use in the model's definition).
+        location: crate::core::Location,
         /// The engine error.
         error: EngineError,
     },
@@ -139,13 +150,13 @@ pub fn batch_relation(physical: &str, time_column: &str, batch: Interval) -> Str
     format!("(SELECT * FROM {physical} WHERE {tc} >= {} AND {tc} < {})", interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
 }
 
-/// Runs one audit over `relation`: the number of violating rows and the first few of them.
+/// Runs one audit, rendered as `sql` ([`checks`]): the number of violating rows and the first
+/// few of them.
 ///
 /// # Errors
 /// [`AuditError::Query`] when the audit's SQL does not run.
-pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relation: &str, batch: Option<Interval>) -> Result<AuditResult, AuditError> {
-    let sql = audit.sql.render(relation);
-    let err = |error| AuditError::Query { model: model.clone(), audit: audit.label(), error };
+pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, sql: &str, batch: Option<Interval>) -> Result<AuditResult, AuditError> {
+    let err = |error| AuditError::Query { model: model.clone(), audit: audit.label(), location: audit.location.clone(), error };
     let count = engine.query(&format!("SELECT count(*) FROM (\n{sql}\n) AS _efmesh_audit")).map_err(err)?;
     let violations: u64 = count.first().and_then(|r| r.first().cloned().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0);
     let sample = if violations > 0 {
@@ -171,6 +182,8 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, relati
         sample,
         // A `whole` audit run with a batch saw the whole table, not the batch.
         intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
+        error: None,
+        location: None,
     };
     Ok(result)
 }
@@ -182,13 +195,13 @@ pub fn log_warnings(results: &[AuditResult]) {
     }
 }
 
-/// Runs `checks` (each an audit and the relation it sees) read-only and returns every result;
+/// Runs `checks` (each an audit and its SQL, [`checks`]) read-only and returns every result;
 /// blocking failures are results too (the caller decides).
 ///
 /// # Errors
 /// [`AuditError::Query`] for the first audit whose SQL does not run.
 pub fn run(engine: &mut dyn Engine, model: &ModelName, checks: &[(&Audit, String)], batch: Option<Interval>) -> Result<Vec<AuditResult>, AuditError> {
-    checks.iter().map(|(a, rel)| run_one(engine, model, a, rel, batch)).collect()
+    checks.iter().map(|(a, sql)| run_one(engine, model, a, sql, batch)).collect()
 }
 
 /// Runs `statements` and then `checks` in ONE engine transaction, and commits only when no
@@ -254,11 +267,13 @@ pub fn pass_digest(model: &crate::core::Model, scope: Option<AuditScope>) -> Str
 /// Only audits whose SQL provably reads nothing but the audited relation and calls no volatile
 /// function ([`crate::sql::audit_reads::reads_only`]) qualify: another table's data or the clock
 /// could change their result at the same generation.
+/// An audit that `ref`s another model never qualifies (the other model's data is not tracked by
+/// this version's generation), so it runs at every promotion.
 pub fn pass_is_provable(model: &crate::core::Model) -> bool {
     use crate::core::Kind;
     model.target == crate::core::Target::Table
         && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
-        && model.audits.iter().all(|a| crate::sql::audit_reads::reads_only(|this| a.sql.render(this)))
+        && model.audits.iter().all(|a| a.sql.refs().next().is_none() && crate::sql::audit_reads::reads_only(|this| a.sql.render(this, &|m| m.to_string())))
 }
 
 /// True when no audit in `results` found a violating row (warn audits included): only then is a
@@ -267,26 +282,29 @@ pub fn clean(results: &[AuditResult]) -> bool {
     results.iter().all(|r| r.violations == 0)
 }
 
-/// The audits of `model` that run in a pass of `scope`, each with the relation it sees.
-pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, relation: &str) -> Vec<(&'a Audit, String)> {
-    model.audits.iter().filter(|a| scope.is_none_or(|s| a.scope == s)).map(|a| (a, relation.to_string())).collect()
+/// The audits of `model` that run in a pass of `scope`, each with its SQL over `relation` (the
+/// relation it sees); the models an audit references render through `resolver` (apply: the
+/// physical relation of the version being applied; `efmesh audit`: the environment's view).
+pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, relation: &str, resolver: &dyn crate::core::Resolver) -> Vec<(&'a Audit, String)> {
+    model.audits.iter().filter(|a| scope.is_none_or(|s| a.scope == s)).map(|a| (a, a.sql.render(relation, &|m| resolver.relation(m)))).collect()
 }
 
 /// Runs every audit of the project's models that `env` serves (`served`: the environment's
 /// pointer names), over what the environment serves now: its views, externals' sources and
-/// embedded models rendered against its views. Models are visited in topological order and
-/// audits in declaration order; every audit runs over the whole relation, whatever its scope.
-/// `only`, when not empty, restricts the models.
+/// embedded models rendered against its views (so are the models an audit `ref`s). Models are
+/// visited in topological order and audits in declaration order; every audit runs over the
+/// whole relation, whatever its scope. `only`, when not empty, restricts the models.
 ///
-/// # Errors
-/// [`AuditError::Query`] for an audit whose SQL does not run against the environment.
+/// Every audit runs: one whose SQL fails against the environment (a column that no longer
+/// exists) is a failed result carrying the engine's message and the audit's `file:line`, and
+/// the others still run.
 pub fn audit_environment(
     project: &crate::project::Project,
     env: &str,
     served: &std::collections::BTreeSet<String>,
     only: &std::collections::BTreeSet<ModelName>,
     engine: &mut dyn Engine,
-) -> Result<Vec<AuditResult>, AuditError> {
+) -> Vec<AuditResult> {
     use crate::core::Resolver;
     let physicals = std::collections::BTreeMap::new();
     let exec = super::resolve::ExecResolver::new(project, &physicals, super::resolve::Mode::Env(env));
@@ -296,7 +314,31 @@ pub fn audit_environment(
             continue;
         }
         let relation = exec.relation(&model.name);
-        out.extend(run(engine, &model.name, &checks(model, None, &relation), None)?);
+        for (audit, sql) in checks(model, None, &relation, &exec) {
+            out.push(run_one(engine, &model.name, audit, &sql, None).unwrap_or_else(|e| errored(&model.name, audit, &e)));
+        }
     }
-    Ok(out)
+    out
+}
+
+/// The result of an audit whose SQL could not run: a failure carrying the engine's message.
+fn errored(model: &ModelName, audit: &Audit, e: &AuditError) -> AuditResult {
+    let message = match e {
+        AuditError::Query { error, .. } => error.to_string(),
+        other => other.to_string(),
+    };
+    AuditResult {
+        model: model.clone(),
+        audit: audit.label(),
+        name: audit.name.clone(),
+        args: audit.args.clone(),
+        scope: audit.scope,
+        blocking: audit.blocking,
+        runs: 1,
+        violations: 0,
+        sample: Vec::new(),
+        intervals: Vec::new(),
+        error: Some(message),
+        location: Some(audit.location.to_string()),
+    }
 }

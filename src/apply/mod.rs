@@ -711,6 +711,12 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
 /// audit is one) keeps the served data, which its new audits have never seen: every audit of
 /// the model runs, over the whole relation. Every blocking failure is reported together, and
 /// nothing is promoted.
+///
+/// Audits that read another model (`ref()` in an audit body) also run again, over the whole
+/// relation, when that model's data changes in this apply (a new version pointed at, intervals
+/// or a rebuild written), even when the auditing model itself is unchanged: an environment
+/// never serves a model whose audit last checked another version of the data it reads (SPEC
+/// §4 invariant 52).
 fn pre_promotion_audits(
     project: &Project,
     plan: &Plan,
@@ -721,7 +727,18 @@ fn pre_promotion_audits(
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
     use crate::core::Resolver;
+    use crate::core::audit::AuditScope;
     let mut failures = Vec::new();
+    // Models whose data, as the environment serves it, this apply changes: another version, or
+    // data written (a `metadata` change keeps the version the environment serves).
+    let touched: BTreeSet<ModelName> = plan
+        .actions
+        .iter()
+        .filter(|a| !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata) || report.built.contains(&a.name))
+        .map(|a| a.name.clone())
+        .collect();
+    // The pass each model's audits got below (`None`: all of them over the whole relation).
+    let mut ran: BTreeMap<ModelName, Option<AuditScope>> = BTreeMap::new();
     for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed)) {
         let Some(model) = project.dag.get(&action.name) else { continue };
         // Audits that ran while building saw only the batches written, not older data.
@@ -743,7 +760,8 @@ fn pre_promotion_audits(
             continue;
         }
         let relation = exec.relation(&model.name);
-        let checks = audit::checks(model, scope, &relation);
+        let checks = audit::checks(model, scope, &relation, exec);
+        ran.insert(model.name.clone(), scope);
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
@@ -758,6 +776,35 @@ fn pre_promotion_audits(
         {
             state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
         }
+    }
+    // Audits reading a model whose data changed, not yet run over the whole relation against it.
+    for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        let stale: Vec<&crate::core::audit::Audit> = model
+            .audits
+            .iter()
+            .filter(|a| a.sql.refs().any(|r| touched.contains(&r.target)))
+            .filter(|a| {
+                let whole_pass = |scope: Option<AuditScope>| scope.is_none_or(|s| s == a.scope && s == AuditScope::Whole);
+                let in_pre_swap = ran.get(&model.name).is_some_and(|s| whole_pass(*s));
+                // Built in this apply after what it reads: over the whole relation unless it
+                // is a time-range model's `interval` audit (which saw the new batches only).
+                let at_build = audited.contains(&model.name) && (model.kind.time_range().is_none() || a.scope == AuditScope::Whole);
+                !(in_pre_swap || at_build)
+            })
+            .collect();
+        if stale.is_empty() {
+            continue;
+        }
+        let relation = exec.relation(&model.name);
+        let changed: Vec<String> = model.audit_refs().into_iter().filter(|r| touched.contains(r)).map(|r| format!("`{r}`")).collect();
+        tracing::info!(model = %model.name, "audits run again: {} changed in this apply", changed.join(", "));
+        let checks: Vec<(&crate::core::audit::Audit, String)> = stale.into_iter().map(|a| (a, a.sql.render(&relation, &|m| exec.relation(m)))).collect();
+        let results =
+            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.add(results);
     }
     if let Some(first) = failures.first() {
         return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
@@ -1000,7 +1047,8 @@ fn work_dependencies(project: &Project, work: &[&crate::plan::Action]) -> Vec<Ve
     fn reads(project: &Project, name: &ModelName, index: &HashMap<&ModelName, usize>, through: &mut HashMap<ModelName, BTreeSet<usize>>) -> BTreeSet<usize> {
         let mut out = BTreeSet::new();
         let Some(model) = project.dag.get(name) else { return out };
-        for p in model.parents() {
+        // A model's audits may read other models (`ref()` in an audit body): they are built first.
+        for p in model.dependencies() {
             if let Some(&i) = index.get(&p) {
                 out.insert(i);
             } else if let Some(known) = through.get(&p) {
@@ -1103,7 +1151,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             // Parsed, staged and type-checked in the contract phase (on this connection): one
             // statement builds the table from the stage, audited inside the same transaction
             // like a `full` model.
-            let checks = audit::checks(model, None, &physical);
+            let checks = audit::checks(model, None, &physical, self.exec);
             let before = pass_start(state, model, &snapshot.fingerprint)?;
             let statements = seed::build_statements(model, &physical, engine.sql());
             let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_failure(model, e, None))?;
@@ -1149,7 +1197,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             Kind::Full | Kind::View => {
                 let sql = body.render(&exec.with_bounds(None));
                 // Not time-range: every audit sees the whole new relation, inside the build.
-                let checks = audit::checks(model, None, &physical);
+                let checks = audit::checks(model, None, &physical, exec);
                 let query = format!("\n{sql}");
                 let mut statements = if matches!(model.kind, Kind::Full) {
                     engine.sql().replace_table_as(&physical, &query)
@@ -1204,9 +1252,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     .map(|(i, &b)| {
                         let statements = batch::statements(model, t, body, &physical, b, exec, dialect, batch::BatchWrite::of(create_with_first, i));
                         let slice = audit::batch_relation(&physical, &t.time_column, b);
-                        let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice);
+                        let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice, exec);
                         if i + 1 == n {
-                            checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical));
+                            checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical, exec));
                         }
                         schedule::Step { statements, checks, batch: Some(b), of: Some((i, n)) }
                     })
@@ -1220,7 +1268,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             Kind::IncrementalByUniqueKey(u) => {
                 let sql = body.render(&exec.with_bounds(None));
                 // Every audit sees the whole table, inside the upsert's transaction.
-                let checks = audit::checks(model, None, &physical);
+                let checks = audit::checks(model, None, &physical, exec);
                 // Marked before the engine write (the generation moves), the mark taken back after
                 // it when no row changed: a process killed between the engine's commit and the
                 // state's leaves the generation moved (SPEC §4 invariant 36 (a)).
@@ -1239,7 +1287,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             }
             Kind::ScdType2(s) => {
                 let sql = body.render(&exec.with_bounds(None));
-                let checks = audit::checks(model, None, &physical);
+                let checks = audit::checks(model, None, &physical, exec);
                 // A declared rename carries the old version's rows over into the new table.
                 let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
                 let mut snapshot = snapshot;

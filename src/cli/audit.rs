@@ -8,10 +8,12 @@ use anyhow::{Result, anyhow};
 use serde_json::json;
 use std::collections::BTreeSet;
 
-/// Runs the command: exit 1 when a blocking audit found violating rows.
+/// Runs the command: every audit runs; exit 1 at the end when a blocking audit found violating
+/// rows or an audit's SQL could not run (each such audit is reported with the engine's message
+/// and its `file:line`).
 ///
 /// # Errors
-/// Load errors, an unknown environment or model, an audit whose SQL fails.
+/// Load errors, an unknown environment or model.
 pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     crate::core::name::validate_env(env)?;
@@ -34,7 +36,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     // once the targets are prepared, as apply does.
     crate::apply::lake::prepare(&project, &mut *engine)?;
     crate::apply::ducklake::prepare(&project, &mut *engine)?;
-    let results = audit_environment(&project, env, &served, &only, &mut *engine)?;
+    let results = audit_environment(&project, env, &served, &only, &mut *engine);
     let skipped: Vec<String> = project
         .dag
         .models()
@@ -43,19 +45,37 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         .collect();
     let blocking: u64 = results.iter().filter(|r| r.blocking).map(|r| r.violations).sum();
     let warn: u64 = results.iter().filter(|r| !r.blocking).map(|r| r.violations).sum();
+    let errors = results.iter().filter(|r| r.error.is_some()).count();
     if json {
         out.json(json!({
             "env": env,
             "results": results,
             "blockingViolations": blocking,
             "warnViolations": warn,
+            "errors": errors,
             "notServed": skipped,
         }))?;
     } else {
         out.text(&report_text(env, &results, &skipped))?;
     }
-    if blocking > 0 {
-        eprintln!("error: environment `{env}`: {blocking} blocking audit violation{}", if blocking == 1 { "" } else { "s" });
+    if blocking > 0 || errors > 0 {
+        let mut parts = Vec::new();
+        if blocking > 0 {
+            parts.push(format!("{blocking} blocking audit violation{}", if blocking == 1 { "" } else { "s" }));
+        }
+        if errors > 0 {
+            parts.push(format!("{errors} audit{} could not run", if errors == 1 { "" } else { "s" }));
+        }
+        eprintln!("error: environment `{env}`: {}", parts.join(", "));
+        for r in results.iter().filter(|r| r.error.is_some()) {
+            eprintln!(
+                "  {}: audit `{}` on model `{}` could not run: {}",
+                r.location.as_deref().unwrap_or("?"),
+                r.audit,
+                r.model,
+                r.error.as_deref().unwrap_or_default()
+            );
+        }
         return Ok(Exit::Error);
     }
     Ok(Exit::Success)
@@ -69,6 +89,9 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
     let mut s = format!("audits of environment `{env}`\n");
     for r in results {
         let (mark, tail) = match (r.violations, r.blocking) {
+            _ if r.error.is_some() => {
+                ('✗', format!("  could not run ({}): {}", r.location.as_deref().unwrap_or("?"), r.error.as_deref().unwrap_or_default().trim_end()))
+            }
             (0, _) => ('✓', String::new()),
             (n, true) => ('✗', format!("  {n} violating row{}", if n == 1 { "" } else { "s" })),
             (n, false) => ('⚠', format!("  {n} violating row{} (warn)", if n == 1 { "" } else { "s" })),
@@ -86,7 +109,7 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
         s.push_str(&format!("  · {m:width$}  not served by `{env}`\n"));
     }
     let failed = results.iter().filter(|r| r.failed()).count();
-    let warned = results.iter().filter(|r| !r.blocking && r.violations > 0).count();
+    let warned = results.iter().filter(|r| !r.failed() && !r.blocking && r.violations > 0).count();
     s.push_str(&format!(
         "{} audit{} run: {} passed, {failed} failed, {warned} warned\n",
         results.len(),

@@ -6,7 +6,10 @@
 //! time with the arguments and a placeholder, [`THIS`], standing for the relation under audit;
 //! the SQL it returns is kept as an [`AuditSql`] template. When the audit runs, the placeholder
 //! becomes the relation: the freshly written batch (`interval` scope), the whole physical table
-//! (`whole`), or an environment's view (`efmesh audit`).
+//! (`whole`), or an environment's view (`efmesh audit`). A body may also `ref()` another model
+//! (the `relationships` built-in does): the template keeps the model's name, and the model is a
+//! dependency of the auditing one for ordering and re-audit ([`super::Model::dependencies`]),
+//! never for its fingerprint.
 //!
 //! This module is language-neutral and does no I/O: the signature of a definition
 //! ([`AuditDef`]), argument binding with its messages ([`AuditDef::bind`]), the template, and
@@ -14,7 +17,9 @@
 //! fingerprint, so adding or editing one never rebuilds anything.
 
 use super::error::did_you_mean;
+use super::fragment::RefSite;
 use super::model::Location;
+use super::name::ModelName;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -259,6 +264,10 @@ pub enum AuditPart {
     Text(String),
     /// The relation under audit.
     This,
+    /// Another model the audit reads (`ref()` in the body, e.g. `relationships`' `to`): its
+    /// relation of the version being applied, or an environment's view in `efmesh audit`. The
+    /// location is the audit's use (where an unknown model is reported).
+    Ref(RefSite),
 }
 
 /// The SQL an audit body returned, with the relation under audit as a placeholder.
@@ -266,42 +275,66 @@ pub enum AuditPart {
 pub struct AuditSql(pub Vec<AuditPart>);
 
 impl AuditSql {
-    /// Splits a body's text on [`THIS`].
+    /// Splits a body's text on [`THIS`] and on the host's other markers (`\u{1}…\u{2}`), each
+    /// of which `marker` resolves to the model a `ref()` call named.
     ///
     /// # Errors
-    /// A message when the text holds other host markers (`ref()`/`cols()` are not available
-    /// in audit bodies) or never reads the relation under audit.
-    pub fn parse(text: &str) -> Result<AuditSql, String> {
+    /// A message when `marker` refuses a marker (`cols()` is not available in audit bodies), a
+    /// marker is malformed, or the text never reads the relation under audit.
+    pub fn parse(text: &str, marker: &dyn Fn(&str) -> Result<RefSite, String>) -> Result<AuditSql, String> {
         let mut parts = Vec::new();
-        for (i, piece) in text.split(THIS).enumerate() {
-            if i > 0 {
-                parts.push(AuditPart::This);
+        let mut rest = text;
+        let mut literal = String::new();
+        while let Some(open) = rest.find('\u{1}') {
+            literal.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let close = after.find('\u{2}').ok_or("malformed host marker in the audit body's SQL")?;
+            let inner = &after[..close];
+            if !literal.is_empty() {
+                parts.push(AuditPart::Text(std::mem::take(&mut literal)));
             }
-            if piece.contains('\u{1}') || piece.contains('\u{2}') {
-                return Err("`ref()` and `cols()` cannot be used in an audit body: it reads only the relation under audit (its first argument)".into());
-            }
-            if !piece.is_empty() {
-                parts.push(AuditPart::Text(piece.to_string()));
-            }
+            parts.push(if format!("\u{1}{inner}\u{2}") == THIS { AuditPart::This } else { AuditPart::Ref(marker(inner)?) });
+            rest = &after[close + 1..];
+        }
+        if rest.contains('\u{2}') {
+            return Err("malformed host marker in the audit body's SQL".into());
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(AuditPart::Text(literal));
         }
         if !parts.contains(&AuditPart::This) {
             return Err("the audit body's SQL never reads the relation under audit (the body's first argument)".into());
         }
-        if text.split(THIS).all(|p| p.trim().is_empty()) {
+        if parts.iter().all(|p| match p {
+            AuditPart::Text(t) => t.trim().is_empty(),
+            _ => true,
+        }) {
             return Err("the audit body returned no SQL".into());
         }
         Ok(AuditSql(parts))
     }
 
-    /// The SQL with `this` standing for the relation under audit.
-    pub fn render(&self, this: &str) -> String {
-        self.0
-            .iter()
-            .map(|p| match p {
-                AuditPart::Text(t) => t.as_str(),
-                AuditPart::This => this,
-            })
-            .collect()
+    /// The SQL with `this` standing for the relation under audit and `model(name)` for each
+    /// model it references.
+    pub fn render(&self, this: &str, model: &dyn Fn(&ModelName) -> String) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            match p {
+                AuditPart::Text(t) => out.push_str(t),
+                AuditPart::This => out.push_str(this),
+                AuditPart::Ref(r) => out.push_str(&model(&r.target)),
+            }
+        }
+        out
+    }
+
+    /// The models the SQL references besides the relation under audit.
+    pub fn refs(&self) -> impl Iterator<Item = &RefSite> {
+        self.0.iter().filter_map(|p| match p {
+            AuditPart::Ref(r) => Some(r),
+            _ => None,
+        })
     }
 }
 
@@ -369,7 +402,7 @@ impl Audit {
             "args": self.args,
             "blocking": self.blocking,
             "scope": self.scope.as_str(),
-            "sql": self.sql.render("@this"),
+            "sql": self.sql.render("@this", &|m| format!("@ref({m})")),
         })
     }
 }
@@ -428,11 +461,22 @@ mod tests {
     }
 
     #[test]
-    fn templates_need_the_relation_and_refuse_refs() {
-        let sql = AuditSql::parse(&format!("SELECT * FROM {THIS} WHERE x IS NULL")).unwrap();
-        assert_eq!(sql.render("\"_efmesh\".\"t\""), "SELECT * FROM \"_efmesh\".\"t\" WHERE x IS NULL");
-        assert!(AuditSql::parse("SELECT 1").unwrap_err().contains("never reads"));
-        assert!(AuditSql::parse(&format!("SELECT * FROM {THIS} JOIN \u{1}0\u{2}")).unwrap_err().contains("ref()"));
+    fn templates_need_the_relation_and_resolve_refs() {
+        let at = Location { file: "m.lua".into(), line: 3 };
+        let marker = |inner: &str| -> Result<RefSite, String> {
+            match inner {
+                "0" => Ok(RefSite { target: ModelName::parse("s.p").unwrap(), location: at.clone() }),
+                _ => Err("`cols()` cannot be used in an audit body".into()),
+            }
+        };
+        let sql = AuditSql::parse(&format!("SELECT * FROM {THIS} WHERE x IS NULL"), &marker).unwrap();
+        assert_eq!(sql.render("\"_efmesh\".\"t\"", &|m| m.to_string()), "SELECT * FROM \"_efmesh\".\"t\" WHERE x IS NULL");
+        assert!(AuditSql::parse("SELECT 1", &marker).unwrap_err().contains("never reads"));
+        assert!(AuditSql::parse(&format!("SELECT * FROM {THIS} JOIN \u{1}1\u{2}"), &marker).unwrap_err().contains("cols()"));
+        assert!(AuditSql::parse(&format!("SELECT * FROM {THIS} JOIN \u{1}0"), &marker).unwrap_err().contains("malformed"));
+        let joined = AuditSql::parse(&format!("SELECT * FROM {THIS} AS c WHERE NOT EXISTS (SELECT 1 FROM \u{1}0\u{2} AS p)"), &marker).unwrap();
+        assert_eq!(joined.refs().map(|r| r.target.to_string()).collect::<Vec<_>>(), ["s.p"]);
+        assert_eq!(joined.render("t", &|m| format!("v_{}", m.table())), "SELECT * FROM t AS c WHERE NOT EXISTS (SELECT 1 FROM v_p AS p)");
     }
 }
 

@@ -93,8 +93,10 @@ impl Dag {
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
         let mut indegree: Vec<usize> = vec![0; names.len()];
         for (r, m) in by_name.values().enumerate() {
-            // Validated above: every ref names another model of the set.
-            let mut parents: Vec<usize> = m.body.iter().flat_map(|b| b.refs()).map(|p| rank[&p.target]).collect();
+            // Validated above: every ref names another model of the set. The models its audits
+            // read come first too (they run after them in an apply).
+            let mut parents: Vec<usize> =
+                m.body.iter().flat_map(|b| b.refs()).chain(m.audits.iter().flat_map(|a| a.sql.refs())).map(|p| rank[&p.target]).collect();
             parents.sort_unstable();
             parents.dedup();
             indegree[r] = parents.len();
@@ -186,7 +188,7 @@ impl Dag {
             // (`validate_edges` of models further down): the full build checks them.
             let bounds_changed = old.body.as_ref().is_some_and(|b| b.uses_bounds()) != m.body.as_ref().is_some_and(|b| b.uses_bounds());
             if at.insert(i, k).is_some()
-                || old.parents() != m.parents()
+                || old.dependencies() != m.dependencies()
                 || old.relation_columns() != m.relation_columns()
                 || bounds_changed
                 || !validate_model(m).is_empty()
@@ -419,6 +421,24 @@ fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
 /// `suggest` gives the "did you mean" of an unknown name (called on the error path only).
 fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, suggest: &dyn Fn(&str) -> Option<String>) -> Vec<LoadError> {
     let mut errors = Vec::new();
+    // The models an audit reads, reported at the audit's use.
+    for a in &m.audits {
+        for r in a.sql.refs() {
+            if r.target == m.name {
+                errors.push(
+                    LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("audit `{}` references its own model `{}`", a.name, m.name))
+                        .with_hint("the audit's relation (its first argument) is this model"),
+                );
+            } else if all(&r.target).is_none() {
+                let mut e =
+                    LoadError::new(Some(r.location.clone()), Some(m.name.clone()), format!("audit `{}` references unknown model `{}`", a.name, r.target));
+                if let Some(s) = suggest(&r.target.to_string()) {
+                    e = e.with_hint(format!("did you mean `{s}`?"));
+                }
+                errors.push(e);
+            }
+        }
+    }
     let Some(body) = &m.body else { return errors };
     for r in body.refs() {
         if r.target == m.name {
@@ -503,7 +523,7 @@ fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Ve
     let mut g = DiGraph::<&ModelName, ()>::new();
     let idx: BTreeMap<&ModelName, _> = rest.iter().map(|n| (*n, g.add_node(*n))).collect();
     for n in &rest {
-        for p in all[*n].parents() {
+        for p in all[*n].dependencies() {
             if let Some(pi) = idx.get(&p) {
                 g.add_edge(*pi, idx[n], ());
             }
@@ -520,8 +540,11 @@ fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Ve
         let mut path = vec![first];
         let mut cur = first;
         loop {
-            let next =
-                all.values().filter(|m| members.contains(&m.name) && m.parents().contains(cur)).map(|m| &m.name).find(|n| !path.contains(n) || *n == first);
+            let next = all
+                .values()
+                .filter(|m| members.contains(&m.name) && m.dependencies().contains(cur))
+                .map(|m| &m.name)
+                .find(|n| !path.contains(n) || *n == first);
             match next {
                 Some(n) if n == first => {
                     path.push(first);

@@ -55,6 +55,21 @@ impl Model {
         self.body.iter().flat_map(|b| b.refs().map(|r| r.target.clone())).collect()
     }
 
+    /// The models its audits read besides the model itself (`ref()` in an audit body, e.g.
+    /// `relationships`' `to`). Not parents: they never enter the fingerprint; they order the
+    /// apply (the audits run after them) and re-run the audits when their data changes.
+    pub fn audit_refs(&self) -> BTreeSet<ModelName> {
+        self.audits.iter().flat_map(|a| a.sql.refs().map(|r| r.target.clone())).collect()
+    }
+
+    /// What must be built before this model's audits can run: its [`Model::parents`] and its
+    /// [`Model::audit_refs`]. The DAG's order and cycle check, and apply's scheduling, use these.
+    pub fn dependencies(&self) -> BTreeSet<ModelName> {
+        let mut d = self.parents();
+        d.extend(self.audit_refs());
+        d
+    }
+
     /// The columns the model's relation exposes to children and environment views: the declared
     /// ones, then the kind's managed ones (`scd_type2`'s `valid_from`/`valid_to`).
     pub fn relation_columns(&self) -> Vec<super::schema::Column> {

@@ -8,7 +8,9 @@
 
 use crate::core::audit::{Audit, AuditDef, AuditSql, Bound};
 use crate::core::error::did_you_mean;
+use crate::core::fragment::RefSite;
 use crate::core::{LoadError, Location};
+use crate::script::builder::{Site, Sites};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -75,12 +77,19 @@ pub fn bind(def: &AuditDef, positional: Vec<Value>, named: Map<String, Value>, l
     def.bind(positional, named).map_err(|m| LoadError::new(Some(location.clone()), None, m))
 }
 
-/// Turns the text a body returned into the model's audit.
+/// Turns the text a body returned into the model's audit. A `ref()` the body called (a marker
+/// recorded in `sites`) becomes a reference to that model, located at the use (`location`):
+/// the model is checked to exist there once every file is loaded.
 ///
 /// # Errors
 /// A load error at `location` naming the audit.
-pub fn finish(def: &AuditDef, bound: Bound, text: &str, location: &Location) -> Result<Audit, LoadError> {
-    let sql = AuditSql::parse(text).map_err(|m| LoadError::new(Some(location.clone()), None, format!("audit `{}`: {m}", def.name)))?;
+pub fn finish(def: &AuditDef, bound: Bound, text: &str, sites: &Sites, location: &Location) -> Result<Audit, LoadError> {
+    let marker = |inner: &str| match sites.get(inner) {
+        Some(Site::Ref(r)) => Ok(RefSite { target: r.target.clone(), location: location.clone() }),
+        Some(Site::Cols(_)) => Err("`cols()` cannot be used in an audit body (`ref()` can)".to_string()),
+        None => Err("unknown host marker in the audit body's SQL".to_string()),
+    };
+    let sql = AuditSql::parse(text, &marker).map_err(|m| LoadError::new(Some(location.clone()), None, format!("audit `{}`: {m}", def.name)))?;
     Ok(Audit::new(def, bound, sql, location.clone()))
 }
 

@@ -39,6 +39,11 @@ impl Sites {
         self.0.push(site);
         format!("{MARK_OPEN}{}{MARK_CLOSE}", self.0.len() - 1)
     }
+
+    /// The site a marker's inner text (`<index>`) names.
+    pub fn get(&self, inner: &str) -> Option<&Site> {
+        inner.parse::<usize>().ok().and_then(|i| self.0.get(i))
+    }
 }
 
 /// Splits query text on site markers and `@start`/`@end` into a fragment.

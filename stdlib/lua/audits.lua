@@ -132,3 +132,28 @@ define_audit {
       .. " ORDER BY covered_through"
   end,
 }
+
+define_audit {
+  name = "relationships",
+  params = { "column", "to" },
+  optional = { "field" },
+  description = "rows whose key (every key column not NULL) has no row with that key in the model `to` (`field`, default the same column names)",
+  query = function(self, args)
+    local function names(name, v)
+      if type(v) == "string" then return { v } end
+      if type(v) ~= "table" or #v == 0 then error("`" .. name .. "` must be a column name or a non-empty list of them", 0) end
+      return v
+    end
+    local columns = names("column", args.column)
+    local fields = args.field == nil and columns or names("field", args.field)
+    if #fields ~= #columns then error("`field` must name as many columns as `column` (" .. #columns .. ")", 0) end
+    local present, matched = {}, {}
+    for i, c in ipairs(columns) do
+      local ci = ident(text("column", c))
+      present[i] = "child." .. ci .. " IS NOT NULL"
+      matched[i] = "parent." .. ident(text("field", fields[i])) .. " = child." .. ci
+    end
+    return "SELECT * FROM " .. self .. " AS child WHERE " .. table.concat(present, " AND ")
+      .. " AND NOT EXISTS (SELECT 1 FROM " .. ref(text("to", args.to)) .. " AS parent WHERE " .. table.concat(matched, " AND ") .. ")"
+  end,
+}

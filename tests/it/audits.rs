@@ -16,6 +16,10 @@ on_every_engine!(
     warn_audits_log_and_never_block,
     an_audit_only_edit_is_a_metadata_change_and_rebuilds_nothing,
     efmesh_audit_catches_a_corrupted_physical_table,
+    relationships_catches_an_orphan_key_and_passes_clean_data,
+    an_audit_runs_after_the_model_it_references_even_without_a_data_edge,
+    a_change_of_the_referenced_model_re_runs_the_audit_before_any_view_moves,
+    efmesh_audit_reports_every_failure_when_an_audit_sql_errors,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -574,4 +578,260 @@ fn the_flights_example_audits_pass_and_its_warn_audits_fire_on_real_data() {
     // One interval pass per batch of 30 days (366 days → 13 batches), one whole pass.
     assert_eq!(result(&v, "core.flights", "not_null(carrier, flight, origin, dest, time_hour)")["runs"], 13);
     assert_eq!(result(&v, "core.flights", "no_gaps(time_hour, grain = day)")["runs"], 1);
+}
+
+// ---- audits reading another model (relationships, `ref` in a body) ---------------------
+
+/// `s.customers` (ids of `ids`) and `s.orders` (customer ids of `orders`, NULL included), whose
+/// audits read `s.customers`: the built-in `relationships` in Lua (one key column and two), and
+/// a custom Rhai audit calling `ref()` in its body.
+fn shop(engine: EngineBackend, ids: &str, orders: &str) -> Project {
+    let p = project(engine);
+    p.write(
+        "audits/known.rhai",
+        r#"define_audit(#{
+  name: "known_customer",
+  params: ["column", "customers"],
+  query: |rel, args| `SELECT * FROM ${rel} WHERE ${args.column} IS NOT NULL AND ${args.column} NOT IN (SELECT id FROM ${ref(args.customers)})`,
+});
+"#,
+    );
+    p.write("models/customers.lua", &customers(ids));
+    p.write(
+        "models/orders.lua",
+        &format!(
+            r#"define_model {{
+  name = "s.orders",
+  kind = kind.full(),
+  schema = {{ {{ "order_id", "integer" }}, {{ "customer_id", "integer" }}, {{ "region", "varchar" }} }},
+  audits = {{
+    audit.relationships {{ column = "customer_id", to = "s.customers", field = "id" }},
+    audit.relationships {{ column = {{ "customer_id", "region" }}, to = "s.customers", field = {{ "id", "region" }}, blocking = false }},
+  }},
+  query = "SELECT CAST(o AS INTEGER) AS order_id, CAST(c AS INTEGER) AS customer_id, 'north' AS region FROM (VALUES {orders}) AS v(o, c)",
+}}
+"#
+        ),
+    );
+    p.write(
+        "models/orders_r.rhai",
+        r#"define_model(#{
+  name: "s.orders_r",
+  kind: kind::view(),
+  schema: [["order_id", "integer"], ["customer_id", "integer"]],
+  audits: [audit("relationships", "customer_id", "s.customers", "id"), audit("known_customer", "customer_id", "s.customers")],
+  query: "SELECT order_id, customer_id FROM " + ref("s.orders"),
+});
+"#,
+    );
+    p
+}
+
+fn customers(ids: &str) -> String {
+    format!(
+        r#"define_model {{
+  name = "s.customers",
+  kind = kind.full(),
+  schema = {{ {{ "id", "integer" }}, {{ "region", "varchar" }} }},
+  query = "SELECT CAST(i AS INTEGER) AS id, 'north' AS region FROM (VALUES {ids}) AS v(i)",
+}}
+"#
+    )
+}
+
+const REL: &str = "relationships(customer_id, s.customers, field = id)";
+
+fn relationships_catches_an_orphan_key_and_passes_clean_data(engine: EngineBackend) {
+    let p = shop(engine.clone(), "(1), (2)", "(10, 1), (11, 2), (12, NULL)");
+    let v = p.apply("dev");
+    assert_eq!(violations(&v, "s.orders", REL), 0);
+    assert_eq!(violations(&v, "s.orders", "relationships(customer_id, region, s.customers, field = id, region)"), 0);
+    assert_eq!(violations(&v, "s.orders_r", REL), 0);
+    assert_eq!(violations(&v, "s.orders_r", "known_customer(customer_id, s.customers)"), 0);
+    // The Lua and Rhai built-ins render the same SQL.
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
+    let audits = |n: &str| project.dag.get(&efmesh::core::ModelName::parse(n).unwrap()).unwrap().audits.clone();
+    assert_eq!(audits("s.orders")[0].metadata(), audits("s.orders_r")[0].metadata());
+    // The referenced model is a dependency of the auditing one, not a parent (no rebuild when it changes).
+    let orders = project.dag.get(&efmesh::core::ModelName::parse("s.orders").unwrap()).unwrap();
+    assert!(orders.parents().is_empty());
+    assert_eq!(orders.audit_refs().iter().map(|m| m.to_string()).collect::<Vec<_>>(), ["s.customers"]);
+
+    // An order of customer 3, who does not exist: the apply fails naming the model, the audit
+    // and the orphan row, and nothing is promoted.
+    let q = shop(engine.another(), "(1), (2)", "(10, 1), (11, 3), (12, NULL)");
+    let run = q.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    assert!(e.contains(&format!("audit `{REL}` on model `s.orders`: 1 violating row")), "{e}");
+    assert!(e.contains(r#"{"order_id":11,"customer_id":3,"region":"north"}"#), "{e}");
+    assert!(!q.relations().iter().any(|r| r.starts_with("dev__")), "{:?}", q.relations());
+    // Warn-only composite key: on clean keys it is silent; the Rhai audits fire on the view too.
+    let q2 = shop(engine.another(), "(1), (2)", "(10, 1), (11, 3)");
+    q2.write("models/orders.lua", &q2.read("models/orders.lua").replace("field = \"id\" },", "field = \"id\", blocking = false },"));
+    q2.write(
+        "models/orders_r.rhai",
+        &q2.read("models/orders_r.rhai").replace(
+            r#"audit("relationships", "customer_id", "s.customers", "id"), audit("known_customer", "customer_id", "s.customers")"#,
+            r#"audit("relationships", #{ column: "customer_id", to: "s.customers", field: "id", blocking: false }), audit("known_customer", #{ column: "customer_id", customers: "s.customers", blocking: false })"#,
+        ),
+    );
+    let v = q2.apply("dev");
+    assert_eq!(violations(&v, "s.orders", REL), 1);
+    assert_eq!(violations(&v, "s.orders", "relationships(customer_id, region, s.customers, field = id, region)"), 1);
+    assert_eq!(result(&v, "s.orders_r", REL)["sample"][0], serde_json::json!({"order_id": 11, "customer_id": 3}));
+    assert_eq!(violations(&v, "s.orders_r", "known_customer(customer_id, s.customers)"), 1);
+}
+
+fn an_audit_runs_after_the_model_it_references_even_without_a_data_edge(engine: EngineBackend) {
+    // `a.orders` sorts before `z.customers` and does not read it: only the audit's reference
+    // orders them. Were the audit run first, the customers' table would not exist yet.
+    for jobs in ["1", "4"] {
+        let p = project(engine.another());
+        p.write("models/customers.lua", &customers("(1), (2)").replace("s.customers", "z.customers"));
+        p.write(
+            "models/orders.lua",
+            r#"define_model {
+  name = "a.orders", kind = kind.full(), schema = { { "customer_id", "integer" } },
+  audits = { audit.relationships("customer_id", "z.customers", "id") },
+  query = "SELECT CAST(1 AS INTEGER) AS customer_id",
+}
+"#,
+        );
+        let plan = p.plan("dev");
+        let order: Vec<&str> = actions(&plan).iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(order, ["z.customers", "a.orders"], "{plan:#}");
+        let run = p.run(&["apply", "dev", "--yes", "--json", "--jobs", jobs]);
+        run.expect_code(0);
+        let v = run.json();
+        assert_eq!(v["built"], serde_json::json!(["z.customers", "a.orders"]));
+        assert_eq!(violations(&v, "a.orders", "relationships(customer_id, z.customers, field = id)"), 0);
+    }
+    // A cycle through an audit is a load error.
+    let p = project(engine.another());
+    p.write(
+        "models/customers.lua",
+        &customers("(1)").replace("query =", "audits = { audit.relationships(\"id\", \"s.orders\", \"customer_id\") },\n  query ="),
+    );
+    p.write(
+        "models/orders.lua",
+        "define_model { name = \"s.orders\", kind = kind.full(), schema = { { \"customer_id\", \"integer\" } }, query = \"SELECT id AS customer_id FROM \" .. ref(\"s.customers\") }\n",
+    );
+    let e = p.run(&["check"]).expect_code(1).stdout.clone();
+    assert!(e.contains("models/customers.lua:1: model `s.customers`: dependency cycle: `s.customers` → `s.orders` → `s.customers`"), "{e}");
+}
+
+fn a_change_of_the_referenced_model_re_runs_the_audit_before_any_view_moves(engine: EngineBackend) {
+    // prod: customers 1, 2, 3; an order of customer 3. The audit passes.
+    let p = shop(engine, "(1), (2), (3)", "(10, 1), (11, 3)");
+    p.apply("prod");
+    let served = p.rows(&env_view("prod", "s.customers"));
+    let pointers = p.state_summary().pointers;
+    // Customer 3 goes away. `s.orders` is unchanged (same version, nothing to build), but the
+    // data its audit checks against changes: the audit runs again, against the new version of
+    // `s.customers`, and stops the apply before any view moves.
+    p.write("models/customers.lua", &customers("(1), (2)"));
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "s.orders")["change"], "unchanged", "{plan:#}");
+    let run = p.run(&["apply", "prod", "--yes", "--json"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains(&format!("audit `{REL}` on model `s.orders`: 1 violating row")), "{}", run.stderr);
+    assert!(run.stderr.contains(r#""customer_id":3"#), "{}", run.stderr);
+    assert_eq!(p.rows(&env_view("prod", "s.customers")), served, "prod's customers moved");
+    assert_eq!(p.state_summary().pointers, pointers, "prod's pointers moved");
+    // The same version promoted elsewhere (a fresh `dev` pointing at the versions just built)
+    // is not served on the strength of the pass prod recorded against the old customers.
+    let dev = p.run(&["apply", "dev", "--yes"]);
+    dev.expect_code(1);
+    assert!(dev.stderr.contains(&format!("audit `{REL}` on model `s.orders`")), "{}", dev.stderr);
+    assert!(!p.state_summary().pointers.contains_key("dev"));
+    // With the order fixed, the apply passes and reports the audit it ran.
+    p.write("models/orders.lua", &p.read("models/orders.lua").replace("(11, 3)", "(11, 2)"));
+    let v = p.apply("prod");
+    assert_eq!(violations(&v, "s.orders", REL), 0);
+    assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2);
+}
+
+fn efmesh_audit_reports_every_failure_when_an_audit_sql_errors(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/codes.lua",
+        r#"define_model {
+  name = "s.codes", kind = kind.full(), schema = { { "code", "varchar" } },
+  audits = {
+    audit.expression("CAST(code AS INTEGER) > 0"),
+    audit.not_null("code"),
+  },
+  query = "SELECT code FROM (VALUES ('1'), ('2')) AS v(code)",
+}
+"#,
+    );
+    p.apply("prod");
+    // Someone writes a code that is no number (the first audit's SQL now fails on the engine)
+    // and a NULL one (the second audit's violation).
+    let physical = physical_of(&p, "s.codes");
+    p.execute_on_engine(&format!("INSERT INTO {physical} VALUES ('x'), (NULL)"));
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["apiVersion"], 1);
+    assert_eq!(v["errors"], 1);
+    assert_eq!(v["blockingViolations"], 1);
+    let broken = result(&v, "s.codes", "expression(CAST(code AS INTEGER) > 0)");
+    assert_eq!(broken["location"], "models/codes.lua:4", "{broken:#}");
+    assert!(broken["error"].as_str().is_some_and(|e| !e.is_empty()), "{broken:#}");
+    assert_eq!(violations(&v, "s.codes", "not_null(code)"), 1);
+    let e = &run.stderr;
+    assert!(e.contains("environment `prod`: 1 blocking audit violation, 1 audit could not run"), "{e}");
+    assert!(e.contains("models/codes.lua:4: audit `expression(CAST(code AS INTEGER) > 0)` on model `s.codes` could not run"), "{e}");
+    let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
+    assert!(human.contains("✗ s.codes  expression(CAST(code AS INTEGER) > 0)  could not run (models/codes.lua:4)"), "{human}");
+    assert!(human.contains("✗ s.codes  not_null(code)  1 violating row"), "{human}");
+    assert!(human.contains("2 audits run: 0 passed, 2 failed, 0 warned"), "{human}");
+    // apply: an audit whose SQL fails stops it, naming the audit's file:line, the audit and the model.
+    p.write("models/codes.lua", &p.read("models/codes.lua").replace("('2')", "('2'), ('y')"));
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/codes.lua:4: audit `expression(CAST(code AS INTEGER) > 0)` on model `s.codes` could not run"), "{}", run.stderr);
+}
+
+#[test]
+fn a_relationships_audit_naming_an_unknown_model_is_a_load_error_at_its_use() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("models/customers.lua", &customers("(1)"));
+    p.write(
+        "models/orders.lua",
+        r#"define_model {
+  name = "s.orders", kind = kind.full(), schema = { { "customer_id", "integer" } },
+  audits = {
+    audit.relationships("customer_id", "s.customer", "id"),
+    audit.relationships("customer_id", "s.orders", "id"),
+  },
+  query = "SELECT CAST(1 AS INTEGER) AS customer_id",
+}
+"#,
+    );
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let e = &run.stdout;
+    assert!(
+        e.contains("models/orders.lua:4: model `s.orders`: audit `relationships` references unknown model `s.customer`\n  hint: did you mean `s.customers`?"),
+        "{e}"
+    );
+    assert!(e.contains("models/orders.lua:5: model `s.orders`: audit `relationships` references its own model `s.orders`"), "{e}");
+    // `cols()` stays refused in a body; a `to` that is not a model name is an error at the use.
+    p.write(
+        "models/orders.lua",
+        r#"define_audit { name = "bad", params = { "c" }, query = function(self, args) return "SELECT * FROM " .. self .. " JOIN " .. cols("s.customers") end }
+define_model {
+  name = "s.orders", kind = kind.full(), schema = { { "customer_id", "integer" } },
+  audits = { audit.bad("x"), audit.relationships("customer_id", 3) },
+  query = "SELECT CAST(1 AS INTEGER) AS customer_id",
+}
+"#,
+    );
+    let e = p.run(&["check"]).expect_code(1).stdout.clone();
+    assert!(e.contains("models/orders.lua:4: audit `bad`: `cols()` cannot be used in an audit body"), "{e}");
+    assert!(e.contains("models/orders.lua:4: audit `relationships` failed to render its SQL: `to` must be a string"), "{e}");
 }

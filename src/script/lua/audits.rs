@@ -171,7 +171,7 @@ fn resolve(lua: &Lua, st: &Rc<RefCell<State>>, name: &str, args: MultiValue, loc
         Ok(other) => return Err(reg::body_failed(&def, location, &format!("the body must return a string of SQL, got {}", other.type_name()))),
         Err(e) => return Err(reg::body_failed(&def, location, &lua_message(&e))),
     };
-    reg::finish(&def, bound, &text, location)
+    reg::finish(&def, bound, &text, &st.borrow().sites, location)
 }
 
 /// The first line of a Lua error, without mlua's `runtime error: ` prefix.

@@ -155,7 +155,7 @@ fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: V
             return Err(failed);
         }
     };
-    reg::finish(&def, bound, &text, location)
+    reg::finish(&def, bound, &text, &st.borrow().sites, location)
 }
 
 /// The innermost message of a Rhai error.
