@@ -342,7 +342,8 @@ fn evaluate_on(
 ) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
     let foreign = Arc::new(Foreign::new(root, definitions));
     let (mut outcomes, tests, mut errors) = evaluate_with(root, &foreign, audits, models, tests, threads);
-    if !definitions.is_empty() && !(audits.is_empty() && models.is_empty()) {
+    let evaluated_any = !audits.is_empty() || !models.is_empty();
+    if !definitions.is_empty() && evaluated_any {
         let twice = foreign.check();
         // The file of a second definition failed: it is not cached, so the next load checks again.
         for o in &mut outcomes {

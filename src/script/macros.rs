@@ -174,7 +174,10 @@ fn expand_from(text: &str, base: usize, caller: &dyn Caller, at: &dyn Fn(usize) 
 
 /// The arguments of a call whose `(` is just before `from`: each trimmed, with its offset in
 /// `text`; and the index of the closing `)`.
-fn split_args(text: &str, from: usize) -> Result<(Vec<(&str, usize)>, usize), String> {
+/// Arguments of a call (text, offset) and the index of its `)`.
+type Args<'a> = (Vec<(&'a str, usize)>, usize);
+
+fn split_args(text: &str, from: usize) -> Result<Args<'_>, String> {
     let b = text.as_bytes();
     let mut depth = 0usize;
     let mut args = Vec::new();
