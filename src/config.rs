@@ -8,7 +8,8 @@
 //! [project]
 //! models = ["models/**/*.{lua,rhai,sql}"]   # discovery globs (default shown)
 //! tests = ["tests/**/*.{lua,rhai}"]          # unit-test files for `efmesh test` (default shown)
-//! audits = ["audits/**/*.{lua,rhai}"]       # audit definitions, loaded first (default shown)
+//! audits = ["audits/**/*.{lua,rhai,sql}"]   # audit definitions, loaded first (default shown)
+//! macros = ["macros/**/*.{lua,rhai}"]       # macro definitions, loaded first (default shown)
 //!
 //! [engine]
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
@@ -81,11 +82,15 @@ pub struct ProjectSection {
     /// Globs selecting audit files (`define_audit`), evaluated before every model file.
     #[serde(default = "default_audit_globs")]
     pub audits: Vec<String>,
+    /// Globs selecting macro files (`define_macro`), evaluated before every model file like
+    /// audit files; their macros are called as `@name(…)` from the query of any model.
+    #[serde(default = "default_macro_globs")]
+    pub macros: Vec<String>,
 }
 
 impl Default for ProjectSection {
     fn default() -> Self {
-        Self { models: default_globs(), tests: default_test_globs(), audits: default_audit_globs() }
+        Self { models: default_globs(), tests: default_test_globs(), audits: default_audit_globs(), macros: default_macro_globs() }
     }
 }
 
@@ -94,7 +99,14 @@ fn default_test_globs() -> Vec<String> {
 }
 
 /// Default audit discovery globs.
-pub const DEFAULT_AUDIT_GLOBS: &[&str] = &["audits/**/*.{lua,rhai}"];
+pub const DEFAULT_AUDIT_GLOBS: &[&str] = &["audits/**/*.{lua,rhai,sql}"];
+
+/// Default macro discovery globs.
+pub const DEFAULT_MACRO_GLOBS: &[&str] = &["macros/**/*.{lua,rhai}"];
+
+fn default_macro_globs() -> Vec<String> {
+    DEFAULT_MACRO_GLOBS.iter().map(|s| s.to_string()).collect()
+}
 
 fn default_audit_globs() -> Vec<String> {
     DEFAULT_AUDIT_GLOBS.iter().map(|s| s.to_string()).collect()

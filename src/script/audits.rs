@@ -3,8 +3,10 @@
 //!
 //! Language-neutral: the host stores its own callable body next to each [`AuditDef`]. Lookups
 //! happen where the audit is attached, so a definition must be evaluated first: the built-ins
-//! are, and so are files matched by `[project] audits` (default `audits/**/*.{lua,rhai}`),
-//! evaluated before any model file; otherwise `require`/`import` the defining file.
+//! are, and so are files matched by `[project] audits` (default `audits/**/*.{lua,rhai,sql}`),
+//! evaluated before any model file; otherwise `require`/`import` the defining file. A name
+//! the host's own registry lacks is looked up in the other languages' definitions
+//! ([`super::foreign::Foreign::render_audit`]).
 
 use crate::core::audit::{Audit, AuditDef, AuditSql, Bound};
 use crate::core::error::did_you_mean;
@@ -48,6 +50,21 @@ impl<B: Clone> Registry<B> {
         }
         self.defs.insert(def.name.clone(), (def, body));
         Ok(())
+    }
+
+    /// Every definition, by name (built-ins included).
+    pub fn defs(&self) -> impl Iterator<Item = &AuditDef> {
+        self.defs.values().map(|(d, _)| d)
+    }
+
+    /// Every name defined.
+    pub fn names(&self) -> Vec<String> {
+        self.defs.keys().cloned().collect()
+    }
+
+    /// The definition named `name` and its body, if defined.
+    pub fn get(&self, name: &str) -> Option<(AuditDef, B)> {
+        self.defs.get(name).map(|(d, b)| (d.clone(), b.clone()))
     }
 
     /// The definition named `name` and its body.

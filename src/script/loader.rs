@@ -21,6 +21,7 @@
 mod incremental;
 pub use incremental::{Reevaluated, reevaluate};
 
+use super::foreign::Foreign;
 use super::sandbox::{FileOutcome, idle_errors};
 use super::test_spec::TestSpec;
 use crate::config::Config;
@@ -28,6 +29,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The version of the load cache's layout and key recipe: bump it whenever either changes.
 pub const CACHE_VERSION: u32 = 1;
@@ -37,9 +39,9 @@ const MAGIC: &str = "efmesh-load-cache";
 /// The files a project loads, relative to the root: audit definition files, then model files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovered {
-    /// Files matched by `project.audits`, sorted.
+    /// Definition files: those matched by `project.audits` or `project.macros`, sorted.
     pub audits: Vec<PathBuf>,
-    /// Files matched by `project.models` and not by `project.audits`, sorted.
+    /// Files matched by `project.models` and not by `project.audits` / `project.macros`, sorted.
     pub models: Vec<PathBuf>,
 }
 
@@ -49,9 +51,15 @@ impl Discovered {
     /// # Errors
     /// [`LoadErrors`] for an invalid glob or a file outside the project.
     pub fn of(config: &Config) -> Result<Discovered, LoadErrors> {
-        let mut found = super::discover_each(config, &[&config.project.audits, &config.project.models])?;
+        let mut found = super::discover_each(config, &[&config.project.audits, &config.project.macros, &config.project.models])?;
         let models = found.pop().unwrap_or_default();
-        let audits = found.pop().unwrap_or_default();
+        let macros = found.pop().unwrap_or_default();
+        let mut audits = found.pop().unwrap_or_default();
+        // Macro files are definition files like audit files: evaluated first, seen by every
+        // model file, inputs of every model file's cache key.
+        audits.extend(macros);
+        audits.sort();
+        audits.dedup();
         let audit_set: HashSet<&PathBuf> = audits.iter().collect();
         let models = models.into_iter().filter(|f| !audit_set.contains(f)).collect();
         Ok(Discovered { audits, models })
@@ -150,12 +158,31 @@ struct Work {
     other: Vec<LoadError>,
 }
 
-/// Evaluates one `.sql` model file.
-fn evaluate_sql(root: &Path, f: &Path) -> (FileOutcome, Vec<LoadError>) {
+/// Evaluates one `.sql` file: a `.sql` audit file when it is a definition file, else a model
+/// file (its `@name(…)` macro calls and its audits through `foreign`).
+fn evaluate_sql(root: &Path, f: &Path, foreign: &Foreign) -> (FileOutcome, Vec<LoadError>) {
     let mut outcome = FileOutcome { file: f.to_path_buf(), defines: true, ..FileOutcome::default() };
     let mut errors = Vec::new();
+    if foreign.is_definition(f) {
+        match fs_err::read_to_string(root.join(f)) {
+            Ok(text) => match super::sql_audit::SqlAuditDef::parse(f, &text) {
+                Ok(_) => {
+                    outcome.hashes.insert(f.to_path_buf(), *blake3::hash(text.as_bytes()).as_bytes());
+                }
+                Err(e) => {
+                    outcome.failed = true;
+                    errors.extend(e);
+                }
+            },
+            Err(e) => {
+                outcome.failed = true;
+                errors.push(LoadError::new(Some(Location { file: f.to_path_buf(), line: 0 }), None, format!("cannot read: {e}")));
+            }
+        }
+        return (outcome, errors);
+    }
     match fs_err::read_to_string(root.join(f)) {
-        Ok(text) => match super::sql_file::parse(f, &text) {
+        Ok(text) => match super::sql_file::parse_with(f, &text, Some(foreign)) {
             Ok(m) => {
                 outcome.hashes.insert(f.to_path_buf(), *blake3::hash(text.as_bytes()).as_bytes());
                 outcome.models.push(m);
@@ -176,7 +203,14 @@ fn evaluate_sql(root: &Path, f: &Path) -> (FileOutcome, Vec<LoadError>) {
 /// One loader worker: takes the next job (an index into `lua_models` then `sql_files`) until
 /// none is left. Lua jobs run in the worker's own interpreter, started (with the audit files
 /// evaluated and kept) at its first Lua job.
-fn work(root: &Path, lua_audits: &[PathBuf], lua_models: &[PathBuf], sql_files: &[PathBuf], next: &std::sync::atomic::AtomicUsize) -> Work {
+fn work(
+    root: &Path,
+    foreign: &Arc<Foreign>,
+    lua_audits: &[PathBuf],
+    lua_models: &[PathBuf],
+    sql_files: &[PathBuf],
+    next: &std::sync::atomic::AtomicUsize,
+) -> Work {
     use std::sync::atomic::Ordering;
     let mut out = Work::default();
     let mut host: Option<super::lua::LuaHost> = None;
@@ -187,6 +221,7 @@ fn work(root: &Path, lua_audits: &[PathBuf], lua_models: &[PathBuf], sql_files: 
             if host.is_none() && !no_host {
                 match super::lua::LuaHost::new(root) {
                     Ok(mut h) => {
+                        h.set_foreign(foreign.clone());
                         let outcomes: Vec<FileOutcome> = lua_audits.iter().map(|a| h.load_file(a)).collect();
                         out.audits = Some((outcomes, h.take_errors()));
                         h.keep_modules();
@@ -205,7 +240,7 @@ fn work(root: &Path, lua_audits: &[PathBuf], lua_models: &[PathBuf], sql_files: 
                 out.jobs.push((i, outcome, h.take_errors()));
             }
         } else if let Some(f) = sql_files.get(i - lua_models.len()) {
-            let (outcome, errors) = evaluate_sql(root, f);
+            let (outcome, errors) = evaluate_sql(root, f, foreign);
             out.jobs.push((i, outcome, errors));
         } else {
             break;
@@ -227,6 +262,7 @@ fn work(root: &Path, lua_audits: &[PathBuf], lua_models: &[PathBuf], sql_files: 
 #[allow(clippy::type_complexity)]
 fn evaluate_parallel(
     root: &Path,
+    foreign: &Arc<Foreign>,
     lua_audits: &[PathBuf],
     lua_models: &[PathBuf],
     sql_files: &[PathBuf],
@@ -241,10 +277,10 @@ fn evaluate_parallel(
                 std::thread::Builder::new()
                     .name(format!("efmesh-load-{k}"))
                     .stack_size(THREAD_STACK)
-                    .spawn_scoped(scope, move || tracing::dispatcher::with_default(&dispatch, || work(root, lua_audits, lua_models, sql_files, next)))
+                    .spawn_scoped(scope, move || tracing::dispatcher::with_default(&dispatch, || work(root, foreign, lua_audits, lua_models, sql_files, next)))
             })
             .collect();
-        let mut works = vec![work(root, lua_audits, lua_models, sql_files, &next)];
+        let mut works = vec![work(root, foreign, lua_audits, lua_models, sql_files, &next)];
         for h in handles {
             match h {
                 Ok(h) => works.push(h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))),
@@ -281,12 +317,54 @@ fn evaluate_parallel(
 /// Evaluates `audits`, then `models` (each in isolation), then `tests`, by language: Lua, Rhai,
 /// then `.sql` files. Without test files, the Lua model files and the `.sql` files are spread
 /// over loader threads ([`LOAD_THREADS_ENV`], [`evaluate_parallel`]) with the same result.
-fn evaluate(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf]) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
-    evaluate_on(root, audits, models, tests, load_threads())
+///
+/// `definitions` are every definition file of the project (audit and macro files): what
+/// macro calls and audits defined in another language need ([`Foreign`]), even when only some
+/// of them (`audits`) are evaluated here. Names defined in two languages are errors.
+fn evaluate(
+    root: &Path,
+    definitions: &[PathBuf],
+    audits: &[PathBuf],
+    models: &[PathBuf],
+    tests: &[PathBuf],
+) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+    evaluate_on(root, definitions, audits, models, tests, load_threads())
 }
 
 /// [`evaluate`] on at most `threads` threads.
-fn evaluate_on(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf], threads: usize) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+fn evaluate_on(
+    root: &Path,
+    definitions: &[PathBuf],
+    audits: &[PathBuf],
+    models: &[PathBuf],
+    tests: &[PathBuf],
+    threads: usize,
+) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+    let foreign = Arc::new(Foreign::new(root, definitions));
+    let (mut outcomes, tests, mut errors) = evaluate_with(root, &foreign, audits, models, tests, threads);
+    let evaluated_any = !audits.is_empty() || !models.is_empty();
+    if !definitions.is_empty() && evaluated_any {
+        let twice = foreign.check();
+        // The file of a second definition failed: it is not cached, so the next load checks again.
+        for o in &mut outcomes {
+            if twice.iter().any(|e| e.location.as_ref().is_some_and(|l| l.file == o.file)) {
+                o.failed = true;
+            }
+        }
+        errors.extend(twice);
+    }
+    (outcomes, tests, errors)
+}
+
+/// [`evaluate_on`] with the services of the definition files.
+fn evaluate_with(
+    root: &Path,
+    foreign: &Arc<Foreign>,
+    audits: &[PathBuf],
+    models: &[PathBuf],
+    tests: &[PathBuf],
+    threads: usize,
+) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
     let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
     let lua_models = pick(models, "lua");
     let sql_files: Vec<PathBuf> = audits.iter().chain(models).filter(|f| ext(f) == "sql").cloned().collect();
@@ -294,13 +372,13 @@ fn evaluate_on(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[Pat
     let lua_audits_alone = lua_models.is_empty() && audits.iter().any(|a| ext(a) == "lua");
     if !tests.is_empty() || threads <= 1 || lua_audits_alone {
         tracing::debug!("load: evaluating {} files on 1 thread", audits.len() + models.len() + tests.len());
-        return evaluate_sequential(root, audits, models, tests);
+        return evaluate_sequential(root, foreign, audits, models, tests);
     }
     tracing::debug!("load: evaluating {} files on {threads} threads", audits.len() + models.len());
-    let ((mut outcomes, mut errors), (sql_outcomes, sql_errors)) = evaluate_parallel(root, &pick(audits, "lua"), &lua_models, &sql_files, threads);
+    let ((mut outcomes, mut errors), (sql_outcomes, sql_errors)) = evaluate_parallel(root, foreign, &pick(audits, "lua"), &lua_models, &sql_files, threads);
     let (rhai_audits, rhai_models) = (pick(audits, "rhai"), pick(models, "rhai"));
     if !rhai_audits.is_empty() || !rhai_models.is_empty() {
-        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &[]);
+        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &[], Some(foreign.clone()));
         outcomes.extend(run.outcomes);
         errors.extend(run.errors);
     }
@@ -310,7 +388,13 @@ fn evaluate_on(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[Pat
 }
 
 /// [`evaluate`] on the calling thread (and the Rhai host's), one interpreter per language.
-fn evaluate_sequential(root: &Path, audits: &[PathBuf], models: &[PathBuf], tests: &[PathBuf]) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
+fn evaluate_sequential(
+    root: &Path,
+    foreign: &Arc<Foreign>,
+    audits: &[PathBuf],
+    models: &[PathBuf],
+    tests: &[PathBuf],
+) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
     let pick = |files: &[PathBuf], e: &str| files.iter().filter(|f| ext(f) == e).cloned().collect::<Vec<_>>();
     let mut outcomes = Vec::new();
     let mut tests_out = Vec::new();
@@ -319,6 +403,7 @@ fn evaluate_sequential(root: &Path, audits: &[PathBuf], models: &[PathBuf], test
     if !lua_audits.is_empty() || !lua_models.is_empty() || !lua_tests.is_empty() {
         match super::lua::LuaHost::new(root) {
             Ok(mut host) => {
+                host.set_foreign(foreign.clone());
                 for f in &lua_audits {
                     outcomes.push(host.load_file(f));
                 }
@@ -345,13 +430,13 @@ fn evaluate_sequential(root: &Path, audits: &[PathBuf], models: &[PathBuf], test
     }
     let (rhai_audits, rhai_models, rhai_tests) = (pick(audits, "rhai"), pick(models, "rhai"), pick(tests, "rhai"));
     if !rhai_audits.is_empty() || !rhai_models.is_empty() || !rhai_tests.is_empty() {
-        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &rhai_tests);
+        let run = super::rhai::run_host(root, &rhai_audits, &rhai_models, &rhai_tests, Some(foreign.clone()));
         outcomes.extend(run.outcomes);
         tests_out.extend(run.tests);
         errors.extend(run.errors);
     }
     for f in audits.iter().chain(models).filter(|f| ext(f) == "sql") {
-        let (outcome, e) = evaluate_sql(root, f);
+        let (outcome, e) = evaluate_sql(root, f, foreign);
         outcomes.push(outcome);
         errors.extend(e);
     }
@@ -440,7 +525,7 @@ pub fn load_models_and_tests(root: &Path, files: &Discovered, test_files: &[Path
     if !errors.is_empty() {
         return Err(LoadErrors(errors));
     }
-    let (outcomes, mut tests, mut errors) = evaluate(root, &files.audits, &files.models, test_files);
+    let (outcomes, mut tests, mut errors) = evaluate(root, &files.audits, &files.audits, &files.models, test_files);
     let tests_set: HashSet<&PathBuf> = test_files.iter().collect();
     let (test_outcomes, top): (Vec<&FileOutcome>, Vec<&FileOutcome>) = outcomes.iter().partition(|o| tests_set.contains(&o.file));
     tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
@@ -831,7 +916,7 @@ fn load_project_with(
     let (evaluated, errors) = if stale.is_empty() && audits.is_empty() {
         (Vec::new(), Vec::new())
     } else {
-        let (outcomes, _, errors) = evaluate(root, &audits, &stale, &[]);
+        let (outcomes, _, errors) = evaluate(root, &files.audits, &audits, &stale, &[]);
         (outcomes, errors)
     };
     after_evaluation();
@@ -1057,11 +1142,11 @@ pub(crate) mod tests {
             };
             (shown, loaded)
         };
-        let (one, one_loaded) = show(evaluate_on(root, &audits, &models, &[], 1));
+        let (one, one_loaded) = show(evaluate_on(root, &audits, &audits, &models, &[], 1));
         assert!(one.contains("boom 15") && one.contains("lib/bad.lua") && one.contains("fuul") && one.contains("fulll"), "{one}");
         assert!(one_loaded.contains("boom 15") && one_loaded.contains("fulll"), "{one_loaded}");
         for threads in [2, 3, 5] {
-            let (many, many_loaded) = show(evaluate_on(root, &audits, &models, &[], threads));
+            let (many, many_loaded) = show(evaluate_on(root, &audits, &audits, &models, &[], threads));
             assert_eq!(many, one, "{threads} threads");
             assert_eq!(many_loaded, one_loaded, "{threads} threads");
         }

@@ -29,6 +29,7 @@ mod chunk;
 
 use super::builder::{Site, Sites, build_model};
 use super::sandbox::{Definitions, FileOutcome, PrintCap, Reached};
+use crate::core::audit::Audit;
 use crate::core::fragment::{ColsSite, RefSite};
 use crate::core::{LoadError, Location, Model, ModelName};
 use mlua::{AnyUserData, Function, Lua, LuaOptions, MultiValue, StdLib, Table, UserData, Value};
@@ -166,6 +167,11 @@ struct State {
     tests: Vec<super::test_spec::TestSpec>,
     /// `define_audit` definitions (built-ins first).
     audits: super::audits::Registry<Function>,
+    /// `define_macro` definitions: name → where, and the function.
+    macros: std::collections::BTreeMap<String, (Location, Function)>,
+    /// The interpreters of the definition files of every language (macro calls, audits
+    /// defined in another language); `None` in a [`serve`]d interpreter.
+    foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
 }
 
 /// The budgets of one top-level evaluation (a file and what it requires).
@@ -522,6 +528,27 @@ impl LuaHost {
                 let j = lua_to_json(&v, 0).map_err(|e| rt(format!("`{key}`: {e}")))?;
                 spec.insert(key, j);
             }
+            // `@name(…)` macro calls, expanded before the query is parsed (errors at the call).
+            let query = match query {
+                Some(q) if super::macros::may_call(&q) => {
+                    let foreign = st.borrow().foreign.clone();
+                    match super::macros::expand(&q, foreign.as_deref(), &|_| location.clone()) {
+                        Ok(q) => Some(q),
+                        Err(errs) => {
+                            let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                            st.borrow_mut().errors.extend(errs.into_iter().map(|mut e| {
+                                e.model = name.clone();
+                                e
+                            }));
+                            return match name {
+                                Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
+                                None => Ok(Value::Nil),
+                            };
+                        }
+                    }
+                }
+                q => q,
+            };
             let mut s = st.borrow_mut();
             let built = build_model(&spec, query.as_deref(), &s.sites, location);
             match built {
@@ -555,6 +582,41 @@ impl LuaHost {
             s.printed.print(&file, line, &text);
             Ok(())
         })?;
+        // define_macro("name", function(a, b) … end): only in definition files.
+        let st = self.state.clone();
+        let define_macro = lua.create_function(move |lua, (name, f): (Value, Value)| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let mut s = st.borrow_mut();
+            if s.base_audits.is_some() {
+                return Err(rt(
+                    "`define_macro` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file",
+                ));
+            }
+            let Value::String(name) = name else {
+                return Err(rt(format!(
+                    "`define_macro` expects a name and a function, e.g. `define_macro(\"cents_to_dollars\", function(column) … end)`, got {} first",
+                    name.type_name()
+                )));
+            };
+            let name = name.to_str().map_err(|_| rt("macro names must be UTF-8"))?.to_string();
+            let Value::Function(f) = f else {
+                return Err(rt(format!("`define_macro(\"{name}\", …)` expects a function returning SQL text, got {}", f.type_name())));
+            };
+            if let Some(file) = s.stack.last().cloned() {
+                s.definitions.defining.insert(file);
+            }
+            if let Err(m) = super::foreign::check_macro_name(&name) {
+                s.errors.push(LoadError::new(Some(location), None, m));
+            } else if let Some((first, _)) = s.macros.get(&name) {
+                let e = super::foreign::duplicate_macro(&name, first, &location);
+                s.errors.push(e);
+            } else {
+                s.macros.insert(name, (location, f));
+            }
+            Ok(())
+        })?;
+        self.proto.set("define_macro", define_macro)?;
         self.proto.set("ref", ref_fn)?;
         self.proto.set("cols", cols_fn)?;
         self.proto.set("define_model", define_fn)?;
@@ -865,6 +927,61 @@ impl LuaHost {
         Ok(())
     }
 
+    /// Gives the host the interpreters of every language's definition files: `@name(…)` macro
+    /// calls in queries, and audits its own definitions lack.
+    pub fn set_foreign(&mut self, foreign: std::sync::Arc<super::foreign::Foreign>) {
+        self.state.borrow_mut().foreign = Some(foreign);
+    }
+
+    /// Runs `f` under a fresh budget (the file budget, with the watchdog, `label` naming the
+    /// file in its message), as a top-level evaluation would.
+    fn with_budget<T>(&self, label: &Path, f: impl FnOnce() -> T) -> T {
+        {
+            let watch = super::watchdog::watch(label, FILE_BUDGET);
+            self.state.borrow_mut().budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
+        }
+        let out = f();
+        self.state.borrow_mut().budget = None;
+        out
+    }
+
+    /// Runs macro `name` with `args` (strings).
+    fn call_macro(&self, name: &str, args: Vec<String>) -> Result<String, super::macros::Failure> {
+        use super::foreign::{arity_message, count};
+        use super::macros::Failure;
+        let found = self.state.borrow().macros.get(name).map(|(l, f)| (l.clone(), f.clone()));
+        let Some((at, f)) = found else { return Err(Failure::new(format!("unknown macro `@{name}`"))) };
+        let info = f.info();
+        let n = usize::from(info.num_params);
+        if args.len() < n || (args.len() > n && !info.is_vararg) {
+            let expected = if info.is_vararg { format!("at least {}", count(n)) } else { count(n) };
+            return Err(Failure::new(arity_message(name, &at, &expected, args.len())));
+        }
+        let mut values = MultiValue::new();
+        for a in &args {
+            values.push_back(Value::String(self.lua.create_string(a).map_err(|e| Failure::new(e.to_string()))?));
+        }
+        match self.with_budget(&at.file, || f.call::<Value>(values)) {
+            Ok(Value::String(s)) => {
+                s.to_str().map(|s| s.to_string()).map_err(|_| Failure::new(format!("macro `@{name}` ({at}) returned text that is not UTF-8")))
+            }
+            Ok(other) => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got {}", other.type_name()))),
+            Err(e) => Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", audits::lua_message(&e)))),
+        }
+    }
+
+    /// Renders a use of audit `name` this interpreter defines.
+    fn render_audit(
+        &self,
+        name: &str,
+        positional: Vec<serde_json::Value>,
+        named: serde_json::Map<String, serde_json::Value>,
+        location: &Location,
+    ) -> Result<Audit, LoadError> {
+        let (def, body) = self.state.borrow().audits.lookup(name, location)?;
+        self.with_budget(&location.file, || audits::render(&self.lua, &self.state, &def, &body, positional, named, location))
+    }
+
     /// The errors recorded since the last call (or since the host started): after
     /// [`LuaHost::load_file`], those of that file's evaluation.
     pub fn take_errors(&mut self) -> Vec<LoadError> {
@@ -874,6 +991,46 @@ impl LuaHost {
     /// Ends the load: every error recorded (the models are in each file's outcome).
     pub fn finish(self) -> Vec<LoadError> {
         std::mem::take(&mut self.state.borrow_mut().errors)
+    }
+}
+
+/// The Lua interpreter of [`super::foreign::Foreign`]: evaluates the Lua definition files
+/// `files` (after the built-ins), sends what they define on `init`, then answers requests until
+/// `rx` closes. Errors of the files are not reported here (the loader's own evaluation reports
+/// them); a host that cannot start sends nothing.
+pub(crate) fn serve(
+    root: &Path,
+    files: &[PathBuf],
+    init: std::sync::mpsc::Sender<super::foreign::Defs>,
+    rx: std::sync::mpsc::Receiver<super::foreign::Request>,
+) {
+    use super::foreign::{Defs, MacroInfo, Request};
+    let Ok(mut host) = LuaHost::new(root) else { return };
+    for f in files {
+        host.load_file(f);
+    }
+    host.keep_modules();
+    let _ = host.take_errors();
+    let defs = {
+        let s = host.state.borrow();
+        Defs {
+            macros: s.macros.iter().map(|(name, (location, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
+            audits: s.audits.defs().cloned().collect(),
+        }
+    };
+    if init.send(defs).is_err() {
+        return;
+    }
+    while let Ok(req) = rx.recv() {
+        match req {
+            Request::Macro { name, args, reply } => {
+                let _ = reply.send(host.call_macro(&name, args));
+            }
+            Request::Audit { name, positional, named, location, reply } => {
+                let _ = reply.send(host.render_audit(&name, positional, named, &location));
+            }
+        }
+        let _ = host.take_errors();
     }
 }
 

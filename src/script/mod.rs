@@ -6,10 +6,13 @@
 
 pub mod audits;
 pub mod builder;
+pub mod foreign;
 pub mod loader;
 pub mod lua;
+pub mod macros;
 pub mod rhai;
 pub mod sandbox;
+pub mod sql_audit;
 pub mod sql_file;
 pub mod test_spec;
 pub mod watchdog;

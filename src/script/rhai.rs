@@ -93,7 +93,7 @@ pub const MAX_COLS_ARGS: usize = 16;
 
 /// Stack of the host thread: large, so that the interpreter's recursion within the limits above
 /// (nested data being sized, copied or dropped) never reaches the guard page.
-const STACK_SIZE: usize = 256 << 20;
+pub(crate) const STACK_SIZE: usize = 256 << 20;
 /// How often (in operations) `on_progress` reads the clock: often, because one native call on
 /// data at the size limits can take milliseconds.
 const CLOCK_EVERY: u64 = 16;
@@ -157,6 +157,13 @@ struct State {
     first_modules: HashMap<PathBuf, SharedModule>,
     /// A limit an audit body hit (a system exception), to raise again at the use.
     uncaught: Option<Box<EvalAltResult>>,
+    /// `define_macro` definitions: name → where, the function and the functions of its file.
+    macros: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    /// True once model (or test) files are evaluated: `define_macro` refuses.
+    past_definitions: bool,
+    /// The interpreters of the definition files of every language (macro calls, audits
+    /// defined in another language); `None` in a [`serve`]d interpreter.
+    foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
 }
 
 impl State {
@@ -262,14 +269,14 @@ pub struct HostRun {
 /// `import` model files, seeing them as their first evaluation left them) with `define_test`
 /// available and `define_model` refused. The interpreter runs on a dedicated thread; see the
 /// module docs for the sandbox.
-pub fn run_host(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests: &[PathBuf]) -> HostRun {
+pub fn run_host(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests: &[PathBuf], foreign: Option<std::sync::Arc<super::foreign::Foreign>>) -> HostRun {
     let root = root.to_path_buf();
     let (audits, files, tests) = (audits.to_vec(), files.to_vec(), tests.to_vec());
     let dispatch = tracing::dispatcher::get_default(Clone::clone);
     let spawned = std::thread::Builder::new()
         .name("efmesh-rhai".into())
         .stack_size(STACK_SIZE)
-        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &audits, &files, &tests)));
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, || load_on_this_thread(&root, &audits, &files, &tests, foreign)));
     let fatal = |msg: String| HostRun { errors: vec![LoadError::new(None, None, msg)], ..HostRun::default() };
     match spawned {
         Err(e) => fatal(format!("cannot start the Rhai host: {e}")),
@@ -284,9 +291,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic.downcast_ref::<&str>().map(|s| (*s).to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into())
 }
 
-fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests: &[PathBuf]) -> HostRun {
+fn load_on_this_thread(
+    root: &Path,
+    audits: &[PathBuf],
+    files: &[PathBuf],
+    tests: &[PathBuf],
+    foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
+) -> HostRun {
     let refs = Refs {
-        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
+        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), foreign, ..State::default() })),
         deadline: Rc::new(Cell::new(None)),
         memory: Rc::new(MemoryGuard::new()),
     };
@@ -309,6 +322,7 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
                 // Audit definition files (and what they import) are shared by every model file.
                 shared = s.modules.keys().cloned().collect();
                 base_audits = Some(s.audits.clone());
+                s.past_definitions = true;
             }
             if testing {
                 s.testing = true;
@@ -357,6 +371,107 @@ fn load_on_this_thread(root: &Path, audits: &[PathBuf], files: &[PathBuf], tests
     drop(engine);
     let mut s = refs.state.borrow_mut();
     HostRun { outcomes, tests: std::mem::take(&mut s.tests), errors: std::mem::take(&mut s.errors) }
+}
+
+/// The Rhai interpreter of [`super::foreign::Foreign`]: evaluates the Rhai definition files
+/// `files` (after the built-ins), sends what they define on `init`, then answers requests until
+/// `rx` closes. Errors of the files are not reported here (the loader's own evaluation reports
+/// them); a host that cannot start sends nothing. Runs on a thread with [`STACK_SIZE`].
+pub(crate) fn serve(
+    root: &Path,
+    files: &[PathBuf],
+    init: std::sync::mpsc::Sender<super::foreign::Defs>,
+    rx: std::sync::mpsc::Receiver<super::foreign::Request>,
+) {
+    use super::foreign::{Defs, MacroInfo, Request};
+    let refs = Refs {
+        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
+        deadline: Rc::new(Cell::new(None)),
+        memory: Rc::new(MemoryGuard::new()),
+    };
+    let Ok(engine) = new_engine(&refs) else { return };
+    if audits::load_builtins(&engine, &refs.state).is_err() {
+        return;
+    }
+    for file in files {
+        let rel = resolver::normalize(file).unwrap_or_else(|| file.clone());
+        refs.state.borrow_mut().reached = Some(Reached::default());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = evaluate(&engine, &refs, &rel);
+        }));
+        if run.is_err() {
+            return;
+        }
+    }
+    let defs = {
+        let mut s = refs.state.borrow_mut();
+        s.past_definitions = true;
+        s.errors.clear();
+        Defs {
+            macros: s.macros.iter().map(|(name, (location, _, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
+            audits: s.audits.defs().cloned().collect(),
+        }
+    };
+    if init.send(defs).is_err() {
+        return;
+    }
+    while let Ok(req) = rx.recv() {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
+            Request::Macro { name, args, reply } => {
+                let _ = reply.send(call_macro(&engine, &refs, &name, args));
+            }
+            Request::Audit { name, positional, named, location, reply } => {
+                let found = refs.state.borrow().audits.lookup(&name, &location);
+                let out = found.and_then(|(def, body)| {
+                    with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location))
+                });
+                refs.state.borrow_mut().uncaught = None;
+                let _ = reply.send(out);
+            }
+        }));
+        if run.is_err() {
+            // The interpreter's state is unknown after a panic: stop serving (callers get an error).
+            return;
+        }
+        refs.state.borrow_mut().errors.clear();
+    }
+}
+
+/// Runs `f` under a fresh budget (the file budget, the memory guard and the watchdog, `label`
+/// naming the file), as a top-level evaluation would.
+fn with_budget<T>(refs: &Refs, label: &Path, f: impl FnOnce() -> T) -> T {
+    refs.state.borrow().tripped.set(None);
+    refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
+    refs.memory.arm(true);
+    let watch = super::watchdog::watch(label, FILE_BUDGET);
+    let out = f();
+    refs.deadline.set(None);
+    refs.memory.arm(false);
+    drop(watch);
+    out
+}
+
+/// Runs macro `name` with `args` (strings) in a [`serve`]d interpreter.
+fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Result<String, super::macros::Failure> {
+    use super::foreign::{arity_message, count};
+    use super::macros::Failure;
+    let found = refs.state.borrow().macros.get(name).cloned();
+    let Some((at, f, ast)) = found else { return Err(Failure::new(format!("unknown macro `@{name}`"))) };
+    let arity = ast.iter_functions().find(|m| m.name == f.fn_name()).map(|m| m.params.len().saturating_sub(f.curry().len()));
+    if let Some(n) = arity
+        && n != args.len()
+    {
+        return Err(Failure::new(arity_message(name, &at, &count(n), args.len())));
+    }
+    let values: Vec<Dynamic> = args.into_iter().map(|a| Dynamic::from(ImmutableString::from(a))).collect();
+    let out: Result<Dynamic, Box<EvalAltResult>> = with_budget(refs, &at.file, || f.call(engine, &ast, values));
+    match out {
+        Ok(v) => match v.read_lock::<ImmutableString>() {
+            Some(s) => Ok(s.to_string()),
+            None => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got `{}`", v.type_name()))),
+        },
+        Err(e) => Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", errors::macro_message(&e, &at.file)))),
+    }
 }
 
 /// A runtime error raised by a host function; Rhai fills in the call position.
@@ -499,6 +614,38 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     engine.register_fn("to_string", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
     engine.register_fn("to_debug", |h: &mut Handle| -> ImmutableString { format!("Model({})", h.0).into() });
 
+    // define_macro("name", |a, b| …): only in definition files.
+    let st = refs.state.clone();
+    engine.register_raw_fn("define_macro", [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
+        let location = call_site(&ctx);
+        if st.borrow().past_definitions {
+            return Err(rt("`define_macro` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file"));
+        }
+        let Some(name) = args[0].read_lock::<ImmutableString>().map(|s| s.to_string()) else {
+            return Err(rt(format!(
+                "`define_macro` expects a name and a closure, e.g. `define_macro(\"cents_to_dollars\", |column| …)`, got `{}` first",
+                args[0].type_name()
+            )));
+        };
+        let Some(f) = args[1].read_lock::<FnPtr>().map(|f| f.clone()) else {
+            return Err(rt(format!("`define_macro(\"{name}\", …)` expects a closure returning SQL text, got `{}`", args[1].type_name())));
+        };
+        let mut s = st.borrow_mut();
+        s.defines();
+        let Some(ast) = s.asts.get(&location.file).cloned() else {
+            return Err(rt("`define_macro` must be called at the top level of a file or of a function it defines"));
+        };
+        if let Err(m) = super::foreign::check_macro_name(&name) {
+            s.errors.push(LoadError::new(Some(location), None, m));
+        } else if let Some((first, _, _)) = s.macros.get(&name) {
+            let e = super::foreign::duplicate_macro(&name, first, &location);
+            s.errors.push(e);
+        } else {
+            s.macros.insert(name, (location, f, ast));
+        }
+        Ok(Dynamic::UNIT)
+    });
+
     // ref(x)
     let st = refs.state.clone();
     engine.register_raw_fn("ref", [TypeId::of::<Dynamic>()], move |ctx, args| {
@@ -554,6 +701,26 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
         if st.borrow().testing {
             return Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"));
         }
+        // `@name(…)` macro calls, expanded before the query is parsed (errors at the call).
+        let query = match query {
+            Some(q) if super::macros::may_call(&q) => {
+                let foreign = st.borrow().foreign.clone();
+                match super::macros::expand(&q, foreign.as_deref(), &|_| location.clone()) {
+                    Ok(q) => Some(q),
+                    Err(errs) => {
+                        let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                        let mut s = st.borrow_mut();
+                        s.defines();
+                        s.errors.extend(errs.into_iter().map(|mut e| {
+                            e.model = name.clone();
+                            e
+                        }));
+                        return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
+                    }
+                }
+            }
+            q => q,
+        };
         let mut s = st.borrow_mut();
         s.defines();
         match build_model(&spec, query.as_deref(), &s.sites, location) {

@@ -27,13 +27,14 @@
 //! [`super::builder::build_model`]), so the same model in any language has the same fingerprint.
 
 use super::builder::{Site, Sites, build_model};
+use super::foreign::{Foreign, Lang};
 use crate::core::error::did_you_mean;
 use crate::core::fragment::RefSite;
 use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -54,11 +55,21 @@ pub fn load(root: &Path, files: &[PathBuf]) -> Result<Vec<Model>, LoadErrors> {
     if errors.is_empty() { Ok(models) } else { Err(LoadErrors(errors)) }
 }
 
-/// Parses one `.sql` model file's text; `file` is used in locations.
+/// Parses one `.sql` model file's text; `file` is used in locations. Without macros and
+/// audit definitions (see [`parse_with`]).
 ///
 /// # Errors
 /// Every problem found, each with file:line.
 pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
+    parse_with(file, text, None)
+}
+
+/// Parses one `.sql` model file's text, expanding its `@name(…)` macro calls and resolving
+/// its `-- audits:` through `foreign`.
+///
+/// # Errors
+/// Every problem found, each with file:line.
+pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
     let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
     let mut errors = Vec::new();
     let mut header: Vec<(String, String, usize)> = Vec::new();
@@ -118,13 +129,14 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
             "name" | "description" | "target" => Ok(Value::String(value.clone())),
+            "audits" => Ok(Value::Null),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
             "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
             _ => unreachable!("keys are checked"),
         };
         match parsed {
-            Ok(v) if key != "refs" => {
+            Ok(v) if key != "refs" && key != "audits" => {
                 spec.insert(key.clone(), v);
             }
             Ok(_) => {}
@@ -192,6 +204,39 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
         rest = &rest[step..];
     }
     query.push_str(rest);
+    // `@name(…)` macro calls (the `@ref` sites are markers by now, passed through as text).
+    let query = match super::macros::expand(&query, foreign, &|off| at(body_line0 + query[..off].matches('\n').count() + 1)) {
+        Ok(q) => q,
+        Err(e) => {
+            errors.extend(e.into_iter().map(|mut e| {
+                e.model = model_name.clone();
+                e
+            }));
+            query
+        }
+    };
+    // `-- audits:` uses.
+    let mut audits = Vec::new();
+    if let Some((_, v, line)) = get("audits") {
+        for piece in split_top(v, ',').into_iter().filter(|p| !p.is_empty()) {
+            match audit_use(&piece) {
+                Ok((name, positional, named)) => {
+                    let resolved = match foreign {
+                        Some(f) => f.render_audit(&name, positional, named, &at(*line), Lang::Sql, &[]),
+                        None => Err(LoadError::new(Some(at(*line)), None, format!("audit `{name}`: no audit definitions are loaded here"))),
+                    };
+                    match resolved {
+                        Ok(a) => audits.push(a),
+                        Err(mut e) => {
+                            e.model = model_name.clone();
+                            errors.push(e);
+                        }
+                    }
+                }
+                Err(m) => errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("`audits`: {m}"))),
+            }
+        }
+    }
     for (n, line, used) in &declared {
         if !used {
             errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("ref `{n}` is declared in `refs` but never used with `@ref({n})`")));
@@ -206,7 +251,55 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    build_model(&spec, query, &sites, location)
+    let mut model = build_model(&spec, query, &sites, location)?;
+    model.audits = audits;
+    Ok(model)
+}
+
+/// One use of the `-- audits:` header: `name`, `name(a, b)` or `name(p = v, blocking = false)`
+/// (`:=` is accepted for `=`): the name, positional and named arguments.
+#[allow(clippy::type_complexity)]
+fn audit_use(piece: &str) -> Result<(String, Vec<Value>, Map<String, Value>), String> {
+    let (name, inner) = match piece.find('(') {
+        Some(p) => (piece[..p].trim(), Some(piece[p + 1..].strip_suffix(')').ok_or_else(|| format!("`{piece}`: expected `)` at the end"))?)),
+        None => (piece.trim(), None),
+    };
+    if !crate::core::name::is_identifier(name) {
+        return Err(format!("`{piece}` is not an audit use: write `name` or `name(arguments)`, e.g. `not_null(id)`"));
+    }
+    let mut positional = Vec::new();
+    let mut named = Map::new();
+    for arg in inner.map(|i| split_top(i, ',')).unwrap_or_default() {
+        if arg.is_empty() {
+            return Err(format!("audit `{name}`: an empty argument"));
+        }
+        let key = arg.split_once('=').map(|(k, v)| (k.trim().trim_end_matches(':').trim(), v)).filter(|(k, _)| crate::core::name::is_identifier(k));
+        match key {
+            Some((k, v)) => {
+                if named.insert(k.to_string(), audit_value(v)).is_some() {
+                    return Err(format!("audit `{name}`: argument `{k}` is given twice"));
+                }
+            }
+            None => positional.push(audit_value(&arg)),
+        }
+    }
+    Ok((name.to_string(), positional, named))
+}
+
+/// An audit argument: [`scalar`], with negative and decimal numbers too.
+fn audit_value(v: &str) -> Value {
+    match scalar(v) {
+        Value::String(s) if s == v.trim() => {
+            if let Ok(i) = s.parse::<i64>() {
+                Value::from(i)
+            } else if let Some(n) = s.parse::<f64>().ok().filter(|f| f.is_finite() && s.contains('.')).and_then(serde_json::Number::from_f64) {
+                Value::Number(n)
+            } else {
+                Value::String(s)
+            }
+        }
+        other => other,
+    }
 }
 
 /// Position of the next `@ref(` outside string literals and comments.

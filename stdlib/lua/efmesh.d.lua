@@ -178,3 +178,9 @@ audit = {}
 ---models `require`.
 ---@param spec efmesh.AuditSpec
 function define_audit(spec) end
+
+--- Defines a macro (only in macro files, `[project] macros`): `@name(arg, …)` in any model's
+--- query is replaced by what `fn` returns; each argument arrives as the string written.
+---@param name string
+---@param fn fun(...: string): string
+function define_macro(name, fn) end

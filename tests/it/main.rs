@@ -38,6 +38,7 @@ mod lineage;
 mod load_cache;
 mod load_errors;
 mod load_threads;
+mod macros;
 mod names;
 mod operations;
 mod pg;

@@ -620,3 +620,24 @@ fn preview_rows_0_turns_previews_off(engine: EngineBackend) {
     assert_eq!(changed_models(&line), ["raw.orders"], "{line}");
     assert!(line["previews"].as_array().expect("previews").is_empty(), "{line}");
 }
+
+/// A macro file is watched like an audit file: a save re-plans, and exactly the models whose
+/// expanded SQL changed are changed.
+#[test]
+fn a_macro_file_edit_re_plans_its_callers() {
+    let p = Project::new();
+    p.write("macros/m.lua", "define_macro(\"scaled\", function(c) return c .. \" * 2\" end)\n");
+    p.write(
+        "models/a.lua",
+        "return define_model { name = \"m.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT @scaled(3) AS x\" }\n",
+    );
+    p.write("models/b.lua", "return define_model { name = \"m.b\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 4 AS x\" }\n");
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+    p.write("macros/m.lua", "define_macro(\"scaled\", function(c) return c .. \" * 3\" end)\n");
+    let line = w.after("macros/m.lua");
+    assert_eq!(changed_models(&line), ["m.a"], "{line}");
+    assert_eq!(entry(&line, "m.a").expect("planned")["change"], "breaking", "{line}");
+}

@@ -39,7 +39,8 @@ pub struct Filter {
 impl Filter {
     /// The filter for `config`'s project.
     pub fn new(config: &Config) -> Filter {
-        let all: Vec<String> = config.project.models.iter().chain(&config.project.audits).chain(&config.project.tests).cloned().collect();
+        let all: Vec<String> =
+            config.project.models.iter().chain(&config.project.audits).chain(&config.project.macros).chain(&config.project.tests).cloned().collect();
         let globs = glob_set(&all);
         let mut files = vec![config.engine_path(), config.state_path()];
         // (With a Postgres engine or state no file is at those paths: nothing to ignore, harmless.)

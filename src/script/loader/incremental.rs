@@ -86,7 +86,7 @@ pub fn reevaluate(config: &Config, files: &Discovered, changed: &[PathBuf], cach
     }
     let langs: HashSet<&str> = stale.iter().map(|f| ext(f)).collect();
     let audits: Vec<PathBuf> = files.audits.iter().filter(|a| langs.contains(ext(a))).cloned().collect();
-    let (outcomes, _, errors) = evaluate(root, &audits, &stale, &[]);
+    let (outcomes, _, errors) = evaluate(root, &files.audits, &audits, &stale, &[]);
     let stale_set: HashSet<&Path> = stale.iter().map(PathBuf::as_path).collect();
     let evaluated: Vec<FileOutcome> = outcomes.into_iter().filter(|o| stale_set.contains(o.file.as_path())).collect();
     let ok = errors.is_empty()

@@ -131,7 +131,29 @@ fn use_audit(lua: &Lua, st: &Rc<RefCell<State>>, name: &str, args: MultiValue) -
 }
 
 fn resolve(lua: &Lua, st: &Rc<RefCell<State>>, name: &str, args: MultiValue, location: &Location) -> Result<Audit, LoadError> {
-    let (def, body) = st.borrow().audits.lookup(name, location)?;
+    let (positional, named) = arguments(name, args, location)?;
+    let found = st.borrow().audits.get(name);
+    match found {
+        Some((def, body)) => render(lua, st, &def, &body, positional, named, location),
+        None => {
+            // Defined in another language (or a `.sql` audit file), or unknown.
+            let (foreign, local) = {
+                let s = st.borrow();
+                (s.foreign.clone(), s.audits.names())
+            };
+            match foreign {
+                Some(f) => f.render_audit(name, positional, named, location, crate::script::foreign::Lang::Lua, &local),
+                None => {
+                    let found = st.borrow().audits.lookup(name, location);
+                    found.and_then(|(def, body)| render(lua, st, &def, &body, positional, named, location))
+                }
+            }
+        }
+    }
+}
+
+/// A use's Lua arguments as positional and named JSON values.
+fn arguments(name: &str, args: MultiValue, location: &Location) -> Result<(Vec<serde_json::Value>, serde_json::Map<String, serde_json::Value>), LoadError> {
     let err = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}`: {m}"));
     let mut positional = Vec::new();
     let mut named = serde_json::Map::new();
@@ -161,21 +183,36 @@ fn resolve(lua: &Lua, st: &Rc<RefCell<State>>, name: &str, args: MultiValue, loc
             }
         }
     }
-    let bound = reg::bind(&def, positional, named, location)?;
+    Ok((positional, named))
+}
+
+/// Binds a use's arguments and calls the body of `def`.
+pub(super) fn render(
+    lua: &Lua,
+    st: &Rc<RefCell<State>>,
+    def: &AuditDef,
+    body: &Function,
+    positional: Vec<serde_json::Value>,
+    named: serde_json::Map<String, serde_json::Value>,
+    location: &Location,
+) -> Result<Audit, LoadError> {
+    let name = &def.name;
+    let err = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}`: {m}"));
+    let bound = reg::bind(def, positional, named, location)?;
     let table = lua.create_table().map_err(|e| err(e.to_string()))?;
     for (k, v) in &bound.args {
         table.set(k.as_str(), json_to_lua(lua, v).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
     }
     let text = match body.call::<Value>((THIS, table)) {
         Ok(Value::String(s)) => s.to_str().map_err(|_| err("the body must return UTF-8 text".into()))?.to_string(),
-        Ok(other) => return Err(reg::body_failed(&def, location, &format!("the body must return a string of SQL, got {}", other.type_name()))),
-        Err(e) => return Err(reg::body_failed(&def, location, &lua_message(&e))),
+        Ok(other) => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got {}", other.type_name()))),
+        Err(e) => return Err(reg::body_failed(def, location, &lua_message(&e))),
     };
-    reg::finish(&def, bound, &text, &st.borrow().sites, location)
+    reg::finish(def, bound, &text, &st.borrow().sites, location)
 }
 
 /// The first line of a Lua error, without mlua's `runtime error: ` prefix.
-fn lua_message(e: &mlua::Error) -> String {
+pub(super) fn lua_message(e: &mlua::Error) -> String {
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
     first.strip_prefix("runtime error: ").unwrap_or(first).to_string()

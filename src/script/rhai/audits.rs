@@ -113,7 +113,6 @@ fn define(st: &Rc<RefCell<State>>, spec: Dynamic, location: &Location) -> Result
 }
 
 fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: Vec<Dynamic>, location: &Location) -> Result<Audit, LoadError> {
-    let (def, (body, ast)) = st.borrow().audits.lookup(name, location)?;
     let err = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}`: {m}"));
     let mut positional = Vec::new();
     let mut named = serde_json::Map::new();
@@ -130,23 +129,52 @@ fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: V
             }
         }
     }
-    let bound = reg::bind(&def, positional, named, location)?;
+    let found = st.borrow().audits.get(name);
+    if let Some((def, body)) = found {
+        return render(ctx.engine(), st, &def, &body, positional, named, location);
+    }
+    // Defined in another language (or a `.sql` audit file), or unknown.
+    let (foreign, local) = {
+        let s = st.borrow();
+        (s.foreign.clone(), s.audits.names())
+    };
+    match foreign {
+        Some(f) => f.render_audit(name, positional, named, location, crate::script::foreign::Lang::Rhai, &local),
+        None => {
+            let found = st.borrow().audits.lookup(name, location);
+            found.and_then(|(def, body)| render(ctx.engine(), st, &def, &body, positional, named, location))
+        }
+    }
+}
+
+/// Binds a use's arguments and calls the body of `def`.
+pub(super) fn render(
+    engine: &Engine,
+    st: &Rc<RefCell<State>>,
+    def: &AuditDef,
+    body: &Body,
+    positional: Vec<serde_json::Value>,
+    named: serde_json::Map<String, serde_json::Value>,
+    location: &Location,
+) -> Result<Audit, LoadError> {
+    let (body, ast) = body;
+    let bound = reg::bind(def, positional, named, location)?;
     let mut rhai_args = Map::new();
     for (k, v) in &bound.args {
         rhai_args.insert(k.as_str().into(), json_to_dynamic(v));
     }
-    let out: Result<Dynamic, Box<EvalAltResult>> = body.call(ctx.engine(), &ast, (ImmutableString::from(THIS), rhai_args));
+    let out: Result<Dynamic, Box<EvalAltResult>> = body.call(engine, ast, (ImmutableString::from(THIS), rhai_args));
     let text = match out {
         Ok(v) => match v.read_lock::<ImmutableString>() {
             Some(s) => s.to_string(),
-            None => return Err(reg::body_failed(&def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
+            None => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
         },
         Err(e) => {
             let mut leaf = &*e;
             while let EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = leaf {
                 leaf = inner;
             }
-            let failed = reg::body_failed(&def, location, &rhai_message(&e));
+            let failed = reg::body_failed(def, location, &rhai_message(&e));
             // A spent limit (operations, budget, memory, depth) ends the file, as it would outside
             // the body: the caller raises it again instead of recording it.
             if leaf.is_system_exception() {
@@ -155,7 +183,7 @@ fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: V
             return Err(failed);
         }
     };
-    reg::finish(&def, bound, &text, &st.borrow().sites, location)
+    reg::finish(def, bound, &text, &st.borrow().sites, location)
 }
 
 /// The innermost message of a Rhai error.

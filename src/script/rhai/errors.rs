@@ -175,3 +175,13 @@ fn hint(leaf: &EvalAltResult) -> Option<String> {
         _ => None,
     }
 }
+
+/// The message of an error a macro raised (evaluating `file`'s function): `file:line: message`.
+pub(super) fn macro_message(e: &EvalAltResult, file: &Path) -> String {
+    let err = eval_error(e, file);
+    let first = err.message.lines().next().unwrap_or_default();
+    match &err.location {
+        Some(l) if l.line > 0 => format!("{l}: {first}"),
+        _ => first.to_string(),
+    }
+}

@@ -1,0 +1,367 @@
+//! Calls across languages: a macro or an audit defined once — in Lua, in Rhai or (audits) in
+//! a `.sql` file — used from a model of any language.
+//!
+//! A model file is evaluated in its own language's interpreter, on a loader thread (Lua, `.sql`)
+//! or on the Rhai host's thread. A macro call (`@name(…)` in a query) or the use of an audit
+//! defined in another language needs an interpreter of *that* language holding the definition
+//! files. [`Foreign`] keeps one such interpreter per language for the length of one load, each
+//! on its own thread (interpreters are not `Send`), started the first time it is needed: it
+//! evaluates the language's definition files (`[project] audits` and `[project] macros`, the
+//! built-in audits first), then serves requests one at a time over a channel — run this
+//! macro with these arguments, render this audit use. Arguments and results cross as strings
+//! (macros) or JSON values (audit arguments: strings, numbers, booleans, lists, maps). Each
+//! request runs under its own budget (the file budget of the sandbox, with the watchdog); the
+//! interpreter has the sandbox of model files (no clock, no I/O, no randomness), so a request
+//! gives the same answer whichever thread sent it and whenever: loads stay deterministic.
+//!
+//! Every macro call goes through its language's service, also from a model of the same
+//! language (one path, one set of rules). `.sql` audit files are parsed in Rust
+//! ([`super::sql_audit`]) and rendered without an interpreter.
+
+use super::macros::{Failure, RESERVED, no_macro_hint};
+use super::sql_audit::SqlAuditDef;
+use crate::core::audit::{Audit, AuditDef};
+use crate::core::error::did_you_mean;
+use crate::core::{LoadError, Location};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Mutex, OnceLock};
+
+/// The language a definition is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lang {
+    /// A `.lua` file.
+    Lua,
+    /// A `.rhai` file.
+    Rhai,
+    /// A `.sql` file.
+    Sql,
+}
+
+impl Lang {
+    /// The language of a file, by extension.
+    pub fn of(f: &Path) -> Option<Lang> {
+        match f.extension().and_then(|e| e.to_str()) {
+            Some("lua") => Some(Lang::Lua),
+            Some("rhai") => Some(Lang::Rhai),
+            Some("sql") => Some(Lang::Sql),
+            _ => None,
+        }
+    }
+}
+
+/// A macro as its service reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MacroInfo {
+    /// Its name (without `@`).
+    pub name: String,
+    /// Where `define_macro` was called.
+    pub location: Location,
+}
+
+/// What a service's definition files define (built-in audits included).
+#[derive(Debug, Clone, Default)]
+pub struct Defs {
+    /// Macros.
+    pub macros: Vec<MacroInfo>,
+    /// Audit definitions, built-ins first.
+    pub audits: Vec<AuditDef>,
+}
+
+/// A request to a language's service.
+pub enum Request {
+    /// Run a macro; the reply is its SQL or why not.
+    Macro {
+        /// The macro.
+        name: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Where the answer goes.
+        reply: Sender<Result<String, Failure>>,
+    },
+    /// Render a use of an audit.
+    Audit {
+        /// The audit.
+        name: String,
+        /// Positional arguments.
+        positional: Vec<Value>,
+        /// Named arguments and options.
+        named: Map<String, Value>,
+        /// Where the use is written.
+        location: Location,
+        /// Where the answer goes.
+        reply: Sender<Result<Audit, LoadError>>,
+    },
+}
+
+/// One language's interpreter, on its own thread.
+struct Service {
+    tx: Mutex<Sender<Request>>,
+    defs: Defs,
+}
+
+impl Service {
+    /// Starts `serve` on a thread named `name`: it sends its [`Defs`] once its definition files
+    /// are evaluated, then answers requests until the sender is dropped.
+    fn start(name: &str, stack: usize, serve: impl FnOnce(Sender<Defs>, Receiver<Request>) + Send + 'static) -> Option<Service> {
+        let (tx, rx) = channel();
+        let (init_tx, init_rx) = channel();
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let spawned =
+            std::thread::Builder::new().name(name.into()).stack_size(stack).spawn(move || tracing::dispatcher::with_default(&dispatch, || serve(init_tx, rx)));
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the {name} thread: {e}");
+            return None;
+        }
+        match init_rx.recv() {
+            Ok(defs) => Some(Service { tx: Mutex::new(tx), defs }),
+            Err(_) => None,
+        }
+    }
+
+    fn send(&self, req: Request) -> bool {
+        self.tx.lock().map(|tx| tx.send(req).is_ok()).unwrap_or(false)
+    }
+}
+
+/// The services of one load; see the module docs.
+pub struct Foreign {
+    root: PathBuf,
+    definitions: Vec<PathBuf>,
+    lua_files: Vec<PathBuf>,
+    rhai_files: Vec<PathBuf>,
+    sql_audits: Vec<SqlAuditDef>,
+    lua: OnceLock<Option<Service>>,
+    rhai: OnceLock<Option<Service>>,
+    /// Every macro by name (the first definition of a name), with its language.
+    macros: OnceLock<BTreeMap<String, (Lang, MacroInfo)>>,
+}
+
+impl std::fmt::Debug for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Foreign")
+    }
+}
+
+impl Foreign {
+    /// The services for the project at `root` whose definition files (audit and macro files,
+    /// relative) are `definitions`. Nothing starts until needed. A `.sql` audit file that does
+    /// not parse is left out (the loader reports its errors).
+    pub fn new(root: &Path, definitions: &[PathBuf]) -> Foreign {
+        let pick = |l: Lang| definitions.iter().filter(|f| Lang::of(f) == Some(l)).cloned().collect::<Vec<_>>();
+        let sql_audits =
+            pick(Lang::Sql).iter().filter_map(|f| fs_err::read_to_string(root.join(f)).ok().and_then(|t| SqlAuditDef::parse(f, &t).ok())).collect();
+        Foreign {
+            root: root.to_path_buf(),
+            definitions: definitions.to_vec(),
+            lua_files: pick(Lang::Lua),
+            rhai_files: pick(Lang::Rhai),
+            sql_audits,
+            lua: OnceLock::new(),
+            rhai: OnceLock::new(),
+            macros: OnceLock::new(),
+        }
+    }
+
+    /// Whether `f` is one of the definition files.
+    pub fn is_definition(&self, f: &Path) -> bool {
+        self.definitions.iter().any(|d| d == f)
+    }
+
+    /// The Lua service (started on first use, also without Lua files: it holds the built-ins).
+    fn lua(&self) -> Option<&Service> {
+        self.lua
+            .get_or_init(|| {
+                let (root, files) = (self.root.clone(), self.lua_files.clone());
+                Service::start("efmesh-lua-defs", 8 << 20, move |init, rx| super::lua::serve(&root, &files, init, rx))
+            })
+            .as_ref()
+    }
+
+    /// The Rhai service (started on first use).
+    fn rhai(&self) -> Option<&Service> {
+        self.rhai
+            .get_or_init(|| {
+                let (root, files) = (self.root.clone(), self.rhai_files.clone());
+                Service::start("efmesh-rhai-defs", super::rhai::STACK_SIZE, move |init, rx| super::rhai::serve(&root, &files, init, rx))
+            })
+            .as_ref()
+    }
+
+    /// The services of the languages that have definition files.
+    fn services(&self) -> Vec<(Lang, &Service)> {
+        let mut out = Vec::new();
+        if !self.lua_files.is_empty()
+            && let Some(s) = self.lua()
+        {
+            out.push((Lang::Lua, s));
+        }
+        if !self.rhai_files.is_empty()
+            && let Some(s) = self.rhai()
+        {
+            out.push((Lang::Rhai, s));
+        }
+        out
+    }
+
+    fn macro_index(&self) -> &BTreeMap<String, (Lang, MacroInfo)> {
+        self.macros.get_or_init(|| {
+            let mut index = BTreeMap::new();
+            for (lang, s) in self.services() {
+                for m in &s.defs.macros {
+                    index.entry(m.name.clone()).or_insert_with(|| (lang, m.clone()));
+                }
+            }
+            index
+        })
+    }
+
+    /// Runs macro `name` with `args` in its language's interpreter.
+    ///
+    /// # Errors
+    /// An unknown macro (with a "did you mean"), a wrong arity, an error the macro raised, a
+    /// result that is not a string; each message names the macro and where it is defined.
+    pub fn call_macro(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
+        let index = self.macro_index();
+        let Some((lang, _)) = index.get(name) else {
+            let hint = match did_you_mean(name, index.keys().map(String::as_str)) {
+                Some(s) => format!("did you mean `@{s}`?"),
+                None => no_macro_hint(),
+            };
+            return Err(Failure { message: format!("unknown macro `@{name}`"), hint: Some(hint) });
+        };
+        let service = match lang {
+            Lang::Lua => self.lua(),
+            _ => self.rhai(),
+        };
+        let (reply, rx) = channel();
+        if !service.is_some_and(|s| s.send(Request::Macro { name: name.to_string(), args, reply })) {
+            return Err(Failure::new(format!("macro `@{name}`: its interpreter is not running")));
+        }
+        rx.recv().unwrap_or_else(|_| Err(Failure::new(format!("macro `@{name}`: its interpreter stopped"))))
+    }
+
+    /// Renders a use of audit `name` (written at `location`, in a file of language `from`,
+    /// whose own interpreter does not define it): from a `.sql` audit file, else from the
+    /// interpreter of the other language that defines it (the built-ins from Lua's).
+    /// `local` are the names the caller's own interpreter knows (for the "did you mean").
+    ///
+    /// # Errors
+    /// An unknown audit (with a "did you mean"), bad arguments, a body that failed.
+    pub fn render_audit(
+        &self,
+        name: &str,
+        positional: Vec<Value>,
+        named: Map<String, Value>,
+        location: &Location,
+        from: Lang,
+        local: &[String],
+    ) -> Result<Audit, LoadError> {
+        if let Some(def) = self.sql_audits.iter().find(|d| d.def.name == name) {
+            return def.render(positional, named, location);
+        }
+        let mut candidates: Vec<(Lang, &Service)> = Vec::new();
+        if from != Lang::Lua
+            && (from == Lang::Sql || !self.lua_files.is_empty())
+            && let Some(s) = self.lua()
+        {
+            candidates.push((Lang::Lua, s));
+        }
+        if from != Lang::Rhai
+            && !self.rhai_files.is_empty()
+            && let Some(s) = self.rhai()
+        {
+            candidates.push((Lang::Rhai, s));
+        }
+        for (_, s) in &candidates {
+            if s.defs.audits.iter().any(|d| d.name == name) {
+                let (reply, rx) = channel();
+                let req = Request::Audit { name: name.to_string(), positional, named, location: location.clone(), reply };
+                if !s.send(req) {
+                    break;
+                }
+                return rx.recv().unwrap_or_else(|_| Err(LoadError::new(Some(location.clone()), None, format!("audit `{name}`: its interpreter stopped"))));
+            }
+        }
+        let mut names: Vec<&str> = local.iter().map(String::as_str).collect();
+        names.extend(self.sql_audits.iter().map(|d| d.def.name.as_str()));
+        for (_, s) in &candidates {
+            names.extend(s.defs.audits.iter().map(|d| d.name.as_str()));
+        }
+        let mut e = LoadError::new(Some(location.clone()), None, format!("unknown audit `{name}`"));
+        e = match did_you_mean(name, names) {
+            Some(s) => e.with_hint(format!("did you mean `{s}`?")),
+            None => e.with_hint("define it with `define_audit` (Lua, Rhai) or a `.sql` audit file in `audits/` (evaluated before the models)"),
+        };
+        Err(e)
+    }
+
+    /// Names defined in two languages (macros, or audits other than the built-ins, which every
+    /// language has), each an error at the second definition naming the first. Only when
+    /// definition files of two languages at least exist (one language's own duplicates are
+    /// reported by its interpreter).
+    pub fn check(&self) -> Vec<LoadError> {
+        let langs = [!self.lua_files.is_empty(), !self.rhai_files.is_empty(), !self.sql_audits.is_empty()];
+        if langs.iter().filter(|x| **x).count() < 2 {
+            return Vec::new();
+        }
+        let builtin = |l: &Location| l.file.to_string_lossy().starts_with("efmesh:");
+        let mut macros: Vec<&MacroInfo> = Vec::new();
+        let mut audits: Vec<(&str, &Location)> = self.sql_audits.iter().map(|d| (d.def.name.as_str(), &d.def.location)).collect();
+        for (_, s) in self.services() {
+            macros.extend(&s.defs.macros);
+            audits.extend(s.defs.audits.iter().filter(|d| !builtin(&d.location)).map(|d| (d.name.as_str(), &d.location)));
+        }
+        let mut errors = Vec::new();
+        let mut twice = |what: &str, mut items: Vec<(&str, &Location)>| {
+            items.sort_by(|a, b| a.1.cmp(b.1));
+            let mut first: BTreeMap<&str, &Location> = BTreeMap::new();
+            for (name, at) in items {
+                match first.get(name) {
+                    Some(f) if Lang::of(&f.file) != Lang::of(&at.file) => errors.push(
+                        LoadError::new(Some(at.clone()), None, format!("{what} `{name}` is already defined (defined at {f})"))
+                            .with_hint(format!("give the {what} another name")),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        first.insert(name, at);
+                    }
+                }
+            }
+        };
+        twice("macro", macros.iter().map(|m| (m.name.as_str(), &m.location)).collect());
+        twice("audit", audits);
+        errors
+    }
+}
+
+/// Checks a macro definition's name: an identifier, not a name efmesh reserves after `@`.
+///
+/// # Errors
+/// The message for a load error at the definition.
+pub fn check_macro_name(name: &str) -> Result<(), String> {
+    if !crate::core::name::is_identifier(name) {
+        return Err(format!("macro name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)"));
+    }
+    if RESERVED.contains(&name) {
+        return Err(format!("`@{name}` is reserved by efmesh: a macro cannot be named `{name}`"));
+    }
+    Ok(())
+}
+
+/// The message for a call with the wrong number of arguments.
+pub fn arity_message(name: &str, at: &Location, expected: &str, got: usize) -> String {
+    format!("macro `@{name}` ({at}) takes {expected}, got {got}")
+}
+
+/// "1 argument", "2 arguments", "at least 1 argument".
+pub fn count(n: usize) -> String {
+    format!("{n} argument{}", if n == 1 { "" } else { "s" })
+}
+
+/// A duplicate macro in one language.
+pub fn duplicate_macro(name: &str, first: &Location, at: &Location) -> LoadError {
+    LoadError::new(Some(at.clone()), None, format!("macro `{name}` is already defined (defined at {first})")).with_hint("give the macro another name")
+}

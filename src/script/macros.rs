@@ -1,0 +1,270 @@
+//! Macros: `@name(arg, …)` in the query text of any model (`.sql`, Lua, Rhai) calls a function
+//! defined with `define_macro` in a macro file (`[project] macros`, default
+//! `macros/**/*.{lua,rhai}`), and is replaced by the SQL text it returns — at load time, in the
+//! sandbox, before the query is parsed. The rendered SQL is what the builder parses and what is
+//! fingerprinted: a macro edit changes exactly the models whose rendered SQL changes.
+//!
+//! This module finds the calls and splits their arguments; the call itself goes through
+//! [`super::foreign::Foreign`] to the interpreter of the macro's language.
+//!
+//! # What a macro receives
+//!
+//! Each argument is the text written between the call's top-level commas (commas inside
+//! parentheses, brackets, braces, string literals, quoted identifiers and comments do not
+//! split), with surrounding whitespace trimmed, as a string: `@m(amount, 'EUR', round(x, 2))`
+//! passes `"amount"`, `"'EUR'"` and `"round(x, 2)"`. A macro call inside an argument is expanded
+//! first (`@a(@b(x))` passes what `@b(x)` returned). `@m()` passes no argument; an empty
+//! argument (`@m(a,)`) is an error. What the macro returns (a string) replaces the call as is;
+//! it is not scanned for macro calls again.
+
+use super::foreign::Foreign;
+use crate::core::fragment::skip_literal_or_comment;
+use crate::core::{LoadError, Location};
+
+/// Names efmesh gives a meaning after `@`: never macro names.
+pub const RESERVED: &[&str] = &["ref", "start", "end", "start_date", "end_date", "this_model", "this"];
+
+/// Why a macro call failed, in words for a load error at the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// The message (naming the macro, and where it is defined when known).
+    pub message: String,
+    /// A hint (a "did you mean").
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    /// A failure without a hint.
+    pub fn new(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), hint: None }
+    }
+}
+
+/// Something that runs a macro by name with its arguments.
+pub trait Caller {
+    /// Runs macro `name` with `args`.
+    ///
+    /// # Errors
+    /// An unknown macro, a wrong arity, a macro raising an error or returning a non-string.
+    fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure>;
+}
+
+impl Caller for Foreign {
+    fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
+        self.call_macro(name, args)
+    }
+}
+
+/// No macro is defined.
+struct Nothing;
+
+impl Caller for Nothing {
+    fn call(&self, name: &str, _args: Vec<String>) -> Result<String, Failure> {
+        Err(Failure { message: format!("unknown macro `@{name}`"), hint: Some(no_macro_hint()) })
+    }
+}
+
+/// The hint for an unknown macro without a close name.
+pub fn no_macro_hint() -> String {
+    "define it with `define_macro(\"name\", function …)` in a file under `macros/` (`[project] macros`)".into()
+}
+
+/// Whether `text` may hold a macro call (a cheap test before [`expand`]).
+pub fn may_call(text: &str) -> bool {
+    memchr::memchr(b'@', text.as_bytes()).is_some()
+}
+
+/// Expands every macro call of `text`; `at(offset)` is the location of a call starting at byte
+/// `offset` of `text` (the calling file:line).
+///
+/// # Errors
+/// Every failed call (unknown macro, arity, error raised, non-string result) and every
+/// malformed call (no closing parenthesis, an empty argument), each at its call.
+pub fn expand(text: &str, foreign: Option<&Foreign>, at: &dyn Fn(usize) -> Location) -> Result<String, Vec<LoadError>> {
+    if !may_call(text) {
+        return Ok(text.to_string());
+    }
+    let caller: &dyn Caller = match foreign {
+        Some(f) => f,
+        None => &Nothing,
+    };
+    expand_with(text, caller, at)
+}
+
+/// [`expand`] with any [`Caller`].
+///
+/// # Errors
+/// As [`expand`].
+pub fn expand_with(text: &str, caller: &dyn Caller, at: &dyn Fn(usize) -> Location) -> Result<String, Vec<LoadError>> {
+    let mut errors = Vec::new();
+    let out = expand_from(text, 0, caller, at, &mut errors);
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+fn is_ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The macro name of a call starting at `i` (`@name(`), and the index of its `(`.
+fn call_head(b: &[u8], i: usize) -> Option<(usize, usize)> {
+    if b.get(i) != Some(&b'@') || !b.get(i + 1).copied().is_some_and(is_ident_start) {
+        return None;
+    }
+    if i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b'@') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < b.len() && is_ident(b[j]) {
+        j += 1;
+    }
+    (b.get(j) == Some(&b'(')).then_some((j, j))
+}
+
+fn expand_from(text: &str, base: usize, caller: &dyn Caller, at: &dyn Fn(usize) -> Location, errors: &mut Vec<LoadError>) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(end) = skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        let Some((name_end, open)) = call_head(b, i) else {
+            i += 1;
+            continue;
+        };
+        let name = &text[i + 1..name_end];
+        if RESERVED.contains(&name) {
+            i = name_end;
+            continue;
+        }
+        let (args, close) = match split_args(text, open + 1) {
+            Ok(x) => x,
+            Err(msg) => {
+                errors.push(LoadError::new(Some(at(base + i)), None, format!("macro call `@{name}(`: {msg}")));
+                return out;
+            }
+        };
+        out.push_str(&text[copied..i]);
+        let before = errors.len();
+        let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors)).collect();
+        if errors.len() == before {
+            match caller.call(name, args) {
+                Ok(sql) => out.push_str(&sql),
+                Err(f) => {
+                    let mut e = LoadError::new(Some(at(base + i)), None, f.message);
+                    if let Some(h) = f.hint {
+                        e = e.with_hint(h);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        i = close + 1;
+        copied = i;
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The arguments of a call whose `(` is just before `from`: each trimmed, with its offset in
+/// `text`; and the index of the closing `)`.
+/// Arguments of a call (text, offset) and the index of its `)`.
+type Args<'a> = (Vec<(&'a str, usize)>, usize);
+
+fn split_args(text: &str, from: usize) -> Result<Args<'_>, String> {
+    let b = text.as_bytes();
+    let mut depth = 0usize;
+    let mut args = Vec::new();
+    let mut start = from;
+    let mut i = from;
+    let piece = |s: usize, e: usize| -> (&str, usize) {
+        let raw = &text[s..e];
+        let lead = raw.len() - raw.trim_start().len();
+        (raw.trim(), s + lead)
+    };
+    while i < b.len() {
+        if let Some(end) = skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        match b[i] {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' if depth > 0 => depth -= 1,
+            b')' => {
+                let last = piece(start, i);
+                if !(args.is_empty() && last.0.is_empty()) {
+                    args.push(last);
+                }
+                if let Some(n) = args.iter().position(|(a, _)| a.is_empty()) {
+                    return Err(format!("argument {} is empty", n + 1));
+                }
+                return Ok((args, i));
+            }
+            b',' if depth == 0 => {
+                args.push(piece(start, i));
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Err("no closing `)`".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// Echoes its calls: `name[arg|arg]`; `boom` fails.
+    struct Echo;
+    impl Caller for Echo {
+        fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
+            if name == "boom" {
+                return Err(Failure::new("macro `@boom` failed"));
+            }
+            Ok(format!("{name}[{}]", args.join("|")))
+        }
+    }
+
+    fn at(off: usize) -> Location {
+        Location { file: PathBuf::from("m.sql"), line: off as u32 }
+    }
+
+    fn x(text: &str) -> Result<String, Vec<LoadError>> {
+        expand_with(text, &Echo, &at)
+    }
+
+    #[test]
+    fn arguments_split_on_top_level_commas_only() {
+        assert_eq!(x("SELECT @m(a, 'x,y', f(b, c), [1, 2], \"q,r\" /* c, d */) AS v").unwrap(), "SELECT m[a|'x,y'|f(b, c)|[1, 2]|\"q,r\" /* c, d */] AS v");
+        assert_eq!(x("@m()").unwrap(), "m[]");
+        assert_eq!(x("@m( a )").unwrap(), "m[a]");
+        assert_eq!(x("@m('it''s)', b)").unwrap(), "m['it''s)'|b]");
+    }
+
+    #[test]
+    fn nested_calls_expand_inside_out_and_reserved_names_stay() {
+        assert_eq!(x("@a(@b(x), y)").unwrap(), "a[b[x]|y]");
+        assert_eq!(x("@ref(s.t) WHERE t >= @start AND @end_date(x)").unwrap(), "@ref(s.t) WHERE t >= @start AND @end_date(x)");
+        assert_eq!(x("'@m(x)' -- @m(y)\n\"@m\"(z)").unwrap(), "'@m(x)' -- @m(y)\n\"@m\"(z)");
+        assert_eq!(x("a@m(x) @@m(y) @ m(z)").unwrap(), "a@m(x) @@m(y) @ m(z)");
+    }
+
+    #[test]
+    fn malformed_and_failed_calls_name_their_offset() {
+        let e = x("SELECT 1, @m(a,)").unwrap_err();
+        assert_eq!(e[0].location.as_ref().unwrap().line, 10);
+        assert!(e[0].message.contains("argument 2 is empty"), "{:?}", e[0]);
+        let e = x("SELECT @m(a").unwrap_err();
+        assert!(e[0].message.contains("no closing `)`"), "{:?}", e[0]);
+        let e = x("SELECT @boom(1), @boom(2)").unwrap_err();
+        assert_eq!(e.iter().map(|e| e.location.as_ref().unwrap().line).collect::<Vec<_>>(), vec![7, 17]);
+    }
+}

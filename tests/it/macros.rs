@@ -1,0 +1,262 @@
+//! Macros (issue #16, part 1) and audits usable from every language (part 2): functions
+//! defined in Lua or Rhai macro files, called as `@name(…)` from `.sql`, Lua and Rhai models;
+//! audits defined once (Lua, Rhai, `.sql` audit files) used from models of every language.
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// A project whose models may be Lua, Rhai or SQL files.
+fn project() -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+    p
+}
+
+const LUA_MACROS: &str = r#"-- money macros
+define_macro("cents_to_dollars", function(column, ...)
+  local scale = select(1, ...) or "2"
+  return ("round(%s / 100.0, %s)"):format(column, scale)
+end)
+"#;
+
+const RHAI_MACROS: &str = r#"// text macros
+define_macro("clean_text", |column| `upper(trim(${column}))`);
+"#;
+
+#[test]
+fn a_sql_model_uses_a_lua_macro_and_a_rhai_macro_and_so_do_lua_and_rhai_models() {
+    let p = project();
+    p.write("macros/money.lua", LUA_MACROS);
+    p.write("macros/text.rhai", RHAI_MACROS);
+    p.write(
+        "models/orders.sql",
+        "-- name: s.orders\n-- kind: full\n-- schema: id integer, amount decimal(10, 2), status varchar\n\
+         SELECT id, CAST(@cents_to_dollars(amount_cents) AS decimal(10, 2)) AS amount, @clean_text(status) AS status\n\
+         FROM (VALUES (1, 1250, ' paid '), (2, 99, 'open')) AS t(id, amount_cents, status)\n",
+    );
+    p.write(
+        "models/l.lua",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"d\", \"decimal(10, 1)\" }, { \"t\", \"varchar\" } },\n  query = \"SELECT CAST(@cents_to_dollars(250, 1) AS decimal(10, 1)) AS d, @clean_text(' x ') AS t\" }\n",
+    );
+    p.write(
+        "models/r.rhai",
+        "define_model(#{ name: \"s.r\", kind: kind::full(), schema: [[\"d\", \"decimal(10, 2)\"], [\"t\", \"varchar\"]],\n  query: \"SELECT CAST(@cents_to_dollars(@cents_to_dollars(1000000)) AS decimal(10, 2)) AS d, @clean_text('y') AS t\" });\n",
+    );
+    p.apply("dev");
+    assert_eq!(
+        p.rows("dev__s.orders"),
+        vec![vec![Some("1".into()), Some("12.50".into()), Some("PAID".into())], vec![Some("2".into()), Some("0.99".into()), Some("OPEN".into())]]
+    );
+    assert_eq!(p.rows("dev__s.l"), vec![vec![Some("2.5".into()), Some("X".into())]]);
+    assert_eq!(p.rows("dev__s.r"), vec![vec![Some("100.00".into()), Some("Y".into())]]);
+    // The rendered SQL is the macros' output.
+    let sql = p.run(&["render", "s.orders", "--json"]).expect_code(0).json()["sql"].as_str().unwrap().to_string();
+    assert!(sql.contains("round(amount_cents / 100.0, 2)") && sql.contains("upper(trim(status))") && !sql.contains('@'), "{sql}");
+    let sql = p.run(&["render", "s.r", "--json"]).expect_code(0).json()["sql"].as_str().unwrap().to_string();
+    assert!(sql.contains("round(round(1000000 / 100.0, 2) / 100.0, 2)"), "{sql}");
+}
+
+/// The models whose plan action is a change (not `unchanged`).
+fn changed(v: &Value) -> BTreeSet<String> {
+    actions(v).iter().filter(|a| a["change"] != "unchanged").map(|a| a["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn editing_a_macro_rebuilds_exactly_the_callers_whose_rendered_sql_changed() {
+    let p = project();
+    let macros = |scale: &str, keep: &str| {
+        format!(
+            "define_macro(\"scaled\", function(c) return c .. \" * {scale}\" end)\n\
+             define_macro(\"kept\", function(c) {keep} end)\n"
+        )
+    };
+    p.write("macros/m.lua", &macros("10", "return c .. \" + 1\""));
+    p.write("models/a.sql", "-- name: s.a\n-- kind: full\n-- schema: x integer\nSELECT @scaled(2) AS x\n");
+    p.write("models/b.lua", "define_model { name = \"s.b\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT @scaled(3) AS x\" }\n");
+    p.write("models/c.rhai", "define_model(#{ name: \"s.c\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: \"SELECT @kept(4) AS x\" });\n");
+    p.write("models/d.sql", "-- name: s.d\n-- kind: full\n-- schema: x integer\nSELECT 5 AS x\n");
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.a"), vec![vec![Some("20".into())]]);
+    // `scaled` now renders another SQL; `kept` is written differently but renders the same.
+    p.write("macros/m.lua", &macros("100", "local plus = \" + \"\n  return c .. plus .. \"1\""));
+    let v = p.plan("dev");
+    assert_eq!(changed(&v), set(&["s.a", "s.b"]), "{v:#}");
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.a"), vec![vec![Some("200".into())]]);
+    assert_eq!(p.rows("dev__s.b"), vec![vec![Some("300".into())]]);
+    assert_eq!(p.rows("dev__s.c"), vec![vec![Some("5".into())]]);
+    // An edit that changes no caller's output changes nothing.
+    p.write("macros/m.lua", &format!("-- a comment\n{}", macros("100", "return c .. ' + 1'")));
+    assert!(changed(&p.plan("dev")).is_empty());
+}
+
+const POSITIVE_LUA: &str = r#"define_audit {
+  name = "positive",
+  params = { "column" },
+  query = function(self, args)
+    return ("SELECT * FROM %s WHERE %s <= 0"):format(self, args.column)
+  end,
+}
+"#;
+
+#[test]
+fn a_lua_audit_serves_a_rhai_model_and_a_sql_model() {
+    let p = project();
+    p.write("audits/positive.lua", POSITIVE_LUA);
+    let rhai = |from: i32| {
+        format!(
+            "define_model(#{{ name: \"r.m\", kind: kind::full(), schema: [[\"x\", \"integer\"]], audits: [audit(\"positive\", \"x\"), audit(\"not_null\", \"x\")],\n  query: \"SELECT CAST(i AS INTEGER) AS x FROM generate_series({from}, 3) AS g(i)\" }});\n"
+        )
+    };
+    let sql = |from: i32| {
+        format!(
+            "-- name: q.m\n-- kind: full\n-- schema: x integer\n-- audits: positive(x), not_null(x), unique(x), accepted_range(column = x, min = -100, blocking = false)\nSELECT CAST(i AS INTEGER) AS x FROM generate_series({from}, 3) AS g(i)\n"
+        )
+    };
+    p.write("models/r.rhai", &rhai(1));
+    p.write("models/q.sql", &sql(1));
+    let v = p.apply("dev");
+    let audits = v["audits"].as_array().unwrap();
+    let ran: BTreeSet<String> =
+        audits.iter().map(|a| format!("{} {} {}", a["model"].as_str().unwrap(), a["audit"].as_str().unwrap(), a["violations"])).collect();
+    for expected in
+        ["r.m positive(x) 0", "r.m not_null(x) 0", "q.m positive(x) 0", "q.m not_null(x) 0", "q.m unique(x) 0", "q.m accepted_range(x, min = -100) 0"]
+    {
+        assert!(ran.contains(expected), "{expected} in {ran:?}");
+    }
+    // Violating rows: the apply fails naming the audit and the model, and promotes nothing.
+    p.write("models/r.rhai", &rhai(-1));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `positive(x)` on model `r.m`") && run.stderr.contains("2 violating rows"), "{}", run.stderr);
+    p.write("models/r.rhai", &rhai(1));
+    p.write("models/q.sql", &sql(0));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `positive(x)` on model `q.m`") && run.stderr.contains("1 violating row"), "{}", run.stderr);
+    assert_eq!(p.rows("dev__q.m").len(), 3, "the served data is the clean version");
+}
+
+#[test]
+fn a_sql_audit_file_serves_a_lua_model_and_a_rhai_model() {
+    let p = project();
+    p.write(
+        "audits/at_most.sql",
+        "-- name: at_most\n-- params: column, limit\n-- scope: whole\n-- description: rows above the limit\nSELECT *\nFROM @this_model\nWHERE @column > @limit\n",
+    );
+    let lua = |to: i32| {
+        format!(
+            "define_model {{ name = \"l.m\", kind = kind.full(), schema = {{ {{ \"x\", \"integer\" }} }}, audits = {{ audit.at_most(\"x\", 10) }},\n  query = \"SELECT CAST(i AS INTEGER) AS x FROM generate_series(1, {to}) AS g(i)\" }}\n"
+        )
+    };
+    p.write("models/l.lua", &lua(10));
+    p.write(
+        "models/r.rhai",
+        "define_model(#{ name: \"r.m\", kind: kind::full(), schema: [[\"x\", \"integer\"]], audits: [audit(\"at_most\", #{ column: \"x\", limit: 2, blocking: false })],\n  query: \"SELECT CAST(i AS INTEGER) AS x FROM generate_series(1, 3) AS g(i)\" });\n",
+    );
+    let v = p.apply("dev");
+    let by = |model: &str| v["audits"].as_array().unwrap().iter().find(|a| a["model"] == model).unwrap().clone();
+    assert_eq!((by("l.m")["audit"].as_str(), by("l.m")["violations"].as_u64(), by("l.m")["scope"].as_str()), (Some("at_most(x, 10)"), Some(0), Some("whole")));
+    assert_eq!((by("r.m")["violations"].as_u64(), by("r.m")["blocking"].as_bool()), (Some(1), Some(false)));
+    p.write("models/l.lua", &lua(12));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `at_most(x, 10)` on model `l.m`") && run.stderr.contains("2 violating rows"), "{}", run.stderr);
+}
+
+#[test]
+fn load_errors_name_the_calling_file_and_line_and_the_macro() {
+    let p = project();
+    p.write("audits/positive.lua", POSITIVE_LUA);
+    p.write(
+        "macros/money.lua",
+        &format!(
+            "{LUA_MACROS}define_macro(\"explode\", function(c)\n  error(\"cannot explode \" .. c)\nend)\ndefine_macro(\"number\", function() return 42 end)\n"
+        ),
+    );
+    p.write("macros/text.rhai", RHAI_MACROS);
+    p.write("models/ok.sql", "-- name: s.ok\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x\n");
+    p.write(
+        "models/bad.sql",
+        "-- name: s.bad\n-- kind: full\n-- schema: a decimal, b varchar, c integer, d integer, e integer\n-- audits: postive(a)\n\
+         SELECT @cent_to_dollars(x) AS a,\n  @explode(y) AS b,\n  @clean_text(p, q) AS c, @number(1) AS d,\n  @number() AS e\nFROM t\n",
+    );
+    p.write(
+        "models/bad.lua",
+        "local x = 1\ndefine_model { name = \"s.badl\", kind = kind.full(), schema = { { \"x\", \"varchar\" } }, query = \"SELECT @clean_txt(x) AS x\" }\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    for expected in [
+        "models/bad.sql:4: model `s.bad`: unknown audit `postive`",
+        "did you mean `positive`?",
+        "models/bad.sql:5: model `s.bad`: unknown macro `@cent_to_dollars`",
+        "did you mean `@cents_to_dollars`?",
+        "models/bad.sql:6: model `s.bad`: macro `@explode` (macros/money.lua:6) failed: macros/money.lua:7: cannot explode y",
+        "models/bad.sql:7: model `s.bad`: macro `@clean_text` (macros/text.rhai:2) takes 1 argument, got 2",
+        "models/bad.sql:7: model `s.bad`: macro `@number` (macros/money.lua:9) takes 0 arguments, got 1",
+        "models/bad.sql:8: model `s.bad`: macro `@number` (macros/money.lua:9) must return a string of SQL, got integer",
+        "models/bad.lua:2: model `s.badl`: unknown macro `@clean_txt`",
+        "did you mean `@clean_text`?",
+    ] {
+        assert!(err.contains(expected), "`{expected}` in:\n{err}");
+    }
+}
+
+#[test]
+fn macro_definitions_are_checked() {
+    let p = project();
+    p.write("macros/a.lua", "define_macro(\"ref\", function(x) return x end)\ndefine_macro(\"twice\", function(x) return x end)\n");
+    p.write("macros/b.rhai", "define_macro(\"twice\", |x| x);\n");
+    p.write("models/m.lua", "define_macro(\"late\", function(x) return x end)\n");
+    p.write("models/ok.sql", "-- name: s.ok\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x\n");
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    for expected in [
+        "macros/a.lua:1: `@ref` is reserved by efmesh: a macro cannot be named `ref`",
+        "macros/b.rhai:1: macro `twice` is already defined (defined at macros/a.lua:2)",
+        "models/m.lua:1: runtime error: `define_macro` belongs in macro files",
+    ] {
+        assert!(err.contains(expected), "`{expected}` in:\n{err}");
+    }
+}
+
+/// The README's jaffle-style example, as written there: a `.sql` staging model using a Lua
+/// macro, built-in audits and a `.sql` audit file.
+#[test]
+fn the_readme_staging_example_builds_and_its_audits_fire() {
+    let p = project();
+    let readme = fs_err::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = |first_line: &str| -> String {
+        let start = readme
+            .find(&format!("```{}\n{first_line}\n", if first_line.starts_with("-- macros") { "lua" } else { "sql" }))
+            .unwrap_or_else(|| panic!("no README block {first_line}"));
+        let body = &readme[start..];
+        let body = &body[body.find('\n').unwrap() + 1..];
+        body[..body.find("```").unwrap()].to_string()
+    };
+    p.write("macros/money.lua", &block("-- macros/money.lua"));
+    p.write("audits/positive.sql", &block("-- audits/positive.sql"));
+    p.write("models/staging/stg_payments.sql", &block("-- models/staging/stg_payments.sql"));
+    p.write(
+        "models/raw.sql",
+        "-- name: raw.payments\n-- kind: external(path = data/payments.csv)\n-- schema: id integer, order_id integer, payment_method varchar, amount integer\n",
+    );
+    p.write("data/payments.csv", "id,order_id,payment_method,amount\n1,1,credit_card,1000\n2,2,coupon,250\n");
+    let v = p.apply("dev");
+    assert_eq!(v["audits"].as_array().unwrap().len(), 4, "{v:#}");
+    assert_eq!(
+        p.rows("dev__stg.payments"),
+        vec![
+            vec![Some("1".into()), Some("1".into()), Some("credit_card".into()), Some("10.00".into())],
+            vec![Some("2".into()), Some("2".into()), Some("coupon".into()), Some("2.50".into())]
+        ]
+    );
+    p.write("data/payments.csv", "id,order_id,payment_method,amount\n1,1,credit_card,1000\n2,2,coupon,-250\n");
+    let run = p.run(&["audit", "dev"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("positive(amount)") && run.stdout.contains("1 violating row"), "{}", run.stdout);
+}
