@@ -36,6 +36,7 @@ mod lineage;
 mod load_cache;
 mod load_errors;
 mod load_threads;
+mod model_schedule;
 mod names;
 mod operations;
 mod pg;
