@@ -101,7 +101,8 @@ pub fn file_interval(name: &str, grain: Grain) -> Option<Interval> {
         _ => return None,
     };
     let start = interval::parse_instant(&text).ok()?;
-    (interval_file(start, grain) == name).then(|| Interval::new(start, grain.next(start)))
+    // Only a file named by an aligned start (a week's Monday, a quarter's :00/:15/:30/:45).
+    (grain.floor(start) == start && interval_file(start, grain) == name).then(|| Interval::new(start, grain.next(start)))
 }
 
 /// One file of a version, as the manifest lists it.

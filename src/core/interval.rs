@@ -384,8 +384,16 @@ mod tests {
         // Before the epoch too (1969-12-29 was a Monday).
         assert_eq!(Grain::Week.floor(t("1970-01-01")), t("1969-12-29"));
         assert_eq!(Grain::Week.next(t("2025-12-29")), t("2026-01-05"));
+        // On Tuesday 2026-01-20 the week of Monday the 12th has ended, the 19th's has not.
         let w = wanted(t("2026-01-01"), None, Grain::Week, t("2026-01-20T08:00:00Z"));
-        assert_eq!(w, vec![Interval::new(t("2025-12-29"), t("2026-01-05")), Interval::new(t("2026-01-05"), t("2026-01-12"))]);
+        assert_eq!(
+            w,
+            vec![
+                Interval::new(t("2025-12-29"), t("2026-01-05")),
+                Interval::new(t("2026-01-05"), t("2026-01-12")),
+                Interval::new(t("2026-01-12"), t("2026-01-19"))
+            ]
+        );
         assert_eq!(Grain::Week.count(t("2025-12-29"), t("2026-01-12")), 2);
     }
 
