@@ -84,8 +84,8 @@ impl VersionDir {
     }
 }
 
-/// The file name of the grain interval starting at `start`: `YYYY-MM-DD.parquet` (day) or
-/// `YYYY-MM-DDTHH.parquet` (hour), UTC; no `:` so it is safe on every filesystem.
+/// The file name of the grain interval starting at `start`
+/// ([`crate::plan::integrity::lake_interval_file`]).
 pub fn interval_file(start: Millis, grain: Grain) -> String {
     crate::plan::integrity::lake_interval_file(start, grain)
 }
@@ -94,12 +94,15 @@ pub fn interval_file(start: Millis, grain: Grain) -> String {
 pub fn file_interval(name: &str, grain: Grain) -> Option<Interval> {
     let stem = name.strip_suffix(".parquet")?;
     let text = match (grain, stem.len()) {
-        (Grain::Day, 10) => stem.to_string(),
+        (Grain::Day | Grain::Week, 10) => stem.to_string(),
         (Grain::Hour, 13) => format!("{stem}:00:00Z"),
+        (Grain::FiveMinute | Grain::QuarterHour, 16) => format!("{}:{}:00Z", stem.get(..13)?, stem.get(14..)?),
+        (Grain::Month, 7) => format!("{stem}-01"),
         _ => return None,
     };
     let start = interval::parse_instant(&text).ok()?;
-    (interval_file(start, grain) == name).then(|| Interval::new(start, start + grain.millis()))
+    // Only a file named by an aligned start (a week's Monday, a quarter's :00/:15/:30/:45).
+    (grain.floor(start) == start && interval_file(start, grain) == name).then(|| Interval::new(start, grain.next(start)))
 }
 
 /// One file of a version, as the manifest lists it.
@@ -436,5 +439,17 @@ mod tests {
         assert_eq!(file_interval("data.parquet", Grain::Day), None);
         assert_eq!(file_interval("2026-03-04.parquet.tmp", Grain::Day), None);
         assert_eq!(file_interval("2026-02-30.parquet", Grain::Day), None);
+        let q = interval::parse_instant("2026-03-04T05:45:00Z").unwrap();
+        assert_eq!(interval_file(q, Grain::QuarterHour), "2026-03-04T05-45.parquet");
+        assert_eq!(file_interval("2026-03-04T05-45.parquet", Grain::QuarterHour), Some(Interval::new(q, q + 900_000)));
+        assert_eq!(file_interval("2026-03-04T05-40.parquet", Grain::QuarterHour), None);
+        assert_eq!(file_interval("2026-03-04T05-40.parquet", Grain::FiveMinute), Some(Interval::new(q - 300_000, q)));
+        let m = interval::parse_instant("2024-02-01").unwrap();
+        assert_eq!(interval_file(m, Grain::Month), "2024-02.parquet");
+        assert_eq!(file_interval("2024-02.parquet", Grain::Month), Some(Interval::new(m, interval::parse_instant("2024-03-01").unwrap())));
+        // A week file is named by its Monday; another day is not a week file.
+        let w = interval::parse_instant("2026-03-02").unwrap();
+        assert_eq!(file_interval("2026-03-02.parquet", Grain::Week), Some(Interval::new(w, w + 7 * 86_400_000)));
+        assert_eq!(file_interval("2026-03-04.parquet", Grain::Week), None);
     }
 }

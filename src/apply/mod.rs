@@ -473,12 +473,8 @@ fn execute_recorded(
             let name = action.name.to_string();
             let lost: BTreeSet<i64> = repair.lost_files.iter().map(|i| i.start).collect();
             for fp in &repair.ledger_reset {
-                let gone: Vec<Interval> = state
-                    .done_intervals(&name, fp.as_str())?
-                    .into_iter()
-                    .filter(|s| lost.contains(s))
-                    .map(|s| Interval::new(s, s + t.grain.millis()))
-                    .collect();
+                let gone: Vec<Interval> =
+                    state.done_intervals(&name, fp.as_str())?.into_iter().filter(|s| lost.contains(s)).map(|s| Interval::new(s, t.grain.next(s))).collect();
                 state.mark_intervals(&name, fp.as_str(), &gone, IntervalStatus::Failed, interval::now_millis())?;
             }
         }
@@ -542,7 +538,7 @@ fn execute_recorded(
         }
         if let Some(t) = model.kind.time_range() {
             let done: Vec<Interval> =
-                state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
+                state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, t.grain.next(s))).collect();
             state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &done, IntervalStatus::Done, interval::now_millis())?;
         }
     }
@@ -1138,7 +1134,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             // in between still recomputes them.
             let name = action.name.to_string();
             for fp in &repair.ledger_reset {
-                let lost: Vec<Interval> = state.done_intervals(&name, fp.as_str())?.into_iter().map(|s| Interval::new(s, s + t.grain.millis())).collect();
+                let lost: Vec<Interval> = state.done_intervals(&name, fp.as_str())?.into_iter().map(|s| Interval::new(s, t.grain.next(s))).collect();
                 state.mark_intervals(&name, fp.as_str(), &lost, IntervalStatus::Failed, interval::now_millis())?;
             }
         }

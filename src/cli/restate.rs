@@ -35,12 +35,9 @@ pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &
     }
     bail!(
         "--{which} {text} is not aligned to the {} grain of `{model}`; the nearest valid bounds are {} and {}",
-        match grain {
-            Grain::Day => "day",
-            Grain::Hour => "hour",
-        },
+        grain.as_str(),
         to_iso(floor),
-        to_iso(floor + grain.millis())
+        to_iso(grain.next(floor))
     )
 }
 
@@ -104,7 +101,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         let Some(fp) = pointers.get(&n.to_string()) else { continue };
         match &m.kind {
             Kind::IncrementalByTimeRange(tr) => {
-                let (f, e) = (tr.grain.floor(from), tr.grain.floor(to - 1) + tr.grain.millis());
+                let (f, e) = (tr.grain.floor(from), tr.grain.next(to - 1));
                 targets.push((n.to_string(), fp.clone(), f, e));
             }
             Kind::Full | Kind::View => rebuilt.push(n.to_string()),

@@ -24,8 +24,14 @@ struct Lag {
     model: String,
     grain: &'static str,
     done_up_to: Option<Millis>,
-    /// Complete grain intervals between the newest done one and now.
+    /// Due grain intervals (ended by the model's last cron tick, or by now without a cron)
+    /// after the newest done one: the model is late when it is above 0.
     behind: i64,
+    /// The model's cron, if it has one.
+    cron: Option<String>,
+    /// When the next interval becomes due: the first cron tick after now that has an interval
+    /// to hand over (without a cron: the end of the current grain interval).
+    next_due: Option<Millis>,
     /// Intervals recorded failed.
     failed: usize,
 }
@@ -51,10 +57,21 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         let model = ModelName::parse(name).ok().and_then(|n| project.dag.get(&n).cloned());
         match model.as_ref().and_then(|m| m.kind.time_range().cloned()) {
             Some(t) if !matches!(model.as_ref().map(|m| &m.kind), Some(Kind::External(_))) => {
-                let horizon = t.end.map_or(t.grain.floor(now), |e| e.min(t.grain.floor(now)));
+                // Only due intervals count: those ended by the model's last cron tick.
+                let m = model.as_ref().expect("a time-range kind comes from a model");
+                let due = t.grain.floor(m.due_at(now));
+                let horizon = t.end.map_or(due, |e| e.min(due));
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
-                let behind = ((horizon - from) / t.grain.millis()).max(0);
-                lags.push(Lag { model: name.clone(), grain: grain_name(t.grain), done_up_to: stats.done_up_to, behind, failed: stats.failed });
+                let behind = t.grain.count(from, horizon).max(0);
+                lags.push(Lag {
+                    model: name.clone(),
+                    grain: grain_name(t.grain),
+                    done_up_to: stats.done_up_to,
+                    behind,
+                    failed: stats.failed,
+                    cron: m.cron.clone(),
+                    next_due: next_due(m, t.grain, now),
+                });
             }
             _ if stats.failed > 0 => failed_other.push((name.clone(), stats.failed)),
             _ => {}
@@ -103,6 +120,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "grain": l.grain,
                 "doneUpTo": l.done_up_to.map(to_iso),
                 "behind": l.behind,
+                "late": l.behind > 0,
+                "cron": l.cron,
+                "nextDueAt": l.next_due.map(to_iso),
                 "failed": l.failed,
             })).collect::<Vec<_>>(),
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
@@ -138,10 +158,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         for l in &lags {
             let up_to = l.done_up_to.map_or("—".to_string(), to_iso);
+            let schedule = match (&l.cron, l.next_due) {
+                (Some(c), Some(n)) => format!(" (cron `{c}`, next due {})", to_iso(n)),
+                (Some(c), None) => format!(" (cron `{c}`)"),
+                _ => String::new(),
+            };
             if l.behind == 0 {
-                text.push_str(&format!("  ✓ {}  caught up to {up_to}\n", l.model));
+                text.push_str(&format!("  ✓ {}  caught up to {up_to}{schedule}\n", l.model));
             } else {
-                text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}\n", l.model, l.behind, l.grain));
+                text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}{schedule}\n", l.model, l.behind, l.grain));
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
@@ -179,11 +204,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     Ok(if check && !healthy { Exit::Error } else { Exit::Success })
 }
 
-fn grain_name(g: crate::core::interval::Grain) -> &'static str {
-    match g {
-        crate::core::interval::Grain::Day => "day",
-        crate::core::interval::Grain::Hour => "hour",
+/// The first instant after `now` at which a new interval of `model` becomes due: its first cron
+/// tick past the end of the current grain interval's predecessor (a tick that hands over
+/// nothing new is skipped), or the end of the current grain interval without a cron.
+fn next_due(model: &crate::core::Model, grain: crate::core::interval::Grain, now: Millis) -> Option<Millis> {
+    let next_end = grain.next(now);
+    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Some(next_end) };
+    // The next tick at or after the end of the interval running now.
+    let due_floor = grain.floor(model.due_at(now));
+    let mut t = now;
+    for _ in 0..10_000 {
+        t = crate::core::cron::next_tick(&cron, t)?;
+        if grain.floor(t) > due_floor {
+            return Some(t);
+        }
     }
+    None
+}
+
+fn grain_name(g: crate::core::interval::Grain) -> &'static str {
+    g.as_str()
 }
 
 /// The newest tick of `env` whose outcome is `processed`, `nothing-due` or `error`: the first

@@ -340,7 +340,7 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if t.batch_size == 0 {
                 errors.push(err("`batch_size` must be at least 1".into()));
             }
-            if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) && t.grain.millis() < super::interval::Grain::Day.millis()
+            if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) && matches!(t.grain, super::interval::Grain::FiveMinute | super::interval::Grain::QuarterHour | super::interval::Grain::Hour)
             {
                 errors.push(
                     err(format!("time column `{}` is a `date`, but the grain `{}` is finer than a day", t.time_column, t.grain.as_str()))

@@ -15,45 +15,154 @@ use std::collections::BTreeSet;
 /// Milliseconds since 1970-01-01T00:00:00Z.
 pub type Millis = i64;
 
-/// Width of one interval of a time-range model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
-#[serde(rename_all = "lowercase")]
+/// Width of one interval of a time-range model. Every grain is aligned in UTC: minutes and hours
+/// on the clock, days on midnight, weeks on Monday midnight (ISO weeks), months on the first day
+/// of the month at midnight. Month intervals have unequal lengths (28 to 31 days), so interval
+/// arithmetic goes through [`Grain::next`] and [`Grain::add`], never a fixed width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
 pub enum Grain {
-    /// 86 400 000 ms, aligned on UTC midnight.
-    Day,
+    /// 5 minutes (`5m`, `five_minute`), aligned on the UTC clock.
+    FiveMinute,
+    /// 15 minutes (`15m`, `quarter_hour`), aligned on the UTC clock.
+    QuarterHour,
     /// 3 600 000 ms, aligned on UTC hours.
     Hour,
+    /// 86 400 000 ms, aligned on UTC midnight.
+    Day,
+    /// 7 days, aligned on Monday 00:00 UTC (ISO 8601 weeks).
+    Week,
+    /// A calendar month (28 to 31 days), aligned on the 1st at 00:00 UTC.
+    Month,
 }
 
+const MINUTE_MS: Millis = 60_000;
+const DAY_MS: Millis = 86_400_000;
+/// 1970-01-01 was a Thursday: Monday-aligned weeks are offset by 3 days from the epoch.
+const WEEK_OFFSET_MS: Millis = 3 * DAY_MS;
+
 impl Grain {
-    /// Width in milliseconds.
-    pub fn millis(self) -> Millis {
+    /// Every grain, finest first.
+    pub const ALL: [Grain; 6] = [Grain::FiveMinute, Grain::QuarterHour, Grain::Hour, Grain::Day, Grain::Week, Grain::Month];
+
+    /// Width in milliseconds of a fixed-width grain; `None` for `month`.
+    pub fn fixed_millis(self) -> Option<Millis> {
         match self {
-            Grain::Day => 86_400_000,
-            Grain::Hour => 3_600_000,
+            Grain::FiveMinute => Some(5 * MINUTE_MS),
+            Grain::QuarterHour => Some(15 * MINUTE_MS),
+            Grain::Hour => Some(60 * MINUTE_MS),
+            Grain::Day => Some(DAY_MS),
+            Grain::Week => Some(7 * DAY_MS),
+            Grain::Month => None,
         }
+    }
+
+    /// The shortest interval of this grain, in milliseconds (28 days for `month`).
+    pub fn min_millis(self) -> Millis {
+        self.fixed_millis().unwrap_or(28 * DAY_MS)
     }
 
     /// Largest aligned instant `<= t`.
     pub fn floor(self, t: Millis) -> Millis {
-        t.div_euclid(self.millis()) * self.millis()
+        match self {
+            Grain::Week => {
+                let w = 7 * DAY_MS;
+                (t + WEEK_OFFSET_MS).div_euclid(w) * w - WEEK_OFFSET_MS
+            }
+            Grain::Month => {
+                let (y, m) = year_month(t);
+                month_start(y, m)
+            }
+            g => {
+                let w = g.min_millis();
+                t.div_euclid(w) * w
+            }
+        }
     }
 
-    /// Parses `day` or `hour`.
+    /// The start of the interval after the one holding `t` (for an aligned `t`, the end of the
+    /// interval starting at `t`).
+    pub fn next(self, t: Millis) -> Millis {
+        self.add(t, 1)
+    }
+
+    /// The start of the interval `n` intervals after the one holding `t` (`n` may be negative).
+    /// Saturates at the ends of the representable range.
+    pub fn add(self, t: Millis, n: i64) -> Millis {
+        let base = self.floor(t);
+        match self.fixed_millis() {
+            Some(w) => base.saturating_add(w.saturating_mul(n)),
+            None => {
+                let (y, m) = year_month(base);
+                let index = y * 12 + (m - 1) + n;
+                month_start(index.div_euclid(12), index.rem_euclid(12) + 1)
+            }
+        }
+    }
+
+    /// How many whole intervals of this grain lie between the aligned instants `from` and `to`
+    /// (negative when `to < from`).
+    pub fn count(self, from: Millis, to: Millis) -> i64 {
+        match self.fixed_millis() {
+            Some(w) => (self.floor(to) - self.floor(from)) / w,
+            None => {
+                let (fy, fm) = year_month(from);
+                let (ty, tm) = year_month(to);
+                (ty * 12 + tm) - (fy * 12 + fm)
+            }
+        }
+    }
+
+    /// Parses a grain: `5m`/`five_minute`, `15m`/`quarter_hour`, `hour`, `day`, `week`, `month`.
     pub fn parse(s: &str) -> Option<Grain> {
         match s {
-            "day" => Some(Grain::Day),
+            "5m" | "five_minute" => Some(Grain::FiveMinute),
+            "15m" | "quarter_hour" => Some(Grain::QuarterHour),
             "hour" => Some(Grain::Hour),
+            "day" => Some(Grain::Day),
+            "week" => Some(Grain::Week),
+            "month" => Some(Grain::Month),
             _ => None,
         }
     }
 
-    /// `day` or `hour`.
+    /// The canonical name: `five_minute`, `quarter_hour`, `hour`, `day`, `week` or `month` (what
+    /// the fingerprint, the JSON reports and `no_gaps` see).
     pub fn as_str(self) -> &'static str {
         match self {
-            Grain::Day => "day",
+            Grain::FiveMinute => "five_minute",
+            Grain::QuarterHour => "quarter_hour",
             Grain::Hour => "hour",
+            Grain::Day => "day",
+            Grain::Week => "week",
+            Grain::Month => "month",
         }
+    }
+
+    /// The spellings [`Grain::parse`] accepts, for error messages.
+    pub const EXPECTED: &'static str = "`5m` (five_minute), `15m` (quarter_hour), `hour`, `day`, `week` or `month`";
+}
+
+/// The UTC year and month (1-12) of `t`.
+fn year_month(t: Millis) -> (i64, i64) {
+    match jiff::Timestamp::from_millisecond(t) {
+        Ok(ts) => {
+            let d = jiff::tz::Offset::UTC.to_datetime(ts).date();
+            (i64::from(d.year()), i64::from(d.month()))
+        }
+        // Out of jiff's range: clamp to its ends.
+        Err(_) if t < 0 => (-9999, 1),
+        Err(_) => (9999, 12),
+    }
+}
+
+/// `YYYY-MM-01T00:00:00Z` in milliseconds; saturates outside jiff's range.
+fn month_start(y: i64, m: i64) -> Millis {
+    let date = i16::try_from(y).ok().and_then(|y| jiff::civil::Date::new(y, i8::try_from(m).ok()?, 1).ok());
+    match date.and_then(|d| jiff::tz::TimeZone::UTC.to_timestamp(d.to_datetime(jiff::civil::Time::midnight())).ok()) {
+        Some(ts) => ts.as_millisecond(),
+        None if y < 0 => Millis::MIN,
+        None => Millis::MAX,
     }
 }
 
@@ -74,12 +183,12 @@ impl Interval {
 
     /// The grain-sized pieces of this range (it must be aligned on `grain`).
     pub fn split(self, grain: Grain) -> Vec<Interval> {
-        let g = grain.millis();
         let mut out = Vec::new();
         let mut t = self.start;
         while t < self.end {
-            out.push(Interval::new(t, (t + g).min(self.end)));
-            t += g;
+            let next = grain.next(t);
+            out.push(Interval::new(t, next.min(self.end)));
+            t = next;
         }
         out
     }
@@ -105,13 +214,16 @@ impl Serialize for Interval {
 /// intervals that have fully ended (`end <= floor(now)`), and, when `until` is set, only those
 /// starting before `until`.
 pub fn wanted(start: Millis, until: Option<Millis>, grain: Grain, now: Millis) -> Vec<Interval> {
-    let g = grain.millis();
     let limit = grain.floor(now);
     let mut out = Vec::new();
     let mut t = grain.floor(start);
-    while t + g <= limit && until.is_none_or(|u| t < u) {
-        out.push(Interval::new(t, t + g));
-        t += g;
+    loop {
+        let next = grain.next(t);
+        if next > limit || next <= t || until.is_some_and(|u| t >= u) {
+            break;
+        }
+        out.push(Interval::new(t, next));
+        t = next;
     }
     out
 }
@@ -147,13 +259,17 @@ pub fn merge(intervals: &[Interval]) -> Vec<Interval> {
 /// Cuts each merged range into consecutive batches of at most `batch_size` grain steps (the last
 /// batch of a range may be shorter). `batch_size` of 0 is treated as 1.
 pub fn batches(ranges: &[Interval], grain: Grain, batch_size: u32) -> Vec<Interval> {
-    let step = grain.millis() * i64::from(batch_size.max(1));
+    let step = i64::from(batch_size.max(1));
     let mut out = Vec::new();
     for r in ranges {
         let mut t = r.start;
         while t < r.end {
-            out.push(Interval::new(t, (t + step).min(r.end)));
-            t += step;
+            let next = grain.add(t, step);
+            out.push(Interval::new(t, next.min(r.end)));
+            if next <= t {
+                break;
+            }
+            t = next;
         }
     }
     out
@@ -290,6 +406,66 @@ mod tests {
         assert_eq!(b.len(), 4);
         assert_eq!(b[3], Interval::new(9 * DAY, 10 * DAY));
         assert_eq!(batches(&r, Grain::Day, 30), vec![r[0]]);
+    }
+
+    #[test]
+    fn week_grain_is_iso_monday_aligned_in_utc() {
+        // 2026-01-01 is a Thursday: its week started on Monday 2025-12-29.
+        assert_eq!(Grain::Week.floor(t("2026-01-01T13:00:00Z")), t("2025-12-29"));
+        assert_eq!(Grain::Week.floor(t("2025-12-29")), t("2025-12-29"));
+        assert_eq!(Grain::Week.floor(t("2025-12-28T23:59:59.999Z")), t("2025-12-22"));
+        // Before the epoch too (1969-12-29 was a Monday).
+        assert_eq!(Grain::Week.floor(t("1970-01-01")), t("1969-12-29"));
+        assert_eq!(Grain::Week.next(t("2025-12-29")), t("2026-01-05"));
+        // On Tuesday 2026-01-20 the week of Monday the 12th has ended, the 19th's has not.
+        let w = wanted(t("2026-01-01"), None, Grain::Week, t("2026-01-20T08:00:00Z"));
+        assert_eq!(
+            w,
+            vec![
+                Interval::new(t("2025-12-29"), t("2026-01-05")),
+                Interval::new(t("2026-01-05"), t("2026-01-12")),
+                Interval::new(t("2026-01-12"), t("2026-01-19"))
+            ]
+        );
+        assert_eq!(Grain::Week.count(t("2025-12-29"), t("2026-01-12")), 2);
+    }
+
+    #[test]
+    fn month_grain_has_calendar_boundaries_of_unequal_length() {
+        assert_eq!(Grain::Month.floor(t("2024-02-29T23:00:00Z")), t("2024-02-01"));
+        assert_eq!(Grain::Month.next(t("2024-02-01")), t("2024-03-01"));
+        assert_eq!(Grain::Month.next(t("2024-12-01")), t("2025-01-01"));
+        assert_eq!(Grain::Month.add(t("2024-03-15"), -3), t("2023-12-01"));
+        let w = wanted(t("2024-01-10"), None, Grain::Month, t("2024-04-02"));
+        let lengths: Vec<i64> = w.iter().map(|i| (i.end - i.start) / DAY).collect();
+        assert_eq!(lengths, vec![31, 29, 31], "{w:?}");
+        assert_eq!(w[0].start, t("2024-01-01"));
+        assert_eq!(w[2].end, t("2024-04-01"));
+        // Batches count months, not a fixed width.
+        let b = batches(&[Interval::new(t("2024-01-01"), t("2024-06-01"))], Grain::Month, 2);
+        assert_eq!(b.iter().map(|i| (to_iso(i.start), to_iso(i.end))).collect::<Vec<_>>()[1], (to_iso(t("2024-03-01")), to_iso(t("2024-05-01"))));
+        assert_eq!(b.len(), 3);
+        assert_eq!(Interval::new(t("2024-01-01"), t("2024-04-01")).split(Grain::Month).len(), 3);
+        assert_eq!(Grain::Month.count(t("2023-11-01"), t("2024-02-01")), 3);
+        // Lookback counts months too.
+        let all = wanted(t("2024-01-01"), None, Grain::Month, t("2024-06-01"));
+        let done: BTreeSet<_> = all.iter().map(|i| i.start).filter(|s| *s != t("2024-05-01")).collect();
+        assert_eq!(merge(&missing(&all, &done, 1)), vec![Interval::new(t("2024-04-01"), t("2024-06-01"))]);
+    }
+
+    #[test]
+    fn minute_grains_align_on_the_clock() {
+        assert_eq!(Grain::QuarterHour.floor(t("2026-01-01T10:07:00Z")), t("2026-01-01T10:00:00Z"));
+        assert_eq!(Grain::FiveMinute.floor(t("2026-01-01T10:07:00Z")), t("2026-01-01T10:05:00Z"));
+        let w = wanted(t("2026-01-01T10:00:00Z"), None, Grain::QuarterHour, t("2026-01-01T10:44:59Z"));
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[1], Interval::new(t("2026-01-01T10:15:00Z"), t("2026-01-01T10:30:00Z")));
+        for g in Grain::ALL {
+            assert_eq!(Grain::parse(g.as_str()), Some(g));
+        }
+        assert_eq!(Grain::parse("15m"), Some(Grain::QuarterHour));
+        assert_eq!(Grain::parse("5m"), Some(Grain::FiveMinute));
+        assert_eq!(Grain::parse("minute"), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The domain, with no I/O: names, schemas, kinds, bodies, models, intervals and the DAG.
 
 pub mod audit;
+pub mod cron;
 pub mod dag;
 pub mod error;
 pub mod fragment;

@@ -47,9 +47,22 @@ pub struct Model {
     pub target: Target,
     /// Audits attached to the model (metadata: not fingerprinted).
     pub audits: Vec<super::audit::Audit>,
+    /// When the model's intervals are due (sqlmesh's `cron`, UTC), as written; checked at load
+    /// ([`super::cron`]). Metadata: not fingerprinted. `None`: every finished interval is due.
+    pub cron: Option<String>,
 }
 
 impl Model {
+    /// The instant up to which this model's intervals are due at `now`: its cron's last tick at
+    /// or before `now`, or `now` without a cron ([`super::cron::due_at`]). Intervals are wanted up
+    /// to the grain floor of it.
+    pub fn due_at(&self, now: super::interval::Millis) -> super::interval::Millis {
+        // The cron was checked at load; one that no longer parses (never: same text, same
+        // parser) leaves the model unscheduled rather than held back.
+        let cron = self.cron.as_deref().and_then(|c| super::cron::parse(c).ok());
+        super::cron::due_at(cron.as_ref(), now)
+    }
+
     /// Direct parents: every referenced model, sorted and de-duplicated.
     pub fn parents(&self) -> BTreeSet<ModelName> {
         self.body.iter().flat_map(|b| b.refs().map(|r| r.target.clone())).collect()

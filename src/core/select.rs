@@ -258,6 +258,7 @@ mod tests {
             location,
             target: Target::Table,
             audits: vec![],
+            cron: None,
         }
     }
 

@@ -314,15 +314,18 @@ fn needed_at(project: &Project, env: &str, action: &Action, physicals: &Physical
     repair
 }
 
-/// The file name of the lake file holding the grain interval starting at `start`:
-/// `YYYY-MM-DD.parquet` (day) or `YYYY-MM-DDTHH.parquet` (hour), UTC.
+/// The file name of the lake file holding the grain interval starting at `start`, UTC:
+/// `YYYY-MM-DD.parquet` (day; week: its Monday), `YYYY-MM-DDTHH.parquet` (hour),
+/// `YYYY-MM-DDTHH-MM.parquet` (five_minute, quarter_hour) or `YYYY-MM.parquet` (month). No `:`,
+/// so the name is safe on every filesystem.
 pub fn lake_interval_file(start: interval::Millis, grain: interval::Grain) -> String {
     let iso = interval::to_iso(start);
-    let len = match grain {
-        interval::Grain::Day => 10,
-        interval::Grain::Hour => 13,
-    };
-    format!("{}.parquet", &iso[..len])
+    match grain {
+        interval::Grain::Day | interval::Grain::Week => format!("{}.parquet", &iso[..10]),
+        interval::Grain::Hour => format!("{}.parquet", &iso[..13]),
+        interval::Grain::FiveMinute | interval::Grain::QuarterHour => format!("{}-{}.parquet", &iso[..13], &iso[14..16]),
+        interval::Grain::Month => format!("{}.parquet", &iso[..7]),
+    }
 }
 
 /// The file names in the local lake directory of the parquet version stored in `physical`
@@ -391,7 +394,7 @@ pub fn check_skipping(
         {
             match model.kind.time_range() {
                 Some(t) => {
-                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, plan.now)
+                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, model.due_at(plan.now))
                         .into_iter()
                         .filter(|i| !files.contains(&lake_interval_file(i.start, t.grain)))
                         .collect();
@@ -421,7 +424,7 @@ pub fn check_skipping(
         }
         if let (true, Some(t)) = (repair.physical_missing, model.kind.time_range()) {
             // The table is gone, so are its intervals, whatever the ledger says.
-            let wanted = interval::wanted(t.start, t.end, t.grain, plan.now);
+            let wanted = interval::wanted(t.start, t.end, t.grain, model.due_at(plan.now));
             action.intervals = wanted.len();
             action.backfill = interval::merge(&wanted);
             repair.ledger_reset = sharing(state, &mut index, action)?;

@@ -86,7 +86,7 @@ pub fn after_apply(plan: &Plan, project: &Project, key: String, done: &[BTreeSet
         let source = action.canonical_source.map_or("", |s| s.as_str());
         let _ = write!(body, "{}\t{}\t{physical}\t{source}\t", action.name, action.fingerprint.as_str());
         if let Some(t) = model.kind.time_range() {
-            let ranges = interval::merge(&done.iter().map(|s| Interval::new(*s, s + t.grain.millis())).collect::<Vec<_>>());
+            let ranges = interval::merge(&done.iter().map(|s| Interval::new(*s, t.grain.next(*s))).collect::<Vec<_>>());
             for (i, r) in ranges.iter().enumerate() {
                 let _ = write!(body, "{}{}/{}", if i == 0 { "" } else { "," }, r.start, r.end);
             }
@@ -137,14 +137,14 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
         };
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
-                let g = usize::try_from(t.grain.millis()).ok()?;
                 let mut starts = BTreeSet::new();
                 for range in done.split(',').filter(|r| !r.is_empty()) {
                     let (s, e) = range.split_once('/')?;
-                    starts.extend((s.parse::<Millis>().ok()?..e.parse::<Millis>().ok()?).step_by(g));
+                    let (s, e) = (s.parse::<Millis>().ok()?, e.parse::<Millis>().ok()?);
+                    starts.extend(Interval::new(s, e).split(t.grain).into_iter().map(|i| i.start));
                 }
                 let done: BTreeSet<Millis> = starts;
-                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), &done, t.lookback);
+                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, model.due_at(now)), &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
             None => (Vec::new(), 0),

@@ -838,8 +838,9 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
-    /// Time-range models: the grain floor of `now` the action's missing intervals were computed
-    /// at. The wanted intervals depend on `now` only through it ([`interval::wanted`]), so
+    /// Time-range models: the grain floor of the model's due instant at `now`
+    /// ([`Model::due_at`]) the action's missing intervals were computed at. The wanted intervals
+    /// depend on `now` only through it ([`interval::wanted`]), so
     /// while it is the same (and `done` too) the missing intervals are the action's.
     floor: Option<Millis>,
 }
@@ -993,7 +994,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
 /// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
-/// [{"name", "args", "blocking", "scope", "sql"}]}` (`audits` only when the model has some).
+/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?}` (`audits` and `cron` only when the
+/// model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -1014,6 +1016,10 @@ pub fn metadata_text(model: &Model) -> String {
         // when there are none, so models without audits keep their stored text.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         audits: Vec<serde_json::Value>,
+        // When intervals are due: metadata (a cron change is a `metadata` change, never a
+        // rebuild, as in sqlmesh). Absent without a cron, so other models keep their stored text.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cron: Option<&'a str>,
     }
     let meta = Meta {
         kind: model.kind_payload(),
@@ -1027,6 +1033,7 @@ pub fn metadata_text(model: &Model) -> String {
             lookback: t.lookback,
         }),
         audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
+        cron: model.cron.as_deref(),
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }
@@ -1572,9 +1579,11 @@ fn compute_with(
             let mut e = e;
             let mut action = e.action.clone();
             if let (Some(t), Some(done)) = (model.kind.time_range(), &e.done) {
-                let floor = t.grain.floor(now);
+                // A model's intervals are wanted up to its last due instant (its cron's last tick).
+                let due = model.due_at(now);
+                let floor = t.grain.floor(due);
                 if e.floor != Some(floor) {
-                    let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, now), done, t.lookback);
+                    let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
                     action.backfill = interval::merge(&missing);
                     action.intervals = missing.len();
                     e.action.backfill.clone_from(&action.backfill);
@@ -1879,8 +1888,9 @@ fn compute_with(
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
-                floor = Some(t.grain.floor(now));
-                let wanted = interval::wanted(t.start, t.end, t.grain, now);
+                let due = model.due_at(now);
+                floor = Some(t.grain.floor(due));
+                let wanted = interval::wanted(t.start, t.end, t.grain, due);
                 // Only this version's ledger (and the one it inherits): older rows never matter.
                 let mut done = state.done_intervals(&name_s, fp.as_str())?;
                 if let (None, Some((from, _))) = (existing, &reused) {
@@ -2372,6 +2382,7 @@ mod tests {
             location: Location { file: "m.lua".into(), line: 1 },
             target: Default::default(),
             audits: vec![],
+            cron: None,
         }
     }
 

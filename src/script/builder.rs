@@ -88,7 +88,7 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target"];
+const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target", "cron"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -196,6 +196,20 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
                 .with_hint("`parquet` and `ducklake` store `full` and `incremental_by_time_range` models; drop `target` to keep a table"),
         );
     }
+    let cron = match spec.get("cron") {
+        None => None,
+        Some(Value::String(s)) => match check_cron(s, kind.as_ref()) {
+            Ok(()) => Some(s.trim().to_string()),
+            Err(msg) => {
+                errors.push(err(msg));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push(err("`cron` must be a string, e.g. `\"*/15 * * * *\"` or `\"@daily\"`".into()));
+            None
+        }
+    };
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -207,8 +221,21 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new() }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron }),
         _ => Err(errors),
+    }
+}
+
+/// A model's `cron`: a valid expression ([`crate::core::cron::parse`]) on a time-range model, not
+/// firing more often than its grain ([`crate::core::cron::check`]).
+fn check_cron(expr: &str, kind: Option<&Kind>) -> Result<(), String> {
+    let cron = crate::core::cron::parse(expr)?;
+    match kind {
+        Some(Kind::IncrementalByTimeRange(t)) => crate::core::cron::check(&cron, expr.trim(), t.grain),
+        Some(k) => {
+            Err(format!("`cron` is only supported on `incremental_by_time_range` models (this one is `{}`): other kinds are refreshed by every `run`", k.tag()))
+        }
+        None => Ok(()),
     }
 }
 
@@ -316,7 +343,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
             let end = opt_str(k, "end", tag)?.map(|e| parse_instant(e).map_err(|m| format!("`end`: {m}"))).transpose()?;
             let grain = match opt_str(k, "grain", tag)? {
                 None => Grain::Day,
-                Some(g) => Grain::parse(g).ok_or_else(|| format!("`grain` must be `day` or `hour`, got `{g}`"))?,
+                Some(g) => Grain::parse(g).ok_or_else(|| format!("`grain` must be {}, got `{g}`", Grain::EXPECTED))?,
             };
             Ok(Kind::IncrementalByTimeRange(TimeRange {
                 time_column,

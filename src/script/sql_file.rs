@@ -8,6 +8,7 @@
 //! -- refs:   med.stays
 //! -- description: Patients per department and day
 //! -- target: parquet    (optional: table | parquet | ducklake)
+//! -- cron:   @daily     (optional, time-range models: when intervals are due, UTC)
 //! SELECT date_trunc('day', entered_at)::date AS day, dept, count(DISTINCT case_id) AS patients
 //! FROM @ref(med.stays)
 //! GROUP BY ALL
@@ -34,7 +35,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -128,7 +129,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let mut spec = Map::new();
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
-            "name" | "description" | "target" => Ok(Value::String(value.clone())),
+            "name" | "description" | "target" | "cron" => Ok(Value::String(value.clone())),
             "audits" => Ok(Value::Null),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),

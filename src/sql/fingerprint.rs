@@ -331,6 +331,7 @@ mod tests {
             location: Location { file: "m.lua".into(), line: 1 },
             target: Default::default(),
             audits: vec![],
+            cron: None,
         }
     }
 

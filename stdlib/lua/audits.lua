@@ -117,18 +117,32 @@ define_audit {
   params = { "column" },
   optional = { "grain" },
   scope = "whole",
-  description = "one row per gap between the day (or hour) buckets of a time column: `covered_through`, `resumes_at`, `missing`, first gap first",
+  description = "one row per gap between the grain buckets (5m, 15m, hour, day, week, month; default day) of a time column: `covered_through`, `resumes_at`, `missing`, first gap first",
   query = function(self, args)
     local grain = args.grain or "day"
-    if grain ~= "day" and grain ~= "hour" then error("`grain` must be \"day\" or \"hour\"", 0) end
+    local minutes = ({ ["5m"] = "5", five_minute = "5", ["15m"] = "15", quarter_hour = "15" })[grain]
+    local seconds = ({ ["5m"] = "300", five_minute = "300", ["15m"] = "900", quarter_hour = "900", hour = "3600", day = "86400", week = "604800" })[grain]
+    if seconds == nil and grain ~= "month" then
+      error("`grain` must be \"5m\", \"15m\", \"hour\", \"day\", \"week\" or \"month\"", 0)
+    end
     local c = ident(text("column", args.column))
-    -- Portable SQL (DuckDB and Postgres): buckets as naive UTC timestamps, gaps counted from
-    -- the interval between them.
-    local seconds = grain == "day" and "86400" or "3600"
-    return "SELECT covered_through, resumes_at, CAST(extract(epoch FROM resumes_at - covered_through) / " .. seconds .. " AS BIGINT) - 1 AS missing FROM ("
+    -- Portable SQL (DuckDB and Postgres): buckets as naive UTC timestamps (weeks start on
+    -- Monday), gaps counted from the interval between them (months from the calendar).
+    local bucket = "date_trunc('" .. grain .. "', " .. c .. ")"
+    local step = "1 " .. grain
+    local missing = "CAST(extract(epoch FROM resumes_at - covered_through) / " .. (seconds or "") .. " AS BIGINT) - 1"
+    if minutes ~= nil then
+      bucket = "date_trunc('hour', " .. c .. ") + CAST(CAST(CAST(floor(extract(minute FROM " .. c .. ") / " .. minutes .. ") AS INTEGER) * " .. minutes .. " AS VARCHAR) || ' minutes' AS INTERVAL)"
+      step = minutes .. " minutes"
+    elseif grain == "week" then
+      step = "7 days"
+    elseif grain == "month" then
+      missing = "CAST((extract(year FROM resumes_at) - extract(year FROM covered_through)) * 12 + extract(month FROM resumes_at) - extract(month FROM covered_through) AS BIGINT) - 1"
+    end
+    return "SELECT covered_through, resumes_at, " .. missing .. " AS missing FROM ("
       .. "SELECT lag(b) OVER (ORDER BY b) AS covered_through, b AS resumes_at FROM ("
-      .. "SELECT DISTINCT CAST(date_trunc('" .. grain .. "', " .. c .. ") AS TIMESTAMP) AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
-      .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL '1 " .. grain .. "'"
+      .. "SELECT DISTINCT CAST(" .. bucket .. " AS TIMESTAMP) AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
+      .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL '" .. step .. "'"
       .. " ORDER BY covered_through"
   end,
 }

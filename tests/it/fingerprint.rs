@@ -48,6 +48,7 @@ fn orders_model() -> Model {
         location: loc(),
         target: Default::default(),
         audits: vec![],
+        cron: None,
     }
 }
 
@@ -352,6 +353,7 @@ fn fingerprints_are_frozen() {
         location: loc(),
         target: Default::default(),
         audits: vec![],
+        cron: None,
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

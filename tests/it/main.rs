@@ -39,6 +39,7 @@ mod load_cache;
 mod load_errors;
 mod load_threads;
 mod macros;
+mod model_schedule;
 mod names;
 mod operations;
 mod pg;

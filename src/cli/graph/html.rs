@@ -195,8 +195,12 @@ pub(super) fn kind_label(m: &Model) -> String {
     match &m.kind {
         Kind::IncrementalByTimeRange(t) => {
             let grain = match t.grain {
-                crate::core::Grain::Day => "daily",
+                crate::core::Grain::FiveMinute => "every 5 minutes",
+                crate::core::Grain::QuarterHour => "every 15 minutes",
                 crate::core::Grain::Hour => "hourly",
+                crate::core::Grain::Day => "daily",
+                crate::core::Grain::Week => "weekly",
+                crate::core::Grain::Month => "monthly",
             };
             s = format!("time range · {} · {grain}", t.time_column);
         }

@@ -1,0 +1,278 @@
+//! Per-model schedules (issue #16 part 3): finer and coarser grains (`5m`, `15m`, `week`,
+//! `month`), a model's `cron` deciding which intervals are due, `run` computing only those,
+//! `status` counting a model late only when a due interval is missing, a cron change being a
+//! metadata change, and the load errors of a bad cron.
+
+use crate::common::{EngineBackend, Project, action, env_view};
+use efmesh::state::StateStore;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// The done interval starts (ISO) of `model`'s version served by `env`, read from the ledger.
+fn done(p: &Project, env: &str, model: &str) -> BTreeSet<String> {
+    let s = p.state();
+    let fp = s.env_pointers(env).expect("pointers").get(model).cloned().unwrap_or_else(|| panic!("`{model}` not served by `{env}`"));
+    s.done_intervals(model, &fp).expect("ledger").into_iter().map(efmesh::core::interval::to_iso).collect()
+}
+
+fn iso(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| efmesh::core::interval::to_iso(efmesh::core::interval::parse_instant(s).unwrap())).collect()
+}
+
+/// `run <env> --json` at `now`, which must succeed: (outcome, processed models, intervals).
+fn run_at(p: &mut Project, env: &str, now: &str) -> (String, Vec<String>, u64) {
+    p.now = now.to_string();
+    let v = p.run(&["run", env, "--json"]).expect_code(0).json();
+    let processed = v["processed"].as_array().expect("processed").iter().map(|x| x.as_str().unwrap().to_string()).collect();
+    (v["outcome"].as_str().unwrap().to_string(), processed, v["intervals"].as_u64().unwrap_or(0))
+}
+
+fn count(p: &Project, env: &str, model: &str) -> usize {
+    p.rows(&env_view(env, model)).len()
+}
+
+const QUARTERS: &str = r#"define_model {
+  name = "s.quarter",
+  kind = kind.incremental_by_time_range { time_column = "t", start = "2026-02-10T09:00:00Z", grain = "15m" },
+  cron = "*/15 * * * *",
+  schema = { { "t", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS t, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 15 MINUTE)",
+}
+define_model {
+  name = "s.five",
+  kind = kind.incremental_by_time_range { time_column = "t", start = "2026-02-10T09:00:00Z", grain = "5m" },
+  cron = "*/15 * * * *",
+  schema = { { "t", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS t, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 5 MINUTE)",
+}
+"#;
+
+#[test]
+fn a_quarter_hour_model_runs_only_its_due_quarters() {
+    let mut p = Project::new();
+    p.write("models/q.lua", QUARTERS);
+    p.now = "2026-02-10T10:07:00Z".into();
+    p.apply("dev");
+    // At 10:07 the cron last ticked at 10:00: the quarters 09:00-10:00 are done, 10:00-10:15 is not.
+    let first = iso(&["2026-02-10T09:00:00Z", "2026-02-10T09:15:00Z", "2026-02-10T09:30:00Z", "2026-02-10T09:45:00Z"]);
+    assert_eq!(done(&p, "dev", "s.quarter"), first);
+    assert_eq!(count(&p, "dev", "s.quarter"), 4);
+    // The 5-minute model on a 15-minute cron: 10:00-10:05 has ended but is not due before 10:15.
+    assert_eq!(done(&p, "dev", "s.five").len(), 12);
+    assert!(!done(&p, "dev", "s.five").contains(&iso(&["2026-02-10T10:00:00Z"]).pop_first().unwrap()));
+
+    let (outcome, processed, intervals) = run_at(&mut p, "dev", "2026-02-10T10:07:00Z");
+    assert_eq!((outcome.as_str(), processed.len(), intervals), ("nothing-due", 0, 0));
+    assert_eq!(done(&p, "dev", "s.quarter"), first);
+
+    // At 10:16 the 10:00 quarter is due: exactly it is computed, nothing else.
+    let (outcome, processed, intervals) = run_at(&mut p, "dev", "2026-02-10T10:16:00Z");
+    assert_eq!(outcome, "processed");
+    assert_eq!(processed, vec!["s.five".to_string(), "s.quarter".to_string()]);
+    assert_eq!(intervals, 1 + 3, "one quarter and three five-minute intervals");
+    let mut second = first.clone();
+    second.extend(iso(&["2026-02-10T10:00:00Z"]));
+    assert_eq!(done(&p, "dev", "s.quarter"), second);
+    assert_eq!(count(&p, "dev", "s.quarter"), 5);
+    assert_eq!(done(&p, "dev", "s.five").len(), 15);
+    assert_eq!(count(&p, "dev", "s.five"), 15);
+
+    // Until the next tick (10:30) nothing is due, though 10:15-10:20 ended for the 5m grain.
+    let (outcome, _, intervals) = run_at(&mut p, "dev", "2026-02-10T10:29:59Z");
+    assert_eq!((outcome.as_str(), intervals), ("nothing-due", 0));
+    assert_eq!(done(&p, "dev", "s.quarter"), second);
+    let (_, processed, intervals) = run_at(&mut p, "dev", "2026-02-10T10:30:00Z");
+    assert_eq!((processed.len(), intervals), (2, 1 + 3));
+    assert_eq!(count(&p, "dev", "s.quarter"), 6);
+}
+
+const DAILY_AND_HOURLY: &str = r#"define_model {
+  name = "s.daily",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-02-08", grain = "day" },
+  cron = "0 6 * * *",
+  schema = { { "d", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS d, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
+}
+define_model {
+  name = "s.hourly",
+  kind = kind.incremental_by_time_range { time_column = "h", start = "2026-02-10", grain = "hour" },
+  schema = { { "h", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS h, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 HOUR)",
+}
+"#;
+
+fn lag<'a>(v: &'a Value, model: &str) -> &'a Value {
+    v["lag"].as_array().expect("lag").iter().find(|l| l["model"] == model).unwrap_or_else(|| panic!("no lag of `{model}` in {v:#}"))
+}
+
+#[test]
+fn a_daily_cron_model_is_left_alone_while_only_the_hourly_one_is_due() {
+    let mut p = Project::new();
+    p.write("models/dh.lua", DAILY_AND_HOURLY);
+    p.now = "2026-02-10T07:00:00Z".into();
+    p.apply("dev");
+    // The daily cron ticked at 06:00 on the 10th: the 8th and 9th are done.
+    let days = iso(&["2026-02-08", "2026-02-09"]);
+    assert_eq!(done(&p, "dev", "s.daily"), days);
+    assert_eq!(done(&p, "dev", "s.hourly").len(), 7);
+
+    // The next night at 03:00: 20 hours are due, the 10th is not (its tick is at 06:00).
+    p.now = "2026-02-11T03:00:00Z".into();
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(lag(&status, "s.hourly")["behind"], 20, "{status:#}");
+    assert_eq!(lag(&status, "s.hourly")["late"], true);
+    assert_eq!(lag(&status, "s.daily")["behind"], 0, "not late: no due interval is missing");
+    assert_eq!(lag(&status, "s.daily")["late"], false);
+    assert_eq!(lag(&status, "s.daily")["cron"], "0 6 * * *");
+    assert_eq!(lag(&status, "s.daily")["nextDueAt"], "2026-02-11T06:00:00.000Z");
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("✓ s.daily  caught up to 2026-02-10T00:00:00.000Z (cron `0 6 * * *`, next due 2026-02-11T06:00:00.000Z)"), "{text}");
+    assert!(text.contains("s.hourly  behind by 20 hour interval(s)"), "{text}");
+
+    let (outcome, processed, intervals) = run_at(&mut p, "dev", "2026-02-11T03:00:00Z");
+    assert_eq!(outcome, "processed");
+    assert_eq!(processed, vec!["s.hourly".to_string()], "only the hourly model was due");
+    assert_eq!(intervals, 20);
+    assert_eq!(done(&p, "dev", "s.daily"), days, "the daily model is untouched");
+    assert_eq!(count(&p, "dev", "s.daily"), 2);
+
+    // After its tick, the daily model is late until a run computes the 10th.
+    p.now = "2026-02-11T06:30:00Z".into();
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((lag(&status, "s.daily")["behind"].as_i64(), lag(&status, "s.daily")["late"].as_bool()), (Some(1), Some(true)), "{status:#}");
+    let (_, processed, intervals) = run_at(&mut p, "dev", "2026-02-11T06:30:00Z");
+    assert_eq!(processed, vec!["s.daily".to_string(), "s.hourly".to_string()]);
+    assert_eq!(intervals, 1 + 3);
+    assert_eq!(done(&p, "dev", "s.daily"), iso(&["2026-02-08", "2026-02-09", "2026-02-10"]));
+}
+
+#[test]
+fn week_and_month_grains_build_calendar_intervals() {
+    let p = Project::new();
+    p.write(
+        "models/wm.lua",
+        r#"define_model {
+  name = "s.weekly",
+  kind = kind.incremental_by_time_range { time_column = "w", start = "2026-01-01", grain = "week", batch_size = 2 },
+  schema = { { "w", "timestamp" }, { "days", "bigint" } },
+  query = "SELECT CAST(@start AS TIMESTAMP) AS w, CAST(date_diff('day', CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP)) AS BIGINT) AS days",
+}
+define_model {
+  name = "s.monthly",
+  kind = kind.incremental_by_time_range { time_column = "m", start = "2025-11-15", grain = "month", batch_size = 1 },
+  cron = "@monthly",
+  schema = { { "m", "timestamp" }, { "days", "bigint" } },
+  query = "SELECT CAST(@start AS TIMESTAMP) AS m, CAST(date_diff('day', CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP)) AS BIGINT) AS days",
+}
+"#,
+    );
+    // NOW is 2026-02-10 (a Tuesday).
+    p.apply("dev");
+    // ISO weeks from Monday 2025-12-29 to the last finished one (2026-02-02 .. 2026-02-09).
+    assert_eq!(done(&p, "dev", "s.weekly"), iso(&["2025-12-29", "2026-01-05", "2026-01-12", "2026-01-19", "2026-01-26", "2026-02-02"]));
+    // One row per batch of two weeks, each batch 14 days long.
+    let weeks = p.query(&format!("SELECT CAST(w AS VARCHAR), days FROM {} ORDER BY w", env_view("dev", "s.weekly")));
+    let weeks: Vec<(String, String)> = weeks.into_iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
+    assert_eq!(
+        weeks,
+        vec![("2025-12-29 00:00:00".into(), "14".into()), ("2026-01-12 00:00:00".into(), "14".into()), ("2026-01-26 00:00:00".into(), "14".into())]
+    );
+    // Calendar months: November (30 days), December (31), January (31); February has not ended.
+    assert_eq!(done(&p, "dev", "s.monthly"), iso(&["2025-11-01", "2025-12-01", "2026-01-01"]));
+    let months = p.query(&format!("SELECT CAST(m AS VARCHAR), days FROM {} ORDER BY m", env_view("dev", "s.monthly")));
+    let months: Vec<String> = months.into_iter().map(|r| format!("{} {}", r[0].clone().unwrap(), r[1].clone().unwrap())).collect();
+    assert_eq!(months, vec!["2025-11-01 00:00:00 30", "2025-12-01 00:00:00 31", "2026-01-01 00:00:00 31"]);
+}
+
+#[test]
+fn a_cron_change_is_a_metadata_change_without_a_rebuild() {
+    let p = Project::new();
+    p.write("models/dh.lua", DAILY_AND_HOURLY);
+    let first = p.apply("dev");
+    let fp = action(&first, "s.daily")["fingerprint"].clone();
+    p.write("models/dh.lua", &DAILY_AND_HOURLY.replace(r#"cron = "0 6 * * *""#, r#"cron = "0 2 * * *""#));
+    let plan = p.plan("dev");
+    let a = action(&plan, "s.daily");
+    assert_eq!(a["change"], "metadata", "{plan:#}");
+    assert_eq!(a["fingerprint"], fp, "the cron is not part of the fingerprint");
+    assert_eq!(a["build"], false);
+    assert_eq!(action(&plan, "s.hourly")["change"], "unchanged");
+    // Dropping the cron altogether is a metadata change too.
+    p.write("models/dh.lua", &DAILY_AND_HOURLY.replace("  cron = \"0 6 * * *\",\n", ""));
+    assert_eq!(action(&p.plan("dev"), "s.daily")["change"], "metadata");
+}
+
+#[test]
+fn a_bad_cron_is_a_load_error_naming_the_file_line_and_model() {
+    let p = Project::new();
+    p.write(
+        "efmesh.toml",
+        &p.config_with("").replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\", \"models/**/*.rhai\", \"models/**/*.sql\"]"),
+    );
+    p.write(
+        "models/bad.lua",
+        "\n\ndefine_model {\n  name = \"s.bad\",\n  kind = kind.incremental_by_time_range { time_column = \"t\", start = \"2026-01-01\" },\n  cron = \"61 * * * *\",\n  schema = { { \"t\", \"timestamp\" } },\n  query = \"SELECT CAST(@start AS TIMESTAMP) AS t\",\n}\n",
+    );
+    p.write(
+        "models/fine.rhai",
+        "define_model(#{ name: \"s.fine\", kind: kind::incremental_by_time_range(#{ time_column: \"t\", start: \"2026-01-01\" }), cron: \"*/15 * * * *\",\n  schema: [[\"t\", \"timestamp\"]], query: \"SELECT CAST(@start AS TIMESTAMP) AS t\" });\n",
+    );
+    p.write("models/full.sql", "-- name: s.whole\n-- kind: full\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
+    p.write(
+        "models/nick.sql",
+        "-- name: s.nick\n-- kind: incremental_by_time_range(time_column = t, start = 2026-01-01)\n-- schema: t timestamp\n-- cron: @often\nSELECT CAST(@start AS TIMESTAMP) AS t\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("models/bad.lua:3") && err.contains("s.bad") && err.contains("cron `61 * * * *` is invalid"), "{err}");
+    // Finer than the grain (the default `day`): refused, naming the grain that would fit.
+    assert!(err.contains("models/fine.rhai:1") && err.contains("s.fine") && err.contains("fires more often than the model's grain `day`"), "{err}");
+    assert!(err.contains("the grains it fits: `five_minute`, `quarter_hour`"), "{err}");
+    assert!(err.contains("models/full.sql:1") && err.contains("s.whole") && err.contains("only supported on `incremental_by_time_range`"), "{err}");
+    assert!(err.contains("models/nick.sql:1") && err.contains("s.nick") && err.contains("unknown cron nickname `@often`"), "{err}");
+    assert!(!p.state_path().exists() || p.state().env_pointers("dev").unwrap_or_default().is_empty());
+}
+
+fn no_gaps_covers_every_grain_in_lua_and_rhai(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\", \"models/**/*.rhai\"]"));
+    // Quarter hours 10:00, 10:15, 11:00 (two missing); months Jan, Feb, May (two missing);
+    // weeks of 2026-01-05 and 2026-01-19 (one missing).
+    let query = "SELECT * FROM (VALUES (TIMESTAMP '2026-01-05 10:00:00', TIMESTAMP '2026-01-10 00:00:00', TIMESTAMP '2026-01-05 00:00:00'), \
+                 (TIMESTAMP '2026-01-05 10:20:00', TIMESTAMP '2026-02-03 00:00:00', TIMESTAMP '2026-01-11 23:00:00'), \
+                 (TIMESTAMP '2026-01-05 11:14:59', TIMESTAMP '2026-05-31 23:59:00', TIMESTAMP '2026-01-21 00:00:00')) AS v(q, m, w)";
+    let schema_lua = "{ { \"q\", \"timestamp\" }, { \"m\", \"timestamp\" }, { \"w\", \"timestamp\" } }";
+    p.write(
+        "models/l.lua",
+        &format!(
+            "define_model {{ name = \"l.t\", kind = kind.view(), schema = {schema_lua},\n  audits = {{ audit.no_gaps {{ column = \"q\", grain = \"15m\", blocking = false }}, audit.no_gaps {{ column = \"m\", grain = \"month\", blocking = false }}, audit.no_gaps {{ column = \"w\", grain = \"week\", blocking = false }} }},\n  query = \"{query}\" }}\n"
+        ),
+    );
+    p.write(
+        "models/r.rhai",
+        &format!(
+            "define_model(#{{ name: \"r.t\", kind: kind::view(), schema: [[\"q\", \"timestamp\"], [\"m\", \"timestamp\"], [\"w\", \"timestamp\"]],\n  audits: [audit(\"no_gaps\", #{{ column: \"q\", grain: \"15m\", blocking: false }}), audit(\"no_gaps\", #{{ column: \"m\", grain: \"month\", blocking: false }}), audit(\"no_gaps\", #{{ column: \"w\", grain: \"week\", blocking: false }})],\n  query: \"{query}\" }});\n"
+        ),
+    );
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{e}"));
+    let get = |n: &str| project.dag.get(&efmesh::core::ModelName::parse(n).unwrap()).unwrap().audits.clone();
+    let (l, r) = (get("l.t"), get("r.t"));
+    assert_eq!(l.len(), 3);
+    for (a, b) in l.iter().zip(&r) {
+        assert_eq!(a.metadata(), b.metadata(), "{} differs between Lua and Rhai", a.label());
+    }
+    let v = p.apply("dev");
+    let list = v["audits"].as_array().unwrap_or_else(|| panic!("no audits in {v:#}"));
+    for m in ["l.t", "r.t"] {
+        let find = |label: &str| list.iter().find(|r| r["model"] == m && r["audit"] == label).unwrap_or_else(|| panic!("no `{label}` on {m} in {v:#}"));
+        for (label, missing) in [("no_gaps(q, grain = 15m)", 2), ("no_gaps(m, grain = month)", 2), ("no_gaps(w, grain = week)", 1)] {
+            let r = find(label);
+            assert_eq!(r["violations"], 1, "{label} on {m}: {r:#}");
+            assert_eq!(r["sample"][0]["missing"].as_i64(), Some(missing), "{label} on {m}: {r:#}");
+        }
+    }
+}
+
+crate::on_every_engine!(no_gaps_covers_every_grain_in_lua_and_rhai);
