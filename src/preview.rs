@@ -414,6 +414,15 @@ impl Resolver for PreviewResolver<'_> {
     fn bound(&self, b: crate::core::fragment::Bound) -> String {
         self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| b.placeholder())
     }
+
+    /// What the environment serves of the model, or no rows (as its first build reads).
+    fn this(&self, model: &ModelName) -> String {
+        match self.ctx.project.dag.get(model) {
+            _ if self.ctx.served.contains(&model.to_string()) => env_view(self.ctx.env, model),
+            Some(m) => typed_empty(m),
+            None => crate::core::fragment::THIS_PLACEHOLDER.to_string(),
+        }
+    }
 }
 
 #[cfg(test)]

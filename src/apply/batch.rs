@@ -49,9 +49,21 @@ pub fn table_absent(physical: &str, catalog: &crate::engine::Catalog) -> bool {
 
 /// The statement run before the batches when the table exists (or no batch creates it): creates
 /// it empty, with the query's columns and types, unless it exists (a no-op then).
-pub fn ensure_table(body: &Fragment, physical: &str, exec: &ExecResolver<'_>, dialect: &dyn Dialect) -> String {
+///
+/// A model reading itself (`@this`) cannot be typed by its query before its table exists: its
+/// table takes the declared schema (the contract the query is checked against).
+pub fn ensure_table(model: &Model, body: &Fragment, physical: &str, exec: &ExecResolver<'_>, dialect: &dyn Dialect) -> String {
+    if body.reads_itself() {
+        return dialect.create_empty_table_if_absent(physical, &format!("SELECT * FROM {}", super::resolve::typed_empty(model)));
+    }
     let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
     dialect.create_empty_table_if_absent(physical, &skeleton)
+}
+
+/// The intervals per batch of time-range model `model`: its `batch_size`, but one for a model
+/// reading its own table (`@this`), so every interval sees the rows of every earlier one.
+pub fn batch_size(model: &Model, t: &TimeRange) -> u32 {
+    if model.body.as_ref().is_some_and(Fragment::reads_itself) { 1 } else { t.batch_size }
 }
 
 /// The statements of one batch of `model` (a time-range model of kind `t`, query `body`) over

@@ -1217,7 +1217,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             }
             Kind::IncrementalByTimeRange(t) => {
                 let dialect = engine.sql();
-                let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
+                let batches = interval::batches(&action.backfill, t.grain, batch::batch_size(model, t));
                 let n = batches.len();
                 // A table the engine did not hold when this apply started is created by its first
                 // batch's transaction (`CREATE TABLE … AS` the batch: the same columns and types
@@ -1225,9 +1225,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // costs no extra committed statement and no `DELETE` of nothing. A plain
                 // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
                 // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
-                let create_with_first = batch::table_absent(&physical, self.catalog) && n > 0;
+                let create_with_first = batch::table_absent(&physical, self.catalog) && n > 0 && !body.reads_itself();
                 if !create_with_first {
-                    engine.execute(&batch::ensure_table(body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
+                    engine.execute(&batch::ensure_table(model, body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
                 }
                 if n > 0 {
@@ -1268,6 +1268,10 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Marked before the engine write (the generation moves), the mark taken back after
                 // it when no row changed: a process killed between the engine's commit and the
                 // state's leaves the generation moved (SPEC §4 invariant 36 (a)).
+                if body.reads_itself() {
+                    // `@this` reads the table: its first build finds it, empty.
+                    engine.execute(&batch::ensure_table(model, body, &physical, exec, engine.sql())).map_err(|e| build_err(e, None))?;
+                }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
                 fault::crash_point(|| format!("after-upsert:{}", model.name));

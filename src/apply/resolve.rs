@@ -105,4 +105,16 @@ impl Resolver for ExecResolver<'_> {
     fn bound(&self, b: crate::core::fragment::Bound) -> String {
         self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| b.placeholder())
     }
+
+    /// The model's own table for the version being applied (created empty before its first
+    /// build, so the first build reads no rows); a typed empty relation in the contract check;
+    /// the environment's view under `render --env`.
+    fn this(&self, model: &ModelName) -> String {
+        let Some(m) = self.project.dag.get(model) else { return crate::core::fragment::THIS_PLACEHOLDER.to_string() };
+        match self.mode {
+            Mode::Contract(pending) if pending.contains(model) => typed_empty(m),
+            Mode::Env(env) => format!("{}.{}", quote_ident(&env_schema(env, model.schema())), quote_ident(model.table())),
+            _ => self.physicals.get(model).cloned().unwrap_or_else(|| typed_empty(m)),
+        }
+    }
 }

@@ -97,12 +97,14 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
     let is_served = served.as_deref() == Some(fingerprint.as_str());
     // A table the engine does not hold is created by the first batch that computes it; a
     // catalog that cannot be read counts as holding it (as the plan assumes).
-    let absent = crate::session::engine_catalog(&project).is_some_and(|c| batch::table_absent(&physical, &c));
+    // A model reading itself (`@this`) has its table created empty before its first batch.
+    let absent = crate::session::engine_catalog(&project).is_some_and(|c| batch::table_absent(&physical, &c)) && !body.reads_itself();
+    let batch_size = batch::batch_size(model, t);
 
     let exec = ExecResolver::new(&project, &physicals, Mode::Execute);
     let dialect = crate::engine::dialect_for(&project.config);
-    let batches = interval::batches(&[Interval::new(from, to)], t.grain, t.batch_size);
-    let before: Vec<String> = if absent { Vec::new() } else { vec![batch::ensure_table(body, &physical, &exec, dialect)] };
+    let batches = interval::batches(&[Interval::new(from, to)], t.grain, batch_size);
+    let before: Vec<String> = if absent { Vec::new() } else { vec![batch::ensure_table(model, body, &physical, &exec, dialect)] };
     let rendered: Vec<(Interval, BatchWrite, Vec<String>)> = batches
         .iter()
         .enumerate()
@@ -134,7 +136,7 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
             "servedFingerprint": served,
             "tableExists": !absent,
             "grain": t.grain.as_str(),
-            "batchSize": t.batch_size,
+            "batchSize": batch_size,
             "before": before,
             "batches": rendered.iter().map(|(b, w, s)| json!({"from": to_iso(b.start), "to": to_iso(b.end), "write": w.as_str(), "statements": s})).collect::<Vec<_>>(),
         }))?;
@@ -147,10 +149,10 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
         to_iso(to),
         rendered.len(),
         if rendered.len() == 1 { "" } else { "es" },
-        t.batch_size,
+        batch_size,
         t.grain.as_str(),
-        if t.batch_size == 1 { "" } else { "s" },
-        t.batch_size
+        if batch_size == 1 { "" } else { "s" },
+        batch_size
     ));
     if absent {
         text.push_str(

@@ -96,12 +96,25 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     let mut targets = Vec::new();
     let mut rebuilt = Vec::new();
     let mut refused = Vec::new();
+    // A model reading its own previous rows (`@this`) computed every interval after the range
+    // from the rows being restated: it is restated to its end, and so is every descendant
+    // (parents come first in the order, so a descendant sees its parent's mark).
+    let mut to_the_end: BTreeSet<ModelName> = BTreeSet::new();
     for n in project.dag.order().iter().filter(|n| seen.contains(*n)) {
         let Some(m) = project.dag.get(n) else { continue };
+        if m.body.as_ref().is_some_and(|b| b.reads_itself()) || m.parents().iter().any(|p| to_the_end.contains(p)) {
+            to_the_end.insert(n.clone());
+        }
         let Some(fp) = pointers.get(&n.to_string()) else { continue };
         match &m.kind {
             Kind::IncrementalByTimeRange(tr) => {
                 let (f, e) = (tr.grain.floor(from), tr.grain.next(to - 1));
+                let e = if to_the_end.contains(n) {
+                    let last = state.done_intervals(&n.to_string(), fp)?.last().map(|s| tr.grain.next(*s));
+                    last.map_or(e, |l| l.max(e))
+                } else {
+                    e
+                };
                 targets.push((n.to_string(), fp.clone(), f, e));
             }
             Kind::Full | Kind::View => rebuilt.push(n.to_string()),

@@ -327,6 +327,19 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
         }
     }
     errors.extend(validate_keyed_kind(m));
+    if m.body.as_ref().is_some_and(|b| b.reads_itself()) {
+        if !matches!(m.kind, Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_)) {
+            errors.push(
+                err(format!("`@this` used in a `{}` model", m.kind.tag()))
+                    .with_hint("only `incremental_by_time_range` and `incremental_by_unique_key` models keep rows between builds to read"),
+            );
+        } else if m.target != super::target::Target::Table {
+            errors.push(
+                err(format!("`@this` used in a model stored as `{}`", m.target))
+                    .with_hint("a self-referencing model is stored as an engine table: drop `target`"),
+            );
+        }
+    }
     match (&m.kind, &m.body) {
         (Kind::External(_), Some(_)) => errors.push(err("an external source has no query".into())),
         (Kind::External(_), None) => {}
@@ -340,7 +353,8 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if t.batch_size == 0 {
                 errors.push(err("`batch_size` must be at least 1".into()));
             }
-            if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) && matches!(t.grain, super::interval::Grain::FiveMinute | super::interval::Grain::QuarterHour | super::interval::Grain::Hour)
+            if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date"))
+                && matches!(t.grain, super::interval::Grain::FiveMinute | super::interval::Grain::QuarterHour | super::interval::Grain::Hour)
             {
                 errors.push(
                     err(format!("time column `{}` is a `date`, but the grain `{}` is finer than a day", t.time_column, t.grain.as_str()))

@@ -20,6 +20,9 @@ pub enum Node {
     End,
     /// A bound in another form: `@start_date`, `@end_ds`, … (sqlmesh's macro variables).
     Bound(Bound),
+    /// `@this`: the model's own table (a self-referencing incremental model reading its
+    /// previous rows). Never a DAG edge; see [`Resolver::this`].
+    This(ModelName),
 }
 
 /// A bound of the interval in a form other than `@start`/`@end`'s `TIMESTAMP`: what a model
@@ -121,7 +124,17 @@ pub trait Resolver {
     fn bound(&self, b: Bound) -> String {
         b.placeholder()
     }
+    /// SQL for `@this` in the body of `model`: by default the placeholder relation `"@this"`
+    /// (what is fingerprinted: never the model's own name, which every name-following analysis
+    /// — lineage, the batch lint — would follow back into the model itself).
+    fn this(&self, model: &ModelName) -> String {
+        let _ = model;
+        THIS_PLACEHOLDER.to_string()
+    }
 }
+
+/// The canonical text of `@this`: a quoted identifier no model can be named.
+pub const THIS_PLACEHOLDER: &str = "\"@this\"";
 
 impl Fragment {
     /// Appends text, merging with a preceding text node.
@@ -177,6 +190,45 @@ impl Fragment {
         self.push_text(&s[last..]);
     }
 
+    /// Turns every `@this` marker of the text nodes (a whole word, outside string literals,
+    /// quoted identifiers and comments) into [`Node::This`] of `model`.
+    pub fn bind_this(&mut self, model: &ModelName) {
+        if !self.nodes.iter().any(|n| matches!(n, Node::Text(t) if t.contains("@this"))) {
+            return;
+        }
+        let word = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+        let mut out = Fragment::default();
+        for n in std::mem::take(&mut self.nodes) {
+            let Node::Text(s) = n else {
+                out.nodes.push(n);
+                continue;
+            };
+            let bytes = s.as_bytes();
+            let (mut last, mut i) = (0, 0);
+            while i < bytes.len() {
+                if let Some(end) = skip_literal_or_comment(bytes, i) {
+                    i = end;
+                    continue;
+                }
+                if s[i..].starts_with("@this") && !word(bytes.get(i + 5)) && !(i > 0 && word(bytes.get(i - 1))) {
+                    out.push_text(&s[last..i]);
+                    out.nodes.push(Node::This(model.clone()));
+                    i += 5;
+                    last = i;
+                    continue;
+                }
+                i += 1;
+            }
+            out.push_text(&s[last..]);
+        }
+        *self = out;
+    }
+
+    /// True when the body reads its own table (`@this`).
+    pub fn reads_itself(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(n, Node::This(_)))
+    }
+
     /// Every reference, in order of appearance.
     pub fn refs(&self) -> impl Iterator<Item = &RefSite> {
         self.nodes.iter().filter_map(|n| match n {
@@ -212,6 +264,7 @@ impl Fragment {
                 Node::Start => out.push_str(&resolver.start()),
                 Node::End => out.push_str(&resolver.end()),
                 Node::Bound(b) => out.push_str(&resolver.bound(*b)),
+                Node::This(m) => out.push_str(&resolver.this(m)),
             }
         }
         out
@@ -299,6 +352,17 @@ mod tests {
         assert_eq!(lit("end_date", hour), "DATE '2026-03-01'");
         let week = Interval::new(parse_instant("2026-01-01").unwrap(), parse_instant("2026-01-08").unwrap());
         assert_eq!(lit("end_date", week), "DATE '2026-01-07'");
+    }
+
+    #[test]
+    fn this_is_bound_to_the_model_outside_literals_only() {
+        let mut f = Fragment::default();
+        f.push_sql_with_bounds("SELECT t FROM @this AS p WHERE p.t < @start AND x = '@this' AND @thisx = 1 -- @this\n");
+        let name = ModelName::parse("s.running").unwrap();
+        f.bind_this(&name);
+        assert!(f.reads_itself());
+        assert_eq!(f.nodes.iter().filter(|n| matches!(n, Node::This(m) if *m == name)).count(), 1);
+        assert_eq!(f.render(&CanonicalResolver), "SELECT t FROM \"@this\" AS p WHERE p.t < $start AND x = '@this' AND @thisx = 1 -- @this\n");
     }
 
     #[test]

@@ -213,7 +213,12 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
-            Ok(f) => Some(f),
+            Ok(mut f) => {
+                if let Some(n) = &name {
+                    f.bind_this(n);
+                }
+                Some(f)
+            }
             Err(msg) => {
                 errors.push(err(msg));
                 None

@@ -102,6 +102,14 @@ impl Resolver for FixtureResolver<'_> {
     fn bound(&self, b: crate::core::fragment::Bound) -> String {
         self.bounds.map(|iv| b.literal(iv)).unwrap_or_else(|| "NULL".into())
     }
+
+    /// The test's rows for the model itself when it gives some (its previous rows), else none.
+    fn this(&self, model: &ModelName) -> String {
+        if self.fixtured.contains(model) {
+            return cte_name(model);
+        }
+        self.project.dag.get(model).map(crate::apply::resolve::typed_empty).unwrap_or_else(|| crate::core::fragment::THIS_PLACEHOLDER.to_string())
+    }
 }
 
 #[cfg(test)]

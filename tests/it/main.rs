@@ -53,6 +53,7 @@ mod sandbox_lua;
 mod sandbox_rhai;
 mod schedule;
 mod seeds;
+mod self_ref;
 mod session_reuse;
 mod shared_lake;
 mod state_backends;
