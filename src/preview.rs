@@ -399,6 +399,17 @@ impl Resolver for PreviewResolver<'_> {
                 }
                 typed_empty(model)
             }
+            // Inlined over the whole wanted range, a model reading its own earlier rows would
+            // read none: its preview would be wrong, so it is refused like an unapplied seed.
+            _ if model.body.as_ref().is_some_and(|b| b.reads_itself()) => {
+                let problem =
+                    format!("its parent `{name}` reads its own earlier rows (`@this`) and is not served by environment `{}` yet: apply it first", self.ctx.env);
+                let mut problems = self.problems.borrow_mut();
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
+                typed_empty(model)
+            }
             _ => self.inlined(model),
         }
     }

@@ -59,7 +59,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             Some(t) if !matches!(model.as_ref().map(|m| &m.kind), Some(Kind::External(_))) => {
                 // Only due intervals count: those ended by the model's last cron tick.
                 let m = model.as_ref().expect("a time-range kind comes from a model");
-                let due = t.grain.floor(m.due_at(now));
+                let due = t.grain.floor(project.dag.due_at(&m.name, now));
                 let horizon = t.end.map_or(due, |e| e.min(due));
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
                 let behind = t.grain.count(from, horizon).max(0);

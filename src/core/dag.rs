@@ -29,6 +29,9 @@ pub struct Dag {
     /// [`Dag::model_digest`] of every model, in order, computed on first use (kept by
     /// [`Dag::replace`] for the models it does not replace).
     model_digests: std::sync::OnceLock<Vec<[u8; 32]>>,
+    /// [`Dag::due_at`] of every model, in order, at the first `now` asked (a process plans at
+    /// one `now`; another `now` is computed without being kept).
+    due: std::sync::OnceLock<(super::interval::Millis, Vec<super::interval::Millis>)>,
 }
 
 impl Dag {
@@ -124,7 +127,15 @@ impl Dag {
         drop(by_name);
         let models: Vec<Model> = ranks.iter().map(|&r| slots[slot_of[r]].take().expect("ordered models exist once")).collect();
         let index: BTreeMap<ModelName, usize> = order.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-        Ok(Dag { models, index, order, children: std::sync::OnceLock::new(), digest: std::sync::OnceLock::new(), model_digests: std::sync::OnceLock::new() })
+        Ok(Dag {
+            models,
+            index,
+            order,
+            children: std::sync::OnceLock::new(),
+            digest: std::sync::OnceLock::new(),
+            model_digests: std::sync::OnceLock::new(),
+            due: std::sync::OnceLock::new(),
+        })
     }
 
     /// A DAG of `models` already validated by [`Dag::build`] and in the order it gave them, with
@@ -144,6 +155,7 @@ impl Dag {
             children: std::sync::OnceLock::new(),
             digest: std::sync::OnceLock::from(digest),
             model_digests: std::sync::OnceLock::new(),
+            due: std::sync::OnceLock::new(),
         })
     }
 
@@ -214,7 +226,45 @@ impl Dag {
         }
         self.digest = std::sync::OnceLock::from(digest_of(&digests));
         self.model_digests = std::sync::OnceLock::from(digests);
+        // A replacement may have another `cron`: the due instants are computed again.
+        self.due = std::sync::OnceLock::new();
         Ok(())
+    }
+
+    /// The instant up to which `name`'s intervals are due at `now`: its own due instant
+    /// ([`Model::due_at`], its cron's last tick), but never past what its parents have: a
+    /// time-range parent's data ends at the grain floor of the parent's own due instant, and a
+    /// `full`/`view`/`embedded` parent (or any other) passes its parents' on. So a child never
+    /// computes, and marks done, an interval whose input a parent holds back (a daily parent on
+    /// a `0 6 * * *` cron, an hourly child; a `month` parent, a `day` child): it waits for it,
+    /// as sqlmesh's scheduler does. `now` for a name not in the DAG.
+    pub fn due_at(&self, name: &ModelName, now: super::interval::Millis) -> super::interval::Millis {
+        let Some(&i) = self.index.get(name) else { return now };
+        if let Some((at, due)) = self.due.get() {
+            if *at == now {
+                return due[i];
+            }
+            return self.due_all(now)[i];
+        }
+        self.due.get_or_init(|| (now, self.due_all(now))).1[i]
+    }
+
+    /// [`Dag::due_at`] of every model, in order (parents first, so one pass).
+    fn due_all(&self, now: super::interval::Millis) -> Vec<super::interval::Millis> {
+        let mut due = Vec::with_capacity(self.models.len());
+        for m in &self.models {
+            let mut cap = m.due_at(now);
+            for p in m.parents() {
+                let Some(&j) = self.index.get(&p) else { continue };
+                let passed = match self.models[j].kind.time_range() {
+                    Some(t) => t.grain.floor(due[j]),
+                    None => due[j],
+                };
+                cap = cap.min(passed);
+            }
+            due.push(cap);
+        }
+        due
     }
 
     /// Model names in topological order (parents first).

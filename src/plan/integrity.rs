@@ -394,7 +394,7 @@ pub fn check_skipping(
         {
             match model.kind.time_range() {
                 Some(t) => {
-                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, model.due_at(plan.now))
+                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now))
                         .into_iter()
                         .filter(|i| !files.contains(&lake_interval_file(i.start, t.grain)))
                         .collect();
@@ -424,7 +424,7 @@ pub fn check_skipping(
         }
         if let (true, Some(t)) = (repair.physical_missing, model.kind.time_range()) {
             // The table is gone, so are its intervals, whatever the ledger says.
-            let wanted = interval::wanted(t.start, t.end, t.grain, model.due_at(plan.now));
+            let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now));
             action.intervals = wanted.len();
             action.backfill = interval::merge(&wanted);
             repair.ledger_reset = sharing(state, &mut index, action)?;

@@ -144,7 +144,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
                     starts.extend(Interval::new(s, e).split(t.grain).into_iter().map(|i| i.start));
                 }
                 let done: BTreeSet<Millis> = starts;
-                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, model.due_at(now)), &done, t.lookback);
+                let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, now)), &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
             None => (Vec::new(), 0),

@@ -1580,7 +1580,7 @@ fn compute_with(
             let mut action = e.action.clone();
             if let (Some(t), Some(done)) = (model.kind.time_range(), &e.done) {
                 // A model's intervals are wanted up to its last due instant (its cron's last tick).
-                let due = model.due_at(now);
+                let due = project.dag.due_at(&model.name, now);
                 let floor = t.grain.floor(due);
                 if e.floor != Some(floor) {
                     let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
@@ -1888,7 +1888,7 @@ fn compute_with(
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
-                let due = model.due_at(now);
+                let due = project.dag.due_at(&model.name, now);
                 floor = Some(t.grain.floor(due));
                 let wanted = interval::wanted(t.start, t.end, t.grain, due);
                 // Only this version's ledger (and the one it inherits): older rows never matter.

@@ -22,7 +22,8 @@ use crate::core::fragment::skip_literal_or_comment;
 use crate::core::{LoadError, Location};
 
 /// Names efmesh gives a meaning after `@`: never macro names.
-pub const RESERVED: &[&str] = &["ref", "start", "end", "start_date", "end_date", "this_model", "this"];
+/// (`crate::core::fragment::Bound::ALL` lists the bound forms; a unit test keeps them here.)
+pub const RESERVED: &[&str] = &["ref", "start", "end", "start_date", "end_date", "start_ds", "end_ds", "start_ts", "end_ts", "this_model", "this"];
 
 /// Why a macro call failed, in words for a load error at the call.
 #[derive(Debug, Clone, PartialEq)]
@@ -219,6 +220,13 @@ fn split_args(text: &str, from: usize) -> Result<Args<'_>, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_bound_form_is_reserved() {
+        for (m, _) in crate::core::fragment::Bound::ALL {
+            assert!(super::RESERVED.contains(&m), "{m}");
+        }
+    }
+
     use super::*;
     use std::path::PathBuf;
 

@@ -185,6 +185,10 @@ fn plan_fixtures(project: &Project, model: &Model, test: &TestSpec) -> Result<BT
             }
         }
     }
+    // A model reading itself (`@this`) may be given its previous rows.
+    if model.body.as_ref().is_some_and(|b| b.reads_itself()) && test.inputs.contains_key(&model.name) {
+        used.insert(model.name.clone());
+    }
     for given in test.inputs.keys() {
         if !used.contains(given) {
             let parents: Vec<String> = model.parents().iter().map(|p| format!("`{p}`")).collect();

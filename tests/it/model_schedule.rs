@@ -276,3 +276,47 @@ fn no_gaps_covers_every_grain_in_lua_and_rhai(engine: EngineBackend) {
 }
 
 crate::on_every_engine!(no_gaps_covers_every_grain_in_lua_and_rhai);
+
+/// `s.daily` (day grain, cron `0 6 * * *`: a day is due at 06:00 the next day), `s.hourly`
+/// (hour grain, no cron) and `s.per_day` (day grain, no cron) reading it.
+const HELD_BACK: &str = r#"local daily = define_model {
+  name = "s.daily",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-02-01", grain = "day" },
+  cron = "0 6 * * *",
+  schema = { { "d", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS d, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
+}
+define_model {
+  name = "s.hourly",
+  kind = kind.incremental_by_time_range { time_column = "h", start = "2026-02-01", grain = "hour" },
+  schema = { { "h", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT date_trunc('hour', d) + INTERVAL (x) HOUR AS h, CAST(n AS bigint) AS n FROM " .. ref(daily) .. ", range(24) AS r(x) WHERE d >= date_trunc('day', @start) AND d < @end",
+}
+define_model {
+  name = "s.per_day",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-02-01", grain = "day" },
+  schema = { { "d", "timestamp" }, { "n", "integer" } },
+  query = "SELECT d, n FROM " .. ref(daily) .. " WHERE d >= @start AND d < @end",
+}
+"#;
+
+#[test]
+fn a_child_waits_for_the_intervals_its_parent_holds_back() {
+    let mut p = Project::new();
+    p.write("models/held.lua", HELD_BACK);
+    // 03:00 on 3 February: the daily parent's cron last ticked at 06:00 on the 2nd, so it has
+    // 1 February only. Its children, though due through the 2nd (and 02:00 on the 3rd), wait.
+    p.now = "2026-02-03T03:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(done(&p, "dev", "s.daily"), iso(&["2026-02-01"]));
+    assert_eq!(done(&p, "dev", "s.per_day"), iso(&["2026-02-01"]), "the daily child waits for the parent's 2 February");
+    assert_eq!(done(&p, "dev", "s.hourly").len(), 24, "the hourly child stops where the parent's data does");
+    // 07:00: the parent's 2 February is due; the children compute it from its rows.
+    run_at(&mut p, "dev", "2026-02-03T07:00:00Z");
+    assert_eq!(done(&p, "dev", "s.per_day"), iso(&["2026-02-01", "2026-02-02"]));
+    assert_eq!(done(&p, "dev", "s.hourly").len(), 48);
+    assert_eq!(count(&p, "dev", "s.per_day"), 2, "no interval was marked done over missing input");
+    assert_eq!(count(&p, "dev", "s.hourly"), 48);
+    let v = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(lag(&v, "s.per_day")["late"], false, "a child waiting for its parent is not late: {v:#}");
+}

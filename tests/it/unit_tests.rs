@@ -485,3 +485,31 @@ fn duplicate_names_and_the_test_glob_are_checked(engine: EngineBackend) {
     assert_eq!(entry(&v, "t")["file"], "spec/one.lua");
     assert_eq!(v["passed"], 1);
 }
+
+/// A self-referencing model (`@this`) is tested with its previous rows as a fixture of its own
+/// name; without one it reads none (as its first build does).
+#[test]
+fn a_self_referencing_model_takes_its_previous_rows_as_a_fixture() {
+    let p = Project::new();
+    p.write("efmesh.toml", CONFIG);
+    p.write(
+        "models/running.lua",
+        r#"define_model { name = "s.sales", kind = kind.external { table = "main.sales" }, schema = { { "day", "date" }, { "amount", "bigint" } } }
+define_model { name = "s.running",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT s.day, s.amount + coalesce((SELECT p.total FROM @this AS p WHERE p.day = s.day - 1), 0) AS total FROM " .. ref("s.sales") .. " AS s WHERE s.day BETWEEN @start_date AND @end_date" }"#,
+    );
+    p.write(
+        "tests/running.lua",
+        r#"define_test { name = "with_yesterday", model = "s.running", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
+  inputs = { ["s.sales"] = { { day = "2026-01-02", amount = 5 } }, ["s.running"] = { { day = "2026-01-01", total = 10 } } },
+  expect = { { day = "2026-01-02", total = 15 } } }
+define_test { name = "first_day", model = "s.running", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
+  inputs = { ["s.sales"] = { { day = "2026-01-02", amount = 5 } } },
+  expect = { { day = "2026-01-02", total = 5 } } }"#,
+    );
+    let v = p.run(&["test", "--json"]).expect_code(0).json();
+    assert_eq!(entry(&v, "with_yesterday")["status"], "passed", "{v:#}");
+    assert_eq!(entry(&v, "first_day")["status"], "passed", "{v:#}");
+}
