@@ -147,6 +147,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     location: Location { file: "models/moves.lua".into(), line: 1 },
 ///     target: Default::default(),
 ///     audits: vec![],
+///     cron: None,
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
