@@ -500,6 +500,16 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
                     e = e.with_hint(format!("did you mean `{s}`?"));
                 }
                 errors.push(e);
+            } else if let Some(inlined) = embedded_with_bounds(&r.target, all) {
+                // An audit runs over a whole relation, outside any batch: no interval to give.
+                errors.push(
+                    LoadError::new(
+                        Some(r.location.clone()),
+                        Some(m.name.clone()),
+                        format!("audit `{}` reads embedded model `{inlined}`, which uses `@start`/`@end`: an audit has no interval to give it", a.name),
+                    )
+                    .with_hint("reference a model that stores its rows (the time-range model reading it, for instance)"),
+                );
             }
         }
     }

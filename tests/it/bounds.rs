@@ -116,6 +116,10 @@ fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
         "-- name: t.hourly\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = hour)\n-- schema: day date\n-- refs: s.events\nSELECT day FROM @ref(s.events)\n",
     );
     p.write("models/plain.sql", "-- name: m.plain\n-- kind: full\n-- schema: d date\nSELECT @start_date AS d\n");
+    p.write(
+        "models/audited.sql",
+        "-- name: m.audited\n-- kind: full\n-- schema: day date\n-- audits: relationships(column = day, to = e.window)\nSELECT DATE '2026-01-01' AS day\n",
+    );
     let out = p.run(&["plan", "dev"]);
     out.expect_code(1);
     let err = &out.stderr;
@@ -126,4 +130,5 @@ fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
     );
     assert!(err.contains("models/hourly.sql") && err.contains("time column `day` is a `date`, but the grain `hour` is finer than a day"), "{err}");
     assert!(err.contains("models/plain.sql") && err.contains("`@start`/`@end` used in a `full` model"), "{err}");
+    assert!(err.contains("models/audited.sql") && err.contains("reads embedded model `e.window`, which uses `@start`/`@end`"), "{err}");
 }
