@@ -74,43 +74,7 @@ impl SqlAuditDef {
     pub fn parse(file: &Path, text: &str) -> Result<SqlAuditDef, Vec<LoadError>> {
         let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
         let mut errors = Vec::new();
-        let mut header: Vec<(String, String, usize)> = Vec::new();
-        let mut body_start = text.len();
-        let mut offset = 0;
-        for (i, raw) in text.split_inclusive('\n').enumerate() {
-            let line = raw.trim();
-            if line.is_empty() {
-                offset += raw.len();
-                continue;
-            }
-            let Some(comment) = line.strip_prefix("--") else {
-                body_start = offset;
-                break;
-            };
-            offset += raw.len();
-            let comment = comment.trim();
-            match comment.split_once(':') {
-                Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
-                    if !KEYS.contains(&k) {
-                        let mut e = LoadError::new(Some(at(i + 1)), None, format!("unknown header key `{k}` of a `.sql` audit file"));
-                        if let Some(s) = did_you_mean(k, KEYS.iter().copied()) {
-                            e = e.with_hint(format!("did you mean `{s}`?"));
-                        }
-                        errors.push(e);
-                    } else if header.iter().any(|(k2, _, _)| k2 == k) {
-                        errors.push(LoadError::new(Some(at(i + 1)), None, format!("header key `{k}` is given twice")));
-                    } else {
-                        header.push((k.to_string(), v.trim().to_string(), i + 1));
-                    }
-                }
-                _ => {
-                    if let Some((_, v, _)) = header.last_mut().filter(|_| !comment.is_empty()) {
-                        v.push(' ');
-                        v.push_str(comment);
-                    }
-                }
-            }
-        }
+        let (header, body_start) = super::sql_file::read_header(text, KEYS, &at, " of a `.sql` audit file", &|_| false, &mut errors);
         let get = |k: &str| header.iter().find(|(key, _, _)| key == k);
         let Some((_, _, name_line)) = get("name") else {
             errors.push(

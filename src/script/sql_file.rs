@@ -65,14 +65,20 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
     parse_with(file, text, None)
 }
 
-/// Parses one `.sql` model file's text, expanding its `@name(…)` macro calls and resolving
-/// its `-- audits:` through `foreign`.
-///
-/// # Errors
-/// Every problem found, each with file:line.
-pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
-    let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
-    let mut errors = Vec::new();
+/// The leading block of `-- key: value` lines of a `.sql` file (a model's or an audit's):
+/// `(key, value, line)` in order, and the byte offset where the body starts. A comment line
+/// without a key continues the previous value, after a `,` when `comma_joined(key)` (list
+/// values such as `schema`), after a space otherwise. An unknown key (with a "did you mean"
+/// among `keys`; `what` ends the message, e.g. " of a `.sql` audit file") and a repeated key
+/// are errors at their line.
+pub(super) fn read_header(
+    text: &str,
+    keys: &[&str],
+    at: &dyn Fn(usize) -> Location,
+    what: &str,
+    comma_joined: &dyn Fn(&str) -> bool,
+    errors: &mut Vec<LoadError>,
+) -> (Vec<(String, String, usize)>, usize) {
     let mut header: Vec<(String, String, usize)> = Vec::new();
     let mut body_start = text.len();
     let mut offset = 0;
@@ -90,38 +96,42 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         let comment = comment.trim();
         match comment.split_once(':') {
             Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
-                let key = k.to_string();
-                if !KEYS.contains(&key.as_str()) {
-                    let mut e = LoadError::new(Some(at(i + 1)), None, format!("unknown header key `{key}`"));
-                    if let Some(s) = did_you_mean(&key, KEYS.iter().copied()) {
+                if !keys.contains(&k) {
+                    let mut e = LoadError::new(Some(at(i + 1)), None, format!("unknown header key `{k}`{what}"));
+                    if let Some(s) = did_you_mean(k, keys.iter().copied()) {
                         e = e.with_hint(format!("did you mean `{s}`?"));
                     }
                     errors.push(e);
-                    continue;
+                } else if header.iter().any(|(k2, _, _)| k2 == k) {
+                    errors.push(LoadError::new(Some(at(i + 1)), None, format!("header key `{k}` is given twice")));
+                } else {
+                    header.push((k.to_string(), v.trim().to_string(), i + 1));
                 }
-                if header.iter().any(|(k2, _, _)| *k2 == key) {
-                    errors.push(LoadError::new(Some(at(i + 1)), None, format!("header key `{key}` is given twice")));
-                    continue;
-                }
-                header.push((key, v.trim().to_string(), i + 1));
             }
             _ => {
                 // A continuation of the previous key, or a plain comment before the header.
-                if let Some((key, v, _)) = header.last_mut() {
-                    if key != "description" && !comment.is_empty() {
-                        if !v.is_empty() && !v.ends_with(',') {
-                            v.push(',');
-                        }
-                        v.push(' ');
-                        v.push_str(comment);
-                    } else if key == "description" && !comment.is_empty() {
-                        v.push(' ');
-                        v.push_str(comment);
+                if let Some((key, v, _)) = header.last_mut().filter(|_| !comment.is_empty()) {
+                    if comma_joined(key) && !v.is_empty() && !v.ends_with(',') {
+                        v.push(',');
                     }
+                    v.push(' ');
+                    v.push_str(comment);
                 }
             }
         }
     }
+    (header, body_start)
+}
+
+/// Parses one `.sql` model file's text, expanding its `@name(…)` macro calls and resolving
+/// its `-- audits:` through `foreign`.
+///
+/// # Errors
+/// Every problem found, each with file:line.
+pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
+    let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
+    let mut errors = Vec::new();
+    let (header, body_start) = read_header(text, KEYS, &at, "", &|key| key != "description", &mut errors);
     let get = |k: &str| header.iter().find(|(key, _, _)| key == k);
     let name_line = get("name").map(|(_, _, l)| *l).unwrap_or(1);
     let location = at(name_line);
