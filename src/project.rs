@@ -57,6 +57,10 @@ impl Project {
         let project = models.and_then(|models| {
             prefetch_canonical(config, &models);
             let dag = Dag::build(models)?;
+            let bad_statements = check_statements(config, &dag);
+            if !bad_statements.is_empty() {
+                return Err(LoadErrors(bad_statements));
+            }
             // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
             let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
             if !unconfigured.is_empty() {
@@ -75,6 +79,23 @@ impl Project {
     pub fn files(config: &Config) -> Result<Vec<std::path::PathBuf>, LoadErrors> {
         Ok(Discovered::of(config)?.all().cloned().collect())
     }
+}
+
+/// Every pre/post statement that is not exactly one statement of the engine's grammar
+/// (sqlparser's DuckDB dialect, or libpg_query with `[engine] url_env`), as load errors at the
+/// statement's file:line naming the model and which statement.
+pub fn check_statements(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
+    use crate::sql::statements::{CheckResolver, Grammar, check};
+    let grammar = if config.engine.url_env.is_some() { Grammar::Postgres } else { Grammar::DuckDb };
+    let mut errors = Vec::new();
+    for m in dag.models() {
+        for (when, i, st) in m.statements.each() {
+            if let Err(e) = check(&st.sql.render(&CheckResolver), grammar) {
+                errors.push(crate::core::LoadError::new(Some(st.location.clone()), Some(m.name.clone()), format!("{when}-statement {i}: {e}")));
+            }
+        }
+    }
+    errors
 }
 
 /// For a command about to plan with no state store on disk (so no canonicalisation cache: the

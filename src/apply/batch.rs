@@ -47,6 +47,46 @@ pub fn table_absent(physical: &str, catalog: &crate::engine::Catalog) -> bool {
     crate::plan::integrity::split_relation(physical).is_some_and(|(s, r)| !catalog.contains(&s, &r))
 }
 
+/// Whether the first batch of a build of `model` may create its table when the engine lacks it
+/// ([`BatchWrite::Create`]): not when the model reads itself (`@this`: the table must exist,
+/// empty, before the query runs) nor when it has pre-statements (they run before the write and
+/// may name the table with `@this`). Those get [`ensure_table`] first.
+pub fn may_create_with_first(model: &Model, body: &Fragment) -> bool {
+    !body.reads_itself() && model.statements.pre.is_empty()
+}
+
+/// The model's pre- and post-statements rendered for execution: bounds of `batch` (time-range
+/// models), `@this` as the version's table. Each is led by a comment naming it and where it is
+/// written (`/* efmesh: pre-statement 1 of model `m.x` (models/x.sql:4) */`), which an engine
+/// error's `while running:` line shows.
+pub fn pre_post(model: &Model, exec: &ExecResolver<'_>, batch: Option<Interval>) -> (Vec<String>, Vec<String>) {
+    let exec = exec.with_bounds(batch);
+    let render = |when: &str, list: &[crate::core::Statement]| -> Vec<String> {
+        list.iter()
+            .enumerate()
+            .map(|(i, st)| format!("/* efmesh: {when}-statement {} of model `{}` ({}) */\n{}", i + 1, model.name, st.location, st.sql.render(&exec)))
+            .collect()
+    };
+    (render("pre", &model.statements.pre), render("post", &model.statements.post))
+}
+
+/// `write` (the statements of one transaction that write the model) with the model's
+/// pre-statements before it and its post-statements after it ([`pre_post`]). The first `keep`
+/// statements of `write` stay first (a `CREATE TABLE IF NOT EXISTS`, so `@this` exists for the
+/// pre-statements).
+pub fn around(model: &Model, exec: &ExecResolver<'_>, batch: Option<Interval>, mut write: Vec<String>, keep: usize) -> Vec<String> {
+    if model.statements.is_empty() {
+        return write;
+    }
+    let (pre, post) = pre_post(model, exec, batch);
+    let keep = keep.min(write.len());
+    let rest = write.split_off(keep);
+    write.extend(pre);
+    write.extend(rest);
+    write.extend(post);
+    write
+}
+
 /// The statement run before the batches when the table exists (or no batch creates it): creates
 /// it empty, with the query's columns and types, unless it exists (a no-op then).
 ///
@@ -68,8 +108,9 @@ pub fn batch_size(model: &Model, t: &TimeRange) -> u32 {
 
 /// The statements of one batch of `model` (a time-range model of kind `t`, query `body`) over
 /// `batch` into `physical`: its query rendered with the batch's literal bounds (references
-/// resolved by `exec`), restricted to the batch on the time column, written as `write` says.
-/// They run in one engine transaction.
+/// resolved by `exec`), restricted to the batch on the time column, written as `write` says,
+/// between the model's pre- and post-statements ([`around`]). They run in one engine
+/// transaction.
 #[allow(clippy::too_many_arguments)]
 pub fn statements(
     model: &Model,
@@ -87,11 +128,13 @@ pub fn statements(
     let (s, e) = time_column_bounds(model, t, batch);
     let sql = body.render(&exec.with_bounds(Some(batch)));
     let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
-    match write {
+    let write = match write {
         BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],
         BatchWrite::Insert => vec![insert],
         BatchWrite::Replace => vec![format!("DELETE FROM {physical} WHERE {tc} >= {s} AND {tc} < {e}"), insert],
-    }
+    };
+    // The model's pre/post statements, with the batch's bounds, in the same transaction.
+    around(model, exec, Some(batch), write, 0)
 }
 
 /// The literals `[start, end)` of `batch` compared with the time column: `DATE '…'` when the

@@ -1149,7 +1149,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             // like a `full` model.
             let checks = audit::checks(model, None, &physical, self.exec);
             let before = pass_start(state, model, &snapshot.fingerprint)?;
-            let statements = seed::build_statements(model, &physical, engine.sql());
+            let statements = batch::around(model, self.exec, None, seed::build_statements(model, &physical, engine.sql()), 0);
             let results = audit::transaction(engine, &statements, &model.name, &checks, None).map_err(|e| audit_failure(model, e, None))?;
             let clean = audit::clean(&results);
             self.report.audits.add(results);
@@ -1195,11 +1195,13 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Not time-range: every audit sees the whole new relation, inside the build.
                 let checks = audit::checks(model, None, &physical, exec);
                 let query = format!("\n{sql}");
-                let mut statements = if matches!(model.kind, Kind::Full) {
+                let statements = if matches!(model.kind, Kind::Full) {
                     engine.sql().replace_table_as(&physical, &query)
                 } else {
                     engine.sql().replace_view_as(&physical, &query)
                 };
+                // The model's pre/post statements, in the build's transaction.
+                let mut statements = batch::around(model, exec, None, statements, 0);
                 if resolve::embeds_project_root(project, model) {
                     // The view resolves project paths: it records the root they were resolved
                     // against, so a moved project is noticed (SPEC §4).
@@ -1225,7 +1227,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // costs no extra committed statement and no `DELETE` of nothing. A plain
                 // `CREATE` (never `OR REPLACE`): a table that appeared meanwhile fails the batch
                 // loudly. The snapshot is recorded after that commit (SPEC §4, "a new time-range table is created by its first batch").
-                let create_with_first = batch::table_absent(&physical, self.catalog) && n > 0 && !body.reads_itself();
+                let create_with_first = batch::table_absent(&physical, self.catalog) && n > 0 && batch::may_create_with_first(model, body);
                 if !create_with_first {
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
@@ -1273,7 +1275,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, engine.sql())).map_err(|e| build_err(e, None))?;
                 }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, &checks)?;
+                let (pre, post) = batch::pre_post(model, exec, None);
+                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, (&pre, &post), &checks)?;
                 fault::crash_point(|| format!("after-upsert:{}", model.name));
                 self.report.audits.add(results);
                 self.audited.insert(model.name.clone());
@@ -1305,7 +1308,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 }
                 // Marked before the engine write, taken back when nothing changed (as an upsert).
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
-                let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, &checks);
+                let (pre, post) = batch::pre_post(model, exec, None);
+                let reconciled = scd2::reconcile(engine, model, s, &physical, &sql, plan.now, (&pre, &post), &checks);
                 if reconciled.is_err() && carry.is_some() {
                     // No snapshot records the carried table yet: the next apply copies it afresh.
                     let _ = engine.execute(&engine.sql().drop_table_if_exists(&physical));

@@ -51,7 +51,8 @@ pub struct ScdStats {
 /// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
 /// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
 ///
-/// `checks` (the model's audits over `physical`) run inside that transaction, after the
+/// `pre`/`post` (the model's pre/post statements, rendered) run inside that transaction, before
+/// and after the reconciliation. `checks` (the model's audits over `physical`) run inside it after the
 /// reconciliation: a blocking violation rolls it back ([`ApplyError::Audit`]).
 pub fn reconcile(
     engine: &mut dyn Engine,
@@ -60,12 +61,18 @@ pub fn reconcile(
     physical: &str,
     query: &str,
     now: Millis,
+    (pre, post): (&[String], &[String]),
     checks: &[(&crate::core::audit::Audit, String)],
 ) -> Result<(ScdStats, Vec<super::audit::AuditResult>), ApplyError> {
     stage(engine, model, query)?;
     let result = (|| {
         check_keys(engine, model, &scd.key)?;
-        let statements = statements(model, scd, physical, now, &stage_relation(engine));
+        let mut statements = statements(model, scd, physical, now, &stage_relation(engine));
+        // The pre-statements after the table exists (the first statement), the post-statements last.
+        let write = statements.split_off(1);
+        statements.extend_from_slice(pre);
+        statements.extend(write);
+        statements.extend_from_slice(post);
         // Counted inside the same state the transaction sees: before it, what will close and open.
         let (closed, opened) = counts(engine, model, scd, physical)?;
         let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| super::upsert::audit_error(model, e))?;

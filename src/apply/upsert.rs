@@ -45,7 +45,8 @@ pub struct UpsertStats {
 /// [`ApplyError::Rejected`] for NULL or duplicate keys (nothing written);
 /// [`ApplyError::Build`] when an engine statement fails (the transaction is rolled back).
 ///
-/// `checks` (the model's audits over `physical`) run inside that transaction, after the upsert:
+/// `pre`/`post` (the model's pre/post statements, rendered) run inside that transaction, before
+/// and after the write. `checks` (the model's audits over `physical`) run inside it after the upsert:
 /// a blocking violation rolls it back ([`ApplyError::Audit`]); their results come back with the
 /// stats.
 pub fn upsert(
@@ -54,6 +55,7 @@ pub fn upsert(
     key: &[String],
     physical: &str,
     query: &str,
+    (pre, post): (&[String], &[String]),
     checks: &[(&crate::core::audit::Audit, String)],
 ) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
     let staged = stage(engine, model, query)?;
@@ -66,11 +68,12 @@ pub fn upsert(
             .query(&format!("SELECT count(*) FROM (SELECT {cols} FROM {st} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed"))
             .map_or(staged, |rows| first_number(&rows));
         let matches = key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ");
-        let statements = [
-            format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {st} LIMIT 0"),
-            format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches})"),
-            format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {st}"),
-        ];
+        // The pre-statements after the table exists, the post-statements after the write.
+        let mut statements = vec![format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {st} LIMIT 0")];
+        statements.extend_from_slice(pre);
+        statements.push(format!("DELETE FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches})"));
+        statements.push(format!("INSERT INTO {physical} ({cols}) SELECT {cols} FROM {st}"));
+        statements.extend_from_slice(post);
         let audits = super::audit::transaction(engine, &statements, &model.name, checks, None).map_err(|e| audit_error(model, e))?;
         Ok((UpsertStats { upserted: staged, changed }, audits))
     })();

@@ -50,6 +50,45 @@ pub struct Model {
     /// When the model's intervals are due (sqlmesh's `cron`, UTC), as written; checked at load
     /// ([`super::cron`]). Metadata: not fingerprinted. `None`: every finished interval is due.
     pub cron: Option<String>,
+    /// SQL statements run before and after the model's write, in the same engine transaction
+    /// (sqlmesh's pre/post statements). Fingerprinted only when `affect_data` is set
+    /// ([`Statements::affect_data`]); otherwise metadata (an edit is a `metadata` change).
+    pub statements: Statements,
+}
+
+/// A model's pre/post statements ([`Model::statements`]).
+#[derive(Debug, Clone, PartialEq, Default, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Statements {
+    /// Run before the write, in order, in the write's transaction.
+    pub pre: Vec<Statement>,
+    /// Run after the write (and before the audits), in order, in the same transaction.
+    pub post: Vec<Statement>,
+    /// True when the statements shape the data (`statements_affect_data = true`): their
+    /// canonical text then enters the fingerprint, so an edit is a breaking change. False: they
+    /// are metadata.
+    pub affect_data: bool,
+}
+
+/// One pre or post statement: SQL text with the interval bounds and `@this` as markers.
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Statement {
+    /// The statement (no `ref`/`cols` sites: only text, bounds and `@this`).
+    pub sql: Fragment,
+    /// Where it is written: its own line in a `.sql` file, the `define_model` call otherwise.
+    pub location: Location,
+}
+
+impl Statements {
+    /// True when the model has no statement.
+    pub fn is_empty(&self) -> bool {
+        self.pre.is_empty() && self.post.is_empty()
+    }
+
+    /// Every statement with its position: `("pre", 1-based index, statement)`, pre first.
+    pub fn each(&self) -> impl Iterator<Item = (&'static str, usize, &Statement)> {
+        let pre = self.pre.iter().enumerate().map(|(i, s)| ("pre", i + 1, s));
+        pre.chain(self.post.iter().enumerate().map(|(i, s)| ("post", i + 1, s)))
+    }
 }
 
 impl Model {

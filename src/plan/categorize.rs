@@ -48,6 +48,10 @@ pub struct Definition<'a> {
     pub schema: &'a [(String, String)],
     /// Declared grain.
     pub grain: &'a [String],
+    /// The data-relevant pre/post statements as fingerprinted
+    /// ([`crate::sql::fingerprint::statements_payload`]); `None` when there are none or they are
+    /// metadata.
+    pub statements: Option<&'a Value>,
 }
 
 /// Compares an old and a new definition of the same model whose fingerprints differ by more than
@@ -75,6 +79,9 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
     }
     if old.grain != new.grain {
         return breaking("the grain changed".into(), vec!["grain".into()]);
+    }
+    if old.statements != new.statements {
+        return breaking("the data-relevant pre/post statements changed (`statements_affect_data`)".into(), vec!["statements".into()]);
     }
     let (Some(old_c), Some(new_c)) = (old.canonical, new.canonical) else {
         return breaking("the source definition changed".into(), vec!["source".into()]);
@@ -132,7 +139,7 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 ///
 /// Children that read none of these columns keep their data (the plan's column impact, SPEC §4).
 pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: &[String]) -> Option<std::collections::BTreeSet<String>> {
-    if old.kind != new.kind || old.grain != new.grain {
+    if old.kind != new.kind || old.grain != new.grain || old.statements != new.statements {
         return None;
     }
     let old_ast: Value = serde_json::from_str(old.canonical?).ok()?;
@@ -587,7 +594,7 @@ mod tests {
     use serde_json::json;
 
     fn def<'a>(c: &'a str, schema: &'a [(String, String)], kind: &'a Value) -> Definition<'a> {
-        Definition { canonical: Some(c), kind, schema, grain: &[] }
+        Definition { canonical: Some(c), kind, schema, grain: &[], statements: None }
     }
     fn cols(names: &[&str]) -> Vec<(String, String)> {
         names.iter().map(|n| (n.to_string(), "bigint".to_string())).collect()

@@ -994,8 +994,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
 /// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
-/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?}` (`audits` and `cron` only when the
-/// model has some).
+/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?, "statements"?: {"pre", "post",
+/// "affect_data"}}` (`audits`, `cron` and `statements` only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -1020,6 +1020,10 @@ pub fn metadata_text(model: &Model) -> String {
         // rebuild, as in sqlmesh). Absent without a cron, so other models keep their stored text.
         #[serde(skip_serializing_if = "Option::is_none")]
         cron: Option<&'a str>,
+        // Pre/post statements as written (placeholders for bounds): metadata unless declared
+        // data-relevant, when they also enter the fingerprint. Absent without statements.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        statements: Option<serde_json::Value>,
     }
     let meta = Meta {
         kind: model.kind_payload(),
@@ -1034,6 +1038,10 @@ pub fn metadata_text(model: &Model) -> String {
         }),
         audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
         cron: model.cron.as_deref(),
+        statements: (!model.statements.is_empty()).then(|| {
+            let texts = |l: &[crate::core::Statement]| -> Vec<String> { l.iter().map(|s| s.sql.render(&CanonicalResolver)).collect() };
+            serde_json::json!({"pre": texts(&model.statements.pre), "post": texts(&model.statements.post), "affect_data": model.statements.affect_data})
+        }),
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }
@@ -1097,6 +1105,7 @@ struct OldDefinition {
     schema: Vec<(String, String)>,
     grain: Vec<String>,
     physical: String,
+    statements: Option<serde_json::Value>,
 }
 
 fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
@@ -1107,7 +1116,21 @@ fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option
         .map(|a| a.iter().filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), crate::sql::fingerprint::normalize_type(p.get(1)?.as_str()?)))).collect())
         .unwrap_or_default();
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
-    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical }))
+    let statements = data_statements_of(m);
+    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements }))
+}
+
+/// The data-relevant statements a snapshot's metadata records, as
+/// [`crate::sql::fingerprint::statements_payload`] gives them for a model.
+fn data_statements_of(metadata: &serde_json::Value) -> Option<serde_json::Value> {
+    let st = &metadata["statements"];
+    if st["affect_data"] != serde_json::Value::Bool(true) {
+        return None;
+    }
+    let canon = |k: &str| -> Vec<String> {
+        st[k].as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(crate::sql::statements::canonical_text)).collect()).unwrap_or_default()
+    };
+    Some(serde_json::json!({"pre": canon("pre"), "post": canon("post")}))
 }
 
 /// Computes the plan of `project` against `env` at `now`, honouring `options`.
@@ -1736,9 +1759,21 @@ fn compute_with(
                     let verdict = match &old {
                         Some(o) if !external => {
                             let new_canonical = canonical_of(dialect, model)?.map(|c| c.text);
-                            let old_def = categorize::Definition { canonical: o.canonical.as_deref(), kind: &o.kind, schema: &o.schema, grain: &o.grain };
-                            let new_def =
-                                categorize::Definition { canonical: new_canonical.as_deref(), kind: &new_kind, schema: &new_schema, grain: &model.grain };
+                            let new_statements = crate::sql::fingerprint::statements_payload(model);
+                            let old_def = categorize::Definition {
+                                canonical: o.canonical.as_deref(),
+                                kind: &o.kind,
+                                schema: &o.schema,
+                                grain: &o.grain,
+                                statements: o.statements.as_ref(),
+                            };
+                            let new_def = categorize::Definition {
+                                canonical: new_canonical.as_deref(),
+                                kind: &new_kind,
+                                schema: &new_schema,
+                                grain: &model.grain,
+                                statements: new_statements.as_ref(),
+                            };
                             let verdict = categorize::compare(&old_def, &new_def);
                             if !verdict.non_breaking
                                 && let Some(keys) = row_key_columns(&model.kind)
@@ -2383,6 +2418,7 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            statements: Default::default(),
         }
     }
 

@@ -88,7 +88,8 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target", "cron"];
+const MODEL_KEYS: &[&str] =
+    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -225,10 +226,95 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
     };
+    let statements = model_statements(spec, sites, name.as_ref(), kind.as_ref(), &target, &location, &mut errors);
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron }),
+        (Some(name), Some(kind), true) => {
+            Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, statements })
+        }
         _ => Err(errors),
     }
+}
+
+/// A model's `pre_statements` / `post_statements` (each a string or a list of strings; the
+/// strings may hold `@start`… bounds on time-range models and `@this`, never `ref`/`cols`) and
+/// `statements_affect_data`. Whether each parses in the engine's grammar is checked once the
+/// project is loaded ([`crate::project::check_statements`]).
+fn model_statements(
+    spec: &Map<String, Value>,
+    sites: &Sites,
+    name: Option<&ModelName>,
+    kind: Option<&Kind>,
+    target: &Target,
+    location: &Location,
+    errors: &mut Vec<LoadError>,
+) -> crate::core::Statements {
+    let err = |msg: String| LoadError::new(Some(location.clone()), name.cloned(), msg);
+    let mut out = crate::core::Statements::default();
+    for (key, into) in [("pre_statements", &mut out.pre), ("post_statements", &mut out.post)] {
+        let texts = match spec.get(key) {
+            None => continue,
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(v) => match string_list(v) {
+                Some(l) => l,
+                None => {
+                    errors.push(err(format!("`{key}` must be a list of SQL statements (strings)")));
+                    continue;
+                }
+            },
+        };
+        for (i, text) in texts.iter().enumerate() {
+            let what = format!("`{key}`[{}]", i + 1);
+            let text = text.trim().trim_end_matches(';').trim_end();
+            if text.is_empty() {
+                errors.push(err(format!("{what} is empty")));
+                continue;
+            }
+            let mut f = match parse_query(text, sites) {
+                Ok(f) => f,
+                Err(msg) => {
+                    errors.push(err(format!("{what}: {msg}")));
+                    continue;
+                }
+            };
+            if f.nodes.iter().any(|n| matches!(n, Node::Ref(_) | Node::Cols(_))) {
+                errors.push(
+                    err(format!("{what} uses `ref`/`cols`: a statement is not part of the DAG"))
+                        .with_hint("write the relation's name, or `@this` for the model's own table"),
+                );
+                continue;
+            }
+            let bounds = f.nodes.iter().any(|n| matches!(n, Node::Start | Node::End | Node::Bound(_)));
+            if bounds && kind.is_some_and(|k| k.time_range().is_none()) {
+                errors.push(err(format!(
+                    "{what} uses interval bounds (`@start`, `@end`, …), but a `{}` model has no interval",
+                    kind.map(Kind::tag).unwrap_or_default()
+                )));
+                continue;
+            }
+            if let Some(n) = name {
+                f.bind_this(n);
+            }
+            into.push(crate::core::Statement { sql: f, location: location.clone() });
+        }
+    }
+    out.affect_data = match spec.get("statements_affect_data") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            errors.push(err("`statements_affect_data` must be a boolean".into()));
+            false
+        }
+    };
+    if !out.is_empty() {
+        if let Some(k) = kind.filter(|k| matches!(k, Kind::Embedded | Kind::External(_))) {
+            errors.push(err(format!("a `{}` model is never built, so it cannot have `pre_statements`/`post_statements`", k.tag())));
+        } else if *target != Target::Table {
+            errors.push(err(format!("`pre_statements`/`post_statements` need the `table` target (this model's is `{target}`)")));
+        }
+    } else if out.affect_data {
+        errors.push(err("`statements_affect_data` is set, but the model has no `pre_statements`/`post_statements`".into()));
+    }
+    out
 }
 
 /// A model's `cron`: a valid expression ([`crate::core::cron::parse`]) on a time-range model, not

@@ -35,7 +35,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron", "statements_affect_data"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -140,6 +140,11 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
             "name" | "description" | "target" | "cron" => Ok(Value::String(value.clone())),
+            "statements_affect_data" => match value.as_str() {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                other => Err(format!("expected `true` or `false`, got `{other}`")),
+            },
             "audits" => Ok(Value::Null),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
@@ -254,17 +259,113 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         }
     }
     let is_external = matches!(spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str), Some("external" | "seed"));
-    let query = query.trim();
-    let query = if query.is_empty() && is_external { None } else { Some(query.trim_end_matches(';').trim_end()) };
-    if query.is_some_and(str::is_empty) {
+    // Statements before the query are pre-statements, after it post-statements (sqlmesh's layout).
+    let line_of = |off: usize| body_line0 + query[..off].matches('\n').count() + 1;
+    let (query, pre, post) = match split_body(&query) {
+        Ok(parts) => parts,
+        Err((off, msg)) => {
+            errors.push(LoadError::new(Some(at(line_of(off))), model_name.clone(), msg));
+            ((0, ""), Vec::new(), Vec::new())
+        }
+    };
+    let query = query.1;
+    let query = if query.is_empty() && is_external { None } else { Some(query) };
+    if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() {
         errors.push(LoadError::new(Some(location.clone()), model_name.clone(), "the file has a header but no query"));
+    }
+    for (key, list) in [("pre_statements", &pre), ("post_statements", &post)] {
+        if !list.is_empty() {
+            spec.insert(key.into(), Value::Array(list.iter().map(|(_, s)| Value::String((*s).to_string())).collect()));
+        }
     }
     if !errors.is_empty() {
         return Err(errors);
     }
     let mut model = build_model(&spec, query, &sites, location)?;
     model.audits = audits;
+    // Each statement is located at its own line.
+    for (st, (off, _)) in model.statements.pre.iter_mut().zip(&pre).chain(model.statements.post.iter_mut().zip(&post)) {
+        st.location = at(line_of(*off));
+    }
     Ok(model)
+}
+
+/// A `.sql` body split on its top-level `;`: the query (the one statement that starts with
+/// `SELECT`, `WITH`, `FROM`, `VALUES`, `TABLE` or `(`), the statements before it (pre) and after
+/// it (post), each with its byte offset. A body with no statement at all is an empty query.
+///
+/// # Errors
+/// A second query, or statements without a query (offset, message).
+#[allow(clippy::type_complexity)]
+fn split_body<'a>(body: &'a str) -> Result<((usize, &'a str), Vec<(usize, &'a str)>, Vec<(usize, &'a str)>), (usize, String)> {
+    let b = body.as_bytes();
+    let mut pieces: Vec<(usize, &'a str)> = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    let push = |from: usize, to: usize, pieces: &mut Vec<(usize, &'a str)>| {
+        let text = &body[from..to];
+        if !is_blank(text) {
+            // Located at its first word (after whitespace and comments).
+            let lead = text.len() - text.trim_start().len();
+            pieces.push((from + first_word_at(text), text[lead..].trim_end()));
+        }
+    };
+    while i < b.len() {
+        if let Some(end) = crate::core::fragment::skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        if b[i] == b';' {
+            push(start, i, &mut pieces);
+            start = i + 1;
+        }
+        i += 1;
+    }
+    push(start, b.len(), &mut pieces);
+    let queries: Vec<usize> = (0..pieces.len()).filter(|&k| is_query(pieces[k].1)).collect();
+    match queries.as_slice() {
+        [] if pieces.is_empty() => Ok(((0, ""), Vec::new(), Vec::new())),
+        [] => Err((pieces[0].0, "the body has statements but no query (`SELECT …`): statements before the query are pre-statements, after it post-statements".into())),
+        [q] => Ok((pieces[*q], pieces[..*q].to_vec(), pieces[q + 1..].to_vec())),
+        [_, second, ..] => Err((
+            pieces[*second].0,
+            "a second query in the body: a model has one query; the statements before it are pre-statements, those after it post-statements (neither may be a query)".into(),
+        )),
+    }
+}
+
+/// True when `text` holds only whitespace and comments.
+fn is_blank(text: &str) -> bool {
+    first_word(text).is_empty()
+}
+
+/// The byte offset in `text` of its first character that is neither whitespace nor in a comment.
+fn first_word_at(text: &str) -> usize {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_whitespace() {
+            i += 1;
+        } else if b[i..].starts_with(b"--") || b[i..].starts_with(b"/*") {
+            i = crate::core::fragment::skip_literal_or_comment(b, i).unwrap_or(b.len());
+        } else {
+            return i;
+        }
+    }
+    b.len()
+}
+
+/// The first word of `text` after whitespace and comments, upper-cased (`(` or another
+/// punctuation character counts as a word); empty when there is none.
+fn first_word(text: &str) -> String {
+    let rest = &text[first_word_at(text)..];
+    let word: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if word.is_empty() { rest.chars().take(1).collect() } else { word.to_ascii_uppercase() }
+}
+
+/// True when a statement of the body is a query (the model's) rather than a pre/post statement.
+fn is_query(text: &str) -> bool {
+    matches!(first_word(text).as_str(), "SELECT" | "WITH" | "FROM" | "VALUES" | "TABLE" | "(")
 }
 
 /// One use of the `-- audits:` header: `name`, `name(a, b)` or `name(p = v, blocking = false)`

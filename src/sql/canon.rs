@@ -169,7 +169,7 @@ impl SqlError {
         }
     }
 
-    fn from_parser(e: ParserError, sql: &str) -> Self {
+    pub(crate) fn from_parser(e: ParserError, sql: &str) -> Self {
         let raw = match e {
             ParserError::TokenizerError(s) | ParserError::ParserError(s) => s,
             ParserError::RecursionLimitExceeded => "recursion limit exceeded".to_string(),

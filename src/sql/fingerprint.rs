@@ -12,8 +12,12 @@
 //!  "columns": [[name, normalised type], …],     // declaration order
 //!  "grain": [column, …],                         // declaration order
 //!  "body": "<blake3 hex of the canonical body>" | null,
-//!  "parents": ["<schema>.<table>=<fingerprint>", …]}   // sorted
+//!  "parents": ["<schema>.<table>=<fingerprint>", …],  // sorted
+//!  "statements": {"pre": [text, …], "post": [text, …]}} // only when data-relevant
 //! ```
+//!
+//! `statements` appears only for a model with pre/post statements declared data-relevant
+//! (`statements_affect_data`): their canonical text ([`super::statements::canonical_text`]).
 //!
 //! Declared types are lower-cased with runs of whitespace collapsed to one space, so
 //! `TIMESTAMP  WITH TIME ZONE` and `timestamp with time zone` hash alike. A parent's fingerprint
@@ -148,6 +152,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     target: Default::default(),
 ///     audits: vec![],
 ///     cron: None,
+///     statements: Default::default(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -182,6 +187,8 @@ pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents
         grain: &'a [String],
         body: Option<&'a str>,
         parents: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        statements: Option<Value>,
     }
     let mut parent_list: Vec<String> = parents.iter().map(|(n, fp)| format!("{n}={fp}")).collect();
     parent_list.sort_unstable();
@@ -193,6 +200,7 @@ pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents
         grain: &model.grain,
         body: body_digest,
         parents: parent_list,
+        statements: statements_payload(model),
     };
     // Serialised into one buffer, hashed in one call: serde_json writes many pieces of a few
     // bytes, and each `blake3::Hasher::update` call has a fixed cost well above a copy.
@@ -211,7 +219,7 @@ pub fn payload(model: &Model, body_digest: Option<&str>, parents: &BTreeMap<Mode
     parents.sort_unstable();
     // `json!` keeps key order with serde_json's `preserve_order`; the order is part of the
     // payload, so it is spelled out here once.
-    json!({
+    let mut v = json!({
         "v": FINGERPRINT_VERSION,
         "name": model.name.to_string(),
         "kind": model.kind_payload(),
@@ -219,7 +227,28 @@ pub fn payload(model: &Model, body_digest: Option<&str>, parents: &BTreeMap<Mode
         "grain": model.grain,
         "body": body_digest,
         "parents": parents,
-    })
+    });
+    if let (Some(st), Value::Object(m)) = (statements_payload(model), &mut v) {
+        m.insert("statements".into(), st);
+    }
+    v
+}
+
+/// The pre/post statements as the fingerprint hashes them: `{"pre": [canonical text…], "post":
+/// […]}` ([`super::statements::canonical_text`] of each, rendered with placeholders), only when
+/// the model declares them data-relevant (`statements_affect_data`) and has some. `None`
+/// otherwise: the payload then has no `statements` key, so models without data-relevant
+/// statements keep the fingerprints they always had.
+#[must_use]
+pub fn statements_payload(model: &Model) -> Option<Value> {
+    let st = &model.statements;
+    if !st.affect_data || st.is_empty() {
+        return None;
+    }
+    let canon = |l: &[crate::core::Statement]| -> Vec<String> {
+        l.iter().map(|s| super::statements::canonical_text(&s.sql.render(&crate::core::fragment::CanonicalResolver))).collect()
+    };
+    Some(json!({"pre": canon(&st.pre), "post": canon(&st.post)}))
 }
 
 /// A declared type as hashed: lower-cased, whitespace runs collapsed to one space, trimmed.
@@ -333,6 +362,7 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            statements: Default::default(),
         }
     }
 

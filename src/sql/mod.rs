@@ -18,6 +18,7 @@ pub mod lineage;
 pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;
+pub mod statements;
 
 pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, fingerprint, physical_table};

@@ -45,6 +45,7 @@ mod operations;
 mod pg;
 mod physical_integrity;
 mod plan_memo;
+mod prepost;
 mod preview;
 mod project_cache;
 mod render;

@@ -1,0 +1,226 @@
+//! Pre/post statements (issue #16 part 5): SQL run before and after a model's write, in the same
+//! engine transaction (so a failed batch rolls them back), fingerprinted only when declared
+//! data-relevant (`statements_affect_data`).
+
+use crate::common::{EngineBackend, Project, Rows, action};
+use crate::on_every_engine;
+
+on_every_engine!(
+    pre_and_post_statements_run_in_every_batch_with_its_bounds,
+    pre_statements_are_rolled_back_with_a_failed_batch,
+    a_failing_post_statement_rolls_back_the_batchs_data,
+);
+
+/// A project of `.sql` models on `engine`: the source `raw.ev` (one row a day, 2026-01-01 to
+/// 2026-01-04, `v` as text: `v3` on day 3), the log table `ops.log`, the external `s.ev`.
+fn project(engine: EngineBackend, v3: &str) -> Project {
+    let mut p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.execute_on_engine(&format!(
+        "CREATE SCHEMA raw; CREATE TABLE raw.ev (day date, v varchar); \
+         INSERT INTO raw.ev VALUES (DATE '2026-01-01', '1'), (DATE '2026-01-02', '2'), (DATE '2026-01-03', '{v3}'), (DATE '2026-01-04', '4'); \
+         CREATE SCHEMA ops; CREATE TABLE ops.log (what varchar, d date)"
+    ));
+    p.write("models/ev.sql", "-- name: s.ev\n-- kind: external(table = raw.ev)\n-- schema: day date, v varchar\n");
+    p.now = "2026-01-05T00:00:00Z".into();
+    p
+}
+
+/// `t.events`: a daily time-range model, one interval per batch, with `pre` and `post` statements
+/// around its query (the `.sql` layout: statements before the query are pre-statements, after it
+/// post-statements).
+fn events(pre: &str, post: &str) -> String {
+    format!(
+        "-- name: t.events
+-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = day, batch_size = 1)
+-- schema: day date, n integer
+-- refs: s.ev
+{pre}
+SELECT day, CAST(v AS integer) AS n FROM @ref(s.ev) WHERE day BETWEEN @start_date AND @end_date;
+{post}
+"
+    )
+}
+
+/// The log rows, `what` and the day as text, in order.
+fn log(p: &Project) -> Rows {
+    p.query("SELECT what, CAST(d AS varchar) FROM ops.log ORDER BY d, what")
+}
+
+fn row(what: &str, d: &str) -> Vec<Option<String>> {
+    vec![Some(what.into()), Some(d.into())]
+}
+
+/// The physical table of `t.events` (the only one), qualified.
+fn events_table(p: &Project) -> String {
+    let tables = p.physical_tables();
+    let t = tables.iter().find(|t| t.starts_with("t__events")).unwrap_or_else(|| panic!("no physical table of t.events: {tables:?}"));
+    format!("_efmesh.\"{t}\"")
+}
+
+fn pre_and_post_statements_run_in_every_batch_with_its_bounds(engine: EngineBackend) {
+    let p = project(engine, "3");
+    p.write(
+        "models/events.sql",
+        &events(
+            "INSERT INTO ops.log VALUES ('pre', @start_date);",
+            "INSERT INTO ops.log SELECT 'post', max(day) FROM @this;\nCREATE INDEX IF NOT EXISTS events_day ON @this (day)",
+        ),
+    );
+    p.apply("dev");
+    let days = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"];
+    // One pre and one post row per batch (one day each); the post-statement read the model's own
+    // table after the batch's write (`@this`), so it saw the batch's day.
+    let want: Rows = days.iter().flat_map(|d| [row("post", d), row("pre", d)]).collect();
+    assert_eq!(log(&p), want);
+    // The index the post-statement created is on the version's table.
+    let indexes = if p.on_postgres() {
+        p.query("SELECT tablename FROM pg_indexes WHERE schemaname = '_efmesh' AND indexname = 'events_day'")
+    } else {
+        p.query("SELECT table_name FROM duckdb_indexes() WHERE schema_name = '_efmesh' AND index_name = 'events_day'")
+    };
+    assert_eq!(indexes.len(), 1, "{indexes:?}");
+    assert!(indexes[0][0].as_deref().is_some_and(|t| t.starts_with("t__events")), "{indexes:?}");
+    assert_eq!(p.rows("dev__t.events").len(), 4);
+}
+
+fn pre_statements_are_rolled_back_with_a_failed_batch(engine: EngineBackend) {
+    // Day 3's value does not cast: the third batch's query fails after its pre-statement wrote
+    // its log row.
+    let p = project(engine, "oops");
+    p.write("models/events.sql", &events("INSERT INTO ops.log VALUES ('pre', @start_date);", ""));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/events.sql:1") && run.stderr.contains("t.events") && run.stderr.contains("2026-01-03"), "{}", run.stderr);
+    // The failed batch's pre-statement row was rolled back with it; the earlier batches' rows
+    // were committed with their data.
+    assert_eq!(log(&p), vec![row("pre", "2026-01-01"), row("pre", "2026-01-02")]);
+    assert_eq!(p.query(&format!("SELECT count(*) FROM {}", events_table(&p))), vec![vec![Some("2".to_string())]]);
+    // Nothing was promoted.
+    assert!(!p.relations().iter().any(|r| r.starts_with("dev__t.")), "{:?}", p.relations());
+    // The earlier intervals stay done: after the fix, the next apply computes days 3 and 4 only.
+    p.execute_on_engine("UPDATE raw.ev SET v = '3' WHERE v = 'oops'");
+    p.apply("dev");
+    assert_eq!(log(&p).len(), 4, "{:?}", log(&p));
+    assert_eq!(p.rows("dev__t.events").len(), 4);
+}
+
+fn a_failing_post_statement_rolls_back_the_batchs_data(engine: EngineBackend) {
+    let p = project(engine, "3");
+    // The log refuses a second row for a day: day 2's post-statement fails.
+    p.execute_on_engine("CREATE TABLE ops.seen (d date PRIMARY KEY); INSERT INTO ops.seen VALUES (DATE '2026-01-02')");
+    p.write(
+        "models/events.sql",
+        &events("", "INSERT INTO ops.log VALUES ('post', @start_date);\n-- a comment between statements\nINSERT INTO ops.seen VALUES (@start_date)"),
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    // The error names the model's file:line, the batch and which statement failed (its own line).
+    assert!(err.contains("models/events.sql:1") && err.contains("2026-01-02") && err.contains("post-statement 2 of model `t.events` (models/events.sql:9)"), "{err}");
+    // Day 2's rows and its first post-statement's row are gone with the batch; day 1 stays.
+    assert_eq!(log(&p), vec![row("post", "2026-01-01")]);
+    assert_eq!(p.query(&format!("SELECT CAST(day AS varchar) FROM {}", events_table(&p))), vec![vec![Some("2026-01-01".to_string())]]);
+    assert!(!p.relations().iter().any(|r| r.starts_with("dev__t.")), "nothing promoted: {:?}", p.relations());
+}
+
+/// A `full` model in Lua whose post-statement logs each build.
+const LUA_FULL: &str = r#"
+define_model {
+  name = "m.full",
+  kind = kind.full(),
+  schema = { { "x", "integer" } },
+  query = "SELECT 1 AS x",
+  post_statements = { "INSERT INTO ops.log VALUES ('built-a', DATE '2026-01-01')" },
+}
+"#;
+
+/// A unique-key model in Rhai whose statements are declared data-relevant.
+const RHAI_KEYED: &str = r#"
+define_model(#{
+  name: "m.keyed",
+  kind: kind::incremental_by_unique_key(#{ key: "id" }),
+  schema: [["id", "integer"], ["v", "varchar"]],
+  query: "SELECT 1 AS id, 'a' AS v",
+  pre_statements: ["INSERT INTO ops.log VALUES ('keyed-a', DATE '2026-01-01')"],
+  statements_affect_data: true,
+});
+"#;
+
+#[test]
+fn a_metadata_statement_edit_does_not_rebuild_and_a_data_relevant_one_does() {
+    let p = Project::new();
+    p.write(
+        "efmesh.toml",
+        &p.config_with("").replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\", \"models/**/*.rhai\", \"models/**/*.sql\"]"),
+    );
+    p.execute_on_engine("CREATE SCHEMA ops; CREATE TABLE ops.log (what varchar, d date)");
+    p.write("models/full.lua", LUA_FULL);
+    p.write("models/keyed.rhai", RHAI_KEYED);
+    let first = p.apply("dev");
+    let whats = |p: &Project| -> Vec<String> { p.query("SELECT what FROM ops.log ORDER BY what").into_iter().filter_map(|r| r[0].clone()).collect() };
+    assert_eq!(whats(&p), ["built-a", "keyed-a"]);
+
+    // Statements not declared data-relevant are metadata: an edit is a `metadata` change, no rebuild.
+    p.write("models/full.lua", &LUA_FULL.replace("built-a", "built-b"));
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.full");
+    assert_eq!(a["change"], "metadata", "{plan:#}");
+    assert_eq!(a["build"], false, "{plan:#}");
+    assert_eq!(a["fingerprint"], action(&first, "m.full")["fingerprint"]);
+    p.apply("dev");
+    assert_eq!(whats(&p), ["built-a", "keyed-a"], "a metadata change builds nothing");
+
+    // Declared data-relevant: the edit is a breaking change that rebuilds, running the new statement.
+    p.write("models/keyed.rhai", &RHAI_KEYED.replace("keyed-a", "keyed-b"));
+    let plan = p.plan("dev");
+    let k = action(&plan, "m.keyed");
+    assert_eq!(k["change"], "breaking", "{plan:#}");
+    assert_eq!(k["build"], true, "{plan:#}");
+    assert!(plan.to_string().contains("pre/post statements changed"), "{plan:#}");
+    p.apply("dev");
+    assert_eq!(whats(&p), ["built-a", "keyed-a", "keyed-b"]);
+    // Formatting is not a data edit: whitespace and keyword case leave the fingerprint alone.
+    p.write("models/keyed.rhai", &RHAI_KEYED.replace("keyed-a", "keyed-b").replace("INSERT INTO ops.log VALUES", "insert  into ops.log  values"));
+    assert_eq!(action(&p.plan("dev"), "m.keyed")["change"], "metadata");
+
+    // The next build of the full model runs the statement as it now stands (the metadata edit).
+    p.write("models/full.lua", &LUA_FULL.replace("built-a", "built-b").replace("SELECT 1 AS x", "SELECT 2 AS x"));
+    p.apply("dev");
+    assert_eq!(whats(&p), ["built-a", "built-b", "keyed-a", "keyed-b"]);
+}
+
+#[test]
+fn an_unparsable_or_misplaced_statement_is_a_load_error_naming_file_and_line() {
+    let p = Project::new();
+    p.write(
+        "efmesh.toml",
+        &p.config_with("").replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\", \"models/**/*.rhai\", \"models/**/*.sql\"]"),
+    );
+    p.write("models/a.sql", "-- name: m.a\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x;\n\nCREATE INDEKS i ON @this (x)\n");
+    p.write(
+        "models/b.lua",
+        "\ndefine_model {\n  name = \"m.b\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\",\n  pre_statements = { \"SET threads = 2\", \"SET a = 1; SET b = 2\" },\n}\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("models/a.sql:6: model `m.a`: post-statement 1: cannot parse SQL"), "{err}");
+    assert!(err.contains("models/b.lua:2: model `m.b`: pre-statement 2: the text holds 2 statements"), "{err}");
+    assert!(!err.contains("pre-statement 1"), "`SET threads = 2` parses: {err}");
+
+    // Bounds in a model without intervals, a second query in a `.sql` body, a `ref` in a statement.
+    p.write("models/a.sql", "-- name: m.a\n-- kind: full\n-- schema: x integer\nDELETE FROM ops.log WHERE d < @start_date;\nSELECT 1 AS x\n");
+    p.write("models/b.lua", "define_model {\n  name = \"m.b\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\",\n}\n");
+    p.write("models/c.sql", "-- name: m.c\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x;\nSELECT 2 AS x\n");
+    p.write(
+        "models/d.rhai",
+        "let b = ref(\"m.b\");\ndefine_model(#{ name: \"m.d\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: `SELECT x FROM ${b}`,\n  post_statements: [`ANALYZE ${b}`] });\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("models/a.sql:1: model `m.a`: `pre_statements`[1] uses interval bounds"), "{err}");
+    assert!(err.contains("models/c.sql:5: model `m.c`: a second query in the body"), "{err}");
+    assert!(err.contains("models/d.rhai:2: model `m.d`: `post_statements`[1] uses `ref`/`cols`"), "{err}");
+}
