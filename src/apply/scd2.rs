@@ -54,6 +54,7 @@ pub struct ScdStats {
 /// `pre`/`post` (the model's pre/post statements, rendered) run inside that transaction, before
 /// and after the reconciliation. `checks` (the model's audits over `physical`) run inside it after the
 /// reconciliation: a blocking violation rolls it back ([`ApplyError::Audit`]).
+#[allow(clippy::too_many_arguments)]
 pub fn reconcile(
     engine: &mut dyn Engine,
     model: &Model,

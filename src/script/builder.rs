@@ -228,9 +228,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
     };
     let statements = model_statements(spec, sites, name.as_ref(), kind.as_ref(), &target, &location, &mut errors);
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => {
-            Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, statements })
-        }
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, statements }),
         _ => Err(errors),
     }
 }

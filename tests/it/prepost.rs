@@ -117,7 +117,10 @@ fn a_failing_post_statement_rolls_back_the_batchs_data(engine: EngineBackend) {
     run.expect_code(1);
     let err = &run.stderr;
     // The error names the model's file:line, the batch and which statement failed (its own line).
-    assert!(err.contains("models/events.sql:1") && err.contains("2026-01-02") && err.contains("post-statement 2 of model `t.events` (models/events.sql:9)"), "{err}");
+    assert!(
+        err.contains("models/events.sql:1") && err.contains("2026-01-02") && err.contains("post-statement 2 of model `t.events` (models/events.sql:9)"),
+        "{err}"
+    );
     // Day 2's rows and its first post-statement's row are gone with the batch; day 1 stays.
     assert_eq!(log(&p), vec![row("post", "2026-01-01")]);
     assert_eq!(p.query(&format!("SELECT CAST(day AS varchar) FROM {}", events_table(&p))), vec![vec![Some("2026-01-01".to_string())]]);
