@@ -138,7 +138,8 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         let Some((r, from)) = range else { continue };
         ranges.insert(action.name.clone(), (r, from.clone()));
         let done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
-        let restated: Vec<Interval> = wanted.iter().filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w)).copied().collect();
+        let restated: Vec<Interval> =
+            wanted.iter().filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w)).copied().collect();
         if restated.is_empty() {
             continue;
         }
@@ -148,7 +149,13 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         action.backfill = interval::merge(&all);
         let (first, last): (Millis, Millis) = (restated[0].start, restated[restated.len() - 1].end);
         tracing::info!(model = %action.name, "auto-restating {} done interval(s) in [{}, {}) (auto_restatement_intervals of {from})", restated.len(), interval::to_iso(first), interval::to_iso(last));
-        out.push(AutoRestated { model: action.name.to_string(), from_model: from, from: interval::to_iso(first), to: interval::to_iso(last), intervals: restated.len() });
+        out.push(AutoRestated {
+            model: action.name.to_string(),
+            from_model: from,
+            from: interval::to_iso(first),
+            to: interval::to_iso(last),
+            intervals: restated.len(),
+        });
     }
     Ok(out)
 }

@@ -89,7 +89,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
                 let mut text = format!("run `{env}`: processed {}{intervals}\n", processed.join(", "));
                 for r in &report.auto_restated {
-                    text.push_str(&format!("  {}: restated {} done interval(s) in [{}, {}) (auto_restatement_intervals of {})\n", r.model, r.intervals, r.from, r.to, r.from_model));
+                    text.push_str(&format!(
+                        "  {}: restated {} done interval(s) in [{}, {}) (auto_restatement_intervals of {})\n",
+                        r.model, r.intervals, r.from, r.to, r.from_model
+                    ));
                 }
                 out.text(&text)?;
             }

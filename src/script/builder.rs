@@ -541,7 +541,8 @@ fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
 }
 
 /// Every kind tag a model may declare.
-pub const KIND_TAGS: &[&str] = &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed", "incremental_by_partition"];
+pub const KIND_TAGS: &[&str] =
+    &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed", "incremental_by_partition"];
 
 /// The error for a kind tag that is not in [`KIND_TAGS`], with a "did you mean".
 pub fn unknown_kind(tag: &str) -> String {

@@ -101,3 +101,29 @@ fn load_errors_for_auto_restatement_name_the_option() {
     assert!(out.contains("`auto_restatement_intervals` of kind `incremental_by_time_range` must be a non-negative integer"), "{out}");
     assert!(out.contains("models/m.lua:"), "{out}");
 }
+
+#[test]
+fn with_a_cron_a_run_restates_only_once_the_cron_has_ticked() {
+    let mut p = Project::new();
+    let text = MODELS.replace("auto_restatement_intervals = 2 },\n", "auto_restatement_intervals = 1 },\n  cron = \"0 6 * * *\",\n");
+    assert!(text.contains("cron = \"0 6 * * *\""));
+    p.write("models/m.lua", &text);
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.events (day date, amount bigint)");
+    p.execute_on_engine("INSERT INTO land.events SELECT DATE '2026-01-01' + CAST(i AS INTEGER), 1 FROM range(0, 10) AS r(i)");
+    p.now = "2026-01-05T07:00:00Z".into();
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 100)");
+    // 01:00: the cron has not ticked since 4 January was computed: nothing due, nothing restated.
+    p.now = "2026-01-06T01:00:00Z".into();
+    let early = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(early["autoRestated"], json!([]), "{early:#}");
+    assert_eq!(on(&p, "t.daily", "total", "2026-01-04"), "1");
+    // 07:00: the 06:00 tick made 5 January due; 4 January (N = 1) is restated with it.
+    p.now = "2026-01-06T07:00:00Z".into();
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    let restated: Vec<&str> = ran["autoRestated"].as_array().unwrap().iter().map(|r| r["model"].as_str().unwrap()).collect();
+    assert_eq!(restated, ["t.daily", "t.child"], "{ran:#}");
+    assert_eq!(ran["autoRestated"][0]["from"], "2026-01-04T00:00:00.000Z");
+    assert_eq!(on(&p, "t.daily", "total", "2026-01-04"), "101");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-04"), "202");
+}

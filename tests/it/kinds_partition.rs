@@ -80,8 +80,7 @@ const LUA: &str = r#"define_model { name = "m.x", kind = kind.incremental_by_par
 const RHAI: &str = r#"define_model(#{ name: "m.x", kind: kind::incremental_by_partition(#{ partitioned_by: ["day", "k"] }),
   schema: [["day", "date"], ["k", "varchar"], ["v", "double"]],
   query: `SELECT day, k, v FROM ${ref("raw.src")}` });"#;
-const SQL: &str =
-    "-- name: m.x\n-- kind: incremental_by_partition(partitioned_by = [day, k])\n-- schema: day date, k varchar, v double\n-- refs: raw.src\nselect day, k, v from @ref(raw.src)\n";
+const SQL: &str = "-- name: m.x\n-- kind: incremental_by_partition(partitioned_by = [day, k])\n-- schema: day date, k varchar, v double\n-- refs: raw.src\nselect day, k, v from @ref(raw.src)\n";
 const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { table = "main.src" },
   schema = { { "day", "date" }, { "k", "varchar" }, { "v", "double" } } }"#;
 
