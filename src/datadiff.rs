@@ -233,6 +233,7 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
         match &model.kind {
             Kind::IncrementalByUniqueKey(u) => u.key.clone(),
             Kind::ScdType2(s) => s.key.clone(),
+            // A partition holds many rows: no row key (declare `grain` for a keyed diff).
             _ => Vec::new(),
         }
     };

@@ -457,6 +457,7 @@ mod tests {
             grain: interval::Grain::Day,
             batch_size: 1,
             lookback: 0,
+            auto_restatement_intervals: 0,
         };
         let now = interval::parse_instant("2026-01-03T12:00:00Z").unwrap();
         let r = wanted_range(&tr, now).unwrap();

@@ -102,6 +102,10 @@ pub struct ApplyReport {
     /// Intervals computed per model built (0 for a model built or refreshed whole).
     #[serde(skip)]
     pub per_model: BTreeMap<String, usize>,
+    /// The done intervals `run` recomputed for `auto_restatement_intervals`, per model (the
+    /// declaring models and their time-range descendants); empty for `apply`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auto_restated: Vec<run::AutoRestated>,
 }
 
 /// Why an apply stopped.
@@ -1263,7 +1267,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 );
                 Ok(Some(schedule::Job { model: model.name.clone(), steps }))
             }
-            Kind::IncrementalByUniqueKey(u) => {
+            Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_) => {
                 let sql = body.render(&exec.with_bounds(None));
                 // Every audit sees the whole table, inside the upsert's transaction.
                 let checks = audit::checks(model, None, &physical, exec);
@@ -1276,11 +1280,12 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (pre, post) = batch::pre_post(model, exec, None);
-                let (stats, results) = upsert::upsert(engine, model, &u.key, &physical, &sql, (&pre, &post), &checks)?;
+                let by = upsert::Match::of(&model.kind).unwrap_or(upsert::Match::Key(&[]));
+                let (stats, results) = upsert::write(engine, model, by, &physical, &sql, (&pre, &post), &checks)?;
                 fault::crash_point(|| format!("after-upsert:{}", model.name));
                 self.report.audits.add(results);
                 self.audited.insert(model.name.clone());
-                tracing::info!(model = %model.name, "upserted {} rows ({} changed)", stats.upserted, stats.changed);
+                tracing::info!(model = %model.name, "{} {} rows ({} changed)", if matches!(by, upsert::Match::Partition(_)) { "replaced partitions with" } else { "upserted" }, stats.upserted, stats.changed);
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }

@@ -10,12 +10,38 @@
 //!
 //! `apply` fills a unique-key or SCD type 2 version once, when it builds it; an `apply` with
 //! nothing changed does nothing. Refreshing is `run`'s job.
+//!
+//! Auto-restatement ([`auto_restate`]): when a run computes the newest due interval of a
+//! time-range model declaring `auto_restatement_intervals = N`, it also recomputes the N wanted
+//! intervals right before it that are done, and the same time range (widened to their grain)
+//! of every time-range descendant, through the ordinary per-batch delete-and-insert: one more
+//! range in the plan's backfill, as a restatement followed by a run would compute it.
 
 use super::{ApplyError, ApplyReport, Options, execute};
+use crate::core::interval::{self, Interval, Millis};
+use crate::core::name::ModelName;
 use crate::engine::Engine;
 use crate::plan::{Change, Plan};
 use crate::project::Project;
 use crate::state::StateStore;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Done intervals one run recomputes for `auto_restatement_intervals`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoRestated {
+    /// The model recomputed.
+    pub model: String,
+    /// The model declaring `auto_restatement_intervals` this restatement comes from (the model
+    /// itself, or an ancestor).
+    pub from_model: String,
+    /// Start of the first restated interval, ISO-8601 UTC.
+    pub from: String,
+    /// End of the last restated interval (exclusive), ISO-8601 UTC.
+    pub to: String,
+    /// Done intervals recomputed (besides the missing ones the run computes anyway).
+    pub intervals: usize,
+}
 
 /// How a run ended.
 #[derive(Debug, Clone)]
@@ -53,5 +79,83 @@ pub fn run(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
     if !blocked.is_empty() {
         return Ok(RunOutcome::Blocked(blocked));
     }
-    execute(project, plan, state, engine, options, true).map(RunOutcome::Ran)
+    let mut plan = plan.clone();
+    let restated = auto_restate(project, &mut plan, state)?;
+    let mut report = execute(project, &plan, state, engine, options, true)?;
+    report.auto_restated = restated;
+    Ok(RunOutcome::Ran(report))
+}
+
+/// Adds to `plan`'s backfill the intervals `auto_restatement_intervals` restates (see the module
+/// docs) and returns them. A model restates only when this run computes its newest due interval
+/// (its cron ticked, its `end` is not past): a second run before the next tick restates
+/// nothing. The restated intervals are the N wanted ones right before the newest; those not done
+/// are computed anyway (they are missing), only done ones are reported. Descendants (through any
+/// kind) restate the range `[from, newest start)` of every model upstream that restated, widened
+/// to their grain and limited to their own wanted intervals; one reading itself (`@this`) to its
+/// newest wanted interval, as `efmesh restate` does. Non-time-range descendants need nothing
+/// more: `full` and `view` ones are rebuilt (a parent has new intervals), unique-key,
+/// partition and SCD type 2 ones are refreshed by every run.
+///
+/// # Errors
+/// A state store failure reading a ledger.
+pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) -> Result<Vec<AutoRestated>, ApplyError> {
+    let mut out = Vec::new();
+    // Per model restated (or below one that is): the range and the declaring model.
+    let mut ranges: BTreeMap<ModelName, (Interval, String)> = BTreeMap::new();
+    for action in plan.actions.iter_mut().filter(|a| a.change == Change::Unchanged) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        let inherited = model.parents().iter().filter_map(|p| ranges.get(p)).fold(None, |acc: Option<(Interval, String)>, (r, from)| match acc {
+            None => Some((*r, from.clone())),
+            Some((a, f)) => Some((Interval::new(a.start.min(r.start), a.end.max(r.end)), f)),
+        });
+        let Some(t) = model.kind.time_range() else {
+            // Passed through to the descendants (a `full` model between is rebuilt first).
+            if let Some(r) = inherited {
+                ranges.insert(action.name.clone(), r);
+            }
+            continue;
+        };
+        let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now));
+        let Some(newest) = wanted.last().copied() else { continue };
+        let backfill: BTreeSet<Interval> = action.backfill.iter().flat_map(|r| r.split(t.grain)).collect();
+        let mut range: Option<(Interval, String)> = None;
+        if t.auto_restatement_intervals > 0 && backfill.contains(&newest) {
+            let i = wanted.len() - 1;
+            let first = i.saturating_sub(t.auto_restatement_intervals as usize);
+            if first < i {
+                range = Some((Interval::new(wanted[first].start, newest.start), model.name.to_string()));
+            }
+        }
+        if let Some((r, from)) = inherited {
+            let reads_itself = model.body.as_ref().is_some_and(|b| b.reads_itself());
+            let widened = Interval::new(t.grain.floor(r.start), if reads_itself { newest.end } else { t.grain.next(r.end - 1) });
+            range = Some(match range {
+                None => (widened, from),
+                Some((own, own_from)) => (Interval::new(own.start.min(widened.start), own.end.max(widened.end)), own_from),
+            });
+        }
+        let Some((r, from)) = range else { continue };
+        ranges.insert(action.name.clone(), (r, from.clone()));
+        let done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
+        let restated: Vec<Interval> =
+            wanted.iter().filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w)).copied().collect();
+        if restated.is_empty() {
+            continue;
+        }
+        let all: BTreeSet<Interval> = backfill.into_iter().chain(restated.iter().copied()).collect();
+        let all: Vec<Interval> = all.into_iter().collect();
+        action.intervals = all.len();
+        action.backfill = interval::merge(&all);
+        let (first, last): (Millis, Millis) = (restated[0].start, restated[restated.len() - 1].end);
+        tracing::info!(model = %action.name, "auto-restating {} done interval(s) in [{}, {}) (auto_restatement_intervals of {from})", restated.len(), interval::to_iso(first), interval::to_iso(last));
+        out.push(AutoRestated {
+            model: action.name.to_string(),
+            from_model: from,
+            from: interval::to_iso(first),
+            to: interval::to_iso(last),
+            intervals: restated.len(),
+        });
+    }
+    Ok(out)
 }

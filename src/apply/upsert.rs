@@ -1,4 +1,6 @@
-//! `incremental_by_unique_key`: upsert the query's rows by key.
+//! `incremental_by_unique_key`: upsert the query's rows by key; `incremental_by_partition`:
+//! replace the partitions present in the query's output ([`replace_partitions`]), by the same
+//! staged, single-transaction write without the key checks.
 //!
 //! Every build of a new version and every `efmesh run` of the environment's current version runs
 //! the same steps:
@@ -58,16 +60,88 @@ pub fn upsert(
     (pre, post): (&[String], &[String]),
     checks: &[(&crate::core::audit::Audit, String)],
 ) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
+    write(engine, model, Match::Key(key), physical, query, (pre, post), checks)
+}
+
+/// `incremental_by_partition`: replaces in `physical` every partition (distinct tuple of
+/// `partitioned_by`, NULL matching NULL) present in `query`'s output by the query's rows of it,
+/// in one engine transaction (created when missing, as [`upsert`]). Partitions absent from the
+/// output keep their rows. No key checks: a partition holds any rows. `changed` counts the rows
+/// inserted or deleted that were not already there as they are.
+///
+/// # Errors
+/// [`ApplyError::Build`] when an engine statement fails (rolled back); [`ApplyError::Audit`] for
+/// a blocking audit violation (rolled back).
+pub fn replace_partitions(
+    engine: &mut dyn Engine,
+    model: &Model,
+    partitioned_by: &[String],
+    physical: &str,
+    query: &str,
+    (pre, post): (&[String], &[String]),
+    checks: &[(&crate::core::audit::Audit, String)],
+) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
+    write(engine, model, Match::Partition(partitioned_by), physical, query, (pre, post), checks)
+}
+
+/// Which stored rows a staged row replaces.
+#[derive(Debug, Clone, Copy)]
+pub enum Match<'a> {
+    /// The row of the same key (no NULLs, no duplicates: checked first).
+    Key(&'a [String]),
+    /// Every row of the same partition (NULL matches NULL).
+    Partition(&'a [String]),
+}
+
+impl<'a> Match<'a> {
+    /// The match of a unique-key or partition kind; `None` for other kinds.
+    pub fn of(kind: &'a crate::core::Kind) -> Option<Self> {
+        match kind {
+            crate::core::Kind::IncrementalByUniqueKey(u) => Some(Match::Key(&u.key)),
+            crate::core::Kind::IncrementalByPartition(p) => Some(Match::Partition(&p.partitioned_by)),
+            _ => None,
+        }
+    }
+}
+
+/// [`upsert`] or [`replace_partitions`], as `by` says.
+///
+/// # Errors
+/// As those.
+pub fn write(
+    engine: &mut dyn Engine,
+    model: &Model,
+    by: Match<'_>,
+    physical: &str,
+    query: &str,
+    (pre, post): (&[String], &[String]),
+    checks: &[(&crate::core::audit::Audit, String)],
+) -> Result<(UpsertStats, Vec<super::audit::AuditResult>), ApplyError> {
     let staged = stage(engine, model, query)?;
     let st = stage_relation(engine);
     let result = (|| {
-        check_keys(engine, model, key)?;
+        let matches = match by {
+            Match::Key(key) => {
+                check_keys(engine, model, key)?;
+                key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ")
+            }
+            Match::Partition(cols) => cols.iter().map(|k| format!("_s.{k} IS NOT DISTINCT FROM _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND "),
+        };
         let cols = column_list(model);
         // Compared before the write (a table not there yet makes every row a change).
-        let changed = engine
-            .query(&format!("SELECT count(*) FROM (SELECT {cols} FROM {st} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed"))
-            .map_or(staged, |rows| first_number(&rows));
-        let matches = key.iter().map(|k| format!("_s.{k} = _t.{k}", k = quote_ident(k))).collect::<Vec<_>>().join(" AND ");
+        let new_rows = format!("SELECT count(*) FROM (SELECT {cols} FROM {st} EXCEPT ALL SELECT {cols} FROM {physical}) AS _efmesh_changed");
+        let changed = match by {
+            Match::Key(_) => engine.query(&new_rows).map_or(staged, |rows| first_number(&rows)),
+            // A replaced partition may also lose rows: those count too.
+            Match::Partition(_) => {
+                let replaced = format!("SELECT {cols} FROM {physical} AS _t WHERE EXISTS (SELECT 1 FROM {st} AS _s WHERE {matches})");
+                let gone = format!("SELECT count(*) FROM ({replaced} EXCEPT ALL SELECT {cols} FROM {st}) AS _efmesh_gone");
+                match (engine.query(&new_rows), engine.query(&gone)) {
+                    (Ok(a), Ok(b)) => first_number(&a) + first_number(&b),
+                    _ => staged,
+                }
+            }
+        };
         // The pre-statements after the table exists, the post-statements after the write.
         let mut statements = vec![format!("CREATE TABLE IF NOT EXISTS {physical} AS SELECT {cols} FROM {st} LIMIT 0")];
         statements.extend_from_slice(pre);

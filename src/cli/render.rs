@@ -41,6 +41,7 @@ fn without_intervals(kind: &Kind) -> &'static str {
         Kind::Seed(_) => "apply loads the rows of its file into a table",
         Kind::IncrementalByUniqueKey(_) => "apply and run upsert the query's rows by its key",
         Kind::ScdType2(_) => "apply and run record the changes of its source in its history",
+        Kind::IncrementalByPartition(_) => "apply and run replace the partitions present in the query's output",
         Kind::IncrementalByTimeRange(_) => "",
     }
 }

@@ -75,12 +75,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             let outcome = if processed.is_empty() { "nothing-due" } else { "processed" };
             record(outcome, report.per_model.clone(), None);
             if json {
-                out.json(json!({"env": env, "outcome": outcome, "now": to_iso(now), "processed": processed, "intervals": report.intervals}))?;
+                out.json(json!({
+                    "env": env,
+                    "outcome": outcome,
+                    "now": to_iso(now),
+                    "processed": processed,
+                    "intervals": report.intervals,
+                    "autoRestated": report.auto_restated,
+                }))?;
             } else if processed.is_empty() {
                 out.text(&format!("run `{env}`: nothing to refresh\n"))?;
             } else {
                 let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
-                out.text(&format!("run `{env}`: processed {}{intervals}\n", processed.join(", ")))?;
+                let mut text = format!("run `{env}`: processed {}{intervals}\n", processed.join(", "));
+                for r in &report.auto_restated {
+                    text.push_str(&format!(
+                        "  {}: restated {} done interval(s) in [{}, {}) (auto_restatement_intervals of {})\n",
+                        r.model, r.intervals, r.from, r.to, r.from_model
+                    ));
+                }
+                out.text(&text)?;
             }
             Ok(Exit::Success)
         }

@@ -431,18 +431,20 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     errors
 }
 
-/// Columns named by `incremental_by_unique_key` and `scd_type2` options: keys and watched
+/// Columns named by `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2`
+/// options: keys, partition columns and watched
 /// columns must be declared; SCD type 2's managed columns must not be (efmesh adds them).
 fn validate_keyed_kind(m: &Model) -> Vec<LoadError> {
     let err = |msg: String| LoadError::new(Some(m.location.clone()), Some(m.name.clone()), msg);
     let mut errors = Vec::new();
-    let (key, tag) = match &m.kind {
-        Kind::IncrementalByUniqueKey(u) => (&u.key, m.kind.tag()),
-        Kind::ScdType2(s) => (&s.key, m.kind.tag()),
+    let (key, tag, what) = match &m.kind {
+        Kind::IncrementalByUniqueKey(u) => (&u.key, m.kind.tag(), "key column"),
+        Kind::ScdType2(s) => (&s.key, m.kind.tag(), "key column"),
+        Kind::IncrementalByPartition(p) => (&p.partitioned_by, m.kind.tag(), "partition column (`partitioned_by`)"),
         _ => return errors,
     };
     for k in key.iter().filter(|k| !m.schema.contains(k)) {
-        let mut e = err(format!("key column `{k}` of kind `{tag}` is not declared in the schema"));
+        let mut e = err(format!("{what} `{k}` of kind `{tag}` is not declared in the schema"));
         if let Some(s) = did_you_mean(k, m.schema.names()) {
             e = e.with_hint(format!("did you mean `{s}`?"));
         }

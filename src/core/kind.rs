@@ -4,10 +4,11 @@
 //! `embedded`, `incremental_by_time_range` (batch size 30, lookback 0, grain `day`), external
 //! sources, `incremental_by_unique_key` (upsert by `key`) and `scd_type2` (history by `key`,
 //! see `apply::scd2`). Only data-shaping fields enter the fingerprint ([`Kind::fingerprint_payload`]):
-//! `start`, `end`, `batch_size` and `lookback` change how much history is computed and how, not
-//! what a row means, so editing them never rebuilds. Unique-key and SCD type 2 hash every field
+//! `start`, `end`, `batch_size` and `lookback` (and `auto_restatement_intervals`) change how much history is computed and
+//! how, not what a row means, so editing them never rebuilds. Unique-key and SCD type 2 hash every field
 //! (`key`, the managed column names, the watched `columns`, `invalidate_hard_deletes`), but not
 //! SCD type 2's `renamed`, which only says how to carry history over to a new version.
+//! `incremental_by_partition` hashes its `partitioned_by` columns.
 
 use super::interval::{Grain, Millis};
 use super::name::{quote_ident, quote_literal};
@@ -34,6 +35,18 @@ pub enum Kind {
     /// A history table (slowly changing dimension, type 2) reconciled by key on every build and
     /// every `run`.
     ScdType2(ScdType2),
+    /// A table whose partitions (distinct tuples of `partitioned_by`) present in the query's
+    /// output replace the stored ones on every build and every `run`; other partitions stay.
+    IncrementalByPartition(Partitioned),
+}
+
+/// Parameters of an `incremental_by_partition` model.
+#[derive(Debug, Clone, PartialEq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Partitioned {
+    /// Declared columns whose value tuple names a partition (at least one). Fingerprinted: they
+    /// decide which stored rows a build replaces. NULL is a partition value like any other
+    /// (compared with `IS NOT DISTINCT FROM`).
+    pub partitioned_by: Vec<String>,
 }
 
 /// Parameters of an `incremental_by_unique_key` model.
@@ -100,6 +113,12 @@ pub struct TimeRange {
     pub batch_size: u32,
     /// Intervals before a missing one that are recomputed with it (default 0).
     pub lookback: u32,
+    /// Done intervals right before the newest due one that every `run` computing that newest
+    /// interval recomputes too, with the same range of the model's time-range descendants
+    /// (default 0: none). Late-arriving data without a lookback on every batch. Metadata: never
+    /// fingerprinted (as `lookback`), and `apply` never restates.
+    #[serde(default)]
+    pub auto_restatement_intervals: u32,
 }
 
 /// Default `batch_size` of time-range models.
@@ -241,13 +260,14 @@ impl Kind {
             Kind::Seed(_) => "seed",
             Kind::IncrementalByUniqueKey(_) => "incremental_by_unique_key",
             Kind::ScdType2(_) => "scd_type2",
+            Kind::IncrementalByPartition(_) => "incremental_by_partition",
         }
     }
 
     /// True for kinds that `run` re-executes on the environment's current version
-    /// (`incremental_by_unique_key`, `scd_type2`).
+    /// (`incremental_by_unique_key`, `scd_type2`, `incremental_by_partition`).
     pub fn is_refreshed(&self) -> bool {
-        matches!(self, Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_))
+        matches!(self, Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::IncrementalByPartition(_))
     }
 
     /// Columns efmesh adds to the physical table and the environment view after the declared
@@ -269,9 +289,18 @@ impl Kind {
     }
 
     /// True for kinds that own a physical relation (`full`, `view`, time-range, unique-key,
-    /// SCD type 2, `seed`).
+    /// SCD type 2, partition, `seed`).
     pub fn is_materialized(&self) -> bool {
-        matches!(self, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_) | Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::Seed(_))
+        matches!(
+            self,
+            Kind::Full
+                | Kind::View
+                | Kind::IncrementalByTimeRange(_)
+                | Kind::IncrementalByUniqueKey(_)
+                | Kind::ScdType2(_)
+                | Kind::IncrementalByPartition(_)
+                | Kind::Seed(_)
+        )
     }
 
     /// True for kinds that take no query: externals and seeds.
@@ -312,6 +341,7 @@ impl Kind {
             }
             Kind::Seed(seed) => seed.fingerprint_payload(),
             Kind::IncrementalByUniqueKey(u) => json!({"tag": self.tag(), "key": u.key}),
+            Kind::IncrementalByPartition(p) => json!({"tag": self.tag(), "partitioned_by": p.partitioned_by}),
             Kind::ScdType2(s) => json!({
                 "tag": self.tag(),
                 "key": s.key,
@@ -384,7 +414,15 @@ mod tests {
     #[test]
     fn scheduling_fields_stay_out_of_the_fingerprint_payload() {
         let mk = |batch_size, lookback, start| {
-            Kind::IncrementalByTimeRange(TimeRange { time_column: "t".into(), start, end: None, grain: Grain::Day, batch_size, lookback })
+            Kind::IncrementalByTimeRange(TimeRange {
+                time_column: "t".into(),
+                start,
+                end: None,
+                grain: Grain::Day,
+                batch_size,
+                lookback,
+                auto_restatement_intervals: lookback,
+            })
         };
         assert_eq!(mk(30, 0, 0).fingerprint_payload(), mk(7, 2, 86_400_000).fingerprint_payload());
     }

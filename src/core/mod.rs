@@ -17,7 +17,7 @@ pub use dag::Dag;
 pub use error::{LoadError, LoadErrors};
 pub use fragment::{Fragment, Node, Resolver};
 pub use interval::{Grain, Interval, Millis};
-pub use kind::{CsvOptions, External, FileFormat, Kind, ScdType2, Seed, TimeRange, UniqueKey};
+pub use kind::{CsvOptions, External, FileFormat, Kind, Partitioned, ScdType2, Seed, TimeRange, UniqueKey};
 pub use model::{Location, Model, Statement, Statements};
 pub use name::ModelName;
 pub use schema::{Column, Schema, TypeFamily};

@@ -24,7 +24,8 @@ use super::name::ModelName;
 use std::collections::BTreeSet;
 
 /// Kind tags `kind:` accepts (those of [`super::Kind::tag`]).
-const KINDS: [&str; 8] = ["full", "view", "embedded", "incremental_by_time_range", "external", "seed", "incremental_by_unique_key", "scd_type2"];
+const KINDS: [&str; 9] =
+    ["full", "view", "embedded", "incremental_by_time_range", "external", "seed", "incremental_by_unique_key", "scd_type2", "incremental_by_partition"];
 
 /// How far a graph operator reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

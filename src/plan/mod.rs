@@ -993,9 +993,10 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
-/// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
-/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?, "statements"?: {"pre", "post",
-/// "affect_data"}}` (`audits`, `cron` and `statements` only when the model has some).
+/// "description", "schedule": {"start", "end", "batch_size", "lookback",
+/// "auto_restatement_intervals"?} | null, "audits"?: [{"name", "args", "blocking", "scope",
+/// "sql"}], "cron"?, "statements"?: {"pre", "post", "affect_data"}}` (`audits`, `cron` and
+/// `statements` only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -1003,6 +1004,12 @@ pub fn metadata_text(model: &Model) -> String {
         end: Option<String>,
         batch_size: u32,
         lookback: u32,
+        // Absent when 0, so models without it keep their stored text.
+        #[serde(skip_serializing_if = "is_zero")]
+        auto_restatement_intervals: u32,
+    }
+    fn is_zero(n: &u32) -> bool {
+        *n == 0
     }
     #[derive(Serialize)]
     struct Meta<'a> {
@@ -1035,6 +1042,7 @@ pub fn metadata_text(model: &Model) -> String {
             end: t.end.map(interval::to_iso),
             batch_size: t.batch_size,
             lookback: t.lookback,
+            auto_restatement_intervals: t.auto_restatement_intervals,
         }),
         audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
         cron: model.cron.as_deref(),
@@ -2189,6 +2197,8 @@ fn row_key_columns(kind: &Kind) -> Option<Vec<String>> {
         Kind::Full | Kind::View | Kind::Embedded => Some(Vec::new()),
         Kind::IncrementalByTimeRange(t) => Some(vec![t.time_column.clone()]),
         Kind::IncrementalByUniqueKey(u) => Some(u.key.clone()),
+        // The partition columns decide which stored rows a build replaces.
+        Kind::IncrementalByPartition(p) => Some(p.partitioned_by.clone()),
         Kind::ScdType2(_) | Kind::External(_) | Kind::Seed(_) => None,
     }
 }

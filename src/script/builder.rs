@@ -11,7 +11,7 @@ use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
 use crate::core::kind::{
-    CsvOptions, DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, ScdType2, Seed, TimeRange, UniqueKey,
+    CsvOptions, DEFAULT_BATCH_SIZE, DEFAULT_VALID_FROM, DEFAULT_VALID_TO, External, FileFormat, Kind, Partitioned, ScdType2, Seed, TimeRange, UniqueKey,
 };
 use crate::core::target::{TARGET_NAMES, Target};
 use crate::core::{Column, LoadError, Location, Model, ModelName, Schema};
@@ -395,16 +395,22 @@ fn opt_u32(k: &Map<String, Value>, key: &str, tag: &str) -> Result<Option<u32>, 
 
 /// The `key` option of a keyed kind: one column name, or a non-empty list of them.
 fn key_columns(k: &Map<String, Value>, tag: &str) -> Result<Vec<String>, String> {
-    let key = match k.get("key") {
-        None => return Err(format!("kind `{tag}` needs `key` (one column or a list of columns)")),
+    column_names(k, "key", tag)
+}
+
+/// A required option naming columns (`key`, `partitioned_by`): one column name, or a non-empty
+/// list of distinct ones.
+fn column_names(k: &Map<String, Value>, opt: &str, tag: &str) -> Result<Vec<String>, String> {
+    let key = match k.get(opt) {
+        None => return Err(format!("kind `{tag}` needs `{opt}` (one column or a list of columns)")),
         Some(Value::String(s)) => vec![s.clone()],
-        Some(v) => string_list(v).ok_or_else(|| format!("`key` of kind `{tag}` must be a column name or a list of column names"))?,
+        Some(v) => string_list(v).ok_or_else(|| format!("`{opt}` of kind `{tag}` must be a column name or a list of column names"))?,
     };
     if key.is_empty() || key.iter().any(String::is_empty) {
-        return Err(format!("`key` of kind `{tag}` is empty; name at least one column"));
+        return Err(format!("`{opt}` of kind `{tag}` is empty; name at least one column"));
     }
     if let Some(dup) = key.iter().enumerate().find(|(i, c)| key[..*i].contains(c)).map(|(_, c)| c) {
-        return Err(format!("`key` of kind `{tag}` names column `{dup}` twice"));
+        return Err(format!("`{opt}` of kind `{tag}` names column `{dup}` twice"));
     }
     Ok(key)
 }
@@ -425,7 +431,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
             })
         }
         "incremental_by_time_range" => {
-            check_keys(tag, k, &["time_column", "start", "end", "grain", "batch_size", "lookback"])?;
+            check_keys(tag, k, &["time_column", "start", "end", "grain", "batch_size", "lookback", "auto_restatement_intervals"])?;
             let time_column = opt_str(k, "time_column", tag)?.ok_or("kind `incremental_by_time_range` needs `time_column`")?.to_string();
             let start = opt_str(k, "start", tag)?.ok_or("kind `incremental_by_time_range` needs `start`")?;
             let start = parse_instant(start).map_err(|e| format!("`start`: {e}"))?;
@@ -441,6 +447,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                 grain,
                 batch_size: opt_u32(k, "batch_size", tag)?.unwrap_or(DEFAULT_BATCH_SIZE),
                 lookback: opt_u32(k, "lookback", tag)?.unwrap_or(0),
+                auto_restatement_intervals: opt_u32(k, "auto_restatement_intervals", tag)?.unwrap_or(0),
             }))
         }
         "external" => {
@@ -490,6 +497,10 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
         "incremental_by_unique_key" => {
             check_keys(tag, k, &["key"])?;
             Ok(Kind::IncrementalByUniqueKey(UniqueKey { key: key_columns(k, tag)? }))
+        }
+        "incremental_by_partition" => {
+            check_keys(tag, k, &["partitioned_by"])?;
+            Ok(Kind::IncrementalByPartition(Partitioned { partitioned_by: column_names(k, "partitioned_by", tag)? }))
         }
         "scd_type2" => {
             check_keys(tag, k, &["key", "valid_from", "valid_to", "columns", "invalidate_hard_deletes", "renamed"])?;
@@ -614,7 +625,8 @@ fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
 }
 
 /// Every kind tag a model may declare.
-pub const KIND_TAGS: &[&str] = &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed"];
+pub const KIND_TAGS: &[&str] =
+    &["full", "view", "embedded", "incremental_by_time_range", "external", "incremental_by_unique_key", "scd_type2", "seed", "incremental_by_partition"];
 
 /// The error for a kind tag that is not in [`KIND_TAGS`], with a "did you mean".
 pub fn unknown_kind(tag: &str) -> String {

@@ -17,6 +17,7 @@
 //! - `kind` takes options in parentheses: `incremental_by_time_range(time_column = moved_at,
 //!   start = 2026-01-01, grain = day, batch_size = 7, lookback = 2)`, `external(path =
 //!   data/x.csv, null_markers = [NA])`, `incremental_by_unique_key(key = [a, b])`,
+//!   `incremental_by_partition(partitioned_by = [day, ward])`,
 //!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false, renamed = {doctor = physician})`.
 //!   Values are bare words, `'quoted strings'`, numbers, `true`/`false`, `[lists]` or `{maps = like_this}`.
 //! - A line of the header that has no `key:` continues the previous key (long schemas).

@@ -11,7 +11,7 @@
 
 ---A kind value built by one of the `kind` constructors.
 ---@class efmesh.Kind
----@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"|"seed"
+---@field kind "full"|"view"|"embedded"|"incremental_by_time_range"|"external"|"incremental_by_unique_key"|"scd_type2"|"seed"|"incremental_by_partition"
 
 ---@class efmesh.TimeRangeOptions
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
@@ -20,6 +20,7 @@
 ---@field grain? "day"|"hour" Interval width (default `day`).
 ---@field batch_size? integer Intervals per engine transaction (default 30).
 ---@field lookback? integer Intervals recomputed before every missing one (default 0).
+---@field auto_restatement_intervals? integer Done intervals before the newest due one that every `efmesh run` computing it recomputes, with its descendants (default 0).
 
 ---@class efmesh.ExternalOptions
 ---@field table? string An engine relation `schema.table` (instead of `path`).
@@ -39,6 +40,9 @@
 
 ---@class efmesh.UniqueKeyOptions
 ---@field key string|string[] Declared column(s) identifying a row; NULL or duplicate keys are refused.
+
+---@class efmesh.PartitionOptions
+---@field partitioned_by string|string[] Declared column(s) whose values name a partition (NULL included).
 
 ---@class efmesh.ScdType2Options
 ---@field key string|string[] Declared column(s) identifying an entity; NULL or duplicate keys are refused.
@@ -77,6 +81,12 @@ function kind.external(opts) end
 ---@param opts efmesh.UniqueKeyOptions
 ---@return efmesh.Kind
 function kind.incremental_by_unique_key(opts) end
+
+---A table whose partitions present in the query's output replace the stored ones when built and
+---on every `efmesh run`; partitions absent from the output keep their rows.
+---@param opts efmesh.PartitionOptions
+---@return efmesh.Kind
+function kind.incremental_by_partition(opts) end
 
 ---A history table reconciled by `key` when built and on every `efmesh run`: a changed watched column
 ---closes the open version and opens a new one; efmesh adds `valid_from`/`valid_to` (TIMESTAMP, UTC).

@@ -30,7 +30,7 @@ function kind.view(opts) return tagged("view", opts) end
 function kind.embedded(opts) return tagged("embedded", opts) end
 
 --- Built interval by interval: { time_column, start, grain = "day"|"hour", batch_size = 30,
---- lookback = 0, ["end"] = nil }.
+--- lookback = 0, auto_restatement_intervals = 0, ["end"] = nil }.
 function kind.incremental_by_time_range(opts) return tagged("incremental_by_time_range", opts) end
 
 --- Raw data entering the DAG: { table = "schema.table" } or { path = "data/x.parquet",
@@ -40,6 +40,10 @@ function kind.external(opts) return tagged("external", opts) end
 
 --- Upserted by key on every build and every `efmesh run`: { key = "id" | { "a", "b" } }.
 function kind.incremental_by_unique_key(opts) return tagged("incremental_by_unique_key", opts) end
+
+--- Partitions present in the query's output replace the stored ones on every build and every
+--- `efmesh run`; other partitions stay: { partitioned_by = "col" | { "a", "b" } }.
+function kind.incremental_by_partition(opts) return tagged("incremental_by_partition", opts) end
 
 --- History by key (slowly changing dimension, type 2): { key = "id" | { "a", "b" },
 --- valid_from = "valid_from", valid_to = "valid_to", columns = { watched… } | nil,

@@ -33,7 +33,15 @@ fn col(n: &str, ty: &str) -> Column {
 }
 
 fn time_range(time_column: &str, grain: Grain) -> Kind {
-    Kind::IncrementalByTimeRange(TimeRange { time_column: time_column.into(), start: 0, end: None, grain, batch_size: 30, lookback: 0 })
+    Kind::IncrementalByTimeRange(TimeRange {
+        time_column: time_column.into(),
+        start: 0,
+        end: None,
+        grain,
+        batch_size: 30,
+        lookback: 0,
+        auto_restatement_intervals: 0,
+    })
 }
 
 /// A time-range model over `raw.orders`, as a model file would define it.
@@ -324,6 +332,7 @@ fn non_data_fields_leave_the_fingerprint_alone() {
         grain: Grain::Day,
         batch_size: 7,
         lookback: 3,
+        auto_restatement_intervals: 2,
     });
     // Declared types hash modulo case and whitespace.
     m.schema.0[2].ty = "  timestamp ".into();

@@ -1,5 +1,6 @@
 mod apply_floor;
 mod audits;
+mod auto_restate;
 mod backfill;
 mod batch_lint;
 mod bounds;
@@ -30,6 +31,7 @@ mod init;
 mod inspect;
 mod janitor;
 mod jobs;
+mod kinds_partition;
 mod kinds_scd2;
 mod kinds_upsert;
 mod lake;

@@ -18,7 +18,7 @@ const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
 /// The colour of each kind (the original's palette), and the order of the legend.
-const KIND_COLOURS: [(&str, &str); 8] = [
+const KIND_COLOURS: [(&str, &str); 9] = [
     ("external", "#8899aa"),
     ("seed", "#b08968"),
     ("view", "#5fa8d3"),
@@ -26,6 +26,7 @@ const KIND_COLOURS: [(&str, &str); 8] = [
     ("full", "#4f772d"),
     ("incremental_by_time_range", "#e07a5f"),
     ("incremental_by_unique_key", "#d4a373"),
+    ("incremental_by_partition", "#c9a227"),
     ("scd_type2", "#c05299"),
 ];
 
@@ -206,6 +207,7 @@ pub(super) fn kind_label(m: &Model) -> String {
         }
         Kind::IncrementalByUniqueKey(k) => s = format!("unique key · {}", k.key.join(", ")),
         Kind::ScdType2(k) => s = format!("scd type 2 · {}", k.key.join(", ")),
+        Kind::IncrementalByPartition(k) => s = format!("partition · {}", k.partitioned_by.join(", ")),
         Kind::Seed(seed) => s = format!("seed · {}", seed.path),
         _ => {}
     }
