@@ -50,9 +50,22 @@ pub struct Model {
     /// When the model's intervals are due (sqlmesh's `cron`, UTC), as written; checked at load
     /// ([`super::cron`]). Metadata: not fingerprinted. `None`: every finished interval is due.
     pub cron: Option<String>,
+    /// Who answers for the model (sqlmesh's `owner`). Metadata: not fingerprinted.
+    pub owner: Option<String>,
+    /// Free labels (sqlmesh's `tags`), in the order written, without duplicates; selectable
+    /// with `tag:` ([`super::select`]). Metadata: not fingerprinted.
+    pub tags: Vec<String>,
+    /// Descriptions of declared columns (sqlmesh's `column_descriptions`), in schema order,
+    /// each naming a column of the model (checked at load). Metadata: not fingerprinted.
+    pub column_descriptions: Vec<(String, String)>,
 }
 
 impl Model {
+    /// The description of column `name` (case-insensitive), when the model gives one.
+    pub fn column_description(&self, name: &str) -> Option<&str> {
+        self.column_descriptions.iter().find(|(c, _)| c.eq_ignore_ascii_case(name)).map(|(_, d)| d.as_str())
+    }
+
     /// The instant up to which this model's intervals are due at `now`: its cron's last tick at
     /// or before `now`, or `now` without a cron ([`super::cron::due_at`]). Intervals are wanted up
     /// to the grain floor of it.

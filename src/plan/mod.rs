@@ -312,6 +312,12 @@ pub struct Action {
     /// the version was built ([`generations`]), or a parent rebuilt by this plan.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_reason: Option<String>,
+    /// The model's `owner` (a model property, metadata), for readers of `plan --json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The model's `tags` (a model property, metadata).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl Action {
@@ -994,8 +1000,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
 /// "description", "schedule": {"start", "end", "batch_size", "lookback"} | null, "audits"?:
-/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?}` (`audits` and `cron` only when the
-/// model has some).
+/// [{"name", "args", "blocking", "scope", "sql"}], "cron"?, "owner"?, "tags"?,
+/// "column_descriptions"?: [[column, text]…]}` (the optional ones only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -1020,6 +1026,14 @@ pub fn metadata_text(model: &Model) -> String {
         // rebuild, as in sqlmesh). Absent without a cron, so other models keep their stored text.
         #[serde(skip_serializing_if = "Option::is_none")]
         cron: Option<&'a str>,
+        // Model properties (owner, tags, column descriptions): metadata, absent when unset so
+        // other models keep their stored text.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        tags: &'a [String],
+        #[serde(skip_serializing_if = "<[(String, String)]>::is_empty")]
+        column_descriptions: &'a [(String, String)],
     }
     let meta = Meta {
         kind: model.kind_payload(),
@@ -1034,6 +1048,9 @@ pub fn metadata_text(model: &Model) -> String {
         }),
         audits: model.audits.iter().map(crate::core::audit::Audit::metadata).collect(),
         cron: model.cron.as_deref(),
+        owner: model.owner.as_deref(),
+        tags: &model.tags,
+        column_descriptions: &model.column_descriptions,
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }
@@ -1937,6 +1954,8 @@ fn compute_with(
             repair: None,
             rebuild: false,
             rebuild_reason: None,
+            owner: model.owner.clone(),
+            tags: model.tags.clone(),
         });
         if recording {
             let action = actions.last().expect("pushed above").clone();
@@ -1983,6 +2002,8 @@ fn compute_with(
                 repair: None,
                 rebuild: false,
                 rebuild_reason: None,
+                owner: None,
+                tags: Vec::new(),
             });
         }
     }
@@ -2383,6 +2404,9 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
         }
     }
 

@@ -88,7 +88,7 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target", "cron"];
+const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "owner", "tags", "column_descriptions"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -210,6 +210,48 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
     };
+    let owner = match spec.get("owner") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Some(_) => {
+            errors.push(err("`owner` must be a non-empty string, e.g. `\"finance-team\"`".into()));
+            None
+        }
+    };
+    let tags = match spec.get("tags") {
+        None => Vec::new(),
+        Some(v) => match string_list(v).filter(|l| l.iter().all(|t| !t.trim().is_empty() && !t.contains([',', ' ', ':']))) {
+            Some(list) => {
+                let mut tags: Vec<String> = Vec::new();
+                for t in list {
+                    if !tags.contains(&t) {
+                        tags.push(t);
+                    }
+                }
+                tags
+            }
+            None => {
+                errors.push(err("`tags` must be a list of words without spaces, commas or colons, e.g. `{ \"finance\", \"daily\" }`".into()));
+                Vec::new()
+            }
+        },
+    };
+    let column_descriptions = match spec.get("column_descriptions") {
+        None => Vec::new(),
+        Some(v) => match column_descriptions(v, &schema, kind.as_ref()) {
+            Ok(d) => d,
+            Err(e) => {
+                errors.extend(e.into_iter().map(|(msg, hint)| {
+                    let e = err(msg);
+                    match hint {
+                        Some(h) => e.with_hint(h),
+                        None => e,
+                    }
+                }));
+                Vec::new()
+            }
+        },
+    };
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -226,9 +268,49 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron }),
+        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, owner, tags, column_descriptions }),
         _ => Err(errors),
     }
+}
+
+/// A model's `column_descriptions`: a map from a column of the model (its declared schema and
+/// the kind's managed columns, case-insensitive) to a string, returned in schema order with the
+/// schema's spelling. Errors are `(message, hint)` pairs, each starting with
+/// `` `column_descriptions` `` (the `.sql` host moves them to its header line).
+fn column_descriptions(v: &Value, schema: &Schema, kind: Option<&Kind>) -> Result<Vec<(String, String)>, Vec<(String, Option<String>)>> {
+    // An empty Lua table arrives as an empty list.
+    if matches!(v, Value::Array(a) if a.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let Value::Object(map) = v else {
+        return Err(vec![("`column_descriptions` must map column names to descriptions, e.g. `{ id = \"the order id\" }`".into(), None)]);
+    };
+    let mut columns: Vec<String> = schema.0.iter().map(|c| c.name.clone()).collect();
+    columns.extend(kind.map(Kind::managed_columns).unwrap_or_default().into_iter().map(|c| c.name));
+    let mut found: Vec<(usize, String, String)> = Vec::new();
+    let mut errors = Vec::new();
+    for (col, text) in map {
+        let Some(pos) = columns.iter().position(|c| c.eq_ignore_ascii_case(col)) else {
+            let hint = did_you_mean(col, columns.iter().map(String::as_str)).map(|s| format!("did you mean `{s}`?"));
+            errors.push((format!("`column_descriptions`: the model has no column `{col}` (columns: {})", columns.join(", ")), hint));
+            continue;
+        };
+        match text {
+            Value::String(s) => {
+                if found.iter().any(|(p, _, _)| *p == pos) {
+                    errors.push((format!("`column_descriptions`: column `{}` is described twice", columns[pos]), None));
+                } else {
+                    found.push((pos, columns[pos].clone(), s.trim().to_string()));
+                }
+            }
+            _ => errors.push((format!("`column_descriptions`: the description of `{col}` must be a string"), None)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    found.sort_by_key(|(p, _, _)| *p);
+    Ok(found.into_iter().map(|(_, c, d)| (c, d)).collect())
 }
 
 /// A model's `cron`: a valid expression ([`crate::core::cron::parse`]) on a time-range model, not

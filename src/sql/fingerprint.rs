@@ -148,6 +148,9 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     target: Default::default(),
 ///     audits: vec![],
 ///     cron: None,
+///     owner: None,
+///     tags: Vec::new(),
+///     column_descriptions: Vec::new(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -333,6 +336,9 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
         }
     }
 

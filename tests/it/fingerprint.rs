@@ -49,6 +49,9 @@ fn orders_model() -> Model {
         target: Default::default(),
         audits: vec![],
         cron: None,
+        owner: None,
+        tags: Vec::new(),
+        column_descriptions: Vec::new(),
     }
 }
 
@@ -354,6 +357,9 @@ fn fingerprints_are_frozen() {
         target: Default::default(),
         audits: vec![],
         cron: None,
+        owner: None,
+        tags: Vec::new(),
+        column_descriptions: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

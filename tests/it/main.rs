@@ -47,6 +47,7 @@ mod physical_integrity;
 mod plan_memo;
 mod preview;
 mod project_cache;
+mod properties;
 mod render;
 mod s3;
 mod sandbox_lua;
