@@ -58,6 +58,9 @@ pub struct Model {
     /// Descriptions of declared columns (sqlmesh's `column_descriptions`), in schema order,
     /// each naming a column of the model (checked at load). Metadata: not fingerprinted.
     pub column_descriptions: Vec<(String, String)>,
+    /// `efmesh check` lint rules not run on this model (sqlmesh's `ignored_rules`), each a rule
+    /// name (checked at load). Not fingerprinted, not metadata: it changes no plan.
+    pub ignored_lints: Vec<String>,
 }
 
 impl Model {

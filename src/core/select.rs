@@ -281,6 +281,7 @@ mod tests {
             owner: None,
             tags: Vec::new(),
             column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 

@@ -2407,6 +2407,7 @@ mod tests {
             owner: None,
             tags: Vec::new(),
             column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 

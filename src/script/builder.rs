@@ -88,7 +88,8 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] = &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "owner", "tags", "column_descriptions"];
+const MODEL_KEYS: &[&str] =
+    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "owner", "tags", "column_descriptions", "ignored_lints"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -252,6 +253,26 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
     };
+    let ignored_lints = match spec.get("ignored_lints") {
+        None => Vec::new(),
+        Some(v) => match string_list(v) {
+            Some(list) => {
+                for name in list.iter().filter(|n| crate::sql::lint::rule(n).is_none()) {
+                    let mut e =
+                        err(format!("`ignored_lints`: unknown lint rule `{name}` (rules: {})", crate::sql::lint::rule_names().collect::<Vec<_>>().join(", ")));
+                    if let Some(s) = did_you_mean(name, crate::sql::lint::rule_names()) {
+                        e = e.with_hint(format!("did you mean `{s}`?"));
+                    }
+                    errors.push(e);
+                }
+                list
+            }
+            None => {
+                errors.push(err("`ignored_lints` must be a list of lint rule names, e.g. `{ \"missing_grain\" }`".into()));
+                Vec::new()
+            }
+        },
+    };
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -268,16 +289,34 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         },
     };
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, owner, tags, column_descriptions }),
+        (Some(name), Some(kind), true) => Ok(Model {
+            name,
+            kind,
+            schema,
+            body,
+            grain,
+            description,
+            location,
+            target,
+            audits: Vec::new(),
+            cron,
+            owner,
+            tags,
+            column_descriptions,
+            ignored_lints,
+        }),
         _ => Err(errors),
     }
 }
+
+/// A field's problem: the message and an optional hint.
+type Problem = (String, Option<String>);
 
 /// A model's `column_descriptions`: a map from a column of the model (its declared schema and
 /// the kind's managed columns, case-insensitive) to a string, returned in schema order with the
 /// schema's spelling. Errors are `(message, hint)` pairs, each starting with
 /// `` `column_descriptions` `` (the `.sql` host moves them to its header line).
-fn column_descriptions(v: &Value, schema: &Schema, kind: Option<&Kind>) -> Result<Vec<(String, String)>, Vec<(String, Option<String>)>> {
+fn column_descriptions(v: &Value, schema: &Schema, kind: Option<&Kind>) -> Result<Vec<(String, String)>, Vec<Problem>> {
     // An empty Lua table arrives as an empty list.
     if matches!(v, Value::Array(a) if a.is_empty()) {
         return Ok(Vec::new());

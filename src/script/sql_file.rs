@@ -38,7 +38,8 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron", "owner", "tags", "column_descriptions"];
+const KEYS: &[&str] =
+    &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron", "owner", "tags", "column_descriptions", "ignored_lints"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -143,7 +144,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
             "name" | "description" | "target" | "cron" | "owner" => Ok(Value::String(value.clone())),
-            "tags" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
+            "tags" | "ignored_lints" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
             "column_descriptions" => parse_column_descriptions(value),
             "audits" => Ok(Value::Null),
             "kind" => parse_kind(value),
@@ -271,10 +272,10 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let mut model = build_model(&spec, query, &sites, location).map_err(|errs| {
         errs.into_iter()
             .map(|mut e| {
-                let line = ["owner", "tags", "column_descriptions"]
+                let line = ["owner", "tags", "column_descriptions", "ignored_lints"]
                     .into_iter()
                     .find(|k| e.message.starts_with(&format!("`{k}`")))
-                    .and_then(|k| get(k))
+                    .and_then(&get)
                     .map(|(_, _, l)| *l);
                 if let Some(l) = line {
                     e.location = Some(at(l));

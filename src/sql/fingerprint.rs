@@ -151,6 +151,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     owner: None,
 ///     tags: Vec::new(),
 ///     column_descriptions: Vec::new(),
+///     ignored_lints: Vec::new(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -339,6 +340,7 @@ mod tests {
             owner: None,
             tags: Vec::new(),
             column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 

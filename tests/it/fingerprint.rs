@@ -52,6 +52,7 @@ fn orders_model() -> Model {
         owner: None,
         tags: Vec::new(),
         column_descriptions: Vec::new(),
+        ignored_lints: Vec::new(),
     }
 }
 
@@ -360,6 +361,7 @@ fn fingerprints_are_frozen() {
         owner: None,
         tags: Vec::new(),
         column_descriptions: Vec::new(),
+        ignored_lints: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

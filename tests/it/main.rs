@@ -35,6 +35,7 @@ mod kinds_upsert;
 mod lake;
 mod languages;
 mod lineage;
+mod lints;
 mod load_cache;
 mod load_errors;
 mod load_threads;
