@@ -527,6 +527,47 @@ struct RawConfig {
     ducklake: Option<DuckLakeSection>,
     #[serde(default)]
     environments: RawEnvironmentsSection,
+    #[serde(default)]
+    lint: LintSection,
+}
+
+/// `[lint]`: which of `efmesh check`'s lint rules ([`crate::sql::lint::RULES`]) run and which
+/// fail the check. A rule neither ignored nor an error is a warning (exit code unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LintSection {
+    /// Rules never run (`"all"`: every rule).
+    #[serde(default)]
+    pub ignore: Vec<String>,
+    /// Rules whose findings are errors: `check` exits 1 (`"all"`: every rule not ignored).
+    #[serde(default)]
+    pub error: Vec<String>,
+}
+
+impl LintSection {
+    /// True when `rule` runs.
+    pub fn runs(&self, rule: &str) -> bool {
+        !self.ignore.iter().any(|r| r == rule || r == "all")
+    }
+
+    /// True when a finding of `rule` fails `check`.
+    pub fn is_error(&self, rule: &str) -> bool {
+        self.error.iter().any(|r| r == rule || r == "all")
+    }
+
+    fn problem(&self) -> Option<String> {
+        for (key, list) in [("ignore", &self.ignore), ("error", &self.error)] {
+            for name in list {
+                if name != "all" && crate::sql::lint::rule(name).is_none() {
+                    let hint =
+                        crate::core::error::did_you_mean(name, crate::sql::lint::rule_names()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+                    let names = crate::sql::lint::rule_names().collect::<Vec<_>>().join(", ");
+                    return Some(format!("`lint.{key}`: unknown rule `{name}`{hint}; rules: {names}, or `all`"));
+                }
+            }
+        }
+        self.error.iter().find(|r| *r != "all" && self.ignore.contains(r)).map(|r| format!("`lint`: rule `{r}` is both ignored and an error"))
+    }
 }
 
 /// `[environments]`: the lifecycle of environments other than `prod`.
@@ -581,6 +622,8 @@ pub struct Config {
     pub ducklake: Option<DuckLakeSection>,
     /// `[environments]`.
     pub environments: EnvironmentsSection,
+    /// `[lint]`.
+    pub lint: LintSection,
 }
 
 impl Config {
@@ -617,6 +660,9 @@ impl Config {
             return Err(invalid(message));
         }
         if let Some(message) = raw.ducklake.as_ref().and_then(DuckLakeSection::problem) {
+            return Err(invalid(message));
+        }
+        if let Some(message) = raw.lint.problem() {
             return Err(invalid(message));
         }
         let state = raw.state.into_section().map_err(invalid)?;
@@ -659,7 +705,7 @@ impl Config {
         for file in engine.extensions.values_mut() {
             *file = absolute(file);
         }
-        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments })
+        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments, lint: raw.lint })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -673,6 +719,7 @@ impl Config {
             lake: None,
             ducklake: None,
             environments: EnvironmentsSection::default(),
+            lint: LintSection::default(),
         }
     }
 

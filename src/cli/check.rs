@@ -9,9 +9,11 @@
 //! parent, with the position in the query when known and a "did you mean" hint when a parent
 //! column is close. Exit 1 on any error, load errors included (printed in the same shape).
 //!
-//! Warnings (`warning:` lines, `"warnings"` in `--json`) never change the exit code: a
-//! time-range model whose `@start`/`@end` filter cannot reach the scan of what it reads
-//! ([`crate::sql::pushdown`]), so that every batch re-reads or re-computes all of it.
+//! Then the lint rules ([`crate::sql::lint`]: `missing_grain`, `select_star_external`,
+//! `ambiguous_column`, `time_filter_column`, `batch_rescan`), as `[lint]` in `efmesh.toml` and
+//! each model's `ignored_lints` say: a finding is a warning (`warning[rule]:` lines, `"warnings"`
+//! in `--json`), which never changes the exit code, unless `[lint] error` names its rule (then
+//! it is an error, `error[rule]:`, in `"errors"`, exit 1).
 
 use super::Exit;
 use super::printer::Printer;
@@ -20,7 +22,7 @@ use crate::core::fragment::CanonicalResolver;
 use crate::core::{LoadError, Location, Model, ModelName};
 use crate::project::Project;
 use crate::sql::lineage::{self, ColumnProblem};
-use crate::sql::pushdown::BatchRescan;
+use crate::sql::lint::{self, Lint};
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -92,56 +94,44 @@ struct Unchecked {
     reason: String,
 }
 
-/// A time-range model whose every batch re-reads or re-computes a whole relation
-/// ([`crate::sql::pushdown`]): a warning, which never changes the exit code.
-#[derive(Debug)]
-struct Warning {
-    model: ModelName,
-    location: Location,
-    rescan: BatchRescan,
-    message: String,
-    hint: String,
+/// How a lint finding prints: `warning[rule]: file:line: model `m`: message` (or `error[rule]`)
+/// and a `hint:` line.
+fn lint_text(l: &Lint, severity: &str) -> String {
+    let at = match l.sql_position {
+        Some((line, Some(col))) => format!(", at line {line}, column {col} of the query"),
+        Some((line, None)) => format!(", at line {line} of the query"),
+        None => String::new(),
+    };
+    let mut s = format!("{severity}[{}]: {}: model `{}`: {}{at}", l.rule, l.location, l.model, l.message);
+    if let Some(h) = &l.hint {
+        s.push_str(&format!("\n  hint: {h}"));
+    }
+    s
 }
 
-impl Warning {
-    fn new(project: &Project, model: &Model, rescan: BatchRescan) -> Self {
-        let culprit = project.dag.get(&rescan.culprit);
-        let what = culprit.map_or("model", |m| m.kind.tag());
-        let at = culprit.map(|m| format!(" ({})", m.location)).unwrap_or_default();
-        let stops = if rescan.culprit == rescan.parent { "its scan".to_string() } else { format!("the scan of `{}`", rescan.culprit) };
-        let message = format!(
-            "every batch reads all of `{}`: the `@start`/`@end` filter on its column `{}` cannot reach {stops}: {what} `{}`{at}: {}",
-            rescan.parent, rescan.column, rescan.culprit, rescan.reason
-        );
-        let hint = match culprit.map(|m| &m.kind) {
-            Some(crate::core::Kind::External(_)) => format!(
-                "load the file once into a table (a `full` or `incremental_by_unique_key` model reading `{}`) and read that in `{}`, or store it as parquet",
-                rescan.culprit, model.name
-            ),
-            _ => format!(
-                "materialise `{}` once as a table (kind `full`, `incremental_by_unique_key` or `incremental_by_time_range`), so each batch of `{}` reads only its rows",
-                rescan.culprit, model.name
-            ),
-        };
-        Warning { model: model.name.clone(), location: model.location.clone(), rescan, message, hint }
+/// A lint finding in `--json`: `{"rule", "severity", "file", "line", "model", …facts,
+/// "message", "hint"?, "sqlLine"?, "sqlColumn"?}`.
+fn lint_json(l: &Lint, severity: &str) -> Value {
+    let mut o = Map::new();
+    o.insert("rule".into(), l.rule.into());
+    o.insert("severity".into(), severity.into());
+    o.insert("file".into(), l.location.file.display().to_string().into());
+    o.insert("line".into(), l.location.line.into());
+    o.insert("model".into(), l.model.to_string().into());
+    for (k, v) in &l.facts {
+        o.insert((*k).into(), v.clone().into());
     }
-
-    fn text(&self) -> String {
-        format!("warning: {}: model `{}`: {}\n  hint: {}", self.location, self.model, self.message, self.hint)
+    o.insert("message".into(), l.message.clone().into());
+    if let Some(h) = &l.hint {
+        o.insert("hint".into(), h.clone().into());
     }
-
-    fn json(&self) -> Value {
-        json!({
-            "file": self.location.file.display().to_string(),
-            "line": self.location.line,
-            "model": self.model.to_string(),
-            "parent": self.rescan.parent.to_string(),
-            "column": self.rescan.column,
-            "culprit": self.rescan.culprit.to_string(),
-            "message": self.message,
-            "hint": self.hint,
-        })
+    if let Some((line, col)) = l.sql_position {
+        o.insert("sqlLine".into(), line.into());
+        if let Some(c) = col {
+            o.insert("sqlColumn".into(), c.into());
+        }
     }
+    Value::Object(o)
 }
 
 /// What one check found.
@@ -150,7 +140,10 @@ struct Report {
     /// Models loaded (0 when the project did not load).
     models: usize,
     errors: Vec<Finding>,
-    warnings: Vec<Warning>,
+    /// Findings of lint rules `[lint] error` names: they fail the check.
+    lint_errors: Vec<Lint>,
+    /// Findings of the other lint rules that run: they never change the exit code.
+    warnings: Vec<Lint>,
     unchecked: Vec<Unchecked>,
     /// The project did not load: `errors` are load errors.
     not_loaded: bool,
@@ -166,13 +159,14 @@ pub(super) fn run(config_path: &Path, json: bool, out: &Printer) -> Result<Exit>
     for u in &report.unchecked {
         tracing::warn!("{}: model `{}`: columns not checked: {}", u.location, u.model, u.reason);
     }
-    let ok = report.errors.is_empty();
+    let ok = report.errors.is_empty() && report.lint_errors.is_empty();
     if json {
+        let errors = report.errors.iter().map(Finding::json).chain(report.lint_errors.iter().map(|l| lint_json(l, "error")));
         out.json(json!({
             "ok": ok,
             "models": report.models,
-            "errors": report.errors.iter().map(Finding::json).collect::<Vec<_>>(),
-            "warnings": report.warnings.iter().map(Warning::json).collect::<Vec<_>>(),
+            "errors": errors.collect::<Vec<_>>(),
+            "warnings": report.warnings.iter().map(|l| lint_json(l, "warning")).collect::<Vec<_>>(),
             "unchecked": report.unchecked.iter().map(|u| json!({
                 "file": u.location.file.display().to_string(),
                 "line": u.location.line,
@@ -186,11 +180,15 @@ pub(super) fn run(config_path: &Path, json: bool, out: &Printer) -> Result<Exit>
             s.push_str(&e.text());
             s.push('\n');
         }
-        for w in &report.warnings {
-            s.push_str(&w.text());
+        for l in &report.lint_errors {
+            s.push_str(&lint_text(l, "error"));
             s.push('\n');
         }
-        let n = report.errors.len();
+        for w in &report.warnings {
+            s.push_str(&lint_text(w, "warning"));
+            s.push('\n');
+        }
+        let n = report.errors.len() + report.lint_errors.len();
         let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
         if ok && !report.warnings.is_empty() {
             s.push_str(&format!("ok: {} checked, {}\n", plural(report.models, "model"), plural(report.warnings.len(), "warning")));
@@ -232,10 +230,14 @@ fn check(config_path: &Path) -> Report {
         }
     };
     let mut report = Report { models: project.dag.len(), ..Report::default() };
+    let grammar = grammar(&project);
     for model in project.dag.models() {
         check_model(&project, model, &mut report);
-        for rescan in crate::sql::pushdown::batch_rescans(&project.dag, model) {
-            report.warnings.push(Warning::new(&project, model, rescan));
+        for l in lint::lint_model(&project.dag, grammar, model) {
+            if !config.lint.runs(l.rule) || model.ignored_lints.iter().any(|r| r == l.rule) {
+                continue;
+            }
+            if config.lint.is_error(l.rule) { report.lint_errors.push(l) } else { report.warnings.push(l) }
         }
     }
     report.errors.sort_by(|a, b| (&a.location, &a.model, a.sql_line, a.sql_column).cmp(&(&b.location, &b.model, b.sql_line, b.sql_column)));
@@ -270,8 +272,7 @@ fn check_model(project: &Project, model: &Model, report: &mut Report) {
         .into_iter()
         .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
         .collect();
-    let grammar = if crate::engine::dialect_for(&project.config).sqlparser_first() { lineage::Grammar::Embedded } else { lineage::Grammar::Postgres };
-    match lineage::unknown_columns_in(grammar, &sql, &parents) {
+    match lineage::unknown_columns_in(grammar(project), &sql, &parents) {
         Ok(problems) => {
             for p in problems {
                 report.errors.push(finding(model, &parents, p));
@@ -279,6 +280,11 @@ fn check_model(project: &Project, model: &Model, report: &mut Report) {
         }
         Err(e) => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
     }
+}
+
+/// The project's SQL grammar: its engine's.
+fn grammar(project: &Project) -> lineage::Grammar {
+    if crate::engine::dialect_for(&project.config).sqlparser_first() { lineage::Grammar::Embedded } else { lineage::Grammar::Postgres }
 }
 
 fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProblem) -> Finding {

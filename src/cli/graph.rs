@@ -265,6 +265,7 @@ impl<'a> Graph<'a> {
                 if let Some(d) = &m.description {
                     o.insert("description".into(), d.clone().into());
                 }
+                insert_properties(m, &mut o);
                 n.insert_state(&mut o);
                 Value::Object(o)
             })
@@ -285,6 +286,21 @@ impl<'a> Graph<'a> {
             o.insert("removed".into(), removed.into());
         }
         v
+    }
+}
+
+/// A model's properties, as every `--json` output describing a model shows them: `"owner"`,
+/// `"tags"` and `"columnDescriptions"` (`{column: text}`), each only when the model has it.
+pub(super) fn insert_properties(m: &Model, o: &mut serde_json::Map<String, Value>) {
+    if let Some(owner) = &m.owner {
+        o.insert("owner".into(), owner.clone().into());
+    }
+    if !m.tags.is_empty() {
+        o.insert("tags".into(), m.tags.clone().into());
+    }
+    if !m.column_descriptions.is_empty() {
+        let d: serde_json::Map<String, Value> = m.column_descriptions.iter().map(|(c, t)| (c.clone(), Value::String(t.clone()))).collect();
+        o.insert("columnDescriptions".into(), Value::Object(d));
     }
 }
 

@@ -44,6 +44,18 @@ pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, 
         if let Some(why) = &ml.unreadable {
             v["unreadable"] = json!(why);
         }
+        // The model's properties; `columnDescriptions` only for the columns shown.
+        if let (Some(m), Some(o)) = (project.dag.get(&name), v.as_object_mut()) {
+            let mut props = serde_json::Map::new();
+            super::graph::insert_properties(m, &mut props);
+            if let Some(serde_json::Value::Object(d)) = props.get_mut("columnDescriptions") {
+                d.retain(|c, _| columns.iter().any(|s| s.eq_ignore_ascii_case(c)));
+                if d.is_empty() {
+                    props.remove("columnDescriptions");
+                }
+            }
+            o.extend(props);
+        }
         out.json(v)?;
         return Ok(Exit::Success);
     }

@@ -54,6 +54,17 @@ pub struct Model {
     /// (sqlmesh's pre/post statements). Fingerprinted only when `affect_data` is set
     /// ([`Statements::affect_data`]); otherwise metadata (an edit is a `metadata` change).
     pub statements: Statements,
+    /// Who answers for the model (sqlmesh's `owner`). Metadata: not fingerprinted.
+    pub owner: Option<String>,
+    /// Free labels (sqlmesh's `tags`), in the order written, without duplicates; selectable
+    /// with `tag:` ([`super::select`]). Metadata: not fingerprinted.
+    pub tags: Vec<String>,
+    /// Descriptions of declared columns (sqlmesh's `column_descriptions`), in schema order,
+    /// each naming a column of the model (checked at load). Metadata: not fingerprinted.
+    pub column_descriptions: Vec<(String, String)>,
+    /// `efmesh check` lint rules not run on this model (sqlmesh's `ignored_rules`), each a rule
+    /// name (checked at load). Not fingerprinted, not metadata: it changes no plan.
+    pub ignored_lints: Vec<String>,
 }
 
 /// A model's pre/post statements ([`Model::statements`]).
@@ -92,6 +103,11 @@ impl Statements {
 }
 
 impl Model {
+    /// The description of column `name` (case-insensitive), when the model gives one.
+    pub fn column_description(&self, name: &str) -> Option<&str> {
+        self.column_descriptions.iter().find(|(c, _)| c.eq_ignore_ascii_case(name)).map(|(_, d)| d.as_str())
+    }
+
     /// The instant up to which this model's intervals are due at `now`: its cron's last tick at
     /// or before `now`, or `now` without a cron ([`super::cron::due_at`]). Intervals are wanted up
     /// to the grain floor of it.

@@ -12,10 +12,11 @@
 //! | `2+s.m`, `s.m+1` | ancestors (descendants) up to that many edges away |
 //! | `kind:view` | every model of that kind (the kind tags of model files) |
 //! | `schema:raw` | every model of that schema |
+//! | `tag:finance` | every model carrying that tag (the `tags` model property) |
 //!
 //! The operators apply to method atoms too (`kind:external+` is every external model and what
 //! reads it). Unlike dbt, a comma is a union, as in efmesh's other model lists (`--model a,b`);
-//! efmesh models carry no tags, so there is no `tag:` method. Pure: evaluated against a
+//! Pure: evaluated against a
 //! [`Dag`], no I/O. Unknown models and kinds are errors with a "did you mean" hint.
 
 use super::dag::Dag;
@@ -45,6 +46,8 @@ pub enum Atom {
     Kind(String),
     /// Every model of a schema (`schema:raw`).
     Schema(String),
+    /// Every model carrying a tag (`tag:finance`).
+    Tag(String),
 }
 
 /// One term of a selection: an atom, with its ancestors and descendants when asked.
@@ -69,7 +72,7 @@ pub struct Selection {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectError {
     /// No term at all.
-    #[error("empty selection: give at least one model, `+model`, `model+`, `kind:K` or `schema:S`")]
+    #[error("empty selection: give at least one model, `+model`, `model+`, `kind:K`, `schema:S` or `tag:T`")]
     Empty,
     /// A term that is not of the grammar.
     #[error("cannot read selector `{term}`: {reason}")]
@@ -101,6 +104,14 @@ pub enum SelectError {
         /// The schema as written.
         schema: String,
         /// The closest schema.
+        suggestion: Option<String>,
+    },
+    /// A tag no model carries.
+    #[error("no model is tagged `{tag}`{}", hint(.suggestion))]
+    UnknownTag {
+        /// The tag as written.
+        tag: String,
+        /// The closest tag some model carries.
         suggestion: Option<String>,
     },
 }
@@ -180,9 +191,9 @@ fn parse_term(raw: &str) -> Result<Term, SelectError> {
         None => Atom::Model(rest.to_string()),
         Some(("kind", v)) if !v.is_empty() => Atom::Kind(v.to_string()),
         Some(("schema", v)) if !v.is_empty() => Atom::Schema(v.to_string()),
-        Some(("tag", _)) => return Err(err("efmesh models have no tags; methods are `kind:` and `schema:`")),
-        Some((m, _)) if m == "kind" || m == "schema" => return Err(err(&format!("`{m}:` needs a value"))),
-        Some((m, _)) => return Err(err(&format!("unknown method `{m}:`; methods are `kind:` and `schema:`"))),
+        Some(("tag", v)) if !v.is_empty() => Atom::Tag(v.to_string()),
+        Some((m, _)) if m == "kind" || m == "schema" || m == "tag" => return Err(err(&format!("`{m}:` needs a value"))),
+        Some((m, _)) => return Err(err(&format!("unknown method `{m}:`; methods are `kind:`, `schema:` and `tag:`"))),
     };
     Ok(Term { atom, ancestors, descendants })
 }
@@ -204,6 +215,14 @@ fn seeds(atom: &Atom, dag: &Dag) -> Result<BTreeSet<ModelName>, SelectError> {
             if found.is_empty() {
                 let schemas: BTreeSet<&str> = dag.models().map(|m| m.name.schema()).collect();
                 return Err(SelectError::UnknownSchema { schema: schema.clone(), suggestion: did_you_mean(schema, schemas).map(str::to_string) });
+            }
+            Ok(found)
+        }
+        Atom::Tag(tag) => {
+            let found: BTreeSet<ModelName> = dag.models().filter(|m| m.tags.iter().any(|t| t == tag)).map(|m| m.name.clone()).collect();
+            if found.is_empty() {
+                let tags: BTreeSet<&str> = dag.models().flat_map(|m| m.tags.iter().map(String::as_str)).collect();
+                return Err(SelectError::UnknownTag { tag: tag.clone(), suggestion: did_you_mean(tag, tags).map(str::to_string) });
             }
             Ok(found)
         }
@@ -261,6 +280,10 @@ mod tests {
             audits: vec![],
             cron: None,
             statements: Default::default(),
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 
@@ -316,9 +339,27 @@ mod tests {
     }
 
     #[test]
+    fn tags_select_the_models_carrying_them() {
+        let mut models: Vec<Model> = dag().models().cloned().collect();
+        for m in &mut models {
+            match m.name.to_string().as_str() {
+                "s.b" => m.tags = vec!["finance".into(), "daily".into()],
+                "s.e" => m.tags = vec!["finance".into()],
+                _ => {}
+            }
+        }
+        let dag = Dag::build(models).unwrap();
+        let sel = |e: &str| Selection::parse(e).unwrap().eval(&dag).map(|s| s.iter().map(ToString::to_string).collect::<Vec<_>>());
+        assert_eq!(sel("tag:finance").unwrap(), ["s.b", "s.e"]);
+        assert_eq!(sel("tag:daily+").unwrap(), ["s.b", "s.c", "s.d"]);
+        let e = sel("tag:finanse").unwrap_err();
+        assert!(e.to_string().contains("no model is tagged `finanse`") && e.to_string().contains("did you mean `finance`?"), "{e}");
+    }
+
+    #[test]
     fn malformed_terms_are_refused() {
         assert_eq!(Selection::parse(" , "), Err(SelectError::Empty));
-        for bad in ["+", "s.a+b", "2s.a", "a+.b", "tag:nightly", "owner:me", "kind:", "s.a+x"] {
+        for bad in ["+", "s.a+b", "2s.a", "a+.b", "tag:", "owner:me", "kind:", "s.a+x"] {
             assert!(matches!(Selection::parse(bad), Err(SelectError::Syntax { .. })), "{bad}");
         }
         let t = &Selection::parse("3+s.a+").unwrap().terms[0];

@@ -170,6 +170,8 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             repair: None,
             rebuild: false,
             rebuild_reason: None,
+            owner: model.owner.clone(),
+            tags: model.tags.clone(),
         });
     }
     if lines.next().is_some() {

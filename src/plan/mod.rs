@@ -312,6 +312,12 @@ pub struct Action {
     /// the version was built ([`generations`]), or a parent rebuilt by this plan.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_reason: Option<String>,
+    /// The model's `owner` (a model property, metadata), for readers of `plan --json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The model's `tags` (a model property, metadata).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 impl Action {
@@ -995,8 +1001,8 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 /// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
 /// "description", "schedule": {"start", "end", "batch_size", "lookback",
 /// "auto_restatement_intervals"?} | null, "audits"?: [{"name", "args", "blocking", "scope",
-/// "sql"}], "cron"?, "statements"?: {"pre", "post", "affect_data"}}` (`audits`, `cron` and
-/// `statements` only when the model has some).
+/// "sql"}], "cron"?, "statements"?: {"pre", "post", "affect_data"}, "owner"?, "tags"?,
+/// "column_descriptions"?: [[column, text]…]}` (the optional ones only when the model has some).
 pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Schedule {
@@ -1031,6 +1037,14 @@ pub fn metadata_text(model: &Model) -> String {
         // data-relevant, when they also enter the fingerprint. Absent without statements.
         #[serde(skip_serializing_if = "Option::is_none")]
         statements: Option<serde_json::Value>,
+        // Model properties (owner, tags, column descriptions): metadata, absent when unset so
+        // other models keep their stored text.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        tags: &'a [String],
+        #[serde(skip_serializing_if = "<[(String, String)]>::is_empty")]
+        column_descriptions: &'a [(String, String)],
     }
     let meta = Meta {
         kind: model.kind_payload(),
@@ -1050,6 +1064,9 @@ pub fn metadata_text(model: &Model) -> String {
             let texts = |l: &[crate::core::Statement]| -> Vec<String> { l.iter().map(|s| s.sql.render(&CanonicalResolver)).collect() };
             serde_json::json!({"pre": texts(&model.statements.pre), "post": texts(&model.statements.post), "affect_data": model.statements.affect_data})
         }),
+        owner: model.owner.as_deref(),
+        tags: &model.tags,
+        column_descriptions: &model.column_descriptions,
     };
     serde_json::to_string(&meta).unwrap_or_default()
 }
@@ -1980,6 +1997,8 @@ fn compute_with(
             repair: None,
             rebuild: false,
             rebuild_reason: None,
+            owner: model.owner.clone(),
+            tags: model.tags.clone(),
         });
         if recording {
             let action = actions.last().expect("pushed above").clone();
@@ -2026,6 +2045,8 @@ fn compute_with(
                 repair: None,
                 rebuild: false,
                 rebuild_reason: None,
+                owner: None,
+                tags: Vec::new(),
             });
         }
     }
@@ -2429,6 +2450,10 @@ mod tests {
             audits: vec![],
             cron: None,
             statements: Default::default(),
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 

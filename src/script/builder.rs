@@ -89,7 +89,7 @@ pub fn expand_all_cols(models: &mut [Model]) {
 }
 
 const MODEL_KEYS: &[&str] =
-    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data"];
+    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data", "owner", "tags", "column_descriptions", "ignored_lints"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -211,6 +211,68 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
     };
+    let owner = match spec.get("owner") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Some(_) => {
+            errors.push(err("`owner` must be a non-empty string, e.g. `\"finance-team\"`".into()));
+            None
+        }
+    };
+    let tags = match spec.get("tags") {
+        None => Vec::new(),
+        Some(v) => match string_list(v).filter(|l| l.iter().all(|t| !t.trim().is_empty() && !t.contains([',', ' ', ':']))) {
+            Some(list) => {
+                let mut tags: Vec<String> = Vec::new();
+                for t in list {
+                    if !tags.contains(&t) {
+                        tags.push(t);
+                    }
+                }
+                tags
+            }
+            None => {
+                errors.push(err("`tags` must be a list of words without spaces, commas or colons, e.g. `{ \"finance\", \"daily\" }`".into()));
+                Vec::new()
+            }
+        },
+    };
+    let column_descriptions = match spec.get("column_descriptions") {
+        None => Vec::new(),
+        Some(v) => match column_descriptions(v, &schema, kind.as_ref()) {
+            Ok(d) => d,
+            Err(e) => {
+                errors.extend(e.into_iter().map(|(msg, hint)| {
+                    let e = err(msg);
+                    match hint {
+                        Some(h) => e.with_hint(h),
+                        None => e,
+                    }
+                }));
+                Vec::new()
+            }
+        },
+    };
+    let ignored_lints = match spec.get("ignored_lints") {
+        None => Vec::new(),
+        Some(v) => match string_list(v) {
+            Some(list) => {
+                for name in list.iter().filter(|n| crate::sql::lint::rule(n).is_none()) {
+                    let mut e =
+                        err(format!("`ignored_lints`: unknown lint rule `{name}` (rules: {})", crate::sql::lint::rule_names().collect::<Vec<_>>().join(", ")));
+                    if let Some(s) = did_you_mean(name, crate::sql::lint::rule_names()) {
+                        e = e.with_hint(format!("did you mean `{s}`?"));
+                    }
+                    errors.push(e);
+                }
+                list
+            }
+            None => {
+                errors.push(err("`ignored_lints` must be a list of lint rule names, e.g. `{ \"missing_grain\" }`".into()));
+                Vec::new()
+            }
+        },
+    };
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -228,7 +290,23 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
     };
     let statements = model_statements(spec, sites, name.as_ref(), kind.as_ref(), &target, &location, &mut errors);
     match (name, kind, errors.is_empty()) {
-        (Some(name), Some(kind), true) => Ok(Model { name, kind, schema, body, grain, description, location, target, audits: Vec::new(), cron, statements }),
+        (Some(name), Some(kind), true) => Ok(Model {
+            name,
+            kind,
+            schema,
+            body,
+            grain,
+            description,
+            location,
+            target,
+            audits: Vec::new(),
+            cron,
+            statements,
+            owner,
+            tags,
+            column_descriptions,
+            ignored_lints,
+        }),
         _ => Err(errors),
     }
 }
@@ -313,6 +391,49 @@ fn model_statements(
         errors.push(err("`statements_affect_data` is set, but the model has no `pre_statements`/`post_statements`".into()));
     }
     out
+}
+
+/// A field's problem: the message and an optional hint.
+type Problem = (String, Option<String>);
+
+/// A model's `column_descriptions`: a map from a column of the model (its declared schema and
+/// the kind's managed columns, case-insensitive) to a string, returned in schema order with the
+/// schema's spelling. Errors are `(message, hint)` pairs, each starting with
+/// `` `column_descriptions` `` (the `.sql` host moves them to its header line).
+fn column_descriptions(v: &Value, schema: &Schema, kind: Option<&Kind>) -> Result<Vec<(String, String)>, Vec<Problem>> {
+    // An empty Lua table arrives as an empty list.
+    if matches!(v, Value::Array(a) if a.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let Value::Object(map) = v else {
+        return Err(vec![("`column_descriptions` must map column names to descriptions, e.g. `{ id = \"the order id\" }`".into(), None)]);
+    };
+    let mut columns: Vec<String> = schema.0.iter().map(|c| c.name.clone()).collect();
+    columns.extend(kind.map(Kind::managed_columns).unwrap_or_default().into_iter().map(|c| c.name));
+    let mut found: Vec<(usize, String, String)> = Vec::new();
+    let mut errors = Vec::new();
+    for (col, text) in map {
+        let Some(pos) = columns.iter().position(|c| c.eq_ignore_ascii_case(col)) else {
+            let hint = did_you_mean(col, columns.iter().map(String::as_str)).map(|s| format!("did you mean `{s}`?"));
+            errors.push((format!("`column_descriptions`: the model has no column `{col}` (columns: {})", columns.join(", ")), hint));
+            continue;
+        };
+        match text {
+            Value::String(s) => {
+                if found.iter().any(|(p, _, _)| *p == pos) {
+                    errors.push((format!("`column_descriptions`: column `{}` is described twice", columns[pos]), None));
+                } else {
+                    found.push((pos, columns[pos].clone(), s.trim().to_string()));
+                }
+            }
+            _ => errors.push((format!("`column_descriptions`: the description of `{col}` must be a string"), None)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    found.sort_by_key(|(p, _, _)| *p);
+    Ok(found.into_iter().map(|(_, c, d)| (c, d)).collect())
 }
 
 /// A model's `cron`: a valid expression ([`crate::core::cron::parse`]) on a time-range model, not

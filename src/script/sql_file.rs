@@ -9,6 +9,9 @@
 //! -- description: Patients per department and day
 //! -- target: parquet    (optional: table | parquet | ducklake)
 //! -- cron:   @daily     (optional, time-range models: when intervals are due, UTC)
+//! -- owner:  care-analytics                         (optional metadata)
+//! -- tags:   census, daily                          (optional metadata)
+//! -- column_descriptions: day = 'Calendar day', patients = 'Distinct cases, any ward'
 //! SELECT date_trunc('day', entered_at)::date AS day, dept, count(DISTINCT case_id) AS patients
 //! FROM @ref(med.stays)
 //! GROUP BY ALL
@@ -36,7 +39,22 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron", "statements_affect_data"];
+const KEYS: &[&str] = &[
+    "name",
+    "kind",
+    "schema",
+    "grain",
+    "refs",
+    "description",
+    "target",
+    "audits",
+    "cron",
+    "statements_affect_data",
+    "owner",
+    "tags",
+    "column_descriptions",
+    "ignored_lints",
+];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -132,7 +150,7 @@ pub(super) fn read_header(
 pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
     let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
     let mut errors = Vec::new();
-    let (header, body_start) = read_header(text, KEYS, &at, "", &|key| key != "description", &mut errors);
+    let (header, body_start) = read_header(text, KEYS, &at, "", &|key| !matches!(key, "description" | "owner"), &mut errors);
     let get = |k: &str| header.iter().find(|(key, _, _)| key == k);
     let name_line = get("name").map(|(_, _, l)| *l).unwrap_or(1);
     let location = at(name_line);
@@ -140,7 +158,9 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let mut spec = Map::new();
     for (key, value, line) in &header {
         let parsed = match key.as_str() {
-            "name" | "description" | "target" | "cron" => Ok(Value::String(value.clone())),
+            "name" | "description" | "target" | "cron" | "owner" => Ok(Value::String(value.clone())),
+            "tags" | "ignored_lints" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
+            "column_descriptions" => parse_column_descriptions(value),
             "statements_affect_data" => match value.as_str() {
                 "true" => Ok(Value::Bool(true)),
                 "false" => Ok(Value::Bool(false)),
@@ -282,7 +302,22 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     if !errors.is_empty() {
         return Err(errors);
     }
-    let mut model = build_model(&spec, query, &sites, location)?;
+    // The builder reports the metadata fields at the model; here their header line is known.
+    let mut model = build_model(&spec, query, &sites, location).map_err(|errs| {
+        errs.into_iter()
+            .map(|mut e| {
+                let line = ["owner", "tags", "column_descriptions", "ignored_lints"]
+                    .into_iter()
+                    .find(|k| e.message.starts_with(&format!("`{k}`")))
+                    .and_then(&get)
+                    .map(|(_, _, l)| *l);
+                if let Some(l) = line {
+                    e.location = Some(at(l));
+                }
+                e
+            })
+            .collect::<Vec<_>>()
+    })?;
     model.audits = audits;
     // Each statement is located at its own line.
     for (st, (off, _)) in model.statements.pre.iter_mut().zip(&pre).chain(model.statements.post.iter_mut().zip(&post)) {
@@ -471,6 +506,29 @@ fn parse_schema(v: &str) -> Result<Value, String> {
         cols.push(Value::Array(vec![Value::String(name.to_string()), Value::String(ty.trim().to_string())]));
     }
     Ok(Value::Array(cols))
+}
+
+/// `-- column_descriptions: id = 'The order id', amount = 'In EUR, with VAT'`: a map from
+/// column to description (quote a description holding a comma).
+fn parse_column_descriptions(v: &str) -> Result<Value, String> {
+    let mut m = Map::new();
+    for piece in split_top(v, ',').into_iter().filter(|p| !p.is_empty()) {
+        let Some((col, text)) = piece.split_once('=') else {
+            return Err(format!("`{piece}` must be `column = 'description'`"));
+        };
+        let col = col.trim().trim_matches('"');
+        if !crate::core::name::is_identifier(col) {
+            return Err(format!("`{col}` is not a column name (write `column = 'description'`)"));
+        }
+        let text = match scalar(text) {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        if m.insert(col.to_string(), Value::String(text)).is_some() {
+            return Err(format!("column `{col}` is described twice"));
+        }
+    }
+    Ok(Value::Object(m))
 }
 
 fn scalar(v: &str) -> Value {

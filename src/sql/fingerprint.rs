@@ -153,6 +153,10 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     audits: vec![],
 ///     cron: None,
 ///     statements: Default::default(),
+///     owner: None,
+///     tags: Vec::new(),
+///     column_descriptions: Vec::new(),
+///     ignored_lints: Vec::new(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -363,6 +367,10 @@ mod tests {
             audits: vec![],
             cron: None,
             statements: Default::default(),
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
         }
     }
 

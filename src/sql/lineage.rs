@@ -126,6 +126,22 @@ pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String
     Ok(problems)
 }
 
+/// Every unqualified column reference of `sql` that more than one relation of its scope has
+/// (DuckDB refuses it as ambiguous, or binds it where the author did not mean to), sorted by
+/// position; `detail` names the relations. Rendered and resolved as for [`unknown_columns`].
+///
+/// # Errors
+/// As [`unknown_columns`].
+pub fn ambiguous_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
+    let query = parse_in(grammar, sql)?;
+    let mut an = Analyzer::new(parents);
+    an.query(&query, None);
+    let mut found = an.ambiguous;
+    found.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
+    found.dedup();
+    Ok(found)
+}
+
 /// A parent's column that a query reads.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct SourceColumn {
@@ -489,6 +505,9 @@ struct Analyzer {
     /// Lower-case logical name → (name as given, declared columns).
     parents: BTreeMap<String, (String, Vec<String>)>,
     problems: Vec<ColumnProblem>,
+    /// Unqualified references that more than one relation of their scope has (a lint, not an
+    /// error: [`ambiguous_columns_in`]).
+    ambiguous: Vec<ColumnProblem>,
     /// The sources of the select items being resolved, innermost last: every resolved reference
     /// is added to the top one.
     sinks: Vec<Src>,
@@ -504,6 +523,7 @@ impl Analyzer {
         Analyzer {
             parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
             problems: Vec::new(),
+            ambiguous: Vec::new(),
             sinks: Vec::new(),
             reads: Src::default(),
             alias_srcs: Vec::new(),
@@ -918,6 +938,9 @@ impl Analyzer {
         if params.iter().flatten().any(|p| p == head) {
             return;
         }
+        if lowered.len() == 1 {
+            self.note_ambiguity(parts[0], head, frame);
+        }
         // Qualified readings: `q.col…` where `q` names a relation (innermost scope first).
         let mut failure: Option<(&Rel, usize)> = None;
         let mut unnamed = false;
@@ -1006,6 +1029,43 @@ impl Analyzer {
             }
         };
         self.push(parts[0], name, name, relation, detail, suggestion);
+    }
+
+    /// Records an unqualified `name` (lower-case) that several relations of the scope it
+    /// resolves in declare: not the two sides of `USING`/`NATURAL` (merged), not a select-list
+    /// alias, not a lambda parameter.
+    fn note_ambiguity(&mut self, at: &Ident, name: &str, frame: &Frame<'_>) {
+        if PSEUDO_COLUMNS.contains(&name) {
+            return;
+        }
+        for data in frame.chain() {
+            match data {
+                FrameData::Params(ps) if ps.iter().any(|p| p == name) => return,
+                FrameData::Scope { rels, aliases } => {
+                    if aliases.iter().any(|a| lower(a) == name) {
+                        return;
+                    }
+                    let holders: Vec<&Rel> = rels.iter().filter(|r| r.cols.has(name) && !r.star_skip.iter().any(|k| k == name)).collect();
+                    if holders.len() > 1 {
+                        let list = holders.iter().map(|r| r.name()).collect::<Vec<_>>().join(" and ");
+                        let pos = at.span.start;
+                        self.ambiguous.push(ColumnProblem {
+                            column: at.value.clone(),
+                            reference: at.value.clone(),
+                            relation: None,
+                            detail: format!("column `{}` is ambiguous: {list} all have it; qualify it (`alias.{}`)", at.value, at.value),
+                            suggestion: None,
+                            line: (pos.line > 0).then_some(pos.line),
+                            col: (pos.column > 0).then_some(pos.column),
+                        });
+                    }
+                    if rels.iter().any(|r| r.cols.has(name) || r.cols.is_open()) {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// True when `name` (lower-case) may be a column, alias, parameter or (with `row_value`) a
@@ -1413,6 +1473,22 @@ mod tests {
 
     fn problems(sql: &str) -> Vec<ColumnProblem> {
         unknown_columns(sql, &parents()).unwrap_or_else(|e| panic!("{e}\n{sql}"))
+    }
+
+    #[test]
+    fn ambiguous_unqualified_columns_are_found_and_merged_or_aliased_ones_are_not() {
+        let amb = |sql: &str| -> Vec<String> {
+            ambiguous_columns_in(Grammar::Embedded, sql, &parents()).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|p| p.column).collect()
+        };
+        // `id` is in both parents; `name` only in customers; `region` in customers and regions.
+        assert_eq!(amb("SELECT id, name FROM raw.orders AS o JOIN raw.customers AS c ON c.id = o.customer_id"), ["id"]);
+        assert_eq!(amb("SELECT c.id, region FROM raw.customers AS c JOIN core.regions AS r ON r.region = c.region WHERE id > 0"), ["region"]);
+        // Qualified, merged by `USING`/`NATURAL`, a select-list alias, one relation, a subquery's own scope.
+        assert!(amb("SELECT o.id, name FROM raw.orders AS o JOIN raw.customers AS c ON c.id = o.customer_id").is_empty());
+        assert!(amb("SELECT region, label FROM raw.customers JOIN core.regions USING (region)").is_empty());
+        assert!(amb("SELECT region FROM raw.customers NATURAL JOIN core.regions").is_empty());
+        assert!(amb("SELECT o.id AS id FROM raw.orders AS o JOIN raw.customers AS c ON c.id = o.customer_id ORDER BY id").is_empty());
+        assert!(amb("SELECT id FROM raw.orders WHERE customer_id IN (SELECT id FROM raw.customers)").is_empty());
     }
 
     #[track_caller]

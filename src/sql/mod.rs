@@ -15,6 +15,7 @@ pub mod audit_reads;
 pub mod canon;
 pub mod fingerprint;
 pub mod lineage;
+pub mod lint;
 pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;

@@ -64,6 +64,14 @@ pub fn batch_rescans(dag: &Dag, model: &Model) -> Vec<BatchRescan> {
     found
 }
 
+/// The parents' columns a model's `@start`/`@end` filter compares (followed through aliases,
+/// CTEs and subqueries to the parent it reads), as `(parent, column)`: a plain column reference
+/// compared with a bound (`>=`, `<`, `BETWEEN`…) in a `WHERE` or a join's `ON`. Empty when the
+/// body does not parse or no such filter can be followed.
+pub fn bound_filters(dag: &Dag, model: &Model) -> Vec<(ModelName, String)> {
+    body_query(model).map(|q| bound_filtered_columns(dag, &q)).unwrap_or_default()
+}
+
 fn body_query(model: &Model) -> Option<Query> {
     let sql = model.body.as_ref()?.render(&CanonicalResolver);
     crate::sql::canon::parse_query(&sql).ok().map(|q| *q)

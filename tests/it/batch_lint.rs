@@ -120,15 +120,15 @@ fn a_time_range_model_filtering_a_csv_is_warned_about_and_exit_codes_stay() {
   schema = { { "id", "bigint" }, { "t", "timestamp" } } }
 define_model { name = "raw.daily_csv", kind = kind.external { path = "data/day=*/events.csv", hive_partitioning = true },
   schema = { { "id", "bigint" }, { "day", "date" } } }
-define_model { name = "m.from_hive", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+define_model { name = "m.from_hive", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" }, grain = { "id" },
   schema = { { "id", "bigint" }, { "day", "date" } },
   query = "SELECT id, day FROM " .. ref("raw.daily_csv") .. " WHERE day >= @start AND day < @end" }
 local pq = define_model { name = "raw.events_pq", kind = kind.external { path = "data/events.parquet" },
   schema = { { "id", "bigint" }, { "t", "timestamp" } } }
-define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" },
+define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id" },
   schema = { { "id", "bigint" }, { "t", "timestamp" } },
   query = "SELECT r.id, r.t FROM " .. ref(raw) .. " AS r WHERE r.t BETWEEN @start AND @end - INTERVAL 1 MICROSECOND" }
-define_model { name = "m.daily_pq", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" },
+define_model { name = "m.daily_pq", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id" },
   schema = { { "id", "bigint" }, { "t", "timestamp" } },
   query = "SELECT id, t FROM " .. ref(pq) .. " WHERE t >= @start AND t < @end" }
 "#,
@@ -140,11 +140,16 @@ define_model { name = "m.daily_pq", kind = kind.incremental_by_time_range { time
     let w = v["warnings"].as_array().unwrap();
     assert_eq!(w.len(), 1, "only the CSV is warned about, not the parquet file nor the hive-partitioned CSV files: {v:#}");
     assert_eq!((w[0]["model"].as_str(), w[0]["parent"].as_str(), w[0]["culprit"].as_str()), (Some("m.daily"), Some("raw.events"), Some("raw.events")));
+    assert_eq!((w[0]["rule"].as_str(), w[0]["severity"].as_str()), (Some("batch_rescan"), Some("warning")), "{:#}", w[0]);
     assert!(w[0]["file"].as_str().unwrap().ends_with("models/m.lua") && w[0]["line"] == 10, "{:#}", w[0]);
     assert!(w[0]["message"].as_str().unwrap().contains("data/events.csv"), "{:#}", w[0]);
     let text = p.run(&["check"]);
     text.expect_code(0);
-    assert!(text.stdout.contains("warning: models/m.lua:10: model `m.daily`") && text.stdout.contains("ok: 6 models checked, 1 warning"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("warning[batch_rescan]: models/m.lua:10: model `m.daily`") && text.stdout.contains("ok: 6 models checked, 1 warning"),
+        "{}",
+        text.stdout
+    );
 }
 
 /// `stg.moves` as the hospital example first shipped it: a view deduplicating the CSV feed with

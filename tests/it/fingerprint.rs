@@ -58,6 +58,10 @@ fn orders_model() -> Model {
         audits: vec![],
         cron: None,
         statements: Default::default(),
+        owner: None,
+        tags: Vec::new(),
+        column_descriptions: Vec::new(),
+        ignored_lints: Vec::new(),
     }
 }
 
@@ -365,6 +369,10 @@ fn fingerprints_are_frozen() {
         audits: vec![],
         cron: None,
         statements: Default::default(),
+        owner: None,
+        tags: Vec::new(),
+        column_descriptions: Vec::new(),
+        ignored_lints: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

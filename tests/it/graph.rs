@@ -33,7 +33,7 @@ fn models(changed: bool) -> Vec<(&'static str, String)> {
         ),
         (
             "mart.daily",
-            "define_model { name = \"mart.daily\", kind = kind.incremental_by_time_range { time_column = \"day\", start = \"2026-02-01\" },\n  schema = { { \"day\", \"timestamp\" }, { \"ward\", \"varchar\" }, { \"n\", \"bigint\" }, { \"beds\", \"integer\" } },\n  query = \"SELECT date_trunc('day', e.t) AS day, e.ward, count(*) AS n, max(w.beds) AS beds FROM \" .. ref(\"stg.events\") .. \" AS e JOIN \" .. ref(\"core.wards\") .. \" AS w ON w.ward = e.ward WHERE e.t >= @start AND e.t < @end GROUP BY 1, 2\" }\n".to_string(),
+            "define_model { name = \"mart.daily\", kind = kind.incremental_by_time_range { time_column = \"day\", start = \"2026-02-01\" },\n  owner = \"ward-ops\", tags = { \"care\", \"daily\" }, column_descriptions = { n = \"Events that day\" },\n  schema = { { \"day\", \"timestamp\" }, { \"ward\", \"varchar\" }, { \"n\", \"bigint\" }, { \"beds\", \"integer\" } },\n  query = \"SELECT date_trunc('day', e.t) AS day, e.ward, count(*) AS n, max(w.beds) AS beds FROM \" .. ref(\"stg.events\") .. \" AS e JOIN \" .. ref(\"core.wards\") .. \" AS w ON w.ward = e.ward WHERE e.t >= @start AND e.t < @end GROUP BY 1, 2\" }\n".to_string(),
         ),
         (
             "mart.summary",
@@ -170,7 +170,7 @@ fn graph_select_takes_ancestors_descendants_and_names_unknown_models() {
     assert!(e["error"]["message"].as_str().unwrap().contains("unknown model `mart.dialy`"), "{e:#}");
     let r = p.run(&["graph", "--select", "tag:nightly"]);
     r.expect_code(1);
-    assert!(r.stderr.contains("no tags"), "{}", r.stderr);
+    assert!(r.stderr.contains("no model is tagged `nightly`"), "{}", r.stderr);
 }
 
 #[test]
@@ -345,9 +345,12 @@ fn graph_html_page_draws_every_model_and_a_click_shows_its_sql_in_chromium() {
     let columns = text_of(&dom, "table", "panel-columns");
     assert_eq!(
         columns,
-        "columntypereadsdaytimestampstg.events.twardvarcharstg.events.wardnbigintno parent column: a constant or a row countbedsintegercore.wards.beds",
+        "columntypereadsdaytimestampstg.events.twardvarcharstg.events.wardnEvents that daybigintno parent column: a constant or a row countbedsintegercore.wards.beds",
         "mart.daily's columns and their lineage"
     );
+    // Its properties: owner and tags among the facts, the column description under its name.
+    assert_eq!(text_of(&dom, "dd", "panel-owner"), "ward-ops");
+    assert_eq!(text_of(&dom, "dd", "panel-tags"), "care, daily");
     let dom = dump_dom(profile.path(), &format!("{url}#select=raw.events"));
     assert!(
         text_of(&dom, "table", "panel-columns").starts_with("columntypereadsidbiginta source: its values enter the project here (external)"),

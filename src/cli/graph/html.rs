@@ -237,7 +237,16 @@ fn data(project: &Project, g: &Graph<'_>, project_name: &str) -> Value {
             o.insert("y".into(), json!(g.layout.y[i]));
             o.insert("description".into(), m.description.clone().into());
             o.insert("grain".into(), m.grain.clone().into());
-            o.insert("columns".into(), m.relation_columns().iter().map(|c| json!({"name": c.name, "type": c.ty})).collect::<Vec<_>>().into());
+            o.insert("owner".into(), m.owner.clone().into());
+            o.insert("tags".into(), m.tags.clone().into());
+            o.insert(
+                "columns".into(),
+                m.relation_columns()
+                    .iter()
+                    .map(|c| json!({"name": c.name, "type": c.ty, "description": m.column_description(&c.name)}))
+                    .collect::<Vec<_>>()
+                    .into(),
+            );
             o.insert("parents".into(), m.parents().iter().map(ToString::to_string).collect::<Vec<_>>().into());
             o.insert("children".into(), project.dag.children(&m.name).map(ToString::to_string).collect::<Vec<_>>().into());
             o.insert("sql".into(), canonical_sql(project, m).into());

@@ -104,6 +104,8 @@
       el('dt', { text: 'defined at' }), el('dd', { id: 'panel-location', text: n.line ? n.file + ':' + n.line : n.file }),
       el('dt', { text: 'layer' }), el('dd', { text: String(n.layer) }));
     if (n.grain.length) facts.append(el('dt', { text: 'grain' }), el('dd', { text: n.grain.join(', ') }));
+    if (n.owner) facts.append(el('dt', { text: 'owner' }), el('dd', { id: 'panel-owner', text: n.owner }));
+    if (n.tags && n.tags.length) facts.append(el('dt', { text: 'tags' }), el('dd', { id: 'panel-tags', text: n.tags.join(', ') }));
     const v = versionText(n);
     if (v) facts.append(el('dt', { text: 'version' }), el('dd', { id: 'panel-version', text: v }));
     if (n.reason) facts.append(el('dt', { text: 'why' }), el('dd', { text: n.reason, style: 'font-family:var(--sans)' }));
@@ -127,7 +129,9 @@
           });
           if (c.note) src.append(el('span', { class: 'none', text: (c.sources.length ? ' ' : '') + c.note }));
         }
-        t.append(el('tr', {}, el('td', { text: col.name }), el('td', { class: 'type', text: col.type }), src));
+        const name = el('td', { text: col.name });
+        if (col.description) name.append(el('div', { class: 'coldesc', text: col.description }));
+        t.append(el('tr', {}, name, el('td', { class: 'type', text: col.type }), src));
       }
       body.append(t);
     } else body.append(el('div', { class: 'none', text: 'no declared columns' }));

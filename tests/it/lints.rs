@@ -1,0 +1,196 @@
+//! `efmesh check`'s lint rules (issue #16 part 9, `efmesh::sql::lint`): each rule fires on a
+//! positive case and stays quiet on its negative twin, `[lint]` in `efmesh.toml` switches rules
+//! off or makes them errors (exit 1), a model's `ignored_lints` (Lua, Rhai, `.sql`) silences a
+//! rule for that model, unknown rule names are errors with a "did you mean", and the `--json`
+//! shape. The rules read SQL only: no database is opened, so DuckDB alone.
+
+use crate::common::Project;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+/// Externals `raw.events` (a table: no batch re-read) and `raw.people`, a CSV `raw.feed`, and a
+/// positive and a negative model per rule.
+const MODELS: &str = r#"local ev = define_model { name = "raw.events", kind = kind.external { table = "main.events" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "loaded_at", "timestamp" } } }
+local people = define_model { name = "raw.people", kind = kind.external { table = "main.people" },
+  schema = { { "id", "bigint" }, { "name", "varchar" } } }
+local feed = define_model { name = "raw.feed", kind = kind.external { path = "data/feed.csv" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" } } }
+
+-- select_star_external
+local listed = define_model { name = "m.star", kind = kind.view(),
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "loaded_at", "timestamp" } },
+  query = "SELECT * FROM " .. ref(ev) }
+define_model { name = "m.listed", kind = kind.view(),
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "loaded_at", "timestamp" } },
+  query = "SELECT id, t, loaded_at FROM " .. ref(ev) }
+define_model { name = "m.star_of_a_view", kind = kind.view(),
+  schema = { { "id", "bigint" }, { "t", "timestamp" }, { "loaded_at", "timestamp" } },
+  query = "SELECT * FROM " .. ref("m.listed") }
+
+-- ambiguous_column
+define_model { name = "m.ambiguous", kind = kind.full(),
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(ev) .. " AS e JOIN " .. ref(people) .. " AS p ON p.id = e.id" }
+define_model { name = "m.qualified", kind = kind.full(),
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT e.id, name FROM " .. ref(ev) .. " AS e JOIN " .. ref(people) .. " AS p ON p.id = e.id" }
+define_model { name = "m.using", kind = kind.full(),
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(ev) .. " JOIN " .. ref(people) .. " USING (id)" }
+
+-- missing_grain
+define_model { name = "m.no_grain", kind = kind.incremental_by_unique_key { key = { "id" } },
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(people) }
+define_model { name = "m.grained", kind = kind.incremental_by_unique_key { key = { "id" } }, grain = { "id" },
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(people) }
+define_model { name = "m.partition_no_grain", kind = kind.incremental_by_partition { partitioned_by = "name" },
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(people) }
+define_model { name = "m.partition_grained", kind = kind.incremental_by_partition { partitioned_by = "name" }, grain = { "id" },
+  schema = { { "id", "bigint" }, { "name", "varchar" } },
+  query = "SELECT id, name FROM " .. ref(people) }
+
+-- time_filter_column
+define_model { name = "m.other_filter", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" } },
+  query = "SELECT id, t FROM " .. ref(ev) .. " WHERE loaded_at >= @start AND loaded_at < @end" }
+define_model { name = "m.time_filter", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" }, grain = { "id" },
+  schema = { { "id", "bigint" }, { "day", "timestamp" } },
+  query = "SELECT e.id, date_trunc('day', e.t) AS day FROM " .. ref(ev) .. " AS e WHERE e.t >= @start AND e.t < @end" }
+
+-- batch_rescan
+define_model { name = "m.rescan", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" } },
+  query = "SELECT id, t FROM " .. ref(feed) .. " WHERE t >= @start AND t < @end" }
+"#;
+
+/// The test config in every language, with `lint` appended.
+fn config(p: &Project, lint: &str) -> String {
+    p.config_with(lint).replace("models = [\"models/**/*.lua\"]", "models = [\"models/**/*.lua\", \"models/**/*.rhai\", \"models/**/*.sql\"]")
+}
+
+fn project(lint: &str) -> Project {
+    let p = Project::new();
+    p.write("efmesh.toml", &config(&p, lint));
+    p.write("data/feed.csv", "id,t\n1,2026-01-01 10:00:00\n");
+    p.write("models/all.lua", MODELS);
+    p
+}
+
+fn found(list: &Value) -> BTreeSet<(String, String)> {
+    list.as_array().expect("a list").iter().filter_map(|f| Some((f.get("rule")?.as_str()?.to_string(), f["model"].as_str()?.to_string()))).collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    list.iter().map(|(r, m)| (r.to_string(), m.to_string())).collect()
+}
+
+const POSITIVES: &[(&str, &str)] = &[
+    ("select_star_external", "m.star"),
+    ("ambiguous_column", "m.ambiguous"),
+    ("missing_grain", "m.no_grain"),
+    ("missing_grain", "m.partition_no_grain"),
+    ("time_filter_column", "m.other_filter"),
+    ("batch_rescan", "m.rescan"),
+];
+
+#[test]
+fn each_rule_fires_on_its_positive_case_only_and_warnings_keep_exit_0() {
+    let p = project("");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["apiVersion", "ok", "models", "errors", "warnings", "unchecked"]);
+    assert_eq!((&v["apiVersion"], &v["ok"], &v["errors"]), (&json!(1), &json!(true), &json!([])), "{v:#}");
+    // Exactly the positive cases: none of the negative twins (listed columns, `*` of a view,
+    // qualified or `USING` columns, a grain, a filter on the time column's source).
+    assert_eq!(found(&v["warnings"]), pairs(POSITIVES), "{v:#}");
+    let by_rule = |rule: &str| v["warnings"].as_array().unwrap().iter().find(|w| w["rule"] == rule).unwrap().clone();
+    for w in v["warnings"].as_array().unwrap() {
+        assert_eq!(w["severity"], "warning");
+        assert_eq!(w["file"], "models/all.lua");
+        assert!(w["line"].as_u64().is_some_and(|l| l > 1) && w["message"].is_string() && w["hint"].is_string(), "{w:#}");
+    }
+    let star = by_rule("select_star_external");
+    assert_eq!((star["line"].as_u64(), star["parent"].as_str()), (Some(9), Some("raw.events")), "{star:#}");
+    let amb = by_rule("ambiguous_column");
+    assert_eq!(amb["column"], "id", "{amb:#}");
+    assert_eq!((amb["sqlLine"].as_u64(), amb["sqlColumn"].as_u64()), (Some(1), Some(8)), "{amb:#}");
+    assert!(amb["message"].as_str().unwrap().contains("parent `raw.events` (as `e`) and parent `raw.people` (as `p`)"), "{amb:#}");
+    let tf = by_rule("time_filter_column");
+    assert_eq!((tf["parent"].as_str(), tf["column"].as_str()), (Some("raw.events"), Some("loaded_at")), "{tf:#}");
+    assert!(tf["message"].as_str().unwrap().contains("`raw.events.t`"), "{tf:#}");
+    assert_eq!(by_rule("batch_rescan")["culprit"], "raw.feed");
+
+    let text = p.run(&["check"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("warning[ambiguous_column]: models/all.lua:20: model `m.ambiguous`: column `id` is ambiguous"), "{}", text.stdout);
+    assert!(text.stdout.contains(", at line 1, column 8 of the query\n  hint: qualify"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("ok: 14 models checked, 5 warnings\n"), "{}", text.stdout);
+}
+
+#[test]
+fn config_switches_rules_off_and_makes_them_errors() {
+    let p = project("\n[lint]\nignore = [\"missing_grain\", \"batch_rescan\"]\nerror = [\"select_star_external\"]\n");
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["ok"], false);
+    assert_eq!(found(&v["errors"]), pairs(&[("select_star_external", "m.star")]), "{v:#}");
+    assert_eq!(v["errors"][0]["severity"], "error");
+    assert_eq!(found(&v["warnings"]), pairs(&[("ambiguous_column", "m.ambiguous"), ("time_filter_column", "m.other_filter")]), "{v:#}");
+    let text = p.run(&["check"]);
+    text.expect_code(1);
+    assert!(text.stdout.contains("error[select_star_external]: models/all.lua:9: model `m.star`"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("check failed: 1 error (14 models checked)\n"), "{}", text.stdout);
+
+    // `all` switches every rule off.
+    p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"all\"]\n"));
+    let v = p.run(&["check", "--json"]).expect_code(0).json();
+    assert_eq!((&v["errors"], &v["warnings"]), (&json!([]), &json!([])), "{v:#}");
+
+    // An unknown rule is a config error with a suggestion.
+    p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"ambiguous_columns\"]\n"));
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("`lint.ignore`: unknown rule `ambiguous_columns` (did you mean `ambiguous_column`?)"), "{}", run.stdout);
+}
+
+#[test]
+fn a_model_ignores_rules_with_ignored_lints_in_every_language() {
+    let p = project("");
+    p.write(
+        "models/all.lua",
+        &MODELS.replace(
+            "local listed = define_model { name = \"m.star\", kind = kind.view(),",
+            "local listed = define_model { name = \"m.star\", kind = kind.view(), ignored_lints = { \"select_star_external\" },",
+        ),
+    );
+    p.write(
+        "models/r.rhai",
+        "define_model(#{ name: \"r.no_grain\", kind: kind::incremental_by_unique_key(#{ key: [\"id\"] }), ignored_lints: [\"missing_grain\"],\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\ndefine_model(#{ name: \"r.still\", kind: kind::incremental_by_unique_key(#{ key: [\"id\"] }),\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\n",
+    );
+    p.write(
+        "models/s.sql",
+        "-- name: s.amb\n-- kind: full\n-- schema: id bigint\n-- refs: raw.events, raw.people\n-- ignored_lints: ambiguous_column\nSELECT id FROM @ref(raw.events) AS e JOIN @ref(raw.people) AS p ON p.id = e.id\n",
+    );
+    let v = p.run(&["check", "--json"]).expect_code(0).json();
+    let mut expected: Vec<(&str, &str)> = POSITIVES.iter().copied().filter(|(r, _)| *r != "select_star_external").collect();
+    expected.push(("missing_grain", "r.still"));
+    assert_eq!(found(&v["warnings"]), pairs(&expected), "{v:#}");
+
+    // An unknown rule name is a load error at file:line with a suggestion.
+    p.write("models/s.sql", &p.read("models/s.sql").replace("ignored_lints: ambiguous_column", "ignored_lints: ambigous_column"));
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert!(
+        run.stdout.contains("models/s.sql:5: model `s.amb`: `ignored_lints`: unknown lint rule `ambigous_column`")
+            && run.stdout.contains("did you mean `ambiguous_column`?"),
+        "{}",
+        run.stdout
+    );
+}
