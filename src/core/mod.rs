@@ -18,7 +18,7 @@ pub use error::{LoadError, LoadErrors};
 pub use fragment::{Fragment, Node, Resolver};
 pub use interval::{Grain, Interval, Millis};
 pub use kind::{CsvOptions, External, FileFormat, Kind, ScdType2, Seed, TimeRange, UniqueKey};
-pub use model::{Location, Model};
+pub use model::{Location, Model, SignalUse};
 pub use name::ModelName;
 pub use schema::{Column, Schema, TypeFamily};
 pub use target::Target;

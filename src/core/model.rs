@@ -50,6 +50,28 @@ pub struct Model {
     /// When the model's intervals are due (sqlmesh's `cron`, UTC), as written; checked at load
     /// ([`super::cron`]). Metadata: not fingerprinted. `None`: every finished interval is due.
     pub cron: Option<String>,
+    /// Signals gating this model's intervals at `run` (`incremental_by_time_range` models only;
+    /// checked at load against the `define_signal` definitions). Neither fingerprinted nor part
+    /// of the model's metadata: editing or adding a signal changes no version and blocks no run.
+    pub signals: Vec<SignalUse>,
+}
+
+/// One use of a signal by a model: `signals = { "name", { "name", key = value } }`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct SignalUse {
+    /// The signal's name (as given to `define_signal`).
+    pub name: String,
+    /// Its named arguments, a JSON object as text (keys sorted).
+    pub args: String,
+    /// Where the use is written (the model's `define_model`, or the `.sql` header line).
+    pub location: Location,
+}
+
+impl SignalUse {
+    /// The arguments as a JSON object.
+    pub fn args_map(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(&self.args).unwrap_or_default()
+    }
 }
 
 impl Model {

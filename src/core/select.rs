@@ -259,6 +259,7 @@ mod tests {
             target: Target::Table,
             audits: vec![],
             cron: None,
+            signals: Vec::new(),
         }
     }
 

@@ -2383,6 +2383,7 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            signals: Vec::new(),
         }
     }
 

@@ -35,7 +35,7 @@ use crate::core::{LoadError, LoadErrors, Location, Model, ModelName};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron"];
+const KEYS: &[&str] = &["name", "kind", "schema", "grain", "refs", "description", "target", "audits", "cron", "signals"];
 
 /// Parses every `.sql` model file (paths relative to `root`).
 ///
@@ -141,6 +141,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         let parsed = match key.as_str() {
             "name" | "description" | "target" | "cron" => Ok(Value::String(value.clone())),
             "audits" => Ok(Value::Null),
+            "signals" => signal_uses(value),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
             "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
@@ -264,7 +265,30 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     }
     let mut model = build_model(&spec, query, &sites, location)?;
     model.audits = audits;
+    if let Some((_, _, line)) = get("signals") {
+        for s in &mut model.signals {
+            s.location = at(*line);
+        }
+    }
     Ok(model)
+}
+
+/// The `-- signals:` header: `name, other(key = 'value', n = 3)`, as the list
+/// [`super::builder::parse_signals`] reads (each use a map with its `name`).
+fn signal_uses(value: &str) -> Result<Value, String> {
+    let mut out = Vec::new();
+    for piece in split_top(value, ',').into_iter().filter(|p| !p.is_empty()) {
+        let (name, positional, mut named) = audit_use(&piece).map_err(|m| m.replace("audit", "signal"))?;
+        if !positional.is_empty() {
+            return Err(format!("signal `{name}`: arguments are named: write `{name}(key = value)`"));
+        }
+        if named.contains_key("name") {
+            return Err(format!("signal `{name}`: `name` cannot be an argument name"));
+        }
+        named.insert("name".into(), Value::String(name));
+        out.push(Value::Object(named));
+    }
+    Ok(Value::Array(out))
 }
 
 /// One use of the `-- audits:` header: `name`, `name(a, b)` or `name(p = v, blocking = false)`

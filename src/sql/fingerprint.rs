@@ -148,6 +148,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     target: Default::default(),
 ///     audits: vec![],
 ///     cron: None,
+///     signals: Vec::new(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -333,6 +334,7 @@ mod tests {
             target: Default::default(),
             audits: vec![],
             cron: None,
+            signals: Vec::new(),
         }
     }
 

@@ -49,6 +49,7 @@ fn orders_model() -> Model {
         target: Default::default(),
         audits: vec![],
         cron: None,
+        signals: Vec::new(),
     }
 }
 
@@ -354,6 +355,7 @@ fn fingerprints_are_frozen() {
         target: Default::default(),
         audits: vec![],
         cron: None,
+        signals: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(
