@@ -87,8 +87,10 @@ pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &
         };
         let (upstream, rest): (Vec<Interval>, Vec<Interval>) = mine.iter().partition(|i| cap.as_ref().is_some_and(|(t, _)| i.end > *t));
         let verdicts = if m.signals.is_empty() || rest.is_empty() { vec![true; rest.len()] } else { check(m, &rest)? };
-        let (ready, by_signal): (Vec<(Interval, bool)>, Vec<(Interval, bool)>) = rest.into_iter().zip(verdicts).partition(|(_, ok)| *ok);
-        let by_signal: Vec<Interval> = by_signal.into_iter().map(|(i, _)| i).collect();
+        let (mut ready, mut by_signal) = (Vec::new(), Vec::new());
+        for (i, ok) in rest.into_iter().zip(verdicts) {
+            if ok { ready.push(i) } else { by_signal.push(i) }
+        }
         let first_wait = by_signal.first().map(|i| i.start).into_iter().chain(upstream.first().map(|i| i.start)).min();
         if let Some(t) = first_wait {
             let own = (t, m.name.clone());
@@ -106,7 +108,7 @@ pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &
         if !upstream.is_empty() {
             held.waiting.push(Waiting { model: m.name.clone(), intervals: upstream, reason: "upstream", upstream: cap.map(|(_, u)| u) });
         }
-        held.ready.insert(m.name.clone(), ready.into_iter().map(|(i, _)| i).collect());
+        held.ready.insert(m.name.clone(), ready);
     }
     Ok(held)
 }
@@ -137,4 +139,92 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, check: &mut Check) -> Result<Vec<Wa
         }
     }
     Ok(held.waiting)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fragment::{Fragment, Node, RefSite};
+    use crate::core::interval::Grain;
+    use crate::core::{Kind, Location, Schema, SignalUse, Target, TimeRange};
+
+    const DAY: Millis = 86_400_000;
+
+    fn model(name: &str, time_range: bool, parents: &[&str], signals: &[&str]) -> Model {
+        let location = Location { file: "m.lua".into(), line: 1 };
+        let mut body = Fragment::default();
+        body.push_text("SELECT 1 AS x");
+        for (i, p) in parents.iter().enumerate() {
+            body.push_text(if i == 0 { " FROM " } else { ", " });
+            body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
+        }
+        let kind = if time_range {
+            Kind::IncrementalByTimeRange(TimeRange { time_column: "x".into(), start: 0, end: None, grain: Grain::Day, batch_size: 30, lookback: 0 })
+        } else {
+            Kind::View
+        };
+        Model {
+            name: ModelName::parse(name).unwrap(),
+            kind,
+            schema: Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]),
+            body: Some(body),
+            grain: vec![],
+            description: None,
+            location: location.clone(),
+            target: Target::Table,
+            audits: vec![],
+            cron: None,
+            signals: signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect(),
+        }
+    }
+
+    fn days(from: i64, to: i64) -> Vec<Interval> {
+        (from..to).map(|d| Interval::new(d * DAY, (d + 1) * DAY)).collect()
+    }
+
+    #[test]
+    fn a_waiting_interval_holds_its_model_and_everything_downstream_from_its_start() {
+        // s.a (signal: day 1 not ready) → s.v (a view) → s.c (its own signal); s.a → s.d.
+        let dag = Dag::build(vec![
+            model("s.a", true, &[], &["landed"]),
+            model("s.v", false, &["s.a"], &[]),
+            model("s.c", true, &["s.v"], &["landed"]),
+            model("s.d", true, &["s.a"], &[]),
+            model("s.free", true, &[], &[]),
+        ])
+        .unwrap();
+        let n = |s: &str| ModelName::parse(s).unwrap();
+        let candidates: BTreeMap<ModelName, Vec<Interval>> = ["s.a", "s.c", "s.d", "s.free"].iter().map(|m| (n(m), days(0, 4))).collect();
+        let mut asked: Vec<(String, Vec<Interval>)> = Vec::new();
+        let held = hold(&dag, &candidates, &mut |m, intervals| {
+            asked.push((m.name.to_string(), intervals.to_vec()));
+            Ok(intervals.iter().map(|i| i.start != DAY).collect())
+        })
+        .unwrap();
+        // s.a computes the days its signal finds ready, day 1 waits; its readers stop before day 1.
+        assert_eq!(held.ready[&n("s.a")], [days(0, 1), days(2, 4)].concat());
+        assert_eq!(held.ready[&n("s.c")], days(0, 1));
+        assert_eq!(held.ready[&n("s.d")], days(0, 1));
+        assert_eq!(held.ready[&n("s.free")], days(0, 4));
+        // s.c's signal is asked only about what upstream does not hold already.
+        assert_eq!(asked, vec![("s.a".to_string(), days(0, 4)), ("s.c".to_string(), days(0, 1))]);
+        let w: Vec<(String, Vec<Interval>, &str, Option<String>)> =
+            held.waiting.iter().map(|w| (w.model.to_string(), w.intervals.clone(), w.reason, w.upstream.as_ref().map(ToString::to_string))).collect();
+        assert_eq!(
+            w,
+            vec![
+                ("s.a".to_string(), days(1, 2), "signal", None),
+                ("s.c".to_string(), days(1, 4), "upstream", Some("s.a".to_string())),
+                ("s.d".to_string(), days(1, 4), "upstream", Some("s.a".to_string())),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_signal_failure_is_the_error() {
+        let dag = Dag::build(vec![model("s.a", true, &[], &["landed"])]).unwrap();
+        let candidates: BTreeMap<ModelName, Vec<Interval>> = [(ModelName::parse("s.a").unwrap(), days(0, 2))].into_iter().collect();
+        let e = hold(&dag, &candidates, &mut |_, _| Err("signal `landed` failed".to_string())).unwrap_err();
+        assert_eq!(e, "signal `landed` failed");
+    }
 }

@@ -77,7 +77,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             let detail = (!waiting.is_empty()).then(|| format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
             record(outcome, report.per_model.clone(), detail);
             if json {
-                out.json(json!({"env": env, "outcome": outcome, "now": to_iso(now), "processed": processed, "intervals": report.intervals, "waiting": waiting}))?;
+                out.json(
+                    json!({"env": env, "outcome": outcome, "now": to_iso(now), "processed": processed, "intervals": report.intervals, "waiting": waiting}),
+                )?;
             } else {
                 if processed.is_empty() {
                     out.text(&format!("run `{env}`: nothing to refresh\n"))?;

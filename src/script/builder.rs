@@ -275,7 +275,12 @@ pub fn parse_signals(v: &Value, location: &crate::core::Location) -> Result<Vec<
                 let name = match (m.remove("1"), m.remove("name")) {
                     (Some(Value::String(s)), None) | (None, Some(Value::String(s))) => s,
                     (Some(_), Some(_)) => return Err(format!("signal {} is named twice (a first element and `name`)", i + 1)),
-                    _ => return Err(format!("signal {} must name its signal: `{{ \"name\", key = value }}` (Lua) or `#{{ name: \"name\", key: value }}` (Rhai)", i + 1)),
+                    _ => {
+                        return Err(format!(
+                            "signal {} must name its signal: `{{ \"name\", key = value }}` (Lua) or `#{{ name: \"name\", key: value }}` (Rhai)",
+                            i + 1
+                        ));
+                    }
                 };
                 if let Some(k) = m.keys().find(|k| k.parse::<usize>().is_ok()) {
                     return Err(format!("signal `{name}`: argument {k} has no name; signal arguments are named (`key = value`)"));

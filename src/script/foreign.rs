@@ -429,9 +429,11 @@ impl Foreign {
         }
         let builtin = |l: &Location| l.file.to_string_lossy().starts_with("efmesh:");
         let mut macros: Vec<&MacroInfo> = Vec::new();
+        let mut signals: Vec<&MacroInfo> = Vec::new();
         let mut audits: Vec<(&str, &Location)> = self.sql_audits.iter().map(|d| (d.def.name.as_str(), &d.def.location)).collect();
         for (_, s) in self.services() {
             macros.extend(&s.defs.macros);
+            signals.extend(&s.defs.signals);
             audits.extend(s.defs.audits.iter().filter(|d| !builtin(&d.location)).map(|d| (d.name.as_str(), &d.location)));
         }
         let mut errors = Vec::new();
@@ -453,6 +455,7 @@ impl Foreign {
         };
         twice("macro", macros.iter().map(|m| (m.name.as_str(), &m.location)).collect());
         twice("audit", audits);
+        twice("signal", signals.iter().map(|m| (m.name.as_str(), &m.location)).collect());
         errors
     }
 }

@@ -489,8 +489,7 @@ fn call_signal(
         })
         .collect();
     let values = vec![Dynamic::from(list), audits::json_to_dynamic(&serde_json::Value::Object(args.clone())), Dynamic::from(Db(reply.clone()))];
-    let out: Result<Dynamic, Box<EvalAltResult>> =
-        with_budget_of(refs, &at.file, super::foreign::SIGNAL_BUDGET, || f.call(engine, &ast, values));
+    let out: Result<Dynamic, Box<EvalAltResult>> = with_budget_of(refs, &at.file, super::foreign::SIGNAL_BUDGET, || f.call(engine, &ast, values));
     refs.state.borrow_mut().uncaught = None;
     let fail = |m: String| format!("signal `{name}` ({at}) {m}");
     match out {

@@ -56,10 +56,8 @@ impl Signals {
                 break;
             }
             let spans = asked.iter().map(|&i| (crate::core::interval::to_iso(intervals[i].start), crate::core::interval::to_iso(intervals[i].end))).collect();
-            let verdicts = self
-                .foreign
-                .call_signal(&s.name, spans, s.args_map(), query)
-                .map_err(|e| format!("model `{}` ({}): {e}", model.name, s.location))?;
+            let verdicts =
+                self.foreign.call_signal(&s.name, spans, s.args_map(), query).map_err(|e| format!("model `{}` ({}): {e}", model.name, s.location))?;
             for (k, &i) in asked.iter().enumerate() {
                 ready[i] = verdicts[k];
             }
