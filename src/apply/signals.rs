@@ -208,8 +208,9 @@ mod tests {
         assert_eq!(held.ready[&n("s.free")], days(0, 4));
         // s.c's signal is asked only about what upstream does not hold already.
         assert_eq!(asked, vec![("s.a".to_string(), days(0, 4)), ("s.c".to_string(), days(0, 1))]);
-        let w: Vec<(String, Vec<Interval>, &str, Option<String>)> =
+        let mut w: Vec<(String, Vec<Interval>, &str, Option<String>)> =
             held.waiting.iter().map(|w| (w.model.to_string(), w.intervals.clone(), w.reason, w.upstream.as_ref().map(ToString::to_string))).collect();
+        w.sort();
         assert_eq!(
             w,
             vec![
