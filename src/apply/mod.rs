@@ -47,6 +47,7 @@ pub mod run;
 pub mod scd2;
 mod schedule;
 pub mod seed;
+pub mod signals;
 pub mod upsert;
 
 use crate::core::interval::{self, Interval};

@@ -11,6 +11,7 @@ use super::{Exit, applied_by, error_text, load, open_state};
 use crate::apply::ApplyReport;
 use crate::apply::retry::with_retries;
 use crate::apply::run::{RunOutcome, run as run_env};
+use crate::apply::signals::Waiting;
 use crate::core::interval::{Millis, now_millis, to_iso};
 use crate::plan;
 use crate::project::Project;
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 /// How a tick under the lock ended (errors aside).
 enum Ticked {
-    Ran(ApplyReport),
+    Ran(ApplyReport, Vec<Waiting>),
     Blocked(Vec<String>),
 }
 
@@ -70,10 +71,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             );
             Ok(Exit::AwaitingHuman)
         }
-        Ok(Ticked::Ran(report)) => {
+        Ok(Ticked::Ran(report, waiting)) => {
             let processed: Vec<String> = report.built.iter().map(ToString::to_string).collect();
             let outcome = if processed.is_empty() { "nothing-due" } else { "processed" };
-            record(outcome, report.per_model.clone(), None);
+            let detail = (!waiting.is_empty()).then(|| format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
+            record(outcome, report.per_model.clone(), detail);
             if json {
                 out.json(json!({
                     "env": env,
@@ -82,17 +84,23 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                     "processed": processed,
                     "intervals": report.intervals,
                     "autoRestated": report.auto_restated,
+                    "waiting": waiting,
                 }))?;
-            } else if processed.is_empty() {
-                out.text(&format!("run `{env}`: nothing to refresh\n"))?;
             } else {
-                let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
-                let mut text = format!("run `{env}`: processed {}{intervals}\n", processed.join(", "));
+                let mut text = if processed.is_empty() {
+                    format!("run `{env}`: nothing to refresh\n")
+                } else {
+                    let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
+                    format!("run `{env}`: processed {}{intervals}\n", processed.join(", "))
+                };
                 for r in &report.auto_restated {
                     text.push_str(&format!(
                         "  {}: restated {} done interval(s) in [{}, {}) (auto_restatement_intervals of {})\n",
                         r.model, r.intervals, r.from, r.to, r.from_model
                     ));
+                }
+                for w in &waiting {
+                    text.push_str(&format!("  waiting: {}\n", w.describe()));
                 }
                 out.text(&text)?;
             }
@@ -120,9 +128,24 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
             return Ok(Ticked::Blocked(blocked));
         }
         let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+        let mut plan = plan;
+        // Signals decide which missing intervals are ready, before anything is computed.
+        let waiting = hold_signals(project, &mut plan, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
         Ok(match run_env(project, &plan, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
-            RunOutcome::Ran(r) => Ticked::Ran(r),
+            RunOutcome::Ran(r) => Ticked::Ran(r, waiting),
             RunOutcome::Blocked(b) => Ticked::Blocked(b),
         })
+    })
+}
+
+/// Puts the missing intervals of `plan` to the project's signals (none: nothing asked); keeps
+/// only the ready ones in the plan; returns what waits. Signals' queries run on `engine`.
+fn hold_signals(project: &Project, plan: &mut crate::plan::Plan, engine: &mut dyn crate::engine::Engine) -> Result<Vec<Waiting>, String> {
+    if !project.dag.models().any(|m| !m.signals.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let signals = crate::script::signals::Signals::of(&project.config).map_err(|e| e.to_string())?;
+    crate::apply::signals::hold_plan(&project.dag, plan, &mut |m, intervals| {
+        signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
     })
 }

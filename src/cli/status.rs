@@ -34,6 +34,11 @@ struct Lag {
     next_due: Option<Millis>,
     /// Intervals recorded failed.
     failed: usize,
+    /// Of the `behind` intervals, those held back by a signal (the model's own, or one
+    /// upstream's): the model is `waiting` on them, not late.
+    waiting: usize,
+    /// Why they wait: `signal`, or the waiting model upstream.
+    waiting_on: Option<String>,
 }
 
 /// Prints the status report of `env`; with `check`, exit 1 when unhealthy.
@@ -52,6 +57,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let host = host_name();
     let mut lags = Vec::new();
     let mut failed_other = Vec::new();
+    // Per late model, its due intervals after the newest done one: what the signals are asked.
+    let mut candidates = std::collections::BTreeMap::new();
     for (name, fp) in &pointers {
         let stats = state.ledger_stats(name, fp)?;
         let model = ModelName::parse(name).ok().and_then(|n| project.dag.get(&n).cloned());
@@ -71,12 +78,18 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     failed: stats.failed,
                     cron: m.cron.clone(),
                     next_due: next_due(m, t.grain, now),
+                    waiting: 0,
+                    waiting_on: None,
                 });
+                if behind > 0 {
+                    candidates.insert(m.name.clone(), crate::core::Interval::new(from, horizon).split(t.grain));
+                }
             }
             _ if stats.failed > 0 => failed_other.push((name.clone(), stats.failed)),
             _ => {}
         }
     }
+    let signals_error = waiting_on_signals(&project, &candidates, &mut lags);
     // Rebuilds decided and not done (a process stopped in between): the next apply or run does them.
     let pending: Vec<crate::state::PendingRebuild> =
         state.pending_rebuilds()?.into_iter().filter(|p| pointers.get(&p.name).is_some_and(|fp| *fp == p.fingerprint)).collect();
@@ -120,11 +133,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "grain": l.grain,
                 "doneUpTo": l.done_up_to.map(to_iso),
                 "behind": l.behind,
-                "late": l.behind > 0,
+                "late": l.behind > l.waiting as i64,
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
                 "failed": l.failed,
+                "waiting": l.waiting,
+                "waitingOn": l.waiting_on,
             })).collect::<Vec<_>>(),
+            "signalsError": signals_error,
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
             "pendingRebuilds": pending,
             "staleRebuilds": stale.iter().map(|(n, fp, reason)| json!({"name": n.to_string(), "fingerprint": fp, "reason": reason})).collect::<Vec<_>>(),
@@ -163,14 +179,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 (Some(c), None) => format!(" (cron `{c}`)"),
                 _ => String::new(),
             };
+            let why =
+                l.waiting_on.as_deref().map_or(String::new(), |w| if w == "signal" { " on its signals".to_string() } else { format!(" on `{w}` upstream") });
             if l.behind == 0 {
                 text.push_str(&format!("  ✓ {}  caught up to {up_to}{schedule}\n", l.model));
+            } else if l.waiting as i64 >= l.behind {
+                text.push_str(&format!("  ⏸ {}  waiting{why}: {} {} interval(s) not ready, caught up to {up_to}{schedule}\n", l.model, l.waiting, l.grain));
+            } else if l.waiting > 0 {
+                text.push_str(&format!(
+                    "  … {}  behind by {} {} interval(s) ({} waiting{why}), caught up to {up_to}{schedule}\n",
+                    l.model, l.behind, l.grain, l.waiting
+                ));
             } else {
                 text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}{schedule}\n", l.model, l.behind, l.grain));
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
             }
+        }
+        if let Some(e) = &signals_error {
+            text.push_str(&format!("  ⚠ signals not evaluated: {e}\n"));
         }
         for (m, n) in &failed_other {
             text.push_str(&format!("  ⚠ {m}  failed intervals: {n}\n"));
@@ -202,6 +230,45 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         out.text(&text)?;
     }
     Ok(if check && !healthy { Exit::Error } else { Exit::Success })
+}
+
+/// Asks the signals which of the late models' due intervals (`candidates`) are ready (as `run`
+/// would: a model downstream of a waiting one waits too) and records the waiting ones in
+/// `lags`. Signals' queries run on a read-only engine connection. `Some(error)` when they could
+/// not be evaluated (the lags then stay as they are).
+fn waiting_on_signals(
+    project: &crate::project::Project,
+    candidates: &std::collections::BTreeMap<ModelName, Vec<crate::core::Interval>>,
+    lags: &mut [Lag],
+) -> Option<String> {
+    if candidates.is_empty() || !project.dag.models().any(|m| !m.signals.is_empty()) {
+        return None;
+    }
+    let signals = match crate::script::signals::Signals::of(&project.config) {
+        Ok(s) => s,
+        Err(e) => return Some(e.to_string()),
+    };
+    let mut engine = match crate::engine::open(&project.config, crate::engine::Access::ReadOnly) {
+        Ok(e) => e,
+        Err(e) => return Some(format!("cannot open the engine: {e}")),
+    };
+    let held = crate::apply::signals::hold(&project.dag, candidates, &mut |m, intervals| {
+        signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
+    });
+    match held {
+        Ok(held) => {
+            for w in held.waiting {
+                if let Some(l) = lags.iter_mut().find(|l| l.model == w.model.to_string()) {
+                    l.waiting += w.intervals.len();
+                    if l.waiting_on.is_none() || w.reason == "upstream" {
+                        l.waiting_on = Some(w.upstream.map_or_else(|| "signal".to_string(), |u| u.to_string()));
+                    }
+                }
+            }
+            None
+        }
+        Err(e) => Some(e),
+    }
 }
 
 /// The first instant after `now` at which a new interval of `model` becomes due: its first cron

@@ -18,7 +18,7 @@ pub use error::{LoadError, LoadErrors};
 pub use fragment::{Fragment, Node, Resolver};
 pub use interval::{Grain, Interval, Millis};
 pub use kind::{CsvOptions, External, FileFormat, Kind, Partitioned, ScdType2, Seed, TimeRange, UniqueKey};
-pub use model::{Location, Model, Statement, Statements};
+pub use model::{Location, Model, SignalUse, Statement, Statements};
 pub use name::ModelName;
 pub use schema::{Column, Schema, TypeFamily};
 pub use target::Target;

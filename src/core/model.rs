@@ -65,6 +65,10 @@ pub struct Model {
     /// `efmesh check` lint rules not run on this model (sqlmesh's `ignored_rules`), each a rule
     /// name (checked at load). Not fingerprinted, not metadata: it changes no plan.
     pub ignored_lints: Vec<String>,
+    /// Signals gating this model's intervals at `run` (`incremental_by_time_range` models only;
+    /// checked at load against the `define_signal` definitions). Neither fingerprinted nor part
+    /// of the model's metadata: editing or adding a signal changes no version and blocks no run.
+    pub signals: Vec<SignalUse>,
 }
 
 /// A model's pre/post statements ([`Model::statements`]).
@@ -99,6 +103,24 @@ impl Statements {
     pub fn each(&self) -> impl Iterator<Item = (&'static str, usize, &Statement)> {
         let pre = self.pre.iter().enumerate().map(|(i, s)| ("pre", i + 1, s));
         pre.chain(self.post.iter().enumerate().map(|(i, s)| ("post", i + 1, s)))
+    }
+}
+
+/// One use of a signal by a model: `signals = { "name", { "name", key = value } }`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct SignalUse {
+    /// The signal's name (as given to `define_signal`).
+    pub name: String,
+    /// Its named arguments, a JSON object as text (keys sorted).
+    pub args: String,
+    /// Where the use is written (the model's `define_model`, or the `.sql` header line).
+    pub location: Location,
+}
+
+impl SignalUse {
+    /// The arguments as a JSON object.
+    pub fn args_map(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(&self.args).unwrap_or_default()
     }
 }
 

@@ -284,6 +284,7 @@ mod tests {
             tags: Vec::new(),
             column_descriptions: Vec::new(),
             ignored_lints: Vec::new(),
+            signals: Vec::new(),
         }
     }
 

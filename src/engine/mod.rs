@@ -102,6 +102,47 @@ pub fn canonicalize(sql: &str) -> Result<crate::sql::canon::Canonical, crate::sq
     crate::sql::canon::canonicalize_with_fallback(sql, &fallback)
 }
 
+/// Runs `sql` for a signal's `db.query`: only one read statement (a `SELECT`, `WITH … SELECT`,
+/// `VALUES`, `FROM …` query) is accepted, checked by parsing it; it runs in a transaction that
+/// is rolled back, so nothing it might do is kept. Rows' values as text.
+///
+/// # Errors
+/// A message: refused (not one read-only query), or the engine's error.
+pub fn read_only_query(engine: &mut dyn Engine, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    use sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
+    use sqlparser::parser::Parser;
+    let refuse = |why: &str| format!("`db.query` runs one read-only query (SELECT, WITH … SELECT, VALUES); refused {why}: {}", sql.trim());
+    let parsed = Parser::parse_sql(&DuckDbDialect {}, sql).or_else(|_| Parser::parse_sql(&PostgreSqlDialect {}, sql));
+    match parsed {
+        Ok(statements) if statements.len() == 1 => match &statements[0] {
+            sqlparser::ast::Statement::Query(q) if !query_writes(q) => {}
+            _ => return Err(refuse("a statement that is not a query")),
+        },
+        Ok(statements) if statements.is_empty() => return Err(refuse("an empty statement")),
+        Ok(_) => return Err(refuse("several statements")),
+        Err(e) => return Err(refuse(&format!("a statement that does not parse ({e})"))),
+    }
+    engine.begin().map_err(|e| e.to_string())?;
+    let rows = engine.query(sql).map_err(|e| e.to_string());
+    let _ = engine.rollback();
+    rows
+}
+
+/// True when a query writes (`SELECT … INTO t`, a data-modifying `WITH`).
+fn query_writes(q: &sqlparser::ast::Query) -> bool {
+    use sqlparser::ast::SetExpr;
+    fn body(b: &SetExpr) -> bool {
+        match b {
+            SetExpr::Select(s) => s.into.is_some(),
+            SetExpr::Query(q) => query_writes(q),
+            SetExpr::SetOperation { left, right, .. } => body(left) || body(right),
+            SetExpr::Values(_) | SetExpr::Table(_) => false,
+            _ => true,
+        }
+    }
+    q.with.as_ref().is_some_and(|w| w.cte_tables.iter().any(|c| query_writes(&c.query))) || body(&q.body)
+}
+
 /// The relations (tables and views) of an engine database as one catalog query lists them, with
 /// their comments and (views) definitions. `plan` and `apply` verify against it that the physical
 /// relations and environment views the state store relies on exist and select from what the

@@ -2454,6 +2454,7 @@ mod tests {
             tags: Vec::new(),
             column_descriptions: Vec::new(),
             ignored_lints: Vec::new(),
+            signals: Vec::new(),
         }
     }
 

@@ -89,7 +89,7 @@ pub fn expand_all_cols(models: &mut [Model]) {
 }
 
 const MODEL_KEYS: &[&str] =
-    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data", "owner", "tags", "column_descriptions", "ignored_lints"];
+    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data", "owner", "tags", "column_descriptions", "ignored_lints", "signals"];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).
@@ -273,6 +273,16 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
     };
+    let signals = match spec.get("signals") {
+        None => Vec::new(),
+        Some(v) => match parse_signals(v, &location).and_then(|s| check_signal_kind(&s, kind.as_ref()).map(|()| s)) {
+            Ok(s) => s,
+            Err(msg) => {
+                errors.push(err(msg));
+                Vec::new()
+            }
+        },
+    };
     let body = match query {
         None => None,
         Some(text) => match parse_query(text, sites) {
@@ -306,6 +316,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             tags,
             column_descriptions,
             ignored_lints,
+            signals,
         }),
         _ => Err(errors),
     }
@@ -446,6 +457,78 @@ fn check_cron(expr: &str, kind: Option<&Kind>) -> Result<(), String> {
             Err(format!("`cron` is only supported on `incremental_by_time_range` models (this one is `{}`): other kinds are refreshed by every `run`", k.tag()))
         }
         None => Ok(()),
+    }
+}
+
+/// A model's `signals`: a list whose entries are a signal's name, or a table/map naming it
+/// (`{ "name", key = value }` in Lua, `#{ name: "name", key: value }` in Rhai) with its named
+/// arguments (strings, numbers, booleans, lists, maps). Each use is located at `location`.
+///
+/// # Errors
+/// A message for a load error at the model.
+pub fn parse_signals(v: &Value, location: &crate::core::Location) -> Result<Vec<crate::core::SignalUse>, String> {
+    let items = match v {
+        Value::Array(items) => items.as_slice(),
+        Value::Object(m) if m.is_empty() => &[],
+        _ => return Err("`signals` must be a list of signal names or `{ \"name\", key = value }` uses".into()),
+    };
+    let mut out: Vec<crate::core::SignalUse> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let (name, args) = match item {
+            Value::String(s) => (s.clone(), Map::new()),
+            Value::Object(m) => {
+                let mut m = m.clone();
+                let name = match (m.remove("1"), m.remove("name")) {
+                    (Some(Value::String(s)), None) | (None, Some(Value::String(s))) => s,
+                    (Some(_), Some(_)) => return Err(format!("signal {} is named twice (a first element and `name`)", i + 1)),
+                    _ => {
+                        return Err(format!(
+                            "signal {} must name its signal: `{{ \"name\", key = value }}` (Lua) or `#{{ name: \"name\", key: value }}` (Rhai)",
+                            i + 1
+                        ));
+                    }
+                };
+                if let Some(k) = m.keys().find(|k| k.parse::<usize>().is_ok()) {
+                    return Err(format!("signal `{name}`: argument {k} has no name; signal arguments are named (`key = value`)"));
+                }
+                (name, m)
+            }
+            other => return Err(format!("signal {} must be a name or a `{{ \"name\", key = value }}` use, got {}", i + 1, json_type(other))),
+        };
+        if !crate::core::name::is_identifier(&name) {
+            return Err(format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)"));
+        }
+        let use_ = crate::core::SignalUse { name, args: Value::Object(args).to_string(), location: location.clone() };
+        if out.contains(&use_) {
+            return Err(format!("signal `{}` is used twice with the same arguments", use_.name));
+        }
+        out.push(use_);
+    }
+    Ok(out)
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nil",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a table",
+    }
+}
+
+/// Signals gate the intervals of `incremental_by_time_range` models only.
+///
+/// # Errors
+/// The message for a model of another kind.
+pub fn check_signal_kind(signals: &[crate::core::SignalUse], kind: Option<&Kind>) -> Result<(), String> {
+    match kind {
+        Some(k) if !signals.is_empty() && !matches!(k, Kind::IncrementalByTimeRange(_)) => Err(format!(
+            "`signals` are only supported on `incremental_by_time_range` models (this one is `{}`): a signal says which intervals are ready",
+            k.tag()
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -68,6 +68,47 @@ pub struct Defs {
     pub macros: Vec<MacroInfo>,
     /// Audit definitions, built-ins first.
     pub audits: Vec<AuditDef>,
+    /// Signals (`define_signal`).
+    pub signals: Vec<MacroInfo>,
+}
+
+/// Rows a signal's read-only query returns: each row's values as text (`None`: NULL).
+pub type Rows = Vec<Vec<Option<String>>>;
+
+/// What a signal being evaluated sends its caller: a query to run, then its verdict.
+pub enum SignalMsg {
+    /// Run this read-only query; the reply is its rows or why not.
+    Query(String, Sender<Result<Rows, String>>),
+    /// The signal ended: one verdict per interval, or why it failed.
+    Done(Result<Vec<bool>, String>),
+}
+
+/// How long one signal evaluation may take, its queries included.
+pub const SIGNAL_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A signal's answer as JSON: `true`/`false` (every interval), or a list of booleans, one per
+/// interval, in order.
+///
+/// # Errors
+/// Any other value, or a list of another length.
+pub fn verdicts(v: &Value, n: usize) -> Result<Vec<bool>, String> {
+    match v {
+        Value::Bool(b) => Ok(vec![*b; n]),
+        Value::Array(items) => {
+            if items.len() != n {
+                return Err(format!("returned a list of {} values for {n} intervals (return one boolean per interval, or one boolean for all)", items.len()));
+            }
+            items.iter().map(|i| i.as_bool().ok_or_else(|| format!("returned a list holding {i}, not only booleans"))).collect()
+        }
+        Value::Object(m) if m.is_empty() && n == 0 => Ok(Vec::new()),
+        other => Err(format!(
+            "must return a boolean (every interval) or a list of booleans (one per interval), got {}",
+            match other {
+                Value::Null => "nothing".to_string(),
+                o => o.to_string(),
+            }
+        )),
+    }
 }
 
 /// A request to a language's service.
@@ -93,6 +134,17 @@ pub enum Request {
         location: Location,
         /// Where the answer goes.
         reply: Sender<Result<Audit, LoadError>>,
+    },
+    /// Evaluate a signal over intervals (`[start, end)`, ISO-8601 UTC) with its arguments.
+    Signal {
+        /// The signal.
+        name: String,
+        /// The candidate intervals.
+        intervals: Vec<(String, String)>,
+        /// Its named arguments.
+        args: Map<String, Value>,
+        /// Its queries and its verdicts go here.
+        reply: Sender<SignalMsg>,
     },
 }
 
@@ -218,6 +270,74 @@ impl Foreign {
         })
     }
 
+    fn signal_index(&self) -> BTreeMap<String, (Lang, MacroInfo)> {
+        let mut index = BTreeMap::new();
+        for (lang, s) in self.services() {
+            for m in &s.defs.signals {
+                index.entry(m.name.clone()).or_insert_with(|| (lang, m.clone()));
+            }
+        }
+        index
+    }
+
+    /// Checks every signal use of `models` against the signals defined: an unknown name is a
+    /// load error at the use, with a "did you mean".
+    pub fn check_signals<'m>(&self, models: impl Iterator<Item = &'m crate::core::Model>) -> Vec<LoadError> {
+        let mut models = models.filter(|m| !m.signals.is_empty()).peekable();
+        if models.peek().is_none() {
+            return Vec::new();
+        }
+        let index = self.signal_index();
+        let mut errors = Vec::new();
+        for m in models {
+            for s in &m.signals {
+                if index.contains_key(&s.name) {
+                    continue;
+                }
+                let hint = match did_you_mean(&s.name, index.keys().map(String::as_str)) {
+                    Some(close) => format!("did you mean `{close}`?"),
+                    None => "define it with `define_signal(\"name\", function(intervals, args, db) … end)` in a macro file (`[project] macros`, default `macros/**/*.{lua,rhai}`)".into(),
+                };
+                errors.push(LoadError::new(Some(s.location.clone()), Some(m.name.clone()), format!("unknown signal `{}`", s.name)).with_hint(hint));
+            }
+        }
+        errors
+    }
+
+    /// Evaluates signal `name` over `intervals` (`[start, end)`, ISO-8601) with `args`, in its
+    /// language's interpreter, under [`SIGNAL_BUDGET`]; its read-only queries are answered by
+    /// `query` on the calling thread. One verdict per interval.
+    ///
+    /// # Errors
+    /// An unknown signal, an error it raised, a wrong answer, a refused or failed query: each
+    /// message names the signal and where it is defined.
+    pub fn call_signal(
+        &self,
+        name: &str,
+        intervals: Vec<(String, String)>,
+        args: Map<String, Value>,
+        query: &mut dyn FnMut(&str) -> Result<Rows, String>,
+    ) -> Result<Vec<bool>, String> {
+        let Some((lang, _)) = self.signal_index().get(name).cloned() else { return Err(format!("unknown signal `{name}`")) };
+        let service = match lang {
+            Lang::Lua => self.lua(),
+            _ => self.rhai(),
+        };
+        let (reply, rx) = channel();
+        if !service.is_some_and(|s| s.send(Request::Signal { name: name.to_string(), intervals, args, reply })) {
+            return Err(format!("signal `{name}`: its interpreter is not running"));
+        }
+        loop {
+            match rx.recv() {
+                Ok(SignalMsg::Query(sql, answer)) => {
+                    let _ = answer.send(query(&sql));
+                }
+                Ok(SignalMsg::Done(verdict)) => return verdict,
+                Err(_) => return Err(format!("signal `{name}`: its interpreter stopped")),
+            }
+        }
+    }
+
     /// Runs macro `name` with `args` in its language's interpreter.
     ///
     /// # Errors
@@ -309,9 +429,11 @@ impl Foreign {
         }
         let builtin = |l: &Location| l.file.to_string_lossy().starts_with("efmesh:");
         let mut macros: Vec<&MacroInfo> = Vec::new();
+        let mut signals: Vec<&MacroInfo> = Vec::new();
         let mut audits: Vec<(&str, &Location)> = self.sql_audits.iter().map(|d| (d.def.name.as_str(), &d.def.location)).collect();
         for (_, s) in self.services() {
             macros.extend(&s.defs.macros);
+            signals.extend(&s.defs.signals);
             audits.extend(s.defs.audits.iter().filter(|d| !builtin(&d.location)).map(|d| (d.name.as_str(), &d.location)));
         }
         let mut errors = Vec::new();
@@ -333,6 +455,7 @@ impl Foreign {
         };
         twice("macro", macros.iter().map(|m| (m.name.as_str(), &m.location)).collect());
         twice("audit", audits);
+        twice("signal", signals.iter().map(|m| (m.name.as_str(), &m.location)).collect());
         errors
     }
 }

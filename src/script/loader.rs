@@ -342,6 +342,17 @@ fn evaluate_on(
 ) -> (Vec<FileOutcome>, Vec<TestSpec>, Vec<LoadError>) {
     let foreign = Arc::new(Foreign::new(root, definitions));
     let (mut outcomes, tests, mut errors) = evaluate_with(root, &foreign, audits, models, tests, threads);
+    // Every signal a model uses is defined (by the definition files of any language).
+    let unknown = foreign.check_signals(outcomes.iter().flat_map(|o| &o.models));
+    if !unknown.is_empty() {
+        // The file of a use failed: it is not cached, so the next load checks again.
+        for o in &mut outcomes {
+            if o.models.iter().any(|m| unknown.iter().any(|e| e.model.as_ref() == Some(&m.name))) {
+                o.failed = true;
+            }
+        }
+        errors.extend(unknown);
+    }
     let evaluated_any = !audits.is_empty() || !models.is_empty();
     if !definitions.is_empty() && evaluated_any {
         let twice = foreign.check();

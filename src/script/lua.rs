@@ -169,6 +169,8 @@ struct State {
     audits: super::audits::Registry<Function>,
     /// `define_macro` definitions: name → where, and the function.
     macros: std::collections::BTreeMap<String, (Location, Function)>,
+    /// `define_signal` definitions: name → where, and the function.
+    signals: std::collections::BTreeMap<String, (Location, Function)>,
     /// The interpreters of the definition files of every language (macro calls, audits
     /// defined in another language); `None` in a [`serve`]d interpreter.
     foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
@@ -181,6 +183,8 @@ struct Budget {
     work: u64,
     /// The error that ended the evaluation: once set, every later check fails with it.
     tripped: Option<String>,
+    /// The wall-clock budget (for the message).
+    limit: Duration,
     _watch: super::watchdog::Watch,
 }
 
@@ -204,7 +208,7 @@ impl State {
                 None => format!("evaluation exceeded its work budget of {WORK_BUDGET} steps{}: an infinite loop?", at()),
             })
         } else if Instant::now() > b.deadline {
-            Some(format!("evaluation exceeded its budget of {} ms{}: an infinite loop?", FILE_BUDGET.as_millis(), at()))
+            Some(format!("evaluation exceeded its budget of {} ms{}: an infinite loop?", b.limit.as_millis(), at()))
         } else {
             None
         };
@@ -617,6 +621,39 @@ impl LuaHost {
             Ok(())
         })?;
         self.proto.set("define_macro", define_macro)?;
+        // define_signal("name", function(intervals, args, db) … end): only in definition files.
+        let st = self.state.clone();
+        let define_signal = lua.create_function(move |lua, (name, f): (Value, Value)| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let mut s = st.borrow_mut();
+            if s.base_audits.is_some() {
+                return Err(rt(super::signals::DEFINITION_FILES));
+            }
+            let Value::String(name) = name else {
+                return Err(rt(format!(
+                    "`define_signal` expects a name and a function, e.g. `define_signal(\"file_exists\", function(intervals, args, db) … end)`, got {} first",
+                    name.type_name()
+                )));
+            };
+            let name = name.to_str().map_err(|_| rt("signal names must be UTF-8"))?.to_string();
+            let Value::Function(f) = f else {
+                return Err(rt(format!("`define_signal(\"{name}\", …)` expects a function(intervals, args, db), got {}", f.type_name())));
+            };
+            if let Some(file) = s.stack.last().cloned() {
+                s.definitions.defining.insert(file);
+            }
+            if !crate::core::name::is_identifier(&name) {
+                s.errors.push(LoadError::new(Some(location), None, format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")));
+            } else if let Some((first, _)) = s.signals.get(&name) {
+                let e = super::signals::duplicate(&name, first, &location);
+                s.errors.push(e);
+            } else {
+                s.signals.insert(name, (location, f));
+            }
+            Ok(())
+        })?;
+        self.proto.set("define_signal", define_signal)?;
         self.proto.set("ref", ref_fn)?;
         self.proto.set("cols", cols_fn)?;
         self.proto.set("define_model", define_fn)?;
@@ -890,7 +927,7 @@ impl LuaHost {
                 s.stack.push(rel.clone());
                 if s.stack.len() == 1 {
                     let watch = super::watchdog::watch(&rel, FILE_BUDGET);
-                    s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
+                    s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, limit: FILE_BUDGET, _watch: watch });
                 }
             }
             // `Chunk::eval`'s result, compiling the file once when it has several statements.
@@ -936,9 +973,14 @@ impl LuaHost {
     /// Runs `f` under a fresh budget (the file budget, with the watchdog, `label` naming the
     /// file in its message), as a top-level evaluation would.
     fn with_budget<T>(&self, label: &Path, f: impl FnOnce() -> T) -> T {
+        self.with_budget_of(label, FILE_BUDGET, f)
+    }
+
+    /// [`LuaHost::with_budget`] with another wall-clock budget.
+    fn with_budget_of<T>(&self, label: &Path, budget: Duration, f: impl FnOnce() -> T) -> T {
         {
-            let watch = super::watchdog::watch(label, FILE_BUDGET);
-            self.state.borrow_mut().budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, _watch: watch });
+            let watch = super::watchdog::watch(label, budget);
+            self.state.borrow_mut().budget = Some(Budget { deadline: Instant::now() + budget, work: 0, tripped: None, limit: budget, _watch: watch });
         }
         let out = f();
         self.state.borrow_mut().budget = None;
@@ -967,6 +1009,61 @@ impl LuaHost {
             }
             Ok(other) => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got {}", other.type_name()))),
             Err(e) => Err(Failure::new(format!("macro `@{name}` ({at}) failed: {}", audits::lua_message(&e)))),
+        }
+    }
+
+    /// Evaluates signal `name` (see [`super::foreign::Foreign::call_signal`]): its queries go
+    /// to `reply` and wait for their rows.
+    fn call_signal(
+        &self,
+        name: &str,
+        intervals: &[(String, String)],
+        args: &serde_json::Map<String, serde_json::Value>,
+        reply: &std::sync::mpsc::Sender<super::foreign::SignalMsg>,
+    ) -> Result<Vec<bool>, String> {
+        let found = self.state.borrow().signals.get(name).map(|(l, f)| (l.clone(), f.clone()));
+        let Some((at, f)) = found else { return Err(format!("unknown signal `{name}`")) };
+        let fail = |m: String| format!("signal `{name}` ({at}) {m}");
+        let lua = &self.lua;
+        let build = || -> mlua::Result<(Table, Value, Table)> {
+            let list = lua.create_table()?;
+            for (i, (start, end)) in intervals.iter().enumerate() {
+                let t = lua.create_table()?;
+                t.set("start", start.as_str())?;
+                t.set("end", end.as_str())?;
+                list.raw_set(i + 1, t)?;
+            }
+            let args = audits::json_to_lua(lua, &serde_json::Value::Object(args.clone()))?;
+            let db = lua.create_table()?;
+            let reply = reply.clone();
+            let query = lua.create_function(move |lua, sql: String| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                if reply.send(super::foreign::SignalMsg::Query(sql, tx)).is_err() {
+                    return Err(rt("the query handle is closed"));
+                }
+                let rows = rx.recv().map_err(|_| rt("the query handle is closed"))?.map_err(rt)?;
+                let out = lua.create_table()?;
+                for (i, row) in rows.iter().enumerate() {
+                    let r = lua.create_table()?;
+                    for (j, v) in row.iter().enumerate() {
+                        if let Some(v) = v {
+                            r.raw_set(j + 1, v.as_str())?;
+                        }
+                    }
+                    out.raw_set(i + 1, r)?;
+                }
+                Ok(out)
+            })?;
+            db.set("query", query)?;
+            Ok((list, args, db))
+        };
+        let (list, args, db) = build().map_err(|e| fail(format!("cannot be called: {e}")))?;
+        match self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || f.call::<Value>((list, args, db))) {
+            Ok(v) => {
+                let json = lua_to_json(&v, 0).map_err(|e| fail(format!("returned an unusable value: {e}")))?;
+                super::foreign::verdicts(&json, intervals.len()).map_err(fail)
+            }
+            Err(e) => Err(fail(format!("failed: {}", audits::lua_message(&e)))),
         }
     }
 
@@ -1016,6 +1113,7 @@ pub(crate) fn serve(
         Defs {
             macros: s.macros.iter().map(|(name, (location, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
             audits: s.audits.defs().cloned().collect(),
+            signals: s.signals.iter().map(|(name, (location, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
         }
     };
     if init.send(defs).is_err() {
@@ -1023,6 +1121,10 @@ pub(crate) fn serve(
     }
     while let Ok(req) = rx.recv() {
         match req {
+            Request::Signal { name, intervals, args, reply } => {
+                let verdict = host.call_signal(&name, &intervals, &args, &reply);
+                let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
+            }
             Request::Macro { name, args, reply } => {
                 let _ = reply.send(host.call_macro(&name, args));
             }

@@ -12,6 +12,7 @@ pub mod lua;
 pub mod macros;
 pub mod rhai;
 pub mod sandbox;
+pub mod signals;
 pub mod sql_audit;
 pub mod sql_file;
 pub mod test_spec;

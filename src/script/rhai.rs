@@ -159,6 +159,8 @@ struct State {
     uncaught: Option<Box<EvalAltResult>>,
     /// `define_macro` definitions: name → where, the function and the functions of its file.
     macros: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    /// `define_signal` definitions: name → where, the function and the functions of its file.
+    signals: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
     /// True once model (or test) files are evaluated: `define_macro` refuses.
     past_definitions: bool,
     /// The interpreters of the definition files of every language (macro calls, audits
@@ -410,6 +412,7 @@ pub(crate) fn serve(
         Defs {
             macros: s.macros.iter().map(|(name, (location, _, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
             audits: s.audits.defs().cloned().collect(),
+            signals: s.signals.iter().map(|(name, (location, _, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
         }
     };
     if init.send(defs).is_err() {
@@ -417,6 +420,10 @@ pub(crate) fn serve(
     }
     while let Ok(req) = rx.recv() {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
+            Request::Signal { name, intervals, args, reply } => {
+                let verdict = call_signal(&engine, &refs, &name, &intervals, &args, &reply);
+                let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
+            }
             Request::Macro { name, args, reply } => {
                 let _ = reply.send(call_macro(&engine, &refs, &name, args));
             }
@@ -440,15 +447,58 @@ pub(crate) fn serve(
 /// Runs `f` under a fresh budget (the file budget, the memory guard and the watchdog, `label`
 /// naming the file), as a top-level evaluation would.
 fn with_budget<T>(refs: &Refs, label: &Path, f: impl FnOnce() -> T) -> T {
+    with_budget_of(refs, label, FILE_BUDGET, f)
+}
+
+/// [`with_budget`] with another wall-clock budget.
+fn with_budget_of<T>(refs: &Refs, label: &Path, budget: Duration, f: impl FnOnce() -> T) -> T {
     refs.state.borrow().tripped.set(None);
-    refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
+    refs.deadline.set(Some(Instant::now() + budget));
     refs.memory.arm(true);
-    let watch = super::watchdog::watch(label, FILE_BUDGET);
+    let watch = super::watchdog::watch(label, budget);
     let out = f();
     refs.deadline.set(None);
     refs.memory.arm(false);
     drop(watch);
     out
+}
+
+/// The `db` handle a signal receives: `db.query(sql)` sends the query to the caller.
+#[derive(Clone)]
+struct Db(std::sync::mpsc::Sender<super::foreign::SignalMsg>);
+
+/// Evaluates signal `name` in a [`serve`]d interpreter (see
+/// [`super::foreign::Foreign::call_signal`]).
+fn call_signal(
+    engine: &Engine,
+    refs: &Refs,
+    name: &str,
+    intervals: &[(String, String)],
+    args: &serde_json::Map<String, serde_json::Value>,
+    reply: &std::sync::mpsc::Sender<super::foreign::SignalMsg>,
+) -> Result<Vec<bool>, String> {
+    let found = refs.state.borrow().signals.get(name).cloned();
+    let Some((at, f, ast)) = found else { return Err(format!("unknown signal `{name}`")) };
+    let list: Array = intervals
+        .iter()
+        .map(|(start, end)| {
+            let mut m = Map::new();
+            m.insert("start".into(), Dynamic::from(ImmutableString::from(start.as_str())));
+            m.insert("end".into(), Dynamic::from(ImmutableString::from(end.as_str())));
+            Dynamic::from(m)
+        })
+        .collect();
+    let values = vec![Dynamic::from(list), audits::json_to_dynamic(&serde_json::Value::Object(args.clone())), Dynamic::from(Db(reply.clone()))];
+    let out: Result<Dynamic, Box<EvalAltResult>> = with_budget_of(refs, &at.file, super::foreign::SIGNAL_BUDGET, || f.call(engine, &ast, values));
+    refs.state.borrow_mut().uncaught = None;
+    let fail = |m: String| format!("signal `{name}` ({at}) {m}");
+    match out {
+        Ok(v) => {
+            let json = convert::to_json(&v).map_err(|e| fail(format!("returned an unusable value: {e}")))?;
+            super::foreign::verdicts(&json, intervals.len()).map_err(fail)
+        }
+        Err(e) => Err(fail(format!("failed: {}", errors::macro_message(&e, &at.file)))),
+    }
 }
 
 /// Runs macro `name` with `args` (strings) in a [`serve`]d interpreter.
@@ -613,6 +663,51 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     engine.register_get("name", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
     engine.register_fn("to_string", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
     engine.register_fn("to_debug", |h: &mut Handle| -> ImmutableString { format!("Model({})", h.0).into() });
+
+    // db.query(sql) in a signal: one read-only statement, answered by the caller.
+    engine.register_type_with_name::<Db>("Db");
+    engine.register_fn("query", |db: &mut Db, sql: ImmutableString| -> Result<Array, Box<EvalAltResult>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if db.0.send(super::foreign::SignalMsg::Query(sql.to_string(), tx)).is_err() {
+            return Err(rt("the query handle is closed"));
+        }
+        let rows = rx.recv().map_err(|_| rt("the query handle is closed"))?.map_err(rt)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| Dynamic::from(row.into_iter().map(|v| v.map_or(Dynamic::UNIT, |v| Dynamic::from(ImmutableString::from(v)))).collect::<Array>()))
+            .collect())
+    });
+    // define_signal("name", |intervals, args, db| …): only in definition files.
+    let st = refs.state.clone();
+    engine.register_raw_fn("define_signal", [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
+        let location = call_site(&ctx);
+        if st.borrow().past_definitions {
+            return Err(rt(super::signals::DEFINITION_FILES));
+        }
+        let Some(name) = args[0].read_lock::<ImmutableString>().map(|s| s.to_string()) else {
+            return Err(rt(format!(
+                "`define_signal` expects a name and a closure, e.g. `define_signal(\"file_exists\", |intervals, args, db| …)`, got `{}` first",
+                args[0].type_name()
+            )));
+        };
+        let Some(f) = args[1].read_lock::<FnPtr>().map(|f| f.clone()) else {
+            return Err(rt(format!("`define_signal(\"{name}\", …)` expects a closure |intervals, args, db|, got `{}`", args[1].type_name())));
+        };
+        let mut s = st.borrow_mut();
+        s.defines();
+        let Some(ast) = s.asts.get(&location.file).cloned() else {
+            return Err(rt("`define_signal` must be called at the top level of a file or of a function it defines"));
+        };
+        if !crate::core::name::is_identifier(&name) {
+            s.errors.push(LoadError::new(Some(location), None, format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")));
+        } else if let Some((first, _, _)) = s.signals.get(&name) {
+            let e = super::signals::duplicate(&name, first, &location);
+            s.errors.push(e);
+        } else {
+            s.signals.insert(name, (location, f, ast));
+        }
+        Ok(Dynamic::UNIT)
+    });
 
     // define_macro("name", |a, b| …): only in definition files.
     let st = refs.state.clone();

@@ -54,6 +54,7 @@ const KEYS: &[&str] = &[
     "tags",
     "column_descriptions",
     "ignored_lints",
+    "signals",
 ];
 
 /// Parses every `.sql` model file (paths relative to `root`).
@@ -167,6 +168,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
                 other => Err(format!("expected `true` or `false`, got `{other}`")),
             },
             "audits" => Ok(Value::Null),
+            "signals" => signal_uses(value),
             "kind" => parse_kind(value),
             "schema" => parse_schema(value),
             "grain" | "refs" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
@@ -323,6 +325,11 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     for (st, (off, _)) in model.statements.pre.iter_mut().zip(&pre).chain(model.statements.post.iter_mut().zip(&post)) {
         st.location = at(line_of(*off));
     }
+    if let Some((_, _, line)) = get("signals") {
+        for s in &mut model.signals {
+            s.location = at(*line);
+        }
+    }
     Ok(model)
 }
 
@@ -402,6 +409,24 @@ fn first_word(text: &str) -> String {
 /// True when a statement of the body is a query (the model's) rather than a pre/post statement.
 fn is_query(text: &str) -> bool {
     matches!(first_word(text).as_str(), "SELECT" | "WITH" | "FROM" | "VALUES" | "TABLE" | "(")
+}
+
+/// The `-- signals:` header: `name, other(key = 'value', n = 3)`, as the list
+/// [`super::builder::parse_signals`] reads (each use a map with its `name`).
+fn signal_uses(value: &str) -> Result<Value, String> {
+    let mut out = Vec::new();
+    for piece in split_top(value, ',').into_iter().filter(|p| !p.is_empty()) {
+        let (name, positional, mut named) = audit_use(&piece).map_err(|m| m.replace("audit", "signal"))?;
+        if !positional.is_empty() {
+            return Err(format!("signal `{name}`: arguments are named: write `{name}(key = value)`"));
+        }
+        if named.contains_key("name") {
+            return Err(format!("signal `{name}`: `name` cannot be an argument name"));
+        }
+        named.insert("name".into(), Value::String(name));
+        out.push(Value::Object(named));
+    }
+    Ok(Value::Array(out))
 }
 
 /// One use of the `-- audits:` header: `name`, `name(a, b)` or `name(p = v, blocking = false)`

@@ -157,6 +157,7 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 ///     tags: Vec::new(),
 ///     column_descriptions: Vec::new(),
 ///     ignored_lints: Vec::new(),
+///     signals: Vec::new(),
 /// };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
@@ -371,6 +372,7 @@ mod tests {
             tags: Vec::new(),
             column_descriptions: Vec::new(),
             ignored_lints: Vec::new(),
+            signals: Vec::new(),
         }
     }
 

@@ -62,6 +62,7 @@ fn orders_model() -> Model {
         tags: Vec::new(),
         column_descriptions: Vec::new(),
         ignored_lints: Vec::new(),
+        signals: Vec::new(),
     }
 }
 
@@ -373,6 +374,7 @@ fn fingerprints_are_frozen() {
         tags: Vec::new(),
         column_descriptions: Vec::new(),
         ignored_lints: Vec::new(),
+        signals: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

@@ -61,6 +61,7 @@ mod seeds;
 mod self_ref;
 mod session_reuse;
 mod shared_lake;
+mod signals;
 mod state_backends;
 mod state_store;
 mod unit_tests;

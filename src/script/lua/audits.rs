@@ -219,7 +219,7 @@ pub(super) fn lua_message(e: &mlua::Error) -> String {
 }
 
 /// A JSON argument as a Lua value (`null` becomes `nil`).
-fn json_to_lua(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
+pub(super) fn json_to_lua(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
     use serde_json::Value as J;
     Ok(match v {
         J::Null => Value::Nil,

@@ -199,7 +199,7 @@ fn rhai_message(e: &EvalAltResult) -> String {
 }
 
 /// A JSON argument as a Rhai value (`null` becomes `()`).
-fn json_to_dynamic(v: &serde_json::Value) -> Dynamic {
+pub(super) fn json_to_dynamic(v: &serde_json::Value) -> Dynamic {
     use serde_json::Value as J;
     match v {
         J::Null => Dynamic::UNIT,

@@ -1,0 +1,231 @@
+//! Signals at `run`: which of a model's candidate intervals are ready (SPEC §4).
+//!
+//! Before `run` computes missing intervals, every time-range model's candidates (its missing
+//! due intervals, one per grain interval) are put to its signals ([`crate::core::SignalUse`],
+//! evaluated by the caller's `check`); an interval is ready when every signal says so. The
+//! intervals not ready *wait*: they are not computed and not recorded, and the next run asks
+//! again. A model's data is complete only up to the start of its first waiting interval, so
+//! every model downstream (through any kind) waits for its intervals ending after that instant,
+//! whatever its own signals say: a child never computes an interval over data its parent has
+//! not written yet. Parents come first ([`crate::core::Dag::models`]), so one pass decides.
+
+use crate::core::interval::{self, Interval, Millis, to_iso};
+use crate::core::{Dag, Model, ModelName};
+use crate::plan::Plan;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// A model's intervals held back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    /// The model.
+    pub model: ModelName,
+    /// The intervals waiting (grain intervals, in order).
+    #[serde(serialize_with = "ser_intervals")]
+    pub intervals: Vec<Interval>,
+    /// Why: `signal` (its own signals said not ready) or `upstream` (a model it reads waits).
+    pub reason: &'static str,
+    /// For `upstream`: the waiting model upstream it reads (directly or not) that holds the
+    /// earliest data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<ModelName>,
+}
+
+fn ser_intervals<S: serde::Serializer>(v: &[Interval], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(v.len()))?;
+    for i in v {
+        seq.serialize_element(&serde_json::json!({"start": to_iso(i.start), "end": to_iso(i.end)}))?;
+    }
+    seq.end()
+}
+
+impl Waiting {
+    /// `a.b: 1 interval (2026-01-02T00:00:00Z..) waits on its signals` in words.
+    pub fn describe(&self) -> String {
+        let from = self.intervals.first().map(|i| to_iso(i.start)).unwrap_or_default();
+        let n = self.intervals.len();
+        let why = match &self.upstream {
+            Some(u) if self.reason == "upstream" => format!("upstream `{u}` waits"),
+            _ => "its signals say not ready".to_string(),
+        };
+        format!("{}: {n} interval{} from {from} ({why})", self.model, if n == 1 { "" } else { "s" })
+    }
+}
+
+/// What the signals decided: per model, the candidates that are ready, and what waits.
+#[derive(Debug, Default)]
+pub struct Held {
+    /// Per model with candidates, the ready ones.
+    pub ready: BTreeMap<ModelName, Vec<Interval>>,
+    /// Per model with intervals held back, in topological order.
+    pub waiting: Vec<Waiting>,
+}
+
+/// A signal check: which of `intervals` (in order) are ready for `model`, one verdict each.
+pub type Check<'a> = dyn FnMut(&Model, &[Interval]) -> Result<Vec<bool>, String> + 'a;
+
+/// Decides which of `candidates` (per model: grain intervals, in order) are ready, asking
+/// `check` for the models that have signals (only about intervals not already held upstream).
+///
+/// # Errors
+/// The first signal failure (its message names the signal and the model).
+pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &mut Check) -> Result<Held, String> {
+    let mut held = Held::default();
+    // Per model: the instant its data is complete up to, when something upstream (or itself)
+    // waits, and the waiting model that set it.
+    let mut horizon: HashMap<ModelName, (Millis, ModelName)> = HashMap::new();
+    for m in dag.models() {
+        let cap = m.parents().iter().filter_map(|p| horizon.get(p)).min_by_key(|(t, _)| *t).cloned();
+        let mine = candidates.get(&m.name).filter(|c| !c.is_empty());
+        let Some(mine) = mine else {
+            if let Some(c) = cap {
+                horizon.insert(m.name.clone(), c);
+            }
+            continue;
+        };
+        let (upstream, rest): (Vec<Interval>, Vec<Interval>) = mine.iter().partition(|i| cap.as_ref().is_some_and(|(t, _)| i.end > *t));
+        let verdicts = if m.signals.is_empty() || rest.is_empty() { vec![true; rest.len()] } else { check(m, &rest)? };
+        let (mut ready, mut by_signal) = (Vec::new(), Vec::new());
+        for (i, ok) in rest.into_iter().zip(verdicts) {
+            if ok { ready.push(i) } else { by_signal.push(i) }
+        }
+        let first_wait = by_signal.first().map(|i| i.start).into_iter().chain(upstream.first().map(|i| i.start)).min();
+        if let Some(t) = first_wait {
+            let own = (t, m.name.clone());
+            let h = match &cap {
+                Some(c) if c.0 <= t => c.clone(),
+                _ => own,
+            };
+            horizon.insert(m.name.clone(), h);
+        } else if let Some(c) = cap.clone() {
+            horizon.insert(m.name.clone(), c);
+        }
+        if !by_signal.is_empty() {
+            held.waiting.push(Waiting { model: m.name.clone(), intervals: by_signal, reason: "signal", upstream: None });
+        }
+        if !upstream.is_empty() {
+            held.waiting.push(Waiting { model: m.name.clone(), intervals: upstream, reason: "upstream", upstream: cap.map(|(_, u)| u) });
+        }
+        held.ready.insert(m.name.clone(), ready);
+    }
+    Ok(held)
+}
+
+/// Applies the signals to a `run`'s plan: every time-range action's backfill keeps only its
+/// ready intervals. Returns what waits.
+///
+/// # Errors
+/// As [`hold`].
+pub fn hold_plan(dag: &Dag, plan: &mut Plan, check: &mut Check) -> Result<Vec<Waiting>, String> {
+    // Nothing to ask and nothing to hold without a signal in the project.
+    if !dag.models().any(|m| !m.signals.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let mut candidates = BTreeMap::new();
+    for a in &plan.actions {
+        if a.backfill.is_empty() {
+            continue;
+        }
+        let Some(t) = dag.get(&a.name).and_then(|m| m.kind.time_range()) else { continue };
+        candidates.insert(a.name.clone(), a.backfill.iter().flat_map(|i| i.split(t.grain)).collect::<Vec<_>>());
+    }
+    let held = hold(dag, &candidates, check)?;
+    for a in &mut plan.actions {
+        if let Some(ready) = held.ready.get(&a.name) {
+            a.backfill = interval::merge(ready);
+            a.intervals = ready.len();
+        }
+    }
+    Ok(held.waiting)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fragment::{Fragment, Node, RefSite};
+    use crate::core::interval::Grain;
+    use crate::core::{Kind, Location, Schema, SignalUse, Target, TimeRange};
+
+    const DAY: Millis = 86_400_000;
+
+    fn model(name: &str, time_range: bool, parents: &[&str], signals: &[&str]) -> Model {
+        let location = Location { file: "m.lua".into(), line: 1 };
+        let mut body = Fragment::default();
+        body.push_text("SELECT 1 AS x");
+        for (i, p) in parents.iter().enumerate() {
+            body.push_text(if i == 0 { " FROM " } else { ", " });
+            body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
+        }
+        let kind = if time_range {
+            Kind::IncrementalByTimeRange(TimeRange { time_column: "x".into(), start: 0, end: None, grain: Grain::Day, batch_size: 30, lookback: 0 })
+        } else {
+            Kind::View
+        };
+        Model {
+            name: ModelName::parse(name).unwrap(),
+            kind,
+            schema: Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]),
+            body: Some(body),
+            grain: vec![],
+            description: None,
+            location: location.clone(),
+            target: Target::Table,
+            audits: vec![],
+            cron: None,
+            signals: signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect(),
+        }
+    }
+
+    fn days(from: i64, to: i64) -> Vec<Interval> {
+        (from..to).map(|d| Interval::new(d * DAY, (d + 1) * DAY)).collect()
+    }
+
+    #[test]
+    fn a_waiting_interval_holds_its_model_and_everything_downstream_from_its_start() {
+        // s.a (signal: day 1 not ready) → s.v (a view) → s.c (its own signal); s.a → s.d.
+        let dag = Dag::build(vec![
+            model("s.a", true, &[], &["landed"]),
+            model("s.v", false, &["s.a"], &[]),
+            model("s.c", true, &["s.v"], &["landed"]),
+            model("s.d", true, &["s.a"], &[]),
+            model("s.free", true, &[], &[]),
+        ])
+        .unwrap();
+        let n = |s: &str| ModelName::parse(s).unwrap();
+        let candidates: BTreeMap<ModelName, Vec<Interval>> = ["s.a", "s.c", "s.d", "s.free"].iter().map(|m| (n(m), days(0, 4))).collect();
+        let mut asked: Vec<(String, Vec<Interval>)> = Vec::new();
+        let held = hold(&dag, &candidates, &mut |m, intervals| {
+            asked.push((m.name.to_string(), intervals.to_vec()));
+            Ok(intervals.iter().map(|i| i.start != DAY).collect())
+        })
+        .unwrap();
+        // s.a computes the days its signal finds ready, day 1 waits; its readers stop before day 1.
+        assert_eq!(held.ready[&n("s.a")], [days(0, 1), days(2, 4)].concat());
+        assert_eq!(held.ready[&n("s.c")], days(0, 1));
+        assert_eq!(held.ready[&n("s.d")], days(0, 1));
+        assert_eq!(held.ready[&n("s.free")], days(0, 4));
+        // s.c's signal is asked only about what upstream does not hold already.
+        assert_eq!(asked, vec![("s.a".to_string(), days(0, 4)), ("s.c".to_string(), days(0, 1))]);
+        let mut w: Vec<(String, Vec<Interval>, &str, Option<String>)> =
+            held.waiting.iter().map(|w| (w.model.to_string(), w.intervals.clone(), w.reason, w.upstream.as_ref().map(ToString::to_string))).collect();
+        w.sort();
+        assert_eq!(
+            w,
+            vec![
+                ("s.a".to_string(), days(1, 2), "signal", None),
+                ("s.c".to_string(), days(1, 4), "upstream", Some("s.a".to_string())),
+                ("s.d".to_string(), days(1, 4), "upstream", Some("s.a".to_string())),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_signal_failure_is_the_error() {
+        let dag = Dag::build(vec![model("s.a", true, &[], &["landed"])]).unwrap();
+        let candidates: BTreeMap<ModelName, Vec<Interval>> = [(ModelName::parse("s.a").unwrap(), days(0, 2))].into_iter().collect();
+        let e = hold(&dag, &candidates, &mut |_, _| Err("signal `landed` failed".to_string())).unwrap_err();
+        assert_eq!(e, "signal `landed` failed");
+    }
+}

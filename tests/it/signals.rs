@@ -1,0 +1,265 @@
+//! Signals (issue #16 part 4): a model's signals say which of its missing intervals are ready;
+//! `run` computes only those, holds the rest (and what downstream depends on them) and says so;
+//! `status` shows the model as waiting, not late. Signals are defined with `define_signal` in
+//! macro files (Lua or Rhai), used from Lua, Rhai and `.sql` models, and query the engine
+//! read-only through the handle they are given.
+
+use crate::common::{EngineBackend, Project, env_view};
+use crate::on_every_engine;
+use efmesh::state::StateStore;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+on_every_engine!(a_rhai_signal_queries_the_upstream_table_for_rhai_and_sql_models, a_failing_signal_fails_the_run_naming_it_and_computes_nothing);
+
+/// A project whose models may be Lua, Rhai or SQL files.
+fn project() -> Project {
+    project_on(EngineBackend::DuckDb)
+}
+
+/// [`project`] on `engine`.
+fn project_on(engine: EngineBackend) -> Project {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+    p
+}
+
+/// The done interval starts (dates) of `model`'s version served by `env`.
+fn done(p: &Project, env: &str, model: &str) -> BTreeSet<String> {
+    let s = p.state();
+    let fp = s.env_pointers(env).expect("pointers").get(model).cloned().unwrap_or_else(|| panic!("`{model}` not served by `{env}`"));
+    s.done_intervals(model, &fp).expect("ledger").into_iter().map(|t| efmesh::core::interval::to_iso(t)[..10].to_string()).collect()
+}
+
+fn days(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(ToString::to_string).collect()
+}
+
+/// The waiting entries of a `run --json` answer: (model, first day, intervals, reason).
+fn waiting(v: &Value) -> Vec<(String, String, usize, String)> {
+    v["waiting"]
+        .as_array()
+        .expect("waiting")
+        .iter()
+        .map(|w| {
+            let intervals = w["intervals"].as_array().unwrap();
+            (
+                w["model"].as_str().unwrap().to_string(),
+                intervals[0]["start"].as_str().unwrap()[..10].to_string(),
+                intervals.len(),
+                w["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The `lag` entry of `model` in `status --json`.
+fn lag<'a>(status: &'a Value, model: &str) -> &'a Value {
+    status["lag"].as_array().unwrap().iter().find(|l| l["model"] == model).unwrap_or_else(|| panic!("no lag for {model}: {status}"))
+}
+
+const FILE_SIGNAL: &str = r#"-- ready when the day's landing file exists
+define_signal("file_exists", function(intervals, args, db)
+  local ready = {}
+  for i, iv in ipairs(intervals) do
+    local rows = db.query(("SELECT count(*) FROM glob('%s/%s.csv')"):format(args.dir, iv.start:sub(1, 10)))
+    ready[i] = rows[1][1] ~= "0"
+  end
+  return ready
+end)
+"#;
+
+fn events(signals: &str) -> String {
+    format!(
+        r#"define_model {{
+  name = "s.events",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{ "d", "date" }}, {{ "n", "integer" }} }},
+  query = "SELECT CAST(@start AS DATE) AS d, 1 AS n",{signals}
+}}
+define_model {{
+  name = "s.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT d, CAST(sum(n) AS bigint) AS n FROM " .. ref("s.events") .. " WHERE d >= @start AND d < @end GROUP BY d",
+}}
+"#
+    )
+}
+
+#[test]
+fn a_signal_holds_back_one_interval_until_its_file_appears_and_the_child_waits_too() {
+    let mut p = project();
+    let landing = p.root().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    p.write("models/events.lua", &events(""));
+    p.now = "2026-01-02T06:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(done(&p, "dev", "s.events"), days(&["2026-01-01"]));
+
+    // Adding a signal is no change to the model's version: `run` is not blocked.
+    let signals = format!("\n  signals = {{ {{ \"file_exists\", dir = \"{}\" }} }},", landing.display());
+    p.write("models/events.lua", &events(&signals));
+    assert_eq!(p.plan("dev")["hasChanges"], false, "a signal is neither fingerprinted nor metadata");
+
+    // Two days are due; only the 2nd's file has landed: the 3rd waits, in the child as well.
+    p.write("landing/2026-01-02.csv", "x\n1\n");
+    p.now = "2026-01-04T06:00:00Z".into();
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["outcome"], "processed");
+    assert_eq!(v["intervals"], 2, "{v}");
+    assert_eq!(waiting(&v), vec![("s.events".into(), "2026-01-03".into(), 1, "signal".into()), ("s.daily".into(), "2026-01-03".into(), 1, "upstream".into())]);
+    assert_eq!(v["waiting"][1]["upstream"], "s.events");
+    assert_eq!(done(&p, "dev", "s.events"), days(&["2026-01-01", "2026-01-02"]));
+    assert_eq!(done(&p, "dev", "s.daily"), days(&["2026-01-01", "2026-01-02"]));
+    assert_eq!(p.rows(&env_view("dev", "s.daily")).len(), 2);
+
+    // `status`: waiting, not late; the text says so.
+    let st = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((lag(&st, "s.events")["waiting"].as_u64(), lag(&st, "s.events")["late"].as_bool()), (Some(1), Some(false)), "{st}");
+    assert_eq!(lag(&st, "s.events")["waitingOn"], "signal");
+    assert_eq!((lag(&st, "s.daily")["waiting"].as_u64(), lag(&st, "s.daily")["waitingOn"].as_str()), (Some(1), Some("s.events")));
+    assert_eq!(st["healthy"], true);
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("⏸ s.events  waiting on its signals: 1 day interval(s) not ready"), "{text}");
+    assert!(text.contains("⏸ s.daily  waiting on `s.events` upstream"), "{text}");
+
+    // Nothing landed: the next run computes nothing and still waits.
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((v["outcome"].as_str(), waiting(&v).len()), (Some("nothing-due"), 2), "{v}");
+
+    // The file lands: the next run computes that interval, and only it, in both models.
+    p.write("landing/2026-01-03.csv", "x\n1\n");
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((v["intervals"].as_u64(), waiting(&v).len()), (Some(2), 0), "{v}");
+    assert_eq!(done(&p, "dev", "s.events"), days(&["2026-01-01", "2026-01-02", "2026-01-03"]));
+    assert_eq!(done(&p, "dev", "s.daily"), days(&["2026-01-01", "2026-01-02", "2026-01-03"]));
+    let st = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((lag(&st, "s.events")["behind"].as_u64(), lag(&st, "s.events")["waiting"].as_u64()), (Some(0), Some(0)), "{st}");
+}
+
+const ROWS_SIGNAL: &str = r#"// ready when the upstream table has rows dated at or after the interval's end
+define_signal("rows_after", |intervals, args, db| {
+    intervals.map(|iv| {
+        let day = iv.end.sub_string(0, 10);
+        let rows = db.query(`SELECT count(*) FROM ${args.table} WHERE d >= DATE '${day}'`);
+        rows[0][0] != "0"
+    })
+});
+"#;
+
+fn a_rhai_signal_queries_the_upstream_table_for_rhai_and_sql_models(engine: EngineBackend) {
+    let mut p = project_on(engine);
+    p.write("macros/rows.rhai", ROWS_SIGNAL);
+    p.write(
+        "models/a.rhai",
+        "define_model(#{ name: \"s.a\", kind: kind::incremental_by_time_range(#{ time_column: \"d\", start: \"2026-01-01\" }),\n  \
+         signals: [#{ name: \"rows_after\", table: \"raw.upstream\" }],\n  schema: [[\"d\", \"date\"]], query: \"SELECT CAST(@start AS DATE) AS d\" });\n",
+    );
+    p.write(
+        "models/b.sql",
+        "-- name: s.b\n-- kind: incremental_by_time_range(time_column = d, start = 2026-01-01, grain = day)\n\
+         -- signals: rows_after(table = 'raw.upstream')\n-- schema: d date\nSELECT CAST(@start AS DATE) AS d\n",
+    );
+    p.execute_on_engine("CREATE SCHEMA raw; CREATE TABLE raw.upstream (d DATE); INSERT INTO raw.upstream VALUES ('2026-01-02'), ('2026-01-03')");
+    p.now = "2026-01-02T06:00:00Z".into();
+    p.apply("dev");
+    // Upstream has rows up to the 3rd: the 2nd is complete, the 3rd is not yet.
+    p.now = "2026-01-04T06:00:00Z".into();
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["intervals"], 2, "{v}");
+    let mut w = waiting(&v);
+    w.sort();
+    assert_eq!(w, vec![("s.a".into(), "2026-01-03".into(), 1, "signal".into()), ("s.b".into(), "2026-01-03".into(), 1, "signal".into())]);
+    for m in ["s.a", "s.b"] {
+        assert_eq!(done(&p, "dev", m), days(&["2026-01-01", "2026-01-02"]), "{m}");
+    }
+    p.execute_on_engine("INSERT INTO raw.upstream VALUES ('2026-01-04')");
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((v["intervals"].as_u64(), waiting(&v).len()), (Some(2), 0), "{v}");
+    for m in ["s.a", "s.b"] {
+        assert_eq!(done(&p, "dev", m), days(&["2026-01-01", "2026-01-02", "2026-01-03"]), "{m}");
+    }
+}
+
+#[test]
+fn bad_signal_uses_are_load_errors_at_the_use() {
+    let p = project();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    p.write(
+        "models/typo.lua",
+        "define_model { name = \"s.typo\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-01-01\" },\n  \
+         signals = { \"file_exist\" }, schema = { { \"d\", \"date\" } }, query = \"SELECT CAST(@start AS DATE) AS d\" }\n",
+    );
+    p.write(
+        "models/full.lua",
+        "\ndefine_model { name = \"s.full\", kind = kind.full(), signals = { \"file_exists\" }, schema = { { \"d\", \"date\" } }, query = \"SELECT DATE '2026-01-01' AS d\" }\n",
+    );
+    p.write(
+        "models/pos.sql",
+        "-- name: s.pos\n-- kind: incremental_by_time_range(time_column = d, start = 2026-01-01, grain = day)\n-- schema: d date\n\
+         -- signals: file_exists('landing')\nSELECT CAST(@start AS DATE) AS d\n",
+    );
+    p.write(
+        "models/nameless.rhai",
+        "define_model(#{ name: \"s.nameless\", kind: kind::incremental_by_time_range(#{ time_column: \"d\", start: \"2026-01-01\" }),\n  \
+         signals: [#{ dir: \"x\" }], schema: [[\"d\", \"date\"]], query: \"SELECT CAST(@start AS DATE) AS d\" });\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    for needle in [
+        "models/typo.lua:1",
+        "unknown signal `file_exist`",
+        "did you mean `file_exists`?",
+        "models/full.lua:2",
+        "`signals` are only supported on `incremental_by_time_range` models (this one is `full`)",
+        "models/pos.sql:4",
+        "signal `file_exists`: arguments are named",
+        "models/nameless.rhai:1",
+        "signal 1 must name its signal",
+    ] {
+        assert!(e.contains(needle), "stderr lacks {needle:?}:\n{e}");
+    }
+}
+
+fn a_failing_signal_fails_the_run_naming_it_and_computes_nothing(engine: EngineBackend) {
+    let mut p = project_on(engine);
+    let model = "define_model { name = \"s.m\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-01-01\" },\n  \
+                 signals = { \"check\" }, schema = { { \"d\", \"date\" } }, query = \"SELECT CAST(@start AS DATE) AS d\" }\n";
+    p.write("models/m.lua", model);
+    p.write("macros/check.lua", "define_signal(\"check\", function(intervals, args, db)\n  return true\nend)\n");
+    p.execute_on_engine("CREATE SCHEMA raw; CREATE TABLE raw.keep (x INTEGER); INSERT INTO raw.keep VALUES (1)");
+    p.now = "2026-01-02T06:00:00Z".into();
+    p.apply("dev");
+    p.now = "2026-01-04T06:00:00Z".into();
+    let before = done(&p, "dev", "s.m");
+
+    // A write through the query handle is refused: the run fails, nothing is computed or deleted.
+    p.write("macros/check.lua", "define_signal(\"check\", function(intervals, args, db)\n  db.query(\"DELETE FROM raw.keep\")\n  return true\nend)\n");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    for needle in ["signal `check` (macros/check.lua:1)", "model `s.m` (models/m.lua:1)", "refused a statement that is not a query", "nothing was computed"] {
+        assert!(run.stderr.contains(needle), "stderr lacks {needle:?}:\n{}", run.stderr);
+    }
+    assert_eq!(p.query("SELECT count(*) FROM raw.keep"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(done(&p, "dev", "s.m"), before);
+
+    // An error raised in the signal: its file:line.
+    p.write("macros/check.lua", "define_signal(\"check\", function(intervals, args, db)\n  error(\"no landing zone\")\nend)\n");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    for needle in ["signal `check`", "macros/check.lua:2", "no landing zone", "s.m"] {
+        assert!(run.stderr.contains(needle), "stderr lacks {needle:?}:\n{}", run.stderr);
+    }
+
+    // An answer that is neither a boolean nor one boolean per interval.
+    p.write("macros/check.lua", "define_signal(\"check\", function(intervals, args, db)\n  return { true }\nend)\n");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("returned a list of 1 values for 2 intervals"), "{}", run.stderr);
+    assert_eq!(done(&p, "dev", "s.m"), before);
+    let ticks = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(ticks["ticks"][0]["outcome"], "error");
+}
