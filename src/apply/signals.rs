@@ -159,7 +159,7 @@ mod tests {
             body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
         }
         let kind = if time_range {
-            Kind::IncrementalByTimeRange(TimeRange { time_column: "x".into(), start: 0, end: None, grain: Grain::Day, batch_size: 30, lookback: 0 })
+            Kind::IncrementalByTimeRange(TimeRange { time_column: "x".into(), start: 0, end: None, grain: Grain::Day, batch_size: 30, lookback: 0, auto_restatement_intervals: 0 })
         } else {
             Kind::View
         };
@@ -174,6 +174,11 @@ mod tests {
             target: Target::Table,
             audits: vec![],
             cron: None,
+            statements: Default::default(),
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
             signals: signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect(),
         }
     }
