@@ -23,6 +23,8 @@
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
 //!   declared ref must be used (the original's rule: refs are explicit in raw SQL).
 //! - `@start` / `@end` are the interval bounds, as in every language.
+//! - Statements separated by `;` before the query are its pre-statements, after it its
+//!   post-statements (sqlmesh's layout; `-- statements_affect_data: true` fingerprints them).
 //!
 //! The file becomes the same [`Model`] the Lua and Rhai hosts build (through
 //! [`super::builder::build_model`]), so the same model in any language has the same fingerprint.
