@@ -373,7 +373,7 @@ fn model_statements(
             let bounds = f.nodes.iter().any(|n| matches!(n, Node::Start | Node::End | Node::Bound(_)));
             if bounds && kind.is_some_and(|k| k.time_range().is_none()) {
                 errors.push(err(format!(
-                    "{what} uses interval bounds (`@start`, `@end`, …), but a `{}` model has no interval",
+                    "{what} uses interval bounds (`@start`, `@end`, …), but kind `{}` has no interval (only `incremental_by_time_range` models have one)",
                     kind.map(Kind::tag).unwrap_or_default()
                 )));
                 continue;
@@ -394,7 +394,7 @@ fn model_statements(
     };
     if !out.is_empty() {
         if let Some(k) = kind.filter(|k| matches!(k, Kind::Embedded | Kind::External(_))) {
-            errors.push(err(format!("a `{}` model is never built, so it cannot have `pre_statements`/`post_statements`", k.tag())));
+            errors.push(err(format!("an `{}` model is never built, so it cannot have `pre_statements`/`post_statements`", k.tag())));
         } else if *target != Target::Table {
             errors.push(err(format!("`pre_statements`/`post_statements` need the `table` target (this model's is `{target}`)")));
         }

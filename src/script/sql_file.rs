@@ -27,6 +27,8 @@
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
 //!   declared ref must be used (the original's rule: refs are explicit in raw SQL).
 //! - `@start` / `@end` are the interval bounds, as in every language.
+//! - Statements separated by `;` before the query are its pre-statements, after it its
+//!   post-statements (sqlmesh's layout; `-- statements_affect_data: true` fingerprints them).
 //!
 //! The file becomes the same [`Model`] the Lua and Rhai hosts build (through
 //! [`super::builder::build_model`]), so the same model in any language has the same fingerprint.
@@ -333,9 +335,10 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     Ok(model)
 }
 
-/// A `.sql` body split on its top-level `;`: the query (the one statement that starts with
-/// `SELECT`, `WITH`, `FROM`, `VALUES`, `TABLE` or `(`), the statements before it (pre) and after
-/// it (post), each with its byte offset. A body with no statement at all is an empty query.
+/// A `.sql` body split on its top-level `;`: the query (the only statement, or else the one that
+/// starts with `SELECT`, `WITH`, `FROM`, `VALUES`, `TABLE`, `PIVOT`, `UNPIVOT` or `(`), the
+/// statements before it (pre) and after it (post), each with its byte offset. A body with no
+/// statement at all is an empty query.
 ///
 /// # Errors
 /// A second query, or statements without a query (offset, message).
@@ -365,6 +368,10 @@ fn split_body<'a>(body: &'a str) -> Result<((usize, &'a str), Vec<(usize, &'a st
         i += 1;
     }
     push(start, b.len(), &mut pieces);
+    if pieces.len() == 1 {
+        // One statement is the query, whatever it starts with (as before statements existed).
+        return Ok((pieces[0], Vec::new(), Vec::new()));
+    }
     let queries: Vec<usize> = (0..pieces.len()).filter(|&k| is_query(pieces[k].1)).collect();
     match queries.as_slice() {
         [] if pieces.is_empty() => Ok(((0, ""), Vec::new(), Vec::new())),
@@ -408,7 +415,7 @@ fn first_word(text: &str) -> String {
 
 /// True when a statement of the body is a query (the model's) rather than a pre/post statement.
 fn is_query(text: &str) -> bool {
-    matches!(first_word(text).as_str(), "SELECT" | "WITH" | "FROM" | "VALUES" | "TABLE" | "(")
+    matches!(first_word(text).as_str(), "SELECT" | "WITH" | "FROM" | "VALUES" | "TABLE" | "PIVOT" | "UNPIVOT" | "(")
 }
 
 /// The `-- signals:` header: `name, other(key = 'value', n = 3)`, as the list
@@ -621,6 +628,23 @@ mod tests {
 
     fn p(text: &str) -> Result<Model, Vec<LoadError>> {
         parse(Path::new("models/x.sql"), text)
+    }
+
+    #[test]
+    fn statements_before_and_after_the_query_are_pre_and_post_statements() {
+        let m = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSET threads = 1;\n-- why\nSELECT ';' AS x -- not; a split\n;\n/* c; */ ANALYZE @this;\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let texts = |l: &[crate::core::Statement]| -> Vec<(String, u32)> {
+            l.iter().map(|s| (s.sql.render(&crate::core::fragment::CanonicalResolver), s.location.line)).collect()
+        };
+        assert_eq!(texts(&m.statements.pre), [("SET threads = 1".to_string(), 4)]);
+        assert_eq!(texts(&m.statements.post), [("/* c; */ ANALYZE \"@this\"".to_string(), 8)]);
+        assert!(m.body.is_some_and(|b| b.render(&crate::core::fragment::CanonicalResolver).contains("SELECT ';' AS x")));
+        // A body of one statement is the query, whatever its first word.
+        let m = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nPIVOT t ON y USING sum(v);\n").unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(m.statements.is_empty() && m.body.is_some());
+        let e = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSET a = 1;\nANALYZE t\n").unwrap_err();
+        assert!(e[0].to_string().contains("models/x.sql:4") && e[0].to_string().contains("no query"), "{e:?}");
     }
 
     #[test]

@@ -191,6 +191,10 @@ fn a_metadata_statement_edit_does_not_rebuild_and_a_data_relevant_one_does() {
     p.write("models/full.lua", &LUA_FULL.replace("built-a", "built-b").replace("SELECT 1 AS x", "SELECT 2 AS x"));
     p.apply("dev");
     assert_eq!(whats(&p), ["built-a", "built-b", "keyed-a", "keyed-b"]);
+    // `efmesh run` refreshes the unique-key model: its pre-statement (as last applied, reformatted)
+    // runs again in the upsert's transaction.
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(whats(&p), ["built-a", "built-b", "keyed-a", "keyed-b", "keyed-b"]);
 }
 
 #[test]
