@@ -159,7 +159,15 @@ mod tests {
             body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
         }
         let kind = if time_range {
-            Kind::IncrementalByTimeRange(TimeRange { time_column: "x".into(), start: 0, end: None, grain: Grain::Day, batch_size: 30, lookback: 0, auto_restatement_intervals: 0 })
+            Kind::IncrementalByTimeRange(TimeRange {
+                time_column: "x".into(),
+                start: 0,
+                end: None,
+                grain: Grain::Day,
+                batch_size: 30,
+                lookback: 0,
+                auto_restatement_intervals: 0,
+            })
         } else {
             Kind::View
         };

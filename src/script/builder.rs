@@ -88,8 +88,24 @@ pub fn expand_all_cols(models: &mut [Model]) {
     }
 }
 
-const MODEL_KEYS: &[&str] =
-    &["name", "kind", "schema", "query", "grain", "description", "target", "cron", "pre_statements", "post_statements", "statements_affect_data", "owner", "tags", "column_descriptions", "ignored_lints", "signals"];
+const MODEL_KEYS: &[&str] = &[
+    "name",
+    "kind",
+    "schema",
+    "query",
+    "grain",
+    "description",
+    "target",
+    "cron",
+    "pre_statements",
+    "post_statements",
+    "statements_affect_data",
+    "owner",
+    "tags",
+    "column_descriptions",
+    "ignored_lints",
+    "signals",
+];
 
 /// Builds a model from a host-neutral spec (`name`, `kind`, `schema`, `grain`, `description`, `target`;
 /// the query arrives separately as text with markers).

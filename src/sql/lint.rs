@@ -117,7 +117,9 @@ fn missing_grain(model: &Model, out: &mut Vec<Lint>) {
     let example = match &model.kind {
         Kind::IncrementalByTimeRange(t) => format!("`{}` and the columns that tell its rows apart", t.time_column),
         Kind::IncrementalByUniqueKey(k) => k.key.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
-        Kind::IncrementalByPartition(p) => format!("{} and the columns that tell a partition's rows apart", p.partitioned_by.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")),
+        Kind::IncrementalByPartition(p) => {
+            format!("{} and the columns that tell a partition's rows apart", p.partitioned_by.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
+        }
         _ => return,
     };
     out.push(

@@ -130,7 +130,7 @@ fn each_rule_fires_on_its_positive_case_only_and_warnings_keep_exit_0() {
     text.expect_code(0);
     assert!(text.stdout.contains("warning[ambiguous_column]: models/all.lua:20: model `m.ambiguous`: column `id` is ambiguous"), "{}", text.stdout);
     assert!(text.stdout.contains(", at line 1, column 8 of the query\n  hint: qualify"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("ok: 14 models checked, 5 warnings\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("ok: 16 models checked, 6 warnings\n"), "{}", text.stdout);
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn config_switches_rules_off_and_makes_them_errors() {
     let text = p.run(&["check"]);
     text.expect_code(1);
     assert!(text.stdout.contains("error[select_star_external]: models/all.lua:9: model `m.star`"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("check failed: 1 error (14 models checked)\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("check failed: 1 error (16 models checked)\n"), "{}", text.stdout);
 
     // `all` switches every rule off.
     p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"all\"]\n"));
