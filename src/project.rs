@@ -86,7 +86,7 @@ impl Project {
 /// statement's file:line naming the model and which statement.
 pub fn check_statements(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
     use crate::sql::statements::{CheckResolver, Grammar, check};
-    let grammar = if config.engine.url_env.is_some() { Grammar::Postgres } else { Grammar::DuckDb };
+    let grammar = if config.engine.url_env.is_some() { Grammar::Postgres } else { Grammar::Embedded };
     let mut errors = Vec::new();
     for m in dag.models() {
         for (when, i, st) in m.statements.each() {

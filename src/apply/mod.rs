@@ -1290,7 +1290,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                state.end_data_write(&write, stats.changed > 0, interval::now_millis())?;
+                // Pre/post statements may change rows the count above cannot see: a write running
+                // any counts as a change.
+                state.end_data_write(&write, stats.changed > 0 || !model.statements.is_empty(), interval::now_millis())?;
                 self.built(model, started, 0);
                 Ok(None)
             }
@@ -1327,7 +1329,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 if action.build {
                     state.put_snapshot(&snapshot)?;
                 }
-                state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some(), interval::now_millis())?;
+                state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some() || !model.statements.is_empty(), interval::now_millis())?;
                 self.built(model, started, 0);
                 Ok(None)
             }

@@ -81,9 +81,51 @@ pub fn run(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
     }
     let mut plan = plan.clone();
     let restated = auto_restate(project, &mut plan, state)?;
-    let mut report = execute(project, &plan, state, engine, options, true)?;
+    run_prepared(project, &plan, restated, state, engine, options)
+}
+
+/// [`run`] of a plan [`auto_restate`] has already extended (and signals may have trimmed since:
+/// `restated` is then [`still_restated`]'s), reporting `restated`.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_prepared(
+    project: &Project,
+    plan: &Plan,
+    restated: Vec<AutoRestated>,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    options: &Options,
+) -> Result<RunOutcome, ApplyError> {
+    let blocked = blocked_by(plan);
+    if !blocked.is_empty() {
+        return Ok(RunOutcome::Blocked(blocked));
+    }
+    let mut report = execute(project, plan, state, engine, options, true)?;
     report.auto_restated = restated;
     Ok(RunOutcome::Ran(report))
+}
+
+/// The part of `restated` `plan` still computes (after signals removed intervals from its
+/// backfill): each entry narrowed to its intervals left, entries with none dropped.
+pub fn still_restated(project: &Project, plan: &Plan, restated: Vec<AutoRestated>) -> Vec<AutoRestated> {
+    restated
+        .into_iter()
+        .filter_map(|mut r| {
+            let name = ModelName::parse(&r.model).ok()?;
+            let t = project.dag.get(&name)?.kind.time_range()?;
+            let action = plan.actions.iter().find(|a| a.name == name)?;
+            let (from, to) = (interval::parse_instant(&r.from).ok()?, interval::parse_instant(&r.to).ok()?);
+            let left: Vec<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).filter(|i| i.start >= from && i.end <= to).collect();
+            let (first, last) = (left.first()?.start, left.last()?.end);
+            // Only the done intervals counted before stay counted: missing ones in the range
+            // were computed anyway.
+            r.intervals = r.intervals.min(left.len());
+            r.from = interval::to_iso(first);
+            r.to = interval::to_iso(last);
+            Some(r)
+        })
+        .collect()
 }
 
 /// Adds to `plan`'s backfill the intervals `auto_restatement_intervals` restates (see the module

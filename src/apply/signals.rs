@@ -13,7 +13,7 @@ use crate::core::interval::{self, Interval, Millis, to_iso};
 use crate::core::{Dag, Model, ModelName};
 use crate::plan::Plan;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A model's intervals held back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,10 +68,18 @@ pub type Check<'a> = dyn FnMut(&Model, &[Interval]) -> Result<Vec<bool>, String>
 
 /// Decides which of `candidates` (per model: grain intervals, in order) are ready, asking
 /// `check` for the models that have signals (only about intervals not already held upstream).
+/// `done` holds, per model, the starts of candidates already computed (a lookback or an
+/// auto-restatement recomputes them): one a signal says is not ready is left as it is — not
+/// recomputed, and not waiting, since its data is there — so it holds nothing downstream.
 ///
 /// # Errors
 /// The first signal failure (its message names the signal and the model).
-pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &mut Check) -> Result<Held, String> {
+pub fn hold(
+    dag: &Dag,
+    candidates: &BTreeMap<ModelName, Vec<Interval>>,
+    done: &BTreeMap<ModelName, BTreeSet<Millis>>,
+    check: &mut Check,
+) -> Result<Held, String> {
     let mut held = Held::default();
     // Per model: the instant its data is complete up to, when something upstream (or itself)
     // waits, and the waiting model that set it.
@@ -88,8 +96,13 @@ pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &
         let (upstream, rest): (Vec<Interval>, Vec<Interval>) = mine.iter().partition(|i| cap.as_ref().is_some_and(|(t, _)| i.end > *t));
         let verdicts = if m.signals.is_empty() || rest.is_empty() { vec![true; rest.len()] } else { check(m, &rest)? };
         let (mut ready, mut by_signal) = (Vec::new(), Vec::new());
+        let computed = done.get(&m.name);
         for (i, ok) in rest.into_iter().zip(verdicts) {
-            if ok { ready.push(i) } else { by_signal.push(i) }
+            if ok {
+                ready.push(i);
+            } else if !computed.is_some_and(|d| d.contains(&i.start)) {
+                by_signal.push(i);
+            }
         }
         let first_wait = by_signal.first().map(|i| i.start).into_iter().chain(upstream.first().map(|i| i.start)).min();
         if let Some(t) = first_wait {
@@ -113,12 +126,18 @@ pub fn hold(dag: &Dag, candidates: &BTreeMap<ModelName, Vec<Interval>>, check: &
     Ok(held)
 }
 
-/// Applies the signals to a `run`'s plan: every time-range action's backfill keeps only its
-/// ready intervals. Returns what waits.
+/// Applies the signals to a `run`'s plan: every time-range action's backfill (missing intervals,
+/// and the done ones a lookback or an auto-restatement recomputes) keeps only its ready
+/// intervals; `done` reads a version's computed intervals ([`hold`]). Returns what waits.
 ///
 /// # Errors
-/// As [`hold`].
-pub fn hold_plan(dag: &Dag, plan: &mut Plan, check: &mut Check) -> Result<Vec<Waiting>, String> {
+/// As [`hold`], or `done`'s failure.
+pub fn hold_plan(
+    dag: &Dag,
+    plan: &mut Plan,
+    done: &mut dyn FnMut(&ModelName, &str) -> Result<BTreeSet<Millis>, String>,
+    check: &mut Check,
+) -> Result<Vec<Waiting>, String> {
     // Nothing to ask and nothing to hold without a signal in the project.
     if !dag.models().any(|m| !m.signals.is_empty()) {
         return Ok(Vec::new());
@@ -131,7 +150,11 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, check: &mut Check) -> Result<Vec<Wa
         let Some(t) = dag.get(&a.name).and_then(|m| m.kind.time_range()) else { continue };
         candidates.insert(a.name.clone(), a.backfill.iter().flat_map(|i| i.split(t.grain)).collect::<Vec<_>>());
     }
-    let held = hold(dag, &candidates, check)?;
+    let mut computed = BTreeMap::new();
+    for a in plan.actions.iter().filter(|a| candidates.contains_key(&a.name) && dag.get(&a.name).is_some_and(|m| !m.signals.is_empty())) {
+        computed.insert(a.name.clone(), done(&a.name, a.fingerprint.as_str())?);
+    }
+    let held = hold(dag, &candidates, &computed, check)?;
     for a in &mut plan.actions {
         if let Some(ready) = held.ready.get(&a.name) {
             a.backfill = interval::merge(ready);
@@ -209,7 +232,7 @@ mod tests {
         let n = |s: &str| ModelName::parse(s).unwrap();
         let candidates: BTreeMap<ModelName, Vec<Interval>> = ["s.a", "s.c", "s.d", "s.free"].iter().map(|m| (n(m), days(0, 4))).collect();
         let mut asked: Vec<(String, Vec<Interval>)> = Vec::new();
-        let held = hold(&dag, &candidates, &mut |m, intervals| {
+        let held = hold(&dag, &candidates, &BTreeMap::new(), &mut |m, intervals| {
             asked.push((m.name.to_string(), intervals.to_vec()));
             Ok(intervals.iter().map(|i| i.start != DAY).collect())
         })
@@ -238,7 +261,7 @@ mod tests {
     fn a_signal_failure_is_the_error() {
         let dag = Dag::build(vec![model("s.a", true, &[], &["landed"])]).unwrap();
         let candidates: BTreeMap<ModelName, Vec<Interval>> = [(ModelName::parse("s.a").unwrap(), days(0, 2))].into_iter().collect();
-        let e = hold(&dag, &candidates, &mut |_, _| Err("signal `landed` failed".to_string())).unwrap_err();
+        let e = hold(&dag, &candidates, &BTreeMap::new(), &mut |_, _| Err("signal `landed` failed".to_string())).unwrap_err();
         assert_eq!(e, "signal `landed` failed");
     }
 }

@@ -10,7 +10,7 @@ use super::printer::Printer;
 use super::{Exit, applied_by, error_text, load, open_state};
 use crate::apply::ApplyReport;
 use crate::apply::retry::with_retries;
-use crate::apply::run::{RunOutcome, run as run_env};
+use crate::apply::run::{RunOutcome, run_prepared};
 use crate::apply::signals::Waiting;
 use crate::core::interval::{Millis, now_millis, to_iso};
 use crate::plan;
@@ -129,9 +129,12 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         }
         let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
         let mut plan = plan;
-        // Signals decide which missing intervals are ready, before anything is computed.
-        let waiting = hold_signals(project, &mut plan, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
-        Ok(match run_env(project, &plan, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
+        // Auto-restatement first, so its done intervals are put to the signals too; then the
+        // signals decide which intervals are ready, before anything is computed.
+        let restated = crate::apply::run::auto_restate(project, &mut plan, state)?;
+        let waiting = hold_signals(project, &mut plan, state, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
+        let restated = crate::apply::run::still_restated(project, &plan, restated);
+        Ok(match run_prepared(project, &plan, restated, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
             RunOutcome::Ran(r) => Ticked::Ran(r, waiting),
             RunOutcome::Blocked(b) => Ticked::Blocked(b),
         })
@@ -140,12 +143,18 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
 
 /// Puts the missing intervals of `plan` to the project's signals (none: nothing asked); keeps
 /// only the ready ones in the plan; returns what waits. Signals' queries run on `engine`.
-fn hold_signals(project: &Project, plan: &mut crate::plan::Plan, engine: &mut dyn crate::engine::Engine) -> Result<Vec<Waiting>, String> {
+fn hold_signals(
+    project: &Project,
+    plan: &mut crate::plan::Plan,
+    state: &dyn StateStore,
+    engine: &mut dyn crate::engine::Engine,
+) -> Result<Vec<Waiting>, String> {
     if !project.dag.models().any(|m| !m.signals.is_empty()) {
         return Ok(Vec::new());
     }
     let signals = crate::script::signals::Signals::of(&project.config).map_err(|e| e.to_string())?;
-    crate::apply::signals::hold_plan(&project.dag, plan, &mut |m, intervals| {
+    let mut done = |m: &crate::core::ModelName, fp: &str| state.done_intervals(&m.to_string(), fp).map_err(|e| e.to_string());
+    crate::apply::signals::hold_plan(&project.dag, plan, &mut done, &mut |m, intervals| {
         signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
     })
 }

@@ -252,7 +252,7 @@ fn waiting_on_signals(
         Ok(e) => e,
         Err(e) => return Some(format!("cannot open the engine: {e}")),
     };
-    let held = crate::apply::signals::hold(&project.dag, candidates, &mut |m, intervals| {
+    let held = crate::apply::signals::hold(&project.dag, candidates, &std::collections::BTreeMap::new(), &mut |m, intervals| {
         signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
     });
     match held {

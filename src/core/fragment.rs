@@ -299,6 +299,18 @@ pub fn skip_literal_or_comment(bytes: &[u8], i: usize) -> Option<usize> {
             }
             Some((j + 2).min(n))
         }
+        // A dollar-quoted string (`$$…$$`, `$tag$…$tag$`: Postgres and DuckDB), not a `$1`
+        // parameter or a `$start` placeholder: the tag is empty or an identifier, closed by `$`,
+        // and the `$` does not continue an identifier.
+        b'$' if i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_') => {
+            let tag_end = i + 1 + bytes[i + 1..].iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_').count();
+            if bytes.get(tag_end) != Some(&b'$') || bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                return None;
+            }
+            let tag = &bytes[i..=tag_end];
+            let body = tag_end + 1;
+            Some(bytes[body..].windows(tag.len()).position(|w| w == tag).map_or(n, |p| body + p + tag.len()))
+        }
         _ => None,
     }
 }
@@ -317,6 +329,22 @@ impl Resolver for CanonicalResolver {
     }
     fn end(&self) -> String {
         "$end".into()
+    }
+}
+
+#[cfg(test)]
+mod dollar_quote_tests {
+    use super::skip_literal_or_comment;
+
+    #[test]
+    fn dollar_quoted_strings_are_skipped_whole_and_parameters_are_not_strings() {
+        let t = b"x $$a;b$$ y";
+        assert_eq!(skip_literal_or_comment(t, 2), Some(9));
+        let t = b"$q$it's; $$ $q$;";
+        assert_eq!(skip_literal_or_comment(t, 0), Some(15));
+        assert_eq!(skip_literal_or_comment(b"$1 + $2", 0), None);
+        assert_eq!(skip_literal_or_comment(b"$start AND", 0), None);
+        assert_eq!(skip_literal_or_comment(b"a$b$", 1), None);
     }
 }
 

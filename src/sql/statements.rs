@@ -5,15 +5,10 @@ use crate::core::fragment::skip_literal_or_comment;
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::Parser;
 
-/// The grammar a statement is checked with: the engine's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grammar {
-    /// DuckDB: sqlparser's DuckDB dialect (DuckDB's own parser needs a connection, which a
-    /// load does not open).
-    DuckDb,
-    /// Postgres: libpg_query, Postgres's own parser.
-    Postgres,
-}
+/// The grammar a statement is checked with, the engine's (the one lineage reads bodies in):
+/// `Embedded` is sqlparser's DuckDB dialect (the embedded engine's own parser needs a
+/// connection, which a load does not open), `Postgres` is libpg_query, Postgres's own parser.
+pub use crate::sql::lineage::Grammar;
 
 /// Renders statements for [`check`]: bounds as the literals of a sample interval (the engine
 /// parses literals; a placeholder such as `$start` is no Postgres syntax), `@this` as its
@@ -42,7 +37,7 @@ impl crate::core::Resolver for CheckResolver {
 /// The parser's message, or how many statements the text holds.
 pub fn check(sql: &str, grammar: Grammar) -> Result<(), String> {
     let n = match grammar {
-        Grammar::DuckDb => Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| crate::sql::SqlError::from_parser(e, sql).to_string())?.len(),
+        Grammar::Embedded => Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| crate::sql::SqlError::from_parser(e, sql).to_string())?.len(),
         Grammar::Postgres => {
             pg_query::parse(sql, 0).map_err(|e| format!("Postgres cannot parse SQL: {}", e.to_string().trim_end_matches('.')))?.protobuf.stmts.len()
         }
@@ -116,12 +111,12 @@ mod tests {
             "DELETE FROM log WHERE d < DATE '2026-01-01'",
             "CREATE TABLE IF NOT EXISTS log (a int)",
         ] {
-            check(sql, Grammar::DuckDb).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            check(sql, Grammar::Embedded).unwrap_or_else(|e| panic!("{sql}: {e}"));
             check(sql, Grammar::Postgres).unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
-        assert!(check("CREATE INDEKS i ON t (a)", Grammar::DuckDb).is_err());
+        assert!(check("CREATE INDEKS i ON t (a)", Grammar::Embedded).is_err());
         assert!(check("CREATE INDEKS i ON t (a)", Grammar::Postgres).is_err());
-        assert!(check("SET a = 1; SET b = 2", Grammar::DuckDb).unwrap_err().contains("2 statements"));
+        assert!(check("SET a = 1; SET b = 2", Grammar::Embedded).unwrap_err().contains("2 statements"));
         assert!(check("SET a = 1; SET b = 2", Grammar::Postgres).unwrap_err().contains("2 statements"));
     }
 

@@ -263,3 +263,64 @@ fn a_failing_signal_fails_the_run_naming_it_and_computes_nothing(engine: EngineB
     let ticks = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     assert_eq!(ticks["ticks"][0]["outcome"], "error");
 }
+
+/// `(day, n)` rows of `rel`, by day.
+fn three(p: &Project, rel: &str) -> crate::common::Rows {
+    p.rows(&format!("(SELECT CAST(d AS VARCHAR) AS d, n FROM {rel} ORDER BY d)"))
+}
+
+/// Auto-restatement and signals: the done intervals a run would restate are put to the signals
+/// too; one not ready (its landing file archived) is left as it is — not recomputed from a
+/// missing file, not waiting (its data is there), holding nothing downstream — while the rest of
+/// the restated range is recomputed, and `autoRestated` reports only what was.
+#[test]
+fn a_done_interval_a_signal_says_is_not_ready_is_not_auto_restated_and_holds_nothing() {
+    let mut p = project();
+    let landing = p.root().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    let dir = landing.display().to_string();
+    p.write(
+        "models/events.lua",
+        &format!(
+            r#"define_model {{
+  name = "s.events",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day", batch_size = 1, auto_restatement_intervals = 2 }},
+  schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(@start AS DATE) AS d, (SELECT count(*) FROM glob('{dir}/*.csv')) AS n",
+  signals = {{ {{ "file_exists", dir = "{dir}" }} }},
+}}
+define_model {{
+  name = "s.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT d, CAST(sum(n) AS bigint) AS n FROM " .. ref("s.events") .. " WHERE d >= @start AND d < @end GROUP BY d",
+}}
+"#
+        ),
+    );
+    for d in ["2026-01-01", "2026-01-02", "2026-01-03"] {
+        p.write(&format!("landing/{d}.csv"), "x\n1\n");
+    }
+    p.now = "2026-01-04T06:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(three(&p, &env_view("dev", "s.events")).iter().map(|r| r[1].clone().unwrap()).collect::<Vec<_>>(), ["3", "3", "3"]);
+
+    // Day 2's file is archived; day 4's lands with one more: 3 files, then 4 with `extra`.
+    std::fs::remove_file(landing.join("2026-01-02.csv")).unwrap();
+    p.write("landing/2026-01-04.csv", "x\n1\n");
+    p.write("landing/extra.csv", "x\n1\n");
+    p.now = "2026-01-05T06:00:00Z".into();
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(waiting(&v), vec![], "a done interval a signal refuses does not wait: {v}");
+    let restated = v["autoRestated"].as_array().expect("autoRestated");
+    let events = restated.iter().find(|r| r["model"] == "s.events").unwrap_or_else(|| panic!("{v}"));
+    assert_eq!((events["from"].as_str().map(|s| &s[..10]), events["intervals"].as_u64()), (Some("2026-01-03"), Some(1)), "{v}");
+    for view in ["s.events", "s.daily"] {
+        let got: Vec<(String, String)> =
+            three(&p, &env_view("dev", view)).into_iter().map(|r| (r[0].as_deref().unwrap()[..10].to_string(), r[1].clone().unwrap())).collect();
+        let want: Vec<(String, String)> =
+            [("2026-01-01", "3"), ("2026-01-02", "3"), ("2026-01-03", "4"), ("2026-01-04", "4")].iter().map(|(d, n)| (d.to_string(), n.to_string())).collect();
+        assert_eq!(got, want, "{view}: day 2 kept (its file is gone), day 3 restated, day 4 computed");
+    }
+}
