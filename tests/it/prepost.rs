@@ -231,3 +231,17 @@ fn an_unparsable_or_misplaced_statement_is_a_load_error_naming_file_and_line() {
     assert!(err.contains("models/c.sql:5: model `m.c`: a second query in the body"), "{err}");
     assert!(err.contains("models/d.rhai:2: model `m.d`: `post_statements`[1] uses `ref`/`cols`"), "{err}");
 }
+
+/// A `;` inside a dollar-quoted string (`$$;$$`) is no statement separator: a one-query `.sql`
+/// model using one loads, builds and stays a model without statements.
+#[test]
+fn a_semicolon_inside_a_dollar_quoted_string_does_not_split_the_body() {
+    let p = project(EngineBackend::DuckDb, "3");
+    p.write(
+        "models/parts.sql",
+        "-- name: t.parts\n-- kind: full\n-- schema: day date, first varchar\n-- refs: s.ev\nSELECT day, string_split(v || $$;x$$, $$;$$)[1] AS first FROM @ref(s.ev)\n",
+    );
+    p.apply("dev");
+    let rows = p.rows(&format!("(SELECT CAST(day AS VARCHAR), first FROM {} WHERE day = DATE '2026-01-02')", crate::common::env_view("dev", "t.parts")));
+    assert_eq!(rows, vec![vec![Some("2026-01-02".to_string()), Some("2".to_string())]]);
+}
