@@ -63,6 +63,9 @@ pub struct Held {
     pub waiting: Vec<Waiting>,
 }
 
+/// The computed intervals (their starts) of a model's version (name, fingerprint).
+pub type Done<'a> = dyn FnMut(&ModelName, &str) -> Result<BTreeSet<Millis>, String> + 'a;
+
 /// A signal check: which of `intervals` (in order) are ready for `model`, one verdict each.
 pub type Check<'a> = dyn FnMut(&Model, &[Interval]) -> Result<Vec<bool>, String> + 'a;
 
@@ -132,12 +135,7 @@ pub fn hold(
 ///
 /// # Errors
 /// As [`hold`], or `done`'s failure.
-pub fn hold_plan(
-    dag: &Dag,
-    plan: &mut Plan,
-    done: &mut dyn FnMut(&ModelName, &str) -> Result<BTreeSet<Millis>, String>,
-    check: &mut Check,
-) -> Result<Vec<Waiting>, String> {
+pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check) -> Result<Vec<Waiting>, String> {
     // Nothing to ask and nothing to hold without a signal in the project.
     if !dag.models().any(|m| !m.signals.is_empty()) {
         return Ok(Vec::new());
