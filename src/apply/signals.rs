@@ -167,7 +167,7 @@ mod tests {
     use super::*;
     use crate::core::fragment::{Fragment, Node, RefSite};
     use crate::core::interval::Grain;
-    use crate::core::{Kind, Location, Schema, SignalUse, Target, TimeRange};
+    use crate::core::{Kind, Location, Schema, SignalUse, TimeRange};
 
     const DAY: Millis = 86_400_000;
 
@@ -192,24 +192,9 @@ mod tests {
         } else {
             Kind::View
         };
-        Model {
-            name: ModelName::parse(name).unwrap(),
-            kind,
-            schema: Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]),
-            body: Some(body),
-            grain: vec![],
-            description: None,
-            location: location.clone(),
-            target: Target::Table,
-            audits: vec![],
-            cron: None,
-            statements: Default::default(),
-            owner: None,
-            tags: Vec::new(),
-            column_descriptions: Vec::new(),
-            ignored_lints: Vec::new(),
-            signals: signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect(),
-        }
+        let uses = signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect();
+        let columns = Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]);
+        Model { signals: uses, ..Model::new(ModelName::parse(name).unwrap(), kind, columns, Some(body), location) }
     }
 
     fn days(from: i64, to: i64) -> Vec<Interval> {

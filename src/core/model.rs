@@ -125,6 +125,31 @@ impl SignalUse {
 }
 
 impl Model {
+    /// A model of `name`, `kind`, declared `schema`, `body` and `location`, with none of the
+    /// optional fields: no grain, description, audits, cron, pre/post statements, properties,
+    /// lint opt-outs or signals, stored as a `table`. The start of a model built in code (tests,
+    /// tools): `Model { grain, ..Model::new(…) }` sets the rest.
+    pub fn new(name: ModelName, kind: Kind, schema: Schema, body: Option<Fragment>, location: Location) -> Model {
+        Model {
+            name,
+            kind,
+            schema,
+            body,
+            grain: Vec::new(),
+            description: None,
+            location,
+            target: Target::Table,
+            audits: Vec::new(),
+            cron: None,
+            statements: Statements::default(),
+            owner: None,
+            tags: Vec::new(),
+            column_descriptions: Vec::new(),
+            ignored_lints: Vec::new(),
+            signals: Vec::new(),
+        }
+    }
+
     /// The description of column `name` (case-insensitive), when the model gives one.
     pub fn column_description(&self, name: &str) -> Option<&str> {
         self.column_descriptions.iter().find(|(c, _)| c.eq_ignore_ascii_case(name)).map(|(_, d)| d.as_str())

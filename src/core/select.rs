@@ -258,7 +258,7 @@ fn walk(start: &BTreeSet<ModelName>, depth: Depth, next: impl Fn(&ModelName) -> 
 mod tests {
     use super::*;
     use crate::core::fragment::{Fragment, Node, RefSite};
-    use crate::core::{Kind, Location, Model, Schema, Target};
+    use crate::core::{Kind, Location, Model, Schema};
 
     fn model(name: &str, kind: Kind, parents: &[&str]) -> Model {
         let location = Location { file: "m.lua".into(), line: 1 };
@@ -268,24 +268,7 @@ mod tests {
             body.push_text(if i == 0 { " FROM " } else { ", " });
             body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
         }
-        Model {
-            name: ModelName::parse(name).unwrap(),
-            kind,
-            schema: Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]),
-            body: Some(body),
-            grain: vec![],
-            description: None,
-            location,
-            target: Target::Table,
-            audits: vec![],
-            cron: None,
-            statements: Default::default(),
-            owner: None,
-            tags: Vec::new(),
-            column_descriptions: Vec::new(),
-            ignored_lints: Vec::new(),
-            signals: Vec::new(),
-        }
+        Model::new(ModelName::parse(name).unwrap(), kind, Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]), Some(body), location)
     }
 
     /// raw.a → s.b → s.c → s.d, raw.a → s.e (a view), s.f alone.

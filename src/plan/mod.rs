@@ -2438,24 +2438,13 @@ mod tests {
     use crate::sql::prefetch::Prefetch;
 
     fn model(name: &str) -> Model {
-        Model {
-            name: ModelName::parse(name).unwrap(),
-            kind: Kind::Full,
-            schema: Schema(vec![Column { name: "a".into(), ty: "BIGINT".into() }]),
-            body: None,
-            grain: vec![],
-            description: None,
-            location: Location { file: "m.lua".into(), line: 1 },
-            target: Default::default(),
-            audits: vec![],
-            cron: None,
-            statements: Default::default(),
-            owner: None,
-            tags: Vec::new(),
-            column_descriptions: Vec::new(),
-            ignored_lints: Vec::new(),
-            signals: Vec::new(),
-        }
+        Model::new(
+            ModelName::parse(name).unwrap(),
+            Kind::Full,
+            Schema(vec![Column { name: "a".into(), ty: "BIGINT".into() }]),
+            None,
+            Location { file: "m.lua".into(), line: 1 },
+        )
     }
 
     /// The default engine's dialect (DuckDB), as a project without `[engine] url_env` has it.

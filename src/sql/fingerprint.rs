@@ -141,24 +141,10 @@ impl<'de> serde::Deserialize<'de> for Fingerprint {
 /// use efmesh::core::{Kind, Location, Model, ModelName, Schema, Column};
 /// use efmesh::sql::{canon::canonicalize, fingerprint::fingerprint};
 /// use std::collections::BTreeMap;
-/// let model = Model {
-///     name: ModelName::parse("med.moves")?,
-///     kind: Kind::Full,
-///     schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
-///     body: None,
-///     grain: vec!["id".into()],
-///     description: None,
-///     location: Location { file: "models/moves.lua".into(), line: 1 },
-///     target: Default::default(),
-///     audits: vec![],
-///     cron: None,
-///     statements: Default::default(),
-///     owner: None,
-///     tags: Vec::new(),
-///     column_descriptions: Vec::new(),
-///     ignored_lints: Vec::new(),
-///     signals: Vec::new(),
-/// };
+/// let moves = ModelName::parse("med.moves")?;
+/// let columns = Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]);
+/// let location = Location { file: "models/moves.lua".into(), line: 1 };
+/// let model = Model { grain: vec!["id".into()], ..Model::new(moves, Kind::Full, columns, None, location) };
 /// let body = canonicalize("SELECT id FROM raw.moves")?;
 /// let fp = fingerprint(&model, Some(&body.text), &BTreeMap::new());
 /// assert_eq!(fp.as_str().len(), 64);
@@ -356,24 +342,13 @@ mod tests {
     use crate::core::{Column, Kind, Location, Schema};
 
     fn model(name: &str) -> Model {
-        Model {
-            name: ModelName::parse(name).unwrap(),
-            kind: Kind::Full,
-            schema: Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
-            body: None,
-            grain: vec![],
-            description: None,
-            location: Location { file: "m.lua".into(), line: 1 },
-            target: Default::default(),
-            audits: vec![],
-            cron: None,
-            statements: Default::default(),
-            owner: None,
-            tags: Vec::new(),
-            column_descriptions: Vec::new(),
-            ignored_lints: Vec::new(),
-            signals: Vec::new(),
-        }
+        Model::new(
+            ModelName::parse(name).unwrap(),
+            Kind::Full,
+            Schema(vec![Column { name: "id".into(), ty: "BIGINT".into() }]),
+            None,
+            Location { file: "m.lua".into(), line: 1 },
+        )
     }
 
     #[test]

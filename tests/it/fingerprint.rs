@@ -44,7 +44,9 @@ fn time_range(time_column: &str, grain: Grain) -> Kind {
     })
 }
 
-/// A time-range model over `raw.orders`, as a model file would define it.
+/// A time-range model over `raw.orders`, as a model file would define it. Every field is
+/// spelt out (not `..Model::new(…)`): a new field of `Model` must be placed here, in the frozen
+/// golden, deciding whether it is fingerprinted.
 fn orders_model() -> Model {
     Model {
         name: name("shop.orders"),
