@@ -1269,6 +1269,11 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 Ok(Some(schedule::Job { model: model.name.clone(), steps }))
             }
             Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_) => {
+                let by = match &model.kind {
+                    Kind::IncrementalByPartition(p) => upsert::Match::Partition(&p.partitioned_by),
+                    Kind::IncrementalByUniqueKey(u) => upsert::Match::Key(&u.key),
+                    _ => return Ok(None),
+                };
                 let sql = body.render(&exec.with_bounds(None));
                 // Every audit sees the whole table, inside the upsert's transaction.
                 let checks = audit::checks(model, None, &physical, exec);
@@ -1281,7 +1286,6 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 }
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (pre, post) = batch::pre_post(model, exec, None);
-                let by = upsert::Match::of(&model.kind).unwrap_or(upsert::Match::Key(&[]));
                 let (stats, results) = upsert::write(engine, model, by, &physical, &sql, (&pre, &post), &checks)?;
                 fault::crash_point(|| format!("after-upsert:{}", model.name));
                 self.report.audits.add(results);

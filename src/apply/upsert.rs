@@ -93,17 +93,6 @@ pub enum Match<'a> {
     Partition(&'a [String]),
 }
 
-impl<'a> Match<'a> {
-    /// The match of a unique-key or partition kind; `None` for other kinds.
-    pub fn of(kind: &'a crate::core::Kind) -> Option<Self> {
-        match kind {
-            crate::core::Kind::IncrementalByUniqueKey(u) => Some(Match::Key(&u.key)),
-            crate::core::Kind::IncrementalByPartition(p) => Some(Match::Partition(&p.partitioned_by)),
-            _ => None,
-        }
-    }
-}
-
 /// [`upsert`] or [`replace_partitions`], as `by` says.
 ///
 /// # Errors

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The version of the project cache's layout and key recipe: bump it whenever either changes.
-pub const CACHE_VERSION: u32 = 3;
+pub const CACHE_VERSION: u32 = 4;
 /// First bytes of a project cache file.
 const MAGIC: &str = "efmesh-project-cache";
 

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The version of the load cache's layout and key recipe: bump it whenever either changes.
-pub const CACHE_VERSION: u32 = 1;
+pub const CACHE_VERSION: u32 = 2;
 /// First bytes of a load cache file.
 const MAGIC: &str = "efmesh-load-cache";
 
