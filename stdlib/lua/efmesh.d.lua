@@ -17,7 +17,7 @@
 ---@field time_column string Output column holding each row's instant (declared in `schema`).
 ---@field start string First instant, UTC: `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` or RFC 3339.
 ---@field end? string Exclusive end of history; no interval starts at or after it.
----@field grain? "day"|"hour" Interval width (default `day`).
+---@field grain? "5m"|"15m"|"hour"|"day"|"week"|"month" Interval width (default `day`; `week` starts on Monday, `month` is the calendar month).
 ---@field batch_size? integer Intervals per engine transaction (default 30).
 ---@field lookback? integer Intervals recomputed before every missing one (default 0).
 ---@field auto_restatement_intervals? integer Done intervals before the newest due one that every `efmesh run` computing it recomputes, with its descendants (default 0).
@@ -108,6 +108,15 @@ function kind.seed(opts) end
 ---@field description? string Free text.
 ---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.
 ---@field audits? efmesh.AuditUse[] Audits checked when data is written (`audit.not_null("id")`, …); not fingerprinted.
+---@field cron? string Time-range models: when intervals are due, UTC (`"*/15 * * * *"`, `"@daily"`); not fingerprinted.
+---@field pre_statements? string|string[] SQL run before the model's write, in its transaction (`@this`, bounds allowed).
+---@field post_statements? string|string[] SQL run after the write, in the same transaction.
+---@field statements_affect_data? boolean `true`: the statements are fingerprinted (an edit rebuilds). Default `false`.
+---@field owner? string Who answers for the model; not fingerprinted.
+---@field tags? string[] Labels, selectable with `tag:`; not fingerprinted.
+---@field column_descriptions? table<string, string> Column → description; not fingerprinted.
+---@field ignored_lints? string[] `efmesh check` lint rules not run on this model.
+---@field signals? (string|table)[] Time-range models: signals deciding which intervals `run` computes (`{ "name", key = value }`).
 
 ---Defines a model and returns its handle.
 ---@param spec efmesh.ModelSpec
@@ -194,3 +203,11 @@ function define_audit(spec) end
 ---@param name string
 ---@param fn fun(...: string): string
 function define_macro(name, fn) end
+
+--- Defines a signal (only in macro files): which of a model's candidate intervals are ready.
+--- `fn` gets the intervals (`{ start = iso, ["end"] = iso }`, in order), the use's named
+--- arguments and `db` (`db.query(sql)`: one read-only query, rows of text values); it returns one
+--- boolean for all, or one per interval.
+---@param name string
+---@param fn fun(intervals: table[], args: table<string, any>, db: { query: fun(sql: string): string[][] }): boolean|boolean[]
+function define_signal(name, fn) end
