@@ -315,7 +315,12 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
                     .find(|k| e.message.starts_with(&format!("`{k}`")))
                     .and_then(&get)
                     .map(|(_, _, l)| *l);
-                if let Some(l) = line {
+                // A statement's problem (`pre_statements`[n] …) is at that statement's own line.
+                let statement = [("pre_statements", &pre), ("post_statements", &post)].into_iter().find_map(|(k, list)| {
+                    let n: usize = e.message.strip_prefix(&format!("`{k}`["))?.split(']').next()?.parse().ok()?;
+                    list.get(n.checked_sub(1)?).map(|(off, _)| line_of(*off))
+                });
+                if let Some(l) = line.or(statement) {
                     e.location = Some(at(l));
                 }
                 e

@@ -227,7 +227,7 @@ fn an_unparsable_or_misplaced_statement_is_a_load_error_naming_file_and_line() {
     let run = p.run(&["plan", "dev"]);
     run.expect_code(1);
     let err = &run.stderr;
-    assert!(err.contains("models/a.sql:1: model `m.a`: `pre_statements`[1] uses interval bounds"), "{err}");
+    assert!(err.contains("models/a.sql:4: model `m.a`: `pre_statements`[1] uses interval bounds"), "{err}");
     assert!(err.contains("models/c.sql:5: model `m.c`: a second query in the body"), "{err}");
     assert!(err.contains("models/d.rhai:2: model `m.d`: `post_statements`[1] uses `ref`/`cols`"), "{err}");
 }
