@@ -725,3 +725,18 @@ pub fn load_events(p: &Project, csv: &str) {
         .collect();
     p.execute_on_engine(&format!("INSERT INTO src.events VALUES {}", rows.join(", ")));
 }
+
+/// The fingerprint of model `m.x` in a project of `models/parent.lua` (`parent`) plus
+/// `models/<file>` (`text`): how the kind tests compare one model written in Lua, Rhai and
+/// `.sql`, and see which edits are hashed.
+#[track_caller]
+pub fn fingerprint_of(parent: &str, file: &str, text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(dir.path().join("models/parent.lua"), parent).unwrap();
+    fs_err::write(dir.path().join("models").join(file), text).unwrap();
+    let config = efmesh::config::Config::with_root(dir.path());
+    let project = efmesh::project::Project::load(&config).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
+    v.fingerprints.iter().find(|(k, _)| k.to_string() == "m.x").map(|(_, fp)| fp.as_str().to_string()).unwrap_or_else(|| panic!("{file}: no `m.x`"))
+}

@@ -5,9 +5,6 @@
 //! Load errors name the column, the model and file:line.
 
 use crate::common::*;
-use efmesh::config::Config;
-use efmesh::project::Project as LibProject;
-use std::collections::BTreeMap;
 
 /// `raw.sales` reads the engine table `land.sales`; `m.by_region` replaces its partitions by
 /// `region`; `m.totals` (full) sums it.
@@ -84,25 +81,13 @@ const SQL: &str = "-- name: m.x\n-- kind: incremental_by_partition(partitioned_b
 const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { table = "main.src" },
   schema = { { "day", "date" }, { "k", "varchar" }, { "v", "double" } } }"#;
 
-/// The fingerprint of `m.x` in a project of `models/parent.lua` plus `file`.
-fn fingerprint_of(file: &str, text: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    fs_err::create_dir_all(dir.path().join("models")).unwrap();
-    fs_err::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
-    fs_err::write(dir.path().join("models").join(file), text).unwrap();
-    let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
-    let fps: BTreeMap<String, String> = v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect();
-    fps["m.x"].clone()
-}
-
 #[test]
 fn the_same_partition_model_has_one_fingerprint_in_lua_rhai_and_sql_and_its_columns_are_hashed() {
-    let lua = fingerprint_of("x.lua", LUA);
-    assert_eq!(lua, fingerprint_of("x.rhai", RHAI), "Lua vs Rhai");
-    assert_eq!(lua, fingerprint_of("x.sql", SQL), "Lua vs SQL");
-    assert_ne!(lua, fingerprint_of("x.lua", &LUA.replace(r#"{ "day", "k" }"#, r#"{ "day" }"#)), "the partition columns are hashed");
-    let unique = fingerprint_of("x.lua", &LUA.replace("kind.incremental_by_partition { partitioned_by", "kind.incremental_by_unique_key { key"));
+    let lua = fingerprint_of(PARENT, "x.lua", LUA);
+    assert_eq!(lua, fingerprint_of(PARENT, "x.rhai", RHAI), "Lua vs Rhai");
+    assert_eq!(lua, fingerprint_of(PARENT, "x.sql", SQL), "Lua vs SQL");
+    assert_ne!(lua, fingerprint_of(PARENT, "x.lua", &LUA.replace(r#"{ "day", "k" }"#, r#"{ "day" }"#)), "the partition columns are hashed");
+    let unique = fingerprint_of(PARENT, "x.lua", &LUA.replace("kind.incremental_by_partition { partitioned_by", "kind.incremental_by_unique_key { key"));
     assert_ne!(lua, unique, "the kind is hashed");
 }
 

@@ -10,8 +10,6 @@
 //! to the kept table.
 
 use crate::common::*;
-use efmesh::config::Config;
-use efmesh::project::Project as LibProject;
 
 crate::on_every_engine!(
     changes_hard_deletes_and_returning_keys_build_the_history,
@@ -298,21 +296,11 @@ const RHAI: &str = r#"define_model(#{ name: "m.x",
   query: `SELECT id, k, v FROM ${ref("raw.src")}` });"#;
 const SQL: &str = "-- name: m.x\n-- kind: scd_type2(key = id, valid_from = vf, valid_to = vt, columns = [v], invalidate_hard_deletes = false)\n-- schema: id bigint, k varchar, v double\n-- refs: raw.src\nSELECT id, k, v FROM @ref(raw.src)\n";
 
-fn fingerprint_of(file: &str, text: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    fs_err::create_dir_all(dir.path().join("models")).unwrap();
-    fs_err::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
-    fs_err::write(dir.path().join("models").join(file), text).unwrap();
-    let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
-    v.fingerprints.iter().find(|(k, _)| k.to_string() == "m.x").map(|(_, fp)| fp.as_str().to_string()).unwrap()
-}
-
 #[test]
 fn the_same_scd_model_has_one_fingerprint_in_lua_rhai_and_sql_and_every_option_is_hashed() {
-    let lua = fingerprint_of("x.lua", LUA);
-    assert_eq!(lua, fingerprint_of("x.rhai", RHAI), "Lua vs Rhai");
-    assert_eq!(lua, fingerprint_of("x.sql", SQL), "Lua vs SQL");
+    let lua = fingerprint_of(PARENT, "x.lua", LUA);
+    assert_eq!(lua, fingerprint_of(PARENT, "x.rhai", RHAI), "Lua vs Rhai");
+    assert_eq!(lua, fingerprint_of(PARENT, "x.sql", SQL), "Lua vs SQL");
     let edits = [
         (r#"key = "id""#, r#"key = { "id", "k" }"#),
         (r#"valid_from = "vf""#, r#"valid_from = "since""#),
@@ -324,12 +312,12 @@ fn the_same_scd_model_has_one_fingerprint_in_lua_rhai_and_sql_and_every_option_i
     for (from, to) in edits {
         let edited = LUA.replace(from, to);
         assert_ne!(edited, LUA, "{from}");
-        assert!(seen.insert(fingerprint_of("x.lua", &edited)), "editing `{from}` → `{to}` must change the fingerprint");
+        assert!(seen.insert(fingerprint_of(PARENT, "x.lua", &edited)), "editing `{from}` → `{to}` must change the fingerprint");
     }
     // Defaults written out are the same model as defaults omitted.
     let explicit = SQL.replace("valid_from = vf, valid_to = vt", "valid_from = valid_from, valid_to = valid_to");
     let implicit = SQL.replace("valid_from = vf, valid_to = vt, ", "");
-    assert_eq!(fingerprint_of("x.sql", &explicit), fingerprint_of("x.sql", &implicit));
+    assert_eq!(fingerprint_of(PARENT, "x.sql", &explicit), fingerprint_of(PARENT, "x.sql", &implicit));
 }
 
 #[test]

@@ -5,9 +5,6 @@
 //! from. Load errors name the column, the model and file:line.
 
 use crate::common::*;
-use efmesh::config::Config;
-use efmesh::project::Project as LibProject;
-use std::collections::BTreeMap;
 
 /// `raw.src` reads the engine table `land.src` (see [`set_src`]); `m.latest` upserts it by `id`.
 const MODELS: &str = r#"
@@ -229,28 +226,16 @@ const SQL: &str = "-- name: m.x\n-- kind: incremental_by_unique_key(key = [id, k
 const PARENT: &str = r#"define_model { name = "raw.src", kind = kind.external { table = "main.src" },
   schema = { { "id", "bigint" }, { "k", "varchar" }, { "v", "double" } } }"#;
 
-/// The fingerprint of `m.x` in a project of `models/parent.lua` plus `file`.
-fn fingerprint_of(file: &str, text: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    fs_err::create_dir_all(dir.path().join("models")).unwrap();
-    fs_err::write(dir.path().join("models/parent.lua"), PARENT).unwrap();
-    fs_err::write(dir.path().join("models").join(file), text).unwrap();
-    let project = LibProject::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let v = efmesh::plan::versions(&project, &Default::default()).unwrap();
-    let fps: BTreeMap<String, String> = v.fingerprints.into_iter().map(|(k, fp)| (k.to_string(), fp.as_str().to_string())).collect();
-    fps["m.x"].clone()
-}
-
 #[test]
 fn the_same_unique_key_model_has_one_fingerprint_in_lua_rhai_and_sql_and_the_key_is_hashed() {
-    let lua = fingerprint_of("x.lua", LUA);
-    assert_eq!(lua, fingerprint_of("x.rhai", RHAI), "Lua vs Rhai");
-    assert_eq!(lua, fingerprint_of("x.sql", SQL), "Lua vs SQL");
-    let other_key = fingerprint_of("x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "id" }"#));
+    let lua = fingerprint_of(PARENT, "x.lua", LUA);
+    assert_eq!(lua, fingerprint_of(PARENT, "x.rhai", RHAI), "Lua vs Rhai");
+    assert_eq!(lua, fingerprint_of(PARENT, "x.sql", SQL), "Lua vs SQL");
+    let other_key = fingerprint_of(PARENT, "x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "id" }"#));
     assert_ne!(lua, other_key, "changing the key changes the fingerprint");
-    let reordered = fingerprint_of("x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "k", "id" }"#));
+    let reordered = fingerprint_of(PARENT, "x.lua", &LUA.replace(r#"{ "id", "k" }"#, r#"{ "k", "id" }"#));
     assert_ne!(lua, reordered, "the key is hashed in its declared order");
-    let full = fingerprint_of("x.lua", &LUA.replace(r#"kind.incremental_by_unique_key { key = { "id", "k" } }"#, "kind.full()"));
+    let full = fingerprint_of(PARENT, "x.lua", &LUA.replace(r#"kind.incremental_by_unique_key { key = { "id", "k" } }"#, "kind.full()"));
     assert_ne!(lua, full, "the kind is hashed");
 }
 
