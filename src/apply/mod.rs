@@ -247,8 +247,9 @@ pub fn apply(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mu
 }
 
 /// [`apply`], or with `refresh` (`efmesh run`, see [`run`]): also re-execute the unchanged
-/// `incremental_by_unique_key` and `scd_type2` models of the plan (upsert / reconcile), and never
-/// promote.
+/// `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2` models of the plan
+/// (upsert / replace / reconcile; on a `cron`, only when it ticked since their last refresh),
+/// rebuild the `full` models on a `cron` that ticked, and never promote.
 pub(crate) fn execute(
     project: &Project,
     plan: &Plan,
@@ -393,8 +394,14 @@ fn execute_recorded(
         if cause.is_some() && model.is_some_and(|m| matches!(m.kind, Kind::Embedded)) {
             touched.insert(&a.name);
         }
+        // A `full` model on a `cron` is rebuilt by `run` at each tick too (sqlmesh's schedule),
+        // besides whenever its parents' data changes (it never serves older data than they hold).
+        let ticked = match model {
+            Some(m) if refresh && !a.build && matches!(m.kind, Kind::Full) && m.cron.is_some() => cron_due(plan, state, a, m)?,
+            _ => None,
+        };
         // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
-        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild);
+        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild || ticked.is_some());
         let downstream = match (&a.physical, candidate) {
             (Some(physical), true) => {
                 if shared.is_none() {
@@ -427,13 +434,16 @@ fn execute_recorded(
             _ => false,
         };
         if downstream {
-            let reason = match &cause {
-                Some(p) => format!("downstream of new intervals of {p}"),
-                None => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
+            let reason = match (&cause, ticked) {
+                (Some(p), _) => format!("downstream of new intervals of {p}"),
+                (None, Some(t)) if !a.rebuild => {
+                    format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t))
+                }
+                _ => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
             };
             rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
         }
-        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, a)) || downstream {
+        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, plan, state, a)?) || downstream {
             // In `apply`, a new version of a parent does not make its children's existing
             // tables rebuild (a non-breaking change keeps them as they are); new intervals of
             // the same version (a backfill, e.g. after a restatement) do, and so does an existing
@@ -855,9 +865,43 @@ fn physical_missing(action: &crate::plan::Action) -> bool {
     action.repair.as_ref().is_some_and(|r| r.physical_missing)
 }
 
-/// True when `action` is a model `run` re-executes (unique-key, SCD type 2).
-fn refreshed(project: &Project, action: &crate::plan::Action) -> bool {
-    project.dag.get(&action.name).is_some_and(|m| m.kind.is_refreshed())
+/// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
+/// without a `cron` (every run), or one whose cron ticked since it was last refreshed
+/// ([`cron_due`]).
+fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action) -> Result<bool, StateError> {
+    match project.dag.get(&action.name) {
+        Some(m) if m.kind.is_refreshed() => Ok(m.cron.is_none() || cron_due(plan, state, action, m)?.is_some()),
+        _ => Ok(false),
+    }
+}
+
+/// For a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2) on a `cron`:
+/// the tick its refresh is due for, when the cron ticked (at or before the plan's `now`) after the
+/// last tick its version was refreshed for (the newest done end of its ledger,
+/// [`StateStore::record_refresh`]); `None` when it is not due, has no cron, or is another kind.
+fn cron_due(plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
+    if model.kind.time_range().is_some() || !(model.kind.is_refreshed() || matches!(model.kind, Kind::Full)) {
+        return Ok(None);
+    }
+    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Ok(None) };
+    let Some(tick) = crate::core::cron::refresh_tick(&cron, plan.now) else { return Ok(None) };
+    let last = state.ledger_stats(&action.name.to_string(), action.fingerprint.as_str())?.done_up_to;
+    Ok(last.is_none_or(|l| l < tick.end).then_some(tick.end))
+}
+
+/// After `model` (built, rebuilt or refreshed whole by this apply or run) is written: when it is
+/// on a `cron` and not a time-range model, records its version as refreshed for the cron's last
+/// tick at the plan's `now` ([`StateStore::record_refresh`]), so `run` refreshes it again only
+/// at the next tick.
+fn record_refreshed(state: &dyn StateStore, plan: &Plan, action: &crate::plan::Action, model: &crate::core::Model) -> Result<(), StateError> {
+    if model.kind.time_range().is_some() {
+        return Ok(());
+    }
+    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Ok(()) };
+    match crate::core::cron::refresh_tick(&cron, plan.now) {
+        Some(tick) => state.record_refresh(&action.name.to_string(), action.fingerprint.as_str(), tick, interval::now_millis()),
+        None => Ok(()),
+    }
 }
 
 /// Records the promotion as under way (with the statements that put the views back as they
@@ -1117,12 +1161,15 @@ impl<'p> Builder<'_, 'p> {
         (action, self.project.dag.get(&action.name).expect("plan matches project"))
     }
 
-    /// The end of a model's build: the `build done` line, the report, the crash point.
-    fn built(&mut self, model: &crate::core::Model, started: std::time::Instant, intervals: usize) {
+    /// The end of a model's build: the refresh tick of a model on a `cron` ([`record_refreshed`]),
+    /// the `build done` line, the report, the crash point.
+    fn built(&mut self, action: &crate::plan::Action, model: &crate::core::Model, started: std::time::Instant, intervals: usize) -> Result<(), ApplyError> {
+        record_refreshed(self.state, self.plan, action, model)?;
         tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
         self.report.built.push(model.name.clone());
         self.report.per_model.insert(model.name.to_string(), intervals);
         fault::crash_point(|| format!("after-build:{}", model.name));
+        Ok(())
     }
 }
 
@@ -1188,9 +1235,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             if self.pending.contains(&version) {
                 state.clear_pending_rebuild(&version.0, &version.1)?;
             }
-            tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
-            self.report.built.push(model.name.clone());
-            self.report.per_model.insert(model.name.to_string(), self.report.intervals - intervals_before);
+            let intervals = self.report.intervals - intervals_before;
+            self.built(action, model, started, intervals)?;
             return Ok(None);
         }
         let exec = self.exec;
@@ -1297,7 +1343,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Pre/post statements may change rows the count above cannot see: a write running
                 // any counts as a change.
                 state.end_data_write(&write, stats.changed > 0 || !model.statements.is_empty(), interval::now_millis())?;
-                self.built(model, started, 0);
+                self.built(action, model, started, 0)?;
                 Ok(None)
             }
             Kind::ScdType2(s) => {
@@ -1334,7 +1380,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     state.put_snapshot(&snapshot)?;
                 }
                 state.end_data_write(&write, stats.closed + stats.opened > 0 || carry.is_some() || !model.statements.is_empty(), interval::now_millis())?;
-                self.built(model, started, 0);
+                self.built(action, model, started, 0)?;
                 Ok(None)
             }
             // Externals are never built; seeds were built above.
@@ -1386,7 +1432,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
     }
 
     fn finish(&mut self, item: usize) -> Result<(), ApplyError> {
-        let (_, model) = self.model(item);
+        let (action, model) = self.model(item);
         let flight = self.flights.remove(&item).expect("a started model");
         if let FlightKind::Batches { batches, before, clean, .. } = &flight.what
             && !batches.is_empty()
@@ -1395,7 +1441,6 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             let scope = Some(crate::core::audit::AuditScope::Whole);
             record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), batches.len())?;
         }
-        self.built(model, flight.started, flight.intervals);
-        Ok(())
+        self.built(action, model, flight.started, flight.intervals)
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! sqlmesh's `run` re-executes models on their schedule; efmesh's `run` is one tick of that: for
 //! the environment's current versions it upserts every `incremental_by_unique_key` model,
-//! reconciles every `scd_type2` model (at the plan's instant) and computes the missing intervals
+//! replaces the partitions of every `incremental_by_partition` model, reconciles every
+//! `scd_type2` model (at the plan's instant) — those on a `cron` only when it ticked since their
+//! last refresh, when `full` models on a `cron` are rebuilt too — and computes the missing intervals
 //! of time-range models (lookback included), parents first, with the usual contract check
 //! first. It never builds a new version and never promotes: when the project differs from the
 //! environment (any action other than `unchanged`) it refuses and lists the changes, so a

@@ -1,9 +1,10 @@
 //! `efmesh status <env> [--json] [--check]`: what an environment serves and how healthy it is —
 //! the last plan applied and by whom (the apply journal), per time-range model the newest done
 //! interval and the lag behind now (by grain), failed intervals, the last run ticks and the lock
-//! holder, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
+//! holder, per `full`/unique-key/partition/SCD type 2 model on a `cron` the tick it was last
+//! refreshed for and whether a refresh is due, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
 //! versions whose parents' data changed since they were built (stale rebuilds). `--check`
-//! exits 1 when failed intervals exist or the newest tick errored; lag,
+//! exits 1 when failed intervals exist or the newest tick errored; lag, a due refresh,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
 
@@ -41,6 +42,21 @@ struct Lag {
     waiting_on: Option<String>,
 }
 
+/// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
+/// it for.
+struct Refresh {
+    model: String,
+    kind: &'static str,
+    cron: String,
+    /// The last tick it was refreshed for (the newest done end of its ledger).
+    refreshed_for: Option<Millis>,
+    /// The cron's last tick at or before now, when it is newer than `refreshed_for`: the next
+    /// run refreshes the model.
+    due: Option<Millis>,
+    /// The cron's next tick after now.
+    next_due: Option<Millis>,
+}
+
 /// Prints the status report of `env`; with `check`, exit 1 when unhealthy.
 pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, now: Millis, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
@@ -57,6 +73,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let host = host_name();
     let mut lags = Vec::new();
     let mut failed_other = Vec::new();
+    let mut refreshes: Vec<Refresh> = Vec::new();
     // Per late model, its due intervals after the newest done one: what the signals are asked.
     let mut candidates = std::collections::BTreeMap::new();
     for (name, fp) in &pointers {
@@ -86,7 +103,23 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 }
             }
             _ if stats.failed > 0 => failed_other.push((name.clone(), stats.failed)),
-            _ => {}
+            _ => {
+                // A model `run` refreshes whole on a cron: the tick it was last refreshed for.
+                if let Some(m) = model.as_ref().filter(|m| matches!(m.kind, Kind::Full) || m.kind.is_refreshed())
+                    && let Some(text) = m.cron.as_deref()
+                    && let Ok(cron) = crate::core::cron::parse(text)
+                {
+                    let due = crate::core::cron::refresh_tick(&cron, now).map(|t| t.end);
+                    refreshes.push(Refresh {
+                        model: name.clone(),
+                        kind: m.kind.tag(),
+                        cron: text.to_string(),
+                        refreshed_for: stats.done_up_to,
+                        due: due.filter(|d| stats.done_up_to.is_none_or(|r| r < *d)),
+                        next_due: crate::core::cron::next_tick(&cron, now),
+                    });
+                }
+            }
         }
     }
     let signals_error = waiting_on_signals(&project, &candidates, &mut lags);
@@ -139,6 +172,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "failed": l.failed,
                 "waiting": l.waiting,
                 "waitingOn": l.waiting_on,
+            })).collect::<Vec<_>>(),
+            "refreshes": refreshes.iter().map(|r| json!({
+                "model": r.model,
+                "kind": r.kind,
+                "cron": r.cron,
+                "refreshedFor": r.refreshed_for.map(to_iso),
+                "due": r.due.is_some(),
+                "dueSince": r.due.map(to_iso),
+                "nextDueAt": r.next_due.map(to_iso),
             })).collect::<Vec<_>>(),
             "signalsError": signals_error,
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
@@ -195,6 +237,16 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
+            }
+        }
+        for r in &refreshes {
+            let last = r.refreshed_for.map_or("never refreshed on its cron".to_string(), |t| format!("last refreshed for the tick at {}", to_iso(t)));
+            let next = r.next_due.map_or(String::new(), |n| format!(", next due {}", to_iso(n)));
+            match r.due {
+                Some(d) => {
+                    text.push_str(&format!("  … {}  refresh due: its cron `{}` ticked at {}, {last}; the next run refreshes it\n", r.model, r.cron, to_iso(d)))
+                }
+                None => text.push_str(&format!("  ✓ {}  {last} (cron `{}`{next})\n", r.model, r.cron)),
             }
         }
         if let Some(e) = &signals_error {

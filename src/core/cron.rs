@@ -138,6 +138,32 @@ pub fn check(cron: &Cron, expr: &str, grain: Grain) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses a cron on a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2)
+/// that fires more often than every five minutes (two ticks within one five-minute interval),
+/// as sqlmesh refuses crons faster than five minutes.
+///
+/// # Errors
+/// A message naming the two ticks.
+pub fn check_refresh(cron: &Cron, expr: &str) -> Result<(), String> {
+    match two_ticks_in_one(cron, Grain::FiveMinute) {
+        Some((a, b)) => Err(format!(
+            "cron `{expr}` fires more often than every five minutes (at {} and {}); a model is refreshed at most every five minutes",
+            super::interval::to_iso(a),
+            super::interval::to_iso(b)
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The tick a refresh of a model with `cron` at `now` is for: the last tick at or before `now`,
+/// as the interval `[previous tick, tick)` (sqlmesh's interval of a non-time-range model), so
+/// the ledger records it like a grain interval. `None` when the cron never fired before `now`.
+pub fn refresh_tick(cron: &Cron, now: Millis) -> Option<super::interval::Interval> {
+    let tick = last_tick(cron, now)?;
+    let before = cron.find_previous_occurrence(&Utc(tick.div_euclid(1000)), false).ok().map_or(tick - 1, |t| t.0.saturating_mul(1000));
+    Some(super::interval::Interval::new(before.min(tick - 1), tick))
+}
+
 /// Two consecutive ticks within one `grain` interval, over up to two years of ticks from 2024 (a
 /// leap year), bounded to 1 000 ticks so the check stays cheap at load: a dense cron (every few
 /// minutes) repeats its minute/hour pattern daily, which 1 000 ticks cover many times over, and

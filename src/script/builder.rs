@@ -463,15 +463,28 @@ fn column_descriptions(v: &Value, schema: &Schema, kind: Option<&Kind>) -> Resul
     Ok(found.into_iter().map(|(_, c, d)| (c, d)).collect())
 }
 
-/// A model's `cron`: a valid expression ([`crate::core::cron::parse`]) on a time-range model, not
-/// firing more often than its grain ([`crate::core::cron::check`]).
+/// A model's `cron`: a valid expression ([`crate::core::cron::parse`]). On a time-range model it
+/// may not fire more often than its grain ([`crate::core::cron::check`]); on a `full`,
+/// unique-key, partition or SCD type 2 model (refreshed by `run` at its ticks) not more often
+/// than every five minutes, as sqlmesh. Views, embedded models, seeds and externals are never
+/// computed by `run`: a `cron` there would schedule nothing, so it is refused.
 fn check_cron(expr: &str, kind: Option<&Kind>) -> Result<(), String> {
     let cron = crate::core::cron::parse(expr)?;
     match kind {
         Some(Kind::IncrementalByTimeRange(t)) => crate::core::cron::check(&cron, expr.trim(), t.grain),
-        Some(k) => {
-            Err(format!("`cron` is only supported on `incremental_by_time_range` models (this one is `{}`): other kinds are refreshed by every `run`", k.tag()))
+        Some(Kind::Full | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_) | Kind::ScdType2(_)) => {
+            crate::core::cron::check_refresh(&cron, expr.trim())
         }
+        Some(k) => Err(format!(
+            "`cron` has nothing to schedule on a `{}` model: {}; it is supported on `full`, `incremental_by_time_range`, `incremental_by_unique_key`, `incremental_by_partition` and `scd_type2` models",
+            k.tag(),
+            match k {
+                Kind::View => "a view is computed when it is read",
+                Kind::Embedded => "an embedded model is inlined into its readers",
+                Kind::Seed(_) => "a seed changes only when its file does (the next apply loads it)",
+                _ => "efmesh never computes it",
+            }
+        )),
         None => Ok(()),
     }
 }

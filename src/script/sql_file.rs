@@ -8,7 +8,7 @@
 //! -- refs:   med.stays
 //! -- description: Patients per department and day
 //! -- target: parquet    (optional: table | parquet | ducklake)
-//! -- cron:   @daily     (optional, time-range models: when intervals are due, UTC)
+//! -- cron:   @daily     (optional: when intervals are due, or when `run` refreshes a full/keyed model; UTC)
 //! -- owner:  care-analytics                         (optional metadata)
 //! -- tags:   census, daily                          (optional metadata)
 //! -- column_descriptions: day = 'Calendar day', patients = 'Distinct cases, any ward'

@@ -108,7 +108,7 @@ function kind.seed(opts) end
 ---@field description? string Free text.
 ---@field target? "table"|"parquet"|"ducklake" Where the data is stored (default `table`); `full` and time-range models only.
 ---@field audits? efmesh.AuditUse[] Audits checked when data is written (`audit.not_null("id")`, …); not fingerprinted.
----@field cron? string Time-range models: when intervals are due, UTC (`"*/15 * * * *"`, `"@daily"`); not fingerprinted.
+---@field cron? string When the model is due, UTC: a time-range model's intervals, or when `run` refreshes a full/unique-key/partition/SCD2 model (`"*/15 * * * *"`, `"@daily"`); not fingerprinted.
 ---@field pre_statements? string|string[] SQL run before the model's write, in its transaction (`@this`, bounds allowed).
 ---@field post_statements? string|string[] SQL run after the write, in the same transaction.
 ---@field statements_affect_data? boolean `true`: the statements are fingerprinted (an edit rebuilds). Default `false`.

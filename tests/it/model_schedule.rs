@@ -1,7 +1,8 @@
 //! Per-model schedules (issue #16 part 3): finer and coarser grains (`5m`, `15m`, `week`,
 //! `month`), a model's `cron` deciding which intervals are due, `run` computing only those,
 //! `status` counting a model late only when a due interval is missing, a cron change being a
-//! metadata change, and the load errors of a bad cron.
+//! metadata change, the load errors of a bad cron, and `full`, unique-key, partition and SCD
+//! type 2 models refreshed by `run` only at their cron's ticks.
 
 use crate::common::{EngineBackend, Project, action, env_view};
 use efmesh::state::StateStore;
@@ -217,7 +218,9 @@ fn a_bad_cron_is_a_load_error_naming_the_file_line_and_model() {
         "models/fine.rhai",
         "define_model(#{ name: \"s.fine\", kind: kind::incremental_by_time_range(#{ time_column: \"t\", start: \"2026-01-01\" }), cron: \"*/15 * * * *\",\n  schema: [[\"t\", \"timestamp\"]], query: \"SELECT CAST(@start AS TIMESTAMP) AS t\" });\n",
     );
-    p.write("models/full.sql", "-- name: s.whole\n-- kind: full\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
+    p.write("models/full.sql", "-- name: s.whole\n-- kind: view\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
+    p.write("models/busy.sql", "-- name: s.busy\n-- kind: full\n-- schema: x integer\n-- cron: * * * * *\nSELECT 1 AS x\n");
+    p.write("models/fine_full.sql", "-- name: s.daily_full\n-- kind: full\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
     p.write(
         "models/nick.sql",
         "-- name: s.nick\n-- kind: incremental_by_time_range(time_column = t, start = 2026-01-01)\n-- schema: t timestamp\n-- cron: @often\nSELECT CAST(@start AS TIMESTAMP) AS t\n",
@@ -229,7 +232,11 @@ fn a_bad_cron_is_a_load_error_naming_the_file_line_and_model() {
     // Finer than the grain (the default `day`): refused, naming the grain that would fit.
     assert!(err.contains("models/fine.rhai:1") && err.contains("s.fine") && err.contains("fires more often than the model's grain `day`"), "{err}");
     assert!(err.contains("the grains it fits: `five_minute`, `quarter_hour`"), "{err}");
-    assert!(err.contains("models/full.sql:1") && err.contains("s.whole") && err.contains("only supported on `incremental_by_time_range`"), "{err}");
+    // A view is never computed by `run`: a cron would schedule nothing.
+    assert!(err.contains("models/full.sql:1") && err.contains("s.whole") && err.contains("nothing to schedule on a `view` model"), "{err}");
+    // A model refreshed whole: at most every five minutes, as sqlmesh.
+    assert!(err.contains("models/busy.sql:1") && err.contains("s.busy") && err.contains("fires more often than every five minutes"), "{err}");
+    assert!(!err.contains("s.daily_full"), "a daily cron on a `full` model is fine: {err}");
     assert!(err.contains("models/nick.sql:1") && err.contains("s.nick") && err.contains("unknown cron nickname `@often`"), "{err}");
     assert!(!p.state_path().exists() || p.state().env_pointers("dev").unwrap_or_default().is_empty());
 }
@@ -320,3 +327,126 @@ fn a_child_waits_for_the_intervals_its_parent_holds_back() {
     let v = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     assert_eq!(lag(&v, "s.per_day")["late"], false, "a child waiting for its parent is not late: {v:#}");
 }
+
+/// An hourly time-range parent computing one row per hour, and `s.seen`, a unique-key model on
+/// a daily cron counting the hours it saw when it was last refreshed.
+const HOURLY_AND_DAILY_UPSERT: &str = r#"define_model {
+  name = "s.hours",
+  kind = kind.incremental_by_time_range { time_column = "t", start = "2026-03-01", grain = "hour", batch_size = 1 },
+  schema = { { "t", "timestamp" } },
+  query = "SELECT CAST(@start AS TIMESTAMP) AS t",
+}
+define_model {
+  name = "s.seen",
+  kind = kind.incremental_by_unique_key { key = { "k" } },
+  cron = "@daily",
+  schema = { { "k", "integer" }, { "n", "bigint" } },
+  query = "SELECT 1 AS k, count(*) AS n FROM " .. ref("s.hours"),
+}
+"#;
+
+fn seen(p: &Project, env: &str) -> String {
+    p.rows(&env_view(env, "s.seen")).iter().map(|r| r[1].clone().unwrap_or_default()).collect::<Vec<_>>().join(",")
+}
+
+fn refresh<'a>(v: &'a Value, model: &str) -> &'a Value {
+    v["refreshes"].as_array().expect("refreshes").iter().find(|r| r["model"] == model).unwrap_or_else(|| panic!("no refresh entry for {model}: {v}"))
+}
+
+fn unique_key_model_on_a_daily_cron_is_refreshed_once_per_tick(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.write(
+        "models/m.lua",
+        &if p.on_postgres() { HOURLY_AND_DAILY_UPSERT.replace("count(*) AS n", "CAST(count(*) AS BIGINT) AS n") } else { HOURLY_AND_DAILY_UPSERT.to_string() },
+    );
+    p.now = "2026-03-02T05:30:00Z".into();
+    p.apply("prod");
+    // The build by apply counts as the refresh for the day's tick (00:00): 29 hours seen.
+    assert_eq!(seen(&p, "prod"), "29");
+    let st = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let r = refresh(&st, "s.seen");
+    assert_eq!((r["kind"].as_str(), r["cron"].as_str(), r["due"].as_bool()), (Some("incremental_by_unique_key"), Some("@daily"), Some(false)), "{r}");
+    assert_eq!(r["refreshedFor"], "2026-03-02T00:00:00.000Z");
+    assert_eq!(r["nextDueAt"], "2026-03-03T00:00:00.000Z");
+
+    // 07:10: the parent computes two new hours; the unique-key model's cron has not ticked
+    // since it was refreshed: it is not upserted (without a cron every run upserts it).
+    let (outcome, processed, intervals) = run_at(&mut p, "prod", "2026-03-02T07:10:00Z");
+    assert_eq!((outcome.as_str(), processed, intervals), ("processed", vec!["s.hours".to_string()], 2));
+    assert_eq!(seen(&p, "prod"), "29");
+
+    // Past midnight the cron ticked: the run refreshes it, once.
+    p.now = "2026-03-03T00:20:00Z".into();
+    let st = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    assert_eq!((refresh(&st, "s.seen")["due"].as_bool(), refresh(&st, "s.seen")["dueSince"].as_str()), (Some(true), Some("2026-03-03T00:00:00.000Z")));
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains("s.seen  refresh due: its cron `@daily` ticked at 2026-03-03T00:00:00.000Z"), "{text}");
+    let (_, processed, _) = run_at(&mut p, "prod", "2026-03-03T00:20:00Z");
+    assert_eq!(processed, vec!["s.hours".to_string(), "s.seen".to_string()]);
+    assert_eq!(seen(&p, "prod"), "48");
+    let (outcome, processed, _) = run_at(&mut p, "prod", "2026-03-03T00:40:00Z");
+    assert_eq!((outcome.as_str(), processed.len()), ("nothing-due", 0));
+    let (_, processed, _) = run_at(&mut p, "prod", "2026-03-03T01:10:00Z");
+    assert_eq!(processed, vec!["s.hours".to_string()]);
+    assert_eq!(seen(&p, "prod"), "48", "the 00:00 hour arrived after the refresh: seen at the next tick");
+    let st = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(refresh(&st, "s.seen")["refreshedFor"], "2026-03-03T00:00:00.000Z");
+}
+
+crate::on_every_engine!(unique_key_model_on_a_daily_cron_is_refreshed_once_per_tick);
+
+/// An external table efmesh does not track, `s.total` (full, on a `0 6 * * *` cron) counting its
+/// rows, `s.plain` the same without a cron, and `s.child` (full, no cron) reading `s.total`.
+const EXTERNAL_AND_FULL: &str = r#"define_model {
+  name = "raw.ev",
+  kind = kind.external { table = "src.ev" },
+  schema = { { "x", "integer" } },
+}
+define_model {
+  name = "s.total",
+  kind = kind.full(),
+  cron = "0 6 * * *",
+  schema = { { "n", "bigint" } },
+  query = "SELECT CAST(count(*) AS BIGINT) AS n FROM " .. ref("raw.ev"),
+}
+define_model {
+  name = "s.plain",
+  kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  query = "SELECT CAST(count(*) AS BIGINT) AS n FROM " .. ref("raw.ev"),
+}
+define_model {
+  name = "s.child",
+  kind = kind.full(),
+  schema = { { "n", "bigint" } },
+  query = "SELECT n FROM " .. ref("s.total"),
+}
+"#;
+
+fn full_model_on_a_cron_is_rebuilt_at_its_ticks(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.execute_on_engine("CREATE SCHEMA src; CREATE TABLE src.ev (x INTEGER); INSERT INTO src.ev VALUES (1)");
+    p.write("models/m.lua", EXTERNAL_AND_FULL);
+    p.now = "2026-03-02T10:00:00Z".into();
+    p.apply("prod");
+    let n = |p: &Project, m: &str| p.rows(&env_view("prod", m))[0][0].clone().unwrap_or_default();
+    assert_eq!((n(&p, "s.total"), n(&p, "s.plain"), n(&p, "s.child")), ("1".into(), "1".into(), "1".into()));
+    p.execute_on_engine("INSERT INTO src.ev VALUES (2)");
+    // The 06:00 tick was before the build: nothing is due until tomorrow's.
+    let (outcome, processed, _) = run_at(&mut p, "prod", "2026-03-02T12:00:00Z");
+    assert_eq!((outcome.as_str(), processed.len()), ("nothing-due", 0));
+    assert_eq!(n(&p, "s.total"), "1");
+    // At the next tick `s.total` is rebuilt and reads the new row; its child follows (it never
+    // serves older data than its parent); `s.plain`, without a cron, is not rebuilt by `run`.
+    let (outcome, processed, _) = run_at(&mut p, "prod", "2026-03-03T06:05:00Z");
+    assert_eq!((outcome.as_str(), processed), ("processed", vec!["s.total".to_string(), "s.child".to_string()]));
+    assert_eq!((n(&p, "s.total"), n(&p, "s.plain"), n(&p, "s.child")), ("2".into(), "1".into(), "2".into()));
+    let (outcome, _, _) = run_at(&mut p, "prod", "2026-03-03T07:00:00Z");
+    assert_eq!(outcome, "nothing-due");
+    let st = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let r = refresh(&st, "s.total");
+    assert_eq!((r["kind"].as_str(), r["due"].as_bool(), r["refreshedFor"].as_str()), (Some("full"), Some(false), Some("2026-03-03T06:00:00.000Z")), "{r}");
+    assert!(st["refreshes"].as_array().unwrap().iter().all(|r| r["model"] != "s.plain"), "no cron, no entry: {st}");
+}
+
+crate::on_every_engine!(full_model_on_a_cron_is_rebuilt_at_its_ticks);

@@ -76,6 +76,7 @@ on_every_backend!(
     concurrent_writers_on_separate_handles_lose_no_write_and_journal_in_commit_order,
     concurrent_lease_takers_on_separate_handles_get_exactly_one_lease,
     every_store_has_its_own_identity_shared_by_its_handles,
+    a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation,
 );
 
 const DAY: i64 = 86_400_000;
@@ -395,6 +396,25 @@ fn intents_are_refused_on_claimed_storage_and_a_claim_deletes_the_versions_rows(
     assert!(store.janitor_inventory().unwrap().condemned.is_empty() && store.janitor_inventory().unwrap().intents.is_empty());
     // A claim deciding nothing writes nothing.
     assert!(store.janitor_claim(&mut |_| Vec::new(), 0).unwrap().is_empty());
+}
+
+fn a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation(b: &dyn Backend) {
+    let store = b.open();
+    let a = rec("m.full", &fp('1'));
+    store.put_snapshot(&a).unwrap();
+    let key = vec![("m.full".to_string(), fp('1'))];
+    let w = store.begin_data_write("m.full", &fp('1'), 0).unwrap();
+    store.end_data_write(&w, true, 0).unwrap();
+    let before = store.data_versions(&key).unwrap()[&key[0]].generation;
+    // Refreshed for the 2 March tick, then the 3 March one: the newest end is the last tick.
+    store.record_refresh("m.full", &fp('1'), Interval::new(t("2026-03-01"), t("2026-03-02")), 0).unwrap();
+    store.record_refresh("m.full", &fp('1'), Interval::new(t("2026-03-02"), t("2026-03-03")), 0).unwrap();
+    // Recorded again for the same tick: one row, no error.
+    b.open().record_refresh("m.full", &fp('1'), Interval::new(t("2026-03-02"), t("2026-03-03")), 0).unwrap();
+    let stats = b.open().ledger_stats("m.full", &fp('1')).unwrap();
+    assert_eq!((stats.done, stats.failed, stats.done_up_to), (2, 0, Some(t("2026-03-03"))));
+    assert_eq!(store.data_versions(&key).unwrap()[&key[0]].generation, before, "a refresh record is not a data change");
+    assert!(store.ledger_stats("m.full", &fp('2')).unwrap().done_up_to.is_none(), "per version");
 }
 
 fn data_generations_bump_for_sharers_and_an_untouched_write_mark_is_taken_back(b: &dyn Backend) {
