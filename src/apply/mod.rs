@@ -161,6 +161,18 @@ pub enum ApplyError {
         /// What failed.
         failure: audit::AuditError,
     },
+    /// In `run`: blocking audits of models reading what the run wrote (`ref()` in an audit body,
+    /// e.g. `relationships`) found violating rows once the writes had committed. The writes stay
+    /// (each passed its own model's audits); the run fails so the breach is seen.
+    #[error("{failure}\n  (these audits read {}, which this run refreshed; the new data is committed — fix it or the audited model, then check with `efmesh audit`)", .written.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", "))]
+    RunAudit {
+        /// The first failing audit's model.
+        model: ModelName,
+        /// The models this run wrote that the failing audits read.
+        written: Vec<ModelName>,
+        /// What failed.
+        failure: audit::AuditError,
+    },
     /// The state store changed between the plan and the apply (another process applied or
     /// ran meanwhile): nothing was done.
     #[error("the state store changed since this plan of `{env}` was computed (another apply or run happened meanwhile); nothing was done\n  hint: plan again")]
@@ -636,6 +648,15 @@ fn execute_recorded(
     }
 
     if refresh {
+        // Audits of other models reading what this run wrote run again over their whole
+        // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
+        let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+        let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
+        if let Some(first) = failures.first() {
+            let read: BTreeSet<ModelName> =
+                failures.iter().filter_map(|f| project.dag.get(&f.model)).flat_map(|m| m.audit_refs()).filter(|r| written.contains(r)).collect();
+            return Err(ApplyError::RunAudit { model: first.model.clone(), written: read.into_iter().collect(), failure: audit::AuditError::Failed(failures) });
+        }
         return Ok(report);
     }
     pre_promotion_audits(project, plan, state, engine, &exec, &audited, &mut report)?;
@@ -788,7 +809,33 @@ fn pre_promotion_audits(
             state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest, generation: g }, interval::now_millis())?;
         }
     }
-    // Audits reading a model whose data changed, not yet run over the whole relation against it.
+    failures.extend(ref_audits(project, plan, engine, exec, audited, &ran, &touched, report, "apply")?);
+    if let Some(first) = failures.first() {
+        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
+    }
+    Ok(())
+}
+
+/// The audits reading a model in `touched` (`ref()` in an audit body) that have not run over the
+/// whole relation against its new data yet — neither in the pre-swap pass (`ran`) nor while their
+/// model was built after it in this apply or run (`audited`) — run over the whole relation of
+/// their model, which may be `unchanged` (SPEC §4 invariant 52). Returns the failed results
+/// (already added to `report`).
+#[allow(clippy::too_many_arguments)]
+fn ref_audits(
+    project: &Project,
+    plan: &Plan,
+    engine: &mut dyn Engine,
+    exec: &ExecResolver,
+    audited: &BTreeSet<ModelName>,
+    ran: &BTreeMap<ModelName, Option<crate::core::audit::AuditScope>>,
+    touched: &BTreeSet<ModelName>,
+    report: &mut ApplyReport,
+    during: &str,
+) -> Result<Vec<audit::AuditResult>, ApplyError> {
+    use crate::core::Resolver;
+    use crate::core::audit::AuditScope;
+    let mut failures = Vec::new();
     for action in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let Some(model) = project.dag.get(&action.name) else { continue };
         let stale: Vec<&crate::core::audit::Audit> = model
@@ -809,7 +856,7 @@ fn pre_promotion_audits(
         }
         let relation = exec.relation(&model.name);
         let changed: Vec<String> = model.audit_refs().into_iter().filter(|r| touched.contains(r)).map(|r| format!("`{r}`")).collect();
-        tracing::info!(model = %model.name, "audits run again: {} changed in this apply", changed.join(", "));
+        tracing::info!(model = %model.name, "audits run again: {} changed in this {}", changed.join(", "), during);
         let checks: Vec<(&crate::core::audit::Audit, String)> = stale.into_iter().map(|a| (a, a.sql.render(&relation, &|m| exec.relation(m)))).collect();
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
@@ -817,10 +864,7 @@ fn pre_promotion_audits(
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.add(results);
     }
-    if let Some(first) = failures.first() {
-        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
-    }
-    Ok(())
+    Ok(failures)
 }
 
 /// The data generation of `(name, fp)` (0 when it has none yet).

@@ -110,7 +110,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Rejected { .. } => "rejected",
         ApplyError::Target { .. } => "target",
         ApplyError::EngineFeature { .. } => "engine-feature",
-        ApplyError::Audit { .. } => "audit",
+        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",

@@ -20,6 +20,7 @@ on_every_engine!(
     an_audit_runs_after_the_model_it_references_even_without_a_data_edge,
     a_change_of_the_referenced_model_re_runs_the_audit_before_any_view_moves,
     efmesh_audit_reports_every_failure_when_an_audit_sql_errors,
+    a_run_refreshing_the_referenced_model_re_runs_the_audits_reading_it,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -751,6 +752,49 @@ fn a_change_of_the_referenced_model_re_runs_the_audit_before_any_view_moves(engi
     let v = p.apply("prod");
     assert_eq!(violations(&v, "s.orders", REL), 0);
     assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2);
+}
+
+fn a_run_refreshing_the_referenced_model_re_runs_the_audits_reading_it(engine: EngineBackend) {
+    // `s.customers` (full, on a daily cron) copies a source table efmesh does not track;
+    // `s.orders` (full) does not read it, but its `relationships` audit does.
+    let mut p = project(engine);
+    p.execute_on_engine("CREATE SCHEMA src; CREATE TABLE src.cust (id INTEGER); INSERT INTO src.cust VALUES (1), (2), (3)");
+    p.write(
+        "models/shop.lua",
+        r#"define_model { name = "src.cust", kind = kind.external { table = "src.cust" }, schema = { { "id", "integer" } } }
+define_model {
+  name = "s.customers", kind = kind.full(), cron = "@daily", schema = { { "id", "integer" } },
+  query = "SELECT id FROM " .. ref("src.cust"),
+}
+define_model {
+  name = "s.orders", kind = kind.full(), schema = { { "order_id", "integer" }, { "customer_id", "integer" } },
+  audits = { audit.relationships { column = "customer_id", to = "s.customers", field = "id" } },
+  query = "SELECT CAST(10 AS INTEGER) AS order_id, CAST(3 AS INTEGER) AS customer_id",
+}
+"#,
+    );
+    p.now = "2026-05-01T10:00:00Z".into();
+    p.apply("prod");
+    // Customer 3 leaves the source; at the next tick the run rebuilds `s.customers`: the audit
+    // of the unchanged `s.orders` runs again against it and fails the run, naming the audit,
+    // the orphan and the model the run refreshed.
+    p.execute_on_engine("DELETE FROM src.cust WHERE id = 3");
+    p.now = "2026-05-02T00:10:00Z".into();
+    let run = p.run(&["run", "prod", "--json"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    assert!(e.contains(&format!("audit `{REL}` on model `s.orders`: 1 violating row")), "{e}");
+    assert!(e.contains(r#""customer_id":3"#), "{e}");
+    assert!(e.contains("these audits read `s.customers`, which this run refreshed"), "{e}");
+    assert_eq!(run.json()["error"]["kind"], "audit", "{}", run.stdout);
+    // The refresh itself passed its own audits: it is committed (the environment serves it).
+    assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2);
+    // Without a breach the run is clean and reports the audit it ran again.
+    p.execute_on_engine("INSERT INTO src.cust VALUES (3)");
+    p.now = "2026-05-03T00:10:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    let v = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(violations(&v, "s.orders", REL), 0);
 }
 
 fn efmesh_audit_reports_every_failure_when_an_audit_sql_errors(engine: EngineBackend) {
