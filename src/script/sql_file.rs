@@ -303,7 +303,11 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
             spec.insert(key.into(), Value::Array(list.iter().map(|(_, s)| Value::String((*s).to_string())).collect()));
         }
     }
+    // A model that does not build also reports its unknown signals (at the `signals` line), with
+    // its other errors: they are checked after the load only on models that built.
+    let signals_at = get("signals").map_or_else(|| location.clone(), |(_, _, l)| at(*l));
     if !errors.is_empty() {
+        errors.extend(super::builder::unknown_signals(&spec, &signals_at, foreign));
         return Err(errors);
     }
     // The builder reports the metadata fields at the model; here their header line is known.
@@ -325,6 +329,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
                 }
                 e
             })
+            .chain(super::builder::unknown_signals(&spec, &signals_at, foreign))
             .collect::<Vec<_>>()
     })?;
     model.audits = audits;
