@@ -9,6 +9,7 @@ on_every_engine!(
     pre_and_post_statements_run_in_every_batch_with_its_bounds,
     pre_statements_are_rolled_back_with_a_failed_batch,
     a_failing_post_statement_rolls_back_the_batchs_data,
+    a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error,
 );
 
 /// A project of `.sql` models on `engine`: the source `raw.ev` (one row a day, 2026-01-01 to
@@ -244,4 +245,51 @@ fn a_semicolon_inside_a_dollar_quoted_string_does_not_split_the_body() {
     p.apply("dev");
     let rows = p.rows(&format!("(SELECT CAST(day AS VARCHAR), first FROM {} WHERE day = DATE '2026-01-02')", crate::common::env_view("dev", "t.parts")));
     assert_eq!(rows, vec![vec![Some("2026-01-02".to_string()), Some("2".to_string())]]);
+}
+
+/// Pre/post statements run inside the write's transaction: a statement the engine refuses in a
+/// transaction block (Postgres's `VACUUM`, `CREATE INDEX CONCURRENTLY`…, DuckDB's `CHECKPOINT`),
+/// and transaction control on either engine, is a load error at its own line saying why, not a
+/// failure at apply; what the engine runs in a transaction (`ANALYZE`, DuckDB's `VACUUM`…) loads
+/// and runs.
+fn a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error(engine: EngineBackend) {
+    let p = project(engine, "3");
+    let pg = p.on_postgres();
+    let why = "cannot run inside a transaction block";
+    let refused: Vec<(&str, String)> = if pg {
+        vec![
+            ("VACUUM @this", format!("`VACUUM` {why} (Postgres)")),
+            ("CREATE INDEX CONCURRENTLY events_day ON @this (day)", format!("`CREATE INDEX CONCURRENTLY` {why} (Postgres)")),
+            ("REINDEX TABLE CONCURRENTLY @this", format!("`REINDEX … CONCURRENTLY` {why} (Postgres)")),
+            ("CREATE DATABASE scratch", format!("`CREATE DATABASE` {why} (Postgres)")),
+            ("COMMIT", "`COMMIT` controls transactions".to_string()),
+        ]
+    } else {
+        vec![
+            ("CHECKPOINT", format!("`CHECKPOINT` {why} (DuckDB")),
+            ("FORCE CHECKPOINT", format!("`FORCE CHECKPOINT` {why} (DuckDB)")),
+            ("BEGIN TRANSACTION", "`BEGIN` controls transactions".to_string()),
+            ("ROLLBACK", "`ROLLBACK` controls transactions".to_string()),
+        ]
+    };
+    let pre: Vec<&str> = refused.iter().map(|(st, _)| *st).collect();
+    p.write("models/events.sql", &events(&format!("{};", pre.join(";\n")), ""));
+    for cmd in [&["check"][..], &["plan", "dev"]] {
+        let run = p.run(cmd);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        // The pre-statements start at line 5 of the file, one a line.
+        for (k, (_, needle)) in refused.iter().enumerate() {
+            let at = format!("models/events.sql:{}: model `t.events`: pre-statement {}: {needle}", 5 + k, k + 1);
+            assert!(out.contains(&at), "{cmd:?}: lacks {at:?}:\n{out}");
+        }
+        assert!(out.contains("pre/post statements run inside the write's transaction"), "{out}");
+    }
+    assert!(!p.relations().iter().any(|r| r.starts_with("_efmesh.")), "nothing built: {:?}", p.relations());
+
+    // What the engine runs inside a transaction loads, and runs in every batch.
+    let accepted = if pg { "ANALYZE @this;\nREINDEX TABLE @this;\nCHECKPOINT" } else { "VACUUM;\nANALYZE;\nVACUUM @this" };
+    p.write("models/events.sql", &events("", accepted));
+    p.apply("dev");
+    assert_eq!(p.rows("dev__t.events").len(), 4);
 }
