@@ -293,3 +293,34 @@ fn a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error(e
     p.apply("dev");
     assert_eq!(p.rows("dev__t.events").len(), 4);
 }
+
+/// A `.sql` statement's line is the line of the file as written: macro calls expanding to
+/// several lines (in a pre-statement and in the query) shift no statement after them, at load
+/// (a statement that does not parse) or at apply (the statement's comment in an engine error).
+#[test]
+fn a_statement_after_a_multi_line_macro_is_located_at_its_line_as_written() {
+    let p = project(EngineBackend::DuckDb, "3");
+    p.write("macros/m.lua", "define_macro(\"flag\", function(c)\n  return \"CASE\\n  WHEN \" .. c .. \" IS NULL THEN 0\\n  ELSE 1\\nEND\"\nend)\n");
+    let model = |post: &str| {
+        format!(
+            "-- name: t.m\n-- kind: full\n-- schema: x integer\nINSERT INTO ops.log VALUES (CAST(@flag(1) AS varchar), DATE '2026-01-01');\n\
+             SELECT @flag(2) AS x;\n\n{post}\n"
+        )
+    };
+    p.write("models/m.sql", &model("CREATE INDEKS i ON @this (x)"));
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/m.sql:7: model `t.m`: post-statement 1: cannot parse SQL"), "{}", run.stderr);
+
+    // At apply: the failing statement's comment names its line as written.
+    p.write("models/m.sql", &model("INSERT INTO ops.missing VALUES (1)"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("post-statement 1 of model `t.m` (models/m.sql:7)"), "{}", run.stderr);
+    // The pre-statement (line 4) ran with the macro expanded, and was rolled back with the build.
+    assert_eq!(log(&p), Vec::<Vec<Option<String>>>::new());
+    p.write("models/m.sql", &model("ANALYZE @this"));
+    p.apply("dev");
+    assert_eq!(log(&p), vec![row("1", "2026-01-01")]);
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.m")), vec![vec![Some("1".to_string())]]);
+}
