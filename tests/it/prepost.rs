@@ -10,6 +10,7 @@ on_every_engine!(
     pre_statements_are_rolled_back_with_a_failed_batch,
     a_failing_post_statement_rolls_back_the_batchs_data,
     a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error,
+    a_post_statement_changing_rows_after_an_upsert_that_changes_none_moves_the_generation,
 );
 
 /// A project of `.sql` models on `engine`: the source `raw.ev` (one row a day, 2026-01-01 to
@@ -292,6 +293,60 @@ fn a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error(e
     p.write("models/events.sql", &events("", accepted));
     p.apply("dev");
     assert_eq!(p.rows("dev__t.events").len(), 4);
+}
+
+/// A unique-key model whose query always upserts the same row (the upsert changes nothing after
+/// the first build) and whose post-statement adds the rows of `ops.extra` it lacks, and a `full`
+/// rollup counting it (`plus` added: dev's edit gives dev a rollup version of its own).
+fn keyed_with_post(plus: u32) -> String {
+    format!(
+        r#"
+local u = define_model {{
+  name = "t.u", kind = kind.incremental_by_unique_key {{ key = "id" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "v", "varchar" }} }},
+  query = "SELECT CAST(1 AS BIGINT) AS id, 'a' AS v",
+  post_statements = {{ "INSERT INTO @this SELECT id, v FROM ops.extra WHERE id NOT IN (SELECT id FROM @this)" }},
+}}
+define_model {{
+  name = "t.r", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "vs", "varchar" }} }},
+  query = "SELECT count(*) + {plus} AS n, string_agg(v, ',' ORDER BY id) AS vs FROM " .. ref(u),
+}}
+"#
+    )
+}
+
+/// Pre/post statements count as a data change (invariant 57): a unique-key write whose upsert
+/// changes no row but whose post-statement adds one moves the model's data generation, so the
+/// `full` rollups over it — the one `run` refreshes in the same environment and the one another
+/// environment serves — are rebuilt and see the added row.
+fn a_post_statement_changing_rows_after_an_upsert_that_changes_none_moves_the_generation(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.execute_on_engine("CREATE SCHEMA ops; CREATE TABLE ops.extra (id bigint, v varchar)");
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &keyed_with_post(0));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &keyed_with_post(10));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let row = |n: &str, vs: &str| vec![vec![Some(n.to_string()), Some(vs.to_string())]];
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.r")), row("11", "a"));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+
+    // prod's run: the upsert writes the same row again (no change), the post-statement adds id 2.
+    p.execute_on_engine("INSERT INTO ops.extra VALUES (2, 'b')");
+    p.write("models/m.lua", &keyed_with_post(0));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(p.rows(&crate::common::env_view("prod", "t.u")).len(), 2, "the post-statement added a row");
+    assert_eq!(p.rows(&crate::common::env_view("prod", "t.r")), row("2", "a,b"), "prod's rollup was rebuilt in the same run");
+
+    // dev serves the same `t.u` version: its own rollup is marked, naming the parent, and rebuilt.
+    p.write("models/m.lua", &keyed_with_post(10));
+    let plan = p.plan("dev");
+    let r = action(&plan, "t.r");
+    assert_eq!(r["rebuild"], true, "{plan:#}");
+    assert!(r["rebuildReason"].as_str().unwrap_or_default().contains("t.u"), "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.r")), row("12", "a,b"));
 }
 
 /// A `.sql` statement's line is the line of the file as written: macro calls expanding to
