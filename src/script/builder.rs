@@ -489,6 +489,16 @@ fn check_cron(expr: &str, kind: Option<&Kind>) -> Result<(), String> {
     }
 }
 
+/// The unknown signals named by the `signals` of a model `spec` that did not build (a
+/// malformed `signals` is the builder's own error): reported with the model's other load
+/// errors, in the same pass, rather than once those are fixed. `location` is where the uses are.
+pub fn unknown_signals(spec: &Map<String, Value>, location: &Location, foreign: Option<&super::foreign::Foreign>) -> Vec<LoadError> {
+    let (Some(foreign), Some(v)) = (foreign, spec.get("signals")) else { return Vec::new() };
+    let Ok(uses) = parse_signals(v, location) else { return Vec::new() };
+    let name = spec.get("name").and_then(Value::as_str).and_then(|n| ModelName::parse(n).ok());
+    foreign.check_signal_uses(name.as_ref(), &uses)
+}
+
 /// A model's `signals`: a list whose entries are a signal's name, or a table/map naming it
 /// (`{ "name", key = value }` in Lua, `#{ name: "name", key: value }` in Rhai) with its named
 /// arguments (strings, numbers, booleans, lists, maps). Each use is located at `location`.

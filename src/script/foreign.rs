@@ -22,7 +22,7 @@ use super::macros::{Failure, RESERVED, no_macro_hint};
 use super::sql_audit::SqlAuditDef;
 use crate::core::audit::{Audit, AuditDef};
 use crate::core::error::did_you_mean;
-use crate::core::{LoadError, Location};
+use crate::core::{LoadError, Location, ModelName};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -288,20 +288,16 @@ impl Foreign {
             return Vec::new();
         }
         let index = self.signal_index();
-        let mut errors = Vec::new();
-        for m in models {
-            for s in &m.signals {
-                if index.contains_key(&s.name) {
-                    continue;
-                }
-                let hint = match did_you_mean(&s.name, index.keys().map(String::as_str)) {
-                    Some(close) => format!("did you mean `{close}`?"),
-                    None => "define it with `define_signal(\"name\", function(intervals, args, db) … end)` in a macro file (`[project] macros`, default `macros/**/*.{lua,rhai}`)".into(),
-                };
-                errors.push(LoadError::new(Some(s.location.clone()), Some(m.name.clone()), format!("unknown signal `{}`", s.name)).with_hint(hint));
-            }
+        models.flat_map(|m| unknown_signals(&index, Some(&m.name), &m.signals)).collect()
+    }
+
+    /// [`Self::check_signals`] for the signal `uses` of one model that did not build (`model`
+    /// its name when valid): its unknown signals are reported with its other load errors.
+    pub fn check_signal_uses(&self, model: Option<&ModelName>, uses: &[crate::core::SignalUse]) -> Vec<LoadError> {
+        if uses.is_empty() {
+            return Vec::new();
         }
-        errors
+        unknown_signals(&self.signal_index(), model, uses)
     }
 
     /// Evaluates signal `name` over `intervals` (`[start, end)`, ISO-8601) with `args`, in its
@@ -487,4 +483,17 @@ pub fn count(n: usize) -> String {
 /// A duplicate macro in one language.
 pub fn duplicate_macro(name: &str, first: &Location, at: &Location) -> LoadError {
     LoadError::new(Some(at.clone()), None, format!("macro `{name}` is already defined (defined at {first})")).with_hint("give the macro another name")
+}
+
+/// The uses among `uses` (of `model`) naming no signal of `index`: a load error each, at the use.
+fn unknown_signals(index: &BTreeMap<String, (Lang, MacroInfo)>, model: Option<&ModelName>, uses: &[crate::core::SignalUse]) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    for s in uses.iter().filter(|s| !index.contains_key(&s.name)) {
+        let hint = match did_you_mean(&s.name, index.keys().map(String::as_str)) {
+            Some(close) => format!("did you mean `{close}`?"),
+            None => "define it with `define_signal(\"name\", function(intervals, args, db) … end)` in a macro file (`[project] macros`, default `macros/**/*.{lua,rhai}`)".into(),
+        };
+        errors.push(LoadError::new(Some(s.location.clone()), model.cloned(), format!("unknown signal `{}`", s.name)).with_hint(hint));
+    }
+    errors
 }

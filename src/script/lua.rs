@@ -544,6 +544,8 @@ impl LuaHost {
                                 e.model = name.clone();
                                 e
                             }));
+                            let unknown = super::builder::unknown_signals(&spec, &location, foreign.as_deref());
+                            st.borrow_mut().errors.extend(unknown);
                             return match name {
                                 Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
                                 None => Ok(Value::Nil),
@@ -554,7 +556,7 @@ impl LuaHost {
                 q => q,
             };
             let mut s = st.borrow_mut();
-            let built = build_model(&spec, query.as_deref(), &s.sites, location);
+            let built = build_model(&spec, query.as_deref(), &s.sites, location.clone());
             match built {
                 Ok(mut m) => {
                     m.audits = attached;
@@ -566,6 +568,9 @@ impl LuaHost {
                 Err(errs) => {
                     let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
                     s.errors.extend(errs);
+                    // Its unknown signals too: they are checked after the load only on models that built.
+                    let foreign = s.foreign.clone();
+                    s.errors.extend(super::builder::unknown_signals(&spec, &location, foreign.as_deref()));
                     drop(s);
                     // Keep evaluating so later errors surface too.
                     match name {

@@ -92,13 +92,50 @@ pub fn expand(text: &str, foreign: Option<&Foreign>, at: &dyn Fn(usize) -> Locat
     expand_with(text, caller, at)
 }
 
+/// Where the text [`expand_mapped`] returns came from: for each run of its output, its start
+/// and the offset in the input it starts at, and whether it is a macro's expansion (every
+/// offset in it maps to its call's `@`) or text copied as is.
+#[derive(Debug, Clone, Default)]
+pub struct SourceMap(Vec<(usize, usize, bool)>);
+
+impl SourceMap {
+    /// The input offset of output offset `off`: the same character for copied text, the call's
+    /// `@` inside an expansion.
+    pub fn input_offset(&self, off: usize) -> usize {
+        match self.0.partition_point(|(out, _, _)| *out <= off).checked_sub(1).map(|k| self.0[k]) {
+            Some((out, input, false)) => input + (off - out),
+            Some((_, input, true)) => input,
+            None => off,
+        }
+    }
+}
+
+/// [`expand`], with the [`SourceMap`] from the expanded text back to `text`: a multi-line
+/// expansion shifts nothing that follows it when located through the map.
+///
+/// # Errors
+/// As [`expand`].
+pub fn expand_mapped(text: &str, foreign: Option<&Foreign>, at: &dyn Fn(usize) -> Location) -> Result<(String, SourceMap), Vec<LoadError>> {
+    if !may_call(text) {
+        return Ok((text.to_string(), SourceMap::default()));
+    }
+    let caller: &dyn Caller = match foreign {
+        Some(f) => f,
+        None => &Nothing,
+    };
+    let mut errors = Vec::new();
+    let mut map = vec![(0, 0, false)];
+    let out = expand_from(text, 0, caller, at, &mut errors, Some(&mut map));
+    if errors.is_empty() { Ok((out, SourceMap(map))) } else { Err(errors) }
+}
+
 /// [`expand`] with any [`Caller`].
 ///
 /// # Errors
 /// As [`expand`].
 pub fn expand_with(text: &str, caller: &dyn Caller, at: &dyn Fn(usize) -> Location) -> Result<String, Vec<LoadError>> {
     let mut errors = Vec::new();
-    let out = expand_from(text, 0, caller, at, &mut errors);
+    let out = expand_from(text, 0, caller, at, &mut errors, None);
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
@@ -125,7 +162,16 @@ fn call_head(b: &[u8], i: usize) -> Option<(usize, usize)> {
     (b.get(j) == Some(&b'(')).then_some((j, j))
 }
 
-fn expand_from(text: &str, base: usize, caller: &dyn Caller, at: &dyn Fn(usize) -> Location, errors: &mut Vec<LoadError>) -> String {
+/// `map`, when given, gets the [`SourceMap`] runs of the output (the calls of `text`, not of
+/// their arguments).
+fn expand_from(
+    text: &str,
+    base: usize,
+    caller: &dyn Caller,
+    at: &dyn Fn(usize) -> Location,
+    errors: &mut Vec<LoadError>,
+    mut map: Option<&mut Vec<(usize, usize, bool)>>,
+) -> String {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
@@ -152,8 +198,11 @@ fn expand_from(text: &str, base: usize, caller: &dyn Caller, at: &dyn Fn(usize) 
             }
         };
         out.push_str(&text[copied..i]);
+        if let Some(m) = map.as_deref_mut() {
+            m.push((out.len(), base + i, true));
+        }
         let before = errors.len();
-        let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors)).collect();
+        let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors, None)).collect();
         if errors.len() == before {
             match caller.call(name, args) {
                 Ok(sql) => out.push_str(&sql),
@@ -168,6 +217,9 @@ fn expand_from(text: &str, base: usize, caller: &dyn Caller, at: &dyn Fn(usize) 
         }
         i = close + 1;
         copied = i;
+        if let Some(m) = map.as_deref_mut() {
+            m.push((out.len(), base + i, false));
+        }
     }
     out.push_str(&text[copied..]);
     out

@@ -810,6 +810,7 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
                             e.model = name.clone();
                             e
                         }));
+                        s.errors.extend(super::builder::unknown_signals(&spec, &location, foreign.as_deref()));
                         return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
                     }
                 }
@@ -818,7 +819,7 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
         };
         let mut s = st.borrow_mut();
         s.defines();
-        match build_model(&spec, query.as_deref(), &s.sites, location) {
+        match build_model(&spec, query.as_deref(), &s.sites, location.clone()) {
             Ok(mut model) => {
                 model.audits = attached;
                 let handle = Handle(model.name.clone());
@@ -827,6 +828,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             }
             Err(errs) => {
                 s.errors.extend(errs);
+                // Its unknown signals too: they are checked after the load only on models that built.
+                let foreign = s.foreign.clone();
+                s.errors.extend(super::builder::unknown_signals(&spec, &location, foreign.as_deref()));
                 // Keep evaluating so later errors surface too; a valid name still yields a handle.
                 let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
                 Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))))

@@ -246,14 +246,17 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     }
     query.push_str(rest);
     // `@name(…)` macro calls (the `@ref` sites are markers by now, passed through as text).
-    let query = match super::macros::expand(&query, foreign, &|off| at(body_line0 + query[..off].matches('\n').count() + 1)) {
+    // The text as written (with `@ref` markers, which hold no line break): lines are counted in
+    // it, through the expansion's source map, so a multi-line expansion shifts no line after it.
+    let written = query;
+    let (query, source_map) = match super::macros::expand_mapped(&written, foreign, &|off| at(body_line0 + written[..off].matches('\n').count() + 1)) {
         Ok(q) => q,
         Err(e) => {
             errors.extend(e.into_iter().map(|mut e| {
                 e.model = model_name.clone();
                 e
             }));
-            query
+            (written.clone(), super::macros::SourceMap::default())
         }
     };
     // `-- audits:` uses.
@@ -285,7 +288,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     }
     let is_external = matches!(spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str), Some("external" | "seed"));
     // Statements before the query are pre-statements, after it post-statements (sqlmesh's layout).
-    let line_of = |off: usize| body_line0 + query[..off].matches('\n').count() + 1;
+    let line_of = |off: usize| body_line0 + written[..source_map.input_offset(off).min(written.len())].matches('\n').count() + 1;
     let (query, pre, post) = match split_body(&query) {
         Ok(parts) => parts,
         Err((off, msg)) => {
@@ -303,7 +306,11 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
             spec.insert(key.into(), Value::Array(list.iter().map(|(_, s)| Value::String((*s).to_string())).collect()));
         }
     }
+    // A model that does not build also reports its unknown signals (at the `signals` line), with
+    // its other errors: they are checked after the load only on models that built.
+    let signals_at = get("signals").map_or_else(|| location.clone(), |(_, _, l)| at(*l));
     if !errors.is_empty() {
+        errors.extend(super::builder::unknown_signals(&spec, &signals_at, foreign));
         return Err(errors);
     }
     // The builder reports the metadata fields at the model; here their header line is known.
@@ -325,6 +332,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
                 }
                 e
             })
+            .chain(super::builder::unknown_signals(&spec, &signals_at, foreign))
             .collect::<Vec<_>>()
     })?;
     model.audits = audits;

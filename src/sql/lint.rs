@@ -26,7 +26,10 @@ pub struct Rule {
 
 /// Every rule, in the order `check` reports them for a model.
 pub const RULES: &[Rule] = &[
-    Rule { name: "missing_grain", summary: "an incremental model (time-range, unique-key or partition) declares no `grain`" },
+    Rule {
+        name: "missing_grain",
+        summary: "an incremental model (time-range, unique-key or partition) declares no row-identity `grain` (the columns that identify a row)",
+    },
     Rule { name: "select_star_external", summary: "`SELECT *` over an external model: the output follows whatever columns the source has" },
     Rule { name: "ambiguous_column", summary: "an unqualified column that several relations in scope have" },
     Rule { name: "time_filter_column", summary: "a time-range model's `@start`/`@end` filter is on a column other than what its time column is computed from" },
@@ -126,7 +129,12 @@ fn missing_grain(model: &Model, out: &mut Vec<Lint>) {
         Lint::new(
             "missing_grain",
             model,
-            format!("no `grain` on this `{}` model: nothing says which columns identify a row (`efmesh diff --data` keys on it)", model.kind.tag()),
+            format!(
+                "no row-identity `grain` (the columns that identify a row) on this `{}` model: `efmesh diff --data` keys on it{}",
+                model.kind.tag(),
+                // Not the kind's interval `grain = "day"`, which says how time is cut.
+                if matches!(model.kind, Kind::IncrementalByTimeRange(_)) { "; the kind's `grain` (its interval unit) is another setting" } else { "" }
+            ),
         )
         .hint(format!("declare the columns that identify a row, e.g. {example}")),
     );

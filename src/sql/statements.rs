@@ -31,21 +31,120 @@ impl crate::core::Resolver for CheckResolver {
 }
 
 /// Checks that `sql` (a statement rendered with literal bounds) is exactly one statement of
-/// `grammar`.
+/// `grammar`, and one the engine can run inside the write's transaction (where pre/post
+/// statements run): not transaction control, not a statement the engine refuses in a
+/// transaction block ([`outside_transaction`]).
 ///
 /// # Errors
-/// The parser's message, or how many statements the text holds.
+/// The parser's message, how many statements the text holds, or why the statement cannot run
+/// in the write's transaction.
 pub fn check(sql: &str, grammar: Grammar) -> Result<(), String> {
+    // Transaction control and DuckDB's CHECKPOINT are found by their first words: sqlparser
+    // does not parse `CHECKPOINT`, and a parse error would hide the reason.
+    if let Some(why) = lexical_refusal(sql, grammar) {
+        return Err(why);
+    }
     let n = match grammar {
         Grammar::Embedded => Parser::parse_sql(&DuckDbDialect {}, sql).map_err(|e| crate::sql::SqlError::from_parser(e, sql).to_string())?.len(),
         Grammar::Postgres => {
-            pg_query::parse(sql, 0).map_err(|e| format!("Postgres cannot parse SQL: {}", e.to_string().trim_end_matches('.')))?.protobuf.stmts.len()
+            let parsed = pg_query::parse(sql, 0).map_err(|e| format!("Postgres cannot parse SQL: {}", e.to_string().trim_end_matches('.')))?;
+            for raw in &parsed.protobuf.stmts {
+                if let Some(what) = raw.stmt.as_ref().and_then(|n| n.node.as_ref()).and_then(outside_transaction) {
+                    return Err(refusal(what, "Postgres"));
+                }
+            }
+            parsed.protobuf.stmts.len()
         }
     };
     match n {
         1 => Ok(()),
         0 => Err("the statement is empty".into()),
         n => Err(format!("the text holds {n} statements; give each its own entry")),
+    }
+}
+
+/// The message for a statement (`what`) the engine cannot run inside a transaction block.
+fn refusal(what: &str, engine: &str) -> String {
+    format!(
+        "`{what}` cannot run inside a transaction block ({engine}), and pre/post statements run inside the write's transaction (so a failed batch rolls them back); run it outside efmesh, e.g. after `efmesh run`"
+    )
+}
+
+/// Refusals found by a statement's first words: transaction control on either engine (efmesh
+/// begins and commits the write's transaction: a `COMMIT` would commit half a batch, a
+/// `ROLLBACK` undo it while its intervals are recorded as done), and DuckDB's `CHECKPOINT` /
+/// `FORCE CHECKPOINT`, which DuckDB refuses in a transaction that has written or started.
+fn lexical_refusal(sql: &str, grammar: Grammar) -> Option<String> {
+    let words = first_words(sql, 2);
+    let first = words.first().map(String::as_str)?;
+    let second = words.get(1).map_or("", String::as_str);
+    match (first, second) {
+        ("BEGIN" | "START" | "COMMIT" | "END" | "ROLLBACK" | "ABORT" | "SAVEPOINT" | "RELEASE", _) | ("PREPARE", "TRANSACTION") => Some(format!(
+            "`{first}` controls transactions, and pre/post statements run inside the write's transaction, which efmesh begins and commits (a `COMMIT` would commit half a batch, a `ROLLBACK` undo a write whose intervals are then recorded as done)"
+        )),
+        ("CHECKPOINT", _) if grammar == Grammar::Embedded => Some(refusal("CHECKPOINT", "DuckDB: \"the current transaction has transaction local changes\"")),
+        ("FORCE", "CHECKPOINT") if grammar == Grammar::Embedded => Some(refusal("FORCE CHECKPOINT", "DuckDB")),
+        _ => None,
+    }
+}
+
+/// Up to `n` first words of `sql` (after whitespace and comments), upper-cased.
+fn first_words(sql: &str, n: usize) -> Vec<String> {
+    let b = sql.as_bytes();
+    let mut words = Vec::new();
+    let mut i = 0;
+    while i < b.len() && words.len() < n {
+        if b[i].is_ascii_whitespace() {
+            i += 1;
+        } else if b[i..].starts_with(b"--") || b[i..].starts_with(b"/*") {
+            i = skip_literal_or_comment(b, i).unwrap_or(b.len());
+        } else if b[i].is_ascii_alphabetic() {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            words.push(sql[start..i].to_ascii_uppercase());
+        } else {
+            break;
+        }
+    }
+    words
+}
+
+/// What Postgres refuses inside a transaction block (`PreventInTransactionBlock`), by its name,
+/// or `None`: `VACUUM`, `CREATE INDEX CONCURRENTLY`, `DROP INDEX CONCURRENTLY`,
+/// `REINDEX … CONCURRENTLY`, `REINDEX SYSTEM`/`DATABASE`, `CLUSTER` without a table,
+/// `CREATE`/`DROP DATABASE`, `ALTER DATABASE … SET TABLESPACE`, `CREATE`/`DROP TABLESPACE`,
+/// `ALTER SYSTEM`, `ALTER TABLE … DETACH PARTITION … CONCURRENTLY`. (`ANALYZE`, `REINDEX` of a
+/// table or index, `CHECKPOINT` and `REFRESH MATERIALIZED VIEW CONCURRENTLY` run in one.)
+fn outside_transaction(node: &pg_query::NodeEnum) -> Option<&'static str> {
+    use pg_query::NodeEnum as N;
+    use pg_query::protobuf::{AlterTableType, ReindexObjectType};
+    let def_named =
+        |options: &[pg_query::Node], name: &str| options.iter().any(|o| matches!(&o.node, Some(N::DefElem(d)) if d.defname.eq_ignore_ascii_case(name)));
+    match node {
+        N::VacuumStmt(v) if v.is_vacuumcmd => Some("VACUUM"),
+        N::IndexStmt(i) if i.concurrent => Some("CREATE INDEX CONCURRENTLY"),
+        N::DropStmt(d) if d.concurrent => Some("DROP INDEX CONCURRENTLY"),
+        N::ReindexStmt(r) if def_named(&r.params, "concurrently") => Some("REINDEX … CONCURRENTLY"),
+        N::ReindexStmt(r) if r.kind == ReindexObjectType::ReindexObjectSystem as i32 => Some("REINDEX SYSTEM"),
+        N::ReindexStmt(r) if r.kind == ReindexObjectType::ReindexObjectDatabase as i32 => Some("REINDEX DATABASE"),
+        N::ClusterStmt(c) if c.relation.is_none() => Some("CLUSTER (without a table)"),
+        N::CreatedbStmt(_) => Some("CREATE DATABASE"),
+        N::DropdbStmt(_) => Some("DROP DATABASE"),
+        N::AlterDatabaseStmt(a) if def_named(&a.options, "tablespace") => Some("ALTER DATABASE … SET TABLESPACE"),
+        N::CreateTableSpaceStmt(_) => Some("CREATE TABLESPACE"),
+        N::DropTableSpaceStmt(_) => Some("DROP TABLESPACE"),
+        N::AlterSystemStmt(_) => Some("ALTER SYSTEM"),
+        N::AlterTableStmt(a)
+            if a.cmds.iter().any(|c| {
+                matches!(&c.node, Some(N::AlterTableCmd(c)) if c.subtype == AlterTableType::AtDetachPartition as i32
+                    && matches!(c.def.as_deref().and_then(|d| d.node.as_ref()), Some(N::PartitionCmd(p)) if p.concurrent))
+            }) =>
+        {
+            Some("ALTER TABLE … DETACH PARTITION … CONCURRENTLY")
+        }
+        _ => None,
     }
 }
 

@@ -194,3 +194,38 @@ fn a_model_ignores_rules_with_ignored_lints_in_every_language() {
         run.stdout
     );
 }
+
+#[test]
+fn missing_grain_says_the_row_identity_grain_not_the_kinds_interval_grain() {
+    let p = project("");
+    p.write(
+        "models/t.lua",
+        "define_model { name = \"t.daily\", kind = kind.incremental_by_time_range { time_column = \"t\", start = \"2026-01-01\", grain = \"day\" },\n  \
+         schema = { { \"id\", \"bigint\" }, { \"t\", \"timestamp\" } },\n  query = \"SELECT id, t FROM \" .. ref(\"raw.events\") .. \" WHERE t >= @start AND t < @end\" }\n",
+    );
+    let v = p.run(&["check", "--json"]).expect_code(0).json();
+    let warning = |model: &str| {
+        v["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["rule"] == "missing_grain" && w["model"] == model)
+            .unwrap_or_else(|| panic!("no missing_grain on {model}: {v:#}"))
+            .clone()
+    };
+    let daily = warning("t.daily");
+    let msg = daily["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("no row-identity `grain` (the columns that identify a row) on this `incremental_by_time_range` model")
+            && msg.contains("the kind's `grain` (its interval unit) is another setting"),
+        "{daily:#}"
+    );
+    assert!(daily["hint"].as_str().unwrap().contains("`t` and the columns that tell its rows apart"), "{daily:#}");
+    // A unique-key model has no interval grain to confuse it with.
+    let keyed = warning("m.no_grain");
+    let msg = keyed["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("no row-identity `grain` (the columns that identify a row) on this `incremental_by_unique_key` model") && !msg.contains("interval"),
+        "{keyed:#}"
+    );
+}

@@ -9,6 +9,8 @@ on_every_engine!(
     pre_and_post_statements_run_in_every_batch_with_its_bounds,
     pre_statements_are_rolled_back_with_a_failed_batch,
     a_failing_post_statement_rolls_back_the_batchs_data,
+    a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error,
+    a_post_statement_changing_rows_after_an_upsert_that_changes_none_moves_the_generation,
 );
 
 /// A project of `.sql` models on `engine`: the source `raw.ev` (one row a day, 2026-01-01 to
@@ -244,4 +246,136 @@ fn a_semicolon_inside_a_dollar_quoted_string_does_not_split_the_body() {
     p.apply("dev");
     let rows = p.rows(&format!("(SELECT CAST(day AS VARCHAR), first FROM {} WHERE day = DATE '2026-01-02')", crate::common::env_view("dev", "t.parts")));
     assert_eq!(rows, vec![vec![Some("2026-01-02".to_string()), Some("2".to_string())]]);
+}
+
+/// Pre/post statements run inside the write's transaction: a statement the engine refuses in a
+/// transaction block (Postgres's `VACUUM`, `CREATE INDEX CONCURRENTLY`…, DuckDB's `CHECKPOINT`),
+/// and transaction control on either engine, is a load error at its own line saying why, not a
+/// failure at apply; what the engine runs in a transaction (`ANALYZE`, DuckDB's `VACUUM`…) loads
+/// and runs.
+fn a_statement_the_engine_cannot_run_in_the_writes_transaction_is_a_load_error(engine: EngineBackend) {
+    let p = project(engine, "3");
+    let pg = p.on_postgres();
+    let why = "cannot run inside a transaction block";
+    let refused: Vec<(&str, String)> = if pg {
+        vec![
+            ("VACUUM @this", format!("`VACUUM` {why} (Postgres)")),
+            ("CREATE INDEX CONCURRENTLY events_day ON @this (day)", format!("`CREATE INDEX CONCURRENTLY` {why} (Postgres)")),
+            ("REINDEX TABLE CONCURRENTLY @this", format!("`REINDEX … CONCURRENTLY` {why} (Postgres)")),
+            ("CREATE DATABASE scratch", format!("`CREATE DATABASE` {why} (Postgres)")),
+            ("COMMIT", "`COMMIT` controls transactions".to_string()),
+        ]
+    } else {
+        vec![
+            ("CHECKPOINT", format!("`CHECKPOINT` {why} (DuckDB")),
+            ("FORCE CHECKPOINT", format!("`FORCE CHECKPOINT` {why} (DuckDB)")),
+            ("BEGIN TRANSACTION", "`BEGIN` controls transactions".to_string()),
+            ("ROLLBACK", "`ROLLBACK` controls transactions".to_string()),
+        ]
+    };
+    let pre: Vec<&str> = refused.iter().map(|(st, _)| *st).collect();
+    p.write("models/events.sql", &events(&format!("{};", pre.join(";\n")), ""));
+    for cmd in [&["check"][..], &["plan", "dev"]] {
+        let run = p.run(cmd);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        // The pre-statements start at line 5 of the file, one a line.
+        for (k, (_, needle)) in refused.iter().enumerate() {
+            let at = format!("models/events.sql:{}: model `t.events`: pre-statement {}: {needle}", 5 + k, k + 1);
+            assert!(out.contains(&at), "{cmd:?}: lacks {at:?}:\n{out}");
+        }
+        assert!(out.contains("pre/post statements run inside the write's transaction"), "{out}");
+    }
+    assert!(!p.relations().iter().any(|r| r.starts_with("_efmesh.")), "nothing built: {:?}", p.relations());
+
+    // What the engine runs inside a transaction loads, and runs in every batch.
+    let accepted = if pg { "ANALYZE @this;\nREINDEX TABLE @this;\nCHECKPOINT" } else { "VACUUM;\nANALYZE;\nVACUUM @this" };
+    p.write("models/events.sql", &events("", accepted));
+    p.apply("dev");
+    assert_eq!(p.rows("dev__t.events").len(), 4);
+}
+
+/// A unique-key model whose query always upserts the same row (the upsert changes nothing after
+/// the first build) and whose post-statement adds the rows of `ops.extra` it lacks, and a `full`
+/// rollup counting it (`plus` added: dev's edit gives dev a rollup version of its own).
+fn keyed_with_post(plus: u32) -> String {
+    format!(
+        r#"
+local u = define_model {{
+  name = "t.u", kind = kind.incremental_by_unique_key {{ key = "id" }},
+  schema = {{ {{ "id", "bigint" }}, {{ "v", "varchar" }} }},
+  query = "SELECT CAST(1 AS BIGINT) AS id, 'a' AS v",
+  post_statements = {{ "INSERT INTO @this SELECT id, v FROM ops.extra WHERE id NOT IN (SELECT id FROM @this)" }},
+}}
+define_model {{
+  name = "t.r", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "vs", "varchar" }} }},
+  query = "SELECT count(*) + {plus} AS n, string_agg(v, ',' ORDER BY id) AS vs FROM " .. ref(u),
+}}
+"#
+    )
+}
+
+/// Pre/post statements count as a data change (invariant 57): a unique-key write whose upsert
+/// changes no row but whose post-statement adds one moves the model's data generation, so the
+/// `full` rollups over it — the one `run` refreshes in the same environment and the one another
+/// environment serves — are rebuilt and see the added row.
+fn a_post_statement_changing_rows_after_an_upsert_that_changes_none_moves_the_generation(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.execute_on_engine("CREATE SCHEMA ops; CREATE TABLE ops.extra (id bigint, v varchar)");
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &keyed_with_post(0));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &keyed_with_post(10));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let row = |n: &str, vs: &str| vec![vec![Some(n.to_string()), Some(vs.to_string())]];
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.r")), row("11", "a"));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+
+    // prod's run: the upsert writes the same row again (no change), the post-statement adds id 2.
+    p.execute_on_engine("INSERT INTO ops.extra VALUES (2, 'b')");
+    p.write("models/m.lua", &keyed_with_post(0));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(p.rows(&crate::common::env_view("prod", "t.u")).len(), 2, "the post-statement added a row");
+    assert_eq!(p.rows(&crate::common::env_view("prod", "t.r")), row("2", "a,b"), "prod's rollup was rebuilt in the same run");
+
+    // dev serves the same `t.u` version: its own rollup is marked, naming the parent, and rebuilt.
+    p.write("models/m.lua", &keyed_with_post(10));
+    let plan = p.plan("dev");
+    let r = action(&plan, "t.r");
+    assert_eq!(r["rebuild"], true, "{plan:#}");
+    assert!(r["rebuildReason"].as_str().unwrap_or_default().contains("t.u"), "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.r")), row("12", "a,b"));
+}
+
+/// A `.sql` statement's line is the line of the file as written: macro calls expanding to
+/// several lines (in a pre-statement and in the query) shift no statement after them, at load
+/// (a statement that does not parse) or at apply (the statement's comment in an engine error).
+#[test]
+fn a_statement_after_a_multi_line_macro_is_located_at_its_line_as_written() {
+    let p = project(EngineBackend::DuckDb, "3");
+    p.write("macros/m.lua", "define_macro(\"flag\", function(c)\n  return \"CASE\\n  WHEN \" .. c .. \" IS NULL THEN 0\\n  ELSE 1\\nEND\"\nend)\n");
+    let model = |post: &str| {
+        format!(
+            "-- name: t.m\n-- kind: full\n-- schema: x integer\nINSERT INTO ops.log VALUES (CAST(@flag(1) AS varchar), DATE '2026-01-01');\n\
+             SELECT @flag(2) AS x;\n\n{post}\n"
+        )
+    };
+    p.write("models/m.sql", &model("CREATE INDEKS i ON @this (x)"));
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/m.sql:7: model `t.m`: post-statement 1: cannot parse SQL"), "{}", run.stderr);
+
+    // At apply: the failing statement's comment names its line as written.
+    p.write("models/m.sql", &model("INSERT INTO ops.missing VALUES (1)"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("post-statement 1 of model `t.m` (models/m.sql:7)"), "{}", run.stderr);
+    // The pre-statement (line 4) ran with the macro expanded, and was rolled back with the build.
+    assert_eq!(log(&p), Vec::<Vec<Option<String>>>::new());
+    p.write("models/m.sql", &model("ANALYZE @this"));
+    p.apply("dev");
+    assert_eq!(log(&p), vec![row("1", "2026-01-01")]);
+    assert_eq!(p.rows(&crate::common::env_view("dev", "t.m")), vec![vec![Some("1".to_string())]]);
 }

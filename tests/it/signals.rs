@@ -224,6 +224,53 @@ fn bad_signal_uses_are_load_errors_at_the_use() {
     }
 }
 
+#[test]
+fn an_unknown_signal_is_reported_with_the_other_load_errors_of_the_same_pass() {
+    let p = project();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    // The same model: a description of a column it lacks and a misspelt signal, in each language.
+    p.write(
+        "models/both.lua",
+        "define_model { name = \"s.both\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-01-01\" },\n  \
+         column_descriptions = { dd = \"The day\" },\n  signals = { { \"file_exist\", dir = \"x\" } }, schema = { { \"d\", \"date\" } }, query = \"SELECT CAST(@start AS DATE) AS d\" }\n",
+    );
+    p.write(
+        "models/both.rhai",
+        "define_model(#{ name: \"s.both_rhai\", kind: kind::incremental_by_time_range(#{ time_column: \"d\", start: \"2026-01-01\" }),\n  \
+         column_descriptions: #{ dd: \"The day\" }, signals: [\"files_exists\"], schema: [[\"d\", \"date\"]], query: \"SELECT CAST(@start AS DATE) AS d\" });\n",
+    );
+    p.write(
+        "models/both.sql",
+        "-- name: s.both_sql\n-- kind: incremental_by_time_range(time_column = d, start = 2026-01-01, grain = day)\n-- schema: d date\n\
+         -- column_descriptions: dd = 'The day'\n-- signals: file_exist(dir = 'x')\nSELECT CAST(@start AS DATE) AS d\n",
+    );
+    // Two models: one with a builder error only, the other with a misspelt signal only.
+    p.write("models/bad.lua", "define_model { name = \"s.bad\", kind = kind.full(), column_descriptions = { nope = \"x\" }, schema = { { \"d\", \"date\" } }, query = \"SELECT DATE '2026-01-01' AS d\" }\n");
+    p.write(
+        "models/typo.sql",
+        "-- name: s.typo\n-- kind: incremental_by_time_range(time_column = d, start = 2026-01-01, grain = day)\n-- schema: d date\n-- signals: fil_exists\nSELECT CAST(@start AS DATE) AS d\n",
+    );
+    for cmd in [&["check"][..], &["plan", "dev"]] {
+        let run = p.run(cmd);
+        run.expect_code(1);
+        // `check` reports on stdout, `plan` on stderr.
+        let e = &format!("{}{}", run.stdout, run.stderr);
+        for needle in [
+            "models/both.lua:1: model `s.both`: `column_descriptions`: the model has no column `dd`",
+            "models/both.lua:1: model `s.both`: unknown signal `file_exist`",
+            "models/both.rhai:1: model `s.both_rhai`: unknown signal `files_exists`",
+            "models/both.sql:4: model `s.both_sql`: `column_descriptions`: the model has no column `dd`",
+            "models/both.sql:5: model `s.both_sql`: unknown signal `file_exist`",
+            "models/bad.lua:1: model `s.bad`: `column_descriptions`: the model has no column `nope`",
+            "models/typo.sql:4: model `s.typo`: unknown signal `fil_exists`",
+            "did you mean `file_exists`?",
+        ] {
+            assert!(e.contains(needle), "{cmd:?}: output lacks {needle:?}:\n{e}");
+        }
+        assert_eq!(e.matches("unknown signal").count(), 4, "{cmd:?}: each unknown signal once:\n{e}");
+    }
+}
+
 fn a_failing_signal_fails_the_run_naming_it_and_computes_nothing(engine: EngineBackend) {
     let mut p = project_on(engine);
     let model = "define_model { name = \"s.m\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-01-01\" },\n  \
