@@ -191,13 +191,7 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         action.backfill = interval::merge(&all);
         let (first, last): (Millis, Millis) = (restated[0].start, restated[restated.len() - 1].end);
         tracing::info!(model = %action.name, "auto-restating {} done interval(s) in [{}, {}) (auto_restatement_intervals of {from})", restated.len(), interval::to_iso(first), interval::to_iso(last));
-        out.push(AutoRestated {
-            model: action.name.clone(),
-            from_model: from,
-            from: first,
-            to: last,
-            intervals: restated.len(),
-        });
+        out.push(AutoRestated { model: action.name.clone(), from_model: from, from: first, to: last, intervals: restated.len() });
     }
     Ok(out)
 }

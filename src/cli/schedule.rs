@@ -14,9 +14,9 @@
 
 use super::Exit;
 use super::printer::Printer;
+use crate::core::cron::{Dialect, Parsed};
 use anyhow::{Result, anyhow, bail};
 use serde_json::json;
-use crate::core::cron::{Dialect, Parsed};
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

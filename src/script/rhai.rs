@@ -122,6 +122,10 @@ type SharedModule = Rc<Module>;
 #[derive(Debug, Clone)]
 struct Handle(ModelName);
 
+/// `define_macro` or `define_signal` definitions: name → where, the function and the functions of
+/// its file.
+type Defined = std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>;
+
 #[derive(Default)]
 struct State {
     root: PathBuf,
@@ -158,9 +162,9 @@ struct State {
     /// A limit an audit body hit (a system exception), to raise again at the use.
     uncaught: Option<Box<EvalAltResult>>,
     /// `define_macro` definitions: name → where, the function and the functions of its file.
-    macros: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    macros: Defined,
     /// `define_signal` definitions: name → where, the function and the functions of its file.
-    signals: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    signals: Defined,
     /// True once model (or test) files are evaluated: `define_macro` refuses.
     past_definitions: bool,
     /// The interpreters of the definition files of every language (macro calls, audits
@@ -652,12 +656,7 @@ fn column_names(args: &[&mut Dynamic]) -> Result<Vec<String>, Box<EvalAltResult>
 
 /// Registers the host function of `kind` (`define_macro`, `define_signal`): `kind.function("name",
 /// f)` only in definition files, recording `f` in `map` of the state.
-fn register_definition(
-    engine: &mut Engine,
-    refs: &Refs,
-    kind: &'static super::foreign::Definable,
-    map: fn(&mut State) -> &mut std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
-) {
+fn register_definition(engine: &mut Engine, refs: &Refs, kind: &'static super::foreign::Definable, map: fn(&mut State) -> &mut Defined) {
     let st = refs.state.clone();
     engine.register_raw_fn(kind.function, [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
         let location = call_site(&ctx);

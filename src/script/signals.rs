@@ -34,11 +34,7 @@ pub(crate) static SIGNAL: Definable = Definable {
 
 /// A signal's name: an identifier.
 fn check_name(name: &str) -> Result<(), String> {
-    if crate::core::name::is_identifier(name) {
-        Ok(())
-    } else {
-        Err(format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)"))
-    }
+    if crate::core::name::is_identifier(name) { Ok(()) } else { Err(format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")) }
 }
 
 /// A duplicate signal in one language.
