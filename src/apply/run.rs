@@ -33,14 +33,16 @@ use std::collections::{BTreeMap, BTreeSet};
 #[serde(rename_all = "camelCase")]
 pub struct AutoRestated {
     /// The model recomputed.
-    pub model: String,
+    pub model: ModelName,
     /// The model declaring `auto_restatement_intervals` this restatement comes from (the model
     /// itself, or an ancestor).
     pub from_model: String,
-    /// Start of the first restated interval, ISO-8601 UTC.
-    pub from: String,
-    /// End of the last restated interval (exclusive), ISO-8601 UTC.
-    pub to: String,
+    /// Start of the first restated interval (ISO-8601 UTC in JSON).
+    #[serde(serialize_with = "interval::serialize_iso")]
+    pub from: Millis,
+    /// End of the last restated interval, exclusive (ISO-8601 UTC in JSON).
+    #[serde(serialize_with = "interval::serialize_iso")]
+    pub to: Millis,
     /// Done intervals recomputed (besides the missing ones the run computes anyway).
     pub intervals: usize,
 }
@@ -114,17 +116,15 @@ pub fn still_restated(project: &Project, plan: &Plan, restated: Vec<AutoRestated
     restated
         .into_iter()
         .filter_map(|mut r| {
-            let name = ModelName::parse(&r.model).ok()?;
-            let t = project.dag.get(&name)?.kind.time_range()?;
-            let action = plan.actions.iter().find(|a| a.name == name)?;
-            let (from, to) = (interval::parse_instant(&r.from).ok()?, interval::parse_instant(&r.to).ok()?);
-            let left: Vec<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).filter(|i| i.start >= from && i.end <= to).collect();
+            let t = project.dag.get(&r.model)?.kind.time_range()?;
+            let action = plan.action(&r.model)?;
+            let left: Vec<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).filter(|i| i.start >= r.from && i.end <= r.to).collect();
             let (first, last) = (left.first()?.start, left.last()?.end);
             // Only the done intervals counted before stay counted: missing ones in the range
             // were computed anyway.
             r.intervals = r.intervals.min(left.len());
-            r.from = interval::to_iso(first);
-            r.to = interval::to_iso(last);
+            r.from = first;
+            r.to = last;
             Some(r)
         })
         .collect()
@@ -193,13 +193,7 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         action.backfill = interval::merge(&all);
         let (first, last): (Millis, Millis) = (restated[0].start, restated[restated.len() - 1].end);
         tracing::info!(model = %action.name, "auto-restating {} done interval(s) in [{}, {}) (auto_restatement_intervals of {from})", restated.len(), interval::to_iso(first), interval::to_iso(last));
-        out.push(AutoRestated {
-            model: action.name.to_string(),
-            from_model: from,
-            from: interval::to_iso(first),
-            to: interval::to_iso(last),
-            intervals: restated.len(),
-        });
+        out.push(AutoRestated { model: action.name.clone(), from_model: from, from: first, to: last, intervals: restated.len() });
     }
     Ok(out)
 }

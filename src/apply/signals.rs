@@ -165,20 +165,12 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fragment::{Fragment, Node, RefSite};
     use crate::core::interval::Grain;
-    use crate::core::{Kind, Location, Schema, SignalUse, TimeRange};
+    use crate::core::{Kind, SignalUse, TimeRange};
 
     const DAY: Millis = 86_400_000;
 
     fn model(name: &str, time_range: bool, parents: &[&str], signals: &[&str]) -> Model {
-        let location = Location { file: "m.lua".into(), line: 1 };
-        let mut body = Fragment::default();
-        body.push_text("SELECT 1 AS x");
-        for (i, p) in parents.iter().enumerate() {
-            body.push_text(if i == 0 { " FROM " } else { ", " });
-            body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
-        }
         let kind = if time_range {
             Kind::IncrementalByTimeRange(TimeRange {
                 time_column: "x".into(),
@@ -192,9 +184,9 @@ mod tests {
         } else {
             Kind::View
         };
-        let uses = signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: location.clone() }).collect();
-        let columns = Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]);
-        Model { signals: uses, ..Model::new(ModelName::parse(name).unwrap(), kind, columns, Some(body), location) }
+        let m = Model::fixture(name, kind, parents);
+        let uses = signals.iter().map(|s| SignalUse { name: (*s).into(), args: "{}".into(), location: m.location.clone() }).collect();
+        Model { signals: uses, ..m }
     }
 
     fn days(from: i64, to: i64) -> Vec<Interval> {

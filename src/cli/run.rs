@@ -96,7 +96,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 for r in &report.auto_restated {
                     text.push_str(&format!(
                         "  {}: restated {} done interval(s) in [{}, {}) (auto_restatement_intervals of {})\n",
-                        r.model, r.intervals, r.from, r.to, r.from_model
+                        r.model,
+                        r.intervals,
+                        to_iso(r.from),
+                        to_iso(r.to),
+                        r.from_model
                     ));
                 }
                 for w in &waiting {

@@ -8,11 +8,13 @@
 //! - `--print-systemd`: prints a service, a timer (`Persistent=true`) and an `OnFailure=` alert
 //!   unit running `efmesh status <env> --check`; nothing is installed.
 //!
-//! Cron expressions are validated with `croner` (after a grammar check of each field, so an error
-//! names the field at fault); an expression that can never fire is refused.
+//! Cron expressions are validated by [`crate::core::cron::parse_as`] as crontab reads them (its
+//! grammar, its nicknames: an error names the field at fault; one that never fires is refused),
+//! and written to the crontab as given.
 
 use super::Exit;
 use super::printer::Printer;
+use crate::core::cron::{Dialect, Parsed};
 use anyhow::{Result, anyhow, bail};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -121,9 +123,6 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
 // ---------------------------------------------------------------------------------------------
 // cron expressions
 
-/// The five fields of a crontab line, by name.
-const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
-
 /// A validated cron expression.
 #[derive(Debug, Clone)]
 pub struct CronSpec {
@@ -131,53 +130,21 @@ pub struct CronSpec {
     pub expr: String,
     /// The five fields (a nickname expanded).
     pub fields: [String; 5],
+    /// The schedule.
+    cron: croner::Cron,
     /// Minutes, hours, days of month, months, days of week (0 = Sunday) it fires at.
     sets: [BTreeSet<u16>; 5],
 }
 
 impl CronSpec {
-    /// Validates `expr`: five fields (`minute hour day-of-month month day-of-week`) or one of
-    /// `@hourly @daily @midnight @weekly @monthly @yearly @annually`.
+    /// Validates `expr` as crontab reads it ([`Dialect::Crontab`]): five fields (`minute hour
+    /// day-of-month month day-of-week`) or one of `@hourly @daily @midnight @weekly @monthly
+    /// @yearly @annually`.
     ///
     /// # Errors
     /// A message naming the field at fault, or saying the expression never fires.
     pub fn parse(expr: &str) -> Result<CronSpec, String> {
-        let expr = expr.trim().to_string();
-        if expr.is_empty() {
-            return Err("the cron expression is empty".into());
-        }
-        let five = match expr.to_ascii_lowercase().as_str() {
-            "@hourly" => "0 * * * *".to_string(),
-            "@daily" | "@midnight" => "0 0 * * *".to_string(),
-            "@weekly" => "0 0 * * 0".to_string(),
-            "@monthly" => "0 0 1 * *".to_string(),
-            "@yearly" | "@annually" => "0 0 1 1 *".to_string(),
-            "@reboot" => return Err("`@reboot` runs once at boot, not on a schedule".into()),
-            n if n.starts_with('@') => return Err(format!("unknown nickname `{expr}` (use @hourly, @daily, @weekly, @monthly or @yearly)")),
-            _ => expr.clone(),
-        };
-        let parts: Vec<&str> = five.split_whitespace().collect();
-        if parts.len() != 5 {
-            return Err(format!("`{expr}` has {} field(s); a crontab line has 5: minute hour day-of-month month day-of-week", parts.len()));
-        }
-        for (i, part) in parts.iter().enumerate() {
-            check_grammar(i, part).map_err(|why| format!("the {} field `{part}` {why}", FIELDS[i]))?;
-        }
-        let parser = croner::parser::CronParser::builder().seconds(croner::parser::Seconds::Disallowed).year(croner::parser::Year::Disallowed).build();
-        let cron = match parser.parse(&five) {
-            Ok(c) => c,
-            Err(e) => {
-                // Name the field: the first that fails alone (every other field `*`).
-                let culprit = (0..5).find(|&i| {
-                    let alone: Vec<&str> = (0..5).map(|j| if j == i { parts[i] } else { "*" }).collect();
-                    parser.parse(&alone.join(" ")).is_err()
-                });
-                return Err(match culprit {
-                    Some(i) => format!("the {} field `{}` is invalid: {}", FIELDS[i], parts[i], croner_message(&e)),
-                    None => format!("`{expr}` is invalid: {}", croner_message(&e)),
-                });
-            }
-        };
+        let Parsed { cron, fields } = crate::core::cron::parse_as(expr, Dialect::Crontab)?;
         let p = &cron.pattern;
         let dow: BTreeSet<u16> = p.days_of_week.values().into_iter().map(|d| d % 7).collect();
         let sets = [
@@ -187,12 +154,7 @@ impl CronSpec {
             p.months.values().into_iter().collect(),
             dow,
         ];
-        let fields = [0, 1, 2, 3, 4].map(|i| parts[i].to_string());
-        let spec = CronSpec { expr, fields, sets };
-        if spec.sets.iter().any(BTreeSet::is_empty) || !spec.fires() {
-            return Err(format!("`{}` never fires: no month has the day(s) of month it names", spec.expr));
-        }
-        Ok(spec)
+        Ok(CronSpec { expr: expr.trim().to_string(), fields, cron, sets })
     }
 
     /// Cron reads day-of-month and day-of-week as "either" when both are restricted; a field
@@ -205,29 +167,9 @@ impl CronSpec {
         !self.fields[4].starts_with('*')
     }
 
-    /// Some day matches: by weekday, or a listed day of month exists in a listed month
-    /// (February has 29 days in leap years).
-    fn fires(&self) -> bool {
-        if self.dow_restricted() {
-            return true;
-        }
-        let days_in = |m: u16| match m {
-            2 => 29,
-            4 | 6 | 9 | 11 => 30,
-            _ => 31,
-        };
-        self.sets[3].iter().any(|&m| self.sets[2].iter().any(|&d| d <= days_in(m)))
-    }
-
-    /// A short reading for people (`every hour at minute 0`-style is left to `croner`'s words).
+    /// A short reading for people (`croner`'s words).
     fn describe(&self) -> String {
-        croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Disallowed)
-            .year(croner::parser::Year::Disallowed)
-            .build()
-            .parse(&self.fields.join(" "))
-            .map(|c| c.describe())
-            .unwrap_or_default()
+        self.cron.describe()
     }
 
     /// The systemd `OnCalendar=` values firing at the same instants (local time, as cron). Two
@@ -248,39 +190,6 @@ impl CronSpec {
             (false, false) => vec![format!("*-{month}-* {time}")],
         }
     }
-}
-
-/// A cron field's grammar, as crontab reads it: comma-separated items, each `*`, a number or a
-/// name (months and weekdays only), or a range `a-b`, optionally followed by `/step`.
-fn check_grammar(field: usize, text: &str) -> Result<(), String> {
-    let names = field >= 3;
-    let value_ok = |v: &str| !v.is_empty() && (v.bytes().all(|b| b.is_ascii_digit()) || (names && v.len() == 3 && v.bytes().all(|b| b.is_ascii_alphabetic())));
-    for item in text.split(',') {
-        let (range, step) = match item.split_once('/') {
-            Some((r, s)) => (r, Some(s)),
-            None => (item, None),
-        };
-        if let Some(s) = step
-            && (s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.bytes().all(|b| b == b'0'))
-        {
-            return Err(format!("has a bad step `/{s}` (a positive number)"));
-        }
-        let ok = range == "*"
-            || match range.split_once('-') {
-                Some((a, b)) => value_ok(a) && value_ok(b),
-                None => value_ok(range),
-            };
-        if !ok {
-            let hint = if names { "`*`, numbers, three-letter names, `a-b`, `,` and `/step`" } else { "`*`, numbers, `a-b`, `,` and `/step`" };
-            return Err(format!("is not understood by cron at `{item}` (use {hint})"));
-        }
-    }
-    Ok(())
-}
-
-fn croner_message(e: &croner::errors::CronError) -> String {
-    let m = e.to_string();
-    m.trim_end_matches('.').to_string()
 }
 
 /// One OnCalendar component: `*` for every value, `a/step` for a progression running to the end,
@@ -536,7 +445,7 @@ mod tests {
         assert!(err("*/0 * * * *").contains("minute field"));
         assert!(err("0 * * *").contains("has 4 field(s)"));
         assert!(err("@reboot").contains("boot"));
-        assert!(err("@often").contains("unknown nickname"));
+        assert!(err("@often").contains("unknown cron nickname"));
         assert!(err("0 0 30 2 *").contains("never fires"));
     }
 

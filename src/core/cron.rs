@@ -66,32 +66,148 @@ impl CronDateTime for Utc {
     }
 }
 
-/// Parses a model's `cron`: five fields or a nickname.
+/// How a cron expression is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// A model's `cron` (sqlmesh's): read in UTC, croner's whole syntax (`L`, `W`, `#`, `?`),
+    /// nicknames in lower case, `@weekly` on Monday (the `week` grain's start).
+    Model,
+    /// The schedule of a crontab line (`efmesh schedule`): only what cron itself understands
+    /// (`*`, numbers, three-letter names, `a-b`, `,`, `/step`), nicknames in any case, `@weekly`
+    /// on Sunday (as cron), `@reboot` refused.
+    Crontab,
+}
+
+/// The five fields of a cron, by name.
+const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+
+/// A cron expression read: croner's schedule and its five fields (a nickname expanded).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// The schedule.
+    pub cron: Cron,
+    /// `minute hour day-of-month month day-of-week` as written (or as the nickname stands).
+    pub fields: [String; 5],
+}
+
+/// Parses a model's `cron`: five fields or a nickname ([`Dialect::Model`]).
 ///
 /// # Errors
 /// A message saying what is wrong with the expression.
 pub fn parse(expr: &str) -> Result<Cron, String> {
+    parse_as(expr, Dialect::Model).map(|p| p.cron)
+}
+
+/// Parses `expr` read as `dialect`: five fields or a nickname, refusing a cron that never fires.
+/// The one cron parser of efmesh (models' `cron` and `efmesh schedule`).
+///
+/// # Errors
+/// A message saying what is wrong with the expression, naming the field at fault when one is.
+pub fn parse_as(expr: &str, dialect: Dialect) -> Result<Parsed, String> {
     let text = expr.trim();
-    let five = match text {
-        "@hourly" => "0 * * * *",
-        "@daily" | "@midnight" => "0 0 * * *",
-        "@weekly" => "0 0 * * 1",
-        "@monthly" => "0 0 1 * *",
-        "@yearly" | "@annually" => "0 0 1 1 *",
-        n if n.starts_with('@') => return Err(format!("unknown cron nickname `{n}` (use @hourly, @daily, @weekly, @monthly or @yearly)")),
-        other => other,
+    if text.is_empty() {
+        return Err("the cron expression is empty".into());
+    }
+    let five = nickname(text, dialect)?.unwrap_or(text);
+    let parts: Vec<&str> = five.split_whitespace().collect();
+    let [minute, hour, dom, month, dow] = parts[..] else {
+        let clock = if dialect == Dialect::Model { " (UTC)" } else { "" };
+        return Err(format!("cron `{text}` has {} field(s); a cron has 5: minute hour day-of-month month day-of-week{clock}", parts.len()));
     };
-    let fields = five.split_whitespace().count();
-    if fields != 5 {
-        return Err(format!("cron `{text}` has {fields} field(s); a cron has 5: minute hour day-of-month month day-of-week (UTC)"));
+    let fields = [minute, hour, dom, month, dow];
+    if dialect == Dialect::Crontab {
+        for (i, field) in fields.iter().enumerate() {
+            crontab_grammar(i, field).map_err(|why| format!("cron `{text}`: the {} field `{field}` {why}", FIELDS[i]))?;
+        }
     }
     let parser = croner::parser::CronParser::builder().seconds(croner::parser::Seconds::Disallowed).year(croner::parser::Year::Disallowed).build();
-    let cron = parser.parse(five).map_err(|e| format!("cron `{text}` is invalid: {}", e.to_string().trim_end_matches('.')))?;
+    let cron = parser.parse(&fields.join(" ")).map_err(|e| {
+        let why = e.to_string().trim_end_matches('.').to_string();
+        // Name the field: the first that fails alone (every other field `*`).
+        let culprit = (0..5).find(|&i| {
+            let alone: Vec<&str> = (0..5).map(|j| if j == i { fields[i] } else { "*" }).collect();
+            parser.parse(&alone.join(" ")).is_err()
+        });
+        match culprit {
+            Some(i) => format!("cron `{text}` is invalid in its {} field `{}`: {why}", FIELDS[i], fields[i]),
+            None => format!("cron `{text}` is invalid: {why}"),
+        }
+    })?;
     // A cron that never fires (e.g. `0 0 31 2 *`) would hold the model back forever.
-    if cron.find_next_occurrence(&Utc(0), false).is_err() {
+    if cron.find_next_occurrence(&Utc(0), false).is_err() || (dialect == Dialect::Crontab && !crontab_fires(&cron, dow)) {
         return Err(format!("cron `{text}` never fires"));
     }
-    Ok(cron)
+    Ok(Parsed { cron, fields: fields.map(str::to_string) })
+}
+
+/// Whether cron itself fires `cron` (whose day-of-week field is `dow`) on some day. Unlike
+/// croner, cron reads the two day fields as "both" as soon as one starts with `*` (`*/5`
+/// included): `0 0 30 2 */5` never fires for cron. Some day matches when the day of week
+/// restricts on its own, or a listed day of month exists in a listed month (February has 29
+/// days in leap years).
+fn crontab_fires(cron: &Cron, dow: &str) -> bool {
+    let p = &cron.pattern;
+    let (days, months) = (p.days.values(), p.months.values());
+    let sets = [p.minutes.values(), p.hours.values(), days.clone(), months.clone(), p.days_of_week.values()];
+    if sets.iter().any(Vec::is_empty) {
+        return false;
+    }
+    if !dow.starts_with('*') {
+        return true;
+    }
+    let days_in = |m: u16| match m {
+        2 => 29,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    months.iter().any(|&m| days.iter().any(|&d| d <= days_in(m)))
+}
+
+/// The five fields a nickname stands for in `dialect`; `None` for an expression that is not one.
+fn nickname(text: &str, dialect: Dialect) -> Result<Option<&'static str>, String> {
+    let name = match dialect {
+        Dialect::Model => text.to_string(),
+        Dialect::Crontab => text.to_ascii_lowercase(),
+    };
+    Ok(Some(match name.as_str() {
+        "@hourly" => "0 * * * *",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@weekly" if dialect == Dialect::Model => "0 0 * * 1",
+        "@weekly" => "0 0 * * 0",
+        "@monthly" => "0 0 1 * *",
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@reboot" if dialect == Dialect::Crontab => return Err("`@reboot` runs once at boot, not on a schedule".into()),
+        n if n.starts_with('@') => return Err(format!("unknown cron nickname `{text}` (use @hourly, @daily, @weekly, @monthly or @yearly)")),
+        _ => return Ok(None),
+    }))
+}
+
+/// A cron field's grammar, as crontab reads it: comma-separated items, each `*`, a number or a
+/// name (months and weekdays only), or a range `a-b`, optionally followed by `/step`.
+fn crontab_grammar(field: usize, text: &str) -> Result<(), String> {
+    let names = field >= 3;
+    let value_ok = |v: &str| !v.is_empty() && (v.bytes().all(|b| b.is_ascii_digit()) || (names && v.len() == 3 && v.bytes().all(|b| b.is_ascii_alphabetic())));
+    for item in text.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (item, None),
+        };
+        if let Some(s) = step
+            && (s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.bytes().all(|b| b == b'0'))
+        {
+            return Err(format!("has a bad step `/{s}` (a positive number)"));
+        }
+        let ok = range == "*"
+            || match range.split_once('-') {
+                Some((a, b)) => value_ok(a) && value_ok(b),
+                None => value_ok(range),
+            };
+        if !ok {
+            let hint = if names { "`*`, numbers, three-letter names, `a-b`, `,` and `/step`" } else { "`*`, numbers, `a-b`, `,` and `/step`" };
+            return Err(format!("is not understood by cron at `{item}` (use {hint})"));
+        }
+    }
+    Ok(())
 }
 
 /// The last tick of `cron` at or before `now` (milliseconds); `None` when it never fired before.
@@ -214,6 +330,26 @@ mod tests {
         assert!(parse("61 * * * *").unwrap_err().contains("invalid"));
         assert!(parse("@often").unwrap_err().contains("unknown cron nickname"));
         assert!(parse("0 0 31 2 *").unwrap_err().contains("never fires"));
+    }
+
+    #[test]
+    fn the_crontab_dialect_reads_as_cron_does_with_the_same_messages() {
+        let fields = |e: &str, d: Dialect| parse_as(e, d).map(|p| p.fields.join(" "));
+        assert_eq!(fields("@weekly", Dialect::Model).unwrap(), "0 0 * * 1");
+        assert_eq!(fields("@Weekly", Dialect::Crontab).unwrap(), "0 0 * * 0");
+        assert!(fields("@Weekly", Dialect::Model).unwrap_err().contains("unknown cron nickname `@Weekly`"));
+        assert!(fields("@reboot", Dialect::Crontab).unwrap_err().contains("boot"));
+        // croner's extensions are a model's, not crontab's.
+        assert!(fields("0 0 L * *", Dialect::Model).is_ok());
+        assert!(fields("0 0 L * *", Dialect::Crontab).unwrap_err().contains("the day-of-month field `L` is not understood by cron"));
+        // cron reads `*/5` as unrestricting: both day fields must match, and Feb 30 never comes.
+        assert!(fields("0 0 30 2 */5", Dialect::Model).is_ok());
+        assert!(fields("0 0 30 2 */5", Dialect::Crontab).unwrap_err().contains("never fires"));
+        for d in [Dialect::Model, Dialect::Crontab] {
+            let e = fields("0 25 * * *", d).unwrap_err();
+            assert!(e.starts_with("cron `0 25 * * *` is invalid in its hour field `25`: "), "{e}");
+            assert!(fields("0 0 31 4 *", d).unwrap_err().ends_with("cron `0 0 31 4 *` never fires"));
+        }
     }
 
     #[test]

@@ -284,6 +284,14 @@ pub fn to_iso(t: Millis) -> String {
     }
 }
 
+/// Serialises an instant as [`to_iso`] text (`#[serde(serialize_with = …)]`).
+///
+/// # Errors
+/// The serializer's.
+pub fn serialize_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&to_iso(*t))
+}
+
 /// The SQL literal every engine statement uses for an instant:
 /// `TIMESTAMP 'YYYY-MM-DD HH:MM:SS[.fff]'`, naive UTC (engines run with `TimeZone = 'UTC'`).
 pub fn to_sql_literal(t: Millis) -> String {

@@ -150,6 +150,22 @@ impl Model {
         }
     }
 
+    /// A model for unit tests: `name` of `kind` reading `SELECT 1 AS x FROM` each of `parents`
+    /// (refs), one integer column `x`, written at `m.lua:1`.
+    #[cfg(test)]
+    pub(crate) fn fixture(name: &str, kind: Kind, parents: &[&str]) -> Model {
+        use super::fragment::{Node, RefSite};
+        let location = Location { file: "m.lua".into(), line: 1 };
+        let mut body = Fragment::default();
+        body.push_text("SELECT 1 AS x");
+        for (i, p) in parents.iter().enumerate() {
+            body.push_text(if i == 0 { " FROM " } else { ", " });
+            body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
+        }
+        let columns = Schema(vec![super::schema::Column { name: "x".into(), ty: "integer".into() }]);
+        Model::new(ModelName::parse(name).unwrap(), kind, columns, Some(body), location)
+    }
+
     /// The description of column `name` (case-insensitive), when the model gives one.
     pub fn column_description(&self, name: &str) -> Option<&str> {
         self.column_descriptions.iter().find(|(c, _)| c.eq_ignore_ascii_case(name)).map(|(_, d)| d.as_str())

@@ -257,29 +257,17 @@ fn walk(start: &BTreeSet<ModelName>, depth: Depth, next: impl Fn(&ModelName) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fragment::{Fragment, Node, RefSite};
-    use crate::core::{Kind, Location, Model, Schema};
-
-    fn model(name: &str, kind: Kind, parents: &[&str]) -> Model {
-        let location = Location { file: "m.lua".into(), line: 1 };
-        let mut body = Fragment::default();
-        body.push_text("SELECT 1 AS x");
-        for (i, p) in parents.iter().enumerate() {
-            body.push_text(if i == 0 { " FROM " } else { ", " });
-            body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
-        }
-        Model::new(ModelName::parse(name).unwrap(), kind, Schema(vec![crate::core::Column { name: "x".into(), ty: "integer".into() }]), Some(body), location)
-    }
+    use crate::core::{Kind, Model};
 
     /// raw.a → s.b → s.c → s.d, raw.a → s.e (a view), s.f alone.
     fn dag() -> Dag {
         Dag::build(vec![
-            model("raw.a", Kind::Full, &[]),
-            model("s.b", Kind::Full, &["raw.a"]),
-            model("s.c", Kind::Full, &["s.b"]),
-            model("s.d", Kind::Full, &["s.c"]),
-            model("s.e", Kind::View, &["raw.a"]),
-            model("s.f", Kind::Full, &[]),
+            Model::fixture("raw.a", Kind::Full, &[]),
+            Model::fixture("s.b", Kind::Full, &["raw.a"]),
+            Model::fixture("s.c", Kind::Full, &["s.b"]),
+            Model::fixture("s.d", Kind::Full, &["s.c"]),
+            Model::fixture("s.e", Kind::View, &["raw.a"]),
+            Model::fixture("s.f", Kind::Full, &[]),
         ])
         .unwrap()
     }

@@ -384,7 +384,7 @@ pub struct Plan {
     /// Environment name.
     pub env: String,
     /// The instant intervals were computed for (UTC ms); intervals ending after it are not due.
-    #[serde(serialize_with = "ser_iso")]
+    #[serde(serialize_with = "interval::serialize_iso")]
     pub now: Millis,
     /// True when applying would change anything (a version, a build, a backfill, metadata).
     pub has_changes: bool,
@@ -400,10 +400,6 @@ pub struct Plan {
     /// `apply` refuses the plan if the store has changed since (another process applied).
     #[serde(skip)]
     pub generation: Option<i64>,
-}
-
-fn ser_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&interval::to_iso(*t))
 }
 
 impl Plan {

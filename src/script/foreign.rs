@@ -456,6 +456,36 @@ impl Foreign {
     }
 }
 
+/// What `define_macro` and `define_signal` check alike in both hosts: the refusal outside
+/// definition files, the name rule, the duplicate error and each host's usage texts.
+pub(crate) struct Definable {
+    /// The host function, e.g. `define_macro`.
+    pub function: &'static str,
+    /// What it defines, e.g. `macro`.
+    pub noun: &'static str,
+    /// The refusal once model files are evaluated.
+    pub outside: &'static str,
+    /// The name rule: the message of a bad name.
+    pub check_name: fn(&str) -> Result<(), String>,
+    /// The error of a second definition of a name (`first` its first place, `at` this one).
+    pub duplicate: fn(name: &str, first: &Location, at: &Location) -> LoadError,
+    /// An example call in Lua, and what the function must be.
+    pub lua: [&'static str; 2],
+    /// An example call in Rhai, and what the closure must be.
+    pub rhai: [&'static str; 2],
+}
+
+/// `define_macro`.
+pub(crate) static MACRO: Definable = Definable {
+    function: "define_macro",
+    noun: "macro",
+    outside: "`define_macro` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file",
+    check_name: check_macro_name,
+    duplicate: duplicate_macro,
+    lua: ["define_macro(\"cents_to_dollars\", function(column) … end)", "a function returning SQL text"],
+    rhai: ["define_macro(\"cents_to_dollars\", |column| …)", "a closure returning SQL text"],
+};
+
 /// Checks a macro definition's name: an identifier, not a name efmesh reserves after `@`.
 ///
 /// # Errors

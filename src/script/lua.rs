@@ -592,72 +592,10 @@ impl LuaHost {
             Ok(())
         })?;
         // define_macro("name", function(a, b) … end): only in definition files.
-        let st = self.state.clone();
-        let define_macro = lua.create_function(move |lua, (name, f): (Value, Value)| {
-            let root = st.borrow().root.clone();
-            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
-            let mut s = st.borrow_mut();
-            if s.base_audits.is_some() {
-                return Err(rt(
-                    "`define_macro` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file",
-                ));
-            }
-            let Value::String(name) = name else {
-                return Err(rt(format!(
-                    "`define_macro` expects a name and a function, e.g. `define_macro(\"cents_to_dollars\", function(column) … end)`, got {} first",
-                    name.type_name()
-                )));
-            };
-            let name = name.to_str().map_err(|_| rt("macro names must be UTF-8"))?.to_string();
-            let Value::Function(f) = f else {
-                return Err(rt(format!("`define_macro(\"{name}\", …)` expects a function returning SQL text, got {}", f.type_name())));
-            };
-            if let Some(file) = s.stack.last().cloned() {
-                s.definitions.defining.insert(file);
-            }
-            if let Err(m) = super::foreign::check_macro_name(&name) {
-                s.errors.push(LoadError::new(Some(location), None, m));
-            } else if let Some((first, _)) = s.macros.get(&name) {
-                let e = super::foreign::duplicate_macro(&name, first, &location);
-                s.errors.push(e);
-            } else {
-                s.macros.insert(name, (location, f));
-            }
-            Ok(())
-        })?;
+        let define_macro = self.definition(&super::foreign::MACRO, |s| &mut s.macros)?;
         self.proto.set("define_macro", define_macro)?;
         // define_signal("name", function(intervals, args, db) … end): only in definition files.
-        let st = self.state.clone();
-        let define_signal = lua.create_function(move |lua, (name, f): (Value, Value)| {
-            let root = st.borrow().root.clone();
-            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
-            let mut s = st.borrow_mut();
-            if s.base_audits.is_some() {
-                return Err(rt(super::signals::DEFINITION_FILES));
-            }
-            let Value::String(name) = name else {
-                return Err(rt(format!(
-                    "`define_signal` expects a name and a function, e.g. `define_signal(\"file_exists\", function(intervals, args, db) … end)`, got {} first",
-                    name.type_name()
-                )));
-            };
-            let name = name.to_str().map_err(|_| rt("signal names must be UTF-8"))?.to_string();
-            let Value::Function(f) = f else {
-                return Err(rt(format!("`define_signal(\"{name}\", …)` expects a function(intervals, args, db), got {}", f.type_name())));
-            };
-            if let Some(file) = s.stack.last().cloned() {
-                s.definitions.defining.insert(file);
-            }
-            if !crate::core::name::is_identifier(&name) {
-                s.errors.push(LoadError::new(Some(location), None, format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")));
-            } else if let Some((first, _)) = s.signals.get(&name) {
-                let e = super::signals::duplicate(&name, first, &location);
-                s.errors.push(e);
-            } else {
-                s.signals.insert(name, (location, f));
-            }
-            Ok(())
-        })?;
+        let define_signal = self.definition(&super::signals::SIGNAL, |s| &mut s.signals)?;
         self.proto.set("define_signal", define_signal)?;
         self.proto.set("ref", ref_fn)?;
         self.proto.set("cols", cols_fn)?;
@@ -668,6 +606,44 @@ impl LuaHost {
         })?;
         self.proto.set("define_test", refuse_test)?;
         Ok(())
+    }
+
+    /// The host function of `kind` (`define_macro`, `define_signal`): `kind.function("name", f)`
+    /// only in definition files, recording `f` in `map` of the state.
+    fn definition(
+        &self,
+        kind: &'static super::foreign::Definable,
+        map: fn(&mut State) -> &mut std::collections::BTreeMap<String, (Location, Function)>,
+    ) -> mlua::Result<Function> {
+        let st = self.state.clone();
+        self.lua.create_function(move |lua, (name, f): (Value, Value)| {
+            let root = st.borrow().root.clone();
+            let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
+            let mut s = st.borrow_mut();
+            if s.base_audits.is_some() {
+                return Err(rt(kind.outside));
+            }
+            let [usage, expects] = kind.lua;
+            let Value::String(name) = name else {
+                return Err(rt(format!("`{}` expects a name and a function, e.g. `{usage}`, got {} first", kind.function, name.type_name())));
+            };
+            let name = name.to_str().map_err(|_| rt(format!("{} names must be UTF-8", kind.noun)))?.to_string();
+            let Value::Function(f) = f else {
+                return Err(rt(format!("`{}(\"{name}\", …)` expects {expects}, got {}", kind.function, f.type_name())));
+            };
+            if let Some(file) = s.stack.last().cloned() {
+                s.definitions.defining.insert(file);
+            }
+            if let Err(m) = (kind.check_name)(&name) {
+                s.errors.push(LoadError::new(Some(location), None, m));
+            } else if let Some((first, _)) = map(&mut s).get(&name) {
+                let e = (kind.duplicate)(&name, first, &location);
+                s.errors.push(e);
+            } else {
+                map(&mut s).insert(name, (location, f));
+            }
+            Ok(())
+        })
     }
 
     /// Switches the host to test files: files evaluated from now on get `define_test` (recording

@@ -122,6 +122,10 @@ type SharedModule = Rc<Module>;
 #[derive(Debug, Clone)]
 struct Handle(ModelName);
 
+/// `define_macro` or `define_signal` definitions: name → where, the function and the functions of
+/// its file.
+type Defined = std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>;
+
 #[derive(Default)]
 struct State {
     root: PathBuf,
@@ -158,9 +162,9 @@ struct State {
     /// A limit an audit body hit (a system exception), to raise again at the use.
     uncaught: Option<Box<EvalAltResult>>,
     /// `define_macro` definitions: name → where, the function and the functions of its file.
-    macros: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    macros: Defined,
     /// `define_signal` definitions: name → where, the function and the functions of its file.
-    signals: std::collections::BTreeMap<String, (Location, FnPtr, Rc<::rhai::AST>)>,
+    signals: Defined,
     /// True once model (or test) files are evaluated: `define_macro` refuses.
     past_definitions: bool,
     /// The interpreters of the definition files of every language (macro calls, audits
@@ -650,6 +654,39 @@ fn column_names(args: &[&mut Dynamic]) -> Result<Vec<String>, Box<EvalAltResult>
     Ok(columns)
 }
 
+/// Registers the host function of `kind` (`define_macro`, `define_signal`): `kind.function("name",
+/// f)` only in definition files, recording `f` in `map` of the state.
+fn register_definition(engine: &mut Engine, refs: &Refs, kind: &'static super::foreign::Definable, map: fn(&mut State) -> &mut Defined) {
+    let st = refs.state.clone();
+    engine.register_raw_fn(kind.function, [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
+        let location = call_site(&ctx);
+        if st.borrow().past_definitions {
+            return Err(rt(kind.outside));
+        }
+        let [usage, expects] = kind.rhai;
+        let Some(name) = args[0].read_lock::<ImmutableString>().map(|s| s.to_string()) else {
+            return Err(rt(format!("`{}` expects a name and a closure, e.g. `{usage}`, got `{}` first", kind.function, args[0].type_name())));
+        };
+        let Some(f) = args[1].read_lock::<FnPtr>().map(|f| f.clone()) else {
+            return Err(rt(format!("`{}(\"{name}\", …)` expects {expects}, got `{}`", kind.function, args[1].type_name())));
+        };
+        let mut s = st.borrow_mut();
+        s.defines();
+        let Some(ast) = s.asts.get(&location.file).cloned() else {
+            return Err(rt(format!("`{}` must be called at the top level of a file or of a function it defines", kind.function)));
+        };
+        if let Err(m) = (kind.check_name)(&name) {
+            s.errors.push(LoadError::new(Some(location), None, m));
+        } else if let Some((first, _, _)) = map(&mut s).get(&name) {
+            let e = (kind.duplicate)(&name, first, &location);
+            s.errors.push(e);
+        } else {
+            map(&mut s).insert(name, (location, f, ast));
+        }
+        Ok(Dynamic::UNIT)
+    });
+}
+
 fn register_api(engine: &mut Engine, refs: &Refs) {
     // `no_time` removes `timestamp` but not the core package's `sleep`: shadow it (the engine's
     // own namespace is searched before every package).
@@ -678,68 +715,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             .collect())
     });
     // define_signal("name", |intervals, args, db| …): only in definition files.
-    let st = refs.state.clone();
-    engine.register_raw_fn("define_signal", [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
-        let location = call_site(&ctx);
-        if st.borrow().past_definitions {
-            return Err(rt(super::signals::DEFINITION_FILES));
-        }
-        let Some(name) = args[0].read_lock::<ImmutableString>().map(|s| s.to_string()) else {
-            return Err(rt(format!(
-                "`define_signal` expects a name and a closure, e.g. `define_signal(\"file_exists\", |intervals, args, db| …)`, got `{}` first",
-                args[0].type_name()
-            )));
-        };
-        let Some(f) = args[1].read_lock::<FnPtr>().map(|f| f.clone()) else {
-            return Err(rt(format!("`define_signal(\"{name}\", …)` expects a closure |intervals, args, db|, got `{}`", args[1].type_name())));
-        };
-        let mut s = st.borrow_mut();
-        s.defines();
-        let Some(ast) = s.asts.get(&location.file).cloned() else {
-            return Err(rt("`define_signal` must be called at the top level of a file or of a function it defines"));
-        };
-        if !crate::core::name::is_identifier(&name) {
-            s.errors.push(LoadError::new(Some(location), None, format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")));
-        } else if let Some((first, _, _)) = s.signals.get(&name) {
-            let e = super::signals::duplicate(&name, first, &location);
-            s.errors.push(e);
-        } else {
-            s.signals.insert(name, (location, f, ast));
-        }
-        Ok(Dynamic::UNIT)
-    });
-
+    register_definition(engine, refs, &super::signals::SIGNAL, |s| &mut s.signals);
     // define_macro("name", |a, b| …): only in definition files.
-    let st = refs.state.clone();
-    engine.register_raw_fn("define_macro", [TypeId::of::<Dynamic>(), TypeId::of::<Dynamic>()], move |ctx, args| {
-        let location = call_site(&ctx);
-        if st.borrow().past_definitions {
-            return Err(rt("`define_macro` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file"));
-        }
-        let Some(name) = args[0].read_lock::<ImmutableString>().map(|s| s.to_string()) else {
-            return Err(rt(format!(
-                "`define_macro` expects a name and a closure, e.g. `define_macro(\"cents_to_dollars\", |column| …)`, got `{}` first",
-                args[0].type_name()
-            )));
-        };
-        let Some(f) = args[1].read_lock::<FnPtr>().map(|f| f.clone()) else {
-            return Err(rt(format!("`define_macro(\"{name}\", …)` expects a closure returning SQL text, got `{}`", args[1].type_name())));
-        };
-        let mut s = st.borrow_mut();
-        s.defines();
-        let Some(ast) = s.asts.get(&location.file).cloned() else {
-            return Err(rt("`define_macro` must be called at the top level of a file or of a function it defines"));
-        };
-        if let Err(m) = super::foreign::check_macro_name(&name) {
-            s.errors.push(LoadError::new(Some(location), None, m));
-        } else if let Some((first, _, _)) = s.macros.get(&name) {
-            let e = super::foreign::duplicate_macro(&name, first, &location);
-            s.errors.push(e);
-        } else {
-            s.macros.insert(name, (location, f, ast));
-        }
-        Ok(Dynamic::UNIT)
-    });
+    register_definition(engine, refs, &super::foreign::MACRO, |s| &mut s.macros);
 
     // ref(x)
     let st = refs.state.clone();

@@ -12,7 +12,7 @@
 //! closure) and returns its rows, each a list of values as text (`nil`/`()` for NULL). It
 //! returns a boolean (every interval) or a list of booleans, one per interval.
 
-use super::foreign::{Foreign, Rows};
+use super::foreign::{Definable, Foreign, Rows};
 use crate::config::Config;
 use crate::core::{Interval, LoadError, Location, Model};
 use std::sync::Arc;
@@ -20,6 +20,22 @@ use std::sync::Arc;
 /// The message for `define_signal` outside a definition file.
 pub(crate) const DEFINITION_FILES: &str =
     "`define_signal` belongs in macro files (`[project] macros`, default `macros/**/*.{lua,rhai}`), evaluated before every model file";
+
+/// `define_signal`.
+pub(crate) static SIGNAL: Definable = Definable {
+    function: "define_signal",
+    noun: "signal",
+    outside: DEFINITION_FILES,
+    check_name,
+    duplicate,
+    lua: ["define_signal(\"file_exists\", function(intervals, args, db) … end)", "a function(intervals, args, db)"],
+    rhai: ["define_signal(\"file_exists\", |intervals, args, db| …)", "a closure |intervals, args, db|"],
+};
+
+/// A signal's name: an identifier.
+fn check_name(name: &str) -> Result<(), String> {
+    if crate::core::name::is_identifier(name) { Ok(()) } else { Err(format!("signal name `{name}` must be an identifier (`[A-Za-z_][A-Za-z0-9_]*`)")) }
+}
 
 /// A duplicate signal in one language.
 pub(crate) fn duplicate(name: &str, first: &Location, at: &Location) -> LoadError {
