@@ -15,6 +15,7 @@
 //! path = "efmesh.duckdb"         # DuckDB database file (default shown)
 //! threads = 4                    # optional: DuckDB worker threads (default: one per core)
 //! memory_limit = "4GB"           # optional: DuckDB memory limit (default: 80 % of RAM)
+//! batch_commit_ms = 1000         # a time-range model's batches share a transaction this long (0: one each)
 //!
 //! [state]
 //! path = "efmesh.state.sqlite"   # SQLite state store (default shown)
@@ -155,6 +156,20 @@ pub struct EngineSection {
     /// config directory. Such an extension is loaded from its file whenever efmesh needs it.
     #[serde(default)]
     pub extensions: std::collections::BTreeMap<String, PathBuf>,
+    /// How long (milliseconds) consecutive batches of one time-range model may share one engine
+    /// transaction: a batch joins the open transaction while less than this has passed since it
+    /// began, then it commits and the batches' intervals are recorded done (SPEC §4 invariant 4).
+    /// A killed apply loses at most about this much work plus one batch; `0` commits every batch
+    /// on its own. Any engine. Default [`DEFAULT_BATCH_COMMIT_MS`].
+    #[serde(default = "default_batch_commit_ms")]
+    pub batch_commit_ms: u64,
+}
+
+/// The default of `[engine] batch_commit_ms`.
+pub const DEFAULT_BATCH_COMMIT_MS: u64 = 1000;
+
+fn default_batch_commit_ms() -> u64 {
+    DEFAULT_BATCH_COMMIT_MS
 }
 
 impl Default for EngineSection {
@@ -167,6 +182,7 @@ impl Default for EngineSection {
             extension_directory: None,
             load: Vec::new(),
             extensions: Default::default(),
+            batch_commit_ms: DEFAULT_BATCH_COMMIT_MS,
         }
     }
 }

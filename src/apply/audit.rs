@@ -222,26 +222,36 @@ pub fn transaction(
         return Ok(Vec::new());
     }
     engine.begin().map_err(AuditError::Statement)?;
+    let results = within(engine, statements, model, checks, batch).inspect_err(|_| {
+        let _ = engine.rollback();
+    })?;
+    engine.commit().map_err(AuditError::Statement)?;
+    Ok(results)
+}
+
+/// Runs `statements` and then `checks` inside the transaction the caller opened
+/// ([`Engine::begin`]), neither committing nor rolling back: the caller commits when every part
+/// of the transaction succeeded and rolls back otherwise (a time-range model's batches sharing a
+/// transaction, [`super::schedule::Job::group`]).
+///
+/// # Errors
+/// [`AuditError`]: a statement failed, an audit could not run, or blocking audits found rows.
+pub fn within(
+    engine: &mut dyn Engine,
+    statements: &[String],
+    model: &ModelName,
+    checks: &[(&Audit, String)],
+    batch: Option<Interval>,
+) -> Result<Vec<AuditResult>, AuditError> {
     for s in statements {
-        if let Err(e) = engine.execute(s) {
-            let _ = engine.rollback();
-            return Err(AuditError::Statement(e));
-        }
+        engine.execute(s).map_err(AuditError::Statement)?;
     }
-    let results = match run(engine, model, checks, batch) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = engine.rollback();
-            return Err(e);
-        }
-    };
+    let results = run(engine, model, checks, batch)?;
     log_warnings(&results);
     let failures: Vec<AuditResult> = results.iter().filter(|r| r.failed()).cloned().collect();
     if !failures.is_empty() {
-        let _ = engine.rollback();
         return Err(AuditError::Failed(failures));
     }
-    engine.commit().map_err(AuditError::Statement)?;
     Ok(results)
 }
 

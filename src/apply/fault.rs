@@ -4,7 +4,10 @@
 //! Points: `after-build:<schema.table>` (a model was built and recorded), `after-upsert:<schema.table>`
 //! (a unique-key upsert committed in the engine, not yet recorded after it),
 //! `after-first-batch:<schema.table>` (a new time-range table created by its first batch's commit,
-//! its snapshot not yet recorded), `before-intent`,
+//! its snapshot not yet recorded), `in-group:<schema.table>:<k>` (batch `k`, 1-based, of a
+//! time-range build ran inside a transaction shared with earlier batches, nothing of it
+//! committed), `group-committed:<schema.table>:<k>` (a shared transaction ending with batch `k`
+//! committed, its ledger rows not yet written), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
 //! `after-view-swap` (the views moved, the state store does not know yet),
 //! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal

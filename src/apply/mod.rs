@@ -1170,8 +1170,10 @@ enum FlightKind {
     /// A `full` or `view` model: one transaction, then the snapshot, the data generation and
     /// what it was built from.
     Whole { built_from: Option<String>, sharers: Vec<(String, String, String)>, before: Option<i64> },
-    /// A time-range model: one transaction per batch, its ledger rows after each commit.
-    Batches { batches: Vec<Interval>, grain: crate::core::interval::Grain, create_with_first: bool, before: Option<i64>, clean: bool },
+    /// A time-range model: its batches in transactions of one or more batches, their ledger rows
+    /// after each commit.
+    /// `writes`: the ledger writes recorded so far (each moves the data generation once).
+    Batches { batches: Vec<Interval>, grain: crate::core::interval::Grain, create_with_first: bool, before: Option<i64>, clean: bool, writes: usize },
 }
 
 /// The state side of the builds of one apply or run ([`schedule::Builds`]).
@@ -1304,7 +1306,11 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
                 self.flights.insert(item, Flight { started, snapshot, intervals: 0, what: FlightKind::Whole { built_from, sharers, before } });
-                Ok(Some(schedule::Job { model: model.name.clone(), steps: vec![schedule::Step { statements, checks, batch: None, of: None }] }))
+                Ok(Some(schedule::Job {
+                    model: model.name.clone(),
+                    steps: vec![schedule::Step { statements, checks, batch: None, of: None }],
+                    group: std::time::Duration::ZERO,
+                }))
             }
             Kind::Embedded => {
                 // Inlined wherever it is read: only its snapshot is recorded, nothing is built.
@@ -1334,11 +1340,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Every batch's statements, rendered once ([`batch::statements`], which
                 // `efmesh render --interval` prints too). The batches of a table this apply
                 // creates have nothing to delete (the ranges are disjoint and the table new).
-                // Interval audits see their batch; the last batch also runs the whole ones.
-                // Each batch is its own engine transaction (write-audit-publish), its ledger rows
-                // written after its commit ([`schedule::Builds::step`]): batches never share a
-                // transaction, so a failed batch or a `kill -9` leaves every earlier batch done
-                // and a long backfill resumes where it stopped (SPEC §4 invariant 4).
+                // Interval audits see their batch, inside the transaction that writes it
+                // (write-audit-publish); the last batch also runs the whole ones. Consecutive
+                // batches share one engine transaction for up to `[engine] batch_commit_ms`
+                // ([`schedule::Job::group`]); their ledger rows are written after its commit
+                // ([`schedule::Builds::step`]), and a shared transaction that fails runs its
+                // batches again one transaction each, so a failed batch still leaves every
+                // earlier batch done and a killed backfill resumes where its last commit left
+                // it (SPEC §4 invariant 4).
                 let steps: Vec<schedule::Step<'p>> = batches
                     .iter()
                     .enumerate()
@@ -1354,9 +1363,15 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     .collect();
                 self.flights.insert(
                     item,
-                    Flight { started, snapshot, intervals: 0, what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, clean: true } },
+                    Flight {
+                        started,
+                        snapshot,
+                        intervals: 0,
+                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, clean: true, writes: 0 },
+                    },
                 );
-                Ok(Some(schedule::Job { model: model.name.clone(), steps }))
+                let group = std::time::Duration::from_millis(project.config.engine.batch_commit_ms);
+                Ok(Some(schedule::Job { model: model.name.clone(), steps, group }))
             }
             Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_) => {
                 let by = match &model.kind {
@@ -1432,44 +1447,56 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
         }
     }
 
-    fn step(&mut self, item: usize, step: usize, result: schedule::StepResult) -> Result<(), ApplyError> {
+    fn step(&mut self, item: usize, first: usize, results: Vec<schedule::StepResult>) -> Result<(), ApplyError> {
         let state = self.state;
         let (_, model) = self.model(item);
         let flight = self.flights.get_mut(&item).expect("a step of a started model");
         match &mut flight.what {
             FlightKind::Whole { built_from, sharers, before } => {
-                let results = result.map_err(|e| audit_failure(model, e, None))?;
-                let clean = audit::clean(&results);
-                self.report.audits.add(results);
-                self.audited.insert(model.name.clone());
-                // The snapshot, the new data generation, what it was built from and the end of
-                // its pending rebuild, in one transaction.
-                state.record_build(&flight.snapshot, built_from.as_deref(), sharers, interval::now_millis())?;
-                record_pass(state, model, &flight.snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+                for result in results {
+                    let results = result.map_err(|e| audit_failure(model, e, None))?;
+                    let clean = audit::clean(&results);
+                    self.report.audits.add(results);
+                    self.audited.insert(model.name.clone());
+                    // The snapshot, the new data generation, what it was built from and the end of
+                    // its pending rebuild, in one transaction.
+                    state.record_build(&flight.snapshot, built_from.as_deref(), sharers, interval::now_millis())?;
+                    record_pass(state, model, &flight.snapshot.fingerprint, None, before.filter(|_| clean), 1)?;
+                }
             }
-            FlightKind::Batches { batches, grain, create_with_first, clean, .. } => {
-                let batch = batches[step];
-                let pieces = batch.split(*grain);
+            FlightKind::Batches { batches, grain, create_with_first, clean, writes, .. } => {
                 let snapshot = &flight.snapshot;
-                match result {
-                    Ok(results) => {
-                        // A pass is recorded only when no audit (warn ones included) found a row.
-                        *clean &= audit::clean(&results);
-                        self.report.audits.add(results);
-                    }
-                    Err(err) => {
-                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
-                        return Err(audit_failure(model, err, Some(batch)));
+                // The committed batches' intervals (one engine transaction or several), recorded
+                // together in one state transaction after their commit; then the failed batch.
+                let mut done = Vec::new();
+                let mut failure = None;
+                for (k, result) in results.into_iter().enumerate() {
+                    let batch = batches[first + k];
+                    match result {
+                        Ok(results) => {
+                            // A pass is recorded only when no audit (warn ones included) found a row.
+                            *clean &= audit::clean(&results);
+                            self.report.audits.add(results);
+                            done.extend(batch.split(*grain));
+                        }
+                        Err(err) => failure = Some((batch, err)),
                     }
                 }
-                if *create_with_first && step == 0 {
-                    // The table exists in the engine; the state store does not know it yet.
-                    fault::crash_point(|| format!("after-first-batch:{}", model.name));
-                    state.put_snapshot(snapshot)?;
+                if !done.is_empty() {
+                    if *create_with_first && first == 0 {
+                        // The table exists in the engine; the state store does not know it yet.
+                        fault::crash_point(|| format!("after-first-batch:{}", model.name));
+                        state.put_snapshot(snapshot)?;
+                    }
+                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
+                    *writes += 1;
+                    self.report.intervals += done.len();
+                    flight.intervals += done.len();
                 }
-                state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
-                self.report.intervals += pieces.len();
-                flight.intervals += pieces.len();
+                if let Some((batch, err)) = failure {
+                    let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &batch.split(*grain), IntervalStatus::Failed, interval::now_millis());
+                    return Err(audit_failure(model, err, Some(batch)));
+                }
             }
         }
         Ok(())
@@ -1478,12 +1505,13 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
     fn finish(&mut self, item: usize) -> Result<(), ApplyError> {
         let (action, model) = self.model(item);
         let flight = self.flights.remove(&item).expect("a started model");
-        if let FlightKind::Batches { batches, before, clean, .. } = &flight.what
+        if let FlightKind::Batches { batches, before, clean, writes, .. } = &flight.what
             && !batches.is_empty()
         {
-            // The last batch ran the `whole` audits over the whole table.
+            // The last batch ran the `whole` audits over the whole table; the ledger was written
+            // once per transaction (one or more batches each).
             let scope = Some(crate::core::audit::AuditScope::Whole);
-            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), batches.len())?;
+            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), *writes)?;
         }
         self.built(action, model, flight.started, flight.intervals)
     }

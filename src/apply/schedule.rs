@@ -3,8 +3,15 @@
 //!
 //! The calling thread owns the state store and the scheduler, and does every state read and
 //! write ([`Builds`]): before a model's engine work (`start`), after each of its transactions
-//! commits (`step`: a time-range batch's ledger rows), and after the last (`finish`: the snapshot
-//! record). Worker threads own one engine connection each ([`crate::engine::Engine::worker`])
+//! commits (`step`: the ledger rows of the time-range batches it wrote), and after the last
+//! (`finish`: the snapshot record).
+//!
+//! Consecutive steps of one job may share one engine transaction (a time-range model's batches,
+//! [`Job::group`]): steps join the transaction until its time budget has passed, then it
+//! commits, and only then are its steps reported (their ledger rows written together). A
+//! transaction that fails is rolled back whole and its steps run again one transaction each, as
+//! without grouping, so every step before the failing one commits and is recorded, and the
+//! failure is the failing step's own (SPEC §4 invariant 4). Worker threads own one engine connection each ([`crate::engine::Engine::worker`])
 //! and run nothing but a model's transactions ([`Job`]), reporting each outcome back over a
 //! channel; so every state write happens in the same order, per model, as in a sequential
 //! apply, and always after the engine commit it records.
@@ -42,12 +49,17 @@ pub(crate) struct Step<'p> {
     pub of: Option<(usize, usize)>,
 }
 
-/// The engine work of one model: its transactions, in order; the first that fails ends it.
+/// The engine work of one model: its steps, in order; the first that fails ends it.
 pub(crate) struct Job<'p> {
     /// The model.
     pub model: ModelName,
-    /// The transactions.
+    /// The steps.
     pub steps: Vec<Step<'p>>,
+    /// How long consecutive steps may share one engine transaction: a step joins the open
+    /// transaction while less than this has passed since the transaction began, so a killed
+    /// process loses at most about this much committed-to-be work (plus one step). Zero: every
+    /// step is its own transaction.
+    pub group: std::time::Duration,
 }
 
 /// The outcome of one step of a job.
@@ -62,11 +74,13 @@ pub(crate) trait Builds<'p> {
     /// # Errors
     /// What stopped the model.
     fn start(&mut self, item: usize, engine: &mut dyn Engine) -> Result<Option<Job<'p>>, ApplyError>;
-    /// After step `step` of `item`'s job ran (committed, or failed and rolled back).
+    /// After the steps `first..first + results.len()` of `item`'s job ran: every result but the
+    /// last is a success (they committed, in one engine transaction or several); the last is a
+    /// success too, or the failure of its step (rolled back).
     ///
     /// # Errors
-    /// The step's failure, or what recording it failed on.
-    fn step(&mut self, item: usize, step: usize, result: StepResult) -> Result<(), ApplyError>;
+    /// The step's failure, or what recording them failed on.
+    fn step(&mut self, item: usize, first: usize, results: Vec<StepResult>) -> Result<(), ApplyError>;
     /// After every step of `item`'s job committed.
     ///
     /// # Errors
@@ -74,27 +88,102 @@ pub(crate) trait Builds<'p> {
     fn finish(&mut self, item: usize) -> Result<(), ApplyError>;
 }
 
-/// Runs `job`'s steps on `engine`, in order, handing each outcome to `each`; stops after a
-/// failed step or when `each` returns false.
-pub(crate) fn run_job(engine: &mut dyn Engine, job: &Job, each: &mut dyn FnMut(usize, StepResult) -> bool) {
+/// Runs `job`'s steps on `engine`, in order, handing the outcomes of each transaction to `each`
+/// (the index of its first step, then one result per step); stops after a failed step or when
+/// `each` returns false. Steps share a transaction as [`Job::group`] allows; a shared
+/// transaction that fails is rolled back and the job goes on from its first step one
+/// transaction per step, so what is reported is what running them one by one reports.
+pub(crate) fn run_job(engine: &mut dyn Engine, job: &Job, each: &mut dyn FnMut(usize, Vec<StepResult>) -> bool) {
     // Test hook: widens the window in which a model's build is under way.
     super::fault::delay_point(&format!("build:{}", job.model));
-    for (i, step) in job.steps.iter().enumerate() {
-        if let (Some(batch), Some((k, n))) = (step.batch, step.of) {
-            tracing::info!(model = %job.model, interval = %batch, batch = k + 1, batches = n, "backfill batch");
+    let n = job.steps.len();
+    // Steps whose `backfill batch` line was logged (a step run again after a failed shared
+    // transaction is not announced twice).
+    let mut announced = 0;
+    let mut grouping = !job.group.is_zero();
+    let mut i = 0;
+    while i < n {
+        if grouping && i + 1 < n {
+            match shared(engine, job, i, &mut announced) {
+                Some(results) => {
+                    let next = i + results.len();
+                    if !each(i, results.into_iter().map(Ok).collect()) {
+                        return;
+                    }
+                    i = next;
+                    continue;
+                }
+                // Rolled back: from its first step on, one transaction per step.
+                None => grouping = false,
+            }
         }
+        announce(job, i, &mut announced);
+        let step = &job.steps[i];
         let result = audit::transaction(engine, &step.statements, &job.model, &step.checks, step.batch);
         let ok = result.is_ok();
-        if !each(i, result) || !ok {
+        if !each(i, vec![result]) || !ok {
             return;
         }
+        i += 1;
     }
+}
+
+/// Logs the `backfill batch` line of step `i` of `job` once.
+fn announce(job: &Job, i: usize, announced: &mut usize) {
+    if i < *announced {
+        return;
+    }
+    *announced = i + 1;
+    let step = &job.steps[i];
+    if let (Some(batch), Some((k, n))) = (step.batch, step.of) {
+        tracing::info!(model = %job.model, interval = %batch, batch = k + 1, batches = n, "backfill batch");
+    }
+}
+
+/// Runs steps `first..` of `job` in ONE engine transaction, each step's statements then its
+/// audits (write-audit-publish: nothing is visible to other connections before the commit),
+/// adding steps until [`Job::group`] has passed or the job ends, then commits. Returns each
+/// step's audit results, or `None` when any statement, audit, blocking violation or the commit
+/// failed: the transaction is then rolled back and nothing of it committed.
+fn shared(engine: &mut dyn Engine, job: &Job, first: usize, announced: &mut usize) -> Option<Vec<Vec<AuditResult>>> {
+    let began = std::time::Instant::now();
+    if engine.begin().is_err() {
+        return None;
+    }
+    let mut results = Vec::new();
+    let mut k = first;
+    while k < job.steps.len() {
+        announce(job, k, announced);
+        let step = &job.steps[k];
+        match audit::within(engine, &step.statements, &job.model, &step.checks, step.batch) {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                let _ = engine.rollback();
+                tracing::debug!(model = %job.model, batch = k + 1, error = %e, "a transaction shared by several batches failed: rolled back, its batches run again one transaction each");
+                return None;
+            }
+        }
+        k += 1;
+        // Test hook: a process stopped inside a shared transaction, its batches uncommitted.
+        super::fault::crash_point(|| format!("in-group:{}:{k}", job.model));
+        if began.elapsed() >= job.group {
+            break;
+        }
+    }
+    if let Err(e) = engine.commit() {
+        tracing::debug!(model = %job.model, error = %e, "the commit of a transaction shared by several batches failed: its batches run again one transaction each");
+        return None;
+    }
+    // Test hook: the batches committed, their ledger rows not written yet.
+    super::fault::crash_point(|| format!("group-committed:{}:{k}", job.model));
+    tracing::debug!(model = %job.model, batches = k - first, ms = began.elapsed().as_millis() as u64, "batches committed in one transaction");
+    Some(results)
 }
 
 /// What a worker reports.
 enum Report {
-    /// A step of a work item ran.
-    Step(usize, usize, StepResult),
+    /// A transaction of a work item ran: its first step and one result per step.
+    Step(usize, usize, Vec<StepResult>),
     /// A work item's job ended (every step ran, or one failed).
     End(usize),
     /// The worker stopped unexpectedly while running the item of this model.
@@ -156,7 +245,7 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                         };
                         let Ok((item, job)) = next else { break };
                         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            run_job(&mut *worker, &job, &mut |k, r| reports.send(Report::Step(item, k, r)).is_ok() && !stopped[item].load(Ordering::SeqCst));
+                            run_job(&mut *worker, &job, &mut |k, rs| reports.send(Report::Step(item, k, rs)).is_ok() && !stopped[item].load(Ordering::SeqCst));
                         }));
                         // A worker that panicked may hold a transaction open: it takes no more work.
                         let lost = ran.is_err();
@@ -279,9 +368,9 @@ impl Progress {
     /// Records what a worker reported.
     fn handle<'p>(&mut self, r: Report, b: &mut dyn Builds<'p>, stopped: &[AtomicBool]) {
         match r {
-            Report::Step(item, k, result) => {
+            Report::Step(item, k, results) => {
                 if !self.failed.contains(&item)
-                    && let Err(e) = b.step(item, k, result)
+                    && let Err(e) = b.step(item, k, results)
                 {
                     stopped[item].store(true, Ordering::SeqCst);
                     self.failed.insert(item);
@@ -315,8 +404,8 @@ impl Progress {
 /// Runs `item`'s job on `engine` (this thread), recording each step, then finishes it.
 fn inline<'p>(b: &mut dyn Builds<'p>, item: usize, job: &Job<'p>, engine: &mut dyn Engine) -> Result<(), ApplyError> {
     let mut outcome = Ok(());
-    run_job(engine, job, &mut |k, r| {
-        outcome = b.step(item, k, r);
+    run_job(engine, job, &mut |k, rs| {
+        outcome = b.step(item, k, rs);
         outcome.is_ok()
     });
     outcome?;

@@ -2,6 +2,7 @@ mod apply_floor;
 mod audits;
 mod auto_restate;
 mod backfill;
+mod batch_groups;
 mod batch_lint;
 mod bounds;
 mod categories;
