@@ -555,6 +555,20 @@ impl LuaHost {
                 }
                 q => q,
             };
+            // The same in the pre/post statements.
+            let foreign = st.borrow().foreign.clone();
+            let errs = super::macros::expand_statements(&mut spec, foreign.as_deref(), &location);
+            if !errs.is_empty() {
+                let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                st.borrow_mut().errors.extend(errs.into_iter().map(|mut e| {
+                    e.model = name.clone();
+                    e
+                }));
+                return match name {
+                    Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
+                    None => Ok(Value::Nil),
+                };
+            }
             let mut s = st.borrow_mut();
             let built = build_model(&spec, query.as_deref(), &s.sites, location.clone());
             match built {

@@ -75,6 +75,27 @@ pub fn may_call(text: &str) -> bool {
     memchr::memchr(b'@', text.as_bytes()).is_some()
 }
 
+/// Expands, in place, the macro calls of a Lua or Rhai model's `pre_statements` and
+/// `post_statements` strings in its `spec` (a `.sql` model's statements are expanded with its
+/// body); every call's errors are at `location` (the `define_model` call).
+pub fn expand_statements(spec: &mut serde_json::Map<String, serde_json::Value>, foreign: Option<&Foreign>, location: &Location) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    for key in ["pre_statements", "post_statements"] {
+        let Some(serde_json::Value::Array(items)) = spec.get_mut(key) else { continue };
+        for item in items.iter_mut() {
+            if let serde_json::Value::String(text) = item
+                && may_call(text)
+            {
+                match expand(text, foreign, &|_| location.clone()) {
+                    Ok(t) => *text = t,
+                    Err(e) => errors.extend(e),
+                }
+            }
+        }
+    }
+    errors
+}
+
 /// Expands every macro call of `text`; `at(offset)` is the location of a call starting at byte
 /// `offset` of `text` (the calling file:line).
 ///

@@ -795,6 +795,19 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             }
             q => q,
         };
+        // The same in the pre/post statements.
+        let foreign = st.borrow().foreign.clone();
+        let errs = super::macros::expand_statements(&mut spec, foreign.as_deref(), &location);
+        if !errs.is_empty() {
+            let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+            let mut s = st.borrow_mut();
+            s.defines();
+            s.errors.extend(errs.into_iter().map(|mut e| {
+                e.model = name.clone();
+                e
+            }));
+            return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
+        }
         let mut s = st.borrow_mut();
         s.defines();
         match build_model(&spec, query.as_deref(), &s.sites, location.clone()) {

@@ -57,6 +57,27 @@ fn a_sql_model_uses_a_lua_macro_and_a_rhai_macro_and_so_do_lua_and_rhai_models()
     assert!(sql.contains("round(round(1000000 / 100.0, 2) / 100.0, 2)"), "{sql}");
 }
 
+#[test]
+fn lua_and_rhai_pre_and_post_statements_expand_macros_like_sql_statements() {
+    let p = project();
+    p.write("macros/m.lua", "define_macro(\"twice\", function(x) return \"(\" .. x .. \") * 2\" end)\n");
+    p.write(
+        "models/l.lua",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"n\", \"integer\" } },\n  post_statements = { \"UPDATE @this SET n = @twice(n)\" },\n  query = \"SELECT 21 AS n\" }\n",
+    );
+    p.write(
+        "models/r.rhai",
+        "define_model(#{ name: \"s.r\", kind: kind::full(), schema: [[\"n\", \"integer\"]],\n  post_statements: [\"UPDATE @this SET n = @twice(@twice(n))\"],\n  query: \"SELECT 5 AS n\" });\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.l"), vec![vec![Some("42".into())]]);
+    assert_eq!(p.rows("dev__s.r"), vec![vec![Some("20".into())]]);
+    // An unknown macro in a statement is a load error at the model, naming the macro.
+    p.write("models/l.lua", &p.read("models/l.lua").replace("@twice(n)", "@twise(n)"));
+    let e = p.run(&["check"]).expect_code(1).stdout.clone();
+    assert!(e.contains("models/l.lua:1") && e.contains("twise"), "{e}");
+}
+
 /// The models whose plan action is a change (not `unchanged`).
 fn changed(v: &Value) -> BTreeSet<String> {
     actions(v).iter().filter(|a| a["change"] != "unchanged").map(|a| a["name"].as_str().unwrap().to_string()).collect()
