@@ -930,7 +930,7 @@ fn cron_due(plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action, m
     let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Ok(None) };
     let Some(tick) = crate::core::cron::refresh_tick(&cron, plan.now) else { return Ok(None) };
     let last = state.ledger_stats(&action.name.to_string(), action.fingerprint.as_str())?.done_up_to;
-    Ok(last.is_none_or(|l| l < tick.end).then_some(tick.end))
+    Ok(last.is_none_or(|l| l < tick).then_some(tick))
 }
 
 /// After `model` (built, rebuilt or refreshed whole by this apply or run) is written: when it is

@@ -139,7 +139,7 @@ pub fn still_restated(project: &Project, plan: &Plan, restated: Vec<AutoRestated
 /// to their grain and limited to their own wanted intervals; one reading itself (`@this`) to its
 /// newest wanted interval, as `efmesh restate` does. Non-time-range descendants need nothing
 /// more: `full` and `view` ones are rebuilt (a parent has new intervals), unique-key,
-/// partition and SCD type 2 ones are refreshed by every run.
+/// partition and SCD type 2 ones are refreshed by every run (on a `cron`: at its next tick).
 ///
 /// # Errors
 /// A state store failure reading a ledger.

@@ -109,7 +109,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     && let Some(text) = m.cron.as_deref()
                     && let Ok(cron) = crate::core::cron::parse(text)
                 {
-                    let due = crate::core::cron::refresh_tick(&cron, now).map(|t| t.end);
+                    let due = crate::core::cron::refresh_tick(&cron, now);
                     refreshes.push(Refresh {
                         model: name.clone(),
                         kind: m.kind.tag(),
@@ -244,7 +244,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             let next = r.next_due.map_or(String::new(), |n| format!(", next due {}", to_iso(n)));
             match r.due {
                 Some(d) => {
-                    text.push_str(&format!("  … {}  refresh due: its cron `{}` ticked at {}, {last}; the next run refreshes it\n", r.model, r.cron, to_iso(d)))
+                    text.push_str(&format!("  … {}  refresh due: its cron `{}` ticked at {}, {last}; the next run refreshes it (a `full` table another environment's version shares: only `prod`'s run)\n", r.model, r.cron, to_iso(d)))
                 }
                 None => text.push_str(&format!("  ✓ {}  {last} (cron `{}`{next})\n", r.model, r.cron)),
             }

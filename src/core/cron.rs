@@ -255,29 +255,34 @@ pub fn check(cron: &Cron, expr: &str, grain: Grain) -> Result<(), String> {
 }
 
 /// Refuses a cron on a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2)
-/// that fires more often than every five minutes (two ticks within one five-minute interval),
+/// that fires more often than every five minutes (two consecutive ticks less than five minutes apart),
 /// as sqlmesh refuses crons faster than five minutes.
 ///
 /// # Errors
 /// A message naming the two ticks.
 pub fn check_refresh(cron: &Cron, expr: &str) -> Result<(), String> {
-    match two_ticks_in_one(cron, Grain::FiveMinute) {
-        Some((a, b)) => Err(format!(
-            "cron `{expr}` fires more often than every five minutes (at {} and {}); a model is refreshed at most every five minutes",
-            super::interval::to_iso(a),
-            super::interval::to_iso(b)
-        )),
-        None => Ok(()),
+    // Over ticks from 2024 (bounded as `two_ticks_in_one`): a dense cron repeats daily.
+    const FROM: Millis = 1_704_067_200_000;
+    const FIVE_MINUTES: Millis = 300_000;
+    let Some(mut prev) = next_tick(cron, FROM - 1000) else { return Ok(()) };
+    for _ in 0..1_000 {
+        let Some(next) = next_tick(cron, prev) else { break };
+        if next - prev < FIVE_MINUTES {
+            return Err(format!(
+                "cron `{expr}` fires more often than every five minutes (at {} and {}); a model is refreshed at most every five minutes",
+                super::interval::to_iso(prev),
+                super::interval::to_iso(next)
+            ));
+        }
+        prev = next;
     }
+    Ok(())
 }
 
-/// The tick a refresh of a model with `cron` at `now` is for: the last tick at or before `now`,
-/// as the interval `[previous tick, tick)` (sqlmesh's interval of a non-time-range model), so
-/// the ledger records it like a grain interval. `None` when the cron never fired before `now`.
-pub fn refresh_tick(cron: &Cron, now: Millis) -> Option<super::interval::Interval> {
-    let tick = last_tick(cron, now)?;
-    let before = cron.find_previous_occurrence(&Utc(tick.div_euclid(1000)), false).ok().map_or(tick - 1, |t| t.0.saturating_mul(1000));
-    Some(super::interval::Interval::new(before.min(tick - 1), tick))
+/// The tick a refresh of a model with `cron` at `now` is for: its last tick at or before `now`
+/// (`None` when it never fired before `now`).
+pub fn refresh_tick(cron: &Cron, now: Millis) -> Option<Millis> {
+    last_tick(cron, now)
 }
 
 /// Two consecutive ticks within one `grain` interval, over up to two years of ticks from 2024 (a

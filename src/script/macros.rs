@@ -81,8 +81,13 @@ pub fn may_call(text: &str) -> bool {
 pub fn expand_statements(spec: &mut serde_json::Map<String, serde_json::Value>, foreign: Option<&Foreign>, location: &Location) -> Vec<LoadError> {
     let mut errors = Vec::new();
     for key in ["pre_statements", "post_statements"] {
-        let Some(serde_json::Value::Array(items)) = spec.get_mut(key) else { continue };
-        for item in items.iter_mut() {
+        // A list of statements, or one statement as a string.
+        let items: Vec<&mut serde_json::Value> = match spec.get_mut(key) {
+            Some(serde_json::Value::Array(items)) => items.iter_mut().collect(),
+            Some(one @ serde_json::Value::String(_)) => vec![one],
+            _ => continue,
+        };
+        for item in items {
             if let serde_json::Value::String(text) = item
                 && may_call(text)
             {

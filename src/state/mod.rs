@@ -297,15 +297,16 @@ pub trait StateStore: Send + std::fmt::Debug {
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError>;
 
     /// Records that `(name, fp)`, a model `run` refreshes whole on its `cron` (`full`, unique-key,
-    /// partition, SCD type 2), was refreshed for the tick ending `tick` (`[previous tick, tick)`,
-    /// [`crate::core::cron::refresh_tick`]): a done ledger row, so the newest done end
-    /// ([`LedgerStats::done_up_to`]) is the last tick it was refreshed for. Unlike
+    /// partition, SCD type 2), was refreshed for the cron tick `tick`
+    /// ([`crate::core::cron::refresh_tick`]): one done ledger row per version, `[epoch, tick)`,
+    /// whose end only moves forward, so the newest done end ([`LedgerStats::done_up_to`]) is the
+    /// last tick it was refreshed for and the ledger does not grow with the ticks. Unlike
     /// [`StateStore::mark_intervals`] it does not move the version's data generation (the write
     /// that refreshed it did, when rows changed).
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
-    fn record_refresh(&self, name: &str, fp: &str, tick: Interval, now: Millis) -> Result<(), StateError>;
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError>;
 
     /// Deletes the done intervals of `(name, fp)` whose start lies in `[from, to)` (restatement),
     /// in one transaction, so the next apply or run recomputes them. Returns how many were

@@ -663,15 +663,15 @@ impl StateStore for PostgresStore {
         )
     }
 
-    fn record_refresh(&self, name: &str, fp: &str, tick: Interval, now: Millis) -> Result<(), StateError> {
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError> {
         self.run(
-            || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick.end)),
+            || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick)),
             || {
                 self.write(|tx| {
                     tx.execute(
                         "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES ($1, $2, $3, $4, 'done', $5) \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = excluded.end_ts, status = 'done', updated_at = excluded.updated_at",
-                        &[&name, &fp, &to_iso(tick.start), &to_iso(tick.end), &to_iso(now)],
+                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = GREATEST(intervals.end_ts, excluded.end_ts), status = 'done', updated_at = excluded.updated_at",
+                        &[&name, &fp, &to_iso(0), &to_iso(tick), &to_iso(now)],
                     )?;
                     Ok(())
                 })

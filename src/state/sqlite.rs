@@ -663,16 +663,16 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn record_refresh(&self, name: &str, fp: &str, tick: Interval, now: Millis) -> Result<(), StateError> {
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError> {
         self.run(
-            || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick.end)),
+            || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick)),
             || {
                 self.write(|tx| {
                     tx.prepare_cached(
                         "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES (?1, ?2, ?3, ?4, 'done', ?5) \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = excluded.end_ts, status = 'done', updated_at = excluded.updated_at",
+                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = MAX(end_ts, excluded.end_ts), status = 'done', updated_at = excluded.updated_at",
                     )?
-                    .execute(params![name, fp, to_iso(tick.start), to_iso(tick.end), to_iso(now)])?;
+                    .execute(params![name, fp, to_iso(0), to_iso(tick), to_iso(now)])?;
                     Ok(())
                 })
             },

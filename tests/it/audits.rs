@@ -792,7 +792,9 @@ define_model {
     // Without a breach the run is clean and reports the audit it ran again.
     p.execute_on_engine("INSERT INTO src.cust VALUES (3)");
     p.now = "2026-05-03T00:10:00Z".into();
-    p.run(&["run", "prod"]).expect_code(0);
+    let clean = p.run(&["run", "prod"]);
+    clean.expect_code(0);
+    assert!(clean.stderr.contains("audits run again: `s.customers` changed in this run"), "{}", clean.stderr);
     let v = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
     assert_eq!(violations(&v, "s.orders", REL), 0);
 }

@@ -63,7 +63,7 @@ fn lua_and_rhai_pre_and_post_statements_expand_macros_like_sql_statements() {
     p.write("macros/m.lua", "define_macro(\"twice\", function(x) return \"(\" .. x .. \") * 2\" end)\n");
     p.write(
         "models/l.lua",
-        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"n\", \"integer\" } },\n  post_statements = { \"UPDATE @this SET n = @twice(n)\" },\n  query = \"SELECT 21 AS n\" }\n",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"n\", \"integer\" } },\n  post_statements = \"UPDATE @this SET n = @twice(n)\",\n  query = \"SELECT 21 AS n\" }\n",
     );
     p.write(
         "models/r.rhai",

@@ -219,7 +219,7 @@ fn a_bad_cron_is_a_load_error_naming_the_file_line_and_model() {
         "define_model(#{ name: \"s.fine\", kind: kind::incremental_by_time_range(#{ time_column: \"t\", start: \"2026-01-01\" }), cron: \"*/15 * * * *\",\n  schema: [[\"t\", \"timestamp\"]], query: \"SELECT CAST(@start AS TIMESTAMP) AS t\" });\n",
     );
     p.write("models/full.sql", "-- name: s.whole\n-- kind: view\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
-    p.write("models/busy.sql", "-- name: s.busy\n-- kind: full\n-- schema: x integer\n-- cron: * * * * *\nSELECT 1 AS x\n");
+    p.write("models/busy.sql", "-- name: s.busy\n-- kind: full\n-- schema: x integer\n-- cron: 4,6 * * * *\nSELECT 1 AS x\n");
     p.write("models/fine_full.sql", "-- name: s.daily_full\n-- kind: full\n-- schema: x integer\n-- cron: @daily\nSELECT 1 AS x\n");
     p.write(
         "models/nick.sql",
