@@ -924,25 +924,23 @@ fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &cr
 /// last tick its version was refreshed for (the newest done end of its ledger,
 /// [`StateStore::record_refresh`]); `None` when it is not due, has no cron, or is another kind.
 fn cron_due(plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
-    if model.kind.time_range().is_some() || !(model.kind.is_refreshed() || matches!(model.kind, Kind::Full)) {
+    if !model.kind.is_refreshed_whole() {
         return Ok(None);
     }
-    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Ok(None) };
-    let Some(tick) = crate::core::cron::refresh_tick(&cron, plan.now) else { return Ok(None) };
+    let Some(tick) = model.schedule().and_then(|c| crate::core::cron::last_tick(&c, plan.now)) else { return Ok(None) };
     let last = state.ledger_stats(&action.name.to_string(), action.fingerprint.as_str())?.done_up_to;
     Ok(last.is_none_or(|l| l < tick).then_some(tick))
 }
 
 /// After `model` (built, rebuilt or refreshed whole by this apply or run) is written: when it is
-/// on a `cron` and not a time-range model, records its version as refreshed for the cron's last
+/// on a `cron` and refreshed whole ([`Kind::is_refreshed_whole`]), records its version as refreshed for the cron's last
 /// tick at the plan's `now` ([`StateStore::record_refresh`]), so `run` refreshes it again only
 /// at the next tick.
 fn record_refreshed(state: &dyn StateStore, plan: &Plan, action: &crate::plan::Action, model: &crate::core::Model) -> Result<(), StateError> {
-    if model.kind.time_range().is_some() {
+    if !model.kind.is_refreshed_whole() {
         return Ok(());
     }
-    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Ok(()) };
-    match crate::core::cron::refresh_tick(&cron, plan.now) {
+    match model.schedule().and_then(|c| crate::core::cron::last_tick(&c, plan.now)) {
         Some(tick) => state.record_refresh(&action.name.to_string(), action.fingerprint.as_str(), tick, interval::now_millis()),
         None => Ok(()),
     }

@@ -105,11 +105,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             _ if stats.failed > 0 => failed_other.push((name.clone(), stats.failed)),
             _ => {
                 // A model `run` refreshes whole on a cron: the tick it was last refreshed for.
-                if let Some(m) = model.as_ref().filter(|m| matches!(m.kind, Kind::Full) || m.kind.is_refreshed())
-                    && let Some(text) = m.cron.as_deref()
-                    && let Ok(cron) = crate::core::cron::parse(text)
+                if let Some(m) = model.as_ref().filter(|m| m.kind.is_refreshed_whole())
+                    && let (Some(text), Some(cron)) = (m.cron.as_deref(), m.schedule())
                 {
-                    let due = crate::core::cron::refresh_tick(&cron, now);
+                    let due = crate::core::cron::last_tick(&cron, now);
                     refreshes.push(Refresh {
                         model: name.clone(),
                         kind: m.kind.tag(),
@@ -328,7 +327,7 @@ fn waiting_on_signals(
 /// nothing new is skipped), or the end of the current grain interval without a cron.
 fn next_due(model: &crate::core::Model, grain: crate::core::interval::Grain, now: Millis) -> Option<Millis> {
     let next_end = grain.next(now);
-    let Some(cron) = model.cron.as_deref().and_then(|c| crate::core::cron::parse(c).ok()) else { return Some(next_end) };
+    let Some(cron) = model.schedule() else { return Some(next_end) };
     // The next tick at or after the end of the interval running now.
     let due_floor = grain.floor(model.due_at(now));
     let mut t = now;

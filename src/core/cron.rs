@@ -261,42 +261,34 @@ pub fn check(cron: &Cron, expr: &str, grain: Grain) -> Result<(), String> {
 /// # Errors
 /// A message naming the two ticks.
 pub fn check_refresh(cron: &Cron, expr: &str) -> Result<(), String> {
-    // Over ticks from 2024 (bounded as `two_ticks_in_one`): a dense cron repeats daily.
-    const FROM: Millis = 1_704_067_200_000;
     const FIVE_MINUTES: Millis = 300_000;
-    let Some(mut prev) = next_tick(cron, FROM - 1000) else { return Ok(()) };
-    for _ in 0..1_000 {
-        let Some(next) = next_tick(cron, prev) else { break };
-        if next - prev < FIVE_MINUTES {
-            return Err(format!(
-                "cron `{expr}` fires more often than every five minutes (at {} and {}); a model is refreshed at most every five minutes",
-                super::interval::to_iso(prev),
-                super::interval::to_iso(next)
-            ));
-        }
-        prev = next;
+    match first_pair(cron, |prev, next| next - prev < FIVE_MINUTES) {
+        Some((a, b)) => Err(format!(
+            "cron `{expr}` fires more often than every five minutes (at {} and {}); a model is refreshed at most every five minutes",
+            super::interval::to_iso(a),
+            super::interval::to_iso(b)
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// The tick a refresh of a model with `cron` at `now` is for: its last tick at or before `now`
-/// (`None` when it never fired before `now`).
-pub fn refresh_tick(cron: &Cron, now: Millis) -> Option<Millis> {
-    last_tick(cron, now)
-}
-
-/// Two consecutive ticks within one `grain` interval, over up to two years of ticks from 2024 (a
-/// leap year), bounded to 1 000 ticks so the check stays cheap at load: a dense cron (every few
-/// minutes) repeats its minute/hour pattern daily, which 1 000 ticks cover many times over, and
-/// a sparse one reaches the two-year bound first.
+/// Two consecutive ticks within one `grain` interval ([`first_pair`]).
 fn two_ticks_in_one(cron: &Cron, grain: Grain) -> Option<(Millis, Millis)> {
+    first_pair(cron, |prev, next| grain.floor(next) == grain.floor(prev))
+}
+
+/// The first two consecutive ticks of `cron` for which `close(prev, next)` holds, over up to two
+/// years of ticks from 2024 (a leap year), bounded to 1 000 ticks so the load-time checks stay
+/// cheap: a dense cron (every few minutes) repeats its minute/hour pattern daily, which 1 000
+/// ticks cover many times over, and a sparse one reaches the two-year bound first.
+fn first_pair(cron: &Cron, close: impl Fn(Millis, Millis) -> bool) -> Option<(Millis, Millis)> {
     // 2024-01-01T00:00:00Z, a Monday.
     const FROM: Millis = 1_704_067_200_000;
     const UNTIL: Millis = FROM + 2 * 366 * 86_400_000;
     let mut prev = next_tick(cron, FROM - 1000)?;
     for _ in 0..1_000 {
         let next = next_tick(cron, prev)?;
-        if grain.floor(next) == grain.floor(prev) {
+        if close(prev, next) {
             return Some((prev, next));
         }
         if next > UNTIL {

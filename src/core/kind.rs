@@ -270,6 +270,12 @@ impl Kind {
         matches!(self, Kind::IncrementalByUniqueKey(_) | Kind::ScdType2(_) | Kind::IncrementalByPartition(_))
     }
 
+    /// True for kinds a `cron` gates as a whole (`full` and the [`Kind::is_refreshed`] ones):
+    /// `run` refreshes them at its ticks, not interval by interval.
+    pub fn is_refreshed_whole(&self) -> bool {
+        matches!(self, Kind::Full) || self.is_refreshed()
+    }
+
     /// Columns efmesh adds to the physical table and the environment view after the declared
     /// ones (the query does not produce them): `scd_type2`'s `valid_from` and `valid_to`
     /// (`TIMESTAMP`, UTC). Empty for other kinds.

@@ -175,10 +175,13 @@ impl Model {
     /// or before `now`, or `now` without a cron ([`super::cron::due_at`]). Intervals are wanted up
     /// to the grain floor of it.
     pub fn due_at(&self, now: super::interval::Millis) -> super::interval::Millis {
-        // The cron was checked at load; one that no longer parses (never: same text, same
-        // parser) leaves the model unscheduled rather than held back.
-        let cron = self.cron.as_deref().and_then(|c| super::cron::parse(c).ok());
-        super::cron::due_at(cron.as_ref(), now)
+        super::cron::due_at(self.schedule().as_ref(), now)
+    }
+
+    /// Its `cron`, parsed; `None` without one. The cron was checked at load; one that no longer
+    /// parses (never: same text, same parser) leaves the model unscheduled rather than held back.
+    pub fn schedule(&self) -> Option<croner::Cron> {
+        self.cron.as_deref().and_then(|c| super::cron::parse(c).ok())
     }
 
     /// Direct parents: every referenced model, sorted and de-duplicated.

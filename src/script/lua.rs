@@ -532,43 +532,25 @@ impl LuaHost {
                 let j = lua_to_json(&v, 0).map_err(|e| rt(format!("`{key}`: {e}")))?;
                 spec.insert(key, j);
             }
-            // `@name(…)` macro calls, expanded before the query is parsed (errors at the call).
-            let query = match query {
-                Some(q) if super::macros::may_call(&q) => {
-                    let foreign = st.borrow().foreign.clone();
-                    match super::macros::expand(&q, foreign.as_deref(), &|_| location.clone()) {
-                        Ok(q) => Some(q),
-                        Err(errs) => {
-                            let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
-                            st.borrow_mut().errors.extend(errs.into_iter().map(|mut e| {
-                                e.model = name.clone();
-                                e
-                            }));
-                            let unknown = super::builder::unknown_signals(&spec, &location, foreign.as_deref());
-                            st.borrow_mut().errors.extend(unknown);
-                            return match name {
-                                Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
-                                None => Ok(Value::Nil),
-                            };
-                        }
-                    }
-                }
-                q => q,
-            };
-            // The same in the pre/post statements.
+            // `@name(…)` macro calls (query and pre/post statements), expanded before the query
+            // is parsed (errors at the call).
             let foreign = st.borrow().foreign.clone();
-            let errs = super::macros::expand_statements(&mut spec, foreign.as_deref(), &location);
-            if !errs.is_empty() {
-                let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
-                st.borrow_mut().errors.extend(errs.into_iter().map(|mut e| {
-                    e.model = name.clone();
-                    e
-                }));
-                return match name {
-                    Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
-                    None => Ok(Value::Nil),
-                };
-            }
+            let query = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
+                Ok(q) => q,
+                Err(errs) => {
+                    let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                    st.borrow_mut().errors.extend(errs.into_iter().map(|mut e| {
+                        e.model = name.clone();
+                        e
+                    }));
+                    let unknown = super::builder::unknown_signals(&spec, &location, foreign.as_deref());
+                    st.borrow_mut().errors.extend(unknown);
+                    return match name {
+                        Some(n) => Ok(Value::UserData(lua.create_userdata(Handle(n))?)),
+                        None => Ok(Value::Nil),
+                    };
+                }
+            };
             let mut s = st.borrow_mut();
             let built = build_model(&spec, query.as_deref(), &s.sites, location.clone());
             match built {

@@ -75,10 +75,36 @@ pub fn may_call(text: &str) -> bool {
     memchr::memchr(b'@', text.as_bytes()).is_some()
 }
 
+/// Expands the macro calls of a Lua or Rhai model: its `query` (returned) and its pre/post
+/// statement strings (in `spec`, [`expand_statements`]); every call's errors at `location`.
+///
+/// # Errors
+/// Every failed call, the query's first.
+pub fn expand_model(
+    query: Option<String>,
+    spec: &mut serde_json::Map<String, serde_json::Value>,
+    foreign: Option<&Foreign>,
+    location: &Location,
+) -> Result<Option<String>, Vec<LoadError>> {
+    let mut errors = Vec::new();
+    let query = match query {
+        Some(q) if may_call(&q) => match expand(&q, foreign, &|_| location.clone()) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                errors.extend(e);
+                None
+            }
+        },
+        q => q,
+    };
+    errors.extend(expand_statements(spec, foreign, location));
+    if errors.is_empty() { Ok(query) } else { Err(errors) }
+}
+
 /// Expands, in place, the macro calls of a Lua or Rhai model's `pre_statements` and
 /// `post_statements` strings in its `spec` (a `.sql` model's statements are expanded with its
 /// body); every call's errors are at `location` (the `define_model` call).
-pub fn expand_statements(spec: &mut serde_json::Map<String, serde_json::Value>, foreign: Option<&Foreign>, location: &Location) -> Vec<LoadError> {
+fn expand_statements(spec: &mut serde_json::Map<String, serde_json::Value>, foreign: Option<&Foreign>, location: &Location) -> Vec<LoadError> {
     let mut errors = Vec::new();
     for key in ["pre_statements", "post_statements"] {
         // A list of statements, or one statement as a string.

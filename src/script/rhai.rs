@@ -774,40 +774,23 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
         if st.borrow().testing {
             return Err(rt("`define_model` is not available in test files: define models in model files (`project.models`)"));
         }
-        // `@name(…)` macro calls, expanded before the query is parsed (errors at the call).
-        let query = match query {
-            Some(q) if super::macros::may_call(&q) => {
-                let foreign = st.borrow().foreign.clone();
-                match super::macros::expand(&q, foreign.as_deref(), &|_| location.clone()) {
-                    Ok(q) => Some(q),
-                    Err(errs) => {
-                        let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
-                        let mut s = st.borrow_mut();
-                        s.defines();
-                        s.errors.extend(errs.into_iter().map(|mut e| {
-                            e.model = name.clone();
-                            e
-                        }));
-                        s.errors.extend(super::builder::unknown_signals(&spec, &location, foreign.as_deref()));
-                        return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
-                    }
-                }
-            }
-            q => q,
-        };
-        // The same in the pre/post statements.
+        // `@name(…)` macro calls (query and pre/post statements), expanded before the query is
+        // parsed (errors at the call).
         let foreign = st.borrow().foreign.clone();
-        let errs = super::macros::expand_statements(&mut spec, foreign.as_deref(), &location);
-        if !errs.is_empty() {
-            let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
-            let mut s = st.borrow_mut();
-            s.defines();
-            s.errors.extend(errs.into_iter().map(|mut e| {
-                e.model = name.clone();
-                e
-            }));
-            return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
-        }
+        let query = match super::macros::expand_model(query, &mut spec, foreign.as_deref(), &location) {
+            Ok(q) => q,
+            Err(errs) => {
+                let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+                let mut s = st.borrow_mut();
+                s.defines();
+                s.errors.extend(errs.into_iter().map(|mut e| {
+                    e.model = name.clone();
+                    e
+                }));
+                s.errors.extend(super::builder::unknown_signals(&spec, &location, foreign.as_deref()));
+                return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
+            }
+        };
         let mut s = st.borrow_mut();
         s.defines();
         match build_model(&spec, query.as_deref(), &s.sites, location.clone()) {

@@ -298,7 +298,7 @@ pub trait StateStore: Send + std::fmt::Debug {
 
     /// Records that `(name, fp)`, a model `run` refreshes whole on its `cron` (`full`, unique-key,
     /// partition, SCD type 2), was refreshed for the cron tick `tick`
-    /// ([`crate::core::cron::refresh_tick`]): one done ledger row per version, `[epoch, tick)`,
+    /// ([`crate::core::cron::last_tick`]): one done ledger row per version, `[epoch, tick)`,
     /// whose end only moves forward, so the newest done end ([`LedgerStats::done_up_to`]) is the
     /// last tick it was refreshed for and the ledger does not grow with the ticks. Unlike
     /// [`StateStore::mark_intervals`] it does not move the version's data generation (the write
