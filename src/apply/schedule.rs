@@ -25,6 +25,11 @@
 //! recorded); every failure is returned ([`super::ApplyError::Several`] when more than one).
 //! With one job (or an engine offering no second connection) the models are built one after
 //! another in the order of the plan, on the calling thread's connection: the sequential apply.
+//!
+//! While several models are under way the engine is told how many ([`Engine::share_threads`]):
+//! DuckDB then shrinks its own thread pool by one per extra build, so the build connections'
+//! threads and the pool's add up to the cores instead of contending for them (every statement
+//! still computes the same rows; docs/benchmark.md, "DuckDB's threads under `--jobs`").
 
 use super::ApplyError;
 use super::audit::{self, AuditError, AuditResult};
@@ -287,7 +292,10 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                 {
                     st.ready.remove(&item);
                     let built = match b.start(item, engine) {
-                        Ok(Some(job)) => inline(b, item, &job, engine),
+                        Ok(Some(job)) => {
+                            engine.share_threads(st.busy + 1);
+                            inline(b, item, &job, engine)
+                        }
                         Ok(None) => Ok(()),
                         Err(e) => Err(e),
                     };
@@ -301,6 +309,8 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
             if st.busy == 0 {
                 break;
             }
+            // The models under way share the engine's threads until one of them reports.
+            engine.share_threads(st.busy);
             match report_rx.recv() {
                 Ok(r) => st.handle(r, b, &stopped),
                 Err(_) => {
@@ -311,6 +321,8 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
         }
         drop(job_tx);
     });
+    // Every later statement (the promotion, audits, the next command's) has the threads alone.
+    engine.share_threads(0);
     let mut failures = st.failures;
     // The same failure met by several models (a lost lease, a busy store) is reported once.
     let mut seen = std::collections::HashSet::new();

@@ -21,6 +21,9 @@ pub struct DuckDb {
     extension_files: BTreeMap<String, PathBuf>,
     /// Extensions loaded in this session.
     loaded: BTreeSet<String>,
+    /// `(T, now)`: the `threads` setting the database was configured with, and what it is now
+    /// ([`Engine::share_threads`]); read from DuckDB on first use.
+    threads: Option<(usize, usize)>,
 }
 
 impl std::fmt::Debug for DuckDb {
@@ -113,7 +116,7 @@ impl DuckDb {
     }
 
     fn new(conn: duckdb::Connection) -> Self {
-        Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new() }
+        Self { conn, extension_directory: None, extension_files: BTreeMap::new(), loaded: BTreeSet::new(), threads: None }
     }
 
     /// An in-memory database (tests, parsing fallbacks).
@@ -520,6 +523,36 @@ impl Engine for DuckDb {
         Some(Box::new(db))
     }
 
+    fn share_threads(&mut self, builds: usize) {
+        // DuckDB runs a statement on the calling thread plus `threads − 1` background threads
+        // shared by every connection of the database. With several models built at once, each
+        // build connection's own thread executes too: the pool shrinks by one per extra build,
+        // so on 2 cores two builds run one thread each instead of three threads contending
+        // (measured in docs/benchmark.md, "DuckDB's threads under `--jobs`").
+        let (full, now) = match self.threads {
+            Some(t) => t,
+            None => {
+                let read = self.query("SELECT CAST(current_setting('threads') AS VARCHAR)").ok();
+                let Some(t) = read.and_then(|r| r.first().and_then(|r| r.first().cloned().flatten())).and_then(|t| t.parse::<usize>().ok()) else {
+                    return;
+                };
+                self.threads = Some((t, t));
+                (t, t)
+            }
+        };
+        let want = if builds <= 1 { full } else { full.saturating_sub(builds - 1).max(1) };
+        if want == now {
+            return;
+        }
+        match self.conn.execute_batch(&format!("SET threads = {want}")) {
+            Ok(()) => {
+                tracing::debug!(builds, threads = want, "DuckDB threads");
+                self.threads = Some((full, want));
+            }
+            Err(e) => tracing::debug!(builds, threads = want, error = %e, "DuckDB refused a thread count; left as it was"),
+        }
+    }
+
     fn relation_exists(&mut self, schema: &str, name: &str) -> Result<bool, EngineError> {
         let sql = format!(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = {} AND table_name = {}",
@@ -669,6 +702,22 @@ mod tests {
         // A temporary relation of one session is not the other's.
         db.execute("CREATE TEMP TABLE stage AS SELECT 1 AS x").unwrap();
         assert!(w.query("SELECT * FROM temp.main.stage").is_err());
+    }
+
+    #[test]
+    fn builds_under_way_share_the_threads_and_a_build_alone_has_them_all() {
+        let settings = EngineSection { threads: Some(3), ..EngineSection::default() };
+        let mut db = DuckDb::in_memory_with(&settings).unwrap();
+        let threads = |db: &mut DuckDb| db.query("SELECT CAST(current_setting('threads') AS VARCHAR)").unwrap()[0][0].clone().unwrap();
+        for (builds, want) in [(2, "2"), (3, "1"), (5, "1"), (1, "3"), (4, "1"), (0, "3")] {
+            db.share_threads(builds);
+            assert_eq!(threads(&mut db), want, "{builds} builds under way");
+        }
+        // The setting is the database's: a worker connection sees it.
+        let mut w = db.worker().unwrap();
+        db.share_threads(2);
+        assert_eq!(w.query("SELECT CAST(current_setting('threads') AS VARCHAR)").unwrap()[0][0].as_deref(), Some("2"));
+        db.share_threads(0);
     }
 
     /// What `apply --jobs N` relies on: connections of one database create and fill different

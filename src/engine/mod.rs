@@ -458,6 +458,17 @@ pub trait Engine {
         None
     }
 
+    /// Tells the engine that `builds` models are being built at once on its connections (this
+    /// one and its [`Engine::worker`]s): an engine whose statements run on a thread pool of the
+    /// database's own may shrink the pool so that the build connections' own threads and the
+    /// pool's add up to what it had alone (DuckDB: `threads` becomes `max(1, T − builds + 1)`,
+    /// T being `[engine] threads` or DuckDB's default, one per core; back to T when `builds` ≤ 1).
+    /// A hint for speed only: nothing a statement computes depends on it, so a failure to apply
+    /// it is logged, never reported. The default does nothing.
+    fn share_threads(&mut self, builds: usize) {
+        let _ = builds;
+    }
+
     /// True when `schema.name` exists as a table or view.
     ///
     /// # Errors

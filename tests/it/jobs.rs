@@ -250,3 +250,43 @@ fn workers_read_what_the_main_connection_attached() {
         assert_eq!(p.rows(&env_view("dev", name)), vec![vec![Some(want.to_string())]], "{name}");
     }
 }
+
+/// While several models are built at once, DuckDB's thread pool shrinks by one per extra build
+/// (`[engine] threads` = 3: two builds under way run with 2, a build alone with 3), so the build
+/// connections' own threads and the pool's add up to the cores instead of contending; a model's
+/// query sees the setting it ran under.
+#[test]
+fn builds_under_way_at_once_share_duckdbs_threads() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("[engine]\n", "[engine]\nthreads = 3\n"));
+    let seen = |p: &Project, name: &str, parents: &[&str]| {
+        let reads: String = parents.iter().map(|q| format!(" + (SELECT 0 * count(*) FROM \" .. ref(\"{q}\") .. \")")).collect();
+        let file = name.replace('.', "_");
+        p.write(
+            &format!("models/{file}.lua"),
+            &format!(
+                "define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"threads\", \"bigint\" }} }},\n  query = \"SELECT CAST(current_setting('threads') AS BIGINT){reads} AS threads\",\n}}\n"
+            ),
+        );
+    };
+    // s.slow and s.along start together; s.along's query runs while s.slow is held (both are
+    // held a little, so the scheduler has told the engine of both before either query runs);
+    // s.alone reads both, so it is built when nothing else is.
+    seen(&p, "s.slow", &[]);
+    seen(&p, "s.along", &[]);
+    seen(&p, "s.alone", &["s.slow", "s.along"]);
+    let threads = |p: &Project, name: &str| p.rows(&env_view("dev", name))[0][0].clone().unwrap_or_default();
+    let mut cmd = p.command(&["apply", "dev", "--yes", "--jobs", "2"]);
+    cmd.env("EFMESH_DELAY", "build:s.slow=1500,build:s.along=300");
+    Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into()).expect_code(0);
+    assert_eq!(threads(&p, "s.along"), "2", "built beside s.slow: one thread fewer than `threads`");
+    assert_eq!(threads(&p, "s.alone"), "3", "built alone: every thread");
+
+    // One job: every model has the threads alone.
+    let q = Project::new();
+    q.write("efmesh.toml", &CONFIG.replace("[engine]\n", "[engine]\nthreads = 3\n"));
+    seen(&q, "s.slow", &[]);
+    seen(&q, "s.along", &[]);
+    q.run(&["apply", "dev", "--yes", "--jobs", "1"]).expect_code(0);
+    assert_eq!(threads(&q, "s.along"), "3");
+}
