@@ -90,7 +90,9 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
         return problems;
     }
 
-    // 2. External sources must provide their declared columns.
+    // 2. External sources must provide their declared columns. Described together: binding a
+    // file source reads it (DuckDB samples a CSV to find its dialect), so several are read at once.
+    let mut sources: Vec<(&Model, String)> = Vec::new();
     for name in &externals {
         let m = project.dag.get(name).expect("known");
         let Kind::External(ext) = &m.kind else { continue };
@@ -98,8 +100,12 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
             problems.push(problem(m, message));
             continue;
         }
-        let raw = format!("SELECT * FROM {}", external_source(project, m, ext));
-        match engine.describe(&raw) {
+        sources.push((m, format!("SELECT * FROM {}", external_source(project, m, ext))));
+    }
+    let raws: Vec<String> = sources.iter().map(|(_, raw)| raw.clone()).collect();
+    for ((m, _), described) in sources.iter().zip(engine.describe_many(&raws)) {
+        let m = *m;
+        match described {
             Err(e) => problems.push(problem(m, format!("cannot read the source: {}", first_line(&e.message)))),
             Ok(actual) => {
                 for d in &m.schema.0 {

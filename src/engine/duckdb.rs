@@ -388,7 +388,7 @@ impl Engine for DuckDb {
     fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
         // Binding is CPU-bound: spread the queries over a few cloned connections.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-        if threads < 2 || queries.len() < 32 {
+        if threads < 2 || queries.len() < 2 {
             return queries.iter().map(|q| self.describe(q)).collect();
         }
         let chunk = queries.len().div_ceil(threads);
