@@ -28,8 +28,9 @@
 //!
 //! While several models are under way the engine is told how many ([`Engine::share_threads`]):
 //! DuckDB then shrinks its own thread pool by one per extra build, so the build connections'
-//! threads and the pool's add up to the cores instead of contending for them (every statement
-//! still computes the same rows; docs/benchmark.md, "DuckDB's threads under `--jobs`").
+//! threads and the pool's add up to the pool's size instead of contending for the cores (a
+//! statement computes the same rows, up to the order floating-point sums are added in, as with
+//! any thread count; docs/benchmark.md, "An idle machine; DuckDB's threads under `--jobs`").
 
 use super::ApplyError;
 use super::audit::{self, AuditError, AuditResult};
@@ -276,6 +277,8 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
                         Ok(Some(job)) => {
                             if job_tx.send((item, job)).is_ok() {
                                 st.busy += 1;
+                                // The models under way share the engine's threads.
+                                engine.share_threads(st.busy);
                             } else {
                                 st.failures.push(lost_workers());
                             }
@@ -309,7 +312,7 @@ pub(crate) fn schedule<'p>(b: &mut dyn Builds<'p>, deps: &[Vec<usize>], parallel
             if st.busy == 0 {
                 break;
             }
-            // The models under way share the engine's threads until one of them reports.
+            // Fewer models under way after a report (and nothing ready): they get the threads back.
             engine.share_threads(st.busy);
             match report_rx.recv() {
                 Ok(r) => st.handle(r, b, &stopped),

@@ -386,32 +386,32 @@ impl Engine for DuckDb {
     }
 
     fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
-        // Binding is CPU-bound: spread the queries over a few cloned connections.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-        if threads < 2 || queries.len() < 2 {
+        // Binding is CPU-bound (and binding a file source reads the file): spread the queries over
+        // a few connections of this database, each a session like a build worker's.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4).min(queries.len());
+        if threads < 2 {
             return queries.iter().map(|q| self.describe(q)).collect();
         }
-        let chunk = queries.len().div_ceil(threads);
-        let clones: Vec<Option<DuckDb>> = (1..threads).map(|_| self.conn.try_clone().ok().map(DuckDb::new)).collect();
-        let mut results: Vec<Vec<Result<Vec<DescribedColumn>, EngineError>>> = Vec::new();
+        let parts: Vec<&[String]> = queries.chunks(queries.len().div_ceil(threads)).collect();
+        let mut others: Vec<Option<Box<dyn Engine + Send>>> = (1..parts.len()).map(|_| self.worker()).collect();
+        let mut results = Vec::with_capacity(queries.len());
         std::thread::scope(|scope| {
-            let mut parts = queries.chunks(chunk);
-            let first = parts.next().unwrap_or_default();
-            let handles: Vec<_> = parts
-                .zip(clones)
-                .map(|(part, db)| {
-                    scope.spawn(move || match db {
-                        Some(mut db) => part.iter().map(|q| db.describe(q)).collect::<Vec<_>>(),
-                        None => part.iter().map(|q| Err(EngineError::new(q, "cannot open a second connection"))).collect(),
-                    })
-                })
+            let handles: Vec<_> = parts[1..]
+                .iter()
+                .zip(others.iter_mut())
+                .map(|(&part, db)| (part, db.take().map(|mut db| scope.spawn(move || part.iter().map(|q| db.describe(q)).collect::<Vec<_>>()))))
                 .collect();
-            results.push(first.iter().map(|q| self.describe(q)).collect());
-            for h in handles {
-                results.push(h.join().unwrap_or_default());
+            results.extend(parts[0].iter().map(|q| self.describe(q)));
+            for (part, handle) in handles {
+                match handle.map(|h| h.join()) {
+                    Some(Ok(described)) if described.len() == part.len() => results.extend(described),
+                    // No second connection, or its thread stopped: described here, one by one,
+                    // so every query still gets its own answer in its place.
+                    _ => results.extend(part.iter().map(|q| self.describe(q))),
+                }
             }
         });
-        results.into_iter().flatten().collect()
+        results
     }
 
     fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
@@ -718,6 +718,21 @@ mod tests {
         db.share_threads(2);
         assert_eq!(w.query("SELECT CAST(current_setting('threads') AS VARCHAR)").unwrap()[0][0].as_deref(), Some("2"));
         db.share_threads(0);
+    }
+
+    #[test]
+    fn many_descriptions_come_back_in_the_order_asked_each_with_its_own_answer() {
+        let mut db = DuckDb::in_memory().unwrap();
+        let queries: Vec<String> = (0..9).map(|i| if i == 6 { "SELECT nope FROM nowhere".to_string() } else { format!("SELECT {i} AS c{i}") }).collect();
+        let described = db.describe_many(&queries);
+        assert_eq!(described.len(), queries.len());
+        for (i, d) in described.iter().enumerate() {
+            match d {
+                Ok(cols) => assert_eq!(cols[0].name, format!("c{i}"), "query {i}"),
+                Err(e) => assert!(i == 6 && e.message.contains("nowhere"), "query {i}: {e}"),
+            }
+        }
+        assert!(described[6].is_err());
     }
 
     /// What `apply --jobs N` relies on: connections of one database create and fill different

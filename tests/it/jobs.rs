@@ -277,7 +277,7 @@ fn builds_under_way_at_once_share_duckdbs_threads() {
     seen(&p, "s.alone", &["s.slow", "s.along"]);
     let threads = |p: &Project, name: &str| p.rows(&env_view("dev", name))[0][0].clone().unwrap_or_default();
     let mut cmd = p.command(&["apply", "dev", "--yes", "--jobs", "2"]);
-    cmd.env("EFMESH_DELAY", "build:s.slow=1500,build:s.along=300");
+    cmd.env("EFMESH_DELAY", "build:s.slow=3000,build:s.along=1000");
     Run::from_output(cmd.output().expect("spawn"), "apply dev --jobs 2".into()).expect_code(0);
     assert_eq!(threads(&p, "s.along"), "2", "built beside s.slow: one thread fewer than `threads`");
     assert_eq!(threads(&p, "s.alone"), "3", "built alone: every thread");
