@@ -92,7 +92,7 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
 
     // 2. External sources must provide their declared columns. Described together: binding a
     // file source reads it (DuckDB samples a CSV to find its dialect), so several are read at once.
-    let mut sources: Vec<(&Model, String)> = Vec::new();
+    let (mut sources, mut raws): (Vec<&Model>, Vec<String>) = (Vec::new(), Vec::new());
     for name in &externals {
         let m = project.dag.get(name).expect("known");
         let Kind::External(ext) = &m.kind else { continue };
@@ -100,11 +100,10 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
             problems.push(problem(m, message));
             continue;
         }
-        sources.push((m, format!("SELECT * FROM {}", external_source(project, m, ext))));
+        sources.push(m);
+        raws.push(format!("SELECT * FROM {}", external_source(project, m, ext)));
     }
-    let raws: Vec<String> = sources.iter().map(|(_, raw)| raw.clone()).collect();
-    for ((m, _), described) in sources.iter().zip(engine.describe_many(&raws)) {
-        let m = *m;
+    for (m, described) in sources.into_iter().zip(engine.describe_many(&raws)) {
         match described {
             Err(e) => problems.push(problem(m, format!("cannot read the source: {}", first_line(&e.message)))),
             Ok(actual) => {
