@@ -268,13 +268,6 @@ fn catalog_only(statement: &str) -> bool {
     ["CREATE VIEW", "CREATE OR REPLACE VIEW", "DROP VIEW", "ALTER VIEW", "CREATE SCHEMA", "COMMENT ON"].iter().any(|p| head.starts_with(p))
 }
 
-/// True when `statement` is one statement for certain: no `;` anywhere but at its end (a `;`
-/// inside a literal counts too: such a text takes the explicit transaction, never the risk).
-fn one_statement(statement: &str) -> bool {
-    let body = statement.trim().trim_end_matches(';');
-    !body.contains(';') && !body.trim().is_empty()
-}
-
 /// DuckDB's spelling ([`super::dialect::Dialect`]): `CREATE OR REPLACE` for tables, views and
 /// temporary tables (one statement each), temporary relations in `temp.main`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -358,16 +351,6 @@ impl Engine for DuckDb {
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
-        if let [only] = statements
-            && one_statement(only)
-        {
-            // One statement is its own transaction in autocommit: the same atomicity without
-            // the round trips of `BEGIN` and `COMMIT` (≈ 0.25 ms a build, measured in
-            // docs/benchmark.md). Text holding a `;` (several statements) keeps the explicit
-            // transaction below, so it still commits whole or not at all.
-            tracing::debug!(sql = %only, "execute in transaction");
-            return self.conn.execute_batch(only).map_err(|e| EngineError::new(only, e.to_string()));
-        }
         if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
             // One round trip for the whole transaction (an environment's view swap is thousands
             // of statements); each statement ends on its own line, so a trailing `--` comment
@@ -595,7 +578,7 @@ mod tests {
     fn a_transaction_commits_whole_or_not_at_all_whether_one_statement_or_a_text_of_several() {
         let mut db = DuckDb::in_memory().unwrap();
         let exists = |db: &mut DuckDb, t: &str| db.relation_exists("main", t).unwrap();
-        // One statement (run in autocommit): committed, or on failure nothing and a usable session.
+        // One statement: committed, or on failure nothing and a usable session.
         db.transaction(&["CREATE TABLE t AS SELECT 1 AS x;".to_string()]).unwrap();
         assert!(exists(&mut db, "t"));
         assert!(db.transaction(&["CREATE TABLE u AS SELECT CAST('x' AS INTEGER) AS y".to_string()]).is_err());
@@ -606,9 +589,7 @@ mod tests {
         let two = "CREATE TABLE v AS SELECT 1 AS x; CREATE TABLE w AS SELECT CAST('x' AS INTEGER) AS y".to_string();
         assert!(db.transaction(&[two]).is_err());
         assert!(!exists(&mut db, "v") && !exists(&mut db, "w"));
-        // A `;` inside a literal is not trusted to be one statement: the explicit transaction.
-        assert!(!one_statement("SELECT ';' AS s"));
-        assert!(one_statement("SELECT 1 ;\n") && !one_statement(" ; "));
+        // A `;` inside a literal is data, not a separator.
         db.transaction(&["CREATE TABLE s AS SELECT ';' AS s".to_string()]).unwrap();
         assert_eq!(db.query("SELECT s FROM s").unwrap(), vec![vec![Some(";".to_string())]]);
     }

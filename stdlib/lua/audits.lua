@@ -127,9 +127,7 @@ define_audit {
     end
     local c = ident(text("column", args.column))
     -- Portable SQL (DuckDB and Postgres): buckets as naive UTC timestamps (weeks start on
-    -- Monday), gaps counted from the interval between them (months from the calendar). Each
-    -- distinct time is bucketed once, not each row: `date_trunc` of a `timestamptz` converts
-    -- time zones (core.flights: 6,936 times in 336,776 rows, 126 ms -> 6 ms).
+    -- Monday), gaps counted from the interval between them (months from the calendar).
     local bucket = "date_trunc('" .. grain .. "', " .. c .. ")"
     local step = "1 " .. grain
     local missing = "CAST(extract(epoch FROM resumes_at - covered_through) / " .. (seconds or "") .. " AS BIGINT) - 1"
@@ -143,7 +141,7 @@ define_audit {
     end
     return "SELECT covered_through, resumes_at, " .. missing .. " AS missing FROM ("
       .. "SELECT lag(b) OVER (ORDER BY b) AS covered_through, b AS resumes_at FROM ("
-      .. "SELECT DISTINCT CAST(" .. bucket .. " AS TIMESTAMP) AS b FROM (SELECT DISTINCT " .. c .. " FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS v) AS d) AS steps"
+      .. "SELECT DISTINCT CAST(" .. bucket .. " AS TIMESTAMP) AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
       .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL '" .. step .. "'"
       .. " ORDER BY covered_through"
   end,
