@@ -486,7 +486,7 @@ pub trait Engine {
     }
 
     /// Every relation of efmesh's storage: the tables and views of schema `_efmesh` of this
-    /// database and, when the DuckLake catalog is attached (`_efmesh_ducklake`), the tables of
+    /// database (but the use records' table, [`USES_TABLE`]) and, when the DuckLake catalog is attached (`_efmesh_ducklake`), the tables of
     /// its `main` schema; ONE catalog query. What the janitor lists and drops.
     ///
     /// # Errors
@@ -496,9 +496,10 @@ pub trait Engine {
         use crate::core::target::DUCKLAKE_ALIAS;
         let rows = self.query(&format!(
             "SELECT table_catalog, table_schema, table_name, table_type FROM information_schema.tables \
-             WHERE (table_catalog = current_database() AND table_schema = {}) OR (table_catalog = {} AND table_schema = 'main') \
+             WHERE (table_catalog = current_database() AND table_schema = {} AND table_name <> {}) OR (table_catalog = {} AND table_schema = 'main') \
              ORDER BY table_catalog, table_name",
             quote_literal(STORAGE_SCHEMA),
+            quote_literal(USES_TABLE),
             quote_literal(DUCKLAKE_ALIAS)
         ))?;
         let mut out = Vec::new();
@@ -600,31 +601,35 @@ pub trait Engine {
         ))
     }
 
-    /// The use records of this database's `_efmesh` schema (SPEC §4, invariant 39 (e)): one
-    /// sequence `"_efmesh"."_efmesh_use__<store id>__<key>"` per physical relation a state store
-    /// may serve (`key` = [`use_key`] of the relation) and one `…__registered` per store that
-    /// records its uses, as `(store id, key)`. Sequences, like the owner marker: no relation, so
-    /// nothing listing `_efmesh`'s tables sees them, and each record is one atomic statement.
+    /// The use records of this database's `_efmesh` schema (SPEC §4, invariant 39 (e)), as
+    /// `(store id, key)`: one row `(store id, key)` of the table `"_efmesh"."_efmesh_uses"`
+    /// ([`USES_TABLE`], which [`Engine::storage_relations`] leaves out) per physical relation a
+    /// state store may serve (`key` = [`use_key`] of the relation) and one `(store id,
+    /// registered)` per store that records its uses. Records an older efmesh wrote as sequences
+    /// `"_efmesh"."_efmesh_use__<store id>__<key>"` count too, until
+    /// [`Engine::migrate_storage_uses`] turns them into rows. ONE catalog query when there is no
+    /// table yet, two when there is.
     ///
     /// # Errors
     /// [`EngineError`].
     fn storage_uses(&mut self) -> Result<Vec<(String, String)>, EngineError> {
-        use crate::core::name::quote_literal;
-        let rows = self.query(&format!(
-            "SELECT sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {} AND starts_with(sequence_name, {})",
-            quote_literal(STORAGE_SCHEMA),
-            quote_literal(USE_SEQUENCE_PREFIX)
-        ))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| r.into_iter().next().flatten())
-            .filter_map(|n| n[USE_SEQUENCE_PREFIX.len()..].split_once("__").map(|(s, k)| (s.to_string(), k.to_string())))
-            .collect())
+        let (mut out, table) = legacy_uses_and_table(self, None)?;
+        if table {
+            let rows = self.query(&format!("SELECT store_id, key FROM {}", uses_table()))?;
+            out.extend(rows.into_iter().filter_map(|r| {
+                let mut r = r.into_iter();
+                Some((r.next().flatten()?, r.next().flatten()?))
+            }));
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
-    /// Creates the use records `(store, key)` of [`Engine::storage_uses`] (`add`) and drops
-    /// those of `remove`, in ONE transaction; records already there (or already gone) are fine.
-    /// Store ids and keys must be lowercase letters and digits.
+    /// Adds the use records `(store, key)` of [`Engine::storage_uses`] (`add`) and removes those
+    /// of `remove` (rows, and the sequences an older efmesh wrote), in ONE transaction; records
+    /// already there (or already gone) are fine. Store ids and keys must be lowercase letters
+    /// and digits.
     ///
     /// # Errors
     /// [`EngineError`]; an id or key of other characters is refused.
@@ -634,15 +639,54 @@ pub trait Engine {
             return Ok(());
         }
         let plain = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        let mut statements = vec![format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(STORAGE_SCHEMA))];
-        for (verb, records) in [("CREATE SEQUENCE IF NOT EXISTS", add), ("DROP SEQUENCE IF EXISTS", remove)] {
-            for (store, key) in records {
-                if !plain(store) || !plain(key) {
-                    return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
-                }
-                statements.push(format!("{verb} {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}"))));
-            }
+        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !plain(s) || !plain(k)) {
+            return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
         }
+        let mut statements = uses_table_statements();
+        let table = uses_table();
+        if !add.is_empty() {
+            statements.push(format!(
+                "INSERT INTO {table} SELECT DISTINCT v.store_id, v.key FROM (VALUES {}) v(store_id, key) \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} u WHERE u.store_id = v.store_id AND u.key = v.key)",
+                use_pairs(add)
+            ));
+        }
+        if !remove.is_empty() {
+            statements.push(format!("DELETE FROM {table} WHERE (store_id, key) IN (SELECT * FROM (VALUES {}) v(store_id, key))", use_pairs(remove)));
+            let wanted: std::collections::HashSet<&(String, String)> = remove.iter().collect();
+            let (legacy, _) = legacy_uses_and_table(self, None)?;
+            statements.extend(legacy.iter().filter(|r| wanted.contains(r)).map(|(store, key)| {
+                format!("DROP SEQUENCE IF EXISTS {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}")))
+            }));
+        }
+        self.transaction(&statements)
+    }
+
+    /// Turns the use records of `store` that an older efmesh wrote as sequences into rows of
+    /// [`USES_TABLE`], in ONE transaction (one catalog query when there are none): DuckDB
+    /// loads every sequence of a file each time it opens it (≈ 15 µs each), and creating one
+    /// cost ≈ 0.2 ms where a row costs next to nothing. Only `store`'s own: an older efmesh
+    /// sharing the file sees this store without its sequence `…__registered` and so keeps every
+    /// version (SPEC §4, 39 (e)), while moving its records would hide them from it.
+    ///
+    /// # Errors
+    /// [`EngineError`]; a store id of other characters than lowercase letters and digits.
+    fn migrate_storage_uses(&mut self, store: &str) -> Result<(), EngineError> {
+        use crate::core::name::quote_ident;
+        let (legacy, _) = legacy_uses_and_table(self, Some(store))?;
+        if legacy.is_empty() {
+            return Ok(());
+        }
+        let mut statements = uses_table_statements();
+        let table = uses_table();
+        statements.push(format!(
+            "INSERT INTO {table} SELECT DISTINCT v.store_id, v.key FROM (VALUES {}) v(store_id, key) \
+             WHERE NOT EXISTS (SELECT 1 FROM {table} u WHERE u.store_id = v.store_id AND u.key = v.key)",
+            use_pairs(&legacy)
+        ));
+        statements.extend(legacy.iter().map(|(store, key)| {
+            format!("DROP SEQUENCE IF EXISTS {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}")))
+        }));
         self.transaction(&statements)
     }
 
@@ -675,8 +719,65 @@ pub const STORAGE_SCHEMA: &str = "_efmesh";
 /// Prefix of the owner marker sequences in `_efmesh` ([`Engine::owner_marker`]).
 pub const OWNER_SEQUENCE_PREFIX: &str = "_efmesh_owner__";
 
-/// Prefix of the use record sequences in `_efmesh` ([`Engine::storage_uses`]).
+/// Prefix of the use record sequences an older efmesh wrote in `_efmesh` ([`Engine::storage_uses`]).
 pub const USE_SEQUENCE_PREFIX: &str = "_efmesh_use__";
+
+/// The table of use records in `_efmesh` ([`Engine::storage_uses`]); no physical relation's
+/// name (`<schema>__<table>__<hex>`) can be it.
+pub const USES_TABLE: &str = "_efmesh_uses";
+
+/// `"_efmesh"."_efmesh_uses"`.
+fn uses_table() -> String {
+    use crate::core::name::quote_ident;
+    format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(USES_TABLE))
+}
+
+/// The statements that make sure [`USES_TABLE`] exists.
+fn uses_table_statements() -> Vec<String> {
+    use crate::core::name::quote_ident;
+    vec![
+        format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(STORAGE_SCHEMA)),
+        format!("CREATE TABLE IF NOT EXISTS {} (store_id VARCHAR NOT NULL, key VARCHAR NOT NULL)", uses_table()),
+    ]
+}
+
+/// `('<store>', '<key>'), …` of `records`, checked plain by the caller.
+fn use_pairs(records: &[(String, String)]) -> String {
+    use crate::core::name::quote_literal;
+    records.iter().map(|(s, k)| format!("({}, {})", quote_literal(s), quote_literal(k))).collect::<Vec<_>>().join(", ")
+}
+
+/// The use records an older efmesh wrote as sequences (of `store` only, when given), and
+/// whether [`USES_TABLE`] exists: ONE catalog query.
+fn legacy_uses_and_table<E: Engine + ?Sized>(engine: &mut E, store: Option<&str>) -> Result<(Vec<(String, String)>, bool), EngineError> {
+    use crate::core::name::quote_literal;
+    let prefix = match store {
+        Some(s) => format!("{USE_SEQUENCE_PREFIX}{s}__"),
+        None => USE_SEQUENCE_PREFIX.to_string(),
+    };
+    let rows = engine.query(&format!(
+        "SELECT 's', sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {schema} AND starts_with(sequence_name, {prefix}) \
+         UNION ALL SELECT 't', table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = {schema} AND table_name = {table}",
+        schema = quote_literal(STORAGE_SCHEMA),
+        prefix = quote_literal(&prefix),
+        table = quote_literal(USES_TABLE)
+    ))?;
+    let mut legacy = Vec::new();
+    let mut table = false;
+    for r in rows {
+        let mut r = r.into_iter();
+        match (r.next().flatten().as_deref(), r.next().flatten()) {
+            (Some("t"), Some(_)) => table = true,
+            (Some("s"), Some(n)) => {
+                if let Some((s, k)) = n[USE_SEQUENCE_PREFIX.len()..].split_once("__") {
+                    legacy.push((s.to_string(), k.to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((legacy, table))
+}
 
 /// The key of a store's use record meaning "this store records its uses here" ([`Engine::storage_uses`]).
 pub const USES_REGISTERED: &str = "registered";

@@ -513,6 +513,11 @@ impl Engine for Postgres {
             .collect())
     }
 
+    fn migrate_storage_uses(&mut self, _store: &str) -> Result<(), EngineError> {
+        // Rows from the start (SPEC §4, invariant 48 (g)): nothing to move.
+        Ok(())
+    }
+
     fn write_storage_uses(&mut self, add: &[(String, String)], remove: &[(String, String)]) -> Result<(), EngineError> {
         if add.is_empty() && remove.is_empty() {
             return Ok(());

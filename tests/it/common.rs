@@ -360,13 +360,13 @@ impl Project {
         r
     }
 
-    /// Names of the relations in schema `_efmesh`, sorted (empty without a DuckDB file).
+    /// Names of the relations in schema `_efmesh` but the use records' table, sorted (empty without a DuckDB file).
     pub fn physical_tables(&self) -> Vec<String> {
         if !self.on_postgres() && !self.engine_path().exists() {
             return Vec::new();
         }
         let mut v: Vec<String> = self
-            .query("SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh'")
+            .query("SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '_efmesh_uses'")
             .into_iter()
             .map(|r| r[0].clone().expect("name"))
             .collect();

@@ -861,6 +861,62 @@ fn a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation(engin
     assert_views_serve_pointers_of(&p, "b.state.sqlite", &["s.m", "s.v"]);
 }
 
+/// The use records' sequences of `store` (as an efmesh before the records' table kept them).
+fn legacy_uses(p: &Project, store: &str) -> i64 {
+    let n = p.query(&format!("SELECT count(*) FROM duckdb_sequences() WHERE starts_with(sequence_name, '_efmesh_use__{store}__')"));
+    n[0][0].as_deref().unwrap().parse().unwrap()
+}
+
+/// A file whose use records an older efmesh wrote (one sequence each): they are honoured as
+/// rows are, a janitor removes its own, and each store's next apply turns its own (only) into
+/// rows of `_efmesh._efmesh_uses`, which no janitor takes for an orphan.
+#[test]
+fn use_records_an_older_efmesh_wrote_as_sequences_are_honoured_then_turned_into_rows() {
+    let mut p = project(1);
+    let (one, a_id, b_id) = two_stores_on_one_version(&p);
+    let rows = p.query("SELECT store_id, key FROM \"_efmesh\".\"_efmesh_uses\" ORDER BY ALL");
+    for store in [&a_id, &b_id] {
+        assert!(rows.iter().any(|r| r[0].as_ref() == Some(store) && r[1].as_deref() == Some("registered")), "{rows:?}");
+    }
+    for r in &rows {
+        let (store, key) = (r[0].as_deref().unwrap(), r[1].as_deref().unwrap());
+        p.query(&format!("CREATE SEQUENCE \"_efmesh\".\"_efmesh_use__{store}__{key}\""));
+    }
+    p.query("DELETE FROM \"_efmesh\".\"_efmesh_uses\"");
+    let (a_before, b_before) = (legacy_uses(&p, &a_id), legacy_uses(&p, &b_id));
+    assert!(a_before > 1 && b_before > 1, "{rows:?}");
+
+    // A no longer serves version 1; B's sequence says B does: kept. The table is no orphan.
+    use_state(&p, "a.state.sqlite");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    let want: BTreeSet<_> = one.iter().map(|ph| (ph.clone(), "shared".to_string(), vec![b_id.clone()])).collect();
+    assert_eq!(kept_shared(&v), want, "{v:#}");
+    assert!(v["orphans"].as_array().unwrap().is_empty() && v["dropped"].as_array().unwrap().is_empty(), "{v:#}");
+    // A's own records of version 1 went, sequences as they were.
+    assert_eq!(legacy_uses(&p, &a_id), a_before - one.len() as i64);
+
+    // A's next apply turns A's records into rows; B's sequences are B's to move.
+    p.write("models/m.lua", &models(3));
+    p.apply("dev");
+    assert_eq!(legacy_uses(&p, &a_id), 0);
+    assert_eq!(legacy_uses(&p, &b_id), b_before);
+    let mine = p.query(&format!("SELECT count(*) FROM \"_efmesh\".\"_efmesh_uses\" WHERE store_id = '{a_id}' AND key = 'registered'"));
+    assert_eq!(mine[0][0].as_deref(), Some("1"));
+
+    // B's apply moves B's; B moves on, and its janitor — the last user — drops version 1.
+    use_state(&p, "b.state.sqlite");
+    p.apply(B_ENV);
+    assert_eq!(legacy_uses(&p, &b_id), 0);
+    let all = p.query("SELECT count(*) FROM duckdb_sequences() WHERE starts_with(sequence_name, '_efmesh_use__')");
+    assert_eq!(all[0][0].as_deref(), Some("0"));
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert_eq!(physicals(&v, "dropped"), one.iter().cloned().collect(), "{v:#}");
+    assert_eq!(p.rows("staging__s.v"), vec![vec![Some("3".to_string())]]);
+    use_state(&p, "a.state.sqlite");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("3".to_string())]]);
+    assert_views_serve_pointers_of(&p, "a.state.sqlite", &["s.m", "s.v"]);
+}
+
 /// Two stores sharing one DuckLake catalog (and DuckDB file): each keeps the other's tables as
 /// `foreign` orphans, and a version of the same model with the same SQL that one of them no
 /// longer serves is kept (`keptShared`, storage `ducklake`) while the catalog's marker names the
