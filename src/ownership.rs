@@ -324,8 +324,7 @@ fn warn_shared(location: &str, others: &[String], me: &str) {
 pub fn register_uses(engine: &mut dyn Engine, me: &str, physicals: &[String], known: &mut dyn FnMut() -> Result<Vec<String>, String>) -> Result<(), String> {
     use crate::engine::{USES_REGISTERED, use_key};
     let err = |e: crate::engine::EngineError| format!("cannot record which relations this state store serves: {}", e.message);
-    engine.migrate_storage_uses(me).map_err(err)?;
-    let mine: std::collections::HashSet<String> = engine.storage_uses().map_err(err)?.into_iter().filter(|(s, _)| s == me).map(|(_, k)| k).collect();
+    let mine: std::collections::HashSet<String> = engine.prepare_storage_uses(me).map_err(err)?.into_iter().filter(|(s, _)| s == me).map(|(_, k)| k).collect();
     let in_engine = |p: &&String| !p.is_empty() && !p.to_lowercase().starts_with(&format!("\"{}\".", crate::core::target::DUCKLAKE_ALIAS));
     let mut keys: std::collections::BTreeSet<String> = physicals.iter().filter(in_engine).map(|p| use_key(p)).collect();
     if !mine.contains(USES_REGISTERED) {

@@ -607,7 +607,7 @@ pub trait Engine {
     /// state store may serve (`key` = [`use_key`] of the relation) and one `(store id,
     /// registered)` per store that records its uses. Records an older efmesh wrote as sequences
     /// `"_efmesh"."_efmesh_use__<store id>__<key>"` count too, until
-    /// [`Engine::migrate_storage_uses`] turns them into rows. ONE catalog query when there is no
+    /// [`Engine::prepare_storage_uses`] turns them into rows. ONE catalog query when there is no
     /// table yet, two when there is.
     ///
     /// # Errors
@@ -662,32 +662,55 @@ pub trait Engine {
         self.transaction(&statements)
     }
 
-    /// Turns the use records of `store` that an older efmesh wrote as sequences into rows of
-    /// [`USES_TABLE`], in ONE transaction (one catalog query when there are none): DuckDB
-    /// loads every sequence of a file each time it opens it (≈ 15 µs each), and creating one
-    /// cost ≈ 0.2 ms where a row costs next to nothing. Only `store`'s own: an older efmesh
-    /// sharing the file sees this store without its sequence `…__registered` and so keeps every
-    /// version (SPEC §4, 39 (e)), while moving its records would hide them from it.
+    /// [`Engine::storage_uses`] for a store about to record its own (`apply` and `run`): makes
+    /// sure [`USES_TABLE`] exists and turns the records of `store` that an older efmesh wrote
+    /// as sequences into rows, in ONE transaction, then lists every record. Three cheap
+    /// statements (no listing of the database's tables, ≈ 10 ms at 2000 of them): the
+    /// sequences, the transaction, the rows. Only `store`'s own sequences move: an older
+    /// efmesh sharing the file sees this store without its sequence `…__registered` and so
+    /// keeps every version (SPEC §4, 39 (e)), while moving its records would hide them from it.
+    /// Why rows: DuckDB loads every sequence of a file each time it opens it, and creating one
+    /// costs a statement (≈ 0.15 ms) where a row costs next to nothing.
     ///
     /// # Errors
     /// [`EngineError`]; a store id of other characters than lowercase letters and digits.
-    fn migrate_storage_uses(&mut self, store: &str) -> Result<(), EngineError> {
-        use crate::core::name::quote_ident;
-        let (legacy, _) = legacy_uses_and_table(self, Some(store))?;
-        if legacy.is_empty() {
-            return Ok(());
+    fn prepare_storage_uses(&mut self, store: &str) -> Result<Vec<(String, String)>, EngineError> {
+        use crate::core::name::{quote_ident, quote_literal};
+        if store.is_empty() || !store.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+            return Err(EngineError::new("", format!("`{store}` is not a store id")));
         }
+        let rows = self.query(&format!(
+            "SELECT sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {} AND starts_with(sequence_name, {})",
+            quote_literal(STORAGE_SCHEMA),
+            quote_literal(USE_SEQUENCE_PREFIX)
+        ))?;
+        let legacy: Vec<(String, String)> = rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .filter_map(|n| n[USE_SEQUENCE_PREFIX.len()..].split_once("__").map(|(s, k)| (s.to_string(), k.to_string())))
+            .collect();
+        let (mine, others): (Vec<_>, Vec<_>) = legacy.into_iter().partition(|(s, _)| s == store);
         let mut statements = uses_table_statements();
         let table = uses_table();
-        statements.push(format!(
-            "INSERT INTO {table} SELECT DISTINCT v.store_id, v.key FROM (VALUES {}) v(store_id, key) \
-             WHERE NOT EXISTS (SELECT 1 FROM {table} u WHERE u.store_id = v.store_id AND u.key = v.key)",
-            use_pairs(&legacy)
-        ));
-        statements.extend(legacy.iter().map(|(store, key)| {
-            format!("DROP SEQUENCE IF EXISTS {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}")))
+        if !mine.is_empty() {
+            statements.push(format!(
+                "INSERT INTO {table} SELECT DISTINCT v.store_id, v.key FROM (VALUES {}) v(store_id, key) \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} u WHERE u.store_id = v.store_id AND u.key = v.key)",
+                use_pairs(&mine)
+            ));
+            statements.extend(mine.iter().map(|(store, key)| {
+                format!("DROP SEQUENCE IF EXISTS {}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&format!("{USE_SEQUENCE_PREFIX}{store}__{key}")))
+            }));
+        }
+        self.transaction(&statements)?;
+        let mut out = others;
+        out.extend(self.query(&format!("SELECT store_id, key FROM {table}"))?.into_iter().filter_map(|r| {
+            let mut r = r.into_iter();
+            Some((r.next().flatten()?, r.next().flatten()?))
         }));
-        self.transaction(&statements)
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// For each `(schema, view)` of `views` that exists as a view now, one statement that

@@ -513,9 +513,9 @@ impl Engine for Postgres {
             .collect())
     }
 
-    fn migrate_storage_uses(&mut self, _store: &str) -> Result<(), EngineError> {
+    fn prepare_storage_uses(&mut self, _store: &str) -> Result<Vec<(String, String)>, EngineError> {
         // Rows from the start (SPEC §4, invariant 48 (g)): nothing to move.
-        Ok(())
+        self.storage_uses()
     }
 
     fn write_storage_uses(&mut self, add: &[(String, String)], remove: &[(String, String)]) -> Result<(), EngineError> {
