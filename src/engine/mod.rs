@@ -486,8 +486,9 @@ pub trait Engine {
     }
 
     /// Every relation of efmesh's storage: the tables and views of schema `_efmesh` of this
-    /// database (but the use records' table, [`USES_TABLE`]) and, when the DuckLake catalog is attached (`_efmesh_ducklake`), the tables of
-    /// its `main` schema; ONE catalog query. What the janitor lists and drops.
+    /// database (but the use records' table, [`USES_TABLE`]) and, when the DuckLake catalog is
+    /// attached (`_efmesh_ducklake`), the tables of its `main` schema; ONE catalog query. What
+    /// the janitor lists and drops.
     ///
     /// # Errors
     /// [`EngineError`].
@@ -568,7 +569,7 @@ pub trait Engine {
     fn write_owner_marker(&mut self, ducklake: bool, id: &str, only: bool, at: &str) -> Result<(), EngineError> {
         use crate::core::name::{quote_ident, quote_literal};
         use crate::core::target::DUCKLAKE_ALIAS;
-        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        if !plain_id(id) {
             return Err(EngineError::new("", format!("`{id}` is not a store id")));
         }
         if !ducklake {
@@ -607,14 +608,14 @@ pub trait Engine {
     /// state store may serve (`key` = [`use_key`] of the relation) and one `(store id,
     /// registered)` per store that records its uses. Records an older efmesh wrote as sequences
     /// `"_efmesh"."_efmesh_use__<store id>__<key>"` count too, until
-    /// [`Engine::prepare_storage_uses`] turns them into rows. ONE catalog query when there is no
-    /// table yet, two when there is.
+    /// [`Engine::prepare_storage_uses`] turns them into rows. The table's existence is asked of
+    /// the catalog (≈ 10 ms at 2000 tables: the janitor's cost, not an apply's).
     ///
     /// # Errors
     /// [`EngineError`].
     fn storage_uses(&mut self) -> Result<Vec<(String, String)>, EngineError> {
-        let (mut out, table) = legacy_uses_and_table(self)?;
-        if table {
+        let mut out = legacy_uses(self)?;
+        if self.relation_exists(STORAGE_SCHEMA, USES_TABLE)? {
             out.extend(use_rows(self)?);
         }
         out.sort();
@@ -633,8 +634,7 @@ pub trait Engine {
         if add.is_empty() && remove.is_empty() {
             return Ok(());
         }
-        let plain = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !plain(s) || !plain(k)) {
+        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !plain_id(s) || !plain_id(k)) {
             return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
         }
         let mut statements = uses_table_statements();
@@ -663,7 +663,7 @@ pub trait Engine {
     /// # Errors
     /// [`EngineError`]; a store id of other characters than lowercase letters and digits.
     fn prepare_storage_uses(&mut self, store: &str) -> Result<Vec<(String, String)>, EngineError> {
-        if store.is_empty() || !store.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        if !plain_id(store) {
             return Err(EngineError::new("", format!("`{store}` is not a store id")));
         }
         let (mine, mut out): (Vec<_>, Vec<_>) = legacy_uses(self)?.into_iter().partition(|(s, _)| s == store);
@@ -710,6 +710,12 @@ pub const OWNER_SEQUENCE_PREFIX: &str = "_efmesh_owner__";
 
 /// Prefix of the use record sequences an older efmesh wrote in `_efmesh` ([`Engine::storage_uses`]).
 pub const USE_SEQUENCE_PREFIX: &str = "_efmesh_use__";
+
+/// True for a store id or use-record key efmesh may put in a name or literal: lowercase ASCII
+/// letters and digits, at least one.
+pub(crate) fn plain_id(x: &str) -> bool {
+    !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
 
 /// The table of use records in `_efmesh` ([`Engine::storage_uses`]); no physical relation's
 /// name (`<schema>__<table>__<hex>`) can be it.
@@ -773,7 +779,7 @@ fn legacy_use(name: &str) -> Option<(String, String)> {
 }
 
 /// The use records an older efmesh wrote as sequences: one query of the sequences (cheap:
-/// never a listing of the database's tables).
+/// no listing of the database's tables).
 fn legacy_uses<E: Engine + ?Sized>(engine: &mut E) -> Result<Vec<(String, String)>, EngineError> {
     use crate::core::name::quote_literal;
     let rows = engine.query(&format!(
@@ -782,30 +788,6 @@ fn legacy_uses<E: Engine + ?Sized>(engine: &mut E) -> Result<Vec<(String, String
         quote_literal(USE_SEQUENCE_PREFIX)
     ))?;
     Ok(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).filter_map(|n| legacy_use(&n)).collect())
-}
-
-/// [`legacy_uses`], and whether [`USES_TABLE`] exists: ONE catalog query (it lists the
-/// database's tables: ≈ 10 ms at 2000 of them; the janitor's, not an apply's).
-fn legacy_uses_and_table<E: Engine + ?Sized>(engine: &mut E) -> Result<(Vec<(String, String)>, bool), EngineError> {
-    use crate::core::name::quote_literal;
-    let rows = engine.query(&format!(
-        "SELECT 's', sequence_name FROM duckdb_sequences() WHERE database_name = current_database() AND schema_name = {schema} AND starts_with(sequence_name, {prefix}) \
-         UNION ALL SELECT 't', table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = {schema} AND table_name = {table}",
-        schema = quote_literal(STORAGE_SCHEMA),
-        prefix = quote_literal(USE_SEQUENCE_PREFIX),
-        table = quote_literal(USES_TABLE)
-    ))?;
-    let mut legacy = Vec::new();
-    let mut table = false;
-    for r in rows {
-        let mut r = r.into_iter();
-        match (r.next().flatten().as_deref(), r.next().flatten()) {
-            (Some("t"), Some(_)) => table = true,
-            (Some("s"), Some(n)) => legacy.extend(legacy_use(&n)),
-            _ => {}
-        }
-    }
-    Ok((legacy, table))
 }
 
 /// The key of a store's use record meaning "this store records its uses here" ([`Engine::storage_uses`]).

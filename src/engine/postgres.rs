@@ -482,7 +482,7 @@ impl Engine for Postgres {
         if ducklake {
             return Err(EngineError::new("", "the Postgres engine has no DuckLake catalog"));
         }
-        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        if !super::plain_id(id) {
             return Err(EngineError::new("", format!("`{id}` is not a store id")));
         }
         self.ensure_meta()?;
@@ -522,8 +522,7 @@ impl Engine for Postgres {
         if add.is_empty() && remove.is_empty() {
             return Ok(());
         }
-        let plain = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !plain(s) || !plain(k)) {
+        if let Some((store, key)) = add.iter().chain(remove).find(|(s, k)| !super::plain_id(s) || !super::plain_id(k)) {
             return Err(EngineError::new("", format!("`{store}`/`{key}` cannot name a use record")));
         }
         self.ensure_meta()?;

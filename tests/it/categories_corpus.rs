@@ -895,10 +895,13 @@ impl Db {
 
     /// Names of the relations in `_efmesh` but the use records' table.
     pub fn physical_tables(&mut self) -> BTreeSet<String> {
-        self.query("SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '_efmesh_uses'")
-            .into_iter()
-            .map(|r| r[0].clone().expect("name"))
-            .collect()
+        self.query(&format!(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '{}'",
+            efmesh::engine::USES_TABLE
+        ))
+        .into_iter()
+        .map(|r| r[0].clone().expect("name"))
+        .collect()
     }
 }
 

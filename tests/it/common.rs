@@ -366,7 +366,10 @@ impl Project {
             return Vec::new();
         }
         let mut v: Vec<String> = self
-            .query("SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '_efmesh_uses'")
+            .query(&format!(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '{}'",
+                efmesh::engine::USES_TABLE
+            ))
             .into_iter()
             .map(|r| r[0].clone().expect("name"))
             .collect();
