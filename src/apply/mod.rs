@@ -602,71 +602,123 @@ fn execute_recorded(
                 .is_some_and(|m| m.target == crate::core::Target::Table && matches!(m.kind, Kind::Full | Kind::View | Kind::IncrementalByTimeRange(_)))
         })
         .collect();
-    let mut builder = Builder {
-        project,
-        plan,
-        state,
-        work: &work,
-        exec: &exec,
-        versions: &versions,
-        pending: &pending,
-        relation_of: &relation_of,
-        catalog: &catalog,
-        shared: &mut shared,
-        report: &mut report,
-        audited: &mut audited,
-        flights: HashMap::new(),
-    };
-    schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
-    // Reported in the plan's (topological) order, whichever finished first.
-    let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
-    let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
-    report.built.sort_by_key(|n| at(n));
-    report.registered.sort_by_key(|n| at(n));
-    report.audits.0.sort_by_key(|r| at(&r.model));
+    // The audits of file sources the promotion runs (below) read only files: with more than one
+    // job they run meanwhile on a connection of their own, and the promotion takes their results.
+    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs());
+    let early_db = if early.is_empty() { None } else { engine.worker() };
+    std::thread::scope(|scope| {
+        let mut early = early_db.map(|mut db| {
+            tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
+            scope.spawn(move || {
+                early
+                    .into_iter()
+                    .map(|(name, checks)| {
+                        let r = audit::run(&mut *db, &name, &checks, None);
+                        (name, r)
+                    })
+                    .collect::<HashMap<_, _>>()
+            })
+        });
+        let mut builder = Builder {
+            project,
+            plan,
+            state,
+            work: &work,
+            exec: &exec,
+            versions: &versions,
+            pending: &pending,
+            relation_of: &relation_of,
+            catalog: &catalog,
+            shared: &mut shared,
+            report: &mut report,
+            audited: &mut audited,
+            flights: HashMap::new(),
+        };
+        schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
+        // Reported in the plan's (topological) order, whichever finished first.
+        let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+        let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
+        report.built.sort_by_key(|n| at(n));
+        report.registered.sort_by_key(|n| at(n));
+        report.audits.0.sort_by_key(|r| at(&r.model));
 
-    // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
-    // the inherited table was built from can be compared with what their sources hold.
-    if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
-        let index = state.snapshot_index()?;
-        for action in
-            plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
-        {
-            let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
-            let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
-            let current = read_sources(project, &versions, &model.name, state)?;
-            let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
-            state.record_reuse(&snapshot, &record, interval::now_millis())?;
+        // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
+        // the inherited table was built from can be compared with what their sources hold.
+        if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
+            let index = state.snapshot_index()?;
+            for action in
+                plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
+            {
+                let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
+                let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
+                let current = read_sources(project, &versions, &model.name, state)?;
+                let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
+                state.record_reuse(&snapshot, &record, interval::now_millis())?;
+            }
         }
-    }
 
-    if !plan.canon_cache_misses.is_empty() {
-        // The cache is not data: failing to write it only costs a slower next plan.
-        if let Err(e) = state.canon_cache_put(&plan.canon_cache_misses) {
-            tracing::warn!("cannot write the canonicalisation cache: {e}");
+        if !plan.canon_cache_misses.is_empty() {
+            // The cache is not data: failing to write it only costs a slower next plan.
+            if let Err(e) = state.canon_cache_put(&plan.canon_cache_misses) {
+                tracing::warn!("cannot write the canonicalisation cache: {e}");
+            }
         }
-    }
 
-    if refresh {
-        // Audits of other models reading what this run wrote run again over their whole
-        // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
-        let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
-        let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
-        if let Some(first) = failures.first() {
-            let read: BTreeSet<ModelName> =
-                failures.iter().filter_map(|f| project.dag.get(&f.model)).flat_map(|m| m.audit_refs()).filter(|r| written.contains(r)).collect();
-            return Err(ApplyError::RunAudit { model: first.model.clone(), written: read.into_iter().collect(), failure: audit::AuditError::Failed(failures) });
+        if refresh {
+            // Audits of other models reading what this run wrote run again over their whole
+            // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
+            let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+            let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
+            if let Some(first) = failures.first() {
+                let read: BTreeSet<ModelName> =
+                    failures.iter().filter_map(|f| project.dag.get(&f.model)).flat_map(|m| m.audit_refs()).filter(|r| written.contains(r)).collect();
+                return Err(ApplyError::RunAudit {
+                    model: first.model.clone(),
+                    written: read.into_iter().collect(),
+                    failure: audit::AuditError::Failed(failures),
+                });
+            }
+            return Ok(report);
         }
-        return Ok(report);
+        // A thread that stopped leaves its audits to the promotion, which runs them here.
+        let early = early.take().and_then(|h| h.join().ok()).unwrap_or_default();
+        pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
+        promote(project, plan, state, engine, options, &report)?;
+        report.promoted = true;
+        // The memo is a cache: failing to write it only costs a slower next plan.
+        if let Err(e) = record_memo(project, plan, state) {
+            tracing::warn!("cannot write the plan memo: {e}");
+        }
+        Ok(report)
+    })
+}
+
+/// The audits [`pre_promotion_audits`] will run over file sources (external models reading
+/// files) that can run while the models are built, each with its rendered checks: in `apply`
+/// with more than one job, for sources this plan adds or changes whose audits read no other
+/// model, when no model built here writes files (a lake or DuckLake target could write what a
+/// source reads). Their queries read files only, so running them earlier sees what running
+/// them after the builds would (SPEC §4 step 5).
+fn early_source_audits<'p>(
+    project: &'p Project,
+    plan: &Plan,
+    work: &[&crate::plan::Action],
+    exec: &ExecResolver,
+    refresh: bool,
+    jobs: usize,
+) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
+    use crate::core::Resolver;
+    let writes_files = work.iter().any(|a| project.dag.get(&a.name).is_some_and(|m| m.target != crate::core::Target::Table));
+    if refresh || jobs < 2 || writes_files {
+        return Vec::new();
     }
-    pre_promotion_audits(project, plan, state, engine, &exec, &audited, &mut report)?;
-    promote(project, plan, state, engine, options, &report)?;
-    report.promoted = true;
-    // The memo is a cache: failing to write it only costs a slower next plan.
-    if let Err(e) = record_memo(project, plan, state) {
-        tracing::warn!("cannot write the plan memo: {e}");
-    }
-    Ok(report)
+    plan.actions
+        .iter()
+        .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed))
+        .filter_map(|a| project.dag.get(&a.name))
+        .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && m.audit_refs().is_empty())
+        .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
+        .collect()
 }
 
 /// The `built_from` record of a `full` build of `name`: its parents' data generations now, at
@@ -749,6 +801,7 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
 /// or a rebuild written), even when the auditing model itself is unchanged: an environment
 /// never serves a model whose audit last checked another version of the data it reads (SPEC
 /// §4 invariant 52).
+#[allow(clippy::too_many_arguments)] // one call site, in `execute_recorded`, passing its own state
 fn pre_promotion_audits(
     project: &Project,
     plan: &Plan,
@@ -756,6 +809,7 @@ fn pre_promotion_audits(
     engine: &mut dyn Engine,
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
+    mut early: HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>>,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
     use crate::core::Resolver;
@@ -791,11 +845,13 @@ fn pre_promotion_audits(
             report.audits_reused.push(model.name.clone());
             continue;
         }
-        let relation = exec.relation(&model.name);
-        let checks = audit::checks(model, scope, &relation, exec);
         ran.insert(model.name.clone(), scope);
-        let results =
-            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        // Run already while the models were built ([`early_source_audits`]), or now.
+        let results = match early.remove(&model.name) {
+            Some(results) => results,
+            None => audit::run(engine, &model.name, &audit::checks(model, scope, &exec.relation(&model.name), exec), None),
+        }
+        .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
         // Warn audits that found rows count as not passed: reusing them would hide their report.
         let passed = audit::clean(&results);

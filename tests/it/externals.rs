@@ -255,3 +255,43 @@ define_model {{ name = "m.sum", kind = kind.full(), schema = {{ {{ "k", "varchar
     assert_eq!(p.physical_tables(), tables);
     drop(server);
 }
+
+/// With more than one job, the audits of a file source run on a connection of their own while
+/// the models are built; the promotion takes their results: a blocking violation fails the apply
+/// naming the source and its audit and promotes nothing, exactly as with `--jobs 1` (where they
+/// run after the builds), and once the file is fixed they pass and are reported.
+#[test]
+fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_as_after() {
+    let p = Project::new();
+    p.write("data/parts.csv", "id,region\n1,north\n,south\n3,east\n");
+    p.write(
+        "models/raw.lua",
+        "return { parts = define_model { name = \"raw.parts\", kind = kind.external { path = \"data/parts.csv\" },\n  \
+         schema = { { \"id\", \"bigint\" }, { \"region\", \"varchar\" } },\n  audits = { audit.not_null(\"id\") } } }\n",
+    );
+    p.write(
+        "models/sum.lua",
+        "define_model { name = \"m.sum\", kind = kind.full(), schema = { { \"k\", \"varchar\" }, { \"n\", \"bigint\" } },\n  \
+         query = [[SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL]] }\n",
+    );
+    const EARLY: &str = "audits of file sources run while the models are built";
+    for jobs in ["1", "2"] {
+        let run = p.run(&["apply", "dev", "--yes", "--jobs", jobs, "--log-level", "debug"]);
+        run.expect_code(1);
+        assert_eq!(run.stderr.contains(EARLY), jobs == "2", "--jobs {jobs}:\n{}", run.stderr);
+        let line = run.stderr.lines().find(|l| l.contains("not_null(id)") && l.contains("raw.parts")).unwrap_or_else(|| panic!("{}", run.stderr));
+        assert!(line.contains("1 violating row"), "--jobs {jobs}: {line}");
+        assert!(!p.all_relations().iter().any(|r| r.starts_with("\"dev__m\"")), "--jobs {jobs}: nothing promoted: {:?}", p.all_relations());
+    }
+    p.write("data/parts.csv", "id,region\n1,north\n2,south\n3,east\n");
+    let run = p.run(&["apply", "dev", "--yes", "--jobs", "2", "--json", "--log-level", "debug"]);
+    run.expect_code(0);
+    assert!(run.stderr.contains(EARLY), "{}", run.stderr);
+    let v = run.json();
+    let audits = v["audits"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert!(
+        audits.iter().any(|a| a["model"] == "raw.parts" && a["audit"].as_str().is_some_and(|s| s.starts_with("not_null")) && a["violations"] == 0),
+        "{v:#}"
+    );
+    assert_eq!(p.rows("\"dev__m\".\"sum\"").len(), 3);
+}
