@@ -609,14 +609,22 @@ fn execute_recorded(
     std::thread::scope(|scope| {
         let mut early = early_db.map(|mut db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
+            let dispatch = tracing::dispatcher::get_default(Clone::clone);
             scope.spawn(move || {
-                early
-                    .into_iter()
-                    .map(|(name, checks)| {
-                        let r = audit::run(&mut *db, &name, &checks, None);
-                        (name, r)
-                    })
-                    .collect::<HashMap<_, _>>()
+                tracing::dispatcher::with_default(&dispatch, || {
+                    // A panic here must not outlive the scope as one: the promotion then runs
+                    // these audits itself.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        early
+                            .into_iter()
+                            .map(|(name, checks)| {
+                                let r = audit::run(&mut *db, &name, &checks, None);
+                                (name, r)
+                            })
+                            .collect::<HashMap<_, _>>()
+                    }))
+                    .unwrap_or_default()
+                })
             })
         });
         let mut builder = Builder {
@@ -695,10 +703,13 @@ fn execute_recorded(
 
 /// The audits [`pre_promotion_audits`] will run over file sources (external models reading
 /// files) that can run while the models are built, each with its rendered checks: in `apply`
-/// with more than one job, for sources this plan adds or changes whose audits read no other
-/// model, when no model built here writes files (a lake or DuckLake target could write what a
-/// source reads). Their queries read files only, so running them earlier sees what running
-/// them after the builds would (SPEC §4 step 5).
+/// with more than one job, for sources this plan adds or changes whose audits provably read
+/// nothing but the source ([`crate::sql::audit_reads::reads_only`], no `ref`), when no model
+/// built here can write files or change the session (no lake or DuckLake target, whose writes
+/// a source could read; no pre/post statements, which may `COPY … TO` a file or `SET` what the
+/// audits would see on the apply's connection). Their queries then read files nobody in the
+/// apply writes, so running them earlier sees what running them after the builds would (SPEC
+/// §4 step 5). An apply that fails meanwhile waits for them to finish before it reports.
 fn early_source_audits<'p>(
     project: &'p Project,
     plan: &Plan,
@@ -708,15 +719,20 @@ fn early_source_audits<'p>(
     jobs: usize,
 ) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
     use crate::core::Resolver;
-    let writes_files = work.iter().any(|a| project.dag.get(&a.name).is_some_and(|m| m.target != crate::core::Target::Table));
-    if refresh || jobs < 2 || writes_files {
+    let may_write = work.iter().any(|a| {
+        project.dag.get(&a.name).is_some_and(|m| m.target != crate::core::Target::Table || !m.statements.pre.is_empty() || !m.statements.post.is_empty())
+    });
+    if refresh || jobs < 2 || may_write {
         return Vec::new();
     }
+    let reads_only = |m: &crate::core::Model| {
+        m.audits.iter().all(|a| a.sql.refs().next().is_none() && crate::sql::audit_reads::reads_only(|this| a.sql.render(this, &|r| r.to_string())))
+    };
     plan.actions
         .iter()
         .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed))
         .filter_map(|a| project.dag.get(&a.name))
-        .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && m.audit_refs().is_empty())
+        .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && reads_only(m))
         .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
         .collect()
 }

@@ -253,7 +253,10 @@ const DESCRIBE_GROUP: usize = 16;
 /// query can know, before each CTE's columns. A group that does not bind, whose markers do not
 /// come back as sent, or whose columns DuckDB may have renamed (a CTE's duplicate names come back
 /// as `name_1`), is described again one query at a time, so every result and every error is
-/// exactly what [`Engine::describe`] of that query alone gives.
+/// exactly what [`Engine::describe`] of that query alone gives. (The statement is text: a body
+/// that closed its CTE's parenthesis and opened another could bind here and not alone. Bodies
+/// reach this as one statement that sqlparser or DuckDB parsed when the project was loaded, and
+/// the build runs each alone, so such a body would at worst fail at its build, never pass it.)
 fn describe_grouped(db: &mut dyn Engine, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
     use std::hash::{BuildHasher, Hasher};
     let mut out = Vec::with_capacity(queries.len());
@@ -287,11 +290,14 @@ fn describe_grouped(db: &mut dyn Engine, queries: &[String]) -> Vec<Result<Vec<D
     out
 }
 
-/// True when a column's name is another's followed by `_` and digits: what DuckDB makes of a
-/// duplicate name in a CTE, so the query alone may return other names.
+/// True when a column's name is another's (ignoring ASCII case, as DuckDB's binder does)
+/// followed by `_` and digits: what DuckDB makes of a duplicate name in a CTE (`A, a` comes
+/// back as `A, a_1`), so the query alone may return other names.
 fn maybe_renamed(columns: &[DescribedColumn]) -> bool {
     columns.iter().any(|c| {
-        c.name.rsplit_once('_').is_some_and(|(base, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && columns.iter().any(|o| o.name == base))
+        c.name
+            .rsplit_once('_')
+            .is_some_and(|(base, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && columns.iter().any(|o| o.name.eq_ignore_ascii_case(base)))
     })
 }
 
@@ -822,6 +828,7 @@ mod tests {
         let binds = [
             "SELECT 1 AS z",
             "SELECT 1 AS a, 2 AS a",
+            "SELECT 1 AS A, 2 AS a",
             "SELECT 1 AS a, 'b' AS a_1",
             "SELECT * FROM t -- a comment at the end",
             "SELECT z + 1 AS n FROM t;",

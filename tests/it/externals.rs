@@ -294,4 +294,32 @@ fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_a
         "{v:#}"
     );
     assert_eq!(p.rows("\"dev__m\".\"sum\"").len(), 3);
+
+    // A model built with post-statements could write the file (`COPY … TO`) or `SET` what the
+    // audits see: the source's audits (a new version, so they run) then wait for the builds; without
+    // them, the same kind of change runs them early again.
+    let raw = |path: &str| {
+        format!(
+            "return {{ parts = define_model {{ name = \"raw.parts\", kind = kind.external {{ path = \"{path}\" }},\n  \
+             schema = {{ {{ \"id\", \"bigint\" }}, {{ \"region\", \"varchar\" }} }},\n  audits = {{ audit.not_null(\"id\") }} }} }}\n"
+        )
+    };
+    let sum = |post: &str, order: &str| {
+        format!(
+            "define_model {{ name = \"m.sum\", kind = kind.full(), schema = {{ {{ \"k\", \"varchar\" }}, {{ \"n\", \"bigint\" }} }},{post}\n  \
+             query = [[SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL{order}]] }}\n"
+        )
+    };
+    // (The path is declared text: another spelling of it is a new version of the source.)
+    for (path, post, order, early) in
+        [("./data/parts.csv", " post_statements = { \"SET enable_progress_bar = false\" },", " ORDER BY k", false), ("data/parts.csv", "", "", true)]
+    {
+        p.write("models/raw.lua", &raw(path));
+        p.write("models/sum.lua", &sum(post, order));
+        let run = p.run(&["apply", "dev", "--yes", "--jobs", "2", "--json", "--log-level", "debug"]);
+        run.expect_code(0);
+        assert_eq!(run.stderr.contains(EARLY), early, "post statements {post:?}:\n{}", run.stderr);
+        let v = run.json();
+        assert!(v["audits"].as_array().is_some_and(|a| a.iter().any(|a| a["model"] == "raw.parts")), "the source's audits ran: {v:#}");
+    }
 }
