@@ -606,98 +606,117 @@ fn execute_recorded(
     // job they run meanwhile on a connection of their own, and the promotion takes their results.
     let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs());
     let early_db = if early.is_empty() { None } else { engine.worker() };
+    // Set, and the running audit interrupted, when the apply fails meanwhile: their results
+    // would never be used, and the failure is reported without waiting for them.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut cancel: Option<Box<dyn Fn() + Send + Sync>> = None;
     std::thread::scope(|scope| {
         let mut early = early_db.map(|mut db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
-            let dispatch = tracing::dispatcher::get_default(Clone::clone);
+            cancel = db.canceller();
+            let (dispatch, stop) = (tracing::dispatcher::get_default(Clone::clone), &stop);
             scope.spawn(move || {
                 tracing::dispatcher::with_default(&dispatch, || {
                     // A panic here must not outlive the scope as one: the promotion then runs
                     // these audits itself.
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        early
-                            .into_iter()
-                            .map(|(name, checks)| {
-                                let r = audit::run(&mut *db, &name, &checks, None);
-                                (name, r)
-                            })
-                            .collect::<HashMap<_, _>>()
+                        let mut out = HashMap::new();
+                        for (name, checks) in early {
+                            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                                break;
+                            }
+                            let r = audit::run(&mut *db, &name, &checks, None);
+                            out.insert(name, r);
+                        }
+                        out
                     }))
                     .unwrap_or_default()
                 })
             })
         });
-        let mut builder = Builder {
-            project,
-            plan,
-            state,
-            work: &work,
-            exec: &exec,
-            versions: &versions,
-            pending: &pending,
-            relation_of: &relation_of,
-            catalog: &catalog,
-            shared: &mut shared,
-            report: &mut report,
-            audited: &mut audited,
-            flights: HashMap::new(),
-        };
-        schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
-        // Reported in the plan's (topological) order, whichever finished first.
-        let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
-        let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
-        report.built.sort_by_key(|n| at(n));
-        report.registered.sort_by_key(|n| at(n));
-        report.audits.0.sort_by_key(|r| at(&r.model));
+        let outcome = (|| -> Result<ApplyReport, ApplyError> {
+            let mut builder = Builder {
+                project,
+                plan,
+                state,
+                work: &work,
+                exec: &exec,
+                versions: &versions,
+                pending: &pending,
+                relation_of: &relation_of,
+                catalog: &catalog,
+                shared: &mut shared,
+                report: &mut report,
+                audited: &mut audited,
+                flights: HashMap::new(),
+            };
+            schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
+            // Reported in the plan's (topological) order, whichever finished first.
+            let position: HashMap<&ModelName, usize> = work.iter().enumerate().map(|(i, a)| (&a.name, i)).collect();
+            let at = |n: &ModelName| position.get(n).copied().unwrap_or(usize::MAX);
+            report.built.sort_by_key(|n| at(n));
+            report.registered.sort_by_key(|n| at(n));
+            report.audits.0.sort_by_key(|r| at(&r.model));
 
-        // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
-        // the inherited table was built from can be compared with what their sources hold.
-        if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
-            let index = state.snapshot_index()?;
-            for action in
-                plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
-            {
-                let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
-                let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
-                let current = read_sources(project, &versions, &model.name, state)?;
-                let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
-                state.record_reuse(&snapshot, &record, interval::now_millis())?;
+            // `full` versions inheriting a table and not rebuilt: their parents are built now, so what
+            // the inherited table was built from can be compared with what their sources hold.
+            if plan.actions.iter().any(|a| a.reused_from.is_some() && a.kind == "full") {
+                let index = state.snapshot_index()?;
+                for action in plan
+                    .actions
+                    .iter()
+                    .filter(|a| a.change != Change::Removed && a.kind == "full" && a.reused_from.is_some() && !report.built.contains(&a.name))
+                {
+                    let (Some(model), Some(from)) = (project.dag.get(&action.name), &action.reused_from) else { continue };
+                    let snapshot = snapshot_record(crate::engine::dialect_for(&project.config), model, action, &action.physical.clone().unwrap_or_default())?;
+                    let current = read_sources(project, &versions, &model.name, state)?;
+                    let record = crate::plan::generations::reuse_record(state, &index, &snapshot.name, from.as_str(), &current)?;
+                    state.record_reuse(&snapshot, &record, interval::now_millis())?;
+                }
+            }
+
+            if !plan.canon_cache_misses.is_empty() {
+                // The cache is not data: failing to write it only costs a slower next plan.
+                if let Err(e) = state.canon_cache_put(&plan.canon_cache_misses) {
+                    tracing::warn!("cannot write the canonicalisation cache: {e}");
+                }
+            }
+
+            if refresh {
+                // Audits of other models reading what this run wrote run again over their whole
+                // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
+                let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+                let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
+                if let Some(first) = failures.first() {
+                    let read: BTreeSet<ModelName> =
+                        failures.iter().filter_map(|f| project.dag.get(&f.model)).flat_map(|m| m.audit_refs()).filter(|r| written.contains(r)).collect();
+                    return Err(ApplyError::RunAudit {
+                        model: first.model.clone(),
+                        written: read.into_iter().collect(),
+                        failure: audit::AuditError::Failed(failures),
+                    });
+                }
+                return Ok(report);
+            }
+            // A thread that stopped leaves its audits to the promotion, which runs them here.
+            let early = early.take().and_then(|h| h.join().ok()).unwrap_or_default();
+            pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
+            promote(project, plan, state, engine, options, &report)?;
+            report.promoted = true;
+            // The memo is a cache: failing to write it only costs a slower next plan.
+            if let Err(e) = record_memo(project, plan, state) {
+                tracing::warn!("cannot write the plan memo: {e}");
+            }
+            Ok(report)
+        })();
+        if outcome.is_err() && early.is_some() {
+            tracing::debug!("the apply failed: the audits of file sources under way are interrupted");
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Some(cancel) = &cancel {
+                cancel();
             }
         }
-
-        if !plan.canon_cache_misses.is_empty() {
-            // The cache is not data: failing to write it only costs a slower next plan.
-            if let Err(e) = state.canon_cache_put(&plan.canon_cache_misses) {
-                tracing::warn!("cannot write the canonicalisation cache: {e}");
-            }
-        }
-
-        if refresh {
-            // Audits of other models reading what this run wrote run again over their whole
-            // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
-            let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
-            let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
-            if let Some(first) = failures.first() {
-                let read: BTreeSet<ModelName> =
-                    failures.iter().filter_map(|f| project.dag.get(&f.model)).flat_map(|m| m.audit_refs()).filter(|r| written.contains(r)).collect();
-                return Err(ApplyError::RunAudit {
-                    model: first.model.clone(),
-                    written: read.into_iter().collect(),
-                    failure: audit::AuditError::Failed(failures),
-                });
-            }
-            return Ok(report);
-        }
-        // A thread that stopped leaves its audits to the promotion, which runs them here.
-        let early = early.take().and_then(|h| h.join().ok()).unwrap_or_default();
-        pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
-        promote(project, plan, state, engine, options, &report)?;
-        report.promoted = true;
-        // The memo is a cache: failing to write it only costs a slower next plan.
-        if let Err(e) = record_memo(project, plan, state) {
-            tracing::warn!("cannot write the plan memo: {e}");
-        }
-        Ok(report)
+        outcome
     })
 }
 
@@ -709,7 +728,8 @@ fn execute_recorded(
 /// a source could read; no pre/post statements, which may `COPY … TO` a file or `SET` what the
 /// audits would see on the apply's connection). Their queries then read files nobody in the
 /// apply writes, so running them earlier sees what running them after the builds would (SPEC
-/// §4 step 5). An apply that fails meanwhile waits for them to finish before it reports.
+/// §4 step 5). An apply that fails meanwhile stops them (the one under way is interrupted
+/// through [`Engine::canceller`]) before it reports.
 fn early_source_audits<'p>(
     project: &'p Project,
     plan: &Plan,

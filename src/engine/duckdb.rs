@@ -569,6 +569,11 @@ impl Engine for DuckDb {
         Ok(out)
     }
 
+    fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let handle = self.conn.interrupt_handle();
+        Some(Box::new(move || handle.interrupt()))
+    }
+
     fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
         // One database instance, so one catalog, buffer pool and thread pool (`threads`,
         // `memory_limit` and loaded extensions are the instance's); the session's own settings
@@ -814,6 +819,27 @@ mod tests {
             }
         }
         assert!(described[6].is_err());
+    }
+
+    /// What a failed apply relies on to stop a source's audit under way: cancelling from another
+    /// thread makes the connection's running statement fail (a sum over ten billion rows would
+    /// otherwise run for many seconds).
+    #[test]
+    fn a_canceller_stops_the_statement_running_on_its_connection() {
+        let mut db = DuckDb::in_memory().unwrap();
+        let mut worker = db.worker().unwrap();
+        let cancel = worker.canceller().expect("DuckDB connections can be interrupted");
+        let started = std::time::Instant::now();
+        let result = std::thread::scope(|s| {
+            let h = s.spawn(move || worker.query("SELECT sum(i) FROM range(10000000000) AS t(i)"));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            cancel();
+            h.join().unwrap()
+        });
+        let e = result.expect_err("the statement was interrupted");
+        assert!(e.message.to_lowercase().contains("interrupt"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "it stopped when cancelled, not when done");
+        db.query("SELECT 1").unwrap();
     }
 
     /// Describing sixteen queries in one statement must answer exactly what describing each alone

@@ -458,6 +458,13 @@ pub trait Engine {
         None
     }
 
+    /// A way to stop, from another thread, the statement this connection is running (it then
+    /// fails); `None` when the engine has none. Used to cut work short that no longer matters
+    /// (the audits a failed apply will never use).
+    fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {
+        None
+    }
+
     /// Tells the engine that `builds` models are being built at once on its connections (this
     /// one and its [`Engine::worker`]s): an engine whose statements run on a thread pool of the
     /// database's own may shrink the pool so that the build connections' own threads and the

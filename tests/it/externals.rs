@@ -323,3 +323,27 @@ fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_a
         assert!(v["audits"].as_array().is_some_and(|a| a.iter().any(|a| a["model"] == "raw.parts")), "the source's audits ran: {v:#}");
     }
 }
+
+/// An apply that fails while a file source's audits run on their own connection stops them
+/// (their results would never be used) and reports its own failure.
+#[test]
+fn a_failed_apply_stops_the_audits_of_file_sources_under_way() {
+    let p = Project::new();
+    p.write("data/parts.csv", "id,region\n1,north\n2,south\n");
+    p.write(
+        "models/raw.lua",
+        "return { parts = define_model { name = \"raw.parts\", kind = kind.external { path = \"data/parts.csv\" },\n  \
+         schema = { { \"id\", \"bigint\" }, { \"region\", \"varchar\" } },\n  audits = { audit.not_null(\"id\") } } }\n",
+    );
+    p.write(
+        "models/bad.lua",
+        "define_model { name = \"m.bad\", kind = kind.full(), schema = { { \"k\", \"varchar\" } },\n  \
+         query = [[SELECT CAST(error('boom at build') AS VARCHAR) AS k FROM ]] .. ref(\"raw.parts\") }\n",
+    );
+    let run = p.run(&["apply", "dev", "--yes", "--jobs", "2", "--log-level", "debug"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audits of file sources run while the models are built"), "{}", run.stderr);
+    assert!(run.stderr.contains("the audits of file sources under way are interrupted"), "{}", run.stderr);
+    assert!(run.stderr.lines().any(|l| l.contains("m.bad") && l.contains("boom at build")), "{}", run.stderr);
+    assert!(!p.all_relations().iter().any(|r| r.starts_with("\"dev__")), "nothing promoted: {:?}", p.all_relations());
+}
