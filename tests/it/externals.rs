@@ -256,6 +256,22 @@ define_model {{ name = "m.sum", kind = kind.full(), schema = {{ {{ "k", "varchar
     drop(server);
 }
 
+/// `raw.parts`: an external reading the CSV file at `path`, with a blocking `not_null(id)`.
+fn audited_source(path: &str) -> String {
+    format!(
+        "return {{ parts = define_model {{ name = \"raw.parts\", kind = kind.external {{ path = \"{path}\" }},\n  \
+         schema = {{ {{ \"id\", \"bigint\" }}, {{ \"region\", \"varchar\" }} }},\n  audits = {{ audit.not_null(\"id\") }} }} }}\n"
+    )
+}
+
+/// `m.sum`: rows of `raw.parts` per region (`post`: extra fields, `order`: a query tail).
+fn region_counts(post: &str, order: &str) -> String {
+    format!(
+        "define_model {{ name = \"m.sum\", kind = kind.full(), schema = {{ {{ \"k\", \"varchar\" }}, {{ \"n\", \"bigint\" }} }},{post}\n  \
+         query = [[SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL{order}]] }}\n"
+    )
+}
+
 /// With more than one job, the audits of a file source run on a connection of their own while
 /// the models are built; the promotion takes their results: a blocking violation fails the apply
 /// naming the source and its audit and promotes nothing, exactly as with `--jobs 1` (where they
@@ -264,16 +280,8 @@ define_model {{ name = "m.sum", kind = kind.full(), schema = {{ {{ "k", "varchar
 fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_as_after() {
     let p = Project::new();
     p.write("data/parts.csv", "id,region\n1,north\n,south\n3,east\n");
-    p.write(
-        "models/raw.lua",
-        "return { parts = define_model { name = \"raw.parts\", kind = kind.external { path = \"data/parts.csv\" },\n  \
-         schema = { { \"id\", \"bigint\" }, { \"region\", \"varchar\" } },\n  audits = { audit.not_null(\"id\") } } }\n",
-    );
-    p.write(
-        "models/sum.lua",
-        "define_model { name = \"m.sum\", kind = kind.full(), schema = { { \"k\", \"varchar\" }, { \"n\", \"bigint\" } },\n  \
-         query = [[SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL]] }\n",
-    );
+    p.write("models/raw.lua", &audited_source("data/parts.csv"));
+    p.write("models/sum.lua", &region_counts("", ""));
     const EARLY: &str = "audits of file sources run while the models are built";
     for jobs in ["1", "2"] {
         let run = p.run(&["apply", "dev", "--yes", "--jobs", jobs, "--log-level", "debug"]);
@@ -298,24 +306,12 @@ fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_a
     // A model built with post-statements could write the file (`COPY … TO`) or `SET` what the
     // audits see: the source's audits (a new version, so they run) then wait for the builds; without
     // them, the same kind of change runs them early again.
-    let raw = |path: &str| {
-        format!(
-            "return {{ parts = define_model {{ name = \"raw.parts\", kind = kind.external {{ path = \"{path}\" }},\n  \
-             schema = {{ {{ \"id\", \"bigint\" }}, {{ \"region\", \"varchar\" }} }},\n  audits = {{ audit.not_null(\"id\") }} }} }}\n"
-        )
-    };
-    let sum = |post: &str, order: &str| {
-        format!(
-            "define_model {{ name = \"m.sum\", kind = kind.full(), schema = {{ {{ \"k\", \"varchar\" }}, {{ \"n\", \"bigint\" }} }},{post}\n  \
-             query = [[SELECT region AS k, count(*) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY ALL{order}]] }}\n"
-        )
-    };
     // (The path is declared text: another spelling of it is a new version of the source.)
     for (path, post, order, early) in
         [("./data/parts.csv", " post_statements = { \"SET enable_progress_bar = false\" },", " ORDER BY k", false), ("data/parts.csv", "", "", true)]
     {
-        p.write("models/raw.lua", &raw(path));
-        p.write("models/sum.lua", &sum(post, order));
+        p.write("models/raw.lua", &audited_source(path));
+        p.write("models/sum.lua", &region_counts(post, order));
         let run = p.run(&["apply", "dev", "--yes", "--jobs", "2", "--json", "--log-level", "debug"]);
         run.expect_code(0);
         assert_eq!(run.stderr.contains(EARLY), early, "post statements {post:?}:\n{}", run.stderr);
@@ -330,11 +326,7 @@ fn audits_of_a_file_source_run_while_the_models_build_and_decide_the_promotion_a
 fn a_failed_apply_stops_the_audits_of_file_sources_under_way() {
     let p = Project::new();
     p.write("data/parts.csv", "id,region\n1,north\n2,south\n");
-    p.write(
-        "models/raw.lua",
-        "return { parts = define_model { name = \"raw.parts\", kind = kind.external { path = \"data/parts.csv\" },\n  \
-         schema = { { \"id\", \"bigint\" }, { \"region\", \"varchar\" } },\n  audits = { audit.not_null(\"id\") } } }\n",
-    );
+    p.write("models/raw.lua", &audited_source("data/parts.csv"));
     p.write(
         "models/bad.lua",
         "define_model { name = \"m.bad\", kind = kind.full(), schema = { { \"k\", \"varchar\" } },\n  \
