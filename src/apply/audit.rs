@@ -283,7 +283,14 @@ pub fn pass_is_provable(model: &crate::core::Model) -> bool {
     use crate::core::Kind;
     model.target == crate::core::Target::Table
         && matches!(model.kind, Kind::Full | Kind::Seed(_) | Kind::IncrementalByTimeRange(_))
-        && model.audits.iter().all(|a| a.sql.refs().next().is_none() && crate::sql::audit_reads::reads_only(|this| a.sql.render(this, &|m| m.to_string())))
+        && read_only_the_audited(model)
+}
+
+/// True when every audit of `model` provably reads nothing but the audited relation: no `ref`
+/// of another model, and SQL that [`crate::sql::audit_reads::reads_only`] proves reads no other
+/// relation and calls no volatile function.
+pub fn read_only_the_audited(model: &crate::core::Model) -> bool {
+    model.audits.iter().all(|a| a.sql.refs().next().is_none() && crate::sql::audit_reads::reads_only(|this| a.sql.render(this, &|m| m.to_string())))
 }
 
 /// True when no audit in `results` found a violating row (warn audits included): only then is a

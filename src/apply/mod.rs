@@ -609,30 +609,12 @@ fn execute_recorded(
     // Set, and the running audit interrupted, when the apply fails meanwhile: their results
     // would never be used, and the failure is reported without waiting for them.
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let mut cancel: Option<Box<dyn Fn() + Send + Sync>> = None;
+    let cancel = early_db.as_ref().and_then(|db| db.canceller());
     std::thread::scope(|scope| {
-        let mut early = early_db.map(|mut db| {
+        let mut under_way = early_db.map(|db| {
             tracing::debug!(sources = early.len(), "audits of file sources run while the models are built");
-            cancel = db.canceller();
             let (dispatch, stop) = (tracing::dispatcher::get_default(Clone::clone), &stop);
-            scope.spawn(move || {
-                tracing::dispatcher::with_default(&dispatch, || {
-                    // A panic here must not outlive the scope as one: the promotion then runs
-                    // these audits itself.
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let mut out = HashMap::new();
-                        for (name, checks) in early {
-                            if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                                break;
-                            }
-                            let r = audit::run(&mut *db, &name, &checks, None);
-                            out.insert(name, r);
-                        }
-                        out
-                    }))
-                    .unwrap_or_default()
-                })
-            })
+            scope.spawn(move || tracing::dispatcher::with_default(&dispatch, || run_early_audits(db, early, stop)))
         });
         let outcome = (|| -> Result<ApplyReport, ApplyError> {
             let mut builder = Builder {
@@ -698,8 +680,8 @@ fn execute_recorded(
                 }
                 return Ok(report);
             }
-            // A thread that stopped leaves its audits to the promotion, which runs them here.
-            let early = early.take().and_then(|h| h.join().ok()).unwrap_or_default();
+            // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
+            let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
             pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
             promote(project, plan, state, engine, options, &report)?;
             report.promoted = true;
@@ -709,21 +691,42 @@ fn execute_recorded(
             }
             Ok(report)
         })();
-        if outcome.is_err() && early.is_some() {
+        if outcome.is_err()
+            && let Some(handle) = under_way.take()
+        {
             tracing::debug!("the apply failed: the audits of file sources under way are interrupted");
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Some(cancel) = &cancel {
                 cancel();
             }
+            // Joined here, so a panic of the thread stays its own and the apply's error is reported.
+            let _ = handle.join();
         }
         outcome
     })
 }
 
+/// Runs `early` ([`early_source_audits`]) on `db`, in order, until `stop` is set.
+fn run_early_audits(
+    mut db: Box<dyn Engine + Send>,
+    early: Vec<(ModelName, Vec<(&crate::core::audit::Audit, String)>)>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>> {
+    let mut out = HashMap::new();
+    for (name, checks) in early {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        let results = audit::run(&mut *db, &name, &checks, None);
+        out.insert(name, results);
+    }
+    out
+}
+
 /// The audits [`pre_promotion_audits`] will run over file sources (external models reading
 /// files) that can run while the models are built, each with its rendered checks: in `apply`
 /// with more than one job, for sources this plan adds or changes whose audits provably read
-/// nothing but the source ([`crate::sql::audit_reads::reads_only`], no `ref`), when no model
+/// nothing but the source ([`audit::read_only_the_audited`]), when no model
 /// built here can write files or change the session (no lake or DuckLake target, whose writes
 /// a source could read; no pre/post statements, which may `COPY … TO` a file or `SET` what the
 /// audits would see on the apply's connection). Their queries then read files nobody in the
@@ -745,14 +748,11 @@ fn early_source_audits<'p>(
     if refresh || jobs < 2 || may_write {
         return Vec::new();
     }
-    let reads_only = |m: &crate::core::Model| {
-        m.audits.iter().all(|a| a.sql.refs().next().is_none() && crate::sql::audit_reads::reads_only(|this| a.sql.render(this, &|r| r.to_string())))
-    };
     plan.actions
         .iter()
         .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed))
         .filter_map(|a| project.dag.get(&a.name))
-        .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && reads_only(m))
+        .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && audit::read_only_the_audited(m))
         .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
         .collect()
 }
