@@ -544,7 +544,7 @@ fn efmesh_round(project: &Project, config: &Config, dir: &Path, r: usize) -> any
     let now = efmesh::core::interval::now_millis();
     let dev = plan::plan(project, &state, "dev", now)?;
     let mut engine = Recorder { inner: DuckDb::open(&dir.join(format!("round{r}.duckdb")), &config.engine)?, calls: Vec::new() };
-    let opts = Options { applied_by: "bench".into(), jobs: 0 };
+    let opts = Options { applied_by: "bench".into(), jobs: 0, ..Default::default() };
     let t = Instant::now();
     let report = apply::apply(project, &dev, &state, &mut engine, &opts)?;
     let apply_t = t.elapsed();

@@ -579,8 +579,21 @@ fn query_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::eng
 pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
     // Test hook: the window between the plan and the apply's intents (the janitor's race test).
     apply::fault::delay_point("apply-after-plan");
+    // The catalog this process read for the plan, still the file's own just before it is
+    // opened (its full identity, header included, is the one it was read at) and still after
+    // the connection holds the file (its stat identity did not move: nobody wrote it between):
+    // the apply's connection need not query it again (SPEC §4, invariant 27).
+    let proven = project.config.engine_file().and_then(|path| {
+        let catalog = crate::engine::record::recall(&path, &crate::engine::record::identity(&path)?)?;
+        Some((crate::engine::record::stat_identity(&path)?, catalog, path))
+    });
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
-    let report = apply::apply(project, plan, state, &mut *engine, options)?;
+    let catalog_at_open = proven.and_then(|(stat, catalog, path)| (crate::engine::record::stat_identity(&path).as_ref() == Some(&stat)).then_some(catalog));
+    if catalog_at_open.is_some() {
+        tracing::debug!("engine catalog at the open: as this process read it for the plan (the file is unchanged since)");
+    }
+    let options = apply::Options { catalog_at_open, ..options.clone() };
+    let report = apply::apply(project, plan, state, &mut *engine, &options)?;
     if project.config.engine_file().is_none() {
         // A server engine's catalog is read by every plan: nothing to record.
         return Ok(report);

@@ -74,6 +74,12 @@ pub struct Options {
     /// means the number of cores available, `1` builds one model after another on one
     /// connection (see [`schedule`]).
     pub jobs: usize,
+    /// The engine's catalog at the moment the apply's connection opened, when the caller proved
+    /// it (the DuckDB file's identity equal to the one this catalog was read at, and unchanged
+    /// once the connection held the file: [`crate::session::apply_recorded`]). The apply then
+    /// checks the plan against it instead of querying the catalog again, and a promotion that
+    /// builds nothing takes the views' definitions for its undo from it (SPEC §4, invariant 27).
+    pub catalog_at_open: Option<std::sync::Arc<crate::engine::Catalog>>,
 }
 
 impl Options {
@@ -368,9 +374,13 @@ fn execute_recorded(
         interval: None,
         message,
     })?;
-    // The relations the plan relies on must exist (one catalog query, on this connection):
-    // what the plan does not restore is refused, never trusted (SPEC §4).
-    let catalog = engine.catalog()?;
+    // The relations the plan relies on must exist (one catalog query, on this connection, or
+    // the catalog proven current when it opened): what the plan does not restore is refused,
+    // never trusted (SPEC §4).
+    let catalog = match &options.catalog_at_open {
+        Some(known) => known.clone(),
+        None => std::sync::Arc::new(engine.catalog()?),
+    };
     let missing = crate::plan::integrity::unplanned(project, plan, &catalog);
     if !missing.is_empty() {
         return Err(ApplyError::EngineChanged { env: plan.env.clone(), missing });
@@ -683,7 +693,10 @@ fn execute_recorded(
             // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
             let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
             pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
-            promote(project, plan, state, engine, options, &report)?;
+            // With nothing built, no statement of this apply touched a view yet: the catalog
+            // proven at the open still holds the views' definitions.
+            let known = options.catalog_at_open.as_deref().filter(|_| work.is_empty());
+            promote(project, plan, state, engine, options, &report, known)?;
             report.promoted = true;
             // The memo is a cache: failing to write it only costs a slower next plan.
             if let Err(e) = record_memo(project, plan, state) {
@@ -1043,7 +1056,15 @@ fn record_refreshed(state: &dyn StateStore, plan: &Plan, action: &crate::plan::A
 /// with each pointer's metadata and the journal row, and drops the record, in one state
 /// transaction. When the last step fails, the views are put back before returning the error (or,
 /// if that fails too, by the next command: [`recover_promotions`]).
-fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut dyn Engine, options: &Options, report: &ApplyReport) -> Result<(), ApplyError> {
+fn promote(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    options: &Options,
+    report: &ApplyReport,
+    known: Option<&crate::engine::Catalog>,
+) -> Result<(), ApplyError> {
     let dialect = engine.sql();
     let mut statements = Vec::new();
     let mut schemas = BTreeSet::new();
@@ -1085,7 +1106,10 @@ fn promote(project: &Project, plan: &Plan, state: &dyn StateStore, engine: &mut 
     let rollback = if statements.is_empty() {
         Vec::new()
     } else {
-        let now = engine.view_definitions(&touched)?;
+        let now = match known.and_then(|catalog| engine.view_definitions_in(catalog, &touched)) {
+            Some(now) => now,
+            None => engine.view_definitions(&touched)?,
+        };
         let undo: Vec<String> = touched
             .iter()
             .map(|key| now.get(key).cloned().unwrap_or_else(|| dialect.drop_view_if_exists(&format!("{}.{}", quote_ident(&key.0), quote_ident(&key.1)))))

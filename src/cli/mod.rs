@@ -483,7 +483,7 @@ fn apply_locked(
                     again
                 }
             };
-            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by(), jobs: flags.jobs })
+            crate::session::apply_recorded(project, &plan, state, &apply::Options { applied_by: applied_by(), jobs: flags.jobs, ..Default::default() })
         })
     })();
     guard.release(state);

@@ -138,10 +138,13 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         let restated = crate::apply::run::auto_restate(project, &mut plan, state)?;
         let waiting = hold_signals(project, &mut plan, state, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
         let restated = crate::apply::run::still_restated(project, &plan, restated);
-        Ok(match run_prepared(project, &plan, restated, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs })? {
-            RunOutcome::Ran(r) => Ticked::Ran(r, waiting),
-            RunOutcome::Blocked(b) => Ticked::Blocked(b),
-        })
+        Ok(
+            match run_prepared(project, &plan, restated, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs, ..Default::default() })?
+            {
+                RunOutcome::Ran(r) => Ticked::Ran(r, waiting),
+                RunOutcome::Blocked(b) => Ticked::Blocked(b),
+            },
+        )
     })
 }
 

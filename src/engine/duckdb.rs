@@ -329,6 +329,12 @@ fn catalog_only(statement: &str) -> bool {
     ["CREATE VIEW", "CREATE OR REPLACE VIEW", "DROP VIEW", "ALTER VIEW", "CREATE SCHEMA", "COMMENT ON"].iter().any(|p| head.starts_with(p))
 }
 
+/// The statement re-creating a view from its `duckdb_views().sql` (`CREATE VIEW …`, schema-
+/// qualified): `CREATE OR REPLACE VIEW …`; `None` for any other text.
+fn recreate_view(sql: &str) -> Option<String> {
+    sql.trim().strip_prefix("CREATE VIEW ").map(|rest| format!("CREATE OR REPLACE VIEW {rest}"))
+}
+
 /// DuckDB's spelling ([`super::dialect::Dialect`]): `CREATE OR REPLACE` for tables, views and
 /// temporary tables (one statement each), temporary relations in `temp.main`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -560,13 +566,25 @@ impl Engine for DuckDb {
             if !wanted.contains(&key) {
                 continue;
             }
-            let text = text.trim();
-            let Some(rest) = text.strip_prefix("CREATE VIEW ") else {
-                return Err(EngineError::new(&sql, format!("unexpected definition of view {}.{}: {text}", key.0, key.1)));
+            let Some(statement) = recreate_view(&text) else {
+                return Err(EngineError::new(&sql, format!("unexpected definition of view {}.{}: {}", key.0, key.1, text.trim())));
             };
-            out.insert(key, format!("CREATE OR REPLACE VIEW {rest}"));
+            out.insert(key, statement);
         }
         Ok(out)
+    }
+
+    fn view_definitions_in(&self, catalog: &super::Catalog, views: &[(String, String)]) -> Option<std::collections::BTreeMap<(String, String), String>> {
+        // The catalog's `sql` is the same `duckdb_views().sql` the query above reads; its keys
+        // are lowercased (DuckDB's names are case-insensitive). A view absent, or a table of
+        // that name, is absent here as there.
+        let mut out = std::collections::BTreeMap::new();
+        for (schema, view) in views {
+            let Some(entry) = catalog.relations.get(&(schema.to_lowercase(), view.to_lowercase())) else { continue };
+            let Some(text) = &entry.sql else { continue };
+            out.insert((schema.clone(), view.clone()), recreate_view(text)?);
+        }
+        Some(out)
     }
 
     fn canceller(&self) -> Option<Box<dyn Fn() + Send + Sync>> {

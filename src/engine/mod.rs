@@ -698,6 +698,14 @@ pub trait Engine {
         Err(EngineError::new("", format!("the {} engine cannot read view definitions", self.sql().name())))
     }
 
+    /// [`Engine::view_definitions`] taken from `catalog` (this engine's [`Engine::catalog`],
+    /// known to be current) instead of a query: the same statements, or `None` when this engine
+    /// cannot tell them from its catalog (then the caller queries).
+    fn view_definitions_in(&self, catalog: &Catalog, views: &[(String, String)]) -> Option<std::collections::BTreeMap<(String, String), String>> {
+        let _ = (catalog, views);
+        None
+    }
+
     /// Loads the engine extension `name` (DuckDB: `httpfs`, `ducklake`, …) once per session,
     /// from the configured extension directory or file (never from the network when one is set).
     ///

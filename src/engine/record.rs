@@ -154,11 +154,13 @@ pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOn
         && let Some(catalog) = read(record, engine, id)
     {
         tracing::debug!("engine catalog of `{}` taken from {}: the file is unchanged since efmesh last read it", engine.display(), record.display());
+        remember(engine, id, &catalog);
         return Ok((catalog, before));
     }
     let catalog = query()?;
     match (before, identity(engine)) {
         (Some(b), Some(a)) if a == b => {
+            remember(engine, &a, &catalog);
             match write(record, engine, &a, &catalog) {
                 Ok(()) => tracing::debug!("engine catalog of `{}` queried and recorded in {}", engine.display(), record.display()),
                 Err(e) => tracing::debug!("engine catalog of `{}` queried; not recorded: {e}", engine.display()),
@@ -170,6 +172,26 @@ pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOn
             Ok((catalog, None))
         }
     }
+}
+
+/// The last catalog this process read through [`read_through_identified`]: the engine file and
+/// the [`identity`] it is exactly valid for.
+type Known = (PathBuf, String, std::sync::Arc<Catalog>);
+
+static KNOWN: std::sync::Mutex<Option<Known>> = std::sync::Mutex::new(None);
+
+fn remember(engine: &Path, identity: &str, catalog: &Catalog) {
+    *KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((engine.to_path_buf(), identity.to_string(), std::sync::Arc::new(catalog.clone())));
+}
+
+/// The catalog of `engine` this process last read (from the record or by a query that
+/// recorded it), when it was exactly valid at `identity` — an [`identity`] taken by the
+/// caller, so the catalog is the file's catalog at that moment: `apply` takes it just before
+/// opening the file, so its own connection need not query the catalog again (SPEC §4,
+/// invariant 27). `None` otherwise.
+pub fn recall(engine: &Path, identity: &str) -> Option<std::sync::Arc<Catalog>> {
+    let known = KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    known.as_ref().filter(|(path, id, _)| path == engine && id == identity).map(|(_, _, catalog)| catalog.clone())
 }
 
 fn push_field(out: &mut Vec<u8>, field: Option<&str>) {

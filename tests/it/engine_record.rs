@@ -257,3 +257,65 @@ fn the_engine_file_stays_locked_until_the_apply_closes_its_connection() {
     assert!(status.success(), "{seen}");
     assert!(seen.contains("read on the apply's connection and recorded"), "{seen}");
 }
+
+const AT_OPEN: &str = "engine catalog at the open: as this process read it for the plan";
+/// The catalog query a DuckDB connection runs (`Engine::catalog`) and the query of the views'
+/// definitions a promotion records its undo from.
+const CATALOG_QUERY: &str = "FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND NOT temporary";
+const DEFINITIONS_QUERY: &str = "SELECT schema_name, view_name, sql FROM duckdb_views()";
+
+/// `apply prod` right after `apply dev` (a view swap): the plan reads the catalog from the
+/// record, and the apply's connection, finding the file unchanged since, neither queries the
+/// catalog again for its check nor the views' definitions for its undo — it queries the
+/// catalog once, after the swap, for the record. The promotion serves what its pointers say.
+#[test]
+fn an_apply_of_an_engine_file_unchanged_since_its_plan_takes_the_catalog_the_plan_read() {
+    let (p, _) = recorded_project();
+    let r = p.run(&["--log-level", "debug", "apply", "prod", "--yes"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains(FROM_RECORD), "{}", r.stderr);
+    assert!(r.stderr.contains(AT_OPEN), "{}", r.stderr);
+    assert_eq!(r.stderr.matches(CATALOG_QUERY).count(), 1, "one catalog query, for the record after the swap:\n{}", r.stderr);
+    assert!(!r.stderr.contains(DEFINITIONS_QUERY), "{}", r.stderr);
+    crate::env_consistency::assert_views_serve_pointers(&p, "prod");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+}
+
+/// A table dropped by another process after the plan read the record, before the apply opened
+/// the file: the apply queries the catalog on its own connection, finds the relation missing
+/// and refuses, naming it; nothing is promoted.
+#[test]
+fn a_table_dropped_between_the_plan_and_the_apply_is_found_by_the_apply() {
+    use std::io::BufRead;
+    let (p, physical) = recorded_project();
+    let mut cmd = p.command(&["--log-level", "debug", "--log-format", "logfmt", "apply", "prod", "--yes"]);
+    cmd.env("EFMESH_DELAY", "apply-after-plan=1500").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn efmesh");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = String::new();
+    let planned = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                seen.push_str(&l);
+                seen.push('\n');
+                if l.contains(FROM_RECORD) {
+                    break true;
+                }
+            }
+            _ => break false,
+        }
+    };
+    assert!(planned, "the plan did not read the record:\n{seen}");
+    // The plan is made (the delay point follows it): another process drops the table now.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop_table(&p.engine_path(), &physical);
+    for l in lines.map_while(Result::ok) {
+        seen.push_str(&l);
+        seen.push('\n');
+    }
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(1), "{seen}");
+    assert!(!seen.contains(AT_OPEN), "the file changed after the plan: its catalog must not be taken\n{seen}");
+    assert!(seen.contains("does not hold what this plan of `prod` relies on") && seen.contains(&physical), "{seen}");
+    assert!(p.store().expect("store").env_pointers("prod").expect("pointers").is_empty(), "nothing promoted");
+}

@@ -45,6 +45,7 @@ crate::on_every_engine_and_state_backend!(
     a_metadata_edit_applied_to_dev_never_reaches_prod,
     a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan,
     a_crash_after_recording_the_intent_is_undone_for_every_command,
+    a_crash_after_the_view_swap_of_a_promotion_building_nothing_puts_the_old_views_back,
 );
 
 // On each engine (these break the SQLite state store's writes).
@@ -168,6 +169,28 @@ fn a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan(
     let r = p.run(&["plan", "dev", "--json"]);
     assert!(!r.stderr.contains("interrupted"), "{}", r.stderr);
     assert_eq!(r.json()["hasChanges"], false);
+}
+
+/// `apply prod` of versions `dev` built (a view swap, nothing built: on DuckDB its undo is
+/// taken from the catalog the plan read, not queried) stopped right after the swap: the next
+/// command puts `prod`'s views back exactly as they were, then the promotion converges.
+fn a_crash_after_the_view_swap_of_a_promotion_building_nothing_puts_the_old_views_back(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
+    p.apply("prod");
+    let served_before = p.rows(&env_view("prod", "s.a"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
+    p.apply("dev");
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "prod", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    let r = p.run(&["plan", "prod", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `prod`"), "{}", r.stderr);
+    assert_views_serve_pointers(&p, "prod");
+    assert_eq!(p.rows(&env_view("prod", "s.a")), served_before);
+    let v = p.apply("prod");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "prod");
+    assert_eq!(p.rows(&env_view("prod", "s.a")).len(), 5);
 }
 
 fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend, engine: EngineBackend) {

@@ -135,7 +135,8 @@ fn hospital_assignments_gain_history_through_daily_runs() {
     for day in ["2026-03-02", "2026-03-03", "2026-03-04"] {
         let now = parse_instant(day).unwrap();
         let plan = efmesh::plan::plan(&project, &state, "dev", now).unwrap();
-        let outcome = apply::run::run(&project, &plan, &state, &mut db, &Options { applied_by: "it".into(), jobs: 0 }).unwrap_or_else(|e| panic!("{e}"));
+        let outcome = apply::run::run(&project, &plan, &state, &mut db, &Options { applied_by: "it".into(), jobs: 0, ..Default::default() })
+            .unwrap_or_else(|e| panic!("{e}"));
         let apply::run::RunOutcome::Ran(report) = outcome else { panic!("run blocked on {day}") };
         let built: Vec<String> = report.built.iter().map(ToString::to_string).collect();
         // The refreshed and backfilled models (`stg.moves`, upserted from the feed, before the

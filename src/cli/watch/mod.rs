@@ -450,7 +450,7 @@ impl Watch {
         if applying {
             let applied = match plan::history_refusal(&plan) {
                 Some(refusal) => Err(anyhow!(refusal)),
-                None => self.session.apply(&plan, &apply::Options { applied_by: super::applied_by(), jobs: 0 }),
+                None => self.session.apply(&plan, &apply::Options { applied_by: super::applied_by(), jobs: 0, ..Default::default() }),
             };
             r.applied = Some(match applied {
                 Ok(report) => Applied::Done(report),
