@@ -607,24 +607,39 @@ pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, op
 }
 
 /// Records the catalog of the engine file as `engine` (the apply's own read-write connection)
-/// sees it, then closes it: a `CHECKPOINT` first, so the file holds everything; the file's stat
-/// identity is taken before the catalog query and after it (stat only: opening and closing the
-/// file while the connection holds it would release DuckDB's lock, see
+/// sees it, then closes it: a `CHECKPOINT`, so the file holds everything, while a second
+/// connection of the database queries the catalog; then the file's stat identity (stat only:
+/// opening and closing the file while the connection holds it would release DuckDB's lock, see
 /// [`crate::engine::record::stat_identity`]); after the connection closed, the full identity
 /// (with the header) and the stat identity once more. The record is written, at that full
-/// identity, only when the three stat identities agree: no write by anyone (a close that
-/// wrote, another process's commit) came between the query and the full identity. Saves the
-/// next plan, and this process, a second open of the file. `false` (nothing recorded) when any
-/// step fails or the identity moved: the caller reads the catalog the ordinary way.
+/// identity, only when the two stat identities agree: the close wrote nothing (the checkpoint
+/// left nothing to write) and no other process wrote meanwhile. Saves the next plan, and this
+/// process, a second open of the file. `false` (nothing recorded) when any step fails or the
+/// identity moved: the caller reads the catalog the ordinary way.
 fn record_catalog_and_close(project: &Project, mut engine: Box<dyn crate::engine::Engine + Send>) -> bool {
     use crate::engine::record::{identity, stat_identity};
     let path = project.config.engine_path();
     let record = crate::engine::record::path_for(&project.config.state_path());
     let read = (|| {
-        engine.checkpoint().ok()?;
-        let before = stat_identity(&path)?;
-        let catalog = engine.catalog().ok()?;
-        (stat_identity(&path)? == before).then_some((before, catalog))
+        // The catalog is read on a second connection of the database while this one runs the
+        // `CHECKPOINT` (a read does not hold the checkpoint back; DuckDB runs both at once):
+        // it is the catalog as the apply committed it, which nothing changes before the close —
+        // no statement of this process writes in between, and DuckDB's lock keeps every other
+        // process out — and the checkpoint writes it to the file. Without a second connection,
+        // one after the other.
+        let catalog = match engine.worker() {
+            Some(mut worker) => std::thread::scope(|scope| {
+                let read = scope.spawn(move || worker.catalog());
+                let checkpointed = engine.checkpoint();
+                let catalog = read.join().ok().and_then(Result::ok);
+                checkpointed.ok().and(catalog)
+            })?,
+            None => {
+                engine.checkpoint().ok()?;
+                engine.catalog().ok()?
+            }
+        };
+        Some((stat_identity(&path)?, catalog))
     })();
     tracing::debug!("engine catalog read on the apply's connection; closing it");
     // Test hook: the window in which the connection still holds the file (its lock must hold).

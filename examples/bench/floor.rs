@@ -32,7 +32,8 @@
 //! - **flights**: `examples/flights` copied to a temp dir, `efmesh apply dev --yes` vs the
 //!   hand-written `examples/flights/floor.sql` (same transformations, whole year per statement).
 //!
-//! Each side runs K times, alternating which goes first; every run is a child process (under
+//! Each side runs K times, alternating which goes first, each run after a `sync(2)` (no dirty
+//! page of the set-up or of the previous run is written back during a timed run); every run is a child process (under
 //! `/usr/bin/time -f %M`, for its peak RSS) waited with `wait4`, which gives its wall and CPU
 //! time (user + system, the process and `time` together). Reported: best wall
 //! (median wall, median CPU, peak RSS of the largest run) and the ratio of the best walls; the
@@ -514,16 +515,27 @@ fn alternate(
         let floor_first = (k - 1 - r) % 2 == 1 || k == 1;
         if floor_first {
             fl_before()?;
+            settle();
             b.0.push(measure(fl()?)?);
         }
         ef_before()?;
+        settle();
         a.0.push(measure(ef()?)?);
         if !floor_first {
             fl_before()?;
+            settle();
             b.0.push(measure(fl()?)?);
         }
     }
     Ok((a, b))
+}
+
+/// Writes every dirty page back (`sync(2)`) before a timed run: the files the set-up just
+/// copied (hundreds of MB at 2000 models) or the previous run left are otherwise written back
+/// during the run, and whichever side `fsync`s first waits for them.
+fn settle() {
+    // SAFETY: `sync` takes no arguments and cannot fail.
+    unsafe { libc::sync() };
 }
 
 struct Line {
