@@ -579,16 +579,22 @@ fn query_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::eng
 pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
     // Test hook: the window between the plan and the apply's intents (the janitor's race test).
     apply::fault::delay_point("apply-after-plan");
-    // The catalog this process read for the plan, still the file's own just before it is
-    // opened (its full identity, header included, is the one it was read at) and still after
-    // the connection holds the file (its stat identity did not move: nobody wrote it between):
-    // the apply's connection need not query it again (SPEC §4, invariant 27).
+    // The catalog this process read for the plan, proven still the file's own once the apply's
+    // connection holds the file: the file's stat identity is taken first, then its full
+    // identity (header included) must be the one the catalog was read at, and the stat
+    // identity taken again after the open must equal the first — a write anywhere in between
+    // (before the full identity included) moves it. The apply's connection then need not query
+    // the catalog again (SPEC §4, invariant 27).
     let proven = project.config.engine_file().and_then(|path| {
+        let stat = crate::engine::record::stat_identity(&path)?;
         let catalog = crate::engine::record::recall(&path, &crate::engine::record::identity(&path)?)?;
-        Some((crate::engine::record::stat_identity(&path)?, catalog, path))
+        Some((stat, catalog, path))
     });
+    // Test hook: the window between that proof and the open.
+    apply::fault::delay_point("apply-before-open");
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
-    let catalog_at_open = proven.and_then(|(stat, catalog, path)| (crate::engine::record::stat_identity(&path).as_ref() == Some(&stat)).then_some(catalog));
+    let catalog_at_open = proven
+        .and_then(|(stat, catalog, path)| (crate::engine::record::stat_identity(&path).as_ref() == Some(&stat)).then(|| apply::ProvenCatalog::new(catalog)));
     if catalog_at_open.is_some() {
         tracing::debug!("engine catalog at the open: as this process read it for the plan (the file is unchanged since)");
     }
@@ -627,21 +633,24 @@ fn record_catalog_and_close(project: &Project, mut engine: Box<dyn crate::engine
         // no statement of this process writes in between, and DuckDB's lock keeps every other
         // process out — and the checkpoint writes it to the file. Without a second connection,
         // one after the other.
-        let catalog = match engine.worker() {
-            Some(mut worker) => std::thread::scope(|scope| {
-                let read = scope.spawn(move || worker.catalog());
-                let checkpointed = engine.checkpoint();
-                let catalog = read.join().ok().and_then(Result::ok);
-                checkpointed.ok().and(catalog)
-            })?,
-            None => {
-                engine.checkpoint().ok()?;
-                engine.catalog().ok()?
+        let catalog = std::thread::scope(|scope| {
+            let dispatch = tracing::dispatcher::get_default(Clone::clone);
+            let read = engine.worker().and_then(|mut worker| {
+                std::thread::Builder::new()
+                    .name("efmesh-catalog".into())
+                    .spawn_scoped(scope, move || tracing::dispatcher::with_default(&dispatch, || worker.catalog()))
+                    .ok()
+            });
+            let checkpointed = engine.checkpoint();
+            match read {
+                Some(read) => checkpointed.ok().and(read.join().ok().and_then(Result::ok)),
+                // No second connection (or no thread for it): one after the other.
+                None => checkpointed.ok().and_then(|()| engine.catalog().ok()),
             }
-        };
+        })?;
         Some((stat_identity(&path)?, catalog))
     })();
-    tracing::debug!("engine catalog read on the apply's connection; closing it");
+    tracing::debug!("engine catalog read on the apply's database; closing its connections");
     // Test hook: the window in which the connection still holds the file (its lock must hold).
     apply::fault::delay_point("apply-before-close");
     drop(engine);

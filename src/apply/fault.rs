@@ -46,6 +46,7 @@ pub fn delay_point(name: &str) {
     let spec = spec.to_string_lossy();
     let ms = spec.split(',').filter_map(|e| e.split_once('=')).find(|(p, _)| p.trim() == name).and_then(|(_, ms)| ms.trim().parse::<u64>().ok());
     if let Some(ms) = ms {
+        tracing::debug!(point = name, ms, "test hook: delaying");
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }

@@ -74,12 +74,30 @@ pub struct Options {
     /// means the number of cores available, `1` builds one model after another on one
     /// connection (see [`schedule`]).
     pub jobs: usize,
-    /// The engine's catalog at the moment the apply's connection opened, when the caller proved
-    /// it (the DuckDB file's identity equal to the one this catalog was read at, and unchanged
-    /// once the connection held the file: [`crate::session::apply_recorded`]). The apply then
-    /// checks the plan against it instead of querying the catalog again, and a promotion that
-    /// builds nothing takes the views' definitions for its undo from it (SPEC §4, invariant 27).
-    pub catalog_at_open: Option<std::sync::Arc<crate::engine::Catalog>>,
+    /// The engine's catalog at the moment the apply's connection opened, when
+    /// [`crate::session::apply_recorded`] proved it (the only place one is made: callers outside
+    /// the crate can only leave it `None`). The apply then checks the plan against it instead of
+    /// querying the catalog again, and a promotion that builds nothing takes the views'
+    /// definitions for its undo from it (SPEC §4, invariant 27).
+    pub catalog_at_open: Option<ProvenCatalog>,
+}
+
+/// A catalog proven to be the engine's own when the apply's connection opened (the DuckDB
+/// file's identity equal to the one it was read at, and no write between that proof and the
+/// connection holding the file): made only by [`crate::session::apply_recorded`].
+#[derive(Clone)]
+pub struct ProvenCatalog(std::sync::Arc<crate::engine::Catalog>);
+
+impl ProvenCatalog {
+    pub(crate) fn new(catalog: std::sync::Arc<crate::engine::Catalog>) -> Self {
+        Self(catalog)
+    }
+}
+
+impl std::fmt::Debug for ProvenCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProvenCatalog({} relations)", self.0.relations.len())
+    }
 }
 
 impl Options {
@@ -378,7 +396,7 @@ fn execute_recorded(
     // the catalog proven current when it opened): what the plan does not restore is refused,
     // never trusted (SPEC §4).
     let catalog = match &options.catalog_at_open {
-        Some(known) => known.clone(),
+        Some(known) => known.0.clone(),
         None => std::sync::Arc::new(engine.catalog()?),
     };
     let missing = crate::plan::integrity::unplanned(project, plan, &catalog);
@@ -695,7 +713,7 @@ fn execute_recorded(
             pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
             // With nothing built, no statement of this apply touched a view yet: the catalog
             // proven at the open still holds the views' definitions.
-            let known = options.catalog_at_open.as_deref().filter(|_| work.is_empty());
+            let known = options.catalog_at_open.as_ref().map(|c| &*c.0).filter(|_| work.is_empty());
             promote(project, plan, state, engine, options, &report, known)?;
             report.promoted = true;
             // The memo is a cache: failing to write it only costs a slower next plan.

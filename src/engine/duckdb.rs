@@ -550,34 +550,37 @@ impl Engine for DuckDb {
         if views.is_empty() {
             return Ok(out);
         }
-        let wanted: std::collections::BTreeSet<&(String, String)> = views.iter().collect();
-        let schemas: std::collections::BTreeSet<&str> = views.iter().map(|(s, _)| s.as_str()).collect();
+        // DuckDB's names are case-insensitive: a view is found whatever case it was created in
+        // (`s.A` and `s.a` are one view), as [`Engine::view_definitions_in`] finds it.
+        let lower = |(s, v): &(String, String)| (s.to_lowercase(), v.to_lowercase());
+        let schemas: std::collections::BTreeSet<String> = views.iter().map(|(s, _)| s.to_lowercase()).collect();
         let list: Vec<String> = schemas.iter().map(|s| quote_literal(s)).collect();
         // `sql` is DuckDB's own rendering of the `CREATE VIEW` statement, schema-qualified.
         let sql = format!(
-            "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND schema_name IN ({})",
+            "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND lower(schema_name) IN ({})",
             list.join(", ")
         );
+        let mut found = std::collections::HashMap::new();
         for row in self.query(&sql)? {
             let [Some(schema), Some(view), Some(text)] = [row.first().cloned().flatten(), row.get(1).cloned().flatten(), row.get(2).cloned().flatten()] else {
                 continue;
             };
-            let key = (schema, view);
-            if !wanted.contains(&key) {
-                continue;
-            }
-            let Some(statement) = recreate_view(&text) else {
+            found.insert(lower(&(schema, view)), text);
+        }
+        for key in views {
+            let Some(text) = found.get(&lower(key)) else { continue };
+            let Some(statement) = recreate_view(text) else {
                 return Err(EngineError::new(&sql, format!("unexpected definition of view {}.{}: {}", key.0, key.1, text.trim())));
             };
-            out.insert(key, statement);
+            out.insert(key.clone(), statement);
         }
         Ok(out)
     }
 
     fn view_definitions_in(&self, catalog: &super::Catalog, views: &[(String, String)]) -> Option<std::collections::BTreeMap<(String, String), String>> {
-        // The catalog's `sql` is the same `duckdb_views().sql` the query above reads; its keys
-        // are lowercased (DuckDB's names are case-insensitive). A view absent, or a table of
-        // that name, is absent here as there.
+        // The catalog's `sql` is the same `duckdb_views().sql` the query above reads (it lists
+        // no temporary view; no environment view is one); its keys are lowercased, as the query
+        // above matches. A view absent, or a table of that name, is absent here as there.
         let mut out = std::collections::BTreeMap::new();
         for (schema, view) in views {
             let Some(entry) = catalog.relations.get(&(schema.to_lowercase(), view.to_lowercase())) else { continue };
@@ -699,6 +702,28 @@ mod tests {
         db.execute("CREATE OR REPLACE VIEW \"dev__s\".\"v\" AS SELECT a, \"b c\" FROM t2").unwrap();
         db.transaction(&[restore]).unwrap();
         assert_eq!(db.query("SELECT a, \"b c\" FROM \"dev__s\".\"v\"").unwrap(), vec![vec![Some("1".to_string()), Some("x".to_string())]]);
+    }
+
+    #[test]
+    fn view_definitions_from_the_catalog_equal_the_queried_ones_whatever_the_case() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute(
+            "CREATE SCHEMA \"Dev__S\"; CREATE TABLE t1 AS SELECT 1 AS a; \
+             CREATE VIEW \"Dev__S\".\"V\" AS SELECT a FROM t1; CREATE VIEW \"Dev__S\".w AS SELECT 2 AS a; \
+             CREATE TABLE \"Dev__S\".t AS SELECT 3 AS a",
+        )
+        .unwrap();
+        // The same view asked for in two cases (a rename that only changes case), one absent,
+        // one that is a table.
+        let wanted: Vec<(String, String)> = [("dev__s", "v"), ("Dev__S", "V"), ("DEV__S", "W"), ("dev__s", "missing"), ("dev__s", "t")]
+            .iter()
+            .map(|(s, v)| (s.to_string(), v.to_string()))
+            .collect();
+        let queried = db.view_definitions(&wanted).unwrap();
+        assert_eq!(queried.len(), 3, "{queried:?}");
+        assert_eq!(queried[&wanted[0]], queried[&wanted[1]]);
+        let catalog = db.catalog().unwrap();
+        assert_eq!(db.view_definitions_in(&catalog, &wanted), Some(queried));
     }
 
     #[test]

@@ -237,7 +237,7 @@ fn the_engine_file_stays_locked_until_the_apply_closes_its_connection() {
             Some(Ok(l)) => {
                 seen.push_str(&l);
                 seen.push('\n');
-                if l.contains("closing it") {
+                if l.contains("closing its connections") {
                     break true;
                 }
             }
@@ -281,41 +281,49 @@ fn an_apply_of_an_engine_file_unchanged_since_its_plan_takes_the_catalog_the_pla
     assert_eq!(p.plan("prod")["hasChanges"], false);
 }
 
-/// A table dropped by another process after the plan read the record, before the apply opened
-/// the file: the apply queries the catalog on its own connection, finds the relation missing
-/// and refuses, naming it; nothing is promoted.
-#[test]
-fn a_table_dropped_between_the_plan_and_the_apply_is_found_by_the_apply() {
+/// Runs `apply prod` stopped at the test hook `point` (after its plan read the record), drops
+/// the physical table of `s.a` from another process while it waits there, and returns what
+/// the apply printed on stderr once it went on.
+fn apply_prod_with_a_table_dropped_at(p: &Project, physical: &str, point: &str) -> (Option<i32>, String) {
     use std::io::BufRead;
-    let (p, physical) = recorded_project();
     let mut cmd = p.command(&["--log-level", "debug", "--log-format", "logfmt", "apply", "prod", "--yes"]);
-    cmd.env("EFMESH_DELAY", "apply-after-plan=1500").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    cmd.env("EFMESH_DELAY", format!("{point}=1500")).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("spawn efmesh");
     let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
     let mut seen = String::new();
-    let planned = loop {
+    let waiting = loop {
         match lines.next() {
             Some(Ok(l)) => {
                 seen.push_str(&l);
                 seen.push('\n');
-                if l.contains(FROM_RECORD) {
+                if l.contains("test hook: delaying") && l.contains(&format!("point={point}")) {
                     break true;
                 }
             }
             _ => break false,
         }
     };
-    assert!(planned, "the plan did not read the record:\n{seen}");
-    // The plan is made (the delay point follows it): another process drops the table now.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    drop_table(&p.engine_path(), &physical);
+    assert!(waiting, "the apply never reached `{point}`:\n{seen}");
+    assert!(seen.contains(FROM_RECORD), "the plan did not read the record:\n{seen}");
+    drop_table(&p.engine_path(), physical);
     for l in lines.map_while(Result::ok) {
         seen.push_str(&l);
         seen.push('\n');
     }
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(1), "{seen}");
-    assert!(!seen.contains(AT_OPEN), "the file changed after the plan: its catalog must not be taken\n{seen}");
-    assert!(seen.contains("does not hold what this plan of `prod` relies on") && seen.contains(&physical), "{seen}");
-    assert!(p.store().expect("store").env_pointers("prod").expect("pointers").is_empty(), "nothing promoted");
+    (child.wait().expect("wait").code(), seen)
+}
+
+/// A table dropped by another process after the plan read the record — before the apply
+/// proves the file unchanged, or between that proof and its open — is found missing by the
+/// apply on its own connection: it refuses, naming it, and nothing is promoted.
+#[test]
+fn a_table_dropped_between_the_plan_and_the_apply_is_found_by_the_apply() {
+    for point in ["apply-after-plan", "apply-before-open"] {
+        let (p, physical) = recorded_project();
+        let (code, seen) = apply_prod_with_a_table_dropped_at(&p, &physical, point);
+        assert_eq!(code, Some(1), "{point}: {seen}");
+        assert!(!seen.contains(AT_OPEN), "{point}: the file changed after the plan: its catalog must not be taken\n{seen}");
+        assert!(seen.contains("does not hold what this plan of `prod` relies on") && seen.contains(&physical), "{point}: {seen}");
+        assert!(p.store().expect("store").env_pointers("prod").expect("pointers").is_empty(), "{point}: nothing promoted");
+    }
 }
