@@ -17,10 +17,12 @@
 //! named point ([`delay_point`]): the janitor's race test widens the windows between apply's
 //! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
 //! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
-//! so every interleaving happens; the scheduler tests hold a model's build (`build:<schema.table>`,
+//! so every interleaving happens (each delay logs `test hook: delaying` at debug level); the scheduler tests hold a model's build (`build:<schema.table>`,
 //! before its first transaction, on whichever connection builds it) to make builds overlap;
 //! the engine-record test holds an apply between its catalog read and the close of its
-//! connection (`apply-before-close`) to show the file stays locked; the lake lease test holds
+//! connection (`apply-before-close`) to show the file stays locked, and between its proof that
+//! the file is unchanged since the plan and its open (`apply-before-open`, after
+//! `apply-after-plan`) to show a write there is still found; the lake lease test holds
 //! a promotion between its intent and its view swap (`after-intent`).
 
 /// The environment variable naming the point at which the process aborts.
