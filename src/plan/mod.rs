@@ -1667,7 +1667,9 @@ fn compute_with(
             None => Change::Added,
             Some(p) if *p == fp => {
                 // Compared as text first (one bulk read, no parse), parsed only when it differs.
-                let served = served_metadata.get(&name_s).filter(|_| !external);
+                // Externals too: an audit added to a source or edited is a `metadata` change,
+                // which apply runs before it records it (docs/audits.md).
+                let served = served_metadata.get(&name_s);
                 let differs = served.is_some_and(|m| *m != meta_text);
                 let meta: serde_json::Value = if differs { serde_json::from_str(&meta_text).unwrap_or_default() } else { serde_json::Value::Null };
                 match served.filter(|_| differs).and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok()) {

@@ -728,8 +728,11 @@ return define_model {
         ..CASE
     },
     external_description_only: Case {
-        // Externals have no snapshot, so there is no metadata to update: unchanged.
+        // An external's metadata is recorded with the environment's pointer, as any model's:
+        // a description added is a `metadata` change (nothing built), as in sqlmesh.
         edits: &[edit(EV, After::Sub(&[("-- schema:", "-- description: raw events\n-- schema:")]))],
+        expect: &[("src.events", "metadata")],
+        diverged: &[("src.events", "description")],
         ..CASE
     },
 

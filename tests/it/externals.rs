@@ -339,3 +339,30 @@ fn a_failed_apply_stops_the_audits_of_file_sources_under_way() {
     assert!(run.stderr.lines().any(|l| l.contains("m.bad") && l.contains("boom at build")), "{}", run.stderr);
     assert!(!p.all_relations().iter().any(|r| r.starts_with("\"dev__")), "nothing promoted: {:?}", p.all_relations());
 }
+
+/// An audit added to an external source (or edited) is a `metadata` change, as for any model:
+/// the plan says so, and apply runs the source's audits before recording it — a blocking
+/// violation fails the apply naming the audit and records nothing; once the audit is a warning,
+/// apply records it and reports the rows; the plan after that has no change.
+#[test]
+fn an_audit_added_to_an_external_is_a_metadata_change_that_apply_runs() {
+    let p = Project::new();
+    p.write("data/parts.csv", "id,region\n1,north\n2,\n3,east\n");
+    p.write("models/raw.lua", &audited_source("data/parts.csv"));
+    p.write("models/sum.lua", &region_counts("", ""));
+    p.apply("dev");
+    let with = |audit: &str| audited_source("data/parts.csv").replace("audit.not_null(\"id\")", &format!("audit.not_null(\"id\"), {audit}"));
+    p.write("models/raw.lua", &with("audit.not_null(\"region\")"));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "raw.parts")["change"], "metadata", "{plan:#}");
+    assert_eq!(action(&plan, "m.sum")["change"], "unchanged", "{plan:#}");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("not_null(region)") && r.stderr.contains("raw.parts") && r.stderr.contains("1 violating row"), "{}", r.stderr);
+    assert_eq!(action(&p.plan("dev"), "raw.parts")["change"], "metadata", "nothing recorded");
+    p.write("models/raw.lua", &with("audit.not_null { \"region\", blocking = false }"));
+    let v = p.apply("dev");
+    let audits = v["audits"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert!(audits.iter().any(|a| a["model"] == "raw.parts" && a["violations"] == 1), "{v:#}");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
