@@ -224,38 +224,48 @@ fn apply_records_the_catalog_from_its_own_connection_exactly_as_a_fresh_query_re
 /// the connection is open; opening and closing the file would release the process's lock).
 #[test]
 fn the_engine_file_stays_locked_until_the_apply_closes_its_connection() {
-    use std::io::BufRead;
     let p = sample_project();
-    let mut cmd = p.command(&["--log-level", "debug", "--log-format", "logfmt", "apply", "dev", "--yes"]);
-    cmd.env("EFMESH_DELAY", "apply-before-close=1500").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let (code, seen) = run_held(
+        &p,
+        &["apply", "dev", "--yes"],
+        "apply-before-close=1500",
+        |l| l.contains("closing its connections"),
+        |_| {
+            // Inside the window: a writer from another process is refused.
+            let other = duckdb::Connection::open(p.root().join("efmesh.duckdb"));
+            assert!(other.is_err(), "another process opened the engine file while the apply still held it");
+        },
+    );
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("read on the apply's connection and recorded"), "{seen}");
+}
+
+/// Runs efmesh with `args` at debug level (logfmt) and the test hook `EFMESH_DELAY=delay`;
+/// once a stderr line satisfies `reached` (asserted to come), runs `meanwhile` with what stderr
+/// said so far, then waits for the process: its exit code and all it wrote on stderr.
+fn run_held(p: &Project, args: &[&str], delay: &str, reached: impl Fn(&str) -> bool, meanwhile: impl FnOnce(&str)) -> (Option<i32>, String) {
+    use std::io::BufRead;
+    let mut cmd = p.command(&[&["--log-level", "debug", "--log-format", "logfmt"][..], args].concat());
+    cmd.env("EFMESH_DELAY", delay).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("spawn efmesh");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
     let mut seen = String::new();
-    let reached = loop {
-        match lines.next() {
-            Some(Ok(l)) => {
-                seen.push_str(&l);
-                seen.push('\n');
-                if l.contains("closing its connections") {
-                    break true;
-                }
-            }
-            _ => break false,
+    let mut came = false;
+    for l in lines.by_ref().map_while(Result::ok) {
+        seen.push_str(&l);
+        seen.push('\n');
+        if reached(&l) {
+            came = true;
+            break;
         }
-    };
-    assert!(reached, "the apply never reached its close:\n{seen}");
-    // Inside the window: a writer from another process is refused.
-    let other = duckdb::Connection::open(p.root().join("efmesh.duckdb"));
-    assert!(other.is_err(), "another process opened the engine file while the apply still held it");
-    drop(other);
+    }
+    assert!(came, "efmesh {} never reached the awaited line:\n{seen}", args.join(" "));
+    meanwhile(&seen);
     for l in lines.map_while(Result::ok) {
         seen.push_str(&l);
         seen.push('\n');
     }
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "{seen}");
-    assert!(seen.contains("read on the apply's connection and recorded"), "{seen}");
+    (child.wait().expect("wait").code(), seen)
 }
 
 const AT_OPEN: &str = "engine catalog at the open: as this process read it for the plan";
@@ -285,32 +295,17 @@ fn an_apply_of_an_engine_file_unchanged_since_its_plan_takes_the_catalog_the_pla
 /// the physical table of `s.a` from another process while it waits there, and returns what
 /// the apply printed on stderr once it went on.
 fn apply_prod_with_a_table_dropped_at(p: &Project, physical: &str, point: &str) -> (Option<i32>, String) {
-    use std::io::BufRead;
-    let mut cmd = p.command(&["--log-level", "debug", "--log-format", "logfmt", "apply", "prod", "--yes"]);
-    cmd.env("EFMESH_DELAY", format!("{point}=1500")).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn efmesh");
-    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut seen = String::new();
-    let waiting = loop {
-        match lines.next() {
-            Some(Ok(l)) => {
-                seen.push_str(&l);
-                seen.push('\n');
-                if l.contains("test hook: delaying") && l.contains(&format!("point={point}")) {
-                    break true;
-                }
-            }
-            _ => break false,
-        }
-    };
-    assert!(waiting, "the apply never reached `{point}`:\n{seen}");
-    assert!(seen.contains(FROM_RECORD), "the plan did not read the record:\n{seen}");
-    drop_table(&p.engine_path(), physical);
-    for l in lines.map_while(Result::ok) {
-        seen.push_str(&l);
-        seen.push('\n');
-    }
-    (child.wait().expect("wait").code(), seen)
+    let at = format!("point={point}");
+    run_held(
+        p,
+        &["apply", "prod", "--yes"],
+        &format!("{point}=1500"),
+        |l| l.contains("test hook: delaying") && l.contains(&at),
+        |seen| {
+            assert!(seen.contains(FROM_RECORD), "the plan did not read the record:\n{seen}");
+            drop_table(&p.engine_path(), physical);
+        },
+    )
 }
 
 /// A table dropped by another process after the plan read the record — before the apply
