@@ -579,37 +579,52 @@ fn query_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::eng
 pub fn apply_recorded(project: &Project, plan: &Plan, state: &dyn StateStore, options: &apply::Options) -> Result<ApplyReport> {
     // Test hook: the window between the plan and the apply's intents (the janitor's race test).
     apply::fault::delay_point("apply-after-plan");
-    // The catalog this process read for the plan, proven still the file's own once the apply's
-    // connection holds the file: the file's stat identity is taken first, then its full
-    // identity (header included) must be the one the catalog was read at, and the stat
-    // identity taken again after the open must equal the first — a write anywhere in between
-    // (before the full identity included) moves it. The apply's connection then need not query
-    // the catalog again (SPEC §4, invariant 27).
+    let (mut engine, catalog_at_open) = open_for_writing(project)?;
+    let options = apply::Options { catalog_at_open, ..options.clone() };
+    let report = apply::apply(project, plan, state, &mut *engine, &options)?;
+    close_recorded(project, engine);
+    Ok(report)
+}
+
+/// Opens the engine for writing (`apply`, `run`), with the catalog this process read for its
+/// plan when it is proven still the file's own once the connection holds the file: the file's
+/// stat identity is taken first, then its full identity (header included) must be the one the
+/// catalog was read at, and the stat identity taken again after the open must equal the first
+/// — a write anywhere in between (before the full identity included) moves it. The caller's
+/// connection then need not query the catalog again (SPEC §4, invariant 27).
+///
+/// # Errors
+/// The engine cannot be opened.
+pub(crate) fn open_for_writing(project: &Project) -> Result<(Box<dyn crate::engine::Engine + Send>, Option<apply::ProvenCatalog>)> {
     let proven = project.config.engine_file().and_then(|path| {
         let stat = crate::engine::record::stat_identity(&path)?;
         let catalog = crate::engine::record::recall(&path, &crate::engine::record::identity(&path)?)?;
-        Some((stat, catalog, path))
+        Some(apply::ProvenCatalog::new(catalog, path, stat))
     });
     // Test hook: the window between that proof and the open.
     apply::fault::delay_point("apply-before-open");
-    let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
-    let catalog_at_open = proven
-        .and_then(|(stat, catalog, path)| (crate::engine::record::stat_identity(&path).as_ref() == Some(&stat)).then(|| apply::ProvenCatalog::new(catalog)));
+    let engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+    let catalog_at_open = proven.filter(apply::ProvenCatalog::still_current);
     if catalog_at_open.is_some() {
         tracing::debug!("engine catalog at the open: as this process read it for the plan (the file is unchanged since)");
     }
-    let options = apply::Options { catalog_at_open, ..options.clone() };
-    let report = apply::apply(project, plan, state, &mut *engine, &options)?;
+    Ok((engine, catalog_at_open))
+}
+
+/// After `apply` or `run` wrote through `engine`: records the catalog as the command left it,
+/// read on its own database ([`record_catalog_and_close`]; failing that, by opening the closed
+/// file read-only), so the next plan finds it recorded rather than opening DuckDB (SPEC §4,
+/// invariant 27); a catalog that cannot be read is only logged (debug): the next plan queries
+/// it. A server engine's catalog is read by every plan: nothing to record.
+pub(crate) fn close_recorded(project: &Project, engine: Box<dyn crate::engine::Engine + Send>) {
     if project.config.engine_file().is_none() {
-        // A server engine's catalog is read by every plan: nothing to record.
-        return Ok(report);
+        return;
     }
     if !record_catalog_and_close(project, engine)
         && let Err(e) = read_engine_catalog(project)
     {
-        tracing::debug!("engine catalog not recorded after apply: {}", e.message);
+        tracing::debug!("engine catalog not recorded after the write: {}", e.message);
     }
-    Ok(report)
 }
 
 /// Records the catalog of the engine file as `engine` (the apply's own read-write connection)

@@ -74,23 +74,30 @@ pub struct Options {
     /// means the number of cores available, `1` builds one model after another on one
     /// connection (see [`schedule`]).
     pub jobs: usize,
-    /// The engine's catalog at the moment the apply's connection opened, when
-    /// [`crate::session::apply_recorded`] proved it (the only place one is made: callers outside
-    /// the crate can only leave it `None`). The apply then checks the plan against it instead of
+    /// The engine's catalog at the moment the connection opened, when
+    /// [`crate::session::open_for_writing`] proved it (the only place one is made: callers
+    /// outside the crate can only leave it `None`). The apply then checks the plan against it instead of
     /// querying the catalog again, and a promotion that builds nothing takes the views'
     /// definitions for its undo from it (SPEC §4, invariant 27).
     pub catalog_at_open: Option<ProvenCatalog>,
 }
 
-/// A catalog proven to be the engine's own when the apply's connection opened (the DuckDB
-/// file's identity equal to the one it was read at, and no write between that proof and the
-/// connection holding the file): made only by [`crate::session::apply_recorded`].
+/// A catalog proven to be the engine's own when the connection of an apply or a run opened
+/// (the DuckDB file's identity equal to the one it was read at, and no write between that proof
+/// and the connection holding the file): made only by [`crate::session::open_for_writing`].
 #[derive(Clone)]
-pub struct ProvenCatalog(std::sync::Arc<crate::engine::Catalog>);
+pub struct ProvenCatalog(std::sync::Arc<crate::engine::Catalog>, std::path::PathBuf, String);
 
 impl ProvenCatalog {
-    pub(crate) fn new(catalog: std::sync::Arc<crate::engine::Catalog>) -> Self {
-        Self(catalog)
+    /// `catalog`, valid while the file at `path` has the stat identity `stat`.
+    pub(crate) fn new(catalog: std::sync::Arc<crate::engine::Catalog>, path: std::path::PathBuf, stat: String) -> Self {
+        Self(catalog, path, stat)
+    }
+
+    /// True while nothing wrote the file since the proof (its stat identity unchanged; by
+    /// `stat` alone, safe while a connection of this process holds the file).
+    pub(crate) fn still_current(&self) -> bool {
+        crate::engine::record::stat_identity(&self.1).as_ref() == Some(&self.2)
     }
 }
 

@@ -131,20 +131,25 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         if !blocked.is_empty() {
             return Ok(Ticked::Blocked(blocked));
         }
-        let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+        let (mut engine, catalog_at_open) = crate::session::open_for_writing(project)?;
         let mut plan = plan;
         // Auto-restatement first, so its done intervals are put to the signals too; then the
         // signals decide which intervals are ready, before anything is computed.
         let restated = crate::apply::run::auto_restate(project, &mut plan, state)?;
         let waiting = hold_signals(project, &mut plan, state, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
         let restated = crate::apply::run::still_restated(project, &plan, restated);
-        Ok(
-            match run_prepared(project, &plan, restated, state, &mut *engine, &crate::apply::Options { applied_by: applied_by(), jobs, ..Default::default() })?
-            {
-                RunOutcome::Ran(r) => Ticked::Ran(r, waiting),
-                RunOutcome::Blocked(b) => Ticked::Blocked(b),
-            },
-        )
+        // The signals' queries are the project's SQL: the catalog proven at the open holds only
+        // if they wrote nothing.
+        let catalog_at_open = catalog_at_open.filter(crate::apply::ProvenCatalog::still_current);
+        let options = crate::apply::Options { applied_by: applied_by(), jobs, catalog_at_open };
+        Ok(match run_prepared(project, &plan, restated, state, &mut *engine, &options)? {
+            RunOutcome::Ran(r) => {
+                // The catalog as the run left it, recorded for the next plan.
+                crate::session::close_recorded(project, engine);
+                Ticked::Ran(r, waiting)
+            }
+            RunOutcome::Blocked(b) => Ticked::Blocked(b),
+        })
     })
 }
 

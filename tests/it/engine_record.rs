@@ -322,3 +322,21 @@ fn a_table_dropped_between_the_plan_and_the_apply_is_found_by_the_apply() {
         assert!(p.store().expect("store").env_pointers("prod").expect("pointers").is_empty(), "{point}: nothing promoted");
     }
 }
+
+/// `run` as `apply`: its connection takes the catalog its plan read from the record (the file
+/// unchanged since the apply recorded it), and it records the catalog it leaves, so the next
+/// plan reads the record instead of opening DuckDB.
+#[test]
+fn a_run_takes_the_catalog_its_plan_read_and_records_the_one_it_leaves() {
+    let (p, _) = recorded_project();
+    // Without the token of the last clean check, the run's plan reads the catalog (from the record).
+    let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let r = p.run(&["--log-level", "debug", "run", "dev"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains(FROM_RECORD) && r.stderr.contains(AT_OPEN), "{}", r.stderr);
+    assert!(r.stderr.contains("read on the apply's connection and recorded"), "{}", r.stderr);
+    let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let (plan, stderr) = plan_debug(&p);
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
+    assert!(stderr.contains(FROM_RECORD) && !stderr.contains(QUERIED), "{stderr}");
+}
