@@ -22,7 +22,8 @@
 //! the engine-record test holds an apply between its catalog read and the close of its
 //! connection (`apply-before-close`) to show the file stays locked, and between its proof that
 //! the file is unchanged since the plan and its open (`apply-before-open`, after
-//! `apply-after-plan`) to show a write there is still found; the lake lease test holds
+//! `apply-after-plan`) to show a write there is still found (`run` passes both of those too:
+//! it opens and closes the engine the same way); the lake lease test holds
 //! a promotion between its intent and its view swap (`after-intent`).
 
 /// The environment variable naming the point at which the process aborts.

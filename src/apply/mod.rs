@@ -403,7 +403,10 @@ fn execute_recorded(
     // the catalog proven current when it opened): what the plan does not restore is refused,
     // never trusted (SPEC §4).
     let catalog = match &options.catalog_at_open {
-        Some(known) => known.0.clone(),
+        Some(known) => {
+            tracing::debug!("the plan checked against the catalog proven at the open (not queried again)");
+            known.0.clone()
+        }
         None => std::sync::Arc::new(engine.catalog()?),
     };
     let missing = crate::plan::integrity::unplanned(project, plan, &catalog);

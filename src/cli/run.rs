@@ -138,8 +138,8 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         let restated = crate::apply::run::auto_restate(project, &mut plan, state)?;
         let waiting = hold_signals(project, &mut plan, state, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
         let restated = crate::apply::run::still_restated(project, &plan, restated);
-        // The signals' queries are the project's SQL: the catalog proven at the open holds only
-        // if they wrote nothing.
+        // The signals' queries are read-only and rolled back; the catalog proven at the open is
+        // still checked against the file after them (in depth).
         let catalog_at_open = catalog_at_open.filter(crate::apply::ProvenCatalog::still_current);
         let options = crate::apply::Options { applied_by: applied_by(), jobs, catalog_at_open };
         Ok(match run_prepared(project, &plan, restated, state, &mut *engine, &options)? {

@@ -269,6 +269,8 @@ fn run_held(p: &Project, args: &[&str], delay: &str, reached: impl Fn(&str) -> b
 }
 
 const AT_OPEN: &str = "engine catalog at the open: as this process read it for the plan";
+/// Logged where the check uses that catalog instead of a query.
+const USED: &str = "the plan checked against the catalog proven at the open";
 /// The catalog query a DuckDB connection runs (`Engine::catalog`) and the query of the views'
 /// definitions a promotion records its undo from.
 const CATALOG_QUERY: &str = "FROM duckdb_views() WHERE database_name = current_database() AND NOT internal AND NOT temporary";
@@ -284,7 +286,7 @@ fn an_apply_of_an_engine_file_unchanged_since_its_plan_takes_the_catalog_the_pla
     let r = p.run(&["--log-level", "debug", "apply", "prod", "--yes"]);
     r.expect_code(0);
     assert!(r.stderr.contains(FROM_RECORD), "{}", r.stderr);
-    assert!(r.stderr.contains(AT_OPEN), "{}", r.stderr);
+    assert!(r.stderr.contains(AT_OPEN) && r.stderr.contains(USED), "{}", r.stderr);
     assert_eq!(r.stderr.matches(CATALOG_QUERY).count(), 1, "one catalog query, for the record after the swap:\n{}", r.stderr);
     assert!(!r.stderr.contains(DEFINITIONS_QUERY), "{}", r.stderr);
     crate::env_consistency::assert_views_serve_pointers(&p, "prod");
@@ -328,13 +330,19 @@ fn a_table_dropped_between_the_plan_and_the_apply_is_found_by_the_apply() {
 /// plan reads the record instead of opening DuckDB.
 #[test]
 fn a_run_takes_the_catalog_its_plan_read_and_records_the_one_it_leaves() {
-    let (p, _) = recorded_project();
+    let (mut p, _) = recorded_project();
+    // Two days later: `t.daily` has new intervals, which the run writes.
+    p.now = "2026-02-12T00:00:00Z".to_string();
     // Without the token of the last clean check, the run's plan reads the catalog (from the record).
     let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let record = p.root().join(".efmesh/engine-catalog");
+    let before = fs_err::read_to_string(&record).expect("the apply's record");
     let r = p.run(&["--log-level", "debug", "run", "dev"]);
     r.expect_code(0);
-    assert!(r.stderr.contains(FROM_RECORD) && r.stderr.contains(AT_OPEN), "{}", r.stderr);
+    assert!(r.stderr.contains(FROM_RECORD) && r.stderr.contains(USED), "{}", r.stderr);
     assert!(r.stderr.contains("read on the apply's connection and recorded"), "{}", r.stderr);
+    // The run wrote the file: the record is a new one.
+    assert_ne!(fs_err::read_to_string(&record).expect("the run's record"), before, "the run recorded nothing");
     let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
     let (plan, stderr) = plan_debug(&p);
     assert_eq!(plan["hasChanges"], false, "{plan:#}");
