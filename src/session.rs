@@ -63,9 +63,6 @@ pub struct Session {
     files: Option<Discovered>,
     /// Fingerprints of the last plan, so the next one re-fingerprints only what changed.
     versions: std::sync::Mutex<plan::VersionMemo>,
-    /// The engine catalog of the last plan, with the identity of the DuckDB file it is exactly
-    /// valid for ([`crate::engine::record::identity`]): reused while the file keeps that identity.
-    catalog: std::sync::Mutex<Option<(String, std::sync::Arc<crate::engine::Catalog>)>>,
 }
 
 impl Session {
@@ -91,7 +88,6 @@ impl Session {
             stored_current: false,
             files: None,
             versions: Default::default(),
-            catalog: Default::default(),
         };
         match restored {
             Some(r) => {
@@ -408,32 +404,22 @@ impl Session {
     }
 
     /// [`engine_catalog`], kept in memory between plans: reused while the DuckDB file's identity
-    /// is exactly the one it was read at (the same proof as the record's, invariant 27).
-    /// Also returns the identity the catalog is exactly valid for (`None`: unknown).
+    /// is exactly the one it was read at (the same proof as the record's, invariant 27;
+    /// [`crate::engine::record::recall`]). Also returns the identity the catalog is exactly
+    /// valid for (`None`: unknown).
     #[allow(clippy::type_complexity)]
     fn engine_catalog(&self, project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
         let Some(path) = project.config.engine_file() else {
             // A server's catalog has no file identity to prove it unchanged: read it every time.
-            return (engine_catalog(project).map(std::sync::Arc::new), None);
+            return (engine_catalog(project), None);
         };
         if !path.exists() {
             return (Some(Default::default()), Some(format!("absent {}", path.display())));
         }
-        let mut kept = self.catalog.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let (Some(now), Some((id, catalog))) = (crate::engine::record::identity(&path), kept.as_ref())
-            && now == *id
-        {
-            return (Some(catalog.clone()), Some(format!("{} {id}", path.display())));
-        }
         let record = crate::engine::record::path_for(&project.config.state_path());
         match crate::engine::record::read_through_identified(&record, &path, || query_catalog(project)) {
-            Ok((catalog, id)) => {
-                let catalog = std::sync::Arc::new(catalog);
-                *kept = id.clone().map(|id| (id, catalog.clone()));
-                (Some(catalog), id.map(|id| format!("{} {id}", path.display())))
-            }
+            Ok((catalog, id)) => (Some(catalog), id.map(|id| format!("{} {id}", path.display()))),
             Err(e) => {
-                *kept = None;
                 tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
                 (None, None)
             }
@@ -541,9 +527,9 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 /// ([`crate::engine::record`], SPEC §4 invariant 27). `None`, with a warning, when the file
 /// cannot be read (e.g. another process is writing it): the plan then assumes the relations
 /// exist, and `apply` checks again on its own connection.
-pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
+pub fn engine_catalog(project: &Project) -> Option<std::sync::Arc<crate::engine::Catalog>> {
     if project.config.engine_file().is_some_and(|path| !path.exists()) {
-        return Some(crate::engine::Catalog::default());
+        return Some(Default::default());
     }
     match read_engine_catalog(project) {
         Ok(c) => Some(c),
@@ -557,8 +543,8 @@ pub fn engine_catalog(project: &Project) -> Option<crate::engine::Catalog> {
 /// The engine's catalog through its record ([`crate::engine::record::read_through`]): the
 /// recorded catalog while the DuckDB file is unchanged, else one read-only catalog query
 /// (recorded when the file did not change meanwhile).
-fn read_engine_catalog(project: &Project) -> Result<crate::engine::Catalog, crate::engine::EngineError> {
-    let Some(path) = project.config.engine_file() else { return query_catalog(project) };
+fn read_engine_catalog(project: &Project) -> Result<std::sync::Arc<crate::engine::Catalog>, crate::engine::EngineError> {
+    let Some(path) = project.config.engine_file() else { return query_catalog(project).map(std::sync::Arc::new) };
     let record = crate::engine::record::path_for(&project.config.state_path());
     crate::engine::record::read_through(&record, &path, || query_catalog(project))
 }
@@ -711,7 +697,7 @@ pub fn plan_checked_with(
 ) -> Result<Plan> {
     if versions.is_some() {
         let catalog = engine_catalog(project);
-        return plan_checked_in(project, state, env, now, options, versions, catalog.as_ref());
+        return plan_checked_in(project, state, env, now, options, versions, catalog.as_deref());
     }
     let mut plan = plan::plan_unmarked(project, state, env, now, options, None)?;
     // A no-op plan replayed from the memo, found with nothing to rebuild and checked clean

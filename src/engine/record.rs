@@ -23,6 +23,7 @@
 
 use super::{Catalog, CatalogEntry};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// First line of a record; bump the number whenever the format or the identity changes.
 const MAGIC: &str = "efmesh-engine-catalog 1";
@@ -132,64 +133,69 @@ pub fn write(record: &Path, engine: &Path, identity: &str, catalog: &Catalog) ->
     })
 }
 
-/// Reads the catalog of `engine` through the record at `record`: the recorded catalog when the
-/// file's identity is the recorded one, otherwise `query()` (which must close its connection
-/// before returning), recorded when the identity did not change while it ran.
+/// Reads the catalog of `engine` through the record at `record`: the catalog this process last
+/// read when the file still has the identity it was read at ([`recall`]), else the recorded
+/// catalog when the file's identity is the recorded one, otherwise `query()` (which must close
+/// its connection before returning), recorded when the identity did not change while it ran.
 ///
 /// # Errors
 /// What `query` returns.
-pub fn read_through<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<Catalog, E> {
+pub fn read_through<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<Arc<Catalog>, E> {
     Ok(read_through_identified(record, engine, query)?.0)
 }
 
 /// [`read_through`], also returning the identity of the engine file the catalog is exactly valid
-/// for (`None` when the file changed while it was queried, or has no identity): a holder may keep
-/// the catalog in memory and reuse it while [`identity`] still returns that one.
+/// for (`None` when the file changed while it was queried, or has no identity). The catalog is
+/// kept in memory with that identity ([`recall`]).
 ///
 /// # Errors
 /// What `query` returns.
-pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<(Catalog, Option<String>), E> {
+pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<(Arc<Catalog>, Option<String>), E> {
     let before = identity(engine);
-    if let Some(id) = &before
-        && let Some(catalog) = read(record, engine, id)
-    {
-        tracing::debug!("engine catalog of `{}` taken from {}: the file is unchanged since efmesh last read it", engine.display(), record.display());
-        remember(engine, id, &catalog);
-        return Ok((catalog, before));
+    if let Some(id) = &before {
+        if let Some(catalog) = recall(engine, id) {
+            return Ok((catalog, before));
+        }
+        if let Some(catalog) = read(record, engine, id) {
+            tracing::debug!("engine catalog of `{}` taken from {}: the file is unchanged since efmesh last read it", engine.display(), record.display());
+            return Ok((remember(engine, id, catalog), before));
+        }
     }
     let catalog = query()?;
     match (before, identity(engine)) {
         (Some(b), Some(a)) if a == b => {
-            remember(engine, &a, &catalog);
             match write(record, engine, &a, &catalog) {
                 Ok(()) => tracing::debug!("engine catalog of `{}` queried and recorded in {}", engine.display(), record.display()),
                 Err(e) => tracing::debug!("engine catalog of `{}` queried; not recorded: {e}", engine.display()),
             }
-            Ok((catalog, Some(a)))
+            Ok((remember(engine, &a, catalog), Some(a)))
         }
         _ => {
             tracing::debug!("engine catalog of `{}` queried; not recorded: the file changed while it was read", engine.display());
-            Ok((catalog, None))
+            Ok((Arc::new(catalog), None))
         }
     }
 }
 
 /// The last catalog this process read through [`read_through_identified`]: the engine file and
 /// the [`identity`] it is exactly valid for.
-type Known = (PathBuf, String, std::sync::Arc<Catalog>);
+type Known = (PathBuf, String, Arc<Catalog>);
 
 static KNOWN: std::sync::Mutex<Option<Known>> = std::sync::Mutex::new(None);
 
-fn remember(engine: &Path, identity: &str, catalog: &Catalog) {
-    *KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((engine.to_path_buf(), identity.to_string(), std::sync::Arc::new(catalog.clone())));
+/// Keeps `catalog` as the catalog of `engine` at `identity`; returns it, shared.
+fn remember(engine: &Path, identity: &str, catalog: Catalog) -> Arc<Catalog> {
+    let catalog = Arc::new(catalog);
+    *KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((engine.to_path_buf(), identity.to_string(), catalog.clone()));
+    catalog
 }
 
 /// The catalog of `engine` this process last read (from the record or by a query that
 /// recorded it), when it was exactly valid at `identity` — an [`identity`] taken by the
-/// caller, so the catalog is the file's catalog at that moment: `apply` takes it just before
-/// opening the file, so its own connection need not query the catalog again (SPEC §4,
-/// invariant 27). `None` otherwise.
-pub fn recall(engine: &Path, identity: &str) -> Option<std::sync::Arc<Catalog>> {
+/// caller, so the catalog is the file's catalog at that moment: a watch session's next plan
+/// reuses it, and `apply` takes it just before opening the file, so its own connection need not
+/// query the catalog again (SPEC §4, invariant 27). `None` otherwise.
+pub fn recall(engine: &Path, identity: &str) -> Option<Arc<Catalog>> {
     let known = KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     known.as_ref().filter(|(path, id, _)| path == engine && id == identity).map(|(_, _, catalog)| catalog.clone())
 }
