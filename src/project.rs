@@ -1,7 +1,7 @@
 //! A loaded project: its configuration and its validated model DAG.
 
 use crate::config::Config;
-use crate::core::{Dag, LoadErrors};
+use crate::core::{Dag, LoadError, LoadErrors};
 use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
 
 pub mod cache;
@@ -53,6 +53,14 @@ impl Project {
     /// [`Project::load_with`] of the audit and model files `files` (as [`Discovered::of`] gave
     /// them), without walking the discovery globs.
     pub fn load_files(config: &Config, files: Discovered, cache: &mut LoadCache) -> (Result<Project, LoadErrors>, LoadReport) {
+        // Globs that match no model file are a mistake, never an empty project: planned as one,
+        // every model of an applied environment would be removed.
+        if files.models.is_empty() {
+            let globs = config.project.models.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ");
+            let error = LoadError::new(None, None, format!("no model file matches `[project] models` ({globs}) under {}", config.root.display()))
+                .with_hint(format!("the globs are relative to the directory of `{}`; fix them or add a model file", config.path.display()));
+            return (Err(LoadErrors(vec![error])), LoadReport::default());
+        }
         let (models, report) = loader::load_project(config, &files, cache);
         let project = models.and_then(|models| {
             prefetch_canonical(config, &models);

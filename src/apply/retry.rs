@@ -110,6 +110,10 @@ mod tests {
         assert!(is_transient_message("TransactionContext Error: Catalog write-write conflict on create with \"t\""));
         // The engine's message behind the file an open could not lock.
         assert!(is_transient_message("cannot open DuckDB database `/p/x.duckdb`: IO Error: Could not set lock on file \"/p/x.duckdb\": Conflicting lock"));
+        // With the hint the open failure carries after DuckDB's message.
+        assert!(is_transient_message(
+            "cannot open DuckDB database `/p/x.duckdb`: IO Error: Could not set lock on file \"/p/x.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 12)\n  hint: another process (pid 12) is writing this DuckDB file"
+        ));
         assert!(!is_transient_message("cannot open DuckDB database `/p/x.duckdb`: Serialization Error: not a DuckDB file"));
         for sql in [
             "Parser Error: syntax error at or near \"SELEC\"",

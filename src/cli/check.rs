@@ -232,7 +232,7 @@ fn check(config_path: &Path) -> Report {
     let mut report = Report { models: project.dag.len(), ..Report::default() };
     let grammar = grammar(&project);
     for model in project.dag.models() {
-        check_model(&project, model, &mut report);
+        check_model(&project, model, &mut report, true);
         for l in lint::lint_model(&project.dag, grammar, model) {
             if !config.lint.runs(l.rule) || model.ignored_lints.iter().any(|r| r == l.rule) {
                 continue;
@@ -245,10 +245,11 @@ fn check(config_path: &Path) -> Report {
 }
 
 /// The column problems `efmesh check` finds in `model` (what it reads from its parents), as
-/// load-error-shaped diagnostics, for `watch`; none when sqlparser cannot parse its SQL.
+/// load-error-shaped diagnostics, for `watch`; none when sqlparser cannot parse its SQL (the
+/// watch's plan reports a query the engine cannot parse either).
 pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> {
     let mut report = Report::default();
-    check_model(project, model, &mut report);
+    check_model(project, model, &mut report, false);
     report
         .errors
         .into_iter()
@@ -263,8 +264,9 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
         .collect()
 }
 
-/// Resolves the columns `model` reads from its parents.
-fn check_model(project: &Project, model: &Model, report: &mut Report) {
+/// Resolves the columns `model` reads from its parents. When sqlparser cannot parse its SQL and
+/// `engine_parse`, the engine's own parser decides whether that is an error.
+fn check_model(project: &Project, model: &Model, report: &mut Report, engine_parse: bool) {
     let Some(body) = &model.body else { return };
     let sql = body.render(&CanonicalResolver);
     let parents: BTreeMap<String, Vec<String>> = model
@@ -278,7 +280,22 @@ fn check_model(project: &Project, model: &Model, report: &mut Report) {
                 report.errors.push(finding(model, &parents, p));
             }
         }
-        Err(e) => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
+        // sqlparser cannot parse it: the engine's own parser decides, as `plan` does when it
+        // fingerprints the model. A query the engine rejects too is an error (`plan` would stop
+        // on it); one only the engine understands is left unchecked, with a warning.
+        Err(e) => match if engine_parse { crate::engine::dialect_for(&project.config).canonicalize(&sql).err() } else { None } {
+            Some(engine) => report.errors.push(Finding {
+                location: Some(model.location.clone()),
+                model: Some(model.name.clone()),
+                column: None,
+                parent: None,
+                message: engine.to_string(),
+                hint: None,
+                sql_line: None,
+                sql_column: None,
+            }),
+            None => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
+        },
     }
 }
 

@@ -43,7 +43,8 @@ impl DuckDb {
         {
             fs_err::create_dir_all(dir).map_err(|e| EngineError::new("", e.to_string()))?;
         }
-        let conn = duckdb::Connection::open(path).map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}", path.display())))?;
+        let conn = duckdb::Connection::open(path)
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}{}", path.display(), lock_hint(&e.to_string()))))?;
         let mut db = Self::new(conn);
         db.configure(settings)?;
         Ok(db)
@@ -333,6 +334,22 @@ fn catalog_only(statement: &str) -> bool {
 /// qualified): `CREATE OR REPLACE VIEW …`; `None` for any other text.
 fn recreate_view(sql: &str) -> Option<String> {
     sql.trim().strip_prefix("CREATE VIEW ").map(|rest| format!("CREATE OR REPLACE VIEW {rest}"))
+}
+
+/// The hint for an open that failed because another process holds the file (DuckDB's `Could
+/// not set lock on file … Conflicting lock is held in <program> (PID n)`): every environment of
+/// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
+/// other failure.
+fn lock_hint(message: &str) -> String {
+    if !message.contains("Could not set lock on file") {
+        return String::new();
+    }
+    let pid =
+        message.split_once("(PID ").and_then(|(_, rest)| rest.split_once(')')).map(|(pid, _)| pid.trim()).filter(|p| p.chars().all(|c| c.is_ascii_digit()));
+    let who = pid.map_or_else(|| "another process".to_string(), |p| format!("another process (pid {p})"));
+    format!(
+        "\n  hint: {who} is writing this DuckDB file (every environment of the project lives in it, and DuckDB lets one process write it at a time); run this again once that process is done, or pass `--retries N` to retry with backoff"
+    )
 }
 
 /// DuckDB's spelling ([`super::dialect::Dialect`]): `CREATE OR REPLACE` for tables, views and
@@ -818,6 +835,15 @@ mod tests {
         let mut db = DuckDb::in_memory().unwrap();
         let rows = db.query("SELECT (TIMESTAMPTZ '2026-01-01 00:00:00+00' = TIMESTAMP '2026-01-01 00:00:00')::VARCHAR").unwrap();
         assert_eq!(rows, vec![vec![Some("true".to_string())]]);
+    }
+
+    #[test]
+    fn a_file_held_by_another_process_is_named_with_its_pid_and_a_hint() {
+        let held = "IO Error: Could not set lock on file \"/p/efmesh.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 28536). See also https://duckdb.org/docs/stable/connect/concurrency";
+        let hint = lock_hint(held);
+        assert!(hint.starts_with("\n  hint: another process (pid 28536) is writing this DuckDB file"), "{hint}");
+        assert!(hint.contains("--retries N"), "{hint}");
+        assert_eq!(lock_hint("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory"), "");
     }
 
     #[test]

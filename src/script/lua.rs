@@ -304,11 +304,18 @@ fn close_attribute_line(code: &[u8]) -> Option<u32> {
 /// Parses `path:line:` at the start of a Lua error message.
 fn location_in_message(msg: &str, file: &Path) -> Option<u32> {
     let f = file.to_string_lossy();
-    let idx = msg.find(f.as_ref())?;
-    let rest = &msg[idx + f.len()..];
-    let rest = rest.strip_prefix(':')?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+    let named = msg.find(f.as_ref()).and_then(|idx| {
+        let rest = msg[idx + f.len()..].strip_prefix(':')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    });
+    // A spent budget stops the evaluation from the interpreter's hook, whose error names no
+    // file: its message says where it stopped, `(at line N)`.
+    named.or_else(|| {
+        let rest = &msg[msg.find("(at line ")? + "(at line ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
 }
 
 /// Values one conversion to JSON may visit (a model spec, an audit's arguments, a unit test's

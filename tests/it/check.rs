@@ -319,3 +319,55 @@ fn a_misspelt_ref_beside_cols_is_one_error_and_cols_without_its_ref_is_named() {
     run.expect_code(1);
     assert!(v["errors"][0]["message"].as_str().is_some_and(|m| m.contains("`cols()` names `raw.orders`, which the query never `ref`s")), "{v:#}");
 }
+
+#[test]
+fn a_query_the_engine_cannot_parse_fails_check_one_only_the_engine_parses_is_unchecked() {
+    let p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("models/raw.lua", &raw("amount"));
+    // sqlparser and DuckDB both reject it: `plan` would stop on it, so `check` fails.
+    p.write("models/bad.sql", "-- name: mart.bad\n-- kind: full\n-- schema: id bigint, n bigint\n-- refs: raw.orders\nSELECT id, count(*) AS n\nFROM @ref(raw.orders)\nGROUPY BY id\n");
+    // Only DuckDB parses it (`USING SAMPLE`): columns unchecked, a warning, not an error.
+    p.write(
+        "models/sample.sql",
+        "-- name: mart.sample\n-- kind: full\n-- schema: id bigint\n-- refs: raw.orders\nSELECT id FROM @ref(raw.orders) USING SAMPLE 10%\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let errors = v["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{v:#}");
+    assert_eq!((&errors[0]["file"], &errors[0]["model"]), (&json!("models/bad.sql"), &json!("mart.bad")), "{v:#}");
+    assert!(errors[0]["message"].as_str().is_some_and(|m| m.starts_with("DuckDB cannot parse SQL: syntax error at or near")), "{v:#}");
+    let unchecked: Vec<&str> = v["unchecked"].as_array().expect("unchecked").iter().filter_map(|u| u["model"].as_str()).collect();
+    assert_eq!(unchecked, ["mart.sample"], "{v:#}");
+    let text = p.run(&["check"]);
+    text.expect_code(1);
+    assert!(text.stdout.contains("models/bad.sql:") && text.stdout.contains("model `mart.bad`: DuckDB cannot parse SQL"), "{}", text.stdout);
+    // Without it the project passes, the DuckDB-only query still unchecked.
+    fs_err::remove_file(p.root().join("models/bad.sql")).expect("rm");
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!(v["unchecked"].as_array().map(Vec::len), Some(1), "{v:#}");
+}
+
+#[test]
+fn model_globs_that_match_no_file_are_an_error_not_an_empty_project() {
+    let p = Project::new();
+    p.write("models/one.lua", "define_model { name = \"t.one\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    p.apply("dev");
+    // A typo in the globs: every command that loads the project stops, naming the globs; the
+    // applied environment is not planned as if every model had been removed.
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**", "modls/**"));
+    for args in [&["check", "--json"][..], &["plan", "dev", "--json"], &["apply", "dev", "--yes", "--json"]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(out.contains("no model file matches `[project] models` (`modls/**/*.lua`)"), "{args:?}: {out}");
+    }
+    let text = p.run(&["plan", "dev"]);
+    assert!(text.stderr.contains("hint: the globs are relative to the directory of"), "{}", text.stderr);
+    // Fixed: nothing changed meanwhile.
+    p.write("efmesh.toml", crate::common::CONFIG);
+    let v = p.run(&["plan", "dev", "--json"]).json();
+    assert_eq!(v["hasChanges"], json!(false), "{v:#}");
+}

@@ -278,6 +278,16 @@ fn pcall_and_xpcall_cannot_catch_the_budget() {
 }
 
 #[test]
+fn a_spent_budget_names_the_file_and_line_it_stopped_at() {
+    let code = "local a = 0\nlocal b = 1\nwhile true do a = a + b end\n";
+    must_stop("models/m.lua", code, &["models/m.lua:3:", "budget"]);
+    let p = project_of(&[("models/m.lua", code)]);
+    let (run, _) = run_bounded(&p, &["check", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!((&v["errors"][0]["file"], &v["errors"][0]["line"]), (&serde_json::json!("models/m.lua"), &serde_json::json!(3)), "{v:#}");
+}
+
+#[test]
 fn an_audit_body_cannot_swallow_the_budget() {
     let code = "define_audit { name = \"spin\", query = function(self, args) while true do end end }\nwhile true do local _ = audit.spin() end";
     let err = must_stop("models/m.lua", code, &["budget"]);
