@@ -172,6 +172,12 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             cleared.push((n.clone(), *f, *e, k));
         }
     }
+    // No done interval in the range: nothing was (or would be) cleared, so the next run has
+    // nothing to recompute and no full or view descendant to rebuild.
+    let nothing = cleared.iter().all(|(_, _, _, k)| *k == 0);
+    if nothing {
+        rebuilt.clear();
+    }
     if req.json {
         out.json(json!({
             "env": req.env,
@@ -189,11 +195,15 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         for (n, f, e, k) in &cleared {
             text.push_str(&format!("{n}: {verb} {k} done interval(s) in [{}, {})\n", to_iso(*f), to_iso(*e)));
         }
-        if !rebuilt.is_empty() {
-            text.push_str(&format!("rebuilt by the next run: {}\n", rebuilt.join(", ")));
-        }
-        if !req.dry_run {
-            text.push_str(&format!("`efmesh run {}` recomputes the range\n", req.env));
+        if nothing {
+            text.push_str(&format!("no interval in [{}, {}) was done: nothing to recompute\n", to_iso(from), to_iso(to)));
+        } else {
+            if !rebuilt.is_empty() {
+                text.push_str(&format!("rebuilt by the next run: {}\n", rebuilt.join(", ")));
+            }
+            if !req.dry_run {
+                text.push_str(&format!("`efmesh run {}` recomputes the range\n", req.env));
+            }
         }
         out.text(&text)?;
     }

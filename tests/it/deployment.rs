@@ -623,8 +623,17 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     r.expect_code(1);
     assert!(r.stderr.contains("scd_type2") && r.stderr.contains("t.hist"), "{r:#?}");
     p.run(&["restate", "prod", "--model", "t.parnt", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(1);
-    // A dry run changes nothing.
+    // A range with no done interval (after the data) clears nothing and promises no work.
     let before = p.state_summary();
+    let future = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2027-01-01", "--to", "2027-02-01"]);
+    future.expect_code(0);
+    assert!(future.stdout.contains("t.parent: cleared 0 done interval(s)"), "{future:#?}");
+    assert!(future.stdout.contains("no interval in [2027-01-01T00:00:00.000Z, 2027-02-01T00:00:00.000Z) was done: nothing to recompute"), "{future:#?}");
+    assert!(!future.stdout.contains("rebuilt by the next run") && !future.stdout.contains("recomputes the range"), "{future:#?}");
+    let v = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2027-01-01", "--to", "2027-02-01", "--json"]).expect_code(0).json();
+    assert_eq!(v["rebuiltByNextRun"], serde_json::json!([]), "{v:#}");
+    assert_eq!(p.state_summary(), before);
+    // A dry run changes nothing.
     let dry = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01", "--dry-run", "--json"]).expect_code(0).json();
     assert_eq!(dry["restated"].as_array().unwrap().iter().map(|r| r["intervals"].as_u64().unwrap()).collect::<Vec<_>>(), [31, 31]);
     assert_eq!(p.state_summary(), before);
