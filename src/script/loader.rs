@@ -510,7 +510,12 @@ fn finish(root: &Path, outcomes: Vec<FileOutcome>, mut errors: Vec<LoadError>, t
     errors.extend(crate::seed::hash_seed_files(root, &mut models));
     if !errors.is_empty() {
         errors.sort_by(|a, b| a.location.cmp(&b.location));
-        errors.dedup();
+        // One error at one place is reported once: a module that fails is evaluated again for
+        // every file requiring it (each top-level file evaluates in isolation), and its error
+        // comes back with that file's longer traceback.
+        errors.dedup_by(|later, first| {
+            later.location == first.location && later.model == first.model && later.message.lines().next() == first.message.lines().next()
+        });
         return Err(LoadErrors(errors));
     }
     super::builder::expand_all_cols(&mut models);

@@ -168,3 +168,22 @@ fn lua_runtime_error() {
         &["models/extra.lua:2", "no regions configured for 0 markets"],
     );
 }
+
+#[test]
+fn a_failing_module_required_by_another_model_file_is_reported_once() {
+    let p = Project::new();
+    // `models/lib.lua` is a top-level file and `models/w.lua` requires it: it is evaluated for
+    // each, and fails the same way both times.
+    p.write("models/lib.lua", "local M = {}\nlocal t = nil\nM.v = t.x\nreturn M\n");
+    p.write(
+        "models/w.lua",
+        "local lib = require(\"models.lib\")\ndefine_model { name = \"t.w\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n",
+    );
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    assert_eq!(run.stdout.matches("attempt to index a nil value").count(), 1, "{}", run.stdout);
+    assert!(run.stdout.contains("models/lib.lua:3: runtime error"), "{}", run.stdout);
+    // The requiring file still says why it failed.
+    assert!(run.stdout.contains("models/w.lua:1:") && run.stdout.contains("`models/lib.lua` failed to load"), "{}", run.stdout);
+    assert!(run.stdout.contains("check failed: 2 errors"), "{}", run.stdout);
+}
