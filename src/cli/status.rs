@@ -35,6 +35,9 @@ struct Lag {
     next_due: Option<Millis>,
     /// Intervals recorded failed.
     failed: usize,
+    /// Intervals from the model's start to its newest done one that are not done (restated,
+    /// or failed): the next `run` recomputes them although the model is caught up.
+    gaps: i64,
     /// Of the `behind` intervals, those held back by a signal (the model's own, or one
     /// upstream's): the model is `waiting` on them, not late.
     waiting: usize,
@@ -87,12 +90,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 let horizon = t.end.map_or(due, |e| e.min(due));
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
                 let behind = t.grain.count(from, horizon).max(0);
+                let gaps = stats.done_up_to.map_or(0, |up_to| (t.grain.count(t.grain.floor(t.start), up_to) - stats.done as i64).max(0));
                 lags.push(Lag {
                     model: name.clone(),
                     grain: grain_name(t.grain),
                     done_up_to: stats.done_up_to,
                     behind,
                     failed: stats.failed,
+                    gaps,
                     cron: m.cron.clone(),
                     next_due: next_due(m, t.grain, now),
                     waiting: 0,
@@ -169,6 +174,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
                 "failed": l.failed,
+                "gaps": l.gaps,
                 "waiting": l.waiting,
                 "waitingOn": l.waiting_on,
             })).collect::<Vec<_>>(),
@@ -236,6 +242,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
+            }
+            if l.gaps > 0 {
+                text.push_str(&format!("    {} {} interval(s) before {up_to} not done (restated or failed): the next run recomputes them\n", l.gaps, l.grain));
             }
         }
         for r in &refreshes {
