@@ -26,8 +26,8 @@ pub struct Args {
     /// Log line format on stderr (default: pretty at a terminal, logfmt otherwise).
     #[arg(long, global = true, value_enum, env = "EFMESH_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
-    /// Pretend the current instant is this UTC timestamp (tests, replays).
-    #[arg(long, global = true, hide = true, env = "EFMESH_NOW", value_name = "ISO")]
+    /// Pretend the current instant is this UTC timestamp (replays, backfills as of a date, tests).
+    #[arg(long, global = true, env = "EFMESH_NOW", value_name = "ISO")]
     pub now: Option<String>,
     /// The command.
     #[command(subcommand)]
