@@ -398,32 +398,10 @@ impl Session {
         // A Postgres store has no file to identify it: nothing is reused then (`None`).
         versions.set_store_identity(path.and_then(|path| crate::engine::record::path_stat(&path)).map(|stat| format!("store {stat}")));
         let state = open_state(project, false)?;
-        let (catalog, catalog_id) = self.engine_catalog(project);
+        // The identity the catalog is exactly valid for is what the plan memo keys on.
+        let (catalog, catalog_id) = engine_catalog_identified(project);
         versions.set_catalog_identity(catalog_id);
         plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_deref())
-    }
-
-    /// [`engine_catalog`], kept in memory between plans: reused while the DuckDB file's identity
-    /// is exactly the one it was read at (the same proof as the record's, invariant 27;
-    /// [`crate::engine::record::recall`]). Also returns the identity the catalog is exactly
-    /// valid for (`None`: unknown).
-    #[allow(clippy::type_complexity)]
-    fn engine_catalog(&self, project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
-        let Some(path) = project.config.engine_file() else {
-            // A server's catalog has no file identity to prove it unchanged: read it every time.
-            return (engine_catalog(project), None);
-        };
-        if !path.exists() {
-            return (Some(Default::default()), Some(format!("absent {}", path.display())));
-        }
-        let record = crate::engine::record::path_for(&project.config.state_path());
-        match crate::engine::record::read_through_identified(&record, &path, || query_catalog(project)) {
-            Ok((catalog, id)) => (Some(catalog), id.map(|id| format!("{} {id}", path.display()))),
-            Err(e) => {
-                tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
-                (None, None)
-            }
-        }
     }
 
     /// Applies `plan` (from [`Session::plan`]): opens the store on disk (creating it) and the
@@ -528,25 +506,36 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 /// cannot be read (e.g. another process is writing it): the plan then assumes the relations
 /// exist, and `apply` checks again on its own connection.
 pub fn engine_catalog(project: &Project) -> Option<std::sync::Arc<crate::engine::Catalog>> {
-    if project.config.engine_file().is_some_and(|path| !path.exists()) {
-        return Some(Default::default());
+    engine_catalog_identified(project).0
+}
+
+/// [`engine_catalog`], with the identity of the engine file it is exactly valid for (`absent
+/// <path>` when there is no file; `None` when unknown: a server engine, or a file that changed
+/// while it was read).
+#[allow(clippy::type_complexity)]
+fn engine_catalog_identified(project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
+    if let Some(path) = project.config.engine_file().filter(|path| !path.exists()) {
+        return (Some(Default::default()), Some(format!("absent {}", path.display())));
     }
     match read_engine_catalog(project) {
-        Ok(c) => Some(c),
+        Ok((catalog, id)) => (Some(catalog), id),
         Err(e) => {
             tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
-            None
+            (None, None)
         }
     }
 }
 
 /// The engine's catalog through its record ([`crate::engine::record::read_through`]): the
 /// recorded catalog while the DuckDB file is unchanged, else one read-only catalog query
-/// (recorded when the file did not change meanwhile).
-fn read_engine_catalog(project: &Project) -> Result<std::sync::Arc<crate::engine::Catalog>, crate::engine::EngineError> {
-    let Some(path) = project.config.engine_file() else { return query_catalog(project).map(std::sync::Arc::new) };
+/// (recorded when the file did not change meanwhile); with the file's identity, as
+/// [`engine_catalog_identified`] gives it.
+#[allow(clippy::type_complexity)]
+fn read_engine_catalog(project: &Project) -> Result<(std::sync::Arc<crate::engine::Catalog>, Option<String>), crate::engine::EngineError> {
+    let Some(path) = project.config.engine_file() else { return query_catalog(project).map(|c| (std::sync::Arc::new(c), None)) };
     let record = crate::engine::record::path_for(&project.config.state_path());
-    crate::engine::record::read_through(&record, &path, || query_catalog(project))
+    let (catalog, id) = crate::engine::record::read_through(&record, &path, || query_catalog(project))?;
+    Ok((catalog, id.map(|id| format!("{} {id}", path.display()))))
 }
 
 /// One catalog query on the engine opened for it alone ([`crate::engine::Access::Catalog`]).

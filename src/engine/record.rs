@@ -137,20 +137,13 @@ pub fn write(record: &Path, engine: &Path, identity: &str, catalog: &Catalog) ->
 /// read when the file still has the identity it was read at ([`recall`]), else the recorded
 /// catalog when the file's identity is the recorded one, otherwise `query()` (which must close
 /// its connection before returning), recorded when the identity did not change while it ran.
+/// Also returns the identity of the engine file the catalog is exactly valid for (`None` when
+/// the file changed while it was queried, or has no identity). The catalog is kept in memory
+/// with that identity ([`recall`]).
 ///
 /// # Errors
 /// What `query` returns.
-pub fn read_through<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<Arc<Catalog>, E> {
-    Ok(read_through_identified(record, engine, query)?.0)
-}
-
-/// [`read_through`], also returning the identity of the engine file the catalog is exactly valid
-/// for (`None` when the file changed while it was queried, or has no identity). The catalog is
-/// kept in memory with that identity ([`recall`]).
-///
-/// # Errors
-/// What `query` returns.
-pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<(Arc<Catalog>, Option<String>), E> {
+pub fn read_through<E>(record: &Path, engine: &Path, query: impl FnOnce() -> Result<Catalog, E>) -> Result<(Arc<Catalog>, Option<String>), E> {
     let before = identity(engine);
     if let Some(id) = &before {
         if let Some(catalog) = recall(engine, id) {
@@ -177,7 +170,7 @@ pub fn read_through_identified<E>(record: &Path, engine: &Path, query: impl FnOn
     }
 }
 
-/// The last catalog this process read through [`read_through_identified`]: the engine file and
+/// The last catalog this process read through [`read_through`]: the engine file and
 /// the [`identity`] it is exactly valid for.
 type Known = (PathBuf, String, Arc<Catalog>);
 
