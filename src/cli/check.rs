@@ -209,12 +209,18 @@ fn check(config_path: &Path) -> Report {
     let config = match Config::load(config_path) {
         Ok(c) => c,
         Err(e) => {
+            // The finding's location names the file (and the line TOML's message gives): the
+            // message need not repeat it.
+            let (line, message) = match &e {
+                crate::config::ConfigError::Invalid { message, .. } => (toml_error_line(message), format!("invalid config: {message}")),
+                crate::config::ConfigError::Read { .. } => (0, e.to_string()),
+            };
             let error = Finding {
-                location: Some(Location { file: config_path.to_path_buf(), line: 0 }),
+                location: Some(Location { file: config_path.to_path_buf(), line }),
                 model: None,
                 column: None,
                 parent: None,
-                message: e.to_string(),
+                message,
                 hint: e.hint().map(str::to_string),
                 sql_line: None,
                 sql_column: None,
@@ -267,6 +273,7 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
 /// Resolves the columns `model` reads from its parents. When sqlparser cannot parse its SQL and
 /// `engine_parse`, the engine's own parser decides whether that is an error.
 fn check_model(project: &Project, model: &Model, report: &mut Report, engine_parse: bool) {
+    check_audits(project, model, report);
     let Some(body) = &model.body else { return };
     let sql = body.render(&CanonicalResolver);
     let parents: BTreeMap<String, Vec<String>> = model
@@ -284,19 +291,58 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
         // fingerprints the model. A query the engine rejects too is an error (`plan` would stop
         // on it); one only the engine understands is left unchecked, with a warning.
         Err(e) => match if engine_parse { crate::engine::dialect_for(&project.config).canonicalize(&sql).err() } else { None } {
-            Some(engine) => report.errors.push(Finding {
-                location: Some(model.location.clone()),
-                model: Some(model.name.clone()),
-                column: None,
-                parent: None,
-                message: engine.to_string(),
-                hint: None,
-                sql_line: None,
-                sql_column: None,
-            }),
+            Some(engine) => {
+                report.errors.push(Finding::from_load_error(LoadError::new(Some(model.location.clone()), Some(model.name.clone()), engine.to_string())))
+            }
             None => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
         },
     }
+}
+
+/// Resolves the columns each audit of `model` reads: those of the relation under audit (the
+/// model's declared schema) and of the models its body `ref()`s. An audit whose SQL sqlparser
+/// cannot parse is left to the engine (it runs at apply, before anything is promoted).
+fn check_audits(project: &Project, model: &Model, report: &mut Report) {
+    let own = model.name.to_string();
+    let columns = |m: &Model| m.relation_columns().into_iter().map(|c| c.name).collect::<Vec<_>>();
+    for audit in &model.audits {
+        let mut relations = BTreeMap::from([(own.clone(), columns(model))]);
+        relations.extend(audit.sql.refs().filter_map(|r| project.dag.get(&r.target).map(|m| (r.target.to_string(), columns(m)))));
+        let sql = audit.sql.render(&own, &ToString::to_string);
+        let Ok(problems) = lineage::unknown_columns_in(grammar(project), &sql, &relations) else { continue };
+        for p in problems {
+            let mut f = finding(model, &relations, p);
+            // The relation under audit is the model itself, not one of its parents.
+            // The aliases are the audit body's, which no file the user wrote shows.
+            let detail = without_aliases(&f.message).replace(&format!("parent `{own}`"), "the model").replace("by parent `", "by model `");
+            f.message = format!("audit `{}`: {detail}", audit.label());
+            f.location = Some(audit.location.clone());
+            if f.parent.as_deref() == Some(own.as_str()) {
+                f.parent = None;
+            }
+            // A position in the audit's rendered SQL, which no file shows.
+            (f.sql_line, f.sql_column) = (None, None);
+            report.errors.push(f);
+        }
+    }
+}
+
+/// The line a TOML parse error's message names (`TOML parse error at line 4, column 8`), or 0.
+fn toml_error_line(message: &str) -> u32 {
+    message.split_once("at line ").and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
+}
+
+/// `text` without its `` (as `alias`)`` notes.
+fn without_aliases(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(" (as `") {
+        let Some(end) = rest[at + 6..].find("`)") else { break };
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 6 + end + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The project's SQL grammar: its engine's.

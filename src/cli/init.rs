@@ -33,8 +33,29 @@ pub fn run(dir: &Path, out: &Printer) -> Result<Exit> {
         fs_err::write(&p, content)?;
         report.push_str(&format!("created {}\n", p.display()));
     }
-    let cd = if dir == Path::new(".") { String::new() } else { format!("cd {} && ", dir.display()) };
+    let cd = if dir == Path::new(".") { String::new() } else { format!("cd {} && ", shell_quoted(&dir.display().to_string())) };
     report.push_str(&format!("next: {cd}efmesh plan dev && efmesh apply dev\n"));
     out.text(&report)?;
     Ok(Exit::Success)
+}
+
+/// `path` as one shell word (quoted when a shell would split or expand it), so the `next:` line
+/// can be pasted.
+fn shell_quoted(path: &str) -> String {
+    shlex::try_quote(path).map_or_else(|_| path.to_string(), |q| q.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quoted;
+
+    #[test]
+    fn the_next_line_quotes_a_directory_a_shell_would_split() {
+        assert_eq!(shell_quoted("my-proj/v1.2"), "my-proj/v1.2");
+        for dir in ["bad dir", "it's $HOME", "a\"b"] {
+            let quoted = shell_quoted(dir);
+            assert_ne!(quoted, dir);
+            assert_eq!(shlex::split(&quoted), Some(vec![dir.to_string()]), "{quoted}");
+        }
+    }
 }

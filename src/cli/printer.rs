@@ -142,7 +142,11 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             if let Some(ci) = &e.column_impact {
                 let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ") };
                 s.push_str(&format!("      columns changed: {}\n", list(&ci.changed)));
-                s.push_str(&format!("      read by: {}; not read by: {}\n", list(&ci.read_by), list(&ci.not_read_by)));
+                if ci.read_by.is_empty() && ci.not_read_by.is_empty() {
+                    s.push_str("      read by: no model (nothing reads this model)\n");
+                } else {
+                    s.push_str(&format!("      read by: {}; not read by: {}\n", list(&ci.read_by), list(&ci.not_read_by)));
+                }
             }
             if !e.cascade_from.is_empty() {
                 s.push_str(&format!("      from: {}\n", e.cascade_from.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")));

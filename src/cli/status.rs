@@ -163,7 +163,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             "env": env,
             "storeVersion": STATE_VERSION,
             "models": pointers.len(),
-            "lastPlan": last_plan.map(|j| json!({"appliedAt": j.applied_at, "appliedBy": j.applied_by, "summary": j.summary})),
+            // `appliedBy` is null when no applier was known (no `$EFMESH_APPLIED_BY`, `$USER`,
+            // `$LOGNAME`): the text says "by unknown".
+            "lastPlan": last_plan.map(|j| json!({"appliedAt": j.applied_at, "appliedBy": (!j.applied_by.is_empty()).then_some(&j.applied_by), "summary": j.summary})),
             "expiry": expiry,
             "lag": lags.iter().map(|l| json!({
                 "model": l.model,

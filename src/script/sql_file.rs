@@ -152,6 +152,12 @@ pub(super) fn read_header(
 /// Every problem found, each with file:line.
 pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
     let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
+    if text.trim().is_empty() {
+        return Err(vec![
+            LoadError::new(Some(at(1)), None, "the file is empty")
+                .with_hint("a .sql model starts with `-- name:`, `-- kind:` and `-- schema:` lines, then its query"),
+        ]);
+    }
     let mut errors = Vec::new();
     let (header, body_start) = read_header(text, KEYS, &at, "", &|key| !matches!(key, "description" | "owner"), &mut errors);
     let get = |k: &str| header.iter().find(|(key, _, _)| key == k);
@@ -298,7 +304,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     };
     let query = query.1;
     let query = if query.is_empty() && is_external { None } else { Some(query) };
-    if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() {
+    if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() && !header.is_empty() {
         errors.push(LoadError::new(Some(location.clone()), model_name.clone(), "the file has a header but no query"));
     }
     for (key, list) in [("pre_statements", &pre), ("post_statements", &post)] {
@@ -658,6 +664,19 @@ mod tests {
         assert!(m.statements.is_empty() && m.body.is_some());
         let e = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSET a = 1;\nANALYZE t\n").unwrap_err();
         assert!(e[0].to_string().contains("models/x.sql:4") && e[0].to_string().contains("no query"), "{e:?}");
+    }
+
+    #[test]
+    fn an_empty_file_is_one_error_and_a_header_without_a_query_another() {
+        for text in ["", "\n  \n"] {
+            let errs = p(text).unwrap_err();
+            assert_eq!(errs.iter().map(|e| (e.message.as_str(), e.location.as_ref().map(|l| l.line))).collect::<Vec<_>>(), [("the file is empty", Some(1))]);
+        }
+        // A comment but no header: the missing header only (it has no header to lack a query).
+        let errs = p("-- hello\n").unwrap_err();
+        assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["missing header `-- name: <schema>.<table>`"]);
+        let errs = p("-- name: a.b\n-- kind: full\n-- schema: x int\n").unwrap_err();
+        assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["the file has a header but no query"]);
     }
 
     #[test]

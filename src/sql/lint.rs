@@ -28,7 +28,7 @@ pub struct Rule {
 pub const RULES: &[Rule] = &[
     Rule {
         name: "missing_grain",
-        summary: "an incremental model (time-range, unique-key or partition) declares no row-identity `grain` (the columns that identify a row)",
+        summary: "a time-range or partition model declares no row-identity `grain` (the columns that identify a row; a unique-key model's key is its grain)",
     },
     Rule { name: "select_star_external", summary: "`SELECT *` over an external model: the output follows whatever columns the source has" },
     Rule { name: "ambiguous_column", summary: "an unqualified column that several relations in scope have" },
@@ -119,7 +119,8 @@ fn missing_grain(model: &Model, out: &mut Vec<Lint>) {
     }
     let example = match &model.kind {
         Kind::IncrementalByTimeRange(t) => format!("`{}` and the columns that tell its rows apart", t.time_column),
-        Kind::IncrementalByUniqueKey(k) => k.key.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
+        // Its key identifies a row: `diff --data` keys on it when no grain is declared.
+        Kind::IncrementalByUniqueKey(_) => return,
         Kind::IncrementalByPartition(p) => {
             format!("{} and the columns that tell a partition's rows apart", p.partitioned_by.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "))
         }

@@ -371,3 +371,54 @@ fn model_globs_that_match_no_file_are_an_error_not_an_empty_project() {
     let v = p.run(&["plan", "dev", "--json"]).json();
     assert_eq!(v["hasChanges"], json!(false), "{v:#}");
 }
+
+#[test]
+fn an_audit_reading_a_column_the_model_does_not_declare_fails_check_at_the_audit_line() {
+    let p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("models/raw.lua", &raw("amount"));
+    // Line 6: a misspelt column of the model itself; line 7: a field `raw.customers` lacks.
+    p.write(
+        "models/mart.lua",
+        "define_model {\n  name = \"mart.m\",\n  kind = kind.full(),\n  schema = { { \"id\", \"bigint\" }, { \"customer_id\", \"bigint\" } },\n  audits = {\n    audit.not_null(\"id\", \"customerid\"),\n    audit.relationships { column = \"customer_id\", to = \"raw.customers\", field = \"customer\" },\n    audit.unique(\"id\"),\n  },\n  query = \"SELECT id, customer_id FROM \" .. ref(\"raw.orders\"),\n}\n",
+    );
+    // A `.sql` model's audits line.
+    p.write(
+        "models/s.sql",
+        "-- name: mart.s\n-- kind: full\n-- schema: id bigint\n-- audits: not_null(idd)\n-- refs: raw.orders\nSELECT id FROM @ref(raw.orders)\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let errors: Vec<(String, u64, String, String)> = v["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| {
+            (
+                e["file"].as_str().unwrap().to_string(),
+                e["line"].as_u64().unwrap(),
+                e["column"].as_str().unwrap().to_string(),
+                e["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{v:#}");
+    assert_eq!((errors[0].0.as_str(), errors[0].1, errors[0].2.as_str()), ("models/mart.lua", 6, "customerid"), "{v:#}");
+    assert_eq!(errors[0].3, "audit `not_null(id, customerid)`: column `customerid` is not declared by the model", "{v:#}");
+    assert_eq!(v["errors"][0]["hint"], "did you mean `customer_id`?", "{v:#}");
+    assert_eq!((errors[1].0.as_str(), errors[1].1, errors[1].2.as_str()), ("models/mart.lua", 7, "customer"), "{v:#}");
+    assert_eq!(
+        errors[1].3, "audit `relationships(customer_id, raw.customers, field = customer)`: column `customer` is not declared by model `raw.customers`",
+        "{v:#}"
+    );
+    assert_eq!(v["errors"][1]["parent"], "raw.customers", "{v:#}");
+    assert_eq!((errors[2].0.as_str(), errors[2].1, errors[2].2.as_str()), ("models/s.sql", 4, "idd"), "{v:#}");
+    let text = p.run(&["check"]);
+    assert!(text.stdout.contains("models/mart.lua:6: model `mart.m`: audit `not_null(id, customerid)`: column `customerid`"), "{}", text.stdout);
+    // Spelt right, the project passes.
+    p.write("models/mart.lua", &p.read("models/mart.lua").replace("\"customerid\"", "\"customer_id\"").replace("field = \"customer\"", "field = \"id\""));
+    p.write("models/s.sql", &p.read("models/s.sql").replace("not_null(idd)", "not_null(id)"));
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!(v["errors"], json!([]), "{v:#}");
+}

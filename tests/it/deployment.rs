@@ -479,6 +479,15 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     assert_eq!(code, 1, "{v:#}");
     assert_eq!(v["lag"][0]["failed"], 1);
     assert!(text.contains("failed intervals: 1"), "{text}");
+
+    // Applied by no one named (no `$EFMESH_APPLIED_BY`, `$USER`, `$LOGNAME`): `null` in JSON,
+    // "by unknown" in the text.
+    let anon = p.command(&["apply", "anon", "--yes"]).env("EFMESH_APPLIED_BY", "").env_remove("USER").env_remove("LOGNAME").output().unwrap();
+    Run::from_output(anon, "apply anon".into()).expect_code(0);
+    let v = p.run(&["status", "anon", "--json"]).json();
+    assert_eq!(v["lastPlan"]["appliedBy"], Value::Null, "{v:#}");
+    let text = p.run(&["status", "anon"]).stdout;
+    assert!(text.contains("last plan: applied") && text.contains(" by unknown\n"), "{text}");
 }
 
 fn retries_cure_transient_failures_and_never_retry_sql_errors(engine: EngineBackend) {

@@ -111,6 +111,9 @@ fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_
     // status says it was dropped; the next janitor has nothing to do; applying creates it again.
     let text = at(&mut p, later, &["status", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("dropped by the janitor"), "{text}");
+    // So does `diff`, which has nothing to compare it with (not "never applied").
+    let diff = at(&mut p, later, &["diff", "prod", "dev"]).expect_code(1).stderr.clone();
+    assert!(diff.contains("environment `dev` expired and was dropped by the janitor at ") && !diff.contains("never applied"), "{diff}");
     let again = at(&mut p, later, &["janitor", "--ttl", "0"]).expect_code(0).stdout.clone();
     assert!(again.contains("nothing to collect"), "{again}");
     let back = p.apply("dev");

@@ -268,6 +268,13 @@ fn every_json_command_prints_one_error_object_when_it_fails(engine: EngineBacken
     // `check --json` reports a project that does not load in its own report.
     let v = p.run(&["check", "--json"]).expect_code(1).json();
     assert_eq!(v["ok"], false);
+    // At the file and the line TOML names, the path said once.
+    let broken = p.read("efmesh.toml").lines().position(|l| l == "[engine").unwrap() as u64 + 1;
+    let e = &v["errors"][0];
+    assert_eq!((e["file"].as_str().map(|f| f.ends_with("efmesh.toml")), e["line"].as_u64()), (Some(true), Some(broken)), "{v:#}");
+    assert!(e["message"].as_str().unwrap().starts_with("invalid config: TOML parse error at line"), "{v:#}");
+    let text = p.run(&["check"]).expect_code(1).stdout.clone();
+    assert_eq!(text.matches("efmesh.toml").count(), 1, "{text}");
     p.write("efmesh.toml", &config);
 
     // Failures after loading: an unknown environment of `audit`, a model a plan cannot parse, a

@@ -39,11 +39,14 @@ define_model { name = "m.using", kind = kind.full(),
   schema = { { "id", "bigint" }, { "name", "varchar" } },
   query = "SELECT id, name FROM " .. ref(ev) .. " JOIN " .. ref(people) .. " USING (id)" }
 
--- missing_grain
-define_model { name = "m.no_grain", kind = kind.incremental_by_unique_key { key = { "id" } },
-  schema = { { "id", "bigint" }, { "name", "varchar" } },
-  query = "SELECT id, name FROM " .. ref(people) }
-define_model { name = "m.grained", kind = kind.incremental_by_unique_key { key = { "id" } }, grain = { "id" },
+-- missing_grain (a unique-key model's key is its grain: no finding)
+define_model { name = "m.no_grain", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" } },
+  query = "SELECT id, t FROM " .. ref(ev) .. " WHERE t >= @start AND t < @end" }
+define_model { name = "m.grained", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id", "t" },
+  schema = { { "id", "bigint" }, { "t", "timestamp" } },
+  query = "SELECT id, t FROM " .. ref(ev) .. " WHERE t >= @start AND t < @end" }
+define_model { name = "m.keyed", kind = kind.incremental_by_unique_key { key = { "id" } },
   schema = { { "id", "bigint" }, { "name", "varchar" } },
   query = "SELECT id, name FROM " .. ref(people) }
 define_model { name = "m.partition_no_grain", kind = kind.incremental_by_partition { partitioned_by = "name" },
@@ -130,7 +133,7 @@ fn each_rule_fires_on_its_positive_case_only_and_warnings_keep_exit_0() {
     text.expect_code(0);
     assert!(text.stdout.contains("warning[ambiguous_column]: models/all.lua:20: model `m.ambiguous`: column `id` is ambiguous"), "{}", text.stdout);
     assert!(text.stdout.contains(", at line 1, column 8 of the query\n  hint: qualify"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("ok: 16 models checked, 6 warnings\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("ok: 17 models checked, 6 warnings\n"), "{}", text.stdout);
 }
 
 #[test]
@@ -146,7 +149,7 @@ fn config_switches_rules_off_and_makes_them_errors() {
     let text = p.run(&["check"]);
     text.expect_code(1);
     assert!(text.stdout.contains("error[select_star_external]: models/all.lua:9: model `m.star`"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("check failed: 1 error (16 models checked)\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("check failed: 1 error (17 models checked)\n"), "{}", text.stdout);
 
     // `all` switches every rule off.
     p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"all\"]\n"));
@@ -172,7 +175,7 @@ fn a_model_ignores_rules_with_ignored_lints_in_every_language() {
     );
     p.write(
         "models/r.rhai",
-        "define_model(#{ name: \"r.no_grain\", kind: kind::incremental_by_unique_key(#{ key: [\"id\"] }), ignored_lints: [\"missing_grain\"],\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\ndefine_model(#{ name: \"r.still\", kind: kind::incremental_by_unique_key(#{ key: [\"id\"] }),\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\n",
+        "define_model(#{ name: \"r.no_grain\", kind: kind::incremental_by_partition(#{ partitioned_by: [\"id\"] }), ignored_lints: [\"missing_grain\"],\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\ndefine_model(#{ name: \"r.still\", kind: kind::incremental_by_partition(#{ partitioned_by: [\"id\"] }),\n  schema: [[\"id\", \"bigint\"]], query: \"SELECT 1 AS id\" });\n",
     );
     p.write(
         "models/s.sql",
@@ -221,11 +224,14 @@ fn missing_grain_says_the_row_identity_grain_not_the_kinds_interval_grain() {
         "{daily:#}"
     );
     assert!(daily["hint"].as_str().unwrap().contains("`t` and the columns that tell its rows apart"), "{daily:#}");
-    // A unique-key model has no interval grain to confuse it with.
-    let keyed = warning("m.no_grain");
-    let msg = keyed["message"].as_str().unwrap();
+    // A partition model has no interval grain to confuse it with.
+    let partitioned = warning("m.partition_no_grain");
+    let msg = partitioned["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("no row-identity `grain` (the columns that identify a row) on this `incremental_by_unique_key` model") && !msg.contains("interval"),
-        "{keyed:#}"
+        msg.starts_with("no row-identity `grain` (the columns that identify a row) on this `incremental_by_partition` model") && !msg.contains("interval"),
+        "{partitioned:#}"
     );
+    assert!(partitioned["hint"].as_str().unwrap().contains("`name` and the columns that tell a partition's rows apart"), "{partitioned:#}");
+    // A unique-key model's key identifies its rows (`diff --data` keys on it): no finding.
+    assert!(!v["warnings"].as_array().unwrap().iter().any(|w| w["rule"] == "missing_grain" && w["model"] == "m.keyed"), "{v:#}");
 }
