@@ -78,7 +78,13 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                         for c in m.schema.0.iter().filter(|c| c.ty == *t) {
                             problems.push(problem(
                                 m,
-                                format!("column `{}` has type `{}`, which is not a {} type: {}", c.name, c.ty, engine.sql().title(), first_line(&e.message)),
+                                format!(
+                                    "column `{}` has type `{}`, which is not a {} type: {}",
+                                    c.name,
+                                    c.ty,
+                                    engine.sql().title(),
+                                    crate::engine::type_message(&e.message)
+                                ),
                             ));
                         }
                     }

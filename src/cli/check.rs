@@ -237,9 +237,10 @@ fn check(config_path: &Path) -> Report {
     };
     let mut report = Report { models: project.dag.len(), ..Report::default() };
     let grammar = grammar(&project);
+    let unknown = unknown_types(&project, &config);
     for model in project.dag.models() {
         check_model(&project, model, &mut report, true);
-        for l in lint::lint_model(&project.dag, grammar, model) {
+        for l in lint::lint_model(&project.dag, grammar, model).into_iter().chain(type_lints(&project, model, &unknown)) {
             if !config.lint.runs(l.rule) || model.ignored_lints.iter().any(|r| r == l.rule) {
                 continue;
             }
@@ -297,6 +298,40 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
             None => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
         },
     }
+}
+
+/// The declared column types of the project its engine does not know, with the engine's
+/// message ([`crate::engine::unknown_types`]); none when `unknown_type` does not run.
+fn unknown_types(project: &Project, config: &Config) -> BTreeMap<String, String> {
+    if !config.lint.runs("unknown_type") {
+        return BTreeMap::new();
+    }
+    let mut types: Vec<&str> = project.dag.models().flat_map(|m| m.schema.0.iter().map(|c| c.ty.as_str())).collect();
+    types.sort_unstable();
+    types.dedup();
+    crate::engine::unknown_types(config, &types).into_iter().collect()
+}
+
+/// The `unknown_type` findings of `model`: one per column whose declared type is in `unknown`.
+fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, String>) -> Vec<Lint> {
+    let engine = crate::engine::dialect_for(&project.config).title();
+    model
+        .schema
+        .0
+        .iter()
+        .filter_map(|c| {
+            let message = unknown.get(&c.ty)?;
+            Some(
+                Lint::new("unknown_type", model, format!("column `{}` has type `{}`, which is not a {engine} type: {message}", c.name, c.ty))
+                    .hint(
+                        "`apply` stops at this model's schema contract, before building anything; a type the database itself defines (`CREATE TYPE`) is unknown to `check`: add `unknown_type` to the model's `ignored_lints`"
+                            .to_string(),
+                    )
+                    .fact("column", c.name.clone())
+                    .fact("type", c.ty.clone()),
+            )
+        })
+        .collect()
 }
 
 /// Resolves the columns each audit of `model` reads: those of the relation under audit (the

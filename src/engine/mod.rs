@@ -102,6 +102,35 @@ pub fn canonicalize(sql: &str) -> Result<crate::sql::canon::Canonical, crate::sq
     crate::sql::canon::canonicalize_with_fallback(sql, &fallback)
 }
 
+/// The declared column types among `types` that `config`'s engine does not know without a
+/// database, each with the engine's message ([`type_message`]), for `efmesh check`: DuckDB's are
+/// tried in a private in-memory database (its built-in types; one created with `CREATE TYPE` in
+/// the project's database is not there), in one statement when all are valid. A Postgres
+/// project's types are not judged (no server is reached): empty. Empty, too, when the in-memory
+/// database cannot be opened.
+pub fn unknown_types(config: &Config, types: &[&str]) -> Vec<(String, String)> {
+    if config.engine.url_env.is_some() || types.is_empty() {
+        return Vec::new();
+    }
+    let Ok(mut db) = duckdb::DuckDb::in_memory() else { return Vec::new() };
+    let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
+    if db.describe(&format!("SELECT {}", casts.join(", "))).is_ok() {
+        return Vec::new();
+    }
+    types.iter().filter_map(|t| db.describe(&format!("SELECT CAST(NULL AS {t}) AS x")).err().map(|e| ((*t).to_string(), type_message(&e.message)))).collect()
+}
+
+/// An engine's message refusing a type, on one line: its first line, and DuckDB's suggestion
+/// (`Did you mean "bigint"?`, on a line of its own) as `(did you mean `bigint`?)`.
+pub fn type_message(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message).trim_end();
+    let suggestion = message.lines().find_map(|l| l.trim().strip_prefix("Did you mean \"")?.strip_suffix("\"?").map(str::to_string));
+    match suggestion {
+        Some(s) => format!("{first} (did you mean `{s}`?)"),
+        None => first.to_string(),
+    }
+}
+
 /// Runs `sql` for a signal's `db.query`: only one read statement (a `SELECT`, `WITH … SELECT`,
 /// `VALUES`, `FROM …` query) is accepted, checked by parsing it; it runs in a transaction that
 /// is rolled back, so nothing it might do is kept. Rows' values as text.
@@ -851,6 +880,18 @@ pub fn catalog_of(rows: Vec<Vec<Option<String>>>) -> Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_type_is_one_line_with_duckdbs_suggestion_and_check_finds_only_unknown_types() {
+        let m = "Catalog Error: Type with name bignt does not exist!\nDid you mean \"bigint\"?\n\nLINE 1: SELECT CAST(NULL AS bignt) AS x";
+        assert_eq!(type_message(m), "Catalog Error: Type with name bignt does not exist! (did you mean `bigint`?)");
+        assert_eq!(type_message("Parser Error: syntax error at end of input\nLINE 1: …"), "Parser Error: syntax error at end of input");
+        let config = Config::parse(std::path::Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n").expect("config");
+        let found = unknown_types(&config, &["bigint", "bignt", "int8", "decimal(18, 2)", "varchar[]", "struct(x integer)", "decimal(18,"]);
+        let found: Vec<(&str, bool)> = found.iter().map(|(t, m)| (t.as_str(), m.ends_with("(did you mean `bigint`?)"))).collect();
+        assert_eq!(found, [("bignt", true), ("decimal(18,", false)]);
+        assert!(unknown_types(&config, &["bigint"]).is_empty());
+    }
 
     #[test]
     fn catalog_lookups_ignore_case_and_views_name_whole_relations() {

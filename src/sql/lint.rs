@@ -34,6 +34,10 @@ pub const RULES: &[Rule] = &[
     Rule { name: "ambiguous_column", summary: "an unqualified column that several relations in scope have" },
     Rule { name: "time_filter_column", summary: "a time-range model's `@start`/`@end` filter is on a column other than what its time column is computed from" },
     Rule { name: "batch_rescan", summary: "a time-range model's `@start`/`@end` filter cannot reach the scan of what it reads: every batch reads all of it" },
+    Rule {
+        name: "unknown_type",
+        summary: "a declared column type the engine does not know (DuckDB: none of its built-in types; run by `check`, which sees no database, so a type created there with `CREATE TYPE` is a false finding)",
+    },
 ];
 
 /// The rule called `name`, if any.
@@ -66,16 +70,19 @@ pub struct Lint {
 }
 
 impl Lint {
-    fn new(rule: &'static str, model: &Model, message: String) -> Self {
+    /// A finding of `rule` on `model`, at the model's definition.
+    pub fn new(rule: &'static str, model: &Model, message: String) -> Self {
         Lint { rule, model: model.name.clone(), location: model.location.clone(), message, hint: None, sql_position: None, facts: Vec::new() }
     }
 
-    fn hint(mut self, hint: String) -> Self {
+    /// With a `hint:` line.
+    pub fn hint(mut self, hint: String) -> Self {
         self.hint = Some(hint);
         self
     }
 
-    fn fact(mut self, key: &'static str, value: impl Into<String>) -> Self {
+    /// With a fact for `--json`.
+    pub fn fact(mut self, key: &'static str, value: impl Into<String>) -> Self {
         self.facts.push((key, value.into()));
         self
     }

@@ -272,6 +272,21 @@ define_model {
 }
 "#,
     );
+    // A misspelt type stops the contract first, naming it (DuckDB suggests the type meant).
+    p.write("models/typo.lua", "define_model { name = \"z.typo\", kind = kind.full(), schema = { { \"x\", \"bignt\" } }, query = \"SELECT 1 AS x\" }\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let typo = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("models/typo.lua:1: model `z.typo`: column `x` has type `bignt`, which is not a"))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    if !p.on_postgres() {
+        assert!(typo.ends_with("(did you mean `bigint`?)"), "{typo}");
+    }
+    assert_eq!(p.physical_tables(), tables, "nothing was built");
+    assert_eq!(p.state_summary(), state);
+    fs_err::remove_file(p.root().join("models/typo.lua")).expect("rm");
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     let err = &run.stderr;

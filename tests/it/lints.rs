@@ -64,6 +64,10 @@ define_model { name = "m.time_filter", kind = kind.incremental_by_time_range { t
   schema = { { "id", "bigint" }, { "day", "timestamp" } },
   query = "SELECT e.id, date_trunc('day', e.t) AS day FROM " .. ref(ev) .. " AS e WHERE e.t >= @start AND e.t < @end" }
 
+-- unknown_type (a misspelt type; DuckDB's aliases and nested types are types)
+define_model { name = "m.bad_type", kind = kind.view(), schema = { { "id", "bignt" }, { "n", "int8" }, { "l", "varchar[]" }, { "s", "struct(x integer)" } },
+  query = "SELECT 1 AS id, 2 AS n, ['a'] AS l, {'x': 1} AS s" }
+
 -- batch_rescan
 define_model { name = "m.rescan", kind = kind.incremental_by_time_range { time_column = "t", start = "2026-01-01" }, grain = { "id" },
   schema = { { "id", "bigint" }, { "t", "timestamp" } },
@@ -98,6 +102,7 @@ const POSITIVES: &[(&str, &str)] = &[
     ("missing_grain", "m.partition_no_grain"),
     ("time_filter_column", "m.other_filter"),
     ("batch_rescan", "m.rescan"),
+    ("unknown_type", "m.bad_type"),
 ];
 
 #[test]
@@ -128,12 +133,22 @@ fn each_rule_fires_on_its_positive_case_only_and_warnings_keep_exit_0() {
     assert_eq!((tf["parent"].as_str(), tf["column"].as_str()), (Some("raw.events"), Some("loaded_at")), "{tf:#}");
     assert!(tf["message"].as_str().unwrap().contains("`raw.events.t`"), "{tf:#}");
     assert_eq!(by_rule("batch_rescan")["culprit"], "raw.feed");
+    let ty = by_rule("unknown_type");
+    assert_eq!((ty["column"].as_str(), ty["type"].as_str()), (Some("id"), Some("bignt")), "{ty:#}");
+    assert!(
+        ty["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("column `id` has type `bignt`, which is not a DuckDB type: Catalog Error: Type with name bignt does not exist!")
+            && ty["message"].as_str().unwrap().ends_with("(did you mean `bigint`?)"),
+        "{ty:#}"
+    );
 
     let text = p.run(&["check"]);
     text.expect_code(0);
     assert!(text.stdout.contains("warning[ambiguous_column]: models/all.lua:20: model `m.ambiguous`: column `id` is ambiguous"), "{}", text.stdout);
     assert!(text.stdout.contains(", at line 1, column 8 of the query\n  hint: qualify"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("ok: 17 models checked, 6 warnings\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("ok: 18 models checked, 7 warnings\n"), "{}", text.stdout);
 }
 
 #[test]
@@ -145,11 +160,15 @@ fn config_switches_rules_off_and_makes_them_errors() {
     assert_eq!(v["ok"], false);
     assert_eq!(found(&v["errors"]), pairs(&[("select_star_external", "m.star")]), "{v:#}");
     assert_eq!(v["errors"][0]["severity"], "error");
-    assert_eq!(found(&v["warnings"]), pairs(&[("ambiguous_column", "m.ambiguous"), ("time_filter_column", "m.other_filter")]), "{v:#}");
+    assert_eq!(
+        found(&v["warnings"]),
+        pairs(&[("ambiguous_column", "m.ambiguous"), ("time_filter_column", "m.other_filter"), ("unknown_type", "m.bad_type")]),
+        "{v:#}"
+    );
     let text = p.run(&["check"]);
     text.expect_code(1);
     assert!(text.stdout.contains("error[select_star_external]: models/all.lua:9: model `m.star`"), "{}", text.stdout);
-    assert!(text.stdout.ends_with("check failed: 1 error (17 models checked)\n"), "{}", text.stdout);
+    assert!(text.stdout.ends_with("check failed: 1 error (18 models checked)\n"), "{}", text.stdout);
 
     // `all` switches every rule off.
     p.write("efmesh.toml", &config(&p, "\n[lint]\nignore = [\"all\"]\n"));
