@@ -324,7 +324,8 @@ fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, Strin
             Some(
                 Lint::new("unknown_type", model, format!("column `{}` has type `{}`, which is not a {engine} type: {message}", c.name, c.ty))
                     .hint(
-                        "`apply` stops at this model's schema contract, before building anything; a type the database itself defines (`CREATE TYPE`) is unknown to `check`: add `unknown_type` to the model's `ignored_lints`"
+                        "correct the type, or, when the database itself defines it (`CREATE TYPE`), which `check` cannot see, add `unknown_type` to the model's `ignored_lints`; \
+                         otherwise `apply` stops at this model's schema contract, before building anything"
                             .to_string(),
                     )
                     .fact("column", c.name.clone())
@@ -345,19 +346,26 @@ fn check_audits(project: &Project, model: &Model, report: &mut Report) {
         relations.extend(audit.sql.refs().filter_map(|r| project.dag.get(&r.target).map(|m| (r.target.to_string(), columns(m)))));
         let sql = audit.sql.render(&own, &ToString::to_string);
         let Ok(problems) = lineage::unknown_columns_in(grammar(project), &sql, &relations) else { continue };
-        for p in problems {
+        let mut seen = std::collections::BTreeSet::new();
+        // A relation qualified by its own name is no problem here: the audited relation and the
+        // models an audit refs are named by their physical names when it runs.
+        for p in problems.into_iter().filter(|p| !p.by_name) {
             let mut f = finding(model, &relations, p);
-            // The relation under audit is the model itself, not one of its parents.
-            // The aliases are the audit body's, which no file the user wrote shows.
-            let detail = without_aliases(&f.message).replace(&format!("parent `{own}`"), "the model").replace("by parent `", "by model `");
+            // The audited relation is the model itself, the others are models it refs (not
+            // parents), and the aliases are the audit body's, which no file the user wrote shows.
+            let detail = without_aliases(&f.message).replace(&format!("parent `{own}`"), "the model").replace("parent `", "model `");
             f.message = format!("audit `{}`: {detail}", audit.label());
             f.location = Some(audit.location.clone());
+            f.hint = f.hint.map(|h| h.replace(&format!("`{own}` declares"), "the model declares"));
             if f.parent.as_deref() == Some(own.as_str()) {
                 f.parent = None;
             }
-            // A position in the audit's rendered SQL, which no file shows.
+            // A position in the audit's rendered SQL, which no file shows: one finding per
+            // column and message.
             (f.sql_line, f.sql_column) = (None, None);
-            report.errors.push(f);
+            if seen.insert((f.column.clone(), f.message.clone())) {
+                report.errors.push(f);
+            }
         }
     }
 }

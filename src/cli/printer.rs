@@ -143,7 +143,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ") };
                 s.push_str(&format!("      columns changed: {}\n", list(&ci.changed)));
                 if ci.read_by.is_empty() && ci.not_read_by.is_empty() {
-                    s.push_str("      read by: no model (nothing reads this model)\n");
+                    s.push_str("      read by: no model's query\n");
                 } else {
                     s.push_str(&format!("      read by: {}; not read by: {}\n", list(&ci.read_by), list(&ci.not_read_by)));
                 }

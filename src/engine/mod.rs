@@ -113,17 +113,34 @@ pub fn unknown_types(config: &Config, types: &[&str]) -> Vec<(String, String)> {
         return Vec::new();
     }
     let Ok(mut db) = duckdb::DuckDb::in_memory() else { return Vec::new() };
+    // Never an install from the network: a type of an extension the project may load is
+    // refused with a message naming the extension, and is no finding.
+    if db.execute("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false").is_err() {
+        return Vec::new();
+    }
     let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
     if db.describe(&format!("SELECT {}", casts.join(", "))).is_ok() {
         return Vec::new();
     }
-    types.iter().filter_map(|t| db.describe(&format!("SELECT CAST(NULL AS {t}) AS x")).err().map(|e| ((*t).to_string(), type_message(&e.message)))).collect()
+    types
+        .iter()
+        .filter_map(|t| db.describe(&format!("SELECT CAST(NULL AS {t}) AS x")).err().map(|e| ((*t).to_string(), e.message)))
+        .filter(|(_, message)| !message.contains("extension"))
+        .map(|(t, message)| (t, type_message(&message)))
+        .collect()
 }
 
 /// An engine's message refusing a type, on one line: its first line, and DuckDB's suggestion
 /// (`Did you mean "bigint"?`, on a line of its own) as `(did you mean `bigint`?)`.
 pub fn type_message(message: &str) -> String {
-    let first = message.lines().next().unwrap_or(message).trim_end();
+    let mut lines = message.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut first = lines.next().unwrap_or(message).to_string();
+    // A first line that announces its cause (`…: `) is followed by it.
+    if first.ends_with(':')
+        && let Some(next) = lines.next()
+    {
+        first = format!("{first} {next}");
+    }
     let suggestion = message.lines().find_map(|l| l.trim().strip_prefix("Did you mean \"")?.strip_suffix("\"?").map(str::to_string));
     match suggestion {
         Some(s) => format!("{first} (did you mean `{s}`?)"),
@@ -886,8 +903,13 @@ mod tests {
         let m = "Catalog Error: Type with name bignt does not exist!\nDid you mean \"bigint\"?\n\nLINE 1: SELECT CAST(NULL AS bignt) AS x";
         assert_eq!(type_message(m), "Catalog Error: Type with name bignt does not exist! (did you mean `bigint`?)");
         assert_eq!(type_message("Parser Error: syntax error at end of input\nLINE 1: …"), "Parser Error: syntax error at end of input");
+        assert_eq!(
+            type_message("Extension Autoloading Error: An error occurred:\nFailed to download"),
+            "Extension Autoloading Error: An error occurred: Failed to download"
+        );
         let config = Config::parse(std::path::Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n").expect("config");
-        let found = unknown_types(&config, &["bigint", "bignt", "int8", "decimal(18, 2)", "varchar[]", "struct(x integer)", "decimal(18,"]);
+        // `inet` is the inet extension's: never installed from here, and no finding.
+        let found = unknown_types(&config, &["bigint", "bignt", "inet", "int8", "decimal(18, 2)", "varchar[]", "struct(x integer)", "decimal(18,"]);
         let found: Vec<(&str, bool)> = found.iter().map(|(t, m)| (t.as_str(), m.ends_with("(did you mean `bigint`?)"))).collect();
         assert_eq!(found, [("bignt", true), ("decimal(18,", false)]);
         assert!(unknown_types(&config, &["bigint"]).is_empty());

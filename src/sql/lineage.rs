@@ -71,6 +71,9 @@ pub struct ColumnProblem {
     pub line: Option<u64>,
     /// 1-based column of the reference in the rendered SQL, when known.
     pub col: Option<u64>,
+    /// True when the column may well exist and the problem is a parent qualified by its own
+    /// name (`schema.table.col` over an unaliased ref), which a model's query cannot do.
+    pub by_name: bool,
 }
 
 /// Every column reference of `sql` that cannot exist, given the declared columns of the parents
@@ -970,6 +973,9 @@ impl Analyzer {
                                 dotted(parts)
                             );
                             self.push(parts[0], &dotted(parts), &dotted(parts), Some(lower(&p)), detail, None);
+                            if let Some(last) = self.problems.last_mut() {
+                                last.by_name = true;
+                            }
                             return;
                         }
                         if rel.cols.is_open() || rel.cols.has(col) || col == "rowid" {
@@ -1057,6 +1063,7 @@ impl Analyzer {
                             suggestion: None,
                             line: (pos.line > 0).then_some(pos.line),
                             col: (pos.column > 0).then_some(pos.column),
+                            by_name: false,
                         });
                     }
                     if rels.iter().any(|r| r.cols.has(name) || r.cols.is_open()) {
@@ -1212,6 +1219,7 @@ impl Analyzer {
             suggestion,
             line: (pos.line > 0).then_some(pos.line),
             col: (pos.column > 0).then_some(pos.column),
+            by_name: false,
         });
     }
 }

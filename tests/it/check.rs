@@ -422,3 +422,44 @@ fn an_audit_reading_a_column_the_model_does_not_declare_fails_check_at_the_audit
     run.expect_code(0);
     assert_eq!(v["errors"], json!([]), "{v:#}");
 }
+
+/// Every built-in audit, on every kind of relation they are used on (an external, a seed, a
+/// time-range model, an `scd_type2` model's managed columns, a model an audit refs), plus a
+/// `.sql` audit with an expression argument and one qualifying the model by its name: `check`
+/// finds nothing, and `apply` runs them all and passes — no false finding.
+#[test]
+fn every_built_in_audit_on_every_kind_passes_check_when_its_columns_exist() {
+    let p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("data/orders.csv", "id,customer_id,amount,ordered_at\n1,1,5,2026-01-01 10:00:00\n2,2,7,2026-01-02 11:00:00\n");
+    p.write("seeds/regions.csv", "region,label\nN,north\nS,south\n");
+    p.write("audits/pos.sql", "-- name: positive_expr\n-- params: expr\nSELECT * FROM @this_model WHERE NOT (@expr > 0)\n");
+    p.write("audits/own.sql", "-- name: own_name\n-- params: column\nSELECT @this_model.@column FROM @this_model WHERE @this_model.@column IS NULL\n");
+    p.write(
+        "models/all.lua",
+        r#"local orders = define_model { name = "raw.orders", kind = kind.external { path = "data/orders.csv" },
+  schema = { { "id", "bigint" }, { "customer_id", "bigint" }, { "amount", "bigint" }, { "ordered_at", "timestamp" } },
+  audits = { audit.not_null("id", "amount"), audit.unique("id"), audit.accepted_range { column = "amount", min = 0 } } }
+local regions = define_model { name = "raw.regions", kind = kind.seed { path = "seeds/regions.csv" },
+  schema = { { "region", "varchar" }, { "label", "varchar" } },
+  audits = { audit.accepted_values { column = "region", values = { "N", "S" } }, audit.row_count { min = 1 } } }
+define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", ["end"] = "2026-01-03" }, grain = { "day" },
+  schema = { { "day", "timestamp" }, { "n", "bigint" } },
+  audits = { audit.no_gaps { column = "day", grain = "day" }, audit.contiguous("n"), audit.expression("n >= 0") },
+  query = "SELECT CAST(date_trunc('day', ordered_at) AS TIMESTAMP) AS day, count(*) AS n FROM " .. ref(orders) .. " WHERE ordered_at >= @start AND ordered_at < @end GROUP BY 1" }
+define_model { name = "m.hist", kind = kind.scd_type2 { key = "id", columns = { "amount" } },
+  schema = { { "id", "bigint" }, { "amount", "bigint" } },
+  audits = { audit.not_null("valid_from"), audit.unique("id", "valid_from"), audit.relationships { column = "id", to = "raw.orders" } },
+  query = "SELECT id, amount FROM " .. ref(orders) }
+"#,
+    );
+    p.write(
+        "models/s.sql",
+        "-- name: m.s\n-- kind: full\n-- schema: id bigint, amount bigint\n-- audits: positive_expr(amount * 2), own_name(id), relationships(column = id, to = raw.orders, field = [id])\n-- refs: raw.orders\nSELECT id, amount FROM @ref(raw.orders)\n",
+    );
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!((&v["errors"], &v["unchecked"]), (&json!([]), &json!([])), "{v:#}");
+    let applied = p.run(&["apply", "dev", "--yes", "--json"]);
+    applied.expect_code(0);
+}

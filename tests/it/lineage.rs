@@ -184,10 +184,10 @@ fn plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_m
     }
     assert_eq!(p.rows("dev__s.filters_b").len(), 4, "the filter sees the new `b`");
 
-    // A model nothing reads: its impact says so, not "read by: none; not read by: none".
+    // A model no query reads: its impact says so, not "read by: none; not read by: none".
     p.write("models/m.lua", &impact_models("i * 4").replace("SELECT id, b FROM", "SELECT id, b + 1 AS b FROM"));
     let text = p.run(&["plan", "dev", "--explain"]).expect_code(0).stdout.clone();
-    assert!(text.contains("columns changed: `b`\n      read by: no model (nothing reads this model)\n") && !text.contains("not read by: none"), "{text}");
+    assert!(text.contains("columns changed: `b`\n      read by: no model's query\n") && !text.contains("not read by: none"), "{text}");
 }
 
 on_every_engine!(plan_column_impact_never_keeps_a_child_whose_parent_has_a_changed_parent_or_a_changed_join_key);

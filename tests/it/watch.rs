@@ -592,16 +592,23 @@ fn the_screen_draws_the_plan_before_the_preview(engine: EngineBackend) {
 
 fn a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child(engine: EngineBackend) {
     let p = project(engine);
+    // A model whose audit (not query) reads `raw.orders.amount`.
+    p.write(
+        "models/mart/ids.lua",
+        "return define_model {\n  name = \"mart.ids\",\n  kind = kind.full(),\n  schema = { { \"id\", \"integer\" } },\n  audits = { audit.relationships { column = \"id\", to = \"raw.orders\", field = \"amount\" } },\n  query = \"SELECT 5 AS id\",\n}\n",
+    );
     p.apply("dev");
     let mut w = Watch::start(&p, &["dev"]);
     assert!(errors(&w.next()).is_empty());
     // `mart.totals` reads `amount`, which `raw.orders` no longer declares.
     p.write("models/raw/orders.lua", &orders("10").replace("\"amount\"", "\"amt\"").replace("AS amount", "AS amt"));
     let line = w.after("models/raw/orders.lua");
-    let e = errors(&line).iter().find(|e| e["kind"] == "check").unwrap_or_else(|| panic!("no check error: {line}"));
-    assert_eq!(e["model"], "mart.totals", "{line}");
+    let e = errors(&line).iter().find(|e| e["kind"] == "check" && e["model"] == "mart.totals").unwrap_or_else(|| panic!("no check error: {line}"));
     assert_eq!(e["file"], "models/mart/totals.lua", "{line}");
     assert!(e["message"].as_str().is_some_and(|m| m.contains("amount")), "{line}");
+    let audit = errors(&line).iter().find(|e| e["kind"] == "check" && e["model"] == "mart.ids").unwrap_or_else(|| panic!("no audit error: {line}"));
+    assert_eq!((audit["file"].as_str(), audit["line"].as_u64()), (Some("models/mart/ids.lua"), Some(5)), "{line}");
+    assert!(audit["message"].as_str().is_some_and(|m| m.starts_with("audit `relationships(") && m.contains("`amount`")), "{line}");
     // The plan is still made: a check error is reported, not fatal.
     assert_eq!(entry(&line, "raw.orders").expect("planned")["change"], "breaking", "{line}");
 

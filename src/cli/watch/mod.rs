@@ -471,8 +471,9 @@ impl Watch {
     }
 }
 
-/// Runs `efmesh check`'s column checks: for every model (`only` = `None`), or for the models in
-/// `only` and the children of those whose columns changed.
+/// Runs `efmesh check`'s column checks (queries and audits): for every model (`only` = `None`),
+/// or for the models in `only` and the children of those whose columns changed, and the models
+/// whose audits read them.
 fn check_columns(
     project: &Project,
     only: Option<&BTreeSet<ModelName>>,
@@ -491,6 +492,8 @@ fn check_columns(
         let now = project.dag.get(name).map(names);
         if now.as_ref() != columns.get(name) {
             recheck.extend(project.dag.children(name));
+            // And the models whose audits read it (`relationships`' `to`).
+            recheck.extend(project.dag.models().filter(|m| m.audit_refs().contains(name)).map(|m| &m.name));
         }
         match now {
             Some(cols) => columns.insert(name.clone(), cols),
