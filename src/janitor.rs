@@ -649,7 +649,9 @@ fn drop_environment(state: &dyn StateStore, engine: Option<&mut dyn Engine>, e: 
         state.check_fence()?;
         engine.transaction(&statements).map_err(JanitorError::Engine)?;
     }
-    if state.drop_environment(&e.env, expiry.journal_id, &crate::lifecycle::dropped_summary(&expiry), opts.now)? {
+    // Judged expired as of `--now`, but the drop is stamped with the real clock, as every apply
+    // is in the journal: a replay as of another date never records a drop in the future.
+    if state.drop_environment(&e.env, expiry.journal_id, &crate::lifecycle::dropped_summary(&expiry), crate::core::interval::now_millis())? {
         e.dropped = true;
         tracing::info!(env = %e.env, views = e.views.len(), "dropped the expired environment `{}`", e.env);
     } else {

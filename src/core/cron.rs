@@ -238,7 +238,7 @@ pub fn due_at(cron: Option<&Cron>, now: Millis) -> Millis {
 /// A message naming the two ticks and the grains the cron fits.
 pub fn check(cron: &Cron, expr: &str, grain: Grain) -> Result<(), String> {
     if let Some((a, b)) = two_ticks_in_one(cron, grain) {
-        let fits: Vec<&str> = Grain::ALL.iter().filter(|g| two_ticks_in_one(cron, **g).is_none()).map(|g| g.as_str()).collect();
+        let fits: Vec<&str> = Grain::ALL.iter().filter(|g| two_ticks_in_one(cron, **g).is_none()).map(|g| g.spelling()).collect();
         let hint = if fits.is_empty() {
             String::new()
         } else {
@@ -355,7 +355,7 @@ mod tests {
         assert!(check(&quarter, "*/15 * * * *", Grain::QuarterHour).is_ok());
         assert!(check(&quarter, "*/15 * * * *", Grain::Hour).is_err());
         let e = check(&quarter, "*/15 * * * *", Grain::Day).unwrap_err();
-        assert!(e.contains("the grains it fits: `five_minute`, `quarter_hour` (or use a cron firing at most once per day)"), "{e}");
+        assert!(e.contains("the grains it fits: `5m`, `15m` (or use a cron firing at most once per day)"), "{e}");
         let daily = parse("@daily").unwrap();
         for g in [Grain::FiveMinute, Grain::QuarterHour, Grain::Hour, Grain::Day] {
             assert!(check(&daily, "@daily", g).is_ok(), "{g:?}");

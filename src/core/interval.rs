@@ -139,6 +139,15 @@ impl Grain {
         }
     }
 
+    /// How a model spells it, as the docs do: `5m`, `15m`, `hour`, `day`, `week` or `month`.
+    pub fn spelling(self) -> &'static str {
+        match self {
+            Grain::FiveMinute => "5m",
+            Grain::QuarterHour => "15m",
+            other => other.as_str(),
+        }
+    }
+
     /// The spellings [`Grain::parse`] accepts, for error messages.
     pub const EXPECTED: &'static str = "`5m` (five_minute), `15m` (quarter_hour), `hour`, `day`, `week` or `month`";
 }

@@ -49,7 +49,10 @@ pub enum TypeFamily {
     Boolean,
     /// DATE, TIME, TIMESTAMP[TZ], INTERVAL.
     Temporal,
-    /// Anything else (lists, structs, JSON, BLOB…): not checked.
+    /// Lists, arrays, structs, maps, unions: compatible with one another (their element types
+    /// are not compared), never with a scalar family.
+    Nested,
+    /// Anything else (JSON, BLOB, UUID-like extension types…): not checked.
     Any,
 }
 
@@ -58,8 +61,9 @@ impl TypeFamily {
     /// or `DECIMAL(18,3)`.
     pub fn of(ty: &str) -> TypeFamily {
         let t = ty.trim().to_ascii_uppercase();
-        if t.ends_with("[]") || t.starts_with("STRUCT") || t.starts_with("MAP") || t.starts_with("UNION") {
-            return TypeFamily::Any;
+        // `INTEGER[]`, `VARCHAR[3]`, `STRUCT(…)`, `MAP(…)`, `UNION(…)`.
+        if t.ends_with(']') || ["STRUCT", "MAP", "UNION"].iter().any(|k| t.starts_with(k) && t[k.len()..].trim_start().starts_with('(')) {
+            return TypeFamily::Nested;
         }
         let base = t.split(['(', ' ']).next().unwrap_or("");
         match base {
@@ -87,6 +91,7 @@ impl std::fmt::Display for TypeFamily {
             TypeFamily::Numeric => "numeric",
             TypeFamily::Boolean => "boolean",
             TypeFamily::Temporal => "temporal",
+            TypeFamily::Nested => "nested",
             TypeFamily::Any => "any",
         };
         f.write_str(s)
@@ -106,8 +111,21 @@ mod tests {
         assert_eq!(TypeFamily::of("TIMESTAMP WITH TIME ZONE"), TypeFamily::Temporal);
         assert_eq!(TypeFamily::of("timestamptz"), TypeFamily::Temporal);
         assert_eq!(TypeFamily::of("boolean"), TypeFamily::Boolean);
-        assert_eq!(TypeFamily::of("INTEGER[]"), TypeFamily::Any);
+        assert_eq!(TypeFamily::of("INTEGER[]"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("varchar[3]"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("STRUCT(a INTEGER)"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("struct (a integer)"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("MAP(VARCHAR, INTEGER)"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("JSON"), TypeFamily::Any);
+        assert_eq!(TypeFamily::of("mapping"), TypeFamily::Any, "a type merely starting with MAP");
+    }
+
+    #[test]
+    fn a_nested_value_never_passes_for_a_scalar() {
+        assert!(!TypeFamily::of("varchar").compatible(TypeFamily::of("STRUCT(a INTEGER)")));
+        assert!(!TypeFamily::of("INTEGER[]").compatible(TypeFamily::of("INTEGER")));
+        assert!(TypeFamily::of("INTEGER[]").compatible(TypeFamily::of("BIGINT[]")));
+        assert!(TypeFamily::of("json").compatible(TypeFamily::of("STRUCT(a INTEGER)")));
     }
 
     #[test]

@@ -607,7 +607,7 @@ mod tests {
             (Type::TIMESTAMP, TypeFamily::Temporal),
             (Type::INTERVAL, TypeFamily::Temporal),
             (Type::JSONB, TypeFamily::Any),
-            (Type::TEXT_ARRAY, TypeFamily::Any),
+            (Type::TEXT_ARRAY, TypeFamily::Nested),
         ] {
             assert_eq!(TypeFamily::of(&type_name(&ty)), family, "{ty}");
         }

@@ -48,14 +48,17 @@ use sqlparser::parser::{Parser, ParserError};
 use std::ops::ControlFlow;
 
 /// Which parser produced a [`Canonical`] text.
+/// Serialized (`plan --json`'s `canonicalSource`) as [`CanonSource::as_str`] names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum CanonSource {
     /// sqlparser's DuckDB dialect, normalised as described in the [module docs](self).
+    #[serde(rename = "sqlparser")]
     SqlParser,
     /// DuckDB's `json_serialize_sql`, without `query_location` (the fallback).
+    #[serde(rename = "duckdb-json")]
     DuckDbJson,
     /// The Postgres grammar (libpg_query), without locations ([`super::pg_canon`]).
+    #[serde(rename = "pg-query")]
     PgQuery,
 }
 
@@ -749,6 +752,14 @@ mod tests {
 
     fn canon(sql: &str) -> String {
         canonicalize(sql).unwrap_or_else(|e| panic!("{sql}: {e}")).text
+    }
+
+    #[test]
+    fn the_json_names_of_a_canonical_source_are_the_documented_ones() {
+        for source in [CanonSource::SqlParser, CanonSource::DuckDbJson, CanonSource::PgQuery] {
+            assert_eq!(serde_json::to_value(source).unwrap(), serde_json::json!(source.as_str()));
+            assert_eq!(CanonSource::from_name(source.as_str()), source);
+        }
     }
 
     #[test]

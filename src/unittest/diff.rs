@@ -74,9 +74,14 @@ pub fn compare(expected: &[TextRow], actual: &[TextRow], ordered: bool) -> RowDi
     RowDiff { missing, unexpected, order }
 }
 
-/// How a value prints in a diff: NULL as `NULL`, text as is.
-pub fn show(v: &Option<String>) -> &str {
-    v.as_deref().unwrap_or("NULL")
+/// How a value prints in a diff: NULL as `NULL`, text as is — but the text `NULL` (any case)
+/// quoted, `'NULL'`, so it never reads as NULL.
+pub fn show(v: &Option<String>) -> std::borrow::Cow<'_, str> {
+    match v.as_deref() {
+        None => "NULL".into(),
+        Some(t) if t.eq_ignore_ascii_case("null") => format!("'{t}'").into(),
+        Some(t) => t.into(),
+    }
 }
 
 /// Rows printed at most per side; the rest is summarised.
@@ -98,11 +103,11 @@ pub fn render(columns: &[String], diff: &RowDiff, indent: &str) -> String {
         .enumerate()
         .map(|(i, c)| lines.iter().map(|(_, r)| r.get(i).map_or(0, |v| show(v).chars().count())).max().unwrap_or(0).max(c.chars().count()))
         .collect();
-    let line = |mark: &str, cells: Vec<&str>| {
+    let line = |mark: &str, cells: Vec<std::borrow::Cow<'_, str>>| {
         let body: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:w$}")).collect();
         format!("{indent}{mark:mark_width$}  {}", body.join("  ")).trim_end().to_string()
     };
-    let mut out = vec![line("", columns.iter().map(String::as_str).collect())];
+    let mut out = vec![line("", columns.iter().map(|c| c.as_str().into()).collect())];
     for (mark, row) in &lines {
         out.push(line(mark, row.iter().map(show).collect()));
     }
@@ -148,5 +153,8 @@ mod tests {
         let d = RowDiff { missing: vec![row(&[Some("1"), Some("emergency")])], unexpected: vec![row(&[Some("10"), None])], order: None };
         let text = render(&["id".into(), "dept".into()], &d, "  ");
         assert_eq!(text, "     id  dept\n  -  1   emergency\n  +  10  NULL");
+        // The text `NULL` is told from NULL.
+        let d = RowDiff { missing: vec![row(&[Some("1"), Some("NULL")])], unexpected: vec![row(&[Some("1"), None])], order: None };
+        assert_eq!(render(&["id".into(), "dept".into()], &d, ""), "   id  dept\n-  1   'NULL'\n+  1   NULL");
     }
 }

@@ -26,7 +26,7 @@ use crate::apply::contract;
 use crate::config::Config;
 use crate::core::error::did_you_mean;
 use crate::core::name::quote_ident;
-use crate::core::{Column, Dag, Interval, Kind, LoadErrors, Location, Model, ModelName};
+use crate::core::{Column, Dag, Interval, Kind, LoadErrors, Location, Model, ModelName, interval};
 use crate::engine::Engine;
 use crate::project::Project;
 use crate::script::{self, test_spec::TestSpec};
@@ -305,6 +305,23 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
         }
     } else if test.start.is_some() || test.end.is_some() {
         problems.push(format!("`vars.start` / `vars.end` are for models that use `@start`/`@end`; `{}` is `{}`", model.name, model.kind.tag()));
+    }
+    // A time-range model only ever computes whole intervals of its grain: a test of bounds
+    // inside one would pass for a window `apply` and `run` never compute.
+    if let (Some(t), Some(b)) = (time_range, bounds) {
+        for (which, at) in [("start", b.start), ("end", b.end)] {
+            let floor = t.grain.floor(at);
+            if floor != at {
+                problems.push(format!(
+                    "`vars.{which}` {} is not aligned to the {} grain of `{}` (apply computes whole intervals); the nearest valid bounds are {} and {}",
+                    interval::to_iso(at),
+                    t.grain.spelling(),
+                    model.name,
+                    interval::to_iso(floor),
+                    interval::to_iso(t.grain.next(floor))
+                ));
+            }
+        }
     }
 
     // Compared columns.

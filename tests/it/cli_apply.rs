@@ -270,6 +270,13 @@ define_model {
   schema = { { "flag", "boolean" } },
   query = "SELECT DATE '2026-01-01' AS flag",
 }
+
+define_model {
+  name = "z.nested",
+  kind = kind.full(),
+  schema = { { "e", "varchar" } },
+  query = "SELECT ARRAY[1, 2] AS e",
+}
 "#,
     );
     // A misspelt type stops the contract first, naming it (DuckDB suggests the type meant).
@@ -300,11 +307,13 @@ define_model {
         "models/bad.lua:8",
         "`z.worse`",
         "`flag`",
+        "models/bad.lua:15", // a list returned for a declared `varchar`
+        "`z.nested`",
     ] {
         assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
     }
     let problem_lines = err.lines().filter(|l| l.contains("models/bad.lua:")).count();
-    assert_eq!(problem_lines, 4, "one line per problem:\n{err}");
+    assert_eq!(problem_lines, 5, "one line per problem:\n{err}");
 
     assert_eq!(p.physical_tables(), tables, "a model was built despite the contract failure");
     assert_eq!(p.relations(), relations);

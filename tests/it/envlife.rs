@@ -111,6 +111,10 @@ fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_
     // status says it was dropped; the next janitor has nothing to do; applying creates it again.
     let text = at(&mut p, later, &["status", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("dropped by the janitor"), "{text}");
+    // Judged as of `later`, stamped with the real clock: never a drop in the future.
+    let status = at(&mut p, later, &["status", "dev", "--json"]).expect_code(0).json();
+    let dropped_at = efmesh::core::interval::parse_instant(status["expiry"]["droppedAt"].as_str().expect("droppedAt")).unwrap();
+    assert!(dropped_at <= now_millis() && dropped_at < later, "{status:#}");
     // So does `diff`, which has nothing to compare it with (not "never applied").
     let diff = at(&mut p, later, &["diff", "prod", "dev"]).expect_code(1).stderr.clone();
     assert!(diff.contains("environment `dev` expired and was dropped by the janitor at ") && !diff.contains("never applied"), "{diff}");

@@ -18,11 +18,14 @@ fn init_scaffold_checks_plans_and_applies_as_is() {
     }
     let luarc = fs_err::read_to_string(dir.join(".luarc.json")).unwrap();
     assert!(luarc.contains(".efmesh/lua"), "{luarc}");
-    assert!(efmesh(&dir, &["check"]).status.success());
+    // It checks clean: no error and no lint warning (a newcomer's first `check`).
+    let check = efmesh(&dir, &["check"]);
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success() && text.ends_with("ok: 4 models checked\n"), "{text}");
     let apply = efmesh(&dir, &["apply", "dev", "--yes", "--json"]);
     assert!(apply.status.success(), "{}", String::from_utf8_lossy(&apply.stderr));
     let v: serde_json::Value = serde_json::from_slice(&apply.stdout).unwrap();
-    assert_eq!(v["built"], serde_json::json!(["mart.daily_revenue", "mart.region_revenue"]));
+    assert_eq!(v["built"], serde_json::json!(["stg.events", "mart.daily_revenue", "mart.region_revenue"]));
     // The published numbers of the scaffold: south 490 over 3 days, north 450 over 3 days.
     let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &Default::default()).unwrap();
     let rows = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR, days::VARCHAR FROM dev__mart.region_revenue ORDER BY region").unwrap();

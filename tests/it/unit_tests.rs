@@ -268,12 +268,21 @@ define_test { name = "one_day", model = "mart.daily", vars = { start = "2026-01-
 define_test { name = "no_bounds", model = "mart.daily", inputs = { ["raw.orders"] = orders }, expect = {} }
 define_test { name = "bounds_on_a_full_model", model = "mart.totals", vars = { start = "2026-01-02", ["end"] = "2026-01-03" },
   inputs = { ["raw.orders"] = {}, ["raw.customers"] = {} }, expect = {} }
+define_test { name = "inside_a_day", model = "mart.daily", vars = { start = "2026-01-02T05:00:00Z", ["end"] = "2026-01-02T07:00:00Z" },
+  inputs = { ["raw.orders"] = orders }, expect = {} }
 "#,
     );
     let v = p.run(&["test", "--json"]).expect_code(1).json();
     assert_eq!(entry(&v, "one_day")["status"], "passed", "{v:#}");
     assert!(problems(&v, "no_bounds").contains("`mart.daily` is computed per interval: give the test's bounds as `vars"), "{v:#}");
     assert!(problems(&v, "bounds_on_a_full_model").contains("`vars.start` / `vars.end` are for models that use `@start`/`@end`; `mart.totals` is `full`"));
+    // Bounds inside one interval: a window apply never computes.
+    let inside = problems(&v, "inside_a_day");
+    assert!(
+        inside.contains("`vars.start` 2026-01-02T05:00:00.000Z is not aligned to the day grain of `mart.daily` (apply computes whole intervals); the nearest valid bounds are 2026-01-02T00:00:00.000Z and 2026-01-03T00:00:00.000Z")
+            && inside.contains("`vars.end` 2026-01-02T07:00:00.000Z is not aligned"),
+        "{v:#}"
+    );
 
     // The rows a time-range model emits outside its interval are dropped, as apply drops them.
     p.write(

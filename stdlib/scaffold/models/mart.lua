@@ -16,7 +16,7 @@ local daily = define_model {
       FROM %s
       WHERE event_at >= @start AND event_at < @end
       GROUP BY ALL
-    ]]):format(ref(raw.events))
+    ]]):format(ref(raw.stg_events))
   end,
 }
 
