@@ -287,6 +287,9 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
             for p in problems {
                 report.errors.push(finding(model, &parents, p));
             }
+            if let Ok(l) = lineage::column_lineage_in(grammar(project), &sql, &parents) {
+                check_outputs(model, &l, report);
+            }
         }
         // sqlparser cannot parse it: the engine's own parser decides, as `plan` does when it
         // fingerprints the model. A query the engine rejects too is an error (`plan` would stop
@@ -333,6 +336,48 @@ fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, Strin
             )
         })
         .collect()
+}
+
+/// Compares the query's output columns with the declared schema, as `apply`'s contract will:
+/// a column returned but not declared, one declared but not returned, the same columns in
+/// another order. Only when every output column is known by name (no `*` over an unknown
+/// relation, no `COLUMNS(…)`, no unnamed expression): never a guess. Names compare ignoring
+/// case (the contract compares them exactly, so this finds no problem it would not).
+fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) {
+    let Some(returned) = l.complete.then(|| l.columns.iter().map(|c| c.column.clone()).collect::<Option<Vec<String>>>()).flatten() else { return };
+    let declared: Vec<&str> = model.schema.0.iter().map(|c| c.name.as_str()).collect();
+    let has = |list: &[&str], name: &str| list.iter().any(|d| d.eq_ignore_ascii_case(name));
+    let returned: Vec<&str> = returned.iter().map(String::as_str).collect();
+    let mut problems: Vec<(String, String)> = Vec::new();
+    for d in &declared {
+        if !has(&returned, d) {
+            problems.push(((*d).to_string(), format!("declared column `{d}` is not returned by the query")));
+        }
+    }
+    for r in &returned {
+        if !has(&declared, r) {
+            problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare")));
+        }
+    }
+    if problems.is_empty() && declared.len() == returned.len() && declared.iter().zip(&returned).any(|(d, r)| !d.eq_ignore_ascii_case(r)) {
+        let first = declared.iter().zip(&returned).find(|(d, r)| !d.eq_ignore_ascii_case(r)).map_or("", |(d, _)| *d);
+        problems.push((
+            first.to_string(),
+            format!("columns are returned in another order: declared ({}), returned ({})", declared.join(", "), returned.join(", ")),
+        ));
+    }
+    for (column, message) in problems {
+        report.errors.push(Finding {
+            location: Some(model.location.clone()),
+            model: Some(model.name.clone()),
+            column: Some(column),
+            parent: None,
+            message,
+            hint: Some("the schema is the query's contract: `apply` refuses to build a model whose query returns other columns, or in another order".into()),
+            sql_line: None,
+            sql_column: None,
+        });
+    }
 }
 
 /// Resolves the columns each audit of `model` reads: those of the relation under audit (the

@@ -215,7 +215,12 @@ pub fn print_error_json(kind: &str, message: &str, hint: Option<&str>) {
 /// nor for `watch`, whose screen owns the terminal).
 pub fn init_logging(args: &Args) {
     let no_bar = args.command.json() || matches!(args.command, Command::Watch { .. });
-    logging::init(args.log_level, args.log_format, no_bar);
+    // `watch`'s screen redraws the terminal: info lines (an `--apply`'s builds) written over it
+    // would scramble it, and the screen reports them. Warnings and errors still show; an
+    // explicit `--log-level debug` (or `RUST_LOG`) shows everything.
+    let screen = matches!(args.command, Command::Watch { json: false, .. }) && std::io::stdout().is_terminal();
+    let level = if screen && args.log_level == args::LogLevel::Info { args::LogLevel::Warn } else { args.log_level };
+    logging::init(level, args.log_format, no_bar);
 }
 
 /// Runs one command.

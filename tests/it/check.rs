@@ -463,3 +463,52 @@ define_model { name = "m.hist", kind = kind.scd_type2 { key = "id", columns = { 
     let applied = p.run(&["apply", "dev", "--yes", "--json"]);
     applied.expect_code(0);
 }
+
+/// `check` compares each query's output columns with the declared schema as `apply`'s contract
+/// does — a column not declared, one declared but not returned, the same columns in another
+/// order — and finds nothing where the output is not certain or is right (`* EXCLUDE`,
+/// `* REPLACE`, `alias.*`, a union, a CTE renaming in another case, `COLUMNS(…)`).
+#[test]
+fn check_finds_the_output_columns_apply_would_refuse_and_no_others() {
+    let p = Project::new();
+    p.write(
+        "models/m.lua",
+        r#"local p = define_model { name = "s.p", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } },
+  query = "SELECT CAST(1 AS BIGINT) AS id, CAST(2 AS BIGINT) AS a, 'x' AS b" }
+define_model { name = "s.ex", kind = kind.full(), schema = { { "id", "bigint" }, { "b", "varchar" } }, query = "SELECT * EXCLUDE (a) FROM " .. ref(p) }
+define_model { name = "s.rep", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * REPLACE (a + 1 AS a) FROM " .. ref(p) }
+define_model { name = "s.star", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT p.* FROM " .. ref(p) .. " AS p" }
+define_model { name = "s.un", kind = kind.full(), schema = { { "id", "bigint" } }, query = "SELECT id FROM " .. ref(p) .. " UNION ALL SELECT a FROM " .. ref(p) }
+define_model { name = "s.cte", kind = kind.full(), schema = { { "ID", "bigint" }, { "n", "bigint" } }, query = "WITH c AS (SELECT id AS ID FROM " .. ref(p) .. ") SELECT ID, count(*) AS n FROM c GROUP BY ALL" }
+define_model { name = "s.cols", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" } }, query = "SELECT COLUMNS('id|a') FROM " .. ref(p) }
+define_model { name = "s.swap", kind = kind.full(), schema = { { "n", "bigint" }, { "total", "bigint" } }, query = "SELECT count(*) AS total, sum(a) AS n FROM " .. ref(p) }
+define_model { name = "s.extra", kind = kind.full(), schema = { { "n", "bigint" } }, query = "SELECT count(*) AS n, 1 AS x FROM " .. ref(p) }
+define_model { name = "s.missing", kind = kind.full(), schema = { { "n", "bigint" }, { "m", "bigint" } }, query = "SELECT count(*) AS n FROM " .. ref(p) }
+"#,
+    );
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let found: Vec<(&str, u64, &str, &str)> = v["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| (e["model"].as_str().unwrap(), e["line"].as_u64().unwrap(), e["column"].as_str().unwrap(), e["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("s.swap", 9, "n", "columns are returned in another order: declared (n, total), returned (total, n)"),
+            ("s.extra", 10, "x", "the query returns column `x`, which the schema does not declare"),
+            ("s.missing", 11, "m", "declared column `m` is not returned by the query"),
+        ],
+        "{v:#}"
+    );
+    // `apply`'s contract refuses exactly those three, before building anything.
+    let apply = p.run(&["apply", "dev", "--yes"]);
+    apply.expect_code(1);
+    let refused: Vec<&str> = apply.stderr.lines().filter(|l| l.starts_with("  models/m.lua:")).collect();
+    assert_eq!(refused.len(), 3, "{}", apply.stderr);
+    for model in ["`s.swap`", "`s.extra`", "`s.missing`"] {
+        assert!(refused.iter().any(|l| l.contains(model)), "{model}: {}", apply.stderr);
+    }
+}

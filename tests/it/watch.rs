@@ -30,6 +30,7 @@ on_every_engine!(
     test_flag_runs_the_unit_tests_of_the_changed_models,
     the_screen_quits_on_q_restores_the_terminal_and_respects_no_color,
     the_screen_draws_the_plan_before_the_preview,
+    the_screen_of_watch_apply_is_not_written_over_by_log_lines,
     a_parent_column_renamed_under_a_child_is_a_check_error_of_the_child,
     preview_rows_0_turns_previews_off,
 );
@@ -487,10 +488,15 @@ fn test_flag_runs_the_unit_tests_of_the_changed_models(engine: EngineBackend) {
 /// `watch dev` at a pseudo-terminal (util-linux `script`) on an applied project on `engine`,
 /// with `NO_COLOR`, and a channel of what it writes; `None` when `script` is not installed.
 fn watch_at_a_terminal(engine: EngineBackend) -> Option<(Project, Child, Receiver<Vec<u8>>)> {
+    watch_at_a_terminal_with(engine, "")
+}
+
+/// [`watch_at_a_terminal`] with `flags` after `watch dev`.
+fn watch_at_a_terminal_with(engine: EngineBackend, flags: &str) -> Option<(Project, Child, Receiver<Vec<u8>>)> {
     Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?;
     let p = project(engine);
     p.apply("dev");
-    let cmd = format!("{} --config efmesh.toml --now {} watch dev", crate::common::BIN, p.now);
+    let cmd = format!("{} --config efmesh.toml --now {} watch dev {flags}", crate::common::BIN, p.now);
     let mut script = Command::new("script");
     if let EngineBackend::Postgres(t) = &p.engine {
         script.env(PG_ENGINE_URL_ENV, &t.url);
@@ -555,6 +561,36 @@ fn the_screen_quits_on_q_restores_the_terminal_and_respects_no_color(engine: Eng
             && rest.chars().find(|c| !(c.is_ascii_digit() || *c == ';')) == Some('m')
     });
     assert!(sgr.is_none(), "a colour escape with NO_COLOR set: {sgr:?}");
+}
+
+/// At a terminal, `--apply`'s builds are reported by the screen, not by info log lines written
+/// over it (stderr shares the terminal).
+fn the_screen_of_watch_apply_is_not_written_over_by_log_lines(engine: EngineBackend) {
+    let Some((p, mut child, rx)) = watch_at_a_terminal_with(engine, "--apply") else {
+        eprintln!("skipped: no `script` to give the watch a terminal");
+        return;
+    };
+    let mut screen = Vec::new();
+    let mut wait_for = |needle: &str, child: &mut Child| {
+        while !String::from_utf8_lossy(&screen).contains(needle) {
+            match rx.recv_timeout(LINE_TIMEOUT) {
+                Ok(chunk) => screen.extend(chunk),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("no `{needle}` within {LINE_TIMEOUT:?}: {}", String::from_utf8_lossy(&screen));
+                }
+            }
+        }
+        String::from_utf8_lossy(&screen).into_owned()
+    };
+    wait_for("q quit", &mut child);
+    p.write("models/raw/orders.lua", &orders("20"));
+    let text = wait_for("; promoted", &mut child);
+    child.stdin.as_mut().expect("stdin").write_all(b"q").expect("send q");
+    assert!(child.wait().expect("wait").success(), "{text}");
+    for log in ["build start", "build done", "builds planned", "INFO"] {
+        assert!(!text.contains(log), "a log line on the screen ({log}): {text}");
+    }
 }
 
 /// At a terminal, an edit that is previewed shows its plan first (saying the preview still
