@@ -399,7 +399,7 @@ impl Session {
         versions.set_store_identity(path.and_then(|path| crate::engine::record::path_stat(&path)).map(|stat| format!("store {stat}")));
         let state = open_state(project, false)?;
         // The identity the catalog is exactly valid for is what the plan memo keys on.
-        let (catalog, catalog_id) = engine_catalog_identified(project);
+        let (catalog, catalog_id) = engine_catalog_identified(project)?;
         versions.set_catalog_identity(catalog_id);
         plan_checked_in(project, &*state, env, now, options, Some(&mut versions), catalog.as_deref())
     }
@@ -505,23 +505,29 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 /// ([`crate::engine::record`], SPEC §4 invariant 27). `None`, with a warning, when the file
 /// cannot be read (e.g. another process is writing it): the plan then assumes the relations
 /// exist, and `apply` checks again on its own connection.
-pub fn engine_catalog(project: &Project) -> Option<std::sync::Arc<crate::engine::Catalog>> {
-    engine_catalog_identified(project).0
+///
+/// # Errors
+/// The file is there but DuckDB finds it corrupt: no plan assumes anything of such a file.
+pub fn engine_catalog(project: &Project) -> Result<Option<std::sync::Arc<crate::engine::Catalog>>> {
+    Ok(engine_catalog_identified(project)?.0)
 }
 
 /// [`engine_catalog`], with the identity of the engine file it is exactly valid for (`absent
 /// <path>` when there is no file; `None` when unknown: a server engine, or a file that changed
 /// while it was read).
 #[allow(clippy::type_complexity)]
-fn engine_catalog_identified(project: &Project) -> (Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>) {
+fn engine_catalog_identified(project: &Project) -> Result<(Option<std::sync::Arc<crate::engine::Catalog>>, Option<String>)> {
     if let Some(path) = project.config.engine_file().filter(|path| !path.exists()) {
-        return (Some(Default::default()), Some(format!("absent {}", path.display())));
+        return Ok((Some(Default::default()), Some(format!("absent {}", path.display()))));
     }
     match read_engine_catalog(project) {
-        Ok((catalog, id)) => (Some(catalog), id),
+        Ok((catalog, id)) => Ok((Some(catalog), id)),
+        // A corrupt file serves nothing: a plan assuming its relations exist would say "no
+        // changes" over views that cannot be read.
+        Err(e) if crate::engine::is_corrupt_file(&e.message) => Err(anyhow::anyhow!("{}", e.message)),
         Err(e) => {
             tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
-            (None, None)
+            Ok((None, None))
         }
     }
 }
@@ -685,7 +691,7 @@ pub fn plan_checked_with(
     versions: Option<&mut plan::VersionMemo>,
 ) -> Result<Plan> {
     if versions.is_some() {
-        let catalog = engine_catalog(project);
+        let catalog = engine_catalog(project)?;
         return plan_checked_in(project, state, env, now, options, versions, catalog.as_deref());
     }
     let mut plan = plan::plan_unmarked(project, state, env, now, options, None)?;
@@ -719,7 +725,7 @@ pub fn plan_checked_with(
     }
     plan::mark_rebuilds(project, state, &mut plan)?;
     let nothing_marked = plan.actions.iter().all(|a| !a.rebuild);
-    let catalog = engine_catalog(project);
+    let catalog = engine_catalog(project)?;
     if let Some(catalog) = &catalog {
         plan::integrity::check(project, state, &mut plan, catalog)?;
     }

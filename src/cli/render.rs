@@ -100,7 +100,7 @@ pub(super) fn interval(config: &std::path::Path, req: Request<'_>, out: &Printer
     // catalog that cannot be read counts as holding it (as the plan assumes).
     // A model reading itself (`@this`) has its table created empty before its first batch.
     // So does a model with pre-statements (they may name the table).
-    let absent = crate::session::engine_catalog(&project).is_some_and(|c| batch::table_absent(&physical, &c)) && batch::may_create_with_first(model, body);
+    let absent = crate::session::engine_catalog(&project)?.is_some_and(|c| batch::table_absent(&physical, &c)) && batch::may_create_with_first(model, body);
     let batch_size = batch::batch_size(model, t);
 
     let exec = ExecResolver::new(&project, &physicals, Mode::Execute);

@@ -44,7 +44,7 @@ impl DuckDb {
             fs_err::create_dir_all(dir).map_err(|e| EngineError::new("", e.to_string()))?;
         }
         let conn = duckdb::Connection::open(path)
-            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}{}", path.display(), lock_hint(&e.to_string()))))?;
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}`: {e}{}", path.display(), open_hint(&e.to_string()))))?;
         let mut db = Self::new(conn);
         db.configure(settings)?;
         Ok(db)
@@ -63,7 +63,7 @@ impl DuckDb {
             .access_mode(duckdb::AccessMode::ReadOnly)
             .and_then(|config| config.threads(1))
             .and_then(|config| duckdb::Connection::open_with_flags(path, config))
-            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}{}", path.display(), open_hint(&e.to_string()))))?;
         let mut db = Self::new(conn);
         db.set_memory_limit(settings)?;
         Ok(db)
@@ -80,7 +80,7 @@ impl DuckDb {
         let conn = duckdb::Config::default()
             .access_mode(duckdb::AccessMode::ReadOnly)
             .and_then(|config| duckdb::Connection::open_with_flags(path, config))
-            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}", path.display())))?;
+            .map_err(|e| EngineError::new("", format!("cannot open DuckDB database `{}` read-only: {e}{}", path.display(), open_hint(&e.to_string()))))?;
         let mut db = Self::new(conn);
         db.configure(settings)?;
         Ok(db)
@@ -340,6 +340,17 @@ fn recreate_view(sql: &str) -> Option<String> {
 /// not set lock on file … Conflicting lock is held in <program> (PID n)`): every environment of
 /// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
 /// other failure.
+/// The `hint:` for DuckDB's message refusing to open a file: [`lock_hint`], or what to do with a
+/// file DuckDB finds corrupt.
+fn open_hint(message: &str) -> String {
+    if super::is_corrupt_file(message) {
+        return "\n  hint: DuckDB cannot read this file (a block failed its checksum: DuckDB 1.5.5 can leave a file so when its process is killed during a checkpoint, see docs/operations.md); \
+                move it aside (keep it for a bug report) and run `efmesh apply <env>` for each environment: every version the state store records is rebuilt"
+            .to_string();
+    }
+    lock_hint(message)
+}
+
 fn lock_hint(message: &str) -> String {
     if !message.contains("Could not set lock on file") {
         return String::new();
@@ -844,6 +855,9 @@ mod tests {
         assert!(hint.starts_with("\n  hint: another process (pid 28536) is writing this DuckDB file"), "{hint}");
         assert!(hint.contains("--retries N"), "{hint}");
         assert_eq!(lock_hint("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory"), "");
+        assert_eq!(open_hint(held), hint);
+        let corrupt = open_hint("IO Error: Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 12288");
+        assert!(corrupt.starts_with("\n  hint: DuckDB cannot read this file") && corrupt.contains("`efmesh apply <env>`"), "{corrupt}");
     }
 
     #[test]

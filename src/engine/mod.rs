@@ -102,6 +102,12 @@ pub fn canonicalize(sql: &str) -> Result<crate::sql::canon::Canonical, crate::sq
     crate::sql::canon::canonicalize_with_fallback(sql, &fallback)
 }
 
+/// True when `message` is DuckDB refusing a file whose blocks fail their checksums (what DuckDB
+/// 1.5.5 can leave when killed during a checkpoint: SPEC §4 invariant 8).
+pub fn is_corrupt_file(message: &str) -> bool {
+    message.contains("Corrupt database file")
+}
+
 /// The declared column types among `types` that `config`'s engine does not know without a
 /// database, each with the engine's message ([`type_message`]), for `efmesh check`: DuckDB's are
 /// tried in a private in-memory database (its built-in types; one created with `CREATE TYPE` in

@@ -89,6 +89,40 @@ fn served_rows(p: &Project, plan: &Value, env: &str) -> Vec<(String, Rows)> {
     served_models(plan).into_iter().map(|m| (m.clone(), p.rows(&env_view(env, &m)))).collect()
 }
 
+/// A DuckDB file DuckDB finds corrupt (what 1.5.5 can leave when killed during a checkpoint,
+/// SPEC §4 invariant 8): `apply` exits 1 naming it, with the way out as a hint, and changes no
+/// state; moved aside as the hint says, `apply` serves the same rows again.
+#[test]
+fn a_corrupt_duckdb_file_fails_loudly_with_the_way_out_and_moved_aside_is_rebuilt() {
+    let p = sample_project();
+    let dev = p.apply("dev");
+    let dev_rows = served_rows(&p, &dev, "dev");
+    let state = p.state_summary();
+    // Bytes of block 0 (the first after DuckDB's three header blocks) overwritten: its checksum
+    // no longer matches.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = fs_err::OpenOptions::new().write(true).open(p.engine_path()).expect("open");
+        f.seek(SeekFrom::Start(12_288 + 64)).expect("seek");
+        f.write_all(&[0xff; 32]).expect("write");
+    }
+    // `plan` does not assume the relations of a file it cannot read exist ("no changes"): it
+    // stops, as `apply` does.
+    let plan = p.run(&["plan", "dev"]);
+    plan.expect_code(1);
+    assert!(plan.stderr.contains("Corrupt database file") && plan.stderr.contains("hint: DuckDB cannot read this file"), "{}", plan.stderr);
+    let p2 = p.run(&["apply", "dev", "--yes"]);
+    p2.expect_code(1);
+    assert!(p2.stderr.contains("Corrupt database file") && p2.stderr.contains("hint: DuckDB cannot read this file"), "{}", p2.stderr);
+    assert!(p2.stderr.contains("move it aside") && p2.stderr.contains("`efmesh apply <env>`"), "{}", p2.stderr);
+    assert_eq!(p.state_summary(), state, "nothing recorded");
+    // The way out, as the hint gives it.
+    fs_err::rename(p.engine_path(), p.root().join("efmesh.duckdb.corrupt")).expect("move aside");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(served_rows(&p, &dev, "dev"), dev_rows);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
 #[test]
 fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     let p = sample_project();
