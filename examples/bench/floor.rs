@@ -765,7 +765,7 @@ fn bench_one(n: usize, args: &Args, bin: &Path, server: Option<&pg::Server>) -> 
         snapshot(&files, &snap, false)?;
         store.snapshot_ef(false)?;
         if server.is_none() {
-            efmesh::session::engine_catalog(&project).ok_or_else(|| anyhow::anyhow!("cannot read the restored engine catalog"))?;
+            efmesh::session::engine_catalog(&project)?.ok_or_else(|| anyhow::anyhow!("cannot read the restored engine catalog"))?;
         }
         Ok(())
     };
