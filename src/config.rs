@@ -59,6 +59,13 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// The line of the file at fault, when TOML's message names it (`TOML parse error at line
+    /// 4, column 8`).
+    pub fn line(&self) -> Option<u32> {
+        let ConfigError::Invalid { message, .. } = self else { return None };
+        message.split_once("at line ").and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).filter(|l| *l > 0)
+    }
+
     /// A `hint:` line for the CLI, when one helps.
     pub fn hint(&self) -> Option<&'static str> {
         match self {

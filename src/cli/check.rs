@@ -212,7 +212,7 @@ fn check(config_path: &Path) -> Report {
             // The finding's location names the file (and the line TOML's message gives): the
             // message need not repeat it.
             let (line, message) = match &e {
-                crate::config::ConfigError::Invalid { message, .. } => (toml_error_line(message), format!("invalid config: {message}")),
+                crate::config::ConfigError::Invalid { message, .. } => (e.line().unwrap_or(0), format!("invalid config: {message}")),
                 crate::config::ConfigError::Read { .. } => (0, e.to_string()),
             };
             let error = Finding {
@@ -413,11 +413,6 @@ fn check_audits(project: &Project, model: &Model, report: &mut Report) {
             }
         }
     }
-}
-
-/// The line a TOML parse error's message names (`TOML parse error at line 4, column 8`), or 0.
-fn toml_error_line(message: &str) -> u32 {
-    message.split_once("at line ").and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
 }
 
 /// `text` without its `` (as `alias`)`` notes.

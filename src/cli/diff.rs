@@ -177,6 +177,9 @@ impl Diff {
     }
 
     fn text(&self, a: &str, b: &str) -> String {
+        if a == b {
+            return format!("`{a}` and `{b}` are one environment: nothing to compare ({} models)\n", self.same);
+        }
         let short = |fp: &str| fp.chars().take(12).collect::<String>();
         let mut s = format!(
             "diff `{a}` → `{b}`: {} only in `{b}`, {} only in `{a}`, {} at another version, {} the same\n",
@@ -222,5 +225,7 @@ mod tests {
         let only_c = Diff::of(&a, &b, |n| n == "s.c");
         assert_eq!((only_c.added.len(), only_c.removed.len(), only_c.changed.len(), only_c.same), (0, 0, 1, 0));
         assert!(d.text("dev", "prod").starts_with("diff `dev` → `prod`: 1 only in `prod`, 1 only in `dev`, 1 at another version, 1 the same\n"));
+        let same = Diff::of(&a, &a, |_| true);
+        assert_eq!(same.text("dev", "dev"), "`dev` and `dev` are one environment: nothing to compare (3 models)\n");
     }
 }

@@ -314,7 +314,14 @@ impl Dag {
     /// The closest model name to `wanted`, for "did you mean" hints.
     pub fn suggest(&self, wanted: &str) -> Option<String> {
         let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
-        did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string)
+        did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string).or_else(|| {
+            // A name cut short (`mart.daily` for `mart.daily_revenue`): the one model it begins.
+            let mut starting = names.iter().filter(|n| n.len() > wanted.len() && n.to_lowercase().starts_with(&wanted.to_lowercase()));
+            match (starting.next(), starting.next()) {
+                (Some(only), None) => Some(only.clone()),
+                _ => None,
+            }
+        })
     }
 }
 

@@ -163,6 +163,10 @@ fn graph_select_takes_ancestors_descendants_and_names_unknown_models() {
     let r = p.run(&["graph", "--select", "+mart.dialy"]);
     r.expect_code(1);
     assert!(r.stderr.contains("unknown model `mart.dialy`") && r.stderr.contains("did you mean `mart.daily`?"), "{}", r.stderr);
+    // A name cut short is completed when one model begins with it.
+    let r = p.run(&["graph", "--select", "+mart.su"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("did you mean `mart.summary`?"), "{}", r.stderr);
     let r = p.run(&["graph", "--select", "mart.dialy+", "--json"]);
     r.expect_code(1);
     let e = r.json();

@@ -392,6 +392,8 @@ fn a_config_change_is_read_again(engine: EngineBackend) {
     let bad = w.after("efmesh.toml");
     assert_eq!(bad["event"], "error", "{bad}");
     assert_eq!(errors(&bad)[0]["kind"], "config", "{bad}");
+    // Named as the other files are, at the line TOML names.
+    assert_eq!((errors(&bad)[0]["file"].as_str(), errors(&bad)[0]["line"].as_u64()), (Some("efmesh.toml"), Some(2)), "{bad}");
     assert_eq!(bad["fatal"], Value::Null, "{bad}");
 }
 

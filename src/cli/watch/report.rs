@@ -70,6 +70,19 @@ impl Problem {
         if let Some(crate::apply::ApplyError::Several(all)) = err.chain().find_map(|e| e.downcast_ref::<crate::apply::ApplyError>()) {
             return all.iter().map(|a| Problem::from_apply(kind, a)).collect();
         }
+        // An invalid configuration: its file (the project root's `efmesh.toml`, as the other
+        // files are named relative to the root) and the line TOML names.
+        if let Some(c) = err.chain().find_map(|e| e.downcast_ref::<crate::config::ConfigError>()) {
+            let (crate::config::ConfigError::Invalid { path, .. } | crate::config::ConfigError::Read { path, .. }) = c;
+            return vec![Problem {
+                kind,
+                file: path.file_name().map(std::path::PathBuf::from),
+                line: c.line(),
+                model: None,
+                message: super::super::error_text(err),
+                hint: super::super::hint_for(err),
+            }];
+        }
         let located: Option<(&Location, &ModelName)> = err.chain().find_map(|e| {
             use crate::apply::ApplyError;
             if let Some(crate::plan::PlanError::Sql { model, location, .. }) = e.downcast_ref() {
