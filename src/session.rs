@@ -524,7 +524,7 @@ fn engine_catalog_identified(project: &Project) -> Result<(Option<std::sync::Arc
         Ok((catalog, id)) => Ok((Some(catalog), id)),
         // A corrupt file serves nothing: a plan assuming its relations exist would say "no
         // changes" over views that cannot be read.
-        Err(e) if crate::engine::is_corrupt_file(&e.message) => Err(anyhow::anyhow!("{}", e.message)),
+        Err(e) if crate::engine::is_corrupt_file(&e.message) => Err(e.into()),
         Err(e) => {
             tracing::warn!("cannot read the engine catalog, so this plan assumes every relation it relies on exists: {}", e.message);
             Ok((None, None))

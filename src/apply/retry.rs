@@ -37,7 +37,9 @@ pub fn is_transient_message(message: &str) -> bool {
     // An open failure names the file before the engine's own message: judge the latter.
     let m = crate::engine::open_failure_message(m);
     if let Some(detail) = m.strip_prefix("IO Error:") {
-        const DETERMINISTIC: [&str; 6] = ["no files found", "no such file", "not found", "does not exist", "permission denied", "read-only file system"];
+        // A file that fails its checksums stays so (SPEC §4 invariant 8).
+        const DETERMINISTIC: [&str; 7] =
+            ["no files found", "no such file", "not found", "does not exist", "permission denied", "read-only file system", "corrupt database file"];
         let d = detail.to_ascii_lowercase();
         return !DETERMINISTIC.iter().any(|t| d.contains(t));
     }
@@ -139,6 +141,8 @@ mod tests {
             assert!(!is_transient_message(deterministic), "{deterministic}");
         }
         assert!(is_transient_message("IO Error: Could not read from file \"x.parquet\": Resource temporarily unavailable"));
+        // A file failing its checksums stays so: never waited on as a lock.
+        assert!(!is_transient_message("IO Error: Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 12288"));
         assert!(is_transient_message("database is locked"));
     }
 

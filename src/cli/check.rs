@@ -359,7 +359,9 @@ fn check_outputs(model: &Model, l: &lineage::QueryLineage, report: &mut Report) 
             problems.push(((*r).to_string(), format!("the query returns column `{r}`, which the schema does not declare")));
         }
     }
-    if problems.is_empty() && declared.len() == returned.len() && declared.iter().zip(&returned).any(|(d, r)| !d.eq_ignore_ascii_case(r)) {
+    // The order only where the lineage knows it (a `*` over a `USING` join: Postgres puts the
+    // keys first).
+    if problems.is_empty() && l.ordered && declared.len() == returned.len() && declared.iter().zip(&returned).any(|(d, r)| !d.eq_ignore_ascii_case(r)) {
         let first = declared.iter().zip(&returned).find(|(d, r)| !d.eq_ignore_ascii_case(r)).map_or("", |(d, _)| *d);
         problems.push((
             first.to_string(),

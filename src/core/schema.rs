@@ -61,8 +61,11 @@ impl TypeFamily {
     /// or `DECIMAL(18,3)`.
     pub fn of(ty: &str) -> TypeFamily {
         let t = ty.trim().to_ascii_uppercase();
-        // `INTEGER[]`, `VARCHAR[3]`, `STRUCT(…)`, `MAP(…)`, `UNION(…)`.
-        if t.ends_with(']') || ["STRUCT", "MAP", "UNION"].iter().any(|k| t.starts_with(k) && t[k.len()..].trim_start().starts_with('(')) {
+        // `INTEGER[]`, `VARCHAR[3]`, `INTEGER ARRAY`, `STRUCT(…)`, `MAP(…)`, `UNION(…)`.
+        if t.ends_with(']')
+            || t.ends_with(" ARRAY")
+            || ["STRUCT", "MAP", "UNION"].iter().any(|k| t.starts_with(k) && t[k.len()..].trim_start().starts_with('('))
+        {
             return TypeFamily::Nested;
         }
         let base = t.split(['(', ' ']).next().unwrap_or("");
@@ -113,6 +116,8 @@ mod tests {
         assert_eq!(TypeFamily::of("boolean"), TypeFamily::Boolean);
         assert_eq!(TypeFamily::of("INTEGER[]"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("varchar[3]"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("integer ARRAY"), TypeFamily::Nested);
+        assert_eq!(TypeFamily::of("integer array[3]"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("STRUCT(a INTEGER)"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("struct (a integer)"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("MAP(VARCHAR, INTEGER)"), TypeFamily::Nested);

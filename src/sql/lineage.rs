@@ -173,6 +173,9 @@ pub struct ColumnLineage {
 pub struct QueryLineage {
     /// The output columns, in order.
     pub columns: Vec<ColumnLineage>,
+    /// False when `columns` may not be in the engine's order (a `*` over a `USING` join, whose
+    /// key columns Postgres puts first).
+    pub ordered: bool,
     /// False when the output may have columns `columns` does not list (`*` over an unknown
     /// relation, repeated names…).
     pub complete: bool,
@@ -232,6 +235,7 @@ pub fn column_lineage_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String,
     let columns = out.items.iter().map(|c| ColumnLineage { column: c.name.clone(), sources: named(&c.src.from), certain: !c.src.uncertain }).collect();
     Ok(QueryLineage {
         columns,
+        ordered: !out.unordered,
         complete: !out.more,
         reads: named(&an.reads.from),
         reads_certain: !an.reads.uncertain && !out.more,
@@ -726,10 +730,20 @@ impl Analyzer {
     /// Applies `* EXCLUDE / EXCEPT / RENAME / REPLACE` to an expansion.
     fn wildcard(&mut self, mut cols: Cols, opts: &WildcardAdditionalOptions, frame: &Frame<'_>) -> Cols {
         let mut drop: Vec<String> = Vec::new();
-        match &opts.opt_exclude {
-            Some(ExcludeSelectItem::Single(n)) => drop.extend(name_parts(n).last().map(|s| lower(s))),
-            Some(ExcludeSelectItem::Multiple(ns)) => drop.extend(ns.iter().filter_map(|n| name_parts(n).last().map(|s| lower(s)))),
-            None => {}
+        let excluded: Vec<&ObjectName> = match &opts.opt_exclude {
+            Some(ExcludeSelectItem::Single(n)) => vec![n],
+            Some(ExcludeSelectItem::Multiple(ns)) => ns.iter().collect(),
+            None => Vec::new(),
+        };
+        for n in excluded {
+            let parts = name_parts(n);
+            if parts.len() > 1 {
+                // `EXCLUDE (c.k)` drops one relation's `k` and keeps another's: which columns
+                // remain is not followed here, so the output is not certain.
+                cols.more = true;
+                continue;
+            }
+            drop.extend(parts.last().map(|s| lower(s)));
         }
         if let Some(ExceptSelectItem { first_element, additional_elements }) = &opts.opt_except {
             drop.push(lower(&first_element.value));
@@ -829,8 +843,20 @@ impl Analyzer {
                     }
                     _ => Vec::new(),
                 };
+                // A semi or anti join returns the left side's columns only: `*` expands none of
+                // the right side's (which stay in scope for the `ON` condition). A right semi or
+                // anti join (the right side's only) is not followed: its output is not certain.
+                let semi = matches!(join.join_operator, JoinOperator::Semi(_) | JoinOperator::LeftSemi(_) | JoinOperator::Anti(_) | JoinOperator::LeftAnti(_));
+                let right_only = matches!(join.join_operator, JoinOperator::RightSemi(_) | JoinOperator::RightAnti(_));
                 for r in &mut rels[left_end..] {
                     r.star_skip.extend(skip.iter().cloned());
+                    if semi {
+                        let names: Vec<String> = r.cols.items.iter().filter_map(|c| c.name.as_deref().map(lower)).collect();
+                        r.star_skip.extend(names);
+                    }
+                    if right_only {
+                        r.cols.more = true;
+                    }
                 }
             }
         }
@@ -1529,6 +1555,23 @@ mod tests {
             })
             .collect();
         (cols, l)
+    }
+
+    #[test]
+    fn the_output_of_semi_joins_using_joins_and_qualified_excludes_is_told_as_far_as_known() {
+        // A semi or anti join returns the left side's columns, in order.
+        for join in ["SEMI", "ANTI"] {
+            let (cols, l) = lineage(&format!("SELECT * FROM raw.customers AS c {join} JOIN core.regions AS r ON c.region = r.region"));
+            assert_eq!(cols.iter().map(|c| c.split(' ').next().unwrap()).collect::<Vec<_>>(), ["id", "name", "region"], "{join}");
+            assert!(l.complete, "{join}");
+        }
+        // `*` over a `USING` join: the columns are known, their order is not (Postgres puts the
+        // keys first).
+        let (_, l) = lineage("SELECT * FROM core.regions JOIN raw.customers USING (region)");
+        assert!(l.complete && !l.ordered);
+        assert!(lineage("SELECT id, name FROM raw.customers").1.ordered);
+        // `EXCLUDE (r.region)` keeps the other side's `region`: not followed, so not certain.
+        assert!(!lineage("SELECT * EXCLUDE (r.region) FROM raw.customers AS c JOIN core.regions AS r ON c.region = r.region").1.complete);
     }
 
     fn reads(l: &QueryLineage) -> Vec<String> {

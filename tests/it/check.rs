@@ -467,7 +467,8 @@ define_model { name = "m.hist", kind = kind.scd_type2 { key = "id", columns = { 
 /// `check` compares each query's output columns with the declared schema as `apply`'s contract
 /// does — a column not declared, one declared but not returned, the same columns in another
 /// order — and finds nothing where the output is not certain or is right (`* EXCLUDE`,
-/// `* REPLACE`, `alias.*`, a union, a CTE renaming in another case, `COLUMNS(…)`).
+/// `* REPLACE`, `alias.*`, a union, a CTE renaming in another case, `COLUMNS(…)`, semi and anti
+/// joins, a qualified `EXCLUDE`).
 #[test]
 fn check_finds_the_output_columns_apply_would_refuse_and_no_others() {
     let p = Project::new();
@@ -484,6 +485,10 @@ define_model { name = "s.cols", kind = kind.full(), schema = { { "id", "bigint" 
 define_model { name = "s.swap", kind = kind.full(), schema = { { "n", "bigint" }, { "total", "bigint" } }, query = "SELECT count(*) AS total, sum(a) AS n FROM " .. ref(p) }
 define_model { name = "s.extra", kind = kind.full(), schema = { { "n", "bigint" } }, query = "SELECT count(*) AS n, 1 AS x FROM " .. ref(p) }
 define_model { name = "s.missing", kind = kind.full(), schema = { { "n", "bigint" }, { "m", "bigint" } }, query = "SELECT count(*) AS n FROM " .. ref(p) }
+local q = define_model { name = "s.q", kind = kind.full(), schema = { { "qid", "bigint" } }, query = "SELECT CAST(1 AS BIGINT) AS qid" }
+define_model { name = "s.semi", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * FROM " .. ref(p) .. " AS p SEMI JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
+define_model { name = "s.anti", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * FROM " .. ref(p) .. " AS p ANTI JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
+define_model { name = "s.exq", kind = kind.full(), schema = { { "id", "bigint" }, { "a", "bigint" }, { "b", "varchar" } }, query = "SELECT * EXCLUDE (q.qid) FROM " .. ref(p) .. " AS p JOIN " .. ref(q) .. " AS q ON p.id = q.qid" }
 "#,
     );
     let (run, v) = check(&p);
