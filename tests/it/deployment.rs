@@ -111,6 +111,18 @@ fn expected_daily(now_day: &str, multiplier: u32) -> (Rows, Rows) {
 /// Every ledger row of `t.daily` at the fingerprint `env` serves is done, one per day up to
 /// `now_day`, and no lease or promotion is left over.
 #[track_caller]
+/// What a failed re-run means when DuckDB refused its file as corrupt: DuckDB 1.5.5 can leave it
+/// so when killed during a checkpoint, without efmesh (SPEC §4 invariant 8,
+/// `scripts/duckdb-kill-repro.py`). Still a failure: said so that it is read as what it is.
+fn duckdb_corruption_note(run: &Run) -> &'static str {
+    if run.stderr.contains("Corrupt database file") {
+        "DuckDB found its own file corrupt after the kill: DuckDB 1.5.5 does this without efmesh when killed during a checkpoint \
+         (upstream duckdb/duckdb#25106; SPEC §4 invariant 8, docs/benchmark.md), about 3 runs in 1,000 of this test\n"
+    } else {
+        ""
+    }
+}
+
 fn assert_consistent(p: &Project, env: &str, now_day: &str, multiplier: u32, log: &str) {
     let (daily, rollup) = expected_daily(now_day, multiplier);
     assert_eq!(p.rows(&env_view(env, "t.daily")), daily, "t.daily in {env}\n{log}");
@@ -352,7 +364,7 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: State
         let started = std::time::Instant::now();
         let again = p.run(&["apply", "prod", "--yes"]);
         span = (started.elapsed().as_millis() as u64).max(50);
-        assert_eq!(again.code, 0, "{log}{again:#?}");
+        assert_eq!(again.code, 0, "{}{log}{again:#?}", duckdb_corruption_note(&again));
         assert_consistent(&p, "prod", "2026-02-10", m, &log);
     }
     // Run: each round one more day is due.
@@ -373,7 +385,7 @@ fn kill_9_at_random_moments_of_apply_and_run_then_rerun_converges(backend: State
         let started = std::time::Instant::now();
         let again = p.run(&["run", "prod", "--json"]);
         span = (started.elapsed().as_millis() as u64).max(50);
-        assert_eq!(again.code, 0, "{log}{again:#?}");
+        assert_eq!(again.code, 0, "{}{log}{again:#?}", duckdb_corruption_note(&again));
         assert_ne!(again.json()["outcome"], "lock-held", "the killed run's lease must be reclaimed\n{log}");
         assert_consistent(&p, "prod", day, m, &log);
     }
