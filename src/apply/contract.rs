@@ -65,30 +65,14 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     let externals: BTreeSet<ModelName> =
         involved.iter().flat_map(|m| m.parents()).filter(|p| project.dag.get(p).is_some_and(|m| matches!(m.kind, Kind::External(_)))).collect();
     involved.extend(externals.iter().filter_map(|n| project.dag.get(n)));
-    // One flat statement casting NULL to every distinct declared type; per type only if it fails.
+    // One statement casting NULL to every distinct declared type; per type only if it fails.
     let mut types: Vec<&str> = involved.iter().flat_map(|m| m.schema.0.iter().map(|c| c.ty.as_str())).collect();
     types.sort_unstable();
     types.dedup();
-    if !types.is_empty() {
-        let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
-        if engine.describe(&format!("SELECT {}", casts.join(", "))).is_err() {
-            for t in &types {
-                if let Err(e) = engine.describe(&format!("SELECT CAST(NULL AS {t}) AS x")) {
-                    for m in &involved {
-                        for c in m.schema.0.iter().filter(|c| c.ty == *t) {
-                            problems.push(problem(
-                                m,
-                                format!(
-                                    "column `{}` has type `{}`, which is not a {} type: {}",
-                                    c.name,
-                                    c.ty,
-                                    engine.sql().title(),
-                                    crate::engine::type_message(&e.message)
-                                ),
-                            ));
-                        }
-                    }
-                }
+    for (t, message) in crate::engine::refused_types(engine, &types) {
+        for m in &involved {
+            for c in m.schema.0.iter().filter(|c| c.ty == t) {
+                problems.push(problem(m, crate::engine::not_a_type(&c.name, &c.ty, engine.sql().title(), &message)));
             }
         }
     }

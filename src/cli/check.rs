@@ -325,7 +325,7 @@ fn type_lints(project: &Project, model: &Model, unknown: &BTreeMap<String, Strin
         .filter_map(|c| {
             let message = unknown.get(&c.ty)?;
             Some(
-                Lint::new("unknown_type", model, format!("column `{}` has type `{}`, which is not a {engine} type: {message}", c.name, c.ty))
+                Lint::new("unknown_type", model, crate::engine::not_a_type(&c.name, &c.ty, engine, message))
                     .hint(
                         "correct the type, or, when the database itself defines it (`CREATE TYPE`), which `check` cannot see, add `unknown_type` to the model's `ignored_lints`; \
                          otherwise `apply` stops at this model's schema contract, before building anything"

@@ -316,7 +316,8 @@ impl Dag {
         let names: Vec<String> = self.index.keys().map(|k| k.to_string()).collect();
         did_you_mean(wanted, names.iter().map(String::as_str)).map(str::to_string).or_else(|| {
             // A name cut short (`mart.daily` for `mart.daily_revenue`): the one model it begins.
-            let mut starting = names.iter().filter(|n| n.len() > wanted.len() && n.to_lowercase().starts_with(&wanted.to_lowercase()));
+            let wanted = wanted.to_lowercase();
+            let mut starting = names.iter().filter(|n| n.len() > wanted.len() && n.to_lowercase().starts_with(&wanted));
             match (starting.next(), starting.next()) {
                 (Some(only), None) => Some(only.clone()),
                 _ => None,

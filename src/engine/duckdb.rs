@@ -336,10 +336,6 @@ fn recreate_view(sql: &str) -> Option<String> {
     sql.trim().strip_prefix("CREATE VIEW ").map(|rest| format!("CREATE OR REPLACE VIEW {rest}"))
 }
 
-/// The hint for an open that failed because another process holds the file (DuckDB's `Could
-/// not set lock on file … Conflicting lock is held in <program> (PID n)`): every environment of
-/// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
-/// other failure.
 /// The `hint:` for DuckDB's message refusing to open a file: [`lock_hint`], or what to do with a
 /// file DuckDB finds corrupt.
 fn open_hint(message: &str) -> String {
@@ -351,6 +347,10 @@ fn open_hint(message: &str) -> String {
     lock_hint(message)
 }
 
+/// The hint for an open that failed because another process holds the file (DuckDB's `Could
+/// not set lock on file … Conflicting lock is held in <program> (PID n)`): every environment of
+/// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
+/// other failure.
 fn lock_hint(message: &str) -> String {
     if !message.contains("Could not set lock on file") {
         return String::new();

@@ -108,12 +108,31 @@ pub fn is_corrupt_file(message: &str) -> bool {
     message.contains("Corrupt database file")
 }
 
+/// The types among `types` (distinct) that `engine` refuses, each with the engine's message:
+/// one statement casting NULL to every type, and one per type only when that fails. What the
+/// schema contract checks before any build, and `efmesh check` in a private database.
+pub fn refused_types(engine: &mut dyn Engine, types: &[&str]) -> Vec<(String, String)> {
+    if types.is_empty() {
+        return Vec::new();
+    }
+    let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
+    if engine.describe(&format!("SELECT {}", casts.join(", "))).is_ok() {
+        return Vec::new();
+    }
+    types.iter().filter_map(|t| engine.describe(&format!("SELECT CAST(NULL AS {t}) AS x")).err().map(|e| ((*t).to_string(), e.message))).collect()
+}
+
+/// How a column whose declared type the engine (`engine`, as messages spell it) refused with
+/// `message` is reported, by the contract and by `efmesh check` alike.
+pub fn not_a_type(column: &str, ty: &str, engine: &str, message: &str) -> String {
+    format!("column `{column}` has type `{ty}`, which is not a {engine} type: {}", type_message(message))
+}
+
 /// The declared column types among `types` that `config`'s engine does not know without a
-/// database, each with the engine's message ([`type_message`]), for `efmesh check`: DuckDB's are
+/// database, each with the engine's message ([`refused_types`]), for `efmesh check`: DuckDB's are
 /// tried in a private in-memory database (its built-in types; one created with `CREATE TYPE` in
-/// the project's database is not there), in one statement when all are valid. A Postgres
-/// project's types are not judged (no server is reached): empty. Empty, too, when the in-memory
-/// database cannot be opened.
+/// the project's database is not there). A Postgres project's types are not judged (no server
+/// is reached): empty. Empty, too, when the in-memory database cannot be opened.
 pub fn unknown_types(config: &Config, types: &[&str]) -> Vec<(String, String)> {
     if config.engine.url_env.is_some() || types.is_empty() {
         return Vec::new();
@@ -124,16 +143,7 @@ pub fn unknown_types(config: &Config, types: &[&str]) -> Vec<(String, String)> {
     if db.execute("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false").is_err() {
         return Vec::new();
     }
-    let casts: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("CAST(NULL AS {t}) AS c{i}")).collect();
-    if db.describe(&format!("SELECT {}", casts.join(", "))).is_ok() {
-        return Vec::new();
-    }
-    types
-        .iter()
-        .filter_map(|t| db.describe(&format!("SELECT CAST(NULL AS {t}) AS x")).err().map(|e| ((*t).to_string(), e.message)))
-        .filter(|(_, message)| !message.contains("extension"))
-        .map(|(t, message)| (t, type_message(&message)))
-        .collect()
+    refused_types(&mut db, types).into_iter().filter(|(_, message)| !message.contains("extension")).collect()
 }
 
 /// An engine's message refusing a type, on one line: its first line, and DuckDB's suggestion
@@ -916,7 +926,7 @@ mod tests {
         let config = Config::parse(std::path::Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"models/*.lua\"]\n").expect("config");
         // `inet` is the inet extension's: never installed from here, and no finding.
         let found = unknown_types(&config, &["bigint", "bignt", "inet", "int8", "decimal(18, 2)", "varchar[]", "struct(x integer)", "decimal(18,"]);
-        let found: Vec<(&str, bool)> = found.iter().map(|(t, m)| (t.as_str(), m.ends_with("(did you mean `bigint`?)"))).collect();
+        let found: Vec<(&str, bool)> = found.iter().map(|(t, m)| (t.as_str(), type_message(m).ends_with("(did you mean `bigint`?)"))).collect();
         assert_eq!(found, [("bignt", true), ("decimal(18,", false)]);
         assert!(unknown_types(&config, &["bigint"]).is_empty());
     }
