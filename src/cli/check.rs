@@ -236,11 +236,10 @@ fn check(config_path: &Path) -> Report {
         }
     };
     let mut report = Report { models: project.dag.len(), ..Report::default() };
-    let grammar = grammar(&project);
     let unknown = unknown_types(&project, &config);
     for model in project.dag.models() {
-        check_model(&project, model, &mut report, true);
-        for l in lint::lint_model(&project.dag, grammar, model).into_iter().chain(type_lints(&project, model, &unknown)) {
+        let analysis = check_model(&project, model, &mut report, true);
+        for l in lint::lint_model(&project.dag, model, analysis.as_ref()).into_iter().chain(type_lints(&project, model, &unknown)) {
             if !config.lint.runs(l.rule) || model.ignored_lints.iter().any(|r| r == l.rule) {
                 continue;
             }
@@ -272,33 +271,37 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
 }
 
 /// Resolves the columns `model` reads from its parents. When sqlparser cannot parse its SQL and
-/// `engine_parse`, the engine's own parser decides whether that is an error.
-fn check_model(project: &Project, model: &Model, report: &mut Report, engine_parse: bool) {
+/// `engine_parse`, the engine's own parser decides whether that is an error. Returns the query's
+/// analysis, for the lint rules (`None` without a query sqlparser reads).
+fn check_model(project: &Project, model: &Model, report: &mut Report, engine_parse: bool) -> Option<lineage::Analysis> {
     check_audits(project, model, report);
-    let Some(body) = &model.body else { return };
+    let body = model.body.as_ref()?;
     let sql = body.render(&CanonicalResolver);
     let parents: BTreeMap<String, Vec<String>> = model
         .parents()
         .into_iter()
         .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
         .collect();
-    match lineage::unknown_columns_in(grammar(project), &sql, &parents) {
-        Ok(problems) => {
-            for p in problems {
-                report.errors.push(finding(model, &parents, p));
+    match lineage::analyze_in(grammar(project), &sql, &parents) {
+        Ok(analysis) => {
+            for p in &analysis.unknown {
+                report.errors.push(finding(model, &parents, p.clone(), None));
             }
-            if let Ok(l) = lineage::column_lineage_in(grammar(project), &sql, &parents) {
-                check_outputs(model, &l, report);
-            }
+            check_outputs(model, &analysis.lineage, report);
+            Some(analysis)
         }
         // sqlparser cannot parse it: the engine's own parser decides, as `plan` does when it
         // fingerprints the model. A query the engine rejects too is an error (`plan` would stop
         // on it); one only the engine understands is left unchecked, with a warning.
         Err(e) => match if engine_parse { crate::engine::dialect_for(&project.config).canonicalize(&sql).err() } else { None } {
             Some(engine) => {
-                report.errors.push(Finding::from_load_error(LoadError::new(Some(model.location.clone()), Some(model.name.clone()), engine.to_string())))
+                report.errors.push(Finding::from_load_error(LoadError::new(Some(model.location.clone()), Some(model.name.clone()), engine.to_string())));
+                None
             }
-            None => report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() }),
+            None => {
+                report.unchecked.push(Unchecked { model: model.name.clone(), location: model.location.clone(), reason: e.to_string() });
+                None
+            }
         },
     }
 }
@@ -392,21 +395,16 @@ fn check_audits(project: &Project, model: &Model, report: &mut Report) {
         let mut relations = BTreeMap::from([(own.clone(), columns(model))]);
         relations.extend(audit.sql.refs().filter_map(|r| project.dag.get(&r.target).map(|m| (r.target.to_string(), columns(m)))));
         let sql = audit.sql.render(&own, &ToString::to_string);
-        let Ok(problems) = lineage::unknown_columns_in(grammar(project), &sql, &relations) else { continue };
+        // The audited relation is the model itself, the others are models it refs (not
+        // parents), and the aliases are the audit body's, which no file the user wrote shows.
+        let Ok(analysis) = lineage::analyze_named(grammar(project), &sql, &relations, lineage::Naming::audit(&own)) else { continue };
         let mut seen = std::collections::BTreeSet::new();
         // A relation qualified by its own name is no problem here: the audited relation and the
         // models an audit refs are named by their physical names when it runs.
-        for p in problems.into_iter().filter(|p| !p.by_name) {
-            let mut f = finding(model, &relations, p);
-            // The audited relation is the model itself, the others are models it refs (not
-            // parents), and the aliases are the audit body's, which no file the user wrote shows.
-            let detail = without_aliases(&f.message).replace(&format!("parent `{own}`"), "the model").replace("parent `", "model `");
-            f.message = format!("audit `{}`: {detail}", audit.label());
+        for p in analysis.unknown.into_iter().filter(|p| !p.by_name) {
+            let mut f = finding(model, &relations, p, Some(&own));
+            f.message = format!("audit `{}`: {}", audit.label(), f.message);
             f.location = Some(audit.location.clone());
-            f.hint = f.hint.map(|h| h.replace(&format!("`{own}` declares"), "the model declares"));
-            if f.parent.as_deref() == Some(own.as_str()) {
-                f.parent = None;
-            }
             // A position in the audit's rendered SQL, which no file shows: one finding per
             // column and message.
             (f.sql_line, f.sql_column) = (None, None);
@@ -417,30 +415,20 @@ fn check_audits(project: &Project, model: &Model, report: &mut Report) {
     }
 }
 
-/// `text` without its `` (as `alias`)`` notes.
-fn without_aliases(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(" (as `") {
-        let Some(end) = rest[at + 6..].find("`)") else { break };
-        out.push_str(&rest[..at]);
-        rest = &rest[at + 6 + end + 2..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// The project's SQL grammar: its engine's.
 fn grammar(project: &Project) -> lineage::Grammar {
     if crate::engine::dialect_for(&project.config).sqlparser_first() { lineage::Grammar::Embedded } else { lineage::Grammar::Postgres }
 }
 
-fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProblem) -> Finding {
+/// The finding of one column problem of `model`'s query, or of its audit's when `subject` names
+/// the audited relation (which the finding calls "the model", with no `parent`).
+fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProblem, subject: Option<&str>) -> Finding {
+    let is_subject = |relation: &str| subject == Some(relation);
     let hint = match (&p.suggestion, &p.relation) {
         (Some(s), _) => Some(format!("did you mean `{s}`?")),
         (None, Some(parent)) => parents.get(parent).filter(|cols| cols.len() <= LIST_COLUMNS_UP_TO).map(|cols| {
             let list = cols.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ");
-            format!("`{parent}` declares {list}")
+            if is_subject(parent) { format!("the model declares {list}") } else { format!("`{parent}` declares {list}") }
         }),
         (None, None) => None,
     };
@@ -448,7 +436,7 @@ fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProb
         location: Some(model.location.clone()),
         model: Some(model.name.clone()),
         column: Some(p.column),
-        parent: p.relation,
+        parent: p.relation.filter(|r| !is_subject(r)),
         message: p.detail,
         hint,
         sql_line: p.line,

@@ -29,16 +29,7 @@ pub(super) struct Request<'a> {
 
 /// Checks that `t` (named `which`) is aligned to `grain`, naming the nearest valid bounds.
 pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &str) -> Result<()> {
-    let floor = grain.floor(t);
-    if floor == t {
-        return Ok(());
-    }
-    bail!(
-        "--{which} {text} is not aligned to the {} grain of `{model}`; the nearest valid bounds are {} and {}",
-        grain.as_str(),
-        to_iso(floor),
-        to_iso(grain.next(floor))
-    )
+    grain.aligned(t).map_err(|e| anyhow!("--{which} {text} is not aligned to the {} grain of `{model}`; {e}", e.grain.spelling()))
 }
 
 /// Runs the restatement.

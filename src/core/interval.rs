@@ -148,8 +148,36 @@ impl Grain {
         }
     }
 
+    /// `Ok` when `t` starts an interval of this grain; otherwise the nearest interval bounds
+    /// around it, for a message that says which to use instead.
+    ///
+    /// # Errors
+    /// [`Unaligned`] when `t` is inside an interval.
+    pub fn aligned(self, t: Millis) -> Result<(), Unaligned> {
+        let floor = self.floor(t);
+        if floor == t { Ok(()) } else { Err(Unaligned { grain: self, floor, next: self.next(floor) }) }
+    }
+
     /// The spellings [`Grain::parse`] accepts, for error messages.
     pub const EXPECTED: &'static str = "`5m` (five_minute), `15m` (quarter_hour), `hour`, `day`, `week` or `month`";
+}
+
+/// An instant inside an interval of `grain` (not on a bound): [`Grain::aligned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unaligned {
+    /// The grain the instant is not aligned to.
+    pub grain: Grain,
+    /// The bound before it.
+    pub floor: Millis,
+    /// The bound after it.
+    pub next: Millis,
+}
+
+impl std::fmt::Display for Unaligned {
+    /// "the nearest valid bounds are 2026-01-01T00:00:00Z and 2026-01-02T00:00:00Z".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the nearest valid bounds are {} and {}", to_iso(self.floor), to_iso(self.next))
+    }
 }
 
 /// The UTC year and month (1-12) of `t`.
@@ -383,6 +411,16 @@ mod tests {
 
     fn t(s: &str) -> Millis {
         parse_instant(s).unwrap()
+    }
+
+    #[test]
+    fn an_instant_inside_an_interval_names_the_bounds_around_it() {
+        assert_eq!(Grain::Week.aligned(t("2026-01-05T00:00:00Z")), Ok(()), "a Monday starts a week");
+        let e = Grain::Week.aligned(t("2026-01-07T00:00:00Z")).unwrap_err();
+        assert_eq!((e.floor, e.next), (t("2026-01-05T00:00:00Z"), t("2026-01-12T00:00:00Z")));
+        let e = Grain::Month.aligned(t("2026-02-10T00:00:00Z")).unwrap_err();
+        assert_eq!(e.to_string(), "the nearest valid bounds are 2026-02-01T00:00:00.000Z and 2026-03-01T00:00:00.000Z");
+        assert_eq!(Grain::QuarterHour.aligned(t("2026-01-01T00:07:00Z")).unwrap_err().grain.spelling(), "15m");
     }
 
     #[test]

@@ -120,13 +120,7 @@ pub enum Grammar {
 /// # Errors
 /// As [`unknown_columns`].
 pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
-    let query = parse_in(grammar, sql)?;
-    let mut an = Analyzer::new(parents);
-    an.query(&query, None);
-    let mut problems = an.problems;
-    problems.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
-    problems.dedup();
-    Ok(problems)
+    Ok(analyze_in(grammar, sql, parents)?.unknown)
 }
 
 /// Every unqualified column reference of `sql` that more than one relation of its scope has
@@ -136,13 +130,7 @@ pub fn unknown_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String
 /// # Errors
 /// As [`unknown_columns`].
 pub fn ambiguous_columns_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Vec<ColumnProblem>, SqlError> {
-    let query = parse_in(grammar, sql)?;
-    let mut an = Analyzer::new(parents);
-    an.query(&query, None);
-    let mut found = an.ambiguous;
-    found.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
-    found.dedup();
-    Ok(found)
+    Ok(analyze_in(grammar, sql, parents)?.ambiguous)
 }
 
 /// A parent's column that a query reads.
@@ -214,10 +202,74 @@ pub struct QueryLineage {
 /// Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn column_lineage_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<QueryLineage, SqlError> {
+    Ok(analyze_in(grammar, sql, parents)?.lineage)
+}
+
+/// All that one analysis of a query finds: what [`unknown_columns_in`], [`ambiguous_columns_in`]
+/// and [`column_lineage_in`] each return, from one parse and one walk (`check` wants all three).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Analysis {
+    /// The column references no relation of their scope has, sorted by position.
+    pub unknown: Vec<ColumnProblem>,
+    /// The unqualified references more than one relation of their scope has, sorted by position.
+    pub ambiguous: Vec<ColumnProblem>,
+    /// The query's column-level lineage.
+    pub lineage: QueryLineage,
+}
+
+/// Analyses `sql` (in `grammar`) against its parents' declared columns once: see [`Analysis`].
+///
+/// # Errors
+/// As [`unknown_columns`].
+pub fn analyze_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>) -> Result<Analysis, SqlError> {
+    analyze_named(grammar, sql, parents, Naming::default())
+}
+
+/// How messages name the relations a query reads. A model's query reads its parents, named
+/// "parent `raw.orders` (as `o`)" (the default); an audit's query reads the model it audits and
+/// the models it refs, under aliases of the audit's own SQL, which no file the user wrote shows.
+#[derive(Debug, Clone, Default)]
+pub struct Naming {
+    /// The relation the messages call "the model" (an audit's audited model), by its name as
+    /// the parents map spells it.
+    pub subject: Option<String>,
+    /// Whether the other relations are "model `x`" rather than "parent `x`".
+    pub models: bool,
+    /// Whether the aliases the query gives relations are left out.
+    pub no_aliases: bool,
+}
+
+impl Naming {
+    /// The naming of an audit's messages: `subject` is "the model", the others "model `x`", no
+    /// aliases.
+    #[must_use]
+    pub fn audit(subject: &str) -> Self {
+        Naming { subject: Some(subject.to_string()), models: true, no_aliases: true }
+    }
+
+    /// How a message names the known relation `name`.
+    fn known(&self, name: &str) -> String {
+        match &self.subject {
+            Some(s) if lower(s) == lower(name) => "the model".to_string(),
+            _ => format!("{} `{name}`", if self.models { "model" } else { "parent" }),
+        }
+    }
+}
+
+/// [`analyze_in`] with messages naming the relations as `naming` says.
+///
+/// # Errors
+/// As [`unknown_columns`].
+pub fn analyze_named(grammar: Grammar, sql: &str, parents: &BTreeMap<String, Vec<String>>, naming: Naming) -> Result<Analysis, SqlError> {
     let query = parse_in(grammar, sql)?;
-    let mut an = Analyzer::new(parents);
+    let mut an = Analyzer::new(parents, naming);
     let out = an.query(&query, None);
     an.reads.add(&out.all_sources());
+    let by_position = |mut found: Vec<ColumnProblem>| {
+        found.sort_by(|a, b| (a.line, a.col, &a.reference).cmp(&(b.line, b.col, &b.reference)));
+        found.dedup();
+        found
+    };
     let named = |from: &BTreeSet<(String, String)>| -> Vec<SourceColumn> {
         let mut v: Vec<SourceColumn> = from
             .iter()
@@ -233,14 +285,15 @@ pub fn column_lineage_in(grammar: Grammar, sql: &str, parents: &BTreeMap<String,
         v
     };
     let columns = out.items.iter().map(|c| ColumnLineage { column: c.name.clone(), sources: named(&c.src.from), certain: !c.src.uncertain }).collect();
-    Ok(QueryLineage {
+    let lineage = QueryLineage {
         columns,
         ordered: !out.unordered,
         complete: !out.more,
         reads: named(&an.reads.from),
         reads_certain: !an.reads.uncertain && !out.more,
         whole: out.star_of.iter().map(|p| an.parents.get(p).map_or_else(|| p.clone(), |(n, _)| n.clone())).collect(),
-    })
+    };
+    Ok(Analysis { unknown: by_position(std::mem::take(&mut an.problems)), ambiguous: by_position(std::mem::take(&mut an.ambiguous)), lineage })
 }
 
 /// The single query of `sql` in `grammar`.
@@ -437,24 +490,24 @@ impl Rel {
 
     /// How a message names it: "parent `raw.orders` (as `o`)", "CTE `c`", "subquery `s`", and
     /// for a CTE or subquery over one parent's `*`, which parent.
-    fn describe(&self, parents: &BTreeMap<String, (String, Vec<String>)>) -> String {
-        let mut s = self.name();
+    fn describe(&self, parents: &BTreeMap<String, (String, Vec<String>)>, naming: &Naming) -> String {
+        let mut s = self.name(naming);
         if !matches!(self.origin, Origin::Parent(_))
             && let Some(p) = self.single_star_parent()
         {
-            s.push_str(&format!(", which reads `*` from parent `{}`", parents.get(p).map_or(p, |(n, _)| n.as_str())));
+            s.push_str(&format!(", which reads `*` from {}", naming.known(parents.get(p).map_or(p, |(n, _)| n.as_str()))));
         }
         s
     }
 
     /// How a list names it: "parent `raw.orders` (as `o`)", "CTE `c`", "subquery `s`".
-    fn name(&self) -> String {
+    fn name(&self, naming: &Naming) -> String {
         let as_alias = |name: &str| match &self.alias {
-            Some(a) if lower(a) != lower(name) => format!(" (as `{a}`)"),
+            Some(a) if !naming.no_aliases && lower(a) != lower(name) => format!(" (as `{a}`)"),
             _ => String::new(),
         };
         match &self.origin {
-            Origin::Parent(p) => format!("parent `{p}`{}", as_alias(p)),
+            Origin::Parent(p) => format!("{}{}", naming.known(p), as_alias(p)),
             Origin::Cte(c) => format!("CTE `{c}`{}", as_alias(c)),
             Origin::Subquery => match &self.alias {
                 Some(a) => format!("subquery `{a}`"),
@@ -523,11 +576,14 @@ struct Analyzer {
     /// Per `SELECT` being resolved (keyed by its alias list's address): the sources of the
     /// select-list aliases resolved so far, for references to them (lower-case names).
     alias_srcs: Vec<(usize, Vec<(String, Src)>)>,
+    /// How messages name the relations.
+    naming: Naming,
 }
 
 impl Analyzer {
-    fn new(parents: &BTreeMap<String, Vec<String>>) -> Self {
+    fn new(parents: &BTreeMap<String, Vec<String>>, naming: Naming) -> Self {
         Analyzer {
+            naming,
             parents: parents.iter().map(|(name, cols)| (lower(name), (name.clone(), cols.clone()))).collect(),
             problems: Vec::new(),
             ambiguous: Vec::new(),
@@ -879,8 +935,8 @@ impl Analyzer {
                 continue;
             }
             let what = match side {
-                [one] => one.describe(&self.parents),
-                many => many.iter().map(Rel::name).collect::<Vec<_>>().join(", "),
+                [one] => one.describe(&self.parents, &self.naming),
+                many => many.iter().map(|r| r.name(&self.naming)).collect::<Vec<_>>().join(", "),
             };
             let relation = match side {
                 [one] => one.blame(),
@@ -1022,7 +1078,7 @@ impl Analyzer {
         }
         if let Some((rel, k)) = failure {
             let id = parts[k];
-            let detail = missing_in(&id.value, rel, &self.parents);
+            let detail = missing_in(&id.value, rel, &self.parents, &self.naming);
             let suggestion = suggest(&id.value, rel.cols.known_names());
             self.push(parts[0], &id.value, &dotted(parts), rel.blame(), detail, suggestion);
             return;
@@ -1048,9 +1104,9 @@ impl Analyzer {
         let suggestion = suggest(name, candidates);
         let (detail, relation) = match rels {
             [] => (format!("column `{name}` cannot be resolved: the query reads no relation"), None),
-            [one] => (missing_in(name, one, &self.parents), one.blame()),
+            [one] => (missing_in(name, one, &self.parents, &self.naming), one.blame()),
             many => {
-                let list = many.iter().map(Rel::name).collect::<Vec<_>>().join(", ");
+                let list = many.iter().map(|r| r.name(&self.naming)).collect::<Vec<_>>().join(", ");
                 let blamed: BTreeSet<String> = many.iter().filter_map(Rel::blame).collect();
                 let relation = if blamed.len() == 1 {
                     blamed.into_iter().next()
@@ -1079,7 +1135,7 @@ impl Analyzer {
                     }
                     let holders: Vec<&Rel> = rels.iter().filter(|r| r.cols.has(name) && !r.star_skip.iter().any(|k| k == name)).collect();
                     if holders.len() > 1 {
-                        let list = holders.iter().map(|r| r.name()).collect::<Vec<_>>().join(" and ");
+                        let list = holders.iter().map(|r| r.name(&self.naming)).collect::<Vec<_>>().join(" and ");
                         let pos = at.span.start;
                         self.ambiguous.push(ColumnProblem {
                             column: at.value.clone(),
@@ -1251,10 +1307,10 @@ impl Analyzer {
 }
 
 /// "column `x` is not declared by parent `p`" or "… is not a column of CTE `c`".
-fn missing_in(col: &str, rel: &Rel, parents: &BTreeMap<String, (String, Vec<String>)>) -> String {
+fn missing_in(col: &str, rel: &Rel, parents: &BTreeMap<String, (String, Vec<String>)>, naming: &Naming) -> String {
     match rel.origin {
-        Origin::Parent(_) => format!("column `{col}` is not declared by {}", rel.describe(parents)),
-        _ => format!("column `{col}` is not a column of {}", rel.describe(parents)),
+        Origin::Parent(_) => format!("column `{col}` is not declared by {}", rel.describe(parents, naming)),
+        _ => format!("column `{col}` is not a column of {}", rel.describe(parents, naming)),
     }
 }
 
@@ -1709,6 +1765,26 @@ mod tests {
         assert_eq!(p.suggestion.as_deref(), Some("amount_cents"));
         assert_eq!(p.detail, "column `amount` is not declared by parent `raw.orders` (as `o`)");
         assert_eq!((p.line, p.col), (Some(1), Some(14)));
+    }
+
+    #[test]
+    fn an_audits_naming_calls_the_audited_relation_the_model_and_leaves_aliases_out() {
+        let sql = "SELECT t.amount FROM raw.orders AS t JOIN raw.customers AS c ON c.id = t.customer_id \
+                   WHERE c.nation IS NULL AND t.id IN (SELECT id FROM (SELECT * FROM raw.customers) AS s WHERE s.zone = 1)";
+        let a = analyze_named(Grammar::Embedded, sql, &parents(), Naming::audit("raw.orders")).unwrap();
+        let details: Vec<&str> = a.unknown.iter().map(|p| p.detail.as_str()).collect();
+        assert_eq!(
+            details,
+            [
+                "column `amount` is not declared by the model",
+                "column `nation` is not declared by model `raw.customers`",
+                "column `zone` is not a column of subquery `s`, which reads `*` from model `raw.customers`",
+            ]
+        );
+        // The same query as a model's: parents, with their aliases.
+        let a = analyze_in(Grammar::Embedded, sql, &parents()).unwrap();
+        assert_eq!(a.unknown[0].detail, "column `amount` is not declared by parent `raw.orders` (as `t`)");
+        assert_eq!(a.unknown[2].detail, "column `zone` is not a column of subquery `s`, which reads `*` from parent `raw.customers`");
     }
 
     #[test]

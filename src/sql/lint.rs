@@ -7,13 +7,11 @@
 //! Like the column check, every rule is conservative: a shape it cannot read (SQL sqlparser
 //! cannot parse, a column lineage cannot follow) is never a finding.
 
-use super::lineage::{self, Grammar};
+use super::lineage;
 use crate::core::dag::Dag;
-use crate::core::fragment::CanonicalResolver;
 use crate::core::kind::Kind;
 use crate::core::model::{Location, Model};
 use crate::core::name::ModelName;
-use std::collections::BTreeMap;
 
 /// A lint rule: its name and what it finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,31 +86,19 @@ impl Lint {
     }
 }
 
-/// Runs every rule on `model`; `grammar` is the project's SQL grammar.
-pub fn lint_model(dag: &Dag, grammar: Grammar, model: &Model) -> Vec<Lint> {
+/// Runs every rule on `model`; `analysis` is its query's ([`lineage::analyze_in`] against its
+/// parents' declared columns), `None` when it has no query or sqlparser cannot read it.
+pub fn lint_model(dag: &Dag, model: &Model, analysis: Option<&lineage::Analysis>) -> Vec<Lint> {
     let mut out = Vec::new();
     missing_grain(model, &mut out);
-    if let Some(body) = &model.body {
-        let sql = body.render(&CanonicalResolver);
-        let parents: BTreeMap<String, Vec<String>> = model
-            .parents()
-            .into_iter()
-            .filter_map(|p| dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
-            .collect();
-        let lineage = lineage::column_lineage_in(grammar, &sql, &parents).ok();
-        if let Some(l) = &lineage {
-            select_star_external(dag, model, l, &mut out);
+    if let Some(a) = analysis {
+        select_star_external(dag, model, &a.lineage, &mut out);
+        for p in &a.ambiguous {
+            let mut lint = Lint::new("ambiguous_column", model, p.detail.clone()).fact("column", p.column.clone());
+            lint.sql_position = p.line.map(|l| (l, p.col));
+            out.push(lint.hint("qualify the column with its relation's alias, so the query reads the relation you mean".into()));
         }
-        if let Ok(found) = lineage::ambiguous_columns_in(grammar, &sql, &parents) {
-            for p in found {
-                let mut lint = Lint::new("ambiguous_column", model, p.detail).fact("column", p.column);
-                lint.sql_position = p.line.map(|l| (l, p.col));
-                out.push(lint.hint("qualify the column with its relation's alias, so the query reads the relation you mean".into()));
-            }
-        }
-        if let Some(l) = &lineage {
-            time_filter_column(dag, model, l, &mut out);
-        }
+        time_filter_column(dag, model, &a.lineage, &mut out);
     }
     for rescan in super::pushdown::batch_rescans(dag, model) {
         out.push(batch_rescan(dag, model, rescan));

@@ -310,15 +310,12 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     // inside one would pass for a window `apply` and `run` never compute.
     if let (Some(t), Some(b)) = (time_range, bounds) {
         for (which, at) in [("start", b.start), ("end", b.end)] {
-            let floor = t.grain.floor(at);
-            if floor != at {
+            if let Err(e) = t.grain.aligned(at) {
                 problems.push(format!(
-                    "`vars.{which}` {} is not aligned to the {} grain of `{}` (apply computes whole intervals); the nearest valid bounds are {} and {}",
+                    "`vars.{which}` {} is not aligned to the {} grain of `{}` (apply computes whole intervals); {e}",
                     interval::to_iso(at),
                     t.grain.spelling(),
-                    model.name,
-                    interval::to_iso(floor),
-                    interval::to_iso(t.grain.next(floor))
+                    model.name
                 ));
             }
         }
