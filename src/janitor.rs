@@ -560,14 +560,8 @@ fn expire_environments(config: &Config, state: &dyn StateStore, open: &mut Opene
         if !expiry.expired {
             continue;
         }
-        let mut schemas: BTreeSet<String> = BTreeSet::new();
-        let mut views = Vec::new();
-        for name in state.env_pointers(&env)?.keys() {
-            let Some((schema, table)) = name.split_once('.') else { continue };
-            let schema = crate::plan::env_schema(&env, schema);
-            views.push((schema.clone(), table.to_string()));
-            schemas.insert(schema);
-        }
+        let views = env_views(state, &env)?;
+        let schemas: BTreeSet<String> = views.iter().map(|(s, _)| s.clone()).collect();
         out.push(ExpiredEnv {
             env: env.clone(),
             reason: expiry.reason.unwrap_or("ttl").to_string(),
@@ -611,6 +605,25 @@ fn expire_environments(config: &Config, state: &dyn StateStore, open: &mut Opene
 }
 
 /// [`expire_environments`] for one environment, its writer lease held on `state`.
+/// The views `env` has, as `(schema, view)`: one per pointer but those of externals and embedded
+/// models, which have none (SPEC §4), as the metadata the environment serves says; a pointer whose
+/// metadata names no kind counts as having one (dropping a view that is not there is harmless,
+/// leaving one is not).
+///
+/// # Errors
+/// The state store's reads.
+pub fn env_views(state: &dyn StateStore, env: &str) -> Result<Vec<(String, String)>, StateError> {
+    let viewless = |metadata: &str| {
+        serde_json::from_str::<serde_json::Value>(metadata).ok().is_some_and(|m| matches!(m["kind"]["tag"].as_str(), Some("external" | "embedded")))
+    };
+    Ok(state
+        .env_metadata(env)?
+        .into_iter()
+        .filter(|(_, metadata)| !viewless(metadata))
+        .filter_map(|(name, _)| name.split_once('.').map(|(schema, table)| (crate::plan::env_schema(env, schema), table.to_string())))
+        .collect())
+}
+
 fn drop_environment(state: &dyn StateStore, engine: Option<&mut dyn Engine>, e: &mut ExpiredEnv, opts: &Options) -> Result<(), JanitorError> {
     // Judged again under the lease: an apply that promoted it meanwhile renewed it.
     let expiry = crate::lifecycle::judge(&e.env, &state.journal(&e.env)?, opts.env_ttl, opts.now);
@@ -623,12 +636,7 @@ fn drop_environment(state: &dyn StateStore, engine: Option<&mut dyn Engine>, e: 
         e.kept = Some("promoting".into());
         return Ok(());
     }
-    let mut views: Vec<(String, String)> = Vec::new();
-    for name in state.env_pointers(&e.env)?.keys() {
-        if let Some((schema, table)) = name.split_once('.') {
-            views.push((crate::plan::env_schema(&e.env, schema), table.to_string()));
-        }
-    }
+    let views = env_views(state, &e.env)?;
     e.views = views.iter().map(|(s, t)| format!("{}.{}", crate::core::name::quote_ident(s), crate::core::name::quote_ident(t))).collect();
     e.schemas.clear();
     if let Some(engine) = engine {

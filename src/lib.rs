@@ -24,6 +24,25 @@
 //! ```
 #![warn(missing_docs)]
 
+/// `eprintln!` that never panics: the line is dropped when stderr cannot be written (stderr on a
+/// full disk must not turn an error, or a warning mid-apply, into a panic and exit 101).
+#[macro_export]
+macro_rules! ewriteln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `eprint!` that never panics ([`ewriteln!`]).
+#[macro_export]
+macro_rules! ewrite {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
 pub mod apply;
 pub mod cli;
 pub mod config;

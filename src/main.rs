@@ -33,7 +33,8 @@ fn main() -> ExitCode {
             cli::logging::clear_progress();
             let msg = cli::error_text(&e);
             let hint = cli::hint_for(&e);
-            eprintln!("error: {msg}{}", hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default());
+            // Not `eprintln!`, which panics (exit 101) when stderr cannot be written (a full disk).
+            efmesh::ewriteln!("error: {msg}{}", hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default());
             if json {
                 // `--json` promises one object on stdout, failures included.
                 cli::print_error_json(cli::error_kind(&e), &msg, hint.as_deref());

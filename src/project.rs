@@ -65,6 +65,10 @@ impl Project {
         let project = models.and_then(|models| {
             prefetch_canonical(config, &models);
             let dag = Dag::build(models)?;
+            let reserved = reserved_schemas(config, &dag);
+            if !reserved.is_empty() {
+                return Err(LoadErrors(reserved));
+            }
             let bad_statements = check_statements(config, &dag);
             if !bad_statements.is_empty() {
                 return Err(LoadErrors(bad_statements));
@@ -87,6 +91,34 @@ impl Project {
     pub fn files(config: &Config) -> Result<Vec<std::path::PathBuf>, LoadErrors> {
         Ok(Discovered::of(config)?.all().cloned().collect())
     }
+}
+
+/// Schemas the engine already names as catalogs or system schemas, and so cannot hold a model:
+/// DuckDB's `temp` and `system` catalogs and the database's own (the file's stem: `efmesh` for
+/// `efmesh.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
+/// reference to such a schema as ambiguous — at the first promotion to `prod`, whose views live
+/// in the models' own schemas — so it is refused at load, at the model's file:line.
+pub fn reserved_schemas(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
+    let database = config.engine_file().and_then(|f| f.file_stem().map(|s| s.to_string_lossy().to_lowercase()));
+    let mut errors = Vec::new();
+    for m in dag.models() {
+        let schema = m.name.schema().to_lowercase();
+        let why = match schema.as_str() {
+            "temp" | "system" => format!("`{schema}` is one of DuckDB's built-in catalogs"),
+            "information_schema" | "pg_catalog" => format!("`{schema}` is a system schema"),
+            s if database.as_deref() == Some(s) => format!("`{schema}` is the name of the DuckDB database (its file `{}`)", config.engine_path().display()),
+            _ => continue,
+        };
+        errors.push(
+            crate::core::LoadError::new(
+                Some(m.location.clone()),
+                Some(m.name.clone()),
+                format!("the schema `{}` of model `{}` cannot hold models: {why}, so the engine cannot tell which one a name means", m.name.schema(), m.name),
+            )
+            .with_hint("rename the model's schema (or, for the database's name, the file in `[engine] path`)"),
+        );
+    }
+    errors
 }
 
 /// Every pre/post statement that is not exactly one statement of the engine's grammar

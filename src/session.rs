@@ -237,15 +237,19 @@ impl Session {
             self.files = None;
         }
         // The common case of `watch`: model files (or modules they reach) edited in place.
+        let mut evaluated = Vec::new();
         if !config_changed
             && !rel.is_empty()
-            && let Some(r) = self.reload_in_place(&rel)
+            && let Some(r) = self.reload_in_place(&rel, &mut evaluated)
         {
             return Ok(r);
         }
         // The previous project is compared with the new one, not copied: `load_all` replaces it.
+        // The files an attempt in place evaluated are in the load cache: evaluated all the same.
         let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
-        let evaluated = self.load_all();
+        evaluated.extend(self.load_all());
+        evaluated.sort();
+        evaluated.dedup();
         let mut changed_models = BTreeSet::new();
         if let Ok(p) = &self.project {
             let before = before.as_ref().ok().map(|b| &b.dag);
@@ -271,7 +275,8 @@ impl Session {
     /// conditions). Their models must keep their names, parents and exposed columns
     /// ([`crate::core::Dag::try_replace`]); they are put in place in the DAG. `None` when any
     /// condition fails: the caller loads in full (the load cache then holds what was evaluated).
-    fn reload_in_place(&mut self, rel: &[PathBuf]) -> Option<Reload> {
+    /// The files it evaluated before finding it cannot are added to `attempted`.
+    fn reload_in_place(&mut self, rel: &[PathBuf], attempted: &mut Vec<PathBuf>) -> Option<Reload> {
         let files = self.files.as_ref()?;
         let project = self.project.as_ref().ok()?;
         let top: std::collections::HashSet<&Path> = files.models.iter().map(PathBuf::as_path).collect();
@@ -279,13 +284,24 @@ impl Session {
             return None;
         }
         let cache = self.cache.as_mut()?;
-        let re = crate::script::loader::reevaluate(&self.config, files, rel, cache)?;
+        let re = match crate::script::loader::reevaluate(&self.config, files, rel, cache) {
+            Ok(re) => re,
+            Err(evaluated) => {
+                tracing::debug!(
+                    "reload: in full (the loader cannot re-evaluate these files alone: a file requires another model file, fails, or is reached by another)"
+                );
+                attempted.extend(evaluated);
+                return None;
+            }
+        };
         let evaluated: Vec<PathBuf> = re.files.iter().map(|(f, _)| f.clone()).collect();
         let in_evaluated: std::collections::HashSet<&Path> = evaluated.iter().map(PathBuf::as_path).collect();
         let before: BTreeSet<&ModelName> = project.dag.models().filter(|m| in_evaluated.contains(m.location.file.as_path())).map(|m| &m.name).collect();
         let mut models: Vec<crate::core::Model> = re.files.into_iter().flat_map(|(_, ms)| ms).collect();
         let after: BTreeSet<&ModelName> = models.iter().map(|m| &m.name).collect();
         if after.len() != models.len() || after != before {
+            tracing::debug!("reload: in full (the evaluated files define other models)");
+            attempted.extend(evaluated);
             return None;
         }
         drop((after, before, in_evaluated));
@@ -319,6 +335,8 @@ impl Session {
         if !crate::seed::hash_seed_files(&self.config.root, &mut models).is_empty()
             || !crate::core::target::unconfigured(&models, self.config.lake.is_some(), self.config.ducklake.is_some()).is_empty()
         {
+            tracing::debug!("reload: in full (a seed or a storage target to report)");
+            attempted.extend(evaluated);
             return None;
         }
         let changed_models: BTreeSet<ModelName> = models.iter().filter(|m| project.dag.get(&m.name) != Some(*m)).map(|m| m.name.clone()).collect();
@@ -333,6 +351,8 @@ impl Session {
             .collect();
         let project = self.project.as_mut().ok()?;
         if project.dag.try_replace(models).is_err() {
+            tracing::debug!("reload: in full (a model's references, columns or bounds changed)");
+            attempted.extend(evaluated);
             return None;
         }
         // The project cache's key, brought up to date the same way (it may keep an input the
@@ -731,7 +751,7 @@ pub fn plan_checked_with(
     }
     let repairs = plan::integrity::describe(project, &plan);
     if !repairs.is_empty() {
-        eprintln!(
+        crate::ewriteln!(
             "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
             crate::engine::location(&project.config),
             repairs.join("\n  ")
@@ -834,7 +854,7 @@ fn plan_checked_in(
     if !repairs.is_empty() {
         // A report for the person at the terminal (it names relations across several lines),
         // printed like `error:`/`hint:`, not a log event.
-        eprintln!(
+        crate::ewriteln!(
             "warning: the engine `{}` does not hold everything environment `{env}` relies on (was the file deleted, replaced or edited, or the project moved?):\n  {}",
             crate::engine::location(&project.config),
             repairs.join("\n  ")
@@ -931,12 +951,47 @@ mod tests {
         assert!(r.changed_models.contains(&ModelName::parse("s.d").unwrap()), "{:?}", r.changed_models);
         assert_eq!(s.project().unwrap().dag.len(), 3);
 
+        // A model whose columns change cannot be replaced in place: the full load that follows
+        // finds the file in the load cache, and the reload still names it as evaluated.
+        write(
+            root,
+            "models/b.lua",
+            "define_model { name = \"s.b\", kind = kind.full(), schema = { { \"x\", \"integer\" }, { \"y\", \"integer\" } }, query = \"SELECT 3 AS x, 4 AS y\" }\n",
+        );
+        let r = s.reload(&[root.join("models/b.lua")]).unwrap();
+        assert!(!r.in_place);
+        assert_eq!(r.evaluated, paths(&["models/b.lua"]));
+        assert_eq!(r.changed_models, names(&["s.b"]));
+
         // The config: read again; its `[project]` section is part of every key.
         write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\naudits = []\n");
         let r = s.reload(&[root.join("efmesh.toml")]).unwrap();
         assert!(r.config_changed);
         assert_eq!(r.evaluated, paths(&["models/a.lua", "models/b.lua", "models/d.lua"]));
         assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
+    }
+
+    /// A model file that `require`s another model file (the `init` scaffold's shape) is reloaded
+    /// in full, and the reload names the file it evaluated (the full load takes it from the cache).
+    #[test]
+    fn a_reload_in_full_names_the_file_it_evaluated() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "models/raw.lua", &format!("local M = {{}}\nM.a = {}return M\n", model("s.a", "", "\"SELECT 1 AS x\"")));
+        let mart = |d: &str| {
+            format!(
+                "local raw = require(\"raw\")\ndefine_model {{ name = \"s.b\", kind = kind.full(), description = \"{d}\", schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT x FROM \" .. ref(raw.a) }}\n"
+            )
+        };
+        write(root, "models/mart.lua", &mart("one"));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        assert_eq!(s.project().unwrap().dag.len(), 2);
+        write(root, "models/mart.lua", &mart("two"));
+        let r = s.reload(&[root.join("models/mart.lua")]).unwrap();
+        assert!(!r.in_place, "{r:?}");
+        assert_eq!(r.evaluated, paths(&["models/mart.lua"]));
+        assert_eq!(r.changed_models, names(&["s.b"]));
     }
 
     /// A reload whose configuration no longer parses still forgets the changed paths: the next

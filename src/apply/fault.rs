@@ -35,7 +35,7 @@ pub fn crash_point(name: impl FnOnce() -> String) {
     let Some(wanted) = std::env::var_os(FAULT_ENV) else { return };
     let point = name();
     if wanted.to_str() == Some(point.as_str()) {
-        eprintln!("{FAULT_ENV}: aborting at `{point}` (test hook)");
+        crate::ewriteln!("{FAULT_ENV}: aborting at `{point}` (test hook)");
         std::process::abort();
     }
 }

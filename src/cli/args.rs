@@ -363,7 +363,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
         /// Only these models: `m`, `+m` (with ancestors), `m+` (with descendants), `2+m`, `m+1`,
-        /// `kind:K`, `schema:S`; several separated by commas or spaces.
+        /// `kind:K`, `schema:S`, `tag:T`; several separated by commas or spaces.
         #[arg(long, value_name = "EXPR")]
         select: Option<String>,
         /// Show each model's state against this environment (the categories `efmesh plan E` gives).

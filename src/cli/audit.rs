@@ -66,9 +66,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         if errors > 0 {
             parts.push(format!("{errors} audit{} could not run", if errors == 1 { "" } else { "s" }));
         }
-        eprintln!("error: environment `{env}`: {}", parts.join(", "));
+        crate::ewriteln!("error: environment `{env}`: {}", parts.join(", "));
         for r in results.iter().filter(|r| r.error.is_some()) {
-            eprintln!(
+            crate::ewriteln!(
                 "  {}: audit `{}` on model `{}` could not run: {}",
                 r.location.as_deref().unwrap_or("?"),
                 r.audit,

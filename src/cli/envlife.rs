@@ -34,12 +34,13 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, now: M
     if !known.iter().any(|e| e == env) {
         return Err(unknown(&known));
     }
-    let views = state.env_pointers(env)?.len();
+    let models = state.env_pointers(env)?.len();
+    let views = crate::janitor::env_views(state.as_ref(), env)?.len();
     // `None`: the janitor dropped it between the two reads.
     let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[])) };
     tracing::debug!(env, journal = id, "environment invalidated");
     if json {
-        out.json(json!({"env": env, "invalidated": true, "invalidatedAt": to_iso(now), "models": views}))?;
+        out.json(json!({"env": env, "invalidated": true, "invalidatedAt": to_iso(now), "models": models, "views": views}))?;
     } else {
         out.text(&format!(
             "environment `{env}` invalidated at {}: the next `efmesh janitor` drops its {views} view(s) and its state; `efmesh apply {env}` before that renews it\n",

@@ -79,7 +79,7 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         out.text(&text(&report))?;
     }
     for f in &report.failed {
-        eprintln!("error: janitor: cannot drop {} (model `{}`): {}", f.physical, f.model, f.error);
+        crate::ewriteln!("error: janitor: cannot drop {} (model `{}`): {}", f.physical, f.model, f.error);
     }
     Ok(if report.failed.is_empty() { Exit::Success } else { Exit::Error })
 }

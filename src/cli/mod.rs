@@ -177,17 +177,23 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
 /// {"kind", "message", "hint"?}}`, `message` being what stderr says after `error: `.
 /// A hint the message carries itself (`…\n  hint: …`, as stderr prints it) becomes `hint`.
 pub fn error_json(kind: &str, message: &str, hint: Option<&str>) -> serde_json::Value {
-    let (message, own_hint) = match message.split_once("\n  hint: ") {
-        Some((m, h)) if hint.is_none() => (m, Some(h)),
-        _ => (message, None),
-    };
+    let (message, hint) = split_hint(message, hint);
     let mut error = serde_json::Map::new();
     error.insert("kind".into(), kind.into());
     error.insert("message".into(), message.into());
-    if let Some(h) = hint.or(own_hint) {
+    if let Some(h) = hint {
         error.insert("hint".into(), h.into());
     }
     json!({ "error": error })
+}
+
+/// An error's message and hint apart, for JSON: `hint` when given, else the one the message
+/// carries on its own line (`\n  hint: …`, as the text output prints it), cut from the message.
+pub(crate) fn split_hint<'a>(message: &'a str, hint: Option<&'a str>) -> (&'a str, Option<&'a str>) {
+    match message.split_once("\n  hint: ") {
+        Some((m, h)) if hint.is_none() => (m, Some(h)),
+        _ => (message, hint),
+    }
 }
 
 #[cfg(test)]
@@ -387,7 +393,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
             out.text("nothing to apply\n")?;
         }
         if project.dag.models().any(|m| m.kind.is_refreshed()) {
-            eprintln!("  hint: `efmesh run {env}` refreshes its incremental_by_unique_key and scd_type2 models");
+            crate::ewriteln!("  hint: `efmesh run {env}` refreshes its incremental_by_unique_key and scd_type2 models");
         }
         return Ok(Exit::Success);
     }
@@ -396,10 +402,10 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
             if json {
                 out.json(apply_json(&plan, false, None))?;
             }
-            eprintln!("the plan has changes and stdin is not a terminal: nobody to confirm\n  hint: re-run with `--yes` to apply without asking");
+            crate::ewriteln!("the plan has changes and stdin is not a terminal: nobody to confirm\n  hint: re-run with `--yes` to apply without asking");
             return Ok(Exit::AwaitingHuman);
         }
-        eprint!("apply the plan to `{env}`? [y/N] ");
+        crate::ewrite!("apply the plan to `{env}`? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;

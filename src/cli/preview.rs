@@ -50,9 +50,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &[String], rows: 
         return Ok(Exit::Success);
     }
     for p in &failed {
-        eprintln!("error: {}", p.error.as_deref().unwrap_or_default());
+        crate::ewriteln!("error: {}", p.error.as_deref().unwrap_or_default());
     }
-    eprintln!("error: {} of {} preview{} failed", failed.len(), previews.len(), if previews.len() == 1 { "" } else { "s" });
+    crate::ewriteln!("error: {} of {} preview{} failed", failed.len(), previews.len(), if previews.len() == 1 { "" } else { "s" });
     Ok(Exit::Error)
 }
 

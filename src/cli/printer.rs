@@ -50,7 +50,12 @@ fn day_or_instant(t: Millis) -> String {
 pub fn plan_text(plan: &Plan, explain: bool) -> String {
     let mut s = String::new();
     let counts = plan.counts();
-    let summary = counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
+    let mut summary = counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
+    // Repairs of what the engine lost are work too, whatever the models' categories say.
+    let repairs = plan.actions.iter().filter(|a| a.repair.is_some()).count();
+    if repairs > 0 {
+        summary.push_str(&format!(", {repairs} to repair"));
+    }
     s.push_str(&format!("plan for environment `{}` ({summary})\n", plan.env));
     let width = plan.actions.iter().map(|a| a.name.to_string().len()).max().unwrap_or(0);
     let kwidth = plan.actions.iter().map(|a| a.kind.len()).max().unwrap_or(0);

@@ -65,7 +65,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 out.json(json!({"env": env, "outcome": "blocked", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked}))?;
             }
             let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
-            eprintln!(
+            crate::ewriteln!(
                 "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}`, then run again",
                 lines.join("\n")
             );

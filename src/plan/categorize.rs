@@ -181,61 +181,155 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
         return None;
     }
     // What keeps the rows: the clauses outside the select list must not depend on it.
-    let pg = pg_select(&new_ast);
-    let (distinct, group_by_all, has_group_by, order_by, group_by) = match pg {
-        Some(stmt) => (
-            stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty()),
-            false,
-            stmt.get("group_clause").and_then(Value::as_array).is_some_and(|g| !g.is_empty()),
-            stmt.get("sort_clause"),
-            stmt.get("group_clause"),
-        ),
-        None => {
-            let select = new_ast.get("body")?.get("Select")?;
-            let group = select.get("group_by");
-            let exprs = group.and_then(|g| g.get("Expressions")).and_then(|e| e.get(0)).and_then(Value::as_array);
-            (
-                select.get("distinct").is_some_and(|d| !d.is_null()),
-                group.is_some_and(|g| g.get("All").is_some()),
-                exprs.is_some_and(|e| !e.is_empty()),
-                new_ast.get("order_by"),
-                group,
-            )
-        }
-    };
-    // Positional references and `ORDER BY ALL` (which, under a `LIMIT`, picks rows by every
-    // column) depend on the select list.
-    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\"", "\"All\""].iter().any(|k| v.to_string().contains(k)));
-    if distinct || group_by_all || positional(order_by) || positional(group_by) {
+    let clauses = row_clauses(&new_ast)?;
+    if clauses.distinct || clauses.group_by_all || clauses.positional_order() || clauses.positional_group() || clauses.order_by_all() {
         return None;
     }
-    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
     for item in &changed_items {
-        let text = item.to_string().to_lowercase();
-        let calls = |f: &str| text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""));
-        if SET_RETURNING.iter().any(|f| calls(f)) || (!has_group_by && crate::sql::AGGREGATES.iter().any(|f| calls(f))) {
+        if calls_set_returning(item) || (!clauses.has_group_by && calls_aggregate(item)) {
             return None;
         }
-        if pg.is_some() && pg_functions(item).iter().any(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str())) {
+        if clauses.pg && pg_functions(item).iter().any(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str())) {
             return None;
         }
     }
-    // A name in the tree is a JSON string: compare with the column's JSON spelling.
-    let names = |text: &str| {
-        changed.iter().any(|c| {
-            let quoted = serde_json::to_string(c).unwrap_or_default();
-            text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
-        })
-    };
-    if names(&rest.to_string().to_lowercase()) {
+    let names: Vec<&str> = changed.iter().map(String::as_str).collect();
+    if names_any(&rest, &names) {
         return None;
     }
     // DuckDB lets a select item read an earlier item's alias (`a * 2 AS b, b + 1 AS c`): an
     // unchanged item naming a changed or removed column may change with it.
-    if new_items.iter().filter(|(n, _)| !changed.contains(n)).any(|(_, item)| names(&item.to_string().to_lowercase())) {
+    if new_items.iter().filter(|(n, _)| !changed.contains(n)).any(|(_, item)| names_any(item, &names)) {
         return None;
     }
     Some(changed)
+}
+
+/// The clauses outside the select list that decide which rows a query returns, read from either
+/// parser's tree: sqlparser's (`body.Select`) or Postgres's (`node.SelectStmt`,
+/// [`crate::sql::pg_canon`]).
+struct RowClauses<'a> {
+    /// A Postgres tree.
+    pg: bool,
+    distinct: bool,
+    group_by_all: bool,
+    /// An explicit `GROUP BY` list.
+    has_group_by: bool,
+    order_by: Option<&'a Value>,
+    group_by: Option<&'a Value>,
+}
+
+impl RowClauses<'_> {
+    /// A positional reference (sqlparser's `Number`, Postgres's integer constant `ival`) in
+    /// `ORDER BY`: it depends on the select list's order.
+    fn positional_order(&self) -> bool {
+        positional(self.order_by)
+    }
+
+    /// The same in `GROUP BY`.
+    fn positional_group(&self) -> bool {
+        positional(self.group_by)
+    }
+
+    /// `ORDER BY ALL`: sorts by every output column, so under a `LIMIT` it picks rows by them.
+    fn order_by_all(&self) -> bool {
+        self.order_by.is_some_and(|v| v.to_string().contains("\"All\""))
+    }
+}
+
+fn positional(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| ["\"Number\"", "\"ival\""].iter().any(|k| v.to_string().contains(k)))
+}
+
+/// The [`RowClauses`] of `ast`, when it is a `SELECT` either parser wrote.
+fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
+    if let Some(stmt) = pg_select(ast) {
+        return Some(RowClauses {
+            pg: true,
+            distinct: stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty()),
+            group_by_all: false,
+            has_group_by: stmt.get("group_clause").and_then(Value::as_array).is_some_and(|g| !g.is_empty()),
+            order_by: stmt.get("sort_clause"),
+            group_by: stmt.get("group_clause"),
+        });
+    }
+    let select = ast.get("body")?.get("Select")?;
+    let group = select.get("group_by");
+    let exprs = group.and_then(|g| g.get("Expressions")).and_then(|e| e.get(0)).and_then(Value::as_array);
+    Some(RowClauses {
+        pg: false,
+        distinct: select.get("distinct").is_some_and(|d| !d.is_null()),
+        group_by_all: group.is_some_and(|g| g.get("All").is_some()),
+        has_group_by: exprs.is_some_and(|e| !e.is_empty()),
+        order_by: ast.get("order_by"),
+        group_by: group,
+    })
+}
+
+/// Set-returning functions: one of them in a select item multiplies the rows (DuckDB's
+/// `unnest`/`unlist`, table-valued JSON and regexp functions).
+const SET_RETURNING: &[&str] =
+    &["unnest", "unlist", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
+
+fn calls(text: &str, f: &str) -> bool {
+    text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""))
+}
+
+/// True when `item` calls a set-returning function ([`SET_RETURNING`]).
+fn calls_set_returning(item: &Value) -> bool {
+    let text = item.to_string().to_lowercase();
+    SET_RETURNING.iter().any(|f| calls(&text, f))
+}
+
+/// True when `item` calls an aggregate function other than as a window function (`… OVER (…)`
+/// keeps the rows): sqlparser's `Function` or Postgres's `FuncCall` whose name is an aggregate
+/// and that has no `over`. Anywhere in the item, a scalar subquery's too (conservative).
+fn calls_aggregate(item: &Value) -> bool {
+    match item {
+        Value::Object(m) => {
+            let call = m.get("Function").map(|f| (f.get("name"), f.get("over"))).or_else(|| m.get("FuncCall").map(|f| (f.get("funcname"), f.get("over"))));
+            if let Some((Some(name), over)) = call
+                && over.is_none_or(Value::is_null)
+            {
+                let text = name.to_string().to_lowercase();
+                if crate::sql::AGGREGATES.iter().any(|f| calls(&text, f)) {
+                    return true;
+                }
+            }
+            m.values().any(calls_aggregate)
+        }
+        Value::Array(items) => items.iter().any(calls_aggregate),
+        _ => false,
+    }
+}
+
+/// True when the tree `v` names one of `names` (lower-case) as an identifier: a name in the tree
+/// is a JSON string, compared with the name's JSON spelling.
+fn names_any(v: &Value, names: &[&str]) -> bool {
+    let text = v.to_string().to_lowercase();
+    names.iter().any(|c| {
+        let quoted = serde_json::to_string(c).unwrap_or_default();
+        text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
+    })
+}
+
+/// True when the select item is a plain reference to a column of its own name (`x`, `t.x`,
+/// `t.x AS x`): the same value under the same name, which shadows nothing.
+fn reads_itself(item: &Value) -> bool {
+    let Some(name) = item_name(item).map(|n| n.to_lowercase()) else { return false };
+    let last = |v: Option<&Value>| -> Option<String> {
+        let v = v?;
+        if let Some(id) = v.pointer("/Identifier/value") {
+            return id.as_str().map(str::to_lowercase);
+        }
+        if let Some(parts) = v.get("CompoundIdentifier").and_then(Value::as_array) {
+            return parts.last()?.get("value")?.as_str().map(str::to_lowercase);
+        }
+        let fields = v.pointer("/node/ColumnRef/fields")?.as_array()?;
+        fields.last()?.pointer("/node/String/sval").and_then(Value::as_str).map(str::to_lowercase)
+    };
+    let expr = item.get("UnnamedExpr").or_else(|| item.pointer("/ExprWithAlias/expr")).or_else(|| item.pointer("/node/ResTarget/val"));
+    last(expr).is_some_and(|n| n == name)
 }
 
 /// The output name of a top-level select item when the tree says it: its alias, or the column
@@ -264,25 +358,36 @@ fn item_name(item: &Value) -> Option<String> {
 /// `DISTINCT`, multiplies rows with a set-returning function, or shifts positional `ORDER BY` /
 /// `GROUP BY` references.
 fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
-    // The clauses in the tree of either parser: sqlparser's (`body.Select`) or Postgres's
-    // (`node.SelectStmt`, [`crate::sql::pg_canon`]).
-    let pg = pg_select(ast);
-    let (group_by_all, distinct, order_by, group_by) = if let Some(stmt) = pg {
-        let distinct = stmt.get("distinct_clause").and_then(Value::as_array).is_some_and(|d| !d.is_empty());
-        (false, distinct, stmt.get("sort_clause"), stmt.get("group_clause"))
-    } else {
-        let select = ast.get("body")?.get("Select")?;
-        let all = select.get("group_by").is_some_and(|g| g.get("All").is_some());
-        (all, select.get("distinct").is_some_and(|d| !d.is_null()), ast.get("order_by"), select.get("group_by"))
-    };
-    if group_by_all && added.iter().any(|&i| !is_aggregate(&projection[i])) {
+    let Some(clauses) = row_clauses(ast) else { return Some("the query is not a plain `SELECT`".into()) };
+    if clauses.group_by_all && added.iter().any(|&i| !is_aggregate(&projection[i])) {
         return Some("a non-aggregate column added under `GROUP BY ALL` is a new grouping key, so existing rows change".into());
     }
-    if distinct {
+    if clauses.distinct {
         return Some("a column added under `DISTINCT` changes which rows are distinct".into());
     }
-    const SET_RETURNING: &[&str] = &["unnest", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
-    if pg.is_some() {
+    if clauses.order_by_all() {
+        return Some("`ORDER BY ALL` sorts by every output column: an added one changes the order (and which rows a `LIMIT` keeps)".into());
+    }
+    // An aggregate added to a query that aggregated nothing, without `GROUP BY`, folds its rows
+    // into one.
+    let kept: Vec<usize> = (0..projection.len()).filter(|i| !added.contains(i)).collect();
+    if !clauses.has_group_by
+        && !clauses.group_by_all
+        && added.iter().any(|&i| calls_aggregate(&projection[i]))
+        && !kept.iter().all(|&i| is_aggregate(&projection[i]))
+    {
+        return Some("an aggregate added without `GROUP BY` to a query of other columns folds its rows into one".into());
+    }
+    // An added alias that other clauses or items may read instead of a source column of that
+    // name (DuckDB resolves select-list aliases in `ORDER BY`, `WHERE`, `GROUP BY`, `HAVING`,
+    // `QUALIFY` and later select items).
+    let added_names: Vec<String> =
+        added.iter().filter(|&&i| !reads_itself(&projection[i])).filter_map(|&i| item_name(&projection[i])).map(|n| n.to_lowercase()).collect();
+    let added_names: Vec<&str> = added_names.iter().map(String::as_str).collect();
+    if !added_names.is_empty() && (names_any(&without_projection(ast), &added_names) || kept.iter().any(|&i| names_any(&projection[i], &added_names))) {
+        return Some("an added column's name is read elsewhere in the query, which may now read the new column instead of a source column".into());
+    }
+    if clauses.pg {
         // Any Postgres function may return a set (`RETURNS SETOF`, the many JSON and text
         // splitters): only functions known to return one value per row keep the rows.
         for &i in added {
@@ -293,15 +398,10 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
             }
         }
     }
-    for &i in added {
-        let text = projection[i].to_string();
-        if SET_RETURNING.iter().any(|f| text.contains(&format!("\"value\":\"{f}\""))) {
-            return Some("an added column calls a set-returning function, which multiplies rows".into());
-        }
+    if added.iter().any(|&i| calls_set_returning(&projection[i])) {
+        return Some("an added column calls a set-returning function, which multiplies rows".into());
     }
-    // A positional reference: sqlparser's `Number`, Postgres's integer constant (`ival`).
-    let positional = |v: Option<&Value>| v.is_some_and(|v| ["\"Number\"", "\"ival\""].iter().any(|k| v.to_string().contains(k)));
-    if added.iter().any(|&i| i < old_len) && (positional(order_by) || positional(group_by)) {
+    if added.iter().any(|&i| i < old_len) && (clauses.positional_order() || clauses.positional_group()) {
         return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
     }
     None
@@ -632,10 +732,14 @@ mod tests {
         // A filter on a changed alias, DISTINCT, an aggregate without GROUP BY, a set-returning function, `*`.
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t QUALIFY b > 0", cols3, "SELECT id, a * 2 AS b, c FROM s.t QUALIFY b > 0", cols3), None);
         assert_eq!(changed("SELECT DISTINCT id, a AS b, c FROM s.t", cols3, "SELECT DISTINCT id, a * 2 AS b, c FROM s.t", cols3), None);
-        assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, max(a) OVER () AS b, c FROM s.t", cols3), None);
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, max(a) AS b, c FROM s.t", cols3), None);
+        // (A window function keeps the rows: only its column changed.)
+        assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, max(a) OVER () AS b, c FROM s.t", cols3), Some(vec!["b".into()]));
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t", cols3, "SELECT id, unnest([a]) AS b, c FROM s.t", cols3), None);
         assert_eq!(changed("SELECT *, a AS b FROM s.t", cols3, "SELECT *, a * 2 AS b FROM s.t", cols3), None);
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t ORDER BY 2", cols3, "SELECT id, a * 2 AS b, c FROM s.t ORDER BY 2", cols3), None);
+        // A set-returning function in a changed item (`unlist` too).
+        assert_eq!(changed("SELECT id, l AS b, c FROM s.t", cols3, "SELECT id, unlist(l) AS b, c FROM s.t", cols3), None);
         // `ORDER BY ALL` under a LIMIT picks rows by every column.
         assert_eq!(changed("SELECT id, a AS b, c FROM s.t ORDER BY ALL LIMIT 3", cols3, "SELECT id, -a AS b, c FROM s.t ORDER BY ALL LIMIT 3", cols3), None);
         // Another item reads the changed alias (DuckDB's lateral column aliases), or a removed one.
@@ -668,6 +772,46 @@ mod tests {
         let v = verdict("SELECT a, b FROM t", &["a", "b"], "SELECT a, x + 1 AS c, b FROM t", &["a", "c", "b"]);
         assert!(v.non_breaking, "{v:?}");
         assert_eq!(v.diverged, vec!["projection[1] (added)"]);
+    }
+
+    #[test]
+    fn added_columns_that_change_the_rows_are_breaking() {
+        let breaks = |old: &str, old_cols: &[&str], new: &str, new_cols: &[&str], why: &str| {
+            let v = verdict(old, old_cols, new, new_cols);
+            assert!(!v.non_breaking && v.reason.contains(why), "{new}: {v:?}");
+        };
+        // `ORDER BY ALL` under a `LIMIT` picks other rows by the new column.
+        breaks(
+            "SELECT amount FROM t ORDER BY ALL DESC LIMIT 2",
+            &["amount"],
+            "SELECT prio, amount FROM t ORDER BY ALL DESC LIMIT 2",
+            &["prio", "amount"],
+            "ORDER BY ALL",
+        );
+        // DuckDB's `unlist` is `unnest`.
+        breaks("SELECT a FROM t", &["a"], "SELECT a, unlist(l) AS x FROM t", &["a", "x"], "set-returning");
+        // An aggregate without `GROUP BY` folds the rows into one.
+        breaks("SELECT a FROM t", &["a"], "SELECT a, max(b) AS m FROM t", &["a", "m"], "folds its rows");
+        // An added alias that `ORDER BY` (or another clause) reads instead of the source column.
+        breaks(
+            "SELECT amount FROM t ORDER BY prio LIMIT 1",
+            &["amount"],
+            "SELECT 0 - prio AS prio, amount FROM t ORDER BY prio LIMIT 1",
+            &["prio", "amount"],
+            "read elsewhere",
+        );
+        breaks("SELECT a, b + 1 AS c FROM t", &["a", "c"], "SELECT a, a AS b, b + 1 AS c FROM t", &["a", "b", "c"], "read elsewhere");
+        // And what keeps them: a column the filter reads, added as itself; an aggregate beside
+        // aggregates; a window function.
+        for (old, old_cols, new, new_cols) in [
+            ("SELECT a FROM t WHERE b > 0", &["a"][..], "SELECT a, b FROM t WHERE b > 0", &["a", "b"][..]),
+            ("SELECT a FROM t AS x WHERE x.b > 0", &["a"], "SELECT a, x.b AS b FROM t AS x WHERE x.b > 0", &["a", "b"]),
+            ("SELECT sum(a) AS s FROM t", &["s"], "SELECT sum(a) AS s, max(b) AS m FROM t", &["s", "m"]),
+            ("SELECT a, b FROM t", &["a", "b"], "SELECT a, b, sum(b) OVER (ORDER BY a) AS r FROM t", &["a", "b", "r"]),
+        ] {
+            let v = verdict(old, old_cols, new, new_cols);
+            assert!(v.non_breaking, "{new}: {v:?}");
+        }
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn fatal(stuck: &Entry, now: Instant) {
         stuck.budget.as_millis()
     );
     if EXIT_WHEN_STUCK.load(Ordering::SeqCst) {
-        eprintln!("error: project failed to load\n{msg}");
+        crate::ewriteln!("error: project failed to load\n{msg}");
         std::process::exit(1)
     }
     tracing::error!("{msg}");

@@ -2740,7 +2740,7 @@ mod tests {
             let t3 = std::time::Instant::now();
             let c = store.canon_cache_get(&keys).unwrap();
             let t4 = std::time::Instant::now();
-            eprintln!(
+            crate::ewriteln!(
                 "env_pointers {} rows {:?}, snapshot_keys {} {:?}, all_done_intervals {} snapshots/{} rows {:?}, canon_cache_get {} {:?}",
                 p.len(),
                 t1 - t0,

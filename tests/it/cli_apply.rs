@@ -361,3 +361,20 @@ fn render_canonical_and_for_an_environment(engine: EngineBackend) {
     run.expect_code(1);
     assert!(run.stderr.contains("no-such env"), "{}", run.stderr);
 }
+
+/// stderr that cannot be written (a full disk) turns no error or warning into a panic: the exit
+/// code stays 1, and `--json`'s error object still reaches stdout.
+#[test]
+fn an_unwritable_stderr_still_exits_1_with_the_json_error() {
+    let p = sample_project();
+    let out = p.command(&["plan", "Bad-Env", "--json"]).stderr(fs_err::File::create("/dev/full").unwrap().into_parts().0).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["apiVersion"], 1);
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("Bad-Env")), "{v:#}");
+    // A warning on the way (the DuckDB file lost after an apply) does not panic either.
+    p.apply("dev");
+    p.remove("efmesh.duckdb");
+    let out = p.command(&["plan", "dev"]).stderr(fs_err::File::create("/dev/full").unwrap().into_parts().0).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}

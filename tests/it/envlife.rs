@@ -326,3 +326,28 @@ fn an_export_from_sqlite_imported_into_postgres_plans_a_no_op() {
     let ids: Vec<i64> = journal.iter().map(|j| j.id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
 }
+
+#[test]
+fn invalidate_and_the_janitor_count_only_the_views_an_environment_has() {
+    // An external and an embedded model are pointers of the environment without a view.
+    let p = project("");
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.e AS SELECT 1 AS x");
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.e", kind = kind.external { table = "land.e" }, schema = { { "x", "integer" } } }
+define_model { name = "s.inl", kind = kind.embedded(), schema = { { "x", "integer" } }, query = "SELECT x FROM " .. ref("raw.e") }
+define_model { name = "s.m", kind = kind.full(), schema = { { "x", "integer" } }, query = "SELECT x FROM " .. ref("s.inl") }
+"#,
+    );
+    p.apply("dev");
+    assert_eq!(relations_in(&p, "dev__"), set(&["dev__s.m"]), "one view");
+    let v = p.run(&["invalidate", "dev", "--json"]).expect_code(0).json();
+    assert_eq!((v["models"].as_u64(), v["views"].as_u64()), (Some(3), Some(1)), "{v:#}");
+    let text = p.run(&["janitor", "--ttl", "0", "--dry-run"]).expect_code(0).stdout.clone();
+    assert!(text.contains("1 view(s), schema(s) dev__s") && !text.contains("dev__raw"), "{text}");
+    let r = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let env = &r["environments"][0];
+    assert_eq!(env["views"], serde_json::json!(["\"dev__s\".\"m\""]), "{r:#}");
+    assert_eq!(env["schemas"], serde_json::json!(["dev__s"]), "{r:#}");
+    assert!(relations_in(&p, "dev__").is_empty() && !schemas(&p).iter().any(|s| s.starts_with("dev__")), "{:?}", schemas(&p));
+}

@@ -43,3 +43,45 @@ fn init_overwrites_nothing() {
     assert_eq!(fs_err::read_to_string(tmp.path().join("models/raw.lua")).unwrap(), "-- mine");
     assert!(!tmp.path().join("efmesh.toml").exists(), "nothing else may be written");
 }
+
+/// The README's quickstart as a newcomer follows it: its model files are the scaffold's, and the
+/// plans it prints are the ones these commands give.
+#[test]
+fn the_readme_shows_the_scaffold_and_the_plans_its_commands_give() {
+    let readme = fs_err::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The text of the fenced block that starts with `start` (that line excluded).
+    let block = |start: &str| -> String {
+        let at = readme.find(start).unwrap_or_else(|| panic!("no README block starting {start:?}"));
+        let body = &readme[at + start.len()..];
+        body[..body.find("```").unwrap()].to_string()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_efmesh"))
+            .args(args)
+            .args(["--now", "2026-11-30T12:00:00Z"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(tmp.path(), &["init", "shop"]);
+    let dir = tmp.path().join("shop");
+    for file in ["models/raw.lua", "models/mart.lua"] {
+        assert_eq!(block(&format!("```lua\n-- {file}\n")), fs_err::read_to_string(dir.join(file)).unwrap(), "README's {file}");
+    }
+    assert_eq!(run(&dir, &["plan", "dev"]), block("A plan looks like this:\n\n```\n"));
+    run(&dir, &["apply", "dev", "--yes"]);
+    run(&dir, &["apply", "prod", "--yes"]);
+    let mart = fs_err::read_to_string(dir.join("models/mart.lua")).unwrap();
+    let edited = mart.replacen("{ \"revenue\", \"bigint\" } },\n  grain", "{ \"revenue\", \"bigint\" }, { \"sales\", \"bigint\" } },\n  grain", 1).replacen(
+        "AS revenue\n",
+        "AS revenue, count(*) AS sales\n",
+        1,
+    );
+    assert_eq!(edited.matches("sales").count(), 2, "{edited}");
+    fs_err::write(dir.join("models/mart.lua"), edited).unwrap();
+    assert_eq!(run(&dir, &["plan", "dev", "--explain"]), block("```\n$ efmesh plan dev --explain\n"));
+}

@@ -209,3 +209,24 @@ fn environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view(en
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
     assert_serves(&p, "prod", "_mart.x");
 }
+
+/// A schema DuckDB already names (its `temp`/`system` catalogs, the database's own name, a system
+/// schema) would fail only at the first promotion to prod, with DuckDB's "ambiguous reference":
+/// refused at load instead, naming the model's file:line, before anything is built.
+#[test]
+fn a_schema_the_engine_already_names_is_refused_at_load() {
+    let stem = Project::new().engine_path().file_stem().unwrap().to_string_lossy().to_string();
+    for schema in ["temp", "System", "information_schema", "pg_catalog", stem.as_str()] {
+        let p = Project::new();
+        p.write("efmesh.toml", &p.config_with(""));
+        p.write("models/m.lua", &format!("\n{}", model(&format!("{schema}.x"))));
+        let run = p.run(&["apply", "dev", "--yes"]);
+        run.expect_code(1);
+        assert!(
+            run.stderr.contains("models/m.lua:2") && run.stderr.contains(&format!("the schema `{schema}` of model `{schema}.x` cannot hold models")),
+            "{schema}: {}",
+            run.stderr
+        );
+        assert!(p.physical_tables().is_empty(), "{schema}: nothing built");
+    }
+}

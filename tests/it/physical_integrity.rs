@@ -139,6 +139,9 @@ fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     let text = p.run(&["plan", "dev"]);
     text.expect_code(0);
     assert!(text.stdout.contains("physical relation missing from the engine"), "{}", text.stdout);
+    // The header counts the repairs: not "4 unchanged" alone, which reads as nothing to do.
+    let repairs = text.stdout.lines().filter(|l| l.contains("missing")).count();
+    assert!(repairs > 0 && text.stdout.lines().next().is_some_and(|h| h.ends_with(&format!(", {repairs} to repair)"))), "{}", text.stdout);
     assert!(text.stderr.contains("warning") && text.stderr.contains("\"dev__s\".\"a\"") && text.stderr.contains("is missing"), "{}", text.stderr);
     let plan = p.plan("dev");
     assert_eq!(plan["hasChanges"], true, "{plan:#}");

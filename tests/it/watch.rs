@@ -447,7 +447,10 @@ fn apply_to_prod_is_refused_at_start() {
     let mut w = Watch::start(&p, &["prod", "--apply"]);
     let line = w.next();
     assert_eq!(line["fatal"], true, "{line}");
-    assert!(errors(&line)[0]["message"].as_str().is_some_and(|m| m.contains("refused for `prod`")), "{line}");
+    assert!(errors(&line)[0]["message"].as_str().is_some_and(|m| m.contains("refused for `prod`") && !m.contains("hint")), "{line}");
+    // The hint is its own key in `errors[]`, as in `error`.
+    assert!(errors(&line)[0]["hint"].as_str().is_some_and(|h| h.contains("watch another environment")), "{line}");
+    assert_eq!(errors(&line)[0]["hint"], line["error"]["hint"], "{line}");
     assert_eq!(line["error"]["kind"], "usage", "{line}");
     assert_eq!(w.exit_code(), 1);
     assert!(!p.state_path().exists(), "nothing was written");

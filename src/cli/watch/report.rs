@@ -74,13 +74,15 @@ impl Problem {
         // files are named relative to the root) and the line TOML names.
         if let Some(c) = err.chain().find_map(|e| e.downcast_ref::<crate::config::ConfigError>()) {
             let (crate::config::ConfigError::Invalid { path, .. } | crate::config::ConfigError::Read { path, .. }) = c;
+            let (text, hint) = (super::super::error_text(err), super::super::hint_for(err));
+            let (message, hint) = super::super::split_hint(&text, hint.as_deref());
             return vec![Problem {
                 kind,
                 file: path.file_name().map(std::path::PathBuf::from),
                 line: c.line(),
                 model: None,
-                message: super::super::error_text(err),
-                hint: super::super::hint_for(err),
+                message: message.to_string(),
+                hint: hint.map(str::to_string),
             }];
         }
         let located: Option<(&Location, &ModelName)> = err.chain().find_map(|e| {
@@ -90,13 +92,16 @@ impl Problem {
             }
             e.downcast_ref::<ApplyError>().and_then(ApplyError::located)
         });
+        // A hint the message carries on its own line is the problem's `hint` (as in `error`).
+        let (text, hint) = (super::super::error_text(err), super::super::hint_for(err));
+        let (message, hint) = super::super::split_hint(&text, hint.as_deref());
         vec![Problem {
             kind,
             file: located.map(|(l, _)| l.file.clone()),
             line: located.map(|(l, _)| l.line).filter(|l| *l > 0),
             model: located.map(|(_, m)| m.clone()),
-            message: super::super::error_text(err),
-            hint: super::super::hint_for(err),
+            message: message.to_string(),
+            hint: hint.map(str::to_string),
         }]
     }
 

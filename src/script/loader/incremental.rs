@@ -34,10 +34,18 @@ pub struct Reevaluated {
 
 /// Evaluates the top-level files of `files` that `changed` (relative paths whose memoized
 /// hashes were forgotten, [`LoadCache::forget`]) reaches: the changed model files and every
-/// model file whose entry reached a changed path; their entries are replaced. `None` (nothing
-/// evaluated or evaluated but not to be used alone) when the conditions in the module docs do
-/// not hold.
-pub fn reevaluate(config: &Config, files: &Discovered, changed: &[PathBuf], cache: &mut LoadCache) -> Option<Reevaluated> {
+/// model file whose entry reached a changed path; their entries are replaced.
+///
+/// # Errors
+/// When the conditions in the module docs do not hold: the files evaluated before that was
+/// known (their entries are in the cache, so the full load that follows does not evaluate them
+/// again), none when it was known before evaluating anything.
+pub fn reevaluate(config: &Config, files: &Discovered, changed: &[PathBuf], cache: &mut LoadCache) -> Result<Reevaluated, Vec<PathBuf>> {
+    reevaluate_opt(config, files, changed, cache).ok_or_else(Vec::new)?
+}
+
+/// [`reevaluate`]: `None` when nothing was evaluated, `Some(Err(files))` when files were.
+fn reevaluate_opt(config: &Config, files: &Discovered, changed: &[PathBuf], cache: &mut LoadCache) -> Option<Result<Reevaluated, Vec<PathBuf>>> {
     let root = &config.root;
     let changed_set: HashSet<&Path> = changed.iter().map(PathBuf::as_path).collect();
     if files.audits.iter().any(|a| changed_set.contains(a.as_path())) || files.all().any(|f| !matches!(ext(f), "lua" | "rhai" | "sql")) {
@@ -101,21 +109,22 @@ pub fn reevaluate(config: &Config, files: &Discovered, changed: &[PathBuf], cach
         cache.entries.insert(o.file.clone(), Entry { key, reached, probes, defines: o.defines, models: o.models.clone() });
         cache.dirty = true;
     }
+    let done: Vec<PathBuf> = evaluated.iter().map(|o| o.file.clone()).collect();
     if !ok {
-        return None;
+        return Some(Err(done));
     }
     let mut out = Reevaluated { reached_before, ..Reevaluated::default() };
     let mut by_file: BTreeMap<PathBuf, FileOutcome> = evaluated.into_iter().map(|o| (o.file.clone(), o)).collect();
     for f in &stale {
-        let o = by_file.remove(f)?;
+        let Some(o) = by_file.remove(f) else { return Some(Err(done)) };
         for (p, h) in &o.hashes {
             // One path read with two different contents by two evaluations: never trusted.
             if out.hashes.insert(p.clone(), *h).is_some_and(|old| old != *h) {
-                return None;
+                return Some(Err(done));
             }
         }
         out.probes.extend(o.probes);
         out.files.push((o.file, o.models));
     }
-    Some(out)
+    Some(Ok(out))
 }
