@@ -854,9 +854,19 @@ fn read_sources(
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
 fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
     let mut done = Vec::with_capacity(project.dag.len());
+    // As the plan counts them: with the ledgers of versions sharing the table.
+    let mut sharers = None;
     for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());
-        done.push(if is_time_range { state.done_intervals(&a.name.to_string(), a.fingerprint.as_str())? } else { BTreeSet::new() });
+        done.push(if is_time_range {
+            if sharers.is_none() {
+                sharers = Some(crate::plan::sharers_by_table(&state.snapshot_index()?));
+            }
+            let sharers = sharers.as_ref().expect("set above");
+            crate::plan::table_done(state, sharers, &a.name.to_string(), a.fingerprint.as_str(), a.physical.as_deref())?
+        } else {
+            BTreeSet::new()
+        });
     }
     let key = crate::plan::memo::key(project, &plan.env, state.generation()?);
     if let Some(memo) = crate::plan::memo::after_apply(plan, project, key, &done) {

@@ -68,6 +68,7 @@ pub fn reconcile(
     stage(engine, model, query)?;
     let result = (|| {
         check_keys(engine, model, &scd.key)?;
+        not_before_history(engine, model, scd, physical, now)?;
         let mut statements = statements(model, scd, physical, now, &stage_relation(engine));
         // The pre-statements after the table exists (the first statement), the post-statements last.
         let write = statements.split_off(1);
@@ -173,6 +174,34 @@ pub fn check_carried(project: &crate::project::Project, plan: &crate::plan::Plan
         }
     }
     Ok(())
+}
+
+/// Refuses to reconcile at `now` when the table holds a version that started after it (the
+/// clock stepped back, or `--now` in the past): closing an open version at `now` would end it
+/// before it began. Nothing is written.
+fn not_before_history(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Result<(), ApplyError> {
+    let (schema, table) = split_physical(physical);
+    if !engine.relation_exists(&schema, &table).map_err(|e| build_error(model, e))? {
+        return Ok(());
+    }
+    let vf = quote_ident(&scd.valid_from);
+    let later = engine
+        .query(&format!("SELECT CAST(max({vf}) AS VARCHAR) FROM {physical} WHERE {vf} > {}", interval::to_sql_literal(now)))
+        .map_err(|e| build_error(model, e))?;
+    match later.first().and_then(|r| r.first().cloned().flatten()) {
+        None => Ok(()),
+        Some(newest) => Err(build_error(
+            model,
+            crate::engine::EngineError::new(
+                "",
+                format!(
+                    "scd_type2 model `{}` holds versions valid from {newest} (UTC), after this run's instant {}: reconciling now would close them before they began (has the clock stepped back, or is `--now` in the past?); nothing was done",
+                    model.name,
+                    interval::to_iso(now)
+                ),
+            ),
+        )),
+    }
 }
 
 /// The condition, over `_t` (the table) and `_s` (the staged query), matching a key.

@@ -163,6 +163,7 @@ fn assert_refused(run: &Run, needles: &[&str]) {
 
 on_every_engine!(
     forward_only_adds_a_column_without_replaying_history,
+    a_version_sharing_a_forward_only_table_never_recomputes_what_the_other_computed,
     forward_only_in_dev_cannot_change_what_prod_serves,
     non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables,
     chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
@@ -352,6 +353,38 @@ fn forward_only_adds_a_column_without_replaying_history(engine: EngineBackend) {
     let filled = p.rows(&format!("(SELECT count(*) FROM {} WHERE n IS NOT NULL) AS q", env_view("dev", "s.daily")));
     assert_eq!(filled, strs(&[&["1"]]), "only the interval computed after the change has `n`");
     assert_eq!(p.rows(&format!("(SELECT revenue FROM {} WHERE region = 'west') AS q", env_view("dev", "s.daily_total"))), strs(&[&["1042"]]));
+}
+
+/// `prod` goes forward-only while `dev` still serves the version whose table it kept: the
+/// interval `prod`'s run then computes is in that table, so `dev`'s run (its project back at the
+/// old version) never computes it again over `prod`'s rows; a restatement of `prod` clears it for
+/// both, so it is computed again.
+fn a_version_sharing_a_forward_only_table_never_recomputes_what_the_other_computed(engine: EngineBackend) {
+    let mut p = project(engine);
+    p.apply("prod");
+    p.apply("dev");
+    write(&p, DAILY_FILE, &daily_with_count());
+    p.run(&["apply", "prod", "--yes", "--forward-only", "s.daily"]).expect_code(0);
+    p.now = "2026-02-11T00:00:00Z".into();
+    let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(ran["intervals"], json!(1), "{ran:#}");
+    let new_day = |p: &Project| p.rows("(SELECT CAST(day AS DATE), region, n, revenue FROM s.daily WHERE day >= TIMESTAMP '2026-02-10') AS q");
+    assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]));
+
+    // `dev`, at the old version: the new day is in the shared table already.
+    write(&p, DAILY_FILE, crate::categories_corpus::DAILY);
+    let plan = p.plan("dev");
+    let daily = action(&plan, "s.daily");
+    assert_eq!((daily["change"].as_str(), daily["intervals"].as_u64()), (Some("unchanged"), Some(0)), "{daily:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]), "prod's rows are prod's");
+
+    // Restating the day in prod clears it for every version of the table: computed again.
+    write(&p, DAILY_FILE, &daily_with_count());
+    p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-02-10", "--to", "2026-02-11"]).expect_code(0);
+    let again = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(again["intervals"], json!(1), "{again:#}");
+    assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]));
 }
 
 fn forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild(engine: EngineBackend) {

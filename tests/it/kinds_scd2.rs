@@ -15,6 +15,7 @@ crate::on_every_engine!(
     changes_hard_deletes_and_returning_keys_build_the_history,
     unchanged_rows_keep_their_valid_from_across_three_refreshes,
     duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged,
+    a_run_at_an_instant_before_the_history_is_refused_and_changes_nothing,
     without_invalidate_hard_deletes_a_missing_key_stays_open,
     only_watched_columns_open_versions,
     one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns,
@@ -176,6 +177,25 @@ fn duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged(e
     r.expect_code(1);
     assert!(r.stderr.contains("1 row of the query has a NULL key (`patient`)"), "{}", r.stderr);
     assert_eq!(history(&p), before);
+}
+
+fn a_run_at_an_instant_before_the_history_is_refused_and_changes_nothing(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n");
+    p.now = T2.into();
+    p.apply("dev");
+    let before = history(&p);
+    // The clock stepped back (or `--now` in the past): closing at T1 would end T2's version before it began.
+    p.now = T1.into();
+    set_assign(&p, "patient,dept,doctor\n1,icu,house\n");
+    let refused = p.run(&["run", "dev"]);
+    refused.expect_code(1);
+    let text = &refused.stderr;
+    assert!(text.contains("model `m.assign`") && text.contains("after this run's instant") && text.contains("nothing was done"), "{text}");
+    assert_eq!(history(&p), before);
+    // At a later instant it goes on.
+    p.now = T3.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T2, Some(T3)), r("1", "icu", "house", T3, None)]);
 }
 
 fn without_invalidate_hard_deletes_a_missing_key_stays_open(engine: EngineBackend) {
