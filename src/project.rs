@@ -94,12 +94,13 @@ impl Project {
 }
 
 /// Schemas the engine already names as catalogs or system schemas, and so cannot hold a model:
-/// DuckDB's `temp` and `system` catalogs and the database's own (the file's stem: `efmesh` for
-/// `efmesh.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
+/// DuckDB's `temp` and `system` catalogs and the database's own (the file's name up to its first
+/// dot: `efmesh` for `efmesh.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
 /// reference to such a schema as ambiguous — at the first promotion to `prod`, whose views live
 /// in the models' own schemas — so it is refused at load, at the model's file:line.
 pub fn reserved_schemas(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
-    let database = config.engine_file().and_then(|f| f.file_stem().map(|s| s.to_string_lossy().to_lowercase()));
+    // DuckDB names a file's catalog by its file name up to the first dot (`shop.prod.duckdb`: `shop`).
+    let database = config.engine_file().and_then(|f| f.file_name().map(|s| s.to_string_lossy().split('.').next().unwrap_or_default().to_lowercase()));
     let mut errors = Vec::new();
     for m in dag.models() {
         let schema = m.name.schema().to_lowercase();

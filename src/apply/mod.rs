@@ -251,11 +251,26 @@ pub enum ApplyError {
     State(#[from] StateError),
 }
 
+/// `e`'s message, then each cause it does not already say on a `caused by:` line (as the CLI
+/// prints an error): a failure among several keeps its cause ("database or disk is full").
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(&format!("\n  caused by: {said}"));
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// The failures of [`ApplyError::Several`], each numbered, its lines indented.
 fn render_several(failures: &[ApplyError]) -> String {
     let mut out = Vec::new();
     for (i, f) in failures.iter().enumerate() {
-        let text = f.to_string();
+        let text = with_causes(f);
         let mut lines = text.lines();
         out.push(format!("  {}. {}", i + 1, lines.next().unwrap_or_default()));
         out.extend(lines.map(|l| format!("     {l}")));
@@ -307,6 +322,7 @@ pub(crate) fn execute(
         return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
     check_features(project, plan, engine.sql())?;
+    shared_writes(project, plan, state, refresh)?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
@@ -850,23 +866,78 @@ fn read_sources(
     Ok(generations::sources(project, name, &|n: &str| versions.get(n).cloned(), &gens))
 }
 
+/// Outside `prod`, a version never writes into a table that another environment's version of
+/// the model shares — the table a forward-only change in `prod` kept, while this environment
+/// still serves the version it kept it from: the intervals (or the history) written there are
+/// what the other environment serves, and this version's query would overwrite them. Refused
+/// before any write (exit 1), naming the model, the other environment and the way out. `prod`
+/// owns history and writes (SPEC §4, forward-only).
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model; the state store's reads.
+fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh: bool) -> Result<(), ApplyError> {
+    if plan.env == crate::core::name::PROD {
+        return Ok(());
+    }
+    let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
+        Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
+        Some(Kind::ScdType2(_)) => refresh || a.build,
+        _ => false,
+    };
+    let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && writes(a)).collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let sharers = crate::plan::sharers_by_table(&state.snapshot_index()?);
+    let mut served: Option<Vec<(String, BTreeMap<String, String>)>> = None;
+    for a in candidates {
+        let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
+        let others: Vec<&String> = sharers
+            .get(&(name.clone(), physical.clone()))
+            .into_iter()
+            .flatten()
+            .filter(|fp| fp.as_str() != a.fingerprint.as_str() && a.reused_from.as_ref().is_none_or(|r| r.as_str() != fp.as_str()))
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        if served.is_none() {
+            let mut all = Vec::new();
+            for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
+                let pointers = state.env_pointers(&env)?;
+                all.push((env, pointers));
+            }
+            served = Some(all);
+        }
+        let Some((other, fp)) =
+            served.iter().flatten().find_map(|(env, pointers)| pointers.get(&name).filter(|fp| others.iter().any(|o| o == fp)).map(|fp| (env, fp)))
+        else {
+            continue;
+        };
+        let model = project.dag.get(&a.name).expect("a model of the plan");
+        let what = if a.backfill.is_empty() { "its history".to_string() } else { format!("{} interval(s)", a.intervals) };
+        return Err(ApplyError::Rejected {
+            model: a.name.clone(),
+            location: model.location.clone(),
+            message: format!(
+                "its table {physical} is shared with version {} that `{other}` serves (a forward-only change kept it): writing {what} with this version's query would change what `{other}` serves; nothing was done\n  \
+                 hint: apply `{}` from the project `{other}` serves (it then serves that version too), or invalidate `{}`",
+                &fp[..12.min(fp.len())],
+                plan.env,
+                plan.env
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
 fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
     let mut done = Vec::with_capacity(project.dag.len());
-    // As the plan counts them: with the ledgers of versions sharing the table.
-    let mut sharers = None;
     for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());
-        done.push(if is_time_range {
-            if sharers.is_none() {
-                sharers = Some(crate::plan::sharers_by_table(&state.snapshot_index()?));
-            }
-            let sharers = sharers.as_ref().expect("set above");
-            crate::plan::table_done(state, sharers, &a.name.to_string(), a.fingerprint.as_str(), a.physical.as_deref())?
-        } else {
-            BTreeSet::new()
-        });
+        done.push(if is_time_range { state.done_intervals(&a.name.to_string(), a.fingerprint.as_str())? } else { BTreeSet::new() });
     }
     let key = crate::plan::memo::key(project, &plan.env, state.generation()?);
     if let Some(memo) = crate::plan::memo::after_apply(plan, project, key, &done) {
@@ -1666,5 +1737,22 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
             record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), *writes)?;
         }
         self.built(action, model, flight.started, flight.intervals)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_of_several_failures_keeps_its_cause() {
+        let full = ApplyError::State(StateError::Backend {
+            store: "s.sqlite".into(),
+            op: "record 30 interval(s) of `m.a` as done".into(),
+            source: Box::new(std::io::Error::other("database or disk is full")),
+            transient: false,
+        });
+        let text = ApplyError::Several(vec![full]).to_string();
+        assert!(text.contains("cannot record 30 interval(s) of `m.a` as done") && text.contains("caused by: database or disk is full"), "{text}");
     }
 }

@@ -65,8 +65,8 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
         .iter()
         .filter(|a| a.change != Change::Unchanged || a.repair.is_some())
         .map(|a| match (&a.repair, a.change) {
-            (Some(_), Change::Unchanged) => format!("{}: relations missing from the engine", a.name),
-            (Some(_), c) => format!("{}: {}, relations missing from the engine", a.name, c.as_str()),
+            (Some(r), Change::Unchanged) => format!("{}: {} (`apply` repairs it)", a.name, r.summary()),
+            (Some(r), c) => format!("{}: {}, {} (`apply` repairs it)", a.name, c.as_str(), r.summary()),
             (None, c) => format!("{}: {}", a.name, c.as_str()),
         })
         .collect()

@@ -313,8 +313,9 @@ fn names_any(v: &Value, names: &[&str]) -> bool {
     })
 }
 
-/// True when the select item is a plain reference to a column of its own name (`x`, `t.x`,
-/// `t.x AS x`): the same value under the same name, which shadows nothing.
+/// True when the select item is a plain unqualified reference to a column of its own name (`x`,
+/// `x AS x`): the same value under the same name, which shadows nothing. A qualified one
+/// (`u.x AS x`) is not: under a `USING` join `x` may be another column, and `s.x` a struct field.
 fn reads_itself(item: &Value) -> bool {
     let Some(name) = item_name(item).map(|n| n.to_lowercase()) else { return false };
     let last = |v: Option<&Value>| -> Option<String> {
@@ -322,11 +323,11 @@ fn reads_itself(item: &Value) -> bool {
         if let Some(id) = v.pointer("/Identifier/value") {
             return id.as_str().map(str::to_lowercase);
         }
-        if let Some(parts) = v.get("CompoundIdentifier").and_then(Value::as_array) {
-            return parts.last()?.get("value")?.as_str().map(str::to_lowercase);
-        }
         let fields = v.pointer("/node/ColumnRef/fields")?.as_array()?;
-        fields.last()?.pointer("/node/String/sval").and_then(Value::as_str).map(str::to_lowercase)
+        if fields.len() != 1 {
+            return None;
+        }
+        fields[0].pointer("/node/String/sval").and_then(Value::as_str).map(str::to_lowercase)
     };
     let expr = item.get("UnnamedExpr").or_else(|| item.pointer("/ExprWithAlias/expr")).or_else(|| item.pointer("/node/ResTarget/val"));
     last(expr).is_some_and(|n| n == name)
@@ -543,7 +544,9 @@ fn is_aggregate(item: &Value) -> bool {
         }
         e.get("Function")
     }
+    // A windowed aggregate (`count(*) OVER ()`) is one value per row.
     root(item)
+        .filter(|f| f.get("over").is_none_or(Value::is_null))
         .and_then(|f| f.get("name"))
         .map(|n| n.to_string().to_ascii_lowercase())
         .is_some_and(|n| crate::sql::AGGREGATES.iter().any(|a| n.contains(&format!("\"value\":\"{a}\""))))
@@ -801,11 +804,20 @@ mod tests {
             "read elsewhere",
         );
         breaks("SELECT a, b + 1 AS c FROM t", &["a", "c"], "SELECT a, a AS b, b + 1 AS c FROM t", &["a", "b", "c"], "read elsewhere");
+        // A qualified column under a `USING` join may not be the column `ORDER BY` meant.
+        breaks(
+            "SELECT t.a FROM t LEFT JOIN u USING (x) ORDER BY x LIMIT 3",
+            &["a"],
+            "SELECT t.a, u.x AS x FROM t LEFT JOIN u USING (x) ORDER BY x LIMIT 3",
+            &["a", "x"],
+            "read elsewhere",
+        );
+        // A windowed aggregate beside an added aggregate: the rows fold into one.
+        breaks("SELECT count(*) OVER () AS n FROM t", &["n"], "SELECT count(*) OVER () AS n, max(b) AS m FROM t", &["n", "m"], "folds its rows");
         // And what keeps them: a column the filter reads, added as itself; an aggregate beside
         // aggregates; a window function.
         for (old, old_cols, new, new_cols) in [
             ("SELECT a FROM t WHERE b > 0", &["a"][..], "SELECT a, b FROM t WHERE b > 0", &["a", "b"][..]),
-            ("SELECT a FROM t AS x WHERE x.b > 0", &["a"], "SELECT a, x.b AS b FROM t AS x WHERE x.b > 0", &["a", "b"]),
             ("SELECT sum(a) AS s FROM t", &["s"], "SELECT sum(a) AS s, max(b) AS m FROM t", &["s", "m"]),
             ("SELECT a, b FROM t", &["a", "b"], "SELECT a, b, sum(b) OVER (ORDER BY a) AS r FROM t", &["a", "b", "r"]),
         ] {

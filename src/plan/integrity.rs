@@ -90,6 +90,22 @@ impl Repair {
         !self.physical_missing && self.created_under.is_none() && !self.view_missing && !self.view_stale && !self.physical_stale && !self.lake_view_missing
     }
 
+    /// What is to repair, in a few words: "physical relation missing, view missing".
+    pub fn summary(&self) -> String {
+        let parts: Vec<&str> = [
+            (self.physical_missing, "physical relation missing"),
+            (self.created_under.is_some(), "created under another project root"),
+            (self.physical_stale, "physical view reads old parent versions"),
+            (self.lake_view_missing, "lake view missing"),
+            (self.view_missing, "view missing"),
+            (self.view_stale, "view serves another version"),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then_some(what))
+        .collect();
+        if parts.is_empty() { "the engine does not hold what the state records".to_string() } else { parts.join(", ") }
+    }
+
     /// One line per thing restored, naming the relation, for warnings and errors.
     pub fn describe(&self, action: &Action, env: &str, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
@@ -438,7 +454,7 @@ pub fn check_skipping(
 /// Fingerprints of every snapshot by (model name, physical relation it records), read once per
 /// check, so finding the versions sharing each lost relation is a lookup, not a scan of every
 /// snapshot per repaired action.
-type SharingIndex = std::collections::HashMap<(String, String), Vec<String>>;
+type SharingIndex = super::TableSharers;
 
 /// The name of a full lake version's data file (as `apply::lake::FULL_FILE`).
 const LAKE_FULL_FILE: &str = "data.parquet";
@@ -447,11 +463,7 @@ const LAKE_FULL_FILE: &str = "data.parquet";
 /// and every snapshot recording that relation).
 fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
     if index.is_none() {
-        let mut grouped = SharingIndex::new();
-        for ((name, fp), (physical, _)) in state.snapshot_index()? {
-            grouped.entry((name, physical)).or_default().push(fp);
-        }
-        *index = Some(grouped);
+        *index = Some(super::sharers_by_table(&state.snapshot_index()?));
     }
     let key = (action.name.to_string(), action.physical.clone().unwrap_or_default());
     let mut fps: Vec<Fingerprint> = index.as_ref().and_then(|i| i.get(&key)).into_iter().flatten().map(|fp| Fingerprint::from(fp.clone())).collect();

@@ -1602,8 +1602,6 @@ fn compute_with(
     // existing columns is what the environment served before, its category, and the physical
     // relation its action serves.
     let mut decided = Decided::new(project);
-    // The versions recorded per (model, physical relation), built when first needed.
-    let mut table_sharers: Option<TableSharers> = None;
     // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
@@ -1951,12 +1949,10 @@ fn compute_with(
                 let due = project.dag.due_at(&model.name, now);
                 floor = Some(t.grain.floor(due));
                 let wanted = interval::wanted(t.start, t.end, t.grain, due);
-                // This version's ledger (and the one it inherits), and those of the versions
-                // whose rows are in the same table (a forward-only change served beside the
-                // version it kept): an interval another one computed into it is in the table, and
-                // computing it again would overwrite those rows. Older tables never matter.
-                let sharers = table_sharers.get_or_insert_with(|| sharers_by_table(snapshots));
-                let mut done = table_done(state, sharers, &name_s, fp.as_str(), physical.as_deref())?;
+                // Only this version's ledger (and the one it inherits): older rows never matter.
+                // (A version whose table another environment's version shares never writes into
+                // it outside `prod`: `apply::shared_writes`.)
+                let mut done = state.done_intervals(&name_s, fp.as_str())?;
                 if let (None, Some((from, _))) = (existing, &reused) {
                     done.extend(state.done_intervals(&name_s, from.as_str())?);
                 }
@@ -2413,21 +2409,6 @@ pub(crate) fn sharers_by_table(snapshots: &crate::state::SnapshotIndex) -> Table
         }
     }
     out
-}
-
-/// The done intervals of version `fp` of `name` as the plan counts them: its own ledger's and
-/// those of every other version recorded with its physical relation `physical`.
-///
-/// # Errors
-/// The state store's reads.
-pub(crate) fn table_done(state: &dyn StateStore, sharers: &TableSharers, name: &str, fp: &str, physical: Option<&str>) -> Result<BTreeSet<Millis>, StateError> {
-    let mut done = state.done_intervals(name, fp)?;
-    for other in physical.and_then(|p| sharers.get(&(name.to_string(), p.to_string()))).into_iter().flatten() {
-        if other != fp {
-            done.extend(state.done_intervals(name, other)?);
-        }
-    }
-    Ok(done)
 }
 
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may

@@ -490,10 +490,8 @@ pub trait StateStore: Send + std::fmt::Debug {
     fn schema_version(&self) -> Result<i64, StateError>;
 
     /// Restatement: in one transaction, checks that `env` still points at every target's
-    /// version and deletes the done intervals of each target whose start lies in its range — and
-    /// those of every other version recorded with the same physical relation (a forward-only or
-    /// reused table, whose ledgers all count for it) —, so the next apply or run recomputes them.
-    /// Returns how many of each target's own were cleared, in order.
+    /// version and deletes the done intervals of each target whose start lies in its range, so
+    /// the next apply or run recomputes them. Returns how many were cleared per target, in order.
     ///
     /// # Errors
     /// [`StateError::PointerMoved`] when `env` serves another version of a target (nothing is

@@ -1146,23 +1146,6 @@ impl StateStore for PostgresStore {
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
                         }
-                        // The versions whose rows are in the same table (forward-only, a reused
-                        // table): their ledgers count for it too (`plan`), so they are cleared alike.
-                        let others = tx.query(
-                            "SELECT s.fingerprint FROM snapshots s JOIN snapshots t ON t.name = s.name AND t.physical = s.physical \
-                             WHERE t.name = $1 AND t.fingerprint = $2 AND s.physical <> '' AND s.fingerprint <> $2 ORDER BY s.fingerprint",
-                            &[&t.name, &t.fingerprint],
-                        )?;
-                        for row in others {
-                            let other: String = row.try_get(0)?;
-                            let m = tx.execute(
-                                "DELETE FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'done' AND start_ts >= $3 AND start_ts < $4",
-                                &[&t.name, &other, &to_iso(t.from), &to_iso(t.to)],
-                            )?;
-                            if m > 0 {
-                                bump_data_generation(tx, &t.name, &other, &to_iso(crate::core::interval::now_millis()))?;
-                            }
-                        }
                         cleared.push(n as usize);
                     }
                     Ok(cleared)

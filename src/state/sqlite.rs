@@ -1854,12 +1854,6 @@ impl StateStore for SqliteStore {
                     let mut clear = tx.prepare_cached(
                         "DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' AND start_ts >= ?3 AND start_ts < ?4",
                     )?;
-                    // The versions whose rows are in the same table (forward-only, a reused
-                    // table): their ledgers count for it too (`plan`), so they are cleared alike.
-                    let mut sharers = tx.prepare_cached(
-                        "SELECT s.fingerprint FROM snapshots s JOIN snapshots t ON t.name = s.name AND t.physical = s.physical \
-                         WHERE t.name = ?1 AND t.fingerprint = ?2 AND s.physical <> '' AND s.fingerprint <> ?2 ORDER BY s.fingerprint",
-                    )?;
                     let mut cleared = Vec::with_capacity(targets.len());
                     for t in targets {
                         let served: Option<String> = pointer.query_row(params![env, t.name], |r| r.get(0)).optional()?;
@@ -1870,12 +1864,6 @@ impl StateStore for SqliteStore {
                         let n = clear.execute(params![t.name, t.fingerprint, to_iso(t.from), to_iso(t.to)])?;
                         if n > 0 {
                             bump_data_generation(tx, &t.name, &t.fingerprint, &to_iso(crate::core::interval::now_millis()))?;
-                        }
-                        let others: Vec<String> = sharers.query_map(params![t.name, t.fingerprint], |r| r.get(0))?.collect::<Result<_, _>>()?;
-                        for other in others {
-                            if clear.execute(params![t.name, other, to_iso(t.from), to_iso(t.to)])? > 0 {
-                                bump_data_generation(tx, &t.name, &other, &to_iso(crate::core::interval::now_millis()))?;
-                            }
                         }
                         cleared.push(n);
                     }

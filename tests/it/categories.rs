@@ -163,7 +163,7 @@ fn assert_refused(run: &Run, needles: &[&str]) {
 
 on_every_engine!(
     forward_only_adds_a_column_without_replaying_history,
-    a_version_sharing_a_forward_only_table_never_recomputes_what_the_other_computed,
+    a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it,
     forward_only_in_dev_cannot_change_what_prod_serves,
     non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables,
     chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
@@ -355,11 +355,11 @@ fn forward_only_adds_a_column_without_replaying_history(engine: EngineBackend) {
     assert_eq!(p.rows(&format!("(SELECT revenue FROM {} WHERE region = 'west') AS q", env_view("dev", "s.daily_total"))), strs(&[&["1042"]]));
 }
 
-/// `prod` goes forward-only while `dev` still serves the version whose table it kept: the
-/// interval `prod`'s run then computes is in that table, so `dev`'s run (its project back at the
-/// old version) never computes it again over `prod`'s rows; a restatement of `prod` clears it for
-/// both, so it is computed again.
-fn a_version_sharing_a_forward_only_table_never_recomputes_what_the_other_computed(engine: EngineBackend) {
+/// `prod` goes forward-only while `dev` still serves the version whose table it kept: the rows
+/// `prod`'s run writes there are `prod`'s, so `dev` (its project back at the old version) never
+/// writes into that table — its run and apply are refused before any write, naming the model and
+/// `prod` — and `prod` goes on computing with its own version.
+fn a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it(engine: EngineBackend) {
     let mut p = project(engine);
     p.apply("prod");
     p.apply("dev");
@@ -370,16 +370,21 @@ fn a_version_sharing_a_forward_only_table_never_recomputes_what_the_other_comput
     assert_eq!(ran["intervals"], json!(1), "{ran:#}");
     let new_day = |p: &Project| p.rows("(SELECT CAST(day AS DATE), region, n, revenue FROM s.daily WHERE day >= TIMESTAMP '2026-02-10') AS q");
     assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]));
+    let state_before = p.state_summary();
 
-    // `dev`, at the old version: the new day is in the shared table already.
+    // `dev`, at the old version: its ledger lacks the new day, which is `prod`'s row in the table.
     write(&p, DAILY_FILE, crate::categories_corpus::DAILY);
-    let plan = p.plan("dev");
-    let daily = action(&plan, "s.daily");
-    assert_eq!((daily["change"].as_str(), daily["intervals"].as_u64()), (Some("unchanged"), Some(0)), "{daily:#}");
-    p.run(&["run", "dev"]).expect_code(0);
+    for args in [&["run", "dev"][..], &["apply", "dev", "--yes"]] {
+        let refused = p.run(args);
+        refused.expect_code(1);
+        let text = &refused.stderr;
+        assert!(text.contains("model `s.daily`") && text.contains("that `prod` serves") && text.contains("nothing was done"), "{args:?}: {text}");
+        assert!(text.contains(DAILY_FILE), "names the model's file: {text}");
+    }
     assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]), "prod's rows are prod's");
+    assert_eq!(p.state_summary(), state_before, "nothing recorded");
 
-    // Restating the day in prod clears it for every version of the table: computed again.
+    // `prod` restates and recomputes with its own version.
     write(&p, DAILY_FILE, &daily_with_count());
     p.run(&["restate", "prod", "--model", "s.daily", "--from", "2026-02-10", "--to", "2026-02-11"]).expect_code(0);
     let again = p.run(&["run", "prod", "--json"]).expect_code(0).json();

@@ -157,7 +157,7 @@ fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     // The cron tick does not restore: it refuses and says what is missing.
     let run = p.run(&["run", "dev"]);
     run.expect_code(2);
-    assert!(run.stderr.contains("s.a: relations missing from the engine"), "{}", run.stderr);
+    assert!(run.stderr.contains("s.a: physical relation missing, view missing (`apply` repairs it)"), "{}", run.stderr);
 
     let applied = p.run(&["apply", "dev", "--yes"]);
     applied.expect_code(0);

@@ -119,7 +119,7 @@ impl Problem {
             file: located.map(|(l, _)| l.file.clone()),
             line: located.map(|(l, _)| l.line).filter(|l| *l > 0),
             model,
-            message: a.to_string(),
+            message: crate::apply::with_causes(a),
             hint: match a {
                 ApplyError::State(s) => s.hint().map(str::to_string),
                 _ => None,
