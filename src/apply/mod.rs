@@ -866,19 +866,20 @@ fn read_sources(
     Ok(generations::sources(project, name, &|n: &str| versions.get(n).cloned(), &gens))
 }
 
-/// Outside `prod`, a version never writes into a table that another environment's version of
-/// the model shares — the table a forward-only change in `prod` kept, while this environment
-/// still serves the version it kept it from: the intervals (or the history) written there are
-/// what the other environment serves, and this version's query would overwrite them. Refused
-/// before any write (exit 1), naming the model, the other environment and the way out. `prod`
-/// owns history and writes (SPEC §4, forward-only).
+/// Only the newest version of a model's table writes into it. A forward-only change keeps an
+/// older version's table for a new version with another query; while another environment still
+/// serves the other one, the intervals (or SCD history) either writes there are what both serve,
+/// and the older query would overwrite the newer one's rows (`dev` left at the version `prod`'s
+/// forward-only change kept, or `prod` applying a version whose table `dev`'s forward-only change
+/// took over). So an `apply` or `run` that would backfill or reconcile version V into a table
+/// that version W also records is refused — before any write, exit 1, naming the model, W and
+/// the environment serving it — when another environment serves W, W's query differs from V's
+/// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
+/// recorded after V (a version new in this plan is the newest).
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
 fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh: bool) -> Result<(), ApplyError> {
-    if plan.env == crate::core::name::PROD {
-        return Ok(());
-    }
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
         Some(Kind::ScdType2(_)) => refresh || a.build,
@@ -901,6 +902,8 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
         if others.is_empty() {
             continue;
         }
+        // A version this plan creates is the newest of its table.
+        let Some(own) = state.snapshot(&name, a.fingerprint.as_str())? else { continue };
         if served.is_none() {
             let mut all = Vec::new();
             for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
@@ -909,24 +912,24 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
             }
             served = Some(all);
         }
-        let Some((other, fp)) =
-            served.iter().flatten().find_map(|(env, pointers)| pointers.get(&name).filter(|fp| others.iter().any(|o| o == fp)).map(|fp| (env, fp)))
-        else {
-            continue;
-        };
-        let model = project.dag.get(&a.name).expect("a model of the plan");
-        let what = if a.backfill.is_empty() { "its history".to_string() } else { format!("{} interval(s)", a.intervals) };
-        return Err(ApplyError::Rejected {
-            model: a.name.clone(),
-            location: model.location.clone(),
-            message: format!(
-                "its table {physical} is shared with version {} that `{other}` serves (a forward-only change kept it): writing {what} with this version's query would change what `{other}` serves; nothing was done\n  \
-                 hint: apply `{}` from the project `{other}` serves (it then serves that version too), or invalidate `{}`",
-                &fp[..12.min(fp.len())],
-                plan.env,
-                plan.env
-            ),
-        });
+        for (other, fp) in served.iter().flatten().filter_map(|(env, pointers)| pointers.get(&name).filter(|fp| others.contains(fp)).map(|fp| (env, fp))) {
+            let Some(theirs) = state.snapshot(&name, fp)? else { continue };
+            if theirs.canonical == own.canonical || theirs.created_at <= own.created_at {
+                continue;
+            }
+            let model = project.dag.get(&a.name).expect("a model of the plan");
+            let what = if a.backfill.is_empty() { "its history".to_string() } else { format!("{} interval(s)", a.intervals) };
+            return Err(ApplyError::Rejected {
+                model: a.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "its table {physical} was taken over by the newer version {} that `{other}` serves (a forward-only change, another query): writing {what} with this version's query would change what `{other}` serves; nothing was done\n  \
+                     hint: apply `{}` from the project `{other}` serves (it then serves that version too), or apply `{other}` without that change, or invalidate one of them",
+                    &fp[..12.min(fp.len())],
+                    plan.env
+                ),
+            });
+        }
     }
     Ok(())
 }

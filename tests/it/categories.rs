@@ -163,7 +163,8 @@ fn assert_refused(run: &Run, needles: &[&str]) {
 
 on_every_engine!(
     forward_only_adds_a_column_without_replaying_history,
-    a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it,
+    a_version_a_forward_only_change_in_prod_took_the_table_of_never_writes_into_it,
+    an_older_version_never_backfills_into_a_table_a_newer_forward_only_version_took_over,
     forward_only_in_dev_cannot_change_what_prod_serves,
     non_breaking_parent_edit_rebuilds_the_parent_only_and_children_serve_it_from_their_tables,
     chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
@@ -359,7 +360,7 @@ fn forward_only_adds_a_column_without_replaying_history(engine: EngineBackend) {
 /// `prod`'s run writes there are `prod`'s, so `dev` (its project back at the old version) never
 /// writes into that table — its run and apply are refused before any write, naming the model and
 /// `prod` — and `prod` goes on computing with its own version.
-fn a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it(engine: EngineBackend) {
+fn a_version_a_forward_only_change_in_prod_took_the_table_of_never_writes_into_it(engine: EngineBackend) {
     let mut p = project(engine);
     p.apply("prod");
     p.apply("dev");
@@ -378,7 +379,10 @@ fn a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it(engi
         let refused = p.run(args);
         refused.expect_code(1);
         let text = &refused.stderr;
-        assert!(text.contains("model `s.daily`") && text.contains("that `prod` serves") && text.contains("nothing was done"), "{args:?}: {text}");
+        assert!(
+            text.contains("model `s.daily`") && text.contains("that `prod` serves (a forward-only change") && text.contains("nothing was done"),
+            "{args:?}: {text}"
+        );
         assert!(text.contains(DAILY_FILE), "names the model's file: {text}");
     }
     assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]), "prod's rows are prod's");
@@ -390,6 +394,30 @@ fn a_version_sharing_a_forward_only_table_outside_prod_never_writes_into_it(engi
     let again = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert_eq!(again["intervals"], json!(1), "{again:#}");
     assert_eq!(new_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]));
+}
+
+/// The other way round: `dev` went forward-only while nobody else served the table; `prod`, on
+/// the older version, would then backfill its query into the table `dev`'s newer version took
+/// over: refused before any write, naming `dev`.
+fn an_older_version_never_backfills_into_a_table_a_newer_forward_only_version_took_over(engine: EngineBackend) {
+    let mut p = project(engine);
+    p.apply("dev");
+    write(&p, DAILY_FILE, &daily_with_count());
+    p.run(&["apply", "dev", "--yes", "--forward-only", "s.daily"]).expect_code(0);
+    p.now = "2026-02-11T00:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    let dev_day = |p: &Project| {
+        p.rows(&format!("(SELECT CAST(day AS DATE), region, n, revenue FROM {} WHERE day >= TIMESTAMP '2026-02-10') AS q", env_view("dev", "s.daily")))
+    };
+    assert_eq!(dev_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]));
+    let state_before = p.state_summary();
+    write(&p, DAILY_FILE, crate::categories_corpus::DAILY);
+    let refused = p.run(&["apply", "prod", "--yes"]);
+    refused.expect_code(1);
+    let text = &refused.stderr;
+    assert!(text.contains("model `s.daily`") && text.contains("that `dev` serves (a forward-only change") && text.contains("nothing was done"), "{text}");
+    assert_eq!(dev_day(&p), strs(&[&["2026-02-10", "west", "1", "1000"]]), "dev's rows are dev's");
+    assert_eq!(p.state_summary(), state_before, "nothing recorded");
 }
 
 fn forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild(engine: EngineBackend) {
