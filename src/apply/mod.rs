@@ -889,33 +889,28 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
     if candidates.is_empty() {
         return Ok(());
     }
-    let sharers = crate::plan::sharers_by_table(&state.snapshot_index()?);
-    let mut served: Option<Vec<(String, BTreeMap<String, String>)>> = None;
+    let index = state.snapshot_index()?;
+    let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
     for a in candidates {
         let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
-        let others: Vec<&String> = sharers
-            .get(&(name.clone(), physical.clone()))
-            .into_iter()
-            .flatten()
-            .filter(|fp| fp.as_str() != a.fingerprint.as_str() && a.reused_from.as_ref().is_none_or(|r| r.as_str() != fp.as_str()))
-            .collect();
+        let others = crate::plan::generations::others_on(&served, &name, a.fingerprint.as_str(), &physical);
         if others.is_empty() {
             continue;
         }
         // A version this plan creates is the newest of its table.
         let Some(own) = state.snapshot(&name, a.fingerprint.as_str())? else { continue };
-        if served.is_none() {
-            let mut all = Vec::new();
-            for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
-                let pointers = state.env_pointers(&env)?;
-                all.push((env, pointers));
-            }
-            served = Some(all);
-        }
-        for (other, fp) in served.iter().flatten().filter_map(|(env, pointers)| pointers.get(&name).filter(|fp| others.contains(fp)).map(|fp| (env, fp))) {
+        for fp in &others {
             let Some(theirs) = state.snapshot(&name, fp)? else { continue };
             if theirs.canonical == own.canonical || theirs.created_at <= own.created_at {
                 continue;
+            }
+            // Which environment serves it, for the message.
+            let mut other = String::new();
+            for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
+                if state.env_pointers(&env)?.get(&name) == Some(fp) {
+                    other = env;
+                    break;
+                }
             }
             let model = project.dag.get(&a.name).expect("a model of the plan");
             let what = if a.backfill.is_empty() { "its history".to_string() } else { format!("{} interval(s)", a.intervals) };

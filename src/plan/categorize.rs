@@ -271,14 +271,18 @@ fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
 const SET_RETURNING: &[&str] =
     &["unnest", "unlist", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
 
-fn calls(text: &str, f: &str) -> bool {
-    text.contains(&format!("\"value\":\"{f}\"")) || text.contains(&format!("\"sval\":\"{f}\""))
+/// True when the JSON text of a tree (lower-cased) names `name` as an identifier or a function:
+/// a name in either parser's tree is a JSON string, `"value":…` (sqlparser) or `"sval":…`
+/// (Postgres), compared with the name's JSON spelling.
+fn mentions(text: &str, name: &str) -> bool {
+    let quoted = serde_json::to_string(name).unwrap_or_default();
+    text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
 }
 
 /// True when `item` calls a set-returning function ([`SET_RETURNING`]).
 fn calls_set_returning(item: &Value) -> bool {
     let text = item.to_string().to_lowercase();
-    SET_RETURNING.iter().any(|f| calls(&text, f))
+    SET_RETURNING.iter().any(|f| mentions(&text, f))
 }
 
 /// True when `item` calls an aggregate function other than as a window function (`… OVER (…)`
@@ -292,7 +296,7 @@ fn calls_aggregate(item: &Value) -> bool {
                 && over.is_none_or(Value::is_null)
             {
                 let text = name.to_string().to_lowercase();
-                if crate::sql::AGGREGATES.iter().any(|f| calls(&text, f)) {
+                if crate::sql::AGGREGATES.iter().any(|f| mentions(&text, f)) {
                     return true;
                 }
             }
@@ -303,14 +307,10 @@ fn calls_aggregate(item: &Value) -> bool {
     }
 }
 
-/// True when the tree `v` names one of `names` (lower-case) as an identifier: a name in the tree
-/// is a JSON string, compared with the name's JSON spelling.
+/// True when the tree `v` names one of `names` (lower-case) as an identifier ([`mentions`]).
 fn names_any(v: &Value, names: &[&str]) -> bool {
     let text = v.to_string().to_lowercase();
-    names.iter().any(|c| {
-        let quoted = serde_json::to_string(c).unwrap_or_default();
-        text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
-    })
+    names.iter().any(|c| mentions(&text, c))
 }
 
 /// True when the select item is a plain unqualified reference to a column of its own name (`x`,
@@ -549,7 +549,7 @@ fn is_aggregate(item: &Value) -> bool {
         .filter(|f| f.get("over").is_none_or(Value::is_null))
         .and_then(|f| f.get("name"))
         .map(|n| n.to_string().to_ascii_lowercase())
-        .is_some_and(|n| crate::sql::AGGREGATES.iter().any(|a| n.contains(&format!("\"value\":\"{a}\""))))
+        .is_some_and(|n| crate::sql::AGGREGATES.iter().any(|a| mentions(&n, a)))
 }
 
 fn tag(kind: &Value) -> &str {

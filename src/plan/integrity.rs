@@ -454,7 +454,7 @@ pub fn check_skipping(
 /// Fingerprints of every snapshot by (model name, physical relation it records), read once per
 /// check, so finding the versions sharing each lost relation is a lookup, not a scan of every
 /// snapshot per repaired action.
-type SharingIndex = super::TableSharers;
+type SharingIndex = std::collections::HashMap<(String, String), Vec<String>>;
 
 /// The name of a full lake version's data file (as `apply::lake::FULL_FILE`).
 const LAKE_FULL_FILE: &str = "data.parquet";
@@ -463,7 +463,11 @@ const LAKE_FULL_FILE: &str = "data.parquet";
 /// and every snapshot recording that relation).
 fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<Vec<Fingerprint>, PlanError> {
     if index.is_none() {
-        *index = Some(super::sharers_by_table(&state.snapshot_index()?));
+        let mut grouped = SharingIndex::new();
+        for ((name, fp), (physical, _)) in state.snapshot_index()? {
+            grouped.entry((name, physical)).or_default().push(fp);
+        }
+        *index = Some(grouped);
     }
     let key = (action.name.to_string(), action.physical.clone().unwrap_or_default());
     let mut fps: Vec<Fingerprint> = index.as_ref().and_then(|i| i.get(&key)).into_iter().flatten().map(|fp| Fingerprint::from(fp.clone())).collect();

@@ -2396,21 +2396,6 @@ fn scd_history(
 /// created; absent otherwise.
 pub const CARRIED: &str = "carried";
 
-/// The fingerprints recorded per `(model name, physical relation)` (relations with storage only):
-/// the versions whose rows share one table.
-pub(crate) type TableSharers = HashMap<(String, String), Vec<String>>;
-
-/// [`TableSharers`] of a snapshot index.
-pub(crate) fn sharers_by_table(snapshots: &crate::state::SnapshotIndex) -> TableSharers {
-    let mut out = TableSharers::new();
-    for ((name, fp), (physical, _)) in snapshots {
-        if !physical.is_empty() {
-            out.entry((name.clone(), physical.clone())).or_default().push(fp.clone());
-        }
-    }
-    out
-}
-
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may
 /// always do it (environments sharing that version then see the new intervals, as in sqlmesh);
 /// any other environment is refused while another environment serves that version, whose

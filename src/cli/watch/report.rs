@@ -70,12 +70,13 @@ impl Problem {
         if let Some(crate::apply::ApplyError::Several(all)) = err.chain().find_map(|e| e.downcast_ref::<crate::apply::ApplyError>()) {
             return all.iter().map(|a| Problem::from_apply(kind, a)).collect();
         }
+        // A hint the message carries on its own line is the problem's `hint` (as in `error`).
+        let (text, hint) = (super::super::error_text(err), super::super::hint_for(err));
+        let (message, hint) = super::super::split_hint(&text, hint.as_deref());
         // An invalid configuration: its file (the project root's `efmesh.toml`, as the other
         // files are named relative to the root) and the line TOML names.
         if let Some(c) = err.chain().find_map(|e| e.downcast_ref::<crate::config::ConfigError>()) {
             let (crate::config::ConfigError::Invalid { path, .. } | crate::config::ConfigError::Read { path, .. }) = c;
-            let (text, hint) = (super::super::error_text(err), super::super::hint_for(err));
-            let (message, hint) = super::super::split_hint(&text, hint.as_deref());
             return vec![Problem {
                 kind,
                 file: path.file_name().map(std::path::PathBuf::from),
@@ -92,9 +93,6 @@ impl Problem {
             }
             e.downcast_ref::<ApplyError>().and_then(ApplyError::located)
         });
-        // A hint the message carries on its own line is the problem's `hint` (as in `error`).
-        let (text, hint) = (super::super::error_text(err), super::super::hint_for(err));
-        let (message, hint) = super::super::split_hint(&text, hint.as_deref());
         vec![Problem {
             kind,
             file: located.map(|(l, _)| l.file.clone()),
