@@ -117,9 +117,9 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     let checked: Vec<(&Model, String)> =
         pending.iter().filter_map(|n| project.dag.get(n)).filter_map(|m| m.body.as_ref().map(|b| (m, b.render(&resolver)))).collect();
     let queries: Vec<String> = checked.iter().map(|(_, sql)| sql.clone()).collect();
-    for ((m, _), described) in checked.iter().zip(engine.describe_many(&queries)) {
+    for ((m, sql), described) in checked.iter().zip(engine.describe_many(&queries)) {
         match described {
-            Err(e) => problems.push(problem(m, format!("the query does not bind: {}", first_line(&e.message)))),
+            Err(e) => problems.push(unbound(m, sql, &e.message)),
             Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
         }
     }
@@ -144,6 +144,21 @@ fn missing_files(project: &Project, ext: &External, engine: &mut dyn Engine) -> 
     } else {
         format!("file `{path}` does not exist (relative to the project directory `{}`)", project.config.root.display())
     })
+}
+
+/// A query that does not bind, at the line the engine points at (`LINE n:` of its message, a
+/// line of `sql` as rendered for the check): that line of a `.sql` file when the rendered query
+/// has the lines of the one written (no embedded model inlined over several lines), otherwise
+/// the model's location with the line of the rendered query (`efmesh render` shows it).
+fn unbound(m: &Model, sql: &str, message: &str) -> ContractProblem {
+    let line = crate::engine::error_line(message);
+    let as_written = sql.matches('\n').count() + 1 == m.query_lines.len();
+    let (location, at) = match (line, as_written) {
+        (Some(n), true) => (m.location_of_query_line(Some(n)), String::new()),
+        (Some(n), false) => (m.location.clone(), format!(" (line {n} of the query as `efmesh render` shows it)")),
+        (None, _) => (m.location.clone(), String::new()),
+    };
+    ContractProblem { model: m.name.clone(), location, message: format!("the query does not bind{at}: {}", first_line(message)) }
 }
 
 fn first_line(s: &str) -> &str {

@@ -295,7 +295,11 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
         // on it); one only the engine understands is left unchecked, with a warning.
         Err(e) => match if engine_parse { crate::engine::dialect_for(&project.config).canonicalize(&sql).err() } else { None } {
             Some(engine) => {
-                report.errors.push(Finding::from_load_error(LoadError::new(Some(model.location.clone()), Some(model.name.clone()), engine.to_string())));
+                report.errors.push(Finding::from_load_error(LoadError::new(
+                    Some(model.location_of_query_line(engine.line())),
+                    Some(model.name.clone()),
+                    engine.to_string(),
+                )));
                 None
             }
             None => {
@@ -433,7 +437,8 @@ fn finding(model: &Model, parents: &BTreeMap<String, Vec<String>>, p: ColumnProb
         (None, None) => None,
     };
     Finding {
-        location: Some(model.location.clone()),
+        // A `.sql` model's query line is a line of its file.
+        location: Some(model.location_of_query_line(p.line)),
         model: Some(model.name.clone()),
         column: Some(p.column),
         parent: p.relation.filter(|r| !is_subject(r)),

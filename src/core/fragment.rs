@@ -210,7 +210,7 @@ impl Fragment {
                     i = end;
                     continue;
                 }
-                if s[i..].starts_with("@this") && !word(bytes.get(i + 5)) && !(i > 0 && word(bytes.get(i - 1))) {
+                if bytes[i..].starts_with(b"@this") && !word(bytes.get(i + 5)) && !(i > 0 && word(bytes.get(i - 1))) {
                     out.push_text(&s[last..i]);
                     out.nodes.push(Node::This(model.clone()));
                     i += 5;

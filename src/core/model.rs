@@ -69,6 +69,12 @@ pub struct Model {
     /// checked at load against the `define_signal` definitions). Neither fingerprinted nor part
     /// of the model's metadata: editing or adding a signal changes no version and blocks no run.
     pub signals: Vec<SignalUse>,
+    /// For a `.sql` file: the file line of each line of the query (`body`, as written, macro
+    /// calls expanded), in order, so an error the SQL parser or the engine places at a line of
+    /// the query is reported at that line of the file ([`Model::query_location`]). Empty for Lua
+    /// and Rhai models, whose query text the script builds.
+    #[serde(default)]
+    pub query_lines: Vec<u32>,
 }
 
 /// A model's pre/post statements ([`Model::statements`]).
@@ -147,7 +153,21 @@ impl Model {
             column_descriptions: Vec::new(),
             ignored_lints: Vec::new(),
             signals: Vec::new(),
+            query_lines: Vec::new(),
         }
+    }
+
+    /// Where line `n` (1-based) of the query is written in its `.sql` file
+    /// ([`Model::query_lines`]); `None` for a Lua or Rhai model, or a line past the query.
+    pub fn query_location(&self, n: u64) -> Option<Location> {
+        let line = *self.query_lines.get(usize::try_from(n).ok()?.checked_sub(1)?)?;
+        Some(Location { file: self.location.file.clone(), line })
+    }
+
+    /// Where an error at line `n` of the query (when known) is reported: that line of a `.sql`
+    /// file, otherwise the model's own location.
+    pub fn location_of_query_line(&self, n: Option<u64>) -> Location {
+        n.and_then(|n| self.query_location(n)).unwrap_or_else(|| self.location.clone())
     }
 
     /// A model for unit tests: `name` of `kind` reading `SELECT 1 AS x FROM` each of `parents`

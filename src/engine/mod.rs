@@ -164,6 +164,12 @@ pub fn type_message(message: &str) -> String {
     }
 }
 
+/// The line of the statement an engine's error points at: the `LINE n:` of the excerpt DuckDB
+/// (and Postgres' `psql`-style messages) put under the message; `None` without one.
+pub fn error_line(message: &str) -> Option<u64> {
+    message.lines().find_map(|l| l.trim_start().strip_prefix("LINE ")?.split_once(':')?.0.trim().parse().ok())
+}
+
 /// Runs `sql` for a signal's `db.query`: only one read statement (a `SELECT`, `WITH … SELECT`,
 /// `VALUES`, `FROM …` query) is accepted, checked by parsing it; it runs in a transaction that
 /// is rolled back, so nothing it might do is kept. Rows' values as text.
@@ -919,6 +925,8 @@ mod tests {
         let m = "Catalog Error: Type with name bignt does not exist!\nDid you mean \"bigint\"?\n\nLINE 1: SELECT CAST(NULL AS bignt) AS x";
         assert_eq!(type_message(m), "Catalog Error: Type with name bignt does not exist! (did you mean `bigint`?)");
         assert_eq!(type_message("Parser Error: syntax error at end of input\nLINE 1: …"), "Parser Error: syntax error at end of input");
+        let binder = "Binder Error: Referenced column \"nosuch\" not found in FROM clause!\nCandidate bindings: \"revenue\"\n\nLINE 4: WHERE revenue > nosuch\n                        ^";
+        assert_eq!((error_line(binder), error_line("Conversion Error: no excerpt")), (Some(4), None));
         assert_eq!(
             type_message("Extension Autoloading Error: An error occurred:\nFailed to download"),
             "Extension Autoloading Error: An error occurred: Failed to download"

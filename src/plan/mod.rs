@@ -526,7 +526,7 @@ pub fn canonical_of(dialect: &dyn Dialect, model: &Model) -> Result<Option<Canon
 }
 
 fn canonical_with_fallback(dialect: &dyn Dialect, model: &Model, rendered: &str) -> Result<Canonical, PlanError> {
-    dialect.canonicalize(rendered).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location.clone(), error })
+    dialect.canonicalize(rendered).map_err(|error| PlanError::Sql { model: model.name.clone(), location: model.location_of_query_line(error.line()), error })
 }
 
 /// Computes every model's canonical digest and fingerprint, parents first.
@@ -677,7 +677,7 @@ fn digests(
                 let c = canonical_with_fallback(dialect, models[i], body(i))?;
                 (c.source, body_digest(&c.text))
             }
-            Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location.clone(), error }),
+            Err(error) => return Err(PlanError::Sql { model: models[i].name.clone(), location: models[i].location_of_query_line(error.line()), error }),
         };
         misses[i] = Some((keyed[i].as_ref().expect("has body").0.clone(), format!("{}:{digest}", source.as_str())));
         canon[i] = Some((source, digest));

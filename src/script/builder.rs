@@ -333,6 +333,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             column_descriptions,
             ignored_lints,
             signals,
+            query_lines: Vec::new(),
         }),
         _ => Err(errors),
     }

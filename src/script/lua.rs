@@ -898,6 +898,12 @@ impl LuaHost {
                     r.evaluated(&rel, hash);
                 }
             }
+            // A byte-order mark (some editors save UTF-8 with one) is not Lua: skipped, as
+            // `lua` itself does for files.
+            let code = match code.strip_prefix(b"\xef\xbb\xbf") {
+                Some(rest) => rest.to_vec(),
+                None => code,
+            };
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
                 st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));

@@ -954,7 +954,8 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
             r.evaluated(rel, hash);
         }
     }
-    let mut ast = engine.compile(&code).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
+    // A byte-order mark (some editors save UTF-8 with one) is not Rhai.
+    let mut ast = engine.compile(code.strip_prefix('\u{feff}').unwrap_or(&code)).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();
     ast.set_source(source.as_str());
     refs.state.borrow_mut().asts.insert(rel.to_path_buf(), Rc::new(ast.clone_functions_only()));

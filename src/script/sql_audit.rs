@@ -72,6 +72,7 @@ impl SqlAuditDef {
     /// # Errors
     /// Every problem found, each at its line.
     pub fn parse(file: &Path, text: &str) -> Result<SqlAuditDef, Vec<LoadError>> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
         let mut errors = Vec::new();
         let (header, body_start) = super::sql_file::read_header(text, KEYS, &at, " of a `.sql` audit file", &|_| false, &mut errors);

@@ -151,6 +151,8 @@ pub(super) fn read_header(
 /// # Errors
 /// Every problem found, each with file:line.
 pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<Model, Vec<LoadError>> {
+    // A byte-order mark (some editors save UTF-8 with one) is not part of the header.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
     if text.trim().is_empty() {
         return Err(vec![
@@ -295,7 +297,8 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let is_external = matches!(spec.get("kind").and_then(|k| k.get("kind")).and_then(Value::as_str), Some("external" | "seed"));
     // Statements before the query are pre-statements, after it post-statements (sqlmesh's layout).
     let line_of = |off: usize| body_line0 + written[..source_map.input_offset(off).min(written.len())].matches('\n').count() + 1;
-    let (query, pre, post) = match split_body(&query) {
+    let expanded: &str = &query;
+    let (query, pre, post) = match split_body(expanded) {
         Ok(parts) => parts,
         Err((off, msg)) => {
             errors.push(LoadError::new(Some(at(line_of(off))), model_name.clone(), msg));
@@ -303,6 +306,12 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         }
     };
     let query = query.1;
+    // The file line of each line of the query (a slice of `expanded`), for errors placed at a
+    // line of it (`Model::query_lines`).
+    let query_lines: Vec<u32> = {
+        let start = (query.as_ptr() as usize).saturating_sub(expanded.as_ptr() as usize);
+        std::iter::once(0).chain(query.match_indices('\n').map(|(i, _)| i + 1)).map(|l| u32::try_from(line_of(start + l)).unwrap_or(u32::MAX)).collect()
+    };
     let query = if query.is_empty() && is_external { None } else { Some(query) };
     if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() && !header.is_empty() {
         errors.push(LoadError::new(Some(location.clone()), model_name.clone(), "the file has a header but no query"));
@@ -342,6 +351,9 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
             .collect::<Vec<_>>()
     })?;
     model.audits = audits;
+    if model.body.is_some() {
+        model.query_lines = query_lines;
+    }
     // Each statement is located at its own line.
     for (st, (off, _)) in model.statements.pre.iter_mut().zip(&pre).chain(model.statements.post.iter_mut().zip(&post)) {
         st.location = at(line_of(*off));
@@ -510,7 +522,7 @@ fn find_ref(s: &str) -> Option<usize> {
             i = end;
             continue;
         }
-        if s[i..].starts_with("@ref(") {
+        if b[i..].starts_with(b"@ref(") {
             return Some(i);
         }
         i += 1;
@@ -664,6 +676,22 @@ mod tests {
         assert!(m.statements.is_empty() && m.body.is_some());
         let e = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSET a = 1;\nANALYZE t\n").unwrap_err();
         assert!(e[0].to_string().contains("models/x.sql:4") && e[0].to_string().contains("no query"), "{e:?}");
+    }
+
+    #[test]
+    fn non_ascii_text_and_a_byte_order_mark_are_read_and_the_query_lines_are_the_files() {
+        // A byte-order mark before the header, a non-ASCII name before `@ref`, `@this` after one.
+        let m = p("\u{feff}-- name: a.b\n-- kind: full\n-- schema: größe bigint\n-- refs: a.c\n\nSELECT n AS größe\nFROM @ref(a.c)\nWHERE 'é' <> ''\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(m.name.to_string(), "a.b");
+        assert_eq!(m.parents().into_iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["a.c"]);
+        assert_eq!(m.query_lines, [6, 7, 8]);
+        assert_eq!(m.query_location(2).map(|l| l.to_string()).as_deref(), Some("models/x.sql:7"));
+        assert_eq!((m.query_location(4), m.query_location(0)), (None, None));
+        let mut f = crate::core::Fragment::default();
+        f.push_text("SELECT 'ß' AS größe FROM @this");
+        f.bind_this(&m.name);
+        assert!(f.render(&crate::core::fragment::CanonicalResolver).ends_with("FROM \"@this\""));
     }
 
     #[test]

@@ -132,10 +132,13 @@ pub enum SqlError {
         message: String,
     },
     /// DuckDB's own parser rejected the text (the fallback's `"error": true`).
-    #[error("DuckDB cannot parse SQL: {message}")]
+    #[error("DuckDB cannot parse SQL{}: {message}", at(*.line, None))]
     DuckDb {
         /// DuckDB's `error_message`.
         message: String,
+        /// 1-based line of the body at DuckDB's `position` (a byte offset), when it gives one
+        /// ([`canonicalize_with_fallback`] knows the text).
+        line: Option<u64>,
     },
     /// sqlparser failed and the fallback could not be asked (e.g. the engine call failed).
     #[error("{parser}; the DuckDB fallback failed too: {fallback}")]
@@ -158,7 +161,7 @@ impl SqlError {
     #[must_use]
     pub fn line(&self) -> Option<u64> {
         match self {
-            SqlError::Parse { line, .. } => *line,
+            SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } => *line,
             _ => None,
         }
     }
@@ -348,10 +351,27 @@ pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<S
         Ok(query) => Ok(canonical_of(query)),
         Err(parser @ SqlError::Parse { .. }) => {
             let json = fallback(sql).map_err(|f| SqlError::Fallback { parser: parser.to_string(), fallback: trim_period(&f).to_string() })?;
-            Ok(Canonical { text: normalize_duckdb_json(&json)?, source: CanonSource::DuckDbJson })
+            match normalize_duckdb_json(&json) {
+                Ok(text) => Ok(Canonical { text, source: CanonSource::DuckDbJson }),
+                Err(SqlError::DuckDb { message, .. }) => Err(SqlError::DuckDb { message, line: duckdb_error_line(&json, sql) }),
+                Err(other) => Err(other),
+            }
         }
         Err(other) => Err(other),
     }
+}
+
+/// The 1-based line of `sql` holding the byte offset of an error document's `position` (DuckDB
+/// gives it as text); `None` without one, or one past the text.
+fn duckdb_error_line(json: &str, sql: &str) -> Option<u64> {
+    let doc: Value = serde_json::from_str(json).ok()?;
+    let position = doc.get("position")?;
+    let offset: usize = match position {
+        Value::String(s) => s.parse().ok()?,
+        other => usize::try_from(other.as_u64()?).ok()?,
+    };
+    let before = sql.get(..offset.min(sql.len()))?;
+    u64::try_from(before.matches('\n').count() + 1).ok()
 }
 
 /// Normalises the output of DuckDB's `json_serialize_sql`: rejects an error document, requires
@@ -382,7 +402,7 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
     };
     if obj.get("error").and_then(Value::as_bool) == Some(true) {
         let message = obj.get("error_message").and_then(Value::as_str).unwrap_or("unknown error");
-        return Err(SqlError::DuckDb { message: trim_period(message).to_string() });
+        return Err(SqlError::DuckDb { message: trim_period(message).to_string(), line: None });
     }
     match obj.get("statements").and_then(Value::as_array).map(Vec::len) {
         Some(1) => {}
@@ -878,6 +898,13 @@ mod tests {
             |_: &str| -> Result<String, String> { Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"FRM\""}"#.into()) };
         let e = canonicalize_with_fallback("SELECT 1 FROM", &rejected).unwrap_err();
         assert_eq!(e.to_string(), "DuckDB cannot parse SQL: syntax error at or near \"FRM\"");
+        // DuckDB's `position` (a byte offset, as text) becomes the line of the body it falls in.
+        let placed = |_: &str| -> Result<String, String> {
+            Ok(r#"{"error":true,"error_type":"parser","error_message":"syntax error at or near \"t\"","position":"19"}"#.into())
+        };
+        let e = canonicalize_with_fallback("SELECT a,\n  b\nFRM t\n", &placed).unwrap_err();
+        assert_eq!(e.line(), Some(3), "{e:?}");
+        assert_eq!(e.to_string(), "DuckDB cannot parse SQL at line 3: syntax error at or near \"t\"");
 
         let down = |_: &str| -> Result<String, String> { Err("database is locked.".into()) };
         let e = canonicalize_with_fallback("SELECT 1 FROM", &down).unwrap_err();

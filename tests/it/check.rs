@@ -337,12 +337,14 @@ fn a_query_the_engine_cannot_parse_fails_check_one_only_the_engine_parses_is_unc
     let errors = v["errors"].as_array().expect("errors");
     assert_eq!(errors.len(), 1, "{v:#}");
     assert_eq!((&errors[0]["file"], &errors[0]["model"]), (&json!("models/bad.sql"), &json!("mart.bad")), "{v:#}");
-    assert!(errors[0]["message"].as_str().is_some_and(|m| m.starts_with("DuckDB cannot parse SQL: syntax error at or near")), "{v:#}");
+    assert!(errors[0]["message"].as_str().is_some_and(|m| m.starts_with("DuckDB cannot parse SQL at line 3: syntax error at or near")), "{v:#}");
+    // Line 3 of the query is line 7 of the file.
+    assert_eq!(errors[0]["line"], json!(7), "{v:#}");
     let unchecked: Vec<&str> = v["unchecked"].as_array().expect("unchecked").iter().filter_map(|u| u["model"].as_str()).collect();
     assert_eq!(unchecked, ["mart.sample"], "{v:#}");
     let text = p.run(&["check"]);
     text.expect_code(1);
-    assert!(text.stdout.contains("models/bad.sql:") && text.stdout.contains("model `mart.bad`: DuckDB cannot parse SQL"), "{}", text.stdout);
+    assert!(text.stdout.contains("models/bad.sql:7: model `mart.bad`: DuckDB cannot parse SQL"), "{}", text.stdout);
     // Without it the project passes, the DuckDB-only query still unchecked.
     fs_err::remove_file(p.root().join("models/bad.sql")).expect("rm");
     let (run, v) = check(&p);

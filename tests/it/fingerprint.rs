@@ -65,6 +65,8 @@ fn orders_model() -> Model {
         column_descriptions: Vec::new(),
         ignored_lints: Vec::new(),
         signals: Vec::new(),
+        // Where the query's lines are in its file: for messages, not fingerprinted.
+        query_lines: vec![7, 8],
     }
 }
 
@@ -377,6 +379,7 @@ fn fingerprints_are_frozen() {
         column_descriptions: Vec::new(),
         ignored_lints: Vec::new(),
         signals: Vec::new(),
+        query_lines: Vec::new(),
     };
     // The readable half of the golden: the exact payload, keys in their fixed order.
     assert_eq!(

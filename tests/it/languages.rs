@@ -99,6 +99,17 @@ fn the_same_model_has_one_fingerprint_in_lua_rhai_and_sql_for_every_kind() {
     assert_eq!(all.len(), VARIANTS.len());
 }
 
+#[test]
+fn a_file_saved_with_a_byte_order_mark_is_the_same_model_in_every_language() {
+    // Some editors save UTF-8 with a byte-order mark: it is not part of the code or the header.
+    let v = &VARIANTS[0];
+    for (file, text) in [("x.lua", v.lua), ("x.rhai", v.rhai), ("x.sql", v.sql)] {
+        let marked = fingerprints(file, &format!("\u{feff}{text}"));
+        assert_eq!(marked, fingerprints(file, text), "{file}");
+        assert!(marked.contains_key("m.x"), "{file}: {marked:?}");
+    }
+}
+
 on_every_engine!(moving_a_model_to_another_file_or_language_rebuilds_nothing, a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end);
 
 /// A project on `engine` with the default configuration (models in `models/**/*.{lua,rhai,sql}`;

@@ -187,3 +187,50 @@ fn a_failing_module_required_by_another_model_file_is_reported_once() {
     assert!(run.stdout.contains("models/w.lua:1:") && run.stdout.contains("`models/lib.lua` failed to load"), "{}", run.stdout);
     assert!(run.stdout.contains("check failed: 2 errors"), "{}", run.stdout);
 }
+
+/// A `.sql` model over the sample's `raw.events`: a header of five lines (one continued), a
+/// blank line, then the query from line 7, `tail` from line 9.
+fn sql_model(tail: &str) -> String {
+    format!(
+        "-- name: mart.bad\n-- kind: full\n-- schema: region varchar,\n--         revenue bigint\n-- refs: raw.events\n\nSELECT region, -- per region\n       CAST(sum(amount) AS BIGINT) AS revenue\n{tail}\n"
+    )
+}
+
+#[test]
+fn a_sql_file_whose_query_no_parser_reads_is_reported_at_the_line_of_the_file() {
+    // sqlparser and DuckDB both reject it, DuckDB at `BY` on line 10 of the file (4 of the query).
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("models/bad.sql", &sql_model("FROM @ref(raw.events)\nGROUPY BY region"));
+        },
+        &["models/bad.sql:10: model `mart.bad`: DuckDB cannot parse SQL at line 4: syntax error at or near \"BY\""],
+    );
+}
+
+#[test]
+fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
+    let p = sample_project();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("models/bad.sql", &sql_model("FROM @ref(raw.events)\nWHERE amount > nosuch\nGROUP BY region"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/bad.sql:10: model `mart.bad`: the query does not bind: Binder Error: Referenced column \"nosuch\" not found"),
+        "{}",
+        run.stderr
+    );
+    // A Lua model's query has no line of its file: the message gives the line of the query.
+    fs_err::remove_file(p.root().join("models/bad.sql")).expect("rm");
+    p.write(
+        "models/bad.lua",
+        "local raw = require(\"models.raw\")\ndefine_model {\n  name = \"mart.bad\",\n  kind = kind.full(),\n  schema = { { \"region\", \"varchar\" } },\n  query = \"SELECT region\\nFROM \" .. ref(raw.events) .. \"\\nWHERE nosuch\",\n}\n",
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/bad.lua:2: model `mart.bad`: the query does not bind (line 3 of the query as `efmesh render` shows it): Binder Error: Referenced column \"nosuch\" not found"),
+        "{}",
+        run.stderr
+    );
+}
