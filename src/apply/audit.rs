@@ -12,7 +12,7 @@
 
 use crate::core::ModelName;
 use crate::core::audit::{Audit, AuditScope};
-use crate::core::interval::{self, Interval};
+use crate::core::interval::Interval;
 use crate::core::name::quote_ident;
 use crate::engine::{Engine, EngineError};
 use serde::Serialize;
@@ -143,11 +143,12 @@ pub fn render_failures(failures: &[AuditResult]) -> String {
 }
 
 /// The relation an `interval` audit sees for a batch of a time-range model: its physical
-/// table restricted to `[start, end)` on the time column (literals from
-/// [`interval::to_sql_literal`], like the batch's `DELETE` and `INSERT`).
-pub fn batch_relation(physical: &str, time_column: &str, batch: Interval) -> String {
-    let tc = quote_ident(time_column);
-    format!("(SELECT * FROM {physical} WHERE {tc} >= {} AND {tc} < {})", interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
+/// table restricted to `[start, end)` on the time column (the literals of the batch's `DELETE`
+/// and `INSERT`, [`super::batch::time_column_bounds`]).
+pub fn batch_relation(model: &crate::core::Model, t: &crate::core::TimeRange, physical: &str, batch: Interval) -> String {
+    let tc = quote_ident(&t.time_column);
+    let (s, e) = super::batch::time_column_bounds(model, t, batch);
+    format!("(SELECT * FROM {physical} WHERE {tc} >= {s} AND {tc} < {e})")
 }
 
 /// Runs one audit, rendered as `sql` ([`checks`]): the number of violating rows and the first

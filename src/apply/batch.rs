@@ -60,7 +60,7 @@ pub fn may_create_with_first(model: &Model, body: &Fragment) -> bool {
 /// written (`/* efmesh: pre-statement 1 of model `m.x` (models/x.sql:4) */`), which an engine
 /// error's `while running:` line shows.
 pub fn pre_post(model: &Model, exec: &ExecResolver<'_>, batch: Option<Interval>) -> (Vec<String>, Vec<String>) {
-    let exec = exec.with_bounds(batch);
+    let exec = exec.with_bounds_of(model, batch);
     let render = |when: &str, list: &[crate::core::Statement]| -> Vec<String> {
         list.iter()
             .enumerate()
@@ -96,7 +96,7 @@ pub fn ensure_table(model: &Model, body: &Fragment, physical: &str, exec: &ExecR
     if body.reads_itself() {
         return dialect.create_empty_table_if_absent(physical, &format!("SELECT * FROM {}", super::resolve::typed_empty(model)));
     }
-    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
+    let skeleton = body.render(&exec.with_bounds_of(model, Some(Interval::new(0, 0))));
     dialect.create_empty_table_if_absent(physical, &skeleton)
 }
 
@@ -126,7 +126,7 @@ pub fn statements(
     let cols = cols.join(", ");
     let tc = quote_ident(&t.time_column);
     let (s, e) = time_column_bounds(model, t, batch);
-    let sql = body.render(&exec.with_bounds(Some(batch)));
+    let sql = body.render(&exec.with_bounds_of(model, Some(batch)));
     let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
     let write = match write {
         BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],
@@ -140,10 +140,13 @@ pub fn statements(
 /// The literals `[start, end)` of `batch` compared with the time column: `DATE '…'` when the
 /// column is declared `date` (its grain is a day or coarser, [`crate::core::dag`] checks it, so
 /// the bounds are midnights and the comparison is the same, without casting the column),
-/// `TIMESTAMP '…'` otherwise.
+/// `TIMESTAMPTZ '…+00'` when it is declared `timestamptz` (the interval's instants whatever time
+/// zone a pre-statement set on the session), `TIMESTAMP '…'` otherwise.
 pub fn time_column_bounds(model: &Model, t: &TimeRange, batch: Interval) -> (String, String) {
     if model.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) {
         (interval::to_date_literal(batch.start), interval::to_date_literal(batch.end))
+    } else if super::resolve::zoned_time_column(model) {
+        (interval::to_tz_literal(batch.start), interval::to_tz_literal(batch.end))
     } else {
         (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
     }

@@ -281,12 +281,13 @@ fn write_batch(
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
     let grain = model.kind.time_range().map(|t| t.grain).unwrap_or(Grain::Day);
-    let (s, e) = (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end));
-    let sql = body.render(&exec.with_bounds(Some(batch)));
+    let t = model.kind.time_range().ok_or_else(|| ApplyError::build(model, Some(batch), crate::engine::EngineError::new("", "not a time-range model")))?;
+    let (s, e) = super::batch::time_column_bounds(model, t, batch);
+    let sql = body.render(&exec.with_bounds_of(model, Some(batch)));
     let fill = format!("CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
     engine.execute(&fill).map_err(|e| ApplyError::build(model, Some(batch), e))?;
     for piece in pieces {
-        let (ps, pe) = (interval::to_sql_literal(piece.start), interval::to_sql_literal(piece.end));
+        let (ps, pe) = super::batch::time_column_bounds(model, t, *piece);
         let query = format!("SELECT * FROM temp._efmesh_lake_batch WHERE {tc} >= {ps} AND {tc} < {pe}");
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }

@@ -1574,7 +1574,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     .enumerate()
                     .map(|(i, &b)| {
                         let statements = batch::statements(model, t, body, &physical, b, exec, dialect, batch::BatchWrite::of(create_with_first, i));
-                        let slice = audit::batch_relation(&physical, &t.time_column, b);
+                        let slice = audit::batch_relation(model, t, &physical, b);
                         let mut checks = audit::checks(model, Some(crate::core::audit::AuditScope::Interval), &slice, exec);
                         if i + 1 == n {
                             checks.extend(audit::checks(model, Some(crate::core::audit::AuditScope::Whole), &physical, exec));

@@ -329,6 +329,17 @@ pub fn serialize_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S:
     s.serialize_str(&to_iso(*t))
 }
 
+/// The instant `t` as a `TIMESTAMPTZ 'YYYY-MM-DD HH:MM:SS[.fff]+00'` literal: the same instant
+/// whatever the session's time zone, for comparisons with a `timestamptz` column (a naive
+/// literal compared with one is read in the session's zone, which a model's `SET TimeZone`
+/// pre-statement may have changed).
+pub fn to_tz_literal(t: Millis) -> String {
+    match to_sql_literal(t).strip_prefix("TIMESTAMP '").and_then(|rest| rest.strip_suffix('\'')) {
+        Some(naive) => format!("TIMESTAMPTZ '{naive}+00'"),
+        None => "NULL".to_string(),
+    }
+}
+
 /// The SQL literal every engine statement uses for an instant:
 /// `TIMESTAMP 'YYYY-MM-DD HH:MM:SS[.fff]'`, naive UTC (engines run with `TimeZone = 'UTC'`).
 pub fn to_sql_literal(t: Millis) -> String {

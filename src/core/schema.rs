@@ -37,6 +37,61 @@ impl Schema {
     }
 }
 
+/// True when a declared type is a timestamp with a time zone (`timestamptz`, `timestamp with
+/// time zone`, `timestamp(3) with time zone`): its values are instants, compared with
+/// `TIMESTAMPTZ` literals ([`crate::core::interval::to_tz_literal`]).
+pub fn is_zoned_timestamp(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    let words: Vec<&str> = t.split_whitespace().collect();
+    t.starts_with("timestamptz")
+        || t == "timestamp_tz"
+        || (words.first().is_some_and(|w| w.starts_with("timestamp")) && words.ends_with(&["with", "time", "zone"]))
+}
+
+/// Checks that a declared type is one type expression and nothing more: not empty, its quotes
+/// closed, its parentheses and brackets balanced (never closing one it did not open), no `;` and
+/// no comment outside quotes. Declared types are written into engine statements (`CAST(NULL AS
+/// <type>)`, `ALTER TABLE … ADD COLUMN`), so a type text that could end the statement or comment
+/// out the rest is refused at load, before any statement holds it. Which types exist is the
+/// engine's to say (`efmesh check`, the apply's contract).
+///
+/// # Errors
+/// What is wrong with the text, to follow "type `<t>` ".
+pub fn check_type_text(ty: &str) -> Result<(), String> {
+    if ty.trim().is_empty() {
+        return Err("is empty".into());
+    }
+    let b = ty.as_bytes();
+    let (mut depth, mut quote, mut i) = (0i32, None::<u8>, 0);
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                b'\'' | b'"' => quote = Some(c),
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err(format!("closes a `{}` it never opened", c as char));
+                    }
+                }
+                b';' => return Err("holds a `;`: a type is one expression, not statements".into()),
+                b'-' if b.get(i + 1) == Some(&b'-') => return Err("holds a comment (`--`)".into()),
+                b'/' if b.get(i + 1) == Some(&b'*') => return Err("holds a comment (`/*`)".into()),
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    match (quote, depth) {
+        (Some(q), _) => Err(format!("has an unclosed `{}`", q as char)),
+        (None, d) if d > 0 => Err("has an unclosed `(` or `[`".into()),
+        _ => Ok(()),
+    }
+}
+
 /// Coarse type classes the schema contract compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,6 +159,42 @@ impl std::fmt::Display for TypeFamily {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zoned_timestamps_are_told_from_naive_ones() {
+        for zoned in ["timestamptz", "TIMESTAMPTZ", "timestamp with time zone", "TIMESTAMP(3) WITH TIME ZONE", "timestamp_tz"] {
+            assert!(is_zoned_timestamp(zoned), "{zoned}");
+        }
+        for naive in ["timestamp", "timestamp without time zone", "date", "timestamp_ns", "varchar"] {
+            assert!(!is_zoned_timestamp(naive), "{naive}");
+        }
+    }
+
+    #[test]
+    fn a_type_text_is_one_balanced_expression_without_statements_or_comments() {
+        for ok in [
+            "bigint",
+            "DECIMAL(18, 2)",
+            "INTEGER[]",
+            "STRUCT(a INT, \"b;c\" VARCHAR)",
+            "ENUM('x;y', 'it''s')",
+            "MAP(VARCHAR, INT[3])",
+            "timestamp with time zone",
+        ] {
+            assert_eq!(check_type_text(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("bigint); DROP VIEW v; --", "closes a `)` it never opened"),
+            ("bigint; DROP VIEW v", "holds a `;`: a type is one expression, not statements"),
+            ("bigint -- x", "holds a comment (`--`)"),
+            ("int /* x */", "holds a comment (`/*`)"),
+            ("DECIMAL(18, 2", "has an unclosed `(` or `[`"),
+            ("ENUM('a)", "has an unclosed `'`"),
+            ("  ", "is empty"),
+        ] {
+            assert_eq!(check_type_text(bad), Err(why.to_string()), "{bad}");
+        }
+    }
 
     #[test]
     fn families_follow_duckdb_spellings() {

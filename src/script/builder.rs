@@ -590,7 +590,10 @@ fn parse_schema(v: &Value) -> Result<Schema, String> {
     for (i, item) in items.iter().enumerate() {
         match item {
             Value::Array(pair) if pair.len() == 2 => match (&pair[0], &pair[1]) {
-                (Value::String(n), Value::String(t)) => cols.push(Column { name: n.clone(), ty: t.clone() }),
+                (Value::String(n), Value::String(t)) => {
+                    crate::core::schema::check_type_text(t).map_err(|why| format!("schema entry {} (`{n}`): type `{t}` {why}", i + 1))?;
+                    cols.push(Column { name: n.clone(), ty: t.clone() });
+                }
                 _ => return Err(format!("schema entry {} must be two strings `{{ column, type }}`", i + 1)),
             },
             _ => return Err(format!("schema entry {} must be a pair `{{ column, type }}`", i + 1)),

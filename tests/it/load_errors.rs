@@ -234,3 +234,18 @@ fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
         run.stderr
     );
 }
+
+#[test]
+fn a_declared_type_that_would_end_the_statement_it_is_written_into_is_refused_at_load() {
+    // Types are written into engine statements (`CAST(NULL AS <type>)` of the contract): one that
+    // closes the cast and adds a statement never reaches the engine, and nothing changes.
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "define_model {\n  name = \"z.x\",\n  kind = kind.full(),\n  schema = { { \"n\", \"bigint); DROP VIEW dev__a.a; --\" } },\n  query = \"SELECT 1 AS n\",\n}\n",
+            );
+        },
+        &["models/extra.lua:1", "model `z.x`", "schema entry 1 (`n`): type `bigint); DROP VIEW dev__a.a; --` closes a `)` it never opened"],
+    );
+}

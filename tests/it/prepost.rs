@@ -379,3 +379,34 @@ fn a_statement_after_a_multi_line_macro_is_located_at_its_line_as_written() {
     assert_eq!(log(&p), vec![row("1", "2026-01-01")]);
     assert_eq!(p.rows(&crate::common::env_view("dev", "t.m")), vec![vec![Some("1".to_string())]]);
 }
+
+#[test]
+fn a_time_zone_set_by_a_pre_statement_moves_no_interval_bound() {
+    // `SET TimeZone` in a pre-statement (for local calendar days) stays on the session; the
+    // batch's `@start`/`@end`, output filter and `DELETE` compare the `timestamptz` time column
+    // with UTC instants all the same, so each UTC day holds exactly its rows.
+    let mut p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+    p.write(
+        "data/ev.csv",
+        "ts,v\n2026-03-01 01:00:00+00,1\n2026-03-01 12:00:00+00,2\n2026-03-02 01:00:00+00,3\n2026-03-02 23:30:00+00,4\n2026-03-03 01:00:00+00,5\n",
+    );
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: ts timestamptz, v bigint\n");
+    p.write(
+        "models/ev.sql",
+        "-- name: s.ev\n-- kind: incremental_by_time_range(time_column = ts, start = 2026-03-01, grain = day, batch_size = 1)\n\
+         -- schema: ts timestamptz, v bigint, local_day date\n-- refs: raw.ev\n\
+         SET TimeZone = 'America/New_York';\nSELECT ts, v, ts::date AS local_day FROM @ref(raw.ev) WHERE ts >= @start AND ts < @end\n",
+    );
+    p.now = "2026-03-03T00:00:00Z".into();
+    p.apply("prod");
+    let rows = |p: &Project| p.query("SELECT v, CAST(local_day AS VARCHAR) FROM s.ev ORDER BY v");
+    let want = |vs: &[(&str, &str)]| -> Rows { vs.iter().map(|(v, d)| vec![Some(v.to_string()), Some(d.to_string())]).collect() };
+    // New York's days: 03-01 01:00 UTC is the evening of 02-28 there.
+    assert_eq!(rows(&p), want(&[("1", "2026-02-28"), ("2", "2026-03-01"), ("3", "2026-03-01"), ("4", "2026-03-02")]));
+    // A day later the next UTC day comes, the first two untouched (their rows are not rewritten
+    // into a shifted window).
+    p.now = "2026-03-04T00:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p), want(&[("1", "2026-02-28"), ("2", "2026-03-01"), ("3", "2026-03-01"), ("4", "2026-03-02"), ("5", "2026-03-02")]));
+}
