@@ -247,6 +247,19 @@ impl Serialize for Interval {
     }
 }
 
+/// The most grain intervals one model may want ([`wanted_count`]): 5-minute intervals over 19
+/// years. A plan lists every one, so a `start` centuries early (a typo) on a fine grain would
+/// exhaust memory; the plan refuses it instead, naming the model.
+pub const MAX_WANTED: u64 = 2_000_000;
+
+/// How many intervals [`wanted`] gives (at most: a month counts as 28 days), without listing
+/// them.
+pub fn wanted_count(start: Millis, until: Option<Millis>, grain: Grain, now: Millis) -> u64 {
+    let limit = until.map_or(grain.floor(now), |u| u.min(grain.floor(now)));
+    let span = limit.saturating_sub(grain.floor(start));
+    u64::try_from(span.max(0) / grain.min_millis()).unwrap_or(0)
+}
+
 /// Every whole interval a time-range model wants at `now`: from `floor(start)` by `grain`, only
 /// intervals that have fully ended (`end <= floor(now)`), and, when `until` is set, only those
 /// starting before `until`.

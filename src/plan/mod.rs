@@ -444,6 +444,17 @@ pub enum PlanError {
     /// write (see [`check_legacy_views`]).
     #[error("{0}")]
     ViewConflict(String),
+    /// A time-range model wants more intervals than a plan lists
+    /// ([`crate::core::interval::MAX_WANTED`]): a `start` long before its data, on a fine grain.
+    #[error("{location}: model `{model}`: {message}")]
+    TooManyIntervals {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: Location,
+        /// How many, and what to do.
+        message: String,
+    },
     /// A model needs what the project's engine does not have: a feature (files read by an
     /// external model on Postgres), or a name longer than its identifiers may be
     /// ([`check_engine`]).
@@ -1258,6 +1269,7 @@ pub fn plan_unmarked(
     versions: Option<&mut VersionMemo>,
 ) -> Result<Plan, PlanError> {
     validate_env(env)?;
+    check_interval_counts(project, now)?;
     check_legacy_views(project, state, env)?;
     for n in options.forward_only.iter().chain(options.reclassify.keys()).chain(&options.reset_history) {
         if project.dag.get(n).is_none() {
@@ -1290,6 +1302,29 @@ pub fn plan_unmarked(
         }
         None => compute_with(project, state, env, now, options, versions)?,
     })
+}
+
+/// Refuses a time-range model wanting more than [`interval::MAX_WANTED`] intervals at `now`
+/// (a plan lists each one): a `start` typed centuries early on a five-minute grain would
+/// otherwise exhaust memory before anything is said.
+fn check_interval_counts(project: &Project, now: Millis) -> Result<(), PlanError> {
+    for m in project.dag.models() {
+        let Some(t) = m.kind.time_range() else { continue };
+        let count = interval::wanted_count(t.start, t.end, t.grain, project.dag.due_at(&m.name, now));
+        if count > interval::MAX_WANTED {
+            return Err(PlanError::TooManyIntervals {
+                model: m.name.clone(),
+                location: m.location.clone(),
+                message: format!(
+                    "`start` {} on grain `{}` gives {count} intervals up to now, more than the {} a model may have; is the `start` a typo?\n  hint: a later `start` or a coarser grain",
+                    interval::to_iso(t.start),
+                    t.grain.spelling(),
+                    interval::MAX_WANTED
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Marks the `full`/`view` versions of `plan` with a pending rebuild and the `full` versions

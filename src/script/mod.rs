@@ -67,7 +67,27 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
     });
     // Per depth, whether the directory walked at that depth was reached through a symbolic link.
     let mut linked: Vec<bool> = Vec::new();
-    for entry in walker.flatten() {
+    // Files the project means but efmesh cannot read by name: a file name that is not UTF-8
+    // (the globs match text), an entry the walk could not read under a glob's directory. Left
+    // out, their models would silently be `removed` from the plan.
+    let mut unreadable: Vec<LoadError> = Vec::new();
+    let literal_dirs: Vec<String> = sets.iter().flat_map(|g| g.iter()).map(|g| literal_dir(g)).collect();
+    for entry in walker {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                let rel = e.path().and_then(|p| p.strip_prefix(&config.root).ok()).map(Path::to_path_buf).unwrap_or_default();
+                let lossy = rel.to_string_lossy().replace('\\', "/");
+                if literal_dirs.iter().any(|d| lossy.starts_with(d.as_str()) || d.starts_with(&format!("{lossy}/"))) {
+                    unreadable.push(LoadError::new(
+                        Some(crate::core::Location { file: rel, line: 0 }),
+                        None,
+                        format!("cannot read it while looking for model files: {e}"),
+                    ));
+                }
+                continue;
+            }
+        };
         let depth = entry.depth();
         let through_link = depth > 0 && (linked.get(depth - 1).copied().unwrap_or(true) || entry.path_is_symlink());
         if entry.file_type().is_dir() {
@@ -79,6 +99,20 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
             continue;
         }
         let Ok(rel) = entry.path().strip_prefix(&config.root) else { continue };
+        if rel.to_str().is_none() {
+            let lossy = PathBuf::from(rel.to_string_lossy().into_owned());
+            if matchers.iter().any(|m| m.is_match(&lossy)) {
+                unreadable.push(
+                    LoadError::new(
+                        Some(crate::core::Location { file: lossy, line: 0 }),
+                        None,
+                        "the file name is not valid UTF-8: efmesh reads model files by UTF-8 names",
+                    )
+                    .with_hint("rename the file (its name shown with `�` where a byte is not UTF-8)"),
+                );
+            }
+            continue;
+        }
         let hits: Vec<usize> = matchers.iter().enumerate().filter(|(_, m)| m.is_match(rel)).map(|(i, _)| i).collect();
         if hits.is_empty() {
             continue;
@@ -95,6 +129,9 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
             _ => outside.push(rel.to_path_buf()),
         }
     }
+    if !unreadable.is_empty() {
+        return Err(LoadErrors(unreadable));
+    }
     if !outside.is_empty() {
         return Err(LoadErrors(
             outside
@@ -109,6 +146,13 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
         files.sort();
     }
     Ok(found)
+}
+
+/// The directory part of `glob` before its first wildcard, with a trailing `/` (`models/` of
+/// `models/**/*.lua`); empty when the glob starts with one.
+fn literal_dir(glob: &str) -> String {
+    let head = glob.find(['*', '?', '[', '{']).map_or(glob, |i| &glob[..i]);
+    head.rfind('/').map_or_else(String::new, |i| head[..=i].to_string())
 }
 
 /// Evaluates every model file `files` under `root` (no cache), each by the host of its language

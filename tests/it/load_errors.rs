@@ -249,3 +249,35 @@ fn a_declared_type_that_would_end_the_statement_it_is_written_into_is_refused_at
         &["models/extra.lua:1", "model `z.x`", "schema entry 1 (`n`): type `bigint); DROP VIEW dev__a.a; --` closes a `)` it never opened"],
     );
 }
+
+#[test]
+fn a_model_file_whose_name_is_not_utf8_is_an_error_not_a_removal() {
+    // Left out of the globs (which match text), its models would be `removed` from the plan.
+    use std::os::unix::ffi::OsStrExt;
+    assert_load_error(
+        |p| {
+            let latin1 = std::ffi::OsStr::from_bytes(b"models/m\xe4rt.lua");
+            fs_err::rename(p.root().join("models/c.lua"), p.root().join(latin1)).expect("rename");
+        },
+        &["models/m\u{FFFD}rt.lua", "the file name is not valid UTF-8"],
+    );
+}
+
+#[test]
+fn a_start_centuries_early_on_a_fine_grain_is_refused_not_listed() {
+    // 1026 instead of 2026 on a 5-minute grain: about 105 million intervals, which the plan
+    // would list one by one (gigabytes) before saying anything.
+    let p = sample_project();
+    p.write(
+        "models/extra.lua",
+        "local raw = require(\"models.raw\")\ndefine_model {\n  name = \"z.fine\",\n  kind = kind.incremental_by_time_range { time_column = \"event_at\", start = \"1026-01-01\", grain = \"5m\" },\n  schema = { { \"event_at\", \"timestamp\" } },\n  query = \"SELECT event_at FROM \" .. ref(raw.events) .. \" WHERE event_at >= @start AND event_at < @end\",\n}\n",
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/extra.lua:2: model `z.fine`: `start` 1026-01-01T00:00:00.000Z on grain `5m` gives ")
+            && run.stderr.contains("intervals up to now, more than the 2000000 a model may have; is the `start` a typo?"),
+        "{}",
+        run.stderr
+    );
+}
