@@ -168,6 +168,13 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let model_name = get("name").and_then(|(_, v, _)| ModelName::parse(v).ok());
     let mut spec = Map::new();
     for (key, value, line) in &header {
+        // A list or call left open (`not_null(n, unique(n)`, `n = 'unterminated`) would be read
+        // as other values than written: refused at its line.
+        let structured = !matches!(key.as_str(), "name" | "description" | "target" | "cron" | "owner" | "statements_affect_data");
+        if let Err(msg) = structured.then(|| balanced(value)).unwrap_or(Ok(())) {
+            errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("`{key}`: {msg}")));
+            continue;
+        }
         let parsed = match key.as_str() {
             "name" | "description" | "target" | "cron" | "owner" => Ok(Value::String(value.clone())),
             "tags" | "ignored_lints" => Ok(Value::Array(split_top(value, ',').into_iter().filter(|s| !s.is_empty()).map(Value::String).collect())),
@@ -486,6 +493,7 @@ fn audit_use(piece: &str) -> Result<(String, Vec<Value>, Map<String, Value>), St
         }
         let key = arg.split_once('=').map(|(k, v)| (k.trim().trim_end_matches(':').trim(), v)).filter(|(k, _)| crate::core::name::is_identifier(k));
         match key {
+            Some((k, v)) if v.trim().is_empty() => return Err(format!("audit `{name}`: argument `{k}` has no value")),
             Some((k, v)) => {
                 if named.insert(k.to_string(), audit_value(v)).is_some() {
                     return Err(format!("audit `{name}`: argument `{k}` is given twice"));
@@ -528,6 +536,37 @@ fn find_ref(s: &str) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// Checks that `value` closes every `(`, `[`, `{` and `'` it opens, and closes none it did not
+/// open (a quote doubled inside quotes is one quote character).
+fn balanced(value: &str) -> Result<(), String> {
+    let mut open: Vec<char> = Vec::new();
+    let mut quote = false;
+    for c in value.chars() {
+        match c {
+            '\'' => quote = !quote,
+            '(' | '[' | '{' if !quote => open.push(c),
+            ')' | ']' | '}' if !quote => {
+                let want = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                if open.pop() != Some(want) {
+                    return Err(format!("`{value}` closes a `{c}` it never opened"));
+                }
+            }
+            _ => {}
+        }
+    }
+    if quote {
+        return Err(format!("`{value}` has an unclosed `'`"));
+    }
+    match open.last() {
+        Some(c) => Err(format!("`{value}` has an unclosed `{c}`")),
+        None => Ok(()),
+    }
 }
 
 /// Splits on `sep` outside parentheses, brackets and quotes; trims each piece.
@@ -692,6 +731,22 @@ mod tests {
         f.push_text("SELECT 'ß' AS größe FROM @this");
         f.bind_this(&m.name);
         assert!(f.render(&crate::core::fragment::CanonicalResolver).ends_with("FROM \"@this\""));
+    }
+
+    #[test]
+    fn a_header_value_left_open_or_an_argument_without_a_value_is_an_error_at_its_line() {
+        let head = "-- name: a.b\n-- kind: full\n-- schema: n bigint, r varchar\n";
+        for (line, want) in [
+            ("-- audits: not_null(n, unique(n)", "models/x.sql:4: model `a.b`: `audits`: `not_null(n, unique(n)` has an unclosed `(`"),
+            ("-- audits: not_null(n))", "models/x.sql:4: model `a.b`: `audits`: `not_null(n))` closes a `)` it never opened"),
+            ("-- audits: accepted_range(column = n, min = )", "models/x.sql:4: model `a.b`: `audits`: audit `accepted_range`: argument `min` has no value"),
+            ("-- column_descriptions: n = 'unterminated", "models/x.sql:4: model `a.b`: `column_descriptions`: `n = 'unterminated` has an unclosed `'`"),
+        ] {
+            let errs = p(&format!("{head}{line}\nSELECT 1 AS n, 'x' AS r\n")).unwrap_err();
+            assert!(errs.iter().any(|e| e.to_string() == want), "{line}: {errs:?}");
+        }
+        // Quotes hold brackets and doubled quotes: fine.
+        p(&format!("{head}-- column_descriptions: n = 'a (b] it''s', r = 'x'\nSELECT 1 AS n, 'x' AS r\n")).unwrap_or_else(|e| panic!("{e:?}"));
     }
 
     #[test]
