@@ -171,7 +171,7 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         // A list or call left open (`not_null(n, unique(n)`, `n = 'unterminated`) would be read
         // as other values than written: refused at its line.
         let structured = !matches!(key.as_str(), "name" | "description" | "target" | "cron" | "owner" | "statements_affect_data");
-        if let Err(msg) = structured.then(|| balanced(value)).unwrap_or(Ok(())) {
+        if let Err(msg) = if structured { balanced(value) } else { Ok(()) } {
             errors.push(LoadError::new(Some(at(*line)), model_name.clone(), format!("`{key}`: {msg}")));
             continue;
         }
