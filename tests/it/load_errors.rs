@@ -211,27 +211,22 @@ fn a_sql_file_whose_query_no_parser_reads_is_reported_at_the_line_of_the_file() 
 #[test]
 fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
     let p = sample_project();
+    let apply_fails_with = |needle: &str| {
+        let run = p.run(&["apply", "dev", "--yes"]);
+        run.expect_code(1);
+        assert!(run.stderr.contains(needle), "stderr lacks {needle:?}:\n{}", run.stderr);
+    };
     p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
     p.write("models/bad.sql", &sql_model("FROM @ref(raw.events)\nWHERE amount > nosuch\nGROUP BY region"));
-    let run = p.run(&["apply", "dev", "--yes"]);
-    run.expect_code(1);
-    assert!(
-        run.stderr.contains("models/bad.sql:10: model `mart.bad`: the query does not bind: Binder Error: Referenced column \"nosuch\" not found"),
-        "{}",
-        run.stderr
-    );
+    apply_fails_with("models/bad.sql:10: model `mart.bad`: the query does not bind: Binder Error: Referenced column \"nosuch\" not found");
     // A Lua model's query has no line of its file: the message gives the line of the query.
     fs_err::remove_file(p.root().join("models/bad.sql")).expect("rm");
     p.write(
         "models/bad.lua",
         "local raw = require(\"models.raw\")\ndefine_model {\n  name = \"mart.bad\",\n  kind = kind.full(),\n  schema = { { \"region\", \"varchar\" } },\n  query = \"SELECT region\\nFROM \" .. ref(raw.events) .. \"\\nWHERE nosuch\",\n}\n",
     );
-    let run = p.run(&["apply", "dev", "--yes"]);
-    run.expect_code(1);
-    assert!(
-        run.stderr.contains("models/bad.lua:2: model `mart.bad`: the query does not bind (line 3 of the query as `efmesh render` shows it): Binder Error: Referenced column \"nosuch\" not found"),
-        "{}",
-        run.stderr
+    apply_fails_with(
+        "models/bad.lua:2: model `mart.bad`: the query does not bind (line 3 of the query as `efmesh render` shows it): Binder Error: Referenced column \"nosuch\" not found",
     );
 }
 
