@@ -524,7 +524,11 @@ impl LuaHost {
                 if key == "audits" {
                     match audits::collect(&v) {
                         Ok(a) => attached = a,
-                        Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                        Err(msg) => {
+                            // Named like the model's other field errors.
+                            let model = t.raw_get::<Option<String>>("name").ok().flatten().and_then(|n| crate::core::ModelName::parse(&n).ok());
+                            st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), model, msg));
+                        }
                     }
                     continue;
                 }

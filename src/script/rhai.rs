@@ -764,7 +764,11 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
             if key == "audits" {
                 match audits::collect(value) {
                     Ok(a) => attached = a,
-                    Err(msg) => st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), None, msg)),
+                    Err(msg) => {
+                        // Named like the model's other field errors.
+                        let model = map.get("name").and_then(|n| n.clone().into_immutable_string().ok()).and_then(|n| crate::core::ModelName::parse(&n).ok());
+                        st.borrow_mut().errors.push(LoadError::new(Some(location.clone()), model, msg));
+                    }
                 }
                 continue;
             }
