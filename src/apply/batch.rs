@@ -60,7 +60,7 @@ pub fn may_create_with_first(model: &Model, body: &Fragment) -> bool {
 /// written (`/* efmesh: pre-statement 1 of model `m.x` (models/x.sql:4) */`), which an engine
 /// error's `while running:` line shows.
 pub fn pre_post(model: &Model, exec: &ExecResolver<'_>, batch: Option<Interval>) -> (Vec<String>, Vec<String>) {
-    let exec = exec.with_bounds_of(model, batch);
+    let exec = exec.with_bounds(batch);
     let render = |when: &str, list: &[crate::core::Statement]| -> Vec<String> {
         list.iter()
             .enumerate()
@@ -96,7 +96,7 @@ pub fn ensure_table(model: &Model, body: &Fragment, physical: &str, exec: &ExecR
     if body.reads_itself() {
         return dialect.create_empty_table_if_absent(physical, &format!("SELECT * FROM {}", super::resolve::typed_empty(model)));
     }
-    let skeleton = body.render(&exec.with_bounds_of(model, Some(Interval::new(0, 0))));
+    let skeleton = body.render(&exec.with_bounds(Some(Interval::new(0, 0))));
     dialect.create_empty_table_if_absent(physical, &skeleton)
 }
 
@@ -126,7 +126,7 @@ pub fn statements(
     let cols = cols.join(", ");
     let tc = quote_ident(&t.time_column);
     let (s, e) = time_column_bounds(model, t, batch);
-    let sql = body.render(&exec.with_bounds_of(model, Some(batch)));
+    let sql = body.render(&exec.with_bounds(Some(batch)));
     let insert = format!("INSERT INTO {physical} ({cols})\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");
     let write = match write {
         BatchWrite::Create => vec![dialect.create_table_as(physical, &format!("SELECT * FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}"))],

@@ -27,40 +27,24 @@ pub struct ExecResolver<'a> {
     physicals: &'a BTreeMap<ModelName, String>,
     mode: Mode<'a>,
     bounds: Option<Interval>,
-    /// `@start`/`@end` as `TIMESTAMPTZ` literals: the model rendered has a `timestamptz` time
-    /// column ([`ExecResolver::with_bounds_of`]).
-    zoned: bool,
 }
 
 impl<'a> ExecResolver<'a> {
     /// A resolver over `physicals` (the physical relation of the plan's version of every
     /// materialised model).
     pub fn new(project: &'a Project, physicals: &'a BTreeMap<ModelName, String>, mode: Mode<'a>) -> Self {
-        Self { project, physicals, mode, bounds: None, zoned: false }
+        Self { project, physicals, mode, bounds: None }
     }
 
     /// The same resolver with interval bounds (`None`: placeholders `$start`/`$end`).
     pub fn with_bounds(&self, bounds: Option<Interval>) -> Self {
         Self { bounds, ..*self }
     }
-
-    /// [`ExecResolver::with_bounds`] for rendering `model`'s own SQL: when its time column is
-    /// declared `timestamptz`, `@start`/`@end` are `TIMESTAMPTZ '…+00'` literals, the interval's
-    /// instants whatever time zone a pre-statement set on the session (a `TIMESTAMP` literal
-    /// compared with such a column is read in the session's zone); otherwise as `with_bounds`.
-    pub fn with_bounds_of(&self, model: &Model, bounds: Option<Interval>) -> Self {
-        Self { bounds, zoned: zoned_time_column(model), ..*self }
-    }
 }
 
 /// True when `model` is a time-range model whose time column is declared `timestamptz`.
 pub fn zoned_time_column(model: &Model) -> bool {
     model.kind.time_range().and_then(|t| model.schema.get(&t.time_column)).is_some_and(|c| crate::core::schema::is_zoned_timestamp(&c.ty))
-}
-
-/// The literal of instant `t`: `TIMESTAMPTZ '…+00'` when `zoned`, else `TIMESTAMP '…'`.
-fn instant(t: interval::Millis, zoned: bool) -> String {
-    if zoned { interval::to_tz_literal(t) } else { interval::to_sql_literal(t) }
 }
 
 /// `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`: a relation with a model's declared
@@ -116,11 +100,11 @@ impl Resolver for ExecResolver<'_> {
     }
 
     fn start(&self) -> String {
-        self.bounds.map(|b| instant(b.start, self.zoned)).unwrap_or_else(|| "$start".into())
+        self.bounds.map(|b| interval::to_sql_literal(b.start)).unwrap_or_else(|| "$start".into())
     }
 
     fn end(&self) -> String {
-        self.bounds.map(|b| instant(b.end, self.zoned)).unwrap_or_else(|| "$end".into())
+        self.bounds.map(|b| interval::to_sql_literal(b.end)).unwrap_or_else(|| "$end".into())
     }
 
     fn bound(&self, b: crate::core::fragment::Bound) -> String {

@@ -247,10 +247,10 @@ impl Serialize for Interval {
     }
 }
 
-/// The most grain intervals one model may want ([`wanted_count`]): 5-minute intervals over 19
-/// years. A plan lists every one, so a `start` centuries early (a typo) on a fine grain would
-/// exhaust memory; the plan refuses it instead, naming the model.
-pub const MAX_WANTED: u64 = 2_000_000;
+/// The most grain intervals one model may want ([`wanted_count`]): 5-minute intervals over 95
+/// years (≈ 160 MB listed). A plan lists every one, so a `start` centuries early (a typo) on a
+/// fine grain would exhaust memory; the plan refuses it instead, naming the model.
+pub const MAX_WANTED: u64 = 10_000_000;
 
 /// How many intervals [`wanted`] gives (at most: a month counts as 28 days), without listing
 /// them.

@@ -165,7 +165,7 @@ pub fn type_message(message: &str) -> String {
 }
 
 /// The line of the statement an engine's error points at: the `LINE n:` of the excerpt DuckDB
-/// (and Postgres' `psql`-style messages) put under the message; `None` without one.
+/// puts under its message; `None` without one (efmesh's Postgres errors carry none).
 pub fn error_line(message: &str) -> Option<u64> {
     message.lines().find_map(|l| l.trim_start().strip_prefix("LINE ")?.split_once(':')?.0.trim().parse().ok())
 }

@@ -1316,7 +1316,7 @@ fn check_interval_counts(project: &Project, now: Millis) -> Result<(), PlanError
                 model: m.name.clone(),
                 location: m.location.clone(),
                 message: format!(
-                    "`start` {} on grain `{}` gives {count} intervals up to now, more than the {} a model may have; is the `start` a typo?\n  hint: a later `start` or a coarser grain",
+                    "`start` {} on grain `{}` gives {count} intervals up to now (or its `end`), more than the {} a model may have; is the `start` a typo?\n  hint: a later `start` or a coarser grain",
                     interval::to_iso(t.start),
                     t.grain.spelling(),
                     interval::MAX_WANTED

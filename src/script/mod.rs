@@ -76,9 +76,16 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
         let entry = match entry {
             Ok(entry) => entry,
             Err(e) => {
+                // Only what may hold model files: a path a glob matches (a dangling link named
+                // like a model), or a directory (not a link) under a glob's own directory. A
+                // dangling `notes.txt` link or an unreadable directory elsewhere is not the
+                // project's business.
                 let rel = e.path().and_then(|p| p.strip_prefix(&config.root).ok()).map(Path::to_path_buf).unwrap_or_default();
                 let lossy = rel.to_string_lossy().replace('\\', "/");
-                if literal_dirs.iter().any(|d| lossy.starts_with(d.as_str()) || d.starts_with(&format!("{lossy}/"))) {
+                let matched = matchers.iter().any(|m| m.is_match(Path::new(&lossy)));
+                let is_dir = e.path().and_then(|p| std::fs::symlink_metadata(p).ok()).is_some_and(|m| m.is_dir());
+                let under = literal_dirs.iter().any(|d| !d.is_empty() && (lossy.starts_with(d.as_str()) || d.starts_with(&format!("{lossy}/"))));
+                if matched || (is_dir && under) {
                     unreadable.push(LoadError::new(
                         Some(crate::core::Location { file: rel, line: 0 }),
                         None,

@@ -538,16 +538,42 @@ fn find_ref(s: &str) -> Option<usize> {
     None
 }
 
-/// Checks that `value` closes every `(`, `[`, `{` and `'` it opens, and closes none it did not
-/// open (a quote doubled inside quotes is one quote character).
+/// Checks that `value` closes every `(`, `[`, `{` and quote it opens, and closes none it did not
+/// open. A `'` opens a quoted value only where a value starts (after `(`, `[`, `{`, `,`, `=`,
+/// `:` or a space: `data/it's.csv` is a bare word); a `"…"` identifier is skipped; a quote
+/// doubled inside quotes is one quote character.
 fn balanced(value: &str) -> Result<(), String> {
     let mut open: Vec<char> = Vec::new();
-    let mut quote = false;
-    for c in value.chars() {
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        let starts = matches!(prev, ' ' | '\t' | '(' | '[' | '{' | ',' | '=' | ':');
+        prev = c;
+        match (quote, c) {
+            // A doubled quote inside quotes is one quote character.
+            (Some(q), c) if c == q && chars.peek() == Some(&q) => {
+                chars.next();
+                continue;
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                continue;
+            }
+            (Some(_), _) => continue,
+            (None, '\'') if starts => {
+                quote = Some('\'');
+                continue;
+            }
+            (None, '"') => {
+                quote = Some('"');
+                continue;
+            }
+            _ => {}
+        }
         match c {
-            '\'' => quote = !quote,
-            '(' | '[' | '{' if !quote => open.push(c),
-            ')' | ']' | '}' if !quote => {
+            '(' | '[' | '{' => open.push(c),
+            ')' | ']' | '}' => {
                 let want = match c {
                     ')' => '(',
                     ']' => '[',
@@ -560,8 +586,8 @@ fn balanced(value: &str) -> Result<(), String> {
             _ => {}
         }
     }
-    if quote {
-        return Err(format!("`{value}` has an unclosed `'`"));
+    if let Some(q) = quote {
+        return Err(format!("`{value}` has an unclosed `{q}`"));
     }
     match open.last() {
         Some(c) => Err(format!("`{value}` has an unclosed `{c}`")),
@@ -745,8 +771,10 @@ mod tests {
             let errs = p(&format!("{head}{line}\nSELECT 1 AS n, 'x' AS r\n")).unwrap_err();
             assert!(errs.iter().any(|e| e.to_string() == want), "{line}: {errs:?}");
         }
-        // Quotes hold brackets and doubled quotes: fine.
-        p(&format!("{head}-- column_descriptions: n = 'a (b] it''s', r = 'x'\nSELECT 1 AS n, 'x' AS r\n")).unwrap_or_else(|e| panic!("{e:?}"));
+        // Quotes (and quoted identifiers) hold brackets and doubled quotes; an apostrophe inside
+        // a bare word is no quote.
+        p(&format!("{head}-- column_descriptions: n = 'a (b] it''s (x', r = 'x'\nSELECT 1 AS n, 'x' AS r\n")).unwrap_or_else(|e| panic!("{e:?}"));
+        p("-- name: a.b\n-- kind: external(path = data/it's.csv)\n-- schema: n bigint\n").unwrap_or_else(|e| panic!("{e:?}"));
     }
 
     #[test]

@@ -370,8 +370,9 @@ fn duckdb_error_line(json: &str, sql: &str) -> Option<u64> {
         Value::String(s) => s.parse().ok()?,
         other => usize::try_from(other.as_u64()?).ok()?,
     };
-    let before = sql.get(..offset.min(sql.len()))?;
-    u64::try_from(before.matches('\n').count() + 1).ok()
+    // DuckDB counts characters, not bytes.
+    let byte = sql.char_indices().nth(offset).map_or(sql.len(), |(b, _)| b);
+    u64::try_from(sql[..byte].matches('\n').count() + 1).ok()
 }
 
 /// Normalises the output of DuckDB's `json_serialize_sql`: rejects an error document, requires
@@ -905,6 +906,9 @@ mod tests {
         let e = canonicalize_with_fallback("SELECT a,\n  b\nFRM t\n", &placed).unwrap_err();
         assert_eq!(e.line(), Some(3), "{e:?}");
         assert_eq!(e.to_string(), "DuckDB cannot parse SQL at line 3: syntax error at or near \"t\"");
+        // … counted in characters: three `é` (two bytes each) before it move no line.
+        let e = canonicalize_with_fallback("SELECT 'ééé',\n  b\nFRM t\n", &placed).unwrap_err();
+        assert_eq!(e.line(), Some(3), "{e:?}");
 
         let down = |_: &str| -> Result<String, String> { Err("database is locked.".into()) };
         let e = canonicalize_with_fallback("SELECT 1 FROM", &down).unwrap_err();

@@ -261,7 +261,8 @@ fn a_model_file_whose_name_is_not_utf8_is_an_error_not_a_removal() {
 #[test]
 fn a_start_centuries_early_on_a_fine_grain_is_refused_not_listed() {
     // 1026 instead of 2026 on a 5-minute grain: about 105 million intervals, which the plan
-    // would list one by one (gigabytes) before saying anything.
+    // would list one by one (gigabytes) before saying anything; `preview` finds its window
+    // without listing them.
     let p = sample_project();
     p.write(
         "models/extra.lua",
@@ -271,8 +272,19 @@ fn a_start_centuries_early_on_a_fine_grain_is_refused_not_listed() {
     run.expect_code(1);
     assert!(
         run.stderr.contains("models/extra.lua:2: model `z.fine`: `start` 1026-01-01T00:00:00.000Z on grain `5m` gives ")
-            && run.stderr.contains("intervals up to now, more than the 2000000 a model may have; is the `start` a typo?"),
+            && run.stderr.contains("intervals up to now (or its `end`), more than the 10000000 a model may have; is the `start` a typo?"),
         "{}",
         run.stderr
     );
+}
+
+#[test]
+fn a_dangling_link_named_like_a_model_is_an_error_and_one_named_otherwise_is_ignored() {
+    let p = sample_project();
+    std::os::unix::fs::symlink("/nonexistent/notes", p.root().join("models/notes.txt")).expect("link");
+    p.run(&["plan", "dev"]).expect_code(0);
+    std::os::unix::fs::symlink("/nonexistent/x", p.root().join("models/x.lua")).expect("link");
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/x.lua: cannot read it while looking for model files"), "{}", run.stderr);
 }

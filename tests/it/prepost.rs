@@ -383,8 +383,9 @@ fn a_statement_after_a_multi_line_macro_is_located_at_its_line_as_written() {
 #[test]
 fn a_time_zone_set_by_a_pre_statement_moves_no_interval_bound() {
     // `SET TimeZone` in a pre-statement (for local calendar days) stays on the session; the
-    // batch's `@start`/`@end`, output filter and `DELETE` compare the `timestamptz` time column
-    // with UTC instants all the same, so each UTC day holds exactly its rows.
+    // batch's output filter and `DELETE` compare the `timestamptz` time column with UTC instants
+    // all the same, so each UTC day holds exactly its rows (the query reads `@start`, a naive
+    // UTC literal, as UTC with `AT TIME ZONE 'UTC'`, as docs/models.md says).
     let mut p = Project::new();
     p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
     p.write(
@@ -396,7 +397,7 @@ fn a_time_zone_set_by_a_pre_statement_moves_no_interval_bound() {
         "models/ev.sql",
         "-- name: s.ev\n-- kind: incremental_by_time_range(time_column = ts, start = 2026-03-01, grain = day, batch_size = 1)\n\
          -- schema: ts timestamptz, v bigint, local_day date\n-- refs: raw.ev\n\
-         SET TimeZone = 'America/New_York';\nSELECT ts, v, ts::date AS local_day FROM @ref(raw.ev) WHERE ts >= @start AND ts < @end\n",
+         SET TimeZone = 'America/New_York';\nSELECT ts, v, ts::date AS local_day FROM @ref(raw.ev) WHERE ts >= @start AT TIME ZONE 'UTC' AND ts < @end AT TIME ZONE 'UTC'\n",
     );
     p.now = "2026-03-03T00:00:00Z".into();
     p.apply("prod");
