@@ -83,7 +83,7 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
                 let rel = e.path().and_then(|p| p.strip_prefix(&config.root).ok()).map(Path::to_path_buf).unwrap_or_default();
                 let lossy = rel.to_string_lossy().replace('\\', "/");
                 let matched = matchers.iter().any(|m| m.is_match(Path::new(&lossy)));
-                let is_dir = e.path().and_then(|p| std::fs::symlink_metadata(p).ok()).is_some_and(|m| m.is_dir());
+                let is_dir = e.path().and_then(|p| fs_err::symlink_metadata(p).ok()).is_some_and(|m| m.is_dir());
                 let under = literal_dirs.iter().any(|d| !d.is_empty() && (lossy.starts_with(d.as_str()) || d.starts_with(&format!("{lossy}/"))));
                 if matched || (is_dir && under) {
                     unreadable.push(LoadError::new(
