@@ -143,11 +143,13 @@ pub fn statements(
 /// `TIMESTAMPTZ '…+00'` when it is declared `timestamptz` (the interval's instants whatever time
 /// zone a pre-statement set on the session), `TIMESTAMP '…'` otherwise.
 pub fn time_column_bounds(model: &Model, t: &TimeRange, batch: Interval) -> (String, String) {
-    if model.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date")) {
-        (interval::to_date_literal(batch.start), interval::to_date_literal(batch.end))
-    } else if super::resolve::zoned_time_column(model) {
-        (interval::to_tz_literal(batch.start), interval::to_tz_literal(batch.end))
+    let ty = model.schema.get(&t.time_column).map_or("", |c| c.ty.trim());
+    let literal: fn(interval::Millis) -> String = if ty.eq_ignore_ascii_case("date") {
+        interval::to_date_literal
+    } else if crate::core::schema::is_zoned_timestamp(ty) {
+        interval::to_tz_literal
     } else {
-        (interval::to_sql_literal(batch.start), interval::to_sql_literal(batch.end))
-    }
+        interval::to_sql_literal
+    };
+    (literal(batch.start), literal(batch.end))
 }

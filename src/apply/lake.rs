@@ -280,8 +280,8 @@ fn write_batch(
     pieces: &[Interval],
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
-    let grain = model.kind.time_range().map(|t| t.grain).unwrap_or(Grain::Day);
     let t = model.kind.time_range().ok_or_else(|| ApplyError::build(model, Some(batch), crate::engine::EngineError::new("", "not a time-range model")))?;
+    let grain = t.grain;
     let (s, e) = super::batch::time_column_bounds(model, t, batch);
     let sql = body.render(&exec.with_bounds(Some(batch)));
     let fill = format!("CREATE OR REPLACE TEMP TABLE _efmesh_lake_batch AS\nSELECT {cols} FROM (\n{sql}\n) AS _efmesh_q\nWHERE {tc} >= {s} AND {tc} < {e}");

@@ -42,11 +42,6 @@ impl<'a> ExecResolver<'a> {
     }
 }
 
-/// True when `model` is a time-range model whose time column is declared `timestamptz`.
-pub fn zoned_time_column(model: &Model) -> bool {
-    model.kind.time_range().and_then(|t| model.schema.get(&t.time_column)).is_some_and(|c| crate::core::schema::is_zoned_timestamp(&c.ty))
-}
-
 /// `(SELECT CAST(NULL AS <type>) AS "<col>", … LIMIT 0)`: a relation with a model's declared
 /// shape (plus its kind's managed columns) and no rows.
 pub fn typed_empty(model: &Model) -> String {

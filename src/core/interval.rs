@@ -253,11 +253,23 @@ impl Serialize for Interval {
 pub const MAX_WANTED: u64 = 10_000_000;
 
 /// How many intervals [`wanted`] gives (at most: a month counts as 28 days), without listing
-/// them.
+/// them ([`wanted_span`]).
 pub fn wanted_count(start: Millis, until: Option<Millis>, grain: Grain, now: Millis) -> u64 {
-    let limit = until.map_or(grain.floor(now), |u| u.min(grain.floor(now)));
-    let span = limit.saturating_sub(grain.floor(start));
-    u64::try_from(span.max(0) / grain.min_millis()).unwrap_or(0)
+    wanted_span(start, until, grain, now).map_or(0, |s| u64::try_from((s.end - s.start) / grain.min_millis()).unwrap_or(0))
+}
+
+/// From the start of the first interval [`wanted`] gives to the end of its last, without listing
+/// them; `None` when it gives none.
+pub fn wanted_span(start: Millis, until: Option<Millis>, grain: Grain, now: Millis) -> Option<Interval> {
+    let first = grain.floor(start);
+    let limit = grain.floor(now);
+    let last_end = match until {
+        // The last interval starting before `until`.
+        Some(u) => limit.min(grain.next(grain.floor(u - 1))),
+        None => limit,
+    };
+    let first_end = grain.next(first);
+    (first_end <= last_end && first_end > first).then(|| Interval::new(first, last_end))
 }
 
 /// Every whole interval a time-range model wants at `now`: from `floor(start)` by `grain`, only
@@ -347,22 +359,19 @@ pub fn serialize_iso<S: serde::Serializer>(t: &Millis, s: S) -> Result<S::Ok, S:
 /// literal compared with one is read in the session's zone, which a model's `SET TimeZone`
 /// pre-statement may have changed).
 pub fn to_tz_literal(t: Millis) -> String {
-    match to_sql_literal(t).strip_prefix("TIMESTAMP '").and_then(|rest| rest.strip_suffix('\'')) {
-        Some(naive) => format!("TIMESTAMPTZ '{naive}+00'"),
-        None => "NULL".to_string(),
-    }
+    utc_text(t).map_or_else(|| "NULL".to_string(), |text| format!("TIMESTAMPTZ '{text}+00'"))
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.fff]`, the UTC wall time of `t` the literals spell; `None` out of range.
+fn utc_text(t: Millis) -> Option<String> {
+    let base = jiff::Timestamp::from_millisecond(t).ok()?.strftime("%Y-%m-%d %H:%M:%S").to_string();
+    Some(if t.rem_euclid(1000) == 0 { base } else { format!("{base}.{:03}", t.rem_euclid(1000)) })
 }
 
 /// The SQL literal every engine statement uses for an instant:
 /// `TIMESTAMP 'YYYY-MM-DD HH:MM:SS[.fff]'`, naive UTC (engines run with `TimeZone = 'UTC'`).
 pub fn to_sql_literal(t: Millis) -> String {
-    match jiff::Timestamp::from_millisecond(t) {
-        Ok(ts) => {
-            let base = ts.strftime("%Y-%m-%d %H:%M:%S").to_string();
-            if t.rem_euclid(1000) == 0 { format!("TIMESTAMP '{base}'") } else { format!("TIMESTAMP '{base}.{:03}'", t.rem_euclid(1000)) }
-        }
-        Err(_) => "NULL".to_string(),
-    }
+    utc_text(t).map_or_else(|| "NULL".to_string(), |text| format!("TIMESTAMP '{text}'"))
 }
 
 /// `DATE 'YYYY-MM-DD'`: the UTC date of `t` (a midnight when it bounds a `date` time column).
@@ -445,6 +454,23 @@ mod tests {
         let e = Grain::Month.aligned(t("2026-02-10T00:00:00Z")).unwrap_err();
         assert_eq!(e.to_string(), "the nearest valid bounds are 2026-02-01T00:00:00.000Z and 2026-03-01T00:00:00.000Z");
         assert_eq!(Grain::QuarterHour.aligned(t("2026-01-01T00:07:00Z")).unwrap_err().grain.spelling(), "15m");
+    }
+
+    #[test]
+    fn the_wanted_span_is_the_first_and_last_wanted_interval_without_listing_them() {
+        let at = |s: &str| parse_instant(s).unwrap();
+        for grain in [Grain::Hour, Grain::Day, Grain::Week, Grain::Month] {
+            for start in ["2026-01-01T00:00:00Z", "2026-01-14T05:30:00Z"] {
+                for until in [None, Some("2026-02-01T00:00:00Z"), Some("2026-02-10T13:00:00Z"), Some("2026-01-01T00:00:00Z")] {
+                    for now in ["2026-01-01T05:00:00Z", "2026-01-20T00:00:00Z", "2026-03-05T07:00:00Z"] {
+                        let listed = wanted(at(start), until.map(at), grain, at(now));
+                        let want = listed.first().map(|f| Interval::new(f.start, listed.last().expect("first").end));
+                        assert_eq!(wanted_span(at(start), until.map(at), grain, at(now)), want, "{grain:?} {start} {until:?} {now}");
+                        assert!(wanted_count(at(start), until.map(at), grain, at(now)) >= listed.len() as u64);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub enum SqlError {
     DuckDb {
         /// DuckDB's `error_message`.
         message: String,
-        /// 1-based line of the body at DuckDB's `position` (a byte offset), when it gives one
+        /// 1-based line of the body at DuckDB's `position` (a character index), when it gives one
         /// ([`canonicalize_with_fallback`] knows the text).
         line: Option<u64>,
     },
@@ -361,8 +361,8 @@ pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<S
     }
 }
 
-/// The 1-based line of `sql` holding the byte offset of an error document's `position` (DuckDB
-/// gives it as text); `None` without one, or one past the text.
+/// The 1-based line of `sql` holding the character at an error document's `position` (DuckDB
+/// gives it as text, counting characters); `None` without one.
 fn duckdb_error_line(json: &str, sql: &str) -> Option<u64> {
     let doc: Value = serde_json::from_str(json).ok()?;
     let position = doc.get("position")?;
