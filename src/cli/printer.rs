@@ -109,6 +109,10 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.intervals > 0 {
             notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
         }
+        if let Some(r) = &a.recompute {
+            let by = r.because.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+            notes.push(format!("{} of them done, recomputed: {by} rewrite{} them", r.intervals, if r.because.len() == 1 { "s" } else { "" }));
+        }
         s.push_str(&format!(
             "  {mark} {:width$}  {:kwidth$}  @{}{}\n",
             a.name.to_string(),

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
 /// is never replayed.
-pub const MEMO_VERSION: u32 = 6;
+pub const MEMO_VERSION: u32 = 7;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +107,9 @@ pub fn lookup(project: &Project, state: &dyn StateStore, env: &str, now: Millis)
     if stored != key(project, env, generation) {
         return Ok(None);
     }
-    Ok(replay(project, env, now, &body).map(|plan| Plan { generation: Some(generation), ..plan }))
+    let Some(mut plan) = replay(project, env, now, &body) else { return Ok(None) };
+    super::recompute::propagate(project, state, &mut plan)?;
+    Ok(Some(Plan { generation: Some(generation), ..plan }))
 }
 
 /// Panics when a replayed plan differs from the plan computed in full (see [`VERIFY_ENV`]).
@@ -170,6 +172,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             repair: None,
             rebuild: false,
             rebuild_reason: None,
+            recompute: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

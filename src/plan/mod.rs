@@ -17,6 +17,7 @@ pub mod generations;
 pub mod integrity;
 pub mod lineage;
 pub mod memo;
+pub mod recompute;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
@@ -282,6 +283,10 @@ pub struct Action {
     pub backfill: Vec<Interval>,
     /// Number of grain intervals in `backfill`.
     pub intervals: usize,
+    /// Time-range versions: the done intervals in `backfill` recomputed because a time-range
+    /// model upstream rewrites them in this plan ([`recompute`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recompute: Option<recompute::Recompute>,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -2032,6 +2037,7 @@ fn compute_with(
             repair: None,
             rebuild: false,
             rebuild_reason: None,
+            recompute: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });
@@ -2080,14 +2086,16 @@ fn compute_with(
                 repair: None,
                 rebuild: false,
                 rebuild_reason: None,
+                recompute: None,
                 owner: None,
                 tags: Vec::new(),
             });
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    let plan =
+    let mut plan =
         Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses.clone(), from_memo: false, generation: Some(generation) };
+    recompute::propagate(project, state, &mut plan)?;
     if let Some(k) = kept {
         k.reused = reused_count;
         if recording {

@@ -66,4 +66,5 @@ mod signals;
 mod state_backends;
 mod state_store;
 mod unit_tests;
+mod upstream_rewrites;
 mod watch;

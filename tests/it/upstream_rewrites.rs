@@ -1,0 +1,148 @@
+//! A time-range model recomputes its done intervals that a time-range model upstream rewrites in
+//! the same apply or run (SPEC §4, invariant 62): a parent's `lookback` recomputing late rows, a
+//! parent's `start` moved earlier. Through a `view` between them too. A new version of a parent
+//! (a non-breaking change, whose rows for the existing columns are the same) does not make its
+//! children recompute what they hold.
+
+use crate::common::*;
+use serde_json::json;
+
+/// `t.daily` sums `land.events` per day with a lookback of one day; `t.child` doubles it;
+/// `t.v` is a view over `t.daily`, `t.grand` reads the view; `t.plain` reads the source directly
+/// (nothing upstream rewrites its intervals).
+const MODELS: &str = r#"
+local src = define_model {
+  name = "raw.events", kind = kind.external { table = "land.events" },
+  schema = { { "day", "date" }, { "amount", "bigint" } },
+}
+local daily = define_model {
+  name = "t.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", lookback = 1 },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT day, sum(amount) AS total FROM " .. ref(src) .. " WHERE day BETWEEN @start_date AND @end_date GROUP BY day",
+}
+define_model {
+  name = "t.child",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "doubled", "bigint" } },
+  query = "SELECT day, total * 2 AS doubled FROM " .. ref(daily) .. " WHERE day BETWEEN @start_date AND @end_date",
+}
+local v = define_model {
+  name = "t.v", kind = kind.view(),
+  schema = { { "day", "date" }, { "shifted", "bigint" } },
+  query = "SELECT day, total + 1000 AS shifted FROM " .. ref(daily),
+}
+define_model {
+  name = "t.grand",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "shifted", "bigint" } },
+  query = "SELECT day, shifted FROM " .. ref(v) .. " WHERE day BETWEEN @start_date AND @end_date",
+}
+define_model {
+  name = "t.plain",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT day, sum(amount) AS total FROM " .. ref(src) .. " WHERE day BETWEEN @start_date AND @end_date GROUP BY day",
+}
+"#;
+
+/// The value of `column` for `day` in `model`, as `dev` serves it.
+fn on(p: &Project, model: &str, column: &str, day: &str) -> String {
+    let r = p.query(&format!("SELECT CAST({column} AS VARCHAR) FROM {} WHERE day = DATE '{day}'", env_view("dev", model)));
+    r.first().and_then(|row| row[0].clone()).unwrap_or_else(|| format!("no row for {day} in {model}"))
+}
+
+fn with_source(p: &Project) {
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.events (day date, amount bigint)");
+    p.execute_on_engine("INSERT INTO land.events SELECT DATE '2026-01-01' + CAST(i AS INTEGER), 1 FROM range(0, 10) AS r(i)");
+}
+
+#[test]
+fn a_parents_lookback_recomputes_the_same_days_of_its_time_range_descendants() {
+    let mut p = Project::new();
+    p.write("models/m.lua", MODELS);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-04"), "2");
+
+    // A late row for 4 January; on the 6th, the parent computes the 5th and, by its lookback,
+    // the 4th again: its descendants recompute the 4th with it.
+    p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 100)");
+    p.now = "2026-01-06T01:00:00Z".into();
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.daily")["intervals"], 2, "{plan:#}");
+    assert_eq!(action(&plan, "t.daily").get("recompute"), None, "its own lookback is not a recomputation from upstream: {plan:#}");
+    for m in ["t.child", "t.grand"] {
+        let a = action(&plan, m);
+        assert_eq!((&a["change"], &a["intervals"]), (&json!("unchanged"), &json!(2)), "{m}: the 5th and the 4th: {plan:#}");
+        assert_eq!(a["recompute"], json!({"intervals": 1, "because": ["t.daily"]}), "{m}: {plan:#}");
+        assert_eq!(a["backfill"], json!([{"start": "2026-01-04T00:00:00.000Z", "end": "2026-01-06T00:00:00.000Z"}]), "{m}: {plan:#}");
+    }
+    assert_eq!(action(&plan, "t.plain")["intervals"], 1, "nothing upstream rewrites its days: {plan:#}");
+    let run = p.run(&["plan", "dev"]);
+    let text = &run.expect_code(0).stdout;
+    assert!(text.contains("1 of them done, recomputed: `t.daily` rewrites them"), "{text}");
+
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(ran["intervals"], 2 + 2 + 2 + 1, "{ran:#}");
+    assert_eq!(on(&p, "t.daily", "total", "2026-01-04"), "101");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-04"), "202", "the child follows its parent's late row");
+    assert_eq!(on(&p, "t.grand", "shifted", "2026-01-04"), "1101", "through the view too");
+    assert_eq!(on(&p, "t.plain", "total", "2026-01-04"), "1", "no lookback of its own, nothing upstream rewrote it");
+    assert_eq!(p.rows(&env_view("dev", "t.child")).len(), 5, "a recomputed day replaces its rows");
+    // Nothing is due after the run: the next plan recomputes nothing.
+    let after = p.plan("dev");
+    assert_eq!(after["hasChanges"], false, "{after:#}");
+}
+
+#[test]
+fn a_parents_start_moved_earlier_recomputes_the_days_its_children_computed_without_it() {
+    let mut p = Project::new();
+    // The parent starts on the 3rd; its child (and the view's reader) from the 1st: their 1st
+    // and 2nd are computed over no parent rows.
+    let late_start = MODELS.replacen("start = \"2026-01-01\", lookback = 1", "start = \"2026-01-03\"", 1);
+    assert_ne!(late_start, MODELS);
+    p.write("models/m.lua", &late_start);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-02"), "no row for 2026-01-02 in t.child");
+
+    // `start` moved to the 1st: a metadata change; the parent backfills the 1st and 2nd, and the
+    // days its descendants computed without them are computed again.
+    p.write("models/m.lua", &late_start.replacen("start = \"2026-01-03\"", "start = \"2026-01-01\"", 1));
+    let plan = p.plan("dev");
+    let parent = action(&plan, "t.daily");
+    assert_eq!((&parent["change"], &parent["build"], &parent["intervals"]), (&json!("metadata"), &json!(false), &json!(2)), "{plan:#}");
+    for m in ["t.child", "t.grand"] {
+        let a = action(&plan, m);
+        assert_eq!(a["recompute"], json!({"intervals": 2, "because": ["t.daily"]}), "{m}: {plan:#}");
+        assert_eq!(a["backfill"], json!([{"start": "2026-01-01T00:00:00.000Z", "end": "2026-01-03T00:00:00.000Z"}]), "{m}: {plan:#}");
+    }
+    p.apply("dev");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-02"), "2");
+    assert_eq!(on(&p, "t.grand", "shifted", "2026-01-01"), "1001");
+    assert_eq!(p.rows(&env_view("dev", "t.child")).len(), 4);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn a_new_version_of_a_parent_keeping_its_rows_recomputes_nothing_below() {
+    let mut p = Project::new();
+    p.write("models/m.lua", MODELS);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("dev");
+    // A column added to the parent: non-breaking; the parent's new version is built over every
+    // day, its rows for the existing columns the same, so the children keep what they hold.
+    p.write("models/m.lua", &MODELS.replace("{ \"total\", \"bigint\" } },\n  query = \"SELECT day, sum(amount) AS total FROM \" .. ref(src) .. \" WHERE day BETWEEN @start_date AND @end_date GROUP BY day\",\n}\ndefine_model {\n  name = \"t.child\"",
+        "{ \"total\", \"bigint\" }, { \"n\", \"bigint\" } },\n  query = \"SELECT day, sum(amount) AS total, count(*) AS n FROM \" .. ref(src) .. \" WHERE day BETWEEN @start_date AND @end_date GROUP BY day\",\n}\ndefine_model {\n  name = \"t.child\""));
+    let plan = p.plan("dev");
+    let parent = action(&plan, "t.daily");
+    assert_eq!((&parent["change"], &parent["build"]), (&json!("non-breaking"), &json!(true)), "{plan:#}");
+    for m in ["t.child", "t.grand"] {
+        let a = action(&plan, m);
+        assert_eq!((a.get("recompute"), &a["intervals"]), (None, &json!(0)), "{m}: {plan:#}");
+    }
+}
