@@ -443,6 +443,8 @@ pub fn check_skipping(
             let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now));
             action.intervals = wanted.len();
             action.backfill = interval::merge(&wanted);
+            // Every interval is computed: none is a done one recomputed.
+            action.recompute = None;
             repair.ledger_reset = sharing(state, &mut index, action)?;
         }
         action.repair = Some(repair);

@@ -1559,6 +1559,11 @@ pub fn plan_verified_with(
         (None, Some(m)) => m.repairs.key = None,
         (None, None) => {}
     }
+    // What the repairs rewrite (a lost table rebuilt, lost lake files recomputed) reaches the
+    // time-range models below too.
+    if catalog.is_some() && plan.actions.iter().any(|a| a.repair.is_some()) {
+        recompute::propagate(project, state, &mut plan)?;
+    }
     Ok(plan)
 }
 

@@ -6,15 +6,23 @@
 //! metadata change that backfills older intervals), a gap it fills — the intervals a time-range
 //! descendant computed over that range came from other rows than the parent will hold. sqlmesh
 //! and dbt leave them as they are (a lookback is the model's own); efmesh recomputes them in the
-//! same apply or run, as a restatement would (SPEC §4, invariant 62): every environment then
-//! serves what its models' queries give over their parents' data.
+//! same apply or run, as a restatement would (SPEC §4, invariant 62), for the versions the
+//! environment being applied serves (another environment's other version of a descendant over
+//! the same parent table is not reached: docs/faults.md).
 //!
 //! The range passes through models of every kind (a `full` or `view` model between is rebuilt
 //! or reads through anyway; unique-key, partition and SCD type 2 models are refreshed by every
 //! `run`) and is widened to each descendant's grain; a descendant reading itself (`@this`)
 //! recomputes to its newest wanted interval. A new version's build (a new table, read by nobody
 //! yet) rewrites nothing its readers read: only the range it inherits passes on, since it reads
-//! its parents' new rows too. Only done intervals are added: missing ones are computed anyway.
+//! its parents' new rows too (a lost table rebuilt by a repair rewrites: its readers read the
+//! old one). Only done intervals are added: missing ones are computed anyway.
+//!
+//! The plan alone would lose them when the apply or run stops after the parent's rewrite
+//! committed and before the child's recompute did (the next plan finds the parent done): so
+//! `apply` marks them failed in the child's ledger once its contract check passed, before any
+//! model is written ([`crate::apply`]); a stopped apply or run leaves them missing, and the next
+//! one computes them.
 
 use super::{Action, Plan};
 use crate::core::interval::{self, Interval, Millis};
@@ -33,11 +41,15 @@ pub struct Recompute {
     pub intervals: usize,
     /// The time-range models upstream whose rewritten intervals reach this one.
     pub because: Vec<ModelName>,
+    /// The done intervals added to the backfill (grain intervals, sorted).
+    #[serde(skip)]
+    pub added: Vec<Interval>,
 }
 
 /// Adds to `plan`'s backfill the done intervals of time-range versions that a time-range model
 /// upstream rewrites in the same plan (see the module docs), and records why in
-/// [`Action::recompute`].
+/// [`Action::recompute`]. Run again after the plan's repairs are known ([`super::integrity`]),
+/// it adds what they rewrite to what it added before.
 ///
 /// # Errors
 /// A state store failure reading a ledger.
@@ -45,70 +57,86 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
     if plan.actions.iter().all(|a| a.backfill.is_empty()) {
         return Ok(());
     }
-    // Per model: the ranges rewritten at or above it, and the time-range models they come from.
-    let mut ranges: HashMap<ModelName, (Vec<Interval>, BTreeSet<ModelName>)> = HashMap::new();
+    // Per model: the merged ranges rewritten at or above it. Per time-range model that rewrites
+    // intervals its readers read: those intervals (its backfill as its own action decided it).
+    let mut ranges: HashMap<ModelName, Vec<Interval>> = HashMap::new();
+    let mut own: HashMap<ModelName, Vec<Interval>> = HashMap::new();
     let now = plan.now;
     for action in plan.actions.iter_mut() {
         let Some(model) = project.dag.get(&action.name) else { continue };
-        let (mut inherited, mut sources) = (Vec::new(), BTreeSet::new());
+        let mut inherited = Vec::new();
         if !ranges.is_empty() {
             for p in model.parents() {
-                if let Some((r, s)) = ranges.get(&p) {
+                if let Some(r) = ranges.get(&p) {
                     inherited.extend_from_slice(r);
-                    sources.extend(s.iter().cloned());
                 }
             }
         }
         let Some(t) = model.kind.time_range() else {
             if !inherited.is_empty() {
-                ranges.insert(action.name.clone(), (inherited, sources));
+                inherited.sort();
+                ranges.insert(action.name.clone(), merge_overlapping(inherited));
             }
             continue;
         };
-        let due = project.dag.due_at(&model.name, now);
-        let span = interval::wanted_span(t.start, t.end, t.grain, due);
-        let mut widened: Vec<Interval> = Vec::new();
-        if let (false, Some(span)) = (inherited.is_empty(), span) {
-            let reads_itself = model.body.as_ref().is_some_and(|b| b.reads_itself());
-            for r in &inherited {
-                let start = t.grain.floor(r.start).max(span.start);
-                let end = if reads_itself { span.end } else { t.grain.next(t.grain.floor(r.end - 1)).min(span.end) };
-                if start < end {
-                    widened.push(Interval::new(start, end));
-                }
+        let rewrites = !action.build || action.repair.as_ref().is_some_and(|r| r.physical_missing);
+        let reads_itself = model.body.as_ref().is_some_and(|b| b.reads_itself());
+        let span = interval::wanted_span(t.start, t.end, t.grain, project.dag.due_at(&model.name, now));
+        let widen = |r: &Interval, span: Interval| {
+            let start = t.grain.floor(r.start).max(span.start);
+            let end = if reads_itself { span.end } else { t.grain.next(t.grain.floor(r.end - 1)).min(span.end) };
+            (start < end).then(|| Interval::new(start, end))
+        };
+        let widened: Vec<Interval> = match span {
+            Some(span) => inherited.iter().filter_map(|r| widen(r, span)).collect(),
+            None => Vec::new(),
+        };
+        let before = action.backfill.clone();
+        if !widened.is_empty() && rewrites {
+            let added = recompute_done(state, action, t.grain, &widened)?;
+            if !added.is_empty() {
+                let because = sources(project, &model.name, &own, &added, &|r: &Interval| span.and_then(|s| widen(r, s)));
+                let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
+                r.added.extend(added);
+                r.added.sort();
+                r.added.dedup();
+                r.intervals = r.added.len();
+                r.because.extend(because);
+                r.because.sort();
+                r.because.dedup();
             }
-        }
-        if !widened.is_empty() && !action.build {
-            recompute_done(state, action, t.grain, &widened, &sources)?;
         }
         // What it passes on: what it writes into a table its readers read (its whole backfill,
         // recomputed intervals included), or, for a new table, the range it inherited.
         let mut passed = widened;
-        if !action.build && !action.backfill.is_empty() {
+        if rewrites && !action.backfill.is_empty() {
             passed.extend_from_slice(&action.backfill);
-            sources.insert(action.name.clone());
+            let mine: Vec<Interval> = match &action.recompute {
+                // Its own rewrites: what its action computes besides what it recomputes for
+                // models upstream.
+                Some(r) => before.iter().flat_map(|b| b.split(t.grain)).filter(|i| r.added.binary_search(i).is_err()).collect(),
+                None => before,
+            };
+            if !mine.is_empty() {
+                own.insert(action.name.clone(), interval::merge(&mine));
+            }
         }
         if !passed.is_empty() {
             passed.sort();
-            ranges.insert(action.name.clone(), (merge_overlapping(passed), sources));
+            ranges.insert(action.name.clone(), merge_overlapping(passed));
         }
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
 }
 
-/// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`).
-fn recompute_done(
-    state: &dyn StateStore,
-    action: &mut Action,
-    grain: interval::Grain,
-    ranges: &[Interval],
-    sources: &BTreeSet<ModelName>,
-) -> Result<(), StateError> {
+/// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`);
+/// returns them.
+fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
     let candidates: Vec<Interval> = ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i)).collect();
     if candidates.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let name = action.name.to_string();
     let mut done: BTreeSet<Millis> = state.done_intervals(&name, action.fingerprint.as_str())?;
@@ -117,15 +145,40 @@ fn recompute_done(
     }
     let added: BTreeSet<Interval> = candidates.into_iter().filter(|i| done.contains(&i.start)).collect();
     if added.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let count = added.len();
-    let all: Vec<Interval> = computed.into_iter().chain(added).collect::<BTreeSet<_>>().into_iter().collect();
+    let all: Vec<Interval> = computed.into_iter().chain(added.iter().copied()).collect::<BTreeSet<_>>().into_iter().collect();
     action.intervals = all.len();
     action.backfill = interval::merge(&all);
-    let because = sources.iter().filter(|s| **s != action.name).cloned().collect();
-    action.recompute = Some(Recompute { intervals: count, because });
-    Ok(())
+    Ok(added.into_iter().collect())
+}
+
+/// The models upstream of `name` whose own rewrites (`own`), widened to `name`'s grain by
+/// `widen`, overlap `added`.
+fn sources(
+    project: &Project,
+    name: &ModelName,
+    own: &HashMap<ModelName, Vec<Interval>>,
+    added: &[Interval],
+    widen: &dyn Fn(&Interval) -> Option<Interval>,
+) -> Vec<ModelName> {
+    let mut out = Vec::new();
+    let mut seen: BTreeSet<ModelName> = BTreeSet::new();
+    let mut stack: Vec<ModelName> = project.dag.get(name).map(|m| m.parents().into_iter().collect()).unwrap_or_default();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n.clone()) {
+            continue;
+        }
+        if let Some(rs) = own.get(&n)
+            && rs.iter().filter_map(widen).any(|w| added.iter().any(|a| a.start < w.end && w.start < a.end))
+        {
+            out.push(n.clone());
+        }
+        if let Some(m) = project.dag.get(&n) {
+            stack.extend(m.parents());
+        }
+    }
+    out
 }
 
 /// Sorted ranges merged where they touch or overlap.

@@ -2,7 +2,8 @@
 //! the same apply or run (SPEC §4, invariant 62): a parent's `lookback` recomputing late rows, a
 //! parent's `start` moved earlier. Through a `view` between them too. A new version of a parent
 //! (a non-breaking change, whose rows for the existing columns are the same) does not make its
-//! children recompute what they hold.
+//! children recompute what they hold. A run stopped after the parent's rewrite leaves the child's
+//! intervals to compute.
 
 use crate::common::*;
 use serde_json::json;
@@ -145,4 +146,69 @@ fn a_new_version_of_a_parent_keeping_its_rows_recomputes_nothing_below() {
         let a = action(&plan, m);
         assert_eq!((a.get("recompute"), &a["intervals"]), (None, &json!(0)), "{m}: {plan:#}");
     }
+}
+
+#[test]
+fn a_run_stopped_after_the_parents_rewrite_leaves_the_childs_day_to_compute() {
+    let mut p = Project::new();
+    p.write("models/m.lua", MODELS);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 100)");
+    p.now = "2026-01-06T01:00:00Z".into();
+    // The run stops (as under `kill -9`) right after the parent recomputed the 4th and 5th and
+    // recorded them, before its children ran.
+    let out = p.command(&["run", "dev", "--jobs", "1"]).env("EFMESH_FAULT", "after-build:t.daily").output().expect("spawn efmesh");
+    assert!(!out.status.success(), "the fault hook aborts the run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-build:t.daily`"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(on(&p, "t.daily", "total", "2026-01-04"), "101");
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-04"), "2", "not recomputed yet");
+    // The parent has nothing left to compute, yet the child's 4th is still to compute: the run
+    // marked it before writing anything.
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.daily")["intervals"], 0, "{plan:#}");
+    for m in ["t.child", "t.grand"] {
+        let a = action(&plan, m);
+        assert_eq!(a["backfill"], json!([{"start": "2026-01-04T00:00:00.000Z", "end": "2026-01-06T00:00:00.000Z"}]), "{m}: {plan:#}");
+    }
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(on(&p, "t.child", "doubled", "2026-01-04"), "202");
+    assert_eq!(on(&p, "t.grand", "shifted", "2026-01-04"), "1101");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn only_the_models_whose_rewrites_reach_an_interval_are_named_for_it() {
+    let mut p = Project::new();
+    // `t.base` (no lookback) feeds `t.daily` (lookback 1) beside the source: on the 6th `t.base`
+    // adds only the 5th, `t.daily` rewrites the 4th; the child recomputes the 4th for
+    // `t.daily` alone.
+    let models = MODELS
+        .replacen(
+            "local daily = define_model {",
+            r#"local base = define_model {
+  name = "t.base",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "amount", "bigint" } },
+  query = "SELECT day, amount FROM " .. ref(src) .. " WHERE day BETWEEN @start_date AND @end_date",
+}
+local daily = define_model {"#,
+            1,
+        )
+        .replacen(
+            "FROM \" .. ref(src) .. \" WHERE day BETWEEN @start_date AND @end_date GROUP BY day\",\n}\ndefine_model {\n  name = \"t.child\"",
+            "FROM \" .. ref(base) .. \" WHERE day BETWEEN @start_date AND @end_date GROUP BY day\",\n}\ndefine_model {\n  name = \"t.child\"",
+            1,
+        );
+    assert!(models.contains("ref(base)"), "{models}");
+    p.write("models/m.lua", &models);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("dev");
+    p.now = "2026-01-06T01:00:00Z".into();
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.base")["intervals"], 1, "{plan:#}");
+    assert_eq!(action(&plan, "t.daily").get("recompute"), None, "the 5th of `t.base` is new to `t.daily` too: {plan:#}");
+    assert_eq!(action(&plan, "t.child")["recompute"], json!({"intervals": 1, "because": ["t.daily"]}), "{plan:#}");
 }
