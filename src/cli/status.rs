@@ -99,7 +99,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     failed: stats.failed,
                     gaps,
                     cron: m.cron.clone(),
-                    next_due: next_due(m, t.grain, now),
+                    next_due: project.dag.next_due(&m.name, t.grain, now),
                     waiting: 0,
                     waiting_on: None,
                 });
@@ -331,24 +331,6 @@ fn waiting_on_signals(
         }
         Err(e) => Some(e),
     }
-}
-
-/// The first instant after `now` at which a new interval of `model` becomes due: its first cron
-/// tick past the end of the current grain interval's predecessor (a tick that hands over
-/// nothing new is skipped), or the end of the current grain interval without a cron.
-fn next_due(model: &crate::core::Model, grain: crate::core::interval::Grain, now: Millis) -> Option<Millis> {
-    let next_end = grain.next(now);
-    let Some(cron) = model.schedule() else { return Some(next_end) };
-    // The next tick at or after the end of the interval running now.
-    let due_floor = grain.floor(model.due_at(now));
-    let mut t = now;
-    for _ in 0..10_000 {
-        t = crate::core::cron::next_tick(&cron, t)?;
-        if grain.floor(t) > due_floor {
-            return Some(t);
-        }
-    }
-    None
 }
 
 fn grain_name(g: crate::core::interval::Grain) -> &'static str {

@@ -249,6 +249,70 @@ impl Dag {
         self.due.get_or_init(|| (now, self.due_all(now))).1[i]
     }
 
+    /// The first instant after `now` at which [`Dag::due_at`] of `name`, floored to `grain`,
+    /// moves past where it is at `now`: when a new interval of it becomes due, its ancestors'
+    /// crons and grains included (a child of a parent on `0 6 * * *` is due after 06:00, not at
+    /// midnight). `None` for a name not in the DAG, or when nothing becomes due within 10 000
+    /// steps (a cron that never fires again).
+    pub fn next_due(&self, name: &ModelName, grain: super::interval::Grain, now: super::interval::Millis) -> Option<super::interval::Millis> {
+        use super::interval::Millis;
+        let &i = self.index.get(name)?;
+        // The model and its ancestors; positions ascending are parents first.
+        let mut members = BTreeSet::from([i]);
+        let mut stack = vec![i];
+        while let Some(j) = stack.pop() {
+            for p in self.models[j].parents() {
+                if let Some(&k) = self.index.get(&p)
+                    && members.insert(k)
+                {
+                    stack.push(k);
+                }
+            }
+        }
+        let members: Vec<usize> = members.into_iter().collect();
+        let crons: Vec<Option<croner::Cron>> = members.iter().map(|&j| self.models[j].schedule()).collect();
+        let parents: Vec<Vec<usize>> = members
+            .iter()
+            .map(|&j| self.models[j].parents().iter().filter_map(|p| self.index.get(p)).filter_map(|k| members.binary_search(k).ok()).collect())
+            .collect();
+        // `due_all` over the members only.
+        let due_of = |t: Millis| -> Millis {
+            let mut due: Vec<Millis> = Vec::with_capacity(members.len());
+            for (c, ps) in crons.iter().zip(&parents) {
+                let mut cap = super::cron::due_at(c.as_ref(), t);
+                for &q in ps {
+                    let passed = match self.models[members[q]].kind.time_range() {
+                        Some(tr) => tr.grain.floor(due[q]),
+                        None => due[q],
+                    };
+                    cap = cap.min(passed);
+                }
+                due.push(cap);
+            }
+            due[members.binary_search(&i).expect("the model is a member")]
+        };
+        let current = grain.floor(due_of(now));
+        let mut t = now;
+        for _ in 0..10_000 {
+            // The next instant any member's due instant can move: a cron's tick, or a grain
+            // boundary (its own, the model's).
+            let next = members
+                .iter()
+                .zip(&crons)
+                .filter_map(|(&j, c)| match c {
+                    Some(c) => super::cron::next_tick(c, t),
+                    None => Some(self.models[j].kind.time_range().map_or(grain, |tr| tr.grain).next(t)),
+                })
+                .chain(std::iter::once(grain.next(t)))
+                .min()?;
+            if grain.floor(due_of(next)) > current {
+                return Some(next);
+            }
+            t = next;
+        }
+        None
+    }
+
     /// [`Dag::due_at`] of every model, in order (parents first, so one pass).
     fn due_all(&self, now: super::interval::Millis) -> Vec<super::interval::Millis> {
         let mut due = Vec::with_capacity(self.models.len());

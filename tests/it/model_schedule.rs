@@ -318,6 +318,11 @@ fn a_child_waits_for_the_intervals_its_parent_holds_back() {
     assert_eq!(done(&p, "dev", "s.daily"), iso(&["2026-02-01"]));
     assert_eq!(done(&p, "dev", "s.per_day"), iso(&["2026-02-01"]), "the daily child waits for the parent's 2 February");
     assert_eq!(done(&p, "dev", "s.hourly").len(), 24, "the hourly child stops where the parent's data does");
+    // Their next interval is due at the parent's next tick, not at the end of their own grain.
+    let v = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    for m in ["s.daily", "s.per_day", "s.hourly"] {
+        assert_eq!(lag(&v, m)["nextDueAt"], "2026-02-03T06:00:00.000Z", "{m}: {v:#}");
+    }
     // 07:00: the parent's 2 February is due; the children compute it from its rows.
     run_at(&mut p, "dev", "2026-02-03T07:00:00Z");
     assert_eq!(done(&p, "dev", "s.per_day"), iso(&["2026-02-01", "2026-02-02"]));
