@@ -57,7 +57,13 @@ impl Finding {
             (Some(l), None) => format!(", at line {l} of the query"),
             _ => String::new(),
         };
-        let e = LoadError { location: self.location.clone(), model: self.model.clone(), message: format!("{}{at}", self.message), hint: self.hint.clone() };
+        let e = LoadError {
+            location: self.location.clone(),
+            model: self.model.clone(),
+            message: format!("{}{at}", self.message),
+            hint: self.hint.clone(),
+            field: None,
+        };
         e.to_string()
     }
 
@@ -265,7 +271,7 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
                 (Some(l), None) => format!(", at line {l} of the query"),
                 _ => String::new(),
             };
-            LoadError { location: f.location, model: f.model, message: format!("{}{at}", f.message), hint: f.hint }
+            LoadError { location: f.location, model: f.model, message: format!("{}{at}", f.message), hint: f.hint, field: None }
         })
         .collect()
 }

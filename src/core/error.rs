@@ -16,12 +16,21 @@ pub struct LoadError {
     pub message: String,
     /// A suggestion (e.g. "did you mean `med.moves`?").
     pub hint: Option<String>,
+    /// The model property at fault (`kind`, `cron`…), when one is: a `.sql` model places the
+    /// error at that property's header line.
+    pub field: Option<&'static str>,
 }
 
 impl LoadError {
     /// A diagnostic with a location and message.
     pub fn new(location: Option<Location>, model: Option<ModelName>, message: impl Into<String>) -> Self {
-        Self { location, model, message: message.into(), hint: None }
+        Self { location, model, message: message.into(), hint: None, field: None }
+    }
+
+    /// Names the model property at fault.
+    pub fn in_field(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
     }
 
     /// Adds a hint line.

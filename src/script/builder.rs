@@ -145,12 +145,12 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         Some(Value::Object(k)) => match parse_kind(k) {
             Ok(k) => Some(k),
             Err(msg) => {
-                errors.push(err(msg));
+                errors.push(err(msg).in_field("kind"));
                 None
             }
         },
         Some(_) => {
-            errors.push(err("`kind` must be a kind, e.g. `kind.full()`".into()));
+            errors.push(err("`kind` must be a kind, e.g. `kind.full()`".into()).in_field("kind"));
             None
         }
         None => {
@@ -165,7 +165,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         Some(v) => match parse_schema(v) {
             Ok(s) => s,
             Err(msg) => {
-                errors.push(err(msg));
+                errors.push(err(msg).in_field("schema"));
                 Schema::default()
             }
         },
@@ -177,7 +177,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
     let grain = match spec.get("grain") {
         None => Vec::new(),
         Some(v) => string_list(v).unwrap_or_else(|| {
-            errors.push(err("`grain` must be a list of column names".into()));
+            errors.push(err("`grain` must be a list of column names".into()).in_field("grain"));
             Vec::new()
         }),
     };
@@ -185,7 +185,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => {
-            errors.push(err("`description` must be a string".into()));
+            errors.push(err("`description` must be a string".into()).in_field("description"));
             None
         }
     };
@@ -198,18 +198,19 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
                 if let Some(h) = did_you_mean(s, TARGET_NAMES.iter().copied()) {
                     e = e.with_hint(format!("did you mean `{h}`?"));
                 }
-                errors.push(e);
+                errors.push(e.in_field("target"));
                 Target::Table
             }
         },
         Some(_) => {
-            errors.push(err("`target` must be a string: `table`, `parquet` or `ducklake`".into()));
+            errors.push(err("`target` must be a string: `table`, `parquet` or `ducklake`".into()).in_field("target"));
             Target::Table
         }
     };
     if let Some(k) = kind.as_ref().filter(|k| !target.supports(k)) {
         errors.push(
             err(format!("target `{target}` does not support kind `{}`", k.tag()))
+                .in_field("target")
                 .with_hint("`parquet` and `ducklake` store `full` and `incremental_by_time_range` models; drop `target` to keep a table"),
         );
     }
@@ -218,12 +219,12 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         Some(Value::String(s)) => match check_cron(s, kind.as_ref()) {
             Ok(()) => Some(s.trim().to_string()),
             Err(msg) => {
-                errors.push(err(msg));
+                errors.push(err(msg).in_field("cron"));
                 None
             }
         },
         Some(_) => {
-            errors.push(err("`cron` must be a string, e.g. `\"*/15 * * * *\"` or `\"@daily\"`".into()));
+            errors.push(err("`cron` must be a string, e.g. `\"*/15 * * * *\"` or `\"@daily\"`".into()).in_field("cron"));
             None
         }
     };

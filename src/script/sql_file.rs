@@ -339,10 +339,11 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     let mut model = build_model(&spec, query, &sites, location).map_err(|errs| {
         errs.into_iter()
             .map(|mut e| {
-                let line = ["owner", "tags", "column_descriptions", "ignored_lints"]
+                let line = e
+                    .field
                     .into_iter()
-                    .find(|k| e.message.starts_with(&format!("`{k}`")))
-                    .and_then(&get)
+                    .chain(["owner", "tags", "column_descriptions", "ignored_lints"].into_iter().filter(|k| e.message.starts_with(&format!("`{k}`"))))
+                    .find_map(&get)
                     .map(|(_, _, l)| *l);
                 // A statement's problem (`pre_statements`[n] …) is at that statement's own line.
                 let statement = [("pre_statements", &pre), ("post_statements", &post)].into_iter().find_map(|(k, list)| {

@@ -288,3 +288,19 @@ fn a_dangling_link_named_like_a_model_is_an_error_and_one_named_otherwise_is_ign
     run.expect_code(1);
     assert!(run.stderr.contains("models/x.lua: cannot read it while looking for model files"), "{}", run.stderr);
 }
+
+#[test]
+fn a_sql_models_kind_cron_and_target_errors_are_at_their_header_lines() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+    p.write(
+        "models/bad.sql",
+        "-- name: t.bad\n-- kind: incremental_by_time_range(time_column = d, start = yesterday)\n-- cron: every day\n-- target: parquett\n-- schema: d date\nSELECT DATE '2026-01-01' AS d\n",
+    );
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    for needle in ["models/bad.sql:2: model `t.bad`: `start`", "models/bad.sql:3: model `t.bad`: ", "models/bad.sql:4: model `t.bad`: unknown target `parquett`"] {
+        assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
+    }
+}

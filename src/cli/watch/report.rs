@@ -132,6 +132,7 @@ impl Problem {
             model: self.model.clone(),
             message: self.message.clone(),
             hint: self.hint.clone(),
+            field: None,
         };
         e.to_string()
     }
