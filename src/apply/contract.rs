@@ -120,10 +120,34 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     for ((m, sql), described) in checked.iter().zip(engine.describe_many(&queries)) {
         match described {
             Err(e) => problems.push(unbound(m, sql, &e.message)),
-            Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
+            Ok(actual) => {
+                problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg)));
+                problems.extend(time_column_zone(m, &actual).map(|msg| problem(m, msg)));
+            }
         }
     }
     problems
+}
+
+/// A time-range model whose query gives its time column with a time zone where the schema
+/// declares none, or the other way round: the batch filter and `DELETE` write their bounds as
+/// the declared type says ([`super::batch::time_column_bounds`]), so comparing them with the
+/// stored column would convert one side in the session's time zone — which a `SET TimeZone`
+/// (a pre-statement, another model's, the server's default) moves, losing or taking rows while
+/// the ledger records the interval done. Refused, naming the column and both types.
+fn time_column_zone(m: &Model, actual: &[DescribedColumn]) -> Option<String> {
+    let t = m.kind.time_range()?;
+    let declared = m.schema.get(&t.time_column)?;
+    let got = actual.iter().find(|a| a.name == declared.name)?;
+    let (want_zone, got_zone) = (crate::core::schema::is_zoned_timestamp(&declared.ty), crate::core::schema::is_zoned_timestamp(&got.ty));
+    if want_zone == got_zone {
+        return None;
+    }
+    let cast = if want_zone { "TIMESTAMPTZ" } else { "TIMESTAMP" };
+    Some(format!(
+        "time column `{}` is declared `{}` but the query returns `{}`: the interval bounds are written as the declared type, and comparing them with the column would depend on the session's time zone; cast it in the query (`CAST(… AS {cast})`) or declare the type the query returns",
+        declared.name, declared.ty, got.ty
+    ))
 }
 
 /// For a local file external, a message when its path or glob matches no file (the engine's own

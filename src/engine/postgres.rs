@@ -26,6 +26,11 @@ pub const META_SCHEMA: &str = "_efmesh_meta";
 /// The key of efmesh's writer lock on a Postgres engine database ([`Postgres::open_writer`]).
 const WRITER_LOCK: &str = "efmesh engine writer";
 
+/// The key every writing connection of the writer holds shared ([`Postgres::open_writer`]): a
+/// new writer takes it exclusively once, so it never starts while connections of an earlier
+/// writer whose lock connection ended are still writing.
+const WRITING_LOCK: &str = "efmesh engine writing";
+
 /// A Postgres database.
 pub struct Postgres {
     client: postgres::Client,
@@ -35,6 +40,9 @@ pub struct Postgres {
     /// The password, scrubbed from every message.
     secret: Option<String>,
     read_only: bool,
+    /// True for the writer's connection ([`Postgres::open_writer`]): its `--jobs` workers hold
+    /// [`WRITING_LOCK`] shared too.
+    writer: bool,
     /// A scratch database this session created: dropped, through a connection to the database
     /// the URL names, when this value is dropped.
     scratch: Option<(postgres::Config, String)>,
@@ -68,24 +76,40 @@ impl Postgres {
     /// session takes efmesh's writer lock (a session advisory lock, released when the
     /// connection ends, a killed process's too), as DuckDB allows one writing process per file.
     /// Two applies of different environments could otherwise build the same version at once.
-    /// The connections of its `--jobs` workers share its work and take no lock.
+    /// The lock lives on this connection, idle while `--jobs` workers build on theirs: were it to
+    /// end (a server's `idle_session_timeout`, which efmesh's sessions turn off, a proxy, an
+    /// administrator), another process could take the lock while those workers still write. So
+    /// every writing connection of the writer (this one and each worker's) also holds a second
+    /// lock shared, and a new writer first takes that one exclusively, for a moment: it refuses
+    /// while any connection of an earlier writer is alive.
     ///
     /// # Errors
-    /// As [`Postgres::open`]; another process holding the lock fails at once with a message
+    /// As [`Postgres::open`]; another process holding either lock fails at once with a message
     /// `apply --retries` treats as transient (`Lock Error: …`).
     pub fn open_writer(url: &str) -> Result<Self, EngineError> {
         let mut db = Self::open(url, false)?;
-        let got = db.rows(&format!("SELECT pg_try_advisory_lock(hashtextextended({}, 0))", quote_literal(WRITER_LOCK)))?;
-        if got.first().and_then(|r| r.first().cloned().flatten()).as_deref() != Some("t") {
-            return Err(EngineError::new(
-                "",
-                format!(
-                    "cannot open Postgres database `{}`: Lock Error: another efmesh process is writing this database (it holds efmesh's writer lock); try again when it is done",
-                    db.location
-                ),
+        let busy = |db: &Postgres, why: &str| {
+            EngineError::new("", format!("cannot open Postgres database `{}`: Lock Error: {why}; try again when it is done", db.location))
+        };
+        if !db.try_lock(&format!("pg_try_advisory_lock(hashtextextended({}, 0))", quote_literal(WRITER_LOCK)))? {
+            return Err(busy(&db, "another efmesh process is writing this database (it holds efmesh's writer lock)"));
+        }
+        let writing = quote_literal(WRITING_LOCK);
+        if !db.try_lock(&format!("pg_try_advisory_lock(hashtextextended({writing}, 0))"))? {
+            return Err(busy(
+                &db,
+                "connections of another efmesh process are still writing this database (its connection holding efmesh's writer lock ended, its builds have not)",
             ));
         }
+        db.execute(&format!("SELECT pg_advisory_unlock(hashtextextended({writing}, 0)), pg_advisory_lock_shared(hashtextextended({writing}, 0))"))?;
+        db.writer = true;
         Ok(db)
+    }
+
+    /// Runs `SELECT <call>` of a `pg_try_advisory_lock…` function: whether it got the lock.
+    fn try_lock(&mut self, call: &str) -> Result<bool, EngineError> {
+        let got = self.rows(&format!("SELECT {call}"))?;
+        Ok(got.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
     }
 
     fn connect(config: postgres::Config, read_only: bool) -> Result<Self, EngineError> {
@@ -107,14 +131,20 @@ impl Postgres {
             // unreachable host or a refused login will not.
             if e.code().is_some() && is_transient(&e) { error.transient() } else { error }
         })?;
-        let mut db = Self { client, config, location, secret, read_only, scratch: None, names_subqueries: false, cut };
+        let mut db = Self { client, config, location, secret, read_only, writer: false, scratch: None, names_subqueries: false, cut };
         let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
         if read_only {
             setup.push_str("; SET default_transaction_read_only = on");
         }
         db.execute(&setup)?;
         let version = db.rows("SHOW server_version_num")?;
-        db.names_subqueries = version.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse::<u32>().ok()).is_none_or(|v| v < 160_000);
+        let version = version.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse::<u32>().ok());
+        db.names_subqueries = version.is_none_or(|v| v < 160_000);
+        // A connection idle while others build (the writer's, holding its lock) must not be
+        // closed by the server's `idle_session_timeout` (Postgres 14 and later).
+        if version.is_some_and(|v| v >= 140_000) {
+            db.execute("SET idle_session_timeout = 0")?;
+        }
         Ok(db)
     }
 
@@ -405,7 +435,15 @@ impl Engine for Postgres {
     fn worker(&mut self) -> Option<Box<dyn Engine + Send>> {
         // One more connection of the same database (the `--jobs` workers' pool); a server out of
         // connections leaves the build with fewer workers, said so.
-        match Self::connect(self.config.clone(), self.read_only) {
+        let connected = Self::connect(self.config.clone(), self.read_only).and_then(|mut db| {
+            // A worker of the writer writes: it holds the writing lock shared, as the writer does
+            // ([`Postgres::open_writer`]), for as long as it lives.
+            if self.writer && !db.try_lock(&format!("pg_try_advisory_lock_shared(hashtextextended({}, 0))", quote_literal(WRITING_LOCK)))? {
+                return Err(EngineError::new("", "another efmesh process holds the writing lock of this database".to_string()));
+            }
+            Ok(db)
+        });
+        match connected {
             Ok(db) => Some(Box::new(db) as Box<dyn Engine + Send>),
             Err(e) => {
                 tracing::warn!("cannot open another connection for a --jobs worker, building with fewer: {}", e.message);

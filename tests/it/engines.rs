@@ -650,6 +650,39 @@ fn one_process_writes_a_postgres_engine_at_a_time_and_readers_are_not_held() {
 }
 
 #[test]
+fn a_writer_whose_lock_connection_ended_keeps_others_out_until_its_workers_are_done() {
+    use efmesh::engine::Engine;
+    use efmesh::engine::postgres::Postgres;
+    let Some(t) = pg::fresh_database() else { return };
+    // A writer and one `--jobs` worker of it; then its lock connection ends (an administrator,
+    // a proxy) while the worker still builds.
+    let mut holder = Postgres::open_writer(&t.url).expect("the writer lock");
+    let worker = holder.worker().expect("a worker connection");
+    let mut admin = Postgres::open(&t.url, false).expect("an admin connection");
+    let exclusive = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted";
+    admin
+        .execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted")
+        .expect("terminate the lock connection");
+    // Wait until the server released the ended session's writer lock.
+    let released = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        admin.query(exclusive).expect("pg_locks")[0][0].as_deref() == Some("0")
+    });
+    assert!(released, "the ended session's lock is released");
+    // Another process may not start writing while the worker lives (it would write the same
+    // intervals at once: rows duplicated).
+    let refused = Postgres::open_writer(&t.url).map(|_| ()).expect_err("refused while the worker writes");
+    assert!(refused.message.contains("Lock Error: connections of another efmesh process are still writing this database"), "{}", refused.message);
+    drop(worker);
+    drop(holder);
+    let next = (0..100).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Postgres::open_writer(&t.url).ok()
+    });
+    assert!(next.is_some(), "once the worker is gone, the next writer opens");
+}
+
+#[test]
 fn long_seed_names_values_and_foreign_storage_never_pass_silently_on_postgres() {
     let Some(t) = pg::fresh_database() else { return };
     let p = Project::on_engine(EngineBackend::Postgres(t));

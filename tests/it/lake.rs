@@ -361,7 +361,7 @@ fn misconfigured_targets_are_load_errors_naming_the_model() {
     p.write("models/w.sql", "-- name: m.w\n-- kind: embedded\n-- target: ducklake\n-- schema: x integer\nSELECT 1 AS x\n");
     let r = p.run(&["plan", "dev"]);
     r.expect_code(1);
-    assert!(r.stderr.contains("models/w.sql:1") && r.stderr.contains("target `ducklake` does not support kind `embedded`"), "{}", r.stderr);
+    assert!(r.stderr.contains("models/w.sql:3") && r.stderr.contains("target `ducklake` does not support kind `embedded`"), "{}", r.stderr);
 
     // Bad [lake] values name the key.
     let p = lake_project("parquet", "[lake]\npath = \"gs://bucket/x\"\n");

@@ -300,7 +300,9 @@ fn a_sql_models_kind_cron_and_target_errors_are_at_their_header_lines() {
     let run = p.run(&["check"]);
     run.expect_code(1);
     let out = format!("{}{}", run.stdout, run.stderr);
-    for needle in ["models/bad.sql:2: model `t.bad`: `start`", "models/bad.sql:3: model `t.bad`: ", "models/bad.sql:4: model `t.bad`: unknown target `parquett`"] {
+    for needle in
+        ["models/bad.sql:2: model `t.bad`: `start`", "models/bad.sql:3: model `t.bad`: ", "models/bad.sql:4: model `t.bad`: unknown target `parquett`"]
+    {
         assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
     }
 }

@@ -233,11 +233,11 @@ fn a_bad_cron_is_a_load_error_naming_the_file_line_and_model() {
     assert!(err.contains("models/fine.rhai:1") && err.contains("s.fine") && err.contains("fires more often than the model's grain `day`"), "{err}");
     assert!(err.contains("the grains it fits: `5m`, `15m`"), "{err}");
     // A view is never computed by `run`: a cron would schedule nothing.
-    assert!(err.contains("models/full.sql:1") && err.contains("s.whole") && err.contains("nothing to schedule on a `view` model"), "{err}");
+    assert!(err.contains("models/full.sql:4") && err.contains("s.whole") && err.contains("nothing to schedule on a `view` model"), "{err}");
     // A model refreshed whole: at most every five minutes, as sqlmesh.
-    assert!(err.contains("models/busy.sql:1") && err.contains("s.busy") && err.contains("fires more often than every five minutes"), "{err}");
+    assert!(err.contains("models/busy.sql:4") && err.contains("s.busy") && err.contains("fires more often than every five minutes"), "{err}");
     assert!(!err.contains("s.daily_full"), "a daily cron on a `full` model is fine: {err}");
-    assert!(err.contains("models/nick.sql:1") && err.contains("s.nick") && err.contains("unknown cron nickname `@often`"), "{err}");
+    assert!(err.contains("models/nick.sql:4") && err.contains("s.nick") && err.contains("unknown cron nickname `@often`"), "{err}");
     assert!(!p.state_path().exists() || p.state().env_pointers("dev").unwrap_or_default().is_empty());
 }
 

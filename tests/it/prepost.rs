@@ -411,3 +411,31 @@ fn a_time_zone_set_by_a_pre_statement_moves_no_interval_bound() {
     p.run(&["run", "prod"]).expect_code(0);
     assert_eq!(rows(&p), want(&[("1", "2026-02-28"), ("2", "2026-03-01"), ("3", "2026-03-01"), ("4", "2026-03-02"), ("5", "2026-03-02")]));
 }
+
+#[test]
+fn a_time_column_declared_with_a_zone_the_query_does_not_give_is_refused() {
+    // Declared `timestamptz`, returned `timestamp` (or the other way round): the table keeps the
+    // query's type, the bounds are written as declared, and the comparison converts one side in
+    // the session's time zone, which a `SET TimeZone` moves (rows of each batch's last hours
+    // were lost, the interval recorded done). Refused before anything is built.
+    for (declared, expr) in [("timestamptz", "CAST(ts AS TIMESTAMP)"), ("timestamp", "ts")] {
+        let mut p = Project::new();
+        p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+        p.write("data/ev.csv", "ts,v\n2026-03-01 01:00:00+00,1\n2026-03-01 23:00:00+00,2\n");
+        p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: ts timestamptz, v bigint\n");
+        p.write(
+            "models/ev.sql",
+            &format!(
+                "-- name: s.ev\n-- kind: incremental_by_time_range(time_column = t, start = 2026-03-01, grain = day)\n\
+                 -- schema: t {declared}, v bigint\n-- refs: raw.ev\n\
+                 SET TimeZone = 'America/New_York';\nSELECT {expr} AS t, v FROM @ref(raw.ev) WHERE ts >= @start AT TIME ZONE 'UTC' AND ts < @end AT TIME ZONE 'UTC'\n"
+            ),
+        );
+        p.now = "2026-03-02T00:00:00Z".into();
+        let run = p.run(&["apply", "prod", "--yes"]);
+        run.expect_code(1);
+        assert!(run.stderr.contains("models/ev.sql:"), "{}", run.stderr);
+        assert!(run.stderr.contains(&format!("time column `t` is declared `{declared}` but the query returns")), "{}", run.stderr);
+        assert!(efmesh::state::StateStore::env_pointers(&p.state(), "prod").expect("pointers").is_empty(), "nothing was promoted");
+    }
+}
