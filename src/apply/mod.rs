@@ -573,19 +573,6 @@ fn execute_recorded(
             return Err(ApplyError::Contract(problems));
         }
     }
-    // Done intervals recomputed because a model upstream rewrites them (SPEC §4 invariant 62):
-    // marked failed before any model is written, so an apply or run stopped after the parent's
-    // rewrite committed and before the recompute did leaves them missing, not done over the
-    // parent's old rows (the next plan would not find them otherwise: the parent is done).
-    for action in &work {
-        let (Some(r), Some(t)) = (&action.recompute, project.dag.get(&action.name).and_then(|m| m.kind.time_range())) else { continue };
-        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
-        let gone: Vec<Interval> = r.added.iter().filter(|i| computed.contains(i)).copied().collect();
-        if !gone.is_empty() {
-            state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &gone, IntervalStatus::Failed, interval::now_millis())?;
-        }
-    }
-
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
@@ -633,6 +620,21 @@ fn execute_recorded(
             let done: Vec<Interval> =
                 state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, t.grain.next(s))).collect();
             state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &done, IntervalStatus::Done, interval::now_millis())?;
+        }
+    }
+
+    // Done intervals recomputed because a model upstream rewrites them (SPEC §4 invariant 62):
+    // taken out of the ledger before any model is written (after inherited ledgers are copied
+    // above), so an apply or run stopped after the parent's rewrite committed and before the
+    // recompute did leaves them missing, not done over the parent's old rows (the next plan
+    // would not find them otherwise: the parent is done). As a restatement clears them: missing,
+    // not failed.
+    for action in &work {
+        let (Some(r), Some(t)) = (&action.recompute, project.dag.get(&action.name).and_then(|m| m.kind.time_range())) else { continue };
+        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
+        let gone: Vec<Interval> = r.added.iter().filter(|i| computed.contains(i)).copied().collect();
+        for range in interval::merge(&gone) {
+            state.clear_intervals(&action.name.to_string(), action.fingerprint.as_str(), range.start, range.end)?;
         }
     }
 

@@ -99,7 +99,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     failed: stats.failed,
                     gaps,
                     cron: m.cron.clone(),
-                    next_due: project.dag.next_due(&m.name, t.grain, now),
+                    next_due: project.dag.next_due(&m.name, now),
                     waiting: 0,
                     waiting_on: None,
                 });

@@ -249,14 +249,17 @@ impl Dag {
         self.due.get_or_init(|| (now, self.due_all(now))).1[i]
     }
 
-    /// The first instant after `now` at which [`Dag::due_at`] of `name`, floored to `grain`,
-    /// moves past where it is at `now`: when a new interval of it becomes due, its ancestors'
-    /// crons and grains included (a child of a parent on `0 6 * * *` is due after 06:00, not at
-    /// midnight). `None` for a name not in the DAG, or when nothing becomes due within 10 000
-    /// steps (a cron that never fires again).
-    pub fn next_due(&self, name: &ModelName, grain: super::interval::Grain, now: super::interval::Millis) -> Option<super::interval::Millis> {
+    /// When the next interval of the time-range model `name` becomes due after `now`: the first
+    /// instant at which [`Dag::due_at`] of it, floored to its grain, passes the next interval it
+    /// wants — its ancestors' crons and grains included (a child of a parent on `0 6 * * *` is
+    /// due after 06:00, not at midnight). `None` for a name not in the DAG or not time-range, when
+    /// its `end` leaves no interval to come, or when nothing becomes due within 10 000 steps (a
+    /// cron that never fires again).
+    pub fn next_due(&self, name: &ModelName, now: super::interval::Millis) -> Option<super::interval::Millis> {
         use super::interval::Millis;
         let &i = self.index.get(name)?;
+        let t = self.models[i].kind.time_range()?;
+        let grain = t.grain;
         // The model and its ancestors; positions ascending are parents first.
         let mut members = BTreeSet::from([i]);
         let mut stack = vec![i];
@@ -275,11 +278,12 @@ impl Dag {
             .iter()
             .map(|&j| self.models[j].parents().iter().filter_map(|p| self.index.get(p)).filter_map(|k| members.binary_search(k).ok()).collect())
             .collect();
+        let me = members.binary_search(&i).expect("the model is a member");
         // `due_all` over the members only.
-        let due_of = |t: Millis| -> Millis {
+        let due_of = |at: Millis| -> Millis {
             let mut due: Vec<Millis> = Vec::with_capacity(members.len());
             for (c, ps) in crons.iter().zip(&parents) {
-                let mut cap = super::cron::due_at(c.as_ref(), t);
+                let mut cap = super::cron::due_at(c.as_ref(), at);
                 for &q in ps {
                     let passed = match self.models[members[q]].kind.time_range() {
                         Some(tr) => tr.grain.floor(due[q]),
@@ -289,26 +293,35 @@ impl Dag {
                 }
                 due.push(cap);
             }
-            due[members.binary_search(&i).expect("the model is a member")]
+            due[me]
         };
-        let current = grain.floor(due_of(now));
-        let mut t = now;
+        // The next wanted interval starts here: where the due instant's floor is now, or at the
+        // model's first interval; past its `end`, none is to come.
+        let next_start = grain.floor(due_of(now)).max(grain.floor(t.start));
+        if t.end.is_some_and(|e| next_start >= e) {
+            return None;
+        }
+        // The model's own due instant moves only at its own cron's ticks (its due instant caps
+        // the ancestors'): nothing before its next tick can make it due.
+        let mut at = match &crons[me] {
+            Some(c) => super::cron::next_tick(c, now)?.saturating_sub(1).max(now),
+            None => now,
+        };
         for _ in 0..10_000 {
+            if at > now && grain.floor(due_of(at)) > next_start {
+                return Some(at);
+            }
             // The next instant any member's due instant can move: a cron's tick, or a grain
             // boundary (its own, the model's).
-            let next = members
+            at = members
                 .iter()
                 .zip(&crons)
                 .filter_map(|(&j, c)| match c {
-                    Some(c) => super::cron::next_tick(c, t),
-                    None => Some(self.models[j].kind.time_range().map_or(grain, |tr| tr.grain).next(t)),
+                    Some(c) => super::cron::next_tick(c, at),
+                    None => Some(self.models[j].kind.time_range().map_or(grain, |tr| tr.grain).next(at)),
                 })
-                .chain(std::iter::once(grain.next(t)))
+                .chain(std::iter::once(grain.next(at)))
                 .min()?;
-            if grain.floor(due_of(next)) > current {
-                return Some(next);
-            }
-            t = next;
         }
         None
     }

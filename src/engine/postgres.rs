@@ -40,9 +40,12 @@ pub struct Postgres {
     /// The password, scrubbed from every message.
     secret: Option<String>,
     read_only: bool,
-    /// True for the writer's connection ([`Postgres::open_writer`]): its `--jobs` workers hold
-    /// [`WRITING_LOCK`] shared too.
-    writer: bool,
+    /// The writer's backend process id, on the writer's connection and its workers'
+    /// ([`Postgres::open_writer`]): a worker holds [`WRITING_LOCK`] shared only while that
+    /// backend still holds the writer lock.
+    writer: Option<i64>,
+    /// `server_version_num`, when the server says it.
+    server_version: Option<u32>,
     /// A scratch database this session created: dropped, through a connection to the database
     /// the URL names, when this value is dropped.
     scratch: Option<(postgres::Config, String)>,
@@ -102,8 +105,34 @@ impl Postgres {
             ));
         }
         db.execute(&format!("SELECT pg_advisory_unlock(hashtextextended({writing}, 0)), pg_advisory_lock_shared(hashtextextended({writing}, 0))"))?;
-        db.writer = true;
+        let pid = db.rows("SELECT pg_backend_pid()")?;
+        db.writer = pid.first().and_then(|r| r.first().cloned().flatten()).and_then(|p| p.parse().ok());
+        db.keep_when_idle();
         Ok(db)
+    }
+
+    /// On a worker of the writer whose backend is `writer`: takes [`WRITING_LOCK`] shared, then
+    /// checks that the writer's backend still holds the writer lock; when it does not (its
+    /// connection ended: another process may be writing already), lets the lock go and refuses.
+    /// In that order, a new writer either finds this worker's lock (and refuses) or has the
+    /// writer lock, which this check then sees the old writer lacks.
+    fn join_writer(&mut self, writer: i64) -> Result<(), EngineError> {
+        let writing = quote_literal(WRITING_LOCK);
+        if !self.try_lock(&format!("pg_try_advisory_lock_shared(hashtextextended({writing}, 0))"))? {
+            return Err(EngineError::new("", "another efmesh process holds the writing lock of this database".to_string()));
+        }
+        let held = self.try_lock(&format!(
+            "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted AND pid = {writer} AND objsubid = 1 \
+             AND ((classid::bigint << 32) | objid::bigint) = hashtextextended({}, 0))",
+            quote_literal(WRITER_LOCK)
+        ))?;
+        if !held {
+            self.execute(&format!("SELECT pg_advisory_unlock_shared(hashtextextended({writing}, 0))"))?;
+            return Err(EngineError::new("", "the writer's connection no longer holds efmesh's writer lock (it ended)".to_string()));
+        }
+        self.writer = Some(writer);
+        self.keep_when_idle();
+        Ok(())
     }
 
     /// Runs `SELECT <call>` of a `pg_try_advisory_lock…` function: whether it got the lock.
@@ -131,7 +160,7 @@ impl Postgres {
             // unreachable host or a refused login will not.
             if e.code().is_some() && is_transient(&e) { error.transient() } else { error }
         })?;
-        let mut db = Self { client, config, location, secret, read_only, writer: false, scratch: None, names_subqueries: false, cut };
+        let mut db = Self { client, config, location, secret, read_only, writer: None, server_version: None, scratch: None, names_subqueries: false, cut };
         let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
         if read_only {
             setup.push_str("; SET default_transaction_read_only = on");
@@ -140,12 +169,19 @@ impl Postgres {
         let version = db.rows("SHOW server_version_num")?;
         let version = version.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse::<u32>().ok());
         db.names_subqueries = version.is_none_or(|v| v < 160_000);
-        // A connection idle while others build (the writer's, holding its lock) must not be
-        // closed by the server's `idle_session_timeout` (Postgres 14 and later).
-        if version.is_some_and(|v| v >= 140_000) {
-            db.execute("SET idle_session_timeout = 0")?;
-        }
+        db.server_version = version;
         Ok(db)
+    }
+
+    /// A writing connection idle while others build (the writer's, holding its lock) must not
+    /// be closed by the server's `idle_session_timeout` (Postgres 14 and later): turned off for
+    /// this session, or a warning when the server (a pooler) refuses.
+    fn keep_when_idle(&mut self) {
+        if self.server_version.is_some_and(|v| v >= 140_000)
+            && let Err(e) = self.execute("SET idle_session_timeout = 0")
+        {
+            tracing::warn!("cannot turn off `idle_session_timeout` for efmesh's writing session: {}", e.message);
+        }
     }
 
     /// An error when the server cut an identifier since the last check (`sql` ran with it).
@@ -438,8 +474,8 @@ impl Engine for Postgres {
         let connected = Self::connect(self.config.clone(), self.read_only).and_then(|mut db| {
             // A worker of the writer writes: it holds the writing lock shared, as the writer does
             // ([`Postgres::open_writer`]), for as long as it lives.
-            if self.writer && !db.try_lock(&format!("pg_try_advisory_lock_shared(hashtextextended({}, 0))", quote_literal(WRITING_LOCK)))? {
-                return Err(EngineError::new("", "another efmesh process holds the writing lock of this database".to_string()));
+            if let Some(writer) = self.writer {
+                db.join_writer(writer)?;
             }
             Ok(db)
         });

@@ -20,7 +20,7 @@
 //!
 //! The plan alone would lose them when the apply or run stops after the parent's rewrite
 //! committed and before the child's recompute did (the next plan finds the parent done): so
-//! `apply` marks them failed in the child's ledger once its contract check passed, before any
+//! `apply` clears them from the child's ledger once its contract check passed, before any
 //! model is written ([`crate::apply`]); a stopped apply or run leaves them missing, and the next
 //! one computes them.
 

@@ -669,6 +669,8 @@ fn a_writer_whose_lock_connection_ended_keeps_others_out_until_its_workers_are_d
         admin.query(exclusive).expect("pg_locks")[0][0].as_deref() == Some("0")
     });
     assert!(released, "the ended session's lock is released");
+    // A worker the writer opens now (its lock gone) does not join it.
+    assert!(holder.worker().is_none(), "no worker joins a writer whose lock connection ended");
     // Another process may not start writing while the worker lives (it would write the same
     // intervals at once: rows duplicated).
     let refused = Postgres::open_writer(&t.url).map(|_| ()).expect_err("refused while the worker writes");
