@@ -36,6 +36,8 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
                 let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
                 if !want.compatible(got) {
                     out.push(format!("column `{}` is declared `{}` ({want}) but the query returns `{}` ({got})", d.name, d.ty, a.ty));
+                } else if let Some(why) = zone_mismatch(&d.ty, &a.ty) {
+                    out.push(format!("column `{}` is declared `{}` but the query returns `{}`: {why}", d.name, d.ty, a.ty));
                 }
             }
         }
@@ -52,6 +54,30 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Why a declared timestamp and the one the engine gives differ in having a time zone, when
+/// they do. The tables keep the engine's type while the contract's stand-ins for unbuilt parents
+/// and sources are typed as declared, and efmesh writes interval bounds as the declared type
+/// says ([`super::batch::time_column_bounds`]): a comparison across the two converts one side in
+/// the session's time zone, which a `SET TimeZone` moves (rows lost or taken from the next
+/// interval while the ledger records it done).
+fn zone_mismatch(declared: &str, got: &str) -> Option<String> {
+    // Instants only (dates and timestamps); `any`, times and intervals are not compared.
+    let instant = |t: &str| {
+        let t = t.trim().to_ascii_lowercase();
+        t == "date" || t.starts_with("timestamp") || t.starts_with("datetime")
+    };
+    if !(instant(declared) && instant(got)) {
+        return None;
+    }
+    let (want, have) = (crate::core::schema::is_zoned_timestamp(declared), crate::core::schema::is_zoned_timestamp(got));
+    (want != have).then(|| {
+        let cast = if want { "TIMESTAMPTZ" } else { "TIMESTAMP" };
+        format!(
+            "one has a time zone and the other none, so comparing them would depend on the session's time zone; cast it (`CAST(… AS {cast})`) or declare the type it has"
+        )
+    })
 }
 
 /// Checks every model in `pending` (and the external sources they read) against the engine,
@@ -104,6 +130,8 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                             let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
                             if !want.compatible(got) {
                                 problems.push(problem(m, format!("column `{}` is declared `{}` ({want}) but the source has `{}` ({got})", d.name, d.ty, a.ty)));
+                            } else if let Some(why) = zone_mismatch(&d.ty, &a.ty) {
+                                problems.push(problem(m, format!("column `{}` is declared `{}` but the source has `{}`: {why}", d.name, d.ty, a.ty)));
                             }
                         }
                     }
@@ -122,32 +150,10 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
             Err(e) => problems.push(unbound(m, sql, &e.message)),
             Ok(actual) => {
                 problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg)));
-                problems.extend(time_column_zone(m, &actual).map(|msg| problem(m, msg)));
             }
         }
     }
     problems
-}
-
-/// A time-range model whose query gives its time column with a time zone where the schema
-/// declares none, or the other way round: the batch filter and `DELETE` write their bounds as
-/// the declared type says ([`super::batch::time_column_bounds`]), so comparing them with the
-/// stored column would convert one side in the session's time zone — which a `SET TimeZone`
-/// (a pre-statement, another model's, the server's default) moves, losing or taking rows while
-/// the ledger records the interval done. Refused, naming the column and both types.
-fn time_column_zone(m: &Model, actual: &[DescribedColumn]) -> Option<String> {
-    let t = m.kind.time_range()?;
-    let declared = m.schema.get(&t.time_column)?;
-    let got = actual.iter().find(|a| a.name == declared.name)?;
-    let (want_zone, got_zone) = (crate::core::schema::is_zoned_timestamp(&declared.ty), crate::core::schema::is_zoned_timestamp(&got.ty));
-    if want_zone == got_zone {
-        return None;
-    }
-    let cast = if want_zone { "TIMESTAMPTZ" } else { "TIMESTAMP" };
-    Some(format!(
-        "time column `{}` is declared `{}` but the query returns `{}`: the interval bounds are written as the declared type, and comparing them with the column would depend on the session's time zone; cast it in the query (`CAST(… AS {cast})`) or declare the type the query returns",
-        declared.name, declared.ty, got.ty
-    ))
 }
 
 /// For a local file external, a message when its path or glob matches no file (the engine's own

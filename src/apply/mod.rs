@@ -509,7 +509,10 @@ fn execute_recorded(
             };
             rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
         }
-        if a.build || a.register || !a.backfill.is_empty() || (refresh && refreshed(project, plan, state, a)?) || downstream {
+        // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
+        // when a parent has new data here (it would otherwise keep rows its time-range children
+        // compute their new intervals from, and record done, in this very apply).
+        if a.build || a.register || !a.backfill.is_empty() || ((refresh || cause.is_some()) && refreshed(project, plan, state, a)?) || downstream {
             // In `apply`, a new version of a parent does not make its children's existing
             // tables rebuild (a non-breaking change keeps them as they are); new intervals of
             // the same version (a backfill, e.g. after a restatement) do, and so does an existing

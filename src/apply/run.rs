@@ -11,7 +11,8 @@
 //! scheduled `run` never applies an edit nobody reviewed (`apply` does that).
 //!
 //! `apply` fills a unique-key or SCD type 2 version once, when it builds it; an `apply` with
-//! nothing changed does nothing. Refreshing is `run`'s job.
+//! nothing changed does nothing. Refreshing is `run`'s job — and `apply`'s when it computes new
+//! intervals of such a model's parent (its time-range children read it in the same apply).
 //!
 //! Auto-restatement ([`auto_restate`]): when a run computes the newest due interval of a
 //! time-range model declaring `auto_restatement_intervals = N`, it also recomputes the N wanted

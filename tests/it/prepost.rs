@@ -435,7 +435,12 @@ fn a_time_column_declared_with_a_zone_the_query_does_not_give_is_refused() {
         let run = p.run(&["apply", "prod", "--yes"]);
         run.expect_code(1);
         assert!(run.stderr.contains("models/ev.sql:"), "{}", run.stderr);
-        assert!(run.stderr.contains(&format!("time column `t` is declared `{declared}` but the query returns")), "{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("column `t` is declared `{declared}` but the query returns"))
+                && run.stderr.contains("one has a time zone and the other none"),
+            "{}",
+            run.stderr
+        );
         assert!(efmesh::state::StateStore::env_pointers(&p.state(), "prod").expect("pointers").is_empty(), "nothing was promoted");
     }
 }

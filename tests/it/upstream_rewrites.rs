@@ -216,3 +216,45 @@ local daily = define_model {"#,
     assert_eq!(action(&plan, "t.daily").get("recompute"), None, "the 5th of `t.base` is new to `t.daily` too: {plan:#}");
     assert_eq!(action(&plan, "t.child")["recompute"], json!({"intervals": 1, "because": ["t.daily"]}), "{plan:#}");
 }
+
+/// `t.daily` → `t.uk` (unique key on the day, no cron) → `t.wk` (time-range over `t.uk`).
+const KEYED: &str = r#"
+local src = define_model {
+  name = "raw.events", kind = kind.external { table = "land.events" },
+  schema = { { "day", "date" }, { "amount", "bigint" } },
+}
+local daily = define_model {
+  name = "t.daily",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT day, sum(amount) AS total FROM " .. ref(src) .. " WHERE day BETWEEN @start_date AND @end_date GROUP BY day",
+}
+local uk = define_model {
+  name = "t.uk", kind = kind.incremental_by_unique_key { key = "day" },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT day, total FROM " .. ref(daily),
+}
+define_model {
+  name = "t.wk",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "date" }, { "total", "bigint" } },
+  query = "SELECT day, total FROM " .. ref(uk) .. " WHERE day BETWEEN @start_date AND @end_date",
+}
+"#;
+
+#[test]
+fn an_apply_backfilling_a_keyed_models_parent_refreshes_it_before_its_time_range_child() {
+    let mut p = Project::new();
+    p.write("models/m.lua", KEYED);
+    with_source(&p);
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.apply("prod");
+    // A day later, with no edit, `apply` backfills the 4th of `t.daily`: the keyed model is
+    // refreshed before `t.wk` computes its 4th from it (it was computed from the keyed model's
+    // rows of the day before, and recorded done for good).
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("prod");
+    let at = |m: &str| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = DATE '2026-01-04'", env_view("prod", m)));
+    assert_eq!(at("t.uk"), vec![vec![Some("1".to_string())]]);
+    assert_eq!(at("t.wk"), vec![vec![Some("1".to_string())]], "the 4th of the time-range child");
+}
