@@ -897,9 +897,14 @@ fn read_sources(
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
 fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh: bool) -> Result<(), ApplyError> {
+    // `apply` reconciles an SCD type 2 model too when a parent has new data in it (see
+    // `execute_recorded`); a direct parent's backfill stands for that here.
+    let parent_backfills = |a: &crate::plan::Action| {
+        project.dag.get(&a.name).is_some_and(|m| m.parents().iter().any(|p| plan.action(p).is_some_and(|pa| !pa.backfill.is_empty())))
+    };
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
-        Some(Kind::ScdType2(_)) => refresh || a.build,
+        Some(Kind::ScdType2(_)) => refresh || a.build || parent_backfills(a),
         _ => false,
     };
     let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && writes(a)).collect();
