@@ -323,6 +323,7 @@ pub(crate) fn execute(
     }
     check_features(project, plan, engine.sql())?;
     shared_writes(project, plan, state, refresh)?;
+    shared_bounds(project, plan, state)?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
@@ -943,6 +944,62 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
                     "its table {physical} was taken over by the newer version {} that `{other}` serves (a forward-only change, another query): writing {what} with this version's query would change what `{other}` serves; nothing was done\n  \
                      hint: apply `{}` from the project `{other}` serves (it then serves that version too), or apply `{other}` without that change, or invalidate one of them",
                     &fp[..12.min(fp.len())],
+                    plan.env
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Outside `prod`: refuses a metadata edit of a time-range model's `start` or `end` whose backfill
+/// would write intervals into a table another environment serves (the same version) outside that
+/// environment's own bounds: its view would serve them (and its `full` descendants be rebuilt
+/// over them) before the edit is promoted there. Only `metadata` changes can do it: any other
+/// backfill lies within the bounds every environment serving the version shares.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model; the state store's reads.
+fn shared_bounds(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), ApplyError> {
+    let candidates: Vec<&crate::plan::Action> =
+        plan.actions.iter().filter(|a| a.change == Change::Metadata && !a.backfill.is_empty() && a.physical.is_some()).collect();
+    // `prod` writes what it serves; the environments sharing its tables see its rows, as
+    // everywhere else (a `full` table rebuilt over prod's parents).
+    if candidates.is_empty() || plan.env == crate::core::name::PROD {
+        return Ok(());
+    }
+    for env in state.environments()?.into_iter().filter(|e| *e != plan.env) {
+        let pointers = state.env_pointers(&env)?;
+        let mut metadata = None;
+        for a in &candidates {
+            let name = a.name.to_string();
+            if pointers.get(&name).map(String::as_str) != Some(a.fingerprint.as_str()) {
+                continue;
+            }
+            let Some(t) = project.dag.get(&a.name).and_then(|m| m.kind.time_range()) else { continue };
+            if metadata.is_none() {
+                metadata = Some(state.env_metadata(&env)?);
+            }
+            let served: Option<serde_json::Value> = metadata.as_ref().and_then(|m| m.get(&name)).and_then(|text| serde_json::from_str(text).ok());
+            let Some(schedule) = served.as_ref().and_then(|v| v.get("schedule")) else { continue };
+            let bound = |key: &str| schedule.get(key).and_then(|v| v.as_str()).and_then(|s| interval::parse_instant(s).ok());
+            let (Some(start), end) = (bound("start"), bound("end")) else { continue };
+            let start = t.grain.floor(start);
+            let outside: Vec<Interval> =
+                a.backfill.iter().flat_map(|b| b.split(t.grain)).filter(|i| i.start < start || end.is_some_and(|e| i.start >= e)).collect();
+            let (Some(first), Some(last)) = (outside.first(), outside.last()) else { continue };
+            let model = project.dag.get(&a.name).expect("a model of the plan");
+            return Err(ApplyError::Rejected {
+                model: a.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "its new `start`/`end` would write {} interval(s) in [{}, {}) into the table `{env}` serves too (the same version, its bounds there {} to {}): `{env}` would serve them before the edit is applied there; nothing was done\n  \
+                     hint: apply the edit to `{env}` first, or edit the query so that `{}` gets a version of its own",
+                    outside.len(),
+                    interval::to_iso(first.start),
+                    interval::to_iso(last.end),
+                    interval::to_iso(start),
+                    end.map_or_else(|| "now".to_string(), interval::to_iso),
                     plan.env
                 ),
             });

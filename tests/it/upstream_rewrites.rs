@@ -258,3 +258,28 @@ fn an_apply_backfilling_a_keyed_models_parent_refreshes_it_before_its_time_range
     assert_eq!(at("t.uk"), vec![vec![Some("1".to_string())]]);
     assert_eq!(at("t.wk"), vec![vec![Some("1".to_string())]], "the 4th of the time-range child");
 }
+
+#[test]
+fn a_start_moved_earlier_in_dev_is_refused_while_prod_serves_the_same_table() {
+    let mut p = Project::new();
+    let late_start = MODELS.replacen("start = \"2026-01-01\", lookback = 1", "start = \"2026-01-03\"", 1);
+    p.write("models/m.lua", &late_start);
+    with_source(&p);
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.apply("prod");
+    p.apply("dev");
+    let before = p.query("SELECT count(*) FROM t.daily");
+    // In `dev` the parent starts two days earlier: a metadata change whose backfill would write
+    // the 1st and 2nd into the table `prod` serves (its `start` there is the 3rd).
+    p.write("models/m.lua", &late_start.replacen("start = \"2026-01-03\"", "start = \"2026-01-01\"", 1));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("into the table `prod` serves too"), "{}", run.stderr);
+    assert!(run.stderr.contains("[2026-01-01T00:00:00.000Z, 2026-01-03T00:00:00.000Z)"), "{}", run.stderr);
+    assert_eq!(p.query("SELECT count(*) FROM t.daily"), before, "prod serves what it served");
+    // Applied to `prod` first, the edit reaches `dev` with nothing left to write.
+    p.apply("prod");
+    assert_eq!(p.query("SELECT count(*) FROM t.daily")[0][0].as_deref(), Some("4"));
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "t.daily")).len(), 4);
+}
