@@ -148,9 +148,7 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     for ((m, sql), described) in checked.iter().zip(engine.describe_many(&queries)) {
         match described {
             Err(e) => problems.push(unbound(m, sql, &e.message)),
-            Ok(actual) => {
-                problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg)));
-            }
+            Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
         }
     }
     problems

@@ -80,7 +80,7 @@ impl Postgres {
     /// connection ends, a killed process's too), as DuckDB allows one writing process per file.
     /// Two applies of different environments could otherwise build the same version at once.
     /// The lock lives on this connection, idle while `--jobs` workers build on theirs: were it to
-    /// end (a server's `idle_session_timeout`, which efmesh's sessions turn off, a proxy, an
+    /// end (a server's `idle_session_timeout`, which efmesh's writing sessions turn off, a proxy, an
     /// administrator), another process could take the lock while those workers still write. So
     /// every writing connection of the writer (this one and each worker's) also holds a second
     /// lock shared, and a new writer first takes that one exclusively, for a moment: it refuses

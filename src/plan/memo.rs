@@ -9,7 +9,8 @@
 //! efmesh version) and the store's write counter ([`crate::state::StateStore::generation`]).
 //! A later plan with the same key skips canonicalisation lookups, fingerprinting and the
 //! per-model diff, and only recomputes what depends on `now`: each time-range model's missing
-//! intervals, from the done intervals the memo recorded. Any edit to a model file (or anything
+//! intervals, from the done intervals the memo recorded (then, as every plan, the done intervals
+//! a parent's rewrite reaches: [`super::recompute`]). Any edit to a model file (or anything
 //! a model reads at load time, such as a seed file's hash), any write to the store (another
 //! apply, a ledger row, a promotion of the same environment) or another efmesh version changes
 //! the key (and [`MEMO_VERSION`] must be bumped whenever the planner's logic changes what a plan
