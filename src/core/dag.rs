@@ -249,18 +249,15 @@ impl Dag {
         self.due.get_or_init(|| (now, self.due_all(now))).1[i]
     }
 
-    /// When the next interval of the time-range model `name` becomes due after `now`: the first
-    /// instant at which [`Dag::due_at`] of it, floored to its grain, passes the next interval it
-    /// wants — its ancestors' crons and grains included (a child of a parent on `0 6 * * *` is
-    /// due after 06:00, not at midnight). `None` for a name not in the DAG or not time-range, when
-    /// its `end` leaves no interval to come, or when nothing becomes due within 10 000 steps (a
-    /// cron that never fires again).
-    pub fn next_due(&self, name: &ModelName, now: super::interval::Millis) -> Option<super::interval::Millis> {
-        use super::interval::Millis;
-        let &i = self.index.get(name)?;
-        let t = self.models[i].kind.time_range()?;
-        let grain = t.grain;
-        // The model and its ancestors; positions ascending are parents first.
+    /// The models `name` reads, directly or through others (its ancestors), parents first; empty
+    /// for a name not in the DAG.
+    pub fn ancestors(&self, name: &ModelName) -> Vec<&Model> {
+        let Some(&i) = self.index.get(name) else { return Vec::new() };
+        self.lineage_of(i).into_iter().filter(|&j| j != i).map(|j| &self.models[j]).collect()
+    }
+
+    /// The position `i` and its ancestors' positions, ascending (parents first).
+    fn lineage_of(&self, i: usize) -> Vec<usize> {
         let mut members = BTreeSet::from([i]);
         let mut stack = vec![i];
         while let Some(j) = stack.pop() {
@@ -272,29 +269,23 @@ impl Dag {
                 }
             }
         }
-        let members: Vec<usize> = members.into_iter().collect();
-        let crons: Vec<Option<croner::Cron>> = members.iter().map(|&j| self.models[j].schedule()).collect();
-        let parents: Vec<Vec<usize>> = members
-            .iter()
-            .map(|&j| self.models[j].parents().iter().filter_map(|p| self.index.get(p)).filter_map(|k| members.binary_search(k).ok()).collect())
-            .collect();
-        let me = members.binary_search(&i).expect("the model is a member");
-        // `due_all` over the members only.
-        let due_of = |at: Millis| -> Millis {
-            let mut due: Vec<Millis> = Vec::with_capacity(members.len());
-            for (c, ps) in crons.iter().zip(&parents) {
-                let mut cap = super::cron::due_at(c.as_ref(), at);
-                for &q in ps {
-                    let passed = match self.models[members[q]].kind.time_range() {
-                        Some(tr) => tr.grain.floor(due[q]),
-                        None => due[q],
-                    };
-                    cap = cap.min(passed);
-                }
-                due.push(cap);
-            }
-            due[me]
-        };
+        members.into_iter().collect()
+    }
+
+    /// When the next interval of the time-range model `name` becomes due after `now`: the first
+    /// instant at which [`Dag::due_at`] of it, floored to its grain, passes the next interval it
+    /// wants — its ancestors' crons and grains included (a child of a parent on `0 6 * * *` is
+    /// due after 06:00, not at midnight). `None` for a name not in the DAG or not time-range, when
+    /// its `end` leaves no interval to come, or when nothing becomes due within 10 000 steps (a
+    /// cron that never fires again).
+    pub fn next_due(&self, name: &ModelName, now: super::interval::Millis) -> Option<super::interval::Millis> {
+        use super::interval::Millis;
+        let &i = self.index.get(name)?;
+        let t = self.models[i].kind.time_range()?;
+        let grain = t.grain;
+        let graph = DueGraph::of(self, self.lineage_of(i));
+        let me = graph.members.binary_search(&i).expect("the model is a member");
+        let due_of = |at: Millis| graph.due(self, at)[me];
         // The next wanted interval starts here: where the due instant's floor is now, or at the
         // model's first interval; past its `end`, none is to come.
         let next_start = grain.floor(due_of(now)).max(grain.floor(t.start));
@@ -303,7 +294,7 @@ impl Dag {
         }
         // The model's own due instant moves only at its own cron's ticks (its due instant caps
         // the ancestors'): nothing before its next tick can make it due.
-        let mut at = match &crons[me] {
+        let mut at = match &graph.crons[me] {
             Some(c) => super::cron::next_tick(c, now)?.saturating_sub(1).max(now),
             None => now,
         };
@@ -313,9 +304,10 @@ impl Dag {
             }
             // The next instant any member's due instant can move: a cron's tick, or a grain
             // boundary (its own, the model's).
-            at = members
+            at = graph
+                .members
                 .iter()
-                .zip(&crons)
+                .zip(&graph.crons)
                 .filter_map(|(&j, c)| match c {
                     Some(c) => super::cron::next_tick(c, at),
                     None => Some(self.models[j].kind.time_range().map_or(grain, |tr| tr.grain).next(at)),
@@ -328,20 +320,7 @@ impl Dag {
 
     /// [`Dag::due_at`] of every model, in order (parents first, so one pass).
     fn due_all(&self, now: super::interval::Millis) -> Vec<super::interval::Millis> {
-        let mut due = Vec::with_capacity(self.models.len());
-        for m in &self.models {
-            let mut cap = m.due_at(now);
-            for p in m.parents() {
-                let Some(&j) = self.index.get(&p) else { continue };
-                let passed = match self.models[j].kind.time_range() {
-                    Some(t) => t.grain.floor(due[j]),
-                    None => due[j],
-                };
-                cap = cap.min(passed);
-            }
-            due.push(cap);
-        }
-        due
+        DueGraph::of(self, (0..self.models.len()).collect()).due(self, now)
     }
 
     /// Model names in topological order (parents first).
@@ -726,4 +705,42 @@ fn cycle_errors(all: &BTreeMap<&ModelName, &Model>, ordered: &[ModelName]) -> Ve
         );
     }
     errors
+}
+
+/// Models of a DAG closed under parents (positions ascending: parents first), with what
+/// [`Dag::due_at`] needs of each read once: its cron and its parents' places among them.
+struct DueGraph {
+    members: Vec<usize>,
+    crons: Vec<Option<croner::Cron>>,
+    parents: Vec<Vec<usize>>,
+}
+
+impl DueGraph {
+    fn of(dag: &Dag, members: Vec<usize>) -> Self {
+        let crons = members.iter().map(|&j| dag.models[j].schedule()).collect();
+        let parents = members
+            .iter()
+            .map(|&j| dag.models[j].parents().iter().filter_map(|p| dag.index.get(p)).filter_map(|k| members.binary_search(k).ok()).collect())
+            .collect();
+        DueGraph { members, crons, parents }
+    }
+
+    /// [`Dag::due_at`] of every member at `now`, in the members' order: its own due instant
+    /// ([`super::cron::due_at`]), capped by what each parent has (a time-range parent's grain
+    /// floor of its own).
+    fn due(&self, dag: &Dag, now: super::interval::Millis) -> Vec<super::interval::Millis> {
+        let mut due = Vec::with_capacity(self.members.len());
+        for (c, ps) in self.crons.iter().zip(&self.parents) {
+            let mut cap = super::cron::due_at(c.as_ref(), now);
+            for &q in ps {
+                let passed = match dag.models[self.members[q]].kind.time_range() {
+                    Some(t) => t.grain.floor(due[q]),
+                    None => due[q],
+                };
+                cap = cap.min(passed);
+            }
+            due.push(cap);
+        }
+        due
+    }
 }

@@ -162,23 +162,13 @@ fn sources(
     added: &[Interval],
     widen: &dyn Fn(&Interval) -> Option<Interval>,
 ) -> Vec<ModelName> {
-    let mut out = Vec::new();
-    let mut seen: BTreeSet<ModelName> = BTreeSet::new();
-    let mut stack: Vec<ModelName> = project.dag.get(name).map(|m| m.parents().into_iter().collect()).unwrap_or_default();
-    while let Some(n) = stack.pop() {
-        if !seen.insert(n.clone()) {
-            continue;
-        }
-        if let Some(rs) = own.get(&n)
-            && rs.iter().filter_map(widen).any(|w| added.iter().any(|a| a.start < w.end && w.start < a.end))
-        {
-            out.push(n.clone());
-        }
-        if let Some(m) = project.dag.get(&n) {
-            stack.extend(m.parents());
-        }
-    }
-    out
+    project
+        .dag
+        .ancestors(name)
+        .into_iter()
+        .filter(|m| own.get(&m.name).is_some_and(|rs| rs.iter().filter_map(widen).any(|w| added.iter().any(|a| a.start < w.end && w.start < a.end))))
+        .map(|m| m.name.clone())
+        .collect()
 }
 
 /// Sorted ranges merged where they touch or overlap.
