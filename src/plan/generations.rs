@@ -17,6 +17,7 @@
 //! sharing one `full` table read the same relations ([`shares_sources`]), so rebuilding it for
 //! one of them rebuilds it rightly for all ([`sharer_records`]).
 
+use crate::core::interval::Millis;
 use crate::core::{Kind, ModelName};
 use crate::project::Project;
 use crate::state::{DataVersion, SnapshotIndex, StateError, StateStore};
@@ -173,6 +174,60 @@ pub fn reuse_record(state: &dyn StateStore, index: &SnapshotIndex, name: &str, f
         out.push(if proven { source.clone() } else { (source.0.clone(), source.1.clone(), -1) });
     }
     Ok(built_from(&out))
+}
+
+/// A version a plan builds as a new table: its fingerprint and its done interval starts once
+/// the plan is applied.
+pub type Built = (String, BTreeSet<Millis>);
+
+/// What makes the table of `full` version `from` of `name` wrong to inherit for a new version of
+/// it (indirect reuse after a non-breaking parent change), known before anything is built: for
+/// each data parent `from` was built from whose version the plan builds as a new table,
+/// `built(parent)` gives that version's fingerprint and its done interval starts once the plan
+/// is applied (time-range parents only). When those differ from what the older version held
+/// when `from` was built (its generation moved since, or other intervals done), the inherited
+/// table lacks (or keeps) rows the new parent serves: one reason per such parent. Empty when
+/// `from` has no readable record (the apply's [`reuse_record`] then decides, after the builds).
+///
+/// # Errors
+/// A state read fails.
+pub fn reuse_outgrown(
+    state: &dyn StateStore,
+    name: &str,
+    from: &str,
+    built: &dyn Fn(&str) -> Result<Option<Built>, StateError>,
+) -> Result<Vec<String>, StateError> {
+    let key = (name.to_string(), from.to_string());
+    let Some(recorded) = recorded_sources(&state.data_versions(std::slice::from_ref(&key))?, &key) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (parent, old_fp, old_generation) in recorded {
+        let Some((new_fp, after)) = built(&parent)? else { continue };
+        if new_fp == old_fp {
+            continue;
+        }
+        let old_key = (parent.clone(), old_fp.clone());
+        let generation = state.data_versions(std::slice::from_ref(&old_key))?.get(&old_key).map_or(0, |d| d.generation);
+        if generation != old_generation {
+            out.push(format!("`{parent}`'s older version changed since the inherited table was built from it"));
+            continue;
+        }
+        let before = state.done_intervals(&parent, &old_fp)?;
+        let gained = after.difference(&before).count();
+        let lost = before.difference(&after).count();
+        match (gained, lost) {
+            (0, 0) => {}
+            (g, 0) => out.push(format!("`{parent}`'s new version computes {g} interval{} its older version lacked", plural(g))),
+            (0, l) => out.push(format!("`{parent}`'s new version lacks {l} interval{} its older version held", plural(l))),
+            (g, l) => out.push(format!("`{parent}`'s new version computes {g} interval{} its older version lacked and lacks {l} it held", plural(g))),
+        }
+    }
+    Ok(out)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// True when the data of `new` (`(name, fingerprint, generation)`) is provably what `old` held at

@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 
 /// Bumped whenever the memo's meaning or body, or the planner's logic, changes, so an older memo
 /// is never replayed.
-pub const MEMO_VERSION: u32 = 7;
+pub const MEMO_VERSION: u32 = 8;
 
 /// A memo ready to store: its key and body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1663,6 +1663,9 @@ fn compute_with(
         if let Some(e) = previous.get_mut(index).and_then(Option::take).filter(|e| {
             e.definition == definition
                 && e.action.fingerprint == *fp
+                // Whether a `full` model inherits its older table depends on the intervals its
+                // parents' new versions compute by `now` ([`generations::reuse_outgrown`]).
+                && !(e.action.kind == "full" && e.category == Change::Indirect)
                 && (dirty.is_empty() || !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target)))
         }) {
             let mut e = e;
@@ -1766,8 +1769,20 @@ fn compute_with(
                         .map(|q| q.to_string())
                         .collect();
                     let cascade: Vec<String> = changed_parents.iter().map(|q| q.to_string()).collect();
+                    // A `full` table built from a parent's older version lacks the intervals its
+                    // new version computes (or keeps ones it drops): not inherited, built anew.
+                    let outgrown = match &old {
+                        Some(o) if breaking.is_empty() && !external && matches!(model.kind, Kind::Full) && !o.physical.is_empty() => {
+                            generations::reuse_outgrown(state, &name_s, p.as_str(), &|parent| built_intervals(project, state, &actions, parent))?
+                        }
+                        _ => Vec::new(),
+                    };
                     let reason = if breaking.is_empty() {
                         match &old {
+                            Some(_) if !outgrown.is_empty() => format!(
+                                "unchanged itself; every changed parent keeps existing columns' data, but {}, so its table is built anew",
+                                outgrown.join("; ")
+                            ),
                             Some(_) if embeds_parents && !embedded_names_kept(project, model, &decided, pointers, snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
@@ -1789,9 +1804,21 @@ fn compute_with(
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
                     } else {
+                        // A parent not breaking itself whose rows still change (a `full` table
+                        // built anew over a parent's new intervals) is named as such.
+                        let data_changed = !reads_star
+                            && breaking.iter().any(|b| {
+                                ModelName::parse(b).ok().and_then(|q| decided.category(&q)).is_some_and(|c| !matches!(c, Change::Breaking | Change::Added))
+                            });
                         format!(
                             "unchanged itself; rebuilt because of {}parent{} {}",
-                            if reads_star { "`*` over a changed " } else { "breaking " },
+                            if reads_star {
+                                "`*` over a changed "
+                            } else if data_changed {
+                                "the changed rows of "
+                            } else {
+                                "breaking "
+                            },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         )
@@ -2192,6 +2219,22 @@ fn full_table_read_elsewhere(
         .collect();
     let Some(relations) = relations else { return Ok(true) };
     Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?)
+}
+
+/// For [`generations::reuse_outgrown`]: when this plan builds `parent` (by name) as a new
+/// time-range table, its fingerprint and its done interval starts once the plan is applied (its
+/// own ledger and its backfill); `None` for any other action. `actions` holds the actions decided
+/// so far, by DAG position.
+fn built_intervals(project: &Project, state: &dyn StateStore, actions: &[Action], parent: &str) -> Result<Option<generations::Built>, StateError> {
+    let Ok(name) = ModelName::parse(parent) else { return Ok(None) };
+    let Some(action) = project.dag.position(&name).and_then(|i| actions.get(i)).filter(|a| a.name == name) else { return Ok(None) };
+    let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { return Ok(None) };
+    if !action.build {
+        return Ok(None);
+    }
+    let mut done = state.done_intervals(parent, action.fingerprint.as_str())?;
+    done.extend(interval::batches(&action.backfill, t.grain, 1).into_iter().map(|i| i.start));
+    Ok(Some((action.fingerprint.as_str().to_string(), done)))
 }
 
 /// What a plan decided so far for each model, by DAG position (parents are decided before
