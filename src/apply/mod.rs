@@ -448,6 +448,12 @@ fn execute_recorded(
     // stopped in between leaves a record the next apply or run acts on (SPEC §4).
     let mut rebuilds: Vec<(String, String, String)> = Vec::new();
     let mut work: Vec<&crate::plan::Action> = Vec::new();
+    // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
+    // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
+    // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
+    // `run` would — its intervals are due up to their last tick (`Dag::due_at`) and would
+    // otherwise be computed from their older rows and recorded done for good.
+    let feeding = if refresh { BTreeSet::new() } else { feeds_backfill(project, plan) };
     for a in &plan.actions {
         if a.change == Change::Removed || a.kind == "external" {
             continue;
@@ -464,7 +470,7 @@ fn execute_recorded(
         // A `full` model on a `cron` is rebuilt by `run` at each tick too (sqlmesh's schedule),
         // besides whenever its parents' data changes (it never serves older data than they hold).
         let ticked = match model {
-            Some(m) if refresh && !a.build && matches!(m.kind, Kind::Full) && m.cron.is_some() => cron_due(plan, state, a, m)?,
+            Some(m) if (refresh || feeding.contains(&a.name)) && !a.build && matches!(m.kind, Kind::Full) && m.cron.is_some() => cron_due(plan, state, a, m)?,
             _ => None,
         };
         // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
@@ -513,7 +519,12 @@ fn execute_recorded(
         // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
         // when a parent has new data here (it would otherwise keep rows its time-range children
         // compute their new intervals from, and record done, in this very apply).
-        if a.build || a.register || !a.backfill.is_empty() || ((refresh || cause.is_some()) && refreshed(project, plan, state, a)?) || downstream {
+        if a.build
+            || a.register
+            || !a.backfill.is_empty()
+            || ((refresh || cause.is_some() || feeding.contains(&a.name)) && refreshed(project, plan, state, a)?)
+            || downstream
+        {
             // In `apply`, a new version of a parent does not make its children's existing
             // tables rebuild (a non-breaking change keeps them as they are); new intervals of
             // the same version (a backfill, e.g. after a restatement) do, and so does an existing
@@ -903,9 +914,13 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
     let parent_backfills = |a: &crate::plan::Action| {
         project.dag.get(&a.name).is_some_and(|m| m.parents().iter().any(|p| plan.action(p).is_some_and(|pa| !pa.backfill.is_empty())))
     };
+    // … and when a time-range model below it computes intervals (see `execute_recorded`).
+    let feeding = if refresh { BTreeSet::new() } else { feeds_backfill(project, plan) };
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
-        Some(Kind::ScdType2(_)) => refresh || a.build || parent_backfills(a),
+        Some(Kind::ScdType2(_)) => {
+            refresh || a.build || parent_backfills(a) || (feeding.contains(&a.name) && refreshed(project, plan, state, a).unwrap_or(true))
+        }
         _ => false,
     };
     let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && writes(a)).collect();
@@ -1198,6 +1213,20 @@ fn record_pass(
 /// True when the plan found `action`'s physical relation missing from the engine.
 fn physical_missing(action: &crate::plan::Action) -> bool {
     action.repair.as_ref().is_some_and(|r| r.physical_missing)
+}
+
+/// The models upstream (through any kind) of a time-range action with intervals to compute.
+fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
+    let mut out = BTreeSet::new();
+    // Children before parents (the plan's order is topological): one pass.
+    for a in plan.actions.iter().rev().filter(|a| a.change != Change::Removed) {
+        // A time-range model without intervals to compute here reads nothing here: what it
+        // holds was computed from its parents before.
+        if !a.backfill.is_empty() || (out.contains(&a.name) && a.kind != "incremental_by_time_range") {
+            out.extend(project.dag.get(&a.name).map(|m| m.parents()).unwrap_or_default());
+        }
+    }
+    out
 }
 
 /// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model

@@ -1773,16 +1773,30 @@ fn compute_with(
                     // new version computes (or keeps ones it drops): not inherited, built anew.
                     let outgrown = match &old {
                         Some(o) if breaking.is_empty() && !external && matches!(model.kind, Kind::Full) && !o.physical.is_empty() => {
-                            generations::reuse_outgrown(state, &name_s, p.as_str(), &|parent| built_intervals(project, state, &actions, parent))?
+                            let mut why: Vec<String> = generations::data_parents(project, &model.name)
+                                .into_iter()
+                                .filter(|q| decided.rows_change(q))
+                                .map(|q| format!("`{q}`'s table is built anew over new intervals"))
+                                .collect();
+                            why.extend(generations::reuse_outgrown(state, &name_s, p.as_str(), &|parent| built_intervals(project, state, &actions, parent))?);
+                            why
                         }
                         _ => Vec::new(),
                     };
                     let reason = if breaking.is_empty() {
                         match &old {
-                            Some(_) if !outgrown.is_empty() => format!(
-                                "unchanged itself; every changed parent keeps existing columns' data, but {}, so its table is built anew",
-                                outgrown.join("; ")
-                            ),
+                            Some(_) if !outgrown.is_empty() => {
+                                // Its rows change as a `run` rebuilding it over its parents' new
+                                // intervals would change them: its children keep their data
+                                // (time-range ones compute the new intervals), `full` ones are
+                                // built anew too.
+                                data_kept = true;
+                                decided.rows_change[index] = true;
+                                format!(
+                                    "unchanged itself; every changed parent keeps existing columns' data, but {}, so its table is built anew",
+                                    outgrown.join("; ")
+                                )
+                            }
                             Some(_) if embeds_parents && !embedded_names_kept(project, model, &decided, pointers, snapshots) => {
                                 data_kept = true;
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
@@ -1804,21 +1818,9 @@ fn compute_with(
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
                     } else {
-                        // A parent not breaking itself whose rows still change (a `full` table
-                        // built anew over a parent's new intervals) is named as such.
-                        let data_changed = !reads_star
-                            && breaking.iter().any(|b| {
-                                ModelName::parse(b).ok().and_then(|q| decided.category(&q)).is_some_and(|c| !matches!(c, Change::Breaking | Change::Added))
-                            });
                         format!(
                             "unchanged itself; rebuilt because of {}parent{} {}",
-                            if reads_star {
-                                "`*` over a changed "
-                            } else if data_changed {
-                                "the changed rows of "
-                            } else {
-                                "breaking "
-                            },
+                            if reads_star { "`*` over a changed " } else { "breaking " },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         )
@@ -2247,18 +2249,33 @@ struct Decided<'a> {
     served: Vec<Option<String>>,
     /// Breaking models whose change is confined to these output columns (lower-case).
     changed_columns: Vec<Option<BTreeSet<String>>>,
+    /// `full` models built anew rather than inheriting their older table, because a parent's new
+    /// version holds other intervals ([`generations::reuse_outgrown`]): their rows change as a
+    /// `run` would change them (never set for a replayed action: those are never indirect `full`).
+    rows_change: Vec<bool>,
 }
 
 impl<'a> Decided<'a> {
     fn new(project: &'a Project) -> Self {
         let n = project.dag.len();
-        Decided { project, same_data: vec![None; n], categories: vec![None; n], served: vec![None; n], changed_columns: vec![None; n] }
+        Decided {
+            project,
+            same_data: vec![None; n],
+            categories: vec![None; n],
+            served: vec![None; n],
+            changed_columns: vec![None; n],
+            rows_change: vec![false; n],
+        }
     }
 
     fn set(&mut self, index: usize, same_data: bool, category: Change, served: Option<String>) {
         self.same_data[index] = Some(same_data);
         self.categories[index] = Some(category);
         self.served[index] = served;
+    }
+
+    fn rows_change(&self, name: &ModelName) -> bool {
+        self.project.dag.position(name).is_some_and(|i| self.rows_change[i])
     }
 
     fn same_data(&self, name: &ModelName) -> Option<bool> {

@@ -275,15 +275,30 @@ fn a_rollup_dev_serves_over_its_own_parent_gets_a_table_of_its_own_and_follows_d
 /// A rollup whose new version would inherit its own environment's table while its parent's new
 /// version holds other data (two more days than the table was built from): the plan builds it
 /// anew (naming the parent and the intervals), so the apply that promotes it serves the new
-/// days, and so does the rollup of it. With the same days, the table is inherited.
+/// days, and so does the rollup of it. A time-range model over a `full` copy of the daily model
+/// keeps its table and computes the two days from the copy built anew. With the same days, the
+/// tables are inherited.
 fn an_inherited_rollup_table_built_from_fewer_days_than_the_parents_new_version_is_built_anew_by_the_same_apply(engine: EngineBackend) {
+    const BELOW: &str = r#"
+local copy = define_model {
+  name = "t.copy", kind = kind.full(),
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT day, v FROM " .. ref(daily),
+}
+define_model {
+  name = "t.late",
+  kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01", grain = "day" },
+  schema = { { "day", "timestamp" }, { "v", "bigint" } },
+  query = "SELECT day, v FROM " .. ref(copy) .. " WHERE day BETWEEN CAST(@start_ts AS TIMESTAMP) AND CAST(@end_ts AS TIMESTAMP)",
+}
+"#;
     let mut p = Project::on_engine(engine);
     p.now = "2026-01-10T00:00:00Z".to_string();
-    p.write("models/m.lua", &shared_table_models(false));
+    p.write("models/m.lua", &(shared_table_models(false) + BELOW));
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
     // dev adds a column to the daily model (non-breaking): over the same days, the rollup's
     // table is what the new daily version would give, and is inherited.
-    p.write("models/m.lua", &shared_table_models(true).replace("total + 2", "total + 1"));
+    p.write("models/m.lua", &(shared_table_models(true).replace("total + 2", "total + 1") + BELOW));
     let plan = p.plan("dev");
     assert!(action(&plan, "t.rollup")["reusedFrom"].is_string(), "same days: inherited: {plan:#}");
     // Two days later, without a run: the new daily version is backfilled up to now, while the
@@ -297,10 +312,14 @@ fn an_inherited_rollup_table_built_from_fewer_days_than_the_parents_new_version_
     assert!(reason.contains("`t.daily`'s new version computes 2 intervals its older version lacked"), "{reason}");
     let top = action(&plan, "t.top");
     assert_eq!(top["build"], true, "{plan:#}");
-    assert!(top["explain"]["reason"].as_str().unwrap().contains("the changed rows of parent `t.rollup`"), "{plan:#}");
+    assert!(top["explain"]["reason"].as_str().unwrap().contains("`t.rollup`'s table is built anew over new intervals"), "{plan:#}");
+    let late = action(&plan, "t.late");
+    assert!(late["reusedFrom"].is_string(), "the time-range model keeps its table: {plan:#}");
+    assert_eq!(late["intervals"], 2, "{plan:#}");
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
     assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-12"), "a fresh computation over dev's daily");
     assert_eq!(p.rows(&env_view("dev", "t.top")), p.rows(&format!("(SELECT n, total + 1 FROM {}) AS q", env_view("dev", "t.rollup"))));
+    assert_eq!(p.rows(&env_view("dev", "t.late")), p.rows(&format!("(SELECT day, v FROM {}) AS q", env_view("dev", "t.daily"))));
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 

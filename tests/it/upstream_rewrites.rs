@@ -283,3 +283,53 @@ fn a_start_moved_earlier_in_dev_is_refused_while_prod_serves_the_same_table() {
     p.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "t.daily")).len(), 4);
 }
+
+/// `t.dim` (unique key, refreshed whole from `land.events` by `run` at its cron's ticks, or at
+/// every run without one) → `t.fact` (time-range over it).
+fn dimension(cron: &str) -> String {
+    format!(
+        r#"
+local src = define_model {{
+  name = "raw.events", kind = kind.external {{ table = "land.events" }},
+  schema = {{ {{ "day", "date" }}, {{ "amount", "bigint" }} }},
+}}
+local dim = define_model {{
+  name = "t.dim", kind = kind.incremental_by_unique_key {{ key = "day" }},{cron}
+  schema = {{ {{ "day", "date" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, sum(amount) AS total FROM " .. ref(src) .. " GROUP BY day",
+}}
+define_model {{
+  name = "t.fact",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "date" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref(dim) .. " WHERE day BETWEEN @start_date AND @end_date",
+}}
+"#
+    )
+}
+
+#[test]
+fn an_apply_computing_intervals_below_a_keyed_model_refreshes_it_when_run_would() {
+    for cron in ["", r#" cron = "0 0 * * *","#] {
+        let mut p = Project::new();
+        p.write("models/m.lua", &dimension(cron));
+        p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.events (day date, amount bigint)");
+        p.execute_on_engine("INSERT INTO land.events SELECT DATE '2026-01-01' + CAST(i AS INTEGER), 1 FROM range(0, 3) AS r(i)");
+        p.now = "2026-01-04T01:00:00Z".into();
+        p.apply("prod");
+        // The 4th lands; a day later, with no edit and no run, `apply` computes the 4th of
+        // `t.fact`: the keyed model (its cron ticked at midnight, or no cron) is refreshed first,
+        // as `run` would, rather than the 4th being computed from its rows of the day before
+        // and recorded done for good.
+        p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 5)");
+        p.now = "2026-01-05T01:00:00Z".into();
+        p.apply("prod");
+        let at = |m: &str| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = DATE '2026-01-04'", env_view("prod", m)));
+        assert_eq!(at("t.dim"), vec![vec![Some("5".to_string())]], "cron {cron:?}");
+        assert_eq!(at("t.fact"), vec![vec![Some("5".to_string())]], "the 4th of the time-range model, cron {cron:?}");
+        // A promotion with nothing to compute refreshes nothing: `run` stays its job.
+        p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 1)");
+        p.apply("prod");
+        assert_eq!(at("t.dim"), vec![vec![Some("5".to_string())]], "cron {cron:?}");
+    }
+}
