@@ -435,107 +435,7 @@ fn execute_recorded(
     // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
     let relation_by_name: HashMap<String, String> = physicals.iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
-    // `full` and `view` models downstream of what this apply or run computes (new intervals of
-    // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
-    // decided first), unless (outside `prod`) their physical relation is also what another
-    // version of the model serves (an inherited table: indirect reuse after a non-breaking parent
-    // change), which another environment reads over other parents: rebuilding it here would
-    // change that environment's data. `prod` rebuilds its own.
-    let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
-    let mut shared: Option<BTreeSet<(String, String)>> = None;
-    // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
-    // pending before anything is written, cleared one by one as they are rebuilt, so a process
-    // stopped in between leaves a record the next apply or run acts on (SPEC §4).
-    let mut rebuilds: Vec<(String, String, String)> = Vec::new();
-    let mut work: Vec<&crate::plan::Action> = Vec::new();
-    // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
-    // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
-    // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
-    // `run` would — its intervals are due up to their last tick (`Dag::due_at`) and would
-    // otherwise be computed from their older rows and recorded done for good.
-    let feeding = if refresh { BTreeSet::new() } else { feeds_backfill(project, plan) };
-    for a in &plan.actions {
-        if a.change == Change::Removed || a.kind == "external" {
-            continue;
-        }
-        let model = project.dag.get(&a.name);
-        let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
-        // The first parent with new intervals (or refreshed), for the pending-rebuild record.
-        let cause = model.and_then(|m| m.parents().iter().find(|p| touched.contains(p)).cloned());
-        // An `embedded` model has no data of its own: its readers read its parents' data, so it
-        // counts as touched when a parent is (its `full`/`view` children are downstream of that).
-        if cause.is_some() && model.is_some_and(|m| matches!(m.kind, Kind::Embedded)) {
-            touched.insert(&a.name);
-        }
-        // A `full` model on a `cron` is rebuilt by `run` at each tick too (sqlmesh's schedule),
-        // besides whenever its parents' data changes (it never serves older data than they hold).
-        let ticked = match model {
-            Some(m) if (refresh || feeding.contains(&a.name)) && !a.build && matches!(m.kind, Kind::Full) && m.cron.is_some() => cron_due(plan, state, a, m)?,
-            _ => None,
-        };
-        // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
-        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild || ticked.is_some());
-        let downstream = match (&a.physical, candidate) {
-            (Some(physical), true) => {
-                if shared.is_none() {
-                    shared = Some(crate::plan::served_by_other_versions(plan, state)?);
-                }
-                // `prod` always rebuilds what it serves over its own parents (it is never left
-                // stale for another environment's sake); the environments sharing the table see
-                // prod's rows, as the reuse promised.
-                let mut shared_with =
-                    plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
-                // A `full` table whose every version reads the same relations is rebuilt rightly
-                // for all of them by any environment.
-                if shared_with && model.is_some_and(|m| matches!(m.kind, Kind::Full)) {
-                    let relations = crate::plan::generations::relations(project, &a.name, &relation_of);
-                    shared_with = !crate::plan::generations::rebuild_is_shared_rightly(
-                        state,
-                        &plan.env,
-                        &a.name.to_string(),
-                        a.fingerprint.as_str(),
-                        physical,
-                        relations.as_ref(),
-                    )?;
-                }
-                if shared_with {
-                    // A pending record stays for an environment that may rebuild it (prod).
-                    tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
-                }
-                !shared_with
-            }
-            _ => false,
-        };
-        if downstream {
-            let reason = match (&cause, ticked) {
-                (Some(p), _) => format!("downstream of new intervals of {p}"),
-                (None, Some(t)) if !a.rebuild => {
-                    format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t))
-                }
-                _ => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
-            };
-            rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
-        }
-        // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
-        // when a parent has new data here (it would otherwise keep rows its time-range children
-        // compute their new intervals from, and record done, in this very apply).
-        if a.build
-            || a.register
-            || !a.backfill.is_empty()
-            || ((refresh || cause.is_some() || feeding.contains(&a.name)) && refreshed(project, plan, state, a)?)
-            || downstream
-        {
-            // In `apply`, a new version of a parent does not make its children's existing
-            // tables rebuild (a non-breaking change keeps them as they are); new intervals of
-            // the same version (a backfill, e.g. after a restatement) do, and so does an existing
-            // version rebuilt because its relation was lost (its data generation moves: its
-            // `full` children would be stale after this apply, SPEC §4 invariant 36).
-            if refresh || !a.build || a.repair.as_ref().is_some_and(|r| r.physical_missing) {
-                touched.insert(&a.name);
-            }
-            work.push(a);
-        }
-    }
+    let crate::plan::work::Work { work, rebuilds, mut shared, .. } = crate::plan::work::decide(project, plan, state, refresh)?;
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
@@ -915,11 +815,11 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
         project.dag.get(&a.name).is_some_and(|m| m.parents().iter().any(|p| plan.action(p).is_some_and(|pa| !pa.backfill.is_empty())))
     };
     // … and when a time-range model below it computes intervals (see `execute_recorded`).
-    let feeding = if refresh { BTreeSet::new() } else { feeds_backfill(project, plan) };
+    let feeding = if refresh { BTreeSet::new() } else { crate::plan::work::feeds_backfill(project, plan) };
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
         Some(Kind::ScdType2(_)) => {
-            refresh || a.build || parent_backfills(a) || (feeding.contains(&a.name) && refreshed(project, plan, state, a).unwrap_or(true))
+            refresh || a.build || parent_backfills(a) || (feeding.contains(&a.name) && crate::plan::work::refreshed(project, plan, state, a).unwrap_or(true))
         }
         _ => false,
     };
@@ -1213,43 +1113,6 @@ fn record_pass(
 /// True when the plan found `action`'s physical relation missing from the engine.
 fn physical_missing(action: &crate::plan::Action) -> bool {
     action.repair.as_ref().is_some_and(|r| r.physical_missing)
-}
-
-/// The models upstream (through any kind) of a time-range action with intervals to compute.
-fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
-    let mut out = BTreeSet::new();
-    // Children before parents (the plan's order is topological): one pass.
-    for a in plan.actions.iter().rev().filter(|a| a.change != Change::Removed) {
-        // A time-range model without intervals to compute here reads nothing here: what it
-        // holds was computed from its parents before.
-        if !a.backfill.is_empty() || (out.contains(&a.name) && a.kind != "incremental_by_time_range") {
-            out.extend(project.dag.get(&a.name).map(|m| m.parents()).unwrap_or_default());
-        }
-    }
-    out
-}
-
-/// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
-/// without a `cron` (every run), or one whose cron ticked since it was last refreshed
-/// ([`cron_due`]).
-fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action) -> Result<bool, StateError> {
-    match project.dag.get(&action.name) {
-        Some(m) if m.kind.is_refreshed() => Ok(m.cron.is_none() || cron_due(plan, state, action, m)?.is_some()),
-        _ => Ok(false),
-    }
-}
-
-/// For a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2) on a `cron`:
-/// the tick its refresh is due for, when the cron ticked (at or before the plan's `now`) after the
-/// last tick its version was refreshed for (the newest done end of its ledger,
-/// [`StateStore::record_refresh`]); `None` when it is not due, has no cron, or is another kind.
-fn cron_due(plan: &Plan, state: &dyn StateStore, action: &crate::plan::Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
-    if !model.kind.is_refreshed_whole() {
-        return Ok(None);
-    }
-    let Some(tick) = model.schedule().and_then(|c| crate::core::cron::last_tick(&c, plan.now)) else { return Ok(None) };
-    let last = state.ledger_stats(&action.name.to_string(), action.fingerprint.as_str())?.done_up_to;
-    Ok(last.is_none_or(|l| l < tick).then_some(tick))
 }
 
 /// After `model` (built, rebuilt or refreshed whole by this apply or run) is written: when it is

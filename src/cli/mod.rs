@@ -319,7 +319,8 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     crate::sql::prefetch::enable();
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan_checked(&project, &*state, env, now, options)?;
+    let mut plan = plan_checked(&project, &*state, env, now, options)?;
+    plan.also_writes = plan::work::decide(&project, &plan, &*state, false)?.refreshes;
     // An expired environment (not yet dropped by the janitor) is planned against what it still
     // serves: applying it renews it (`crate::lifecycle`).
     let expiry = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
@@ -378,7 +379,8 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
     crate::sql::prefetch::enable();
     let project = load(config)?;
     let state = open_state(&project, false)?;
-    let plan = plan_checked(&project, &*state, env, now, options)?;
+    let mut plan = plan_checked(&project, &*state, env, now, options)?;
+    plan.also_writes = plan::work::decide(&project, &plan, &*state, false)?.refreshes;
     if !json {
         out.text(&printer::plan_text(&plan, true))?;
     }

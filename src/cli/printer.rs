@@ -100,6 +100,7 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.register {
             notes.push("registered (embedded: nothing to build)".into());
         }
+        notes.extend(plan.also_writes.iter().filter(|r| r.model == a.name).map(|r| r.note.clone()));
         if let Some(h) = &a.history {
             notes.push(match (h.fate, h.reset_accepted) {
                 (crate::plan::HistoryFate::StartsOver, true) => "history starts over (--reset-history)".to_string(),

@@ -18,6 +18,7 @@ pub mod integrity;
 pub mod lineage;
 pub mod memo;
 pub mod recompute;
+pub mod work;
 
 use crate::core::fragment::CanonicalResolver;
 use crate::core::interval::{self, Interval, Millis};
@@ -405,6 +406,11 @@ pub struct Plan {
     /// `apply` refuses the plan if the store has changed since (another process applied).
     #[serde(skip)]
     pub generation: Option<i64>,
+    /// What applying it writes besides its builds and backfills ([`work::decide`]): `full`/`view`
+    /// models rebuilt downstream of new data, models refreshed as `run` would. Filled by the
+    /// commands that show a plan (`plan`, `apply`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_writes: Vec<work::Refresh>,
 }
 
 impl Plan {
@@ -2127,8 +2133,16 @@ fn compute_with(
         }
     }
     let has_changes = actions.iter().any(Action::has_work);
-    let mut plan =
-        Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: versions.misses.clone(), from_memo: false, generation: Some(generation) };
+    let mut plan = Plan {
+        env: env.to_string(),
+        now,
+        has_changes,
+        actions,
+        canon_cache_misses: versions.misses.clone(),
+        from_memo: false,
+        generation: Some(generation),
+        also_writes: Vec::new(),
+    };
     recompute::propagate(project, state, &mut plan)?;
     if let Some(k) = kept {
         k.reused = reused_count;

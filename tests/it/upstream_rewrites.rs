@@ -285,7 +285,7 @@ fn a_start_moved_earlier_in_dev_is_refused_while_prod_serves_the_same_table() {
 }
 
 /// `t.dim` (unique key, refreshed whole from `land.events` by `run` at its cron's ticks, or at
-/// every run without one) → `t.fact` (time-range over it).
+/// every run without one) → `t.fact` (time-range over it) → `t.sum` (`full`).
 fn dimension(cron: &str) -> String {
     format!(
         r#"
@@ -298,11 +298,16 @@ local dim = define_model {{
   schema = {{ {{ "day", "date" }}, {{ "total", "bigint" }} }},
   query = "SELECT day, sum(amount) AS total FROM " .. ref(src) .. " GROUP BY day",
 }}
-define_model {{
+local fact = define_model {{
   name = "t.fact",
   kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
   schema = {{ {{ "day", "date" }}, {{ "total", "bigint" }} }},
   query = "SELECT day, total FROM " .. ref(dim) .. " WHERE day BETWEEN @start_date AND @end_date",
+}}
+define_model {{
+  name = "t.sum", kind = kind.full(),
+  schema = {{ {{ "total", "bigint" }} }},
+  query = "SELECT CAST(sum(total) AS BIGINT) AS total FROM " .. ref(fact),
 }}
 "#
     )
@@ -323,10 +328,22 @@ fn an_apply_computing_intervals_below_a_keyed_model_refreshes_it_when_run_would(
         // and recorded done for good.
         p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 5)");
         p.now = "2026-01-05T01:00:00Z".into();
+        // The plan says so.
+        let plan = p.plan("prod");
+        let also = plan["alsoWrites"].as_array().unwrap_or_else(|| panic!("{plan:#}"));
+        assert_eq!(also.len(), 2, "{plan:#}");
+        assert_eq!(also[0]["model"], "t.dim");
+        assert_eq!(also[1], json!({"model": "t.sum", "note": "rebuild: downstream of new intervals of t.fact"}));
+        let note = also[0]["note"].as_str().unwrap();
+        assert!(note.starts_with("refresh, as `run` would: a time-range model below it computes intervals here"), "{note}");
+        assert!(note.ends_with(if cron.is_empty() { "it has no cron" } else { "its cron `0 0 * * *` ticked since its last refresh" }), "{note}");
+        let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
+        assert!(text.contains("refresh, as `run` would"), "{text}");
         p.apply("prod");
         let at = |m: &str| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = DATE '2026-01-04'", env_view("prod", m)));
         assert_eq!(at("t.dim"), vec![vec![Some("5".to_string())]], "cron {cron:?}");
         assert_eq!(at("t.fact"), vec![vec![Some("5".to_string())]], "the 4th of the time-range model, cron {cron:?}");
+        assert_eq!(p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {}", env_view("prod", "t.sum"))), vec![vec![Some("8".to_string())]]);
         // A promotion with nothing to compute refreshes nothing: `run` stays its job.
         p.execute_on_engine("INSERT INTO land.events VALUES (DATE '2026-01-04', 1)");
         p.apply("prod");

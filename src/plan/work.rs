@@ -1,0 +1,207 @@
+//! What an `apply` or `run` writes besides the plan's builds and backfills, decided from the plan
+//! and the state store alone, so `plan` can list it and `apply` does exactly that: `full` and
+//! `view` versions rebuilt downstream of new data (SPEC §4 invariant 36), unique-key, partition
+//! and SCD type 2 models refreshed as `run` would (the decision "Refreshing is `run`'s job").
+
+use super::{Action, Change, Plan};
+use crate::core::Kind;
+use crate::core::interval;
+use crate::core::name::ModelName;
+use crate::project::Project;
+use crate::state::{StateError, StateStore};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// A model the apply (or run) writes although the plan has no build or backfill for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refresh {
+    /// The model.
+    pub model: ModelName,
+    /// What and why, as the plan prints it: `rebuild: downstream of new intervals of …`,
+    /// `refresh, as `run` would: … has new data here and its cron … ticked since its last refresh`.
+    pub note: String,
+}
+
+/// The actions an apply (`refresh` false) or run (`refresh` true) of `plan` writes, in the plan's
+/// (topological) order, with the pending-rebuild records to write first and what the plan lists
+/// besides its builds and backfills.
+#[derive(Debug, Default)]
+pub struct Work<'p> {
+    /// Every action written: built, registered, backfilled, rebuilt or refreshed.
+    pub work: Vec<&'p Action>,
+    /// `(name, fingerprint, reason)` of the `full`/`view` versions rebuilt because they are
+    /// downstream of new data (or were marked): recorded as pending before anything is written.
+    pub rebuilds: Vec<(String, String, String)>,
+    /// The writes beyond the plan's builds and backfills: rebuilds downstream and refreshes.
+    pub refreshes: Vec<Refresh>,
+    /// [`super::served_by_other_versions`], when it was read.
+    pub shared: Option<BTreeSet<(String, String)>>,
+}
+
+/// Decides [`Work`] for `plan` against `state` (see the module docs).
+///
+/// # Errors
+/// A state store read fails.
+pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, refresh: bool) -> Result<Work<'p>, StateError> {
+    let relation_by_name: std::collections::HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
+    let relation_of = |n: &str| relation_by_name.get(n).cloned();
+    // `full` and `view` models downstream of what this apply or run computes (new intervals of
+    // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
+    // decided first), unless (outside `prod`) their physical relation is also what another
+    // version of the model serves (an inherited table: indirect reuse after a non-breaking parent
+    // change), which another environment reads over other parents: rebuilding it here would
+    // change that environment's data. `prod` rebuilds its own.
+    let mut touched: BTreeSet<&ModelName> = BTreeSet::new();
+    let mut shared: Option<BTreeSet<(String, String)>> = None;
+    // The `full`/`view` versions rebuilt because they are downstream of new data: recorded as
+    // pending before anything is written, cleared one by one as they are rebuilt, so a process
+    // stopped in between leaves a record the next apply or run acts on (SPEC §4).
+    let mut rebuilds: Vec<(String, String, String)> = Vec::new();
+    let mut work: Vec<&'p Action> = Vec::new();
+    let mut refreshes: Vec<Refresh> = Vec::new();
+    // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
+    // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
+    // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
+    // `run` would — its intervals are due up to their last tick (`Dag::due_at`) and would
+    // otherwise be computed from their older rows and recorded done for good.
+    let feeding = if refresh { BTreeSet::new() } else { feeds_backfill(project, plan) };
+    for a in &plan.actions {
+        if a.change == Change::Removed || a.kind == "external" {
+            continue;
+        }
+        let model = project.dag.get(&a.name);
+        let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
+        // The first parent with new intervals (or refreshed), for the pending-rebuild record.
+        let cause = model.and_then(|m| m.parents().iter().find(|p| touched.contains(p)).cloned());
+        // An `embedded` model has no data of its own: its readers read its parents' data, so it
+        // counts as touched when a parent is (its `full`/`view` children are downstream of that).
+        if cause.is_some() && model.is_some_and(|m| matches!(m.kind, Kind::Embedded)) {
+            touched.insert(&a.name);
+        }
+        // A `full` model on a `cron` is rebuilt by `run` at each tick too (sqlmesh's schedule),
+        // besides whenever its parents' data changes (it never serves older data than they hold).
+        let ticked = match model {
+            Some(m) if (refresh || feeding.contains(&a.name)) && !a.build && matches!(m.kind, Kind::Full) && m.cron.is_some() => cron_due(plan, state, a, m)?,
+            _ => None,
+        };
+        // A rebuild an earlier apply or run recorded and did not finish counts like one decided now.
+        let candidate = !a.build && full_or_view && (cause.is_some() || a.rebuild || ticked.is_some());
+        let downstream = match (&a.physical, candidate) {
+            (Some(physical), true) => {
+                if shared.is_none() {
+                    shared = Some(super::served_by_other_versions(plan, state)?);
+                }
+                // `prod` always rebuilds what it serves over its own parents (it is never left
+                // stale for another environment's sake); the environments sharing the table see
+                // prod's rows, as the reuse promised.
+                let mut shared_with =
+                    plan.env != crate::core::name::PROD && shared.as_ref().is_some_and(|s| s.contains(&(a.name.to_string(), physical.clone())));
+                // A `full` table whose every version reads the same relations is rebuilt rightly
+                // for all of them by any environment.
+                if shared_with && model.is_some_and(|m| matches!(m.kind, Kind::Full)) {
+                    let relations = super::generations::relations(project, &a.name, &relation_of);
+                    shared_with = !super::generations::rebuild_is_shared_rightly(
+                        state,
+                        &plan.env,
+                        &a.name.to_string(),
+                        a.fingerprint.as_str(),
+                        physical,
+                        relations.as_ref(),
+                    )?;
+                }
+                if shared_with {
+                    // A pending record stays for an environment that may rebuild it (prod).
+                    tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
+                }
+                !shared_with
+            }
+            _ => false,
+        };
+        if downstream {
+            let reason = match (&cause, ticked) {
+                (Some(p), _) => format!("downstream of new intervals of {p}"),
+                (None, Some(t)) if !a.rebuild => {
+                    format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t))
+                }
+                _ => a.rebuild_reason.clone().unwrap_or_else(|| "an earlier apply or run stopped before rebuilding it".to_string()),
+            };
+            rebuilds.push((a.name.to_string(), a.fingerprint.as_str().to_string(), reason));
+        }
+        // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
+        // when a parent has new data here (it would otherwise keep rows its time-range children
+        // compute their new intervals from, and record done, in this very apply).
+        let refreshed_here = !a.build
+            && !a.register
+            && a.backfill.is_empty()
+            && !downstream
+            && (refresh || cause.is_some() || feeding.contains(&a.name))
+            && refreshed(project, plan, state, a)?;
+        if refreshed_here {
+            let why = match &cause {
+                Some(p) => format!("`{p}` has new data here"),
+                None if refresh => "`run` refreshes it".to_string(),
+                None => "a time-range model below it computes intervals here".to_string(),
+            };
+            let when = match model.and_then(|m| m.cron.as_deref()) {
+                Some(cron) => format!("its cron `{cron}` ticked since its last refresh"),
+                None => "it has no cron".to_string(),
+            };
+            refreshes.push(Refresh { model: a.name.clone(), note: format!("refresh, as `run` would: {why} and {when}") });
+        }
+        // A marked rebuild is in the plan already.
+        if downstream && !a.rebuild {
+            let reason = rebuilds.last().map(|r| r.2.clone()).unwrap_or_default();
+            refreshes.push(Refresh { model: a.name.clone(), note: format!("rebuild: {reason}") });
+        }
+        if a.build || a.register || !a.backfill.is_empty() || refreshed_here || downstream {
+            // In `apply`, a new version of a parent does not make its children's existing
+            // tables rebuild (a non-breaking change keeps them as they are); new intervals of
+            // the same version (a backfill, e.g. after a restatement) do, and so does an existing
+            // version rebuilt because its relation was lost (its data generation moves: its
+            // `full` children would be stale after this apply, SPEC §4 invariant 36).
+            if refresh || !a.build || a.repair.as_ref().is_some_and(|r| r.physical_missing) {
+                touched.insert(&a.name);
+            }
+            work.push(a);
+        }
+    }
+    Ok(Work { work, rebuilds, refreshes, shared })
+}
+
+/// The models upstream (through any kind) of a time-range action with intervals to compute.
+pub(crate) fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
+    let mut out = BTreeSet::new();
+    // Children before parents (the plan's order is topological): one pass.
+    for a in plan.actions.iter().rev().filter(|a| a.change != Change::Removed) {
+        // A time-range model without intervals to compute here reads nothing here: what it
+        // holds was computed from its parents before.
+        if !a.backfill.is_empty() || (out.contains(&a.name) && a.kind != "incremental_by_time_range") {
+            out.extend(project.dag.get(&a.name).map(|m| m.parents()).unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
+/// without a `cron` (every run), or one whose cron ticked since it was last refreshed
+/// ([`cron_due`]).
+pub(crate) fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<bool, StateError> {
+    match project.dag.get(&action.name) {
+        Some(m) if m.kind.is_refreshed() => Ok(m.cron.is_none() || cron_due(plan, state, action, m)?.is_some()),
+        _ => Ok(false),
+    }
+}
+
+/// For a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2) on a `cron`:
+/// the tick its refresh is due for, when the cron ticked (at or before the plan's `now`) after the
+/// last tick its version was refreshed for (the newest done end of its ledger,
+/// [`StateStore::record_refresh`]); `None` when it is not due, has no cron, or is another kind.
+pub(crate) fn cron_due(plan: &Plan, state: &dyn StateStore, action: &Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
+    if !model.kind.is_refreshed_whole() {
+        return Ok(None);
+    }
+    let Some(tick) = model.schedule().and_then(|c| crate::core::cron::last_tick(&c, plan.now)) else { return Ok(None) };
+    let last = state.ledger_stats(&action.name.to_string(), action.fingerprint.as_str())?.done_up_to;
+    Ok(last.is_none_or(|l| l < tick).then_some(tick))
+}
