@@ -426,10 +426,17 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     if m.schema.0.is_empty() {
         errors.push(err("the schema declares no columns".into()).with_hint("declare the output columns in `schema`, as (column, type) pairs"));
     }
-    let mut seen = BTreeSet::new();
+    // Engines fold unquoted names to one case: `n` and `N` would be one column in the view
+    // (DuckDB renames the second in the table, and the view reads the first twice).
+    let mut seen: std::collections::BTreeMap<String, &str> = std::collections::BTreeMap::new();
     for c in &m.schema.0 {
-        if !seen.insert(c.name.as_str()) {
-            errors.push(err(format!("column `{}` is declared twice", c.name)));
+        match seen.insert(c.name.to_lowercase(), c.name.as_str()) {
+            Some(first) if first == c.name => errors.push(err(format!("column `{}` is declared twice", c.name))),
+            Some(first) => errors.push(
+                err(format!("columns `{first}` and `{}` differ only in case, and the engine would take them for one column", c.name))
+                    .with_hint("give them names that differ in more than case"),
+            ),
+            None => {}
         }
         if c.name.is_empty() || c.ty.trim().is_empty() {
             errors.push(err(format!("column `{}` needs a name and a type", c.name)));

@@ -258,6 +258,22 @@ const DESCRIBE_GROUP: usize = 16;
 /// that closed its CTE's parenthesis and opened another could bind here and not alone. Bodies
 /// reach this as one statement that sqlparser or DuckDB parsed when the project was loaded, and
 /// the build runs each alone, so such a body would at worst fail at its build, never pass it.)
+/// DuckDB's parser errors place their `LINE n:` excerpt by a character offset counted as bytes:
+/// in a statement with multi-byte characters before the error, they name an earlier line (the
+/// `json_serialize_sql` position, in characters, is right). For such a message about `sql`
+/// (one statement), the excerpt is replaced by `LINE n:` and that line of `sql`, the line taken
+/// from `json_serialize_sql` on `conn`; any other message is returned as it is.
+fn parser_line_fixed(conn: &duckdb::Connection, sql: &str, message: String) -> String {
+    if sql.is_ascii() || !message.starts_with("Parser Error") {
+        return message;
+    }
+    let json: Option<String> = conn.query_row("SELECT json_serialize_sql(?)", [sql], |r| r.get(0)).ok();
+    let Some(line) = json.and_then(|j| crate::sql::canon::duckdb_error_line(&j, sql)) else { return message };
+    let head: Vec<&str> = message.lines().take_while(|l| !l.trim_start().starts_with("LINE ")).collect();
+    let text = usize::try_from(line).ok().and_then(|n| sql.lines().nth(n.saturating_sub(1))).unwrap_or_default().trim();
+    format!("{}\n\nLINE {line}: {text}", head.join("\n").trim_end())
+}
+
 fn describe_grouped(db: &mut dyn Engine, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
     use std::hash::{BuildHasher, Hasher};
     let mut out = Vec::with_capacity(queries.len());
@@ -442,7 +458,7 @@ impl Engine for DuckDb {
 
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
         tracing::debug!(sql, "execute");
-        self.conn.execute_batch(sql).map_err(|e| EngineError::new(sql, e.to_string()))
+        self.conn.execute_batch(sql).map_err(|e| EngineError::new(sql, parser_line_fixed(&self.conn, sql, e.to_string())))
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
@@ -511,7 +527,7 @@ impl Engine for DuckDb {
 
     fn describe(&mut self, query: &str) -> Result<Vec<DescribedColumn>, EngineError> {
         let sql = format!("DESCRIBE {query}");
-        let rows = self.query(&sql).map_err(|e| EngineError::new(query, e.message))?;
+        let rows = self.query(&sql).map_err(|e| EngineError::new(query, parser_line_fixed(&self.conn, query, e.message)))?;
         Ok(rows
             .into_iter()
             .map(|r| DescribedColumn { name: r.first().cloned().flatten().unwrap_or_default(), ty: r.get(1).cloned().flatten().unwrap_or_default() })

@@ -217,7 +217,18 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
         // After a CRLF terminator the record's recorded start may still be on the `\n` (and
         // blank lines are skipped): a record never starts with a line break.
         let raw = &raw[raw.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()..];
-        let quoted = quoted_fields(raw, record.len(), delimiter);
+        let (quoted, unclosed) = quoted_fields(raw, record.len(), delimiter);
+        // The CSV reader takes a quote never closed as running to the end of the file (every
+        // row after it one value): refused, naming where it opens.
+        if let Some(field) = unclosed {
+            let column = header.get(field).map(String::as_str);
+            errors.push(SeedError::at(
+                Some(place),
+                column,
+                "a quoted value is never closed: its opening quote runs to the end of the file (add the closing `\"`, or double a quote inside a value: `\"\"`)",
+            ));
+            break;
+        }
         let mut values = Vec::with_capacity(index.len());
         for (col, &i) in schema.names().zip(&index) {
             let field = &record[i];
@@ -245,15 +256,17 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
 /// quoted, which is what separates `""` (empty text) from an empty field (NULL). Quoting only
 /// counts at the start of a field (RFC 4180), as in the `csv` crate: a quote inside an unquoted
 /// field is literal, and text after a closing quote continues the field.
-fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> Vec<bool> {
+fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> (Vec<bool>, Option<usize>) {
     let mut out = Vec::with_capacity(n);
+    let mut unclosed = None;
     let mut i = 0;
-    for _ in 0..n {
+    for field in 0..n {
         let quoted = raw.get(i) == Some(&b'"');
         out.push(quoted);
         if quoted {
             i += 1;
             // Up to the closing quote; `""` inside is an escaped quote.
+            let mut closed = false;
             while i < raw.len() {
                 if raw[i] == b'"' {
                     if raw.get(i + 1) == Some(&b'"') {
@@ -261,9 +274,13 @@ fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> Vec<bool> {
                         continue;
                     }
                     i += 1;
+                    closed = true;
                     break;
                 }
                 i += 1;
+            }
+            if !closed && unclosed.is_none() {
+                unclosed = Some(field);
             }
         }
         while i < raw.len() && raw[i] != delimiter && raw[i] != b'\n' && raw[i] != b'\r' {
@@ -271,7 +288,7 @@ fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> Vec<bool> {
         }
         i += 1;
     }
-    out
+    (out, unclosed)
 }
 
 fn csv_error(e: &csv::Error) -> SeedError {
@@ -483,9 +500,19 @@ mod tests {
 
     #[test]
     fn the_quote_scanner_follows_rfc_4180() {
-        assert_eq!(quoted_fields(b"\"a,\"\"b\",,\"\"\n", 3, b','), vec![true, false, true]);
-        assert_eq!(quoted_fields(b"x\"y,\"z\"w,\r\n", 3, b','), vec![false, true, false]);
-        assert_eq!(quoted_fields(b"\"multi\nline\",\"\"", 2, b','), vec![true, true]);
+        assert_eq!(quoted_fields(b"\"a,\"\"b\",,\"\"\n", 3, b','), (vec![true, false, true], None));
+        assert_eq!(quoted_fields(b"x\"y,\"z\"w,\r\n", 3, b','), (vec![false, true, false], None));
+        assert_eq!(quoted_fields(b"\"multi\nline\",\"\"", 2, b','), (vec![true, true], None));
+        assert_eq!(quoted_fields(b"1,\"open\n2,b\n", 2, b','), (vec![false, true], Some(1)));
+    }
+
+    #[test]
+    fn a_quote_never_closed_is_refused_at_its_row_and_column() {
+        // The CSV reader alone reads the rest of the file into one value.
+        let errs = csv("id,name\n1,\"unterminated\n2,b\n3,c\n", &["id", "name"], &[]).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let text = errs[0].to_string();
+        assert!(text.starts_with("row 2, column `name`: a quoted value is never closed"), "{text}");
     }
 
     #[test]

@@ -363,7 +363,7 @@ pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<S
 
 /// The 1-based line of `sql` holding the character at an error document's `position` (DuckDB
 /// gives it as text, counting characters); `None` without one.
-fn duckdb_error_line(json: &str, sql: &str) -> Option<u64> {
+pub(crate) fn duckdb_error_line(json: &str, sql: &str) -> Option<u64> {
     let doc: Value = serde_json::from_str(json).ok()?;
     let position = doc.get("position")?;
     let offset: usize = match position {

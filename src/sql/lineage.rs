@@ -1388,6 +1388,11 @@ fn star(rels: &[Rel]) -> Cols {
                 && r.star_skip.contains(&lower(name))
             {
                 out.unordered = true;
+                // Merged into the left side's column of that name, which reads both (a `FULL`
+                // join's merged key is either side's value).
+                if let Some(left) = out.items.iter_mut().find(|o| o.name.as_deref().is_some_and(|n| lower(n) == lower(name))) {
+                    left.src.add(&c.src);
+                }
                 continue;
             }
             out.items.push(c.clone());
@@ -1680,9 +1685,11 @@ mod tests {
         );
         let (cols, _) = lineage("SELECT * REPLACE (amount_cents * 2 AS amount_cents) FROM (SELECT id, amount_cents, customer_id FROM raw.orders) AS s");
         assert_eq!(cols, ["id <- raw.orders.id", "amount_cents <- raw.orders.amount_cents", "customer_id <- raw.orders.customer_id"]);
-        // `USING` merges both sides' key into one column.
+        // `USING` merges both sides' key into one column, also under `*`.
         let (cols, _) = lineage("SELECT region, label FROM raw.customers JOIN core.regions USING (region)");
         assert_eq!(cols, ["region <- core.regions.region, raw.customers.region", "label <- core.regions.label"]);
+        let (cols, _) = lineage("SELECT * FROM core.regions FULL JOIN raw.customers USING (region)");
+        assert!(cols.iter().any(|c| c == "region <- core.regions.region, raw.customers.region"), "{cols:?}");
         // A union's column reads both branches at its position.
         let (cols, _) = lineage("SELECT id AS k FROM raw.orders UNION ALL SELECT id FROM raw.customers");
         assert_eq!(cols, ["k <- raw.customers.id, raw.orders.id"]);

@@ -225,7 +225,44 @@ impl StateDump {
             }
             tables.insert(t.name.to_string(), out);
         }
-        Ok(StateDump { store_id, generation, claims, tables })
+        let dump = StateDump { store_id, generation, claims, tables };
+        dump.check_content()?;
+        Ok(dump)
+    }
+
+    /// What the stores' reads rely on beyond types: every ledger row's start and end are
+    /// instants, the start before the end, its status `done` or `failed`; every environment
+    /// pointer names a snapshot. A store imported without them fails every later plan (or
+    /// plans a pointer to nothing).
+    fn check_content(&self) -> Result<(), String> {
+        use crate::core::interval::parse_instant;
+        let rows = |t: &str| self.tables.get(t).map(Vec::as_slice).unwrap_or_default();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        for (i, r) in rows("intervals").iter().enumerate() {
+            let at = |column: &str| format!("table `intervals` row {} column `{column}` ({} {})", i + 1, text(&r[0]), text(&r[1]));
+            let start = parse_instant(&text(&r[2])).map_err(|e| format!("{}: {e}", at("start_ts")))?;
+            let end = parse_instant(&text(&r[3])).map_err(|e| format!("{}: {e}", at("end_ts")))?;
+            if end <= start {
+                return Err(format!("{}: the interval ends at {} before it starts at {}", at("end_ts"), text(&r[3]), text(&r[2])));
+            }
+            if !matches!(r[4].as_str(), Some("done" | "failed")) {
+                return Err(format!("{}: {} is neither `done` nor `failed`", at("status"), r[4]));
+            }
+        }
+        let snapshots: std::collections::BTreeSet<(String, String)> = rows("snapshots").iter().map(|r| (text(&r[0]), text(&r[1]))).collect();
+        for (i, r) in rows("environments").iter().enumerate() {
+            let key = (text(&r[1]), text(&r[2]));
+            if !snapshots.contains(&key) {
+                return Err(format!(
+                    "table `environments` row {}: environment `{}` points `{}` at version {}, which table `snapshots` does not hold",
+                    i + 1,
+                    text(&r[0]),
+                    key.0,
+                    key.1
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -249,6 +286,25 @@ mod tests {
             d.tables.entry(t.name.to_string()).or_default();
         }
         d
+    }
+
+    #[test]
+    fn ledger_rows_and_pointers_are_checked_for_what_the_stores_read() {
+        let interval = |start: &str, end: &str, status: &str| vec![json!("s.m"), json!("fp"), json!(start), json!(end), json!(status), json!("t")];
+        let with = |table: &str, rows: Vec<Vec<Value>>| {
+            let mut d = sample();
+            d.tables.insert(table.into(), rows);
+            StateDump::from_document(&d.to_document("t"))
+        };
+        assert!(with("intervals", vec![interval("2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z", "done")]).is_ok());
+        let bad = with("intervals", vec![interval("not a time", "2026-01-02T00:00:00.000Z", "done")]).unwrap_err();
+        assert!(bad.starts_with("table `intervals` row 1 column `start_ts` (s.m fp)"), "{bad}");
+        let bad = with("intervals", vec![interval("2026-01-02T00:00:00.000Z", "2026-01-01T00:00:00.000Z", "done")]).unwrap_err();
+        assert!(bad.contains("ends at 2026-01-01T00:00:00.000Z before it starts"), "{bad}");
+        assert!(with("intervals", vec![interval("2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z", "maybe")]).unwrap_err().contains("neither"));
+        let pointer = vec![json!("dev"), json!("s.m"), json!("deadbeef"), json!("t"), json!("{}")];
+        let bad = with("environments", vec![pointer]).unwrap_err();
+        assert!(bad.contains("environment `dev` points `s.m` at version deadbeef, which table `snapshots` does not hold"), "{bad}");
     }
 
     #[test]

@@ -231,6 +231,22 @@ fn a_sql_file_whose_query_does_not_bind_is_reported_at_the_line_of_the_file() {
 }
 
 #[test]
+fn a_parser_error_after_multi_byte_characters_is_reported_at_its_own_line() {
+    // DuckDB's own excerpt counts the comment's characters as bytes and names line 9 (3 of the
+    // query); `FROM FROM` is on line 10 of the file, 4 of the query. sqlparser reads the query.
+    let p = sample_project();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write(
+        "models/bad.sql",
+        &sql_model("-- 日本日本日本日本日本日本日本日本日本日本日本日本\nFROM @ref(raw.events) WHERE region = ANY (SELECT 1 FROM FROM)\nGROUP BY region"),
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/bad.sql:10: model `mart.bad`"), "{}", run.stderr);
+    assert!(run.stderr.contains("syntax error at or near \"FROM\""), "{}", run.stderr);
+}
+
+#[test]
 fn a_declared_type_that_would_end_the_statement_it_is_written_into_is_refused_at_load() {
     // Types are written into engine statements (`CAST(NULL AS <type>)` of the contract): one that
     // closes the cast and adds a statement never reaches the engine, and nothing changes.
@@ -305,4 +321,15 @@ fn a_sql_models_kind_cron_and_target_errors_are_at_their_header_lines() {
     {
         assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
     }
+}
+
+#[test]
+fn columns_differing_only_in_case() {
+    // `n` and `N` are one column to the engine: the view served `n`'s value under both names.
+    assert_load_error(
+        |p| {
+            p.write("models/extra.lua", "\ndefine_model { name = \"z.x\", kind = kind.full(), schema = { { \"n\", \"bigint\" }, { \"N\", \"bigint\" } },\n  query = [[SELECT 1 AS n, 2 AS \"N\"]] }\n");
+        },
+        &["models/extra.lua:2", "model `z.x`", "columns `n` and `N` differ only in case"],
+    );
 }
