@@ -809,18 +809,12 @@ fn read_sources(
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
 fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh: bool) -> Result<(), ApplyError> {
-    // `apply` reconciles an SCD type 2 model too when a parent has new data in it (see
-    // `execute_recorded`); a direct parent's backfill stands for that here.
-    let parent_backfills = |a: &crate::plan::Action| {
-        project.dag.get(&a.name).is_some_and(|m| m.parents().iter().any(|p| plan.action(p).is_some_and(|pa| !pa.backfill.is_empty())))
-    };
-    // … and when a time-range model below it computes intervals (see `execute_recorded`).
-    let feeding = if refresh { BTreeSet::new() } else { crate::plan::work::feeds_backfill(project, plan) };
+    // What this apply or run writes, as it decides it (`plan::work::decide`): a time-range
+    // model's intervals, a table refreshed or reconciled whole.
+    let written: BTreeSet<ModelName> = crate::plan::work::decide(project, plan, state, refresh)?.work.iter().map(|a| a.name.clone()).collect();
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
-        Some(Kind::ScdType2(_)) => {
-            refresh || a.build || parent_backfills(a) || (feeding.contains(&a.name) && crate::plan::work::refreshed(project, plan, state, a).unwrap_or(true))
-        }
+        Some(Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)) => written.contains(&a.name),
         _ => false,
     };
     let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && writes(a)).collect();
@@ -829,11 +823,42 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
     }
     let index = state.snapshot_index()?;
     let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
+    let relation_by_name: HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
     for a in candidates {
         let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
         let others = crate::plan::generations::others_on(&served, &name, a.fingerprint.as_str(), &physical);
         if others.is_empty() {
             continue;
+        }
+        // A table that keeps what it recorded (a history, upserted rows, partitions) shared with
+        // another environment over other parent tables: outside `prod`, rows computed from this
+        // environment's parents would land in what the other one serves (`prod` writes its own).
+        let keeps =
+            project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)));
+        if keeps && plan.env != crate::core::name::PROD {
+            let relations = crate::plan::generations::relations(project, &a.name, &|n: &str| relation_by_name.get(n).cloned()).unwrap_or_default();
+            if let Some(env) =
+                crate::plan::generations::parents_differ_elsewhere(state, &index, &plan.env, &name, a.fingerprint.as_str(), &physical, &relations)?
+            {
+                let model = project.dag.get(&a.name).expect("a model of the plan");
+                return Err(ApplyError::Rejected {
+                    model: a.name.clone(),
+                    location: model.location.clone(),
+                    message: format!(
+                        "its table is also what `{env}` serves (another version of it, the same table), over other tables for its parents: {} would write rows computed from `{}`'s parents into `{env}`'s {}; nothing was done\n  \
+                         hint: apply the change upstream of it to `{env}` too (then both read the same parent tables), or edit `{}` itself so that `{}` gets a version of its own",
+                        if refresh { "this run" } else { "this apply" },
+                        plan.env,
+                        match model.kind {
+                            Kind::ScdType2(_) => "history",
+                            _ => "table",
+                        },
+                        a.name,
+                        plan.env
+                    ),
+                });
+            }
         }
         // A version this plan creates is the newest of its table.
         let Some(own) = state.snapshot(&name, a.fingerprint.as_str())? else { continue };

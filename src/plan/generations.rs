@@ -372,6 +372,36 @@ pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str)
         .collect()
 }
 
+/// The first environment other than `env` that serves another version of `name` on the same
+/// table `physical` while serving other relations for its data parents than `relations` (the
+/// `(parent, relation)` the version at hand reads): the two would write, into one table, rows
+/// computed from different data. `None` when there is none.
+///
+/// # Errors
+/// A state read fails.
+pub fn parents_differ_elsewhere(
+    state: &dyn StateStore,
+    index: &SnapshotIndex,
+    env: &str,
+    name: &str,
+    fp: &str,
+    physical: &str,
+    relations: &BTreeMap<String, String>,
+) -> Result<Option<String>, StateError> {
+    for e in state.environments()?.into_iter().filter(|e| e != env) {
+        let pointers = state.env_pointers(&e)?;
+        let Some(theirs) = pointers.get(name).filter(|f| f.as_str() != fp) else { continue };
+        if index.get(&(name.to_string(), theirs.clone())).map(|(p, _)| p.as_str()) != Some(physical) {
+            continue;
+        }
+        let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
+        if relations.iter().any(|(p, r)| served(p) != Some(r.as_str())) {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
+}
+
 /// True when the `full` version `(name, fp)` on `physical`, whose sources read `relations`, may
 /// be rebuilt by `env` although other environments serve other versions on the same table:
 /// every one of those reads the same relations ([`shares_sources`]); true as well when none does.

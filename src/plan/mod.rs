@@ -1653,7 +1653,7 @@ fn compute_with(
     // existing columns is what the environment served before, its category, and the physical
     // relation its action serves.
     let mut decided = Decided::new(project);
-    // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
+    // Read once, when a model first considers inheriting a table ([`table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
     // is computed below as a new version: its metadata (text and tree) computed first on all
@@ -1808,8 +1808,7 @@ fn compute_with(
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
                             Some(o)
-                                if !external
-                                    && !full_table_read_elsewhere(project, state, env, model, &fp, &o.physical, &decided, snapshots, &mut elsewhere)? =>
+                                if !external && !table_read_elsewhere(project, state, env, model, &fp, &o.physical, &decided, snapshots, &mut elsewhere)? =>
                             {
                                 reused = Some((p.clone(), o.physical.clone()));
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
@@ -2143,6 +2142,7 @@ fn compute_with(
         generation: Some(generation),
         also_writes: Vec::new(),
     };
+    recompute::stale_on_return(project, state, &mut plan)?;
     recompute::propagate(project, state, &mut plan)?;
     if let Some(k) = kept {
         k.reused = reused_count;
@@ -2202,13 +2202,15 @@ fn embedded_names_kept(
     })
 }
 
-/// True when `model` is a `full` model and the table `physical` of its previous version is also
-/// served by another environment's other version whose build read other relations than the new
-/// version `fp` would read (its parents' relations as decided): inheriting it would leave one of
-/// them stale as soon as their parents' data diverge, with no rebuild right for both, so the new
-/// version gets a table of its own (SPEC §4 invariant 36 (e)).
+/// True when the table `physical` of `model`'s previous version is also served by another
+/// environment's other version that reads other relations than the new version `fp` would read
+/// (its parents' relations as decided): a `full` one whose build read others (its recorded
+/// `built_from`), a time-range one whose environment serves other relations for its parents. Inheriting it would leave one of them stale as soon
+/// as their parents' data diverge (a `full` table), or make each environment write into the
+/// other's table intervals computed from its own parents (a late row one parent read, served by
+/// the other environment), so the new version gets a table of its own (SPEC §4 invariant 36 (e)).
 #[allow(clippy::too_many_arguments)] // one call site, in `compute_with`, passing its own state
-fn full_table_read_elsewhere(
+fn table_read_elsewhere(
     project: &Project,
     state: &dyn StateStore,
     env: &str,
@@ -2219,7 +2221,11 @@ fn full_table_read_elsewhere(
     snapshots: &crate::state::SnapshotIndex,
     elsewhere: &mut Option<generations::ServedElsewhere>,
 ) -> Result<bool, StateError> {
-    if !matches!(model.kind, Kind::Full) || physical.is_empty() {
+    // An SCD type 2, unique-key or partition table keeps what it recorded (a history, rows its
+    // query no longer returns): a table of its own would start without them. Shared, it is
+    // written outside `prod` only when the environments read the same parents
+    // (`apply::shared_writes`).
+    if !matches!(model.kind, Kind::Full | Kind::IncrementalByTimeRange(_)) || physical.is_empty() {
         return Ok(false);
     }
     if elsewhere.is_none() {
@@ -2234,7 +2240,11 @@ fn full_table_read_elsewhere(
         .map(|p| decided.served(&p).filter(|r| !r.is_empty()).map(|r| (p.to_string(), r.to_string())))
         .collect();
     let Some(relations) = relations else { return Ok(true) };
-    Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?)
+    if matches!(model.kind, Kind::Full) {
+        return Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?);
+    }
+    // No build record: what each environment serving one of them serves for its parents.
+    Ok(generations::parents_differ_elsewhere(state, snapshots, env, &model.name.to_string(), fp.as_str(), physical, &relations)?.is_some())
 }
 
 /// For [`generations::reuse_outgrown`]: when this plan builds `parent` (by name) as a new

@@ -132,6 +132,79 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
 
 /// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`);
 /// returns them.
+/// A time-range version an environment points (back) at, existing already (built for another
+/// environment, or served before an edit now undone), computed its done intervals from its
+/// parents as they were then; a time-range model upstream (at this plan's version) that wrote
+/// an overlapping interval since — its lookback's late rows, a restatement, while the
+/// environment served another version — left them stale. Those intervals join its backfill as
+/// [`Action::recompute`] (before [`propagate`], which carries them to its readers).
+///
+/// # Errors
+/// A state store failure reading a ledger.
+pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
+    let returning: Vec<usize> = plan
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| {
+            a.previous.is_some()
+                && !a.build
+                && a.reused_from.is_none()
+                && !matches!(a.change, super::Change::Removed | super::Change::Unchanged | super::Change::Metadata)
+                && a.kind == "incremental_by_time_range"
+        })
+        .map(|(i, _)| i)
+        .collect();
+    // Ledgers read once per version: several returning models share ancestors.
+    let mut ledgers: HashMap<(ModelName, String), std::collections::BTreeMap<Millis, (Millis, Millis)>> = HashMap::new();
+    for i in returning {
+        let name = plan.actions[i].name.clone();
+        let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+        let own = state.done_ledger(&name.to_string(), plan.actions[i].fingerprint.as_str())?;
+        if own.is_empty() {
+            continue;
+        }
+        let mut stale: BTreeSet<Interval> = BTreeSet::new();
+        let mut because: BTreeSet<ModelName> = BTreeSet::new();
+        for ancestor in project.dag.ancestors(&name).into_iter().filter(|m| m.kind.time_range().is_some()) {
+            let Some(theirs) = plan.action(&ancestor.name) else { continue };
+            let key = (ancestor.name.clone(), theirs.fingerprint.as_str().to_string());
+            if !ledgers.contains_key(&key) {
+                let ledger = state.done_ledger(&key.0.to_string(), &key.1)?;
+                ledgers.insert(key.clone(), ledger);
+            }
+            let theirs = &ledgers[&key];
+            for (&start, &(end, written)) in &own {
+                // Their intervals overlapping [start, end): ends rise with starts, so walking
+                // back from the last one starting before `end` stops at the first ending by `start`.
+                if theirs.range(..end).rev().take_while(|(_, (e, _))| *e > start).any(|(_, (_, w))| *w > written) {
+                    stale.insert(Interval::new(start, end));
+                    because.insert(ancestor.name.clone());
+                }
+            }
+        }
+        let action = &mut plan.actions[i];
+        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
+        let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i)).collect();
+        if added.is_empty() {
+            continue;
+        }
+        let all: Vec<Interval> = computed.into_iter().chain(added.iter().copied()).collect::<BTreeSet<_>>().into_iter().collect();
+        action.intervals = all.len();
+        action.backfill = interval::merge(&all);
+        let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
+        r.added.extend(added);
+        r.added.sort();
+        r.added.dedup();
+        r.intervals = r.added.len();
+        r.because.extend(because);
+        r.because.sort();
+        r.because.dedup();
+    }
+    plan.has_changes = plan.actions.iter().any(Action::has_work);
+    Ok(())
+}
+
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
     let candidates: Vec<Interval> = ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i)).collect();

@@ -278,6 +278,13 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails, or a stored start is not a timestamp.
     fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError>;
 
+    /// The done intervals of version `(name, fp)` with when each was last written: start →
+    /// (end, written at), UTC epoch ms.
+    ///
+    /// # Errors
+    /// The read fails, or a stored instant is not one.
+    fn done_ledger(&self, name: &str, fp: &str) -> Result<BTreeMap<Millis, (Millis, Millis)>, StateError>;
+
     /// The done interval starts of every snapshot, keyed by `(name, fingerprint)`.
     ///
     /// # Errors

@@ -587,6 +587,19 @@ impl StateStore for PostgresStore {
         )
     }
 
+    fn done_ledger(&self, name: &str, fp: &str) -> Result<BTreeMap<Millis, (Millis, Millis)>, StateError> {
+        self.run(
+            || format!("read the intervals of `{name}` `{fp}`"),
+            || {
+                let rows = self.read(|c| {
+                    Ok(c.query("SELECT start_ts, end_ts, updated_at FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'done'", &[&name, &fp])?)
+                })?;
+                let owner = || format!("`{name}` `{fp}`");
+                rows.iter().map(|r| Ok((instant(r.try_get(0)?, owner)?, (instant(r.try_get(1)?, owner)?, instant(r.try_get(2)?, owner)?)))).collect()
+            },
+        )
+    }
+
     fn all_done_intervals(&self) -> Result<HashMap<(String, String), BTreeSet<Millis>>, StateError> {
         self.run(
             || "read the interval ledger".to_string(),

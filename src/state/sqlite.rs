@@ -1077,6 +1077,23 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn done_ledger(&self, name: &str, fp: &str) -> Result<BTreeMap<Millis, (Millis, Millis)>, StateError> {
+        self.run(
+            || format!("read the intervals of `{name}` `{fp}`"),
+            || {
+                let mut stmt =
+                    self.conn.prepare_cached("SELECT start_ts, end_ts, updated_at FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'")?;
+                let mut rows = stmt.query([name, fp])?;
+                let mut out = BTreeMap::new();
+                let owner = || format!("`{name}` `{fp}`");
+                while let Some(row) = rows.next()? {
+                    out.insert(instant(text(row, 0)?, owner)?, (instant(text(row, 1)?, owner)?, instant(text(row, 2)?, owner)?));
+                }
+                Ok(out)
+            },
+        )
+    }
+
     /// The done interval starts (UTC epoch ms) of every snapshot, keyed by `(name, fingerprint)`,
     /// in one query. Snapshots with no done interval are absent.
     ///

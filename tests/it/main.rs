@@ -62,6 +62,7 @@ mod seeds;
 mod self_ref;
 mod session_reuse;
 mod shared_lake;
+mod shared_tables;
 mod signals;
 mod state_backends;
 mod state_store;

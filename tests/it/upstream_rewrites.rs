@@ -350,3 +350,49 @@ fn an_apply_computing_intervals_below_a_keyed_model_refreshes_it_when_run_would(
         assert_eq!(at("t.dim"), vec![vec![Some("5".to_string())]], "cron {cron:?}");
     }
 }
+
+/// `t.daily` (lookback 1) → `t.times` (multiplies it by `mult`).
+fn times(mult: u32) -> String {
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+local daily = define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", lookback = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+define_model {{
+  name = "t.times", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total * {mult} AS total FROM " .. ref(daily) .. " WHERE day >= @start AND day < @end",
+}}
+"#
+    )
+}
+
+#[test]
+fn a_version_pointed_at_again_recomputes_the_intervals_a_parent_rewrote_since() {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 1), (TIMESTAMP '2026-01-02 10:00', 2)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &times(1));
+    p.apply("dev");
+    // Version ×2 computes the 1st and 2nd; dev goes back to ×1.
+    p.write("models/m.lua", &times(2));
+    p.apply("dev");
+    p.write("models/m.lua", &times(1));
+    p.apply("dev");
+    // A late row for the 2nd: the daily model's lookback rewrites it, ×1 recomputes it; ×2,
+    // served by nobody, keeps what it computed.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100), (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    // Back to ×2: its 2nd is computed again, from the rewritten daily.
+    p.write("models/m.lua", &times(2));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.times")["recompute"], json!({"intervals": 1, "because": ["t.daily"]}), "{plan:#}");
+    p.apply("dev");
+    let rows = p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view("dev", "t.times")));
+    assert_eq!(rows, vec![vec![Some("2".to_string())], vec![Some("204".to_string())], vec![Some("8".to_string())]]);
+}

@@ -1,0 +1,118 @@
+//! A table two environments would share while their versions read different parent tables
+//! (SPEC §4 invariant 36 (e)): a time-range child of a parent that `dev` changed (non-breaking,
+//! a table of its own) gets a table of its own in `dev` rather than inheriting the one `prod`
+//! serves; an SCD type 2 (unique-key, partition) table keeps what it recorded, so it stays
+//! shared and `dev` may not write it. Neither environment writes rows computed from its own
+//! parents into the other's table.
+
+use crate::common::*;
+
+/// `t.daily` sums `landing.events` per day (optionally with a count `n`: a non-breaking edit);
+/// `t.child` copies it; `f.tot` is the grand total, `s.hist` its history (SCD type 2).
+fn models(with_n: bool, with_scd: bool) -> String {
+    let scd = if with_scd { SCD } else { "" };
+    let (col, sel) = if with_n { (r#", { "n", "bigint" }"#, ", count(*) AS n") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+local daily = define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }}{col} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total{sel} FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+define_model {{
+  name = "t.child", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref(daily) .. " WHERE day >= @start AND day < @end",
+}}
+{scd}
+"#
+    )
+}
+
+const SCD: &str = r#"
+local tot = define_model {
+  name = "f.tot", kind = kind.full(),
+  schema = { { "k", "integer" }, { "total", "bigint" } },
+  query = "SELECT 1 AS k, CAST(sum(total) AS BIGINT) AS total FROM " .. ref(daily),
+}
+define_model {
+  name = "s.hist", kind = kind.scd_type2 { key = { "k" } },
+  schema = { { "k", "integer" }, { "total", "bigint" } },
+  query = "SELECT k, total FROM " .. ref(tot),
+}
+"#;
+
+fn one(p: &Project, sql: &str) -> String {
+    p.query(sql).first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default()
+}
+
+#[test]
+fn a_child_dev_reads_over_its_own_parent_never_writes_the_table_prod_serves() {
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, false));
+    p.apply("prod");
+    p.apply("dev");
+    // dev changes the daily model (non-breaking) and back: dev is on prod's versions again.
+    p.write("models/m.lua", &models(true, false));
+    let plan = p.plan("dev");
+    let child = action(&plan, "t.child");
+    assert_eq!(child["build"], true, "a table of its own: {plan:#}");
+    assert!(child["explain"]["reason"].as_str().unwrap().contains("one of its own"), "{plan:#}");
+    p.apply("dev");
+    p.write("models/m.lua", &models(false, false));
+    p.apply("dev");
+    // prod's run computes the 3rd; then a late row for the 3rd, and dev's edit again.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 20:00', 100)");
+    p.write("models/m.lua", &models(true, false));
+    let plan = p.plan("dev");
+    let child = action(&plan, "t.child");
+    let served = {
+        let s = p.state();
+        let fp = s.env_pointers("prod").unwrap()["t.child"].clone();
+        s.snapshot("t.child", &fp).unwrap().unwrap().physical
+    };
+    assert_ne!(child["physical"].as_str(), Some(served.as_str()), "not the table prod serves: {plan:#}");
+    p.apply("dev");
+    let on = |env: &str, m: &str| one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-03'", env_view(env, m)));
+    assert_eq!((on("prod", "t.daily"), on("prod", "t.child")), ("4".to_string(), "4".to_string()), "prod's child serves prod's daily");
+    assert_eq!((on("dev", "t.daily"), on("dev", "t.child")), ("104".to_string(), "104".to_string()), "dev's child serves dev's daily");
+}
+
+fn landing(p: &Project) {
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 1), (TIMESTAMP '2026-01-02 10:00', 2)");
+}
+
+#[test]
+fn an_scd_history_dev_would_reconcile_from_its_own_parents_is_not_written_outside_prod() {
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, true));
+    p.apply("prod");
+    p.apply("dev");
+    // dev's non-breaking edit gives `f.tot` a table of its own; `s.hist` keeps the one table
+    // (its history): dev's run would reconcile dev's total into prod's history. Refused,
+    // naming prod; prod's run goes on.
+    p.write("models/m.lua", &models(true, true));
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let refused = p.run(&["run", "dev"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("model `s.hist`") && refused.stderr.contains("`prod` serves"), "{}", refused.stderr);
+    p.write("models/m.lua", &models(false, true));
+    p.run(&["run", "prod"]).expect_code(0);
+    let history = one(&p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("prod", "s.hist")));
+    assert_eq!(history, "3,7", "prod's history holds prod's totals only");
+    // Once prod applies the edit, both read the same parents: dev runs again.
+    p.write("models/m.lua", &models(true, true));
+    p.apply("prod");
+    p.run(&["run", "dev"]).expect_code(0);
+}
