@@ -832,15 +832,14 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
             continue;
         }
         // A table that keeps what it recorded (a history, upserted rows, partitions) shared with
-        // another environment over other parent tables: outside `prod`, rows computed from this
-        // environment's parents would land in what the other one serves (`prod` writes its own).
+        // `prod` over other parent tables: outside `prod`, rows computed from this environment's
+        // parents would land in what `prod` serves (`prod` writes its own).
         let keeps =
             project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)));
         if keeps && plan.env != crate::core::name::PROD {
             let relations = crate::plan::generations::relations(project, &a.name, &|n: &str| relation_by_name.get(n).cloned()).unwrap_or_default();
-            if let Some(env) =
-                crate::plan::generations::parents_differ_elsewhere(state, &index, &plan.env, &name, a.fingerprint.as_str(), &physical, &relations)?
-            {
+            let env = crate::core::name::PROD;
+            if crate::plan::generations::parents_differ_in(state, &index, env, &name, a.fingerprint.as_str(), &physical, &relations)? {
                 let model = project.dag.get(&a.name).expect("a model of the plan");
                 return Err(ApplyError::Rejected {
                     model: a.name.clone(),
@@ -876,7 +875,11 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
                 }
             }
             let model = project.dag.get(&a.name).expect("a model of the plan");
-            let what = if a.backfill.is_empty() { "its history".to_string() } else { format!("{} interval(s)", a.intervals) };
+            let what = match model.kind {
+                _ if !a.backfill.is_empty() => format!("{} interval(s)", a.intervals),
+                Kind::ScdType2(_) => "its history".to_string(),
+                _ => "its rows".to_string(),
+            };
             return Err(ApplyError::Rejected {
                 model: a.name.clone(),
                 location: model.location.clone(),

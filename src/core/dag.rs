@@ -430,7 +430,7 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
     // (DuckDB renames the second in the table, and the view reads the first twice).
     let mut seen: std::collections::BTreeMap<String, &str> = std::collections::BTreeMap::new();
     for c in &m.schema.0 {
-        match seen.insert(c.name.to_lowercase(), c.name.as_str()) {
+        match seen.insert(c.name.to_ascii_lowercase(), c.name.as_str()) {
             Some(first) if first == c.name => errors.push(err(format!("column `{}` is declared twice", c.name))),
             Some(first) => errors.push(
                 err(format!("columns `{first}` and `{}` differ only in case, and the engine would take them for one column", c.name))

@@ -372,34 +372,31 @@ pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str)
         .collect()
 }
 
-/// The first environment other than `env` that serves another version of `name` on the same
-/// table `physical` while serving other relations for its data parents than `relations` (the
-/// `(parent, relation)` the version at hand reads): the two would write, into one table, rows
-/// computed from different data. `None` when there is none.
+/// True when environment `other` serves another version of `name` on the same table `physical`
+/// while serving other relations for its data parents than `relations` (the `(parent,
+/// relation)` the version at hand reads): the two would write, into one table, rows computed
+/// from different data.
 ///
 /// # Errors
 /// A state read fails.
-pub fn parents_differ_elsewhere(
+pub fn parents_differ_in(
     state: &dyn StateStore,
     index: &SnapshotIndex,
-    env: &str,
+    other: &str,
     name: &str,
     fp: &str,
     physical: &str,
     relations: &BTreeMap<String, String>,
-) -> Result<Option<String>, StateError> {
-    for e in state.environments()?.into_iter().filter(|e| e != env) {
-        let pointers = state.env_pointers(&e)?;
-        let Some(theirs) = pointers.get(name).filter(|f| f.as_str() != fp) else { continue };
+) -> Result<bool, StateError> {
+    {
+        let pointers = state.env_pointers(other)?;
+        let Some(theirs) = pointers.get(name).filter(|f| f.as_str() != fp) else { return Ok(false) };
         if index.get(&(name.to_string(), theirs.clone())).map(|(p, _)| p.as_str()) != Some(physical) {
-            continue;
+            return Ok(false);
         }
         let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
-        if relations.iter().any(|(p, r)| served(p) != Some(r.as_str())) {
-            return Ok(Some(e));
-        }
+        Ok(relations.iter().any(|(p, r)| served(p) != Some(r.as_str())))
     }
-    Ok(None)
 }
 
 /// True when the `full` version `(name, fp)` on `physical`, whose sources read `relations`, may

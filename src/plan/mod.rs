@@ -862,6 +862,9 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
+    /// Time-range models outside `prod`: the intervals `prod`'s other version on the same table
+    /// has done, which the missing ones leave out (lookback included).
+    prod_done: BTreeSet<Millis>,
     /// Time-range models: the grain floor of the model's due instant at `now`
     /// ([`Model::due_at`]) the action's missing intervals were computed at. The wanted intervals
     /// depend on `now` only through it ([`interval::wanted`]), so
@@ -1653,6 +1656,8 @@ fn compute_with(
     // existing columns is what the environment served before, its category, and the physical
     // relation its action serves.
     let mut decided = Decided::new(project);
+    // `prod`'s pointers, read once when a time-range version outside `prod` first needs them.
+    let mut prod_pointers: Option<BTreeMap<String, String>> = None;
     // Read once, when a model first considers inheriting a table ([`table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
@@ -1681,7 +1686,8 @@ fn compute_with(
                 let due = project.dag.due_at(&model.name, now);
                 let floor = t.grain.floor(due);
                 if e.floor != Some(floor) {
-                    let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
+                    let mut missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
+                    missing.retain(|i| !e.prod_done.contains(&i.start));
                     action.backfill = interval::merge(&missing);
                     action.intervals = missing.len();
                     e.action.backfill.clone_from(&action.backfill);
@@ -2022,6 +2028,7 @@ fn compute_with(
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
+        let mut kept_prod_done = BTreeSet::new();
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -2029,13 +2036,38 @@ fn compute_with(
                 floor = Some(t.grain.floor(due));
                 let wanted = interval::wanted(t.start, t.end, t.grain, due);
                 // Only this version's ledger (and the one it inherits): older rows never matter.
-                // (A version whose table another environment's version shares never writes into
-                // it outside `prod`: `apply::shared_writes`.)
+                // (A version whose table another environment's newer version took over never
+                // writes into it outside `prod`: `apply::shared_writes`.)
                 let mut done = state.done_intervals(&name_s, fp.as_str())?;
                 if let (None, Some((from, _))) = (existing, &reused) {
                     done.extend(state.done_intervals(&name_s, from.as_str())?);
                 }
-                let missing = interval::missing(&wanted, &done, t.lookback);
+                // Outside `prod`, on a table `prod`'s (other) version of the model serves too:
+                // the intervals `prod` computed are in the table, and rewriting them from this
+                // environment's parents would change what `prod` serves (a late row only this
+                // environment's parent read). Not computed here, lookback included.
+                let prod_done = match physical.as_deref() {
+                    Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
+                        let prod = prod_pointers.get_or_insert_with(|| state.env_pointers(crate::core::name::PROD).unwrap_or_default());
+                        match prod.get(&name_s).filter(|f| f.as_str() != fp.as_str()).cloned() {
+                            // The same query (an inherited table): its rows are what this version
+                            // would write. Another query (a forward-only change took the table
+                            // over) is `apply::shared_writes`' refusal.
+                            Some(f)
+                                if snapshots.get(&(name_s.clone(), f.clone())).is_some_and(|(p, _)| p == own)
+                                    && state.snapshot(&name_s, &f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) =>
+                            {
+                                state.done_intervals(&name_s, &f)?
+                            }
+                            _ => BTreeSet::new(),
+                        }
+                    }
+                    _ => BTreeSet::new(),
+                };
+                done.extend(prod_done.iter().copied());
+                let mut missing = interval::missing(&wanted, &done, t.lookback);
+                missing.retain(|i| !prod_done.contains(&i.start));
+                kept_prod_done = prod_done;
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
             }
@@ -2090,6 +2122,7 @@ fn compute_with(
                 served: decided.served[index].clone(),
                 changed_columns: decided.changed_columns[index].clone(),
                 done: kept_done,
+                prod_done: kept_prod_done,
                 floor,
             };
             entries.push(entry);
@@ -2202,13 +2235,11 @@ fn embedded_names_kept(
     })
 }
 
-/// True when the table `physical` of `model`'s previous version is also served by another
-/// environment's other version that reads other relations than the new version `fp` would read
-/// (its parents' relations as decided): a `full` one whose build read others (its recorded
-/// `built_from`), a time-range one whose environment serves other relations for its parents. Inheriting it would leave one of them stale as soon
-/// as their parents' data diverge (a `full` table), or make each environment write into the
-/// other's table intervals computed from its own parents (a late row one parent read, served by
-/// the other environment), so the new version gets a table of its own (SPEC §4 invariant 36 (e)).
+/// True when `model` is a `full` model and the table `physical` of its previous version is also
+/// served by another environment's other version whose build read other relations than the new
+/// version `fp` would read (its parents' relations as decided): inheriting it would leave one of
+/// them stale as soon as their parents' data diverge, with no rebuild right for both, so the new
+/// version gets a table of its own (SPEC §4 invariant 36 (e)).
 #[allow(clippy::too_many_arguments)] // one call site, in `compute_with`, passing its own state
 fn table_read_elsewhere(
     project: &Project,
@@ -2221,11 +2252,11 @@ fn table_read_elsewhere(
     snapshots: &crate::state::SnapshotIndex,
     elsewhere: &mut Option<generations::ServedElsewhere>,
 ) -> Result<bool, StateError> {
-    // An SCD type 2, unique-key or partition table keeps what it recorded (a history, rows its
-    // query no longer returns): a table of its own would start without them. Shared, it is
-    // written outside `prod` only when the environments read the same parents
-    // (`apply::shared_writes`).
-    if !matches!(model.kind, Kind::Full | Kind::IncrementalByTimeRange(_)) || physical.is_empty() {
+    // Other kinds keep the shared table: a time-range version outside `prod` leaves the intervals
+    // `prod` computed in it as they are (`compute_with`); an SCD type 2, unique-key or partition
+    // table keeps what it recorded, and is not written outside `prod` while `prod` serves it over
+    // other parent tables (`apply::shared_writes`).
+    if !matches!(model.kind, Kind::Full) || physical.is_empty() {
         return Ok(false);
     }
     if elsewhere.is_none() {
@@ -2240,11 +2271,7 @@ fn table_read_elsewhere(
         .map(|p| decided.served(&p).filter(|r| !r.is_empty()).map(|r| (p.to_string(), r.to_string())))
         .collect();
     let Some(relations) = relations else { return Ok(true) };
-    if matches!(model.kind, Kind::Full) {
-        return Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?);
-    }
-    // No build record: what each environment serving one of them serves for its parents.
-    Ok(generations::parents_differ_elsewhere(state, snapshots, env, &model.name.to_string(), fp.as_str(), physical, &relations)?.is_some())
+    Ok(!generations::shares_sources(state, snapshots, &model.name.to_string(), &others, &relations)?)
 }
 
 /// For [`generations::reuse_outgrown`]: when this plan builds `parent` (by name) as a new

@@ -130,8 +130,6 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
     Ok(())
 }
 
-/// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`);
-/// returns them.
 /// A time-range version an environment points (back) at, existing already (built for another
 /// environment, or served before an edit now undone), computed its done intervals from its
 /// parents as they were then; a time-range model upstream (at this plan's version) that wrote
@@ -157,6 +155,15 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
         .collect();
     // Ledgers read once per version: several returning models share ancestors.
     let mut ledgers: HashMap<(ModelName, String), std::collections::BTreeMap<Millis, (Millis, Millis)>> = HashMap::new();
+    // Only ancestors the environment keeps serving: a new version of one (a non-breaking change,
+    // taken to hold the same rows) wrote its intervals after the returning version's, which says
+    // nothing about the rows it read.
+    let kept: HashMap<ModelName, String> = plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a.change, super::Change::Unchanged | super::Change::Metadata))
+        .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
+        .collect();
     for i in returning {
         let name = plan.actions[i].name.clone();
         let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
@@ -167,8 +174,8 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
         let mut stale: BTreeSet<Interval> = BTreeSet::new();
         let mut because: BTreeSet<ModelName> = BTreeSet::new();
         for ancestor in project.dag.ancestors(&name).into_iter().filter(|m| m.kind.time_range().is_some()) {
-            let Some(theirs) = plan.action(&ancestor.name) else { continue };
-            let key = (ancestor.name.clone(), theirs.fingerprint.as_str().to_string());
+            let Some(theirs) = kept.get(&ancestor.name) else { continue };
+            let key = (ancestor.name.clone(), theirs.clone());
             if !ledgers.contains_key(&key) {
                 let ledger = state.done_ledger(&key.0.to_string(), &key.1)?;
                 ledgers.insert(key.clone(), ledger);
@@ -205,6 +212,8 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
     Ok(())
 }
 
+/// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`);
+/// returns them.
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
     let candidates: Vec<Interval> = ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i)).collect();

@@ -231,7 +231,7 @@ impl StateDump {
     }
 
     /// What the stores' reads rely on beyond types: every ledger row's start and end are
-    /// instants, the start before the end, its status `done` or `failed`. A store imported
+    /// instants (and when it was written), the start before the end, its status `done` or `failed`. A store imported
     /// without them fails every later plan. (Pointers are not checked against snapshots:
     /// externals have none.)
     fn check_content(&self) -> Result<(), String> {
@@ -245,6 +245,7 @@ impl StateDump {
             if end <= start {
                 return Err(format!("{}: the interval ends at {} before it starts at {}", at("end_ts"), text(&r[3]), text(&r[2])));
             }
+            parse_instant(&text(&r[5])).map_err(|e| format!("{}: {e}", at("updated_at")))?;
             if !matches!(r[4].as_str(), Some("done" | "failed")) {
                 return Err(format!("{}: {} is neither `done` nor `failed`", at("status"), r[4]));
             }
@@ -277,7 +278,8 @@ mod tests {
 
     #[test]
     fn ledger_rows_are_checked_for_what_the_stores_read() {
-        let interval = |start: &str, end: &str, status: &str| vec![json!("s.m"), json!("fp"), json!(start), json!(end), json!(status), json!("t")];
+        let interval =
+            |start: &str, end: &str, status: &str| vec![json!("s.m"), json!("fp"), json!(start), json!(end), json!(status), json!("2026-01-05T00:00:00.000Z")];
         let with = |table: &str, rows: Vec<Vec<Value>>| {
             let mut d = sample();
             d.tables.insert(table.into(), rows);

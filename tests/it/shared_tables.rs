@@ -1,9 +1,8 @@
-//! A table two environments would share while their versions read different parent tables
-//! (SPEC §4 invariant 36 (e)): a time-range child of a parent that `dev` changed (non-breaking,
-//! a table of its own) gets a table of its own in `dev` rather than inheriting the one `prod`
-//! serves; an SCD type 2 (unique-key, partition) table keeps what it recorded, so it stays
-//! shared and `dev` may not write it. Neither environment writes rows computed from its own
-//! parents into the other's table.
+//! A table `dev` shares with `prod` while their versions read different parent tables (SPEC §4
+//! invariant 36 (e)): outside `prod`, a time-range version leaves the intervals `prod` computed in
+//! it as they are; an SCD type 2 (unique-key, partition) table, which keeps what it recorded, is
+//! not written at all. `dev` never writes rows computed from its own parents into what `prod`
+//! serves.
 
 use crate::common::*;
 
@@ -48,7 +47,7 @@ fn one(p: &Project, sql: &str) -> String {
 }
 
 #[test]
-fn a_child_dev_reads_over_its_own_parent_never_writes_the_table_prod_serves() {
+fn a_child_dev_reads_over_its_own_parent_never_rewrites_what_prod_computed_in_their_table() {
     let mut p = Project::new();
     landing(&p);
     p.now = "2026-01-03T01:00:00Z".into();
@@ -57,10 +56,6 @@ fn a_child_dev_reads_over_its_own_parent_never_writes_the_table_prod_serves() {
     p.apply("dev");
     // dev changes the daily model (non-breaking) and back: dev is on prod's versions again.
     p.write("models/m.lua", &models(true, false));
-    let plan = p.plan("dev");
-    let child = action(&plan, "t.child");
-    assert_eq!(child["build"], true, "a table of its own: {plan:#}");
-    assert!(child["explain"]["reason"].as_str().unwrap().contains("one of its own"), "{plan:#}");
     p.apply("dev");
     p.write("models/m.lua", &models(false, false));
     p.apply("dev");
@@ -77,11 +72,14 @@ fn a_child_dev_reads_over_its_own_parent_never_writes_the_table_prod_serves() {
         let fp = s.env_pointers("prod").unwrap()["t.child"].clone();
         s.snapshot("t.child", &fp).unwrap().unwrap().physical
     };
-    assert_ne!(child["physical"].as_str(), Some(served.as_str()), "not the table prod serves: {plan:#}");
+    assert_eq!(child["physical"].as_str(), Some(served.as_str()), "the table prod serves: {plan:#}");
+    assert_eq!(child["intervals"], 0, "prod computed the 3rd in it: not written from dev's daily: {plan:#}");
     p.apply("dev");
     let on = |env: &str, m: &str| one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-03'", env_view(env, m)));
     assert_eq!((on("prod", "t.daily"), on("prod", "t.child")), ("4".to_string(), "4".to_string()), "prod's child serves prod's daily");
-    assert_eq!((on("dev", "t.daily"), on("dev", "t.child")), ("104".to_string(), "104".to_string()), "dev's child serves dev's daily");
+    // dev's new daily version read the late row; its child, kept as non-breaking, holds prod's
+    // computation (docs/faults.md: late rows the old version never read).
+    assert_eq!((on("dev", "t.daily"), on("dev", "t.child")), ("104".to_string(), "4".to_string()));
 }
 
 fn landing(p: &Project) {
