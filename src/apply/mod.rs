@@ -435,7 +435,13 @@ fn execute_recorded(
     // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
     let relation_by_name: HashMap<String, String> = physicals.iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
-    let crate::plan::work::Work { work, rebuilds, mut shared, .. } = crate::plan::work::decide(project, plan, state, refresh)?;
+    let crate::plan::work::Work { work, rebuilds, mut shared, left_shared, left_to_prod, .. } = crate::plan::work::decide(project, plan, state, refresh)?;
+    for name in &left_shared {
+        tracing::info!(model = %name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
+    }
+    for name in &left_to_prod {
+        tracing::warn!(model = %name, "not refreshed: its table is also what `prod` serves (another version, over other parent tables); it keeps `prod`'s rows until `prod` serves this change too");
+    }
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
@@ -804,7 +810,9 @@ fn read_sources(
 /// that version W also records is refused — before any write, exit 1, naming the model, W and
 /// the environment serving it — when another environment serves W, W's query differs from V's
 /// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
-/// recorded after V (a version new in this plan is the newest).
+/// recorded after V (a version new in this plan is the newest). (Outside `prod`, an SCD type 2,
+/// unique-key or partition table `prod` serves through another version over other parent tables
+/// is not refreshed at all: [`crate::plan::work::decide`].)
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
@@ -823,41 +831,11 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh
     }
     let index = state.snapshot_index()?;
     let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
-    let relation_by_name: HashMap<String, String> =
-        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
     for a in candidates {
         let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
         let others = crate::plan::generations::others_on(&served, &name, a.fingerprint.as_str(), &physical);
         if others.is_empty() {
             continue;
-        }
-        // A table that keeps what it recorded (a history, upserted rows, partitions) shared with
-        // `prod` over other parent tables: outside `prod`, rows computed from this environment's
-        // parents would land in what `prod` serves (`prod` writes its own).
-        let keeps =
-            project.dag.get(&a.name).is_some_and(|m| matches!(m.kind, Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)));
-        if keeps && plan.env != crate::core::name::PROD {
-            let relations = crate::plan::generations::relations(project, &a.name, &|n: &str| relation_by_name.get(n).cloned()).unwrap_or_default();
-            let env = crate::core::name::PROD;
-            if crate::plan::generations::parents_differ_in(state, &index, env, &name, a.fingerprint.as_str(), &physical, &relations)? {
-                let model = project.dag.get(&a.name).expect("a model of the plan");
-                return Err(ApplyError::Rejected {
-                    model: a.name.clone(),
-                    location: model.location.clone(),
-                    message: format!(
-                        "its table is also what `{env}` serves (another version of it, the same table), over other tables for its parents: {} would write rows computed from `{}`'s parents into `{env}`'s {}; nothing was done\n  \
-                         hint: apply the change upstream of it to `{env}` too (then both read the same parent tables), or edit `{}` itself so that `{}` gets a version of its own",
-                        if refresh { "this run" } else { "this apply" },
-                        plan.env,
-                        match model.kind {
-                            Kind::ScdType2(_) => "history",
-                            _ => "table",
-                        },
-                        a.name,
-                        plan.env
-                    ),
-                });
-            }
         }
         // A version this plan creates is the newest of its table.
         let Some(own) = state.snapshot(&name, a.fingerprint.as_str())? else { continue };
@@ -954,6 +932,24 @@ fn shared_bounds(project: &Project, plan: &Plan, state: &dyn StateStore) -> Resu
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
 fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
+    // Outside `prod`, a time-range version sharing its table with `prod`'s other version leaves
+    // out the intervals `prod` has done (`plan::compute_with`), which the memo's done sets do not
+    // carry: no memo then (its plans are computed in full).
+    if plan.env != crate::core::name::PROD {
+        let prod = state.env_pointers(crate::core::name::PROD)?;
+        if !prod.is_empty() {
+            let index = state.snapshot_index()?;
+            let shares = plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "incremental_by_time_range").any(|a| {
+                let name = a.name.to_string();
+                prod.get(&name).is_some_and(|f| {
+                    f != a.fingerprint.as_str() && a.physical.as_deref().is_some_and(|own| index.get(&(name.clone(), f.clone())).is_some_and(|(p, _)| p == own))
+                })
+            });
+            if shares {
+                return Ok(());
+            }
+        }
+    }
     let mut done = Vec::with_capacity(project.dag.len());
     for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());

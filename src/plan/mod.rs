@@ -1658,7 +1658,7 @@ fn compute_with(
     let mut decided = Decided::new(project);
     // `prod`'s pointers, read once when a time-range version outside `prod` first needs them.
     let mut prod_pointers: Option<BTreeMap<String, String>> = None;
-    // Read once, when a model first considers inheriting a table ([`table_read_elsewhere`]).
+    // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
     // is computed below as a new version: its metadata (text and tree) computed first on all
@@ -1814,7 +1814,8 @@ fn compute_with(
                                 "unchanged itself; every changed parent keeps existing columns' data, but a view embeds its parents' physical names, so a new view is created over the new versions".to_string()
                             }
                             Some(o)
-                                if !external && !table_read_elsewhere(project, state, env, model, &fp, &o.physical, &decided, snapshots, &mut elsewhere)? =>
+                                if !external
+                                    && !full_table_read_elsewhere(project, state, env, model, &fp, &o.physical, &decided, snapshots, &mut elsewhere)? =>
                             {
                                 reused = Some((p.clone(), o.physical.clone()));
                                 "unchanged itself; every changed parent keeps existing columns' data, so the physical table is reused".to_string()
@@ -2048,7 +2049,10 @@ fn compute_with(
                 // environment's parent read). Not computed here, lookback included.
                 let prod_done = match physical.as_deref() {
                     Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
-                        let prod = prod_pointers.get_or_insert_with(|| state.env_pointers(crate::core::name::PROD).unwrap_or_default());
+                        if prod_pointers.is_none() {
+                            prod_pointers = Some(state.env_pointers(crate::core::name::PROD)?);
+                        }
+                        let prod = prod_pointers.as_ref().expect("read just above");
                         match prod.get(&name_s).filter(|f| f.as_str() != fp.as_str()).cloned() {
                             // The same query (an inherited table): its rows are what this version
                             // would write. Another query (a forward-only change took the table
@@ -2241,7 +2245,7 @@ fn embedded_names_kept(
 /// them stale as soon as their parents' data diverge, with no rebuild right for both, so the new
 /// version gets a table of its own (SPEC §4 invariant 36 (e)).
 #[allow(clippy::too_many_arguments)] // one call site, in `compute_with`, passing its own state
-fn table_read_elsewhere(
+fn full_table_read_elsewhere(
     project: &Project,
     state: &dyn StateStore,
     env: &str,

@@ -96,14 +96,7 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
             let added = recompute_done(state, action, t.grain, &widened)?;
             if !added.is_empty() {
                 let because = sources(project, &model.name, &own, &added, &|r: &Interval| span.and_then(|s| widen(r, s)));
-                let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
-                r.added.extend(added);
-                r.added.sort();
-                r.added.dedup();
-                r.intervals = r.added.len();
-                r.because.extend(because);
-                r.because.sort();
-                r.because.dedup();
+                note(action, added, because);
             }
         }
         // What it passes on: what it writes into a table its readers read (its whole backfill,
@@ -196,17 +189,8 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
         if added.is_empty() {
             continue;
         }
-        let all: Vec<Interval> = computed.into_iter().chain(added.iter().copied()).collect::<BTreeSet<_>>().into_iter().collect();
-        action.intervals = all.len();
-        action.backfill = interval::merge(&all);
-        let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
-        r.added.extend(added);
-        r.added.sort();
-        r.added.dedup();
-        r.intervals = r.added.len();
-        r.because.extend(because);
-        r.because.sort();
-        r.because.dedup();
+        add_to_backfill(action, computed, &added);
+        note(action, added, because);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
@@ -229,10 +213,29 @@ fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::
     if added.is_empty() {
         return Ok(Vec::new());
     }
+    let added: Vec<Interval> = added.into_iter().collect();
+    add_to_backfill(action, computed, &added);
+    Ok(added)
+}
+
+/// Sets `action`'s backfill to `computed` (its grain intervals) with `added`.
+fn add_to_backfill(action: &mut Action, computed: BTreeSet<Interval>, added: &[Interval]) {
     let all: Vec<Interval> = computed.into_iter().chain(added.iter().copied()).collect::<BTreeSet<_>>().into_iter().collect();
     action.intervals = all.len();
     action.backfill = interval::merge(&all);
-    Ok(added.into_iter().collect())
+}
+
+/// Records in `action.recompute` the done intervals `added` to its backfill and the models
+/// `because` of which, with what an earlier pass recorded.
+fn note(action: &mut Action, added: Vec<Interval>, because: impl IntoIterator<Item = ModelName>) {
+    let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
+    r.added.extend(added);
+    r.added.sort();
+    r.added.dedup();
+    r.intervals = r.added.len();
+    r.because.extend(because);
+    r.because.sort();
+    r.because.dedup();
 }
 
 /// The models upstream of `name` whose own rewrites (`own`), widened to `name`'s grain by

@@ -36,6 +36,12 @@ pub struct Work<'p> {
     pub refreshes: Vec<Refresh>,
     /// [`super::served_by_other_versions`], when it was read.
     pub shared: Option<BTreeSet<(String, String)>>,
+    /// `full`/`view` models downstream of new data left as they are: their table is also served
+    /// by another version of them, which another environment reads (outside `prod`).
+    pub left_shared: Vec<ModelName>,
+    /// Outside `prod`: unique-key, partition and SCD type 2 models not refreshed because their
+    /// table is also what `prod` serves over other parent tables.
+    pub left_to_prod: Vec<ModelName>,
 }
 
 /// Decides [`Work`] for `plan` against `state` (see the module docs).
@@ -60,6 +66,9 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let mut rebuilds: Vec<(String, String, String)> = Vec::new();
     let mut work: Vec<&'p Action> = Vec::new();
     let mut refreshes: Vec<Refresh> = Vec::new();
+    let mut left_shared: Vec<ModelName> = Vec::new();
+    let mut left_to_prod: Vec<ModelName> = Vec::new();
+    let mut index: Option<crate::state::SnapshotIndex> = None;
     // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
     // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
     // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
@@ -112,7 +121,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                 }
                 if shared_with {
                     // A pending record stays for an environment that may rebuild it (prod).
-                    tracing::info!(model = %a.name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
+                    left_shared.push(a.name.clone());
                 }
                 !shared_with
             }
@@ -131,12 +140,34 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
         // when a parent has new data here (it would otherwise keep rows its time-range children
         // compute their new intervals from, and record done, in this very apply).
-        let refreshed_here = !a.build
+        let mut refreshed_here = !a.build
             && !a.register
             && a.backfill.is_empty()
             && !downstream
             && (refresh || cause.is_some() || feeding.contains(&a.name))
             && refreshed(project, plan, state, a)?;
+        // Outside `prod`, a table that keeps what it recorded (a history, upserted rows,
+        // partitions) that `prod` serves through another version over other parent tables: a
+        // refresh here would write rows computed from this environment's parents into what `prod`
+        // serves. Left as `prod` keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)).
+        if refreshed_here
+            && plan.env != crate::core::name::PROD
+            && let Some(physical) = a.physical.as_deref().filter(|p| !p.is_empty())
+        {
+            if index.is_none() {
+                index = Some(state.snapshot_index()?);
+            }
+            let relations = super::generations::relations(project, &a.name, &relation_of).unwrap_or_default();
+            let idx = index.as_ref().expect("read just above");
+            if super::generations::parents_differ_in(state, idx, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, &relations)? {
+                refreshed_here = false;
+                left_to_prod.push(a.name.clone());
+                refreshes.push(Refresh {
+                    model: a.name.clone(),
+                    note: "not refreshed here: its table is also what `prod` serves (another version, over other parent tables), so it keeps `prod`'s rows until `prod` serves this change too".into(),
+                });
+            }
+        }
         if refreshed_here {
             let why = match &cause {
                 Some(p) => format!("`{p}` has new data here"),
@@ -166,7 +197,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             work.push(a);
         }
     }
-    Ok(Work { work, rebuilds, refreshes, shared })
+    Ok(Work { work, rebuilds, refreshes, shared, left_shared, left_to_prod })
 }
 
 /// The models upstream (through any kind) of a time-range action with intervals to compute.
