@@ -322,13 +322,15 @@ pub(crate) fn execute(
         return Err(ApplyError::StalePlan { env: plan.env.clone() });
     }
     check_features(project, plan, engine.sql())?;
-    shared_writes(project, plan, state, refresh)?;
+    // What this apply or run writes besides the plan's builds and backfills, decided once.
+    let work = crate::plan::work::decide(project, plan, state, refresh)?;
+    shared_writes(project, plan, state, &work)?;
     shared_bounds(project, plan, state)?;
     // Before any engine write, one state transaction records every version this apply or run
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
     state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
-    let result = execute_recorded(project, plan, state, engine, options, refresh);
+    let result = execute_recorded(project, plan, state, engine, options, refresh, work);
     // A promotion removed the intents in its transaction; otherwise they go now (best effort:
     // a row left behind only keeps the janitor away until this environment's next apply or run).
     if (result.is_err() || refresh)
@@ -399,6 +401,7 @@ fn execute_recorded(
     engine: &mut dyn Engine,
     options: &Options,
     refresh: bool,
+    work: crate::plan::work::Work<'_>,
 ) -> Result<ApplyReport, ApplyError> {
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {
@@ -435,7 +438,7 @@ fn execute_recorded(
     // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
     let relation_by_name: HashMap<String, String> = physicals.iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
-    let crate::plan::work::Work { work, rebuilds, mut shared, left_shared, left_to_prod, .. } = crate::plan::work::decide(project, plan, state, refresh)?;
+    let crate::plan::work::Work { work, rebuilds, mut shared, left_shared, left_to_prod, .. } = work;
     for name in &left_shared {
         tracing::info!(model = %name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
     }
@@ -816,10 +819,10 @@ fn read_sources(
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
-fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, refresh: bool) -> Result<(), ApplyError> {
-    // What this apply or run writes, as it decides it (`plan::work::decide`): a time-range
+fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &crate::plan::work::Work<'_>) -> Result<(), ApplyError> {
+    // What this apply or run writes, as it decided it (`plan::work::decide`): a time-range
     // model's intervals, a table refreshed or reconciled whole.
-    let written: BTreeSet<ModelName> = crate::plan::work::decide(project, plan, state, refresh)?.work.iter().map(|a| a.name.clone()).collect();
+    let written: BTreeSet<&ModelName> = work.work.iter().map(|a| &a.name).collect();
     let writes = |a: &crate::plan::Action| match project.dag.get(&a.name).map(|m| &m.kind) {
         Some(Kind::IncrementalByTimeRange(_)) => !a.backfill.is_empty(),
         Some(Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)) => written.contains(&a.name),
@@ -940,10 +943,9 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
         if !prod.is_empty() {
             let index = state.snapshot_index()?;
             let shares = plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "incremental_by_time_range").any(|a| {
-                let name = a.name.to_string();
-                prod.get(&name).is_some_and(|f| {
-                    f != a.fingerprint.as_str() && a.physical.as_deref().is_some_and(|own| index.get(&(name.clone(), f.clone())).is_some_and(|(p, _)| p == own))
-                })
+                a.physical
+                    .as_deref()
+                    .is_some_and(|own| crate::plan::generations::other_version_on(&prod, &index, &a.name.to_string(), a.fingerprint.as_str(), own).is_some())
             });
             if shares {
                 return Ok(());

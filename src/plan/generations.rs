@@ -388,15 +388,18 @@ pub fn parents_differ_in(
     physical: &str,
     relations: &BTreeMap<String, String>,
 ) -> Result<bool, StateError> {
-    {
-        let pointers = state.env_pointers(other)?;
-        let Some(theirs) = pointers.get(name).filter(|f| f.as_str() != fp) else { return Ok(false) };
-        if index.get(&(name.to_string(), theirs.clone())).map(|(p, _)| p.as_str()) != Some(physical) {
-            return Ok(false);
-        }
-        let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
-        Ok(relations.iter().any(|(p, r)| served(p) != Some(r.as_str())))
+    let pointers = state.env_pointers(other)?;
+    if other_version_on(&pointers, index, name, fp, physical).is_none() {
+        return Ok(false);
     }
+    let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
+    Ok(relations.iter().any(|(p, r)| served(p) != Some(r.as_str())))
+}
+
+/// The version of `name` an environment's `pointers` name when it is another version than `fp`
+/// stored in the same table `physical` (as `index` records it).
+pub fn other_version_on<'a>(pointers: &'a BTreeMap<String, String>, index: &SnapshotIndex, name: &str, fp: &str, physical: &str) -> Option<&'a String> {
+    pointers.get(name).filter(|f| f.as_str() != fp && index.get(&(name.to_string(), (*f).clone())).is_some_and(|(p, _)| p == physical))
 }
 
 /// True when the `full` version `(name, fp)` on `physical`, whose sources read `relations`, may

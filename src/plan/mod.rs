@@ -2053,15 +2053,12 @@ fn compute_with(
                             prod_pointers = Some(state.env_pointers(crate::core::name::PROD)?);
                         }
                         let prod = prod_pointers.as_ref().expect("read just above");
-                        match prod.get(&name_s).filter(|f| f.as_str() != fp.as_str()).cloned() {
+                        match generations::other_version_on(prod, snapshots, &name_s, fp.as_str(), own) {
                             // The same query (an inherited table): its rows are what this version
                             // would write. Another query (a forward-only change took the table
                             // over) is `apply::shared_writes`' refusal.
-                            Some(f)
-                                if snapshots.get(&(name_s.clone(), f.clone())).is_some_and(|(p, _)| p == own)
-                                    && state.snapshot(&name_s, &f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) =>
-                            {
-                                state.done_intervals(&name_s, &f)?
+                            Some(f) if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) => {
+                                state.done_intervals(&name_s, f)?
                             }
                             _ => BTreeSet::new(),
                         }

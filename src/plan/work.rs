@@ -201,7 +201,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
 }
 
 /// The models upstream (through any kind) of a time-range action with intervals to compute.
-pub(crate) fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
+fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
     let mut out = BTreeSet::new();
     // Children before parents (the plan's order is topological): one pass.
     for a in plan.actions.iter().rev().filter(|a| a.change != Change::Removed) {
@@ -217,7 +217,7 @@ pub(crate) fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelNa
 /// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
 /// without a `cron` (every run), or one whose cron ticked since it was last refreshed
 /// ([`cron_due`]).
-pub(crate) fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<bool, StateError> {
+fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<bool, StateError> {
     match project.dag.get(&action.name) {
         Some(m) if m.kind.is_refreshed() => Ok(m.cron.is_none() || cron_due(plan, state, action, m)?.is_some()),
         _ => Ok(false),
@@ -228,7 +228,7 @@ pub(crate) fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, 
 /// the tick its refresh is due for, when the cron ticked (at or before the plan's `now`) after the
 /// last tick its version was refreshed for (the newest done end of its ledger,
 /// [`StateStore::record_refresh`]); `None` when it is not due, has no cron, or is another kind.
-pub(crate) fn cron_due(plan: &Plan, state: &dyn StateStore, action: &Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
+fn cron_due(plan: &Plan, state: &dyn StateStore, action: &Action, model: &crate::core::Model) -> Result<Option<interval::Millis>, StateError> {
     if !model.kind.is_refreshed_whole() {
         return Ok(None);
     }
