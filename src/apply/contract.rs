@@ -154,6 +154,39 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     problems
 }
 
+/// The types a model's query gives its columns, described as the contract check binds it
+/// (models still to build as typed empty relations). The table a build creates has these types,
+/// not the declared ones (the contract compares only their families), so a column added to an
+/// existing table must have them too: a narrower declared type (`decimal(10,1)`, `real`,
+/// `timestamp(0)`, `varchar(1)`) would round or cut what the query gives, and every later
+/// comparison of the query with the stored value would see a change.
+///
+/// # Errors
+/// The engine's, when the query does not bind.
+pub fn query_columns(
+    project: &Project,
+    physicals: &BTreeMap<ModelName, String>,
+    pending: &BTreeSet<ModelName>,
+    model: &Model,
+    engine: &mut dyn Engine,
+) -> Result<Vec<DescribedColumn>, crate::engine::EngineError> {
+    let resolver = ExecResolver::new(project, physicals, Mode::Contract(pending)).with_bounds(Some(Interval::new(0, 0)));
+    match model.body.as_ref() {
+        Some(body) => engine.describe(&body.render(&resolver)),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A type to create column `name` with: the query's own (`described`), else the declared one.
+/// Postgres describes `bpchar` without its length as `CHAR`, which would mean `char(1)`: the
+/// declared type then.
+pub fn column_type<'a>(described: &'a [DescribedColumn], name: &str, declared: &'a str) -> &'a str {
+    match described.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
+        Some(c) if !c.ty.is_empty() && !c.ty.eq_ignore_ascii_case("CHAR") => &c.ty,
+        _ => declared,
+    }
+}
+
 /// For a local file external, a message when its path or glob matches no file (the engine's own
 /// error would name only the resolved pattern); `None` when files match, and for tables and
 /// URLs (which the engine reports itself).

@@ -520,11 +520,13 @@ fn execute_recorded(
             // (A lost table is rebuilt below with every column; there is nothing to alter.)
             // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
             let present: Vec<String> = engine.describe(&format!("SELECT * FROM {physical}"))?.into_iter().map(|c| c.name).collect();
+            // With the query's types, as a build would create them (not the declared ones).
+            let described = contract::query_columns(project, &physicals, &working_set, model, engine).map_err(|e| ApplyError::build(model, None, e))?;
             let adds: Vec<String> = action
                 .new_columns
                 .iter()
                 .filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(&c.name)))
-                .map(|c| engine.sql().add_column(&physical, &c.name, &c.ty))
+                .map(|c| engine.sql().add_column(&physical, &c.name, contract::column_type(&described, &c.name, &c.ty)))
                 .collect();
             if !adds.is_empty() {
                 engine.transaction(&adds).map_err(|e| ApplyError::build(model, None, e))?;
@@ -540,10 +542,9 @@ fn execute_recorded(
         } else {
             state.put_snapshot(&snapshot)?;
         }
-        if let Some(t) = model.kind.time_range() {
-            let done: Vec<Interval> =
-                state.done_intervals(&action.name.to_string(), from.as_str())?.into_iter().map(|s| Interval::new(s, t.grain.next(s))).collect();
-            state.mark_intervals(&action.name.to_string(), action.fingerprint.as_str(), &done, IntervalStatus::Done, interval::now_millis())?;
+        if model.kind.time_range().is_some() {
+            // With the times they were written: this version did not write them.
+            state.inherit_done(&action.name.to_string(), from.as_str(), action.fingerprint.as_str(), interval::now_millis())?;
         }
     }
 
@@ -810,7 +811,8 @@ fn read_sources(
 /// and the older query would overwrite the newer one's rows (`dev` left at the version `prod`'s
 /// forward-only change kept, or `prod` applying a version whose table `dev`'s forward-only change
 /// took over). So an `apply` or `run` that would backfill or reconcile version V into a table
-/// that version W also records is refused — before any write, exit 1, naming the model, W and
+/// that version W also records, or an `apply` pointing its environment at V (anew or back: it
+/// would serve, as V's, what W's query writes there from then on), is refused — before any write, exit 1, naming the model, W and
 /// the environment serving it — when another environment serves W, W's query differs from V's
 /// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
 /// recorded after V (a version new in this plan is the newest). (Outside `prod`, an SCD type 2,
@@ -828,7 +830,18 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         Some(Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)) => written.contains(&a.name),
         _ => false,
     };
-    let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && writes(a)).collect();
+    // Pointing the environment at an existing version (anew, or back) makes it serve whatever
+    // the table's newest version writes there from now on, with nothing of its own written.
+    let switches = |a: &crate::plan::Action| {
+        !a.build
+            && a.reused_from.is_none()
+            && !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata)
+            && matches!(
+                project.dag.get(&a.name).map(|m| &m.kind),
+                Some(Kind::IncrementalByTimeRange(_) | Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_))
+            )
+    };
+    let candidates: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.physical.is_some() && (writes(a) || switches(a))).collect();
     if candidates.is_empty() {
         return Ok(());
     }
@@ -857,15 +870,16 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
             }
             let model = project.dag.get(&a.name).expect("a model of the plan");
             let what = match model.kind {
-                _ if !a.backfill.is_empty() => format!("{} interval(s)", a.intervals),
-                Kind::ScdType2(_) => "its history".to_string(),
-                _ => "its rows".to_string(),
+                _ if !a.backfill.is_empty() => format!("writing {} interval(s) with this version's query would change what `{other}` serves", a.intervals),
+                Kind::ScdType2(_) if writes(a) => format!("reconciling its history with this version's query would change what `{other}` serves"),
+                _ if writes(a) => format!("writing its rows with this version's query would change what `{other}` serves"),
+                _ => format!("`{}` would serve, as this version's, the rows `{other}`'s query writes there", plan.env),
             };
             return Err(ApplyError::Rejected {
                 model: a.name.clone(),
                 location: model.location.clone(),
                 message: format!(
-                    "its table {physical} was taken over by the newer version {} that `{other}` serves (a forward-only change, another query): writing {what} with this version's query would change what `{other}` serves; nothing was done\n  \
+                    "its table {physical} was taken over by the newer version {} that `{other}` serves (a forward-only change, another query): {what}; nothing was done\n  \
                      hint: apply `{}` from the project `{other}` serves (it then serves that version too), or apply `{other}` without that change, or invalidate one of them",
                     &fp[..12.min(fp.len())],
                     plan.env
@@ -1630,7 +1644,8 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 let carry = action.history.as_ref().filter(|h| action.build && h.fate == crate::plan::HistoryFate::Carried);
                 let mut snapshot = snapshot;
                 if let Some(h) = carry {
-                    let (rows, closed) = scd2::carry_over(engine, model, s, &physical, h)?;
+                    let described = engine.describe(&sql).map_err(|e| build_err(e, None))?;
+                    let (rows, closed) = scd2::carry_over(engine, model, s, &physical, h, &described)?;
                     tracing::info!(model = %model.name, "history carried over from @{}: {rows} versions", h.from.short());
                     // Recorded with the snapshot when it is created (snapshots never change).
                     if let Some(m) = snapshot.metadata.as_object_mut() {

@@ -87,7 +87,8 @@ pub fn reconcile(
 /// Creates the new version's table `physical` from every row of the old version's table
 /// (`history.from_physical`): open and closed versions, `valid_from`/`valid_to` as they were,
 /// the declared renames applied (`renamed`), columns the new version adds NULL, each column cast
-/// to its declared type. One engine transaction, which first drops a table of that name: only a
+/// to the type the query gives it (`described`, as a fresh build would create it; the declared
+/// type when not described): a narrower declared type would round or cut the carried values. One engine transaction, which first drops a table of that name: only a
 /// version no snapshot records is built, so such a table is what an interrupted apply left
 /// (perhaps from another choice: a wrong `renamed`, which is not fingerprinted, or a reset).
 /// Returns the rows and closed versions copied, which the snapshot records ([`crate::plan::CARRIED`]).
@@ -100,6 +101,7 @@ pub fn carry_over(
     scd: &ScdType2,
     physical: &str,
     history: &crate::plan::History,
+    described: &[crate::engine::DescribedColumn],
 ) -> Result<(usize, usize), ApplyError> {
     let select = model
         .schema
@@ -108,9 +110,10 @@ pub fn carry_over(
         .map(|c| {
             let source = history.renamed.iter().find(|(_, new)| **new == c.name).map(|(old, _)| old.as_str());
             let source = source.or_else(|| (!history.added.contains(&c.name)).then_some(c.name.as_str()));
+            let ty = super::contract::column_type(described, &c.name, &c.ty);
             match source {
-                Some(old) => format!("CAST(_o.{} AS {}) AS {}", quote_ident(old), c.ty, quote_ident(&c.name)),
-                None => format!("CAST(NULL AS {}) AS {}", c.ty, quote_ident(&c.name)),
+                Some(old) => format!("CAST(_o.{} AS {ty}) AS {}", quote_ident(old), quote_ident(&c.name)),
+                None => format!("CAST(NULL AS {ty}) AS {}", quote_ident(&c.name)),
             }
         })
         .collect::<Vec<_>>()

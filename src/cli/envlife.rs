@@ -13,8 +13,9 @@ use serde_json::json;
 
 /// `efmesh invalidate <env> [--json]`: records the environment as expired now (a journal row),
 /// so the next janitor drops it. Refuses `prod` and an environment the store does not hold
-/// (with the closest name when one is near). Only the configuration is needed.
-pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, now: Millis, out: &Printer) -> Result<Exit> {
+/// (with the closest name when one is near). Only the configuration is needed. The journal row
+/// is stamped with the real clock, never `--now` (what the store records as having happened).
+pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, out: &Printer) -> Result<Exit> {
     let config = crate::config::Config::load(config)?;
     crate::core::name::validate_env(env)?;
     if env == PROD {
@@ -37,6 +38,7 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, now: M
     let models = state.env_pointers(env)?.len();
     let views = crate::janitor::env_views(state.as_ref(), env)?.len();
     // `None`: the janitor dropped it between the two reads.
+    let now = crate::core::interval::now_millis();
     let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[])) };
     tracing::debug!(env, journal = id, "environment invalidated");
     if json {

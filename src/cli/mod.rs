@@ -261,7 +261,7 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now, &out),
         Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
-        Command::Invalidate { env, json } => envlife::invalidate(&args.config, &env, json, now, &out),
+        Command::Invalidate { env, json } => envlife::invalidate(&args.config, &env, json, &out),
         Command::State { action: args::StateAction::Export { file, json } } => envlife::export(&args.config, file.as_deref(), json, now, &out),
         Command::State { action: args::StateAction::Import { file, force, json } } => envlife::import(&args.config, &file, force, json, &out),
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {

@@ -110,9 +110,22 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.intervals > 0 {
             notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
         }
+        if let Some(o) = &a.outside_bounds {
+            notes.push(format!(
+                "its table holds {} done interval{} in [{}, {}) outside its `start`/`end` here (computed under wider bounds: an earlier edit, or another environment's): the view serves them",
+                o.intervals,
+                if o.intervals == 1 { "" } else { "s" },
+                crate::core::interval::to_iso(o.range.start),
+                crate::core::interval::to_iso(o.range.end)
+            ));
+        }
         if let Some(r) = &a.recompute {
-            let by = r.because.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
-            notes.push(format!("{} of them done, recomputed: {by} rewrite{} them", r.intervals, if r.because.len() == 1 { "s" } else { "" }));
+            if r.because == [a.name.clone()] {
+                notes.push(format!("{} of them done, recomputed: another version of it (another query) wrote them into its table since", r.intervals));
+            } else {
+                let by = r.because.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+                notes.push(format!("{} of them done, recomputed: {by} rewrite{} them", r.intervals, if r.because.len() == 1 { "s" } else { "" }));
+            }
         }
         s.push_str(&format!(
             "  {mark} {:width$}  {:kwidth$}  @{}{}\n",

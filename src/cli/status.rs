@@ -254,7 +254,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             let next = r.next_due.map_or(String::new(), |n| format!(", next due {}", to_iso(n)));
             match r.due {
                 Some(d) => {
-                    text.push_str(&format!("  … {}  refresh due: its cron `{}` ticked at {}, {last}; the next run refreshes it (a `full` table another environment's version shares: only `prod`'s run)\n", r.model, r.cron, to_iso(d)))
+                    // A `full` table other environments' versions share is refreshed by `prod`'s run only.
+                    let shared = if r.kind == "full" { " (when another environment's version shares this `full` table: only `prod`'s run)" } else { "" };
+                    text.push_str(&format!(
+                        "  … {}  refresh due: its cron `{}` ticked at {}, {last}; the next run refreshes it{shared}\n",
+                        r.model,
+                        r.cron,
+                        to_iso(d)
+                    ))
                 }
                 None => text.push_str(&format!("  ✓ {}  {last} (cron `{}`{next})\n", r.model, r.cron)),
             }

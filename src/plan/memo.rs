@@ -138,6 +138,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             "" => None,
             other => Some(CanonSource::from_name(other)),
         };
+        let mut outside = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let mut starts = BTreeSet::new();
@@ -147,6 +148,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
                     starts.extend(Interval::new(s, e).split(t.grain).into_iter().map(|i| i.start));
                 }
                 let done: BTreeSet<Millis> = starts;
+                outside = super::outside_bounds(t, &done);
                 let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, now)), &done, t.lookback);
                 (interval::merge(&missing), missing.len())
             }
@@ -174,6 +176,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             rebuild: false,
             rebuild_reason: None,
             recompute: None,
+            outside_bounds: outside,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

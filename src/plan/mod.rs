@@ -248,6 +248,29 @@ pub fn history_refusal(plan: &Plan) -> Option<String> {
     Some(s)
 }
 
+/// Done intervals a time-range version's table holds outside the model's declared bounds
+/// ([`Action::outside_bounds`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutsideBounds {
+    /// How many grain intervals.
+    pub intervals: usize,
+    /// From the start of the first to the end of the last.
+    pub range: Interval,
+}
+
+/// The done intervals (`done`, their starts) outside `[start, end)` of `t` (`start` floored to
+/// the grain): they stay in the table, and the environment's view serves them, as sqlmesh's
+/// does — moving `start` later or `end` earlier deletes no rows, and an environment pointing at
+/// a version another environment computed with wider bounds serves what is in its table. The
+/// plan says so rather than letting it pass unseen.
+pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>) -> Option<OutsideBounds> {
+    let start = t.grain.floor(t.start);
+    let outside: Vec<Millis> = done.iter().copied().filter(|s| *s < start || t.end.is_some_and(|e| *s >= e)).collect();
+    let (first, last) = (*outside.first()?, *outside.last()?);
+    Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
+}
+
 /// One model's line in the plan.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -288,6 +311,11 @@ pub struct Action {
     /// model upstream rewrites them in this plan ([`recompute`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recompute: Option<recompute::Recompute>,
+    /// Time-range versions: the done intervals its table holds outside the `start`/`end` this
+    /// project declares (computed under wider bounds: an earlier edit, or another environment
+    /// serving the same version): the environment's view serves them ([`outside_bounds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_bounds: Option<OutsideBounds>,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -2110,6 +2138,7 @@ fn compute_with(
             rebuild: false,
             rebuild_reason: None,
             recompute: None,
+            outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });
@@ -2160,6 +2189,7 @@ fn compute_with(
                 rebuild: false,
                 rebuild_reason: None,
                 recompute: None,
+                outside_bounds: None,
                 owner: None,
                 tags: Vec::new(),
             });
@@ -2177,6 +2207,7 @@ fn compute_with(
         also_writes: Vec::new(),
     };
     recompute::stale_on_return(project, state, &mut plan)?;
+    recompute::taken_over(project, state, snapshots, &mut plan)?;
     recompute::propagate(project, state, &mut plan)?;
     if let Some(k) = kept {
         k.reused = reused_count;

@@ -39,7 +39,8 @@ use std::collections::{BTreeSet, HashMap};
 pub struct Recompute {
     /// Done intervals recomputed (counted in [`Action::intervals`] too).
     pub intervals: usize,
-    /// The time-range models upstream whose rewritten intervals reach this one.
+    /// The time-range models upstream whose rewritten intervals reach this one; the model itself
+    /// when another version of it (another query) wrote them into its table ([`taken_over`]).
     pub because: Vec<ModelName>,
     /// The done intervals added to the backfill (grain intervals, sorted).
     #[serde(skip)]
@@ -191,6 +192,83 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
         }
         add_to_backfill(action, computed, &added);
         note(action, added, because);
+    }
+    plan.has_changes = plan.actions.iter().any(Action::has_work);
+    Ok(())
+}
+
+/// A time-range version an environment points at anew (a first promotion too) may share its
+/// table with a newer version of the model over another query: a forward-only change that kept
+/// the table, applied in another environment (made while nobody else served the table) or
+/// undone since in this one. Every interval that version wrote after this version's own write of
+/// it holds the other query's rows (a forward-only version's inherited ledger counts as written
+/// when it was inherited: the whole overlap, at worst). This version's done intervals among them
+/// join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
+/// another environment serves the newer version (`apply::shared_writes`: rewriting them would
+/// change what that environment serves) and otherwise writes this version's rows back, so the
+/// environment never serves the other query's rows as this version's.
+///
+/// # Errors
+/// A state store failure reading a snapshot or a ledger.
+pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::state::SnapshotIndex, plan: &mut Plan) -> Result<(), StateError> {
+    let switching: Vec<usize> = plan
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| {
+            a.kind == "incremental_by_time_range"
+                && !a.build
+                && a.reused_from.is_none()
+                && a.physical.as_deref().is_some_and(|p| !p.is_empty())
+                && !matches!(a.change, super::Change::Removed | super::Change::Unchanged | super::Change::Metadata)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if switching.is_empty() {
+        return Ok(());
+    }
+    // The other versions on each switching version's table (nearly always none: one read of
+    // the index, already in memory).
+    let wanted: HashMap<(String, &str), usize> =
+        switching.iter().map(|&i| ((plan.actions[i].name.to_string(), plan.actions[i].physical.as_deref().unwrap_or_default()), i)).collect();
+    let mut others: HashMap<usize, Vec<String>> = HashMap::new();
+    for ((name, fp), (physical, _)) in index {
+        if let Some(&i) = wanted.get(&(name.clone(), physical.as_str()))
+            && plan.actions[i].fingerprint.as_str() != fp
+        {
+            others.entry(i).or_default().push(fp.clone());
+        }
+    }
+    for (i, fps) in others {
+        let name = plan.actions[i].name.to_string();
+        let Some(own) = state.snapshot(&name, plan.actions[i].fingerprint.as_str())? else { continue };
+        let Some(t) = project.dag.get(&plan.actions[i].name).and_then(|m| m.kind.time_range()) else { continue };
+        let mut mine = None;
+        let mut stale: BTreeSet<Interval> = BTreeSet::new();
+        for fp in fps {
+            let Some(theirs) = state.snapshot(&name, &fp)? else { continue };
+            if theirs.canonical == own.canonical || theirs.created_at <= own.created_at {
+                continue;
+            }
+            if mine.is_none() {
+                mine = Some(state.done_ledger(&name, plan.actions[i].fingerprint.as_str())?);
+            }
+            let mine = mine.as_ref().expect("read above");
+            for (start, (end, written)) in state.done_ledger(&name, &fp)? {
+                if mine.get(&start).is_some_and(|&(_, w)| w < written) {
+                    stale.extend(Interval::new(start, end).split(t.grain));
+                }
+            }
+        }
+        let action = &mut plan.actions[i];
+        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
+        let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i)).collect();
+        if added.is_empty() {
+            continue;
+        }
+        add_to_backfill(action, computed, &added);
+        let own_name = action.name.clone();
+        note(action, added, [own_name]);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())

@@ -303,6 +303,16 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The write fails (none is recorded), or the fence lease was lost.
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError>;
 
+    /// Records every done interval of `(name, from)` as done for `(name, to)` too, each with the
+    /// time it was written (`from`'s row's, not now: a version inheriting a table by indirect
+    /// reuse or a forward-only change did not write those intervals, and
+    /// `plan::recompute::taken_over` tells what another query wrote by these times), in one
+    /// transaction that moves `to`'s data generation (at `now`) when it copied any.
+    ///
+    /// # Errors
+    /// The write fails (none is recorded), or the fence lease was lost.
+    fn inherit_done(&self, name: &str, from: &str, to: &str, now: Millis) -> Result<(), StateError>;
+
     /// Records that `(name, fp)`, a model `run` refreshes whole on its `cron` (`full`, unique-key,
     /// partition, SCD type 2), was refreshed for the cron tick `tick`
     /// ([`crate::core::cron::last_tick`]): one done ledger row per version, `[epoch, tick)`,

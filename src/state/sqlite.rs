@@ -1141,6 +1141,27 @@ impl StateStore for SqliteStore {
     ///
     /// # Errors
     /// [`StateError::Backend`] if a write fails; then none of `intervals` is recorded.
+    fn inherit_done(&self, name: &str, from: &str, to: &str, now: Millis) -> Result<(), StateError> {
+        self.run(
+            || format!("record the done intervals of `{name}` `{from}` as `{to}`'s"),
+            || {
+                self.write(|tx| {
+                    let copied = tx.execute(
+                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) \
+                         SELECT name, ?3, start_ts, end_ts, 'done', updated_at FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done' \
+                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET \
+                         end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
+                        params![name, from, to],
+                    )?;
+                    if copied > 0 {
+                        bump_data_generation(tx, name, to, &to_iso(now))?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError> {
         if intervals.is_empty() {
             return Ok(());

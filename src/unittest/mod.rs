@@ -14,7 +14,8 @@
 //!    in-memory DuckDB: the schema contract first (names, order, type families, as `apply`
 //!    checks it), then the rows. A time-range model's rows are filtered to `[start, end)` on its
 //!    time column, exactly as `apply` inserts them;
-//! 4. compares the returned rows, cast to the declared types, with the expected rows: as
+//! 4. compares the returned rows, cast to the declared types (a value such a cast would cut or
+//!    round as the query returns it: what a build stores), with the expected rows: as
 //!    multisets by default (NULL equals NULL), position by position with `ordered = true`.
 //!
 //! Nothing touches the project's database or state store.
@@ -375,7 +376,7 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     let from = format!("FROM (\n{sql}\n) AS _efmesh_q{filter}");
 
     // 1. The schema contract, as apply checks it.
-    match engine.describe(&format!("{with}SELECT * {from}")) {
+    let described = match engine.describe(&format!("{with}SELECT * {from}")) {
         Err(e) => return result.error(vec![format!("the query does not run over the fixtures: {}", first_line(&e.message))]),
         Ok(described) => {
             let broken = contract::compare(&model.schema, &described);
@@ -384,12 +385,37 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
                 result.problems = broken.into_iter().map(|p| format!("schema contract: {p}")).collect();
                 return result;
             }
+            described
         }
-    }
+    };
 
-    // 2. The rows, cast to the declared types and rendered as text on both sides.
-    let as_text = |c: &Column| format!("CAST(CAST({} AS {}) AS VARCHAR)", quote_ident(&c.name), c.ty);
-    let projection: Vec<String> = columns.iter().map(|c| as_text(c)).collect();
+    // 2. The rows, rendered as text on both sides, each value cast to the declared type as
+    // before — unless that cast would change it: the contract compares type families only, so
+    // a build stores what the query returns, and a value a declared `varchar(1)`, `decimal(10,1)`
+    // or `real` would cut or round is compared as the query returns it (the table holds that).
+    // The expected values are typed as the query's columns first.
+    let typed: Vec<Column> =
+        columns.iter().map(|c| Column { name: c.name.clone(), ty: contract::column_type(&described, &c.name, &c.ty).to_string() }).collect();
+    let as_text = |c: &Column, query_ty: &str| {
+        let x = quote_ident(&c.name);
+        let declared = format!("CAST({x} AS {})", c.ty);
+        use crate::core::TypeFamily;
+        let family = TypeFamily::of(query_ty);
+        if !matches!(family, TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) || query_ty.eq_ignore_ascii_case(&c.ty) {
+            return format!("CAST({declared} AS VARCHAR)");
+        }
+        // As the query returns it; a number as a double when that keeps it exactly (an
+        // unconstrained Postgres `numeric` prints the scale its computation left: 0.2500…).
+        let raw = if family == TypeFamily::Numeric {
+            format!(
+                "CASE WHEN CAST(CAST({x} AS DOUBLE PRECISION) AS {query_ty}) = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END"
+            )
+        } else {
+            format!("CAST({x} AS VARCHAR)")
+        };
+        format!("CASE WHEN CAST({declared} AS {query_ty}) IS NOT DISTINCT FROM {x} THEN CAST({declared} AS VARCHAR) ELSE {raw} END")
+    };
+    let projection: Vec<String> = columns.iter().zip(&typed).map(|(c, t)| as_text(c, &t.ty)).collect();
     let actual: Vec<TextRow> = match engine.query(&format!("{with}SELECT {} {from}", projection.join(", "))) {
         Ok(rows) => rows,
         Err(e) => return result.error(vec![format!("the query failed over the fixtures: {}", first_line(&e.message))]),
@@ -397,8 +423,8 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     let expected: Vec<TextRow> = if test.expect.is_empty() {
         Vec::new()
     } else {
-        let rel = fixture::relation(&columns, &test.expect);
-        let projection: Vec<String> = columns.iter().map(|c| format!("CAST({} AS VARCHAR)", quote_ident(&c.name))).collect();
+        let typed_refs: Vec<&Column> = typed.iter().collect();
+        let rel = fixture::relation(&typed_refs, &test.expect);
         match engine.query(&format!("SELECT {} FROM ({rel}) AS _e", projection.join(", "))) {
             Ok(rows) => rows,
             Err(e) => return result.error(vec![format!("the expected rows cannot be typed: {}", first_line(&e.message))]),

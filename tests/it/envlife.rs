@@ -139,8 +139,13 @@ fn invalidate_expires_an_environment_now_the_janitor_drops_it_and_an_apply_befor
     let untouched = at(&mut p, now + 365 * DAY, &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
     assert!(untouched["environments"].as_array().unwrap().is_empty(), "without a ttl nothing expires: {untouched:#}");
 
-    let v = p.run(&["invalidate", "dev", "--json"]).expect_code(0).json();
+    // At a `--now` a year ahead: the journal records the real instant (docs/cli.md), never `--now`.
+    let v = at(&mut p, now + 365 * DAY, &["invalidate", "dev", "--json"]).expect_code(0).json();
     assert_eq!((v["env"].as_str(), v["invalidated"].as_bool(), v["models"].as_u64()), (Some("dev"), Some(true), Some(2)), "{v:#}");
+    let stamped = v["invalidatedAt"].as_str().unwrap_or_default().to_string();
+    assert!(stamped >= to_iso(now) && stamped < to_iso(now + DAY), "stamped with `--now`, not the clock: {v:#}");
+    let status = at(&mut p, now + 365 * DAY, &["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["expiry"]["expiresAt"].as_str(), Some(stamped.as_str()), "{status:#}");
     let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     assert_eq!((status["expiry"]["expired"].clone(), status["expiry"]["reason"].clone()), (Value::Bool(true), Value::from("invalidated")), "{status:#}");
     assert!(status["lastPlan"]["summary"].get("event").is_none(), "the last plan is the last promotion, not the invalidation: {status:#}");

@@ -31,12 +31,15 @@ crate::on_every_engine!(
     a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history,
     a_carry_over_whose_source_table_is_gone_fails_before_building_anything,
     a_changed_key_is_never_offered_forward_only,
+    a_forward_only_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
+    a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
 );
 
 const T1: &str = "2026-02-10T00:00:00Z";
 const T2: &str = "2026-02-11T08:30:00Z";
 const T3: &str = "2026-02-12T00:00:00Z";
 const T4: &str = "2026-02-13T00:00:00Z";
+const T5: &str = "2026-02-14T00:00:00Z";
 
 /// How the SQL renders those instants.
 fn ts(iso: &str) -> String {
@@ -803,4 +806,68 @@ fn a_changed_key_is_never_offered_forward_only(engine: EngineBackend) {
     let r = p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]);
     r.expect_code(1);
     assert!(r.stderr.contains("its kind changed"), "{}", r.stderr);
+}
+
+/// Rows of `env`'s view of `m.assign` and those whose `share` is exactly a quarter of the patient
+/// (what the query gives, not rounded to the declared `decimal(10,1)`), and the versions recorded.
+fn shares(p: &Project, env: &str, column: &str) -> (String, String) {
+    let view = env_view(env, "m.assign");
+    let rows = p.query(&format!("SELECT CAST(count(*) AS VARCHAR), CAST(count(*) FILTER (WHERE {column} * 4 = patient) AS VARCHAR) FROM {view}"));
+    (rows[0][0].clone().unwrap_or_default(), rows[0][1].clone().unwrap_or_default())
+}
+
+fn a_forward_only_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more(engine: EngineBackend) {
+    // The table a build creates has the query's types (the contract compares families): a column
+    // added with the declared `decimal(10,1)` stored 0.25 as 0.3, and every later reconcile saw
+    // 0.25 ≠ 0.3 — a new version of every key at every run.
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    project_with_history(&mut p, false);
+    p.now = T3.into();
+    let edited = models("").replace("kind = kind.full()", "kind = kind.view()").replace(
+        r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+        r#"{ "doctor", "varchar" }, { "share", "decimal(10,1)" } },
+  query = "SELECT patient, dept, doctor, CAST(patient AS DECIMAL(10,2)) / 4 AS share FROM " .. ref(src),"#,
+    );
+    p.write("models/m.lua", &edited);
+    p.run(&["apply", "dev", "--yes", "--forward-only", "m.assign"]).expect_code(0);
+    // 3 rows (patient 1's closed and open versions, patient 2's), share NULL.
+    assert_eq!(shares(&p, "dev", "share"), ("3".to_string(), "0".to_string()));
+    // T4: the new column's values are a change of each open version (recorded once).
+    p.now = T4.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(shares(&p, "dev", "share"), ("5".to_string(), "2".to_string()), "the values as the query gives them (0.25, 0.5)");
+    // T5: nothing changed in the source: nothing recorded.
+    p.now = T5.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(shares(&p, "dev", "share"), ("5".to_string(), "2".to_string()), "a run over unchanged rows opened versions");
+}
+
+fn a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more(engine: EngineBackend) {
+    // A declared rename carries every row over, each value cast: to the query's type, so 0.25
+    // stays 0.25 (cast to the declared `decimal(10,1)` it became 0.3, and every run then
+    // recorded a change).
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    let with = |column: &str, renamed: &str| {
+        models(renamed).replace("kind = kind.full()", "kind = kind.view()").replace(
+            r#"{ "doctor", "varchar" } },
+  query = "SELECT patient, dept, doctor FROM " .. ref(src),"#,
+            &format!(
+                r#"{{ "doctor", "varchar" }}, {{ "{column}", "decimal(10,1)" }} }},
+  query = "SELECT patient, dept, doctor, CAST(patient AS DECIMAL(10,2)) / 4 AS {column} FROM " .. ref(src),"#
+            ),
+        )
+    };
+    p.write("models/m.lua", &with("share", ""));
+    p.apply("dev");
+    assert_eq!(shares(&p, "dev", "share"), ("2".to_string(), "2".to_string()));
+    p.now = T2.into();
+    p.write("models/m.lua", &with("quarter", r#", renamed = { share = "quarter" }"#));
+    p.apply("dev");
+    assert_eq!(shares(&p, "dev", "quarter"), ("2".to_string(), "2".to_string()), "carried over with the query's values");
+    p.now = T3.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    p.now = T4.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(shares(&p, "dev", "quarter"), ("2".to_string(), "2".to_string()), "runs over unchanged rows opened versions");
 }

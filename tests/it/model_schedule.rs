@@ -386,6 +386,7 @@ fn unique_key_model_on_a_daily_cron_is_refreshed_once_per_tick(engine: EngineBac
     assert_eq!((refresh(&st, "s.seen")["due"].as_bool(), refresh(&st, "s.seen")["dueSince"].as_str()), (Some(true), Some("2026-03-03T00:00:00.000Z")));
     let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
     assert!(text.contains("s.seen  refresh due: its cron `@daily` ticked at 2026-03-03T00:00:00.000Z"), "{text}");
+    assert!(!text.contains("`full` table"), "a unique-key model is not a shared `full` table: {text}");
     let (_, processed, _) = run_at(&mut p, "prod", "2026-03-03T00:20:00Z");
     assert_eq!(processed, vec!["s.hours".to_string(), "s.seen".to_string()]);
     assert_eq!(seen(&p, "prod"), "48");

@@ -119,3 +119,82 @@ fn an_scd_history_dev_would_reconcile_from_its_own_parents_is_left_to_prod_outsi
     p.apply("prod");
     p.run(&["run", "dev"]).expect_code(0);
 }
+
+/// [`models`] without the SCD models, `t.daily`'s sum plus `plus` (a query edit) and its `start`.
+fn daily_models(plus: &str, start: &str) -> String {
+    models(false, false).replace("CAST(sum(v) AS BIGINT) AS total", &format!("CAST(sum(v){plus} AS BIGINT) AS total")).replace(
+        r#"name = "t.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" }"#,
+        &format!(r#"name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "{start}" }}"#),
+    )
+}
+
+#[test]
+fn a_promotion_onto_a_table_a_forward_only_change_took_over_in_another_environment_is_refused() {
+    // dev's forward-only change keeps the version's table (nobody else served it); prod then
+    // promoted the old version onto that same table: a view swap, and dev's runs wrote dev's
+    // query's rows into what prod served.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("t.daily") && r.stderr.contains("taken over by the newer version") && r.stderr.contains("`dev` serves"), "{}", r.stderr);
+    assert!(r.stderr.contains("`prod` would serve, as this version's, the rows `dev`'s query writes there"), "{}", r.stderr);
+    assert!(p.state().env_pointers("prod").unwrap().is_empty(), "prod was promoted");
+}
+
+#[test]
+fn undoing_a_forward_only_change_recomputes_the_intervals_its_query_wrote_and_no_others() {
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    // The forward-only version recomputes the 1st (restated) and computes the 3rd.
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    let daily = |p: &Project| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view("dev", "t.daily")));
+    let values = |v: &[&str]| v.iter().map(|x| vec![Some(x.to_string())]).collect::<Vec<_>>();
+    assert_eq!(daily(&p), values(&["2", "2", "5"]), "the forward-only query's rows for the 1st and 3rd");
+    // Undone: the old version's 1st holds the other query's row (its 2nd was inherited, never
+    // rewritten; its 3rd it never computed).
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let plan = p.plan("dev");
+    let a = action(&plan, "t.daily");
+    assert_eq!((a["intervals"].clone(), a["recompute"]["intervals"].clone()), (serde_json::json!(2), serde_json::json!(1)), "{plan:#}");
+    p.apply("dev");
+    assert_eq!(daily(&p), values(&["1", "2", "4"]), "the old version's rows again");
+}
+
+#[test]
+fn a_version_holding_intervals_outside_the_bounds_an_environment_declares_is_said_so_by_the_plan() {
+    // dev moves `start` a day earlier (a metadata change: the 31st goes into the version's one
+    // table); prod promotes the same version with the original start: its view serves the 31st
+    // too (as after moving `start` later), and the plan says so.
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2025-12-31 10:00', 7)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2025-12-31"));
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let plan = p.plan("prod");
+    let o = &action(&plan, "t.daily")["outsideBounds"];
+    assert_eq!(
+        (o["intervals"].clone(), o["range"]["start"].clone(), o["range"]["end"].clone()),
+        (serde_json::json!(1), serde_json::json!("2025-12-31T00:00:00.000Z"), serde_json::json!("2026-01-01T00:00:00.000Z")),
+        "{plan:#}"
+    );
+    let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains("its table holds 1 done interval in [2025-12-31T00:00:00.000Z, 2026-01-01T00:00:00.000Z) outside its `start`/`end` here"), "{text}");
+    assert!(action(&p.plan("dev"), "t.child").get("outsideBounds").is_none(), "t.child computed nothing outside its bounds");
+}

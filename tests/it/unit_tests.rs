@@ -19,6 +19,7 @@ on_every_engine!(
     a_failing_test_exits_1_with_an_aligned_row_diff,
     rhai_test_files_mirror_lua,
     tests_are_selected_by_name_or_model,
+    rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_types,
 );
 
 const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
@@ -521,4 +522,39 @@ define_test { name = "first_day", model = "s.running", vars = { start = "2026-01
     let v = p.run(&["test", "--json"]).expect_code(0).json();
     assert_eq!(entry(&v, "with_yesterday")["status"], "passed", "{v:#}");
     assert_eq!(entry(&v, "first_day")["status"], "passed", "{v:#}");
+}
+
+fn rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_types(engine: EngineBackend) {
+    // The contract compares type families only, so a build stores what the query returns:
+    // 'Yes' in a column declared `varchar(1)` (Postgres cuts a cast to `varchar(1)` to 'Y'),
+    // 0.25 in one declared `decimal(10,1)` (a cast rounds it to 0.3). A test comparing after
+    // such casts passed while the table served other values.
+    let p = project(engine);
+    p.write(
+        "models/flags.lua",
+        r#"define_model {
+  name = "mart.flags", kind = kind.full(),
+  schema = { { "customer", "varchar" }, { "flag", "varchar(1)" }, { "share", "decimal(10,1)" } },
+  query = "SELECT customer, CASE WHEN region = 'north' THEN 'Yes' ELSE 'No' END AS flag, CAST(1 AS DECIMAL(10,2)) / 4 AS share FROM " .. ref("raw.customers"),
+}
+"#,
+    );
+    let test = |flag: &str, share: &str| {
+        format!(
+            r#"define_test {{
+  name = "flags", model = "mart.flags",
+  inputs = {{ ["raw.customers"] = {{ {{ customer = "ann", region = "north", since = "2024-01-01" }} }} }},
+  expect = {{ {{ customer = "ann", flag = "{flag}", share = {share} }} }},
+}}
+"#
+        )
+    };
+    p.write("tests/flags.lua", &test("Y", "0.3"));
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "flags")["status"], "failed", "{v:#}");
+    p.write("tests/flags.lua", &test("Yes", "0.3"));
+    assert_eq!(entry(&p.run(&["test", "--json"]).expect_code(1).json(), "flags")["status"], "failed", "0.25 compared as 0.3");
+    p.write("tests/flags.lua", &test("Yes", "0.25"));
+    let v = p.run(&["test", "--json"]).expect_code(0).json();
+    assert_eq!(entry(&v, "flags")["status"], "passed", "{v:#}");
 }
