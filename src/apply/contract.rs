@@ -177,12 +177,15 @@ pub fn query_columns(
     }
 }
 
-/// A type to create column `name` with: the query's own (`described`), else the declared one.
-/// Postgres describes `bpchar` without its length as `CHAR`, which would mean `char(1)`: the
-/// declared type then.
+/// A type to create column `name` with: the query's own (`described`) when it is a built-in
+/// scalar type, else the declared one. Postgres describes `bpchar` without its length as `CHAR`,
+/// which would mean `char(1)`: the declared type then.
 pub fn column_type<'a>(described: &'a [DescribedColumn], name: &str, declared: &'a str) -> &'a str {
+    // Only built-in scalar types: Postgres names another type (an enum, a domain) without its
+    // schema, which would not resolve; DuckDB spells an enum with its values.
+    let scalar = |ty: &str| matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal | TypeFamily::Boolean);
     match described.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
-        Some(c) if !c.ty.is_empty() && !c.ty.eq_ignore_ascii_case("CHAR") => &c.ty,
+        Some(c) if scalar(&c.ty) && !c.ty.eq_ignore_ascii_case("CHAR") => &c.ty,
         _ => declared,
     }
 }
@@ -228,6 +231,16 @@ fn first_line(s: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_column_is_created_with_the_querys_built_in_scalar_type_else_the_declared_one() {
+        let described = vec![desc("share", "DECIMAL(11,2)"), desc("mood", "MOOD"), desc("flag", "CHAR"), desc("tags", "VARCHAR[]")];
+        assert_eq!(column_type(&described, "share", "decimal(10,1)"), "DECIMAL(11,2)");
+        assert_eq!(column_type(&described, "mood", "app.mood"), "app.mood", "a Postgres user type is named without its schema");
+        assert_eq!(column_type(&described, "flag", "char(3)"), "char(3)", "Postgres's `CHAR` would mean char(1)");
+        assert_eq!(column_type(&described, "tags", "varchar[]"), "varchar[]");
+        assert_eq!(column_type(&described, "absent", "bigint"), "bigint");
+    }
     use super::*;
     use crate::core::Column;
 

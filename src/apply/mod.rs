@@ -812,7 +812,8 @@ fn read_sources(
 /// forward-only change kept, or `prod` applying a version whose table `dev`'s forward-only change
 /// took over). So an `apply` or `run` that would backfill or reconcile version V into a table
 /// that version W also records, or an `apply` pointing its environment at V (anew or back: it
-/// would serve, as V's, what W's query writes there from then on), is refused — before any write, exit 1, naming the model, W and
+/// would serve, as V's, what W's query writes there from then on — whichever of V and W is
+/// older), is refused — before any write, exit 1, naming the model, W and
 /// the environment serving it — when another environment serves W, W's query differs from V's
 /// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
 /// recorded after V (a version new in this plan is the newest). (Outside `prod`, an SCD type 2,
@@ -855,9 +856,14 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         }
         // A version this plan creates is the newest of its table.
         let Some(own) = state.snapshot(&name, a.fingerprint.as_str())? else { continue };
+        // Pointed at anew or back, it must be the only query served on its table, whichever
+        // version is older: two environments serving two queries on one table arise only from
+        // `prod`'s own forward-only change (the older one's writes refused below).
+        let switching = switches(a);
         for fp in &others {
             let Some(theirs) = state.snapshot(&name, fp)? else { continue };
-            if theirs.canonical == own.canonical || theirs.created_at <= own.created_at {
+            let newer = theirs.created_at > own.created_at;
+            if theirs.canonical == own.canonical || !(newer || switching) {
                 continue;
             }
             // Which environment serves it, for the message.
@@ -879,8 +885,9 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
                 model: a.name.clone(),
                 location: model.location.clone(),
                 message: format!(
-                    "its table {physical} was taken over by the newer version {} that `{other}` serves (a forward-only change, another query): {what}; nothing was done\n  \
+                    "its table {physical} {} {} that `{other}` serves (a forward-only change, another query): {what}; nothing was done\n  \
                      hint: apply `{}` from the project `{other}` serves (it then serves that version too), or apply `{other}` without that change, or invalidate one of them",
+                    if newer { "was taken over by the newer version" } else { "is also the table of version" },
                     &fp[..12.min(fp.len())],
                     plan.env
                 ),

@@ -402,6 +402,14 @@ pub fn parse_instant(s: &str) -> Result<Millis, String> {
     {
         return Ok(ts.as_millisecond());
     }
+    // A calendar date or time that parses but is no instant: past the range of timestamps.
+    if s.parse::<jiff::civil::DateTime>().is_ok() || s.parse::<jiff::civil::Date>().is_ok() {
+        return Err(format!(
+            "`{s}` is out of the range of instants efmesh handles ({} to {})",
+            jiff::Timestamp::MIN.strftime("%Y-%m-%d"),
+            jiff::Timestamp::MAX.strftime("%Y-%m-%d %H:%M:%S UTC")
+        ));
+    }
     Err(format!("`{s}` is not a date or timestamp (use `YYYY-MM-DD`, `YYYY-MM-DD HH:MM:SS` in UTC, or RFC 3339)"))
 }
 
@@ -438,6 +446,14 @@ pub fn now_millis() -> Millis {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_date_past_the_range_of_instants_is_named_as_such_not_as_no_date() {
+        let e = parse_instant("9999-12-31").unwrap_err();
+        assert!(e.contains("out of the range of instants"), "{e}");
+        assert!(parse_instant("2026-13-01").unwrap_err().contains("is not a date or timestamp"));
+        assert!(parse_instant("9999-12-30").is_ok());
+    }
     use super::*;
 
     const DAY: i64 = 86_400_000;

@@ -108,6 +108,8 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
             let mine: Vec<Interval> = match &action.recompute {
                 // Its own rewrites: what its action computes besides what it recomputes for
                 // models upstream.
+                // (Those [`taken_over`] added are its own rewrites: it names itself.)
+                Some(r) if r.because.contains(&action.name) => before,
                 Some(r) => before.iter().flat_map(|b| b.split(t.grain)).filter(|i| r.added.binary_search(i).is_err()).collect(),
                 None => before,
             };
@@ -198,10 +200,11 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
 }
 
 /// A time-range version an environment points at anew (a first promotion too) may share its
-/// table with a newer version of the model over another query: a forward-only change that kept
+/// table with another version of the model over another query: a forward-only change that kept
 /// the table, applied in another environment (made while nobody else served the table) or
-/// undone since in this one. Every interval that version wrote after this version's own write of
-/// it holds the other query's rows (a forward-only version's inherited ledger counts as written
+/// undone since in this one, or the older version it kept the table of, written again since.
+/// Every interval that version wrote after this version's own write of it holds the other
+/// query's rows (a forward-only version's inherited ledger counts as written
 /// when it was inherited: the whole overlap, at worst). This version's done intervals among them
 /// join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
 /// another environment serves the newer version (`apply::shared_writes`: rewriting them would
@@ -247,7 +250,9 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
         let mut stale: BTreeSet<Interval> = BTreeSet::new();
         for fp in fps {
             let Some(theirs) = state.snapshot(&name, &fp)? else { continue };
-            if theirs.canonical == own.canonical || theirs.created_at <= own.created_at {
+            // Any other query, older or newer: a version undone and pointed at again writes
+            // its own rows there too (an inherited ledger keeps the times of what it inherited).
+            if theirs.canonical == own.canonical {
                 continue;
             }
             if mine.is_none() {

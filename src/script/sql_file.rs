@@ -305,10 +305,12 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     // Statements before the query are pre-statements, after it post-statements (sqlmesh's layout).
     let line_of = |off: usize| body_line0 + written[..source_map.input_offset(off).min(written.len())].matches('\n').count() + 1;
     let expanded: &str = &query;
+    let mut body_refused = false;
     let (query, pre, post) = match split_body(expanded) {
         Ok(parts) => parts,
         Err((off, msg)) => {
             errors.push(LoadError::new(Some(at(line_of(off))), model_name.clone(), msg));
+            body_refused = true;
             ((0, ""), Vec::new(), Vec::new())
         }
     };
@@ -320,7 +322,8 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
         std::iter::once(0).chain(query.match_indices('\n').map(|(i, _)| i + 1)).map(|l| u32::try_from(line_of(start + l)).unwrap_or(u32::MAX)).collect()
     };
     let query = if query.is_empty() && is_external { None } else { Some(query) };
-    if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() && !header.is_empty() {
+    // (A body refused above has its own error: not "no query" as well.)
+    if query.is_some_and(str::is_empty) && pre.is_empty() && post.is_empty() && !header.is_empty() && !body_refused {
         errors.push(LoadError::new(Some(location.clone()), model_name.clone(), "the file has a header but no query"));
     }
     for (key, list) in [("pre_statements", &pre), ("post_statements", &post)] {
@@ -789,6 +792,15 @@ mod tests {
         assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["missing header `-- name: <schema>.<table>`"]);
         let errs = p("-- name: a.b\n-- kind: full\n-- schema: x int\n").unwrap_err();
         assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["the file has a header but no query"]);
+    }
+
+    #[test]
+    fn two_queries_in_a_body_are_one_error_not_also_no_query() {
+        let text = "-- name: s.m\n-- kind: full\n-- schema: a integer\nSELECT 1 AS a; SELECT 2 AS a\n";
+        let errs = p(text).unwrap_err();
+        let messages: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].starts_with("a second query in the body"), "{messages:?}");
     }
 
     #[test]

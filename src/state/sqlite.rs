@@ -1134,13 +1134,6 @@ impl StateStore for SqliteStore {
         )
     }
 
-    /// Records `intervals` (half-open UTC ranges) of snapshot `(name, fp)` with `status`,
-    /// `updated_at = now`, in one transaction. A row with the same `(name, fp, start)` is
-    /// replaced (its end, status and `updated_at`), so a failed interval later done reads as
-    /// done. An empty slice writes nothing.
-    ///
-    /// # Errors
-    /// [`StateError::Backend`] if a write fails; then none of `intervals` is recorded.
     fn inherit_done(&self, name: &str, from: &str, to: &str, now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the done intervals of `{name}` `{from}` as `{to}`'s"),
@@ -1162,6 +1155,13 @@ impl StateStore for SqliteStore {
         )
     }
 
+    /// Records `intervals` (half-open UTC ranges) of snapshot `(name, fp)` with `status`,
+    /// `updated_at = now`, in one transaction. A row with the same `(name, fp, start)` is
+    /// replaced (its end, status and `updated_at`), so a failed interval later done reads as
+    /// done. An empty slice writes nothing.
+    ///
+    /// # Errors
+    /// [`StateError::Backend`] if a write fails; then none of `intervals` is recorded.
     fn mark_intervals(&self, name: &str, fp: &str, intervals: &[Interval], status: IntervalStatus, now: Millis) -> Result<(), StateError> {
         if intervals.is_empty() {
             return Ok(());

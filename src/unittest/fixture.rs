@@ -36,8 +36,15 @@ pub fn typed(v: &Value, ty: &str) -> String {
 }
 
 /// Why a value cannot fit a column without asking the engine: a number with a fraction for an
-/// integer column (an engine cast would round it silently).
+/// integer column (an engine cast would round it silently); a list or table for a scalar column
+/// (DuckDB casts `[1, 2]` to the text `'[1, 2]'` without a word).
 pub fn refuse_without_engine(v: &Value, ty: &str) -> Option<String> {
+    if matches!(v, Value::Array(_) | Value::Object(_))
+        && matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Boolean | TypeFamily::Temporal)
+    {
+        let what = if matches!(v, Value::Array(_)) { "a list" } else { "a table of fields" };
+        return Some(format!("{what} is not a value of the scalar type `{ty}`"));
+    }
     let Value::Number(n) = v else { return None };
     let integer = TypeFamily::of(ty) == TypeFamily::Numeric && {
         let base = ty.trim().to_ascii_uppercase();
@@ -114,6 +121,14 @@ impl Resolver for FixtureResolver<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_list_or_table_for_a_scalar_column_is_refused_not_cast_to_text() {
+        assert_eq!(refuse_without_engine(&serde_json::json!([1, 2]), "varchar").as_deref(), Some("a list is not a value of the scalar type `varchar`"));
+        assert!(refuse_without_engine(&serde_json::json!({"a": 1}), "bigint").is_some());
+        assert_eq!(refuse_without_engine(&serde_json::json!([1, 2]), "integer[]"), None);
+        assert_eq!(refuse_without_engine(&serde_json::json!("x"), "varchar"), None);
+    }
     use super::*;
     use serde_json::json;
 

@@ -393,29 +393,42 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     // before — unless that cast would change it: the contract compares type families only, so
     // a build stores what the query returns, and a value a declared `varchar(1)`, `decimal(10,1)`
     // or `real` would cut or round is compared as the query returns it (the table holds that).
-    // The expected values are typed as the query's columns first.
-    let typed: Vec<Column> =
-        columns.iter().map(|c| Column { name: c.name.clone(), ty: contract::column_type(&described, &c.name, &c.ty).to_string() }).collect();
-    let as_text = |c: &Column, query_ty: &str| {
-        let x = quote_ident(&c.name);
-        let declared = format!("CAST({x} AS {})", c.ty);
+    // An expected value is read both ways: in the declared type, and in the query's, whose form
+    // decides which one is compared (so a query type narrower than the declared one never
+    // rounds an expected value into agreement).
+    let query_types: Vec<String> = columns.iter().map(|c| contract::column_type(&described, &c.name, &c.ty).to_string()).collect();
+    let differs = |c: &Column, q: &str| {
         use crate::core::TypeFamily;
-        let family = TypeFamily::of(query_ty);
-        if !matches!(family, TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) || query_ty.eq_ignore_ascii_case(&c.ty) {
-            return format!("CAST({declared} AS VARCHAR)");
-        }
-        // As the query returns it; a number as a double when that keeps it exactly (an
-        // unconstrained Postgres `numeric` prints the scale its computation left: 0.2500…).
-        let raw = if family == TypeFamily::Numeric {
+        matches!(TypeFamily::of(q), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) && !q.eq_ignore_ascii_case(&c.ty)
+    };
+    // The text of `x` (of the query's type `q`) as the query returns it: a number as a double
+    // when that keeps it exactly (an unconstrained Postgres `numeric` prints the scale its
+    // computation left: 0.2500…).
+    let raw = |x: &str, q: &str| {
+        if crate::core::TypeFamily::of(q) == crate::core::TypeFamily::Numeric {
             format!(
-                "CASE WHEN CAST(CAST({x} AS DOUBLE PRECISION) AS {query_ty}) = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END"
+                "CASE WHEN CAST(CAST({x} AS DOUBLE PRECISION) AS {q}) = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END"
             )
         } else {
             format!("CAST({x} AS VARCHAR)")
-        };
-        format!("CASE WHEN CAST({declared} AS {query_ty}) IS NOT DISTINCT FROM {x} THEN CAST({declared} AS VARCHAR) ELSE {raw} END")
+        }
     };
-    let projection: Vec<String> = columns.iter().zip(&typed).map(|(c, t)| as_text(c, &t.ty)).collect();
+    // `x` in the query's type, `declared` the same value in the declared type.
+    let key = |c: &Column, q: &str, x: &str, declared: &str| {
+        if differs(c, q) {
+            format!("CASE WHEN CAST(CAST({x} AS {}) AS {q}) IS NOT DISTINCT FROM {x} THEN CAST({declared} AS VARCHAR) ELSE {} END", c.ty, raw(x, q))
+        } else {
+            format!("CAST({declared} AS VARCHAR)")
+        }
+    };
+    let projection: Vec<String> = columns
+        .iter()
+        .zip(&query_types)
+        .map(|(c, q)| {
+            let x = quote_ident(&c.name);
+            key(c, q, &x, &format!("CAST({x} AS {})", c.ty))
+        })
+        .collect();
     let actual: Vec<TextRow> = match engine.query(&format!("{with}SELECT {} {from}", projection.join(", "))) {
         Ok(rows) => rows,
         Err(e) => return result.error(vec![format!("the query failed over the fixtures: {}", first_line(&e.message))]),
@@ -423,8 +436,28 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     let expected: Vec<TextRow> = if test.expect.is_empty() {
         Vec::new()
     } else {
-        let typed_refs: Vec<&Column> = typed.iter().collect();
-        let rel = fixture::relation(&typed_refs, &test.expect);
+        // Each expected column twice: `c` in the query's type, `c` + DECLARED in the declared one.
+        const DECLARED: &str = " (declared, efmesh)";
+        let mut both: Vec<Column> = Vec::with_capacity(columns.len() * 2);
+        for (c, q) in columns.iter().zip(&query_types) {
+            both.push(Column { name: c.name.clone(), ty: q.clone() });
+            both.push(Column { name: format!("{}{DECLARED}", c.name), ty: c.ty.clone() });
+        }
+        let rows: Vec<script::test_spec::Row> = test
+            .expect
+            .iter()
+            .map(|r| {
+                let mut twice = r.clone();
+                for (k, v) in r {
+                    twice.insert(format!("{k}{DECLARED}"), v.clone());
+                }
+                twice
+            })
+            .collect();
+        let both_refs: Vec<&Column> = both.iter().collect();
+        let rel = fixture::relation(&both_refs, &rows);
+        let projection: Vec<String> =
+            columns.iter().zip(&query_types).map(|(c, q)| key(c, q, &quote_ident(&c.name), &quote_ident(&format!("{}{DECLARED}", c.name)))).collect();
         match engine.query(&format!("SELECT {} FROM ({rel}) AS _e", projection.join(", "))) {
             Ok(rows) => rows,
             Err(e) => return result.error(vec![format!("the expected rows cannot be typed: {}", first_line(&e.message))]),

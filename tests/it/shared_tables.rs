@@ -171,6 +171,10 @@ fn undoing_a_forward_only_change_recomputes_the_intervals_its_query_wrote_and_no
     let plan = p.plan("dev");
     let a = action(&plan, "t.daily");
     assert_eq!((a["intervals"].clone(), a["recompute"]["intervals"].clone()), (serde_json::json!(2), serde_json::json!(1)), "{plan:#}");
+    assert_eq!(a["recompute"]["because"], serde_json::json!(["t.daily"]), "{plan:#}");
+    if let Some(because) = action(&plan, "t.child").get("recompute").map(|r| r["because"].clone()) {
+        assert_eq!(because, serde_json::json!(["t.daily"]), "the child names what rewrites its parent's intervals: {plan:#}");
+    }
     p.apply("dev");
     assert_eq!(daily(&p), values(&["1", "2", "4"]), "the old version's rows again");
 }
@@ -197,4 +201,27 @@ fn a_version_holding_intervals_outside_the_bounds_an_environment_declares_is_sai
     let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
     assert!(text.contains("its table holds 1 done interval in [2025-12-31T00:00:00.000Z, 2026-01-01T00:00:00.000Z) outside its `start`/`end` here"), "{text}");
     assert!(action(&p.plan("dev"), "t.child").get("outsideBounds").is_none(), "t.child computed nothing outside its bounds");
+}
+
+#[test]
+fn pointing_an_environment_at_the_older_version_of_a_table_another_environment_serves_is_refused() {
+    // prod's forward-only change, then prod back at the old version (nobody else served the
+    // new one): dev pointing at the newer version would write its query's rows into the table
+    // prod serves (whichever version is older, two queries are never served on one table by
+    // an environment pointed there).
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("t.daily") && r.stderr.contains("is also the table of version") && r.stderr.contains("`prod` serves"), "{}", r.stderr);
+    assert!(p.state().env_pointers("dev").unwrap().is_empty(), "dev was promoted");
 }
