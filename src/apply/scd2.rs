@@ -67,6 +67,7 @@ pub fn reconcile(
 ) -> Result<(ScdStats, Vec<super::audit::AuditResult>), ApplyError> {
     stage(engine, model, query)?;
     let result = (|| {
+        super::upsert::check_fits(engine, model, physical)?;
         check_keys(engine, model, &scd.key)?;
         not_before_history(engine, model, scd, physical, now)?;
         let mut statements = statements(model, scd, physical, now, &stage_relation(engine));

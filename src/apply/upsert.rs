@@ -7,8 +7,9 @@
 //!
 //! 1. the query is evaluated once into a connection-local staging table (`_efmesh_stage`, in the engine's temporary schema)
 //!    holding the declared columns in declared order;
-//! 2. the staged rows are checked: a NULL in any key column, or a key that appears more than
-//!    once, rejects the refresh with [`ApplyError::Rejected`] naming the model (and the row count
+//! 2. the staged rows are checked: a value the existing table's column type would round or cut
+//!    ([`check_fits`]), a NULL in any key column, or a key that appears more than once, rejects
+//!    the refresh with [`ApplyError::Rejected`] naming the model (and the row count
 //!    or a key) — nothing is written, the table keeps its rows;
 //! 3. ONE engine transaction creates the physical table if it is missing (the staged shape, no
 //!    rows), `DELETE`s the rows whose key the query returned and `INSERT`s the staged rows by
@@ -109,6 +110,7 @@ pub fn write(
     let staged = stage(engine, model, query)?;
     let st = stage_relation(engine);
     let result = (|| {
+        check_fits(engine, model, physical)?;
         let matches = match by {
             Match::Key(key) => {
                 check_keys(engine, model, key)?;
@@ -179,6 +181,54 @@ pub(crate) fn drop_stage(engine: &mut dyn Engine) {
     if let Err(e) = engine.execute(&engine.sql().drop_table_if_exists(&stage_relation(engine))) {
         tracing::warn!("cannot drop the staging table: {e}");
     }
+}
+
+/// Rejects staged rows the existing table `physical` cannot hold as the query returns them: a
+/// column the table stores in another type than the query now gives it (a source widened, a
+/// table created from a narrower declared schema for `@this`, a column a forward-only change
+/// added before its type was the query's) whose values that type would round or cut. Written,
+/// such values would be served otherwise than the query returns them, and a key or an SCD type
+/// 2 comparison would see equal rows as different (a new version at every run) or different
+/// keys as one (duplicate keys). Only built-in scalar columns whose types differ by name are
+/// checked (one count each); a table not there yet takes the stage's types.
+pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str) -> Result<(), ApplyError> {
+    use crate::core::TypeFamily;
+    let Ok(stored) = engine.describe(&format!("SELECT * FROM {physical}")) else { return Ok(()) };
+    let st = stage_relation(engine);
+    let staged = engine.describe(&format!("SELECT * FROM {st}")).map_err(|e| build_error(model, e))?;
+    let scalar = |ty: &str| matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal | TypeFamily::Boolean);
+    for column in &staged {
+        let Some(table) = stored.iter().find(|c| c.name.eq_ignore_ascii_case(&column.name)) else { continue };
+        if table.ty.eq_ignore_ascii_case(&column.ty) || !scalar(&table.ty) || !scalar(&column.ty) || table.ty.eq_ignore_ascii_case("CHAR") {
+            continue;
+        }
+        let c = quote_ident(&column.name);
+        let changed = format!("CAST(CAST({c} AS {}) AS {}) IS DISTINCT FROM {c}", table.ty, column.ty);
+        let rows = engine
+            .query(&format!(
+                "SELECT (SELECT count(*) FROM {st} WHERE {changed}), CAST({c} AS VARCHAR), CAST(CAST({c} AS {}) AS VARCHAR) FROM {st} WHERE {changed} LIMIT 1",
+                table.ty
+            ))
+            .map_err(|e| build_error(model, e))?;
+        let n = first_number(&rows);
+        if n == 0 {
+            continue;
+        }
+        let example = rows
+            .first()
+            .and_then(|r| Some(format!(" (e.g. {} → {})", r.get(1).cloned().flatten()?, r.get(2).cloned().flatten().unwrap_or_else(|| "NULL".into()))))
+            .unwrap_or_default();
+        return Err(ApplyError::Rejected {
+            model: model.name.clone(),
+            location: model.location.clone(),
+            message: format!(
+                "column `{}`: the query returns `{}` but the table stores `{}`, which would change {n} of its values{example}: the table would serve other values than the query's, and compare changed rows as equal or equal ones as changed; nothing was written\n  \
+                 hint: cast the column in the query to `{}`, or give the model a new version (a changed query builds a new table; an SCD type 2 history then needs `--reset-history` or a declared `renamed`)",
+                column.name, column.ty, table.ty, table.ty
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Rejects staged rows with a NULL key column or a key that appears more than once.

@@ -57,6 +57,7 @@ crate::on_every_engine_and_state_backend!(
 );
 
 crate::on_every_engine!(a_composite_key_upserts_from_an_engine_table_changed_between_runs);
+crate::on_every_engine!(values_the_tables_column_type_would_cut_are_refused_not_stored_as_duplicate_keys);
 
 fn row(vals: &[&str]) -> Vec<Option<String>> {
     vals.iter().map(|v| if *v == "NULL" { None } else { Some(v.to_string()) }).collect()
@@ -332,4 +333,27 @@ define_model {
     run.expect_code(1);
     assert!(run.stderr.contains("expression(score >= -100)") && run.stderr.contains("m.hist"), "{}", run.stderr);
     assert_eq!(p.rows(&hist), hist_before, "a blocked reconciliation must leave the table unchanged");
+}
+
+fn values_the_tables_column_type_would_cut_are_refused_not_stored_as_duplicate_keys(engine: EngineBackend) {
+    // A model reading `@this` has its table created from the declared schema: `hr` declared
+    // `date`, the query returning the hour (a timestamp). Stored, 10:00 and 11:00 became the
+    // same date — two rows of one key, more at every run, exit 0. Now refused, naming the column.
+    let p = Project::on_engine(engine);
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.ev (ts TIMESTAMP, v INTEGER)");
+    p.execute_on_engine("INSERT INTO land.ev VALUES (TIMESTAMP '2026-01-04 10:15:00', 1), (TIMESTAMP '2026-01-04 11:15:00', 2)");
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.ev", kind = kind.external { table = "land.ev" }, schema = { { "ts", "timestamp" }, { "v", "integer" } } }
+define_model {
+  name = "u.hourly", kind = kind.incremental_by_unique_key { key = "hr" },
+  schema = { { "hr", "date" }, { "v", "bigint" }, { "seen", "bigint" } },
+  query = "SELECT date_trunc('hour', s.ts) AS hr, CAST(sum(s.v) AS BIGINT) AS v, (SELECT count(*) FROM @this) AS seen FROM " .. ref("raw.ev") .. " AS s GROUP BY 1",
+}
+"#,
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/m.lua:2") && r.stderr.contains("column `hr`") && r.stderr.contains("would change 2 of its values"), "{}", r.stderr);
+    assert!(p.state().env_pointers("dev").unwrap().is_empty(), "dev was promoted");
 }
