@@ -813,10 +813,11 @@ fn read_sources(
 /// took over). So an `apply` or `run` that would backfill or reconcile version V into a table
 /// that version W also records, or an `apply` pointing its environment at V (anew or back: it
 /// would serve, as V's, what W's query writes there from then on — whichever of V and W is
-/// older), is refused — before any write, exit 1, naming the model, W and
+/// older, unless another environment serves V there already), is refused — before any write, exit 1, naming the model, W and
 /// the environment serving it — when another environment serves W, W's query differs from V's
 /// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
-/// recorded after V (a version new in this plan is the newest). (Outside `prod`, an SCD type 2,
+/// recorded after V (a version new in this plan is the newest), or, pointing at V, whatever W's
+/// age. (Outside `prod`, an SCD type 2,
 /// unique-key or partition table `prod` serves through another version over other parent tables
 /// is not refreshed at all: [`crate::plan::work::decide`].)
 ///
@@ -859,7 +860,11 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         // Pointed at anew or back, it must be the only query served on its table, whichever
         // version is older: two environments serving two queries on one table arise only from
         // `prod`'s own forward-only change (the older one's writes refused below).
-        let switching = switches(a);
+        // (Unless another environment serves this version there already: then it is the
+        // table's writer — `prod`'s forward-only change — and the older one's environments are
+        // the ones left behind, whose writes are refused.)
+        let joining = served.get(&(name.clone(), physical.clone())).is_some_and(|fps| fps.contains(a.fingerprint.as_str()));
+        let switching = switches(a) && !joining;
         for fp in &others {
             let Some(theirs) = state.snapshot(&name, fp)? else { continue };
             let newer = theirs.created_at > own.created_at;

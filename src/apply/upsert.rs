@@ -199,7 +199,13 @@ pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str)
     let scalar = |ty: &str| matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal | TypeFamily::Boolean);
     for column in &staged {
         let Some(table) = stored.iter().find(|c| c.name.eq_ignore_ascii_case(&column.name)) else { continue };
-        if table.ty.eq_ignore_ascii_case(&column.ty) || !scalar(&table.ty) || !scalar(&column.ty) || table.ty.eq_ignore_ascii_case("CHAR") {
+        // Postgres describes any `char(n)` as `CHAR`, which as a type would mean `char(1)`.
+        if table.ty.eq_ignore_ascii_case(&column.ty)
+            || !scalar(&table.ty)
+            || !scalar(&column.ty)
+            || table.ty.eq_ignore_ascii_case("CHAR")
+            || column.ty.eq_ignore_ascii_case("CHAR")
+        {
             continue;
         }
         let c = quote_ident(&column.name);
@@ -223,8 +229,8 @@ pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str)
             location: model.location.clone(),
             message: format!(
                 "column `{}`: the query returns `{}` but the table stores `{}`, which would change {n} of its values{example}: the table would serve other values than the query's, and compare changed rows as equal or equal ones as changed; nothing was written\n  \
-                 hint: cast the column in the query to `{}`, or give the model a new version (a changed query builds a new table; an SCD type 2 history then needs `--reset-history` or a declared `renamed`)",
-                column.name, column.ty, table.ty, table.ty
+                 hint: cast the column in the query to `{}`, or declare the type the query returns (`{}`) and give the model a new version (a changed model builds a new table; an SCD type 2 history then needs `--reset-history` or a declared `renamed`)",
+                column.name, column.ty, table.ty, table.ty, column.ty
             ),
         });
     }

@@ -204,8 +204,9 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
 /// the table, applied in another environment (made while nobody else served the table) or
 /// undone since in this one, or the older version it kept the table of, written again since.
 /// Every interval that version wrote after this version's own write of it holds the other
-/// query's rows (a forward-only version's inherited ledger counts as written
-/// when it was inherited: the whole overlap, at worst). This version's done intervals among them
+/// query's rows (an inherited ledger keeps the times its intervals were written,
+/// `StateStore::inherit_done`; one inherited before that was recorded counts as written when it
+/// was inherited: the whole overlap is recomputed, at worst). This version's done intervals among them
 /// join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
 /// another environment serves the newer version (`apply::shared_writes`: rewriting them would
 /// change what that environment serves) and otherwise writes this version's rows back, so the

@@ -393,19 +393,17 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     // before — unless that cast would change it: the contract compares type families only, so
     // a build stores what the query returns, and a value a declared `varchar(1)`, `decimal(10,1)`
     // or `real` would cut or round is compared as the query returns it (the table holds that).
-    // An expected value is read both ways: in the declared type, and in the query's, whose form
-    // decides which one is compared (so a query type narrower than the declared one never
-    // rounds an expected value into agreement).
+    // An expected value is read in the declared type, in the query's (whose form decides which
+    // text is compared) and in a wide type of its family (the text compared when the declared
+    // type would change it: the query's type may round it too).
+    use crate::core::TypeFamily;
     let query_types: Vec<String> = columns.iter().map(|c| contract::column_type(&described, &c.name, &c.ty).to_string()).collect();
-    let differs = |c: &Column, q: &str| {
-        use crate::core::TypeFamily;
-        matches!(TypeFamily::of(q), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) && !q.eq_ignore_ascii_case(&c.ty)
-    };
-    // The text of `x` (of the query's type `q`) as the query returns it: a number as a double
-    // when that keeps it exactly (an unconstrained Postgres `numeric` prints the scale its
-    // computation left: 0.2500…).
+    let differs =
+        |c: &Column, q: &str| matches!(TypeFamily::of(q), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) && !q.eq_ignore_ascii_case(&c.ty);
+    // The text of `x` (of type `q`) as it is: a number as a double when that keeps it exactly
+    // (an unconstrained Postgres `numeric` prints the scale its computation left: 0.2500…).
     let raw = |x: &str, q: &str| {
-        if crate::core::TypeFamily::of(q) == crate::core::TypeFamily::Numeric {
+        if TypeFamily::of(q) == TypeFamily::Numeric {
             format!(
                 "CASE WHEN CAST(CAST({x} AS DOUBLE PRECISION) AS {q}) = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END"
             )
@@ -413,10 +411,10 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
             format!("CAST({x} AS VARCHAR)")
         }
     };
-    // `x` in the query's type, `declared` the same value in the declared type.
-    let key = |c: &Column, q: &str, x: &str, declared: &str| {
+    // `x` in the query's type, `declared` in the declared type, `(wide, its type)` as it is.
+    let key = |c: &Column, q: &str, x: &str, declared: &str, (wide, wide_ty): (&str, &str)| {
         if differs(c, q) {
-            format!("CASE WHEN CAST(CAST({x} AS {}) AS {q}) IS NOT DISTINCT FROM {x} THEN CAST({declared} AS VARCHAR) ELSE {} END", c.ty, raw(x, q))
+            format!("CASE WHEN CAST(CAST({x} AS {}) AS {q}) IS NOT DISTINCT FROM {x} THEN CAST({declared} AS VARCHAR) ELSE {} END", c.ty, raw(wide, wide_ty))
         } else {
             format!("CAST({declared} AS VARCHAR)")
         }
@@ -426,7 +424,7 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
         .zip(&query_types)
         .map(|(c, q)| {
             let x = quote_ident(&c.name);
-            key(c, q, &x, &format!("CAST({x} AS {})", c.ty))
+            key(c, q, &x, &format!("CAST({x} AS {})", c.ty), (&x, q))
         })
         .collect();
     let actual: Vec<TextRow> = match engine.query(&format!("{with}SELECT {} {from}", projection.join(", "))) {
@@ -436,28 +434,42 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     let expected: Vec<TextRow> = if test.expect.is_empty() {
         Vec::new()
     } else {
-        // Each expected column twice: `c` in the query's type, `c` + DECLARED in the declared one.
-        const DECLARED: &str = " (declared, efmesh)";
-        let mut both: Vec<Column> = Vec::with_capacity(columns.len() * 2);
-        for (c, q) in columns.iter().zip(&query_types) {
-            both.push(Column { name: c.name.clone(), ty: q.clone() });
-            both.push(Column { name: format!("{}{DECLARED}", c.name), ty: c.ty.clone() });
+        // Each expected column three times, by position (`_q0`, `_d0`, `_w0`: short names,
+        // whatever the column's length): in the query's type, the declared one, a wide one.
+        let wide_type = |q: &str| match TypeFamily::of(q) {
+            TypeFamily::Numeric => "DOUBLE PRECISION".to_string(),
+            TypeFamily::Text => "VARCHAR".to_string(),
+            _ => q.to_string(),
+        };
+        let mut all: Vec<Column> = Vec::with_capacity(columns.len() * 3);
+        for (i, (c, q)) in columns.iter().zip(&query_types).enumerate() {
+            all.push(Column { name: format!("_q{i}"), ty: q.clone() });
+            all.push(Column { name: format!("_d{i}"), ty: c.ty.clone() });
+            all.push(Column { name: format!("_w{i}"), ty: wide_type(q) });
         }
         let rows: Vec<script::test_spec::Row> = test
             .expect
             .iter()
             .map(|r| {
-                let mut twice = r.clone();
-                for (k, v) in r {
-                    twice.insert(format!("{k}{DECLARED}"), v.clone());
+                let mut out = script::test_spec::Row::new();
+                for (i, c) in columns.iter().enumerate() {
+                    if let Some(v) = r.get(&c.name) {
+                        for prefix in ["_q", "_d", "_w"] {
+                            out.insert(format!("{prefix}{i}"), v.clone());
+                        }
+                    }
                 }
-                twice
+                out
             })
             .collect();
-        let both_refs: Vec<&Column> = both.iter().collect();
-        let rel = fixture::relation(&both_refs, &rows);
-        let projection: Vec<String> =
-            columns.iter().zip(&query_types).map(|(c, q)| key(c, q, &quote_ident(&c.name), &quote_ident(&format!("{}{DECLARED}", c.name)))).collect();
+        let all_refs: Vec<&Column> = all.iter().collect();
+        let rel = fixture::relation(&all_refs, &rows);
+        let projection: Vec<String> = columns
+            .iter()
+            .zip(&query_types)
+            .enumerate()
+            .map(|(i, (c, q))| key(c, q, &format!("_q{i}"), &format!("_d{i}"), (&format!("_w{i}"), &wide_type(q))))
+            .collect();
         match engine.query(&format!("SELECT {} FROM ({rel}) AS _e", projection.join(", "))) {
             Ok(rows) => rows,
             Err(e) => return result.error(vec![format!("the expected rows cannot be typed: {}", first_line(&e.message))]),

@@ -172,9 +172,11 @@ fn undoing_a_forward_only_change_recomputes_the_intervals_its_query_wrote_and_no
     let a = action(&plan, "t.daily");
     assert_eq!((a["intervals"].clone(), a["recompute"]["intervals"].clone()), (serde_json::json!(2), serde_json::json!(1)), "{plan:#}");
     assert_eq!(a["recompute"]["because"], serde_json::json!(["t.daily"]), "{plan:#}");
-    if let Some(because) = action(&plan, "t.child").get("recompute").map(|r| r["because"].clone()) {
-        assert_eq!(because, serde_json::json!(["t.daily"]), "the child names what rewrites its parent's intervals: {plan:#}");
-    }
+    assert_eq!(
+        action(&plan, "t.child")["recompute"]["because"],
+        serde_json::json!(["t.daily"]),
+        "the child names what rewrites its parent's intervals: {plan:#}"
+    );
     p.apply("dev");
     assert_eq!(daily(&p), values(&["1", "2", "4"]), "the old version's rows again");
 }
@@ -224,4 +226,25 @@ fn pointing_an_environment_at_the_older_version_of_a_table_another_environment_s
     r.expect_code(1);
     assert!(r.stderr.contains("t.daily") && r.stderr.contains("is also the table of version") && r.stderr.contains("`prod` serves"), "{}", r.stderr);
     assert!(p.state().env_pointers("dev").unwrap().is_empty(), "dev was promoted");
+}
+
+#[test]
+fn environments_left_on_the_old_version_after_prods_forward_only_change_may_each_join_prod() {
+    // prod's own forward-only change leaves dev and staging on the old version (their writes
+    // refused); each may move to prod's version — the table's writer — although the other still
+    // serves the old one.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    for env in ["prod", "dev", "staging"] {
+        p.apply(env);
+    }
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    p.run(&["apply", "staging", "--yes"]).expect_code(0);
+    let prod = p.state().env_pointers("prod").unwrap()["t.daily"].clone();
+    assert_eq!(p.state().env_pointers("dev").unwrap()["t.daily"], prod);
+    assert_eq!(p.state().env_pointers("staging").unwrap()["t.daily"], prod);
 }

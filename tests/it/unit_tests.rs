@@ -534,31 +534,36 @@ fn rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_type
         "models/flags.lua",
         r#"define_model {
   name = "mart.flags", kind = kind.full(),
-  schema = { { "customer", "varchar" }, { "flag", "varchar(1)" }, { "share", "decimal(10,1)" }, { "ratio", "float8" } },
-  query = "SELECT customer, CASE WHEN region = 'north' THEN 'Yes' ELSE 'No' END AS flag, CAST(1 AS DECIMAL(10,2)) / 4 AS share, CAST(3 AS INTEGER) AS ratio FROM " .. ref("raw.customers"),
+  schema = { { "customer", "varchar" }, { "flag", "varchar(1)" }, { "share", "decimal(10,1)" }, { "ratio", "float8" }, { "fine", "decimal(10,2)" },
+    { "a_column_named_long_enough_to_reach_postgres_limits", "varchar" } },
+  query = "SELECT customer, CASE WHEN region = 'north' THEN 'Yes' ELSE 'No' END AS flag, CAST(1 AS DECIMAL(10,2)) / 4 AS share, CAST(3 AS INTEGER) AS ratio, CAST(0.1235 AS DECIMAL(12,4)) AS fine, region AS a_column_named_long_enough_to_reach_postgres_limits FROM " .. ref("raw.customers"),
 }
 "#,
     );
     // And the other way: a query type narrower than the declared one (an integer `ratio`
     // declared `float8`) never rounds an expected 3.4 into agreement with the 3 it returns.
-    let test = |flag: &str, share: &str, ratio: &str| {
+    // Nor does a query type that rounds (`decimal(12,4)`): an expected 0.12349 is not 0.1235.
+    let test = |flag: &str, share: &str, ratio: &str, fine: &str| {
         format!(
             r#"define_test {{
   name = "flags", model = "mart.flags",
   inputs = {{ ["raw.customers"] = {{ {{ customer = "ann", region = "north", since = "2024-01-01" }} }} }},
-  expect = {{ {{ customer = "ann", flag = "{flag}", share = {share}, ratio = {ratio} }} }},
+  expect = {{ {{ customer = "ann", flag = "{flag}", share = {share}, ratio = {ratio}, fine = {fine}, a_column_named_long_enough_to_reach_postgres_limits = "north" }} }},
 }}
 "#
         )
     };
-    for (flag, share, ratio, why) in
-        [("Y", "0.3", "3", "'Yes' compared as 'Y'"), ("Yes", "0.3", "3", "0.25 compared as 0.3"), ("Yes", "0.25", "3.4", "3.4 compared as the integer 3")]
-    {
-        p.write("tests/flags.lua", &test(flag, share, ratio));
+    for (flag, share, ratio, fine, why) in [
+        ("Y", "0.3", "3", "0.1235", "'Yes' compared as 'Y'"),
+        ("Yes", "0.3", "3", "0.1235", "0.25 compared as 0.3"),
+        ("Yes", "0.25", "3.4", "0.1235", "3.4 compared as the integer 3"),
+        ("Yes", "0.25", "3", "0.12349", "0.12349 compared as 0.1235"),
+    ] {
+        p.write("tests/flags.lua", &test(flag, share, ratio, fine));
         let v = p.run(&["test", "--json"]).expect_code(1).json();
         assert_eq!(entry(&v, "flags")["status"], "failed", "{why}: {v:#}");
     }
-    p.write("tests/flags.lua", &test("Yes", "0.25", "3"));
+    p.write("tests/flags.lua", &test("Yes", "0.25", "3", "0.1235"));
     let v = p.run(&["test", "--json"]).expect_code(0).json();
     assert_eq!(entry(&v, "flags")["status"], "passed", "{v:#}");
 }
