@@ -4,7 +4,8 @@
 //! holder, per `full`/unique-key/partition/SCD type 2 model on a `cron` the tick it was last
 //! refreshed for and whether a refresh is due, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
 //! versions whose parents' data changed since they were built (stale rebuilds). `--check`
-//! exits 1 when failed intervals exist or the newest tick errored; lag, a due refresh,
+//! exits 1 when failed intervals exist, the newest tick errored, or the engine lacks a relation
+//! the environment serves (as the plan's integrity check finds it); lag, a due refresh,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
 
@@ -151,6 +152,16 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     }
     if last_errored {
         problems.push("the last run tick errored".to_string());
+    }
+    // What the engine lacks of what the environment serves (a table or view dropped, the file
+    // replaced), as the plan finds it: `run` refuses then (exit 2) until an apply restores it.
+    if !pointers.is_empty() {
+        let plan = crate::session::plan_checked_with(&project, &*state, env, now, &crate::plan::Options::default(), None)?;
+        let served = |a: &&crate::plan::Action| matches!(a.change, crate::plan::Change::Unchanged | crate::plan::Change::Metadata);
+        let lost: Vec<String> = plan.actions.iter().filter(served).filter(|a| a.repair.is_some()).map(|a| format!("`{}`", a.name)).collect();
+        if !lost.is_empty() {
+            problems.push(format!("the engine lacks relations of {} (the next apply restores them; run refuses until then)", lost.join(", ")));
+        }
     }
     let healthy = problems.is_empty();
     let clock = state.clock()?;

@@ -183,6 +183,10 @@ fn a_dropped_physical_table_is_rebuilt_with_every_interval(engine: EngineBackend
     // views of dev and prod vanish with it.
     let cascade = if p.on_postgres() { " CASCADE" } else { "" };
     p.execute_on_engine(&format!("DROP TABLE {physical}{cascade}"));
+    // `status --check` sees it as the plan does: unhealthy (run would refuse).
+    let status = p.run(&["status", "dev", "--check", "--json"]);
+    let problems = status.expect_code(1).json()["problems"].to_string();
+    assert!(problems.contains("the engine lacks relations of `t.daily`"), "{problems}");
 
     let plan = p.plan("dev");
     let daily = action(&plan, "t.daily");
@@ -212,6 +216,7 @@ fn a_dropped_physical_table_is_rebuilt_with_every_interval(engine: EngineBackend
     assert_eq!(p.rows(&env_view("prod", "t.daily")), before, "prod serves the same, rebuilt table");
     assert_eq!(p.plan("dev")["hasChanges"], false);
     assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
 }
 
 fn a_dropped_environment_view_is_restored(engine: EngineBackend) {
