@@ -2015,11 +2015,17 @@ fn compute_with(
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key);
         // A version that already exists on an older version's table was applied forward-only
-        // elsewhere: say so, whatever the AST comparison says.
+        // elsewhere: say so, whatever the AST comparison says — when the environment's own
+        // version is on that table too (or it has none). From a version on another table (its
+        // own), the environment's data changes: its children are judged as under the computed
+        // change, never kept (they would keep rows computed from the other table).
         let mut change = change;
+        let from_that_table =
+            |phys: &String| previous.as_ref().is_none_or(|p| snapshots.get(&(name_s.clone(), p.as_str().to_string())).is_some_and(|(pp, _)| pp == phys));
         if let (Some((phys, _)), Change::Breaking | Change::NonBreaking, false) = (existing, change, embeds_parents)
             && physical_relation(dialect, model, &fp).is_some_and(|own| own != *phys)
             && !phys.is_empty()
+            && from_that_table(phys)
         {
             if let Some(e) = explain.as_mut() {
                 e.reason = format!("{}; this version was applied forward-only and keeps an older version's table and history", e.reason);
@@ -2589,19 +2595,24 @@ pub const CARRIED: &str = "carried";
 
 /// Forward-only writes new intervals into an older version's table. `prod` owns history and may
 /// always do it (environments sharing that version then see the new intervals, as in sqlmesh);
-/// any other environment is refused while another environment serves that version, whose
-/// history would silently change under it.
+/// any other environment is refused while another environment serves that version — or any
+/// version on its table (`prod`'s own forward-only version of it) — whose history would silently
+/// change under it.
 fn refuse_shared_history(state: &dyn StateStore, env: &str, model: &ModelName, old: &Fingerprint) -> Result<(), PlanError> {
     if env == crate::core::name::PROD {
         return Ok(());
     }
+    let name = model.to_string();
+    let table = state.snapshot(&name, old.as_str())?.map(|r| r.physical).filter(|p| !p.is_empty());
     for other in state.environments()? {
         if other == env {
             continue;
         }
-        if state.env_pointers(&other)?.get(&model.to_string()).is_some_and(|f| f == old.as_str()) {
+        let Some(theirs) = state.env_pointers(&other)?.get(&name).cloned() else { continue };
+        let on_table = theirs != old.as_str() && table.is_some() && state.snapshot(&name, &theirs)?.map(|r| r.physical) == table;
+        if theirs == old.as_str() || on_table {
             return Err(PlanError::Operator(format!(
-                "`--forward-only {model}`: environment `{other}` serves the version whose table would be kept, and new intervals would change what `{other}` serves\n  hint: apply the forward-only change to `prod`, or apply `{env}` without `--forward-only`"
+                "`--forward-only {model}`: environment `{other}` serves the table that would be kept (this version, or its own version on that table), and new intervals would change what `{other}` serves\n  hint: apply the forward-only change to `prod`, or apply `{env}` without `--forward-only`"
             )));
         }
     }

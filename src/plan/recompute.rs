@@ -186,14 +186,7 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
                 }
             }
         }
-        let action = &mut plan.actions[i];
-        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
-        let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i)).collect();
-        if added.is_empty() {
-            continue;
-        }
-        add_to_backfill(action, computed, &added);
-        note(action, added, because);
+        recompute_stale(&mut plan.actions[i], t.grain, stale, because);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
@@ -204,9 +197,10 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
 /// the table, applied in another environment (made while nobody else served the table) or
 /// undone since in this one, or the older version it kept the table of, written again since.
 /// Every interval that version wrote after this version's own write of it holds the other
-/// query's rows (an inherited ledger keeps the times its intervals were written,
-/// `StateStore::inherit_done`; one inherited before that was recorded counts as written when it
-/// was inherited: the whole overlap is recomputed, at worst). This version's done intervals among them
+/// query's rows, and so may one it inherited and later cleared (a restatement: the table keeps
+/// what it wrote until the next computation). An inherited ledger keeps the times its intervals
+/// were written (`StateStore::inherit_done`); one inherited before that was recorded counts as
+/// written when it was inherited: the whole overlap is recomputed, at worst. This version's done intervals among them
 /// join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
 /// another environment serves the newer version (`apply::shared_writes`: rewriting them would
 /// change what that environment serves) and otherwise writes this version's rows back, so the
@@ -260,24 +254,38 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
                 mine = Some(state.done_ledger(&name, plan.actions[i].fingerprint.as_str())?);
             }
             let mine = mine.as_ref().expect("read above");
-            for (start, (end, written)) in state.done_ledger(&name, &fp)? {
-                if mine.get(&start).is_some_and(|&(_, w)| w < written) {
+            let theirs_ledger = state.done_ledger(&name, &fp)?;
+            // When the other version was recorded: it inherited every interval this one had
+            // written by then, so one it lacks among those it cleared (a restatement) after
+            // perhaps writing it — its rows may be in the table: recomputed too.
+            let created = interval::parse_instant(&theirs.created_at).ok();
+            for (&start, &(end, written)) in mine {
+                let stale_here = match theirs_ledger.get(&start) {
+                    Some(&(_, w)) => w > written,
+                    None => created.is_some_and(|c| written < c),
+                };
+                if stale_here {
                     stale.extend(Interval::new(start, end).split(t.grain));
                 }
             }
         }
-        let action = &mut plan.actions[i];
-        let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
-        let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i)).collect();
-        if added.is_empty() {
-            continue;
-        }
-        add_to_backfill(action, computed, &added);
-        let own_name = action.name.clone();
-        note(action, added, [own_name]);
+        let own_name = plan.actions[i].name.clone();
+        recompute_stale(&mut plan.actions[i], t.grain, stale, [own_name]);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
+}
+
+/// Adds the `stale` done intervals (grain intervals on `grain`) its backfill lacks to `action`'s
+/// backfill, noting `because` as the cause ([`Action::recompute`]).
+fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<Interval>, because: impl IntoIterator<Item = ModelName>) {
+    let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
+    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i)).collect();
+    if added.is_empty() {
+        return;
+    }
+    add_to_backfill(action, computed, &added);
+    note(action, added, because);
 }
 
 /// Adds to `action`'s backfill its version's done intervals in `ranges` (aligned on `grain`);

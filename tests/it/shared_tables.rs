@@ -128,19 +128,27 @@ fn daily_models(plus: &str, start: &str) -> String {
     )
 }
 
+/// A project whose `t.daily` was applied to `env` at the 3rd, then changed (`+ 1`) by a
+/// forward-only apply of `env`, which keeps its table; the project written back without the
+/// change.
+fn forward_only_in(env: &str) -> Project {
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply(env);
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", env, "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p
+}
+
 #[test]
 fn a_promotion_onto_a_table_a_forward_only_change_took_over_in_another_environment_is_refused() {
     // dev's forward-only change keeps the version's table (nobody else served it); prod then
     // promoted the old version onto that same table: a view swap, and dev's runs wrote dev's
     // query's rows into what prod served.
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &daily_models("", "2026-01-01"));
-    p.apply("dev");
-    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
-    p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]).expect_code(0);
-    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let p = forward_only_in("dev");
     let r = p.run(&["apply", "prod", "--yes"]);
     r.expect_code(1);
     assert!(r.stderr.contains("t.daily") && r.stderr.contains("taken over by the newer version") && r.stderr.contains("`dev` serves"), "{}", r.stderr);
@@ -150,13 +158,8 @@ fn a_promotion_onto_a_table_a_forward_only_change_took_over_in_another_environme
 
 #[test]
 fn undoing_a_forward_only_change_recomputes_the_intervals_its_query_wrote_and_no_others() {
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &daily_models("", "2026-01-01"));
-    p.apply("dev");
+    let mut p = forward_only_in("dev");
     p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
-    p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]).expect_code(0);
     // The forward-only version recomputes the 1st (restated) and computes the 3rd.
     p.now = "2026-01-04T01:00:00Z".into();
     p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
@@ -211,14 +214,7 @@ fn pointing_an_environment_at_the_older_version_of_a_table_another_environment_s
     // new one): dev pointing at the newer version would write its query's rows into the table
     // prod serves (whichever version is older, two queries are never served on one table by
     // an environment pointed there).
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &daily_models("", "2026-01-01"));
-    p.apply("prod");
-    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
-    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
-    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let mut p = forward_only_in("prod");
     p.apply("prod");
     p.now = "2026-01-04T01:00:00Z".into();
     p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
@@ -247,4 +243,60 @@ fn environments_left_on_the_old_version_after_prods_forward_only_change_may_each
     let prod = p.state().env_pointers("prod").unwrap()["t.daily"].clone();
     assert_eq!(p.state().env_pointers("dev").unwrap()["t.daily"], prod);
     assert_eq!(p.state().env_pointers("staging").unwrap()["t.daily"], prod);
+}
+
+#[test]
+fn a_forward_only_change_outside_prod_is_refused_while_prod_serves_another_version_on_the_table() {
+    // prod's own forward-only version keeps the table prod and dev served; dev's forward-only
+    // change of the old version (which only dev still serves) would keep that same table:
+    // prod's rows would change under it.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.write("models/m.lua", &daily_models(" + 2", "2026-01-01"));
+    let r = p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("`prod` serves the table that would be kept"), "{}", r.stderr);
+}
+
+#[test]
+fn an_environment_moving_onto_another_environments_forward_only_version_rebuilds_its_children() {
+    // prod's t.daily on a table of its own (+ 10); dev's forward-only change (+ 1) keeps dev's
+    // older table; prod then takes dev's version: its data changes (another table), so its
+    // child must not keep the rows it computed from prod's old table.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models(" + 10", "2026-01-01"));
+    p.apply("prod");
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "dev", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    p.apply("prod");
+    let totals = |m: &str| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view("prod", m)));
+    assert_eq!(totals("t.daily"), vec![vec![Some("1".to_string())], vec![Some("2".to_string())]], "dev's table, inherited rows");
+    assert_eq!(totals("t.child"), totals("t.daily"), "prod's child copies the parent it now reads");
+}
+
+#[test]
+fn a_version_pointed_at_again_recomputes_what_a_restated_forward_only_version_left_in_its_table() {
+    // prod's forward-only version rewrote the 1st (restated and run), then restated it again
+    // without running: its ledger no longer lists the 1st, but the table holds its row. prod
+    // back at the old version recomputes the 1st.
+    let p = forward_only_in("prod");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    let restate = ["restate", "prod", "--model", "t.daily", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"];
+    p.run(&restate).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    p.run(&restate).expect_code(0);
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    let first = one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-01'", env_view("prod", "t.daily")));
+    assert_eq!(first, "1", "the old version's row for the 1st");
 }
