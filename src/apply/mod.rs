@@ -810,16 +810,19 @@ fn read_sources(
 /// serves the other one, the intervals (or SCD history) either writes there are what both serve,
 /// and the older query would overwrite the newer one's rows (`dev` left at the version `prod`'s
 /// forward-only change kept, or `prod` applying a version whose table `dev`'s forward-only change
-/// took over). So an `apply` or `run` that would backfill or reconcile version V into a table
-/// that version W also records, or an `apply` pointing its environment at V (anew or back: it
-/// would serve, as V's, what W's query writes there from then on — whichever of V and W is
-/// older, unless another environment serves V there already), is refused — before any write, exit 1, naming the model, W and
-/// the environment serving it — when another environment serves W, W's query differs from V's
-/// (an `indirect` table reuse has the same query and the same rows: never refused) and W was
-/// recorded after V (a version new in this plan is the newest), or, pointing at V, whatever W's
-/// age. (Outside `prod`, an SCD type 2,
-/// unique-key or partition table `prod` serves through another version over other parent tables
-/// is not refreshed at all: [`crate::plan::work::decide`].)
+/// took over). So, before any write (exit 1, naming the model, the other version W and the
+/// environment serving it), when another environment serves W on the table of this plan's
+/// version V with another query (an `indirect` reuse has the same query and rows: never
+/// refused):
+/// - an `apply` or `run` that would backfill or reconcile V there is refused when W was recorded
+///   after V (a version new in this plan is the newest);
+/// - an `apply` pointing its environment at V (anew or back) is refused whatever W's age — it
+///   would serve, as V's, what W's query writes there — unless another environment already
+///   serves V there (then V is the table's writer, `prod`'s forward-only version, and W's
+///   environments are the ones left behind).
+///
+/// (Outside `prod`, an SCD type 2, unique-key or partition table `prod` serves through another
+/// version over other parent tables is not refreshed at all: [`crate::plan::work::decide`].)
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.

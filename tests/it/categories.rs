@@ -170,7 +170,7 @@ on_every_engine!(
     chain_of_three_non_breaking_edits_across_two_applies_builds_only_the_edited_models,
     forward_only_on_an_indirect_change_keeps_the_table_while_siblings_rebuild,
     forward_only_is_refused_when_the_table_cannot_be_kept,
-    promoting_a_forward_only_version_is_shown_as_forward_only,
+    promoting_a_forward_only_version_from_another_table_is_breaking_for_that_environment,
     reclassify_contradicting_the_ast_is_refused,
     reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by,
     explain_shows_why_and_the_diverged_paths_and_json_always_has_explain,
@@ -518,7 +518,7 @@ fn forward_only_in_dev_cannot_change_what_prod_serves(engine: EngineBackend) {
     write(&p, DAILY_FILE, &sub(&daily_with_count(), &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]));
     let refused = p.run(&["apply", "dev", "--yes", "--json", "--forward-only", "s.daily"]);
     refused.expect_code(1);
-    assert!(refused.stderr.contains("`prod` serves the version"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("`prod` serves the table that would be kept"), "{}", refused.stderr);
     assert!(refused.stderr.contains("hint:"), "{}", refused.stderr);
     assert_eq!(p.physical_tables(), tables);
     assert_eq!(p.rows(&env_view("dev", "s.daily")), dev_before);
@@ -538,9 +538,10 @@ fn forward_only_in_dev_cannot_change_what_prod_serves(engine: EngineBackend) {
 }
 
 // A version applied forward-only in one environment keeps an older version's table: another
-// environment promoting it sees `forward-only`, nothing is rebuilt, and its descendants reuse
-// their tables.
-fn promoting_a_forward_only_version_is_shown_as_forward_only(engine: EngineBackend) {
+// environment promoting it from a version on another table (its own) sees its data change — a
+// `breaking` change onto that existing table, nothing built — and its descendants take the
+// versions over that table (dev's, existing), never keeping rows computed from its old table.
+fn promoting_a_forward_only_version_from_another_table_is_breaking_for_that_environment(engine: EngineBackend) {
     let p = project(engine);
     p.apply("dev");
     p.apply("prod");
@@ -557,8 +558,11 @@ fn promoting_a_forward_only_version_is_shown_as_forward_only(engine: EngineBacke
     let daily = action(&plan, "s.daily");
     assert_eq!(daily["build"], Value::Bool(false), "{daily:#}");
     assert_eq!(daily["physical"], dev_table, "{daily:#}");
-    assert_eq!(daily["change"], "forward-only", "{daily:#}");
-    assert_eq!(action(&plan, "s.daily_total")["build"], Value::Bool(false));
+    assert_eq!(daily["change"], "breaking", "{daily:#}");
+    let total = action(&plan, "s.daily_total");
+    assert_eq!(total["build"], Value::Bool(false), "{total:#}");
+    let dev_total = action(&p.plan("dev"), "s.daily_total")["physical"].clone();
+    assert_eq!(total["physical"], dev_total, "dev's version over that table, not prod's old one: {total:#}");
 }
 
 // ---------------------------------------------------------------------------------------------
