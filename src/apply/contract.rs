@@ -177,17 +177,21 @@ pub fn query_columns(
     }
 }
 
-/// A type to create column `name` with: the query's own (`described`) when it is a built-in
-/// scalar type, else the declared one. Postgres describes `bpchar` without its length as `CHAR`,
-/// which would mean `char(1)`: the declared type then.
+/// A type to create column `name` with: the query's own (`described`) when it may name one
+/// ([`nameable`]), else the declared one.
 pub fn column_type<'a>(described: &'a [DescribedColumn], name: &str, declared: &'a str) -> &'a str {
-    // Only built-in scalar types: Postgres names another type (an enum, a domain) without its
-    // schema, which would not resolve; DuckDB spells an enum with its values.
-    let scalar = |ty: &str| matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal | TypeFamily::Boolean);
     match described.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
-        Some(c) if scalar(&c.ty) && !c.ty.eq_ignore_ascii_case("CHAR") => &c.ty,
+        Some(c) if nameable(&c.ty) => &c.ty,
         _ => declared,
     }
+}
+
+/// True when a described type may name a column efmesh creates or casts to: a built-in scalar
+/// type. Postgres names another type (an enum, a domain) without its schema, which would not
+/// resolve, and DuckDB spells an enum with its values; Postgres's length-less `CHAR` (any
+/// `char(n)`) would mean `char(1)`.
+pub fn nameable(ty: &str) -> bool {
+    TypeFamily::of(ty).is_scalar() && !ty.eq_ignore_ascii_case("CHAR")
 }
 
 /// For a local file external, a message when its path or glob matches no file (the engine's own
@@ -231,6 +235,8 @@ fn first_line(s: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::core::Column;
 
     #[test]
     fn a_column_is_created_with_the_querys_built_in_scalar_type_else_the_declared_one() {
@@ -241,8 +247,6 @@ mod tests {
         assert_eq!(column_type(&described, "tags", "varchar[]"), "varchar[]");
         assert_eq!(column_type(&described, "absent", "bigint"), "bigint");
     }
-    use super::*;
-    use crate::core::Column;
 
     fn col(n: &str, t: &str) -> Column {
         Column { name: n.into(), ty: t.into() }

@@ -838,9 +838,7 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
     // Pointing the environment at an existing version (anew, or back) makes it serve whatever
     // the table's newest version writes there from now on, with nothing of its own written.
     let switches = |a: &crate::plan::Action| {
-        !a.build
-            && a.reused_from.is_none()
-            && !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata)
+        a.points_at_existing()
             && matches!(
                 project.dag.get(&a.name).map(|m| &m.kind),
                 Some(Kind::IncrementalByTimeRange(_) | Kind::ScdType2(_) | Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_))

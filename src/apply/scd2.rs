@@ -89,7 +89,8 @@ pub fn reconcile(
 /// (`history.from_physical`): open and closed versions, `valid_from`/`valid_to` as they were,
 /// the declared renames applied (`renamed`), columns the new version adds NULL, each column cast
 /// to the type the query gives it (`described`, as a fresh build would create it; the declared
-/// type when not described): a narrower declared type would round or cut the carried values. One engine transaction, which first drops a table of that name: only a
+/// type when not described): a narrower declared type would round or cut the carried values.
+/// One engine transaction, which first drops a table of that name: only a
 /// version no snapshot records is built, so such a table is what an interrupted apply left
 /// (perhaps from another choice: a wrong `renamed`, which is not fingerprinted, or a reset).
 /// Returns the rows and closed versions copied, which the snapshot records ([`crate::plan::CARRIED`]).

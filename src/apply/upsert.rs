@@ -192,20 +192,13 @@ pub(crate) fn drop_stage(engine: &mut dyn Engine) {
 /// keys as one (duplicate keys). Only built-in scalar columns whose types differ by name are
 /// checked (one count each); a table not there yet takes the stage's types.
 pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str) -> Result<(), ApplyError> {
-    use crate::core::TypeFamily;
+    use super::contract::nameable;
     let Ok(stored) = engine.describe(&format!("SELECT * FROM {physical}")) else { return Ok(()) };
     let st = stage_relation(engine);
     let staged = engine.describe(&format!("SELECT * FROM {st}")).map_err(|e| build_error(model, e))?;
-    let scalar = |ty: &str| matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal | TypeFamily::Boolean);
     for column in &staged {
         let Some(table) = stored.iter().find(|c| c.name.eq_ignore_ascii_case(&column.name)) else { continue };
-        // Postgres describes any `char(n)` as `CHAR`, which as a type would mean `char(1)`.
-        if table.ty.eq_ignore_ascii_case(&column.ty)
-            || !scalar(&table.ty)
-            || !scalar(&column.ty)
-            || table.ty.eq_ignore_ascii_case("CHAR")
-            || column.ty.eq_ignore_ascii_case("CHAR")
-        {
+        if table.ty.eq_ignore_ascii_case(&column.ty) || !nameable(&table.ty) || !nameable(&column.ty) {
             continue;
         }
         let c = quote_ident(&column.name);

@@ -446,6 +446,7 @@ pub fn now_millis() -> Millis {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn a_date_past_the_range_of_instants_is_named_as_such_not_as_no_date() {
@@ -454,7 +455,6 @@ mod tests {
         assert!(parse_instant("2026-13-01").unwrap_err().contains("is not a date or timestamp"));
         assert!(parse_instant("9999-12-30").is_ok());
     }
-    use super::*;
 
     const DAY: i64 = 86_400_000;
 

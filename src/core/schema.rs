@@ -136,6 +136,11 @@ impl TypeFamily {
         }
     }
 
+    /// True for the built-in scalar families (text, numeric, boolean, temporal).
+    pub fn is_scalar(self) -> bool {
+        matches!(self, TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Boolean | TypeFamily::Temporal)
+    }
+
     /// True unless the families differ and neither is [`TypeFamily::Any`].
     pub fn compatible(self, other: TypeFamily) -> bool {
         self == other || self == TypeFamily::Any || other == TypeFamily::Any

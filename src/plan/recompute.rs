@@ -140,13 +140,7 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
         .actions
         .iter()
         .enumerate()
-        .filter(|(_, a)| {
-            a.previous.is_some()
-                && !a.build
-                && a.reused_from.is_none()
-                && !matches!(a.change, super::Change::Removed | super::Change::Unchanged | super::Change::Metadata)
-                && a.kind == "incremental_by_time_range"
-        })
+        .filter(|(_, a)| a.previous.is_some() && a.points_at_existing() && a.kind == "incremental_by_time_range")
         .map(|(i, _)| i)
         .collect();
     // Ledgers read once per version: several returning models share ancestors.
@@ -200,8 +194,8 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
 /// query's rows, and so may one it inherited and later cleared (a restatement: the table keeps
 /// what it wrote until the next computation). An inherited ledger keeps the times its intervals
 /// were written (`StateStore::inherit_done`); one inherited before that was recorded counts as
-/// written when it was inherited: the whole overlap is recomputed, at worst. This version's done intervals among them
-/// join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
+/// written when it was inherited: the whole overlap is recomputed, at worst. This version's done
+/// intervals among them join its backfill as [`Action::recompute`], naming the model itself; `apply` refuses it while
 /// another environment serves the newer version (`apply::shared_writes`: rewriting them would
 /// change what that environment serves) and otherwise writes this version's rows back, so the
 /// environment never serves the other query's rows as this version's.
@@ -213,13 +207,7 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
         .actions
         .iter()
         .enumerate()
-        .filter(|(_, a)| {
-            a.kind == "incremental_by_time_range"
-                && !a.build
-                && a.reused_from.is_none()
-                && a.physical.as_deref().is_some_and(|p| !p.is_empty())
-                && !matches!(a.change, super::Change::Removed | super::Change::Unchanged | super::Change::Metadata)
-        })
+        .filter(|(_, a)| a.kind == "incremental_by_time_range" && a.points_at_existing() && a.physical.as_deref().is_some_and(|p| !p.is_empty()))
         .map(|(i, _)| i)
         .collect();
     if switching.is_empty() {

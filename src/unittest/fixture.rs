@@ -39,9 +39,7 @@ pub fn typed(v: &Value, ty: &str) -> String {
 /// integer column (an engine cast would round it silently); a list or table for a scalar column
 /// (DuckDB casts `[1, 2]` to the text `'[1, 2]'` without a word).
 pub fn refuse_without_engine(v: &Value, ty: &str) -> Option<String> {
-    if matches!(v, Value::Array(_) | Value::Object(_))
-        && matches!(TypeFamily::of(ty), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Boolean | TypeFamily::Temporal)
-    {
+    if matches!(v, Value::Array(_) | Value::Object(_)) && TypeFamily::of(ty).is_scalar() {
         let what = if matches!(v, Value::Array(_)) { "a list" } else { "a table of fields" };
         return Some(format!("{what} is not a value of the scalar type `{ty}`"));
     }
@@ -121,6 +119,8 @@ impl Resolver for FixtureResolver<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_list_or_table_for_a_scalar_column_is_refused_not_cast_to_text() {
@@ -129,8 +129,6 @@ mod tests {
         assert_eq!(refuse_without_engine(&serde_json::json!([1, 2]), "integer[]"), None);
         assert_eq!(refuse_without_engine(&serde_json::json!("x"), "varchar"), None);
     }
-    use super::*;
-    use serde_json::json;
 
     #[test]
     fn literals_cover_json_values() {
