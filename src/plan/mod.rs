@@ -2219,7 +2219,7 @@ fn compute_with(
         generation: Some(generation),
         also_writes: Vec::new(),
     };
-    recompute::stale_on_return(project, state, &mut plan)?;
+    recompute::stale_on_return(project, state, snapshots, &mut plan)?;
     recompute::taken_over(project, state, snapshots, &mut plan)?;
     recompute::propagate(project, state, &mut plan)?;
     if let Some(k) = kept {

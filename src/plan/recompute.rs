@@ -126,41 +126,44 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
     Ok(())
 }
 
-/// A time-range version an environment points (back) at, existing already (built for another
-/// environment, or served before an edit now undone), computed its done intervals from its
-/// parents as they were then; a time-range model upstream (at this plan's version) that wrote
-/// an overlapping interval since — its lookback's late rows, a restatement, while the
-/// environment served another version — left them stale. Those intervals join its backfill as
-/// [`Action::recompute`] (before [`propagate`], which carries them to its readers).
+/// A time-range version an environment points at, existing already — built for another
+/// environment (a first promotion, a model new to this environment, an environment made anew),
+/// or served before an edit now undone — computed its done intervals from its parents as they
+/// were then; a time-range model upstream that wrote an overlapping interval since into the
+/// table this environment serves it from — its lookback's late rows, a restatement, in a run of
+/// another environment or while this one served another version — left them stale. Those
+/// intervals join its backfill as [`Action::recompute`] (before [`propagate`], which carries
+/// them to its readers).
+///
+/// The ancestors compared are the versions the environment serves after the plan that the plan
+/// does not build (a build's writes are [`propagate`]'s), each only where its table existed
+/// when the interval was computed: an ancestor's table made later (a non-breaking new version,
+/// taken to hold the same rows for the existing columns) wrote its first rows after the
+/// interval without it being computed from other rows.
 ///
 /// # Errors
-/// A state store failure reading a ledger.
-pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
-    let returning: Vec<usize> = plan
-        .actions
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.previous.is_some() && a.points_at_existing() && a.kind == "incremental_by_time_range")
-        .map(|(i, _)| i)
-        .collect();
+/// A state store failure reading a ledger or a snapshot.
+pub fn stale_on_return(project: &Project, state: &dyn StateStore, index: &crate::state::SnapshotIndex, plan: &mut Plan) -> Result<(), StateError> {
+    let returning: Vec<usize> =
+        plan.actions.iter().enumerate().filter(|(_, a)| a.points_at_existing() && a.kind == "incremental_by_time_range").map(|(i, _)| i).collect();
+    if returning.is_empty() {
+        return Ok(());
+    }
     // Ledgers read once per version: several returning models share ancestors.
-    let mut ledgers: HashMap<(ModelName, String), std::collections::BTreeMap<Millis, (Millis, Millis)>> = HashMap::new();
-    // Only ancestors the environment keeps serving: a new version of one (a non-breaking change,
-    // taken to hold the same rows) wrote its intervals after the returning version's, which says
-    // nothing about the rows it read.
+    let mut ledgers: HashMap<(ModelName, String), Ancestor> = HashMap::new();
     let kept: HashMap<ModelName, String> = plan
         .actions
         .iter()
-        .filter(|a| matches!(a.change, super::Change::Unchanged | super::Change::Metadata))
+        .filter(|a| !a.build && a.change != super::Change::Removed && a.kind == "incremental_by_time_range")
         .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
         .collect();
+    // Per (model, physical): the versions on that table (read only when a ledger needs it).
+    let mut on_table: Option<HashMap<(&str, &str), Vec<&str>>> = None;
     for i in returning {
         let name = plan.actions[i].name.clone();
         let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
         let own = state.done_ledger(&name.to_string(), plan.actions[i].fingerprint.as_str())?;
-        if own.is_empty() {
-            continue;
-        }
+        let Some(first_written) = own.values().map(|&(_, w)| w).min() else { continue };
         let mut stale: BTreeSet<Interval> = BTreeSet::new();
         let mut because: BTreeSet<ModelName> = BTreeSet::new();
         for ancestor in project.dag.ancestors(&name).into_iter().filter(|m| m.kind.time_range().is_some()) {
@@ -168,13 +171,28 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
             let key = (ancestor.name.clone(), theirs.clone());
             if !ledgers.contains_key(&key) {
                 let ledger = state.done_ledger(&key.0.to_string(), &key.1)?;
-                ledgers.insert(key.clone(), ledger);
+                let last_written = ledger.values().map(|&(_, w)| w).max();
+                ledgers.insert(key.clone(), Ancestor { ledger, last_written, table_made: None });
+            }
+            // Nothing it wrote comes after this version's first write (the common case: a
+            // promotion of what another environment built parents first).
+            if ledgers[&key].last_written.is_none_or(|w| w <= first_written) {
+                continue;
+            }
+            if ledgers[&key].table_made.is_none() {
+                let made = table_made(state, index, &mut on_table, &key.0.to_string(), &key.1)?;
+                ledgers.get_mut(&key).expect("inserted above").table_made = Some(made);
             }
             let theirs = &ledgers[&key];
+            let made = theirs.table_made.flatten();
             for (&start, &(end, written)) in &own {
+                // Computed before that table existed: from another table's rows.
+                if made.is_some_and(|m| m > written) {
+                    continue;
+                }
                 // Their intervals overlapping [start, end): ends rise with starts, so walking
                 // back from the last one starting before `end` stops at the first ending by `start`.
-                if theirs.range(..end).rev().take_while(|(_, (e, _))| *e > start).any(|(_, (_, w))| *w > written) {
+                if theirs.ledger.range(..end).rev().take_while(|(_, (e, _))| *e > start).any(|(_, (_, w))| *w > written) {
                     stale.insert(Interval::new(start, end));
                     because.insert(ancestor.name.clone());
                 }
@@ -184,6 +202,42 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, plan: &mut Pla
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     Ok(())
+}
+
+/// An ancestor version's done ledger, its last write, and when its table was made (the first
+/// record of a version on it; `Some(None)`: unknown).
+struct Ancestor {
+    ledger: std::collections::BTreeMap<Millis, (Millis, Millis)>,
+    last_written: Option<Millis>,
+    table_made: Option<Option<Millis>>,
+}
+
+/// When the table of version `(name, fp)` was made: the earliest record of a version of `name`
+/// on it (`None` when no record says).
+fn table_made<'a>(
+    state: &dyn StateStore,
+    index: &'a crate::state::SnapshotIndex,
+    on_table: &mut Option<HashMap<(&'a str, &'a str), Vec<&'a str>>>,
+    name: &str,
+    fp: &str,
+) -> Result<Option<Millis>, StateError> {
+    let Some((physical, _)) = index.get(&(name.to_string(), fp.to_string())) else { return Ok(None) };
+    let by_table = on_table.get_or_insert_with(|| {
+        let mut m: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        for ((n, f), (p, _)) in index {
+            m.entry((n.as_str(), p.as_str())).or_default().push(f.as_str());
+        }
+        m
+    });
+    let mut made: Option<Millis> = None;
+    for f in by_table.get(&(name, physical.as_str())).map(Vec::as_slice).unwrap_or_default() {
+        if let Some(record) = state.snapshot(name, f)?
+            && let Ok(at) = interval::parse_instant(&record.created_at)
+        {
+            made = Some(made.map_or(at, |m| m.min(at)));
+        }
+    }
+    Ok(made)
 }
 
 /// A time-range version an environment points at anew (a first promotion too) may share its

@@ -396,3 +396,74 @@ fn a_version_pointed_at_again_recomputes_the_intervals_a_parent_rewrote_since() 
     let rows = p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view("dev", "t.times")));
     assert_eq!(rows, vec![vec![Some("2".to_string())], vec![Some("204".to_string())], vec![Some("8".to_string())]]);
 }
+
+/// [`times`] without `t.times`.
+fn daily_only() -> String {
+    let all = times(1);
+    let cut = all.find("define_model {\n  name = \"t.times\"").expect("t.times is defined");
+    all[..cut].to_string()
+}
+
+#[test]
+fn a_version_new_to_an_environment_recomputes_the_intervals_a_parent_rewrote_since() {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 1), (TIMESTAMP '2026-01-02 10:00', 2)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_only());
+    p.apply("prod");
+    // `dev` adds ×2 over the daily model `prod` serves: it computes the 1st and 2nd.
+    p.write("models/m.lua", &times(2));
+    p.apply("dev");
+    // A late row for the 2nd: `prod`'s run rewrites it in the shared daily table (its
+    // lookback); ×2, which `prod` does not serve, is not reached.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100), (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.write("models/m.lua", &daily_only());
+    p.run(&["run", "prod"]).expect_code(0);
+    // `prod` gains ×2 (a first promotion of it), and `staging`, never applied, points at it:
+    // both recompute the 2nd from the rewritten daily model.
+    p.write("models/m.lua", &times(2));
+    for env in ["prod", "staging"] {
+        let plan = p.plan(env);
+        assert_eq!(action(&plan, "t.times")["recompute"], json!({"intervals": 1, "because": ["t.daily"]}), "{env}: {plan:#}");
+    }
+    p.apply("staging");
+    let want = vec![vec![Some("2".to_string())], vec![Some("204".to_string())], vec![Some("8".to_string())]];
+    for env in ["staging", "dev"] {
+        let rows = p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view(env, "t.times")));
+        assert_eq!(rows, want, "{env}");
+    }
+    // Recomputed once: `prod` now points at it as it is.
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "t.times")["recompute"], json!(null), "{plan:#}");
+    p.apply("prod");
+    let rows = p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} ORDER BY day", env_view("prod", "t.times")));
+    assert_eq!(rows, want);
+}
+
+#[test]
+fn promoting_a_child_over_a_parents_non_breaking_new_version_recomputes_nothing() {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 1), (TIMESTAMP '2026-01-02 10:00', 2)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &times(2));
+    p.apply("prod");
+    p.apply("dev");
+    // `dev` adds a column to the daily model: a new table, written after ×2's days, whose
+    // rows for the existing columns are the same; ×2 keeps its table and days.
+    let widened = times(2).replace("CAST(sum(v) AS BIGINT) AS total FROM", "CAST(sum(v) AS BIGINT) AS total, count(*) AS n FROM").replacen(
+        r#"{ "total", "bigint" } },"#,
+        r#"{ "total", "bigint" }, { "n", "bigint" } },"#,
+        1,
+    );
+    assert_ne!(widened, times(2));
+    p.write("models/m.lua", &widened);
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.daily")["change"], json!("non-breaking"), "{plan:#}");
+    p.apply("dev");
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "t.times")["recompute"], json!(null), "{plan:#}");
+    assert_eq!(action(&plan, "t.times")["intervals"], json!(0), "{plan:#}");
+}
