@@ -388,6 +388,25 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
     if let Some(refusal) = plan::history_refusal(&plan) {
         return Err(anyhow!(refusal));
     }
+    // An expired environment (invalidated, or past its ttl) that the janitor has not dropped yet
+    // is renewed by its apply, changes or not: with none, a promotion of what it serves (no
+    // view moves) records the renewal (`crate::lifecycle`).
+    let expiry = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
+    let renew = expiry.expired && !state.env_pointers(env)?.is_empty();
+    if !plan.has_changes && renew {
+        let state = writable_state(&project, state)?;
+        let report = apply_locked(&project, plan.clone(), &*state, flags, options, now)?;
+        if json {
+            let mut v = apply_json(&plan, true, Some(&report));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("renewed".into(), true.into());
+            }
+            out.json(v)?;
+        } else {
+            out.text(&format!("nothing to build; environment `{env}` renewed (it was expired)\n"))?;
+        }
+        return Ok(Exit::Success);
+    }
     if !plan.has_changes {
         if json {
             out.json(apply_json(&plan, true, Some(&ApplyReport::default())))?;

@@ -176,6 +176,29 @@ fn invalidate_expires_an_environment_now_the_janitor_drops_it_and_an_apply_befor
 }
 
 #[test]
+fn an_apply_of_an_unchanged_project_renews_an_invalidated_environment() {
+    let p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    // Nothing to build: the apply still renews it, as the plan's warning says it would.
+    let plan = p.run(&["plan", "dev", "--json"]);
+    assert!(plan.stderr.contains("renews it"), "{}", plan.stderr);
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    assert!(applied.expect_code(0).stdout.contains("environment `dev` renewed"), "{}", applied.stdout);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["expiry"]["expired"], Value::Bool(false), "{status:#}");
+    let kept = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(kept["environments"].as_array().unwrap().is_empty(), "renewed: {kept:#}");
+    assert_eq!(p.rows("dev__s.v"), vec![vec![Some("1".to_string())]]);
+    // Not expired: an unchanged apply has nothing to do and records nothing.
+    let journal = p.store().unwrap().journal("dev").unwrap().len();
+    let again = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(again.get("renewed"), None, "{again:#}");
+    assert_eq!(p.store().unwrap().journal("dev").unwrap().len(), journal);
+}
+
+#[test]
 fn invalidate_refuses_prod_and_an_unknown_environment_with_the_closest_name() {
     let p = project("");
     p.apply("prod");
