@@ -1034,12 +1034,15 @@ fn pre_promotion_audits(
         if model.audits.is_empty() || (audited.contains(&model.name) && action.change != Change::Metadata) {
             continue;
         }
-        let scope = model.kind.time_range().filter(|_| action.change != Change::Metadata).map(|_| crate::core::audit::AuditScope::Whole);
+        // Every audit over the whole relation: the batches of an existing time-range version
+        // were written under the audits of whichever environment wrote them, perhaps not these.
+        let scope = None;
         // A view swap to data these audits already passed on (same version, same data
-        // generation, same audits) does not run them again (SPEC §4 invariant 44).
+        // generation, same audits) does not run them again (SPEC §4 invariant 44). A time-range
+        // version's pass is recorded as its builds record it ([`record_pass`]).
         let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
         let provable = audit::pass_is_provable(model);
-        let digest = audit::pass_digest(model, scope);
+        let digest = audit::pass_digest(model, model.kind.time_range().map(|_| AuditScope::Whole));
         let generation = if provable { Some(data_generation(state, &name, fp)?) } else { None };
         if let Some(g) = generation
             && state.audit_pass(&name, fp)?.is_some_and(|p| p.digest == digest && p.generation == g)
@@ -1142,10 +1145,25 @@ fn pass_start(state: &dyn StateStore, model: &crate::core::Model, fp: &str) -> R
     data_generation(state, &model.name.to_string(), fp).map(Some)
 }
 
+/// True when `before` (the data generation of `model`'s version `fp` before its batches:
+/// [`pass_start`]) is one at which its audits all passed ([`record_pass`]), or when it has no
+/// `interval` audit (its `whole` ones see every batch).
+fn covered_before(state: &dyn StateStore, model: &crate::core::Model, fp: &str, before: Option<i64>) -> Result<bool, StateError> {
+    if model.audits.iter().all(|a| a.scope != crate::core::audit::AuditScope::Interval) {
+        return Ok(true);
+    }
+    let Some(before) = before else { return Ok(false) };
+    let digest = audit::pass_digest(model, Some(crate::core::audit::AuditScope::Whole));
+    Ok(state.audit_pass(&model.name.to_string(), fp)?.is_some_and(|p| p.digest == digest && p.generation == before))
+}
+
 /// After a build of `model`'s version `fp` whose audits (`scope`) all passed inside the
 /// transactions that wrote it: records the pass at the data generation reached, when that is
 /// `before` ([`pass_start`]) plus the `writes` this build recorded (another writer's bump in
-/// between proves nothing, so nothing is recorded then).
+/// between proves nothing, so nothing is recorded then). Batches of a time-range version
+/// (`scope` `whole`: its `interval` audits saw only the batches written) add to a pass only
+/// when the data before them had passed the same audits (recorded at `before`), or there was
+/// none (generation 0): batches another environment wrote under other audits prove nothing.
 fn record_pass(
     state: &dyn StateStore,
     model: &crate::core::Model,
@@ -1157,9 +1175,14 @@ fn record_pass(
     let Some(before) = before else { return Ok(()) };
     let name = model.name.to_string();
     let after = data_generation(state, &name, fp)?;
-    if after == before + i64::try_from(writes).unwrap_or(i64::MAX) {
-        state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest: audit::pass_digest(model, scope), generation: after }, interval::now_millis())?;
+    if after != before + i64::try_from(writes).unwrap_or(i64::MAX) {
+        return Ok(());
     }
+    let partial = scope == Some(crate::core::audit::AuditScope::Whole);
+    if partial && before != 0 && !covered_before(state, model, fp, Some(before))? {
+        return Ok(());
+    }
+    state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest: audit::pass_digest(model, scope), generation: after }, interval::now_millis())?;
     Ok(())
 }
 
@@ -1578,10 +1601,16 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
                 }
-                if n > 0 {
-                    self.audited.insert(model.name.clone());
-                }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
+                // Its batches' audits cover the table when they are all it holds, or when what it
+                // held passed the same audits: otherwise (batches another environment wrote
+                // under other audits, an inherited table) the audits run over the whole table
+                // before the view swap, unless the environment already serves it.
+                if n > 0 && (before.is_none_or(|b| b == 0) || covered_before(state, model, &snapshot.fingerprint, before)?) {
+                    self.audited.insert(model.name.clone());
+                } else if n > 0 {
+                    tracing::info!(model = %model.name, "its audits run over the whole table before the view swap: no pass of them covers the batches it holds");
+                }
                 // Every batch's statements, rendered once ([`batch::statements`], which
                 // `efmesh render --interval` prints too). The batches of a table this apply
                 // creates have nothing to delete (the ranges are disjoint and the table new).

@@ -881,3 +881,20 @@ define_model {
     assert!(e.contains("models/orders.lua:4: audit `bad`: `cols()` cannot be used in an audit body"), "{e}");
     assert!(e.contains("models/orders.lua:4: audit `relationships` failed to render its SQL: `to` must be a string"), "{e}");
 }
+
+#[test]
+fn an_interval_audit_new_to_the_environment_checks_the_existing_batches_at_promotion() {
+    // `dev` builds the days with no audit; `prod` points at that version with a blocking
+    // interval audit the 3rd fails: the promotion runs it over the whole table first.
+    let p = daily_project(EngineBackend::DuckDb, EVENTS, "");
+    p.apply("dev");
+    p.write("models/daily.lua", &p.read("models/daily.lua").replace("audits = {  }", "audits = { audit.not_null(\"region\") }"));
+    assert!(p.read("models/daily.lua").contains("not_null"));
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "s.daily")["build"], false, "{plan:#}");
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `not_null(region)` on model `s.daily`: 1 violating row"), "{}", run.stderr);
+    assert!(!p.relations().contains(&"s.daily".to_string()), "{:?}", p.relations());
+    assert!(!p.state_summary().pointers.contains_key("prod"));
+}
