@@ -111,6 +111,59 @@ pub fn verdicts(v: &Value, n: usize) -> Result<Vec<bool>, String> {
     }
 }
 
+/// The project files a served request read through `require` / `import` when it ran (a macro
+/// function, an audit body): inputs of the file whose evaluation sent it, which nothing else
+/// records — a helper a macro loads only when called must still make its callers' load cache
+/// entries stale when it changes.
+#[derive(Debug, Clone, Default)]
+pub struct CallReads {
+    /// Files resolved.
+    pub files: std::collections::BTreeSet<PathBuf>,
+    /// Candidates tried and absent.
+    pub probes: std::collections::BTreeSet<PathBuf>,
+    /// blake3 of the bytes evaluated (or reused), per file.
+    pub hashes: BTreeMap<PathBuf, [u8; 32]>,
+}
+
+thread_local! {
+    /// What the requests sent from this thread read since [`CallReads::take`].
+    static READS: std::cell::RefCell<CallReads> = std::cell::RefCell::new(CallReads::default());
+}
+
+impl CallReads {
+    /// Adds what a request read to this thread's account (a file is evaluated on one thread,
+    /// and sends its requests from it).
+    fn note(self) {
+        if self.files.is_empty() && self.probes.is_empty() {
+            return;
+        }
+        READS.with(|r| {
+            let mut r = r.borrow_mut();
+            r.files.extend(self.files);
+            r.probes.extend(self.probes);
+            for (f, h) in self.hashes {
+                r.hashes.entry(f).or_insert(h);
+            }
+        });
+    }
+
+    /// What the requests sent from this thread read since the last call: a file's evaluation
+    /// takes it before it starts (dropping a previous file's) and when it ends.
+    pub fn take() -> CallReads {
+        READS.with(|r| std::mem::take(&mut *r.borrow_mut()))
+    }
+
+    /// Adds this thread's account ([`CallReads::take`]) to a file's outcome.
+    pub fn add_to(outcome: &mut super::sandbox::FileOutcome) {
+        let reads = CallReads::take();
+        outcome.reached.extend(reads.files);
+        outcome.probes.extend(reads.probes);
+        for (f, h) in reads.hashes {
+            outcome.hashes.entry(f).or_insert(h);
+        }
+    }
+}
+
 /// A request to a language's service.
 pub enum Request {
     /// Run a macro; the reply is its SQL or why not.
@@ -119,8 +172,8 @@ pub enum Request {
         name: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Where the answer goes.
-        reply: Sender<Result<String, Failure>>,
+        /// Where the answer goes, with the files the call read.
+        reply: Sender<(Result<String, Failure>, CallReads)>,
     },
     /// Render a use of an audit.
     Audit {
@@ -132,8 +185,8 @@ pub enum Request {
         named: Map<String, Value>,
         /// Where the use is written.
         location: Location,
-        /// Where the answer goes.
-        reply: Sender<Result<Audit, LoadError>>,
+        /// Where the answer goes, with the files the rendering read.
+        reply: Sender<(Result<Audit, LoadError>, CallReads)>,
     },
     /// Evaluate a signal over intervals (`[start, end)`, ISO-8601 UTC) with its arguments.
     Signal {
@@ -356,7 +409,13 @@ impl Foreign {
         if !service.is_some_and(|s| s.send(Request::Macro { name: name.to_string(), args, reply })) {
             return Err(Failure::new(format!("macro `@{name}`: its interpreter is not running")));
         }
-        rx.recv().unwrap_or_else(|_| Err(Failure::new(format!("macro `@{name}`: its interpreter stopped"))))
+        match rx.recv() {
+            Ok((out, reads)) => {
+                reads.note();
+                out
+            }
+            Err(_) => Err(Failure::new(format!("macro `@{name}`: its interpreter stopped"))),
+        }
     }
 
     /// Renders a use of audit `name` (written at `location`, in a file of language `from`,
@@ -398,7 +457,13 @@ impl Foreign {
                 if !s.send(req) {
                     break;
                 }
-                return rx.recv().unwrap_or_else(|_| Err(LoadError::new(Some(location.clone()), None, format!("audit `{name}`: its interpreter stopped"))));
+                return match rx.recv() {
+                    Ok((out, reads)) => {
+                        reads.note();
+                        out
+                    }
+                    Err(_) => Err(LoadError::new(Some(location.clone()), None, format!("audit `{name}`: its interpreter stopped"))),
+                };
             }
         }
         let mut names: Vec<&str> = local.iter().map(String::as_str).collect();

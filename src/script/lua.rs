@@ -815,6 +815,13 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
 }
 
 impl LuaHost {
+    /// The files a served request (a macro call, an audit rendered) reached through `require`,
+    /// for the caller's own inputs ([`super::foreign::CallReads`]).
+    fn call_reads(&self) -> super::foreign::CallReads {
+        let r = self.state.borrow_mut().reached.take().unwrap_or_default();
+        super::foreign::CallReads { files: r.files, probes: r.probes, hashes: r.hashes }
+    }
+
     /// Keeps the modules evaluated so far (the audit definition files and what they require)
     /// for every later top-level evaluation; every other module is evaluated afresh for each
     /// top-level file that requires it.
@@ -845,6 +852,8 @@ impl LuaHost {
             (s.models.len(), s.errors.len())
         };
         let mut outcome = FileOutcome { file: rel.to_path_buf(), ..FileOutcome::default() };
+        // What the macro calls and audits rendered through another interpreter read: this file's.
+        let _ = super::foreign::CallReads::take();
         match self.ensure_loader().and_then(|()| self.lua.named_registry_value::<Function>("efmesh.loader")) {
             Ok(loader) => {
                 let _ = loader.call::<Value>(rel.to_string_lossy().to_string());
@@ -859,6 +868,7 @@ impl LuaHost {
         outcome.reached = reached.files;
         outcome.probes = reached.probes;
         outcome.hashes = reached.hashes;
+        super::foreign::CallReads::add_to(&mut outcome);
         outcome
     }
 
@@ -1120,10 +1130,14 @@ pub(crate) fn serve(
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
             }
             Request::Macro { name, args, reply } => {
-                let _ = reply.send(host.call_macro(&name, args));
+                host.state.borrow_mut().reached = Some(Reached::default());
+                let out = host.call_macro(&name, args);
+                let _ = reply.send((out, host.call_reads()));
             }
             Request::Audit { name, positional, named, location, reply } => {
-                let _ = reply.send(host.render_audit(&name, positional, named, &location));
+                host.state.borrow_mut().reached = Some(Reached::default());
+                let out = host.render_audit(&name, positional, named, &location);
+                let _ = reply.send((out, host.call_reads()));
             }
         }
         let _ = host.take_errors();

@@ -371,7 +371,10 @@ fn load_on_this_thread(
             let models = s.models.split_off(models_before);
             let failed = s.errors.len() > errors_before || !matches!(s.modules.get(&rel), Some(ModuleState::Done(_)));
             let defines = s.definitions.defining.contains(&rel);
-            outcomes.push(FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, hashes: reached.hashes, defines, failed });
+            let mut outcome = FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, hashes: reached.hashes, defines, failed };
+            // What its macro calls and audits rendered through another interpreter read.
+            super::foreign::CallReads::add_to(&mut outcome);
+            outcomes.push(outcome);
         }
     }
     drop(engine);
@@ -383,6 +386,13 @@ fn load_on_this_thread(
 /// `files` (after the built-ins), sends what they define on `init`, then answers requests until
 /// `rx` closes. Errors of the files are not reported here (the loader's own evaluation reports
 /// them); a host that cannot start sends nothing. Runs on a thread with [`STACK_SIZE`].
+/// The files a served request (a macro call, an audit rendered) reached through `import`, for
+/// the caller's own inputs ([`super::foreign::CallReads`]).
+fn call_reads(refs: &Refs) -> super::foreign::CallReads {
+    let r = refs.state.borrow_mut().reached.take().unwrap_or_default();
+    super::foreign::CallReads { files: r.files, probes: r.probes, hashes: r.hashes }
+}
+
 pub(crate) fn serve(
     root: &Path,
     files: &[PathBuf],
@@ -429,15 +439,18 @@ pub(crate) fn serve(
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
             }
             Request::Macro { name, args, reply } => {
-                let _ = reply.send(call_macro(&engine, &refs, &name, args));
+                refs.state.borrow_mut().reached = Some(Reached::default());
+                let out = call_macro(&engine, &refs, &name, args);
+                let _ = reply.send((out, call_reads(&refs)));
             }
             Request::Audit { name, positional, named, location, reply } => {
+                refs.state.borrow_mut().reached = Some(Reached::default());
                 let found = refs.state.borrow().audits.lookup(&name, &location);
                 let out = found.and_then(|(def, body)| {
                     with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location))
                 });
                 refs.state.borrow_mut().uncaught = None;
-                let _ = reply.send(out);
+                let _ = reply.send((out, call_reads(&refs)));
             }
         }));
         if run.is_err() {

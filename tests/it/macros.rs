@@ -281,3 +281,30 @@ fn the_readme_staging_example_builds_and_its_audits_fire() {
     run.expect_code(1);
     assert!(run.stdout.contains("positive(amount)") && run.stdout.contains("1 violating row"), "{}", run.stdout);
 }
+
+#[test]
+fn a_file_a_macro_loads_only_when_called_is_an_input_of_its_callers() {
+    // A Lua macro `require`s its helper inside its function, a Rhai one `import`s inside its
+    // function: the files are read when a model calls them, and are inputs of that model's
+    // file all the same (its load cache entry, the project cache).
+    let p = project();
+    p.write("macros/m.lua", "define_macro(\"fn_lua\", function(c) local h = require(\"lib.h\"); return h.f .. \"(\" .. c .. \")\" end)\n");
+    p.write("lib/h.lua", "return { f = \"upper\" }\n");
+    p.write("macros/r.rhai", "fn imp(c) { import \"lib/rh\" as rh; `${rh::f()}(${c})` }\ndefine_macro(\"fn_rhai\", Fn(\"imp\"));\n");
+    p.write("lib/rh.rhai", "fn f() { \"upper\" }\n");
+    p.write("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: a varchar, b varchar\nSELECT @fn_lua('x') AS a, @fn_rhai('y') AS b\n");
+    p.write("models/u.lua", "define_model { name = \"s.u\", kind = kind.full(), schema = { { \"a\", \"varchar\" } }, query = \"SELECT @fn_lua('z') AS a\" }\n");
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.t"), vec![vec![Some("X".to_string()), Some("Y".to_string())]]);
+    // Each helper edited alone: the callers change (the caches say so, no `.efmesh` removed).
+    p.write("lib/h.lua", "return { f = \"lower\" }\n");
+    let plan = p.plan("dev");
+    assert_eq!((action(&plan, "s.t")["change"].as_str(), action(&plan, "s.u")["change"].as_str()), (Some("breaking"), Some("breaking")), "{plan:#}");
+    p.apply("dev");
+    p.write("lib/rh.rhai", "fn f() { \"lower\" }\n");
+    let plan = p.plan("dev");
+    assert_eq!((action(&plan, "s.t")["change"].as_str(), action(&plan, "s.u")["change"].as_str()), (Some("breaking"), Some("unchanged")), "{plan:#}");
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.t"), vec![vec![Some("x".to_string()), Some("y".to_string())]]);
+    assert_eq!(p.rows("dev__s.u"), vec![vec![Some("z".to_string())]]);
+}
