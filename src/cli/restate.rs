@@ -120,13 +120,29 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     // it from a non-prod environment would change what the other one serves (as a forward-only
     // change in dev would; the planner refuses that too). `prod` restates its versions wherever
     // they are also served.
+    // So is another version on the same table (an inherited one: a child of a non-breaking
+    // change reusing the table): the run would not recompute what the other environment's
+    // version holds there, and the restatement would promise what it cannot do.
     if req.env != "prod" {
         let mut shared = Vec::new();
+        let mut physical: std::collections::HashMap<(String, String), Option<String>> = std::collections::HashMap::new();
+        let mut table_of = |n: &str, fp: &str| -> Result<Option<String>> {
+            if let Some(p) = physical.get(&(n.to_string(), fp.to_string())) {
+                return Ok(p.clone());
+            }
+            let p = state.snapshot(n, fp)?.map(|r| r.physical).filter(|p| !p.is_empty());
+            physical.insert((n.to_string(), fp.to_string()), p.clone());
+            Ok(p)
+        };
         for other in state.environments()?.into_iter().filter(|e| e != req.env) {
             let theirs = state.env_pointers(&other)?;
             for (n, fp, _, _) in &targets {
-                if theirs.get(n) == Some(fp) {
-                    shared.push(format!("`{n}` (also served by `{other}`)"));
+                match theirs.get(n) {
+                    Some(f) if f == fp => shared.push(format!("`{n}` (also served by `{other}`)")),
+                    Some(f) if table_of(n, fp)?.is_some() && table_of(n, fp)? == table_of(n, f)? => {
+                        shared.push(format!("`{n}` (its table also holds the version `{other}` serves)"));
+                    }
+                    _ => {}
                 }
             }
         }

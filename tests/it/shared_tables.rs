@@ -300,3 +300,24 @@ fn a_version_pointed_at_again_recomputes_what_a_restated_forward_only_version_le
     let first = one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-01'", env_view("prod", "t.daily")));
     assert_eq!(first, "1", "the old version's row for the 1st");
 }
+
+#[test]
+fn a_restatement_outside_prod_of_a_version_on_the_table_prod_serves_is_refused() {
+    // dev's child is another version (its parent changed, non-breaking) on the table prod's
+    // child serves: a restatement from dev could not be recomputed there (prod's rows stay).
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, false));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &models(true, false));
+    let plan = p.apply("dev");
+    assert!(action(&plan["plan"], "t.child")["reusedFrom"].is_string(), "{plan:#}");
+    let r = p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("`t.child` (its table also holds the version `prod` serves)"), "{}", r.stderr);
+    // Nothing was cleared: dev's versions keep their days.
+    let plan = p.plan("dev");
+    assert!(!plan["hasChanges"].as_bool().unwrap_or(true), "{plan:#}");
+}
