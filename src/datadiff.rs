@@ -107,6 +107,10 @@ pub struct ModelDataDiff {
     pub duplicate_keys_a: u64,
     /// Key values occurring in more than one compared row of B.
     pub duplicate_keys_b: u64,
+    /// With a key value on several rows of either side (the join pairs each with every row of
+    /// its key, so equal counts prove nothing): the compared rows only in A, then only in B, as
+    /// multisets over the common columns (`EXCEPT ALL`).
+    pub multiset: Option<(u64, u64)>,
 }
 
 impl ModelDataDiff {
@@ -121,6 +125,7 @@ impl ModelDataDiff {
             && self.columns_only_in_a.is_empty()
             && self.columns_only_in_b.is_empty()
             && self.type_changed.is_empty()
+            && self.multiset.is_none_or(|(a, b)| a == 0 && b == 0)
     }
 }
 
@@ -314,13 +319,11 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
         only_in_b_keys: Vec::new(),
         duplicate_keys_a: 0,
         duplicate_keys_b: 0,
+        multiset: None,
     };
 
-    if !keyed {
-        if common.is_empty() {
-            diff.note = Some("the views have no column in common: nothing to compare".into());
-            return Ok(diff);
-        }
+    // The compared rows only in A, then only in B, as multisets over the common columns.
+    let multiset = |engine: &mut dyn Engine| -> Result<(u64, u64), String> {
         let (list_a, list_b): (Vec<String>, Vec<String>) = common.iter().map(|c| (c.expr(dialect, "a"), c.expr(dialect, "b"))).unzip();
         let (list_a, list_b) = (list_a.join(", "), list_b.join(", "));
         let got = counts(
@@ -330,8 +333,14 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
                  (SELECT count(*) FROM (SELECT {list_b} FROM {from_b} AS b EXCEPT ALL SELECT {list_a} FROM {from_a} AS a) AS _efmesh_only_b)"
             ),
         )?;
-        diff.only_in_a = got.first().copied().unwrap_or(0);
-        diff.only_in_b = got.get(1).copied().unwrap_or(0);
+        Ok((got.first().copied().unwrap_or(0), got.get(1).copied().unwrap_or(0)))
+    };
+    if !keyed {
+        if common.is_empty() {
+            diff.note = Some("the views have no column in common: nothing to compare".into());
+            return Ok(diff);
+        }
+        (diff.only_in_a, diff.only_in_b) = multiset(engine)?;
         return Ok(diff);
     }
 
@@ -401,6 +410,9 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
     )?;
     diff.duplicate_keys_a = dup.first().copied().unwrap_or(0);
     diff.duplicate_keys_b = dup.get(1).copied().unwrap_or(0);
+    if diff.duplicate_keys_a > 0 || diff.duplicate_keys_b > 0 {
+        diff.multiset = Some(multiset(engine)?);
+    }
     Ok(diff)
 }
 
@@ -462,6 +474,9 @@ pub fn text(env_a: &str, env_b: &str, diffs: &[ModelDataDiff]) -> String {
                     ));
                 }
             }
+            if let Some((a, b)) = d.multiset {
+                s.push_str(&format!("      rows compared as multisets (keys on several rows): only in A {a}, only in B {b}\n"));
+            }
         }
         if let Some(note) = &d.note {
             s.push_str(&format!("      note: {note}\n"));
@@ -510,6 +525,7 @@ mod tests {
             only_in_b_keys: vec![vec![Some("4".into())]],
             duplicate_keys_a: 0,
             duplicate_keys_b: 0,
+            multiset: None,
         };
         let same = ModelDataDiff {
             model: "s.u".into(),

@@ -262,3 +262,33 @@ fn diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values(engine: 
     r.expect_code(1);
     assert!(r.stderr.contains("model `s.e` is an embedded model"), "{}", r.stderr);
 }
+
+#[test]
+fn diff_data_with_a_key_on_several_rows_compares_the_rows_as_multisets() {
+    // The grain's key repeats: pairing every row with every row of its key gives equal counts
+    // for different data. The rows themselves are compared then.
+    let p = Project::new();
+    let models = |g: &str, h: &str| {
+        format!(
+            r#"define_model {{ name = "s.g", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "v", "varchar" }} }}, query = "SELECT * FROM (VALUES {g}) t(id, v)" }}
+define_model {{ name = "s.h", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "v", "varchar" }} }}, query = "SELECT * FROM (VALUES {h}) t(id, v)" }}
+"#
+        )
+    };
+    p.write("models/m.lua", &models("(1,'a'),(1,'a'),(2,'b')", "(1,'a'),(1,'a'),(3,'c')"));
+    p.apply("prod");
+    p.write("models/m.lua", &models("(1,'a'),(2,'b'),(2,'b')", "(3,'c'),(1,'a'),(1,'a'),(4,'d')"));
+    p.write("models/m.lua", &p.read("models/m.lua").replace(",(4,'d')", ""));
+    p.apply("dev");
+    let run = p.run(&["diff", "prod", "dev", "--data", "--json"]);
+    let v = run.expect_code(0).json();
+    let g = entry(&v, "s.g");
+    assert_eq!(g["multiset"], serde_json::json!([1, 1]), "{g:#}");
+    // The same rows in another order (and another version): the same data.
+    let h = entry(&v, "s.h");
+    assert_eq!(h["multiset"], serde_json::json!([0, 0]), "{h:#}");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("≠ s.g"), "{text}");
+    assert!(text.contains("rows compared as multisets (keys on several rows): only in A 1, only in B 1"), "{text}");
+    assert!(text.contains("✓ s.h"), "{text}");
+}
