@@ -164,6 +164,29 @@ impl CallReads {
     }
 }
 
+/// A macro call's answer, checked by calling it a second time with the same arguments (`again`):
+/// a macro that keeps state between calls (a counter, a memo of names handed out) answers
+/// otherwise, and would make a model's SQL depend on which files a load evaluated before it
+/// (a comment edit re-evaluating one file would change its data). Refused, naming the macro.
+pub fn same_twice(name: &str, first: Result<String, Failure>, again: impl FnOnce() -> Result<String, Failure>) -> Result<String, Failure> {
+    let sql = first?;
+    match again() {
+        Ok(second) if second == sql => Ok(sql),
+        Ok(second) => Err(Failure::new(format!(
+            "macro `@{name}` returned `{}` and then `{}` for the same arguments: a macro must depend on its arguments alone (no state kept between calls), or a model's SQL would depend on which files efmesh evaluated before it",
+            one_line(&sql),
+            one_line(&second)
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `s` on one line, cut to 80 characters.
+fn one_line(s: &str) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 80 { format!("{}…", flat.chars().take(80).collect::<String>()) } else { flat }
+}
+
 /// A request to a language's service.
 pub enum Request {
     /// Run a macro; the reply is its SQL or why not.

@@ -308,3 +308,23 @@ fn a_file_a_macro_loads_only_when_called_is_an_input_of_its_callers() {
     assert_eq!(p.rows("dev__s.t"), vec![vec![Some("x".to_string()), Some("y".to_string())]]);
     assert_eq!(p.rows("dev__s.u"), vec![vec![Some("z".to_string())]]);
 }
+
+#[test]
+fn a_macro_keeping_state_between_calls_is_refused_naming_it() {
+    // A counter: its SQL would depend on which files were evaluated before the caller (a comment
+    // edit re-evaluating one file alone would change its data). Lua and Rhai alike.
+    let p = project();
+    p.write("macros/m.lua", "local n = 0\ndefine_macro(\"seq\", function() n = n + 1; return tostring(n) end)\n");
+    p.write("macros/r.rhai", "let n = [0];\ndefine_macro(\"rseq\", |c| { n[0] += 1; `${c} + ${n[0]}` });\n");
+    p.write("models/t1.sql", "-- name: s.t1\n-- kind: full\n-- schema: x integer\nSELECT @seq() AS x\n");
+    p.write("models/t2.sql", "-- name: s.t2\n-- kind: full\n-- schema: x integer\nSELECT @rseq(1) AS x\n");
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    for expected in [
+        "models/t1.sql:4: model `s.t1`: macro `@seq` returned `1` and then `2` for the same arguments",
+        "models/t2.sql:4: model `s.t2`: macro `@rseq` returned",
+        "a macro must depend on its arguments alone",
+    ] {
+        assert!(run.stderr.contains(expected), "`{expected}` in:\n{}", run.stderr);
+    }
+}
