@@ -183,8 +183,11 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         let Some((r, from)) = range else { continue };
         ranges.insert(action.name.clone(), (r, from.clone()));
         let done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
-        let restated: Vec<Interval> =
-            wanted.iter().filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w)).copied().collect();
+        let restated: Vec<Interval> = wanted
+            .iter()
+            .filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w) && !action.prod_holds.contains(&w.start))
+            .copied()
+            .collect();
         if restated.is_empty() {
             continue;
         }

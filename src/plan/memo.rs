@@ -177,6 +177,8 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             rebuild_reason: None,
             recompute: None,
             outside_bounds: outside,
+            // A memo is recorded only when no version shares its table with `prod`'s.
+            prod_holds: BTreeSet::new(),
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

@@ -316,6 +316,12 @@ pub struct Action {
     /// serving the same version): the environment's view serves them ([`outside_bounds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
+    /// Time-range versions outside `prod` on a table `prod`'s other version (the same query)
+    /// serves: the intervals `prod` has done there, which this environment never writes — its
+    /// missing intervals leave them out, and so do recomputations ([`recompute`]) and
+    /// auto-restatements (a lookback, a parent's rewrite: rows `prod` serves would change).
+    #[serde(skip)]
+    pub prod_holds: BTreeSet<Millis>,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -2152,6 +2158,7 @@ fn compute_with(
             rebuild_reason: None,
             recompute: None,
             outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
+            prod_holds: kept_prod_done.clone(),
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });
@@ -2203,6 +2210,7 @@ fn compute_with(
                 rebuild_reason: None,
                 recompute: None,
                 outside_bounds: None,
+                prod_holds: BTreeSet::new(),
                 owner: None,
                 tags: Vec::new(),
             });

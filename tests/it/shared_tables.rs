@@ -321,3 +321,25 @@ fn a_restatement_outside_prod_of_a_version_on_the_table_prod_serves_is_refused()
     let plan = p.plan("dev");
     assert!(!plan["hasChanges"].as_bool().unwrap_or(true), "{plan:#}");
 }
+
+#[test]
+fn a_parents_lookback_outside_prod_never_rewrites_what_prod_computed_in_a_shared_child_table() {
+    // dev's daily model is its own (non-breaking: a new table) with a lookback; its child keeps
+    // the table prod's child serves. A late row: dev's run recomputes its daily's day, and its
+    // child's day is prod's, which the recomputation must not rewrite from dev's daily.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    let with_lookback = |m: String| m.replacen(r#"start = "2026-01-01" }"#, r#"start = "2026-01-01", lookback = 1 }"#, 1);
+    p.write("models/m.lua", &with_lookback(models(false, false)));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &with_lookback(models(true, false)));
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    let on = |env: &str, m: &str| one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-02'", env_view(env, m)));
+    assert_eq!(on("dev", "t.daily"), "102", "dev's daily read the late row");
+    assert_eq!((on("prod", "t.daily"), on("prod", "t.child")), ("2".to_string(), "2".to_string()), "prod's child serves prod's daily");
+}
