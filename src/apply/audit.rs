@@ -98,6 +98,13 @@ impl AuditResult {
 pub struct AuditReport(pub Vec<AuditResult>);
 
 impl AuditReport {
+    /// Replaces what was reported for `model` by `results` (a pass over its whole relation after
+    /// its batches' own: the rows they saw are counted once).
+    pub fn supersede(&mut self, model: &crate::core::ModelName, results: Vec<AuditResult>) {
+        self.0.retain(|x| x.model != *model);
+        self.add(results);
+    }
+
     /// Adds runs, summing those of an audit already reported.
     pub fn add(&mut self, results: Vec<AuditResult>) {
         for r in results {
@@ -258,13 +265,25 @@ pub fn within(
 
 /// What an audit pass over a whole relation of `model` checks, as text for
 /// [`crate::state::AuditPass::digest`]: the scope (`None`: every audit; `Whole`: the `whole`
-/// ones), every audit of the model as defined (name, arguments, blocking, scope, SQL, location)
-/// and the efmesh version. A pass recorded under another digest proves nothing about these audits.
+/// ones), every audit of the model as defined (name, arguments, blocking, scope, SQL — not
+/// where it is written: a line moved by an edit above it changes no audit) and the efmesh
+/// version. A pass recorded under another digest proves nothing about these audits.
 pub fn pass_digest(model: &crate::core::Model, scope: Option<AuditScope>) -> String {
+    let audits: Vec<serde_json::Value> = model
+        .audits
+        .iter()
+        .map(|a| {
+            let mut v = serde_json::to_value(a).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("location");
+            }
+            v
+        })
+        .collect();
     let text = serde_json::json!({
         "efmesh": env!("CARGO_PKG_VERSION"),
         "scope": scope,
-        "audits": model.audits,
+        "audits": audits,
     })
     .to_string();
     blake3::hash(text.as_bytes()).to_hex().to_string()

@@ -1062,7 +1062,7 @@ fn pre_promotion_audits(
         // Warn audits that found rows count as not passed: reusing them would hide their report.
         let passed = audit::clean(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.add(results);
+        report.audits.supersede(&model.name, results);
         // Recorded only when the generation did not move while they ran.
         if let Some(g) = generation
             && passed
@@ -1605,8 +1605,16 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Its batches' audits cover the table when they are all it holds, or when what it
                 // held passed the same audits: otherwise (batches another environment wrote
                 // under other audits, an inherited table) the audits run over the whole table
-                // before the view swap, unless the environment already serves it.
-                if n > 0 && (before.is_none_or(|b| b == 0) || covered_before(state, model, &snapshot.fingerprint, before)?) {
+                // before the view swap, unless the environment already serves it. Audits whose
+                // pass cannot be recorded (reading another model, a volatile function) cover it
+                // only when the table is this build's own.
+                let fresh = create_with_first || (action.build && action.reused_from.is_none());
+                let covered = match before {
+                    Some(0) => true,
+                    None if model.audits.is_empty() || fresh => true,
+                    _ => covered_before(state, model, &snapshot.fingerprint, before)?,
+                };
+                if n > 0 && covered {
                     self.audited.insert(model.name.clone());
                 } else if n > 0 {
                     tracing::info!(model = %model.name, "its audits run over the whole table before the view swap: no pass of them covers the batches it holds");

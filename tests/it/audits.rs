@@ -898,3 +898,55 @@ fn an_interval_audit_new_to_the_environment_checks_the_existing_batches_at_promo
     assert!(!p.relations().contains(&"s.daily".to_string()), "{:?}", p.relations());
     assert!(!p.state_summary().pointers.contains_key("prod"));
 }
+
+/// `s.y` (time-range, daily) over `landing.events`, with `audits`; `raw.keys` for relationships.
+fn y_models(audits: &str) -> String {
+    format!(
+        r#"define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{"ts","timestamp"}}, {{"k","varchar"}}, {{"v","integer"}} }} }}
+define_model {{ name = "raw.keys", kind = kind.external {{ table = "landing.keys" }}, schema = {{ {{"k","varchar"}} }} }}
+define_model {{ name = "s.y",
+  kind = kind.incremental_by_time_range {{ time_column = "ts", start = "2026-01-01", grain = "day" }},
+  schema = {{ {{"ts","timestamp"}}, {{"k","varchar"}} }},
+  audits = {{ {audits} }},
+  query = "SELECT ts, k FROM " .. ref("raw.events") .. " WHERE ts >= @start AND ts < @end" }}
+"#
+    )
+}
+
+fn y_project() -> Project {
+    let mut p = Project::new();
+    p.execute_on_engine(
+        "CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, k varchar, v integer); CREATE TABLE landing.keys (k varchar); \
+         INSERT INTO landing.keys VALUES ('a'), ('c'), ('d'); \
+         INSERT INTO landing.events VALUES ('2026-01-01 10:00', 'a', 1), ('2026-01-02 10:00', NULL, 2), ('2026-01-03 10:00', NULL, 3)",
+    );
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &y_models(""));
+    p.apply("dev");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p
+}
+
+#[test]
+fn an_interval_audit_reading_another_model_checks_the_existing_batches_when_the_promotion_builds_more() {
+    // Its pass cannot be recorded (it reads `raw.keys`): the batches `dev` wrote without it are
+    // audited over the whole table before `prod` points at the version, though `prod`'s apply
+    // writes a new day of it too.
+    let p = y_project();
+    p.write("models/m.lua", &y_models(r#"audit.relationships { column = "k", to = "raw.keys", field = "k", blocking = false }, audit.not_null("k")"#));
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "s.y")["intervals"], 1, "{plan:#}");
+    let run = p.run(&["apply", "prod", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("audit `not_null(k)` on model `s.y`"), "{}", run.stderr);
+    assert!(!p.relations().contains(&"s.y".to_string()), "{:?}", p.relations());
+}
+
+#[test]
+fn a_warn_audit_run_over_the_whole_table_after_its_batches_reports_each_row_once() {
+    let p = y_project();
+    p.write("models/m.lua", &y_models(r#"audit.not_null { columns = { "k" }, blocking = false }"#));
+    let v = p.apply("prod");
+    // The 2nd (written by `dev`) and the 3rd (written now): two rows, each counted once.
+    assert_eq!(violations(&v, "s.y", "not_null(k)"), 2, "{v:#}");
+}
