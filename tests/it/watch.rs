@@ -689,3 +689,18 @@ fn a_macro_file_edit_re_plans_its_callers() {
     assert_eq!(changed_models(&line), ["m.a"], "{line}");
     assert_eq!(entry(&line, "m.a").expect("planned")["change"], "breaking", "{line}");
 }
+
+#[test]
+fn apply_renews_an_invalidated_environment_with_nothing_to_build() {
+    let p = project(EngineBackend::DuckDb);
+    p.apply("prod");
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert_eq!(start["plan"]["hasChanges"], false, "{start}");
+    assert_eq!(start["applied"]["ok"], true, "renewed by a promotion of what it serves: {start}");
+    drop(w);
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(status["expiry"]["expired"], false, "{status:#}");
+}

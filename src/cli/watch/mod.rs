@@ -353,6 +353,15 @@ impl Watch {
 
     /// The first report. `early` is shown the report with its plan while previews, the apply or
     /// tests still run.
+    /// True when the watched environment expired (invalidated, or past its ttl) and still
+    /// serves something (`crate::lifecycle`); false when the store cannot say.
+    fn expired(&self, project: &crate::project::Project, now: crate::core::interval::Millis) -> bool {
+        let Ok(state) = self.session.state() else { return false };
+        let env = &self.options.env;
+        let Ok(journal) = state.journal(env) else { return false };
+        crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now).expired && state.env_pointers(env).is_ok_and(|p| !p.is_empty())
+    }
+
     fn start(&mut self, early: &mut dyn FnMut(&Report)) -> Report {
         let mut r = Report::new(Event::Start, &self.options.env, self.root());
         if let Ok(project) = self.session.project() {
@@ -423,7 +432,10 @@ impl Watch {
         self.baseline = Some(new_baseline(self.baseline.take(), &std::mem::take(&mut self.pending), project, &actions));
         let previewed = if self.options.preview_rows > 0 { preview_wanted(&r.changed_models, &actions) } else { Vec::new() };
         drop(actions);
-        let applying = self.options.apply && plan.has_changes && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan");
+        // With nothing to apply, an expired environment (invalidated, past its ttl) is renewed
+        // all the same, as `efmesh apply` renews it.
+        let renew = self.options.apply && !plan.has_changes && self.expired(project, now);
+        let applying = self.options.apply && (plan.has_changes || renew) && !r.errors.iter().any(|e| e.kind == "load" || e.kind == "plan");
         let testing = self.options.test && files.is_some();
         let mut pending = Vec::new();
         if !previewed.is_empty() {
