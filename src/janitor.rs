@@ -245,15 +245,17 @@ fn relation_name(physical: &str) -> &str {
     physical.rsplit("\".\"").next().unwrap_or(physical).trim_matches('"')
 }
 
-/// The age in milliseconds of a version: now minus the later of its creation and its release;
-/// `None` when a stored instant cannot be read (such a version is never collected).
+/// The age in milliseconds of a version: now minus the later of its creation and its release,
+/// 0 at least (released by this janitor run after its `now` was taken, or stamped by a clock
+/// ahead of `--now`: `--ttl 0` collects it at once); `None` when a stored instant cannot be
+/// read (such a version is never collected).
 fn age(v: &crate::state::VersionRow, now: Millis) -> Option<Millis> {
     let created = parse_instant(&v.created_at).ok()?;
     let released = match &v.released_at {
         Some(r) => Some(parse_instant(r).ok()?),
         None => None,
     };
-    Some(now - released.map_or(created, |r| r.max(created)))
+    Some((now - released.map_or(created, |r| r.max(created))).max(0))
 }
 
 /// The claims the janitor makes from `inv` (pure): every unreachable version at least
@@ -496,7 +498,24 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     report.kept_shared = shared.values().cloned().collect();
     // 3. The claim (or, for a dry run, what it would be).
     let claims = if opts.dry_run {
-        let inv = state.janitor_inventory()?;
+        let mut inv = state.janitor_inventory()?;
+        // The expired environments a real run would drop first: the versions only they serve
+        // are released now (a real run's step 0), so listed as it would claim them.
+        let dropping: BTreeSet<&str> = report.environments.iter().filter(|e| e.kept.is_none()).map(|e| e.env.as_str()).collect();
+        if !dropping.is_empty() {
+            let mut served = HashSet::new();
+            for env in state.environments()?.into_iter().filter(|e| !dropping.contains(e.as_str())) {
+                served.extend(state.env_pointers(&env)?);
+            }
+            let now = crate::core::interval::to_iso(opts.now);
+            for v in &mut inv.versions {
+                let key = (v.name.clone(), v.fingerprint.clone());
+                if inv.served.contains(&key) && !served.contains(&key) {
+                    v.released_at = Some(now.clone());
+                }
+            }
+            inv.served = served;
+        }
         let claims = unshared(decide(&inv, &eligible, ttl_ms, opts.now), &shared);
         for c in &inv.condemned {
             push(&mut report, victim(c, config, true), c);

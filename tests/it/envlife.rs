@@ -379,3 +379,21 @@ define_model { name = "s.m", kind = kind.full(), schema = { { "x", "integer" } }
     assert_eq!(env["schemas"], serde_json::json!(["dev__s"]), "{r:#}");
     assert!(relations_in(&p, "dev__").is_empty() && !schemas(&p).iter().any(|s| s.starts_with("dev__")), "{:?}", schemas(&p));
 }
+
+#[test]
+fn janitor_ttl_0_drops_an_invalidated_environment_and_its_own_storage_in_one_run_and_the_dry_run_says_so() {
+    let p = project("");
+    p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let dry = p.run(&["janitor", "--ttl", "0", "--dry-run", "--json"]).expect_code(0).json();
+    let listed: BTreeSet<String> = dry["dropped"].as_array().unwrap().iter().filter_map(|v| v["model"].as_str().map(String::from)).collect();
+    assert_eq!(listed, BTreeSet::from(["s.m".to_string(), "s.v".to_string()]), "dev's own versions would go: {dry:#}");
+    let tables_before = p.physical_tables();
+    let real = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    let dropped: BTreeSet<String> = real["dropped"].as_array().unwrap().iter().filter_map(|v| v["model"].as_str().map(String::from)).collect();
+    assert_eq!(dropped, listed, "{real:#}");
+    assert_eq!(p.physical_tables().len(), tables_before.len() - 2, "dev's own versions went, prod's stay");
+    assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
+}
