@@ -118,14 +118,12 @@ impl ModelDataDiff {
     /// mismatch and no schema drift.
     #[must_use]
     pub fn same(&self) -> bool {
-        self.rows_a == self.rows_b
-            && self.only_in_a == 0
-            && self.only_in_b == 0
-            && self.columns.is_empty()
-            && self.columns_only_in_a.is_empty()
-            && self.columns_only_in_b.is_empty()
-            && self.type_changed.is_empty()
-            && self.multiset.is_none_or(|(a, b)| a == 0 && b == 0)
+        let schema = self.columns_only_in_a.is_empty() && self.columns_only_in_b.is_empty() && self.type_changed.is_empty();
+        match self.multiset {
+            // A key on several rows: the join's pairs prove nothing either way; the rows do.
+            Some((a, b)) => schema && self.rows_a == self.rows_b && a == 0 && b == 0,
+            None => schema && self.rows_a == self.rows_b && self.only_in_a == 0 && self.only_in_b == 0 && self.columns.is_empty(),
+        }
     }
 }
 

@@ -98,10 +98,10 @@ impl AuditResult {
 pub struct AuditReport(pub Vec<AuditResult>);
 
 impl AuditReport {
-    /// Replaces what was reported for `model` by `results` (a pass over its whole relation after
-    /// its batches' own: the rows they saw are counted once).
-    pub fn supersede(&mut self, model: &crate::core::ModelName, results: Vec<AuditResult>) {
-        self.0.retain(|x| x.model != *model);
+    /// Replaces what was reported for each audit of `results` (a pass over the whole relation
+    /// after its batches' own: the rows they saw are counted once).
+    pub fn supersede(&mut self, results: Vec<AuditResult>) {
+        self.0.retain(|x| !results.iter().any(|r| r.model == x.model && r.audit == x.audit));
         self.add(results);
     }
 

@@ -500,6 +500,9 @@ fn execute_recorded(
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
+    // Of those, time-range models whose batches' audits do not cover their table (it held
+    // batches no pass of the same audits covers): audited whole before the view swap.
+    let mut uncovered: BTreeSet<ModelName> = BTreeSet::new();
     // The version of every model this plan leads to: a `full` build records its parents' data
     // generations at these versions (SPEC §4 invariant 36).
     let versions: HashMap<String, String> =
@@ -623,6 +626,7 @@ fn execute_recorded(
                 shared: &mut shared,
                 report: &mut report,
                 audited: &mut audited,
+                uncovered: &mut uncovered,
                 flights: HashMap::new(),
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
@@ -675,7 +679,7 @@ fn execute_recorded(
             }
             // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
             let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
-            pre_promotion_audits(project, plan, state, engine, &exec, &audited, early, &mut report)?;
+            pre_promotion_audits(project, plan, state, engine, &exec, &audited, &uncovered, early, &mut report)?;
             // With nothing built, no statement of this apply touched a view yet: the catalog
             // proven at the open still holds the views' definitions.
             let known = options.catalog_at_open.as_ref().map(|c| &*c.0).filter(|_| work.is_empty());
@@ -1012,6 +1016,7 @@ fn pre_promotion_audits(
     engine: &mut dyn Engine,
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
+    uncovered: &BTreeSet<ModelName>,
     mut early: HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>>,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
@@ -1030,9 +1035,13 @@ fn pre_promotion_audits(
     let mut ran: BTreeMap<ModelName, Option<AuditScope>> = BTreeMap::new();
     for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed)) {
         let Some(model) = project.dag.get(&action.name) else { continue };
-        // Audits that ran while building saw only the batches written, not older data.
-        if model.audits.is_empty() || (audited.contains(&model.name) && action.change != Change::Metadata) {
+        // Audits that ran while building saw the new relation, or the batches written: the
+        // table's older batches only when a pass of the same audits covers them (`uncovered`).
+        if model.audits.is_empty() || (audited.contains(&model.name) && !uncovered.contains(&model.name) && action.change != Change::Metadata) {
             continue;
+        }
+        if uncovered.contains(&model.name) {
+            tracing::info!(model = %model.name, "its audits run over the whole table before the view swap: no pass of them covers the batches it held");
         }
         // Every audit over the whole relation: the batches of an existing time-range version
         // were written under the audits of whichever environment wrote them, perhaps not these.
@@ -1062,7 +1071,7 @@ fn pre_promotion_audits(
         // Warn audits that found rows count as not passed: reusing them would hide their report.
         let passed = audit::clean(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(&model.name, results);
+        report.audits.supersede(results);
         // Recorded only when the generation did not move while they ran.
         if let Some(g) = generation
             && passed
@@ -1124,7 +1133,7 @@ fn ref_audits(
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.add(results);
+        report.audits.supersede(results);
     }
     Ok(failures)
 }
@@ -1458,6 +1467,7 @@ struct Builder<'a, 'p> {
     shared: &'a mut Option<BTreeSet<(String, String)>>,
     report: &'a mut ApplyReport,
     audited: &'a mut BTreeSet<ModelName>,
+    uncovered: &'a mut BTreeSet<ModelName>,
     flights: HashMap<usize, Flight>,
 }
 
@@ -1614,10 +1624,11 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     None if model.audits.is_empty() || fresh => true,
                     _ => covered_before(state, model, &snapshot.fingerprint, before)?,
                 };
-                if n > 0 && covered {
+                if n > 0 {
                     self.audited.insert(model.name.clone());
-                } else if n > 0 {
-                    tracing::info!(model = %model.name, "its audits run over the whole table before the view swap: no pass of them covers the batches it holds");
+                    if !covered {
+                        self.uncovered.insert(model.name.clone());
+                    }
                 }
                 // Every batch's statements, rendered once ([`batch::statements`], which
                 // `efmesh render --interval` prints too). The batches of a table this apply

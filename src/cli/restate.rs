@@ -57,6 +57,12 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     }
     let state = open_state(&project, false)?;
     let pointers = state.env_pointers(req.env)?;
+    if pointers.is_empty() {
+        let known = state.environments()?;
+        let hint = crate::core::error::did_you_mean(req.env, known.iter().map(String::as_str))
+            .map_or_else(|| "\n  hint: apply it first (`efmesh status <env>` shows an environment)".to_string(), |s| format!("\n  hint: did you mean `{s}`?"));
+        bail!("unknown environment `{}`: it serves nothing in this state store; nothing to restate{hint}", req.env);
+    }
     if !pointers.contains_key(&name.to_string()) {
         bail!("environment `{}` does not serve `{name}`; nothing to restate\n  hint: apply it first", req.env);
     }

@@ -278,8 +278,18 @@ pub fn skip_literal_or_comment(bytes: &[u8], i: usize) -> Option<usize> {
     let n = bytes.len();
     match bytes.get(i)? {
         q @ (b'\'' | b'"') => {
+            // An escape string (`E'it\'s'`, Postgres and DuckDB): a backslash escapes the next
+            // byte. `E` begins the token only when no identifier byte comes before it.
+            let escapes = *q == b'\''
+                && i > 0
+                && matches!(bytes[i - 1], b'E' | b'e')
+                && (i < 2 || !(bytes[i - 2].is_ascii_alphanumeric() || bytes[i - 2] == b'_' || bytes[i - 2] >= 0x80));
             let mut j = i + 1;
             while j < n {
+                if escapes && bytes[j] == b'\\' {
+                    j += 2;
+                    continue;
+                }
                 if bytes[j] == *q {
                     if bytes.get(j + 1) == Some(q) {
                         j += 2;
@@ -345,6 +355,18 @@ mod dollar_quote_tests {
         assert_eq!(skip_literal_or_comment(b"$1 + $2", 0), None);
         assert_eq!(skip_literal_or_comment(b"$start AND", 0), None);
         assert_eq!(skip_literal_or_comment(b"a$b$", 1), None);
+    }
+
+    #[test]
+    fn an_escape_string_ends_at_its_unescaped_quote_and_a_plain_one_at_its_first() {
+        // `E'it\'s @x'`: the backslash escapes the quote (DuckDB reads `it's @x`).
+        let t = br"SELECT E'it\'s @x' AS v";
+        assert_eq!(skip_literal_or_comment(t, 8), Some(18));
+        // `e'a\\'`: an escaped backslash, then the closing quote.
+        assert_eq!(skip_literal_or_comment(br"SELECT e'a\\' AS v", 8), Some(13));
+        // Not an `E` prefix (an identifier ends with it), and a plain string: the first quote.
+        assert_eq!(skip_literal_or_comment(br"SELECT typE'a\'", 11), Some(15));
+        assert_eq!(skip_literal_or_comment(br"SELECT 'a\' AS v", 7), Some(11));
     }
 }
 

@@ -402,8 +402,10 @@ pub fn parse_instant(s: &str) -> Result<Millis, String> {
     {
         return Ok(ts.as_millisecond());
     }
-    // A calendar date or time that parses but is no instant: past the range of timestamps.
-    if s.parse::<jiff::civil::DateTime>().is_ok() || s.parse::<jiff::civil::Date>().is_ok() {
+    // A calendar date or time that parses but is no instant: past the range of timestamps
+    // (with a `Z` too: `9999-12-31T00:00:00Z`).
+    let civil = s.strip_suffix(['Z', 'z']).unwrap_or(s);
+    if civil.parse::<jiff::civil::DateTime>().is_ok() || civil.parse::<jiff::civil::Date>().is_ok() {
         return Err(format!(
             "`{s}` is out of the range of instants efmesh handles ({} to {})",
             jiff::Timestamp::MIN.strftime("%Y-%m-%d"),
@@ -453,6 +455,7 @@ mod tests {
         let e = parse_instant("9999-12-31").unwrap_err();
         assert!(e.contains("out of the range of instants"), "{e}");
         assert!(parse_instant("2026-13-01").unwrap_err().contains("is not a date or timestamp"));
+        assert!(parse_instant("9999-12-31T00:00:00Z").unwrap_err().contains("is out of the range of instants"), "a valid RFC 3339 instant past the range");
         assert!(parse_instant("9999-12-30").is_ok());
     }
 

@@ -164,7 +164,7 @@ impl CallReads {
     }
 }
 
-/// A macro call's answer, checked by calling it a second time with the same arguments (`again`):
+/// A macro's first call's answer, checked by calling it a second time with the same arguments (`again`):
 /// a macro that keeps state between calls (a counter, a memo of names handed out) answers
 /// otherwise, and would make a model's SQL depend on which files a load evaluated before it
 /// (a comment edit re-evaluating one file would change its data). Refused, naming the macro.

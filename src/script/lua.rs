@@ -1123,6 +1123,8 @@ pub(crate) fn serve(
     if init.send(defs).is_err() {
         return;
     }
+    // Macros checked for state kept between calls (their first call, twice).
+    let mut checked: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Ok(req) = rx.recv() {
         match req {
             Request::Signal { name, intervals, args, reply } => {
@@ -1131,8 +1133,12 @@ pub(crate) fn serve(
             }
             Request::Macro { name, args, reply } => {
                 host.state.borrow_mut().reached = Some(Reached::default());
-                let first = host.call_macro(&name, args.clone());
-                let out = super::foreign::same_twice(&name, first, || host.call_macro(&name, args));
+                let out = if checked.insert(name.clone()) {
+                    let first = host.call_macro(&name, args.clone());
+                    super::foreign::same_twice(&name, first, || host.call_macro(&name, args))
+                } else {
+                    host.call_macro(&name, args)
+                };
                 let _ = reply.send((out, host.call_reads()));
             }
             Request::Audit { name, positional, named, location, reply } => {

@@ -432,6 +432,8 @@ pub(crate) fn serve(
     if init.send(defs).is_err() {
         return;
     }
+    // Macros checked for state kept between calls (their first call, twice).
+    let checked: RefCell<std::collections::HashSet<String>> = RefCell::new(std::collections::HashSet::new());
     while let Ok(req) = rx.recv() {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
             Request::Signal { name, intervals, args, reply } => {
@@ -440,8 +442,12 @@ pub(crate) fn serve(
             }
             Request::Macro { name, args, reply } => {
                 refs.state.borrow_mut().reached = Some(Reached::default());
-                let first = call_macro(&engine, &refs, &name, args.clone());
-                let out = super::foreign::same_twice(&name, first, || call_macro(&engine, &refs, &name, args));
+                let out = if checked.borrow_mut().insert(name.clone()) {
+                    let first = call_macro(&engine, &refs, &name, args.clone());
+                    super::foreign::same_twice(&name, first, || call_macro(&engine, &refs, &name, args))
+                } else {
+                    call_macro(&engine, &refs, &name, args)
+                };
                 let _ = reply.send((out, call_reads(&refs)));
             }
             Request::Audit { name, positional, named, location, reply } => {

@@ -950,3 +950,36 @@ fn a_warn_audit_run_over_the_whole_table_after_its_batches_reports_each_row_once
     // The 2nd (written by `dev`) and the 3rd (written now): two rows, each counted once.
     assert_eq!(violations(&v, "s.y", "not_null(k)"), 2, "{v:#}");
 }
+
+#[test]
+fn a_whole_audit_reading_another_model_runs_once_per_run() {
+    // `s.y` has an interval audit and a whole one reading `s.k` (no pass can be recorded): a run
+    // writing a day into both runs the whole audit in the last batch, and not again.
+    let mut p = Project::new();
+    p.execute_on_engine(
+        "CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, k varchar, v integer); \
+         INSERT INTO landing.events VALUES ('2026-01-01 10:00', 'a', 1), ('2026-01-02 10:00', 'a', 2)",
+    );
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.events", kind = kind.external { table = "landing.events" }, schema = { {"ts","timestamp"}, {"k","varchar"}, {"v","integer"} } }
+define_model { name = "s.k",
+  kind = kind.incremental_by_time_range { time_column = "ts", start = "2026-01-01", grain = "day" },
+  schema = { {"ts","timestamp"}, {"k","varchar"} },
+  query = "SELECT ts, 'a' AS k FROM " .. ref("raw.events") .. " WHERE ts >= @start AND ts < @end" }
+define_model { name = "s.y",
+  kind = kind.incremental_by_time_range { time_column = "ts", start = "2026-01-01", grain = "day" },
+  schema = { {"ts","timestamp"}, {"k","varchar"} },
+  audits = { audit.not_null("k"), audit.relationships { column = "k", to = "s.k", field = "k", blocking = false, scope = "whole" } },
+  query = "SELECT ts, k FROM " .. ref("raw.events") .. " WHERE ts >= @start AND ts < @end" }
+"#,
+    );
+    p.apply("prod");
+    p.execute_on_engine("INSERT INTO landing.events VALUES ('2026-01-03 10:00', 'zz', 3)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(0);
+    let warned = run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("audit `relationships(")).count();
+    assert_eq!(warned, 1, "{}", run.stderr);
+}

@@ -644,6 +644,14 @@ fn restate_of_a_month_recomputes_it_in_the_parent_a_daily_child_and_a_full_rollu
     r.expect_code(1);
     assert!(r.stderr.contains("scd_type2") && r.stderr.contains("t.hist"), "{r:#?}");
     p.run(&["restate", "prod", "--model", "t.parnt", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(1);
+    // An unknown environment is named so (with the closest known name), not as one that does
+    // not serve the model; a valid instant past the range is said to be out of range.
+    let r = p.run(&["restate", "prd", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("unknown environment `prd`") && r.stderr.contains("did you mean `prod`?"), "{r:#?}");
+    let r = p.run(&["restate", "prod", "--model", "t.parent", "--from", "9999-12-31T00:00:00Z", "--to", "2026-02-01"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("out of the range of instants"), "{r:#?}");
     // A range with no done interval (after the data) clears nothing and promises no work.
     let before = p.state_summary();
     let future = p.run(&["restate", "prod", "--model", "t.parent", "--from", "2027-01-01", "--to", "2027-02-01"]);

@@ -351,8 +351,6 @@ impl Watch {
         self.options.now.unwrap_or_else(interval::now_millis)
     }
 
-    /// The first report. `early` is shown the report with its plan while previews, the apply or
-    /// tests still run.
     /// True when the watched environment expired (invalidated, or past its ttl) and still
     /// serves something (`crate::lifecycle`); false when the store cannot say.
     fn expired(&self, project: &crate::project::Project, now: crate::core::interval::Millis) -> bool {
@@ -362,6 +360,8 @@ impl Watch {
         crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now).expired && state.env_pointers(env).is_ok_and(|p| !p.is_empty())
     }
 
+    /// The first report. `early` is shown the report with its plan while previews, the apply or
+    /// tests still run.
     fn start(&mut self, early: &mut dyn FnMut(&Report)) -> Report {
         let mut r = Report::new(Event::Start, &self.options.env, self.root());
         if let Ok(project) = self.session.project() {
