@@ -182,20 +182,23 @@ struct Common {
     a: String,
     b: String,
     retyped: bool,
+    /// Its type (A's).
+    ty: String,
 }
 
 impl Common {
-    /// The column of side `alias` (`a` or `b`) as compared: as text when its type differs.
+    /// The column of side `alias` (`a` or `b`) as compared: as text when its type differs, as a
+    /// type with an equality operator otherwise ([`Dialect::comparable`]).
     fn expr(&self, dialect: &dyn Dialect, alias: &str) -> String {
         let name = if alias == "a" { &self.a } else { &self.b };
         let column = format!("{alias}.{}", quote_ident(name));
-        if self.retyped { dialect.text_of(&column) } else { column }
+        if self.retyped { dialect.text_of(&column) } else { dialect.comparable(&column, &self.ty) }
     }
 
     /// The column of side `alias`, unqualified (inside that side's own subquery).
     fn bare(&self, dialect: &dyn Dialect, alias: &str) -> String {
         let name = if alias == "a" { &self.a } else { &self.b };
-        if self.retyped { dialect.text_of(&quote_ident(name)) } else { quote_ident(name) }
+        if self.retyped { dialect.text_of(&quote_ident(name)) } else { dialect.comparable(&quote_ident(name), &self.ty) }
     }
 }
 
@@ -267,7 +270,7 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
             if skip_managed && managed.iter().any(|m| m.eq_ignore_ascii_case(&a.name)) {
                 return None;
             }
-            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped: !a.ty.eq_ignore_ascii_case(&b.ty) })
+            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped: !a.ty.eq_ignore_ascii_case(&b.ty), ty: a.ty.clone() })
         })
         .collect();
     let is_key = |c: &Common| keyed && declared_key.iter().any(|k| k.eq_ignore_ascii_case(&c.a));

@@ -396,12 +396,20 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
     if !plan.has_changes && renew {
         let state = writable_state(&project, state)?;
         let report = apply_locked(&project, plan.clone(), &*state, flags, options, now)?;
+        // The promotion is stamped with the clock; judged at `--now`, a ttl may still have run
+        // out (a `--now` later than the clock): said so, never claimed renewed.
+        let after = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
+        if after.expired {
+            tracing::warn!(env = %env, "the apply was recorded at the clock's time, and `{env}` is still expired at the `--now` given");
+        }
         if json {
             let mut v = apply_json(&plan, true, Some(&report));
             if let Some(o) = v.as_object_mut() {
-                o.insert("renewed".into(), true.into());
+                o.insert("renewed".into(), (!after.expired).into());
             }
             out.json(v)?;
+        } else if after.expired {
+            out.text(&format!("nothing to build; environment `{env}` is still expired at the given --now\n"))?;
         } else {
             out.text(&format!("nothing to build; environment `{env}` renewed (it was expired)\n"))?;
         }

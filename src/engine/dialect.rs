@@ -195,6 +195,22 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         format!("CAST({expr} AS VARCHAR)")
     }
 
+    /// The expression `expr` (of the described type `ty`) as a data diff compares it (`IS
+    /// DISTINCT FROM`, `EXCEPT ALL`): as is, or cast to a type with an equality operator —
+    /// Postgres's `json` has none (`jsonb` has), nor have `xml` and the geometric types (text).
+    fn comparable(&self, expr: &str, ty: &str) -> String {
+        let t = ty.trim().to_ascii_lowercase();
+        let (base, array) = match t.strip_suffix("[]") {
+            Some(b) => (b, true),
+            None => (t.as_str(), false),
+        };
+        match base {
+            "json" if !array => format!("CAST({expr} AS jsonb)"),
+            "json" | "xml" | "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => self.text_of(expr),
+            _ => expr.to_string(),
+        }
+    }
+
     /// The text `CAST(text AS <array type>)` reads as the array of the JSON array `items` (a JSON
     /// seed's list value); `None` when the engine casts the JSON text itself (DuckDB). The
     /// standard spelling is Postgres's array literal: `{"a","b",NULL}`, each element quoted

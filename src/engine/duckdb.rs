@@ -434,6 +434,11 @@ impl super::dialect::Dialect for DuckDbDialect {
         "BEGIN TRANSACTION".to_string()
     }
 
+    fn comparable(&self, expr: &str, _ty: &str) -> String {
+        // Every DuckDB type a model may have compares (JSON too).
+        expr.to_string()
+    }
+
     fn full_join_match(&self, left: &str, right: &str) -> String {
         format!("{left} IS NOT DISTINCT FROM {right}")
     }

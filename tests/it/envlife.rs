@@ -397,3 +397,19 @@ fn janitor_ttl_0_drops_an_invalidated_environment_and_its_own_storage_in_one_run
     assert_eq!(p.physical_tables().len(), tables_before.len() - 2, "dev's own versions went, prod's stay");
     assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
 }
+
+#[test]
+fn an_apply_past_the_ttl_at_a_later_now_does_not_claim_a_renewal_it_cannot_make() {
+    // The promotion is stamped with the clock: judged at a `--now` a month ahead, the ttl has
+    // run out again at once. The apply says so instead of `renewed`.
+    let mut p = project("\n[environments]\nttl = \"7d\"\n");
+    p.apply("prod");
+    p.apply("dev");
+    let later = now_millis() + 30 * DAY;
+    let v = at(&mut p, later, &["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(v["renewed"], Value::Bool(false), "{v:#}");
+    // At the clock's time, an expired environment is renewed by the same apply.
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(v["renewed"], Value::Bool(true), "{v:#}");
+}

@@ -300,3 +300,28 @@ define_model {{ name = "s.h", kind = kind.full(), grain = {{ "id" }}, schema = {
     let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
     assert!(text.contains("✓ s.g"), "{text}");
 }
+
+#[test]
+fn diff_data_compares_a_postgres_json_column() {
+    // Postgres's `json` has no equality operator: compared as `jsonb` (keyed, repeated key, and
+    // keyless), the same rows are the same and another value differs.
+    let Some(target) = crate::pg::fresh_database() else { return };
+    let p = Project::on_engine(EngineBackend::Postgres(target));
+    let models = |rows: &str| {
+        format!(
+            r#"define_model {{ name = "s.k", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "doc", "json" }} }}, query = [[SELECT id, CAST(doc AS json) AS doc FROM (VALUES {rows}) t(id, doc)]] }}
+define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "id", "integer" }}, {{ "doc", "json" }} }}, query = [[SELECT id, CAST(doc AS json) AS doc FROM (VALUES {rows}) t(id, doc)]] }}
+"#
+        )
+    };
+    p.write("models/m.lua", &models(r#"(1, '{"a": 1}'), (1, '{"b": 2}'), (2, '{"c": 3}')"#));
+    p.apply("prod");
+    p.write("models/m.lua", &models(r#"(2, '{"c": 3}'), (1, '{"b": 2}'), (1, '{"a": 1}')"#));
+    p.apply("dev");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("✓ s.k") && text.contains("✓ s.n"), "{text}");
+    p.write("models/m.lua", &models(r#"(2, '{"c": 4}'), (1, '{"b": 2}'), (1, '{"a": 1}')"#));
+    p.apply("dev");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("≠ s.k") && text.contains("≠ s.n"), "{text}");
+}
