@@ -704,3 +704,30 @@ fn apply_renews_an_invalidated_environment_with_nothing_to_build() {
     let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     assert_eq!(status["expiry"]["expired"], false, "{status:#}");
 }
+
+#[test]
+fn a_line_lists_the_models_rebuilt_downstream_of_new_intervals() {
+    // `t.daily` (time-range) starts later, then earlier: the next plan backfills its older days
+    // and `mart.sum` (full, over it) is rebuilt for them; the line says so, as `efmesh plan`.
+    let mut p = Project::new();
+    p.now = "2026-01-06T01:00:00Z".into();
+    let daily = |start: &str| {
+        format!(
+            r#"define_model {{ name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "{start}" }},
+  schema = {{ {{ "day", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(d AS DATE) AS day, CAST(1 AS BIGINT) AS n FROM generate_series(DATE '2026-01-01', DATE '2026-01-05', INTERVAL 1 DAY) AS g(d) WHERE d BETWEEN @start_date AND @end_date" }}
+define_model {{ name = "mart.sum", kind = kind.full(), schema = {{ {{ "n", "bigint" }} }}, query = "SELECT CAST(sum(n) AS BIGINT) AS n FROM " .. ref("t.daily") }}
+"#
+        )
+    };
+    p.write("models/m.lua", &daily("2026-01-03"));
+    p.apply("dev");
+    p.write("models/m.lua", &daily("2026-01-01"));
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    let also: Vec<&str> = start["plan"]["alsoWrites"].as_array().expect("alsoWrites").iter().filter_map(|a| a["model"].as_str()).collect();
+    assert_eq!(also, ["mart.sum"], "{start}");
+    assert_eq!(start["applied"]["ok"], true, "{start}");
+    drop(w);
+    assert_eq!(p.rows("\"dev__mart\".\"sum\""), [vec![s("5")]]);
+}

@@ -417,13 +417,23 @@ impl Watch {
         let mut check: Vec<&LoadError> = self.column_errors.values().flatten().collect();
         check.sort_by(|a, b| (&a.location, &a.model).cmp(&(&b.location, &b.model)));
         r.errors.extend(check.into_iter().map(|e| Problem::from_load("check", e)));
-        let plan = match self.session.plan(&self.options.env, now, &plan::Options::default()) {
+        let mut plan = match self.session.plan(&self.options.env, now, &plan::Options::default()) {
             Ok(p) => p,
             Err(e) => {
                 r.errors.extend(Problem::from_error("plan", &e));
                 return;
             }
         };
+        // What the apply writes besides the plan's builds and backfills (`full` and `view`
+        // models downstream of new intervals), as `efmesh plan` lists it.
+        let refreshes = self.session.state().and_then(|state| Ok(plan::work::decide(project, &plan, &*state, false)?.refreshes));
+        match refreshes {
+            Ok(refreshes) => plan.also_writes = refreshes,
+            Err(e) => {
+                r.errors.extend(Problem::from_error("plan", &e));
+                return;
+            }
+        }
         r.plan_ready = Some(Instant::now());
         let actions = actions_by_name(&plan);
         if files.is_some() {

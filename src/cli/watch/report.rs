@@ -287,10 +287,12 @@ pub fn plan_json(plan: &Plan) -> Value {
             Value::Object(m)
         })
         .collect();
+    let also: Vec<Value> = plan.also_writes.iter().map(|r| json!({"model": r.model.to_string(), "note": r.note})).collect();
     json!({
         "hasChanges": plan.has_changes,
         "counts": plan.counts(),
         "models": models,
+        "alsoWrites": also,
     })
 }
 
