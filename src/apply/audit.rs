@@ -50,8 +50,7 @@ pub struct AuditResult {
     /// with the other audits): a failure, blocking or not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Where the audit is attached (`file:line` of its use in the model's definition), given
-    /// with an `error`.
+    /// Where the audit is attached (`file:line` of its use in the model's definition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
 }
@@ -71,7 +70,8 @@ impl AuditResult {
             [] => String::new(),
             many => format!(" in {} batches", many.len()),
         };
-        let mut s = format!("audit `{}` on model `{}`{at}: {} violating {rows}", self.audit, self.model, self.violations);
+        let place = self.location.as_deref().map(|l| format!("{l}: ")).unwrap_or_default();
+        let mut s = format!("{place}audit `{}` on model `{}`{at}: {} violating {rows}", self.audit, self.model, self.violations);
         for row in &self.sample {
             s.push_str(&format!("\n    {row}"));
         }
@@ -191,7 +191,7 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, sql: &
         // A `whole` audit run with a batch saw the whole table, not the batch.
         intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
         error: None,
-        location: None,
+        location: Some(audit.location.to_string()),
     };
     Ok(result)
 }

@@ -374,7 +374,10 @@ fn a_blocking_interval_audit_rolls_its_batch_back_while_earlier_batches_stay(eng
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     let e = &run.stderr;
-    assert!(e.contains("audit `not_null(region)` on model `s.daily` in [2026-01-03T00:00:00.000Z, 2026-01-04T00:00:00.000Z): 1 violating row"), "{e}");
+    assert!(
+        e.contains("models/daily.lua:10: audit `not_null(region)` on model `s.daily` in [2026-01-03T00:00:00.000Z, 2026-01-04T00:00:00.000Z): 1 violating row"),
+        "the audit's use named by file:line: {e}"
+    );
     let sample = format!(r#"{{"day":"{}","region":null,"amount":30}}"#, sample_ts(&p, "2026-01-03 00:00:00"));
     assert!(e.contains(&sample), "{e}");
     assert!(e.contains("rolled back and marked failed"), "{e}");

@@ -46,14 +46,20 @@ fn one(p: &Project, sql: &str) -> String {
     p.query(sql).first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default()
 }
 
-#[test]
-fn a_child_dev_reads_over_its_own_parent_never_rewrites_what_prod_computed_in_their_table() {
+/// `prod` and `dev` applied from `models` at 01:00 on the 3rd (on the same versions).
+fn prod_and_dev(models: &str) -> Project {
     let mut p = Project::new();
     landing(&p);
     p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &models(false, false));
+    p.write("models/m.lua", models);
     p.apply("prod");
     p.apply("dev");
+    p
+}
+
+#[test]
+fn a_child_dev_reads_over_its_own_parent_never_rewrites_what_prod_computed_in_their_table() {
+    let mut p = prod_and_dev(&models(false, false));
     // dev changes the daily model (non-breaking) and back: dev is on prod's versions again.
     p.write("models/m.lua", &models(true, false));
     p.apply("dev");
@@ -305,12 +311,7 @@ fn a_version_pointed_at_again_recomputes_what_a_restated_forward_only_version_le
 fn a_restatement_outside_prod_of_a_version_on_the_table_prod_serves_is_refused() {
     // dev's child is another version (its parent changed, non-breaking) on the table prod's
     // child serves: a restatement from dev could not be recomputed there (prod's rows stay).
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &models(false, false));
-    p.apply("prod");
-    p.apply("dev");
+    let p = prod_and_dev(&models(false, false));
     p.write("models/m.lua", &models(true, false));
     let plan = p.apply("dev");
     assert!(action(&plan["plan"], "t.child")["reusedFrom"].is_string(), "{plan:#}");
@@ -327,13 +328,8 @@ fn a_parents_lookback_outside_prod_never_rewrites_what_prod_computed_in_a_shared
     // dev's daily model is its own (non-breaking: a new table) with a lookback; its child keeps
     // the table prod's child serves. A late row: dev's run recomputes its daily's day, and its
     // child's day is prod's, which the recomputation must not rewrite from dev's daily.
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
     let with_lookback = |m: String| m.replacen(r#"start = "2026-01-01" }"#, r#"start = "2026-01-01", lookback = 1 }"#, 1);
-    p.write("models/m.lua", &with_lookback(models(false, false)));
-    p.apply("prod");
-    p.apply("dev");
+    let mut p = prod_and_dev(&with_lookback(models(false, false)));
     p.write("models/m.lua", &with_lookback(models(true, false)));
     p.apply("dev");
     p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100)");
