@@ -1169,10 +1169,9 @@ fn covered_before(state: &dyn StateStore, model: &crate::core::Model, fp: &str, 
 /// After a build of `model`'s version `fp` whose audits (`scope`) all passed inside the
 /// transactions that wrote it: records the pass at the data generation reached, when that is
 /// `before` ([`pass_start`]) plus the `writes` this build recorded (another writer's bump in
-/// between proves nothing, so nothing is recorded then). Batches of a time-range version
-/// (`scope` `whole`: its `interval` audits saw only the batches written) add to a pass only
-/// when the data before them had passed the same audits (recorded at `before`), or there was
-/// none (generation 0): batches another environment wrote under other audits prove nothing.
+/// between proves nothing, so nothing is recorded then). Batches of a time-range version add to
+/// a pass only when the data before them was covered (the caller passes no `before` otherwise:
+/// batches another environment wrote under other audits prove nothing).
 fn record_pass(
     state: &dyn StateStore,
     model: &crate::core::Model,
@@ -1185,10 +1184,6 @@ fn record_pass(
     let name = model.name.to_string();
     let after = data_generation(state, &name, fp)?;
     if after != before + i64::try_from(writes).unwrap_or(i64::MAX) {
-        return Ok(());
-    }
-    let partial = scope == Some(crate::core::audit::AuditScope::Whole);
-    if partial && before != 0 && !covered_before(state, model, fp, Some(before))? {
         return Ok(());
     }
     state.record_audit_pass(&name, fp, &crate::state::AuditPass { digest: audit::pass_digest(model, scope), generation: after }, interval::now_millis())?;
@@ -1450,7 +1445,16 @@ enum FlightKind {
     /// A time-range model: its batches in transactions of one or more batches, their ledger rows
     /// after each commit.
     /// `writes`: the ledger writes recorded so far (each moves the data generation once).
-    Batches { batches: Vec<Interval>, grain: crate::core::interval::Grain, create_with_first: bool, before: Option<i64>, clean: bool, writes: usize },
+    Batches {
+        batches: Vec<Interval>,
+        grain: crate::core::interval::Grain,
+        create_with_first: bool,
+        before: Option<i64>,
+        /// The table held nothing the batches' audits did not see or a pass covered ([`covered_before`]).
+        covered: bool,
+        clean: bool,
+        writes: usize,
+    },
 }
 
 /// The state side of the builds of one apply or run ([`schedule::Builds`]).
@@ -1660,7 +1664,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                         started,
                         snapshot,
                         intervals: 0,
-                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, clean: true, writes: 0 },
+                        what: FlightKind::Batches { batches, grain: t.grain, create_with_first, before, covered, clean: true, writes: 0 },
                     },
                 );
                 let group = std::time::Duration::from_millis(project.config.engine.batch_commit_ms);
@@ -1799,13 +1803,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
     fn finish(&mut self, item: usize) -> Result<(), ApplyError> {
         let (action, model) = self.model(item);
         let flight = self.flights.remove(&item).expect("a started model");
-        if let FlightKind::Batches { batches, before, clean, writes, .. } = &flight.what
+        if let FlightKind::Batches { batches, before, covered, clean, writes, .. } = &flight.what
             && !batches.is_empty()
         {
             // The last batch ran the `whole` audits over the whole table; the ledger was written
-            // once per transaction (one or more batches each).
+            // once per transaction (one or more batches each). Its `interval` audits saw only
+            // the batches written: a pass only when what the table held before was covered.
             let scope = Some(crate::core::audit::AuditScope::Whole);
-            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean), *writes)?;
+            record_pass(self.state, model, &flight.snapshot.fingerprint, scope, before.filter(|_| *clean && *covered), *writes)?;
         }
         self.built(action, model, flight.started, flight.intervals)
     }

@@ -11,6 +11,15 @@ use crate::lifecycle::PROD;
 use anyhow::{Result, bail};
 use serde_json::json;
 
+/// Where `env` stands in its lifecycle at `now` ([`crate::lifecycle::judge`], the configured
+/// `ttl`), and whether it is expired while it still serves something: what `plan` warns of,
+/// what an `apply` (or `watch --apply`) with nothing to build renews.
+pub(crate) fn expired_serving(state: &dyn crate::state::StateStore, env: &str, ttl: Option<Millis>, now: Millis) -> Result<(crate::lifecycle::Expiry, bool)> {
+    let expiry = crate::lifecycle::judge(env, &state.journal(env)?, ttl, now);
+    let serving = expiry.expired && !state.env_pointers(env)?.is_empty();
+    Ok((expiry, serving))
+}
+
 /// `efmesh invalidate <env> [--json]`: records the environment as expired now (a journal row),
 /// so the next janitor drops it. Refuses `prod` and an environment the store does not hold
 /// (with the closest name when one is near). Only the configuration is needed. The journal row

@@ -323,8 +323,7 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     plan.also_writes = plan::work::decide(&project, &plan, &*state, false)?.refreshes;
     // An expired environment (not yet dropped by the janitor) is planned against what it still
     // serves: applying it renews it (`crate::lifecycle`).
-    let expiry = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
-    let expired = expiry.expired && !state.env_pointers(env)?.is_empty();
+    let (expiry, expired) = envlife::expired_serving(&*state, env, project.config.environments.ttl, now)?;
     if expired && let Some(line) = crate::lifecycle::describe(&expiry) {
         tracing::warn!(env = %env, "{line}");
     }
@@ -391,8 +390,7 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
     // An expired environment (invalidated, or past its ttl) that the janitor has not dropped yet
     // is renewed by its apply, changes or not: with none, a promotion of what it serves (no
     // view moves) records the renewal (`crate::lifecycle`).
-    let expiry = crate::lifecycle::judge(env, &state.journal(env)?, project.config.environments.ttl, now);
-    let renew = expiry.expired && !state.env_pointers(env)?.is_empty();
+    let (_, renew) = envlife::expired_serving(&*state, env, project.config.environments.ttl, now)?;
     if !plan.has_changes && renew {
         let state = writable_state(&project, state)?;
         let report = apply_locked(&project, plan.clone(), &*state, flags, options, now)?;

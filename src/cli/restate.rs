@@ -131,21 +131,14 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     // version holds there, and the restatement would promise what it cannot do.
     if req.env != "prod" {
         let mut shared = Vec::new();
-        let mut physical: std::collections::HashMap<(String, String), Option<String>> = std::collections::HashMap::new();
-        let mut table_of = |n: &str, fp: &str| -> Result<Option<String>> {
-            if let Some(p) = physical.get(&(n.to_string(), fp.to_string())) {
-                return Ok(p.clone());
-            }
-            let p = state.snapshot(n, fp)?.map(|r| r.physical).filter(|p| !p.is_empty());
-            physical.insert((n.to_string(), fp.to_string()), p.clone());
-            Ok(p)
-        };
+        let index = state.snapshot_index()?;
+        let table_of = |n: &str, fp: &str| index.get(&(n.to_string(), fp.to_string())).map(|(p, _)| p.as_str()).filter(|p| !p.is_empty());
         for other in state.environments()?.into_iter().filter(|e| e != req.env) {
             let theirs = state.env_pointers(&other)?;
             for (n, fp, _, _) in &targets {
                 match theirs.get(n) {
                     Some(f) if f == fp => shared.push(format!("`{n}` (also served by `{other}`)")),
-                    Some(f) if table_of(n, fp)?.is_some() && table_of(n, fp)? == table_of(n, f)? => {
+                    Some(f) if table_of(n, fp).is_some() && table_of(n, fp) == table_of(n, f) => {
                         shared.push(format!("`{n}` (its table also holds the version `{other}` serves)"));
                     }
                     _ => {}

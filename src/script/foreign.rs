@@ -19,6 +19,7 @@
 //! ([`super::sql_audit`]) and rendered without an interpreter.
 
 use super::macros::{Failure, RESERVED, no_macro_hint};
+use super::sandbox::Reached;
 use super::sql_audit::SqlAuditDef;
 use crate::core::audit::{Audit, AuditDef};
 use crate::core::error::did_you_mean;
@@ -111,56 +112,43 @@ pub fn verdicts(v: &Value, n: usize) -> Result<Vec<bool>, String> {
     }
 }
 
-/// The project files a served request read through `require` / `import` when it ran (a macro
-/// function, an audit body): inputs of the file whose evaluation sent it, which nothing else
-/// records — a helper a macro loads only when called must still make its callers' load cache
-/// entries stale when it changes.
-#[derive(Debug, Clone, Default)]
-pub struct CallReads {
-    /// Files resolved.
-    pub files: std::collections::BTreeSet<PathBuf>,
-    /// Candidates tried and absent.
-    pub probes: std::collections::BTreeSet<PathBuf>,
-    /// blake3 of the bytes evaluated (or reused), per file.
-    pub hashes: BTreeMap<PathBuf, [u8; 32]>,
-}
-
 thread_local! {
-    /// What the requests sent from this thread read since [`CallReads::take`].
-    static READS: std::cell::RefCell<CallReads> = std::cell::RefCell::new(CallReads::default());
+    /// What the requests sent from this thread read through `require` / `import` when they ran
+    /// (a macro function, an audit body) since [`take_call_reads`]: inputs of the file whose
+    /// evaluation sent them, which nothing else records — a helper a macro loads only when
+    /// called must still make its callers' load cache entries stale when it changes.
+    static CALL_READS: std::cell::RefCell<Reached> = std::cell::RefCell::new(Reached::default());
 }
 
-impl CallReads {
-    /// Adds what a request read to this thread's account (a file is evaluated on one thread,
-    /// and sends its requests from it).
-    fn note(self) {
-        if self.files.is_empty() && self.probes.is_empty() {
-            return;
-        }
-        READS.with(|r| {
-            let mut r = r.borrow_mut();
-            r.files.extend(self.files);
-            r.probes.extend(self.probes);
-            for (f, h) in self.hashes {
-                r.hashes.entry(f).or_insert(h);
-            }
-        });
+/// Adds what a request read to this thread's account (a file is evaluated on one thread, and
+/// sends its requests from it).
+fn note_call_reads(reads: Reached) {
+    if reads.files.is_empty() && reads.probes.is_empty() {
+        return;
     }
-
-    /// What the requests sent from this thread read since the last call: a file's evaluation
-    /// takes it before it starts (dropping a previous file's) and when it ends.
-    pub fn take() -> CallReads {
-        READS.with(|r| std::mem::take(&mut *r.borrow_mut()))
-    }
-
-    /// Adds this thread's account ([`CallReads::take`]) to a file's outcome.
-    pub fn add_to(outcome: &mut super::sandbox::FileOutcome) {
-        let reads = CallReads::take();
-        outcome.reached.extend(reads.files);
-        outcome.probes.extend(reads.probes);
+    CALL_READS.with(|r| {
+        let mut r = r.borrow_mut();
+        r.files.extend(reads.files);
+        r.probes.extend(reads.probes);
         for (f, h) in reads.hashes {
-            outcome.hashes.entry(f).or_insert(h);
+            r.reused(&f, h);
         }
+    });
+}
+
+/// What the requests sent from this thread read since the last call: a file's evaluation takes
+/// it before it starts (dropping a previous file's) and when it ends ([`add_call_reads`]).
+pub fn take_call_reads() -> Reached {
+    CALL_READS.with(|r| std::mem::take(&mut *r.borrow_mut()))
+}
+
+/// Adds this thread's account ([`take_call_reads`]) to a file's outcome.
+pub fn add_call_reads(outcome: &mut super::sandbox::FileOutcome) {
+    let reads = take_call_reads();
+    outcome.reached.extend(reads.files);
+    outcome.probes.extend(reads.probes);
+    for (f, h) in reads.hashes {
+        outcome.hashes.entry(f).or_insert(h);
     }
 }
 
@@ -196,7 +184,7 @@ pub enum Request {
         /// Its arguments.
         args: Vec<String>,
         /// Where the answer goes, with the files the call read.
-        reply: Sender<(Result<String, Failure>, CallReads)>,
+        reply: Sender<(Result<String, Failure>, Reached)>,
     },
     /// Render a use of an audit.
     Audit {
@@ -209,7 +197,7 @@ pub enum Request {
         /// Where the use is written.
         location: Location,
         /// Where the answer goes, with the files the rendering read.
-        reply: Sender<(Result<Audit, LoadError>, CallReads)>,
+        reply: Sender<(Result<Audit, LoadError>, Reached)>,
     },
     /// Evaluate a signal over intervals (`[start, end)`, ISO-8601 UTC) with its arguments.
     Signal {
@@ -434,7 +422,7 @@ impl Foreign {
         }
         match rx.recv() {
             Ok((out, reads)) => {
-                reads.note();
+                note_call_reads(reads);
                 out
             }
             Err(_) => Err(Failure::new(format!("macro `@{name}`: its interpreter stopped"))),
@@ -482,7 +470,7 @@ impl Foreign {
                 }
                 return match rx.recv() {
                     Ok((out, reads)) => {
-                        reads.note();
+                        note_call_reads(reads);
                         out
                     }
                     Err(_) => Err(LoadError::new(Some(location.clone()), None, format!("audit `{name}`: its interpreter stopped"))),

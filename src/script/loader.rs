@@ -163,7 +163,7 @@ struct Work {
 fn evaluate_sql(root: &Path, f: &Path, foreign: &Foreign) -> (FileOutcome, Vec<LoadError>) {
     let mut outcome = FileOutcome { file: f.to_path_buf(), defines: true, ..FileOutcome::default() };
     let mut errors = Vec::new();
-    let _ = super::foreign::CallReads::take();
+    let _ = super::foreign::take_call_reads();
     if foreign.is_definition(f) {
         match fs_err::read_to_string(root.join(f)) {
             Ok(text) => match super::sql_audit::SqlAuditDef::parse(f, &text) {
@@ -188,7 +188,7 @@ fn evaluate_sql(root: &Path, f: &Path, foreign: &Foreign) -> (FileOutcome, Vec<L
                 outcome.hashes.insert(f.to_path_buf(), *blake3::hash(text.as_bytes()).as_bytes());
                 outcome.models.push(m);
                 // What its macro calls and audits read when they ran.
-                super::foreign::CallReads::add_to(&mut outcome);
+                super::foreign::add_call_reads(&mut outcome);
             }
             Err(e) => {
                 outcome.failed = true;

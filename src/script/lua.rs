@@ -816,10 +816,9 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
 
 impl LuaHost {
     /// The files a served request (a macro call, an audit rendered) reached through `require`,
-    /// for the caller's own inputs ([`super::foreign::CallReads`]).
-    fn call_reads(&self) -> super::foreign::CallReads {
-        let r = self.state.borrow_mut().reached.take().unwrap_or_default();
-        super::foreign::CallReads { files: r.files, probes: r.probes, hashes: r.hashes }
+    /// for the caller's own inputs ([`super::foreign::take_call_reads`]).
+    fn call_reads(&self) -> Reached {
+        self.state.borrow_mut().reached.take().unwrap_or_default()
     }
 
     /// Keeps the modules evaluated so far (the audit definition files and what they require)
@@ -853,7 +852,7 @@ impl LuaHost {
         };
         let mut outcome = FileOutcome { file: rel.to_path_buf(), ..FileOutcome::default() };
         // What the macro calls and audits rendered through another interpreter read: this file's.
-        let _ = super::foreign::CallReads::take();
+        let _ = super::foreign::take_call_reads();
         match self.ensure_loader().and_then(|()| self.lua.named_registry_value::<Function>("efmesh.loader")) {
             Ok(loader) => {
                 let _ = loader.call::<Value>(rel.to_string_lossy().to_string());
@@ -868,7 +867,7 @@ impl LuaHost {
         outcome.reached = reached.files;
         outcome.probes = reached.probes;
         outcome.hashes = reached.hashes;
-        super::foreign::CallReads::add_to(&mut outcome);
+        super::foreign::add_call_reads(&mut outcome);
         outcome
     }
 

@@ -373,7 +373,7 @@ fn load_on_this_thread(
             let defines = s.definitions.defining.contains(&rel);
             let mut outcome = FileOutcome { file: rel, models, reached: reached.files, probes: reached.probes, hashes: reached.hashes, defines, failed };
             // What its macro calls and audits rendered through another interpreter read.
-            super::foreign::CallReads::add_to(&mut outcome);
+            super::foreign::add_call_reads(&mut outcome);
             outcomes.push(outcome);
         }
     }
@@ -387,10 +387,9 @@ fn load_on_this_thread(
 /// `rx` closes. Errors of the files are not reported here (the loader's own evaluation reports
 /// them); a host that cannot start sends nothing. Runs on a thread with [`STACK_SIZE`].
 /// The files a served request (a macro call, an audit rendered) reached through `import`, for
-/// the caller's own inputs ([`super::foreign::CallReads`]).
-fn call_reads(refs: &Refs) -> super::foreign::CallReads {
-    let r = refs.state.borrow_mut().reached.take().unwrap_or_default();
-    super::foreign::CallReads { files: r.files, probes: r.probes, hashes: r.hashes }
+/// the caller's own inputs ([`super::foreign::take_call_reads`]).
+fn call_reads(refs: &Refs) -> Reached {
+    refs.state.borrow_mut().reached.take().unwrap_or_default()
 }
 
 pub(crate) fn serve(

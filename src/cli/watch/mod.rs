@@ -355,9 +355,7 @@ impl Watch {
     /// serves something (`crate::lifecycle`); false when the store cannot say.
     fn expired(&self, project: &crate::project::Project, now: crate::core::interval::Millis) -> bool {
         let Ok(state) = self.session.state() else { return false };
-        let env = &self.options.env;
-        let Ok(journal) = state.journal(env) else { return false };
-        crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now).expired && state.env_pointers(env).is_ok_and(|p| !p.is_empty())
+        super::envlife::expired_serving(&*state, &self.options.env, project.config.environments.ttl, now).is_ok_and(|(_, serving)| serving)
     }
 
     /// The first report. `early` is shown the report with its plan while previews, the apply or
