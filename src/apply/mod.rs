@@ -442,8 +442,8 @@ fn execute_recorded(
     for name in &left_shared {
         tracing::info!(model = %name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
     }
-    for name in &left_to_prod {
-        tracing::warn!(model = %name, "not refreshed: its table is also what `prod` serves (another version, over other parent tables); it keeps `prod`'s rows until `prod` serves this change too");
+    for left in &left_to_prod {
+        tracing::warn!(model = %left.model, "{}", left.note);
     }
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
@@ -853,6 +853,7 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         return Ok(());
     }
     let index = state.snapshot_index()?;
+    lost_prod_tables(project, plan, state, &index, &candidates)?;
     let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
     for a in candidates {
         let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
@@ -900,6 +901,56 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
                     if newer { "was taken over by the newer version" } else { "is also the table of version" },
                     &fp[..12.min(fp.len())],
                     plan.env
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Outside `prod`: refuses to rebuild a lost table (dropped by hand) of a time-range, unique-key,
+/// partition or SCD type 2 model that `prod`'s other version serves over other parent tables:
+/// rebuilt here, it would hold rows computed from this environment's parents, which `prod`
+/// would serve (and this environment never writes into it otherwise, `plan::ProdHolds::All`,
+/// [`crate::plan::work::Work::left_to_prod`]). `prod` rebuilds it from its own parents.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model; the state store's reads.
+fn lost_prod_tables(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    index: &crate::state::SnapshotIndex,
+    candidates: &[&crate::plan::Action],
+) -> Result<(), ApplyError> {
+    if plan.env == crate::core::name::PROD || !candidates.iter().any(|a| physical_missing(a)) {
+        return Ok(());
+    }
+    let relation_by_name: HashMap<String, String> =
+        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
+    let relation_of = |n: &str| relation_by_name.get(n).cloned();
+    for a in candidates.iter().filter(|a| physical_missing(a)) {
+        let physical = a.physical.as_deref().unwrap_or_default();
+        let Some(model) = project.dag.get(&a.name) else { continue };
+        let relations = crate::plan::generations::relations(project, &a.name, &relation_of);
+        let differ = match &relations {
+            Some(r) => {
+                crate::plan::generations::parents_differ_in(state, index, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, r)?
+            }
+            // A parent without a table here: other parents than `prod`'s, when `prod` serves another version there.
+            None => {
+                let prod = state.env_pointers(crate::core::name::PROD)?;
+                crate::plan::generations::other_version_on(&prod, index, &a.name.to_string(), a.fingerprint.as_str(), physical).is_some()
+            }
+        };
+        if differ {
+            return Err(ApplyError::Rejected {
+                model: a.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "its table {physical} is missing, and `prod` serves it too (another version, over other parent tables): rebuilt here, it would hold rows computed from `{}`'s parents, which `prod` would serve; nothing was done\n  \
+                     hint: `efmesh apply prod` rebuilds it from `prod`'s parents; then apply `{}`",
+                    plan.env, plan.env
                 ),
             });
         }

@@ -185,7 +185,7 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         let done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
         let restated: Vec<Interval> = wanted
             .iter()
-            .filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w) && !action.prod_holds.contains(&w.start))
+            .filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w) && !action.prod_holds.holds(w.start))
             .copied()
             .collect();
         if restated.is_empty() {

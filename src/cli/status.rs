@@ -44,6 +44,10 @@ struct Lag {
     waiting: usize,
     /// Why they wait: `signal`, or the waiting model upstream.
     waiting_on: Option<String>,
+    /// Outside `prod`: the version is on the table `prod`'s other version serves, over other
+    /// parent tables, so this environment computes nothing there (`plan::ProdHolds::All`): its
+    /// `behind` intervals are `prod`'s to compute.
+    left_to_prod: bool,
 }
 
 /// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
@@ -103,6 +107,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     next_due: project.dag.next_due(&m.name, now),
                     waiting: 0,
                     waiting_on: None,
+                    left_to_prod: false,
                 });
                 if behind > 0 {
                     candidates.insert(m.name.clone(), crate::core::Interval::new(from, horizon).split(t.grain));
@@ -125,6 +130,20 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     });
                 }
             }
+        }
+    }
+    if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0) {
+        let prod = state.env_pointers(crate::core::name::PROD)?;
+        let index = state.snapshot_index()?;
+        let relation_of = |n: &str| pointers.get(n).and_then(|f| index.get(&(n.to_string(), f.clone()))).map(|(r, _)| r.clone());
+        for l in lags.iter_mut().filter(|l| l.behind > 0) {
+            let (Ok(name), Some(fp)) = (ModelName::parse(&l.model), pointers.get(&l.model)) else { continue };
+            let Some((physical, _)) = index.get(&(l.model.clone(), fp.clone())) else { continue };
+            if crate::plan::generations::other_version_on(&prod, &index, &l.model, fp, physical).is_none() {
+                continue;
+            }
+            l.left_to_prod =
+                crate::plan::generations::relations(&project, &name, &relation_of).is_none_or(|r| crate::plan::generations::parents_differ(&prod, &index, &r));
         }
     }
     let signals_error = waiting_on_signals(&project, &candidates, &mut lags);
@@ -183,7 +202,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "grain": l.grain,
                 "doneUpTo": l.done_up_to.map(to_iso),
                 "behind": l.behind,
-                "late": l.behind > l.waiting as i64,
+                "late": l.behind > l.waiting as i64 && !l.left_to_prod,
+                "leftToProd": l.left_to_prod,
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
                 "failed": l.failed,
@@ -252,6 +272,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 ));
             } else {
                 text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}{schedule}\n", l.model, l.behind, l.grain));
+            }
+            if l.left_to_prod {
+                text.push_str(&format!(
+                    "    its table is also what `prod` serves (another version, over other parent tables): `{env}` computes nothing there and shows these intervals as `prod` computes them\n"
+                ));
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));

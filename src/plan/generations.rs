@@ -392,8 +392,14 @@ pub fn parents_differ_in(
     if other_version_on(&pointers, index, name, fp, physical).is_none() {
         return Ok(false);
     }
+    Ok(parents_differ(&pointers, index, relations))
+}
+
+/// True when the environment whose `pointers` these are serves, for one of the data parents in
+/// `relations` (`(parent, relation)`), another relation than the one named there.
+pub fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex, relations: &BTreeMap<String, String>) -> bool {
     let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
-    Ok(relations.iter().any(|(p, r)| served(p) != Some(r.as_str())))
+    relations.iter().any(|(p, r)| served(p) != Some(r.as_str()))
 }
 
 /// The version of `name` an environment's `pointers` name when it is another version than `fp`

@@ -178,7 +178,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             recompute: None,
             outside_bounds: outside,
             // A memo is recorded only when no version shares its table with `prod`'s.
-            prod_holds: BTreeSet::new(),
+            prod_holds: super::ProdHolds::Nothing,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

@@ -271,6 +271,57 @@ pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>)
     Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
 }
 
+/// What, of a time-range version's table outside `prod`, only `prod` writes: the table is the
+/// one `prod`'s other version of the model (the same query) serves ([`Action::prod_holds`]).
+/// Missing intervals, recomputations ([`recompute`]) and auto-restatements (a lookback, a
+/// parent's rewrite) leave out every interval it holds: rows `prod` serves would change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ProdHolds {
+    /// Not such a table (or this is `prod`): this environment writes its own intervals.
+    #[default]
+    Nothing,
+    /// The versions read the same parent tables: the intervals `prod`'s version has done (this
+    /// environment computes the others, the rows `prod`'s would).
+    Done(BTreeSet<Millis>),
+    /// The versions read other parent tables (a non-breaking parent change here): every
+    /// interval. This environment serves `prod`'s computation and writes nothing there.
+    All {
+        /// The intervals `prod`'s version has done.
+        done: BTreeSet<Millis>,
+        /// The intervals this environment wants that `prod`'s version has not done: they
+        /// appear here as `prod` computes them.
+        withheld: usize,
+    },
+}
+
+impl ProdHolds {
+    /// True when the interval starting at `start` is `prod`'s to write.
+    pub fn holds(&self, start: Millis) -> bool {
+        match self {
+            ProdHolds::Nothing => false,
+            ProdHolds::Done(done) => done.contains(&start),
+            ProdHolds::All { .. } => true,
+        }
+    }
+
+    /// The intervals `prod`'s version has done on the table (served here too).
+    pub fn prod_done(&self) -> Option<&BTreeSet<Millis>> {
+        match self {
+            ProdHolds::Nothing => None,
+            ProdHolds::Done(done) | ProdHolds::All { done, .. } => Some(done),
+        }
+    }
+
+    /// Keeps, of `missing`, the intervals this environment computes; counts the others `prod`
+    /// has not done ([`ProdHolds::All`]'s `withheld`).
+    fn keep_own(&mut self, missing: &mut Vec<Interval>) {
+        if let ProdHolds::All { done, withheld } = self {
+            *withheld = missing.iter().filter(|i| !done.contains(&i.start)).count();
+        }
+        missing.retain(|i| !self.holds(i.start));
+    }
+}
+
 /// One model's line in the plan.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -317,11 +368,9 @@ pub struct Action {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
     /// Time-range versions outside `prod` on a table `prod`'s other version (the same query)
-    /// serves: the intervals `prod` has done there, which this environment never writes — its
-    /// missing intervals leave them out, and so do recomputations ([`recompute`]) and
-    /// auto-restatements (a lookback, a parent's rewrite: rows `prod` serves would change).
+    /// serves: the intervals of that table this environment never writes ([`ProdHolds`]).
     #[serde(skip)]
-    pub prod_holds: BTreeSet<Millis>,
+    pub prod_holds: ProdHolds,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -903,9 +952,8 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
-    /// Time-range models outside `prod`: the intervals `prod`'s other version on the same table
-    /// has done, which the missing ones leave out (lookback included).
-    prod_done: BTreeSet<Millis>,
+    /// Time-range models outside `prod`: what the missing ones leave out ([`ProdHolds`]).
+    prod_done: ProdHolds,
     /// Time-range models: the grain floor of the model's due instant at `now`
     /// ([`Model::due_at`]) the action's missing intervals were computed at. The wanted intervals
     /// depend on `now` only through it ([`interval::wanted`]), so
@@ -1728,7 +1776,9 @@ fn compute_with(
                 let floor = t.grain.floor(due);
                 if e.floor != Some(floor) {
                     let mut missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
-                    missing.retain(|i| !e.prod_done.contains(&i.start));
+                    e.prod_done.keep_own(&mut missing);
+                    action.prod_holds = e.prod_done.clone();
+                    e.action.prod_holds = e.prod_done.clone();
                     action.backfill = interval::merge(&missing);
                     action.intervals = missing.len();
                     e.action.backfill.clone_from(&action.backfill);
@@ -2076,7 +2126,7 @@ fn compute_with(
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
-        let mut kept_prod_done = BTreeSet::new();
+        let mut kept_prod_done = ProdHolds::Nothing;
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -2094,7 +2144,7 @@ fn compute_with(
                 // the intervals `prod` computed are in the table, and rewriting them from this
                 // environment's parents would change what `prod` serves (a late row only this
                 // environment's parent read). Not computed here, lookback included.
-                let prod_done = match physical.as_deref() {
+                let mut prod_done = match physical.as_deref() {
                     Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
                         if prod_pointers.is_none() {
                             prod_pointers = Some(state.env_pointers(crate::core::name::PROD)?);
@@ -2102,19 +2152,31 @@ fn compute_with(
                         let prod = prod_pointers.as_ref().expect("read just above");
                         match generations::other_version_on(prod, snapshots, &name_s, fp.as_str(), own) {
                             // The same query (an inherited table): its rows are what this version
-                            // would write. Another query (a forward-only change took the table
-                            // over) is `apply::shared_writes`' refusal.
+                            // would write from the same parent tables. Another query (a
+                            // forward-only change took the table over) is `apply::shared_writes`'
+                            // refusal.
                             Some(f) if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) => {
-                                state.done_intervals(&name_s, f)?
+                                let done = state.done_intervals(&name_s, f)?;
+                                // The parent tables this version reads here (decided already:
+                                // parents come first); one without a table counts as another.
+                                let relations: Option<BTreeMap<String, String>> = generations::data_parents(project, &model.name)
+                                    .into_iter()
+                                    .map(|p| decided.served(&p).filter(|r| !r.is_empty()).map(|r| (p.to_string(), r.to_string())))
+                                    .collect();
+                                if relations.is_none_or(|r| generations::parents_differ(prod, snapshots, &r)) {
+                                    ProdHolds::All { done, withheld: 0 }
+                                } else {
+                                    ProdHolds::Done(done)
+                                }
                             }
-                            _ => BTreeSet::new(),
+                            _ => ProdHolds::Nothing,
                         }
                     }
-                    _ => BTreeSet::new(),
+                    _ => ProdHolds::Nothing,
                 };
-                done.extend(prod_done.iter().copied());
+                done.extend(prod_done.prod_done().into_iter().flatten().copied());
                 let mut missing = interval::missing(&wanted, &done, t.lookback);
-                missing.retain(|i| !prod_done.contains(&i.start));
+                prod_done.keep_own(&mut missing);
                 kept_prod_done = prod_done;
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
@@ -2210,7 +2272,7 @@ fn compute_with(
                 rebuild_reason: None,
                 recompute: None,
                 outside_bounds: None,
-                prod_holds: BTreeSet::new(),
+                prod_holds: ProdHolds::Nothing,
                 owner: None,
                 tags: Vec::new(),
             });

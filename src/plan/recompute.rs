@@ -322,7 +322,7 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
 /// backfill, noting `because` as the cause ([`Action::recompute`]).
 fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<Interval>, because: impl IntoIterator<Item = ModelName>) {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i) && !action.prod_holds.contains(&i.start)).collect();
+    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i) && !action.prod_holds.holds(i.start)).collect();
     if added.is_empty() {
         return;
     }
@@ -335,8 +335,7 @@ fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
     // Never the intervals `prod`'s version holds in a table shared outside `prod` ([`Action::prod_holds`]).
-    let candidates: Vec<Interval> =
-        ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.prod_holds.contains(&i.start)).collect();
+    let candidates: Vec<Interval> = ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.prod_holds.holds(i.start)).collect();
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

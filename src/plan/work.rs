@@ -39,9 +39,10 @@ pub struct Work<'p> {
     /// `full`/`view` models downstream of new data left as they are: their table is also served
     /// by another version of them, which another environment reads (outside `prod`).
     pub left_shared: Vec<ModelName>,
-    /// Outside `prod`: unique-key, partition and SCD type 2 models not refreshed because their
-    /// table is also what `prod` serves over other parent tables.
-    pub left_to_prod: Vec<ModelName>,
+    /// Outside `prod`: unique-key, partition and SCD type 2 models not refreshed, and time-range
+    /// models whose due intervals are not computed, because their table is also what `prod`
+    /// serves over other parent tables (with what the plan prints about each).
+    pub left_to_prod: Vec<Refresh>,
 }
 
 /// Decides [`Work`] for `plan` against `state` (see the module docs).
@@ -67,7 +68,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let mut work: Vec<&'p Action> = Vec::new();
     let mut refreshes: Vec<Refresh> = Vec::new();
     let mut left_shared: Vec<ModelName> = Vec::new();
-    let mut left_to_prod: Vec<ModelName> = Vec::new();
+    let mut left_to_prod: Vec<Refresh> = Vec::new();
     let mut index: Option<crate::state::SnapshotIndex> = None;
     // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
     // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
@@ -78,6 +79,20 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     for a in &plan.actions {
         if a.change == Change::Removed || a.kind == "external" {
             continue;
+        }
+        // A time-range version on `prod`'s table over other parent tables writes nothing there
+        // (`plan::ProdHolds::All`): what it wants that `prod` has not done is said, not written.
+        if let super::ProdHolds::All { withheld, .. } = a.prod_holds
+            && withheld > 0
+        {
+            let left = Refresh {
+                model: a.name.clone(),
+                note: format!(
+                    "{withheld} interval(s) not computed here: its table is also what `prod` serves (another version, over other parent tables), so it serves `prod`'s rows and shows them as `prod` computes them (or once `prod` serves this change too)"
+                ),
+            };
+            refreshes.push(left.clone());
+            left_to_prod.push(left);
         }
         let model = project.dag.get(&a.name);
         let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
@@ -161,11 +176,12 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             let idx = index.as_ref().expect("read just above");
             if super::generations::parents_differ_in(state, idx, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, &relations)? {
                 refreshed_here = false;
-                left_to_prod.push(a.name.clone());
-                refreshes.push(Refresh {
+                let left = Refresh {
                     model: a.name.clone(),
                     note: "not refreshed here: its table is also what `prod` serves (another version, over other parent tables), so it keeps `prod`'s rows until `prod` serves this change too".into(),
-                });
+                };
+                refreshes.push(left.clone());
+                left_to_prod.push(left);
             }
         }
         if refreshed_here {

@@ -1,8 +1,9 @@
 //! A table `dev` shares with `prod` while their versions read different parent tables (SPEC §4
-//! invariant 36 (e)): outside `prod`, a time-range version leaves the intervals `prod` computed in
-//! it as they are; an SCD type 2 (unique-key, partition) table, which keeps what it recorded, is
-//! not refreshed there (it keeps `prod`'s rows until `prod` serves the change too). `dev` never writes rows computed from its own parents into what `prod`
-//! serves.
+//! invariant 36 (e)): outside `prod`, a time-range version computes no interval in it (it serves
+//! `prod`'s computation: new days appear as `prod`'s run computes them); an SCD type 2
+//! (unique-key, partition) table, which keeps what it recorded, is not refreshed there (it keeps
+//! `prod`'s rows until `prod` serves the change too); a lost one is rebuilt by `prod` only. `dev`
+//! never writes rows computed from its own parents into what `prod` serves.
 
 use crate::common::*;
 
@@ -114,8 +115,8 @@ fn an_scd_history_dev_would_reconcile_from_its_own_parents_is_left_to_prod_outsi
     let ran = p.run(&["run", "dev"]);
     ran.expect_code(0);
     assert!(ran.stderr.contains("not refreshed") && ran.stderr.contains("s.hist") && ran.stderr.contains("`prod` serves"), "{}", ran.stderr);
-    let days = one(&p, &format!("SELECT CAST(count(*) AS VARCHAR) FROM {}", env_view("dev", "t.child")));
-    assert_eq!(days, "3", "dev's time-range models advanced");
+    let days = one(&p, &format!("SELECT CAST(count(*) AS VARCHAR) FROM {}", env_view("dev", "t.daily")));
+    assert_eq!(days, "3", "dev's own time-range model advanced");
     p.write("models/m.lua", &models(false, true));
     p.run(&["run", "prod"]).expect_code(0);
     let history = one(&p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("prod", "s.hist")));
@@ -338,4 +339,96 @@ fn a_parents_lookback_outside_prod_never_rewrites_what_prod_computed_in_a_shared
     let on = |env: &str, m: &str| one(&p, &format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE day = TIMESTAMP '2026-01-02'", env_view(env, m)));
     assert_eq!(on("dev", "t.daily"), "102", "dev's daily read the late row");
     assert_eq!((on("prod", "t.daily"), on("prod", "t.child")), ("2".to_string(), "2".to_string()), "prod's child serves prod's daily");
+}
+
+/// Days served by `model`'s view in `env`, as `day=total` joined by `,`.
+fn days(p: &Project, env: &str, model: &str) -> String {
+    one(p, &format!("SELECT coalesce(string_agg(strftime(day, '%d') || '=' || CAST(total AS VARCHAR), ',' ORDER BY day), '') FROM {}", env_view(env, model)))
+}
+
+#[test]
+fn new_days_outside_prod_in_a_child_table_prod_serves_over_other_parents_are_left_to_prods_run() {
+    // dev's daily model is its own (non-breaking: a new table); its child keeps the table prod's
+    // child serves. A new day is due: dev's run (here on two workers) computes its daily's day,
+    // and leaves the child's to prod — computed from dev's daily, it would be served by prod
+    // before prod's run, with prod's ledger saying the day was never done.
+    let mut p = prod_and_dev(&models(false, false));
+    p.write("models/m.lua", &models(true, false));
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.child")["intervals"], 0, "{plan:#}");
+    let also = plan["alsoWrites"].as_array().unwrap_or_else(|| panic!("{plan:#}"));
+    assert!(
+        also.iter().any(|a| a["model"] == "t.child" && a["note"].as_str().is_some_and(|n| n.starts_with("1 interval(s) not computed here"))),
+        "the plan says what dev leaves to prod: {plan:#}"
+    );
+    let ran = p.run(&["run", "dev", "--jobs", "2"]);
+    ran.expect_code(0);
+    assert!(ran.stderr.contains("not computed here") && ran.stderr.contains("t.child"), "{}", ran.stderr);
+    assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=2,03=4", "dev's daily advanced");
+    assert_eq!(days(&p, "prod", "t.child"), "01=1,02=2", "prod serves nothing prod did not compute");
+    assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2", "dev serves prod's rows");
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.child")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!((lag["behind"].clone(), lag["leftToProd"].clone(), lag["late"].clone()), (1.into(), true.into(), false.into()), "{status:#}");
+    // An apply of dev writes nothing there either.
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.child"), "01=1,02=2");
+    // prod's run computes its day: both serve it.
+    p.write("models/m.lua", &models(false, false));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!((days(&p, "prod", "t.child"), days(&p, "dev", "t.child")), ("01=1,02=2,03=4".to_string(), "01=1,02=2,03=4".to_string()));
+}
+
+#[test]
+fn a_start_moved_earlier_outside_prod_writes_nothing_before_prods_start_into_the_child_table_prod_serves() {
+    let p = prod_and_dev(&models(false, false));
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2025-12-31 10:00', 9)");
+    // dev: the daily model's non-breaking edit, and both models start a day earlier.
+    let earlier = models(true, false).replace(r#"start = "2026-01-01""#, r#"start = "2025-12-31""#);
+    p.write("models/m.lua", &earlier);
+    let plan = p.apply("dev");
+    assert_eq!(action(&plan["plan"], "t.child")["intervals"], 0, "{plan:#}");
+    assert_eq!(days(&p, "dev", "t.daily"), "31=9,01=1,02=2");
+    assert_eq!(days(&p, "prod", "t.child"), "01=1,02=2", "nothing before prod's start in the table prod serves");
+    assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2");
+}
+
+#[test]
+fn a_lost_table_prod_serves_over_other_parents_is_rebuilt_by_prod_never_from_another_environment() {
+    // A late row only dev's new daily version read: rebuilt from dev, the lost child table would
+    // hold it and prod would serve it.
+    let p = prod_and_dev(&models(false, true));
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100)");
+    p.write("models/m.lua", &models(true, true));
+    p.apply("dev");
+    assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=102");
+    for model in ["t.child", "s.hist"] {
+        let table = {
+            let s = p.state();
+            let fp = s.env_pointers("prod").unwrap()[model].clone();
+            s.snapshot(model, &fp).unwrap().unwrap().physical
+        };
+        p.execute_on_engine(&format!("DROP TABLE {table}"));
+        let refused = p.run(&["apply", "dev", "--yes"]);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains(&format!("model `{model}`"))
+                && refused.stderr.contains("is missing, and `prod` serves it too")
+                && refused.stderr.contains("efmesh apply prod"),
+            "{}",
+            refused.stderr
+        );
+        assert!(refused.stderr.contains("models/m.lua:"), "names the model's file: {}", refused.stderr);
+        // prod rebuilds it from its own parents; dev then applies and serves prod's rows.
+        p.write("models/m.lua", &models(false, true));
+        p.apply("prod");
+        p.write("models/m.lua", &models(true, true));
+        p.apply("dev");
+    }
+    assert_eq!((days(&p, "prod", "t.child"), days(&p, "dev", "t.child")), ("01=1,02=2".to_string(), "01=1,02=2".to_string()));
+    let history = one(&p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("prod", "s.hist")));
+    assert_eq!(history, "3", "prod's history rebuilt from prod's totals");
 }
