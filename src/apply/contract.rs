@@ -82,7 +82,16 @@ fn zone_mismatch(declared: &str, got: &str) -> Option<String> {
 
 /// Checks every model in `pending` (and the external sources they read) against the engine,
 /// without building anything.
-pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
+///
+/// `described` receives the types each pending query gives its columns (as [`query_columns`]
+/// describes them), for the checks of what existing tables store ([`lossy_columns`]).
+pub fn check(
+    project: &Project,
+    physicals: &BTreeMap<ModelName, String>,
+    pending: &BTreeSet<ModelName>,
+    engine: &mut dyn Engine,
+    described: &mut BTreeMap<ModelName, Vec<DescribedColumn>>,
+) -> Vec<ContractProblem> {
     let problem = |m: &Model, message: String| ContractProblem { model: m.name.clone(), location: m.location.clone(), message };
     let mut problems = Vec::new();
 
@@ -145,13 +154,69 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     let checked: Vec<(&Model, String)> =
         pending.iter().filter_map(|n| project.dag.get(n)).filter_map(|m| m.body.as_ref().map(|b| (m, b.render(&resolver)))).collect();
     let queries: Vec<String> = checked.iter().map(|(_, sql)| sql.clone()).collect();
-    for ((m, sql), described) in checked.iter().zip(engine.describe_many(&queries)) {
-        match described {
+    for ((m, sql), result) in checked.iter().zip(engine.describe_many(&queries)) {
+        match result {
             Err(e) => problems.push(unbound(m, sql, &e.message)),
-            Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
+            Ok(actual) => {
+                problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg)));
+                described.insert(m.name.clone(), actual);
+            }
         }
     }
     problems
+}
+
+/// A column a query returns in another type than the table it is written into stores, which
+/// the table's type may not hold unchanged: `(column, the query's type, the stored type)`.
+pub type LossyColumn = (String, String, String);
+
+/// The columns of `returned` (a query's described columns) that `stored` (the table's) keeps in
+/// another built-in scalar type, unless every value of the query's type fits the stored one
+/// ([`lossless`]): written, their values may be rounded or cut. Types differing only within one
+/// name (Postgres describes `numeric` without its precision) are not seen.
+pub fn lossy_columns(returned: &[DescribedColumn], stored: &[DescribedColumn]) -> Vec<LossyColumn> {
+    returned
+        .iter()
+        .filter_map(|c| {
+            let table = stored.iter().find(|t| t.name.eq_ignore_ascii_case(&c.name))?;
+            let differs = !table.ty.eq_ignore_ascii_case(&c.ty) && nameable(&table.ty) && nameable(&c.ty) && !lossless(&c.ty, &table.ty);
+            differs.then(|| (c.name.clone(), c.ty.clone(), table.ty.clone()))
+        })
+        .collect()
+}
+
+/// True when every value of type `from` is stored unchanged in a column of type `to` (DuckDB's
+/// spellings): a wider integer, a wider decimal (as many digits before and after the point), a
+/// `DOUBLE` for a `FLOAT` or an integer of at most 32 bits, a `TIMESTAMP` for a `DATE`. Anything
+/// else is not known to be: its values are checked.
+pub fn lossless(from: &str, to: &str) -> bool {
+    let (from, to) = (from.trim().to_ascii_uppercase(), to.trim().to_ascii_uppercase());
+    if from == to {
+        return true;
+    }
+    // Decimal digits of each integer type (its largest magnitude), by width.
+    let int = |t: &str| match t {
+        "TINYINT" => Some((1, 3)),
+        "SMALLINT" => Some((2, 5)),
+        "INTEGER" => Some((3, 10)),
+        "BIGINT" => Some((4, 19)),
+        "HUGEINT" => Some((5, 39)),
+        _ => None,
+    };
+    let decimal = |t: &str| -> Option<(u32, u32)> {
+        let inner = t.strip_prefix("DECIMAL(")?.strip_suffix(')')?;
+        let (p, s) = inner.split_once(',')?;
+        Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
+    };
+    match (int(&from), int(&to), decimal(&from), decimal(&to)) {
+        (Some((a, _)), Some((b, _)), _, _) => a <= b,
+        (Some((_, digits)), None, _, Some((p, s))) => digits <= p - s,
+        (None, None, Some((p, s)), Some((p2, s2))) => s2 >= s && p2 - s2 >= p - s,
+        _ => matches!(
+            (from.as_str(), to.as_str()),
+            ("FLOAT", "DOUBLE") | ("TINYINT" | "SMALLINT" | "INTEGER", "DOUBLE") | ("TINYINT" | "SMALLINT", "FLOAT") | ("DATE", "TIMESTAMP")
+        ),
+    }
 }
 
 /// The types a model's query gives its columns, described as the contract check binds it
@@ -253,6 +318,34 @@ mod tests {
     }
     fn desc(n: &str, t: &str) -> DescribedColumn {
         DescribedColumn { name: n.into(), ty: t.into() }
+    }
+
+    #[test]
+    fn only_casts_known_to_keep_every_value_skip_the_value_check() {
+        for (from, to) in [
+            ("INTEGER", "BIGINT"),
+            ("DECIMAL(10,2)", "DECIMAL(18,4)"),
+            ("INTEGER", "DECIMAL(12,2)"),
+            ("FLOAT", "DOUBLE"),
+            ("DATE", "TIMESTAMP"),
+            ("integer", "INTEGER"),
+        ] {
+            assert!(lossless(from, to), "{from} → {to}");
+        }
+        for (from, to) in [
+            ("BIGINT", "INTEGER"),
+            ("DECIMAL(18,4)", "DECIMAL(10,2)"),
+            ("DECIMAL(10,2)", "DECIMAL(10,4)"),
+            ("BIGINT", "DOUBLE"),
+            ("DOUBLE", "FLOAT"),
+            ("TIMESTAMP", "DATE"),
+            ("INTEGER", "DECIMAL(9,0)"),
+        ] {
+            assert!(!lossless(from, to), "{from} → {to}");
+        }
+        let lossy =
+            lossy_columns(&[desc("a", "DECIMAL(18,4)"), desc("b", "INTEGER"), desc("c", "VARCHAR")], &[desc("a", "DECIMAL(10,2)"), desc("B", "BIGINT")]);
+        assert_eq!(lossy, vec![("a".to_string(), "DECIMAL(18,4)".to_string(), "DECIMAL(10,2)".to_string())]);
     }
 
     #[test]

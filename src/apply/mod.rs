@@ -486,9 +486,11 @@ fn execute_recorded(
         lake::refresh(project, model, physical, engine)?;
     }
 
+    // The types each query of the work returns (the contract check describes them).
+    let mut described: BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>> = BTreeMap::new();
     if !work.is_empty() {
         engine.execute(&engine.sql().create_schema_if_absent(crate::plan::PHYSICAL_SCHEMA))?;
-        let mut problems = contract::check(project, &physicals, &working_set, engine);
+        let mut problems = contract::check(project, &physicals, &working_set, engine, &mut described);
         // Seeds are parsed and their values typed here, so a bad value builds nothing.
         let mistyped: BTreeSet<ModelName> = problems.iter().map(|p| p.model.clone()).collect();
         problems.extend(seed::stage(project, &working_set, &mistyped, engine));
@@ -497,6 +499,7 @@ fn execute_recorded(
             return Err(ApplyError::Contract(problems));
         }
     }
+    let lossy = lossy_time_range_columns(project, &work, &catalog, &described, engine)?;
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
@@ -623,6 +626,7 @@ fn execute_recorded(
                 pending: &pending,
                 relation_of: &relation_of,
                 catalog: &catalog,
+                lossy: &lossy,
                 shared: &mut shared,
                 report: &mut report,
                 audited: &mut audited,
@@ -926,14 +930,13 @@ fn lost_prod_tables(
     if plan.env == crate::core::name::PROD || !candidates.iter().any(|a| physical_missing(a)) {
         return Ok(());
     }
-    let relation_by_name: HashMap<String, String> =
-        plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
-    let relation_of = |n: &str| relation_by_name.get(n).cloned();
+    let served = crate::plan::served_in(plan);
+    let served_here = |n: &str| served.get(n).cloned();
     for a in candidates.iter().filter(|a| physical_missing(a)) {
         let physical = a.physical.as_deref().unwrap_or_default();
         let Some(model) = project.dag.get(&a.name) else { continue };
-        let relations = crate::plan::generations::relations(project, &a.name, &relation_of);
-        let differ = match &relations {
+        let reads = crate::plan::generations::direct_reads(project, &a.name, &served_here);
+        let differ = match &reads {
             Some(r) => {
                 crate::plan::generations::parents_differ_in(state, index, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, r)?
             }
@@ -1519,11 +1522,110 @@ struct Builder<'a, 'p> {
     pending: &'a BTreeSet<(String, String)>,
     relation_of: &'a dyn Fn(&str) -> Option<String>,
     catalog: &'a crate::engine::Catalog,
+    /// Time-range models whose query returns columns in types their table may not hold
+    /// unchanged ([`lossy_time_range_columns`]): every batch's values are checked first.
+    lossy: &'a BTreeMap<ModelName, Vec<contract::LossyColumn>>,
     shared: &'a mut Option<BTreeSet<(String, String)>>,
     report: &'a mut ApplyReport,
     audited: &'a mut BTreeSet<ModelName>,
     uncovered: &'a mut BTreeSet<ModelName>,
     flights: HashMap<usize, Flight>,
+}
+
+/// Time-range models of `work` writing into a table that stores a column in another type than
+/// the query returns it, which may not hold every value unchanged (a source widened under an
+/// existing table; a table reading itself, created from the declared types): by model, the
+/// columns ([`contract::lossy_columns`]). One description of the existing tables; a table this
+/// apply creates from its query has the query's types.
+///
+/// # Errors
+/// An existing table cannot be described.
+fn lossy_time_range_columns(
+    project: &Project,
+    work: &[&crate::plan::Action],
+    catalog: &crate::engine::Catalog,
+    described: &BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>>,
+    engine: &mut dyn Engine,
+) -> Result<BTreeMap<ModelName, Vec<contract::LossyColumn>>, ApplyError> {
+    let mut out = BTreeMap::new();
+    let mut existing: Vec<(&ModelName, String)> = Vec::new();
+    for a in work.iter().filter(|a| !a.backfill.is_empty()) {
+        let (Some(model), Some(physical), Some(returned)) = (project.dag.get(&a.name), a.physical.as_deref(), described.get(&a.name)) else { continue };
+        if model.kind.time_range().is_none() || model.target != crate::core::Target::Table {
+            continue;
+        }
+        if !batch::table_absent(physical, catalog) && !physical_missing(a) {
+            existing.push((&a.name, format!("SELECT * FROM {physical}")));
+        } else if model.body.as_ref().is_some_and(crate::core::Fragment::reads_itself) {
+            // Created empty from the declared schema ([`batch::ensure_table`]).
+            let declared: Vec<crate::engine::DescribedColumn> =
+                model.schema.0.iter().map(|c| crate::engine::DescribedColumn { name: c.name.clone(), ty: c.ty.clone() }).collect();
+            let lossy = contract::lossy_columns(returned, &declared);
+            if !lossy.is_empty() {
+                out.insert(a.name.clone(), lossy);
+            }
+        }
+    }
+    if existing.is_empty() {
+        return Ok(out);
+    }
+    let queries: Vec<String> = existing.iter().map(|(_, q)| q.clone()).collect();
+    for ((name, _), stored) in existing.into_iter().zip(engine.describe_many(&queries)) {
+        let lossy = contract::lossy_columns(&described[name], &stored?);
+        if !lossy.is_empty() {
+            out.insert(name.clone(), lossy);
+        }
+    }
+    Ok(out)
+}
+
+/// Before a time-range model's batches are written: refuses when one of `columns` (returned in
+/// another type than its table stores) has a value in some batch that the stored type would
+/// change (rounded, cut): written, the table would serve other values than the query returns.
+/// One query per batch, only for such models.
+///
+/// # Errors
+/// [`ApplyError::Rejected`] naming the column, the types, the batch and an example; a query fails.
+fn check_batches_fit(
+    model: &crate::core::Model,
+    t: &crate::core::TimeRange,
+    body: &crate::core::Fragment,
+    batches: &[Interval],
+    exec: &ExecResolver<'_>,
+    columns: &[contract::LossyColumn],
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
+    let tc = quote_ident(&t.time_column);
+    for &b in batches {
+        let (s, e) = batch::time_column_bounds(model, t, b);
+        let sql = body.render(&exec.with_bounds(Some(b)));
+        for (column, returned, stored) in columns {
+            let c = quote_ident(column);
+            let changed = format!("CAST(CAST({c} AS {stored}) AS {returned}) IS DISTINCT FROM {c}");
+            let rows = engine
+                .query(&format!(
+                    "SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST(CAST({c} AS {stored}) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q WHERE {tc} >= {s} AND {tc} < {e} AND {changed} LIMIT 1"
+                ))
+                .map_err(|err| ApplyError::build(model, Some(b), err))?;
+            let Some(row) = rows.first() else { continue };
+            let n = row.first().cloned().flatten().unwrap_or_default();
+            let example = match (row.get(1).cloned().flatten(), row.get(2).cloned().flatten()) {
+                (Some(from), to) => format!(" (e.g. {from} → {})", to.unwrap_or_else(|| "NULL".into())),
+                _ => String::new(),
+            };
+            return Err(ApplyError::Rejected {
+                model: model.name.clone(),
+                location: model.location.clone(),
+                message: format!(
+                    "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values in [{}, {}){example}: the table would serve other values than the query's; no batch of this model was written\n  \
+                     hint: cast the column in the query to `{stored}`, or declare the type the query returns (`{returned}`) and give the model a new version (a changed query builds a new table)",
+                    interval::to_iso(b.start),
+                    interval::to_iso(b.end)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// An audited transaction's failure as the apply reports it.
@@ -1665,6 +1767,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 if !create_with_first {
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
+                }
+                if let Some(columns) = self.lossy.get(&model.name) {
+                    check_batches_fit(model, t, body, &batches, exec, columns, engine)?;
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
                 // Its batches' audits cover the table when they are all it holds, or when what it

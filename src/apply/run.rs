@@ -66,6 +66,10 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
         .iter()
         .filter(|a| a.change != Change::Unchanged || a.repair.is_some())
         .map(|a| match (&a.repair, a.change) {
+            // Its table is `prod`'s to rebuild ([`super::lost_prod_tables`]).
+            (Some(r), _) if r.physical_missing && matches!(a.prod_holds, crate::plan::ProdHolds::All { .. }) => {
+                format!("{}: {} (`efmesh apply prod` repairs it: its table is also what `prod` serves)", a.name, r.summary())
+            }
             (Some(r), Change::Unchanged) => format!("{}: {} (`apply` repairs it)", a.name, r.summary()),
             (Some(r), c) => format!("{}: {}, {} (`apply` repairs it)", a.name, c.as_str(), r.summary()),
             (None, c) => format!("{}: {}", a.name, c.as_str()),

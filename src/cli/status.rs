@@ -44,6 +44,9 @@ struct Lag {
     waiting: usize,
     /// Why they wait: `signal`, or the waiting model upstream.
     waiting_on: Option<String>,
+    /// Of the intervals before the newest done one that are not done, those held back by a
+    /// signal (its own or one upstream's): not counted in `gaps`.
+    gaps_waiting: usize,
     /// Outside `prod`: the version is on the table `prod`'s other version serves, over other
     /// parent tables, so this environment computes nothing there (`plan::ProdHolds::All`): its
     /// `behind` intervals are `prod`'s to compute.
@@ -107,6 +110,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     next_due: project.dag.next_due(&m.name, now),
                     waiting: 0,
                     waiting_on: None,
+                    gaps_waiting: 0,
                     left_to_prod: false,
                 });
                 if behind > 0 {
@@ -132,18 +136,47 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
         }
     }
-    if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0) {
+    if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
         let prod = state.env_pointers(crate::core::name::PROD)?;
         let index = state.snapshot_index()?;
-        let relation_of = |n: &str| pointers.get(n).and_then(|f| index.get(&(n.to_string(), f.clone()))).map(|(r, _)| r.clone());
-        for l in lags.iter_mut().filter(|l| l.behind > 0) {
+        let served_here = |n: &str| pointers.get(n).map(|f| (index.get(&(n.to_string(), f.clone())).map(|(r, _)| r.clone()).unwrap_or_default(), f.clone()));
+        for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {
             let (Ok(name), Some(fp)) = (ModelName::parse(&l.model), pointers.get(&l.model)) else { continue };
             let Some((physical, _)) = index.get(&(l.model.clone(), fp.clone())) else { continue };
-            if crate::plan::generations::other_version_on(&prod, &index, &l.model, fp, physical).is_none() {
+            let Some(prod_fp) = crate::plan::generations::other_version_on(&prod, &index, &l.model, fp, physical) else { continue };
+            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+            // The same query: the intervals `prod`'s version has done are in the table for this
+            // version too, as its plan counts them (`plan::ProdHolds`); over other parents, it
+            // computes nothing there.
+            let canonical = |f: &str| state.snapshot(&l.model, f).map(|r| r.map(|r| r.canonical));
+            if canonical(fp)? != canonical(prod_fp)? {
                 continue;
             }
-            l.left_to_prod =
-                crate::plan::generations::relations(&project, &name, &relation_of).is_none_or(|r| crate::plan::generations::parents_differ(&prod, &index, &r));
+            l.left_to_prod = crate::plan::generations::direct_reads(&project, &name, &served_here)
+                .is_none_or(|r| crate::plan::generations::parents_differ(&prod, &index, &r));
+            let mut done = state.done_intervals(&l.model, fp)?;
+            done.extend(state.done_intervals(&l.model, prod_fp)?);
+            let due = t.grain.floor(project.dag.due_at(&name, now));
+            let horizon = t.end.map_or(due, |e| e.min(due));
+            let first = t.grain.floor(t.start);
+            l.done_up_to = done.iter().next_back().map(|s| t.grain.next(*s));
+            let from = l.done_up_to.unwrap_or(first);
+            l.behind = t.grain.count(from, horizon).max(0);
+            l.gaps = l.done_up_to.map_or(0, |up_to| (t.grain.count(first, up_to) - done.range(first..up_to).count() as i64).max(0));
+        }
+    }
+    // Intervals before the newest done one that are not done may be held by a signal too (a
+    // later one was ready): asked as well, before the ones after it.
+    if project.dag.models().any(|m| !m.signals.is_empty()) {
+        for l in lags.iter().filter(|l| l.gaps > 0 && !l.left_to_prod) {
+            let (Ok(name), Some(fp), Some(up_to)) = (ModelName::parse(&l.model), pointers.get(&l.model), l.done_up_to) else { continue };
+            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+            let done = state.done_intervals(&l.model, fp)?;
+            let mut asked: Vec<crate::core::Interval> =
+                crate::core::Interval::new(t.grain.floor(t.start), up_to).split(t.grain).into_iter().filter(|i| !done.contains(&i.start)).collect();
+            let entry: &mut Vec<crate::core::Interval> = candidates.entry(name).or_default();
+            asked.append(entry);
+            *entry = asked;
         }
     }
     let signals_error = waiting_on_signals(&project, &candidates, &mut lags);
@@ -204,6 +237,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "behind": l.behind,
                 "late": l.behind > l.waiting as i64 && !l.left_to_prod,
                 "leftToProd": l.left_to_prod,
+                "gapsWaiting": l.gaps_waiting,
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
                 "failed": l.failed,
@@ -273,16 +307,26 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             } else {
                 text.push_str(&format!("  … {}  behind by {} {} interval(s), caught up to {up_to}{schedule}\n", l.model, l.behind, l.grain));
             }
+            if l.gaps_waiting > 0 {
+                text.push_str(&format!("    {} {} interval(s) before {up_to} not done, waiting{why}\n", l.gaps_waiting, l.grain));
+            }
             if l.left_to_prod {
                 text.push_str(&format!(
-                    "    its table is also what `prod` serves (another version, over other parent tables): `{env}` computes nothing there and shows these intervals as `prod` computes them\n"
+                    "    its table is also what `prod` serves (another version, over other parents): `{env}` computes nothing there and shows its intervals as `prod` computes them (never those outside `prod`'s `start`/`end`)\n"
                 ));
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
             }
             if l.gaps > 0 {
-                text.push_str(&format!("    {} {} interval(s) before {up_to} not done (restated or failed): the next run recomputes them\n", l.gaps, l.grain));
+                if l.left_to_prod {
+                    text.push_str(&format!("    {} {} interval(s) before {up_to} not done in the table\n", l.gaps, l.grain));
+                } else {
+                    text.push_str(&format!(
+                        "    {} {} interval(s) before {up_to} not done (restated or failed): the next run recomputes them\n",
+                        l.gaps, l.grain
+                    ));
+                }
             }
         }
         for r in &refreshes {
@@ -364,7 +408,11 @@ fn waiting_on_signals(
         Ok(held) => {
             for w in held.waiting {
                 if let Some(l) = lags.iter_mut().find(|l| l.model == w.model.to_string()) {
-                    l.waiting += w.intervals.len();
+                    // Those before its newest done interval are gaps that wait.
+                    let gaps = w.intervals.iter().filter(|i| l.done_up_to.is_some_and(|u| i.start < u)).count();
+                    l.gaps_waiting += gaps;
+                    l.gaps -= gaps as i64;
+                    l.waiting += w.intervals.len() - gaps;
                     if l.waiting_on.is_none() || w.reason == "upstream" {
                         l.waiting_on = Some(w.upstream.map_or_else(|| "signal".to_string(), |u| u.to_string()));
                     }

@@ -373,9 +373,8 @@ pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str)
 }
 
 /// True when environment `other` serves another version of `name` on the same table `physical`
-/// while serving other relations for its data parents than `relations` (the `(parent,
-/// relation)` the version at hand reads): the two would write, into one table, rows computed
-/// from different data.
+/// while reading other parents than `relations` ([`direct_reads`]: what the version at hand
+/// reads): the two would write, into one table, rows computed from different data.
 ///
 /// # Errors
 /// A state read fails.
@@ -395,11 +394,37 @@ pub fn parents_differ_in(
     Ok(parents_differ(&pointers, index, relations))
 }
 
-/// True when the environment whose `pointers` these are serves, for one of the data parents in
-/// `relations` (`(parent, relation)`), another relation than the one named there.
-pub fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex, relations: &BTreeMap<String, String>) -> bool {
-    let served = |p: &str| pointers.get(p).and_then(|f| index.get(&(p.to_string(), f.clone()))).map(|(r, _)| r.as_str());
-    relations.iter().any(|(p, r)| served(p) != Some(r.as_str()))
+/// True when the environment whose `pointers` these are reads, for one of the parents in
+/// `reads` ([`direct_reads`]), another relation (or, for a parent without one, another version)
+/// than the one named there.
+pub fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex, reads: &BTreeMap<String, String>) -> bool {
+    let served = |p: &str| pointers.get(p).map(|f| read_key(index.get(&(p.to_string(), f.clone())).map_or("", |(r, _)| r.as_str()), f));
+    reads.iter().any(|(p, r)| served(p).as_deref() != Some(r.as_str()))
+}
+
+/// What `name` reads, by direct parent, for [`parents_differ`]: the relation the parent's
+/// version is served from (`served` gives it with the version's fingerprint), or its version
+/// where it has none (an `embedded` model, inlined). Direct parents, `view` and `embedded` ones
+/// included: their own query may differ where the tables under them do not. `None` when a
+/// parent has no version here.
+pub fn direct_reads(project: &Project, name: &ModelName, served: &dyn Fn(&str) -> Option<(String, String)>) -> Option<BTreeMap<String, String>> {
+    let model = project.dag.get(name)?;
+    model
+        .parents()
+        .into_iter()
+        .map(|p| {
+            let p = p.to_string();
+            served(&p).map(|(relation, fp)| {
+                let key = read_key(&relation, &fp);
+                (p, key)
+            })
+        })
+        .collect()
+}
+
+/// A parent's relation, or `version <fp>` when it has none.
+fn read_key(relation: &str, fp: &str) -> String {
+    if relation.is_empty() { format!("version {fp}") } else { relation.to_string() }
 }
 
 /// The version of `name` an environment's `pointers` name when it is another version than `fp`

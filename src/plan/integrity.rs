@@ -450,6 +450,8 @@ pub fn check_skipping(
         action.repair = Some(repair);
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
+    // A rebuilt table's intervals wait, as its missing ones do, for rows left to `prod` upstream.
+    super::recompute::hold_for_prod(project, plan);
     Ok(unclean)
 }
 

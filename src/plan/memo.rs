@@ -179,6 +179,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             outside_bounds: outside,
             // A memo is recorded only when no version shares its table with `prod`'s.
             prod_holds: super::ProdHolds::Nothing,
+            waits_for_prod: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

@@ -322,6 +322,28 @@ impl ProdHolds {
     }
 }
 
+/// What each model of `plan` is served from: `(relation, fingerprint)` by name (the relation
+/// empty for a version without one), for [`generations::direct_reads`].
+pub fn served_in(plan: &Plan) -> HashMap<String, (String, String)> {
+    plan.actions
+        .iter()
+        .filter(|a| a.change != Change::Removed)
+        .map(|a| (a.name.to_string(), (a.physical.clone().unwrap_or_default(), a.fingerprint.as_str().to_string())))
+        .collect()
+}
+
+/// A time-range action's intervals held back because a model upstream is left to `prod` here
+/// ([`recompute::hold_for_prod`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitsForProd {
+    /// The model upstream, on `prod`'s table, whose rows here end at `from`.
+    pub upstream: ModelName,
+    /// The instant from which the action's intervals wait.
+    pub from: Millis,
+    /// How many of its intervals wait.
+    pub intervals: usize,
+}
+
 /// One model's line in the plan.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -371,6 +393,10 @@ pub struct Action {
     /// serves: the intervals of that table this environment never writes ([`ProdHolds`]).
     #[serde(skip)]
     pub prod_holds: ProdHolds,
+    /// Time-range versions whose intervals from some instant wait for rows a model upstream
+    /// leaves to `prod` ([`recompute::hold_for_prod`]).
+    #[serde(skip)]
+    pub waits_for_prod: Option<WaitsForProd>,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -2157,13 +2183,14 @@ fn compute_with(
                             // refusal.
                             Some(f) if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) => {
                                 let done = state.done_intervals(&name_s, f)?;
-                                // The parent tables this version reads here (decided already:
-                                // parents come first); one without a table counts as another.
-                                let relations: Option<BTreeMap<String, String>> = generations::data_parents(project, &model.name)
-                                    .into_iter()
-                                    .map(|p| decided.served(&p).filter(|r| !r.is_empty()).map(|r| (p.to_string(), r.to_string())))
-                                    .collect();
-                                if relations.is_none_or(|r| generations::parents_differ(prod, snapshots, &r)) {
+                                // What this version reads here (decided already: parents come
+                                // first); a parent without a version here counts as another.
+                                let served_here = |p: &str| {
+                                    let n = ModelName::parse(p).ok()?;
+                                    Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
+                                };
+                                let reads = generations::direct_reads(project, &model.name, &served_here);
+                                if reads.is_none_or(|r| generations::parents_differ(prod, snapshots, &r)) {
                                     ProdHolds::All { done, withheld: 0 }
                                 } else {
                                     ProdHolds::Done(done)
@@ -2221,6 +2248,7 @@ fn compute_with(
             recompute: None,
             outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
             prod_holds: kept_prod_done.clone(),
+            waits_for_prod: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });
@@ -2273,6 +2301,7 @@ fn compute_with(
                 recompute: None,
                 outside_bounds: None,
                 prod_holds: ProdHolds::Nothing,
+                waits_for_prod: None,
                 owner: None,
                 tags: Vec::new(),
             });

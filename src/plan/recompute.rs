@@ -55,6 +55,69 @@ pub struct Recompute {
 /// # Errors
 /// A state store failure reading a ledger.
 pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
+    rewrites(project, state, plan)?;
+    hold_for_prod(project, plan);
+    Ok(())
+}
+
+/// Outside `prod`, a time-range version on `prod`'s table over other parent tables computes
+/// nothing there ([`super::ProdHolds::All`]): its rows arrive as `prod` computes them. So its
+/// data is complete here only up to the first interval it wants that `prod` has not done (and
+/// will: not one before `prod`'s first done interval, which `prod` never computes), and every
+/// time-range model downstream (through any kind) waits for its intervals ending after that
+/// instant, as under a signal ([`crate::apply::signals`]): computed now, over rows not there
+/// yet, they would be recorded done and never recomputed when the rows arrive. Idempotent: run
+/// again once repairs are known ([`super::integrity`]).
+pub fn hold_for_prod(project: &Project, plan: &mut Plan) {
+    if !plan.actions.iter().any(|a| matches!(a.prod_holds, super::ProdHolds::All { .. })) {
+        return;
+    }
+    let at: HashMap<ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
+    // Per model: the instant its data here is complete up to, and the model left to `prod` that set it.
+    let mut horizon: HashMap<ModelName, (Millis, ModelName)> = HashMap::new();
+    for model in project.dag.models() {
+        let cap = model.parents().iter().filter_map(|p| horizon.get(p)).min_by_key(|(t, _)| *t).cloned();
+        let Some(action) = at.get(&model.name).map(|&i| &mut plan.actions[i]) else {
+            if let Some(c) = cap {
+                horizon.insert(model.name.clone(), c);
+            }
+            continue;
+        };
+        let own = match (&action.prod_holds, model.kind.time_range()) {
+            (super::ProdHolds::All { done, .. }, Some(t)) => {
+                let first = done.iter().next().copied();
+                interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now))
+                    .into_iter()
+                    .find(|w| !done.contains(&w.start) && first.is_none_or(|f| w.start > f))
+                    .map(|w| (w.start, model.name.clone()))
+            }
+            _ => None,
+        };
+        if let (Some((until, upstream)), Some(t)) = (&cap, model.kind.time_range()) {
+            let (kept, held): (Vec<Interval>, Vec<Interval>) = action.backfill.iter().flat_map(|b| b.split(t.grain)).partition(|i| i.end <= *until);
+            if !held.is_empty() {
+                action.backfill = interval::merge(&kept);
+                action.intervals = kept.len();
+                if let Some(r) = action.recompute.as_mut() {
+                    r.added.retain(|i| i.end <= *until);
+                    r.intervals = r.added.len();
+                }
+                if action.recompute.as_ref().is_some_and(|r| r.intervals == 0) {
+                    action.recompute = None;
+                }
+                let before = action.waits_for_prod.as_ref().map_or(0, |w| w.intervals);
+                action.waits_for_prod = Some(super::WaitsForProd { upstream: upstream.clone(), from: *until, intervals: before.max(held.len()) });
+            }
+        }
+        if let Some(h) = [cap, own].into_iter().flatten().min_by_key(|(t, _)| *t) {
+            horizon.insert(model.name.clone(), h);
+        }
+    }
+    plan.has_changes = plan.actions.iter().any(Action::has_work);
+}
+
+/// [`propagate`]'s rewrites: the done intervals recomputed below a model rewriting them.
+fn rewrites(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
     if plan.actions.iter().all(|a| a.backfill.is_empty()) {
         return Ok(());
     }

@@ -53,6 +53,8 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let relation_by_name: std::collections::HashMap<String, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
+    let served = super::served_in(plan);
+    let served_here = |n: &str| served.get(n).cloned();
     // `full` and `view` models downstream of what this apply or run computes (new intervals of
     // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
     // decided first), unless (outside `prod`) their physical relation is also what another
@@ -89,6 +91,19 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                 model: a.name.clone(),
                 note: format!(
                     "{withheld} interval(s) not computed here: its table is also what `prod` serves (another version, over other parent tables), so it serves `prod`'s rows and shows them as `prod` computes them (or once `prod` serves this change too)"
+                ),
+            };
+            refreshes.push(left.clone());
+            left_to_prod.push(left);
+        }
+        if let Some(w) = &a.waits_for_prod {
+            let left = Refresh {
+                model: a.name.clone(),
+                note: format!(
+                    "{} interval(s) from {} wait: `{}` upstream is left to `prod` here (its table is what `prod` serves) and holds no rows from then on yet; they are computed once `prod` computes them",
+                    w.intervals,
+                    crate::core::interval::to_iso(w.from),
+                    w.upstream
                 ),
             };
             refreshes.push(left.clone());
@@ -172,9 +187,9 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             if index.is_none() {
                 index = Some(state.snapshot_index()?);
             }
-            let relations = super::generations::relations(project, &a.name, &relation_of).unwrap_or_default();
+            let reads = super::generations::direct_reads(project, &a.name, &served_here).unwrap_or_default();
             let idx = index.as_ref().expect("read just above");
-            if super::generations::parents_differ_in(state, idx, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, &relations)? {
+            if super::generations::parents_differ_in(state, idx, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, &reads)? {
                 refreshed_here = false;
                 let left = Refresh {
                     model: a.name.clone(),

@@ -330,3 +330,48 @@ fn kill_mid_backfill_then_apply_converges_to_the_uninterrupted_result(engine: En
     // Nothing left to do afterwards.
     assert_eq!(p.plan("dev")["hasChanges"], serde_json::Value::Bool(false));
 }
+
+// ---------------------------------------------------------------------------------------------
+// A table storing a column narrower than the query returns it
+
+#[test]
+fn a_value_a_time_range_tables_narrower_column_would_round_is_refused_before_the_model_writes() {
+    // The table was created with the query's types (`DECIMAL(38,2)`, a sum of `DECIMAL(10,2)`);
+    // the source widened since (four decimals): the new day's 2.3456 would be stored as 2.35.
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.sales (ts TIMESTAMP, amount DECIMAL(10,2))");
+    p.execute_on_engine("INSERT INTO land.sales VALUES (TIMESTAMP '2026-01-01 10:00', 1.25)");
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.sales", kind = kind.external { table = "land.sales" }, schema = { { "ts", "timestamp" }, { "amount", "decimal(18,4)" } } }
+define_model {
+  name = "t.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "amount", "decimal(38,4)" } },
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, sum(amount) AS amount FROM " .. ref("raw.sales") .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}
+"#,
+    );
+    p.apply("prod");
+    p.execute_on_engine("ALTER TABLE land.sales ALTER COLUMN amount SET DATA TYPE DECIMAL(18,4)");
+    p.execute_on_engine("INSERT INTO land.sales VALUES (TIMESTAMP '2026-01-02 10:00', 2.3456)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    let days = |p: &Project| p.query("SELECT CAST(CAST(day AS DATE) AS VARCHAR), CAST(amount AS VARCHAR) FROM t.daily ORDER BY 1");
+    let before = days(&p);
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("models/m.lua:2")
+            && run.stderr.contains(
+                "column `amount`: the query returns `DECIMAL(38,4)` but the table stores `DECIMAL(38,2)`, which would change 1 of its values in [2026-01-02"
+            )
+            && run.stderr.contains("2.3456 → 2.35"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(days(&p), before, "nothing written");
+    // Values the stored type holds as they are go in, the types still differing.
+    p.execute_on_engine("UPDATE land.sales SET amount = 2.34 WHERE amount = 2.3456");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p).last().and_then(|r| r[1].clone()).as_deref(), Some("2.34"));
+}

@@ -432,3 +432,94 @@ fn a_lost_table_prod_serves_over_other_parents_is_rebuilt_by_prod_never_from_ano
     let history = one(&p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("prod", "s.hist")));
     assert_eq!(history, "3", "prod's history rebuilt from prod's totals");
 }
+
+/// [`models`] (no SCD) with `t.grand`, a time-range child of `t.child` (plus `add`: an edit
+/// gives it a version, and a table, of its own) that writes a row per interval, an empty one too.
+fn with_grandchild(with_n: bool, add: i64) -> String {
+    format!(
+        r#"{}
+define_model {{
+  name = "t.grand", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(coalesce(sum(total), 0) + {add} AS BIGINT) AS total FROM " .. ref("t.child") .. " WHERE day >= @start AND day < @end",
+}}
+"#,
+        models(with_n, false)
+    )
+}
+
+#[test]
+fn models_below_a_table_left_to_prod_wait_for_prods_rows_instead_of_computing_over_none() {
+    // dev's `t.child` is left to prod (its table is prod's, over dev's own daily version): its
+    // new day is not there until prod's run. `t.grand` below it, whether on prod's table too or
+    // on one of its own, waits for it: computed now, over no rows, its day would be recorded
+    // done and never recomputed.
+    for own_grandchild in [false, true] {
+        let mut p = prod_and_dev(&with_grandchild(false, 0));
+        p.write("models/m.lua", &with_grandchild(true, if own_grandchild { 1000 } else { 0 }));
+        p.apply("dev");
+        p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+        p.now = "2026-01-04T01:00:00Z".into();
+        let plan = p.plan("dev");
+        assert_eq!(action(&plan, "t.grand")["intervals"], 0, "{plan:#}");
+        let also = plan["alsoWrites"].as_array().unwrap_or_else(|| panic!("{plan:#}"));
+        assert!(
+            also.iter().any(|a| a["model"] == "t.grand" && a["note"].as_str().is_some_and(|n| n.contains("wait: `t.child` upstream is left to `prod`"))),
+            "{plan:#}"
+        );
+        p.run(&["run", "dev"]).expect_code(0);
+        assert_eq!(days(&p, "prod", "t.grand"), "01=1,02=2", "own grandchild {own_grandchild}: prod's table holds only prod's days");
+        // prod's run computes its days; dev's next run computes its grandchild's from them.
+        let dev_project = with_grandchild(true, if own_grandchild { 1000 } else { 0 });
+        p.write("models/m.lua", &with_grandchild(false, 0));
+        p.run(&["run", "prod"]).expect_code(0);
+        p.write("models/m.lua", &dev_project);
+        p.run(&["run", "dev"]).expect_code(0);
+        let want = if own_grandchild { "01=1001,02=1002,03=1004" } else { "01=1,02=2,03=4" };
+        assert_eq!(days(&p, "dev", "t.grand"), want, "own grandchild {own_grandchild}");
+        assert_eq!(days(&p, "prod", "t.grand"), "01=1,02=2,03=4");
+        let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+        let lag = |m: &str| status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == m)).cloned().unwrap_or_else(|| panic!("{status:#}"));
+        assert_eq!(lag("t.child")["behind"], 0, "what dev serves is caught up: {status:#}");
+        assert_eq!(lag("t.grand")["behind"], 0, "{status:#}");
+    }
+}
+
+#[test]
+fn a_view_or_embedded_parent_changed_outside_prod_keeps_dev_out_of_the_tables_prod_serves_below_it() {
+    // dev edits the view (or embedded model) between the daily model and a time-range and a
+    // unique-key child, declared non-breaking by the operator: the tables under it are the same,
+    // its query is not. The children keep prod's tables, so dev writes nothing into them.
+    for kind in ["view", "embedded"] {
+        let project = |factor: i64| {
+            format!(
+                r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+define_model {{ name = "v.scaled", kind = kind.{kind}(), schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }}, query = "SELECT day, total * {factor} AS total FROM " .. ref("t.daily") }}
+define_model {{
+  name = "t.child", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref("v.scaled") .. " WHERE day >= @start AND day < @end",
+}}
+define_model {{ name = "u.latest", kind = kind.incremental_by_unique_key {{ key = "day" }}, schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }}, query = "SELECT day, total FROM " .. ref("v.scaled") }}
+"#
+            )
+        };
+        let mut p = prod_and_dev(&project(1));
+        p.write("models/m.lua", &project(2));
+        p.run(&["apply", "dev", "--yes", "--reclassify", "v.scaled=non-breaking"]).expect_code(0);
+        p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+        p.now = "2026-01-04T01:00:00Z".into();
+        p.run(&["run", "dev"]).expect_code(0);
+        assert_eq!(days(&p, "prod", "t.child"), "01=1,02=2", "{kind}: prod's time-range table");
+        assert_eq!(days(&p, "prod", "u.latest"), "01=1,02=2", "{kind}: prod's unique-key table");
+        p.write("models/m.lua", &project(1));
+        p.run(&["run", "prod"]).expect_code(0);
+        assert_eq!((days(&p, "prod", "t.child"), days(&p, "prod", "u.latest")), ("01=1,02=2,03=4".to_string(), "01=1,02=2,03=4".to_string()), "{kind}");
+    }
+}

@@ -371,3 +371,31 @@ define_model {{
         assert_eq!(got, want, "{view}: day 2 kept (its file is gone), day 3 restated, day 4 computed");
     }
 }
+
+#[test]
+fn status_shows_a_held_interval_before_a_ready_one_as_waiting_not_as_a_gap_the_next_run_recomputes() {
+    // The 3rd's file has not landed, the 4th's has: the run computes the 4th and holds the 3rd,
+    // which lies before the newest done interval. `status` said "restated or failed: the next
+    // run recomputes them" for it and showed the child late; both wait.
+    let mut p = project();
+    let landing = p.root().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    let signals = format!("\n  signals = {{ {{ \"file_exists\", dir = \"{}\" }} }},", landing.display());
+    p.write("models/events.lua", &events(&signals));
+    p.write("landing/2026-01-01.csv", "x\n1\n");
+    p.now = "2026-01-02T06:00:00Z".into();
+    p.apply("dev");
+    p.write("landing/2026-01-04.csv", "x\n1\n");
+    p.now = "2026-01-05T06:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert!(done(&p, "dev", "s.events").contains("2026-01-04"), "the ready day is computed");
+    let st = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let events = lag(&st, "s.events");
+    assert_eq!((events["gaps"].as_u64(), events["gapsWaiting"].as_u64(), events["waitingOn"].as_str()), (Some(0), Some(2), Some("signal")), "{st}");
+    let daily = lag(&st, "s.daily");
+    assert_eq!((daily["late"].as_bool(), daily["waitingOn"].as_str()), (Some(false), Some("s.events")), "{st}");
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("2 day interval(s) before 2026-01-05T00:00:00.000Z not done, waiting on its signals"), "{text}");
+    assert!(!text.contains("the next run recomputes them"), "{text}");
+}
