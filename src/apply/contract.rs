@@ -82,16 +82,7 @@ fn zone_mismatch(declared: &str, got: &str) -> Option<String> {
 
 /// Checks every model in `pending` (and the external sources they read) against the engine,
 /// without building anything.
-///
-/// `described` receives the types each pending query gives its columns (as [`query_columns`]
-/// describes them), for the checks of what existing tables store ([`lossy_columns`]).
-pub fn check(
-    project: &Project,
-    physicals: &BTreeMap<ModelName, String>,
-    pending: &BTreeSet<ModelName>,
-    engine: &mut dyn Engine,
-    described: &mut BTreeMap<ModelName, Vec<DescribedColumn>>,
-) -> Vec<ContractProblem> {
+pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending: &BTreeSet<ModelName>, engine: &mut dyn Engine) -> Vec<ContractProblem> {
     let problem = |m: &Model, message: String| ContractProblem { model: m.name.clone(), location: m.location.clone(), message };
     let mut problems = Vec::new();
 
@@ -157,10 +148,7 @@ pub fn check(
     for ((m, sql), result) in checked.iter().zip(engine.describe_many(&queries)) {
         match result {
             Err(e) => problems.push(unbound(m, sql, &e.message)),
-            Ok(actual) => {
-                problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg)));
-                described.insert(m.name.clone(), actual);
-            }
+            Ok(actual) => problems.extend(compare(&m.schema, &actual).into_iter().map(|msg| problem(m, msg))),
         }
     }
     problems

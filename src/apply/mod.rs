@@ -438,11 +438,11 @@ fn execute_recorded(
     // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
     let relation_by_name: HashMap<String, String> = physicals.iter().map(|(n, p)| (n.to_string(), p.clone())).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
-    let crate::plan::work::Work { work, rebuilds, mut shared, left_shared, left_to_prod, .. } = work;
+    let crate::plan::work::Work { work, rebuilds, mut shared, left_shared, left_to_writer, .. } = work;
     for name in &left_shared {
         tracing::info!(model = %name, "not rebuilt: its table is also served by another version of it (another environment reads it)");
     }
-    for left in &left_to_prod {
+    for left in &left_to_writer {
         tracing::warn!(model = %left.model, "{}", left.note);
     }
     let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
@@ -486,11 +486,9 @@ fn execute_recorded(
         lake::refresh(project, model, physical, engine)?;
     }
 
-    // The types each query of the work returns (the contract check describes them).
-    let mut described: BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>> = BTreeMap::new();
     if !work.is_empty() {
         engine.execute(&engine.sql().create_schema_if_absent(crate::plan::PHYSICAL_SCHEMA))?;
-        let mut problems = contract::check(project, &physicals, &working_set, engine, &mut described);
+        let mut problems = contract::check(project, &physicals, &working_set, engine);
         // Seeds are parsed and their values typed here, so a bad value builds nothing.
         let mistyped: BTreeSet<ModelName> = problems.iter().map(|p| p.model.clone()).collect();
         problems.extend(seed::stage(project, &working_set, &mistyped, engine));
@@ -499,7 +497,7 @@ fn execute_recorded(
             return Err(ApplyError::Contract(problems));
         }
     }
-    let lossy = lossy_time_range_columns(project, &work, &catalog, &described, engine)?;
+    let stored = stored_time_range_columns(project, &work, &catalog, engine)?;
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
@@ -626,7 +624,7 @@ fn execute_recorded(
                 pending: &pending,
                 relation_of: &relation_of,
                 catalog: &catalog,
-                lossy: &lossy,
+                stored: &stored,
                 shared: &mut shared,
                 report: &mut report,
                 audited: &mut audited,
@@ -857,7 +855,7 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
         return Ok(());
     }
     let index = state.snapshot_index()?;
-    lost_prod_tables(project, plan, state, &index, &candidates)?;
+    lost_shared_tables(project, plan, state, &index, &candidates)?;
     let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
     for a in candidates {
         let (name, physical) = (a.name.to_string(), a.physical.clone().unwrap_or_default());
@@ -913,14 +911,16 @@ fn shared_writes(project: &Project, plan: &Plan, state: &dyn StateStore, work: &
 }
 
 /// Outside `prod`: refuses to rebuild a lost table (dropped by hand) of a time-range, unique-key,
-/// partition or SCD type 2 model that `prod`'s other version serves over other parent tables:
-/// rebuilt here, it would hold rows computed from this environment's parents, which `prod`
-/// would serve (and this environment never writes into it otherwise, `plan::ProdHolds::All`,
-/// [`crate::plan::work::Work::left_to_prod`]). `prod` rebuilds it from its own parents.
+/// partition or SCD type 2 model that another environment writes (`prod`, else the one serving
+/// the oldest version there: `plan::generations::writer_elsewhere`) through its other version
+/// over other parent tables: rebuilt here, it would hold rows computed from this environment's
+/// parents, which the writer would serve (and this environment never writes into it otherwise,
+/// `plan::WriterHolds::All`, [`crate::plan::work::Work::left_to_writer`]). The writer rebuilds
+/// it from its own parents.
 ///
 /// # Errors
 /// [`ApplyError::Rejected`] for the first such model; the state store's reads.
-fn lost_prod_tables(
+fn lost_shared_tables(
     project: &Project,
     plan: &Plan,
     state: &dyn StateStore,
@@ -932,27 +932,26 @@ fn lost_prod_tables(
     }
     let served = crate::plan::served_in(plan);
     let served_here = |n: &str| served.get(n).cloned();
+    let others = crate::plan::generations::other_envs(state, &plan.env)?;
     for a in candidates.iter().filter(|a| physical_missing(a)) {
         let physical = a.physical.as_deref().unwrap_or_default();
         let Some(model) = project.dag.get(&a.name) else { continue };
-        let reads = crate::plan::generations::direct_reads(project, &a.name, &served_here);
-        let differ = match &reads {
-            Some(r) => {
-                crate::plan::generations::parents_differ_in(state, index, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, r)?
-            }
-            // A parent without a table here: other parents than `prod`'s, when `prod` serves another version there.
-            None => {
-                let prod = state.env_pointers(crate::core::name::PROD)?;
-                crate::plan::generations::other_version_on(&prod, index, &a.name.to_string(), a.fingerprint.as_str(), physical).is_some()
-            }
+        let name = a.name.to_string();
+        let Some((writer, _, pointers)) =
+            crate::plan::generations::writer_elsewhere(state, index, &others, &plan.env, &name, a.fingerprint.as_str(), physical)?
+        else {
+            continue;
         };
+        // A parent without a version here: other parents than the writer's.
+        let differ = crate::plan::generations::direct_reads(project, &a.name, &served_here)
+            .is_none_or(|r| crate::plan::generations::parents_differ(pointers, index, &r));
         if differ {
             return Err(ApplyError::Rejected {
                 model: a.name.clone(),
                 location: model.location.clone(),
                 message: format!(
-                    "its table {physical} is missing, and `prod` serves it too (another version, over other parent tables): rebuilt here, it would hold rows computed from `{}`'s parents, which `prod` would serve; nothing was done\n  \
-                     hint: `efmesh apply prod` rebuilds it from `prod`'s parents; then apply `{}`",
+                    "its table {physical} is missing, and `{writer}` serves it too (another version, over other parent tables): rebuilt here, it would hold rows computed from `{}`'s parents, which `{writer}` would serve; nothing was done\n  \
+                     hint: `efmesh apply {writer}` rebuilds it from `{writer}`'s parents; then apply `{}`",
                     plan.env, plan.env
                 ),
             });
@@ -1020,21 +1019,17 @@ fn shared_bounds(project: &Project, plan: &Plan, state: &dyn StateStore) -> Resu
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
 fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
-    // Outside `prod`, a time-range version sharing its table with `prod`'s other version leaves
-    // out the intervals `prod` has done (`plan::compute_with`), which the memo's done sets do not
-    // carry: no memo then (its plans are computed in full).
-    if plan.env != crate::core::name::PROD {
-        let prod = state.env_pointers(crate::core::name::PROD)?;
-        if !prod.is_empty() {
-            let index = state.snapshot_index()?;
-            let shares = plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "incremental_by_time_range").any(|a| {
-                a.physical
-                    .as_deref()
-                    .is_some_and(|own| crate::plan::generations::other_version_on(&prod, &index, &a.name.to_string(), a.fingerprint.as_str(), own).is_some())
-            });
-            if shares {
-                return Ok(());
-            }
+    // Outside `prod`, a time-range version sharing its table with another environment's other
+    // version may leave out the intervals that one writes (`plan::WriterHolds`), which the memo's
+    // done sets do not carry: no memo then (its plans are computed in full).
+    if plan.env != crate::core::name::PROD && state.environments()?.iter().any(|e| *e != plan.env) {
+        let index = state.snapshot_index()?;
+        let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
+        let shares = plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "incremental_by_time_range").any(|a| {
+            a.physical.as_deref().is_some_and(|own| !crate::plan::generations::others_on(&served, &a.name.to_string(), a.fingerprint.as_str(), own).is_empty())
+        });
+        if shares {
+            return Ok(());
         }
     }
     let mut done = Vec::with_capacity(project.dag.len());
@@ -1522,9 +1517,9 @@ struct Builder<'a, 'p> {
     pending: &'a BTreeSet<(String, String)>,
     relation_of: &'a dyn Fn(&str) -> Option<String>,
     catalog: &'a crate::engine::Catalog,
-    /// Time-range models whose query returns columns in types their table may not hold
-    /// unchanged ([`lossy_time_range_columns`]): every batch's values are checked first.
-    lossy: &'a BTreeMap<ModelName, Vec<contract::LossyColumn>>,
+    /// Time-range models writing into a table that exists: the types it stores
+    /// ([`stored_time_range_columns`]), which the query's must hold ([`check_batches_fit`]).
+    stored: &'a BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>>,
     shared: &'a mut Option<BTreeSet<(String, String)>>,
     report: &'a mut ApplyReport,
     audited: &'a mut BTreeSet<ModelName>,
@@ -1532,25 +1527,23 @@ struct Builder<'a, 'p> {
     flights: HashMap<usize, Flight>,
 }
 
-/// Time-range models of `work` writing into a table that stores a column in another type than
-/// the query returns it, which may not hold every value unchanged (a source widened under an
-/// existing table; a table reading itself, created from the declared types): by model, the
-/// columns ([`contract::lossy_columns`]). One description of the existing tables; a table this
-/// apply creates from its query has the query's types.
+/// Time-range models of `work` writing into a table that exists before their batches (it held
+/// rows before this apply; or a model reading itself, whose table is created from the declared
+/// types): by model, the types the table stores. One description of the existing tables; a table
+/// a batch creates from the query has the query's types.
 ///
 /// # Errors
 /// An existing table cannot be described.
-fn lossy_time_range_columns(
+fn stored_time_range_columns(
     project: &Project,
     work: &[&crate::plan::Action],
     catalog: &crate::engine::Catalog,
-    described: &BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>>,
     engine: &mut dyn Engine,
-) -> Result<BTreeMap<ModelName, Vec<contract::LossyColumn>>, ApplyError> {
+) -> Result<BTreeMap<ModelName, Vec<crate::engine::DescribedColumn>>, ApplyError> {
     let mut out = BTreeMap::new();
     let mut existing: Vec<(&ModelName, String)> = Vec::new();
     for a in work.iter().filter(|a| !a.backfill.is_empty()) {
-        let (Some(model), Some(physical), Some(returned)) = (project.dag.get(&a.name), a.physical.as_deref(), described.get(&a.name)) else { continue };
+        let (Some(model), Some(physical)) = (project.dag.get(&a.name), a.physical.as_deref()) else { continue };
         if model.kind.time_range().is_none() || model.target != crate::core::Target::Table {
             continue;
         }
@@ -1558,12 +1551,7 @@ fn lossy_time_range_columns(
             existing.push((&a.name, format!("SELECT * FROM {physical}")));
         } else if model.body.as_ref().is_some_and(crate::core::Fragment::reads_itself) {
             // Created empty from the declared schema ([`batch::ensure_table`]).
-            let declared: Vec<crate::engine::DescribedColumn> =
-                model.schema.0.iter().map(|c| crate::engine::DescribedColumn { name: c.name.clone(), ty: c.ty.clone() }).collect();
-            let lossy = contract::lossy_columns(returned, &declared);
-            if !lossy.is_empty() {
-                out.insert(a.name.clone(), lossy);
-            }
+            out.insert(a.name.clone(), model.schema.0.iter().map(|c| crate::engine::DescribedColumn { name: c.name.clone(), ty: c.ty.clone() }).collect());
         }
     }
     if existing.is_empty() {
@@ -1571,10 +1559,7 @@ fn lossy_time_range_columns(
     }
     let queries: Vec<String> = existing.iter().map(|(_, q)| q.clone()).collect();
     for ((name, _), stored) in existing.into_iter().zip(engine.describe_many(&queries)) {
-        let lossy = contract::lossy_columns(&described[name], &stored?);
-        if !lossy.is_empty() {
-            out.insert(name.clone(), lossy);
-        }
+        out.insert(name.clone(), stored?);
     }
     Ok(out)
 }
@@ -1601,10 +1586,13 @@ fn check_batches_fit(
         let sql = body.render(&exec.with_bounds(Some(b)));
         for (column, returned, stored) in columns {
             let c = quote_ident(column);
-            let changed = format!("CAST(CAST({c} AS {stored}) AS {returned}) IS DISTINCT FROM {c}");
+            // A value the stored type cannot hold at all counts too (NULL where the engine has a
+            // `TRY_CAST`; the write would fail on it otherwise).
+            let stored_value = engine.sql().try_cast(&c, stored).unwrap_or_else(|| format!("CAST({c} AS {stored})"));
+            let changed = format!("CAST({stored_value} AS {returned}) IS DISTINCT FROM {c}");
             let rows = engine
                 .query(&format!(
-                    "SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST(CAST({c} AS {stored}) AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q WHERE {tc} >= {s} AND {tc} < {e} AND {changed} LIMIT 1"
+                    "SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST({stored_value} AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q WHERE {tc} >= {s} AND {tc} < {e} AND {changed} LIMIT 1"
                 ))
                 .map_err(|err| ApplyError::build(model, Some(b), err))?;
             let Some(row) = rows.first() else { continue };
@@ -1768,8 +1756,14 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, dialect)).map_err(|e| build_err(e, None))?;
                     state.put_snapshot(&snapshot)?;
                 }
-                if let Some(columns) = self.lossy.get(&model.name) {
-                    check_batches_fit(model, t, body, &batches, exec, columns, engine)?;
+                if let (Some(stored), Some(&first)) = (self.stored.get(&model.name), batches.first()) {
+                    // The query's types now, over its parents as built (the contract check's
+                    // stand-ins for parents this apply computes are typed as declared).
+                    let returned = engine.describe(&body.render(&exec.with_bounds(Some(first)))).map_err(|e| build_err(e, None))?;
+                    let lossy = contract::lossy_columns(&returned, stored);
+                    if !lossy.is_empty() {
+                        check_batches_fit(model, t, body, &batches, exec, &lossy, engine)?;
+                    }
                 }
                 let before = pass_start(state, model, &snapshot.fingerprint)?;
                 // Its batches' audits cover the table when they are all it holds, or when what it

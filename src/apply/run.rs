@@ -66,9 +66,12 @@ pub fn blocked_by(plan: &Plan) -> Vec<String> {
         .iter()
         .filter(|a| a.change != Change::Unchanged || a.repair.is_some())
         .map(|a| match (&a.repair, a.change) {
-            // Its table is `prod`'s to rebuild ([`super::lost_prod_tables`]).
-            (Some(r), _) if r.physical_missing && matches!(a.prod_holds, crate::plan::ProdHolds::All { .. }) => {
-                format!("{}: {} (`efmesh apply prod` repairs it: its table is also what `prod` serves)", a.name, r.summary())
+            // Its table is another environment's to rebuild ([`super::lost_shared_tables`]).
+            (Some(r), _)
+                if r.physical_missing
+                    && let crate::plan::WriterHolds::All { writer, .. } = &a.writer_holds =>
+            {
+                format!("{}: {} (`efmesh apply {writer}` repairs it: its table is also what `{writer}` serves)", a.name, r.summary())
             }
             (Some(r), Change::Unchanged) => format!("{}: {} (`apply` repairs it)", a.name, r.summary()),
             (Some(r), c) => format!("{}: {}, {} (`apply` repairs it)", a.name, c.as_str(), r.summary()),
@@ -189,7 +192,7 @@ pub fn auto_restate(project: &Project, plan: &mut Plan, state: &dyn StateStore) 
         let done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
         let restated: Vec<Interval> = wanted
             .iter()
-            .filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w) && !action.prod_holds.holds(w.start))
+            .filter(|w| w.start >= r.start && w.end <= r.end && done.contains(&w.start) && !backfill.contains(w) && !action.writer_holds.holds(w.start))
             .copied()
             .collect();
         if restated.is_empty() {

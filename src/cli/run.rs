@@ -66,7 +66,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             }
             let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
             crate::ewriteln!(
-                "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}`, then run again",
+                "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}` (or apply the environment a line names first), then run again",
                 lines.join("\n")
             );
             Ok(Exit::AwaitingHuman)

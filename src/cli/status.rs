@@ -47,10 +47,11 @@ struct Lag {
     /// Of the intervals before the newest done one that are not done, those held back by a
     /// signal (its own or one upstream's): not counted in `gaps`.
     gaps_waiting: usize,
-    /// Outside `prod`: the version is on the table `prod`'s other version serves, over other
-    /// parent tables, so this environment computes nothing there (`plan::ProdHolds::All`): its
-    /// `behind` intervals are `prod`'s to compute.
-    left_to_prod: bool,
+    /// Outside `prod`: the environment that writes the table this version is on (`prod`, else
+    /// the one serving the oldest version there), when its version reads other parent tables,
+    /// so this environment computes nothing there (`plan::WriterHolds::All`): its `behind`
+    /// intervals are that environment's to compute.
+    left_to: Option<String>,
 }
 
 /// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
@@ -111,7 +112,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     waiting: 0,
                     waiting_on: None,
                     gaps_waiting: 0,
-                    left_to_prod: false,
+                    left_to: None,
                 });
                 if behind > 0 {
                     candidates.insert(m.name.clone(), crate::core::Interval::new(from, horizon).split(t.grain));
@@ -137,25 +138,29 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
     }
     if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
-        let prod = state.env_pointers(crate::core::name::PROD)?;
+        let others = crate::plan::generations::other_envs(&*state, env)?;
         let index = state.snapshot_index()?;
         let served_here = |n: &str| pointers.get(n).map(|f| (index.get(&(n.to_string(), f.clone())).map(|(r, _)| r.clone()).unwrap_or_default(), f.clone()));
         for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {
             let (Ok(name), Some(fp)) = (ModelName::parse(&l.model), pointers.get(&l.model)) else { continue };
             let Some((physical, _)) = index.get(&(l.model.clone(), fp.clone())) else { continue };
-            let Some(prod_fp) = crate::plan::generations::other_version_on(&prod, &index, &l.model, fp, physical) else { continue };
+            let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, &l.model, fp, physical)?
+            else {
+                continue;
+            };
             let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
             // The same query: the intervals `prod`'s version has done are in the table for this
-            // version too, as its plan counts them (`plan::ProdHolds`); over other parents, it
+            // version too, as its plan counts them (`plan::WriterHolds`); over other parents, it
             // computes nothing there.
             let canonical = |f: &str| state.snapshot(&l.model, f).map(|r| r.map(|r| r.canonical));
-            if canonical(fp)? != canonical(prod_fp)? {
+            if canonical(fp)? != canonical(writer_fp)? {
                 continue;
             }
-            l.left_to_prod = crate::plan::generations::direct_reads(&project, &name, &served_here)
-                .is_none_or(|r| crate::plan::generations::parents_differ(&prod, &index, &r));
+            l.left_to = crate::plan::generations::direct_reads(&project, &name, &served_here)
+                .is_none_or(|r| crate::plan::generations::parents_differ(writer_pointers, &index, &r))
+                .then(|| writer.to_string());
             let mut done = state.done_intervals(&l.model, fp)?;
-            done.extend(state.done_intervals(&l.model, prod_fp)?);
+            done.extend(state.done_intervals(&l.model, writer_fp)?);
             let due = t.grain.floor(project.dag.due_at(&name, now));
             let horizon = t.end.map_or(due, |e| e.min(due));
             let first = t.grain.floor(t.start);
@@ -165,10 +170,22 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             l.gaps = l.done_up_to.map_or(0, |up_to| (t.grain.count(first, up_to) - done.range(first..up_to).count() as i64).max(0));
         }
     }
+    // Models below one left to another environment wait for its rows (`plan::recompute::hold_for_writer`).
+    let left: std::collections::BTreeSet<String> = lags.iter().filter(|l| l.left_to.is_some() && l.behind > 0).map(|l| l.model.clone()).collect();
+    if !left.is_empty() {
+        for l in lags.iter_mut().filter(|l| l.behind > 0 && l.left_to.is_none()) {
+            let Ok(name) = ModelName::parse(&l.model) else { continue };
+            let upstream = project.dag.ancestors(&name).into_iter().map(|a| a.name.to_string()).find(|a| left.contains(a));
+            if let Some(u) = upstream {
+                l.waiting = l.behind.max(0) as usize;
+                l.waiting_on = Some(u);
+            }
+        }
+    }
     // Intervals before the newest done one that are not done may be held by a signal too (a
     // later one was ready): asked as well, before the ones after it.
     if project.dag.models().any(|m| !m.signals.is_empty()) {
-        for l in lags.iter().filter(|l| l.gaps > 0 && !l.left_to_prod) {
+        for l in lags.iter().filter(|l| l.gaps > 0 && l.left_to.is_none()) {
             let (Ok(name), Some(fp), Some(up_to)) = (ModelName::parse(&l.model), pointers.get(&l.model), l.done_up_to) else { continue };
             let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
             let done = state.done_intervals(&l.model, fp)?;
@@ -235,8 +252,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "grain": l.grain,
                 "doneUpTo": l.done_up_to.map(to_iso),
                 "behind": l.behind,
-                "late": l.behind > l.waiting as i64 && !l.left_to_prod,
-                "leftToProd": l.left_to_prod,
+                "late": l.behind > l.waiting as i64 && l.left_to.is_none(),
+                "leftTo": l.left_to,
                 "gapsWaiting": l.gaps_waiting,
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
@@ -310,16 +327,16 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if l.gaps_waiting > 0 {
                 text.push_str(&format!("    {} {} interval(s) before {up_to} not done, waiting{why}\n", l.gaps_waiting, l.grain));
             }
-            if l.left_to_prod {
+            if let Some(w) = &l.left_to {
                 text.push_str(&format!(
-                    "    its table is also what `prod` serves (another version, over other parents): `{env}` computes nothing there and shows its intervals as `prod` computes them (never those outside `prod`'s `start`/`end`)\n"
+                    "    its table is also what `{w}` serves (another version, over other parents): `{env}` computes nothing there and shows its intervals as `{w}` computes them (never those outside `{w}`'s `start`/`end`)\n"
                 ));
             }
             if l.failed > 0 {
                 text.push_str(&format!("    ⚠ failed intervals: {}\n", l.failed));
             }
             if l.gaps > 0 {
-                if l.left_to_prod {
+                if l.left_to.is_some() {
                     text.push_str(&format!("    {} {} interval(s) before {up_to} not done in the table\n", l.gaps, l.grain));
                 } else {
                     text.push_str(&format!(

@@ -282,6 +282,63 @@ fn same_data(state: &dyn StateStore, index: &SnapshotIndex, new: &Source, old: &
 /// served on each relation (one bulk read of the pointers; [`others_on`] looks it up).
 pub type ServedElsewhere = HashMap<(String, String), BTreeSet<String>>;
 
+/// Every environment other than one, with its pointers (model name → fingerprint): read once
+/// ([`other_envs`]) for [`writer_elsewhere`].
+pub type OtherEnvs = Vec<(String, BTreeMap<String, String>)>;
+
+/// [`OtherEnvs`] of `env`.
+///
+/// # Errors
+/// A state read fails.
+pub fn other_envs(state: &dyn StateStore, env: &str) -> Result<OtherEnvs, StateError> {
+    state.environments()?.into_iter().filter(|e| e != env).map(|e| state.env_pointers(&e).map(|p| (e, p))).collect()
+}
+
+/// An environment that writes a shared table: its name, its version there, its pointers.
+pub type Writer<'a> = (&'a str, &'a String, &'a BTreeMap<String, String>);
+
+/// The environment that writes the table `physical` of `name` when other environments serve
+/// other versions than `fp` on it (a non-breaking parent change gives a child a new version on
+/// its older table): `prod` when it serves one there; else the environment serving the oldest
+/// version there (its snapshot made first; ties by environment name), unless that is `fp` —
+/// `env`'s own (then `env` writes: `None`), or `env` is `prod`. `(writer, its version, its pointers)`.
+///
+/// # Errors
+/// A state read fails.
+pub fn writer_elsewhere<'a>(
+    state: &dyn StateStore,
+    index: &SnapshotIndex,
+    others: &'a OtherEnvs,
+    env: &str,
+    name: &str,
+    fp: &str,
+    physical: &str,
+) -> Result<Option<Writer<'a>>, StateError> {
+    if env == crate::core::name::PROD || physical.is_empty() {
+        return Ok(None);
+    }
+    let sharing: Vec<Writer<'a>> =
+        others.iter().filter_map(|(e, pointers)| other_version_on(pointers, index, name, fp, physical).map(|f| (e.as_str(), f, pointers))).collect();
+    if sharing.is_empty() {
+        return Ok(None);
+    }
+    if let Some(prod) = sharing.iter().find(|(e, _, _)| *e == crate::core::name::PROD) {
+        return Ok(Some(*prod));
+    }
+    let made = |f: &str| state.snapshot(name, f).map(|r| r.map(|r| r.created_at).unwrap_or_default());
+    let own = made(fp)?;
+    let mut oldest: Option<(String, Writer<'a>)> = None;
+    for s in sharing {
+        let at = made(s.1)?;
+        if oldest.as_ref().is_none_or(|(t, o)| (at.as_str(), s.0) < (t.as_str(), o.0)) {
+            oldest = Some((at, s));
+        }
+    }
+    // `env`'s own version is the oldest: it writes (`env` sorts after no one at equal times:
+    // the other's name decides, as it does for them).
+    Ok(oldest.filter(|(at, o)| (at.as_str(), o.0) < (own.as_str(), env)).map(|(_, o)| o))
+}
+
 /// [`ServedElsewhere`] of `env`.
 ///
 /// # Errors
@@ -370,28 +427,6 @@ pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str)
             relation_of(&p).filter(|r| !r.is_empty()).map(|r| (p, r))
         })
         .collect()
-}
-
-/// True when environment `other` serves another version of `name` on the same table `physical`
-/// while reading other parents than `relations` ([`direct_reads`]: what the version at hand
-/// reads): the two would write, into one table, rows computed from different data.
-///
-/// # Errors
-/// A state read fails.
-pub fn parents_differ_in(
-    state: &dyn StateStore,
-    index: &SnapshotIndex,
-    other: &str,
-    name: &str,
-    fp: &str,
-    physical: &str,
-    relations: &BTreeMap<String, String>,
-) -> Result<bool, StateError> {
-    let pointers = state.env_pointers(other)?;
-    if other_version_on(&pointers, index, name, fp, physical).is_none() {
-        return Ok(false);
-    }
-    Ok(parents_differ(&pointers, index, relations))
 }
 
 /// True when the environment whose `pointers` these are reads, for one of the parents in

@@ -451,7 +451,7 @@ pub fn check_skipping(
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
     // A rebuilt table's intervals wait, as its missing ones do, for rows left to `prod` upstream.
-    super::recompute::hold_for_prod(project, plan);
+    super::recompute::hold_for_writer(project, state, plan)?;
     Ok(unclean)
 }
 

@@ -178,8 +178,8 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             recompute: None,
             outside_bounds: outside,
             // A memo is recorded only when no version shares its table with `prod`'s.
-            prod_holds: super::ProdHolds::Nothing,
-            waits_for_prod: None,
+            writer_holds: super::WriterHolds::Nothing,
+            waits_for_writer: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });

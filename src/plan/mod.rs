@@ -271,51 +271,59 @@ pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>)
     Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
 }
 
-/// What, of a time-range version's table outside `prod`, only `prod` writes: the table is the
-/// one `prod`'s other version of the model (the same query) serves ([`Action::prod_holds`]).
-/// Missing intervals, recomputations ([`recompute`]) and auto-restatements (a lookback, a
-/// parent's rewrite) leave out every interval it holds: rows `prod` serves would change.
+/// What, of a time-range version's table outside `prod`, only the table's writer writes: the
+/// table is the one another environment's other version of the model (the same query) serves,
+/// and that environment writes it — `prod` when it serves one there, else the one serving the
+/// oldest version there ([`generations::writer_elsewhere`]; [`Action::writer_holds`]). Missing
+/// intervals, recomputations ([`recompute`]) and auto-restatements (a lookback, a parent's
+/// rewrite) leave out every interval it holds: rows the writer serves would change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ProdHolds {
-    /// Not such a table (or this is `prod`): this environment writes its own intervals.
+pub enum WriterHolds {
+    /// Not such a table (or this is `prod`, or this environment's version is the writer's):
+    /// this environment writes its own intervals.
     #[default]
     Nothing,
-    /// The versions read the same parent tables: the intervals `prod`'s version has done (this
-    /// environment computes the others, the rows `prod`'s would).
+    /// The versions read the same parent tables: the intervals the writer's version has done,
+    /// and those before the first of them (this environment computes the others, the rows the
+    /// writer's would).
     Done(BTreeSet<Millis>),
     /// The versions read other parent tables (a non-breaking parent change here): every
-    /// interval. This environment serves `prod`'s computation and writes nothing there.
+    /// interval. This environment serves the writer's computation and writes nothing there.
     All {
-        /// The intervals `prod`'s version has done.
+        /// The environment that writes the table.
+        writer: String,
+        /// The intervals its version has done.
         done: BTreeSet<Millis>,
-        /// The intervals this environment wants that `prod`'s version has not done: they
-        /// appear here as `prod` computes them.
+        /// The intervals this environment wants that the writer's version has not done: they
+        /// appear here as the writer computes them.
         withheld: usize,
     },
 }
 
-impl ProdHolds {
-    /// True when the interval starting at `start` is `prod`'s to write.
+impl WriterHolds {
+    /// True when the interval starting at `start` is the writer's to write.
     pub fn holds(&self, start: Millis) -> bool {
         match self {
-            ProdHolds::Nothing => false,
-            ProdHolds::Done(done) => done.contains(&start),
-            ProdHolds::All { .. } => true,
+            WriterHolds::Nothing => false,
+            // Nor one before the first it has done: the writer never computes those (before its
+            // `start`), and its view would serve them.
+            WriterHolds::Done(done) => done.contains(&start) || done.first().is_some_and(|f| start < *f),
+            WriterHolds::All { .. } => true,
         }
     }
 
-    /// The intervals `prod`'s version has done on the table (served here too).
-    pub fn prod_done(&self) -> Option<&BTreeSet<Millis>> {
+    /// The intervals the writer's version has done on the table (served here too).
+    pub fn writer_done(&self) -> Option<&BTreeSet<Millis>> {
         match self {
-            ProdHolds::Nothing => None,
-            ProdHolds::Done(done) | ProdHolds::All { done, .. } => Some(done),
+            WriterHolds::Nothing => None,
+            WriterHolds::Done(done) | WriterHolds::All { done, .. } => Some(done),
         }
     }
 
-    /// Keeps, of `missing`, the intervals this environment computes; counts the others `prod`
-    /// has not done ([`ProdHolds::All`]'s `withheld`).
+    /// Keeps, of `missing`, the intervals this environment computes; counts the others the
+    /// writer has not done ([`WriterHolds::All`]'s `withheld`).
     fn keep_own(&mut self, missing: &mut Vec<Interval>) {
-        if let ProdHolds::All { done, withheld } = self {
+        if let WriterHolds::All { done, withheld, .. } = self {
             *withheld = missing.iter().filter(|i| !done.contains(&i.start)).count();
         }
         missing.retain(|i| !self.holds(i.start));
@@ -332,12 +340,14 @@ pub fn served_in(plan: &Plan) -> HashMap<String, (String, String)> {
         .collect()
 }
 
-/// A time-range action's intervals held back because a model upstream is left to `prod` here
-/// ([`recompute::hold_for_prod`]).
+/// A time-range action's intervals held back because a model upstream is left to another
+/// environment, its table's writer ([`recompute::hold_for_writer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitsForProd {
-    /// The model upstream, on `prod`'s table, whose rows here end at `from`.
+pub struct WaitsForWriter {
+    /// The model upstream, on the writer's table, whose rows here end at `from`.
     pub upstream: ModelName,
+    /// The environment that writes the upstream model's table.
+    pub writer: String,
     /// The instant from which the action's intervals wait.
     pub from: Millis,
     /// How many of its intervals wait.
@@ -390,13 +400,13 @@ pub struct Action {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
     /// Time-range versions outside `prod` on a table `prod`'s other version (the same query)
-    /// serves: the intervals of that table this environment never writes ([`ProdHolds`]).
+    /// serves: the intervals of that table this environment never writes ([`WriterHolds`]).
     #[serde(skip)]
-    pub prod_holds: ProdHolds,
+    pub writer_holds: WriterHolds,
     /// Time-range versions whose intervals from some instant wait for rows a model upstream
-    /// leaves to `prod` ([`recompute::hold_for_prod`]).
+    /// leaves to `prod` ([`recompute::hold_for_writer`]).
     #[serde(skip)]
-    pub waits_for_prod: Option<WaitsForProd>,
+    pub waits_for_writer: Option<WaitsForWriter>,
     /// Which parser produced the canonical body (`sqlparser`, or the `duckdb-json` fallback).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canonical_source: Option<CanonSource>,
@@ -978,8 +988,8 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
-    /// Time-range models outside `prod`: what the missing ones leave out ([`ProdHolds`]).
-    prod_done: ProdHolds,
+    /// Time-range models outside `prod`: what the missing ones leave out ([`WriterHolds`]).
+    prod_done: WriterHolds,
     /// Time-range models: the grain floor of the model's due instant at `now`
     /// ([`Model::due_at`]) the action's missing intervals were computed at. The wanted intervals
     /// depend on `now` only through it ([`interval::wanted`]), so
@@ -1771,8 +1781,10 @@ fn compute_with(
     // existing columns is what the environment served before, its category, and the physical
     // relation its action serves.
     let mut decided = Decided::new(project);
-    // `prod`'s pointers, read once when a time-range version outside `prod` first needs them.
-    let mut prod_pointers: Option<BTreeMap<String, String>> = None;
+    // The other environments' pointers, read once when a time-range version outside `prod` on
+    // a table another environment serves first needs them ([`generations::writer_elsewhere`]).
+    let mut others: Option<generations::OtherEnvs> = None;
+    let mut served_elsewhere: Option<generations::ServedElsewhere> = None;
     // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
@@ -1803,8 +1815,8 @@ fn compute_with(
                 if e.floor != Some(floor) {
                     let mut missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
                     e.prod_done.keep_own(&mut missing);
-                    action.prod_holds = e.prod_done.clone();
-                    e.action.prod_holds = e.prod_done.clone();
+                    action.writer_holds = e.prod_done.clone();
+                    e.action.writer_holds = e.prod_done.clone();
                     action.backfill = interval::merge(&missing);
                     action.intervals = missing.len();
                     e.action.backfill.clone_from(&action.backfill);
@@ -2152,7 +2164,7 @@ fn compute_with(
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
-        let mut kept_prod_done = ProdHolds::Nothing;
+        let mut kept_prod_done = WriterHolds::Nothing;
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -2166,22 +2178,32 @@ fn compute_with(
                 if let (None, Some((from, _))) = (existing, &reused) {
                     done.extend(state.done_intervals(&name_s, from.as_str())?);
                 }
-                // Outside `prod`, on a table `prod`'s (other) version of the model serves too:
-                // the intervals `prod` computed are in the table, and rewriting them from this
-                // environment's parents would change what `prod` serves (a late row only this
-                // environment's parent read). Not computed here, lookback included.
+                // Outside `prod`, on a table another environment's (other) version of the model
+                // serves and writes (`prod`'s, else the oldest version's there): the intervals it
+                // computed are in the table, and rewriting them from this environment's parents
+                // would change what it serves (a late row only this environment's parent read).
+                // Not computed here, lookback included.
                 let mut prod_done = match physical.as_deref() {
                     Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
-                        if prod_pointers.is_none() {
-                            prod_pointers = Some(state.env_pointers(crate::core::name::PROD)?);
+                        if served_elsewhere.is_none() {
+                            served_elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
                         }
-                        let prod = prod_pointers.as_ref().expect("read just above");
-                        match generations::other_version_on(prod, snapshots, &name_s, fp.as_str(), own) {
+                        let shared = !generations::others_on(served_elsewhere.as_ref().expect("read just above"), &name_s, fp.as_str(), own).is_empty();
+                        if shared && others.is_none() {
+                            others = Some(generations::other_envs(state, env)?);
+                        }
+                        let writer = match others.as_ref().filter(|_| shared) {
+                            Some(o) => generations::writer_elsewhere(state, snapshots, o, env, &name_s, fp.as_str(), own)?,
+                            None => None,
+                        };
+                        match writer {
                             // The same query (an inherited table): its rows are what this version
                             // would write from the same parent tables. Another query (a
                             // forward-only change took the table over) is `apply::shared_writes`'
                             // refusal.
-                            Some(f) if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) => {
+                            Some((writer, f, pointers))
+                                if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) =>
+                            {
                                 let done = state.done_intervals(&name_s, f)?;
                                 // What this version reads here (decided already: parents come
                                 // first); a parent without a version here counts as another.
@@ -2190,18 +2212,18 @@ fn compute_with(
                                     Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
                                 };
                                 let reads = generations::direct_reads(project, &model.name, &served_here);
-                                if reads.is_none_or(|r| generations::parents_differ(prod, snapshots, &r)) {
-                                    ProdHolds::All { done, withheld: 0 }
+                                if reads.is_none_or(|r| generations::parents_differ(pointers, snapshots, &r)) {
+                                    WriterHolds::All { writer: writer.to_string(), done, withheld: 0 }
                                 } else {
-                                    ProdHolds::Done(done)
+                                    WriterHolds::Done(done)
                                 }
                             }
-                            _ => ProdHolds::Nothing,
+                            _ => WriterHolds::Nothing,
                         }
                     }
-                    _ => ProdHolds::Nothing,
+                    _ => WriterHolds::Nothing,
                 };
-                done.extend(prod_done.prod_done().into_iter().flatten().copied());
+                done.extend(prod_done.writer_done().into_iter().flatten().copied());
                 let mut missing = interval::missing(&wanted, &done, t.lookback);
                 prod_done.keep_own(&mut missing);
                 kept_prod_done = prod_done;
@@ -2247,8 +2269,8 @@ fn compute_with(
             rebuild_reason: None,
             recompute: None,
             outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
-            prod_holds: kept_prod_done.clone(),
-            waits_for_prod: None,
+            writer_holds: kept_prod_done.clone(),
+            waits_for_writer: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
         });
@@ -2300,8 +2322,8 @@ fn compute_with(
                 rebuild_reason: None,
                 recompute: None,
                 outside_bounds: None,
-                prod_holds: ProdHolds::Nothing,
-                waits_for_prod: None,
+                writer_holds: WriterHolds::Nothing,
+                waits_for_writer: None,
                 owner: None,
                 tags: Vec::new(),
             });

@@ -56,46 +56,58 @@ pub struct Recompute {
 /// A state store failure reading a ledger.
 pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
     rewrites(project, state, plan)?;
-    hold_for_prod(project, plan);
-    Ok(())
+    hold_for_writer(project, state, plan)
 }
 
-/// Outside `prod`, a time-range version on `prod`'s table over other parent tables computes
-/// nothing there ([`super::ProdHolds::All`]): its rows arrive as `prod` computes them. So its
-/// data is complete here only up to the first interval it wants that `prod` has not done (and
-/// will: not one before `prod`'s first done interval, which `prod` never computes), and every
+/// Outside `prod`, a time-range version on a table another environment writes (`prod`'s) over
+/// other parent tables computes nothing there ([`super::WriterHolds::All`]): its rows arrive as
+/// the writer computes them. So its data is complete here only up to the first interval it wants
+/// that the writer has not done (and will: not one before the writer's first done interval,
+/// which it never computes), and every
 /// time-range model downstream (through any kind) waits for its intervals ending after that
 /// instant, as under a signal ([`crate::apply::signals`]): computed now, over rows not there
 /// yet, they would be recorded done and never recomputed when the rows arrive. Idempotent: run
 /// again once repairs are known ([`super::integrity`]).
-pub fn hold_for_prod(project: &Project, plan: &mut Plan) {
-    if !plan.actions.iter().any(|a| matches!(a.prod_holds, super::ProdHolds::All { .. })) {
-        return;
+///
+/// # Errors
+/// A state read fails.
+pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
+    if !plan.actions.iter().any(|a| matches!(a.writer_holds, super::WriterHolds::All { .. })) {
+        return Ok(());
     }
     let at: HashMap<ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
     // Per model: the instant its data here is complete up to, and the model left to `prod` that set it.
-    let mut horizon: HashMap<ModelName, (Millis, ModelName)> = HashMap::new();
+    let mut horizon: HashMap<ModelName, (Millis, ModelName, String)> = HashMap::new();
     for model in project.dag.models() {
-        let cap = model.parents().iter().filter_map(|p| horizon.get(p)).min_by_key(|(t, _)| *t).cloned();
+        let cap = model.parents().iter().filter_map(|p| horizon.get(p)).min_by_key(|(t, _, _)| *t).cloned();
         let Some(action) = at.get(&model.name).map(|&i| &mut plan.actions[i]) else {
             if let Some(c) = cap {
                 horizon.insert(model.name.clone(), c);
             }
             continue;
         };
-        let own = match (&action.prod_holds, model.kind.time_range()) {
-            (super::ProdHolds::All { done, .. }, Some(t)) => {
+        let own = match (&action.writer_holds, model.kind.time_range()) {
+            (super::WriterHolds::All { writer, done, .. }, Some(t)) => {
                 let first = done.iter().next().copied();
                 interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now))
                     .into_iter()
                     .find(|w| !done.contains(&w.start) && first.is_none_or(|f| w.start > f))
-                    .map(|w| (w.start, model.name.clone()))
+                    .map(|w| (w.start, model.name.clone(), writer.clone()))
             }
             _ => None,
         };
-        if let (Some((until, upstream)), Some(t)) = (&cap, model.kind.time_range()) {
-            let (kept, held): (Vec<Interval>, Vec<Interval>) = action.backfill.iter().flat_map(|b| b.split(t.grain)).partition(|i| i.end <= *until);
+        if let (Some((until, upstream, writer)), Some(t)) = (&cap, model.kind.time_range()) {
+            let (mut kept, held): (Vec<Interval>, Vec<Interval>) = action.backfill.iter().flat_map(|b| b.split(t.grain)).partition(|i| i.end <= *until);
             if !held.is_empty() {
+                // With every interval it lacks held, what is left are done ones recomputed: by
+                // a lookback (of the held ones: recomputed when they are computed) or because
+                // a model upstream rewrites them (kept).
+                let mut done = state.done_intervals(&action.name.to_string(), action.fingerprint.as_str())?;
+                done.extend(action.writer_holds.writer_done().into_iter().flatten().copied());
+                if kept.iter().all(|i| done.contains(&i.start)) {
+                    let rewritten: BTreeSet<Interval> = action.recompute.as_ref().map(|r| r.added.iter().copied().collect()).unwrap_or_default();
+                    kept.retain(|i| rewritten.contains(i));
+                }
                 action.backfill = interval::merge(&kept);
                 action.intervals = kept.len();
                 if let Some(r) = action.recompute.as_mut() {
@@ -105,15 +117,17 @@ pub fn hold_for_prod(project: &Project, plan: &mut Plan) {
                 if action.recompute.as_ref().is_some_and(|r| r.intervals == 0) {
                     action.recompute = None;
                 }
-                let before = action.waits_for_prod.as_ref().map_or(0, |w| w.intervals);
-                action.waits_for_prod = Some(super::WaitsForProd { upstream: upstream.clone(), from: *until, intervals: before.max(held.len()) });
+                let before = action.waits_for_writer.as_ref().map_or(0, |w| w.intervals);
+                action.waits_for_writer =
+                    Some(super::WaitsForWriter { upstream: upstream.clone(), writer: writer.clone(), from: *until, intervals: before.max(held.len()) });
             }
         }
-        if let Some(h) = [cap, own].into_iter().flatten().min_by_key(|(t, _)| *t) {
+        if let Some(h) = [cap, own].into_iter().flatten().min_by_key(|(t, _, _)| *t) {
             horizon.insert(model.name.clone(), h);
         }
     }
     plan.has_changes = plan.actions.iter().any(Action::has_work);
+    Ok(())
 }
 
 /// [`propagate`]'s rewrites: the done intervals recomputed below a model rewriting them.
@@ -385,7 +399,7 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
 /// backfill, noting `because` as the cause ([`Action::recompute`]).
 fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<Interval>, because: impl IntoIterator<Item = ModelName>) {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i) && !action.prod_holds.holds(i.start)).collect();
+    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i) && !action.writer_holds.holds(i.start)).collect();
     if added.is_empty() {
         return;
     }
@@ -397,8 +411,9 @@ fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<
 /// returns them.
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    // Never the intervals `prod`'s version holds in a table shared outside `prod` ([`Action::prod_holds`]).
-    let candidates: Vec<Interval> = ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.prod_holds.holds(i.start)).collect();
+    // Never the intervals `prod`'s version holds in a table shared outside `prod` ([`Action::writer_holds`]).
+    let candidates: Vec<Interval> =
+        ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.writer_holds.holds(i.start)).collect();
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

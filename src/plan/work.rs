@@ -40,9 +40,10 @@ pub struct Work<'p> {
     /// by another version of them, which another environment reads (outside `prod`).
     pub left_shared: Vec<ModelName>,
     /// Outside `prod`: unique-key, partition and SCD type 2 models not refreshed, and time-range
-    /// models whose due intervals are not computed, because their table is also what `prod`
-    /// serves over other parent tables (with what the plan prints about each).
-    pub left_to_prod: Vec<Refresh>,
+    /// models whose due intervals are not computed (or wait), because their table is also what
+    /// another environment writes (`prod`'s) over other parent tables (with what the plan
+    /// prints about each).
+    pub left_to_writer: Vec<Refresh>,
 }
 
 /// Decides [`Work`] for `plan` against `state` (see the module docs).
@@ -70,8 +71,9 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let mut work: Vec<&'p Action> = Vec::new();
     let mut refreshes: Vec<Refresh> = Vec::new();
     let mut left_shared: Vec<ModelName> = Vec::new();
-    let mut left_to_prod: Vec<Refresh> = Vec::new();
+    let mut left_to_writer: Vec<Refresh> = Vec::new();
     let mut index: Option<crate::state::SnapshotIndex> = None;
+    let mut others: Option<super::generations::OtherEnvs> = None;
     // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
     // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
     // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
@@ -82,32 +84,36 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         if a.change == Change::Removed || a.kind == "external" {
             continue;
         }
-        // A time-range version on `prod`'s table over other parent tables writes nothing there
-        // (`plan::ProdHolds::All`): what it wants that `prod` has not done is said, not written.
-        if let super::ProdHolds::All { withheld, .. } = a.prod_holds
-            && withheld > 0
+        // A time-range version on the table another environment writes (`prod`'s), over other
+        // parent tables, writes nothing there (`plan::WriterHolds::All`): what it wants that the
+        // writer has not done is said, not written.
+        if let super::WriterHolds::All { writer, withheld, .. } = &a.writer_holds
+            && *withheld > 0
         {
             let left = Refresh {
                 model: a.name.clone(),
                 note: format!(
-                    "{withheld} interval(s) not computed here: its table is also what `prod` serves (another version, over other parent tables), so it serves `prod`'s rows and shows them as `prod` computes them (or once `prod` serves this change too)"
+                    "{withheld} interval(s) not computed here: its table is also what `{writer}` serves (another version, over other parent tables), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too)"
                 ),
             };
             refreshes.push(left.clone());
-            left_to_prod.push(left);
+            left_to_writer.push(left);
         }
-        if let Some(w) = &a.waits_for_prod {
+        if let Some(w) = &a.waits_for_writer {
             let left = Refresh {
                 model: a.name.clone(),
                 note: format!(
-                    "{} interval(s) from {} wait: `{}` upstream is left to `prod` here (its table is what `prod` serves) and holds no rows from then on yet; they are computed once `prod` computes them",
+                    "{} interval(s) from {} wait: `{}` upstream is left to `{}` here (its table is what `{}` serves) and holds no rows from then on yet; they are computed once `{}` computes them",
                     w.intervals,
                     crate::core::interval::to_iso(w.from),
-                    w.upstream
+                    w.upstream,
+                    w.writer,
+                    w.writer,
+                    w.writer
                 ),
             };
             refreshes.push(left.clone());
-            left_to_prod.push(left);
+            left_to_writer.push(left);
         }
         let model = project.dag.get(&a.name);
         let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
@@ -177,26 +183,39 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             && (refresh || cause.is_some() || feeding.contains(&a.name))
             && refreshed(project, plan, state, a)?;
         // Outside `prod`, a table that keeps what it recorded (a history, upserted rows,
-        // partitions) that `prod` serves through another version over other parent tables: a
-        // refresh here would write rows computed from this environment's parents into what `prod`
-        // serves. Left as `prod` keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)).
+        // partitions) that another environment writes (`prod`, else the one serving the oldest
+        // version there) through another version over other parent tables: a refresh here would
+        // write rows computed from this environment's parents into what it serves. Left as it
+        // keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)).
         if refreshed_here
             && plan.env != crate::core::name::PROD
             && let Some(physical) = a.physical.as_deref().filter(|p| !p.is_empty())
         {
             if index.is_none() {
                 index = Some(state.snapshot_index()?);
+                others = Some(super::generations::other_envs(state, &plan.env)?);
             }
-            let reads = super::generations::direct_reads(project, &a.name, &served_here).unwrap_or_default();
             let idx = index.as_ref().expect("read just above");
-            if super::generations::parents_differ_in(state, idx, crate::core::name::PROD, &a.name.to_string(), a.fingerprint.as_str(), physical, &reads)? {
+            let writer = super::generations::writer_elsewhere(
+                state,
+                idx,
+                others.as_ref().expect("read with the index"),
+                &plan.env,
+                &a.name.to_string(),
+                a.fingerprint.as_str(),
+                physical,
+            )?;
+            let reads = super::generations::direct_reads(project, &a.name, &served_here);
+            if let Some((writer, _, _)) = writer.filter(|(_, _, p)| reads.as_ref().is_none_or(|r| super::generations::parents_differ(p, idx, r))) {
                 refreshed_here = false;
                 let left = Refresh {
                     model: a.name.clone(),
-                    note: "not refreshed here: its table is also what `prod` serves (another version, over other parent tables), so it keeps `prod`'s rows until `prod` serves this change too".into(),
+                    note: format!(
+                        "not refreshed here: its table is also what `{writer}` serves (another version, over other parent tables), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
+                    ),
                 };
                 refreshes.push(left.clone());
-                left_to_prod.push(left);
+                left_to_writer.push(left);
             }
         }
         if refreshed_here {
@@ -228,7 +247,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             work.push(a);
         }
     }
-    Ok(Work { work, rebuilds, refreshes, shared, left_shared, left_to_prod })
+    Ok(Work { work, rebuilds, refreshes, shared, left_shared, left_to_writer })
 }
 
 /// The models upstream (through any kind) of a time-range action with intervals to compute.

@@ -344,7 +344,7 @@ fn a_value_a_time_range_tables_narrower_column_would_round_is_refused_before_the
     p.now = "2026-01-02T01:00:00Z".into();
     p.write(
         "models/m.lua",
-        r#"define_model { name = "raw.sales", kind = kind.external { table = "land.sales" }, schema = { { "ts", "timestamp" }, { "amount", "decimal(18,4)" } } }
+        r#"define_model { name = "raw.sales", kind = kind.external { table = "land.sales" }, schema = { { "ts", "timestamp" }, { "amount", "decimal(10,2)" } } }
 define_model {
   name = "t.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
   schema = { { "day", "timestamp" }, { "amount", "decimal(38,4)" } },
@@ -374,4 +374,37 @@ define_model {
     p.execute_on_engine("UPDATE land.sales SET amount = 2.34 WHERE amount = 2.3456");
     p.run(&["run", "prod"]).expect_code(0);
     assert_eq!(days(&p).last().and_then(|r| r[1].clone()).as_deref(), Some("2.34"));
+}
+
+#[test]
+fn a_daily_run_over_a_parent_computed_in_the_same_run_is_not_refused_for_types_only_its_declaration_gives() {
+    // `t.avg` is declared `decimal(18,4)` while its query returns DOUBLE (the contract compares
+    // type families), so both tables store DOUBLE. The contract check types `t.avg` as declared
+    // while the run computes it: the check of stored types must read the query as built.
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.ev (ts TIMESTAMP, v INTEGER)");
+    p.execute_on_engine("INSERT INTO land.ev VALUES (TIMESTAMP '2026-01-01 10:00', 1), (TIMESTAMP '2026-01-01 11:00', 2), (TIMESTAMP '2026-01-01 12:00', 2)");
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.write(
+        "models/m.lua",
+        r#"define_model { name = "raw.ev", kind = kind.external { table = "land.ev" }, schema = { { "ts", "timestamp" }, { "v", "integer" } } }
+define_model {
+  name = "t.avg", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "avg_v", "decimal(18,4)" } },
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, avg(v) AS avg_v FROM " .. ref("raw.ev") .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}
+define_model {
+  name = "t.copy", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "avg_v", "decimal(18,4)" } },
+  query = "SELECT day, avg_v FROM " .. ref("t.avg") .. " WHERE day >= @start AND day < @end",
+}
+"#,
+    );
+    p.apply("prod");
+    // An average of 5/3: not a value `decimal(18,4)` holds.
+    p.execute_on_engine("INSERT INTO land.ev VALUES (TIMESTAMP '2026-01-02 10:00', 1), (TIMESTAMP '2026-01-02 11:00', 2), (TIMESTAMP '2026-01-02 12:00', 2)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    let rows = p.query("SELECT CAST(avg_v AS VARCHAR) FROM t.copy ORDER BY day");
+    assert_eq!(rows.len(), 2, "{rows:?}");
 }

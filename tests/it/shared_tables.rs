@@ -372,7 +372,7 @@ fn new_days_outside_prod_in_a_child_table_prod_serves_over_other_parents_are_lef
     assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2", "dev serves prod's rows");
     let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
     let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.child")).cloned().unwrap_or_else(|| panic!("{status:#}"));
-    assert_eq!((lag["behind"].clone(), lag["leftToProd"].clone(), lag["late"].clone()), (1.into(), true.into(), false.into()), "{status:#}");
+    assert_eq!((lag["behind"].clone(), lag["leftTo"].clone(), lag["late"].clone()), (1.into(), "prod".into(), false.into()), "{status:#}");
     // An apply of dev writes nothing there either.
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
     assert_eq!(days(&p, "prod", "t.child"), "01=1,02=2");
@@ -522,4 +522,39 @@ define_model {{ name = "u.latest", kind = kind.incremental_by_unique_key {{ key 
         p.run(&["run", "prod"]).expect_code(0);
         assert_eq!((days(&p, "prod", "t.child"), days(&p, "prod", "u.latest")), ("01=1,02=2,03=4".to_string(), "01=1,02=2,03=4".to_string()), "{kind}");
     }
+}
+
+#[test]
+fn two_environments_other_than_prod_sharing_a_table_leave_it_to_the_one_serving_its_older_version() {
+    // `staging` and `dev` serve one version of each model; `dev` adds a column to the daily
+    // model (non-breaking: a table of its own), so its child and history keep staging's tables
+    // over other parents. No `prod`: `staging`, serving the older versions there, writes them.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, true));
+    p.apply("staging");
+    p.apply("dev");
+    p.write("models/m.lua", &models(true, true));
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4), (TIMESTAMP '2026-01-02 20:00', 100)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let plan = p.plan("dev");
+    let also = plan["alsoWrites"].as_array().unwrap_or_else(|| panic!("{plan:#}"));
+    let note = |m: &str| also.iter().find(|a| a["model"] == m).and_then(|a| a["note"].as_str()).unwrap_or_default().to_string();
+    assert!(note("t.child").contains("not computed here: its table is also what `staging` serves"), "{plan:#}");
+    assert!(note("s.hist").contains("not refreshed here: its table is also what `staging` serves"), "{plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2", "staging's table holds staging's days only");
+    let history = |p: &Project| one(p, &format!("SELECT string_agg(CAST(total AS VARCHAR), ',' ORDER BY valid_from) FROM {}", env_view("staging", "s.hist")));
+    assert_eq!(history(&p), "3", "staging's history untouched by dev");
+    // staging's own run writes them, from staging's daily (the late row of the 2nd is not one
+    // its done day reads again).
+    p.write("models/m.lua", &models(false, true));
+    p.run(&["run", "staging"]).expect_code(0);
+    assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2,03=4");
+    assert_eq!(history(&p), "3,7");
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.child")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!((lag["leftTo"].as_str(), lag["behind"].as_i64()), (Some("staging"), Some(0)), "{status:#}");
 }
