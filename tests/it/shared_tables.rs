@@ -558,3 +558,34 @@ fn two_environments_other_than_prod_sharing_a_table_leave_it_to_the_one_serving_
     let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.child")).cloned().unwrap_or_else(|| panic!("{status:#}"));
     assert_eq!((lag["leftTo"].as_str(), lag["behind"].as_i64()), (Some("staging"), Some(0)), "{status:#}");
 }
+
+#[test]
+fn a_model_held_below_a_table_left_to_prod_recomputes_nothing_for_its_lookback_and_shows_as_waiting() {
+    // `t.grand` (a table of its own in dev, with a lookback of 1) waits below `t.child`, left to
+    // prod: its lookback of the held day is not recomputed at every run meanwhile, and `status`
+    // says it waits on `t.child`, not that it is late.
+    let with_lookback = |m: String| m.replace(r#"start = "2026-01-01", batch_size = 1 }"#, r#"start = "2026-01-01", batch_size = 1, lookback = 1 }"#);
+    let mut p = prod_and_dev(&with_lookback(with_grandchild(false, 0)));
+    p.write("models/m.lua", &with_lookback(with_grandchild(true, 1000)));
+    p.apply("dev");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "t.grand")["intervals"], 0, "{plan:#}");
+    let ran = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(!ran["processed"].as_array().is_some_and(|m| m.iter().any(|m| m == "t.grand")), "{ran:#}");
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.grand")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!((lag["late"].as_bool(), lag["waitingOn"].as_str()), (Some(false), Some("t.child")), "{status:#}");
+}
+
+#[test]
+fn a_start_moved_earlier_outside_prod_writes_nothing_before_prods_start_into_a_table_read_over_the_same_parents() {
+    // `t.grand` reads `t.child`, on prod's table in dev too (the same parent table): its version
+    // differs from prod's (its parent's does) but computes what prod's would, except before
+    // prod's start, which prod never computes and its view would serve.
+    let earlier = |m: String| m.replace(r#"start = "2026-01-01", batch_size = 1 }"#, r#"start = "2025-12-31", batch_size = 1 }"#);
+    let p = prod_and_dev(&with_grandchild(false, 0));
+    p.write("models/m.lua", &earlier(with_grandchild(true, 0)));
+    p.apply("dev");
+    assert_eq!(days(&p, "prod", "t.grand"), "01=1,02=2", "nothing before prod's start in prod's table");
+}
