@@ -90,30 +90,26 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         if let super::WriterHolds::All { writer, withheld, .. } = &a.writer_holds
             && *withheld > 0
         {
-            let left = Refresh {
-                model: a.name.clone(),
-                note: format!(
+            leave(
+                &mut refreshes,
+                &mut left_to_writer,
+                &a.name,
+                format!(
                     "{withheld} interval(s) not computed here: its table is also what `{writer}` serves (another version, over other parent tables), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too)"
                 ),
-            };
-            refreshes.push(left.clone());
-            left_to_writer.push(left);
+            );
         }
         if let Some(w) = &a.waits_for_writer {
-            let left = Refresh {
-                model: a.name.clone(),
-                note: format!(
-                    "{} interval(s) from {} wait: `{}` upstream is left to `{}` here (its table is what `{}` serves) and holds no rows from then on yet; they are computed once `{}` computes them",
-                    w.intervals,
-                    crate::core::interval::to_iso(w.from),
-                    w.upstream,
-                    w.writer,
-                    w.writer,
-                    w.writer
+            let (from, upstream, writer) = (crate::core::interval::to_iso(w.from), &w.upstream, &w.writer);
+            leave(
+                &mut refreshes,
+                &mut left_to_writer,
+                &a.name,
+                format!(
+                    "{} interval(s) from {from} wait: `{upstream}` upstream is left to `{writer}` here (its table is what `{writer}` serves) and holds no rows from then on yet; they are computed once `{writer}` computes them",
+                    w.intervals
                 ),
-            };
-            refreshes.push(left.clone());
-            left_to_writer.push(left);
+            );
         }
         let model = project.dag.get(&a.name);
         let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
@@ -208,14 +204,14 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             let reads = super::generations::direct_reads(project, &a.name, &served_here);
             if let Some((writer, _, _)) = writer.filter(|(_, _, p)| reads.as_ref().is_none_or(|r| super::generations::parents_differ(p, idx, r))) {
                 refreshed_here = false;
-                let left = Refresh {
-                    model: a.name.clone(),
-                    note: format!(
+                leave(
+                    &mut refreshes,
+                    &mut left_to_writer,
+                    &a.name,
+                    format!(
                         "not refreshed here: its table is also what `{writer}` serves (another version, over other parent tables), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
                     ),
-                };
-                refreshes.push(left.clone());
-                left_to_writer.push(left);
+                );
             }
         }
         if refreshed_here {
@@ -248,6 +244,14 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         }
     }
     Ok(Work { work, rebuilds, refreshes, shared, left_shared, left_to_writer })
+}
+
+/// Records that `model` is left to another environment (`note` says what and why): a line of the
+/// plan's writes ([`Work::refreshes`]) and a warning of the apply or run ([`Work::left_to_writer`]).
+fn leave(refreshes: &mut Vec<Refresh>, left: &mut Vec<Refresh>, model: &ModelName, note: String) {
+    let entry = Refresh { model: model.clone(), note };
+    refreshes.push(entry.clone());
+    left.push(entry);
 }
 
 /// The models upstream (through any kind) of a time-range action with intervals to compute.
