@@ -932,7 +932,7 @@ fn lost_shared_tables(
     }
     let served = crate::plan::served_in(plan);
     let served_here = |n: &str| served.get(n).cloned();
-    let others = crate::plan::generations::other_envs(state, &plan.env)?;
+    let others = crate::plan::generations::other_envs(state, &plan.env, project.config.environments.ttl, plan.now)?;
     for a in candidates.iter().filter(|a| physical_missing(a)) {
         let physical = a.physical.as_deref().unwrap_or_default();
         let Some(model) = project.dag.get(&a.name) else { continue };

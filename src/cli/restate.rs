@@ -129,25 +129,38 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     // So is another version on the same table (an inherited one: a child of a non-breaking
     // change reusing the table): the run would not recompute what the other environment's
     // version holds there, and the restatement would promise what it cannot do.
+    // Another version on the same table is fine when this environment is the table's writer
+    // (`plan::generations::writer_elsewhere`: `prod`, else the one serving its oldest version):
+    // the others serve what it computes.
     if req.env != "prod" {
         let mut shared = Vec::new();
+        let mut owners = BTreeSet::new();
         let index = state.snapshot_index()?;
         let table_of = |n: &str, fp: &str| index.get(&(n.to_string(), fp.to_string())).map(|(p, _)| p.as_str()).filter(|p| !p.is_empty());
-        for other in state.environments()?.into_iter().filter(|e| e != req.env) {
-            let theirs = state.env_pointers(&other)?;
+        let others = crate::plan::generations::other_envs(&*state, req.env, project.config.environments.ttl, req.now)?;
+        for (other, theirs) in &others {
             for (n, fp, _, _) in &targets {
                 match theirs.get(n) {
-                    Some(f) if f == fp => shared.push(format!("`{n}` (also served by `{other}`)")),
+                    Some(f) if f == fp => {
+                        shared.push(format!("`{n}` (also served by `{other}`)"));
+                        owners.insert(other.clone());
+                    }
                     Some(f) if table_of(n, fp).is_some() && table_of(n, fp) == table_of(n, f) => {
-                        shared.push(format!("`{n}` (its table also holds the version `{other}` serves)"));
+                        let table = table_of(n, fp).unwrap_or_default();
+                        if let Some((writer, _, _)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, req.env, n, fp, table)? {
+                            let writes = if writer == other { String::new() } else { format!(", which `{writer}` writes") };
+                            shared.push(format!("`{n}` (its table also holds the version `{other}` serves{writes})"));
+                            owners.insert(writer.to_string());
+                        }
                     }
                     _ => {}
                 }
             }
         }
         if !shared.is_empty() {
+            let owner = if owners.contains("prod") { "prod".to_string() } else { owners.iter().next().cloned().unwrap_or_else(|| "prod".to_string()) };
             bail!(
-                "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: restate the environment that owns them (`efmesh restate prod ...`), or apply a change that gives `{}` its own versions first",
+                "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: restate the environment that owns them (`efmesh restate {owner} ...`), or apply a change that gives `{}` its own versions first",
                 req.env,
                 shared.join("\n  "),
                 req.env

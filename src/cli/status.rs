@@ -138,7 +138,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
     }
     if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
-        let others = crate::plan::generations::other_envs(&*state, env)?;
+        let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
         let served_here = |n: &str| pointers.get(n).map(|f| (index.get(&(n.to_string(), f.clone())).map(|(r, _)| r.clone()).unwrap_or_default(), f.clone()));
         for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {

@@ -94,11 +94,11 @@ impl Postgres {
         let busy = |db: &Postgres, why: &str| {
             EngineError::new("", format!("cannot open Postgres database `{}`: Lock Error: {why}; try again when it is done", db.location))
         };
-        if !db.try_lock(&format!("pg_try_advisory_lock(hashtextextended({}, 0))", quote_literal(WRITER_LOCK)))? {
+        if !db.try_lock_awhile(&format!("pg_try_advisory_lock(hashtextextended({}, 0))", quote_literal(WRITER_LOCK)))? {
             return Err(busy(&db, "another efmesh process is writing this database (it holds efmesh's writer lock)"));
         }
         let writing = quote_literal(WRITING_LOCK);
-        if !db.try_lock(&format!("pg_try_advisory_lock(hashtextextended({writing}, 0))"))? {
+        if !db.try_lock_awhile(&format!("pg_try_advisory_lock(hashtextextended({writing}, 0))"))? {
             return Err(busy(
                 &db,
                 "connections of another efmesh process are still writing this database (its connection holding efmesh's writer lock ended, its builds have not)",
@@ -139,6 +139,19 @@ impl Postgres {
     fn try_lock(&mut self, call: &str) -> Result<bool, EngineError> {
         let got = self.rows(&format!("SELECT {call}"))?;
         Ok(got.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
+    }
+
+    /// [`Postgres::try_lock`], asked again for up to a second: a process that just ended (killed,
+    /// or exited) holds its session locks a moment longer — its server session ends when the
+    /// server notices the closed connection. A live writer holds them far longer.
+    fn try_lock_awhile(&mut self, call: &str) -> Result<bool, EngineError> {
+        for _ in 0..20 {
+            if self.try_lock(call)? {
+                return Ok(true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.try_lock(call)
     }
 
     fn connect(config: postgres::Config, read_only: bool) -> Result<Self, EngineError> {

@@ -286,12 +286,28 @@ pub type ServedElsewhere = HashMap<(String, String), BTreeSet<String>>;
 /// ([`other_envs`]) for [`writer_elsewhere`].
 pub type OtherEnvs = Vec<(String, BTreeMap<String, String>)>;
 
-/// [`OtherEnvs`] of `env`.
+/// [`OtherEnvs`] of `env`: those still served — not invalidated, expired (`ttl` at `now`) or
+/// dropped ([`crate::lifecycle::judge`]): an environment on its way out writes nothing for the
+/// others to wait on.
 ///
 /// # Errors
 /// A state read fails.
-pub fn other_envs(state: &dyn StateStore, env: &str) -> Result<OtherEnvs, StateError> {
-    state.environments()?.into_iter().filter(|e| e != env).map(|e| state.env_pointers(&e).map(|p| (e, p))).collect()
+pub fn other_envs(
+    state: &dyn StateStore,
+    env: &str,
+    ttl: Option<crate::core::interval::Millis>,
+    now: crate::core::interval::Millis,
+) -> Result<OtherEnvs, StateError> {
+    let mut out = Vec::new();
+    for e in state.environments()?.into_iter().filter(|e| e != env) {
+        let judged = crate::lifecycle::judge(&e, &state.journal(&e)?, ttl, now);
+        if judged.expired || judged.dropped_at.is_some() {
+            continue;
+        }
+        let pointers = state.env_pointers(&e)?;
+        out.push((e, pointers));
+    }
+    Ok(out)
 }
 
 /// An environment that writes a shared table: its name, its version there, its pointers.
@@ -325,7 +341,8 @@ pub fn writer_elsewhere<'a>(
     if let Some(prod) = sharing.iter().find(|(e, _, _)| *e == crate::core::name::PROD) {
         return Ok(Some(*prod));
     }
-    let made = |f: &str| state.snapshot(name, f).map(|r| r.map(|r| r.created_at).unwrap_or_default());
+    // A version without a snapshot yet (the plan at hand creates it) is the newest of all.
+    let made = |f: &str| state.snapshot(name, f).map(|r| r.map_or_else(|| "\u{10FFFF}".to_string(), |r| r.created_at));
     let own = made(fp)?;
     let mut oldest: Option<(String, Writer<'a>)> = None;
     for s in sharing {

@@ -2190,7 +2190,7 @@ fn compute_with(
                         }
                         let shared = !generations::others_on(served_elsewhere.as_ref().expect("read just above"), &name_s, fp.as_str(), own).is_empty();
                         if shared && others.is_none() {
-                            others = Some(generations::other_envs(state, env)?);
+                            others = Some(generations::other_envs(state, env, project.config.environments.ttl, now)?);
                         }
                         let writer = match others.as_ref().filter(|_| shared) {
                             Some(o) => generations::writer_elsewhere(state, snapshots, o, env, &name_s, fp.as_str(), own)?,

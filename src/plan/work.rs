@@ -189,7 +189,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         {
             if index.is_none() {
                 index = Some(state.snapshot_index()?);
-                others = Some(super::generations::other_envs(state, &plan.env)?);
+                others = Some(super::generations::other_envs(state, &plan.env, project.config.environments.ttl, plan.now)?);
             }
             let idx = index.as_ref().expect("read just above");
             let writer = super::generations::writer_elsewhere(

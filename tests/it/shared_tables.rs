@@ -589,3 +589,55 @@ fn a_start_moved_earlier_outside_prod_writes_nothing_before_prods_start_into_a_t
     p.apply("dev");
     assert_eq!(days(&p, "prod", "t.grand"), "01=1,02=2", "nothing before prod's start in prod's table");
 }
+
+/// `staging` and then `dev` applied from `models` at 01:00 on the 3rd (on the same versions).
+fn staging_and_dev(models: &str) -> Project {
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", models);
+    p.apply("staging");
+    p.apply("dev");
+    p
+}
+
+#[test]
+fn the_apply_creating_a_version_on_another_environments_table_writes_nothing_there() {
+    // Days are due that `staging` has not computed when `dev` applies its non-breaking change:
+    // `dev`'s new child version (no snapshot yet while planned) is the newest on the table, so
+    // `staging` writes it; `dev`'s apply computes nothing there.
+    let mut p = staging_and_dev(&models(false, false));
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.write("models/m.lua", &models(true, false));
+    let plan = p.apply("dev");
+    assert_eq!(action(&plan["plan"], "t.child")["intervals"], 0, "{plan:#}");
+    assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2", "staging's table holds staging's days only");
+}
+
+#[test]
+fn an_invalidated_writer_leaves_the_table_to_the_environment_still_served_and_restate_follows_the_writer() {
+    // `dev` serves the older version of the child's table (it applied first); `staging` changes
+    // the daily model (non-breaking). `dev` writes the table until it is invalidated: then
+    // `staging` does, and may restate it; `dev` may not while it writes it.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, false));
+    p.apply("dev");
+    p.apply("staging");
+    p.write("models/m.lua", &models(true, false));
+    p.apply("staging");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    let plan = p.plan("staging");
+    let also = plan["alsoWrites"].as_array().cloned().unwrap_or_default();
+    assert!(also.iter().any(|a| a["model"] == "t.child" && a["note"].as_str().is_some_and(|n| n.contains("what `dev` serves"))), "{plan:#}");
+    let refused = p.run(&["restate", "staging", "--model", "t.child", "--from", "2026-01-01", "--to", "2026-01-02"]);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("efmesh restate dev"), "{}", refused.stderr);
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    p.run(&["run", "staging"]).expect_code(0);
+    assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2,03=4", "staging writes the table once dev is on its way out");
+    p.run(&["restate", "staging", "--model", "t.child", "--from", "2026-01-01", "--to", "2026-01-02"]).expect_code(0);
+}
