@@ -138,7 +138,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         let index = state.snapshot_index()?;
         let table_of = |n: &str, fp: &str| index.get(&(n.to_string(), fp.to_string())).map(|(p, _)| p.as_str()).filter(|p| !p.is_empty());
         let others = crate::plan::generations::other_envs(&*state, req.env, project.config.environments.ttl, req.now)?;
-        for (other, theirs) in &others {
+        for (other, theirs) in &others.envs {
             for (n, fp, _, _) in &targets {
                 match theirs.get(n) {
                     Some(f) if f == fp => {

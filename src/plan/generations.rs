@@ -282,9 +282,16 @@ fn same_data(state: &dyn StateStore, index: &SnapshotIndex, new: &Source, old: &
 /// served on each relation (one bulk read of the pointers; [`others_on`] looks it up).
 pub type ServedElsewhere = HashMap<(String, String), BTreeSet<String>>;
 
-/// Every environment other than one, with its pointers (model name → fingerprint): read once
-/// ([`other_envs`]) for [`writer_elsewhere`].
-pub type OtherEnvs = Vec<(String, BTreeMap<String, String>)>;
+/// Every environment other than one still served, with its pointers (model name →
+/// fingerprint), and whether that one is still served itself: read once ([`other_envs`]) for
+/// [`writer_elsewhere`].
+#[derive(Debug, Clone, Default)]
+pub struct OtherEnvs {
+    /// The other environments still served (not invalidated, expired or dropped), with their pointers.
+    pub envs: Vec<(String, BTreeMap<String, String>)>,
+    /// Whether the environment asking is still served itself.
+    pub live: bool,
+}
 
 /// [`OtherEnvs`] of `env`: those still served — not invalidated, expired (`ttl` at `now`) or
 /// dropped ([`crate::lifecycle::judge`]): an environment on its way out writes nothing for the
@@ -298,14 +305,17 @@ pub fn other_envs(
     ttl: Option<crate::core::interval::Millis>,
     now: crate::core::interval::Millis,
 ) -> Result<OtherEnvs, StateError> {
-    let mut out = Vec::new();
+    let served = |e: &str| -> Result<bool, StateError> {
+        let judged = crate::lifecycle::judge(e, &state.journal(e)?, ttl, now);
+        Ok(!judged.expired && judged.dropped_at.is_none())
+    };
+    let mut out = OtherEnvs { envs: Vec::new(), live: served(env)? };
     for e in state.environments()?.into_iter().filter(|e| e != env) {
-        let judged = crate::lifecycle::judge(&e, &state.journal(&e)?, ttl, now);
-        if judged.expired || judged.dropped_at.is_some() {
+        if !served(&e)? {
             continue;
         }
         let pointers = state.env_pointers(&e)?;
-        out.push((e, pointers));
+        out.envs.push((e, pointers));
     }
     Ok(out)
 }
@@ -333,17 +343,20 @@ pub fn writer_elsewhere<'a>(
     if env == crate::core::name::PROD || physical.is_empty() {
         return Ok(None);
     }
+    // A version without a snapshot yet (the plan at hand creates it) is the newest of all.
+    let made = |f: &str| state.snapshot(name, f).map(|r| r.map_or_else(|| "\u{10FFFF}".to_string(), |r| r.created_at));
     let sharing: Vec<Writer<'a>> =
-        others.iter().filter_map(|(e, pointers)| other_version_on(pointers, index, name, fp, physical).map(|f| (e.as_str(), f, pointers))).collect();
+        others.envs.iter().filter_map(|(e, pointers)| other_version_on(pointers, index, name, fp, physical).map(|f| (e.as_str(), f, pointers))).collect();
     if sharing.is_empty() {
         return Ok(None);
     }
     if let Some(prod) = sharing.iter().find(|(e, _, _)| *e == crate::core::name::PROD) {
         return Ok(Some(*prod));
     }
-    // A version without a snapshot yet (the plan at hand creates it) is the newest of all.
-    let made = |f: &str| state.snapshot(name, f).map(|r| r.map_or_else(|| "\u{10FFFF}".to_string(), |r| r.created_at));
-    let own = made(fp)?;
+    // An environment on its way out (invalidated, expired) writes no table another one still
+    // served shares: the oldest of theirs does.
+    let own = if others.live { made(fp)? } else { "\u{10FFFF}\u{10FFFF}".to_string() };
+
     let mut oldest: Option<(String, Writer<'a>)> = None;
     for s in sharing {
         let at = made(s.1)?;

@@ -1804,6 +1804,9 @@ fn compute_with(
                 // Whether a `full` model inherits its older table depends on the intervals its
                 // parents' new versions compute by `now` ([`generations::reuse_outgrown`]).
                 && !(e.action.kind == "full" && e.category == Change::Indirect)
+                // Which environment writes a shared table depends on their expiry (`now`, the
+                // configured ttl), which no state write marks ([`generations::writer_elsewhere`]).
+                && e.prod_done == WriterHolds::Nothing
                 && (dirty.is_empty() || !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target)))
         }) {
             let mut e = e;

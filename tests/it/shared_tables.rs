@@ -641,3 +641,25 @@ fn an_invalidated_writer_leaves_the_table_to_the_environment_still_served_and_re
     assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2,03=4", "staging writes the table once dev is on its way out");
     p.run(&["restate", "staging", "--model", "t.child", "--from", "2026-01-01", "--to", "2026-01-02"]).expect_code(0);
 }
+
+#[test]
+fn an_invalidated_environment_writes_no_table_a_served_one_shares() {
+    // `staging` serves the older version (the writer) and is invalidated: `dev` writes the
+    // table from then on. A run of `staging` meanwhile (it is not dropped yet) computes nothing
+    // there: two writers would each write rows from their own parents.
+    let mut p = staging_and_dev(&models(false, false));
+    p.write("models/m.lua", &models(true, false));
+    p.apply("dev");
+    p.run(&["invalidate", "staging"]).expect_code(0);
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2,03=4", "dev writes the table now");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 20:00', 100)");
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.write("models/m.lua", &models(false, false));
+    let ran = p.run(&["run", "staging"]);
+    ran.expect_code(0);
+    assert!(ran.stderr.contains("not computed here: its table is also what `dev` serves"), "{}", ran.stderr);
+    assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2,03=4", "the invalidated staging wrote nothing into dev's table");
+}
