@@ -149,9 +149,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 continue;
             };
             let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
-            // The same query: the intervals `prod`'s version has done are in the table for this
-            // version too, as its plan counts them (`plan::WriterHolds`); over other parents, it
-            // computes nothing there.
+            // The same query: the intervals the writer's version has done are in the table for
+            // this version too, as its plan counts them (`plan::WriterHolds`); over other
+            // parents, it computes nothing there.
             let canonical = |f: &str| state.snapshot(&l.model, f).map(|r| r.map(|r| r.canonical));
             if canonical(fp)? != canonical(writer_fp)? {
                 continue;
@@ -283,7 +283,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     } else {
         let mut text = String::new();
         if pointers.is_empty() && last_plan.is_none() {
-            text.push_str(&format!("environment `{env}` does not exist — the first apply creates it\n"));
+            // A typo of an existing environment's name is said so (its health is not this one's).
+            let known = state.environments()?;
+            let like = crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+            text.push_str(&format!("environment `{env}` does not exist — the first apply creates it{like}\n"));
         } else if let (true, Some(at)) = (pointers.is_empty(), &expiry.dropped_at) {
             text.push_str(&format!("environment `{env}` expired and was dropped by the janitor at {at} — the next apply creates it again\n"));
         } else {

@@ -323,11 +323,13 @@ pub fn other_envs(
 /// An environment that writes a shared table: its name, its version there, its pointers.
 pub type Writer<'a> = (&'a str, &'a String, &'a BTreeMap<String, String>);
 
-/// The environment that writes the table `physical` of `name` when other environments serve
-/// other versions than `fp` on it (a non-breaking parent change gives a child a new version on
-/// its older table): `prod` when it serves one there; else the environment serving the oldest
-/// version there (its snapshot made first; ties by environment name), unless that is `fp` —
-/// `env`'s own (then `env` writes: `None`), or `env` is `prod`. `(writer, its version, its pointers)`.
+/// The environment that writes the table `physical` of `name` when other environments still
+/// served serve other versions than `fp` on it (a non-breaking parent change gives a child a
+/// new version on its older table): `prod` when it serves one there; else the environment
+/// serving the oldest version there (its snapshot made first; ties by environment name) —
+/// `None` when that is `env`'s own `fp` (then `env` writes), or when `env` is `prod`. An `env`
+/// on its way out (invalidated, expired: [`OtherEnvs::live`]) never writes a table a served one
+/// shares. `(writer, its version, its pointers)`.
 ///
 /// # Errors
 /// A state read fails.
@@ -356,7 +358,6 @@ pub fn writer_elsewhere<'a>(
     // An environment on its way out (invalidated, expired) writes no table another one still
     // served shares: the oldest of theirs does.
     let own = if others.live { made(fp)? } else { "\u{10FFFF}\u{10FFFF}".to_string() };
-
     let mut oldest: Option<(String, Writer<'a>)> = None;
     for s in sharing {
         let at = made(s.1)?;
@@ -364,8 +365,8 @@ pub fn writer_elsewhere<'a>(
             oldest = Some((at, s));
         }
     }
-    // `env`'s own version is the oldest: it writes (`env` sorts after no one at equal times:
-    // the other's name decides, as it does for them).
+    // The oldest of theirs writes unless `env`'s own version is older still (at equal times,
+    // the environment names decide, the same way for every environment asking).
     Ok(oldest.filter(|(at, o)| (at.as_str(), o.0) < (own.as_str(), env)).map(|(_, o)| o))
 }
 

@@ -63,9 +63,8 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
 /// other parent tables computes nothing there ([`super::WriterHolds::All`]): its rows arrive as
 /// the writer computes them. So its data is complete here only up to the first interval it wants
 /// that the writer has not done (and will: not one before the writer's first done interval,
-/// which it never computes), and every
-/// time-range model downstream (through any kind) waits for its intervals ending after that
-/// instant, as under a signal ([`crate::apply::signals`]): computed now, over rows not there
+/// which it never computes), and every time-range model downstream (through any kind) waits for
+/// its intervals ending after that instant, as under a signal ([`crate::apply::signals`]): computed now, over rows not there
 /// yet, they would be recorded done and never recomputed when the rows arrive. Idempotent: run
 /// again once repairs are known ([`super::integrity`]).
 ///
@@ -76,7 +75,8 @@ pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Pla
         return Ok(());
     }
     let at: HashMap<ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
-    // Per model: the instant its data here is complete up to, and the model left to `prod` that set it.
+    // Per model: the instant its data here is complete up to, the model left to its writer that
+    // set it, and that writer.
     let mut horizon: HashMap<ModelName, (Millis, ModelName, String)> = HashMap::new();
     for model in project.dag.models() {
         let cap = model.parents().iter().filter_map(|p| horizon.get(p)).min_by_key(|(t, _, _)| *t).cloned();
@@ -411,7 +411,7 @@ fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<
 /// returns them.
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    // Never the intervals `prod`'s version holds in a table shared outside `prod` ([`Action::writer_holds`]).
+    // Never the intervals a shared table's writer holds there ([`Action::writer_holds`]).
     let candidates: Vec<Interval> =
         ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.writer_holds.holds(i.start)).collect();
     if candidates.is_empty() {

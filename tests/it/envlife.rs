@@ -413,3 +413,11 @@ fn an_apply_past_the_ttl_at_a_later_now_does_not_claim_a_renewal_it_cannot_make(
     let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
     assert_eq!(v["renewed"], Value::Bool(true), "{v:#}");
 }
+
+#[test]
+fn status_of_a_mistyped_environment_says_it_does_not_exist_and_names_the_one_meant() {
+    let p = project("");
+    p.apply("dev");
+    let out = p.run(&["status", "dve"]).expect_code(0).stdout.clone();
+    assert!(out.contains("environment `dve` does not exist — the first apply creates it (did you mean `dev`?)"), "{out}");
+}
