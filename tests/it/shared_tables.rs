@@ -47,15 +47,21 @@ fn one(p: &Project, sql: &str) -> String {
     p.query(sql).first().and_then(|r| r.first().cloned().flatten()).unwrap_or_default()
 }
 
-/// `prod` and `dev` applied from `models` at 01:00 on the 3rd (on the same versions).
-fn prod_and_dev(models: &str) -> Project {
+/// `envs` applied in turn from `models` at 01:00 on the 3rd (on the same versions).
+fn applied_in(envs: &[&str], models: &str) -> Project {
     let mut p = Project::new();
     landing(&p);
     p.now = "2026-01-03T01:00:00Z".into();
     p.write("models/m.lua", models);
-    p.apply("prod");
-    p.apply("dev");
+    for env in envs {
+        p.apply(env);
+    }
     p
+}
+
+/// `prod` and `dev` applied from `models` at 01:00 on the 3rd (on the same versions).
+fn prod_and_dev(models: &str) -> Project {
+    applied_in(&["prod", "dev"], models)
 }
 
 #[test]
@@ -99,12 +105,7 @@ fn landing(p: &Project) {
 
 #[test]
 fn an_scd_history_dev_would_reconcile_from_its_own_parents_is_left_to_prod_outside_prod() {
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &models(false, true));
-    p.apply("prod");
-    p.apply("dev");
+    let mut p = prod_and_dev(&models(false, true));
     // dev's non-breaking edit gives `f.tot` a table of its own; `s.hist` keeps the one table
     // (its history): dev's run would reconcile dev's total into prod's history. Not refreshed
     // in dev (said in its plan and warned), the rest of dev's run goes on.
@@ -529,12 +530,7 @@ fn two_environments_other_than_prod_sharing_a_table_leave_it_to_the_one_serving_
     // `staging` and `dev` serve one version of each model; `dev` adds a column to the daily
     // model (non-breaking: a table of its own), so its child and history keep staging's tables
     // over other parents. No `prod`: `staging`, serving the older versions there, writes them.
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &models(false, true));
-    p.apply("staging");
-    p.apply("dev");
+    let mut p = staging_and_dev(&models(false, true));
     p.write("models/m.lua", &models(true, true));
     p.apply("dev");
     p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4), (TIMESTAMP '2026-01-02 20:00', 100)");
@@ -592,13 +588,7 @@ fn a_start_moved_earlier_outside_prod_writes_nothing_before_prods_start_into_a_t
 
 /// `staging` and then `dev` applied from `models` at 01:00 on the 3rd (on the same versions).
 fn staging_and_dev(models: &str) -> Project {
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", models);
-    p.apply("staging");
-    p.apply("dev");
-    p
+    applied_in(&["staging", "dev"], models)
 }
 
 #[test]
@@ -620,12 +610,7 @@ fn an_invalidated_writer_leaves_the_table_to_the_environment_still_served_and_re
     // `dev` serves the older version of the child's table (it applied first); `staging` changes
     // the daily model (non-breaking). `dev` writes the table until it is invalidated: then
     // `staging` does, and may restate it; `dev` may not while it writes it.
-    let mut p = Project::new();
-    landing(&p);
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("models/m.lua", &models(false, false));
-    p.apply("dev");
-    p.apply("staging");
+    let mut p = applied_in(&["dev", "staging"], &models(false, false));
     p.write("models/m.lua", &models(true, false));
     p.apply("staging");
     p.now = "2026-01-04T01:00:00Z".into();
