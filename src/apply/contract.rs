@@ -173,6 +173,30 @@ pub fn lossy_columns(returned: &[DescribedColumn], stored: &[DescribedColumn]) -
         .collect()
 }
 
+/// Of the rows of `rows` (a relation, or a query in parentheses with an alias) that `filter`
+/// keeps, those whose `column` (returned as `returned`) the type `stored` would change — round,
+/// cut, or not hold at all (NULL where the engine has a `TRY_CAST`; the write would fail on it
+/// otherwise): how many, and an example as `" (e.g. 2.3456 → 2.35)"`. `None` when there is none.
+///
+/// # Errors
+/// The engine's, when the query fails.
+pub fn changed_values(engine: &mut dyn Engine, rows: &str, filter: &str, lossy: &LossyColumn) -> Result<Option<(String, String)>, crate::engine::EngineError> {
+    let (column, returned, stored) = lossy;
+    let c = crate::core::name::quote_ident(column);
+    let stored_value = engine.sql().try_cast(&c, stored).unwrap_or_else(|| format!("CAST({c} AS {stored})"));
+    let changed = format!("CAST({stored_value} AS {returned}) IS DISTINCT FROM {c}");
+    let found = engine
+        .query(&format!("SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST({stored_value} AS VARCHAR) FROM {rows} WHERE {filter} AND {changed} LIMIT 1"))?;
+    Ok(found.first().map(|row| {
+        let n = row.first().cloned().flatten().unwrap_or_default();
+        let example = match (row.get(1).cloned().flatten(), row.get(2).cloned().flatten()) {
+            (Some(from), to) => format!(" (e.g. {from} → {})", to.unwrap_or_else(|| "NULL".into())),
+            _ => String::new(),
+        };
+        (n, example)
+    }))
+}
+
 /// True when every value of type `from` is stored unchanged in a column of type `to` (DuckDB's
 /// spellings): a wider integer, a wider decimal (as many digits before and after the point), a
 /// `DOUBLE` for a `FLOAT` or an integer of at most 32 bits, a `TIMESTAMP` for a `DATE`. Anything

@@ -942,10 +942,7 @@ fn lost_shared_tables(
         else {
             continue;
         };
-        // A parent without a version here: other parents than the writer's.
-        let differ = crate::plan::generations::direct_reads(project, &a.name, &served_here)
-            .is_none_or(|r| crate::plan::generations::parents_differ(pointers, index, &r));
-        if differ {
+        if crate::plan::generations::reads_other_parents(project, &a.name, &served_here, pointers, index) {
             return Err(ApplyError::Rejected {
                 model: a.name.clone(),
                 location: model.location.clone(),
@@ -1583,24 +1580,12 @@ fn check_batches_fit(
     let tc = quote_ident(&t.time_column);
     for &b in batches {
         let (s, e) = batch::time_column_bounds(model, t, b);
-        let sql = body.render(&exec.with_bounds(Some(b)));
-        for (column, returned, stored) in columns {
-            let c = quote_ident(column);
-            // A value the stored type cannot hold at all counts too (NULL where the engine has a
-            // `TRY_CAST`; the write would fail on it otherwise).
-            let stored_value = engine.sql().try_cast(&c, stored).unwrap_or_else(|| format!("CAST({c} AS {stored})"));
-            let changed = format!("CAST({stored_value} AS {returned}) IS DISTINCT FROM {c}");
-            let rows = engine
-                .query(&format!(
-                    "SELECT count(*) OVER (), CAST({c} AS VARCHAR), CAST({stored_value} AS VARCHAR) FROM (\n{sql}\n) AS _efmesh_q WHERE {tc} >= {s} AND {tc} < {e} AND {changed} LIMIT 1"
-                ))
-                .map_err(|err| ApplyError::build(model, Some(b), err))?;
-            let Some(row) = rows.first() else { continue };
-            let n = row.first().cloned().flatten().unwrap_or_default();
-            let example = match (row.get(1).cloned().flatten(), row.get(2).cloned().flatten()) {
-                (Some(from), to) => format!(" (e.g. {from} → {})", to.unwrap_or_else(|| "NULL".into())),
-                _ => String::new(),
-            };
+        let rows = format!("(\n{}\n) AS _efmesh_q", body.render(&exec.with_bounds(Some(b))));
+        let in_batch = format!("{tc} >= {s} AND {tc} < {e}");
+        for lossy in columns {
+            let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| ApplyError::build(model, Some(b), err))?;
+            let Some((n, example)) = found else { continue };
+            let (column, returned, stored) = lossy;
             return Err(ApplyError::Rejected {
                 model: model.name.clone(),
                 location: model.location.clone(),

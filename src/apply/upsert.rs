@@ -189,41 +189,23 @@ pub(crate) fn drop_stage(engine: &mut dyn Engine) {
 /// added before its type was the query's) whose values that type would round or cut. Written,
 /// such values would be served otherwise than the query returns them, and a key or an SCD type
 /// 2 comparison would see equal rows as different (a new version at every run) or different
-/// keys as one (duplicate keys). Only built-in scalar columns whose types differ by name are
-/// checked (one count each); a table not there yet takes the stage's types.
+/// keys as one (duplicate keys). Only built-in scalar columns whose types differ by name, and
+/// not into one known to hold every value, are checked ([`super::contract::lossy_columns`], one
+/// count each, [`super::contract::changed_values`], as a time-range batch's); a table not there
+/// yet takes the stage's types.
 pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str) -> Result<(), ApplyError> {
-    use super::contract::nameable;
     let Ok(stored) = engine.describe(&format!("SELECT * FROM {physical}")) else { return Ok(()) };
     let st = stage_relation(engine);
     let staged = engine.describe(&format!("SELECT * FROM {st}")).map_err(|e| build_error(model, e))?;
-    for column in &staged {
-        let Some(table) = stored.iter().find(|c| c.name.eq_ignore_ascii_case(&column.name)) else { continue };
-        if table.ty.eq_ignore_ascii_case(&column.ty) || !nameable(&table.ty) || !nameable(&column.ty) {
-            continue;
-        }
-        let c = quote_ident(&column.name);
-        let changed = format!("CAST(CAST({c} AS {}) AS {}) IS DISTINCT FROM {c}", table.ty, column.ty);
-        let rows = engine
-            .query(&format!(
-                "SELECT (SELECT count(*) FROM {st} WHERE {changed}), CAST({c} AS VARCHAR), CAST(CAST({c} AS {}) AS VARCHAR) FROM {st} WHERE {changed} LIMIT 1",
-                table.ty
-            ))
-            .map_err(|e| build_error(model, e))?;
-        let n = first_number(&rows);
-        if n == 0 {
-            continue;
-        }
-        let example = rows
-            .first()
-            .and_then(|r| Some(format!(" (e.g. {} → {})", r.get(1).cloned().flatten()?, r.get(2).cloned().flatten().unwrap_or_else(|| "NULL".into()))))
-            .unwrap_or_default();
+    for lossy in super::contract::lossy_columns(&staged, &stored) {
+        let Some((n, example)) = super::contract::changed_values(engine, &st, "TRUE", &lossy).map_err(|e| build_error(model, e))? else { continue };
+        let (column, returned, stored) = lossy;
         return Err(ApplyError::Rejected {
             model: model.name.clone(),
             location: model.location.clone(),
             message: format!(
-                "column `{}`: the query returns `{}` but the table stores `{}`, which would change {n} of its values{example}: the table would serve other values than the query's, and compare changed rows as equal or equal ones as changed; nothing was written\n  \
-                 hint: cast the column in the query to `{}`, or declare the type the query returns (`{}`) and give the model a new version (a changed model builds a new table; an SCD type 2 history then needs `--reset-history` or a declared `renamed`)",
-                column.name, column.ty, table.ty, table.ty, column.ty
+                "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values{example}: the table would serve other values than the query's, and compare changed rows as equal or equal ones as changed; nothing was written\n  \
+                 hint: cast the column in the query to `{stored}`, or declare the type the query returns (`{returned}`) and give the model a new version (a changed model builds a new table; an SCD type 2 history then needs `--reset-history` or a declared `renamed`)"
             ),
         });
     }

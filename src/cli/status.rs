@@ -156,9 +156,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if canonical(fp)? != canonical(writer_fp)? {
                 continue;
             }
-            l.left_to = crate::plan::generations::direct_reads(&project, &name, &served_here)
-                .is_none_or(|r| crate::plan::generations::parents_differ(writer_pointers, &index, &r))
-                .then(|| writer.to_string());
+            l.left_to = crate::plan::generations::reads_other_parents(&project, &name, &served_here, writer_pointers, &index).then(|| writer.to_string());
             let mut done = state.done_intervals(&l.model, fp)?;
             done.extend(state.done_intervals(&l.model, writer_fp)?);
             let due = t.grain.floor(project.dag.due_at(&name, now));

@@ -460,10 +460,24 @@ pub fn relations(project: &Project, name: &ModelName, relation_of: &dyn Fn(&str)
         .collect()
 }
 
+/// True when `name`, reading its direct parents as `served` gives them here (each parent's
+/// `(relation, fingerprint)`), reads other parents than the environment whose `pointers` these
+/// are ([`direct_reads`], [`parents_differ`]): the two versions would write, into one table,
+/// rows computed from different data. A parent without a version here counts as another.
+pub fn reads_other_parents(
+    project: &Project,
+    name: &ModelName,
+    served: &dyn Fn(&str) -> Option<(String, String)>,
+    pointers: &BTreeMap<String, String>,
+    index: &SnapshotIndex,
+) -> bool {
+    direct_reads(project, name, served).is_none_or(|r| parents_differ(pointers, index, &r))
+}
+
 /// True when the environment whose `pointers` these are reads, for one of the parents in
 /// `reads` ([`direct_reads`]), another relation (or, for a parent without one, another version)
 /// than the one named there.
-pub fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex, reads: &BTreeMap<String, String>) -> bool {
+fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex, reads: &BTreeMap<String, String>) -> bool {
     let served = |p: &str| pointers.get(p).map(|f| read_key(index.get(&(p.to_string(), f.clone())).map_or("", |(r, _)| r.as_str()), f));
     reads.iter().any(|(p, r)| served(p).as_deref() != Some(r.as_str()))
 }
@@ -473,7 +487,7 @@ pub fn parents_differ(pointers: &BTreeMap<String, String>, index: &SnapshotIndex
 /// where it has none (an `embedded` model, inlined). Direct parents, `view` and `embedded` ones
 /// included: their own query may differ where the tables under them do not. `None` when a
 /// parent has no version here.
-pub fn direct_reads(project: &Project, name: &ModelName, served: &dyn Fn(&str) -> Option<(String, String)>) -> Option<BTreeMap<String, String>> {
+fn direct_reads(project: &Project, name: &ModelName, served: &dyn Fn(&str) -> Option<(String, String)>) -> Option<BTreeMap<String, String>> {
     let model = project.dag.get(name)?;
     model
         .parents()

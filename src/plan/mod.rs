@@ -988,8 +988,9 @@ struct ActionEntry {
     changed_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
-    /// Time-range models outside `prod`: what the missing ones leave out ([`WriterHolds`]).
-    prod_done: WriterHolds,
+    /// Time-range models outside `prod`: what the missing ones leave out ([`WriterHolds`]; an
+    /// entry holding anything is never replayed).
+    writer_holds: WriterHolds,
     /// Time-range models: the grain floor of the model's due instant at `now`
     /// ([`Model::due_at`]) the action's missing intervals were computed at. The wanted intervals
     /// depend on `now` only through it ([`interval::wanted`]), so
@@ -1806,7 +1807,7 @@ fn compute_with(
                 && !(e.action.kind == "full" && e.category == Change::Indirect)
                 // Which environment writes a shared table depends on their expiry (`now`, the
                 // configured ttl), which no state write marks ([`generations::writer_elsewhere`]).
-                && e.prod_done == WriterHolds::Nothing
+                && e.writer_holds == WriterHolds::Nothing
                 && (dirty.is_empty() || !model.body.iter().flat_map(|b| b.refs()).any(|r| dirty.contains(&r.target)))
         }) {
             let mut e = e;
@@ -1816,10 +1817,7 @@ fn compute_with(
                 let due = project.dag.due_at(&model.name, now);
                 let floor = t.grain.floor(due);
                 if e.floor != Some(floor) {
-                    let mut missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
-                    e.prod_done.keep_own(&mut missing);
-                    action.writer_holds = e.prod_done.clone();
-                    e.action.writer_holds = e.prod_done.clone();
+                    let missing = interval::missing(&interval::wanted(t.start, t.end, t.grain, due), done, t.lookback);
                     action.backfill = interval::merge(&missing);
                     action.intervals = missing.len();
                     e.action.backfill.clone_from(&action.backfill);
@@ -2167,7 +2165,7 @@ fn compute_with(
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
-        let mut kept_prod_done = WriterHolds::Nothing;
+        let mut kept_holds = WriterHolds::Nothing;
         let mut floor = None;
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
@@ -2186,7 +2184,7 @@ fn compute_with(
                 // computed are in the table, and rewriting them from this environment's parents
                 // would change what it serves (a late row only this environment's parent read).
                 // Not computed here, lookback included.
-                let mut prod_done = match physical.as_deref() {
+                let mut holds = match physical.as_deref() {
                     Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
                         if served_elsewhere.is_none() {
                             served_elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
@@ -2209,13 +2207,12 @@ fn compute_with(
                             {
                                 let done = state.done_intervals(&name_s, f)?;
                                 // What this version reads here (decided already: parents come
-                                // first); a parent without a version here counts as another.
+                                // first).
                                 let served_here = |p: &str| {
                                     let n = ModelName::parse(p).ok()?;
                                     Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
                                 };
-                                let reads = generations::direct_reads(project, &model.name, &served_here);
-                                if reads.is_none_or(|r| generations::parents_differ(pointers, snapshots, &r)) {
+                                if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
                                     WriterHolds::All { writer: writer.to_string(), done, withheld: 0 }
                                 } else {
                                     WriterHolds::Done(done)
@@ -2226,10 +2223,10 @@ fn compute_with(
                     }
                     _ => WriterHolds::Nothing,
                 };
-                done.extend(prod_done.writer_done().into_iter().flatten().copied());
+                done.extend(holds.writer_done().into_iter().flatten().copied());
                 let mut missing = interval::missing(&wanted, &done, t.lookback);
-                prod_done.keep_own(&mut missing);
-                kept_prod_done = prod_done;
+                holds.keep_own(&mut missing);
+                kept_holds = holds;
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
             }
@@ -2272,7 +2269,7 @@ fn compute_with(
             rebuild_reason: None,
             recompute: None,
             outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
-            writer_holds: kept_prod_done.clone(),
+            writer_holds: kept_holds.clone(),
             waits_for_writer: None,
             owner: model.owner.clone(),
             tags: model.tags.clone(),
@@ -2287,7 +2284,7 @@ fn compute_with(
                 served: decided.served[index].clone(),
                 changed_columns: decided.changed_columns[index].clone(),
                 done: kept_done,
-                prod_done: kept_prod_done,
+                writer_holds: kept_holds,
                 floor,
             };
             entries.push(entry);

@@ -201,8 +201,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                 a.fingerprint.as_str(),
                 physical,
             )?;
-            let reads = super::generations::direct_reads(project, &a.name, &served_here);
-            if let Some((writer, _, _)) = writer.filter(|(_, _, p)| reads.as_ref().is_none_or(|r| super::generations::parents_differ(p, idx, r))) {
+            if let Some((writer, _, _)) = writer.filter(|(_, _, p)| super::generations::reads_other_parents(project, &a.name, &served_here, p, idx)) {
                 refreshed_here = false;
                 leave(
                     &mut refreshes,
