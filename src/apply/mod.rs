@@ -1244,12 +1244,19 @@ fn physical_missing(action: &crate::plan::Action) -> bool {
 /// After `model` (built, rebuilt or refreshed whole by this apply or run) is written: when it is
 /// on a `cron` and refreshed whole ([`Kind::is_refreshed_whole`]), records its version as refreshed for the cron's last
 /// tick at the plan's `now` ([`StateStore::record_refresh`]), so `run` refreshes it again only
-/// at the next tick.
+/// at the next tick; a unique-key, partition or SCD type 2 model without one, as refreshed at the
+/// plan's `now`.
 fn record_refreshed(state: &dyn StateStore, plan: &Plan, action: &crate::plan::Action, model: &crate::core::Model) -> Result<(), StateError> {
     if !model.kind.is_refreshed_whole() {
         return Ok(());
     }
-    match model.schedule().and_then(|c| crate::core::cron::last_tick(&c, plan.now)) {
+    // A unique-key, partition or SCD type 2 model without a cron: refreshed at the plan's `now`
+    // (what an environment it is left to waits for, `plan::WriterHolds::Refreshes`).
+    let tick = match model.schedule() {
+        Some(cron) => crate::core::cron::last_tick(&cron, plan.now),
+        None => model.kind.is_refreshed().then_some(plan.now),
+    };
+    match tick {
         Some(tick) => state.record_refresh(&action.name.to_string(), action.fingerprint.as_str(), tick, interval::now_millis()),
         None => Ok(()),
     }

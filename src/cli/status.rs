@@ -137,6 +137,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
         }
     }
+    // Unique-key, partition and SCD type 2 models left to another environment (never refreshed
+    // here: `plan::WriterHolds::Refreshes`).
+    let mut left_keyed: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
@@ -167,9 +170,22 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             l.behind = t.grain.count(from, horizon).max(0);
             l.gaps = l.done_up_to.map_or(0, |up_to| (t.grain.count(first, up_to) - done.range(first..up_to).count() as i64).max(0));
         }
+        for (name, fp) in &pointers {
+            let Ok(model) = ModelName::parse(name) else { continue };
+            if !project.dag.get(&model).is_some_and(|m| m.kind.is_refreshed()) {
+                continue;
+            }
+            let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
+            if let Some((_, _, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
+                && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, &index)
+            {
+                left_keyed.insert(name.clone());
+            }
+        }
     }
     // Models below one left to another environment wait for its rows (`plan::recompute::hold_for_writer`).
-    let left: std::collections::BTreeSet<String> = lags.iter().filter(|l| l.left_to.is_some() && l.behind > 0).map(|l| l.model.clone()).collect();
+    let mut left: std::collections::BTreeSet<String> = lags.iter().filter(|l| l.left_to.is_some() && l.behind > 0).map(|l| l.model.clone()).collect();
+    left.extend(left_keyed);
     if !left.is_empty() {
         for l in lags.iter_mut().filter(|l| l.behind > 0 && l.left_to.is_none()) {
             let Ok(name) = ModelName::parse(&l.model) else { continue };

@@ -298,13 +298,24 @@ pub enum WriterHolds {
         /// appear here as the writer computes them.
         withheld: usize,
     },
+    /// A unique-key, partition or SCD type 2 version on such a table, over other parent tables:
+    /// never refreshed here (its rows are the writer's last refresh), so the time-range models
+    /// below wait for their intervals ending after that refresh ([`recompute::hold_for_writer`]).
+    Refreshes {
+        /// The environment that writes (refreshes) the table.
+        writer: String,
+        /// The instant the writer's version was last refreshed at (the `now` of that apply or
+        /// run; for a model on a `cron`, the tick it was refreshed for), `None` when no refresh
+        /// is recorded.
+        at: Option<Millis>,
+    },
 }
 
 impl WriterHolds {
     /// True when the interval starting at `start` is the writer's to write.
     pub fn holds(&self, start: Millis) -> bool {
         match self {
-            WriterHolds::Nothing => false,
+            WriterHolds::Nothing | WriterHolds::Refreshes { .. } => false,
             // Nor one before the first it has done: the writer never computes those (before its
             // `start`), and its view would serve them.
             WriterHolds::Done(done) => done.contains(&start) || done.first().is_some_and(|f| start < *f),
@@ -315,7 +326,7 @@ impl WriterHolds {
     /// The intervals the writer's version has done on the table (served here too).
     pub fn writer_done(&self) -> Option<&BTreeSet<Millis>> {
         match self {
-            WriterHolds::Nothing => None,
+            WriterHolds::Nothing | WriterHolds::Refreshes { .. } => None,
             WriterHolds::Done(done) | WriterHolds::All { done, .. } => Some(done),
         }
     }
@@ -659,6 +670,33 @@ pub fn canon_cache_key(dialect: &str, rendered: &str) -> String {
     h.update(format!("{FINGERPRINT_VERSION}:{dialect}:").as_bytes());
     h.update(rendered.as_bytes());
     h.finalize().to_hex().to_string()
+}
+
+/// Outside `prod`: the environment that writes the table `own` of `(name, fp)` when other
+/// environments' versions share it ([`generations::writer_elsewhere`]), reading what other
+/// environments serve once per plan (`served_elsewhere`, then `others` only when the table is
+/// shared).
+#[allow(clippy::too_many_arguments)]
+fn shared_writer<'o>(
+    state: &dyn StateStore,
+    snapshots: &crate::state::SnapshotIndex,
+    served_elsewhere: &mut Option<generations::ServedElsewhere>,
+    others: &'o mut Option<generations::OtherEnvs>,
+    project: &Project,
+    env: &str,
+    now: Millis,
+    (name, fp, own): (&str, &str, &str),
+) -> Result<Option<generations::Writer<'o>>, StateError> {
+    if served_elsewhere.is_none() {
+        *served_elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
+    }
+    if generations::others_on(served_elsewhere.as_ref().expect("read just above"), name, fp, own).is_empty() {
+        return Ok(None);
+    }
+    if others.is_none() {
+        *others = Some(generations::other_envs(state, env, project.config.environments.ttl, now)?);
+    }
+    generations::writer_elsewhere(state, snapshots, others.as_ref().expect("read just above"), env, name, fp, own)
 }
 
 /// Canonicalises one body with the canonical parser of the engine `dialect` spells
@@ -2186,18 +2224,7 @@ fn compute_with(
                 // Not computed here, lookback included.
                 let mut holds = match physical.as_deref() {
                     Some(own) if env != crate::core::name::PROD && !own.is_empty() => {
-                        if served_elsewhere.is_none() {
-                            served_elsewhere = Some(generations::served_elsewhere(state, snapshots, env)?);
-                        }
-                        let shared = !generations::others_on(served_elsewhere.as_ref().expect("read just above"), &name_s, fp.as_str(), own).is_empty();
-                        if shared && others.is_none() {
-                            others = Some(generations::other_envs(state, env, project.config.environments.ttl, now)?);
-                        }
-                        let writer = match others.as_ref().filter(|_| shared) {
-                            Some(o) => generations::writer_elsewhere(state, snapshots, o, env, &name_s, fp.as_str(), own)?,
-                            None => None,
-                        };
-                        match writer {
+                        match shared_writer(state, snapshots, &mut served_elsewhere, &mut others, project, env, now, (&name_s, fp.as_str(), own))? {
                             // The same query (an inherited table): its rows are what this version
                             // would write from the same parent tables. Another query (a
                             // forward-only change took the table over) is `apply::shared_writes`'
@@ -2230,7 +2257,25 @@ fn compute_with(
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
             }
-            None => (Vec::new(), 0),
+            None => {
+                // Outside `prod`, a unique-key, partition or SCD type 2 version on a table another
+                // environment's version writes over other parent tables is never refreshed here
+                // (`work::decide` says so): its rows are the writer's last refresh.
+                if model.kind.is_refreshed()
+                    && let Some(own) = physical.as_deref().filter(|p| env != crate::core::name::PROD && !p.is_empty())
+                    && let Some((writer, f, pointers)) =
+                        shared_writer(state, snapshots, &mut served_elsewhere, &mut others, project, env, now, (&name_s, fp.as_str(), own))?
+                {
+                    let served_here = |p: &str| {
+                        let n = ModelName::parse(p).ok()?;
+                        Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
+                    };
+                    if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
+                        kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: state.ledger_stats(&name_s, f)?.done_up_to };
+                    }
+                }
+                (Vec::new(), 0)
+            }
         };
         // Only where the environment's version is an SCD model (its snapshot's kind says so):
         // the others have no history to lose.

@@ -65,13 +65,16 @@ pub fn propagate(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> 
 /// that the writer has not done (and will: not one before the writer's first done interval,
 /// which it never computes), and every time-range model downstream (through any kind) waits for
 /// its intervals ending after that instant, as under a signal ([`crate::apply::signals`]): computed now, over rows not there
-/// yet, they would be recorded done and never recomputed when the rows arrive. Idempotent: run
-/// again once repairs are known ([`super::integrity`]).
+/// yet, they would be recorded done and never recomputed when the rows arrive. Likewise below a
+/// unique-key, partition or SCD type 2 version left to the writer
+/// ([`super::WriterHolds::Refreshes`]): its rows are complete up to the writer's last refresh
+/// (nowhere, when none is recorded). Idempotent: run again once repairs are known
+/// ([`super::integrity`]).
 ///
 /// # Errors
 /// A state read fails.
 pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Result<(), StateError> {
-    if !plan.actions.iter().any(|a| matches!(a.writer_holds, super::WriterHolds::All { .. })) {
+    if !plan.actions.iter().any(|a| matches!(a.writer_holds, super::WriterHolds::All { .. } | super::WriterHolds::Refreshes { .. })) {
         return Ok(());
     }
     let at: HashMap<ModelName, usize> = plan.actions.iter().enumerate().map(|(i, a)| (a.name.clone(), i)).collect();
@@ -94,6 +97,8 @@ pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Pla
                     .find(|w| !done.contains(&w.start) && first.is_none_or(|f| w.start > f))
                     .map(|w| (w.start, model.name.clone(), writer.clone()))
             }
+            // Its rows are what the writer's last refresh computed (none recorded: none yet).
+            (super::WriterHolds::Refreshes { writer, at }, None) => Some((at.unwrap_or(Millis::MIN), model.name.clone(), writer.clone())),
             _ => None,
         };
         if let (Some((until, upstream, writer)), Some(t)) = (&cap, model.kind.time_range()) {
@@ -118,8 +123,10 @@ pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Pla
                     action.recompute = None;
                 }
                 let before = action.waits_for_writer.as_ref().map_or(0, |w| w.intervals);
+                // No refresh recorded upstream: from the first held interval.
+                let from = if *until == Millis::MIN { held.iter().map(|i| i.start).min().unwrap_or(*until) } else { *until };
                 action.waits_for_writer =
-                    Some(super::WaitsForWriter { upstream: upstream.clone(), writer: writer.clone(), from: *until, intervals: before.max(held.len()) });
+                    Some(super::WaitsForWriter { upstream: upstream.clone(), writer: writer.clone(), from, intervals: before.max(held.len()) });
             }
         }
         if let Some(h) = [cap, own].into_iter().flatten().min_by_key(|(t, _, _)| *t) {

@@ -54,8 +54,6 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let relation_by_name: std::collections::HashMap<String, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.to_string(), p))).collect();
     let relation_of = |n: &str| relation_by_name.get(n).cloned();
-    let served = super::served_in(plan);
-    let served_here = |n: &str| served.get(n).cloned();
     // `full` and `view` models downstream of what this apply or run computes (new intervals of
     // the same version; in `run` also a refresh) are rebuilt too (actions are in topological order, so parents are
     // decided first), unless (outside `prod`) their physical relation is also what another
@@ -72,8 +70,6 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
     let mut refreshes: Vec<Refresh> = Vec::new();
     let mut left_shared: Vec<ModelName> = Vec::new();
     let mut left_to_writer: Vec<Refresh> = Vec::new();
-    let mut index: Option<crate::state::SnapshotIndex> = None;
-    let mut others: Option<super::generations::OtherEnvs> = None;
     // In `apply`, the models upstream of a time-range model computing intervals here: those `run`
     // refreshes whole (a unique-key, partition, SCD type 2 model without a `cron`, or whose cron
     // ticked since its last refresh; a `full` model whose cron ticked) are refreshed first, as
@@ -101,15 +97,21 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         }
         if let Some(w) = &a.waits_for_writer {
             let (from, upstream, writer) = (crate::core::interval::to_iso(w.from), &w.upstream, &w.writer);
-            leave(
-                &mut refreshes,
-                &mut left_to_writer,
-                &a.name,
-                format!(
+            let note = match plan.actions.iter().find(|u| u.name == *upstream).map(|u| &u.writer_holds) {
+                Some(super::WriterHolds::Refreshes { at, .. }) => format!(
+                    "{} interval(s) from {from} wait: `{upstream}` upstream is left to `{writer}` here (its table is what `{writer}` serves, {}); they are computed once `{writer}` refreshes it past them",
+                    w.intervals,
+                    at.map_or_else(
+                        || "with no refresh of it recorded yet".to_string(),
+                        |t| format!("as last refreshed at {}", crate::core::interval::to_iso(t))
+                    )
+                ),
+                _ => format!(
                     "{} interval(s) from {from} wait: `{upstream}` upstream is left to `{writer}` here (its table is what `{writer}` serves) and holds no rows from then on yet; they are computed once `{writer}` computes them",
                     w.intervals
                 ),
-            );
+            };
+            leave(&mut refreshes, &mut left_to_writer, &a.name, note);
         }
         let model = project.dag.get(&a.name);
         let full_or_view = model.is_some_and(|m| matches!(m.kind, Kind::Full | Kind::View));
@@ -182,36 +184,18 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // partitions) that another environment writes (`prod`, else the one serving the oldest
         // version there) through another version over other parent tables: a refresh here would
         // write rows computed from this environment's parents into what it serves. Left as it
-        // keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)).
-        if refreshed_here
-            && plan.env != crate::core::name::PROD
-            && let Some(physical) = a.physical.as_deref().filter(|p| !p.is_empty())
-        {
-            if index.is_none() {
-                index = Some(state.snapshot_index()?);
-                others = Some(super::generations::other_envs(state, &plan.env, project.config.environments.ttl, plan.now)?);
-            }
-            let idx = index.as_ref().expect("read just above");
-            let writer = super::generations::writer_elsewhere(
-                state,
-                idx,
-                others.as_ref().expect("read with the index"),
-                &plan.env,
-                &a.name.to_string(),
-                a.fingerprint.as_str(),
-                physical,
-            )?;
-            if let Some((writer, _, _)) = writer.filter(|(_, _, p)| super::generations::reads_other_parents(project, &a.name, &served_here, p, idx)) {
-                refreshed_here = false;
-                leave(
-                    &mut refreshes,
-                    &mut left_to_writer,
-                    &a.name,
-                    format!(
-                        "not refreshed here: its table is also what `{writer}` serves (another version, over other parent tables), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
-                    ),
-                );
-            }
+        // keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)); decided by the plan
+        // ([`super::WriterHolds::Refreshes`]).
+        if refreshed_here && let super::WriterHolds::Refreshes { writer, .. } = &a.writer_holds {
+            refreshed_here = false;
+            leave(
+                &mut refreshes,
+                &mut left_to_writer,
+                &a.name,
+                format!(
+                    "not refreshed here: its table is also what `{writer}` serves (another version, over other parent tables), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
+                ),
+            );
         }
         if refreshed_here {
             let why = match &cause {

@@ -648,3 +648,63 @@ fn an_invalidated_environment_writes_no_table_a_served_one_shares() {
     assert!(ran.stderr.contains("not computed here: its table is also what `dev` serves"), "{}", ran.stderr);
     assert_eq!(days(&p, "dev", "t.child"), "01=1,02=2,03=4", "the invalidated staging wrote nothing into dev's table");
 }
+
+/// [`models`] with `u.days` (unique-key by day, over `t.daily`) and `t.below`, a daily time-range
+/// model over it adding `add` (a query edit gives it a version of its own).
+fn below_keyed(with_n: bool, add: i64) -> String {
+    format!(
+        r#"{}
+define_model {{
+  name = "u.days", kind = kind.incremental_by_unique_key {{ key = "day" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref("t.daily"),
+}}
+define_model {{
+  name = "t.below", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(coalesce(sum(total), 0) + {add} AS BIGINT) AS total FROM " .. ref("u.days") .. " WHERE day >= @start AND day < @end",
+}}
+"#,
+        models(with_n, false)
+    )
+}
+
+#[test]
+fn models_below_a_unique_key_table_left_to_prod_wait_for_prods_refresh_instead_of_computing_over_stale_rows() {
+    // dev's `u.days` keeps prod's table over dev's own `t.daily`: it is never refreshed in dev,
+    // so it holds the rows of prod's last refresh (at 01:00 on the 3rd). `t.below`, on prod's
+    // table too or on one of its own, waits for its days ending after that refresh: computed
+    // now, over rows `u.days` lacks, its 3rd would be recorded done and never recomputed.
+    for own_below in [false, true] {
+        let add = if own_below { 1000 } else { 0 };
+        let mut p = prod_and_dev(&below_keyed(false, 0));
+        p.write("models/m.lua", &below_keyed(true, add));
+        p.apply("dev");
+        p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+        p.now = "2026-01-04T01:00:00Z".into();
+        let plan = p.plan("dev");
+        assert_eq!(action(&plan, "t.below")["intervals"], 0, "own {own_below}: {plan:#}");
+        let also = plan["alsoWrites"].as_array().unwrap_or_else(|| panic!("{plan:#}"));
+        let note = |m: &str| also.iter().find(|a| a["model"] == m).and_then(|a| a["note"].as_str()).unwrap_or_default().to_string();
+        assert!(note("u.days").contains("not refreshed here: its table is also what `prod` serves"), "{plan:#}");
+        assert!(
+            note("t.below").contains("wait: `u.days` upstream is left to `prod` here") && note("t.below").contains("last refreshed at 2026-01-03T01:00"),
+            "{plan:#}"
+        );
+        p.run(&["run", "dev"]).expect_code(0);
+        let before = if own_below { "01=1001,02=1002" } else { "01=1,02=2" };
+        assert_eq!(days(&p, "dev", "t.below"), before, "own {own_below}: nothing computed over rows not there");
+        let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+        let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.below")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+        assert_eq!((lag["late"].as_bool(), lag["waitingOn"].as_str()), (Some(false), Some("u.days")), "{status:#}");
+        // prod's run refreshes `u.days` (and computes its own `t.below`); dev's next run computes
+        // the 3rd from those rows.
+        p.write("models/m.lua", &below_keyed(false, 0));
+        p.run(&["run", "prod"]).expect_code(0);
+        assert_eq!(days(&p, "prod", "t.below"), "01=1,02=2,03=4");
+        p.write("models/m.lua", &below_keyed(true, add));
+        p.run(&["run", "dev"]).expect_code(0);
+        let after = if own_below { "01=1001,02=1002,03=1004" } else { "01=1,02=2,03=4" };
+        assert_eq!(days(&p, "dev", "t.below"), after, "own {own_below}");
+    }
+}
