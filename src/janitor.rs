@@ -433,26 +433,31 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     //    seen for at least the ttl are eligible for the claim.
     let candidates = orphan_candidates(&state.janitor_inventory()?, &listed);
     let physicals: Vec<String> = candidates.iter().map(|c| c.0.clone()).collect();
+    // When an orphan was first seen is something that happened: stamped with the clock, never
+    // `--now` (a `--now` in the past would make it look a ttl old at once), and aged like a
+    // version ([`age`]: 0 at least).
+    let clock = crate::core::interval::now_millis();
+    let seen_at = crate::core::interval::to_iso(clock);
     let seen = if opts.dry_run {
         let mut seen = state.orphans_seen()?;
         seen.retain(|p, _| physicals.contains(p));
         for p in &physicals {
-            seen.entry(p.clone()).or_insert_with(|| at.clone());
+            seen.entry(p.clone()).or_insert_with(|| seen_at.clone());
         }
         seen
     } else {
-        state.record_orphans_seen(&physicals, opts.now)?
+        state.record_orphans_seen(&physicals, clock)?
     };
     let mut eligible = Vec::new();
     let mut kept_in: BTreeMap<Storage, usize> = BTreeMap::new();
     for (physical, model, fp) in &candidates {
-        let first_seen = seen.get(physical).cloned().unwrap_or_else(|| at.clone());
+        let first_seen = seen.get(physical).cloned().unwrap_or_else(|| seen_at.clone());
         let key = physical.to_lowercase();
         let blocking = crate::ownership::storages_of(physical, in_engine.contains(&key), in_lake.contains(&key))
             .into_iter()
             .filter_map(|st| owners.iter().find(|o| o.storage == st))
             .find(|o| o.status != Status::Ours);
-        let young = parse_instant(&first_seen).map_or(true, |f| opts.now - f < ttl_ms);
+        let young = parse_instant(&first_seen).map_or(true, |f| (opts.now - f).max(0) < ttl_ms);
         let (reason, others) = match blocking {
             Some(o) => {
                 *kept_in.entry(o.storage).or_default() += 1;

@@ -77,6 +77,7 @@ pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, j
         return Ok(Exit::Success);
     }
     let path = file.unwrap_or_else(|| std::path::Path::new("-"));
+    refuse_overwrite(path)?;
     let text = serde_json::to_string_pretty(&doc)?;
     let tmp = path.with_file_name(format!(".{}.tmp-{}", path.file_name().map_or("export".into(), |n| n.to_string_lossy()), std::process::id()));
     fs_err::write(&tmp, format!("{text}\n"))?;
@@ -100,6 +101,30 @@ pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, j
         ))?;
     }
     Ok(Exit::Success)
+}
+
+/// Refuses to replace an existing `path` that is not an earlier export (its first bytes name the
+/// document's kind, as [`crate::state::dump::StateDump::to_document`] writes it first after the
+/// API version): the export renames its file over whatever is there, which may be the state
+/// store itself, the engine's database file or anything else a typo names.
+fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
+    let head = match fs_err::File::open(path) {
+        Ok(f) => {
+            let mut head = Vec::with_capacity(256);
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 256), &mut head)?;
+            head
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let marker = format!("\"kind\": \"{}\"", crate::state::dump::DUMP_KIND);
+    if String::from_utf8_lossy(&head).contains(&marker) {
+        return Ok(());
+    }
+    bail!(
+        "`{}` exists and is not an efmesh state export (it does not begin with an export's `{marker}`): nothing was written\n  hint: export to a new file name, or move that file away first (is it the state store or the engine's database file?)",
+        path.display()
+    )
 }
 
 /// `efmesh state import FILE|- [--force] [--json]`: validates the document (its format and

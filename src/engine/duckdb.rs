@@ -368,7 +368,7 @@ fn open_hint(message: &str) -> String {
 /// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
 /// other failure.
 fn lock_hint(message: &str) -> String {
-    if !message.contains("Could not set lock on file") {
+    if !super::is_locked_file(message) {
         return String::new();
     }
     let pid =

@@ -108,6 +108,12 @@ pub fn is_corrupt_file(message: &str) -> bool {
     message.contains("Corrupt database file")
 }
 
+/// True when `message` is DuckDB refusing to open a file because another process holds its lock
+/// (it is writing the file): the one reason a read of the file may be retried later.
+pub fn is_locked_file(message: &str) -> bool {
+    message.contains("Could not set lock on file")
+}
+
 /// The types among `types` (distinct) that `engine` refuses, each with the engine's message:
 /// one statement casting NULL to every type, and one per type only when that fails. What the
 /// schema contract checks before any build, and `efmesh check` in a private database.

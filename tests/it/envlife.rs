@@ -279,6 +279,16 @@ fn an_export_imported_into_a_fresh_store_plans_a_no_op_and_a_store_that_is_not_e
     let r = p.run(&["state", "export", "backup.json", "--json"]).expect_code(0).json();
     assert_eq!((r["exported"].as_bool(), r["rows"]["snapshots"].as_u64()), (Some(true), Some(before.tables["snapshots"].len() as u64)), "{r:#}");
     let doc: Value = serde_json::from_str(&p.read("backup.json")).unwrap();
+    // Over an earlier export: replaced. Over the state store, the engine's file or any other
+    // file: refused, nothing written (the export renames its file over what is there).
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    for file in ["efmesh.state.sqlite", "efmesh.duckdb", "models/d.lua"] {
+        let bytes = fs_err::read(p.root().join(file)).unwrap();
+        let r = p.run(&["state", "export", file]);
+        r.expect_code(1);
+        assert!(r.stderr.contains("exists and is not an efmesh state export"), "{file}: {}", r.stderr);
+        assert!(fs_err::read(p.root().join(file)).unwrap() == bytes, "{file} left as it was");
+    }
     let stdout = p.run(&["state", "export"]).expect_code(0).json();
     assert_eq!((doc["apiVersion"].clone(), doc["stateVersion"].clone()), (Value::from(1), Value::from(efmesh::state::STATE_VERSION)));
     assert_eq!(stdout["tables"], doc["tables"]);

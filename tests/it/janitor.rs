@@ -621,17 +621,23 @@ fn an_orphan_is_dropped_only_once_seen_for_the_ttl(engine: EngineBackend) {
     let orphan = orphan_name(&p, "gone");
     let physical = format!("\"_efmesh\".\"{orphan}\"");
     p.query(&format!("CREATE TABLE \"_efmesh\".\"{orphan}\" AS SELECT 1 AS x"));
-    let first = "2099-01-01T00:00:00.000Z";
-    let v = janitor(&mut p, first, &["--ttl", "7", "--json"]).expect_code(0).json();
+    // The first sighting is something that happened: stamped with the clock, never `--now` (a
+    // janitor run as of a past date would otherwise make it look a ttl old at once).
+    let (before, day) = (now_millis(), 86_400_000);
+    let v = janitor(&mut p, "2025-01-01T00:00:00Z", &["--ttl", "7", "--json"]).expect_code(0).json();
     assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "young".to_string())]), "{v:#}");
-    assert_eq!(v["keptOrphans"][0]["firstSeen"], Value::from(first), "{v:#}");
+    let first = v["keptOrphans"][0]["firstSeen"].as_str().unwrap_or_else(|| panic!("{v:#}")).to_string();
+    let seen = efmesh::core::interval::parse_instant(&first).unwrap_or_else(|e| panic!("{first}: {e}"));
+    assert!((before..=now_millis()).contains(&seen), "stamped with the clock: {first}");
+    let v = janitor(&mut p, &to_iso(now_millis()), &["--ttl", "7", "--json"]).expect_code(0).json();
+    assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "young".to_string())]), "{v:#}");
     // Six days later it is still young: the first sighting is kept, not renewed.
-    let v = janitor(&mut p, "2099-01-07T00:00:00Z", &["--ttl", "7", "--json"]).expect_code(0).json();
+    let v = janitor(&mut p, &to_iso(seen + 6 * day), &["--ttl", "7", "--json"]).expect_code(0).json();
     assert_eq!(kept(&v), BTreeSet::from([(physical.clone(), "young".to_string())]), "{v:#}");
-    assert_eq!(v["keptOrphans"][0]["firstSeen"], Value::from(first), "{v:#}");
+    assert_eq!(v["keptOrphans"][0]["firstSeen"], Value::from(first.clone()), "{v:#}");
     assert!(p.physical_tables().contains(&orphan));
     // Seven days after the first sighting it goes.
-    let v = janitor(&mut p, "2099-01-08T00:00:00Z", &["--ttl", "7", "--json"]).expect_code(0).json();
+    let v = janitor(&mut p, &to_iso(seen + 7 * day), &["--ttl", "7", "--json"]).expect_code(0).json();
     assert_eq!(physicals(&v, "orphans"), BTreeSet::from([physical.clone()]), "{v:#}");
     assert_eq!(v["orphans"][0]["firstSeen"], Value::from(first), "{v:#}");
     assert!(!p.physical_tables().contains(&orphan));

@@ -123,6 +123,23 @@ fn a_corrupt_duckdb_file_fails_loudly_with_the_way_out_and_moved_aside_is_rebuil
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
+/// A file at the engine's path that DuckDB cannot open for another reason than a lock (here not
+/// a DuckDB file at all) fails `plan` and `status --check` too: neither assumes its relations
+/// exist ("no changes", "healthy"). A file another process is writing is the one case a plan
+/// warns and goes on (`cli.md`).
+#[test]
+fn a_file_that_is_not_a_duckdb_database_fails_plan_and_status_instead_of_no_changes() {
+    let p = sample_project();
+    p.apply("dev");
+    fs_err::write(p.engine_path(), "{ \"apiVersion\": 1 }\n").expect("write");
+    for args in [&["plan", "dev"][..], &["status", "dev", "--check"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(r.stderr.contains("not a valid DuckDB database file"), "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.contains("no changes"), "{args:?}: {}", r.stdout);
+    }
+}
+
 #[test]
 fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     let p = sample_project();
