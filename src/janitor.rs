@@ -434,8 +434,8 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     let candidates = orphan_candidates(&state.janitor_inventory()?, &listed);
     let physicals: Vec<String> = candidates.iter().map(|c| c.0.clone()).collect();
     // When an orphan was first seen is something that happened: stamped with the clock, never
-    // `--now` (a `--now` in the past would make it look a ttl old at once), and aged like a
-    // version ([`age`]: 0 at least).
+    // `--now` (a `--now` in the past would make it look a ttl old at once), and aged on the
+    // clock too (below).
     let clock = crate::core::interval::now_millis();
     let seen_at = crate::core::interval::to_iso(clock);
     let seen = if opts.dry_run {
@@ -457,7 +457,9 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             .into_iter()
             .filter_map(|st| owners.iter().find(|o| o.storage == st))
             .find(|o| o.status != Status::Ours);
-        let young = parse_instant(&first_seen).map_or(true, |f| (opts.now - f).max(0) < ttl_ms);
+        // Aged on the clock, never a `--now` later than it: an orphan may be a relation another
+        // process is creating, which must outlive one ttl of real time.
+        let young = parse_instant(&first_seen).map_or(true, |f| (opts.now.min(clock) - f).max(0) < ttl_ms);
         let (reason, others) = match blocking {
             Some(o) => {
                 *kept_in.entry(o.storage).or_default() += 1;

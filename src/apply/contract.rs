@@ -216,7 +216,7 @@ pub fn lossless(from: &str, to: &str) -> bool {
         _ => None,
     };
     let decimal = |t: &str| -> Option<(u32, u32)> {
-        let inner = t.strip_prefix("DECIMAL(")?.strip_suffix(')')?;
+        let inner = t.strip_prefix("DECIMAL(").or_else(|| t.strip_prefix("NUMERIC("))?.strip_suffix(')')?;
         let (p, s) = inner.split_once(',')?;
         Some((p.trim().parse().ok()?, s.trim().parse().ok()?))
     };

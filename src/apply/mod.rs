@@ -630,6 +630,7 @@ fn execute_recorded(
                 audited: &mut audited,
                 uncovered: &mut uncovered,
                 flights: HashMap::new(),
+                complete: HashMap::new(),
             };
             schedule::schedule(&mut builder, &deps, &parallel, engine, options.effective_jobs())?;
             // Reported in the plan's (topological) order, whichever finished first.
@@ -1016,13 +1017,15 @@ fn shared_bounds(project: &Project, plan: &Plan, state: &dyn StateStore) -> Resu
 /// Stores the no-op plan of the environment as this apply left it ([`crate::plan::memo`]), so
 /// the next `plan` of an unchanged project replays it instead of fingerprinting every model.
 fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result<(), StateError> {
-    // Outside `prod`, a time-range version sharing its table with another environment's other
-    // version may leave out the intervals that one writes (`plan::WriterHolds`), which the memo's
-    // done sets do not carry: no memo then (its plans are computed in full).
+    // Outside `prod`, a time-range, unique-key, partition or SCD type 2 version sharing its table
+    // with another environment's other version may leave out what that one writes
+    // (`plan::WriterHolds`), which the memo does not carry (a replayed action holds nothing): no
+    // memo then (its plans are computed in full).
     if plan.env != crate::core::name::PROD && state.environments()?.iter().any(|e| *e != plan.env) {
         let index = state.snapshot_index()?;
         let served = crate::plan::generations::served_elsewhere(state, &index, &plan.env)?;
-        let shares = plan.actions.iter().filter(|a| a.change != Change::Removed && a.kind == "incremental_by_time_range").any(|a| {
+        let written_elsewhere = |a: &&crate::plan::Action| project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some() || m.kind.is_refreshed());
+        let shares = plan.actions.iter().filter(|a| a.change != Change::Removed).filter(written_elsewhere).any(|a| {
             a.physical.as_deref().is_some_and(|own| !crate::plan::generations::others_on(&served, &a.name.to_string(), a.fingerprint.as_str(), own).is_empty())
         });
         if shares {
@@ -1246,15 +1249,29 @@ fn physical_missing(action: &crate::plan::Action) -> bool {
 /// tick at the plan's `now` ([`StateStore::record_refresh`]), so `run` refreshes it again only
 /// at the next tick; a unique-key, partition or SCD type 2 model without one, as refreshed at the
 /// plan's `now`.
-fn record_refreshed(state: &dyn StateStore, plan: &Plan, action: &crate::plan::Action, model: &crate::core::Model) -> Result<(), StateError> {
+fn record_refreshed(
+    state: &dyn StateStore,
+    plan: &Plan,
+    action: &crate::plan::Action,
+    model: &crate::core::Model,
+    complete: Option<interval::Millis>,
+) -> Result<(), StateError> {
     if !model.kind.is_refreshed_whole() {
         return Ok(());
     }
     // A unique-key, partition or SCD type 2 model without a cron: refreshed at the plan's `now`
-    // (what an environment it is left to waits for, `plan::WriterHolds::Refreshes`).
+    // (what an environment it is left to waits for, `plan::WriterHolds::Refreshes`). Either way,
+    // such a model refreshed while its time-range ancestors lack due intervals (a signal holds
+    // them, they failed) holds no rows from the first of them on: refreshed only up to there, so
+    // `run` refreshes it again (its cron's tick not yet counted as done) and models below it
+    // elsewhere do not take its rows as complete.
     let tick = match model.schedule() {
         Some(cron) => crate::core::cron::last_tick(&cron, plan.now),
         None => model.kind.is_refreshed().then_some(plan.now),
+    };
+    let tick = match (tick, complete) {
+        (Some(t), Some(c)) if model.kind.is_refreshed() => Some(t.min(c)),
+        (t, _) => t,
     };
     match tick {
         Some(tick) => state.record_refresh(&action.name.to_string(), action.fingerprint.as_str(), tick, interval::now_millis()),
@@ -1529,6 +1546,9 @@ struct Builder<'a, 'p> {
     audited: &'a mut BTreeSet<ModelName>,
     uncovered: &'a mut BTreeSet<ModelName>,
     flights: HashMap<usize, Flight>,
+    /// Per time-range model asked about: the start of its first interval due and not done, once
+    /// it is written ([`Builder::upstream_complete`]).
+    complete: HashMap<ModelName, Option<interval::Millis>>,
 }
 
 /// Time-range models of `work` writing into a table that exists before their batches (it held
@@ -1590,7 +1610,8 @@ fn check_batches_fit(
         let rows = format!("(\n{}\n) AS _efmesh_q", body.render(&exec.with_bounds(Some(b))));
         let in_batch = format!("{tc} >= {s} AND {tc} < {e}");
         for lossy in columns {
-            let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| ApplyError::build(model, Some(b), err))?;
+            let range = format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end));
+            let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| unfit(model, lossy, &range, Some(b), err))?;
             let Some((n, example)) = found else { continue };
             let (column, returned, stored) = lossy;
             return Err(ApplyError::Rejected {
@@ -1606,6 +1627,61 @@ fn check_batches_fit(
         }
     }
     Ok(())
+}
+
+/// Before a `full` model's existing table is refilled by an engine that keeps it
+/// ([`crate::engine::dialect::Dialect::refills_tables`]): refuses when a column the query returns
+/// in another type than the table stores has a value the stored type would change (the refill
+/// would convert it silently: `2.5` into an `integer` column serves `3`).
+///
+/// # Errors
+/// [`ApplyError::Rejected`] naming the column, the types and an example; a query fails.
+fn check_refill_fits(model: &crate::core::Model, physical: &str, sql: &str, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    let build_err = |e| ApplyError::build(model, None, e);
+    let stored = engine.describe(&format!("SELECT * FROM {physical}")).map_err(build_err)?;
+    let returned = engine.describe(sql).map_err(build_err)?;
+    let rows = format!("(\n{sql}\n) AS _efmesh_q");
+    for lossy in contract::lossy_columns(&returned, &stored) {
+        let found = contract::changed_values(engine, &rows, "TRUE", &lossy).map_err(|e| unfit(model, &lossy, "", None, e))?;
+        let Some((n, example)) = found else { continue };
+        let (column, returned, stored) = &lossy;
+        return Err(ApplyError::Rejected {
+            model: model.name.clone(),
+            location: model.location.clone(),
+            message: format!(
+                "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which would change {n} of its values{example}: the table would serve other values than the query's; nothing was written\n  \
+                 hint: cast the column in the query to `{stored}`, or give the model a new version (a changed query builds a new table with the query's types)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A value check ([`contract::changed_values`]) that failed: when the engine refused a
+/// conversion (Postgres has no `TRY_CAST`: `integer out of range`, `value too long`, `numeric
+/// field overflow`), the stored type cannot hold some value at all, said of the column; any
+/// other failure is the build's.
+pub(crate) fn unfit(
+    model: &crate::core::Model,
+    (column, returned, stored): &contract::LossyColumn,
+    range: &str,
+    batch: Option<Interval>,
+    e: crate::engine::EngineError,
+) -> ApplyError {
+    let engine_message = e.message.to_ascii_lowercase();
+    if !["out of range", "overflow", "too long", "invalid input"].iter().any(|m| engine_message.contains(m)) {
+        return ApplyError::build(model, batch, e);
+    }
+    let engine_message = &e.message;
+    ApplyError::Rejected {
+        model: model.name.clone(),
+        location: model.location.clone(),
+        message: format!(
+            "column `{column}`: the query returns `{returned}` but the table stores `{stored}`, which cannot hold some of its values{range} ({}): nothing of this model was written\n  \
+             hint: cast the column in the query to `{stored}`, or give the model a new version (a changed query builds a new table with the query's types)",
+            engine_message.lines().next().unwrap_or_default().trim()
+        ),
+    }
 }
 
 /// An audited transaction's failure as the apply reports it.
@@ -1625,12 +1701,50 @@ impl<'p> Builder<'_, 'p> {
     /// The end of a model's build: the refresh tick of a model on a `cron` ([`record_refreshed`]),
     /// the `build done` line, the report, the crash point.
     fn built(&mut self, action: &crate::plan::Action, model: &crate::core::Model, started: std::time::Instant, intervals: usize) -> Result<(), ApplyError> {
-        record_refreshed(self.state, self.plan, action, model)?;
+        let complete = if model.kind.is_refreshed() { self.upstream_complete(&model.name)? } else { None };
+        record_refreshed(self.state, self.plan, action, model, complete)?;
         tracing::info!(model = %model.name, ms = elapsed_ms(started), "build done");
         self.report.built.push(model.name.clone());
         self.report.per_model.insert(model.name.to_string(), intervals);
         fault::crash_point(|| format!("after-build:{}", model.name));
         Ok(())
+    }
+}
+
+impl Builder<'_, '_> {
+    /// The instant up to which the rows of `name`'s time-range ancestors are complete here now
+    /// (every one written before `name` starts): the earliest start of an interval one of them
+    /// wants by the plan's `now` and has not done (held by a signal, failed, waiting upstream);
+    /// `None` when each has done all it wants. A unique-key, partition or SCD type 2 model
+    /// refreshed now holds no rows from then on ([`record_refreshed`]).
+    fn upstream_complete(&mut self, name: &ModelName) -> Result<Option<interval::Millis>, StateError> {
+        let mut out: Option<interval::Millis> = None;
+        for m in self.project.dag.ancestors(name) {
+            let Some(t) = m.kind.time_range() else { continue };
+            if matches!(m.kind, Kind::External(_)) {
+                continue;
+            }
+            let first = match self.complete.get(&m.name) {
+                Some(f) => *f,
+                None => {
+                    let Some(a) = self.plan.actions.iter().find(|a| a.name == m.name) else { continue };
+                    let mut done = self.state.done_intervals(&m.name.to_string(), a.fingerprint.as_str())?;
+                    done.extend(a.writer_holds.writer_done().into_iter().flatten().copied());
+                    let wanted = interval::wanted(t.start, t.end, t.grain, self.project.dag.due_at(&m.name, self.plan.now));
+                    // Not those before the writer's first done one, which its view serves from
+                    // the writer's (empty there: never computed, `plan::WriterHolds::Done`).
+                    let before_writer = |s: interval::Millis| matches!(&a.writer_holds, crate::plan::WriterHolds::Done(d) if d.first().is_some_and(|f| s < *f));
+                    let first = wanted.iter().find(|w| !done.contains(&w.start) && !before_writer(w.start)).map(|w| w.start);
+                    self.complete.insert(m.name.clone(), first);
+                    first
+                }
+            };
+            out = match (out, first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(out)
     }
 }
 
@@ -1707,6 +1821,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Not time-range: every audit sees the whole new relation, inside the build.
                 let checks = audit::checks(model, None, &physical, exec);
                 let query = format!("\n{sql}");
+                if matches!(model.kind, Kind::Full) && engine.sql().refills_tables() && !batch::table_absent(&physical, self.catalog) {
+                    check_refill_fits(model, &physical, &sql, engine)?;
+                }
                 let statements = if matches!(model.kind, Kind::Full) {
                     engine.sql().replace_table_as(&physical, &query)
                 } else {

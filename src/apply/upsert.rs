@@ -189,7 +189,8 @@ pub(crate) fn drop_stage(engine: &mut dyn Engine) {
 /// added before its type was the query's) whose values that type would round or cut. Written,
 /// such values would be served otherwise than the query returns them, and a key or an SCD type
 /// 2 comparison would see equal rows as different (a new version at every run) or different
-/// keys as one (duplicate keys). Only built-in scalar columns whose types differ by name, and
+/// keys as one (duplicate keys). Only built-in scalar columns whose types differ (with their
+/// sizes: `NUMERIC(10,2)`, `VARCHAR(5)` on Postgres too), and
 /// not into one known to hold every value, are checked ([`super::contract::lossy_columns`], one
 /// count each, [`super::contract::changed_values`], as a time-range batch's); a table not there
 /// yet takes the stage's types.
@@ -198,7 +199,9 @@ pub(crate) fn check_fits(engine: &mut dyn Engine, model: &Model, physical: &str)
     let st = stage_relation(engine);
     let staged = engine.describe(&format!("SELECT * FROM {st}")).map_err(|e| build_error(model, e))?;
     for lossy in super::contract::lossy_columns(&staged, &stored) {
-        let Some((n, example)) = super::contract::changed_values(engine, &st, "TRUE", &lossy).map_err(|e| build_error(model, e))? else { continue };
+        let Some((n, example)) = super::contract::changed_values(engine, &st, "TRUE", &lossy).map_err(|e| super::unfit(model, &lossy, "", None, e))? else {
+            continue;
+        };
         let (column, returned, stored) = lossy;
         return Err(ApplyError::Rejected {
             model: model.name.clone(),

@@ -76,7 +76,10 @@ pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, j
         out.json(doc)?;
         return Ok(Exit::Success);
     }
-    let path = file.unwrap_or_else(|| std::path::Path::new("-"));
+    let given = file.unwrap_or_else(|| std::path::Path::new("-"));
+    // Through a symbolic link, the file it names is replaced (the rename would replace the link).
+    let resolved = fs_err::symlink_metadata(given).ok().filter(|m| m.file_type().is_symlink()).map(|_| fs_err::canonicalize(given)).transpose()?;
+    let path = resolved.as_deref().unwrap_or(given);
     refuse_overwrite(path)?;
     let text = serde_json::to_string_pretty(&doc)?;
     let tmp = path.with_file_name(format!(".{}.tmp-{}", path.file_name().map_or("export".into(), |n| n.to_string_lossy()), std::process::id()));
@@ -118,7 +121,9 @@ fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
         Err(e) => return Err(e.into()),
     };
     let marker = format!("\"kind\": \"{}\"", crate::state::dump::DUMP_KIND);
-    if String::from_utf8_lossy(&head).contains(&marker) {
+    // Pretty-printed as the export writes it, or compacted since (`jq -c`).
+    let compact: String = String::from_utf8_lossy(&head).chars().filter(|c| !c.is_whitespace()).collect();
+    if compact.contains(&marker.replace(' ', "")) {
         return Ok(());
     }
     bail!(

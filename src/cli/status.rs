@@ -138,8 +138,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
     }
     // Unique-key, partition and SCD type 2 models left to another environment (never refreshed
-    // here: `plan::WriterHolds::Refreshes`).
-    let mut left_keyed: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    // here: `plan::WriterHolds::Refreshes`), with the instant up to which the writer's last
+    // refresh holds their rows (`None`: none recorded).
+    let mut left_keyed: std::collections::BTreeMap<String, Option<Millis>> = std::collections::BTreeMap::new();
     if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
@@ -176,22 +177,36 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 continue;
             }
             let Some((physical, _)) = index.get(&(name.clone(), fp.clone())) else { continue };
-            if let Some((_, _, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
+            if let Some((_, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
                 && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, &index)
             {
-                left_keyed.insert(name.clone());
+                left_keyed.insert(name.clone(), state.ledger_stats(name, writer_fp)?.done_up_to);
             }
         }
     }
     // Models below one left to another environment wait for its rows (`plan::recompute::hold_for_writer`).
-    let mut left: std::collections::BTreeSet<String> = lags.iter().filter(|l| l.left_to.is_some() && l.behind > 0).map(|l| l.model.clone()).collect();
+    // A time-range model left to the writer holds no rows past what the writer computed; a
+    // keyed one, none past the writer's last refresh: the intervals below ending after it wait.
+    let mut left: std::collections::BTreeMap<String, Option<Millis>> =
+        lags.iter().filter(|l| l.left_to.is_some() && l.behind > 0).map(|l| (l.model.clone(), None)).collect();
     left.extend(left_keyed);
     if !left.is_empty() {
         for l in lags.iter_mut().filter(|l| l.behind > 0 && l.left_to.is_none()) {
             let Ok(name) = ModelName::parse(&l.model) else { continue };
-            let upstream = project.dag.ancestors(&name).into_iter().map(|a| a.name.to_string()).find(|a| left.contains(a));
-            if let Some(u) = upstream {
-                l.waiting = l.behind.max(0) as usize;
+            let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()).cloned() else { continue };
+            let from = l.done_up_to.unwrap_or(t.grain.floor(t.start));
+            let mut upstream: Option<(String, i64)> = None;
+            for a in project.dag.ancestors(&name) {
+                let Some(h) = left.get(&a.name.to_string()) else { continue };
+                // Those ending by the writer's last refresh are computed by the next run.
+                let ready = h.map_or(0, |h| t.grain.count(from, t.grain.floor(h)).clamp(0, l.behind));
+                let waiting = l.behind - ready;
+                if waiting > 0 && upstream.as_ref().is_none_or(|(_, w)| waiting > *w) {
+                    upstream = Some((a.name.to_string(), waiting));
+                }
+            }
+            if let Some((u, waiting)) = upstream {
+                l.waiting = waiting as usize;
                 l.waiting_on = Some(u);
             }
         }

@@ -100,6 +100,13 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// True when [`Dialect::replace_table_as`] keeps an existing table (its column types) and
+    /// refills it, so the engine converts each value into the stored type on the way in: the
+    /// apply checks first that none would change ([`crate::apply::contract::lossy_columns`]).
+    fn refills_tables(&self) -> bool {
+        true
+    }
+
     /// Replaces the rows of the table `relation` (qualified, quoted) with the result of `query`,
     /// creating it when absent: the build of a `full` model or a seed. `query` follows `AS`
     /// after a space, or directly when it starts with a line break ([`after_as`]).
@@ -110,7 +117,8 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// read. `DELETE` rather than `TRUNCATE`, so readers keep reading the old rows until the
     /// transaction commits (`TRUNCATE` would lock them out for the whole rebuild). The physical
     /// table of a version always has that version's columns; a query whose columns no longer
-    /// fit the table fails loudly.
+    /// fit the table fails loudly (the engine's conversion error, or the apply's check of values
+    /// the stored type would round or cut: [`Dialect::refills_tables`]).
     fn replace_table_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![
             self.create_empty_table_if_absent(relation, query),

@@ -413,6 +413,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         vec![format!("CREATE OR REPLACE TABLE {relation} AS{}", super::dialect::after_as(query))]
     }
 
+    fn refills_tables(&self) -> bool {
+        false
+    }
+
     fn replace_view_as(&self, relation: &str, query: &str) -> Vec<String> {
         vec![format!("CREATE OR REPLACE VIEW {relation} AS{}", super::dialect::after_as(query))]
     }

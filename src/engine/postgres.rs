@@ -415,6 +415,34 @@ pub fn type_name(ty: &postgres::types::Type) -> String {
     .to_string()
 }
 
+/// [`type_name`] with the size its type modifier gives (`atttypmod`, as a result column carries
+/// it when it is a table's column or a cast to a sized type): `NUMERIC(10,2)`, `VARCHAR(5)`,
+/// `CHAR(3)`, `TIMESTAMP(0)`, `TIME(3) WITH TIME ZONE`. Without it a table storing
+/// `numeric(10,2)` described as `NUMERIC` like the query writing `3.14159` into it, and the check
+/// that refuses values a stored type would round or cut ([`crate::apply::contract::lossy_columns`])
+/// saw nothing to check.
+#[must_use]
+pub fn sized_type_name(ty: &postgres::types::Type, modifier: i32) -> String {
+    let name = type_name(ty);
+    if modifier < 0 || matches!(ty.kind(), postgres::types::Kind::Array(_)) {
+        return name;
+    }
+    match ty.name() {
+        // `((precision << 16) | scale) + 4`; the scale 11 bits, signed since Postgres 15.
+        "numeric" if modifier >= 4 => {
+            let m = modifier - 4;
+            let precision = (m >> 16) & 0xffff;
+            let scale = m & 0x7ff;
+            let scale = if scale > 1000 { scale - 2048 } else { scale };
+            format!("NUMERIC({precision},{scale})")
+        }
+        "varchar" | "bpchar" if modifier >= 4 => format!("{name}({})", modifier - 4),
+        "timestamp" | "time" => format!("{name}({modifier})"),
+        "timestamptz" | "timetz" => name.replacen(" WITH TIME ZONE", &format!("({modifier}) WITH TIME ZONE"), 1),
+        _ => name,
+    }
+}
+
 impl Engine for Postgres {
     fn sql(&self) -> &'static dyn super::dialect::Dialect {
         &super::dialect::Standard
@@ -452,7 +480,7 @@ impl Engine for Postgres {
         let fixed = self.fixed(query);
         let statement = self.client.prepare(fixed.as_deref().unwrap_or(query)).map_err(|e| self.error(query, &e))?;
         self.check_cut(query)?;
-        Ok(statement.columns().iter().map(|c| DescribedColumn { name: c.name().to_string(), ty: type_name(c.type_()) }).collect())
+        Ok(statement.columns().iter().map(|c| DescribedColumn { name: c.name().to_string(), ty: sized_type_name(c.type_(), c.type_modifier()) }).collect())
     }
 
     fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {

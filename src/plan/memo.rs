@@ -177,7 +177,8 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             rebuild_reason: None,
             recompute: None,
             outside_bounds: outside,
-            // A memo is recorded only when no version shares its table with `prod`'s.
+            // A memo is recorded only when no time-range or keyed version shares its table with
+            // another environment's (`apply::record_memo`).
             writer_holds: super::WriterHolds::Nothing,
             waits_for_writer: None,
             owner: model.owner.clone(),

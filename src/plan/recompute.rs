@@ -123,8 +123,9 @@ pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Pla
                     action.recompute = None;
                 }
                 let before = action.waits_for_writer.as_ref().map_or(0, |w| w.intervals);
-                // No refresh recorded upstream: from the first held interval.
-                let from = if *until == Millis::MIN { held.iter().map(|i| i.start).min().unwrap_or(*until) } else { *until };
+                // From its first held interval (the instant upstream may fall inside one, or be
+                // none: no refresh recorded).
+                let from = held.iter().map(|i| i.start).min().unwrap_or(*until);
                 action.waits_for_writer =
                     Some(super::WaitsForWriter { upstream: upstream.clone(), writer: writer.clone(), from, intervals: before.max(held.len()) });
             }

@@ -75,7 +75,72 @@ on_every_engine!(
     the_janitor_drops_unreachable_versions_views_before_the_tables_they_read,
     audits_previews_and_external_tables_work_on_every_engine,
     environment_views_follow_versions_that_drop_reorder_or_add_columns,
+    a_value_a_stored_column_would_round_after_its_source_widened_is_refused_on_every_engine,
 );
+
+/// `land.acc.amount` is `numeric(10,2)`; a time-range, a unique-key and a `full` model (on a
+/// cron) pass it through, so their tables store `numeric(10,2)` too. The source then widens to a
+/// double holding 2.504: stored, it would be 2.50. Refused by name, nothing written — on Postgres
+/// too, whose described types now carry their sizes (they read `NUMERIC` on both sides, and no
+/// value was checked), and whose `full` table is refilled in place rather than replaced. On
+/// DuckDB a `full` table is replaced with the query's types: it serves 2.504.
+fn a_value_a_stored_column_would_round_after_its_source_widened_is_refused_on_every_engine(engine: EngineBackend) {
+    let kinds = [
+        (
+            "t.acc",
+            r#"kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" }"#,
+            r#"[[SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, id, amount FROM ]] .. ref("raw.acc") .. [[ WHERE ts >= @start AND ts < @end]]"#,
+        ),
+        (
+            "u.acc",
+            r#"kind.incremental_by_unique_key { key = "id" }"#,
+            r#"[[SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, id, amount FROM ]] .. ref("raw.acc")"#,
+        ),
+        ("f.acc", r#"kind.full(), cron = "@daily""#, r#"[[SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, id, amount FROM ]] .. ref("raw.acc")"#),
+    ];
+    for (name, kind, query) in kinds {
+        let mut p = Project::on_engine(engine.another());
+        p.execute_on_engine("CREATE SCHEMA land; CREATE TABLE land.acc (ts TIMESTAMP, id INTEGER, amount NUMERIC(10,2))");
+        p.execute_on_engine("INSERT INTO land.acc VALUES (TIMESTAMP '2026-01-01 10:00', 1, 1.25)");
+        p.now = "2026-01-02T01:00:00Z".into();
+        p.write(
+            "models/m.lua",
+            &format!(
+                r#"define_model {{ name = "raw.acc", kind = kind.external {{ table = "land.acc" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "id", "integer" }}, {{ "amount", "decimal(10,2)" }} }} }}
+define_model {{
+  name = "{name}", kind = {kind},
+  schema = {{ {{ "day", "timestamp" }}, {{ "id", "integer" }}, {{ "amount", "decimal(10,2)" }} }},
+  query = {query},
+}}
+"#
+            ),
+        );
+        p.apply("prod");
+        let double = if p.on_postgres() { "DOUBLE PRECISION" } else { "DOUBLE" };
+        p.execute_on_engine(&format!("ALTER TABLE land.acc ALTER COLUMN amount SET DATA TYPE {double}"));
+        p.execute_on_engine("INSERT INTO land.acc VALUES (TIMESTAMP '2026-01-02 10:00', 2, 2.504)");
+        p.now = "2026-01-03T01:00:00Z".into();
+        let served = format!("SELECT CAST(amount AS VARCHAR) FROM {} ORDER BY id", crate::common::env_view("prod", name));
+        let served = |p: &Project| p.query(&served);
+        let before = served(&p);
+        let run = p.run(&["run", "prod"]);
+        if name == "f.acc" && !p.on_postgres() {
+            run.expect_code(0);
+            assert_eq!(served(&p).last().and_then(|r| r[0].clone()).as_deref(), Some("2.504"), "{name}: DuckDB replaces the table");
+            continue;
+        }
+        run.expect_code(1);
+        assert!(
+            run.stderr.contains("models/m.lua:2")
+                && run.stderr.contains("column `amount`")
+                && run.stderr.contains("which would change 1 of its values")
+                && run.stderr.contains("2.504"),
+            "{name}: {}",
+            run.stderr
+        );
+        assert_eq!(served(&p), before, "{name}: nothing written");
+    }
+}
 
 fn environment_views_follow_versions_that_drop_reorder_or_add_columns(engine: EngineBackend) {
     let p = portable_project(engine);

@@ -708,3 +708,90 @@ fn models_below_a_unique_key_table_left_to_prod_wait_for_prods_refresh_instead_o
         assert_eq!(days(&p, "dev", "t.below"), after, "own {own_below}");
     }
 }
+
+/// `t.daily` (the `landed` signal: ready once `landing.ready` has the day; with a count `n` when
+/// `with_n`), `u.days` unique-key over it, `t.below` daily over that plus `add`. No other
+/// time-range table than `t.daily` and `t.below`.
+fn keyed_below_signal(with_n: bool, add: i64) -> String {
+    let (col, sel) = if with_n { (r#", { "n", "bigint" }"#, ", count(*) AS n") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }}, signals = {{ "landed" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }}{col} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total{sel} FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+define_model {{
+  name = "u.days", kind = kind.incremental_by_unique_key {{ key = "day" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref("t.daily"),
+}}
+define_model {{
+  name = "t.below", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(coalesce(sum(total), 0) + {add} AS BIGINT) AS total FROM " .. ref("u.days") .. " WHERE day >= @start AND day < @end",
+}}
+"#
+    )
+}
+
+#[test]
+fn a_keyed_table_left_to_prod_counts_only_up_to_what_prods_refresh_read_and_no_memo_replays_it_refreshed() {
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write(
+        "macros/signals.lua",
+        r#"define_signal("landed", function(intervals, args, db)
+  local ready = {}
+  for i, iv in ipairs(intervals) do
+    local rows = db.query(("SELECT count(*) FROM landing.ready WHERE d = DATE '%s'"):format(iv.start:sub(1, 10)))
+    ready[i] = rows[1][1] ~= "0"
+  end
+  return ready
+end)
+"#,
+    );
+    p.write("models/m.lua", &keyed_below_signal(false, 0));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &keyed_below_signal(true, 1000));
+    p.apply("dev");
+    let prod_keyed = |p: &Project| one(p, &format!("SELECT CAST(count(*) AS VARCHAR) FROM {}", env_view("prod", "u.days")));
+    // Right after `apply dev`, with nothing else written, `run dev` a day later: the plan is not
+    // a memo's (which would hold nothing): `u.days` is left to prod, `t.below`'s new day waits.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4); INSERT INTO landing.ready VALUES (DATE '2026-01-03')");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let ran = p.run(&["run", "dev"]);
+    ran.expect_code(0);
+    assert!(ran.stderr.contains("not refreshed here") && ran.stderr.contains("u.days"), "{}", ran.stderr);
+    assert_eq!(prod_keyed(&p), "2", "prod's table holds prod's refresh only");
+    assert_eq!(days(&p, "dev", "t.below"), "01=1001,02=1002");
+    // prod's run with the 4th not landed: its `t.daily` waits on the signal, `u.days` is
+    // refreshed without the 4th — refreshed only up to the 4th, not up to 01:00 on the 5th.
+    let prod_project = keyed_below_signal(false, 0);
+    let dev_project = keyed_below_signal(true, 1000);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-04 10:00', 8)");
+    p.now = "2026-01-05T01:00:00Z".into();
+    p.write("models/m.lua", &prod_project);
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.below"), "01=1,02=2,03=4");
+    // The 4th lands; dev's own `t.daily` computes it, but its `t.below` computes only the 3rd:
+    // `u.days` holds nothing of the 4th yet.
+    p.execute_on_engine("INSERT INTO landing.ready VALUES (DATE '2026-01-04')");
+    p.now = "2026-01-05T01:30:00Z".into();
+    p.write("models/m.lua", &dev_project);
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "dev", "t.below"), "01=1001,02=1002,03=1004", "the 4th waits for prod's next refresh");
+    // prod's next run computes its 4th and refreshes `u.days` (its refresh was not counted up
+    // to the tick, so a `cron` would not hold it back either); dev's then computes the 4th.
+    p.now = "2026-01-05T02:00:00Z".into();
+    p.write("models/m.lua", &prod_project);
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.below"), "01=1,02=2,03=4,04=8");
+    p.write("models/m.lua", &dev_project);
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "dev", "t.below"), "01=1001,02=1002,03=1004,04=1008");
+}
