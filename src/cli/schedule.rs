@@ -157,8 +157,9 @@ impl CronSpec {
         Ok(CronSpec { expr: expr.trim().to_string(), fields, cron, sets })
     }
 
-    /// Cron reads day-of-month and day-of-week as "either" when both are restricted; a field
-    /// starting with `*` does not restrict (as cron itself decides).
+    /// Cron reads day-of-month and day-of-week as "either" when both are restricted (neither
+    /// starts with `*`), else as "both": a field starting with `*` (`*/2` too) still restricts
+    /// its own values then (as cron itself decides).
     fn dom_restricted(&self) -> bool {
         !self.fields[2].starts_with('*')
     }
@@ -183,12 +184,12 @@ impl CronSpec {
             const NAMES: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
             self.sets[4].iter().map(|&d| NAMES[usize::from(d % 7)]).collect::<Vec<_>>().join(",")
         };
-        match (self.dom_restricted(), self.dow_restricted()) {
-            (true, true) => vec![format!("*-{month}-{dom} {time}"), format!("{weekdays} *-{month}-* {time}")],
-            (true, false) => vec![format!("*-{month}-{dom} {time}")],
-            (false, true) => vec![format!("{weekdays} *-{month}-* {time}")],
-            (false, false) => vec![format!("*-{month}-* {time}")],
+        if self.dom_restricted() && self.dow_restricted() {
+            return vec![format!("*-{month}-{dom} {time}"), format!("{weekdays} *-{month}-* {time}")];
         }
+        // Otherwise cron requires both fields, a `*/2` in either still restricting its own.
+        let weekdays = if self.sets[4].len() == 7 { String::new() } else { format!("{weekdays} ") };
+        vec![format!("{weekdays}*-{month}-{dom} {time}")]
     }
 }
 
@@ -467,6 +468,12 @@ mod tests {
         assert_eq!(cal("0 0 * * 7"), ["Sun *-*-* 00:00:00"]);
         // Both day fields restricted: cron fires on either, so two calendars.
         assert_eq!(cal("30 4 1,15 * 1"), ["*-*-01,15 04:30:00", "Mon *-*-* 04:30:00"]);
+        // A field starting with `*` makes cron require both, its step included: odd days, odd
+        // days that are Mondays, the 1st when a Sunday, Tuesday, Thursday or Saturday.
+        assert_eq!(cal("0 0 */2 * *"), ["*-*-01/2 00:00:00"]);
+        assert_eq!(cal("0 0 */10 * *"), ["*-*-01/10 00:00:00"]);
+        assert_eq!(cal("0 0 */2 * mon"), ["Mon *-*-01/2 00:00:00"]);
+        assert_eq!(cal("0 0 1 * */2"), ["Sun,Tue,Thu,Sat *-*-01 00:00:00"]);
     }
 
     #[test]
