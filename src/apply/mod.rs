@@ -1262,19 +1262,21 @@ fn record_refreshed(
     // A unique-key, partition or SCD type 2 model without a cron: refreshed at the plan's `now`
     // (what an environment it is left to waits for, `plan::WriterHolds::Refreshes`). Either way,
     // such a model refreshed while its time-range ancestors lack due intervals (a signal holds
-    // them, they failed) holds no rows from the first of them on: refreshed only up to there, so
-    // `run` refreshes it again (its cron's tick not yet counted as done) and models below it
-    // elsewhere do not take its rows as complete.
+    // them, they failed) holds no rows from the first of them on: recorded with the record (not
+    // the tick: a cron's tick is done), so models below it elsewhere do not take its rows as
+    // complete past there (`state::refreshed_until`).
     let tick = match model.schedule() {
         Some(cron) => crate::core::cron::last_tick(&cron, plan.now),
         None => model.kind.is_refreshed().then_some(plan.now),
     };
-    let tick = match (tick, complete) {
-        (Some(t), Some(c)) if model.kind.is_refreshed() => Some(t.min(c)),
-        (t, _) => t,
-    };
     match tick {
-        Some(tick) => state.record_refresh(&action.name.to_string(), action.fingerprint.as_str(), tick, interval::now_millis()),
+        Some(tick) => state.record_refresh(
+            &action.name.to_string(),
+            action.fingerprint.as_str(),
+            tick,
+            complete.filter(|_| model.kind.is_refreshed()),
+            interval::now_millis(),
+        ),
         None => Ok(()),
     }
 }

@@ -180,7 +180,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if let Some((_, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, name, fp, physical)?
                 && crate::plan::generations::reads_other_parents(&project, &model, &served_here, writer_pointers, &index)
             {
-                left_keyed.insert(name.clone(), state.ledger_stats(name, writer_fp)?.done_up_to);
+                left_keyed.insert(name.clone(), crate::state::refreshed_until(&*state, name, writer_fp)?);
             }
         }
     }

@@ -304,9 +304,10 @@ pub enum WriterHolds {
     Refreshes {
         /// The environment that writes (refreshes) the table.
         writer: String,
-        /// The instant the writer's version was last refreshed at (the `now` of that apply or
-        /// run; for a model on a `cron`, the tick it was refreshed for), `None` when no refresh
-        /// is recorded.
+        /// The instant up to which the writer's last refresh of its version holds rows
+        /// ([`crate::state::refreshed_until`]: the `now` of that apply or run, for a model on a
+        /// `cron` the tick it was refreshed for, or earlier when a time-range ancestor lacked
+        /// intervals from there on), `None` when no refresh is recorded.
         at: Option<Millis>,
     },
 }
@@ -2271,7 +2272,7 @@ fn compute_with(
                         Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
                     };
                     if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
-                        kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: state.ledger_stats(&name_s, f)?.done_up_to };
+                        kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: crate::state::refreshed_until(state, &name_s, f)? };
                     }
                 }
                 (Vec::new(), 0)

@@ -103,7 +103,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                     w.intervals,
                     at.map_or_else(
                         || "with no refresh of it recorded yet".to_string(),
-                        |t| format!("as last refreshed at {}", crate::core::interval::to_iso(t))
+                        |t| format!("whose last refresh there holds rows up to {}", crate::core::interval::to_iso(t))
                     )
                 ),
                 _ => format!(

@@ -314,16 +314,19 @@ pub trait StateStore: Send + std::fmt::Debug {
     fn inherit_done(&self, name: &str, from: &str, to: &str, now: Millis) -> Result<(), StateError>;
 
     /// Records that `(name, fp)`, a model `run` refreshes whole on its `cron` (`full`, unique-key,
-    /// partition, SCD type 2), was refreshed for the cron tick `tick`
-    /// ([`crate::core::cron::last_tick`]): one done ledger row per version, `[epoch, tick)`,
-    /// whose end only moves forward, so the newest done end ([`LedgerStats::done_up_to`]) is the
-    /// last tick it was refreshed for and the ledger does not grow with the ticks. Unlike
-    /// [`StateStore::mark_intervals`] it does not move the version's data generation (the write
-    /// that refreshed it did, when rows changed).
+    /// partition, SCD type 2; a unique-key, partition or SCD type 2 model without one at each
+    /// refresh), was refreshed for the cron tick `tick` ([`crate::core::cron::last_tick`]; else
+    /// the command's `now`): one done ledger row per version, `[epoch, tick)`, whose end only
+    /// moves forward, so the newest done end ([`LedgerStats::done_up_to`]) is the last tick it was
+    /// refreshed for and the ledger does not grow with the ticks. When the rows it read were
+    /// complete only up to `complete` (a time-range ancestor lacked an interval from there on),
+    /// the row starts there instead, `[complete, tick)` ([`refreshed_until`] reads it back); the
+    /// next refresh replaces it. Unlike [`StateStore::mark_intervals`] it does not move the
+    /// version's data generation (the write that refreshed it did, when rows changed).
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
-    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError>;
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, complete: Option<Millis>, now: Millis) -> Result<(), StateError>;
 
     /// Deletes the done intervals of `(name, fp)` whose start lies in `[from, to)` (restatement),
     /// in one transaction, so the next apply or run recomputes them. Returns how many were
@@ -659,6 +662,18 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The write fails, or the fence lease was lost.
     fn end_data_write(&self, write: &DataWrite, changed: bool, now: Millis) -> Result<(), StateError>;
+}
+
+/// The instant up to which the rows of `(name, fp)`'s last refresh are complete
+/// ([`StateStore::record_refresh`]): the start of its refresh row when it is not the epoch (an
+/// ancestor lacked intervals from there on), else the tick it was refreshed for; `None` when no
+/// refresh is recorded.
+///
+/// # Errors
+/// The read fails.
+pub fn refreshed_until(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<Millis>, StateError> {
+    let ledger = state.done_ledger(name, fp)?;
+    Ok(ledger.iter().max_by_key(|(_, (end, _))| *end).map(|(start, (end, _))| if *start > 0 { (*start).min(*end) } else { *end }))
 }
 
 /// The marks of a write in progress ([`StateStore::begin_data_write`]): `(name, fingerprint,

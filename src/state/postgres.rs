@@ -696,15 +696,21 @@ impl StateStore for PostgresStore {
         )
     }
 
-    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError> {
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, complete: Option<Millis>, now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick)),
             || {
                 self.write(|tx| {
+                    // One row: the end only moves forward; the start says how far the rows read
+                    // were complete (the epoch: as far as the end).
+                    let old: Option<String> =
+                        tx.query_one("SELECT max(end_ts) FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'done'", &[&name, &fp])?.get(0);
+                    let end = old.filter(|o| *o > to_iso(tick)).unwrap_or_else(|| to_iso(tick));
+                    let start = complete.map(to_iso).filter(|c| *c < end).unwrap_or_else(|| to_iso(0));
+                    tx.execute("DELETE FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'done'", &[&name, &fp])?;
                     tx.execute(
-                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES ($1, $2, $3, $4, 'done', $5) \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = GREATEST(intervals.end_ts, excluded.end_ts), status = 'done', updated_at = excluded.updated_at",
-                        &[&name, &fp, &to_iso(0), &to_iso(tick), &to_iso(now)],
+                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES ($1, $2, $3, $4, 'done', $5)",
+                        &[&name, &fp, &start, &end, &to_iso(now)],
                     )?;
                     Ok(())
                 })

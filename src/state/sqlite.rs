@@ -663,16 +663,21 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, now: Millis) -> Result<(), StateError> {
+    fn record_refresh(&self, name: &str, fp: &str, tick: Millis, complete: Option<Millis>, now: Millis) -> Result<(), StateError> {
         self.run(
             || format!("record the refresh of `{name}` `{fp}` for the tick {}", to_iso(tick)),
             || {
                 self.write(|tx| {
-                    tx.prepare_cached(
-                        "INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES (?1, ?2, ?3, ?4, 'done', ?5) \
-                         ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = MAX(end_ts, excluded.end_ts), status = 'done', updated_at = excluded.updated_at",
-                    )?
-                    .execute(params![name, fp, to_iso(0), to_iso(tick), to_iso(now)])?;
+                    // One row: the end only moves forward; the start says how far the rows read
+                    // were complete (the epoch: as far as the end).
+                    let old: Option<String> = tx
+                        .prepare_cached("SELECT max(end_ts) FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'")?
+                        .query_row(params![name, fp], |r| r.get(0))?;
+                    let end = old.filter(|o| *o > to_iso(tick)).unwrap_or_else(|| to_iso(tick));
+                    let start = complete.map(to_iso).filter(|c| *c < end).unwrap_or_else(|| to_iso(0));
+                    tx.prepare_cached("DELETE FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'done'")?.execute(params![name, fp])?;
+                    tx.prepare_cached("INSERT INTO intervals (name, fingerprint, start_ts, end_ts, status, updated_at) VALUES (?1, ?2, ?3, ?4, 'done', ?5)")?
+                        .execute(params![name, fp, start, end, to_iso(now)])?;
                     Ok(())
                 })
             },

@@ -688,7 +688,8 @@ fn models_below_a_unique_key_table_left_to_prod_wait_for_prods_refresh_instead_o
         let note = |m: &str| also.iter().find(|a| a["model"] == m).and_then(|a| a["note"].as_str()).unwrap_or_default().to_string();
         assert!(note("u.days").contains("not refreshed here: its table is also what `prod` serves"), "{plan:#}");
         assert!(
-            note("t.below").contains("wait: `u.days` upstream is left to `prod` here") && note("t.below").contains("last refreshed at 2026-01-03T01:00"),
+            note("t.below").contains("wait: `u.days` upstream is left to `prod` here")
+                && note("t.below").contains("whose last refresh there holds rows up to 2026-01-03T01:00"),
             "{plan:#}"
         );
         p.run(&["run", "dev"]).expect_code(0);

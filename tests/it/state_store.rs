@@ -407,13 +407,22 @@ fn a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation(b: &dy
     store.end_data_write(&w, true, 0).unwrap();
     let before = store.data_versions(&key).unwrap()[&key[0]].generation;
     // Refreshed for the 2 March tick, then the 3 March one: the newest end is the last tick.
-    store.record_refresh("m.full", &fp('1'), t("2026-03-02"), 0).unwrap();
-    store.record_refresh("m.full", &fp('1'), t("2026-03-03"), 0).unwrap();
+    store.record_refresh("m.full", &fp('1'), t("2026-03-02"), None, 0).unwrap();
+    store.record_refresh("m.full", &fp('1'), t("2026-03-03"), None, 0).unwrap();
     // Recorded again for the same tick, or an older one: one row, the newest tick kept.
-    b.open().record_refresh("m.full", &fp('1'), t("2026-03-03"), 0).unwrap();
-    b.open().record_refresh("m.full", &fp('1'), t("2026-03-01"), 0).unwrap();
+    b.open().record_refresh("m.full", &fp('1'), t("2026-03-03"), None, 0).unwrap();
+    b.open().record_refresh("m.full", &fp('1'), t("2026-03-01"), None, 0).unwrap();
     let stats = b.open().ledger_stats("m.full", &fp('1')).unwrap();
     assert_eq!((stats.done, stats.failed, stats.done_up_to), (1, 0, Some(t("2026-03-03"))));
+    let until = |b: &dyn Backend| efmesh::state::refreshed_until(b.open().as_ref(), "m.full", &fp('1')).unwrap();
+    assert_eq!(until(b), Some(t("2026-03-03")));
+    // Rows read complete only up to 1 March (an ancestor lacked intervals): the tick stays the
+    // newest done end, the record says how far the rows go; the next refresh replaces it.
+    b.open().record_refresh("m.full", &fp('1'), t("2026-03-04"), Some(t("2026-03-01")), 0).unwrap();
+    assert_eq!(b.open().ledger_stats("m.full", &fp('1')).unwrap().done_up_to, Some(t("2026-03-04")));
+    assert_eq!(until(b), Some(t("2026-03-01")));
+    b.open().record_refresh("m.full", &fp('1'), t("2026-03-04"), None, 0).unwrap();
+    assert_eq!((b.open().ledger_stats("m.full", &fp('1')).unwrap().done, until(b)), (1, Some(t("2026-03-04"))));
     assert_eq!(store.data_versions(&key).unwrap()[&key[0]].generation, before, "a refresh record is not a data change");
     assert!(store.ledger_stats("m.full", &fp('2')).unwrap().done_up_to.is_none(), "per version");
 }
