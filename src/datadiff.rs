@@ -6,7 +6,8 @@
 //!
 //! - the row count of each view, always in full;
 //! - schema drift between the two views: columns only in A, only in B, and columns whose type
-//!   differs (values of a retyped column are compared as text);
+//!   differs (values of a column retyped within its family — numeric, text, temporal, boolean —
+//!   are compared as values, `1.25` equal to `1.2500`; across families as text);
 //! - with a key (the model's `grain` when it declares one, else its kind's `key`: unique-key and
 //!   `scd_type2` models), a `FULL OUTER JOIN` of the two views on the key, NULL-safe (a NULL key
 //!   matches a NULL key): rows only in A, only in B and matched, and for each common non-key
@@ -270,7 +271,12 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
             if skip_managed && managed.iter().any(|m| m.eq_ignore_ascii_case(&a.name)) {
                 return None;
             }
-            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped: !a.ty.eq_ignore_ascii_case(&b.ty), ty: a.ty.clone() })
+            // Compared as text only across type families: `1.25` as `NUMERIC(10,2)` and `1.2500`
+            // as `NUMERIC(12,4)` are the same value, not the same text.
+            let (fa, fb) = (crate::core::schema::TypeFamily::of(&a.ty), crate::core::schema::TypeFamily::of(&b.ty));
+            let same_family = fa == fb && fa.is_scalar();
+            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || same_family);
+            Some(Common { a: a.name.clone(), b: b.name.clone(), retyped, ty: a.ty.clone() })
         })
         .collect();
     let is_key = |c: &Common| keyed && declared_key.iter().any(|k| k.eq_ignore_ascii_case(&c.a));

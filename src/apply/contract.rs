@@ -215,7 +215,7 @@ pub fn lossless(from: &str, to: &str) -> bool {
         "HUGEINT" => Some((5, 39)),
         _ => None,
     };
-    let decimal = |t: &str| -> Option<(u32, u32)> {
+    let decimal = |t: &str| -> Option<(i64, i64)> {
         let inner = t.strip_prefix("DECIMAL(").or_else(|| t.strip_prefix("NUMERIC("))?.strip_suffix(')')?;
         let (p, s) = inner.split_once(',')?;
         Some((p.trim().parse().ok()?, s.trim().parse().ok()?))

@@ -12,8 +12,8 @@
 //! rows in file order.
 //!
 //! Casting uses the engine's own rules (what `CAST(text AS type)` accepts), with one stricter
-//! rule: a number with a fractional part is refused in an integer column instead of being
-//! rounded.
+//! rule: a number with a fractional part is refused in an integer column, and one with more
+//! decimals than a `decimal(p,s)` column holds, instead of being rounded.
 
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
@@ -121,7 +121,7 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
         .map(|c| {
             let v = quote_ident(&c.name);
             let mut bad = format!("{} IS NULL", dialect.try_cast(&v, &c.ty)?);
-            if is_integer_type(&c.ty) {
+            if is_integer_type(&c.ty) || decimal_scale(&c.ty).is_some() {
                 bad = format!("{bad} OR {} <> {}", dialect.try_cast(&v, "DOUBLE")?, dialect.try_cast(&v, &c.ty)?);
             }
             Some(format!("CAST(min(CAST({} AS BIGINT)) FILTER (WHERE {v} IS NOT NULL AND ({bad})) AS VARCHAR)", quote_ident(ORDINAL)))
@@ -146,7 +146,8 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
 /// [`check_types`] on an engine whose failed cast is an error (Postgres): each column is cast
 /// whole; a column that fails is searched by halves over the file order for its first value
 /// that fails (a few queries per bad column, one per good column). Postgres refuses a fraction
-/// for an integer type, so no rounding check is needed.
+/// for an integer type, but rounds a value with more decimals than a `numeric(p,s)` holds: those
+/// are looked for too.
 fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dyn Engine) -> Vec<String> {
     let stage = quote_ident(&stage_table(&model.name));
     let ordinal = format!("CAST({} AS BIGINT)", quote_ident(ORDINAL));
@@ -171,6 +172,19 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
             |engine: &mut dyn Engine, lo: usize, hi: usize| engine.query(&format!("SELECT {cast} FROM {stage} WHERE {ordinal} BETWEEN {lo} AND {hi}")).is_ok();
         let (mut lo, mut hi) = (1, rows.rows.len());
         if fits(engine, lo, hi) {
+            // `CAST(… AS numeric(p,s))` rounds a value with more decimals without an error.
+            if decimal_scale(&column.ty).is_some() {
+                let q = quote_ident(&column.name);
+                let first =
+                    engine.query(&format!("SELECT CAST(min({ordinal}) AS VARCHAR) FROM {stage} WHERE CAST({q} AS NUMERIC) <> CAST({q} AS {})", column.ty));
+                if let Some(ordinal) =
+                    first.ok().and_then(|r| r.into_iter().next()).and_then(|r| r.into_iter().next().flatten()).and_then(|o| o.parse::<usize>().ok())
+                    && let Some((place, values)) = rows.rows.get(ordinal - 1)
+                {
+                    let value = values[i].clone().unwrap_or_default();
+                    out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
+                }
+            }
             continue;
         }
         // Invariant: some row in [lo, hi] fails.
@@ -204,11 +218,14 @@ fn declared_length(ty: &str) -> Option<u64> {
 /// would do.
 fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
     let shown = if value.is_empty() { "`\"\"` (a quoted empty string; leave the field empty, unquoted, for NULL)".to_string() } else { format!("`{value}`") };
-    match engine.query(&format!("SELECT CAST({} AS {ty})", engine.sql().text_of(&quote_literal(value)))) {
+    match engine.query(&format!("SELECT CAST(CAST({} AS {ty}) AS VARCHAR)", engine.sql().text_of(&quote_literal(value)))) {
         Err(e) => format!("{shown} is not a valid `{ty}`: {}", first_line(&e.message).trim()),
         Ok(r) => {
             let to = r.first().and_then(|row| row.first().cloned().flatten()).unwrap_or_default();
-            format!("{shown} is not a whole number; column type `{ty}` would round it to {to}")
+            match decimal_scale(ty) {
+                Some(scale) => format!("{shown} has more than the {scale} decimal(s) of `{ty}`, which would round it to {to}"),
+                None => format!("{shown} is not a whole number; column type `{ty}` would round it to {to}"),
+            }
         }
     }
 }
@@ -231,6 +248,18 @@ pub fn drop_stages(project: &Project, pending: &BTreeSet<ModelName>, engine: &mu
             let _ = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&stage_table(&model.name))));
         }
     }
+}
+
+/// The scale `s` of a `decimal(p,s)` / `numeric(p,s)` type (a value with more decimals would be
+/// rounded), if it is one.
+fn decimal_scale(ty: &str) -> Option<u32> {
+    let t = ty.trim().to_ascii_lowercase();
+    let (base, rest) = t.split_once('(')?;
+    if !matches!(base.trim(), "decimal" | "numeric") {
+        return None;
+    }
+    let (_, scale) = rest.strip_suffix(')')?.split_once(',')?;
+    scale.trim().parse().ok()
 }
 
 /// DuckDB's integer types and their aliases (where a fractional value would be rounded).

@@ -87,12 +87,12 @@ fn diff_lists_models_added_removed_and_at_another_version_between_two_environmen
 /// only in `dev`.
 fn data_models(second: bool) -> String {
     let t = if second {
-        "SELECT id, name, CAST(v AS BIGINT) AS v, 'x' AS extra FROM (VALUES (1, 'a', 10), (2, 'B', 20), (3, NULL, 30), (4, 'd', 40), (5, NULL, 50), (NULL, 'z', 0)) AS t(id, name, v)"
+        "SELECT id, name, CAST(v AS DECIMAL(12,4)) AS v, 'x' AS extra FROM (VALUES (1, 'a', 10), (2, 'B', 20), (3, NULL, 30), (4, 'd', 40), (5, NULL, 50), (NULL, 'z', 0)) AS t(id, name, v)"
     } else {
         "SELECT id, name, v FROM (VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30), (5, NULL, 50), (6, 'f', 60), (NULL, 'z', 0)) AS t(id, name, v)"
     };
     let t_schema = if second {
-        r#"{ "id", "integer" }, { "name", "varchar" }, { "v", "bigint" }, { "extra", "varchar" }"#
+        r#"{ "id", "integer" }, { "name", "varchar" }, { "v", "decimal(12,4)" }, { "extra", "varchar" }"#
     } else {
         r#"{ "id", "integer" }, { "name", "varchar" }, { "v", "integer" }"#
     };
@@ -156,7 +156,8 @@ fn diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values(engine: 
     assert_eq!(mismatches(t, "name"), 2, "{t:#}");
     let name = t["columns"].as_array().unwrap().iter().find(|c| c["column"] == "name").unwrap();
     assert!((name["rate"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{t:#}");
-    // `v` is at another type but the same value in every row: compared as text, no mismatch.
+    // `v` is at another type (an integer in A, `decimal(12,4)` in B) but the same value in every
+    // row: compared as numbers, no mismatch (as text, `10` and `10.0000` would differ).
     assert_eq!(mismatches(t, "v"), 0, "{t:#}");
     assert_eq!(t["columns"].as_array().unwrap().len(), 1, "{t:#}");
     assert_eq!(t["columnsOnlyInA"], serde_json::json!([]), "{t:#}");

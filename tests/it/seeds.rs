@@ -24,7 +24,7 @@ on_every_engine!(
     csv_seed_strips_the_bom_and_tells_quoted_empty_text_from_null,
     rows_come_in_file_order_with_header_columns_in_any_order,
     a_value_that_does_not_fit_fails_the_apply_before_anything_is_built,
-    every_bad_column_is_named_and_fractions_are_not_rounded_into_integers,
+    every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_decimals,
     header_must_name_exactly_the_declared_columns,
     editing_the_seed_rebuilds_the_seed_and_its_descendants_only,
     a_seed_has_one_fingerprint_in_lua_rhai_and_sql,
@@ -138,16 +138,16 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built(engine: En
     assert_eq!(p.rows("\"dev__ref\".\"depts\""), before);
 }
 
-fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers(engine: EngineBackend) {
+fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_decimals(engine: EngineBackend) {
     let p = project(engine);
-    p.write("seeds/t.csv", "id,ratio,day,flag,label\n1,0.5,2026-01-01,true,a\n2.5,x,2026-02-30,maybe,\"\"\n3,1,2026-01-03,false,c\n");
+    p.write("seeds/t.csv", "id,ratio,day,flag,label,amount\n1,0.5,2026-01-01,true,a,1.25\n2.5,x,2026-02-30,maybe,\"\",3.555\n3,1,2026-01-03,false,c,2\n");
     // Declared types are the engine's: Postgres spells `double` `double precision`.
     let double = if p.on_postgres() { "double precision" } else { "double" };
     p.write(
         "models/seed.lua",
         &format!(
             r#"define_model {{ name = "ref.t", kind = kind.seed {{ path = "seeds/t.csv" }},
-  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }} }} }}
+  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }}, {{ "amount", "decimal(10,2)" }} }} }}
 "#
         ),
     );
@@ -157,7 +157,9 @@ fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers(engine:
     // DuckDB would round `2.5` into a BIGINT (efmesh refuses it); Postgres's cast refuses it itself.
     let fraction =
         if p.on_postgres() { "`2.5` is not a valid `bigint`: ERROR: invalid input syntax for type bigint: \"2.5\"" } else { "`2.5` is not a whole number" };
-    for (column, value) in [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`")] {
+    // A value with more decimals than the column holds would be rounded (by either engine).
+    let rounded = "`3.555` has more than the 2 decimal(s) of `decimal(10,2)`, which would round it to 3.56";
+    for (column, value) in [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`"), ("amount", rounded)] {
         let line = err.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{err}"));
         assert!(line.contains("row 3") && line.contains(value), "{line}");
     }
