@@ -93,6 +93,11 @@ pub struct Victim {
     pub first_seen: Option<String>,
     /// True when an earlier janitor claimed it and could not drop it (or was stopped).
     pub left_over: bool,
+    /// True when there was nothing to drop: no such relation in the engine (dropped by hand, by
+    /// an earlier janitor that was stopped before forgetting it, or named outside efmesh's
+    /// storage) and no lake directory; only the state store's rows went.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub already_absent: bool,
 }
 
 /// A claimed storage the janitor could not drop: it stays claimed, and the next janitor tries
@@ -547,6 +552,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 lake_dir: None,
                 first_seen: None,
                 left_over: false,
+                already_absent: false,
             }),
             Some(s) if opts.dry_run => push(&mut report, victim(s, config, false), s),
             Some(_) => {}
@@ -850,6 +856,7 @@ fn drop_condemned(
             report.kept_shared.push(kept);
             continue;
         }
+        let absent = !present.contains_key(&key);
         match drop_storage(config, engine.as_deref_mut(), s3, &present, c) {
             Ok(lake_dir) => {
                 // The storage is gone: the claim can go (if forgetting it fails, the next
@@ -859,6 +866,7 @@ fn drop_condemned(
                     continue;
                 }
                 let mut v = victim(c, config, !fresh.contains(&c.physical));
+                v.already_absent = absent && lake_dir.is_none() && !c.physical.is_empty();
                 v.lake_dir = lake_dir;
                 tracing::info!(physical = %c.physical, model = %c.name, "dropped");
                 push(report, v, c);
@@ -914,6 +922,7 @@ fn victim(c: &Condemned, config: &Config, left_over: bool) -> Victim {
         lake_dir: lake_dir_of(config, &c.physical).filter(|d| !d.s3 && Path::new(&d.url).exists()).map(|d| d.url),
         first_seen: None,
         left_over,
+        already_absent: false,
     }
 }
 

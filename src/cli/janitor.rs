@@ -109,6 +109,9 @@ fn line(v: &Victim) -> String {
     if v.left_over {
         s.push_str(", claimed by an earlier janitor");
     }
+    if v.already_absent {
+        s.push_str(", already gone from the engine (nothing to drop: its rows in the state store went)");
+    }
     s.push('\n');
     s
 }

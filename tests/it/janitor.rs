@@ -992,3 +992,26 @@ fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
     p.write("efmesh.toml", &config("b.state.sqlite"));
     assert_eq!(dl_rows(&p, B_ENV), vec![vec![Some("1".to_string())]], "B still serves its data");
 }
+
+/// A claimed version whose relation the engine no longer has (dropped by hand) is reported as
+/// such (`alreadyAbsent`, "already gone"), not as a drop the janitor made; its state rows go.
+#[test]
+fn a_version_whose_relation_was_dropped_by_hand_is_reported_already_absent_not_dropped() {
+    let mut p = project(1);
+    p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    let two = p.apply("dev");
+    p.write("models/m.lua", &models(3));
+    p.apply("dev");
+    let (m, v) = (physical_of(&two, "s.m"), physical_of(&two, "s.v"));
+    p.execute_on_engine(&format!("DROP VIEW {v}"));
+    let before = p.state_summary().snapshots.len();
+    let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    let entry = |phys: &str| r["dropped"].as_array().and_then(|d| d.iter().find(|e| e["physical"] == phys)).cloned().unwrap_or_else(|| panic!("{r:#}"));
+    assert_eq!(entry(&v)["alreadyAbsent"], Value::Bool(true), "{r:#}");
+    assert_eq!(entry(&m).get("alreadyAbsent"), None, "a relation it dropped: {r:#}");
+    assert!(!p.physical_tables().contains(&table_name(&m)));
+    assert_eq!(p.state_summary().snapshots.len(), before - 2, "both versions' rows went");
+    let text = janitor(&mut p, LATER, &["--ttl", "0"]);
+    assert!(text.expect_code(0).stdout.contains("nothing to collect"), "{text:#?}");
+}
