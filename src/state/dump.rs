@@ -232,12 +232,34 @@ impl StateDump {
 
     /// What the stores' reads rely on beyond types: every ledger row's start and end are
     /// instants (and when it was written), the start before the end, its status `done` or `failed`. A store imported
-    /// without them fails every later plan. (Pointers are not checked against snapshots:
-    /// externals have none.)
+    /// without them fails every later plan. Every snapshot's storage is efmesh's (none, or a
+    /// relation in its storage schema or DuckLake catalog: the janitor would otherwise claim a
+    /// relation of the user's), and its creation an instant; every environment name is one efmesh
+    /// accepts; an interrupted promotion's pointers and undo are JSON. (Pointers are not checked
+    /// against snapshots: externals have none.)
     fn check_content(&self) -> Result<(), String> {
         use crate::core::interval::parse_instant;
         let rows = |t: &str| self.tables.get(t).map(Vec::as_slice).unwrap_or_default();
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let storage = [crate::core::name::PHYSICAL_SCHEMA, crate::core::target::DUCKLAKE_ALIAS].map(|s| format!("\"{s}\"."));
+        for (i, r) in rows("snapshots").iter().enumerate() {
+            let at = |column: &str| format!("table `snapshots` row {} column `{column}` ({} {})", i + 1, text(&r[0]), text(&r[1]));
+            let physical = text(&r[4]);
+            if !physical.is_empty() && !storage.iter().any(|s| physical.to_ascii_lowercase().starts_with(s)) {
+                return Err(format!("{}: `{physical}` is not in efmesh's storage (`{}` or `{}`)", at("physical"), storage[0], storage[1]));
+            }
+            parse_instant(&text(&r[8])).map_err(|e| format!("{}: {e}", at("created_at")))?;
+        }
+        for (i, r) in rows("environments").iter().enumerate() {
+            let env = text(&r[0]);
+            crate::core::name::validate_env(&env).map_err(|e| format!("table `environments` row {} column `env`: {e}", i + 1))?;
+        }
+        for (i, r) in rows("promotions").iter().enumerate() {
+            for (c, column) in [(1, "pointers"), (2, "rollback")] {
+                serde_json::from_str::<Value>(&text(&r[c]))
+                    .map_err(|e| format!("table `promotions` row {} column `{column}` ({}): not JSON: {e}", i + 1, text(&r[0])))?;
+            }
+        }
         for (i, r) in rows("intervals").iter().enumerate() {
             let at = |column: &str| format!("table `intervals` row {} column `{column}` ({} {})", i + 1, text(&r[0]), text(&r[1]));
             let start = parse_instant(&text(&r[2])).map_err(|e| format!("{}: {e}", at("start_ts")))?;
@@ -291,6 +313,19 @@ mod tests {
         let bad = with("intervals", vec![interval("2026-01-02T00:00:00.000Z", "2026-01-01T00:00:00.000Z", "done")]).unwrap_err();
         assert!(bad.contains("ends at 2026-01-01T00:00:00.000Z before it starts"), "{bad}");
         assert!(with("intervals", vec![interval("2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z", "maybe")]).unwrap_err().contains("neither"));
+        // A snapshot naming storage outside efmesh's (the janitor would claim it), a bad
+        // creation time, an environment name efmesh refuses, a promotion that is not JSON.
+        let snapshot = |physical: &str, created: &str| {
+            vec![json!("s.m"), json!("fp"), json!(1), json!("full"), json!(physical), Value::Null, json!("SELECT 1"), json!("{}"), json!(created)]
+        };
+        let at = "2026-01-05T00:00:00.000Z";
+        assert!(with("snapshots", vec![snapshot("\"_efmesh\".\"s__m__fp\"", at), snapshot("", at)]).is_ok());
+        assert!(with("snapshots", vec![snapshot("\"landing\".\"events\"", at)]).unwrap_err().contains("is not in efmesh's storage"));
+        assert!(with("snapshots", vec![snapshot("\"_efmesh\".\"s__m__fp\"", "yesterday")]).unwrap_err().contains("column `created_at`"));
+        let bad = with("environments", vec![vec![json!("Dev-X; drop"), json!("s.m"), json!("fp"), json!(at), json!("{}")]]).unwrap_err();
+        assert!(bad.starts_with("table `environments` row 1 column `env`"), "{bad}");
+        let bad = with("promotions", vec![vec![json!("dev"), json!("{"), json!("[]"), json!(at)]]).unwrap_err();
+        assert!(bad.contains("column `pointers` (dev): not JSON"), "{bad}");
     }
 
     #[test]
