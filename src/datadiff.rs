@@ -6,8 +6,8 @@
 //!
 //! - the row count of each view, always in full;
 //! - schema drift between the two views: columns only in A, only in B, and columns whose type
-//!   differs (values of a column retyped within its family — numeric, text, temporal, boolean —
-//!   are compared as values, `1.25` equal to `1.2500`; across families as text);
+//!   differs (values of a column retyped between exact numbers — integers, decimals — are
+//!   compared as values, `1.25` equal to `1.2500`; any other retyped column as text);
 //! - with a key (the model's `grain` when it declares one, else its kind's `key`: unique-key and
 //!   `scd_type2` models), a `FULL OUTER JOIN` of the two views on the key, NULL-safe (a NULL key
 //!   matches a NULL key): rows only in A, only in B and matched, and for each common non-key
@@ -203,6 +203,32 @@ impl Common {
     }
 }
 
+/// True for an integer or decimal type (DuckDB's and Postgres's spellings).
+fn exact_number(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_uppercase();
+    let base = t.split(['(', ' ']).next().unwrap_or("");
+    matches!(
+        base,
+        "TINYINT"
+            | "SMALLINT"
+            | "INTEGER"
+            | "INT"
+            | "BIGINT"
+            | "HUGEINT"
+            | "UTINYINT"
+            | "USMALLINT"
+            | "UINTEGER"
+            | "UBIGINT"
+            | "UHUGEINT"
+            | "INT1"
+            | "INT2"
+            | "INT4"
+            | "INT8"
+            | "DECIMAL"
+            | "NUMERIC"
+    )
+}
+
 fn find<'c>(columns: &'c [DescribedColumn], name: &str) -> Option<&'c DescribedColumn> {
     columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
 }
@@ -271,11 +297,12 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
             if skip_managed && managed.iter().any(|m| m.eq_ignore_ascii_case(&a.name)) {
                 return None;
             }
-            // Compared as text only across type families: `1.25` as `NUMERIC(10,2)` and `1.2500`
-            // as `NUMERIC(12,4)` are the same value, not the same text.
-            let (fa, fb) = (crate::core::schema::TypeFamily::of(&a.ty), crate::core::schema::TypeFamily::of(&b.ty));
-            let same_family = fa == fb && fa.is_scalar();
-            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || same_family);
+            // Compared as text unless both are exact numbers (integers, decimals), which compare
+            // exactly as values: `1.25` as `NUMERIC(10,2)` and `1.2500` as `NUMERIC(12,4)` are the
+            // same value, not the same text. (A float against an exact number would compare as
+            // doubles, losing digits; other families have forms the engines equate that serve
+            // differently: a padded `char(n)`, a `uuid`'s spelling, a date and its midnight.)
+            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || (exact_number(&a.ty) && exact_number(&b.ty)));
             Some(Common { a: a.name.clone(), b: b.name.clone(), retyped, ty: a.ty.clone() })
         })
         .collect();

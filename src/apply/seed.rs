@@ -121,8 +121,17 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
         .map(|c| {
             let v = quote_ident(&c.name);
             let mut bad = format!("{} IS NULL", dialect.try_cast(&v, &c.ty)?);
-            if is_integer_type(&c.ty) || decimal_scale(&c.ty).is_some() {
+            if is_integer_type(&c.ty) {
                 bad = format!("{bad} OR {} <> {}", dialect.try_cast(&v, "DOUBLE")?, dialect.try_cast(&v, &c.ty)?);
+            } else if let Some(scale) = decimal_scale(&c.ty) {
+                // Exactly, on the text (a double has too few digits for wide decimals): a digit
+                // other than 0 after the scale's; in exponent notation, as a double.
+                let text = format!("trim(CAST({v} AS VARCHAR))");
+                bad = format!(
+                    "{bad} OR regexp_matches({text}, '^[+-]?[0-9]*\\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$') OR (regexp_matches({text}, '[eE]') AND {} <> {})",
+                    dialect.try_cast(&v, "DOUBLE")?,
+                    dialect.try_cast(&v, &c.ty)?
+                );
             }
             Some(format!("CAST(min(CAST({} AS BIGINT)) FILTER (WHERE {v} IS NOT NULL AND ({bad})) AS VARCHAR)", quote_ident(ORDINAL)))
         })
@@ -251,15 +260,22 @@ pub fn drop_stages(project: &Project, pending: &BTreeSet<ModelName>, engine: &mu
 }
 
 /// The scale `s` of a `decimal(p,s)` / `numeric(p,s)` type (a value with more decimals would be
-/// rounded), if it is one.
+/// rounded), if it is one: 0 for `decimal(p)`; 3 for a bare `decimal` (DuckDB's
+/// `DECIMAL(18,3)`; Postgres's bare `numeric` rounds nothing, and its check compares values).
 fn decimal_scale(ty: &str) -> Option<u32> {
     let t = ty.trim().to_ascii_lowercase();
-    let (base, rest) = t.split_once('(')?;
+    let (base, rest) = t.split_once('(').unwrap_or((t.as_str(), ""));
     if !matches!(base.trim(), "decimal" | "numeric") {
         return None;
     }
-    let (_, scale) = rest.strip_suffix(')')?.split_once(',')?;
-    scale.trim().parse().ok()
+    if rest.is_empty() {
+        return Some(3);
+    }
+    let inner = rest.strip_suffix(')')?;
+    match inner.split_once(',') {
+        Some((_, scale)) => scale.trim().parse().ok(),
+        None => Some(0),
+    }
 }
 
 /// DuckDB's integer types and their aliases (where a fractional value would be rounded).

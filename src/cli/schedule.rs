@@ -193,22 +193,15 @@ impl CronSpec {
     }
 }
 
-/// One OnCalendar component: `*` for every value, `a/step` for a progression running to the end,
-/// else a comma list (zero-padded to `width` digits).
+/// One OnCalendar component: `*` for every value, else a comma list (zero-padded to `width`
+/// digits). Never the `a/step` form: systemd 252 (Debian 12) skips the first instant of such a
+/// step after the next unit rolls over (`*:00/7` misses 00:00), where the list fires at each.
 fn calendar_list(set: &BTreeSet<u16>, min: u16, max: u16, width: usize) -> String {
     let all = (min..=max).all(|v| set.contains(&v));
     if all {
         return "*".into();
     }
-    let v: Vec<u16> = set.iter().copied().collect();
-    if v.len() >= 2 {
-        let step = v[1] - v[0];
-        let progression = v.windows(2).all(|w| w[1] - w[0] == step) && v[v.len() - 1] + step > max;
-        if progression {
-            return format!("{:0width$}/{step}", v[0]);
-        }
-    }
-    v.iter().map(|x| format!("{x:0width$}")).collect::<Vec<_>>().join(",")
+    set.iter().map(|x| format!("{x:0width$}")).collect::<Vec<_>>().join(",")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,16 +456,17 @@ mod tests {
         assert_eq!(cal("@hourly"), ["*-*-* *:00:00"]);
         assert_eq!(cal("@daily"), ["*-*-* 00:00:00"]);
         assert_eq!(cal("@weekly"), ["Sun *-*-* 00:00:00"]);
-        assert_eq!(cal("*/15 * * * *"), ["*-*-* *:00/15:00"]);
+        assert_eq!(cal("*/15 * * * *"), ["*-*-* *:00,15,30,45:00"]);
         assert_eq!(cal("0 9-17 * * mon-fri"), ["Mon,Tue,Wed,Thu,Fri *-*-* 09,10,11,12,13,14,15,16,17:00:00"]);
         assert_eq!(cal("0 0 * * 7"), ["Sun *-*-* 00:00:00"]);
         // Both day fields restricted: cron fires on either, so two calendars.
         assert_eq!(cal("30 4 1,15 * 1"), ["*-*-01,15 04:30:00", "Mon *-*-* 04:30:00"]);
         // A field starting with `*` makes cron require both, its step included: odd days, odd
         // days that are Mondays, the 1st when a Sunday, Tuesday, Thursday or Saturday.
-        assert_eq!(cal("0 0 */2 * *"), ["*-*-01/2 00:00:00"]);
-        assert_eq!(cal("0 0 */10 * *"), ["*-*-01/10 00:00:00"]);
-        assert_eq!(cal("0 0 */2 * mon"), ["Mon *-*-01/2 00:00:00"]);
+        assert_eq!(cal("0 0 */2 * *"), ["*-*-01,03,05,07,09,11,13,15,17,19,21,23,25,27,29,31 00:00:00"]);
+        assert_eq!(cal("0 0 */10 * *"), ["*-*-01,11,21,31 00:00:00"]);
+        assert_eq!(cal("*/7 * * * *"), ["*-*-* *:00,07,14,21,28,35,42,49,56:00"]);
+        assert_eq!(cal("0 0 */2 * mon"), ["Mon *-*-01,03,05,07,09,11,13,15,17,19,21,23,25,27,29,31 00:00:00"]);
         assert_eq!(cal("0 0 1 * */2"), ["Sun,Tue,Thu,Sat *-*-01 00:00:00"]);
     }
 

@@ -140,14 +140,17 @@ fn a_value_that_does_not_fit_fails_the_apply_before_anything_is_built(engine: En
 
 fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_decimals(engine: EngineBackend) {
     let p = project(engine);
-    p.write("seeds/t.csv", "id,ratio,day,flag,label,amount\n1,0.5,2026-01-01,true,a,1.25\n2.5,x,2026-02-30,maybe,\"\",3.555\n3,1,2026-01-03,false,c,2\n");
+    p.write(
+        "seeds/t.csv",
+        "id,ratio,day,flag,label,amount,wide,big\n1,0.5,2026-01-01,true,a,1.25,9418509394911681.08,1\n2.5,x,2026-02-30,maybe,\"\",3.555,9418509394911681.08,833629687074913.637\n3,1,2026-01-03,false,c,2,1.50,2\n",
+    );
     // Declared types are the engine's: Postgres spells `double` `double precision`.
     let double = if p.on_postgres() { "double precision" } else { "double" };
     p.write(
         "models/seed.lua",
         &format!(
             r#"define_model {{ name = "ref.t", kind = kind.seed {{ path = "seeds/t.csv" }},
-  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }}, {{ "amount", "decimal(10,2)" }} }} }}
+  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }}, {{ "amount", "decimal(10,2)" }}, {{ "wide", "decimal(18,2)" }}, {{ "big", "decimal(18,2)" }} }} }}
 "#
         ),
     );
@@ -159,11 +162,15 @@ fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_deci
         if p.on_postgres() { "`2.5` is not a valid `bigint`: ERROR: invalid input syntax for type bigint: \"2.5\"" } else { "`2.5` is not a whole number" };
     // A value with more decimals than the column holds would be rounded (by either engine).
     let rounded = "`3.555` has more than the 2 decimal(s) of `decimal(10,2)`, which would round it to 3.56";
-    for (column, value) in [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`"), ("amount", rounded)] {
+    // Exactly, however wide: 16 digits before the point fit `decimal(18,2)` (not refused), one
+    // more decimal than it holds does not (a double would see neither).
+    let wide_rounded = "`833629687074913.637` has more than the 2 decimal(s)";
+    for (column, value) in [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`"), ("amount", rounded), ("big", wide_rounded)] {
         let line = err.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{err}"));
         assert!(line.contains("row 3") && line.contains(value), "{line}");
     }
     assert!(!err.contains("column `label`"), "a quoted empty string fits varchar:\n{err}");
+    assert!(!err.contains("column `wide`"), "every value fits `decimal(18,2)`:\n{err}");
     assert!(p.physical_tables().is_empty());
 }
 
