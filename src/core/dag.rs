@@ -84,6 +84,25 @@ impl Dag {
             errors.extend(validate_model(m));
             errors.extend(validate_edges(m, &lookup, &suggest));
         }
+        // A model named like the relation an external reads: its `prod` view would replace that
+        // relation (the user's table or view), and the external would then read the model itself.
+        for ext in by_name.values() {
+            let Kind::External(super::kind::External::Table { name }) = &ext.kind else { continue };
+            let relation = name.replace('"', "").to_ascii_lowercase();
+            if let Some(model) = folded.get(&relation).and_then(|n| by_name.get(n)) {
+                errors.push(
+                    LoadError::new(
+                        Some(model.location.clone()),
+                        Some(model.name.clone()),
+                        format!(
+                            "model `{}` is named like the relation `{name}` that external `{}` ({}) reads: its `prod` view would replace that relation, and `{}` would then read this model",
+                            model.name, ext.name, ext.location, ext.name
+                        ),
+                    )
+                    .with_hint("rename the model (or point the external at another relation)"),
+                );
+            }
+        }
         if !errors.is_empty() {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
             return Err(LoadErrors(errors));

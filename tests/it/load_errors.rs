@@ -333,3 +333,19 @@ fn columns_differing_only_in_case() {
         &["models/extra.lua:2", "model `z.x`", "columns `n` and `N` differ only in case"],
     );
 }
+
+#[test]
+fn a_model_named_like_the_relation_an_external_reads_is_refused() {
+    // Its `prod` view would replace the user's relation (`CREATE OR REPLACE VIEW`), and the
+    // external would then read the model itself.
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/clash.lua",
+                "define_model { name = \"lz.ext\", kind = kind.external { table = \"landing.v\" }, schema = { { \"n\", \"bigint\" } } }\n\
+                 define_model { name = \"landing.v\", kind = kind.view(), schema = { { \"n\", \"bigint\" } }, query = \"SELECT 1 AS n\" }\n",
+            );
+        },
+        &["models/clash.lua:2", "model `landing.v` is named like the relation `landing.v` that external `lz.ext`", "rename the model"],
+    );
+}
