@@ -48,12 +48,45 @@ pub trait Caller {
     /// # Errors
     /// An unknown macro, a wrong arity, a macro raising an error or returning a non-string.
     fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure>;
+
+    /// True when macro `name` is defined.
+    fn defines(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 impl Caller for Foreign {
     fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
         self.call_macro(name, args)
     }
+
+    fn defines(&self, name: &str) -> bool {
+        self.defines_macro(name)
+    }
+}
+
+/// The first call of a defined macro in `sql` (outside literals and comments): a macro's output
+/// is not expanded again, and the engine would read what is left (`@greatest(…)` is DuckDB's
+/// `abs(greatest(…))`).
+fn call_left_in(sql: &str, caller: &dyn Caller) -> Option<String> {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(end) = skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        if let Some((name_end, _)) = call_head(b, i) {
+            let name = &sql[i + 1..name_end];
+            if !RESERVED.contains(&name) && caller.defines(name) {
+                return Some(name.to_string());
+            }
+            i = name_end;
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// No macro is defined.
@@ -257,6 +290,10 @@ fn expand_from(
         let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors, None)).collect();
         if errors.len() == before {
             match caller.call(name, args) {
+                Ok(sql) if let Some(inner) = call_left_in(&sql, caller) => errors.push(
+                    LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a call of macro `@{inner}`, which is not expanded again: the engine would read `@{inner}(…)` as SQL (DuckDB: `abs({inner}(…))`)"))
+                        .with_hint(format!("call `@{inner}` in the model and pass its result to `@{name}` as an argument, or have `@{name}` compute the SQL itself")),
+                ),
                 Ok(sql) => out.push_str(&sql),
                 Err(f) => {
                     let mut e = LoadError::new(Some(at(base + i)), None, f.message);

@@ -328,3 +328,39 @@ fn a_macro_keeping_state_between_calls_is_refused_naming_it() {
         assert!(run.stderr.contains(expected), "`{expected}` in:\n{}", run.stderr);
     }
 }
+
+#[test]
+fn a_macro_returning_a_call_of_another_macro_is_a_load_error_not_sql_the_engine_reads_otherwise() {
+    // Not expanded again: `@greatest(v, -100)` left in the SQL is DuckDB's `abs(greatest(…))`,
+    // which served 7 where the query meant -7 (exit 0).
+    let p = project();
+    p.write(
+        "macros/m.lua",
+        "define_macro(\"greatest\", function(a, b) return (\"greatest(%s, %s)\"):format(a, b) end)\n\
+         define_macro(\"clamp\", function(v) return (\"@greatest(%s, -100)\"):format(v) end)\n",
+    );
+    p.write(
+        "models/l.lua",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"x\", \"integer\" } },\n  query = \"SELECT @clamp(-7) AS x\" }\n",
+    );
+    for args in [&["check"][..], &["apply", "dev", "--yes"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        assert!(
+            said.contains("models/l.lua:1") && said.contains("macro `@clamp` returned a call of macro `@greatest`, which is not expanded again"),
+            "{args:?}: {said}"
+        );
+    }
+    // As an argument it is expanded first: fine.
+    p.write(
+        "macros/m.lua",
+        "define_macro(\"greatest\", function(a, b) return (\"greatest(%s, %s)\"):format(a, b) end)\ndefine_macro(\"clamp\", function(v) return v end)\n",
+    );
+    p.write(
+        "models/l.lua",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"x\", \"integer\" } },\n  query = \"SELECT @clamp(@greatest(-7, -100)) AS x\" }\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.l"), vec![vec![Some("-7".into())]]);
+}
