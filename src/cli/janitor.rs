@@ -169,7 +169,14 @@ fn text(r: &Report) -> String {
         return s;
     }
     if !r.dropped.is_empty() {
-        s.push_str(&format!("janitor {verb} {} unreachable version storage(s) (ttl {} days):\n", r.dropped.len(), r.ttl_days));
+        // Those the engine no longer had were not dropped: said apart.
+        let absent = r.dropped.iter().filter(|v| v.already_absent).count();
+        let head = match (r.dropped.len() - absent, absent) {
+            (_, 0) => format!("janitor {verb} {} unreachable version storage(s)", r.dropped.len()),
+            (0, a) => format!("janitor forgot {a} unreachable version(s) whose storage was already gone from the engine"),
+            (d, a) => format!("janitor {verb} {d} unreachable version storage(s) and forgot {a} whose storage was already gone from the engine"),
+        };
+        s.push_str(&format!("{head} (ttl {} days):\n", r.ttl_days));
         s.extend(r.dropped.iter().map(line));
     }
     if !r.orphans.is_empty() {

@@ -67,6 +67,10 @@ struct Refresh {
     due: Option<Millis>,
     /// The cron's next tick after now.
     next_due: Option<Millis>,
+    /// When its last refresh read rows complete only up to an earlier instant (a time-range
+    /// model above it lacked intervals from there on): that instant
+    /// ([`crate::state::refreshed_until`]).
+    rows_up_to: Option<Millis>,
 }
 
 /// Prints the status report of `env`; with `check`, exit 1 when unhealthy.
@@ -125,10 +129,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     && let (Some(text), Some(cron)) = (m.cron.as_deref(), m.schedule())
                 {
                     let due = crate::core::cron::last_tick(&cron, now);
+                    let until = if m.kind.is_refreshed() { crate::state::refreshed_until(&*state, name, fp)? } else { None };
                     refreshes.push(Refresh {
                         model: name.clone(),
                         kind: m.kind.tag(),
                         cron: text.to_string(),
+                        rows_up_to: until.filter(|u| stats.done_up_to.is_some_and(|d| *u < d)),
                         refreshed_for: stats.done_up_to,
                         due: due.filter(|d| stats.done_up_to.is_none_or(|r| r < *d)),
                         next_due: crate::core::cron::next_tick(&cron, now),
@@ -296,6 +302,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "kind": r.kind,
                 "cron": r.cron,
                 "refreshedFor": r.refreshed_for.map(to_iso),
+                "rowsUpTo": r.rows_up_to.map(to_iso),
                 "due": r.due.is_some(),
                 "dueSince": r.due.map(to_iso),
                 "nextDueAt": r.next_due.map(to_iso),
@@ -379,7 +386,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
         }
         for r in &refreshes {
-            let last = r.refreshed_for.map_or("never refreshed on its cron".to_string(), |t| format!("last refreshed for the tick at {}", to_iso(t)));
+            let mut last = r.refreshed_for.map_or("never refreshed on its cron".to_string(), |t| format!("last refreshed for the tick at {}", to_iso(t)));
+            if let Some(u) = r.rows_up_to {
+                last.push_str(&format!(", over rows complete only up to {} (a time-range model above it lacked intervals then)", to_iso(u)));
+            }
             let next = r.next_due.map_or(String::new(), |n| format!(", next due {}", to_iso(n)));
             match r.due {
                 Some(d) => {

@@ -999,19 +999,32 @@ fn a_ducklake_catalog_shared_by_two_stores_keeps_their_tables() {
 fn a_version_whose_relation_was_dropped_by_hand_is_reported_already_absent_not_dropped() {
     let mut p = project(1);
     p.apply("prod");
-    p.write("models/m.lua", &models(2));
-    let two = p.apply("dev");
-    p.write("models/m.lua", &models(3));
-    p.apply("dev");
-    let (m, v) = (physical_of(&two, "s.m"), physical_of(&two, "s.v"));
-    p.execute_on_engine(&format!("DROP VIEW {v}"));
+    // Applies `a`, then `b` to dev: `a`'s two versions become unreachable; `a`'s view of `s.v`
+    // is then dropped by hand.
+    let unreachable = |p: &mut Project, a: i64, b: i64| {
+        p.write("models/m.lua", &models(a));
+        let applied = p.apply("dev");
+        p.write("models/m.lua", &models(b));
+        p.apply("dev");
+        let (m, v) = (physical_of(&applied, "s.m"), physical_of(&applied, "s.v"));
+        p.execute_on_engine(&format!("DROP VIEW {v}"));
+        (m, v)
+    };
+    let (m, _) = unreachable(&mut p, 2, 3);
     let before = p.state_summary().snapshots.len();
+    let text = janitor(&mut p, LATER, &["--ttl", "0"]).expect_code(0).stdout.clone();
+    assert!(
+        text.contains("janitor dropped 1 unreachable version storage(s) and forgot 1 whose storage was already gone from the engine")
+            && text.contains("already gone from the engine (nothing to drop"),
+        "{text}"
+    );
+    assert!(!p.physical_tables().contains(&table_name(&m)));
+    assert_eq!(p.state_summary().snapshots.len(), before - 2, "both versions' rows went");
+    let (m, v) = unreachable(&mut p, 4, 5);
     let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     let entry = |phys: &str| r["dropped"].as_array().and_then(|d| d.iter().find(|e| e["physical"] == phys)).cloned().unwrap_or_else(|| panic!("{r:#}"));
     assert_eq!(entry(&v)["alreadyAbsent"], Value::Bool(true), "{r:#}");
     assert_eq!(entry(&m).get("alreadyAbsent"), None, "a relation it dropped: {r:#}");
-    assert!(!p.physical_tables().contains(&table_name(&m)));
-    assert_eq!(p.state_summary().snapshots.len(), before - 2, "both versions' rows went");
-    let text = janitor(&mut p, LATER, &["--ttl", "0"]);
-    assert!(text.expect_code(0).stdout.contains("nothing to collect"), "{text:#?}");
+    let again = janitor(&mut p, LATER, &["--ttl", "0"]);
+    assert!(again.expect_code(0).stdout.contains("nothing to collect"), "{again:#?}");
 }

@@ -796,3 +796,41 @@ end)
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(days(&p, "dev", "t.below"), "01=1001,02=1002,03=1004,04=1008");
 }
+
+#[test]
+fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_above_it() {
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write(
+        "macros/signals.lua",
+        r#"define_signal("landed", function(intervals, args, db)
+  local ready = {}
+  for i, iv in ipairs(intervals) do
+    local rows = db.query(("SELECT count(*) FROM landing.ready WHERE d = DATE '%s'"):format(iv.start:sub(1, 10)))
+    ready[i] = rows[1][1] ~= "0"
+  end
+  return ready
+end)
+"#,
+    );
+    let cron =
+        |m: String| m.replace(r#"kind.incremental_by_unique_key { key = "day" },"#, r#"kind.incremental_by_unique_key { key = "day" }, cron = "@daily","#);
+    p.write("models/m.lua", &cron(keyed_below_signal(false, 0)));
+    p.apply("prod");
+    // The 3rd's events arrive, not its signal: the daily refresh at the tick reads `t.daily`
+    // without it.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    let status = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+    let refresh = status["refreshes"].as_array().and_then(|r| r.iter().find(|r| r["model"] == "u.days")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(
+        (refresh["refreshedFor"].as_str(), refresh["rowsUpTo"].as_str()),
+        (Some("2026-01-04T00:00:00.000Z"), Some("2026-01-03T00:00:00.000Z")),
+        "{status:#}"
+    );
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains("over rows complete only up to 2026-01-03T00:00:00.000Z"), "{text}");
+}
