@@ -126,7 +126,8 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
             } else if let Some(scale) = decimal_scale(&c.ty) {
                 // Exactly, on the text (a double has too few digits for wide decimals): a digit
                 // other than 0 after the scale's; in exponent notation, as a double.
-                let text = format!("trim(CAST({v} AS VARCHAR))");
+                // As the cast reads it: padding of any blank, `_` digit separators.
+                let text = format!("replace(trim(CAST({v} AS VARCHAR), ' \t\n\r'), '_', '')");
                 bad = format!(
                     "{bad} OR regexp_matches({text}, '^[+-]?[0-9]*\\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$') OR (regexp_matches({text}, '[eE]') AND {} <> {})",
                     dialect.try_cast(&v, "DOUBLE")?,

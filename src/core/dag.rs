@@ -88,8 +88,11 @@ impl Dag {
         // relation (the user's table or view), and the external would then read the model itself.
         for ext in by_name.values() {
             let Kind::External(super::kind::External::Table { name }) = &ext.kind else { continue };
+            // `t` is `main.t`; a catalog-qualified name may be another database's: left alone.
             let relation = name.replace('"', "").to_ascii_lowercase();
-            if let Some(model) = folded.get(&relation).and_then(|n| by_name.get(n)) {
+            let relation = if relation.contains('.') { relation } else { format!("main.{relation}") };
+            // Only a model with a view of its own (not an external, not an embedded model).
+            if let Some(model) = folded.get(&relation).and_then(|n| by_name.get(n)).filter(|m| !matches!(m.kind, Kind::External(_) | Kind::Embedded)) {
                 errors.push(
                     LoadError::new(
                         Some(model.location.clone()),

@@ -398,11 +398,6 @@ impl Foreign {
         }
     }
 
-    /// True when macro `name` is defined (in either language).
-    pub fn defines_macro(&self, name: &str) -> bool {
-        self.macro_index().contains_key(name)
-    }
-
     /// Runs macro `name` with `args` in its language's interpreter.
     ///
     /// # Errors

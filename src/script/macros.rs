@@ -48,27 +48,18 @@ pub trait Caller {
     /// # Errors
     /// An unknown macro, a wrong arity, a macro raising an error or returning a non-string.
     fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure>;
-
-    /// True when macro `name` is defined.
-    fn defines(&self, _name: &str) -> bool {
-        false
-    }
 }
 
 impl Caller for Foreign {
     fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
         self.call_macro(name, args)
     }
-
-    fn defines(&self, name: &str) -> bool {
-        self.defines_macro(name)
-    }
 }
 
-/// The first call of a defined macro in `sql` (outside literals and comments): a macro's output
-/// is not expanded again, and the engine would read what is left (`@greatest(…)` is DuckDB's
-/// `abs(greatest(…))`).
-fn call_left_in(sql: &str, caller: &dyn Caller) -> Option<String> {
+/// The first macro call left in `sql`, a macro's output (outside literals and comments): it is
+/// not expanded again, and the engine would read what is left (`@greatest(…)` is DuckDB's
+/// `abs(greatest(…))`); in a model's own text the same call is a macro call (or an unknown one).
+fn call_left_in(sql: &str) -> Option<String> {
     let b = sql.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -78,7 +69,7 @@ fn call_left_in(sql: &str, caller: &dyn Caller) -> Option<String> {
         }
         if let Some((name_end, _)) = call_head(b, i) {
             let name = &sql[i + 1..name_end];
-            if !RESERVED.contains(&name) && caller.defines(name) {
+            if !RESERVED.contains(&name) {
                 return Some(name.to_string());
             }
             i = name_end;
@@ -290,8 +281,8 @@ fn expand_from(
         let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors, None)).collect();
         if errors.len() == before {
             match caller.call(name, args) {
-                Ok(sql) if let Some(inner) = call_left_in(&sql, caller) => errors.push(
-                    LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a call of macro `@{inner}`, which is not expanded again: the engine would read `@{inner}(…)` as SQL (DuckDB: `abs({inner}(…))`)"))
+                Ok(sql) if let Some(inner) = call_left_in(&sql) => errors.push(
+                    LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a macro call `@{inner}(…)`, which is not expanded again: the engine would read it as SQL (DuckDB: `abs({inner}(…))`)"))
                         .with_hint(format!("call `@{inner}` in the model and pass its result to `@{name}` as an argument, or have `@{name}` compute the SQL itself")),
                 ),
                 Ok(sql) => out.push_str(&sql),

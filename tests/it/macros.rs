@@ -348,7 +348,7 @@ fn a_macro_returning_a_call_of_another_macro_is_a_load_error_not_sql_the_engine_
         r.expect_code(1);
         let said = format!("{}{}", r.stdout, r.stderr);
         assert!(
-            said.contains("models/l.lua:1") && said.contains("macro `@clamp` returned a call of macro `@greatest`, which is not expanded again"),
+            said.contains("models/l.lua:1") && said.contains("macro `@clamp` returned a macro call `@greatest(…)`, which is not expanded again"),
             "{args:?}: {said}"
         );
     }

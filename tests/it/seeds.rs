@@ -142,7 +142,7 @@ fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_deci
     let p = project(engine);
     p.write(
         "seeds/t.csv",
-        "id,ratio,day,flag,label,amount,wide,big\n1,0.5,2026-01-01,true,a,1.25,9418509394911681.08,1\n2.5,x,2026-02-30,maybe,\"\",3.555,9418509394911681.08,833629687074913.637\n3,1,2026-01-03,false,c,2,1.50,2\n",
+        "id,ratio,day,flag,label,amount,wide,big,sep\n1,0.5,2026-01-01,true,a,1.25,9418509394911681.08,1,1\n2.5,x,2026-02-30,maybe,\"\",3.555,9418509394911681.08,833629687074913.637,1_000.125\n3,1,2026-01-03,false,c,2,1.50,2,2\n",
     );
     // Declared types are the engine's: Postgres spells `double` `double precision`.
     let double = if p.on_postgres() { "double precision" } else { "double" };
@@ -150,7 +150,7 @@ fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_deci
         "models/seed.lua",
         &format!(
             r#"define_model {{ name = "ref.t", kind = kind.seed {{ path = "seeds/t.csv" }},
-  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }}, {{ "amount", "decimal(10,2)" }}, {{ "wide", "decimal(18,2)" }}, {{ "big", "decimal(18,2)" }} }} }}
+  schema = {{ {{ "id", "bigint" }}, {{ "ratio", "{double}" }}, {{ "day", "date" }}, {{ "flag", "boolean" }}, {{ "label", "varchar" }}, {{ "amount", "decimal(10,2)" }}, {{ "wide", "decimal(18,2)" }}, {{ "big", "decimal(18,2)" }}, {{ "sep", "decimal(18,2)" }} }} }}
 "#
         ),
     );
@@ -165,7 +165,9 @@ fn every_bad_column_is_named_and_fractions_are_not_rounded_into_integers_or_deci
     // Exactly, however wide: 16 digits before the point fit `decimal(18,2)` (not refused), one
     // more decimal than it holds does not (a double would see neither).
     let wide_rounded = "`833629687074913.637` has more than the 2 decimal(s)";
-    for (column, value) in [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`"), ("amount", rounded), ("big", wide_rounded)] {
+    for (column, value) in
+        [("id", fraction), ("ratio", "`x`"), ("day", "`2026-02-30`"), ("flag", "`maybe`"), ("amount", rounded), ("big", wide_rounded), ("sep", "`1_000.125`")]
+    {
         let line = err.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{err}"));
         assert!(line.contains("row 3") && line.contains(value), "{line}");
     }
