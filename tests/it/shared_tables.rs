@@ -652,8 +652,14 @@ fn an_invalidated_environment_writes_no_table_a_served_one_shares() {
 /// [`models`] with `u.days` (unique-key by day, over `t.daily`) and `t.below`, a daily time-range
 /// model over it adding `add` (a query edit gives it a version of its own).
 fn below_keyed(with_n: bool, add: i64) -> String {
+    format!("{}{}", models(with_n, false), keyed_and_below(add))
+}
+
+/// `u.days` (unique-key by day, over `t.daily`) and `t.below`, a daily time-range model over it
+/// plus `add`.
+fn keyed_and_below(add: i64) -> String {
     format!(
-        r#"{}
+        r#"
 define_model {{
   name = "u.days", kind = kind.incremental_by_unique_key {{ key = "day" }},
   schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
@@ -664,8 +670,7 @@ define_model {{
   schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
   query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(coalesce(sum(total), 0) + {add} AS BIGINT) AS total FROM " .. ref("u.days") .. " WHERE day >= @start AND day < @end",
 }}
-"#,
-        models(with_n, false)
+"#
     )
 }
 
@@ -710,6 +715,17 @@ fn models_below_a_unique_key_table_left_to_prod_wait_for_prods_refresh_instead_o
     }
 }
 
+/// The `landed` signal: an interval is ready once `landing.ready` has its day.
+const LANDED: &str = r#"define_signal("landed", function(intervals, args, db)
+  local ready = {}
+  for i, iv in ipairs(intervals) do
+    local rows = db.query(("SELECT count(*) FROM landing.ready WHERE d = DATE '%s'"):format(iv.start:sub(1, 10)))
+    ready[i] = rows[1][1] ~= "0"
+  end
+  return ready
+end)
+"#;
+
 /// `t.daily` (the `landed` signal: ready once `landing.ready` has the day; with a count `n` when
 /// `with_n`), `u.days` unique-key over it, `t.below` daily over that plus `add`. No other
 /// time-range table than `t.daily` and `t.below`.
@@ -723,17 +739,8 @@ define_model {{
   schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }}{col} }},
   query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total{sel} FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
 }}
-define_model {{
-  name = "u.days", kind = kind.incremental_by_unique_key {{ key = "day" }},
-  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
-  query = "SELECT day, total FROM " .. ref("t.daily"),
-}}
-define_model {{
-  name = "t.below", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", batch_size = 1 }},
-  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
-  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(coalesce(sum(total), 0) + {add} AS BIGINT) AS total FROM " .. ref("u.days") .. " WHERE day >= @start AND day < @end",
-}}
-"#
+{below}"#,
+        below = keyed_and_below(add)
     )
 }
 
@@ -743,18 +750,7 @@ fn a_keyed_table_left_to_prod_counts_only_up_to_what_prods_refresh_read_and_no_m
     landing(&p);
     p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
     p.now = "2026-01-03T01:00:00Z".into();
-    p.write(
-        "macros/signals.lua",
-        r#"define_signal("landed", function(intervals, args, db)
-  local ready = {}
-  for i, iv in ipairs(intervals) do
-    local rows = db.query(("SELECT count(*) FROM landing.ready WHERE d = DATE '%s'"):format(iv.start:sub(1, 10)))
-    ready[i] = rows[1][1] ~= "0"
-  end
-  return ready
-end)
-"#,
-    );
+    p.write("macros/signals.lua", LANDED);
     p.write("models/m.lua", &keyed_below_signal(false, 0));
     p.apply("prod");
     p.apply("dev");
@@ -803,18 +799,7 @@ fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_abo
     landing(&p);
     p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
     p.now = "2026-01-03T01:00:00Z".into();
-    p.write(
-        "macros/signals.lua",
-        r#"define_signal("landed", function(intervals, args, db)
-  local ready = {}
-  for i, iv in ipairs(intervals) do
-    local rows = db.query(("SELECT count(*) FROM landing.ready WHERE d = DATE '%s'"):format(iv.start:sub(1, 10)))
-    ready[i] = rows[1][1] ~= "0"
-  end
-  return ready
-end)
-"#,
-    );
+    p.write("macros/signals.lua", LANDED);
     let cron =
         |m: String| m.replace(r#"kind.incremental_by_unique_key { key = "day" },"#, r#"kind.incremental_by_unique_key { key = "day" }, cron = "@daily","#);
     p.write("models/m.lua", &cron(keyed_below_signal(false, 0)));
