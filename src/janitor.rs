@@ -554,7 +554,11 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 left_over: false,
                 already_absent: false,
             }),
-            Some(s) if opts.dry_run => push(&mut report, victim(s, config, false), s),
+            Some(s) if opts.dry_run => {
+                let mut v = victim(s, config, false);
+                v.already_absent = !s.physical.is_empty() && v.lake_dir.is_none() && !in_engine.contains(&s.physical.to_lowercase());
+                push(&mut report, v, s);
+            }
             Some(_) => {}
         }
     }

@@ -171,10 +171,11 @@ fn text(r: &Report) -> String {
     if !r.dropped.is_empty() {
         // Those the engine no longer had were not dropped: said apart.
         let absent = r.dropped.iter().filter(|v| v.already_absent).count();
+        let forget = if r.dry_run { "would forget" } else { "forgot" };
         let head = match (r.dropped.len() - absent, absent) {
             (_, 0) => format!("janitor {verb} {} unreachable version storage(s)", r.dropped.len()),
-            (0, a) => format!("janitor forgot {a} unreachable version(s) whose storage was already gone from the engine"),
-            (d, a) => format!("janitor {verb} {d} unreachable version storage(s) and forgot {a} whose storage was already gone from the engine"),
+            (0, a) => format!("janitor {forget} {a} unreachable version(s) whose storage was already gone from the engine"),
+            (d, a) => format!("janitor {verb} {d} unreachable version storage(s) and {forget} {a} whose storage was already gone from the engine"),
         };
         s.push_str(&format!("{head} (ttl {} days):\n", r.ttl_days));
         s.extend(r.dropped.iter().map(line));

@@ -1021,6 +1021,9 @@ fn a_version_whose_relation_was_dropped_by_hand_is_reported_already_absent_not_d
     assert!(!p.physical_tables().contains(&table_name(&m)));
     assert_eq!(p.state_summary().snapshots.len(), before - 2, "both versions' rows went");
     let (m, v) = unreachable(&mut p, 4, 5);
+    // A dry run says the same.
+    let dry = janitor(&mut p, LATER, &["--ttl", "0", "--dry-run"]).expect_code(0).stdout.clone();
+    assert!(dry.contains("unreachable version storage(s) and would forget 1 whose storage was already gone"), "{dry}");
     let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     let entry = |phys: &str| r["dropped"].as_array().and_then(|d| d.iter().find(|e| e["physical"] == phys)).cloned().unwrap_or_else(|| panic!("{r:#}"));
     assert_eq!(entry(&v)["alreadyAbsent"], Value::Bool(true), "{r:#}");
