@@ -205,28 +205,8 @@ impl Common {
 
 /// True for an integer or decimal type (DuckDB's and Postgres's spellings).
 fn exact_number(ty: &str) -> bool {
-    let t = ty.trim().to_ascii_uppercase();
-    let base = t.split(['(', ' ']).next().unwrap_or("");
-    matches!(
-        base,
-        "TINYINT"
-            | "SMALLINT"
-            | "INTEGER"
-            | "INT"
-            | "BIGINT"
-            | "HUGEINT"
-            | "UTINYINT"
-            | "USMALLINT"
-            | "UINTEGER"
-            | "UBIGINT"
-            | "UHUGEINT"
-            | "INT1"
-            | "INT2"
-            | "INT4"
-            | "INT8"
-            | "DECIMAL"
-            | "NUMERIC"
-    )
+    let base = ty.trim().split(['(', ' ']).next().unwrap_or("");
+    crate::core::schema::is_integer_type(ty) || base.eq_ignore_ascii_case("decimal") || base.eq_ignore_ascii_case("numeric")
 }
 
 fn find<'c>(columns: &'c [DescribedColumn], name: &str) -> Option<&'c DescribedColumn> {

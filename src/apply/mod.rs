@@ -1611,8 +1611,8 @@ fn check_batches_fit(
         let (s, e) = batch::time_column_bounds(model, t, b);
         let rows = format!("(\n{}\n) AS _efmesh_q", body.render(&exec.with_bounds(Some(b))));
         let in_batch = format!("{tc} >= {s} AND {tc} < {e}");
+        let range = format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end));
         for lossy in columns {
-            let range = format!(" in [{}, {})", interval::to_iso(b.start), interval::to_iso(b.end));
             let found = contract::changed_values(engine, &rows, &in_batch, lossy).map_err(|err| unfit(model, lossy, &range, Some(b), err))?;
             let Some((n, example)) = found else { continue };
             let (column, returned, stored) = lossy;

@@ -17,6 +17,7 @@
 
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
+use crate::core::schema::is_integer_type;
 use crate::core::{Kind, Model, ModelName};
 use crate::engine::Engine;
 use crate::project::Project;
@@ -167,12 +168,7 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
         // first, so a seed never serves a value other than its file's.
         if let Some(n) = declared_length(&column.ty) {
             let q = quote_ident(&column.name);
-            let first = engine.query(&format!("SELECT CAST(min({ordinal}) AS VARCHAR) FROM {stage} WHERE length({q}) > {n}"));
-            if let Some(ordinal) =
-                first.ok().and_then(|r| r.into_iter().next()).and_then(|r| r.into_iter().next().flatten()).and_then(|o| o.parse::<usize>().ok())
-                && let Some((place, values)) = rows.rows.get(ordinal - 1)
-            {
-                let value = values[i].clone().unwrap_or_default();
+            if let Some((place, value)) = first_row(engine, &stage, rows, i, &format!("length({q}) > {n}")) {
                 out.push(format!("`{path}`: {place}, column `{}`: `{value}` is longer than the {n} characters of `{}`", column.name, column.ty));
                 continue;
             }
@@ -185,13 +181,7 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
             // `CAST(… AS numeric(p,s))` rounds a value with more decimals without an error.
             if decimal_scale(&column.ty).is_some() {
                 let q = quote_ident(&column.name);
-                let first =
-                    engine.query(&format!("SELECT CAST(min({ordinal}) AS VARCHAR) FROM {stage} WHERE CAST({q} AS NUMERIC) <> CAST({q} AS {})", column.ty));
-                if let Some(ordinal) =
-                    first.ok().and_then(|r| r.into_iter().next()).and_then(|r| r.into_iter().next().flatten()).and_then(|o| o.parse::<usize>().ok())
-                    && let Some((place, values)) = rows.rows.get(ordinal - 1)
-                {
-                    let value = values[i].clone().unwrap_or_default();
+                if let Some((place, value)) = first_row(engine, &stage, rows, i, &format!("CAST({q} AS NUMERIC) <> CAST({q} AS {})", column.ty)) {
                     out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
                 }
             }
@@ -211,6 +201,16 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
         out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
     }
     out
+}
+
+/// The first row of the seed's stage table `stage` (in file order) where `filter` holds: its place in the file
+/// and its value of column `i`; `None` when there is none (or the query fails: the whole-column
+/// cast that follows reports that).
+fn first_row(engine: &mut dyn Engine, stage: &str, rows: &seed::SeedRows, i: usize, filter: &str) -> Option<(String, String)> {
+    let sql = format!("SELECT CAST(min(CAST({} AS BIGINT)) AS VARCHAR) FROM {stage} WHERE {filter}", quote_ident(ORDINAL));
+    let ordinal = engine.query(&sql).ok()?.into_iter().next()?.into_iter().next().flatten()?.parse::<usize>().ok()?;
+    let (place, values) = rows.rows.get(ordinal.checked_sub(1)?)?;
+    Some((place.to_string(), values[i].clone().unwrap_or_default()))
 }
 
 /// The length `n` of a `varchar(n)` / `char(n)` / `character varying(n)` type, if it is one.
@@ -277,33 +277,6 @@ fn decimal_scale(ty: &str) -> Option<u32> {
         Some((_, scale)) => scale.trim().parse().ok(),
         None => Some(0),
     }
-}
-
-/// DuckDB's integer types and their aliases (where a fractional value would be rounded).
-fn is_integer_type(ty: &str) -> bool {
-    let t = ty.trim().to_ascii_lowercase();
-    matches!(
-        t.as_str(),
-        "tinyint"
-            | "int1"
-            | "smallint"
-            | "int2"
-            | "short"
-            | "integer"
-            | "int"
-            | "int4"
-            | "signed"
-            | "bigint"
-            | "int8"
-            | "long"
-            | "hugeint"
-            | "int128"
-            | "utinyint"
-            | "usmallint"
-            | "uinteger"
-            | "ubigint"
-            | "uhugeint"
-    )
 }
 
 fn first_line(s: &str) -> &str {

@@ -161,6 +161,34 @@ impl std::fmt::Display for TypeFamily {
     }
 }
 
+/// DuckDB's integer types and their aliases (where a fractional value would be rounded), any
+/// case (Postgres's `SMALLINT`/`INTEGER`/`BIGINT` among them).
+pub fn is_integer_type(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    matches!(
+        t.as_str(),
+        "tinyint"
+            | "int1"
+            | "smallint"
+            | "int2"
+            | "short"
+            | "integer"
+            | "int"
+            | "int4"
+            | "signed"
+            | "bigint"
+            | "int8"
+            | "long"
+            | "hugeint"
+            | "int128"
+            | "utinyint"
+            | "usmallint"
+            | "uinteger"
+            | "ubigint"
+            | "uhugeint"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

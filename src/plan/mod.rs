@@ -411,8 +411,9 @@ pub struct Action {
     /// serving the same version): the environment's view serves them ([`outside_bounds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
-    /// Time-range versions outside `prod` on a table `prod`'s other version (the same query)
-    /// serves: the intervals of that table this environment never writes ([`WriterHolds`]).
+    /// Time-range, unique-key, partition and SCD type 2 versions outside `prod` on a table
+    /// another environment's other version serves and writes: what of that table this
+    /// environment never writes ([`WriterHolds`]).
     #[serde(skip)]
     pub writer_holds: WriterHolds,
     /// Time-range versions whose intervals from some instant wait for rows a model upstream
@@ -2206,6 +2207,12 @@ fn compute_with(
         let mut kept_done = None;
         let mut kept_holds = WriterHolds::Nothing;
         let mut floor = None;
+        // What this version reads here, for a table another environment writes (decided
+        // already: parents come first).
+        let served_here = |p: &str| {
+            let n = ModelName::parse(p).ok()?;
+            Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
+        };
         let (backfill, intervals) = match model.kind.time_range() {
             Some(t) => {
                 let due = project.dag.due_at(&model.name, now);
@@ -2234,12 +2241,6 @@ fn compute_with(
                                 if state.snapshot(&name_s, f)?.map(|r| r.canonical) == Some(canonical_of(dialect, model)?.map(|c| c.text)) =>
                             {
                                 let done = state.done_intervals(&name_s, f)?;
-                                // What this version reads here (decided already: parents come
-                                // first).
-                                let served_here = |p: &str| {
-                                    let n = ModelName::parse(p).ok()?;
-                                    Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
-                                };
                                 if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
                                     WriterHolds::All { writer: writer.to_string(), done, withheld: 0 }
                                 } else {
@@ -2266,14 +2267,9 @@ fn compute_with(
                     && let Some(own) = physical.as_deref().filter(|p| env != crate::core::name::PROD && !p.is_empty())
                     && let Some((writer, f, pointers)) =
                         shared_writer(state, snapshots, &mut served_elsewhere, &mut others, project, env, now, (&name_s, fp.as_str(), own))?
+                    && generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots)
                 {
-                    let served_here = |p: &str| {
-                        let n = ModelName::parse(p).ok()?;
-                        Some((decided.served(&n).unwrap_or_default().to_string(), versions.fingerprints.get(&n)?.as_str().to_string()))
-                    };
-                    if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
-                        kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: crate::state::refreshed_until(state, &name_s, f)? };
-                    }
+                    kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: crate::state::refreshed_until(state, &name_s, f)? };
                 }
                 (Vec::new(), 0)
             }
