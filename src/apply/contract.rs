@@ -42,9 +42,11 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
             }
         }
     }
-    for a in actual {
+    for (i, a) in actual.iter().enumerate() {
         if !declared.contains(&a.name) {
             out.push(format!("the query returns column `{}` ({}), which the schema does not declare", a.name, a.ty));
+        } else if actual[..i].iter().filter(|b| b.name == a.name).count() == 1 {
+            out.push(format!("the query returns column `{}` more than once (name each output column once)", a.name));
         }
     }
     if out.is_empty() {
@@ -323,6 +325,13 @@ mod tests {
         assert_eq!(column_type(&described, "flag", "char(3)"), "char(3)", "Postgres's `CHAR` would mean char(1)");
         assert_eq!(column_type(&described, "tags", "varchar[]"), "varchar[]");
         assert_eq!(column_type(&described, "absent", "bigint"), "bigint");
+    }
+
+    #[test]
+    fn a_column_returned_twice_is_named_once() {
+        let declared = crate::core::Schema(vec![col("id", "integer")]);
+        let problems = compare(&declared, &[desc("id", "INTEGER"), desc("id", "INTEGER"), desc("id", "INTEGER")]);
+        assert_eq!(problems, ["the query returns column `id` more than once (name each output column once)"]);
     }
 
     fn col(n: &str, t: &str) -> Column {

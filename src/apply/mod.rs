@@ -433,6 +433,10 @@ fn execute_recorded(
     if !missing.is_empty() {
         return Err(ApplyError::EngineChanged { env: plan.env.clone(), missing });
     }
+    // A relation of the user's where a new model's view would go (made since the plan).
+    if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
+        return Err(ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message });
+    }
     let physicals: BTreeMap<ModelName, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).filter_map(|a| a.physical.clone().map(|p| (a.name.clone(), p))).collect();
     // The relation each model's version in this plan is stored in, by name (SPEC §4 invariant 36 (e)).
@@ -1722,21 +1726,14 @@ impl Builder<'_, '_> {
     fn upstream_complete(&mut self, name: &ModelName) -> Result<Option<interval::Millis>, StateError> {
         let mut out: Option<interval::Millis> = None;
         for m in self.project.dag.ancestors(name) {
-            let Some(t) = m.kind.time_range() else { continue };
-            if matches!(m.kind, Kind::External(_)) {
+            if m.kind.time_range().is_none() || matches!(m.kind, Kind::External(_)) {
                 continue;
             }
             let first = match self.complete.get(&m.name) {
                 Some(f) => *f,
                 None => {
                     let Some(a) = self.plan.actions.iter().find(|a| a.name == m.name) else { continue };
-                    let mut done = self.state.done_intervals(&m.name.to_string(), a.fingerprint.as_str())?;
-                    done.extend(a.writer_holds.writer_done().into_iter().flatten().copied());
-                    let wanted = interval::wanted(t.start, t.end, t.grain, self.project.dag.due_at(&m.name, self.plan.now));
-                    // Not those before the writer's first done one, which its view serves from
-                    // the writer's (empty there: never computed, `plan::WriterHolds::Done`).
-                    let before_writer = |s: interval::Millis| matches!(&a.writer_holds, crate::plan::WriterHolds::Done(d) if d.first().is_some_and(|f| s < *f));
-                    let first = wanted.iter().find(|w| !done.contains(&w.start) && !before_writer(w.start)).map(|w| w.start);
+                    let first = crate::plan::work::first_missing(self.project, self.plan, self.state, a, false)?;
                     self.complete.insert(m.name.clone(), first);
                     first
                 }

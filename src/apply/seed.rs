@@ -17,7 +17,7 @@
 
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::schema::is_integer_type;
+use crate::core::schema::{decimal_scale, is_integer_type, list_element};
 use crate::core::{Kind, Model, ModelName};
 use crate::engine::Engine;
 use crate::project::Project;
@@ -124,6 +124,10 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
             let mut bad = format!("{} IS NULL", dialect.try_cast(&v, &c.ty)?);
             if is_integer_type(&c.ty) {
                 bad = format!("{bad} OR {} <> {}", dialect.try_cast(&v, "DOUBLE")?, dialect.try_cast(&v, &c.ty)?);
+            } else if list_element(&c.ty).is_some_and(|e| is_integer_type(e) || decimal_scale(e).is_some()) {
+                // A list of integers or decimals rounds its elements as a scalar column would.
+                let exact = dialect.try_cast(&v, "DOUBLE[]")?;
+                bad = format!("{bad} OR {exact} <> {}", dialect.try_cast(&dialect.try_cast(&v, &c.ty)?, "DOUBLE[]")?);
             } else if let Some(scale) = decimal_scale(&c.ty) {
                 // Exactly, on the text (a double has too few digits for wide decimals): a digit
                 // other than 0 after the scale's; in exponent notation, as a double.
@@ -234,6 +238,7 @@ fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
             let to = r.first().and_then(|row| row.first().cloned().flatten()).unwrap_or_default();
             match decimal_scale(ty) {
                 Some(scale) => format!("{shown} has more than the {scale} decimal(s) of `{ty}`, which would round it to {to}"),
+                None if list_element(ty).is_some() => format!("{shown} holds a value its elements' type would round; column type `{ty}` would make it {to}"),
                 None => format!("{shown} is not a whole number; column type `{ty}` would round it to {to}"),
             }
         }
@@ -257,25 +262,6 @@ pub fn drop_stages(project: &Project, pending: &BTreeSet<ModelName>, engine: &mu
             let dialect = engine.sql();
             let _ = engine.execute(&dialect.drop_table_if_exists(&dialect.temp_relation(&stage_table(&model.name))));
         }
-    }
-}
-
-/// The scale `s` of a `decimal(p,s)` / `numeric(p,s)` type (a value with more decimals would be
-/// rounded), if it is one: 0 for `decimal(p)`; 3 for a bare `decimal` (DuckDB's
-/// `DECIMAL(18,3)`; Postgres's bare `numeric` rounds nothing, and its check compares values).
-fn decimal_scale(ty: &str) -> Option<u32> {
-    let t = ty.trim().to_ascii_lowercase();
-    let (base, rest) = t.split_once('(').unwrap_or((t.as_str(), ""));
-    if !matches!(base.trim(), "decimal" | "numeric") {
-        return None;
-    }
-    if rest.is_empty() {
-        return Some(3);
-    }
-    let inner = rest.strip_suffix(')')?;
-    match inner.split_once(',') {
-        Some((_, scale)) => scale.trim().parse().ok(),
-        None => Some(0),
     }
 }
 

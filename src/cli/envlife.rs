@@ -147,9 +147,26 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
     let name = if file.as_os_str() == "-" { "stdin".to_string() } else { file.display().to_string() };
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("`{name}` is not JSON ({e}); nothing was imported"))?;
     let dump = crate::state::dump::StateDump::from_document(&doc).map_err(|e| anyhow::anyhow!("cannot import `{name}`: {e}; nothing was imported"))?;
+    // A SQLite store this import creates is removed again when the import fails: a failed
+    // import leaves no store where there was none.
+    let created = config.state.url_env.is_none().then(|| config.state_path()).filter(|p| !p.exists());
     let state = crate::state::open(&config)?;
     // Leases expire by the store's clock (SPEC invariant 30), not by `--now`.
-    state.import_state(&dump, force, state.clock()?)?;
+    if let Err(e) = state.clock().and_then(|clock| state.import_state(&dump, force, clock)) {
+        drop(state);
+        if let Some(path) = created {
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let mut file = path.clone().into_os_string();
+                file.push(suffix);
+                if let Err(remove) = fs_err::remove_file(&file)
+                    && remove.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!("{remove}");
+                }
+            }
+        }
+        return Err(e.into());
+    }
     let counts = dump.counts();
     if json {
         out.json(json!({"imported": true, "file": name, "store": state.location(), "stateVersion": crate::state::STATE_VERSION, "storeId": dump.store_id, "rows": counts}))?;

@@ -189,9 +189,12 @@ pub fn error_json(kind: &str, message: &str, hint: Option<&str>) -> serde_json::
 
 /// An error's message and hint apart, for JSON: `hint` when given, else the one the message
 /// carries on its own line (`\n  hint: …`, as the text output prints it), cut from the message.
+/// Only a message with one hint, ending it (no line of another problem after it), gives it up:
+/// in a list of problems (a load's several errors) each hint stays with its own.
 pub(crate) fn split_hint<'a>(message: &'a str, hint: Option<&'a str>) -> (&'a str, Option<&'a str>) {
-    match message.split_once("\n  hint: ") {
-        Some((m, h)) if hint.is_none() => (m, Some(h)),
+    const MARK: &str = "\n  hint: ";
+    match message.split_once(MARK) {
+        Some((m, h)) if hint.is_none() && !h.contains(MARK) && !h.split('\n').skip(1).any(|line| !line.starts_with(' ') && !line.is_empty()) => (m, Some(h)),
         _ => (message, hint),
     }
 }
@@ -208,6 +211,15 @@ mod error_json_tests {
         let v = error_json("error", "no such thing", Some("try this"));
         assert_eq!((v["error"]["message"].as_str(), v["error"]["hint"].as_str()), (Some("no such thing"), Some("try this")));
         assert!(error_json("error", "plain", None)["error"].get("hint").is_none());
+        // Several problems, each with its own hint: the message keeps them all.
+        let several = "project failed to load (2 errors)\nmodels/b.rhai:5: unknown ref `s.b`\n  hint: did you mean `s.a`?\nmodels/c.lua:5: unknown ref `s.x`\n  hint: did you mean `s.c`?";
+        let v = error_json("load", several, None);
+        assert_eq!((v["error"]["message"].as_str(), v["error"].get("hint")), (Some(several), None));
+        let one_then_another = "project failed to load (2 errors)\nmodels/b.rhai:5: unknown ref `s.b`\n  hint: did you mean `s.a`?\nmodels/c.lua:5: a problem";
+        assert_eq!(error_json("load", one_then_another, None)["error"]["message"], one_then_another);
+        // A hint over several indented lines is one hint.
+        let v = error_json("error", "bad\n  hint: first\n  second", None);
+        assert_eq!((v["error"]["message"].as_str(), v["error"]["hint"].as_str()), (Some("bad"), Some("first\n  second")));
     }
 }
 
@@ -241,39 +253,44 @@ pub fn run(mut args: Args) -> Result<Exit> {
         None if args.config.is_absolute() => tracing::debug!(config = %args.config.display(), "using the config found from the current directory"),
         None => tracing::debug!(cwd = %cwd.display(), "no efmesh.toml in the current directory or any parent"),
     }
-    let now = match &args.now {
-        Some(s) => interval::parse_instant(s).map_err(|e| anyhow!("--now: {e}"))?,
-        None => interval::now_millis(),
+    // Parsed by the commands that read the clock only: a bad `--now`/`EFMESH_NOW` does not fail
+    // `check`, `test` or `lineage`.
+    let given = args.now.clone();
+    let now = || -> Result<Millis> {
+        match &given {
+            Some(s) => interval::parse_instant(s).map_err(|e| anyhow!("--now: {e}")),
+            None => Ok(interval::now_millis()),
+        }
     };
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
         Command::Plan { env, json, explain, forward_only, reclassify, reset_history } => {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
-            cmd_plan(&args.config, &env, json, explain, &options, now, &out)
+            cmd_plan(&args.config, &env, json, explain, &options, now()?, &out)
         }
         Command::Apply { env, yes, json, forward_only, reclassify, reset_history, wait, retries, jobs } => {
             let options = plan::Options::parse(&forward_only, &reclassify).and_then(|o| o.with_reset_history(&reset_history)).map_err(|e| anyhow!(e))?;
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
-            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries, jobs: jobs.map_or(0, |j| j as usize) }, &options, now, &out)
+            cmd_apply(&args.config, &env, ApplyFlags { yes, json, wait, retries, jobs: jobs.map_or(0, |j| j as usize) }, &options, now()?, &out)
         }
         Command::Check { json } => check::run(&args.config, json, &out),
-        Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now, &out),
-        Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now, &out),
+        Command::Run { env, json, retries, jobs } => run::run(&args.config, &env, json, retries, jobs.map_or(0, |j| j as usize), now()?, &out),
+        Command::Status { env, json, check } => status::run(&args.config, &env, json, check, now()?, &out),
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
         Command::Invalidate { env, json } => envlife::invalidate(&args.config, &env, json, &out),
-        Command::State { action: args::StateAction::Export { file, json } } => envlife::export(&args.config, file.as_deref(), json, now, &out),
+        Command::State { action: args::StateAction::Export { file, json } } => envlife::export(&args.config, file.as_deref(), json, now()?, &out),
         Command::State { action: args::StateAction::Import { file, force, json } } => envlife::import(&args.config, &file, force, json, &out),
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
-            janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, adopt, json, wait, now }, &out)
+            janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, adopt, json, wait, now: now()? }, &out)
         }
         Command::Restate { env, model, from, to, dry_run, json } => {
-            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now }, &out)
+            restate::run(&args.config, restate::Request { env: &env, model: &model, from: &from, to: &to, dry_run, json, now: now()? }, &out)
         }
         Command::Test { selectors, json } => test::run(&args.config, &selectors, json, &out),
         Command::Render { model, env, interval: Some(bounds), json } => {
-            render::interval(&args.config, render::Request { model: &model, env: env.as_deref(), bounds: &bounds, json, now }, &out)
+            render::interval(&args.config, render::Request { model: &model, env: env.as_deref(), bounds: &bounds, json, now: now()? }, &out)
         }
         Command::Render { model, env, interval: None, json } => cmd_render(&args.config, &model, env.as_deref(), json, &out),
         Command::Lineage { target, depth, downstream, json } => lineage::run(&args.config, &target, depth, downstream, json, &out),
@@ -281,7 +298,7 @@ pub fn run(mut args: Args) -> Result<Exit> {
             diff::run(&args.config, diff::Request { a: &env_a, b: &env_b, models: model.as_deref(), data, sample: sample.as_deref(), json }, &out)
         }
         Command::Graph { json, html, select, env } => {
-            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now }, &out)
+            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now: now()? }, &out)
         }
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(
@@ -293,10 +310,10 @@ pub fn run(mut args: Args) -> Result<Exit> {
                 test,
                 preview_rows,
                 debounce: std::time::Duration::from_millis(debounce_ms),
-                now: args.now.as_ref().map(|_| now),
+                now: args.now.as_ref().map(|_| now()).transpose()?,
             },
         ),
-        Command::Preview { env, models, rows, json } => preview::run(&args.config, &env, &models, rows, json, now, &out),
+        Command::Preview { env, models, rows, json } => preview::run(&args.config, &env, &models, rows, json, now()?, &out),
         Command::Completions { shell } => completions::run(shell, &out),
         Command::Schedule { env, cron, remove, list, print_systemd, json } => {
             schedule::run(&args.config, schedule::Options { env, cron, remove, list, print_systemd, json }, &out)

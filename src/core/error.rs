@@ -75,6 +75,10 @@ impl std::fmt::Display for LoadErrors {
 pub fn did_you_mean<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
+        // A name differing only in case is the one meant, however long.
+        if c.to_lowercase() == wanted.to_lowercase() {
+            return Some(c);
+        }
         let d = levenshtein(wanted, c);
         if best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
             best = Some((d, c));
@@ -108,5 +112,8 @@ mod tests {
         assert_eq!(did_you_mean("med.mvoes", names), Some("med.moves"));
         assert_eq!(did_you_mean("med.stay", names), Some("med.stays"));
         assert_eq!(did_you_mean("totally.else", names), None);
+        // A name differing only in case, however far in edits, before a closer other one.
+        assert_eq!(did_you_mean("AMOUNT", ["amount", "count", "AMOUNTS"]), Some("amount"));
+        assert_eq!(did_you_mean("Id", ["ad", "id"]), Some("id"));
     }
 }

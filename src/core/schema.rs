@@ -189,9 +189,71 @@ pub fn is_integer_type(ty: &str) -> bool {
     )
 }
 
+/// The scale `s` of a `decimal(p,s)` / `numeric(p,s)` / `dec(p,s)` type (a value with more
+/// decimals would be rounded), if it is one: 0 for `decimal(p)`; 3 for a bare `decimal`
+/// (DuckDB's `DECIMAL(18,3)`; Postgres's bare `numeric` rounds nothing, and its checks compare
+/// values).
+pub fn decimal_scale(ty: &str) -> Option<u32> {
+    let t = ty.trim().to_ascii_lowercase();
+    let (base, rest) = t.split_once('(').unwrap_or((t.as_str(), ""));
+    if !matches!(base.trim(), "decimal" | "numeric" | "dec") {
+        return None;
+    }
+    if rest.is_empty() {
+        return Some(3);
+    }
+    let inner = rest.strip_suffix(')')?;
+    match inner.split_once(',') {
+        Some((_, scale)) => scale.trim().parse().ok(),
+        None => Some(0),
+    }
+}
+
+/// The element type of a list type (`integer[]`, `decimal(10,2)[3]`), if it is one.
+pub fn list_element(ty: &str) -> Option<&str> {
+    let t = ty.trim_end().strip_suffix(']')?;
+    let open = t.rfind('[')?;
+    t[open + 1..].chars().all(|c| c.is_ascii_digit()).then(|| t[..open].trim_end())
+}
+
+/// True when a value written with `digits` decimals (its text's digits after the point, trailing
+/// zeros apart) would be rounded by `ty`: a fraction into an integer type, more decimals than a
+/// decimal type's scale.
+pub fn rounds(ty: &str, decimals: usize) -> bool {
+    if is_integer_type(ty) {
+        return decimals > 0;
+    }
+    decimal_scale(ty).is_some_and(|scale| decimals > scale as usize)
+}
+
+/// The decimals of a number written in plain notation (`-1.250` has 2), `None` for anything
+/// else (exponent notation, not a number).
+pub fn plain_decimals(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let (whole, fraction) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    (!(whole.is_empty() && fraction.is_empty()) && digits(whole) && digits(fraction)).then(|| fraction.trim_end_matches('0').len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_scales_lists_and_rounding_are_read_from_type_names() {
+        assert_eq!(
+            (decimal_scale("DEC(10, 2)"), decimal_scale("numeric(5)"), decimal_scale("decimal"), decimal_scale("double")),
+            (Some(2), Some(0), Some(3), None)
+        );
+        assert_eq!((list_element("integer[]"), list_element("decimal(10,2)[3]"), list_element("integer")), (Some("integer"), Some("decimal(10,2)"), None));
+        assert_eq!(list_element("integer[][]"), Some("integer[]"));
+        assert!(rounds("bigint", 1) && !rounds("bigint", 0) && rounds("dec(10,2)", 3) && !rounds("decimal(10,2)", 2) && !rounds("double", 9));
+        assert_eq!(
+            (plain_decimals("-1.250"), plain_decimals("3"), plain_decimals("1e3"), plain_decimals("x"), plain_decimals(".5")),
+            (Some(2), Some(0), None, None, Some(1))
+        );
+    }
 
     #[test]
     fn zoned_timestamps_are_told_from_naive_ones() {

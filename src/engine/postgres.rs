@@ -305,6 +305,16 @@ impl Postgres {
             .collect())
     }
 
+    /// [`Self::rows`] of a query reading view definitions, run with an empty `search_path`:
+    /// `pg_get_viewdef` leaves out the schema of every relation the session's `search_path`
+    /// finds (a role's `search_path` naming `_efmesh`), and a definition must name its
+    /// relations wherever it is read or re-created. `set_config(…, true)` lasts until the end of
+    /// the implicit transaction of the two statements.
+    fn rows_qualified(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
+        let rows = self.rows(&format!("SELECT set_config('search_path', '', true); {sql}"))?;
+        Ok(rows.into_iter().skip(1).collect())
+    }
+
     fn ensure_meta(&mut self) -> Result<(), EngineError> {
         let s = quote_ident(META_SCHEMA);
         self.transaction(&[
@@ -540,7 +550,7 @@ impl Engine for Postgres {
 
     fn catalog(&mut self) -> Result<super::Catalog, EngineError> {
         // Views carry their definition as `CREATE VIEW <name> AS <query>`, as DuckDB reports it.
-        let rows = self.rows(
+        let rows = self.rows_qualified(
             "SELECT n.nspname, c.relname, obj_description(c.oid, 'pg_class'), \
                     CASE WHEN c.relkind = 'v' THEN 'CREATE VIEW ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' AS ' || pg_get_viewdef(c.oid) END \
              FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -558,7 +568,7 @@ impl Engine for Postgres {
         let schemas: std::collections::BTreeSet<&str> = views.iter().map(|(s, _)| s.as_str()).collect();
         let list: Vec<String> = schemas.iter().map(|s| quote_literal(s)).collect();
         let wanted: std::collections::BTreeSet<&(String, String)> = views.iter().collect();
-        let rows = self.rows(&format!(
+        let rows = self.rows_qualified(&format!(
             "SELECT n.nspname, c.relname, pg_get_viewdef(c.oid) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              WHERE c.relkind = 'v' AND n.nspname IN ({})",
             list.join(", ")

@@ -385,6 +385,7 @@ pub fn check_skipping(
 ) -> Result<std::collections::HashSet<crate::core::ModelName>, PlanError> {
     let root = Root::of(project);
     let mut index = None;
+    refuse_foreign_relations(project, plan, catalog)?;
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
         let physicals = Physicals { project, plan };
@@ -455,6 +456,61 @@ pub fn check_skipping(
     Ok(unclean)
 }
 
+/// Refuses a plan whose promotion would replace a relation efmesh did not create: a changed model
+/// (new to the environment, or one that had no view) gets its view `<env schema>.<table>` by `CREATE OR REPLACE VIEW`, which would
+/// silently replace a user's own view of that name (and fail on a table with the engine's
+/// message). A view there is efmesh's when it reads efmesh's storage ([`reads_efmesh_storage`]):
+/// one an earlier promotion left (a state store lost and started afresh, an interrupted
+/// promotion) is replaced, so such views stay recoverable.
+fn refuse_foreign_relations(project: &Project, plan: &Plan, catalog: &Catalog) -> Result<(), PlanError> {
+    match foreign_relation(project, plan, catalog) {
+        Some((model, message)) => Err(PlanError::ForeignRelation { model: model.name.clone(), location: model.location.clone(), message }),
+        None => Ok(()),
+    }
+}
+
+/// The first changed model of `plan` whose view would replace a relation efmesh did not create, with the message saying so ([`refuse_foreign_relations`]; `apply` asks again
+/// against the catalog it checks the plan with).
+pub fn foreign_relation<'p>(project: &'p Project, plan: &Plan, catalog: &Catalog) -> Option<(&'p Model, String)> {
+    // Every view the promotion creates or replaces for a change (a model new here, or one that
+    // had no view: an embedded or external model made a table); not an unchanged one's, whose
+    // view a repair puts back.
+    let creates_view = |a: &&Action| !matches!(a.change, Change::Unchanged | Change::Metadata | Change::Removed) && a.physical.is_some();
+    for action in plan.actions.iter().filter(creates_view) {
+        let Some(model) = project.dag.get(&action.name) else { continue };
+        let schema = env_schema(&plan.env, model.name.schema());
+        let Some(entry) = catalog.relations.get(&(schema.to_lowercase(), model.name.table().to_lowercase())) else { continue };
+        let found = match entry.sql.as_deref() {
+            Some(sql) if reads_efmesh_storage(sql) => continue,
+            Some(sql) => {
+                let sql: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+                let shown = if sql.chars().count() > 120 { format!("{}…", sql.chars().take(120).collect::<String>()) } else { sql };
+                format!("a view efmesh did not create (it reads none of efmesh's storage: `{shown}`)")
+            }
+            None => "a table efmesh did not create".to_string(),
+        };
+        let message = format!(
+            "environment `{}` would serve it as the view `{schema}.{}`, where {found} stands; efmesh replaces no relation of yours, nothing was done\n  \
+             hint: rename the model (or its schema), or move or drop that relation",
+            plan.env,
+            model.name.table()
+        );
+        return Some((model, message));
+    }
+    None
+}
+
+/// True when a view definition reads a relation of efmesh's storage: the schema `_efmesh` of the
+/// engine database or the attached DuckLake catalog `_efmesh_ducklake` (compared ignoring case
+/// and identifier quotes, as a whole name).
+fn reads_efmesh_storage(sql: &str) -> bool {
+    let text = sql.replace('"', "").to_lowercase();
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    [format!("{}.", crate::core::name::PHYSICAL_SCHEMA), format!("{}.", crate::core::target::DUCKLAKE_ALIAS)]
+        .iter()
+        .any(|prefix| text.match_indices(prefix.as_str()).any(|(at, _)| !text[..at].chars().next_back().is_some_and(|c| ident(c) || c == '.')))
+}
+
 /// Fingerprints of every snapshot by (model name, physical relation it records), read once per
 /// check, so finding the versions sharing each lost relation is a lookup, not a scan of every
 /// snapshot per repaired action.
@@ -507,6 +563,17 @@ pub fn unplanned(project: &Project, plan: &Plan, catalog: &Catalog) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_view_is_efmeshs_when_it_reads_efmeshs_storage_as_either_engine_renders_it() {
+        assert!(reads_efmesh_storage("CREATE VIEW s.c AS SELECT n, total FROM \"_efmesh\".\"s__c__ab12\""));
+        assert!(reads_efmesh_storage("CREATE VIEW s.c AS  SELECT s__c__ab12.n\n   FROM _efmesh.s__c__ab12;"));
+        assert!(reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM \"_EFMESH_DUCKLAKE\".\"main\".\"t\""));
+        assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT 42 AS answer"));
+        assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM my_efmesh.t"));
+        assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM raw._efmesh.t"));
+        assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT '_efmesh' AS x FROM t"));
+    }
 
     #[test]
     fn qualified_names_split_into_schema_and_name() {

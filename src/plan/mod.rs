@@ -605,6 +605,17 @@ pub enum PlanError {
         /// How many, and what to do.
         message: String,
     },
+    /// A model new to the environment would get its view where a relation efmesh did not create
+    /// already stands (a user's own view or table of that name, [`integrity::check`]).
+    #[error("{location}: model `{model}`: {message}")]
+    ForeignRelation {
+        /// The model.
+        model: ModelName,
+        /// Where it is defined.
+        location: Location,
+        /// Which relation, and what to do.
+        message: String,
+    },
     /// A model needs what the project's engine does not have: a feature (files read by an
     /// external model on Postgres), or a name longer than its identifiers may be
     /// ([`check_engine`]).
@@ -1767,7 +1778,9 @@ fn compute_with(
     let store = memo.as_deref().filter(|_| options.is_default()).and_then(|m| m.actions.store.clone());
     let (generation, key) = match store {
         Some(store) => match state.plan_state(env)? {
-            Some((g, p)) => (g, Some((env.to_string(), store, g, p))),
+            // The key counts the janitor's claims; the plan records the generation `apply`
+            // compares with the store's.
+            Some((g, claims, p)) => (g, Some((env.to_string(), store, g + claims, p))),
             None => (state.generation()?, None),
         },
         None => (state.generation()?, None),

@@ -174,12 +174,11 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
         // when a parent has new data here (it would otherwise keep rows its time-range children
         // compute their new intervals from, and record done, in this very apply).
-        let mut refreshed_here = !a.build
-            && !a.register
-            && a.backfill.is_empty()
-            && !downstream
-            && (refresh || cause.is_some() || feeding.contains(&a.name))
-            && refreshed(project, plan, state, a)?;
+        let when = match !a.build && !a.register && a.backfill.is_empty() && !downstream && (refresh || cause.is_some() || feeding.contains(&a.name)) {
+            true => refreshed(project, plan, state, a)?,
+            false => None,
+        };
+        let mut refreshed_here = when.is_some();
         // Outside `prod`, a table that keeps what it recorded (a history, upserted rows,
         // partitions) that another environment writes (`prod`, else the one serving the oldest
         // version there) through another version over other parent tables: a refresh here would
@@ -203,10 +202,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
                 None if refresh => "`run` refreshes it".to_string(),
                 None => "a time-range model below it computes intervals here".to_string(),
             };
-            let when = match model.and_then(|m| m.cron.as_deref()) {
-                Some(cron) => format!("its cron `{cron}` ticked since its last refresh"),
-                None => "it has no cron".to_string(),
-            };
+            let when = when.unwrap_or_default();
             refreshes.push(Refresh { model: a.name.clone(), note: format!("refresh, as `run` would: {why} and {when}") });
         }
         // A marked rebuild is in the plan already.
@@ -254,11 +250,78 @@ fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
 /// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
 /// without a `cron` (every run), or one whose cron ticked since it was last refreshed
 /// ([`cron_due`]).
-fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<bool, StateError> {
-    match project.dag.get(&action.name) {
-        Some(m) if m.kind.is_refreshed() => Ok(m.cron.is_none() || cron_due(plan, state, action, m)?.is_some()),
-        _ => Ok(false),
+fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<Option<String>, StateError> {
+    Ok(match project.dag.get(&action.name) {
+        Some(m) if m.kind.is_refreshed() => match m.cron.as_deref() {
+            None => Some("it has no cron".to_string()),
+            Some(cron) if cron_due(plan, state, action, m)?.is_some() => Some(format!("its cron `{cron}` ticked since its last refresh")),
+            Some(_) => caught_up_since_refresh(project, plan, state, action)?.map(|until| {
+                format!(
+                    "its last refresh read the models above it complete only up to {}, and they hold more now (before its next tick)",
+                    interval::to_iso(until)
+                )
+            }),
+        },
+        _ => None,
+    })
+}
+
+/// The earliest start of an interval the time-range model `ancestor` (its action in `plan`)
+/// wants by the plan's `now` and does not hold: not done (its ledger, plus what the writer of a
+/// shared table did), nor computed by this plan when `with_backfill` (before the models below
+/// it run). `None` when it holds all it wants. Intervals before the writer's first done one are
+/// not counted: the view serves them from the writer's table (empty there).
+///
+/// # Errors
+/// The state store's read.
+pub fn first_missing(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    ancestor: &Action,
+    with_backfill: bool,
+) -> Result<Option<interval::Millis>, StateError> {
+    let Some(t) = project.dag.get(&ancestor.name).and_then(|m| m.kind.time_range()) else { return Ok(None) };
+    let mut done = state.done_intervals(&ancestor.name.to_string(), ancestor.fingerprint.as_str())?;
+    done.extend(ancestor.writer_holds.writer_done().into_iter().flatten().copied());
+    if with_backfill {
+        done.extend(ancestor.backfill.iter().flat_map(|b| b.split(t.grain)).map(|i| i.start));
     }
+    let wanted = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&ancestor.name, plan.now));
+    let before_writer = |s: interval::Millis| matches!(&ancestor.writer_holds, super::WriterHolds::Done(d) if d.first().is_some_and(|f| s < *f));
+    Ok(wanted.iter().find(|w| !done.contains(&w.start) && !before_writer(w.start)).map(|w| w.start))
+}
+
+/// For a unique-key, partition or SCD type 2 model on a `cron` whose last refresh read its
+/// time-range ancestors complete only up to an instant (a signal held them, a batch failed: the
+/// record's start, [`crate::state::refreshed_until`]): that instant, when they hold more now —
+/// done since, or computed by this plan before it runs — so it is refreshed again before its next
+/// tick (the models below it never compute from rows it lacks). `None` otherwise.
+fn caught_up_since_refresh(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<Option<interval::Millis>, StateError> {
+    let (name, fp) = (action.name.to_string(), action.fingerprint.as_str());
+    let Some(until) = crate::state::refreshed_until(state, &name, fp)? else { return Ok(None) };
+    if state.ledger_stats(&name, fp)?.done_up_to.is_none_or(|end| until >= end) {
+        return Ok(None);
+    }
+    for m in project.dag.ancestors(&action.name) {
+        let Some(t) = m.kind.time_range().filter(|_| !matches!(m.kind, Kind::External(_))) else { continue };
+        let Some(a) = plan.actions.iter().find(|a| a.name == m.name) else { continue };
+        // Outside the ancestor's range, `until` is nothing it could hold.
+        if until < t.start || t.end.is_some_and(|end| until >= end) {
+            continue;
+        }
+        // It holds more only once the interval at `until` is due (wanted by this plan's `now`)
+        // and held: an interval not due yet (an earlier `now`, a cron on the ancestor) is not
+        // one it caught up on.
+        let wanted = interval::wanted_span(t.start, t.end, t.grain, project.dag.due_at(&m.name, plan.now));
+        if !wanted.is_some_and(|w| w.start <= until && until < w.end) {
+            return Ok(None);
+        }
+        if first_missing(project, plan, state, a, true)?.is_some_and(|f| f <= until) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(until))
 }
 
 /// For a model `run` refreshes whole (`full`, unique-key, partition, SCD type 2) on a `cron`:

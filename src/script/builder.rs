@@ -40,6 +40,16 @@ impl Sites {
         format!("{MARK_OPEN}{}{MARK_CLOSE}", self.0.len() - 1)
     }
 
+    /// The model a `ref()` call's marker (`text` is exactly the marker `ref()` returned) refers
+    /// to: `cols(ref("s.a"), …)` names the parent as `cols("s.a", …)` does.
+    pub fn ref_target(&self, text: &str) -> Option<ModelName> {
+        let inner = text.strip_prefix(MARK_OPEN)?.strip_suffix(MARK_CLOSE)?;
+        match self.get(inner)? {
+            Site::Ref(r) => Some(r.target.clone()),
+            Site::Cols(_) => None,
+        }
+    }
+
     /// The site a marker's inner text (`<index>`) names.
     pub fn get(&self, inner: &str) -> Option<&Site> {
         inner.parse::<usize>().ok().and_then(|i| self.0.get(i))

@@ -506,8 +506,14 @@ fn merge_models(outcomes: Vec<FileOutcome>) -> Vec<Model> {
 
 /// Ends a load: merged models, the no-model rule, seed hashes, `cols()` expansion; the errors
 /// sorted by location.
-fn finish(root: &Path, outcomes: Vec<FileOutcome>, mut errors: Vec<LoadError>, test_outcomes: &[&FileOutcome]) -> Result<Vec<Model>, LoadErrors> {
-    errors.extend(idle_top_level(&outcomes.iter().collect::<Vec<_>>(), test_outcomes));
+fn finish(
+    root: &Path,
+    outcomes: Vec<FileOutcome>,
+    mut errors: Vec<LoadError>,
+    test_outcomes: &[&FileOutcome],
+    definitions: &[PathBuf],
+) -> Result<Vec<Model>, LoadErrors> {
+    errors.extend(idle_top_level(&outcomes.iter().collect::<Vec<_>>(), test_outcomes, definitions));
     let mut models = merge_models(outcomes);
     // Seeds: hash each file's bytes (never parse at load) so the fingerprint follows the content.
     errors.extend(crate::seed::hash_seed_files(root, &mut models));
@@ -526,10 +532,10 @@ fn finish(root: &Path, outcomes: Vec<FileOutcome>, mut errors: Vec<LoadError>, t
 }
 
 /// The no-model errors of audit and model files; files test files reach count as libraries.
-fn idle_top_level(outcomes: &[&FileOutcome], test_outcomes: &[&FileOutcome]) -> Vec<LoadError> {
+fn idle_top_level(outcomes: &[&FileOutcome], test_outcomes: &[&FileOutcome], definitions: &[PathBuf]) -> Vec<LoadError> {
     let tested: Vec<FileOutcome> =
         test_outcomes.iter().map(|o| FileOutcome { file: o.file.clone(), reached: o.reached.clone(), defines: true, ..FileOutcome::default() }).collect();
-    idle_errors(outcomes.iter().copied().chain(tested.iter()))
+    idle_errors(outcomes.iter().copied().chain(tested.iter()), definitions)
 }
 
 /// Evaluates every audit, model and test file (no cache), in the same hosts, so test files can
@@ -550,7 +556,7 @@ pub fn load_models_and_tests(root: &Path, files: &Discovered, test_files: &[Path
     tests.sort_by(|a, b| a.location.cmp(&b.location).then_with(|| a.name.cmp(&b.name)));
     errors.extend(super::test_spec::check_unique(&tests));
     let top: Vec<FileOutcome> = order(&top, files).into_iter().cloned().collect();
-    let models = finish(root, top, errors, &test_outcomes)?;
+    let models = finish(root, top, errors, &test_outcomes, &files.audits)?;
     Ok((models, tests))
 }
 
@@ -1017,7 +1023,7 @@ fn load_project_with(
     // Every outcome, owned, in `files` order (models are moved, not copied, into the result).
     let mut owned: HashMap<PathBuf, FileOutcome> = cached.into_iter().chain(evaluated).map(|o| (o.file.clone(), o)).collect();
     let all: Vec<FileOutcome> = files.all().filter_map(|f| owned.remove(f)).collect();
-    (finish(root, all, errors, &[]), report)
+    (finish(root, all, errors, &[], &files.audits), report)
 }
 
 #[cfg(test)]
@@ -1155,7 +1161,7 @@ pub(crate) mod tests {
             let shown = format!("{outcomes:#?}\n{errors:#?}");
             let files: Vec<FileOutcome> =
                 order(&outcomes.iter().collect::<Vec<_>>(), &Discovered { audits: audits.clone(), models: models.clone() }).into_iter().cloned().collect();
-            let loaded = match finish(root, files, errors, &[]) {
+            let loaded = match finish(root, files, errors, &[], &audits) {
                 Ok(m) => format!("{m:#?}"),
                 Err(e) => format!("{e}"),
             };

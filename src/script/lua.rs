@@ -473,7 +473,15 @@ impl LuaHost {
         let st = self.state.clone();
         let cols_fn = lua.create_function(move |lua, args: MultiValue| {
             let mut it = args.into_iter();
-            let parent = target_of(&it.next().unwrap_or(Value::Nil))?;
+            let first = it.next().unwrap_or(Value::Nil);
+            let of_ref = match &first {
+                Value::String(s) => s.to_str().ok().and_then(|t| st.borrow().sites.ref_target(&t)),
+                _ => None,
+            };
+            let parent = match of_ref {
+                Some(p) => p,
+                None => target_of(&first)?,
+            };
             let mut columns = Vec::new();
             for v in it {
                 match v {

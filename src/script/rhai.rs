@@ -751,7 +751,12 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     for arity in 1..=MAX_COLS_ARGS + 1 {
         let st = refs.state.clone();
         engine.register_raw_fn("cols", vec![TypeId::of::<Dynamic>(); arity], move |ctx, args| {
-            let parent = target_of(args[0])?;
+            // `cols(ref("s.a"), …)`: the parent the `ref()` names.
+            let of_ref = args[0].clone().try_cast::<ImmutableString>().and_then(|t| st.borrow().sites.ref_target(&t));
+            let parent = match of_ref {
+                Some(p) => p,
+                None => target_of(args[0])?,
+            };
             let columns = column_names(&args[1..])?;
             let location = call_site(&ctx);
             let marker = st.borrow_mut().sites.record(Site::Cols(ColsSite { parent, columns, location }));

@@ -72,24 +72,34 @@ pub struct Definitions {
     pub defining: HashSet<PathBuf>,
 }
 
-/// The load errors for top-level files (matched by the model or audit globs) that define
-/// nothing: evaluated without error, called neither `define_model` nor `define_audit`, and not a
-/// library another top-level file (model, audit or test file) reached through `require` /
-/// `import`. `outcomes` are every top-level file's, cached or evaluated.
-pub fn idle_errors<'a>(outcomes: impl Iterator<Item = &'a FileOutcome> + Clone) -> Vec<LoadError> {
+/// The load errors for top-level files (matched by the model, audit or macro globs) that define
+/// nothing: evaluated without error, called none of the `define_…` functions its kind of file is
+/// for, and not a library another top-level file (model, audit or test file) reached through
+/// `require` / `import`. `outcomes` are every top-level file's, cached or evaluated;
+/// `definitions` the definition files among them (audit and macro globs): told what such a file
+/// is for, not to define a model.
+pub fn idle_errors<'a>(outcomes: impl Iterator<Item = &'a FileOutcome> + Clone, definitions: &[PathBuf]) -> Vec<LoadError> {
     let libraries: HashSet<&Path> = outcomes.clone().flat_map(|o| o.reached.iter().map(PathBuf::as_path)).collect();
     outcomes
         .filter(|o| !o.failed && !o.defines && !libraries.contains(o.file.as_path()))
         .map(|o| {
-            LoadError::new(
-                Some(Location { file: o.file.clone(), line: 0 }),
-                None,
-                "this file defines no model: it never called `define_model` (or `define_audit`), and no other file requires or imports it",
-            )
-            .with_hint(
-                "a file matched by `project.models` must define a model, or be a library another model file `require`s / `import`s; \
-                 check that the file does not shadow `define_model` with a function or variable of its own",
-            )
+            let location = Some(Location { file: o.file.clone(), line: 0 });
+            if definitions.contains(&o.file) {
+                return LoadError::new(
+                    location,
+                    None,
+                    "this definition file defines nothing: it never called `define_macro`, `define_audit` or `define_signal`, and no other file requires or imports it",
+                )
+                .with_hint(
+                    "a file matched by `project.macros` or `project.audits` must define a macro, an audit or a signal, or be a library another file \
+                     `require`s / `import`s; delete it if it is empty, or move it out of those globs",
+                );
+            }
+            LoadError::new(location, None, "this file defines no model: it never called `define_model` (or `define_audit`), and no other file requires or imports it")
+                .with_hint(
+                    "a file matched by `project.models` must define a model, or be a library another model file `require`s / `import`s; \
+                     check that the file does not shadow `define_model` with a function or variable of its own",
+                )
         })
         .collect()
 }

@@ -603,16 +603,30 @@ fn balanced(value: &str) -> Result<(), String> {
 fn split_top(s: &str, sep: char) -> Vec<String> {
     let mut out = Vec::new();
     let mut depth = 0i32;
-    let mut quote = false;
+    // Quotes as [`balanced`] reads them: a `'` opens a quoted value only where a value starts
+    // (`seeds/it's.csv` is a bare word), a doubled quote inside quotes is one character.
+    let mut quote: Option<char> = None;
+    let mut prev = ' ';
     let mut cur = String::new();
-    for c in s.chars() {
-        match c {
-            '\'' => quote = !quote,
-            '(' | '[' | '{' if !quote => depth += 1,
-            ')' | ']' | '}' if !quote => depth -= 1,
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let starts = matches!(prev, ' ' | '\t' | '(' | '[' | '{' | ',' | '=' | ':');
+        prev = c;
+        match (quote, c) {
+            (Some(q), c) if c == q && chars.peek() == Some(&q) => {
+                cur.push(c);
+                cur.extend(chars.next());
+                continue;
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'') if starts => quote = Some('\''),
+            (None, '"') => quote = Some('"'),
+            (None, '(' | '[' | '{') => depth += 1,
+            (None, ')' | ']' | '}') => depth -= 1,
             _ => {}
         }
-        if c == sep && depth == 0 && !quote {
+        if c == sep && depth == 0 && quote.is_none() {
             out.push(cur.trim().to_string());
             cur.clear();
         } else {
@@ -716,7 +730,9 @@ fn parse_kind(v: &str) -> Result<Value, String> {
             continue;
         }
         let (k, val) = piece.split_once('=').ok_or_else(|| format!("option `{piece}` must be `key = value`"))?;
-        m.insert(k.trim().to_string(), scalar(val));
+        if m.insert(k.trim().to_string(), scalar(val)).is_some() {
+            return Err(format!("option `{}` is given twice", k.trim()));
+        }
     }
     Ok(Value::Object(m))
 }
@@ -779,6 +795,19 @@ mod tests {
         // a bare word is no quote.
         p(&format!("{head}-- column_descriptions: n = 'a (b] it''s (x', r = 'x'\nSELECT 1 AS n, 'x' AS r\n")).unwrap_or_else(|e| panic!("{e:?}"));
         p("-- name: a.b\n-- kind: external(path = data/it's.csv)\n-- schema: n bigint\n").unwrap_or_else(|e| panic!("{e:?}"));
+        // …and splits nothing after it into its value.
+        let m =
+            p(&format!("{head}-- column_descriptions: n = the customer's id, r = the value\nSELECT 1 AS n, 'x' AS r\n")).unwrap_or_else(|e| panic!("{e:?}"));
+        let described: Vec<(String, Option<String>)> = m.schema.0.iter().map(|c| (c.name.clone(), m.column_description(&c.name).map(str::to_string))).collect();
+        assert_eq!(described, [("n".to_string(), Some("the customer's id".to_string())), ("r".to_string(), Some("the value".to_string()))]);
+        let m = p("-- name: a.b\n-- kind: seed(path = seeds/it's.csv, delimiter = ';')\n-- schema: n bigint\n").unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(matches!(&m.kind, Kind::Seed(s) if s.path == "seeds/it's.csv" && s.delimiter == Some(';')), "{:?}", m.kind);
+    }
+
+    #[test]
+    fn a_kind_option_given_twice_is_an_error() {
+        let errs = p("-- name: a.b\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, time_column = n)\n-- schema: day date, n bigint\nSELECT 1\n").unwrap_err();
+        assert!(errs.iter().any(|e| e.to_string().contains("models/x.sql:2") && e.to_string().contains("option `time_column` is given twice")), "{errs:?}");
     }
 
     #[test]

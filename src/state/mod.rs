@@ -203,17 +203,19 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn generation(&self) -> Result<i64, StateError>;
 
-    /// [`StateStore::generation`] plus the count of janitor claims (both only grow; a claim
+    /// [`StateStore::generation`], the count of janitor claims (both only grow; a claim
     /// deletes snapshot and ledger rows without bumping the generation) and the id of the last
     /// promotion of ANY environment (0 before the first; ids only grow), read together: equal
-    /// pairs mean nothing a plan of `env` reads was written in between (promotions do not bump
+    /// triples mean nothing a plan of `env` reads was written in between (promotions do not bump
     /// the generation, but every one gets a new id; a plan of `env` reads the other
     /// environments' pointers too: the rebuild marks and the tables new versions may share).
-    /// `None` when the store cannot say, and then nothing read earlier may be reused.
+    /// The plan records the generation alone (what `apply` compares with
+    /// [`StateStore::generation`]). `None` when the store cannot say, and then nothing read
+    /// earlier may be reused.
     ///
     /// # Errors
     /// The read fails.
-    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
+    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64, i64)>, StateError> {
         let _ = env;
         Ok(None)
     }

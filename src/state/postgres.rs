@@ -468,13 +468,13 @@ impl StateStore for PostgresStore {
         self.run(|| "read the store's generation".to_string(), || self.read(|c| Ok(c.query_one("SELECT generation FROM meta", &[])?.try_get(0)?)))
     }
 
-    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
+    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64, i64)>, StateError> {
         self.run(
             || format!("read the store's generation and the last promotion (planning `{env}`)"),
             || {
                 self.read(|c| {
-                    let r = c.query_one("SELECT generation + claims, (SELECT coalesce(max(id), 0)::bigint FROM plans) FROM meta", &[])?;
-                    Ok(Some((r.try_get(0)?, r.try_get(1)?)))
+                    let r = c.query_one("SELECT generation, claims, (SELECT coalesce(max(id), 0)::bigint FROM plans) FROM meta", &[])?;
+                    Ok(Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
                 })
             },
         )

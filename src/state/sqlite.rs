@@ -883,14 +883,14 @@ impl StateStore for SqliteStore {
     ///
     /// # Errors
     /// [`StateError::Backend`] if the read fails.
-    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64)>, StateError> {
+    fn plan_state(&self, env: &str) -> Result<Option<(i64, i64, i64)>, StateError> {
         self.run(
             || format!("read the store's generation and the last promotion (planning `{env}`)"),
             || {
                 Ok(Some(
                     self.conn
-                        .prepare_cached("SELECT generation + claims, (SELECT coalesce(max(id), 0) FROM plans) FROM meta")?
-                        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?,
+                        .prepare_cached("SELECT generation, claims, (SELECT coalesce(max(id), 0) FROM plans) FROM meta")?
+                        .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?,
                 ))
             },
         )

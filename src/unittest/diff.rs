@@ -74,6 +74,25 @@ pub fn compare(expected: &[TextRow], actual: &[TextRow], ordered: bool) -> RowDi
     RowDiff { missing, unexpected, order }
 }
 
+/// `rows` with each negative zero of a `numeric` column (`-0`, `-0.0`, `-0e0` as the engines
+/// print a double's) written as the zero it equals.
+pub fn unsigned_zeros(mut rows: Vec<TextRow>, numeric: &[bool]) -> Vec<TextRow> {
+    let negative_zero = |v: &str| {
+        v.strip_prefix('-').is_some_and(|rest| {
+            let mantissa = rest.split(['e', 'E']).next().unwrap_or_default();
+            !mantissa.is_empty() && mantissa.chars().all(|c| c == '0' || c == '.') && mantissa.starts_with('0')
+        })
+    };
+    for row in &mut rows {
+        for (value, numeric) in row.iter_mut().zip(numeric) {
+            if *numeric && let Some(v) = value.as_mut().filter(|v| negative_zero(v)) {
+                v.remove(0);
+            }
+        }
+    }
+    rows
+}
+
 /// How a value prints in a diff: NULL as `NULL`, text as is — but the text `NULL` (any case)
 /// quoted, `'NULL'`, so it never reads as NULL.
 pub fn show(v: &Option<String>) -> std::borrow::Cow<'_, str> {
@@ -122,6 +141,13 @@ pub fn render(columns: &[String], diff: &RowDiff, indent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn negative_zeros_of_numeric_columns_are_zero_and_text_is_left_alone() {
+        let row = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<TextRow>();
+        let rows = vec![row(&["-0.0", "-0", "-0e0", "-0.01", "-10", "-0.0"])];
+        assert_eq!(unsigned_zeros(rows, &[true, true, true, true, true, false]), vec![row(&["0.0", "0", "0e0", "-0.01", "-10", "-0.0"])]);
+    }
 
     fn row(v: &[Option<&str>]) -> TextRow {
         v.iter().map(|x| x.map(str::to_string)).collect()

@@ -378,3 +378,16 @@ fn an_unwritable_stderr_still_exits_1_with_the_json_error() {
     let out = p.command(&["plan", "dev"]).stderr(fs_err::File::create("/dev/full").unwrap().into_parts().0).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn a_now_that_is_not_an_instant_fails_only_the_commands_that_read_the_clock() {
+    let mut p = sample_project();
+    p.now = String::new();
+    for args in [&["check"][..], &["test"][..], &["lineage", "s.c"][..]] {
+        p.run(args).expect_code(0);
+    }
+    for args in [&["plan", "dev"][..], &["status", "dev"][..], &["run", "dev"][..]] {
+        let run = p.run(args);
+        assert!(run.expect_code(1).stderr.contains("--now: `` is not a date or timestamp"), "{}", run.stderr);
+    }
+}

@@ -338,6 +338,15 @@ fn an_export_of_a_future_layout_or_a_damaged_one_is_refused_and_nothing_is_creat
     let r = p.run(&["state", "import", "damaged.json"]);
     assert!(r.expect_code(1).stderr.contains("table `intervals` row 1 column `start_ts`"), "{}", r.stderr);
     assert!(!p.state_path().exists(), "nothing created");
+    // Valid row by row, refused by the store (a snapshot twice): the store the import created
+    // is removed again.
+    doc["tables"]["intervals"] = serde_json::from_str::<Value>(&p.read("backup.json")).unwrap()["tables"]["intervals"].clone();
+    let first = doc["tables"]["snapshots"]["rows"][0].clone();
+    doc["tables"]["snapshots"]["rows"].as_array_mut().unwrap().push(first);
+    p.write("twice.json", &doc.to_string());
+    let r = p.run(&["state", "import", "twice.json"]);
+    assert!(r.expect_code(1).stderr.contains("UNIQUE"), "{}", r.stderr);
+    assert!(!p.state_path().exists(), "the store the failed import created is gone");
 }
 
 #[test]

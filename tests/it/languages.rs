@@ -177,3 +177,22 @@ fn a_rhai_model_on_a_lua_model_on_a_sql_model_applies_end_to_end(engine: EngineB
     let total = if p.on_postgres() { "8" } else { "8.0" };
     assert_eq!(p.rows("dev__s.top"), vec![vec![Some(total.to_string())]]);
 }
+
+#[test]
+fn cols_takes_what_ref_returned_as_well_as_a_handle_or_a_name() {
+    let p = crate::common::sample_project();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai}"));
+    p.write(
+        "models/x.lua",
+        "local a = ref(\"s.a\")\ndefine_model { name = \"s.x\", kind = kind.view(), schema = { { \"id\", \"integer\" } }, query = \"SELECT \" .. cols(a, \"id\") .. \" FROM \" .. a }\n",
+    );
+    p.write(
+        "models/y.rhai",
+        "let a = ref(\"s.a\");\ndefine_model(#{ name: \"s.y\", kind: kind::view(), schema: [[\"id\", \"integer\"]], query: `SELECT ${cols(a, \"id\")} FROM ${a}` });\n",
+    );
+    p.run(&["check"]).expect_code(0);
+    for model in ["s.x", "s.y"] {
+        let sql = crate::common::rendered(&p, model);
+        assert!(sql.contains("\"id\"") && sql.contains("FROM s.a"), "{model}: {sql}");
+    }
+}

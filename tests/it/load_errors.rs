@@ -349,3 +349,16 @@ fn a_model_named_like_the_relation_an_external_reads_is_refused() {
         &["models/clash.lua:2", "model `landing.v` is named like the relation `landing.v` that external `lz.ext`", "rename the model"],
     );
 }
+
+#[test]
+fn an_empty_macro_or_audit_file_is_told_what_definition_files_are_for() {
+    for file in ["macros/empty.lua", "audits/empty.rhai"] {
+        let stderr = assert_load_error(
+            |p| {
+                p.write(file, "-- nothing yet\n".replace("--", if file.ends_with(".rhai") { "//" } else { "--" }).as_str());
+            },
+            &[file, "this definition file defines nothing: it never called `define_macro`, `define_audit` or `define_signal`", "project.macros"],
+        );
+        assert!(!stderr.contains("defines no model"), "{stderr}");
+    }
+}

@@ -18,6 +18,7 @@ crate::on_every_engine!(
     apply_refuses_a_plan_that_relies_on_a_vanished_relation,
     schemas_differing_only_in_case_are_one_engine_schema,
     a_physical_view_reading_an_old_parent_version_is_rebuilt,
+    a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_own_is_replaced,
 );
 
 /// A time-range parent `m.p` (one row per day, `extra` appended to its columns), a view `m.v`
@@ -422,4 +423,55 @@ fn a_physical_view_reading_an_old_parent_version_is_rebuilt(engine: EngineBacken
     p.run(&["apply", "dev", "--yes"]).expect_code(0);
     assert_eq!(count(&p, &env_view("dev", "m.v")), 4);
     assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// A model new to an environment gets its view by `CREATE OR REPLACE VIEW`: a view of the user's
+/// standing at that name would be replaced silently, a table would fail with the engine's
+/// message. Both are refused by the plan and the apply, naming the model's file and the relation;
+/// nothing is written. A view efmesh left there (its state store lost) is replaced.
+fn a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_own_is_replaced(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    if p.on_postgres() {
+        // A search_path naming efmesh's storage: Postgres then renders view definitions without
+        // that schema, unless efmesh reads them with an empty one.
+        p.execute_on_engine("DO $do$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = \"$user\", public, _efmesh', current_database()); END $do$");
+    }
+    p.execute_on_engine("CREATE SCHEMA s; CREATE VIEW s.c AS SELECT 42 AS answer");
+    for (create, what) in [
+        ("", "a view efmesh did not create (it reads none of efmesh's storage"),
+        ("DROP VIEW s.c; CREATE TABLE s.c AS SELECT 42 AS answer", "a table efmesh did not create"),
+    ] {
+        if !create.is_empty() {
+            p.execute_on_engine(create);
+        }
+        for args in [&["plan", "prod"][..], &["apply", "prod", "--yes"][..]] {
+            let run = p.run(args);
+            run.expect_code(1);
+            for needle in ["models/c.lua:1", "model `s.c`", "environment `prod` would serve it as the view `s.c`", what, "rename the model"] {
+                assert!(run.stderr.contains(needle), "{needle:?} missing\n{}", run.stderr);
+            }
+        }
+        assert_eq!(p.query("SELECT CAST(answer AS VARCHAR) FROM s.c"), vec![vec![Some("42".to_string())]], "the user's relation is left as it was");
+        assert!(p.state_summary().envs.is_empty(), "nothing promoted: {:?}", p.state_summary());
+    }
+    p.execute_on_engine("DROP TABLE s.c");
+    p.apply("prod");
+    assert_eq!(p.plan("prod")["hasChanges"], false, "efmesh's views read as serving what the state says");
+    let served = p.rows("s.c");
+    assert!(!served.is_empty());
+    // The state store lost: the views efmesh left read its storage and are replaced.
+    fs_err::remove_file(p.state_path()).expect("remove the state store");
+    let again = p.run(&["apply", "prod", "--yes"]);
+    again.expect_code(0);
+    assert_eq!(p.rows("s.c"), served);
+    // An embedded model (no view) made a table gets a view too: checked the same way.
+    p.execute_on_engine("CREATE VIEW t.e AS SELECT 42 AS answer");
+    p.write("models/d.lua", &portable_sample(&p, &p.read("models/d.lua").replacen("kind.embedded()", "kind.full()", 1)));
+    let run = p.run(&["apply", "prod", "--yes"]);
+    assert!(
+        run.expect_code(1).stderr.contains("model `t.e`: environment `prod` would serve it as the view `t.e`, where a view efmesh did not create"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(p.query("SELECT CAST(answer AS VARCHAR) FROM t.e"), vec![vec![Some("42".to_string())]]);
 }

@@ -390,3 +390,25 @@ fn a_seed_is_audited_when_it_is_built(engine: EngineBackend) {
     p.apply("dev");
     assert_eq!(p.rows("\"dev__ref\".\"depts\""), vec![vec![s("ER"), s("Emergency"), s("32"), None], vec![s("ICU"), s(""), s("120"), None]]);
 }
+
+#[test]
+fn the_dec_alias_and_list_elements_round_nothing_either() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("seeds/t.csv", "id,amount,nums\n1,1.25,\"[1,2]\"\n2,1.555,\"[1.5,2]\"\n");
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
+  schema = { { "id", "bigint" }, { "amount", "dec(10,2)" }, { "nums", "integer[]" } } }
+"#,
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    for (column, value) in
+        [("amount", "`1.555` has more than the 2 decimal(s) of `dec(10,2)`"), ("nums", "`[1.5,2]` holds a value its elements' type would round")]
+    {
+        let line =
+            run.stderr.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{}", run.stderr));
+        assert!(line.contains("row 3") && line.contains(value), "{line}");
+    }
+    assert!(p.physical_tables().is_empty());
+}

@@ -819,3 +819,46 @@ fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_abo
     let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
     assert!(text.contains("over rows complete only up to 2026-01-03T00:00:00.000Z"), "{text}");
 }
+
+#[test]
+fn a_cron_refresh_over_rows_held_above_it_is_refreshed_again_once_they_land_before_its_next_tick() {
+    // `u.days` (daily cron) was refreshed at its tick while `t.daily`'s 3rd waited on its
+    // signal. The 3rd lands before the next tick: the run computes it in `t.daily`, refreshes
+    // `u.days` again (its rows lacked the 3rd), and only then `t.below`'s 3rd — never from rows
+    // `u.days` lacks, recorded done for good.
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("macros/signals.lua", LANDED);
+    let cron =
+        |m: String| m.replace(r#"kind.incremental_by_unique_key { key = "day" },"#, r#"kind.incremental_by_unique_key { key = "day" }, cron = "@daily","#);
+    p.write("models/m.lua", &cron(keyed_below_signal(false, 0)));
+    p.apply("prod");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.below"), "01=1,02=2", "the 3rd waits upstream");
+    let processed = |p: &Project| {
+        let ran = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+        ran["processed"].as_array().map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect::<Vec<_>>()).unwrap_or_else(|| panic!("{ran:#}"))
+    };
+    // Still held: a run before the tick does not refresh `u.days` again (nothing more to read),
+    // nor does a replay at an earlier `now`, where the 3rd is not due yet (a refresh there would
+    // record the rows complete, and the 3rd's landing would then go unnoticed).
+    for now in ["2026-01-04T01:30:00Z", "2026-01-03T12:00:00Z"] {
+        p.now = now.into();
+        assert!(!processed(&p).contains(&"u.days".to_string()), "{now}");
+    }
+    p.execute_on_engine("INSERT INTO landing.ready VALUES (DATE '2026-01-03')");
+    p.now = "2026-01-04T02:00:00Z".into();
+    let plan = p.plan("prod");
+    let note = plan["alsoWrites"].as_array().and_then(|a| a.iter().find(|w| w["model"] == "u.days")).map(|w| w["note"].to_string()).unwrap_or_default();
+    assert!(note.contains("complete only up to 2026-01-03T00:00:00.000Z, and they hold more now"), "{plan:#}");
+    assert_eq!(processed(&p), ["t.daily", "u.days", "t.below"]);
+    assert_eq!(days(&p, "prod", "t.below"), "01=1,02=2,03=4");
+    assert_eq!(days(&p, "prod", "u.days"), "01=1,02=2,03=4");
+    // Complete now: the next run before the tick refreshes nothing.
+    p.now = "2026-01-04T03:00:00Z".into();
+    assert!(processed(&p).is_empty());
+}

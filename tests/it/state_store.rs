@@ -263,7 +263,8 @@ fn the_generation_counts_data_writes_and_plan_state_sees_every_promotion(b: &dyn
     assert_eq!(other.generation().unwrap(), g0 + 1);
     let after = other.plan_state("dev").unwrap().unwrap();
     assert_ne!(after, key);
-    assert!(after.1 > key.1);
+    assert!(after.2 > key.2);
+    assert_eq!(after.0, other.generation().unwrap(), "the generation itself, claims apart");
 }
 
 fn the_plan_memo_round_trips_and_a_promotion_drops_only_its_environments_memo(b: &dyn Backend) {
@@ -542,7 +543,7 @@ fn concurrent_writers_on_separate_handles_lose_no_write_and_journal_in_commit_or
         ids.extend(journal.iter().map(|j| j.id));
     }
     assert_eq!(ids.len(), WRITERS * EACH);
-    assert_eq!(store.plan_state("x").unwrap().unwrap().1, *ids.last().unwrap(), "the last promotion's id is the largest");
+    assert_eq!(store.plan_state("x").unwrap().unwrap().2, *ids.last().unwrap(), "the last promotion's id is the largest");
 }
 
 fn concurrent_lease_takers_on_separate_handles_get_exactly_one_lease(b: &dyn Backend) {

@@ -20,6 +20,8 @@ on_every_engine!(
     rhai_test_files_mirror_lua,
     tests_are_selected_by_name_or_model,
     rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_types,
+    a_negative_zero_equals_zero,
+    numbers_a_type_would_round_are_never_rounded_into_agreement,
 );
 
 const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
@@ -566,4 +568,55 @@ fn rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_type
     p.write("tests/flags.lua", &test("Yes", "0.25", "3", "0.1235"));
     let v = p.run(&["test", "--json"]).expect_code(0).json();
     assert_eq!(entry(&v, "flags")["status"], "passed", "{v:#}");
+}
+
+/// `-0.0` equals `0.0` (SQL's `=`), in a declared `double` and in a `decimal` over one; a
+/// negative number is still not its absolute value.
+fn a_negative_zero_equals_zero(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/zero.lua",
+        r#"define_model {
+  name = "mart.zero", kind = kind.full(),
+  schema = { { "x", "double precision" }, { "y", "decimal(10,2)" }, { "z", "double precision" } },
+  query = "SELECT -CAST(0 AS DOUBLE PRECISION) AS x, CAST(-CAST(0 AS DOUBLE PRECISION) AS DECIMAL(10,2)) AS y, CAST(-0.5 AS DOUBLE PRECISION) AS z",
+}
+"#,
+    );
+    let test = |z: &str| format!("define_test {{ name = \"zero\", model = \"mart.zero\", inputs = {{}}, expect = {{ {{ x = 0.0, y = 0, z = {z} }} }} }}\n");
+    p.write("tests/zero.lua", &test("-0.5"));
+    let run = p.run(&["test", "zero"]);
+    run.expect_code(0);
+    p.write("tests/zero.lua", &test("0.5"));
+    p.run(&["test", "zero"]).expect_code(1);
+}
+
+/// A decimal input with more places than its declared scale is refused (the fixture would round
+/// it); an expected one the query's type cannot hold fails the test (no stored value equals it),
+/// as does a list element of an input that its element type would round.
+fn numbers_a_type_would_round_are_never_rounded_into_agreement(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/fine.lua",
+        r#"define_model {
+  name = "mart.fine", kind = kind.full(),
+  schema = { { "customer", "varchar" }, { "amount", "decimal(10,2)" } },
+  query = "SELECT customer, amount FROM " .. ref("raw.orders"),
+}
+"#,
+    );
+    let test = |input: &str, expected: &str| {
+        format!(
+            "define_test {{ name = \"fine\", model = \"mart.fine\",\n  inputs = {{ [\"raw.orders\"] = {{ {{ id = 1, customer = \"ann\", amount = {input}, ordered_at = \"2026-01-01\" }} }} }},\n  expect = {{ {{ customer = \"ann\", amount = {expected} }} }} }}\n"
+        )
+    };
+    p.write("tests/fine.lua", &test("1.56", "1.56"));
+    p.run(&["test", "fine"]).expect_code(0);
+    p.write("tests/fine.lua", &test("1.56", "1.5551"));
+    let v = p.run(&["test", "fine", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "fine")["status"], "failed", "{v:#}");
+    p.write("tests/fine.lua", &test("\"1.555\"", "1.56"));
+    let v = p.run(&["test", "fine", "--json"]).expect_code(1).json();
+    assert_eq!(entry(&v, "fine")["status"], "error", "{v:#}");
+    assert!(problems(&v, "fine").contains("1.555 has more than the 2 decimal(s) of `decimal(10,2)`"), "{v:#}");
 }

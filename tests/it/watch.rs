@@ -706,6 +706,59 @@ fn apply_renews_an_invalidated_environment_with_nothing_to_build() {
 }
 
 #[test]
+fn a_model_deleted_while_the_project_fails_to_load_leaves_no_check_error_behind() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("models/mart/bad.lua", &totals("raw.orders").replace("mart.totals", "mart.bad").replace("sum(amount)", "sum(w)"));
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert!(errors(&start).iter().any(|e| e["file"] == "models/mart/bad.lua"), "the check error is shown: {start}");
+    p.write("models/raw/orders.lua", "return define_model {\n");
+    let broken = w.after("models/raw/orders.lua");
+    assert_eq!(broken["models"], Value::Null, "{broken}");
+    p.remove("models/mart/bad.lua");
+    w.after("models/mart/bad.lua");
+    p.write("models/raw/orders.lua", &orders("10"));
+    let fixed = w.after("models/raw/orders.lua");
+    assert!(errors(&fixed).is_empty(), "{fixed}");
+}
+
+#[test]
+fn a_file_the_project_does_not_read_gets_no_line() {
+    // `efmesh watch dev --json > watch.jsonl` in the project: the watch's own output file may be
+    // a seed file to be, but once reloaded it is read by nothing: no line (each line would be
+    // written to it, and seen again, without end).
+    let p = project(EngineBackend::DuckDb);
+    let mut w = Watch::start(&p, &["dev"]);
+    w.next();
+    p.write("watch.jsonl", "{\"apiVersion\": 1}\n");
+    std::thread::sleep(Duration::from_millis(500));
+    p.write("models/raw/orders.lua", &orders("20"));
+    let line = w.next();
+    assert_eq!(line["changedFiles"], serde_json::json!(["models/raw/orders.lua"]), "{line}");
+}
+
+#[test]
+fn apply_still_applies_after_the_janitor_dropped_a_version() {
+    // A janitor claim moves the plan state the watch keys its memo on, not the generation an
+    // apply compares: the watch's plan must carry the latter (it refused every apply before).
+    let p = project(EngineBackend::DuckDb);
+    p.apply("dev");
+    p.write("models/raw/orders.lua", &orders("20"));
+    p.apply("dev");
+    let dropped = p.run(&["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(dropped.to_string().contains("raw.orders"), "the janitor dropped the first version: {dropped:#}");
+    p.write("models/raw/orders.lua", &orders("30"));
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert_eq!(start["applied"]["ok"], true, "{start}");
+    assert_eq!(p.rows("\"dev__mart\".\"totals\""), [vec![s("35")]]);
+    p.write("models/raw/orders.lua", &orders("40"));
+    let line = w.after("models/raw/orders.lua");
+    assert_eq!(line["applied"]["ok"], true, "{line}");
+    assert_eq!(p.rows("\"dev__mart\".\"totals\""), [vec![s("45")]]);
+}
+
+#[test]
 fn a_line_lists_the_models_rebuilt_downstream_of_new_intervals() {
     // `t.daily` (time-range) starts later, then earlier: the next plan backfills its older days
     // and `mart.sum` (full, over it) is rebuilt for them; the line says so, as `efmesh plan`.

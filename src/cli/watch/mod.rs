@@ -155,7 +155,7 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
                 if watch.config_gone(options.debounce) {
                     return Err(anyhow!("the configuration `{}` was deleted: nothing left to watch", watch.session.config().path.display()));
                 }
-                let mut report = watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at));
+                let Some(mut report) = watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at)) else { continue };
                 report.debounced = last.map(|last| at.saturating_duration_since(last));
                 (report, at)
             }
@@ -370,19 +370,38 @@ impl Watch {
     }
 
     /// Reloads after `changed` (absolute paths) and re-plans (`early`: as [`Watch::start`]).
-    fn replan(&mut self, changed: &[PathBuf], early: &mut dyn FnMut(&Report)) -> Report {
+    /// `None` when the changed files turned out to be none of the project's: not an input before
+    /// or after the reload, not matched by a discovery glob (a `.jsonl` the watch's own output
+    /// is redirected to, a CSV nothing reads): nothing to show.
+    fn replan(&mut self, changed: &[PathBuf], early: &mut dyn FnMut(&Report)) -> Option<Report> {
         let root = self.root().to_path_buf();
         let mut r = Report::new(Event::Replan, &self.options.env, &root);
         r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
+        let touches = |inputs: &BTreeSet<PathBuf>, filter: &Filter| {
+            changed.iter().any(|p| filter.discovered(p) || inputs.contains(p) || inputs.range(p.clone()..).next().is_some_and(|i| i.starts_with(p)))
+        };
+        let touched_before = touches(self.session.inputs(), &self.filter);
+        // After a load that failed, the reload cannot say which models went away since the last
+        // good one: every model's columns are checked again (no error of a deleted model stays).
+        let failed_before = self.session.project().is_err();
         let reload = match self.session.reload(changed) {
             Ok(reload) => reload,
             Err(e) => {
                 // The configuration is invalid: the session keeps its previous state.
                 r.event = Event::Error;
                 r.errors = Problem::from_error("config", &e);
-                return r;
+                return Some(r);
             }
         };
+        if !touched_before
+            && !reload.config_changed
+            && reload.evaluated.is_empty()
+            && reload.changed_models.is_empty()
+            && !touches(self.session.inputs(), &self.filter)
+        {
+            tracing::debug!(files = ?r.changed_files, "changed files the project does not read: nothing to re-plan");
+            return None;
+        }
         r.config_changed = reload.config_changed;
         r.evaluated = reload.evaluated.clone();
         if reload.config_changed {
@@ -390,12 +409,12 @@ impl Watch {
         }
         self.pending.extend(reload.changed_models.iter().cloned());
         if let Ok(project) = self.session.project() {
-            let only = (!reload.config_changed).then_some(&reload.changed_models);
+            let only = (!reload.config_changed && !failed_before).then_some(&reload.changed_models);
             check_columns(project, only, &mut self.column_errors, &mut self.columns);
         }
         let files: BTreeSet<PathBuf> = r.changed_files.iter().cloned().collect();
         self.evaluate(&mut r, Some(&files), early);
-        r
+        Some(r)
     }
 
     /// Fills `r` from the session's project: errors, plan, changed models, previews, apply,

@@ -9,6 +9,8 @@
 //! directory (`.git`, `.efmesh`, where the load cache lives) or named with a leading dot (editor
 //! swap and backup files), the DuckDB and state files and their siblings (`-wal`, `-journal`,
 //! `.wal`, `.tmp`), a local lake directory and the DuckLake files, which efmesh itself writes.
+//! A file that may have become an input and turns out not to be one after the reload (read by
+//! no model, matched by no glob: the `.jsonl` the watch's output is redirected to) gets no line.
 
 use crate::config::Config;
 use notify::EventKind;
@@ -91,6 +93,12 @@ impl Filter {
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
         self.own_files.iter().any(|(dir, file)| dir == parent && name.as_encoded_bytes().starts_with(file.as_encoded_bytes()))
+    }
+
+    /// True when `path` (absolute, under the root) matches a discovery glob (models, audits,
+    /// macros, tests).
+    pub fn discovered(&self, path: &Path) -> bool {
+        self.under_root(path).strip_prefix(&self.root).is_ok_and(|rel| self.globs.is_match(rel))
     }
 
     /// True when `path` is hidden (below a directory or named with a leading dot).
