@@ -92,6 +92,24 @@ pub fn with_retries<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) ->
     }
 }
 
+/// [`with_retries`] without the test hook's injected failures: for the steps around an attempt
+/// (taking an environment's lock while the state store is busy), which the hook's counts do not
+/// cover.
+pub fn retrying<T>(retries: u32, what: &str, mut attempt: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut n = 0;
+    loop {
+        match attempt() {
+            Err(e) if n < retries && is_transient(&e) => {
+                let wait = backoff(n);
+                tracing::warn!(attempt = n + 1, retries, wait_ms = wait.as_millis() as u64, "{what} failed with a transient error, retrying: {e}");
+                std::thread::sleep(wait);
+                n += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The test hook: an injected transient failure while fewer than `EFMESH_TEST_TRANSIENT`
 /// were injected in this process.
 fn injected() -> Result<(), ApplyError> {

@@ -17,7 +17,9 @@
 
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::schema::{decimal_scale, is_integer_type, list_element};
+use crate::core::schema::{
+    UTC_OFFSET_REGEX, ZERO_UTC_OFFSET_REGEX, decimal_scale, innermost_element, is_integer_type, is_naive_timestamp, nonzero_utc_offset, rounded_digits_regex,
+};
 use crate::core::{Kind, Model, ModelName};
 use crate::engine::Engine;
 use crate::project::Project;
@@ -124,10 +126,14 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
             let mut bad = format!("{} IS NULL", dialect.try_cast(&v, &c.ty)?);
             if is_integer_type(&c.ty) {
                 bad = format!("{bad} OR {} <> {}", dialect.try_cast(&v, "DOUBLE")?, dialect.try_cast(&v, &c.ty)?);
-            } else if list_element(&c.ty).is_some_and(|e| is_integer_type(e) || decimal_scale(e).is_some()) {
-                // A list of integers or decimals rounds its elements as a scalar column would.
-                let exact = dialect.try_cast(&v, "DOUBLE[]")?;
-                bad = format!("{bad} OR {exact} <> {}", dialect.try_cast(&dialect.try_cast(&v, &c.ty)?, "DOUBLE[]")?);
+            } else if is_naive_timestamp(&c.ty) {
+                // A UTC offset the cast to a timestamp without a time zone would drop.
+                let text = format!("trim(CAST({v} AS VARCHAR))");
+                bad = format!("{bad} OR (regexp_matches({text}, '{UTC_OFFSET_REGEX}') AND NOT regexp_matches({text}, '{ZERO_UTC_OFFSET_REGEX}'))");
+            } else if let Some(digits) = innermost_element(&c.ty).and_then(rounded_digits_regex) {
+                // A list (of lists) of integers or decimals rounds its elements as a scalar
+                // column would: exactly, on the text, as above.
+                bad = format!("{bad} OR regexp_matches(CAST({v} AS VARCHAR), '{digits}')");
             } else if let Some(scale) = decimal_scale(&c.ty) {
                 // Exactly, on the text (a double has too few digits for wide decimals): a digit
                 // other than 0 after the scale's; in exponent notation, as a double.
@@ -174,6 +180,23 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
             let q = quote_ident(&column.name);
             if let Some((place, value)) = first_row(engine, &stage, rows, i, &format!("length({q}) > {n}")) {
                 out.push(format!("`{path}`: {place}, column `{}`: `{value}` is longer than the {n} characters of `{}`", column.name, column.ty));
+                continue;
+            }
+        }
+        // `CAST(… AS numeric(p,s)[])` rounds an element with more decimals without an error.
+        // (Only a scale the type names: Postgres's bare `numeric` rounds nothing.)
+        if let Some(digits) = innermost_element(&column.ty).filter(|e| is_integer_type(e) || e.contains('(')).and_then(rounded_digits_regex)
+            && let Some((place, value)) = first_row(engine, &stage, rows, i, &format!("{} ~ '{digits}'", quote_ident(&column.name)))
+        {
+            out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
+            continue;
+        }
+        // `CAST(… AS timestamp)` drops a UTC offset without an error.
+        if is_naive_timestamp(&column.ty) {
+            let q = quote_ident(&column.name);
+            let filter = format!("trim({q}) ~ '{UTC_OFFSET_REGEX}' AND NOT trim({q}) ~ '{ZERO_UTC_OFFSET_REGEX}'");
+            if let Some((place, value)) = first_row(engine, &stage, rows, i, &filter) {
+                out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
                 continue;
             }
         }
@@ -237,8 +260,14 @@ fn why(value: &str, ty: &str, engine: &mut dyn Engine) -> String {
         Ok(r) => {
             let to = r.first().and_then(|row| row.first().cloned().flatten()).unwrap_or_default();
             match decimal_scale(ty) {
+                _ if is_naive_timestamp(ty) && nonzero_utc_offset(value).is_some() => format!(
+                    "{shown} has the UTC offset `{}`, which `{ty}` (no time zone) would drop, storing {to}: declare `timestamptz`, or write the time in UTC",
+                    nonzero_utc_offset(value).unwrap_or_default()
+                ),
                 Some(scale) => format!("{shown} has more than the {scale} decimal(s) of `{ty}`, which would round it to {to}"),
-                None if list_element(ty).is_some() => format!("{shown} holds a value its elements' type would round; column type `{ty}` would make it {to}"),
+                None if innermost_element(ty).is_some() => {
+                    format!("{shown} holds a value its elements' type would round; column type `{ty}` would make it {to}")
+                }
                 None => format!("{shown} is not a whole number; column type `{ty}` would round it to {to}"),
             }
         }

@@ -155,11 +155,25 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check)
     let held = hold(dag, &candidates, &computed, check)?;
     for a in &mut plan.actions {
         if let Some(ready) = held.ready.get(&a.name) {
-            a.backfill = interval::merge(ready);
+            let ready = companions_of_ready(ready, computed.get(&a.name), &held.waiting, a);
+            a.backfill = interval::merge(&ready);
             a.intervals = ready.len();
         }
     }
     Ok(held.waiting)
+}
+
+/// `ready`, less the done intervals that only accompany missing ones now waiting on the model's
+/// own signals: a `lookback` recomputes the intervals before a missing one, an
+/// `auto_restatement_intervals` those before the newest, *with* it — recomputed without it, they
+/// would be recomputed again by every run until it lands (and every `full` model below rebuilt).
+/// A done interval is kept when a ready missing interval ends after it; all are kept for a
+/// version a parent's rewrite makes recompute them (`recompute`: they are stale now).
+fn companions_of_ready(ready: &[Interval], done: Option<&BTreeSet<Millis>>, waiting: &[Waiting], action: &crate::plan::Action) -> Vec<Interval> {
+    let waits_on_signal = waiting.iter().any(|w| w.model == action.name && w.reason == "signal");
+    let Some(done) = done.filter(|_| waits_on_signal && action.recompute.is_none()) else { return ready.to_vec() };
+    let last_ready_missing = ready.iter().filter(|i| !done.contains(&i.start)).map(|i| i.end).max();
+    ready.iter().filter(|i| !done.contains(&i.start) || last_ready_missing.is_some_and(|end| i.start < end)).copied().collect()
 }
 
 #[cfg(test)]

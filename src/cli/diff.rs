@@ -85,6 +85,13 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     } else {
         None
     };
+    // Served by both but gone from the project: their columns (and key) are unknown here, so
+    // `--data` cannot compare them; said, not left out silently.
+    let not_compared: Vec<&String> = if req.data {
+        pa.keys().filter(|n| pb.contains_key(*n) && keep(n) && crate::core::ModelName::parse(n).ok().and_then(|m| project.dag.get(&m)).is_none()).collect()
+    } else {
+        Vec::new()
+    };
     if req.json {
         let mut report = json!({
             "envA": a,
@@ -96,12 +103,17 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         });
         if let Some(data) = &data {
             report["data"] = serde_json::to_value(data)?;
+            report["dataNotCompared"] = not_compared.iter().map(|m| json!({"model": m, "reason": "not in the project"})).collect();
         }
         out.json(report)?;
     } else {
         let mut text = d.text(a, b);
         if let Some(data) = &data {
             text.push_str(&crate::datadiff::text(a, b, data));
+            if !not_compared.is_empty() {
+                let list: Vec<String> = not_compared.iter().map(|m| format!("`{m}`")).collect();
+                text.push_str(&format!("data not compared: {} (served by both, no longer in the project: its columns are not known here)\n", list.join(", ")));
+            }
         }
         out.text(&text)?;
     }

@@ -27,10 +27,17 @@ pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, 
             }
         },
     };
-    let trees: Vec<LineageNode> =
-        columns.iter().filter_map(|c| if downstream { lineage.downstream(&model, c, depth) } else { lineage.upstream(&model, c, depth) }).collect();
+    // Each column's tree is expanded once per answer: a diamond-shaped DAG would double it at
+    // every level (2^40 lines for 40 of them).
+    let mut expanded = crate::plan::lineage::Expanded::new();
+    let trees: Vec<LineageNode> = columns
+        .iter()
+        .filter_map(|c| if downstream { lineage.downstream(&model, c, depth, &mut expanded) } else { lineage.upstream(&model, c, depth, &mut expanded) })
+        .collect();
     let filtered: Vec<(String, Vec<String>)> =
         if downstream { columns.iter().map(|c| (c.clone(), lineage.filtered_by(&model, c))).collect() } else { Vec::new() };
+    let possible: Vec<(String, Vec<String>)> =
+        if downstream { columns.iter().map(|c| (c.clone(), lineage.possibly_read_by(&model, c))).collect() } else { Vec::new() };
     if json {
         let mut v = json!({
             "model": model,
@@ -40,6 +47,7 @@ pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, 
         });
         if downstream {
             v["alsoReadBy"] = filtered.iter().map(|(c, ms)| json!({"column": c, "models": ms})).collect();
+            v["possiblyReadBy"] = possible.iter().map(|(c, ms)| json!({"column": c, "models": ms})).collect();
         }
         if let Some(why) = &ml.unreadable {
             v["unreadable"] = json!(why);
@@ -75,6 +83,11 @@ pub(super) fn run(config: &std::path::Path, target: &str, depth: Option<usize>, 
         {
             s.push_str(&format!("  also read by (filters, joins, groupings): {}\n", models.join(", ")));
         }
+        if let Some((_, models)) = possible.iter().find(|(c, _)| *c == tree.column)
+            && !models.is_empty()
+        {
+            s.push_str(&format!("  may be read by (their lineage cannot tell): {}\n", models.join(", ")));
+        }
     }
     if uncertain {
         s.push_str("? uncertain: a relation whose columns are not known (an unknown table, a table function), `COLUMNS(…)` or a name that does not resolve may feed this column too\n");
@@ -87,7 +100,8 @@ fn write_tree(s: &mut String, node: &LineageNode, depth: usize, arrow: &str, unc
     let lead = if depth == 0 { String::new() } else { format!("{}{arrow} ", "  ".repeat(depth)) };
     let mark = if node.certain { "" } else { " ?" };
     *uncertain |= !node.certain;
-    s.push_str(&format!("{lead}{}.{}  ({}){mark}\n", node.model, node.column, node.kind));
+    let above = if node.shown_above { "  (its lineage is shown above)" } else { "" };
+    s.push_str(&format!("{lead}{}.{}  ({}){mark}{above}\n", node.model, node.column, node.kind));
     for next in node.next.iter().flatten() {
         write_tree(s, next, depth + 1, arrow, uncertain);
     }

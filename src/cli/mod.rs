@@ -298,7 +298,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
             diff::run(&args.config, diff::Request { a: &env_a, b: &env_b, models: model.as_deref(), data, sample: sample.as_deref(), json }, &out)
         }
         Command::Graph { json, html, select, env } => {
-            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now: now()? }, &out)
+            // The clock only for an environment's plan.
+            let now = if env.is_some() { now()? } else { interval::now_millis() };
+            graph::run(&args.config, graph::Request { json, html: html.as_deref(), select: select.as_deref(), env: env.as_deref(), now }, &out)
         }
         Command::Audit { env, json, model } => audit::run(&args.config, &env, &model, json, &out),
         Command::Watch { env, json, apply, test, preview_rows, debounce_ms } => watch::run(

@@ -44,7 +44,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             tracing::warn!("cannot journal the run tick: {e}");
         }
     };
-    let guard = match lock_env(&*state, &project.config, env, Duration::ZERO)? {
+    // A state store busy with another writer (SQLite's lock) is as transient here as later.
+    let locked = crate::apply::retry::retrying(retries, &format!("take the lock of `{env}`"), || lock_env(&*state, &project.config, env, Duration::ZERO))?;
+    let guard = match locked {
         Locked::Held(g) => g,
         Locked::Busy(lock, holder) => {
             record("lock-held", BTreeMap::new(), Some(format!("`{lock}` held by {holder}")));

@@ -231,9 +231,14 @@ impl Unit {
     /// The crontab command: run from the project directory, output appended to `log` (cron's
     /// `%` escaped).
     fn cron_command(&self, log: &Path) -> String {
+        // The log's directory is made at every tick: `.efmesh/` is ignored by git, so a
+        // `git clean -xdf` or a fresh checkout removes it, and `>>` into a missing directory
+        // would fail in the shell before efmesh starts, leaving no trace.
+        let dir = log.parent().unwrap_or(log);
         let cmd = format!(
-            "cd {} && {} run {} --config {} >> {} 2>&1",
+            "cd {} && mkdir -p {} && {} run {} --config {} >> {} 2>&1",
             sh_quote(&self.root.to_string_lossy()),
+            sh_quote(&dir.to_string_lossy()),
             sh_quote(&self.bin.to_string_lossy()),
             self.env,
             sh_quote(&self.config.to_string_lossy()),

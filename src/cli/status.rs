@@ -104,12 +104,18 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
                 let behind = t.grain.count(from, horizon).max(0);
                 let gaps = stats.done_up_to.map_or(0, |up_to| (t.grain.count(t.grain.floor(t.start), up_to) - stats.done as i64).max(0));
+                // Only failed intervals the model still wants: one its `start`/`end` now leave
+                // out is never computed again, and would keep `--check` failing for good.
+                let failed = match stats.failed {
+                    0 => 0,
+                    _ => state.failed_intervals(name, fp)?.into_iter().filter(|s| *s >= t.grain.floor(t.start) && t.end.is_none_or(|e| *s < e)).count(),
+                };
                 lags.push(Lag {
                     model: name.clone(),
                     grain: grain_name(t.grain),
                     done_up_to: stats.done_up_to,
                     behind,
-                    failed: stats.failed,
+                    failed,
                     gaps,
                     cron: m.cron.clone(),
                     next_due: project.dag.next_due(&m.name, now),
@@ -267,12 +273,20 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             problems.push(format!("the engine lacks relations of {} (the next apply restores them; run refuses until then)", lost.join(", ")));
         }
     }
-    let healthy = problems.is_empty();
     let clock = state.clock()?;
     let lock = lease.as_ref().map(|l| {
         let stale = is_stale(l, clock, &host);
         (l, stale)
     });
+    // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
+    // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
+    if let Some((l, true)) = &lock {
+        problems.push(format!(
+            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); the next command reclaims it",
+            l.name, l.holder
+        ));
+    }
+    let healthy = problems.is_empty();
     if json {
         out.json(json!({
             "env": env,

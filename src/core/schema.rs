@@ -48,6 +48,34 @@ pub fn is_zoned_timestamp(ty: &str) -> bool {
         || (words.first().is_some_and(|w| w.starts_with("timestamp")) && words.ends_with(&["with", "time", "zone"]))
 }
 
+/// True when a declared type is a timestamp without a time zone (`timestamp`, `datetime`,
+/// `timestamp(3)`, `timestamp_ns`, `timestamp without time zone`).
+pub fn is_naive_timestamp(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    (t.starts_with("timestamp") || t == "datetime") && !is_zoned_timestamp(&t)
+}
+
+/// The UTC offset a timestamp text ends with when it is not zero (`+02:00` of
+/// `2026-01-02T10:00:00+02:00`): a cast to a timestamp without a time zone drops it silently
+/// (both DuckDB and Postgres), so the value would be stored two hours off. `Z`, `+00`, `+00:00`
+/// change nothing.
+pub fn nonzero_utc_offset(text: &str) -> Option<&str> {
+    let t = text.trim_end();
+    let at = t.rfind(['+', '-'])?;
+    let (head, offset) = (&t[..at], &t[at..]);
+    let digits: String = offset[1..].chars().filter(|c| *c != ':').collect();
+    let is_offset = matches!(digits.len(), 2 | 4) && digits.chars().all(|c| c.is_ascii_digit()) && offset[1..].len() <= 5;
+    // After a time of day (`hh:mm`), not a date's `-02`.
+    let after_time = head.trim_end().rsplit(['T', 't', ' ']).next().is_some_and(|time| time.len() >= 5 && time.as_bytes()[2] == b':');
+    (is_offset && after_time && digits.chars().any(|c| c != '0')).then_some(offset)
+}
+
+/// [`nonzero_utc_offset`] as POSIX regular expressions (DuckDB's `regexp_matches`, Postgres's
+/// `~`): a time of day then a `±hh[:mm]` offset at the end, and not a zero one.
+pub const UTC_OFFSET_REGEX: &str = "[0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?[ ]*[+-]([0-9]{2}:?[0-9]{2}|[0-9]{2})[ ]*$";
+/// See [`UTC_OFFSET_REGEX`].
+pub const ZERO_UTC_OFFSET_REGEX: &str = "[+-]00(:?00)?[ ]*$";
+
 /// Checks that a declared type is one type expression and nothing more: not empty, its quotes
 /// closed, its parentheses and brackets balanced (never closing one it did not open), no `;` and
 /// no comment outside quotes. Declared types are written into engine statements (`CAST(NULL AS
@@ -226,19 +254,57 @@ pub fn rounds(ty: &str, decimals: usize) -> bool {
     decimal_scale(ty).is_some_and(|scale| decimals > scale as usize)
 }
 
-/// The decimals of a number written in plain notation (`-1.250` has 2), `None` for anything
-/// else (exponent notation, not a number).
-pub fn plain_decimals(text: &str) -> Option<usize> {
+/// The decimals a number's text needs (`-1.250` has 2, `1.5e-3` has 4, `1.5e2` has 0), `None`
+/// for anything but a number.
+pub fn decimals_of(text: &str) -> Option<usize> {
     let t = text.trim();
-    let t = t.strip_prefix(['+', '-']).unwrap_or(t);
-    let (whole, fraction) = t.split_once('.').unwrap_or((t, ""));
+    let (mantissa, exponent) = match t.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().ok()?),
+        None => (t, 0),
+    };
+    let m = mantissa.strip_prefix(['+', '-']).unwrap_or(mantissa);
+    let (whole, fraction) = m.split_once('.').unwrap_or((m, ""));
     let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
-    (!(whole.is_empty() && fraction.is_empty()) && digits(whole) && digits(fraction)).then(|| fraction.trim_end_matches('0').len())
+    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let places = i64::try_from(fraction.trim_end_matches('0').len()).ok()?;
+    usize::try_from((places - exponent).max(0)).ok()
+}
+
+/// The innermost element type of a (possibly nested) list type: `integer` for `integer[][]`.
+pub fn innermost_element(ty: &str) -> Option<&str> {
+    let mut element = list_element(ty)?;
+    while let Some(inner) = list_element(element) {
+        element = inner;
+    }
+    Some(element)
+}
+
+/// A POSIX regular expression matching a number in a text (a list's, `[1.5, 2]`, `{1.555}`)
+/// with more decimals than `ty` (an integer or `decimal(p,s)` type) holds; `None` for other
+/// types. Exponent notation is not matched (see [`decimals_of`]).
+pub fn rounded_digits_regex(ty: &str) -> Option<String> {
+    if is_integer_type(ty) {
+        return Some("[.][0-9]*[1-9]".to_string());
+    }
+    decimal_scale(ty).map(|scale| format!("[.][0-9]{{{scale}}}[0-9]*[1-9]"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nonzero_utc_offset_after_a_time_is_found() {
+        assert_eq!(nonzero_utc_offset("2026-01-02T10:00:00+02:00"), Some("+02:00"));
+        assert_eq!(nonzero_utc_offset("2026-01-02 10:00:00.5-0530"), Some("-0530"));
+        assert_eq!(nonzero_utc_offset("2026-01-02 10:00-03"), Some("-03"));
+        for none in ["2026-01-02", "2026-01-02T10:00:00Z", "2026-01-02T10:00:00+00:00", "2026-01-02 10:00:00", "2026-01-02 10:00:00+00"] {
+            assert_eq!(nonzero_utc_offset(none), None, "{none}");
+        }
+        assert!(is_naive_timestamp("TIMESTAMP(3)") && is_naive_timestamp("datetime") && !is_naive_timestamp("timestamptz") && !is_naive_timestamp("date"));
+    }
 
     #[test]
     fn decimal_scales_lists_and_rounding_are_read_from_type_names() {
@@ -250,8 +316,17 @@ mod tests {
         assert_eq!(list_element("integer[][]"), Some("integer[]"));
         assert!(rounds("bigint", 1) && !rounds("bigint", 0) && rounds("dec(10,2)", 3) && !rounds("decimal(10,2)", 2) && !rounds("double", 9));
         assert_eq!(
-            (plain_decimals("-1.250"), plain_decimals("3"), plain_decimals("1e3"), plain_decimals("x"), plain_decimals(".5")),
-            (Some(2), Some(0), None, None, Some(1))
+            (decimals_of("-1.250"), decimals_of("3"), decimals_of("1e3"), decimals_of("x"), decimals_of(".5")),
+            (Some(2), Some(0), Some(0), None, Some(1))
+        );
+        assert_eq!((decimals_of("1e-7"), decimals_of("1.55e-1"), decimals_of("1.5e2"), decimals_of("1.5e")), (Some(7), Some(3), Some(0), None));
+        assert_eq!(
+            (innermost_element("integer[][]"), innermost_element("dec(5,2)[]"), innermost_element("integer")),
+            (Some("integer"), Some("dec(5,2)"), None)
+        );
+        assert_eq!(
+            (rounded_digits_regex("int").as_deref(), rounded_digits_regex("decimal(10,2)").as_deref(), rounded_digits_regex("text")),
+            (Some("[.][0-9]*[1-9]"), Some("[.][0-9]{2}[0-9]*[1-9]"), None)
         );
     }
 

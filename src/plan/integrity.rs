@@ -106,38 +106,39 @@ impl Repair {
         if parts.is_empty() { "the engine does not hold what the state records".to_string() } else { parts.join(", ") }
     }
 
-    /// One line per thing restored, naming the relation, for warnings and errors.
+    /// One line per thing to restore, naming the relation and what `apply` does, for warnings and
+    /// errors.
     pub fn describe(&self, action: &Action, env: &str, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
         let physical = action.physical.as_deref().unwrap_or_default();
         if self.physical_missing {
             let ledger =
                 if self.ledger_reset.is_empty() { String::new() } else { format!(" (its ledger is not trusted: {} interval(s) recomputed)", action.intervals) };
-            out.push(format!("physical relation {physical} of `{}` is missing: rebuilt{ledger}", action.name));
+            out.push(format!("physical relation {physical} of `{}` is missing: `apply` rebuilds it{ledger}", action.name));
         }
         if let Some(old) = &self.created_under {
             out.push(format!(
-                "physical relation {physical} of `{}` reads project files under the project root `{old}`, not `{}`: re-created",
+                "physical relation {physical} of `{}` reads project files under the project root `{old}`, not `{}`: `apply` re-creates it",
                 action.name,
                 root.display()
             ));
         }
         if self.physical_stale {
-            out.push(format!("physical view {physical} of `{}` does not read its parents' current versions: rebuilt", action.name));
+            out.push(format!("physical view {physical} of `{}` does not read its parents' current versions: `apply` rebuilds it", action.name));
         }
         if self.lake_view_missing {
             out.push(format!(
-                "lake view {physical} of `{}` is missing: re-created over the files in the lake ({} interval(s) whose file is missing recomputed)",
+                "lake view {physical} of `{}` is missing: `apply` re-creates it over the files in the lake (and recomputes the {} interval(s) whose file is missing)",
                 action.name,
                 self.lost_files.len()
             ));
         }
         let view = format!("\"{}\".\"{}\"", env_schema(env, action.name.schema()), action.name.table());
         if self.view_missing {
-            out.push(format!("view {view} of `{}` in environment `{env}` is missing: restored", action.name));
+            out.push(format!("view {view} of `{}` in environment `{env}` is missing: `apply` restores it", action.name));
         }
         if self.view_stale {
-            out.push(format!("view {view} of `{}` in environment `{env}` does not serve {physical}: restored", action.name));
+            out.push(format!("view {view} of `{}` in environment `{env}` does not serve {physical}: `apply` restores it", action.name));
         }
         out
     }

@@ -8,7 +8,7 @@
 use crate::core::fragment::CanonicalResolver;
 use crate::core::{Model, ModelName};
 use crate::project::Project;
-use crate::sql::lineage::{self, ColumnLineage, Grammar, QueryLineage, SourceColumn};
+use crate::sql::lineage::{self, ColumnLineage, Grammar, QueryLineage};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One model's column lineage.
@@ -31,7 +31,13 @@ pub struct ProjectLineage {
     models: BTreeMap<String, ModelLineage>,
     /// Model names in topological order.
     order: Vec<String>,
+    /// Each model's parents, by name.
+    parents: BTreeMap<String, Vec<String>>,
 }
+
+/// The (model, column) pairs a set of lineage trees has expanded, lower-cased: each is expanded
+/// once per answer ([`LineageNode::shown_above`]).
+pub type Expanded = std::collections::HashSet<(String, String)>;
 
 /// A node of a lineage tree: a model's column, and the columns it reads (upstream) or that read
 /// it (downstream).
@@ -52,6 +58,10 @@ pub struct LineageNode {
     /// The tree was cut here by `--depth` (there is more).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// This column's own tree is shown earlier in the same answer and is not repeated here
+    /// (diamond-shaped DAGs would otherwise double the tree at every level).
+    #[serde(rename = "shownAbove", skip_serializing_if = "std::ops::Not::not")]
+    pub shown_above: bool,
 }
 
 /// The grammar the project's bodies are written in (its engine's).
@@ -109,6 +119,7 @@ impl ProjectLineage {
         for model in project.dag.models() {
             out.order.push(model.name.to_string());
             out.models.insert(model.name.to_string(), model_lineage(project, model));
+            out.parents.insert(model.name.to_string(), model.parents().into_iter().map(|p| p.to_string()).collect());
         }
         out
     }
@@ -129,44 +140,94 @@ impl ProjectLineage {
         Some((m, c))
     }
 
-    /// The tree of columns `model.column` reads, down to sources, `depth` levels at most.
+    /// The tree of columns `model.column` reads, down to sources, `depth` levels at most; a
+    /// column `expanded` already holds (shown earlier in the same answer) is not expanded again.
     /// `None` when the model has no such column.
-    pub fn upstream(&self, model: &str, column: &str, depth: Option<usize>) -> Option<LineageNode> {
+    pub fn upstream(&self, model: &str, column: &str, depth: Option<usize>, expanded: &mut Expanded) -> Option<LineageNode> {
         let (m, c) = self.column(model, column)?;
         let name = c.column.clone().unwrap_or_else(|| column.to_string());
-        let next: Vec<&SourceColumn> = c.sources.iter().collect();
-        let (next, truncated) = match depth {
-            Some(0) if !next.is_empty() => (Vec::new(), true),
-            _ => (
-                next.iter()
-                    .map(|s| {
-                        self.upstream(&s.model, &s.column, depth.map(|d| d.saturating_sub(1))).unwrap_or_else(|| LineageNode {
-                            model: s.model.clone(),
-                            column: s.column.clone(),
-                            kind: self.models.get(&s.model).map_or("unknown", |m| m.kind),
-                            certain: false,
-                            next: Some(Vec::new()),
-                            truncated: false,
-                        })
-                    })
-                    .collect(),
-                false,
-            ),
+        let mut node = LineageNode {
+            model: model.to_string(),
+            column: name,
+            kind: m.kind,
+            certain: c.certain,
+            next: Some(Vec::new()),
+            truncated: false,
+            shown_above: false,
         };
-        Some(LineageNode { model: model.to_string(), column: name, kind: m.kind, certain: c.certain, next: Some(next), truncated })
+        if c.sources.is_empty() {
+            return Some(node);
+        }
+        if depth == Some(0) {
+            node.truncated = true;
+            return Some(node);
+        }
+        if !expanded.insert((model.to_lowercase(), node.column.to_lowercase())) {
+            node.shown_above = true;
+            return Some(node);
+        }
+        node.next = Some(
+            c.sources
+                .iter()
+                .map(|s| {
+                    self.upstream(&s.model, &s.column, depth.map(|d| d.saturating_sub(1)), expanded).unwrap_or_else(|| LineageNode {
+                        model: s.model.clone(),
+                        column: s.column.clone(),
+                        kind: self.models.get(&s.model).map_or("unknown", |m| m.kind),
+                        certain: false,
+                        next: Some(Vec::new()),
+                        truncated: false,
+                        shown_above: false,
+                    })
+                })
+                .collect(),
+        );
+        Some(node)
     }
 
     /// The tree of columns that read `model.column` (through their expressions), `depth`
-    /// levels at most. `None` when the model has no such column.
-    pub fn downstream(&self, model: &str, column: &str, depth: Option<usize>) -> Option<LineageNode> {
+    /// levels at most, each column expanded once per answer (`expanded`, as
+    /// [`Self::upstream`]). `None` when the model has no such column.
+    pub fn downstream(&self, model: &str, column: &str, depth: Option<usize>, expanded: &mut Expanded) -> Option<LineageNode> {
         let (m, c) = self.column(model, column)?;
         let name = c.column.clone().unwrap_or_else(|| column.to_string());
         let readers = self.readers_of(model, &name);
-        let (next, truncated) = match depth {
-            Some(0) if !readers.is_empty() => (Vec::new(), true),
-            _ => (readers.iter().filter_map(|(rm, rc)| self.downstream(rm, rc, depth.map(|d| d.saturating_sub(1)))).collect(), false),
+        let mut node = LineageNode {
+            model: model.to_string(),
+            column: name,
+            kind: m.kind,
+            certain: c.certain,
+            next: Some(Vec::new()),
+            truncated: false,
+            shown_above: false,
         };
-        Some(LineageNode { model: model.to_string(), column: name, kind: m.kind, certain: c.certain, next: Some(next), truncated })
+        if readers.is_empty() {
+            return Some(node);
+        }
+        if depth == Some(0) {
+            node.truncated = true;
+            return Some(node);
+        }
+        if !expanded.insert((model.to_lowercase(), node.column.to_lowercase())) {
+            node.shown_above = true;
+            return Some(node);
+        }
+        node.next = Some(readers.iter().filter_map(|(rm, rc)| self.downstream(rm, rc, depth.map(|d| d.saturating_sub(1)), expanded)).collect());
+        Some(node)
+    }
+
+    /// Models reading `model` that lineage cannot rule out as readers of `model.column` — an
+    /// unreadable query, a read or output it cannot name ([`reads_any`]) — and that neither take
+    /// values from it nor are [`Self::filtered_by`] it, in topological order: they may read it.
+    pub fn possibly_read_by(&self, model: &str, column: &str) -> Vec<String> {
+        let wanted: BTreeSet<String> = [column.to_lowercase()].into();
+        let named: BTreeSet<String> = self.readers_of(model, column).into_iter().map(|(m, _)| m).chain(self.filtered_by(model, column)).collect();
+        self.order
+            .iter()
+            .filter(|name| self.parents.get(*name).is_some_and(|p| p.iter().any(|p| p == model)))
+            .filter(|name| !named.contains(*name) && reads_any(&self.models[*name], model, &wanted))
+            .cloned()
+            .collect()
     }
 
     /// The (model, column) pairs whose expression reads `model.column` directly, in

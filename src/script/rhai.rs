@@ -660,6 +660,11 @@ fn column_names(args: &[&mut Dynamic]) -> Result<Vec<String>, Box<EvalAltResult>
         if let Some(s) = arg.read_lock::<ImmutableString>() {
             columns.push(s.to_string());
         } else if let Some(items) = arg.read_lock::<Array>() {
+            // `cols(x)` means every column; an empty list (one built in code that came out empty)
+            // means none, which renders nothing a query could use.
+            if items.is_empty() {
+                return Err(rt("`cols(x, [])` names no column: write `cols(x)` for every column of `x`"));
+            }
             for item in items.iter() {
                 match item.read_lock::<ImmutableString>() {
                     Some(s) => columns.push(s.to_string()),

@@ -543,16 +543,17 @@ fn find_ref(s: &str) -> Option<usize> {
 }
 
 /// Checks that `value` closes every `(`, `[`, `{` and quote it opens, and closes none it did not
-/// open. A `'` opens a quoted value only where a value starts (after `(`, `[`, `{`, `,`, `=`,
-/// `:` or a space: `data/it's.csv` is a bare word); a `"…"` identifier is skipped; a quote
-/// doubled inside quotes is one quote character.
+/// open. A `'` opens a quoted value except after a letter or digit (`data/it's.csv` is a bare
+/// word, `a<>'x, y'` holds a quoted value); a `"…"` identifier is skipped; a quote doubled
+/// inside quotes is one quote character.
 fn balanced(value: &str) -> Result<(), String> {
     let mut open: Vec<char> = Vec::new();
     let mut quote: Option<char> = None;
     let mut prev = ' ';
     let mut chars = value.chars().peekable();
     while let Some(c) = chars.next() {
-        let starts = matches!(prev, ' ' | '\t' | '(' | '[' | '{' | ',' | '=' | ':');
+        // An apostrophe inside a word (`it's`) opens nothing; anywhere else a `'` opens a quote.
+        let starts = !prev.is_alphanumeric();
         prev = c;
         match (quote, c) {
             // A doubled quote inside quotes is one quote character.
@@ -603,14 +604,14 @@ fn balanced(value: &str) -> Result<(), String> {
 fn split_top(s: &str, sep: char) -> Vec<String> {
     let mut out = Vec::new();
     let mut depth = 0i32;
-    // Quotes as [`balanced`] reads them: a `'` opens a quoted value only where a value starts
-    // (`seeds/it's.csv` is a bare word), a doubled quote inside quotes is one character.
+    // Quotes as [`balanced`] reads them: a `'` opens a quoted value except after a letter or
+    // digit (`seeds/it's.csv` is a bare word), a doubled quote inside quotes is one character.
     let mut quote: Option<char> = None;
     let mut prev = ' ';
     let mut cur = String::new();
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {
-        let starts = matches!(prev, ' ' | '\t' | '(' | '[' | '{' | ',' | '=' | ':');
+        let starts = !prev.is_alphanumeric();
         prev = c;
         match (quote, c) {
             (Some(q), c) if c == q && chars.peek() == Some(&q) => {
@@ -801,6 +802,8 @@ mod tests {
         let described: Vec<(String, Option<String>)> = m.schema.0.iter().map(|c| (c.name.clone(), m.column_description(&c.name).map(str::to_string))).collect();
         assert_eq!(described, [("n".to_string(), Some("the customer's id".to_string())), ("r".to_string(), Some("the value".to_string()))]);
         let m = p("-- name: a.b\n-- kind: seed(path = seeds/it's.csv, delimiter = ';')\n-- schema: n bigint\n").unwrap_or_else(|e| panic!("{e:?}"));
+        // A quote right after an operator is one: its comma splits nothing.
+        assert_eq!(split_top("condition = first<>'a,b', x = a||', '||b", ','), ["condition = first<>'a,b'", "x = a||', '||b"]);
         assert!(matches!(&m.kind, Kind::Seed(s) if s.path == "seeds/it's.csv" && s.delimiter == Some(';')), "{:?}", m.kind);
     }
 

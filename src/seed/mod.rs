@@ -300,6 +300,33 @@ fn csv_error(e: &csv::Error) -> SeedError {
     SeedError::at(place, None, message)
 }
 
+/// The first key a JSON object gives twice (serde_json's map keeps the last value silently).
+struct FirstDuplicate(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for FirstDuplicate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = FirstDuplicate;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<FirstDuplicate, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                let mut first = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(key.clone()) && first.is_none() {
+                        first = Some(key);
+                    }
+                }
+                Ok(FirstDuplicate(first))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
 fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
     let text = std::str::from_utf8(data).map_err(|e| {
         let line = data[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() as u64 + 1;
@@ -324,6 +351,9 @@ fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
         SeedError::at(None, None, format!("invalid JSON at line {line}: {}", strip_position(&e.to_string())))
     };
     let mut i = skip_ws(0);
+    if i >= text.len() {
+        return Err(vec![SeedError::at(None, None, "the file is empty (a seed with no rows is `[]`)")]);
+    }
     let array = text[i..].starts_with('[');
     if array {
         i = skip_ws(i + 1);
@@ -353,6 +383,7 @@ fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
         };
         row += 1;
         let place = Place { row, line: line_of(i) };
+        let object_text = &text[i..i + stream.byte_offset()];
         i = skip_ws(i + stream.byte_offset());
         if array {
             if text[i..].starts_with(',') {
@@ -363,6 +394,11 @@ fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
         }
         match value {
             serde_json::Value::Object(map) => {
+                // A key given twice would keep its last value silently (a CSV header naming a
+                // column twice is refused too).
+                if let Ok(FirstDuplicate(Some(key))) = serde_json::from_str::<FirstDuplicate>(object_text) {
+                    errors.push(SeedError::at(Some(place), Some(&key), "the key is given twice in the object"));
+                }
                 for key in map.keys().filter(|k| !schema.contains(k)) {
                     let mut msg = "the key is not a declared column".to_string();
                     if let Some(s) = did_you_mean(key, schema.names()) {
@@ -535,5 +571,14 @@ mod tests {
         assert!(text[1].starts_with("row 2 (line 1): expected an object, found a number"), "{text:?}");
         let errs = read(b"{\"a\": 1}\n{\"a\": }\n", &seed(FileFormat::Json, &[]), &s).unwrap_err();
         assert!(errs[0].to_string().starts_with("invalid JSON at line 2:"), "{errs:?}");
+        // A key twice in one object is refused, as a CSV header naming a column twice.
+        let errs = read(b"[{\"a\": 1, \"n\": 2}, {\"a\": 1, \"n\": 2, \"a\": 3}]", &seed(FileFormat::Json, &[]), &s).unwrap_err();
+        assert!(errs[0].to_string().starts_with("row 2 (line 1), column `a`: the key is given twice in the object"), "{errs:?}");
+        // An empty file is no seed (`[]` is one with no rows).
+        for empty in [&b""[..], b"  \n"] {
+            let errs = read(empty, &seed(FileFormat::Json, &[]), &s).unwrap_err();
+            assert!(errs[0].to_string().contains("the file is empty"), "{errs:?}");
+        }
+        assert!(read(b"[]", &seed(FileFormat::Json, &[]), &s).is_ok_and(|r| r.rows.is_empty()));
     }
 }

@@ -280,6 +280,12 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails, or a stored start is not a timestamp.
     fn done_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError>;
 
+    /// The starts of the intervals of version `(name, fp)` recorded failed (and not done since).
+    ///
+    /// # Errors
+    /// The read fails, or a stored start is not a timestamp.
+    fn failed_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError>;
+
     /// The done intervals of version `(name, fp)` with when each was last written: start →
     /// (end, written at), UTC epoch ms.
     ///

@@ -587,6 +587,17 @@ impl StateStore for PostgresStore {
         )
     }
 
+    fn failed_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError> {
+        self.run(
+            || format!("read the failed intervals of `{name}` `{fp}`"),
+            || {
+                let rows =
+                    self.read(|c| Ok(c.query("SELECT start_ts FROM intervals WHERE name = $1 AND fingerprint = $2 AND status = 'failed'", &[&name, &fp])?))?;
+                rows.iter().map(|r| instant(r.try_get(0)?, || format!("`{name}` `{fp}`"))).collect()
+            },
+        )
+    }
+
     fn done_ledger(&self, name: &str, fp: &str) -> Result<BTreeMap<Millis, (Millis, Millis)>, StateError> {
         self.run(
             || format!("read the intervals of `{name}` `{fp}`"),

@@ -1082,6 +1082,21 @@ impl StateStore for SqliteStore {
         )
     }
 
+    fn failed_intervals(&self, name: &str, fp: &str) -> Result<BTreeSet<Millis>, StateError> {
+        self.run(
+            || format!("read the failed intervals of `{name}` `{fp}`"),
+            || {
+                let mut stmt = self.conn.prepare_cached("SELECT start_ts FROM intervals WHERE name = ?1 AND fingerprint = ?2 AND status = 'failed'")?;
+                let mut rows = stmt.query([name, fp])?;
+                let mut out = BTreeSet::new();
+                while let Some(row) = rows.next()? {
+                    out.insert(instant(text(row, 0)?, || format!("`{name}` `{fp}`"))?);
+                }
+                Ok(out)
+            },
+        )
+    }
+
     fn done_ledger(&self, name: &str, fp: &str) -> Result<BTreeMap<Millis, (Millis, Millis)>, StateError> {
         self.run(
             || format!("read the intervals of `{name}` `{fp}`"),

@@ -8,7 +8,7 @@
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::schema::{decimal_scale, is_integer_type, list_element, plain_decimals};
+use crate::core::schema::{decimal_scale, decimals_of, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset};
 use crate::core::{Column, Kind, Model, ModelName, Resolver, TypeFamily};
 use crate::project::Project;
 use crate::script::test_spec::Row;
@@ -58,6 +58,11 @@ pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String>
     if let (Value::Array(items), Some(element)) = (v, list_element(ty)) {
         return items.iter().enumerate().find_map(|(i, item)| refuse_without_engine(item, element, input).map(|why| format!("element {}: {why}", i + 1)));
     }
+    if let (Value::String(s), true) = (v, is_naive_timestamp(ty))
+        && let Some(offset) = nonzero_utc_offset(s)
+    {
+        return Some(format!("\"{s}\" has the UTC offset `{offset}`, which `{ty}` (no time zone) would drop: write the time in UTC"));
+    }
     let text = match v {
         Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
@@ -65,10 +70,7 @@ pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String>
     };
     // Only a scale the type names: a bare `decimal` is DuckDB's (18,3) but Postgres's rounds
     // nothing.
-    let decimals = plain_decimals(&text).or_else(|| match v {
-        Value::Number(n) if !(n.is_i64() || n.is_u64()) => n.as_f64().filter(|f| f.fract() != 0.0).map(|_| 1),
-        _ => None,
-    })?;
+    let decimals = decimals_of(&text)?;
     // A string with a fraction is refused by the engine's integer cast itself.
     if is_integer_type(ty) && decimals > 0 && v.is_number() {
         return Some(format!("{text} has a fraction and `{ty}` is an integer type"));
@@ -186,6 +188,7 @@ mod tests {
         assert!(refuse_without_engine(&json!("1.555"), "dec(10,2)", true).is_some());
         assert!(refuse_without_engine(&json!("1.550"), "numeric(10,2)", true).is_none(), "trailing zeros change nothing");
         assert!(refuse_without_engine(&json!(1.5551), "decimal", true).is_none(), "a bare decimal is the engine's own");
+        assert!(refuse_without_engine(&json!(1e-7), "decimal(10,2)", true).is_some(), "exponent notation too");
         assert_eq!(
             refuse_without_engine(&json!([1, 2.5]), "integer[]", true).as_deref(),
             Some("element 2: 2.5 has a fraction and `integer` is an integer type")
@@ -193,6 +196,8 @@ mod tests {
         assert!(refuse_without_engine(&json!([1.25, 2.125]), "decimal(5,2)[]", true).is_some_and(|w| w.starts_with("element 2:")));
         assert!(refuse_without_engine(&json!([1.5, 2]), "double[]", true).is_none());
         assert!(refuse_without_engine(&json!(1.5551), "decimal(10,2)", false).is_none(), "an expected value is compared as the query returns it");
+        assert!(refuse_without_engine(&json!("2026-01-02T10:00:00+02:00"), "timestamp", false).is_some_and(|w| w.contains("`+02:00`")));
+        assert!(refuse_without_engine(&json!("2026-01-02T10:00:00+02:00"), "timestamptz", true).is_none());
     }
 
     #[test]

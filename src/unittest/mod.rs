@@ -443,7 +443,9 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
             TypeFamily::Text => "VARCHAR".to_string(),
             _ => q.to_string(),
         };
-        let mut all: Vec<Column> = Vec::with_capacity(columns.len() * 3);
+        let mut all: Vec<Column> = Vec::with_capacity(columns.len() * 3 + 1);
+        // The row's position: the rows come back in the order written.
+        all.push(Column { name: "_n".into(), ty: "BIGINT".into() });
         for (i, (c, q)) in columns.iter().zip(&query_types).enumerate() {
             all.push(Column { name: format!("_q{i}"), ty: q.clone() });
             all.push(Column { name: format!("_d{i}"), ty: c.ty.clone() });
@@ -452,8 +454,10 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
         let rows: Vec<script::test_spec::Row> = test
             .expect
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(n, r)| {
                 let mut out = script::test_spec::Row::new();
+                out.insert("_n".into(), serde_json::Value::from(n));
                 for (i, c) in columns.iter().enumerate() {
                     if let Some(v) = r.get(&c.name) {
                         for prefix in ["_q", "_d", "_w"] {
@@ -470,22 +474,30 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
             .iter()
             .zip(&query_types)
             .enumerate()
-            .map(|(i, (c, q))| {
-                let (x, wide, wide_ty) = (format!("_q{i}"), format!("_w{i}"), wide_type(q));
-                let compared = key(c, q, &x, &format!("_d{i}"), (&wide, &wide_ty));
-                // A number the query's type would round (1.5551 in a `decimal(10,2)`, 3.4 in an
-                // integer) is compared as written: no stored value equals it.
-                if crate::core::schema::is_integer_type(q) || crate::core::schema::decimal_scale(q).is_some() {
-                    format!("CASE WHEN CAST({x} AS {wide_ty}) IS DISTINCT FROM {wide} THEN {} ELSE {compared} END", raw(&wide, &wide_ty))
-                } else {
-                    compared
-                }
-            })
+            .map(|(i, (c, q))| key(c, q, &format!("_q{i}"), &format!("_d{i}"), (&format!("_w{i}"), &wide_type(q))))
             .collect();
-        match engine.query(&format!("SELECT {} FROM ({rel}) AS _e", projection.join(", "))) {
+        let mut typed: Vec<TextRow> = match engine.query(&format!("SELECT {} FROM ({rel}) AS _e ORDER BY _n", projection.join(", "))) {
             Ok(rows) => rows,
             Err(e) => return result.error(vec![format!("the expected rows cannot be typed: {}", first_line(&e.message))]),
+        };
+        // A number the query's exact type would round (1.5551 for a `decimal(10,2)`, 3.4 for an
+        // integer) is compared as written: no value the table stores equals it. Decided on the
+        // text (a double would misjudge long decimals).
+        for (row, written) in typed.iter_mut().zip(&test.expect) {
+            for (i, (c, q)) in columns.iter().zip(&query_types).enumerate() {
+                let text = match written.get(&c.name) {
+                    Some(serde_json::Value::Number(n)) => n.to_string(),
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    _ => continue,
+                };
+                // (A scale the type names: Postgres describes an unconstrained `numeric` bare.)
+                let exact = crate::core::schema::is_integer_type(q) || q.contains('(');
+                if exact && crate::core::schema::decimals_of(&text).is_some_and(|d| crate::core::schema::rounds(q, d)) {
+                    row[i] = Some(text);
+                }
+            }
         }
+        typed
     };
     result.actual_rows = Some(actual.len());
     // A negative zero equals zero (SQL's `=`): `-0.0` and `0.0` are one number here too.

@@ -464,6 +464,18 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     assert!(text.contains("lock: `env:prod` held by"), "{text}");
     finish(holder, "run").expect_code(0);
 
+    // A run killed while holding the lock (`timeout`, systemd's stop, kill -9) leaves no tick:
+    // the stale lock says so, red until the next command reclaims it.
+    let mut killed = spawn_run_holding_the_lock(&p, "prod", "20000");
+    killed.kill().expect("kill the run");
+    killed.wait().expect("reap the run");
+    let (code, v, text) = status(&p);
+    assert_eq!((code, v["lock"]["stale"].as_bool()), (1, Some(true)), "{v:#}");
+    assert!(text.contains("the lock `env:prod` is stale: its holder"), "{text}");
+    p.run(&["run", "prod"]).expect_code(0);
+    let (code, v, _) = status(&p);
+    assert_eq!(code, 0, "{v:#}");
+
     // An error, then ticks that decide nothing (blocked, then lock-held): red until a tick succeeds.
     let r = p.command(&["run", "prod"]).env("EFMESH_TEST_TRANSIENT", "1").output().unwrap();
     assert_eq!(r.status.code(), Some(1));
@@ -491,6 +503,15 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     assert_eq!(code, 1, "{v:#}");
     assert_eq!(v["lag"][0]["failed"], 1);
     assert!(text.contains("failed intervals: 1"), "{text}");
+    // One the model no longer wants (before its `start`, as after `start` or `end` moved) is
+    // never computed again: it does not keep `--check` failing for good.
+    let s = p.store().unwrap();
+    s.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(day, day + 86_400_000)], efmesh::state::IntervalStatus::Done, 0).unwrap();
+    let before = efmesh::core::interval::parse_instant("2025-12-20").unwrap();
+    s.mark_intervals("t.daily", &fp, &[efmesh::core::Interval::new(before, before + 86_400_000)], efmesh::state::IntervalStatus::Failed, 0).unwrap();
+    drop(s);
+    let (code, v, _) = status(&p);
+    assert_eq!((code, v["lag"][0]["failed"].as_u64()), (0, Some(0)), "{v:#}");
 
     // Applied by no one named (no `$EFMESH_APPLIED_BY`, `$USER`, `$LOGNAME`): `null` in JSON,
     // "by unknown" in the text.
@@ -831,4 +852,32 @@ fn a_machine_whose_clock_runs_ahead_does_not_take_a_live_lock_of_a_shared_postgr
     // Once the holder is done, the same machine applies.
     let later = finish(spawn_with(&p, &["apply", "dev", "--yes"], &[(efmesh::state::CLOCK_SKEW_ENV, "600000")]), "apply (clock 10 min ahead, lock free)");
     later.expect_code(0);
+}
+
+/// `run --retries` retries taking the environment's lock while another writer holds the SQLite
+/// state store (its busy timeout runs out: a transient error), as it retries the run itself.
+#[test]
+fn run_retries_taking_its_lock_while_the_state_store_is_busy() {
+    use std::io::Read;
+    let p = ops_project(EngineBackend::DuckDb, 1);
+    p.apply("prod");
+    let conn = rusqlite::Connection::open(p.state_path()).expect("open the state store");
+    conn.execute_batch("BEGIN EXCLUSIVE").expect("lock the state store");
+    let mut c = p.command(&["run", "prod", "--retries", "3"]);
+    c.stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn efmesh");
+    // Released once the first attempt has failed and is retried.
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = String::new();
+    let mut buf = [0u8; 256];
+    while !seen.contains("retrying") {
+        let n = stderr.read(&mut buf).expect("read stderr");
+        assert!(n > 0, "the run ended without retrying: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    conn.execute_batch("COMMIT").expect("release the state store");
+    let status = child.wait().expect("wait");
+    let _ = stderr.read_to_string(&mut seen);
+    assert_eq!(status.code(), Some(0), "{seen}");
+    assert!(seen.contains("take the lock of `prod` failed with a transient error, retrying"), "{seen}");
 }

@@ -303,6 +303,12 @@ define_model {{ name = "s.h", kind = kind.full(), grain = {{ "id" }}, schema = {
     p.apply("dev");
     let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
     assert!(text.contains("✓ s.g"), "{text}");
+    // A model both serve but the project no longer has: said, not left out silently.
+    p.write("models/m.lua", p.read("models/m.lua").lines().next().unwrap_or_default());
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("data not compared: `s.h` (served by both, no longer in the project"), "{text}");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    assert_eq!(v["dataNotCompared"], serde_json::json!([{"model": "s.h", "reason": "not in the project"}]), "{v:#}");
 }
 
 #[test]

@@ -195,4 +195,8 @@ fn cols_takes_what_ref_returned_as_well_as_a_handle_or_a_name() {
         let sql = crate::common::rendered(&p, model);
         assert!(sql.contains("\"id\"") && sql.contains("FROM s.a"), "{model}: {sql}");
     }
+    // An empty list names no column (`cols(x)` is every column): an error, not every column.
+    p.write("models/y.rhai", &p.read("models/y.rhai").replace("cols(a, \"id\")", "cols(a, [])"));
+    let run = p.run(&["check"]);
+    assert!(run.expect_code(1).stdout.contains("models/y.rhai:2") && run.stdout.contains("`cols(x, [])` names no column"), "{}", run.stdout);
 }

@@ -237,3 +237,38 @@ fn plan_column_impact_never_keeps_a_child_whose_parent_has_a_changed_parent_or_a
     }
     assert_eq!(p.rows("dev__s.j").len(), 4, "the join sees the new keys");
 }
+
+#[test]
+fn a_diamond_chain_shows_each_columns_lineage_once_and_unreadable_readers_are_named() {
+    // Each view reads both columns of the one before for both of its own: without sharing the
+    // tree of the last would double at every level (2^12 paths here).
+    let p = project();
+    let mut text = String::from(
+        "local prev = define_model { name = \"d.m0\", kind = kind.view(), schema = { { \"v\", \"bigint\" }, { \"w\", \"bigint\" } }, query = \"SELECT 1 AS v, 2 AS w\" }\n",
+    );
+    for i in 1..=12 {
+        text.push_str(&format!(
+            "prev = define_model {{ name = \"d.m{i}\", kind = kind.view(), schema = {{ {{ \"v\", \"bigint\" }}, {{ \"w\", \"bigint\" }} }}, query = \"SELECT v + w AS v, v - w AS w FROM \" .. ref(prev) }}\n"
+        ));
+    }
+    p.write("models/diamond.lua", &text);
+    let out = p.run(&["lineage", "d.m12.v"]).expect_code(0).stdout.clone();
+    assert!(out.lines().count() < 60 && out.contains("(its lineage is shown above)"), "{out}");
+    let v = p.run(&["lineage", "d.m12.v", "--json"]).expect_code(0).json();
+    assert!(v.to_string().contains("\"shownAbove\":true"), "{v:#}");
+    let down = p.run(&["lineage", "d.m0.v", "--downstream"]).expect_code(0).stdout.clone();
+    assert!(down.lines().count() < 60 && down.contains("d.m12.v"), "{down}");
+
+    // A reader whose query lineage cannot read (sqlparser knows no `USING SAMPLE`) may read any
+    // column of its parent: named as such, not left out.
+    p.write(
+        "models/sampled.lua",
+        r#"define_model { name = "mart.sampled", kind = kind.full(), schema = { { "id", "bigint" }, { "cents", "bigint" } },
+  query = "SELECT id, cents FROM " .. ref("raw.orders") .. " USING SAMPLE 10%" }
+"#,
+    );
+    let v = p.run(&["lineage", "raw.orders.cents", "--downstream", "--json"]).expect_code(0).json();
+    assert_eq!(v["possiblyReadBy"][0]["models"], serde_json::json!(["mart.sampled"]), "{v:#}");
+    let text = p.run(&["lineage", "raw.orders.cents", "--downstream"]).expect_code(0).stdout.clone();
+    assert!(text.contains("may be read by (their lineage cannot tell): mart.sampled"), "{text}");
+}

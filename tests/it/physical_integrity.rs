@@ -349,7 +349,7 @@ fn a_moved_project_recreates_the_views_over_project_files() {
     }
     let applied = efmesh_in(&new, &["apply", "prod", "--yes"]);
     applied.expect_code(0);
-    assert!(applied.stderr.contains("re-created"), "{}", applied.stderr);
+    assert!(applied.stderr.contains("`apply` re-creates it"), "{}", applied.stderr);
     // Queried from another working directory, through another connection.
     for m in ["s.v", "s.ve", "s.t", "s.lk"] {
         assert_eq!(rows_in(&new, &env_view("prod", m)), expected, "{m}");

@@ -82,6 +82,9 @@ fn install_twice_is_one_entry_and_other_lines_are_kept(engine: EngineBackend) {
     if let EngineBackend::Postgres(t) = &c.p.engine {
         sh.env(PG_ENGINE_URL_ENV, &t.url);
     }
+    // `.efmesh/` is ignored by git: a `git clean -xdf` removes it; the line makes its log's
+    // directory again.
+    fs_err::remove_dir_all(c.p.root().join(".efmesh")).expect("remove .efmesh");
     let status = sh.status().expect("sh");
     let log = c.p.root().join(".efmesh/logs/run-prod.log");
     assert!(log.exists(), "{}", log.display());

@@ -30,6 +30,7 @@ on_every_engine!(
     a_seed_has_one_fingerprint_in_lua_rhai_and_sql,
     a_seed_changed_between_plan_and_apply_is_refused,
     a_seed_is_audited_when_it_is_built,
+    a_utc_offset_a_timestamp_column_would_drop_is_refused,
 );
 
 /// Children of `ref.depts`: `m.big` (full), `m.top` (full, over `m.big`), and an unrelated
@@ -394,21 +395,43 @@ fn a_seed_is_audited_when_it_is_built(engine: EngineBackend) {
 #[test]
 fn the_dec_alias_and_list_elements_round_nothing_either() {
     let p = project(EngineBackend::DuckDb);
-    p.write("seeds/t.csv", "id,amount,nums\n1,1.25,\"[1,2]\"\n2,1.555,\"[1.5,2]\"\n");
+    p.write("seeds/t.csv", "id,amount,nums,nested,bigs\n1,1.25,\"[1,2]\",\"[[1]]\",\"[14677563290226445.16]\"\n2,1.555,\"[1.5,2]\",\"[[1.5]]\",\"[1.10]\"\n");
     p.write(
         "models/seed.lua",
         r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
-  schema = { { "id", "bigint" }, { "amount", "dec(10,2)" }, { "nums", "integer[]" } } }
+  schema = { { "id", "bigint" }, { "amount", "dec(10,2)" }, { "nums", "integer[]" }, { "nested", "integer[][]" }, { "bigs", "decimal(38,2)[]" } } }
 "#,
     );
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
-    for (column, value) in
-        [("amount", "`1.555` has more than the 2 decimal(s) of `dec(10,2)`"), ("nums", "`[1.5,2]` holds a value its elements' type would round")]
-    {
+    assert!(!run.stderr.contains("column `bigs`"), "exact long decimals fit: {}", run.stderr);
+    for (column, value) in [
+        ("amount", "`1.555` has more than the 2 decimal(s) of `dec(10,2)`"),
+        ("nums", "`[1.5,2]` holds a value its elements' type would round"),
+        ("nested", "`[[1.5]]` holds a value its elements' type would round"),
+    ] {
         let line =
             run.stderr.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{}", run.stderr));
         assert!(line.contains("row 3") && line.contains(value), "{line}");
     }
     assert!(p.physical_tables().is_empty());
+}
+
+/// `CAST('… 10:00:00+02:00' AS timestamp)` drops the offset on both engines (10:00 stored for
+/// 08:00 UTC): refused, naming the offset; `Z` and `+00:00` change nothing and load.
+fn a_utc_offset_a_timestamp_column_would_drop_is_refused(engine: EngineBackend) {
+    let p = project(engine);
+    p.write("seeds/t.csv", "id,at\n1,2026-01-02T10:00:00Z\n2,2026-01-02 10:00:00+00:00\n3,2026-01-02T10:00:00+02:00\n");
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" }, schema = { { "id", "bigint" }, { "at", "timestamp" } } }
+"#,
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let line = run.stderr.lines().find(|l| l.contains("column `at`")).unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(line.contains("row 4") && line.contains("has the UTC offset `+02:00`"), "{line}");
+    p.write("seeds/t.csv", "id,at\n1,2026-01-02T10:00:00Z\n2,2026-01-02 10:00:00+00:00\n3,2026-01-02T08:00:00\n");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__ref\".\"t\"").len(), 3);
 }

@@ -399,3 +399,45 @@ fn status_shows_a_held_interval_before_a_ready_one_as_waiting_not_as_a_gap_the_n
     assert!(text.contains("2 day interval(s) before 2026-01-05T00:00:00.000Z not done, waiting on its signals"), "{text}");
     assert!(!text.contains("the next run recomputes them"), "{text}");
 }
+
+/// A `lookback` recomputes the intervals before a missing one, an `auto_restatement_intervals`
+/// those before the newest — *with* it. While it waits on its signal, a run recomputes neither
+/// (each run would recompute them again until it lands, and rebuild every `full` model below).
+#[test]
+fn intervals_a_lookback_or_auto_restatement_adds_wait_with_the_missing_interval_they_accompany() {
+    let mut p = project();
+    let landing = p.root().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    let dir = landing.display().to_string();
+    p.write(
+        "models/m.lua",
+        &format!(
+            r#"define_model {{ name = "a.src",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day", auto_restatement_intervals = 2 }},
+  signals = {{ {{ "file_exists", dir = "{dir}" }} }}, schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(@start AS DATE) AS d, 1 AS n" }}
+define_model {{ name = "a.lb",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day", lookback = 1 }},
+  signals = {{ {{ "file_exists", dir = "{dir}" }} }}, schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(@start AS DATE) AS d, 1 AS n" }}
+"#
+        ),
+    );
+    for d in ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"] {
+        p.write(&format!("landing/{d}.csv"), "x\n1\n");
+    }
+    p.now = "2026-01-05T06:00:00Z".into();
+    p.apply("prod");
+    // The 5th has not landed: two runs before it does compute nothing.
+    p.now = "2026-01-06T06:00:00Z".into();
+    for _ in 0..2 {
+        let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+        assert_eq!((v["intervals"].as_u64(), v["autoRestated"].as_array().map(Vec::len)), (Some(0), Some(0)), "{v:#}");
+        assert_eq!(waiting(&v).len(), 2, "{v:#}");
+    }
+    // It lands: the 5th with its companions (the 3rd and 4th restated, the 4th looked back at).
+    p.write("landing/2026-01-05.csv", "x\n1\n");
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(v["intervals"].as_u64(), Some(5), "{v:#}");
+}

@@ -619,4 +619,23 @@ fn numbers_a_type_would_round_are_never_rounded_into_agreement(engine: EngineBac
     let v = p.run(&["test", "fine", "--json"]).expect_code(1).json();
     assert_eq!(entry(&v, "fine")["status"], "error", "{v:#}");
     assert!(problems(&v, "fine").contains("1.555 has more than the 2 decimal(s) of `decimal(10,2)`"), "{v:#}");
+    p.write("tests/fine.lua", &test("1e-7", "0"));
+    p.run(&["test", "fine"]).expect_code(1);
+    // A long decimal written as a string, as docs/models.md advises, is exact on both sides (a
+    // double would see 14677563290226445.16 and 14677563290226446 as different or as equal).
+    p.write(
+        "models/big.lua",
+        r#"local big = define_model { name = "raw.big", kind = kind.external { table = "main.big" }, schema = { { "v", "decimal(22,2)" } } }
+define_model { name = "mart.big", kind = kind.full(), schema = { { "v", "decimal(22,2)" } }, query = "SELECT v FROM " .. ref(big) }
+"#,
+    );
+    let big = |expected: &str| {
+        format!(
+            "define_test {{ name = \"big\", model = \"mart.big\", inputs = {{ [\"raw.big\"] = {{ {{ v = \"14677563290226445.16\" }} }} }}, expect = {{ {{ v = \"{expected}\" }} }} }}\n"
+        )
+    };
+    p.write("tests/big.lua", &big("14677563290226445.16"));
+    p.run(&["test", "big"]).expect_code(0);
+    p.write("tests/big.lua", &big("14677563290226445.161"));
+    p.run(&["test", "big"]).expect_code(1);
 }

@@ -735,6 +735,15 @@ fn a_file_the_project_does_not_read_gets_no_line() {
     p.write("models/raw/orders.lua", &orders("20"));
     let line = w.next();
     assert_eq!(line["changedFiles"], serde_json::json!(["models/raw/orders.lua"]), "{line}");
+    // Also while the project does not load (the reload then evaluates every file).
+    p.write("models/raw/orders.lua", "return define_model {\n");
+    let broken = w.next();
+    assert_eq!(broken["changedFiles"], serde_json::json!(["models/raw/orders.lua"]), "{broken}");
+    p.write("watch.jsonl", "{\"apiVersion\": 1}\n{\"apiVersion\": 1}\n");
+    std::thread::sleep(Duration::from_millis(500));
+    p.write("models/raw/orders.lua", &orders("30"));
+    let fixed = w.next();
+    assert_eq!(fixed["changedFiles"], serde_json::json!(["models/raw/orders.lua"]), "{fixed}");
 }
 
 #[test]

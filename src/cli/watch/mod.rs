@@ -393,12 +393,9 @@ impl Watch {
                 return Some(r);
             }
         };
-        if !touched_before
-            && !reload.config_changed
-            && reload.evaluated.is_empty()
-            && reload.changed_models.is_empty()
-            && !touches(self.session.inputs(), &self.filter)
-        {
+        // (Whatever the reload evaluated: after a failed load it evaluates every file, and what
+        // no file reads changes none of them.)
+        if !touched_before && !reload.config_changed && !touches(self.session.inputs(), &self.filter) {
             tracing::debug!(files = ?r.changed_files, "changed files the project does not read: nothing to re-plan");
             return None;
         }
