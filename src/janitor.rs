@@ -180,11 +180,55 @@ pub struct KeptOrphan {
     /// When a janitor first saw it (ISO-8601 UTC).
     pub first_seen: String,
     /// `young` (seen for less than the ttl), `foreign` (the storage's marker names other
-    /// stores) or `unmarked` (the storage has no marker: `efmesh janitor --adopt`).
+    /// stores), `unmarked` (the storage has no marker: `efmesh janitor --adopt`) or `read` (a
+    /// view outside efmesh's storage reads it, directly or through other orphans).
     pub reason: String,
     /// The other stores the storage's marker names (for `foreign`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub owners: Vec<String>,
+    /// The views reading it (for `read`), `schema.name`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_by: Vec<String>,
+}
+
+/// The orphan candidates a view still reads, with the views outside efmesh's storage schema
+/// that read them — directly, or through orphan views that such a view reads (an environment's
+/// view over an orphan view over an orphan table).
+fn read_by_views(candidates: &[(String, String, String)], views: &[((String, String), String)]) -> BTreeMap<String, Vec<String>> {
+    let storage = crate::core::name::PHYSICAL_SCHEMA.to_lowercase();
+    let qualified = |(s, n): &(String, String)| format!("{s}.{n}");
+    let outside: Vec<(&str, String)> = views.iter().filter(|(k, _)| k.0 != storage).map(|(k, sql)| (sql.as_str(), qualified(k))).collect();
+    // The view definition of each candidate that is a view.
+    let defs: BTreeMap<&str, &str> = candidates
+        .iter()
+        .filter_map(|(physical, _, _)| {
+            views
+                .iter()
+                .find(|(k, _)| crate::engine::view_names(&format!("\"{}\".\"{}\"", k.0, k.1), physical))
+                .map(|(_, sql)| (physical.as_str(), sql.as_str()))
+        })
+        .collect();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    loop {
+        let mut grew = false;
+        for (physical, _, _) in candidates {
+            let mut by: BTreeSet<String> = outside.iter().filter(|(sql, _)| crate::engine::view_names(sql, physical)).map(|(_, v)| v.clone()).collect();
+            // Through an orphan view read so: on behalf of the same views.
+            for (reader, reader_by) in &out {
+                if reader != physical && defs.get(reader.as_str()).is_some_and(|sql| crate::engine::view_names(sql, physical)) {
+                    by.extend(reader_by.iter().cloned());
+                }
+            }
+            if !by.is_empty() && out.get(physical) != Some(&by) {
+                out.insert(physical.clone(), by);
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    out.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect()
 }
 
 /// An unreachable version's storage the janitor kept because another state store may serve it.
@@ -402,6 +446,8 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     // 1. What storage exists (the engine's relations, the lake's version directories), who
     //    owns it (the markers) and which relations other stores may serve (their use records),
     //    read on one connection, released before the claim.
+    // Every view of the engine, `(schema, name)` → definition (lowercased names).
+    let mut views: Vec<((String, String), String)> = Vec::new();
     let (stored, owners, shared) = match open_with_wait(open, config, opts.dry_run).map_err(JanitorError::Engine)? {
         Some(mut engine) => {
             if opts.adopt {
@@ -411,6 +457,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
             let owners = crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?;
             let shared = shared_candidates(state, engine.as_mut(), &stored, &in_lake, &owners, &me, ttl_ms, opts)?;
+            views = engine.catalog().map_err(JanitorError::Engine)?.relations.into_iter().filter_map(|((s, n), e)| e.sql.map(|sql| ((s, n), sql))).collect();
             (stored, owners, shared)
         }
         None => {
@@ -453,6 +500,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     } else {
         state.record_orphans_seen(&physicals, clock)?
     };
+    let read_by = read_by_views(&candidates, &views);
     let mut eligible = Vec::new();
     let mut kept_in: BTreeMap<Storage, usize> = BTreeMap::new();
     for (physical, model, fp) in &candidates {
@@ -470,6 +518,23 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
                 *kept_in.entry(o.storage).or_default() += 1;
                 (kept_reason(o.status), o.others(&me))
             }
+            // An orphan a view still reads (an environment's view over a version the store
+            // no longer knows: an older export imported, a store restored from a backup) would
+            // break that view: kept, the views named.
+            None if read_by.contains_key(physical) => {
+                let readers = read_by.get(physical).cloned().unwrap_or_default();
+                tracing::warn!(relation = %physical, "orphan kept: the view(s) {} read it; `efmesh apply` the environment (its views then serve what the state store records) before the next janitor", readers.join(", "));
+                report.kept_orphans.push(KeptOrphan {
+                    model: model.clone(),
+                    fingerprint: short(fp),
+                    physical: physical.clone(),
+                    first_seen,
+                    reason: "read".to_string(),
+                    owners: Vec::new(),
+                    read_by: readers,
+                });
+                continue;
+            }
             None if young => ("young", Vec::new()),
             None => {
                 eligible.push(physical.clone());
@@ -483,6 +548,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             first_seen,
             reason: reason.to_string(),
             owners: others,
+            read_by: Vec::new(),
         });
     }
     for (storage, n) in &kept_in {
@@ -847,6 +913,7 @@ fn drop_condemned(
                 first_seen: String::new(),
                 reason: kept_reason(o.status).to_string(),
                 owners: o.others(me),
+                read_by: Vec::new(),
             });
             continue;
         }

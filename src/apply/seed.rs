@@ -18,7 +18,8 @@
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
 use crate::core::schema::{
-    UTC_OFFSET_REGEX, ZERO_UTC_OFFSET_REGEX, decimal_scale, innermost_element, is_integer_type, is_naive_timestamp, nonzero_utc_offset, rounded_digits_regex,
+    UTC_OFFSET_REGEX, ZERO_UTC_OFFSET_REGEX, decimal_scale, innermost_element, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset,
+    rounded_digits_regex,
 };
 use crate::core::{Kind, Model, ModelName};
 use crate::engine::Engine;
@@ -132,8 +133,16 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
                 bad = format!("{bad} OR (regexp_matches({text}, '{UTC_OFFSET_REGEX}') AND NOT regexp_matches({text}, '{ZERO_UTC_OFFSET_REGEX}'))");
             } else if let Some(digits) = innermost_element(&c.ty).and_then(rounded_digits_regex) {
                 // A list (of lists) of integers or decimals rounds its elements as a scalar
-                // column would: exactly, on the text, as above.
-                bad = format!("{bad} OR regexp_matches(CAST({v} AS VARCHAR), '{digits}')");
+                // column would: exactly, on the text, as above; an integer list's elements in
+                // exponent notation, as doubles.
+                let text = format!("CAST({v} AS VARCHAR)");
+                bad = format!("{bad} OR regexp_matches({text}, '{digits}')");
+                // (Integers only: a long decimal's cast to a double is not exact in DuckDB.)
+                if list_element(&c.ty).is_some_and(is_integer_type) {
+                    let exact = dialect.try_cast(&v, "DOUBLE[]")?;
+                    let stored = dialect.try_cast(&dialect.try_cast(&v, &c.ty)?, "DOUBLE[]")?;
+                    bad = format!("{bad} OR (regexp_matches({text}, '[0-9][eE]') AND {exact} IS DISTINCT FROM {stored})");
+                }
             } else if let Some(scale) = decimal_scale(&c.ty) {
                 // Exactly, on the text (a double has too few digits for wide decimals): a digit
                 // other than 0 after the scale's; in exponent notation, as a double.

@@ -131,11 +131,12 @@ pub fn hold(
 
 /// Applies the signals to a `run`'s plan: every time-range action's backfill (missing intervals,
 /// and the done ones a lookback or an auto-restatement recomputes) keeps only its ready
-/// intervals; `done` reads a version's computed intervals ([`hold`]). Returns what waits.
+/// intervals ([`companions_of_ready`]); `done` reads a version's computed intervals ([`hold`]);
+/// `inherited` are the models an ancestor's auto-restatement reaches. Returns what waits.
 ///
 /// # Errors
 /// As [`hold`], or `done`'s failure.
-pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check) -> Result<Vec<Waiting>, String> {
+pub fn hold_plan(dag: &Dag, plan: &mut Plan, inherited: &BTreeSet<ModelName>, done: &mut Done, check: &mut Check) -> Result<Vec<Waiting>, String> {
     // Nothing to ask and nothing to hold without a signal in the project.
     if !dag.models().any(|m| !m.signals.is_empty()) {
         return Ok(Vec::new());
@@ -155,7 +156,7 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check)
     let held = hold(dag, &candidates, &computed, check)?;
     for a in &mut plan.actions {
         if let Some(ready) = held.ready.get(&a.name) {
-            let ready = companions_of_ready(ready, computed.get(&a.name), &held.waiting, a);
+            let ready = if inherited.contains(&a.name) { ready.clone() } else { companions_of_ready(ready, computed.get(&a.name), &held.waiting, a) };
             a.backfill = interval::merge(&ready);
             a.intervals = ready.len();
         }
@@ -168,7 +169,8 @@ pub fn hold_plan(dag: &Dag, plan: &mut Plan, done: &mut Done, check: &mut Check)
 /// `auto_restatement_intervals` those before the newest, *with* it — recomputed without it, they
 /// would be recomputed again by every run until it lands (and every `full` model below rebuilt).
 /// A done interval is kept when a ready missing interval ends after it; all are kept for a
-/// version a parent's rewrite makes recompute them (`recompute`: they are stale now).
+/// version a parent's rewrite makes recompute them (`recompute`: they are stale now), and for
+/// one an ancestor's auto-restatement reaches (`inherited` in [`hold_plan`]).
 fn companions_of_ready(ready: &[Interval], done: Option<&BTreeSet<Millis>>, waiting: &[Waiting], action: &crate::plan::Action) -> Vec<Interval> {
     let waits_on_signal = waiting.iter().any(|w| w.model == action.name && w.reason == "signal");
     let Some(done) = done.filter(|_| waits_on_signal && action.recompute.is_none()) else { return ready.to_vec() };

@@ -138,7 +138,11 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         // Auto-restatement first, so its done intervals are put to the signals too; then the
         // signals decide which intervals are ready, before anything is computed.
         let restated = crate::apply::run::auto_restate(project, &mut plan, state)?;
-        let waiting = hold_signals(project, &mut plan, state, &mut *engine).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
+        // A restatement a model inherits from an ancestor's is not its own to hold back.
+        let inherited: std::collections::BTreeSet<crate::core::ModelName> =
+            restated.iter().filter(|r| r.from_model != r.model.to_string()).map(|r| r.model.clone()).collect();
+        let waiting =
+            hold_signals(project, &mut plan, state, &mut *engine, &inherited).map_err(|e| anyhow::anyhow!("run `{env}`: {e}; nothing was computed"))?;
         let restated = crate::apply::run::still_restated(project, &plan, restated);
         // The signals' queries are read-only and rolled back; the catalog proven at the open is
         // still checked against the file after them (in depth).
@@ -162,13 +166,14 @@ fn hold_signals(
     plan: &mut crate::plan::Plan,
     state: &dyn StateStore,
     engine: &mut dyn crate::engine::Engine,
+    inherited: &std::collections::BTreeSet<crate::core::ModelName>,
 ) -> Result<Vec<Waiting>, String> {
     if !project.dag.models().any(|m| !m.signals.is_empty()) {
         return Ok(Vec::new());
     }
     let signals = crate::script::signals::Signals::of(&project.config).map_err(|e| e.to_string())?;
     let mut done = |m: &crate::core::ModelName, fp: &str| state.done_intervals(&m.to_string(), fp).map_err(|e| e.to_string());
-    crate::apply::signals::hold_plan(&project.dag, plan, &mut done, &mut |m, intervals| {
+    crate::apply::signals::hold_plan(&project.dag, plan, inherited, &mut done, &mut |m, intervals| {
         signals.ready(m, intervals, &mut |sql| crate::engine::read_only_query(&mut *engine, sql))
     })
 }

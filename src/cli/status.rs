@@ -87,6 +87,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     let ticks = state.ticks(env, TICKS)?;
     let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
     let host = host_name();
+    // Judged against the clock read with it: the plan below may take longer than a live
+    // holder's lease has left, and its renewal would then read as expired.
+    let clock = state.clock()?;
+    let lock = lease.as_ref().map(|l| {
+        let stale = is_stale(l, clock, &host);
+        (l, stale)
+    });
     let mut lags = Vec::new();
     let mut failed_other = Vec::new();
     let mut refreshes: Vec<Refresh> = Vec::new();
@@ -273,11 +280,6 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             problems.push(format!("the engine lacks relations of {} (the next apply restores them; run refuses until then)", lost.join(", ")));
         }
     }
-    let clock = state.clock()?;
-    let lock = lease.as_ref().map(|l| {
-        let stale = is_stale(l, clock, &host);
-        (l, stale)
-    });
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
     // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
     if let Some((l, true)) = &lock {

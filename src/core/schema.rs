@@ -283,12 +283,14 @@ pub fn innermost_element(ty: &str) -> Option<&str> {
 
 /// A POSIX regular expression matching a number in a text (a list's, `[1.5, 2]`, `{1.555}`)
 /// with more decimals than `ty` (an integer or `decimal(p,s)` type) holds; `None` for other
-/// types. Exponent notation is not matched (see [`decimals_of`]).
+/// types. A number in exponent notation is not matched (its mantissa says nothing alone).
 pub fn rounded_digits_regex(ty: &str) -> Option<String> {
+    // Not a mantissa: `1.5e3` is 1500 (exponent notation is checked by value).
+    const END: &str = "([^0-9eE]|$)";
     if is_integer_type(ty) {
-        return Some("[.][0-9]*[1-9]".to_string());
+        return Some(format!("[.][0-9]*[1-9][0-9]*{END}"));
     }
-    decimal_scale(ty).map(|scale| format!("[.][0-9]{{{scale}}}[0-9]*[1-9]"))
+    decimal_scale(ty).map(|scale| format!("[.][0-9]{{{scale}}}[0-9]*[1-9][0-9]*{END}"))
 }
 
 #[cfg(test)]
@@ -326,7 +328,7 @@ mod tests {
         );
         assert_eq!(
             (rounded_digits_regex("int").as_deref(), rounded_digits_regex("decimal(10,2)").as_deref(), rounded_digits_regex("text")),
-            (Some("[.][0-9]*[1-9]"), Some("[.][0-9]{2}[0-9]*[1-9]"), None)
+            (Some("[.][0-9]*[1-9][0-9]*([^0-9eE]|$)"), Some("[.][0-9]{2}[0-9]*[1-9][0-9]*([^0-9eE]|$)"), None)
         );
     }
 

@@ -35,9 +35,26 @@ pub struct ProjectLineage {
     parents: BTreeMap<String, Vec<String>>,
 }
 
-/// The (model, column) pairs a set of lineage trees has expanded, lower-cased: each is expanded
-/// once per answer ([`LineageNode::shown_above`]).
-pub type Expanded = std::collections::HashSet<(String, String)>;
+/// The (model, column) pairs a set of lineage trees has expanded, lower-cased, with the depth
+/// left when they were (`None`: unlimited): each is expanded once per answer, again only with
+/// more depth left ([`LineageNode::shown_above`]).
+pub type Expanded = std::collections::HashMap<(String, String), Option<usize>>;
+
+/// True when `key` was expanded with at least `depth` left; records it otherwise.
+fn already_expanded(expanded: &mut Expanded, key: (String, String), depth: Option<usize>) -> bool {
+    let covers = |had: Option<usize>| match (had, depth) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(h), Some(d)) => h >= d,
+    };
+    match expanded.get(&key) {
+        Some(had) if covers(*had) => true,
+        _ => {
+            expanded.insert(key, depth);
+            false
+        }
+    }
+}
 
 /// A node of a lineage tree: a model's column, and the columns it reads (upstream) or that read
 /// it (downstream).
@@ -59,7 +76,7 @@ pub struct LineageNode {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
     /// This column's own tree is shown earlier in the same answer and is not repeated here
-    /// (diamond-shaped DAGs would otherwise double the tree at every level).
+    /// (diamond-shaped DAGs would otherwise double the tree at every level): no `sources` then.
     #[serde(rename = "shownAbove", skip_serializing_if = "std::ops::Not::not")]
     pub shown_above: bool,
 }
@@ -162,8 +179,9 @@ impl ProjectLineage {
             node.truncated = true;
             return Some(node);
         }
-        if !expanded.insert((model.to_lowercase(), node.column.to_lowercase())) {
+        if already_expanded(expanded, (model.to_lowercase(), node.column.to_lowercase()), depth) {
             node.shown_above = true;
+            node.next = None;
             return Some(node);
         }
         node.next = Some(
@@ -208,8 +226,9 @@ impl ProjectLineage {
             node.truncated = true;
             return Some(node);
         }
-        if !expanded.insert((model.to_lowercase(), node.column.to_lowercase())) {
+        if already_expanded(expanded, (model.to_lowercase(), node.column.to_lowercase()), depth) {
             node.shown_above = true;
+            node.next = None;
             return Some(node);
         }
         node.next = Some(readers.iter().filter_map(|(rm, rc)| self.downstream(rm, rc, depth.map(|d| d.saturating_sub(1)), expanded)).collect());

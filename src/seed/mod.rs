@@ -134,7 +134,11 @@ pub struct SeedRows {
 pub fn read(bytes: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
     let data = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     match seed.format {
-        FileFormat::Json => read_json(data, schema),
+        // `.ndjson`/`.jsonl` are JSON Lines: zero lines is zero records.
+        FileFormat::Json => {
+            let path = seed.path.to_ascii_lowercase();
+            read_json(data, schema, !(path.ends_with(".ndjson") || path.ends_with(".jsonl")))
+        }
         _ => read_csv(data, seed, schema),
     }
 }
@@ -327,7 +331,7 @@ impl<'de> serde::Deserialize<'de> for FirstDuplicate {
     }
 }
 
-fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
+fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<SeedRows, Vec<SeedError>> {
     let text = std::str::from_utf8(data).map_err(|e| {
         let line = data[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() as u64 + 1;
         vec![SeedError::at(None, None, format!("the file is not valid UTF-8 (line {line})"))]
@@ -351,7 +355,8 @@ fn read_json(data: &[u8], schema: &Schema) -> Result<SeedRows, Vec<SeedError>> {
         SeedError::at(None, None, format!("invalid JSON at line {line}: {}", strip_position(&e.to_string())))
     };
     let mut i = skip_ws(0);
-    if i >= text.len() {
+    // An empty JSON Lines file holds no records; an empty `.json` is no document.
+    if i >= text.len() && json_array_file {
         return Err(vec![SeedError::at(None, None, "the file is empty (a seed with no rows is `[]`)")]);
     }
     let array = text[i..].starts_with('[');
@@ -578,6 +583,9 @@ mod tests {
         for empty in [&b""[..], b"  \n"] {
             let errs = read(empty, &seed(FileFormat::Json, &[]), &s).unwrap_err();
             assert!(errs[0].to_string().contains("the file is empty"), "{errs:?}");
+            // An empty JSON Lines file is zero records.
+            let lines = Seed { path: "seeds/x.ndjson".into(), ..seed(FileFormat::Json, &[]) };
+            assert!(read(empty, &lines, &s).is_ok_and(|r| r.rows.is_empty()));
         }
         assert!(read(b"[]", &seed(FileFormat::Json, &[]), &s).is_ok_and(|r| r.rows.is_empty()));
     }

@@ -90,6 +90,7 @@ crate::on_every_engine!(
     a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it,
     a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation,
     two_state_stores_sharing_one_engine_never_collect_each_others_storage,
+    an_orphan_a_view_still_reads_is_kept_until_the_view_moves,
 );
 
 /// Rows of the `condemned` table (claims not dropped yet).
@@ -592,20 +593,26 @@ fn two_state_stores_sharing_one_engine_never_collect_each_others_storage(engine:
     }
     assert_eq!(p.rows("dev__s.m"), vec![vec![Some("1".to_string())]]);
     assert_eq!(p.rows("dev__t.m"), vec![vec![Some("2".to_string())]]);
-    // The way out when the other store is gone for good: adopt, then its storage is collected.
+    // The way out when the other store is gone for good: adopt, then its storage is collected —
+    // not while store A's environment views still read it (that would break them): kept, the
+    // views named.
     use_state(&p, "b.state.sqlite");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]).expect_code(0).json();
+    assert!(a_phys.iter().all(|ph| kept(&v).contains(&(ph.clone(), "read".to_string()))), "{v:#}");
+    let tables = p.physical_tables();
+    assert!(a_phys.iter().chain(&b_phys).all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
+    // Once store A's environment is gone, the adoption collects its storage.
+    p.execute_on_engine("DROP SCHEMA dev__s CASCADE");
     if p.on_postgres() {
-        // Postgres records which views read a relation: while store A's environment views still
-        // read its versions, adopting cannot drop them (never `CASCADE`): the janitor fails,
-        // naming the views in the way, and drops nothing.
-        let r = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]);
+        // Postgres records which views read a relation: a view in efmesh's own schema (no
+        // environment's) still reading one makes its drop fail (never `CASCADE`): the janitor
+        // fails, naming the view in the way.
+        p.execute_on_engine(&format!("CREATE VIEW \"_efmesh\".\"user_v\" AS SELECT * FROM {}", a_phys[1]));
+        let r = janitor(&mut p, LATER, &["--ttl", "0", "--json"]);
         r.expect_code(1);
-        assert!(r.stderr.contains("view dev__s.v depends on view _efmesh.s__v__") && r.stderr.contains("never drops with CASCADE"), "{}", r.stderr);
+        assert!(r.stderr.contains("depends on") && r.stderr.contains("never drops with CASCADE"), "{}", r.stderr);
         assert!(!r.stderr.contains("Use DROP ... CASCADE"), "the server's advice to cascade is not passed on: {}", r.stderr);
-        let tables = p.physical_tables();
-        assert!(a_phys.iter().chain(&b_phys).all(|ph| tables.contains(&table_name(ph))), "{tables:?}");
-        // Once store A's environment is gone, the adoption collects its storage.
-        p.execute_on_engine("DROP SCHEMA dev__s CASCADE");
+        p.execute_on_engine("DROP VIEW \"_efmesh\".\"user_v\"");
     }
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]).expect_code(0).json();
     assert_eq!(v["adopted"], Value::Bool(true));
@@ -1030,4 +1037,31 @@ fn a_version_whose_relation_was_dropped_by_hand_is_reported_already_absent_not_d
     assert_eq!(entry(&m).get("alreadyAbsent"), None, "a relation it dropped: {r:#}");
     let again = janitor(&mut p, LATER, &["--ttl", "0"]);
     assert!(again.expect_code(0).stdout.contains("nothing to collect"), "{again:#?}");
+}
+
+/// An older state export imported (`state import --force`) without the engine file from the
+/// same moment: the store forgets the newer versions an environment's views still read. Those
+/// relations are orphans to it, but the janitor keeps them while a view reads them (they would
+/// break the view), naming the views; once `apply` points the views back, they go.
+fn an_orphan_a_view_still_reads_is_kept_until_the_view_moves(engine: EngineBackend) {
+    let mut p = project_on_engine(engine, 1);
+    p.apply("prod");
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    p.write("models/m.lua", &models(2));
+    let applied = p.apply("prod");
+    let (m2, v2) = (physical_of(&applied, "s.m"), physical_of(&applied, "s.v"));
+    p.run(&["state", "import", "backup.json", "--force"]).expect_code(0);
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    let kept = kept(&v);
+    assert!(kept.contains(&(m2.clone(), "read".to_string())) && kept.contains(&(v2.clone(), "read".to_string())), "{v:#}");
+    let by = v["keptOrphans"].as_array().unwrap().iter().find(|k| k["physical"] == m2.as_str()).map(|k| k["readBy"].clone()).unwrap_or_default();
+    assert_eq!(by, serde_json::json!(["s.m", "s.v"]), "the prod views of both models (s.v through its version's view): {v:#}");
+    assert_eq!(p.rows("s.m"), vec![vec![Some("2".to_string())]], "prod still serves what it read");
+    // `apply prod` points the views back at the versions the store records; then they go.
+    p.write("models/m.lua", &models(1));
+    p.apply("prod");
+    let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
+    assert!(physicals(&v, "orphans").contains(&m2), "{v:#}");
+    assert!(!p.physical_tables().iter().any(|t| m2.contains(t.as_str())), "dropped: {:?}", p.physical_tables());
+    assert_eq!(p.rows("s.m"), vec![vec![Some("1".to_string())]]);
 }

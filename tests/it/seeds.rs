@@ -395,16 +395,22 @@ fn a_seed_is_audited_when_it_is_built(engine: EngineBackend) {
 #[test]
 fn the_dec_alias_and_list_elements_round_nothing_either() {
     let p = project(EngineBackend::DuckDb);
-    p.write("seeds/t.csv", "id,amount,nums,nested,bigs\n1,1.25,\"[1,2]\",\"[[1]]\",\"[14677563290226445.16]\"\n2,1.555,\"[1.5,2]\",\"[[1.5]]\",\"[1.10]\"\n");
+    p.write(
+        "seeds/t.csv",
+        "id,amount,nums,nested,bigs,exps\n1,1.25,\"[1,2,1.5e3]\",\"[[1]]\",\"[14677563290226445.16, 1.255e2]\",\"[1]\"\n2,1.555,\"[1.5,2]\",\"[[1.5]]\",\"[1.10]\",\"[1]\"\n3,1,\"[1]\",\"[[1]]\",\"[1]\",\"[15e-1]\"\n",
+    );
     p.write(
         "models/seed.lua",
         r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
-  schema = { { "id", "bigint" }, { "amount", "dec(10,2)" }, { "nums", "integer[]" }, { "nested", "integer[][]" }, { "bigs", "decimal(38,2)[]" } } }
+  schema = { { "id", "bigint" }, { "amount", "dec(10,2)" }, { "nums", "integer[]" }, { "nested", "integer[][]" }, { "bigs", "decimal(38,2)[]" }, { "exps", "integer[]" } } }
 "#,
     );
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     assert!(!run.stderr.contains("column `bigs`"), "exact long decimals fit: {}", run.stderr);
+    // In exponent notation: by value (1.5e3 is a whole 1500, 1.255e2 fits two decimals; 15e-1
+    // is no integer).
+    assert!(run.stderr.contains("row 4, column `exps`: `[15e-1]` holds a value"), "{}", run.stderr);
     for (column, value) in [
         ("amount", "`1.555` has more than the 2 decimal(s) of `dec(10,2)`"),
         ("nums", "`[1.5,2]` holds a value its elements' type would round"),

@@ -441,3 +441,43 @@ define_model {{ name = "a.lb",
     let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
     assert_eq!(v["intervals"].as_u64(), Some(5), "{v:#}");
 }
+
+/// The restatement a model inherits from an ancestor's `auto_restatement_intervals` is not its
+/// own companion: recomputed even while its own newest interval waits on its signal (the next
+/// run would not restate the ancestor again, and it would keep the old rows for good).
+#[test]
+fn a_child_waiting_on_its_signal_still_recomputes_what_its_parents_auto_restatement_rewrote() {
+    let mut p = project();
+    let landing = p.root().join("landing");
+    std::fs::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    p.write("v.csv", "v\n1\n");
+    let (dir, csv) = (landing.display().to_string(), p.root().join("v.csv").display().to_string());
+    p.write(
+        "models/m.lua",
+        &format!(
+            r#"define_model {{ name = "a.src",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day", batch_size = 1, auto_restatement_intervals = 2 }},
+  schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(@start AS DATE) AS d, (SELECT max(v) FROM read_csv('{csv}')) AS n" }}
+define_model {{ name = "a.child",
+  kind = kind.incremental_by_time_range {{ time_column = "d", start = "2026-01-01", grain = "day" }},
+  signals = {{ {{ "file_exists", dir = "{dir}" }} }}, schema = {{ {{ "d", "date" }}, {{ "n", "bigint" }} }},
+  query = "SELECT d, CAST(sum(n) AS bigint) AS n FROM " .. ref("a.src") .. " WHERE d >= @start AND d < @end GROUP BY d" }}
+"#
+        ),
+    );
+    for d in ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"] {
+        p.write(&format!("landing/{d}.csv"), "x\n1\n");
+    }
+    p.now = "2026-01-05T06:00:00Z".into();
+    p.apply("prod");
+    // The source changes; a day later `a.src` restates the 3rd and 4th, `a.child`'s 5th waits.
+    p.write("v.csv", "v\n2\n");
+    p.now = "2026-01-06T06:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    p.write("landing/2026-01-05.csv", "x\n1\n");
+    p.run(&["run", "prod"]).expect_code(0);
+    let child: Vec<String> = three(&p, &env_view("prod", "a.child")).into_iter().map(|r| r[1].clone().unwrap_or_default()).collect();
+    assert_eq!(child, ["1", "1", "2", "2", "2"], "the 3rd and 4th follow the restated source");
+}
