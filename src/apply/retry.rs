@@ -77,10 +77,15 @@ pub fn is_transient(err: &anyhow::Error) -> bool {
 /// # Errors
 /// The last failure, or the first that is not transient.
 pub fn with_retries<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    retry_loop(retries, what, |n| injected().map_err(anyhow::Error::from).and_then(|()| attempt(n)))
+}
+
+/// Runs `attempt` (given the attempt's number) until it succeeds, fails with an error that is
+/// not transient, or `retries` retries were made, waiting [`backoff`] in between.
+fn retry_loop<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) -> anyhow::Result<T>) -> anyhow::Result<T> {
     let mut n = 0;
     loop {
-        let result = injected().map_err(anyhow::Error::from).and_then(|()| attempt(n));
-        match result {
+        match attempt(n) {
             Err(e) if n < retries && is_transient(&e) => {
                 let wait = backoff(n);
                 tracing::warn!(attempt = n + 1, retries, wait_ms = wait.as_millis() as u64, "{what} failed with a transient error, retrying: {e}");
@@ -96,18 +101,7 @@ pub fn with_retries<T>(retries: u32, what: &str, mut attempt: impl FnMut(u32) ->
 /// (taking an environment's lock while the state store is busy), which the hook's counts do not
 /// cover.
 pub fn retrying<T>(retries: u32, what: &str, mut attempt: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let mut n = 0;
-    loop {
-        match attempt() {
-            Err(e) if n < retries && is_transient(&e) => {
-                let wait = backoff(n);
-                tracing::warn!(attempt = n + 1, retries, wait_ms = wait.as_millis() as u64, "{what} failed with a transient error, retrying: {e}");
-                std::thread::sleep(wait);
-                n += 1;
-            }
-            other => return other,
-        }
-    }
+    retry_loop(retries, what, |_| attempt())
 }
 
 /// The test hook: an injected transient failure while fewer than `EFMESH_TEST_TRANSIENT`

@@ -40,6 +40,35 @@ pub struct ProjectLineage {
 /// more depth left ([`LineageNode::shown_above`]).
 pub type Expanded = std::collections::HashMap<(String, String), Option<usize>>;
 
+/// The node of `model.column` (its lineage `m`, `c`) with no `next` yet, to expand (`Ok`), or
+/// a leaf (`Err`): nothing next, `--depth` reached, or its tree shown earlier in the answer.
+fn start_node(
+    model: &str,
+    column: &str,
+    m: &ModelLineage,
+    c: &ColumnLineage,
+    has_next: bool,
+    depth: Option<usize>,
+    expanded: &mut Expanded,
+) -> Result<LineageNode, LineageNode> {
+    let name = c.column.clone().unwrap_or_else(|| column.to_string());
+    let mut node =
+        LineageNode { model: model.to_string(), column: name, kind: m.kind, certain: c.certain, next: Some(Vec::new()), truncated: false, shown_above: false };
+    if !has_next {
+        return Err(node);
+    }
+    if depth == Some(0) {
+        node.truncated = true;
+        return Err(node);
+    }
+    if already_expanded(expanded, (model.to_lowercase(), node.column.to_lowercase()), depth) {
+        node.shown_above = true;
+        node.next = None;
+        return Err(node);
+    }
+    Ok(node)
+}
+
 /// True when `key` was expanded with at least `depth` left; records it otherwise.
 fn already_expanded(expanded: &mut Expanded, key: (String, String), depth: Option<usize>) -> bool {
     let covers = |had: Option<usize>| match (had, depth) {
@@ -162,28 +191,10 @@ impl ProjectLineage {
     /// `None` when the model has no such column.
     pub fn upstream(&self, model: &str, column: &str, depth: Option<usize>, expanded: &mut Expanded) -> Option<LineageNode> {
         let (m, c) = self.column(model, column)?;
-        let name = c.column.clone().unwrap_or_else(|| column.to_string());
-        let mut node = LineageNode {
-            model: model.to_string(),
-            column: name,
-            kind: m.kind,
-            certain: c.certain,
-            next: Some(Vec::new()),
-            truncated: false,
-            shown_above: false,
+        let mut node = match start_node(model, column, m, c, !c.sources.is_empty(), depth, expanded) {
+            Ok(node) => node,
+            Err(leaf) => return Some(leaf),
         };
-        if c.sources.is_empty() {
-            return Some(node);
-        }
-        if depth == Some(0) {
-            node.truncated = true;
-            return Some(node);
-        }
-        if already_expanded(expanded, (model.to_lowercase(), node.column.to_lowercase()), depth) {
-            node.shown_above = true;
-            node.next = None;
-            return Some(node);
-        }
         node.next = Some(
             c.sources
                 .iter()
@@ -208,29 +219,11 @@ impl ProjectLineage {
     /// [`Self::upstream`]). `None` when the model has no such column.
     pub fn downstream(&self, model: &str, column: &str, depth: Option<usize>, expanded: &mut Expanded) -> Option<LineageNode> {
         let (m, c) = self.column(model, column)?;
-        let name = c.column.clone().unwrap_or_else(|| column.to_string());
-        let readers = self.readers_of(model, &name);
-        let mut node = LineageNode {
-            model: model.to_string(),
-            column: name,
-            kind: m.kind,
-            certain: c.certain,
-            next: Some(Vec::new()),
-            truncated: false,
-            shown_above: false,
+        let readers = self.readers_of(model, c.column.as_deref().unwrap_or(column));
+        let mut node = match start_node(model, column, m, c, !readers.is_empty(), depth, expanded) {
+            Ok(node) => node,
+            Err(leaf) => return Some(leaf),
         };
-        if readers.is_empty() {
-            return Some(node);
-        }
-        if depth == Some(0) {
-            node.truncated = true;
-            return Some(node);
-        }
-        if already_expanded(expanded, (model.to_lowercase(), node.column.to_lowercase()), depth) {
-            node.shown_above = true;
-            node.next = None;
-            return Some(node);
-        }
         node.next = Some(readers.iter().filter_map(|(rm, rc)| self.downstream(rm, rc, depth.map(|d| d.saturating_sub(1)), expanded)).collect());
         Some(node)
     }

@@ -793,8 +793,9 @@ fn a_keyed_table_left_to_prod_counts_only_up_to_what_prods_refresh_read_and_no_m
     assert_eq!(days(&p, "dev", "t.below"), "01=1001,02=1002,03=1004,04=1008");
 }
 
-#[test]
-fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_above_it() {
+/// `t.daily` behind the `landed` signal (the 1st and 2nd landed), `u.days` unique-key over it on
+/// a daily `cron`, `t.below` under that; applied to `prod` at 01:00 on the 3rd.
+fn daily_keyed_below_a_signal() -> Project {
     let mut p = Project::new();
     landing(&p);
     p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
@@ -804,6 +805,12 @@ fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_abo
         |m: String| m.replace(r#"kind.incremental_by_unique_key { key = "day" },"#, r#"kind.incremental_by_unique_key { key = "day" }, cron = "@daily","#);
     p.write("models/m.lua", &cron(keyed_below_signal(false, 0)));
     p.apply("prod");
+    p
+}
+
+#[test]
+fn status_says_a_cron_refresh_read_rows_complete_only_up_to_an_interval_held_above_it() {
+    let mut p = daily_keyed_below_a_signal();
     // The 3rd's events arrive, not its signal: the daily refresh at the tick reads `t.daily`
     // without it.
     p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
@@ -826,15 +833,7 @@ fn a_cron_refresh_over_rows_held_above_it_is_refreshed_again_once_they_land_befo
     // signal. The 3rd lands before the next tick: the run computes it in `t.daily`, refreshes
     // `u.days` again (its rows lacked the 3rd), and only then `t.below`'s 3rd — never from rows
     // `u.days` lacks, recorded done for good.
-    let mut p = Project::new();
-    landing(&p);
-    p.execute_on_engine("CREATE TABLE landing.ready (d DATE); INSERT INTO landing.ready VALUES (DATE '2026-01-01'), (DATE '2026-01-02')");
-    p.now = "2026-01-03T01:00:00Z".into();
-    p.write("macros/signals.lua", LANDED);
-    let cron =
-        |m: String| m.replace(r#"kind.incremental_by_unique_key { key = "day" },"#, r#"kind.incremental_by_unique_key { key = "day" }, cron = "@daily","#);
-    p.write("models/m.lua", &cron(keyed_below_signal(false, 0)));
-    p.apply("prod");
+    let mut p = daily_keyed_below_a_signal();
     p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
     p.now = "2026-01-04T01:00:00Z".into();
     p.run(&["run", "prod"]).expect_code(0);
