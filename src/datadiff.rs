@@ -203,12 +203,6 @@ impl Common {
     }
 }
 
-/// True for an integer or decimal type (DuckDB's and Postgres's spellings).
-fn exact_number(ty: &str) -> bool {
-    let base = ty.trim().split(['(', ' ']).next().unwrap_or("");
-    crate::core::schema::is_integer_type(ty) || base.eq_ignore_ascii_case("decimal") || base.eq_ignore_ascii_case("numeric")
-}
-
 fn find<'c>(columns: &'c [DescribedColumn], name: &str) -> Option<&'c DescribedColumn> {
     columns.iter().find(|c| c.name.eq_ignore_ascii_case(name))
 }
@@ -282,7 +276,7 @@ fn compare(engine: &mut dyn Engine, model: &Model, env_a: &str, env_b: &str, sam
             // same value, not the same text. (A float against an exact number would compare as
             // doubles, losing digits; other families have forms the engines equate that serve
             // differently: a padded `char(n)`, a `uuid`'s spelling, a date and its midnight.)
-            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || (exact_number(&a.ty) && exact_number(&b.ty)));
+            let retyped = !(a.ty.eq_ignore_ascii_case(&b.ty) || (crate::core::schema::is_exact_number(&a.ty) && crate::core::schema::is_exact_number(&b.ty)));
             Some(Common { a: a.name.clone(), b: b.name.clone(), retyped, ty: a.ty.clone() })
         })
         .collect();

@@ -115,7 +115,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 // out is never computed again, and would keep `--check` failing for good.
                 let failed = match stats.failed {
                     0 => 0,
-                    _ => state.failed_intervals(name, fp)?.into_iter().filter(|s| *s >= t.grain.floor(t.start) && t.end.is_none_or(|e| *s < e)).count(),
+                    _ => state.failed_intervals(name, fp)?.into_iter().filter(|s| t.holds(*s)).count(),
                 };
                 lags.push(Lag {
                     model: name.clone(),

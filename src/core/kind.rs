@@ -121,6 +121,14 @@ pub struct TimeRange {
     pub auto_restatement_intervals: u32,
 }
 
+impl TimeRange {
+    /// True when the grain interval starting at `start` lies within the model's `start`/`end`
+    /// (its first interval starts at `start` floored to the grain).
+    pub fn holds(&self, start: Millis) -> bool {
+        start >= self.grain.floor(self.start) && self.end.is_none_or(|e| start < e)
+    }
+}
+
 /// Default `batch_size` of time-range models.
 pub const DEFAULT_BATCH_SIZE: u32 = 30;
 

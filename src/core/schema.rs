@@ -217,6 +217,13 @@ pub fn is_integer_type(ty: &str) -> bool {
     )
 }
 
+/// True for an integer or decimal type (DuckDB's and Postgres's spellings): one whose values
+/// compare exactly.
+pub fn is_exact_number(ty: &str) -> bool {
+    let base = ty.trim().split(['(', ' ']).next().unwrap_or("");
+    is_integer_type(ty) || base.eq_ignore_ascii_case("decimal") || base.eq_ignore_ascii_case("numeric")
+}
+
 /// The scale `s` of a `decimal(p,s)` / `numeric(p,s)` / `dec(p,s)` type (a value with more
 /// decimals would be rounded), if it is one: 0 for `decimal(p)`; 3 for a bare `decimal`
 /// (DuckDB's `DECIMAL(18,3)`; Postgres's bare `numeric` rounds nothing, and its checks compare
@@ -244,14 +251,15 @@ pub fn list_element(ty: &str) -> Option<&str> {
     t[open + 1..].chars().all(|c| c.is_ascii_digit()).then(|| t[..open].trim_end())
 }
 
-/// True when a value written with `digits` decimals (its text's digits after the point, trailing
-/// zeros apart) would be rounded by `ty`: a fraction into an integer type, more decimals than a
-/// decimal type's scale.
+/// True when a value written with `decimals` decimals (its text's digits after the point,
+/// trailing zeros apart) would be rounded by `ty`: a fraction into an integer type, more
+/// decimals than the scale a decimal type names (`decimal(10,2)`; a bare `decimal` is DuckDB's
+/// `(18,3)` but Postgres's rounds nothing, so it names none).
 pub fn rounds(ty: &str, decimals: usize) -> bool {
     if is_integer_type(ty) {
         return decimals > 0;
     }
-    decimal_scale(ty).is_some_and(|scale| decimals > scale as usize)
+    ty.contains('(') && decimal_scale(ty).is_some_and(|scale| decimals > scale as usize)
 }
 
 /// The decimals a number's text needs (`-1.250` has 2, `1.5e-3` has 4, `1.5e2` has 0), `None`

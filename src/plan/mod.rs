@@ -265,8 +265,7 @@ pub struct OutsideBounds {
 /// a version another environment computed with wider bounds serves what is in its table. The
 /// plan says so rather than letting it pass unseen.
 pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>) -> Option<OutsideBounds> {
-    let start = t.grain.floor(t.start);
-    let outside: Vec<Millis> = done.iter().copied().filter(|s| *s < start || t.end.is_some_and(|e| *s >= e)).collect();
+    let outside: Vec<Millis> = done.iter().copied().filter(|s| !t.holds(*s)).collect();
     let (first, last) = (*outside.first()?, *outside.last()?);
     Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
 }

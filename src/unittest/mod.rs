@@ -490,9 +490,7 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
                     Some(serde_json::Value::String(s)) => s.clone(),
                     _ => continue,
                 };
-                // (A scale the type names: Postgres describes an unconstrained `numeric` bare.)
-                let exact = crate::core::schema::is_integer_type(q) || q.contains('(');
-                if exact && crate::core::schema::decimals_of(&text).is_some_and(|d| crate::core::schema::rounds(q, d)) {
+                if crate::core::schema::decimals_of(&text).is_some_and(|d| crate::core::schema::rounds(q, d)) {
                     row[i] = Some(text);
                 }
             }

@@ -377,9 +377,7 @@ impl Watch {
         let root = self.root().to_path_buf();
         let mut r = Report::new(Event::Replan, &self.options.env, &root);
         r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
-        let touches = |inputs: &BTreeSet<PathBuf>, filter: &Filter| {
-            changed.iter().any(|p| filter.discovered(p) || inputs.contains(p) || inputs.range(p.clone()..).next().is_some_and(|i| i.starts_with(p)))
-        };
+        let touches = |inputs: &BTreeSet<PathBuf>, filter: &Filter| changed.iter().any(|p| filter.discovered(p) || paths::holds_input(inputs, p));
         let touched_before = touches(self.session.inputs(), &self.filter);
         // After a load that failed, the reload cannot say which models went away since the last
         // good one: every model's columns are checked again (no error of a deleted model stays).

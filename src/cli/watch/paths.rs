@@ -132,8 +132,14 @@ impl Filter {
             return true;
         }
         // A directory that is gone: did it hold inputs?
-        !path.exists() && inputs.range(path.to_path_buf()..).next().is_some_and(|i| i.starts_with(path))
+        !path.exists() && holds_input(inputs, path)
     }
+}
+
+/// True when `path` is one of `inputs` or a directory holding one (`inputs` sorted: the first at
+/// or after `path` is under it if any is).
+pub fn holds_input(inputs: &BTreeSet<PathBuf>, path: &Path) -> bool {
+    inputs.range(path.to_path_buf()..).next().is_some_and(|i| i.starts_with(path))
 }
 
 /// The globs as discovery matches them; an invalid glob (a load error the session reports)
