@@ -100,7 +100,7 @@ pub fn read(
             }
             for (_, values) in &mut rows.rows {
                 if let Some(Some(text)) = values.get_mut(i)
-                    && let Ok(serde_json::Value::Array(items)) = serde_json::from_str::<serde_json::Value>(text)
+                    && let Ok(crate::core::json::Json::Array(items)) = crate::core::json::Json::parse(text)
                     && let Some(spelled) = dialect.array_text(&items)
                 {
                     *text = spelled;

@@ -6,6 +6,7 @@ pub mod dag;
 pub mod error;
 pub mod fragment;
 pub mod interval;
+pub mod json;
 pub mod kind;
 pub mod model;
 pub mod name;

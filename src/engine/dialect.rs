@@ -8,6 +8,7 @@
 //! otherwise or does in fewer statements (DuckDB's `CREATE OR REPLACE TABLE`). A method that
 //! returns several statements expects them to run in ONE transaction, in order.
 
+use crate::core::json::Json;
 use crate::core::name::quote_ident;
 use crate::core::{Kind, Model, Target};
 use crate::sql::canon::{Canonical, SqlError};
@@ -223,13 +224,14 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// seed's list value); `None` when the engine casts the JSON text itself (DuckDB). The
     /// standard spelling is Postgres's array literal: `{"a","b",NULL}`, each element quoted
     /// (`\` and `"` escaped), nested arrays as nested braces, `null` as `NULL`.
-    fn array_text(&self, items: &[serde_json::Value]) -> Option<String> {
-        fn element(v: &serde_json::Value) -> String {
+    fn array_text(&self, items: &[Json]) -> Option<String> {
+        fn element(v: &Json) -> String {
+            let quoted = |t: &str| format!("\"{}\"", t.replace('\\', "\\\\").replace('"', "\\\""));
             match v {
-                serde_json::Value::Null => "NULL".to_string(),
-                serde_json::Value::Array(inner) => format!("{{{}}}", inner.iter().map(element).collect::<Vec<_>>().join(",")),
-                serde_json::Value::String(s) => format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")),
-                other => format!("\"{}\"", other.to_string().replace('\\', "\\\\").replace('"', "\\\"")),
+                Json::Null => "NULL".to_string(),
+                Json::Array(inner) => format!("{{{}}}", inner.iter().map(element).collect::<Vec<_>>().join(",")),
+                Json::String(s) => quoted(s),
+                other => quoted(&other.compact()),
             }
         }
         Some(format!("{{{}}}", items.iter().map(element).collect::<Vec<_>>().join(",")))
@@ -335,9 +337,9 @@ mod tests {
 
     #[test]
     fn json_arrays_become_postgres_array_literals() {
-        let items = serde_json::json!(["front", "a \"q\" \\ b", null, 3, [1, 2]]);
-        let text = Standard.array_text(items.as_array().unwrap()).unwrap();
-        assert_eq!(text, r#"{"front","a \"q\" \\ b",NULL,"3",{"1","2"}}"#);
+        let Ok(Json::Array(items)) = Json::parse(r#"["front", "a \"q\" \\ b", null, 3, [1, 2], 123456789012345678901234567890.5]"#) else { panic!() };
+        let text = Standard.array_text(&items).unwrap();
+        assert_eq!(text, r#"{"front","a \"q\" \\ b",NULL,"3",{"1","2"},"123456789012345678901234567890.5"}"#);
         assert_eq!(Standard.array_text(&[]).as_deref(), Some("{}"));
         assert_eq!(crate::engine::duckdb::DuckDbDialect.array_text(&[]), None);
     }

@@ -425,7 +425,7 @@ impl super::dialect::Dialect for DuckDbDialect {
         Some(format!("TRY_CAST({expr} AS {ty})"))
     }
 
-    fn array_text(&self, _items: &[serde_json::Value]) -> Option<String> {
+    fn array_text(&self, _items: &[crate::core::json::Json]) -> Option<String> {
         None
     }
 

@@ -28,6 +28,7 @@
 //! when it differs from the row (quoted line breaks, blank lines, JSON spread over lines).
 
 use crate::core::error::did_you_mean;
+use crate::core::json::Json;
 use crate::core::kind::{FileFormat, Seed};
 use crate::core::{Kind, LoadError, Model, Schema};
 use std::path::{Path, PathBuf};
@@ -304,27 +305,37 @@ fn csv_error(e: &csv::Error) -> SeedError {
     SeedError::at(place, None, message)
 }
 
-/// The first key a JSON object gives twice (serde_json's map keeps the last value silently).
-struct FirstDuplicate(Option<String>);
+/// What a JSON object's text says beyond its `serde_json::Value`: the first key it gives twice
+/// (serde_json's map keeps the last value silently), and the text of each number, array and
+/// object ([`Json`] keeps numbers as written; a `Value` holds an integer past 64 bits or a long
+/// decimal as the nearest double).
+struct RawObject {
+    first_duplicate: Option<String>,
+    raw: std::collections::HashMap<String, String>,
+}
 
-impl<'de> serde::Deserialize<'de> for FirstDuplicate {
+impl<'de> serde::Deserialize<'de> for RawObject {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Keys;
         impl<'de> serde::de::Visitor<'de> for Keys {
-            type Value = FirstDuplicate;
+            type Value = RawObject;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<FirstDuplicate, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
                 let mut seen = std::collections::HashSet::new();
-                let mut first = None;
+                let mut raw = std::collections::HashMap::new();
+                let mut first_duplicate = None;
                 while let Some(key) = map.next_key::<String>()? {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    if !seen.insert(key.clone()) && first.is_none() {
-                        first = Some(key);
+                    let value = map.next_value::<&serde_json::value::RawValue>()?;
+                    if !value.get().starts_with(['"', 'n', 't', 'f']) {
+                        raw.insert(key.clone(), value.get().to_string());
+                    }
+                    if !seen.insert(key.clone()) && first_duplicate.is_none() {
+                        first_duplicate = Some(key);
                     }
                 }
-                Ok(FirstDuplicate(first))
+                Ok(RawObject { first_duplicate, raw })
             }
         }
         d.deserialize_map(Keys)
@@ -363,7 +374,7 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
     if array {
         i = skip_ws(i + 1);
     }
-    let mut objects: Vec<(Place, serde_json::Map<String, serde_json::Value>)> = Vec::new();
+    let mut objects: Vec<(Place, serde_json::Map<String, serde_json::Value>, std::collections::HashMap<String, String>)> = Vec::new();
     let mut errors = Vec::new();
     let mut row = 0u64;
     loop {
@@ -401,7 +412,8 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
             serde_json::Value::Object(map) => {
                 // A key given twice would keep its last value silently (a CSV header naming a
                 // column twice is refused too).
-                if let Ok(FirstDuplicate(Some(key))) = serde_json::from_str::<FirstDuplicate>(object_text) {
+                let raw = serde_json::from_str::<RawObject>(object_text).ok();
+                if let Some(key) = raw.as_ref().and_then(|r| r.first_duplicate.clone()) {
                     errors.push(SeedError::at(Some(place), Some(&key), "the key is given twice in the object"));
                 }
                 for key in map.keys().filter(|k| !schema.contains(k)) {
@@ -411,7 +423,7 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
                     }
                     errors.push(SeedError::at(Some(place), Some(key), msg));
                 }
-                objects.push((place, map));
+                objects.push((place, map, raw.map(|r| r.raw).unwrap_or_default()));
             }
             other => errors.push(SeedError::at(Some(place), None, format!("expected an object, found {}", json_kind(&other)))),
         }
@@ -420,7 +432,7 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
         }
     }
     if !objects.is_empty() && errors.is_empty() {
-        let absent: Vec<&str> = schema.names().filter(|n| !objects.iter().any(|(_, o)| o.contains_key(*n))).collect();
+        let absent: Vec<&str> = schema.names().filter(|n| !objects.iter().any(|(_, o, _)| o.contains_key(*n))).collect();
         if !absent.is_empty() {
             errors.push(SeedError::at(None, None, format!("no object has declared column{} {}", plural(absent.len()), ticks(&absent))));
         }
@@ -431,13 +443,15 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
     }
     let rows = objects
         .into_iter()
-        .map(|(place, mut o)| {
+        .map(|(place, mut o, mut raw)| {
             let values = schema
                 .names()
                 .map(|n| match o.remove(n) {
                     None | Some(serde_json::Value::Null) => None,
                     Some(serde_json::Value::String(s)) => Some(s),
-                    Some(v) => Some(v.to_string()),
+                    Some(serde_json::Value::Bool(b)) => Some(b.to_string()),
+                    // Numbers as written, also inside arrays and objects: every digit reaches the cast.
+                    Some(v) => Some(raw.remove(n).and_then(|t| Json::parse(&t).ok()).map_or_else(|| v.to_string(), |j| j.compact())),
                 })
                 .collect();
             (place, values)
@@ -565,6 +579,22 @@ mod tests {
         assert_eq!(values(&arr), values(&nd));
         assert_eq!(nd.rows[2].0, Place { row: 3, line: 3 });
         assert_eq!(arr.rows[1].0, Place { row: 2, line: 2 });
+    }
+
+    #[test]
+    fn json_numbers_reach_the_cast_as_written() {
+        // A `serde_json::Value` holds these as the nearest double: 123456789012345680000…, 12345678901234568.
+        let s = schema(&["a", "n"]);
+        let rows = read(
+            b"[{\"a\": 123456789012345678901234567890, \"n\": 12345678901234567.89}, {\"a\": -1E2, \"n\": [18446744073709551616]}]",
+            &seed(FileFormat::Json, &[]),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(
+            values(&rows),
+            vec![vec![Some("123456789012345678901234567890"), Some("12345678901234567.89")], vec![Some("-1E2"), Some("[18446744073709551616]")]]
+        );
     }
 
     #[test]

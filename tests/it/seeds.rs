@@ -229,7 +229,26 @@ fn editing_the_seed_rebuilds_the_seed_and_its_descendants_only(engine: EngineBac
     assert_eq!(p.rows("\"ref\".\"depts\""), p.rows("\"dev__ref\".\"depts\""));
 }
 
-on_every_engine!(json_seeds_read_arrays_and_newline_delimited_objects);
+on_every_engine!(json_seeds_read_arrays_and_newline_delimited_objects, json_numbers_load_every_digit);
+
+/// A JSON number past a double's 17 digits loads as written, alone or in a list: not the nearest
+/// double (`12345678901234567.89` stored as `12345678901234568.00`).
+fn json_numbers_load_every_digit(engine: EngineBackend) {
+    let p = project(engine);
+    p.write("seeds/n.json", r#"[{"id": 1, "big": 123456789012345678901234567890, "amount": 12345678901234567.89, "amounts": [12345678901234567.89, 1]}]"#);
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.n", kind = kind.seed { path = "seeds/n.json" },
+  schema = { { "id", "bigint" }, { "big", "decimal(38,0)" }, { "amount", "decimal(20,2)" }, { "amounts", "decimal(20,2)[]" } } }
+"#,
+    );
+    p.apply("dev");
+    let rows = p.rows("\"dev__ref\".\"n\"");
+    assert_eq!(rows[0][1].as_deref(), Some("123456789012345678901234567890"), "{rows:?}");
+    assert_eq!(rows[0][2].as_deref(), Some("12345678901234567.89"), "{rows:?}");
+    let list = rows[0][3].as_deref().unwrap_or_default();
+    assert!(list.contains("12345678901234567.89") && list.contains("1.00"), "{rows:?}");
+}
 
 /// JSON lists load into array columns (`varchar[]`) on both engines: DuckDB casts the JSON text,
 /// Postgres gets its own array literal.
