@@ -13,7 +13,10 @@
 //! 2. Normalise the typed AST with a [`VisitorMut`]:
 //!    - unwrap [`Expr::Nested`] and queries in redundant parentheses (`((SELECT …))`,
 //!      `(SELECT …) UNION (SELECT …)` without clauses of their own): the tree already encodes
-//!      precedence and grouping, so the parentheses carry no meaning;
+//!      precedence and grouping, so the parentheses carry no meaning — except next to an
+//!      operator sqlparser and DuckDB rank differently (`^`, bitwise, string and JSON operators,
+//!      `LIKE`/`BETWEEN` beside a comparison: [`precedence_differs`]), where one pair is kept,
+//!      since `(a + 1) ^ 2` and `a + 1 ^ 2` are one sqlparser tree and two DuckDB meanings;
 //!    - make every `::` cast a `CAST`;
 //!    - lower-case function names, table-function names and unknown type names (DuckDB
 //!      resolves them case-insensitively);
@@ -263,7 +266,7 @@ pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
 /// As [`canonicalize`].
 pub fn canonical_digest(sql: &str) -> Result<String, SqlError> {
     let mut query = parse_query(sql)?;
-    let _ = query.visit(&mut Normalizer);
+    let _ = query.visit(&mut Normalizer::default());
     let mut out = HashBuffer { hasher: blake3::Hasher::new(), buf: Vec::with_capacity(HashBuffer::SIZE) };
     // As in `canonical_of`: serialising an AST cannot fail.
     let _ = Filtered(&*query).serialize(&mut serde_json::Serializer::new(&mut out));
@@ -450,7 +453,7 @@ fn describe(statement: &Statement) -> String {
 }
 
 fn canonical_of(mut query: Box<Query>) -> Canonical {
-    let _ = query.visit(&mut Normalizer);
+    let _ = query.visit(&mut Normalizer::default());
     let mut out = Vec::with_capacity(4096);
     // Serialising an AST into memory cannot fail: it has no maps with non-string keys and no
     // fallible custom serialisers. Should it ever, the partial text is still deterministic.
@@ -644,16 +647,82 @@ macro_rules! filter_fields {
 filter_fields!(SerializeStruct, SerializeStructVariant);
 
 /// The typed part of the normalisation (see the module docs).
-struct Normalizer;
+#[derive(Default)]
+struct Normalizer {
+    /// The addresses of parenthesised operands of a node whose grouping sqlparser and DuckDB
+    /// may read differently ([`precedence_differs`]): their parentheses are kept.
+    keep: std::collections::HashSet<usize>,
+}
+
+/// Whether sqlparser may group this node's operands otherwise than DuckDB does. Their
+/// precedences agree for `+ - * / // %`, comparisons, `NOT`, `AND`, `OR` and unary `-`/`+`; not
+/// for `^` (a power in DuckDB, above `*`; below `+` in sqlparser), the bitwise, string, JSON and
+/// other operators (one level in DuckDB, several in sqlparser), nor `LIKE`/`BETWEEN` beside a
+/// comparison. So `(a + 1) ^ 2` and `a + 1 ^ 2` parse to one sqlparser tree and mean two things
+/// in DuckDB: explicit parentheses next to such a node are meaning, not formatting.
+fn precedence_differs(e: &Expr) -> bool {
+    use sqlparser::ast::{BinaryOperator as B, UnaryOperator as U};
+    match e {
+        Expr::BinaryOp { op, .. } => !matches!(
+            op,
+            B::Plus
+                | B::Minus
+                | B::Multiply
+                | B::Divide
+                | B::Modulo
+                | B::DuckIntegerDivide
+                | B::Eq
+                | B::NotEq
+                | B::Lt
+                | B::LtEq
+                | B::Gt
+                | B::GtEq
+                | B::And
+                | B::Or
+        ),
+        Expr::UnaryOp { op, .. } => !matches!(op, U::Not | U::Minus | U::Plus),
+        Expr::Like { .. } | Expr::ILike { .. } | Expr::SimilarTo { .. } | Expr::RLike { .. } | Expr::Between { .. } => true,
+        _ => false,
+    }
+}
+
+/// A node parentheses around which never change a grouping (a name, a literal, a call).
+fn is_atom(e: &Expr) -> bool {
+    matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_) | Expr::Function(_) | Expr::TypedString { .. } | Expr::Subquery(_))
+}
 
 impl VisitorMut for Normalizer {
     type Break = ();
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        // `((a))` → `a`; children are visited after this, on the unwrapped node.
+        // `((a))` → `a`, but one pair is kept where sqlparser's grouping may not be DuckDB's
+        // ([`precedence_differs`]); children are visited after this, on the unwrapped node.
+        let kept = self.keep.remove(&(&raw const *expr as usize));
         while let Expr::Nested(inner) = expr {
+            if !matches!(**inner, Expr::Nested(_)) && !is_atom(inner) && (kept || precedence_differs(inner)) {
+                break;
+            }
             let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
             *expr = inner;
+        }
+        if precedence_differs(expr) {
+            let operands: Vec<&Expr> = match &*expr {
+                Expr::BinaryOp { left, right, .. } => vec![left, right],
+                Expr::UnaryOp { expr, .. } => vec![expr],
+                Expr::Like { expr, pattern, .. }
+                | Expr::ILike { expr, pattern, .. }
+                | Expr::SimilarTo { expr, pattern, .. }
+                | Expr::RLike { expr, pattern, .. } => {
+                    vec![expr, pattern]
+                }
+                Expr::Between { expr, low, high, .. } => vec![expr, low, high],
+                _ => Vec::new(),
+            };
+            for operand in operands {
+                if matches!(operand, Expr::Nested(_)) {
+                    self.keep.insert(&raw const *operand as usize);
+                }
+            }
         }
         match expr {
             Expr::Cast { kind, data_type, .. } => {
@@ -813,6 +882,29 @@ mod tests {
     }
 
     #[test]
+    fn parentheses_stay_where_sqlparser_and_duckdb_group_otherwise() {
+        // Each pair is one sqlparser tree once its parentheses go, and two meanings in DuckDB
+        // (`1 + 1 ^ 2` is 2 there: `^` binds above `+`; the bitwise and string operators are one
+        // level, left to right).
+        for (a, b) in [
+            ("SELECT (a + 1) ^ 2", "SELECT a + 1 ^ 2"),
+            ("SELECT a * (b ^ 2)", "SELECT a * b ^ 2"),
+            ("SELECT 7 | (3 & 2)", "SELECT 7 | 3 & 2"),
+            ("SELECT (7 | 3) & 2", "SELECT 7 | 3 & 2"),
+            ("SELECT (~1) + 1", "SELECT ~ 1 + 1"),
+            ("SELECT j ->> ('a' || 'x')", "SELECT j ->> 'a' || 'x'"),
+            ("SELECT (a = b) LIKE c", "SELECT a = b LIKE c"),
+        ] {
+            assert_ne!(canon(a), canon(b), "{a} / {b}");
+        }
+        // Parentheses around a name, a literal or a call, and a second pair, are still formatting.
+        assert_eq!(canon("SELECT (a) ^ (2)"), canon("SELECT a ^ 2"));
+        assert_eq!(canon("SELECT ((a + 1)) ^ 2"), canon("SELECT (a + 1) ^ 2"));
+        assert_eq!(canon("SELECT (((a ^ 2)))"), canon("SELECT (a ^ 2)"));
+        assert_eq!(canon("SELECT f((a)) | 1"), canon("SELECT f(a) | 1"));
+    }
+
+    #[test]
     fn parentheses_go_but_precedence_stays() {
         assert_eq!(canon("SELECT ((a + b)) * c"), canon("SELECT (a + b) * c"));
         assert_ne!(canon("SELECT (a + b) * c"), canon("SELECT a + b * c"));
@@ -939,7 +1031,7 @@ mod tests {
             "SELECT row_number() OVER (PARTITION BY a ORDER BY b) AS rn, \"Q\" FROM s.t t JOIN s.u USING (k) WHERE ts >= $start",
         ] {
             let mut q = parse_query(sql).unwrap();
-            let _ = q.visit(&mut Normalizer);
+            let _ = q.visit(&mut Normalizer::default());
             let mut v = serde_json::to_value(&q).unwrap();
             strip_keys(&mut v, &is_spelling_key);
             assert_eq!(canon(sql), v.to_string());
