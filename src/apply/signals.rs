@@ -107,6 +107,16 @@ pub fn hold(
                 by_signal.push(i);
             }
         }
+        // A model reading its own earlier intervals (`@this`) computes none after one that waits:
+        // it would read that interval absent (and not be recomputed when it lands).
+        if m.body.as_ref().is_some_and(|b| b.reads_itself())
+            && let Some(t) = by_signal.first().map(|i| i.start)
+        {
+            let after: Vec<Interval>;
+            (ready, after) = ready.into_iter().partition(|i| i.start < t);
+            by_signal.extend(after.into_iter().filter(|i| !computed.is_some_and(|d| d.contains(&i.start))));
+            by_signal.sort();
+        }
         let first_wait = by_signal.first().map(|i| i.start).into_iter().chain(upstream.first().map(|i| i.start)).min();
         if let Some(t) = first_wait {
             let own = (t, m.name.clone());

@@ -177,6 +177,19 @@ fn rewrites(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Resul
             Some(span) => inherited.iter().filter_map(|r| widen(r, span)).collect(),
             None => Vec::new(),
         };
+        // A model reading its own earlier intervals (`@this`): each done interval after one it
+        // computes now read that one as it was (absent, or other rows) — a running total moved
+        // its `start` earlier, or filled a gap.
+        if reads_itself
+            && rewrites
+            && let (Some(first), Some(span)) = (action.backfill.iter().map(|b| b.start).min(), span)
+            && let Some(after) = Some(Interval::new(t.grain.floor(first).max(span.start), span.end)).filter(|r| r.start < r.end)
+        {
+            let added = recompute_done(state, action, t.grain, &[after])?;
+            if !added.is_empty() {
+                note(action, added, [action.name.clone()]);
+            }
+        }
         let before = action.backfill.clone();
         if !widened.is_empty() && rewrites {
             let added = recompute_done(state, action, t.grain, &widened)?;

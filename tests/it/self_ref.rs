@@ -9,6 +9,7 @@ on_every_engine!(
     a_running_total_reading_its_previous_day_equals_a_recomputation_after_30_daily_runs,
     a_restatement_of_a_self_referencing_model_recomputes_every_later_interval,
     a_unique_key_model_reads_its_previous_rows,
+    a_start_moved_earlier_recomputes_every_later_interval,
 );
 
 /// `s.sales` (the engine table `raw.sales`: one amount a day, January and February 2026) and
@@ -93,6 +94,60 @@ fn a_restatement_of_a_self_referencing_model_recomputes_every_later_interval(eng
     let got = served(&p);
     assert_eq!(got, window(&p, "2026-02-01"), "every total after the restated day includes the late amount");
     assert!(got.iter().any(|r| r[1].as_deref() == Some("1000")), "{got:?}");
+}
+
+/// The new first days are computed, and every day after them again: each read the day before,
+/// which did not exist then.
+fn a_start_moved_earlier_recomputes_every_later_interval(engine: EngineBackend) {
+    let mut p = project(engine);
+    p.write("models/running.sql", &p.read("models/running.sql").replace("start = 2026-01-01", "start = 2026-01-05"));
+    p.now = "2026-01-20T00:00:00Z".into();
+    p.apply("dev");
+    p.write("models/running.sql", &p.read("models/running.sql").replace("start = 2026-01-05", "start = 2026-01-01"));
+    let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
+    let action = plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == "t.running").cloned().unwrap_or_default();
+    assert_eq!(action["recompute"]["because"], serde_json::json!(["t.running"]), "{action:#}");
+    p.apply("dev");
+    assert_eq!(served(&p), window(&p, "2026-01-20"), "every total from the new start on");
+}
+
+/// A day its signal holds back holds every later day too (each reads the one before); once it
+/// lands, the run computes it and the days after it.
+#[test]
+fn a_day_waiting_on_its_signal_holds_every_later_day() {
+    let mut p = project(EngineBackend::DuckDb);
+    p.write(
+        "macros/ready.lua",
+        r#"define_signal("ready", function(intervals, args, db)
+  local out = {}
+  for i, iv in ipairs(intervals) do
+    local rows = db.query(("SELECT count(*) FROM glob('%s/%s')"):format(args.dir, iv.start:sub(1, 10)))
+    out[i] = rows[1][1] ~= "0"
+  end
+  return out
+end)
+"#,
+    );
+    let landing = p.root().join("landing");
+    fs_err::create_dir_all(&landing).unwrap();
+    let land = |day: &str| fs_err::write(landing.join(day), "").unwrap();
+    p.write("models/running.sql", &p.read("models/running.sql").replace("-- refs:", &format!("-- signals: ready(dir = '{}')\n-- refs:", landing.display())));
+    for d in ["2026-01-01", "2026-01-02"] {
+        land(d);
+    }
+    p.now = "2026-01-03T00:00:00Z".into();
+    p.apply("dev");
+    for d in ["2026-01-04", "2026-01-05"] {
+        land(d);
+    }
+    p.now = "2026-01-06T00:00:00Z".into();
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    let waiting = &v["waiting"][0];
+    assert_eq!((waiting["model"].as_str(), waiting["intervals"].as_array().map(Vec::len)), (Some("t.running"), Some(3)), "{v:#}");
+    assert_eq!(served(&p), window(&p, "2026-01-03"), "nothing after the waiting day");
+    land("2026-01-03");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(served(&p), window(&p, "2026-01-06"));
 }
 
 fn a_unique_key_model_reads_its_previous_rows(engine: EngineBackend) {
