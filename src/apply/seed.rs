@@ -164,8 +164,10 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
         Err(e) => return vec![format!("cannot check the values of seed file `{path}`: {}", first_line(&e.message))],
     };
     let mut out = Vec::new();
+    let exact = rounding_rows(model, rows);
     for (i, (column, ordinal)) in model.schema.0.iter().zip(found).enumerate() {
-        let Some(ordinal) = ordinal.and_then(|o| o.parse::<usize>().ok()) else { continue };
+        let by_text = exact[i].map(|r| r + 1);
+        let Some(ordinal) = ordinal.and_then(|o| o.parse::<usize>().ok()).into_iter().chain(by_text).min() else { continue };
         let Some((place, values)) = rows.rows.get(ordinal - 1) else { continue };
         let value = values[i].clone().unwrap_or_default();
         out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
@@ -182,7 +184,13 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
     let stage = quote_ident(&stage_table(&model.name));
     let ordinal = format!("CAST({} AS BIGINT)", quote_ident(ORDINAL));
     let mut out = Vec::new();
+    let exact = rounding_rows(model, rows);
     for (i, column) in model.schema.0.iter().enumerate() {
+        if let Some((place, values)) = exact[i].and_then(|r| rows.rows.get(r)) {
+            let value = values[i].clone().unwrap_or_default();
+            out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
+            continue;
+        }
         // `CAST(… AS varchar(n))` cuts a longer value without an error: lengths are checked
         // first, so a seed never serves a value other than its file's.
         if let Some(n) = declared_length(&column.ty) {
@@ -237,6 +245,34 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
         out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
     }
     out
+}
+
+/// Per column of an integer or `decimal(p,s)` type (or a list of one), the first row (index in
+/// `rows`) holding a number the type would round, decided on the number's text
+/// ([`crate::core::schema::decimals_of`], exactly): the engines' checks compare doubles, which
+/// cannot tell `9007199254740993.5` from an integer, and a list's elements in exponent notation
+/// (`[1.5555E1]` into `decimal(10,2)[]`) escape their pattern.
+fn rounding_rows(model: &Model, rows: &seed::SeedRows) -> Vec<Option<usize>> {
+    use crate::core::schema::{decimals_of, rounds};
+    model
+        .schema
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let list = innermost_element(&c.ty);
+            let element = list.unwrap_or(&c.ty);
+            if !is_integer_type(element) && decimal_scale(element).is_none() {
+                return None;
+            }
+            rows.rows.iter().position(|(_, values)| {
+                values.get(i).and_then(|v| v.as_deref()).is_some_and(|text| {
+                    let numbers: Vec<&str> = if list.is_some() { text.split(['[', ']', '{', '}', ',']).collect() } else { vec![text] };
+                    numbers.iter().any(|n| decimals_of(n.trim().trim_matches(['\'', '"'])).is_some_and(|d| rounds(element, d)))
+                })
+            })
+        })
+        .collect()
 }
 
 /// The first row of the seed's stage table `stage` (in file order) where `filter` holds: its place in the file

@@ -54,7 +54,13 @@ pub struct Memo {
 pub fn key(project: &Project, env: &str, generation: i64) -> String {
     let mut h = blake3::Hasher::new();
     h.update(
-        format!("efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION} {} {env:?} {generation}\n{:?}\n", env!("CARGO_PKG_VERSION"), project.config).as_bytes(),
+        format!(
+            "efmesh-plan-memo {MEMO_VERSION} {FINGERPRINT_VERSION}.{} {} {env:?} {generation}\n{:?}\n",
+            crate::sql::canon::CANON_RULES,
+            env!("CARGO_PKG_VERSION"),
+            project.config
+        )
+        .as_bytes(),
     );
     h.update(&project.dag.digest());
     h.finalize().to_hex().to_string()

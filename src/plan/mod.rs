@@ -675,11 +675,11 @@ pub struct Versions {
 }
 
 /// The canon-cache key of a body canonically rendered for the engine `dialect` names (`duckdb`,
-/// `postgres`): blake3 of `"<FINGERPRINT_VERSION>:<dialect>:<text>"`, so a version bump or
+/// `postgres`): blake3 of `"<FINGERPRINT_VERSION>.<CANON_RULES>:<dialect>:<text>"`, so a version bump or
 /// another engine's grammar never reads a stale entry.
 pub fn canon_cache_key(dialect: &str, rendered: &str) -> String {
     let mut h = blake3::Hasher::new();
-    h.update(format!("{FINGERPRINT_VERSION}:{dialect}:").as_bytes());
+    h.update(format!("{FINGERPRINT_VERSION}.{}:{dialect}:", crate::sql::canon::CANON_RULES).as_bytes());
     h.update(rendered.as_bytes());
     h.finalize().to_hex().to_string()
 }
@@ -1941,16 +1941,41 @@ fn compute_with(
                 let changed_parents: Vec<&ModelName> = old_parents.keys().filter(|q| decided.category(q).is_some_and(|c| c != Change::Unchanged)).collect();
                 let old = if external { None } else { old_definition(state, &name_s, p.as_str())? };
                 if own == *p {
-                    // A `*` over a parent that gained columns would change this model's shape:
-                    // rebuild it (and meet the contract) rather than keep serving the old shape.
+                    // A `*` over a parent that gained columns would change this model's shape,
+                    // and other constructs its rows (a `NATURAL JOIN`, a name the new column
+                    // captures: [`crate::sql::sight`]): rebuild it (and meet the contract)
+                    // rather than keep serving what the old columns gave.
                     let reads_star = reads_star(dialect, model);
+                    let mut sight: Option<crate::sql::sight::ColumnSight> = None;
+                    let mut sees_added = |q: &ModelName| {
+                        reads_star
+                            || sight
+                                .get_or_insert_with(|| {
+                                    let rendered = model.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default();
+                                    // Read as the canonical text was: a body only DuckDB parses is seen whole.
+                                    match canonical_of(dialect, model).ok().flatten().map(|c| c.source) {
+                                        Some(CanonSource::SqlParser) => crate::sql::sight::column_sight(&rendered, false),
+                                        Some(CanonSource::PgQuery) => crate::sql::sight::column_sight(&rendered, true),
+                                        _ => crate::sql::sight::ColumnSight::Whole,
+                                    }
+                                })
+                                .sees(decided.added_columns(q))
+                    };
+                    let mut sees_new_columns = false;
                     // Column impact: a parent whose breaking change is confined to some columns
                     // breaks this model only when it reads one of them (lineage certain).
                     let mut unread: Vec<(String, Vec<String>)> = Vec::new();
                     let mut lineage_of: Option<lineage::ModelLineage> = None;
                     let breaking: Vec<String> = changed_parents
                         .iter()
-                        .filter(|q| !decided.same_data(q).unwrap_or(false) || (reads_star && decided.category(q) == Some(Change::NonBreaking)))
+                        .filter(|q| {
+                            !decided.same_data(q).unwrap_or(false)
+                                || (decided.category(q) == Some(Change::NonBreaking) && {
+                                    let sees = sees_added(q);
+                                    sees_new_columns |= sees;
+                                    sees
+                                })
+                        })
                         .filter(|q| {
                             let Some(cols) = decided.changed_columns(q) else { return true };
                             let l = lineage_of.get_or_insert_with(|| lineage::model_lineage(project, model));
@@ -2014,7 +2039,13 @@ fn compute_with(
                     } else {
                         format!(
                             "unchanged itself; rebuilt because of {}parent{} {}",
-                            if reads_star { "`*` over a changed " } else { "breaking " },
+                            if reads_star {
+                                "`*` over a changed "
+                            } else if sees_new_columns {
+                                "the new columns (which its query may bind) of "
+                            } else {
+                                "breaking "
+                            },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         )
@@ -2081,6 +2112,10 @@ fn compute_with(
                         },
                     };
                     let mut change = if verdict.non_breaking { Change::NonBreaking } else { Change::Breaking };
+                    if let Some(o) = &old {
+                        decided.added_columns[index] =
+                            Some(new_schema.iter().filter(|(n, _)| !o.schema.iter().any(|(c, _)| c == n)).map(|(n, _)| n.to_lowercase()).collect());
+                    }
                     let mut reason = verdict.reason.clone();
                     if let Some(wanted) = options.reclassify.get(&model.name) {
                         if *wanted == Change::NonBreaking && !verdict.keeps_columns {
@@ -2524,6 +2559,8 @@ struct Decided<'a> {
     /// version holds other intervals ([`generations::reuse_outgrown`]): their rows change as a
     /// `run` would change them (never set for a replayed action: those are never indirect `full`).
     rows_change: Vec<bool>,
+    /// Non-breaking models: the columns their change added (lower case; `None`: not known).
+    added_columns: Vec<Option<BTreeSet<String>>>,
 }
 
 impl<'a> Decided<'a> {
@@ -2536,6 +2573,7 @@ impl<'a> Decided<'a> {
             served: vec![None; n],
             changed_columns: vec![None; n],
             rows_change: vec![false; n],
+            added_columns: vec![None; n],
         }
     }
 
@@ -2551,6 +2589,10 @@ impl<'a> Decided<'a> {
 
     fn same_data(&self, name: &ModelName) -> Option<bool> {
         self.project.dag.position(name).and_then(|i| self.same_data[i])
+    }
+
+    fn added_columns(&self, name: &ModelName) -> Option<&BTreeSet<String>> {
+        self.project.dag.position(name).and_then(|i| self.added_columns[i].as_ref())
     }
 
     fn changed_columns(&self, name: &ModelName) -> Option<&BTreeSet<String>> {

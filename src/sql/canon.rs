@@ -13,10 +13,10 @@
 //! 2. Normalise the typed AST with a [`VisitorMut`]:
 //!    - unwrap [`Expr::Nested`] and queries in redundant parentheses (`((SELECT …))`,
 //!      `(SELECT …) UNION (SELECT …)` without clauses of their own): the tree already encodes
-//!      precedence and grouping, so the parentheses carry no meaning — except next to an
-//!      operator sqlparser and DuckDB rank differently (`^`, bitwise, string and JSON operators,
-//!      `LIKE`/`BETWEEN` beside a comparison: [`precedence_differs`]), where one pair is kept,
-//!      since `(a + 1) ^ 2` and `a + 1 ^ 2` are one sqlparser tree and two DuckDB meanings;
+//!      precedence and grouping, so the parentheses carry no meaning — except between two
+//!      operators sqlparser and DuckDB rank otherwise ([`risky_pair`]: `(a + 1) ^ 2` and
+//!      `a + 1 ^ 2` are one sqlparser tree and two DuckDB meanings), where one pair is kept, and
+//!      an operand written without them is marked (two pairs, which no text keeps);
 //!    - make every `::` cast a `CAST`;
 //!    - lower-case function names, table-function names and unknown type names (DuckDB
 //!      resolves them case-insensitively);
@@ -49,6 +49,12 @@ use sqlparser::ast::{
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::{Parser, ParserError};
 use std::ops::ControlFlow;
+
+/// The version of the canonicalisation's rules beside [`FINGERPRINT_VERSION`](super::fingerprint::FINGERPRINT_VERSION):
+/// a change of them that changes some texts (not every fingerprint) bumps it, so no cache keeps a
+/// digest the old rules computed (`plan::canon_cache_key`, the plan memo). 2: parentheses kept
+/// between operators sqlparser and DuckDB rank otherwise.
+pub const CANON_RULES: u32 = 2;
 
 /// Which parser produced a [`Canonical`] text.
 /// Serialized (`plan --json`'s `canonicalSource`) as [`CanonSource::as_str`] names it.
@@ -649,78 +655,137 @@ filter_fields!(SerializeStruct, SerializeStructVariant);
 /// The typed part of the normalisation (see the module docs).
 #[derive(Default)]
 struct Normalizer {
-    /// The addresses of parenthesised operands of a node whose grouping sqlparser and DuckDB
-    /// may read differently ([`precedence_differs`]): their parentheses are kept.
-    keep: std::collections::HashSet<usize>,
+    /// Operands (by address) of a pair of operators sqlparser and DuckDB may group otherwise
+    /// ([`risky_pair`]): `Parens` where the text has parentheses (one pair is kept), `Implicit`
+    /// where it has none (the operand is wrapped in two, a marker no text spells, so neither form
+    /// is the tree an efmesh without this rule stored for the other).
+    keep: std::collections::HashMap<usize, Keep>,
 }
 
-/// Whether sqlparser may group this node's operands otherwise than DuckDB does. Their
-/// precedences agree for `+ - * / // %`, comparisons, `NOT`, `AND`, `OR` and unary `-`/`+`; not
-/// for `^` (a power in DuckDB, above `*`; below `+` in sqlparser), the bitwise, string, JSON and
-/// other operators (one level in DuckDB, several in sqlparser), nor `LIKE`/`BETWEEN` beside a
-/// comparison. So `(a + 1) ^ 2` and `a + 1 ^ 2` parse to one sqlparser tree and mean two things
-/// in DuckDB: explicit parentheses next to such a node are meaning, not formatting.
-fn precedence_differs(e: &Expr) -> bool {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Parens,
+    Implicit,
+}
+
+/// Operator classes by how the two parsers rank them: DuckDB has Postgres's levels (comparisons
+/// < `LIKE`/`BETWEEN`/`IN` < every other operator < `+ -` < `* /` < `^`); sqlparser puts `LIKE`
+/// below the comparisons and `BETWEEN`/`IN` at their level, spreads the other operators over
+/// several levels (`&` above `^` above `|`), ranks `^` below `+`, and binds a prefix `~` tighter
+/// than `+`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpClass {
+    /// `= <> < > <= >=`.
+    Comparison,
+    /// `LIKE`, `ILIKE`, `SIMILAR TO`, `GLOB`, `BETWEEN`, `IN`.
+    Predicate,
+    /// Every other binary operator: `||`, bitwise, shifts, JSON arrows, `@>`…
+    Other,
+    /// `+ - * / // %`.
+    Arithmetic,
+    /// `^`.
+    Power,
+    /// Unary `-`/`+`.
+    Sign,
+    /// Another prefix operator (`~`, `@`, `|/`…).
+    Prefix,
+}
+
+fn op_class(e: &Expr) -> Option<OpClass> {
     use sqlparser::ast::{BinaryOperator as B, UnaryOperator as U};
-    match e {
-        Expr::BinaryOp { op, .. } => !matches!(
-            op,
-            B::Plus
-                | B::Minus
-                | B::Multiply
-                | B::Divide
-                | B::Modulo
-                | B::DuckIntegerDivide
-                | B::Eq
-                | B::NotEq
-                | B::Lt
-                | B::LtEq
-                | B::Gt
-                | B::GtEq
-                | B::And
-                | B::Or
-        ),
-        Expr::UnaryOp { op, .. } => !matches!(op, U::Not | U::Minus | U::Plus),
-        Expr::Like { .. } | Expr::ILike { .. } | Expr::SimilarTo { .. } | Expr::RLike { .. } | Expr::Between { .. } => true,
-        _ => false,
-    }
+    Some(match e {
+        Expr::BinaryOp { op, .. } => match op {
+            B::And | B::Or | B::Xor => return None,
+            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq | B::Spaceship => OpClass::Comparison,
+            B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo | B::DuckIntegerDivide | B::MyIntegerDivide => OpClass::Arithmetic,
+            B::PGExp | B::BitwiseXor => OpClass::Power,
+            B::Glob | B::Regexp | B::Match => OpClass::Predicate,
+            _ => OpClass::Other,
+        },
+        Expr::UnaryOp { op, .. } => match op {
+            U::Not => return None,
+            U::Minus | U::Plus => OpClass::Sign,
+            _ => OpClass::Prefix,
+        },
+        Expr::Like { .. } | Expr::ILike { .. } | Expr::SimilarTo { .. } | Expr::RLike { .. } | Expr::Between { .. } | Expr::In { .. } => OpClass::Predicate,
+        _ => return None,
+    })
 }
 
-/// A node parentheses around which never change a grouping (a name, a literal, a call).
-fn is_atom(e: &Expr) -> bool {
-    matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_) | Expr::Function(_) | Expr::TypedString { .. } | Expr::Subquery(_))
+/// Whether sqlparser may group an operator of class `a` and one of class `b` next to it
+/// otherwise than DuckDB does ([`OpClass`]): then `(a + 1) ^ 2` and `a + 1 ^ 2` are one sqlparser
+/// tree and two DuckDB meanings, so the canonical tree records which the text wrote.
+fn risky_pair(a: OpClass, b: OpClass) -> bool {
+    use OpClass::*;
+    let pair = |x: OpClass, y: OpClass| (a == x && b == y) || (a == y && b == x);
+    pair(Other, Other)
+        || pair(Power, Other)
+        || pair(Power, Arithmetic)
+        || pair(Power, Sign)
+        || pair(Power, Prefix)
+        || pair(Prefix, Arithmetic)
+        || pair(Prefix, Other)
+        || pair(Predicate, Comparison)
+        || pair(Predicate, Predicate)
+}
+
+/// The operands of an operator whose grouping with it the text decides (a `BETWEEN`'s bounds
+/// and an `IN`'s list are delimited by keywords and commas).
+fn operands(e: &mut Expr) -> Vec<&mut Expr> {
+    match e {
+        Expr::BinaryOp { left, right, .. } => vec![&mut **left, &mut **right],
+        Expr::UnaryOp { expr, .. } => vec![&mut **expr],
+        Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } | Expr::SimilarTo { expr, pattern, .. } | Expr::RLike { expr, pattern, .. } => {
+            vec![&mut **expr, &mut **pattern]
+        }
+        Expr::Between { expr, .. } | Expr::In { expr, .. } => vec![&mut **expr],
+        _ => Vec::new(),
+    }
 }
 
 impl VisitorMut for Normalizer {
     type Break = ();
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        // `((a))` → `a`, but one pair is kept where sqlparser's grouping may not be DuckDB's
-        // ([`precedence_differs`]); children are visited after this, on the unwrapped node.
-        let kept = self.keep.remove(&(&raw const *expr as usize));
-        while let Expr::Nested(inner) = expr {
-            if !matches!(**inner, Expr::Nested(_)) && !is_atom(inner) && (kept || precedence_differs(inner)) {
-                break;
-            }
-            let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
-            *expr = inner;
-        }
-        if precedence_differs(expr) {
-            let operands: Vec<&Expr> = match &*expr {
-                Expr::BinaryOp { left, right, .. } => vec![left, right],
-                Expr::UnaryOp { expr, .. } => vec![expr],
-                Expr::Like { expr, pattern, .. }
-                | Expr::ILike { expr, pattern, .. }
-                | Expr::SimilarTo { expr, pattern, .. }
-                | Expr::RLike { expr, pattern, .. } => {
-                    vec![expr, pattern]
+        // `((a))` → `a` — but not an operand [`risky_pair`] marked: one pair of its parentheses
+        // is kept, or its two-pair marker left as it is. Children are visited after this, on the
+        // unwrapped node.
+        match self.keep.remove(&(&raw const *expr as usize)) {
+            Some(Keep::Implicit) => return ControlFlow::Continue(()),
+            Some(Keep::Parens) => {
+                while let Expr::Nested(inner) = expr
+                    && matches!(**inner, Expr::Nested(_))
+                {
+                    let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
+                    *expr = inner;
                 }
-                Expr::Between { expr, low, high, .. } => vec![expr, low, high],
-                _ => Vec::new(),
-            };
-            for operand in operands {
+                return ControlFlow::Continue(());
+            }
+            None => {
+                while let Expr::Nested(inner) = expr {
+                    let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
+                    *expr = inner;
+                }
+            }
+        }
+        if let Some(parent) = op_class(expr) {
+            for operand in operands(expr) {
+                let mut inner: &Expr = operand;
+                while let Expr::Nested(i) = inner {
+                    inner = i;
+                }
+                if !op_class(inner).is_some_and(|child| risky_pair(parent, child)) {
+                    continue;
+                }
                 if matches!(operand, Expr::Nested(_)) {
-                    self.keep.insert(&raw const *operand as usize);
+                    self.keep.insert(&raw const *operand as usize, Keep::Parens);
+                } else {
+                    let bare = std::mem::replace(operand, Expr::Wildcard(AttachedToken::empty()));
+                    *operand = Expr::Nested(Box::new(Expr::Nested(Box::new(bare))));
+                    self.keep.insert(&raw const *operand as usize, Keep::Implicit);
+                    if let Expr::Nested(second) = operand {
+                        self.keep.insert(&raw const **second as usize, Keep::Implicit);
+                    }
                 }
             }
         }
@@ -897,11 +962,27 @@ mod tests {
         ] {
             assert_ne!(canon(a), canon(b), "{a} / {b}");
         }
-        // Parentheses around a name, a literal or a call, and a second pair, are still formatting.
-        assert_eq!(canon("SELECT (a) ^ (2)"), canon("SELECT a ^ 2"));
-        assert_eq!(canon("SELECT ((a + 1)) ^ 2"), canon("SELECT (a + 1) ^ 2"));
-        assert_eq!(canon("SELECT (((a ^ 2)))"), canon("SELECT (a ^ 2)"));
-        assert_eq!(canon("SELECT f((a)) | 1"), canon("SELECT f(a) | 1"));
+        assert_ne!(canon("SELECT (1 = 2) IN (false)"), canon("SELECT 1 = 2 IN (false)"));
+        // Without parentheses, the operand is marked: an efmesh before this rule stored the bare
+        // tree for `(a + 1) ^ 2`, which must not be the tree of `a + 1 ^ 2` now.
+        assert!(canon("SELECT a + 1 ^ 2").contains("{\"Nested\":{\"Nested\":"), "{}", canon("SELECT a + 1 ^ 2"));
+        // Elsewhere parentheses are still formatting: around a name, a literal or a call, a
+        // second pair, an operand of AND/OR, and between operators both parsers rank alike.
+        for (a, b) in [
+            ("SELECT (a) ^ (2)", "SELECT a ^ 2"),
+            ("SELECT ((a + 1)) ^ 2", "SELECT (a + 1) ^ 2"),
+            ("SELECT (((a ^ 2)))", "SELECT a ^ 2"),
+            ("SELECT f((a)) | 1", "SELECT f(a) | 1"),
+            ("SELECT (s || 'x')", "SELECT s || 'x'"),
+            ("SELECT coalesce((s LIKE p), false)", "SELECT coalesce(s LIKE p, false)"),
+            ("SELECT 1 FROM t WHERE (s LIKE 'a%') AND a = 1", "SELECT 1 FROM t WHERE s LIKE 'a%' AND a = 1"),
+            ("SELECT a BETWEEN (b - 1) AND 3", "SELECT a BETWEEN b - 1 AND 3"),
+            ("SELECT (a || b) = c", "SELECT a || b = c"),
+            ("SELECT (j ->> 'a') = 'x'", "SELECT j ->> 'a' = 'x'"),
+            ("SELECT (x) COLLATE nocase", "SELECT x COLLATE nocase"),
+        ] {
+            assert_eq!(canon(a), canon(b), "{a} / {b}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod lint;
 pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;
+pub mod sight;
 pub mod statements;
 
 pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};

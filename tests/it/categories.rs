@@ -175,6 +175,7 @@ on_every_engine!(
     reclassify_non_breaking_as_breaking_rebuilds_children_and_is_journaled_with_applied_by,
     explain_shows_why_and_the_diverged_paths_and_json_always_has_explain,
     star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build,
+    readers_a_parents_new_column_reaches_without_a_star_are_rebuilt,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -740,6 +741,76 @@ fn star_reader_of_a_non_breaking_parent_gets_the_same_verdict_as_a_fresh_build(e
     assert!(scratch.stderr.contains("s.grandchild") && scratch.stderr.contains("`top`"), "{}", scratch.stderr);
 
     assert_eq!(inc.code, scratch.code, "incremental apply:\n{}\n{}\nfrom scratch:\n{}", inc.stdout, inc.stderr, scratch.stderr);
+}
+
+/// `s.a` gains `amount` (non-breaking). Its readers that may bind the new column although they
+/// select no `*` — a `NATURAL JOIN`, an unqualified `amount` a correlated subquery took from the
+/// outer query, DuckDB's bare `FROM` — are rebuilt and serve what a fresh build serves; one
+/// naming only `a.id` keeps its table.
+fn readers_a_parents_new_column_reaches_without_a_star_are_rebuilt(engine: EngineBackend) {
+    let pg = matches!(engine, EngineBackend::Postgres(_));
+    let models = |with_amount: bool| {
+        let (schema, amount) = if with_amount { (", amount integer", ", amount - 100 AS amount") } else { ("", "") };
+        let mut files = vec![
+            ("models/t.sql", "-- name: raw.t\n-- kind: external(table = src_data.t)\n-- schema: id integer, amount integer\n".to_string()),
+            ("models/a.sql", format!("-- name: s.a\n-- kind: full\n-- schema: id integer{schema}\n-- refs: raw.t\nSELECT id{amount} FROM @ref(raw.t)\n")),
+            (
+                "models/nat.sql",
+                "-- name: s.nat\n-- kind: full\n-- schema: n bigint\n-- refs: s.a, raw.t\nSELECT count(*) AS n FROM @ref(s.a) AS a NATURAL JOIN @ref(raw.t) AS t\n".into(),
+            ),
+            (
+                "models/capture.sql",
+                "-- name: s.capture\n-- kind: full\n-- schema: id integer, n bigint\n-- refs: s.a, raw.t\n\
+                 SELECT o.id, (SELECT count(*) FROM @ref(s.a) AS i WHERE i.id = o.id AND amount > 6) AS n FROM @ref(raw.t) AS o\n"
+                    .into(),
+            ),
+            ("models/plain.sql", "-- name: s.plain\n-- kind: full\n-- schema: id integer\n-- refs: s.a\nSELECT a.id FROM @ref(s.a) AS a\n".into()),
+        ];
+        if !pg {
+            files.push(("models/bare.sql", "-- name: s.bare\n-- kind: view\n-- schema: id integer\n-- refs: s.a\nFROM @ref(s.a)\n".into()));
+        }
+        files
+    };
+    let setup = |p: &Project, with_amount: bool| {
+        p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+        p.execute_on_engine(
+            "CREATE SCHEMA src_data; CREATE TABLE src_data.t (id integer, amount integer); INSERT INTO src_data.t VALUES (1, 5), (2, 10), (3, 7)",
+        );
+        for (f, t) in models(with_amount) {
+            p.write(f, &t);
+        }
+    };
+    let p = Project::on_engine(engine.another());
+    setup(&p, false);
+    p.apply("dev");
+    for (f, t) in models(true) {
+        p.write(f, &t);
+    }
+    let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
+    let action = |m: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == m).cloned().unwrap_or_default();
+    assert_eq!(action("s.a")["change"], "non-breaking", "{plan:#}");
+    for m in ["s.nat", "s.capture"] {
+        assert_eq!(action(m)["build"], true, "{m} must be rebuilt: {:#}", action(m));
+    }
+    assert_eq!(action("s.plain")["build"], false, "a reader naming `a.id` only keeps its table: {:#}", action("s.plain"));
+    // Bare `FROM` selects every column: its contract now fails, as a fresh build's does.
+    if !pg {
+        let run = p.run(&["apply", "dev", "--yes"]);
+        run.expect_code(1);
+        assert!(run.stderr.contains("s.bare") && run.stderr.contains("`amount`"), "{}", run.stderr);
+        p.write("models/bare.sql", "-- name: s.bare\n-- kind: view\n-- schema: id integer, amount integer\n-- refs: s.a\nFROM @ref(s.a)\n");
+    }
+    p.apply("dev");
+    let fresh = Project::on_engine(engine);
+    setup(&fresh, true);
+    if !pg {
+        fresh.write("models/bare.sql", "-- name: s.bare\n-- kind: view\n-- schema: id integer, amount integer\n-- refs: s.a\nFROM @ref(s.a)\n");
+    }
+    fresh.apply("dev");
+    for m in ["nat", "capture", "plain"] {
+        let rel = format!("\"dev__s\".\"{m}\"");
+        assert_eq!(p.rows(&rel), fresh.rows(&rel), "{m}");
+    }
 }
 
 /// The served columns of `model` in `dev`.

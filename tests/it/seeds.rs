@@ -229,7 +229,27 @@ fn editing_the_seed_rebuilds_the_seed_and_its_descendants_only(engine: EngineBac
     assert_eq!(p.rows("\"ref\".\"depts\""), p.rows("\"dev__ref\".\"depts\""));
 }
 
-on_every_engine!(json_seeds_read_arrays_and_newline_delimited_objects, json_numbers_load_every_digit);
+on_every_engine!(json_seeds_read_arrays_and_newline_delimited_objects, json_numbers_load_every_digit, numbers_a_double_cannot_tell_are_refused_by_their_text);
+
+/// A fraction past a double's 53 bits (`9007199254740993.5` and the integer next to it are one
+/// double) into an integer column, and a list element in exponent notation with more decimals
+/// than its type holds, are refused like any other rounding, on both engines.
+fn numbers_a_double_cannot_tell_are_refused_by_their_text(engine: EngineBackend) {
+    let p = project(engine);
+    p.write("seeds/n.json", r#"[{"id": 1, "n": 9007199254740993.5, "d": [1.25]}, {"id": 2, "n": 1, "d": [1.5555E1, 2]}]"#);
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.n", kind = kind.seed { path = "seeds/n.json" }, schema = { { "id", "bigint" }, { "n", "bigint" }, { "d", "decimal(10,2)[]" } } }
+"#,
+    );
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let line =
+        |column: &str| run.stderr.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("{column}: {}", run.stderr)).to_string();
+    assert!(line("n").contains("row 1") && line("n").contains("`9007199254740993.5` is not a"), "{}", line("n"));
+    assert!(line("d").contains("row 2") && line("d").contains("holds a value its elements' type would round"), "{}", line("d"));
+    assert!(p.physical_tables().is_empty());
+}
 
 /// A JSON number past a double's 17 digits loads as written, alone or in a list: not the nearest
 /// double (`12345678901234567.89` stored as `12345678901234568.00`).

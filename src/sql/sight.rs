@@ -1,0 +1,178 @@
+//! Which columns of its relations a query can see beyond those it is known to read: what decides
+//! whether a parent's *added* columns (a non-breaking change) may change a child that is
+//! otherwise unchanged (`plan`'s indirect categorisation).
+//!
+//! A child keeps its table under a parent that only added columns when nothing in its query
+//! resolves differently with them. That fails for `*` (its shape grows), and for every construct
+//! that takes a relation's column list as it is: `NATURAL JOIN` (joins on every shared name), a
+//! column-list alias `FROM p AS t(x)` (positional), `COLUMNS(…)`, a whole-row reference
+//! (`to_json(t)`), a qualified `t.*` passed to a function, and DuckDB's `FROM p` without
+//! `SELECT`. And an unqualified name binds to the first relation in scope that has it: a name
+//! the parent gains can capture a reference that bound to an outer query (a correlated
+//! subquery), to another relation of a join (now ambiguous), or to a select alias. So the
+//! query's unqualified names are kept, and the parent's added names are checked against them.
+
+use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Query, Select, SelectFlavor, SelectItem, TableFactor, Visit, Visitor};
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+
+/// What a query sees of its relations' column lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnSight {
+    /// Every added column may change it (one of the constructs of the module docs, or a query
+    /// sqlparser cannot read).
+    Whole,
+    /// Only an added column named like one of these unqualified names (lower case) may.
+    Names(BTreeSet<String>),
+}
+
+impl ColumnSight {
+    /// Whether a parent adding `added` (lower-case names; `None`: not known) may change the
+    /// query's result.
+    #[must_use]
+    pub fn sees(&self, added: Option<&BTreeSet<String>>) -> bool {
+        match (self, added) {
+            (ColumnSight::Whole, _) => true,
+            (ColumnSight::Names(names), Some(added)) => added.iter().any(|a| names.contains(a)),
+            (ColumnSight::Names(names), None) => !names.is_empty(),
+        }
+    }
+}
+
+/// The [`ColumnSight`] of one query (`sql` as the canonical render gives it), read with
+/// sqlparser's DuckDB dialect, or its Postgres dialect when `postgres`.
+#[must_use]
+pub fn column_sight(sql: &str, postgres: bool) -> ColumnSight {
+    let parsed = if postgres { super::canon::parse_query_in(&sqlparser::dialect::PostgreSqlDialect {}, sql) } else { super::canon::parse_query(sql) };
+    let Ok(query) = parsed else { return ColumnSight::Whole };
+    let mut v = Sight::default();
+    let _ = query.visit(&mut v);
+    if v.whole || v.names.iter().any(|n| v.relations.contains(n)) {
+        return ColumnSight::Whole;
+    }
+    ColumnSight::Names(v.names)
+}
+
+#[derive(Default)]
+struct Sight {
+    whole: bool,
+    names: BTreeSet<String>,
+    /// Relation names and aliases (lower case): an unqualified name equal to one may be a
+    /// whole-row reference.
+    relations: BTreeSet<String>,
+}
+
+impl Visitor for Sight {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        if query.with.as_ref().is_some_and(|w| w.cte_tables.iter().any(|c| !c.alias.columns.is_empty())) {
+            self.whole = true;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<()> {
+        if select.flavor == SelectFlavor::FromFirstNoSelect
+            || select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)))
+            // `JoinConstraint::Natural`, wherever it sits in the `FROM` tree.
+            || format!("{:?}", select.from).contains("(Natural)")
+        {
+            self.whole = true;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        let (name, alias) = match factor {
+            TableFactor::Table { name, alias, .. } => (name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()), alias.as_ref()),
+            TableFactor::Derived { alias, .. } | TableFactor::UNNEST { alias, .. } | TableFactor::Function { alias, .. } => (None, alias.as_ref()),
+            _ => (None, None),
+        };
+        self.relations.extend(name);
+        if let Some(a) = alias {
+            self.relations.insert(a.name.value.to_lowercase());
+            if !a.columns.is_empty() {
+                self.whole = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        match expr {
+            Expr::Identifier(i) => {
+                self.names.insert(i.value.to_lowercase());
+            }
+            Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => self.whole = true,
+            Expr::Function(f) => {
+                let name = f.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).unwrap_or_default();
+                if name == "columns" {
+                    self.whole = true;
+                }
+                if let FunctionArguments::List(list) = &f.args {
+                    for arg in &list.args {
+                        let e = match arg {
+                            FunctionArg::Unnamed(e) | FunctionArg::Named { arg: e, .. } | FunctionArg::ExprNamed { arg: e, .. } => e,
+                        };
+                        // `count(*)` counts rows; `struct_pack(*)`, `to_json(t.*)` take the columns.
+                        match e {
+                            FunctionArgExpr::Wildcard if name != "count" => self.whole = true,
+                            FunctionArgExpr::QualifiedWildcard(_) => self.whole = true,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    #[test]
+    fn constructs_taking_a_column_list_as_it_is_see_every_added_column() {
+        for sql in [
+            "SELECT * FROM s.a",
+            "SELECT a.* FROM s.a AS a",
+            "FROM s.a",
+            "SELECT id FROM s.a NATURAL JOIN s.c",
+            "SELECT x FROM s.a AS t(x)",
+            "WITH w(x) AS (SELECT * FROM s.a) SELECT x FROM w",
+            "SELECT to_json(t) FROM s.a AS t",
+            "SELECT CAST(t AS VARCHAR) FROM s.a AS t",
+            "SELECT struct_pack(*) FROM s.a",
+            "SELECT to_json(t.*) FROM s.a AS t",
+            "SELECT COLUMNS('^n') FROM s.a",
+            "SELECT concat(*COLUMNS(*)) FROM s.a",
+            "SELECT id FROM s.a WHERE",
+        ] {
+            assert_eq!(column_sight(sql, false), ColumnSight::Whole, "{sql}");
+        }
+    }
+
+    #[test]
+    fn unqualified_names_are_what_an_added_column_can_capture() {
+        let sight = column_sight(
+            "SELECT o.id, (SELECT count(*) FROM s.a AS i WHERE i.id = o.id AND amount > 6) AS n FROM raw.t AS o JOIN s.c USING (id) ORDER BY n",
+            false,
+        );
+        assert_eq!(sight, ColumnSight::Names(names(&["amount", "n"])));
+        assert!(sight.sees(Some(&names(&["amount"]))));
+        assert!(!sight.sees(Some(&names(&["name"]))));
+        assert!(sight.sees(None));
+        // Qualified names and `count(*)` see nothing of what a parent adds.
+        let qualified = column_sight("SELECT a.id, count(*) AS n FROM s.a AS a JOIN s.c AS c ON a.id = c.id GROUP BY a.id", false);
+        assert_eq!(qualified, ColumnSight::Names(BTreeSet::new()));
+        assert!(!qualified.sees(None));
+        assert_eq!(column_sight("SELECT t.x FROM s.a AS t(x)", true), ColumnSight::Whole);
+    }
+}
