@@ -647,9 +647,43 @@ pub struct Config {
     pub environments: EnvironmentsSection,
     /// `[lint]`.
     pub lint: LintSection,
+    /// The project root's identity (device, inode) when the file was read; `None` when unknown.
+    /// A command refuses to open its engine or state store once the root names another directory
+    /// ([`Config::root_replaced`]).
+    pub root_identity: Option<(u64, u64)>,
+}
+
+/// The identity (device, inode) of the directory `p` names now, symlinks followed.
+fn dir_identity(p: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        fs_err::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = p;
+        None
+    }
 }
 
 impl Config {
+    /// Why the project root no longer names the directory the configuration was read from — a
+    /// symlink flipped to another release, the directory moved and another put in its place
+    /// while the command ran — or `None`. The engine and the state store are opened by path one
+    /// after the other: opened across such a swap, they would be two projects' (one's ledger
+    /// recording what the other's engine holds), so the opening is refused instead.
+    #[must_use]
+    pub fn root_replaced(&self) -> Option<String> {
+        let known = self.root_identity?;
+        (dir_identity(&self.root) != Some(known)).then(|| {
+            format!(
+                "the project directory `{}` is no longer the directory this command started in (moved, replaced, or a symlink changed while it ran); it stopped before opening the engine or the state store there: run it again",
+                self.root.display()
+            )
+        })
+    }
+
     /// True when the project writes a lake (`[lake]` or `[ducklake]`), which other machines may
     /// share: its writers take one lock ([`crate::state::lease::writer_lease`]).
     #[must_use]
@@ -728,12 +762,14 @@ impl Config {
         for file in engine.extensions.values_mut() {
             *file = absolute(file);
         }
-        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments, lint: raw.lint })
+        let root_identity = dir_identity(&root);
+        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments, lint: raw.lint, root_identity })
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
     pub fn with_root(root: &Path) -> Config {
         Config {
+            root_identity: None,
             path: root.join("efmesh.toml"),
             root: root.to_path_buf(),
             project: ProjectSection::default(),

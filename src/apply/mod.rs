@@ -1036,6 +1036,11 @@ fn record_memo(project: &Project, plan: &Plan, state: &dyn StateStore) -> Result
             return Ok(());
         }
     }
+    // Nor when `prod` writes a version this environment serves too under other settings
+    // (`plan::prod_writes_it`): the memo carries no holds.
+    if plan.actions.iter().any(|a| a.writer_holds != crate::plan::WriterHolds::Nothing) {
+        return Ok(());
+    }
     let mut done = Vec::with_capacity(project.dag.len());
     for a in plan.actions.iter().filter(|a| a.change != Change::Removed) {
         let is_time_range = project.dag.get(&a.name).is_some_and(|m| m.kind.time_range().is_some());

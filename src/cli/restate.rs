@@ -112,7 +112,23 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
                 } else {
                     e
                 };
-                targets.push((n.to_string(), fp.clone(), f, e));
+                // Only what a run computes: intervals outside the model's `start`/`end` (or not
+                // yet due) are served as they were computed and never recomputed, so clearing
+                // them would leave rows no ledger records and no run replaces.
+                let span = crate::core::interval::wanted_span(tr.start, tr.end, tr.grain, project.dag.due_at(n, req.now));
+                let (cf, ce) = span.map_or((f, f), |s| (f.max(s.start), e.min(s.end)));
+                let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !(d >= cf && d < ce)).count();
+                if outside > 0 {
+                    tracing::warn!(
+                        "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"
+                    );
+                }
+                if cf < ce {
+                    targets.push((n.to_string(), fp.clone(), cf, ce));
+                } else if outside == 0 {
+                    // Nothing done there (a range after the data): said so, as any empty range.
+                    targets.push((n.to_string(), fp.clone(), f, e));
+                }
             }
             Kind::Full | Kind::View => rebuilt.push(n.to_string()),
             Kind::ScdType2(_) => refused.push(n.to_string()),

@@ -493,6 +493,27 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if !m.schema.contains(&t.time_column) {
                 errors.push(err(format!("time column `{}` is not declared in the schema", t.time_column)));
             }
+            if let Some(c) = m.schema.get(&t.time_column) {
+                let ty = c.ty.trim().to_ascii_lowercase();
+                let base = ty.split(['(', ' ']).next().unwrap_or_default();
+                let family = super::schema::TypeFamily::of(&c.ty);
+                if matches!(
+                    family,
+                    super::schema::TypeFamily::Text
+                        | super::schema::TypeFamily::Numeric
+                        | super::schema::TypeFamily::Boolean
+                        | super::schema::TypeFamily::Nested
+                ) || matches!(base, "time" | "timetz" | "interval")
+                {
+                    errors.push(
+                        err(format!(
+                            "time column `{}` is declared `{}`, but a time-range model's intervals are rows whose time column lies between two timestamps",
+                            t.time_column, c.ty
+                        ))
+                        .with_hint("declare it a `date`, `timestamp` or `timestamptz`, converting in the query (e.g. `to_timestamp(epoch_col)`, `CAST(day_text AS DATE)`)"),
+                    );
+                }
+            }
             if t.batch_size == 0 {
                 errors.push(err("`batch_size` must be at least 1".into()));
             }

@@ -171,7 +171,7 @@ impl Model {
     }
 
     /// A model for unit tests: `name` of `kind` reading `SELECT 1 AS x FROM` each of `parents`
-    /// (refs), one integer column `x`, written at `m.lua:1`.
+    /// (refs), one column `x` (integer; a timestamp for a time-range model), written at `m.lua:1`.
     #[cfg(test)]
     pub(crate) fn fixture(name: &str, kind: Kind, parents: &[&str]) -> Model {
         use super::fragment::{Node, RefSite};
@@ -182,7 +182,9 @@ impl Model {
             body.push_text(if i == 0 { " FROM " } else { ", " });
             body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() }));
         }
-        let columns = Schema(vec![super::schema::Column { name: "x".into(), ty: "integer".into() }]);
+        // A time-range model's time column holds times.
+        let ty = if matches!(kind, Kind::IncrementalByTimeRange(_)) { "timestamp" } else { "integer" };
+        let columns = Schema(vec![super::schema::Column { name: "x".into(), ty: ty.into() }]);
         Model::new(ModelName::parse(name).unwrap(), kind, columns, Some(body), location)
     }
 

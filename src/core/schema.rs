@@ -276,7 +276,10 @@ pub fn decimals_of(text: &str) -> Option<usize> {
     if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
         return None;
     }
-    let places = i64::try_from(fraction.trim_end_matches('0').len()).ok()?;
+    // The digits' scale less their trailing zeros (`100e-2` is 1: none).
+    let all = format!("{whole}{fraction}");
+    let zeros = i64::try_from(all.len() - all.trim_end_matches('0').len()).ok()?;
+    let places = i64::try_from(fraction.len()).ok()? - zeros;
     usize::try_from((places - exponent).max(0)).ok()
 }
 
@@ -330,6 +333,8 @@ mod tests {
             (Some(2), Some(0), Some(0), None, Some(1))
         );
         assert_eq!((decimals_of("1e-7"), decimals_of("1.55e-1"), decimals_of("1.5e2"), decimals_of("1.5e")), (Some(7), Some(3), Some(0), None));
+        // Trailing zeros of the whole part count against a negative exponent.
+        assert_eq!((decimals_of("100e-2"), decimals_of("10E-3"), decimals_of("1200e-3"), decimals_of("0")), (Some(0), Some(2), Some(1), Some(0)));
         assert_eq!(
             (innermost_element("integer[][]"), innermost_element("dec(5,2)[]"), innermost_element("integer")),
             (Some("integer"), Some("dec(5,2)"), None)

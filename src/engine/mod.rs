@@ -45,8 +45,20 @@ pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, E
         });
     }
     let (path, settings) = (config.engine_path(), &config.engine);
+    let replaced = |_: &dyn Engine| config.root_replaced().map(|message| EngineError { sql: String::new(), message, transient: false });
     Ok(match access {
-        Access::ReadWrite => Box::new(duckdb::DuckDb::open(&path, settings)?),
+        Access::ReadWrite => {
+            if let Some(message) = config.root_replaced() {
+                return Err(EngineError { sql: String::new(), message, transient: false });
+            }
+            let engine = duckdb::DuckDb::open(&path, settings)?;
+            // Checked once the file is held: opened across a swap of the project directory, it
+            // would be another project's than the state store's.
+            if let Some(e) = replaced(&engine) {
+                return Err(e);
+            }
+            Box::new(engine)
+        }
         Access::ReadOnly => Box::new(duckdb::DuckDb::open_read_only_with(&path, settings)?),
         Access::Catalog => Box::new(duckdb::DuckDb::open_read_only(&path, settings)?),
         Access::Scratch => Box::new(duckdb::DuckDb::in_memory_with(settings)?),

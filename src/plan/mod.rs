@@ -296,6 +296,9 @@ pub enum WriterHolds {
         /// The intervals this environment wants that the writer's version has not done: they
         /// appear here as the writer computes them.
         withheld: usize,
+        /// Why: `false` for the versions reading other parent tables; `true` for `prod` serving
+        /// this very version under other settings that decide its writes ([`prod_writes_it`]).
+        settings: bool,
     },
     /// A unique-key, partition or SCD type 2 version on such a table, over other parent tables:
     /// never refreshed here (its rows are the writer's last refresh), so the time-range models
@@ -308,6 +311,8 @@ pub enum WriterHolds {
         /// `cron` the tick it was refreshed for, or earlier when a time-range ancestor lacked
         /// intervals from there on), `None` when no refresh is recorded.
         at: Option<Millis>,
+        /// As [`WriterHolds::All`]'s.
+        settings: bool,
     },
 }
 
@@ -684,6 +689,45 @@ pub fn canon_cache_key(dialect: &str, rendered: &str) -> String {
     h.finalize().to_hex().to_string()
 }
 
+/// What `prod` serves: its pointers and its metadata, by model name (read once per plan).
+type ProdServes = (BTreeMap<String, String>, BTreeMap<String, String>);
+
+/// Outside `prod`: whether `prod` serves this very version — its table too — under other settings
+/// that decide what is written there (`lookback`, `auto_restatement_intervals`, `cron`, audits,
+/// pre/post statements: [`writes_of`]). `prod`'s settings decide then: this environment writes
+/// nothing there (its lookback would rewrite rows `prod` serves, a cron it lacks compute an
+/// interval before `prod`'s data lands, an audit it dropped let rows `prod`'s refuses in) and
+/// serves what `prod` computes.
+fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env: &str, name: &str, fp: &str, model: &Model) -> Result<bool, StateError> {
+    if env == crate::core::name::PROD {
+        return Ok(false);
+    }
+    if prod.is_none() {
+        *prod = Some((state.env_pointers(crate::core::name::PROD)?, state.env_metadata(crate::core::name::PROD)?));
+    }
+    let (pointers, metadata) = prod.as_ref().expect("read just above");
+    if pointers.get(name).map(String::as_str) != Some(fp) {
+        return Ok(false);
+    }
+    let Some(served) = metadata.get(name) else { return Ok(false) };
+    Ok(writes_of(served) != writes_of(&metadata_text(model)))
+}
+
+/// The parts of a model's metadata ([`metadata_text`]) that decide what its runs write into its
+/// table (not its description, owner, tags, column descriptions, `start`/`end` — those are
+/// `apply::shared_bounds`' — or `batch_size`).
+fn writes_of(metadata: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(metadata).unwrap_or_default();
+    let schedule = v.get("schedule");
+    serde_json::json!({
+        "lookback": schedule.and_then(|s| s.get("lookback")).cloned().unwrap_or_default(),
+        "auto_restatement_intervals": schedule.and_then(|s| s.get("auto_restatement_intervals")).cloned().unwrap_or(serde_json::json!(0)),
+        "audits": v.get("audits").cloned().unwrap_or_else(|| serde_json::json!([])),
+        "cron": v.get("cron").cloned().unwrap_or_default(),
+        "statements": v.get("statements").cloned().unwrap_or_default(),
+    })
+}
+
 /// Outside `prod`: the environment that writes the table `own` of `(name, fp)` when other
 /// environments' versions share it ([`generations::writer_elsewhere`]), reading what other
 /// environments serve once per plan (`served_elsewhere`, then `others` only when the table is
@@ -1036,6 +1080,8 @@ struct ActionEntry {
     category: Change,
     served: Option<String>,
     changed_columns: Option<BTreeSet<String>>,
+    /// Non-breaking models: the columns their change added ([`Decided`]).
+    added_columns: Option<BTreeSet<String>>,
     /// Time-range models: the done intervals the action's missing ones came from.
     done: Option<BTreeSet<Millis>>,
     /// Time-range models outside `prod`: what the missing ones leave out ([`WriterHolds`]; an
@@ -1838,6 +1884,7 @@ fn compute_with(
     // a table another environment serves first needs them ([`generations::writer_elsewhere`]).
     let mut others: Option<generations::OtherEnvs> = None;
     let mut served_elsewhere: Option<generations::ServedElsewhere> = None;
+    let mut prod_serves: Option<ProdServes> = None;
     // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
@@ -1879,6 +1926,7 @@ fn compute_with(
             }
             decided.set(index, e.same_data, e.category, e.served.clone());
             decided.changed_columns[index].clone_from(&e.changed_columns);
+            decided.added_columns[index].clone_from(&e.added_columns);
             actions.push(action);
             if recording {
                 entries.push(e);
@@ -2289,10 +2337,13 @@ fn compute_with(
                             {
                                 let done = state.done_intervals(&name_s, f)?;
                                 if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
-                                    WriterHolds::All { writer: writer.to_string(), done, withheld: 0 }
+                                    WriterHolds::All { writer: writer.to_string(), done, withheld: 0, settings: false }
                                 } else {
                                     WriterHolds::Done(done)
                                 }
+                            }
+                            _ if prod_writes_it(state, &mut prod_serves, env, &name_s, fp.as_str(), model)? => {
+                                WriterHolds::All { writer: crate::core::name::PROD.to_string(), done: done.clone(), withheld: 0, settings: true }
                             }
                             _ => WriterHolds::Nothing,
                         }
@@ -2312,11 +2363,20 @@ fn compute_with(
                 // (`work::decide` says so): its rows are the writer's last refresh.
                 if model.kind.is_refreshed()
                     && let Some(own) = physical.as_deref().filter(|p| env != crate::core::name::PROD && !p.is_empty())
-                    && let Some((writer, f, pointers)) =
-                        shared_writer(state, snapshots, &mut served_elsewhere, &mut others, project, env, now, (&name_s, fp.as_str(), own))?
-                    && generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots)
                 {
-                    kept_holds = WriterHolds::Refreshes { writer: writer.to_string(), at: crate::state::refreshed_until(state, &name_s, f)? };
+                    if let Some((writer, f, pointers)) =
+                        shared_writer(state, snapshots, &mut served_elsewhere, &mut others, project, env, now, (&name_s, fp.as_str(), own))?
+                        && generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots)
+                    {
+                        kept_holds =
+                            WriterHolds::Refreshes { writer: writer.to_string(), at: crate::state::refreshed_until(state, &name_s, f)?, settings: false };
+                    } else if prod_writes_it(state, &mut prod_serves, env, &name_s, fp.as_str(), model)? {
+                        kept_holds = WriterHolds::Refreshes {
+                            writer: crate::core::name::PROD.to_string(),
+                            at: crate::state::refreshed_until(state, &name_s, fp.as_str())?,
+                            settings: true,
+                        };
+                    }
                 }
                 (Vec::new(), 0)
             }
@@ -2372,6 +2432,7 @@ fn compute_with(
                 category: decided.categories[index].unwrap_or(change),
                 served: decided.served[index].clone(),
                 changed_columns: decided.changed_columns[index].clone(),
+                added_columns: decided.added_columns[index].clone(),
                 done: kept_done,
                 writer_holds: kept_holds,
                 floor,

@@ -98,7 +98,7 @@ pub fn hold_for_writer(project: &Project, state: &dyn StateStore, plan: &mut Pla
                     .map(|w| (w.start, model.name.clone(), writer.clone()))
             }
             // Its rows are what the writer's last refresh computed (none recorded: none yet).
-            (super::WriterHolds::Refreshes { writer, at }, None) => Some((at.unwrap_or(Millis::MIN), model.name.clone(), writer.clone())),
+            (super::WriterHolds::Refreshes { writer, at, .. }, None) => Some((at.unwrap_or(Millis::MIN), model.name.clone(), writer.clone())),
             _ => None,
         };
         if let (Some((until, upstream, writer)), Some(t)) = (&cap, model.kind.time_range()) {

@@ -83,15 +83,20 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // A time-range version on the table another environment writes (`prod`'s), over other
         // parent tables, writes nothing there (`plan::WriterHolds::All`): what it wants that the
         // writer has not done is said, not written.
-        if let super::WriterHolds::All { writer, withheld, .. } = &a.writer_holds
+        if let super::WriterHolds::All { writer, withheld, settings, .. } = &a.writer_holds
             && *withheld > 0
         {
+            let why = if *settings {
+                "this very version, under other `lookback`/`cron`/audits/statements, which decide what is written there"
+            } else {
+                "another version, over other parent tables"
+            };
             leave(
                 &mut refreshes,
                 &mut left_to_writer,
                 &a.name,
                 format!(
-                    "{withheld} interval(s) not computed here: its table is also what `{writer}` serves (another version, over other parent tables), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too)"
+                    "{withheld} interval(s) not computed here: its table is also what `{writer}` serves ({why}), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too)"
                 ),
             );
         }
@@ -185,14 +190,19 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // write rows computed from this environment's parents into what it serves. Left as it
         // keeps it (as a shared `full` table is, SPEC §4 invariant 36 (e)); decided by the plan
         // ([`super::WriterHolds::Refreshes`]).
-        if refreshed_here && let super::WriterHolds::Refreshes { writer, .. } = &a.writer_holds {
+        if refreshed_here && let super::WriterHolds::Refreshes { writer, settings, .. } = &a.writer_holds {
             refreshed_here = false;
+            let why = if *settings {
+                "this very version, under other `cron`/audits/statements, which decide what is written there"
+            } else {
+                "another version, over other parent tables"
+            };
             leave(
                 &mut refreshes,
                 &mut left_to_writer,
                 &a.name,
                 format!(
-                    "not refreshed here: its table is also what `{writer}` serves (another version, over other parent tables), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
+                    "not refreshed here: its table is also what `{writer}` serves ({why}), so it keeps `{writer}`'s rows until `{writer}` serves this change too"
                 ),
             );
         }

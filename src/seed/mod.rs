@@ -374,7 +374,9 @@ fn read_json(data: &[u8], schema: &Schema, json_array_file: bool) -> Result<Seed
     if array {
         i = skip_ws(i + 1);
     }
-    let mut objects: Vec<(Place, serde_json::Map<String, serde_json::Value>, std::collections::HashMap<String, String>)> = Vec::new();
+    // Each object, with the raw text of its numbers, arrays and objects ([`RawObject`]).
+    type Object = (Place, serde_json::Map<String, serde_json::Value>, std::collections::HashMap<String, String>);
+    let mut objects: Vec<Object> = Vec::new();
     let mut errors = Vec::new();
     let mut row = 0u64;
     loop {

@@ -769,12 +769,18 @@ impl VisitorMut for Normalizer {
             }
         }
         if let Some(parent) = op_class(expr) {
-            for operand in operands(expr) {
+            let binary = if let Expr::BinaryOp { op, .. } = &*expr { Some(op.clone()) } else { None };
+            for (i, operand) in operands(expr).into_iter().enumerate() {
                 let mut inner: &Expr = operand;
                 while let Expr::Nested(i) = inner {
                     inner = i;
                 }
                 if !op_class(inner).is_some_and(|child| risky_pair(parent, child)) {
+                    continue;
+                }
+                // A left operand with the same operator (`a || b || c`): both parsers group
+                // it from the left.
+                if i == 0 && matches!((inner, &binary), (Expr::BinaryOp { op, .. }, Some(p)) if op == p) {
                     continue;
                 }
                 if matches!(operand, Expr::Nested(_)) {
@@ -966,6 +972,9 @@ mod tests {
         // Without parentheses, the operand is marked: an efmesh before this rule stored the bare
         // tree for `(a + 1) ^ 2`, which must not be the tree of `a + 1 ^ 2` now.
         assert!(canon("SELECT a + 1 ^ 2").contains("{\"Nested\":{\"Nested\":"), "{}", canon("SELECT a + 1 ^ 2"));
+        // The same operator chained from the left reads alike in both: no marker.
+        assert!(!canon("SELECT s || '-' || s || 'x'").contains("Nested"), "{}", canon("SELECT s || '-' || s || 'x'"));
+        assert_ne!(canon("SELECT a || (b || c)"), canon("SELECT a || b || c"));
         // Elsewhere parentheses are still formatting: around a name, a literal or a call, a
         // second pair, an operand of AND/OR, and between operators both parsers rank alike.
         for (a, b) in [
@@ -980,6 +989,7 @@ mod tests {
             ("SELECT (a || b) = c", "SELECT a || b = c"),
             ("SELECT (j ->> 'a') = 'x'", "SELECT j ->> 'a' = 'x'"),
             ("SELECT (x) COLLATE nocase", "SELECT x COLLATE nocase"),
+            ("SELECT (a || b) || c", "SELECT a || b || c"),
         ] {
             assert_eq!(canon(a), canon(b), "{a} / {b}");
         }

@@ -6,13 +6,19 @@
 //! resolves differently with them. That fails for `*` (its shape grows), and for every construct
 //! that takes a relation's column list as it is: `NATURAL JOIN` (joins on every shared name), a
 //! column-list alias `FROM p AS t(x)` (positional), `COLUMNS(…)`, a whole-row reference
-//! (`to_json(t)`), a qualified `t.*` passed to a function, and DuckDB's `FROM p` without
-//! `SELECT`. And an unqualified name binds to the first relation in scope that has it: a name
-//! the parent gains can capture a reference that bound to an outer query (a correlated
-//! subquery), to another relation of a join (now ambiguous), or to a select alias. So the
-//! query's unqualified names are kept, and the parent's added names are checked against them.
+//! (`to_json(t)`), a qualified `t.*` passed to a function, a `PIVOT` (it groups by every column
+//! it does not name), and DuckDB's `FROM p` without `SELECT`. And an unqualified name binds to
+//! the first relation in scope that has it: a name the parent gains can capture a reference that
+//! bound to an outer query (a correlated subquery), to another relation of a join (now
+//! ambiguous, also a `USING (k)` column), to a select alias, or to a struct column whose field a
+//! dotted name reads (`info.city`). So the query's unqualified names, `USING` names and the
+//! first parts of dotted names that are no relation's are kept, and the parent's added names are
+//! checked against them.
 
-use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Query, Select, SelectFlavor, SelectItem, TableFactor, Visit, Visitor};
+use sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, JoinConstraint, JoinOperator, Query, Select, SelectFlavor, SelectItem, TableFactor, TableWithJoins,
+    Visit, Visitor,
+};
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
@@ -50,16 +56,61 @@ pub fn column_sight(sql: &str, postgres: bool) -> ColumnSight {
     if v.whole || v.names.iter().any(|n| v.relations.contains(n)) {
         return ColumnSight::Whole;
     }
+    // `info.city` reads a struct column `info` unless `info` names a relation: a parent gaining
+    // a column `info` may capture it.
+    let heads: Vec<String> = v.heads.into_iter().filter(|h| !v.relations.contains(h)).collect();
+    v.names.extend(heads);
     ColumnSight::Names(v.names)
+}
+
+/// The constraint of a join, whatever its kind.
+fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
+    match op {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c)
+        | JoinOperator::CrossJoin(c)
+        | JoinOperator::Semi(c)
+        | JoinOperator::LeftSemi(c)
+        | JoinOperator::RightSemi(c)
+        | JoinOperator::Anti(c)
+        | JoinOperator::LeftAnti(c)
+        | JoinOperator::RightAnti(c)
+        | JoinOperator::StraightJoin(c)
+        | JoinOperator::AsOf { constraint: c, .. } => Some(c),
+        _ => None,
+    }
 }
 
 #[derive(Default)]
 struct Sight {
     whole: bool,
     names: BTreeSet<String>,
+    /// First parts of dotted names (`info` of `info.city`), lower case.
+    heads: BTreeSet<String>,
     /// Relation names and aliases (lower case): an unqualified name equal to one may be a
     /// whole-row reference.
     relations: BTreeSet<String>,
+}
+
+impl Sight {
+    /// A `FROM` item's joins: a `NATURAL` one sees every shared name; the names of a
+    /// `USING (k)` are names an added column can make ambiguous.
+    fn joins(&mut self, twj: &TableWithJoins) {
+        for j in &twj.joins {
+            match constraint(&j.join_operator) {
+                Some(JoinConstraint::Natural) => self.whole = true,
+                Some(JoinConstraint::Using(cols) | JoinConstraint::UsingAlias(cols, _)) => {
+                    self.names.extend(cols.iter().filter_map(|c| c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase())));
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 impl Visitor for Sight {
@@ -75,15 +126,22 @@ impl Visitor for Sight {
     fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<()> {
         if select.flavor == SelectFlavor::FromFirstNoSelect
             || select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)))
-            // `JoinConstraint::Natural`, wherever it sits in the `FROM` tree.
-            || format!("{:?}", select.from).contains("(Natural)")
         {
             self.whole = true;
+        }
+        for twj in &select.from {
+            self.joins(twj);
         }
         ControlFlow::Continue(())
     }
 
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        match factor {
+            // A `PIVOT` groups by every column it does not name.
+            TableFactor::Pivot { .. } => self.whole = true,
+            TableFactor::NestedJoin { table_with_joins, .. } => self.joins(table_with_joins),
+            _ => {}
+        }
         let (name, alias) = match factor {
             TableFactor::Table { name, alias, .. } => (name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()), alias.as_ref()),
             TableFactor::Derived { alias, .. } | TableFactor::UNNEST { alias, .. } | TableFactor::Function { alias, .. } => (None, alias.as_ref()),
@@ -103,6 +161,9 @@ impl Visitor for Sight {
         match expr {
             Expr::Identifier(i) => {
                 self.names.insert(i.value.to_lowercase());
+            }
+            Expr::CompoundIdentifier(parts) => {
+                self.heads.extend(parts.first().map(|p| p.value.to_lowercase()));
             }
             Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => self.whole = true,
             Expr::Function(f) => {
@@ -154,6 +215,8 @@ mod tests {
             "SELECT COLUMNS('^n') FROM s.a",
             "SELECT concat(*COLUMNS(*)) FROM s.a",
             "SELECT id FROM s.a WHERE",
+            "SELECT g, x FROM s.c PIVOT (sum(v) FOR cat IN ('x' AS x))",
+            "SELECT a.id FROM (s.a AS a NATURAL JOIN s.c AS c)",
         ] {
             assert_eq!(column_sight(sql, false), ColumnSight::Whole, "{sql}");
         }
@@ -165,7 +228,7 @@ mod tests {
             "SELECT o.id, (SELECT count(*) FROM s.a AS i WHERE i.id = o.id AND amount > 6) AS n FROM raw.t AS o JOIN s.c USING (id) ORDER BY n",
             false,
         );
-        assert_eq!(sight, ColumnSight::Names(names(&["amount", "n"])));
+        assert_eq!(sight, ColumnSight::Names(names(&["amount", "id", "n"])));
         assert!(sight.sees(Some(&names(&["amount"]))));
         assert!(!sight.sees(Some(&names(&["name"]))));
         assert!(sight.sees(None));
@@ -174,5 +237,10 @@ mod tests {
         assert_eq!(qualified, ColumnSight::Names(BTreeSet::new()));
         assert!(!qualified.sees(None));
         assert_eq!(column_sight("SELECT t.x FROM s.a AS t(x)", true), ColumnSight::Whole);
+        // A join's `USING` names, and a struct column's name before a dot (not a relation's).
+        assert_eq!(
+            column_sight("SELECT a.id, info.city FROM s.a AS a JOIN raw.t AS t USING (k) WHERE a.x > 1", false),
+            ColumnSight::Names(names(&["info", "k"]))
+        );
     }
 }

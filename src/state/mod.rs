@@ -133,8 +133,21 @@ pub fn location(config: &Config) -> String {
 pub fn open(config: &Config) -> Result<Box<dyn StateStore>, StateError> {
     Ok(match postgres_url(config)? {
         Some((url, schema)) => Box::new(PostgresStore::open(&url, &schema)?),
-        None => Box::new(SqliteStore::open(&config.state_path())?),
+        None => {
+            let store = SqliteStore::open(&config.state_path())?;
+            root_kept(config)?;
+            Box::new(store)
+        }
     })
+}
+
+/// [`Config::root_replaced`] as a [`StateError::Open`]: a SQLite store opened once the project
+/// root named another directory is another project's.
+fn root_kept(config: &Config) -> Result<(), StateError> {
+    match config.root_replaced() {
+        None => Ok(()),
+        Some(message) => Err(StateError::Open { store: config.state_path().display().to_string(), source: message.into(), transient: false }),
+    }
 }
 
 /// Opens `config`'s state store if it exists (`None`: no SQLite file, or no store in the
@@ -147,7 +160,13 @@ pub fn open_existing(config: &Config) -> Result<Option<Box<dyn StateStore>>, Sta
         Some((url, schema)) => PostgresStore::open_existing(&url, &schema)?.map(|s| Box::new(s) as Box<dyn StateStore>),
         None => {
             let path = config.state_path();
-            if path.exists() { Some(Box::new(SqliteStore::open(&path)?)) } else { None }
+            if path.exists() {
+                let store = SqliteStore::open(&path)?;
+                root_kept(config)?;
+                Some(Box::new(store))
+            } else {
+                None
+            }
         }
     })
 }

@@ -117,6 +117,10 @@ fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
     );
     p.write("models/plain.sql", "-- name: m.plain\n-- kind: full\n-- schema: d date\nSELECT @start_date AS d\n");
     p.write(
+        "models/epoch.sql",
+        "-- name: t.epoch\n-- kind: incremental_by_time_range(time_column = ts, start = 2026-01-01)\n-- schema: ts bigint\nSELECT 1 AS ts WHERE ts >= @start\n",
+    );
+    p.write(
         "models/audited.sql",
         "-- name: m.audited\n-- kind: full\n-- schema: day date\n-- audits: relationships(column = day, to = e.window)\nSELECT DATE '2026-01-01' AS day\n",
     );
@@ -130,5 +134,38 @@ fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
     );
     assert!(err.contains("models/hourly.sql") && err.contains("time column `day` is a `date`, but the grain `hour` is finer than a day"), "{err}");
     assert!(err.contains("models/plain.sql") && err.contains("`@start`/`@end` used in a `full` model"), "{err}");
+    assert!(err.contains("models/epoch.sql") && err.contains("time column `ts` is declared `bigint`"), "{err}");
     assert!(err.contains("models/audited.sql") && err.contains("reads embedded model `e.window`, which uses `@start`/`@end`"), "{err}");
+}
+
+/// `end` moved earlier: the days after it stay as computed (served, never recomputed). A
+/// restatement over them clears only the days a run recomputes, says it leaves the others, and
+/// the run then leaves no day cleared and undone.
+#[test]
+fn a_restatement_clears_only_the_intervals_inside_the_models_bounds() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.execute_on_engine("CREATE SCHEMA raw; CREATE TABLE raw.ev (day date, v bigint); INSERT INTO raw.ev VALUES ('2026-01-01', 1), ('2026-01-02', 2), ('2026-01-03', 3), ('2026-01-04', 4)");
+    p.write("models/ev.sql", "-- name: s.ev\n-- kind: external(table = raw.ev)\n-- schema: day date, v bigint\n");
+    let daily = |end: &str| {
+        format!(
+            "-- name: t.daily\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, end = {end}, grain = day)\n-- schema: day date, v bigint\n-- refs: s.ev\nSELECT day, v FROM @ref(s.ev) WHERE day BETWEEN @start_date AND @end_date\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("2026-01-05"));
+    p.now = "2026-01-06T00:00:00Z".into();
+    p.apply("prod");
+    p.write("models/daily.sql", &daily("2026-01-03"));
+    p.apply("prod");
+    p.execute_on_engine("UPDATE raw.ev SET v = v + 100");
+    let r = p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-01", "--to", "2026-01-05", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("2 done interval(s) of the range lie outside its `start`/`end`: not restated"), "{}", r.stderr);
+    assert_eq!(r.json()["restated"][0]["intervals"], 2, "{}", r.stdout);
+    p.run(&["run", "prod"]).expect_code(0);
+    let rows = p.query("SELECT CAST(day AS VARCHAR), v FROM t.daily ORDER BY day");
+    let v: Vec<Option<String>> = rows.iter().map(|r| r[1].clone()).collect();
+    assert_eq!(v, ["101", "102", "3", "4"].map(|s| Some(s.to_string())), "{rows:?}");
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(0);
 }

@@ -881,3 +881,41 @@ fn run_retries_taking_its_lock_while_the_state_store_is_busy() {
     assert_eq!(status.code(), Some(0), "{seen}");
     assert!(seen.contains("take the lock of `prod` failed with a transient error, retrying"), "{seen}");
 }
+
+/// A release symlink flipped to another copy of the project while a `run` was between reading
+/// its state store and opening its engine (`EFMESH_DELAY=apply-before-open`): the engine file is
+/// the other copy's, so the run stops there (exit 1, naming the directory), and neither copy's
+/// ledger records intervals its engine lacks.
+#[test]
+fn a_project_directory_swapped_while_a_run_runs_stops_it_before_the_engine_opens() {
+    let mut p = ops_project(EngineBackend::DuckDb, 1);
+    p.now = "2026-01-02T00:00:00Z".into();
+    p.apply("prod");
+    let base = tempfile::tempdir().expect("temp dir");
+    let (link, other) = (base.path().join("current"), base.path().join("other"));
+    fs_err::create_dir_all(&other).unwrap();
+    fs_err::copy(p.root().join("efmesh.toml"), other.join("efmesh.toml")).unwrap();
+    std::os::unix::fs::symlink(p.root(), &link).unwrap();
+    let config = link.join("efmesh.toml");
+    let child = std::process::Command::new(BIN)
+        .args(["--config", &config.display().to_string(), "--now", "2026-01-04T00:00:00Z", "run", "prod"])
+        .env("EFMESH_DELAY", "apply-before-open=1500")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn efmesh");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    fs_err::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    let run = finish(child, "run prod across a swap");
+    run.expect_code(1);
+    assert!(run.stderr.contains("is no longer the directory this command started in"), "{}", run.stderr);
+    assert!(!other.join("efmesh.duckdb").exists(), "nothing opened in the other directory");
+    // The project's own store and engine agree: the next run computes the two days.
+    p.now = "2026-01-04T00:00:00Z".into();
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(v["outcome"], "processed", "{v:#}");
+    assert_consistent(&p, "prod", "2026-01-04", 1, "after the refused run");
+}

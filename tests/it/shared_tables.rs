@@ -861,3 +861,27 @@ fn a_cron_refresh_over_rows_held_above_it_is_refreshed_again_once_they_land_befo
     p.now = "2026-01-04T03:00:00Z".into();
     assert!(processed(&p).is_empty());
 }
+
+/// `dev` and `prod` serve the same version of `t.daily` (one table); `dev` alone applies a
+/// `lookback` (metadata). A late row for an old day: `dev`'s run would rewrite that day in the
+/// table `prod` serves under its own `lookback = 0` — it computes nothing there and serves what
+/// `prod` computes; `prod` keeps its own rows.
+#[test]
+fn a_lookback_only_dev_declares_never_rewrites_the_version_prod_serves() {
+    let with_lookback = |m: String| m.replacen(r#"start = "2026-01-01" }"#, r#"start = "2026-01-01", lookback = 2 }"#, 1);
+    let mut p = prod_and_dev(&models(false, false));
+    p.write("models/m.lua", &with_lookback(models(false, false)));
+    p.apply("dev");
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 20:00', 100), (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    let plan = p.plan("dev");
+    let daily = action(&plan, "t.daily");
+    assert_eq!(daily["intervals"], 0, "prod writes the version's table under its own settings: {plan:#}");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.daily"), "01=1,02=2", "dev's lookback rewrote nothing prod serves");
+    // prod's own run computes the new day with prod's settings (no lookback): dev serves it.
+    p.write("models/m.lua", &models(false, false));
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p, "prod", "t.daily"), "01=1,02=2,03=4");
+    assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=2,03=4");
+}
