@@ -49,6 +49,7 @@ pub mod config;
 pub mod core;
 pub mod datadiff;
 pub mod engine;
+pub mod file;
 pub mod janitor;
 pub mod lifecycle;
 pub mod ownership;

@@ -161,8 +161,7 @@ fn write_lake(config: &Config, s3: Option<&S3Lake>, id: &str, now: &str) -> Resu
         return Ok(());
     }
     let tmp = dir.join(format!(".{id}.tmp"));
-    fs_err::write(&tmp, text).map_err(|e| e.to_string())?;
-    fs_err::rename(&tmp, &path).map_err(|e| e.to_string())
+    crate::file::replace(&path, &tmp, text.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// Removes the markers of every store but `me` from the lake root (`janitor --adopt`).

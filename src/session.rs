@@ -839,10 +839,7 @@ fn write_plan_check(path: &Path, token: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     fs_err::create_dir_all(dir)?;
     let tmp = dir.join(format!(".plan-check.{}.tmp", std::process::id()));
-    fs_err::write(&tmp, format!("{token}\n"))?;
-    fs_err::rename(&tmp, path).inspect_err(|_| {
-        let _ = fs_err::remove_file(&tmp);
-    })
+    crate::file::replace(path, &tmp, format!("{token}\n").as_bytes())
 }
 
 /// [`plan_checked_with`] against `catalog` (as [`engine_catalog`] gives it).

@@ -83,11 +83,7 @@ pub(super) fn export(config: &std::path::Path, file: Option<&std::path::Path>, j
     refuse_overwrite(path)?;
     let text = serde_json::to_string_pretty(&doc)?;
     let tmp = path.with_file_name(format!(".{}.tmp-{}", path.file_name().map_or("export".into(), |n| n.to_string_lossy()), std::process::id()));
-    fs_err::write(&tmp, format!("{text}\n"))?;
-    if let Err(e) = fs_err::rename(&tmp, path) {
-        let _ = fs_err::remove_file(&tmp);
-        return Err(e.into());
-    }
+    crate::file::replace(path, &tmp, format!("{text}\n").as_bytes())?;
     let counts = dump.counts();
     if json {
         out.json(json!({"exported": true, "file": path.display().to_string(), "store": state.location(), "stateVersion": crate::state::STATE_VERSION, "storeId": dump.store_id, "rows": counts}))?;

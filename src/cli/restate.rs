@@ -112,12 +112,13 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
                 } else {
                     e
                 };
-                // Only what a run computes: intervals outside the model's `start`/`end` (or not
-                // yet due) are served as they were computed and never recomputed, so clearing
-                // them would leave rows no ledger records and no run replaces.
-                let span = crate::core::interval::wanted_span(tr.start, tr.end, tr.grain, project.dag.due_at(n, req.now));
-                let (cf, ce) = span.map_or((f, f), |s| (f.max(s.start), e.min(s.end)));
-                let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !(d >= cf && d < ce)).count();
+                // Only what a run recomputes: intervals outside the model's `start`/`end` are
+                // served as they were computed and never recomputed, so clearing them would
+                // leave rows no ledger records and no run replaces. (One not yet due is
+                // recomputed when it is.)
+                let cf = f.max(tr.grain.floor(tr.start));
+                let ce = tr.end.map_or(e, |end| e.min(tr.grain.next(tr.grain.floor(end - 1))));
+                let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !tr.holds(d)).count();
                 if outside > 0 {
                     tracing::warn!(
                         "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"

@@ -164,11 +164,20 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
         let served_here = |n: &str| pointers.get(n).map(|f| (index.get(&(n.to_string(), f.clone())).map(|(r, _)| r.clone()).unwrap_or_default(), f.clone()));
+        let mut prod_serves = None;
         for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {
             let (Ok(name), Some(fp)) = (ModelName::parse(&l.model), pointers.get(&l.model)) else { continue };
             let Some((physical, _)) = index.get(&(l.model.clone(), fp.clone())) else { continue };
             let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, &l.model, fp, physical)?
             else {
+                // `prod` serving this very version under other settings writes it
+                // (`plan::prod_writes_it`): its intervals are `prod`'s to compute.
+                if let Some(m) = project.dag.get(&name)
+                    && m.kind.time_range().is_some()
+                    && crate::plan::prod_writes_it(&*state, &mut prod_serves, env, &l.model, fp, m)?
+                {
+                    l.left_to = Some(crate::core::name::PROD.to_string());
+                }
                 continue;
             };
             let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };

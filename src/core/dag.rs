@@ -493,26 +493,18 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if !m.schema.contains(&t.time_column) {
                 errors.push(err(format!("time column `{}` is not declared in the schema", t.time_column)));
             }
-            if let Some(c) = m.schema.get(&t.time_column) {
-                let ty = c.ty.trim().to_ascii_lowercase();
-                let base = ty.split(['(', ' ']).next().unwrap_or_default();
-                let family = super::schema::TypeFamily::of(&c.ty);
-                if matches!(
-                    family,
-                    super::schema::TypeFamily::Text
-                        | super::schema::TypeFamily::Numeric
-                        | super::schema::TypeFamily::Boolean
-                        | super::schema::TypeFamily::Nested
-                ) || matches!(base, "time" | "timetz" | "interval")
-                {
-                    errors.push(
-                        err(format!(
-                            "time column `{}` is declared `{}`, but a time-range model's intervals are rows whose time column lies between two timestamps",
-                            t.time_column, c.ty
-                        ))
-                        .with_hint("declare it a `date`, `timestamp` or `timestamptz`, converting in the query (e.g. `to_timestamp(epoch_col)`, `CAST(day_text AS DATE)`)"),
-                    );
-                }
+            if let Some(c) = m.schema.get(&t.time_column)
+                && !is_time_type(&c.ty)
+            {
+                errors.push(
+                    err(format!(
+                        "time column `{}` is declared `{}`, but a time-range model's intervals are rows whose time column lies between two timestamps",
+                        t.time_column, c.ty
+                    ))
+                    .with_hint(
+                        "declare it a `date`, `timestamp` or `timestamptz`, converting in the query (e.g. `to_timestamp(epoch_col)`, `CAST(day_text AS DATE)`)",
+                    ),
+                );
             }
             if t.batch_size == 0 {
                 errors.push(err("`batch_size` must be at least 1".into()));
@@ -792,5 +784,36 @@ impl DueGraph {
             due.push(cap);
         }
         due
+    }
+}
+
+/// True for the types a time column may have: a date or a timestamp (`date`, `timestamp`,
+/// `timestamp(3)`, `timestamp with[out] time zone`, `timestamptz`, `timestamp_s/ms/us/ns`,
+/// `datetime`).
+fn is_time_type(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    let t = t.strip_suffix(" with time zone").or_else(|| t.strip_suffix(" without time zone")).unwrap_or(&t).trim_end();
+    // `timestamp(3)`: a precision.
+    let base = match t.split_once('(') {
+        Some((b, rest)) if rest.strip_suffix(')').is_some_and(|p| p.trim().chars().all(|c| c.is_ascii_digit())) => b.trim_end(),
+        Some(_) => return false,
+        None => t,
+    };
+    matches!(base, "date" | "timestamp" | "timestamptz" | "timestamp_s" | "timestamp_ms" | "timestamp_us" | "timestamp_ns" | "datetime")
+}
+
+#[cfg(test)]
+mod time_type_tests {
+    #[test]
+    fn a_time_column_is_a_date_or_a_timestamp() {
+        for ok in ["date", "TIMESTAMP", "timestamp(3)", "timestamp with time zone", "TIMESTAMP(6) WITHOUT TIME ZONE", "timestamptz", "TIMESTAMP_NS", "datetime"]
+        {
+            assert!(super::is_time_type(ok), "{ok}");
+        }
+        for bad in
+            ["bigint", "varchar", "time", "time with time zone", "interval", "blob", "json", "enum('a','b')", "timestamp_tz", "timestamp[]", "timestamp(x)"]
+        {
+            assert!(!super::is_time_type(bad), "{bad}");
+        }
     }
 }

@@ -127,10 +127,7 @@ pub fn write(record: &Path, engine: &Path, identity: &str, catalog: &Catalog) ->
     let dir = record.parent().unwrap_or_else(|| Path::new("."));
     fs_err::create_dir_all(dir)?;
     let tmp = dir.join(format!(".engine-catalog.{}.tmp", std::process::id()));
-    fs_err::write(&tmp, encode(engine, identity, catalog))?;
-    fs_err::rename(&tmp, record).inspect_err(|_| {
-        let _ = fs_err::remove_file(&tmp);
-    })
+    crate::file::replace(record, &tmp, encode(engine, identity, catalog).as_ref())
 }
 
 /// Reads the catalog of `engine` through the record at `record`: the catalog this process last

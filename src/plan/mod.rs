@@ -690,15 +690,18 @@ pub fn canon_cache_key(dialect: &str, rendered: &str) -> String {
 }
 
 /// What `prod` serves: its pointers and its metadata, by model name (read once per plan).
-type ProdServes = (BTreeMap<String, String>, BTreeMap<String, String>);
+pub type ProdServes = (BTreeMap<String, String>, BTreeMap<String, String>);
 
 /// Outside `prod`: whether `prod` serves this very version — its table too — under other settings
-/// that decide what is written there (`lookback`, `auto_restatement_intervals`, `cron`, audits,
-/// pre/post statements: [`writes_of`]). `prod`'s settings decide then: this environment writes
+/// that decide what is written there (`lookback`, `auto_restatement_intervals`, `cron`, pre/post
+/// statements, or one of `prod`'s audits missing here: [`writes_of`]). `prod`'s settings decide then: this environment writes
 /// nothing there (its lookback would rewrite rows `prod` serves, a cron it lacks compute an
 /// interval before `prod`'s data lands, an audit it dropped let rows `prod`'s refuses in) and
 /// serves what `prod` computes.
-fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env: &str, name: &str, fp: &str, model: &Model) -> Result<bool, StateError> {
+///
+/// # Errors
+/// A state store read.
+pub fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env: &str, name: &str, fp: &str, model: &Model) -> Result<bool, StateError> {
     if env == crate::core::name::PROD {
         return Ok(false);
     }
@@ -710,7 +713,16 @@ fn prod_writes_it(state: &dyn StateStore, prod: &mut Option<ProdServes>, env: &s
         return Ok(false);
     }
     let Some(served) = metadata.get(name) else { return Ok(false) };
-    Ok(writes_of(served) != writes_of(&metadata_text(model)))
+    let (theirs, ours) = (writes_of(served), writes_of(&metadata_text(model)));
+    // Audits: only one of `prod`'s this environment lacks lets in rows `prod`'s refuses (an
+    // audit added here refuses more: what it lets through passes `prod`'s too).
+    let audits = |v: &serde_json::Value| v["audits"].as_array().cloned().unwrap_or_default();
+    let lacks_an_audit = audits(&theirs).iter().any(|a| !audits(&ours).contains(a));
+    let without_audits = |mut v: serde_json::Value| {
+        v["audits"] = serde_json::Value::Null;
+        v
+    };
+    Ok(lacks_an_audit || without_audits(theirs) != without_audits(ours))
 }
 
 /// The parts of a model's metadata ([`metadata_text`]) that decide what its runs write into its

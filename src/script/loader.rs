@@ -667,11 +667,7 @@ pub(crate) fn write_cache_file(path: &Path, magic: &str, layout: u32, body: &[u8
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut bytes = cache_header(magic, layout, body).into_bytes();
     bytes.extend_from_slice(body);
-    fs_err::write(&tmp, &bytes).map_err(|e| e.to_string())?;
-    fs_err::rename(&tmp, path).map_err(|e| {
-        let _ = fs_err::remove_file(&tmp);
-        e.to_string()
-    })
+    crate::file::replace(path, &tmp, &bytes).map_err(|e| e.to_string())
 }
 
 /// The body of a cache file written with [`cache_header`]`(magic, layout, …)`, or why it cannot

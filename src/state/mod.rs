@@ -134,6 +134,8 @@ pub fn open(config: &Config) -> Result<Box<dyn StateStore>, StateError> {
     Ok(match postgres_url(config)? {
         Some((url, schema)) => Box::new(PostgresStore::open(&url, &schema)?),
         None => {
+            // Before (no store created in another directory) and after (the file is held).
+            root_kept(config)?;
             let store = SqliteStore::open(&config.state_path())?;
             root_kept(config)?;
             Box::new(store)
@@ -161,6 +163,7 @@ pub fn open_existing(config: &Config) -> Result<Option<Box<dyn StateStore>>, Sta
         None => {
             let path = config.state_path();
             if path.exists() {
+                root_kept(config)?;
                 let store = SqliteStore::open(&path)?;
                 root_kept(config)?;
                 Some(Box::new(store))

@@ -885,3 +885,21 @@ fn a_lookback_only_dev_declares_never_rewrites_the_version_prod_serves() {
     assert_eq!(days(&p, "prod", "t.daily"), "01=1,02=2,03=4");
     assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=2,03=4");
 }
+
+/// An audit only `dev` adds refuses more than `prod`'s: what it lets through passes `prod`'s too,
+/// so `dev` still computes the shared version's days (and its audit guards them); one of
+/// `prod`'s audits `dev` drops would let rows in that `prod` refuses, so then `prod` writes.
+#[test]
+fn an_audit_dev_adds_keeps_it_computing_one_it_drops_leaves_the_table_to_prod() {
+    let audited = |m: String, audit: &str| m.replacen(r#"start = "2026-01-01" },"#, &format!(r#"start = "2026-01-01" }}, audits = {{ {audit} }},"#), 1);
+    let mut p = prod_and_dev(&models(false, false));
+    p.write("models/m.lua", &audited(models(false, false), r#"audit.not_null("day")"#));
+    p.apply("dev");
+    p.now = "2026-01-04T01:00:00Z".into();
+    assert_eq!(action(&p.plan("dev"), "t.daily")["intervals"], 1, "dev's stricter audits: dev computes");
+    let mut q = prod_and_dev(&audited(models(false, false), r#"audit.not_null("day")"#));
+    q.write("models/m.lua", &models(false, false));
+    q.apply("dev");
+    q.now = "2026-01-04T01:00:00Z".into();
+    assert_eq!(action(&q.plan("dev"), "t.daily")["intervals"], 0, "prod's audit dropped in dev: prod writes");
+}

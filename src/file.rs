@@ -1,0 +1,34 @@
+//! Files efmesh writes whole: a temporary file beside the target, renamed over it, so a reader
+//! sees the old content or the new, never a part — and no temporary file left behind when the
+//! write fails (a full disk would otherwise keep the part written, holding its space).
+
+use std::path::Path;
+
+/// Writes `bytes` to `tmp`, then renames it over `path`; on any failure `tmp` is removed.
+///
+/// # Errors
+/// The write or the rename failed.
+pub fn replace(path: &Path, tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let written = fs_err::write(tmp, bytes).and_then(|()| fs_err::rename(tmp, path));
+    if written.is_err() {
+        let _ = fs_err::remove_file(tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_failed_rename_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join(".x.tmp");
+        // A directory in the way: the rename fails.
+        let target = dir.path().join("occupied");
+        fs_err::create_dir_all(target.join("inner")).unwrap();
+        assert!(super::replace(&target, &tmp, b"abc").is_err());
+        assert!(!tmp.exists());
+        super::replace(&dir.path().join("ok"), &tmp, b"abc").unwrap();
+        assert_eq!(fs_err::read(dir.path().join("ok")).unwrap(), b"abc");
+        assert!(!tmp.exists());
+    }
+}
