@@ -840,25 +840,8 @@ impl Analyzer {
                 let left_end = rels.len();
                 let new = self.factor(&join.relation, &rels, up);
                 rels.extend(new);
-                let (constraint, condition) = match &join.join_operator {
-                    JoinOperator::Join(c)
-                    | JoinOperator::Inner(c)
-                    | JoinOperator::Left(c)
-                    | JoinOperator::LeftOuter(c)
-                    | JoinOperator::Right(c)
-                    | JoinOperator::RightOuter(c)
-                    | JoinOperator::FullOuter(c)
-                    | JoinOperator::CrossJoin(c)
-                    | JoinOperator::Semi(c)
-                    | JoinOperator::LeftSemi(c)
-                    | JoinOperator::RightSemi(c)
-                    | JoinOperator::Anti(c)
-                    | JoinOperator::LeftAnti(c)
-                    | JoinOperator::RightAnti(c)
-                    | JoinOperator::StraightJoin(c) => (Some(c), None),
-                    JoinOperator::AsOf { match_condition, constraint } => (Some(constraint), Some(match_condition)),
-                    _ => (None, None),
-                };
+                let constraint = super::sight::constraint(&join.join_operator);
+                let condition = if let JoinOperator::AsOf { match_condition, .. } = &join.join_operator { Some(match_condition) } else { None };
                 {
                     let frame = scope(up, &rels, &[]);
                     if let Some(c) = condition {

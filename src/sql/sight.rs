@@ -63,8 +63,8 @@ pub fn column_sight(sql: &str, postgres: bool) -> ColumnSight {
     ColumnSight::Names(v.names)
 }
 
-/// The constraint of a join, whatever its kind.
-fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
+/// The constraint of a join, whatever its kind (`ON`, `USING`, `NATURAL`, none).
+pub(crate) fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
     match op {
         JoinOperator::Join(c)
         | JoinOperator::Inner(c)

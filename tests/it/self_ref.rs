@@ -116,22 +116,14 @@ fn a_start_moved_earlier_recomputes_every_later_interval(engine: EngineBackend) 
 #[test]
 fn a_day_waiting_on_its_signal_holds_every_later_day() {
     let mut p = project(EngineBackend::DuckDb);
-    p.write(
-        "macros/ready.lua",
-        r#"define_signal("ready", function(intervals, args, db)
-  local out = {}
-  for i, iv in ipairs(intervals) do
-    local rows = db.query(("SELECT count(*) FROM glob('%s/%s')"):format(args.dir, iv.start:sub(1, 10)))
-    out[i] = rows[1][1] ~= "0"
-  end
-  return out
-end)
-"#,
-    );
+    p.write("macros/signals.lua", crate::signals::FILE_SIGNAL);
     let landing = p.root().join("landing");
     fs_err::create_dir_all(&landing).unwrap();
-    let land = |day: &str| fs_err::write(landing.join(day), "").unwrap();
-    p.write("models/running.sql", &p.read("models/running.sql").replace("-- refs:", &format!("-- signals: ready(dir = '{}')\n-- refs:", landing.display())));
+    let land = |day: &str| fs_err::write(landing.join(format!("{day}.csv")), "").unwrap();
+    p.write(
+        "models/running.sql",
+        &p.read("models/running.sql").replace("-- refs:", &format!("-- signals: file_exists(dir = '{}')\n-- refs:", landing.display())),
+    );
     for d in ["2026-01-01", "2026-01-02"] {
         land(d);
     }

@@ -58,7 +58,7 @@ fn lag<'a>(status: &'a Value, model: &str) -> &'a Value {
     status["lag"].as_array().unwrap().iter().find(|l| l["model"] == model).unwrap_or_else(|| panic!("no lag for {model}: {status}"))
 }
 
-const FILE_SIGNAL: &str = r#"-- ready when the day's landing file exists
+pub(crate) const FILE_SIGNAL: &str = r#"-- ready when the day's landing file exists
 define_signal("file_exists", function(intervals, args, db)
   local ready = {}
   for i, iv in ipairs(intervals) do
