@@ -45,18 +45,18 @@ pub fn open(config: &Config, access: Access) -> Result<Box<dyn Engine + Send>, E
         });
     }
     let (path, settings) = (config.engine_path(), &config.engine);
-    let replaced = |_: &dyn Engine| config.root_replaced().map(|message| EngineError { sql: String::new(), message, transient: false });
+    // The project directory swapped since the configuration was read: the file would be another
+    // project's than the state store's. Checked before opening (nothing created there) and once
+    // the file is held.
+    let root_kept = || match config.root_replaced() {
+        Some(message) => Err(EngineError { sql: String::new(), message, transient: false }),
+        None => Ok(()),
+    };
     Ok(match access {
         Access::ReadWrite => {
-            if let Some(message) = config.root_replaced() {
-                return Err(EngineError { sql: String::new(), message, transient: false });
-            }
+            root_kept()?;
             let engine = duckdb::DuckDb::open(&path, settings)?;
-            // Checked once the file is held: opened across a swap of the project directory, it
-            // would be another project's than the state store's.
-            if let Some(e) = replaced(&engine) {
-                return Err(e);
-            }
+            root_kept()?;
             Box::new(engine)
         }
         Access::ReadOnly => Box::new(duckdb::DuckDb::open_read_only_with(&path, settings)?),
