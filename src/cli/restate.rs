@@ -91,6 +91,8 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         }
     }
     let mut targets = Vec::new();
+    // Per model: the done intervals of the range outside its `start`/`end`, left as computed.
+    let mut outside_bounds: Vec<(String, usize)> = Vec::new();
     let mut rebuilt = Vec::new();
     let mut refused = Vec::new();
     // A model reading its own previous rows (`@this`) computed every interval after the range
@@ -120,6 +122,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
                 let ce = tr.end.map_or(e, |end| e.min(tr.grain.next(tr.grain.floor(end - 1))));
                 let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !tr.holds(d)).count();
                 if outside > 0 {
+                    outside_bounds.push((n.to_string(), outside));
                     tracing::warn!(
                         "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"
                     );
@@ -224,12 +227,16 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             "restated": cleared.iter().map(|(n, f, e, k)| json!({"model": n, "from": to_iso(*f), "to": to_iso(*e), "intervals": k})).collect::<Vec<_>>(),
             "rebuiltByNextRun": rebuilt,
             "notRestated": refused,
+            "outsideBounds": outside_bounds.iter().map(|(n, k)| json!({"model": n, "intervals": k})).collect::<Vec<_>>(),
         }))?;
     } else {
         let verb = if req.dry_run { "would clear" } else { "cleared" };
         let mut text = String::new();
         for (n, f, e, k) in &cleared {
             text.push_str(&format!("{n}: {verb} {k} done interval(s) in [{}, {})\n", to_iso(*f), to_iso(*e)));
+        }
+        for (n, k) in &outside_bounds {
+            text.push_str(&format!("{n}: {k} done interval(s) outside its `start`/`end` left as computed (not restated)\n"));
         }
         if nothing {
             text.push_str(&format!("no interval in [{}, {}) was done: nothing to recompute\n", to_iso(from), to_iso(to)));

@@ -162,6 +162,7 @@ fn a_restatement_clears_only_the_intervals_inside_the_models_bounds() {
     r.expect_code(0);
     assert!(r.stderr.contains("2 done interval(s) of the range lie outside its `start`/`end`: not restated"), "{}", r.stderr);
     assert_eq!(r.json()["restated"][0]["intervals"], 2, "{}", r.stdout);
+    assert_eq!(r.json()["outsideBounds"], serde_json::json!([{"model": "t.daily", "intervals": 2}]), "{}", r.stdout);
     p.run(&["run", "prod"]).expect_code(0);
     let rows = p.query("SELECT CAST(day AS VARCHAR), v FROM t.daily ORDER BY day");
     let v: Vec<Option<String>> = rows.iter().map(|r| r[1].clone()).collect();
