@@ -2005,7 +2005,8 @@ fn compute_with(
                     // and other constructs its rows (a `NATURAL JOIN`, a name the new column
                     // captures: [`crate::sql::sight`]): rebuild it (and meet the contract)
                     // rather than keep serving what the old columns gave.
-                    let reads_star = reads_star(dialect, model);
+                    let canonical = canonical_of(dialect, model).ok().flatten();
+                    let reads_star = canonical.as_ref().is_some_and(|c| categorize::selects_star(&c.text));
                     let mut sight: Option<crate::sql::sight::ColumnSight> = None;
                     let mut sees_added = |q: &ModelName| {
                         reads_star
@@ -2013,7 +2014,7 @@ fn compute_with(
                                 .get_or_insert_with(|| {
                                     let rendered = model.body.as_ref().map(|b| b.render(&CanonicalResolver)).unwrap_or_default();
                                     // Read as the canonical text was: a body only DuckDB parses is seen whole.
-                                    match canonical_of(dialect, model).ok().flatten().map(|c| c.source) {
+                                    match canonical.as_ref().map(|c| c.source) {
                                         Some(CanonSource::SqlParser) => crate::sql::sight::column_sight(&rendered, false),
                                         Some(CanonSource::PgQuery) => crate::sql::sight::column_sight(&rendered, true),
                                         _ => crate::sql::sight::ColumnSight::Whole,
@@ -2697,11 +2698,6 @@ fn by_position(project: &Project, entries: Vec<ActionEntry>, order: &[ModelName]
         }
     }
     out
-}
-
-/// True when the model's query selects `*` (or `t.*`) anywhere.
-fn reads_star(dialect: &dyn Dialect, model: &Model) -> bool {
-    canonical_of(dialect, model).ok().flatten().is_some_and(|c| categorize::selects_star(&c.text))
 }
 
 /// The columns a kind keys its rows by, which a column-confined change must not touch (a time

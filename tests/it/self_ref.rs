@@ -116,9 +116,7 @@ fn a_start_moved_earlier_recomputes_every_later_interval(engine: EngineBackend) 
 #[test]
 fn a_day_waiting_on_its_signal_holds_every_later_day() {
     let mut p = project(EngineBackend::DuckDb);
-    p.write("macros/signals.lua", crate::signals::FILE_SIGNAL);
-    let landing = p.root().join("landing");
-    fs_err::create_dir_all(&landing).unwrap();
+    let landing = crate::signals::landing_with_file_signal(&p);
     let land = |day: &str| fs_err::write(landing.join(format!("{day}.csv")), "").unwrap();
     p.write(
         "models/running.sql",

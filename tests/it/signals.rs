@@ -58,7 +58,16 @@ fn lag<'a>(status: &'a Value, model: &str) -> &'a Value {
     status["lag"].as_array().unwrap().iter().find(|l| l["model"] == model).unwrap_or_else(|| panic!("no lag for {model}: {status}"))
 }
 
-pub(crate) const FILE_SIGNAL: &str = r#"-- ready when the day's landing file exists
+/// `landing/` in the project (created) and the `file_exists` signal ([`FILE_SIGNAL`]) as
+/// `macros/signals.lua`: a day is ready once `landing/<day>.csv` exists.
+pub(crate) fn landing_with_file_signal(p: &Project) -> std::path::PathBuf {
+    let landing = p.root().join("landing");
+    fs_err::create_dir_all(&landing).unwrap();
+    p.write("macros/signals.lua", FILE_SIGNAL);
+    landing
+}
+
+const FILE_SIGNAL: &str = r#"-- ready when the day's landing file exists
 define_signal("file_exists", function(intervals, args, db)
   local ready = {}
   for i, iv in ipairs(intervals) do
@@ -90,9 +99,7 @@ define_model {{
 #[test]
 fn a_signal_holds_back_one_interval_until_its_file_appears_and_the_child_waits_too() {
     let mut p = project();
-    let landing = p.root().join("landing");
-    std::fs::create_dir_all(&landing).unwrap();
-    p.write("macros/signals.lua", FILE_SIGNAL);
+    let landing = landing_with_file_signal(&p);
     p.write("models/events.lua", &events(""));
     p.now = "2026-01-02T06:00:00Z".into();
     p.apply("dev");
@@ -323,9 +330,7 @@ fn three(p: &Project, rel: &str) -> crate::common::Rows {
 #[test]
 fn a_done_interval_a_signal_says_is_not_ready_is_not_auto_restated_and_holds_nothing() {
     let mut p = project();
-    let landing = p.root().join("landing");
-    std::fs::create_dir_all(&landing).unwrap();
-    p.write("macros/signals.lua", FILE_SIGNAL);
+    let landing = landing_with_file_signal(&p);
     let dir = landing.display().to_string();
     p.write(
         "models/events.lua",
@@ -378,9 +383,7 @@ fn status_shows_a_held_interval_before_a_ready_one_as_waiting_not_as_a_gap_the_n
     // which lies before the newest done interval. `status` said "restated or failed: the next
     // run recomputes them" for it and showed the child late; both wait.
     let mut p = project();
-    let landing = p.root().join("landing");
-    std::fs::create_dir_all(&landing).unwrap();
-    p.write("macros/signals.lua", FILE_SIGNAL);
+    let landing = landing_with_file_signal(&p);
     let signals = format!("\n  signals = {{ {{ \"file_exists\", dir = \"{}\" }} }},", landing.display());
     p.write("models/events.lua", &events(&signals));
     p.write("landing/2026-01-01.csv", "x\n1\n");
@@ -406,9 +409,7 @@ fn status_shows_a_held_interval_before_a_ready_one_as_waiting_not_as_a_gap_the_n
 #[test]
 fn intervals_a_lookback_or_auto_restatement_adds_wait_with_the_missing_interval_they_accompany() {
     let mut p = project();
-    let landing = p.root().join("landing");
-    std::fs::create_dir_all(&landing).unwrap();
-    p.write("macros/signals.lua", FILE_SIGNAL);
+    let landing = landing_with_file_signal(&p);
     let dir = landing.display().to_string();
     p.write(
         "models/m.lua",
@@ -448,9 +449,7 @@ define_model {{ name = "a.lb",
 #[test]
 fn a_child_waiting_on_its_signal_still_recomputes_what_its_parents_auto_restatement_rewrote() {
     let mut p = project();
-    let landing = p.root().join("landing");
-    std::fs::create_dir_all(&landing).unwrap();
-    p.write("macros/signals.lua", FILE_SIGNAL);
+    let landing = landing_with_file_signal(&p);
     p.write("v.csv", "v\n1\n");
     let (dir, csv) = (landing.display().to_string(), p.root().join("v.csv").display().to_string());
     p.write(
