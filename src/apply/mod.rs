@@ -341,6 +341,21 @@ pub(crate) fn execute(
     result
 }
 
+/// What `apply` (or `run`) would refuse of `plan` before any write, for the commands that show a
+/// plan to say so: a table another environment's version took over ([`shared_writes`]),
+/// `start`/`end` outside another environment's bounds ([`shared_bounds`]). `work` is
+/// [`crate::plan::work::decide`]'s for `plan`.
+///
+/// # Errors
+/// The state store's reads; a refusal is `Ok(Some(_))`.
+pub fn refusal(project: &Project, plan: &Plan, state: &dyn StateStore, work: &crate::plan::work::Work<'_>) -> Result<Option<ApplyError>, ApplyError> {
+    match shared_writes(project, plan, state, work).and_then(|()| shared_bounds(project, plan, state)) {
+        Ok(()) => Ok(None),
+        Err(e @ ApplyError::Rejected { .. }) => Ok(Some(e)),
+        Err(e) => Err(e),
+    }
+}
+
 /// The versions `plan` reads or writes, as intents ([`StateStore::record_intents`]): every
 /// action's version (which must exist unless this apply builds or registers it), the versions
 /// whose storage it inherits (`reused_from`) or copies (an `scd_type2` history carried over),

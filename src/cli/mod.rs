@@ -339,7 +339,11 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     let project = load(config)?;
     let state = open_state(&project, false)?;
     let mut plan = plan_checked(&project, &*state, env, now, options)?;
-    plan.also_writes = plan::work::decide(&project, &plan, &*state, false)?.refreshes;
+    let work = plan::work::decide(&project, &plan, &*state, false)?;
+    // What `apply` would refuse is said here, never listed as work it would do.
+    let refused = crate::apply::refusal(&project, &plan, &*state, &work)?.map(|e| e.to_string());
+    let refreshes = work.refreshes;
+    (plan.refused, plan.also_writes) = (refused, refreshes);
     // An expired environment (not yet dropped by the janitor) is planned against what it still
     // serves: applying it renews it (`crate::lifecycle`).
     let (expiry, expired) = envlife::expired_serving(&*state, env, project.config.environments.ttl, now)?;

@@ -182,6 +182,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
     if !plan.has_changes {
         s.push_str("  no changes\n");
     }
+    if let Some(refused) = &plan.refused {
+        s.push_str(&format!("apply refuses this plan: {}\n", refused.replace('\n', "\n  ")));
+    }
     s
 }
 

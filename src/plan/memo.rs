@@ -195,5 +195,15 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
         return None;
     }
     let has_changes = actions.iter().any(Action::has_work);
-    Some(Plan { env: env.to_string(), now, has_changes, actions, canon_cache_misses: Vec::new(), from_memo: true, generation: None, also_writes: Vec::new() })
+    Some(Plan {
+        env: env.to_string(),
+        now,
+        has_changes,
+        actions,
+        canon_cache_misses: Vec::new(),
+        from_memo: true,
+        generation: None,
+        also_writes: Vec::new(),
+        refused: None,
+    })
 }

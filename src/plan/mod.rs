@@ -554,6 +554,12 @@ pub struct Plan {
     /// commands that show a plan (`plan`, `apply`); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also_writes: Vec<work::Refresh>,
+    /// What `apply` would refuse of this plan before writing anything, as it would say it
+    /// (`crate::apply::refusal`: a table another environment's version took over, bounds
+    /// outside another environment's): filled by `plan`, so that it never lists as work what
+    /// `apply` refuses; `None` otherwise.
+    #[serde(rename = "applyRefuses", skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 impl Plan {
@@ -2502,6 +2508,7 @@ fn compute_with(
         from_memo: false,
         generation: Some(generation),
         also_writes: Vec::new(),
+        refused: None,
     };
     recompute::stale_on_return(project, state, snapshots, &mut plan)?;
     recompute::taken_over(project, state, snapshots, &mut plan)?;

@@ -157,6 +157,12 @@ fn a_promotion_onto_a_table_a_forward_only_change_took_over_in_another_environme
     // promoted the old version onto that same table: a view swap, and dev's runs wrote dev's
     // query's rows into what prod served.
     let p = forward_only_in("dev");
+    // `plan` says what `apply` refuses, never lists it as work to do.
+    let planned = p.run(&["plan", "prod"]);
+    planned.expect_code(0);
+    assert!(planned.stdout.contains("apply refuses this plan:") && planned.stdout.contains("taken over by the newer version"), "{}", planned.stdout);
+    let refused = &p.plan("prod")["applyRefuses"];
+    assert!(refused.as_str().is_some_and(|r| r.contains("t.daily") && r.contains("`dev` serves")), "{refused}");
     let r = p.run(&["apply", "prod", "--yes"]);
     r.expect_code(1);
     assert!(r.stderr.contains("t.daily") && r.stderr.contains("taken over by the newer version") && r.stderr.contains("`dev` serves"), "{}", r.stderr);
@@ -902,4 +908,34 @@ fn an_audit_dev_adds_keeps_it_computing_one_it_drops_leaves_the_table_to_prod() 
     q.apply("dev");
     q.now = "2026-01-04T01:00:00Z".into();
     assert_eq!(action(&q.plan("dev"), "t.daily")["intervals"], 0, "prod's audit dropped in dev: prod writes");
+}
+
+#[test]
+fn a_start_moved_earlier_outside_prod_onto_the_table_prod_serves_is_refused_and_the_plan_says_so() {
+    // dev and prod serve one version of `t.daily` from the 1st; dev moves `start` a day earlier
+    // (a metadata change: the same version, the same table): its backfill of the 31st would go
+    // into the table prod serves, outside prod's own bounds.
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2025-12-31 10:00', 7)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models("", "2025-12-31"));
+    let planned = p.run(&["plan", "dev"]);
+    planned.expect_code(0);
+    assert!(
+        planned.stdout.contains("apply refuses this plan:") && planned.stdout.contains("its new `start`/`end` would write 1 interval(s)"),
+        "{}",
+        planned.stdout
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("t.daily") && r.stderr.contains("the table `prod` serves too"), "{}", r.stderr);
+    let days = one(&p, &format!("SELECT CAST(count(*) AS VARCHAR) FROM {}", env_view("prod", "t.daily")));
+    assert_eq!(days, "2", "prod serves its own two days only");
+    // Applied to prod first, dev may follow.
+    p.apply("prod");
+    assert!(p.plan("dev").get("applyRefuses").is_none());
 }
