@@ -2270,6 +2270,21 @@ fn compute_with(
 
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key);
+        // `--forward-only` keeps the old table; a version of this query that already exists on
+        // a table of its own (an earlier apply built it, every interval with this query) cannot
+        // be put on the old one: served as it is, it would not be what the plan promised.
+        if options.forward_only.contains(&model.name)
+            && let (Some((phys, _)), Some((_, kept))) = (existing, &reused)
+            && !phys.is_empty()
+            && phys != kept
+        {
+            return Err(PlanError::Operator(format!(
+                "`--forward-only {}`: its new version {} already exists with a table of its own ({phys}), which an earlier apply built with this query over every interval, so the old table and its history cannot be kept for it\n  \
+                 hint: apply without `--forward-only` to serve that version as it is (a view swap), or make the edit a new version (another query)",
+                model.name,
+                fp.short()
+            )));
+        }
         // A version that already exists on an older version's table was applied forward-only
         // elsewhere: say so, whatever the AST comparison says — when the environment's own
         // version is on that table too (or it has none). From a version on another table (its

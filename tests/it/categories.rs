@@ -502,6 +502,24 @@ fn forward_only_is_refused_when_the_table_cannot_be_kept(engine: EngineBackend) 
     try_both("full model", &["--forward-only s.parent", "only `incremental_by_time_range`"], "s.parent", true);
     // An unknown model.
     try_both("unknown model", &["unknown model `s.parnet`", "did you mean"], "s.parnet", false);
+
+    // A version of the new query that already exists on a table of its own (applied to
+    // another environment as a breaking change, every interval computed with the new query):
+    // served as it is, the old history would not be kept.
+    let doubled = sub(crate::categories_corpus::DAILY, &[("CAST(sum(amount) AS BIGINT) AS revenue", "CAST(sum(amount) * 2 AS BIGINT) AS revenue")]);
+    write(&p, DAILY_FILE, &doubled);
+    p.apply("staging");
+    let state = p.state_summary();
+    let tables = p.physical_tables();
+    for cmd in [vec!["plan", "dev", "--json"], vec!["apply", "dev", "--yes", "--json"]] {
+        let mut args = cmd.clone();
+        args.extend(["--forward-only", "s.daily"]);
+        let r = p.run(&args);
+        assert_refused(&r, &["--forward-only s.daily", "already exists with a table of its own", "hint:"]);
+    }
+    assert_eq!(p.state_summary(), state, "existing version: state changed");
+    assert_eq!(p.physical_tables(), tables, "existing version: relations changed");
+    assert_eq!(p.rows(&env_view("dev", "s.daily")), daily_rows, "existing version: dev's rows changed");
 }
 
 // Forward-only writes new intervals into an older version's table, so it is refused while
