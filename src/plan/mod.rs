@@ -2062,7 +2062,12 @@ fn compute_with(
                             let mut why: Vec<String> = generations::data_parents(project, &model.name)
                                 .into_iter()
                                 .filter(|q| decided.rows_change(q))
-                                .map(|q| format!("`{q}`'s table is built anew over new intervals"))
+                                .map(|q| match project.dag.get(&q).map(|m| &m.kind) {
+                                    Some(Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)) => {
+                                        format!("`{q}` is served from another table, which holds other upserted rows")
+                                    }
+                                    _ => format!("`{q}`'s table is built anew over new intervals"),
+                                })
                                 .collect();
                             why.extend(generations::reuse_outgrown(state, &name_s, p.as_str(), &|parent| built_intervals(project, state, &actions, parent))?);
                             why
@@ -2311,6 +2316,18 @@ fn compute_with(
             (_, Some((_, p))) if !p.is_empty() => Some(p.clone()),
             _ => physical_relation(dialect, model, &fp),
         };
+        // A unique-key or partition table holds what its refreshes upserted (keys, partitions its
+        // query may no longer return): served from another table than the environment's, its
+        // rows change though its columns' data is kept, and a `full` child built over the old
+        // table is built anew ([`Decided::rows_change`]).
+        if matches!(model.kind, Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_))
+            && let (Some(now), Some((before, _))) =
+                (physical.as_deref(), previous.as_ref().and_then(|p| snapshots.get(&(name_s.clone(), p.as_str().to_string()))))
+            && !before.is_empty()
+            && now != before
+        {
+            decided.rows_change[index] = true;
+        }
         // A version recorded by a project on another engine sharing this state store may name
         // storage this engine cannot (its identifiers are shorter): refused, never cut.
         if let (Some(limit), Some(p)) = (dialect.max_identifier_bytes(), physical.as_deref())
@@ -2653,7 +2670,9 @@ struct Decided<'a> {
     changed_columns: Vec<Option<BTreeSet<String>>>,
     /// `full` models built anew rather than inheriting their older table, because a parent's new
     /// version holds other intervals ([`generations::reuse_outgrown`]): their rows change as a
-    /// `run` would change them (never set for a replayed action: those are never indirect `full`).
+    /// `run` would change them (never set for a replayed action: those are never indirect `full`);
+    /// and unique-key or partition models served from another table than the environment's
+    /// (what earlier refreshes upserted differs): their `full` children are built anew.
     rows_change: Vec<bool>,
     /// Non-breaking models: the columns their change added (lower case; `None`: not known).
     added_columns: Vec<Option<BTreeSet<String>>>,

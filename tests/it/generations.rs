@@ -57,6 +57,8 @@ on_every_engine!(
     a_run_rebuilds_a_full_model_reading_new_intervals_through_an_embedded_model,
     a_run_killed_between_the_upsert_and_its_record_still_marks_the_rollups_over_it,
     an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them,
+    a_unique_key_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply,
+    a_partition_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply,
 );
 
 const PROD: u32 = 1;
@@ -529,5 +531,65 @@ fn a_session_keeps_the_rebuild_marks_of_the_models_an_edit_does_not_reach(engine
         let rollup = action(&plan, "t.rollup");
         assert_eq!(rollup["rebuild"], true, "after `{to}`, the stale rollup is still marked: {plan:#}");
         assert!(rollup["rebuildReason"].as_str().unwrap_or_default().contains("t.daily"), "{plan:#}");
+    }
+}
+
+/// A unique-key (or partition) model over `landing.ev`, optionally with a count `n` (a
+/// non-breaking edit), and a `full` rollup of it.
+fn keyed_models(kind: &str, with_n: bool) -> String {
+    let (col, sel) = if with_n { (r#", { "n", "bigint" }"#, ", count(*) AS n") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.ev", kind = kind.external {{ table = "landing.ev" }}, schema = {{ {{ "cat", "varchar" }}, {{ "amount", "bigint" }} }} }}
+local u = define_model {{
+  name = "t.bycat", kind = {kind},
+  schema = {{ {{ "cat", "varchar" }}, {{ "total", "bigint" }}{col} }},
+  query = "SELECT cat, CAST(sum(amount) AS BIGINT) AS total{sel} FROM " .. ref(raw) .. " GROUP BY cat",
+}}
+define_model {{
+  name = "t.roll", kind = kind.full(),
+  schema = {{ {{ "cats", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS cats, CAST(sum(total) AS BIGINT) AS total FROM " .. ref(u),
+}}
+"#
+    )
+}
+
+fn a_unique_key_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply(engine: EngineBackend) {
+    keyed_model_served_from_another_table(engine, r#"kind.incremental_by_unique_key { key = "cat" }"#);
+}
+
+fn a_partition_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply(engine: EngineBackend) {
+    keyed_model_served_from_another_table(engine, r#"kind.incremental_by_partition { partitioned_by = { "cat" } }"#);
+}
+
+fn keyed_model_served_from_another_table(engine: EngineBackend, kind: &str) {
+    // The key `b` leaves the source; the upsert keeps it (absent rows stay). A non-breaking edit
+    // gives the keyed model a table of its own, built from its query alone: `b` is gone there,
+    // and the rollup over the old table (2 keys, 30) would be served beside it.
+    {
+        let p = Project::on_engine(engine);
+        p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.ev (cat varchar, amount bigint); INSERT INTO landing.ev VALUES ('a', 10), ('b', 20)");
+        p.write("models/m.lua", &keyed_models(kind, false));
+        p.run(&["apply", "prod", "--yes"]).expect_code(0);
+        p.execute_on_engine("DELETE FROM landing.ev WHERE cat = 'b'");
+        p.run(&["run", "prod"]).expect_code(0);
+        let roll = |p: &Project| p.query(&format!("SELECT CAST(cats AS VARCHAR), CAST(total AS VARCHAR) FROM {}", env_view("prod", "t.roll")));
+        assert_eq!(roll(&p), vec![vec![Some("2".to_string()), Some("30".to_string())]], "{kind}: the upsert kept `b`");
+        p.write("models/m.lua", &keyed_models(kind, true));
+        let plan = p.plan("prod");
+        assert_eq!(action(&plan, "t.bycat")["change"], "non-breaking", "{kind}: {plan:#}");
+        let r = action(&plan, "t.roll");
+        assert_eq!(r["build"], true, "{kind}: the rollup is built anew: {plan:#}");
+        assert!(r["explain"]["reason"].as_str().unwrap().contains("`t.bycat` is served from another table"), "{kind}: {plan:#}");
+        p.run(&["apply", "prod", "--yes"]).expect_code(0);
+        let keys = p.query(&format!("SELECT cat FROM {} ORDER BY cat", env_view("prod", "t.bycat")));
+        assert_eq!(keys, vec![vec![Some("a".to_string())]], "{kind}: the new table holds what the query returns");
+        assert_eq!(roll(&p), vec![vec![Some("1".to_string()), Some("10".to_string())]], "{kind}: the rollup follows the table served");
+        assert_eq!(p.plan("prod")["hasChanges"], false, "{kind}: nothing left to rebuild");
+        // Back to the old version (its table, which kept `b`): the rollup follows it again.
+        p.write("models/m.lua", &keyed_models(kind, false));
+        p.run(&["apply", "prod", "--yes"]).expect_code(0);
+        assert_eq!(roll(&p), vec![vec![Some("2".to_string()), Some("30".to_string())]], "{kind}: the rollup over the old table");
     }
 }
