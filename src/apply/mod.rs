@@ -520,6 +520,24 @@ fn execute_recorded(
     let mut report = ApplyReport::default();
     // Models whose audits ran while they were built in this apply.
     let mut audited: BTreeSet<ModelName> = BTreeSet::new();
+    // The external sources this apply or run reads into a write are audited in it: their data
+    // changes outside efmesh. Those read into a table an environment already serves (a backfill,
+    // a refresh, a rebuild, anything `run` writes) before anything is written, so a source failing
+    // a blocking audit never reaches what is served; those read only into the tables of versions
+    // the environment points at anew before the promotion, as a source it points at anew.
+    let into_served: Vec<&crate::plan::Action> = work.iter().copied().filter(|a| refresh || !writes_a_new_table(a)).collect();
+    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report)?;
+    audited.extend(gated.iter().cloned());
+    // (A version the environment points at anew may have been built by an earlier apply that
+    // stopped before its promotion: its source is audited as for a build here.)
+    let into_new: Vec<&crate::plan::Action> = if refresh {
+        Vec::new()
+    } else {
+        let pointed = plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed | Change::Metadata));
+        work.iter().copied().filter(|a| writes_a_new_table(a)).chain(pointed).collect()
+    };
+    let read_anew: BTreeSet<ModelName> =
+        sources_read(project, &into_new).into_iter().filter(|m| !m.audits.is_empty() && !gated.contains(&m.name)).map(|m| m.name.clone()).collect();
     // Of those, time-range models whose batches' audits do not cover their table (it held
     // batches no pass of the same audits covers): audited whole before the view swap.
     let mut uncovered: BTreeSet<ModelName> = BTreeSet::new();
@@ -620,7 +638,7 @@ fn execute_recorded(
         .collect();
     // The audits of file sources the promotion runs (below) read only files: with more than one
     // job they run meanwhile on a connection of their own, and the promotion takes their results.
-    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs());
+    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), &read_anew);
     let early_db = if early.is_empty() { None } else { engine.worker() };
     // Set, and the running audit interrupted, when the apply fails meanwhile: their results
     // would never be used, and the failure is reported without waiting for them.
@@ -701,7 +719,7 @@ fn execute_recorded(
             }
             // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
             let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
-            pre_promotion_audits(project, plan, state, engine, &exec, &audited, &uncovered, early, &mut report)?;
+            pre_promotion_audits(project, plan, state, engine, &exec, &audited, &uncovered, &read_anew, early, &mut report)?;
             // With nothing built, no statement of this apply touched a view yet: the catalog
             // proven at the open still holds the views' definitions.
             let known = options.catalog_at_open.as_ref().map(|c| &*c.0).filter(|_| work.is_empty());
@@ -762,6 +780,7 @@ fn early_source_audits<'p>(
     exec: &ExecResolver,
     refresh: bool,
     jobs: usize,
+    read_anew: &BTreeSet<ModelName>,
 ) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
     use crate::core::Resolver;
     let may_write = work.iter().any(|a| {
@@ -772,11 +791,74 @@ fn early_source_audits<'p>(
     }
     plan.actions
         .iter()
-        .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed))
+        .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed) || read_anew.contains(&a.name))
         .filter_map(|a| project.dag.get(&a.name))
         .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && audit::read_only_the_audited(m))
         .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
         .collect()
+}
+
+/// True when `action` writes a table no environment serves yet: a new version's build (not a
+/// lost relation rebuilt, which its environments' views name).
+fn writes_a_new_table(action: &crate::plan::Action) -> bool {
+    action.build && !physical_missing(action)
+}
+
+/// The external sources whose rows the models of `work` read when they are written: their
+/// parents, and the parents of the `view` and `embedded` models between (which store nothing),
+/// in the plan's order.
+fn sources_read<'p>(project: &'p Project, work: &[&crate::plan::Action]) -> Vec<&'p crate::core::Model> {
+    let mut seen: BTreeSet<ModelName> = BTreeSet::new();
+    let mut stack: Vec<ModelName> = work.iter().filter_map(|a| project.dag.get(&a.name)).flat_map(|m| m.parents()).collect();
+    let mut out = Vec::new();
+    while let Some(name) = stack.pop() {
+        let Some(m) = project.dag.get(&name) else { continue };
+        if !seen.insert(name) {
+            continue;
+        }
+        match m.kind {
+            Kind::External(_) => out.push(m),
+            Kind::View | Kind::Embedded => stack.extend(m.parents()),
+            _ => {}
+        }
+    }
+    out.sort_by_key(|m| project.dag.position(&m.name));
+    out
+}
+
+/// Runs the audits of every external source [`sources_read`] finds for `work` (writes into tables
+/// an environment serves) before anything is written (SPEC §4 invariant 44): the rows of a source
+/// change outside efmesh, so its audits are not only the promotion's. A blocking failure stops
+/// the apply or run with nothing written. Returns the sources whose audits ran over what they
+/// read alone (no `ref`): the promotion does not run them again.
+///
+/// # Errors
+/// [`ApplyError::Audit`] for every blocking failure, together.
+fn source_gate(
+    project: &Project,
+    work: &[&crate::plan::Action],
+    exec: &ExecResolver,
+    engine: &mut dyn Engine,
+    report: &mut ApplyReport,
+) -> Result<BTreeSet<ModelName>, ApplyError> {
+    use crate::core::Resolver;
+    let mut failures = Vec::new();
+    let mut gated = BTreeSet::new();
+    for model in sources_read(project, work).into_iter().filter(|m| !m.audits.is_empty()) {
+        tracing::info!(model = %model.name, "audits of a source read by this write run before it");
+        let results = audit::run(engine, &model.name, &audit::checks(model, None, &exec.relation(&model.name), exec), None)
+            .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.supersede(results);
+        if audit::read_only_the_audited(model) {
+            gated.insert(model.name.clone());
+        }
+    }
+    if let Some(first) = failures.first() {
+        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
+    }
+    Ok(gated)
 }
 
 /// The `built_from` record of a `full` build of `name`: its parents' data generations now, at
@@ -1090,6 +1172,7 @@ fn pre_promotion_audits(
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
     uncovered: &BTreeSet<ModelName>,
+    read_anew: &BTreeSet<ModelName>,
     mut early: HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>>,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
@@ -1106,7 +1189,8 @@ fn pre_promotion_audits(
         .collect();
     // The pass each model's audits got below (`None`: all of them over the whole relation).
     let mut ran: BTreeMap<ModelName, Option<AuditScope>> = BTreeMap::new();
-    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed)) {
+    // (Unchanged external sources too, when this apply read them into a new version's table.)
+    for action in plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed) || read_anew.contains(&a.name)) {
         let Some(model) = project.dag.get(&action.name) else { continue };
         // Audits that ran while building saw the new relation, or the batches written: the
         // table's older batches only when a pass of the same audits covers them (`uncovered`).

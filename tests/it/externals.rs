@@ -366,3 +366,40 @@ fn an_audit_added_to_an_external_is_a_metadata_change_that_apply_runs() {
     assert!(audits.iter().any(|a| a["model"] == "raw.parts" && a["violations"] == 1), "{v:#}");
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
+
+/// A file source's rows change outside efmesh: its audits run whenever an apply or run reads it
+/// into a write, not only when an environment points at it anew. A `run` refreshing a unique-key
+/// model over it (a table `prod` serves) is stopped before writing anything; an apply building a
+/// new version of a model over it, unchanged itself, is not promoted.
+#[test]
+fn a_source_failing_its_blocking_audit_is_never_read_into_what_an_environment_serves() {
+    let p = Project::new();
+    p.write("data/parts.csv", "id,region\n1,north\n2,south\n");
+    p.write("models/raw.lua", &audited_source("data/parts.csv"));
+    p.write("models/sum.lua", &region_counts("", ""));
+    p.write(
+        "models/keyed.lua",
+        "define_model { name = \"m.keyed\", kind = kind.incremental_by_unique_key { key = \"region\" },\n  \
+         schema = { { \"region\", \"varchar\" }, { \"id\", \"bigint\" } },\n  query = [[SELECT region, max(id) AS id FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY region]] }\n",
+    );
+    p.apply("prod");
+    let keyed = p.rows("\"m\".\"keyed\"");
+    let sum = p.rows("\"m\".\"sum\"");
+    p.write("data/parts.csv", "id,region\n1,north\n2,south\n,west\n");
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("not_null(id)") && run.stderr.contains("raw.parts") && run.stderr.contains("1 violating row"), "{}", run.stderr);
+    assert_eq!(p.rows("\"m\".\"keyed\""), keyed, "nothing was upserted");
+    // A new version of `m.sum` over the unchanged source: built, never promoted.
+    p.write("models/sum.lua", &region_counts("", " ORDER BY k"));
+    for jobs in ["1", "2"] {
+        let r = p.run(&["apply", "prod", "--yes", "--jobs", jobs]);
+        r.expect_code(1);
+        assert!(r.stderr.contains("not_null(id)") && r.stderr.contains("raw.parts"), "--jobs {jobs}: {}", r.stderr);
+        assert_eq!(p.rows("\"m\".\"sum\""), sum, "--jobs {jobs}: prod serves what it served");
+    }
+    // Fixed, both go through.
+    p.write("data/parts.csv", "id,region\n1,north\n2,south\n3,west\n");
+    p.apply("prod");
+    assert_eq!(p.rows("\"m\".\"sum\"").len(), 3);
+}

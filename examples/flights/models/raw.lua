@@ -34,7 +34,8 @@ M.weather = define_model {
     { "precip", "double" }, { "pressure", "double" }, { "visib", "double" },
     { "time_hour", "timestamptz" },
   },
-  -- Sources can carry audits too: checked when an environment starts serving this version.
+  -- Sources can carry audits too: checked when an environment starts serving this version,
+  -- and whenever an apply or run reads the source into a table.
   audits = { audit.not_null("origin", "time_hour") },
 }
 
