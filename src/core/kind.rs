@@ -387,9 +387,14 @@ impl External {
                 if *format == FileFormat::Csv {
                     let csv = csv.clone().unwrap_or_default();
                     args.push(format!("header = {}", csv.header.unwrap_or(true)));
-                    if let Some(d) = &csv.delimiter {
-                        args.push(format!("delim = {}", quote_literal(d)));
-                    }
+                    // Never sniffed: the declared delimiter, else a tab for `.tsv` files, else
+                    // `,` (as seeds are read): DuckDB's sniffer may pick a character that splits
+                    // a field (`Smith; John` read as `Smith`), and no line but the header is
+                    // skipped (it may take a short first record for a preamble and drop it).
+                    let tsv = path.to_ascii_lowercase().trim_end_matches(".gz").ends_with(".tsv");
+                    let delimiter = csv.delimiter.clone().unwrap_or_else(|| if tsv { "\t".to_string() } else { ",".to_string() });
+                    args.push(format!("delim = {}", quote_literal(&delimiter)));
+                    args.push("skip = 0".to_string());
                     if csv.header == Some(false) && !columns.is_empty() {
                         // Without a header the declared columns name the fields, in order.
                         let names = columns.iter().map(|c| quote_literal(&c.name)).collect::<Vec<_>>();
@@ -400,7 +405,12 @@ impl External {
                         args.push(format!("types = {{{}}}", types.join(", ")));
                     }
                     if !null_markers.is_empty() {
-                        let list = null_markers.iter().map(|m| quote_literal(m)).collect::<Vec<_>>();
+                        // The empty field stays NULL besides the markers (as without them, and
+                        // as seeds read it).
+                        let mut list = null_markers.iter().map(|m| quote_literal(m)).collect::<Vec<_>>();
+                        if !null_markers.iter().any(String::is_empty) {
+                            list.push("''".to_string());
+                        }
                         args.push(format!("nullstr = [{}]", list.join(", ")));
                     }
                 }
@@ -453,7 +463,16 @@ mod tests {
         };
         let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
         let sql = ext.render(&|p| format!("/root/{p}"), &cols);
-        assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, types = {'a': 'bigint'}, nullstr = ['NA'])");
+        assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, delim = ',', skip = 0, types = {'a': 'bigint'}, nullstr = ['NA', ''])");
+        let tsv = External::Files {
+            path: "data/x.tsv.gz".into(),
+            format: FileFormat::Csv,
+            union_by_name: None,
+            hive_partitioning: None,
+            null_markers: vec![],
+            csv: None,
+        };
+        assert_eq!(tsv.render(&|p| p.to_string(), &cols), "read_csv('data/x.tsv.gz', header = true, delim = '\t', skip = 0, types = {'a': 'bigint'})");
     }
 
     #[test]
