@@ -480,3 +480,27 @@ fn a_utc_offset_a_timestamp_column_would_drop_is_refused(engine: EngineBackend) 
     p.apply("dev");
     assert_eq!(p.rows("\"dev__ref\".\"t\"").len(), 3);
 }
+
+/// A seed path naming a FIFO (or a device, a directory) is refused at load, naming the model and
+/// the path: reading a FIFO would block forever, a device never end. The check is bounded by a
+/// timeout so that a regression fails instead of hanging the suite.
+#[test]
+fn a_seed_path_that_is_not_a_regular_file_is_a_load_error_not_a_hang() {
+    let p = Project::new();
+    let made = std::process::Command::new("mkfifo").arg(p.root().join("seeds.csv")).status().expect("mkfifo");
+    assert!(made.success());
+    p.write("models/seed.lua", &seed_model("seeds.csv", DEPT_SCHEMA, ""));
+    let mut child = p.command(&["plan", "dev"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn efmesh");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("`plan dev` still reads the FIFO after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("models/seed.lua") && stderr.contains("seeds.csv") && stderr.contains("not a regular file"), "{stderr}");
+}
