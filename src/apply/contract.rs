@@ -388,4 +388,13 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(p[0].contains("order"));
     }
+
+    #[test]
+    fn json_passes_for_text_and_nested_declarations_only() {
+        let declared = Schema(vec![col("n", "integer"), col("d", "date"), col("t", "varchar"), col("s", "struct(x integer)")]);
+        let p = compare(&declared, &[desc("n", "JSON"), desc("d", "JSON"), desc("t", "JSON"), desc("s", "JSON")]);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("`n`") && p[0].contains("(numeric) but the query returns `JSON` (json)"), "{p:?}");
+        assert!(p[1].contains("`d`") && p[1].contains("(temporal)"), "{p:?}");
+    }
 }

@@ -135,7 +135,12 @@ pub enum TypeFamily {
     /// Lists, arrays, structs, maps, unions: compatible with one another (their element types
     /// are not compared), never with a scalar family.
     Nested,
-    /// Anything else (JSON, BLOB, UUID-like extension types…): not checked.
+    /// JSON (DuckDB's `JSON`, Postgres's `json`/`jsonb`): compatible with text (its values are
+    /// text) and nested types (a struct or list is what a JSON document holds), never with a
+    /// numeric, boolean or temporal family — a JSON column declared `integer` would serve `"2"`
+    /// and `{"x":3}`.
+    Json,
+    /// Anything else (BLOB, UUID-like extension types…): not checked.
     Any,
 }
 
@@ -160,6 +165,7 @@ impl TypeFamily {
             | "DOUBLE" | "DECIMAL" | "NUMERIC" | "VARINT" | "BIGNUM" => TypeFamily::Numeric,
             "DATE" | "TIME" | "TIMETZ" | "TIMESTAMP" | "TIMESTAMPTZ" | "DATETIME" | "TIMESTAMP_S" | "TIMESTAMP_MS" | "TIMESTAMP_NS" | "TIMESTAMP_US"
             | "INTERVAL" => TypeFamily::Temporal,
+            "JSON" | "JSONB" => TypeFamily::Json,
             _ => TypeFamily::Any,
         }
     }
@@ -169,9 +175,11 @@ impl TypeFamily {
         matches!(self, TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Boolean | TypeFamily::Temporal)
     }
 
-    /// True unless the families differ and neither is [`TypeFamily::Any`].
+    /// True unless the families differ and neither is [`TypeFamily::Any`] (JSON is compatible
+    /// with text and nested types too).
     pub fn compatible(self, other: TypeFamily) -> bool {
-        self == other || self == TypeFamily::Any || other == TypeFamily::Any
+        use TypeFamily::{Any, Json, Nested, Text};
+        self == other || self == Any || other == Any || matches!((self, other), (Json, Text | Nested) | (Text | Nested, Json))
     }
 }
 
@@ -183,6 +191,7 @@ impl std::fmt::Display for TypeFamily {
             TypeFamily::Boolean => "boolean",
             TypeFamily::Temporal => "temporal",
             TypeFamily::Nested => "nested",
+            TypeFamily::Json => "json",
             TypeFamily::Any => "any",
         };
         f.write_str(s)
@@ -397,7 +406,8 @@ mod tests {
         assert_eq!(TypeFamily::of("STRUCT(a INTEGER)"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("struct (a integer)"), TypeFamily::Nested);
         assert_eq!(TypeFamily::of("MAP(VARCHAR, INTEGER)"), TypeFamily::Nested);
-        assert_eq!(TypeFamily::of("JSON"), TypeFamily::Any);
+        assert_eq!(TypeFamily::of("JSON"), TypeFamily::Json);
+        assert_eq!(TypeFamily::of("blob"), TypeFamily::Any);
         assert_eq!(TypeFamily::of("mapping"), TypeFamily::Any, "a type merely starting with MAP");
     }
 

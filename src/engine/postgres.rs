@@ -731,7 +731,7 @@ mod tests {
             (Type::DATE, TypeFamily::Temporal),
             (Type::TIMESTAMP, TypeFamily::Temporal),
             (Type::INTERVAL, TypeFamily::Temporal),
-            (Type::JSONB, TypeFamily::Any),
+            (Type::JSONB, TypeFamily::Json),
             (Type::TEXT_ARRAY, TypeFamily::Nested),
         ] {
             assert_eq!(TypeFamily::of(&type_name(&ty)), family, "{ty}");
