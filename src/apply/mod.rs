@@ -192,6 +192,15 @@ pub enum ApplyError {
         /// What failed.
         failure: audit::AuditError,
     },
+    /// Blocking audits of external sources an apply or run reads into tables an environment
+    /// serves failed before anything was written ([`source_gate`]).
+    #[error("{} blocking audit{} of the sources this {during} reads failed, nothing was written:{}\n  hint: fix the source (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>())]
+    SourceAudit {
+        /// `apply` or `run`.
+        during: &'static str,
+        /// Every blocking failure.
+        failures: Vec<audit::AuditResult>,
+    },
     /// In `run`: blocking audits of models reading what the run wrote (`ref()` in an audit body,
     /// e.g. `relationships`) found violating rows once the writes had committed. The writes stay
     /// (each passed its own model's audits); the run fails so the breach is seen.
@@ -526,7 +535,8 @@ fn execute_recorded(
     // a blocking audit never reaches what is served; those read only into the tables of versions
     // the environment points at anew before the promotion, as a source it points at anew.
     let into_served: Vec<&crate::plan::Action> = work.iter().copied().filter(|a| refresh || !writes_a_new_table(a)).collect();
-    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report)?;
+    let during = if refresh { "run" } else { "apply" };
+    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, during)?;
     audited.extend(gated.iter().cloned());
     // (A version the environment points at anew may have been built by an earlier apply that
     // stopped before its promotion: its source is audited as for a build here.)
@@ -638,7 +648,7 @@ fn execute_recorded(
         .collect();
     // The audits of file sources the promotion runs (below) read only files: with more than one
     // job they run meanwhile on a connection of their own, and the promotion takes their results.
-    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), &read_anew);
+    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), &read_anew, &gated);
     let early_db = if early.is_empty() { None } else { engine.worker() };
     // Set, and the running audit interrupted, when the apply fails meanwhile: their results
     // would never be used, and the failure is reported without waiting for them.
@@ -719,7 +729,7 @@ fn execute_recorded(
             }
             // A thread that stopped (panicked) leaves its audits to the promotion, which runs them here.
             let early = under_way.take().and_then(|h| h.join().ok()).unwrap_or_default();
-            pre_promotion_audits(project, plan, state, engine, &exec, &audited, &uncovered, &read_anew, early, &mut report)?;
+            pre_promotion_audits(project, plan, state, engine, &exec, &audited, &uncovered, (&read_anew, &gated), early, &mut report)?;
             // With nothing built, no statement of this apply touched a view yet: the catalog
             // proven at the open still holds the views' definitions.
             let known = options.catalog_at_open.as_ref().map(|c| &*c.0).filter(|_| work.is_empty());
@@ -781,6 +791,7 @@ fn early_source_audits<'p>(
     refresh: bool,
     jobs: usize,
     read_anew: &BTreeSet<ModelName>,
+    gated: &BTreeSet<ModelName>,
 ) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
     use crate::core::Resolver;
     let may_write = work.iter().any(|a| {
@@ -793,6 +804,7 @@ fn early_source_audits<'p>(
         .iter()
         .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed) || read_anew.contains(&a.name))
         .filter_map(|a| project.dag.get(&a.name))
+        .filter(|m| !gated.contains(&m.name))
         .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && audit::read_only_the_audited(m))
         .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
         .collect()
@@ -840,14 +852,22 @@ fn source_gate(
     exec: &ExecResolver,
     engine: &mut dyn Engine,
     report: &mut ApplyReport,
+    during: &'static str,
 ) -> Result<BTreeSet<ModelName>, ApplyError> {
     use crate::core::Resolver;
     let mut failures = Vec::new();
     let mut gated = BTreeSet::new();
     for model in sources_read(project, work).into_iter().filter(|m| !m.audits.is_empty()) {
-        tracing::info!(model = %model.name, "audits of a source read by this write run before it");
-        let results = audit::run(engine, &model.name, &audit::checks(model, None, &exec.relation(&model.name), exec), None)
-            .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        // An audit that `ref`s another model reads it as this apply or run leaves it (built
+        // first, invariant 52): it runs after the writes, with the promotion's or `run`'s
+        // audits of what was written ([`ref_audits`]).
+        let checks: Vec<_> = audit::checks(model, None, &exec.relation(&model.name), exec).into_iter().filter(|(a, _)| a.sql.refs().next().is_none()).collect();
+        if checks.is_empty() {
+            continue;
+        }
+        tracing::info!(model = %model.name, "audits of a source read by this {during}'s writes run before them");
+        let results =
+            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.supersede(results);
@@ -855,8 +875,8 @@ fn source_gate(
             gated.insert(model.name.clone());
         }
     }
-    if let Some(first) = failures.first() {
-        return Err(ApplyError::Audit { model: first.model.clone(), interval: None, failure: audit::AuditError::Failed(failures) });
+    if !failures.is_empty() {
+        return Err(ApplyError::SourceAudit { during, failures });
     }
     Ok(gated)
 }
@@ -1172,7 +1192,7 @@ fn pre_promotion_audits(
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
     uncovered: &BTreeSet<ModelName>,
-    read_anew: &BTreeSet<ModelName>,
+    (read_anew, gated): (&BTreeSet<ModelName>, &BTreeSet<ModelName>),
     mut early: HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>>,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
@@ -1194,7 +1214,12 @@ fn pre_promotion_audits(
         let Some(model) = project.dag.get(&action.name) else { continue };
         // Audits that ran while building saw the new relation, or the batches written: the
         // table's older batches only when a pass of the same audits covers them (`uncovered`).
-        if model.audits.is_empty() || (audited.contains(&model.name) && !uncovered.contains(&model.name) && action.change != Change::Metadata) {
+        // (A source's audits that ran before the writes ran over what it holds: its metadata
+        // change, new audits included, is covered.)
+        if model.audits.is_empty()
+            || gated.contains(&model.name)
+            || (audited.contains(&model.name) && !uncovered.contains(&model.name) && action.change != Change::Metadata)
+        {
             continue;
         }
         if uncovered.contains(&model.name) {

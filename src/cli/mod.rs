@@ -110,7 +110,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Rejected { .. } => "rejected",
         ApplyError::Target { .. } => "target",
         ApplyError::EngineFeature { .. } => "engine-feature",
-        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } => "audit",
+        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
@@ -341,7 +341,8 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     let mut plan = plan_checked(&project, &*state, env, now, options)?;
     let work = plan::work::decide(&project, &plan, &*state, false)?;
     // What `apply` would refuse is said here, never listed as work it would do.
-    let refused = crate::apply::refusal(&project, &plan, &*state, &work)?.map(|e| e.to_string());
+    // (As apply words it, less what only an apply that ran can say.)
+    let refused = crate::apply::refusal(&project, &plan, &*state, &work)?.map(|e| e.to_string().replace("; nothing was done", ""));
     let refreshes = work.refreshes;
     (plan.refused, plan.also_writes) = (refused, refreshes);
     // An expired environment (not yet dropped by the janitor) is planned against what it still

@@ -556,8 +556,8 @@ pub struct Plan {
     pub also_writes: Vec<work::Refresh>,
     /// What `apply` would refuse of this plan before writing anything, as it would say it
     /// (`crate::apply::refusal`: a table another environment's version took over, bounds
-    /// outside another environment's): filled by `plan`, so that it never lists as work what
-    /// `apply` refuses; `None` otherwise.
+    /// outside another environment's): filled by `plan`, so that a plan whose work `apply`
+    /// refuses says so; `None` otherwise.
     #[serde(rename = "applyRefuses", skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }
@@ -2084,7 +2084,7 @@ fn compute_with(
                                 data_kept = true;
                                 decided.rows_change[index] = true;
                                 format!(
-                                    "unchanged itself; every changed parent keeps existing columns' data, but {}, so its table is built anew",
+                                    "unchanged itself; every changed parent keeps existing columns' data, but {}, so it does not inherit the table it had (a table of its own)",
                                     outgrown.join("; ")
                                 )
                             }
@@ -2284,8 +2284,8 @@ fn compute_with(
             && phys != kept
         {
             return Err(PlanError::Operator(format!(
-                "`--forward-only {}`: its new version {} already exists with a table of its own ({phys}), which an earlier apply built with this query over every interval, so the old table and its history cannot be kept for it\n  \
-                 hint: apply without `--forward-only` to serve that version as it is (a view swap), or make the edit a new version (another query)",
+                "`--forward-only {}`: its new version {} already exists on another table ({phys}) than the one `{env}` serves ({kept}): a version has one table, so the old table and its history cannot be kept for it\n  \
+                 hint: apply without `--forward-only` to serve that version on its table (its intervals computed with this query, the missing ones computed now), or make the edit another query (a new version) to keep the old table",
                 model.name,
                 fp.short()
             )));

@@ -403,3 +403,41 @@ fn a_source_failing_its_blocking_audit_is_never_read_into_what_an_environment_se
     p.apply("prod");
     assert_eq!(p.rows("\"m\".\"sum\"").len(), 3);
 }
+
+/// A source audit that `ref`s another model reads it as the apply or run leaves it: it runs
+/// after the writes (with the audits of what was written), never before the model it reads is
+/// rebuilt — a `run` rebuilding `m.customers` on its cron goes through when a new customer
+/// arrives in both sources, and an orphan order still fails it.
+#[test]
+fn a_source_audit_reading_another_model_runs_after_that_model_is_written() {
+    let mut p = Project::new();
+    p.write("data/customers.csv", "id\n1\n2\n");
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n2026-01-02 10:00:00,2\n");
+    p.write(
+        "models/m.lua",
+        r#"local cust_raw = define_model { name = "raw.customers", kind = kind.external { path = "data/customers.csv" }, schema = { { "id", "bigint" } } }
+local customers = define_model { name = "m.customers", kind = kind.full(), cron = "@daily", schema = { { "id", "bigint" } },
+  query = "SELECT id FROM " .. ref(cust_raw) }
+local orders = define_model { name = "raw.orders", kind = kind.external { path = "data/orders.csv" },
+  schema = { { "ts", "timestamp" }, { "customer", "bigint" } },
+  audits = { audit.relationships { "customer", "m.customers", field = "id" } } }
+define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n FROM " .. ref(orders) .. " WHERE ts >= @start AND ts < @end GROUP BY 1" }
+"#,
+    );
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.apply("prod");
+    p.write("data/customers.csv", "id\n1\n2\n3\n");
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n2026-01-02 10:00:00,2\n2026-01-03 10:00:00,3\n");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(p.rows("\"m\".\"customers\"").len(), 3, "the cron rebuilt the customers");
+    // An order of a customer nobody knows: the run fails on it (after writing, as `run` does
+    // for an audit reading what it wrote).
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n2026-01-02 10:00:00,2\n2026-01-03 10:00:00,3\n2026-01-04 10:00:00,9\n");
+    p.now = "2026-01-05T01:00:00Z".into();
+    let r = p.run(&["run", "prod"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("relationships") && r.stderr.contains("raw.orders"), "{}", r.stderr);
+}
