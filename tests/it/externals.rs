@@ -85,6 +85,33 @@ fn hive_partitioned_parquet_directories_become_columns() {
     assert!(run.stderr.contains("declared column `year` is not in the source"), "{}", run.stderr);
 }
 
+/// Without a declared delimiter a CSV external is read with `,` (a tab for `.tsv`), never the
+/// sniffer's guess: a field holding `;` stays whole, a `.tsv` whose values hold `, ` reads by
+/// its tabs; and no line but the header is skipped: a file whose first record is short is an
+/// error naming the model, never a record dropped as a preamble.
+#[test]
+fn csv_externals_are_read_with_the_default_delimiter_and_skip_no_record() {
+    let p = Project::new();
+    p.write("data/names.csv", "Smith; John\nDoe; Jane\nRoe; Rick\n");
+    write_models(&p, r#"path = "data/names.csv", header = false"#, r#"{ { "k", "varchar" } }"#, "SELECT k, 1 AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("Doe; Jane"), s("1")], vec![s("Roe; Rick"), s("1")], vec![s("Smith; John"), s("1")]]);
+    p.write("data/cities.tsv", "k\tn\nParis, FR\t1\nRome, IT\t2\n");
+    write_models(&p, r#"path = "data/cities.tsv""#, r#"{ { "k", "varchar" }, { "n", "bigint" } }"#, "SELECT k, n FROM ]] .. ref(\"raw.parts\") .. [[");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("Paris, FR"), s("1")], vec![s("Rome, IT"), s("2")]]);
+    p.write("data/short.csv", "1,A\n2,B,7\n3,C,8\n");
+    write_models(
+        &p,
+        r#"path = "data/short.csv", header = false"#,
+        r#"{ { "id", "bigint" }, { "k", "varchar" }, { "v", "bigint" } }"#,
+        "SELECT k, v AS n FROM ]] .. ref(\"raw.parts\") .. [[",
+    );
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("m.sum") || r.stderr.contains("raw.parts"), "{}", r.stderr);
+}
+
 #[test]
 fn csv_options_delimiter_and_headerless_files() {
     let p = Project::new();
