@@ -165,7 +165,9 @@ fn text(r: &Report) -> String {
         s.push_str(&env_line(e, r.dry_run));
     }
     if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() && r.kept_shared.is_empty() {
-        s.push_str(&format!("janitor: nothing to collect (ttl {} days)\n", r.ttl_days));
+        // After an environment's lines, what is left is only that no storage was unreachable.
+        let what = if r.environments.is_empty() { "nothing to collect" } else { "no unreachable storage to collect" };
+        s.push_str(&format!("janitor: {what} (ttl {} days)\n", r.ttl_days));
         return s;
     }
     if !r.dropped.is_empty() {

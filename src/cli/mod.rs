@@ -343,6 +343,14 @@ fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, opti
     // What `apply` would refuse is said here, never listed as work it would do.
     // (As apply words it, less what only an apply that ran can say.)
     let refused = crate::apply::refusal(&project, &plan, &*state, &work)?.map(|e| e.to_string().replace("; nothing was done", ""));
+    // A new environment whose name is a typo of an existing one is said so (its plan builds
+    // everything from scratch).
+    let known = state.environments()?;
+    if !known.iter().any(|e| e == env)
+        && let Some(like) = crate::core::error::did_you_mean(env, known.iter().map(String::as_str))
+    {
+        tracing::warn!(env = %env, "environment `{env}` does not exist yet (did you mean `{like}`?): this plan creates it");
+    }
     let refreshes = work.refreshes;
     (plan.refused, plan.also_writes) = (refused, refreshes);
     // An expired environment (not yet dropped by the janitor) is planned against what it still

@@ -525,10 +525,28 @@ fn finish(
         errors.dedup_by(|later, first| {
             later.location == first.location && later.model == first.model && later.message.lines().next() == first.message.lines().next()
         });
+        // A file failing only because a module it requires failed comes after that module's own
+        // error (which says what to fix), without its traceback.
+        let own: BTreeSet<PathBuf> = errors.iter().filter_map(|e| e.location.as_ref().map(|l| l.file.clone())).collect();
+        let knock_on = |e: &LoadError| failed_module(&e.message).is_some_and(|m| own.contains(Path::new(m)));
+        for e in errors.iter_mut().filter(|e| knock_on(e)) {
+            if let Some(at) = e.message.find("\nstack traceback:") {
+                e.message.truncate(at);
+            }
+        }
+        errors.sort_by_key(|e| knock_on(e));
         return Err(LoadErrors(errors));
     }
     super::builder::expand_all_cols(&mut models);
     Ok(models)
+}
+
+/// The module of a "`<module>` failed to load (see its error)" error: a file that `require`s or
+/// `import`s a module whose own evaluation failed.
+fn failed_module(message: &str) -> Option<&str> {
+    let end = message.find("` failed to load (see its error)")?;
+    let start = message[..end].rfind('`')? + 1;
+    Some(&message[start..end])
 }
 
 /// The no-model errors of audit and model files; files test files reach count as libraries.

@@ -965,9 +965,12 @@ impl LuaHost {
                     let outermost = s.stack.is_empty();
                     let msg = e.to_string();
                     let line = location_in_message(&msg, &rel).unwrap_or(0);
+                    // The location leads the error already: Lua's own `file:line: ` prefix inside
+                    // the message is said once.
+                    let msg = if line > 0 { msg.replacen(&format!("{}:{line}: ", rel.display()), "", 1) } else { msg };
                     s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg.trim_end().to_string()));
                     drop(s);
-                    if outermost { Ok(Value::Nil) } else { Err(rt(format!("`{}` failed to load", rel.display()))) }
+                    if outermost { Ok(Value::Nil) } else { Err(rt(format!("`{}` failed to load (see its error)", rel.display()))) }
                 }
             }
         })?;

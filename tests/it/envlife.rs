@@ -440,3 +440,30 @@ fn status_of_a_mistyped_environment_says_it_does_not_exist_and_names_the_one_mea
     let out = p.run(&["status", "dve"]).expect_code(0).stdout.clone();
     assert!(out.contains("environment `dve` does not exist — the first apply creates it (did you mean `dev`?)"), "{out}");
 }
+
+/// An invalidated environment whose versions `prod` serves too: the janitor drops its views and
+/// says no storage was left to collect, never "nothing to collect" after a line saying it
+/// dropped the environment.
+#[test]
+fn the_janitor_report_of_an_environment_dropped_with_no_storage_of_its_own_does_not_contradict_itself() {
+    let mut p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let now = now_millis() + 120_000;
+    let out = at(&mut p, now, &["janitor"]).expect_code(0).stdout.clone();
+    assert!(out.contains("janitor dropped the expired environment `dev`"), "{out}");
+    assert!(out.contains("janitor: no unreachable storage to collect") && !out.contains("nothing to collect"), "{out}");
+}
+
+/// A plan of an environment that does not exist, named like one that does, says so on stderr
+/// (it still plans: a new environment is what the first apply creates).
+#[test]
+fn a_plan_of_a_new_environment_named_like_an_existing_one_asks_did_you_mean() {
+    let p = project("");
+    p.apply("prod");
+    let r = p.run(&["plan", "prdo"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("environment `prdo` does not exist yet (did you mean `prod`?)"), "{}", r.stderr);
+    assert!(!p.run(&["plan", "prod"]).stderr.contains("does not exist yet"));
+}

@@ -186,6 +186,28 @@ fn a_failing_module_required_by_another_model_file_is_reported_once() {
     // The requiring file still says why it failed.
     assert!(run.stdout.contains("models/w.lua:1:") && run.stdout.contains("`models/lib.lua` failed to load"), "{}", run.stdout);
     assert!(run.stdout.contains("check failed: 2 errors"), "{}", run.stdout);
+    // The module's own error first, the requiring file's after it, without a traceback; Lua's
+    // `file:line:` is said once.
+    let (own, knock_on) = (run.stdout.find("models/lib.lua:3:").unwrap(), run.stdout.find("models/w.lua:1:").unwrap());
+    assert!(own < knock_on, "{}", run.stdout);
+    assert!(!run.stdout[knock_on..].contains("stack traceback"), "{}", run.stdout);
+    let line = run.stdout[own..].lines().next().unwrap_or_default();
+    assert!(!line["models/lib.lua:3:".len()..].contains("models/lib.lua:3:"), "{line}");
+}
+
+#[test]
+fn a_syntax_error_in_a_required_module_is_reported_first_with_its_location_once() {
+    let p = Project::new();
+    // `models/a.lua` sorts before the module it requires.
+    p.write("models/z.lua", "local M = {}\nM.x = { 1, 2\nreturn M\n");
+    p.write(
+        "models/a.lua",
+        "local z = require(\"models.z\")\ndefine_model { name = \"t.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n",
+    );
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let first = run.stdout.lines().find(|l| l.starts_with("models/")).unwrap_or_default();
+    assert!(first.starts_with("models/z.lua:3: syntax error:") && !first["models/z.lua:3:".len()..].contains("models/z.lua:3:"), "{}", run.stdout);
 }
 
 /// A `.sql` model over the sample's `raw.events`: a header of five lines (one continued), a
