@@ -1,6 +1,7 @@
 //! Files efmesh writes whole: a temporary file beside the target, renamed over it, so a reader
 //! sees the old content or the new, never a part — and no temporary file left behind when the
-//! write fails (a full disk would otherwise keep the part written, holding its space).
+//! write fails (a full disk would otherwise keep the part written, holding its space). And files
+//! it reads whole: regular files only ([`read_regular`]).
 
 use std::path::Path;
 
@@ -31,4 +32,16 @@ mod tests {
         assert_eq!(fs_err::read(dir.path().join("ok")).unwrap(), b"abc");
         assert!(!tmp.exists());
     }
+}
+
+/// The bytes of the file at `path`, refused unless it is a regular file (symbolic links
+/// followed): a FIFO would block the read forever, a device (`/dev/zero`) never end it.
+///
+/// # Errors
+/// The file cannot be read (`NotFound` as the read gives it), or is not a regular file.
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    if !fs_err::metadata(path)?.is_file() {
+        return Err(std::io::Error::other(format!("`{}` is not a regular file (a directory, a FIFO or a device)", path.display())));
+    }
+    fs_err::read(path)
 }

@@ -146,7 +146,7 @@ impl Session {
         let absent = || matches!(fs_err::symlink_metadata(&abs), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
         let rel = abs.strip_prefix(&self.config.root).map(Path::to_path_buf).unwrap_or_else(|_| abs.clone());
         match key.input(&rel) {
-            Some(Some(hash)) => fs_err::read(&abs).is_ok_and(|bytes| *blake3::hash(&bytes).as_bytes() == hash),
+            Some(Some(hash)) => crate::file::read_regular(&abs).is_ok_and(|bytes| *blake3::hash(&bytes).as_bytes() == hash),
             Some(None) => absent(),
             None => !self.inputs.contains(&abs) && !key.has_input_under(&rel) && absent(),
         }

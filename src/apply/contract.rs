@@ -58,6 +58,25 @@ pub fn compare(declared: &Schema, actual: &[DescribedColumn]) -> Vec<String> {
     out
 }
 
+/// For a CSV external read with the default delimiter: a hint that efmesh does not sniff it
+/// (a file separated by `;` read with `,` has one column named like the whole header).
+fn delimiter_hint(m: &Model) -> String {
+    match &m.kind {
+        Kind::External(crate::core::External::Files { format: crate::core::FileFormat::Csv, csv, .. })
+            if csv.as_ref().is_none_or(|c| c.delimiter.is_none()) =>
+        {
+            "\n  hint: the file is read with the delimiter `,` (a tab for a `.tsv` path), never sniffed: declare `delimiter` (e.g. `delimiter = \";\"`) if it uses another".to_string()
+        }
+        _ => String::new(),
+    }
+}
+
+/// True when the relation consumers read of external `m` casts its columns to their declared
+/// types ([`crate::core::External::typed_by_consumers`]).
+fn ext_casts(m: &Model) -> bool {
+    matches!(&m.kind, Kind::External(ext) if ext.typed_by_consumers())
+}
+
 /// Why a declared timestamp and the one the engine gives differ in having a time zone, when
 /// they do. The tables keep the engine's type while the contract's stand-ins for unbuilt parents
 /// and sources are typed as declared, and efmesh writes interval bounds as the declared type
@@ -123,14 +142,17 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
     }
     for (m, described) in sources.into_iter().zip(engine.describe_many(&raws)) {
         match described {
-            Err(e) => problems.push(problem(m, format!("cannot read the source: {}", first_line(&e.message)))),
+            Err(e) => problems.push(problem(m, format!("cannot read the source: {}{}", first_line(&e.message), delimiter_hint(m)))),
             Ok(actual) => {
                 for d in &m.schema.0 {
                     match actual.iter().find(|a| a.name == d.name) {
-                        None => problems.push(problem(m, format!("declared column `{}` is not in the source", d.name))),
+                        None => problems.push(problem(m, format!("declared column `{}` is not in the source{}", d.name, delimiter_hint(m)))),
                         Some(a) => {
                             let (want, got) = (TypeFamily::of(&d.ty), TypeFamily::of(&a.ty));
-                            if !want.compatible(got) {
+                            // A column the reader left untyped is cast by the relation consumers
+                            // read (`External::typed_by_consumers`): its values decide at the build.
+                            let cast = ext_casts(m) && got == TypeFamily::Json;
+                            if !want.compatible(got) && !cast {
                                 problems.push(problem(m, format!("column `{}` is declared `{}` ({want}) but the source has `{}` ({got})", d.name, d.ty, a.ty)));
                             } else if let Some(why) = zone_mismatch(&d.ty, &a.ty) {
                                 problems.push(problem(m, format!("column `{}` is declared `{}` but the source has `{}`: {why}", d.name, d.ty, a.ty)));

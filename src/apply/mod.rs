@@ -536,8 +536,15 @@ fn execute_recorded(
     // the environment points at anew before the promotion, as a source it points at anew.
     let into_served: Vec<&crate::plan::Action> = work.iter().copied().filter(|a| refresh || !writes_a_new_table(a)).collect();
     let during = if refresh { "run" } else { "apply" };
-    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, during)?;
-    audited.extend(gated.iter().cloned());
+    // The models whose data, as an environment serves it, this command changes: written here, or
+    // pointed at anew.
+    let changing: BTreeSet<ModelName> = work
+        .iter()
+        .map(|a| a.name.clone())
+        .chain(plan.actions.iter().filter(|a| !refresh && !matches!(a.change, Change::Unchanged | Change::Removed | Change::Metadata)).map(|a| a.name.clone()))
+        .collect();
+    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, (during, &changing))?;
+    audited.extend(project.dag.models().filter(|m| fully_gated(&gated, m)).map(|m| m.name.clone()));
     // (A version the environment points at anew may have been built by an earlier apply that
     // stopped before its promotion: its source is audited as for a build here.)
     let into_new: Vec<&crate::plan::Action> = if refresh {
@@ -547,7 +554,7 @@ fn execute_recorded(
         work.iter().copied().filter(|a| writes_a_new_table(a)).chain(pointed).collect()
     };
     let read_anew: BTreeSet<ModelName> =
-        sources_read(project, &into_new).into_iter().filter(|m| !m.audits.is_empty() && !gated.contains(&m.name)).map(|m| m.name.clone()).collect();
+        sources_read(project, &into_new).into_iter().filter(|m| !m.audits.is_empty() && !fully_gated(&gated, m)).map(|m| m.name.clone()).collect();
     // Of those, time-range models whose batches' audits do not cover their table (it held
     // batches no pass of the same audits covers): audited whole before the view swap.
     let mut uncovered: BTreeSet<ModelName> = BTreeSet::new();
@@ -791,7 +798,7 @@ fn early_source_audits<'p>(
     refresh: bool,
     jobs: usize,
     read_anew: &BTreeSet<ModelName>,
-    gated: &BTreeSet<ModelName>,
+    gated: &Gated,
 ) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
     use crate::core::Resolver;
     let may_write = work.iter().any(|a| {
@@ -804,7 +811,7 @@ fn early_source_audits<'p>(
         .iter()
         .filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed) || read_anew.contains(&a.name))
         .filter_map(|a| project.dag.get(&a.name))
-        .filter(|m| !gated.contains(&m.name))
+        .filter(|m| !gated.contains_key(&m.name))
         .filter(|m| matches!(m.kind, Kind::External(crate::core::External::Files { .. })) && !m.audits.is_empty() && audit::read_only_the_audited(m))
         .map(|m| (m.name.clone(), audit::checks(m, None, &exec.relation(&m.name), exec)))
         .collect()
@@ -852,33 +859,42 @@ fn source_gate(
     exec: &ExecResolver,
     engine: &mut dyn Engine,
     report: &mut ApplyReport,
-    during: &'static str,
-) -> Result<BTreeSet<ModelName>, ApplyError> {
+    (during, changing): (&'static str, &BTreeSet<ModelName>),
+) -> Result<Gated, ApplyError> {
     use crate::core::Resolver;
     let mut failures = Vec::new();
-    let mut gated = BTreeSet::new();
+    let mut gated = Gated::new();
     for model in sources_read(project, work).into_iter().filter(|m| !m.audits.is_empty()) {
-        // An audit that `ref`s another model reads it as this apply or run leaves it (built
-        // first, invariant 52): it runs after the writes, with the promotion's or `run`'s
-        // audits of what was written ([`ref_audits`]).
-        let checks: Vec<_> = audit::checks(model, None, &exec.relation(&model.name), exec).into_iter().filter(|(a, _)| a.sql.refs().next().is_none()).collect();
+        // An audit that `ref`s a model whose data this apply or run changes reads it as the
+        // command leaves it (written first, invariant 52): it runs after the writes, with the
+        // promotion's or `run`'s audits of what was written ([`ref_audits`]); any other, here.
+        let checks: Vec<_> = audit::checks(model, None, &exec.relation(&model.name), exec)
+            .into_iter()
+            .filter(|(a, _)| a.sql.refs().all(|r| !changing.contains(&r.target)))
+            .collect();
         if checks.is_empty() {
             continue;
         }
+        gated.insert(model.name.clone(), checks.iter().map(|(a, _)| a.label()).collect());
         tracing::info!(model = %model.name, "audits of a source read by this {during}'s writes run before them");
         let results =
             audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);
         failures.extend(results.iter().filter(|r| r.failed()).cloned());
         report.audits.supersede(results);
-        if audit::read_only_the_audited(model) {
-            gated.insert(model.name.clone());
-        }
     }
     if !failures.is_empty() {
         return Err(ApplyError::SourceAudit { during, failures });
     }
     Ok(gated)
+}
+
+/// The audits [`source_gate`] ran, by source: their labels.
+type Gated = BTreeMap<ModelName, BTreeSet<String>>;
+
+/// True when [`source_gate`] ran every audit of `model`.
+fn fully_gated(gated: &Gated, model: &crate::core::Model) -> bool {
+    gated.get(&model.name).is_some_and(|ran| model.audits.iter().all(|a| ran.contains(&a.label())))
 }
 
 /// The `built_from` record of a `full` build of `name`: its parents' data generations now, at
@@ -1192,7 +1208,7 @@ fn pre_promotion_audits(
     exec: &ExecResolver,
     audited: &BTreeSet<ModelName>,
     uncovered: &BTreeSet<ModelName>,
-    (read_anew, gated): (&BTreeSet<ModelName>, &BTreeSet<ModelName>),
+    (read_anew, gated): (&BTreeSet<ModelName>, &Gated),
     mut early: HashMap<ModelName, Result<Vec<audit::AuditResult>, audit::AuditError>>,
     report: &mut ApplyReport,
 ) -> Result<(), ApplyError> {
@@ -1217,7 +1233,7 @@ fn pre_promotion_audits(
         // (A source's audits that ran before the writes ran over what it holds: its metadata
         // change, new audits included, is covered.)
         if model.audits.is_empty()
-            || gated.contains(&model.name)
+            || fully_gated(gated, model)
             || (audited.contains(&model.name) && !uncovered.contains(&model.name) && action.change != Change::Metadata)
         {
             continue;
@@ -1244,9 +1260,19 @@ fn pre_promotion_audits(
         }
         ran.insert(model.name.clone(), scope);
         // Run already while the models were built ([`early_source_audits`]), or now.
+        // (Less those of a source that ran before the writes.)
+        let ran_before = gated.get(&model.name);
         let results = match early.remove(&model.name) {
             Some(results) => results,
-            None => audit::run(engine, &model.name, &audit::checks(model, scope, &exec.relation(&model.name), exec), None),
+            None => audit::run(
+                engine,
+                &model.name,
+                &audit::checks(model, scope, &exec.relation(&model.name), exec)
+                    .into_iter()
+                    .filter(|(a, _)| ran_before.is_none_or(|r| !r.contains(&a.label())))
+                    .collect::<Vec<_>>(),
+                None,
+            ),
         }
         .map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
         audit::log_warnings(&results);

@@ -158,10 +158,11 @@ pub enum External {
     },
 }
 
-/// Reader options of CSV externals beyond the defaults (a sniffed delimiter, a header row).
+/// Reader options of CSV externals beyond the defaults (`,` or a tab for `.tsv`, a header row).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CsvOptions {
-    /// Field delimiter (`delim`), one character; DuckDB sniffs it when `None`.
+    /// Field delimiter (`delim`), one character; when `None`, a tab for a path ending in `.tsv`
+    /// (or `.tsv.gz`), else `,` (never sniffed).
     pub delimiter: Option<String>,
     /// Whether the first line names the columns (default `true`).
     pub header: Option<bool>,
@@ -341,6 +342,17 @@ impl Kind {
                     "hive_partitioning": hive_partitioning,
                     "null_markers": null_markers,
                 });
+                // How the reader reads changed for these (rows change: a new version): an empty
+                // field beside null markers is NULL (it was ''), a JSON file's columns are cast
+                // to their declared types (a column DuckDB left `JSON` was served as JSON text).
+                if let Some(o) = payload.as_object_mut() {
+                    if *format == FileFormat::Csv && !null_markers.is_empty() {
+                        o.insert("empty_is_null".into(), json!(true));
+                    }
+                    if *format == FileFormat::Json {
+                        o.insert("cast_to_declared".into(), json!(true));
+                    }
+                }
                 // CSV reader options arrived later: hashed only when set, so the fingerprints of
                 // externals that do not use them stay what they were.
                 if let (Some(csv), Some(o)) = (csv, payload.as_object_mut()) {
@@ -372,9 +384,11 @@ impl Kind {
 impl External {
     /// True when the reader cannot be given the declared types, so the relation consumers read
     /// casts each declared column instead: CSV files read with `union_by_name` (DuckDB's `types`
-    /// option must name columns that every file has).
+    /// option must name columns that every file has), and JSON files (DuckDB infers `JSON` for a
+    /// field it cannot type, e.g. null in every row sampled, or of several types: the cast makes
+    /// it the declared type, or fails the build naming the value).
     pub fn typed_by_consumers(&self) -> bool {
-        matches!(self, External::Files { format: FileFormat::Csv, union_by_name: Some(true), .. })
+        matches!(self, External::Files { format: FileFormat::Csv, union_by_name: Some(true), .. } | External::Files { format: FileFormat::Json, .. })
     }
 
     /// The SQL relation expression reading this source. `resolve_path` turns the path as

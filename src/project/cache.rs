@@ -355,7 +355,7 @@ fn inputs_current(root: &Path, key: &Key, known: &Proven, clock_dir: &Path) -> O
             let stat = meta.as_ref().and_then(Stat::of).filter(|s| clock.is_some_and(|c| s.settled_before(c)));
             // Only a regular file is read (a FIFO would block, a device never end): anything
             // else is a changed input, which the load then reports.
-            match meta.filter(std::fs::Metadata::is_file).map(|_| fs_err::read(&full)).unwrap_or_else(|| Err(std::io::Error::other("not a regular file"))) {
+            match meta.filter(std::fs::Metadata::is_file).map_or_else(|| Err(std::io::Error::other("not a regular file")), |_| fs_err::read(&full)) {
                 Ok(bytes) if blake3::hash(&bytes).as_bytes() == *h => read.push(((*p).clone(), **h, stat)),
                 _ => {
                     tracing::debug!("project cache: `{}` changed", p.display());
@@ -392,7 +392,7 @@ fn inputs_current(root: &Path, key: &Key, known: &Proven, clock_dir: &Path) -> O
 /// loaded from; `None` otherwise (a damaged or foreign cache with a warning on stderr).
 pub fn restore(config: &Config) -> Option<Restored> {
     let path = path_for(config);
-    let bytes = match fs_err::read(&path) {
+    let bytes = match crate::file::read_regular(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {

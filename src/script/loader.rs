@@ -741,7 +741,7 @@ impl LoadCache {
     pub fn open(config: &Config) -> LoadCache {
         let path = Self::path_for(config);
         let mut cache = LoadCache { path: Some(path.clone()), ..LoadCache::default() };
-        let bytes = match fs_err::read(&path) {
+        let bytes = match crate::file::read_regular(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return cache,
             Err(e) => {

@@ -55,10 +55,7 @@ pub fn content_hash(bytes: &[u8]) -> String {
 /// # Errors
 /// The file cannot be read, or is not a regular file.
 pub fn read_file(file: &Path) -> std::io::Result<Vec<u8>> {
-    if !fs_err::metadata(file)?.is_file() {
-        return Err(std::io::Error::other(format!("`{}` is not a regular file (a directory, a FIFO or a device)", file.display())));
-    }
-    fs_err::read(file)
+    crate::file::read_regular(file)
 }
 
 /// Reads every seed file of `models` (paths resolved against `root`) and records its content

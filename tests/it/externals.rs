@@ -468,3 +468,92 @@ define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_co
     r.expect_code(1);
     assert!(r.stderr.contains("relationships") && r.stderr.contains("raw.orders"), "{}", r.stderr);
 }
+
+/// A source audit that `ref`s a model this run does not write runs before the writes like any
+/// other: an orphan order against customers no run refreshes stops the run with nothing written.
+#[test]
+fn a_source_audit_reading_a_model_the_run_leaves_as_it_is_still_gates_the_writes() {
+    let mut p = Project::new();
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n");
+    p.write(
+        "models/m.lua",
+        r#"local customers = define_model { name = "m.customers", kind = kind.full(), schema = { { "id", "bigint" } }, query = "SELECT 1::BIGINT AS id" }
+local orders = define_model { name = "raw.orders", kind = kind.external { path = "data/orders.csv" },
+  schema = { { "ts", "timestamp" }, { "customer", "bigint" } },
+  audits = { audit.relationships { "customer", customers, field = "id" }, audit.not_null { "ts", blocking = false } } }
+define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
+  schema = { { "day", "timestamp" }, { "n", "bigint" } },
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n FROM " .. ref(orders) .. " WHERE ts >= @start AND ts < @end GROUP BY 1" }
+"#,
+    );
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.apply("prod");
+    let daily = p.rows("\"m\".\"daily\"");
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n2026-01-02 10:00:00,9\n");
+    p.now = "2026-01-03T01:00:00Z".into();
+    let r = p.run(&["run", "prod"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("relationships") && r.stderr.contains("nothing was written"), "{}", r.stderr);
+    assert_eq!(p.rows("\"m\".\"daily\""), daily, "no interval was computed over the orphan");
+}
+
+/// A source's warn audit is run once per apply, though another of its audits (reading a model
+/// the apply builds) waits for that model: its warning is not printed twice, whether the apply
+/// reads the source into a table `prod` serves (a due day) or into a new version's.
+#[test]
+fn a_source_warning_is_printed_once_when_its_other_audit_waits_for_a_model_built_here() {
+    let mut p = Project::new();
+    p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n,1\n");
+    let models = |customers: &str, other: bool| {
+        let other = if other {
+            r#"define_model { name = "m.other", kind = kind.full(), schema = { { "n", "bigint" } }, query = "SELECT count(*) AS n FROM " .. ref(orders) }"#
+        } else {
+            ""
+        };
+        format!(
+            r#"local customers = define_model {{ name = "m.customers", kind = kind.full(), schema = {{ {{ "id", "bigint" }} }}, query = "{customers}" }}
+local orders = define_model {{ name = "raw.orders", kind = kind.external {{ path = "data/orders.csv" }},
+  schema = {{ {{ "ts", "timestamp" }}, {{ "customer", "bigint" }} }},
+  audits = {{ audit.relationships {{ "customer", customers, field = "id" }}, audit.not_null {{ "ts", blocking = false }} }} }}
+define_model {{ name = "m.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "n", "bigint" }} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n FROM " .. ref(orders) .. " WHERE ts >= @start AND ts < @end GROUP BY 1" }}
+{other}
+"#
+        )
+    };
+    p.write("models/m.lua", &models("SELECT 1::BIGINT AS id", false));
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.apply("prod");
+    // The customers' query changes (a new version built here), a day is due and a new model reads
+    // the source.
+    p.write("models/m.lua", &models("SELECT 1::BIGINT AS id UNION ALL SELECT 2", true));
+    p.now = "2026-01-03T01:00:00Z".into();
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(0);
+    let warnings = r.stderr.lines().filter(|l| l.contains("not_null(ts)") && l.contains("raw.orders")).count();
+    assert_eq!(warnings, 1, "{}", r.stderr);
+}
+
+/// A JSON file's columns are cast to their declared types: a field null in every row (which
+/// DuckDB's reader leaves `JSON`) reads as the declared `bigint`; a value that is no number fails
+/// the build naming the model.
+#[test]
+fn json_sources_are_cast_to_their_declared_types() {
+    let p = Project::new();
+    p.write("data/e.jsonl", "{\"id\": null, \"k\": \"a\"}\n{\"id\": null, \"k\": \"b\"}\n");
+    write_models(
+        &p,
+        r#"path = "data/e.jsonl""#,
+        r#"{ { "id", "bigint" }, { "k", "varchar" } }"#,
+        "SELECT k, coalesce(id, 0) AS n FROM ]] .. ref(\"raw.parts\") .. [[",
+    );
+    p.apply("dev");
+    let types = p.query("SELECT data_type FROM information_schema.columns WHERE table_schema = 'dev__m' AND table_name = 'sum' ORDER BY ordinal_position");
+    assert_eq!(types, vec![vec![s("VARCHAR")], vec![s("BIGINT")]]);
+    p.write("data/e.jsonl", "{\"id\": 1, \"k\": \"a\"}\n{\"id\": {\"x\": 3}, \"k\": \"c\"}\n");
+    write_models(&p, r#"path = "data/e.jsonl""#, r#"{ { "id", "bigint" }, { "k", "varchar" } }"#, "SELECT k, id AS n FROM ]] .. ref(\"raw.parts\") .. [[");
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("m.sum") || r.stderr.contains("models/sum.lua"), "{}", r.stderr);
+}
