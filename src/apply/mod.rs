@@ -2099,6 +2099,10 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                     // `@this` reads the table: its first build finds it, empty.
                     engine.execute(&batch::ensure_table(model, body, &physical, exec, engine.sql())).map_err(|e| build_err(e, None))?;
                 }
+                // What its parents hold as it reads them, recorded with the write: a version an
+                // environment points at anew later is refreshed when they changed since
+                // (`plan::mark_stale_builds`).
+                let built_from = read_built_from(project, self.versions, &model.name, state)?;
                 let write = state.begin_data_write(&snapshot.name, &snapshot.fingerprint, interval::now_millis())?;
                 let (pre, post) = batch::pre_post(model, exec, None);
                 let (stats, results) = upsert::write(engine, model, by, &physical, &sql, (&pre, &post), &checks)?;
@@ -2112,6 +2116,7 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
                 // Pre/post statements may change rows the count above cannot see: a write running
                 // any counts as a change.
                 state.end_data_write(&write, stats.changed > 0 || !model.statements.is_empty(), interval::now_millis())?;
+                state.record_reuse(&snapshot, &built_from, interval::now_millis())?;
                 self.built(action, model, started, 0)?;
                 Ok(None)
             }

@@ -94,7 +94,8 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.build {
             notes.push("build".into());
         }
-        if a.rebuild {
+        // (A keyed model's refresh is said by the plan's writes, `alsoWrites`.)
+        if a.rebuild && !matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition") {
             notes.push(format!("rebuild: {}", a.rebuild_reason.as_deref().unwrap_or("an earlier apply or run stopped before rebuilding it")));
         }
         if a.register {

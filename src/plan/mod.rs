@@ -451,7 +451,9 @@ pub struct Action {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rebuild: bool,
     /// Why `rebuild` is set: a pending rebuild's record, the parents whose data changed since
-    /// the version was built ([`generations`]), or a parent rebuilt by this plan.
+    /// the version was built ([`generations`]), or a parent rebuilt by this plan. (On a
+    /// unique-key or partition version the environment points at anew: refreshed, as `run`
+    /// would, its parents' data having changed since its last refresh.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_reason: Option<String>,
     /// The model's `owner` (a model property, metadata), for readers of `plan --json`.
@@ -1700,10 +1702,15 @@ fn mark_stale_builds(
     shared: &mut Option<BTreeSet<(String, String)>>,
     only: Option<&std::collections::HashSet<ModelName>>,
 ) -> Result<(), StateError> {
+    // Also unique-key and partition versions the environment points at anew (a revert, a
+    // promotion): their table holds what their last refresh read, which `run` would bring up to
+    // date; the apply refreshes them when their parents' data changed since
+    // (`work::decide`). Where the environment serves them already, that is `run`'s work.
+    let keyed_switch = |a: &Action| matches!(a.kind, "incremental_by_unique_key" | "incremental_by_partition") && a.points_at_existing();
     let candidates: Vec<(ModelName, String)> = plan
         .actions
         .iter()
-        .filter(|a| a.change != Change::Removed && !a.build && !a.rebuild && a.kind == "full" && a.physical.is_some())
+        .filter(|a| a.change != Change::Removed && !a.build && !a.rebuild && (a.kind == "full" || keyed_switch(a)) && a.physical.is_some())
         .filter(|a| only.is_none_or(|o| o.contains(&a.name)))
         .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
         .collect();
@@ -1720,6 +1727,14 @@ fn mark_stale_builds(
     let mut rebuilt: BTreeSet<ModelName> = BTreeSet::new();
     for i in 0..plan.actions.len() {
         let a = &plan.actions[i];
+        if keyed_switch(a) && !a.rebuild {
+            if let Some(r) = reasons.get(&a.name) {
+                let a = &mut plan.actions[i];
+                a.rebuild = true;
+                a.rebuild_reason = Some(r.replace("since it was built", "since its last refresh"));
+            }
+            continue;
+        }
         if a.change == Change::Removed || a.build || a.kind != "full" || a.physical.is_none() {
             continue;
         }

@@ -179,7 +179,15 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // A unique-key, partition or SCD type 2 model is refreshed by `run`, and by `apply` too
         // when a parent has new data here (it would otherwise keep rows its time-range children
         // compute their new intervals from, and record done, in this very apply).
-        let when = match !a.build && !a.register && a.backfill.is_empty() && !downstream && (refresh || cause.is_some() || feeding.contains(&a.name)) {
+        // (A unique-key or partition version pointed at anew whose parents' data changed since
+        // its last refresh: `plan::mark_stale_builds`.)
+        let stale_switch = a.rebuild && matches!(model.map(|m| &m.kind), Some(Kind::IncrementalByUniqueKey(_) | Kind::IncrementalByPartition(_)));
+        let when = match !a.build
+            && !a.register
+            && a.backfill.is_empty()
+            && !downstream
+            && (refresh || cause.is_some() || feeding.contains(&a.name) || stale_switch)
+        {
             true => refreshed(project, plan, state, a)?,
             false => None,
         };
@@ -210,6 +218,9 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             let why = match &cause {
                 Some(p) => format!("`{p}` has new data here"),
                 None if refresh => "`run` refreshes it".to_string(),
+                None if stale_switch => {
+                    format!("pointed at here, {}", a.rebuild_reason.as_deref().unwrap_or("its parents' data changed since its last refresh"))
+                }
                 None => "a time-range model below it computes intervals here".to_string(),
             };
             let when = when.unwrap_or_default();

@@ -59,6 +59,7 @@ on_every_engine!(
     an_upsert_that_changes_no_row_leaves_the_rollups_over_it_current_and_one_that_changes_rows_marks_them,
     a_unique_key_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply,
     a_partition_model_served_from_another_table_rebuilds_its_full_children_in_the_same_apply,
+    a_unique_key_version_pointed_at_anew_is_refreshed_when_its_parents_data_changed_since_its_last_refresh,
 );
 
 const PROD: u32 = 1;
@@ -592,4 +593,55 @@ fn keyed_model_served_from_another_table(engine: EngineBackend, kind: &str) {
         p.run(&["apply", "prod", "--yes"]).expect_code(0);
         assert_eq!(roll(&p), vec![vec![Some("2".to_string()), Some("30".to_string())]], "{kind}: the rollup over the old table");
     }
+}
+
+/// `t.daily` (time-range, from `landing.ev`) and `t.bycat` (unique-key over it), optionally with
+/// a count `n` (a non-breaking edit).
+fn daily_and_keyed(with_n: bool) -> String {
+    let (col, sel) = if with_n { (r#", { "n", "bigint" }"#, ", count(*) AS n") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.ev", kind = kind.external {{ table = "landing.ev" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "cat", "varchar" }}, {{ "amount", "bigint" }} }} }}
+local daily = define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "cat", "varchar" }}, {{ "total", "bigint" }} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, cat, CAST(sum(amount) AS BIGINT) AS total FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1, 2",
+}}
+define_model {{
+  name = "t.bycat", kind = kind.incremental_by_unique_key {{ key = "cat" }},
+  schema = {{ {{ "cat", "varchar" }}, {{ "total", "bigint" }}{col} }},
+  query = "SELECT cat, CAST(sum(total) AS BIGINT) AS total{sel} FROM " .. ref(daily) .. " GROUP BY cat",
+}}
+"#
+    )
+}
+
+fn a_unique_key_version_pointed_at_anew_is_refreshed_when_its_parents_data_changed_since_its_last_refresh(engine: EngineBackend) {
+    let mut p = Project::on_engine(engine);
+    p.execute_on_engine(
+        "CREATE SCHEMA landing; CREATE TABLE landing.ev (ts timestamp, cat varchar, amount bigint); \
+         INSERT INTO landing.ev VALUES (TIMESTAMP '2026-01-01 10:00', 'a', 10), (TIMESTAMP '2026-01-02 10:00', 'b', 20)",
+    );
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_and_keyed(false));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    let b = |p: &Project, env: &str| p.query(&format!("SELECT CAST(total AS VARCHAR) FROM {} WHERE cat = 'b'", env_view(env, "t.bycat")));
+    // dev serves the edit; promoted to prod with no new data: a view swap, nothing refreshed.
+    p.write("models/m.lua", &daily_and_keyed(true));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let promoted = p.run(&["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    assert!(!string_set(&promoted["built"]).contains("t.bycat"), "{promoted:#}");
+    // A new day; prod's run refreshes the version it serves.
+    p.execute_on_engine("INSERT INTO landing.ev VALUES (TIMESTAMP '2026-01-03 10:00', 'b', 7)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(b(&p, "prod"), vec![vec![Some("27".to_string())]]);
+    // Back to the old version, last refreshed before the new day: refreshed by the apply.
+    p.write("models/m.lua", &daily_and_keyed(false));
+    let plan = p.plan("prod");
+    let refresh = plan["alsoWrites"].as_array().and_then(|w| w.iter().find(|r| r["model"] == "t.bycat")).cloned().unwrap_or_default();
+    assert!(refresh["note"].as_str().is_some_and(|n| n.contains("refresh, as `run` would") && n.contains("t.daily")), "{plan:#}");
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(b(&p, "prod"), vec![vec![Some("27".to_string())]], "the old version's table brought up to date");
+    assert_eq!(p.plan("prod")["hasChanges"], false);
 }
