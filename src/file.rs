@@ -17,6 +17,18 @@ pub fn replace(path: &Path, tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
+/// The bytes of the file at `path`, refused unless it is a regular file (symbolic links
+/// followed): a FIFO would block the read forever, a device (`/dev/zero`) never end it.
+///
+/// # Errors
+/// The file cannot be read (`NotFound` as the read gives it), or is not a regular file.
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    if !fs_err::metadata(path)?.is_file() {
+        return Err(std::io::Error::other(format!("`{}` is not a regular file (a directory, a FIFO or a device)", path.display())));
+    }
+    fs_err::read(path)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -32,16 +44,4 @@ mod tests {
         assert_eq!(fs_err::read(dir.path().join("ok")).unwrap(), b"abc");
         assert!(!tmp.exists());
     }
-}
-
-/// The bytes of the file at `path`, refused unless it is a regular file (symbolic links
-/// followed): a FIFO would block the read forever, a device (`/dev/zero`) never end it.
-///
-/// # Errors
-/// The file cannot be read (`NotFound` as the read gives it), or is not a regular file.
-pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
-    if !fs_err::metadata(path)?.is_file() {
-        return Err(std::io::Error::other(format!("`{}` is not a regular file (a directory, a FIFO or a device)", path.display())));
-    }
-    fs_err::read(path)
 }

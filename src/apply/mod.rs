@@ -655,7 +655,7 @@ fn execute_recorded(
         .collect();
     // The audits of file sources the promotion runs (below) read only files: with more than one
     // job they run meanwhile on a connection of their own, and the promotion takes their results.
-    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), &read_anew, &gated);
+    let early = early_source_audits(project, plan, &work, &exec, refresh, options.effective_jobs(), (&read_anew, &gated));
     let early_db = if early.is_empty() { None } else { engine.worker() };
     // Set, and the running audit interrupted, when the apply fails meanwhile: their results
     // would never be used, and the failure is reported without waiting for them.
@@ -797,8 +797,7 @@ fn early_source_audits<'p>(
     exec: &ExecResolver,
     refresh: bool,
     jobs: usize,
-    read_anew: &BTreeSet<ModelName>,
-    gated: &Gated,
+    (read_anew, gated): (&BTreeSet<ModelName>, &Gated),
 ) -> Vec<(ModelName, Vec<(&'p crate::core::audit::Audit, String)>)> {
     use crate::core::Resolver;
     let may_write = work.iter().any(|a| {
