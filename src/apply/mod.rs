@@ -538,11 +538,12 @@ fn execute_recorded(
     let during = if refresh { "run" } else { "apply" };
     // The models whose data, as an environment serves it, this command changes: written here, or
     // pointed at anew.
-    let changing: BTreeSet<ModelName> = work
+    let mut changing: BTreeSet<ModelName> = work
         .iter()
         .map(|a| a.name.clone())
         .chain(plan.actions.iter().filter(|a| !refresh && !matches!(a.change, Change::Unchanged | Change::Removed | Change::Metadata)).map(|a| a.name.clone()))
         .collect();
+    through_storeless(project, plan, &mut changing);
     let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, (during, &changing))?;
     audited.extend(project.dag.models().filter(|m| fully_gated(&gated, m)).map(|m| m.name.clone()));
     // (A version the environment points at anew may have been built by an earlier apply that
@@ -721,7 +722,8 @@ fn execute_recorded(
             if refresh {
                 // Audits of other models reading what this run wrote run again over their whole
                 // relation (SPEC §4 invariant 52); the writes are committed, a failure fails the run.
-                let written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+                let mut written: BTreeSet<ModelName> = report.built.iter().cloned().collect();
+                through_storeless(project, plan, &mut written);
                 let failures = ref_audits(project, plan, engine, &exec, &audited, &BTreeMap::new(), &written, &mut report, "run")?;
                 if let Some(first) = failures.first() {
                     let read: BTreeSet<ModelName> =
@@ -886,6 +888,19 @@ fn source_gate(
         return Err(ApplyError::SourceAudit { during, failures });
     }
     Ok(gated)
+}
+
+/// Adds to `models` the `embedded` and `view` models over one of them (through others): they
+/// store nothing, so what reads them reads the new data of what `models` holds. (The plan's
+/// order is topological.)
+fn through_storeless(project: &Project, plan: &Plan, models: &mut BTreeSet<ModelName>) {
+    for a in &plan.actions {
+        if let Some(m) = project.dag.get(&a.name).filter(|m| matches!(m.kind, Kind::Embedded | Kind::View))
+            && m.parents().iter().any(|p| models.contains(p))
+        {
+            models.insert(m.name.clone());
+        }
+    }
 }
 
 /// The audits [`source_gate`] ran, by source: their labels.
@@ -1216,12 +1231,13 @@ fn pre_promotion_audits(
     let mut failures = Vec::new();
     // Models whose data, as the environment serves it, this apply changes: another version, or
     // data written (a `metadata` change keeps the version the environment serves).
-    let touched: BTreeSet<ModelName> = plan
+    let mut touched: BTreeSet<ModelName> = plan
         .actions
         .iter()
         .filter(|a| !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata) || report.built.contains(&a.name))
         .map(|a| a.name.clone())
         .collect();
+    through_storeless(project, plan, &mut touched);
     // The pass each model's audits got below (`None`: all of them over the whole relation).
     let mut ran: BTreeMap<ModelName, Option<AuditScope>> = BTreeMap::new();
     // (Unchanged external sources too, when this apply read them into a new version's table.)

@@ -69,8 +69,23 @@ pub use crate::plan::integrity::{embeds_project_root, is_url};
 /// [`External::typed_by_consumers`]).
 pub fn external_relation(project: &Project, model: &Model, ext: &External) -> String {
     let src = external_source(project, model, ext);
+    // (A JSON file's text columns are left as read: a field DuckDB typed `JSON` cast to text
+    // would keep a string's quotes.)
+    let json = matches!(ext, External::Files { format: crate::core::FileFormat::Json, .. });
     let cols: Vec<String> = if ext.typed_by_consumers() {
-        model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect()
+        model
+            .schema
+            .0
+            .iter()
+            .map(|c| {
+                let q = quote_ident(&c.name);
+                if json && crate::core::schema::TypeFamily::of(&c.ty) == crate::core::schema::TypeFamily::Text {
+                    q
+                } else {
+                    format!("CAST({q} AS {}) AS {q}", c.ty)
+                }
+            })
+            .collect()
     } else {
         model.schema.names().map(quote_ident).collect()
     };

@@ -166,7 +166,7 @@ fn text(r: &Report) -> String {
     }
     if r.dropped.is_empty() && r.orphans.is_empty() && r.failed.is_empty() && r.kept_orphans.is_empty() && r.kept_shared.is_empty() {
         // After an environment's lines, what is left is only that no storage was unreachable.
-        let what = if r.environments.is_empty() { "nothing to collect" } else { "no unreachable storage to collect" };
+        let what = if r.environments.is_empty() { "nothing to collect" } else { "no storage past its ttl to collect" };
         s.push_str(&format!("janitor: {what} (ttl {} days)\n", r.ttl_days));
         return s;
     }

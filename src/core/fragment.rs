@@ -224,6 +224,41 @@ impl Fragment {
         *self = out;
     }
 
+    /// The `@word` markers of the text nodes that no rule gives a meaning (whole words outside
+    /// string literals, quoted identifiers and comments, not a call `@name(`): what is left after
+    /// the bounds and `@this` are taken, e.g. sqlmesh's `@start_millis`. DuckDB and Postgres read
+    /// `@x` as `abs(x)`: such a marker would filter silently on a column of that name.
+    pub fn unknown_markers(&self) -> Vec<String> {
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            let Node::Text(s) = n else { continue };
+            let bytes = s.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                if let Some(end) = skip_literal_or_comment(bytes, i) {
+                    i = end;
+                    continue;
+                }
+                let starts = bytes[i] == b'@'
+                    && (i == 0 || !(word(bytes[i - 1]) || bytes[i - 1] == b'@'))
+                    && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_');
+                if starts {
+                    let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
+                    let name = &s[i + 1..i + 1 + len];
+                    let call = bytes[i + 1 + len..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
+                    if !call && name != "this_model" && !out.iter().any(|o| o == name) {
+                        out.push(name.to_string());
+                    }
+                    i += 1 + len;
+                    continue;
+                }
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// True when the body reads its own table (`@this`).
     pub fn reads_itself(&self) -> bool {
         self.nodes.iter().any(|n| matches!(n, Node::This(_)))
@@ -413,6 +448,16 @@ mod tests {
         assert!(f.reads_itself());
         assert_eq!(f.nodes.iter().filter(|n| matches!(n, Node::This(m) if *m == name)).count(), 1);
         assert_eq!(f.render(&CanonicalResolver), "SELECT t FROM \"@this\" AS p WHERE p.t < $start AND x = '@this' AND @thisx = 1 -- @this\n");
+    }
+
+    #[test]
+    fn unknown_markers_are_whole_words_outside_literals_and_calls() {
+        let mut f = Fragment::default();
+        f.push_sql_with_bounds(
+            "SELECT '@x', \"@y\", @start_millis, @m(1), @m (2), a@b, @start, @@z, j @> '{}' -- @c\n/* @d */ @this, @execution_ds, @start_millis",
+        );
+        f.bind_this(&ModelName::parse("s.t").unwrap());
+        assert_eq!(f.unknown_markers(), ["start_millis", "execution_ds"]);
     }
 
     #[test]

@@ -1723,7 +1723,18 @@ fn mark_stale_builds(
     if stale.is_empty() {
         return Ok(());
     }
-    let reasons: HashMap<&ModelName, &str> = stale.iter().map(|(n, _, r)| (n, r.as_str())).collect();
+    let mut reasons: HashMap<&ModelName, &str> = stale.iter().map(|(n, _, r)| (n, r.as_str())).collect();
+    // A keyed version is refreshed only when `run` would refresh it now (no cron, or its cron
+    // ticked since its last refresh): otherwise its schedule keeps it as it is, unmarked.
+    let mut not_due = Vec::new();
+    for a in plan.actions.iter().filter(|a| keyed_switch(a) && reasons.contains_key(&a.name)) {
+        if work::refreshed(project, plan, state, a)?.is_none() {
+            not_due.push(&a.name);
+        }
+    }
+    for name in not_due {
+        reasons.remove(name);
+    }
     let mut rebuilt: BTreeSet<ModelName> = BTreeSet::new();
     for i in 0..plan.actions.len() {
         let a = &plan.actions[i];

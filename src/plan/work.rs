@@ -168,7 +168,8 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         };
         if downstream {
             let reason = match (&cause, ticked) {
-                (Some(p), _) => format!("downstream of new intervals of {p}"),
+                (Some(p), _) if project.dag.get(p).is_some_and(|m| m.kind.time_range().is_some()) => format!("downstream of new intervals of {p}"),
+                (Some(p), _) => format!("downstream of the refresh of {p}"),
                 (None, Some(t)) if !a.rebuild => {
                     format!("its cron `{}` ticked at {}", model.and_then(|m| m.cron.as_deref()).unwrap_or_default(), interval::to_iso(t))
                 }
@@ -271,7 +272,7 @@ fn feeds_backfill(project: &Project, plan: &Plan) -> BTreeSet<ModelName> {
 /// True when `run` refreshes `action`'s model: a unique-key, partition or SCD type 2 model
 /// without a `cron` (every run), or one whose cron ticked since it was last refreshed
 /// ([`cron_due`]).
-fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<Option<String>, StateError> {
+pub(super) fn refreshed(project: &Project, plan: &Plan, state: &dyn StateStore, action: &Action) -> Result<Option<String>, StateError> {
     Ok(match project.dag.get(&action.name) {
         Some(m) if m.kind.is_refreshed() => match m.cron.as_deref() {
             None => Some("it has no cron".to_string()),

@@ -79,6 +79,15 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
     Ok(f)
 }
 
+/// The message of a query's `@word` no rule gives a meaning ([`Fragment::unknown_markers`]).
+fn unknown_marker(name: &str) -> String {
+    let known = ["start", "end", "start_date", "end_date", "start_ds", "end_ds", "start_ts", "end_ts", "this"];
+    let like = crate::core::error::did_you_mean(name, known).map(|k| format!(" (did you mean `@{k}`?)")).unwrap_or_default();
+    format!(
+        "unknown marker `@{name}` in the query{like}: the markers are `@start`, `@end` (timestamps), `@start_date`/`@end_date`, `@start_ds`/`@end_ds`, `@start_ts`/`@end_ts` and `@this`; DuckDB would read `@{name}` as `abs({name})` (write `abs(…)` for that)"
+    )
+}
+
 /// Fills `cols(parent)` calls that named no columns with the parent's declared columns, once all
 /// models are known.
 pub fn expand_all_cols(models: &mut [Model]) {
@@ -316,6 +325,9 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             Ok(mut f) => {
                 if let Some(n) = &name {
                     f.bind_this(n);
+                }
+                for unknown in f.unknown_markers() {
+                    errors.push(err(unknown_marker(&unknown)));
                 }
                 Some(f)
             }

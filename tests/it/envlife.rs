@@ -453,7 +453,7 @@ fn the_janitor_report_of_an_environment_dropped_with_no_storage_of_its_own_does_
     let now = now_millis() + 120_000;
     let out = at(&mut p, now, &["janitor"]).expect_code(0).stdout.clone();
     assert!(out.contains("janitor dropped the expired environment `dev`"), "{out}");
-    assert!(out.contains("janitor: no unreachable storage to collect") && !out.contains("nothing to collect"), "{out}");
+    assert!(out.contains("janitor: no storage past its ttl to collect") && !out.contains("nothing to collect"), "{out}");
 }
 
 /// A plan of an environment that does not exist, named like one that does, says so on stderr

@@ -437,6 +437,17 @@ fn a_source_failing_its_blocking_audit_is_never_read_into_what_an_environment_se
 /// arrives in both sources, and an orphan order still fails it.
 #[test]
 fn a_source_audit_reading_another_model_runs_after_that_model_is_written() {
+    source_audit_reading_another_model(false);
+}
+
+/// The same, the audit reading the customers through an `embedded` model (which stores nothing:
+/// it reads the customers' new table).
+#[test]
+fn a_source_audit_reading_an_embedded_model_over_a_model_written_here_runs_after_it() {
+    source_audit_reading_another_model(true);
+}
+
+fn source_audit_reading_another_model(through_embedded: bool) {
     let mut p = Project::new();
     p.write("data/customers.csv", "id\n1\n2\n");
     p.write("data/orders.csv", "ts,customer\n2026-01-01 10:00:00,1\n2026-01-02 10:00:00,2\n");
@@ -451,8 +462,19 @@ local orders = define_model { name = "raw.orders", kind = kind.external { path =
 define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_column = "day", start = "2026-01-01" },
   schema = { { "day", "timestamp" }, { "n", "bigint" } },
   query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, count(*) AS n FROM " .. ref(orders) .. " WHERE ts >= @start AND ts < @end GROUP BY 1" }
+define_model { name = "m.known", kind = kind.embedded(), schema = { { "id", "bigint" } }, query = "SELECT id FROM " .. ref(customers) }
 "#,
     );
+    if through_embedded {
+        let text = fs_err::read_to_string(p.root().join("models/m.lua")).unwrap();
+        p.write(
+            "models/m.lua",
+            &text.replace(
+                r#"audit.relationships { "customer", "m.customers", field = "id" }"#,
+                r#"audit.relationships { "customer", "m.known", field = "id" }"#,
+            ),
+        );
+    }
     p.now = "2026-01-03T01:00:00Z".into();
     p.apply("prod");
     p.write("data/customers.csv", "id\n1\n2\n3\n");

@@ -50,6 +50,21 @@ fn unknown_ref_names_the_site_and_suggests() {
     );
 }
 
+/// A marker efmesh does not know (sqlmesh's `@start_millis`, a typo of `@start_date`) would be
+/// DuckDB's `abs()` of a column of that name: a load error at the model, with a did-you-mean.
+#[test]
+fn an_unknown_marker_in_a_query_is_a_load_error_not_an_abs_call() {
+    assert_load_error(
+        |p| {
+            p.write(
+                "models/extra.lua",
+                "define_model { name = \"z.x\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-01-01\" },\n  schema = { { \"d\", \"date\" } },\n  query = \"SELECT d FROM (SELECT DATE '2026-01-01' AS d, 1 AS start_dat) WHERE d >= @start AND '@x' <> '' AND start_dat = @start_dat -- @not_this\" }\n",
+            );
+        },
+        &["models/extra.lua:1", "unknown marker `@start_dat`", "did you mean `@start_date`?", "abs(start_dat)"],
+    );
+}
+
 #[test]
 fn duplicate_model_names_show_both_locations() {
     assert_load_error(
