@@ -121,7 +121,12 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             ));
         }
         if let Some(r) = &a.recompute {
-            if r.because == [a.name.clone()] {
+            if r.reads_itself && r.because == [a.name.clone()] {
+                notes.push(format!(
+                    "{} of them done, recomputed: its query reads its own table (`@this`), and an earlier interval is computed here",
+                    r.intervals
+                ));
+            } else if r.because == [a.name.clone()] {
                 notes.push(format!("{} of them done, recomputed: another version of it (another query) wrote them into its table since", r.intervals));
             } else {
                 let by = r.because.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");

@@ -393,7 +393,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             }
             if let Some(w) = &l.left_to {
                 text.push_str(&format!(
-                    "    its table is also what `{w}` serves (another version, over other parents): `{env}` computes nothing there and shows its intervals as `{w}` computes them (never those outside `{w}`'s `start`/`end`)\n"
+                    "    its table is also what `{w}` serves (another version over other parents, or this version under other settings): `{env}` computes nothing there and shows its intervals as `{w}` computes them (never those outside `{w}`'s `start`/`end`)\n"
                 ));
             }
             if l.failed > 0 {

@@ -42,6 +42,10 @@ pub struct Recompute {
     /// The time-range models upstream whose rewritten intervals reach this one; the model itself
     /// when another version of it (another query) wrote them into its table ([`taken_over`]).
     pub because: Vec<ModelName>,
+    /// True when (some of) them are recomputed because the model reads its own table (`@this`)
+    /// and an earlier interval is computed in this plan (`because` names the model itself).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reads_itself: bool,
     /// The done intervals added to the backfill (grain intervals, sorted).
     #[serde(skip)]
     pub added: Vec<Interval>,
@@ -188,6 +192,9 @@ fn rewrites(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Resul
             let added = recompute_done(state, action, t.grain, &[after])?;
             if !added.is_empty() {
                 note(action, added, [action.name.clone()]);
+                if let Some(r) = action.recompute.as_mut() {
+                    r.reads_itself = true;
+                }
             }
         }
         let before = action.backfill.clone();
@@ -462,7 +469,7 @@ fn add_to_backfill(action: &mut Action, computed: BTreeSet<Interval>, added: &[I
 /// Records in `action.recompute` the done intervals `added` to its backfill and the models
 /// `because` of which, with what an earlier pass recorded.
 fn note(action: &mut Action, added: Vec<Interval>, because: impl IntoIterator<Item = ModelName>) {
-    let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), added: Vec::new() });
+    let r = action.recompute.get_or_insert_with(|| Recompute { intervals: 0, because: Vec::new(), reads_itself: false, added: Vec::new() });
     r.added.extend(added);
     r.added.sort();
     r.added.dedup();

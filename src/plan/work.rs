@@ -87,7 +87,7 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
             && *withheld > 0
         {
             let why = if *settings {
-                "this very version, under other `lookback`/`cron`/audits/statements, which decide what is written there"
+                "this very version, under other `lookback`/`auto_restatement_intervals`/`cron`/audits/statements, which decide what is written there"
             } else {
                 "another version, over other parent tables"
             };
