@@ -229,10 +229,13 @@ impl Fragment {
     /// the bounds and `@this` are taken, e.g. sqlmesh's `@start_millis`. DuckDB and Postgres read
     /// `@x` as `abs(x)`: such a marker would filter silently on a column of that name.
     pub fn unknown_markers(&self) -> Vec<String> {
-        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
+        // (Not the end of an operator: `<@`, `^@`, `@@`, `&@`, …)
+        let operator = |b: u8| word(b) || b"@<^&|~!#?".contains(&b);
+        // One text: a literal or comment may span a `ref()`/`cols()` call (each a plain token).
+        let s: String = self.nodes.iter().map(|n| if let Node::Text(t) = n { t.as_str() } else { " r " }).collect();
         let mut out = Vec::new();
-        for n in &self.nodes {
-            let Node::Text(s) = n else { continue };
+        {
             let bytes = s.as_bytes();
             let mut i = 0;
             while i < bytes.len() {
@@ -241,8 +244,8 @@ impl Fragment {
                     continue;
                 }
                 let starts = bytes[i] == b'@'
-                    && (i == 0 || !(word(bytes[i - 1]) || bytes[i - 1] == b'@'))
-                    && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_');
+                    && (i == 0 || !operator(bytes[i - 1]))
+                    && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80);
                 if starts {
                     let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
                     let name = &s[i + 1..i + 1 + len];
@@ -338,11 +341,23 @@ pub fn skip_literal_or_comment(bytes: &[u8], i: usize) -> Option<usize> {
         }
         b'-' if bytes.get(i + 1) == Some(&b'-') => Some(bytes[i..].iter().position(|b| *b == b'\n').map_or(n, |p| i + p)),
         b'/' if bytes.get(i + 1) == Some(&b'*') => {
-            let mut j = i + 2;
-            while j + 1 < n && !(bytes[j] == b'*' && bytes[j + 1] == b'/') {
-                j += 1;
+            // Block comments nest (Postgres and DuckDB): `/* a /* b */ c */` is one comment.
+            let (mut j, mut depth) = (i + 2, 1usize);
+            while j + 1 < n {
+                if bytes[j] == b'/' && bytes[j + 1] == b'*' {
+                    depth += 1;
+                    j += 2;
+                } else if bytes[j] == b'*' && bytes[j + 1] == b'/' {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        return Some(j);
+                    }
+                } else {
+                    j += 1;
+                }
             }
-            Some((j + 2).min(n))
+            Some(n)
         }
         // A dollar-quoted string (`$$…$$`, `$tag$…$tag$`: Postgres and DuckDB), not a `$1`
         // parameter or a `$start` placeholder: the tag is empty or an identifier, closed by `$`,
@@ -454,10 +469,16 @@ mod tests {
     fn unknown_markers_are_whole_words_outside_literals_and_calls() {
         let mut f = Fragment::default();
         f.push_sql_with_bounds(
-            "SELECT '@x', \"@y\", @start_millis, @m(1), @m (2), a@b, @start, @@z, j @> '{}' -- @c\n/* @d */ @this, @execution_ds, @start_millis",
+            "SELECT '@x', \"@y\", @start_millis, @m(1), @m (2), a@b, @start, @@z, j @> '{}' -- @c\n/* @d /* @e */ @f */ @this, @execution_ds, l<@k, s^@t, @größe, @start_millis",
         );
         f.bind_this(&ModelName::parse("s.t").unwrap());
-        assert_eq!(f.unknown_markers(), ["start_millis", "execution_ds"]);
+        assert_eq!(f.unknown_markers(), ["start_millis", "execution_ds", "größe"]);
+        // A literal spanning a `ref()` call.
+        let mut g = Fragment::default();
+        g.push_text("SELECT 'read from ");
+        g.nodes.push(Node::Ref(RefSite { target: ModelName::parse("s.u").unwrap(), location: Location { file: "m.lua".into(), line: 1 } }));
+        g.push_text(" by @me' AS x, @ours");
+        assert_eq!(g.unknown_markers(), ["ours"]);
     }
 
     #[test]

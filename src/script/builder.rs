@@ -326,8 +326,9 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
                 if let Some(n) = &name {
                     f.bind_this(n);
                 }
-                for unknown in f.unknown_markers() {
-                    errors.push(err(unknown_marker(&unknown)));
+                // (Without a name, `@this` is not bound: the name's own error says what to fix.)
+                for unknown in f.unknown_markers().iter().filter(|_| name.is_some()) {
+                    errors.push(err(unknown_marker(unknown)));
                 }
                 Some(f)
             }

@@ -107,6 +107,9 @@ fn a_start_moved_earlier_recomputes_every_later_interval(engine: EngineBackend) 
     let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
     let action = plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == "t.running").cloned().unwrap_or_default();
     assert_eq!(action["recompute"]["because"], serde_json::json!(["t.running"]), "{action:#}");
+    assert_eq!(action["recompute"]["readsItself"], serde_json::json!(true), "{action:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("recomputed: its query reads its own table (`@this`)") && !text.contains("another version of it"), "{text}");
     p.apply("dev");
     assert_eq!(served(&p), window(&p, "2026-01-20"), "every total from the new start on");
 }
