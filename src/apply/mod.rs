@@ -848,12 +848,14 @@ fn sources_read<'p>(project: &'p Project, work: &[&crate::plan::Action]) -> Vec<
 
 /// Runs the audits of every external source [`sources_read`] finds for `work` (writes into tables
 /// an environment serves) before anything is written (SPEC §4 invariant 44): the rows of a source
-/// change outside efmesh, so its audits are not only the promotion's. A blocking failure stops
-/// the apply or run with nothing written. Returns the sources whose audits ran over what they
-/// read alone (no `ref`): the promotion does not run them again.
+/// change outside efmesh, so its audits are not only the promotion's. An audit that `ref`s a
+/// model in `changing` (written or pointed at anew by this command) waits for it. A blocking
+/// failure stops the apply or run with nothing written. Returns the audits it ran, by source:
+/// the promotion does not run them again.
 ///
 /// # Errors
-/// [`ApplyError::Audit`] for every blocking failure, together.
+/// [`ApplyError::SourceAudit`] for every blocking failure, together; [`ApplyError::Audit`] for an
+/// audit that could not run.
 fn source_gate(
     project: &Project,
     work: &[&crate::plan::Action],

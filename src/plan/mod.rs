@@ -2302,8 +2302,9 @@ fn compute_with(
         let key = (name_s.clone(), fp.as_str().to_string());
         let existing = snapshots.get(&key);
         // `--forward-only` keeps the old table; a version of this query that already exists on
-        // a table of its own (an earlier apply built it, every interval with this query) cannot
-        // be put on the old one: served as it is, it would not be what the plan promised.
+        // another table (its own, which an earlier apply built, perhaps in part; or another
+        // version's, which it took forward-only elsewhere) cannot be put on the old one: a
+        // version has one table, and served there it would not be what the plan promised.
         if options.forward_only.contains(&model.name)
             && let (Some((phys, _)), Some((_, kept))) = (existing, &reused)
             && !phys.is_empty()
