@@ -538,11 +538,8 @@ fn execute_recorded(
     let during = if refresh { "run" } else { "apply" };
     // The models whose data, as an environment serves it, this command changes: written here, or
     // pointed at anew.
-    let mut changing: BTreeSet<ModelName> = work
-        .iter()
-        .map(|a| a.name.clone())
-        .chain(plan.actions.iter().filter(|a| !refresh && !matches!(a.change, Change::Unchanged | Change::Removed | Change::Metadata)).map(|a| a.name.clone()))
-        .collect();
+    let mut changing: BTreeSet<ModelName> =
+        work.iter().map(|a| a.name.clone()).chain(plan.actions.iter().filter(|a| !refresh && a.points_anew()).map(|a| a.name.clone())).collect();
     through_storeless(project, plan, &mut changing);
     let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, (during, &changing))?;
     audited.extend(project.dag.models().filter(|m| fully_gated(&gated, m)).map(|m| m.name.clone()));
@@ -551,7 +548,7 @@ fn execute_recorded(
     let into_new: Vec<&crate::plan::Action> = if refresh {
         Vec::new()
     } else {
-        let pointed = plan.actions.iter().filter(|a| !matches!(a.change, Change::Unchanged | Change::Removed | Change::Metadata));
+        let pointed = plan.actions.iter().filter(|a| a.points_anew());
         work.iter().copied().filter(|a| writes_a_new_table(a)).chain(pointed).collect()
     };
     let read_anew: BTreeSet<ModelName> =
@@ -828,20 +825,12 @@ fn writes_a_new_table(action: &crate::plan::Action) -> bool {
 /// parents, and the parents of the `view` and `embedded` models between (which store nothing),
 /// in the plan's order.
 fn sources_read<'p>(project: &'p Project, work: &[&crate::plan::Action]) -> Vec<&'p crate::core::Model> {
-    let mut seen: BTreeSet<ModelName> = BTreeSet::new();
-    let mut stack: Vec<ModelName> = work.iter().filter_map(|a| project.dag.get(&a.name)).flat_map(|m| m.parents()).collect();
-    let mut out = Vec::new();
-    while let Some(name) = stack.pop() {
-        let Some(m) = project.dag.get(&name) else { continue };
-        if !seen.insert(name) {
-            continue;
-        }
-        match m.kind {
-            Kind::External(_) => out.push(m),
-            Kind::View | Kind::Embedded => stack.extend(m.parents()),
-            _ => {}
-        }
-    }
+    let parents = work.iter().filter_map(|a| project.dag.get(&a.name)).flat_map(|m| m.parents()).collect();
+    let mut out: Vec<&crate::core::Model> = crate::plan::generations::read_through(project, parents)
+        .iter()
+        .filter_map(|n| project.dag.get(n))
+        .filter(|m| matches!(m.kind, Kind::External(_)))
+        .collect();
     out.sort_by_key(|m| project.dag.position(&m.name));
     out
 }
@@ -1233,12 +1222,7 @@ fn pre_promotion_audits(
     let mut failures = Vec::new();
     // Models whose data, as the environment serves it, this apply changes: another version, or
     // data written (a `metadata` change keeps the version the environment serves).
-    let mut touched: BTreeSet<ModelName> = plan
-        .actions
-        .iter()
-        .filter(|a| !matches!(a.change, Change::Removed | Change::Unchanged | Change::Metadata) || report.built.contains(&a.name))
-        .map(|a| a.name.clone())
-        .collect();
+    let mut touched: BTreeSet<ModelName> = plan.actions.iter().filter(|a| a.points_anew() || report.built.contains(&a.name)).map(|a| a.name.clone()).collect();
     through_storeless(project, plan, &mut touched);
     // The pass each model's audits got below (`None`: all of them over the whole relation).
     let mut ran: BTreeMap<ModelName, Option<AuditScope>> = BTreeMap::new();

@@ -47,7 +47,7 @@ pub fn stage(project: &Project, pending: &BTreeSet<ModelName>, skip_typing: &BTr
         let Kind::Seed(s) = &model.kind else { continue };
         let problem = |message: String| ContractProblem { model: model.name.clone(), location: model.location.clone(), message };
         let file = seed::resolve(&project.config.root, &s.path);
-        let bytes = match seed::read_file(&file) {
+        let bytes = match crate::file::read_regular(&file) {
             Ok(b) => b,
             Err(e) => {
                 problems.push(problem(format!("cannot read seed file `{}`: {e}", s.path)));

@@ -29,9 +29,16 @@ pub type Source = (String, String, i64);
 /// The models whose data `name` reads: its parents, with `view` and `embedded` parents replaced
 /// by theirs (recursively) and externals left out, sorted.
 pub fn data_parents(project: &Project, name: &ModelName) -> Vec<ModelName> {
+    let parents = project.dag.get(name).map(|m| m.parents().into_iter().collect()).unwrap_or_default();
+    read_through(project, parents).into_iter().filter(|p| !matches!(project.dag.get(p).map(|m| &m.kind), Some(Kind::External(_)))).collect()
+}
+
+/// The models whose stored data reading `models` reads: each of them, with `view` and `embedded`
+/// ones (which store nothing) replaced by what they read, recursively; externals included, sorted.
+pub fn read_through(project: &Project, models: Vec<ModelName>) -> BTreeSet<ModelName> {
     let mut out = BTreeSet::new();
     let mut seen = BTreeSet::new();
-    let mut stack: Vec<ModelName> = project.dag.get(name).map(|m| m.parents().into_iter().collect()).unwrap_or_default();
+    let mut stack = models;
     while let Some(p) = stack.pop() {
         if !seen.insert(p.clone()) {
             continue;
@@ -39,13 +46,12 @@ pub fn data_parents(project: &Project, name: &ModelName) -> Vec<ModelName> {
         let Some(model) = project.dag.get(&p) else { continue };
         match model.kind {
             Kind::View | Kind::Embedded => stack.extend(model.parents()),
-            Kind::External(_) => {}
             _ => {
                 out.insert(p);
             }
         }
     }
-    out.into_iter().collect()
+    out
 }
 
 /// The sources of `name` given the versions its data parents are at (`fingerprint_of`) and the

@@ -470,11 +470,18 @@ impl Action {
         self.change != Change::Unchanged || self.build || self.register || !self.backfill.is_empty() || self.repair.is_some() || self.rebuild
     }
 
+    /// True when the environment serves another version of the model after this action (added,
+    /// changed or indirect: not unchanged, removed or a `metadata` change, which keeps the one it
+    /// serves).
+    pub fn points_anew(&self) -> bool {
+        !matches!(self.change, Change::Removed | Change::Unchanged | Change::Metadata)
+    }
+
     /// True when the plan points its environment at a version that exists already (built for
     /// another environment, or served before an edit now undone) and that it does not serve now:
     /// nothing built, no table inherited, and neither unchanged, metadata-only nor removed.
     pub fn points_at_existing(&self) -> bool {
-        !self.build && self.reused_from.is_none() && !matches!(self.change, Change::Removed | Change::Unchanged | Change::Metadata)
+        !self.build && self.reused_from.is_none() && self.points_anew()
     }
 }
 

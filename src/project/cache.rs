@@ -351,11 +351,10 @@ fn inputs_current(root: &Path, key: &Key, known: &Proven, clock_dir: &Path) -> O
                 break;
             }
             let full = root.join(p);
-            let meta = fs_err::metadata(&full).ok();
-            let stat = meta.as_ref().and_then(Stat::of).filter(|s| clock.is_some_and(|c| s.settled_before(c)));
+            let stat = fs_err::metadata(&full).ok().and_then(|m| Stat::of(&m)).filter(|s| clock.is_some_and(|c| s.settled_before(c)));
             // Only a regular file is read (a FIFO would block, a device never end): anything
             // else is a changed input, which the load then reports.
-            match meta.filter(std::fs::Metadata::is_file).map_or_else(|| Err(std::io::Error::other("not a regular file")), |_| fs_err::read(&full)) {
+            match crate::file::read_regular(&full) {
                 Ok(bytes) if blake3::hash(&bytes).as_bytes() == *h => read.push(((*p).clone(), **h, stat)),
                 _ => {
                     tracing::debug!("project cache: `{}` changed", p.display());

@@ -81,7 +81,7 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
 
 /// The message of a query's `@word` no rule gives a meaning ([`Fragment::unknown_markers`]).
 fn unknown_marker(name: &str) -> String {
-    let known = ["start", "end", "start_date", "end_date", "start_ds", "end_ds", "start_ts", "end_ts", "this"];
+    let known = ["start", "end", "this"].into_iter().chain(crate::core::fragment::Bound::ALL.iter().map(|(m, _)| *m));
     let like = crate::core::error::did_you_mean(name, known).map(|k| format!(" (did you mean `@{k}`?)")).unwrap_or_default();
     format!(
         "unknown marker `@{name}` in the query{like}: the markers are `@start`, `@end` (timestamps), `@start_date`/`@end_date`, `@start_ds`/`@end_ds`, `@start_ts`/`@end_ts` and `@this`; DuckDB would read `@{name}` as `abs({name})` (write `abs(…)` for that)"

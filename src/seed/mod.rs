@@ -49,15 +49,6 @@ pub fn content_hash(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
 
-/// The bytes of the seed file at `file`, refused unless it is a regular file (symbolic links
-/// followed): a FIFO would block the read forever, a device (`/dev/zero`) never end.
-///
-/// # Errors
-/// The file cannot be read, or is not a regular file.
-pub fn read_file(file: &Path) -> std::io::Result<Vec<u8>> {
-    crate::file::read_regular(file)
-}
-
 /// Reads every seed file of `models` (paths resolved against `root`) and records its content
 /// hash in the model's kind. Only hashes: no parsing, so planning stays fast.
 ///
@@ -68,7 +59,7 @@ pub fn hash_seed_files(root: &Path, models: &mut [Model]) -> Vec<LoadError> {
     for m in models.iter_mut() {
         let Kind::Seed(seed) = &mut m.kind else { continue };
         let file = resolve(root, &seed.path);
-        match read_file(&file) {
+        match crate::file::read_regular(&file) {
             Ok(bytes) => seed.content_hash = content_hash(&bytes),
             Err(e) => errors.push(
                 LoadError::new(Some(m.location.clone()), Some(m.name.clone()), format!("cannot read seed file `{}`: {e}", seed.path))
