@@ -120,6 +120,16 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 crate::core::interval::to_iso(o.range.end)
             ));
         }
+        if let Some(o) = &a.undone_outside {
+            notes.push(format!(
+                "{} interval{} in [{}, {}) its old `start`/`end` held, now outside them, {} no done record (restated or failed and not recomputed since, or not yet run): rows its table holds there are served as they are, and no run here recomputes them",
+                o.intervals,
+                if o.intervals == 1 { "" } else { "s" },
+                crate::core::interval::to_iso(o.range.start),
+                crate::core::interval::to_iso(o.range.end),
+                if o.intervals == 1 { "has" } else { "have" }
+            ));
+        }
         if let Some(r) = &a.recompute {
             if r.reads_itself && r.because == [a.name.clone()] {
                 notes.push(format!(

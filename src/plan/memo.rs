@@ -183,6 +183,7 @@ fn replay(project: &Project, env: &str, now: Millis, body: &str) -> Option<Plan>
             rebuild_reason: None,
             recompute: None,
             outside_bounds: outside,
+            undone_outside: None,
             // A memo is recorded only when no time-range or keyed version shares its table with
             // another environment's (`apply::record_memo`).
             writer_holds: super::WriterHolds::Nothing,

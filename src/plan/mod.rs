@@ -270,6 +270,39 @@ pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>)
     Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
 }
 
+/// The intervals `old` (the `schedule` of the metadata the environment served for this version,
+/// [`metadata_text`]) held up to `due` that `t` no longer holds and `done` lacks
+/// ([`Action::undone_outside`]): a restatement clears done intervals and keeps their rows until a
+/// run recomputes them, so moving `start` past a restated range before running would leave those
+/// rows served with no ledger entry and no plan line. `None` when the bounds did not narrow.
+pub fn undone_outside_bounds(t: &crate::core::kind::TimeRange, old: &serde_json::Value, done: &BTreeSet<Millis>, due: Millis) -> Option<OutsideBounds> {
+    let schedule = old.get("schedule")?;
+    let old_start = interval::parse_instant(schedule.get("start")?.as_str()?).ok()?;
+    let old_end = match schedule.get("end") {
+        Some(serde_json::Value::String(e)) => Some(interval::parse_instant(e).ok()?),
+        _ => None,
+    };
+    // Only the part of the old bounds the new ones leave out: before the new start, after the
+    // new end (never the whole history when the bounds did not move).
+    let mut outside = Vec::new();
+    let new_start = t.grain.floor(t.start);
+    if old_start < new_start {
+        let until = old_end.map_or(new_start, |e| e.min(new_start));
+        outside.extend(interval::wanted(old_start, Some(until), t.grain, due).into_iter().map(|i| i.start));
+    }
+    if let Some(new_end) = t.end
+        && old_end.is_none_or(|e| e > new_end)
+    {
+        let from = t.grain.floor(new_end).max(t.grain.floor(old_start));
+        outside.extend(interval::wanted(from, old_end, t.grain, due).into_iter().map(|i| i.start).filter(|s| !t.holds(*s)));
+    }
+    outside.retain(|s| !t.holds(*s) && !done.contains(s));
+    outside.sort_unstable();
+    outside.dedup();
+    let (first, last) = (*outside.first()?, *outside.last()?);
+    Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
+}
+
 /// What, of a time-range version's table outside `prod`, only the table's writer writes: the
 /// table is the one another environment's other version of the model (the same query) serves,
 /// and that environment writes it — `prod` when it serves one there, else the one serving the
@@ -415,6 +448,13 @@ pub struct Action {
     /// serving the same version): the environment's view serves them ([`outside_bounds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
+    /// Time-range versions whose `start`/`end` this plan narrows (a `metadata` change): the
+    /// intervals the bounds the environment served held, now outside them, that its ledger does
+    /// not hold done — restated or failed and not recomputed since, or not yet run. Rows its
+    /// table holds there (a restatement keeps the old rows until a run replaces them) are
+    /// served as they are, and a run here never recomputes them ([`undone_outside_bounds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undone_outside: Option<OutsideBounds>,
     /// Time-range, unique-key, partition and SCD type 2 versions outside `prod` on a table
     /// another environment's other version serves and writes: what of that table this
     /// environment never writes ([`WriterHolds`]).
@@ -2385,6 +2425,7 @@ fn compute_with(
         let build = new_version && !register;
         let reused_any = reused.is_some();
         let mut kept_done = None;
+        let mut undone_outside = None;
         let mut kept_holds = WriterHolds::Nothing;
         let mut floor = None;
         // What this version reads here, for a table another environment writes (decided
@@ -2439,6 +2480,14 @@ fn compute_with(
                 let mut missing = interval::missing(&wanted, &done, t.lookback);
                 holds.keep_own(&mut missing);
                 kept_holds = holds;
+                // The same version under narrower bounds: what the old ones held and no run
+                // will now compute.
+                if previous.as_ref() == Some(&fp)
+                    && let Some(old) = served_metadata.get(&name_s).filter(|m| **m != meta_text)
+                    && let Ok(old) = serde_json::from_str::<serde_json::Value>(old)
+                {
+                    undone_outside = undone_outside_bounds(t, &old, &done, due);
+                }
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())
             }
@@ -2503,6 +2552,7 @@ fn compute_with(
             rebuild_reason: None,
             recompute: None,
             outside_bounds: model.kind.time_range().zip(kept_done.as_ref()).and_then(|(t, d)| outside_bounds(t, d)),
+            undone_outside,
             writer_holds: kept_holds.clone(),
             waits_for_writer: None,
             owner: model.owner.clone(),
@@ -2557,6 +2607,7 @@ fn compute_with(
                 rebuild_reason: None,
                 recompute: None,
                 outside_bounds: None,
+                undone_outside: None,
                 writer_holds: WriterHolds::Nothing,
                 waits_for_writer: None,
                 owner: None,

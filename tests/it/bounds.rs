@@ -170,3 +170,54 @@ fn a_restatement_clears_only_the_intervals_inside_the_models_bounds() {
     let status = p.run(&["status", "prod", "--check"]);
     status.expect_code(0);
 }
+
+/// The other order: a restatement first, then `start` moved past the restated days before any
+/// run. The restated days keep their old rows (a run would have replaced them) and no ledger
+/// entry; no run recomputes them now. The plan of the edit says so, beside the done days it
+/// leaves outside as computed; an edit narrowing nothing undone says nothing of the kind.
+#[test]
+fn moving_start_past_restated_days_before_a_run_says_their_old_rows_stay_served() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.execute_on_engine("CREATE SCHEMA raw; CREATE TABLE raw.ev (day date, v bigint); INSERT INTO raw.ev VALUES ('2026-01-01', 1), ('2026-01-02', 2), ('2026-01-03', 3), ('2026-01-04', 4)");
+    p.write("models/ev.sql", "-- name: s.ev\n-- kind: external(table = raw.ev)\n-- schema: day date, v bigint\n");
+    let daily = |start: &str, end: &str| {
+        format!(
+            "-- name: t.daily\n-- kind: incremental_by_time_range(time_column = day, start = {start}, end = {end}, grain = day)\n-- schema: day date, v bigint\n-- refs: s.ev\nSELECT day, v FROM @ref(s.ev) WHERE day BETWEEN @start_date AND @end_date\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("2026-01-01", "2026-01-05"));
+    p.now = "2026-01-06T00:00:00Z".into();
+    p.apply("prod");
+    p.execute_on_engine("UPDATE raw.ev SET v = v + 100");
+    let r = p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-01", "--to", "2026-01-02"]);
+    r.expect_code(0);
+    // `start` moved past the restated day (and one done day): one of each outside it.
+    p.write("models/daily.sql", &daily("2026-01-03", "2026-01-05"));
+    let plan = p.run(&["plan", "prod", "--json"]).expect_code(0).json();
+    let action = plan["actions"].as_array().into_iter().flatten().find(|a| a["name"] == "t.daily").cloned().unwrap_or_default();
+    assert_eq!(action["change"], "metadata", "{plan:#}");
+    assert_eq!(action["undoneOutside"]["intervals"], 1, "{plan:#}");
+    assert_eq!(action["undoneOutside"]["range"]["start"], "2026-01-01T00:00:00.000Z", "{plan:#}");
+    assert_eq!(action["outsideBounds"]["intervals"], 1, "the done day 2026-01-02: {plan:#}");
+    let text = p.run(&["plan", "prod"]).expect_code(0).stdout.clone();
+    assert!(
+        text.contains("1 interval in [2026-01-01T00:00:00.000Z, 2026-01-02T00:00:00.000Z) its old `start`/`end` held, now outside them, has no done record"),
+        "{text}"
+    );
+    let applied = p.run(&["apply", "prod", "--yes"]).expect_code(0).stdout.clone();
+    assert!(applied.contains("has no done record"), "{applied}");
+    // What the line says: the old row of the restated day is what the view serves.
+    assert_eq!(p.query("SELECT v FROM t.daily WHERE day = DATE '2026-01-01'"), vec![vec![Some("1".to_string())]]);
+    // Said once, by the plan that narrows the bounds: the next plan has no change.
+    let again = p.run(&["plan", "prod", "--json"]).expect_code(0).json();
+    assert!(again["actions"].as_array().into_iter().flatten().all(|a| a["undoneOutside"].is_null()), "{again:#}");
+
+    // `end` moved earlier over days all done: no such line (only the done days outside).
+    p.write("models/daily.sql", &daily("2026-01-03", "2026-01-04"));
+    let plan = p.run(&["plan", "prod", "--json"]).expect_code(0).json();
+    let action = plan["actions"].as_array().into_iter().flatten().find(|a| a["name"] == "t.daily").cloned().unwrap_or_default();
+    assert_eq!(action["change"], "metadata", "{plan:#}");
+    assert!(action["undoneOutside"].is_null(), "{plan:#}");
+    assert_eq!(action["outsideBounds"]["intervals"], 2, "2026-01-02 and 04 (01 is not done): {plan:#}");
+}
