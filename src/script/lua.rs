@@ -57,7 +57,7 @@ const GUARDS: &str = include_str!("../../stdlib/lua/guards.lua");
 /// Lua source of the safe base functions that replace the raw ones in model files.
 const SAFE_BASE: &str = r#"
 local charge = ...
-local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort = setmetatable, getmetatable, next, type, error, tostring, table.sort
+local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort, rawget = setmetatable, getmetatable, next, type, error, tostring, table.sort, rawget
 local raw_pcall, raw_xpcall = pcall, xpcall
 local safe = {}
 -- A spent budget cannot be caught: after a protected call returns, `charge(0)` raises the budget
@@ -90,7 +90,24 @@ function safe.getmetatable(v)
   if type(v) == "userdata" then return nil end
   return raw_getmetatable(v)
 end
--- `pairs` in a deterministic order (Lua's own order depends on a per-process hash seed).
+-- `tostring` without addresses: a table, function, thread or userdata without a `__tostring`
+-- metamethod is its type's name (Lua's own `table: 0x…` depends on where the allocator put it,
+-- which changes with what the interpreter loaded before: SQL built from it would change with
+-- the load order and thread count, and a new fingerprint would follow from no edit).
+local addressed = { table = true, ["function"] = true, thread = true, userdata = true }
+local function plain(v)
+  local text = tostring(v)
+  if addressed[type(v)] then
+    -- Lua's own `<name>: 0x…` (no `__tostring`: a model handle has one) is cut to its name.
+    return text:match("^([^:]*): 0x%x+$") or text:match("^([^:]*): %(nil%)$") or text
+  end
+  return text
+end
+safe.tostring = plain
+-- `pairs` and `next` in a deterministic order (Lua's own order depends on a per-process hash
+-- seed): numbers, then strings, then booleans, each in their order; a key of another type
+-- orders by its `__tostring` (a model handle's name). One without (a table, a function) has no
+-- order that does not depend on its address: refused, naming the caller's line.
 local rank = { number = 1, string = 2, boolean = 3 }
 local function before(a, b)
   local ta, tb = type(a), type(b)
@@ -99,16 +116,50 @@ local function before(a, b)
   if ta == "boolean" then return (not a) and b end
   return tostring(a) < tostring(b)
 end
-function safe.pairs(t)
+local function sorted_keys(t, what)
   local keys, n = {}, 0
-  for k in next, t do n = n + 1; keys[n] = k end
+  for k in next, t do
+    if rank[type(k)] == nil and plain(k) ~= tostring(k) then
+      error(("%s: a key of the table is a %s, which has no deterministic order (Lua orders it by its address); key the table by strings or numbers"):format(what, type(k)), 3)
+    end
+    n = n + 1; keys[n] = k
+  end
   sort(keys, before)
+  return keys, n
+end
+function safe.pairs(t)
+  local keys = sorted_keys(t, "pairs")
   local i = 0
   return function()
     i = i + 1
     local k = keys[i]
     if k ~= nil then return k, t[k] end
   end, t, nil
+end
+-- `next` walks the same order. The order is computed when a walk starts (`next(t)`,
+-- `next(t, nil)`) and kept for the table while it lives; a key the kept order lacks (added
+-- since) computes it again.
+local orders = raw_setmetatable({}, { __mode = "k" })
+function safe.next(t, k)
+  if type(t) ~= "table" then return next(t, k) end
+  local o = orders[t]
+  if k == nil or o == nil or o.at[k] == nil then
+    if k == nil and next(t) == nil then return nil end
+    local keys, n = sorted_keys(t, "next")
+    local at = {}
+    for i = 1, n do at[keys[i]] = i end
+    o = { keys = keys, at = at }
+    orders[t] = o
+    if k ~= nil and at[k] == nil then error("invalid key to 'next'", 2) end
+  end
+  local i = k == nil and 0 or o.at[k]
+  while true do
+    i = i + 1
+    local key = o.keys[i]
+    if key == nil then return nil end
+    local v = rawget(t, key)
+    if v ~= nil then return key, v end
+  end
 end
 return safe
 "#;

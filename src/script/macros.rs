@@ -316,10 +316,22 @@ fn split_args(text: &str, from: usize) -> Result<Args<'_>, String> {
     let mut args = Vec::new();
     let mut start = from;
     let mut i = from;
+    // Trimmed, except that an argument ending in a line comment keeps the newline that ends
+    // it: trimmed away, the macro's output after the argument would land inside the comment
+    // (`@m(x -- note⏎)` giving `x -- note / 100.0`).
     let piece = |s: usize, e: usize| -> (&str, usize) {
         let raw = &text[s..e];
         let lead = raw.len() - raw.trim_start().len();
-        (raw.trim(), s + lead)
+        let (from, to) = (s + lead, s + lead + raw.trim().len());
+        let mut j = from;
+        while j < to {
+            match crate::core::fragment::skip_literal_or_comment(b, j) {
+                Some(end) if b[j] == b'-' && end >= to && end < e => return (&text[from..=end], from),
+                Some(end) => j = end.max(j + 1),
+                None => j += 1,
+            }
+        }
+        (&text[from..to], from)
     };
     while i < b.len() {
         if let Some(end) = skip_literal_or_comment(b, i) {
@@ -387,6 +399,14 @@ mod tests {
         assert_eq!(x("@m()").unwrap(), "m[]");
         assert_eq!(x("@m( a )").unwrap(), "m[a]");
         assert_eq!(x("@m('it''s)', b)").unwrap(), "m['it''s)'|b]");
+    }
+
+    #[test]
+    fn an_argument_ending_in_a_line_comment_keeps_its_newline() {
+        assert_eq!(x("SELECT @m(amount -- in cents\n) AS v").unwrap(), "SELECT m[amount -- in cents\n] AS v");
+        assert_eq!(x("@m(a -- one, two\n, b -- three\n  )").unwrap(), "m[a -- one, two\n|b -- three\n]");
+        assert_eq!(x("@m('--', b)").unwrap(), "m['--'|b]");
+        assert_eq!(x("@m(a /* c */ )").unwrap(), "m[a /* c */]");
     }
 
     #[test]

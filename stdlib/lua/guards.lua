@@ -14,6 +14,8 @@ local limits = ...
 local charge = limits.charge
 local string, table, utf8, type, error, select, tostring, tonumber = string, table, utf8, type, error, select, tostring, tonumber
 local floor, log, abs, min = math.floor, math.log, math.abs, math.min
+-- Unguarded, for the guards' own scans (linear patterns; the call is charged by its caller).
+local raw_find, raw_match = string.find, string.match
 
 -- Units: one per byte scanned or copied; PER_ELEMENT per element moved, value produced,
 -- comparison or callback made (each costs tens of byte-steps inside C). The budget allows about
@@ -179,14 +181,39 @@ do
     charge(select("#", ...) * PER_ELEMENT + args_len(...), "string.char")
     return char(...)
   end
-  local format = string.format
+  local format, pack, unpack = string.format, table.pack, table.unpack
+  local addressed = { table = true, ["function"] = true, thread = true, userdata = true }
   string.format = function(fmt, ...)
     local n = slen(fmt) + 512 * select("#", ...)
     for k = 1, select("#", ...) do
       n = n + 4 * slen((select(k, ...)))
     end
     charge(n, "string.format")
-    return produced1(format(fmt, ...))
+    -- No addresses in what a model builds (they change with what the interpreter loaded
+    -- before, and the SQL and its fingerprint would follow): `%p` is refused, and `%s` of a
+    -- table, function or userdata without `__tostring` gives its type's name.
+    if type(fmt) == "string" then
+      local i = 1
+      while true do
+        local _, e, conv = raw_find(fmt, "%%[-+ #0-9.]*(.)", i)
+        if e == nil then break end
+        if conv == "p" then
+          error("string.format: `%p` formats an address, which changes from one load to the next; it is not available in model files", 2)
+        end
+        i = e + 1
+      end
+    end
+    local args = pack(...)
+    for k = 1, args.n do
+      local v = args[k]
+      if addressed[type(v)] then
+        -- Lua's own `<name>: 0x…` (no `__tostring`) is cut to its name; a `__tostring` is kept.
+        local text = tostring(v)
+        local name = raw_match(text, "^([^:]*): 0x%x+$") or raw_match(text, "^([^:]*): %(nil%)$")
+        args[k] = name or text
+      end
+    end
+    return produced1(format(fmt, unpack(args, 1, args.n)))
   end
 end
 

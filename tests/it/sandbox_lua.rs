@@ -193,6 +193,62 @@ define_model { name = "a.m", kind = kind.full(), schema = { { "c_1", "integer" }
     assert_eq!(sql, "SELECT 5 AS c_1, 4 AS c_2, 2 AS c_alpha, 3 AS c_mid, 1 AS c_zeta");
 }
 
+/// `next` walks the same order as `pairs` (raw `next` follows the hash seed, which differs per
+/// interpreter: a `CASE` built with it changed order, and fingerprint, from one load to the
+/// next), also from a key in the middle and as an emptiness test.
+#[test]
+fn next_walks_the_sorted_order_too() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
+        dir.path().join("models/m.lua"),
+        r#"local tiers = { gold = "a > 9", silver = "a > 5", bronze = "a > 1", tin = "a > 0", iron = "a > -1", zinc = "a > -5", lead = "a > -9", copper = "a > -20" }
+local parts = {}
+for name, cond in next, tiers do parts[#parts + 1] = "WHEN " .. cond .. " THEN '" .. name .. "'" end
+local after_iron = next(tiers, "iron")
+local empty = next({}) == nil and next(tiers) ~= nil
+define_model { name = "a.m", kind = kind.full(), schema = { { "t", "varchar" }, { "n", "varchar" }, { "e", "boolean" } },
+  query = "SELECT CASE " .. table.concat(parts, " ") .. " END AS t, '" .. after_iron .. "' AS n, " .. tostring(empty) .. " AS e FROM (SELECT 3 AS a)" }"#,
+    )
+    .unwrap();
+    for _ in 0..4 {
+        let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+        let m = project.dag.models().next().unwrap();
+        let sql = m.body.as_ref().unwrap().render(&efmesh::core::fragment::CanonicalResolver);
+        assert_eq!(
+            sql,
+            "SELECT CASE WHEN a > 1 THEN 'bronze' WHEN a > -20 THEN 'copper' WHEN a > 9 THEN 'gold' WHEN a > -1 THEN 'iron' WHEN a > -9 THEN 'lead' WHEN a > 5 THEN 'silver' WHEN a > 0 THEN 'tin' WHEN a > -5 THEN 'zinc' END AS t, 'lead' AS n, true AS e FROM (SELECT 3 AS a)"
+        );
+    }
+}
+
+/// Nothing a model builds depends on where the allocator put a value: `tostring` of a table or
+/// function is its type's name, `%s` of one too, `%p` is refused, and `pairs`/`next` over a
+/// table keyed by tables (ordered by address) is refused naming the line.
+#[test]
+fn no_address_reaches_what_a_model_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
+        dir.path().join("models/m.lua"),
+        r#"local t = setmetatable({}, { __tostring = function() return "named" end })
+local text = tostring({}) .. "," .. tostring(print) .. "," .. ("%s"):format({}) .. "," .. string.format("%s|%%p", t)
+define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" } }, query = "SELECT '" .. text .. "' AS s" }"#,
+    )
+    .unwrap();
+    let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+    let m = project.dag.models().next().unwrap();
+    let sql = m.body.as_ref().unwrap().render(&efmesh::core::fragment::CanonicalResolver);
+    assert_eq!(sql, "SELECT 'table,function,table,named|%p' AS s");
+    // A model handle keeps its name (its `__tostring`).
+    let (msg, _) = load_err(&format!("local h = {}\nlocal x = ('%s'):format(h) .. tostring(h)\nerror(x)", OK_MODEL));
+    assert!(msg.contains("a.oka.ok"), "{msg}");
+    assert_refused(&format!("local s = string.format('%p', {{}})\n{OK_MODEL}"), "`%p` formats an address");
+    assert_refused(&format!("local set = {{ [{{}}] = 1, [{{}}] = 2 }}\n\nfor k in pairs(set) do end\n{OK_MODEL}"), "m.lua:3");
+    assert_refused(&format!("local set = {{ [{{}}] = 1 }}\nfor k in pairs(set) do end\n{OK_MODEL}"), "pairs: a key of the table is a table");
+    assert_refused(&format!("local set = {{ [print] = 1 }}\nlocal k = next(set)\n{OK_MODEL}"), "next: a key of the table is a function");
+}
+
 #[test]
 fn print_goes_to_stderr_not_stdout_and_bytecode_chunks_are_refused() {
     // A file starting with the bytecode signature is not loaded as binary.
