@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::core::{Dag, LoadError, LoadErrors};
 use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
+use std::collections::BTreeMap;
 
 pub mod cache;
 
@@ -73,6 +74,10 @@ impl Project {
             if !bad_statements.is_empty() {
                 return Err(LoadErrors(bad_statements));
             }
+            let bare = bare_model_names(config, &dag);
+            if !bare.is_empty() {
+                return Err(LoadErrors(bare));
+            }
             // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
             let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
             if !unconfigured.is_empty() {
@@ -137,6 +142,146 @@ pub fn check_statements(config: &Config, dag: &Dag) -> Vec<crate::core::LoadErro
         }
     }
     errors
+}
+
+/// Every query (a model's, or an audit's) that reads a model of the project by its name —
+/// `FROM s.b`, written by hand or produced by a macro, or an environment's view of it
+/// (`dev__s.b`) — instead of through `ref`, as load errors at the name's line (a `.sql` file's
+/// line; the model's or the audit's own line otherwise). Such a read records no dependency, and
+/// the bare name is `prod`'s view: in any other environment the query would silently read
+/// `prod`'s rows. The names come from the query's AST ([`crate::sql::relations`]): a string
+/// literal, a column or a CTE named like a model is not a read of it. An external reading the
+/// relation of its own name may be named (the name reads what its `ref` reads); a query
+/// sqlparser cannot read is not checked.
+pub fn bare_model_names(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
+    bare_model_reads(config, dag, dag.models())
+}
+
+/// [`bare_model_names`] of the queries of `checked` only, against the models of `dag` (a reload
+/// in place checks the models it replaces: the names, hence the others' findings, are unchanged).
+pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterator<Item = &'m crate::core::Model>) -> Vec<crate::core::LoadError> {
+    use crate::core::fragment::Resolver;
+    use crate::core::{External, Kind, ModelName};
+    use std::collections::BTreeSet;
+
+    /// Refs as a name no model can have, bounds as their placeholders.
+    struct Refless;
+    impl Resolver for Refless {
+        fn relation(&self, _model: &ModelName) -> String {
+            "\"@ref\"".into()
+        }
+        fn start(&self) -> String {
+            "$start".into()
+        }
+        fn end(&self) -> String {
+            "$end".into()
+        }
+    }
+
+    let postgres = config.engine.url_env.is_some();
+    let default_schema = if postgres { "public" } else { "main" };
+    // Lower-case `schema.table` → the model it names.
+    let mut models: BTreeMap<String, &ModelName> = BTreeMap::new();
+    for m in dag.models() {
+        let name = m.name.to_string().to_ascii_lowercase();
+        if let Kind::External(External::Table { name: relation }) = &m.kind {
+            let relation = relation.replace('"', "").to_ascii_lowercase();
+            let relation = if relation.contains('.') { relation } else { format!("{default_schema}.{relation}") };
+            if relation == name {
+                continue;
+            }
+        }
+        models.insert(name, &m.name);
+    }
+    if models.is_empty() {
+        return Vec::new();
+    }
+    // The tables' names: a query none of whose words is one is not parsed.
+    let tables: BTreeSet<String> = models.values().map(|n| n.table().to_ascii_lowercase()).collect();
+    let mentions =
+        |text: &str| text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| !w.is_empty() && tables.contains(&w.to_ascii_lowercase()));
+    let mut errors = Vec::new();
+    for m in checked {
+        let sql_file = m.location.file.extension().is_some_and(|e| e == "sql");
+        // The model's query, then each audit's (with the relation under audit a placeholder).
+        let mut queries: Vec<(Option<&crate::core::audit::Audit>, String)> = Vec::new();
+        if let Some(body) = &m.body
+            && body.nodes.iter().any(|n| matches!(n, crate::core::Node::Text(t) if mentions(t)))
+        {
+            queries.push((None, body.render(&Refless)));
+        }
+        for a in &m.audits {
+            let sql = a.sql.render(crate::core::fragment::THIS_PLACEHOLDER, &|_: &ModelName| "\"@ref\"".to_string());
+            if mentions(&sql) {
+                queries.push((Some(a), sql));
+            }
+        }
+        for (audit, sql) in queries {
+            let Some(found) = crate::sql::relations::named_relations(&sql, postgres) else { continue };
+            let mut seen = BTreeSet::new();
+            for r in found {
+                let Some((target, env)) = model_named(&models, default_schema, &r.parts) else { continue };
+                let written = r.parts.join(".");
+                if !seen.insert(written.clone()) {
+                    continue;
+                }
+                let (location, at) = match (audit, r.line) {
+                    (Some(a), _) => (a.location.clone(), String::new()),
+                    (None, Some(n)) if sql_file => (m.location_of_query_line(Some(n)), String::new()),
+                    (None, Some(n)) => (m.location.clone(), format!(" (line {n} of the query as `efmesh render` shows it)")),
+                    (None, None) => (m.location.clone(), String::new()),
+                };
+                let whose = match audit {
+                    Some(a) => format!("the query of audit `{}`", a.label()),
+                    None => "the query".to_string(),
+                };
+                let why = match (&env, dag.get(target).map(|t| &t.kind)) {
+                    (_, Some(Kind::Embedded)) => "an `embedded` model has no relation of its own (`ref` inlines its query)".to_string(),
+                    (_, Some(Kind::External(_))) => "the name is not the relation the external reads (`ref` reads that)".to_string(),
+                    (Some(env), _) => format!("`{written}` is environment `{env}`'s view of it, whichever environment the query runs in"),
+                    (None, _) => format!("the name `{written}` is `prod`'s view, so in any other environment the query would read `prod`'s rows"),
+                };
+                let itself = *target == m.name;
+                let what = if itself { format!("its own model `{target}`") } else { format!("model `{target}`") };
+                let message =
+                    format!("{whose} reads {what} by the name `{written}`{at} instead of through a reference: {why}, and no dependency on it is recorded");
+                let hint = match (itself, audit.is_some(), sql_file) {
+                    (true, false, _) => "write `@this` for the model's own table".to_string(),
+                    (true, true, _) => "read the relation under audit (the audit body's first argument)".to_string(),
+                    (false, true, _) => format!("use `ref(\"{target}\")` in the audit's body"),
+                    (false, false, true) => format!("use `@ref({target})` (and list `{target}` in `-- refs:`)"),
+                    (false, false, false) => format!("use `ref(\"{target}\")`"),
+                };
+                errors.push(crate::core::LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(hint));
+            }
+        }
+    }
+    errors.sort_by(|a, b| a.location.cmp(&b.location));
+    errors
+}
+
+/// The model a relation name read in a query (`parts` as written) means among `models` (lower
+/// case `schema.table` → model): `schema.table`, a one-part name in the engine's default schema,
+/// or an environment's view `<env>__schema.table` (with that environment).
+fn model_named<'a>(
+    models: &BTreeMap<String, &'a crate::core::ModelName>,
+    default_schema: &str,
+    parts: &[String],
+) -> Option<(&'a crate::core::ModelName, Option<String>)> {
+    let lower: Vec<String> = parts.iter().map(|p| p.to_ascii_lowercase()).collect();
+    match lower.as_slice() {
+        [table] => models.get(&format!("{default_schema}.{table}")).map(|m| (*m, None)),
+        [schema, table] => {
+            if let Some(m) = models.get(&format!("{schema}.{table}")) {
+                return Some((*m, None));
+            }
+            // `<env>__<schema>`: the first `__` ends the environment (crate::core::name).
+            let (env, schema) = schema.split_once("__")?;
+            crate::core::name::validate_env(env).ok()?;
+            models.get(&format!("{schema}.{table}")).map(|m| (*m, Some(env.to_string())))
+        }
+        _ => None,
+    }
 }
 
 /// For a command about to plan with no state store on disk (so no canonicalisation cache: the

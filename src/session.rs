@@ -339,6 +339,12 @@ impl Session {
             attempted.extend(evaluated);
             return None;
         }
+        // A query naming a model outside `ref` is a load error (`project::bare_model_names`).
+        if !crate::project::bare_model_reads(&self.config, &project.dag, &models).is_empty() {
+            tracing::debug!("reload: in full (a query reads a model by its name)");
+            attempted.extend(evaluated);
+            return None;
+        }
         let changed_models: BTreeSet<ModelName> = models.iter().filter(|m| project.dag.get(&m.name) != Some(*m)).map(|m| m.name.clone()).collect();
         let seeds: Vec<(PathBuf, [u8; 32])> = models
             .iter()

@@ -8,6 +8,8 @@
 //! - [`prefetch`]: canonical digests computed in the background ahead of a cold plan.
 //! - [`lineage`]: which parent columns a body reads, resolved through the AST (`efmesh check`).
 //! - [`pushdown`]: time-range models whose batches re-read a whole relation (a `check` warning).
+//! - [`relations`]: the relations a query reads by name (a model named outside `ref` is a load
+//!   error).
 //!
 //! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
 
@@ -19,6 +21,7 @@ pub mod lint;
 pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;
+pub mod relations;
 pub mod sight;
 pub mod statements;
 

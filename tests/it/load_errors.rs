@@ -399,3 +399,50 @@ fn an_empty_macro_or_audit_file_is_told_what_definition_files_are_for() {
         assert!(!stderr.contains("defines no model"), "{stderr}");
     }
 }
+
+/// A query naming another model's table directly (by hand, or through a macro) instead of through
+/// `ref` records no dependency and reads `prod`'s view in every environment: a load error at the
+/// name's line, with the `ref` to write. Names come from the SQL's AST: a literal, a column or a
+/// CTE named like a model is no read of it.
+#[test]
+fn a_query_naming_a_model_outside_ref_is_a_load_error() {
+    let stderr = assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("macros/m.lua", "define_macro(\"b_table\", function() return \"s.b\" end)\n");
+            p.write(
+                "models/x.sql",
+                "-- name: z.x\n-- kind: full\n-- schema: n bigint\nWITH b AS (SELECT 1 AS id)\nSELECT count(*) AS n\nFROM @b_table() AS sb JOIN b USING (id)\nWHERE 's.b' <> ''\n",
+            );
+            p.write(
+                "models/y.lua",
+                "define_model { name = \"z.y\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  query = \"SELECT count(*) AS n\\nFROM dev__s.b\" }\n",
+            );
+        },
+        &[
+            "models/x.sql:6: model `z.x`: the query reads model `s.b` by the name `s.b` instead of through a reference: the name `s.b` is `prod`'s view",
+            "hint: use `@ref(s.b)` (and list `s.b` in `-- refs:`)",
+            "models/y.lua:1: model `z.y`: the query reads model `s.b` by the name `dev__s.b` (line 2 of the query as `efmesh render` shows it)",
+            "`dev__s.b` is environment `dev`'s view of it",
+            "hint: use `ref(\"s.b\")`",
+        ],
+    );
+    // The CTE `b` and the literal `'s.b'` are not reads of a model: one error per file.
+    assert_eq!(stderr.matches("by the name").count(), 2, "{stderr}");
+}
+
+/// What is not a model read by name loads: a CTE, a column and a literal named like a model, a
+/// table function, and an external named like the relation it reads (the name reads what its
+/// `ref` does).
+#[test]
+fn names_like_a_models_that_do_not_read_it_load() {
+    let p = sample_project();
+    p.write(
+        "models/ok.lua",
+        "define_model { name = \"landing.v\", kind = kind.external { table = \"landing.v\" }, schema = { { \"n\", \"bigint\" } } }\n\
+         define_model { name = \"z.ok\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  \
+         query = \"WITH b AS (SELECT 1 AS twice) SELECT s.twice AS n FROM (SELECT 's.b' AS label, twice FROM b) AS s, range(1) AS c UNION ALL SELECT n FROM landing.v\" }\n",
+    );
+    let out = rendered(&p, "z.ok");
+    assert!(out.contains("FROM b"), "{out}");
+}
