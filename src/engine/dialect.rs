@@ -207,6 +207,9 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// The expression `expr` (of the described type `ty`) as a data diff compares it (`IS
     /// DISTINCT FROM`, `EXCEPT ALL`): as is, or cast to a type with an equality operator —
     /// Postgres's `json` has none (`jsonb` has), nor have `xml` and the geometric types (text).
+    /// Intervals and floating-point numbers compare as text: both engines call `1 month` equal to
+    /// `30 days` (and `1 day` to `24 hours`), and `-0.0` equal to `0.0`, values a child reading
+    /// them tells apart (`DATE '2026-01-31' + d`, `1 / x`).
     fn comparable(&self, expr: &str, ty: &str) -> String {
         let t = ty.trim().to_ascii_lowercase();
         let (base, array) = match t.strip_suffix("[]") {
@@ -216,6 +219,7 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         match base {
             "json" if !array => format!("CAST({expr} AS jsonb)"),
             "json" | "xml" | "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => self.text_of(expr),
+            _ if equal_when_different(&t) => self.text_of(expr),
             _ => expr.to_string(),
         }
     }
@@ -309,6 +313,14 @@ impl Dialect for Standard {
     fn title(&self) -> &'static str {
         "Postgres"
     }
+}
+
+/// True for a type (described, lower case) whose equality calls different values equal:
+/// intervals (`1 month` = `30 days`, `1 day` = `24 hours`) and floating-point numbers (`-0.0` =
+/// `0.0`), on both engines. A data diff compares such columns as text ([`Dialect::comparable`]).
+pub(crate) fn equal_when_different(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    t == "interval" || t.starts_with("interval ") || matches!(t.as_str(), "double" | "double precision" | "float" | "float4" | "float8" | "real")
 }
 
 #[cfg(test)]

@@ -438,9 +438,10 @@ impl super::dialect::Dialect for DuckDbDialect {
         "BEGIN TRANSACTION".to_string()
     }
 
-    fn comparable(&self, expr: &str, _ty: &str) -> String {
-        // Every DuckDB type a model may have compares (JSON too).
-        expr.to_string()
+    fn comparable(&self, expr: &str, ty: &str) -> String {
+        // Every DuckDB type a model may have compares (JSON too); intervals and floats compare
+        // equal when they differ ([`super::dialect::equal_when_different`]): as text.
+        if super::dialect::equal_when_different(ty) { self.text_of(expr) } else { expr.to_string() }
     }
 
     fn full_join_match(&self, left: &str, right: &str) -> String {

@@ -8,6 +8,7 @@ use serde_json::Value;
 on_every_engine!(
     diff_lists_models_added_removed_and_at_another_version_between_two_environments,
     diff_data_counts_rows_only_on_one_side_matched_and_mismatched_values,
+    diff_data_tells_intervals_and_signed_zeros_their_equality_calls_equal_apart,
 );
 
 fn models(b_query: &str, with_c: bool, with_d: bool) -> String {
@@ -334,4 +335,30 @@ define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "id", "integer"
     p.apply("dev");
     let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
     assert!(text.contains("≠ s.k") && text.contains("≠ s.n"), "{text}");
+}
+
+/// Both engines' equality calls `1 month` equal to `30 days`, `1 day` to `24 hours` and `-0.0`
+/// to `0.0`, values a child tells apart (`DATE '2026-01-31' + d`, `1 / x`): the data diff
+/// compares such columns as text, keyed and keyless, and still calls the same values the same.
+fn diff_data_tells_intervals_and_signed_zeros_their_equality_calls_equal_apart(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    let models = |d: &str, z: &str| {
+        format!(
+            r#"define_model {{ name = "s.k", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "d", "interval" }}, {{ "z", "double precision" }} }}, query = [[SELECT 1 AS id, CAST('{d}' AS interval) AS d, CAST({z} AS double precision) AS z]] }}
+define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "d", "interval" }} }}, query = [[SELECT CAST('{d}' AS interval) AS d]] }}
+"#
+        )
+    };
+    p.write("models/m.lua", &models("1 month", "0.0"));
+    p.apply("prod");
+    p.write("models/m.lua", &models("30 days", "-0.0"));
+    p.apply("dev");
+    let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("≠ s.k") && text.contains("≠ s.n"), "{text}\n{v:#}");
+    // The same values under another version's query: the same data.
+    p.write("models/m.lua", &models("1 month", "0.0").replace("SELECT 1 AS id", "SELECT 2 - 1 AS id").replace("AS d]]", "AS d WHERE true]]"));
+    p.apply("dev");
+    let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
+    assert!(text.contains("✓ s.k") && text.contains("✓ s.n"), "{text}");
 }
