@@ -79,7 +79,8 @@ impl Project {
                 return Err(LoadErrors(bare));
             }
             // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
-            let unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
+            let mut unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
+            unconfigured.extend(crate::core::target::unstorable(dag.models()));
             if !unconfigured.is_empty() {
                 return Err(LoadErrors(unconfigured));
             }

@@ -334,6 +334,7 @@ impl Session {
         }
         if !crate::seed::hash_seed_files(&self.config.root, &mut models).is_empty()
             || !crate::core::target::unconfigured(&models, self.config.lake.is_some(), self.config.ducklake.is_some()).is_empty()
+            || !crate::core::target::unstorable(&models).is_empty()
         {
             tracing::debug!("reload: in full (a seed or a storage target to report)");
             attempted.extend(evaluated);

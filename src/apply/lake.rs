@@ -23,7 +23,11 @@
 //! The typed empty relation anchors the declared columns (in declared order) even before any
 //! file exists or when older files lack a column a forward-only version added; the file list is
 //! explicit (no glob at query time), and hive detection is off, so path segments never become
-//! columns.
+//! columns. The list comes from the ledger, never from a directory listing: one file per interval
+//! done for a version stored in the relation (plus the batch just written), so a file left in the
+//! directory by hand is never served; a done interval whose file is missing is refused before the
+//! view is re-created (the plan's integrity check schedules its recompute,
+//! `repair.lakeFilesMissing`).
 //!
 //! Writes never expose a partial file, and an interval is marked done only after its file is
 //! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an
@@ -229,13 +233,20 @@ pub fn build(
     let physical = action.physical.clone().unwrap_or_default();
     let dir = version_dir(project, model, &physical)?;
     let body = model.body.as_ref().expect("materialised models have a body");
-    let cols: Vec<String> = model.schema.names().map(quote_ident).collect();
+    // Each column cast to its declared type, as a table target's insert does: the file holds
+    // the declared types (a `sum()` declared `bigint` is not written as a wider type).
+    let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
     let cols = cols.join(", ");
     make_dir(model, &dir, None)?;
+    // The versions whose ledgers say which files the view lists (read once per build).
+    let mut versions = stored_versions(model, &physical, state)?;
+    versions.push(snapshot.fingerprint.clone());
+    versions.sort();
+    versions.dedup();
     match &model.kind {
         Kind::IncrementalByTimeRange(t) => {
             // The view exists (typed, possibly empty) before the snapshot that announces it.
-            refresh(project, model, &physical, engine)?;
+            relist(project, model, &physical, &versions, &[], state, engine)?;
             state.put_snapshot(snapshot)?;
             let tc = quote_ident(&t.time_column);
             let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
@@ -243,7 +254,7 @@ pub fn build(
             for (i, batch) in batches.into_iter().enumerate() {
                 tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "lake batch");
                 let pieces = batch.split(t.grain);
-                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, engine);
+                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, (versions.as_slice(), state), engine);
                 if let Err(err) = written {
                     let _ = engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch");
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
@@ -257,7 +268,7 @@ pub fn build(
             let sql = body.render(&exec.with_bounds(None));
             let query = format!("SELECT {cols} FROM (\n{sql}\n) AS _efmesh_q");
             write_file(model, &dir, FULL_FILE, &query, None, engine)?;
-            refresh(project, model, &physical, engine)?;
+            relist(project, model, &physical, &versions, &[], state, engine)?;
             state.record_build(snapshot, built_from, sharers, interval::now_millis())?;
         }
     }
@@ -278,6 +289,7 @@ fn write_batch(
     tc: &str,
     batch: Interval,
     pieces: &[Interval],
+    (versions, state): (&[String], &dyn StateStore),
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
     let t = model.kind.time_range().ok_or_else(|| ApplyError::build(model, Some(batch), crate::engine::EngineError::new("", "not a time-range model")))?;
@@ -292,7 +304,7 @@ fn write_batch(
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }
     engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|e| ApplyError::build(model, Some(batch), e))?;
-    refresh(project, model, physical, engine)
+    relist(project, model, physical, versions, pieces, state, engine)
 }
 
 /// Writes `query`'s rows to `name` in `dir` so that the final name only ever holds a complete
@@ -308,14 +320,92 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
     Ok(())
 }
 
-/// Re-creates the version's view over every file present and rewrites its manifest. Used after
-/// every write, and when a forward-only version changes the declared columns.
+/// Re-creates the version's view over the files its ledger says are done and rewrites its
+/// manifest. Used when a lost view is re-created, when a forward-only version changes the declared
+/// columns, and when a view created under another project root is re-created.
 ///
 /// # Errors
-/// [`ApplyError`] when the directory cannot be listed or the view or manifest cannot be written.
-pub fn refresh(project: &Project, model: &Model, physical: &str, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+/// [`ApplyError`] when the state cannot be read, a done interval's file is missing (nothing is
+/// changed then), or the view or manifest cannot be written.
+pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    let versions = stored_versions(model, physical, state)?;
+    relist(project, model, physical, &versions, &[], state, engine)
+}
+
+/// The fingerprints of every version of `model` stored in `physical` (its own, those inheriting
+/// its storage): the ledgers whose done intervals have their files in its directory.
+fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Result<Vec<String>, ApplyError> {
+    let name = model.name.to_string();
+    let mut fps: Vec<String> = state.snapshot_index()?.into_iter().filter(|((n, _), (p, _))| *n == name && p == physical).map(|((_, fp), _)| fp).collect();
+    if let Some(dir) = VersionDir::of("", physical) {
+        fps.push(dir.fingerprint);
+    }
+    fps.sort();
+    fps.dedup();
+    Ok(fps)
+}
+
+/// The view and manifest of the version in `physical`, listing exactly one file per interval
+/// done in the ledger of one of `versions` or just `written` (never what a directory listing
+/// finds: a stray file is never served), or `data.parquet` for a full model. A done interval
+/// whose (local) file is missing is refused before the view is touched: a view never lists fewer
+/// files than the ledger says are done.
+fn relist(
+    project: &Project,
+    model: &Model,
+    physical: &str,
+    versions: &[String],
+    written: &[Interval],
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
     let dir = version_dir(project, model, physical)?;
-    let files = list_files(model, &dir, engine)?;
+    let files: Vec<String> = match model.kind.time_range() {
+        Some(t) => {
+            let name = model.name.to_string();
+            let mut done: std::collections::BTreeSet<Millis> = std::collections::BTreeSet::new();
+            for fp in versions {
+                done.extend(state.done_intervals(&name, fp)?);
+            }
+            let fresh: std::collections::BTreeSet<Millis> = written.iter().map(|i| i.start).collect();
+            // Checked when the view is (re-)created, not after each batch of a build (its first
+            // re-list checked the files; thousands of small batches would stat every file each).
+            if !dir.s3 && written.is_empty() {
+                // (S3: the engine refuses a view over a missing object.)
+                if let Some(start) = done.iter().copied().find(|s| !fresh.contains(s) && !Path::new(&dir.file(&interval_file(*s, t.grain))).exists()) {
+                    let missing = dir.file(&interval_file(start, t.grain));
+                    return Err(target_error(
+                        Some(model),
+                        Some(Interval::new(start, t.grain.next(start))),
+                        format!(
+                            "the lake file `{missing}` of this done interval is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
+                             hint: `efmesh plan` schedules its recompute (repair.lakeFilesMissing); apply it first"
+                        ),
+                    ));
+                }
+            }
+            done.extend(fresh);
+            done.into_iter().map(|s| interval_file(s, t.grain)).collect()
+        }
+        None => {
+            let mut files = list_files(model, &dir, engine)?;
+            files.retain(|f| f == FULL_FILE);
+            if files.is_empty() && !dir.s3 {
+                // Every caller re-lists a built version: its file is gone.
+                return Err(target_error(
+                    Some(model),
+                    None,
+                    format!(
+                        "the lake file `{}` of this built version is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
+                         hint: `efmesh plan` schedules its rebuild (repair.lakeFilesMissing); apply it first",
+                        dir.file(FULL_FILE)
+                    ),
+                ));
+            }
+            files
+        }
+    };
+    make_dir(model, &dir, None)?;
     let anchor = format!("SELECT * FROM {}", typed_empty(model));
     let select = if files.is_empty() {
         anchor

@@ -479,7 +479,7 @@ fn execute_recorded(
     lake::prepare(project, engine)?;
     ducklake::prepare(project, engine)?;
     // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 39 (d)).
-    if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)) {
+    if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(crate::plan::integrity::Repair::relists_lake)) {
         let uses = |t: crate::core::Target| project.dag.models().any(|m| m.target == t);
         let me = state.store_id()?;
         crate::ownership::register(
@@ -493,15 +493,21 @@ fn execute_recorded(
         .map_err(|message| ApplyError::Target { model: None, interval: None, message })?;
     }
 
-    // Lost lake views over intact lake directories are re-created over the files present first
-    // (children's contracts read them); the intervals whose file is missing are marked failed
-    // before they are recomputed, so the ledger describes the files again.
-    let relisted: Vec<&crate::plan::Action> = plan.actions.iter().filter(|a| a.repair.as_ref().is_some_and(|r| r.lake_view_missing)).collect();
+    // Lost lake views over intact lake directories, and lake views with done intervals whose file
+    // is missing, are re-created first (children's contracts read them); the intervals whose file
+    // is missing are marked failed before the view is re-created over the done ones' files and
+    // they are recomputed, so the ledger describes the files again.
+    let relisted: Vec<&crate::plan::Action> =
+        plan.actions.iter().filter(|a| a.repair.as_ref().is_some_and(crate::plan::integrity::Repair::relists_lake)).collect();
     if !relisted.is_empty() {
         engine.execute(&engine.sql().create_schema_if_absent(crate::plan::PHYSICAL_SCHEMA))?;
     }
     for action in relisted {
         let (Some(model), Some(physical), Some(repair)) = (project.dag.get(&action.name), &action.physical, &action.repair) else { continue };
+        if repair.lake_files_missing && model.kind.time_range().is_none() {
+            // A full version whose file is lost: rebuilt below (its build re-creates the view).
+            continue;
+        }
         if let Some(t) = model.kind.time_range() {
             let name = action.name.to_string();
             let lost: BTreeSet<i64> = repair.lost_files.iter().map(|i| i.start).collect();
@@ -511,7 +517,7 @@ fn execute_recorded(
                 state.mark_intervals(&name, fp.as_str(), &gone, IntervalStatus::Failed, interval::now_millis())?;
             }
         }
-        lake::refresh(project, model, physical, engine)?;
+        lake::refresh(project, model, physical, state, engine)?;
     }
 
     if !work.is_empty() {
@@ -570,8 +576,11 @@ fn execute_recorded(
         let Some(from) = &action.reused_from else { continue };
         let physical = action.physical.clone().unwrap_or_default();
         if model.target == crate::core::Target::Parquet {
-            // A lake view cannot be altered: re-create it anchored on the new declared columns.
-            lake::refresh(project, model, &physical, engine)?;
+            // A lake view cannot be altered: re-create it anchored on the new declared columns
+            // (a full version whose file is lost is rebuilt below instead).
+            if !(action.repair.as_ref().is_some_and(|r| r.lake_files_missing) && model.kind.time_range().is_none()) {
+                lake::refresh(project, model, &physical, state, engine)?;
+            }
         } else if !action.new_columns.is_empty() && !physical_missing(action) {
             // (A lost table is rebuilt below with every column; there is nothing to alter.)
             // Forward-only: new columns arrive empty; only intervals computed from now on fill them.
@@ -624,7 +633,7 @@ fn execute_recorded(
         if let (Some(model), Some(physical)) = (project.dag.get(&action.name), &action.physical)
             && model.target == crate::core::Target::Parquet
         {
-            lake::refresh(project, model, physical, engine)?;
+            lake::refresh(project, model, physical, state, engine)?;
         }
     }
 

@@ -90,6 +90,12 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             if r.lake_view_missing {
                 notes.push("lake view missing: re-create over the lake's files".into());
             }
+            if r.lake_files_missing {
+                notes.push(match r.lost_files.len() {
+                    0 => "lake file missing: rebuild".to_string(),
+                    n => format!("lake files of {n} done interval{} missing: recompute", if n == 1 { "" } else { "s" }),
+                });
+            }
         }
         if a.build {
             notes.push("build".into());

@@ -284,9 +284,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     if !pointers.is_empty() {
         let plan = crate::session::plan_checked_with(&project, &*state, env, now, &crate::plan::Options::default(), None)?;
         let served = |a: &&crate::plan::Action| matches!(a.change, crate::plan::Change::Unchanged | crate::plan::Change::Metadata);
-        let lost: Vec<String> = plan.actions.iter().filter(served).filter(|a| a.repair.is_some()).map(|a| format!("`{}`", a.name)).collect();
+        let lost: Vec<String> =
+            plan.actions.iter().filter(served).filter_map(|a| a.repair.as_ref().map(|r| format!("`{}` ({})", a.name, r.summary()))).collect();
         if !lost.is_empty() {
-            problems.push(format!("the engine lacks relations of {} (the next apply restores them; run refuses until then)", lost.join(", ")));
+            problems.push(format!("the engine lacks what it serves of {} (the next apply restores it; run refuses until then)", lost.join(", ")));
         }
     }
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's

@@ -110,6 +110,33 @@ pub fn unconfigured<'a>(models: impl IntoIterator<Item = &'a Model>, lake: bool,
     errors
 }
 
+/// Load errors for columns a `parquet` target cannot store exactly: DuckDB writes `hugeint`
+/// (`int128`) and `uhugeint` (`uint128`) to parquet as `DOUBLE`, so `9007199254740993` would be
+/// served as `9007199254740992.0` and the column typed `DOUBLE`. One error per column, at the
+/// model's `define_model` location.
+pub fn unstorable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    for m in models.into_iter().filter(|m| m.target == Target::Parquet) {
+        for c in &m.schema.0 {
+            let ty = c.ty.trim().to_ascii_lowercase();
+            if matches!(ty.as_str(), "hugeint" | "int128" | "uhugeint" | "uint128") {
+                errors.push(
+                    LoadError::new(
+                        Some(m.location.clone()),
+                        Some(m.name.clone()),
+                        format!(
+                            "column `{}` is declared `{}`, which the `parquet` target cannot store exactly (DuckDB writes it to parquet as DOUBLE: digits past the 53rd bit would be lost)",
+                            c.name, c.ty
+                        ),
+                    )
+                    .with_hint("declare `decimal(38,0)` (exact up to 38 digits) or `bigint`, or use target `table`"),
+                );
+            }
+        }
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,11 @@
 //! - a **`view`'s physical view not naming its parents' physical relations** of the plan (left
 //!   by an older efmesh that reused it across a parent's new version) is rebuilt;
 //! - a **lost parquet lake view** over a local lake directory is re-created over the files
-//!   present, keeping the ledger; only intervals whose file is missing are recomputed.
+//!   present, keeping the ledger; only intervals whose file is missing are recomputed;
+//! - **lake files missing** (a parquet version over a local lake directory whose view exists, with
+//!   done intervals whose file is gone, or a built `full` version without `data.parquet`): those
+//!   intervals are marked failed and recomputed (the full version rebuilt). Checked for every
+//!   model, memo or not: a file deleted by hand changes nothing the memo keys on.
 //!
 //! Names are compared ignoring case, as DuckDB resolves them.
 //!
@@ -71,8 +75,14 @@ pub struct Repair {
     /// intervals whose file is missing are recomputed ([`Repair::lost_files`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lake_view_missing: bool,
-    /// With `lake_view_missing`: the wanted grain intervals whose file is missing from the lake;
-    /// apply marks them failed (where done) before recomputing them.
+    /// Done intervals of a parquet lake version (in the ledger of a version stored in its
+    /// relation) whose file is missing from its local lake directory (deleted by hand, a lake
+    /// directory not restored with the state): they are marked failed, the view is re-created
+    /// over the done intervals' files, and the wanted ones are recomputed ([`Repair::lost_files`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lake_files_missing: bool,
+    /// With `lake_view_missing` or `lake_files_missing`: the grain intervals whose file is
+    /// missing from the lake; apply marks them failed (where done) before recomputing them.
     #[serde(skip)]
     pub lost_files: Vec<interval::Interval>,
     /// Versions of the model stored in the lost relation, whose done intervals apply marks
@@ -87,7 +97,19 @@ pub const UNKNOWN_ROOT: &str = "(unknown)";
 impl Repair {
     /// True when nothing needs restoring.
     pub fn is_empty(&self) -> bool {
-        !self.physical_missing && self.created_under.is_none() && !self.view_missing && !self.view_stale && !self.physical_stale && !self.lake_view_missing
+        !self.physical_missing
+            && self.created_under.is_none()
+            && !self.view_missing
+            && !self.view_stale
+            && !self.physical_stale
+            && !self.lake_view_missing
+            && !self.lake_files_missing
+    }
+
+    /// True when apply re-creates the lake view from the ledger before anything is built, marking
+    /// the intervals of [`Repair::lost_files`] failed first.
+    pub fn relists_lake(&self) -> bool {
+        self.lake_view_missing || self.lake_files_missing
     }
 
     /// What is to repair, in a few words: "physical relation missing, view missing".
@@ -97,6 +119,7 @@ impl Repair {
             (self.created_under.is_some(), "created under another project root"),
             (self.physical_stale, "physical view reads old parent versions"),
             (self.lake_view_missing, "lake view missing"),
+            (self.lake_files_missing, "lake files missing"),
             (self.view_missing, "view missing"),
             (self.view_stale, "view serves another version"),
         ]
@@ -131,6 +154,16 @@ impl Repair {
                 "lake view {physical} of `{}` is missing: `apply` re-creates it over the files in the lake (and recomputes the {} interval(s) whose file is missing)",
                 action.name,
                 self.lost_files.len()
+            ));
+        }
+        if self.lake_files_missing {
+            let shown: Vec<String> = self.lost_files.iter().take(3).map(ToString::to_string).collect();
+            let more = if self.lost_files.len() > 3 { format!(" and {} more", self.lost_files.len() - 3) } else { String::new() };
+            out.push(format!(
+                "lake files of {} done interval(s) of `{}` are missing ({}{more}): `apply` marks them failed, re-creates {physical} over the done intervals' files and recomputes them",
+                self.lost_files.len(),
+                action.name,
+                shown.join(", ")
             ));
         }
         let view = format!("\"{}\".\"{}\"", env_schema(env, action.name.schema()), action.name.table());
@@ -397,9 +430,51 @@ pub fn check_skipping(
             .map(|(a, checked)| if *checked { needed_at(project, &plan.env, a, &physicals, &lookup, &root) } else { Repair::default() })
             .collect()
     };
-    let unclean: std::collections::HashSet<crate::core::ModelName> =
+    let mut unclean: std::collections::HashSet<crate::core::ModelName> =
         plan.actions.iter().zip(&found).filter(|(a, r)| a.change != Change::Removed && !r.is_empty()).map(|(a, _)| a.name.clone()).collect();
     for (action, mut repair) in plan.actions.iter_mut().zip(found) {
+        // Files of a lake version whose view exists, checked against its ledger (every model,
+        // memo or not: a file deleted by hand changes no input of the memo).
+        if action.change != Change::Removed
+            && !repair.physical_missing
+            && let Some(model) = project.dag.get(&action.name)
+            && model.target == Target::Parquet
+            && let Some(files) = action.physical.as_deref().and_then(|p| local_lake_files(project, p))
+        {
+            match model.kind.time_range() {
+                Some(t) => {
+                    let fps = sharing(state, &mut index, action)?;
+                    let name = action.name.to_string();
+                    let mut lost: BTreeSet<interval::Millis> = BTreeSet::new();
+                    for fp in &fps {
+                        lost.extend(state.done_intervals(&name, fp.as_str())?.into_iter().filter(|s| !files.contains(&lake_interval_file(*s, t.grain))));
+                    }
+                    if !lost.is_empty() {
+                        let lost: Vec<interval::Interval> = lost.into_iter().map(|s| interval::Interval::new(s, t.grain.next(s))).collect();
+                        let wanted: BTreeSet<interval::Interval> =
+                            interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now)).into_iter().collect();
+                        let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
+                        pieces.extend(lost.iter().filter(|i| wanted.contains(*i)).copied());
+                        pieces.sort_by_key(|i| i.start);
+                        pieces.dedup();
+                        action.intervals = pieces.len();
+                        action.backfill = interval::merge(&pieces);
+                        repair.lake_files_missing = true;
+                        repair.ledger_reset = fps;
+                        repair.lost_files = lost;
+                    }
+                }
+                // A full version built into a directory that lost its file: rebuilt.
+                None => {
+                    if !action.build && !files.contains(LAKE_FULL_FILE) && recorded(state, &mut index, action)? {
+                        repair.lake_files_missing = true;
+                    }
+                }
+            }
+            if repair.lake_files_missing {
+                unclean.insert(action.name.clone());
+            }
+        }
         if repair.is_empty() {
             continue;
         }
@@ -434,7 +509,8 @@ pub fn check_skipping(
                 None => {}
             }
         }
-        if repair.physical_missing || ((repair.created_under.is_some() || repair.physical_stale) && matches!(model.kind, Kind::View)) {
+        let lost_full = repair.lake_files_missing && model.kind.time_range().is_none();
+        if lost_full || repair.physical_missing || ((repair.created_under.is_some() || repair.physical_stale) && matches!(model.kind, Kind::View)) {
             action.build = true;
             if action.metadata.is_null() {
                 action.metadata = super::metadata(model);
@@ -536,6 +612,14 @@ fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Ac
     fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     fps.dedup_by(|a, b| a.as_str() == b.as_str());
     Ok(fps)
+}
+
+/// True when a snapshot of `action`'s model records its physical relation (a version stored
+/// there was built or inherited it).
+fn recorded(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Action) -> Result<bool, PlanError> {
+    sharing(state, index, action)?;
+    let key = (action.name.to_string(), action.physical.clone().unwrap_or_default());
+    Ok(index.as_ref().is_some_and(|i| i.contains_key(&key)))
 }
 
 /// What the engine's `catalog` says must be restored but `plan` does not restore, described:

@@ -616,6 +616,67 @@ fn a_lost_duckdb_file_relists_intact_lake_files_and_recomputes_only_missing_ones
 }
 
 #[test]
+fn lake_files_deleted_or_added_by_hand_are_found_and_never_served() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let rows = p.rows(&env_view("dev", "m.daily"));
+    let totals = p.rows(&env_view("dev", "m.totals"));
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    // A done day's file deleted; a copy and a file named like a never-computed day left beside.
+    std::fs::remove_file(daily.join("2026-01-02.parquet")).unwrap();
+    std::fs::copy(daily.join("2026-01-01.parquet"), daily.join("copy-of-01.parquet")).unwrap();
+    std::fs::copy(daily.join("2026-01-01.parquet"), daily.join("2026-01-20.parquet")).unwrap();
+
+    let status = p.run(&["status", "dev", "--check"]);
+    status.expect_code(1);
+    assert!(status.stdout.contains("`m.daily`") || status.stderr.contains("`m.daily`"), "{}{}", status.stdout, status.stderr);
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.daily");
+    assert_eq!(a["repair"]["lakeFilesMissing"], true, "{a:#}");
+    assert_eq!(a["intervals"], 1, "only the day whose file is missing is recomputed: {a:#}");
+    // `run` refuses until an apply repairs it (nothing is served from a directory listing).
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("m.daily: lake files missing (`apply` repairs it)"), "{}", run.stderr);
+
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert!(daily.join("2026-01-02.parquet").exists());
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), rows, "the deleted day is back, the stray files are not served");
+    assert_eq!(p.rows(&env_view("dev", "m.totals")), totals);
+    let manifest: Value = serde_json::from_str(&fs_err::read_to_string(daily.join("manifest.json")).unwrap()).unwrap();
+    let listed: Vec<String> = manifest["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+    assert_eq!(listed, day_files(DAYS), "the manifest lists the done intervals' files only");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
+fn a_lost_lake_directory_is_recomputed_and_a_failed_repair_serves_no_fewer_files() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let rows = p.rows(&env_view("dev", "m.daily"));
+    let totals = p.rows(&env_view("dev", "m.totals"));
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    let total = version_dir(&p, "lake", &v, "m.totals");
+    fs_err::remove_dir_all(&daily).unwrap();
+    fs_err::remove_dir_all(&total).unwrap();
+
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.daily");
+    assert_eq!(a["repair"]["lakeFilesMissing"], true, "{a:#}");
+    assert_eq!(a["intervals"], DAYS, "every done day lost its file: {a:#}");
+    let t = action(&plan, "m.totals");
+    assert_eq!(t["repair"]["lakeFilesMissing"], true, "{t:#}");
+    assert_eq!(t["build"], true, "the full version is rebuilt: {t:#}");
+
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(files(&daily).into_iter().filter(|f| f.ends_with(".parquet")).collect::<Vec<_>>(), day_files(DAYS));
+    assert!(total.join("data.parquet").exists() && total.join("manifest.json").exists());
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), rows);
+    assert_eq!(p.rows(&env_view("dev", "m.totals")), totals);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+#[test]
 fn the_janitor_deletes_superseded_and_orphan_s3_version_directories_and_keeps_served_ones() {
     let moto = crate::s3::Moto::start();
     moto.create_bucket("lake");
@@ -681,4 +742,32 @@ fn an_s3_listing_failure_fails_the_janitor_but_the_engines_orphans_are_still_cla
     assert!(failed.iter().any(|f| f["physical"] == physical.as_str()), "the orphan was claimed, its drop retried later: {v:#}");
     assert!(v["orphans"].as_array().unwrap().is_empty(), "{v:#}");
     assert!(p.physical_tables().contains(&orphan), "kept until its lake prefix can be checked");
+}
+
+/// DuckDB writes `hugeint` to parquet as `DOUBLE` (digits past the 53rd bit lost): declared on a
+/// parquet model, a load error naming the column. And each column is written cast to its
+/// declared type, as a table target's insert does: a `sum()` (a `hugeint` in DuckDB) declared
+/// `bigint` is served as `BIGINT`, its value exact.
+#[test]
+fn parquet_columns_hold_their_declared_types_and_hugeint_is_refused() {
+    let p = lake_project("", "[lake]\npath = \"lake\"\n");
+    p.write(
+        "models/h.lua",
+        r#"define_model { name = "m.h", kind = kind.full(), target = "parquet", schema = { { "h", "hugeint" } }, query = "SELECT CAST(9007199254740993 AS hugeint) AS h" }
+"#,
+    );
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("models/h.lua:1") && r.stderr.contains("column `h` is declared `hugeint`") && r.stderr.contains("decimal(38,0)"), "{}", r.stderr);
+    p.write(
+        "models/h.lua",
+        r#"define_model { name = "m.h", kind = kind.full(), target = "parquet", schema = { { "s", "bigint" }, { "d", "decimal(38,0)" } }, query = "SELECT sum(x) AS s, CAST(9007199254740993 AS decimal(38,0)) AS d FROM (VALUES (9007199254740992), (1)) t(x)" }
+"#,
+    );
+    p.apply("dev");
+    assert_eq!(described(&p, "dev__m.h"), vec![("s".to_string(), "BIGINT".to_string()), ("d".to_string(), "DECIMAL(38,0)".to_string())]);
+    assert_eq!(
+        p.query("SELECT CAST(s AS VARCHAR), CAST(d AS VARCHAR) FROM dev__m.h"),
+        vec![vec![Some("9007199254740993".to_string()), Some("9007199254740993".to_string())]]
+    );
 }

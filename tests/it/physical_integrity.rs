@@ -204,7 +204,7 @@ fn a_dropped_physical_table_is_rebuilt_with_every_interval(engine: EngineBackend
     // `status --check` sees it as the plan does: unhealthy (run would refuse).
     let status = p.run(&["status", "dev", "--check", "--json"]);
     let problems = status.expect_code(1).json()["problems"].to_string();
-    assert!(problems.contains("the engine lacks relations of `t.daily`"), "{problems}");
+    assert!(problems.contains("the engine lacks what it serves of `t.daily` ("), "{problems}");
 
     let plan = p.plan("dev");
     let daily = action(&plan, "t.daily");
