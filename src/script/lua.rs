@@ -836,10 +836,19 @@ fn require_fn(lua: &Lua, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
         if name.is_empty() || !name.split('.').all(crate::core::name::is_identifier) {
             return Err(rt(format!("`require(\"{name}\")`: module names are dotted identifiers inside the project")));
         }
-        let (root, current) = {
+        // The requiring file is the one the calling code was written in (the nearest frame of a
+        // project file): inside a function defined in `lib/a.lua` and called later — from a
+        // model file, or as a macro with no file being evaluated — it is `lib/a.lua`, not the
+        // file being evaluated.
+        let (root, evaluating) = {
             let s = st.borrow();
             (s.root.clone(), s.stack.last().cloned().unwrap_or_default())
         };
+        let current = (1..16)
+            .map_while(|level| lua.inspect_stack(level, |d| d.source().source.and_then(|s| s.strip_prefix('@').map(PathBuf::from))))
+            .flatten()
+            .next()
+            .unwrap_or(evaluating);
         let rel = PathBuf::from(format!("{}.lua", name.replace('.', "/")));
         let base = current.parent().map(Path::to_path_buf).unwrap_or_default();
         let candidates = [base.join(&rel), rel.clone()];

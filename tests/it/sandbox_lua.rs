@@ -517,3 +517,25 @@ fn a_file_whose_models_are_defined_by_what_it_requires_defines_models() {
     assert!(run.stdout.contains("models/z.lua") && run.stdout.contains("defines no model"), "{}", run.stdout);
     assert!(!run.stdout.contains("models/all.lua") && !run.stdout.contains("models/again.lua"), "{}", run.stdout);
 }
+
+/// `require` looks first beside the file the calling code is written in — also from inside a
+/// function that file defines, called later by another file or as a macro (when no file is being
+/// evaluated): it resolved against the file being evaluated, or the project root, loading
+/// another module silently.
+#[test]
+fn require_inside_a_function_resolves_beside_the_file_that_defines_it() {
+    let p = project_of(&[
+        ("b.lua", "return { v = 2 }"),
+        ("lib/b.lua", "return { v = 1 }"),
+        ("lib/a.lua", "return { f = function() return require(\"b\").v end }"),
+        ("helpers/h.lua", "return { k = 999 }"),
+        ("macros/helpers/h.lua", "return { k = 10 }"),
+        ("macros/l.lua", "define_macro(\"times\", function(x) return \"(\" .. x .. \" * \" .. require(\"helpers.h\").k .. \")\" end)\n"),
+        (
+            "models/m.lua",
+            "define_model { name = \"a.m\", kind = kind.full(), schema = { { \"v\", \"integer\" }, { \"w\", \"integer\" } }, query = \"SELECT \" .. require(\"lib.a\").f() .. \" AS v, @times(1) AS w\" }",
+        ),
+    ]);
+    let sql = p.run(&["render", "a.m", "--json"]).expect_code(0).json()["sql"].as_str().unwrap_or_default().to_string();
+    assert_eq!(sql, "SELECT 1 AS v, (1 * 10) AS w");
+}
