@@ -22,6 +22,7 @@ on_every_engine!(
     rows_are_compared_as_the_query_returns_them_not_cut_to_narrower_declared_types,
     a_negative_zero_equals_zero,
     numbers_a_type_would_round_are_never_rounded_into_agreement,
+    decimals_compare_by_value_whatever_scale_the_computation_left,
 );
 
 const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
@@ -638,4 +639,29 @@ define_model { name = "mart.big", kind = kind.full(), schema = { { "v", "decimal
     p.run(&["test", "big"]).expect_code(0);
     p.write("tests/big.lua", &big("14677563290226445.161"));
     p.run(&["test", "big"]).expect_code(1);
+}
+
+/// An unconstrained `numeric` (Postgres) keeps the scale its computation left (`0.3000` from a
+/// `sum()` of `numeric(20,4)`): the expected `0.3` is the same number, and `0.31` is not.
+fn decimals_compare_by_value_whatever_scale_the_computation_left(engine: EngineBackend) {
+    let p = project(engine);
+    let ty = if p.on_postgres() { "numeric" } else { "decimal(38,4)" };
+    p.write(
+        "models/sum.lua",
+        &format!(
+            r#"define_model {{
+  name = "mart.total", kind = kind.full(),
+  schema = {{ {{ "total", "{ty}" }} }},
+  query = "SELECT sum(v) AS total FROM (SELECT CAST(0.1 AS decimal(20,4)) AS v UNION ALL SELECT CAST(0.2 AS decimal(20,4))) AS t",
+}}
+"#
+        ),
+    );
+    let test = |expected: &str| format!("define_test {{ name = \"total\", model = \"mart.total\", inputs = {{}}, expect = {{ {{ total = {expected} }} }} }}\n");
+    p.write("tests/total.lua", &test("0.3"));
+    p.run(&["test", "total"]).expect_code(0);
+    p.write("tests/total.lua", &test("\"0.30\""));
+    p.run(&["test", "total"]).expect_code(0);
+    p.write("tests/total.lua", &test("0.31"));
+    p.run(&["test", "total"]).expect_code(1);
 }
