@@ -98,8 +98,9 @@ local addressed = { table = true, ["function"] = true, thread = true, userdata =
 local function plain(v)
   local text = tostring(v)
   if addressed[type(v)] then
-    -- Lua's own `<name>: 0x…` (no `__tostring`: a model handle has one) is cut to its name.
-    return text:match("^([^:]*): 0x%x+$") or text:match("^([^:]*): %(nil%)$") or text
+    -- Lua's own `<name>: 0x…` (no `__tostring`: a model handle has one; `<name>` is the type or
+    -- a `__name`, which may hold colons) is cut to its name.
+    return text:match("^(.*): 0x%x+$") or text:match("^(.*): %(nil%)$") or text
   end
   return text
 end
@@ -107,7 +108,8 @@ safe.tostring = plain
 -- `pairs` and `next` in a deterministic order (Lua's own order depends on a per-process hash
 -- seed): numbers, then strings, then booleans, each in their order; a key of another type
 -- orders by its `__tostring` (a model handle's name). One without (a table, a function) has no
--- order that does not depend on its address: refused, naming the caller's line.
+-- order that does not depend on its address, nor have two such keys printing the same text:
+-- refused, naming the caller's line.
 local rank = { number = 1, string = 2, boolean = 3 }
 local function before(a, b)
   local ta, tb = type(a), type(b)
@@ -116,15 +118,29 @@ local function before(a, b)
   if ta == "boolean" then return (not a) and b end
   return tostring(a) < tostring(b)
 end
+-- `level`: the caller of `pairs`/`next`, counted from here.
+local function unordered(k, what, level)
+  error(("%s: a key of the table is a %s, which has no deterministic order (Lua orders it by its address); key the table by strings or numbers"):format(what, type(k)), level)
+end
+local function same_text(what, k, level)
+  error(("%s: two keys of the table print the same (`%s`), so their order is not deterministic"):format(what, tostring(k)), level)
+end
 local function sorted_keys(t, what)
-  local keys, n = {}, 0
+  local keys, n, odd = {}, 0, false
   for k in next, t do
-    if rank[type(k)] == nil and plain(k) ~= tostring(k) then
-      error(("%s: a key of the table is a %s, which has no deterministic order (Lua orders it by its address); key the table by strings or numbers"):format(what, type(k)), 3)
+    if rank[type(k)] == nil then
+      if plain(k) ~= tostring(k) then unordered(k, what, 4) end
+      odd = true
     end
     n = n + 1; keys[n] = k
   end
   sort(keys, before)
+  if odd then
+    for i = 2, n do
+      local a, b = keys[i - 1], keys[i]
+      if rank[type(a)] == nil and type(a) == type(b) and tostring(a) == tostring(b) then same_text(what, a, 4) end
+    end
+  end
   return keys, n
 end
 function safe.pairs(t)
@@ -136,23 +152,55 @@ function safe.pairs(t)
     if k ~= nil then return k, t[k] end
   end, t, nil
 end
--- `next` walks the same order. The order is computed when a walk starts (`next(t)`,
--- `next(t, nil)`) and kept for the table while it lives; a key the kept order lacks (added
--- since) computes it again.
+-- `next` walks the same order. `next(t)` finds the first key by one scan (an emptiness test, or
+-- a loop taking the first key, stays linear); `next(t, k)` keeps the table's sorted keys from
+-- the walk's previous step, and sorts them again when `k` is not among them (the walk started
+-- anew, or a key was added): a key cleared during the walk, `k` included, is skipped, as Lua
+-- allows.
 local orders = raw_setmetatable({}, { __mode = "k" })
 function safe.next(t, k)
   if type(t) ~= "table" then return next(t, k) end
+  if k == nil then
+    local best
+    for key in next, t do
+      local tk = type(key)
+      if rank[tk] == nil and plain(key) ~= tostring(key) then unordered(key, "next", 3) end
+      if best == nil then
+        best = key
+      else
+        local tb = type(best)
+        if tk == tb and (tk == "string" or tk == "number") then
+          if key < best then best = key end
+        elseif tk == tb and rank[tk] == nil and tostring(key) == tostring(best) then
+          same_text("next", key, 3)
+        elseif before(key, best) then
+          best = key
+        end
+      end
+    end
+    orders[t] = nil
+    if best == nil then return nil end
+    return best, rawget(t, best)
+  end
   local o = orders[t]
-  if k == nil or o == nil or o.at[k] == nil then
-    if k == nil and next(t) == nil then return nil end
+  local i = o and o.at[k]
+  if i == nil then
     local keys, n = sorted_keys(t, "next")
     local at = {}
-    for i = 1, n do at[keys[i]] = i end
+    for j = 1, n do at[keys[j]] = j end
     o = { keys = keys, at = at }
     orders[t] = o
-    if k ~= nil and at[k] == nil then error("invalid key to 'next'", 2) end
+    i = at[k]
+    if i == nil then
+      -- `k` was cleared: the walk goes on after where it sorts.
+      local lo, hi = 1, n
+      while lo <= hi do
+        local mid = (lo + hi) // 2
+        if before(keys[mid], k) then lo = mid + 1 else hi = mid - 1 end
+      end
+      i = lo - 1
+    end
   end
-  local i = k == nil and 0 or o.at[k]
   while true do
     i = i + 1
     local key = o.keys[i]

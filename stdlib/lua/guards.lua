@@ -209,7 +209,7 @@ do
       if addressed[type(v)] then
         -- Lua's own `<name>: 0x…` (no `__tostring`) is cut to its name; a `__tostring` is kept.
         local text = tostring(v)
-        local name = raw_match(text, "^([^:]*): 0x%x+$") or raw_match(text, "^([^:]*): %(nil%)$")
+        local name = raw_match(text, "^(.*): 0x%x+$") or raw_match(text, "^(.*): %(nil%)$")
         args[k] = name or text
       end
     end

@@ -222,6 +222,34 @@ define_model { name = "a.m", kind = kind.full(), schema = { { "t", "varchar" }, 
     }
 }
 
+/// `next` as Lua code uses it beside a walk: clearing the current key (and testing emptiness)
+/// during the walk goes on with the next key; an emptiness test in a loop and draining a big
+/// table scan it once per call (a thousand keys well within the budget).
+#[test]
+fn next_allows_clearing_during_a_walk_and_stays_cheap() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
+        dir.path().join("models/m.lua"),
+        r#"local t = { c = 3, a = 1, b = 2, d = 4 }
+local seen = {}
+for k, v in next, t do
+  seen[#seen + 1] = k
+  t[k] = nil
+  if next(t) ~= nil then seen[#seen + 1] = "+" end
+end
+local big, n = {}, 0
+for i = 1, 1000 do big["k" .. i] = i; if next(big) ~= nil then n = n + 1 end end
+while next(big) ~= nil do big[next(big)] = nil end
+define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" }, { "n", "integer" } }, query = "SELECT '" .. table.concat(seen, ",") .. "' AS s, " .. n .. " AS n" }"#,
+    )
+    .unwrap();
+    let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+    let m = project.dag.models().next().unwrap();
+    let sql = m.body.as_ref().unwrap().render(&efmesh::core::fragment::CanonicalResolver);
+    assert_eq!(sql, "SELECT 'a,+,b,+,c,+,d' AS s, 1000 AS n");
+}
+
 /// Nothing a model builds depends on where the allocator put a value: `tostring` of a table or
 /// function is its type's name, `%s` of one too, `%p` is refused, and `pairs`/`next` over a
 /// table keyed by tables (ordered by address) is refused naming the line.
@@ -247,6 +275,20 @@ define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" } }
     assert_refused(&format!("local set = {{ [{{}}] = 1, [{{}}] = 2 }}\n\nfor k in pairs(set) do end\n{OK_MODEL}"), "m.lua:3");
     assert_refused(&format!("local set = {{ [{{}}] = 1 }}\nfor k in pairs(set) do end\n{OK_MODEL}"), "pairs: a key of the table is a table");
     assert_refused(&format!("local set = {{ [print] = 1 }}\nlocal k = next(set)\n{OK_MODEL}"), "next: a key of the table is a function");
+    // A `__name` may hold colons: still cut to it, still refused as a key.
+    assert_refused(
+        &format!(
+            "local o = setmetatable({{}}, {{ __name = \"my:obj\" }})\nassert(tostring(o) == \"my:obj\")\nfor k in pairs({{ [o] = 1 }}) do end\n{OK_MODEL}"
+        ),
+        "m.lua:3",
+    );
+    // Two keys printing the same text have no order either.
+    assert_refused(
+        &format!(
+            "local mt = {{ __tostring = function() return \"same\" end }}\nlocal set = {{ [setmetatable({{}}, mt)] = 1, [setmetatable({{}}, mt)] = 2 }}\nfor k in pairs(set) do end\n{OK_MODEL}"
+        ),
+        "two keys of the table print the same (`same`)",
+    );
 }
 
 #[test]
