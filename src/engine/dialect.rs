@@ -318,9 +318,10 @@ impl Dialect for Standard {
 /// True for a type (described, lower case) whose equality calls different values equal:
 /// intervals (`1 month` = `30 days`, `1 day` = `24 hours`) and floating-point numbers (`-0.0` =
 /// `0.0`), on both engines. A data diff compares such columns as text ([`Dialect::comparable`]).
+/// Nested ones too (`DOUBLE[]`, `STRUCT(x INTERVAL)`, `MAP(VARCHAR, DOUBLE)`, `interval[]`): any
+/// word of the type naming one (a field merely named `real` compares as text too, exactly).
 pub(crate) fn equal_when_different(ty: &str) -> bool {
-    let t = ty.trim().to_ascii_lowercase();
-    t == "interval" || t.starts_with("interval ") || matches!(t.as_str(), "double" | "double precision" | "float" | "float4" | "float8" | "real")
+    ty.to_ascii_lowercase().split(|c: char| !c.is_ascii_alphanumeric()).any(|w| matches!(w, "interval" | "double" | "float" | "float4" | "float8" | "real"))
 }
 
 #[cfg(test)]

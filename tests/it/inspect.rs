@@ -344,7 +344,7 @@ fn diff_data_tells_intervals_and_signed_zeros_their_equality_calls_equal_apart(e
     let p = Project::on_engine(engine);
     let models = |d: &str, z: &str| {
         format!(
-            r#"define_model {{ name = "s.k", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "d", "interval" }}, {{ "z", "double precision" }} }}, query = [[SELECT 1 AS id, CAST('{d}' AS interval) AS d, CAST({z} AS double precision) AS z]] }}
+            r#"define_model {{ name = "s.k", kind = kind.full(), grain = {{ "id" }}, schema = {{ {{ "id", "integer" }}, {{ "d", "interval" }}, {{ "z", "double precision" }}, {{ "l", "double precision[]" }} }}, query = [[SELECT 1 AS id, CAST('{d}' AS interval) AS d, CAST('{z}' AS double precision) AS z, ARRAY[CAST('{z}' AS double precision)] AS l]] }}
 define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "d", "interval" }} }}, query = [[SELECT CAST('{d}' AS interval) AS d]] }}
 "#
         )
@@ -356,6 +356,8 @@ define_model {{ name = "s.n", kind = kind.full(), schema = {{ {{ "d", "interval"
     let v = p.run(&["diff", "prod", "dev", "--data", "--json"]).expect_code(0).json();
     let text = p.run(&["diff", "prod", "dev", "--data"]).expect_code(0).stdout.clone();
     assert!(text.contains("≠ s.k") && text.contains("≠ s.n"), "{text}\n{v:#}");
+    let k = entry(&v, "s.k");
+    assert_eq!((mismatches(k, "d"), mismatches(k, "z"), mismatches(k, "l")), (1, 1, 1), "{k:#}");
     // The same values under another version's query: the same data.
     p.write("models/m.lua", &models("1 month", "0.0").replace("SELECT 1 AS id", "SELECT 2 - 1 AS id").replace("AS d]]", "AS d WHERE true]]"));
     p.apply("dev");
