@@ -153,7 +153,7 @@ pub fn check_statements(config: &Config, dag: &Dag) -> Vec<crate::core::LoadErro
 /// `prod`'s rows. The names come from the query's AST ([`crate::sql::relations`]): a string
 /// literal, a column or a CTE named like a model is not a read of it. An external reading the
 /// relation of its own name may be named (the name reads what its `ref` reads); a query
-/// sqlparser cannot read is not checked.
+/// sqlparser cannot parse is read from its tokens ([`crate::sql::relations::named_relations_by_tokens`]).
 pub fn bare_model_names(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
     bare_model_reads(config, dag, dag.models())
 }
@@ -218,7 +218,11 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
             }
         }
         for (audit, sql) in queries {
-            let Some(found) = crate::sql::relations::named_relations(&sql, postgres) else { continue };
+            let Some(found) =
+                crate::sql::relations::named_relations(&sql, postgres).or_else(|| crate::sql::relations::named_relations_by_tokens(&sql, postgres))
+            else {
+                continue;
+            };
             let mut seen = BTreeSet::new();
             for r in found {
                 let Some((target, env)) = model_named(&models, default_schema, &r.parts) else { continue };
@@ -229,7 +233,7 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
                 let (location, at) = match (audit, r.line) {
                     (Some(a), _) => (a.location.clone(), String::new()),
                     (None, Some(n)) if sql_file => (m.location_of_query_line(Some(n)), String::new()),
-                    (None, Some(n)) => (m.location.clone(), format!(" (line {n} of the query as `efmesh render` shows it)")),
+                    (None, Some(n)) => (m.location.clone(), format!(" (line {n} of its query)")),
                     (None, None) => (m.location.clone(), String::new()),
                 };
                 let whose = match audit {
@@ -272,6 +276,8 @@ fn model_named<'a>(
     let lower: Vec<String> = parts.iter().map(|p| p.to_ascii_lowercase()).collect();
     match lower.as_slice() {
         [table] => models.get(&format!("{default_schema}.{table}")).map(|m| (*m, None)),
+        // A catalog-qualified name (`efmesh.s.b`: the DuckDB file's database) names the same.
+        [_catalog, schema, table] => models.get(&format!("{schema}.{table}")).map(|m| (*m, None)),
         [schema, table] => {
             if let Some(m) = models.get(&format!("{schema}.{table}")) {
                 return Some((*m, None));

@@ -740,7 +740,7 @@ pub fn plan_checked_with(
                 .engine_file()
                 .and_then(|_| engine_file_identity(&engine))
                 .zip(store)
-                .map(|(id, store)| (plan_check_token(project, env, generation, &id, &store), id))
+                .map(|(id, store)| (plan_check_token(project, env, generation, &format!("{id} {}", lake_identity(project, &plan)), &store), id))
         }
         _ => None,
     };
@@ -833,6 +833,33 @@ fn engine_file_identity(engine: &Path) -> Option<String> {
 /// `generation` (which fixes every action of the replayed plan), the state store's identity
 /// (with the generation, which fixes what the rebuild marks read), the engine's path and the
 /// identity of its file (which fixes its catalog, invariant 27).
+/// The identity of the local lake's version directories the plan's parquet models are stored
+/// in (their status: a file deleted or added by hand changes its directory's times), so a check
+/// found clean is not trusted after a lake file went missing (`repair.lakeFilesMissing`).
+#[cfg(unix)]
+fn lake_identity(project: &Project, plan: &Plan) -> String {
+    let mut out = String::new();
+    for a in &plan.actions {
+        let Some(physical) = a.physical.as_deref() else { continue };
+        if project.dag.get(&a.name).is_none_or(|m| m.target != crate::core::Target::Parquet) {
+            continue;
+        }
+        let Some(dir) = plan::integrity::local_lake_dir(project, physical) else { continue };
+        match fs_err::metadata(&dir) {
+            Ok(m) => out.push_str(&crate::engine::record::file_stat(&m)),
+            Err(_) => out.push('-'),
+        }
+        out.push(' ');
+    }
+    out
+}
+
+#[cfg(not(unix))]
+fn lake_identity(_project: &Project, _plan: &Plan) -> String {
+    // No directory times to trust: the check is never skipped with a lake.
+    crate::core::interval::now_millis().to_string()
+}
+
 fn plan_check_token(project: &Project, env: &str, generation: i64, engine_identity: &str, store_identity: &str) -> String {
     let mut h = blake3::Hasher::new();
     h.update(format!("efmesh-plan-check 2 {}\n", env!("CARGO_PKG_VERSION")).as_bytes());

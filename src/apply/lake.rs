@@ -345,9 +345,11 @@ fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Res
     Ok(fps)
 }
 
-/// The view and manifest of the version in `physical`, listing exactly one file per interval
-/// done in the ledger of one of `versions` or just `written` (never what a directory listing
-/// finds: a stray file is never served), or `data.parquet` for a full model. A done interval
+/// The view and manifest of the version in `physical`, listing one file per interval done in
+/// the ledger of one of `versions` or just `written`, and the files the previous manifest listed
+/// that are still there (intervals not done now keep their old rows, as a table's do) — never
+/// what a directory listing finds, so a stray file is never served; or `data.parquet` for a
+/// full model. A done interval
 /// whose (local) file is missing is refused before the view is touched: a view never lists fewer
 /// files than the ledger says are done.
 fn relist(
@@ -385,6 +387,16 @@ fn relist(
                 }
             }
             done.extend(fresh);
+            // Intervals the view served before and that are not done now (restated, failed,
+            // cleared for a recompute, moved outside the bounds) keep serving their old file until
+            // a batch replaces it, as a table keeps its old rows; a file no manifest listed (put
+            // there by hand) is never served.
+            let mut kept: std::collections::BTreeSet<Millis> = listed_before(&dir, engine)
+                .into_iter()
+                .filter_map(|f| file_interval(&f, t.grain).filter(|i| interval_file(i.start, t.grain) == f).map(|i| i.start))
+                .collect();
+            kept.retain(|s| !done.contains(s) && (dir.s3 || Path::new(&dir.file(&interval_file(*s, t.grain))).exists()));
+            done.extend(kept);
             done.into_iter().map(|s| interval_file(s, t.grain)).collect()
         }
         None => {
@@ -420,6 +432,21 @@ fn relist(
     }
     engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
     write_manifest(model, &dir, &files, engine)
+}
+
+/// The files the version's `manifest.json` lists (what its view served at the last re-list);
+/// none when there is no manifest or it cannot be read.
+fn listed_before(dir: &VersionDir, engine: &mut dyn Engine) -> Vec<String> {
+    let path = dir.file(MANIFEST);
+    let text = if dir.s3 {
+        let sql = format!("SELECT content FROM read_text({})", quote_literal(&path));
+        engine.query(&sql).ok().and_then(|rows| rows.into_iter().next()).and_then(|r| r.into_iter().next().flatten())
+    } else {
+        fs_err::read_to_string(&path).ok()
+    };
+    text.and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("files").and_then(|f| f.as_array()).map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect()))
+        .unwrap_or_default()
 }
 
 /// The parquet files of a version directory, sorted by name (temporary files excluded).

@@ -111,21 +111,27 @@ pub fn unconfigured<'a>(models: impl IntoIterator<Item = &'a Model>, lake: bool,
 }
 
 /// Load errors for columns a `parquet` target cannot store exactly: DuckDB writes `hugeint`
-/// (`int128`) and `uhugeint` (`uint128`) to parquet as `DOUBLE`, so `9007199254740993` would be
-/// served as `9007199254740992.0` and the column typed `DOUBLE`. One error per column, at the
+/// (`int128`), `uhugeint` (`uint128`) and `bignum` to parquet as `DOUBLE`, so `9007199254740993`
+/// would be served as `9007199254740992.0` and the column typed `DOUBLE`; `time_ns` comes back as
+/// text. One error per column, at the
 /// model's `define_model` location.
 pub fn unstorable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadError> {
     let mut errors = Vec::new();
     for m in models.into_iter().filter(|m| m.target == Target::Parquet) {
         for c in &m.schema.0 {
-            let ty = c.ty.trim().to_ascii_lowercase();
-            if matches!(ty.as_str(), "hugeint" | "int128" | "uhugeint" | "uint128") {
+            // Nested ones too (`hugeint[]`, `struct(a hugeint)`, `map(varchar, uhugeint)`);
+            // `bignum` (`varint`) is written as a DOUBLE too, and `time_ns` read back as text.
+            let ty = c.ty.to_ascii_lowercase();
+            if ty
+                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                .any(|w| matches!(w, "hugeint" | "int128" | "uhugeint" | "uint128" | "bignum" | "varint" | "time_ns"))
+            {
                 errors.push(
                     LoadError::new(
                         Some(m.location.clone()),
                         Some(m.name.clone()),
                         format!(
-                            "column `{}` is declared `{}`, which the `parquet` target cannot store exactly (DuckDB writes it to parquet as DOUBLE: digits past the 53rd bit would be lost)",
+                            "column `{}` is declared `{}`, which the `parquet` target cannot store exactly (DuckDB writes `hugeint`, `uhugeint` and `bignum` to parquet as DOUBLE, digits past the 53rd bit lost, and reads `time_ns` back as text)",
                             c.name, c.ty
                         ),
                     )

@@ -382,17 +382,23 @@ pub fn lake_interval_file(start: interval::Millis, grain: interval::Grain) -> St
 /// (`<lake>/<schema>__<table>/<fingerprint>`); `None` for S3 lakes (not listed while planning)
 /// or when the directory cannot be read.
 fn local_lake_files(project: &Project, physical: &str) -> Option<BTreeSet<String>> {
+    match fs_err::read_dir(local_lake_dir(project, physical)?) {
+        Ok(entries) => Some(entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(BTreeSet::new()),
+        Err(_) => None,
+    }
+}
+
+/// The local directory of the parquet lake version stored in `physical`; `None` without a local
+/// lake.
+pub fn local_lake_dir(project: &Project, physical: &str) -> Option<std::path::PathBuf> {
     if project.config.lake.as_ref().is_none_or(|l| l.is_s3()) {
         return None;
     }
     let root = project.config.lake_root()?;
     let (_, table) = split_relation(physical)?;
     let (model, fp) = table.rsplit_once("__")?;
-    match fs_err::read_dir(Path::new(&root).join(model).join(fp)) {
-        Ok(entries) => Some(entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(BTreeSet::new()),
-        Err(_) => None,
-    }
+    Some(Path::new(&root).join(model).join(fp))
 }
 
 /// Checks `plan` against the engine's `catalog` and turns what is missing into work of the plan

@@ -6,7 +6,7 @@
 //! literal, a column or a table function named like a model is not a read of it, and a one-part
 //! name a `WITH` in scope defines is the CTE's.
 
-use sqlparser::ast::{Query, TableFactor, Visit, Visitor};
+use sqlparser::ast::{Query, SetExpr, TableFactor, Visit, Visitor};
 use std::ops::ControlFlow;
 
 /// One relation a query reads by name.
@@ -30,6 +30,100 @@ pub fn named_relations(sql: &str, postgres: bool) -> Option<Vec<NamedRelation>> 
     Some(v.found)
 }
 
+/// For a query sqlparser cannot parse (DuckDB syntax it lacks: `ASOF JOIN`, `USING SAMPLE`,
+/// `SELECT #1`, a bare `TABLE s.b`): the qualified names (two or three parts) that follow
+/// `FROM`, `JOIN` or `TABLE` in its tokens, outside literals and comments, where that keyword
+/// belongs to a query (at the top level, or in parentheses holding a `SELECT`: never the `FROM`
+/// of `extract(day FROM o.created_at)`), and are not called as a table function. `None` when it
+/// cannot even be tokenised.
+#[must_use]
+pub fn named_relations_by_tokens(sql: &str, postgres: bool) -> Option<Vec<NamedRelation>> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = if postgres {
+        Tokenizer::new(&sqlparser::dialect::PostgreSqlDialect {}, sql).tokenize_with_location().ok()?
+    } else {
+        Tokenizer::new(&sqlparser::dialect::DuckDbDialect {}, sql).tokenize_with_location().ok()?
+    };
+    let tokens: Vec<_> = tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
+    let mut found = Vec::new();
+    // Per open parenthesis: whether a `SELECT` was seen in it (the top level is a query).
+    let mut levels: Vec<bool> = vec![true];
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i].token {
+            Token::LParen => levels.push(false),
+            Token::RParen if levels.len() > 1 => {
+                levels.pop();
+            }
+            Token::Word(w) if w.keyword == Keyword::SELECT => {
+                if let Some(l) = levels.last_mut() {
+                    *l = true;
+                }
+            }
+            Token::Word(w) if matches!(w.keyword, Keyword::FROM | Keyword::JOIN | Keyword::TABLE) && levels.last() == Some(&true) => {
+                let mut parts = Vec::new();
+                let mut j = i + 1;
+                while let Some(Token::Word(name)) = tokens.get(j).map(|t| &t.token) {
+                    // A keyword (`LATERAL`, `(`…) unless it qualifies a name (`raw.orders`).
+                    let qualifies = tokens.get(j + 1).map(|t| &t.token) == Some(&Token::Period);
+                    if name.quote_style.is_none() && name.keyword != Keyword::NoKeyword && parts.is_empty() && !qualifies {
+                        break;
+                    }
+                    parts.push(name.value.clone());
+                    if tokens.get(j + 1).map(|t| &t.token) == Some(&Token::Period) {
+                        j += 2;
+                    } else {
+                        j += 1;
+                        break;
+                    }
+                }
+                let called = tokens.get(j).map(|t| &t.token) == Some(&Token::LParen);
+                if (2..=3).contains(&parts.len()) && !called {
+                    let line = u64::try_from(tokens[i + 1].span.start.line).ok().filter(|l| *l > 0);
+                    found.push(NamedRelation { parts, line });
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Some(found)
+}
+
+impl Names {
+    fn tables_in(&mut self, body: &SetExpr) {
+        match body {
+            SetExpr::Table(t) => {
+                let Some(table) = &t.table_name else { return };
+                let idents: Vec<&sqlparser::ast::Ident> = t.schema_name.iter().chain(std::iter::once(table)).collect();
+                self.push(&idents);
+            }
+            SetExpr::SetOperation { left, right, .. } => {
+                self.tables_in(left);
+                self.tables_in(right);
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a relation named by `idents`, unless it is a one-part name a `WITH` in scope
+    /// defines.
+    fn push(&mut self, idents: &[&sqlparser::ast::Ident]) {
+        let parts: Vec<String> = idents.iter().map(|i| i.value.clone()).collect();
+        // (A CTE's body is inside its `WITH`'s scope: `WITH b AS (SELECT … FROM b)` counts as
+        // the CTE's, a conservative reading of a recursive one.)
+        if let [one] = parts.as_slice() {
+            let one = one.to_lowercase();
+            if self.scopes.iter().any(|s| s.contains(&one)) {
+                return;
+            }
+        }
+        let line = idents.first().map(|i| i.span.start.line).filter(|l| *l > 0);
+        self.found.push(NamedRelation { parts, line });
+    }
+}
+
 #[derive(Default)]
 struct Names {
     /// The CTE names (lower case) of each enclosing query, innermost last.
@@ -43,6 +137,9 @@ impl Visitor for Names {
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
         let ctes: Vec<String> = query.with.as_ref().map(|w| w.cte_tables.iter().map(|c| c.alias.name.value.to_lowercase()).collect()).unwrap_or_default();
         self.scopes.push(ctes);
+        // `TABLE s.b` (alone, or a side of a set operation) reads a relation too; it is no
+        // table factor.
+        self.tables_in(&query.body);
         ControlFlow::Continue(())
     }
 
@@ -56,17 +153,7 @@ impl Visitor for Names {
         let TableFactor::Table { name, args: None, .. } = factor else { return ControlFlow::Continue(()) };
         let idents: Option<Vec<&sqlparser::ast::Ident>> = name.0.iter().map(|p| p.as_ident()).collect();
         let Some(idents) = idents else { return ControlFlow::Continue(()) };
-        let parts: Vec<String> = idents.iter().map(|i| i.value.clone()).collect();
-        // (A CTE's body is inside its `WITH`'s scope: `WITH b AS (SELECT … FROM b)` counts as
-        // the CTE's, a conservative reading of a recursive one.)
-        if let [one] = parts.as_slice() {
-            let one = one.to_lowercase();
-            if self.scopes.iter().any(|s| s.contains(&one)) {
-                return ControlFlow::Continue(());
-            }
-        }
-        let line = idents.first().map(|i| i.span.start.line).filter(|l| *l > 0);
-        self.found.push(NamedRelation { parts, line });
+        self.push(&idents);
         ControlFlow::Continue(())
     }
 }
@@ -76,7 +163,7 @@ mod tests {
     use super::*;
 
     fn names(sql: &str) -> Vec<String> {
-        named_relations(sql, false).expect("parses").into_iter().map(|r| r.parts.join(".")).collect()
+        named_relations(sql, false).unwrap_or_else(|| panic!("does not parse: {sql}")).into_iter().map(|r| r.parts.join(".")).collect()
     }
 
     #[test]
@@ -84,9 +171,35 @@ mod tests {
         assert_eq!(names("SELECT x FROM s.b"), ["s.b"]);
         assert_eq!(names("SELECT a.x FROM s.a AS a JOIN \"S\".\"B\" AS b USING (x) WHERE x IN (SELECT x FROM dev__s.c)"), ["s.a", "S.B", "dev__s.c"]);
         assert_eq!(names("FROM s.b"), ["s.b"]);
+        assert_eq!(names("SELECT 1 AS x UNION ALL TABLE s.b"), ["s.b"]);
+        assert_eq!(names("SELECT * FROM efmesh.s.b"), ["efmesh.s.b"]);
         let lines: Vec<Option<u64>> =
             named_relations("SELECT x\nFROM \"@ref\"\nJOIN s.b USING (x)", false).expect("parses").into_iter().map(|r| r.line).collect();
         assert_eq!(lines, [Some(2), Some(3)]);
+    }
+
+    /// What sqlparser cannot parse is read from its tokens: qualified names after `FROM`,
+    /// `JOIN`, `TABLE` of a query, not the `FROM` of `extract`, not a table function, not in a
+    /// literal or a comment.
+    #[test]
+    fn an_unparsed_query_is_read_from_its_tokens() {
+        let names = |sql: &str| -> Vec<String> {
+            assert!(named_relations(sql, false).is_none(), "parses: {sql}");
+            named_relations_by_tokens(sql, false).expect("tokenises").into_iter().map(|r| r.parts.join(".")).collect()
+        };
+        assert_eq!(names("TABLE s.b"), ["s.b"]);
+        assert_eq!(
+            names(
+                "SELECT extract(day FROM o.created_at) AS d, 'FROM s.x' AS l -- JOIN s.y\nFROM \"@ref\" AS o ASOF JOIN s.b AS b ON o.t >= b.t, read_csv.x.y('f')"
+            ),
+            ["s.b"]
+        );
+        assert_eq!(
+            names("SELECT * FROM s.a USING SAMPLE 10% WHERE x IN (SELECT y FROM efmesh.s.c JOIN raw.orders USING (y))"),
+            ["s.a", "efmesh.s.c", "raw.orders"]
+        );
+        let lines: Vec<Option<u64>> = named_relations_by_tokens("TABLE\n  s.b", false).unwrap().into_iter().map(|r| r.line).collect();
+        assert_eq!(lines, [Some(2)]);
     }
 
     #[test]

@@ -622,6 +622,9 @@ fn lake_files_deleted_or_added_by_hand_are_found_and_never_served() {
     let rows = p.rows(&env_view("dev", "m.daily"));
     let totals = p.rows(&env_view("dev", "m.totals"));
     let daily = version_dir(&p, "lake", &v, "m.daily");
+    // Found clean first: what a clean check records must not hide what is deleted after it.
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
     // A done day's file deleted; a copy and a file named like a never-computed day left beside.
     std::fs::remove_file(daily.join("2026-01-02.parquet")).unwrap();
     std::fs::copy(daily.join("2026-01-01.parquet"), daily.join("copy-of-01.parquet")).unwrap();
@@ -759,6 +762,10 @@ fn parquet_columns_hold_their_declared_types_and_hugeint_is_refused() {
     let r = p.run(&["plan", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("models/h.lua:1") && r.stderr.contains("column `h` is declared `hugeint`") && r.stderr.contains("decimal(38,0)"), "{}", r.stderr);
+    p.write("models/h.lua", &p.read("models/h.lua").replace("{ \"h\", \"hugeint\" }", "{ \"h\", \"struct(a uhugeint[])\" }"));
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("column `h` is declared `struct(a uhugeint[])`"), "{}", r.stderr);
     p.write(
         "models/h.lua",
         r#"define_model { name = "m.h", kind = kind.full(), target = "parquet", schema = { { "s", "bigint" }, { "d", "decimal(38,0)" } }, query = "SELECT sum(x) AS s, CAST(9007199254740993 AS decimal(38,0)) AS d FROM (VALUES (9007199254740992), (1)) t(x)" }
@@ -770,4 +777,21 @@ fn parquet_columns_hold_their_declared_types_and_hugeint_is_refused() {
         p.query("SELECT CAST(s AS VARCHAR), CAST(d AS VARCHAR) FROM dev__m.h"),
         vec![vec![Some("9007199254740993".to_string()), Some("9007199254740993".to_string())]]
     );
+}
+
+/// A restated day not recomputed keeps serving its old file, as a table keeps its old rows — also
+/// once `start` moved past it (no run recomputes it) and a later run re-listed the view.
+#[test]
+fn a_restated_day_left_outside_the_bounds_keeps_its_old_rows_as_a_table_does() {
+    let mut p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    p.apply("prod");
+    let before: Vec<_> = p.rows("m.daily").into_iter().filter(|r| r[0].as_deref().is_some_and(|d| d.starts_with("2026-01-01"))).collect();
+    assert!(!before.is_empty());
+    p.run(&["restate", "prod", "--model", "m.daily", "--from", "2026-01-01", "--to", "2026-01-03"]).expect_code(0);
+    p.write("models/m.lua", &models("parquet", "", 3).replace("start = \"2026-01-01\"", "start = \"2026-01-03\""));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.now = "2026-01-11T06:00:00Z".to_string();
+    p.run(&["run", "prod"]).expect_code(0);
+    let after: Vec<_> = p.rows("m.daily").into_iter().filter(|r| r[0].as_deref().is_some_and(|d| d.starts_with("2026-01-01"))).collect();
+    assert_eq!(after, before);
 }

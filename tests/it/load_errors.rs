@@ -422,13 +422,25 @@ fn a_query_naming_a_model_outside_ref_is_a_load_error() {
         &[
             "models/x.sql:6: model `z.x`: the query reads model `s.b` by the name `s.b` instead of through a reference: the name `s.b` is `prod`'s view",
             "hint: use `@ref(s.b)` (and list `s.b` in `-- refs:`)",
-            "models/y.lua:1: model `z.y`: the query reads model `s.b` by the name `dev__s.b` (line 2 of the query as `efmesh render` shows it)",
+            "models/y.lua:1: model `z.y`: the query reads model `s.b` by the name `dev__s.b` (line 2 of its query)",
             "`dev__s.b` is environment `dev`'s view of it",
             "hint: use `ref(\"s.b\")`",
         ],
     );
     // The CTE `b` and the literal `'s.b'` are not reads of a model: one error per file.
     assert_eq!(stderr.matches("by the name").count(), 2, "{stderr}");
+    // `TABLE s.b` and a catalog-qualified name read it too.
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("models/t.sql", "-- name: z.t\n-- kind: full\n-- schema: n bigint\nSELECT 2 AS n UNION ALL TABLE s.b\n");
+            p.write("models/c.sql", "-- name: z.c\n-- kind: full\n-- schema: n bigint\nSELECT n FROM efmesh.s.b\n");
+        },
+        &[
+            "models/t.sql:4: model `z.t`: the query reads model `s.b` by the name `s.b`",
+            "models/c.sql:4: model `z.c`: the query reads model `s.b` by the name `efmesh.s.b`",
+        ],
+    );
 }
 
 /// What is not a model read by name loads: a CTE, a column and a literal named like a model, a
