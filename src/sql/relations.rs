@@ -80,7 +80,7 @@ pub fn named_relations_by_tokens(sql: &str, postgres: bool) -> Option<Vec<NamedR
                 }
                 let called = tokens.get(j).map(|t| &t.token) == Some(&Token::LParen);
                 if (2..=3).contains(&parts.len()) && !called {
-                    let line = u64::try_from(tokens[i + 1].span.start.line).ok().filter(|l| *l > 0);
+                    let line = Some(tokens[i + 1].span.start.line).filter(|l| *l > 0);
                     found.push(NamedRelation { parts, line });
                 }
             }
