@@ -270,12 +270,28 @@ pub fn outside_bounds(t: &crate::core::kind::TimeRange, done: &BTreeSet<Millis>)
     Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
 }
 
-/// The intervals `old` (the `schedule` of the metadata the environment served for this version,
-/// [`metadata_text`]) held up to `due` that `t` no longer holds and `done` lacks
-/// ([`Action::undone_outside`]): a restatement clears done intervals and keeps their rows until a
-/// run recomputes them, so moving `start` past a restated range before running would leave those
-/// rows served with no ledger entry and no plan line. `None` when the bounds did not narrow.
-pub fn undone_outside_bounds(t: &crate::core::kind::TimeRange, old: &serde_json::Value, done: &BTreeSet<Millis>, due: Millis) -> Option<OutsideBounds> {
+/// The intervals the bounds of `olds` held up to `due` (each the `schedule` of a metadata
+/// ([`metadata_text`]) the table's rows may have been computed under: what the environment
+/// served for this version, the version's own first metadata, the one whose table it inherits)
+/// that `t` no longer holds and `done` lacks ([`Action::undone_outside`]): a restatement clears
+/// done intervals and keeps their rows until a run recomputes them, so moving `start` past a
+/// restated range before running — in the same version, or pointing an environment at a
+/// version, or a forward-only version, with narrower bounds — would leave those rows served
+/// with no ledger entry and no plan line. `None` when no bounds narrowed.
+pub fn undone_outside_bounds(t: &crate::core::kind::TimeRange, olds: &[serde_json::Value], done: &BTreeSet<Millis>, due: Millis) -> Option<OutsideBounds> {
+    let mut outside = Vec::new();
+    for old in olds {
+        outside.extend(undone_outside_of(t, old, due).unwrap_or_default());
+    }
+    outside.retain(|s| !t.holds(*s) && !done.contains(s));
+    outside.sort_unstable();
+    outside.dedup();
+    let (first, last) = (*outside.first()?, *outside.last()?);
+    Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
+}
+
+/// The starts of the intervals `old`'s bounds held up to `due` that `t` no longer holds.
+fn undone_outside_of(t: &crate::core::kind::TimeRange, old: &serde_json::Value, due: Millis) -> Option<Vec<Millis>> {
     let schedule = old.get("schedule")?;
     let old_start = interval::parse_instant(schedule.get("start")?.as_str()?).ok()?;
     let old_end = match schedule.get("end") {
@@ -296,11 +312,7 @@ pub fn undone_outside_bounds(t: &crate::core::kind::TimeRange, old: &serde_json:
         let from = t.grain.floor(new_end).max(t.grain.floor(old_start));
         outside.extend(interval::wanted(from, old_end, t.grain, due).into_iter().map(|i| i.start).filter(|s| !t.holds(*s)));
     }
-    outside.retain(|s| !t.holds(*s) && !done.contains(s));
-    outside.sort_unstable();
-    outside.dedup();
-    let (first, last) = (*outside.first()?, *outside.last()?);
-    Some(OutsideBounds { intervals: outside.len(), range: Interval::new(first, t.grain.next(last)) })
+    Some(outside)
 }
 
 /// What, of a time-range version's table outside `prod`, only the table's writer writes: the
@@ -2480,13 +2492,31 @@ fn compute_with(
                 let mut missing = interval::missing(&wanted, &done, t.lookback);
                 holds.keep_own(&mut missing);
                 kept_holds = holds;
-                // The same version under narrower bounds: what the old ones held and no run
-                // will now compute.
-                if previous.as_ref() == Some(&fp)
-                    && let Some(old) = served_metadata.get(&name_s).filter(|m| **m != meta_text)
-                    && let Ok(old) = serde_json::from_str::<serde_json::Value>(old)
-                {
-                    undone_outside = undone_outside_bounds(t, &old, &done, due);
+                // Narrower bounds over a table computed under wider ones: what those held and no
+                // run will now compute. The bounds the table was computed under: what this
+                // environment served for the version, the version's own first metadata (another
+                // environment created it), the one whose table it inherits (forward-only).
+                let mut olds: Vec<serde_json::Value> = Vec::new();
+                if previous.as_ref() == Some(&fp) {
+                    if let Some(old) = served_metadata.get(&name_s).filter(|m| **m != meta_text)
+                        && let Ok(old) = serde_json::from_str::<serde_json::Value>(old)
+                    {
+                        olds.push(old);
+                    }
+                } else if !new_version {
+                    if existing.is_some()
+                        && let Some(r) = state.snapshot(&name_s, fp.as_str())?
+                    {
+                        olds.push(r.metadata);
+                    }
+                    if let Some((from, _)) = &reused
+                        && let Some(r) = state.snapshot(&name_s, from.as_str())?
+                    {
+                        olds.push(r.metadata);
+                    }
+                }
+                if !olds.is_empty() {
+                    undone_outside = undone_outside_bounds(t, &olds, &done, due);
                 }
                 kept_done = Some(done);
                 (interval::merge(&missing), missing.len())

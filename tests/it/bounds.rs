@@ -221,3 +221,31 @@ fn moving_start_past_restated_days_before_a_run_says_their_old_rows_stay_served(
     assert!(action["undoneOutside"].is_null(), "{plan:#}");
     assert_eq!(action["outsideBounds"]["intervals"], 2, "2026-01-02 and 04 (01 is not done): {plan:#}");
 }
+
+/// The same, when the narrowed bounds come with another version: `prod` pointed at the version
+/// `dev` computed and restated (its table's rows were computed under `dev`'s wider bounds).
+#[test]
+fn pointing_prod_at_a_restated_version_under_narrower_bounds_says_the_old_rows_stay_served() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.execute_on_engine("CREATE SCHEMA raw; CREATE TABLE raw.ev (day date, v bigint); INSERT INTO raw.ev VALUES ('2026-01-01', 1), ('2026-01-02', 2), ('2026-01-03', 3), ('2026-01-04', 4)");
+    p.write("models/ev.sql", "-- name: s.ev\n-- kind: external(table = raw.ev)\n-- schema: day date, v bigint\n");
+    let daily = |start: &str, select: &str| {
+        format!(
+            "-- name: t.daily\n-- kind: incremental_by_time_range(time_column = day, start = {start}, grain = day)\n-- schema: day date, v bigint\n-- refs: s.ev\nSELECT day, {select} AS v FROM @ref(s.ev) WHERE day BETWEEN @start_date AND @end_date\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("2026-01-01", "v"));
+    p.now = "2026-01-05T00:00:00Z".into();
+    p.apply("prod");
+    p.write("models/daily.sql", &daily("2026-01-01", "v * 10"));
+    p.apply("dev");
+    p.execute_on_engine("UPDATE raw.ev SET v = v + 100");
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-01", "--to", "2026-01-02"]).expect_code(0);
+    p.write("models/daily.sql", &daily("2026-01-03", "v * 10"));
+    let plan = p.run(&["plan", "prod", "--json"]).expect_code(0).json();
+    let action = plan["actions"].as_array().into_iter().flatten().find(|a| a["name"] == "t.daily").cloned().unwrap_or_default();
+    assert_eq!(action["build"], false, "dev's version is reused: {plan:#}");
+    assert_eq!(action["undoneOutside"]["intervals"], 1, "{plan:#}");
+    assert_eq!(action["undoneOutside"]["range"]["start"], "2026-01-01T00:00:00.000Z", "{plan:#}");
+}
