@@ -61,6 +61,13 @@ pub fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> String {
     text
 }
 
+/// True when `e` says the connection is gone: closed by the server (a restart, a terminated
+/// backend) or cut under the driver (an I/O error: a broken pipe, a reset). Transient for the
+/// engine and the state store: the next attempt connects again.
+pub fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+}
+
 /// Connects a client as `config` says, naming itself `efmesh` and waiting at most
 /// [`CONNECT_TIMEOUT`] unless the URL says otherwise.
 ///

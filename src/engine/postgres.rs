@@ -279,6 +279,14 @@ impl Postgres {
                 } else if let Some(hint) = db.hint() {
                     m.push_str(&format!("\n  hint: {hint}"));
                 }
+                // Where in the statement, as DuckDB's excerpt says it (`LINE n: …`): the model's
+                // file:line is found from it ([`super::error_line`]).
+                if let Some(postgres::error::ErrorPosition::Original(pos)) = db.position() {
+                    let before: String = sql.chars().take((*pos as usize).saturating_sub(1)).collect();
+                    let line = before.matches('\n').count() + 1;
+                    let text = sql.lines().nth(line - 1).unwrap_or_default().trim_end();
+                    m.push_str(&format!("\n\nLINE {line}: {text}"));
+                }
                 m
             }
             None => crate::pg::scrubbed(e, self.secret.as_deref()),
@@ -675,7 +683,7 @@ impl Engine for Postgres {
 /// keeps its intent, so the views are put back as they were before anything is retried.
 fn is_transient(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
-    if e.is_closed() {
+    if crate::pg::connection_lost(e) {
         return true;
     }
     let Some(code) = e.code() else { return false };

@@ -202,8 +202,27 @@ fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> super::error::Ba
 
 /// True for errors another connection's lock caused (a lock wait past [`LOCK_TIMEOUT`], a
 /// deadlock or serialization failure): retrying later may succeed.
+/// A connection lost (closed by the server, a restart, a network fault: class 08), the server
+/// shutting down or starting, or too many connections are transient too: the next use of the
+/// store reconnects ([`PostgresStore::client`]). Every state write is one transaction, so one
+/// cut mid-commit either landed or did not, and the retried attempt plans again from what did.
 fn is_transient(e: &postgres::Error) -> bool {
-    e.code().is_some_and(|c| *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED)
+    if crate::pg::connection_lost(e) {
+        return true;
+    }
+    e.code().is_some_and(|c| {
+        [
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ]
+        .contains(c)
+            || c.code().starts_with("08")
+    })
 }
 
 /// The state store in Postgres: one connection (a second handle is a second connection,
@@ -287,10 +306,7 @@ impl PostgresStore {
         let location = describe(&config, schema);
         let secret = crate::pg::secret(&config);
         let open_err = |e: postgres::Error| StateError::Open { store: location.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };
-        let mut client = crate::pg::connect(config.clone()).map_err(&open_err)?;
-        client
-            .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}; SET client_min_messages = warning", quoted(schema)))
-            .map_err(&open_err)?;
+        let mut client = session(&config, schema).map_err(&open_err)?;
         let check = |found: i64| {
             if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { store: location.clone(), found, wanted: STATE_VERSION }) }
         };
@@ -326,6 +342,18 @@ impl PostgresStore {
         &self.schema
     }
 
+    /// The connection, opened again first when the server closed it (a restart, a terminated
+    /// backend: a transient error of the operation that saw it, [`is_transient`]), so a retried
+    /// attempt works on a live one. A lease held in the lost session ends with it (Postgres's
+    /// advisory locks do; lease rows are checked by token and expiry, [`Self::fence_check`]).
+    fn client(&self) -> Result<std::cell::RefMut<'_, Client>, Fault> {
+        let mut client = self.client.borrow_mut();
+        if client.is_closed() {
+            *client = session(&self.config, &self.schema)?;
+        }
+        Ok(client)
+    }
+
     /// Runs one operation, naming it (lazily) in any error.
     fn run<T>(&self, op: impl FnOnce() -> String, f: impl FnOnce() -> Result<T, Fault>) -> Result<T, StateError> {
         f().map_err(|fault| match fault {
@@ -337,7 +365,7 @@ impl PostgresStore {
 
     /// A read on the connection (one statement: one snapshot).
     fn read<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, Fault>) -> Result<T, Fault> {
-        f(&mut self.client.borrow_mut())
+        f(&mut *self.client()?)
     }
 
     /// Runs `f` in one transaction holding the store's write lock (the `meta` row), after the
@@ -348,7 +376,7 @@ impl PostgresStore {
     }
 
     fn write_tx<T>(&self, bump: bool, f: impl FnOnce(&mut Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.client()?;
         let mut tx = client.transaction()?;
         // The store's write lock: one data writer at a time, each seeing every earlier commit.
         tx.query_one("SELECT generation FROM meta FOR UPDATE", &[])?;
@@ -364,7 +392,7 @@ impl PostgresStore {
     /// Runs `f` in one transaction holding the advisory lock of lease `name` (not the store's
     /// write lock, not fenced).
     fn lease_tx<T>(&self, name: &str, f: impl FnOnce(&mut Transaction<'_>) -> Result<T, Fault>) -> Result<T, Fault> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.client()?;
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock_key(&self.schema, &format!("lease:{name}"))])?;
         let out = f(&mut tx)?;
@@ -395,6 +423,14 @@ impl PostgresStore {
             other => Err(Fault::Fail(StateError::LeaseLost { store: self.location(), lease: name, holder: other.map(|l| l.holder.to_string()) })),
         }
     }
+}
+
+/// A connection to the store's database, set up as every store session is: the lock timeout,
+/// the store's schema first on the search path, warnings and worse only.
+fn session(config: &postgres::Config, schema: &str) -> Result<Client, postgres::Error> {
+    let mut client = crate::pg::connect(config.clone())?;
+    client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}; SET client_min_messages = warning", quoted(schema)))?;
+    Ok(client)
 }
 
 /// The layout version stored in `schema`, or `None` when the schema is missing or holds no
@@ -925,7 +961,7 @@ impl StateStore for PostgresStore {
             || "export the state store".to_string(),
             || {
                 // One snapshot of the whole store: every table seen at the same instant.
-                let mut client = self.client.borrow_mut();
+                let mut client = self.client()?;
                 let mut tx = client.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).read_only(true).start()?;
                 let meta = tx.query_one("SELECT store_id, generation, claims FROM meta", &[])?;
                 let mut dump = StateDump { store_id: meta.try_get(0)?, generation: meta.try_get(1)?, claims: meta.try_get(2)?, ..StateDump::default() };
@@ -1307,7 +1343,7 @@ impl StateStore for PostgresStore {
             || "read what the janitor decides from".to_string(),
             || {
                 // One snapshot of the whole store: every table seen at the same instant.
-                let mut client = self.client.borrow_mut();
+                let mut client = self.client()?;
                 let mut tx = client.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).read_only(true).start()?;
                 let inv = inventory_on(&mut tx)?;
                 tx.commit()?;

@@ -69,6 +69,7 @@ fn built(v: &Value) -> Vec<String> {
 }
 
 on_every_engine!(
+    a_query_that_does_not_bind_is_reported_at_the_line_of_its_sql_file,
     a_project_builds_promotes_and_versions_with_the_same_rows_on_every_engine,
     unique_key_and_scd_type2_models_refresh_on_run,
     restated_intervals_are_recomputed_by_the_next_run,
@@ -871,4 +872,17 @@ fn server_errors_that_retrying_cures_are_retried_by_retries_and_otherwise_change
     assert!(r.stderr.contains("transient error, retrying") && r.stderr.contains("lock timeout"), "{}", r.stderr);
     assert_eq!(count().as_deref(), Some("44"));
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false), "{}", r.stdout);
+}
+
+/// The engine's error position gives the model's file:line on both engines (Postgres reports a
+/// character position, DuckDB a `LINE n:` excerpt): the unknown column is on line 7 of the file.
+fn a_query_that_does_not_bind_is_reported_at_the_line_of_its_sql_file(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("models/a.sql", "-- name: s.a\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x\n");
+    p.write("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: x integer\n-- refs: s.a\nSELECT\n  x\n  + nosuch AS x\nFROM @ref(s.a)\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("models/t.sql:7: model `s.t`"), "{}", run.stderr);
+    assert!(run.stderr.contains("nosuch"), "{}", run.stderr);
 }

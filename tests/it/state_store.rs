@@ -765,3 +765,25 @@ fn a_role_owning_a_schema_made_for_it_creates_the_store_there_without_create_on_
         admin.query_one("SELECT tableowner::text FROM pg_tables WHERE schemaname = $1 AND tablename = 'snapshots'", &[&target.schema]).unwrap().get(0);
     assert_eq!(owner, role);
 }
+
+/// A Postgres store whose connection the server ended (a restart, `pg_terminate_backend`): the
+/// operation that meets it fails with a transient error (`--retries` retries it), and the next
+/// one reconnects and works.
+#[test]
+fn a_postgres_store_whose_connection_was_ended_fails_transiently_then_reconnects() {
+    let Some(target) = pg::fresh() else { return };
+    // Its own application name: only this store's session is ended (other tests share the server).
+    let name = format!("efmesh-{}", target.schema);
+    let url = format!("{}{}application_name={name}", target.url, if target.url.contains('?') { '&' } else { '?' });
+    let store = PostgresStore::open(&url, &target.schema).unwrap();
+    assert!(store.environments().unwrap().is_empty());
+    let mut admin = target.client();
+    let ended: i64 = admin
+        .query_one("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) AS t", &[&name])
+        .unwrap()
+        .get(0);
+    assert!(ended >= 1, "the store's session was ended");
+    let err = store.environments().unwrap_err();
+    assert!(err.is_busy(), "a lost connection is transient: {err:?}");
+    assert!(store.environments().unwrap().is_empty(), "the next operation reconnects");
+}
