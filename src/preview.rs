@@ -350,11 +350,20 @@ struct PreviewResolver<'a> {
 
 impl PreviewResolver<'_> {
     /// A parent the environment does not serve: its own query, projected on its declared
-    /// columns cast to their declared types (the relation its first build would create).
+    /// columns as its first build would store them — in the query's own types for an engine
+    /// table (which takes them: a `decimal(10,4)` declared `decimal(10,2)` keeps its four
+    /// places), cast to the declared types for a parquet lake version (whose files are written
+    /// so).
     fn inlined(&self, model: &Model) -> String {
         let Some(body) = &model.body else { return typed_empty(model) };
+        let cast = model.target == crate::core::Target::Parquet;
         let declared = |extra: &[String]| {
-            let mut cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
+            let mut cols: Vec<String> = model
+                .schema
+                .0
+                .iter()
+                .map(|c| if cast { format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name)) } else { quote_ident(&c.name) })
+                .collect();
             cols.extend_from_slice(extra);
             cols.join(", ")
         };

@@ -18,6 +18,7 @@ on_every_engine!(
     an_embedded_parent_is_inlined_and_an_unknown_model_is_refused,
     null_values_are_null_in_json_and_prod_is_previewed_like_any_environment,
     the_text_report_shows_a_table_and_the_comparison_line,
+    an_inlined_parent_has_the_types_its_build_would_store,
 );
 
 const EVENTS: &str = "event_at,region,amount\n\
@@ -500,4 +501,34 @@ return define_model {
     let v = run.expect_code(1).json();
     let err = v["previews"][0]["error"].as_str().unwrap_or_else(|| panic!("{v:#}"));
     assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+}
+
+/// An unapplied parent is inlined in the types its table would have: the query's own (a
+/// `decimal(10,4)` declared `decimal(10,2)` keeps its places, as the built table does), so the
+/// preview shows the rows `apply` then builds.
+fn an_inlined_parent_has_the_types_its_build_would_store(engine: EngineBackend) {
+    let p = project(engine);
+    p.apply("dev");
+    p.write(
+        "models/n.lua",
+        r#"local parent = define_model {
+  name = "n.parent",
+  kind = kind.full(),
+  schema = { { "amt", "decimal(10,2)" } },
+  query = "SELECT CAST(1.2345 AS decimal(10,4)) AS amt",
+}
+return define_model {
+  name = "n.child",
+  kind = kind.full(),
+  schema = { { "total", "decimal(18,4)" } },
+  query = "SELECT amt * 1000 AS total FROM " .. ref(parent),
+}
+"#,
+    );
+    let all = previews(&p, &["dev", "n.child"], 0);
+    let previewed = rows(one(&all, "n.child"));
+    p.apply("dev");
+    let built = p.query("SELECT CAST(total AS VARCHAR) FROM dev__n.child");
+    assert_eq!(previewed, built, "{all:#?}");
+    assert!(built[0][0].as_deref().is_some_and(|v| v.starts_with("1234.5")), "{built:?}");
 }
