@@ -181,6 +181,8 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
 
     let postgres = config.engine.url_env.is_some();
     let default_schema = if postgres { "public" } else { "main" };
+    // The DuckDB file's catalog: its name is the file's stem.
+    let catalog: Option<String> = if postgres { None } else { config.engine_path().file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()) };
     // Lower-case `schema.table` → the model it names.
     let mut models: BTreeMap<String, &ModelName> = BTreeMap::new();
     for m in dag.models() {
@@ -225,7 +227,7 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
             };
             let mut seen = BTreeSet::new();
             for r in found {
-                let Some((target, env)) = model_named(&models, default_schema, &r.parts) else { continue };
+                let Some((target, env)) = model_named(&models, default_schema, catalog.as_deref(), &r.parts) else { continue };
                 let written = r.parts.join(".");
                 if !seen.insert(written.clone()) {
                     continue;
@@ -271,13 +273,17 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
 fn model_named<'a>(
     models: &BTreeMap<String, &'a crate::core::ModelName>,
     default_schema: &str,
+    catalog_name: Option<&str>,
     parts: &[String],
 ) -> Option<(&'a crate::core::ModelName, Option<String>)> {
     let lower: Vec<String> = parts.iter().map(|p| p.to_ascii_lowercase()).collect();
     match lower.as_slice() {
         [table] => models.get(&format!("{default_schema}.{table}")).map(|m| (*m, None)),
-        // A catalog-qualified name (`efmesh.s.b`: the DuckDB file's database) names the same.
-        [_catalog, schema, table] => models.get(&format!("{schema}.{table}")).map(|m| (*m, None)),
+        // Qualified by the engine's own catalog (`efmesh.s.b`: the DuckDB file's database, named
+        // after the file), the same; another catalog (an attached database) is not the model's.
+        [catalog, schema, table] if catalog_name.is_some_and(|c| c.eq_ignore_ascii_case(catalog)) => {
+            models.get(&format!("{schema}.{table}")).map(|m| (*m, None))
+        }
         [schema, table] => {
             if let Some(m) = models.get(&format!("{schema}.{table}")) {
                 return Some((*m, None));

@@ -69,7 +69,9 @@ fn call_left_in(sql: &str) -> Option<String> {
         }
         if let Some((name_end, _)) = call_head(b, i) {
             let name = &sql[i + 1..name_end];
-            if !RESERVED.contains(&name) {
+            // `@ref(…)` is read from the model's text before macros run: in a macro's output it
+            // would reach the engine as written.
+            if !RESERVED.contains(&name) || name == "ref" {
                 return Some(name.to_string());
             }
             i = name_end;
@@ -281,6 +283,10 @@ fn expand_from(
         let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors, None)).collect();
         if errors.len() == before {
             match caller.call(name, args) {
+                Ok(sql) if call_left_in(&sql).as_deref() == Some("ref") => errors.push(
+                    LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned `@ref(…)`, which is not resolved in a macro's output: the engine would read it as SQL"))
+                        .with_hint(format!("write `@ref(…)` in the model and pass it to `@{name}` as an argument (`@{name}(@ref(s.t))`): it is resolved there")),
+                ),
                 Ok(sql) if let Some(inner) = call_left_in(&sql) => errors.push(
                     LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a macro call `@{inner}(…)`, which is not expanded again: the engine would read it as SQL (DuckDB: `abs({inner}(…))`)"))
                         .with_hint(format!("call `@{inner}` in the model and pass its result to `@{name}` as an argument, or have `@{name}` compute the SQL itself")),
@@ -399,6 +405,18 @@ mod tests {
         assert_eq!(x("@m()").unwrap(), "m[]");
         assert_eq!(x("@m( a )").unwrap(), "m[a]");
         assert_eq!(x("@m('it''s)', b)").unwrap(), "m['it''s)'|b]");
+    }
+
+    #[test]
+    fn a_ref_in_a_macros_output_is_a_load_error_naming_the_macro() {
+        struct Refs;
+        impl Caller for Refs {
+            fn call(&self, _name: &str, _args: Vec<String>) -> Result<String, Failure> {
+                Ok("@ref(s.b)".to_string())
+            }
+        }
+        let e = expand_with("SELECT * FROM @orders()", &Refs, &at).unwrap_err();
+        assert!(e[0].message.contains("macro `@orders` returned `@ref(…)`"), "{:?}", e[0]);
     }
 
     #[test]

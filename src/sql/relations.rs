@@ -47,12 +47,39 @@ pub fn named_relations_by_tokens(sql: &str, postgres: bool) -> Option<Vec<NamedR
     };
     let tokens: Vec<_> = tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
     let mut found = Vec::new();
-    // Per open parenthesis: whether a `SELECT` was seen in it (the top level is a query).
+    // Per open parenthesis: whether it holds a query (a `SELECT` seen in it, or it opens with
+    // `FROM`, `TABLE` or `WITH`: DuckDB's FROM-first form); the top level is one.
     let mut levels: Vec<bool> = vec![true];
+    let word = |k: usize| match tokens.get(k).map(|t| &t.token) {
+        Some(Token::Word(w)) => Some(w),
+        _ => None,
+    };
+    // The name at `j`: its parts and the index after it.
+    let name_at = |mut j: usize| -> (Vec<String>, usize) {
+        let mut parts = Vec::new();
+        while let Some(name) = word(j) {
+            // A keyword (`LATERAL`…) unless it qualifies a name (`raw.orders`).
+            let qualifies = tokens.get(j + 1).map(|t| &t.token) == Some(&Token::Period);
+            if name.quote_style.is_none() && name.keyword != Keyword::NoKeyword && parts.is_empty() && !qualifies {
+                break;
+            }
+            parts.push(name.value.clone());
+            if qualifies {
+                j += 2;
+            } else {
+                j += 1;
+                break;
+            }
+        }
+        (parts, j)
+    };
     let mut i = 0;
     while i < tokens.len() {
         match &tokens[i].token {
-            Token::LParen => levels.push(false),
+            Token::LParen => {
+                let opens_query = word(i + 1).is_some_and(|w| matches!(w.keyword, Keyword::FROM | Keyword::TABLE | Keyword::WITH | Keyword::SELECT));
+                levels.push(opens_query);
+            }
             Token::RParen if levels.len() > 1 => {
                 levels.pop();
             }
@@ -61,27 +88,37 @@ pub fn named_relations_by_tokens(sql: &str, postgres: bool) -> Option<Vec<NamedR
                     *l = true;
                 }
             }
-            Token::Word(w) if matches!(w.keyword, Keyword::FROM | Keyword::JOIN | Keyword::TABLE) && levels.last() == Some(&true) => {
-                let mut parts = Vec::new();
+            // (`IS [NOT] DISTINCT FROM x` compares, it reads nothing.)
+            Token::Word(w)
+                if matches!(w.keyword, Keyword::FROM | Keyword::JOIN | Keyword::TABLE)
+                    && levels.last() == Some(&true)
+                    && !(w.keyword == Keyword::FROM && i > 0 && word(i - 1).is_some_and(|p| p.keyword == Keyword::DISTINCT)) =>
+            {
+                // The relation, then any more of a comma-separated `FROM` list.
                 let mut j = i + 1;
-                while let Some(Token::Word(name)) = tokens.get(j).map(|t| &t.token) {
-                    // A keyword (`LATERAL`, `(`…) unless it qualifies a name (`raw.orders`).
-                    let qualifies = tokens.get(j + 1).map(|t| &t.token) == Some(&Token::Period);
-                    if name.quote_style.is_none() && name.keyword != Keyword::NoKeyword && parts.is_empty() && !qualifies {
+                loop {
+                    let (parts, after) = name_at(j);
+                    let called = tokens.get(after).map(|t| &t.token) == Some(&Token::LParen);
+                    if (2..=3).contains(&parts.len()) && !called {
+                        let line = Some(tokens[j].span.start.line).filter(|l| *l > 0);
+                        found.push(NamedRelation { parts: parts.clone(), line });
+                    }
+                    if parts.is_empty() || w.keyword != Keyword::FROM {
                         break;
                     }
-                    parts.push(name.value.clone());
-                    if tokens.get(j + 1).map(|t| &t.token) == Some(&Token::Period) {
-                        j += 2;
+                    // An alias (`AS x`, `x`), then a comma goes on with the next relation.
+                    let mut k = after;
+                    if word(k).is_some_and(|a| a.keyword == Keyword::AS) {
+                        k += 1;
+                    }
+                    if word(k).is_some_and(|a| a.keyword == Keyword::NoKeyword || a.quote_style.is_some()) {
+                        k += 1;
+                    }
+                    if tokens.get(k).map(|t| &t.token) == Some(&Token::Comma) {
+                        j = k + 1;
                     } else {
-                        j += 1;
                         break;
                     }
-                }
-                let called = tokens.get(j).map(|t| &t.token) == Some(&Token::LParen);
-                if (2..=3).contains(&parts.len()) && !called {
-                    let line = Some(tokens[i + 1].span.start.line).filter(|l| *l > 0);
-                    found.push(NamedRelation { parts, line });
                 }
             }
             _ => {}
@@ -198,6 +235,14 @@ mod tests {
             names("SELECT * FROM s.a USING SAMPLE 10% WHERE x IN (SELECT y FROM efmesh.s.c JOIN raw.orders USING (y))"),
             ["s.a", "efmesh.s.c", "raw.orders"]
         );
+        // `IS DISTINCT FROM` compares; a comma list; DuckDB's FROM-first form in parentheses.
+        assert_eq!(
+            names(
+                "SELECT * FROM \"@ref\" AS f ASOF JOIN \"@ref\" AS dim ON f.t >= dim.t WHERE f.c IS NOT DISTINCT FROM dim.customer AND f.c IS DISTINCT FROM dim.x"
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(names("SELECT * FROM \"@ref\" AS o, s.b AS q, s.c ASOF JOIN (FROM s.d) AS e ON true UNION ALL (TABLE s.e)"), ["s.b", "s.c", "s.d", "s.e"]);
         let lines: Vec<Option<u64>> = named_relations_by_tokens("TABLE\n  s.b", false).unwrap().into_iter().map(|r| r.line).collect();
         assert_eq!(lines, [Some(2)]);
     }

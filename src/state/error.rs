@@ -179,8 +179,20 @@ impl StateError {
             StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
             StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),
             StateError::Reclaimed { .. } => Some("plan again: the plan then rebuilds what the janitor dropped"),
+            StateError::Open { source, .. } | StateError::Backend { source, .. } if self.is_busy() && lost_connection(source.as_ref()) => Some(
+                "the connection to the state store was lost (a server restart, a network cut): run the command again when the server is back (`--retries N` retries by itself)",
+            ),
             _ if self.is_busy() => Some("another efmesh process is writing the state store; retry when it is done"),
             _ => None,
         }
     }
+}
+
+/// True when `e` is a Postgres error saying the connection is gone or the server is shutting
+/// down or starting (not another process's lock).
+fn lost_connection(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<postgres::Error>().is_some_and(|e| {
+        crate::pg::connection_lost(e)
+            || e.code().is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P") || *c == postgres::error::SqlState::TOO_MANY_CONNECTIONS)
+    })
 }

@@ -404,11 +404,15 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
         |c: &Column, q: &str| matches!(TypeFamily::of(q), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) && !q.eq_ignore_ascii_case(&c.ty);
     // The text of `x` (of type `q`) as it is: a number as a double when that keeps it exactly
     // (an unconstrained Postgres `numeric` prints the scale its computation left: 0.2500…).
+    // The round trip through a double must not fail where the double rounds past the type's
+    // range (`decimal(38,0)` near its maximum): `TRY_CAST` where the engine has it (DuckDB),
+    // else into an unconstrained `numeric` (Postgres), which holds any double.
+    let try_cast = engine.sql().try_cast("_efmesh_x", "_efmesh_t").is_some();
     let raw = |x: &str, q: &str| {
         if TypeFamily::of(q) == TypeFamily::Numeric {
-            format!(
-                "CASE WHEN CAST(CAST({x} AS DOUBLE PRECISION) AS {q}) = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END"
-            )
+            let back =
+                if try_cast { format!("TRY_CAST(CAST({x} AS DOUBLE PRECISION) AS {q})") } else { format!("CAST(CAST({x} AS DOUBLE PRECISION) AS numeric)") };
+            format!("CASE WHEN {back} = {x} THEN CAST(CAST({x} AS DOUBLE PRECISION) AS VARCHAR) ELSE CAST({x} AS VARCHAR) END")
         } else {
             format!("CAST({x} AS VARCHAR)")
         }

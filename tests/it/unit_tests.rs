@@ -664,4 +664,14 @@ fn decimals_compare_by_value_whatever_scale_the_computation_left(engine: EngineB
     p.run(&["test", "total"]).expect_code(0);
     p.write("tests/total.lua", &test("0.31"));
     p.run(&["test", "total"]).expect_code(1);
+    // A decimal near its type's maximum, whose double rounds past it: compared as it is.
+    p.write(
+        "models/sum.lua",
+        r#"define_model { name = "mart.total", kind = kind.full(), schema = { { "total", "decimal(38,0)" } }, query = "SELECT CAST('99999999999999999999999999999999999999' AS decimal(38,0)) AS total" }
+"#,
+    );
+    p.write("tests/total.lua", &test("\"99999999999999999999999999999999999999\""));
+    p.run(&["test", "total"]).expect_code(0);
+    p.write("tests/total.lua", &test("\"99999999999999999999999999999999999998\""));
+    p.run(&["test", "total"]).expect_code(1);
 }
