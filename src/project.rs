@@ -181,8 +181,19 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
 
     let postgres = config.engine.url_env.is_some();
     let default_schema = if postgres { "public" } else { "main" };
-    // The DuckDB file's catalog: its name is the file's stem.
-    let catalog: Option<String> = if postgres { None } else { config.engine_path().file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()) };
+    // The engine's own catalog: a DuckDB file's is its name up to the first dot (as DuckDB
+    // names it: `my.data.duckdb` is `my`); a Postgres engine's, the database its URL names.
+    let catalog: Option<String> = if postgres {
+        config
+            .engine
+            .url_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok())
+            .and_then(|u| u.parse::<postgres::Config>().ok())
+            .and_then(|c| c.get_dbname().map(str::to_ascii_lowercase))
+    } else {
+        config.engine_path().file_name().and_then(|n| n.to_string_lossy().split('.').next().map(str::to_ascii_lowercase))
+    };
     // Lower-case `schema.table` → the model it names.
     let mut models: BTreeMap<String, &ModelName> = BTreeMap::new();
     for m in dag.models() {

@@ -77,7 +77,13 @@ pub fn named_relations_by_tokens(sql: &str, postgres: bool) -> Option<Vec<NamedR
     while i < tokens.len() {
         match &tokens[i].token {
             Token::LParen => {
-                let opens_query = word(i + 1).is_some_and(|w| matches!(w.keyword, Keyword::FROM | Keyword::TABLE | Keyword::WITH | Keyword::SELECT));
+                // Not a function's arguments: `trim(FROM s.b)` trims a field.
+                let call = i > 0
+                    && word(i - 1).is_some_and(|f| {
+                        f.keyword == Keyword::NoKeyword
+                            || matches!(f.keyword, Keyword::TRIM | Keyword::SUBSTRING | Keyword::EXTRACT | Keyword::OVERLAY | Keyword::POSITION)
+                    });
+                let opens_query = !call && word(i + 1).is_some_and(|w| matches!(w.keyword, Keyword::FROM | Keyword::TABLE | Keyword::WITH | Keyword::SELECT));
                 levels.push(opens_query);
             }
             Token::RParen if levels.len() > 1 => {
@@ -243,6 +249,7 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(names("SELECT * FROM \"@ref\" AS o, s.b AS q, s.c ASOF JOIN (FROM s.d) AS e ON true UNION ALL (TABLE s.e)"), ["s.b", "s.c", "s.d", "s.e"]);
+        assert_eq!(names("SELECT trim(FROM s.b) AS t FROM \"@ref\" AS s ASOF JOIN \"@ref\" AS u ON true WHERE x IN (FROM s.f SELECT x)"), ["s.f"]);
         let lines: Vec<Option<u64>> = named_relations_by_tokens("TABLE\n  s.b", false).unwrap().into_iter().map(|r| r.line).collect();
         assert_eq!(lines, [Some(2)]);
     }

@@ -441,6 +441,17 @@ fn a_query_naming_a_model_outside_ref_is_a_load_error() {
             "models/c.sql:4: model `z.c`: the query reads model `s.b` by the name `efmesh.s.b`",
         ],
     );
+    // The catalog is the DuckDB file's name up to its first dot, as DuckDB names it; another
+    // catalog (an attached database) is not the model's.
+    let p = sample_project();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}").replace("efmesh.duckdb", "my.data.duckdb"));
+    p.write("models/c.sql", "-- name: z.c\n-- kind: full\n-- schema: n bigint\nSELECT n FROM my.s.b\n");
+    let check = p.run(&["check"]);
+    check.expect_code(1);
+    assert!(format!("{}{}", check.stdout, check.stderr).contains("by the name `my.s.b`"), "{}{}", check.stdout, check.stderr);
+    p.write("models/c.sql", "-- name: z.c\n-- kind: full\n-- schema: n bigint\nSELECT n FROM other.s.b\n");
+    let check = p.run(&["check"]);
+    assert!(!format!("{}{}", check.stdout, check.stderr).contains("by the name"), "{}{}", check.stdout, check.stderr);
 }
 
 /// What is not a model read by name loads: a CTE, a column and a literal named like a model, a
