@@ -23,11 +23,12 @@
 //! The typed empty relation anchors the declared columns (in declared order) even before any
 //! file exists or when older files lack a column a forward-only version added; the file list is
 //! explicit (no glob at query time), and hive detection is off, so path segments never become
-//! columns. The list comes from the ledger, never from a directory listing: one file per interval
-//! done for a version stored in the relation (plus the batch just written), so a file left in the
-//! directory by hand is never served; a done interval whose file is missing is refused before the
-//! view is re-created (the plan's integrity check schedules its recompute,
-//! `repair.lakeFilesMissing`).
+//! columns. The list comes from the ledger and the previous manifest, never from a directory
+//! listing: one file per interval done for a version stored in the relation (plus the batch just
+//! written), and the files the previous manifest listed that remain (intervals not done now keep
+//! their old rows, as a table's do), so a file left in the directory by hand is never served; a
+//! done interval whose file is missing is refused before the view is re-created (the plan's
+//! integrity check schedules its recompute, `repair.lakeFilesMissing`).
 //!
 //! Writes never expose a partial file, and an interval is marked done only after its file is
 //! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an
@@ -320,8 +321,8 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
     Ok(())
 }
 
-/// Re-creates the version's view over the files its ledger says are done and rewrites its
-/// manifest. Used when a lost view is re-created, when a forward-only version changes the declared
+/// Re-creates the version's view over the files its ledger says are done (and those its
+/// previous manifest listed that remain, [`relist`]) and rewrites its manifest. Used when a lost view is re-created, when a forward-only version changes the declared
 /// columns, and when a view created under another project root is re-created.
 ///
 /// # Errors
@@ -349,9 +350,8 @@ fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Res
 /// the ledger of one of `versions` or just `written`, and the files the previous manifest listed
 /// that are still there (intervals not done now keep their old rows, as a table's do) — never
 /// what a directory listing finds, so a stray file is never served; or `data.parquet` for a
-/// full model. A done interval
-/// whose (local) file is missing is refused before the view is touched: a view never lists fewer
-/// files than the ledger says are done.
+/// full model. A done interval whose (local) file is missing is refused before the view is
+/// touched: a view never lists fewer files than the ledger says are done.
 fn relist(
     project: &Project,
     model: &Model,

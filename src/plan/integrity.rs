@@ -459,12 +459,7 @@ pub fn check_skipping(
                         let lost: Vec<interval::Interval> = lost.into_iter().map(|s| interval::Interval::new(s, t.grain.next(s))).collect();
                         let wanted: BTreeSet<interval::Interval> =
                             interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now)).into_iter().collect();
-                        let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
-                        pieces.extend(lost.iter().filter(|i| wanted.contains(*i)).copied());
-                        pieces.sort_by_key(|i| i.start);
-                        pieces.dedup();
-                        action.intervals = pieces.len();
-                        action.backfill = interval::merge(&pieces);
+                        add_to_backfill(action, t.grain, lost.iter().filter(|i| wanted.contains(*i)).copied());
                         repair.lake_files_missing = true;
                         repair.ledger_reset = fps;
                         repair.lost_files = lost;
@@ -497,12 +492,7 @@ pub fn check_skipping(
                         .into_iter()
                         .filter(|i| !files.contains(&lake_interval_file(i.start, t.grain)))
                         .collect();
-                    let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(t.grain)).collect();
-                    pieces.extend(lost.iter().copied());
-                    pieces.sort_by_key(|i| i.start);
-                    pieces.dedup();
-                    action.intervals = pieces.len();
-                    action.backfill = interval::merge(&pieces);
+                    add_to_backfill(action, t.grain, lost.iter().copied());
                     repair.physical_missing = false;
                     repair.lake_view_missing = true;
                     repair.ledger_reset = sharing(state, &mut index, action)?;
@@ -618,6 +608,16 @@ fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Ac
     fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     fps.dedup_by(|a, b| a.as_str() == b.as_str());
     Ok(fps)
+}
+
+/// Adds the grain intervals `more` to `action`'s backfill (merged, each once) and its count.
+fn add_to_backfill(action: &mut Action, grain: interval::Grain, more: impl IntoIterator<Item = interval::Interval>) {
+    let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
+    pieces.extend(more);
+    pieces.sort_by_key(|i| i.start);
+    pieces.dedup();
+    action.intervals = pieces.len();
+    action.backfill = interval::merge(&pieces);
 }
 
 /// True when a snapshot of `action`'s model records its physical relation (a version stored

@@ -460,8 +460,9 @@ pub struct Action {
     /// serving the same version): the environment's view serves them ([`outside_bounds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_bounds: Option<OutsideBounds>,
-    /// Time-range versions whose `start`/`end` this plan narrows (a `metadata` change): the
-    /// intervals the bounds the environment served held, now outside them, that its ledger does
+    /// Time-range versions whose `start`/`end` this plan narrows (a `metadata` change, or the
+    /// environment pointed at a version or a forward-only version on a table computed under
+    /// wider bounds): the intervals the wider bounds held, now outside them, that its ledger does
     /// not hold done — restated or failed and not recomputed since, or not yet run. Rows its
     /// table holds there (a restatement keeps the old rows until a run replaces them) are
     /// served as they are, and a run here never recomputes them ([`undone_outside_bounds`]).
