@@ -239,15 +239,12 @@ pub fn build(
     let cols: Vec<String> = model.schema.0.iter().map(|c| format!("CAST({q} AS {}) AS {q}", c.ty, q = quote_ident(&c.name))).collect();
     let cols = cols.join(", ");
     make_dir(model, &dir, None)?;
-    // The versions whose ledgers say which files the view lists (read once per build).
-    let mut versions = stored_versions(model, &physical, state)?;
-    versions.push(snapshot.fingerprint.clone());
-    versions.sort();
-    versions.dedup();
     match &model.kind {
         Kind::IncrementalByTimeRange(t) => {
-            // The view exists (typed, possibly empty) before the snapshot that announces it.
-            relist(project, model, &physical, &versions, &[], state, engine)?;
+            // The view exists (typed, possibly empty) before the snapshot that announces it. The
+            // files it lists, kept for the batches: each adds its own (no other process writes
+            // the version meanwhile).
+            let mut listed = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?;
             state.put_snapshot(snapshot)?;
             let tc = quote_ident(&t.time_column);
             let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
@@ -255,7 +252,7 @@ pub fn build(
             for (i, batch) in batches.into_iter().enumerate() {
                 tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "lake batch");
                 let pieces = batch.split(t.grain);
-                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, (versions.as_slice(), state), engine);
+                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, &mut listed, engine);
                 if let Err(err) = written {
                     let _ = engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch");
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
@@ -269,7 +266,7 @@ pub fn build(
             let sql = body.render(&exec.with_bounds(None));
             let query = format!("SELECT {cols} FROM (\n{sql}\n) AS _efmesh_q");
             write_file(model, &dir, FULL_FILE, &query, None, engine)?;
-            relist(project, model, &physical, &versions, &[], state, engine)?;
+            relist(project, model, &physical, None, state, engine)?;
             state.record_build(snapshot, built_from, sharers, interval::now_millis())?;
         }
     }
@@ -277,7 +274,8 @@ pub fn build(
 }
 
 /// One time-range batch: the query once into a temporary table, one file per grain interval,
-/// then the view and manifest. The caller marks the intervals done afterwards.
+/// then the view and manifest over `listed` and those files (added to it). The caller marks the
+/// intervals done afterwards.
 #[allow(clippy::too_many_arguments)]
 fn write_batch(
     project: &Project,
@@ -290,7 +288,7 @@ fn write_batch(
     tc: &str,
     batch: Interval,
     pieces: &[Interval],
-    (versions, state): (&[String], &dyn StateStore),
+    listed: &mut Vec<String>,
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
     let t = model.kind.time_range().ok_or_else(|| ApplyError::build(model, Some(batch), crate::engine::EngineError::new("", "not a time-range model")))?;
@@ -305,7 +303,10 @@ fn write_batch(
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }
     engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|e| ApplyError::build(model, Some(batch), e))?;
-    relist(project, model, physical, versions, pieces, state, engine)
+    listed.extend(pieces.iter().map(|p| interval_file(p.start, grain)));
+    listed.sort();
+    listed.dedup();
+    publish(project, model, physical, dir, listed, engine)
 }
 
 /// Writes `query`'s rows to `name` in `dir` so that the final name only ever holds a complete
@@ -322,15 +323,15 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
 }
 
 /// Re-creates the version's view over the files its ledger says are done (and those its
-/// previous manifest listed that remain, [`relist`]) and rewrites its manifest. Used when a lost view is re-created, when a forward-only version changes the declared
-/// columns, and when a view created under another project root is re-created.
+/// previous manifest listed that remain, [`relist`]) and rewrites its manifest. Used when a lost
+/// view is re-created, when a forward-only version changes the declared columns, and when a
+/// view created under another project root is re-created.
 ///
 /// # Errors
 /// [`ApplyError`] when the state cannot be read, a done interval's file is missing (nothing is
 /// changed then), or the view or manifest cannot be written.
 pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<(), ApplyError> {
-    let versions = stored_versions(model, physical, state)?;
-    relist(project, model, physical, &versions, &[], state, engine)
+    relist(project, model, physical, None, state, engine).map(drop)
 }
 
 /// The fingerprints of every version of `model` stored in `physical` (its own, those inheriting
@@ -346,47 +347,45 @@ fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Res
     Ok(fps)
 }
 
-/// The view and manifest of the version in `physical`, listing one file per interval done in
-/// the ledger of one of `versions` or just `written`, and the files the previous manifest listed
-/// that are still there (intervals not done now keep their old rows, as a table's do) — never
-/// what a directory listing finds, so a stray file is never served; or `data.parquet` for a
-/// full model. A done interval whose (local) file is missing is refused before the view is
-/// touched: a view never lists fewer files than the ledger says are done.
+/// The view and manifest of the version in `physical` (re-)created, listing one file per
+/// interval done in the ledger of a version stored there (or of `building`, the version a build
+/// is about to record), and the files the previous manifest listed that are still there
+/// (intervals not done now keep their old rows, as a table's do) — never what a directory listing
+/// finds, so a stray file is never served; or `data.parquet` for a full model. A done interval
+/// whose (local) file is missing is refused before the view is touched: a view never lists
+/// fewer files than the ledger says are done. Returns the files listed.
 fn relist(
     project: &Project,
     model: &Model,
     physical: &str,
-    versions: &[String],
-    written: &[Interval],
+    building: Option<&str>,
     state: &dyn StateStore,
     engine: &mut dyn Engine,
-) -> Result<(), ApplyError> {
+) -> Result<Vec<String>, ApplyError> {
     let dir = version_dir(project, model, physical)?;
     let files: Vec<String> = match model.kind.time_range() {
         Some(t) => {
             let name = model.name.to_string();
+            let mut versions = stored_versions(model, physical, state)?;
+            versions.extend(building.map(str::to_string));
             let mut done: std::collections::BTreeSet<Millis> = std::collections::BTreeSet::new();
-            for fp in versions {
+            for fp in &versions {
                 done.extend(state.done_intervals(&name, fp)?);
             }
-            let fresh: std::collections::BTreeSet<Millis> = written.iter().map(|i| i.start).collect();
-            // Checked when the view is (re-)created, not after each batch of a build (its first
-            // re-list checked the files; thousands of small batches would stat every file each).
-            if !dir.s3 && written.is_empty() {
-                // (S3: the engine refuses a view over a missing object.)
-                if let Some(start) = done.iter().copied().find(|s| !fresh.contains(s) && !Path::new(&dir.file(&interval_file(*s, t.grain))).exists()) {
-                    let missing = dir.file(&interval_file(start, t.grain));
-                    return Err(target_error(
-                        Some(model),
-                        Some(Interval::new(start, t.grain.next(start))),
-                        format!(
-                            "the lake file `{missing}` of this done interval is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
+            // (S3: the engine refuses a view over a missing object.)
+            if !dir.s3
+                && let Some(start) = done.iter().copied().find(|s| !Path::new(&dir.file(&interval_file(*s, t.grain))).exists())
+            {
+                let missing = dir.file(&interval_file(start, t.grain));
+                return Err(target_error(
+                    Some(model),
+                    Some(Interval::new(start, t.grain.next(start))),
+                    format!(
+                        "the lake file `{missing}` of this done interval is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
                              hint: `efmesh plan` schedules its recompute (repair.lakeFilesMissing); apply it first"
-                        ),
-                    ));
-                }
+                    ),
+                ));
             }
-            done.extend(fresh);
             // Intervals the view served before and that are not done now (restated, failed,
             // cleared for a recompute, moved outside the bounds) keep serving their old file until
             // a batch replaces it, as a table keeps its old rows; a file no manifest listed (put
@@ -417,7 +416,14 @@ fn relist(
             files
         }
     };
-    make_dir(model, &dir, None)?;
+    publish(project, model, physical, &dir, &files, engine)?;
+    Ok(files)
+}
+
+/// Creates the version's directory (a repair's may be gone), then its view over `files` and its
+/// manifest.
+fn publish(project: &Project, model: &Model, physical: &str, dir: &VersionDir, files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    make_dir(model, dir, None)?;
     let anchor = format!("SELECT * FROM {}", typed_empty(model));
     let select = if files.is_empty() {
         anchor
@@ -431,7 +437,7 @@ fn relist(
         statements.push(crate::engine::root_comment_sql(physical, &project.config.root.to_string_lossy()));
     }
     engine.transaction(&statements).map_err(|e| ApplyError::build(model, None, e))?;
-    write_manifest(model, &dir, &files, engine)
+    write_manifest(model, dir, files, engine)
 }
 
 /// The files the version's `manifest.json` lists (what its view served at the last re-list);
