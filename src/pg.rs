@@ -62,10 +62,36 @@ pub fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> String {
 }
 
 /// True when `e` says the connection is gone: closed by the server (a restart, a terminated
-/// backend) or cut under the driver (an I/O error: a broken pipe, a reset). Transient for the
-/// engine and the state store: the next attempt connects again.
+/// backend) or cut under the driver (an I/O error: a broken pipe, a reset).
 pub fn connection_lost(e: &postgres::Error) -> bool {
     e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// True when `e` is about the connection, not the work: lost ([`connection_lost`]), a
+/// connection exception (class 08), the server shutting down or not yet accepting connections
+/// (`57P01`–`57P03`), too many connections (`53300`). The next attempt connects again.
+pub fn connection_trouble(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    connection_lost(e)
+        || e.code().is_some_and(|c| {
+            [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW, SqlState::TOO_MANY_CONNECTIONS].contains(c)
+                || c.code().starts_with("08")
+        })
+}
+
+/// True for a failure retrying may cure, for the engine and the state store alike:
+/// [`connection_trouble`], or another connection's lock — a serialization failure (`40001`), a
+/// deadlock (`40P01`), a lock wait that timed out (`55P03`). A lost connection may leave unknown
+/// whether the last `COMMIT` landed; retrying is safe because every engine batch is a
+/// transaction that rewrites its interval (`DELETE` + `INSERT`, or an upsert of the same rows),
+/// the state store records an interval only after the engine committed it, every state write
+/// is one transaction (the retried attempt plans again from what landed), and a promotion whose
+/// view swap failed transiently keeps its intent, so the views are put back as they were before
+/// anything is retried.
+pub fn is_transient(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    connection_trouble(e)
+        || e.code().is_some_and(|c| [SqlState::T_R_SERIALIZATION_FAILURE, SqlState::T_R_DEADLOCK_DETECTED, SqlState::LOCK_NOT_AVAILABLE].contains(c))
 }
 
 /// Connects a client as `config` says, naming itself `efmesh` and waiting at most

@@ -117,22 +117,21 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
         if a.intervals > 0 {
             notes.push(format!("backfill {} interval{}", a.intervals, if a.intervals == 1 { "" } else { "s" }));
         }
+        // `N <noun>s in [start, end)`.
+        let span = |o: &crate::plan::OutsideBounds, noun: &str| {
+            use crate::core::interval::to_iso;
+            format!("{} {noun}{} in [{}, {})", o.intervals, if o.intervals == 1 { "" } else { "s" }, to_iso(o.range.start), to_iso(o.range.end))
+        };
         if let Some(o) = &a.outside_bounds {
             notes.push(format!(
-                "its table holds {} done interval{} in [{}, {}) outside its `start`/`end` here (computed under wider bounds: an earlier edit, or another environment's): the view serves them",
-                o.intervals,
-                if o.intervals == 1 { "" } else { "s" },
-                crate::core::interval::to_iso(o.range.start),
-                crate::core::interval::to_iso(o.range.end)
+                "its table holds {} outside its `start`/`end` here (computed under wider bounds: an earlier edit, or another environment's): the view serves them",
+                span(o, "done interval")
             ));
         }
         if let Some(o) = &a.undone_outside {
             notes.push(format!(
-                "{} interval{} in [{}, {}) its old `start`/`end` held, now outside them, {} no done record (restated or failed and not recomputed since, or not yet run): rows its table holds there are served as they are, and no run here recomputes them",
-                o.intervals,
-                if o.intervals == 1 { "" } else { "s" },
-                crate::core::interval::to_iso(o.range.start),
-                crate::core::interval::to_iso(o.range.end),
+                "{} its old `start`/`end` held, now outside them, {} no done record (restated or failed and not recomputed since, or not yet run): rows its table holds there are served as they are, and no run here recomputes them",
+                span(o, "interval"),
                 if o.intervals == 1 { "has" } else { "have" }
             ));
         }

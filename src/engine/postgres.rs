@@ -171,7 +171,7 @@ impl Postgres {
             let error = EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref())));
             // A server starting or shutting down, or out of connections, may take us later; an
             // unreachable host or a refused login will not.
-            if e.code().is_some() && is_transient(&e) { error.transient() } else { error }
+            if e.code().is_some() && crate::pg::is_transient(&e) { error.transient() } else { error }
         })?;
         let mut db = Self { client, config, location, secret, read_only, writer: None, server_version: None, scratch: None, names_subqueries: false, cut };
         let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
@@ -296,7 +296,7 @@ impl Postgres {
             None => message,
         };
         let error = EngineError::new(sql, message);
-        if is_transient(e) { error.transient() } else { error }
+        if crate::pg::is_transient(e) { error.transient() } else { error }
     }
 
     fn rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
@@ -671,33 +671,6 @@ impl Engine for Postgres {
         }
         self.transaction(&statements)
     }
-}
-
-/// True for a failure retrying may cure: a serialization failure (`40001`) or deadlock (`40P01`), a lock
-/// wait that timed out (`55P03`), the server shutting down or not yet accepting connections
-/// (`57P01`–`57P03`), too many connections (`53300`), a connection exception (class 08), or a
-/// connection the server closed. A lost connection may leave unknown whether the last `COMMIT`
-/// landed; retrying is safe because every batch is a transaction that rewrites its interval
-/// (`DELETE` + `INSERT`, or an upsert of the same rows), the state store records an interval
-/// only after the engine committed it, and a promotion whose view swap failed transiently
-/// keeps its intent, so the views are put back as they were before anything is retried.
-fn is_transient(e: &postgres::Error) -> bool {
-    use postgres::error::SqlState;
-    if crate::pg::connection_lost(e) {
-        return true;
-    }
-    let Some(code) = e.code() else { return false };
-    [
-        SqlState::T_R_SERIALIZATION_FAILURE,
-        SqlState::T_R_DEADLOCK_DETECTED,
-        SqlState::LOCK_NOT_AVAILABLE,
-        SqlState::ADMIN_SHUTDOWN,
-        SqlState::CRASH_SHUTDOWN,
-        SqlState::CANNOT_CONNECT_NOW,
-        SqlState::TOO_MANY_CONNECTIONS,
-    ]
-    .contains(code)
-        || code.code().starts_with("08")
 }
 
 #[cfg(test)]

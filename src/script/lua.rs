@@ -56,7 +56,7 @@ const PRELUDE: &str = include_str!("../../stdlib/lua/prelude.lua");
 const GUARDS: &str = include_str!("../../stdlib/lua/guards.lua");
 /// Lua source of the safe base functions that replace the raw ones in model files.
 const SAFE_BASE: &str = r#"
-local charge = ...
+local charge, plain = ...
 local raw_setmetatable, raw_getmetatable, next, type, error, tostring, sort, rawget = setmetatable, getmetatable, next, type, error, tostring, table.sort, rawget
 local raw_pcall, raw_xpcall = pcall, xpcall
 local safe = {}
@@ -90,20 +90,8 @@ function safe.getmetatable(v)
   if type(v) == "userdata" then return nil end
   return raw_getmetatable(v)
 end
--- `tostring` without addresses: a table, function, thread or userdata without a `__tostring`
--- metamethod is its type's name (Lua's own `table: 0x…` depends on where the allocator put it,
--- which changes with what the interpreter loaded before: SQL built from it would change with
--- the load order and thread count, and a new fingerprint would follow from no edit).
-local addressed = { table = true, ["function"] = true, thread = true, userdata = true }
-local function plain(v)
-  local text = tostring(v)
-  if addressed[type(v)] then
-    -- Lua's own `<name>: 0x…` (no `__tostring`: a model handle has one; `<name>` is the type or
-    -- a `__name`, which may hold colons) is cut to its name.
-    return text:match("^(.*): 0x%x+$") or text:match("^(.*): %(nil%)$") or text
-  end
-  return text
-end
+-- `tostring` without addresses (`plain`, from the guards: a table is `table`, never
+-- `table: 0x…`).
 safe.tostring = plain
 -- `pairs` and `next` in a deterministic order (Lua's own order depends on a per-process hash
 -- seed): numbers, then strings, then booleans, each in their order; a key of another type
@@ -528,7 +516,7 @@ impl LuaHost {
         limits.set("max_table_move", 10_000_000)?;
         limits.set("max_pattern_cost", 1e9)?;
         limits.set("charge", charge.clone())?;
-        lua.load(GUARDS).set_name("=efmesh/guards.lua").call::<()>(limits)?;
+        let plain: Function = lua.load(GUARDS).set_name("=efmesh/guards.lua").call(limits)?;
         // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
         lua.load("getmetatable('').__metatable = false").set_name("=efmesh").exec()?;
         let g = lua.globals();
@@ -539,7 +527,7 @@ impl LuaHost {
         ] {
             proto.set(name, g.get::<Value>(name)?)?;
         }
-        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").call(charge)?;
+        let safe: Table = lua.load(SAFE_BASE).set_name("=efmesh/safe.lua").call((charge, plain))?;
         for pair in safe.pairs::<Value, Value>() {
             let (k, v) = pair?;
             proto.set(k, v)?;

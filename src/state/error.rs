@@ -191,8 +191,5 @@ impl StateError {
 /// True when `e` is a Postgres error saying the connection is gone or the server is shutting
 /// down or starting (not another process's lock).
 fn lost_connection(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
-    e.downcast_ref::<postgres::Error>().is_some_and(|e| {
-        crate::pg::connection_lost(e)
-            || e.code().is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P") || *c == postgres::error::SqlState::TOO_MANY_CONNECTIONS)
-    })
+    e.downcast_ref::<postgres::Error>().is_some_and(crate::pg::connection_trouble)
 }

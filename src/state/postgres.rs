@@ -31,7 +31,6 @@ use super::{
     VersionRow,
 };
 use crate::core::interval::{Interval, Millis, parse_instant, to_iso};
-use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, Transaction};
 use std::cell::RefCell;
@@ -200,29 +199,11 @@ fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> super::error::Ba
     crate::pg::scrubbed(e, secret).into()
 }
 
-/// True for errors another connection's lock caused (a lock wait past [`LOCK_TIMEOUT`], a
-/// deadlock or serialization failure): retrying later may succeed.
-/// A connection lost (closed by the server, a restart, a network fault: class 08), the server
-/// shutting down or starting, or too many connections are transient too: the next use of the
-/// store reconnects ([`PostgresStore::client`]). Every state write is one transaction, so one
-/// cut mid-commit either landed or did not, and the retried attempt plans again from what did.
+/// [`crate::pg::is_transient`]: another connection's lock (a wait past [`LOCK_TIMEOUT`], a
+/// deadlock, a serialization failure) or the connection's trouble, after which the next use of
+/// the store reconnects ([`PostgresStore::client`]).
 fn is_transient(e: &postgres::Error) -> bool {
-    if crate::pg::connection_lost(e) {
-        return true;
-    }
-    e.code().is_some_and(|c| {
-        [
-            SqlState::LOCK_NOT_AVAILABLE,
-            SqlState::T_R_SERIALIZATION_FAILURE,
-            SqlState::T_R_DEADLOCK_DETECTED,
-            SqlState::ADMIN_SHUTDOWN,
-            SqlState::CRASH_SHUTDOWN,
-            SqlState::CANNOT_CONNECT_NOW,
-            SqlState::TOO_MANY_CONNECTIONS,
-        ]
-        .contains(c)
-            || c.code().starts_with("08")
-    })
+    crate::pg::is_transient(e)
 }
 
 /// The state store in Postgres: one connection (a second handle is a second connection,

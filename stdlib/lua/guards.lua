@@ -17,6 +17,21 @@ local floor, log, abs, min = math.floor, math.log, math.abs, math.min
 -- Unguarded, for the guards' own scans (linear patterns; the call is charged by its caller).
 local raw_find, raw_match = string.find, string.match
 
+-- A value as text without an address: Lua's own `<name>: 0x…` (a table, function, thread or
+-- userdata without `__tostring`; `<name>` is the type or a `__name`, which may hold colons) is
+-- cut to its name; a `__tostring` (a model handle's) is kept. An address depends on where the
+-- allocator put the value, which changes with what the interpreter loaded before: SQL built
+-- from it would change with the load order and thread count, and get a new fingerprint with no
+-- edit. The safe base's `tostring` is this function (returned below).
+local addressed = { table = true, ["function"] = true, thread = true, userdata = true }
+local function plain(v)
+  local text = tostring(v)
+  if addressed[type(v)] then
+    return raw_match(text, "^(.*): 0x%x+$") or raw_match(text, "^(.*): %(nil%)$") or text
+  end
+  return text
+end
+
 -- Units: one per byte scanned or copied; PER_ELEMENT per element moved, value produced,
 -- comparison or callback made (each costs tens of byte-steps inside C). The budget allows about
 -- a second of C work in one call, so a call that would take longer is refused before it starts.
@@ -182,7 +197,6 @@ do
     return char(...)
   end
   local format, pack, unpack = string.format, table.pack, table.unpack
-  local addressed = { table = true, ["function"] = true, thread = true, userdata = true }
   string.format = function(fmt, ...)
     local n = slen(fmt) + 512 * select("#", ...)
     for k = 1, select("#", ...) do
@@ -205,13 +219,7 @@ do
     end
     local args = pack(...)
     for k = 1, args.n do
-      local v = args[k]
-      if addressed[type(v)] then
-        -- Lua's own `<name>: 0x…` (no `__tostring`) is cut to its name; a `__tostring` is kept.
-        local text = tostring(v)
-        local name = raw_match(text, "^(.*): 0x%x+$") or raw_match(text, "^(.*): %(nil%)$")
-        args[k] = name or text
-      end
+      if addressed[type(args[k])] then args[k] = plain(args[k]) end
     end
     return produced1(format(fmt, unpack(args, 1, args.n)))
   end
@@ -306,3 +314,5 @@ end
 -- Binary packing is not needed to write SQL, and its formats can ask C for unbounded padding;
 -- bytecode cannot be loaded anyway.
 string.pack, string.unpack, string.packsize, string.dump = nil, nil, nil, nil
+
+return plain
