@@ -264,6 +264,9 @@ pub enum JanitorError {
     /// The lake could not be listed, or an owner marker read or written.
     #[error("janitor: {0}; nothing was claimed or dropped")]
     Storage(String),
+    /// The engine database is older than the state store says ([`crate::engine::epoch`]).
+    #[error("janitor: {0}\n  (nothing was claimed or dropped)")]
+    EngineBehind(String),
 }
 
 /// Opens the engine: `Ok(None)` when there is no database yet (nothing stored).
@@ -457,7 +460,25 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             let stored = engine.storage_relations().map_err(JanitorError::Engine)?;
             let owners = crate::ownership::read_all(config, Some(engine.as_mut()), s3.as_ref(), &me).map_err(JanitorError::Storage)?;
             let shared = shared_candidates(state, engine.as_mut(), &stored, &in_lake, &owners, &me, ttl_ms, opts)?;
-            views = engine.catalog().map_err(JanitorError::Engine)?.relations.into_iter().filter_map(|((s, n), e)| e.sql.map(|sql| ((s, n), sql))).collect();
+            let catalog = engine.catalog().map_err(JanitorError::Engine)?;
+            // A database older than the store says (restored from a copy, or another one applied
+            // with this store since) may still serve versions the store calls unreachable: its
+            // storage is not this store's to judge (SPEC §4, invariant 63).
+            let recorded = state.engine_epoch()?;
+            let stamped = crate::engine::epoch::stamped(&catalog, &me);
+            if stamped < recorded
+                && let Some(table) = stored.iter().find(|r| !r.view)
+            {
+                let message = crate::engine::epoch::behind_message(
+                    &crate::engine::location(config),
+                    &state.location(),
+                    stamped,
+                    recorded,
+                    &format!("`{}`", table.qualified),
+                );
+                return Err(JanitorError::EngineBehind(message));
+            }
+            views = catalog.relations.into_iter().filter_map(|((s, n), e)| e.sql.map(|sql| ((s, n), sql))).collect();
             (stored, owners, shared)
         }
         None => {

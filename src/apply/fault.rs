@@ -10,7 +10,9 @@
 //! committed, its ledger rows not yet written), `before-intent`,
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
 //! `after-view-swap` (the views moved, the state store does not know yet),
-//! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet). Unset (the normal
+//! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet),
+//! `after-epoch-stamp` (the engine database's epoch stamp raised, the state store's epoch not yet:
+//! [`crate::engine::epoch`]). Unset (the normal
 //! case), a point costs one environment lookup. Only the integration tests set it.
 //!
 //! A second hook, `EFMESH_DELAY=<point>=<ms>[,<point>=<ms>…]`, makes the process sleep at a

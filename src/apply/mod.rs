@@ -234,6 +234,10 @@ pub enum ApplyError {
         /// What is missing, one line each, naming the relation and model.
         missing: Vec<String>,
     },
+    /// The engine database is older than the state store says ([`crate::engine::epoch`]),
+    /// found on the apply's own connection: nothing was done.
+    #[error("{0}")]
+    EngineBehind(String),
     /// Several failures in a parallel apply or run (`--jobs`), each once, one per model;
     /// the models that were running when the first failed finished and were recorded, none
     /// started after it, nothing was promoted.
@@ -339,7 +343,15 @@ pub(crate) fn execute(
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
     state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
-    let result = execute_recorded(project, plan, state, engine, options, refresh, work);
+    // Whether this apply or run may write tables of the engine's own database: then it raises
+    // the database's epoch stamp once it is done, failed or not (SPEC §4, invariant 63).
+    let writes_tables = (!work.work.is_empty() || !work.refreshes.is_empty())
+        && project.dag.models().any(|m| m.target == crate::core::Target::Table && m.kind.is_materialized() && !matches!(m.kind, Kind::View));
+    let mut stamp_found = None;
+    let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp_found);
+    if writes_tables && let Some(found) = stamp_found {
+        stamp_epoch(state, engine, found);
+    }
     // A promotion removed the intents in its transaction; otherwise they go now (best effort:
     // a row left behind only keeps the janitor away until this environment's next apply or run).
     if (result.is_err() || refresh)
@@ -348,6 +360,26 @@ pub(crate) fn execute(
         tracing::warn!("cannot forget the intents of `{}`: {e}", plan.env);
     }
     result
+}
+
+/// Raises the engine database's epoch stamp of this state store past `found` (the stamp the
+/// apply's catalog held) and the store's epoch, then records the new epoch in the store
+/// ([`crate::engine::epoch`]): the stamp first, so a process stopped in between leaves the
+/// database ahead of the store, which later plans accept. A failure is only logged: the
+/// database and the store then keep the epochs they had, which still agree.
+fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64) {
+    let stamped = (|| -> Result<i64, String> {
+        let recorded = state.engine_epoch().map_err(|e| e.to_string())?;
+        let store_id = state.store_id().map_err(|e| e.to_string())?;
+        let epoch = crate::engine::epoch::stamp(engine, &store_id, found, recorded).map_err(|e| e.to_string())?;
+        fault::crash_point(|| "after-epoch-stamp".to_string());
+        state.record_engine_epoch(epoch).map_err(|e| e.to_string())?;
+        Ok(epoch)
+    })();
+    match stamped {
+        Ok(epoch) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
+        Err(e) => tracing::warn!("the engine epoch was not raised (a database restored from a copy taken before this command may go unnoticed): {e}"),
+    }
 }
 
 /// What `apply` (or `run`) would refuse of `plan` before any write, for the commands that show a
@@ -426,6 +458,7 @@ fn execute_recorded(
     options: &Options,
     refresh: bool,
     work: crate::plan::work::Work<'_>,
+    stamp_found: &mut Option<i64>,
 ) -> Result<ApplyReport, ApplyError> {
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {
@@ -457,6 +490,12 @@ fn execute_recorded(
     if !missing.is_empty() {
         return Err(ApplyError::EngineChanged { env: plan.env.clone(), missing });
     }
+    // A database older than the store says (restored, or another one applied since) is refused
+    // here too: the plan may have been checked against another catalog (SPEC §4, invariant 63).
+    if let Some(message) = crate::plan::integrity::engine_behind(project, state, plan, &catalog)? {
+        return Err(ApplyError::EngineBehind(message));
+    }
+    *stamp_found = Some(crate::engine::epoch::stamped(&catalog, &state.store_id()?));
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
         return Err(ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message });

@@ -112,6 +112,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::EngineFeature { .. } => "engine-feature",
         ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
+        ApplyError::EngineBehind(_) => "engine-behind",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
         ApplyError::State(_) => "state",
@@ -131,7 +132,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
 }
 
 /// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
-/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `state`, `engine`,
+/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `engine-behind`, `state`, `engine`,
 /// `usage`, `several` (failures of different kinds in a parallel apply), or `error` when none
 /// applies.
 pub fn error_kind(err: &anyhow::Error) -> &'static str {
@@ -154,6 +155,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
                 crate::plan::PlanError::State(_) => "state",
                 crate::plan::PlanError::Env(_) => "usage",
                 crate::plan::PlanError::EngineFeature { .. } => "engine-feature",
+                crate::plan::PlanError::EngineBehind(_) => "engine-behind",
                 _ => "plan",
             };
         }

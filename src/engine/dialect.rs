@@ -178,6 +178,16 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
         format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema))
     }
 
+    /// For an engine several processes write at once: the statement that, inside a transaction,
+    /// makes this process the only one writing `relation`'s comment until it commits (a
+    /// transaction-scoped advisory lock), and the query reading that comment (one row, NULL when
+    /// there is none). `None` for an engine one process writes at a time (DuckDB's file lock),
+    /// whose caller already knows the comment ([`crate::engine::epoch::stamp`]).
+    fn comment_guard(&self, relation: &str) -> Option<[String; 2]> {
+        let name = crate::core::name::quote_literal(relation);
+        Some([format!("SELECT pg_advisory_xact_lock(hashtext({name}))"), format!("SELECT obj_description(to_regclass({name}), 'pg_class')")])
+    }
+
     /// Drops the table `relation` if it exists (never `CASCADE`).
     fn drop_table_if_exists(&self, relation: &str) -> String {
         format!("DROP TABLE IF EXISTS {relation}")

@@ -389,6 +389,11 @@ impl super::dialect::Dialect for DuckDbDialect {
         None
     }
 
+    /// One process writes a DuckDB file at a time (its lock): the caller's comment is current.
+    fn comment_guard(&self, _relation: &str) -> Option<[String; 2]> {
+        None
+    }
+
     fn sqlparser_first(&self) -> bool {
         true
     }

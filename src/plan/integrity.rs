@@ -426,6 +426,9 @@ pub fn check_skipping(
     let root = Root::of(project);
     let mut index = None;
     refuse_foreign_relations(project, plan, catalog)?;
+    if let Some(message) = engine_behind(project, state, plan, catalog)? {
+        return Err(PlanError::EngineBehind(message));
+    }
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
     let found: Vec<Repair> = {
         let physicals = Physicals { project, plan };
@@ -527,6 +530,40 @@ pub fn check_skipping(
     // A rebuilt table's intervals wait, as its missing ones do, for rows left to `prod` upstream.
     super::recompute::hold_for_writer(project, state, plan)?;
     Ok(unclean)
+}
+
+/// Why the engine database `catalog` describes cannot be trusted with `plan`: its epoch stamp
+/// for this state store is lower than the epoch the store records, and it holds a table the
+/// plan serves from the engine's own storage ([`crate::engine::epoch`]); `None` when the stamp is
+/// current (or ahead: a process killed between its stamp and its record), or the database holds
+/// none of those tables (a new file: the plan's repairs rebuild them).
+///
+/// # Errors
+/// The state store's reads.
+pub fn engine_behind(project: &Project, state: &dyn StateStore, plan: &Plan, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
+    let recorded = state.engine_epoch()?;
+    if recorded == 0 {
+        return Ok(None);
+    }
+    let store_id = state.store_id()?;
+    let stamped = crate::engine::epoch::stamped(catalog, &store_id);
+    if stamped >= recorded {
+        return Ok(None);
+    }
+    let held = plan.actions.iter().filter(|a| a.change != Change::Removed).find_map(|a| {
+        let model = project.dag.get(&a.name)?;
+        let table = model.target == Target::Table && model.kind.is_materialized() && !matches!(model.kind, Kind::View);
+        let (schema, name) = split_relation(a.physical.as_deref().filter(|_| table)?)?;
+        catalog.contains(&schema, &name).then(|| (a.name.clone(), format!("{schema}.{name}")))
+    });
+    let Some((model, relation)) = held else { return Ok(None) };
+    Ok(Some(crate::engine::epoch::behind_message(
+        &crate::engine::location(&project.config),
+        &state.location(),
+        stamped,
+        recorded,
+        &format!("`{relation}` (model `{model}`)"),
+    )))
 }
 
 /// Refuses a plan whose promotion would replace a relation efmesh did not create: a changed model

@@ -688,6 +688,11 @@ pub enum PlanError {
         /// Which relation, and what to do.
         message: String,
     },
+    /// The engine database is older than the state store says (its epoch stamp is behind the
+    /// store's, [`crate::engine::epoch`]): a backup restored after later runs, or another
+    /// database applied with this store since. The message names both and the ways forward.
+    #[error("{0}")]
+    EngineBehind(String),
     /// A model needs what the project's engine does not have: a feature (files read by an
     /// external model on Postgres), or a name longer than its identifiers may be
     /// ([`check_engine`]).

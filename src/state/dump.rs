@@ -2,8 +2,8 @@
 //! document, the same for every backend (export from SQLite, import into Postgres).
 //!
 //! ```json
-//! {"apiVersion": 1, "kind": "efmesh-state", "stateVersion": 8, "exportedAt": "…", "storeId": "…",
-//!  "generation": 42, "claims": 0,
+//! {"apiVersion": 1, "kind": "efmesh-state", "stateVersion": 9, "exportedAt": "…", "storeId": "…",
+//!  "generation": 42, "claims": 0, "engineEpoch": 7,
 //!  "tables": {"snapshots": {"columns": ["name", …], "rows": [["s.m", …], …]}, …}}
 //! ```
 //!
@@ -11,7 +11,7 @@
 //! ([`TABLES`]: snapshots, pointers, promotions under way, the ledger, the apply journal, run
 //! ticks, the janitor's bookkeeping, pending rebuilds, data generations, audit passes). Left out:
 //! caches (`plan_memo`, `canon_cache`: recomputed), and what belongs to running processes
-//! (`leases`, `intents`). `meta` travels as `storeId`, `generation` and `claims`. Rows are
+//! (`leases`, `intents`). `meta` travels as `storeId`, `generation`, `claims` and `engineEpoch`. Rows are
 //! arrays in the declared column order, integers as JSON numbers, text as strings, NULL as
 //! `null`; each table's rows are sorted by its key, so exporting an unchanged store gives the
 //! same bytes (but `exportedAt`).
@@ -128,6 +128,8 @@ pub struct StateDump {
     pub generation: i64,
     /// `meta.claims`.
     pub claims: i64,
+    /// `meta.engine_epoch` (0 in a document of layout 8, which had none).
+    pub engine_epoch: i64,
     /// Rows per table of [`TABLES`], each in its columns' order.
     pub tables: BTreeMap<String, Vec<Vec<Value>>>,
 }
@@ -153,13 +155,14 @@ impl StateDump {
         doc.insert("storeId".into(), self.store_id.clone().into());
         doc.insert("generation".into(), self.generation.into());
         doc.insert("claims".into(), self.claims.into());
+        doc.insert("engineEpoch".into(), self.engine_epoch.into());
         doc.insert("tables".into(), Value::Object(tables));
         Value::Object(doc)
     }
 
     /// Reads and validates a document: its `apiVersion` and `kind`, its `stateVersion` (this
-    /// efmesh's layout only: a newer one is refused, upgrade efmesh; an older one too, export
-    /// it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns, and
+    /// efmesh's layout, or layout 8 read with engine epoch 0: a newer one is refused, upgrade
+    /// efmesh; an older one too, export it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns, and
     /// every value's type.
     ///
     /// # Errors
@@ -182,7 +185,9 @@ impl StateDump {
                 "the document holds a state store of layout {version}, newer than this efmesh's {STATE_VERSION}: it was exported by a newer efmesh; upgrade efmesh to import it"
             ));
         }
-        if version < STATE_VERSION {
+        // Layout 9 only added `meta.engine_epoch`: a document of layout 8 has the same tables
+        // and is read with epoch 0 (the store it came from had recorded none).
+        if version < STATE_VERSION && version != 8 {
             return Err(format!(
                 "the document holds a state store of layout {version}, older than this efmesh's {STATE_VERSION}: run `efmesh migrate` on the store it came from with this efmesh, then export it again"
             ));
@@ -190,6 +195,7 @@ impl StateDump {
         let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string).ok_or(format!("the document has no `{k}`"));
         let int = |k: &str| obj.get(k).and_then(Value::as_i64).ok_or(format!("the document has no integer `{k}`"));
         let (store_id, generation, claims) = (text("storeId")?, int("generation")?, int("claims")?);
+        let engine_epoch = if version >= 9 { int("engineEpoch")? } else { 0 };
         let tables_obj = obj.get("tables").and_then(Value::as_object).ok_or("the document has no `tables` object")?;
         if let Some(unknown) = tables_obj.keys().find(|k| !TABLES.iter().any(|t| t.name == k.as_str())) {
             return Err(format!("the document has a table `{unknown}` this efmesh does not know"));
@@ -225,7 +231,7 @@ impl StateDump {
             }
             tables.insert(t.name.to_string(), out);
         }
-        let dump = StateDump { store_id, generation, claims, tables };
+        let dump = StateDump { store_id, generation, claims, engine_epoch, tables };
         dump.check_content()?;
         Ok(dump)
     }
@@ -336,6 +342,18 @@ mod tests {
         assert_eq!(StateDump::from_document(&doc), Ok(d));
     }
 
+    /// Layout 9 only added `meta.engine_epoch`: a document of layout 8 (which has no
+    /// `engineEpoch`) is read with epoch 0.
+    #[test]
+    fn a_layout_8_document_is_read_with_engine_epoch_0() {
+        let mut d = sample();
+        d.engine_epoch = 5;
+        let mut doc = d.to_document("t");
+        doc["stateVersion"] = json!(8);
+        doc.as_object_mut().unwrap().remove("engineEpoch");
+        assert_eq!(StateDump::from_document(&doc), Ok(StateDump { engine_epoch: 0, ..d }));
+    }
+
     #[test]
     fn newer_older_foreign_and_malformed_documents_are_refused_by_name() {
         let doc = sample().to_document("t");
@@ -345,7 +363,8 @@ mod tests {
             StateDump::from_document(&d).unwrap_err()
         };
         assert!(with("stateVersion", json!(STATE_VERSION + 1)).contains("upgrade efmesh"));
-        assert!(with("stateVersion", json!(STATE_VERSION - 1)).contains("efmesh migrate"));
+        assert!(with("stateVersion", json!(STATE_VERSION - 2)).contains("efmesh migrate"));
+        assert!(with("engineEpoch", json!("7")).contains("no integer `engineEpoch`"));
         assert!(with("apiVersion", json!(2)).contains("newer efmesh"));
         assert!(with("kind", json!("other")).contains("not an efmesh state export"));
         let mut bad = doc.clone();

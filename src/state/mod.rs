@@ -194,7 +194,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// last of [`MIGRATIONS`] produces. A store holding any other value is refused with
 /// [`StateError`] (see [`StateError::is_version_mismatch`]); an older one is upgraded by
 /// [`migrate`].
-pub const STATE_VERSION: i64 = 8;
+pub const STATE_VERSION: i64 = 9;
 
 /// The state store's interface: everything plan, apply, the session and the commands read and
 /// write. Implementations keep each write atomic (all or nothing), keep every instant as
@@ -615,6 +615,22 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// # Errors
     /// The read fails, or the store has no identity (a damaged `meta` row).
     fn store_id(&self) -> Result<String, StateError>;
+
+    /// The engine epoch this store last recorded (`meta.engine_epoch`, see
+    /// [`crate::engine::epoch`]): 0 until an `apply` or `run` wrote tables into the engine's own
+    /// database.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn engine_epoch(&self) -> Result<i64, StateError>;
+
+    /// Records that the engine's database holds the epoch stamp `epoch` (written there first):
+    /// the store's epoch becomes `epoch` unless it is already higher. Not a data write: the
+    /// store's write counter does not move.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError>;
 
     /// Records, in ONE transaction, the orphans a janitor sees now: each of `present` not seen
     /// before gets `first_seen = now`; rows of orphans not in `present` are deleted. Returns

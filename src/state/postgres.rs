@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// ([`StateError::is_busy`]), like SQLite's busy timeout.
 pub const LOCK_TIMEOUT: &str = "5s";
 
-/// The layout of [`STATE_VERSION`] 8 in Postgres: the tables and columns of the SQLite layout
+/// The layout of [`STATE_VERSION`] 9 in Postgres: the tables and columns of the SQLite layout
 /// (`SCHEMA` in `sqlite.rs`, described there), with `BIGINT` for SQLite's `INTEGER` and
 /// identity columns for its `AUTOINCREMENT` ids. Every instant is ISO-8601 UTC text with
 /// milliseconds, as in SQLite, and every text column is `COLLATE "C"` (byte order, as SQLite
@@ -50,7 +50,8 @@ CREATE TABLE meta (
     version    BIGINT NOT NULL,
     generation BIGINT NOT NULL DEFAULT 0,
     claims     BIGINT NOT NULL DEFAULT 0,
-    store_id   TEXT COLLATE "C"   NOT NULL DEFAULT ''
+    store_id   TEXT COLLATE "C"   NOT NULL DEFAULT '',
+    engine_epoch BIGINT NOT NULL DEFAULT 0
 );
 CREATE TABLE plan_memo (
     env  TEXT COLLATE "C" NOT NULL PRIMARY KEY,
@@ -176,13 +177,16 @@ CREATE TABLE audit_passes (
 CREATE INDEX snapshots_by_physical ON snapshots (physical);
 "#;
 
-/// The first layout a Postgres store was ever created at: Postgres stores start at layout 8.
+/// The first layout a Postgres store was ever created at: Postgres stores started at layout 8.
 pub const PG_FIRST_VERSION: i64 = 8;
 
-/// The Postgres migrations, oldest first, each from `to - 1` to `to` (none yet: every Postgres
-/// store was created at [`PG_FIRST_VERSION`]). A future layout adds its step here, with the
-/// same `to` as its SQLite step in [`super::MIGRATIONS`].
-pub const PG_MIGRATIONS: &[Migration] = &[];
+/// The Postgres migrations, oldest first, each from `to - 1` to `to`, with the same `to` as its
+/// SQLite step in [`super::MIGRATIONS`].
+pub const PG_MIGRATIONS: &[Migration] = &[Migration {
+    to: 9,
+    description: "the engine epoch (an engine database older than the store is refused)",
+    sql: "ALTER TABLE meta ADD COLUMN engine_epoch BIGINT NOT NULL DEFAULT 0;\nUPDATE meta SET version = 9;\n",
+}];
 
 /// Where a Postgres store lives, as it is named in messages: its URL without the password
 /// (`postgres://user@host:port/db`) and its schema; `None` when the URL does not parse (then
@@ -944,8 +948,14 @@ impl StateStore for PostgresStore {
                 // One snapshot of the whole store: every table seen at the same instant.
                 let mut client = self.client()?;
                 let mut tx = client.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).read_only(true).start()?;
-                let meta = tx.query_one("SELECT store_id, generation, claims FROM meta", &[])?;
-                let mut dump = StateDump { store_id: meta.try_get(0)?, generation: meta.try_get(1)?, claims: meta.try_get(2)?, ..StateDump::default() };
+                let meta = tx.query_one("SELECT store_id, generation, claims, engine_epoch FROM meta", &[])?;
+                let mut dump = StateDump {
+                    store_id: meta.try_get(0)?,
+                    generation: meta.try_get(1)?,
+                    claims: meta.try_get(2)?,
+                    engine_epoch: meta.try_get(3)?,
+                    ..StateDump::default()
+                };
                 for t in TABLES {
                     let rows = tx.query(&format!("SELECT {} FROM {} ORDER BY {}", t.column_list(), t.name, t.order), &[])?;
                     let mut out = Vec::with_capacity(rows.len());
@@ -1020,8 +1030,8 @@ impl StateStore for PostgresStore {
                         }
                     }
                     tx.execute(
-                        "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3)",
-                        &[&dump.store_id, &dump.generation, &dump.claims],
+                        "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3), engine_epoch = $4",
+                        &[&dump.store_id, &dump.generation, &dump.claims, &dump.engine_epoch],
                     )?;
                     Ok(())
                 })
@@ -1388,6 +1398,22 @@ impl StateStore for PostgresStore {
                     return Err(Fault::Corrupt("`meta.store_id` is empty (the store has no identity)".to_string()));
                 }
                 Ok(id)
+            },
+        )
+    }
+
+    fn engine_epoch(&self) -> Result<i64, StateError> {
+        self.run(|| "read the engine epoch".to_string(), || self.read(|c| Ok(c.query_one("SELECT engine_epoch FROM meta", &[])?.try_get(0)?)))
+    }
+
+    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError> {
+        self.run(
+            || format!("record the engine epoch {epoch}"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.execute("UPDATE meta SET engine_epoch = GREATEST(engine_epoch, $1)", &[&epoch])?;
+                    Ok(())
+                })
             },
         )
     }

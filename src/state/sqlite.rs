@@ -167,7 +167,21 @@ CREATE INDEX snapshots_by_physical ON snapshots (physical);
     };
 }
 
-/// The layout of [`STATE_VERSION`] 8. Every timestamp column holds ISO-8601 UTC text with
+/// The column layout version 9 added: `meta.engine_epoch`, the engine epoch this store last
+/// recorded ([`crate::engine::epoch`]): every `apply` or `run` that wrote tables into the engine's
+/// own database raises the epoch stamped in that database, then records it here, so a database
+/// holding an older stamp than the store records (a backup restored after later writes, or
+/// another database applied with this store since) is refused instead of being served as what
+/// the ledger says.
+macro_rules! v9_columns {
+    () => {
+        r#"
+ALTER TABLE meta ADD COLUMN engine_epoch INTEGER NOT NULL DEFAULT 0;
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 9. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -178,8 +192,9 @@ CREATE INDEX snapshots_by_physical ON snapshots (physical);
 /// `promotions` holds, per environment, a promotion under way: recorded before its views move,
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
-/// `ticks` is the run journal (one row per `efmesh run`); the tables and index of versions 5 to
-/// 8 are described at `v5_tables!`, `v6_tables!`, `v7_tables!` and `v8_indexes!`.
+/// `ticks` is the run journal (one row per `efmesh run`); the tables, index and column of
+/// versions 5 to 9 are described at `v5_tables!`, `v6_tables!`, `v7_tables!`, `v8_indexes!`
+/// and `v9_columns!`.
 pub const SCHEMA: &str = concat!(
     r#"
 CREATE TABLE meta (
@@ -243,7 +258,8 @@ CREATE TABLE canon_cache (
     v5_tables!(),
     v6_tables!(),
     v7_tables!(),
-    v8_indexes!()
+    v8_indexes!(),
+    v9_columns!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -322,6 +338,11 @@ UPDATE meta SET version = 5;
         sql: concat!(v7_tables!(), "UPDATE meta SET version = 7;\n"),
     },
     Migration { to: 8, description: "an index of snapshots by physical relation", sql: concat!(v8_indexes!(), "UPDATE meta SET version = 8;\n") },
+    Migration {
+        to: 9,
+        description: "the engine epoch (an engine database older than the store is refused)",
+        sql: concat!(v9_columns!(), "UPDATE meta SET version = 9;\n"),
+    },
 ];
 
 /// What [`migrate`] did.
@@ -1467,9 +1488,9 @@ impl StateStore for SqliteStore {
             || {
                 // One read transaction: every table as of one commit (WAL snapshot isolation).
                 let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?;
-                let (store_id, generation, claims): (String, i64, i64) =
-                    tx.query_row("SELECT store_id, generation, claims FROM meta", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                let mut dump = StateDump { store_id, generation, claims, ..StateDump::default() };
+                let (store_id, generation, claims, engine_epoch): (String, i64, i64, i64) =
+                    tx.query_row("SELECT store_id, generation, claims, engine_epoch FROM meta", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+                let mut dump = StateDump { store_id, generation, claims, engine_epoch, ..StateDump::default() };
                 for t in TABLES {
                     let mut stmt = tx.prepare(&format!("SELECT {} FROM {} ORDER BY {}", t.column_list(), t.name, t.order))?;
                     let mut rows = stmt.query([])?;
@@ -1543,8 +1564,8 @@ impl StateStore for SqliteStore {
                         }
                     }
                     tx.execute(
-                        "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3)",
-                        params![dump.store_id, dump.generation, dump.claims],
+                        "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3), engine_epoch = ?4",
+                        params![dump.store_id, dump.generation, dump.claims, dump.engine_epoch],
                     )?;
                     Ok(())
                 })
@@ -1847,6 +1868,22 @@ impl StateStore for SqliteStore {
                     return Err(Fault::Corrupt("`meta.store_id` is empty (the store has no identity)".to_string()));
                 }
                 Ok(id)
+            },
+        )
+    }
+
+    fn engine_epoch(&self) -> Result<i64, StateError> {
+        self.run(|| "read the engine epoch".to_string(), || Ok(self.conn.prepare_cached("SELECT engine_epoch FROM meta")?.query_row([], |r| r.get(0))?))
+    }
+
+    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError> {
+        self.run(
+            || format!("record the engine epoch {epoch}"),
+            || {
+                self.write_tx(false, |tx| {
+                    tx.prepare_cached("UPDATE meta SET engine_epoch = max(engine_epoch, ?1)")?.execute([epoch])?;
+                    Ok(())
+                })
             },
         )
     }
@@ -2350,7 +2387,10 @@ mod tests {
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("DROP INDEX snapshots_by_physical; UPDATE meta SET version = 7;").unwrap();
+        conn.execute_batch("ALTER TABLE meta DROP COLUMN engine_epoch; UPDATE meta SET version = 8;").unwrap();
+        if version <= 7 {
+            conn.execute_batch("DROP INDEX snapshots_by_physical; UPDATE meta SET version = 7;").unwrap();
+        }
         if version <= 6 {
             conn.execute_batch("DROP TABLE audit_passes; UPDATE meta SET version = 6;").unwrap();
         }
@@ -2433,7 +2473,7 @@ mod tests {
         let store = SqliteStore::open(&path).unwrap();
         assert_sharers_found_by_index(&store.conn);
         drop(store);
-        downgrade(&path, STATE_VERSION - 1);
+        downgrade(&path, 7);
         let old = Connection::open(&path).unwrap();
         let mut stmt = old.prepare(&format!("EXPLAIN QUERY PLAN {BUMP_SHARERS_SQL}")).unwrap();
         let before: Vec<String> = stmt.query_map(params!["m.a", fp('a'), "p"], |r| r.get(3)).unwrap().collect::<Result<_, _>>().unwrap();

@@ -360,15 +360,17 @@ impl Project {
         r
     }
 
-    /// Names of the relations in schema `_efmesh` but the use records' table, sorted (empty without a DuckDB file).
+    /// Names of the relations in schema `_efmesh` but the use records' table and the epoch stamps, sorted (empty without a DuckDB file).
     pub fn physical_tables(&self) -> Vec<String> {
         if !self.on_postgres() && !self.engine_path().exists() {
             return Vec::new();
         }
         let mut v: Vec<String> = self
             .query(&format!(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '{}'",
-                efmesh::engine::USES_TABLE
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '{}' AND left(table_name, {}) <> '{}'",
+                efmesh::engine::USES_TABLE,
+                efmesh::engine::epoch::VIEW_PREFIX.len(),
+                efmesh::engine::epoch::VIEW_PREFIX
             ))
             .into_iter()
             .map(|r| r[0].clone().expect("name"))

@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::path::Path;
 
 crate::on_every_engine!(
+    the_engine_epoch_follows_the_writes_to_tables,
     views_follow_a_non_breaking_parent_version_into_later_intervals,
     a_dropped_physical_table_is_rebuilt_with_every_interval,
     a_dropped_environment_view_is_restored,
@@ -474,4 +475,132 @@ fn a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_o
         run.stderr
     );
     assert_eq!(p.query("SELECT CAST(answer AS VARCHAR) FROM t.e"), vec![vec![Some("42".to_string())]]);
+}
+
+/// The DuckDB file's epoch stamp of the project's state store (0 when there is none).
+fn stamped_epoch(p: &Project) -> i64 {
+    let id = p.store().expect("state store").store_id().expect("store id");
+    let view = efmesh::engine::epoch::view_name(&id);
+    let sql = if p.on_postgres() {
+        format!("SELECT obj_description(to_regclass('\"_efmesh\".\"{view}\"'), 'pg_class')")
+    } else {
+        format!("SELECT comment FROM duckdb_views() WHERE schema_name = '_efmesh' AND view_name = '{view}'")
+    };
+    p.query(&sql).into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|c| efmesh::engine::epoch::parse(&c)).unwrap_or(0)
+}
+
+/// Every apply or run that writes tables of the engine's own database raises the database's
+/// epoch stamp, then the store's epoch, to the same value; a promotion or a run that writes
+/// nothing moves neither (SPEC §4, invariant 63).
+fn the_engine_epoch_follows_the_writes_to_tables(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    let epochs = |p: &Project| (stamped_epoch(p), p.state().engine_epoch().unwrap());
+    p.apply("dev");
+    assert_eq!(epochs(&p), (1, 1));
+    p.apply("prod");
+    assert_eq!(epochs(&p), (1, 1), "a promotion writes no table");
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(epochs(&p), (1, 1), "a run with nothing to do writes no table");
+    p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(epochs(&p), (2, 2));
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    // The stamp is not storage: the janitor never lists it.
+    assert!(p.physical_tables().iter().all(|t| !t.starts_with(efmesh::engine::epoch::VIEW_PREFIX)));
+    let janitor = p.run(&["janitor", "--json"]).expect_code(0).json();
+    assert!(!janitor.to_string().contains(efmesh::engine::epoch::VIEW_PREFIX), "{janitor:#}");
+}
+
+/// An older copy of the DuckDB file holding tables the plan serves (a backup restored after
+/// later runs: every relation exists, one table lacks the run's write) is refused by every
+/// command that would trust it, naming the file, both epochs and the ways forward, and nothing
+/// is written to it; moved aside, the next apply rebuilds everything; restored again, the state
+/// store exported at the same moment as the copy makes the pair agree (SPEC §4, invariant 63).
+#[test]
+fn an_older_copy_of_the_duckdb_file_is_refused_until_rebuilt_or_the_state_store_matches() {
+    let p = sample_project();
+    p.apply("dev");
+    p.run(&["state", "export", "same-moment.json"]).expect_code(0);
+    let backup = p.root().join("backup.duckdb");
+    std::fs::copy(p.engine_path(), &backup).unwrap();
+    let old_rows = p.rows(&env_view("dev", "t.daily"));
+    // Later: a source row corrected, its day restated and run again.
+    p.write("data/events.csv", &p.read("data/events.csv").replace("2026-01-02 09:10:00,north,120", "2026-01-02 09:10:00,north,121"));
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    let new_rows = p.rows(&env_view("dev", "t.daily"));
+    assert_ne!(new_rows, old_rows);
+
+    let restore = || {
+        let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+        std::fs::copy(&backup, p.engine_path()).unwrap();
+    };
+    restore();
+    let bytes = std::fs::read(p.engine_path()).unwrap();
+    for args in [&["plan", "dev"][..], &["status", "dev", "--check"], &["run", "dev"], &["apply", "dev", "--yes"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(
+            r.stderr.contains("efmesh.duckdb is older than the state store")
+                && r.stderr.contains("up to engine epoch 2")
+                && r.stderr.contains("up to epoch 1")
+                && r.stderr.contains("(model `")
+                && r.stderr.contains("efmesh state import"),
+            "{args:?}: {r:#?}"
+        );
+    }
+    // The janitor neither: the copy's views may read versions the store calls unreachable.
+    let janitor = p.run(&["janitor", "--ttl", "0"]);
+    janitor.expect_code(1);
+    assert!(janitor.stderr.contains("is older than the state store") && janitor.stderr.contains("nothing was claimed or dropped"), "{janitor:#?}");
+    let json = p.run(&["plan", "dev", "--json"]);
+    json.expect_code(1);
+    assert_eq!(json.json()["error"]["kind"], "engine-behind", "{json:#?}");
+    assert_eq!(std::fs::read(p.engine_path()).unwrap(), bytes, "nothing was written to the file");
+
+    // Moved aside: a new file holds none of the tables, so the plan rebuilds them all.
+    std::fs::rename(p.engine_path(), p.root().join("refused.duckdb")).unwrap();
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "t.daily")), new_rows);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+
+    // Restored again, with the state store of the same moment: the pair agrees.
+    restore();
+    p.run(&["plan", "dev"]).expect_code(1);
+    p.run(&["state", "import", "same-moment.json", "--force"]).expect_code(0);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    assert_eq!(p.rows(&env_view("dev", "t.daily")), old_rows);
+}
+
+/// Two DuckDB files applied with one state store (two checkouts or machines sharing it, each
+/// with its own `[engine] path`): the file that missed the other's writes is refused at its
+/// next plan instead of being served as caught up (SPEC §4, invariant 63).
+#[test]
+fn a_second_duckdb_file_applied_with_the_same_state_store_makes_the_first_refused() {
+    let p = sample_project();
+    p.apply("dev");
+    let config = p.read("efmesh.toml");
+    p.write("efmesh.toml", &config.replace("path = \"efmesh.duckdb\"", "path = \"other.duckdb\""));
+    // A new file holds none of the tables: rebuilt there, not refused.
+    let built = p.apply("dev");
+    assert!(!built["built"].as_array().unwrap().is_empty(), "{built:#}");
+    p.write("efmesh.toml", &config);
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("efmesh.duckdb is older than the state store") && r.stderr.contains("another database was applied"), "{r:#?}");
+}
+
+/// A process killed between raising the file's stamp and recording it in the state store leaves
+/// the file ahead of the store: accepted, and the next write records a higher epoch in both.
+#[test]
+fn a_kill_between_the_stamp_and_its_record_leaves_the_file_ahead_and_accepted() {
+    let p = sample_project();
+    let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_FAULT", "after-epoch-stamp").output().expect("spawn efmesh");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-epoch-stamp`"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (1, 0));
+    p.apply("dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (2, 2));
 }

@@ -1,0 +1,131 @@
+//! The engine epoch: whether an engine database holds every write the state store records
+//! (SPEC §4, invariant 63).
+//!
+//! The state store's ledger says which intervals are done and which versions are built; the
+//! tables holding them live in the engine's own database. The two are written one after the
+//! other (the engine first), so after a crash the database may hold more than the ledger says
+//! (recomputed, never wrong) but never less — unless the database is replaced behind efmesh's
+//! back: an older copy restored from a backup after later runs, or two databases applied with
+//! one state store (two machines sharing a Postgres state store, each with its own DuckDB file).
+//! Every relation then still exists, so the integrity check (relations missing, views pointing
+//! elsewhere) sees nothing, and a table lacking intervals its ledger records as done would be
+//! served as caught up.
+//!
+//! So each state store stamps the databases it writes: the comment of the view
+//! `"_efmesh"."_efmesh_epoch__<store id>"` (`efmesh engine epoch <n>`), one per store (several
+//! stores may share a database). Every `apply` or `run` that wrote into tables of the engine's
+//! own database ends by raising that stamp to one more than both the stamp it found and the
+//! epoch the store records, then records the new epoch in the store (`meta.engine_epoch`): the
+//! stamp first, so a process killed in between leaves the database ahead of the store, never
+//! behind it. A plan (and the apply or run carrying it out, on its own connection) refuses a
+//! database whose stamp is lower than the store's epoch while it holds a table the plan serves
+//! from it ([`behind`]); a database holding none of them (a new file, the old one moved aside)
+//! is rebuilt by the plan's repairs and stamped by that apply.
+//!
+//! The stamp is in the catalog (a comment), so a plan reads it with the catalog it already
+//! reads or recorded, at no extra query; on an engine several processes write at once
+//! (Postgres), stamping holds a transaction-scoped lock and re-reads the stamp under it
+//! ([`crate::engine::dialect::Dialect::comment_guard`]), so two stampers never lower it.
+
+use super::{Catalog, Engine, EngineError, STORAGE_SCHEMA};
+use crate::core::name::{quote_ident, quote_literal};
+
+/// The name of the stamp's view in [`STORAGE_SCHEMA`], before the store id.
+pub const VIEW_PREFIX: &str = "_efmesh_epoch__";
+
+/// The text of a stamp's comment, before the epoch.
+const COMMENT_PREFIX: &str = "efmesh engine epoch ";
+
+/// The stamp view of the store `store_id` (unquoted name).
+pub fn view_name(store_id: &str) -> String {
+    format!("{VIEW_PREFIX}{store_id}")
+}
+
+/// The stamp view of the store `store_id`, qualified and quoted.
+pub fn relation(store_id: &str) -> String {
+    format!("{}.{}", quote_ident(STORAGE_SCHEMA), quote_ident(&view_name(store_id)))
+}
+
+/// The epoch a stamp's comment holds; `None` for any other text.
+pub fn parse(comment: &str) -> Option<i64> {
+    comment.strip_prefix(COMMENT_PREFIX).and_then(|n| n.parse().ok()).filter(|n: &i64| *n >= 0)
+}
+
+/// The epoch of the store `store_id` stamped in the database `catalog` describes: 0 when there
+/// is no stamp (nothing written there by this store since stamps exist).
+pub fn stamped(catalog: &Catalog, store_id: &str) -> i64 {
+    catalog.comment(STORAGE_SCHEMA, &view_name(store_id)).and_then(parse).unwrap_or(0)
+}
+
+/// Raises the stamp of the store `store_id` in `engine`'s database to one more than the
+/// largest of `found` (the stamp the caller read: its catalog), `recorded` (the store's epoch)
+/// and, on an engine several processes write at once, the stamp read again under its lock; in
+/// ONE transaction. Returns the epoch stamped, for [`crate::state::StateStore::record_engine_epoch`].
+///
+/// # Errors
+/// [`EngineError`] naming the statement (nothing is stamped).
+pub fn stamp(engine: &mut (dyn Engine + '_), store_id: &str, found: i64, recorded: i64) -> Result<i64, EngineError> {
+    let relation = relation(store_id);
+    let sql = engine.sql();
+    let mut statements = vec![sql.create_schema_if_absent(STORAGE_SCHEMA)];
+    statements.extend(sql.replace_view_as(&relation, "SELECT 1 AS efmesh_epoch"));
+    let comment = |epoch: i64| format!("COMMENT ON VIEW {relation} IS {}", quote_literal(&format!("{COMMENT_PREFIX}{epoch}")));
+    let Some([lock, read]) = sql.comment_guard(&relation) else {
+        let epoch = found.max(recorded) + 1;
+        statements.push(comment(epoch));
+        engine.transaction(&statements)?;
+        return Ok(epoch);
+    };
+    engine.begin()?;
+    let stamped = (|| {
+        engine.execute(&lock)?;
+        let again = engine.query(&read)?.into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|c| parse(&c)).unwrap_or(0);
+        let epoch = found.max(recorded).max(again) + 1;
+        statements.push(comment(epoch));
+        for s in &statements {
+            engine.execute(s)?;
+        }
+        Ok(epoch)
+    })();
+    match stamped {
+        Ok(epoch) => engine.commit().map(|()| epoch),
+        Err(e) => {
+            let _ = engine.rollback();
+            Err(e)
+        }
+    }
+}
+
+/// The refusal of an engine database whose stamp (`stamped`) is lower than the store's epoch
+/// (`recorded`), naming both, one of its tables the plan serves (`example`), the likely causes
+/// and the ways forward.
+pub fn behind_message(engine: &str, store: &str, stamped: i64, recorded: i64, example: &str) -> String {
+    format!(
+        "the engine database {engine} is older than the state store {store} says: the store records writes up to engine epoch {recorded}, \
+         the database holds them up to epoch {stamped} (it was restored from an older copy after later runs, or another database was applied \
+         with this state store since); its tables, {example} among them, may lack intervals and builds the state store records as done, \
+         so nothing is planned or served from it as it is\n  \
+         hint: restore the state store from the same moment as the database (`efmesh state import <export>`), or move the database aside: \
+         the next `efmesh apply <env>` then rebuilds every version the state store records"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_reads_back_and_other_comments_are_no_stamp() {
+        assert_eq!(parse("efmesh engine epoch 7"), Some(7));
+        for other in ["efmesh engine epoch", "efmesh engine epoch -1", "efmesh engine epoch 7x", "efmesh: created under project root /p", ""] {
+            assert_eq!(parse(other), None, "{other}");
+        }
+        let mut catalog = Catalog::default();
+        assert_eq!(stamped(&catalog, "ab"), 0);
+        catalog
+            .relations
+            .insert((STORAGE_SCHEMA.to_string(), view_name("ab")), super::super::CatalogEntry { comment: Some("efmesh engine epoch 12".into()), sql: None });
+        assert_eq!((stamped(&catalog, "ab"), stamped(&catalog, "cd")), (12, 0));
+        assert_eq!(relation("ab"), "\"_efmesh\".\"_efmesh_epoch__ab\"");
+    }
+}
