@@ -96,6 +96,42 @@ pub struct ProjectSection {
     pub macros: Vec<String>,
 }
 
+impl ProjectSection {
+    /// Every glob list with its key, each glob in the form the walk matches
+    /// ([`normalize_glob`]); the first glob that cannot name files inside the project is an
+    /// error naming its key.
+    fn normalized(mut self) -> Result<Self, String> {
+        for (key, globs) in [("models", &mut self.models), ("tests", &mut self.tests), ("audits", &mut self.audits), ("macros", &mut self.macros)] {
+            for g in globs.iter_mut() {
+                *g = normalize_glob(g).map_err(|why| format!("`project.{key}` glob `{g}` {why}"))?;
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// `glob` as the discovery walk matches it: paths relative to the project root without a
+/// leading `./`, so `./models/*.sql` (or `models//x/./*.sql`) selects what `models/*.sql` does
+/// instead of nothing — a glob matching nothing would plan its models as removed. A glob that
+/// cannot name a file inside the project (absolute, or with a `..` step) is refused: the walk
+/// only sees the project's own files.
+///
+/// # Errors
+/// Why the glob is refused.
+pub fn normalize_glob(glob: &str) -> Result<String, String> {
+    if glob.starts_with('/') || glob.starts_with('\\') || glob.get(1..3) == Some(":/") || glob.get(1..3) == Some(":\\") {
+        return Err("is absolute: discovery globs are relative to the directory of efmesh.toml and match files inside it".to_string());
+    }
+    let steps: Vec<&str> = glob.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
+    if steps.contains(&"..") {
+        return Err("leaves the project directory (`..`): discovery globs match files inside the directory of efmesh.toml".to_string());
+    }
+    if steps.is_empty() {
+        return Err("names no file".to_string());
+    }
+    Ok(steps.join("/"))
+}
+
 impl Default for ProjectSection {
     fn default() -> Self {
         Self { models: default_globs(), tests: default_test_globs(), audits: default_audit_globs(), macros: default_macro_globs() }
@@ -713,6 +749,7 @@ impl Config {
         if raw.project.models.is_empty() {
             return Err(invalid("`project.models` lists no globs".into()));
         }
+        let project = raw.project.normalized().map_err(invalid)?;
         if let Some(message) = raw.lake.as_ref().and_then(LakeSection::problem) {
             return Err(invalid(message));
         }
@@ -763,7 +800,9 @@ impl Config {
             *file = absolute(file);
         }
         let root_identity = dir_identity(&root);
-        Ok(Config { path: abs, root, project: raw.project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments, lint: raw.lint, root_identity })
+        let config = Config { path: abs, root, project, engine, state, lake: raw.lake, ducklake: raw.ducklake, environments, lint: raw.lint, root_identity };
+        config.files_apart().map_err(invalid)?;
+        Ok(config)
     }
 
     /// A configuration with defaults rooted at `root` (for embedding and tests).
@@ -791,6 +830,35 @@ impl Config {
     /// file is opened at.
     pub fn engine_path(&self) -> PathBuf {
         self.resolve(&self.engine.path)
+    }
+
+    /// Refuses a configuration whose DuckDB file, SQLite state file and DuckLake catalog file
+    /// are not three different files (compared as resolved paths): DuckDB would open the state
+    /// store as a database, or efmesh write its state into the engine's file.
+    fn files_apart(&self) -> Result<(), String> {
+        let normal = |p: PathBuf| -> PathBuf { p.components().collect() };
+        let files = [("engine.path", self.engine_file()), ("state.path", self.state_file()), ("ducklake.catalog", self.ducklake_catalog_file())];
+        for (i, (a, fa)) in files.iter().enumerate() {
+            for (b, fb) in &files[i + 1..] {
+                if let (Some(fa), Some(fb)) = (fa, fb)
+                    && normal(fa.clone()) == normal(fb.clone())
+                {
+                    return Err(format!("`{a}` and `{b}` name the same file `{}`: each needs a file of its own", fa.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The name DuckDB gives the database of the engine file, lower-cased, as queries qualify
+    /// names with it (`efmesh.s.t`): the file name up to its first dot, with `_db` appended when
+    /// that is `main`, `temp` or `system` (DuckDB's own rule: `main.duckdb` is `main_db`);
+    /// `None` when the engine is a Postgres database.
+    pub fn duckdb_database_name(&self) -> Option<String> {
+        let file = self.engine_file()?;
+        let name = file.file_name()?.to_string_lossy().split('.').next().unwrap_or_default().to_string();
+        let name = if matches!(name.as_str(), "main" | "temp" | "system") { format!("{name}_db") } else { name };
+        Some(name.to_lowercase())
     }
 
     /// The DuckDB file, or `None` when the engine is a Postgres database (`[engine] url_env`):
@@ -943,6 +1011,58 @@ pub fn redact_url_passwords(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// Discovery globs are matched against paths relative to the project root: a leading `./`
+    /// (or `//`, `/./`) is dropped, so it selects what the glob without it does instead of
+    /// nothing (its models would be planned as removed); absolute globs and `..` steps, which
+    /// can never match a file the walk sees, are refused naming the key.
+    #[test]
+    fn discovery_globs_are_normalized_and_those_leaving_the_project_refused() {
+        for (glob, want) in
+            [("./models/*.sql", "models/*.sql"), ("models//a/./*.lua", "models/a/*.lua"), ("././tests/**/*.lua", "tests/**/*.lua"), ("m/*.lua", "m/*.lua")]
+        {
+            assert_eq!(normalize_glob(glob).as_deref(), Ok(want), "{glob}");
+        }
+        let c = Config::parse(Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"./m/*.lua\"]\ntests = [\"./t/*.lua\"]\n").unwrap();
+        assert_eq!((c.project.models, c.project.tests), (vec!["m/*.lua".to_string()], vec!["t/*.lua".to_string()]));
+        for (text, key) in [
+            ("models = [\"/abs/*.lua\"]", "project.models"),
+            ("models = [\"m/*.lua\"]\nmacros = [\"../shared/*.lua\"]", "project.macros"),
+            ("models = [\"./\"]", "project.models"),
+        ] {
+            match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\n{text}\n")) {
+                Err(ConfigError::Invalid { message, .. }) => assert!(message.contains(&format!("`{key}` glob")), "{text}: {message}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    /// The engine's DuckDB file, the SQLite state file and the DuckLake catalog file must be
+    /// three files: the same path for two of them is refused naming both keys.
+    #[test]
+    fn the_engine_state_and_ducklake_files_must_differ() {
+        for (text, keys) in [
+            ("[engine]\npath = \"x.db\"\n[state]\npath = \"./x.db\"\n", ("engine.path", "state.path")),
+            ("[state]\npath = \"lake.ducklake\"\n[ducklake]\ncatalog = \"lake.ducklake\"\ndata_path = \"d\"\n", ("state.path", "ducklake.catalog")),
+        ] {
+            match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n{text}")) {
+                Err(ConfigError::Invalid { message, .. }) => {
+                    assert!(message.contains(&format!("`{}` and `{}` name the same file", keys.0, keys.1)), "{text}: {message}")
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_duckdb_database_is_named_as_duckdb_names_it() {
+        for (path, name) in
+            [("efmesh.duckdb", "efmesh"), ("main.duckdb", "main_db"), ("temp.x.duckdb", "temp_db"), ("system", "system_db"), ("Shop.prod.duckdb", "shop")]
+        {
+            let c = Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n[engine]\npath = \"{path}\"\n")).unwrap();
+            assert_eq!(c.duckdb_database_name().as_deref(), Some(name), "{path}");
+        }
+    }
     use super::*;
 
     fn state_of(text: &str) -> Result<StateSection, String> {

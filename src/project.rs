@@ -101,12 +101,13 @@ impl Project {
 
 /// Schemas the engine already names as catalogs or system schemas, and so cannot hold a model:
 /// DuckDB's `temp` and `system` catalogs and the database's own (the file's name up to its first
-/// dot: `efmesh` for `efmesh.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
+/// dot: `efmesh` for `efmesh.duckdb`, `main_db` for `main.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
 /// reference to such a schema as ambiguous — at the first promotion to `prod`, whose views live
 /// in the models' own schemas — so it is refused at load, at the model's file:line.
 pub fn reserved_schemas(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
-    // DuckDB names a file's catalog by its file name up to the first dot (`shop.prod.duckdb`: `shop`).
-    let database = config.engine_file().and_then(|f| f.file_name().map(|s| s.to_string_lossy().split('.').next().unwrap_or_default().to_lowercase()));
+    // DuckDB names a file's catalog by its file name up to the first dot (`shop.prod.duckdb`:
+    // `shop`; `main.duckdb`: `main_db`).
+    let database = config.duckdb_database_name();
     let mut errors = Vec::new();
     for m in dag.models() {
         let schema = m.name.schema().to_lowercase();
@@ -192,7 +193,7 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
             .and_then(|u| u.parse::<postgres::Config>().ok())
             .and_then(|c| c.get_dbname().map(str::to_ascii_lowercase))
     } else {
-        config.engine_path().file_name().and_then(|n| n.to_string_lossy().split('.').next().map(str::to_ascii_lowercase))
+        config.duckdb_database_name()
     };
     // Lower-case `schema.table` → the model it names.
     let mut models: BTreeMap<String, &ModelName> = BTreeMap::new();

@@ -120,6 +120,7 @@ fn kept_line(k: &KeptOrphan) -> String {
     let why = match k.reason.as_str() {
         "young" => "seen for less than the ttl".to_string(),
         "unmarked" => "its storage has no owner marker (`efmesh janitor --adopt` takes it over)".to_string(),
+        "read" => format!("view(s) {} read it", k.read_by.join(", ")),
         _ => format!("its storage is also owned by state store(s) {}", k.owners.join(", ")),
     };
     let seen = if k.first_seen.is_empty() { String::new() } else { format!(", first seen {}", k.first_seen) };

@@ -597,6 +597,11 @@ fn two_state_stores_sharing_one_engine_never_collect_each_others_storage(engine:
     // not while store A's environment views still read it (that would break them): kept, the
     // views named.
     use_state(&p, "b.state.sqlite");
+    let text = janitor(&mut p, LATER, &["--ttl", "0", "--adopt"]).expect_code(0).stdout.clone();
+    assert!(
+        text.contains("read it") && text.contains("dev__s") && !text.contains("also owned by state store(s) \n"),
+        "the text names the reading views: {text}"
+    );
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--adopt", "--json"]).expect_code(0).json();
     assert!(a_phys.iter().all(|ph| kept(&v).contains(&(ph.clone(), "read".to_string()))), "{v:#}");
     let tables = p.physical_tables();

@@ -452,6 +452,22 @@ fn a_query_naming_a_model_outside_ref_is_a_load_error() {
     p.write("models/c.sql", "-- name: z.c\n-- kind: full\n-- schema: n bigint\nSELECT n FROM other.s.b\n");
     let check = p.run(&["check"]);
     assert!(!format!("{}{}", check.stdout, check.stderr).contains("by the name"), "{}{}", check.stdout, check.stderr);
+    // DuckDB names the database of `main.duckdb` (`temp…`, `system…`) `main_db`: a read through
+    // that name is a read of the model too, and a schema of that name is refused.
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}").replace("efmesh.duckdb", "main.duckdb"));
+    p.write("models/c.sql", "-- name: z.c\n-- kind: full\n-- schema: n bigint\nSELECT n FROM main_db.s.b\n");
+    let check = p.run(&["check"]);
+    check.expect_code(1);
+    assert!(format!("{}{}", check.stdout, check.stderr).contains("by the name `main_db.s.b`"), "{}{}", check.stdout, check.stderr);
+    p.write("models/c.sql", "-- name: main_db.c\n-- kind: full\n-- schema: n bigint\nSELECT 1 AS n\n");
+    let check = p.run(&["check"]);
+    check.expect_code(1);
+    assert!(
+        format!("{}{}", check.stdout, check.stderr).contains("models/c.sql:1: model `main_db.c`: the schema `main_db` of model `main_db.c` cannot hold models"),
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
 }
 
 /// What is not a model read by name loads: a CTE, a column and a literal named like a model, a
