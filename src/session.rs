@@ -481,6 +481,20 @@ pub fn open_state(project: &Project, create: bool) -> Result<Box<dyn StateStore>
     Ok(state)
 }
 
+/// Opens the state store to read its records alone, never an environment's views (`diff`
+/// without `--data`): as [`open_state`], but an interrupted promotion is left for the next
+/// command that reads views to undo, so no engine is opened. The records are what each
+/// environment serves either way: a promotion records its pointers only once its views moved.
+///
+/// # Errors
+/// The store cannot be opened.
+pub fn open_state_records(project: &Project) -> Result<Box<dyn StateStore>> {
+    let Some(state) = crate::state::open_existing(&project.config)? else {
+        return Ok(Box::new(SqliteStore::open_in_memory()?));
+    };
+    Ok(state)
+}
+
 /// Undoes any promotion the store records as under way but never completed (a crash, `kill -9`
 /// or a failed state write between moving the views and recording the pointers), so the
 /// command sees views and pointers that agree: [`apply::recover_promotions`]. Opens the engine

@@ -11,11 +11,15 @@
 //! of every apply of a project that has DuckLake models, pure view swaps included (creating a
 //! view binds its query). Outside readers of the DuckDB file attach it themselves:
 //! `ATTACH 'ducklake:<catalog>' AS "_efmesh_ducklake"`.
+//!
+//! The plan's integrity check ([`crate::plan::integrity`]) reads the DuckDB file's catalog only,
+//! so an apply or run checks the DuckLake tables it relies on itself, before any write
+//! ([`prepare_checked`]): a lost one is refused, never created anew holding only new intervals.
 
 use super::ApplyError;
 use crate::core::Target;
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::target::DUCKLAKE_ALIAS;
+use crate::core::target::{DUCKLAKE_ALIAS, DUCKLAKE_SCHEMA};
 use crate::engine::Engine;
 use crate::project::Project;
 
@@ -156,4 +160,227 @@ pub fn prepare_read_only(project: &Project, engine: &mut dyn Engine) -> Result<(
     }
     attach(&project.config, engine, true).map_err(err)?;
     Ok(())
+}
+
+/// [`prepare`], for an `apply` or `run` of `plan`: first refuses, before anything is written, a
+/// plan relying on a DuckLake table the catalog does not hold ([`refuse_lost`]). The plan
+/// cannot see DuckLake's tables (it reads the DuckDB file's catalog alone), so this is where a
+/// lost one is found: one query of the attached catalog's tables, or, when the local catalog
+/// file does not exist, before attaching (which would create an empty catalog). `rebuilt` are
+/// the models this apply or run builds (a `full` one is rebuilt whole: its table may be gone).
+///
+/// # Errors
+/// As [`prepare`]; [`ApplyError::Rejected`] naming the model, its table and the catalog when a
+/// table it relies on is missing; [`ApplyError::State`] when the ledger cannot be read.
+pub fn prepare_checked(
+    project: &Project,
+    plan: &crate::plan::Plan,
+    state: &dyn crate::state::StateStore,
+    rebuilt: &std::collections::BTreeSet<crate::core::ModelName>,
+    engine: &mut dyn Engine,
+) -> Result<(), ApplyError> {
+    let stored = stored(project, plan);
+    let catalog_lost = project.config.ducklake_catalog_file().is_some_and(|f| !f.exists());
+    if catalog_lost && !stored.is_empty() {
+        // Not attached first: the `ATTACH` would create an empty catalog in its place.
+        refuse_lost(project, plan, state, rebuilt, &stored, &std::collections::HashSet::new(), true)?;
+    }
+    prepare(project, engine)?;
+    if stored.is_empty() || catalog_lost {
+        // A new catalog: every version in it is built by this apply.
+        return Ok(());
+    }
+    let held = tables(engine)?;
+    refuse_lost(project, plan, state, rebuilt, &stored, &held, false)
+}
+
+/// A version of the plan stored in the DuckLake catalog: its model, its action, and its table's
+/// name in the catalog's schema `main`.
+struct Stored<'a> {
+    /// The model.
+    model: &'a crate::core::Model,
+    /// Its action in the plan.
+    action: &'a crate::plan::Action,
+    /// The version's table in the catalog's schema `main`, unquoted.
+    table: String,
+}
+
+/// The versions of `plan` (removed models excepted) stored in the DuckLake catalog.
+fn stored<'a>(project: &'a Project, plan: &'a crate::plan::Plan) -> Vec<Stored<'a>> {
+    plan.actions
+        .iter()
+        .filter(|a| a.change != crate::plan::Change::Removed)
+        .filter_map(|a| {
+            let model = project.dag.get(&a.name).filter(|m| m.target == Target::DuckLake)?;
+            let table = table_of(a.physical.as_deref()?)?;
+            Some(Stored { model, action: a, table })
+        })
+        .collect()
+}
+
+/// For `status --check`: the DuckLake versions `plan`'s environment serves unchanged (its
+/// `unchanged`/`metadata` actions) whose table the catalog lacks while the state says it holds
+/// something ([`relied_on`]), each as "`model` (DuckLake table … missing)". The catalog is
+/// attached read-only to an in-memory database and its tables read in ONE query; a local catalog
+/// file that does not exist lacks every table. No DuckLake version served: nothing is loaded.
+///
+/// # Errors
+/// A message when the catalog cannot be attached or read, or the ledger cannot be read.
+pub fn lost_served(project: &Project, plan: &crate::plan::Plan, state: &dyn crate::state::StateStore) -> Result<Vec<String>, String> {
+    let served: Vec<Stored<'_>> =
+        stored(project, plan).into_iter().filter(|s| matches!(s.action.change, crate::plan::Change::Unchanged | crate::plan::Change::Metadata)).collect();
+    if served.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held = if project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
+        std::collections::HashSet::new()
+    } else {
+        let mut engine = crate::engine::duckdb::DuckDb::in_memory_with(&project.config.engine).map_err(|e| e.message)?;
+        attach(&project.config, &mut engine, true)?;
+        tables(&mut engine).map_err(|e| e.to_string())?
+    };
+    let rebuilt = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for s in served.iter().filter(|s| !held.contains(&s.table.to_lowercase())) {
+        if relied_on(s, state, &rebuilt).map_err(|e| e.to_string())?.is_some() {
+            out.push(format!("`{}` (DuckLake table {} missing)", s.model.name, s.action.physical.as_deref().unwrap_or_default()));
+        }
+    }
+    Ok(out)
+}
+
+/// What a missing DuckLake table held that the plan relies on.
+enum Lost {
+    /// A `full` version this apply does not rebuild.
+    Whole,
+    /// The starts of the done intervals recorded for a time-range version stored there (its own
+    /// and those of the version it inherits): a table created anew would serve none of them.
+    Intervals(std::collections::BTreeSet<crate::core::interval::Millis>),
+}
+
+/// The table name, unquoted, of a DuckLake physical relation `"_efmesh_ducklake"."main"."<t>"`;
+/// `None` for any other relation.
+fn table_of(physical: &str) -> Option<String> {
+    let prefix = format!("{}.{}.", quote_ident(DUCKLAKE_ALIAS), quote_ident(DUCKLAKE_SCHEMA));
+    let quoted = physical.strip_prefix(prefix.as_str())?;
+    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
+    Some(inner.replace("\"\"", "\""))
+}
+
+/// The tables of the attached DuckLake catalog's schema `main`, lowercased (DuckDB resolves
+/// names ignoring case): ONE catalog query.
+///
+/// # Errors
+/// [`ApplyError::Engine`] when the query fails.
+fn tables(engine: &mut dyn Engine) -> Result<std::collections::HashSet<String>, ApplyError> {
+    let rows = engine.query(&format!(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = {} AND table_schema = {}",
+        quote_literal(DUCKLAKE_ALIAS),
+        quote_literal(DUCKLAKE_SCHEMA)
+    ))?;
+    Ok(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).map(|t| t.to_lowercase()).collect())
+}
+
+/// What the missing table of `stored` held that this apply or run relies on, `None` when it
+/// relies on nothing there: a time-range version with no done interval recorded (its table is
+/// created and every wanted interval computed, as for a new version), or a `full` version it
+/// rebuilds (`rebuilt`).
+///
+/// # Errors
+/// [`ApplyError::State`] when the ledger cannot be read.
+fn relied_on(
+    stored: &Stored<'_>,
+    state: &dyn crate::state::StateStore,
+    rebuilt: &std::collections::BTreeSet<crate::core::ModelName>,
+) -> Result<Option<Lost>, ApplyError> {
+    let action = stored.action;
+    if stored.model.kind.time_range().is_none() {
+        return Ok((!rebuilt.contains(&action.name)).then_some(Lost::Whole));
+    }
+    let name = action.name.to_string();
+    let mut done = std::collections::BTreeSet::new();
+    for fp in [Some(&action.fingerprint), action.reused_from.as_ref()].into_iter().flatten() {
+        done.extend(state.done_intervals(&name, fp.as_str())?);
+    }
+    Ok((!done.is_empty()).then_some(Lost::Intervals(done)))
+}
+
+/// Refuses the plan when a DuckLake table it relies on ([`relied_on`]) is not among `held`
+/// (lowercased names; `catalog_lost`: the local catalog file does not exist), naming every such
+/// model, its table and the catalog, with how to recover. Creating the table anew and writing
+/// this command's batches into it would serve the new intervals alone, every earlier one silently
+/// gone (the table target's lost relation is rebuilt by the plan instead, which cannot see
+/// DuckLake's tables).
+///
+/// # Errors
+/// [`ApplyError::Rejected`] for the first such model (in plan order), the others listed in its
+/// message; [`ApplyError::State`] when the ledger cannot be read.
+fn refuse_lost(
+    project: &Project,
+    plan: &crate::plan::Plan,
+    state: &dyn crate::state::StateStore,
+    rebuilt: &std::collections::BTreeSet<crate::core::ModelName>,
+    stored: &[Stored<'_>],
+    held: &std::collections::HashSet<String>,
+    catalog_lost: bool,
+) -> Result<(), ApplyError> {
+    let mut lost = Vec::new();
+    for s in stored.iter().filter(|s| !held.contains(&s.table.to_lowercase())) {
+        if let Some(what) = relied_on(s, state, rebuilt)? {
+            lost.push((s, what));
+        }
+    }
+    let Some((first, _)) = lost.first() else { return Ok(()) };
+    let catalog = match project.config.ducklake_catalog_file() {
+        Some(file) => format!("the DuckLake catalog `{}`", file.display()),
+        None => catalog_location(&project.config),
+    };
+    let mut lines = Vec::new();
+    for (s, what) in &lost {
+        let physical = s.action.physical.as_deref().unwrap_or_default();
+        let line = match (what, s.model.kind.time_range()) {
+            (Lost::Intervals(done), Some(t)) => {
+                let (from, to) = match (done.first(), done.last()) {
+                    (Some(&f), Some(&l)) => (crate::core::interval::to_iso(f), crate::core::interval::to_iso(t.grain.next(l))),
+                    _ => continue,
+                };
+                format!(
+                    "`{}`: its table {physical} is missing, where the ledger records {} done interval(s) ({from} to {to}); created anew it would serve only the intervals computed now\n  \
+                     hint: restore the catalog (with its data path) from a backup, or recompute every interval from the sources: \
+                     `efmesh restate {} --model {} --from {from} --to {to}`, then apply or run again",
+                    s.model.name,
+                    done.len(),
+                    plan.env,
+                    s.model.name
+                )
+            }
+            _ => format!(
+                "`{}`: its table {physical} is not rebuilt by this command, and environment `{}` serves it\n  \
+                 hint: restore the catalog (with its data path) from a backup; a run or apply rebuilds it when its parents get new data \
+                 (`efmesh restate` a time-range parent), or give the model a new version (edit it) and apply",
+                s.model.name, plan.env
+            ),
+        };
+        lines.push(line);
+    }
+    let what = if catalog_lost {
+        format!("{catalog} does not exist (moved or deleted?), and the state records versions stored in it")
+    } else {
+        format!("{catalog} lacks table(s) the state records (dropped outside efmesh?)")
+    };
+    let message = format!("{what}; nothing was written, no table re-created:\n  {}", lines.join("\n  "));
+    Err(ApplyError::Rejected { model: first.model.name.clone(), location: first.model.location.clone(), message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ducklake_physical_relation_names_its_table_in_the_catalog() {
+        assert_eq!(table_of("\"_efmesh_ducklake\".\"main\".\"m__daily__ab12\""), Some("m__daily__ab12".to_string()));
+        assert_eq!(table_of("\"_efmesh_ducklake\".\"main\".\"a\"\"b\""), Some("a\"b".to_string()));
+        assert_eq!(table_of("\"_efmesh\".\"m__daily__ab12\""), None);
+        assert_eq!(table_of("\"_efmesh_ducklake\".\"other\".\"t\""), None);
+    }
 }

@@ -26,9 +26,13 @@
 //! columns. The list comes from the ledger and the previous manifest, never from a directory
 //! listing: one file per interval done for a version stored in the relation (plus the batch just
 //! written), and the files the previous manifest listed that remain (intervals not done now keep
-//! their old rows, as a table's do), so a file left in the directory by hand is never served; a
-//! done interval whose file is missing is refused before the view is re-created (the plan's
-//! integrity check schedules its recompute, `repair.lakeFilesMissing`).
+//! their old rows, as a table's do, while their file exists), so a file left in the directory by
+//! hand is never served. One listing of the directory (on S3, of the version's prefix) at each
+//! re-list says which files exist: a done interval whose file is missing, or a full version
+//! without `data.parquet`, is refused before the view is re-created, naming the file (locally the
+//! plan's integrity check schedules its recompute, `repair.lakeFilesMissing`; S3 is not listed
+//! while planning, and the error's hint restates the interval, whose file is then dropped from
+//! the list and recomputed by the next run).
 //!
 //! Writes never expose a partial file, and an interval is marked done only after its file is
 //! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an
@@ -328,8 +332,9 @@ fn write_file(model: &Model, dir: &VersionDir, name: &str, query: &str, interval
 /// view created under another project root is re-created.
 ///
 /// # Errors
-/// [`ApplyError`] when the state cannot be read, a done interval's file is missing (nothing is
-/// changed then), or the view or manifest cannot be written.
+/// [`ApplyError`] when the state cannot be read, the directory (S3 prefix) cannot be listed, a
+/// done interval's file or a full version's `data.parquet` is missing (nothing is changed then),
+/// or the view or manifest cannot be written.
 pub fn refresh(project: &Project, model: &Model, physical: &str, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<(), ApplyError> {
     relist(project, model, physical, None, state, engine).map(drop)
 }
@@ -351,9 +356,11 @@ fn stored_versions(model: &Model, physical: &str, state: &dyn StateStore) -> Res
 /// interval done in the ledger of a version stored there (or of `building`, the version a build
 /// is about to record), and the files the previous manifest listed that are still there
 /// (intervals not done now keep their old rows, as a table's do) — never what a directory listing
-/// finds, so a stray file is never served; or `data.parquet` for a full model. A done interval
-/// whose (local) file is missing is refused before the view is touched: a view never lists
-/// fewer files than the ledger says are done. Returns the files listed.
+/// finds, so a stray file is never served; or `data.parquet` for a full model. One listing of
+/// the version's directory (or S3 prefix) says which files exist: a done interval (or a full
+/// version) whose file is missing is refused before the view is touched, so a view never lists
+/// fewer files than the ledger says are done, nor an object that is gone. Returns the files
+/// listed.
 fn relist(
     project: &Project,
     model: &Model,
@@ -363,6 +370,8 @@ fn relist(
     engine: &mut dyn Engine,
 ) -> Result<Vec<String>, ApplyError> {
     let dir = version_dir(project, model, physical)?;
+    // What the directory holds now (one listing; on S3 one listing of the version's prefix).
+    let present: std::collections::BTreeSet<String> = list_files(model, &dir, engine)?.into_iter().collect();
     let files: Vec<String> = match model.kind.time_range() {
         Some(t) => {
             let name = model.name.to_string();
@@ -372,52 +381,84 @@ fn relist(
             for fp in &versions {
                 done.extend(state.done_intervals(&name, fp)?);
             }
-            // (S3: the engine refuses a view over a missing object.)
-            if !dir.s3
-                && let Some(start) = done.iter().copied().find(|s| !Path::new(&dir.file(&interval_file(*s, t.grain))).exists())
-            {
-                let missing = dir.file(&interval_file(start, t.grain));
-                return Err(target_error(
-                    Some(model),
-                    Some(Interval::new(start, t.grain.next(start))),
-                    format!(
-                        "the lake file `{missing}` of this done interval is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
-                             hint: `efmesh plan` schedules its recompute (repair.lakeFilesMissing); apply it first"
-                    ),
-                ));
+            let missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
+            if let (Some(&start), Some(&last)) = (missing.first(), missing.last()) {
+                return Err(missing_interval(model, physical, &dir, t.grain, start, last, missing.len()));
             }
             // Intervals the view served before and that are not done now (restated, failed,
             // cleared for a recompute, moved outside the bounds) keep serving their old file until
-            // a batch replaces it, as a table keeps its old rows; a file no manifest listed (put
-            // there by hand) is never served.
+            // a batch replaces it, as a table keeps its old rows — while it exists: one deleted
+            // (an S3 object deleted by hand, then restated) is dropped, and the batch recomputing
+            // its interval writes it anew; a file no manifest listed (put there by hand) is never
+            // served.
             let mut kept: std::collections::BTreeSet<Millis> = listed_before(&dir, engine)
                 .into_iter()
                 .filter_map(|f| file_interval(&f, t.grain).filter(|i| interval_file(i.start, t.grain) == f).map(|i| i.start))
                 .collect();
-            kept.retain(|s| !done.contains(s) && (dir.s3 || Path::new(&dir.file(&interval_file(*s, t.grain))).exists()));
+            kept.retain(|s| !done.contains(s) && present.contains(&interval_file(*s, t.grain)));
             done.extend(kept);
             done.into_iter().map(|s| interval_file(s, t.grain)).collect()
         }
         None => {
-            let mut files = list_files(model, &dir, engine)?;
-            files.retain(|f| f == FULL_FILE);
-            if files.is_empty() && !dir.s3 {
+            if !present.contains(FULL_FILE) {
                 // Every caller re-lists a built version: its file is gone.
+                let hint = if dir.s3 {
+                    format!(
+                        "S3 lakes are not listed while planning, so no plan schedules its rebuild: \
+                         restore the object, or edit `{}` so that a new version is built",
+                        model.name
+                    )
+                } else {
+                    "`efmesh plan` schedules its rebuild (repair.lakeFilesMissing); apply it first".to_string()
+                };
                 return Err(target_error(
                     Some(model),
                     None,
                     format!(
                         "the lake file `{}` of this built version is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
-                         hint: `efmesh plan` schedules its rebuild (repair.lakeFilesMissing); apply it first",
+                         hint: {hint}",
                         dir.file(FULL_FILE)
                     ),
                 ));
             }
-            files
+            vec![FULL_FILE.to_string()]
         }
     };
     publish(project, model, physical, &dir, &files, engine)?;
     Ok(files)
+}
+
+/// The error of a re-list meeting `count` done intervals of a time-range model whose file is
+/// missing, the first starting at `start` and the last at `last`: names the model, the first
+/// interval and its file, and how to recompute them — locally the plan schedules it
+/// (`repair.lakeFilesMissing`); S3 lakes are not listed while planning, so the hint restates
+/// the intervals (they are then not done, their files are dropped from the list, and the next
+/// `run` or `apply` recomputes them).
+fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grain, start: Millis, last: Millis, count: usize) -> ApplyError {
+    let file = dir.file(&interval_file(start, grain));
+    let more =
+        if count > 1 { format!(", as are those of {} more done interval(s) up to {}", count - 1, interval::to_iso(grain.next(last))) } else { String::new() };
+    let hint = if dir.s3 {
+        format!(
+            "restate {} (`efmesh restate <env> --model {} --from {} --to {}`), then `efmesh run <env>` recomputes {}",
+            if count > 1 { "those intervals" } else { "that interval" },
+            model.name,
+            interval::to_iso(start),
+            interval::to_iso(grain.next(last)),
+            if count > 1 { "them" } else { "it" }
+        )
+    } else {
+        "`efmesh plan` schedules its recompute (repair.lakeFilesMissing); apply it first".to_string()
+    };
+    let what = if dir.s3 { "object" } else { "file" };
+    target_error(
+        Some(model),
+        Some(Interval::new(start, grain.next(start))),
+        format!(
+            "the lake {what} `{file}` of this done interval is missing (deleted or never restored outside efmesh){more}: \
+             its view {physical} was not re-created\n  hint: {hint}"
+        ),
+    )
 }
 
 /// Creates the version's directory (a repair's may be gone), then its view over `files` and its

@@ -516,7 +516,10 @@ fn execute_recorded(
 
     // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
     lake::prepare(project, engine)?;
-    ducklake::prepare(project, engine)?;
+    // A DuckLake table the plan relies on and does not build anew must be in the catalog: the
+    // plan cannot see DuckLake's tables, so a lost one is refused here, never re-created empty
+    // to hold only this command's intervals.
+    ducklake::prepare_checked(project, plan, state, &working_set, engine)?;
     // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 39 (d)).
     if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(crate::plan::integrity::Repair::relists_lake)) {
         let uses = |t: crate::core::Target| project.dag.models().any(|m| m.target == t);
@@ -1635,17 +1638,20 @@ fn snapshot_record(
 /// Undoes every promotion recorded as under way that never completed (the process that ran it
 /// crashed, was killed, or could not write the state store after moving views): re-creates the
 /// views it touched as they were before it started (idempotent), then forgets it. Afterwards
-/// every environment's views serve exactly what its pointers in the state store say. Commands
-/// that read an environment call this first; it returns the environments it repaired (each
-/// also logged as a warning).
+/// every environment's views serve exactly what its pointers in the state store say, but for a
+/// view whose old definition no longer binds (it reads a relation or file gone since): that
+/// view is dropped with a warning ([`undo_view_by_view`]), a repair the next `apply` makes, so
+/// such a record never blocks every command. Commands that read an environment call this
+/// first; it returns the environments it repaired (each also logged as a warning).
 ///
 /// Undoing rather than completing: the interrupted `apply` did not report success, so the
 /// environment keeps what its pointers (and journal) say it serves, and applying again redoes
 /// the promotion (a view swap: everything it needed is built).
 ///
 /// # Errors
-/// [`ApplyError`] when the views cannot be re-created or the record cannot be dropped; then
-/// the record stays and the next command tries again.
+/// [`ApplyError`] when the engine fails transiently, a view can neither be re-created nor
+/// dropped, or the record cannot be dropped; then the record stays and the next command tries
+/// again.
 pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mut dyn Engine) -> Result<Vec<String>, ApplyError> {
     // A promotion under way in a live process that holds its environment's lock is not
     // interrupted: it is that process's to finish or undo.
@@ -1664,13 +1670,110 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
             p.env,
             p.started_at
         );
-        if !p.rollback.is_empty() {
-            engine.transaction(&p.rollback)?;
+        if !p.rollback.is_empty()
+            && let Err(e) = engine.transaction(&p.rollback)
+        {
+            if e.transient || retry::is_transient_message(&e.message) {
+                return Err(e.into());
+            }
+            undo_view_by_view(engine, &p, e)?;
         }
         state.abandon_promotion(&p.env)?;
         repaired.push(p.env);
     }
     Ok(repaired)
+}
+
+/// Undoes the interrupted promotion `p` one view at a time, after its statements failed in one
+/// transaction (`failure`, not transient): a view's old definition no longer binds, because it
+/// reads a relation dropped since (the janitor collected that version after a state store
+/// holding the record was restored) or a file under the project's previous root (the project
+/// moved). A view whose own statement fails is dropped instead, with a warning naming the
+/// environment, the view and the failure: the environment's pointers stay the truth (the
+/// promotion never recorded its own), the old definition cannot serve them any more, and the
+/// plan finds the missing view (or the changed model) and the next `apply` re-creates it from
+/// the pointer. Every other view is put back as it was. Statements are idempotent, so running
+/// some of them twice changes nothing.
+///
+/// # Errors
+/// [`ApplyError`] with a transient failure, for a statement that names no view (`failure`
+/// then), or when the view cannot be dropped either; the record stays and the next command tries
+/// again.
+fn undo_view_by_view(engine: &mut dyn Engine, p: &crate::state::PendingPromotion, failure: EngineError) -> Result<(), ApplyError> {
+    for statement in &p.rollback {
+        let Err(e) = engine.transaction(std::slice::from_ref(statement)) else { continue };
+        if e.transient || retry::is_transient_message(&e.message) {
+            return Err(e.into());
+        }
+        let Some((written, shown)) = rollback_view(statement) else { return Err(failure.into()) };
+        let drop_view = engine.sql().drop_view_if_exists(&written);
+        if let Err(d) = engine.transaction(std::slice::from_ref(&drop_view)) {
+            return Err(EngineError {
+                sql: d.sql,
+                message: format!(
+                    "undoing the interrupted promotion of `{}`: view `{shown}` can neither be put back as it was ({}) nor dropped: {}",
+                    p.env, e.message, d.message
+                ),
+                transient: d.transient,
+            }
+            .into());
+        }
+        tracing::warn!(
+            env = %p.env,
+            view = %shown,
+            "the interrupted promotion of `{}` cannot put view `{shown}` back as it was ({}); dropped it instead: `efmesh apply {}` re-creates it from the version the state store records",
+            p.env,
+            e.message.lines().next().unwrap_or_default().trim(),
+            p.env
+        );
+    }
+    Ok(())
+}
+
+/// The view an undo statement of a promotion ([`crate::state::PendingPromotion::rollback`])
+/// re-creates or drops: its qualified name as the statement writes it (`"dev__s"."a"`,
+/// `mart.events_view`), and for messages (quotes taken off, `dev__s.a`). It is the name after
+/// the statement's first `VIEW ` (and `IF EXISTS `): DuckDB's `CREATE OR REPLACE VIEW …`,
+/// Postgres's `DO` block around one, `DROP VIEW IF EXISTS …`. `None` for any other shape.
+fn rollback_view(statement: &str) -> Option<(String, String)> {
+    let (_, rest) = statement.split_once("VIEW ")?;
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix("IF EXISTS ").map_or(rest, str::trim_start);
+    let mut parts = Vec::new();
+    let mut tail = rest;
+    loop {
+        let (part, after) = identifier_prefix(tail)?;
+        parts.push(part);
+        tail = after;
+        match tail.strip_prefix('.') {
+            Some(next) => tail = next,
+            None => break,
+        }
+    }
+    let written = &rest[..rest.len() - tail.len()];
+    Some((written.to_string(), parts.join(".")))
+}
+
+/// The identifier `text` starts with, unquoted (double-quoted, `""` standing for a quote; or a
+/// run of letters, digits, `_` and `$`), and the text after it; `None` when it starts with none.
+fn identifier_prefix(text: &str) -> Option<(String, &str)> {
+    if let Some(quoted) = text.strip_prefix('"') {
+        let mut part = String::new();
+        let mut rest = quoted;
+        loop {
+            let (inside, after) = rest.split_once('"')?;
+            part.push_str(inside);
+            match after.strip_prefix('"') {
+                Some(more) => {
+                    part.push('"');
+                    rest = more;
+                }
+                None => return Some((part, after)),
+            }
+        }
+    }
+    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$')).unwrap_or(text.len());
+    (end > 0).then(|| (text[..end].to_string(), &text[end..]))
 }
 
 /// Milliseconds since `started`, for the `build done` lines.
@@ -2286,6 +2389,20 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_view_of_each_undo_statement_shape_is_found() {
+        let duckdb = "CREATE OR REPLACE VIEW mart.events_view AS SELECT event_at FROM _efmesh.mart__events_view__05;";
+        assert_eq!(rollback_view(duckdb), Some(("mart.events_view".to_string(), "mart.events_view".to_string())));
+        let quoted = "CREATE OR REPLACE VIEW \"dev__s\".\"a \"\"b\"\"\" AS SELECT 1";
+        assert_eq!(rollback_view(quoted), Some(("\"dev__s\".\"a \"\"b\"\"\"".to_string(), "dev__s.a \"b\"".to_string())));
+        let dropped = crate::engine::dialect::Dialect::drop_view_if_exists(&crate::engine::dialect::Standard, "\"dev__s\".\"c\"");
+        assert_eq!(rollback_view(&dropped), Some(("\"dev__s\".\"c\"".to_string(), "dev__s.c".to_string())));
+        let postgres = crate::engine::dialect::Dialect::replace_view_as(&crate::engine::dialect::Standard, "\"dev__s\".\"b\"", "SELECT 1 AS x").concat();
+        assert_eq!(rollback_view(&postgres), Some(("\"dev__s\".\"b\"".to_string(), "dev__s.b".to_string())));
+        assert_eq!(rollback_view("CREATE SCHEMA IF NOT EXISTS \"dev__s\""), None);
+        assert_eq!(rollback_view("DROP VIEW IF EXISTS (SELECT 1)"), None);
+    }
 
     #[test]
     fn each_of_several_failures_keeps_its_cause() {

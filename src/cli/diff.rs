@@ -6,7 +6,7 @@
 //! serve differs, read-only on the engine ([`crate::datadiff`]).
 
 use super::printer::Printer;
-use super::{Exit, load, open_state};
+use super::{Exit, load, open_state, open_state_records};
 use crate::core::Model;
 use anyhow::{Result, anyhow};
 use serde_json::json;
@@ -47,7 +47,9 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     for env in [a, b] {
         crate::core::name::validate_env(env)?;
     }
-    let state = open_state(&project, false)?;
+    // The pointers are what each environment serves, an interrupted promotion or not: only
+    // `--data`, which reads the views, undoes one first (and needs the engine for it).
+    let state = if req.data { open_state(&project, false)? } else { open_state_records(&project)? };
     let known = state.environments()?;
     for env in [a, b] {
         if !known.iter().any(|k| k == env) {

@@ -333,7 +333,7 @@ fn load(config_path: &std::path::Path) -> Result<Project> {
     })
 }
 
-pub(crate) use crate::session::{open_state, plan_checked, writable_state};
+pub(crate) use crate::session::{open_state, open_state_records, plan_checked, writable_state};
 
 fn cmd_plan(config: &std::path::Path, env: &str, json: bool, explain: bool, options: &plan::Options, now: Millis, out: &Printer) -> Result<Exit> {
     // A cold load canonicalises the bodies in the background while it finishes (`sql::prefetch`).

@@ -5,7 +5,10 @@
 //! refreshed for and whether a refresh is due, the `full`/`view` rebuilds an interrupted apply or run left pending and the `full`
 //! versions whose parents' data changed since they were built (stale rebuilds). `--check`
 //! exits 1 when failed intervals exist, the newest tick errored, or the engine lacks a relation
-//! the environment serves (as the plan's integrity check finds it); lag, a due refresh,
+//! the environment serves (as the plan's integrity check finds it, and, for models whose project
+//! version differs from the served one, as [`crate::plan::integrity::served_missing`] finds the
+//! served version's relations: what the state store says is served, whatever the working tree
+//! holds); lag, a due refresh,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
 
@@ -71,6 +74,22 @@ struct Refresh {
     /// model above it lacked intervals from there on): that instant
     /// ([`crate::state::refreshed_until`]).
     rows_up_to: Option<Millis>,
+}
+
+/// A relation of a version the environment serves that the engine lacks, where the project
+/// defines another version of its model (or none): the plan does not check it
+/// ([`crate::plan::integrity::served_missing`]).
+struct LostServed {
+    /// The model, `schema.table`.
+    model: String,
+    /// The served version.
+    fingerprint: String,
+    /// The relation, qualified: the version's physical relation or the environment's view.
+    relation: String,
+    /// What the engine lacks of it.
+    lack: crate::plan::integrity::Lack,
+    /// The project no longer defines the model.
+    removed: bool,
 }
 
 /// Prints the status report of `env`; with `check`, exit 1 when unhealthy.
@@ -273,6 +292,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // `lock-held` and `blocked` ticks after an error do not make it green.
     let last_errored = newest_deciding_tick(&*state, env, &ticks)?.is_some_and(|t| t.outcome == "error");
     let mut problems = Vec::new();
+    // What the engine lacks of the served versions of models the project defines differently.
+    let mut lost_served: Vec<LostServed> = Vec::new();
     if failed_total > 0 {
         problems.push(format!("{failed_total} failed interval(s)"));
     }
@@ -288,6 +309,50 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             plan.actions.iter().filter(served).filter_map(|a| a.repair.as_ref().map(|r| format!("`{}` ({})", a.name, r.summary()))).collect();
         if !lost.is_empty() {
             problems.push(format!("the engine lacks what it serves of {} (the next apply restores it; run refuses until then)", lost.join(", ")));
+        }
+        // The plan checks the project's versions: a model whose project version differs from the
+        // one served (an unapplied edit — a `git pull` on a monitoring host —, an older state
+        // export imported, a model removed from the project) is checked here, the version the
+        // state store says the environment serves against the same catalog.
+        let changes: std::collections::HashMap<String, crate::plan::Change> = plan.actions.iter().map(|a| (a.name.to_string(), a.change)).collect();
+        let moved: Vec<(&String, &String, bool)> = pointers
+            .iter()
+            .filter_map(|(name, fp)| match changes.get(name).copied() {
+                Some(crate::plan::Change::Unchanged | crate::plan::Change::Metadata) => None,
+                change => Some((name, fp, change == Some(crate::plan::Change::Removed))),
+            })
+            .collect();
+        if !moved.is_empty()
+            && let Some(catalog) = crate::session::engine_catalog(&project)?
+        {
+            let index = state.snapshot_index()?;
+            for (name, fp, removed) in moved {
+                let (Ok(model), Some((physical, _))) = (ModelName::parse(name), index.get(&(name.clone(), fp.clone()))) else { continue };
+                // Embedded and external models have no storage and no view.
+                if physical.is_empty() {
+                    continue;
+                }
+                for (relation, lack) in crate::plan::integrity::served_missing(env, &model, physical, &catalog) {
+                    lost_served.push(LostServed { model: name.clone(), fingerprint: fp.clone(), relation, lack, removed });
+                }
+            }
+            if !lost_served.is_empty() {
+                let named: Vec<String> = lost_served.iter().map(|l| format!("`{}` ({})", l.model, l.lack.describe(&l.relation))).collect();
+                problems.push(format!(
+                    "the engine lacks what it serves of {}, whose served version the project no longer defines (`apply` repairs it, serving the project's; run refuses until then)",
+                    named.join(", ")
+                ));
+            }
+        }
+        // DuckLake's tables are in another catalog, which the plan does not read: asked here
+        // (`apply` and `run` refuse while one the environment relies on is missing).
+        match crate::apply::ducklake::lost_served(&project, &plan, &*state) {
+            Ok(lost) if !lost.is_empty() => problems.push(format!(
+                "the DuckLake catalog lacks what it serves of {} (apply and run refuse until the catalog is restored or the model recomputed)",
+                lost.join(", ")
+            )),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify them: {e}"),
         }
     }
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
@@ -335,6 +400,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             })).collect::<Vec<_>>(),
             "signalsError": signals_error,
             "failed": failed_other.iter().map(|(m, n)| json!({"model": m, "failed": n})).collect::<Vec<_>>(),
+            "lostRelations": lost_served.iter().map(|l| json!({
+                "model": l.model,
+                "fingerprint": l.fingerprint,
+                "relation": l.relation,
+                "lack": l.lack,
+                "removed": l.removed,
+            })).collect::<Vec<_>>(),
             "pendingRebuilds": pending,
             "staleRebuilds": stale.iter().map(|(n, fp, reason)| json!({"name": n.to_string(), "fingerprint": fp, "reason": reason})).collect::<Vec<_>>(),
             "ticks": ticks.iter().map(tick_json).collect::<Vec<_>>(),
@@ -436,6 +508,14 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         for (m, n) in &failed_other {
             text.push_str(&format!("  ⚠ {m}  failed intervals: {n}\n"));
+        }
+        for l in &lost_served {
+            let differs = if l.removed { "no longer defines the model" } else { "defines another version" };
+            text.push_str(&format!(
+                "  ⚠ {}  {} (the version `{env}` serves; the project {differs}): `apply` repairs it, serving the project's\n",
+                l.model,
+                l.lack.describe(&l.relation)
+            ));
         }
         for p in &pending {
             text.push_str(&format!(

@@ -27,11 +27,16 @@
 //!   intervals are marked failed and recomputed (the full version rebuilt). Checked for every
 //!   model, memo or not: a file deleted by hand changes nothing the memo keys on.
 //!
-//! Names are compared ignoring case, as DuckDB resolves them.
+//! Names are compared ignoring case, as DuckDB resolves them. DuckLake tables live in another
+//! catalog, which the check does not read: `apply` and `run` refuse a plan relying on a missing
+//! one ([`crate::apply::ducklake::prepare_checked`]).
 //!
 //! `apply` repeats the check on its own connection before writing anything and refuses a plan
 //! that missed something ([`unplanned`]), so a plan computed without the check, or before a
 //! relation vanished, is never trusted.
+//!
+//! A plan checks the project's versions; `status --check` also checks, with [`served_missing`],
+//! the versions an environment serves whose model the project defines otherwise or no longer.
 
 use super::{Action, Change, Plan, PlanError, env_schema};
 use crate::core::ModelName;
@@ -240,6 +245,53 @@ pub fn split_relation(qualified: &str) -> Option<(String, String)> {
     }
     let [schema, name]: [String; 2] = parts.try_into().ok()?;
     Some((schema, name))
+}
+
+/// What the engine lacks of a version an environment serves ([`served_missing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Lack {
+    /// The version's physical relation is missing.
+    PhysicalMissing,
+    /// The environment's view of the model is missing.
+    ViewMissing,
+    /// The environment's view exists but does not select from the version's physical relation.
+    ViewStale,
+}
+
+impl Lack {
+    /// `relation` and what it lacks, in a few words: `physical relation "_efmesh"."s__a__ab" missing`.
+    pub fn describe(self, relation: &str) -> String {
+        match self {
+            Lack::PhysicalMissing => format!("physical relation {relation} missing"),
+            Lack::ViewMissing => format!("view {relation} missing"),
+            Lack::ViewStale => format!("view {relation} does not select from the served version"),
+        }
+    }
+}
+
+/// What the engine's `catalog` lacks of the version of `model` that `env` serves, stored in
+/// `physical` (as its snapshot records it), each with the relation named: the physical relation
+/// missing, or the environment's view missing or not selecting from `physical`. For the
+/// versions a plan does not check (the project defines another version of the model, or none):
+/// `status --check` reads what the state store says the environment serves, whatever the
+/// working tree holds. Relations in attached catalogs (DuckLake tables) are not checked, as
+/// [`check`] does not check them.
+pub fn served_missing(env: &str, model: &ModelName, physical: &str, catalog: &Catalog) -> Vec<(String, Lack)> {
+    let mut out = Vec::new();
+    let physical_missing = split_relation(physical).is_some_and(|(schema, name)| !catalog.contains(&schema, &name));
+    if physical_missing {
+        out.push((physical.to_string(), Lack::PhysicalMissing));
+    }
+    let schema = env_schema(env, model.schema());
+    let view = format!("\"{schema}\".\"{}\"", model.table());
+    if !catalog.contains(&schema, model.table()) {
+        out.push((view, Lack::ViewMissing));
+    } else if catalog.view_sql(&schema, model.table()).is_some_and(|sql| !view_names(sql, physical)) {
+        // A view whose definition the engine does not report is taken as serving the version.
+        out.push((view, Lack::ViewStale));
+    }
+    out
 }
 
 /// The current project root, in the forms a recorded root is compared with.
@@ -701,6 +753,30 @@ mod tests {
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM my_efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM raw._efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT '_efmesh' AS x FROM t"));
+    }
+
+    #[test]
+    fn a_served_version_lacks_its_missing_physical_relation_and_its_missing_or_stale_view() {
+        let entry = |sql: Option<&str>| crate::engine::CatalogEntry { comment: None, sql: sql.map(str::to_string) };
+        let model = ModelName::parse("s.a").expect("name");
+        let physical = "\"_efmesh\".\"s__a__ab\"";
+        let mut catalog = Catalog::default();
+        catalog.relations.insert(("_efmesh".into(), "s__a__ab".into()), entry(None));
+        catalog.relations.insert(("dev__s".into(), "a".into()), entry(Some("CREATE VIEW dev__s.a AS SELECT * FROM \"_efmesh\".\"s__a__ab\"")));
+        assert!(served_missing("dev", &model, physical, &catalog).is_empty());
+        // prod's view is missing; another version's view is stale.
+        assert_eq!(served_missing("prod", &model, physical, &catalog), vec![("\"s\".\"a\"".to_string(), Lack::ViewMissing)]);
+        assert_eq!(
+            served_missing("dev", &model, "\"_efmesh\".\"s__a__cd\"", &catalog),
+            vec![("\"_efmesh\".\"s__a__cd\"".to_string(), Lack::PhysicalMissing), ("\"dev__s\".\"a\"".to_string(), Lack::ViewStale)]
+        );
+        // Case is ignored, as DuckDB resolves names; DuckLake tables are not in this catalog.
+        assert!(served_missing("dev", &model, "\"_EFMESH\".\"S__A__AB\"", &catalog).is_empty());
+        let lake = "\"_efmesh_ducklake\".\"main\".\"s__a__ab\"";
+        catalog
+            .relations
+            .insert(("dev__s".into(), "a".into()), entry(Some("CREATE VIEW dev__s.a AS SELECT * FROM \"_efmesh_ducklake\".\"main\".\"s__a__ab\"")));
+        assert!(served_missing("dev", &model, lake, &catalog).is_empty());
     }
 
     #[test]

@@ -136,3 +136,63 @@ fn efmesh_audit_reads_ducklake_views() {
     assert!(audited.contains(&"m.total"), "{v:#}");
     assert_eq!(v["blockingViolations"], 0, "{v:#}");
 }
+
+#[test]
+fn a_ducklake_table_dropped_by_hand_is_never_recreated_holding_only_new_intervals() {
+    let mut p = ducklake_project();
+    let applied = p.apply("prod");
+    assert_eq!(applied["intervals"], Value::from(9));
+    let daily = format!("m__daily__{}", fp(&applied, "m.daily"));
+    open(&p).execute(&format!("DROP TABLE \"_efmesh_ducklake\".\"main\".\"{daily}\"")).expect("drop the version's table by hand");
+    assert!(!catalog_tables(&p).contains(&daily));
+
+    // `status --check` reads the DuckLake catalog: unhealthy, naming the model.
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(1);
+    assert!(status.stdout.contains("DuckLake") && status.stdout.contains("`m.daily`"), "{}", status.stdout);
+
+    // The next day: `run` (and `apply`) refuse before writing, naming the model, the table, the
+    // catalog and how to recover; the table is not re-created with the two new days alone.
+    p.now = "2026-01-12T00:00:00Z".into();
+    for args in [&["run", "prod"][..], &["apply", "prod", "--yes"][..]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        for needle in ["model `m.daily`", daily.as_str(), "catalog/lake.ducklake", "9 done interval(s)", "nothing was written"] {
+            assert!(r.stderr.contains(needle), "`{}` does not say {needle:?}:\n{}", args.join(" "), r.stderr);
+        }
+        assert!(r.stderr.contains("efmesh restate prod --model m.daily --from 2026-01-01T00:00:00.000Z --to 2026-01-10T00:00:00.000Z"), "{}", r.stderr);
+        assert!(!catalog_tables(&p).contains(&daily), "`{}` re-created the lost table", args.join(" "));
+    }
+    assert_eq!(p.state().done_intervals("m.daily", &fp(&applied, "m.daily")).unwrap().len(), 9, "the ledger is left as it was");
+
+    // Following the hint: the run recomputes every interval into a new table.
+    p.run(&["restate", "prod", "--model", "m.daily", "--from", "2026-01-01T00:00:00.000Z", "--to", "2026-01-10T00:00:00.000Z"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    assert!(catalog_tables(&p).contains(&daily));
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11, "every interval, not only the new ones");
+    assert_eq!(rows(&p, &env_view("prod", "m.total"))[0][0], Some("11".to_string()));
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+#[test]
+fn a_lost_ducklake_catalog_is_never_replaced_by_an_empty_one() {
+    let mut p = ducklake_project();
+    p.apply("prod");
+    fs_err::rename(p.root().join("catalog"), p.root().join("catalog_moved")).expect("move the catalog away");
+
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(1);
+    assert!(status.stdout.contains("`m.daily`") && status.stdout.contains("`m.total`"), "{}", status.stdout);
+
+    p.now = "2026-01-12T00:00:00Z".into();
+    let r = p.run(&["run", "prod"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("catalog/lake.ducklake") && r.stderr.contains("does not exist"), "{}", r.stderr);
+    assert!(r.stderr.contains("model `m.daily`") && r.stderr.contains("9 done interval(s)"), "{}", r.stderr);
+    assert!(!p.root().join("catalog/lake.ducklake").exists(), "no empty catalog was created in its place");
+
+    // Put back, the catalog serves again and the run proceeds.
+    fs_err::rename(p.root().join("catalog_moved"), p.root().join("catalog")).expect("restore the catalog");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+}

@@ -294,3 +294,75 @@ fn an_interrupted_promotion_is_not_undone_under_a_process_holding_the_engine() {
     assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
     assert_views_serve_pointers(&p, "dev");
 }
+
+/// An interrupted promotion whose undo cannot put a view back (its old definition reads a table
+/// dropped since: the janitor collected that version after a state store holding the record
+/// was restored) blocks no command: `diff` reads the store alone (no engine, nothing undone);
+/// the next `plan` drops the views that cannot be put back, naming each, puts the others back
+/// and forgets the record; `apply` then converges.
+#[test]
+fn an_interrupted_promotion_whose_old_version_is_gone_blocks_no_command() {
+    let p = sample_project();
+    p.apply("dev");
+    let state = p.state();
+    let fp = state.env_pointers("dev").expect("pointers")["s.a"].clone();
+    let old = state.snapshot("s.a", &fp).expect("snapshot").expect("recorded").physical;
+    drop(state);
+    let served_c = p.rows(&env_view("dev", "s.c"));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    // The version `dev`'s pointer names loses its table: the undo of `dev__s.a` (and of the
+    // view `dev__s.b`, whose old version reads that table) cannot run any more.
+    p.execute_on_engine(&format!("DROP TABLE {old}"));
+
+    {
+        // `diff` needs no engine, even with a promotion to undo.
+        let _held = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        let r = p.run(&["diff", "dev", "dev"]);
+        r.expect_code(0);
+        assert!(r.stdout.contains("one environment"), "{}", r.stdout);
+    }
+    assert_eq!(p.state().pending_promotions().expect("pending").len(), 1, "`diff` undid nothing");
+
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    for view in ["dev__s.a", "dev__s.b"] {
+        assert!(r.stderr.contains(&format!("the interrupted promotion of `dev` cannot put view `{view}` back as it was")), "{view}: {}", r.stderr);
+    }
+    assert!(r.stderr.contains("does not exist"), "the failure is named: {}", r.stderr);
+    assert!(!r.stderr.contains("cannot put view `dev__s.c`"), "{}", r.stderr);
+    assert_eq!(p.state().pending_promotions().expect("pending"), vec![]);
+    // The views that could be put back were; the others are gone, not left serving the new versions.
+    assert_eq!(p.rows(&env_view("dev", "s.c")), served_c);
+    let views = p.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'dev__s' AND table_name IN ('a', 'b')");
+    assert!(views.is_empty(), "{views:?}");
+    let plan = r.json();
+    assert_eq!(action(&plan, "s.a")["change"], "breaking", "{plan:#}");
+
+    p.apply("dev");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.rows(&env_view("dev", "s.a")).len(), 5);
+    let r = p.run(&["plan", "dev", "--json"]);
+    assert!(!r.stderr.contains("interrupted"), "{}", r.stderr);
+    assert_eq!(r.json()["hasChanges"], false);
+}
+
+/// A normal interrupted promotion (its undo runs) warns of no dropped view: every view is put
+/// back as it was, as before.
+#[test]
+fn an_interrupted_promotion_whose_undo_runs_drops_no_view() {
+    let p = sample_project();
+    p.apply("dev");
+    let served = ["s.a", "s.b", "s.c"].map(|m| p.rows(&env_view("dev", m)));
+    p.write("models/a.lua", &model_a(" AND range > 2"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "dev", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert!(!r.stderr.contains("cannot put view"), "{}", r.stderr);
+    assert_eq!(["s.a", "s.b", "s.c"].map(|m| p.rows(&env_view("dev", m))), served);
+    assert_views_serve_pointers(&p, "dev");
+}

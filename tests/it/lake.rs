@@ -795,3 +795,103 @@ fn a_restated_day_left_outside_the_bounds_keeps_its_old_rows_as_a_table_does() {
     let after: Vec<_> = p.rows("m.daily").into_iter().filter(|r| r[0].as_deref().is_some_and(|d| d.starts_with("2026-01-01"))).collect();
     assert_eq!(after, before);
 }
+
+/// An S3 lake on the moto server, `[lake]` section of `lake_project`.
+fn s3_lake(moto: &crate::s3::Moto) -> String {
+    format!("[lake]\npath = \"s3://lake/warehouse\"\ns3_endpoint = \"{}\"\ns3_url_style = \"path\"\ns3_use_ssl = false\n", moto.endpoint())
+}
+
+/// A `full` version whose `data.parquet` was deleted on S3 by hand, then reused by a non-breaking
+/// edit of its parent: the apply re-lists it and fails naming the model and the object, before
+/// the view is touched and without promoting — it never serves the typed empty relation. The
+/// hint's remedy (an edit of the model: a new version is built) serves the right rows again.
+#[test]
+fn a_reused_s3_full_version_whose_object_was_deleted_fails_the_apply_and_is_never_served_empty() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = s3_lake(&moto);
+    let p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &config(&lake));
+    let first = run_s3(&p, &["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    let old_fp = action(&first, "m.totals")["fingerprint"].as_str().unwrap().to_string();
+    assert_eq!(s3_rows(&p, &moto, &env_view("prod", "m.totals")).len(), 4);
+    let key = format!("warehouse/m__totals/{old_fp}/data.parquet");
+    assert!(moto.keys("lake").contains(&key), "{:?}", moto.keys("lake"));
+    moto.delete("lake", &key);
+
+    // A non-breaking edit of the parent (an added column): `m.totals` reuses its old table.
+    let with_n = |target: &str, extra: &str| {
+        models(target, extra, 3)
+            .replace(r#"{ "revenue", "bigint" } },"#, r#"{ "revenue", "bigint" }, { "n", "bigint" } },"#)
+            .replace("AS revenue\n", "AS revenue, count(*) AS n\n")
+    };
+    assert_ne!(with_n("parquet", ""), models("parquet", "", 3));
+    p.write("models/m.lua", &with_n("parquet", ""));
+    let plan = p.plan("prod");
+    assert_eq!(action(&plan, "m.totals")["reusedFrom"], Value::from(old_fp.clone()), "{plan:#}");
+    let before = p.state_summary();
+    let r = run_s3(&p, &["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("`m.totals`"), "names the model: {}", r.stderr);
+    assert!(r.stderr.contains(&format!("s3://lake/{key}")) && r.stderr.contains("is missing"), "names the object: {}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    assert_eq!(p.state_summary().pointers, before.pointers, "nothing promoted");
+    assert!(!moto.keys("lake").contains(&key), "no object written in its place");
+
+    // The hint's remedy: an edit of the model builds a new version, served with its rows.
+    p.write("models/m.lua", &with_n("parquet", "HAVING count(*) > 0"));
+    run_s3(&p, &["apply", "prod", "--yes"]).expect_code(0);
+    let reference = lake_project("", "");
+    reference.write("models/m.lua", &with_n("", "HAVING count(*) > 0"));
+    reference.apply("prod");
+    let served = s3_rows(&p, &moto, &env_view("prod", "m.totals"));
+    assert_eq!(served, reference.rows(&env_view("prod", "m.totals")));
+    assert_eq!(served.len(), 4);
+}
+
+/// A done interval's S3 object deleted by hand: `run` and `apply` fail naming the model, the
+/// interval and the object (never the engine's raw 404) with a hint that works: the interval
+/// restated, it is not done, its object is dropped from the list, and the next `run` recomputes
+/// it.
+#[test]
+fn a_deleted_s3_interval_object_fails_naming_it_and_restate_then_run_recomputes_it() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = s3_lake(&moto);
+    let mut p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &config(&lake));
+    let first = run_s3(&p, &["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    let fp = action(&first, "m.daily")["fingerprint"].as_str().unwrap().to_string();
+    let key = format!("warehouse/m__daily/{fp}/2026-01-02.parquet");
+    assert!(moto.keys("lake").contains(&key), "{:?}", moto.keys("lake"));
+    moto.delete("lake", &key);
+
+    // A day later: `run` and `apply` have a day to compute and meet the missing object.
+    p.now = "2026-01-11T06:00:00Z".to_string();
+    let interval = "[2026-01-02T00:00:00.000Z, 2026-01-03T00:00:00.000Z)";
+    for args in [&["run", "prod"][..], &["apply", "prod", "--yes"][..]] {
+        let r = run_s3(&p, args);
+        r.expect_code(1);
+        assert!(r.stderr.contains(&format!("`m.daily` interval {interval}")), "names the model and the interval: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("s3://lake/{key}")) && r.stderr.contains("is missing"), "names the object: {}", r.stderr);
+        assert!(
+            r.stderr.contains("efmesh restate <env> --model m.daily --from 2026-01-02T00:00:00.000Z --to 2026-01-03T00:00:00.000Z"),
+            "the hint restates the interval: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("HTTP 404") && !r.stderr.contains("while running: CREATE OR REPLACE VIEW"), "not the engine's raw error: {}", r.stderr);
+    }
+
+    run_s3(&p, &["restate", "prod", "--model", "m.daily", "--from", "2026-01-02T00:00:00.000Z", "--to", "2026-01-03T00:00:00.000Z"]).expect_code(0);
+    run_s3(&p, &["run", "prod"]).expect_code(0);
+    assert!(moto.keys("lake").contains(&key), "the restated day's object is written anew: {:?}", moto.keys("lake"));
+    let manifest: Value = serde_json::from_str(&moto.get("lake", &format!("warehouse/m__daily/{fp}/manifest.json"))).unwrap();
+    assert_eq!(manifest["files"], serde_json::json!(day_files(DAYS + 1)));
+    let mut reference = lake_project("", "");
+    reference.now = p.now.clone();
+    reference.apply("prod");
+    for m in ["m.daily", "m.totals"] {
+        assert_eq!(s3_rows(&p, &moto, &env_view("prod", m)), reference.rows(&env_view("prod", m)), "`{m}` after the restated day was recomputed");
+    }
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+}

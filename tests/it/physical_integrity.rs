@@ -20,6 +20,7 @@ crate::on_every_engine!(
     schemas_differing_only_in_case_are_one_engine_schema,
     a_physical_view_reading_an_old_parent_version_is_rebuilt,
     a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_own_is_replaced,
+    status_checks_the_served_version_of_a_model_edited_but_not_applied,
 );
 
 /// A time-range parent `m.p` (one row per day, `extra` appended to its columns), a view `m.v`
@@ -238,6 +239,52 @@ fn a_dropped_physical_table_is_rebuilt_with_every_interval(engine: EngineBackend
     p.run(&["status", "dev", "--check"]).expect_code(0);
 }
 
+/// `status --check` checks what the state store says the environment serves, whatever the
+/// working tree holds: `prod`'s physical table of `s.a` dropped by hand, an unapplied edit of
+/// `s.a` (a `git pull` on a monitoring host) does not make it healthy — the text and the JSON
+/// name the model and the relation — and applying the edit repairs it.
+fn status_checks_the_served_version_of_a_model_edited_but_not_applied(engine: EngineBackend) {
+    let p = sample_project_with(StateBackend::Sqlite, engine);
+    let applied = p.apply("prod");
+    let served = action(&applied, "s.a");
+    let physical = served["physical"].as_str().expect("physical").to_string();
+    let fingerprint = served["fingerprint"].as_str().expect("fingerprint").to_string();
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    // Postgres drops a table only with the views reading it (CASCADE).
+    let cascade = if p.on_postgres() { " CASCADE" } else { "" };
+    p.execute_on_engine(&format!("DROP TABLE {physical}{cascade}"));
+    // The project unchanged: the plan's check finds it (and `lostRelations` does not repeat it).
+    let before = p.run(&["status", "prod", "--check", "--json"]);
+    let before = before.expect_code(1).json();
+    assert_eq!(before["lostRelations"], serde_json::json!([]), "{before:#}");
+
+    // An unapplied edit of `s.a`: the project's version is another one.
+    p.write("models/a.lua", &portable_sample(&p, &model_a("AND range < 5")));
+    let plan = p.plan("prod");
+    assert_ne!(action(&plan, "s.a")["change"], "unchanged", "{plan:#}");
+    let text = p.run(&["status", "prod", "--check"]);
+    text.expect_code(1);
+    let line = format!("  ⚠ s.a  physical relation {physical} missing (the version `prod` serves; the project defines another version): `apply` repairs it");
+    assert!(text.stdout.contains(&line), "{}", text.stdout);
+    assert!(text.stdout.contains("health: unhealthy (") && !text.stdout.contains("health: ok"), "{}", text.stdout);
+    let json = p.run(&["status", "prod", "--check", "--json"]);
+    let v = json.expect_code(1).json();
+    assert_eq!(v["healthy"], false, "{v:#}");
+    let problems: Vec<&str> = v["problems"].as_array().expect("problems").iter().map(|t| t.as_str().expect("text")).collect();
+    assert!(problems.iter().any(|t| t.contains(&format!("`s.a` (physical relation {physical} missing)")) && t.contains("`apply` repairs it")), "{problems:?}");
+    let lost = v["lostRelations"].as_array().expect("lostRelations");
+    let expected = serde_json::json!({"model": "s.a", "fingerprint": fingerprint, "relation": physical, "lack": "physicalMissing", "removed": false});
+    assert!(lost.contains(&expected), "{v:#}");
+    if !p.on_postgres() {
+        // DuckDB keeps the view over the dropped table: the physical relation alone is missing.
+        assert_eq!(lost.len(), 1, "{v:#}");
+    }
+
+    // Applying the edit serves the project's version: healthy again.
+    p.apply("prod");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
 fn a_dropped_environment_view_is_restored(engine: EngineBackend) {
     let p = sample_project_with(StateBackend::Sqlite, engine);
     p.apply("dev");
@@ -357,6 +404,65 @@ fn a_moved_project_recreates_the_views_over_project_files() {
     }
     let again = efmesh_in(&new, &["plan", "prod", "--json"]).expect_code(0).json();
     assert_eq!(again["hasChanges"], false, "{again:#}");
+}
+
+/// An external CSV and a view `s.v` over it, its `amount` times `factor`.
+fn view_over_a_file(factor: i64) -> String {
+    format!(
+        r#"local events = define_model {{
+  name = "raw.events",
+  kind = kind.external {{ path = "data/events.csv" }},
+  schema = {{ {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
+}}
+define_model {{ name = "s.v", kind = kind.view(), schema = {{ {{ "region", "varchar" }}, {{ "amount", "bigint" }} }},
+  query = "SELECT region, amount * {factor} AS amount FROM " .. ref(events) }}
+"#
+    )
+}
+
+/// A promotion interrupted after its view swap, then the project moved (a restored backup on
+/// another host): the undo's old definition of `s.v` reads the file under the previous root.
+/// The next command drops that view, naming it and the failure, and forgets the record instead
+/// of failing for ever; `apply` re-creates everything under the new root and converges.
+#[test]
+fn an_interrupted_promotion_in_a_moved_project_is_undone_and_apply_converges() {
+    let outer = tempfile::Builder::new().prefix("efmesh-it-move-").tempdir().expect("temp dir");
+    let (old, new) = (outer.path().join("before"), outer.path().join("after"));
+    fs_err::create_dir_all(old.join("models")).unwrap();
+    fs_err::create_dir_all(old.join("data")).unwrap();
+    fs_err::write(old.join("efmesh.toml"), CONFIG).unwrap();
+    fs_err::write(old.join("data/events.csv"), "region,amount\nnorth,1\nsouth,2\n").unwrap();
+    fs_err::write(old.join("models/m.lua"), view_over_a_file(1)).unwrap();
+    let old = old.canonicalize().unwrap();
+    efmesh_in(&old, &["apply", "prod", "--yes"]).expect_code(0);
+    fs_err::write(old.join("models/m.lua"), view_over_a_file(2)).unwrap();
+    let out = std::process::Command::new(BIN)
+        .current_dir(&old)
+        .args(["--config", "efmesh.toml", "--now", NOW, "apply", "prod", "--yes"])
+        .env_remove("RUST_LOG")
+        .env(efmesh::apply::fault::FAULT_ENV, "after-view-swap")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("spawn efmesh");
+    let crashed = Run::from_output(out, "EFMESH_FAULT=after-view-swap efmesh apply prod --yes".to_string());
+    assert!(crashed.stderr.contains("aborting at `after-view-swap`"), "{}", crashed.stderr);
+
+    fs_err::rename(&old, &new).unwrap();
+    let r = efmesh_in(&new, &["plan", "prod", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `prod`"), "{}", r.stderr);
+    assert!(r.stderr.contains("the interrupted promotion of `prod` cannot put view `s.v` back as it was"), "{}", r.stderr);
+    assert!(r.stderr.contains("No files found"), "the failure is named: {}", r.stderr);
+    assert_eq!(r.json()["hasChanges"], true);
+    let again = efmesh_in(&new, &["plan", "prod"]);
+    again.expect_code(0);
+    assert!(!again.stderr.contains("interrupted"), "the record was forgotten: {}", again.stderr);
+
+    efmesh_in(&new, &["apply", "prod", "--yes"]).expect_code(0);
+    let doubled: Rows = vec![vec![Some("north".into()), Some("2".into())], vec![Some("south".into()), Some("4".into())]];
+    assert_eq!(rows_in(&new, &env_view("prod", "s.v")), doubled);
+    let plan = efmesh_in(&new, &["plan", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(plan["hasChanges"], false, "{plan:#}");
 }
 
 fn schemas_differing_only_in_case_are_one_engine_schema(engine: EngineBackend) {

@@ -81,6 +81,11 @@ impl Moto {
         self.boto(&format!("s3.put_object(Bucket='{bucket}', Key='{key}', Body={text:?})"));
     }
 
+    /// Deletes `bucket/key` (as a user would, outside efmesh).
+    pub fn delete(&self, bucket: &str, key: &str) {
+        self.boto(&format!("s3.delete_object(Bucket='{bucket}', Key='{key}')"));
+    }
+
     /// The content of `bucket/key` as text.
     pub fn get(&self, bucket: &str, key: &str) -> String {
         self.boto(&format!("sys.stdout.write(s3.get_object(Bucket='{bucket}', Key='{key}')['Body'].read().decode())"))
