@@ -119,7 +119,8 @@ impl ProjectSection {
 /// # Errors
 /// Why the glob is refused.
 pub fn normalize_glob(glob: &str) -> Result<String, String> {
-    if glob.starts_with('/') || glob.starts_with('\\') || glob.get(1..3) == Some(":/") || glob.get(1..3) == Some(":\\") {
+    // A leading `\` escapes a glob character (`\[m]odels/*.lua`): not a path separator.
+    if glob.starts_with('/') || glob.get(1..3) == Some(":/") || glob.get(1..3) == Some(":\\") {
         return Err("is absolute: discovery globs are relative to the directory of efmesh.toml and match files inside it".to_string());
     }
     let steps: Vec<&str> = glob.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
@@ -836,7 +837,34 @@ impl Config {
     /// are not three different files (compared as resolved paths): DuckDB would open the state
     /// store as a database, or efmesh write its state into the engine's file.
     fn files_apart(&self) -> Result<(), String> {
-        let normal = |p: PathBuf| -> PathBuf { p.components().collect() };
+        // The file itself when it exists (symbolic links followed), else the path with its `.`
+        // and `..` steps taken.
+        let normal = |p: PathBuf| -> PathBuf {
+            if let Ok(real) = fs_err::canonicalize(&p) {
+                return real;
+            }
+            let mut out = PathBuf::new();
+            for c in p.components() {
+                match c {
+                    std::path::Component::CurDir => {}
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    other => out.push(other),
+                }
+            }
+            out
+        };
+        if let Some(file) = self.engine_file()
+            && let Some(stem) = file.file_name().map(|n| n.to_string_lossy().split('.').next().unwrap_or_default().to_string())
+            && ["main", "temp", "system"].iter().any(|r| stem.eq_ignore_ascii_case(r) && stem != *r)
+        {
+            return Err(format!(
+                "`engine.path` names the DuckDB file `{}`: DuckDB names its database `{stem}`, which it cannot tell from its own `{}` catalog or schema; rename the file",
+                file.display(),
+                stem.to_lowercase()
+            ));
+        }
         let files = [("engine.path", self.engine_file()), ("state.path", self.state_file()), ("ducklake.catalog", self.ducklake_catalog_file())];
         for (i, (a, fa)) in files.iter().enumerate() {
             for (b, fb) in &files[i + 1..] {
@@ -1043,6 +1071,7 @@ mod tests {
     fn the_engine_state_and_ducklake_files_must_differ() {
         for (text, keys) in [
             ("[engine]\npath = \"x.db\"\n[state]\npath = \"./x.db\"\n", ("engine.path", "state.path")),
+            ("[engine]\npath = \"x.db\"\n[state]\npath = \"sub/../x.db\"\n", ("engine.path", "state.path")),
             ("[state]\npath = \"lake.ducklake\"\n[ducklake]\ncatalog = \"lake.ducklake\"\ndata_path = \"d\"\n", ("state.path", "ducklake.catalog")),
         ] {
             match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n{text}")) {
@@ -1062,6 +1091,14 @@ mod tests {
             let c = Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n[engine]\npath = \"{path}\"\n")).unwrap();
             assert_eq!(c.duckdb_database_name().as_deref(), Some(name), "{path}");
         }
+        // DuckDB keeps `Main` as it is, and then cannot tell it from its own `main`: refused.
+        for path in ["Main.duckdb", "SYSTEM.db"] {
+            match Config::parse(Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"m/*.lua\"]\n[engine]\npath = \"{path}\"\n")) {
+                Err(ConfigError::Invalid { message, .. }) => assert!(message.contains("rename the file"), "{path}: {message}"),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        assert_eq!(normalize_glob("\\[m]odels/*.lua").as_deref(), Ok("\\[m]odels/*.lua"));
     }
     use super::*;
 

@@ -27,6 +27,11 @@
 //! listing and again for the drops (never held across the claim); lake directories are removed
 //! only inside the lake root, never through a symbolic link; on S3, every object under the
 //! version directory's prefix is deleted (listed page by page, deleted in batches).
+//!
+//! A dropped DuckLake table's files stay while DuckLake snapshots reference them: at the end of
+//! every run the janitor expires the catalog's snapshots older than the ttl and removes the files
+//! only expired snapshots referenced ([`crate::apply::ducklake::reclaim`]), reported as
+//! `ducklakeFilesRemoved`.
 
 use crate::apply::fault;
 use crate::apply::lake::VersionDir;
@@ -140,6 +145,17 @@ pub struct Report {
     pub ttl_days: f64,
     /// Expired environments dropped (or, with `dry_run`, that would be), or kept (`kept`).
     pub environments: Vec<ExpiredEnv>,
+    /// DuckLake snapshots taken before [`Report::ducklake_expired_before`] that were expired
+    /// (or, with `dry_run`, would be); absent when the project has no DuckLake catalog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ducklake_snapshots_expired: Option<u64>,
+    /// Files removed from the DuckLake data path (or, with `dry_run`, that would be): those only
+    /// expired snapshots referenced (dropped tables, replaced `full` tables, deleted ranges).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ducklake_files_removed: Option<u64>,
+    /// The instant (ISO-8601 UTC, the clock minus the ttl) before which DuckLake snapshots expire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ducklake_expired_before: Option<String>,
 }
 
 /// An expired environment the janitor dropped, would drop, or kept ([`crate::lifecycle`]).
@@ -465,16 +481,15 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             // with this store since) may still serve versions the store calls unreachable: its
             // storage is not this store's to judge (SPEC §4, invariant 63).
             let recorded = state.engine_epoch()?;
-            let stamped = crate::engine::epoch::stamped(&catalog, &me);
-            if stamped < recorded
-                && let Some(table) = stored.iter().find(|r| !r.view)
+            if recorded > 0
+                && let Some((stamped, relation, model)) = crate::engine::epoch::behind(&catalog, &me, recorded, &state.snapshot_index()?)
             {
                 let message = crate::engine::epoch::behind_message(
                     &crate::engine::location(config),
                     &state.location(),
                     stamped,
                     recorded,
-                    &format!("`{}`", table.qualified),
+                    &format!("`{relation}` (model `{model}`)"),
                 );
                 return Err(JanitorError::EngineBehind(message));
             }
@@ -655,7 +670,61 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
     for v in &mut report.orphans {
         v.first_seen = seen.get(&v.physical).cloned();
     }
+    // 4. The DuckLake catalog's history: its files outlive a dropped table until the snapshots
+    //    referencing them expire.
+    reclaim_ducklake(config, open, opts, ttl_ms, &mut report);
     Ok(report)
+}
+
+/// Expires the DuckLake catalog's snapshots taken more than the ttl ago and removes the files
+/// only they referenced ([`crate::apply::ducklake::reclaim`]): the files of the tables this run
+/// dropped (once the snapshots before the drop are a ttl old: at once with `--ttl 0`), of
+/// replaced `full` tables and of deleted time ranges. The ttl is measured on the clock, never
+/// `--now` (DuckLake stamps its snapshots with the clock); it is the grace a reader of an older
+/// snapshot has (a local catalog file admits no other process while the janitor holds it; a
+/// catalog in Postgres does). A dry run counts what would go and changes nothing. A failure is
+/// in [`Report::failed`] (the files stay; the next janitor tries again). Nothing to do without
+/// a DuckLake catalog or an engine database.
+fn reclaim_ducklake(config: &Config, open: &mut Opener<'_>, opts: &Options, ttl_ms: Millis, report: &mut Report) {
+    if !config.ducklake_catalog_exists() {
+        return;
+    }
+    let older_than = crate::core::interval::to_iso(crate::core::interval::now_millis() - ttl_ms);
+    // The DuckLake tables dropped by this run (or that a dry run would drop).
+    let tables: Vec<String> =
+        report.dropped.iter().chain(&report.orphans).filter(|v| !v.already_absent).filter_map(|v| crate::apply::ducklake::table_of(&v.physical)).collect();
+    let result = match open_with_wait(open, config, opts.dry_run) {
+        Ok(Some(mut engine)) => crate::apply::ducklake::reclaim(engine.as_mut(), &older_than, opts.dry_run, &tables).map_err(|e| e.to_string()),
+        Ok(None) => return,
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(done) => {
+            tracing::info!(
+                snapshots = done.snapshots,
+                files = done.files,
+                dry_run = opts.dry_run,
+                "DuckLake maintenance: snapshots taken before {older_than} expired, files only they referenced removed"
+            );
+            if !opts.dry_run {
+                crate::apply::ducklake::remove_empty_table_dirs(config, &tables);
+            }
+            report.ducklake_snapshots_expired = Some(done.snapshots);
+            report.ducklake_files_removed = Some(done.files);
+            report.ducklake_expired_before = Some(older_than);
+        }
+        Err(error) => {
+            let location = crate::apply::ducklake::catalog_location(config);
+            tracing::warn!(
+                "cannot expire the old snapshots of the DuckLake catalog {location}: {error}; its unreferenced files stay, the next janitor tries again"
+            );
+            report.failed.push(Failure {
+                physical: location,
+                model: String::new(),
+                error: format!("expiring the DuckLake catalog's snapshots taken before {older_than} and removing their files failed (the files stay): {error}"),
+            });
+        }
+    }
 }
 
 /// Drops every expired environment other than `prod` ([`crate::lifecycle::judge`]): for each,

@@ -1,7 +1,7 @@
 //! A loaded project: its configuration and its validated model DAG.
 
 use crate::config::Config;
-use crate::core::{Dag, LoadError, LoadErrors};
+use crate::core::{Dag, LoadError, LoadErrors, Model};
 use crate::script::loader::{self, Discovered, LoadCache, LoadReport};
 use std::collections::BTreeMap;
 
@@ -66,23 +66,9 @@ impl Project {
         let project = models.and_then(|models| {
             prefetch_canonical(config, &models);
             let dag = Dag::build(models)?;
-            let reserved = reserved_schemas(config, &dag);
-            if !reserved.is_empty() {
-                return Err(LoadErrors(reserved));
-            }
-            let bad_statements = check_statements(config, &dag);
-            if !bad_statements.is_empty() {
-                return Err(LoadErrors(bad_statements));
-            }
-            let bare = bare_model_names(config, &dag);
-            if !bare.is_empty() {
-                return Err(LoadErrors(bare));
-            }
-            // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
-            let mut unconfigured = crate::core::target::unconfigured(dag.models(), config.lake.is_some(), config.ducklake.is_some());
-            unconfigured.extend(crate::core::target::unstorable(dag.models()));
-            if !unconfigured.is_empty() {
-                return Err(LoadErrors(unconfigured));
+            let errors = model_checks(config, &dag, &dag.models().collect::<Vec<_>>());
+            if !errors.is_empty() {
+                return Err(LoadErrors(errors));
             }
             Ok(Project { config: config.clone(), dag })
         });
@@ -99,17 +85,45 @@ impl Project {
     }
 }
 
+/// The load's checks of models against the configuration and the model names of `dag`, run
+/// after the DAG is built, in this order, the first that finds anything giving the errors:
+/// schemas the engine reserves ([`reserved_schemas`]), pre/post statements
+/// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
+/// targets (their section of efmesh.toml, their column types). The full load runs them on
+/// every model; a reload in place ([`crate::session::Session::reload`]) on the models it
+/// replaces, against the DAG before (same names): each finding concerns one model's own
+/// definition, so the others' are unchanged (but for an external's relation, which decides
+/// the names no query may read: that reload loads in full when one changes).
+pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadError> {
+    let reserved = reserved_schemas(config, checked.iter().copied());
+    if !reserved.is_empty() {
+        return reserved;
+    }
+    let bad_statements = check_statements(config, checked.iter().copied());
+    if !bad_statements.is_empty() {
+        return bad_statements;
+    }
+    let bare = bare_model_reads(config, dag, checked.iter().copied());
+    if !bare.is_empty() {
+        return bare;
+    }
+    // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
+    let mut unconfigured = crate::core::target::unconfigured(checked.iter().copied(), config.lake.is_some(), config.ducklake.is_some());
+    unconfigured.extend(crate::core::target::unstorable(checked.iter().copied()));
+    unconfigured
+}
+
 /// Schemas the engine already names as catalogs or system schemas, and so cannot hold a model:
 /// DuckDB's `temp` and `system` catalogs and the database's own (the file's name up to its first
 /// dot: `efmesh` for `efmesh.duckdb`, `main_db` for `main.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
 /// reference to such a schema as ambiguous — at the first promotion to `prod`, whose views live
 /// in the models' own schemas — so it is refused at load, at the model's file:line.
-pub fn reserved_schemas(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
+pub fn reserved_schemas<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<crate::core::LoadError> {
     // DuckDB names a file's catalog by its file name up to the first dot (`shop.prod.duckdb`:
     // `shop`; `main.duckdb`: `main_db`).
     let database = config.duckdb_database_name();
     let mut errors = Vec::new();
-    for m in dag.models() {
+    for m in models {
         let schema = m.name.schema().to_lowercase();
         let why = match schema.as_str() {
             "temp" | "system" => format!("`{schema}` is one of DuckDB's built-in catalogs"),
@@ -131,12 +145,12 @@ pub fn reserved_schemas(config: &Config, dag: &Dag) -> Vec<crate::core::LoadErro
 
 /// Every pre/post statement that is not exactly one statement of the engine's grammar
 /// (sqlparser's DuckDB dialect, or libpg_query with `[engine] url_env`), as load errors at the
-/// statement's file:line naming the model and which statement.
-pub fn check_statements(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
+/// statement's file:line naming the model and which statement, for `models`.
+pub fn check_statements<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<crate::core::LoadError> {
     use crate::sql::statements::{CheckResolver, Grammar, check};
     let grammar = if config.engine.url_env.is_some() { Grammar::Postgres } else { Grammar::Embedded };
     let mut errors = Vec::new();
-    for m in dag.models() {
+    for m in models {
         for (when, i, st) in m.statements.each() {
             if let Err(e) = check(&st.sql.render(&CheckResolver), grammar) {
                 errors.push(crate::core::LoadError::new(Some(st.location.clone()), Some(m.name.clone()), format!("{when}-statement {i}: {e}")));

@@ -46,6 +46,9 @@ pub struct Session {
     config: Config,
     project: Result<Project, LoadErrors>,
     inputs: BTreeSet<PathBuf>,
+    /// While the project does not load, the inputs of the loads before the failing one (back to
+    /// the last that succeeded); empty while it loads. See [`Session::kept_inputs`].
+    kept: BTreeSet<PathBuf>,
     /// Per-file load results and content hashes, kept across reloads and saved to the project's
     /// load cache by [`Session::save_caches`]; opened on the first load that needs it (a session
     /// restored from the project cache never reads it).
@@ -81,6 +84,7 @@ impl Session {
             config,
             project: Err(LoadErrors(Vec::new())),
             inputs: BTreeSet::new(),
+            kept: BTreeSet::new(),
             cache: None,
             restored: Vec::new(),
             stored_key: None,
@@ -200,6 +204,15 @@ impl Session {
         &self.inputs
     }
 
+    /// While the project does not load: the inputs of the loads before the failing one, back to
+    /// the last load that succeeded (empty while the project loads). A load that fails early (a
+    /// discovery glob's walk refused, say) reads next to nothing, yet a change to what the
+    /// project read before — a module reached through `require`, a seed — still changes what
+    /// the next load finds: `watch` keeps treating these paths as inputs.
+    pub fn kept_inputs(&self) -> &BTreeSet<PathBuf> {
+        &self.kept
+    }
+
     /// Brings the project up to date after `changed` paths (absolute or relative to the project
     /// root) changed, appeared or disappeared: the discovery globs are walked again (new files
     /// are picked up, deleted ones dropped), the content of the changed paths is read again, and
@@ -272,9 +285,13 @@ impl Session {
     /// are kept (no path appeared, vanished or changed type), every model of the project is
     /// located in the top-level model file that defines it, and the loader re-evaluated only the
     /// files the change reaches ([`crate::script::loader::reevaluate`], which states its own
-    /// conditions). Their models must keep their names, parents and exposed columns
+    /// conditions). Their models must keep their names, parents and exposed columns, and pass
+    /// every check the full load runs, on them and on every model they can concern: the load's
+    /// checks of each model ([`crate::project::model_checks`]) and the DAG's
     /// ([`crate::core::Dag::try_replace`]); they are put in place in the DAG. `None` when any
-    /// condition fails: the caller loads in full (the load cache then holds what was evaluated).
+    /// condition fails or a check finds anything: the caller loads in full, which reports it
+    /// (the load cache then holds what was evaluated). So a reload in place never accepts a
+    /// project a load from scratch refuses (SPEC §4, invariant 37).
     /// The files it evaluated before finding it cannot are added to `attempted`.
     fn reload_in_place(&mut self, rel: &[PathBuf], attempted: &mut Vec<PathBuf>) -> Option<Reload> {
         let files = self.files.as_ref()?;
@@ -332,17 +349,24 @@ impl Session {
                 }
             }
         }
-        if !crate::seed::hash_seed_files(&self.config.root, &mut models).is_empty()
-            || !crate::core::target::unconfigured(&models, self.config.lake.is_some(), self.config.ducklake.is_some()).is_empty()
-            || !crate::core::target::unstorable(&models).is_empty()
-        {
-            tracing::debug!("reload: in full (a seed or a storage target to report)");
+        if !crate::seed::hash_seed_files(&self.config.root, &mut models).is_empty() {
+            tracing::debug!("reload: in full (a seed to report)");
             attempted.extend(evaluated);
             return None;
         }
-        // A query naming a model outside `ref` is a load error (`project::bare_model_names`).
-        if !crate::project::bare_model_reads(&self.config, &project.dag, &models).is_empty() {
-            tracing::debug!("reload: in full (a query reads a model by its name)");
+        // An external's relation decides which names no query may read (`bare_model_reads`
+        // leaves out an external reading the relation of its own name): every query is checked
+        // again by a full load when one changes.
+        let external = |m: &crate::core::Model| matches!(m.kind, crate::core::Kind::External(_));
+        if models.iter().any(|m| project.dag.get(&m.name).is_some_and(|old| old.kind != m.kind && (external(old) || external(m)))) {
+            tracing::debug!("reload: in full (an external's relation changed)");
+            attempted.extend(evaluated);
+            return None;
+        }
+        // The full load's checks of each model (reserved schemas, pre/post statements, models
+        // read by name, storage targets): the same function, on the models replaced.
+        if !crate::project::model_checks(&self.config, &project.dag, &models.iter().collect::<Vec<_>>()).is_empty() {
+            tracing::debug!("reload: in full (a model fails a check of the load)");
             attempted.extend(evaluated);
             return None;
         }
@@ -358,7 +382,7 @@ impl Session {
             .collect();
         let project = self.project.as_mut().ok()?;
         if project.dag.try_replace(models).is_err() {
-            tracing::debug!("reload: in full (a model's references, columns or bounds changed)");
+            tracing::debug!("reload: in full (a model's references or columns changed, or a check of the DAG fails)");
             attempted.extend(evaluated);
             return None;
         }
@@ -395,7 +419,14 @@ impl Session {
         self.project = project;
         let mut inputs = report.inputs;
         inputs.insert(self.config.path.clone());
-        self.inputs = inputs;
+        let before = std::mem::replace(&mut self.inputs, inputs);
+        if self.project.is_ok() {
+            self.kept.clear();
+        } else if self.kept.is_empty() {
+            self.kept = before;
+        } else {
+            self.kept.extend(before);
+        }
         report.evaluated
     }
 
@@ -1043,6 +1074,41 @@ mod tests {
         assert!(!r.in_place, "{r:?}");
         assert_eq!(r.evaluated, paths(&["models/mart.lua"]));
         assert_eq!(r.changed_models, names(&["s.b"]));
+    }
+
+    /// A load that fails at discovery (a symlinked folder leading out of the project) reads
+    /// next to nothing: the inputs of the last good load stay known ([`Session::kept_inputs`])
+    /// until a load succeeds again.
+    #[cfg(unix)]
+    #[test]
+    fn a_failed_load_keeps_the_inputs_of_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "lib/util.lua", "return { n = 1 }\n");
+        write(root, "models/a.lua", &model("s.a", "local u = require(\"lib.util\")", "\"SELECT \" .. u.n .. \" AS x\""));
+        write(outside.path(), "b.lua", &model("s.b", "", "\"SELECT 2 AS x\""));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        assert!(s.project().is_ok());
+        assert!(s.kept_inputs().is_empty(), "{:?}", s.kept_inputs());
+
+        std::os::unix::fs::symlink(outside.path(), root.join("models/linked")).unwrap();
+        s.reload(&[root.join("models/linked")]).unwrap();
+        let Err(errors) = s.project() else { panic!("a model file outside the project must fail the load") };
+        assert!(format!("{errors:?}").contains("outside the project"), "{errors:?}");
+        assert!(s.kept_inputs().contains(&root.join("lib/util.lua")), "{:?}", s.kept_inputs());
+        assert!(s.kept_inputs().contains(&root.join("models/a.lua")), "{:?}", s.kept_inputs());
+
+        // Failing again keeps them; loading again forgets them.
+        s.reload(&[root.join("lib/util.lua")]).unwrap();
+        assert!(s.project().is_err());
+        assert!(s.kept_inputs().contains(&root.join("lib/util.lua")), "{:?}", s.kept_inputs());
+        fs_err::remove_file(root.join("models/linked")).unwrap();
+        s.reload(&[root.join("models/linked")]).unwrap();
+        assert!(s.project().is_ok(), "{:?}", s.project().err());
+        assert!(s.kept_inputs().is_empty(), "{:?}", s.kept_inputs());
+        assert!(s.inputs().contains(&root.join("lib/util.lua")));
     }
 
     /// A reload whose configuration no longer parses still forgets the changed paths: the next

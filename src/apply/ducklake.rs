@@ -235,9 +235,9 @@ pub fn lost_served(project: &Project, plan: &crate::plan::Plan, state: &dyn crat
     let held = if project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
         std::collections::HashSet::new()
     } else {
-        let mut engine = crate::engine::duckdb::DuckDb::in_memory_with(&project.config.engine).map_err(|e| e.message)?;
-        attach(&project.config, &mut engine, true)?;
-        tables(&mut engine).map_err(|e| e.to_string())?
+        let mut engine = crate::engine::open(&project.config, crate::engine::Access::Scratch).map_err(|e| e.message)?;
+        attach(&project.config, engine.as_mut(), true)?;
+        tables(engine.as_mut()).map_err(|e| e.to_string())?
     };
     let rebuilt = std::collections::BTreeSet::new();
     let mut out = Vec::new();
@@ -260,7 +260,7 @@ enum Lost {
 
 /// The table name, unquoted, of a DuckLake physical relation `"_efmesh_ducklake"."main"."<t>"`;
 /// `None` for any other relation.
-fn table_of(physical: &str) -> Option<String> {
+pub(crate) fn table_of(physical: &str) -> Option<String> {
     let prefix = format!("{}.{}.", quote_ident(DUCKLAKE_ALIAS), quote_ident(DUCKLAKE_SCHEMA));
     let quoted = physical.strip_prefix(prefix.as_str())?;
     let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
@@ -346,7 +346,7 @@ fn refuse_lost(
                 };
                 format!(
                     "`{}`: its table {physical} is missing, where the ledger records {} done interval(s) ({from} to {to}); created anew it would serve only the intervals computed now\n  \
-                     hint: restore the catalog (with its data path) from a backup, or recompute every interval from the sources: \
+                     hint: restore the catalog (with its data path) and the state store from the same backup, or recompute every interval from the sources: \
                      `efmesh restate {} --model {} --from {from} --to {to}`, then apply or run again",
                     s.model.name,
                     done.len(),
@@ -356,7 +356,7 @@ fn refuse_lost(
             }
             _ => format!(
                 "`{}`: its table {physical} is not rebuilt by this command, and environment `{}` serves it\n  \
-                 hint: restore the catalog (with its data path) from a backup; a run or apply rebuilds it when its parents get new data \
+                 hint: restore the catalog (with its data path) and the state store from the same backup; a run or apply rebuilds it when its parents get new data \
                  (`efmesh restate` a time-range parent), or give the model a new version (edit it) and apply",
                 s.model.name, plan.env
             ),
@@ -370,6 +370,82 @@ fn refuse_lost(
     };
     let message = format!("{what}; nothing was written, no table re-created:\n  {}", lines.join("\n  "));
     Err(ApplyError::Rejected { model: first.model.name.clone(), location: first.model.location.clone(), message })
+}
+
+/// What [`reclaim`] did to the attached DuckLake catalog (or, for a dry run, would do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// DuckLake snapshots expired.
+    pub snapshots: u64,
+    /// Data and delete files removed from the data path.
+    pub files: u64,
+}
+
+/// The janitor's DuckLake maintenance, on the catalog attached to `engine` as
+/// `_efmesh_ducklake`: expires every DuckLake snapshot taken before `older_than` (an ISO-8601
+/// UTC instant; DuckLake never expires the newest one) with `ducklake_expire_snapshots`, then
+/// removes every file scheduled for deletion — those only expired snapshots referenced: the
+/// files of dropped tables, of replaced `full` tables, of deleted time ranges — with
+/// `ducklake_cleanup_old_files(cleanup_all => true)`. efmesh reads DuckLake tables at their
+/// current snapshot only (environment views select from them by name, never `AT (VERSION …)`),
+/// so an expired snapshot is history nobody of efmesh's reads.
+///
+/// With `dry_run` (the catalog attached read-only) nothing is changed: the snapshots are those
+/// `ducklake_expire_snapshots(dry_run => true)` lists, the files are counted from the catalog's
+/// metadata — the files already scheduled, the ended files no snapshot taken at or after
+/// `older_than` references, and the files of `dropping` (tables the janitor would drop,
+/// unquoted names in schema `main`) that no such snapshot references.
+///
+/// # Errors
+/// [`crate::engine::EngineError`] when a DuckLake function or the metadata query fails.
+pub fn reclaim(engine: &mut dyn Engine, older_than: &str, dry_run: bool, dropping: &[String]) -> Result<Reclaimed, crate::engine::EngineError> {
+    let alias = quote_literal(DUCKLAKE_ALIAS);
+    let cutoff = format!("CAST({} AS TIMESTAMPTZ)", quote_literal(older_than));
+    let mut count = |sql: &str| -> Result<u64, crate::engine::EngineError> {
+        let rows = engine.query(sql)?;
+        Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|n| n.parse().ok()).unwrap_or(0))
+    };
+    if !dry_run {
+        let snapshots = count(&format!("SELECT CAST(count(*) AS VARCHAR) FROM ducklake_expire_snapshots({alias}, older_than => {cutoff})"))?;
+        let files = count(&format!("SELECT CAST(count(*) AS VARCHAR) FROM ducklake_cleanup_old_files({alias}, cleanup_all => true)"))?;
+        return Ok(Reclaimed { snapshots, files });
+    }
+    let snapshots = count(&format!("SELECT CAST(count(*) AS VARCHAR) FROM ducklake_expire_snapshots({alias}, dry_run => true, older_than => {cutoff})"))?;
+    let meta = quote_ident(&format!("__ducklake_metadata_{DUCKLAKE_ALIAS}"));
+    let names = if dropping.is_empty() { "NULL".to_string() } else { dropping.iter().map(|t| quote_literal(&t.to_lowercase())).collect::<Vec<_>>().join(", ") };
+    let files = count(&format!(
+        "WITH kept AS (SELECT snapshot_id FROM {meta}.ducklake_snapshot WHERE snapshot_time >= {cutoff}), \
+         dropping AS (SELECT table_id FROM {meta}.ducklake_table WHERE end_snapshot IS NULL AND lower(table_name) IN ({names})), \
+         files AS (SELECT table_id, begin_snapshot, end_snapshot FROM {meta}.ducklake_data_file \
+                   UNION ALL SELECT table_id, begin_snapshot, end_snapshot FROM {meta}.ducklake_delete_file) \
+         SELECT CAST((SELECT count(*) FROM files f \
+             WHERE (f.end_snapshot IS NOT NULL OR f.table_id IN (SELECT table_id FROM dropping)) \
+               AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.snapshot_id >= f.begin_snapshot AND (f.end_snapshot IS NULL OR k.snapshot_id < f.end_snapshot))) \
+           + (SELECT count(*) FROM {meta}.ducklake_files_scheduled_for_deletion) AS VARCHAR)"
+    ))?;
+    Ok(Reclaimed { snapshots, files })
+}
+
+/// Removes the directories a local DuckLake data path kept for `tables` (unquoted names in
+/// schema `main`, dropped by the janitor) once they are empty: `ducklake_cleanup_old_files`
+/// removes the files, never their directory. Only a real, empty directory goes (never a
+/// symbolic link; a non-empty one stays); an `s3://` data path has no directories.
+pub fn remove_empty_table_dirs(config: &crate::config::Config, tables: &[String]) {
+    let Some(data) = config.ducklake.as_ref().and_then(|dl| dl.data_path.as_ref()) else { return };
+    if data.to_string_lossy().starts_with("s3://") {
+        return;
+    }
+    let root = config.resolve(data).join(DUCKLAKE_SCHEMA);
+    for table in tables {
+        let dir = root.join(table);
+        let real_dir = fs_err::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && !m.file_type().is_symlink());
+        if real_dir
+            && fs_err::read_dir(&dir).is_ok_and(|mut d| d.next().is_none())
+            && let Err(e) = fs_err::remove_dir(&dir)
+        {
+            tracing::debug!("the empty DuckLake table directory stays: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -492,10 +492,20 @@ fn execute_recorded(
     }
     // A database older than the store says (restored, or another one applied since) is refused
     // here too: the plan may have been checked against another catalog (SPEC §4, invariant 63).
-    if let Some(message) = crate::plan::integrity::engine_behind(project, state, plan, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(project, state, &catalog)? {
         return Err(ApplyError::EngineBehind(message));
     }
-    *stamp_found = Some(crate::engine::epoch::stamped(&catalog, &state.store_id()?));
+    // A database behind the store that holds none of its tables (a new file, the old one moved
+    // aside) is stamped current before anything is written: every table that appears in it from
+    // now on is built from what the store records, so a rebuild stopped part-way is not taken
+    // for an older copy by the next command.
+    let store_id = state.store_id()?;
+    let mut found = crate::engine::epoch::stamped(&catalog, &store_id);
+    let recorded = state.engine_epoch()?;
+    if found < recorded {
+        found = crate::engine::epoch::stamp(engine, &store_id, found, recorded - 1)?;
+    }
+    *stamp_found = Some(found);
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
         return Err(ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message });
@@ -1673,7 +1683,7 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
         if !p.rollback.is_empty()
             && let Err(e) = engine.transaction(&p.rollback)
         {
-            if e.transient || retry::is_transient_message(&e.message) {
+            if e.transient || !crate::engine::is_unbindable(&e.message) {
                 return Err(e.into());
             }
             undo_view_by_view(engine, &p, e)?;
@@ -1696,16 +1706,17 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
 /// some of them twice changes nothing.
 ///
 /// # Errors
-/// [`ApplyError`] with a transient failure, for a statement that names no view (`failure`
-/// then), or when the view cannot be dropped either; the record stays and the next command tries
+/// [`ApplyError`] with a failure that is not the definition's (a transient one, an S3 endpoint
+/// answering 503: [`crate::engine::is_unbindable`]), for a statement that names no view
+/// (`failure` then), or when the view cannot be dropped either; the record stays and the next command tries
 /// again.
 fn undo_view_by_view(engine: &mut dyn Engine, p: &crate::state::PendingPromotion, failure: EngineError) -> Result<(), ApplyError> {
     for statement in &p.rollback {
         let Err(e) = engine.transaction(std::slice::from_ref(statement)) else { continue };
-        if e.transient || retry::is_transient_message(&e.message) {
+        if e.transient || !crate::engine::is_unbindable(&e.message) {
             return Err(e.into());
         }
-        let Some((written, shown)) = rollback_view(statement) else { return Err(failure.into()) };
+        let Some((written, shown)) = crate::engine::statement_view(statement) else { return Err(failure.into()) };
         let drop_view = engine.sql().drop_view_if_exists(&written);
         if let Err(d) = engine.transaction(std::slice::from_ref(&drop_view)) {
             return Err(EngineError {
@@ -1728,52 +1739,6 @@ fn undo_view_by_view(engine: &mut dyn Engine, p: &crate::state::PendingPromotion
         );
     }
     Ok(())
-}
-
-/// The view an undo statement of a promotion ([`crate::state::PendingPromotion::rollback`])
-/// re-creates or drops: its qualified name as the statement writes it (`"dev__s"."a"`,
-/// `mart.events_view`), and for messages (quotes taken off, `dev__s.a`). It is the name after
-/// the statement's first `VIEW ` (and `IF EXISTS `): DuckDB's `CREATE OR REPLACE VIEW …`,
-/// Postgres's `DO` block around one, `DROP VIEW IF EXISTS …`. `None` for any other shape.
-fn rollback_view(statement: &str) -> Option<(String, String)> {
-    let (_, rest) = statement.split_once("VIEW ")?;
-    let rest = rest.trim_start();
-    let rest = rest.strip_prefix("IF EXISTS ").map_or(rest, str::trim_start);
-    let mut parts = Vec::new();
-    let mut tail = rest;
-    loop {
-        let (part, after) = identifier_prefix(tail)?;
-        parts.push(part);
-        tail = after;
-        match tail.strip_prefix('.') {
-            Some(next) => tail = next,
-            None => break,
-        }
-    }
-    let written = &rest[..rest.len() - tail.len()];
-    Some((written.to_string(), parts.join(".")))
-}
-
-/// The identifier `text` starts with, unquoted (double-quoted, `""` standing for a quote; or a
-/// run of letters, digits, `_` and `$`), and the text after it; `None` when it starts with none.
-fn identifier_prefix(text: &str) -> Option<(String, &str)> {
-    if let Some(quoted) = text.strip_prefix('"') {
-        let mut part = String::new();
-        let mut rest = quoted;
-        loop {
-            let (inside, after) = rest.split_once('"')?;
-            part.push_str(inside);
-            match after.strip_prefix('"') {
-                Some(more) => {
-                    part.push('"');
-                    rest = more;
-                }
-                None => return Some((part, after)),
-            }
-        }
-    }
-    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$')).unwrap_or(text.len());
-    (end > 0).then(|| (text[..end].to_string(), &text[end..]))
 }
 
 /// Milliseconds since `started`, for the `build done` lines.
@@ -2389,20 +2354,6 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_view_of_each_undo_statement_shape_is_found() {
-        let duckdb = "CREATE OR REPLACE VIEW mart.events_view AS SELECT event_at FROM _efmesh.mart__events_view__05;";
-        assert_eq!(rollback_view(duckdb), Some(("mart.events_view".to_string(), "mart.events_view".to_string())));
-        let quoted = "CREATE OR REPLACE VIEW \"dev__s\".\"a \"\"b\"\"\" AS SELECT 1";
-        assert_eq!(rollback_view(quoted), Some(("\"dev__s\".\"a \"\"b\"\"\"".to_string(), "dev__s.a \"b\"".to_string())));
-        let dropped = crate::engine::dialect::Dialect::drop_view_if_exists(&crate::engine::dialect::Standard, "\"dev__s\".\"c\"");
-        assert_eq!(rollback_view(&dropped), Some(("\"dev__s\".\"c\"".to_string(), "dev__s.c".to_string())));
-        let postgres = crate::engine::dialect::Dialect::replace_view_as(&crate::engine::dialect::Standard, "\"dev__s\".\"b\"", "SELECT 1 AS x").concat();
-        assert_eq!(rollback_view(&postgres), Some(("\"dev__s\".\"b\"".to_string(), "dev__s.b".to_string())));
-        assert_eq!(rollback_view("CREATE SCHEMA IF NOT EXISTS \"dev__s\""), None);
-        assert_eq!(rollback_view("DROP VIEW IF EXISTS (SELECT 1)"), None);
-    }
 
     #[test]
     fn each_of_several_failures_keeps_its_cause() {

@@ -169,6 +169,7 @@ fn text(r: &Report) -> String {
         // After an environment's lines, what is left is only that no storage was unreachable.
         let what = if r.environments.is_empty() { "nothing to collect" } else { "no storage past its ttl to collect" };
         s.push_str(&format!("janitor: {what} (ttl {} days)\n", r.ttl_days));
+        s.push_str(&ducklake_line(r));
         return s;
     }
     if !r.dropped.is_empty() {
@@ -195,6 +196,7 @@ fn text(r: &Report) -> String {
         s.push_str(&format!("janitor kept {} unreachable version storage(s) another state store may serve:\n", r.kept_shared.len()));
         s.extend(r.kept_shared.iter().map(shared_line));
     }
+    s.push_str(&ducklake_line(r));
     if !r.failed.is_empty() {
         s.push_str(&format!("janitor could not drop {} (still claimed; the next janitor tries again):\n", r.failed.len()));
         for f in &r.failed {
@@ -202,4 +204,54 @@ fn text(r: &Report) -> String {
         }
     }
     s
+}
+
+/// The DuckLake catalog's line: the files removed and the snapshots expired (or that would be),
+/// when files were (snapshots alone are in the JSON report only),
+/// and, when DuckLake tables were dropped (or would be) under a ttl above 0, that their files a
+/// younger snapshot references stay until a later janitor. Empty when there is nothing to say.
+fn ducklake_line(r: &Report) -> String {
+    let (Some(files), Some(snapshots)) = (r.ducklake_files_removed, r.ducklake_snapshots_expired) else { return String::new() };
+    let before = r.ducklake_expired_before.as_deref().unwrap_or("?");
+    let dropped_tables = r.dropped.iter().chain(&r.orphans).any(|v| !v.already_absent && crate::apply::ducklake::table_of(&v.physical).is_some());
+    let mut s = String::new();
+    if files > 0 {
+        let (remove, expire) = if r.dry_run { ("would remove", "would expire") } else { ("removed", "expired") };
+        s.push_str(&format!(
+            "janitor {remove} {files} DuckLake data file(s) no kept snapshot references ({expire} {snapshots} DuckLake snapshot(s) taken before {before}, ttl {} days)\n",
+            r.ttl_days
+        ));
+    }
+    if dropped_tables && r.ttl_days > 0.0 {
+        s.push_str(&format!(
+            "janitor: a file of a dropped DuckLake table that a DuckLake snapshot taken since {before} references stays; a later janitor removes it once that snapshot is older than the ttl ({} days; `--ttl 0` now)\n",
+            r.ttl_days
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_report_says_how_many_ducklake_files_went() {
+        let mut r = Report { ttl_days: 0.0, ..Report::default() };
+        assert_eq!(text(&r), "janitor: nothing to collect (ttl 0 days)\n", "no DuckLake catalog: no DuckLake line");
+        r.ducklake_files_removed = Some(3);
+        r.ducklake_snapshots_expired = Some(5);
+        r.ducklake_expired_before = Some("2026-01-10T00:00:00.000Z".into());
+        assert!(
+            text(&r).contains(
+                "janitor removed 3 DuckLake data file(s) no kept snapshot references (expired 5 DuckLake snapshot(s) taken before 2026-01-10T00:00:00.000Z"
+            ),
+            "{}",
+            text(&r)
+        );
+        r.dry_run = true;
+        assert!(text(&r).contains("janitor would remove 3 DuckLake data file(s)"), "{}", text(&r));
+        r.ducklake_files_removed = Some(0);
+        assert!(!text(&r).contains("DuckLake data file(s)"), "{}", text(&r));
+    }
 }

@@ -84,28 +84,7 @@ impl Dag {
             errors.extend(validate_model(m));
             errors.extend(validate_edges(m, &lookup, &suggest));
         }
-        // A model named like the relation an external reads: its `prod` view would replace that
-        // relation (the user's table or view), and the external would then read the model itself.
-        for ext in by_name.values() {
-            let Kind::External(super::kind::External::Table { name }) = &ext.kind else { continue };
-            // `t` is `main.t`; a catalog-qualified name may be another database's: left alone.
-            let relation = name.replace('"', "").to_ascii_lowercase();
-            let relation = if relation.contains('.') { relation } else { format!("main.{relation}") };
-            // Only a model with a view of its own (not an external, not an embedded model).
-            if let Some(model) = folded.get(&relation).and_then(|n| by_name.get(n)).filter(|m| !matches!(m.kind, Kind::External(_) | Kind::Embedded)) {
-                errors.push(
-                    LoadError::new(
-                        Some(model.location.clone()),
-                        Some(model.name.clone()),
-                        format!(
-                            "model `{}` is named like the relation `{name}` that external `{}` ({}) reads: its `prod` view would replace that relation, and `{}` would then read this model",
-                            model.name, ext.name, ext.location, ext.name
-                        ),
-                    )
-                    .with_hint("rename the model (or point the external at another relation)"),
-                );
-            }
-        }
+        errors.extend(shadowed_relations(by_name.values().copied(), &|relation: &str| folded.get(relation).and_then(|n| by_name.get(n)).copied()));
         if !errors.is_empty() {
             errors.sort_by(|a, b| a.location.cmp(&b.location));
             return Err(LoadErrors(errors));
@@ -202,12 +181,17 @@ impl Dag {
     }
 
     /// Puts `replacements` in place of the models of the same names, in place, when that
-    /// provably leaves everything but those models as it is: every replacement names a model of
-    /// this DAG (once), reads the same parents, exposes the same relation columns (children
-    /// expanded `cols()` from them) and passes the per-model checks, and the refs and `cols()`
-    /// of the replacements and of their children check against their parents. Then the order,
-    /// the children and every other model stay, and so do the digests of the others: the DAG
-    /// equals [`Dag::build`] of the same models (`tests/it/dag_replace.rs` compares them).
+    /// provably leaves everything but those models as it is and every check of [`Dag::build`]
+    /// passes as it would on the same models: every replacement names a model of this DAG
+    /// (once), reads the same parents, exposes the same relation columns (children expanded
+    /// `cols()` from them) and passes the per-model checks; the refs, audits and `cols()` of the
+    /// replacements and of every model whose checks they can change pass against their
+    /// parents — the models reading a replacement (by a ref or an audit's), and, through
+    /// embedded models (inlined with their bounds), the models reading those, transitively; and
+    /// no model is named like the relation an external reads (checked again over the whole DAG
+    /// when a replacement is an external or changes kind). Then the order, the children and
+    /// every other model stay, and so do the digests of the others: the DAG equals
+    /// [`Dag::build`] of the same models (`tests/it/dag_replace.rs` compares them).
     ///
     /// # Errors
     /// The replacements, given back with the DAG untouched, when a replacement adds or drops an
@@ -215,30 +199,55 @@ impl Dag {
     /// in full (which also reports the errors).
     pub fn try_replace(&mut self, replacements: Vec<Model>) -> Result<(), Vec<Model>> {
         let mut at: BTreeMap<usize, usize> = BTreeMap::new();
+        // Whether what [`shadowed_relations`] finds can change.
+        let mut shadowing = false;
         for (k, m) in replacements.iter().enumerate() {
             let Some(&i) = self.index.get(&m.name) else { return Err(replacements) };
             let old = &self.models[i];
-            // A change of whether a model uses bounds concerns every model that inlines it
-            // (`validate_edges` of models further down): the full build checks them.
-            let bounds_changed = old.body.as_ref().is_some_and(|b| b.uses_bounds()) != m.body.as_ref().is_some_and(|b| b.uses_bounds());
             if at.insert(i, k).is_some()
                 || old.dependencies() != m.dependencies()
                 || old.relation_columns() != m.relation_columns()
-                || bounds_changed
                 || !validate_model(m).is_empty()
             {
                 return Err(replacements);
             }
+            shadowing |= matches!(m.kind, Kind::External(_)) || old.kind.tag() != m.kind.tag();
         }
         let by_name: BTreeMap<&ModelName, &Model> = replacements.iter().map(|m| (&m.name, m)).collect();
         let lookup = |n: &ModelName| by_name.get(n).copied().or_else(|| self.get(n));
-        let mut checked: BTreeSet<&ModelName> = BTreeSet::new();
-        for m in &replacements {
-            checked.insert(&m.name);
-            checked.extend(self.children(&m.name));
+        // The models reading each model through an audit (the DAG's children read it through
+        // their queries). Dependencies are unchanged: the DAG's models tell them.
+        let mut audit_readers: BTreeMap<&ModelName, Vec<&ModelName>> = BTreeMap::new();
+        for m in &self.models {
+            for r in m.audits.iter().flat_map(|a| a.sql.refs()) {
+                audit_readers.entry(&r.target).or_default().push(&m.name);
+            }
+        }
+        // What `validate_edges` of a model reads of others: their names and columns (unchanged
+        // but for the replacements), and the kind and bounds of the embedded models a ref
+        // inlines (`embedded_with_bounds`). So the models to check again are the replacements,
+        // their readers, and the readers of every embedded model reached that way.
+        let mut checked: BTreeSet<&ModelName> = replacements.iter().map(|m| &m.name).collect();
+        let mut stack: Vec<&ModelName> = checked.iter().copied().collect();
+        while let Some(n) = stack.pop() {
+            if !by_name.contains_key(n) && !lookup(n).is_some_and(|m| matches!(m.kind, Kind::Embedded)) {
+                continue;
+            }
+            for reader in self.children(n).chain(audit_readers.get(n).into_iter().flatten().copied()) {
+                if checked.insert(reader) {
+                    stack.push(reader);
+                }
+            }
         }
         if checked.iter().any(|n| !validate_edges(lookup(n).expect("a model of the DAG"), &lookup, &|_| None).is_empty()) {
             return Err(replacements);
+        }
+        if shadowing {
+            let merged: Vec<&Model> = self.models.iter().map(|m| by_name.get(&m.name).copied().unwrap_or(m)).collect();
+            let folded: std::collections::HashMap<String, &Model> = merged.iter().map(|m| (m.name.to_string().to_ascii_lowercase(), *m)).collect();
+            if !shadowed_relations(merged.iter().copied(), &|relation: &str| folded.get(relation).copied()).is_empty() {
+                return Err(replacements);
+            }
         }
         drop(by_name);
         let mut digests = self.model_digests().to_vec();
@@ -439,6 +448,35 @@ impl std::hash::Hasher for HashBytes {
     fn finish(&self) -> u64 {
         0
     }
+}
+
+/// The models named like the relation an external of `models` reads (`named` finds a model by
+/// its lower-case `schema.table`): its `prod` view would replace that relation (the user's table
+/// or view), and the external would then read the model itself. [`Dag::build`] runs it over
+/// every model; [`Dag::try_replace`] too, when a replacement can change what it finds.
+fn shadowed_relations<'a>(models: impl Iterator<Item = &'a Model>, named: &dyn Fn(&str) -> Option<&'a Model>) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    for ext in models {
+        let Kind::External(super::kind::External::Table { name }) = &ext.kind else { continue };
+        // `t` is `main.t`; a catalog-qualified name may be another database's: left alone.
+        let relation = name.replace('"', "").to_ascii_lowercase();
+        let relation = if relation.contains('.') { relation } else { format!("main.{relation}") };
+        // Only a model with a view of its own (not an external, not an embedded model).
+        if let Some(model) = named(relation.as_str()).filter(|m| !matches!(m.kind, Kind::External(_) | Kind::Embedded)) {
+            errors.push(
+                LoadError::new(
+                    Some(model.location.clone()),
+                    Some(model.name.clone()),
+                    format!(
+                        "model `{}` is named like the relation `{name}` that external `{}` ({}) reads: its `prod` view would replace that relation, and `{}` would then read this model",
+                        model.name, ext.name, ext.location, ext.name
+                    ),
+                )
+                .with_hint("rename the model (or point the external at another relation)"),
+            );
+        }
+    }
+    errors
 }
 
 /// Rules that concern one model alone.

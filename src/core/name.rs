@@ -121,6 +121,37 @@ impl From<ModelName> for String {
 /// The schema holding every physical relation.
 pub const PHYSICAL_SCHEMA: &str = "_efmesh";
 
+/// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
+/// e.g. DuckLake tables, which the main catalog does not list).
+pub fn split_relation(qualified: &str) -> Option<(String, String)> {
+    let mut parts = Vec::new();
+    let mut chars = qualified.chars().peekable();
+    while chars.peek().is_some() {
+        if chars.next()? != '"' {
+            return None;
+        }
+        let mut part = String::new();
+        loop {
+            match chars.next()? {
+                '"' if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    part.push('"');
+                }
+                '"' => break,
+                c => part.push(c),
+            }
+        }
+        parts.push(part);
+        match chars.next() {
+            None => break,
+            Some('.') => {}
+            Some(_) => return None,
+        }
+    }
+    let [schema, name]: [String; 2] = parts.try_into().ok()?;
+    Some((schema, name))
+}
+
 /// The environment whose views live in the models' own schemas.
 pub const PROD: &str = "prod";
 

@@ -96,6 +96,31 @@ pub fn stamp(engine: &mut (dyn Engine + '_), store_id: &str, found: i64, recorde
     }
 }
 
+/// The table of the store's versions (`index`: every snapshot's physical relation) that the
+/// database `catalog` describes holds while its stamp is lower than the store's epoch
+/// `recorded`: `(stamp, "schema.table", model)` of the first one in name order; `None` when the
+/// stamp is current (or ahead: a process killed between its stamp and its record) or the
+/// database holds none of them (a new file, the old one moved aside: what it lacks is rebuilt).
+/// Every table the store knows counts, not only those a plan serves: a database holding stale
+/// tables of one environment must not be stamped current by an apply of another (which would
+/// then serve them as caught up).
+pub fn behind(catalog: &Catalog, store_id: &str, recorded: i64, index: &crate::state::SnapshotIndex) -> Option<(i64, String, String)> {
+    let stamped = stamped(catalog, store_id);
+    if stamped >= recorded {
+        return None;
+    }
+    index
+        .iter()
+        .filter_map(|((name, _), (physical, _))| {
+            let (schema, table) = crate::core::name::split_relation(physical)?;
+            // Tables only: a view (a `view` model's, a lake version's) holds no rows of its own.
+            let entry = catalog.relations.get(&(schema.to_lowercase(), table.to_lowercase()))?;
+            entry.sql.is_none().then(|| (format!("{schema}.{table}"), name.clone()))
+        })
+        .min()
+        .map(|(relation, model)| (stamped, relation, model))
+}
+
 /// The refusal of an engine database whose stamp (`stamped`) is lower than the store's epoch
 /// (`recorded`), naming both, one of its tables the plan serves (`example`), the likely causes
 /// and the ways forward.

@@ -939,9 +939,98 @@ pub fn catalog_of(rows: Vec<Vec<Option<String>>>) -> Catalog {
     Catalog { relations }
 }
 
+/// True for an engine error saying a statement's SQL cannot bind as it is written — a relation,
+/// column or file it names does not exist (DuckDB's `Catalog Error`, `Binder Error`, `No files
+/// found`; Postgres's `… does not exist`) — and so will not bind by being run again; false for
+/// everything else (a lost connection, an S3 endpoint answering 503, a lock, a full disk).
+pub fn is_unbindable(message: &str) -> bool {
+    let first = message.lines().next().unwrap_or_default();
+    ["Catalog Error", "Binder Error", "No files found", "does not exist"].iter().any(|m| first.contains(m))
+}
+
+/// The view an engine statement re-creates or drops (an undo statement of a promotion,
+/// [`crate::state::PendingPromotion::rollback`]): its qualified name as the statement writes it (`"dev__s"."a"`,
+/// `mart.events_view`), and for messages (quotes taken off, `dev__s.a`). It is the name after
+/// the statement's first `VIEW ` (and `IF EXISTS `): DuckDB's `CREATE OR REPLACE VIEW …`,
+/// Postgres's `DO` block around one, `DROP VIEW IF EXISTS …`. `None` for any other shape.
+pub fn statement_view(statement: &str) -> Option<(String, String)> {
+    let (_, rest) = statement.split_once("VIEW ")?;
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix("IF EXISTS ").map_or(rest, str::trim_start);
+    let mut parts = Vec::new();
+    let mut tail = rest;
+    loop {
+        let (part, after) = identifier_prefix(tail)?;
+        parts.push(part);
+        tail = after;
+        match tail.strip_prefix('.') {
+            Some(next) => tail = next,
+            None => break,
+        }
+    }
+    let written = &rest[..rest.len() - tail.len()];
+    Some((written.to_string(), parts.join(".")))
+}
+
+/// The identifier `text` starts with, unquoted (double-quoted, `""` standing for a quote; or a
+/// run of letters, digits, `_` and `$`), and the text after it; `None` when it starts with none.
+fn identifier_prefix(text: &str) -> Option<(String, &str)> {
+    if let Some(quoted) = text.strip_prefix('"') {
+        let mut part = String::new();
+        let mut rest = quoted;
+        loop {
+            let (inside, after) = rest.split_once('"')?;
+            part.push_str(inside);
+            match after.strip_prefix('"') {
+                Some(more) => {
+                    part.push('"');
+                    rest = more;
+                }
+                None => return Some((part, after)),
+            }
+        }
+    }
+    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$')).unwrap_or(text.len());
+    (end > 0).then(|| (text[..end].to_string(), &text[end..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_errors_of_the_definition_itself_are_unbindable() {
+        for yes in [
+            "Catalog Error: Table with name s__a__ab does not exist!\nDid you mean …",
+            "Binder Error: Referenced column \"x\" not found",
+            "IO Error: No files found that match the pattern \"/old/root/data/e.csv\"",
+            "relation \"_efmesh.s__a__ab\" does not exist",
+        ] {
+            assert!(is_unbindable(yes), "{yes}");
+        }
+        for no in [
+            "HTTP Error: Unable to connect to URL \"http://127.0.0.1:9/b/x.parquet\": 503 (SlowDown)",
+            "IO Error: Could not set lock on file",
+            "connection closed",
+            "IO Error: No space left on device",
+        ] {
+            assert!(!is_unbindable(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn the_view_of_each_undo_statement_shape_is_found() {
+        let duckdb = "CREATE OR REPLACE VIEW mart.events_view AS SELECT event_at FROM _efmesh.mart__events_view__05;";
+        assert_eq!(statement_view(duckdb), Some(("mart.events_view".to_string(), "mart.events_view".to_string())));
+        let quoted = "CREATE OR REPLACE VIEW \"dev__s\".\"a \"\"b\"\"\" AS SELECT 1";
+        assert_eq!(statement_view(quoted), Some(("\"dev__s\".\"a \"\"b\"\"\"".to_string(), "dev__s.a \"b\"".to_string())));
+        let dropped = super::dialect::Dialect::drop_view_if_exists(&super::dialect::Standard, "\"dev__s\".\"c\"");
+        assert_eq!(statement_view(&dropped), Some(("\"dev__s\".\"c\"".to_string(), "dev__s.c".to_string())));
+        let postgres = super::dialect::Dialect::replace_view_as(&super::dialect::Standard, "\"dev__s\".\"b\"", "SELECT 1 AS x").concat();
+        assert_eq!(statement_view(&postgres), Some(("\"dev__s\".\"b\"".to_string(), "dev__s.b".to_string())));
+        assert_eq!(statement_view("CREATE SCHEMA IF NOT EXISTS \"dev__s\""), None);
+        assert_eq!(statement_view("DROP VIEW IF EXISTS (SELECT 1)"), None);
+    }
 
     #[test]
     fn a_refused_type_is_one_line_with_duckdbs_suggestion_and_check_finds_only_unknown_types() {

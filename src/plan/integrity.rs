@@ -216,36 +216,7 @@ pub fn is_url(path: &str) -> bool {
     path.split_once("://").is_some_and(|(scheme, _)| !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
 }
 
-/// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
-/// e.g. DuckLake tables, which the main catalog does not list).
-pub fn split_relation(qualified: &str) -> Option<(String, String)> {
-    let mut parts = Vec::new();
-    let mut chars = qualified.chars().peekable();
-    while chars.peek().is_some() {
-        if chars.next()? != '"' {
-            return None;
-        }
-        let mut part = String::new();
-        loop {
-            match chars.next()? {
-                '"' if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    part.push('"');
-                }
-                '"' => break,
-                c => part.push(c),
-            }
-        }
-        parts.push(part);
-        match chars.next() {
-            None => break,
-            Some('.') => {}
-            Some(_) => return None,
-        }
-    }
-    let [schema, name]: [String; 2] = parts.try_into().ok()?;
-    Some((schema, name))
-}
+pub use crate::core::name::split_relation;
 
 /// What the engine lacks of a version an environment serves ([`served_missing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -478,7 +449,7 @@ pub fn check_skipping(
     let root = Root::of(project);
     let mut index = None;
     refuse_foreign_relations(project, plan, catalog)?;
-    if let Some(message) = engine_behind(project, state, plan, catalog)? {
+    if let Some(message) = engine_behind(project, state, catalog)? {
         return Err(PlanError::EngineBehind(message));
     }
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
@@ -584,31 +555,21 @@ pub fn check_skipping(
     Ok(unclean)
 }
 
-/// Why the engine database `catalog` describes cannot be trusted with `plan`: its epoch stamp
-/// for this state store is lower than the epoch the store records, and it holds a table the
-/// plan serves from the engine's own storage ([`crate::engine::epoch`]); `None` when the stamp is
-/// current (or ahead: a process killed between its stamp and its record), or the database holds
-/// none of those tables (a new file: the plan's repairs rebuild them).
+/// Why the engine database `catalog` describes cannot be trusted: its epoch stamp for this
+/// state store is lower than the epoch the store records while it holds a table of one of the
+/// store's versions ([`crate::engine::epoch::behind`]); `None` otherwise (a new file: the plan's
+/// repairs rebuild what it lacks).
 ///
 /// # Errors
 /// The state store's reads.
-pub fn engine_behind(project: &Project, state: &dyn StateStore, plan: &Plan, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
+pub fn engine_behind(project: &Project, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
     let recorded = state.engine_epoch()?;
-    if recorded == 0 {
+    if recorded == 0 || crate::engine::epoch::stamped(catalog, &state.store_id()?) >= recorded {
         return Ok(None);
     }
-    let store_id = state.store_id()?;
-    let stamped = crate::engine::epoch::stamped(catalog, &store_id);
-    if stamped >= recorded {
+    let Some((stamped, relation, model)) = crate::engine::epoch::behind(catalog, &state.store_id()?, recorded, &state.snapshot_index()?) else {
         return Ok(None);
-    }
-    let held = plan.actions.iter().filter(|a| a.change != Change::Removed).find_map(|a| {
-        let model = project.dag.get(&a.name)?;
-        let table = model.target == Target::Table && model.kind.is_materialized() && !matches!(model.kind, Kind::View);
-        let (schema, name) = split_relation(a.physical.as_deref().filter(|_| table)?)?;
-        catalog.contains(&schema, &name).then(|| (a.name.clone(), format!("{schema}.{name}")))
-    });
-    let Some((model, relation)) = held else { return Ok(None) };
+    };
     Ok(Some(crate::engine::epoch::behind_message(
         &crate::engine::location(&project.config),
         &state.location(),

@@ -39,6 +39,11 @@ pub enum Col {
     Text,
     /// Text or NULL.
     TextOrNull,
+    /// Text holding an instant ([`crate::core::interval::to_iso`]: ISO-8601 UTC with
+    /// milliseconds); an import refuses one [`crate::core::interval::parse_instant`] cannot read.
+    Instant,
+    /// Text holding JSON; an import refuses text that does not parse.
+    Json,
 }
 
 /// One exported table: its name, its columns in order, and the key its rows are sorted by.
@@ -48,7 +53,7 @@ pub struct Table {
     pub name: &'static str,
     /// Columns, in the document's order.
     pub columns: &'static [(&'static str, Col)],
-    /// `ORDER BY` of the export.
+    /// `ORDER BY` of the export: the table's primary key (its columns, comma-separated).
     pub order: &'static str,
 }
 
@@ -57,9 +62,14 @@ impl Table {
     pub fn column_list(&self) -> String {
         self.columns.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ")
     }
+
+    /// The positions of the primary key's columns ([`Table::order`]) in [`Table::columns`].
+    pub fn key(&self) -> Vec<usize> {
+        self.order.split(',').filter_map(|k| self.columns.iter().position(|(c, _)| *c == k.trim())).collect()
+    }
 }
 
-use Col::{Int, Text, TextOrNull};
+use Col::{Instant, Int, Json, Text, TextOrNull};
 
 /// Every exported table, in the order an import writes them.
 pub const TABLES: &[Table] = &[
@@ -73,44 +83,56 @@ pub const TABLES: &[Table] = &[
             ("physical", Text),
             ("canonical", TextOrNull),
             ("rendered_sql", Text),
-            ("metadata", Text),
-            ("created_at", Text),
+            ("metadata", Json),
+            ("created_at", Instant),
         ],
         order: "name, fingerprint",
     },
     Table {
         name: "environments",
-        columns: &[("env", Text), ("name", Text), ("fingerprint", Text), ("promoted_at", Text), ("metadata", Text)],
+        columns: &[("env", Text), ("name", Text), ("fingerprint", Text), ("promoted_at", Instant), ("metadata", Json)],
         order: "env, name",
     },
-    Table { name: "promotions", columns: &[("env", Text), ("pointers", Text), ("rollback", Text), ("started_at", Text)], order: "env" },
+    Table { name: "promotions", columns: &[("env", Text), ("pointers", Json), ("rollback", Json), ("started_at", Instant)], order: "env" },
     Table {
         name: "intervals",
-        columns: &[("name", Text), ("fingerprint", Text), ("start_ts", Text), ("end_ts", Text), ("status", Text), ("updated_at", Text)],
+        columns: &[("name", Text), ("fingerprint", Text), ("start_ts", Instant), ("end_ts", Instant), ("status", Text), ("updated_at", Instant)],
         order: "name, fingerprint, start_ts",
     },
-    Table { name: "plans", columns: &[("id", Int), ("env", Text), ("summary", Text), ("applied_at", Text), ("applied_by", Text)], order: "id" },
+    Table { name: "plans", columns: &[("id", Int), ("env", Text), ("summary", Json), ("applied_at", Instant), ("applied_by", Text)], order: "id" },
     Table {
         name: "ticks",
-        columns: &[("id", Int), ("env", Text), ("started_at", Text), ("finished_at", Text), ("outcome", Text), ("processed", Text), ("detail", TextOrNull)],
+        columns: &[
+            ("id", Int),
+            ("env", Text),
+            ("started_at", Instant),
+            ("finished_at", Instant),
+            ("outcome", Text),
+            ("processed", Json),
+            ("detail", TextOrNull),
+        ],
         order: "id",
     },
-    Table { name: "released", columns: &[("name", Text), ("fingerprint", Text), ("released_at", Text)], order: "name, fingerprint" },
+    Table { name: "released", columns: &[("name", Text), ("fingerprint", Text), ("released_at", Instant)], order: "name, fingerprint" },
     Table {
         name: "condemned",
-        columns: &[("physical", Text), ("name", Text), ("fingerprint", Text), ("kind", Text), ("detail", Text), ("claimed_at", Text)],
+        columns: &[("physical", Text), ("name", Text), ("fingerprint", Text), ("kind", Text), ("detail", Json), ("claimed_at", Instant)],
         order: "physical",
     },
-    Table { name: "pending_rebuilds", columns: &[("name", Text), ("fingerprint", Text), ("reason", Text), ("recorded_at", Text)], order: "name, fingerprint" },
     Table {
-        name: "data_versions",
-        columns: &[("name", Text), ("fingerprint", Text), ("generation", Int), ("built_from", TextOrNull), ("updated_at", Text)],
+        name: "pending_rebuilds",
+        columns: &[("name", Text), ("fingerprint", Text), ("reason", Text), ("recorded_at", Instant)],
         order: "name, fingerprint",
     },
-    Table { name: "orphans_seen", columns: &[("physical", Text), ("first_seen", Text)], order: "physical" },
+    Table {
+        name: "data_versions",
+        columns: &[("name", Text), ("fingerprint", Text), ("generation", Int), ("built_from", TextOrNull), ("updated_at", Instant)],
+        order: "name, fingerprint",
+    },
+    Table { name: "orphans_seen", columns: &[("physical", Text), ("first_seen", Instant)], order: "physical" },
     Table {
         name: "audit_passes",
-        columns: &[("name", Text), ("fingerprint", Text), ("digest", Text), ("generation", Int), ("passed_at", Text)],
+        columns: &[("name", Text), ("fingerprint", Text), ("digest", Text), ("generation", Int), ("passed_at", Instant)],
         order: "name, fingerprint",
     },
 ];
@@ -162,8 +184,9 @@ impl StateDump {
 
     /// Reads and validates a document: its `apiVersion` and `kind`, its `stateVersion` (this
     /// efmesh's layout, or layout 8 read with engine epoch 0: a newer one is refused, upgrade
-    /// efmesh; an older one too, export it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns, and
-    /// every value's type.
+    /// efmesh; an older one too, export it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns,
+    /// every value's type, and the content the stores' reads rely on (instants, JSON, unique
+    /// keys, snapshot kinds, pointers and done ledger rows naming snapshots, a `storeId`).
     ///
     /// # Errors
     /// A message naming what is wrong (the table, row and column for a value).
@@ -220,7 +243,7 @@ impl StateDump {
                 for ((column, col), v) in t.columns.iter().zip(cells) {
                     let ok = match col {
                         Int => v.as_i64().is_some(),
-                        Text => v.is_string(),
+                        Text | Instant | Json => v.is_string(),
                         TextOrNull => v.is_string() || v.is_null(),
                     };
                     if !ok {
@@ -236,34 +259,100 @@ impl StateDump {
         Ok(dump)
     }
 
-    /// What the stores' reads rely on beyond types: every ledger row's start and end are
-    /// instants (and when it was written), the start before the end, its status `done` or `failed`. A store imported
-    /// without them fails every later plan. Every snapshot's storage is efmesh's (none, or a
-    /// relation in its storage schema or DuckLake catalog: the janitor would otherwise claim a
-    /// relation of the user's), and its creation an instant; every environment name is one efmesh
-    /// accepts; an interrupted promotion's pointers and undo are JSON. (Pointers are not checked
-    /// against snapshots: externals have none.)
+    /// What the stores' reads rely on beyond types, each refusal naming the table, row and
+    /// column (and the row's key):
+    ///
+    /// - the document's `storeId` is not empty (the janitor tells the storage its store owns by
+    ///   it, and refuses to run without one);
+    /// - every [`Col::Instant`] value of every table is an instant, and every [`Col::Json`] value
+    ///   is JSON (snapshot and pointer metadata, a promotion's pointers and undo, the journal's
+    ///   summaries, ticks' counts, a claim's detail): a store holding one that is not fails the
+    ///   reads of it later, or compares it as text with instants;
+    /// - no two rows of a table have the same primary key ([`Table::key`]; the store would refuse
+    ///   the second one);
+    /// - every snapshot's kind is one a model declares ([`crate::script::builder::KIND_TAGS`],
+    ///   what apply records), and its storage efmesh's (none, or a relation in its storage
+    ///   schema or DuckLake catalog: the janitor would otherwise claim a relation of the user's);
+    /// - every environment name is one efmesh accepts, and every pointer names a snapshot, but
+    ///   for an external model, which has none: a pointer without its snapshot is accepted only
+    ///   when its metadata's kind is `external`, or its metadata holds no kind at all (`{}`, what
+    ///   the migration to layout 3 gave a pointer without a snapshot: an external's). A promotion
+    ///   requires the snapshot of every other pointer, so a store efmesh wrote holds none other;
+    /// - every ledger row's start and end are instants, the start before the end, its status
+    ///   `done` or `failed`, and a `done` row's version has a snapshot (a `failed` row may have
+    ///   none: the first batch of a new version that failed before its snapshot was recorded).
+    ///
+    /// A store imported without them fails later plans, runs or janitor passes.
     fn check_content(&self) -> Result<(), String> {
         use crate::core::interval::parse_instant;
+        use std::collections::BTreeSet;
+        if self.store_id.trim().is_empty() {
+            return Err("the document's `storeId` is empty: every state store has an identity (the janitor tells the storage a store owns by it)".into());
+        }
         let rows = |t: &str| self.tables.get(t).map(Vec::as_slice).unwrap_or_default();
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        for t in TABLES {
+            let key = t.key();
+            let mut seen: BTreeMap<Vec<String>, usize> = BTreeMap::new();
+            for (i, r) in rows(t.name).iter().enumerate() {
+                for ((column, col), v) in t.columns.iter().zip(r) {
+                    let Some(s) = v.as_str() else { continue };
+                    let at = || format!("table `{}` row {} column `{column}` ({})", t.name, i + 1, row_label(t, r));
+                    match col {
+                        Instant => {
+                            parse_instant(s).map_err(|e| format!("{}: {e}", at()))?;
+                        }
+                        Json => {
+                            serde_json::from_str::<Value>(s).map_err(|e| format!("{}: not JSON: {e}", at()))?;
+                        }
+                        Int | Text | TextOrNull => {}
+                    }
+                }
+                let values: Vec<String> = key.iter().filter_map(|&c| r.get(c)).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).collect();
+                if let Some(first) = seen.get(&values) {
+                    let columns: Vec<String> = key.iter().filter_map(|&c| t.columns.get(c)).map(|(c, _)| format!("`{c}`")).collect();
+                    return Err(format!(
+                        "table `{}` rows {first} and {} have the same {} ({}): each appears once in a store",
+                        t.name,
+                        i + 1,
+                        columns.join(", "),
+                        values.join(" ")
+                    ));
+                }
+                seen.insert(values, i + 1);
+            }
+        }
         let storage = [crate::core::name::PHYSICAL_SCHEMA, crate::core::target::DUCKLAKE_ALIAS].map(|s| format!("\"{s}\"."));
+        let kinds = crate::script::builder::KIND_TAGS;
+        let mut snapshots = BTreeSet::new();
         for (i, r) in rows("snapshots").iter().enumerate() {
             let at = |column: &str| format!("table `snapshots` row {} column `{column}` ({} {})", i + 1, text(&r[0]), text(&r[1]));
+            let kind = text(&r[3]);
+            if !kinds.contains(&kind.as_str()) {
+                return Err(format!("{}: `{kind}` is not a kind efmesh records (one of {})", at("kind"), kinds.join(", ")));
+            }
             let physical = text(&r[4]);
             if !physical.is_empty() && !storage.iter().any(|s| physical.to_ascii_lowercase().starts_with(s)) {
                 return Err(format!("{}: `{physical}` is not in efmesh's storage (`{}` or `{}`)", at("physical"), storage[0], storage[1]));
             }
-            parse_instant(&text(&r[8])).map_err(|e| format!("{}: {e}", at("created_at")))?;
+            snapshots.insert((text(&r[0]), text(&r[1])));
         }
         for (i, r) in rows("environments").iter().enumerate() {
             let env = text(&r[0]);
             crate::core::name::validate_env(&env).map_err(|e| format!("table `environments` row {} column `env`: {e}", i + 1))?;
-        }
-        for (i, r) in rows("promotions").iter().enumerate() {
-            for (c, column) in [(1, "pointers"), (2, "rollback")] {
-                serde_json::from_str::<Value>(&text(&r[c]))
-                    .map_err(|e| format!("table `promotions` row {} column `{column}` ({}): not JSON: {e}", i + 1, text(&r[0])))?;
+            let (name, fp) = (text(&r[1]), text(&r[2]));
+            if snapshots.contains(&(name.clone(), fp.clone())) {
+                continue;
+            }
+            // Checked to be JSON above.
+            let metadata: Value = serde_json::from_str(&text(&r[4])).unwrap_or_default();
+            let kind = metadata.get("kind").map(|k| k.as_str().or_else(|| k.get("tag").and_then(Value::as_str)).unwrap_or("?"));
+            if let Some(kind) = kind.filter(|k| *k != "external") {
+                return Err(format!(
+                    "table `environments` row {} column `fingerprint` ({env} {name}): no snapshot of `{name}` `{fp}` (table `snapshots`); \
+                     only an external model's pointer has none, and its metadata says `{kind}`",
+                    i + 1
+                ));
             }
         }
         for (i, r) in rows("intervals").iter().enumerate() {
@@ -273,19 +362,38 @@ impl StateDump {
             if end <= start {
                 return Err(format!("{}: the interval ends at {} before it starts at {}", at("end_ts"), text(&r[3]), text(&r[2])));
             }
-            parse_instant(&text(&r[5])).map_err(|e| format!("{}: {e}", at("updated_at")))?;
             if !matches!(r[4].as_str(), Some("done" | "failed")) {
                 return Err(format!("{}: {} is neither `done` nor `failed`", at("status"), r[4]));
+            }
+            if r[4].as_str() == Some("done") && !snapshots.contains(&(text(&r[0]), text(&r[1]))) {
+                return Err(format!(
+                    "{}: a done interval of a version with no snapshot (table `snapshots` has no `{}` `{}`)",
+                    at("fingerprint"),
+                    text(&r[0]),
+                    text(&r[1])
+                ));
             }
         }
         Ok(())
     }
 }
 
+/// A row's key for a message: its primary key's values ([`Table::key`]) but instants (an
+/// interval's start is named by its own column), space-separated, text unquoted.
+fn row_label(t: &Table, r: &[Value]) -> String {
+    t.key()
+        .into_iter()
+        .filter(|&c| t.columns.get(c).is_some_and(|(_, col)| *col != Instant))
+        .filter_map(|c| r.get(c))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn col_name(c: Col) -> &'static str {
     match c {
         Int => "an integer",
-        Text => "a string",
+        Text | Instant | Json => "a string",
         TextOrNull => "a string or null",
     }
 }
@@ -294,10 +402,18 @@ fn col_name(c: Col) -> &'static str {
 mod tests {
     use super::*;
 
+    /// An instant, as the stores write them.
+    const AT: &str = "2026-01-05T00:00:00.000Z";
+
+    /// 64 hex digits, as fingerprints are.
+    fn fp(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
     fn sample() -> StateDump {
         let mut d = StateDump { store_id: "ab".repeat(16), generation: 3, claims: 0, ..StateDump::default() };
         d.tables.insert("plans".into(), vec![vec![json!(1), json!("dev"), json!("{}"), json!("2026-01-01T00:00:00.000Z"), json!("me")]]);
-        d.tables.insert("ticks".into(), vec![vec![json!(1), json!("dev"), json!("t0"), json!("t1"), json!("processed"), json!("{}"), Value::Null]]);
+        d.tables.insert("ticks".into(), vec![vec![json!(1), json!("dev"), json!(AT), json!(AT), json!("processed"), json!("{}"), Value::Null]]);
         for t in TABLES {
             d.tables.entry(t.name.to_string()).or_default();
         }
@@ -308,8 +424,13 @@ mod tests {
     fn ledger_rows_are_checked_for_what_the_stores_read() {
         let interval =
             |start: &str, end: &str, status: &str| vec![json!("s.m"), json!("fp"), json!(start), json!(end), json!(status), json!("2026-01-05T00:00:00.000Z")];
+        let snapshot = |physical: &str, created: &str| {
+            vec![json!("s.m"), json!("fp"), json!(1), json!("full"), json!(physical), Value::Null, json!("SELECT 1"), json!("{}"), json!(created)]
+        };
         let with = |table: &str, rows: Vec<Vec<Value>>| {
             let mut d = sample();
+            // The version the ledger rows are of.
+            d.tables.insert("snapshots".into(), vec![snapshot("", "2026-01-05T00:00:00.000Z")]);
             d.tables.insert(table.into(), rows);
             StateDump::from_document(&d.to_document("t"))
         };
@@ -321,11 +442,10 @@ mod tests {
         assert!(with("intervals", vec![interval("2026-01-01T00:00:00.000Z", "2026-01-02T00:00:00.000Z", "maybe")]).unwrap_err().contains("neither"));
         // A snapshot naming storage outside efmesh's (the janitor would claim it), a bad
         // creation time, an environment name efmesh refuses, a promotion that is not JSON.
-        let snapshot = |physical: &str, created: &str| {
-            vec![json!("s.m"), json!("fp"), json!(1), json!("full"), json!(physical), Value::Null, json!("SELECT 1"), json!("{}"), json!(created)]
-        };
         let at = "2026-01-05T00:00:00.000Z";
-        assert!(with("snapshots", vec![snapshot("\"_efmesh\".\"s__m__fp\"", at), snapshot("", at)]).is_ok());
+        let mut other = snapshot("", at);
+        other[1] = json!("fp2");
+        assert!(with("snapshots", vec![snapshot("\"_efmesh\".\"s__m__fp\"", at), other]).is_ok());
         assert!(with("snapshots", vec![snapshot("\"landing\".\"events\"", at)]).unwrap_err().contains("is not in efmesh's storage"));
         assert!(with("snapshots", vec![snapshot("\"_efmesh\".\"s__m__fp\"", "yesterday")]).unwrap_err().contains("column `created_at`"));
         let bad = with("environments", vec![vec![json!("Dev-X; drop"), json!("s.m"), json!("fp"), json!(at), json!("{}")]]).unwrap_err();
@@ -376,5 +496,137 @@ mod tests {
         let mut missing = doc;
         missing["tables"].as_object_mut().unwrap().remove("snapshots");
         assert!(StateDump::from_document(&missing).unwrap_err().contains("no table `snapshots`"));
+    }
+
+    /// One row in every table, each naming the others consistently: the pointer and the ledger
+    /// row are of the one snapshot.
+    fn full() -> StateDump {
+        let mut d = sample();
+        let (v, physical) = (fp('a'), "\"_efmesh\".\"s__m\"");
+        let rows: [(&str, Vec<Value>); 12] = [
+            ("snapshots", vec![json!("s.m"), json!(v), json!(1), json!("full"), json!(physical), Value::Null, json!("SELECT 1"), json!("{}"), json!(AT)]),
+            ("environments", vec![json!("dev"), json!("s.m"), json!(v), json!(AT), json!(r#"{"kind":{"tag":"full"}}"#)]),
+            ("promotions", vec![json!("dev"), json!("{}"), json!("[]"), json!(AT)]),
+            ("intervals", vec![json!("s.m"), json!(v), json!("2026-01-01T00:00:00.000Z"), json!("2026-01-02T00:00:00.000Z"), json!("done"), json!(AT)]),
+            ("plans", vec![json!(1), json!("dev"), json!("{}"), json!(AT), json!("me")]),
+            ("ticks", vec![json!(1), json!("dev"), json!(AT), json!(AT), json!("processed"), json!("{}"), Value::Null]),
+            ("released", vec![json!("s.m"), json!(v), json!(AT)]),
+            ("condemned", vec![json!("\"_efmesh\".\"old\""), json!("s.m"), json!(fp('0')), json!("full"), json!("{}"), json!(AT)]),
+            ("pending_rebuilds", vec![json!("s.m"), json!(v), json!("parents changed"), json!(AT)]),
+            ("data_versions", vec![json!("s.m"), json!(v), json!(1), Value::Null, json!(AT)]),
+            ("orphans_seen", vec![json!("\"_efmesh\".\"stray\""), json!(AT)]),
+            ("audit_passes", vec![json!("s.m"), json!(v), json!("digest"), json!(1), json!(AT)]),
+        ];
+        for (table, row) in rows {
+            d.tables.insert(table.into(), vec![row]);
+        }
+        d
+    }
+
+    /// `full()` with `edit` applied to its document.
+    fn refused(edit: impl FnOnce(&mut Value)) -> String {
+        let mut doc = full().to_document("t");
+        edit(&mut doc);
+        StateDump::from_document(&doc).unwrap_err()
+    }
+
+    #[test]
+    fn every_table_key_names_its_columns() {
+        for t in TABLES {
+            assert_eq!(t.key().len(), t.order.split(',').count(), "table `{}`: its order {:?} names a column it does not have", t.name, t.order);
+        }
+    }
+
+    /// Every column declared an instant refuses a value that is no instant (a promotion time of
+    /// `2026-13-45` was imported), every JSON column text that is not JSON, naming table, row,
+    /// column and the row's key.
+    #[test]
+    fn every_instant_and_json_column_is_checked() {
+        assert_eq!(StateDump::from_document(&full().to_document("t")), Ok(full()));
+        let mut checked = 0;
+        for t in TABLES {
+            for (c, (column, col)) in t.columns.iter().enumerate() {
+                let bad = match col {
+                    Instant => "2026-13-45",
+                    Json => "{not json",
+                    Int | Text | TextOrNull => continue,
+                };
+                let err = refused(|doc| doc["tables"][t.name]["rows"][0][c] = json!(bad));
+                let at = format!("table `{}` row 1 column `{column}` (", t.name);
+                assert!(err.starts_with(&at), "{err}");
+                assert!(err.contains(if *col == Instant { "`2026-13-45` is not a date or timestamp" } else { ": not JSON: " }), "{err}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 22, "every instant and JSON column of TABLES");
+        let err = refused(|doc| doc["tables"]["environments"]["rows"][0][3] = json!("2026-13-45"));
+        assert!(err.starts_with("table `environments` row 1 column `promoted_at` (dev s.m): `2026-13-45`"), "{err}");
+        let err = refused(|doc| doc["tables"]["snapshots"]["rows"][0][7] = json!("{not json"));
+        assert!(err.starts_with(&format!("table `snapshots` row 1 column `metadata` (s.m {}): not JSON", fp('a'))), "{err}");
+    }
+
+    /// A row twice (the store refused it with a raw UNIQUE error, after the checks) is refused
+    /// by the table's key, naming both rows.
+    #[test]
+    fn duplicate_keys_are_refused_naming_the_table_and_both_rows() {
+        for t in TABLES {
+            let err = refused(|doc| {
+                let row = doc["tables"][t.name]["rows"][0].clone();
+                doc["tables"][t.name]["rows"].as_array_mut().unwrap().push(row);
+            });
+            assert!(err.starts_with(&format!("table `{}` rows 1 and 2 have the same ", t.name)), "{err}");
+        }
+        let err = refused(|doc| {
+            let row = doc["tables"]["snapshots"]["rows"][0].clone();
+            doc["tables"]["snapshots"]["rows"].as_array_mut().unwrap().push(row);
+        });
+        assert_eq!(err, format!("table `snapshots` rows 1 and 2 have the same `name`, `fingerprint` (s.m {}): each appears once in a store", fp('a')));
+        // Another version of the same model, or another day of its ledger, is another key.
+        let mut d = full();
+        let mut other = d.tables["snapshots"][0].clone();
+        other[1] = json!(fp('b'));
+        d.tables.get_mut("snapshots").unwrap().push(other);
+        let mut day = d.tables["intervals"][0].clone();
+        day[2] = json!("2026-01-02T00:00:00.000Z");
+        day[3] = json!("2026-01-03T00:00:00.000Z");
+        d.tables.get_mut("intervals").unwrap().push(day);
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+    }
+
+    /// A snapshot kind efmesh never records, a pointer or a done ledger row of a version with
+    /// no snapshot (but an external's pointer, which has none), and an empty `storeId` (the
+    /// janitor then failed with `meta.store_id is empty`) are refused by name.
+    #[test]
+    fn kinds_pointers_ledger_rows_and_the_store_id_are_checked() {
+        let err = refused(|doc| doc["tables"]["snapshots"]["rows"][0][3] = json!("nonsense"));
+        assert!(err.starts_with(&format!("table `snapshots` row 1 column `kind` (s.m {}): `nonsense` is not a kind efmesh records", fp('a'))), "{err}");
+        for kind in crate::script::builder::KIND_TAGS {
+            let mut d = full();
+            d.tables.get_mut("snapshots").unwrap()[0][3] = json!(kind);
+            assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d), "kind `{kind}`");
+        }
+        let dangling = fp('c');
+        let err = refused(|doc| doc["tables"]["environments"]["rows"][0][2] = json!(dangling));
+        assert!(err.starts_with(&format!("table `environments` row 1 column `fingerprint` (dev s.m): no snapshot of `s.m` `{dangling}`")), "{err}");
+        assert!(err.contains("its metadata says `full`"), "{err}");
+        // An external's pointer has no snapshot: its metadata says so, or (a pointer the
+        // migration to layout 3 gave no metadata) holds no kind.
+        for metadata in [r#"{"kind":{"tag":"external","path":"data/e.csv"}}"#, "{}"] {
+            let mut d = full();
+            d.tables.get_mut("environments").unwrap().push(vec![json!("dev"), json!("raw.e"), json!(dangling), json!(AT), json!(metadata)]);
+            assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d), "{metadata}");
+        }
+        let err = refused(|doc| doc["tables"]["intervals"]["rows"][0][1] = json!(dangling));
+        let at = format!("table `intervals` row 1 column `fingerprint` (s.m {dangling}): a done interval of a version with no snapshot");
+        assert!(err.starts_with(&at), "{err}");
+        // A failed row may have none: a new version's first batch failed before its snapshot.
+        let mut d = full();
+        d.tables.get_mut("intervals").unwrap()[0][1] = json!(dangling);
+        d.tables.get_mut("intervals").unwrap()[0][4] = json!("failed");
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+        for empty in ["", "  "] {
+            let err = refused(|doc| doc["storeId"] = json!(empty));
+            assert!(err.starts_with("the document's `storeId` is empty"), "{err}");
+        }
     }
 }

@@ -964,7 +964,7 @@ impl StateStore for PostgresStore {
                         for (i, (_, col)) in t.columns.iter().enumerate() {
                             cells.push(match col {
                                 Col::Int => serde_json::Value::from(r.try_get::<_, i64>(i)?),
-                                Col::Text => serde_json::Value::from(r.try_get::<_, String>(i)?),
+                                Col::Text | Col::Instant | Col::Json => serde_json::Value::from(r.try_get::<_, String>(i)?),
                                 Col::TextOrNull => r.try_get::<_, Option<String>>(i)?.map_or(serde_json::Value::Null, serde_json::Value::from),
                             });
                         }
@@ -1014,7 +1014,7 @@ impl StateStore for PostgresStore {
                                 .map(|((_, col), v)| -> Box<dyn ToSql + Sync> {
                                     match col {
                                         Col::Int => Box::new(v.as_i64()),
-                                        Col::Text | Col::TextOrNull => Box::new(v.as_str().map(str::to_string)),
+                                        Col::Text | Col::TextOrNull | Col::Instant | Col::Json => Box::new(v.as_str().map(str::to_string)),
                                     }
                                 })
                                 .collect();

@@ -1500,7 +1500,9 @@ impl StateStore for SqliteStore {
                         for (i, (column, col)) in t.columns.iter().enumerate() {
                             let v = match (row.get_ref(i)?, col) {
                                 (ValueRef::Integer(n), Col::Int) => serde_json::Value::from(n),
-                                (ValueRef::Text(b), Col::Text | Col::TextOrNull) => serde_json::Value::from(String::from_utf8_lossy(b).into_owned()),
+                                (ValueRef::Text(b), Col::Text | Col::TextOrNull | Col::Instant | Col::Json) => {
+                                    serde_json::Value::from(String::from_utf8_lossy(b).into_owned())
+                                }
                                 (ValueRef::Null, Col::TextOrNull) => serde_json::Value::Null,
                                 (other, _) => {
                                     return Err(Fault::Corrupt(format!(

@@ -196,3 +196,90 @@ fn a_lost_ducklake_catalog_is_never_replaced_by_an_empty_one() {
     p.run(&["run", "prod"]).expect_code(0);
     assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
 }
+
+/// A `full` DuckLake model of 1000 rows, `n = range * factor`: DuckLake writes parquet files for
+/// inserts that large (small ones it inlines in the catalog).
+fn big_model(factor: i64) -> String {
+    format!(
+        r#"define_model {{
+  name = "m.big",
+  kind = kind.full(),
+  target = "ducklake",
+  schema = {{ {{ "n", "bigint" }} }},
+  query = "SELECT CAST(range * {factor} AS BIGINT) AS n FROM range(1000)",
+}}
+"#
+    )
+}
+
+/// The parquet files under the DuckLake data path's schema `main`, relative to it, sorted.
+fn data_files(p: &Project) -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in fs_err::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "parquet") {
+                out.push(path);
+            }
+        }
+    }
+    let root = p.root().join("lake_data/main");
+    let mut out = Vec::new();
+    walk(&root, &mut out);
+    let mut v: Vec<String> = out.iter().map(|f| f.strip_prefix(&root).unwrap().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// `count(*)` and `sum(n)` of a relation, as text.
+fn count_sum(p: &Project, relation: &str) -> Vec<Option<String>> {
+    open(p).query(&format!("SELECT CAST(count(*) AS VARCHAR), CAST(sum(n) AS VARCHAR) FROM {relation}")).unwrap_or_else(|e| panic!("{e}")).remove(0)
+}
+
+/// The janitor's DuckLake maintenance: a dropped version's parquet files are removed from the data
+/// path (its snapshots expired past the ttl), reported as `ducklakeFilesRemoved`; a dry run
+/// counts them and removes nothing; the served version's files and rows stay.
+#[test]
+fn the_janitor_removes_the_files_of_a_dropped_ducklake_version() {
+    let p = Project::new();
+    p.write("efmesh.toml", &format!("{CONFIG}\n{DL_CONFIG}"));
+    p.write("models/m.lua", &big_model(1));
+    let prod = p.apply("prod");
+    let prod_dir = format!("m__big__{}/", fp(&prod, "m.big"));
+    p.write("models/m.lua", &big_model(3));
+    let dev = p.apply("dev");
+    let dev_dir = format!("m__big__{}/", fp(&dev, "m.big"));
+    let before = data_files(&p);
+    let prod_files: Vec<String> = before.iter().filter(|f| f.starts_with(&prod_dir)).cloned().collect();
+    let dev_files: Vec<String> = before.iter().filter(|f| f.starts_with(&dev_dir)).cloned().collect();
+    assert!(!prod_files.is_empty() && !dev_files.is_empty(), "DuckLake wrote parquet files for both versions: {before:?}");
+    let sum: i64 = (0..1000).sum();
+    assert_eq!(count_sum(&p, &env_view("dev", "m.big")), vec![Some("1000".into()), Some((3 * sum).to_string())]);
+    p.run(&["invalidate", "dev"]).expect_code(0);
+
+    // A dry run counts the files the real run removes, and touches nothing.
+    let dry = p.run(&["janitor", "--ttl", "0", "--dry-run", "--json"]).expect_code(0).json();
+    assert!(dry["ducklakeFilesRemoved"].as_u64().is_some_and(|n| n >= dev_files.len() as u64), "{dry:#}");
+    assert_eq!(data_files(&p), before, "a dry run removes no file");
+
+    let run = p.run(&["janitor", "--ttl", "0", "--json"]);
+    let v = run.expect_code(0).json();
+    let dropped: Vec<&str> = v["dropped"].as_array().unwrap().iter().map(|d| d["physical"].as_str().unwrap()).collect();
+    assert_eq!(dropped, vec![action(&dev, "m.big")["physical"].as_str().unwrap()], "{v:#}");
+    assert!(v["ducklakeFilesRemoved"].as_u64().is_some_and(|n| n >= dev_files.len() as u64), "{v:#}");
+    assert!(v["ducklakeSnapshotsExpired"].as_u64().is_some_and(|n| n > 0), "{v:#}");
+    let after = data_files(&p);
+    assert!(after.iter().all(|f| !f.starts_with(&dev_dir)), "the dropped version's files are gone: {after:?}");
+    assert!(!p.root().join("lake_data/main").join(dev_dir.trim_end_matches('/')).exists(), "and its empty directory");
+    assert_eq!(after, prod_files, "prod's files stay");
+    assert_eq!(count_sum(&p, &env_view("prod", "m.big")), vec![Some("1000".into()), Some(sum.to_string())], "prod still reads its rows");
+
+    // The text report says what went; a second run has nothing left to remove.
+    let again = p.run(&["janitor", "--ttl", "0"]);
+    again.expect_code(0);
+    assert!(again.stdout.contains("janitor: nothing to collect"), "{}", again.stdout);
+    assert!(!again.stdout.contains("DuckLake data file(s)"), "nothing left to remove: {}", again.stdout);
+    assert_eq!(data_files(&p), prod_files);
+    assert_eq!(count_sum(&p, &env_view("prod", "m.big")), vec![Some("1000".into()), Some(sum.to_string())]);
+}

@@ -338,15 +338,49 @@ fn an_export_of_a_future_layout_or_a_damaged_one_is_refused_and_nothing_is_creat
     let r = p.run(&["state", "import", "damaged.json"]);
     assert!(r.expect_code(1).stderr.contains("table `intervals` row 1 column `start_ts`"), "{}", r.stderr);
     assert!(!p.state_path().exists(), "nothing created");
-    // Valid row by row, refused by the store (a snapshot twice): the store the import created
-    // is removed again.
+    // Valid row by row but a snapshot twice: refused by its key, naming both rows (the store
+    // refused it with a raw `UNIQUE constraint failed`), before any store is created.
     doc["tables"]["intervals"] = serde_json::from_str::<Value>(&p.read("backup.json")).unwrap()["tables"]["intervals"].clone();
     let first = doc["tables"]["snapshots"]["rows"][0].clone();
-    doc["tables"]["snapshots"]["rows"].as_array_mut().unwrap().push(first);
+    let rows = doc["tables"]["snapshots"]["rows"].as_array_mut().unwrap();
+    rows.push(first);
+    let last = rows.len();
     p.write("twice.json", &doc.to_string());
     let r = p.run(&["state", "import", "twice.json"]);
-    assert!(r.expect_code(1).stderr.contains("UNIQUE"), "{}", r.stderr);
-    assert!(!p.state_path().exists(), "the store the failed import created is gone");
+    let stderr = &r.expect_code(1).stderr;
+    assert!(stderr.contains(&format!("table `snapshots` rows 1 and {last} have the same `name`, `fingerprint`")) && !stderr.contains("UNIQUE"), "{stderr}");
+    assert!(!p.state_path().exists(), "nothing created");
+    // A promotion time that is no date, a snapshot kind efmesh never records, metadata that is
+    // not JSON, a pointer to a version with no snapshot, an empty `storeId`: each refused by
+    // name, nothing created.
+    let good: Value = serde_json::from_str(&p.read("backup.json")).unwrap();
+    let pointer = good["tables"]["environments"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| !r[4].as_str().unwrap().contains("\"external\""))
+        .expect("a pointer of a model that is not external");
+    let cases: [(&str, &str, usize, usize, Value, &str); 4] = [
+        ("promoted", "environments", 0, 3, Value::from("2026-13-45"), "table `environments` row 1 column `promoted_at`"),
+        ("kind", "snapshots", 0, 3, Value::from("nonsense"), "table `snapshots` row 1 column `kind`"),
+        ("metadata", "snapshots", 0, 7, Value::from("{not json"), "table `snapshots` row 1 column `metadata`"),
+        ("pointer", "environments", pointer, 2, Value::from("ab".repeat(32)), "column `fingerprint`"),
+    ];
+    for (file, table, row, column, value, wanted) in cases {
+        let mut bad = good.clone();
+        bad["tables"][table]["rows"][row][column] = value;
+        let name = format!("{file}.json");
+        p.write(&name, &bad.to_string());
+        let r = p.run(&["state", "import", name.as_str()]);
+        assert!(r.expect_code(1).stderr.contains(wanted), "{file}: {}", r.stderr);
+        assert!(!p.state_path().exists(), "{file}: nothing created");
+    }
+    let mut bad = good;
+    bad["storeId"] = Value::from("");
+    p.write("anonymous.json", &bad.to_string());
+    let r = p.run(&["state", "import", "anonymous.json"]);
+    assert!(r.expect_code(1).stderr.contains("`storeId` is empty"), "{}", r.stderr);
+    assert!(!p.state_path().exists(), "nothing created");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! A session's project and plan after random edits equal a load and a plan from scratch:
 //! `Session::reload` updating the DAG in place (`Dag::try_replace`, its digest updated from the
 //! replaced models' digests) or loading in full, and `Session::plan` reusing the actions of the
-//! plan before (`plan::VersionMemo`: same state store, same catalog) or computing them.
+//! plan before (`plan::VersionMemo`: same state store, same catalog) or computing them. A save
+//! a load from scratch refuses is refused by the reload too, with the same errors, and the
+//! caches the session then writes never let a warm `efmesh check` or `apply` accept it.
 
 use crate::common::*;
 use efmesh::core::interval::parse_instant;
@@ -221,4 +223,132 @@ fn a_promotion_between_two_session_plans_is_seen(engine: EngineBackend) {
     assert!(string_set(&applied["built"]).is_empty(), "{applied:#}");
     let replanned = session.plan("dev", now, &options).unwrap();
     assert!(!replanned.has_changes, "the promotion is seen: {}", serde_json::to_string_pretty(&replanned).unwrap());
+}
+
+/// The errors of a load of `p` from scratch (no cache of any kind), which must refuse it.
+fn cold_errors(p: &Project) -> Vec<efmesh::core::LoadError> {
+    let config = efmesh::config::Config::load(&p.root().join("efmesh.toml")).expect("config");
+    match Loaded::load_with(&config, &mut LoadCache::in_memory()).0 {
+        Ok(_) => panic!("a load from scratch refuses the edited project"),
+        Err(e) => e.0,
+    }
+}
+
+/// Writes `text` to `file` and reloads `session` with it: the session must report exactly the
+/// errors a load from scratch reports (one of them containing `wanted`), and once it saved its
+/// caches (as `watch` does after each re-plan), a warm `efmesh check` must refuse the project
+/// too, with the same error.
+#[track_caller]
+fn assert_reload_refused_as_from_scratch(p: &Project, session: &mut Session, file: &str, text: &str, wanted: &str) {
+    p.write(file, text);
+    let r = session.reload(&[p.root().join(file)]).expect("reload");
+    let cold = cold_errors(p);
+    assert!(cold.iter().any(|e| e.message.contains(wanted)), "a load from scratch says `{wanted}`: {cold:#?}");
+    let mine = session.project().expect_err("the session refuses what a load from scratch refuses");
+    assert_eq!(mine.0, cold, "the session's load errors are those of a load from scratch");
+    assert!(!r.in_place, "not accepted in place: {r:?}");
+    session.save_caches();
+    let run = p.run(&["check"]);
+    assert_ne!(run.code, 0, "a warm `efmesh check` refuses it\n--- stdout\n{}\n--- stderr\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains(wanted) || run.stderr.contains(wanted), "`{wanted}`\n--- stdout\n{}\n--- stderr\n{}", run.stdout, run.stderr);
+}
+
+/// Opens a session on `p` (which must load).
+fn session_of(p: &Project) -> Session {
+    let session = Session::open(&p.root().join("efmesh.toml")).expect("session");
+    assert!(session.project().is_ok(), "the project loads before the edit: {:?}", session.project().err());
+    session
+}
+
+/// A post-statement the engine's grammar cannot parse, saved over one it could, with the same
+/// model names, refs and columns: a query edit still reloads in place, but this save is refused
+/// as a load from scratch refuses it, and neither a warm `check` nor a warm `apply` accepts it.
+#[test]
+fn a_post_statement_that_does_not_parse_is_refused_after_a_reload_as_from_scratch() {
+    let p = Project::new();
+    let model = |query: &str, statement: &str| {
+        format!(
+            "define_model {{ name = \"s.a\", kind = kind.full(), schema = {{ {{\"x\",\"integer\"}} }}, query = \"{query}\", post_statements = {{ \"{statement}\" }} }}\n"
+        )
+    };
+    p.write("models/a.lua", &model("SELECT 1 AS x", "ANALYZE @this"));
+    let mut session = session_of(&p);
+    p.write("models/a.lua", &model("SELECT 2 AS x", "ANALYZE @this"));
+    let r = session.reload(&[p.root().join("models/a.lua")]).expect("reload");
+    assert!(r.in_place && session.project().is_ok(), "a query edit reloads in place: {r:?}");
+    assert_reload_refused_as_from_scratch(&p, &mut session, "models/a.lua", &model("SELECT 2 AS x", "ANALYZE @this garbage here"), "post-statement 1");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    assert_ne!(run.code, 0, "a warm `apply` refuses it\n--- stdout\n{}\n--- stderr\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("post-statement 1") || run.stderr.contains("post-statement 1"), "{}\n{}", run.stdout, run.stderr);
+}
+
+/// A model file that stops requiring a library the model globs match: the library defines no
+/// model now, and the reload says so as a load from scratch does.
+#[test]
+fn a_library_no_file_requires_any_more_is_refused_after_a_reload_as_from_scratch() {
+    let p = Project::new();
+    p.write("models/lib.lua", "return { k = \"1\" }\n");
+    p.write(
+        "models/b.lua",
+        "local l = require(\"lib\")\ndefine_model { name = \"s.b\", kind = kind.full(), schema = { {\"k\",\"integer\"} }, query = \"SELECT \" .. l.k .. \" AS k\" }\n",
+    );
+    let mut session = session_of(&p);
+    let text = "define_model { name = \"s.b\", kind = kind.full(), schema = { {\"k\",\"integer\"} }, query = \"SELECT 1 AS k\" }\n";
+    assert_reload_refused_as_from_scratch(&p, &mut session, "models/b.lua", text, "this file defines no model");
+}
+
+/// A time-range model turned into an embedded model that keeps `@start`, read by a `full`
+/// grandchild through another embedded model: the grandchild's check is the full load's, and
+/// a warm `apply` fails with that load error, not with the engine's.
+#[test]
+fn an_embedded_model_with_bounds_read_by_a_grandchild_is_refused_after_a_reload_as_from_scratch() {
+    let p = Project::new();
+    p.write(
+        "models/t.lua",
+        "define_model { name = \"s.t\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-12-01\", grain = \"day\" }, schema = { {\"d\",\"timestamp\"} }, query = \"SELECT @start AS d\" }\n",
+    );
+    p.write(
+        "models/e2.lua",
+        "define_model { name = \"s.e2\", kind = kind.embedded(), schema = { {\"d\",\"timestamp\"} }, query = \"SELECT d FROM \" .. ref(\"s.t\") }\n",
+    );
+    p.write(
+        "models/g.lua",
+        "define_model { name = \"s.g\", kind = kind.full(), schema = { {\"d\",\"timestamp\"} }, query = \"SELECT d FROM \" .. ref(\"s.e2\") }\n",
+    );
+    let mut session = session_of(&p);
+    let text = "define_model { name = \"s.t\", kind = kind.embedded(), schema = { {\"d\",\"timestamp\"} }, query = \"SELECT @start AS d\" }\n";
+    let wanted = "embedded model `s.t` uses `@start`/`@end`";
+    assert_reload_refused_as_from_scratch(&p, &mut session, "models/t.lua", text, wanted);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    assert_ne!(run.code, 0, "a warm `apply` refuses it\n--- stdout\n{}\n--- stderr\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains(wanted) || run.stderr.contains(wanted), "the load error, not the engine's\n{}\n{}", run.stdout, run.stderr);
+}
+
+/// The same change to a model another model's `relationships` audit reads.
+#[test]
+fn an_embedded_model_with_bounds_read_by_an_audit_is_refused_after_a_reload_as_from_scratch() {
+    let p = Project::new();
+    p.write(
+        "models/t.lua",
+        "define_model { name = \"s.t\", kind = kind.incremental_by_time_range { time_column = \"d\", start = \"2026-12-01\", grain = \"day\" }, schema = { {\"d\",\"timestamp\"} }, query = \"SELECT @start AS d\" }\n",
+    );
+    p.write(
+        "models/a.lua",
+        "define_model { name = \"s.a\", kind = kind.full(), schema = { {\"d\",\"timestamp\"} }, query = \"SELECT TIMESTAMP '2026-12-01' AS d\", audits = { audit.relationships { column = \"d\", to = \"s.t\" } } }\n",
+    );
+    let mut session = session_of(&p);
+    let text = "define_model { name = \"s.t\", kind = kind.embedded(), schema = { {\"d\",\"timestamp\"} }, query = \"SELECT @start AS d\" }\n";
+    assert_reload_refused_as_from_scratch(&p, &mut session, "models/t.lua", text, "reads embedded model `s.t`, which uses `@start`/`@end`");
+}
+
+/// An external pointed at the relation of a model of the project.
+#[test]
+fn an_external_reading_a_models_relation_is_refused_after_a_reload_as_from_scratch() {
+    let p = Project::new();
+    p.write("x.csv", "k\n1\n");
+    p.write("models/a.lua", "define_model { name = \"s.a\", kind = kind.full(), schema = { {\"k\",\"integer\"} }, query = \"SELECT 1 AS k\" }\n");
+    p.write("models/x.lua", "define_model { name = \"s.x\", kind = kind.external { path = \"x.csv\" }, schema = { {\"k\",\"integer\"} } }\n");
+    let mut session = session_of(&p);
+    let text = "define_model { name = \"s.x\", kind = kind.external { table = \"s.a\" }, schema = { {\"k\",\"integer\"} } }\n";
+    assert_reload_refused_as_from_scratch(&p, &mut session, "models/x.lua", text, "is named like the relation `s.a` that external `s.x`");
 }

@@ -483,27 +483,33 @@ fn one_model(value: i32) -> String {
     format!(r#"define_model {{ name = "s.t", kind = kind.full(), schema = {{ {{ "x", "integer" }} }}, query = "SELECT {value} AS x" }}"#)
 }
 
+/// An older copy of the DuckDB file whose view points at another version than the state store
+/// records (taken before a promotion that wrote no table, so its engine epoch is current): the
+/// plan sees the view stale and the apply points it back.
 #[test]
 fn an_older_duckdb_copy_is_repaired_to_serve_the_recorded_version() {
     let p = Project::new();
     p.write("models/m.lua", &one_model(1));
     p.apply("dev");
-    let aside = p.root().join("old.duckdb");
-    std::fs::copy(p.engine_path(), &aside).unwrap();
     p.write("models/m.lua", &one_model(2));
     p.apply("dev");
-    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("2".to_string())]]);
+    let aside = p.root().join("old.duckdb");
+    std::fs::copy(p.engine_path(), &aside).unwrap();
+    // Back to the first version: a promotion alone (its table is still there).
+    p.write("models/m.lua", &one_model(1));
+    assert_eq!(p.apply("dev")["built"], serde_json::json!([]));
+    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("1".to_string())]]);
     let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
     std::fs::copy(&aside, p.engine_path()).unwrap();
 
     let plan = p.plan("dev");
     let a = action(&plan, "s.t");
-    assert_eq!(a["repair"]["physicalMissing"], true, "{a:#}");
     assert_eq!(a["repair"]["viewStale"], true, "{a:#}");
+    assert_eq!(a["repair"]["physicalMissing"], serde_json::Value::Null, "{a:#}");
     let applied = p.run(&["apply", "dev", "--yes"]);
     applied.expect_code(0);
     assert!(applied.stderr.contains("does not serve"), "{}", applied.stderr);
-    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("2".to_string())]]);
+    assert_eq!(p.rows(&env_view("dev", "s.t")), vec![vec![Some("1".to_string())]]);
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
@@ -655,6 +661,14 @@ fn an_older_copy_of_the_duckdb_file_is_refused_until_rebuilt_or_the_state_store_
             "{args:?}: {r:#?}"
         );
     }
+    // Nor an apply of an edited project, whose new versions the copy does not hold: it would
+    // stamp the copy current, and the stale tables would then be served as caught up.
+    let edited = p.read("models/c.lua");
+    p.write("models/c.lua", &edited.replace("count(*) AS n", "count(*) + 0 AS n"));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("is older than the state store"), "{r:#?}");
+    p.write("models/c.lua", &edited);
     // The janitor neither: the copy's views may read versions the store calls unreachable.
     let janitor = p.run(&["janitor", "--ttl", "0"]);
     janitor.expect_code(1);
@@ -694,6 +708,26 @@ fn a_second_duckdb_file_applied_with_the_same_state_store_makes_the_first_refuse
     let r = p.run(&["plan", "dev"]);
     r.expect_code(1);
     assert!(r.stderr.contains("efmesh.duckdb is older than the state store") && r.stderr.contains("another database was applied"), "{r:#?}");
+}
+
+/// A rebuild into a new file (the old one moved aside) stopped part-way is not taken for an
+/// older copy: the apply stamps a new file current before its first write, so the next command
+/// goes on rebuilding.
+#[test]
+fn a_rebuild_into_a_new_file_killed_part_way_is_not_refused() {
+    let p = sample_project();
+    p.apply("dev");
+    p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    let rows = p.rows(&env_view("dev", "t.daily"));
+    std::fs::rename(p.engine_path(), p.root().join("aside.duckdb")).unwrap();
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    let out = p.command(&["apply", "dev", "--yes", "--jobs", "1"]).env("EFMESH_FAULT", "after-build:s.a").output().expect("spawn efmesh");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-build:s.a`"), "{}", String::from_utf8_lossy(&out.stderr));
+    p.run(&["plan", "dev"]).expect_code(0);
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "t.daily")), rows);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
 /// A process killed between raising the file's stamp and recording it in the state store leaves

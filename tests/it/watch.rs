@@ -793,3 +793,93 @@ define_model {{ name = "mart.sum", kind = kind.full(), schema = {{ {{ "n", "bigi
     drop(w);
     assert_eq!(p.rows("\"dev__mart\".\"sum\""), [vec![s("5")]]);
 }
+
+/// A full model `x.<name>` selecting `n` as `v`.
+fn linked_model(name: &str, n: &str) -> String {
+    format!("return define_model {{ name = \"x.{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"integer\" }} }}, query = \"SELECT {n} AS v\" }}\n")
+}
+
+#[test]
+fn edits_behind_a_symlink_added_while_watching_are_re_planned_and_applied() {
+    // A link made while the watch runs is never followed by the watcher, and inotify names a
+    // directory by one path: the edits below are reported under the target's path (`shared/…`,
+    // `src/…`), which no load read. They must re-plan the model they are, and `--apply` serve
+    // the new value (the stale model was applied and promoted by the next unrelated save).
+    let p = project(EngineBackend::DuckDb);
+    p.write("shared/e.lua", &linked_model("e", "1"));
+    p.write("src/d.lua", &linked_model("d", "1"));
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+
+    // A symlinked folder, then an edit through it.
+    std::os::unix::fs::symlink("../shared", p.root().join("models/shared")).expect("symlink");
+    let linked = w.after("models/shared");
+    assert_eq!(changed_models(&linked), ["x.e"], "{linked}");
+    assert_eq!(linked["applied"]["ok"], true, "{linked}");
+    assert_eq!(p.rows("\"dev__x\".\"e\""), [vec![s("1")]]);
+    p.write("models/shared/e.lua", &linked_model("e", "2"));
+    let edit = w.after("models/shared/e.lua");
+    assert_eq!(changed_models(&edit), ["x.e"], "{edit}");
+    assert_eq!(entry(&edit, "x.e").expect("x.e in the plan")["change"], "breaking", "{edit}");
+    assert_eq!(edit["applied"]["ok"], true, "{edit}");
+    assert_eq!(p.rows("\"dev__x\".\"e\""), [vec![s("2")]], "dev serves what the file says");
+
+    // A symlinked model file, then an edit of its target.
+    std::os::unix::fs::symlink("../src/d.lua", p.root().join("models/d.lua")).expect("symlink");
+    let added = w.after("models/d.lua");
+    assert_eq!(changed_models(&added), ["x.d"], "{added}");
+    assert_eq!(p.rows("\"dev__x\".\"d\""), [vec![s("1")]]);
+    p.write("src/d.lua", &linked_model("d", "3"));
+    let target = w.after("models/d.lua");
+    assert_eq!(changed_models(&target), ["x.d"], "{target}");
+    assert_eq!(target["applied"]["ok"], true, "{target}");
+    assert_eq!(p.rows("\"dev__x\".\"d\""), [vec![s("3")]]);
+
+    // An unrelated save changes only its own model.
+    p.write("models/raw/orders.lua", &orders("20"));
+    let other = w.after("models/raw/orders.lua");
+    assert_eq!(changed_models(&other), ["raw.orders"], "{other}");
+    drop(w);
+    assert_eq!(p.rows("\"dev__x\".\"e\""), [vec![s("2")]]);
+    assert_eq!(p.plan("dev")["hasChanges"], false, "the watch applied what `efmesh plan dev` plans");
+}
+
+#[test]
+fn a_symlink_that_breaks_the_load_is_reported_and_what_the_project_read_stays_watched() {
+    // A symlinked folder leading out of the project fails the load at discovery (its path
+    // matches no glob and the failed load reads next to nothing): the failure is a line, and a
+    // module the last good load required still re-plans.
+    let p = Project::new();
+    p.write("lib/helper.lua", "return { n = 2 }\n");
+    p.write(
+        "models/a.lua",
+        "local h = require(\"lib.helper\")\nreturn define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT \" .. h.n .. \" AS x\" }\n",
+    );
+    let outside = tempfile::tempdir().expect("tempdir");
+    fs_err::write(outside.path().join("b.lua"), &linked_model("b", "1")).expect("write");
+    let mut w = Watch::start(&p, &["dev"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+
+    std::os::unix::fs::symlink(outside.path(), p.root().join("models/linked")).expect("symlink");
+    let broken = w.after("models/linked");
+    assert_eq!(broken["models"], Value::Null, "{broken}");
+    assert!(errors(&broken).iter().any(|e| e["kind"] == "load" && e["message"].as_str().is_some_and(|m| m.contains("outside the project"))), "{broken}");
+
+    p.write("lib/helper.lua", "return { n = 3 }\n");
+    let helper = w.after("lib/helper.lua");
+    assert_eq!(helper["models"], Value::Null, "{helper}");
+    assert!(!errors(&helper).is_empty(), "{helper}");
+
+    // Removing the link (a path that matches no glob and is gone) loads the project again.
+    fs_err::remove_file(p.root().join("models/linked")).expect("remove the link");
+    let fixed = w.after("models/linked");
+    assert!(errors(&fixed).is_empty(), "{fixed}");
+    assert_eq!(fixed["models"], 1, "{fixed}");
+    assert_eq!(entry(&fixed, "s.a").expect("s.a in the plan")["change"], "added", "{fixed}");
+    drop(w);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__s\".\"a\""), [vec![s("3")]], "the helper's edit made while the load failed");
+}

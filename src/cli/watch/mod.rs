@@ -27,7 +27,7 @@ use crate::session::Session;
 use crate::sql::fingerprint::Fingerprint;
 use anyhow::{Context, Result, anyhow};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
-use paths::Filter;
+use paths::{Aliases, Filter};
 use report::{Applied, Event, Problem, Report};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{IsTerminal, Write};
@@ -131,6 +131,7 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
     if !out.show(report, started)? {
         return Ok(Exit::Success);
     }
+    watch.index_aliases();
     loop {
         let Some(batch) = next_batch(&rx) else { return Ok(Exit::Success) };
         let report = match batch {
@@ -155,7 +156,10 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
                 if watch.config_gone(options.debounce) {
                     return Err(anyhow!("the configuration `{}` was deleted: nothing left to watch", watch.session.config().path.display()));
                 }
-                let Some(mut report) = watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at)) else { continue };
+                let Some(mut report) = watch.replan(&changed, &mut |r: &Report| early(&mut *out, r, at)) else {
+                    watch.index_aliases();
+                    continue;
+                };
                 report.debounced = last.map(|last| at.saturating_duration_since(last));
                 (report, at)
             }
@@ -165,6 +169,7 @@ fn run_loop(config_path: &Path, options: &Options, lines: bool) -> Result<Exit> 
         }
         // After the screen or line is out: the caches are not on the path from save to redraw.
         watch.session.save_caches();
+        watch.index_aliases();
     }
 }
 
@@ -312,28 +317,87 @@ struct Watch {
     /// Each model's columns as children see them, when `column_errors` was last updated: a
     /// model whose columns did not change does not make its children checked again.
     columns: HashMap<ModelName, Vec<String>>,
+    /// The inputs reached through a symlink, by their real path (a change reported under the
+    /// target's path is one of the input); `None` once the inputs changed, until built again
+    /// ([`Watch::index_aliases`], after each line, or by the first event that needs it).
+    aliases: Option<Aliases>,
 }
 
 impl Watch {
     fn new(session: Session, options: Options) -> Watch {
         let filter = Filter::new(session.config());
-        Watch { session, options, filter, baseline: None, pending: BTreeSet::new(), column_errors: BTreeMap::new(), columns: HashMap::new() }
+        Watch { session, options, filter, baseline: None, pending: BTreeSet::new(), column_errors: BTreeMap::new(), columns: HashMap::new(), aliases: None }
     }
 
     fn root(&self) -> &Path {
         &self.session.config().root
     }
 
-    /// The changed paths that matter, absolute, sorted, de-duplicated.
-    fn relevant(&self, paths: Vec<PathBuf>) -> Vec<PathBuf> {
-        let inputs = self.session.inputs();
-        let set: BTreeSet<PathBuf> = paths.into_iter().map(|p| self.filter.under_root(&p)).filter(|p| self.filter.relevant(p, inputs)).collect();
+    /// The changed paths that matter, absolute, sorted, de-duplicated. A path that is another
+    /// name of inputs (reached through a symlink, [`Aliases`]) stands for them; while the
+    /// project does not load, the inputs of the last good load count
+    /// ([`Session::kept_inputs`]), and so does a link or a vanished entry in a directory the
+    /// discovery globs walk ([`Filter::may_change_discovery`]).
+    fn relevant(&mut self, paths: Vec<PathBuf>) -> Vec<PathBuf> {
+        let failed = self.session.project().is_err();
+        let mut set = BTreeSet::new();
+        for p in paths {
+            let p = self.filter.under_root(&p);
+            if !self.filter.own(&p) {
+                // (An input, or a file a glob matches, is also itself: a new link to a model file.)
+                let (aliased, exact) = self.aliased(&p);
+                set.extend(aliased);
+                if exact && !self.is_input(&p) && !self.filter.discovered(&p) {
+                    continue;
+                }
+            }
+            let kept = self.session.kept_inputs();
+            if self.filter.relevant(&p, self.session.inputs())
+                || (!kept.is_empty() && self.filter.relevant(&p, kept))
+                || (failed && self.filter.may_change_discovery(&p))
+            {
+                set.insert(p);
+            }
+        }
         set.into_iter().collect()
+    }
+
+    /// True when `path` is an input of the last load or, while the project does not load, of the
+    /// loads before it ([`Session::kept_inputs`]).
+    fn is_input(&self, path: &Path) -> bool {
+        self.session.inputs().contains(path) || self.session.kept_inputs().contains(path)
+    }
+
+    /// True when `path` is an input ([`Watch::is_input`]) or a directory holding one.
+    fn holds_input(&self, path: &Path) -> bool {
+        paths::holds_input(self.session.inputs(), path) || paths::holds_input(self.session.kept_inputs(), path)
+    }
+
+    /// The other inputs `path` is another name of, and whether it names one exactly
+    /// ([`Aliases::inputs_at`]); the aliases are built first if the inputs changed since.
+    fn aliased(&mut self, path: &Path) -> (Vec<PathBuf>, bool) {
+        let (filter, session) = (&self.filter, &self.session);
+        let aliases = self.aliases.get_or_insert_with(|| Aliases::new(filter, session.inputs().iter().chain(session.kept_inputs())));
+        aliases.inputs_at(filter, path, |p| session.inputs().contains(p) || session.kept_inputs().contains(p))
+    }
+
+    /// Builds the aliases of the current inputs if they changed since they were last built: after
+    /// a line is shown, so that the next save does not wait for it, and while the files behind
+    /// a link still resolve (a deleted target is then still known by its real path).
+    fn index_aliases(&mut self) {
+        if self.aliases.is_none() {
+            self.aliases = Some(Aliases::new(&self.filter, self.session.inputs().iter().chain(self.session.kept_inputs())));
+        }
+    }
+
+    /// True when one of `changed` matches a discovery glob or is (or holds) an input.
+    fn touches(&self, changed: &[PathBuf]) -> bool {
+        changed.iter().any(|p| self.filter.discovered(p) || self.holds_input(p))
     }
 
     /// Every input, for a rescan (events were lost) or `r`.
     fn all_paths(&self) -> Vec<PathBuf> {
-        self.session.inputs().iter().cloned().collect()
+        self.session.inputs().iter().chain(self.session.kept_inputs()).cloned().collect::<BTreeSet<_>>().into_iter().collect()
     }
 
     /// True when the configuration file is gone and stays gone a moment (an editor replacing
@@ -372,16 +436,20 @@ impl Watch {
     /// Reloads after `changed` (absolute paths) and re-plans (`early`: as [`Watch::start`]).
     /// `None` when the changed files turned out to be none of the project's: not an input before
     /// or after the reload, not matched by a discovery glob (a `.jsonl` the watch's own output
-    /// is redirected to, a CSV nothing reads): nothing to show.
+    /// is redirected to, a CSV nothing reads), and the reload changed no model and left the
+    /// load's outcome as it was (loaded, or failing with the same errors): nothing to show. A
+    /// reload that now fails, fails otherwise, or loads again is always shown, whatever path
+    /// caused it (a symlinked folder that leads out of the project).
     fn replan(&mut self, changed: &[PathBuf], early: &mut dyn FnMut(&Report)) -> Option<Report> {
         let root = self.root().to_path_buf();
         let mut r = Report::new(Event::Replan, &self.options.env, &root);
         r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
-        let touches = |inputs: &BTreeSet<PathBuf>, filter: &Filter| changed.iter().any(|p| filter.discovered(p) || paths::holds_input(inputs, p));
-        let touched_before = touches(self.session.inputs(), &self.filter);
+        let touched_before = self.touches(changed);
+        let errors_before = self.session.project().err().cloned();
         // After a load that failed, the reload cannot say which models went away since the last
         // good one: every model's columns are checked again (no error of a deleted model stays).
-        let failed_before = self.session.project().is_err();
+        let failed_before = errors_before.is_some();
+        let inputs_before = (self.session.inputs().len(), self.session.kept_inputs().len());
         let reload = match self.session.reload(changed) {
             Ok(reload) => reload,
             Err(e) => {
@@ -391,9 +459,19 @@ impl Watch {
                 return Some(r);
             }
         };
+        // A reload in full may read other files (a link added or removed): their aliases are
+        // built again when next needed.
+        if !reload.in_place || inputs_before != (self.session.inputs().len(), self.session.kept_inputs().len()) {
+            self.aliases = None;
+        }
         // (Whatever the reload evaluated: after a failed load it evaluates every file, and what
         // no file reads changes none of them.)
-        if !touched_before && !reload.config_changed && !touches(self.session.inputs(), &self.filter) {
+        if !touched_before
+            && !reload.config_changed
+            && reload.changed_models.is_empty()
+            && self.session.project().err() == errors_before.as_ref()
+            && !self.touches(changed)
+        {
             tracing::debug!(files = ?r.changed_files, "changed files the project does not read: nothing to re-plan");
             return None;
         }

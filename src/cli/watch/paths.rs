@@ -11,12 +11,20 @@
 //! `.wal`, `.tmp`), a local lake directory and the DuckLake files, which efmesh itself writes.
 //! A file that may have become an input and turns out not to be one after the reload (read by
 //! no model, matched by no glob: the `.jsonl` the watch's output is redirected to) gets no line.
+//!
+//! An input reached through a symlink (a model in a symlinked folder, a symlinked model file)
+//! has two names, and the watcher reports a change under either: inotify watches a directory
+//! once whatever the paths leading to it, and a symlink made while the watch runs is never
+//! followed, so edits behind it arrive under the target's path. [`Aliases`] maps such a path
+//! back to the input(s) it is. While the project does not load, a link or a vanished entry in
+//! a directory a discovery glob walks ([`Filter::may_change_discovery`]) counts too: removing
+//! the link that broke the load must re-walk the globs.
 
 use crate::config::Config;
 use notify::EventKind;
 use notify::event::{AccessKind, AccessMode, ModifyKind};
-use std::collections::BTreeSet;
-use std::ffi::OsString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// Extensions of files that may become inputs (scripts reached through `require`/`import`,
@@ -36,6 +44,8 @@ pub struct Filter {
     own_files: Vec<(PathBuf, OsString)>,
     /// Directories efmesh writes (a local lake, DuckLake data).
     own_dirs: Vec<PathBuf>,
+    /// The directories the discovery globs walk (each glob's part before its first wildcard).
+    walked: Vec<PathBuf>,
 }
 
 impl Filter {
@@ -58,7 +68,8 @@ impl Filter {
         }
         let own_files = files.into_iter().filter_map(|f| Some((f.parent()?.to_path_buf(), f.file_name()?.to_os_string()))).collect();
         let canonical_root = config.root.canonicalize().ok().filter(|c| *c != config.root);
-        Filter { root: config.root.clone(), canonical_root, config: config.path.clone(), globs, own_files, own_dirs }
+        let walked = all.iter().filter_map(|g| walked_dir(g)).map(|d| config.root.join(d)).collect();
+        Filter { root: config.root.clone(), canonical_root, config: config.path.clone(), globs, own_files, own_dirs, walked }
     }
 
     /// The test-file globs of `config` (`project.tests`), matched against paths relative to
@@ -86,8 +97,27 @@ impl Filter {
         }
     }
 
+    /// `path` with every symlink resolved, named under the root as given in the configuration
+    /// when it lies under it ([`Filter::under_root`]). A path that does not exist (deleted) is
+    /// resolved through its nearest existing ancestor, the rest appended as named. `None` when
+    /// no ancestor resolves.
+    pub fn real(&self, path: &Path) -> Option<PathBuf> {
+        let mut rest: Vec<&OsStr> = Vec::new();
+        let mut at = path;
+        loop {
+            if let Ok(mut real) = at.canonicalize() {
+                for c in rest.iter().rev() {
+                    real.push(c);
+                }
+                return Some(self.under_root(&real));
+            }
+            rest.push(at.file_name()?);
+            at = at.parent()?;
+        }
+    }
+
     /// True when efmesh writes `path` itself (engine, state, lake files).
-    fn own(&self, path: &Path) -> bool {
+    pub fn own(&self, path: &Path) -> bool {
         if self.own_dirs.iter().any(|d| path.starts_with(d)) {
             return true;
         }
@@ -134,12 +164,80 @@ impl Filter {
         // A directory that is gone: did it hold inputs?
         !path.exists() && holds_input(inputs, path)
     }
+
+    /// True when `path` (absolute) lies in a directory a discovery glob walks, is not hidden nor
+    /// efmesh's own, and is a symlink or is gone: what the walk finds may have changed (a
+    /// symlinked folder added or removed). `watch` counts such a path while the project does not
+    /// load (the failing load may not have read what is behind it); while it loads, a link to a
+    /// directory and a vanished directory that held inputs already count ([`Filter::relevant`]).
+    pub fn may_change_discovery(&self, path: &Path) -> bool {
+        let path = self.under_root(path);
+        let Ok(rel) = path.strip_prefix(&self.root) else { return false };
+        if self.own(&path) || Self::hidden(rel) || !self.walked.iter().any(|d| path.starts_with(d)) {
+            return false;
+        }
+        match fs_err::symlink_metadata(&path) {
+            Ok(m) => m.file_type().is_symlink(),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
+}
+
+/// The inputs reached through a symlink, by their real path ([`Filter::real`]), so that a file
+/// event reported under the target's path is taken as a change of the input (see the module
+/// doc). Built from the inputs of one load: `watch` builds it again when they change.
+#[derive(Debug, Default)]
+pub struct Aliases {
+    /// Real path → the inputs (absolute, under the root) that resolve to it, for the inputs
+    /// whose real path differs from the path the load read them at.
+    by_real: BTreeMap<PathBuf, Vec<PathBuf>>,
+}
+
+impl Aliases {
+    /// The aliases of `inputs` (one real path resolved per input).
+    pub fn new<'a>(filter: &Filter, inputs: impl IntoIterator<Item = &'a PathBuf>) -> Aliases {
+        let mut by_real: BTreeMap<PathBuf, Vec<PathBuf>> = BTreeMap::new();
+        for input in inputs {
+            if let Some(real) = filter.real(input).filter(|r| r != input) {
+                by_real.entry(real).or_default().push(input.clone());
+            }
+        }
+        Aliases { by_real }
+    }
+
+    /// The inputs other than `path` (absolute, under the root) that `path` is another name of,
+    /// or holds under another name: those whose real path is `path`'s, or lies below it, and
+    /// `path`'s real path when that differs and is an input itself (`is_input`). The flag is
+    /// true when `path` names one of them exactly (a file, not a directory holding them): a
+    /// `path` that is no input itself is then only that input's other name.
+    pub fn inputs_at(&self, filter: &Filter, path: &Path, is_input: impl Fn(&Path) -> bool) -> (Vec<PathBuf>, bool) {
+        let Some(real) = filter.real(path) else { return (Vec::new(), false) };
+        let mut found = Vec::new();
+        let mut exact = false;
+        if real != path && is_input(&real) {
+            found.push(real.clone());
+            exact = true;
+        }
+        for (r, inputs) in self.by_real.range(real.clone()..).take_while(|(r, _)| r.starts_with(&real)) {
+            exact |= *r == real;
+            found.extend(inputs.iter().filter(|i| i.as_path() != path).cloned());
+        }
+        (found, exact)
+    }
 }
 
 /// True when `path` is one of `inputs` or a directory holding one (`inputs` sorted: the first at
 /// or after `path` is under it if any is).
 pub fn holds_input(inputs: &BTreeSet<PathBuf>, path: &Path) -> bool {
     inputs.range(path.to_path_buf()..).next().is_some_and(|i| i.starts_with(path))
+}
+
+/// The directory `glob` walks, relative to the root: its part before the first wildcard, up to
+/// the last `/` (`models` of `models/**/*.lua`, the root of `*.lua`); `None` for a glob without
+/// wildcards (one file, nothing walked).
+fn walked_dir(glob: &str) -> Option<PathBuf> {
+    let i = glob.find(['*', '?', '[', '{'])?;
+    Some(PathBuf::from(glob[..i].rfind('/').map_or("", |j| &glob[..j])))
 }
 
 /// The globs as discovery matches them; an invalid glob (a load error the session reports)
@@ -227,6 +325,57 @@ mod tests {
         assert!(f.relevant(&canonical.join("lib/util.lua"), &inputs), "an input reported under the canonical root");
         assert!(f.relevant(&canonical.join("efmesh.toml"), &inputs), "the config reported under the canonical root");
         assert!(!f.relevant(&canonical.join("efmesh.duckdb"), &inputs), "the engine file reported under the canonical root");
+    }
+
+    /// A project at a canonical temporary root with `models/shared -> ../shared` holding
+    /// `e.lua`, and its filter.
+    fn linked_project() -> (tempfile::TempDir, PathBuf, Filter) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs_err::create_dir_all(root.join("shared")).unwrap();
+        fs_err::create_dir_all(root.join("models")).unwrap();
+        fs_err::write(root.join("shared/e.lua"), "").unwrap();
+        fs_err::write(root.join("models/a.lua"), "").unwrap();
+        std::os::unix::fs::symlink("../shared", root.join("models/shared")).unwrap();
+        let toml = "[project]\nmodels = [\"models/**/*.lua\"]\n[engine]\npath = \"efmesh.duckdb\"\n";
+        let config = Config::parse(&root.join("efmesh.toml"), toml).expect("config");
+        let f = Filter::new(&config);
+        (dir, root, f)
+    }
+
+    #[test]
+    fn a_path_behind_a_symlink_is_taken_for_the_input_it_is() {
+        let (_dir, root, f) = linked_project();
+        let input = root.join("models/shared/e.lua");
+        let inputs: BTreeSet<PathBuf> = [input.clone(), root.join("models/a.lua")].into_iter().collect();
+        let aliases = Aliases::new(&f, &inputs);
+        let is_input = |p: &Path| inputs.contains(p);
+        assert_eq!(aliases.inputs_at(&f, &root.join("shared/e.lua"), is_input), (vec![input.clone()], true), "the target's path");
+        assert_eq!(aliases.inputs_at(&f, &root.join("shared"), is_input), (vec![input.clone()], false), "a directory holding it");
+        assert_eq!(aliases.inputs_at(&f, &root.join("shared/new.lua"), is_input), (Vec::<PathBuf>::new(), false), "no input yet");
+        assert_eq!(aliases.inputs_at(&f, &root.join("README.md"), is_input), (Vec::<PathBuf>::new(), false));
+        fs_err::remove_file(root.join("shared/e.lua")).unwrap();
+        assert_eq!(aliases.inputs_at(&f, &root.join("shared/e.lua"), is_input), (vec![input.clone()], true), "deleted at its target");
+        // The input known by its real path, reported through the link.
+        fs_err::write(root.join("shared/e.lua"), "").unwrap();
+        let real: BTreeSet<PathBuf> = [root.join("shared/e.lua")].into_iter().collect();
+        let none = Aliases::new(&f, &real);
+        assert_eq!(none.inputs_at(&f, &input, |p: &Path| real.contains(p)), (vec![root.join("shared/e.lua")], true));
+    }
+
+    #[test]
+    fn links_and_vanished_entries_where_the_globs_walk_may_change_discovery() {
+        let (_dir, root, f) = linked_project();
+        std::os::unix::fs::symlink("/nonexistent-efmesh/outside", root.join("models/dangling")).unwrap();
+        assert!(f.may_change_discovery(&root.join("models/shared")), "a link");
+        assert!(f.may_change_discovery(&root.join("models/dangling")), "a dangling link");
+        assert!(f.may_change_discovery(&root.join("models/linked")), "an entry that vanished");
+        assert!(!f.may_change_discovery(&root.join("models/a.lua")), "a plain file");
+        assert!(!f.may_change_discovery(&root.join("linked")), "outside the directories the globs walk");
+        assert!(!f.may_change_discovery(&root.join("models/.a.lua.swp")), "hidden");
+        assert_eq!(walked_dir("models/**/*.lua"), Some(PathBuf::from("models")));
+        assert_eq!(walked_dir("*.lua"), Some(PathBuf::new()));
+        assert_eq!(walked_dir("models/one.lua"), None);
     }
 
     #[test]

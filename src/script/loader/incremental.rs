@@ -97,7 +97,13 @@ fn reevaluate_opt(config: &Config, files: &Discovered, changed: &[PathBuf], cach
     let (outcomes, _, errors) = evaluate(root, &files.audits, &audits, &stale, &[]);
     let stale_set: HashSet<&Path> = stale.iter().map(PathBuf::as_path).collect();
     let evaluated: Vec<FileOutcome> = outcomes.into_iter().filter(|o| stale_set.contains(o.file.as_path())).collect();
+    // A top-level file the evaluated files reached before and no file reaches now is no longer
+    // a library: unless it defines something, a full load refuses it (`idle_errors`).
+    let top: HashSet<&Path> = files.all().map(PathBuf::as_path).collect();
+    let reached_now: HashSet<&Path> = evaluated.iter().flat_map(|o| o.reached.iter().map(PathBuf::as_path)).chain(libraries.iter().copied()).collect();
+    let orphaned = reached_before.iter().any(|r| top.contains(r.as_path()) && !reached_now.contains(r.as_path()));
     let ok = errors.is_empty()
+        && !orphaned
         && evaluated.len() == stale.len()
         && evaluated.iter().all(|o| !o.failed && o.defines && !o.models.is_empty() && o.models.iter().all(|m| m.location.file == o.file))
         && !evaluated.iter().any(|o| o.reached.iter().any(|r| stale_set.contains(r.as_path())));
