@@ -449,7 +449,9 @@ pub fn check_features(project: &Project, plan: &Plan, dialect: &dyn crate::engin
     Ok(())
 }
 
-/// [`execute`] once the intents are recorded.
+/// [`execute`] once the intents are recorded; sets `stamp_found` to the engine epoch stamp the
+/// database holds once checked (for [`stamp_epoch`] after it, failed or not).
+#[allow(clippy::too_many_arguments)]
 fn execute_recorded(
     project: &Project,
     plan: &Plan,

@@ -858,7 +858,7 @@ fn a_symlink_that_breaks_the_load_is_reported_and_what_the_project_read_stays_wa
         "local h = require(\"lib.helper\")\nreturn define_model { name = \"s.a\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT \" .. h.n .. \" AS x\" }\n",
     );
     let outside = tempfile::tempdir().expect("tempdir");
-    fs_err::write(outside.path().join("b.lua"), &linked_model("b", "1")).expect("write");
+    fs_err::write(outside.path().join("b.lua"), linked_model("b", "1")).expect("write");
     let mut w = Watch::start(&p, &["dev"]);
     let start = w.next();
     assert!(errors(&start).is_empty(), "{start}");
