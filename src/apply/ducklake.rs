@@ -417,7 +417,8 @@ pub fn reclaim(engine: &mut dyn Engine, older_than: &str, dry_run: bool, droppin
         "WITH kept AS (SELECT snapshot_id FROM {meta}.ducklake_snapshot WHERE snapshot_time >= {cutoff}), \
          dropping AS (SELECT table_id FROM {meta}.ducklake_table WHERE end_snapshot IS NULL AND lower(table_name) IN ({names})), \
          files AS (SELECT table_id, begin_snapshot, end_snapshot FROM {meta}.ducklake_data_file \
-                   UNION ALL SELECT table_id, begin_snapshot, end_snapshot FROM {meta}.ducklake_delete_file) \
+                   UNION ALL SELECT d.table_id, d.begin_snapshot, coalesce(d.end_snapshot, f.end_snapshot) FROM {meta}.ducklake_delete_file d \
+                   LEFT JOIN {meta}.ducklake_data_file f ON f.data_file_id = d.data_file_id) \
          SELECT CAST((SELECT count(*) FROM files f \
              WHERE (f.end_snapshot IS NOT NULL OR f.table_id IN (SELECT table_id FROM dropping)) \
                AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.snapshot_id >= f.begin_snapshot AND (f.end_snapshot IS NULL OR k.snapshot_id < f.end_snapshot))) \

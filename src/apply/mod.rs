@@ -343,13 +343,16 @@ pub(crate) fn execute(
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
     state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
-    // Whether this apply or run may write tables of the engine's own database: then it raises
-    // the database's epoch stamp once it is done, failed or not (SPEC §4, invariant 63).
-    let writes_tables = (!work.work.is_empty() || !work.refreshes.is_empty())
+    // Whether this apply or run may write tables of the engine's own database (builds, batches,
+    // refreshes, a forward-only version's added columns): then it raises the database's epoch
+    // before its first write and again once it is done, failed or not (SPEC §4, invariant 63).
+    let writes_tables = (!work.work.is_empty() || !work.refreshes.is_empty() || plan.actions.iter().any(|a| !a.new_columns.is_empty()))
         && project.dag.models().any(|m| m.target == crate::core::Target::Table && m.kind.is_materialized() && !matches!(m.kind, Kind::View));
-    let mut stamp_found = None;
-    let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp_found);
-    if writes_tables && let Some(found) = stamp_found {
+    // `(wanted, stamped)`: the closing stamp follows only an opening one (a command refused
+    // before it, an older copy among them, must not stamp the database current).
+    let mut stamp = (writes_tables, None);
+    let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp);
+    if let (true, Some(found)) = stamp {
         stamp_epoch(state, engine, found);
     }
     // A promotion removed the intents in its transaction; otherwise they go now (best effort:
@@ -449,8 +452,9 @@ pub fn check_features(project: &Project, plan: &Plan, dialect: &dyn crate::engin
     Ok(())
 }
 
-/// [`execute`] once the intents are recorded; sets `stamp_found` to the engine epoch stamp the
-/// database holds once checked (for [`stamp_epoch`] after it, failed or not).
+/// [`execute`] once the intents are recorded; when `stamp.0` (the command may write tables),
+/// raises the engine epoch before the first write and sets `stamp.1` to the epoch stamped (for
+/// [`stamp_epoch`] after it, failed or not).
 #[allow(clippy::too_many_arguments)]
 fn execute_recorded(
     project: &Project,
@@ -460,7 +464,7 @@ fn execute_recorded(
     options: &Options,
     refresh: bool,
     work: crate::plan::work::Work<'_>,
-    stamp_found: &mut Option<i64>,
+    stamp: &mut (bool, Option<i64>),
 ) -> Result<ApplyReport, ApplyError> {
     // History is never discarded without an explicit choice: checked before anything is written.
     if let Some(refusal) = crate::plan::history_refusal(plan) {
@@ -497,17 +501,18 @@ fn execute_recorded(
     if let Some(message) = crate::plan::integrity::engine_behind(project, state, &catalog)? {
         return Err(ApplyError::EngineBehind(message));
     }
-    // A database behind the store that holds none of its tables (a new file, the old one moved
-    // aside) is stamped current before anything is written: every table that appears in it from
-    // now on is built from what the store records, so a rebuild stopped part-way is not taken
-    // for an older copy by the next command.
-    let store_id = state.store_id()?;
-    let mut found = crate::engine::epoch::stamped(&catalog, &store_id);
-    let recorded = state.engine_epoch()?;
-    if found < recorded {
-        found = crate::engine::epoch::stamp(engine, &store_id, found, recorded - 1)?;
+    // Before its first write to a table, the epoch is raised in the database, then in the store:
+    // a copy of the database taken before this command is then behind the store even when the
+    // command is stopped part-way (its writes recorded, its closing stamp never made), and a
+    // new file (the old one moved aside, holding none of the store's tables: the check above
+    // let it through) is current, so a rebuild stopped part-way is not taken for an older copy.
+    if stamp.0 {
+        let store_id = state.store_id()?;
+        let found = crate::engine::epoch::stamped(&catalog, &store_id);
+        let epoch = crate::engine::epoch::stamp(engine, &store_id, found, state.engine_epoch()?)?;
+        state.record_engine_epoch(epoch)?;
+        stamp.1 = Some(epoch);
     }
-    *stamp_found = Some(found);
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
         return Err(ApplyError::Rejected { model: model.name.clone(), location: model.location.clone(), message });

@@ -218,7 +218,7 @@ fn ducklake_line(r: &Report) -> String {
     if files > 0 {
         let (remove, expire) = if r.dry_run { ("would remove", "would expire") } else { ("removed", "expired") };
         s.push_str(&format!(
-            "janitor {remove} {files} DuckLake data file(s) no kept snapshot references ({expire} {snapshots} DuckLake snapshot(s) taken before {before}, ttl {} days)\n",
+            "janitor {remove} {files} DuckLake file(s) (data and delete files) no kept snapshot references ({expire} {snapshots} DuckLake snapshot(s) taken before {before}, ttl {} days)\n",
             r.ttl_days
         ));
     }
@@ -244,14 +244,14 @@ mod tests {
         r.ducklake_expired_before = Some("2026-01-10T00:00:00.000Z".into());
         assert!(
             text(&r).contains(
-                "janitor removed 3 DuckLake data file(s) no kept snapshot references (expired 5 DuckLake snapshot(s) taken before 2026-01-10T00:00:00.000Z"
+                "janitor removed 3 DuckLake file(s) (data and delete files) no kept snapshot references (expired 5 DuckLake snapshot(s) taken before 2026-01-10T00:00:00.000Z"
             ),
             "{}",
             text(&r)
         );
         r.dry_run = true;
-        assert!(text(&r).contains("janitor would remove 3 DuckLake data file(s)"), "{}", text(&r));
+        assert!(text(&r).contains("janitor would remove 3 DuckLake file(s) (data and delete files)"), "{}", text(&r));
         r.ducklake_files_removed = Some(0);
-        assert!(!text(&r).contains("DuckLake data file(s)"), "{}", text(&r));
+        assert!(!text(&r).contains("DuckLake file(s) (data and delete files)"), "{}", text(&r));
     }
 }

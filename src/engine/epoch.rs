@@ -130,7 +130,7 @@ pub fn behind_message(engine: &str, store: &str, stamped: i64, recorded: i64, ex
          the database holds them up to epoch {stamped} (it was restored from an older copy after later runs, or another database was applied \
          with this state store since); its tables, {example} among them, may lack intervals and builds the state store records as done, \
          so nothing is planned or served from it as it is\n  \
-         hint: restore the state store from the same moment as the database (`efmesh state import <export>`), or move the database aside: \
+         hint: restore the state store from the same moment as the database (`efmesh state import <export> --force`), or move the database aside: \
          the next `efmesh apply <env>` then rebuilds every version the state store records"
     )
 }

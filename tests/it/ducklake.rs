@@ -279,7 +279,7 @@ fn the_janitor_removes_the_files_of_a_dropped_ducklake_version() {
     let again = p.run(&["janitor", "--ttl", "0"]);
     again.expect_code(0);
     assert!(again.stdout.contains("janitor: nothing to collect"), "{}", again.stdout);
-    assert!(!again.stdout.contains("DuckLake data file(s)"), "nothing left to remove: {}", again.stdout);
+    assert!(!again.stdout.contains("DuckLake file(s)"), "nothing left to remove: {}", again.stdout);
     assert_eq!(data_files(&p), prod_files);
     assert_eq!(count_sum(&p, &env_view("prod", "m.big")), vec![Some("1000".into()), Some(sum.to_string())]);
 }

@@ -602,20 +602,20 @@ fn stamped_epoch(p: &Project) -> i64 {
 }
 
 /// Every apply or run that writes tables of the engine's own database raises the database's
-/// epoch stamp, then the store's epoch, to the same value; a promotion or a run that writes
-/// nothing moves neither (SPEC §4, invariant 63).
+/// epoch stamp, then the store's epoch, to the same value, before its first write and once it is
+/// done; a promotion or a run that writes nothing moves neither (SPEC §4, invariant 63).
 fn the_engine_epoch_follows_the_writes_to_tables(engine: EngineBackend) {
     let p = sample_project_with(StateBackend::Sqlite, engine);
     let epochs = |p: &Project| (stamped_epoch(p), p.state().engine_epoch().unwrap());
     p.apply("dev");
-    assert_eq!(epochs(&p), (1, 1));
+    assert_eq!(epochs(&p), (2, 2));
     p.apply("prod");
-    assert_eq!(epochs(&p), (1, 1), "a promotion writes no table");
+    assert_eq!(epochs(&p), (2, 2), "a promotion writes no table");
     p.run(&["run", "dev"]).expect_code(0);
-    assert_eq!(epochs(&p), (1, 1), "a run with nothing to do writes no table");
+    assert_eq!(epochs(&p), (2, 2), "a run with nothing to do writes no table");
     p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
     p.run(&["run", "prod"]).expect_code(0);
-    assert_eq!(epochs(&p), (2, 2));
+    assert_eq!(epochs(&p), (4, 4));
     assert_eq!(p.plan("prod")["hasChanges"], false);
     // The stamp is not storage: the janitor never lists it.
     assert!(p.physical_tables().iter().all(|t| !t.starts_with(efmesh::engine::epoch::VIEW_PREFIX)));
@@ -654,8 +654,8 @@ fn an_older_copy_of_the_duckdb_file_is_refused_until_rebuilt_or_the_state_store_
         r.expect_code(1);
         assert!(
             r.stderr.contains("efmesh.duckdb is older than the state store")
-                && r.stderr.contains("up to engine epoch 2")
-                && r.stderr.contains("up to epoch 1")
+                && r.stderr.contains("up to engine epoch 4")
+                && r.stderr.contains("up to epoch 2")
                 && r.stderr.contains("(model `")
                 && r.stderr.contains("efmesh state import"),
             "{args:?}: {r:#?}"
@@ -737,10 +737,46 @@ fn a_kill_between_the_stamp_and_its_record_leaves_the_file_ahead_and_accepted() 
     let p = sample_project();
     let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_FAULT", "after-epoch-stamp").output().expect("spawn efmesh");
     assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-epoch-stamp`"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (1, 0));
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (2, 1));
     p.apply("dev");
     assert_eq!(p.plan("dev")["hasChanges"], false);
     p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
     p.run(&["run", "dev"]).expect_code(0);
-    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (2, 2));
+    assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (4, 4));
+}
+
+/// A copy of the DuckDB file taken before a run that was stopped part-way (its intervals
+/// recorded done, its closing stamp never made) is behind the store: the run raised the epoch
+/// before its first write.
+#[test]
+fn a_copy_taken_before_a_run_stopped_part_way_is_refused() {
+    let mut p = Project::new();
+    p.write(
+        "models/m.lua",
+        r#"define_model {
+  name = "s.days",
+  kind = kind.incremental_by_time_range { time_column = "ts", start = "2026-01-01", grain = "day" },
+  schema = { { "ts", "timestamp" }, { "v", "integer" } },
+  query = [[SELECT ts, 1 AS v FROM generate_series(TIMESTAMP @start_ts, TIMESTAMP @end_ts - INTERVAL 1 HOUR, INTERVAL 1 HOUR) t(ts)]],
+}
+define_model {
+  name = "s.tot", kind = kind.full(), schema = { { "n", "bigint" } },
+  query = "SELECT count(*) AS n FROM " .. ref("s.days"),
+}
+"#,
+    );
+    p.now = "2026-01-03T00:00:00Z".into();
+    p.apply("prod");
+    let backup = p.root().join("backup.duckdb");
+    std::fs::copy(p.engine_path(), &backup).unwrap();
+    p.now = "2026-01-06T00:00:00Z".into();
+    let out = p.command(&["run", "prod"]).env("EFMESH_FAULT", "after-build:s.tot").output().expect("spawn efmesh");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("aborting at `after-build:s.tot`"), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    std::fs::copy(&backup, p.engine_path()).unwrap();
+    for args in [&["run", "prod"][..], &["status", "prod", "--check"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(r.stderr.contains("is older than the state store"), "{args:?}: {r:#?}");
+    }
 }
