@@ -646,11 +646,34 @@ fn parse_schema(v: &str) -> Result<Value, String> {
         if piece.is_empty() {
             continue;
         }
-        let Some((name, ty)) = piece.split_once(char::is_whitespace) else {
-            return Err(format!("`{piece}` needs a column name and a type"));
+        // A quoted name may hold spaces (`"order date" date`), a doubled quote standing for one.
+        let (name, ty) = match piece.strip_prefix('"') {
+            Some(quoted) => {
+                let mut name = String::new();
+                let mut rest = quoted;
+                loop {
+                    let Some((inside, after)) = rest.split_once('"') else {
+                        return Err(format!("`{piece}`: the column name's `\"` is never closed"));
+                    };
+                    name.push_str(inside);
+                    match after.strip_prefix('"') {
+                        Some(more) => {
+                            name.push('"');
+                            rest = more;
+                        }
+                        None => break (name, after),
+                    }
+                }
+            }
+            None => match piece.split_once(char::is_whitespace) {
+                Some((name, ty)) => (name.to_string(), ty),
+                None => return Err(format!("`{piece}` needs a column name and a type")),
+            },
         };
-        let name = name.trim_matches('"');
-        cols.push(Value::Array(vec![Value::String(name.to_string()), Value::String(ty.trim().to_string())]));
+        if name.is_empty() || ty.trim().is_empty() {
+            return Err(format!("`{piece}` needs a column name and a type"));
+        }
+        cols.push(Value::Array(vec![Value::String(name), Value::String(ty.trim().to_string())]));
     }
     Ok(Value::Array(cols))
 }
@@ -762,6 +785,18 @@ mod tests {
         assert!(m.statements.is_empty() && m.body.is_some());
         let e = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSET a = 1;\nANALYZE t\n").unwrap_err();
         assert!(e[0].to_string().contains("models/x.sql:4") && e[0].to_string().contains("no query"), "{e:?}");
+    }
+
+    /// A quoted column name in `-- schema:` may hold spaces and doubled quotes, as Lua's
+    /// `{ "order date", "date" }` does (it was split at its first space).
+    #[test]
+    fn a_quoted_schema_column_name_keeps_its_spaces() {
+        let m = p("-- name: a.b\n-- kind: full\n-- schema: id integer, \"order date\" date, \"a \"\"q\"\"\" varchar\nSELECT 1 AS id, DATE '2026-01-01' AS \"order date\", 'x' AS \"a \"\"q\"\"\"\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let cols: Vec<(String, String)> = m.schema.0.iter().map(|c| (c.name.clone(), c.ty.clone())).collect();
+        assert_eq!(cols, [("id".into(), "integer".into()), ("order date".into(), "date".into()), ("a \"q\"".into(), "varchar".into())]);
+        let e = p("-- name: a.b\n-- kind: full\n-- schema: \"order date date\nSELECT 1\n").unwrap_err();
+        assert!(e[0].to_string().contains("models/x.sql:3") && e[0].to_string().contains("has an unclosed"), "{e:?}");
     }
 
     #[test]
