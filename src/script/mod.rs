@@ -76,6 +76,11 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
         let entry = match entry {
             Ok(entry) => entry,
             Err(e) => {
+                // A hidden entry is skipped like every hidden file or directory (an editor's
+                // lock link `.#a.sql`, dangling while a buffer has unsaved edits).
+                if e.path().and_then(Path::file_name).is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                    continue;
+                }
                 // Only what may hold model files: a path a glob matches (a dangling link named
                 // like a model), or a directory (not a link) under a glob's own directory. A
                 // dangling `notes.txt` link or an unreadable directory elsewhere is not the

@@ -336,6 +336,9 @@ fn a_dangling_link_named_like_a_model_is_an_error_and_one_named_otherwise_is_ign
     let p = sample_project();
     std::os::unix::fs::symlink("/nonexistent/notes", p.root().join("models/notes.txt")).expect("link");
     p.run(&["plan", "dev"]).expect_code(0);
+    // An editor's lock link (Emacs: `.#a.lua` → `user@host.pid`) is hidden: skipped.
+    std::os::unix::fs::symlink("root@host.1234:1700000000", p.root().join("models/.#a.lua")).expect("link");
+    p.run(&["plan", "dev"]).expect_code(0);
     std::os::unix::fs::symlink("/nonexistent/x", p.root().join("models/x.lua")).expect("link");
     let run = p.run(&["plan", "dev"]);
     run.expect_code(1);
