@@ -480,17 +480,7 @@ pub fn collect(config: &Config, state: &dyn StateStore, open: &mut Opener<'_>, o
             // A database older than the store says (restored from a copy, or another one applied
             // with this store since) may still serve versions the store calls unreachable: its
             // storage is not this store's to judge (SPEC §4, invariant 63).
-            let recorded = state.engine_epoch()?;
-            if recorded > 0
-                && let Some((stamped, relation, model)) = crate::engine::epoch::behind(&catalog, &me, recorded, &state.snapshot_index()?)
-            {
-                let message = crate::engine::epoch::behind_message(
-                    &crate::engine::location(config),
-                    &state.location(),
-                    stamped,
-                    recorded,
-                    &format!("`{relation}` (model `{model}`)"),
-                );
+            if let Some(message) = crate::plan::integrity::engine_behind(config, state, &catalog)? {
                 return Err(JanitorError::EngineBehind(message));
             }
             views = catalog.relations.into_iter().filter_map(|((s, n), e)| e.sql.map(|sql| ((s, n), sql))).collect();

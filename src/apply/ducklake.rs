@@ -261,10 +261,8 @@ enum Lost {
 /// The table name, unquoted, of a DuckLake physical relation `"_efmesh_ducklake"."main"."<t>"`;
 /// `None` for any other relation.
 pub(crate) fn table_of(physical: &str) -> Option<String> {
-    let prefix = format!("{}.{}.", quote_ident(DUCKLAKE_ALIAS), quote_ident(DUCKLAKE_SCHEMA));
-    let quoted = physical.strip_prefix(prefix.as_str())?;
-    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
-    Some(inner.replace("\"\"", "\""))
+    let [catalog, schema, table]: [String; 3] = crate::core::name::quoted_parts(physical)?.try_into().ok()?;
+    (catalog == DUCKLAKE_ALIAS && schema == DUCKLAKE_SCHEMA).then_some(table)
 }
 
 /// The tables of the attached DuckLake catalog's schema `main`, lowercased (DuckDB resolves

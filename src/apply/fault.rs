@@ -11,8 +11,9 @@
 //! `after-intent` (the promotion is recorded as under way, no view moved yet),
 //! `after-view-swap` (the views moved, the state store does not know yet),
 //! `janitor-after-claim` (the janitor claimed its victims, nothing is dropped yet),
-//! `after-epoch-stamp` (the engine database's epoch stamp raised, the state store's epoch not yet:
-//! [`crate::engine::epoch`]). Unset (the normal
+//! `after-epoch-stamp` (the engine database's epoch stamp raised at the end of an apply or run,
+//! the state store's epoch not yet: [`crate::engine::epoch`]; `after-first-epoch-stamp`, the same
+//! before its first write). Unset (the normal
 //! case), a point costs one environment lookup. Only the integration tests set it.
 //!
 //! A second hook, `EFMESH_DELAY=<point>=<ms>[,<point>=<ms>…]`, makes the process sleep at a

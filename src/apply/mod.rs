@@ -371,18 +371,23 @@ pub(crate) fn execute(
 /// database ahead of the store, which later plans accept. A failure is only logged: the
 /// database and the store then keep the epochs they had, which still agree.
 fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64) {
-    let stamped = (|| -> Result<i64, String> {
-        let recorded = state.engine_epoch().map_err(|e| e.to_string())?;
-        let store_id = state.store_id().map_err(|e| e.to_string())?;
-        let epoch = crate::engine::epoch::stamp(engine, &store_id, found, recorded).map_err(|e| e.to_string())?;
-        fault::crash_point(|| "after-epoch-stamp".to_string());
-        state.record_engine_epoch(epoch).map_err(|e| e.to_string())?;
-        Ok(epoch)
-    })();
-    match stamped {
+    match raise_epoch(state, engine, found, "after-epoch-stamp") {
         Ok(epoch) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
         Err(e) => tracing::warn!("the engine epoch was not raised (a database restored from a copy taken before this command may go unnoticed): {e}"),
     }
+}
+
+/// Raises the engine database's epoch stamp of this state store past `found` and the store's
+/// epoch, then (after the crash point `point`) records it in the store; returns the epoch.
+///
+/// # Errors
+/// The state store's reads or write, or the engine's stamp.
+fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, point: &str) -> Result<i64, ApplyError> {
+    let store_id = state.store_id()?;
+    let epoch = crate::engine::epoch::stamp(engine, &store_id, found, state.engine_epoch()?)?;
+    fault::crash_point(|| point.to_string());
+    state.record_engine_epoch(epoch)?;
+    Ok(epoch)
 }
 
 /// What `apply` (or `run`) would refuse of `plan` before any write, for the commands that show a
@@ -498,7 +503,7 @@ fn execute_recorded(
     }
     // A database older than the store says (restored, or another one applied since) is refused
     // here too: the plan may have been checked against another catalog (SPEC §4, invariant 63).
-    if let Some(message) = crate::plan::integrity::engine_behind(project, state, &catalog)? {
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
         return Err(ApplyError::EngineBehind(message));
     }
     // Before its first write to a table, the epoch is raised in the database, then in the store:
@@ -507,11 +512,8 @@ fn execute_recorded(
     // new file (the old one moved aside, holding none of the store's tables: the check above
     // let it through) is current, so a rebuild stopped part-way is not taken for an older copy.
     if stamp.0 {
-        let store_id = state.store_id()?;
-        let found = crate::engine::epoch::stamped(&catalog, &store_id);
-        let epoch = crate::engine::epoch::stamp(engine, &store_id, found, state.engine_epoch()?)?;
-        state.record_engine_epoch(epoch)?;
-        stamp.1 = Some(epoch);
+        let found = crate::engine::epoch::stamped(&catalog, &state.store_id()?);
+        stamp.1 = Some(raise_epoch(state, engine, found, "after-first-epoch-stamp")?);
     }
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {

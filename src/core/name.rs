@@ -124,6 +124,13 @@ pub const PHYSICAL_SCHEMA: &str = "_efmesh";
 /// `"schema"."name"` split into its parts; `None` for names in attached catalogs (three parts,
 /// e.g. DuckLake tables, which the main catalog does not list).
 pub fn split_relation(qualified: &str) -> Option<(String, String)> {
+    let [schema, name]: [String; 2] = quoted_parts(qualified)?.try_into().ok()?;
+    Some((schema, name))
+}
+
+/// The parts of a relation name written as efmesh writes them, every part double-quoted (`""`
+/// inside standing for a quote) and joined by dots, unquoted; `None` for any other spelling.
+pub fn quoted_parts(qualified: &str) -> Option<Vec<String>> {
     let mut parts = Vec::new();
     let mut chars = qualified.chars().peekable();
     while chars.peek().is_some() {
@@ -148,8 +155,7 @@ pub fn split_relation(qualified: &str) -> Option<(String, String)> {
             Some(_) => return None,
         }
     }
-    let [schema, name]: [String; 2] = parts.try_into().ok()?;
-    Some((schema, name))
+    Some(parts)
 }
 
 /// The environment whose views live in the models' own schemas.

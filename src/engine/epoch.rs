@@ -13,14 +13,15 @@
 //!
 //! So each state store stamps the databases it writes: the comment of the view
 //! `"_efmesh"."_efmesh_epoch__<store id>"` (`efmesh engine epoch <n>`), one per store (several
-//! stores may share a database). Every `apply` or `run` that wrote into tables of the engine's
-//! own database ends by raising that stamp to one more than both the stamp it found and the
-//! epoch the store records, then records the new epoch in the store (`meta.engine_epoch`): the
-//! stamp first, so a process killed in between leaves the database ahead of the store, never
-//! behind it. A plan (and the apply or run carrying it out, on its own connection) refuses a
-//! database whose stamp is lower than the store's epoch while it holds a table the plan serves
-//! from it ([`behind`]); a database holding none of them (a new file, the old one moved aside)
-//! is rebuilt by the plan's repairs and stamped by that apply.
+//! stores may share a database). Every `apply` or `run` that writes into tables of the engine's
+//! own database raises that stamp, before its first write and again once it is done, to one
+//! more than both the stamp it found and the epoch the store records, then records the new
+//! epoch in the store (`meta.engine_epoch`): the stamp first, so a process killed in between
+//! leaves the database ahead of the store, never behind it. A plan (and the apply or run
+//! carrying it out, on its own connection, and the janitor) refuses a database whose stamp is
+//! lower than the store's epoch while it holds a table of any of the store's versions
+//! ([`behind`]); a database holding none of them (a new file, the old one moved aside) is
+//! rebuilt by the plan's repairs, stamped current before the first write.
 //!
 //! The stamp is in the catalog (a comment), so a plan reads it with the catalog it already
 //! reads or recorded, at no extra query; on an engine several processes write at once
@@ -122,7 +123,7 @@ pub fn behind(catalog: &Catalog, store_id: &str, recorded: i64, index: &crate::s
 }
 
 /// The refusal of an engine database whose stamp (`stamped`) is lower than the store's epoch
-/// (`recorded`), naming both, one of its tables the plan serves (`example`), the likely causes
+/// (`recorded`), naming both, one of the store's tables it holds (`example`), the likely causes
 /// and the ways forward.
 pub fn behind_message(engine: &str, store: &str, stamped: i64, recorded: i64, example: &str) -> String {
     format!(

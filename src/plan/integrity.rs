@@ -255,7 +255,7 @@ pub fn served_missing(env: &str, model: &ModelName, physical: &str, catalog: &Ca
         out.push((physical.to_string(), Lack::PhysicalMissing));
     }
     let schema = env_schema(env, model.schema());
-    let view = format!("\"{schema}\".\"{}\"", model.table());
+    let view = format!("{}.{}", crate::core::name::quote_ident(&schema), crate::core::name::quote_ident(model.table()));
     if !catalog.contains(&schema, model.table()) {
         out.push((view, Lack::ViewMissing));
     } else if catalog.view_sql(&schema, model.table()).is_some_and(|sql| !view_names(sql, physical)) {
@@ -449,7 +449,7 @@ pub fn check_skipping(
     let root = Root::of(project);
     let mut index = None;
     refuse_foreign_relations(project, plan, catalog)?;
-    if let Some(message) = engine_behind(project, state, catalog)? {
+    if let Some(message) = engine_behind(&project.config, state, catalog)? {
         return Err(PlanError::EngineBehind(message));
     }
     let checked: Vec<bool> = plan.actions.iter().map(|a| a.change == Change::Removed || !skip(&a.name)).collect();
@@ -562,16 +562,21 @@ pub fn check_skipping(
 ///
 /// # Errors
 /// The state store's reads.
-pub fn engine_behind(project: &Project, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
+pub fn engine_behind(config: &crate::config::Config, state: &dyn StateStore, catalog: &Catalog) -> Result<Option<String>, crate::state::StateError> {
     let recorded = state.engine_epoch()?;
-    if recorded == 0 || crate::engine::epoch::stamped(catalog, &state.store_id()?) >= recorded {
+    if recorded == 0 {
         return Ok(None);
     }
-    let Some((stamped, relation, model)) = crate::engine::epoch::behind(catalog, &state.store_id()?, recorded, &state.snapshot_index()?) else {
+    let store_id = state.store_id()?;
+    // The snapshot index is read only for a database actually behind (never on a current one).
+    if crate::engine::epoch::stamped(catalog, &store_id) >= recorded {
+        return Ok(None);
+    }
+    let Some((stamped, relation, model)) = crate::engine::epoch::behind(catalog, &store_id, recorded, &state.snapshot_index()?) else {
         return Ok(None);
     };
     Ok(Some(crate::engine::epoch::behind_message(
-        &crate::engine::location(&project.config),
+        &crate::engine::location(config),
         &state.location(),
         stamped,
         recorded,
