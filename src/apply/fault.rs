@@ -27,7 +27,9 @@
 //! the file is unchanged since the plan and its open (`apply-before-open`, after
 //! `apply-after-plan`) to show a write there is still found (`run` passes both of those too:
 //! it opens and closes the engine the same way); the lake lease test holds
-//! a promotion between its intent and its view swap (`after-intent`).
+//! a promotion between its intent and its view swap (`after-intent`); the lake tests make each
+//! re-creation of a parquet version's view slow (`lake-publish:<schema.table>`) to show a
+//! backfill's batches grouped between two of them.
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";

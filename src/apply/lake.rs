@@ -41,7 +41,10 @@
 //! a temporary table, one file is written per grain interval (an interval without rows still gets
 //! its file, so every done interval has exactly one), then the view and the manifest are
 //! refreshed, and only then are the intervals marked done. A crash at any point leaves at most
-//! complete files of intervals that are not done; the next apply rewrites them.
+//! complete files of intervals that are not done; the next apply rewrites them. Re-creating the
+//! view binds every file it lists, so a backfill of many small batches publishes it for a group
+//! of batches at a time (see [`build`]): when the batches since the last publish took nine times
+//! as long as it did, and after the last batch or a failed one.
 
 use super::resolve::{ExecResolver, typed_empty};
 use super::{ApplyError, ApplyReport};
@@ -53,6 +56,7 @@ use crate::plan::Action;
 use crate::project::Project;
 use crate::state::{IntervalStatus, SnapshotRecord, StateStore};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Version of the `manifest.json` layout.
@@ -248,22 +252,63 @@ pub fn build(
             // The view exists (typed, possibly empty) before the snapshot that announces it. The
             // files it lists, kept for the batches: each adds its own (no other process writes
             // the version meanwhile).
-            let mut listed = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?;
+            let relisted = std::time::Instant::now();
+            let mut listed: BTreeSet<String> = relist(project, model, &physical, Some(&snapshot.fingerprint), state, engine)?.into_iter().collect();
+            let mut publish_cost = relisted.elapsed();
             state.put_snapshot(snapshot)?;
             let tc = quote_ident(&t.time_column);
             let batches = interval::batches(&action.backfill, t.grain, t.batch_size);
             let n = batches.len();
+            // Intervals whose files are written but not yet listed by the view, hence not done.
+            let mut pending: Vec<Interval> = Vec::new();
+            let mut since_publish = std::time::Instant::now();
             for (i, batch) in batches.into_iter().enumerate() {
                 tracing::info!(model = %model.name, interval = %batch, batch = i + 1, batches = n, "lake batch");
                 let pieces = batch.split(t.grain);
-                let written = write_batch(project, model, &physical, &dir, exec, body, &cols, &tc, batch, &pieces, &mut listed, engine);
-                if let Err(err) = written {
+                if let Err(err) = write_batch(model, &dir, exec, body, &cols, &tc, batch, &pieces, engine) {
                     let _ = engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch");
+                    // The batches before this one are complete: they are published and done, as
+                    // they would have been one by one; this batch's intervals are failed.
+                    let published =
+                        if pending.is_empty() { Ok(()) } else { publish(project, model, &physical, &dir, &listed.iter().cloned().collect::<Vec<_>>(), engine) };
+                    let done = std::mem::take(&mut pending);
+                    match published {
+                        Ok(()) => {
+                            state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
+                            report.intervals += done.len();
+                        }
+                        Err(_) => {
+                            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+                        }
+                    }
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
                     return Err(err);
                 }
-                state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Done, interval::now_millis())?;
-                report.intervals += pieces.len();
+                listed.extend(pieces.iter().map(|p| interval_file(p.start, t.grain)));
+                pending.extend(pieces);
+                // Re-creating the view binds every file it lists, so publishing after each batch
+                // costs time proportional to the files squared (a `5m` model over a month: 8640
+                // files). The view is published when the batches written since the last publish
+                // took at least nine times as long as that publish (so publishing stays under a
+                // tenth of the build), and after the last batch. No batch reads the view: a lake
+                // model cannot read itself (`@this` is a load error with a `parquet` target).
+                // Intervals are marked done only once the view lists their files; a crash in
+                // between leaves complete files of intervals that are not done, rewritten by the
+                // next apply.
+                let last = i + 1 == n;
+                if last || since_publish.elapsed() >= publish_cost * 9 {
+                    let started = std::time::Instant::now();
+                    let published = publish(project, model, &physical, &dir, &listed.iter().cloned().collect::<Vec<_>>(), engine);
+                    let done = std::mem::take(&mut pending);
+                    if let Err(err) = published {
+                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+                        return Err(err);
+                    }
+                    publish_cost = started.elapsed();
+                    since_publish = std::time::Instant::now();
+                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
+                    report.intervals += done.len();
+                }
             }
         }
         _ => {
@@ -277,14 +322,11 @@ pub fn build(
     Ok(())
 }
 
-/// One time-range batch: the query once into a temporary table, one file per grain interval,
-/// then the view and manifest over `listed` and those files (added to it). The caller marks the
-/// intervals done afterwards.
+/// One time-range batch: the query once into a temporary table, one file per grain interval
+/// (`pieces`). The caller publishes the view listing them, then marks the intervals done.
 #[allow(clippy::too_many_arguments)]
 fn write_batch(
-    project: &Project,
     model: &Model,
-    physical: &str,
     dir: &VersionDir,
     exec: &ExecResolver<'_>,
     body: &crate::core::Fragment,
@@ -292,7 +334,6 @@ fn write_batch(
     tc: &str,
     batch: Interval,
     pieces: &[Interval],
-    listed: &mut Vec<String>,
     engine: &mut dyn Engine,
 ) -> Result<(), ApplyError> {
     let t = model.kind.time_range().ok_or_else(|| ApplyError::build(model, Some(batch), crate::engine::EngineError::new("", "not a time-range model")))?;
@@ -306,11 +347,7 @@ fn write_batch(
         let query = format!("SELECT * FROM temp._efmesh_lake_batch WHERE {tc} >= {ps} AND {tc} < {pe}");
         write_file(model, dir, &interval_file(piece.start, grain), &query, Some(*piece), engine)?;
     }
-    engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|e| ApplyError::build(model, Some(batch), e))?;
-    listed.extend(pieces.iter().map(|p| interval_file(p.start, grain)));
-    listed.sort();
-    listed.dedup();
-    publish(project, model, physical, dir, listed, engine)
+    engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch").map_err(|e| ApplyError::build(model, Some(batch), e))
 }
 
 /// Writes `query`'s rows to `name` in `dir` so that the final name only ever holds a complete
@@ -464,6 +501,8 @@ fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grai
 /// Creates the version's directory (a repair's may be gone), then its view over `files` and its
 /// manifest.
 fn publish(project: &Project, model: &Model, physical: &str, dir: &VersionDir, files: &[String], engine: &mut dyn Engine) -> Result<(), ApplyError> {
+    super::fault::delay_point(&format!("lake-publish:{}", model.name));
+    tracing::debug!(model = %model.name, files = files.len(), "lake view published");
     make_dir(model, dir, None)?;
     let anchor = format!("SELECT * FROM {}", typed_empty(model));
     let select = if files.is_empty() {

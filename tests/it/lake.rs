@@ -229,7 +229,10 @@ fn a_batch_failing_mid_backfill_marks_nothing_done_and_the_next_apply_converges(
     let p = failing_project();
     let plan = p.plan("dev");
     let dir = version_dir(&p, "lake", &plan, "m.daily");
-    let failed = p.run(&["apply", "dev", "--yes"]);
+    // Every re-creation of the version's view is made slow, so the two batches before the
+    // failing one are written without being published: the failure publishes them.
+    let out = p.command(&["apply", "dev", "--yes"]).env("EFMESH_DELAY", "lake-publish:m.daily=400").output().expect("spawn efmesh");
+    let failed = Run::from_output(out, "apply dev --yes (slow publish)".into());
     failed.expect_code(1);
     assert!(failed.stderr.contains("m.daily") && failed.stderr.contains("disk on fire"), "{}", failed.stderr);
     assert!(failed.stderr.contains("2026-01-05"), "the error names the failing batch: {}", failed.stderr);
@@ -242,6 +245,12 @@ fn a_batch_failing_mid_backfill_marks_nothing_done_and_the_next_apply_converges(
     let mut expected = day_files(4);
     expected.push("manifest.json".into());
     assert_eq!(files(&dir), expected, "no file (final or temporary) for an interval that is not done");
+    // The version's view lists exactly the done days (batches written before the failure are
+    // published before it is reported, whenever the view was last published).
+    let fp = action(&plan, "m.daily")["fingerprint"].as_str().expect("fingerprint").to_string();
+    let served = p.query(&format!("SELECT DISTINCT CAST(day AS DATE)::VARCHAR FROM \"_efmesh\".\"m__daily__{fp}\" ORDER BY 1"));
+    let served: Vec<String> = served.into_iter().map(|r| r[0].clone().expect("day")).collect();
+    assert_eq!(served, (1..=4).map(|d| format!("2026-01-{d:02}")).filter(|d| EVENTS.contains(d.as_str())).collect::<Vec<_>>());
     assert!(!state.pointers.contains_key("dev"), "a failed apply must not promote");
 
     p.write("data/switch.csv", "mode\nok\n");
@@ -253,6 +262,46 @@ fn a_batch_failing_mid_backfill_marks_nothing_done_and_the_next_apply_converges(
     let reference = lake_project("", "");
     reference.apply("dev");
     assert_eq!(p.rows(&env_view("dev", "m.daily")), reference.rows(&env_view("dev", "m.daily")));
+    assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
+}
+
+/// Runs `apply dev` at debug level with each re-creation of `model`'s version view delayed by
+/// `ms`; returns the run and how many times the view was published.
+fn apply_with_slow_publish(p: &Project, model: &str, ms: u32) -> (Run, usize) {
+    let out = p
+        .command(&["apply", "dev", "--yes", "--json"])
+        .env("EFMESH_DELAY", format!("lake-publish:{model}={ms}"))
+        .env("RUST_LOG", "efmesh=debug")
+        .output()
+        .expect("spawn efmesh");
+    let run = Run::from_output(out, format!("apply dev (publishing {model} slowly)"));
+    let published = run.stderr.lines().filter(|l| l.contains("lake view published") && l.contains(&format!("model={model}"))).count();
+    (run, published)
+}
+
+/// Re-creating a parquet version's view binds every file it lists: a backfill of many batches
+/// publishes it for a group of batches at a time (here, with each publish slow, once before the
+/// batches and once after the last), and the result is the same as a table's.
+#[test]
+fn a_lake_backfill_publishes_its_view_once_for_a_group_of_batches() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    p.write("models/m.lua", &models("parquet", "", 1));
+    let (run, published) = apply_with_slow_publish(&p, "m.daily", 300);
+    let v = run.expect_code(0).json();
+    assert_eq!(v["intervals"], Value::from(DAYS), "{v:#}");
+    assert_eq!(published, 2, "nine batches: the view is published before them and after the last, not after each:\n{}", run.stderr);
+    let dir = version_dir(&p, "lake", &v, "m.daily");
+    let mut expected = day_files(DAYS);
+    expected.push("manifest.json".into());
+    assert_eq!(files(&dir), expected);
+    let reference = lake_project("", "");
+    reference.write("models/m.lua", &models("", "", 1));
+    reference.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), reference.rows(&env_view("dev", "m.daily")));
+    assert_eq!(p.rows(&env_view("dev", "m.totals")), reference.rows(&env_view("dev", "m.totals")));
+    let state = p.state_summary();
+    let done: usize = state.intervals.iter().filter(|((n, _), _)| n == "m.daily").map(|(_, v)| v.len()).sum();
+    assert_eq!(done, DAYS, "every interval done once its file is listed");
     assert_eq!(p.plan("dev")["hasChanges"], Value::Bool(false));
 }
 
