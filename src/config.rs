@@ -114,11 +114,26 @@ impl ProjectSection {
 /// leading `./`, so `./models/*.sql` (or `models//x/./*.sql`) selects what `models/*.sql` does
 /// instead of nothing — a glob matching nothing would plan its models as removed. A glob that
 /// cannot name a file inside the project (absolute, or with a `..` step) is refused: the walk
-/// only sees the project's own files.
+/// only sees the project's own files. A glob with brace groups (`{./a/*.lua,b/*.lua}`,
+/// `models/{./x,y}/*.sql`) is judged by each brace-free glob it stands for
+/// (`brace_alternatives`): one absolute or with a `..` step is refused, and when one of them
+/// changes the glob becomes the group of them all (`{a/*.lua,b/*.lua}`); a brace glob whose
+/// alternatives are already in walk form is kept as written.
 ///
 /// # Errors
 /// Why the glob is refused.
 pub fn normalize_glob(glob: &str) -> Result<String, String> {
+    let Some(alternatives) = brace_alternatives(glob)? else { return normalize_plain_glob(glob) };
+    let mut normalized = Vec::with_capacity(alternatives.len());
+    for alternative in &alternatives {
+        normalized.push(normalize_plain_glob(alternative).map_err(|why| format!("(its brace alternative `{alternative}`) {why}"))?);
+    }
+    if normalized == alternatives { Ok(glob.to_string()) } else { Ok(format!("{{{}}}", normalized.join(","))) }
+}
+
+/// [`normalize_glob`] of a glob read without its brace groups: `/`-separated steps, `.` and
+/// empty steps dropped.
+fn normalize_plain_glob(glob: &str) -> Result<String, String> {
     // A leading `\` escapes a glob character (`\[m]odels/*.lua`): not a path separator.
     if glob.starts_with('/') || glob.get(1..3) == Some(":/") || glob.get(1..3) == Some(":\\") {
         return Err("is absolute: discovery globs are relative to the directory of efmesh.toml and match files inside it".to_string());
@@ -131,6 +146,97 @@ pub fn normalize_glob(glob: &str) -> Result<String, String> {
         return Err("names no file".to_string());
     }
     Ok(steps.join("/"))
+}
+
+/// Most brace-free globs one discovery glob may stand for ([`brace_alternatives`]).
+const MAX_BRACE_ALTERNATIVES: usize = 1024;
+
+/// Deepest nesting of brace groups [`brace_alternatives`] reads (globset's own limit is 100).
+const MAX_BRACE_DEPTH: usize = 100;
+
+/// The brace-free globs `glob` stands for, in order: each `{a,b}` group (nested ones too)
+/// replaced by each of its alternatives in turn; `\` escapes and `[…]` classes (whose `{`, `,`,
+/// `}` and `/` are characters) copied as written; a literal `,` outside any group written `[,]`,
+/// so that the alternatives can be joined into one group again. `None` for a glob without a
+/// group, or with an unclosed or too deeply nested one (globset then refuses the glob itself
+/// when discovery compiles it).
+///
+/// # Errors
+/// A glob standing for more than [`MAX_BRACE_ALTERNATIVES`] globs.
+fn brace_alternatives(glob: &str) -> Result<Option<Vec<String>>, String> {
+    let chars: Vec<char> = glob.chars().collect();
+    let mut grouped = false;
+    let expanded = expand_braces(&chars, &mut 0, 0, &mut grouped)?;
+    Ok(expanded.filter(|_| grouped))
+}
+
+/// The expansions of the glob text starting at `chars[*at]`, up to the `,` or `}` ending it
+/// inside a group (`depth > 0`) or to the end ([`brace_alternatives`]); `*at` is left on that
+/// `,` or `}`. `grouped` is set when a group was read. `None` for an unclosed group or one
+/// nested deeper than [`MAX_BRACE_DEPTH`].
+fn expand_braces(chars: &[char], at: &mut usize, depth: usize, grouped: &mut bool) -> Result<Option<Vec<String>>, String> {
+    if depth > MAX_BRACE_DEPTH {
+        return Ok(None);
+    }
+    let mut out = vec![String::new()];
+    let append = |out: &mut Vec<String>, text: &str| out.iter_mut().for_each(|o| o.push_str(text));
+    while let Some(&c) = chars.get(*at) {
+        match c {
+            ',' | '}' if depth > 0 => return Ok(Some(out)),
+            '{' => {
+                *at += 1;
+                *grouped = true;
+                let mut group = Vec::new();
+                loop {
+                    let Some(alternative) = expand_braces(chars, at, depth + 1, grouped)? else { return Ok(None) };
+                    group.extend(alternative);
+                    match chars.get(*at) {
+                        Some(',') => *at += 1,
+                        Some('}') => {
+                            *at += 1;
+                            break;
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                if out.len().saturating_mul(group.len()) > MAX_BRACE_ALTERNATIVES {
+                    return Err(format!("stands for more than {MAX_BRACE_ALTERNATIVES} globs through its brace groups: write it as several globs"));
+                }
+                out = out.iter().flat_map(|o| group.iter().map(move |g| format!("{o}{g}"))).collect();
+            }
+            '\\' => {
+                let end = (*at + 2).min(chars.len());
+                append(&mut out, &chars[*at..end].iter().collect::<String>());
+                *at = end;
+            }
+            '[' => {
+                // A class runs to its `]`; a `]` first in it (after `[`, `[!` or `[^`) is a member.
+                let mut end = *at + 1;
+                if matches!(chars.get(end), Some('!' | '^')) {
+                    end += 1;
+                }
+                if chars.get(end) == Some(&']') {
+                    end += 1;
+                }
+                while chars.get(end).is_some_and(|c| *c != ']') {
+                    end += 1;
+                }
+                let end = (end + 1).min(chars.len());
+                append(&mut out, &chars[*at..end].iter().collect::<String>());
+                *at = end;
+            }
+            ',' => {
+                append(&mut out, "[,]");
+                *at += 1;
+            }
+            c => {
+                append(&mut out, &c.to_string());
+                *at += 1;
+            }
+        }
+    }
+    // The end of the glob: inside a group, that group was never closed.
+    Ok((depth == 0).then_some(out))
 }
 
 impl Default for ProjectSection {
@@ -1062,6 +1168,44 @@ mod tests {
                 Err(ConfigError::Invalid { message, .. }) => assert!(message.contains(&format!("`{key}` glob")), "{text}: {message}"),
                 other => panic!("{text}: {other:?}"),
             }
+        }
+    }
+
+    /// A brace glob is judged by each glob it stands for: a `./` (or `//`) inside a group is
+    /// dropped as outside one — `{./models/a/*.lua,models/b/*.lua}` matched nothing of `a`, whose
+    /// models were then planned as removed — an alternative that is absolute or has a `..` step
+    /// is refused naming it, and a glob whose alternatives are already in walk form (the
+    /// default `models/**/*.{lua,rhai,sql}`), has no group (a class `[{,]`) or an unclosed one
+    /// (left for globset to refuse) is kept as written.
+    #[test]
+    fn brace_globs_are_normalized_alternative_by_alternative() {
+        for (glob, want) in [
+            ("{./models/a/*.lua,models/b/*.lua}", "{models/a/*.lua,models/b/*.lua}"),
+            ("models/{./a,b//c}/*.sql", "{models/a/*.sql,models/b/c/*.sql}"),
+            ("{./m,n}/x,y.lua", "{m/x[,]y.lua,n/x[,]y.lua}"),
+            ("models/**/*.{lua,rhai,sql}", "models/**/*.{lua,rhai,sql}"),
+            ("{a,b/{c,d}}/*.lua", "{a,b/{c,d}}/*.lua"),
+            ("m/[{,]*.lua", "m/[{,]*.lua"),
+            ("m/{a,b", "m/{a,b"),
+        ] {
+            assert_eq!(normalize_glob(glob).as_deref(), Ok(want), "{glob}");
+        }
+        let many = "{a,b}".repeat(11);
+        for (glob, why) in [
+            ("{./a/*.lua,../b/*.lua}", "(its brace alternative `../b/*.lua`) leaves the project directory"),
+            ("{/abs/*.lua,m/*.lua}", "(its brace alternative `/abs/*.lua`) is absolute"),
+            ("m/{x,{y,..}}/*.lua", "(its brace alternative `m/../*.lua`) leaves the project directory"),
+            (many.as_str(), "stands for more than 1024 globs"),
+        ] {
+            assert!(normalize_glob(glob).is_err_and(|e| e.starts_with(why)), "{glob}: {:?}", normalize_glob(glob));
+        }
+        let c = Config::parse(Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"{./m/a/*.lua,m/b/*.lua}\"]\n").unwrap();
+        assert_eq!(c.project.models, vec!["{m/a/*.lua,m/b/*.lua}".to_string()]);
+        match Config::parse(Path::new("/p/efmesh.toml"), "[project]\nmodels = [\"{m/*.lua,../x/*.lua}\"]\n") {
+            Err(ConfigError::Invalid { message, .. }) => {
+                assert!(message.contains("`project.models` glob `{m/*.lua,../x/*.lua}` (its brace alternative `../x/*.lua`)"), "{message}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -138,14 +138,26 @@ pub fn has_data(model: &Model) -> bool {
 /// order given; `sample` is a percent from 1 to 99.
 ///
 /// # Errors
-/// The engine cannot be opened read-only, a view is missing, or a comparison query fails: the
-/// error names the model and the environment.
-pub fn diff_data(project: &Project, env_a: &str, env_b: &str, models: &[&Model], sample: Option<u8>) -> Result<Vec<ModelDataDiff>> {
+/// The engine cannot be opened read-only, it is older than the state store `state`
+/// ([`crate::plan::PlanError::EngineBehind`]: its stale rows would be compared as what the
+/// environments serve), a view is missing, or a comparison query fails: the error names the
+/// model and the environment.
+pub fn diff_data(
+    project: &Project,
+    state: &dyn crate::state::StateStore,
+    env_a: &str,
+    env_b: &str,
+    models: &[&Model],
+    sample: Option<u8>,
+) -> Result<Vec<ModelDataDiff>> {
     if models.is_empty() {
         return Ok(Vec::new());
     }
     let mut engine = crate::preview::open_engine(project).map_err(|m| anyhow!("cannot open the engine database to compare data: {m}"))?;
     let catalog = engine.catalog().map_err(|e| anyhow!("cannot read the engine catalog: {}", one_line(&e.message)))?;
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
+        return Err(crate::plan::PlanError::EngineBehind(message).into());
+    }
     for model in models {
         for env in [env_a, env_b] {
             let schema = crate::plan::env_schema(env, model.name.schema());

@@ -100,7 +100,8 @@ impl Preview {
 /// connection to the engine opened for this call and closed before it returns.
 ///
 /// # Errors
-/// Only failures that concern every model (the state store cannot be read); a model whose query
+/// Only failures that concern every model (the state store cannot be read, the engine database
+/// is older than the state store: [`crate::plan::PlanError::EngineBehind`]); a model whose query
 /// fails gets a [`Preview`] with `error` set.
 pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[ModelName], options: &Options) -> anyhow::Result<Vec<Preview>> {
     crate::core::name::validate_env(env)?;
@@ -120,6 +121,12 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
             return Ok(models.iter().map(|m| Preview::failed(m, message.clone())).collect());
         }
     };
+    // An engine database older than the state store (a backup restored after later runs) would
+    // have its stale rows shown as what the environment serves: refused as the plan refuses it
+    // (SPEC §4, invariant 63).
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
+        return Err(crate::plan::PlanError::EngineBehind(message).into());
+    }
     let ctx = Context { project, env, served: &served, metadata: &metadata, catalog: &catalog, options };
     let previews = models.iter().map(|m| ctx.preview_one(&mut *engine, m)).collect();
     drop(engine);

@@ -89,7 +89,8 @@ impl Project {
 /// after the DAG is built, in this order, the first that finds anything giving the errors:
 /// schemas the engine reserves ([`reserved_schemas`]), pre/post statements
 /// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
-/// targets (their section of efmesh.toml, their column types). The full load runs them on
+/// targets (their section of efmesh.toml, their column types, a lake directory name too long
+/// for a file system). The full load runs them on
 /// every model; a reload in place ([`crate::session::Session::reload`]) on the models it
 /// replaces, against the DAG before (same names): each finding concerns one model's own
 /// definition, so the others' are unchanged (but for an external's relation, which decides
@@ -110,6 +111,7 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
     // A storage target needs its section of efmesh.toml: say so at load, not mid-apply.
     let mut unconfigured = crate::core::target::unconfigured(checked.iter().copied(), config.lake.is_some(), config.ducklake.is_some());
     unconfigured.extend(crate::core::target::unstorable(checked.iter().copied()));
+    unconfigured.extend(crate::core::target::unnameable(checked.iter().copied()));
     unconfigured
 }
 

@@ -15,6 +15,11 @@
 //! The plan's integrity check ([`crate::plan::integrity`]) reads the DuckDB file's catalog only,
 //! so an apply or run checks the DuckLake tables it relies on itself, before any write
 //! ([`prepare_checked`]): a lost one is refused, never created anew holding only new intervals.
+//! A catalog restored from a copy older than the state store holds every table but lacks later
+//! intervals: each command of a project with DuckLake models that raises the engine epoch
+//! (SPEC §4, invariant 63) stamps the catalog with the same epoch (the table
+//! `"_efmesh_ducklake"."_efmesh"."_efmesh_epochs"`, one row per store), and a catalog whose stamp
+//! is lower than the store's epoch is refused while it holds tables with done intervals.
 
 use super::ApplyError;
 use crate::core::Target;
@@ -168,10 +173,15 @@ pub fn prepare_read_only(project: &Project, engine: &mut dyn Engine) -> Result<(
 /// lost one is found: one query of the attached catalog's tables, or, when the local catalog
 /// file does not exist, before attaching (which would create an empty catalog). `rebuilt` are
 /// the models this apply or run builds (a `full` one is rebuilt whole: its table may be gone).
+/// Then refuses a catalog whose epoch stamp ([`stamp`]) is lower than the store's epoch while
+/// it holds tables of the store's versions with done intervals ([`behind`]): restored from a
+/// copy older than the store. Called before the command raises the epoch, so a refused catalog
+/// is never stamped current.
 ///
 /// # Errors
 /// As [`prepare`]; [`ApplyError::Rejected`] naming the model, its table and the catalog when a
-/// table it relies on is missing; [`ApplyError::State`] when the ledger cannot be read.
+/// table it relies on is missing; [`ApplyError::EngineBehind`] naming the catalog and both
+/// epochs when it is behind; [`ApplyError::State`] when the ledger cannot be read.
 pub fn prepare_checked(
     project: &Project,
     plan: &crate::plan::Plan,
@@ -186,12 +196,134 @@ pub fn prepare_checked(
         refuse_lost(project, plan, state, rebuilt, &stored, &std::collections::HashSet::new(), true)?;
     }
     prepare(project, engine)?;
-    if stored.is_empty() || catalog_lost {
-        // A new catalog: every version in it is built by this apply.
+    if catalog_lost || !project.dag.models().any(|m| m.target == Target::DuckLake) {
+        // A new catalog: every version in it is built by this apply (or nothing attached).
         return Ok(());
     }
     let held = tables(engine)?;
-    refuse_lost(project, plan, state, rebuilt, &stored, &held, false)
+    if !stored.is_empty() {
+        refuse_lost(project, plan, state, rebuilt, &stored, &held, false)?;
+    }
+    // Checked whatever this plan stores there: an apply of another environment would stamp the
+    // catalog current, and the stale tables of this one would then be served as caught up.
+    let recorded = state.engine_epoch()?;
+    if recorded == 0 || held.is_empty() {
+        return Ok(());
+    }
+    match stamped(engine, &state.store_id()?)? {
+        Some(stamp) if stamp < recorded => match behind(project, &plan.env, state, &held, stamp, recorded)? {
+            Some(message) => Err(ApplyError::EngineBehind(message)),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// The table of the DuckLake catalog's schema `_efmesh` holding each state store's epoch stamp
+/// (SPEC §4, invariant 63): one row `(store_id, epoch)` per store that wrote the catalog.
+const EPOCH_TABLE: &str = "_efmesh_epochs";
+
+/// [`EPOCH_TABLE`], qualified and quoted.
+fn epoch_table() -> String {
+    format!("{}.{}.{}", quote_ident(DUCKLAKE_ALIAS), quote_ident(crate::engine::STORAGE_SCHEMA), quote_ident(EPOCH_TABLE))
+}
+
+/// The engine epoch of the store `store_id` stamped in the attached DuckLake catalog; `None`
+/// when the catalog holds no stamp of it (a new catalog, or one only an efmesh older than the
+/// stamp wrote: trusted until its first stamp). Two catalog queries.
+///
+/// # Errors
+/// [`crate::engine::EngineError`] when a query fails.
+pub fn stamped(engine: &mut dyn Engine, store_id: &str) -> Result<Option<i64>, crate::engine::EngineError> {
+    let exists = engine.query(&format!(
+        "SELECT count(*) FROM information_schema.tables WHERE table_catalog = {} AND table_schema = {} AND table_name = {}",
+        quote_literal(DUCKLAKE_ALIAS),
+        quote_literal(crate::engine::STORAGE_SCHEMA),
+        quote_literal(EPOCH_TABLE)
+    ))?;
+    if exists.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("0") {
+        return Ok(None);
+    }
+    let rows = engine.query(&format!("SELECT CAST(max(epoch) AS VARCHAR) FROM {} WHERE store_id = {}", epoch_table(), quote_literal(store_id)))?;
+    Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|n| n.parse().ok()))
+}
+
+/// Stamps the attached DuckLake catalog with the engine epoch `epoch` of the store `store_id`
+/// (the value [`crate::engine::epoch::stamp`] just stamped the engine database with), replacing
+/// the store's earlier stamp in ONE transaction. Called at every raise of the epoch by a
+/// command of a project with DuckLake models, so the stamp follows the store's epoch: a catalog
+/// whose stamp is lower was restored from a copy taken before later writes ([`behind`]).
+///
+/// # Errors
+/// [`crate::engine::EngineError`] naming the statement.
+pub fn stamp(engine: &mut dyn Engine, store_id: &str, epoch: i64) -> Result<(), crate::engine::EngineError> {
+    let table = epoch_table();
+    engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}.{}", quote_ident(DUCKLAKE_ALIAS), quote_ident(crate::engine::STORAGE_SCHEMA)))?;
+    engine.execute(&format!("CREATE TABLE IF NOT EXISTS {table} (store_id VARCHAR NOT NULL, epoch BIGINT NOT NULL)"))?;
+    let id = quote_literal(store_id);
+    engine.transaction(&[format!("DELETE FROM {table} WHERE store_id = {id}"), format!("INSERT INTO {table} VALUES ({id}, {epoch})")])
+}
+
+/// Why the DuckLake catalog, stamped with epoch `stamp` while the store records `recorded`,
+/// cannot be trusted: it holds (`held`: its tables in schema `main`, lowercased) the table of
+/// one or more of the store's versions with done intervals recorded (every version of the
+/// store, not only `env`'s), each of which may lack intervals the ledger records; `None` when it
+/// holds none (a catalog holding nothing of the store's is never refused). The message names
+/// the catalog, both epochs, up to five such models with their done intervals, and the ways
+/// out: the state store restored from the same moment, or every done interval restated (`env`'s
+/// command), which leaves nothing of the ledger in the catalog to distrust.
+///
+/// # Errors
+/// [`ApplyError::State`] when the snapshots or the ledger cannot be read.
+fn behind(
+    project: &Project,
+    env: &str,
+    state: &dyn crate::state::StateStore,
+    held: &std::collections::HashSet<String>,
+    stamp: i64,
+    recorded: i64,
+) -> Result<Option<String>, ApplyError> {
+    use crate::core::interval::to_iso;
+    let index = state.snapshot_index()?;
+    let done = state.all_done_intervals()?;
+    // (model, table) -> the done interval starts of every version stored in that table.
+    let mut found: std::collections::BTreeMap<(String, String), std::collections::BTreeSet<crate::core::interval::Millis>> = std::collections::BTreeMap::new();
+    for (key, (physical, _)) in &index {
+        let Some(table) = table_of(physical) else { continue };
+        let Some(starts) = done.get(key).filter(|d| !d.is_empty()) else { continue };
+        if held.contains(&table.to_lowercase()) {
+            found.entry((key.0.clone(), physical.clone())).or_default().extend(starts.iter().copied());
+        }
+    }
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let mut listed = Vec::new();
+    let mut commands = Vec::new();
+    for ((model, physical), starts) in found.iter().take(5) {
+        let (Some(&first), Some(&last)) = (starts.first(), starts.last()) else { continue };
+        let grain = crate::core::ModelName::parse(model).ok().and_then(|m| project.dag.get(&m)).and_then(|m| m.kind.time_range()).map(|t| t.grain);
+        let end = grain.map_or(last + 1, |g| g.next(last));
+        listed.push(format!("`{model}` ({physical}: {} done interval(s), {} to {})", starts.len(), to_iso(first), to_iso(end)));
+        commands.push(format!("`efmesh restate {env} --model {model} --from {} --to {}`", to_iso(first), to_iso(end)));
+    }
+    if found.len() > 5 {
+        listed.push(format!("and {} more", found.len() - 5));
+    }
+    let catalog = match project.config.ducklake_catalog_file() {
+        Some(file) => format!("the DuckLake catalog `{}`", file.display()),
+        None => catalog_location(&project.config),
+    };
+    Ok(Some(format!(
+        "{catalog} is older than the state store {} says: the store records writes up to engine epoch {recorded}, the catalog holds them up to epoch {stamp} \
+         (it, or its data path, was restored from an older copy after later runs); its tables may lack intervals and builds the ledger records as done: {}; \
+         so nothing is written into it as it is\n  \
+         hint: restore the state store from the same moment as the catalog (`efmesh state import <export> --force`), or recompute every done interval \
+         the catalog may lack: {}, then apply or run again",
+        state.location(),
+        listed.join(", "),
+        commands.join(", ")
+    )))
 }
 
 /// A version of the plan stored in the DuckLake catalog: its model, its action, and its table's
@@ -232,13 +364,7 @@ pub fn lost_served(project: &Project, plan: &crate::plan::Plan, state: &dyn crat
     if served.is_empty() {
         return Ok(Vec::new());
     }
-    let held = if project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
-        std::collections::HashSet::new()
-    } else {
-        let mut engine = crate::engine::open(&project.config, crate::engine::Access::Scratch).map_err(|e| e.message)?;
-        attach(&project.config, engine.as_mut(), true)?;
-        tables(engine.as_mut()).map_err(|e| e.to_string())?
-    };
+    let held = held_tables(project)?;
     let rebuilt = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     for s in served.iter().filter(|s| !held.contains(&s.table.to_lowercase())) {
@@ -247,6 +373,91 @@ pub fn lost_served(project: &Project, plan: &crate::plan::Plan, state: &dyn crat
         }
     }
     Ok(out)
+}
+
+/// For `status --check`: which of `versions` (each a model, the fingerprints of every version
+/// of it stored in the relation, and that relation: versions an environment serves that the
+/// project defines otherwise or no longer, which the plan does not check) are stored in the
+/// DuckLake catalog, whose table the catalog lacks while the state store records something
+/// there: a `full` version (served, so built), or a time-range version (`time_range`) with a
+/// done interval recorded for one of the versions stored there. Returns their indices in
+/// `versions`. The catalog is read as [`lost_served`] reads it; none of `versions` in the
+/// catalog: nothing is loaded.
+///
+/// # Errors
+/// A message when the catalog cannot be attached or read, or the ledger cannot be read.
+pub fn lost_served_versions(project: &Project, state: &dyn crate::state::StateStore, versions: &[(&str, &[String], &str, bool)]) -> Result<Vec<usize>, String> {
+    let stored: Vec<(usize, String)> = versions.iter().enumerate().filter_map(|(i, (_, _, physical, _))| table_of(physical).map(|t| (i, t))).collect();
+    if stored.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held = held_tables(project)?;
+    let mut out = Vec::new();
+    for (i, _) in stored.into_iter().filter(|(_, t)| !held.contains(&t.to_lowercase())) {
+        let (name, sharing, _, time_range) = versions[i];
+        let relied = if time_range {
+            let mut any = false;
+            for fp in sharing {
+                if !state.done_intervals(name, fp).map_err(|e| e.to_string())?.is_empty() {
+                    any = true;
+                    break;
+                }
+            }
+            any
+        } else {
+            true
+        };
+        if relied {
+            out.push(i);
+        }
+    }
+    Ok(out)
+}
+
+/// The tables of the DuckLake catalog's schema `main`, lowercased: the catalog attached
+/// read-only to an in-memory database and read in ONE query; a local catalog file that does not
+/// exist holds none.
+///
+/// # Errors
+/// A message when the catalog cannot be attached or read.
+fn held_tables(project: &Project) -> Result<std::collections::HashSet<String>, String> {
+    if project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
+        return Ok(std::collections::HashSet::new());
+    }
+    let mut engine = crate::engine::open(&project.config, crate::engine::Access::Scratch).map_err(|e| e.message)?;
+    attach(&project.config, engine.as_mut(), true)?;
+    tables(engine.as_mut()).map_err(|e| e.to_string())
+}
+
+/// For `status --check`: why the DuckLake catalog is behind the state store ([`behind`]: its
+/// stamp lower than the store's epoch while it holds tables of the store's versions with done
+/// intervals), `env` naming the environment in the restate commands of the message; `None` when
+/// it is not (or the project has no DuckLake models, or the local catalog file does not exist:
+/// [`lost_served`] says what it lacks). The catalog is attached read-only to an in-memory
+/// database only when the store records an epoch.
+///
+/// # Errors
+/// A message when the catalog cannot be attached or read, or the state store cannot be read.
+pub fn catalog_behind(project: &Project, env: &str, state: &dyn crate::state::StateStore) -> Result<Option<String>, String> {
+    if !project.dag.models().any(|m| m.target == Target::DuckLake) || project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
+        return Ok(None);
+    }
+    let recorded = state.engine_epoch().map_err(|e| e.to_string())?;
+    if recorded == 0 {
+        return Ok(None);
+    }
+    let mut engine = crate::engine::open(&project.config, crate::engine::Access::Scratch).map_err(|e| e.message)?;
+    if !attach(&project.config, engine.as_mut(), true)? {
+        return Ok(None);
+    }
+    let store_id = state.store_id().map_err(|e| e.to_string())?;
+    match stamped(engine.as_mut(), &store_id).map_err(|e| e.to_string())? {
+        Some(stamp) if stamp < recorded => {
+            let held = tables(engine.as_mut()).map_err(|e| e.to_string())?;
+            behind(project, env, state, &held, stamp, recorded).map_err(|e| e.to_string())
+        }
+        _ => Ok(None),
+    }
 }
 
 /// What a missing DuckLake table held that the plan relies on.

@@ -409,19 +409,9 @@ fn relist(
     let dir = version_dir(project, model, physical)?;
     // What the directory holds now (one listing; on S3 one listing of the version's prefix).
     let present: std::collections::BTreeSet<String> = list_files(model, &dir, engine)?.into_iter().collect();
-    let files: Vec<String> = match model.kind.time_range() {
-        Some(t) => {
-            let name = model.name.to_string();
-            let mut versions = stored_versions(model, physical, state)?;
-            versions.extend(building.map(str::to_string));
-            let mut done: std::collections::BTreeSet<Millis> = std::collections::BTreeSet::new();
-            for fp in &versions {
-                done.extend(state.done_intervals(&name, fp)?);
-            }
-            let missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
-            if let (Some(&start), Some(&last)) = (missing.first(), missing.last()) {
-                return Err(missing_interval(model, physical, &dir, t.grain, start, last, missing.len()));
-            }
+    let done = done_present(model, physical, &dir, &present, building, state, Stopped::Relist)?;
+    let files: Vec<String> = match (model.kind.time_range(), done) {
+        (Some(t), Some(mut done)) => {
             // Intervals the view served before and that are not done now (restated, failed,
             // cleared for a recompute, moved outside the bounds) keep serving their old file until
             // a batch replaces it, as a table keeps its old rows — while it exists: one deleted
@@ -436,48 +426,153 @@ fn relist(
             done.extend(kept);
             done.into_iter().map(|s| interval_file(s, t.grain)).collect()
         }
-        None => {
-            if !present.contains(FULL_FILE) {
-                // Every caller re-lists a built version: its file is gone.
-                let hint = if dir.s3 {
-                    format!(
-                        "S3 lakes are not listed while planning, so no plan schedules its rebuild: \
-                         restore the object, or edit `{}` so that a new version is built",
-                        model.name
-                    )
-                } else {
-                    "`efmesh plan` schedules its rebuild (repair.lakeFilesMissing); apply it first".to_string()
-                };
-                return Err(target_error(
-                    Some(model),
-                    None,
-                    format!(
-                        "the lake file `{}` of this built version is missing (deleted or never restored outside efmesh): its view {physical} was not re-created\n  \
-                         hint: {hint}",
-                        dir.file(FULL_FILE)
-                    ),
-                ));
-            }
-            vec![FULL_FILE.to_string()]
-        }
+        _ => vec![FULL_FILE.to_string()],
     };
     publish(project, model, physical, &dir, &files, engine)?;
     Ok(files)
 }
 
-/// The error of a re-list meeting `count` done intervals of a time-range model whose file is
-/// missing, the first starting at `start` and the last at `last`: names the model, the first
-/// interval and its file, and how to recompute them — locally the plan schedules it
-/// (`repair.lakeFilesMissing`); S3 lakes are not listed while planning, so the hint restates
-/// the intervals (they are then not done, their files are dropped from the list, and the next
-/// `run` or `apply` recomputes them).
-fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grain, start: Millis, last: Millis, count: usize) -> ApplyError {
+/// What a lake file found missing stops, for its error ([`done_present`]).
+#[derive(Debug, Clone, Copy)]
+enum Stopped<'a> {
+    /// A re-list ([`relist`]): the version's view was not re-created.
+    Relist,
+    /// The promotion of environment `promoted`, whose view swap binds the version's view
+    /// ([`lost_promoted_file`]); `serving` is an environment whose pointer names the version
+    /// (where it can be restated), `None` when none does.
+    Promotion {
+        /// The environment being promoted.
+        promoted: &'a str,
+        /// An environment serving the version.
+        serving: Option<&'a str>,
+    },
+}
+
+impl Stopped<'_> {
+    /// What did not happen, after the colon of the error: `its view … was not re-created`.
+    fn consequence(self, physical: &str) -> String {
+        match self {
+            Self::Relist => format!("its view {physical} was not re-created"),
+            Self::Promotion { promoted, .. } => format!("environment `{promoted}` was not promoted (its view of this version reads it)"),
+        }
+    }
+}
+
+/// The intervals done in the ledgers of the versions of `model` stored in `physical` (and of
+/// `building`, the version a build is about to record) — `None` for a model that is not
+/// time-range — once `present` (the files the version's directory holds) was found to hold each
+/// one's file, or a `full` version's `data.parquet`.
+///
+/// # Errors
+/// [`ApplyError::Target`] naming the model, the first missing file and its interval, what it
+/// stopped (`stopped`) and how to recompute it ([`missing_interval`]), or the `full` version's
+/// missing `data.parquet` ([`missing_full`]); [`ApplyError::State`] when a ledger cannot be read.
+fn done_present(
+    model: &Model,
+    physical: &str,
+    dir: &VersionDir,
+    present: &std::collections::BTreeSet<String>,
+    building: Option<&str>,
+    state: &dyn StateStore,
+    stopped: Stopped<'_>,
+) -> Result<Option<std::collections::BTreeSet<Millis>>, ApplyError> {
+    let Some(t) = model.kind.time_range() else {
+        // Every caller checks a built version: its file is gone.
+        return if present.contains(FULL_FILE) { Ok(None) } else { Err(missing_full(model, physical, dir, stopped)) };
+    };
+    let name = model.name.to_string();
+    let mut versions = stored_versions(model, physical, state)?;
+    versions.extend(building.map(str::to_string));
+    let mut done: std::collections::BTreeSet<Millis> = std::collections::BTreeSet::new();
+    for fp in &versions {
+        done.extend(state.done_intervals(&name, fp)?);
+    }
+    let missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
+    if let (Some(&start), Some(&last)) = (missing.first(), missing.last()) {
+        return Err(missing_interval(model, physical, dir, t.grain, (start, last, missing.len()), stopped));
+    }
+    Ok(Some(done))
+}
+
+/// The error of a built `full` version whose `data.parquet` is missing: names the model and the
+/// file, what it stopped, and the remedy — locally the plan schedules its rebuild
+/// (`repair.lakeFilesMissing`); S3 lakes are not listed while planning, so the object is
+/// restored by hand or the model edited (a new version is built).
+fn missing_full(model: &Model, physical: &str, dir: &VersionDir, stopped: Stopped<'_>) -> ApplyError {
+    let hint = if dir.s3 {
+        format!(
+            "S3 lakes are not listed while planning, so no plan schedules its rebuild: \
+             restore the object, or edit `{}` so that a new version is built",
+            model.name
+        )
+    } else {
+        "`efmesh plan` schedules its rebuild (repair.lakeFilesMissing); apply it first".to_string()
+    };
+    target_error(
+        Some(model),
+        None,
+        format!(
+            "the lake file `{}` of this built version is missing (deleted or never restored outside efmesh): {}\n  hint: {hint}",
+            dir.file(FULL_FILE),
+            stopped.consequence(physical)
+        ),
+    )
+}
+
+/// After the view swap promoting `env` failed (not transiently, with the engine's raw error —
+/// an S3 endpoint's `HTTP 404`): the first lake file missing among the parquet versions of
+/// `swapped` (the actions whose views it created), a done interval's file or a `full` version's
+/// `data.parquet` deleted outside efmesh (S3 lakes are not listed while planning), as the error
+/// naming the model, the file and the remedy (restating the interval where the version is
+/// served, [`missing_interval`]). `None` when every such file is there, or a directory cannot
+/// be listed or a ledger read: the engine's error stands then.
+pub fn lost_promoted_file(project: &Project, env: &str, swapped: &[&Action], state: &dyn StateStore, engine: &mut dyn Engine) -> Option<ApplyError> {
+    for action in swapped {
+        let (Some(physical), Some(model)) = (action.physical.as_deref(), project.dag.get(&action.name)) else { continue };
+        if model.target != Target::Parquet {
+            continue;
+        }
+        let Ok(dir) = version_dir(project, model, physical) else { continue };
+        let Ok(listed) = list_files(model, &dir, engine) else { continue };
+        let present: std::collections::BTreeSet<String> = listed.into_iter().collect();
+        let serving = serving_env(state, env, &action.name.to_string(), action.fingerprint.as_str());
+        let stopped = Stopped::Promotion { promoted: env, serving: serving.as_deref() };
+        if let Err(e @ ApplyError::Target { .. }) = done_present(model, physical, &dir, &present, None, state, stopped) {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// An environment whose pointer of `model` names the version `fingerprint`: `promoted` itself
+/// if it does, else the first other one; `None` when none does or the state cannot be read.
+fn serving_env(state: &dyn StateStore, promoted: &str, model: &str, fingerprint: &str) -> Option<String> {
+    let serves = |env: &str| state.env_pointers(env).is_ok_and(|p| p.get(model).is_some_and(|fp| fp == fingerprint));
+    if serves(promoted) {
+        return Some(promoted.to_string());
+    }
+    state.environments().ok()?.into_iter().find(|env| env.as_str() != promoted && serves(env.as_str()))
+}
+
+/// The error of `count` done intervals of a time-range model whose file is missing, the first
+/// starting at `start` and the last at `last` (`missing`), met by a re-list or a promotion
+/// (`stopped`): names the model, the first interval and its file, what it stopped, and how to
+/// recompute them — locally the plan schedules it (`repair.lakeFilesMissing`); S3 lakes are not
+/// listed while planning, so the hint restates the intervals (they are then not done, their
+/// files are dropped from the list, and the next `run` or `apply` recomputes them) — for a
+/// promotion in an environment serving the version, which is then promoted again.
+fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grain, missing: (Millis, Millis, usize), stopped: Stopped<'_>) -> ApplyError {
+    let (start, last, count) = missing;
     let file = dir.file(&interval_file(start, grain));
     let more =
         if count > 1 { format!(", as are those of {} more done interval(s) up to {}", count - 1, interval::to_iso(grain.next(last))) } else { String::new() };
     let hint = if dir.s3 {
+        let (env, promote) = match stopped {
+            Stopped::Relist => ("<env>", String::new()),
+            Stopped::Promotion { promoted, serving } => (serving.unwrap_or("<env>"), format!(", and `efmesh apply {promoted}` promotes it again")),
+        };
         format!(
-            "restate {} (`efmesh restate <env> --model {} --from {} --to {}`), then `efmesh run <env>` recomputes {}",
+            "restate {} (`efmesh restate {env} --model {} --from {} --to {}`), then `efmesh run {env}` recomputes {}{promote}",
             if count > 1 { "those intervals" } else { "that interval" },
             model.name,
             interval::to_iso(start),
@@ -492,8 +587,8 @@ fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grai
         Some(model),
         Some(Interval::new(start, grain.next(start))),
         format!(
-            "the lake {what} `{file}` of this done interval is missing (deleted or never restored outside efmesh){more}: \
-             its view {physical} was not re-created\n  hint: {hint}"
+            "the lake {what} `{file}` of this done interval is missing (deleted or never restored outside efmesh){more}: {}\n  hint: {hint}",
+            stopped.consequence(physical)
         ),
     )
 }

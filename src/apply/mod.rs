@@ -343,17 +343,20 @@ pub(crate) fn execute(
     // reads or writes, so the janitor never claims them, and refuses when the janitor claimed
     // one since the plan was made (SPEC §4, the janitor's claim protocol).
     state.record_intents(&plan.env, &intents(plan), interval::now_millis())?;
-    // Whether this apply or run may write tables of the engine's own database (builds, batches,
-    // refreshes, a forward-only version's added columns): then it raises the database's epoch
-    // before its first write and again once it is done, failed or not (SPEC §4, invariant 63).
+    // Whether this apply or run may write tables of the engine's own database or of the DuckLake
+    // catalog (builds, batches, refreshes, a forward-only version's added columns): then it
+    // raises the epoch before its first write and again once it is done, failed or not (SPEC §4,
+    // invariant 63), stamping the DuckLake catalog too when the project has DuckLake models.
     let writes_tables = (!work.work.is_empty() || !work.refreshes.is_empty() || plan.actions.iter().any(|a| !a.new_columns.is_empty()))
-        && project.dag.models().any(|m| m.target == crate::core::Target::Table && m.kind.is_materialized() && !matches!(m.kind, Kind::View));
+        && project.dag.models().any(|m| {
+            matches!(m.target, crate::core::Target::Table | crate::core::Target::DuckLake) && m.kind.is_materialized() && !matches!(m.kind, Kind::View)
+        });
     // `(wanted, stamped)`: the closing stamp follows only an opening one (a command refused
     // before it, an older copy among them, must not stamp the database current).
     let mut stamp = (writes_tables, None);
     let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp);
     if let (true, Some(found)) = stamp {
-        stamp_epoch(state, engine, found);
+        stamp_epoch(state, engine, found, uses_ducklake(project));
     }
     // A promotion removed the intents in its transaction; otherwise they go now (best effort:
     // a row left behind only keeps the janitor away until this environment's next apply or run).
@@ -368,26 +371,39 @@ pub(crate) fn execute(
 /// Raises the engine database's epoch stamp of this state store past `found` (the stamp the
 /// apply's catalog held) and the store's epoch, then records the new epoch in the store
 /// ([`crate::engine::epoch`]): the stamp first, so a process stopped in between leaves the
-/// database ahead of the store, which later plans accept. A failure is only logged: the
-/// database and the store then keep the epochs they had, which still agree.
-fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64) {
-    match raise_epoch(state, engine, found, "after-epoch-stamp") {
+/// database ahead of the store, which later plans accept. With `ducklake`, the attached DuckLake
+/// catalog is stamped with the same epoch before the store records it. A failure is only
+/// logged: the database, the catalog and the store then keep epochs that still agree.
+fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, ducklake: bool) {
+    match raise_epoch(state, engine, found, ducklake, "after-epoch-stamp") {
         Ok(epoch) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
         Err(e) => tracing::warn!("the engine epoch was not raised (a database restored from a copy taken before this command may go unnoticed): {e}"),
     }
 }
 
 /// Raises the engine database's epoch stamp of this state store past `found` and the store's
-/// epoch, then (after the crash point `point`) records it in the store; returns the epoch.
+/// epoch, with `ducklake` stamps the attached DuckLake catalog with the same epoch
+/// ([`ducklake::stamp`]), then (after the crash point `point`) records it in the store; returns
+/// the epoch. The store records it last, so the database and the catalog are never behind it
+/// by the command's own doing.
 ///
 /// # Errors
-/// The state store's reads or write, or the engine's stamp.
-fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, point: &str) -> Result<i64, ApplyError> {
+/// The state store's reads or write, or the engine's or the catalog's stamp.
+fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, ducklake: bool, point: &str) -> Result<i64, ApplyError> {
     let store_id = state.store_id()?;
     let epoch = crate::engine::epoch::stamp(engine, &store_id, found, state.engine_epoch()?)?;
+    if ducklake {
+        ducklake::stamp(engine, &store_id, epoch)?;
+    }
     fault::crash_point(|| point.to_string());
     state.record_engine_epoch(epoch)?;
     Ok(epoch)
+}
+
+/// Whether the project has DuckLake models: its commands attach the DuckLake catalog
+/// ([`ducklake::prepare_checked`]) and stamp it at every raise of the epoch.
+fn uses_ducklake(project: &Project) -> bool {
+    project.dag.models().any(|m| m.target == crate::core::Target::DuckLake)
 }
 
 /// What `apply` (or `run`) would refuse of `plan` before any write, for the commands that show a
@@ -506,6 +522,12 @@ fn execute_recorded(
     if let Some(message) = crate::plan::integrity::engine_behind(&project.config, state, &catalog)? {
         return Err(ApplyError::EngineBehind(message));
     }
+    let working_set: BTreeSet<ModelName> = work.work.iter().map(|a| a.name.clone()).collect();
+    // A DuckLake table the plan relies on and does not build anew must be in the catalog: the
+    // plan cannot see DuckLake's tables, so a lost one is refused here, never re-created empty
+    // to hold only this command's intervals; and a catalog older than the store's epoch (restored
+    // from a copy) is refused too. Before the epoch is raised: a refused catalog is never stamped.
+    ducklake::prepare_checked(project, plan, state, &working_set, engine)?;
     // Before its first write to a table, the epoch is raised in the database, then in the store:
     // a copy of the database taken before this command is then behind the store even when the
     // command is stopped part-way (its writes recorded, its closing stamp never made), and a
@@ -513,7 +535,7 @@ fn execute_recorded(
     // let it through) is current, so a rebuild stopped part-way is not taken for an older copy.
     if stamp.0 {
         let found = crate::engine::epoch::stamped(&catalog, &state.store_id()?);
-        stamp.1 = Some(raise_epoch(state, engine, found, "after-first-epoch-stamp")?);
+        stamp.1 = Some(raise_epoch(state, engine, found, uses_ducklake(project), "after-first-epoch-stamp")?);
     }
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
@@ -531,14 +553,10 @@ fn execute_recorded(
     for left in &left_to_writer {
         tracing::warn!(model = %left.model, "{}", left.note);
     }
-    let working_set: BTreeSet<ModelName> = work.iter().map(|a| a.name.clone()).collect();
 
-    // Storage targets first: promotion alone binds views over lake files and DuckLake tables.
+    // Storage targets first: promotion alone binds views over lake files and DuckLake tables
+    // (the DuckLake catalog was attached above).
     lake::prepare(project, engine)?;
-    // A DuckLake table the plan relies on and does not build anew must be in the catalog: the
-    // plan cannot see DuckLake's tables, so a lost one is refused here, never re-created empty
-    // to hold only this command's intervals.
-    ducklake::prepare_checked(project, plan, state, &working_set, engine)?;
     // This store is recorded in the owner marker of the storage it is about to write (SPEC §4, 39 (d)).
     if !work.is_empty() || plan.actions.iter().any(|a| a.repair.as_ref().is_some_and(crate::plan::integrity::Repair::relists_lake)) {
         let uses = |t: crate::core::Target| project.dag.models().any(|m| m.target == t);
@@ -1530,6 +1548,8 @@ fn promote(
     let mut schemas = BTreeSet::new();
     // Every view a statement creates, replaces or drops, as (schema, view).
     let mut touched: Vec<(String, String)> = Vec::new();
+    // The actions whose environment view a statement creates or replaces.
+    let mut swapped: Vec<&crate::plan::Action> = Vec::new();
     for a in &plan.actions {
         let view = |name: &ModelName| format!("{}.{}", quote_ident(&env_schema(&plan.env, name.schema())), quote_ident(name.table()));
         // Unchanged pointers keep their views, unless the engine lost one (the plan's repair).
@@ -1551,6 +1571,7 @@ fn promote(
                     // (forward-only) table has.
                     let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
                     statements.extend(dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", "))));
+                    swapped.push(a);
                 }
                 // Externals and embedded models have no view; one may replace a model that had.
                 _ if a.change != Change::Added => statements.push(dialect.drop_view_if_exists(&view(&a.name))),
@@ -1590,6 +1611,14 @@ fn promote(
                 tracing::warn!(env = %plan.env, "the view swap failed transiently and may have landed; the next command puts the views back");
             } else if let Err(forget) = state.abandon_promotion(&plan.env) {
                 tracing::warn!("{forget}");
+            }
+            // A view over a parquet version one of whose files is gone (an S3 object deleted
+            // outside efmesh: S3 lakes are not listed while planning) fails with the engine's
+            // raw `HTTP 404`: the error names the model, the file and the remedy instead.
+            if !e.transient
+                && let Some(lost) = lake::lost_promoted_file(project, &plan.env, &swapped, state, engine)
+            {
+                return Err(lost);
             }
             return Err(e.into());
         }
@@ -1678,9 +1707,14 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    // Views over lake files and DuckLake tables bind only once the targets are prepared.
+    // Views over lake files and DuckLake tables bind only once the targets are prepared. A local
+    // DuckLake catalog that is gone is not attached (the `ATTACH` would create an empty one in its
+    // place): the views reading it cannot be put back, and their warnings name it as the cause.
     lake::prepare(project, engine)?;
-    ducklake::prepare(project, engine)?;
+    let lost_catalog = project.config.ducklake_catalog_file().filter(|f| !f.exists());
+    if lost_catalog.is_none() {
+        ducklake::prepare(project, engine)?;
+    }
     let mut repaired = Vec::new();
     for p in pending {
         tracing::warn!(
@@ -1692,10 +1726,10 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
         if !p.rollback.is_empty()
             && let Err(e) = engine.transaction(&p.rollback)
         {
-            if e.transient || !crate::engine::is_unbindable(&e.message) {
+            if e.transient || !engine.is_unbindable(&e) {
                 return Err(e.into());
             }
-            undo_view_by_view(engine, &p, e)?;
+            undo_view_by_view(engine, &p, e, lost_catalog.as_deref())?;
         }
         state.abandon_promotion(&p.env)?;
         repaired.push(p.env);
@@ -1706,23 +1740,30 @@ pub fn recover_promotions(project: &Project, state: &dyn StateStore, engine: &mu
 /// Undoes the interrupted promotion `p` one view at a time, after its statements failed in one
 /// transaction (`failure`, not transient): a view's old definition no longer binds, because it
 /// reads a relation dropped since (the janitor collected that version after a state store
-/// holding the record was restored) or a file under the project's previous root (the project
-/// moved). A view whose own statement fails is dropped instead, with a warning naming the
-/// environment, the view and the failure: the environment's pointers stay the truth (the
-/// promotion never recorded its own), the old definition cannot serve them any more, and the
-/// plan finds the missing view (or the changed model) and the next `apply` re-creates it from
-/// the pointer. Every other view is put back as it was. Statements are idempotent, so running
-/// some of them twice changes nothing.
+/// holding the record was restored), a file under the project's previous root (the project
+/// moved), or a table of the local DuckLake catalog `lost_catalog`, a file that no longer
+/// exists (not attached then). A view whose own statement fails is dropped instead, with a
+/// warning naming the environment, the view and the failure (the missing DuckLake catalog, for
+/// a view reading it): the environment's pointers stay the truth (the promotion never recorded
+/// its own), the old definition cannot serve them any more, and the plan finds the missing view
+/// (or the changed model) and the next `apply` re-creates it from the pointer. Every other view
+/// is put back as it was. Statements are idempotent, so running some of them twice changes
+/// nothing.
 ///
 /// # Errors
 /// [`ApplyError`] with a failure that is not the definition's (a transient one, an S3 endpoint
-/// answering 503: [`crate::engine::is_unbindable`]), for a statement that names no view
-/// (`failure` then), or when the view cannot be dropped either; the record stays and the next command tries
-/// again.
-fn undo_view_by_view(engine: &mut dyn Engine, p: &crate::state::PendingPromotion, failure: EngineError) -> Result<(), ApplyError> {
+/// answering 503: [`Engine::is_unbindable`]), for a statement that names no view (`failure`
+/// then), or when the view cannot be dropped either; the record stays and the next command
+/// tries again.
+fn undo_view_by_view(
+    engine: &mut dyn Engine,
+    p: &crate::state::PendingPromotion,
+    failure: EngineError,
+    lost_catalog: Option<&std::path::Path>,
+) -> Result<(), ApplyError> {
     for statement in &p.rollback {
         let Err(e) = engine.transaction(std::slice::from_ref(statement)) else { continue };
-        if e.transient || !crate::engine::is_unbindable(&e.message) {
+        if e.transient || !engine.is_unbindable(&e) {
             return Err(e.into());
         }
         let Some((written, shown)) = crate::engine::statement_view(statement) else { return Err(failure.into()) };
@@ -1735,15 +1776,25 @@ fn undo_view_by_view(engine: &mut dyn Engine, p: &crate::state::PendingPromotion
                     p.env, e.message, d.message
                 ),
                 transient: d.transient,
+                code: d.code,
             }
             .into());
         }
+        let cause = e.message.lines().next().unwrap_or_default().trim();
+        // A view reading the DuckLake catalog while its file is gone: that is the cause, whatever
+        // the engine says of the catalog it could not bind.
+        let reads_catalog = statement.to_lowercase().contains(crate::core::target::DUCKLAKE_ALIAS);
+        let (cause, then) = match lost_catalog.filter(|_| reads_catalog) {
+            Some(catalog) => {
+                (format!("its DuckLake catalog `{}` does not exist: moved or deleted since; {cause}", catalog.display()), "restore the catalog, then ")
+            }
+            None => (cause.to_string(), ""),
+        };
         tracing::warn!(
             env = %p.env,
             view = %shown,
-            "the interrupted promotion of `{}` cannot put view `{shown}` back as it was ({}); dropped it instead: `efmesh apply {}` re-creates it from the version the state store records",
+            "the interrupted promotion of `{}` cannot put view `{shown}` back as it was ({cause}); dropped it instead: {then}`efmesh apply {}` re-creates it from the version the state store records",
             p.env,
-            e.message.lines().next().unwrap_or_default().trim(),
             p.env
         );
     }

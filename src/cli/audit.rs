@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 /// and its `file:line`).
 ///
 /// # Errors
-/// Load errors, an unknown environment or model.
+/// Load errors, an unknown environment or model, an engine database older than the state store
+/// ([`crate::plan::PlanError::EngineBehind`]).
 pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
     crate::core::name::validate_env(env)?;
@@ -32,6 +33,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
+    // An engine database older than the state store (a backup restored after later runs) would
+    // have its stale rows audited as the environment's: refused as the plan refuses it (SPEC §4,
+    // invariant 63).
+    let catalog = engine.catalog()?;
+    if let Some(message) = crate::plan::integrity::engine_behind(&project.config, &*state, &catalog)? {
+        return Err(crate::plan::PlanError::EngineBehind(message).into());
+    }
     // Views over lake files (S3 credentials) and DuckLake tables (the attached catalog) bind only
     // once the targets are prepared, as apply does.
     crate::apply::lake::prepare(&project, &mut *engine)?;

@@ -83,7 +83,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     let d = Diff::of(&pa, &pb, keep);
     let data = if req.data {
         let models = data_models(&project, a, b, &pa, &pb, wanted.as_ref())?;
-        Some(crate::datadiff::diff_data(&project, a, b, &models, sample)?)
+        Some(crate::datadiff::diff_data(&project, &*state, a, b, &models, sample)?)
     } else {
         None
     };

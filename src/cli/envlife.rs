@@ -147,8 +147,15 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
     // import leaves no store where there was none.
     let created = config.state.url_env.is_none().then(|| config.state_path()).filter(|p| !p.exists());
     let state = crate::state::open(&config)?;
-    // Leases expire by the store's clock (SPEC invariant 30), not by `--now`.
-    if let Err(e) = state.clock().and_then(|clock| state.import_state(&dump, force, clock)) {
+    // Leases expire by the store's clock (SPEC invariant 30), not by `--now`. A lock whose
+    // holder is known gone (killed on this host) does not block, as it does not block the
+    // commands that reclaim it.
+    let host = crate::state::lease::host_name();
+    let imported = state.clock().and_then(|clock| {
+        let stale = |l: &crate::state::LeaseRecord| crate::state::lease::is_stale(l, clock, &host);
+        state.import_state(&dump, force, clock, &stale)
+    });
+    if let Err(e) = imported {
         drop(state);
         if let Some(path) = created {
             for suffix in ["", "-wal", "-shm", "-journal"] {

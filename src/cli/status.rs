@@ -7,8 +7,9 @@
 //! exits 1 when failed intervals exist, the newest tick errored, or the engine lacks a relation
 //! the environment serves (as the plan's integrity check finds it, and, for models whose project
 //! version differs from the served one, as [`crate::plan::integrity::served_missing`] finds the
-//! served version's relations: what the state store says is served, whatever the working tree
-//! holds); lag, a due refresh,
+//! served version's relations, [`crate::plan::integrity::served_lake_files_missing`] its local
+//! lake files and [`crate::apply::ducklake::lost_served_versions`] its DuckLake table: what the
+//! state store says is served, whatever the working tree holds); lag, a due refresh,
 //! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
 //! printed either way.
 
@@ -76,15 +77,18 @@ struct Refresh {
     rows_up_to: Option<Millis>,
 }
 
-/// A relation of a version the environment serves that the engine lacks, where the project
-/// defines another version of its model (or none): the plan does not check it
-/// ([`crate::plan::integrity::served_missing`]).
+/// A relation (or lake file) of a version the environment serves that the engine (or its
+/// storage) lacks, where the project defines another version of its model (or none): the plan
+/// does not check it ([`crate::plan::integrity::served_missing`],
+/// [`crate::plan::integrity::served_lake_files_missing`],
+/// [`crate::apply::ducklake::lost_served_versions`]).
 struct LostServed {
     /// The model, `schema.table`.
     model: String,
     /// The served version.
     fingerprint: String,
-    /// The relation, qualified: the version's physical relation or the environment's view.
+    /// The relation, qualified: the version's physical relation, the environment's view or the
+    /// version's DuckLake table; or the path of a missing lake file.
     relation: String,
     /// What the engine lacks of it.
     lack: crate::plan::integrity::Lack,
@@ -322,24 +326,77 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 change => Some((name, fp, change == Some(crate::plan::Change::Removed))),
             })
             .collect();
-        if !moved.is_empty()
-            && let Some(catalog) = crate::session::engine_catalog(&project)?
-        {
+        if !moved.is_empty() {
             let index = state.snapshot_index()?;
-            for (name, fp, removed) in moved {
-                let (Ok(model), Some((physical, _))) = (ModelName::parse(name), index.get(&(name.clone(), fp.clone()))) else { continue };
-                // Embedded and external models have no storage and no view.
-                if physical.is_empty() {
+            // The served versions with storage (embedded and external models have no storage and
+            // no view): model, fingerprint, physical relation, kind tag, removed from the project.
+            let versions: Vec<(&String, &String, &String, &String, bool)> = moved
+                .iter()
+                .filter_map(|(name, fp, removed)| {
+                    let (physical, kind) = index.get(&((*name).clone(), (*fp).clone()))?;
+                    (!physical.is_empty()).then_some((*name, *fp, physical, kind, *removed))
+                })
+                .collect();
+            if let Some(catalog) = crate::session::engine_catalog(&project)? {
+                for (name, fp, physical, _, removed) in &versions {
+                    let Ok(model) = ModelName::parse(name) else { continue };
+                    for (relation, lack) in crate::plan::integrity::served_missing(env, &model, physical, &catalog) {
+                        lost_served.push(LostServed { model: (*name).clone(), fingerprint: (*fp).clone(), relation, lack, removed: *removed });
+                    }
+                }
+            }
+            // The storage outside the engine's catalog, as the plan's check (lake files) and the
+            // DuckLake check below find it for the project's versions, for the served ones: every
+            // version of the model stored in the same relation shares its files or table.
+            let mut sharing: std::collections::HashMap<(&str, &str), Vec<String>> = std::collections::HashMap::new();
+            for ((name, fp), (physical, _)) in &index {
+                sharing.entry((name.as_str(), physical.as_str())).or_default().push(fp.clone());
+            }
+            let shared = |name: &String, fp: &String, physical: &String| -> Vec<String> {
+                sharing.get(&(name.as_str(), physical.as_str())).cloned().unwrap_or_else(|| vec![fp.clone()])
+            };
+            for (name, fp, physical, _, removed) in &versions {
+                // Only a local parquet lake has files listed here (its snapshot record says
+                // whether this version is stored there).
+                if crate::plan::integrity::local_lake_dir(&project, physical).is_none() {
                     continue;
                 }
-                for (relation, lack) in crate::plan::integrity::served_missing(env, &model, physical, &catalog) {
-                    lost_served.push(LostServed { model: name.clone(), fingerprint: fp.clone(), relation, lack, removed });
+                let Some(record) = state.snapshot(name, fp)? else { continue };
+                let storage = crate::plan::integrity::ServedStorage::of(&record);
+                for file in crate::plan::integrity::served_lake_files_missing(&project, &*state, name, physical, storage, &shared(*name, *fp, *physical))? {
+                    lost_served.push(LostServed {
+                        model: (*name).clone(),
+                        fingerprint: (*fp).clone(),
+                        relation: file.display().to_string(),
+                        lack: crate::plan::integrity::Lack::LakeFileMissing,
+                        removed: *removed,
+                    });
                 }
+            }
+            let stored: Vec<Vec<String>> = versions.iter().map(|(name, fp, physical, _, _)| shared(*name, *fp, *physical)).collect();
+            let asked: Vec<(&str, &[String], &str, bool)> = versions
+                .iter()
+                .zip(&stored)
+                .map(|((name, _, physical, kind, _), fps)| (name.as_str(), fps.as_slice(), physical.as_str(), kind.as_str() == "incremental_by_time_range"))
+                .collect();
+            match crate::apply::ducklake::lost_served_versions(&project, &*state, &asked) {
+                Ok(lost) => {
+                    for (name, fp, physical, _, removed) in lost.into_iter().filter_map(|i| versions.get(i)) {
+                        lost_served.push(LostServed {
+                            model: (*name).clone(),
+                            fingerprint: (*fp).clone(),
+                            relation: (*physical).clone(),
+                            lack: crate::plan::integrity::Lack::DuckLakeTableMissing,
+                            removed: *removed,
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify the served versions there: {e}"),
             }
             if !lost_served.is_empty() {
                 let named: Vec<String> = lost_served.iter().map(|l| format!("`{}` ({})", l.model, l.lack.describe(&l.relation))).collect();
                 problems.push(format!(
-                    "the engine lacks what it serves of {}, whose served version the project no longer defines (`apply` repairs it, serving the project's; run refuses until then)",
+                    "the engine or its storage lacks what it serves of {}, whose served version the project no longer defines (`apply` repairs it, serving the project's; run refuses until then)",
                     named.join(", ")
                 ));
             }
@@ -353,6 +410,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             )),
             Ok(_) => {}
             Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify them: {e}"),
+        }
+        // A catalog restored from a copy older than the store's epoch (SPEC §4, invariant 63):
+        // `apply` and `run` refuse it.
+        match crate::apply::ducklake::catalog_behind(&project, env, &*state) {
+            Ok(Some(message)) => problems.push(message),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("cannot read the DuckLake catalog's epoch stamp, so `--check` does not verify it: {e}"),
         }
     }
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's

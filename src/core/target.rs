@@ -17,13 +17,24 @@
 use super::error::LoadError;
 use super::kind::Kind;
 use super::model::Model;
-use super::name::quote_ident;
+use super::name::{ModelName, quote_ident};
 
 /// The alias a DuckLake catalog is attached under (`ATTACH 'ducklake:…' AS "_efmesh_ducklake"`).
 pub const DUCKLAKE_ALIAS: &str = "_efmesh_ducklake";
 
 /// The schema of the attached DuckLake catalog that holds the versions' tables.
 pub const DUCKLAKE_SCHEMA: &str = "main";
+
+/// The longest file or directory name a lake's file system keeps, in bytes: `NAME_MAX` of
+/// Linux's ext4, xfs, btrfs and tmpfs, and the limit of macOS's APFS and Windows' NTFS, is 255.
+pub const MAX_FILE_NAME_BYTES: usize = 255;
+
+/// The name of a `parquet` model's directory in the lake: `<schema>__<table>`, the physical
+/// table name without its `__<fingerprint>` (one directory per version under it, named by the
+/// 64-hex fingerprint, holding files named at most 28 bytes: `2026-01-01T05-15.parquet.tmp`).
+pub fn lake_dir_name(name: &ModelName) -> String {
+    format!("{}__{}", name.schema(), name.table())
+}
 
 /// Where a model version's data lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
@@ -143,6 +154,38 @@ pub fn unstorable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadEr
     errors
 }
 
+/// Load errors for `parquet` models whose lake directory name ([`lake_dir_name`]) is longer than
+/// a file system keeps ([`MAX_FILE_NAME_BYTES`]): `check` and `plan` passed them, and the first
+/// apply failed creating the directory with the operating system's "File name too long". An S3
+/// key has no such per-step limit, but the layout is the same on every lake (a project moves
+/// between a local lake and S3), so the rule is too. DuckDB itself keeps identifiers of any
+/// length (the physical view's name is the directory's plus 66 bytes), so no other target is
+/// concerned. One error per model, at its `define_model` location.
+pub fn unnameable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadError> {
+    let mut errors = Vec::new();
+    for m in models.into_iter().filter(|m| m.target == Target::Parquet) {
+        let dir = lake_dir_name(&m.name);
+        if dir.len() <= MAX_FILE_NAME_BYTES {
+            continue;
+        }
+        errors.push(
+            LoadError::new(
+                Some(m.location.clone()),
+                Some(m.name.clone()),
+                format!(
+                    "the `parquet` target keeps this model's files in a lake directory named `<schema>__<table>`, here {} bytes long, and file systems keep names of at most {MAX_FILE_NAME_BYTES} bytes: the first apply would fail creating it",
+                    dir.len()
+                ),
+            )
+            .with_hint({
+                let over = dir.len() - MAX_FILE_NAME_BYTES;
+                format!("shorten the schema or table name by at least {over} byte{}, or store the model with target `table`", if over == 1 { "" } else { "s" })
+            }),
+        );
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +206,30 @@ mod tests {
         assert!(!Target::Parquet.supports(&Kind::View));
         assert!(!Target::DuckLake.supports(&Kind::Embedded));
         assert!(Target::Table.supports(&Kind::View));
+    }
+
+    /// A `parquet` model whose lake directory `<schema>__<table>` would be longer than 255 bytes
+    /// is a load error naming the model, the length and the limit (it passed `check` and failed
+    /// the first apply with the OS's "File name too long"); 255 bytes exactly, or a `table`
+    /// model of any length (DuckDB keeps long identifiers), passes.
+    #[test]
+    fn a_parquet_model_whose_lake_directory_name_is_too_long_is_refused() {
+        let named = |table: &str, target: Target| {
+            let mut m = Model::fixture(&format!("s.{table}"), Kind::Full, &[]);
+            m.target = target;
+            m
+        };
+        // `s__` + table: 3 + 252 = 255 bytes.
+        let fits = named("t".repeat(252).as_str(), Target::Parquet);
+        let long = named("t".repeat(253).as_str(), Target::Parquet);
+        let table = named("t".repeat(400).as_str(), Target::Table);
+        assert_eq!(lake_dir_name(&fits.name).len(), 255);
+        let errors = unnameable([&fits, &long, &table]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = errors[0].to_string();
+        assert!(e.starts_with("m.lua:1: model `s.ttt"), "{e}");
+        assert!(e.contains("here 256 bytes long, and file systems keep names of at most 255 bytes"), "{e}");
+        assert!(errors[0].hint.as_deref().is_some_and(|h| h.contains("by at least 1 byte,")), "{errors:?}");
     }
 
     #[test]

@@ -338,6 +338,23 @@ fn value_text(v: Value) -> Option<String> {
     }
 }
 
+/// The starts of DuckDB's messages for a statement whose SQL cannot bind as it is written
+/// ([`is_unbindable`]): a relation, schema or catalog it names is missing (`Catalog Error: Table
+/// with name … does not exist!`), a column or an unattached catalog it names is (`Binder Error:
+/// Referenced column …`, `Binder Error: Catalog "…" does not exist!`), or the path or pattern of
+/// a file it reads matches nothing (a file under a project's previous root).
+const UNBINDABLE: [&str; 3] = ["Catalog Error:", "Binder Error:", "IO Error: No files found that match the pattern"];
+
+/// True when `message`, a DuckDB error, says the statement cannot bind as it is written: the
+/// message starts with one of DuckDB's own shapes for a missing name or file ([`UNBINDABLE`]).
+/// Never a message that merely holds such words further on: an S3 or HTTP error (`HTTP Error: …
+/// (HTTP 503 …)`, `… (HTTP 404 Not Found)`), an IO error (`IO Error: Could not set lock …`,
+/// `… does not exist`), a conversion error (a wrong value, not a wrong name).
+pub fn is_unbindable(message: &str) -> bool {
+    let message = message.trim_start();
+    UNBINDABLE.iter().any(|start| message.starts_with(start))
+}
+
 /// True for a statement that changes the catalog only (views, schemas, comments): cheap to run
 /// again, so a transaction of them may be sent as one batch.
 fn catalog_only(statement: &str) -> bool {
@@ -461,6 +478,10 @@ impl super::dialect::Dialect for DuckDbDialect {
 impl Engine for DuckDb {
     fn sql(&self) -> &'static dyn super::dialect::Dialect {
         &DuckDbDialect
+    }
+
+    fn is_unbindable(&self, error: &EngineError) -> bool {
+        is_unbindable(&error.message)
     }
 
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
@@ -738,6 +759,50 @@ mod tests {
         // A `;` inside a literal is data, not a separator.
         db.transaction(&["CREATE TABLE s AS SELECT ';' AS s".to_string()]).unwrap();
         assert_eq!(db.query("SELECT s FROM s").unwrap(), vec![vec![Some(";".to_string())]]);
+    }
+
+    #[test]
+    fn only_duckdbs_own_shapes_of_a_missing_name_or_file_are_unbindable() {
+        // DuckDB 1.5.5's messages, each the engine's own for an undo statement's definition.
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE SCHEMA _efmesh; CREATE TABLE _efmesh.t (a INTEGER)").unwrap();
+        let missing = std::env::temp_dir().join(format!("efmesh-unbindable-{}", std::process::id()));
+        let definitions = [
+            "CREATE OR REPLACE VIEW v AS SELECT * FROM _efmesh.gone".to_string(),
+            "CREATE OR REPLACE VIEW v AS SELECT nosuch FROM _efmesh.t".to_string(),
+            "CREATE OR REPLACE VIEW nosch.v AS SELECT 1 AS x".to_string(),
+            "CREATE OR REPLACE VIEW v AS SELECT * FROM \"_efmesh_ducklake\".\"main\".\"m__t__ab\"".to_string(),
+            format!("CREATE OR REPLACE VIEW v AS SELECT * FROM read_csv('{}/e.csv')", missing.display()),
+            format!("CREATE OR REPLACE VIEW v AS SELECT * FROM read_parquet(['{}/2026-01-01.parquet'])", missing.display()),
+        ];
+        for sql in &definitions {
+            let e = db.transaction(std::slice::from_ref(sql)).expect_err(sql);
+            assert!(db.is_unbindable(&e), "{sql}: {}", e.message);
+        }
+        for yes in [
+            "Catalog Error: Table with name s__a__ab does not exist!\nDid you mean \"pg_catalog.pg_index\"?\n\nLINE 1: …",
+            "Binder Error: Referenced column \"x\" not found in FROM clause!\nCandidate bindings: \"a\"",
+            "Binder Error: Catalog \"_efmesh_ducklake\" does not exist!",
+            "IO Error: No files found that match the pattern \"/old/root/data/e.csv\"\n\nLINE 1: …",
+        ] {
+            assert!(is_unbindable(yes), "{yes}");
+        }
+        // Failures of the moment, or of the data, never of the definition: whatever they say.
+        let e = db.query("SELECT CAST('x' AS INTEGER)").expect_err("a conversion fails");
+        assert!(!db.is_unbindable(&e), "{}", e.message);
+        for no in [
+            "HTTP Error: HTTP GET error reading 's3://lake/w/m__d/ab/2026-01-02.parquet' in region 'us-east-1' (HTTP 503 Service Unavailable)",
+            "HTTP Error: HTTP GET error reading 's3://lake/w/m__d/ab/2026-01-02.parquet' in region 'us-east-1' (HTTP 404 Not Found)",
+            "HTTP Error: Unable to connect to URL \"http://127.0.0.1:9/b/x.parquet\": 503 (SlowDown): the key does not exist",
+            "IO Error: Cannot open file \"/mnt/lake/x.parquet\": the mount point does not exist",
+            "IO Error: Could not set lock on file \"/p/efmesh.duckdb\": Conflicting lock is held",
+            "IO Error: No space left on device",
+            "Conversion Error: Could not convert string 'x' to INT32",
+            "engine error: the relation does not exist",
+            "connection closed",
+        ] {
+            assert!(!is_unbindable(no), "{no}");
+        }
     }
 
     #[test]

@@ -18,9 +18,10 @@
 //! more than both the stamp it found and the epoch the store records, then records the new
 //! epoch in the store (`meta.engine_epoch`): the stamp first, so a process killed in between
 //! leaves the database ahead of the store, never behind it. A plan (and the apply or run
-//! carrying it out, on its own connection, and the janitor) refuses a database whose stamp is
-//! lower than the store's epoch while it holds a table of any of the store's versions
-//! ([`behind`]); a database holding none of them (a new file, the old one moved aside) is
+//! carrying it out, on its own connection, the janitor, and `audit`, `preview` and `diff --data`,
+//! which read what the views serve) refuses a database whose stamp is lower than the store's
+//! epoch while it holds a table of any of the store's versions ([`behind`], through
+//! `plan::integrity::engine_behind`); a database holding none of them (a new file, the old one moved aside) is
 //! rebuilt by the plan's repairs, stamped current before the first write.
 //!
 //! The stamp is in the catalog (a comment), so a plan reads it with the catalog it already

@@ -295,7 +295,8 @@ impl Postgres {
             Some(s) => message.replace(s, crate::config::REDACTED),
             None => message,
         };
-        let error = EngineError::new(sql, message);
+        let mut error = EngineError::new(sql, message);
+        error.code = e.code().map(|c| c.code().to_string());
         if crate::pg::is_transient(e) { error.transient() } else { error }
     }
 
@@ -364,6 +365,20 @@ impl Drop for Postgres {
             }
         }
     }
+}
+
+/// The SQLSTATEs of a statement whose SQL cannot bind as it is written ([`is_unbindable`]):
+/// `42P01` undefined_table (`relation "_efmesh.s__a__ab" does not exist`), `42703`
+/// undefined_column, `3F000` invalid_schema_name, `42883` undefined_function, `42704`
+/// undefined_object (a type dropped since).
+const UNBINDABLE: [&str; 5] = ["42P01", "42703", "3F000", "42883", "42704"];
+
+/// True when `code`, the SQLSTATE of a Postgres error ([`EngineError::code`]), says the
+/// statement cannot bind as it is written ([`UNBINDABLE`]). Judged by the code alone, never by
+/// the message's words: a failure without a code (a lost connection, efmesh's own) or with any
+/// other (`58P01` undefined_file, `08006` a connection failure, `53100` a full disk) is not.
+pub fn is_unbindable(code: Option<&str>) -> bool {
+    code.is_some_and(|c| UNBINDABLE.contains(&c))
 }
 
 /// `sql` with a name given to every subquery in `FROM` that has none (`_efmesh_subquery_<n>`),
@@ -464,6 +479,10 @@ pub fn sized_type_name(ty: &postgres::types::Type, modifier: i32) -> String {
 impl Engine for Postgres {
     fn sql(&self) -> &'static dyn super::dialect::Dialect {
         &super::dialect::Standard
+    }
+
+    fn is_unbindable(&self, error: &EngineError) -> bool {
+        is_unbindable(error.code.as_deref())
     }
 
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
@@ -676,6 +695,41 @@ impl Engine for Postgres {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_sqlstates_of_a_missing_name_are_unbindable() {
+        use postgres::error::SqlState;
+        // The codes the server sends for an undo statement whose definition names what is gone.
+        for yes in
+            [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_COLUMN, SqlState::INVALID_SCHEMA_NAME, SqlState::UNDEFINED_FUNCTION, SqlState::UNDEFINED_OBJECT]
+        {
+            assert!(is_unbindable(Some(yes.code())), "{}", yes.code());
+        }
+        for no in [
+            SqlState::UNDEFINED_FILE,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::DISK_FULL,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::IO_ERROR,
+            SqlState::INVALID_TABLE_DEFINITION,
+        ] {
+            assert!(!is_unbindable(Some(no.code())), "{}", no.code());
+        }
+        assert!(!is_unbindable(None), "a failure without a code");
+        // The message's words count for nothing: a server error mentioning `does not exist` under
+        // another code, or a failure with none, is not judged unbindable.
+        let gone = EngineError {
+            code: Some(SqlState::UNDEFINED_TABLE.code().to_string()),
+            ..EngineError::new("", "ERROR: relation \"_efmesh.s__a__ab\" does not exist")
+        };
+        let io = EngineError {
+            code: Some(SqlState::UNDEFINED_FILE.code().to_string()),
+            ..EngineError::new("", "ERROR: could not open file \"base/1/2\": the file does not exist")
+        };
+        let lost = EngineError::new("", "connection closed: the server does not exist any more");
+        assert_eq!([&gone, &io, &lost].map(|e| is_unbindable(e.code.as_deref())), [true, false, false]);
+    }
 
     #[test]
     fn only_unnamed_subqueries_are_named_and_named_text_is_left_alone() {

@@ -35,8 +35,13 @@
 //! that missed something ([`unplanned`]), so a plan computed without the check, or before a
 //! relation vanished, is never trusted.
 //!
-//! A plan checks the project's versions; `status --check` also checks, with [`served_missing`],
-//! the versions an environment serves whose model the project defines otherwise or no longer.
+//! A plan checks the project's versions; `status --check` also checks, with [`served_missing`]
+//! (relations) and [`served_lake_files_missing`] (local lake files; their DuckLake tables with
+//! [`crate::apply::ducklake::lost_served_versions`]), the versions an environment serves whose
+//! model the project defines otherwise or no longer.
+//!
+//! Commands that read what an environment serves without planning (`audit`, `preview`, `diff
+//! --data`) refuse an engine database behind the state store with the same [`engine_behind`].
 
 use super::{Action, Change, Plan, PlanError, env_schema};
 use crate::core::ModelName;
@@ -228,6 +233,12 @@ pub enum Lack {
     ViewMissing,
     /// The environment's view exists but does not select from the version's physical relation.
     ViewStale,
+    /// A file of the version's local parquet lake directory is missing: a done interval's file,
+    /// or a `full` version's `data.parquet` ([`served_lake_files_missing`]).
+    LakeFileMissing,
+    /// The version's table is missing from the DuckLake catalog while the state store records
+    /// something there ([`crate::apply::ducklake::lost_served_versions`]).
+    DuckLakeTableMissing,
 }
 
 impl Lack {
@@ -237,6 +248,8 @@ impl Lack {
             Lack::PhysicalMissing => format!("physical relation {relation} missing"),
             Lack::ViewMissing => format!("view {relation} missing"),
             Lack::ViewStale => format!("view {relation} does not select from the served version"),
+            Lack::LakeFileMissing => format!("lake file {relation} missing"),
+            Lack::DuckLakeTableMissing => format!("DuckLake table {relation} missing"),
         }
     }
 }
@@ -247,7 +260,8 @@ impl Lack {
 /// versions a plan does not check (the project defines another version of the model, or none):
 /// `status --check` reads what the state store says the environment serves, whatever the
 /// working tree holds. Relations in attached catalogs (DuckLake tables) are not checked, as
-/// [`check`] does not check them.
+/// [`check`] does not check them ([`crate::apply::ducklake::lost_served_versions`] does), nor
+/// lake files ([`served_lake_files_missing`]).
 pub fn served_missing(env: &str, model: &ModelName, physical: &str, catalog: &Catalog) -> Vec<(String, Lack)> {
     let mut out = Vec::new();
     let physical_missing = split_relation(physical).is_some_and(|(schema, name)| !catalog.contains(&schema, &name));
@@ -263,6 +277,64 @@ pub fn served_missing(env: &str, model: &ModelName, physical: &str, catalog: &Ca
         out.push((view, Lack::ViewStale));
     }
     out
+}
+
+/// How a version an environment serves is stored, read from its snapshot record (its recorded
+/// metadata), not from the project, which may define the model otherwise or no longer: for the
+/// checks of `status --check` beyond the engine's catalog ([`served_lake_files_missing`],
+/// [`crate::apply::ducklake::lost_served_versions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServedStorage {
+    /// The version's target (`target` of its recorded kind; `table` when it records none).
+    pub target: Target,
+    /// True for a time-range version.
+    pub time_range: bool,
+    /// A time-range version's grain; `None` for other kinds, or when the record has none.
+    pub grain: Option<interval::Grain>,
+}
+
+impl ServedStorage {
+    /// What `record` says of its version's storage.
+    pub fn of(record: &crate::state::SnapshotRecord) -> Self {
+        let kind = &record.metadata["kind"];
+        let target = kind["target"].as_str().and_then(Target::parse).unwrap_or(Target::Table);
+        let time_range = record.kind == "incremental_by_time_range";
+        let grain = kind["grain"].as_str().and_then(interval::Grain::parse).filter(|_| time_range);
+        ServedStorage { target, time_range, grain }
+    }
+}
+
+/// The files missing from the local parquet lake directory of a version an environment serves
+/// (stored in `physical`, as `storage` says; `sharing`: the fingerprints of every version of
+/// the model `name` stored there, the served one among them): each done interval's file of
+/// those versions, or a `full` version's `data.parquet`, as full paths. What the plan's check
+/// finds for the project's versions (`Repair::lake_files_missing`), for a version it does not
+/// check (the project defines another version of the model, or none). Empty for another target,
+/// an S3 lake (not listed here) or a directory that cannot be read.
+///
+/// # Errors
+/// The ledger cannot be read.
+pub fn served_lake_files_missing(
+    project: &Project,
+    state: &dyn StateStore,
+    name: &str,
+    physical: &str,
+    storage: ServedStorage,
+    sharing: &[String],
+) -> Result<Vec<PathBuf>, crate::state::StateError> {
+    if storage.target != Target::Parquet {
+        return Ok(Vec::new());
+    }
+    let (Some(dir), Some(files)) = (local_lake_dir(project, physical), local_lake_files(project, physical)) else { return Ok(Vec::new()) };
+    if !storage.time_range {
+        return Ok(if files.contains(LAKE_FULL_FILE) { Vec::new() } else { vec![dir.join(LAKE_FULL_FILE)] });
+    }
+    let Some(grain) = storage.grain else { return Ok(Vec::new()) };
+    let mut lost: BTreeSet<String> = BTreeSet::new();
+    for fp in sharing {
+        lost.extend(state.done_intervals(name, fp)?.into_iter().map(|s| lake_interval_file(s, grain)).filter(|f| !files.contains(f)));
+    }
+    Ok(lost.into_iter().map(|f| dir.join(f)).collect())
 }
 
 /// The current project root, in the forms a recorded root is compared with.
@@ -719,6 +791,29 @@ mod tests {
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM my_efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM raw._efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT '_efmesh' AS x FROM t"));
+    }
+
+    #[test]
+    fn a_served_versions_storage_is_read_from_its_snapshot_record() {
+        let record = |kind: &str, payload: serde_json::Value| crate::state::SnapshotRecord {
+            name: "s.a".into(),
+            fingerprint: "ab".into(),
+            fingerprint_version: 1,
+            kind: kind.into(),
+            physical: "\"_efmesh\".\"s__a__ab\"".into(),
+            canonical: None,
+            rendered_sql: String::new(),
+            metadata: serde_json::json!({ "kind": payload }),
+            created_at: String::new(),
+        };
+        let daily = record("incremental_by_time_range", serde_json::json!({"tag": "incremental_by_time_range", "grain": "day", "target": "parquet"}));
+        assert_eq!(ServedStorage::of(&daily), ServedStorage { target: Target::Parquet, time_range: true, grain: Some(interval::Grain::Day) });
+        let full = record("full", serde_json::json!({"tag": "full", "target": "ducklake"}));
+        assert_eq!(ServedStorage::of(&full), ServedStorage { target: Target::DuckLake, time_range: false, grain: None });
+        // A table version records no target.
+        let table = record("full", serde_json::json!({"tag": "full"}));
+        assert_eq!(ServedStorage::of(&table).target, Target::Table);
+        assert_eq!(Lack::LakeFileMissing.describe("/l/s__a/ab/2026-01-02.parquet"), "lake file /l/s__a/ab/2026-01-02.parquet missing");
     }
 
     #[test]

@@ -1021,6 +1021,11 @@ impl LuaHost {
                 Some(rest) => rest.to_vec(),
                 None => code,
             };
+            if let Some(line) = super::nul_byte_line(&code) {
+                st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, super::NUL_BYTE));
+                st.borrow_mut().modules.insert(rel.clone(), ModuleState::Failed);
+                return Ok(Value::Nil);
+            }
             if let Some(line) = close_attribute_line(&code) {
                 let msg = format!("{}:{line}: to-be-closed variables (`<close>`) are not allowed in model files", rel.display());
                 st.borrow_mut().errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));

@@ -160,6 +160,18 @@ pub fn discover_each(config: &Config, sets: &[&[String]]) -> Result<Vec<Vec<Path
     Ok(found)
 }
 
+/// The 1-based line of the first NUL byte (`\0`) of a model, audit or macro file's `code`, if it
+/// holds one. Such a file is refused at load ([`NUL_BYTE`]): Lua keeps a NUL inside a string or
+/// a comment, and the SQL reaching the engine would then be cut or fail at it, far from the file.
+pub(crate) fn nul_byte_line(code: &[u8]) -> Option<u32> {
+    let at = memchr::memchr(0, code)?;
+    Some(u32::try_from(memchr::memchr_iter(b'\n', &code[..at]).count() + 1).unwrap_or(u32::MAX))
+}
+
+/// The load error of a file holding a NUL byte, at its line ([`nul_byte_line`]).
+pub(crate) const NUL_BYTE: &str =
+    "the file holds a NUL byte (`\\0`) on this line: a model file is text, and the NUL would reach the engine inside the SQL (or cut it); remove it";
+
 /// The directory part of `glob` before its first wildcard, with a trailing `/` (`models/` of
 /// `models/**/*.lua`); empty when the glob starts with one.
 fn literal_dir(glob: &str) -> String {

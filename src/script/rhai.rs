@@ -987,6 +987,9 @@ fn run_file(engine: &Engine, refs: &Refs, root: &Path, rel: &Path) -> Result<Sha
             r.evaluated(rel, hash);
         }
     }
+    if let Some(line) = super::nul_byte_line(code.as_bytes()) {
+        return Err(Box::new(LoadError::new(Some(Location { file: rel.to_path_buf(), line }), None, super::NUL_BYTE)));
+    }
     // A byte-order mark (some editors save UTF-8 with one) is not Rhai.
     let mut ast = engine.compile(code.strip_prefix('\u{feff}').unwrap_or(&code)).map_err(|e| Box::new(errors::parse_error(&e, rel)))?;
     let source = rel.to_string_lossy().to_string();

@@ -74,6 +74,9 @@ impl SqlAuditDef {
     pub fn parse(file: &Path, text: &str) -> Result<SqlAuditDef, Vec<LoadError>> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
+        if let Some(line) = super::nul_byte_line(text.as_bytes()) {
+            return Err(vec![LoadError::new(Some(Location { file: file.to_path_buf(), line }), None, super::NUL_BYTE)]);
+        }
         let mut errors = Vec::new();
         let (header, body_start) = super::sql_file::read_header(text, KEYS, &at, " of a `.sql` audit file", &|_| false, &mut errors);
         let get = |k: &str| header.iter().find(|(key, _, _)| key == k);

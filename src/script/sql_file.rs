@@ -154,6 +154,9 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     // A byte-order mark (some editors save UTF-8 with one) is not part of the header.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let at = |line: usize| Location { file: file.to_path_buf(), line: line as u32 };
+    if let Some(line) = super::nul_byte_line(text.as_bytes()) {
+        return Err(vec![LoadError::new(Some(Location { file: file.to_path_buf(), line }), None, super::NUL_BYTE)]);
+    }
     if text.trim().is_empty() {
         return Err(vec![
             LoadError::new(Some(at(1)), None, "the file is empty")
@@ -675,6 +678,11 @@ fn parse_schema(v: &str) -> Result<Value, String> {
         }
         cols.push(Value::Array(vec![Value::String(name), Value::String(ty.trim().to_string())]));
     }
+    // Refused here, at the header line: the model's own check ("the schema declares no
+    // columns") would place it at the `-- name:` line.
+    if cols.is_empty() {
+        return Err("declares no columns: list the output columns as `name type` pairs (`-- schema: id bigint, day date`)".to_string());
+    }
     Ok(Value::Array(cols))
 }
 
@@ -840,6 +848,38 @@ mod tests {
         // A quote right after an operator is one: its comma splits nothing.
         assert_eq!(split_top("condition = first<>'a,b', x = a||', '||b", ','), ["condition = first<>'a,b'", "x = a||', '||b"]);
         assert!(matches!(&m.kind, Kind::Seed(s) if s.path == "seeds/it's.csv" && s.delimiter == Some(';')), "{:?}", m.kind);
+    }
+
+    /// An empty `-- schema:` (or one of commas only) is an error at its own line: the model's
+    /// check ("the schema declares no columns") placed it at the `-- name:` line.
+    #[test]
+    fn an_empty_schema_line_is_an_error_at_its_line() {
+        for schema in ["-- schema:", "-- schema:   ", "-- schema: ,"] {
+            let errs = p(&format!("-- name: a.b\n-- kind: full\n{schema}\n\nSELECT 1 AS x\n")).unwrap_err();
+            let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            assert!(text.iter().any(|e| e.starts_with("models/x.sql:3: model `a.b`: `schema`: declares no columns")), "{schema}: {text:?}");
+        }
+        // Continued on the next comment line, it declares its columns.
+        let m = p("-- name: a.b\n-- kind: full\n-- schema:\n--   x integer\nSELECT 1 AS x\n").unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(m.schema.0.len(), 1);
+    }
+
+    /// A NUL byte anywhere in a `.sql` model (header, query, comment) refuses the file at the line
+    /// of the first one, before anything else is read from it.
+    #[test]
+    fn a_nul_byte_is_refused_at_its_line() {
+        for (text, line) in [
+            ("-- name: a.b\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x -- \0\n", 4),
+            ("-- name: a.b\0\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x\n", 1),
+            ("-- name: a.b\n-- kind: full\n-- schema: x varchar\n\nSELECT 'a\0' AS x\n-- \0\n", 5),
+        ] {
+            let errs = p(text).unwrap_err();
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            assert_eq!(errs[0].location.as_ref().map(|l| l.line), Some(line), "{errs:?}");
+            assert!(errs[0].message.contains("NUL byte"), "{errs:?}");
+        }
+        assert_eq!(super::super::nul_byte_line(b"a\nb\n\nc\0"), Some(4));
+        assert_eq!(super::super::nul_byte_line(b"no nul\n"), None);
     }
 
     #[test]

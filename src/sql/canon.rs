@@ -166,11 +166,15 @@ pub enum SqlError {
 }
 
 impl SqlError {
-    /// 1-based line of the error in the body, when known.
+    /// 1-based line of the error in the body, when known. A body that is not one query
+    /// ([`SqlError::NotAQuery`]: `EXPLAIN SELECT …`, `DELETE FROM …`) is wrong from its first
+    /// line on, where the statement starts (a `.sql` model's query starts at its first word):
+    /// so `models/m.sql:5`, not the `-- name:` line.
     #[must_use]
     pub fn line(&self) -> Option<u64> {
         match self {
             SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } => *line,
+            SqlError::NotAQuery { .. } => Some(1),
             _ => None,
         }
     }
@@ -1047,6 +1051,10 @@ mod tests {
 
         let e = canonicalize("DELETE FROM t").unwrap_err();
         assert_eq!(e.to_string(), "expected one query (`SELECT`, `WITH`, `VALUES` or a set operation), found a `DELETE FROM` statement");
+        // At the statement's first line (a `.sql` file maps it to the line of the query's first word).
+        assert_eq!(e.line(), Some(1), "{e}");
+        let e = canonicalize("EXPLAIN SELECT 1 AS x").unwrap_err();
+        assert!(e.to_string().ends_with("found an `EXPLAIN SELECT` statement") && e.line() == Some(1), "{e}");
         let e = canonicalize("CREATE TABLE t (a INT)").unwrap_err();
         assert!(e.to_string().ends_with("found a `CREATE TABLE` statement"), "{e}");
         let e = canonicalize("SELECT 1; SELECT 2").unwrap_err();

@@ -186,7 +186,8 @@ impl StateDump {
     /// efmesh's layout, or layout 8 read with engine epoch 0: a newer one is refused, upgrade
     /// efmesh; an older one too, export it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns,
     /// every value's type, and the content the stores' reads rely on (instants, JSON, unique
-    /// keys, snapshot kinds, pointers and done ledger rows naming snapshots, a `storeId`).
+    /// keys, snapshot kinds and their metadata's, pointers, promotions and done ledger rows
+    /// naming snapshots, claimed storage, a `storeId`, counters that are not negative).
     ///
     /// # Errors
     /// A message naming what is wrong (the table, row and column for a value).
@@ -263,7 +264,9 @@ impl StateDump {
     /// column (and the row's key):
     ///
     /// - the document's `storeId` is not empty (the janitor tells the storage its store owns by
-    ///   it, and refuses to run without one);
+    ///   it, and refuses to run without one), and its `generation`, `claims` and `engineEpoch`
+    ///   are not negative, nor any [`Col::Int`] value (journal and tick ids, fingerprint
+    ///   versions, data and audit generations): every counter starts at 0 and only grows;
     /// - every [`Col::Instant`] value of every table is an instant, and every [`Col::Json`] value
     ///   is JSON (snapshot and pointer metadata, a promotion's pointers and undo, the journal's
     ///   summaries, ticks' counts, a claim's detail): a store holding one that is not fails the
@@ -271,13 +274,22 @@ impl StateDump {
     /// - no two rows of a table have the same primary key ([`Table::key`]; the store would refuse
     ///   the second one);
     /// - every snapshot's kind is one a model declares ([`crate::script::builder::KIND_TAGS`],
-    ///   what apply records), and its storage efmesh's (none, or a relation in its storage
-    ///   schema or DuckLake catalog: the janitor would otherwise claim a relation of the user's);
+    ///   what apply records), the kind its metadata names (if it names one), and its storage
+    ///   efmesh's (none, or a relation in its storage schema or DuckLake catalog: the janitor
+    ///   would otherwise claim a relation of the user's);
     /// - every environment name is one efmesh accepts, and every pointer names a snapshot, but
     ///   for an external model, which has none: a pointer without its snapshot is accepted only
     ///   when its metadata's kind is `external`, or its metadata holds no kind at all (`{}`, what
     ///   the migration to layout 3 gave a pointer without a snapshot: an external's). A promotion
-    ///   requires the snapshot of every other pointer, so a store efmesh wrote holds none other;
+    ///   requires the snapshot of every other pointer, so a store efmesh wrote holds none other.
+    ///   A pointer's metadata names its snapshot's kind, if any (the kind is in the fingerprint);
+    /// - every promotion under way is of an environment name efmesh accepts, its pointers an
+    ///   object of model name → fingerprint and its undo an array of statements (what the
+    ///   janitor and the recovery read), and each pointer names a snapshot, but a model's with no
+    ///   snapshot at all or one a pointer says is external (an external's: apply records every
+    ///   other snapshot before it records the promotion);
+    /// - every storage the janitor claimed (`condemned`, which it drops) is efmesh's, as a
+    ///   snapshot's, and its kind one efmesh records or `orphan`;
     /// - every ledger row's start and end are instants, the start before the end, its status
     ///   `done` or `failed`, and a `done` row's version has a snapshot (a `failed` row may have
     ///   none: the first batch of a new version that failed before its snapshot was recorded).
@@ -289,6 +301,11 @@ impl StateDump {
         if self.store_id.trim().is_empty() {
             return Err("the document's `storeId` is empty: every state store has an identity (the janitor tells the storage a store owns by it)".into());
         }
+        for (counter, n) in [("generation", self.generation), ("claims", self.claims), ("engineEpoch", self.engine_epoch)] {
+            if n < 0 {
+                return Err(format!("the document's `{counter}` is {n}: the store's counters start at 0 and only grow"));
+            }
+        }
         let rows = |t: &str| self.tables.get(t).map(Vec::as_slice).unwrap_or_default();
         let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
         for t in TABLES {
@@ -296,8 +313,11 @@ impl StateDump {
             let mut seen: BTreeMap<Vec<String>, usize> = BTreeMap::new();
             for (i, r) in rows(t.name).iter().enumerate() {
                 for ((column, col), v) in t.columns.iter().zip(r) {
-                    let Some(s) = v.as_str() else { continue };
                     let at = || format!("table `{}` row {} column `{column}` ({})", t.name, i + 1, row_label(t, r));
+                    if let Some(n) = v.as_i64().filter(|n| *n < 0) {
+                        return Err(format!("{}: {n} is negative (ids, fingerprint versions and generations start at 0 and only grow)", at()));
+                    }
+                    let Some(s) = v.as_str() else { continue };
                     match col {
                         Instant => {
                             parse_instant(s).map_err(|e| format!("{}: {e}", at()))?;
@@ -323,8 +343,12 @@ impl StateDump {
             }
         }
         let storage = [crate::core::name::PHYSICAL_SCHEMA, crate::core::target::DUCKLAKE_ALIAS].map(|s| format!("\"{s}\"."));
+        let ours = |physical: &str| physical.is_empty() || storage.iter().any(|s| physical.to_ascii_lowercase().starts_with(s));
+        // Checked to be JSON above.
+        let json = |v: &Value| serde_json::from_str::<Value>(v.as_str().unwrap_or_default()).unwrap_or_default();
         let kinds = crate::script::builder::KIND_TAGS;
-        let mut snapshots = BTreeSet::new();
+        // (name, fingerprint) → the snapshot's kind.
+        let mut snapshots = BTreeMap::new();
         for (i, r) in rows("snapshots").iter().enumerate() {
             let at = |column: &str| format!("table `snapshots` row {} column `{column}` ({} {})", i + 1, text(&r[0]), text(&r[1]));
             let kind = text(&r[3]);
@@ -332,27 +356,85 @@ impl StateDump {
                 return Err(format!("{}: `{kind}` is not a kind efmesh records (one of {})", at("kind"), kinds.join(", ")));
             }
             let physical = text(&r[4]);
-            if !physical.is_empty() && !storage.iter().any(|s| physical.to_ascii_lowercase().starts_with(s)) {
+            if !ours(&physical) {
                 return Err(format!("{}: `{physical}` is not in efmesh's storage (`{}` or `{}`)", at("physical"), storage[0], storage[1]));
             }
-            snapshots.insert((text(&r[0]), text(&r[1])));
+            let metadata = json(&r[7]);
+            if let Some(tag) = metadata_kind(&metadata).filter(|t| *t != "?" && *t != kind) {
+                return Err(format!("{}: its kind is `{tag}`, column `kind` says `{kind}`: a snapshot's metadata describes its own version", at("metadata")));
+            }
+            snapshots.insert((text(&r[0]), text(&r[1])), kind);
         }
+        // Models an environment pointer says are external (they have no snapshot).
+        let mut externals = BTreeSet::new();
         for (i, r) in rows("environments").iter().enumerate() {
             let env = text(&r[0]);
             crate::core::name::validate_env(&env).map_err(|e| format!("table `environments` row {} column `env`: {e}", i + 1))?;
             let (name, fp) = (text(&r[1]), text(&r[2]));
-            if snapshots.contains(&(name.clone(), fp.clone())) {
+            let metadata = json(&r[4]);
+            let kind = metadata_kind(&metadata);
+            if kind == Some("external") {
+                externals.insert(name.clone());
+            }
+            if let Some(snapshot_kind) = snapshots.get(&(name.clone(), fp.clone())) {
+                if let Some(tag) = kind.filter(|t| *t != "?" && *t != snapshot_kind.as_str()) {
+                    return Err(format!(
+                        "table `environments` row {} column `metadata` ({env} {name}): its kind is `{tag}`, the snapshot it points to (`{name}` `{fp}`) is `{snapshot_kind}`",
+                        i + 1
+                    ));
+                }
                 continue;
             }
-            // Checked to be JSON above.
-            let metadata: Value = serde_json::from_str(&text(&r[4])).unwrap_or_default();
-            let kind = metadata.get("kind").map(|k| k.as_str().or_else(|| k.get("tag").and_then(Value::as_str)).unwrap_or("?"));
             if let Some(kind) = kind.filter(|k| *k != "external") {
                 return Err(format!(
                     "table `environments` row {} column `fingerprint` ({env} {name}): no snapshot of `{name}` `{fp}` (table `snapshots`); \
                      only an external model's pointer has none, and its metadata says `{kind}`",
                     i + 1
                 ));
+            }
+        }
+        for (i, r) in rows("promotions").iter().enumerate() {
+            let env = text(&r[0]);
+            let at = |column: &str| format!("table `promotions` row {} column `{column}` ({env})", i + 1);
+            crate::core::name::validate_env(&env).map_err(|e| format!("{}: {e}", at("env")))?;
+            let pointers = json(&r[1]);
+            let pointers = pointers
+                .as_object()
+                .filter(|o| o.values().all(Value::is_string))
+                .ok_or_else(|| format!("{}: not an object of model name → fingerprint (the janitor and the recovery read it as one)", at("pointers")))?;
+            if !json(&r[2]).as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+                return Err(format!("{}: not an array of statements (the recovery reads it as one)", at("rollback")));
+            }
+            for (name, fp) in pointers {
+                let fp = text(fp);
+                // A promotion records a snapshot of every model it points to but an external,
+                // which never has one: a model with no snapshot at all, or one a pointer says
+                // is external.
+                let snapshotted = snapshots.keys().any(|(n, _)| n == name);
+                if snapshotted && !externals.contains(name) && !snapshots.contains_key(&(name.clone(), fp.clone())) {
+                    return Err(format!(
+                        "{}: `{name}` points to `{fp}`, which has no snapshot (table `snapshots`); a promotion under way records only versions \
+                         it has a snapshot of, but an external model's (if the store it came from had an interrupted promotion, any \
+                         efmesh command there undoes it: export again after one)",
+                        at("pointers")
+                    ));
+                }
+            }
+        }
+        for (i, r) in rows("condemned").iter().enumerate() {
+            let at = |column: &str| format!("table `condemned` row {} column `{column}` ({})", i + 1, text(&r[0]));
+            let physical = text(&r[0]);
+            if !ours(&physical) {
+                return Err(format!(
+                    "{}: `{physical}` is not in efmesh's storage (`{}` or `{}`): the janitor drops what it claimed",
+                    at("physical"),
+                    storage[0],
+                    storage[1]
+                ));
+            }
+            let kind = text(&r[3]);
+            if kind != "orphan" && !kinds.contains(&kind.as_str()) {
+                return Err(format!("{}: `{kind}` is neither a kind efmesh records (one of {}) nor `orphan`", at("kind"), kinds.join(", ")));
             }
         }
         for (i, r) in rows("intervals").iter().enumerate() {
@@ -365,7 +447,7 @@ impl StateDump {
             if !matches!(r[4].as_str(), Some("done" | "failed")) {
                 return Err(format!("{}: {} is neither `done` nor `failed`", at("status"), r[4]));
             }
-            if r[4].as_str() == Some("done") && !snapshots.contains(&(text(&r[0]), text(&r[1]))) {
+            if r[4].as_str() == Some("done") && !snapshots.contains_key(&(text(&r[0]), text(&r[1]))) {
                 return Err(format!(
                     "{}: a done interval of a version with no snapshot (table `snapshots` has no `{}` `{}`)",
                     at("fingerprint"),
@@ -376,6 +458,13 @@ impl StateDump {
         }
         Ok(())
     }
+}
+
+/// The kind a snapshot's or pointer's metadata names: its `kind`'s `tag` (`{"kind": {"tag":
+/// "full", …}}`, what apply records) or its `kind` when a string; `?` for a `kind` with neither;
+/// `None` when it has no `kind` (a pointer the migration to layout 3 gave `{}`).
+fn metadata_kind(metadata: &Value) -> Option<&str> {
+    metadata.get("kind").map(|k| k.as_str().or_else(|| k.get("tag").and_then(Value::as_str)).unwrap_or("?"))
 }
 
 /// A row's key for a message: its primary key's values ([`Table::key`]) but instants (an
@@ -603,6 +692,8 @@ mod tests {
         for kind in crate::script::builder::KIND_TAGS {
             let mut d = full();
             d.tables.get_mut("snapshots").unwrap()[0][3] = json!(kind);
+            // The pointer's metadata names its snapshot's kind.
+            d.tables.get_mut("environments").unwrap()[0][4] = json!(format!(r#"{{"kind":{{"tag":"{kind}"}}}}"#));
             assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d), "kind `{kind}`");
         }
         let dangling = fp('c');
@@ -628,5 +719,97 @@ mod tests {
             let err = refused(|doc| doc["storeId"] = json!(empty));
             assert!(err.starts_with("the document's `storeId` is empty"), "{err}");
         }
+    }
+
+    /// A snapshot whose metadata names another kind than its `kind` column, and a pointer whose
+    /// metadata names another kind than its snapshot's (the kind is in the fingerprint), are
+    /// refused naming the table, row, column and key.
+    #[test]
+    fn a_kind_its_metadata_contradicts_is_refused() {
+        let err = refused(|doc| doc["tables"]["snapshots"]["rows"][0][7] = json!(r#"{"kind":{"tag":"view"}}"#));
+        let at = format!("table `snapshots` row 1 column `metadata` (s.m {}): its kind is `view`, column `kind` says `full`", fp('a'));
+        assert!(err.starts_with(&at), "{err}");
+        let err = refused(|doc| doc["tables"]["environments"]["rows"][0][4] = json!(r#"{"kind":{"tag":"view"}}"#));
+        let at =
+            format!("table `environments` row 1 column `metadata` (dev s.m): its kind is `view`, the snapshot it points to (`s.m` `{}`) is `full`", fp('a'));
+        assert!(err.starts_with(&at), "{err}");
+        // Metadata naming the same kind, or none (a store of an older layout), is accepted.
+        let mut d = full();
+        d.tables.get_mut("snapshots").unwrap()[0][7] = json!(r#"{"kind":{"tag":"full","target":"parquet"}}"#);
+        d.tables.get_mut("environments").unwrap()[0][4] = json!("{}");
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+    }
+
+    /// A promotion under way pointing to a version with no snapshot (but an external's), of an
+    /// environment name efmesh refuses, or whose pointers or undo are not what the janitor and
+    /// the recovery read, is refused naming the row and column.
+    #[test]
+    fn a_promotion_to_a_version_with_no_snapshot_or_of_another_shape_is_refused() {
+        let dangling = fp('c');
+        let err = refused(|doc| doc["tables"]["promotions"]["rows"][0][1] = json!(format!(r#"{{"s.m":"{dangling}"}}"#)));
+        let at = format!("table `promotions` row 1 column `pointers` (dev): `s.m` points to `{dangling}`, which has no snapshot");
+        assert!(err.starts_with(&at), "{err}");
+        for (c, bad, wanted) in [
+            (1_usize, "[]", "pointers` (dev): not an object"),
+            (1, r#"{"s.m":1}"#, "pointers` (dev): not an object"),
+            (2, "{}", "rollback` (dev): not an array"),
+            (2, "[1]", "rollback` (dev): not an array"),
+        ] {
+            let err = refused(|doc| doc["tables"]["promotions"]["rows"][0][c] = json!(bad));
+            assert!(err.starts_with(&format!("table `promotions` row 1 column `{wanted}")), "{bad}: {err}");
+        }
+        let err = refused(|doc| doc["tables"]["promotions"]["rows"][0][0] = json!("Dev-X"));
+        assert!(err.starts_with("table `promotions` row 1 column `env` (Dev-X): "), "{err}");
+        // Its snapshot's version, and an external's: a model with no snapshot at all ...
+        let mut d = full();
+        d.tables.get_mut("promotions").unwrap()[0][1] = json!(format!(r#"{{"raw.e":"{dangling}","s.m":"{}"}}"#, fp('a')));
+        d.tables.get_mut("promotions").unwrap()[0][2] = json!(r#"["CREATE OR REPLACE VIEW v AS SELECT 1"]"#);
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+        // ... or one a pointer says is external now (it had a snapshot as another kind).
+        let mut d = full();
+        d.tables.get_mut("environments").unwrap()[0][2] = json!(dangling);
+        d.tables.get_mut("environments").unwrap()[0][4] = json!(r#"{"kind":{"tag":"external","table":"raw.events"}}"#);
+        d.tables.get_mut("promotions").unwrap()[0][1] = json!(format!(r#"{{"s.m":"{}"}}"#, fp('d')));
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+    }
+
+    /// A negative `generation`, `claims` or `engineEpoch`, and a negative value of any integer
+    /// column (ids, fingerprint versions, generations), are refused by name.
+    #[test]
+    fn negative_counters_ids_and_generations_are_refused() {
+        for counter in ["generation", "claims", "engineEpoch"] {
+            let err = refused(|doc| doc[counter] = json!(-1));
+            assert_eq!(err, format!("the document's `{counter}` is -1: the store's counters start at 0 and only grow"));
+        }
+        let mut checked = 0;
+        for t in TABLES {
+            for (c, (column, col)) in t.columns.iter().enumerate() {
+                if *col != Int {
+                    continue;
+                }
+                let err = refused(|doc| doc["tables"][t.name]["rows"][0][c] = json!(-1));
+                assert!(err.starts_with(&format!("table `{}` row 1 column `{column}` (", t.name)) && err.contains("): -1 is negative"), "{err}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 5, "every integer column of TABLES");
+        // 0 is a count like any other.
+        let mut d = full();
+        (d.generation, d.claims, d.engine_epoch) = (0, 0, 0);
+        d.tables.get_mut("data_versions").unwrap()[0][2] = json!(0);
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
+    }
+
+    /// A claim of storage outside efmesh's (the janitor drops what it claimed) or of a kind
+    /// efmesh never records is refused by name; an orphan's claim is accepted.
+    #[test]
+    fn claimed_storage_outside_efmeshs_or_of_an_unknown_kind_is_refused() {
+        let err = refused(|doc| doc["tables"]["condemned"]["rows"][0][0] = json!(r#""landing"."events""#));
+        assert!(err.starts_with(r#"table `condemned` row 1 column `physical` ("landing"."events"): `"landing"."events"` is not in efmesh's storage"#), "{err}");
+        let err = refused(|doc| doc["tables"]["condemned"]["rows"][0][3] = json!("nonsense"));
+        assert!(err.starts_with(r#"table `condemned` row 1 column `kind` ("_efmesh"."old"): `nonsense` is neither a kind efmesh records"#), "{err}");
+        let mut d = full();
+        d.tables.get_mut("condemned").unwrap()[0][3] = json!("orphan");
+        assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
     }
 }

@@ -141,6 +141,17 @@ pub fn is_stale(lease: &LeaseRecord, now: Millis, _host: &str) -> bool {
     lease.expires_at.as_str() <= to_iso(now).as_str() || holder_is_gone(lease, own_identity().as_ref())
 }
 
+/// Why `state import` refuses while `held` is live ([`StateStore::import_state`]): who holds it,
+/// until when, and how to proceed. A holder known gone ([`is_stale`]) never gets here.
+pub fn import_refusal(held: &LeaseRecord) -> String {
+    format!(
+        "the lock `{}` is held by {} until {}: a command is running against this store (an import would replace the state under it); \
+         retry when it is done. A holder that was killed on this host is known gone and does not block; one on another machine, boot \
+         or container, or whose identity is not recorded, holds the lock until it expires: retry after {}",
+        held.name, held.holder, held.expires_at, held.expires_at
+    )
+}
+
 /// A lease held by this process: renewed from a background thread until dropped, then
 /// released. The store handle it was taken with is fenced by it until then.
 #[derive(Debug)]

@@ -442,16 +442,19 @@ pub trait StateStore: Send + std::fmt::Debug {
 
     /// Writes `dump` into this store in ONE transaction (all or nothing): refused, writing
     /// nothing, when any table of [`dump::TABLES`] holds a row and `replace` is false, or when
-    /// an unexpired lease is held (a live apply, run or janitor); with `replace`, those tables
+    /// a lease is held that is unexpired at `now` and not stale by `is_stale` (a live apply, run
+    /// or janitor; [`lease::is_stale`]: its holder is known gone, killed on this host), the
+    /// refusal naming its holder and expiry ([`lease::import_refusal`]); a stale lease is left
+    /// for the next command that wants it to reclaim. With `replace`, those tables
     /// and the caches and intents ([`dump::CLEARED_ON_IMPORT`]) are emptied first. Takes the
     /// document's store id, and a generation past both the store's and the document's (so
     /// nothing keyed by the old content is reused). Journal and tick ids are kept, and the
     /// identity counters set past them.
     ///
     /// # Errors
-    /// [`StateError::Import`] (not empty, a lease unexpired at `now`, the store's clock), a
+    /// [`StateError::Import`] (not empty, a live lease unexpired at `now`, the store's clock), a
     /// failed write; nothing is written.
-    fn import_state(&self, dump: &dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError>;
+    fn import_state(&self, dump: &dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError>;
 
     /// Cached canonical forms of those `keys` that are cached.
     ///

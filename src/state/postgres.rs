@@ -978,7 +978,7 @@ impl StateStore for PostgresStore {
         )
     }
 
-    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError> {
+    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError> {
         use super::dump::{CLEARED_ON_IMPORT, Col, TABLES};
         use postgres::types::ToSql;
         let store = self.location();
@@ -986,10 +986,13 @@ impl StateStore for PostgresStore {
             || "import a state export".to_string(),
             || {
                 self.write_tx(false, |tx| {
-                    if let Some(r) = tx.query_opt("SELECT name FROM leases WHERE expires_at > $1 ORDER BY name LIMIT 1", &[&to_iso(now)])? {
-                        let name: String = r.try_get(0)?;
-                        let detail = format!("the lock `{name}` is held (an efmesh command is running against this store); retry when it is done");
-                        return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                    let unexpired = tx.query(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE expires_at > $1 ORDER BY name"), &[&to_iso(now)])?;
+                    for row in &unexpired {
+                        let held = lease_row(row)?;
+                        if !is_stale(&held) {
+                            let detail = super::lease::import_refusal(&held);
+                            return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
+                        }
                     }
                     for t in TABLES {
                         if !replace && tx.query_opt(&format!("SELECT 1 FROM {} LIMIT 1", t.name), &[])?.is_some() {

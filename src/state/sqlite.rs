@@ -1524,19 +1524,19 @@ impl StateStore for SqliteStore {
         )
     }
 
-    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis) -> Result<(), StateError> {
+    fn import_state(&self, dump: &super::dump::StateDump, replace: bool, now: Millis, is_stale: &dyn Fn(&LeaseRecord) -> bool) -> Result<(), StateError> {
         use super::dump::{CLEARED_ON_IMPORT, TABLES};
         let store = self.location();
         self.run(
             || "import a state export".to_string(),
             || {
                 self.write_tx(false, |tx| {
-                    let live: Vec<String> = tx
-                        .prepare("SELECT name FROM leases WHERE expires_at > ?1 ORDER BY name")?
-                        .query_map([to_iso(now)], |r| r.get(0))?
+                    let unexpired: Vec<LeaseRecord> = tx
+                        .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE expires_at > ?1 ORDER BY name"))?
+                        .query_map([to_iso(now)], lease_row)?
                         .collect::<Result<_, _>>()?;
-                    if let Some(name) = live.first() {
-                        let detail = format!("the lock `{name}` is held (an efmesh command is running against this store); retry when it is done");
+                    if let Some(held) = unexpired.iter().find(|l| !is_stale(*l)) {
+                        let detail = super::lease::import_refusal(held);
                         return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
                     }
                     for t in TABLES {

@@ -374,6 +374,94 @@ fn model_globs_that_match_no_file_are_an_error_not_an_empty_project() {
     assert_eq!(v["hasChanges"], json!(false), "{v:#}");
 }
 
+/// `check --json`'s errors as (file, line, message), sorted.
+fn errors_at(v: &Value) -> Vec<(String, u64, String)> {
+    let mut at: Vec<(String, u64, String)> = v["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| (e["file"].as_str().unwrap_or("").to_string(), e["line"].as_u64().unwrap_or(0), e["message"].as_str().unwrap_or("").to_string()))
+        .collect();
+    at.sort();
+    at
+}
+
+/// Globs with brace groups are normalized inside each group: `./` in an alternative matched
+/// nothing, and the models it should have found were silently planned as removed. Both
+/// directories' models load; a `..` alternative is a configuration error naming the key.
+#[test]
+fn a_brace_glob_with_dot_slash_alternatives_finds_its_models() {
+    let p = Project::new();
+    p.write("models/a/one.lua", "define_model { name = \"t.one\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    p.write("models/b/two.lua", "define_model { name = \"t.two\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 2 AS x\" }\n");
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("\"models/**/*.lua\"", "\"{./models/a/*.lua,models/b/*.lua}\""));
+    let (run, v) = check(&p);
+    run.expect_code(0);
+    assert_eq!(v["models"], json!(2), "{v:#}");
+    // Both are planned (as added), neither as removed.
+    let plan = p.plan("dev");
+    assert_eq!(crate::common::actions(&plan).len(), 2, "{plan:#}");
+    crate::common::action(&plan, "t.one");
+    crate::common::action(&plan, "t.two");
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("\"models/**/*.lua\"", "\"{models/a/*.lua,../b/*.lua}\""));
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    assert!(out.contains("`project.models` glob `{models/a/*.lua,../b/*.lua}` (its brace alternative `../b/*.lua`) leaves the project directory"), "{out}");
+}
+
+/// A NUL byte in a model file passed `check` (Lua keeps it inside a string or a comment) and
+/// reached the engine inside the SQL: it is a load error at the file and line of the first one,
+/// in a `.sql` and a Lua model alike.
+#[test]
+fn a_nul_byte_in_a_model_file_is_a_load_error_at_its_line() {
+    let p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    let lua = "-- a\ndefine_model { name = \"t.a\", kind = kind.full(), schema = { { \"x\", \"varchar\" } },\n  query = \"SELECT 'a\0b' AS x\" }\n";
+    let sql = "-- name: t.b\n-- kind: full\n-- schema: x integer\n\nSELECT 1 AS x -- \0\n";
+    p.write("models/a.lua", lua);
+    p.write("models/b.sql", sql);
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let at: Vec<(String, u64)> = errors_at(&v).into_iter().filter(|(_, _, m)| m.contains("NUL byte")).map(|(f, l, _)| (f, l)).collect();
+    assert_eq!(at, [("models/a.lua".to_string(), 3), ("models/b.sql".to_string(), 5)], "{v:#}");
+    let text = p.run(&["check"]);
+    text.expect_code(1);
+    assert!(text.stdout.contains("models/b.sql:5: the file holds a NUL byte"), "{}", text.stdout);
+    // Without them, the project passes.
+    p.write("models/a.lua", &lua.replace('\0', ""));
+    p.write("models/b.sql", &sql.replace('\0', ""));
+    check(&p).0.expect_code(0);
+}
+
+/// `.sql` model faults are reported at their own line, not at the `-- name:` line: an empty
+/// `-- schema:` at its header line; a body that is no query (`EXPLAIN SELECT …`) at the line
+/// where it starts, by `check` and by `plan`.
+#[test]
+fn sql_model_faults_are_reported_at_their_line() {
+    let p = Project::new();
+    p.write("efmesh.toml", &crate::common::CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("models/ok.sql", "-- name: t.ok\n-- kind: full\n-- schema: x integer\nSELECT 1 AS x\n");
+    p.write("models/a.sql", "-- name: t.a\n-- kind: full\n-- schema:\n\nSELECT 1 AS x\n");
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let at = errors_at(&v);
+    assert_eq!(at.len(), 1, "{v:#}");
+    assert_eq!((at[0].0.as_str(), at[0].1), ("models/a.sql", 3), "{v:#}");
+    assert!(at[0].2.starts_with("`schema`: declares no columns"), "{v:#}");
+    p.remove("models/a.sql");
+    p.write("models/b.sql", "-- name: t.b\n-- kind: full\n-- schema: x integer\n\n\nEXPLAIN SELECT 1 AS x\n");
+    let (run, v) = check(&p);
+    run.expect_code(1);
+    let at = errors_at(&v);
+    assert_eq!(at.len(), 1, "{v:#}");
+    assert_eq!((at[0].0.as_str(), at[0].1), ("models/b.sql", 6), "{v:#}");
+    assert!(at[0].2.contains("found an `EXPLAIN SELECT` statement"), "{v:#}");
+    let plan = p.run(&["plan", "dev"]);
+    plan.expect_code(1);
+    assert!(plan.stderr.contains("models/b.sql:6: model `t.b`: expected one query"), "{}", plan.stderr);
+}
+
 #[test]
 fn an_audit_reading_a_column_the_model_does_not_declare_fails_check_at_the_audit_line() {
     let p = Project::new();

@@ -174,6 +174,32 @@ fn a_ducklake_table_dropped_by_hand_is_never_recreated_holding_only_new_interval
     p.run(&["status", "prod", "--check"]).expect_code(0);
 }
 
+/// `status --check` with an unapplied edit checks the DuckLake table of the version the
+/// environment serves, not only the project's version (which the plan and `lost_served` check):
+/// the served table dropped by hand makes it unhealthy, naming the model and the table.
+#[test]
+fn status_checks_the_ducklake_table_of_the_served_version_of_a_model_edited_but_not_applied() {
+    let p = ducklake_project();
+    let applied = p.apply("prod");
+    let fingerprint = fp(&applied, "m.daily");
+    let physical = action(&applied, "m.daily")["physical"].as_str().expect("physical").to_string();
+    let daily = format!("m__daily__{fingerprint}");
+    // An unapplied edit of `m.daily`: the project's version is another one.
+    p.write("models/m.lua", &models("").replace("CAST(epoch(range) / 86400 AS BIGINT) AS n", "CAST(epoch(range) / 86400 + 0 AS BIGINT) AS n"));
+    let plan = p.plan("prod");
+    assert_ne!(action(&plan, "m.daily")["change"], "unchanged", "{plan:#}");
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+
+    open(&p).execute(&format!("DROP TABLE \"_efmesh_ducklake\".\"main\".\"{daily}\"")).expect("drop the served version's table by hand");
+    let text = p.run(&["status", "prod", "--check"]);
+    text.expect_code(1);
+    let line = format!("  ⚠ m.daily  DuckLake table {physical} missing (the version `prod` serves; the project defines another version)");
+    assert!(text.stdout.contains(&line), "{}", text.stdout);
+    let status = p.run(&["status", "prod", "--check", "--json"]).expect_code(1).json();
+    let expected = serde_json::json!({"model": "m.daily", "fingerprint": fingerprint, "relation": physical, "lack": "duckLakeTableMissing", "removed": false});
+    assert!(status["lostRelations"].as_array().expect("lostRelations").contains(&expected), "{status:#}");
+}
+
 #[test]
 fn a_lost_ducklake_catalog_is_never_replaced_by_an_empty_one() {
     let mut p = ducklake_project();
@@ -195,6 +221,40 @@ fn a_lost_ducklake_catalog_is_never_replaced_by_an_empty_one() {
     fs_err::rename(p.root().join("catalog_moved"), p.root().join("catalog")).expect("restore the catalog");
     p.run(&["run", "prod"]).expect_code(0);
     assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+}
+
+/// A promotion interrupted after its view swap, then the local DuckLake catalog moved away: the
+/// next command cannot put back the view reading the catalog, drops it with a warning naming
+/// the missing catalog file as the cause (not only the engine's "table does not exist"),
+/// creates no empty catalog in its place, and forgets the record; with the catalog put back,
+/// `apply` converges.
+#[test]
+fn an_interrupted_promotion_undone_without_its_ducklake_catalog_names_the_missing_catalog() {
+    let p = ducklake_project();
+    p.apply("prod");
+    p.write("models/m.lua", &models("HAVING count(*) > 0"));
+    let out = p.command(&["apply", "prod", "--yes"]).env(efmesh::apply::fault::FAULT_ENV, "after-view-swap").output().expect("spawn efmesh");
+    let crashed = Run::from_output(out, "EFMESH_FAULT=after-view-swap efmesh apply prod --yes".to_string());
+    assert!(crashed.stderr.contains("aborting at `after-view-swap`"), "{}", crashed.stderr);
+    fs_err::rename(p.root().join("catalog"), p.root().join("catalog_moved")).expect("move the catalog away");
+
+    let r = p.run(&["plan", "prod"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `prod`"), "{}", r.stderr);
+    assert!(r.stderr.contains("the interrupted promotion of `prod` cannot put view `m.total` back as it was"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("its DuckLake catalog `") && r.stderr.contains("catalog/lake.ducklake` does not exist"),
+        "names the missing catalog: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("restore the catalog, then `efmesh apply prod`"), "{}", r.stderr);
+    assert!(!p.root().join("catalog/lake.ducklake").exists(), "no empty catalog was created in its place");
+    assert_eq!(p.state().pending_promotions().expect("pending"), vec![], "the record was forgotten");
+
+    fs_err::rename(p.root().join("catalog_moved"), p.root().join("catalog")).expect("restore the catalog");
+    p.apply("prod");
+    assert_eq!(rows(&p, &env_view("prod", "m.total"))[0][0], Some("9".to_string()));
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
 }
 
 /// A `full` DuckLake model of 1000 rows, `n = range * factor`: DuckLake writes parquet files for
@@ -282,4 +342,91 @@ fn the_janitor_removes_the_files_of_a_dropped_ducklake_version() {
     assert!(!again.stdout.contains("DuckLake file(s)"), "nothing left to remove: {}", again.stdout);
     assert_eq!(data_files(&p), prod_files);
     assert_eq!(count_sum(&p, &env_view("prod", "m.big")), vec![Some("1000".into()), Some(sum.to_string())]);
+}
+
+/// Copies the directory `from` to `to`, recursively (a backup of a catalog or data path).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    fs_err::create_dir_all(to).unwrap();
+    for entry in fs_err::read_dir(from).unwrap().flatten() {
+        let (path, target) = (entry.path(), to.join(entry.file_name()));
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            fs_err::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// A DuckLake catalog and its data path restored from a copy taken before a later run hold every
+/// table but lack the run's intervals: `run` and `status --check` refuse it (SPEC §4,
+/// invariant 63), naming the catalog, both epochs and the ways out, and nothing is written to it.
+#[test]
+fn a_ducklake_catalog_older_than_the_state_store_is_refused() {
+    let mut p = ducklake_project();
+    let applied = p.apply("prod");
+    assert_eq!(applied["intervals"], Value::from(9));
+    copy_dir(&p.root().join("catalog"), &p.root().join("backup/catalog"));
+    copy_dir(&p.root().join("lake_data"), &p.root().join("backup/lake_data"));
+    p.now = "2026-01-12T00:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+
+    fs_err::remove_dir_all(p.root().join("catalog")).unwrap();
+    fs_err::remove_dir_all(p.root().join("lake_data")).unwrap();
+    copy_dir(&p.root().join("backup/catalog"), &p.root().join("catalog"));
+    copy_dir(&p.root().join("backup/lake_data"), &p.root().join("lake_data"));
+    let catalog_file = p.root().join("catalog/lake.ducklake");
+    let bytes = fs_err::read(&catalog_file).unwrap();
+    // (`apply` of an unchanged project has nothing to write and reads no catalog: it says "nothing
+    // to apply", as `plan` says "no changes".)
+    for args in [&["run", "prod"][..], &["status", "prod", "--check"][..]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        for needle in [
+            "catalog/lake.ducklake",
+            "is older than the state store",
+            "up to engine epoch 4",
+            "up to epoch 2",
+            "`m.daily`",
+            "efmesh state import",
+            "efmesh restate prod --model m.daily --from 2026-01-01T00:00:00.000Z --to 2026-01-12T00:00:00.000Z",
+        ] {
+            assert!(said.contains(needle), "`{}` does not say {needle:?}:\n{said}", args.join(" "));
+        }
+    }
+    assert_eq!(fs_err::read(&catalog_file).unwrap(), bytes, "nothing was written to the catalog");
+    let json = p.run(&["run", "prod", "--json"]);
+    json.expect_code(1);
+    assert_eq!(json.json()["error"]["kind"], "engine-behind", "{json:#?}");
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 9, "the old copy still holds its 9 days, no more");
+
+    // Following the hint: every done interval restated, the run recomputes them and stamps the
+    // catalog current.
+    p.run(&["restate", "prod", "--model", "m.daily", "--from", "2026-01-01T00:00:00.000Z", "--to", "2026-01-12T00:00:00.000Z"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+    assert_eq!(rows(&p, &env_view("prod", "m.total"))[0][0], Some("11".to_string()));
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// A new catalog (the old one moved aside) created by a first apply of new versions, while the
+/// state store's epoch is already raised, is not refused, then or at the next run: it holds none
+/// of the store's tables with done intervals, and the apply stamps it current.
+#[test]
+fn a_new_ducklake_catalog_is_not_refused_as_older_than_the_state_store() {
+    let mut p = ducklake_project();
+    p.apply("prod");
+    fs_err::rename(p.root().join("catalog"), p.root().join("catalog_moved")).unwrap();
+    fs_err::rename(p.root().join("lake_data"), p.root().join("lake_data_moved")).unwrap();
+    // New versions for `dev`: nothing of them is stored anywhere yet.
+    p.write("models/m.lua", &models("HAVING count(*) > 0").replace("/ 86400 AS BIGINT) AS n", "/ 86400 AS BIGINT) + 0 AS n"));
+    let dev = p.apply("dev");
+    assert_eq!(dev["intervals"], Value::from(9), "{dev:#}");
+    assert!(p.root().join("catalog/lake.ducklake").exists());
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+    p.now = "2026-01-12T00:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("dev", "m.daily")).len(), 11);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
 }

@@ -383,6 +383,60 @@ fn an_export_of_a_future_layout_or_a_damaged_one_is_refused_and_nothing_is_creat
     assert!(!p.state_path().exists(), "nothing created");
 }
 
+/// `state import` right after a command was killed: the dead command's lock, unexpired, does
+/// not block when its holder is known gone (same boot and pid namespace, pid dead), as it does
+/// not block the commands that reclaim it; a live holder's lock, or one whose holder cannot be
+/// told gone (no recorded identity: another machine), is refused naming the holder, its expiry
+/// and when to retry, nothing written.
+#[test]
+fn an_import_after_a_killed_command_is_not_blocked_by_its_lock_and_a_live_holders_lock_is_named() {
+    use efmesh::state::lease::{host_name, own_identity};
+    use efmesh::state::{LeaseClaim, LeaseHolder, LeaseRecord};
+    let Some(me) = own_identity() else { return };
+    let p = busy_sample();
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    let store = p.store().unwrap();
+    let expires = now_millis() + 600_000;
+    let take = |name: &str, token: &str, pid: u32, host: &str| {
+        let holder = LeaseHolder { pid, host: host.to_string(), command: "efmesh run prod".into(), started_at: to_iso(now_millis()) };
+        let always = |_: &LeaseRecord| true;
+        let claim = store.try_acquire_lease(name, token, &holder, expires, now_millis(), &always).unwrap();
+        assert!(matches!(claim, LeaseClaim::Acquired { .. }), "{claim:?}");
+    };
+    // A `run` killed on this host: its pid is dead, its lock unexpired for ten minutes.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let dead_token = format!("v2:{}:{}:0:{dead}:0:0", me.boot, me.ns);
+    take("env:prod", &dead_token, dead, &host_name());
+    let r = p.run(&["state", "import", "backup.json", "--force"]);
+    assert!(!r.stderr.contains("a command is running"), "{}", r.stderr);
+    r.expect_code(0);
+    assert_eq!(store.lease("env:prod").unwrap().map(|l| l.token), Some(dead_token), "left for the next command to reclaim");
+    let after = store.export_state().unwrap();
+
+    // This test process holds a lock: it is alive, so the import is refused, naming it.
+    let live_token = format!("v2:{}:{}:{}:{}:0:0", me.boot, me.ns, me.start, std::process::id());
+    take("env:dev", &live_token, std::process::id(), &host_name());
+    let r = p.run(&["state", "import", "backup.json", "--force"]);
+    let until = to_iso(expires);
+    let held = format!("the lock `env:dev` is held by `efmesh run prod` (pid {} on {}) since ", std::process::id(), host_name());
+    assert!(r.expect_code(1).stderr.contains(&held), "{}", r.stderr);
+    for wanted in [format!("until {until}: a command is running"), format!("retry after {until}"), "nothing was written".to_string()] {
+        assert!(r.stderr.contains(&wanted), "{wanted}: {}", r.stderr);
+    }
+    assert_eq!(store.export_state().unwrap(), after, "nothing written");
+    store.release_lease("env:dev", &live_token).unwrap();
+
+    // A holder recorded without its identity (another machine, an older efmesh) is never known
+    // gone, even with a pid that is dead here: only its expiry frees the lock.
+    take("env:dev", &format!("v1:{dead}:build-1:0:0"), dead, "build-1");
+    let r = p.run(&["state", "import", "backup.json", "--force"]);
+    assert!(r.expect_code(1).stderr.contains(&format!("pid {dead} on build-1")), "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("retry after {until}")), "{}", r.stderr);
+    assert_eq!(store.export_state().unwrap(), after, "nothing written");
+}
+
 #[test]
 fn an_export_from_sqlite_imported_into_postgres_plans_a_no_op() {
     let Some(target) = crate::pg::fresh() else { return };

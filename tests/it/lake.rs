@@ -701,6 +701,63 @@ fn lake_files_deleted_or_added_by_hand_are_found_and_never_served() {
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
 
+/// `status --check` with an unapplied edit checks the lake files of the versions the
+/// environment serves, not only the project's (which the plan checks): a done day's file and a
+/// `full` version's `data.parquet` deleted by hand make it unhealthy, each named with its model.
+#[test]
+fn status_checks_the_lake_files_of_the_served_version_of_a_model_edited_but_not_applied() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    let totals = version_dir(&p, "lake", &v, "m.totals");
+    let fingerprint = action(&v, "m.daily")["fingerprint"].as_str().expect("fingerprint").to_string();
+    // An unapplied edit of `m.daily` (and so of `m.totals` below it): the project's versions are
+    // other ones, whose directories do not exist yet.
+    p.write("models/m.lua", &models("parquet", "", 3).replace("WHERE event_at >= @start", "WHERE amount >= 0 AND event_at >= @start"));
+    let plan = p.plan("dev");
+    assert_ne!(action(&plan, "m.daily")["change"], "unchanged", "{plan:#}");
+    assert_ne!(action(&plan, "m.daily")["fingerprint"], fingerprint.as_str(), "{plan:#}");
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+
+    std::fs::remove_file(daily.join("2026-01-02.parquet")).unwrap();
+    let text = p.run(&["status", "dev", "--check"]);
+    text.expect_code(1);
+    let line = text.stdout.lines().find(|l| l.contains("⚠ m.daily  lake file ")).unwrap_or_else(|| panic!("{}", text.stdout));
+    assert!(line.contains("2026-01-02.parquet missing (the version `dev` serves; the project defines another version)"), "{line}");
+    assert!(text.stdout.contains("health: unhealthy ("), "{}", text.stdout);
+    let json = p.run(&["status", "dev", "--check", "--json"]);
+    let status = json.expect_code(1).json();
+    let lost = status["lostRelations"].as_array().expect("lostRelations");
+    let daily_file = format!("m__daily/{fingerprint}/2026-01-02.parquet");
+    assert!(
+        lost.iter().any(|l| l["model"] == "m.daily"
+            && l["fingerprint"] == fingerprint.as_str()
+            && l["lack"] == "lakeFileMissing"
+            && l["removed"] == false
+            && l["relation"].as_str().is_some_and(|r| r.replace('\\', "/").ends_with(&daily_file))),
+        "{status:#}"
+    );
+    assert_eq!(lost.len(), 1, "only the deleted file: {status:#}");
+
+    // The served `full` version's file, when `m.totals` is served at another version than the
+    // project's too.
+    if action(&plan, "m.totals")["change"] != "unchanged" {
+        std::fs::remove_file(totals.join("data.parquet")).unwrap();
+        let status = p.run(&["status", "dev", "--check", "--json"]).expect_code(1).json();
+        let lost = status["lostRelations"].as_array().expect("lostRelations");
+        assert!(
+            lost.iter().any(|l| l["model"] == "m.totals"
+                && l["lack"] == "lakeFileMissing"
+                && l["relation"].as_str().is_some_and(|r| r.replace('\\', "/").ends_with("/data.parquet"))),
+            "{status:#}"
+        );
+    }
+
+    // Applying the edit serves the project's versions: healthy again.
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
 #[test]
 fn a_lost_lake_directory_is_recomputed_and_a_failed_repair_serves_no_fewer_files() {
     let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
@@ -828,6 +885,32 @@ fn parquet_columns_hold_their_declared_types_and_hugeint_is_refused() {
     );
 }
 
+/// A parquet model whose lake directory `<schema>__<table>` is longer than a file system keeps
+/// (255 bytes) passed `check` and `plan`, and the first apply failed creating the directory with
+/// the OS's raw "File name too long": now `check` and `plan` refuse it at its file:line, naming
+/// the model and the limit, before anything is written; the same name on target `table` applies.
+#[test]
+fn a_parquet_model_named_too_long_for_the_lake_is_a_load_error() {
+    let p = lake_project("", "[lake]\npath = \"lake\"\n");
+    let table = "t".repeat(253);
+    let model = |target: &str| {
+        format!(
+            "-- a long name\ndefine_model {{ name = \"m.{table}\", kind = kind.full(), target = \"{target}\", schema = {{ {{ \"x\", \"integer\" }} }}, query = \"SELECT 1 AS x\" }}\n"
+        )
+    };
+    p.write("models/long.lua", &model("parquet"));
+    for args in [&["check"][..], &["plan", "dev"], &["apply", "dev", "--yes"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        let out = format!("{}{}", r.stdout, r.stderr);
+        assert!(out.contains("models/long.lua:2") && out.contains(&format!("model `m.{table}`")), "{args:?}: {out}");
+        assert!(out.contains("256 bytes long, and file systems keep names of at most 255 bytes"), "{args:?}: {out}");
+    }
+    assert!(!p.root().join("lake").exists(), "nothing was written to the lake");
+    p.write("models/long.lua", &model("table"));
+    p.apply("dev");
+}
+
 /// A restated day not recomputed keeps serving its old file, as a table keeps its old rows — also
 /// once `start` moved past it (no run recomputes it) and a later run re-listed the view.
 #[test]
@@ -896,6 +979,51 @@ fn a_reused_s3_full_version_whose_object_was_deleted_fails_the_apply_and_is_neve
     let served = s3_rows(&p, &moto, &env_view("prod", "m.totals"));
     assert_eq!(served, reference.rows(&env_view("prod", "m.totals")));
     assert_eq!(served.len(), 4);
+}
+
+/// A done interval's S3 object of the version `dev` serves deleted by hand, then `apply prod`
+/// promotes that version (a view swap, nothing to build): it fails naming the model, the
+/// interval, the object and the restate command in `dev` (never the engine's raw 404), and
+/// promotes nothing. The hint's remedy works: restated and run in `dev`, `apply prod` promotes
+/// the version and serves its rows.
+#[test]
+fn promoting_a_version_whose_s3_object_was_deleted_fails_naming_it_and_the_restate_in_its_environment() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = s3_lake(&moto);
+    let p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &config(&lake));
+    let dev = run_s3(&p, &["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    let fp = action(&dev, "m.daily")["fingerprint"].as_str().unwrap().to_string();
+    let key = format!("warehouse/m__daily/{fp}/2026-01-02.parquet");
+    assert!(moto.keys("lake").contains(&key), "{:?}", moto.keys("lake"));
+    moto.delete("lake", &key);
+
+    let r = run_s3(&p, &["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    let interval = "[2026-01-02T00:00:00.000Z, 2026-01-03T00:00:00.000Z)";
+    assert!(r.stderr.contains(&format!("`m.daily` interval {interval}")), "names the model and the interval: {}", r.stderr);
+    assert!(r.stderr.contains(&format!("s3://lake/{key}")) && r.stderr.contains("is missing"), "names the object: {}", r.stderr);
+    assert!(r.stderr.contains("environment `prod` was not promoted"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("efmesh restate dev --model m.daily --from 2026-01-02T00:00:00.000Z --to 2026-01-03T00:00:00.000Z")
+            && r.stderr.contains("then `efmesh run dev` recomputes it, and `efmesh apply prod` promotes it again"),
+        "the hint restates the interval where the version is served: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("HTTP 404") && !r.stderr.contains("while running: CREATE OR REPLACE VIEW"), "not the engine's raw error: {}", r.stderr);
+    assert!(!p.state().env_pointers("prod").unwrap_or_default().contains_key("m.daily"), "nothing was promoted");
+    assert_eq!(p.state().pending_promotions().expect("pending"), vec![]);
+
+    run_s3(&p, &["restate", "dev", "--model", "m.daily", "--from", "2026-01-02T00:00:00.000Z", "--to", "2026-01-03T00:00:00.000Z"]).expect_code(0);
+    run_s3(&p, &["run", "dev"]).expect_code(0);
+    assert!(moto.keys("lake").contains(&key), "the restated day's object is written anew: {:?}", moto.keys("lake"));
+    run_s3(&p, &["apply", "prod", "--yes"]).expect_code(0);
+    let reference = lake_project("", "");
+    reference.apply("prod");
+    for m in ["m.daily", "m.totals"] {
+        assert_eq!(s3_rows(&p, &moto, &env_view("prod", m)), reference.rows(&env_view("prod", m)), "`{m}` promoted after the restated day was recomputed");
+    }
 }
 
 /// A done interval's S3 object deleted by hand: `run` and `apply` fail naming the model, the

@@ -692,6 +692,48 @@ fn an_older_copy_of_the_duckdb_file_is_refused_until_rebuilt_or_the_state_store_
     assert_eq!(p.rows(&env_view("dev", "t.daily")), old_rows);
 }
 
+/// The commands that read what an environment serves without planning (`audit`, `preview` of
+/// named models, `diff --data`) refuse an older copy of the DuckDB file as the plan does — exit 1,
+/// naming the file and both epochs, error kind `engine-behind` — rather than report its stale
+/// rows as the environment's (SPEC §4, invariant 63).
+#[test]
+fn an_older_copy_of_the_duckdb_file_is_refused_by_audit_preview_and_data_diff() {
+    let p = sample_project();
+    p.apply("dev");
+    p.apply("prod");
+    let backup = p.root().join("backup.duckdb");
+    std::fs::copy(p.engine_path(), &backup).unwrap();
+    // Later: a day restated and run again, which writes a table (the store's epoch moves on).
+    p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+    // Before the copy is restored, every one of them reads the file.
+    for args in [&["audit", "dev"][..], &["preview", "dev", "t.daily"], &["diff", "dev", "prod", "--data"]] {
+        p.run(args).expect_code(0);
+    }
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    std::fs::copy(&backup, p.engine_path()).unwrap();
+    for args in [&["audit", "dev"][..], &["audit", "prod", "--model", "t.daily"], &["preview", "dev", "t.daily"], &["diff", "dev", "prod", "--data"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(
+            r.stderr.contains("efmesh.duckdb is older than the state store")
+                && r.stderr.contains("up to engine epoch 4")
+                && r.stderr.contains("up to epoch 2")
+                && r.stderr.contains("(model `")
+                && r.stderr.contains("efmesh state import"),
+            "{args:?}: {r:#?}"
+        );
+        let mut json_args = args.to_vec();
+        json_args.push("--json");
+        let j = p.run(&json_args);
+        j.expect_code(1);
+        let v = j.json();
+        assert_eq!(v["error"]["kind"], "engine-behind", "{json_args:?}: {v:#}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("is older than the state store")), "{json_args:?}: {v:#}");
+        assert!(v["error"]["hint"].as_str().is_some_and(|h| h.contains("efmesh state import")), "{json_args:?}: {v:#}");
+    }
+}
+
 /// Two DuckDB files applied with one state store (two checkouts or machines sharing it, each
 /// with its own `[engine] path`): the file that missed the other's writes is refused at its
 /// next plan instead of being served as caught up (SPEC §4, invariant 63).
