@@ -120,29 +120,55 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
 /// dot: `efmesh` for `efmesh.duckdb`, `main_db` for `main.duckdb`), and the `information_schema` / `pg_catalog` schemas. DuckDB refuses a
 /// reference to such a schema as ambiguous — at the first promotion to `prod`, whose views live
 /// in the models' own schemas — so it is refused at load, at the model's file:line.
+///
+/// On the Postgres engine also the schemas Postgres itself refuses or cannot read unquoted:
+/// any name starting with `pg_` (reserved for system schemas: `CREATE SCHEMA` refuses it, at the
+/// first promotion to `prod`), and a reserved word (`order`, `user`, `select`), which a
+/// reference renders unquoted (`FROM order.items`, the text fingerprinted) and Postgres's
+/// grammar cannot read as a schema name ([`is_postgres_keyword_schema`]).
 pub fn reserved_schemas<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<crate::core::LoadError> {
     // DuckDB names a file's catalog by its file name up to the first dot (`shop.prod.duckdb`:
     // `shop`; `main.duckdb`: `main_db`).
     let database = config.duckdb_database_name();
+    let postgres = config.engine.url_env.is_some();
     let mut errors = Vec::new();
     for m in models {
         let schema = m.name.schema().to_lowercase();
-        let why = match schema.as_str() {
-            "temp" | "system" => format!("`{schema}` is one of DuckDB's built-in catalogs"),
-            "information_schema" | "pg_catalog" => format!("`{schema}` is a system schema"),
-            s if database.as_deref() == Some(s) => format!("`{schema}` is the name of the DuckDB database (its file `{}`)", config.engine_path().display()),
+        let (why, hint) = match schema.as_str() {
+            "temp" | "system" => (format!("`{schema}` is one of DuckDB's built-in catalogs"), None),
+            "information_schema" | "pg_catalog" => (format!("`{schema}` is a system schema"), None),
+            s if postgres && s.starts_with("pg_") => (
+                format!("Postgres reserves schema names starting with `pg_` for its system schemas (`CREATE SCHEMA {schema}` fails)"),
+                Some("rename the model's schema (one not starting with `pg_`)"),
+            ),
+            s if postgres && is_postgres_keyword_schema(s) => (
+                format!("`{schema}` is a reserved word of Postgres's SQL, so a query naming the model (`FROM {}`) cannot be parsed", m.name),
+                Some("rename the model's schema (one that is not an SQL keyword)"),
+            ),
+            s if database.as_deref() == Some(s) => {
+                (format!("`{schema}` is the name of the DuckDB database (its file `{}`)", config.engine_path().display()), None)
+            }
             _ => continue,
         };
+        let message = if hint.is_some() {
+            format!("the schema `{}` of model `{}` cannot hold models on the Postgres engine: {why}", m.name.schema(), m.name)
+        } else {
+            format!("the schema `{}` of model `{}` cannot hold models: {why}, so the engine cannot tell which one a name means", m.name.schema(), m.name)
+        };
         errors.push(
-            crate::core::LoadError::new(
-                Some(m.location.clone()),
-                Some(m.name.clone()),
-                format!("the schema `{}` of model `{}` cannot hold models: {why}, so the engine cannot tell which one a name means", m.name.schema(), m.name),
-            )
-            .with_hint("rename the model's schema (or, for the database's name, the file in `[engine] path`)"),
+            crate::core::LoadError::new(Some(m.location.clone()), Some(m.name.clone()), message)
+                .with_hint(hint.unwrap_or("rename the model's schema (or, for the database's name, the file in `[engine] path`)")),
         );
     }
     errors
+}
+
+/// True when Postgres's grammar cannot read `schema` (lower case) unquoted as the schema of a
+/// qualified relation name (`FROM <schema>.t`): a reserved keyword or a type/function-name
+/// keyword (`order`, `user`, `select`, `left`). Asked of libpg_query itself, so the keyword list
+/// is the grammar's own.
+fn is_postgres_keyword_schema(schema: &str) -> bool {
+    pg_query::parse(&format!("SELECT 1 FROM {schema}.t"), 0).is_err()
 }
 
 /// Every pre/post statement that is not exactly one statement of the engine's grammar

@@ -575,12 +575,14 @@ fn undo_promotions(project: &Project, state: &dyn StateStore) -> Result<()> {
 /// (no file: an empty catalog, everything the state relies on is missing), or the catalog efmesh
 /// recorded when it last read the file, if the file's identity has not changed since
 /// ([`crate::engine::record`], SPEC §4 invariant 27). `None`, with a warning, when another
-/// process is writing the file (or a server engine cannot be reached): the plan then assumes the
-/// relations exist, and `apply` checks again on its own connection.
+/// process is writing the file (it holds DuckDB's lock): the plan then assumes the relations
+/// exist, and `apply` checks again on its own connection.
 ///
 /// # Errors
 /// The file is there but DuckDB cannot read it for any other reason (corrupt, not a DuckDB file,
-/// written by a newer DuckDB, unreadable): no plan assumes anything of such a file.
+/// written by a newer DuckDB, unreadable), or a server engine (Postgres) cannot be reached or
+/// read (server down, no such database or role, refused login): no plan assumes anything of an
+/// engine it cannot read — `plan` and `status` fail, naming the cause.
 pub fn engine_catalog(project: &Project) -> Result<Option<std::sync::Arc<crate::engine::Catalog>>> {
     Ok(engine_catalog_identified(project)?.0)
 }
@@ -596,11 +598,12 @@ fn engine_catalog_identified(project: &Project) -> Result<(Option<std::sync::Arc
     match read_engine_catalog(project) {
         Ok((catalog, id)) => Ok((Some(catalog), id)),
         // A file DuckDB cannot read (corrupt, not a DuckDB file at all, written by a newer
-        // DuckDB, unreadable) serves nothing: a plan assuming its relations exist would say "no
-        // changes" over views that cannot be read. Only a file another process is writing (its
-        // lock held) is assumed as the state store says, for `apply` to check on its own
-        // connection.
-        Err(e) if crate::engine::is_corrupt_file(&e.message) || (project.config.engine_file().is_some() && !crate::engine::is_locked_file(&e.message)) => {
+        // DuckDB, unreadable), like a server engine that cannot be reached or read (down, its
+        // database dropped, its role missing), serves nothing: a plan assuming its relations
+        // exist would say "no changes" (and `status --check` "healthy") over views no one can
+        // read. Only a file another process is writing (its lock held) is assumed as the state
+        // store says, for `apply` to check on its own connection.
+        Err(e) if crate::engine::is_corrupt_file(&e.message) || project.config.engine_file().is_none() || !crate::engine::is_locked_file(&e.message) => {
             Err(e.into())
         }
         Err(e) => {

@@ -18,8 +18,11 @@
 //! A catalog restored from a copy older than the state store holds every table but lacks later
 //! intervals: each command of a project with DuckLake models that raises the engine epoch
 //! (SPEC §4, invariant 63) stamps the catalog with the same epoch (the table
-//! `"_efmesh_ducklake"."_efmesh"."_efmesh_epochs"`, one row per store), and a catalog whose stamp
-//! is lower than the store's epoch is refused while it holds tables with done intervals.
+//! `"_efmesh_ducklake"."_efmesh"."_efmesh_epochs"`, one row per store) and records it as the
+//! store's DuckLake epoch (`meta.ducklake_epoch`), and a catalog whose stamp is lower than that
+//! is refused while it holds tables with done intervals. Not the engine epoch: an apply of a
+//! project without DuckLake models sharing the store (another branch, another checkout) raises
+//! that without stamping the catalog, which is still current.
 
 use super::ApplyError;
 use crate::core::Target;
@@ -173,7 +176,8 @@ pub fn prepare_read_only(project: &Project, engine: &mut dyn Engine) -> Result<(
 /// lost one is found: one query of the attached catalog's tables, or, when the local catalog
 /// file does not exist, before attaching (which would create an empty catalog). `rebuilt` are
 /// the models this apply or run builds (a `full` one is rebuilt whole: its table may be gone).
-/// Then refuses a catalog whose epoch stamp ([`stamp`]) is lower than the store's epoch while
+/// Then refuses a catalog whose epoch stamp ([`stamp`]) is lower than the store's DuckLake
+/// epoch (the last stamp of the catalog the store recorded) while
 /// it holds tables of the store's versions with done intervals ([`behind`]): restored from a
 /// copy older than the store. Called before the command raises the epoch, so a refused catalog
 /// is never stamped current.
@@ -206,7 +210,7 @@ pub fn prepare_checked(
     }
     // Checked whatever this plan stores there: an apply of another environment would stamp the
     // catalog current, and the stale tables of this one would then be served as caught up.
-    let recorded = state.engine_epoch()?;
+    let recorded = state.ducklake_epoch()?;
     if recorded == 0 || held.is_empty() {
         return Ok(());
     }
@@ -250,9 +254,11 @@ pub fn stamped(engine: &mut dyn Engine, store_id: &str) -> Result<Option<i64>, c
 
 /// Stamps the attached DuckLake catalog with the engine epoch `epoch` of the store `store_id`
 /// (the value [`crate::engine::epoch::stamp`] just stamped the engine database with), replacing
-/// the store's earlier stamp in ONE transaction. Called at every raise of the epoch by a
-/// command of a project with DuckLake models, so the stamp follows the store's epoch: a catalog
-/// whose stamp is lower was restored from a copy taken before later writes ([`behind`]).
+/// a lower stamp of the store in ONE transaction (never lowering it: two DuckDB files sharing
+/// the store and the catalog may stamp it in either order). Called at every raise of the epoch
+/// by a command of a project with DuckLake models, which then records the epoch as the store's
+/// DuckLake epoch, so the stamp follows it: a catalog whose stamp is lower was restored from a
+/// copy taken before later writes ([`behind`]).
 ///
 /// # Errors
 /// [`crate::engine::EngineError`] naming the statement.
@@ -261,10 +267,14 @@ pub fn stamp(engine: &mut dyn Engine, store_id: &str, epoch: i64) -> Result<(), 
     engine.execute(&format!("CREATE SCHEMA IF NOT EXISTS {}.{}", quote_ident(DUCKLAKE_ALIAS), quote_ident(crate::engine::STORAGE_SCHEMA)))?;
     engine.execute(&format!("CREATE TABLE IF NOT EXISTS {table} (store_id VARCHAR NOT NULL, epoch BIGINT NOT NULL)"))?;
     let id = quote_literal(store_id);
-    engine.transaction(&[format!("DELETE FROM {table} WHERE store_id = {id}"), format!("INSERT INTO {table} VALUES ({id}, {epoch})")])
+    engine.transaction(&[
+        format!("DELETE FROM {table} WHERE store_id = {id} AND epoch < {epoch}"),
+        format!("INSERT INTO {table} SELECT {id}, {epoch} WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE store_id = {id})"),
+    ])
 }
 
-/// Why the DuckLake catalog, stamped with epoch `stamp` while the store records `recorded`,
+/// Why the DuckLake catalog, stamped with epoch `stamp` while the store records `recorded` (its
+/// DuckLake epoch),
 /// cannot be trusted: it holds (`held`: its tables in schema `main`, lowercased) the table of
 /// one or more of the store's versions with done intervals recorded (every version of the
 /// store, not only `env`'s), each of which may lack intervals the ledger records; `None` when it
@@ -315,7 +325,7 @@ fn behind(
         None => catalog_location(&project.config),
     };
     Ok(Some(format!(
-        "{catalog} is older than the state store {} says: the store records writes up to engine epoch {recorded}, the catalog holds them up to epoch {stamp} \
+        "{catalog} is older than the state store {} says: the store records writes to the catalog up to epoch {recorded}, the catalog holds them up to epoch {stamp} \
          (it, or its data path, was restored from an older copy after later runs); its tables may lack intervals and builds the ledger records as done: {}; \
          so nothing is written into it as it is\n  \
          hint: restore the state store from the same moment as the catalog (`efmesh state import <export> --force`), or recompute every done interval \
@@ -430,11 +440,11 @@ fn held_tables(project: &Project) -> Result<std::collections::HashSet<String>, S
 }
 
 /// For `status --check`: why the DuckLake catalog is behind the state store ([`behind`]: its
-/// stamp lower than the store's epoch while it holds tables of the store's versions with done
+/// stamp lower than the store's DuckLake epoch while it holds tables of the store's versions with done
 /// intervals), `env` naming the environment in the restate commands of the message; `None` when
 /// it is not (or the project has no DuckLake models, or the local catalog file does not exist:
 /// [`lost_served`] says what it lacks). The catalog is attached read-only to an in-memory
-/// database only when the store records an epoch.
+/// database only when the store records a DuckLake epoch.
 ///
 /// # Errors
 /// A message when the catalog cannot be attached or read, or the state store cannot be read.
@@ -442,7 +452,7 @@ pub fn catalog_behind(project: &Project, env: &str, state: &dyn crate::state::St
     if !project.dag.models().any(|m| m.target == Target::DuckLake) || project.config.ducklake_catalog_file().is_some_and(|f| !f.exists()) {
         return Ok(None);
     }
-    let recorded = state.engine_epoch().map_err(|e| e.to_string())?;
+    let recorded = state.ducklake_epoch().map_err(|e| e.to_string())?;
     if recorded == 0 {
         return Ok(None);
     }

@@ -21,7 +21,9 @@
 //! plan and its intents (`apply-after-plan`, before the engine is opened) and between the
 //! janitor's candidate read and its claim (`janitor-before-claim`; also `janitor-before-drop`),
 //! so every interleaving happens (each delay logs `test hook: delaying` at debug level); the scheduler tests hold a model's build (`build:<schema.table>`,
-//! before its first transaction, on whichever connection builds it) to make builds overlap;
+//! before its first transaction, on whichever connection builds it) to make builds overlap, and
+//! the engine-epoch race test holds two applies there, between their opening and closing epoch
+//! raises, to interleave them;
 //! the engine-record test holds an apply between its catalog read and the close of its
 //! connection (`apply-before-close`) to show the file stays locked, and between its proof that
 //! the file is unchanged since the plan and its open (`apply-before-open`, after

@@ -272,12 +272,18 @@ pub fn build(
                     let published =
                         if pending.is_empty() { Ok(()) } else { publish(project, model, &physical, &dir, &listed.iter().cloned().collect::<Vec<_>>(), engine) };
                     let done = std::mem::take(&mut pending);
-                    match published {
-                        Ok(()) => {
-                            state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
-                            report.intervals += done.len();
-                        }
-                        Err(_) => {
+                    // The batch's own error is the one reported; what goes wrong while keeping
+                    // the earlier batches is a warning (they are then not done, and the next
+                    // apply rewrites them).
+                    let kept = published.and_then(|()| {
+                        state
+                            .mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())
+                            .map_err(ApplyError::from)
+                    });
+                    match kept {
+                        Ok(()) => report.intervals += done.len(),
+                        Err(e) => {
+                            tracing::warn!(model = %model.name, intervals = done.len(), error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them");
                             let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
                         }
                     }
@@ -525,14 +531,26 @@ fn missing_full(model: &Model, physical: &str, dir: &VersionDir, stopped: Stoppe
 /// `data.parquet` deleted outside efmesh (S3 lakes are not listed while planning), as the error
 /// naming the model, the file and the remedy (restating the interval where the version is
 /// served, [`missing_interval`]). `None` when every such file is there, or a directory cannot
-/// be listed or a ledger read: the engine's error stands then.
-pub fn lost_promoted_file(project: &Project, env: &str, swapped: &[&Action], state: &dyn StateStore, engine: &mut dyn Engine) -> Option<ApplyError> {
+/// be listed or a ledger read, or when `failure` (the engine's message) does not name the
+/// version's directory (`<schema>__<table>/<fingerprint>`: the swap failed for another reason):
+/// the engine's error stands then.
+pub fn lost_promoted_file(
+    project: &Project,
+    env: &str,
+    swapped: &[&Action],
+    failure: &str,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+) -> Option<ApplyError> {
     for action in swapped {
         let (Some(physical), Some(model)) = (action.physical.as_deref(), project.dag.get(&action.name)) else { continue };
         if model.target != Target::Parquet {
             continue;
         }
         let Ok(dir) = version_dir(project, model, physical) else { continue };
+        if !failure.contains(&format!("{}/{}", crate::core::target::lake_dir_name(&model.name), dir.fingerprint)) {
+            continue;
+        }
         let Ok(listed) = list_files(model, &dir, engine) else { continue };
         let present: std::collections::BTreeSet<String> = listed.into_iter().collect();
         let serving = serving_env(state, env, &action.name.to_string(), action.fingerprint.as_str());

@@ -368,35 +368,57 @@ pub(crate) fn execute(
     result
 }
 
-/// Raises the engine database's epoch stamp of this state store past `found` (the stamp the
-/// apply's catalog held) and the store's epoch, then records the new epoch in the store
-/// ([`crate::engine::epoch`]): the stamp first, so a process stopped in between leaves the
-/// database ahead of the store, which later plans accept. With `ducklake`, the attached DuckLake
-/// catalog is stamped with the same epoch before the store records it. A failure is only
-/// logged: the database, the catalog and the store then keep epochs that still agree.
-fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, ducklake: bool) {
-    match raise_epoch(state, engine, found, ducklake, "after-epoch-stamp") {
+/// The closing raise of the epoch, after an opening one that stamped `opened`: raises the
+/// engine database's epoch stamp of this state store to a newly issued epoch, then records it in
+/// the store ([`crate::engine::epoch`]): the stamp first, so a process stopped in between leaves
+/// the database ahead of the store, which later plans accept. With `ducklake`, the attached
+/// DuckLake catalog is stamped with the same epoch before the store records it. When another
+/// writer was issued an epoch since `opened`, the store records one more than the stamp: the
+/// database is left behind ([`raise_epoch`]). A failure is only logged: the database, the
+/// catalog and the store then keep epochs that still agree.
+fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, opened: i64, ducklake: bool) {
+    match raise_epoch(state, engine, opened, Some(opened), ducklake, "after-epoch-stamp") {
         Ok(epoch) => tracing::debug!(epoch, "engine epoch stamped and recorded"),
         Err(e) => tracing::warn!("the engine epoch was not raised (a database restored from a copy taken before this command may go unnoticed): {e}"),
     }
 }
 
-/// Raises the engine database's epoch stamp of this state store past `found` and the store's
-/// epoch, with `ducklake` stamps the attached DuckLake catalog with the same epoch
-/// ([`ducklake::stamp`]), then (after the crash point `point`) records it in the store; returns
-/// the epoch. The store records it last, so the database and the catalog are never behind it
-/// by the command's own doing.
+/// Raises the engine database's epoch stamp of this state store past `found` (the stamp the
+/// database holds) to an epoch the store issues ([`StateStore::issue_epoch`]), with `ducklake`
+/// stamps the attached DuckLake catalog with the same epoch ([`ducklake::stamp`]), then (after
+/// the crash point `point`) records it in the store (the DuckLake epoch too, with `ducklake`);
+/// returns the epoch stamped. The store records it last, so the database and the catalog are
+/// never behind it by the command's own doing.
+///
+/// `opened` is the epoch of this command's opening raise, for its closing one (`None` at the
+/// opening): when another writer was issued an epoch since (the issued counter is no longer
+/// `opened`) and this database does not hold it (a second writer of the same Postgres database
+/// stamps it there), the database may lack that writer's writes, and the store records one more
+/// than the stamp: the database is left behind, refused by the next plan (SPEC §4,
+/// invariant 63).
 ///
 /// # Errors
-/// The state store's reads or write, or the engine's or the catalog's stamp.
-fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, ducklake: bool, point: &str) -> Result<i64, ApplyError> {
+/// The state store's reads or writes, or the engine's or the catalog's stamp.
+fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, opened: Option<i64>, ducklake: bool, point: &str) -> Result<i64, ApplyError> {
     let store_id = state.store_id()?;
-    let epoch = crate::engine::epoch::stamp(engine, &store_id, found, state.engine_epoch()?)?;
+    let mut others = false;
+    let epoch = crate::engine::epoch::stamp(engine, &store_id, found, |held| -> Result<i64, ApplyError> {
+        let issued = state.issue_epoch(held)?;
+        others = opened.is_some_and(|o| issued.before != o && held < issued.before);
+        Ok(issued.epoch)
+    })?;
     if ducklake {
         ducklake::stamp(engine, &store_id, epoch)?;
     }
     fault::crash_point(|| point.to_string());
-    state.record_engine_epoch(epoch)?;
+    if others {
+        tracing::warn!(
+            epoch,
+            "another writer of this state store (another engine database) raised the engine epoch while this command wrote: this engine database \
+             may lack its writes, so the store records it behind (the next plan refuses it, naming the ways out)"
+        );
+    }
+    state.record_engine_epoch(if others { epoch + 1 } else { epoch }, ducklake.then_some(epoch))?;
     Ok(epoch)
 }
 
@@ -535,7 +557,7 @@ fn execute_recorded(
     // let it through) is current, so a rebuild stopped part-way is not taken for an older copy.
     if stamp.0 {
         let found = crate::engine::epoch::stamped(&catalog, &state.store_id()?);
-        stamp.1 = Some(raise_epoch(state, engine, found, uses_ducklake(project), "after-first-epoch-stamp")?);
+        stamp.1 = Some(raise_epoch(state, engine, found, None, uses_ducklake(project), "after-first-epoch-stamp")?);
     }
     // A relation of the user's where a new model's view would go (made since the plan).
     if let Some((model, message)) = crate::plan::integrity::foreign_relation(project, plan, &catalog) {
@@ -1616,7 +1638,7 @@ fn promote(
             // outside efmesh: S3 lakes are not listed while planning) fails with the engine's
             // raw `HTTP 404`: the error names the model, the file and the remedy instead.
             if !e.transient
-                && let Some(lost) = lake::lost_promoted_file(project, &plan.env, &swapped, state, engine)
+                && let Some(lost) = lake::lost_promoted_file(project, &plan.env, &swapped, &e.message, state, engine)
             {
                 return Err(lost);
             }

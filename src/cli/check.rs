@@ -277,7 +277,9 @@ pub(super) fn column_errors(project: &Project, model: &Model) -> Vec<LoadError> 
 }
 
 /// Resolves the columns `model` reads from its parents. When sqlparser cannot parse its SQL and
-/// `engine_parse`, the engine's own parser decides whether that is an error. Returns the query's
+/// `engine_parse`, the engine's own parser decides whether that is an error; on the Postgres
+/// engine it is asked even when sqlparser reads the SQL (libpg_query, what `plan` fingerprints
+/// with, refuses what sqlparser's Postgres dialect accepts beyond Postgres). Returns the query's
 /// analysis, for the lint rules (`None` without a query sqlparser reads).
 fn check_model(project: &Project, model: &Model, report: &mut Report, engine_parse: bool) -> Option<lineage::Analysis> {
     check_audits(project, model, report);
@@ -288,7 +290,24 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
         .into_iter()
         .filter_map(|p| project.dag.get(&p).map(|m| (p.to_string(), m.relation_columns().into_iter().map(|c| c.name).collect())))
         .collect();
-    match lineage::analyze_in(grammar(project), &sql, &parents) {
+    let query_grammar = grammar(project);
+    let analyzed = lineage::analyze_in(query_grammar, &sql, &parents);
+    // sqlparser's Postgres dialect reads more than Postgres does (`GROUP BY ALL`, DuckDB's list
+    // literals `[a]`): the grammar `plan` fingerprints the query with decides, as when sqlparser
+    // fails, so `check` fails where `plan` would stop.
+    if analyzed.is_ok()
+        && engine_parse
+        && query_grammar == lineage::Grammar::Postgres
+        && let Err(engine) = crate::engine::dialect_for(&project.config).canonicalize(&sql)
+    {
+        report.errors.push(Finding::from_load_error(LoadError::new(
+            Some(model.location_of_query_line(engine.line())),
+            Some(model.name.clone()),
+            engine.to_string(),
+        )));
+        return None;
+    }
+    match analyzed {
         Ok(analysis) => {
             for p in &analysis.unknown {
                 report.errors.push(finding(model, &parents, p.clone(), None));

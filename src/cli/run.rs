@@ -3,16 +3,19 @@
 //!
 //! Outcomes: `processed` (something was refreshed or backfilled), `nothing-due`, `blocked` (the
 //! project differs from the environment: exit 2), `lock-held` (another process holds the lock:
-//! an overlapping tick is normal, exit 0), `error` (exit 1).
+//! an overlapping tick is normal, exit 0), `error` (exit 1; the intervals committed before the
+//! failure journaled and reported all the same). An environment that does not exist (never
+//! applied) journals nothing: its run is refused as `blocked`, naming a similarly named
+//! environment when there is one (a typo).
 
 use super::lock::{Locked, lock_env};
 use super::printer::Printer;
-use super::{Exit, applied_by, error_text, load, open_state};
+use super::{Exit, applied_by, error_json, error_kind, error_text, hint_for, load, open_state};
 use crate::apply::ApplyReport;
 use crate::apply::retry::with_retries;
 use crate::apply::run::{RunOutcome, run_prepared};
 use crate::apply::signals::Waiting;
-use crate::core::interval::{Millis, now_millis, to_iso};
+use crate::core::interval::{Interval, Millis, now_millis, to_iso};
 use crate::plan;
 use crate::project::Project;
 use crate::state::{StateStore, Tick};
@@ -27,6 +30,10 @@ enum Ticked {
     Blocked(Vec<String>),
 }
 
+/// The backfills a tick's attempts handed to the executor, per model and version (name,
+/// fingerprint): where to look in the ledger for what a failed tick committed ([`committed`]).
+type Planned = BTreeMap<(String, String), Vec<Interval>>;
+
 /// Runs one tick of `env`: takes its lock (none: outcome `lock-held`, exit 0), plans; refuses
 /// (exit 2, listing the changes) when the project differs from the environment; else refreshes
 /// its unique-key and SCD type 2 models, computes missing intervals and rebuilds the `full` and
@@ -36,7 +43,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
     crate::core::name::validate_env(env)?;
     let started = now_millis();
     let state = open_state(&project, true)?;
+    // An environment exists once applied: it serves something, or its apply journal has rows
+    // (one expired and dropped by the janitor keeps them). A run of one that does not (a typo,
+    // `prd` for `prod`) journals nothing: the journal is the history of environments.
+    let known = state.environments()?;
+    let exists = known.iter().any(|e| e == env) || !state.journal(env)?.is_empty();
     let record = |outcome: &str, processed: BTreeMap<String, usize>, detail: Option<String>| {
+        if !exists {
+            return;
+        }
         let tick =
             Tick { env: env.to_string(), started_at: to_iso(started), finished_at: to_iso(now_millis()), outcome: outcome.to_string(), processed, detail };
         // The journal is a record, not the work: failing to write it is logged, not fatal.
@@ -58,9 +73,23 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             return Ok(Exit::Success);
         }
     };
-    let result = tick(&project, &*state, env, retries, jobs, now);
+    let mut planned = Planned::new();
+    let result = tick(&project, &*state, env, retries, jobs, now, &mut planned);
     guard.release(&*state);
     match result {
+        Ok(Ticked::Blocked(blocked)) if !exists => {
+            let like = crate::core::error::did_you_mean(env, known.iter().map(String::as_str));
+            if json {
+                out.json(json!({"env": env, "outcome": "blocked", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked,
+                    "exists": false, "didYouMean": like}))?;
+            }
+            let hint = match like {
+                Some(like) => format!("did you mean `efmesh run {like}`? (`efmesh apply {env}` would create `{env}`, building every model anew)"),
+                None => format!("create it with `efmesh apply {env}` (review its plan first: `efmesh plan {env}`), then run again"),
+            };
+            crate::ewriteln!("run `{env}`: environment `{env}` does not exist (nothing was applied to it); nothing was run\n  hint: {hint}");
+            Ok(Exit::AwaitingHuman)
+        }
         Ok(Ticked::Blocked(blocked)) => {
             record("blocked", BTreeMap::new(), Some(blocked.join("; ")));
             if json {
@@ -92,7 +121,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
                 let mut text = if processed.is_empty() {
                     format!("run `{env}`: nothing to refresh\n")
                 } else {
-                    let intervals = if report.intervals > 0 { format!(" ({} intervals computed)", report.intervals) } else { String::new() };
+                    let intervals = match report.intervals {
+                        0 => String::new(),
+                        1 => " (1 interval computed)".to_string(),
+                        n => format!(" ({n} intervals computed)"),
+                    };
                     format!("run `{env}`: processed {}{intervals}\n", processed.join(", "))
                 };
                 for r in &report.auto_restated {
@@ -113,14 +146,58 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             Ok(Exit::Success)
         }
         Err(e) => {
-            record("error", BTreeMap::new(), Some(error_text(&e)));
-            Err(e)
+            // Each batch and each model's refresh is its own transaction: what was committed
+            // before the failure stays done, and the journal says so.
+            let kept = committed(&*state, &planned, started);
+            record("error", kept.clone(), Some(error_text(&e)));
+            if !json {
+                return Err(e);
+            }
+            // The error as `main` reports it (stderr, then the JSON error object), the object
+            // carrying what the run committed as a successful run's does.
+            crate::cli::logging::clear_progress();
+            let message = error_text(&e);
+            let hint = hint_for(&e);
+            crate::ewriteln!("error: {message}{}", hint.as_ref().map(|h| format!("\n  hint: {h}")).unwrap_or_default());
+            let mut v = error_json(error_kind(&e), &message, hint.as_deref());
+            if let Some(o) = v.as_object_mut() {
+                o.insert("env".into(), env.into());
+                o.insert("outcome".into(), "error".into());
+                o.insert("now".into(), to_iso(now).into());
+                o.insert("processed".into(), kept.keys().cloned().collect::<Vec<String>>().into());
+                o.insert("intervals".into(), kept.values().sum::<usize>().into());
+            }
+            out.json(v)?;
+            Ok(Exit::Error)
         }
     }
 }
 
-/// Plans and refreshes `env` under its lock, retrying transient failures.
-fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis) -> Result<Ticked> {
+/// The intervals of `planned` the ledger holds done and written at `since` or later, per model:
+/// what a tick that failed committed before its failure (every batch is its own transaction,
+/// marked done as it commits). A ledger that cannot be read counts nothing (logged): the journal
+/// is a record, not the work.
+fn committed(state: &dyn StateStore, planned: &Planned, since: Millis) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = BTreeMap::new();
+    for ((name, fp), backfill) in planned {
+        let ledger = match state.done_ledger(name, fp) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("cannot read the ledger of `{name}` to journal what the failed run committed: {e}");
+                continue;
+            }
+        };
+        let n = ledger.iter().filter(|&(&start, &(_, written))| written >= since && backfill.iter().any(|b| b.start <= start && start < b.end)).count();
+        if n > 0 {
+            *out.entry(name.clone()).or_default() += n;
+        }
+    }
+    out
+}
+
+/// Plans and refreshes `env` under its lock, retrying transient failures. Every attempt adds the
+/// backfills it hands to the executor to `planned`.
+fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs: usize, now: Millis, planned: &mut Planned) -> Result<Ticked> {
     // Under the lock, a promotion recorded as under way is an interrupted one: undo it first.
     crate::session::recover_interrupted(project, state)?;
     with_retries(retries, &format!("run `{env}`"), |attempt| {
@@ -148,6 +225,9 @@ fn tick(project: &Project, state: &dyn StateStore, env: &str, retries: u32, jobs
         // still checked against the file after them (in depth).
         let catalog_at_open = catalog_at_open.filter(crate::apply::ProvenCatalog::still_current);
         let options = crate::apply::Options { applied_by: applied_by(), jobs, catalog_at_open };
+        for a in plan.actions.iter().filter(|a| !a.backfill.is_empty()) {
+            planned.entry((a.name.to_string(), a.fingerprint.as_str().to_string())).or_default().extend(a.backfill.iter().copied());
+        }
         Ok(match run_prepared(project, &plan, restated, state, &mut *engine, &options)? {
             RunOutcome::Ran(r) => {
                 // The catalog as the run left it, recorded for the next plan.

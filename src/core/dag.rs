@@ -306,7 +306,9 @@ impl Dag {
     /// When the next interval of the time-range model `name` becomes due after `now`: the first
     /// instant at which [`Dag::due_at`] of it, floored to its grain, passes the next interval it
     /// wants — its ancestors' crons and grains included (a child of a parent on `0 6 * * *` is
-    /// due after 06:00, not at midnight). `None` for a name not in the DAG or not time-range, when
+    /// due after 06:00, not at midnight): the first instant at which `run` computes it, its own
+    /// cron's tick reached and its parents handing the interval over, whichever comes last (a
+    /// `@daily` child of that parent is due at 06:00 too, not at its own next tick). `None` for a name not in the DAG or not time-range, when
     /// its `end` leaves no interval to come, or when nothing becomes due within 10 000 steps (a
     /// cron that never fires again).
     pub fn next_due(&self, name: &ModelName, now: super::interval::Millis) -> Option<super::interval::Millis> {
@@ -323,11 +325,14 @@ impl Dag {
         if t.end.is_some_and(|e| next_start >= e) {
             return None;
         }
-        // The model's own due instant moves only at its own cron's ticks (its due instant caps
-        // the ancestors'): nothing before its next tick can make it due.
+        // While the model's own cron has not reached past that interval (its own due instant
+        // caps the ancestors'), nothing before its next tick can make it due: the search starts
+        // just before that tick (the instant itself is never the answer: its own due instant is
+        // still the one at `now`). Once its own tick has passed and only a parent holds it back,
+        // the parents' ticks make it due: the search starts at `now`.
         let mut at = match &graph.crons[me] {
-            Some(c) => super::cron::next_tick(c, now)?.saturating_sub(1).max(now),
-            None => now,
+            Some(c) if grain.floor(super::cron::due_at(Some(c), now)) <= next_start => super::cron::next_tick(c, now)?.saturating_sub(1).max(now),
+            _ => now,
         };
         for _ in 0..10_000 {
             if at > now && grain.floor(due_of(at)) > next_start {
@@ -852,6 +857,83 @@ mod time_type_tests {
             ["bigint", "varchar", "time", "time with time zone", "interval", "blob", "json", "enum('a','b')", "timestamp_tz", "timestamp[]", "timestamp(x)"]
         {
             assert!(!super::is_time_type(bad), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod next_due_tests {
+    use super::Dag;
+    use crate::core::fragment::{Fragment, Node, RefSite};
+    use crate::core::interval::{Grain, parse_instant, to_iso};
+    use crate::core::kind::DEFAULT_BATCH_SIZE;
+    use crate::core::{Column, Kind, Location, Model, ModelName, Schema, TimeRange};
+
+    /// A time-range model of `grain` on `cron`, from 2026-01-01, reading `parent` when given.
+    fn model(name: &str, grain: Grain, cron: &str, parent: Option<&str>) -> Model {
+        let location = Location { file: "m.lua".into(), line: 1 };
+        let mut body = Fragment::default();
+        body.push_text("SELECT t FROM ");
+        match parent {
+            Some(p) => body.nodes.push(Node::Ref(RefSite { target: ModelName::parse(p).unwrap(), location: location.clone() })),
+            None => body.push_text("range(1)"),
+        }
+        let kind = Kind::IncrementalByTimeRange(TimeRange {
+            time_column: "t".into(),
+            start: parse_instant("2026-01-01").unwrap(),
+            end: None,
+            grain,
+            batch_size: DEFAULT_BATCH_SIZE,
+            lookback: 0,
+            auto_restatement_intervals: 0,
+        });
+        let mut m = Model::new(ModelName::parse(name).unwrap(), kind, Schema(vec![Column { name: "t".into(), ty: "timestamp".into() }]), Some(body), location);
+        m.cron = Some(cron.to_string());
+        m
+    }
+
+    /// `s.c`'s next due instant (ISO) at `now`, `s.c` on `child_cron` reading `s.p` on
+    /// `parent_cron`.
+    fn next_due(parent: (Grain, &str), child: (Grain, &str), now: &str) -> String {
+        let dag = Dag::build(vec![model("s.p", parent.0, parent.1, None), model("s.c", child.0, child.1, Some("s.p"))]).unwrap();
+        to_iso(dag.next_due(&ModelName::parse("s.c").unwrap(), parse_instant(now).unwrap()).expect("a next due instant"))
+    }
+
+    #[test]
+    fn a_daily_child_of_a_parent_on_0_6_is_due_at_06_00_not_before_its_own_next_tick() {
+        // 03:00: the child's own `@daily` ticked at midnight, but the parent hands 2 January
+        // over only at its 06:00 tick.
+        assert_eq!(next_due((Grain::Day, "0 6 * * *"), (Grain::Day, "@daily"), "2026-01-03T03:00:00Z"), "2026-01-03T06:00:00.000Z");
+        // 07:00, the 2nd handed over: the 3rd is due at the later of the child's tick
+        // (midnight) and the parent's (06:00).
+        assert_eq!(next_due((Grain::Day, "0 6 * * *"), (Grain::Day, "@daily"), "2026-01-03T07:00:00Z"), "2026-01-04T06:00:00.000Z");
+    }
+
+    #[test]
+    fn a_daily_child_of_an_hourly_parent_on_minute_30_is_due_at_00_30() {
+        assert_eq!(next_due((Grain::Hour, "30 * * * *"), (Grain::Day, "@daily"), "2026-01-03T00:10:00Z"), "2026-01-03T00:30:00.000Z");
+    }
+
+    #[test]
+    fn a_weekly_child_of_a_daily_parent_on_0_3_is_due_at_the_parents_monday_tick() {
+        // Monday 12 January 01:00: the child's `@weekly` ticked at midnight, the parent hands
+        // Sunday the 11th over at 03:00 (not a week later, at the child's next tick).
+        assert_eq!(next_due((Grain::Day, "0 3 * * *"), (Grain::Week, "@weekly"), "2026-01-12T01:00:00Z"), "2026-01-12T03:00:00.000Z");
+        // Once the week is computed, the next one is due at the parent's tick after the child's.
+        assert_eq!(next_due((Grain::Day, "0 3 * * *"), (Grain::Week, "@weekly"), "2026-01-12T04:00:00Z"), "2026-01-19T03:00:00.000Z");
+    }
+
+    #[test]
+    fn a_next_due_instant_is_never_a_millisecond_before_a_tick() {
+        for (parent, child, now) in [
+            ((Grain::Day, "0 6 * * *"), (Grain::Day, "@daily"), "2026-01-03T03:00:00Z"),
+            ((Grain::Day, "0 6 * * *"), (Grain::Day, "@daily"), "2026-01-03T12:00:00Z"),
+            ((Grain::Hour, "30 * * * *"), (Grain::Day, "@daily"), "2026-01-03T00:10:00Z"),
+            ((Grain::Hour, "30 * * * *"), (Grain::Day, "@daily"), "2026-01-03T00:40:00Z"),
+            ((Grain::Day, "0 3 * * *"), (Grain::Week, "@weekly"), "2026-01-12T01:00:00Z"),
+        ] {
+            let at = next_due(parent, child, now);
+            assert!(at.ends_with(":00.000Z"), "{parent:?} {child:?} at {now}: {at}");
         }
     }
 }

@@ -154,18 +154,26 @@ pub fn unstorable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadEr
     errors
 }
 
-/// Load errors for `parquet` models whose lake directory name ([`lake_dir_name`]) is longer than
-/// a file system keeps ([`MAX_FILE_NAME_BYTES`]): `check` and `plan` passed them, and the first
-/// apply failed creating the directory with the operating system's "File name too long". An S3
-/// key has no such per-step limit, but the layout is the same on every lake (a project moves
-/// between a local lake and S3), so the rule is too. DuckDB itself keeps identifiers of any
-/// length (the physical view's name is the directory's plus 66 bytes), so no other target is
-/// concerned. One error per model, at its `define_model` location.
+/// Load errors for models whose storage directory name is longer than a file system keeps
+/// ([`MAX_FILE_NAME_BYTES`]): `check` and `plan` passed them, and the first apply failed creating
+/// the directory with the operating system's "File name too long". A `parquet` model's lake
+/// directory is [`lake_dir_name`] (`<schema>__<table>`); DuckLake writes a table's files under a
+/// directory named like the table, `<schema>__<table>__<fingerprint>` (66 bytes more). An S3 key
+/// has no such per-step limit, but the layout is the same on every lake (a project moves between
+/// a local lake and S3), so the rule is too. DuckDB itself keeps identifiers of any length, so a
+/// `table` model is not concerned. One error per model, at its `define_model` location.
 pub fn unnameable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadError> {
     let mut errors = Vec::new();
-    for m in models.into_iter().filter(|m| m.target == Target::Parquet) {
+    for m in models {
         let dir = lake_dir_name(&m.name);
-        if dir.len() <= MAX_FILE_NAME_BYTES {
+        let (what, layout, extra) = match m.target {
+            Target::Parquet => ("`parquet` target keeps this model's files in a lake directory", "`<schema>__<table>`", 0),
+            // `__` and the fingerprint's 64 hex digits.
+            Target::DuckLake => ("`ducklake` target keeps each version's files in a directory of the data path", "`<schema>__<table>__<fingerprint>`", 66),
+            Target::Table => continue,
+        };
+        let len = dir.len() + extra;
+        if len <= MAX_FILE_NAME_BYTES {
             continue;
         }
         errors.push(
@@ -173,12 +181,11 @@ pub fn unnameable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadEr
                 Some(m.location.clone()),
                 Some(m.name.clone()),
                 format!(
-                    "the `parquet` target keeps this model's files in a lake directory named `<schema>__<table>`, here {} bytes long, and file systems keep names of at most {MAX_FILE_NAME_BYTES} bytes: the first apply would fail creating it",
-                    dir.len()
+                    "the {what} named {layout}, here {len} bytes long, and file systems keep names of at most {MAX_FILE_NAME_BYTES} bytes: the first apply would fail creating it"
                 ),
             )
             .with_hint({
-                let over = dir.len() - MAX_FILE_NAME_BYTES;
+                let over = len - MAX_FILE_NAME_BYTES;
                 format!("shorten the schema or table name by at least {over} byte{}, or store the model with target `table`", if over == 1 { "" } else { "s" })
             }),
         );
@@ -208,12 +215,13 @@ mod tests {
         assert!(Target::Table.supports(&Kind::View));
     }
 
-    /// A `parquet` model whose lake directory `<schema>__<table>` would be longer than 255 bytes
-    /// is a load error naming the model, the length and the limit (it passed `check` and failed
-    /// the first apply with the OS's "File name too long"); 255 bytes exactly, or a `table`
-    /// model of any length (DuckDB keeps long identifiers), passes.
+    /// A `parquet` model whose lake directory `<schema>__<table>` would be longer than 255 bytes,
+    /// or a `ducklake` model whose table directory `<schema>__<table>__<fingerprint>` would, is a
+    /// load error naming the model, the length and the limit (it passed `check` and failed the
+    /// first apply with the OS's "File name too long"); 255 bytes exactly, or a `table` model of
+    /// any length (DuckDB keeps long identifiers), passes.
     #[test]
-    fn a_parquet_model_whose_lake_directory_name_is_too_long_is_refused() {
+    fn a_lake_or_ducklake_model_whose_directory_name_is_too_long_is_refused() {
         let named = |table: &str, target: Target| {
             let mut m = Model::fixture(&format!("s.{table}"), Kind::Full, &[]);
             m.target = target;
@@ -223,9 +231,14 @@ mod tests {
         let fits = named("t".repeat(252).as_str(), Target::Parquet);
         let long = named("t".repeat(253).as_str(), Target::Parquet);
         let table = named("t".repeat(400).as_str(), Target::Table);
+        // DuckLake's directory is the table's name: `s__` + table + `__` + 64 hex digits.
+        let lake_fits = named("t".repeat(186).as_str(), Target::DuckLake);
+        let lake_long = named("t".repeat(187).as_str(), Target::DuckLake);
         assert_eq!(lake_dir_name(&fits.name).len(), 255);
-        let errors = unnameable([&fits, &long, &table]);
-        assert_eq!(errors.len(), 1, "{errors:?}");
+        let errors = unnameable([&fits, &long, &table, &lake_fits, &lake_long]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        let d = errors[1].to_string();
+        assert!(d.contains("`<schema>__<table>__<fingerprint>`, here 256 bytes long"), "{d}");
         let e = errors[0].to_string();
         assert!(e.starts_with("m.lua:1: model `s.ttt"), "{e}");
         assert!(e.contains("here 256 bytes long, and file systems keep names of at most 255 bytes"), "{e}");

@@ -14,10 +14,24 @@
 //! So each state store stamps the databases it writes: the comment of the view
 //! `"_efmesh"."_efmesh_epoch__<store id>"` (`efmesh engine epoch <n>`), one per store (several
 //! stores may share a database). Every `apply` or `run` that writes into tables of the engine's
-//! own database raises that stamp, before its first write and again once it is done, to one
-//! more than both the stamp it found and the epoch the store records, then records the new
+//! own database raises that stamp, before its first write and again once it is done, to an
+//! epoch the store issues (`meta.epoch_issued`, raised atomically past itself, the store's
+//! epoch and the stamp found: no two writers ever get the same number), then records the new
 //! epoch in the store (`meta.engine_epoch`): the stamp first, so a process killed in between
-//! leaves the database ahead of the store, never behind it. A plan (and the apply or run
+//! leaves the database ahead of the store, never behind it.
+//!
+//! Two writers of two databases sharing one store (two DuckDB files, one Postgres store) may
+//! both pass the check below before either raises the epoch; each database then lacks the
+//! other's writes. So at its closing raise a command compares the issued counter it finds with
+//! the epoch of its opening raise: another writer was issued an epoch since (and its database
+//! does not hold that stamp, as a second writer of the same Postgres database's would), so this
+//! database may lack that writer's writes, and the command records the store's epoch one past
+//! its own stamp, leaving its database behind (refused, with the ways out below). Whichever
+//! closes first, the writer that opened first sees the other's opening, and its record puts the
+//! store past every stamp issued so far: neither database is accepted afterwards. Left open: a
+//! writer killed after its opening raise never closes, so the other database, if it closes
+//! later with no other issue since its own opening, is accepted though it lacks the killed
+//! writer's ledger writes (SPEC §4, invariant 63). A plan (and the apply or run
 //! carrying it out, on its own connection, the janitor, and `audit`, `preview` and `diff --data`,
 //! which read what the views serve) refuses a database whose stamp is lower than the store's
 //! epoch while it holds a table of any of the store's versions ([`behind`], through
@@ -59,30 +73,34 @@ pub fn stamped(catalog: &Catalog, store_id: &str) -> i64 {
     catalog.comment(STORAGE_SCHEMA, &view_name(store_id)).and_then(parse).unwrap_or(0)
 }
 
-/// Raises the stamp of the store `store_id` in `engine`'s database to one more than the
-/// largest of `found` (the stamp the caller read: its catalog), `recorded` (the store's epoch)
-/// and, on an engine several processes write at once, the stamp read again under its lock; in
-/// ONE transaction. Returns the epoch stamped, for [`crate::state::StateStore::record_engine_epoch`].
+/// Raises the stamp of the store `store_id` in `engine`'s database to the epoch `issue` returns
+/// when given the stamp the database holds: `found` (the stamp the caller read: its catalog)
+/// or, on an engine several processes write at once, the larger of it and the stamp read again
+/// under its lock, which `issue` holds while it runs. `issue` takes the epoch from the store
+/// ([`crate::state::StateStore::issue_epoch`]: one more than the store's counter, its epoch and
+/// that stamp), so the stamp only grows and no two writers stamp the same epoch. In ONE
+/// transaction. Returns the epoch stamped, for [`crate::state::StateStore::record_engine_epoch`].
 ///
 /// # Errors
-/// [`EngineError`] naming the statement (nothing is stamped).
-pub fn stamp(engine: &mut (dyn Engine + '_), store_id: &str, found: i64, recorded: i64) -> Result<i64, EngineError> {
+/// [`EngineError`] naming the statement, or `issue`'s error (nothing is stamped).
+pub fn stamp<E: From<EngineError>>(engine: &mut (dyn Engine + '_), store_id: &str, found: i64, issue: impl FnOnce(i64) -> Result<i64, E>) -> Result<i64, E> {
     let relation = relation(store_id);
     let sql = engine.sql();
     let mut statements = vec![sql.create_schema_if_absent(STORAGE_SCHEMA)];
     statements.extend(sql.replace_view_as(&relation, "SELECT 1 AS efmesh_epoch"));
     let comment = |epoch: i64| format!("COMMENT ON VIEW {relation} IS {}", quote_literal(&format!("{COMMENT_PREFIX}{epoch}")));
     let Some([lock, read]) = sql.comment_guard(&relation) else {
-        let epoch = found.max(recorded) + 1;
+        let epoch = issue(found)?;
         statements.push(comment(epoch));
         engine.transaction(&statements)?;
         return Ok(epoch);
     };
     engine.begin()?;
-    let stamped = (|| {
+    let stamped = (|| -> Result<i64, E> {
         engine.execute(&lock)?;
         let again = engine.query(&read)?.into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|c| parse(&c)).unwrap_or(0);
-        let epoch = found.max(recorded).max(again) + 1;
+        // Never lower: the issued epoch is past the stamp it is given.
+        let epoch = issue(found.max(again))?.max(again + 1);
         statements.push(comment(epoch));
         for s in &statements {
             engine.execute(s)?;
@@ -90,7 +108,7 @@ pub fn stamp(engine: &mut (dyn Engine + '_), store_id: &str, found: i64, recorde
         Ok(epoch)
     })();
     match stamped {
-        Ok(epoch) => engine.commit().map(|()| epoch),
+        Ok(epoch) => engine.commit().map(|()| epoch).map_err(E::from),
         Err(e) => {
             let _ = engine.rollback();
             Err(e)

@@ -135,10 +135,12 @@ pub enum SqlError {
         found: String,
     },
     /// The Postgres grammar (libpg_query) rejected the text.
-    #[error("Postgres cannot parse SQL: {message}")]
+    #[error("Postgres cannot parse SQL{}: {message}", at(*.line, None))]
     Postgres {
         /// libpg_query's message.
         message: String,
+        /// 1-based line of the body where the parser stopped, when known.
+        line: Option<u64>,
     },
     /// DuckDB's own parser rejected the text (the fallback's `"error": true`).
     #[error("DuckDB cannot parse SQL{}: {message}", at(*.line, None))]
@@ -168,12 +170,13 @@ pub enum SqlError {
 impl SqlError {
     /// 1-based line of the error in the body, when known. A body that is not one query
     /// ([`SqlError::NotAQuery`]: `EXPLAIN SELECT …`, `DELETE FROM …`) is wrong from its first
-    /// line on, where the statement starts (a `.sql` model's query starts at its first word):
-    /// so `models/m.sql:5`, not the `-- name:` line.
+    /// line on: the body's first line (a `.sql` model's body starts at its first line after the
+    /// header that is neither blank nor a `--` comment; a `/* … */` comment before the statement
+    /// is that line), so `models/m.sql:5`, not the `-- name:` line.
     #[must_use]
     pub fn line(&self) -> Option<u64> {
         match self {
-            SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } => *line,
+            SqlError::Parse { line, .. } | SqlError::DuckDb { line, .. } | SqlError::Postgres { line, .. } => *line,
             SqlError::NotAQuery { .. } => Some(1),
             _ => None,
         }

@@ -38,7 +38,10 @@ use serde_json::Value;
 /// ```
 pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
     let text = with_bound_parameters(sql)?;
-    let parsed = pg_query::parse(&text, 0).map_err(|e| SqlError::Postgres { message: parse_message(&e) })?;
+    let parsed = pg_query::parse(&text, 0).map_err(|e| {
+        let message = parse_message(&e);
+        SqlError::Postgres { line: error_line(&text, &message), message }
+    })?;
     let stmts = &parsed.protobuf.stmts;
     match stmts.len() {
         1 => {}
@@ -54,7 +57,7 @@ pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
         Some(other) => return Err(SqlError::NotAQuery { found: format!("a `{}` statement", statement_name(other)) }),
         None => return Err(SqlError::NotAQuery { found: "no statement".into() }),
     }
-    let mut tree = serde_json::to_value(node).map_err(|e| SqlError::Postgres { message: format!("cannot serialise the parse tree: {e}") })?;
+    let mut tree = serde_json::to_value(node).map_err(|e| SqlError::Postgres { message: format!("cannot serialise the parse tree: {e}"), line: None })?;
     strip_locations(&mut tree);
     Ok(Canonical { text: tree.to_string(), source: CanonSource::PgQuery })
 }
@@ -66,6 +69,51 @@ fn parse_message(e: &pg_query::Error) -> String {
         other => other.to_string(),
     };
     text.trim_end_matches('.').to_string()
+}
+
+/// The 1-based line of `text` holding its byte `offset`.
+fn line_of(text: &str, offset: usize) -> u64 {
+    let before = text.get(..offset).unwrap_or(text);
+    before.matches('\n').count() as u64 + 1
+}
+
+/// The 1-based line of `text` where libpg_query stopped with `message` (the `pg_query` crate
+/// drops libpg_query's error cursor, so it is found from the parser itself): for an error at
+/// the end of input, the line of the last token; otherwise the line of the first token whose
+/// prefix of `text` (up to and with that token) fails other than at its end. Postgres's LR
+/// parser stops at the first token that cannot continue a valid prefix, so every shorter prefix
+/// parses or fails at its end, and every longer one fails at or before that token: a binary
+/// search over the tokens finds it (a few parses, on the error path only). The token found must
+/// fail with `message` itself (the lexer's look-ahead — `NULLS FIRST`, `NOT IN` — can make a
+/// shorter prefix fail where the whole text does not): otherwise no line rather than a wrong
+/// one. Comments are not tokens here. `None` when the text cannot be scanned or no token is
+/// confirmed.
+fn error_line(text: &str, message: &str) -> Option<u64> {
+    let comments = [pg_query::protobuf::Token::SqlComment as i32, pg_query::protobuf::Token::CComment as i32];
+    let tokens: Vec<pg_query::protobuf::ScanToken> = pg_query::scan_tokens(text).ok()?.into_iter().filter(|t| !comments.contains(&t.token)).collect();
+    let at_end = |m: &str| m.contains("at end of input");
+    if at_end(message) {
+        return Some(line_of(text, usize::try_from(tokens.last()?.start).ok()?));
+    }
+    // The message of the prefix ending with token `k`, when it fails other than at its end.
+    let failure = |k: usize| -> Option<String> {
+        let end = usize::try_from(tokens[k].end).ok()?;
+        match pg_query::parse(text.get(..end)?, 0) {
+            Err(e) => Some(parse_message(&e)).filter(|m| !at_end(m.as_str())),
+            Ok(_) => None,
+        }
+    };
+    let (mut low, mut high) = (0, tokens.len());
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if failure(mid).is_some() {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    let token = tokens.get(low)?;
+    (failure(low).as_deref() == Some(message)).then(|| line_of(text, usize::try_from(token.start).unwrap_or(0)))
 }
 
 /// The statement's node name as Postgres calls it (`DeleteStmt` → `DELETE`), for messages.
@@ -153,6 +201,7 @@ fn with_bound_parameters(sql: &str) -> Result<String, SqlError> {
                     let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
                     return Err(SqlError::Postgres {
                         message: format!("a positional parameter `${n}` in a model body; the interval's bounds are `@start` and `@end`"),
+                        line: Some(line_of(sql, i)),
                     });
                 }
                 const BOUNDS: [(&str, &str); 8] = [
@@ -278,11 +327,28 @@ mod tests {
         }
         let err = canonicalize("SELECT a FRM t").unwrap_err();
         assert!(matches!(err, SqlError::Postgres { .. }), "{err:?}");
-        assert!(err.to_string().starts_with("Postgres cannot parse SQL: syntax error at or near"), "{err}");
+        assert!(err.to_string().starts_with("Postgres cannot parse SQL at line 1: syntax error at or near"), "{err}");
         // WITH, VALUES and set operations are queries.
         for sql in ["WITH x AS (SELECT 1 AS a) SELECT a FROM x", "VALUES (1), (2)", "SELECT 1 EXCEPT SELECT 2"] {
             assert_eq!(canonicalize(sql).unwrap().source, CanonSource::PgQuery);
         }
+    }
+
+    /// A body Postgres refuses names the line of the body the parser stopped at (what a `.sql`
+    /// model's error is placed at), as DuckDB's do: the offending token's, or the last token's
+    /// for an error at the end of input (comments after it are not tokens).
+    #[test]
+    fn a_parse_error_names_the_line_the_parser_stopped_at() {
+        let line = |sql: &str| canonicalize(sql).unwrap_err().line();
+        assert_eq!(line("SELECT region,\n  list_sum([amount])::bigint AS total\nFROM t\nGROUP BY region"), Some(2));
+        assert_eq!(line("SELECT region, sum(amount)::bigint AS total\nFROM t\nGROUP BY ALL\n-- the end\n"), Some(3));
+        assert_eq!(line("SELECT a FROM t WHERE x = $1"), Some(1));
+        assert_eq!(line("SELECT a\nFROM t\nWHERE d >= $start\n  AND x = $1"), Some(4));
+        let e = canonicalize("SELECT a,\n  b\nFRM t\n").unwrap_err();
+        assert_eq!(e.line(), Some(3), "{e:?}");
+        assert_eq!(e.to_string(), "Postgres cannot parse SQL at line 3: syntax error at or near \"t\"");
+        // A multi-byte character before the error moves no line.
+        assert_eq!(line("SELECT 'ééé' AS a,\n  b\nFRM t\n"), Some(3));
     }
 
     #[test]

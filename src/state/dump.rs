@@ -2,8 +2,8 @@
 //! document, the same for every backend (export from SQLite, import into Postgres).
 //!
 //! ```json
-//! {"apiVersion": 1, "kind": "efmesh-state", "stateVersion": 9, "exportedAt": "…", "storeId": "…",
-//!  "generation": 42, "claims": 0, "engineEpoch": 7,
+//! {"apiVersion": 1, "kind": "efmesh-state", "stateVersion": 10, "exportedAt": "…", "storeId": "…",
+//!  "generation": 42, "claims": 0, "engineEpoch": 7, "epochIssued": 8, "duckLakeEpoch": 6,
 //!  "tables": {"snapshots": {"columns": ["name", …], "rows": [["s.m", …], …]}, …}}
 //! ```
 //!
@@ -11,7 +11,7 @@
 //! ([`TABLES`]: snapshots, pointers, promotions under way, the ledger, the apply journal, run
 //! ticks, the janitor's bookkeeping, pending rebuilds, data generations, audit passes). Left out:
 //! caches (`plan_memo`, `canon_cache`: recomputed), and what belongs to running processes
-//! (`leases`, `intents`). `meta` travels as `storeId`, `generation`, `claims` and `engineEpoch`. Rows are
+//! (`leases`, `intents`). `meta` travels as `storeId`, `generation`, `claims`, `engineEpoch`, `epochIssued` and `duckLakeEpoch`. Rows are
 //! arrays in the declared column order, integers as JSON numbers, text as strings, NULL as
 //! `null`; each table's rows are sorted by its key, so exporting an unchanged store gives the
 //! same bytes (but `exportedAt`).
@@ -152,6 +152,11 @@ pub struct StateDump {
     pub claims: i64,
     /// `meta.engine_epoch` (0 in a document of layout 8, which had none).
     pub engine_epoch: i64,
+    /// `meta.epoch_issued` (the engine epoch in a document of layout 8 or 9, which had none:
+    /// what the migration to layout 10 gives a store).
+    pub epoch_issued: i64,
+    /// `meta.ducklake_epoch` (0 in a document of layout 8 or 9, which had none).
+    pub ducklake_epoch: i64,
     /// Rows per table of [`TABLES`], each in its columns' order.
     pub tables: BTreeMap<String, Vec<Vec<Value>>>,
 }
@@ -178,12 +183,15 @@ impl StateDump {
         doc.insert("generation".into(), self.generation.into());
         doc.insert("claims".into(), self.claims.into());
         doc.insert("engineEpoch".into(), self.engine_epoch.into());
+        doc.insert("epochIssued".into(), self.epoch_issued.into());
+        doc.insert("duckLakeEpoch".into(), self.ducklake_epoch.into());
         doc.insert("tables".into(), Value::Object(tables));
         Value::Object(doc)
     }
 
     /// Reads and validates a document: its `apiVersion` and `kind`, its `stateVersion` (this
-    /// efmesh's layout, or layout 8 read with engine epoch 0: a newer one is refused, upgrade
+    /// efmesh's layout, or layout 8 or 9 read as their migrations would (engine epoch 0 for 8,
+    /// issued epoch = engine epoch and DuckLake epoch 0 for both): a newer one is refused, upgrade
     /// efmesh; an older one too, export it again after `efmesh migrate`), every table of [`TABLES`] with exactly its columns,
     /// every value's type, and the content the stores' reads rely on (instants, JSON, unique
     /// keys, snapshot kinds and their metadata's, pointers, promotions and done ledger rows
@@ -209,9 +217,10 @@ impl StateDump {
                 "the document holds a state store of layout {version}, newer than this efmesh's {STATE_VERSION}: it was exported by a newer efmesh; upgrade efmesh to import it"
             ));
         }
-        // Layout 9 only added `meta.engine_epoch`: a document of layout 8 has the same tables
-        // and is read with epoch 0 (the store it came from had recorded none).
-        if version < STATE_VERSION && version != 8 {
+        // Layouts 9 and 10 only added columns of `meta`: a document of layout 8 or 9 has the same
+        // tables and is read with the values the migrations give a store (engine epoch 0 for
+        // layout 8; the issued counter at the engine epoch, DuckLake epoch 0).
+        if version < 8 {
             return Err(format!(
                 "the document holds a state store of layout {version}, older than this efmesh's {STATE_VERSION}: run `efmesh migrate` on the store it came from with this efmesh, then export it again"
             ));
@@ -220,6 +229,7 @@ impl StateDump {
         let int = |k: &str| obj.get(k).and_then(Value::as_i64).ok_or(format!("the document has no integer `{k}`"));
         let (store_id, generation, claims) = (text("storeId")?, int("generation")?, int("claims")?);
         let engine_epoch = if version >= 9 { int("engineEpoch")? } else { 0 };
+        let (epoch_issued, ducklake_epoch) = if version >= 10 { (int("epochIssued")?, int("duckLakeEpoch")?) } else { (engine_epoch, 0) };
         let tables_obj = obj.get("tables").and_then(Value::as_object).ok_or("the document has no `tables` object")?;
         if let Some(unknown) = tables_obj.keys().find(|k| !TABLES.iter().any(|t| t.name == k.as_str())) {
             return Err(format!("the document has a table `{unknown}` this efmesh does not know"));
@@ -255,7 +265,7 @@ impl StateDump {
             }
             tables.insert(t.name.to_string(), out);
         }
-        let dump = StateDump { store_id, generation, claims, engine_epoch, tables };
+        let dump = StateDump { store_id, generation, claims, engine_epoch, epoch_issued, ducklake_epoch, tables };
         dump.check_content()?;
         Ok(dump)
     }
@@ -264,8 +274,8 @@ impl StateDump {
     /// column (and the row's key):
     ///
     /// - the document's `storeId` is not empty (the janitor tells the storage its store owns by
-    ///   it, and refuses to run without one), and its `generation`, `claims` and `engineEpoch`
-    ///   are not negative, nor any [`Col::Int`] value (journal and tick ids, fingerprint
+    ///   it, and refuses to run without one), and its `generation`, `claims`, `engineEpoch`,
+    ///   `epochIssued` and `duckLakeEpoch` are not negative, nor any [`Col::Int`] value (journal and tick ids, fingerprint
     ///   versions, data and audit generations): every counter starts at 0 and only grows;
     /// - every [`Col::Instant`] value of every table is an instant, and every [`Col::Json`] value
     ///   is JSON (snapshot and pointer metadata, a promotion's pointers and undo, the journal's
@@ -301,7 +311,13 @@ impl StateDump {
         if self.store_id.trim().is_empty() {
             return Err("the document's `storeId` is empty: every state store has an identity (the janitor tells the storage a store owns by it)".into());
         }
-        for (counter, n) in [("generation", self.generation), ("claims", self.claims), ("engineEpoch", self.engine_epoch)] {
+        for (counter, n) in [
+            ("generation", self.generation),
+            ("claims", self.claims),
+            ("engineEpoch", self.engine_epoch),
+            ("epochIssued", self.epoch_issued),
+            ("duckLakeEpoch", self.ducklake_epoch),
+        ] {
             if n < 0 {
                 return Err(format!("the document's `{counter}` is {n}: the store's counters start at 0 and only grow"));
             }
@@ -563,6 +579,22 @@ mod tests {
         assert_eq!(StateDump::from_document(&doc), Ok(StateDump { engine_epoch: 0, ..d }));
     }
 
+    /// Layout 10 only added `meta.epoch_issued` and `meta.ducklake_epoch`: a document of layout 9
+    /// (which has neither) is read as the migration gives a store, the issued counter at the
+    /// engine epoch and the DuckLake epoch 0; a layout-10 document keeps both.
+    #[test]
+    fn a_layout_9_document_is_read_with_epoch_issued_at_the_engine_epoch_and_ducklake_epoch_0() {
+        let mut d = sample();
+        (d.engine_epoch, d.epoch_issued, d.ducklake_epoch) = (5, 9, 4);
+        let mut doc = d.to_document("t");
+        assert_eq!((doc["epochIssued"].as_i64(), doc["duckLakeEpoch"].as_i64()), (Some(9), Some(4)));
+        assert_eq!(StateDump::from_document(&doc), Ok(d.clone()));
+        doc["stateVersion"] = json!(9);
+        doc.as_object_mut().unwrap().remove("epochIssued");
+        doc.as_object_mut().unwrap().remove("duckLakeEpoch");
+        assert_eq!(StateDump::from_document(&doc), Ok(StateDump { engine_epoch: 5, epoch_issued: 5, ducklake_epoch: 0, ..d }));
+    }
+
     #[test]
     fn newer_older_foreign_and_malformed_documents_are_refused_by_name() {
         let doc = sample().to_document("t");
@@ -572,7 +604,8 @@ mod tests {
             StateDump::from_document(&d).unwrap_err()
         };
         assert!(with("stateVersion", json!(STATE_VERSION + 1)).contains("upgrade efmesh"));
-        assert!(with("stateVersion", json!(STATE_VERSION - 2)).contains("efmesh migrate"));
+        assert!(with("stateVersion", json!(7)).contains("efmesh migrate"));
+        assert!(with("epochIssued", json!("7")).contains("no integer `epochIssued`"));
         assert!(with("engineEpoch", json!("7")).contains("no integer `engineEpoch`"));
         assert!(with("apiVersion", json!(2)).contains("newer efmesh"));
         assert!(with("kind", json!("other")).contains("not an efmesh state export"));
@@ -773,11 +806,12 @@ mod tests {
         assert_eq!(StateDump::from_document(&d.to_document("t")), Ok(d));
     }
 
-    /// A negative `generation`, `claims` or `engineEpoch`, and a negative value of any integer
+    /// A negative `generation`, `claims`, `engineEpoch`, `epochIssued` or `duckLakeEpoch`, and a
+    /// negative value of any integer
     /// column (ids, fingerprint versions, generations), are refused by name.
     #[test]
     fn negative_counters_ids_and_generations_are_refused() {
-        for counter in ["generation", "claims", "engineEpoch"] {
+        for counter in ["generation", "claims", "engineEpoch", "epochIssued", "duckLakeEpoch"] {
             let err = refused(|doc| doc[counter] = json!(-1));
             assert_eq!(err, format!("the document's `{counter}` is -1: the store's counters start at 0 and only grow"));
         }

@@ -194,7 +194,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// last of [`MIGRATIONS`] produces. A store holding any other value is refused with
 /// [`StateError`] (see [`StateError::is_version_mismatch`]); an older one is upgraded by
 /// [`migrate`].
-pub const STATE_VERSION: i64 = 9;
+pub const STATE_VERSION: i64 = 10;
+
+/// An engine epoch issued by [`StateStore::issue_epoch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssuedEpoch {
+    /// The epoch issued (`meta.epoch_issued` now).
+    pub epoch: i64,
+    /// `meta.epoch_issued` just before: equal to the epoch a command issued at its opening raise
+    /// unless another writer was issued one since.
+    pub before: i64,
+}
 
 /// The state store's interface: everything plan, apply, the session and the commands read and
 /// write. Implementations keep each write atomic (all or nothing), keep every instant as
@@ -627,13 +637,36 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// The read fails.
     fn engine_epoch(&self) -> Result<i64, StateError>;
 
-    /// Records that the engine's database holds the epoch stamp `epoch` (written there first):
-    /// the store's epoch becomes `epoch` unless it is already higher. Not a data write: the
-    /// store's write counter does not move.
+    /// The epoch of the last stamp of the DuckLake catalog this store recorded
+    /// (`meta.ducklake_epoch`, see [`crate::apply::ducklake`]): raised only by the commands that
+    /// stamp the catalog (those of a project with DuckLake models), so an apply of a project
+    /// without them (another branch, another checkout sharing the store) never makes a current
+    /// catalog look behind. 0 until a catalog was stamped.
+    ///
+    /// # Errors
+    /// The read fails.
+    fn ducklake_epoch(&self) -> Result<i64, StateError>;
+
+    /// Issues a new engine epoch, atomically (ONE write transaction holding the store's write
+    /// lock): `meta.epoch_issued` becomes one more than the largest of itself, the store's epoch
+    /// and `found` (the stamp the database to be stamped holds), so no two writers, of one
+    /// database or of two sharing this store, ever get the same number. Returns the epoch issued
+    /// and the counter before it ([`IssuedEpoch`]). Not a data write.
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost.
-    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError>;
+    fn issue_epoch(&self, found: i64) -> Result<IssuedEpoch, StateError>;
+
+    /// Records that the engine's database holds the epoch stamp `epoch` (written there first):
+    /// the store's epoch (and the issued counter) becomes `epoch` unless already higher; with
+    /// `ducklake` (the epoch the DuckLake catalog was stamped with, also first), the DuckLake
+    /// epoch likewise. A command recording `epoch` higher than its own stamp leaves its database
+    /// behind on purpose (it lacks another writer's writes: [`crate::engine::epoch`]). Not a
+    /// data write: the store's write counter does not move.
+    ///
+    /// # Errors
+    /// The write fails, or the fence lease was lost.
+    fn record_engine_epoch(&self, epoch: i64, ducklake: Option<i64>) -> Result<(), StateError>;
 
     /// Records, in ONE transaction, the orphans a janitor sees now: each of `present` not seen
     /// before gets `first_seen = now`; rows of orphans not in `present` are deleted. Returns

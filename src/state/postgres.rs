@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// ([`StateError::is_busy`]), like SQLite's busy timeout.
 pub const LOCK_TIMEOUT: &str = "5s";
 
-/// The layout of [`STATE_VERSION`] 9 in Postgres: the tables and columns of the SQLite layout
+/// The layout of [`STATE_VERSION`] 10 in Postgres: the tables and columns of the SQLite layout
 /// (`SCHEMA` in `sqlite.rs`, described there), with `BIGINT` for SQLite's `INTEGER` and
 /// identity columns for its `AUTOINCREMENT` ids. Every instant is ISO-8601 UTC text with
 /// milliseconds, as in SQLite, and every text column is `COLLATE "C"` (byte order, as SQLite
@@ -51,7 +51,9 @@ CREATE TABLE meta (
     generation BIGINT NOT NULL DEFAULT 0,
     claims     BIGINT NOT NULL DEFAULT 0,
     store_id   TEXT COLLATE "C"   NOT NULL DEFAULT '',
-    engine_epoch BIGINT NOT NULL DEFAULT 0
+    engine_epoch BIGINT NOT NULL DEFAULT 0,
+    epoch_issued BIGINT NOT NULL DEFAULT 0,
+    ducklake_epoch BIGINT NOT NULL DEFAULT 0
 );
 CREATE TABLE plan_memo (
     env  TEXT COLLATE "C" NOT NULL PRIMARY KEY,
@@ -182,11 +184,19 @@ pub const PG_FIRST_VERSION: i64 = 8;
 
 /// The Postgres migrations, oldest first, each from `to - 1` to `to`, with the same `to` as its
 /// SQLite step in [`super::MIGRATIONS`].
-pub const PG_MIGRATIONS: &[Migration] = &[Migration {
-    to: 9,
-    description: "the engine epoch (an engine database older than the store is refused)",
-    sql: "ALTER TABLE meta ADD COLUMN engine_epoch BIGINT NOT NULL DEFAULT 0;\nUPDATE meta SET version = 9;\n",
-}];
+pub const PG_MIGRATIONS: &[Migration] = &[
+    Migration {
+        to: 9,
+        description: "the engine epoch (an engine database older than the store is refused)",
+        sql: "ALTER TABLE meta ADD COLUMN engine_epoch BIGINT NOT NULL DEFAULT 0;\nUPDATE meta SET version = 9;\n",
+    },
+    Migration {
+        to: 10,
+        description: "issued engine epochs and the DuckLake catalog's epoch (two databases sharing the store, a catalog only some projects stamp)",
+        sql: "ALTER TABLE meta ADD COLUMN epoch_issued BIGINT NOT NULL DEFAULT 0;\nALTER TABLE meta ADD COLUMN ducklake_epoch BIGINT NOT NULL DEFAULT 0;\n\
+              UPDATE meta SET epoch_issued = engine_epoch;\nUPDATE meta SET version = 10;\n",
+    },
+];
 
 /// Where a Postgres store lives, as it is named in messages: its URL without the password
 /// (`postgres://user@host:port/db`) and its schema; `None` when the URL does not parse (then
@@ -948,12 +958,14 @@ impl StateStore for PostgresStore {
                 // One snapshot of the whole store: every table seen at the same instant.
                 let mut client = self.client()?;
                 let mut tx = client.build_transaction().isolation_level(postgres::IsolationLevel::RepeatableRead).read_only(true).start()?;
-                let meta = tx.query_one("SELECT store_id, generation, claims, engine_epoch FROM meta", &[])?;
+                let meta = tx.query_one("SELECT store_id, generation, claims, engine_epoch, epoch_issued, ducklake_epoch FROM meta", &[])?;
                 let mut dump = StateDump {
                     store_id: meta.try_get(0)?,
                     generation: meta.try_get(1)?,
                     claims: meta.try_get(2)?,
                     engine_epoch: meta.try_get(3)?,
+                    epoch_issued: meta.try_get(4)?,
+                    ducklake_epoch: meta.try_get(5)?,
                     ..StateDump::default()
                 };
                 for t in TABLES {
@@ -1033,8 +1045,9 @@ impl StateStore for PostgresStore {
                         }
                     }
                     tx.execute(
-                        "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3), engine_epoch = $4",
-                        &[&dump.store_id, &dump.generation, &dump.claims, &dump.engine_epoch],
+                        "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3), engine_epoch = $4, \
+                         epoch_issued = GREATEST($4::BIGINT, $5::BIGINT), ducklake_epoch = $6::BIGINT",
+                        &[&dump.store_id, &dump.generation, &dump.claims, &dump.engine_epoch, &dump.epoch_issued, &dump.ducklake_epoch],
                     )?;
                     Ok(())
                 })
@@ -1409,12 +1422,37 @@ impl StateStore for PostgresStore {
         self.run(|| "read the engine epoch".to_string(), || self.read(|c| Ok(c.query_one("SELECT engine_epoch FROM meta", &[])?.try_get(0)?)))
     }
 
-    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError> {
+    fn ducklake_epoch(&self) -> Result<i64, StateError> {
+        self.run(|| "read the DuckLake epoch".to_string(), || self.read(|c| Ok(c.query_one("SELECT ducklake_epoch FROM meta", &[])?.try_get(0)?)))
+    }
+
+    fn issue_epoch(&self, found: i64) -> Result<super::IssuedEpoch, StateError> {
+        self.run(
+            || "issue an engine epoch".to_string(),
+            || {
+                // The store's write lock (`meta` row locked FOR UPDATE) is held from the read of
+                // the counter to the commit of its raise: no two writers get the same number.
+                self.write_tx(false, |tx| {
+                    let before: i64 = tx.query_one("SELECT epoch_issued FROM meta", &[])?.try_get(0)?;
+                    let epoch: i64 = tx
+                        .query_one("UPDATE meta SET epoch_issued = GREATEST(epoch_issued, engine_epoch, $1::BIGINT) + 1 RETURNING epoch_issued", &[&found])?
+                        .try_get(0)?;
+                    Ok(super::IssuedEpoch { epoch, before })
+                })
+            },
+        )
+    }
+
+    fn record_engine_epoch(&self, epoch: i64, ducklake: Option<i64>) -> Result<(), StateError> {
         self.run(
             || format!("record the engine epoch {epoch}"),
             || {
                 self.write_tx(false, |tx| {
-                    tx.execute("UPDATE meta SET engine_epoch = GREATEST(engine_epoch, $1)", &[&epoch])?;
+                    tx.execute(
+                        "UPDATE meta SET engine_epoch = GREATEST(engine_epoch, $1), epoch_issued = GREATEST(epoch_issued, $1), \
+                         ducklake_epoch = GREATEST(ducklake_epoch, COALESCE($2::BIGINT, 0))",
+                        &[&epoch, &ducklake],
+                    )?;
                     Ok(())
                 })
             },

@@ -181,7 +181,24 @@ ALTER TABLE meta ADD COLUMN engine_epoch INTEGER NOT NULL DEFAULT 0;
     };
 }
 
-/// The layout of [`STATE_VERSION`] 9. Every timestamp column holds ISO-8601 UTC text with
+/// The columns layout version 10 added: `meta.epoch_issued`, the last engine epoch this store
+/// issued ([`StateStore::issue_epoch`]: every raise of an engine epoch takes a new number from
+/// it, so two writers of two databases sharing this store never stamp the same epoch, and a
+/// command finds at its closing raise whether another writer was issued one since its opening);
+/// `meta.ducklake_epoch`, the epoch of the last stamp of the DuckLake catalog
+/// ([`crate::apply::ducklake`]), which only commands stamping the catalog raise. The issued
+/// counter starts at the store's epoch.
+macro_rules! v10_columns {
+    () => {
+        r#"
+ALTER TABLE meta ADD COLUMN epoch_issued INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE meta ADD COLUMN ducklake_epoch INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET epoch_issued = engine_epoch;
+"#
+    };
+}
+
+/// The layout of [`STATE_VERSION`] 10. Every timestamp column holds ISO-8601 UTC text with
 /// milliseconds (`to_iso`), so comparisons and ordering are lexicographic. `meta.generation`
 /// counts committed writes (every data write transaction bumps it), so a reader can tell in one
 /// query whether anything changed since it last looked — except a promotion, which only changes
@@ -193,8 +210,8 @@ ALTER TABLE meta ADD COLUMN engine_epoch INTEGER NOT NULL DEFAULT 0;
 /// removed by the transaction that records its pointers (see [`PendingPromotion`]).
 /// `leases` holds the environment locks (one row per held lease, see [`super::lease`]);
 /// `ticks` is the run journal (one row per `efmesh run`); the tables, index and column of
-/// versions 5 to 9 are described at `v5_tables!`, `v6_tables!`, `v7_tables!`, `v8_indexes!`
-/// and `v9_columns!`.
+/// versions 5 to 10 are described at `v5_tables!`, `v6_tables!`, `v7_tables!`, `v8_indexes!`,
+/// `v9_columns!` and `v10_columns!`.
 pub const SCHEMA: &str = concat!(
     r#"
 CREATE TABLE meta (
@@ -259,7 +276,8 @@ CREATE TABLE canon_cache (
     v6_tables!(),
     v7_tables!(),
     v8_indexes!(),
-    v9_columns!()
+    v9_columns!(),
+    v10_columns!()
 );
 
 /// One step of the layout's history: the statements that turn a store of version `to - 1` into
@@ -342,6 +360,11 @@ UPDATE meta SET version = 5;
         to: 9,
         description: "the engine epoch (an engine database older than the store is refused)",
         sql: concat!(v9_columns!(), "UPDATE meta SET version = 9;\n"),
+    },
+    Migration {
+        to: 10,
+        description: "issued engine epochs and the DuckLake catalog's epoch (two databases sharing the store, a catalog only some projects stamp)",
+        sql: concat!(v10_columns!(), "UPDATE meta SET version = 10;\n"),
     },
 ];
 
@@ -1488,9 +1511,11 @@ impl StateStore for SqliteStore {
             || {
                 // One read transaction: every table as of one commit (WAL snapshot isolation).
                 let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?;
-                let (store_id, generation, claims, engine_epoch): (String, i64, i64, i64) =
-                    tx.query_row("SELECT store_id, generation, claims, engine_epoch FROM meta", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-                let mut dump = StateDump { store_id, generation, claims, engine_epoch, ..StateDump::default() };
+                let (store_id, generation, claims, engine_epoch, epoch_issued, ducklake_epoch): (String, i64, i64, i64, i64, i64) =
+                    tx.query_row("SELECT store_id, generation, claims, engine_epoch, epoch_issued, ducklake_epoch FROM meta", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+                    })?;
+                let mut dump = StateDump { store_id, generation, claims, engine_epoch, epoch_issued, ducklake_epoch, ..StateDump::default() };
                 for t in TABLES {
                     let mut stmt = tx.prepare(&format!("SELECT {} FROM {} ORDER BY {}", t.column_list(), t.name, t.order))?;
                     let mut rows = stmt.query([])?;
@@ -1566,8 +1591,9 @@ impl StateStore for SqliteStore {
                         }
                     }
                     tx.execute(
-                        "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3), engine_epoch = ?4",
-                        params![dump.store_id, dump.generation, dump.claims, dump.engine_epoch],
+                        "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3), engine_epoch = ?4, \
+                         epoch_issued = max(?4, ?5), ducklake_epoch = ?6",
+                        params![dump.store_id, dump.generation, dump.claims, dump.engine_epoch, dump.epoch_issued, dump.ducklake_epoch],
                     )?;
                     Ok(())
                 })
@@ -1878,12 +1904,36 @@ impl StateStore for SqliteStore {
         self.run(|| "read the engine epoch".to_string(), || Ok(self.conn.prepare_cached("SELECT engine_epoch FROM meta")?.query_row([], |r| r.get(0))?))
     }
 
-    fn record_engine_epoch(&self, epoch: i64) -> Result<(), StateError> {
+    fn ducklake_epoch(&self) -> Result<i64, StateError> {
+        self.run(|| "read the DuckLake epoch".to_string(), || Ok(self.conn.prepare_cached("SELECT ducklake_epoch FROM meta")?.query_row([], |r| r.get(0))?))
+    }
+
+    fn issue_epoch(&self, found: i64) -> Result<super::IssuedEpoch, StateError> {
+        self.run(
+            || "issue an engine epoch".to_string(),
+            || {
+                // One IMMEDIATE transaction: the read and the raise under the store's write lock.
+                self.write_tx(false, |tx| {
+                    let before: i64 = tx.prepare_cached("SELECT epoch_issued FROM meta")?.query_row([], |r| r.get(0))?;
+                    let epoch: i64 = tx
+                        .prepare_cached("UPDATE meta SET epoch_issued = max(epoch_issued, engine_epoch, ?1) + 1 RETURNING epoch_issued")?
+                        .query_row([found], |r| r.get(0))?;
+                    Ok(super::IssuedEpoch { epoch, before })
+                })
+            },
+        )
+    }
+
+    fn record_engine_epoch(&self, epoch: i64, ducklake: Option<i64>) -> Result<(), StateError> {
         self.run(
             || format!("record the engine epoch {epoch}"),
             || {
                 self.write_tx(false, |tx| {
-                    tx.prepare_cached("UPDATE meta SET engine_epoch = max(engine_epoch, ?1)")?.execute([epoch])?;
+                    tx.prepare_cached(
+                        "UPDATE meta SET engine_epoch = max(engine_epoch, ?1), epoch_issued = max(epoch_issued, ?1), \
+                         ducklake_epoch = max(ducklake_epoch, coalesce(?2, 0))",
+                    )?
+                    .execute(params![epoch, ducklake])?;
                     Ok(())
                 })
             },
@@ -2389,7 +2439,10 @@ mod tests {
     /// historical DDL had it.
     fn downgrade(path: &Path, version: i64) {
         let conn = Connection::open(path).unwrap();
-        conn.execute_batch("ALTER TABLE meta DROP COLUMN engine_epoch; UPDATE meta SET version = 8;").unwrap();
+        conn.execute_batch("ALTER TABLE meta DROP COLUMN epoch_issued; ALTER TABLE meta DROP COLUMN ducklake_epoch; UPDATE meta SET version = 9;").unwrap();
+        if version <= 8 {
+            conn.execute_batch("ALTER TABLE meta DROP COLUMN engine_epoch; UPDATE meta SET version = 8;").unwrap();
+        }
         if version <= 7 {
             conn.execute_batch("DROP INDEX snapshots_by_physical; UPDATE meta SET version = 7;").unwrap();
         }
@@ -2538,6 +2591,38 @@ mod tests {
             migrate(&path, t("2026-03-04")).unwrap();
             assert_eq!(layout_of(&Connection::open(&path).unwrap()), want, "migrated from layout {version}");
         }
+    }
+
+    /// Epochs are issued from the store, each one past the counter, the store's epoch and the
+    /// stamp found, with the counter before (so a closing raise tells whether another writer
+    /// was issued one since its opening); recording raises the counter too, never lowers
+    /// anything, and moves the DuckLake epoch only when given one.
+    #[test]
+    fn epochs_are_issued_past_every_number_issued_or_recorded() {
+        use crate::state::IssuedEpoch;
+        let store = SqliteStore::open_in_memory().unwrap();
+        assert_eq!(store.issue_epoch(0).unwrap(), IssuedEpoch { epoch: 1, before: 0 });
+        assert_eq!(store.issue_epoch(0).unwrap(), IssuedEpoch { epoch: 2, before: 1 });
+        assert_eq!(store.issue_epoch(7).unwrap(), IssuedEpoch { epoch: 8, before: 2 });
+        store.record_engine_epoch(10, None).unwrap();
+        assert_eq!((store.engine_epoch().unwrap(), store.ducklake_epoch().unwrap()), (10, 0));
+        assert_eq!(store.issue_epoch(0).unwrap(), IssuedEpoch { epoch: 11, before: 10 });
+        store.record_engine_epoch(4, Some(4)).unwrap();
+        assert_eq!((store.engine_epoch().unwrap(), store.ducklake_epoch().unwrap()), (10, 4), "never lowered");
+        assert_eq!(store.issue_epoch(0).unwrap(), IssuedEpoch { epoch: 12, before: 11 });
+    }
+
+    /// The migration to layout 10 starts the issued counter at the store's epoch (the fixture's
+    /// 3) and the DuckLake epoch at 0 (no catalog stamp recorded yet).
+    #[test]
+    fn the_migration_to_layout_10_issues_past_the_engine_epoch() {
+        let (_dir, path) = temp_store();
+        let sql = fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-v9.sql")).unwrap();
+        Connection::open(&path).unwrap().execute_batch(&sql).unwrap();
+        migrate(&path, t("2026-03-04")).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!((store.engine_epoch().unwrap(), store.ducklake_epoch().unwrap()), (3, 0));
+        assert_eq!(store.issue_epoch(0).unwrap(), crate::state::IssuedEpoch { epoch: 4, before: 3 });
     }
 
     /// A writer holding the write lock when `migrate` starts commits before the backup (taken

@@ -386,7 +386,7 @@ fn a_ducklake_catalog_older_than_the_state_store_is_refused() {
         for needle in [
             "catalog/lake.ducklake",
             "is older than the state store",
-            "up to engine epoch 4",
+            "writes to the catalog up to epoch 4",
             "up to epoch 2",
             "`m.daily`",
             "efmesh state import",
@@ -408,6 +408,40 @@ fn a_ducklake_catalog_older_than_the_state_store_is_refused() {
     assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
     assert_eq!(rows(&p, &env_view("prod", "m.total"))[0][0], Some("11".to_string()));
     p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// An apply of the project without its DuckLake models, sharing its state store (a branch that
+/// removed them, another checkout), raises the engine epoch without stamping the catalog: the
+/// catalog stays current, and the next `run prod` of the project with them is not refused, nor
+/// `status --check` after it (the store's DuckLake epoch, the last stamp of the catalog, is what it must
+/// hold; SPEC §4, invariant 63).
+#[test]
+fn an_apply_without_the_ducklake_models_does_not_make_the_catalog_look_behind() {
+    let mut p = ducklake_project();
+    p.apply("prod");
+    let with_ducklake = p.read("models/m.lua");
+    p.write(
+        "models/m.lua",
+        r#"define_model {
+  name = "e.plain",
+  kind = kind.full(),
+  schema = { { "x", "integer" } },
+  query = "SELECT 1 AS x",
+}
+"#,
+    );
+    p.apply("dev");
+    let store = p.state();
+    let (engine_epoch, ducklake_epoch) = (store.engine_epoch().unwrap(), store.ducklake_epoch().unwrap());
+    drop(store);
+    assert!(engine_epoch > ducklake_epoch && ducklake_epoch > 0, "the engine epoch raised past the catalog's: {engine_epoch} {ducklake_epoch}");
+
+    p.write("models/m.lua", &with_ducklake);
+    p.now = "2026-01-12T00:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(rows(&p, &env_view("prod", "m.daily")).len(), 11);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+    assert!(p.state().ducklake_epoch().unwrap() > ducklake_epoch, "the run stamped the catalog and recorded it");
 }
 
 /// A new catalog (the old one moved aside) created by a first apply of new versions, while the

@@ -886,3 +886,28 @@ fn a_query_that_does_not_bind_is_reported_at_the_line_of_its_sql_file(engine: En
     assert!(run.stderr.contains("models/t.sql:7: model `s.t`"), "{}", run.stderr);
     assert!(run.stderr.contains("nosuch"), "{}", run.stderr);
 }
+
+/// A `.sql` model whose query Postgres's grammar refuses (DuckDB's `GROUP BY ALL`, a DuckDB list
+/// literal) is placed at the line of its file where the parser stopped, with the line of the
+/// query, by `plan` and by `check` alike (`check` asks the same parser `plan` fingerprints
+/// with, although sqlparser's Postgres dialect reads both): the query starts at line 6.
+#[test]
+fn a_query_postgres_cannot_parse_is_placed_at_its_line_by_plan_and_check() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = Project::on_engine(EngineBackend::Postgres(t));
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("models/src.sql", "-- name: m.src\n-- kind: full\n-- schema: region varchar, amount integer\nSELECT 'a'::varchar AS region, 1 AS amount\n");
+    for (query, file_line) in [
+        ("SELECT region, sum(amount)::bigint AS total\nFROM @ref(m.src)\nGROUP BY ALL", 8),
+        ("SELECT region,\n  list_sum([amount])::bigint AS total\nFROM @ref(m.src)\nGROUP BY region", 7),
+    ] {
+        p.write("models/d.sql", &format!("-- name: m.d\n-- kind: full\n-- schema: region varchar, total bigint\n-- refs: m.src\n\n{query}\n"));
+        let at = format!("models/d.sql:{file_line}: model `m.d`: Postgres cannot parse SQL at line {}: syntax error", file_line - 5);
+        let plan = p.run(&["plan", "dev"]);
+        plan.expect_code(1);
+        assert!(plan.stderr.contains(&at), "{at}\n{}", plan.stderr);
+        let check = p.run(&["check"]);
+        check.expect_code(1);
+        assert!(check.stdout.contains(&at), "{at}\n{}", check.stdout);
+    }
+}

@@ -739,9 +739,10 @@ fn status_checks_the_lake_files_of_the_served_version_of_a_model_edited_but_not_
     );
     assert_eq!(lost.len(), 1, "only the deleted file: {status:#}");
 
-    // The served `full` version's file, when `m.totals` is served at another version than the
+    // The served `full` version's file: `m.totals` is served at another version than the
     // project's too.
-    if action(&plan, "m.totals")["change"] != "unchanged" {
+    assert_ne!(action(&plan, "m.totals")["change"], "unchanged", "{plan:#}");
+    {
         std::fs::remove_file(totals.join("data.parquet")).unwrap();
         let status = p.run(&["status", "dev", "--check", "--json"]).expect_code(1).json();
         let lost = status["lostRelations"].as_array().expect("lostRelations");

@@ -54,6 +54,7 @@ mod preview;
 mod project_cache;
 mod properties;
 mod render;
+mod run_journal;
 mod s3;
 mod sandbox_lua;
 mod sandbox_rhai;

@@ -333,6 +333,43 @@ fn a_child_waits_for_the_intervals_its_parent_holds_back() {
     assert_eq!(lag(&v, "s.per_day")["late"], false, "a child waiting for its parent is not late: {v:#}");
 }
 
+/// A daily child on its own `@daily` cron reading a daily parent on `0 6 * * *`.
+const OWN_CRON_HELD_BACK: &str = r#"local daily = define_model {
+  name = "s.daily",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-02-01", grain = "day" },
+  cron = "0 6 * * *",
+  schema = { { "d", "timestamp" }, { "n", "integer" } },
+  query = "SELECT range AS d, 1 AS n FROM range(CAST(@start AS TIMESTAMP), CAST(@end AS TIMESTAMP), INTERVAL 1 DAY)",
+}
+define_model {
+  name = "s.own",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-02-01", grain = "day" },
+  cron = "@daily",
+  schema = { { "d", "timestamp" }, { "n", "integer" } },
+  query = "SELECT d, n FROM " .. ref(daily) .. " WHERE d >= @start AND d < @end",
+}
+"#;
+
+#[test]
+fn a_child_on_its_own_cron_is_next_due_when_its_parent_hands_the_interval_over() {
+    let mut p = Project::new();
+    p.write("models/own.lua", OWN_CRON_HELD_BACK);
+    // 03:00 on 3 February: the child's `@daily` ticked at midnight, but the parent has only
+    // 1 February until its 06:00 tick: the child is next due then (it was reported due a
+    // millisecond before its own next tick, 23:59:59.999).
+    p.now = "2026-02-03T03:00:00Z".into();
+    p.apply("dev");
+    assert_eq!(done(&p, "dev", "s.own"), iso(&["2026-02-01"]));
+    let v = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(lag(&v, "s.own")["nextDueAt"], "2026-02-03T06:00:00.000Z", "{v:#}");
+    let text = p.run(&["status", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("(cron `@daily`, next due 2026-02-03T06:00:00.000Z)"), "{text}");
+    // A run at that instant computes it, as announced.
+    let (_, processed, _) = run_at(&mut p, "dev", "2026-02-03T06:00:00Z");
+    assert!(processed.contains(&"s.own".to_string()), "{processed:?}");
+    assert_eq!(done(&p, "dev", "s.own"), iso(&["2026-02-01", "2026-02-02"]));
+}
+
 /// An hourly time-range parent computing one row per hour, and `s.seen`, a unique-key model on
 /// a daily cron counting the hours it saw when it was last refreshed.
 const HOURLY_AND_DAILY_UPSERT: &str = r#"define_model {

@@ -210,6 +210,42 @@ fn environment_dev_underscore_and_model_underscore_schema_cannot_share_a_view(en
     assert_serves(&p, "prod", "_mart.x");
 }
 
+/// On the Postgres engine, a schema Postgres reserves (`pg_…`: `CREATE SCHEMA` refuses it, at
+/// the first promotion to `prod`, after every build) or a reserved word its grammar cannot read
+/// unquoted as a schema (`order`, `user`, `select`: every query `ref`ing the model would fail to
+/// parse) is refused at load by `plan` and `check`, naming the model's file:line, before
+/// anything is built. DuckDB reads them all; a keyword as the table (`sales.order`) is read and
+/// served on Postgres too.
+#[test]
+fn a_schema_postgres_reserves_or_cannot_read_unquoted_is_refused_at_load_on_postgres() {
+    let Some(t) = crate::pg::fresh_database() else { return };
+    for schema in ["pg_stuff", "pg_temp", "order", "user", "select"] {
+        let p = Project::on_engine(EngineBackend::Postgres(t.clone()));
+        p.write("models/m.lua", &format!("\n{}", model(&format!("{schema}.x"))));
+        let refusal = format!("the schema `{schema}` of model `{schema}.x` cannot hold models on the Postgres engine");
+        let plan = p.run(&["plan", "dev"]);
+        plan.expect_code(1);
+        assert!(plan.stderr.contains("models/m.lua:2") && plan.stderr.contains(&refusal), "{schema}: {}", plan.stderr);
+        let check = p.run(&["check"]);
+        check.expect_code(1);
+        assert!(check.stdout.contains("models/m.lua:2") && check.stdout.contains(&refusal), "{schema}: {}", check.stdout);
+        assert!(p.physical_tables().is_empty(), "{schema}: nothing built");
+        if matches!(schema, "pg_stuff" | "order") {
+            let on_duckdb = Project::new();
+            on_duckdb.write("models/m.lua", &model(&format!("{schema}.x")));
+            on_duckdb.run(&["plan", "dev"]).expect_code(0);
+        }
+    }
+    let p = Project::on_engine(EngineBackend::Postgres(t));
+    p.write(
+        "models/m.lua",
+        "local o = define_model { name = \"sales.order\", kind = kind.full(), schema = { { \"v\", \"varchar\" } }, query = \"SELECT 'o' AS v\" }\n\
+         define_model { name = \"sales.reader\", kind = kind.full(), schema = { { \"v\", \"varchar\" } }, query = \"SELECT v FROM \" .. ref(o) }\n",
+    );
+    p.apply("dev");
+    assert_eq!(p.query("SELECT v FROM dev__sales.reader")[0][0].as_deref(), Some("o"));
+}
+
 /// A schema DuckDB already names (its `temp`/`system` catalogs, the database's own name, a system
 /// schema) would fail only at the first promotion to prod, with DuckDB's "ambiguous reference":
 /// refused at load instead, naming the model's file:line, before anything is built.

@@ -143,6 +143,46 @@ fn a_file_that_is_not_a_duckdb_database_fails_plan_and_status_instead_of_no_chan
     }
 }
 
+/// A Postgres engine that cannot be read (here the server unreachable; equally a dropped
+/// database or an unknown role) fails `plan` and `status --check` with exit 1, naming the
+/// database and why, instead of assuming every relation it serves exists ("no changes",
+/// "health: ok"): the Postgres engine has no transient lock a plan could wait out.
+#[test]
+fn a_postgres_engine_that_cannot_be_read_fails_plan_and_status_instead_of_healthy() {
+    let Some(t) = crate::pg::fresh_database() else { return };
+    let p = sample_project_with(StateBackend::Sqlite, EngineBackend::Postgres(t));
+    p.apply("dev");
+    let nowhere = "postgres://efmesh@127.0.0.1:1/nowhere";
+    for args in [&["plan", "dev"][..], &["status", "dev", "--check"]] {
+        let out = p.command(args).env(PG_ENGINE_URL_ENV, nowhere).output().expect("spawn efmesh");
+        let r = Run::from_output(out, args.join(" "));
+        r.expect_code(1);
+        assert!(r.stderr.contains(&format!("cannot open Postgres database `{nowhere}`")), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("assumes every relation"), "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.contains("no changes") && !r.stdout.contains("health: ok"), "{args:?}: {}", r.stdout);
+    }
+    // Reachable again, nothing was lost.
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
+/// The one engine a plan does not read and still goes on with: a DuckDB file another process
+/// holds (it is writing it). `plan` warns that it assumes every relation exists and
+/// `status --check` stays healthy; `apply` checks again on its own connection.
+#[test]
+fn a_duckdb_file_another_process_holds_is_assumed_with_a_warning() {
+    let p = sample_project();
+    p.apply("dev");
+    // Neither the recorded catalog nor the plan-check token may spare the plan its read.
+    let _ = fs_err::remove_file(p.root().join(".efmesh/engine-catalog"));
+    let _ = fs_err::remove_file(p.root().join(".efmesh/plan-check"));
+    let _held = DuckDb::open(&p.engine_path(), &EngineSection::default()).expect("open duckdb");
+    let plan = p.run(&["plan", "dev"]);
+    plan.expect_code(0);
+    assert!(plan.stderr.contains("cannot read the engine catalog, so this plan assumes every relation it relies on exists"), "{}", plan.stderr);
+    assert!(plan.stderr.contains("Could not set lock on file"), "{}", plan.stderr);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
 #[test]
 fn a_lost_duckdb_file_is_noticed_rebuilt_and_its_views_restored() {
     let p = sample_project();
@@ -785,6 +825,108 @@ fn a_kill_between_the_stamp_and_its_record_leaves_the_file_ahead_and_accepted() 
     p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!((stamped_epoch(&p), p.state().engine_epoch().unwrap()), (4, 4));
+}
+
+/// Two projects, each with its own DuckDB file and one full model (`a.x`, `b.y`), sharing the
+/// first one's SQLite state store: two machines with one state store.
+fn two_databases_one_store() -> (Project, Project) {
+    let model = |name: &str| {
+        format!("define_model {{\n  name = \"{name}\",\n  kind = kind.full(),\n  schema = {{ {{ \"x\", \"integer\" }} }},\n  query = \"SELECT 1 AS x\",\n}}\n")
+    };
+    let a = Project::new();
+    a.write("models/a.lua", &model("a.x"));
+    let b = Project::new();
+    let shared = a.state_path().display().to_string();
+    b.write("efmesh.toml", &CONFIG.replace("[state]\npath = \"efmesh.state.sqlite\"\n", &format!("[state]\npath = {shared:?}\n")));
+    b.write("models/b.lua", &model("b.y"));
+    (a, b)
+}
+
+/// `apply <env> --yes` of `p` started with the test hook `EFMESH_DELAY=<delay>`.
+fn spawn_delayed(p: &Project, env: &str, delay: &str) -> std::process::Child {
+    p.command(&["apply", env, "--yes"])
+        .env("EFMESH_DELAY", delay)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn efmesh")
+}
+
+/// Waits until the shared store (`a`'s) records engine epoch `at_least` (an apply's opening raise
+/// recorded), while `running` (a delayed apply that must still be running) has not ended.
+fn wait_for_epoch(a: &Project, at_least: i64, running: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let epoch = if a.state_path().exists() { SqliteStore::open(&a.state_path()).ok().and_then(|s| s.engine_epoch().ok()).unwrap_or(0) } else { 0 };
+        if epoch >= at_least {
+            return;
+        }
+        assert!(running.try_wait().expect("poll efmesh").is_none(), "the delayed apply ended before the store recorded epoch {at_least}");
+        assert!(std::time::Instant::now() < deadline, "the store never recorded epoch {at_least}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The epoch stamp of `a`'s state store (the shared one) in `p`'s DuckDB file (0 when none).
+fn shared_stamp(a: &Project, p: &Project) -> i64 {
+    let view = efmesh::engine::epoch::view_name(&a.state().store_id().expect("store id"));
+    let sql = format!("SELECT comment FROM duckdb_views() WHERE schema_name = '_efmesh' AND view_name = '{view}'");
+    p.query(&sql).into_iter().next().and_then(|r| r.into_iter().next().flatten()).and_then(|c| efmesh::engine::epoch::parse(&c)).unwrap_or(0)
+}
+
+/// `plan <env>` and `status <env> --check` of `p` refuse its DuckDB file as older than the store.
+#[track_caller]
+fn refused_as_behind(p: &Project, env: &str, why: &str) {
+    for args in [&["plan", env][..], &["status", env, "--check"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        assert!(
+            r.stderr.contains("efmesh.duckdb is older than the state store") || r.stdout.contains("efmesh.duckdb is older than the state store"),
+            "{why}: {r:#?}"
+        );
+    }
+}
+
+/// Two DuckDB files sharing one state store, applied at the same time (both checked current
+/// before either raised the epoch, so each lacks the other's writes): the epochs are issued by
+/// the store, and the writer that opened first finds at its closing raise that the other was
+/// issued one since; it records the store's epoch past its own stamp, which leaves every
+/// database stamped so far behind. Whichever closes first, neither file is accepted afterwards
+/// (SPEC §4, invariant 63): `plan` and `status --check` of each refuse it.
+#[test]
+fn two_duckdb_files_applied_at_once_with_one_state_store_are_both_refused() {
+    // A opens, B opens, B closes, A closes.
+    let (a, b) = two_databases_one_store();
+    let mut first = spawn_delayed(&a, "deva", "build:a.x=6000");
+    wait_for_epoch(&a, 1, &mut first);
+    b.run(&["apply", "devb", "--yes"]).expect_code(0);
+    assert!(first.try_wait().expect("poll efmesh").is_none(), "A still writing when B closes");
+    assert!(first.wait().expect("wait efmesh").success());
+    let s = a.state();
+    assert_eq!((s.engine_epoch().unwrap(), shared_stamp(&a, &a), shared_stamp(&a, &b)), (5, 4, 3), "A's closing raise left both files behind");
+    drop(s);
+    refused_as_behind(&a, "deva", "A's file lacks B's writes");
+    refused_as_behind(&b, "devb", "B's file lacks A's writes (A wrote after B's check)");
+
+    // A opens, B opens, A closes, B closes.
+    let (a, b) = two_databases_one_store();
+    let mut first = spawn_delayed(&a, "deva", "build:a.x=5000");
+    wait_for_epoch(&a, 1, &mut first);
+    let mut second = spawn_delayed(&b, "devb", "build:b.y=10000");
+    wait_for_epoch(&a, 2, &mut first);
+    assert!(first.wait().expect("wait efmesh").success());
+    assert!(second.try_wait().expect("poll efmesh").is_none(), "B still writing when A closes");
+    assert!(second.wait().expect("wait efmesh").success());
+    let s = a.state();
+    assert_eq!((s.engine_epoch().unwrap(), shared_stamp(&a, &a), shared_stamp(&a, &b)), (6, 3, 5), "each closing raise found the other's issue");
+    drop(s);
+    refused_as_behind(&a, "deva", "A's file lacks B's writes");
+    refused_as_behind(&b, "devb", "B's file lacks A's writes");
+    // The way out the message names: the file moved aside is rebuilt, stamped current.
+    std::fs::rename(b.engine_path(), b.root().join("aside.duckdb")).unwrap();
+    let _ = std::fs::remove_file(b.root().join("efmesh.duckdb.wal"));
+    b.apply("devb");
+    b.run(&["plan", "devb"]).expect_code(0);
 }
 
 /// A copy of the DuckDB file taken before a run that was stopped part-way (its intervals
