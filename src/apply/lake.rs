@@ -32,7 +32,9 @@
 //! without `data.parquet`, is refused before the view is re-created, naming the file (locally the
 //! plan's integrity check schedules its recompute, `repair.lakeFilesMissing`; S3 is not listed
 //! while planning, and the error's hint restates the interval, whose file is then dropped from
-//! the list and recomputed by the next run).
+//! the list and recomputed by the next run). A done interval outside the model's `start`/`end`
+//! (done under wider bounds) is never recomputed: locally the plan's repair forgets it (clears it
+//! from the ledger) when its file is missing; on S3 the re-list does, with a warning.
 //!
 //! Writes never expose a partial file, and an interval is marked done only after its file is
 //! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an
@@ -467,7 +469,9 @@ impl Stopped<'_> {
 /// The intervals done in the ledgers of the versions of `model` stored in `physical` (and of
 /// `building`, the version a build is about to record) — `None` for a model that is not
 /// time-range — once `present` (the files the version's directory holds) was found to hold each
-/// one's file, or a `full` version's `data.parquet`.
+/// one's file, or a `full` version's `data.parquet`. On S3, a re-list forgets (clears from those
+/// ledgers) the done intervals outside the model's `start`/`end` whose object is missing: none
+/// recomputes them, and no plan lists S3 (a local lake's are forgotten by the plan's repair).
 ///
 /// # Errors
 /// [`ApplyError::Target`] naming the model, the first missing file and its interval, what it
@@ -493,7 +497,25 @@ fn done_present(
     for fp in &versions {
         done.extend(state.done_intervals(&name, fp)?);
     }
-    let missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
+    let mut missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
+    if dir.s3 && matches!(stopped, Stopped::Relist) && missing.iter().any(|s| !t.holds(*s)) {
+        // Outside the model's `start`/`end` (done under wider bounds) no plan, run or restatement
+        // recomputes an interval, and S3 is not listed while planning: one whose object is gone
+        // is forgotten here (cleared from the ledgers), as the plan's repair does for a local
+        // lake, never left done without its file (every re-list would refuse it).
+        let outside: Vec<Interval> = missing.iter().filter(|s| !t.holds(**s)).map(|s| Interval::new(*s, t.grain.next(*s))).collect();
+        for fp in &versions {
+            // (Each merged range holds only forgotten grain starts.)
+            for range in interval::merge(&outside) {
+                state.clear_intervals(&name, fp, range.start, range.end)?;
+            }
+        }
+        tracing::warn!(model = %model.name, intervals = outside.len(), "done intervals outside its start/end lost their lake objects: forgotten, not recomputed");
+        missing.retain(|s| t.holds(*s));
+        for i in &outside {
+            done.remove(&i.start);
+        }
+    }
     if let (Some(&start), Some(&last)) = (missing.first(), missing.last()) {
         return Err(missing_interval(model, physical, dir, t.grain, (start, last, missing.len()), stopped));
     }
@@ -598,7 +620,8 @@ fn missing_interval(model: &Model, physical: &str, dir: &VersionDir, grain: Grai
             if count > 1 { "them" } else { "it" }
         )
     } else {
-        "`efmesh plan` schedules its recompute (repair.lakeFilesMissing); apply it first".to_string()
+        "`efmesh plan` schedules its repair (repair.lakeFilesMissing: recomputed, or forgotten when outside the model's `start`/`end`); apply it first"
+            .to_string()
     };
     let what = if dir.s3 { "object" } else { "file" };
     target_error(

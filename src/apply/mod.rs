@@ -597,7 +597,9 @@ fn execute_recorded(
     // Lost lake views over intact lake directories, and lake views with done intervals whose file
     // is missing, are re-created first (children's contracts read them); the intervals whose file
     // is missing are marked failed before the view is re-created over the done ones' files and
-    // they are recomputed, so the ledger describes the files again.
+    // they are recomputed, so the ledger describes the files again. Those outside the model's
+    // `start`/`end` (done under wider bounds) cannot be recomputed under these: they are cleared
+    // from the ledger (forgotten), never left done without their file (the re-list refuses that).
     let relisted: Vec<&crate::plan::Action> =
         plan.actions.iter().filter(|a| a.repair.as_ref().is_some_and(crate::plan::integrity::Repair::relists_lake)).collect();
     if !relisted.is_empty() {
@@ -616,6 +618,14 @@ fn execute_recorded(
                 let gone: Vec<Interval> =
                     state.done_intervals(&name, fp.as_str())?.into_iter().filter(|s| lost.contains(s)).map(|s| Interval::new(s, t.grain.next(s))).collect();
                 state.mark_intervals(&name, fp.as_str(), &gone, IntervalStatus::Failed, interval::now_millis())?;
+                // (Each merged range holds only forgotten grain starts: every done interval there
+                // lost its file.)
+                for range in interval::merge(&repair.forgotten) {
+                    state.clear_intervals(&name, fp.as_str(), range.start, range.end)?;
+                }
+            }
+            if !repair.forgotten.is_empty() {
+                tracing::warn!(model = %action.name, intervals = repair.forgotten.len(), "done intervals outside its start/end lost their lake files: forgotten, not recomputed");
             }
         }
         lake::refresh(project, model, physical, state, engine)?;

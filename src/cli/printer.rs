@@ -90,11 +90,15 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
             if r.lake_view_missing {
                 notes.push("lake view missing: re-create over the lake's files".into());
             }
-            if r.lake_files_missing {
+            // (Only forgotten intervals lost their files: said below.)
+            if r.lake_files_missing && (!r.lost_files.is_empty() || r.forgotten.is_empty()) {
                 notes.push(match r.lost_files.len() {
                     0 => "lake file missing: rebuild".to_string(),
                     n => format!("lake files of {n} done interval{} missing: recompute", if n == 1 { "" } else { "s" }),
                 });
+            }
+            if !r.forgotten.is_empty() {
+                notes.push(r.forgotten_note());
             }
         }
         if a.build {

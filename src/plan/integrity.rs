@@ -27,6 +27,12 @@
 //!   intervals are marked failed and recomputed (the full version rebuilt). Checked for every
 //!   model, memo or not: a file deleted by hand changes nothing the memo keys on.
 //!
+//! A lost file of a done interval outside the model's `start`/`end` (done under wider bounds: an
+//! earlier edit, another environment's version sharing the directory) cannot be recomputed under
+//! these bounds: such intervals are forgotten ([`Repair::forgotten`]: cleared from the ledger, so
+//! the view no longer lists them), never left done — a re-list refuses a done interval without
+//! its file, so keeping them would make every apply fail.
+//!
 //! Names are compared ignoring case, as DuckDB resolves them. DuckLake tables live in another
 //! catalog, which the check does not read: `apply` and `run` refuse a plan relying on a missing
 //! one ([`crate::apply::ducklake::prepare_checked`]).
@@ -43,7 +49,7 @@
 //! Commands that read what an environment serves without planning (`audit`, `preview`, `diff
 //! --data`) refuse an engine database behind the state store with the same [`engine_behind`].
 
-use super::{Action, Change, Plan, PlanError, env_schema};
+use super::{Action, Change, OutsideBounds, Plan, PlanError, env_schema};
 use crate::core::ModelName;
 use crate::core::Target;
 use crate::core::interval;
@@ -88,13 +94,25 @@ pub struct Repair {
     /// Done intervals of a parquet lake version (in the ledger of a version stored in its
     /// relation) whose file is missing from its local lake directory (deleted by hand, a lake
     /// directory not restored with the state): they are marked failed, the view is re-created
-    /// over the done intervals' files, and the wanted ones are recomputed ([`Repair::lost_files`]).
+    /// over the done intervals' files, and the wanted ones are recomputed ([`Repair::lost_files`]);
+    /// those outside the model's `start`/`end` are forgotten ([`Repair::forgotten`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lake_files_missing: bool,
-    /// With `lake_view_missing` or `lake_files_missing`: the grain intervals whose file is
-    /// missing from the lake; apply marks them failed (where done) before recomputing them.
+    /// With `lake_view_missing` or `lake_files_missing`: the grain intervals inside the model's
+    /// `start`/`end` whose file is missing from the lake; apply marks them failed (where done)
+    /// before recomputing them (those the plan wants now).
     #[serde(skip)]
     pub lost_files: Vec<interval::Interval>,
+    /// With `lake_view_missing` or `lake_files_missing`: the done grain intervals (of a version
+    /// stored in the relation) outside the model's `start`/`end` whose file is missing. No plan
+    /// under these bounds recomputes them, and a re-list refuses a done interval without its
+    /// file, so apply clears them from the ledgers of [`Repair::ledger_reset`] (forgotten, not
+    /// recomputed: the view stops serving them) before re-creating the view.
+    #[serde(skip)]
+    pub forgotten: Vec<interval::Interval>,
+    /// [`Repair::forgotten`], counted with their span, for `--json` (`lostOutsideBounds`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_outside_bounds: Option<OutsideBounds>,
     /// Versions of the model stored in the lost relation, whose done intervals apply marks
     /// failed before rebuilding it (time-range models).
     #[serde(skip)]
@@ -124,19 +142,31 @@ impl Repair {
 
     /// What is to repair, in a few words: "physical relation missing, view missing".
     pub fn summary(&self) -> String {
-        let parts: Vec<&str> = [
+        let mut parts: Vec<String> = [
             (self.physical_missing, "physical relation missing"),
             (self.created_under.is_some(), "created under another project root"),
             (self.physical_stale, "physical view reads old parent versions"),
             (self.lake_view_missing, "lake view missing"),
             (self.lake_files_missing, "lake files missing"),
-            (self.view_missing, "view missing"),
-            (self.view_stale, "view serves another version"),
         ]
         .into_iter()
-        .filter_map(|(on, what)| on.then_some(what))
+        .filter_map(|(on, what)| on.then(|| what.to_string()))
         .collect();
+        if !self.forgotten.is_empty() {
+            parts.push(self.forgotten_note());
+        }
+        parts.extend(
+            [(self.view_missing, "view missing"), (self.view_stale, "view serves another version")]
+                .into_iter()
+                .filter_map(|(on, what)| on.then(|| what.to_string())),
+        );
         if parts.is_empty() { "the engine does not hold what the state records".to_string() } else { parts.join(", ") }
+    }
+
+    /// What becomes of [`Repair::forgotten`], in a few words: `1 done interval(s) outside its
+    /// start/end lost their files: forgotten, not recomputed`.
+    pub fn forgotten_note(&self) -> String {
+        format!("{} done interval(s) outside its start/end lost their files: forgotten, not recomputed", self.forgotten.len())
     }
 
     /// One line per thing to restore, naming the relation and what `apply` does, for warnings and
@@ -166,12 +196,22 @@ impl Repair {
                 self.lost_files.len()
             ));
         }
-        if self.lake_files_missing {
+        // (Only forgotten intervals lost their files: said below.)
+        if self.lake_files_missing && (!self.lost_files.is_empty() || self.forgotten.is_empty()) {
             let shown: Vec<String> = self.lost_files.iter().take(3).map(ToString::to_string).collect();
             let more = if self.lost_files.len() > 3 { format!(" and {} more", self.lost_files.len() - 3) } else { String::new() };
             out.push(format!(
                 "lake files of {} done interval(s) of `{}` are missing ({}{more}): `apply` marks them failed, re-creates {physical} over the done intervals' files and recomputes them",
                 self.lost_files.len(),
+                action.name,
+                shown.join(", ")
+            ));
+        }
+        if !self.forgotten.is_empty() {
+            let shown: Vec<String> = interval::merge(&self.forgotten).iter().take(3).map(ToString::to_string).collect();
+            out.push(format!(
+                "lake files of {} done interval(s) of `{}` outside its `start`/`end` are missing ({}): no plan under these bounds recomputes them, so `apply` forgets them (clears them from the ledger: {physical} stops serving them), not recomputed",
+                self.forgotten.len(),
                 action.name,
                 shown.join(", ")
             ));
@@ -548,19 +588,15 @@ pub fn check_skipping(
             match model.kind.time_range() {
                 Some(t) => {
                     let fps = sharing(state, &mut index, action)?;
-                    let name = action.name.to_string();
-                    let mut lost: BTreeSet<interval::Millis> = BTreeSet::new();
-                    for fp in &fps {
-                        lost.extend(state.done_intervals(&name, fp.as_str())?.into_iter().filter(|s| !files.contains(&lake_interval_file(*s, t.grain))));
-                    }
-                    if !lost.is_empty() {
-                        let lost: Vec<interval::Interval> = lost.into_iter().map(|s| interval::Interval::new(s, t.grain.next(s))).collect();
+                    let lost = LostDone::of(state, &action.name.to_string(), &fps, &files, t)?;
+                    if !lost.inside.is_empty() || !lost.outside.is_empty() {
                         let wanted: BTreeSet<interval::Interval> =
                             interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now)).into_iter().collect();
-                        add_to_backfill(action, t.grain, lost.iter().filter(|i| wanted.contains(*i)).copied());
+                        add_to_backfill(action, t.grain, lost.inside.iter().filter(|i| wanted.contains(*i)).copied());
                         repair.lake_files_missing = true;
                         repair.ledger_reset = fps;
-                        repair.lost_files = lost;
+                        repair.lost_files = lost.inside.clone();
+                        lost.forget(action, &mut repair, t);
                     }
                 }
                 // A full version built into a directory that lost its file: rebuilt.
@@ -586,15 +622,24 @@ pub fn check_skipping(
         {
             match model.kind.time_range() {
                 Some(t) => {
-                    let lost: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now))
+                    let mut lost_files: Vec<interval::Interval> = interval::wanted(t.start, t.end, t.grain, project.dag.due_at(&model.name, plan.now))
                         .into_iter()
                         .filter(|i| !files.contains(&lake_interval_file(i.start, t.grain)))
                         .collect();
-                    add_to_backfill(action, t.grain, lost.iter().copied());
+                    add_to_backfill(action, t.grain, lost_files.iter().copied());
+                    let fps = sharing(state, &mut index, action)?;
+                    // The done intervals whose file is missing too: those inside the bounds the
+                    // plan does not want now (not yet due) are marked failed with the others,
+                    // those outside them forgotten (the re-list would refuse them done).
+                    let lost = LostDone::of(state, &action.name.to_string(), &fps, &files, t)?;
+                    lost_files.extend(lost.inside.iter().copied());
+                    lost_files.sort_by_key(|i| i.start);
+                    lost_files.dedup();
                     repair.physical_missing = false;
                     repair.lake_view_missing = true;
-                    repair.ledger_reset = sharing(state, &mut index, action)?;
-                    repair.lost_files = lost;
+                    repair.ledger_reset = fps;
+                    repair.lost_files = lost_files;
+                    lost.forget(action, &mut repair, t);
                 }
                 None if files.contains(LAKE_FULL_FILE) => {
                     repair.physical_missing = false;
@@ -617,6 +662,9 @@ pub fn check_skipping(
             action.backfill = interval::merge(&wanted);
             // Every interval is computed: none is a done one recomputed.
             action.recompute = None;
+            // Nor does the rebuilt table hold any done interval outside the bounds (their ledger
+            // rows are marked failed with the others, and never recomputed under these bounds).
+            action.outside_bounds = None;
             repair.ledger_reset = sharing(state, &mut index, action)?;
         }
         action.repair = Some(repair);
@@ -735,6 +783,52 @@ fn sharing(state: &dyn StateStore, index: &mut Option<SharingIndex>, action: &Ac
     fps.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     fps.dedup_by(|a, b| a.as_str() == b.as_str());
     Ok(fps)
+}
+
+/// The done intervals of the versions of a time-range parquet model stored in one relation (read
+/// from their ledgers) and those of them whose file is missing from its local lake directory,
+/// split by the model's `start`/`end`.
+struct LostDone {
+    /// The starts of every done interval of those versions.
+    done: BTreeSet<interval::Millis>,
+    /// The done grain intervals inside the bounds whose file is missing: marked failed, and
+    /// recomputed where the plan wants them.
+    inside: Vec<interval::Interval>,
+    /// The done grain intervals outside the bounds whose file is missing: forgotten.
+    outside: Vec<interval::Interval>,
+}
+
+impl LostDone {
+    /// Reads the ledgers of the versions `fps` of the model `name` (of `t`) and compares them
+    /// with `files`, the file names its lake directory holds.
+    fn of(state: &dyn StateStore, name: &str, fps: &[Fingerprint], files: &BTreeSet<String>, t: &crate::core::kind::TimeRange) -> Result<Self, PlanError> {
+        let mut done: BTreeSet<interval::Millis> = BTreeSet::new();
+        for fp in fps {
+            done.extend(state.done_intervals(name, fp.as_str())?);
+        }
+        let (mut inside, mut outside) = (Vec::new(), Vec::new());
+        for &s in done.iter().filter(|s| !files.contains(&lake_interval_file(**s, t.grain))) {
+            let lost = interval::Interval::new(s, t.grain.next(s));
+            if t.holds(s) { inside.push(lost) } else { outside.push(lost) }
+        }
+        Ok(Self { done, inside, outside })
+    }
+
+    /// Records the lost intervals outside the bounds in `repair` ([`Repair::forgotten`]), and
+    /// takes them out of what `action` says its table holds outside them (`outsideBounds`: the
+    /// view serves those, not these once forgotten).
+    fn forget(self, action: &mut Action, repair: &mut Repair, t: &crate::core::kind::TimeRange) {
+        if self.outside.is_empty() {
+            return;
+        }
+        let forgotten: BTreeSet<interval::Millis> = self.outside.iter().map(|i| i.start).collect();
+        repair.lost_outside_bounds = super::outside_bounds(t, &forgotten);
+        if action.outside_bounds.is_some() {
+            let kept: BTreeSet<interval::Millis> = self.done.difference(&forgotten).copied().collect();
+            action.outside_bounds = super::outside_bounds(t, &kept);
+        }
+        repair.forgotten = self.outside;
+    }
 }
 
 /// Adds the grain intervals `more` to `action`'s backfill (merged, each once) and its count.

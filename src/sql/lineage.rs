@@ -45,9 +45,9 @@ use super::canon::{self, SqlError};
 use crate::core::error::did_you_mean;
 use sqlparser::ast::{
     AccessExpr, Distinct, ExceptSelectItem, ExcludeSelectItem, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, JoinConstraint,
-    JoinOperator, NamedWindowExpr, ObjectName, ObjectNamePart, OrderByKind, Query, RenameSelectItem, Select, SelectFlavor, SelectItem,
+    JoinOperator, NamedWindowDefinition, NamedWindowExpr, ObjectName, ObjectNamePart, OrderByKind, Query, RenameSelectItem, Select, SelectFlavor, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, SetOperator, SetQuantifier, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Visit, Visitor,
-    WildcardAdditionalOptions,
+    WildcardAdditionalOptions, WindowSpec, WindowType,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::ControlFlow;
@@ -147,8 +147,9 @@ pub struct SourceColumn {
 pub struct ColumnLineage {
     /// The output column's name; `None` where DuckDB generates it from the expression text.
     pub column: Option<String>,
-    /// The parents' columns its expression reads, through CTEs, subqueries, joins, aliases and
-    /// `*` (not the columns of filters, joins or groupings, which are in [`QueryLineage::reads`]).
+    /// The parents' columns its expression reads, through CTEs, subqueries, joins, aliases,
+    /// `*` and window definitions, named ones included (not the columns of filters, joins,
+    /// groupings or orderings, a subquery's included, which are only in [`QueryLineage::reads`]).
     pub sources: Vec<SourceColumn>,
     /// False when something the list cannot name may feed it too: a relation whose columns are
     /// not known (an unknown table, a table function), a name that does not resolve,
@@ -576,6 +577,9 @@ struct Analyzer {
     /// Per `SELECT` being resolved (keyed by its alias list's address): the sources of the
     /// select-list aliases resolved so far, for references to them (lower-case names).
     alias_srcs: Vec<(usize, Vec<(String, Src)>)>,
+    /// The named windows (`WINDOW w AS (…)`) of each `SELECT` being resolved, innermost last:
+    /// a window function's `OVER w` reads its definition like an inline `OVER (…)`.
+    windows: Vec<Vec<NamedWindowDefinition>>,
     /// How messages name the relations.
     naming: Naming,
 }
@@ -590,6 +594,7 @@ impl Analyzer {
             sinks: Vec::new(),
             reads: Src::default(),
             alias_srcs: Vec::new(),
+            windows: Vec::new(),
         }
     }
 
@@ -624,9 +629,9 @@ impl Analyzer {
                 // branch's names DuckDB accepts there is not worth a false positive).
                 let rels = [Rel::new(Vec::new(), false, None, Cols { more: true, ..cols.clone() }, Origin::Subquery)];
                 let f = scope(up, &rels, &[]);
-                self.walk(&q.order_by, &f);
-                self.walk(&q.limit_clause, &f);
-                self.walk(&q.fetch, &f);
+                self.walk_read(&q.order_by, &f);
+                self.walk_read(&q.limit_clause, &f);
+                self.walk_read(&q.fetch, &f);
                 cols
             }
         };
@@ -687,6 +692,7 @@ impl Analyzer {
     /// Resolves a `SELECT` (and, for the body of `tail`, its `ORDER BY` and `LIMIT`); returns
     /// its output columns.
     fn select(&mut self, s: &Select, up: Option<&Frame<'_>>, tail: Option<&Query>) -> Cols {
+        self.windows.push(s.named_window.clone());
         let rels = self.scope_of_from(&s.from, up);
         let aliases: Vec<String> = s
             .projection
@@ -746,28 +752,32 @@ impl Analyzer {
                 }
             }
         }
+        // The clauses below decide which rows come out, and in which order: read, but no
+        // column's source (also when this `SELECT` is a subquery inside a select item).
         if let Some(Distinct::On(exprs)) = &s.distinct {
-            self.walk(exprs, &frame);
+            self.walk_read(exprs, &frame);
         }
-        self.walk(&s.prewhere, &frame);
-        self.walk(&s.selection, &frame);
+        self.walk_read(&s.prewhere, &frame);
+        self.walk_read(&s.selection, &frame);
         if let GroupByExpr::Expressions(exprs, _) = &s.group_by {
-            self.walk(exprs, &frame);
+            self.walk_read(exprs, &frame);
         }
-        self.walk(&s.cluster_by, &frame);
-        self.walk(&s.distribute_by, &frame);
-        self.walk(&s.sort_by, &frame);
-        self.walk(&s.having, &frame);
+        self.walk_read(&s.cluster_by, &frame);
+        self.walk_read(&s.distribute_by, &frame);
+        self.walk_read(&s.sort_by, &frame);
+        self.walk_read(&s.having, &frame);
+        // Named windows are checked here, used or not; a window function that uses one reads
+        // its definition as a source where it is called (`Walker::window`).
         for window in &s.named_window {
             if let NamedWindowExpr::WindowSpec(spec) = &window.1 {
-                self.walk(spec, &frame);
+                self.walk_read(spec, &frame);
             }
         }
-        self.walk(&s.qualify, &frame);
+        self.walk_read(&s.qualify, &frame);
         if let Some(q) = tail {
-            self.walk(&q.order_by, &frame);
-            self.walk(&q.limit_clause, &frame);
-            self.walk(&q.fetch, &frame);
+            self.walk_read(&q.order_by, &frame);
+            self.walk_read(&q.limit_clause, &frame);
+            self.walk_read(&q.fetch, &frame);
         }
         if !s.lateral_views.is_empty() || !s.connect_by.is_empty() {
             out.more = true;
@@ -780,6 +790,7 @@ impl Analyzer {
             self.reads.add(&out.all_sources());
         }
         self.alias_srcs.pop();
+        self.windows.pop();
         out.finish()
     }
 
@@ -845,10 +856,10 @@ impl Analyzer {
                 {
                     let frame = scope(up, &rels, &[]);
                     if let Some(c) = condition {
-                        self.walk(c, &frame);
+                        self.walk_read(c, &frame);
                     }
                     if let Some(JoinConstraint::On(e)) = constraint {
-                        self.walk(e, &frame);
+                        self.walk_read(e, &frame);
                     }
                 }
                 let skip: Vec<String> = match constraint {
@@ -1169,6 +1180,40 @@ impl Analyzer {
         self.sinks.pop().unwrap_or_default()
     }
 
+    /// Resolves the references of a clause that decides which rows a query returns or in which
+    /// order (a filter, a join condition, a grouping, an ordering, a limit): they are read, but
+    /// they are no column's source, not even of the select item a subquery is part of
+    /// (`(SELECT max(u.b) FROM u WHERE u.id = t.id) AS mb` takes its values from `u.b` only).
+    fn walk_read<V: Visit + ?Sized>(&mut self, node: &V, frame: &Frame<'_>) {
+        let _ = self.sourced(node, frame);
+    }
+
+    /// The window specifications the window named `name` stands for in the innermost `SELECT`
+    /// being resolved: its definition and those of the windows it builds on (`WINDOW w2 AS (w
+    /// ORDER BY b)`, `WINDOW w2 AS w`), innermost first, and whether every window of that chain
+    /// is defined there (if not, the engine refuses the query).
+    fn named_window(&self, name: &Ident) -> (Vec<WindowSpec>, bool) {
+        let mut specs = Vec::new();
+        let Some(defs) = self.windows.last() else { return (specs, false) };
+        let mut wanted = lower(&name.value);
+        // A chain takes each definition at most once: one still wanted after as many steps as
+        // there are definitions is a cycle (refused by the engine too).
+        for _ in 0..defs.len() {
+            let Some(NamedWindowDefinition(_, expr)) = defs.iter().find(|d| lower(&d.0.value) == wanted) else { return (specs, false) };
+            match expr {
+                NamedWindowExpr::NamedWindow(base) => wanted = lower(&base.value),
+                NamedWindowExpr::WindowSpec(spec) => {
+                    specs.push(spec.clone());
+                    match &spec.window_name {
+                        Some(base) => wanted = lower(&base.value),
+                        None => return (specs, true),
+                    }
+                }
+            }
+        }
+        (specs, false)
+    }
+
     /// Adds `src` to the select item being resolved and to the query's reads.
     fn record(&mut self, src: &Src) {
         if let Some(top) = self.sinks.last_mut() {
@@ -1424,6 +1469,22 @@ struct Walker<'w, 'f> {
     ignore: HashSet<usize>,
 }
 
+impl Walker<'_, '_> {
+    /// Resolves the definition of the named window `name` (and of those it builds on) where a
+    /// window function uses it, so its partitioning and ordering feed that function's select
+    /// item exactly as an inline `OVER (PARTITION BY … ORDER BY …)` does. A window the `SELECT`
+    /// does not define makes the item uncertain.
+    fn window(&mut self, name: &Ident) {
+        let (specs, defined) = self.an.named_window(name);
+        for spec in &specs {
+            self.an.walk(spec, self.frame);
+        }
+        if !defined {
+            self.an.record(&Src::uncertain());
+        }
+    }
+}
+
 impl Visitor for Walker<'_, '_> {
     type Break = ();
 
@@ -1488,6 +1549,11 @@ impl Visitor for Walker<'_, '_> {
             }
             Expr::Lambda(l) => self.params.push(l.params.iter().map(|p| lower(&p.name.value)).collect()),
             Expr::Function(f) => {
+                // `OVER w` and `OVER (w ORDER BY …)` read the named window as `OVER (…)` would;
+                // the inline part, if any, is walked below like any other expression.
+                if let Some(WindowType::NamedWindow(name) | WindowType::WindowSpec(WindowSpec { window_name: Some(name), .. })) = &f.over {
+                    self.window(name);
+                }
                 let fname = f.name.0.last().and_then(|p| p.as_ident()).map(|i| lower(&i.value)).unwrap_or_default();
                 if fname == "columns" {
                     // DuckDB's `COLUMNS(…)`: columns chosen by a pattern or a lambda.
@@ -1718,7 +1784,7 @@ mod tests {
             cols,
             [
                 "id <- raw.orders.id",
-                "region <- raw.customers.id, raw.customers.region, raw.orders.customer_id",
+                "region <- raw.customers.region",
                 "next_at <- raw.orders.customer_id, raw.orders.ordered_at",
                 "a <- raw.orders.amount_cents",
                 "doubled <- raw.orders.amount_cents",
@@ -1732,6 +1798,71 @@ mod tests {
             cols,
             ["j <- raw.customers.id, raw.customers.name, raw.customers.region", "h <- raw.customers.id, raw.customers.name, raw.customers.region"]
         );
+    }
+
+    #[test]
+    fn a_named_window_is_read_like_the_same_window_written_inline() {
+        let inline = "SELECT lead(ordered_at) OVER (PARTITION BY customer_id ORDER BY ordered_at) AS next_at FROM raw.orders";
+        let want = ["next_at <- raw.orders.customer_id, raw.orders.ordered_at"];
+        assert_eq!(lineage(inline).0, want);
+        for named in [
+            "SELECT lead(ordered_at) OVER w AS next_at FROM raw.orders WINDOW w AS (PARTITION BY customer_id ORDER BY ordered_at)",
+            // Case-insensitive, like DuckDB's identifiers.
+            "SELECT lead(ordered_at) OVER W AS next_at FROM raw.orders WINDOW w AS (PARTITION BY customer_id ORDER BY ordered_at)",
+            // A window defined from another, and an inline window building on a named one.
+            "SELECT lead(ordered_at) OVER w2 AS next_at FROM raw.orders WINDOW w AS (PARTITION BY customer_id), w2 AS (w ORDER BY ordered_at)",
+            "SELECT lead(ordered_at) OVER (w ORDER BY ordered_at) AS next_at FROM raw.orders WINDOW w AS (PARTITION BY customer_id)",
+        ] {
+            assert_eq!(lineage(named).0, want, "{named}");
+        }
+        // Only the item using the window reads it; the window's columns stay reads of the query.
+        let (cols, l) = lineage("SELECT id, sum(amount_cents) OVER w AS running FROM raw.orders WINDOW w AS (PARTITION BY customer_id ORDER BY ordered_at)");
+        assert_eq!(cols, ["id <- raw.orders.id", "running <- raw.orders.amount_cents, raw.orders.customer_id, raw.orders.ordered_at"]);
+        assert_eq!(reads(&l), ["raw.orders.amount_cents", "raw.orders.customer_id", "raw.orders.id", "raw.orders.ordered_at"]);
+        // A window the query does not define (the engine refuses it): not certain.
+        assert_eq!(lineage("SELECT sum(amount_cents) OVER nope AS s FROM raw.orders").0, ["s <- raw.orders.amount_cents, ?"]);
+    }
+
+    #[test]
+    fn a_subquerys_filters_joins_and_orderings_are_reads_not_sources() {
+        // As at the top level, the columns a subquery filters, joins or orders on decide which
+        // rows its value comes from, not where the value comes from.
+        let top = "SELECT r.label FROM raw.orders AS o JOIN raw.customers AS c ON c.id = o.customer_id JOIN core.regions AS r ON r.region = c.region";
+        assert_eq!(lineage(top).0, ["label <- core.regions.label"]);
+        let (cols, l) = lineage(
+            "SELECT o.id,
+                    (SELECT max(c.name) FROM raw.customers AS c WHERE c.id = o.customer_id) AS name,
+                    (SELECT r.label FROM raw.customers AS c JOIN core.regions AS r ON r.region = c.region
+                     WHERE c.id = o.customer_id GROUP BY r.label HAVING count(*) > 0 ORDER BY min(c.name) LIMIT 1) AS label,
+                    CASE WHEN EXISTS (SELECT 1 FROM raw.customers AS c WHERE c.id = o.customer_id) THEN 'known' END AS known,
+                    amount_cents IN (SELECT id FROM raw.customers WHERE region = 'x') AS hit
+             FROM raw.orders AS o",
+        );
+        assert_eq!(
+            cols,
+            [
+                "id <- raw.orders.id",
+                "name <- raw.customers.name",
+                "label <- core.regions.label",
+                "known <- ",
+                "hit <- raw.customers.id, raw.orders.amount_cents",
+            ]
+        );
+        // Still read (what `plan`'s column impact and `--downstream`'s "also read by" use).
+        assert_eq!(
+            reads(&l),
+            [
+                "core.regions.label",
+                "core.regions.region",
+                "raw.customers.id",
+                "raw.customers.name",
+                "raw.customers.region",
+                "raw.orders.amount_cents",
+                "raw.orders.customer_id",
+                "raw.orders.id"
+            ]
+        );
+        assert!(l.reads_certain);
     }
 
     #[test]

@@ -1073,3 +1073,107 @@ fn a_deleted_s3_interval_object_fails_naming_it_and_restate_then_run_recomputes_
     }
     assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
 }
+
+/// A parquet project (`.sql` models, `[lake] path = "lake"`) whose `s.a` computed the days
+/// 2026-01-01 to 03 and then had its `end` moved to 2026-01-03 (a metadata change: the same
+/// version, its day 2026-01-03 now outside the bounds, still served); with the version's
+/// fingerprint.
+fn narrowed_lake_project() -> (Project, String) {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("[lake]\npath = \"lake\"\n").replace("models/**/*.lua", "models/**/*.sql"));
+    let model = |end: &str| {
+        format!(
+            "-- name: s.a\n-- kind: incremental_by_time_range(time_column = ts, start = 2026-01-01, end = {end}, grain = day)\n-- target: parquet\n-- schema: ts timestamp, v bigint\n\
+             SELECT ts, 1::bigint AS v FROM (SELECT range AS ts FROM range(@start_ts::timestamp, @end_ts::timestamp, INTERVAL 1 HOUR))\n"
+        )
+    };
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/a.sql", &model("2026-01-04"));
+    let v = p.apply("dev");
+    let fp = action(&v, "s.a")["fingerprint"].as_str().expect("fingerprint").to_string();
+    p.write("models/a.sql", &model("2026-01-03"));
+    let narrowed = p.apply("dev");
+    assert_eq!(action(&narrowed, "s.a")["change"], "metadata", "{narrowed:#}");
+    assert_eq!(action(&narrowed, "s.a")["fingerprint"], fp.as_str(), "{narrowed:#}");
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02", "2026-01-03"]);
+    assert_eq!(served_days(&p), ["2026-01-01", "2026-01-02", "2026-01-03"], "the day outside the bounds is still served");
+    (p, fp)
+}
+
+/// The days `s.a`'s version `fp` holds done in its ledger.
+fn done_days_of(p: &Project, fp: &str) -> Vec<String> {
+    p.state().done_intervals("s.a", fp).expect("ledger").into_iter().map(|s| efmesh::core::interval::to_iso(s)[..10].to_string()).collect()
+}
+
+/// The days `dev`'s view of `s.a` serves rows of (24 each).
+fn served_days(p: &Project) -> Vec<String> {
+    let rows = p.query(&format!("SELECT CAST(CAST(ts AS DATE) AS VARCHAR), count(*) FROM {} GROUP BY 1 ORDER BY 1", env_view("dev", "s.a")));
+    rows.into_iter()
+        .map(|r| {
+            assert_eq!(r[1].as_deref(), Some("24"), "{r:?}");
+            r[0].clone().expect("day")
+        })
+        .collect()
+}
+
+/// The lake directory and the DuckDB file lost (the state kept) after `end` moved earlier: the
+/// done day now outside the bounds lost its file, and no plan under these bounds recomputes it.
+/// Every apply used to refuse it forever ("the lake file … of this done interval is missing",
+/// its hint to apply the plan first unfollowable): the repair forgets it instead — cleared from
+/// the ledger, no longer served — and recomputes the days inside the bounds; the plan, `status
+/// --check` and the apply agree, and the next plan has no changes.
+#[test]
+fn a_lost_lake_with_done_intervals_outside_the_bounds_forgets_them_instead_of_wedging_apply() {
+    let (p, fp) = narrowed_lake_project();
+    fs_err::remove_dir_all(p.root().join("lake")).unwrap();
+    p.remove("efmesh.duckdb");
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+
+    let status = p.run(&["status", "dev", "--check"]);
+    status.expect_code(1);
+    assert!(status.stdout.contains("1 done interval(s) outside its start/end lost their files: forgotten, not recomputed"), "{}", status.stdout);
+    let plan = p.plan("dev");
+    let a = action(&plan, "s.a");
+    assert_eq!(a["repair"]["lakeViewMissing"], true, "{a:#}");
+    assert_eq!(a["repair"]["lostOutsideBounds"]["intervals"], 1, "{a:#}");
+    assert_eq!(a["repair"]["lostOutsideBounds"]["range"]["start"], "2026-01-03T00:00:00.000Z", "{a:#}");
+    assert_eq!(a["intervals"], 2, "the two days inside the bounds are recomputed: {a:#}");
+    assert!(a.get("outsideBounds").is_none_or(Value::is_null), "the forgotten day is not said to be served: {a:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("1 done interval(s) outside its start/end lost their files: forgotten, not recomputed"), "{text}");
+
+    let applied = p.run(&["apply", "dev", "--yes"]);
+    applied.expect_code(0);
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02"], "the lost day outside the bounds is no longer done");
+    assert_eq!(served_days(&p), ["2026-01-01", "2026-01-02"], "the view serves exactly the days inside the bounds");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+}
+
+/// Only the file of the done day outside the bounds deleted (the view and the other files
+/// intact): the plan says it is forgotten, not recomputed (nothing to backfill), and the apply
+/// clears it from the ledger; the view serves the days inside the bounds.
+#[test]
+fn a_lake_file_lost_only_outside_the_bounds_is_forgotten_not_recomputed() {
+    let (p, fp) = narrowed_lake_project();
+    let dir = p.root().join("lake").join("s__a").join(&fp);
+    std::fs::remove_file(dir.join("2026-01-03.parquet")).unwrap();
+
+    let plan = p.plan("dev");
+    let a = action(&plan, "s.a");
+    assert_eq!(a["repair"]["lakeFilesMissing"], true, "{a:#}");
+    assert_eq!(a["repair"]["lostOutsideBounds"]["intervals"], 1, "{a:#}");
+    assert_eq!(a["intervals"], 0, "nothing inside the bounds lost its file: {a:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("forgotten, not recomputed"), "{text}");
+    assert!(!text.contains("missing: recompute"), "{text}");
+
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02"]);
+    assert!(p.state().failed_intervals("s.a", &fp).expect("ledger").is_empty(), "forgotten, not failed");
+    assert_eq!(served_days(&p), ["2026-01-01", "2026-01-02"]);
+    let manifest: Value = serde_json::from_str(&fs_err::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["files"], serde_json::json!(["2026-01-01.parquet", "2026-01-02.parquet"]));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
