@@ -394,8 +394,8 @@ fn stamp_epoch(state: &dyn StateStore, engine: &mut dyn Engine, opened: i64, duc
 /// opening): when another writer was issued an epoch since (the issued counter is no longer
 /// `opened`) and this database does not hold it (a second writer of the same Postgres database
 /// stamps it there), the database may lack that writer's writes, and the store records one more
-/// than the stamp: the database is left behind, refused by the next plan (SPEC §4,
-/// invariant 63).
+/// than the stamp, before stamping it: the database is left behind, refused by the next plan
+/// (SPEC §4, invariant 63), even when the command is killed between the two.
 ///
 /// # Errors
 /// The state store's reads or writes, or the engine's or the catalog's stamp.
@@ -405,6 +405,12 @@ fn raise_epoch(state: &dyn StateStore, engine: &mut dyn Engine, found: i64, open
     let epoch = crate::engine::epoch::stamp(engine, &store_id, found, |held| -> Result<i64, ApplyError> {
         let issued = state.issue_epoch(held)?;
         others = opened.is_some_and(|o| issued.before != o && held < issued.before);
+        if others {
+            // Recorded before the stamp: this database must end behind the store, and a kill
+            // between the two (or a failed record) must not leave it stamped past the store's
+            // epoch, as current, while the other writer has already closed.
+            state.record_engine_epoch(issued.epoch + 1, None)?;
+        }
         Ok(issued.epoch)
     })?;
     if ducklake {

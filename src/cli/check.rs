@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::core::fragment::CanonicalResolver;
 use crate::core::{LoadError, Location, Model, ModelName};
 use crate::project::Project;
+use crate::sql::canon::SqlError;
 use crate::sql::lineage::{self, ColumnProblem};
 use crate::sql::lint::{self, Lint};
 use anyhow::Result;
@@ -318,7 +319,7 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
         // sqlparser cannot parse it: the engine's own parser decides, as `plan` does when it
         // fingerprints the model. A query the engine rejects too is an error (`plan` would stop
         // on it); one only the engine understands is left unchecked, with a warning.
-        Err(e) => match if engine_parse { crate::engine::dialect_for(&project.config).canonicalize(&sql).err() } else { None } {
+        Err(e) => match engine_error(project, query_grammar, &sql, &e, engine_parse) {
             Some(engine) => {
                 report.errors.push(Finding::from_load_error(LoadError::new(
                     Some(model.location_of_query_line(engine.line())),
@@ -332,6 +333,20 @@ fn check_model(project: &Project, model: &Model, report: &mut Report, engine_par
                 None
             }
         },
+    }
+}
+
+/// The engine parser's error for `sql`, which sqlparser could not read (failing with `e`);
+/// `None` when the engine reads it or `engine_parse` is off. On the Postgres grammar `e` is
+/// already libpg_query's error when it refused the query too (`lineage::analyze_in` asks it
+/// when sqlparser fails): it is kept, not parsed (nor its line searched for) a second time.
+fn engine_error(project: &Project, query_grammar: lineage::Grammar, sql: &str, e: &SqlError, engine_parse: bool) -> Option<SqlError> {
+    if !engine_parse {
+        None
+    } else if query_grammar == lineage::Grammar::Postgres && matches!(e, SqlError::Postgres { .. }) {
+        Some(e.clone())
+    } else {
+        crate::engine::dialect_for(&project.config).canonicalize(sql).err()
     }
 }
 

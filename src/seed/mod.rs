@@ -15,7 +15,10 @@
 //! declared columns (in any order; a missing or an extra column is an error naming it); an
 //! unquoted empty field is NULL, a quoted empty field (`""`) is the empty string; an unquoted
 //! field equal to one of the seed's `null_markers` (e.g. `NA`) is NULL, while a quoted one
-//! (`"NA"`) stays text. Every record must have as many fields as the header.
+//! (`"NA"`) stays text. Every record must have as many fields as the header. A quoted field ends
+//! at its closing quote: text after it (`"x" `, `"5"" screen"x`), which the `csv` crate would
+//! append to the value, is refused naming the row, the column, and the line and character where
+//! the text starts.
 //!
 //! JSON rules: an array of objects, or objects one after another (newline-delimited JSON). Keys
 //! must be declared columns; a declared column missing from an object is NULL in that row (but a
@@ -25,7 +28,10 @@
 //!
 //! Rows are numbered the way a spreadsheet user counts them: in a CSV file the header is row 1
 //! and the first record row 2; in a JSON file the first object is row 1. Messages add the line
-//! when it differs from the row (quoted line breaks, blank lines, JSON spread over lines).
+//! when it differs from the row (quoted line breaks, blank lines, JSON spread over lines). A CSV
+//! row's line is the file line where its record starts, counted from the bytes (`\n`, `\r\n` and
+//! a lone `\r` each end a line), not the `csv` crate's count, which is off after `\r\n`
+//! terminators and blank lines.
 
 use crate::core::error::did_you_mean;
 use crate::core::json::Json;
@@ -149,14 +155,21 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).delimiter(delimiter).from_reader(data);
     let mut record = csv::ByteRecord::new();
     let mut errors = Vec::new();
+    let mut lines = Lines::new(data);
 
-    // The header.
+    // The header (the reader skips blank lines before it).
     match reader.read_byte_record(&mut record) {
         Ok(true) => {}
         Ok(false) => return Err(vec![SeedError::at(None, None, "the file is empty: a CSV seed starts with a header row naming its columns")]),
-        Err(e) => return Err(vec![csv_error(&e)]),
+        Err(e) => return Err(vec![csv_error(&e, &mut lines)]),
     }
-    let header_place = Some(Place { row: 1, line: 1 });
+    let header_begin = lines.record_start(record.position().map_or(0, |p| p.byte() as usize));
+    let header_place = Some(Place { row: 1, line: lines.line_of(header_begin) });
+    let header_raw = data.get(header_begin..(reader.position().byte() as usize).min(data.len())).unwrap_or_default();
+    if let Some((field, at)) = quoted_fields(header_raw, record.len(), delimiter).trailing {
+        let what = text_after_quote(data, header_begin + at, delimiter, &mut lines);
+        return Err(vec![SeedError::at(header_place, None, format!("header field {}: {what}", field + 1))]);
+    }
     let mut header = Vec::with_capacity(record.len());
     for (i, field) in record.iter().enumerate() {
         match std::str::from_utf8(field) {
@@ -194,18 +207,26 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
     let index: Vec<usize> = schema.names().map(|n| header.iter().position(|h| h == n).expect("checked above")).collect();
 
     let mut out = SeedRows::default();
+    // The header is row 1; every record (a blank line is none) is the next row.
+    let mut row = 1u64;
     loop {
         let start = reader.position().clone();
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                errors.push(csv_error(&e));
+                errors.push(csv_error(&e, &mut lines));
                 break;
             }
         }
+        row += 1;
         let pos = record.position().cloned().unwrap_or(start);
-        let place = Place { row: pos.record() + 1, line: pos.line() };
+        // The reading began where the previous record's terminator did (the `\n` of a `\r\n`
+        // may still be ahead, and blank lines are skipped): the record starts past them. Its
+        // line is counted from the file's bytes, not taken from the reader, whose count is off
+        // after a `\r\n` terminator and skips blank lines.
+        let begin = lines.record_start(pos.byte() as usize);
+        let place = Place { row, line: lines.line_of(begin) };
         if record.len() != header.len() {
             errors.push(SeedError::at(
                 Some(place),
@@ -218,11 +239,8 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
             continue;
         }
         let end = reader.position().byte() as usize;
-        let raw = data.get(pos.byte() as usize..end.min(data.len())).unwrap_or_default();
-        // After a CRLF terminator the record's recorded start may still be on the `\n` (and
-        // blank lines are skipped): a record never starts with a line break.
-        let raw = &raw[raw.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()..];
-        let (quoted, unclosed) = quoted_fields(raw, record.len(), delimiter);
+        let raw = data.get(begin..end.min(data.len())).unwrap_or_default();
+        let Quoting { quoted, unclosed, trailing } = quoted_fields(raw, record.len(), delimiter);
         // The CSV reader takes a quote never closed as running to the end of the file (every
         // row after it one value): refused, naming where it opens.
         if let Some(field) = unclosed {
@@ -233,6 +251,16 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
                 "a quoted value is never closed: its opening quote runs to the end of the file (add the closing `\"`, or double a quote inside a value: `\"\"`)",
             ));
             break;
+        }
+        // The CSV reader appends text after a closing quote to the value (`"x" ` is `x `);
+        // RFC 4180 has no such field, and other readers (DuckDB) read it otherwise: refused.
+        if let Some((field, at)) = trailing {
+            let column = header.get(field).map(String::as_str);
+            errors.push(SeedError::at(Some(place), column, text_after_quote(data, begin + at, delimiter, &mut lines)));
+            if errors.len() >= MAX_ERRORS {
+                break;
+            }
+            continue;
         }
         let mut values = Vec::with_capacity(index.len());
         for (col, &i) in schema.names().zip(&index) {
@@ -256,14 +284,29 @@ fn read_csv(data: &[u8], seed: &Seed, schema: &Schema) -> Result<SeedRows, Vec<S
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
-/// Which of the first `n` fields of one raw CSV record (as in the file, terminator included)
-/// begin with a quote. The `csv` crate unescapes fields but does not say whether a field was
-/// quoted, which is what separates `""` (empty text) from an empty field (NULL). Quoting only
-/// counts at the start of a field (RFC 4180), as in the `csv` crate: a quote inside an unquoted
-/// field is literal, and text after a closing quote continues the field.
-fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> (Vec<bool>, Option<usize>) {
+/// How the fields of one raw CSV record are quoted ([`quoted_fields`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Quoting {
+    /// Whether each field begins with a quote.
+    quoted: Vec<bool>,
+    /// The first field whose opening quote is never closed.
+    unclosed: Option<usize>,
+    /// The first field with text after its closing quote (`"x"y`), and the offset of that text
+    /// in the record.
+    trailing: Option<(usize, usize)>,
+}
+
+/// Which of the first `n` fields of one raw CSV record (as in the file, from its first byte,
+/// terminator included) begin with a quote. The `csv` crate unescapes fields but does not say
+/// whether a field was quoted, which is what separates `""` (empty text) from an empty field
+/// (NULL). Quoting only counts at the start of a field (RFC 4180), as in the `csv` crate: a
+/// quote inside an unquoted field is literal. Text after a closing quote, which the `csv` crate
+/// appends to the value, is reported (`trailing`); the scan then goes on, as the crate does, to
+/// the next delimiter.
+fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> Quoting {
     let mut out = Vec::with_capacity(n);
     let mut unclosed = None;
+    let mut trailing = None;
     let mut i = 0;
     for field in 0..n {
         let quoted = raw.get(i) == Some(&b'"');
@@ -287,17 +330,77 @@ fn quoted_fields(raw: &[u8], n: usize, delimiter: u8) -> (Vec<bool>, Option<usiz
             if !closed && unclosed.is_none() {
                 unclosed = Some(field);
             }
+            if closed && trailing.is_none() && i < raw.len() && raw[i] != delimiter && raw[i] != b'\n' && raw[i] != b'\r' {
+                trailing = Some((field, i));
+            }
         }
         while i < raw.len() && raw[i] != delimiter && raw[i] != b'\n' && raw[i] != b'\r' {
             i += 1;
         }
         i += 1;
     }
-    (out, unclosed)
+    Quoting { quoted: out, unclosed, trailing }
 }
 
-fn csv_error(e: &csv::Error) -> SeedError {
-    let place = e.position().map(|p| Place { row: p.record() + 1, line: p.line() });
+/// The message for text after a closing quote starting at byte `at` of `data`: the text (up to
+/// the next delimiter or line break) and the line and character where it starts.
+fn text_after_quote(data: &[u8], at: usize, delimiter: u8, lines: &mut Lines<'_>) -> String {
+    let at = at.min(data.len());
+    let rest = &data[at..];
+    let text = &rest[..rest.iter().position(|b| *b == delimiter || matches!(b, b'\n' | b'\r')).unwrap_or(rest.len())];
+    let text = String::from_utf8_lossy(text);
+    let shown: String = text.chars().take(20).collect();
+    let more = if shown.len() < text.len() { "…" } else { "" };
+    let line_start = data[..at].iter().rposition(|b| matches!(b, b'\n' | b'\r')).map_or(0, |p| p + 1);
+    // Characters, not bytes: a UTF-8 continuation byte starts none.
+    let character = data[line_start..at].iter().filter(|b| (**b & 0xC0) != 0x80).count() + 1;
+    let line = lines.line_of(at);
+    format!(
+        "text after the closing quote of a quoted value ({shown:?}{more} at line {line}, character {character}): RFC 4180 allows only the delimiter or a line break there; quote the whole value and double each quote inside it (`\"5\"\" screen\"`)"
+    )
+}
+
+/// The 1-based lines of a CSV file's bytes (after the byte-order mark), counted as the `csv`
+/// crate ends lines: `\n`, `\r\n` (one break) and a lone `\r`; line breaks inside quoted
+/// values count too (they are lines of the file). Offsets asked for mostly grow, so counting
+/// resumes where it stopped.
+struct Lines<'a> {
+    data: &'a [u8],
+    /// The offset counted up to and the line it is on.
+    at: (usize, u64),
+}
+
+impl<'a> Lines<'a> {
+    /// Counting from the start of `data`.
+    fn new(data: &'a [u8]) -> Self {
+        Self { data, at: (0, 1) }
+    }
+
+    /// Where a record whose reading began at byte `from` starts: past the line breaks the
+    /// reader skips first (the `\n` of the previous record's `\r\n`, blank lines). A record
+    /// never starts with a line break.
+    fn record_start(&self, from: usize) -> usize {
+        let from = from.min(self.data.len());
+        from + self.data[from..].iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()
+    }
+
+    /// The 1-based line holding byte `offset`.
+    fn line_of(&mut self, offset: usize) -> u64 {
+        let offset = offset.min(self.data.len());
+        let (from, line) = if offset >= self.at.0 { self.at } else { (0, 1) };
+        let data = self.data;
+        // A `\r` followed by `\n` is counted at the `\n`, also when the `\n` is past `offset`.
+        let breaks = (from..offset).filter(|&i| data[i] == b'\n' || (data[i] == b'\r' && data.get(i + 1) != Some(&b'\n'))).count();
+        self.at = (offset, line + breaks as u64);
+        self.at.1
+    }
+}
+
+fn csv_error(e: &csv::Error, lines: &mut Lines<'_>) -> SeedError {
+    let place = e.position().map(|p| {
+        let begin = lines.record_start(p.byte() as usize);
+        Place { row: p.record() + 1, line: lines.line_of(begin) }
+    });
     let message = match e.kind() {
         csv::ErrorKind::Utf8 { err, .. } => format!("field {} is not valid UTF-8", err.field() + 1),
         _ => e.to_string(),
@@ -557,10 +660,92 @@ mod tests {
 
     #[test]
     fn the_quote_scanner_follows_rfc_4180() {
-        assert_eq!(quoted_fields(b"\"a,\"\"b\",,\"\"\n", 3, b','), (vec![true, false, true], None));
-        assert_eq!(quoted_fields(b"x\"y,\"z\"w,\r\n", 3, b','), (vec![false, true, false], None));
-        assert_eq!(quoted_fields(b"\"multi\nline\",\"\"", 2, b','), (vec![true, true], None));
-        assert_eq!(quoted_fields(b"1,\"open\n2,b\n", 2, b','), (vec![false, true], Some(1)));
+        let q = |quoted: Vec<bool>, unclosed, trailing| Quoting { quoted, unclosed, trailing };
+        assert_eq!(quoted_fields(b"\"a,\"\"b\",,\"\"\n", 3, b','), q(vec![true, false, true], None, None));
+        // Text after a closing quote is found where it starts (`w`, byte 7), the field boundaries
+        // stay the `csv` crate's.
+        assert_eq!(quoted_fields(b"x\"y,\"z\"w,\r\n", 3, b','), q(vec![false, true, false], None, Some((1, 7))));
+        assert_eq!(quoted_fields(b"\"multi\nline\",\"\"", 2, b','), q(vec![true, true], None, None));
+        assert_eq!(quoted_fields(b"1,\"open\n2,b\n", 2, b','), q(vec![false, true], Some(1), None));
+        assert_eq!(quoted_fields(b"\"a\"\r\n", 1, b','), q(vec![true], None, None));
+        assert_eq!(quoted_fields(b"\"a\";b", 2, b';'), q(vec![true, false], None, None));
+    }
+
+    fn places(rows: &SeedRows) -> Vec<(u64, u64)> {
+        rows.rows.iter().map(|(p, _)| (p.row, p.line)).collect()
+    }
+
+    #[test]
+    fn lines_are_the_file_lines_with_crlf_blank_lines_quoted_breaks_and_a_bom() {
+        let cols = ["code", "beds"];
+        // LF: row and line agree, no line shown.
+        let rows = csv("code,beds\nA,1\nB,2\nX,zz\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 3), (4, 4)]);
+        assert_eq!(rows.rows[2].0.to_string(), "row 4");
+        // CRLF: the same (the reader alone said `row 4 (line 3)`).
+        let rows = csv("code,beds\r\nA,1\r\nB,2\r\nX,zz\r\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 3), (4, 4)]);
+        assert_eq!(rows.rows[2].0.to_string(), "row 4");
+        // Blank lines are no rows but are lines, with LF or CRLF.
+        let rows = csv("code,beds\nA,1\n\n\n\nX,zz\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 6)]);
+        assert_eq!(rows.rows[1].0.to_string(), "row 3 (line 6)");
+        let rows = csv("code,beds\r\nA,1\r\n\r\n\r\nX,zz\r\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 5)]);
+        // A quoted line break, LF or CRLF: the next record is a line further.
+        let rows = csv("code,beds\r\n\"multi\r\nline\",1\r\nX,zz\r\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 4)]);
+        assert_eq!(rows.rows[1].0.to_string(), "row 3 (line 4)");
+        assert_eq!(values(&rows)[0], vec![Some("multi\r\nline"), Some("1")]);
+        let rows = csv("code,beds\n\"a\n\nb\",1\nX,zz", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 5)]);
+        // A lone `\r` ends a line, as the reader takes it.
+        let rows = csv("code,beds\rA,1\r\rX,zz\r", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 2), (3, 4)]);
+        // A byte-order mark and blank lines before the header.
+        let rows = csv("\u{feff}\r\n\r\ncode,beds\r\nA,1\r\n", &cols, &[]).unwrap();
+        assert_eq!(places(&rows), vec![(2, 4)]);
+        let errs = csv("\u{feff}\n\ncode,bedz\nA,1\n", &cols, &[]).unwrap_err();
+        assert!(errs[0].to_string().starts_with("row 1 (line 3): the header lacks declared column `beds`"), "{errs:?}");
+        // Structural errors carry the same place.
+        let errs = csv("code,beds\r\nA,1\r\n\r\nX\r\n", &cols, &[]).unwrap_err();
+        assert_eq!(errs[0].to_string(), "row 3 (line 4): the row has 1 field, the header has 2");
+    }
+
+    #[test]
+    fn text_after_a_closing_quote_is_refused_at_its_row_line_and_column() {
+        let cols = ["code", "name"];
+        let errs = csv("code,name\nA,\"5\"\" screen\"x\nB,\"x\" \n", &cols, &[]).unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].starts_with("row 2, column `name`: text after the closing quote of a quoted value (\"x\" at line 2, character 15)"), "{text:?}");
+        assert!(text[1].starts_with("row 3, column `name`: text after the closing quote of a quoted value (\" \" at line 3, character 6)"), "{text:?}");
+        // After a quoted line break, with CRLF: the line and character of the text itself.
+        let errs = csv("code,name\r\n\"é\r\nz\"y,1\r\n", &cols, &[]).unwrap_err();
+        assert!(
+            errs[0].to_string().starts_with("row 2, column `code`: text after the closing quote of a quoted value (\"y\" at line 3, character 3)"),
+            "{errs:?}"
+        );
+        // In the header too.
+        let errs = csv("\"code\"x,name\n", &cols, &[]).unwrap_err();
+        assert!(errs[0].to_string().starts_with("row 1: header field 1: text after the closing quote"), "{errs:?}");
+    }
+
+    #[test]
+    fn valid_quoting_still_loads() {
+        let rows =
+            csv("code,name\r\n\"a,b\",\"say \"\"hi\"\"\"\r\n\"multi\nline\",\"\"\r\n\"\"\"\",\"x\"\r\nplain,\"5\"\" screen\"\r\n", &["code", "name"], &[])
+                .unwrap();
+        assert_eq!(
+            values(&rows),
+            vec![
+                vec![Some("a,b"), Some("say \"hi\"")],
+                vec![Some("multi\nline"), Some("")],
+                vec![Some("\""), Some("x")],
+                vec![Some("plain"), Some("5\" screen")],
+            ]
+        );
+        assert_eq!(places(&rows), vec![(2, 2), (3, 3), (4, 5), (5, 6)]);
     }
 
     #[test]

@@ -77,43 +77,94 @@ fn line_of(text: &str, offset: usize) -> u64 {
     before.matches('\n').count() as u64 + 1
 }
 
+/// The scanner tokens Postgres's parser reads with one token of look-ahead (`NOT IN`, `NULLS
+/// FIRST`, `WITH TIME`, `WITHOUT TIME`, `FORMAT JSON`, `U&"…" UESCAPE '…'`): a prefix of the
+/// text ending at one of them may be read as another token than in the whole text.
+const LOOK_AHEAD: [pg_query::protobuf::Token; 8] = [
+    pg_query::protobuf::Token::Not,
+    pg_query::protobuf::Token::NullsP,
+    pg_query::protobuf::Token::With,
+    pg_query::protobuf::Token::Without,
+    pg_query::protobuf::Token::Format,
+    pg_query::protobuf::Token::Uident,
+    pg_query::protobuf::Token::Usconst,
+    pg_query::protobuf::Token::Uescape,
+];
+
+/// The token text of a libpg_query message `… at or near "X"` (X as the text spells it).
+fn near_text(message: &str) -> Option<&str> {
+    message.split_once(" at or near \"")?.1.strip_suffix('"')
+}
+
 /// The 1-based line of `text` where libpg_query stopped with `message` (the `pg_query` crate
-/// drops libpg_query's error cursor, so it is found from the parser itself): for an error at
-/// the end of input, the line of the last token; otherwise the line of the first token whose
-/// prefix of `text` (up to and with that token) fails other than at its end. Postgres's LR
-/// parser stops at the first token that cannot continue a valid prefix, so every shorter prefix
-/// parses or fails at its end, and every longer one fails at or before that token: a binary
-/// search over the tokens finds it (a few parses, on the error path only). The token found must
-/// fail with `message` itself (the lexer's look-ahead — `NULLS FIRST`, `NOT IN` — can make a
-/// shorter prefix fail where the whole text does not): otherwise no line rather than a wrong
-/// one. Comments are not tokens here. `None` when the text cannot be scanned or no token is
-/// confirmed.
+/// drops libpg_query's error cursor, so it is found from the scanner and the parser itself).
+///
+/// - `… at end of input`: the line of the last token (comments are not tokens).
+/// - `… at or near "X"`: the error is at a token whose text is X (compared ignoring ASCII
+///   case). When exactly one token of the text is X, its line, without parsing anything.
+///   Otherwise the parser decides between the X tokens. A prefix of the text ending at a token
+///   Postgres does not read with look-ahead ([`LOOK_AHEAD`]; or the last token) is read as the
+///   whole text reads it, so it fails "at or near" something exactly when it reaches the
+///   error token, and then with `message` itself. A binary search over the X tokens (a few
+///   parses) picks such a prefix end; it is kept only when verified: the prefix up to it fails
+///   with `message`, the one up to the previous such end does not, and exactly one X token
+///   lies between the two. Prefixes ending at a look-ahead token are never asked: they do not
+///   fail monotonically (`x NOT` fails where `x NOT IN (1)` parses), which once gave the line
+///   of an earlier `NOT`.
+///
+/// `None` — no line rather than a wrong one — for any other message, a text that cannot be
+/// scanned, and an error token that cannot be verified (two X tokens with only look-ahead
+/// tokens between them).
 fn error_line(text: &str, message: &str) -> Option<u64> {
-    let comments = [pg_query::protobuf::Token::SqlComment as i32, pg_query::protobuf::Token::CComment as i32];
-    let tokens: Vec<pg_query::protobuf::ScanToken> = pg_query::scan_tokens(text).ok()?.into_iter().filter(|t| !comments.contains(&t.token)).collect();
-    let at_end = |m: &str| m.contains("at end of input");
-    if at_end(message) {
-        return Some(line_of(text, usize::try_from(tokens.last()?.start).ok()?));
+    use pg_query::protobuf::{ScanToken, Token};
+    let comments = [Token::SqlComment as i32, Token::CComment as i32];
+    let tokens: Vec<ScanToken> = pg_query::scan_tokens(text).ok()?.into_iter().filter(|t| !comments.contains(&t.token)).collect();
+    let line_at = |i: usize| -> Option<u64> { Some(line_of(text, usize::try_from(tokens.get(i)?.start).ok()?)) };
+    if message.contains("at end of input") {
+        return line_at(tokens.len().checked_sub(1)?);
     }
-    // The message of the prefix ending with token `k`, when it fails other than at its end.
-    let failure = |k: usize| -> Option<String> {
-        let end = usize::try_from(tokens[k].end).ok()?;
+    let near = near_text(message)?;
+    let is_near = |t: &ScanToken| {
+        let (Ok(start), Ok(end)) = (usize::try_from(t.start), usize::try_from(t.end)) else { return false };
+        text.get(start..end).is_some_and(|s| s.eq_ignore_ascii_case(near))
+    };
+    let candidates: Vec<usize> = (0..tokens.len()).filter(|&i| is_near(&tokens[i])).collect();
+    if let [only] = candidates.as_slice() {
+        return line_at(*only);
+    }
+    // The token indexes a prefix may end at: read as in the whole text.
+    let ends: Vec<usize> = (0..tokens.len()).filter(|&i| i + 1 == tokens.len() || !LOOK_AHEAD.iter().any(|&k| k as i32 == tokens[i].token)).collect();
+    // The position in `ends` of the first end at or after token `i`.
+    let end_from = |i: usize| ends.partition_point(|&e| e < i);
+    // The message of the prefix ending at `ends[j]` when it fails at or near a token.
+    let failure = |j: usize| -> Option<String> {
+        let end = usize::try_from(tokens.get(*ends.get(j)?)?.end).ok()?;
         match pg_query::parse(text.get(..end)?, 0) {
-            Err(e) => Some(parse_message(&e)).filter(|m| !at_end(m.as_str())),
+            Err(e) => Some(parse_message(&e)).filter(|m| near_text(m).is_some()),
             Ok(_) => None,
         }
     };
-    let (mut low, mut high) = (0, tokens.len());
+    let (mut low, mut high) = (0, candidates.len());
     while low < high {
         let mid = low + (high - low) / 2;
-        if failure(mid).is_some() {
+        if failure(end_from(candidates[mid])).is_some() {
             high = mid;
         } else {
             low = mid + 1;
         }
     }
-    let token = tokens.get(low)?;
-    (failure(low).as_deref() == Some(message)).then(|| line_of(text, usize::try_from(token.start).unwrap_or(0)))
+    let j = end_from(*candidates.get(low)?);
+    let verified = failure(j).as_deref() == Some(message) && (j == 0 || failure(j - 1).is_none());
+    if !verified {
+        return None;
+    }
+    let after = if j == 0 { 0 } else { ends[j - 1] + 1 };
+    let last = *ends.get(j)?;
+    let mut between = candidates.iter().copied().filter(|c| (after..=last).contains(c));
+    match (between.next(), between.next()) {
+        (Some(only), None) => line_at(only),
+        _ => None,
+    }
 }
 
 /// The statement's node name as Postgres calls it (`DeleteStmt` → `DELETE`), for messages.
@@ -349,6 +400,49 @@ mod tests {
         assert_eq!(e.to_string(), "Postgres cannot parse SQL at line 3: syntax error at or near \"t\"");
         // A multi-byte character before the error moves no line.
         assert_eq!(line("SELECT 'ééé' AS a,\n  b\nFRM t\n"), Some(3));
+    }
+
+    /// Prefixes do not fail monotonically (`x NOT` fails where `x NOT IN (2)` parses): the
+    /// `NOT` of line 2 is never taken for the one of line 3 the parser stopped at, whatever the
+    /// padding before and after.
+    #[test]
+    fn a_parse_error_after_a_look_ahead_token_of_the_same_text_names_its_own_line() {
+        for pad in [0, 1, 3, 5, 6, 9] {
+            for order in [1, 7, 26, 40] {
+                let sql = format!(
+                    "SELECT 1 AS a FROM (SELECT 1 AS x) t WHERE x > 0{}\nAND x NOT IN (2)\nAND x = 1 NOT\nORDER BY 1{}",
+                    " AND x > 0".repeat(pad),
+                    ", 1".repeat(order)
+                );
+                let e = canonicalize(&sql).unwrap_err();
+                assert_eq!(e.line(), Some(3), "{pad} {order}: {e:?}");
+                assert_eq!(e.to_string(), "Postgres cannot parse SQL at line 3: syntax error at or near \"NOT\"");
+            }
+        }
+        // Two `NOT`s, the error at the last token: found by the parser, at its own line.
+        let e = canonicalize("SELECT a FROM t\nWHERE a NOT IN (1)\n  AND b NOT\n").unwrap_err();
+        assert_eq!(e.line(), Some(3), "{e:?}");
+    }
+
+    /// The only token whose text is the message's `at or near "X"` is the error's, without
+    /// parsing (here the text even parses: no search could place it); compared ignoring case.
+    #[test]
+    fn a_single_token_of_the_messages_text_is_the_error_line() {
+        assert_eq!(error_line("SELECT a\nFROM t", "syntax error at or near \"t\""), Some(2));
+        assert_eq!(error_line("SELECT a\nFROM t", "syntax error at or near \"FROM\""), Some(2));
+        assert_eq!(error_line("SELECT a\nFROM t", "syntax error at or near \"nowhere\""), None);
+        assert_eq!(canonicalize("select a,\n  b,\nfrom t").unwrap_err().line(), Some(3));
+    }
+
+    /// Two tokens of the error's text with only look-ahead tokens between them cannot be told
+    /// apart: the right line or none, never the other one's.
+    #[test]
+    fn an_ambiguous_error_token_gives_its_line_or_none_never_another() {
+        let e = canonicalize("SELECT 1 FROM t\nWHERE x NOT\nNOT IN (1)").unwrap_err();
+        assert!(e.to_string().ends_with("syntax error at or near \"NOT\""), "{e}");
+        assert!(matches!(e.line(), None | Some(2)), "{e:?}");
+        // A message neither at a token nor at the end of input gives no line.
+        assert_eq!(error_line("SELECT a\nFROM t", "something else"), None);
     }
 
     #[test]

@@ -112,6 +112,28 @@ fn csv_externals_are_read_with_the_default_delimiter_and_skip_no_record() {
     assert!(r.stderr.contains("m.sum") || r.stderr.contains("raw.parts"), "{}", r.stderr);
 }
 
+/// The quote is RFC 4180's whatever the first rows hold: a file quoting nothing in the rows
+/// DuckDB samples (20 480) and quoting fields after them is read with `"` as the quote, so
+/// `"q"` is `q` and a quoted empty field is NULL (it was read with no quote at all: the quotes
+/// served as part of the values).
+#[test]
+fn a_csv_external_quoting_only_late_rows_is_read_with_the_rfc_quote() {
+    let p = Project::new();
+    let mut csv = String::from("k,n\n");
+    for i in 0..30_000 {
+        csv.push_str(&format!("r{i},{i}\n"));
+    }
+    csv.push_str("\"q, with a comma\",30000\n\"\",30001\n\"say \"\"hi\"\"\",30002\n");
+    p.write("data/late.csv", &csv);
+    write_models(&p, r#"path = "data/late.csv""#, r#"{ { "k", "varchar" }, { "n", "bigint" } }"#, "SELECT k, n FROM ]] .. ref(\"raw.parts\") .. [[");
+    p.apply("dev");
+    assert_eq!(
+        p.rows("\"dev__m\".\"sum\" WHERE n >= 30000 ORDER BY n"),
+        vec![vec![None, s("30001")], vec![s("q, with a comma"), s("30000")], vec![s("say \"hi\""), s("30002")]],
+        "(rows sorted: NULL first)"
+    );
+}
+
 #[test]
 fn csv_options_delimiter_and_headerless_files() {
     let p = Project::new();

@@ -504,3 +504,27 @@ fn a_seed_path_that_is_not_a_regular_file_is_a_load_error_not_a_hang() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("models/seed.lua") && stderr.contains("seeds.csv") && stderr.contains("not a regular file"), "{stderr}");
 }
+
+#[test]
+fn crlf_and_blank_lines_give_the_true_line_and_text_after_a_closing_quote_is_refused() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("models/seed.lua", &seed_model("seeds/depts.csv", DEPT_SCHEMA, ""));
+    // CRLF line ends and two blank lines: the bad value is on line 5, data row 3 (the reader's
+    // own count said `row 3 (line 2)`).
+    p.write("seeds/depts.csv", "code,name,beds,note\r\nER,Emergency,32,\r\n\r\n\r\nICU,Intensive,abc,\r\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("`seeds/depts.csv`: row 3 (line 5), column `beds`: `abc`"), "{}", run.stderr);
+    assert!(p.physical_tables().is_empty());
+
+    // `"x" ` would load as `x `: refused at its row, column, line and character.
+    p.write("seeds/depts.csv", "code,name,beds,note\nER,\"Emergency\" ,32,\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("`seeds/depts.csv`: row 2, column `name`: text after the closing quote of a quoted value (\" \" at line 2, character 15)"),
+        "{}",
+        run.stderr
+    );
+    assert!(p.physical_tables().is_empty());
+}
