@@ -448,6 +448,17 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
         return Ok(Exit::Success);
     }
     if !plan.has_changes {
+        // A lock left by a killed command keeps `status --check` unhealthy until a command takes
+        // it: this apply, with nothing to do, reclaims it all the same (taken and released, with
+        // the warning naming the old holder); a live holder's lock is left alone.
+        let lease = crate::state::lease::writer_lease(env, project.config.writes_a_lake());
+        let clock = state.clock()?;
+        if state.lease(&lease)?.is_some_and(|l| crate::state::lease::is_stale(&l, clock, &crate::state::lease::host_name())) {
+            // (A lease row means the store is a file: no stand-in to replace.)
+            if let lock::Locked::Held(guard) = lock::lock_env(&*state, &project.config, env, std::time::Duration::ZERO)? {
+                guard.release(&*state);
+            }
+        }
         if json {
             out.json(apply_json(&plan, true, Some(&ApplyReport::default())))?;
         } else {

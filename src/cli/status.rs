@@ -423,7 +423,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
     if let Some((l, true)) = &lock {
         problems.push(format!(
-            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); the next command reclaims it",
+            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); the next `apply` or `run` of `{env}` reclaims it",
             l.name, l.holder
         ));
     }

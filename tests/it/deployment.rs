@@ -472,6 +472,13 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     let (code, v, text) = status(&p);
     assert_eq!((code, v["lock"]["stale"].as_bool()), (1, Some(true)), "{v:#}");
     assert!(text.contains("the lock `env:prod` is stale: its holder"), "{text}");
+    // An apply with nothing to do reclaims it too (a dev environment nobody runs would stay red).
+    let noop = p.run(&["apply", "prod", "--yes"]);
+    noop.expect_code(0);
+    assert!(noop.stdout.contains("nothing to apply"), "{}", noop.stdout);
+    assert!(noop.stderr.contains("reclaim"), "the reclaim is said: {}", noop.stderr);
+    let (code, v, _) = status(&p);
+    assert_eq!((code, v["lock"].is_null()), (0, true), "{v:#}");
     p.run(&["run", "prod"]).expect_code(0);
     let (code, v, _) = status(&p);
     assert_eq!(code, 0, "{v:#}");
