@@ -97,6 +97,12 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                     n => format!("lake files of {n} done interval{} missing: recompute", if n == 1 { "" } else { "s" }),
                 });
             }
+            if r.lake_view_stale {
+                notes.push(match r.unlisted {
+                    0 => "lake view lists files its manifest dropped: re-list".to_string(),
+                    n => format!("lake view lacks the files of {n} done interval{}: re-list", if n == 1 { "" } else { "s" }),
+                });
+            }
             if !r.forgotten.is_empty() {
                 notes.push(r.forgotten_note());
             }

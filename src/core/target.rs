@@ -193,6 +193,58 @@ pub fn unnameable<'a>(models: impl IntoIterator<Item = &'a Model>) -> Vec<LoadEr
     errors
 }
 
+/// The names of the files a parquet version's physical view definition `sql` lists: the string
+/// literals of its `read_parquet` list naming a parquet file directly in the version's
+/// directory, recognised by its last two segments (`<table>/<fingerprint>`, `table` being the
+/// lake directory name [`lake_dir_name`]), so a local lake reached through another spelling of
+/// the project root (a symbolic link: the same root) lists the same files. The apply writes the
+/// list as `read_parquet(['<dir>/<file>', …], …)`, and DuckDB's catalog (`duckdb_views().sql`)
+/// renders it `read_parquet(main.list_value('<dir>/<file>', …), …)`: both are read (a literal's
+/// `''` is one quote). Empty for a view listing no file (a version without any yet). The plan's
+/// integrity check compares it with the ledger (`repair.lakeViewStale`), so a view left listing
+/// fewer files than are done (an older copy of the DuckDB file restored, a checkout sharing the
+/// lake and the state store that ran the version further) is re-listed.
+pub fn lake_view_files(sql: &str, table: &str, fingerprint: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    // (ASCII lowercasing keeps every byte offset.)
+    let Some(at) = sql.to_ascii_lowercase().find("read_parquet(") else { return out };
+    // `/<schema>__<table>/<fingerprint>`: the end of the directory of every file listed.
+    let parent = format!("/{table}/{fingerprint}");
+    let mut rest = &sql[at..];
+    while let Some(open) = rest.find('\'') {
+        let mut text = String::new();
+        let mut tail = &rest[open + 1..];
+        loop {
+            let Some(close) = tail.find('\'') else { return out };
+            text.push_str(&tail[..close]);
+            tail = &tail[close + 1..];
+            match tail.strip_prefix('\'') {
+                Some(after) => {
+                    text.push('\'');
+                    tail = after;
+                }
+                None => break,
+            }
+        }
+        rest = tail;
+        if let Some((directory, name)) = text.rsplit_once('/')
+            && directory.ends_with(&parent)
+            && name.ends_with(".parquet")
+        {
+            out.insert(name.to_string());
+        }
+    }
+    out
+}
+
+/// The files a parquet version's `manifest.json` text lists; none when it cannot be parsed.
+pub fn lake_manifest_files(text: &str) -> Vec<String> {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("files").and_then(|f| f.as_array()).map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect()))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

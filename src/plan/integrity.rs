@@ -25,7 +25,14 @@
 //! - **lake files missing** (a parquet version over a local lake directory whose view exists, with
 //!   done intervals whose file is gone, or a built `full` version without `data.parquet`): those
 //!   intervals are marked failed and recomputed (the full version rebuilt). Checked for every
-//!   model, memo or not: a file deleted by hand changes nothing the memo keys on.
+//!   model, memo or not: a file deleted by hand changes nothing the memo keys on;
+//! - a **lake view not listing the ledger's done intervals** (a time-range parquet version, local
+//!   or S3, whose view — refreshed only by the process that writes — lists fewer files than its
+//!   ledger says are done: an older copy of the DuckDB file, another DuckDB file sharing the lake
+//!   and the state store; or a file of an interval not done that the local manifest no longer
+//!   lists) is re-listed, nothing recomputed (`repair.lakeViewStale`). The list is read from the
+//!   view's definition in the catalog ([`crate::apply::lake::view_files`]): no listing. Checked
+//!   for every model, memo or not.
 //!
 //! A lost file of a done interval outside the model's `start`/`end` (done under wider bounds: an
 //! earlier edit, another environment's version sharing the directory) cannot be recomputed under
@@ -98,6 +105,18 @@ pub struct Repair {
     /// those outside the model's `start`/`end` are forgotten ([`Repair::forgotten`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lake_files_missing: bool,
+    /// The physical view of a time-range parquet lake version does not list what the ledger says
+    /// it serves: a done interval (of a version stored in its relation) whose file it does not
+    /// list — an older copy of the DuckDB file restored after a run wrote more intervals (writes
+    /// to the lake alone raise no engine epoch), or another DuckDB file sharing the lake and the
+    /// state store ran the version further —, or a file of an interval not done that the
+    /// version's local manifest no longer lists. Apply re-lists the view over the ledger and the
+    /// manifest ([`crate::apply::lake::refresh`]), recomputing nothing ([`Repair::unlisted`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lake_view_stale: bool,
+    /// With `lake_view_stale`: how many done intervals have a file the view does not list.
+    #[serde(skip)]
+    pub unlisted: usize,
     /// With `lake_view_missing` or `lake_files_missing`: the grain intervals inside the model's
     /// `start`/`end` whose file is missing from the lake; apply marks them failed (where done)
     /// before recomputing them (those the plan wants now).
@@ -132,12 +151,13 @@ impl Repair {
             && !self.physical_stale
             && !self.lake_view_missing
             && !self.lake_files_missing
+            && !self.lake_view_stale
     }
 
     /// True when apply re-creates the lake view from the ledger before anything is built, marking
     /// the intervals of [`Repair::lost_files`] failed first.
     pub fn relists_lake(&self) -> bool {
-        self.lake_view_missing || self.lake_files_missing
+        self.lake_view_missing || self.lake_files_missing || self.lake_view_stale
     }
 
     /// What is to repair, in a few words: "physical relation missing, view missing".
@@ -148,6 +168,7 @@ impl Repair {
             (self.physical_stale, "physical view reads old parent versions"),
             (self.lake_view_missing, "lake view missing"),
             (self.lake_files_missing, "lake files missing"),
+            (self.lake_view_stale, "lake view does not list the done intervals' files"),
         ]
         .into_iter()
         .filter_map(|(on, what)| on.then(|| what.to_string()))
@@ -205,6 +226,17 @@ impl Repair {
                 self.lost_files.len(),
                 action.name,
                 shown.join(", ")
+            ));
+        }
+        if self.lake_view_stale {
+            let what = if self.unlisted > 0 {
+                format!("does not list the files of {} done interval(s)", self.unlisted)
+            } else {
+                "lists files of intervals not done that its manifest no longer lists".to_string()
+            };
+            out.push(format!(
+                "lake view {physical} of `{}` {what} (an older copy of the engine file, or another one sharing the lake and the state store wrote since): `apply` re-creates it over the ledger's done intervals",
+                action.name
             ));
         }
         if !self.forgotten.is_empty() {
@@ -577,6 +609,9 @@ pub fn check_skipping(
     let mut unclean: std::collections::HashSet<crate::core::ModelName> =
         plan.actions.iter().zip(&found).filter(|(a, r)| a.change != Change::Removed && !r.is_empty()).map(|(a, _)| a.name.clone()).collect();
     for (action, mut repair) in plan.actions.iter_mut().zip(found) {
+        // The done intervals of the versions stored in a lake version's relation, when read for
+        // its files (and all there): compared with its view's file list below.
+        let mut lake_done: Option<BTreeSet<interval::Millis>> = None;
         // Files of a lake version whose view exists, checked against its ledger (every model,
         // memo or not: a file deleted by hand changes no input of the memo).
         if action.change != Change::Removed
@@ -597,6 +632,8 @@ pub fn check_skipping(
                         repair.ledger_reset = fps;
                         repair.lost_files = lost.inside.clone();
                         lost.forget(action, &mut repair, t);
+                    } else {
+                        lake_done = Some(lost.done);
                     }
                 }
                 // A full version built into a directory that lost its file: rebuilt.
@@ -607,6 +644,46 @@ pub fn check_skipping(
                 }
             }
             if repair.lake_files_missing {
+                unclean.insert(action.name.clone());
+            }
+        }
+        // A lake view whose file list is not what its ledger says it serves (an older copy of the
+        // DuckDB file, another DuckDB file sharing the lake and the state store): re-listed.
+        // Checked for every model, memo or not (a file copied over the engine's, or another
+        // process's run, changes no input of the memo); from the view's text, so S3 lakes alike.
+        // (A version built, re-created for another root or re-listed anyway is not compared.)
+        if action.change != Change::Removed
+            && !action.build
+            && action.reused_from.is_none()
+            && !repair.physical_missing
+            && !repair.relists_lake()
+            && repair.created_under.is_none()
+            && let Some(model) = project.dag.get(&action.name)
+            && model.target == Target::Parquet
+            && let Some(t) = model.kind.time_range()
+            && let Some(physical) = action.physical.as_deref()
+            && let Some(sql) = split_relation(physical).and_then(|(schema, name)| catalog.view_sql(&schema, &name))
+            && let Some((table, fingerprint)) = split_relation(physical).and_then(|(_, t)| t.rsplit_once("__").map(|(m, fp)| (m.to_string(), fp.to_string())))
+        {
+            let done = match lake_done {
+                Some(done) => done,
+                None => {
+                    let name = action.name.to_string();
+                    let mut done = BTreeSet::new();
+                    for fp in sharing(state, &mut index, action)? {
+                        done.extend(state.done_intervals(&name, fp.as_str())?);
+                    }
+                    done
+                }
+            };
+            // The local manifest, read only when the view lists a file of an interval not done.
+            let manifest = || {
+                let text = fs_err::read_to_string(local_lake_dir(project, physical)?.join("manifest.json")).ok()?;
+                Some(crate::core::target::lake_manifest_files(&text).into_iter().collect())
+            };
+            if let Some(unlisted) = stale_lake_view(sql, (&table, &fingerprint), &done, t.grain, manifest) {
+                repair.lake_view_stale = true;
+                repair.unlisted = unlisted;
                 unclean.insert(action.name.clone());
             }
         }
@@ -831,6 +908,36 @@ impl LostDone {
     }
 }
 
+/// Whether the view definition `sql` of a time-range parquet lake version stored in `physical`
+/// (its files in the lake directory `<table>/<fingerprint>`, one per `grain` interval) lists
+/// something other than a re-list would
+/// ([`Repair::lake_view_stale`]): `Some(n)`, the number of done intervals (`done`: of the
+/// versions stored in its relation) whose file it does not list; `Some(0)` when it lists them
+/// all and also a file of an interval not done that the version's local manifest no longer
+/// lists (`manifest`: the local manifest's files, `None` for an S3 lake, whose manifest is read
+/// through the engine only, so not compared here); `None` when it lists every done interval's
+/// file.
+fn stale_lake_view(
+    sql: &str,
+    (table, fingerprint): (&str, &str),
+    done: &BTreeSet<interval::Millis>,
+    grain: interval::Grain,
+    manifest: impl FnOnce() -> Option<BTreeSet<String>>,
+) -> Option<usize> {
+    let listed = crate::core::target::lake_view_files(sql, table, fingerprint);
+    let done_files: BTreeSet<String> = done.iter().map(|s| lake_interval_file(*s, grain)).collect();
+    let unlisted = done_files.iter().filter(|f| !listed.contains(*f)).count();
+    if unlisted > 0 {
+        return Some(unlisted);
+    }
+    let extra: Vec<&String> = listed.iter().filter(|f| !done_files.contains(*f)).collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let manifest = manifest()?;
+    extra.iter().any(|f| !manifest.contains(*f)).then_some(0)
+}
+
 /// Adds the grain intervals `more` to `action`'s backfill (merged, each once) and its count.
 fn add_to_backfill(action: &mut Action, grain: interval::Grain, more: impl IntoIterator<Item = interval::Interval>) {
     let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
@@ -932,6 +1039,29 @@ mod tests {
             .relations
             .insert(("dev__s".into(), "a".into()), entry(Some("CREATE VIEW dev__s.a AS SELECT * FROM \"_efmesh_ducklake\".\"main\".\"s__a__ab\"")));
         assert!(served_missing("dev", &model, lake, &catalog).is_empty());
+    }
+
+    #[test]
+    fn a_lake_view_is_stale_when_it_lists_fewer_files_than_the_ledger_has_done() {
+        let fp = "a".repeat(64);
+        let view = |days: &[&str]| {
+            let files: Vec<String> = days.iter().map(|d| crate::core::name::quote_literal(&format!("s3://b/l/s__t/{fp}/{d}.parquet"))).collect();
+            format!("CREATE VIEW x AS SELECT * FROM read_parquet(main.list_value({}))", files.join(", "))
+        };
+        let done: BTreeSet<interval::Millis> = ["2026-01-01", "2026-01-02", "2026-01-03"].iter().map(|d| interval::parse_instant(d).expect("day")).collect();
+        let day = interval::Grain::Day;
+        let stale = |days: &[&str], manifest: Option<&[&str]>| {
+            stale_lake_view(&view(days), ("s__t", &fp), &done, day, || manifest.map(|m| m.iter().map(|d| format!("{d}.parquet")).collect()))
+        };
+        assert_eq!(stale(&["2026-01-01"], None), Some(2));
+        assert_eq!(stale(&[], None), Some(3));
+        assert_eq!(stale(&["2026-01-01", "2026-01-02", "2026-01-03"], None), None);
+        // A file of an interval not done: kept (a restated interval serves its old rows) unless a
+        // local manifest dropped it; an S3 manifest is not read while planning.
+        let four = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"];
+        assert_eq!(stale(&four, None), None);
+        assert_eq!(stale(&four, Some(&four)), None);
+        assert_eq!(stale(&four, Some(&four[..3])), Some(0));
     }
 
     #[test]

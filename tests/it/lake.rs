@@ -1177,3 +1177,104 @@ fn a_lake_file_lost_only_outside_the_bounds_is_forgotten_not_recomputed() {
     assert_eq!(manifest["files"], serde_json::json!(["2026-01-01.parquet", "2026-01-02.parquet"]));
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }
+
+/// `src` copied over `dst` (a DuckDB file), with its write-ahead log if it has one (and without
+/// `dst`'s): what restoring a copy of the file puts back.
+fn copy_duckdb(src: &Path, dst: &Path) {
+    let wal = |p: &Path| PathBuf::from(format!("{}.wal", p.display()));
+    fs_err::copy(src, dst).unwrap();
+    let _ = std::fs::remove_file(wal(dst));
+    if wal(src).exists() {
+        fs_err::copy(wal(src), wal(dst)).unwrap();
+    }
+}
+
+/// An older copy of the DuckDB file of a lake-only project restored after a `run` wrote more
+/// days (writes to the lake alone raise no engine epoch): its lake view lists the files of the
+/// first days only while the ledger says every day is done. It was served as healthy — `plan`
+/// without changes, `status --check` caught up, `run` with nothing to refresh — serving those
+/// days alone. The plan now finds the view's list short of the ledger (`repair.lakeViewStale`,
+/// nothing recomputed), `status --check` exits 1 and `run` refuses until `apply` re-lists the
+/// view, which then serves every day, as a project computed in one go does.
+#[test]
+fn an_older_duckdb_copy_whose_lake_view_lists_fewer_files_than_are_done_is_relisted() {
+    let reference = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    reference.apply("prod");
+    let all_days = reference.rows(&env_view("prod", "m.daily"));
+
+    let mut p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    p.now = "2026-01-04T06:00:00Z".to_string();
+    p.apply("prod");
+    let older = p.root().join("older.duckdb");
+    copy_duckdb(&p.engine_path(), &older);
+    p.now = LAKE_NOW.to_string();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("prod", "m.daily")), all_days);
+    // A view current with its ledger is not re-listed.
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+
+    copy_duckdb(&older, &p.engine_path());
+    assert_ne!(p.rows(&env_view("prod", "m.daily")), all_days, "the older copy's view lists the first days only");
+    let plan = p.plan("prod");
+    let a = action(&plan, "m.daily");
+    assert_eq!(a["repair"]["lakeViewStale"], true, "{a:#}");
+    assert!(a["repair"].get("lakeFilesMissing").is_none(), "every file is there: {a:#}");
+    assert_eq!(a["intervals"], 0, "nothing is recomputed: {a:#}");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    let text = p.run(&["plan", "prod"]);
+    text.expect_code(0);
+    let said = format!("{}{}", text.stdout, text.stderr);
+    assert!(said.contains("does not list the files of 6 done interval(s)"), "{said}");
+    let status = p.run(&["status", "prod", "--check"]);
+    status.expect_code(1);
+    let said = format!("{}{}", status.stdout, status.stderr);
+    assert!(said.contains("`m.daily` (lake view does not list the done intervals' files)"), "{said}");
+    let run = p.run(&["run", "prod"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("m.daily: lake view does not list the done intervals' files (`apply` repairs it)"), "{}", run.stderr);
+
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("prod", "m.daily")), all_days, "every done day is served again");
+    assert_eq!(p.rows(&env_view("prod", "m.totals")), reference.rows(&env_view("prod", "m.totals")));
+    assert_eq!(p.plan("prod")["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
+}
+
+/// Two checkouts (two DuckDB files) sharing one state store and one absolute lake path, the
+/// documented way for several engines to share a store: `a` runs `dev` further, and `b`'s view of
+/// the version still lists the files its last re-list saw. `b`'s plan and `status --check` say
+/// so (they said healthy), and `b`'s `apply prod` re-lists the view before promoting it (it
+/// promoted the stale view), so `b` serves every day `a` computed.
+#[test]
+fn a_checkout_sharing_the_lake_and_state_relists_a_view_another_one_ran_further() {
+    let shared = tempfile::Builder::new().prefix("efmesh-it-shared-").tempdir().expect("temp dir");
+    let config = format!(
+        "[project]\nmodels = [\"models/**/*.lua\"]\n\n[engine]\npath = \"efmesh.duckdb\"\n\n[state]\npath = \"{}\"\n\n[lake]\npath = \"{}\"\n",
+        shared.path().join("state.sqlite").display(),
+        shared.path().join("lake").display()
+    );
+    let checkout = || {
+        let mut p = lake_project("parquet", "");
+        p.write("efmesh.toml", &config);
+        p.now = "2026-01-04T06:00:00Z".to_string();
+        p
+    };
+    let (mut a, mut b) = (checkout(), checkout());
+    a.apply("dev");
+    b.apply("dev");
+    a.now = LAKE_NOW.to_string();
+    b.now = LAKE_NOW.to_string();
+    a.run(&["run", "dev"]).expect_code(0);
+    let all_days = a.rows(&env_view("dev", "m.daily"));
+    assert_eq!(a.plan("dev")["hasChanges"], false, "the writer's view is current");
+
+    let plan = b.plan("dev");
+    let d = action(&plan, "m.daily");
+    assert_eq!(d["repair"]["lakeViewStale"], true, "{d:#}");
+    b.run(&["status", "dev", "--check"]).expect_code(1);
+    b.run(&["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(b.rows(&env_view("prod", "m.daily")), all_days, "the promotion serves every done day");
+    assert_eq!(b.rows(&env_view("dev", "m.daily")), all_days, "dev reads the same re-listed view");
+    assert_eq!(b.plan("dev")["hasChanges"], false);
+    b.run(&["status", "dev", "--check"]).expect_code(0);
+}
