@@ -278,8 +278,9 @@ pub enum Command {
         /// Rows previewed per changed model (0: no preview).
         #[arg(long, value_name = "N", default_value_t = 10)]
         preview_rows: usize,
-        /// How old a file event must be before it is re-planned for, in milliseconds.
-        #[arg(long, value_name = "MS", default_value_t = 75)]
+        /// How old a file event must be before it is re-planned for, in milliseconds (at least 1:
+        /// 0 would make the file watcher poll without pause).
+        #[arg(long, value_name = "MS", default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..))]
         debounce_ms: u64,
     },
     /// Preview models' data: run their queries read-only against what an environment serves for

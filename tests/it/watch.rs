@@ -883,3 +883,13 @@ fn a_symlink_that_breaks_the_load_is_reported_and_what_the_project_read_stays_wa
     p.apply("dev");
     assert_eq!(p.rows("\"dev__s\".\"a\""), [vec![s("3")]], "the helper's edit made while the load failed");
 }
+
+/// `--debounce-ms 0` is refused (the file watcher would poll without pause: a core spinning
+/// while idle), naming the option.
+#[test]
+fn a_debounce_of_zero_is_refused() {
+    let p = Project::new();
+    let run = p.run(&["watch", "dev", "--debounce-ms", "0"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("--debounce-ms"), "{}", run.stderr);
+}
