@@ -363,7 +363,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 }
                 let Some(record) = state.snapshot(name, fp)? else { continue };
                 let storage = crate::plan::integrity::ServedStorage::of(&record);
-                for file in crate::plan::integrity::served_lake_files_missing(&project, &*state, name, physical, storage, &shared(*name, *fp, *physical))? {
+                for file in crate::plan::integrity::served_lake_files_missing(&project, &*state, name, physical, storage, &shared(name, fp, physical))? {
                     lost_served.push(LostServed {
                         model: (*name).clone(),
                         fingerprint: (*fp).clone(),
@@ -373,7 +373,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     });
                 }
             }
-            let stored: Vec<Vec<String>> = versions.iter().map(|(name, fp, physical, _, _)| shared(*name, *fp, *physical)).collect();
+            let stored: Vec<Vec<String>> = versions.iter().map(|(name, fp, physical, _, _)| shared(name, fp, physical)).collect();
             let asked: Vec<(&str, &[String], &str, bool)> = versions
                 .iter()
                 .zip(&stored)

@@ -171,7 +171,8 @@ impl Repair {
             (self.lake_view_stale, "lake view does not list the done intervals' files"),
         ]
         .into_iter()
-        .filter_map(|(on, what)| on.then(|| what.to_string()))
+        .filter(|&(on, _)| on)
+        .map(|(_, what)| what.to_string())
         .collect();
         if !self.forgotten.is_empty() {
             parts.push(self.forgotten_note());
@@ -179,7 +180,8 @@ impl Repair {
         parts.extend(
             [(self.view_missing, "view missing"), (self.view_stale, "view serves another version")]
                 .into_iter()
-                .filter_map(|(on, what)| on.then(|| what.to_string())),
+                .filter(|&(on, _)| on)
+                .map(|(_, what)| what.to_string()),
         );
         if parts.is_empty() { "the engine does not hold what the state records".to_string() } else { parts.join(", ") }
     }

@@ -1560,7 +1560,7 @@ impl StateStore for SqliteStore {
                         .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE expires_at > ?1 ORDER BY name"))?
                         .query_map([to_iso(now)], lease_row)?
                         .collect::<Result<_, _>>()?;
-                    if let Some(held) = unexpired.iter().find(|l| !is_stale(*l)) {
+                    if let Some(held) = unexpired.iter().find(|l| !is_stale(l)) {
                         let detail = super::lease::import_refusal(held);
                         return Err(Fault::Fail(StateError::Import { store: store.clone(), detail }));
                     }
