@@ -421,9 +421,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     }
     // A stale lock is a command that stopped without finishing (killed: a `timeout`, systemd's
     // stop, `kill -9`, its host gone, a full disk): it left no tick, so only the lock says so.
+    // What reclaims it: the lake's lock is every environment's writer lock.
+    let reclaimer = if project.config.writes_a_lake() {
+        "the next `apply` or `run` (of any environment)".to_string()
+    } else {
+        format!("the next `apply` or `run` of `{env}`")
+    };
     if let Some((l, true)) = &lock {
         problems.push(format!(
-            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); the next `apply` or `run` of `{env}` reclaims it",
+            "the lock `{}` is stale: its holder ({}) stopped without finishing (killed, or its host died); {reclaimer} reclaims it",
             l.name, l.holder
         ));
     }
@@ -501,7 +507,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }
         match &lock {
             Some((l, false)) => text.push_str(&format!("lock: `{}` held by {} (expires {})\n", l.name, l.holder, l.expires_at)),
-            Some((l, true)) => text.push_str(&format!("lock: `{}` stale (held by {}, expired or gone; the next command reclaims it)\n", l.name, l.holder)),
+            Some((l, true)) => text.push_str(&format!("lock: `{}` stale (held by {}, expired or gone; {reclaimer} reclaims it)\n", l.name, l.holder)),
             None => text.push_str("lock: free\n"),
         }
         for l in &lags {

@@ -408,11 +408,12 @@ impl External {
                     let tsv = path.to_ascii_lowercase().trim_end_matches(".gz").ends_with(".tsv");
                     let delimiter = csv.delimiter.clone().unwrap_or_else(|| if tsv { "\t".to_string() } else { ",".to_string() });
                     args.push(format!("delim = {}", quote_literal(&delimiter)));
-                    // The quote and its escape are RFC 4180's, never sniffed either: DuckDB
-                    // samples the first rows for them, and a file whose first 20 480 rows quote
-                    // nothing was read with no quote at all (`"q"` served with its quotes, a
-                    // quoted `""` as two quote characters rather than NULL).
-                    args.push("quote = '\"', escape = '\"'".to_string());
+                    // The quote is RFC 4180's, never sniffed either: DuckDB samples the first
+                    // rows for it, and a file whose first 20 480 rows quote nothing was read with
+                    // no quote at all (`"q"` served with its quotes, a quoted `""` as two quote
+                    // characters rather than NULL). The escape inside quotes is still sniffed
+                    // (`""`, or `\"` in a dump that escapes with backslashes).
+                    args.push("quote = '\"'".to_string());
                     args.push("skip = 0".to_string());
                     if csv.header == Some(false) && !columns.is_empty() {
                         // Without a header the declared columns name the fields, in order.
@@ -482,10 +483,7 @@ mod tests {
         };
         let cols = [super::super::schema::Column { name: "a".into(), ty: "bigint".into() }];
         let sql = ext.render(&|p| format!("/root/{p}"), &cols);
-        assert_eq!(
-            sql,
-            "read_csv('/root/data/x.csv', header = true, delim = ',', quote = '\"', escape = '\"', skip = 0, types = {'a': 'bigint'}, nullstr = ['NA', ''])"
-        );
+        assert_eq!(sql, "read_csv('/root/data/x.csv', header = true, delim = ',', quote = '\"', skip = 0, types = {'a': 'bigint'}, nullstr = ['NA', ''])");
         let tsv = External::Files {
             path: "data/x.tsv.gz".into(),
             format: FileFormat::Csv,
@@ -496,7 +494,7 @@ mod tests {
         };
         assert_eq!(
             tsv.render(&|p| p.to_string(), &cols),
-            "read_csv('data/x.tsv.gz', header = true, delim = '\t', quote = '\"', escape = '\"', skip = 0, types = {'a': 'bigint'})"
+            "read_csv('data/x.tsv.gz', header = true, delim = '\t', quote = '\"', skip = 0, types = {'a': 'bigint'})"
         );
     }
 

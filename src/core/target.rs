@@ -237,6 +237,33 @@ pub fn lake_view_files(sql: &str, table: &str, fingerprint: &str) -> std::collec
     out
 }
 
+/// Whether the view definition `sql` of a time-range parquet lake version (its files in the lake
+/// directory `<table>/<fingerprint>`) lists something other than a re-list would (the plan's
+/// `repair.lakeViewStale`): `Some(n)`, the number of `done_files` (one per interval done for the
+/// versions stored in its relation) it does not list; `Some(0)` when it lists them all and also
+/// a file of an interval not done that the version's local manifest no longer lists
+/// (`manifest`: the local manifest's files, read only then; `None` for an S3 lake, whose
+/// manifest is read through the engine only, so not compared); `None` when it lists every done
+/// interval's file.
+pub fn lake_view_stale(
+    sql: &str,
+    (table, fingerprint): (&str, &str),
+    done_files: &std::collections::BTreeSet<String>,
+    manifest: impl FnOnce() -> Option<std::collections::BTreeSet<String>>,
+) -> Option<usize> {
+    let listed = lake_view_files(sql, table, fingerprint);
+    let unlisted = done_files.iter().filter(|f| !listed.contains(*f)).count();
+    if unlisted > 0 {
+        return Some(unlisted);
+    }
+    let extra: Vec<&String> = listed.iter().filter(|f| !done_files.contains(*f)).collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let manifest = manifest()?;
+    extra.iter().any(|f| !manifest.contains(*f)).then_some(0)
+}
+
 /// The files a parquet version's `manifest.json` text lists; none when it cannot be parsed.
 pub fn lake_manifest_files(text: &str) -> Vec<String> {
     serde_json::from_str::<serde_json::Value>(text)
@@ -301,5 +328,27 @@ mod tests {
     fn ducklake_versions_live_in_the_attached_catalog() {
         assert_eq!(Target::Parquet.physical_relation("_efmesh", "s__t__ab"), "\"_efmesh\".\"s__t__ab\"");
         assert_eq!(Target::DuckLake.physical_relation("_efmesh", "s__t__ab"), "\"_efmesh_ducklake\".\"main\".\"s__t__ab\"");
+    }
+
+    #[test]
+    fn a_lake_view_is_stale_when_it_lists_fewer_files_than_the_ledger_has_done() {
+        let fp = "a".repeat(64);
+        let view = |days: &[&str]| {
+            let files: Vec<String> = days.iter().map(|d| crate::core::name::quote_literal(&format!("s3://b/l/s__t/{fp}/{d}.parquet"))).collect();
+            format!("CREATE VIEW x AS SELECT * FROM read_parquet(main.list_value({}))", files.join(", "))
+        };
+        let done: std::collections::BTreeSet<String> = ["2026-01-01", "2026-01-02", "2026-01-03"].iter().map(|d| format!("{d}.parquet")).collect();
+        let stale = |days: &[&str], manifest: Option<&[&str]>| {
+            lake_view_stale(&view(days), ("s__t", &fp), &done, || manifest.map(|m| m.iter().map(|d| format!("{d}.parquet")).collect()))
+        };
+        assert_eq!(stale(&["2026-01-01"], None), Some(2));
+        assert_eq!(stale(&[], None), Some(3));
+        assert_eq!(stale(&["2026-01-01", "2026-01-02", "2026-01-03"], None), None);
+        // A file of an interval not done: kept (a restated interval serves its old rows) unless a
+        // local manifest dropped it; an S3 manifest is not read while planning.
+        let four = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"];
+        assert_eq!(stale(&four, None), None);
+        assert_eq!(stale(&four, Some(&four)), None);
+        assert_eq!(stale(&four, Some(&four[..3])), Some(0));
     }
 }

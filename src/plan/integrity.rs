@@ -683,7 +683,8 @@ pub fn check_skipping(
                 let text = fs_err::read_to_string(local_lake_dir(project, physical)?.join("manifest.json")).ok()?;
                 Some(crate::core::target::lake_manifest_files(&text).into_iter().collect())
             };
-            if let Some(unlisted) = stale_lake_view(sql, (&table, &fingerprint), &done, t.grain, manifest) {
+            let done_files: BTreeSet<String> = done.iter().map(|s| lake_interval_file(*s, t.grain)).collect();
+            if let Some(unlisted) = crate::core::target::lake_view_stale(sql, (&table, &fingerprint), &done_files, manifest) {
                 repair.lake_view_stale = true;
                 repair.unlisted = unlisted;
                 unclean.insert(action.name.clone());
@@ -910,36 +911,6 @@ impl LostDone {
     }
 }
 
-/// Whether the view definition `sql` of a time-range parquet lake version stored in `physical`
-/// (its files in the lake directory `<table>/<fingerprint>`, one per `grain` interval) lists
-/// something other than a re-list would
-/// ([`Repair::lake_view_stale`]): `Some(n)`, the number of done intervals (`done`: of the
-/// versions stored in its relation) whose file it does not list; `Some(0)` when it lists them
-/// all and also a file of an interval not done that the version's local manifest no longer
-/// lists (`manifest`: the local manifest's files, `None` for an S3 lake, whose manifest is read
-/// through the engine only, so not compared here); `None` when it lists every done interval's
-/// file.
-fn stale_lake_view(
-    sql: &str,
-    (table, fingerprint): (&str, &str),
-    done: &BTreeSet<interval::Millis>,
-    grain: interval::Grain,
-    manifest: impl FnOnce() -> Option<BTreeSet<String>>,
-) -> Option<usize> {
-    let listed = crate::core::target::lake_view_files(sql, table, fingerprint);
-    let done_files: BTreeSet<String> = done.iter().map(|s| lake_interval_file(*s, grain)).collect();
-    let unlisted = done_files.iter().filter(|f| !listed.contains(*f)).count();
-    if unlisted > 0 {
-        return Some(unlisted);
-    }
-    let extra: Vec<&String> = listed.iter().filter(|f| !done_files.contains(*f)).collect();
-    if extra.is_empty() {
-        return None;
-    }
-    let manifest = manifest()?;
-    extra.iter().any(|f| !manifest.contains(*f)).then_some(0)
-}
-
 /// Adds the grain intervals `more` to `action`'s backfill (merged, each once) and its count.
 fn add_to_backfill(action: &mut Action, grain: interval::Grain, more: impl IntoIterator<Item = interval::Interval>) {
     let mut pieces: Vec<interval::Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
@@ -1041,29 +1012,6 @@ mod tests {
             .relations
             .insert(("dev__s".into(), "a".into()), entry(Some("CREATE VIEW dev__s.a AS SELECT * FROM \"_efmesh_ducklake\".\"main\".\"s__a__ab\"")));
         assert!(served_missing("dev", &model, lake, &catalog).is_empty());
-    }
-
-    #[test]
-    fn a_lake_view_is_stale_when_it_lists_fewer_files_than_the_ledger_has_done() {
-        let fp = "a".repeat(64);
-        let view = |days: &[&str]| {
-            let files: Vec<String> = days.iter().map(|d| crate::core::name::quote_literal(&format!("s3://b/l/s__t/{fp}/{d}.parquet"))).collect();
-            format!("CREATE VIEW x AS SELECT * FROM read_parquet(main.list_value({}))", files.join(", "))
-        };
-        let done: BTreeSet<interval::Millis> = ["2026-01-01", "2026-01-02", "2026-01-03"].iter().map(|d| interval::parse_instant(d).expect("day")).collect();
-        let day = interval::Grain::Day;
-        let stale = |days: &[&str], manifest: Option<&[&str]>| {
-            stale_lake_view(&view(days), ("s__t", &fp), &done, day, || manifest.map(|m| m.iter().map(|d| format!("{d}.parquet")).collect()))
-        };
-        assert_eq!(stale(&["2026-01-01"], None), Some(2));
-        assert_eq!(stale(&[], None), Some(3));
-        assert_eq!(stale(&["2026-01-01", "2026-01-02", "2026-01-03"], None), None);
-        // A file of an interval not done: kept (a restated interval serves its old rows) unless a
-        // local manifest dropped it; an S3 manifest is not read while planning.
-        let four = ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"];
-        assert_eq!(stale(&four, None), None);
-        assert_eq!(stale(&four, Some(&four)), None);
-        assert_eq!(stale(&four, Some(&four[..3])), Some(0));
     }
 
     #[test]

@@ -465,7 +465,7 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
     finish(holder, "run").expect_code(0);
 
     // A run killed while holding the lock (`timeout`, systemd's stop, kill -9) leaves no tick:
-    // the stale lock says so, red until the next command reclaims it.
+    // the stale lock says so, red until the next apply or run reclaims it.
     let mut killed = spawn_run_holding_the_lock(&p, "prod", "20000");
     killed.kill().expect("kill the run");
     killed.wait().expect("reap the run");
