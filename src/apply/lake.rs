@@ -506,7 +506,10 @@ fn done_present(
         done.extend(state.done_intervals(&name, fp)?);
     }
     let mut missing: Vec<Millis> = done.iter().copied().filter(|s| !present.contains(&interval_file(*s, t.grain))).collect();
-    if dir.s3 && matches!(stopped, Stopped::Relist) && missing.iter().any(|s| !t.holds(*s)) {
+    // Forgetting below writes the ledger: only when nothing inside the bounds is missing (else the
+    // refusal below comes first, nothing changed) and the prefix holds something at all (an
+    // empty listing is more likely a wrong path or endpoint than every object deleted).
+    if dir.s3 && matches!(stopped, Stopped::Relist) && !present.is_empty() && missing.iter().all(|s| !t.holds(*s)) && missing.iter().any(|s| !t.holds(*s)) {
         // Outside the model's `start`/`end` (done under wider bounds) no plan, run or restatement
         // recomputes an interval, and S3 is not listed while planning: one whose object is gone
         // is forgotten here (cleared from the ledgers), as the plan's repair does for a local

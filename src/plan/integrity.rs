@@ -31,7 +31,7 @@
 //!   ledger says are done: an older copy of the DuckDB file, another DuckDB file sharing the lake
 //!   and the state store; or a file of an interval not done that the local manifest no longer
 //!   lists) is re-listed, nothing recomputed (`repair.lakeViewStale`). The list is read from the
-//!   view's definition in the catalog ([`crate::apply::lake::view_files`]): no listing. Checked
+//!   view's definition in the catalog ([`crate::core::target::lake_view_files`]): no listing. Checked
 //!   for every model, memo or not.
 //!
 //! A lost file of a done interval outside the model's `start`/`end` (done under wider bounds: an

@@ -1074,6 +1074,52 @@ fn a_deleted_s3_interval_object_fails_naming_it_and_restate_then_run_recomputes_
     assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
 }
 
+/// On S3 (not listed while planning) a re-list forgets a done interval outside `start`/`end`
+/// whose object is gone — only when nothing inside the bounds is missing too (then the apply
+/// refuses first and the ledger is left as it was) — never leaving it done without its object.
+#[test]
+fn an_s3_relist_forgets_a_lost_object_outside_the_bounds_only_when_nothing_inside_is_missing() {
+    let moto = crate::s3::Moto::start();
+    moto.create_bucket("lake");
+    let lake = s3_lake(&moto);
+    let p = lake_project("parquet", &lake);
+    p.write("efmesh.toml", &config(&lake));
+    let first = run_s3(&p, &["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    let fp = action(&first, "m.daily")["fingerprint"].as_str().unwrap().to_string();
+    // `end` moved earlier (a metadata change: the same version): 08 and 09 are done outside it.
+    p.write("models/m.lua", &models("parquet", "", 3).replace("lookback = 1 }", "lookback = 1, [\"end\"] = \"2026-01-08\" }"));
+    let narrowed = run_s3(&p, &["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(action(&narrowed, "m.daily")["fingerprint"], fp.as_str(), "{narrowed:#}");
+    let key = |day: &str| format!("warehouse/m__daily/{fp}/2026-01-{day}.parquet");
+    let done = |p: &Project| -> BTreeSet<String> {
+        p.state_summary()
+            .intervals
+            .iter()
+            .filter(|((n, _), _)| n == "m.daily")
+            .flat_map(|(_, v)| v.iter().map(|t| efmesh::core::interval::to_iso(*t)[..10].to_string()))
+            .collect()
+    };
+    let restate = |p: &Project| {
+        run_s3(p, &["restate", "prod", "--model", "m.daily", "--from", "2026-01-03T00:00:00.000Z", "--to", "2026-01-04T00:00:00.000Z"]).expect_code(0);
+    };
+    // Inside and outside both lost: the re-list of the restated day's build refuses, naming the
+    // inside one, and forgets nothing.
+    moto.delete("lake", &key("02"));
+    moto.delete("lake", &key("09"));
+    restate(&p);
+    let r = run_s3(&p, &["run", "prod"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains(&key("02")), "{}", r.stderr);
+    assert!(done(&p).contains("2026-01-09"), "nothing forgotten while the apply refuses: {:?}", done(&p));
+    // Only the outside one lost: forgotten with a warning, the run succeeds.
+    run_s3(&p, &["restate", "prod", "--model", "m.daily", "--from", "2026-01-02T00:00:00.000Z", "--to", "2026-01-03T00:00:00.000Z"]).expect_code(0);
+    let r = run_s3(&p, &["run", "prod"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("forgotten, not recomputed"), "{}", r.stderr);
+    let days = done(&p);
+    assert!(!days.contains("2026-01-09") && days.contains("2026-01-08") && days.contains("2026-01-02"), "{days:?}");
+}
+
 /// A parquet project (`.sql` models, `[lake] path = "lake"`) whose `s.a` computed the days
 /// 2026-01-01 to 03 and then had its `end` moved to 2026-01-03 (a metadata change: the same
 /// version, its day 2026-01-03 now outside the bounds, still served); with the version's
