@@ -40,7 +40,7 @@
 //! file restored after a run wrote more intervals (writes to the lake alone raise no engine epoch),
 //! or another DuckDB file sharing the lake and the state store, holds a view listing fewer files
 //! than the ledger says are done. The plan's integrity check reads the list back from the view's
-//! definition in the engine catalog ([`view_files`]) and compares it with the ledger (and, for a
+//! definition in the engine catalog ([`crate::core::target::lake_view_files`]) and compares it with the ledger (and, for a
 //! file of an interval not done, with the local manifest): such a view is re-listed by `apply`
 //! (`repair.lakeViewStale`, [`refresh`]), and `status --check` and `run` refuse it until then.
 //!
@@ -667,14 +667,6 @@ fn publish(project: &Project, model: &Model, physical: &str, dir: &VersionDir, f
     write_manifest(model, dir, files, engine)
 }
 
-/// The file names the view definition `sql` of a parquet version in `dir` lists
-/// ([`crate::core::target::lake_view_files`]).
-pub fn view_files(sql: &str, dir: &VersionDir) -> BTreeSet<String> {
-    let mut segments = dir.url.rsplit('/');
-    let (Some(fp), Some(table)) = (segments.next(), segments.next()) else { return BTreeSet::new() };
-    crate::core::target::lake_view_files(sql, table, fp)
-}
-
 /// The files the version's `manifest.json` lists (what its view served at the last re-list);
 /// none when there is no manifest or it cannot be read.
 fn listed_before(dir: &VersionDir, engine: &mut dyn Engine) -> Vec<String> {
@@ -790,6 +782,8 @@ mod tests {
         let fp = "a".repeat(64);
         let dir = VersionDir::of("/l/it's", &format!("\"_efmesh\".\"s__t__{fp}\"")).unwrap();
         let file = |name: &str| quote_literal(&dir.file(name));
+        // What the plan reads back from the view's definition, for this version's directory.
+        let view_files = |sql: &str| crate::core::target::lake_view_files(sql, "s__t", &fp);
         // As `publish` writes it.
         let written = format!(
             "CREATE OR REPLACE VIEW x AS\nSELECT * FROM (SELECT CAST(NULL AS INTEGER) AS id LIMIT 0)\nUNION ALL BY NAME\nSELECT * FROM read_parquet([{}, {}], union_by_name = true, hive_partitioning = false)",
@@ -797,25 +791,25 @@ mod tests {
             file("2024-01-02.parquet")
         );
         let both: BTreeSet<String> = ["2024-01-01.parquet", "2024-01-02.parquet"].map(str::to_string).into_iter().collect();
-        assert_eq!(view_files(&written, &dir), both);
+        assert_eq!(view_files(&written), both);
         // As DuckDB's catalog renders it (`duckdb_views().sql`, DuckDB 1.5).
         let rendered = format!(
             "CREATE VIEW _efmesh.s__t__{fp} AS (SELECT * FROM (SELECT CAST(NULL AS INTEGER) AS id LIMIT 0)) UNION ALL BY NAME (SELECT * FROM read_parquet(main.list_value({}, {}), (union_by_name = CAST('t' AS BOOLEAN)), (hive_partitioning = CAST('f' AS BOOLEAN))));",
             file("2024-01-01.parquet"),
             file("2024-01-02.parquet")
         );
-        assert_eq!(view_files(&rendered, &dir), both);
+        assert_eq!(view_files(&rendered), both);
         // The same version's files under another spelling of the lake's root (a symbolic link).
         let linked = format!("SELECT * FROM read_parquet(['/m/s__t/{fp}/2024-01-01.parquet'])");
-        assert_eq!(view_files(&linked, &dir), ["2024-01-01.parquet".to_string()].into_iter().collect());
+        assert_eq!(view_files(&linked), ["2024-01-01.parquet".to_string()].into_iter().collect());
         // No file yet; another version's directory; a nested path.
-        assert!(view_files("CREATE VIEW x AS SELECT * FROM (SELECT CAST(NULL AS INTEGER) AS id LIMIT 0)", &dir).is_empty());
+        assert!(view_files("CREATE VIEW x AS SELECT * FROM (SELECT CAST(NULL AS INTEGER) AS id LIMIT 0)").is_empty());
         let other = format!(
             "SELECT * FROM read_parquet(['/l/it''s/s__t/{}/2024-01-01.parquet', {}])",
             "b".repeat(64),
             quote_literal(&dir.file("sub/2024-01-02.parquet"))
         );
-        assert!(view_files(&other, &dir).is_empty());
+        assert!(view_files(&other).is_empty());
     }
 
     #[test]
