@@ -278,23 +278,17 @@ pub fn build(
                 if let Err(err) = write_batch(model, &dir, exec, body, &cols, &tc, batch, &pieces, engine) {
                     let _ = engine.execute("DROP TABLE IF EXISTS temp._efmesh_lake_batch");
                     // The batches before this one are complete: they are published and done, as
-                    // they would have been one by one; this batch's intervals are failed.
-                    let published =
-                        if pending.is_empty() { Ok(()) } else { publish(project, model, &physical, &dir, &listed.iter().cloned().collect::<Vec<_>>(), engine) };
-                    let done = std::mem::take(&mut pending);
-                    // The batch's own error is the one reported; what goes wrong while keeping
-                    // the earlier batches is a warning (they are then not done, and the next
-                    // apply rewrites them).
-                    let kept = published.and_then(|()| {
-                        state
-                            .mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())
-                            .map_err(ApplyError::from)
-                    });
-                    match kept {
-                        Ok(()) => report.intervals += done.len(),
-                        Err(e) => {
-                            tracing::warn!(model = %model.name, intervals = done.len(), error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them");
-                            let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+                    // they would have been one by one; this batch's intervals are failed. The
+                    // batch's own error is the one reported; what goes wrong while keeping the
+                    // earlier batches is a warning (they are then not done, and the next apply
+                    // rewrites them).
+                    if !pending.is_empty() {
+                        let count = pending.len();
+                        match publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, state, engine) {
+                            Ok(_) => report.intervals += count,
+                            Err(e) => {
+                                tracing::warn!(model = %model.name, intervals = count, error = %e, "the batches written before the failed one could not be listed and marked done: the next apply rewrites them")
+                            }
                         }
                     }
                     let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &pieces, IntervalStatus::Failed, interval::now_millis());
@@ -313,17 +307,10 @@ pub fn build(
                 // next apply.
                 let last = i + 1 == n;
                 if last || since_publish.elapsed() >= publish_cost * 9 {
-                    let started = std::time::Instant::now();
-                    let published = publish(project, model, &physical, &dir, &listed.iter().cloned().collect::<Vec<_>>(), engine);
-                    let done = std::mem::take(&mut pending);
-                    if let Err(err) = published {
-                        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
-                        return Err(err);
-                    }
-                    publish_cost = started.elapsed();
+                    let count = pending.len();
+                    publish_cost = publish_pending(project, model, &physical, &dir, &listed, &mut pending, snapshot, state, engine)?;
                     since_publish = std::time::Instant::now();
-                    state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis())?;
-                    report.intervals += done.len();
+                    report.intervals += count;
                 }
             }
         }
@@ -336,6 +323,35 @@ pub fn build(
         }
     }
     Ok(())
+}
+
+/// Publishes the view over `listed` (the files of every batch written so far) and marks the
+/// `pending` intervals (written since the last publish, emptied) done; returns how long the
+/// publish took. When the publish or the record fails they are marked failed (their complete
+/// files are rewritten by the next apply) and the error is returned.
+#[allow(clippy::too_many_arguments)] // `build`'s own state, from its two publishing points
+fn publish_pending(
+    project: &Project,
+    model: &Model,
+    physical: &str,
+    dir: &VersionDir,
+    listed: &BTreeSet<String>,
+    pending: &mut Vec<Interval>,
+    snapshot: &SnapshotRecord,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+) -> Result<std::time::Duration, ApplyError> {
+    let done = std::mem::take(pending);
+    let started = std::time::Instant::now();
+    let published = publish(project, model, physical, dir, &listed.iter().cloned().collect::<Vec<_>>(), engine);
+    let took = started.elapsed();
+    let kept = published.and_then(|()| {
+        state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Done, interval::now_millis()).map_err(ApplyError::from)
+    });
+    if kept.is_err() {
+        let _ = state.mark_intervals(&snapshot.name, &snapshot.fingerprint, &done, IntervalStatus::Failed, interval::now_millis());
+    }
+    kept.map(|()| took)
 }
 
 /// One time-range batch: the query once into a temporary table, one file per grain interval
