@@ -1046,7 +1046,7 @@ impl StateStore for PostgresStore {
                     }
                     tx.execute(
                         "UPDATE meta SET store_id = $1, generation = GREATEST(generation, $2) + 1, claims = GREATEST(claims, $3), engine_epoch = $4, \
-                         epoch_issued = GREATEST($4::BIGINT, $5::BIGINT), ducklake_epoch = $6::BIGINT",
+                         epoch_issued = GREATEST(epoch_issued, $4::BIGINT, $5::BIGINT), ducklake_epoch = $6::BIGINT",
                         &[&dump.store_id, &dump.generation, &dump.claims, &dump.engine_epoch, &dump.epoch_issued, &dump.ducklake_epoch],
                     )?;
                     Ok(())

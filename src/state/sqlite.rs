@@ -1592,7 +1592,7 @@ impl StateStore for SqliteStore {
                     }
                     tx.execute(
                         "UPDATE meta SET store_id = ?1, generation = max(generation, ?2) + 1, claims = max(claims, ?3), engine_epoch = ?4, \
-                         epoch_issued = max(?4, ?5), ducklake_epoch = ?6",
+                         epoch_issued = max(epoch_issued, ?4, ?5), ducklake_epoch = ?6",
                         params![dump.store_id, dump.generation, dump.claims, dump.engine_epoch, dump.epoch_issued, dump.ducklake_epoch],
                     )?;
                     Ok(())

@@ -77,6 +77,7 @@ on_every_backend!(
     concurrent_lease_takers_on_separate_handles_get_exactly_one_lease,
     every_store_has_its_own_identity_shared_by_its_handles,
     a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation,
+    an_import_never_lowers_the_issued_epoch_counter,
 );
 
 const DAY: i64 = 86_400_000;
@@ -584,6 +585,24 @@ fn every_store_has_its_own_identity_shared_by_its_handles(b: &dyn Backend) {
     assert!(!one.is_in_memory());
     let elsewhere = Sqlite::new().open().store_id().unwrap();
     assert_ne!(elsewhere, id);
+}
+
+/// An import sets the store's epochs to the export's, but never lowers the issued counter: an
+/// older export imported into a store that issued further would otherwise issue again a number
+/// an earlier writer was given (and may have stamped into its database).
+fn an_import_never_lowers_the_issued_epoch_counter(b: &dyn Backend) {
+    let store = b.open();
+    store.issue_epoch(0).unwrap();
+    store.record_engine_epoch(1, None).unwrap();
+    let older = store.export_state().unwrap();
+    for _ in 0..4 {
+        store.issue_epoch(0).unwrap();
+    }
+    assert_eq!(store.export_state().unwrap().epoch_issued, 5);
+    store.import_state(&older, true, now_millis(), &|_| false).unwrap();
+    assert_eq!(store.engine_epoch().unwrap(), 1, "the export's epoch is the store's");
+    let next = store.issue_epoch(0).unwrap();
+    assert_eq!((next.epoch, next.before), (6, 5), "no number is issued twice");
 }
 
 // ---- Postgres only ----
