@@ -98,7 +98,9 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
             }
             Some(d)
         }
-        None => None,
+        // DuckLake's own default, `<catalog>.files/`, made explicit so it follows the catalog
+        // when the project moves (below).
+        None => file.as_ref().map(|f| format!("{}.files/", f.to_string_lossy())),
     };
     if !read_only {
         let dirs = file
@@ -110,11 +112,19 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
             fs_err::create_dir_all(&dir).map_err(|e| format!("cannot create the DuckLake directory: {e}"))?;
         }
     }
+    // The catalog records its data path as an absolute path when it is created, and its files
+    // relative to it: after the project (catalog and data path with it) moved, that record
+    // names the old place, a read-write attach naming the new one is refused, and a read-only
+    // one reads the old one. So every attach names the configured data path and overrides the
+    // record (`OVERRIDE_DATA_PATH`, this connection only): the files are found where the
+    // configuration says, and a data path that holds none of them fails the first read loudly.
     let mut options = Vec::new();
     if read_only {
         options.push("READ_ONLY".to_string());
-    } else if let Some(d) = &data {
+    }
+    if let Some(d) = &data {
         options.push(format!("DATA_PATH {}", quote_literal(d)));
+        options.push("OVERRIDE_DATA_PATH true".to_string());
     }
     let mut sql = format!("ATTACH IF NOT EXISTS {} AS {}", quote_literal(&target), quote_ident(DUCKLAKE_ALIAS));
     if !options.is_empty() {
