@@ -514,8 +514,9 @@ pub fn open_state(project: &Project, create: bool) -> Result<Box<dyn StateStore>
 
 /// Opens the state store to read its records alone, never an environment's views (`diff`
 /// without `--data`): as [`open_state`], but an interrupted promotion is left for the next
-/// command that reads views to undo, so no engine is opened. The records are what each
-/// environment serves either way: a promotion records its pointers only once its views moved.
+/// command that reads views to undo, so no engine is opened. The pointers then name what the
+/// environment served before that promotion, while its views may already serve the versions it
+/// was promoting to: a caller reads [`StateStore::pending_promotions`] to say so (`diff`).
 ///
 /// # Errors
 /// The store cannot be opened.

@@ -17,6 +17,7 @@ use crate::core::name::quote_ident;
 use crate::engine::{Engine, EngineError};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Violating rows a result keeps as samples.
 pub const SAMPLE_ROWS: usize = 3;
@@ -53,13 +54,18 @@ pub struct AuditResult {
     /// Where the audit is attached (`file:line` of its use in the model's definition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// Why `efmesh audit` did not run the audit (a failure, blocking or not): the embedded
+    /// models or externals its SQL inlines whose project definition differs from the version
+    /// the environment serves ([`audit_environment`]). Never set during `apply`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 impl AuditResult {
     /// True for a blocking audit that found violating rows, and for any audit whose SQL could
-    /// not run.
+    /// not run or that was not run ([`AuditResult::not_run`]).
     pub fn failed(&self) -> bool {
-        (self.blocking && self.violations > 0) || self.error.is_some()
+        (self.blocking && self.violations > 0) || self.error.is_some() || self.not_run.is_some()
     }
 
     /// One line naming the audit, the model, where and how many rows, then the samples.
@@ -192,6 +198,7 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, sql: &
         intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
         error: None,
         location: Some(audit.location.to_string()),
+        not_run: None,
     };
     Ok(result)
 }
@@ -326,6 +333,93 @@ pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, rela
     model.audits.iter().filter(|a| scope.is_none_or(|s| a.scope == s)).map(|a| (a, a.sql.render(relation, &|m| resolver.relation(m)))).collect()
 }
 
+/// The models `efmesh audit` audits: those of `project` with audits that `env` serves
+/// (`served`: the environment's pointer names), restricted to `only` when it is not empty, in
+/// topological order.
+fn audited<'a>(
+    project: &'a crate::project::Project,
+    served: &'a BTreeSet<String>,
+    only: &'a BTreeSet<ModelName>,
+) -> impl Iterator<Item = &'a crate::core::Model> {
+    project.dag.models().filter(move |m| !m.audits.is_empty() && served.contains(&m.name.to_string()) && (only.is_empty() || only.contains(&m.name)))
+}
+
+/// Adds `name` to `out` when it is an embedded model or an external, with the embedded models
+/// and externals its own query inlines in turn: what rendering `name` against an environment's
+/// views ([`super::resolve::ExecResolver`], `Mode::Env`) takes from the project's definitions
+/// rather than from the environment (every other model reads the environment's view).
+fn inline_into(project: &crate::project::Project, name: &ModelName, out: &mut BTreeSet<ModelName>) {
+    let Some(model) = project.dag.get(name) else { return };
+    if !matches!(model.kind, crate::core::Kind::Embedded | crate::core::Kind::External(_)) || !out.insert(name.clone()) {
+        return;
+    }
+    for parent in model.parents() {
+        inline_into(project, &parent, out);
+    }
+}
+
+/// The embedded models and externals that `audit` of `model`, rendered against an
+/// environment's views, inlines from the project's definitions: the audited model itself when
+/// it is one, and those its query and the models the audit `ref`s inline.
+pub fn inlined_by(project: &crate::project::Project, model: &crate::core::Model, audit: &Audit) -> BTreeSet<ModelName> {
+    let mut out = BTreeSet::new();
+    inline_into(project, &model.name, &mut out);
+    for r in audit.sql.refs() {
+        inline_into(project, &r.target, &mut out);
+    }
+    out
+}
+
+/// Every embedded model and external that some audit `efmesh audit` runs
+/// inlines from the project's definitions ([`inlined_by`]).
+pub fn inlined_by_audits(project: &crate::project::Project, served: &BTreeSet<String>, only: &BTreeSet<ModelName>) -> BTreeSet<ModelName> {
+    audited(project, served, only).flat_map(move |m| m.audits.iter().flat_map(move |a| inlined_by(project, m, a))).collect()
+}
+
+/// The models of `names` (embedded models and externals, [`inlined_by_audits`]) whose project
+/// definition differs from the version the environment serves (`pointers`: its pointer set,
+/// model name → fingerprint): auditing the project's definition of one would not audit what the
+/// environment serves. A model serves its project definition when the environment points at
+/// the project's fingerprint, or at the fingerprint of the project's definition over the
+/// versions the environment serves of its parents (an unapplied edit of a parent that is a
+/// view or a table changes the model's fingerprint, not what its rendering reads: that parent
+/// renders as the environment's view); a model or parent the environment does not serve
+/// differs. Fingerprints are computed as the plan computes them (the canonical-body cache of
+/// the state store first), and only when `names` is not empty.
+///
+/// # Errors
+/// Reading the state store's cache fails, or a body is not one valid query
+/// ([`crate::plan::PlanError::Sql`]).
+pub fn unserved_definitions(
+    project: &crate::project::Project,
+    state: &dyn crate::state::StateStore,
+    pointers: &BTreeMap<String, String>,
+    names: &BTreeSet<ModelName>,
+) -> Result<BTreeSet<ModelName>, crate::plan::PlanError> {
+    if names.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let keys: Vec<String> = crate::plan::rendered_bodies(project).into_iter().flatten().map(|(key, _)| key).collect();
+    let versions = crate::plan::versions(project, &state.canon_cache_get(&keys)?)?;
+    Ok(names.iter().filter(|n| !serves_definition(project, &versions, pointers, n)).cloned().collect())
+}
+
+/// True when the environment (`pointers`) serves the project's definition of `name`; see
+/// [`unserved_definitions`].
+fn serves_definition(project: &crate::project::Project, versions: &crate::plan::Versions, pointers: &BTreeMap<String, String>, name: &ModelName) -> bool {
+    use crate::sql::fingerprint::{Fingerprint, fingerprint_with_digest};
+    let (Some(model), Some(served)) = (project.dag.get(name), pointers.get(&name.to_string())) else { return false };
+    if versions.fingerprints.get(name).is_some_and(|fp| fp.as_str() == served.as_str()) {
+        return true;
+    }
+    let mut parents: BTreeMap<ModelName, Fingerprint> = BTreeMap::new();
+    for parent in model.parents() {
+        let Some(fp) = pointers.get(&parent.to_string()) else { return false };
+        parents.insert(parent, Fingerprint::from(fp.clone()));
+    }
+    fingerprint_with_digest(model, versions.digests.get(name).map(String::as_str), &parents).as_str() == served.as_str()
+}
+
 /// Runs every audit of the project's models that `env` serves (`served`: the environment's
 /// pointer names), over what the environment serves now: its views, externals' sources and
 /// embedded models rendered against its views (so are the models an audit `ref`s). Models are
@@ -335,27 +429,57 @@ pub fn checks<'a>(model: &'a crate::core::Model, scope: Option<AuditScope>, rela
 /// Every audit runs: one whose SQL fails against the environment (a column that no longer
 /// exists) is a failed result carrying the engine's message and the audit's `file:line`, and
 /// the others still run.
+///
+/// Except an audit whose SQL inlines ([`inlined_by`]) one of `differs` (embedded models and
+/// externals whose project definition differs from what `env` serves,
+/// [`unserved_definitions`]): it would audit a query or a source the environment does not
+/// serve, so it is not run, and its result is a failure saying why ([`AuditResult::not_run`]).
 pub fn audit_environment(
     project: &crate::project::Project,
     env: &str,
-    served: &std::collections::BTreeSet<String>,
-    only: &std::collections::BTreeSet<ModelName>,
+    served: &BTreeSet<String>,
+    only: &BTreeSet<ModelName>,
+    differs: &BTreeSet<ModelName>,
     engine: &mut dyn Engine,
 ) -> Vec<AuditResult> {
     use crate::core::Resolver;
-    let physicals = std::collections::BTreeMap::new();
+    let physicals = BTreeMap::new();
     let exec = super::resolve::ExecResolver::new(project, &physicals, super::resolve::Mode::Env(env));
     let mut out = Vec::new();
-    for model in project.dag.models() {
-        if model.audits.is_empty() || !served.contains(&model.name.to_string()) || (!only.is_empty() && !only.contains(&model.name)) {
-            continue;
-        }
+    for model in audited(project, served, only) {
         let relation = exec.relation(&model.name);
         for (audit, sql) in checks(model, None, &relation, &exec) {
+            let stale: Vec<ModelName> = inlined_by(project, model, audit).intersection(differs).cloned().collect();
+            if !stale.is_empty() {
+                out.push(not_run(&model.name, audit, env, &stale));
+                continue;
+            }
             out.push(run_one(engine, &model.name, audit, &sql, None).unwrap_or_else(|e| errored(&model.name, audit, &e)));
         }
     }
     out
+}
+
+/// The result of an audit `efmesh audit` did not run: it inlines `stale`, embedded models or
+/// externals whose project definition differs from what `env` serves.
+fn not_run(model: &ModelName, audit: &Audit, env: &str, stale: &[ModelName]) -> AuditResult {
+    let names: Vec<String> = stale.iter().map(|n| format!("`{n}`")).collect();
+    let (definition, differ, them) = if stale.len() == 1 { ("definition", "differs", "it") } else { ("definitions", "differ", "them") };
+    AuditResult {
+        model: model.clone(),
+        audit: audit.label(),
+        name: audit.name.clone(),
+        args: audit.args.clone(),
+        scope: audit.scope,
+        blocking: audit.blocking,
+        runs: 0,
+        violations: 0,
+        sample: Vec::new(),
+        intervals: Vec::new(),
+        error: None,
+        location: Some(audit.location.to_string()),
+        not_run: Some(format!("{}: the project's {definition} {differ} from what `{env}` serves; apply {them}, or audit after", names.join(", "))),
+    }
 }
 
 /// The result of an audit whose SQL could not run: a failure carrying the engine's message.
@@ -377,5 +501,6 @@ fn errored(model: &ModelName, audit: &Audit, e: &AuditError) -> AuditResult {
         intervals: Vec::new(),
         error: Some(message),
         location: Some(audit.location.to_string()),
+        not_run: None,
     }
 }

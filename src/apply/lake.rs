@@ -41,8 +41,10 @@
 //! or another DuckDB file sharing the lake and the state store, holds a view listing fewer files
 //! than the ledger says are done. The plan's integrity check reads the list back from the view's
 //! definition in the engine catalog ([`crate::core::target::lake_view_files`]) and compares it with the ledger (and, for a
-//! file of an interval not done, with the local manifest): such a view is re-listed by `apply`
-//! (`repair.lakeViewStale`, [`refresh`]), and `status --check` and `run` refuse it until then.
+//! file of an interval not done, with the local manifest; on a local lake also with the
+//! directory, so a kept file deleted by hand — which fails every query of the view — is found):
+//! such a view is re-listed by `apply` (`repair.lakeViewStale`, [`refresh`]), and `status
+//! --check` and `run` refuse it until then.
 //!
 //! Writes never expose a partial file, and an interval is marked done only after its file is
 //! complete: locally each file is written to `<name>.tmp` and renamed over the final name (an

@@ -141,8 +141,8 @@ fn history_counts(engine: &mut dyn Engine, relation: &str, scd: &ScdType2) -> Re
 
 /// Checked before anything is written: every history `plan` carries over is still all there.
 /// A version to build copies the old version's table, which must be readable; a version that
-/// exists already (built for another environment) copied it then, and the old table must hold
-/// exactly what it copied — otherwise what the environment recorded since would be lost, and
+/// exists already (built earlier) copied it then, and the old table must hold exactly what it
+/// copied — otherwise what the environment recorded since would be lost, and
 /// `apply` refuses unless `--reset-history` names the model.
 ///
 /// # Errors
@@ -181,32 +181,43 @@ pub fn check_carried(project: &crate::project::Project, plan: &crate::plan::Plan
     Ok(())
 }
 
-/// Refuses to reconcile at `now` when the table holds a version that started after it (the
-/// clock stepped back, or `--now` in the past): closing an open version at `now` would end it
-/// before it began. Nothing is written.
+/// Refuses to reconcile at `now` when the table holds history recorded after it (the clock
+/// stepped back, or `--now` in the past): a version that started after `now` (closing it at `now`
+/// would end it before it began), or a version closed after `now` — a hard delete or a change
+/// closes a version later than every `valid_from`, and a key opened again at `now` would be valid
+/// twice until that close. Nothing is written.
 fn not_before_history(engine: &mut dyn Engine, model: &Model, scd: &ScdType2, physical: &str, now: Millis) -> Result<(), ApplyError> {
     let (schema, table) = split_physical(physical);
     if !engine.relation_exists(&schema, &table).map_err(|e| build_error(model, e))? {
         return Ok(());
     }
-    let vf = quote_ident(&scd.valid_from);
+    let (vf, vt) = (quote_ident(&scd.valid_from), quote_ident(&scd.valid_to));
+    let at = interval::to_sql_literal(now);
     let later = engine
-        .query(&format!("SELECT CAST(max({vf}) AS VARCHAR) FROM {physical} WHERE {vf} > {}", interval::to_sql_literal(now)))
+        .query(&format!(
+            "SELECT CAST(max(CASE WHEN {vf} > {at} THEN {vf} END) AS VARCHAR), CAST(max(CASE WHEN {vt} > {at} THEN {vt} END) AS VARCHAR) FROM {physical}"
+        ))
         .map_err(|e| build_error(model, e))?;
-    match later.first().and_then(|r| r.first().cloned().flatten()) {
-        None => Ok(()),
-        Some(newest) => Err(build_error(
-            model,
-            crate::engine::EngineError::new(
-                "",
-                format!(
-                    "scd_type2 model `{}` holds versions valid from {newest} (UTC), after this run's instant {}: reconciling now would close them before they began (has the clock stepped back, or is `--now` in the past?); nothing was done",
-                    model.name,
-                    interval::to_iso(now)
-                ),
-            ),
-        )),
+    let newest = |i: usize| later.first().and_then(|r| r.get(i).cloned().flatten());
+    let recorded: Vec<String> = [(&scd.valid_from, newest(0)), (&scd.valid_to, newest(1))]
+        .into_iter()
+        .filter_map(|(column, value)| value.map(|value| format!("`{column}` {value}")))
+        .collect();
+    if recorded.is_empty() {
+        return Ok(());
     }
+    Err(build_error(
+        model,
+        crate::engine::EngineError::new(
+            "",
+            format!(
+                "scd_type2 model `{}` holds history recorded after this run's instant {} (newest {}, UTC): reconciling now would close versions before they began or open versions that overlap closed ones (has the clock stepped back, or is `--now` in the past?); nothing was done",
+                model.name,
+                interval::to_iso(now),
+                recorded.join(", ")
+            ),
+        ),
+    ))
 }
 
 /// The condition, over `_t` (the table) and `_s` (the staged query), matching a key.

@@ -414,7 +414,9 @@ pub enum StateAction {
         json: bool,
     },
     /// Load a document `state export` wrote into this project's state store, in one
-    /// transaction; refused when the store is not empty unless `--force` (which replaces it).
+    /// transaction; refused when the store is not empty unless `--force` (which replaces it),
+    /// and when the project's engine database holds writes made after the export (its epoch
+    /// stamp past the document's `engineEpoch`) unless `--engine-ahead`.
     Import {
         /// The document (`-`: stdin).
         #[arg(value_name = "FILE|-")]
@@ -422,6 +424,11 @@ pub enum StateAction {
         /// Replace the content of a store that is not empty.
         #[arg(long)]
         force: bool,
+        /// Import even when the engine database holds writes made after the export, or cannot be
+        /// opened to tell: the imported ledger is trusted as it is (safe only when every later
+        /// write went to tables of versions the export does not record; see docs/operations.md).
+        #[arg(long)]
+        engine_ahead: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -10,7 +10,10 @@ use std::collections::BTreeSet;
 
 /// Runs the command: every audit runs; exit 1 at the end when a blocking audit found violating
 /// rows or an audit's SQL could not run (each such audit is reported with the engine's message
-/// and its `file:line`).
+/// and its `file:line`). An audit that would inline an embedded model or an external whose
+/// project definition differs from the version `env` serves is not run, and exits 1 too: the
+/// command cannot vouch for what the environment serves
+/// ([`crate::apply::audit::unserved_definitions`]).
 ///
 /// # Errors
 /// Load errors, an unknown environment or model, an engine database older than the state store
@@ -28,10 +31,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         only.insert(name);
     }
     let state = open_state(&project, false)?;
-    let served: BTreeSet<String> = state.env_pointers(env)?.into_keys().collect();
+    let pointers = state.env_pointers(env)?;
+    let served: BTreeSet<String> = pointers.keys().cloned().collect();
     if served.is_empty() {
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
+    // Embedded models and externals render from the project's definitions: one edited and not
+    // applied is not what the environment serves, and the audits inlining it do not run.
+    let inlined = crate::apply::audit::inlined_by_audits(&project, &served, &only);
+    let differs = crate::apply::audit::unserved_definitions(&project, &*state, &pointers, &inlined)?;
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
     // An engine database older than the state store (a backup restored after later runs) would
     // have its stale rows audited as the environment's: refused as the plan refuses it (SPEC §4,
@@ -44,7 +52,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     // once the targets are prepared, as apply does.
     crate::apply::lake::prepare(&project, &mut *engine)?;
     crate::apply::ducklake::prepare(&project, &mut *engine)?;
-    let results = audit_environment(&project, env, &served, &only, &mut *engine);
+    let results = audit_environment(&project, env, &served, &only, &differs, &mut *engine);
     let skipped: Vec<String> = project
         .dag
         .models()
@@ -54,6 +62,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     let blocking: u64 = results.iter().filter(|r| r.blocking).map(|r| r.violations).sum();
     let warn: u64 = results.iter().filter(|r| !r.blocking).map(|r| r.violations).sum();
     let errors = results.iter().filter(|r| r.error.is_some()).count();
+    let not_run = results.iter().filter(|r| r.not_run.is_some()).count();
     if json {
         out.json(json!({
             "env": env,
@@ -61,18 +70,22 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
             "blockingViolations": blocking,
             "warnViolations": warn,
             "errors": errors,
+            "notRun": not_run,
             "notServed": skipped,
         }))?;
     } else {
         out.text(&report_text(env, &results, &skipped))?;
     }
-    if blocking > 0 || errors > 0 {
+    if blocking > 0 || errors > 0 || not_run > 0 {
         let mut parts = Vec::new();
         if blocking > 0 {
             parts.push(format!("{blocking} blocking audit violation{}", if blocking == 1 { "" } else { "s" }));
         }
         if errors > 0 {
             parts.push(format!("{errors} audit{} could not run", if errors == 1 { "" } else { "s" }));
+        }
+        if not_run > 0 {
+            parts.push(format!("{not_run} audit{} not run", if not_run == 1 { "" } else { "s" }));
         }
         crate::ewriteln!("error: environment `{env}`: {}", parts.join(", "));
         for r in results.iter().filter(|r| r.error.is_some()) {
@@ -82,6 +95,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
                 r.audit,
                 r.model,
                 r.error.as_deref().unwrap_or_default()
+            );
+        }
+        for r in results.iter().filter(|r| r.not_run.is_some()) {
+            crate::ewriteln!(
+                "  {}: audit `{}` on model `{}` not run: {}",
+                r.location.as_deref().unwrap_or("?"),
+                r.audit,
+                r.model,
+                r.not_run.as_deref().unwrap_or_default()
             );
         }
         return Ok(Exit::Error);
@@ -97,6 +119,7 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
     let mut s = format!("audits of environment `{env}`\n");
     for r in results {
         let (mark, tail) = match (r.violations, r.blocking) {
+            _ if r.not_run.is_some() => ('✗', format!("  not run: {}", r.not_run.as_deref().unwrap_or_default())),
             _ if r.error.is_some() => {
                 ('✗', format!("  could not run ({}): {}", r.location.as_deref().unwrap_or("?"), r.error.as_deref().unwrap_or_default().trim_end()))
             }
@@ -116,13 +139,14 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
     for m in skipped {
         s.push_str(&format!("  · {m:width$}  not served by `{env}`\n"));
     }
-    let failed = results.iter().filter(|r| r.failed()).count();
+    let not_run = results.iter().filter(|r| r.not_run.is_some()).count();
+    let ran = results.len() - not_run;
+    let failed = results.iter().filter(|r| r.failed() && r.not_run.is_none()).count();
     let warned = results.iter().filter(|r| !r.failed() && !r.blocking && r.violations > 0).count();
-    s.push_str(&format!(
-        "{} audit{} run: {} passed, {failed} failed, {warned} warned\n",
-        results.len(),
-        if results.len() == 1 { "" } else { "s" },
-        results.len() - failed - warned
-    ));
+    s.push_str(&format!("{ran} audit{} run: {} passed, {failed} failed, {warned} warned", if ran == 1 { "" } else { "s" }, ran - failed - warned));
+    if not_run > 0 {
+        s.push_str(&format!("; {not_run} not run: what they read differs in the project from what `{env}` serves"));
+    }
+    s.push('\n');
     s
 }

@@ -1,9 +1,12 @@
 //! `efmesh diff <env-a> <env-b> [--model M,…] [--data [--sample P]] [--json]`: which models two
 //! environments serve differently, read from the state store alone (no engine): models only
 //! `env-b` serves (added), only `env-a` serves (removed), and at another version (the
-//! fingerprints differ). Each is described by its pointer in the state store, which is exactly
-//! what the environment's views serve (SPEC §4). With `--data`, how the data of each model both
-//! serve differs, read-only on the engine ([`crate::datadiff`]).
+//! fingerprints differ). Each is described by its pointer in the state store, which is what the
+//! environment's views serve (SPEC §4) but while a promotion of it is recorded as under way
+//! (interrupted — a crash, `kill -9` — or still running): its views may then serve the versions
+//! it was promoting to until the next command that reads views undoes it, which the report says
+//! (`promotionsUnderWay`). With `--data`, how the data of each model both serve differs,
+//! read-only on the engine ([`crate::datadiff`]).
 
 use super::printer::Printer;
 use super::{Exit, load, open_state, open_state_records};
@@ -47,8 +50,9 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     for env in [a, b] {
         crate::core::name::validate_env(env)?;
     }
-    // The pointers are what each environment serves, an interrupted promotion or not: only
-    // `--data`, which reads the views, undoes one first (and needs the engine for it).
+    // Without `--data` no engine is opened, so an interrupted promotion is not undone: its
+    // environment's views may serve other versions than its pointers, which the report says
+    // below. `--data`, which reads the views, undoes one first (and needs the engine for it).
     let state = if req.data { open_state(&project, false)? } else { open_state_records(&project)? };
     let known = state.environments()?;
     for env in [a, b] {
@@ -64,6 +68,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         }
     }
     let (pa, pb) = (state.env_pointers(a)?, state.env_pointers(b)?);
+    let under_way = UnderWay::of(&*state, a, b, &pa, &pb)?;
     let wanted: Option<BTreeSet<String>> = match req.models {
         None => None,
         Some(list) => {
@@ -102,6 +107,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             "removed": d.removed.iter().map(|(m, fp)| json!({"model": m, "fingerprint": fp})).collect::<Vec<_>>(),
             "changed": d.changed.iter().map(|(m, fa, fb)| json!({"model": m, "fingerprintA": fa, "fingerprintB": fb})).collect::<Vec<_>>(),
             "same": d.same,
+            "promotionsUnderWay": under_way.iter().map(|u| json!({"env": u.env, "startedAt": u.started_at, "models": u.models})).collect::<Vec<_>>(),
         });
         if let Some(data) = &data {
             report["data"] = serde_json::to_value(data)?;
@@ -110,6 +116,9 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         out.json(report)?;
     } else {
         let mut text = d.text(a, b);
+        for u in &under_way {
+            text.push_str(&u.text());
+        }
         if let Some(data) = &data {
             text.push_str(&crate::datadiff::text(a, b, data));
             if !not_compared.is_empty() {
@@ -120,6 +129,50 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         out.text(&text)?;
     }
     Ok(Exit::Success)
+}
+
+/// A promotion of a compared environment recorded as under way
+/// ([`crate::state::PendingPromotion`]): interrupted (a crash, `kill -9` after its views moved)
+/// or still running. Its views may serve the versions it was promoting to rather than the
+/// pointers compared, until it completes or the next command that reads views undoes it.
+struct UnderWay {
+    /// The environment being promoted.
+    env: String,
+    /// When the promotion started.
+    started_at: String,
+    /// The models whose version it was promoting to differs from the pointer compared.
+    models: Vec<String>,
+}
+
+impl UnderWay {
+    /// The promotions of `a` and `b` recorded as under way (`pa`, `pb`: their pointers).
+    fn of(state: &dyn crate::state::StateStore, a: &str, b: &str, pa: &BTreeMap<String, String>, pb: &BTreeMap<String, String>) -> Result<Vec<UnderWay>> {
+        let mut out = Vec::new();
+        for p in state.pending_promotions()? {
+            let pointers = if p.env == a {
+                pa
+            } else if p.env == b {
+                pb
+            } else {
+                continue;
+            };
+            let names: BTreeSet<&String> = p.pointers.keys().chain(pointers.keys()).collect();
+            let models = names.into_iter().filter(|n| p.pointers.get(*n) != pointers.get(*n)).cloned().collect();
+            out.push(UnderWay { env: p.env, started_at: p.started_at, models });
+        }
+        Ok(out)
+    }
+
+    /// The warning line of the text report.
+    fn text(&self) -> String {
+        let env = &self.env;
+        let models =
+            if self.models.is_empty() { String::new() } else { format!(" ({})", self.models.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")) };
+        format!(
+            "warning: a promotion of `{env}` started at {} is recorded as under way (interrupted, or still running): `{env}`'s views may serve other versions than its pointers compared here{models} until the next command undoes the interrupted promotion (`efmesh status {env}` does; `efmesh apply {env}` promotes again)\n",
+            self.started_at
+        )
+    }
 }
 
 /// The models whose data `--data` compares, in topological order: those both environments

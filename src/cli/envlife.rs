@@ -1,6 +1,6 @@
 //! The lifecycle commands of environments and of the state store: `efmesh invalidate <env>`
 //! ([`crate::lifecycle`]: expire an environment now, the janitor drops it), `efmesh state
-//! export [FILE|-]` and `efmesh state import FILE [--force]` ([`crate::state::dump`]: the whole
+//! export [FILE|-]` and `efmesh state import FILE [--force] [--engine-ahead]` ([`crate::state::dump`]: the whole
 //! store as one versioned JSON document, through the `StateStore` trait, so a SQLite store
 //! moves into Postgres and back).
 
@@ -32,23 +32,31 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, out: &
             "`prod` never expires and cannot be invalidated; nothing was done\n  hint: only environments other than prod expire (`[environments] ttl`) or are invalidated"
         );
     }
-    let unknown = |known: &[String]| {
+    // `dropped`: when the janitor dropped it (its journal says so), else it was never applied.
+    let unknown = |known: &[String], dropped: Option<String>| {
+        if let Some(at) = dropped {
+            return anyhow::anyhow!(
+                "environment `{env}` expired and was dropped by the janitor at {at}: there is nothing to invalidate; nothing was done\n  hint: `efmesh apply {env}` creates it again"
+            );
+        }
         let hint = crate::core::error::did_you_mean(env, known.iter().map(String::as_str).filter(|e| *e != PROD)).map_or_else(
             || "\n  hint: `efmesh status <env>` shows an environment; only an applied environment can be invalidated".to_string(),
             |s| format!("\n  hint: did you mean `{s}`?"),
         );
         anyhow::anyhow!("unknown environment `{env}`: nothing was applied to it in this state store; nothing was done{hint}")
     };
-    let Some(state) = crate::state::open_existing(&config)? else { return Err(unknown(&[])) };
+    let dropped_at =
+        |state: &dyn crate::state::StateStore| -> Result<Option<String>> { Ok(crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at) };
+    let Some(state) = crate::state::open_existing(&config)? else { return Err(unknown(&[], None)) };
     let known = state.environments()?;
     if !known.iter().any(|e| e == env) {
-        return Err(unknown(&known));
+        return Err(unknown(&known, dropped_at(state.as_ref())?));
     }
     let models = state.env_pointers(env)?.len();
     let views = crate::janitor::env_views(state.as_ref(), env)?.len();
     // `None`: the janitor dropped it between the two reads.
     let now = crate::core::interval::now_millis();
-    let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[])) };
+    let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[], dropped_at(state.as_ref())?)) };
     tracing::debug!(env, journal = id, "environment invalidated");
     if json {
         out.json(json!({"env": env, "invalidated": true, "invalidatedAt": to_iso(now), "models": models, "views": views}))?;
@@ -128,10 +136,11 @@ fn refuse_overwrite(path: &std::path::Path) -> Result<()> {
     )
 }
 
-/// `efmesh state import FILE|- [--force] [--json]`: validates the document (its format and
-/// layout versions, every table and value), then writes it into the project's state store
-/// (created when absent) in one transaction.
-pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, json: bool, out: &Printer) -> Result<Exit> {
+/// `efmesh state import FILE|- [--force] [--engine-ahead] [--json]`: validates the document (its
+/// format and layout versions, every table and value), compares it with the project's engine
+/// database ([`refuse_engine_ahead`]), then writes it into the project's state store (created
+/// when absent) in one transaction.
+pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bool, engine_ahead: bool, json: bool, out: &Printer) -> Result<Exit> {
     let config = crate::config::Config::load(config)?;
     let text = if file.as_os_str() == "-" {
         let mut s = String::new();
@@ -143,6 +152,8 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
     let name = if file.as_os_str() == "-" { "stdin".to_string() } else { file.display().to_string() };
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("`{name}` is not JSON ({e}); nothing was imported"))?;
     let dump = crate::state::dump::StateDump::from_document(&doc).map_err(|e| anyhow::anyhow!("cannot import `{name}`: {e}; nothing was imported"))?;
+    // Before any store is opened or created: a refused import leaves everything as it was.
+    refuse_engine_ahead(&config, &dump, &name, engine_ahead)?;
     // A SQLite store this import creates is removed again when the import fails: a failed
     // import leaves no store where there was none.
     let created = config.state.url_env.is_none().then(|| config.state_path()).filter(|p| !p.exists());
@@ -184,4 +195,53 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
         ))?;
     }
     Ok(Exit::Success)
+}
+
+/// Refuses (nothing imported) the export `dump` (read from `name`) when the project's engine
+/// database holds writes made after it: the stamp of the document's store there
+/// ([`crate::engine::epoch::stamped`]) is past the document's `engineEpoch` (SPEC §4, invariant
+/// 63). A later forward-only change, restatement or run wrote into tables the document's
+/// versions own; its ledger would call those intervals done as the export describes them, and
+/// nothing (plan, `status --check`, run) would see that the rows are others. `engine_ahead`
+/// imports anyway, with a warning: the ledger is trusted as it is. A database that cannot be
+/// opened (locked by a running command, a Postgres server out of reach) refuses too, naming
+/// why, unless `engine_ahead`. A DuckDB file that does not exist holds nothing to compare: the
+/// import goes on with a warning (a database kept elsewhere is not compared).
+fn refuse_engine_ahead(config: &crate::config::Config, dump: &crate::state::dump::StateDump, name: &str, engine_ahead: bool) -> Result<()> {
+    let location = crate::engine::location(config);
+    if config.engine_file().is_some_and(|path| !path.exists()) {
+        tracing::warn!(
+            "no engine database at {location}: {name} could not be compared with one; the next `efmesh apply <env>` builds what the imported state store records there (a database kept elsewhere must be from the same moment as the export)"
+        );
+        return Ok(());
+    }
+    let stamped = crate::engine::open(config, crate::engine::Access::Catalog)
+        .and_then(|mut engine| engine.catalog())
+        .map(|catalog| crate::engine::epoch::stamped(&catalog, &dump.store_id));
+    let stamped = match stamped {
+        Ok(stamped) => stamped,
+        Err(e) => {
+            // The engine's own hint (`--retries`, what to do with a damaged file) speaks of other
+            // commands: only its cause is kept.
+            let cause = e.message.split("\n  hint: ").next().unwrap_or(e.message.as_str()).trim_end();
+            if engine_ahead {
+                tracing::warn!("cannot open the engine database {location} to compare it with {name} ({cause}); imported without comparing (`--engine-ahead`)");
+                return Ok(());
+            }
+            bail!(
+                "cannot open the engine database {location} to compare it with {name}: {cause}; nothing was imported\n  hint: an import is refused when the database holds writes made after the export; retry once it can be opened (the command writing it is done, the server is reachable), move a damaged file aside (nothing is compared then), or import with `--engine-ahead` to skip the comparison"
+            )
+        }
+    };
+    tracing::debug!(stamped, exported = dump.engine_epoch, "engine epoch compared with the export");
+    if stamped <= dump.engine_epoch {
+        return Ok(());
+    }
+    let message = crate::engine::epoch::ahead_message(&location, stamped, dump.engine_epoch);
+    if engine_ahead {
+        let (what, _) = message.split_once("; nothing was imported").unwrap_or((message.as_str(), ""));
+        tracing::warn!("{what}; imported anyway (`--engine-ahead`): the imported ledger is trusted as it is");
+        return Ok(());
+    }
+    bail!("{message}")
 }

@@ -55,7 +55,9 @@ pub(super) fn run(config: &std::path::Path, req: Request, out: &Printer) -> Resu
         let access = if dry_run { crate::engine::Access::ReadOnly } else { crate::engine::Access::ReadWrite };
         Ok(Some(crate::engine::open(&engine_config, access)?))
     };
-    let options = Options { ttl_days: req.ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt, env_ttl: config.environments.ttl };
+    // `--ttl=-0` passes the check above (-0 is not below 0) and would print as `ttl -0 days`.
+    let ttl_days = req.ttl_days.abs();
+    let options = Options { ttl_days, dry_run: req.dry_run, now: req.now, adopt: req.adopt, env_ttl: config.environments.ttl };
     let report = if req.dry_run {
         collect(&config, state, &mut open, &options)?
     } else {

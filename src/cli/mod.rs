@@ -282,7 +282,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Migrate { json } => migrate::run(&args.config, json, &out),
         Command::Invalidate { env, json } => envlife::invalidate(&args.config, &env, json, &out),
         Command::State { action: args::StateAction::Export { file, json } } => envlife::export(&args.config, file.as_deref(), json, now()?, &out),
-        Command::State { action: args::StateAction::Import { file, force, json } } => envlife::import(&args.config, &file, force, json, &out),
+        Command::State { action: args::StateAction::Import { file, force, engine_ahead, json } } => {
+            envlife::import(&args.config, &file, force, engine_ahead, json, &out)
+        }
         Command::Janitor { ttl, dry_run, adopt, json, wait } => {
             let wait = wait.as_deref().map(lock::parse_duration).transpose().map_err(|e| anyhow!("--wait: {e}"))?.unwrap_or_default();
             janitor::run(&args.config, janitor::Request { ttl_days: ttl, dry_run, adopt, json, wait, now: now()? }, &out)

@@ -98,10 +98,15 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 });
             }
             if r.lake_view_stale {
-                notes.push(match r.unlisted {
-                    0 => "lake view lists files its manifest dropped: re-list".to_string(),
-                    n => format!("lake view lacks the files of {n} done interval{}: re-list", if n == 1 { "" } else { "s" }),
-                });
+                let lost = r.listed_missing.len();
+                if lost > 0 {
+                    notes.push(format!("lake view lists {lost} file{} no longer in the lake: re-list", if lost == 1 { "" } else { "s" }));
+                }
+                match r.unlisted {
+                    0 if lost > 0 => {}
+                    0 => notes.push("lake view lists files its manifest dropped: re-list".to_string()),
+                    n => notes.push(format!("lake view lacks the files of {n} done interval{}: re-list", if n == 1 { "" } else { "s" })),
+                }
             }
             if !r.forgotten.is_empty() {
                 notes.push(r.forgotten_note());

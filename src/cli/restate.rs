@@ -239,7 +239,10 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
             text.push_str(&format!("{n}: {k} done interval(s) outside its `start`/`end` left as computed (not restated)\n"));
         }
         if nothing {
-            text.push_str(&format!("no interval in [{}, {}) was done: nothing to recompute\n", to_iso(from), to_iso(to)));
+            // The done intervals outside a model's bounds named above are left as computed: the
+            // range held no done interval a run recomputes.
+            let within = if outside_bounds.is_empty() { "" } else { " within the models' `start`/`end`" };
+            text.push_str(&format!("no interval in [{}, {}){within} was done: nothing to recompute\n", to_iso(from), to_iso(to)));
         } else {
             if !rebuilt.is_empty() {
                 text.push_str(&format!("rebuilt by the next run: {}\n", rebuilt.join(", ")));

@@ -8,6 +8,11 @@
 //! - `--print-systemd`: prints a service, a timer (`Persistent=true`) and an `OnFailure=` alert
 //!   unit running `efmesh status <env> --check`; nothing is installed.
 //!
+//! An environment the state store does not hold (never applied — a typo such as `prd` for
+//! `prod` —, or dropped by the janitor) is warned of on stderr, naming the existing environment
+//! most like it, and scheduled all the same: a schedule may be set up before the first apply
+//! (until then every tick exits 2, and `status <env> --check` exits 1).
+//!
 //! Cron expressions are validated by [`crate::core::cron::parse_as`] as crontab reads them (its
 //! grammar, its nicknames: an error names the field at fault; one that never fires is refused),
 //! and written to the crontab as given.
@@ -95,6 +100,11 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
     }
     let loaded = crate::config::Config::load(&config)?;
     let spec = CronSpec::parse(&o.cron).map_err(|e| anyhow!("--cron: {e}"))?;
+    match absent(&loaded, &env) {
+        Ok(Some(message)) => tracing::warn!(env = %env, "{message}"),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(env = %env, "cannot read the state store to check that environment `{env}` exists: {e}"),
+    }
     let unit = Unit { env: env.clone(), config: config.clone(), root: loaded.root.clone(), bin };
     if o.print_systemd {
         out.text(&unit.systemd(&spec))?;
@@ -118,6 +128,36 @@ pub fn run(config: &Path, o: Options, out: &Printer) -> Result<Exit> {
         log.display()
     ))?;
     Ok(Exit::Success)
+}
+
+/// What to warn of when `config`'s state store does not hold `env` (never applied, or dropped
+/// by the janitor): every scheduled `run` of it exits 2 until an apply creates it. The message
+/// names the existing environment most like `env` (a typo such as `prd`). `None` when the store
+/// holds it. Only the store's records are read (no engine, nothing created).
+///
+/// # Errors
+/// The state store cannot be opened or read.
+fn absent(config: &crate::config::Config, env: &str) -> Result<Option<String>> {
+    let (known, dropped) = match crate::state::open_existing(config)? {
+        None => (Vec::new(), None),
+        Some(state) => {
+            let known = state.environments()?;
+            if known.iter().any(|k| k == env) {
+                return Ok(None);
+            }
+            // An environment the janitor dropped has a journal that says so.
+            let dropped = crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at;
+            (known, dropped)
+        }
+    };
+    let what = match dropped {
+        Some(at) => format!("expired and was dropped by the janitor at {at}"),
+        None => "does not exist (nothing was applied to it)".to_string(),
+    };
+    let like = crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+    Ok(Some(format!(
+        "environment `{env}` {what}{like}: every scheduled `efmesh run {env}` exits 2 until `efmesh apply {env}` creates it (and `efmesh status {env} --check` exits 1); scheduled all the same"
+    )))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,18 +287,23 @@ impl Unit {
         cmd.replace('%', r"\%")
     }
 
-    /// `efmesh-<project directory name>-<env>`, every character outside `[A-Za-z0-9_-]` made `-`.
+    /// `efmesh-<project directory name>-<hash>-<env>`, every character of the directory name
+    /// outside `[A-Za-z0-9_-]` made `-`; `<hash>` is the first 8 hex digits of the BLAKE3 hash
+    /// of the project directory's absolute path, so two projects in directories of one name
+    /// (`/srv/a/warehouse`, `/srv/b/warehouse`) get units of their own.
     fn title(&self) -> String {
         let project = self.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "project".into());
         let project: String = project.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
-        format!("efmesh-{project}-{}", self.env)
+        let hash: String = blake3::hash(self.root.as_os_str().as_encoded_bytes()).to_hex().chars().take(8).collect();
+        format!("efmesh-{project}-{hash}-{}", self.env)
     }
 
     /// The three units and how to enable them.
     fn systemd(&self, spec: &CronSpec) -> String {
         let title = self.title();
         let env = &self.env;
-        let project = self.root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // `Description=` expands specifiers: a `%` of the directory name is written `%%`.
+        let project = self.root.file_name().map(|n| n.to_string_lossy().replace('%', "%%")).unwrap_or_default();
         let bin = sd_word(&self.bin.to_string_lossy());
         let config = sd_word(&self.config.to_string_lossy());
         let root = self.root.to_string_lossy().replace('%', "%%");
@@ -494,6 +539,41 @@ mod tests {
         assert!(tab.entries().is_empty(), "the user's line is not an efmesh entry");
         assert_eq!(tab.remove("prod", "/p/efmesh.toml"), 1);
         assert_eq!(tab.text(), "0 1 * * * backup\n");
+    }
+
+    #[test]
+    fn systemd_unit_names_tell_apart_two_projects_in_directories_of_one_name() {
+        let unit = |root: &str| Unit {
+            env: "prod".into(),
+            config: PathBuf::from(root).join("efmesh.toml"),
+            root: PathBuf::from(root),
+            bin: PathBuf::from("/usr/bin/efmesh"),
+        };
+        let (a, b) = (unit("/srv/a/warehouse").title(), unit("/srv/b/warehouse").title());
+        assert_ne!(a, b, "two projects named alike would share (and overwrite) their units");
+        for t in [&a, &b] {
+            let hash = t.strip_prefix("efmesh-warehouse-").and_then(|t| t.strip_suffix("-prod")).unwrap_or_else(|| panic!("{t}"));
+            assert!(hash.len() == 8 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+        }
+        assert_eq!(a, unit("/srv/a/warehouse").title(), "the name is stable for one path");
+    }
+
+    #[test]
+    fn systemd_descriptions_escape_a_percent_of_the_project_directory() {
+        let unit = Unit {
+            env: "prod".into(),
+            config: PathBuf::from("/srv/50%off/efmesh.toml"),
+            root: PathBuf::from("/srv/50%off"),
+            bin: PathBuf::from("/usr/bin/efmesh"),
+        };
+        let units = unit.systemd(&CronSpec::parse("@daily").expect("cron"));
+        let descriptions: Vec<&str> = units.lines().filter(|l| l.starts_with("Description=")).collect();
+        assert_eq!(descriptions.len(), 3, "{units}");
+        for d in descriptions {
+            // `%o` would be expanded by systemd (a specifier); `%%` is a literal `%`.
+            assert!(d.contains("(50%%off)") && !d.replace("%%", "").contains('%'), "{d}");
+        }
+        assert!(units.contains("WorkingDirectory=/srv/50%%off\n"), "{units}");
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //! version differs from the served one, as [`crate::plan::integrity::served_missing`] finds the
 //! served version's relations, [`crate::plan::integrity::served_lake_files_missing`] its local
 //! lake files and [`crate::apply::ducklake::lost_served_versions`] its DuckLake table: what the
-//! state store says is served, whatever the working tree holds); lag, a due refresh,
-//! `lock-held`, `blocked` and a never-applied environment are healthy (exit 0). The report is
-//! printed either way.
+//! state store says is served, whatever the working tree holds), or the state store never held
+//! the environment (no pointers, no journal: a typo such as `prd`, whose every `run` exits 2);
+//! lag, a due refresh, `lock-held` and `blocked` are healthy (exit 0). The report is printed
+//! either way.
 
 use super::printer::Printer;
 use super::{Exit, load, open_state};
@@ -106,6 +107,15 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // Invalidations and drops are journal rows too ([`crate::lifecycle`]): the last plan is the
     // newest row that is no lifecycle event.
     let last_plan = crate::lifecycle::last_applied(&journal);
+    // An environment the state store never held (no pointers, no journal: never applied — a
+    // typo such as `prd` for `prod`, a schedule set up before the first apply) serves nothing
+    // and every `run` of it exits 2: `Some(the existing environment named most like it)`.
+    let absent: Option<Option<String>> = if pointers.is_empty() && journal.is_empty() {
+        let known = state.environments()?;
+        Some(crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(str::to_string))
+    } else {
+        None
+    };
     let expiry = crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now);
     let ticks = state.ticks(env, TICKS)?;
     let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
@@ -133,7 +143,23 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 let horizon = t.end.map_or(due, |e| e.min(due));
                 let from = stats.done_up_to.unwrap_or(t.grain.floor(t.start));
                 let behind = t.grain.count(from, horizon).max(0);
-                let gaps = stats.done_up_to.map_or(0, |up_to| (t.grain.count(t.grain.floor(t.start), up_to) - stats.done as i64).max(0));
+                let gaps = match stats.done_up_to {
+                    None => 0,
+                    Some(up_to) => {
+                        let first = t.grain.floor(t.start);
+                        // Only intervals inside the model's `start`/`end`: one outside them
+                        // (restated, then `end` moved earlier) is never recomputed, whatever is
+                        // done after it. Counted from the ledger only when the counts cannot say.
+                        let bound = t.end.map_or(up_to, |e| up_to.min(t.grain.next(t.grain.floor(e - 1))));
+                        let gaps = t.grain.count(first, up_to) - stats.done as i64;
+                        if bound == up_to && gaps <= 0 {
+                            0
+                        } else {
+                            let done = state.done_intervals(name, fp)?;
+                            (t.grain.count(first, bound) - done.range(first..bound.max(first)).count() as i64).max(0)
+                        }
+                    }
+                };
                 // Only failed intervals the model still wants: one its `start`/`end` now leave
                 // out is never computed again, and would keep `--check` failing for good.
                 let failed = match stats.failed {
@@ -220,7 +246,12 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             l.done_up_to = done.iter().next_back().map(|s| t.grain.next(*s));
             let from = l.done_up_to.unwrap_or(first);
             l.behind = t.grain.count(from, horizon).max(0);
-            l.gaps = l.done_up_to.map_or(0, |up_to| (t.grain.count(first, up_to) - done.range(first..up_to).count() as i64).max(0));
+            // Only intervals inside the model's `start`/`end`: one outside them (restated, then
+            // `end` moved earlier) is never recomputed, whatever is done after it.
+            l.gaps = l.done_up_to.map_or(0, |up_to| {
+                let up_to = t.end.map_or(up_to, |e| up_to.min(t.grain.next(t.grain.floor(e - 1))));
+                (t.grain.count(first, up_to) - done.range(first..up_to.max(first)).count() as i64).max(0)
+            });
         }
         for (name, fp) in &pointers {
             let Ok(model) = ModelName::parse(name) else { continue };
@@ -269,8 +300,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             let (Ok(name), Some(fp), Some(up_to)) = (ModelName::parse(&l.model), pointers.get(&l.model), l.done_up_to) else { continue };
             let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
             let done = state.done_intervals(&l.model, fp)?;
-            let mut asked: Vec<crate::core::Interval> =
-                crate::core::Interval::new(t.grain.floor(t.start), up_to).split(t.grain).into_iter().filter(|i| !done.contains(&i.start)).collect();
+            let mut asked: Vec<crate::core::Interval> = crate::core::Interval::new(t.grain.floor(t.start), up_to)
+                .split(t.grain)
+                .into_iter()
+                .filter(|i| !done.contains(&i.start) && t.holds(i.start))
+                .collect();
             let entry: &mut Vec<crate::core::Interval> = candidates.entry(name).or_default();
             asked.append(entry);
             *entry = asked;
@@ -296,6 +330,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     // `lock-held` and `blocked` ticks after an error do not make it green.
     let last_errored = newest_deciding_tick(&*state, env, &ticks)?.is_some_and(|t| t.outcome == "error");
     let mut problems = Vec::new();
+    if let Some(like) = &absent {
+        let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+        problems.push(format!("environment `{env}` does not exist: nothing was applied to it, so every `run {env}` exits 2{like}"));
+    }
     // What the engine lacks of the served versions of models the project defines differently.
     let mut lost_served: Vec<LostServed> = Vec::new();
     if failed_total > 0 {
@@ -437,6 +475,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     if json {
         out.json(json!({
             "env": env,
+            // `false` when the state store never held the environment (`didYouMean`: the
+            // existing one named most like it, or null).
+            "exists": absent.is_none(),
+            "didYouMean": absent.as_ref().and_then(|like| like.as_deref()),
             "storeVersion": STATE_VERSION,
             "models": pointers.len(),
             // `appliedBy` is null when no applier was known (no `$EFMESH_APPLIED_BY`, `$USER`,
@@ -486,10 +528,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         }))?;
     } else {
         let mut text = String::new();
-        if pointers.is_empty() && last_plan.is_none() {
+        if let Some(like) = &absent {
             // A typo of an existing environment's name is said so (its health is not this one's).
-            let known = state.environments()?;
-            let like = crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+            let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             text.push_str(&format!("environment `{env}` does not exist — the first apply creates it{like}\n"));
         } else if let (true, Some(at)) = (pointers.is_empty(), &expiry.dropped_at) {
             text.push_str(&format!("environment `{env}` expired and was dropped by the janitor at {at} — the next apply creates it again\n"));

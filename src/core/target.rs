@@ -264,6 +264,17 @@ pub fn lake_view_stale(
     extra.iter().any(|f| !manifest.contains(*f)).then_some(0)
 }
 
+/// The files the view definition `sql` of a parquet lake version (its files in the lake directory
+/// `<table>/<fingerprint>`, [`lake_view_files`]) lists that `present` — the file names its local
+/// lake directory holds — lacks, sorted: a file deleted outside efmesh that the view still lists
+/// (a restated interval's kept file, served until a batch rewrites it, or one left outside the
+/// model's `start`/`end`, which no batch ever rewrites). Every query of the view fails while it
+/// lists one, so the plan re-lists it (`repair.lakeViewStale`), and the re-list drops a file that
+/// is gone. (A done interval's missing file is `repair.lakeFilesMissing`, found first.)
+pub fn lake_view_lost_files(sql: &str, (table, fingerprint): (&str, &str), present: &std::collections::BTreeSet<String>) -> Vec<String> {
+    lake_view_files(sql, table, fingerprint).into_iter().filter(|f| !present.contains(f)).collect()
+}
+
 /// The files a parquet version's `manifest.json` text lists; none when it cannot be parsed.
 pub fn lake_manifest_files(text: &str) -> Vec<String> {
     serde_json::from_str::<serde_json::Value>(text)
@@ -350,5 +361,22 @@ mod tests {
         assert_eq!(stale(&four, None), None);
         assert_eq!(stale(&four, Some(&four)), None);
         assert_eq!(stale(&four, Some(&four[..3])), Some(0));
+    }
+
+    /// A file the view lists that the local lake directory no longer holds is found, whether its
+    /// interval is done or only kept (restated, or outside the bounds); files the directory holds
+    /// beyond the list (a stray copy) are not.
+    #[test]
+    fn a_lake_view_listing_a_file_the_directory_lacks_names_it() {
+        let fp = "b".repeat(64);
+        let sql = format!(
+            "CREATE VIEW x AS SELECT * FROM read_parquet(main.list_value('/p/lake/s__t/{fp}/2026-01-01.parquet', '/p/lake/s__t/{fp}/2026-01-02.parquet', '/p/lake/s__t/{fp}/2026-01-03.parquet'))"
+        );
+        let present = |names: &[&str]| -> std::collections::BTreeSet<String> { names.iter().map(|d| format!("{d}.parquet")).collect() };
+        let all = present(&["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-20", "manifest"]);
+        assert!(lake_view_lost_files(&sql, ("s__t", &fp), &all).is_empty());
+        let lost = lake_view_lost_files(&sql, ("s__t", &fp), &present(&["2026-01-01", "2026-01-03"]));
+        assert_eq!(lost, ["2026-01-02.parquet"]);
+        assert_eq!(lake_view_lost_files(&sql, ("s__t", &fp), &present(&[])).len(), 3);
     }
 }

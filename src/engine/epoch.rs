@@ -155,6 +155,21 @@ pub fn behind_message(engine: &str, store: &str, stamped: i64, recorded: i64, ex
     )
 }
 
+/// The refusal of `efmesh state import` of an export whose `engineEpoch` (`exported`) is lower
+/// than the stamp the engine database holds for its store (`stamped`): the database holds
+/// writes made after the export (a forward-only change, a restatement, a run), which the
+/// restored ledger would describe as the intervals they replaced. Names the database, both
+/// epochs and the ways forward.
+pub fn ahead_message(engine: &str, stamped: i64, exported: i64) -> String {
+    format!(
+        "the engine database {engine} holds writes made after this export (epoch {stamped} > {exported}): the restored ledger would call done \
+         intervals those writes replaced, and they would be served as the export describes them; nothing was imported\n  \
+         hint: restore the database from the same moment as the export, or move it aside (the next `efmesh apply <env>` rebuilds every version \
+         the state store records), or import with `--engine-ahead` to trust the ledger as it is (only when every later write went to tables of \
+         versions the export does not record)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +187,15 @@ mod tests {
             .insert((STORAGE_SCHEMA.to_string(), view_name("ab")), super::super::CatalogEntry { comment: Some("efmesh engine epoch 12".into()), sql: None });
         assert_eq!((stamped(&catalog, "ab"), stamped(&catalog, "cd")), (12, 0));
         assert_eq!(relation("ab"), "\"_efmesh\".\"_efmesh_epoch__ab\"");
+    }
+
+    /// The import's refusal names the database, both epochs, that nothing was imported, and
+    /// every way forward.
+    #[test]
+    fn the_ahead_refusal_names_the_database_both_epochs_and_the_ways_forward() {
+        let m = ahead_message("/p/efmesh.duckdb", 9, 4);
+        for wanted in ["/p/efmesh.duckdb holds writes made after this export (epoch 9 > 4)", "nothing was imported", "move it aside", "--engine-ahead"] {
+            assert!(m.contains(wanted), "{wanted}: {m}");
+        }
     }
 }

@@ -30,9 +30,12 @@
 //!   or S3, whose view — refreshed only by the process that writes — lists fewer files than its
 //!   ledger says are done: an older copy of the DuckDB file, another DuckDB file sharing the lake
 //!   and the state store; or a file of an interval not done that the local manifest no longer
-//!   lists) is re-listed, nothing recomputed (`repair.lakeViewStale`). The list is read from the
-//!   view's definition in the catalog ([`crate::core::target::lake_view_files`]): no listing. Checked
-//!   for every model, memo or not.
+//!   lists), or one listing a file its local lake directory no longer holds (a restated
+//!   interval's kept file deleted by hand: every query of the view fails until then), is
+//!   re-listed, nothing recomputed (`repair.lakeViewStale`). The list is read from the view's
+//!   definition in the catalog ([`crate::core::target::lake_view_files`]) and compared with the
+//!   ledger and, on a local lake, the one listing of its directory the check reads anyway.
+//!   Checked for every model, memo or not.
 //!
 //! A lost file of a done interval outside the model's `start`/`end` (done under wider bounds: an
 //! earlier edit, another environment's version sharing the directory) cannot be recomputed under
@@ -110,13 +113,21 @@ pub struct Repair {
     /// list — an older copy of the DuckDB file restored after a run wrote more intervals (writes
     /// to the lake alone raise no engine epoch), or another DuckDB file sharing the lake and the
     /// state store ran the version further —, or a file of an interval not done that the
-    /// version's local manifest no longer lists. Apply re-lists the view over the ledger and the
-    /// manifest ([`crate::apply::lake::refresh`]), recomputing nothing ([`Repair::unlisted`]).
+    /// version's local manifest no longer lists, or a file its local lake directory no longer
+    /// holds ([`Repair::listed_missing`]). Apply re-lists the view over the ledger and the
+    /// manifest's files still there ([`crate::apply::lake::refresh`]), recomputing nothing
+    /// ([`Repair::unlisted`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lake_view_stale: bool,
     /// With `lake_view_stale`: how many done intervals have a file the view does not list.
     #[serde(skip)]
     pub unlisted: usize,
+    /// With `lake_view_stale`: the files (full paths) the view lists that its local lake
+    /// directory no longer holds — a kept file of an interval not done (restated, or outside the
+    /// model's `start`/`end`) deleted outside efmesh. Every query of the view fails until the
+    /// re-list drops them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub listed_missing: Vec<String>,
     /// With `lake_view_missing` or `lake_files_missing`: the grain intervals inside the model's
     /// `start`/`end` whose file is missing from the lake; apply marks them failed (where done)
     /// before recomputing them (those the plan wants now).
@@ -168,12 +179,15 @@ impl Repair {
             (self.physical_stale, "physical view reads old parent versions"),
             (self.lake_view_missing, "lake view missing"),
             (self.lake_files_missing, "lake files missing"),
-            (self.lake_view_stale, "lake view does not list the done intervals' files"),
+            (self.lake_view_stale && (self.unlisted > 0 || self.listed_missing.is_empty()), "lake view does not list the done intervals' files"),
         ]
         .into_iter()
         .filter(|&(on, _)| on)
         .map(|(_, what)| what.to_string())
         .collect();
+        if self.lake_view_stale && !self.listed_missing.is_empty() {
+            parts.push(self.listed_missing_note());
+        }
         if !self.forgotten.is_empty() {
             parts.push(self.forgotten_note());
         }
@@ -184,6 +198,16 @@ impl Repair {
                 .map(|(_, what)| what.to_string()),
         );
         if parts.is_empty() { "the engine does not hold what the state records".to_string() } else { parts.join(", ") }
+    }
+
+    /// [`Repair::listed_missing`], in a few words, naming the first file: `lake view lists a file
+    /// no longer in the lake: /p/lake/m__daily/ab…/2026-01-02.parquet`.
+    pub fn listed_missing_note(&self) -> String {
+        let first = self.listed_missing.first().map(String::as_str).unwrap_or_default();
+        match self.listed_missing.len() {
+            1 => format!("lake view lists a file no longer in the lake: {first}"),
+            n => format!("lake view lists {n} files no longer in the lake: {first} and {} more", n - 1),
+        }
     }
 
     /// What becomes of [`Repair::forgotten`], in a few words: `1 done interval(s) outside its
@@ -219,8 +243,14 @@ impl Repair {
                 self.lost_files.len()
             ));
         }
-        // (Only forgotten intervals lost their files: said below.)
-        if self.lake_files_missing && (!self.lost_files.is_empty() || self.forgotten.is_empty()) {
+        // A `full` version's lost `data.parquet` is rebuilt; a time-range version's lost files
+        // are recomputed (only forgotten intervals lost their files: said below).
+        if self.lake_files_missing && action.kind == "full" {
+            out.push(format!(
+                "the lake file `data.parquet` of `{}` ({physical}) is missing: `apply` rebuilds the version (writes it anew and re-creates the view over it)",
+                action.name
+            ));
+        } else if self.lake_files_missing && (!self.lost_files.is_empty() || self.forgotten.is_empty()) {
             let shown: Vec<String> = self.lost_files.iter().take(3).map(ToString::to_string).collect();
             let more = if self.lost_files.len() > 3 { format!(" and {} more", self.lost_files.len() - 3) } else { String::new() };
             out.push(format!(
@@ -230,7 +260,7 @@ impl Repair {
                 shown.join(", ")
             ));
         }
-        if self.lake_view_stale {
+        if self.lake_view_stale && (self.unlisted > 0 || self.listed_missing.is_empty()) {
             let what = if self.unlisted > 0 {
                 format!("does not list the files of {} done interval(s)", self.unlisted)
             } else {
@@ -239,6 +269,16 @@ impl Repair {
             out.push(format!(
                 "lake view {physical} of `{}` {what} (an older copy of the engine file, or another one sharing the lake and the state store wrote since): `apply` re-creates it over the ledger's done intervals",
                 action.name
+            ));
+        }
+        if self.lake_view_stale && !self.listed_missing.is_empty() {
+            let shown: Vec<&str> = self.listed_missing.iter().take(3).map(String::as_str).collect();
+            let more = if self.listed_missing.len() > 3 { format!(" and {} more", self.listed_missing.len() - 3) } else { String::new() };
+            out.push(format!(
+                "lake view {physical} of `{}` lists {} file(s) no longer in the lake ({}{more}; deleted outside efmesh: every query of it fails): `apply` re-creates it over the ledger's done intervals and the kept files still there",
+                action.name,
+                self.listed_missing.len(),
+                shown.join(", ")
             ));
         }
         if !self.forgotten.is_empty() {
@@ -614,6 +654,9 @@ pub fn check_skipping(
         // The done intervals of the versions stored in a lake version's relation, when read for
         // its files (and all there): compared with its view's file list below.
         let mut lake_done: Option<BTreeSet<interval::Millis>> = None;
+        // The file names its local lake directory holds, when listed for that (and no done
+        // interval's file is missing): compared with its view's file list below.
+        let mut lake_present: Option<BTreeSet<String>> = None;
         // Files of a lake version whose view exists, checked against its ledger (every model,
         // memo or not: a file deleted by hand changes no input of the memo).
         if action.change != Change::Removed
@@ -636,6 +679,7 @@ pub fn check_skipping(
                         lost.forget(action, &mut repair, t);
                     } else {
                         lake_done = Some(lost.done);
+                        lake_present = Some(files);
                     }
                 }
                 // A full version built into a directory that lost its file: rebuilt.
@@ -650,7 +694,8 @@ pub fn check_skipping(
             }
         }
         // A lake view whose file list is not what its ledger says it serves (an older copy of the
-        // DuckDB file, another DuckDB file sharing the lake and the state store): re-listed.
+        // DuckDB file, another DuckDB file sharing the lake and the state store), or that lists a
+        // file its local directory no longer holds (a kept file deleted by hand): re-listed.
         // Checked for every model, memo or not (a file copied over the engine's, or another
         // process's run, changes no input of the memo); from the view's text, so S3 lakes alike.
         // (A version built, re-created for another root or re-listed anyway is not compared.)
@@ -684,9 +729,19 @@ pub fn check_skipping(
                 Some(crate::core::target::lake_manifest_files(&text).into_iter().collect())
             };
             let done_files: BTreeSet<String> = done.iter().map(|s| lake_interval_file(*s, t.grain)).collect();
-            if let Some(unlisted) = crate::core::target::lake_view_stale(sql, (&table, &fingerprint), &done_files, manifest) {
+            let stale = crate::core::target::lake_view_stale(sql, (&table, &fingerprint), &done_files, manifest);
+            // Only a local lake's directory was listed (S3 is not listed while planning).
+            let lost: Vec<String> = match (&lake_present, local_lake_dir(project, physical)) {
+                (Some(present), Some(dir)) => crate::core::target::lake_view_lost_files(sql, (&table, &fingerprint), present)
+                    .into_iter()
+                    .map(|f| dir.join(f).to_string_lossy().into_owned())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if stale.is_some() || !lost.is_empty() {
                 repair.lake_view_stale = true;
-                repair.unlisted = unlisted;
+                repair.unlisted = stale.unwrap_or(0);
+                repair.listed_missing = lost;
                 unclean.insert(action.name.clone());
             }
         }

@@ -165,9 +165,9 @@ pub struct History {
     /// The old version's physical relation (the rows a carried history is copied from).
     #[serde(skip)]
     pub from_physical: String,
-    /// For a carried history the version holds already (built for another environment): the
-    /// rows and closed versions its build copied from `from_physical`. Apply checks the old
-    /// table still holds exactly those, so nothing it recorded since is lost.
+    /// For a carried history the version holds already (built earlier, for this or another
+    /// environment): the rows and closed versions its build copied from `from_physical`. Apply
+    /// checks the old table still holds exactly those, so nothing it recorded since is lost.
     #[serde(skip)]
     pub copied: Option<(usize, usize)>,
     /// True when a declared `renamed` can carry it over (a version still to build, still
@@ -2924,9 +2924,10 @@ fn forward_only_kind_fields(kind: &serde_json::Value) -> serde_json::Value {
 /// reuse); *carried over* when a declared rename (`renamed`) applies to the old version's
 /// columns, the key and managed columns are the same and no column is dropped or retyped (the
 /// new table is created from the old one's rows); otherwise it *starts over*. A version that
-/// already exists (built in another environment) is promoted as it stands: carried over only
-/// when its snapshot records that its build copied this very version's rows ([`CARRIED`]),
-/// starting over otherwise (its table holds another history).
+/// already exists (built earlier, for another environment or for this one before an edit now
+/// undone) is promoted as it stands: carried over only when its snapshot records that its build
+/// copied this very version's rows ([`CARRIED`]), starting over otherwise (its table holds
+/// another history).
 #[allow(clippy::too_many_arguments)]
 fn scd_history(
     state: &dyn StateStore,
@@ -3021,7 +3022,11 @@ fn scd_history(
     };
     match blocker {
         Some(why) => {
-            h.reason = if build { why } else { format!("the new version exists already (built for another environment) and is promoted as it stands; {why}") };
+            h.reason = if build {
+                why
+            } else {
+                format!("the new version exists already (built earlier, for this or another environment) and is promoted as it stands; {why}")
+            };
             if h.reset_accepted {
                 h.reason = format!("{}; accepted by the operator (`--reset-history`)", h.reason);
             }

@@ -986,3 +986,132 @@ define_model { name = "s.y",
     let warned = run.stderr.lines().filter(|l| l.contains("level=warn") && l.contains("audit `relationships(")).count();
     assert_eq!(warned, 1, "{}", run.stderr);
 }
+
+// ---- efmesh audit <env> and unapplied edits of what it inlines ------------------------------
+
+/// A project (DuckDB) over `data/orders.csv` (`raw.orders`, an external) with the models of
+/// `files` (`path`, text) written too, applied to prod, the CSV then given a NULL status.
+fn orders_project(files: &[(&str, &str)]) -> Project {
+    let p = project(EngineBackend::DuckDb);
+    p.write("data/orders.csv", "id,status\n1,paid\n2,open\n");
+    for (path, text) in files {
+        p.write(path, text);
+    }
+    p.apply("prod");
+    p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
+    p
+}
+
+/// The external `raw.orders` over `data/orders.csv`.
+const RAW_ORDERS: &str = "-- name: raw.orders\n-- kind: external(path = data/orders.csv)\n-- schema: id integer, status varchar\n";
+
+/// The embedded `s.e` over `raw.orders`, audited `not_null(status)` (line 5).
+const EMBEDDED_E: &str = "-- name: s.e\n-- kind: embedded\n-- schema: id integer, status varchar\n-- refs: raw.orders\n\
+    -- audits: not_null(status)\nSELECT id, status FROM @ref(raw.orders)\n";
+
+/// A view over `s.e`, with the same audit.
+const VIEW_C: &str = "-- name: s.c\n-- kind: view\n-- schema: id integer, status varchar\n-- refs: s.e\n\
+    -- audits: not_null(status)\nSELECT id, status FROM @ref(s.e)\n";
+
+/// An embedded model over the table `s.t`.
+const EMBEDDED_OVER_T: &str = "-- name: s.e\n-- kind: embedded\n-- schema: id integer, status varchar\n-- refs: s.t\n\
+    -- audits: not_null(status)\nSELECT id, status FROM @ref(s.t)\n";
+
+#[test]
+fn efmesh_audit_does_not_run_the_audits_inlining_an_unapplied_edit_of_an_embedded_model() {
+    let p = orders_project(&[
+        ("models/raw.sql", RAW_ORDERS),
+        ("models/e.sql", EMBEDDED_E),
+        // A view over `s.e`: prod's view inlines the version of `s.e` prod serves.
+        ("models/c.sql", VIEW_C),
+        // An audit reading `s.e` through `ref` (relationships' `to`) inlines it too.
+        ("models/k.sql", "-- name: s.k\n-- kind: full\n-- schema: id integer\n-- audits: relationships(column = id, to = s.e)\nSELECT 1 AS id\n"),
+    ]);
+    let before = p.run(&["audit", "prod", "--json"]);
+    before.expect_code(1);
+    assert_eq!(violations(&before.json(), "s.e", "not_null(status)"), 1);
+
+    // `s.e` now filters the NULL out, not applied: prod still serves it.
+    p.write("models/e.sql", &EMBEDDED_E.replace("FROM @ref(raw.orders)", "FROM @ref(raw.orders) WHERE status IS NOT NULL"));
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["notRun"], 2, "{v:#}");
+    let why = "`s.e`: the project's definition differs from what `prod` serves; apply it, or audit after";
+    for (model, audit) in [("s.e", "not_null(status)"), ("s.k", "relationships(id, s.e)")] {
+        let r = result(&v, model, audit);
+        assert_eq!((r["notRun"].as_str(), r["runs"].as_u64(), r["violations"].as_u64()), (Some(why), Some(0), Some(0)), "{r:#}");
+    }
+    // The view's audit reads prod's view, unchanged: it runs and finds the NULL prod serves.
+    let served = result(&v, "s.c", "not_null(status)");
+    assert!(served.get("notRun").is_none(), "{served:#}");
+    assert_eq!(served["violations"], 1, "{served:#}");
+    assert!(run.stderr.contains("environment `prod`: 1 blocking audit violation, 2 audits not run"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("models/e.sql:5: audit `not_null(status)` on model `s.e` not run: {why}")), "{}", run.stderr);
+    let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
+    assert!(human.contains(&format!("✗ s.e  not_null(status)  not run: {why}")), "{human}");
+    assert!(human.contains("1 audit run: 0 passed, 1 failed, 0 warned; 2 not run"), "{human}");
+
+    // Once applied, prod serves the edit: every audit runs, and passes.
+    p.apply("prod");
+    let after = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
+    assert_eq!(after["notRun"], 0, "{after:#}");
+    assert_eq!(violations(&after, "s.e", "not_null(status)"), 0);
+    assert_eq!(result(&after, "s.e", "not_null(status)")["runs"], 1);
+}
+
+#[test]
+fn efmesh_audit_does_not_run_the_audits_of_an_external_whose_unapplied_path_differs() {
+    let raw = format!("{RAW_ORDERS}-- audits: not_null(status)\n");
+    let p = orders_project(&[
+        ("models/raw.sql", raw.as_str()),
+        ("models/c.sql", "-- name: s.c\n-- kind: view\n-- schema: id integer, status varchar\n-- refs: raw.orders\nSELECT id, status FROM @ref(raw.orders)\n"),
+    ]);
+    // The external now reads a clean file, not applied: prod's views still read the old one.
+    p.write("data/new.csv", "id,status\n1,paid\n");
+    p.write("models/raw.sql", &p.read("models/raw.sql").replace("data/orders.csv", "data/new.csv"));
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["notRun"], 1, "{v:#}");
+    assert_eq!(v["blockingViolations"], 0, "{v:#}");
+    let r = result(&v, "raw.orders", "not_null(status)");
+    assert_eq!(r["notRun"], "`raw.orders`: the project's definition differs from what `prod` serves; apply it, or audit after", "{r:#}");
+    assert_eq!(r["runs"], 0, "{r:#}");
+    assert!(run.stderr.contains("environment `prod`: 1 audit not run"), "{}", run.stderr);
+    let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
+    assert!(human.contains("✗ raw.orders  not_null(status)  not run: `raw.orders`: the project's definition differs"), "{human}");
+    assert!(human.contains("0 audits run: 0 passed, 0 failed, 0 warned; 1 not run"), "{human}");
+}
+
+#[test]
+fn efmesh_audit_runs_the_audits_of_unchanged_embedded_models_and_externals_as_before() {
+    let raw = format!("{RAW_ORDERS}-- audits: not_null(status)\n");
+    let p = orders_project(&[
+        ("models/raw.sql", raw.as_str()),
+        ("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: id integer, status varchar\n-- refs: raw.orders\nSELECT id, status FROM @ref(raw.orders)\n"),
+        ("models/e.sql", EMBEDDED_OVER_T),
+    ]);
+    let check = |p: &Project| {
+        let run = p.run(&["audit", "prod", "--json"]);
+        run.expect_code(1);
+        let v = run.json();
+        assert_eq!(v["notRun"], 0, "{v:#}");
+        // The external's source now holds the NULL; `s.e` reads prod's table of `s.t`, built
+        // from the clean file.
+        assert_eq!(violations(&v, "raw.orders", "not_null(status)"), 1);
+        assert_eq!(violations(&v, "s.e", "not_null(status)"), 0);
+        for model in ["raw.orders", "s.e"] {
+            let r = result(&v, model, "not_null(status)");
+            assert!(r.get("notRun").is_none(), "{r:#}");
+            assert_eq!(r["runs"], 1, "{r:#}");
+        }
+        assert!(!run.stderr.contains("not run"), "{}", run.stderr);
+    };
+    check(&p);
+    // An unapplied edit of `s.t`, a table: `s.e`'s fingerprint changes, not what it renders
+    // against prod (`s.t` is prod's view), so its audit still runs.
+    p.write("models/t.sql", &p.read("models/t.sql").replace("FROM @ref(raw.orders)", "FROM @ref(raw.orders) WHERE id > 0"));
+    assert_eq!(action(&p.plan("prod"), "s.e")["change"], "indirect");
+    check(&p);
+}

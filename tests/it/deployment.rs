@@ -401,11 +401,11 @@ fn status_check_exit_codes_for_each_state(engine: EngineBackend) {
         assert_eq!(text.code, json.code, "{text:#?}{json:#?}");
         (json.code, json.json(), text.stdout)
     };
-    // Never applied: healthy, and says so.
+    // Never applied: it does not exist (every run of it exits 2), so not healthy, and says so.
     let (code, v, text) = status(&p);
-    assert_eq!(code, 0);
-    assert!(text.contains("does not exist"), "{text}");
-    assert_eq!(v["lastPlan"], Value::Null);
+    assert_eq!(code, 1);
+    assert!(text.contains("does not exist") && text.contains("health: unhealthy (environment `prod` does not exist"), "{text}");
+    assert_eq!((v["lastPlan"].clone(), v["exists"].clone(), v["healthy"].clone()), (Value::Null, Value::Bool(false), Value::Bool(false)), "{v:#}");
 
     // Applied and current.
     p.apply("prod");

@@ -170,9 +170,12 @@ fn invalidate_expires_an_environment_now_the_janitor_drops_it_and_an_apply_befor
     assert!(p.store().unwrap().env_pointers("dev").unwrap().is_empty());
     assert_eq!(p.physical_tables().len(), tables_before.len() - 2, "dev's own versions went, prod's stay");
     assert_eq!(p.rows("s.v"), vec![vec![Some("1".to_string())]]);
-    // Invalidating it again is an unknown environment now.
+    // Invalidating it again is refused, saying the janitor dropped it (as `diff` does), never
+    // that nothing was applied to it.
     let gone = p.run(&["invalidate", "dev"]);
-    assert!(gone.expect_code(1).stderr.contains("unknown environment `dev`"), "{}", gone.stderr);
+    assert!(gone.expect_code(1).stderr.contains("environment `dev` expired and was dropped by the janitor at "), "{}", gone.stderr);
+    assert!(!gone.stderr.contains("nothing was applied"), "{}", gone.stderr);
+    assert!(gone.stderr.contains("`efmesh apply dev` creates it again"), "{}", gone.stderr);
 }
 
 #[test]
@@ -437,6 +440,100 @@ fn an_import_after_a_killed_command_is_not_blocked_by_its_lock_and_a_live_holder
     assert_eq!(store.export_state().unwrap(), after, "nothing written");
 }
 
+/// Day 2 of `t.daily` restated and run again in `prod` after a source row was corrected: the
+/// run rewrites rows of the table the export's version of `t.daily` owns, and stamps the
+/// engine database with a later epoch (SPEC §4, invariant 63).
+fn rewrite_day_2(p: &Project) {
+    p.write("data/events.csv", &p.read("data/events.csv").replace("2026-01-02 09:10:00,north,120", "2026-01-02 09:10:00,north,121"));
+    p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    p.run(&["run", "prod"]).expect_code(0);
+}
+
+/// An export taken before a restatement and a run of `prod`, imported (`--force`) while the
+/// engine database still holds that run's rows: refused, exit 1, naming the file, both epochs,
+/// that nothing was imported and the ways out (`--engine-ahead` among them); the state store
+/// and the database file are left as they were (the restored ledger would have called day 2
+/// done as the export describes it while `prod` serves the run's rows, and plan, `status
+/// --check` and run would have seen nothing). `--engine-ahead` imports it, with a warning.
+#[test]
+fn an_older_export_onto_an_engine_holding_later_writes_is_refused_and_nothing_changes() {
+    let p = sample_project();
+    p.apply("prod");
+    p.run(&["state", "export", "backup.json"]).expect_code(0);
+    let exported: Value = serde_json::from_str(&p.read("backup.json")).unwrap();
+    let old_epoch = exported["engineEpoch"].as_i64().expect("an export carries `engineEpoch`");
+    let old_rows = p.rows(&env_view("prod", "t.daily"));
+    rewrite_day_2(&p);
+    let new_rows = p.rows(&env_view("prod", "t.daily"));
+    assert_ne!(new_rows, old_rows, "the run rewrote day 2");
+    let store = p.store().unwrap();
+    let before = store.export_state().unwrap();
+    assert!(before.engine_epoch > old_epoch, "the run raised the engine epoch: {} after {old_epoch}", before.engine_epoch);
+    let bytes = std::fs::read(p.engine_path()).unwrap();
+
+    let r = p.run(&["state", "import", "backup.json", "--force"]);
+    r.expect_code(1);
+    let ahead = format!("efmesh.duckdb holds writes made after this export (epoch {} > {old_epoch})", before.engine_epoch);
+    for wanted in [ahead.as_str(), "nothing was imported", "from the same moment", "move it aside", "--engine-ahead"] {
+        assert!(r.stderr.contains(wanted), "{wanted}: {r:#?}");
+    }
+    let json = p.run(&["state", "import", "backup.json", "--force", "--json"]);
+    json.expect_code(1);
+    let v = json.json();
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains(&ahead)), "{v:#}");
+    assert!(v["error"]["hint"].as_str().is_some_and(|h| h.contains("--engine-ahead")), "{v:#}");
+    assert_eq!(store.export_state().unwrap(), before, "the state store is unchanged");
+    assert_eq!(std::fs::read(p.engine_path()).unwrap(), bytes, "nothing was written to the database file");
+    assert_eq!(p.rows(&env_view("prod", "t.daily")), new_rows);
+
+    // Told to, the import trusts the ledger as the export has it, and says so.
+    let r = p.run(&["state", "import", "backup.json", "--force", "--engine-ahead"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains(&ahead) && r.stderr.contains("imported anyway (`--engine-ahead`)"), "{r:#?}");
+    let imported = store.export_state().unwrap();
+    assert_eq!(serde_json::to_value(&imported.tables["intervals"]).unwrap(), exported["tables"]["intervals"]["rows"], "the export's ledger");
+}
+
+/// The controls: an export taken at the same moment as the engine database (its `engineEpoch`
+/// is the database's stamp) imports silently and plans a no-op; with the database moved aside
+/// there is nothing to compare, so the import goes on with a warning saying so; a database that
+/// cannot be opened refuses the import naming why (nothing imported) unless `--engine-ahead`.
+#[test]
+fn an_export_of_the_engines_moment_imports_and_an_absent_or_unreadable_engine_is_named() {
+    let p = sample_project();
+    p.apply("prod");
+    rewrite_day_2(&p);
+    p.run(&["state", "export", "same-moment.json"]).expect_code(0);
+    let store = p.store().unwrap();
+    let before = store.export_state().unwrap();
+    let r = p.run(&["state", "import", "same-moment.json", "--force"]);
+    r.expect_code(0);
+    assert!(!r.stderr.contains("engine database"), "{r:#?}");
+    assert_eq!(store.export_state().unwrap().tables, before.tables);
+    assert_eq!(p.plan("prod")["hasChanges"], Value::Bool(false));
+
+    // Moved aside: nothing to compare with, said as a warning.
+    std::fs::rename(p.engine_path(), p.root().join("aside.duckdb")).unwrap();
+    let _ = std::fs::remove_file(p.root().join("efmesh.duckdb.wal"));
+    let r = p.run(&["state", "import", "same-moment.json", "--force"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("no engine database at") && r.stderr.contains("could not be compared"), "{r:#?}");
+    assert!(!p.engine_path().exists(), "the import creates no database");
+
+    // A file DuckDB cannot open: refused naming why, the store untouched; `--engine-ahead`
+    // imports without comparing, with a warning.
+    p.write("efmesh.duckdb", "not a database");
+    let after = store.export_state().unwrap();
+    let r = p.run(&["state", "import", "same-moment.json", "--force"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("cannot open the engine database") && r.stderr.contains("nothing was imported") && r.stderr.contains("--engine-ahead"), "{r:#?}");
+    assert_eq!(store.export_state().unwrap(), after, "the state store is unchanged");
+    let r = p.run(&["state", "import", "same-moment.json", "--force", "--engine-ahead"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("imported without comparing"), "{r:#?}");
+    assert_eq!(p.read("efmesh.duckdb"), "not a database");
+}
+
 #[test]
 fn an_export_from_sqlite_imported_into_postgres_plans_a_no_op() {
     let Some(target) = crate::pg::fresh() else { return };
@@ -527,6 +624,25 @@ fn status_of_a_mistyped_environment_says_it_does_not_exist_and_names_the_one_mea
     p.apply("dev");
     let out = p.run(&["status", "dve"]).expect_code(0).stdout.clone();
     assert!(out.contains("environment `dve` does not exist — the first apply creates it (did you mean `dev`?)"), "{out}");
+    assert!(out.contains("health: unhealthy (environment `dve` does not exist"), "{out}");
+}
+
+/// `status prd --check` of a typo of `prod` (the environment a `schedule prd` would run, every
+/// tick exiting 2) is not healthy: exit 1, saying it does not exist and naming `prod`; the JSON
+/// says `exists: false`.
+#[test]
+fn status_check_of_an_environment_the_store_never_held_exits_1_naming_the_one_meant() {
+    let p = project("");
+    p.apply("prod");
+    let text = p.run(&["status", "prd", "--check"]);
+    assert!(text.expect_code(1).stdout.contains("health: unhealthy (environment `prd` does not exist"), "{}", text.stdout);
+    assert!(text.stdout.contains("(did you mean `prod`?)") && !text.stdout.contains("health: ok"), "{}", text.stdout);
+    let v = p.run(&["status", "prd", "--check", "--json"]).expect_code(1).json();
+    assert_eq!((v["exists"].clone(), v["didYouMean"].clone(), v["healthy"].clone()), (Value::Bool(false), Value::from("prod"), Value::Bool(false)), "{v:#}");
+    assert!(v["problems"][0].as_str().unwrap_or_default().contains("every `run prd` exits 2"), "{v:#}");
+    // An existing environment is as before.
+    let v = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
+    assert_eq!((v["exists"].clone(), v["didYouMean"].clone()), (Value::Bool(true), Value::Null), "{v:#}");
 }
 
 /// An invalidated environment whose versions `prod` serves too: the janitor drops its views and

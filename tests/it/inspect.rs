@@ -1,7 +1,7 @@
 //! Seeing the project (issue #15): `efmesh diff` of two environments' versions, read from the
 //! state store alone, and of their data (`--data`, read-only on the engine).
 
-use crate::common::{EngineBackend, Project, action, env_view};
+use crate::common::{EngineBackend, Project, Run, action, env_view};
 use crate::on_every_engine;
 use serde_json::Value;
 
@@ -77,6 +77,42 @@ fn diff_lists_models_added_removed_and_at_another_version_between_two_environmen
     r.expect_code(1);
     assert_eq!(r.json()["apiVersion"], 1);
     assert!(r.stderr.contains("unknown model `s.bb`") && r.stderr.contains("did you mean `s.b`?"), "{}", r.stderr);
+}
+
+/// `apply dev` stopped right after its view swap (`EFMESH_FAULT=after-view-swap`): `dev`'s
+/// pointers still name the old `s.b` while its views serve the new one. `diff` (state only, no
+/// engine) still compares the pointers, and says the promotion is under way, naming `s.b`, in
+/// the text and in `promotionsUnderWay`; once a command that reads views undid it, no more.
+#[test]
+fn diff_warns_of_an_interrupted_promotion_whose_views_may_differ_from_its_pointers() {
+    let p = Project::new();
+    p.write("models/m.lua", &models("SELECT x", true, false));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &models("SELECT x + 1 AS x", true, false));
+    let out = p.command(&["apply", "dev", "--yes"]).env(efmesh::apply::fault::FAULT_ENV, "after-view-swap").output().expect("spawn efmesh");
+    let crashed = Run::from_output(out, "EFMESH_FAULT=after-view-swap efmesh apply dev --yes".to_string());
+    assert!(crashed.stderr.contains("aborting at `after-view-swap`"), "{}", crashed.stderr);
+    assert_eq!(p.rows(&env_view("dev", "s.b")), vec![vec![Some("2".to_string())]], "dev's view serves the new version");
+
+    let v = p.run(&["diff", "prod", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["same"], 3, "the pointers are compared: {v:#}");
+    let under_way = v["promotionsUnderWay"].as_array().expect("promotionsUnderWay");
+    assert_eq!(under_way.len(), 1, "{v:#}");
+    assert_eq!((under_way[0]["env"].as_str(), under_way[0]["models"].clone()), (Some("dev"), serde_json::json!(["s.b"])), "{v:#}");
+    let text = p.run(&["diff", "prod", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("warning: a promotion of `dev` started at "), "{text}");
+    assert!(
+        text.contains("`dev`'s views may serve other versions than its pointers compared here (`s.b`) until the next command undoes the interrupted promotion"),
+        "{text}"
+    );
+
+    // `status dev` reads views: it undoes the promotion first; diff has nothing to warn of.
+    p.run(&["status", "dev"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "s.b")), vec![vec![Some("1".to_string())]]);
+    let v = p.run(&["diff", "prod", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["promotionsUnderWay"], serde_json::json!([]), "{v:#}");
+    assert!(!p.run(&["diff", "prod", "dev"]).stdout.contains("warning:"));
 }
 
 /// The project of the data diff: `s.t` keyed by its grain `id`, `s.u` by its unique key `code`,

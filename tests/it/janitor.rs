@@ -408,6 +408,17 @@ fn without_a_state_store_the_janitor_refuses_to_guess() {
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("nothing was done"));
 }
 
+/// `--ttl=-0` is a ttl of 0 days, printed so (never `ttl -0 days`, nor `-0.0` in JSON).
+#[test]
+fn a_ttl_of_negative_zero_is_a_ttl_of_zero() {
+    let mut p = project(1);
+    p.apply("prod");
+    let r = janitor(&mut p, LATER, &["--ttl=-0"]);
+    assert!(r.expect_code(0).stdout.contains("(ttl 0 days)") && !r.stdout.contains("ttl -0"), "{}", r.stdout);
+    let v = janitor(&mut p, LATER, &["--ttl=-0", "--json"]).expect_code(0).json();
+    assert_eq!(v["ttlDays"].as_f64().map(f64::is_sign_negative), Some(false), "{v:#}");
+}
+
 /// A small deterministic generator (xorshift) for the race's offsets.
 struct Rng(u64);
 
@@ -1044,8 +1055,9 @@ fn a_version_whose_relation_was_dropped_by_hand_is_reported_already_absent_not_d
     assert!(again.expect_code(0).stdout.contains("nothing to collect"), "{again:#?}");
 }
 
-/// An older state export imported (`state import --force`) without the engine file from the
-/// same moment: the store forgets the newer versions an environment's views still read. Those
+/// An older state export imported (`state import --force --engine-ahead`: the apply after the
+/// export stamped the engine past it, though it wrote only the new versions' tables) without the
+/// engine file from the same moment: the store forgets the newer versions an environment's views still read. Those
 /// relations are orphans to it, but the janitor keeps them while a view reads them (they would
 /// break the view), naming the views; once `apply` points the views back, they go.
 fn an_orphan_a_view_still_reads_is_kept_until_the_view_moves(engine: EngineBackend) {
@@ -1055,7 +1067,7 @@ fn an_orphan_a_view_still_reads_is_kept_until_the_view_moves(engine: EngineBacke
     p.write("models/m.lua", &models(2));
     let applied = p.apply("prod");
     let (m2, v2) = (physical_of(&applied, "s.m"), physical_of(&applied, "s.v"));
-    p.run(&["state", "import", "backup.json", "--force"]).expect_code(0);
+    p.run(&["state", "import", "backup.json", "--force", "--engine-ahead"]).expect_code(0);
     let v = janitor(&mut p, LATER, &["--ttl", "0", "--json"]).expect_code(0).json();
     let kept = kept(&v);
     assert!(kept.contains(&(m2.clone(), "read".to_string())) && kept.contains(&(v2.clone(), "read".to_string())), "{v:#}");

@@ -2,8 +2,9 @@
 //! one at the run's instant; a key missing from the source is closed (unless
 //! `invalidate_hard_deletes = false`); a key that comes back opens a new version; unchanged keys
 //! keep their `valid_from` across refreshes; duplicate source keys are refused with the table
-//! unchanged; history survives a non-breaking parent edit (the physical table is reused). The
-//! managed columns are exposed by the environment view and readable by children, never declared.
+//! unchanged; a run at an instant before a recorded `valid_from` or `valid_to` is refused;
+//! history survives a non-breaking parent edit (the physical table is reused). The managed
+//! columns are exposed by the environment view and readable by children, never declared.
 //! History is never discarded without an explicit choice: a new version that would start it over
 //! is named by the plan and refused by `apply --yes` unless `--reset-history` names the model; a
 //! declared `renamed` (Lua, Rhai, SQL) carries every version over; `--forward-only` adds columns
@@ -16,6 +17,7 @@ crate::on_every_engine!(
     unchanged_rows_keep_their_valid_from_across_three_refreshes,
     duplicate_source_keys_are_refused_naming_the_key_and_the_table_is_unchanged,
     a_run_at_an_instant_before_the_history_is_refused_and_changes_nothing,
+    a_run_at_an_instant_before_a_hard_delete_close_is_refused_and_changes_nothing,
     without_invalidate_hard_deletes_a_missing_key_stays_open,
     only_watched_columns_open_versions,
     one_instant_per_apply_for_every_row_and_model_and_views_expose_the_managed_columns,
@@ -28,6 +30,7 @@ crate::on_every_engine!(
     a_declared_rename_of_the_key_carries_the_history_over,
     a_version_a_new_environment_built_empty_does_not_replace_prods_history,
     a_carried_version_does_not_replace_a_history_that_recorded_more_since,
+    a_revert_to_a_version_the_environment_built_earlier_says_so_when_its_history_starts_over,
     a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history,
     a_carry_over_whose_source_table_is_gone_fails_before_building_anything,
     a_changed_key_is_never_offered_forward_only,
@@ -199,6 +202,31 @@ fn a_run_at_an_instant_before_the_history_is_refused_and_changes_nothing(engine:
     p.now = T3.into();
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(history(&p), vec![r("1", "cardio", "house", T2, Some(T3)), r("1", "icu", "house", T3, None)]);
+}
+
+fn a_run_at_an_instant_before_a_hard_delete_close_is_refused_and_changes_nothing(engine: EngineBackend) {
+    let mut p = view_project(engine, "", "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    p.apply("dev");
+    // T3: patient 2 is deleted at the source, its version closes at T3 (later than every valid_from).
+    p.now = T3.into();
+    set_assign(&p, "patient,dept,doctor\n1,cardio,house\n");
+    p.run(&["run", "dev"]).expect_code(0);
+    let before = history(&p);
+    assert_eq!(before, vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, Some(T3))]);
+    // Patient 2 comes back and the clock stepped back to T2: opening it at T2 would make it valid
+    // twice between T2 and T3.
+    p.now = T2.into();
+    set_assign(&p, "patient,dept,doctor\n1,cardio,house\n2,neuro,grey\n");
+    let refused = p.run(&["run", "dev"]);
+    refused.expect_code(1);
+    let text = &refused.stderr;
+    assert!(text.contains("model `m.assign`") && text.contains("after this run's instant") && text.contains("nothing was done"), "{text}");
+    assert!(text.contains(&format!("`valid_to` {}", ts(T3))), "the refusal names the close after the instant: {text}");
+    assert_eq!(history(&p), before, "no overlapping version was written");
+    // At a later instant it goes on: patient 2 opens again after its close.
+    p.now = T4.into();
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(history(&p), vec![r("1", "cardio", "house", T1, None), r("2", "neuro", "grey", T1, Some(T3)), r("2", "neuro", "grey", T4, None)]);
 }
 
 fn without_invalidate_hard_deletes_a_missing_key_stays_open(engine: EngineBackend) {
@@ -755,6 +783,31 @@ fn a_carried_version_does_not_replace_a_history_that_recorded_more_since(engine:
 
     p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
     assert_eq!(history_in(&p, "prod", "physician"), history_in(&p, "dev", "physician"));
+}
+
+fn a_revert_to_a_version_the_environment_built_earlier_says_so_when_its_history_starts_over(engine: EngineBackend) {
+    let mut p = prod_with_history(engine);
+    let v1 = models("").replace("kind = kind.full()", "kind = kind.view()");
+    let v2 = v1.replace(r#""SELECT patient, dept, doctor FROM " .. ref(src)"#, r#""SELECT patient, dept, trim(doctor) AS doctor FROM " .. ref(src)"#);
+    assert_ne!(v1, v2);
+    // T3: prod moves to v2, its history started over (said explicitly), and records a change.
+    p.now = T3.into();
+    p.write("models/m.lua", &v2);
+    p.run(&["apply", "prod", "--yes", "--reset-history", "m.assign"]).expect_code(0);
+    p.now = T4.into();
+    set_assign(&p, "patient,dept,doctor\n1,ortho,house\n2,neuro,grey\n");
+    p.run(&["run", "prod"]).expect_code(0);
+    let prod_before = history_in(&p, "prod", "doctor");
+
+    // T5: back to v1, which prod itself built at T1: its table does not hold what v2 recorded.
+    p.now = T5.into();
+    p.write("models/m.lua", &v1);
+    let r = p.run(&["apply", "prod", "--yes"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("the history of scd_type2 model `m.assign` would start over"), "{}", r.stderr);
+    assert!(r.stderr.contains("the new version exists already (built earlier"), "{}", r.stderr);
+    assert!(!r.stderr.contains("built for another environment"), "prod built it itself: {}", r.stderr);
+    assert_eq!(history_in(&p, "prod", "doctor"), prod_before);
 }
 
 fn a_leftover_table_of_an_interrupted_apply_is_replaced_by_the_carried_history(engine: EngineBackend) {

@@ -1324,3 +1324,144 @@ fn a_checkout_sharing_the_lake_and_state_relists_a_view_another_one_ran_further(
     assert_eq!(b.plan("dev")["hasChanges"], false);
     b.run(&["status", "dev", "--check"]).expect_code(0);
 }
+
+/// The engine's error querying `relation` in the project's DuckDB file; `None` when the query
+/// succeeds.
+fn query_error(p: &Project, relation: &str) -> Option<String> {
+    use efmesh::engine::Engine;
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("open duckdb");
+    db.query(&format!("SELECT count(*) FROM {relation}")).err().map(|e| e.message)
+}
+
+/// A restated day keeps serving its old file until a batch rewrites it; that kept file deleted
+/// by hand made every query of the view fail with DuckDB's raw "No files found" while `status
+/// --check` said healthy (the day is not done, so no done interval lacks its file, and the view
+/// may list a kept file). The plan now compares the view's list with the directory and re-lists
+/// it (`repair.lakeViewStale`, the file in `listedMissing`), `status --check` exits 1 naming the
+/// model and the file, `run` refuses until `apply`, which re-lists the view and recomputes the
+/// day.
+#[test]
+fn a_restated_days_kept_file_deleted_by_hand_is_found_and_the_view_relisted() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let rows = p.rows(&env_view("dev", "m.daily"));
+    let daily = version_dir(&p, "lake", &v, "m.daily");
+    let fp = action(&v, "m.daily")["fingerprint"].as_str().expect("fingerprint").to_string();
+    let tail = format!("m__daily/{fp}/2026-01-02.parquet");
+    p.run(&["restate", "dev", "--model", "m.daily", "--from", "2026-01-02", "--to", "2026-01-03"]).expect_code(0);
+    // Found clean first: the restated day's file is kept and served.
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), rows, "the restated day serves its old rows");
+    std::fs::remove_file(daily.join("2026-01-02.parquet")).unwrap();
+    let error = query_error(&p, &env_view("dev", "m.daily"));
+    assert!(error.as_deref().is_some_and(|e| e.contains("2026-01-02.parquet")), "the view lists the deleted file: {error:?}");
+
+    let status = p.run(&["status", "dev", "--check"]);
+    status.expect_code(1);
+    let said = format!("{}{}", status.stdout, status.stderr);
+    assert!(said.contains("`m.daily` (lake view lists a file no longer in the lake: ") && said.contains(&tail), "{said}");
+    let plan = p.plan("dev");
+    let a = action(&plan, "m.daily");
+    assert_eq!(a["repair"]["lakeViewStale"], true, "{a:#}");
+    assert!(a["repair"].get("lakeFilesMissing").is_none(), "every done day's file is there: {a:#}");
+    let listed: Vec<&str> = a["repair"]["listedMissing"].as_array().expect("listedMissing").iter().filter_map(Value::as_str).collect();
+    assert!(listed.len() == 1 && listed[0].ends_with(&tail), "{a:#}");
+    let text = p.run(&["plan", "dev"]);
+    text.expect_code(0);
+    let said = format!("{}{}", text.stdout, text.stderr);
+    assert!(said.contains("lists 1 file(s) no longer in the lake (") && said.contains(&tail), "{said}");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("m.daily: lake view lists a file no longer in the lake: "), "{}", run.stderr);
+
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert!(daily.join("2026-01-02.parquet").exists(), "the restated day is recomputed");
+    assert_eq!(p.rows(&env_view("dev", "m.daily")), rows);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
+/// The restated day's kept file left outside the bounds (`end` moved earlier after the restate:
+/// no run ever rewrites it), then deleted by hand: every query of the view failed while `status
+/// --check`, `plan`, `run` and `apply` said there was nothing to do, forever. The plan now
+/// re-lists the view (nothing recomputed), `status --check` exits 1 naming the model and the
+/// file, `run` refuses until the apply, after which the view serves the days still there. Also:
+/// `status` does not count the restated day outside the bounds among the intervals the next run
+/// recomputes, and a restate of a range done only outside the bounds says so consistently.
+#[test]
+fn a_kept_file_outside_the_bounds_deleted_by_hand_is_found_and_the_view_relisted() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("[lake]\npath = \"lake\"\n").replace("models/**/*.lua", "models/**/*.sql"));
+    let model = |end: &str| {
+        format!(
+            "-- name: s.a\n-- kind: incremental_by_time_range(time_column = ts, start = 2026-01-01, end = {end}, grain = day)\n-- target: parquet\n-- schema: ts timestamp, v bigint\n\
+             SELECT ts, 1::bigint AS v FROM (SELECT range AS ts FROM range(@start_ts::timestamp, @end_ts::timestamp, INTERVAL 1 HOUR))\n"
+        )
+    };
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/a.sql", &model("2026-01-05"));
+    let v = p.apply("dev");
+    let fp = action(&v, "s.a")["fingerprint"].as_str().expect("fingerprint").to_string();
+    p.run(&["restate", "dev", "--model", "s.a", "--from", "2026-01-03", "--to", "2026-01-04"]).expect_code(0);
+    p.write("models/a.sql", &model("2026-01-03"));
+    p.apply("dev");
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02", "2026-01-04"]);
+    assert_eq!(served_days(&p), ["2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"], "the restated day keeps its old file");
+    let status = p.run(&["status", "dev", "--check"]);
+    status.expect_code(0);
+    assert!(!status.stdout.contains("not done (restated or failed)"), "the day outside the bounds is never recomputed: {}", status.stdout);
+    assert_eq!(p.run(&["status", "dev", "--json"]).expect_code(0).json()["lag"][0]["gaps"], 0);
+
+    // The done day outside the bounds is left as computed, and the range holds nothing else.
+    let restate = p.run(&["restate", "dev", "--model", "s.a", "--from", "2026-01-04", "--to", "2026-01-05"]);
+    restate.expect_code(0);
+    assert!(restate.stdout.contains("s.a: 1 done interval(s) outside its `start`/`end` left as computed (not restated)"), "{}", restate.stdout);
+    assert!(
+        restate
+            .stdout
+            .contains("no interval in [2026-01-04T00:00:00.000Z, 2026-01-05T00:00:00.000Z) within the models' `start`/`end` was done: nothing to recompute"),
+        "{}",
+        restate.stdout
+    );
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02", "2026-01-04"]);
+
+    let tail = format!("s__a/{fp}/2026-01-03.parquet");
+    std::fs::remove_file(p.root().join("lake").join("s__a").join(&fp).join("2026-01-03.parquet")).unwrap();
+    assert!(query_error(&p, &env_view("dev", "s.a")).is_some(), "the view lists the deleted file");
+    let status = p.run(&["status", "dev", "--check"]);
+    status.expect_code(1);
+    let said = format!("{}{}", status.stdout, status.stderr);
+    assert!(said.contains("`s.a` (lake view lists a file no longer in the lake: ") && said.contains(&tail), "{said}");
+    let plan = p.plan("dev");
+    let a = action(&plan, "s.a");
+    assert_eq!(a["repair"]["lakeViewStale"], true, "{a:#}");
+    assert_eq!(a["intervals"], 0, "nothing is recomputed: {a:#}");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    let run = p.run(&["run", "dev"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("s.a: lake view lists a file no longer in the lake: "), "{}", run.stderr);
+
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(served_days(&p), ["2026-01-01", "2026-01-02", "2026-01-04"], "the deleted file is no longer listed");
+    assert_eq!(done_days_of(&p, &fp), ["2026-01-01", "2026-01-02", "2026-01-04"], "the ledger is kept");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
+/// A `full` parquet version whose `data.parquet` was deleted: the plan's warning says the file is
+/// missing and `apply` rebuilds the version, not "lake files of 0 done interval(s) … are missing
+/// ()", which was worded for a time-range model.
+#[test]
+fn a_full_versions_lost_data_file_is_described_as_a_rebuild() {
+    let p = lake_project("parquet", "[lake]\npath = \"lake\"\n");
+    let v = p.apply("dev");
+    let totals = p.rows(&env_view("dev", "m.totals"));
+    std::fs::remove_file(version_dir(&p, "lake", &v, "m.totals").join("data.parquet")).unwrap();
+    let text = p.run(&["plan", "dev"]);
+    text.expect_code(0);
+    let said = format!("{}{}", text.stdout, text.stderr);
+    assert!(said.contains("the lake file `data.parquet` of `m.totals` (") && said.contains("is missing: `apply` rebuilds the version"), "{said}");
+    assert!(!said.contains("done interval(s) of `m.totals`"), "{said}");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(p.rows(&env_view("dev", "m.totals")), totals);
+}

@@ -158,7 +158,14 @@ fn systemd_units_have_a_persistent_timer_and_a_failure_alert() {
     run.expect_code(0);
     let units = &run.stdout;
     let name = c.p.root().file_name().expect("name").to_string_lossy().replace(|ch: char| !ch.is_ascii_alphanumeric() && ch != '_' && ch != '-', "-");
-    let title = format!("efmesh-{name}-prod");
+    // `efmesh-<directory>-<8 hex digits of the path's hash>-prod`.
+    let title = units
+        .lines()
+        .find_map(|l| l.strip_prefix("# ~/.config/systemd/user/").and_then(|l| l.strip_suffix(".service")))
+        .unwrap_or_else(|| panic!("no unit name in:\n{units}"))
+        .to_string();
+    let hash = title.strip_prefix(&format!("efmesh-{name}-")).and_then(|t| t.strip_suffix("-prod")).unwrap_or_else(|| panic!("{title}"));
+    assert!(hash.len() == 8 && hash.chars().all(|ch| ch.is_ascii_hexdigit()), "{title}");
     for needle in [
         format!("# ~/.config/systemd/user/{title}.service"),
         format!("# ~/.config/systemd/user/{title}.timer"),
@@ -173,4 +180,23 @@ fn systemd_units_have_a_persistent_timer_and_a_failure_alert() {
         assert!(units.contains(&needle), "no `{needle}` in:\n{units}");
     }
     assert!(!Path::new(&c.table_path()).exists(), "--print-systemd installs nothing");
+}
+
+/// `schedule prd` (a typo of `prod`, which is applied): installed all the same (a schedule may be
+/// set up before the first apply), with a warning naming `prod`; `prod` itself is not warned of.
+#[test]
+fn scheduling_an_environment_the_state_store_does_not_hold_warns_and_names_the_one_meant() {
+    let c = Cron::new();
+    c.p.apply("prod");
+    let run = c.run(&["schedule", "prd"]);
+    run.expect_code(0);
+    assert!(run.stdout.starts_with("installed"), "{}", run.stdout);
+    assert!(run.stderr.contains("environment `prd` does not exist (nothing was applied to it) (did you mean `prod`?)"), "{}", run.stderr);
+    assert!(run.stderr.contains("exits 2 until `efmesh apply prd` creates it"), "{}", run.stderr);
+    assert!(c.table().contains(" run prd --config "), "{}", c.table());
+    // The systemd units are warned of alike.
+    let units = c.run(&["schedule", "prd", "--print-systemd"]);
+    assert!(units.expect_code(0).stderr.contains("environment `prd` does not exist"), "{}", units.stderr);
+    let ok = c.run(&["schedule", "prod"]);
+    assert!(!ok.expect_code(0).stderr.contains("does not exist"), "{}", ok.stderr);
 }
