@@ -90,7 +90,8 @@ impl Project {
 /// schemas the engine reserves ([`reserved_schemas`]), pre/post statements
 /// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
 /// targets (their section of efmesh.toml, their column types, a lake directory name too long
-/// for a file system). The full load runs them on
+/// for a file system) and `accepted_values` lists of the wrong type for their column
+/// ([`crate::core::audit::mistyped_values`]). The full load runs them on
 /// every model; a reload in place ([`crate::session::Session::reload`]) on the models it
 /// replaces, against the DAG before (same names): each finding concerns one model's own
 /// definition, so the others' are unchanged (but for an external's relation, which decides
@@ -112,6 +113,9 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
     let mut unconfigured = crate::core::target::unconfigured(checked.iter().copied(), config.lake.is_some(), config.ducklake.is_some());
     unconfigured.extend(crate::core::target::unstorable(checked.iter().copied()));
     unconfigured.extend(crate::core::target::unnameable(checked.iter().copied()));
+    // `accepted_values` lists whose values the engine would compare with the column by a
+    // widening cast (numbers on a text column, strings on a numeric one).
+    unconfigured.extend(crate::core::audit::mistyped_values_of(checked.iter().copied()));
     unconfigured
 }
 

@@ -16,14 +16,17 @@
 //!    Audits are write-audit-publish ([`audit`]): a batch's `interval` audits (all audits of a
 //!    `full`/`view` model) run inside the transaction that writes it, and the last batch of a
 //!    time-range model also runs its `whole` audits over the whole table; a blocking violation
-//!    rolls that transaction back (its intervals are marked failed) and stops the apply;
+//!    rolls that transaction back (its intervals are marked failed) and stops the apply. The
+//!    audits of what a write reads and does not store itself — external sources
+//!    ([`source_gate`]), `embedded` and `view` models ([`storeless_gate`]) — run before it;
 //! 3. versions about to be (re)pointed whose audits did not run while building (a view swap,
 //!    an inherited table, keyed kinds, lake targets, externals, embedded models) run them
 //!    (`whole` ones for time-range models) before any view moves; a blocking violation stops
 //!    the apply unpromoted;
 //! 4. the promotion is recorded as under way in the state store, with the statements that
 //!    restore the environment's views as they are now;
-//! 5. every view of the environment is swapped in ONE engine transaction;
+//! 5. every view of the environment is swapped in ONE engine transaction, its drops first (a
+//!    model renamed only in letter case keeps its view on DuckDB: `promote`);
 //! 6. the state store records the new pointer set (each pointer with the metadata the
 //!    environment now serves), the journal row, and drops the record of step 4, in one
 //!    transaction.
@@ -193,11 +196,24 @@ pub enum ApplyError {
         failure: audit::AuditError,
     },
     /// Blocking audits of external sources an apply or run reads into tables an environment
-    /// serves failed before anything was written ([`source_gate`]).
-    #[error("{} blocking audit{} of the sources this {during} reads failed, nothing was written:{}\n  hint: fix the source (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>())]
+    /// serves, or of `embedded` and `view` models its writes read over nothing it writes, failed
+    /// before anything was written ([`source_gate`], [`storeless_gate`]).
+    #[error("{} blocking audit{} of the sources and models this {during} reads failed, nothing was written:{}\n  hint: fix what they read (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>())]
     SourceAudit {
         /// `apply` or `run`.
         during: &'static str,
+        /// Every blocking failure.
+        failures: Vec<audit::AuditResult>,
+    },
+    /// Blocking audits of `embedded` or `view` models a write reads (directly or through others
+    /// of them), over a model this apply or run wrote first, failed just before that write
+    /// ([`Builder::gate_reads`]): nothing of the reading model was written, nothing was promoted.
+    #[error("{} blocking audit{} of the models `{reader}` reads failed, nothing of `{reader}` was written{}:{}\n  hint: fix what they read (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, if .during.starts_with("apply") { ", nothing was promoted" } else { "" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>())]
+    ReadAudit {
+        /// `apply` or `run`.
+        during: &'static str,
+        /// The model whose write was stopped.
+        reader: ModelName,
         /// Every blocking failure.
         failures: Vec<audit::AuditResult>,
     },
@@ -664,7 +680,27 @@ fn execute_recorded(
     let mut changing: BTreeSet<ModelName> =
         work.iter().map(|a| a.name.clone()).chain(plan.actions.iter().filter(|a| !refresh && a.points_anew()).map(|a| a.name.clone())).collect();
     through_storeless(project, plan, &mut changing);
-    let gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, (during, &changing))?;
+    let mut gated = source_gate(project, &into_served, &ExecResolver::new(project, &physicals, Mode::Execute), engine, &mut report, (during, &changing))?;
+    // The `embedded` and `view` models the writes read store nothing: what they serve follows
+    // what they read, so their audits guard every write reading them, as a source's do. Those
+    // over nothing this command writes run here, before anything is written; the others just
+    // before the first write reading them, once what they read is written ([`Builder::gate_reads`]).
+    let mut upstream_written: BTreeSet<ModelName> =
+        work.iter().filter(|a| project.dag.get(&a.name).is_some_and(|m| !matches!(m.kind, Kind::Embedded))).map(|a| a.name.clone()).collect();
+    through_storeless(project, plan, &mut upstream_written);
+    let writers: Vec<&crate::plan::Action> = work.iter().copied().filter(|a| project.dag.get(&a.name).is_some_and(|m| writes_rows(m, a))).collect();
+    let failures = storeless_gate(
+        project,
+        &writers,
+        &ExecResolver::new(project, &physicals, Mode::Execute),
+        engine,
+        &mut report,
+        &mut gated,
+        (&changing, &working_set, &upstream_written),
+    )?;
+    if !failures.is_empty() {
+        return Err(ApplyError::SourceAudit { during, failures });
+    }
     audited.extend(project.dag.models().filter(|m| fully_gated(&gated, m)).map(|m| m.name.clone()));
     // (A version the environment points at anew may have been built by an earlier apply that
     // stopped before its promotion: its source is audited as for a build here.)
@@ -807,6 +843,10 @@ fn execute_recorded(
                 report: &mut report,
                 audited: &mut audited,
                 uncovered: &mut uncovered,
+                gated: &mut gated,
+                changing: &changing,
+                working_set: &working_set,
+                during,
                 flights: HashMap::new(),
                 complete: HashMap::new(),
             };
@@ -1005,6 +1045,93 @@ fn source_gate(
         return Err(ApplyError::SourceAudit { during, failures });
     }
     Ok(gated)
+}
+
+/// True when the build of `action` writes rows into a table or lake files: not a `view` or an
+/// `embedded` model (they store nothing), nor a seed (it reads no model), nor a time-range model
+/// with no interval to compute.
+fn writes_rows(model: &crate::core::Model, action: &crate::plan::Action) -> bool {
+    !matches!(model.kind, Kind::Embedded | Kind::View | Kind::Seed(_) | Kind::External(_)) && (model.kind.time_range().is_none() || !action.backfill.is_empty())
+}
+
+/// The `embedded` and `view` models the queries of `readers` read: their parents of those kinds,
+/// and the parents of those kinds of these (which store nothing: reading one reads through it),
+/// in the project's order.
+fn storeless_read<'p>(project: &'p Project, readers: &[&crate::plan::Action]) -> Vec<&'p crate::core::Model> {
+    let mut stack: Vec<ModelName> = readers.iter().filter_map(|a| project.dag.get(&a.name)).flat_map(|m| m.parents()).collect();
+    let mut seen: BTreeSet<ModelName> = BTreeSet::new();
+    let mut out: Vec<&crate::core::Model> = Vec::new();
+    while let Some(name) = stack.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(model) = project.dag.get(&name) else { continue };
+        if matches!(model.kind, Kind::Embedded | Kind::View) {
+            stack.extend(model.parents());
+            out.push(model);
+        }
+    }
+    out.sort_by_key(|m| project.dag.position(&m.name));
+    out
+}
+
+/// True when `model` is an `embedded` model whose inlined query uses interval bounds (its own
+/// body, or an embedded model it reads): its rows are those of its time-range reader's batch, so
+/// it has no relation of its own to audit before the writes.
+fn inlines_bounds(project: &Project, model: &crate::core::Model) -> bool {
+    matches!(model.kind, Kind::Embedded)
+        && (model.body.as_ref().is_some_and(crate::core::fragment::Fragment::uses_bounds)
+            || model.parents().iter().filter_map(|p| project.dag.get(p)).any(|p| inlines_bounds(project, p)))
+}
+
+/// Runs the audits of the `embedded` and `view` models the writes of `readers` read
+/// ([`storeless_read`]) against what those writes read (SPEC §4 step 5): an embedded model's
+/// query as it is inlined, a view model's relation at the version the plan leads to. They store
+/// nothing, so what they serve changes with what they read, outside their own builds, as a
+/// source's rows do. Left out: a `view` model in `built` (built by this command, before anything
+/// reads it: its build ran its audits), an embedded model using interval bounds
+/// ([`inlines_bounds`]), the models in `wait` (over something this command writes: they run just
+/// before the first write reading them, once that is written, [`Builder::gate_reads`]), audits
+/// already run in this command (`gated`), and audits that `ref` a model in `changing` (they run
+/// after that model is written, with the promotion's or `run`'s audits of what it wrote,
+/// invariant 52). Records what ran in `gated` (the promotion does not run them again) and in
+/// `report`; returns the blocking failures (warn ones are logged).
+///
+/// # Errors
+/// [`ApplyError::Audit`] for an audit that could not run.
+#[allow(clippy::too_many_arguments)]
+fn storeless_gate(
+    project: &Project,
+    readers: &[&crate::plan::Action],
+    exec: &ExecResolver,
+    engine: &mut dyn Engine,
+    report: &mut ApplyReport,
+    gated: &mut Gated,
+    (changing, built, wait): (&BTreeSet<ModelName>, &BTreeSet<ModelName>, &BTreeSet<ModelName>),
+) -> Result<Vec<audit::AuditResult>, ApplyError> {
+    use crate::core::Resolver;
+    let mut failures = Vec::new();
+    for model in storeless_read(project, readers).into_iter().filter(|m| !m.audits.is_empty()) {
+        if wait.contains(&model.name) || (matches!(model.kind, Kind::View) && built.contains(&model.name)) || inlines_bounds(project, model) {
+            continue;
+        }
+        let ran = gated.get(&model.name);
+        let checks: Vec<(&crate::core::audit::Audit, String)> = audit::checks(model, None, &exec.relation(&model.name), exec)
+            .into_iter()
+            .filter(|(a, _)| a.sql.refs().all(|r| !changing.contains(&r.target)) && ran.is_none_or(|r| !r.contains(&a.label())))
+            .collect();
+        if checks.is_empty() {
+            continue;
+        }
+        gated.entry(model.name.clone()).or_default().extend(checks.iter().map(|(a, _)| a.label()));
+        tracing::info!(model = %model.name, "audits of a model read by the writes run before them (it stores nothing: what it serves follows what it reads)");
+        let results =
+            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
+        audit::log_warnings(&results);
+        failures.extend(results.iter().filter(|r| r.failed()).cloned());
+        report.audits.supersede(results);
+    }
+    Ok(failures)
 }
 
 /// Adds to `models` the `embedded` and `view` models over one of them (through others): they
@@ -1572,6 +1699,13 @@ fn record_refreshed(
 /// with each pointer's metadata and the journal row, and drops the record, in one state
 /// transaction. When the last step fails, the views are put back before returning the error (or,
 /// if that fails too, by the next command: [`recover_promotions`]).
+///
+/// In the swap every drop runs before every create: a model renamed only in letter case (`s.c`
+/// to `s.C`, or its schema `s` to `S`) is a removed model and an added one whose views are one
+/// view on DuckDB, which resolves names ignoring case, so dropping the removed one's view after
+/// creating the added one's would drop the new view. On Postgres, where the quoted names are two
+/// views, the order changes nothing. The undo record does not depend on the order: it re-creates
+/// every touched view as the catalog had it before the swap.
 fn promote(
     project: &Project,
     plan: &Plan,
@@ -1582,7 +1716,9 @@ fn promote(
     known: Option<&crate::engine::Catalog>,
 ) -> Result<(), ApplyError> {
     let dialect = engine.sql();
-    let mut statements = Vec::new();
+    // The swap's drops, run before its creates (`creates`: schemas and views), see above.
+    let mut drops = Vec::new();
+    let mut creates = Vec::new();
     let mut schemas = BTreeSet::new();
     // Every view a statement creates, replaces or drops, as (schema, view).
     let mut touched: Vec<(String, String)> = Vec::new();
@@ -1597,26 +1733,27 @@ fn promote(
         }
         match a.change {
             _ if keeps_view => {}
-            Change::Removed => statements.push(dialect.drop_view_if_exists(&view(&a.name))),
+            Change::Removed => drops.push(dialect.drop_view_if_exists(&view(&a.name))),
             _ => match (&a.physical, project.dag.get(&a.name)) {
                 (Some(physical), Some(model)) => {
                     let schema = env_schema(&plan.env, a.name.schema());
                     if schemas.insert(schema.clone()) {
-                        statements.push(dialect.create_schema_if_absent(&schema));
+                        creates.push(dialect.create_schema_if_absent(&schema));
                     }
                     // The declared columns, in declared order (then the kind's managed columns):
                     // the view's shape is the contract, whatever order an inherited
                     // (forward-only) table has.
                     let cols: Vec<String> = model.relation_columns().iter().map(|c| quote_ident(&c.name)).collect();
-                    statements.extend(dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", "))));
+                    creates.extend(dialect.replace_view_as(&view(&a.name), &format!("SELECT {} FROM {physical}", cols.join(", "))));
                     swapped.push(a);
                 }
                 // Externals and embedded models have no view; one may replace a model that had.
-                _ if a.change != Change::Added => statements.push(dialect.drop_view_if_exists(&view(&a.name))),
+                _ if a.change != Change::Added => drops.push(dialect.drop_view_if_exists(&view(&a.name))),
                 _ => {}
             },
         }
     }
+    let statements: Vec<String> = drops.into_iter().chain(creates).collect();
     let pointers: BTreeMap<String, String> =
         plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (a.name.to_string(), a.fingerprint.as_str().to_string())).collect();
     // The metadata the environment serves from now on, per pointer: the project's.
@@ -1921,6 +2058,16 @@ struct Builder<'a, 'p> {
     report: &'a mut ApplyReport,
     audited: &'a mut BTreeSet<ModelName>,
     uncovered: &'a mut BTreeSet<ModelName>,
+    /// The audits of sources and of `embedded`/`view` models run in this command before the
+    /// writes reading them ([`source_gate`], [`storeless_gate`]): never run twice.
+    gated: &'a mut Gated,
+    /// The models whose data, as an environment serves it, this command changes (an audit that
+    /// `ref`s one runs after it is written).
+    changing: &'a BTreeSet<ModelName>,
+    /// The models of the working set.
+    working_set: &'a BTreeSet<ModelName>,
+    /// `apply` or `run`.
+    during: &'static str,
     flights: HashMap<usize, Flight>,
     /// Per time-range model asked about: the start of its first interval due and not done, once
     /// it is written ([`Builder::upstream_complete`]).
@@ -2074,6 +2221,23 @@ impl<'p> Builder<'_, 'p> {
         (action, self.project.dag.get(&action.name).expect("plan matches project"))
     }
 
+    /// Before the write of `model` (`action`): the audits of the `embedded` and `view` models its
+    /// query reads that have not run in this command yet ([`storeless_gate`]), now that what they
+    /// read is written, on the calling thread's connection. A blocking failure stops `model`
+    /// before anything of it is written.
+    ///
+    /// # Errors
+    /// [`ApplyError::ReadAudit`] for the blocking failures; [`ApplyError::Audit`] for an audit
+    /// that could not run.
+    fn gate_reads(&mut self, action: &crate::plan::Action, model: &crate::core::Model, engine: &mut dyn Engine) -> Result<(), ApplyError> {
+        let failures =
+            storeless_gate(self.project, &[action], self.exec, engine, self.report, self.gated, (self.changing, self.working_set, &BTreeSet::new()))?;
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(ApplyError::ReadAudit { during: self.during, reader: model.name.clone(), failures })
+    }
+
     /// The end of a model's build: the refresh tick of a model on a `cron` ([`record_refreshed`]),
     /// the `build done` line, the report, the crash point.
     fn built(&mut self, action: &crate::plan::Action, model: &crate::core::Model, started: std::time::Instant, intervals: usize) -> Result<(), ApplyError> {
@@ -2123,6 +2287,9 @@ impl<'p> schedule::Builds<'p> for Builder<'_, 'p> {
         let (action, model) = self.model(item);
         // A process that lost its environment lease stops before writing anything more.
         state.check_fence()?;
+        if writes_rows(model, action) {
+            self.gate_reads(action, model, engine)?;
+        }
         let intervals_before = self.report.intervals;
         if let (Some(repair), Some(t)) = (action.repair.as_ref().filter(|r| r.physical_missing), model.kind.time_range()) {
             // The relation holding these versions' intervals is gone: their ledger rows no

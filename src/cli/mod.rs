@@ -110,7 +110,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Rejected { .. } => "rejected",
         ApplyError::Target { .. } => "target",
         ApplyError::EngineFeature { .. } => "engine-feature",
-        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } => "audit",
+        ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } | ApplyError::ReadAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::EngineBehind(_) => "engine-behind",
         ApplyError::Engine(_) => "engine",

@@ -407,6 +407,65 @@ impl Audit {
     }
 }
 
+/// Why the values of an `accepted_values` use (the built-in: audit names are never redefined)
+/// cannot be compared with its column without a cast that widens the match, as a message and
+/// a hint: a number or boolean on a column declared as text (the engine casts the column, so
+/// `'001'`, `'2.0'` and `' 2'` would match `1` and `2`), or a string on a column declared as a
+/// number (the engine casts the string, so `'1.6'` would match `2` on an integer column). The
+/// declared type is the run-time one for these families: the schema contract refuses a query
+/// whose column is of another family. `None` for another audit, a column the model does not
+/// declare (`efmesh check` reports it), or a declared type of another family (temporal and
+/// boolean columns compare with strings as written; a type efmesh does not classify is the
+/// engine's to compare).
+pub fn mistyped_values(audit: &Audit, schema: &super::schema::Schema) -> Option<(String, String)> {
+    use super::schema::TypeFamily;
+    if audit.name != "accepted_values" {
+        return None;
+    }
+    let column = audit.args.get("column")?.as_str()?;
+    let ty = &schema.get(column)?.ty;
+    let Value::Array(values) = audit.args.get("values")? else { return None };
+    let shown = |v: &&Value| match v {
+        Value::String(s) => format!("'{s}'"),
+        other => other.to_string(),
+    };
+    let (odd, what, fix, hint): (Vec<&Value>, &str, &str, &str) = match TypeFamily::of(ty) {
+        TypeFamily::Text => (
+            values.iter().filter(|v| !v.is_string() && !v.is_null()).collect(),
+            "not text",
+            "quote them",
+            "comparing text with a number makes the engine cast the column, so '001', '2.0' or ' 2' would match 2; write ['01', '02'] (a `.sql` header reads a bare 01 as text)",
+        ),
+        TypeFamily::Numeric => (
+            values.iter().filter(|v| v.is_string()).collect(),
+            "text",
+            "write them as numbers",
+            "comparing a number with text makes the engine cast the text, so '1.6' would match 2 on an integer column; write [1, 2] (a `.sql` header reads a bare word, and a bare number with a leading zero, as text)",
+        ),
+        _ => return None,
+    };
+    if odd.is_empty() {
+        return None;
+    }
+    let list = odd.iter().map(shown).collect::<Vec<_>>().join(", ");
+    let (noun, verb) = if odd.len() == 1 { ("value", "is") } else { ("values", "are") };
+    Some((format!("audit `{}`: the {noun} {list} {verb} {what} but column `{column}` is `{ty}`: {fix}", audit.label()), hint.to_string()))
+}
+
+/// [`mistyped_values`] of every audit of `models`, each a load error at the audit's use (its
+/// `-- audits:` line in a `.sql` model).
+pub fn mistyped_values_of<'m>(models: impl IntoIterator<Item = &'m super::Model>) -> Vec<super::LoadError> {
+    let mut out = Vec::new();
+    for m in models {
+        for a in &m.audits {
+            if let Some((message, hint)) = mistyped_values(a, &m.schema) {
+                out.push(super::LoadError::new(Some(a.location.clone()), Some(m.name.clone()), message).with_hint(hint));
+            }
+        }
+    }
+    out
+}
+
 fn short_value(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -458,6 +517,41 @@ mod tests {
         assert!(e.contains("`scope` must be \"interval\" or \"whole\""), "{e}");
         assert!(def(json!({"name": "x", "params": ["blocking"]})).unwrap_err().contains("option"));
         assert!(def(json!({"name": "x", "parms": []})).unwrap_err().contains("did you mean `params`"));
+    }
+
+    #[test]
+    fn accepted_values_of_the_wrong_type_for_their_column_are_refused() {
+        use crate::core::{Column, Schema};
+        let schema = Schema(vec![
+            Column { name: "code".into(), ty: "varchar".into() },
+            Column { name: "n".into(), ty: "INTEGER".into() },
+            Column { name: "d".into(), ty: "date".into() },
+        ]);
+        let use_of = |name: &str, column: &str, values: Value| Audit {
+            name: name.into(),
+            args: named(json!({"column": column, "values": values})),
+            blocking: true,
+            scope: AuditScope::Interval,
+            sql: AuditSql(vec![AuditPart::This]),
+            location: Location { file: "m.sql".into(), line: 4 },
+            required: 2,
+        };
+        let (message, hint) = mistyped_values(&use_of("accepted_values", "code", json!([1, 2])), &schema).unwrap();
+        assert_eq!(message, "audit `accepted_values(code, 1, 2)`: the values 1, 2 are not text but column `code` is `varchar`: quote them");
+        assert!(hint.contains("'001'"), "{hint}");
+        let (message, _) = mistyped_values(&use_of("accepted_values", "code", json!(["a", true])), &schema).unwrap();
+        assert!(message.contains("the value true is not text"), "{message}");
+        let (message, _) = mistyped_values(&use_of("accepted_values", "n", json!(["1", 2])), &schema).unwrap();
+        assert_eq!(message, "audit `accepted_values(n, 1, 2)`: the value '1' is text but column `n` is `INTEGER`: write them as numbers");
+        for fine in [
+            use_of("accepted_values", "code", json!(["01", "02"])),
+            use_of("accepted_values", "n", json!([1, 2.5])),
+            use_of("accepted_values", "d", json!(["2026-01-01"])),
+            use_of("accepted_values", "undeclared", json!([1])),
+            use_of("accepted_range", "code", json!([1])),
+        ] {
+            assert_eq!(mistyped_values(&fine, &schema), None, "{}", fine.label());
+        }
     }
 
     #[test]

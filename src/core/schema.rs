@@ -292,6 +292,51 @@ pub fn decimals_of(text: &str) -> Option<usize> {
     usize::try_from((places - exponent).max(0)).ok()
 }
 
+/// The digits of a second's fraction a time type keeps: 6 (microseconds) for `timestamp`,
+/// `timestamptz`, `datetime`, `time` (with or without a time zone, DuckDB's and Postgres's
+/// spellings); 0, 3 and 9 for DuckDB's `timestamp_s`, `timestamp_ms` and `timestamp_ns`; `p`
+/// for a precision the type names (Postgres's `timestamp(3)`, `time(0)`). `None` for other types.
+pub fn second_digits(ty: &str) -> Option<usize> {
+    let t = ty.trim().to_ascii_lowercase();
+    match t.as_str() {
+        "timestamp_s" => return Some(0),
+        "timestamp_ms" => return Some(3),
+        "timestamp_ns" => return Some(9),
+        _ => {}
+    }
+    let base = t.split(['(', ' ']).next().unwrap_or("");
+    if !matches!(base, "timestamp" | "timestamptz" | "timestamp_tz" | "timestamp_us" | "datetime" | "time" | "timetz") {
+        return None;
+    }
+    match t.split_once('(') {
+        Some((_, rest)) => rest.split(')').next()?.trim().parse().ok(),
+        None => Some(6),
+    }
+}
+
+/// Why casting the text `text` to the date or time type `ty` would change the value without an
+/// error (DuckDB and Postgres both cut or round silently): a time of day other than midnight
+/// into a `date`, or more digits of a second's fraction than the type keeps
+/// ([`second_digits`]: `2026-01-01 00:00:00.0000009` into a microsecond `timestamp`; trailing
+/// zeros count for nothing). `None` when the cast keeps the value, for other types, and for a
+/// text that is no date or time (the engine's cast refuses it).
+pub fn temporal_cut(text: &str, ty: &str) -> Option<String> {
+    let b = text.as_bytes();
+    if ty.trim().eq_ignore_ascii_case("date") {
+        // The time of day: from two digits before its first `:` to the first character that is
+        // no digit, `:` or `.` (a `Z` or an offset after it is not the time).
+        let colon = text.find(':')?;
+        let clock: String = text.get(colon.saturating_sub(2)..)?.chars().take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.').collect();
+        return clock.chars().any(|c| matches!(c, '1'..='9')).then(|| format!("\"{text}\" has a time of day, which `{ty}` would drop: write the date alone"));
+    }
+    let keep = second_digits(ty)?;
+    // The fraction of the seconds: the digits after a `.` that follows `:ss`.
+    let dot = (3..b.len()).find(|&i| b[i] == b'.' && b[i - 3] == b':' && b[i - 2].is_ascii_digit() && b[i - 1].is_ascii_digit())?;
+    let fraction: String = text[dot + 1..].chars().take_while(char::is_ascii_digit).collect();
+    let digits = fraction.trim_end_matches('0').len();
+    (digits > keep).then(|| format!("\"{text}\" has {digits} digits of a second's fraction and `{ty}` keeps {keep}, which would cut it"))
+}
+
 /// The innermost element type of a (possibly nested) list type: `integer` for `integer[][]`.
 pub fn innermost_element(ty: &str) -> Option<&str> {
     let mut element = list_element(ty)?;
@@ -326,6 +371,29 @@ mod tests {
             assert_eq!(nonzero_utc_offset(none), None, "{none}");
         }
         assert!(is_naive_timestamp("TIMESTAMP(3)") && is_naive_timestamp("datetime") && !is_naive_timestamp("timestamptz") && !is_naive_timestamp("date"));
+    }
+
+    #[test]
+    fn a_time_of_day_into_a_date_and_a_fraction_past_the_precision_are_cuts() {
+        assert!(temporal_cut("2026-01-01 23:59:59", "date").is_some_and(|w| w.contains("time of day")));
+        assert!(temporal_cut("2026-01-01T00:00:01Z", "DATE").is_some());
+        for kept in ["2026-01-01", "2026-01-01 00:00:00", "2026-01-01T00:00:00.000Z", "2026-01-01 00:00:00+02:00"] {
+            assert_eq!(temporal_cut(kept, "date"), None, "{kept}");
+        }
+        assert!(temporal_cut("2026-01-01 00:00:00.0000009", "timestamp").is_some_and(|w| w.contains("7 digits") && w.contains("keeps 6")));
+        assert!(temporal_cut("2026-01-01 00:00:00.5", "TIMESTAMP_S").is_some());
+        assert!(temporal_cut("12:00:00.1234", "time(3)").is_some());
+        assert!(temporal_cut("2026-01-01 00:00:00.1234567+02:00", "timestamp with time zone").is_some());
+        for (kept, ty) in [
+            ("2026-01-01 00:00:00.123456", "timestamp"),
+            ("2026-01-01 00:00:00.1234560", "timestamptz"),
+            ("2026-01-01 00:00:00.000000001", "timestamp_ns"),
+            ("2026-01-01 00:00:00.0000009", "varchar"),
+            ("2026-01-01 23:59:59", "timestamp"),
+        ] {
+            assert_eq!(temporal_cut(kept, ty), None, "{kept} {ty}");
+        }
+        assert_eq!((second_digits("timestamp(3) with time zone"), second_digits("datetime"), second_digits("date")), (Some(3), Some(6), None));
     }
 
     #[test]

@@ -132,8 +132,8 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 /// alias or a column), no `*`. The set (lower-case) holds the columns whose item or declared
 /// type changed, and those added or removed. `None` ("anything may have changed") when the rows
 /// could change: another clause changed, `DISTINCT`, `GROUP BY ALL`, positional `ORDER BY` /
-/// `GROUP BY`, a changed item that aggregates without `GROUP BY` or calls a set-returning
-/// function, a clause outside the select list that names a changed column (DuckDB lets `WHERE`,
+/// `GROUP BY`, a changed item that aggregates without `GROUP BY`, calls a set-returning
+/// function or any function not known to return one value per row ([`unknown_function`]), a clause outside the select list that names a changed column (DuckDB lets `WHERE`,
 /// `HAVING`, `QUALIFY` and `ORDER BY` read select-list aliases), or a changed column the kind
 /// keys rows by (`key_columns`: a time column, a unique key).
 ///
@@ -189,7 +189,7 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
         if calls_set_returning(item) || (!clauses.has_group_by && calls_aggregate(item)) {
             return None;
         }
-        if clauses.pg && pg_functions(item).iter().any(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str())) {
+        if unknown_function(item, clauses.pg).is_some() {
             return None;
         }
     }
@@ -267,9 +267,12 @@ fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
 }
 
 /// Set-returning functions: one of them in a select item multiplies the rows (DuckDB's
-/// `unnest`/`unlist`, table-valued JSON and regexp functions).
+/// `unnest`/`unlist` and its macros over them, `regexp_split_to_table` and
+/// `generate_subscripts`; table-valued JSON and regexp functions). Any function outside
+/// [`DUCKDB_ONE_VALUE`] / [`PG_ONE_VALUE`] is taken as possibly set-returning as well
+/// ([`unknown_function`]); this list also catches them named in a changed item.
 const SET_RETURNING: &[&str] =
-    &["unnest", "unlist", "generate_series", "range", "generate_subscripts", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
+    &["unnest", "unlist", "generate_series", "range", "generate_subscripts", "regexp_split_to_table", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
 
 /// True when the JSON text of a tree (lower-cased) names `name` as an identifier or a function:
 /// a name in either parser's tree is a JSON string, `"value":…` (sqlparser) or `"sval":…`
@@ -356,8 +359,9 @@ fn item_name(item: &Value) -> Option<String> {
 
 /// Why adding projection items at `added` would change the existing rows, if it would: a new
 /// column is a new grouping key under `GROUP BY ALL`, changes which rows are distinct under
-/// `DISTINCT`, multiplies rows with a set-returning function, or shifts positional `ORDER BY` /
-/// `GROUP BY` references.
+/// `DISTINCT`, folds rows with an aggregate, multiplies rows with a set-returning function or may
+/// do either with a function not known to return one value per row ([`unknown_function`]), or
+/// shifts positional `ORDER BY` / `GROUP BY` references.
 fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize], old_len: usize) -> Option<String> {
     let Some(clauses) = row_clauses(ast) else { return Some("the query is not a plain `SELECT`".into()) };
     if clauses.group_by_all && added.iter().any(|&i| !is_aggregate(&projection[i])) {
@@ -388,15 +392,15 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
     if !added_names.is_empty() && (names_any(&without_projection(ast), &added_names) || kept.iter().any(|&i| names_any(&projection[i], &added_names))) {
         return Some("an added column's name is read elsewhere in the query, which may now read the new column instead of a source column".into());
     }
-    if clauses.pg {
-        // Any Postgres function may return a set (`RETURNS SETOF`, the many JSON and text
-        // splitters): only functions known to return one value per row keep the rows.
-        for &i in added {
-            if let Some(f) =
-                pg_functions(&projection[i]).into_iter().find(|f| !PG_ONE_VALUE.contains(&f.as_str()) && !crate::sql::AGGREGATES.contains(&f.as_str()))
-            {
-                return Some(format!("an added column calls `{f}`, which may return a set of rows (a set-returning function multiplies rows)"));
-            }
+    // Any function may return a set or fold the rows (a Postgres `RETURNS SETOF`, the many JSON
+    // and text splitters; a DuckDB macro over `unnest` or over an aggregate, an extension's
+    // function, an aggregate efmesh does not list): only functions known to return one value
+    // per row keep the rows, and known aggregates, judged above.
+    for &i in added {
+        if let Some(f) = unknown_function(&projection[i], clauses.pg) {
+            return Some(format!(
+                "an added column calls `{f}`, which efmesh does not know to return one value per row: it may return a set of rows (a set-returning function multiplies rows) or fold them (an aggregate)"
+            ));
         }
     }
     if added.iter().any(|&i| calls_set_returning(&projection[i])) {
@@ -481,6 +485,106 @@ const PG_ONE_VALUE: &[&str] = &[
     "last_value",
     "nth_value",
 ];
+
+/// DuckDB functions known to return one value per input row: the scalar functions of DuckDB
+/// 1.5.5 (`duckdb_functions()`, `function_type = 'scalar'`) and its built-in scalar macros, plus
+/// what sqlparser reads as a call (`coalesce`, `ifnull`, `if`, `try`, `current_date`…,
+/// `grouping`). Left out, so taken as possibly changing the rows ([`unknown_function`]): the
+/// names of [`SET_RETURNING`] (DuckDB's `range` and `generate_series` return a list and
+/// `regexp_matches` a boolean, Postgres's return sets), the macros over `unnest`
+/// (`regexp_split_to_table`, `generate_subscripts`) or over an aggregate (`geomean`,
+/// `weighted_avg`, `json_group_array`…: in [`crate::sql::AGGREGATES`]), those over a subquery,
+/// internal ones and those with side effects (`setseed`, `sleep_ms`, `write_log`; `error` is
+/// in: it aborts the query, never changes its rows). Separated by whitespace, sorted.
+const DUCKDB_ONE_VALUE: &str = "
+abs acos acosh add age aggregate ago apply array_aggr array_aggregate array_append array_apply array_cat array_concat array_contains
+array_cosine_distance array_cosine_similarity array_cross_product array_distance array_distinct array_dot_product array_extract array_filter
+array_grade_up array_has array_has_all array_has_any array_indexof array_inner_product array_intersect array_length array_negative_dot_product
+array_negative_inner_product array_pop_back array_pop_front array_position array_prepend array_push_back array_push_front array_reduce array_resize
+array_reverse array_reverse_sort array_select array_slice array_sort array_to_json array_to_string array_transform array_unique array_value
+array_where array_zip ascii asin asinh atan atan2 atanh bar base64 bin bit_count bit_length bit_position bitstring can_cast_implicitly cardinality
+cast_to_type cbrt ceil ceiling century char_length character_length chr coalesce concat concat_ws constant_or_null contains cos cosh cot
+create_sort_key current_catalog current_connection_id current_database current_date current_localtime current_localtimestamp current_query
+current_query_id current_role current_schema current_schemas current_setting current_time current_timestamp current_transaction_id current_user
+currval damerau_levenshtein date_add date_diff date_part date_sub date_trunc datediff datepart datesub datetrunc day dayname dayofmonth dayofweek
+dayofyear days_in_month decade decode degrees divide editdist3 element_at encode ends_with enum_code enum_first enum_last enum_range
+enum_range_boundary epoch epoch_ms epoch_ns epoch_us equi_width_bins era error even exp factorial fdiv filter flatten floor fmod format format_bytes
+from_base64 from_binary from_hex from_json from_json_strict gamma gcd gen_random_uuid get_bit get_current_time get_current_timestamp get_type
+getvariable grade_up greatest greatest_common_divisor grouping grouping_id hamming hash hex hour icu_sort_key if ifnull ilike_escape in_search_path
+instr is_histogram_other_bin isfinite isinf isnan isodow isoyear jaccard jaro_similarity jaro_winkler_similarity json json_array json_array_length
+json_contains json_deserialize_sql json_exists json_extract json_extract_path json_extract_path_text json_extract_string json_keys json_merge_patch
+json_object json_pretty json_quote json_serialize_sql json_structure json_transform json_transform_strict json_type json_valid json_value julian
+last_day lcase lcm least least_common_multiple left left_grapheme len length length_grapheme levenshtein lgamma like_escape list_aggr list_aggregate
+list_any_value list_append list_apply list_approx_count_distinct list_avg list_bit_and list_bit_or list_bit_xor list_bool_and list_bool_or list_cat
+list_concat list_contains list_cosine_distance list_cosine_similarity list_count list_distance list_distinct list_dot_product list_element
+list_entropy list_extract list_filter list_first list_grade_up list_has list_has_all list_has_any list_histogram list_indexof list_inner_product
+list_intersect list_kurtosis list_kurtosis_pop list_last list_mad list_max list_median list_min list_mode list_negative_dot_product
+list_negative_inner_product list_pack list_position list_prepend list_product list_reduce list_resize list_reverse list_reverse_sort list_select
+list_sem list_skewness list_slice list_sort list_stddev_pop list_stddev_samp list_string_agg list_sum list_transform list_unique list_value
+list_var_pop list_var_samp list_where list_zip ln localtime localtimestamp log log10 log2 lower lpad ltrim make_date make_time make_timestamp
+make_timestamp_ms make_timestamp_ns make_timestamptz make_type map map_concat map_contains map_contains_entry map_contains_value map_entries
+map_extract map_extract_value map_from_entries map_keys map_values md5 md5_number md5_number_lower md5_number_upper microsecond millennium millisecond
+minute mismatches mod month monthname multiply nanosecond nextafter nextval nfc_normalize normalized_interval not_ilike_escape not_like_escape now
+nullif octet_length ord parse_dirname parse_dirpath parse_filename parse_formatted_bytes parse_path pg_size_pretty pg_typeof pi position pow power
+prefix printf quarter radians random reduce regexp_escape regexp_extract regexp_extract_all regexp_full_match regexp_replace regexp_split_to_array
+remap_struct repeat replace replace_type reverse right right_grapheme round round_even roundbankers row row_to_json rpad rtrim second session_user
+set_bit sha1 sha256 sign signbit sin sinh split split_part sqrt st_asbinary st_astext st_aswkb st_aswkt st_crs st_geomfromwkb st_intersects_extent
+st_setcrs starts_with str_split str_split_regex strftime string_split string_split_regex string_to_array strip_accents strlen strpos strptime
+struct_concat struct_contains struct_extract struct_extract_at struct_has struct_indexof struct_insert struct_keys struct_pack struct_position
+struct_update struct_values substr substring substring_grapheme subtract suffix switch tan tanh time_bucket timezone timezone_hour timezone_minute
+to_base to_base64 to_binary to_centuries to_days to_decades to_hex to_hours to_json to_microseconds to_millennia to_milliseconds to_minutes to_months
+to_quarters to_seconds to_timestamp to_weeks to_years today transaction_timestamp translate trim trunc try try_strptime txid_current typeof ucase
+unbin unhex unicode union_extract union_tag union_value upper url_decode url_encode user uuid uuid_extract_timestamp uuid_extract_version uuidv4
+uuidv7 variant_extract variant_normalize variant_typeof vector_type version week weekday weekofyear xor year yearweek
+";
+
+/// True when `name` (lower case) is in [`DUCKDB_ONE_VALUE`].
+fn duckdb_one_value(name: &str) -> bool {
+    DUCKDB_ONE_VALUE.split_ascii_whitespace().any(|f| f == name)
+}
+
+/// The first function `item` calls that efmesh does not know to return one value per row, if
+/// any: in a Postgres tree one outside [`PG_ONE_VALUE`], in a sqlparser (DuckDB) tree one outside
+/// [`DUCKDB_ONE_VALUE`] called without `OVER` — a macro, a user's or an extension's function, a
+/// table or set-returning function, an aggregate efmesh does not list. The aggregates of
+/// [`crate::sql::AGGREGATES`] count as known: the callers judge them by the query's `GROUP BY`.
+fn unknown_function(item: &Value, pg: bool) -> Option<String> {
+    let known = |f: &str| crate::sql::AGGREGATES.contains(&f) || if pg { PG_ONE_VALUE.contains(&f) } else { duckdb_one_value(f) };
+    let calls = if pg { pg_functions(item) } else { duckdb_functions(item) };
+    calls.into_iter().find(|f| !known(f.as_str()))
+}
+
+/// The names of the functions a sqlparser expression calls without `OVER` (a window function
+/// returns one value per row, whatever it computes), at any depth, a scalar subquery's too
+/// (conservative): each `Function`'s name in lower case, dotted when qualified (`main.f`: a
+/// schema's function is the user's, not a built-in), its JSON text when a part of it is not an
+/// identifier.
+fn duckdb_functions(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(f) = m.get("Function")
+                    && let Some(parts) = f.get("name").and_then(Value::as_array)
+                    && f.get("over").is_none_or(Value::is_null)
+                {
+                    let idents: Vec<&str> =
+                        parts.iter().filter_map(|p| p.pointer("/Identifier/value").or_else(|| p.get("value")).and_then(Value::as_str)).collect();
+                    if !idents.is_empty() && idents.len() == parts.len() {
+                        out.push(idents.join(".").to_lowercase());
+                    } else {
+                        out.push(Value::Array(parts.clone()).to_string());
+                    }
+                }
+                m.values().for_each(|c| walk(c, out));
+            }
+            Value::Array(items) => items.iter().for_each(|c| walk(c, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
+}
 
 /// The names of the functions a Postgres expression calls (the last part of each `FuncCall`'s
 /// name), at any depth.
@@ -823,6 +927,84 @@ mod tests {
         ] {
             let v = verdict(old, old_cols, new, new_cols);
             assert!(v.non_breaking, "{new}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn an_added_column_calling_a_function_not_known_to_keep_the_rows_is_breaking() {
+        let breaks = |old: &str, old_cols: &[&str], new: &str, new_cols: &[&str], why: &str| {
+            let v = verdict(old, old_cols, new, new_cols);
+            assert!(!v.non_breaking && v.reason.contains(why), "{new}: {v:?}");
+        };
+        // DuckDB's `regexp_split_to_table` is a macro over `unnest`: one row per part.
+        breaks(
+            "SELECT id, tags FROM t",
+            &["id", "tags"],
+            "SELECT id, tags, regexp_split_to_table(tags, ';') AS tag FROM t",
+            &["id", "tags", "tag"],
+            "set-returning",
+        );
+        // DuckDB aggregates, built-in and macros over one: added without `GROUP BY` to a query
+        // of other columns they fold its rows into one.
+        for f in ["regr_r2(v, id)", "sem(v)", "approx_top_k(v, 2)", "arg_max_null(id, v)", "sum_no_overflow(v)", "geomean(v)", "weighted_avg(v, id)"] {
+            breaks("SELECT 'all' AS grp FROM t", &["grp"], &format!("SELECT 'all' AS grp, {f} AS g FROM t"), &["grp", "g"], "folds its rows");
+        }
+        // A function efmesh does not know (a user's macro, an extension's function, a qualified
+        // name), even inside a known one: it may return a set or fold the rows.
+        for f in ["my_macro(tags)", "upper(my_macro(tags))", "main.upper(tags)", "geo_ext_explode(tags)"] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            breaks("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"], "does not know to return one value per row");
+        }
+        // Common DuckDB scalar functions (and window functions) keep the rows.
+        for f in [
+            "upper(tags)",
+            "round(v * 1.5, 1)",
+            "coalesce(tags, '')",
+            "date_trunc('day', ts)",
+            "strftime(ts, '%Y-%m')",
+            "hash(id)",
+            "nullif(tags, '')",
+            "greatest(v, 0)",
+            "list_extract(string_split(tags, ';'), 1)",
+            "regexp_replace(lower(trim(tags)), ';', ',')",
+            "concat_ws('-', tags, CAST(id AS VARCHAR))",
+            "date_diff('day', ts, current_date)",
+            "epoch_ms(ts)",
+            "EXTRACT(year FROM ts)",
+            "struct_pack(a := id, b := tags)",
+            "row_number() OVER (ORDER BY id)",
+            "sum(v) OVER (PARTITION BY tags)",
+        ] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            let v = verdict("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"]);
+            assert!(v.non_breaking, "{f}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn a_changed_item_calling_a_function_not_known_to_keep_the_rows_names_no_columns() {
+        // `sem(v)` → `CAST(v AS double)`: an aggregate without `GROUP BY` (one row) becomes a
+        // plain column (a row per source row).
+        assert_eq!(
+            changed("SELECT 'all' AS grp, sem(v) AS g FROM s.t", &["grp", "g"], "SELECT 'all' AS grp, CAST(v AS DOUBLE) AS g FROM s.t", &["grp", "g"]),
+            None
+        );
+        assert_eq!(changed("SELECT 'all' AS grp, v AS g FROM s.t", &["grp", "g"], "SELECT 'all' AS grp, geomean(v) AS g FROM s.t", &["grp", "g"]), None);
+        // A column changed to a set-returning macro, or to an unknown function.
+        let cols2 = &["id", "tag"];
+        assert_eq!(changed("SELECT id, tags AS tag FROM s.t", cols2, "SELECT id, regexp_split_to_table(tags, ';') AS tag FROM s.t", cols2), None);
+        assert_eq!(changed("SELECT id, tags AS tag FROM s.t", cols2, "SELECT id, my_macro(tags) AS tag FROM s.t", cols2), None);
+        // A known scalar function keeps the change confined to its column.
+        assert_eq!(changed("SELECT id, tags AS tag FROM s.t", cols2, "SELECT id, upper(coalesce(tags, '')) AS tag FROM s.t", cols2), Some(vec!["tag".into()]));
+    }
+
+    #[test]
+    fn the_one_value_list_is_sorted_and_holds_no_aggregate_or_set_returning_function() {
+        let names: Vec<&str> = DUCKDB_ONE_VALUE.split_ascii_whitespace().collect();
+        assert!(names.len() > 400, "{}", names.len());
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted, without duplicates");
+        for n in names {
+            assert!(!crate::sql::AGGREGATES.contains(&n) && !SET_RETURNING.contains(&n), "{n}");
         }
     }
 

@@ -512,10 +512,15 @@ fn audit_use(piece: &str) -> Result<(String, Vec<Value>, Map<String, Value>), St
     Ok((name.to_string(), positional, named))
 }
 
-/// An audit argument: [`scalar`], with negative and decimal numbers too.
+/// An audit argument: [`scalar`], with negative and decimal numbers too, in lists as well
+/// (`values = [1.5, -2]`). A bare number with a leading zero (`01`, `-007`) is text, as
+/// [`scalar`] reads it.
 fn audit_value(v: &str) -> Value {
+    if let Some(inner) = v.trim().strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+        return Value::Array(split_top(inner, ',').into_iter().filter(|s| !s.is_empty()).map(|s| audit_value(&s)).collect());
+    }
     match scalar(v) {
-        Value::String(s) if s == v.trim() => {
+        Value::String(s) if s == v.trim() && !leading_zero(&s) => {
             if let Ok(i) = s.parse::<i64>() {
                 Value::from(i)
             } else if let Some(n) = s.parse::<f64>().ok().filter(|f| f.is_finite() && s.contains('.')).and_then(serde_json::Number::from_f64) {
@@ -736,10 +741,20 @@ fn scalar(v: &str) -> Value {
         "false" => return Value::Bool(false),
         _ => {}
     }
-    if let Ok(n) = v.parse::<u64>() {
+    if !leading_zero(v)
+        && let Ok(n) = v.parse::<u64>()
+    {
         return Value::from(n);
     }
     Value::String(v.to_string())
+}
+
+/// True for a bare number written with a leading zero (`01`, `-007`, `00.5`): text, not a
+/// number, in a header (a code such as `01` would otherwise become `1`, and an
+/// `accepted_values` list of them match `'001'` or `' 1'`). `0`, `0.5` and `-0.25` are numbers.
+fn leading_zero(v: &str) -> bool {
+    let digits = v.trim().trim_start_matches(['-', '+']).as_bytes();
+    digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit()
 }
 
 fn parse_kind(v: &str) -> Result<Value, String> {
@@ -957,6 +972,16 @@ mod tests {
         let errs = p("-- name: a.b\n-- kind: fulll\n-- schema: x int\nSELECT 1 AS x").unwrap_err();
         let e = errs[0].to_string();
         assert!(e.starts_with("models/x.sql:2") && e.contains("did you mean `full`"), "{e}");
+    }
+
+    #[test]
+    fn a_bare_number_with_a_leading_zero_is_text_and_list_numbers_keep_sign_and_fraction() {
+        use serde_json::json;
+        let (_, _, named) = audit_use("accepted_values(column = code, values = [01, 02, '03', 4, -5, 1.5, 0, 0.5])").unwrap();
+        assert_eq!(named["values"], json!(["01", "02", "03", 4, -5, 1.5, 0, 0.5]));
+        let (_, positional, _) = audit_use("accepted_range(n, -007, 00)").unwrap();
+        assert_eq!(positional, [json!("n"), json!("-007"), json!("00")]);
+        assert_eq!((scalar("01"), scalar("10"), scalar("0")), (json!("01"), json!(10), json!(0)));
     }
 
     #[test]

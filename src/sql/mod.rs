@@ -28,9 +28,12 @@ pub mod statements;
 pub use canon::{CanonSource, Canonical, SqlError, canonicalize, canonicalize_with_fallback, normalize_duckdb_json};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, fingerprint, physical_table};
 
-/// Aggregate functions (the common ones, lower case): a query computing one aggregates its rows
-/// (filter pushdown, [`pushdown`]); a projection item calling one is not a `GROUP BY ALL` key
-/// (categorisation).
+/// Aggregate functions (lower case): DuckDB 1.5.5's (`duckdb_functions()`, `function_type =
+/// 'aggregate'`, without the window-only ones such as `row_number`), its macros over an
+/// aggregate (`geomean`, `weighted_avg`, `json_group_array`…), and the common Postgres ones. A
+/// query computing one aggregates its rows (filter pushdown, [`pushdown`]); a projection item
+/// calling one is not a `GROUP BY ALL` key, and one added without `GROUP BY` folds the rows
+/// (categorisation, which takes any function it does not know as possibly changing the rows).
 pub const AGGREGATES: &[&str] = &[
     "count",
     "count_star",
@@ -93,4 +96,26 @@ pub const AGGREGATES: &[&str] = &[
     "regr_count",
     "bitstring_agg",
     "mad",
+    "approx_top_k",
+    "arg_max_null",
+    "arg_max_nulls_last",
+    "arg_min_null",
+    "arg_min_nulls_last",
+    "histogram_exact",
+    "kurtosis_pop",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_r2",
+    "regr_sxx",
+    "regr_sxy",
+    "regr_syy",
+    "sem",
+    "sum_no_overflow",
+    "geomean",
+    "geometric_mean",
+    "weighted_avg",
+    "wavg",
+    "json_group_array",
+    "json_group_object",
+    "json_group_structure",
 ];

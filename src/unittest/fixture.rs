@@ -8,7 +8,7 @@
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::schema::{decimal_scale, decimals_of, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset};
+use crate::core::schema::{decimal_scale, decimals_of, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset, temporal_cut};
 use crate::core::{Column, Kind, Model, ModelName, Resolver, TypeFamily};
 use crate::project::Project;
 use crate::script::test_spec::Row;
@@ -42,14 +42,17 @@ pub fn typed(v: &Value, ty: &str) -> String {
 }
 
 /// Why a value cannot fit a column without asking the engine: a number with a fraction for an
-/// integer column, or a number (or one written as a string) with more decimals than a
-/// `decimal(p,s)` column's scale (an engine cast would round it silently), also as an element of a list
-/// column; a list or table for a scalar column (DuckDB casts `[1, 2]` to the text `'[1, 2]'`
-/// without a word).
+/// integer column (also written as a string: DuckDB's cast rounds `'1.6'` to 2), or a number
+/// (or one written as a string) with more decimals than a `decimal(p,s)` column's scale (an
+/// engine cast would round it silently), also as an element of a list column; a list or table
+/// for a scalar column (DuckDB casts `[1, 2]` to the text `'[1, 2]'` without a word); a date or
+/// time its type would cut ([`temporal_cut`]: a time of day into a `date`, digits of a second
+/// past the type's precision).
 ///
-/// The decimals past a scale only for `input` values, which the fixture holds as declared;
-/// expected ones are compared as the query returns them (its type may keep more), so one no
-/// stored value equals fails the test instead.
+/// The decimals past a scale and the date and time cuts only for `input` values, which the
+/// fixture holds as declared; expected ones are compared as the query returns them (its type
+/// may keep more): a number no stored value equals fails the test, and a date or time the
+/// query's type would cut is refused once that type is known ([`super::run_one`]).
 pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String> {
     if matches!(v, Value::Array(_) | Value::Object(_)) && TypeFamily::of(ty).is_scalar() {
         let what = if matches!(v, Value::Array(_)) { "a list" } else { "a table of fields" };
@@ -63,6 +66,11 @@ pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String>
     {
         return Some(format!("\"{s}\" has the UTC offset `{offset}`, which `{ty}` (no time zone) would drop: write the time in UTC"));
     }
+    if let (Value::String(s), true) = (v, input)
+        && let Some(why) = temporal_cut(s, ty)
+    {
+        return Some(why);
+    }
     let text = match v {
         Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
@@ -71,8 +79,8 @@ pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String>
     // Only a scale the type names: a bare `decimal` is DuckDB's (18,3) but Postgres's rounds
     // nothing.
     let decimals = decimals_of(&text)?;
-    // A string with a fraction is refused by the engine's integer cast itself.
-    if is_integer_type(ty) && decimals > 0 && v.is_number() {
+    // Also a string: Postgres's integer cast refuses `'1.6'`, but DuckDB's rounds it to 2.
+    if is_integer_type(ty) && decimals > 0 {
         return Some(format!("{text} has a fraction and `{ty}` is an integer type"));
     }
     let scale = decimal_scale(ty).filter(|_| input && ty.contains('('))?;
@@ -173,7 +181,21 @@ mod tests {
         assert!(refuse_without_engine(&json!(2.0), "INTEGER", true).is_none());
         assert!(refuse_without_engine(&json!(1.5), "decimal(10,2)", true).is_none());
         assert!(refuse_without_engine(&json!(1.5), "double", true).is_none());
-        assert!(refuse_without_engine(&json!("1.5"), "bigint", true).is_none(), "strings are the engine's call");
+        assert!(
+            refuse_without_engine(&json!("1.6"), "integer", true).is_some_and(|w| w == "1.6 has a fraction and `integer` is an integer type"),
+            "DuckDB's cast would round the string to 2"
+        );
+        assert!(refuse_without_engine(&json!("1.6"), "bigint", false).is_some(), "an expected string too");
+        assert!(refuse_without_engine(&json!("2.0"), "bigint", true).is_none());
+    }
+
+    #[test]
+    fn an_input_date_or_time_the_cast_would_cut_is_refused() {
+        assert!(refuse_without_engine(&json!("2026-01-01 23:59:59"), "date", true).is_some_and(|w| w.contains("time of day")));
+        assert!(refuse_without_engine(&json!("2026-01-01 00:00:00.0000009"), "timestamp", true).is_some_and(|w| w.contains("keeps 6")));
+        assert!(refuse_without_engine(&json!(["2026-01-02", "2026-01-01 01:00:00"]), "date[]", true).is_some_and(|w| w.starts_with("element 2:")));
+        assert!(refuse_without_engine(&json!("2026-01-01"), "date", true).is_none());
+        assert!(refuse_without_engine(&json!("2026-01-01 23:59:59"), "date", false).is_none(), "an expected value is checked against the query's type");
     }
 
     #[test]

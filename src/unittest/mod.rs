@@ -8,7 +8,10 @@
 //!    parents); a fixture for anything else is an error; rows may only name declared columns;
 //! 2. types every value by the declaring model's schema (`CAST(v AS <declared type>)`); a value
 //!    that does not fit is an error naming the test, the parent (or `expect`), the row and the
-//!    column;
+//!    column, and so is one the cast would change without an error (a fraction into an integer
+//!    type, a time of day into a `date`, digits of a second past a time type's precision: see
+//!    [`fixture::refuse_without_engine`]; an expected date or time against the type the query
+//!    returns, once it is known);
 //! 3. renders the model's SQL with each fixtured parent replaced by a CTE (`"raw.moves"`) and
 //!    `@start`/`@end` by the test's `vars` (time-range models: required), and runs it on an
 //!    in-memory DuckDB: the schema contract first (names, order, type families, as `apply`
@@ -400,6 +403,23 @@ pub fn run_one(project: &Project, test: &TestSpec, engine: &mut dyn Engine) -> T
     // type would change it: the query's type may round it too).
     use crate::core::TypeFamily;
     let query_types: Vec<String> = columns.iter().map(|c| contract::column_type(&described, &c.name, &c.ty).to_string()).collect();
+    // An expected date or time the query's type would cut (a time of day for a `date`, digits
+    // of a second past its precision) would be compared cut, and pass against a value the table
+    // does not hold: refused, as an input is ([`fixture::refuse_without_engine`]).
+    let mut cut = Vec::new();
+    for (n, row) in test.expect.iter().enumerate() {
+        for (c, q) in columns.iter().zip(&query_types) {
+            if let Some(v) = row.get(&c.name)
+                && let Value::String(s) = v
+                && let Some(why) = crate::core::schema::temporal_cut(s, q)
+            {
+                cut.push(format!("expect row {}, column `{}` ({q}, as the query returns it): value {v} does not fit: {why}", n + 1, c.name));
+            }
+        }
+    }
+    if !cut.is_empty() {
+        return result.error(cut);
+    }
     let differs =
         |c: &Column, q: &str| matches!(TypeFamily::of(q), TypeFamily::Text | TypeFamily::Numeric | TypeFamily::Temporal) && !q.eq_ignore_ascii_case(&c.ty);
     // The text of `x` (of type `q`) as it is: a number as a double when that keeps it exactly

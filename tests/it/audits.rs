@@ -21,6 +21,7 @@ on_every_engine!(
     a_change_of_the_referenced_model_re_runs_the_audit_before_any_view_moves,
     efmesh_audit_reports_every_failure_when_an_audit_sql_errors,
     a_run_refreshing_the_referenced_model_re_runs_the_audits_reading_it,
+    a_leading_zero_in_a_sql_header_is_text_and_accepted_values_match_exactly,
 );
 
 /// A project on `engine` whose models may be Lua, Rhai or SQL files.
@@ -331,6 +332,60 @@ fn unknown_audits_and_bad_arguments_are_load_errors_with_file_line() {
     let e = q.run(&["plan", "dev"]).expect_code(1).stderr.clone();
     assert!(e.contains("audits/dup.lua:1: audit `unique` is already defined (a built-in audit)"), "{e}");
     assert!(e.contains("models/a.lua:1: audit `blind`: the audit body's SQL never reads the relation under audit"), "{e}");
+}
+
+/// `accepted_values` compared with a column of another type made the engine cast one side: the
+/// numbers 1, 2 on a `varchar` column matched '001', '2.0' and ' 2' (the column cast to a
+/// number), the text '1' on an integer one matched 1.4. Refused at load, at the use's line.
+#[test]
+fn accepted_values_of_another_type_than_their_column_are_load_errors_at_the_use() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "models/a.sql",
+        "-- name: s.dept\n-- kind: full\n-- schema: id integer, code varchar\n-- audits: accepted_values(column = code, values = [1, 2])\nSELECT * FROM (VALUES (1, '01'), (2, '001')) t(id, code)\n",
+    );
+    p.write(
+        "models/b.lua",
+        r#"define_model {
+  name = "s.b", kind = kind.full(), schema = { { "id", "integer" }, { "code", "varchar" } },
+  audits = {
+    audit.accepted_values { column = "code", values = { 1, 2 } },
+    audit.accepted_values { column = "id", values = { "1", 2 } },
+    audit.accepted_values { column = "code", values = { "1", "2" } },
+    audit.accepted_values { column = "id", values = { 1, 2 } },
+  },
+  query = "SELECT 1 AS id, '1' AS code",
+}
+"#,
+    );
+    let run = p.run(&["plan", "dev"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    for want in [
+        "models/a.sql:4: model `s.dept`: audit `accepted_values(code, 1, 2)`: the values 1, 2 are not text but column `code` is `varchar`: quote them",
+        "models/b.lua:4: model `s.b`: audit `accepted_values(code, 1, 2)`: the values 1, 2 are not text but column `code` is `varchar`: quote them",
+        "models/b.lua:5: model `s.b`: audit `accepted_values(id, 1, 2)`: the value '1' is text but column `id` is `integer`: write them as numbers",
+    ] {
+        assert!(e.contains(want), "missing `{want}` in:\n{e}");
+    }
+    assert!(e.contains("'001'"), "the hint says what the cast would let through:\n{e}");
+    assert!(!e.contains("models/b.lua:6") && !e.contains("models/b.lua:7"), "values of the column's type are fine:\n{e}");
+}
+
+/// A bare number with a leading zero in a `.sql` header is text: `values = [01, 02]` on a
+/// `varchar` column accepts '01' and '02' only, not '1', '001', '2.0' or ' 2' (read as the
+/// numbers 1 and 2, they all passed).
+fn a_leading_zero_in_a_sql_header_is_text_and_accepted_values_match_exactly(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/a.sql",
+        "-- name: s.dept\n-- kind: full\n-- schema: id integer, code varchar\n-- audits: accepted_values(column = code, values = [01, 02], blocking = false)\nSELECT * FROM (VALUES (1, '01'), (2, '1'), (3, '001'), (4, '2.0'), (5, ' 2'), (6, '02')) t(id, code)\n",
+    );
+    let v = p.apply("dev");
+    assert_eq!(violations(&v, "s.dept", "accepted_values(code, 01, 02)"), 4, "{v:#}");
+    let audit = p.run(&["audit", "dev"]);
+    audit.expect_code(0);
+    assert!(audit.stdout.contains("accepted_values(code, 01, 02)"), "{}", audit.stdout);
 }
 
 // ---- write-audit-publish -----------------------------------------------------------------
@@ -1114,4 +1169,147 @@ fn efmesh_audit_runs_the_audits_of_unchanged_embedded_models_and_externals_as_be
     p.write("models/t.sql", &p.read("models/t.sql").replace("FROM @ref(raw.orders)", "FROM @ref(raw.orders) WHERE id > 0"));
     assert_eq!(action(&p.plan("prod"), "s.e")["change"], "indirect");
     check(&p);
+}
+
+/// A project for the audits of models that store nothing: a CSV source `raw.orders`, `s.e` of
+/// `kind` (`embedded` or `view`) over it (through `s.f`, a `full` model on a daily cron copying
+/// the source, with `through_full`) with a blocking `not_null(status)` and a warn
+/// `accepted_values(status, [paid])`, and `s.c` (`full`, daily cron) reading `s.e`, its query
+/// ending with `tail`.
+fn storeless(p: &Project, kind: &str, through_full: bool, tail: &str) {
+    let (middle, read) = if through_full {
+        (
+            "define_model { name = \"s.f\", kind = kind.full(), cron = \"@daily\", schema = { { \"id\", \"integer\" }, { \"status\", \"varchar\" } },\n  \
+             query = \"SELECT id, status FROM \" .. ref(\"raw.orders\") }\n",
+            "s.f",
+        )
+    } else {
+        ("", "raw.orders")
+    };
+    p.write(
+        "models/m.lua",
+        &format!(
+            "define_model {{ name = \"raw.orders\", kind = kind.external {{ path = \"data/orders.csv\" }}, schema = {{ {{ \"id\", \"integer\" }}, {{ \"status\", \"varchar\" }} }} }}\n\
+             {middle}\
+             define_model {{ name = \"s.e\", kind = kind.{kind}(), schema = {{ {{ \"id\", \"integer\" }}, {{ \"status\", \"varchar\" }} }},\n  \
+             audits = {{ audit.not_null(\"status\"), audit.accepted_values {{ column = \"status\", values = {{ \"paid\" }}, blocking = false }} }},\n  \
+             query = \"SELECT id, status FROM \" .. ref(\"{read}\") }}\n\
+             define_model {{ name = \"s.c\", kind = kind.full(), cron = \"@daily\", schema = {{ {{ \"id\", \"integer\" }}, {{ \"status\", \"varchar\" }} }},\n  \
+             query = \"SELECT id, status FROM \" .. ref(\"s.e\") .. \"{tail}\" }}\n"
+        ),
+    );
+}
+
+/// How many times the warn audit of `s.e` reported on stderr.
+fn storeless_warnings(stderr: &str) -> usize {
+    stderr.lines().filter(|l| l.contains("audit `accepted_values(") && l.contains("on model `s.e`")).count()
+}
+
+/// An `embedded` or `view` model stores nothing: what it serves follows its source. A `run`
+/// rebuilding `s.c` from it (its cron ticked) runs its blocking audit first, against what the
+/// write reads, and stops with nothing written (exit 1 naming the audit, its file:line and the
+/// model); `dev` still serves the rows it served.
+#[test]
+fn a_run_reading_an_embedded_or_view_model_failing_its_blocking_audit_writes_nothing() {
+    for kind in ["embedded", "view"] {
+        let mut p = Project::new();
+        p.write("data/orders.csv", "id,status\n1,paid\n2,paid\n");
+        storeless(&p, kind, false, "");
+        p.now = "2026-01-01T00:00:00Z".into();
+        p.apply("dev");
+        let served = p.rows(&env_view("dev", "s.c"));
+        p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
+        p.now = "2026-01-02T00:10:00Z".into();
+        let r = p.run(&["run", "dev", "--json"]);
+        r.expect_code(1);
+        let e = &r.stderr;
+        assert!(e.contains("models/m.lua:") && e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind}: {e}");
+        assert!(e.contains("nothing was written"), "{kind}: {e}");
+        assert_eq!(r.json()["error"]["kind"], "audit", "{kind}: {}", r.stdout);
+        assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind}: nothing was written");
+        // `efmesh audit` agrees.
+        p.run(&["audit", "dev"]).expect_code(1);
+    }
+}
+
+/// An `apply` building a new version of `s.c` (its query changed) over the unchanged `embedded`
+/// or `view` model `s.e` runs `s.e`'s audits before that build: a blocking failure writes
+/// nothing of `s.c` and promotes nothing.
+#[test]
+fn an_apply_building_from_an_unchanged_embedded_or_view_model_runs_its_blocking_audit_first() {
+    for kind in ["embedded", "view"] {
+        let mut p = Project::new();
+        p.write("data/orders.csv", "id,status\n1,paid\n2,paid\n");
+        storeless(&p, kind, false, "");
+        p.now = "2026-01-01T00:00:00Z".into();
+        p.apply("dev");
+        let served = p.rows(&env_view("dev", "s.c"));
+        let table = physical_of(&p, "s.c");
+        p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
+        storeless(&p, kind, false, " WHERE id > 0");
+        assert_eq!(action(&p.plan("dev"), "s.e")["change"], "unchanged", "{kind}");
+        p.now = "2026-01-01T00:10:00Z".into();
+        let r = p.run(&["apply", "dev", "--yes"]);
+        r.expect_code(1);
+        let e = &r.stderr;
+        assert!(e.contains("models/m.lua:") && e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind}: {e}");
+        assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind}: nothing was promoted");
+        assert_eq!(physical_of(&p, "s.c"), table, "{kind}: the new version of `s.c` was never built");
+    }
+}
+
+/// When the `embedded` or `view` model reads a model the same `run` rewrites (`s.f`, on its
+/// cron), its audits run once that model is written, before the write reading it: the new NULL
+/// in `s.f` stops `s.c`'s rebuild (exit 1), and `s.c` serves what it served. (The embedded model
+/// is audited just before `s.c`'s write; the view is rebuilt by the run over `s.f`, its build
+/// running its audits, and is not audited again.)
+#[test]
+fn a_run_rewriting_what_an_embedded_or_view_model_reads_audits_it_before_the_write_reading_it() {
+    for kind in ["embedded", "view"] {
+        for jobs in ["1", "2"] {
+            let mut p = Project::new();
+            p.write("data/orders.csv", "id,status\n1,paid\n2,paid\n");
+            storeless(&p, kind, true, "");
+            p.now = "2026-01-01T00:00:00Z".into();
+            p.apply("dev");
+            let served = p.rows(&env_view("dev", "s.c"));
+            p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
+            p.now = "2026-01-02T00:10:00Z".into();
+            let r = p.run(&["run", "dev", "--jobs", jobs]);
+            r.expect_code(1);
+            let e = &r.stderr;
+            assert!(e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind} --jobs {jobs}: {e}");
+            if kind == "embedded" {
+                assert!(e.contains("nothing of `s.c` was written"), "{kind} --jobs {jobs}: {e}");
+            }
+            assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind} --jobs {jobs}: nothing of `s.c` was written");
+        }
+    }
+}
+
+/// The control: a passing blocking audit of an `embedded` or `view` model blocks nothing, and
+/// its audits run once per command: the warn audit reports once in the `run` (over the source,
+/// and over a model the run rewrites) and once in an `apply` building from it.
+#[test]
+fn a_passing_audit_of_an_embedded_or_view_model_blocks_nothing_and_runs_once() {
+    for kind in ["embedded", "view"] {
+        for through_full in [false, true] {
+            let mut p = Project::new();
+            p.write("data/orders.csv", "id,status\n1,paid\n");
+            storeless(&p, kind, through_full, "");
+            p.now = "2026-01-01T00:00:00Z".into();
+            p.apply("dev");
+            // An `open` order: the warn audit reports it, the blocking one passes.
+            p.write("data/orders.csv", "id,status\n1,paid\n2,open\n");
+            p.now = "2026-01-02T00:10:00Z".into();
+            let r = p.run(&["run", "dev"]);
+            r.expect_code(0);
+            assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
+            assert_eq!(p.rows(&env_view("dev", "s.c")).len(), 2, "{kind} through_full={through_full}: the run rebuilt `s.c`");
+            storeless(&p, kind, through_full, " WHERE id > 0");
+            let r = p.run(&["apply", "dev", "--yes"]);
+            r.expect_code(0);
+            assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
+        }
+    }
 }

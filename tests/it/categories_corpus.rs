@@ -530,6 +530,15 @@ return define_model {
         diverged: &[("s.parent", "projection[4]")],
         ..CASE
     },
+    // A column changed to DuckDB's `regexp_split_to_table`, a macro over `unnest`, multiplies the
+    // rows though `s.child` reads no changed column: no column impact, the children rebuild.
+    changed_item_to_set_returning_macro: Case {
+        edits: &[edit(P, After::Sub(&[("'eur' AS currency", "regexp_split_to_table('eur;usd', ';') AS currency")]))],
+        expect: &[("s.parent", "breaking"), ("s.child", "indirect"), ("s.grandchild", "indirect")],
+        built: &["s.parent", "s.child", "s.grandchild"],
+        diverged: &[("s.parent", "projection[4]")],
+        ..CASE
+    },
     changed_join_type: Case {
         edits: &[edit(P, After::Sub(&[("LEFT JOIN", "INNER JOIN")]))],
         expect: &[("s.parent", "breaking"), ("s.child", "indirect"), ("s.grandchild", "indirect")],
@@ -634,6 +643,16 @@ return define_model {
         edits: &[edit(C, After::Sub(&[
             (C_SCHEMA, "-- schema: region varchar, total bigint, n bigint, k integer\n"),
             (C_SELECT, "SELECT region, CAST(sum(amount) AS BIGINT) AS total, count(*) AS n, unnest([1, 2]) AS k\n"),
+        ]))],
+        expect: &[("s.child", "breaking"), ("s.grandchild", "indirect")],
+        built: &["s.child", "s.grandchild"],
+        ..CASE
+    },
+    // So does a new column calling DuckDB's `regexp_split_to_table` (a macro over `unnest`).
+    regexp_split_to_table_added_column: Case {
+        edits: &[edit(C, After::Sub(&[
+            (C_SCHEMA, "-- schema: region varchar, total bigint, n bigint, part varchar\n"),
+            (C_SELECT, "SELECT region, CAST(sum(amount) AS BIGINT) AS total, count(*) AS n, regexp_split_to_table(region, 'o') AS part\n"),
         ]))],
         expect: &[("s.child", "breaking"), ("s.grandchild", "indirect")],
         built: &["s.child", "s.grandchild"],

@@ -32,6 +32,7 @@ on_every_engine!(
     non_tty_apply_without_yes_after_an_edit_changes_nothing,
     schema_contract_mismatch_lists_every_problem_and_builds_nothing,
     render_canonical_and_for_an_environment,
+    a_rename_only_in_letter_case_keeps_its_view,
 );
 
 /// The models the sample project builds: on Postgres its CSV is a seed (`portable_sample`),
@@ -360,6 +361,53 @@ fn render_canonical_and_for_an_environment(engine: EngineBackend) {
     let run = p.run(&["render", "s.c", "--env", "no-such env"]);
     run.expect_code(1);
     assert!(run.stderr.contains("no-such env"), "{}", run.stderr);
+}
+
+/// Renaming a model only in letter case (`s.c` → `s.C`), then its schema for every model
+/// (`s.*` → `S.*`): each apply exits 0 and the renamed models' views answer queries (on DuckDB,
+/// which resolves names ignoring case, through the old spelling too; on Postgres the old views,
+/// other relations there, are gone); the next plan has no changes and `status --check` is
+/// healthy. The removed model's view was dropped after the added one's was created, which on
+/// DuckDB is the same view: the environment was left without it.
+fn a_rename_only_in_letter_case_keeps_its_view(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    let rows = |value: &str| vec![vec![Some(value.to_string())]];
+    p.write("models/m.lua", &format!("{}{}", one_row_model("s.c", "c"), one_row_model("s.d", "d")));
+    for env in ["dev", "prod"] {
+        p.apply(env);
+    }
+    let renames: [(&[(&str, &str)], &[&str]); 2] = [
+        // One model renamed in case.
+        (&[("s.C", "c"), ("s.d", "d")][..], &["s.c"][..]),
+        // The schema renamed in case for every model.
+        (&[("S.C", "c"), ("S.d", "d")][..], &["s.C", "s.d"][..]),
+    ];
+    for (models, gone) in renames {
+        p.write("models/m.lua", &models.iter().map(|(name, value)| one_row_model(name, value)).collect::<String>());
+        for env in ["dev", "prod"] {
+            let applied = p.apply(env);
+            for &old in gone {
+                assert_eq!(action(&applied, old)["change"], "removed", "{applied:#}");
+            }
+            for &(name, value) in models {
+                assert_eq!(p.rows(&env_view(env, name)), rows(value), "view of `{name}` in `{env}`");
+                let lower = name.to_lowercase();
+                if !p.on_postgres() {
+                    assert_eq!(p.rows(&env_view(env, &lower)), rows(value), "view of `{name}` in `{env}` spelled `{lower}`");
+                }
+            }
+            if p.on_postgres() {
+                let relations = p.relations();
+                for &old in gone {
+                    let (schema, table) = old.split_once('.').expect("schema.table");
+                    let schema = if env == "prod" { schema.to_string() } else { format!("{env}__{schema}") };
+                    assert!(!relations.contains(&format!("{schema}.{table}")), "the view of removed `{old}` is left in `{env}`: {relations:?}");
+                }
+            }
+            assert_no_changes(&p.plan(env));
+            p.run(&["status", env, "--check"]).expect_code(0);
+        }
+    }
 }
 
 /// stderr that cannot be written (a full disk) turns no error or warning into a panic: the exit

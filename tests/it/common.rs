@@ -690,6 +690,11 @@ pub fn evaluated(run: &Run) -> Vec<String> {
     tags
 }
 
+/// A Lua `full` model `name` with one `varchar` column `v` holding the single row `value`.
+pub fn one_row_model(name: &str, value: &str) -> String {
+    format!("define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"varchar\" }} }}, query = \"SELECT '{value}' AS v\" }}\n")
+}
+
 /// A Lua model file that prints `EVAL <tag>` when evaluated; `require` lines (`prelude`) and the
 /// query are given.
 pub fn printing_lua_model(tag: &str, name: &str, prelude: &str, select: &str) -> String {

@@ -48,6 +48,9 @@ crate::on_every_engine_and_state_backend!(
     a_crash_after_the_view_swap_of_a_promotion_building_nothing_puts_the_old_views_back,
 );
 
+// On each engine: their names resolve differently (DuckDB ignoring case).
+crate::on_every_engine!(a_crash_after_the_view_swap_of_a_rename_in_letter_case_puts_the_old_view_back);
+
 // On each engine (these break the SQLite state store's writes).
 crate::on_every_engine!(
     a_metadata_edit_in_a_failed_apply_changes_no_environment,
@@ -197,6 +200,41 @@ fn a_crash_after_the_view_swap_of_a_promotion_building_nothing_puts_the_old_view
     assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
     assert_views_serve_pointers(&p, "prod");
     assert_eq!(p.rows(&env_view("prod", "s.a")).len(), 5);
+}
+
+/// `s.c` renamed `s.C` (a removed model and an added one, one view on DuckDB) and `apply prod`
+/// stopped right after the view swap: the next command puts back the view of `s.c` (and on
+/// Postgres, where `"s"."C"` is another view, drops that one), then applying again serves `s.C`
+/// and plans nothing more.
+fn a_crash_after_the_view_swap_of_a_rename_in_letter_case_puts_the_old_view_back(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    p.write("models/c.lua", &one_row_model("s.c", "old"));
+    p.apply("prod");
+    p.write("models/c.lua", &one_row_model("s.C", "new"));
+    let r = run_with_fault(&p, "after-view-swap", &["apply", "prod", "--yes"]);
+    assert!(r.stderr.contains("aborting at `after-view-swap`"), "{}", r.stderr);
+
+    let r = p.run(&["plan", "prod", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `prod`"), "{}", r.stderr);
+    let plan = r.json();
+    assert_eq!(action(&plan, "s.C")["change"], "added", "{plan:#}");
+    assert_eq!(action(&plan, "s.C")["build"], false, "the version was built before the crash: {plan:#}");
+    assert_eq!(action(&plan, "s.c")["change"], "removed", "{plan:#}");
+    assert_views_serve_pointers(&p, "prod");
+    assert_eq!(p.rows(&env_view("prod", "s.c")), vec![vec![Some("old".to_string())]]);
+    if p.on_postgres() {
+        assert!(!p.relations().contains(&"s.C".to_string()), "{:?}", p.relations());
+    }
+
+    let v = p.apply("prod");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "prod");
+    assert_eq!(p.rows(&env_view("prod", "s.C")), vec![vec![Some("new".to_string())]]);
+    let r = p.run(&["plan", "prod", "--json"]);
+    assert!(!r.stderr.contains("interrupted"), "{}", r.stderr);
+    assert_eq!(r.json()["hasChanges"], false);
+    p.run(&["status", "prod", "--check"]).expect_code(0);
 }
 
 fn a_crash_after_recording_the_intent_is_undone_for_every_command(backend: StateBackend, engine: EngineBackend) {

@@ -23,6 +23,7 @@ on_every_engine!(
     a_negative_zero_equals_zero,
     numbers_a_type_would_round_are_never_rounded_into_agreement,
     decimals_compare_by_value_whatever_scale_the_computation_left,
+    values_a_cast_would_change_are_refused_not_rounded_or_cut,
 );
 
 const CONFIG: &str = "[project]\nmodels = [\"models/**/*.{lua,rhai,sql}\"]\n";
@@ -639,6 +640,62 @@ define_model { name = "mart.big", kind = kind.full(), schema = { { "v", "decimal
     p.run(&["test", "big"]).expect_code(0);
     p.write("tests/big.lua", &big("14677563290226445.161"));
     p.run(&["test", "big"]).expect_code(1);
+}
+
+/// A fixture or expected value its cast would change without an error is refused, naming the
+/// test (file:line), the row, the column and the value: a fraction written as a string into an
+/// integer column (DuckDB's cast rounds '1.6' to 2, and the test passed against 2), a time of day
+/// into a `date` (an input, and an expected value against the `date` the query returns: both
+/// were cut to the day), a timestamp past the microsecond (it passed against `00:00:00`).
+fn values_a_cast_would_change_are_refused_not_rounded_or_cut(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/cut.lua",
+        r#"local src = define_model { name = "raw.src", kind = kind.external { table = "main.src" },
+  schema = { { "id", "integer" }, { "d", "date" }, { "ts", "timestamp" } } }
+define_model { name = "mart.cut", kind = kind.full(),
+  schema = { { "id", "integer" }, { "d", "date" }, { "ts", "timestamp" } },
+  query = "SELECT id, d, ts FROM " .. ref(src) }
+"#,
+    );
+    p.write(
+        "tests/cut.lua",
+        r#"define_test { name = "int_string", model = "mart.cut",
+  inputs = { ["raw.src"] = { { id = "1.6" } } }, expect = { { id = 2 } } }
+define_test { name = "date_input", model = "mart.cut",
+  inputs = { ["raw.src"] = { { id = 1, d = "2026-01-01 23:59:59" } } }, expect = { { id = 1, d = "2026-01-01" } } }
+define_test { name = "date_expect", model = "mart.cut",
+  inputs = { ["raw.src"] = { { id = 1, d = "2026-01-01" } } }, expect = { { id = 1, d = "2026-01-01 23:59:59" } } }
+define_test { name = "ts_expect", model = "mart.cut",
+  inputs = { ["raw.src"] = { { id = 1, ts = "2026-01-01 00:00:00" } } }, expect = { { id = 1, ts = "2026-01-01 00:00:00.0000009" } } }
+define_test { name = "kept", model = "mart.cut",
+  inputs = { ["raw.src"] = { { id = 2, d = "2026-01-01 00:00:00", ts = "2026-01-01 00:00:00.1234560" } } },
+  expect = { { id = 2, d = "2026-01-01", ts = "2026-01-01 00:00:00.123456" } } }
+"#,
+    );
+    let v = p.run(&["test", "--json"]).expect_code(1).json();
+    for (name, line) in [("int_string", 1), ("date_input", 3), ("date_expect", 5), ("ts_expect", 7)] {
+        let t = entry(&v, name);
+        assert_eq!(t["status"], "error", "{name}: {v:#}");
+        assert_eq!((t["file"].as_str(), t["line"].as_u64()), (Some("tests/cut.lua"), Some(line)), "{name}: {t:#}");
+    }
+    let int = problems(&v, "int_string");
+    assert!(
+        int.contains("input `raw.src` row 1, column `id` (integer): value \"1.6\" does not fit: 1.6 has a fraction and `integer` is an integer type"),
+        "{int}"
+    );
+    let date = problems(&v, "date_input");
+    assert!(
+        date.contains(r#"input `raw.src` row 1, column `d` (date): value "2026-01-01 23:59:59" does not fit: "2026-01-01 23:59:59" has a time of day"#),
+        "{date}"
+    );
+    let expected = problems(&v, "date_expect");
+    assert!(expected.contains("expect row 1, column `d` (") && expected.contains(r#"value "2026-01-01 23:59:59" does not fit"#), "{expected}");
+    assert!(expected.contains("has a time of day"), "{expected}");
+    let ts = problems(&v, "ts_expect");
+    assert!(ts.contains("expect row 1, column `ts` (") && ts.contains("has 7 digits of a second's fraction"), "{ts}");
+    // A value the cast keeps (midnight into a date, trailing zeros past the microsecond) is fine.
+    assert_eq!(entry(&v, "kept")["status"], "passed", "{v:#}");
 }
 
 /// An unconstrained `numeric` (Postgres) keeps the scale its computation left (`0.3000` from a
