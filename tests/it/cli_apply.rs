@@ -376,7 +376,9 @@ fn a_rename_only_in_letter_case_keeps_its_view(engine: EngineBackend) {
     for env in ["dev", "prod"] {
         p.apply(env);
     }
-    let renames: [(&[(&str, &str)], &[&str]); 2] = [
+    /// The models after a rename (name, value), and the names it removed.
+    type Rename<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let renames: [Rename; 2] = [
         // One model renamed in case.
         (&[("s.C", "c"), ("s.d", "d")][..], &["s.c"][..]),
         // The schema renamed in case for every model.
