@@ -93,12 +93,13 @@ pub fn unsigned_zeros(mut rows: Vec<TextRow>, numeric: &[bool]) -> Vec<TextRow> 
     rows
 }
 
-/// How a value prints in a diff: NULL as `NULL`, text as is — but the text `NULL` (any case)
-/// quoted, `'NULL'`, so it never reads as NULL.
+/// How a value prints in a diff: NULL as `NULL`, text as is — but quoted (`'NULL'`, `'a '`,
+/// `''`) when it would read as something else: the text `NULL` (any case), and text that is
+/// empty or starts or ends with white space (`'a '` and `'a'` would print alike).
 pub fn show(v: &Option<String>) -> std::borrow::Cow<'_, str> {
     match v.as_deref() {
         None => "NULL".into(),
-        Some(t) if t.eq_ignore_ascii_case("null") => format!("'{t}'").into(),
+        Some(t) if t.eq_ignore_ascii_case("null") || t.is_empty() || t.trim() != t => format!("'{t}'").into(),
         Some(t) => t.into(),
     }
 }
@@ -147,6 +148,13 @@ mod tests {
         let row = |v: &[&str]| v.iter().map(|s| Some(s.to_string())).collect::<TextRow>();
         let rows = vec![row(&["-0.0", "-0", "-0e0", "-0.01", "-10", "-0.0"])];
         assert_eq!(unsigned_zeros(rows, &[true, true, true, true, true, false]), vec![row(&["0.0", "0", "0e0", "-0.01", "-10", "-0.0"])]);
+    }
+
+    /// Text that would print like other text (or like nothing) is quoted; other text is not.
+    #[test]
+    fn text_with_edge_white_space_or_empty_is_quoted_in_a_diff() {
+        let s = |v: Option<&str>| show(&v.map(str::to_string)).into_owned();
+        assert_eq!([s(Some("a ")), s(Some(" a")), s(Some("")), s(Some("null")), s(None), s(Some("a b"))], ["'a '", "' a'", "''", "'null'", "NULL", "a b"]);
     }
 
     fn row(v: &[Option<&str>]) -> TextRow {
