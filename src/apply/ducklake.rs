@@ -102,6 +102,10 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
         // when the project moves (below).
         None => file.as_ref().map(|f| format!("{}.files/", f.to_string_lossy())),
     };
+    let moved = match &data {
+        Some(configured) => data_path_moved(config, engine, &target, configured, url.as_deref())?,
+        None => false,
+    };
     if !read_only {
         let dirs = file
             .as_ref()
@@ -112,19 +116,17 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
             fs_err::create_dir_all(&dir).map_err(|e| format!("cannot create the DuckLake directory: {e}"))?;
         }
     }
-    // The catalog records its data path as an absolute path when it is created, and its files
-    // relative to it: after the project (catalog and data path with it) moved, that record
-    // names the old place, a read-write attach naming the new one is refused, and a read-only
-    // one reads the old one. So every attach names the configured data path and overrides the
-    // record (`OVERRIDE_DATA_PATH`, this connection only): the files are found where the
-    // configuration says, and a data path that holds none of them fails the first read loudly.
+    // A catalog that moved with its data path ([`data_path_moved`]) is attached at the new
+    // place, overriding the path it records (`OVERRIDE_DATA_PATH`, this connection only).
     let mut options = Vec::new();
     if read_only {
         options.push("READ_ONLY".to_string());
     }
-    if let Some(d) = &data {
+    if let Some(d) = data.as_ref().filter(|_| moved || !read_only) {
         options.push(format!("DATA_PATH {}", quote_literal(d)));
-        options.push("OVERRIDE_DATA_PATH true".to_string());
+        if moved {
+            options.push("OVERRIDE_DATA_PATH true".to_string());
+        }
     }
     let mut sql = format!("ATTACH IF NOT EXISTS {} AS {}", quote_literal(&target), quote_ident(DUCKLAKE_ALIAS));
     if !options.is_empty() {
@@ -139,6 +141,63 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
         format!("cannot attach the DuckLake catalog {}{}: {message}", catalog_location(config), if read_only { " read-only" } else { "" })
     })?;
     Ok(true)
+}
+
+/// The words of [`data_path_moved`]'s refusal that `status --check` looks for, to report it as a
+/// problem (the catalog cannot be attached as configured) rather than as a catalog it could not
+/// read (held by another process).
+pub const DATA_PATH_MISMATCH: &str = "records its data path";
+
+/// The alias under which [`data_path_moved`] reads an existing catalog's record.
+const PROBE_ALIAS: &str = "_efmesh_ducklake_probe";
+
+/// Whether the existing DuckLake catalog `target` records another data path than `configured`
+/// (both ending in `/`) because the project moved with it: the recorded local directory is gone
+/// and the configured one exists. `false` when they agree, when the local catalog file does not
+/// exist yet, when it is attached already, and for a catalog in Postgres. A catalog records its data path, absolute, when it is
+/// created, and its files relative to it, so after a move its record names the old place.
+///
+/// # Errors
+/// Any other disagreement — `data_path` edited or removed while the recorded directory is still
+/// there, a directory that is not there at either place, an `s3://` path — names both paths and
+/// the ways forward: DuckLake keeps each table's files under one data path, so attaching
+/// through another would split a table between the two (new files under the configured path,
+/// the old ones unreadable through it). Failures to read the record are reported too.
+fn data_path_moved(config: &crate::config::Config, engine: &mut dyn Engine, target: &str, configured: &str, url: Option<&str>) -> Result<bool, String> {
+    // A catalog in Postgres is left to DuckLake's own check (a read-write attach naming another
+    // data path than the record is refused by it).
+    if url.is_some() || config.ducklake_catalog_file().is_none_or(|f| !f.exists()) {
+        return Ok(false);
+    }
+    let attached = engine
+        .query(&format!("SELECT count(*) FROM duckdb_databases() WHERE database_name IN ({}, {})", quote_literal(DUCKLAKE_ALIAS), quote_literal(PROBE_ALIAS)))
+        .map_err(|e| format!("cannot list the attached databases: {}", e.message))?;
+    if attached.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|n| n != "0") {
+        return Ok(false);
+    }
+    let what = "ATTACH of the DuckLake catalog to read its data path";
+    engine
+        .execute_secret(what, &format!("ATTACH {} AS {} (READ_ONLY)", quote_literal(target), quote_ident(PROBE_ALIAS)))
+        .map_err(|e| format!("cannot attach the DuckLake catalog {} read-only: {}", catalog_location(config), e.message))?;
+    let recorded =
+        engine.query(&format!("SELECT value FROM {}.ducklake_metadata WHERE key = 'data_path'", quote_ident(&format!("__ducklake_metadata_{PROBE_ALIAS}"))));
+    let detached = engine.execute(&format!("DETACH {}", quote_ident(PROBE_ALIAS)));
+    let recorded = recorded.map_err(|e| format!("cannot read the data path the DuckLake catalog {} records: {}", catalog_location(config), e.message))?;
+    detached.map_err(|e| format!("cannot detach the DuckLake catalog {} after reading its data path: {}", catalog_location(config), e.message))?;
+    let Some(recorded) = recorded.into_iter().next().and_then(|r| r.into_iter().next().flatten()) else { return Ok(false) };
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    if same(&recorded, configured) {
+        return Ok(false);
+    }
+    let local = |p: &str| !p.contains("://");
+    if local(&recorded) && local(configured) && !std::path::Path::new(&recorded).exists() && std::path::Path::new(configured).is_dir() {
+        return Ok(true);
+    }
+    Err(format!(
+        "the DuckLake catalog {} {DATA_PATH_MISMATCH} `{recorded}`, but `[ducklake] data_path` in `{}` names `{configured}`: DuckLake keeps each table's files under one data path, so efmesh neither reads nor writes through another (a table would be split between the two)\n  hint: set `data_path` back to `{recorded}` (without `data_path`, DuckLake's default is `<catalog>.files/`), or move that directory to `{configured}`; a project moved with its catalog and data path (the recorded directory gone, the configured one there) is attached at its new place",
+        catalog_location(config),
+        config.path.display()
+    ))
 }
 
 /// The name of the temporary S3 secret for an `s3://` DuckLake data path.

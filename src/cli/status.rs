@@ -429,6 +429,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                         });
                     }
                 }
+                Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => problems.push(e),
                 Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify the served versions there: {e}"),
             }
             if !lost_served.is_empty() {
@@ -447,6 +448,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 lost.join(", ")
             )),
             Ok(_) => {}
+            Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
+                if !problems.contains(&e) {
+                    problems.push(e);
+                }
+            }
             Err(e) => tracing::warn!("cannot read the DuckLake catalog's tables, so `--check` does not verify them: {e}"),
         }
         // A catalog restored from a copy older than the store's epoch (SPEC §4, invariant 63):
@@ -454,6 +460,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         match crate::apply::ducklake::catalog_behind(&project, env, &*state) {
             Ok(Some(message)) => problems.push(message),
             Ok(None) => {}
+            Err(e) if e.contains(crate::apply::ducklake::DATA_PATH_MISMATCH) => {
+                if !problems.contains(&e) {
+                    problems.push(e);
+                }
+            }
             Err(e) => tracing::warn!("cannot read the DuckLake catalog's epoch stamp, so `--check` does not verify it: {e}"),
         }
     }

@@ -512,12 +512,15 @@ fn audit_use(piece: &str) -> Result<(String, Vec<Value>, Map<String, Value>), St
     Ok((name.to_string(), positional, named))
 }
 
-/// An audit argument: [`scalar`], with negative and decimal numbers too, in lists as well
-/// (`values = [1.5, -2]`). A bare number with a leading zero (`01`, `-007`) is text, as
-/// [`scalar`] reads it.
+/// An audit (or signal) argument: [`scalar`], with negative and decimal numbers too, in lists
+/// as well (`values = [1.5, -2]`). A bare number with a leading zero (`01`, `-007`) is text, as
+/// written ([`leading_zero`]); kind options are not argument values and keep reading `07` as 7.
 fn audit_value(v: &str) -> Value {
     if let Some(inner) = v.trim().strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
         return Value::Array(split_top(inner, ',').into_iter().filter(|s| !s.is_empty()).map(|s| audit_value(&s)).collect());
+    }
+    if leading_zero(v) {
+        return Value::String(v.trim().to_string());
     }
     match scalar(v) {
         Value::String(s) if s == v.trim() && !leading_zero(&s) => {
@@ -741,17 +744,16 @@ fn scalar(v: &str) -> Value {
         "false" => return Value::Bool(false),
         _ => {}
     }
-    if !leading_zero(v)
-        && let Ok(n) = v.parse::<u64>()
-    {
+    if let Ok(n) = v.parse::<u64>() {
         return Value::from(n);
     }
     Value::String(v.to_string())
 }
 
 /// True for a bare number written with a leading zero (`01`, `-007`, `00.5`): text, not a
-/// number, in a header (a code such as `01` would otherwise become `1`, and an
-/// `accepted_values` list of them match `'001'` or `' 1'`). `0`, `0.5` and `-0.25` are numbers.
+/// number, as an audit or signal argument ([`audit_value`]: a code such as `01` would otherwise
+/// become `1`, and an `accepted_values` list of them match `'001'` or `' 1'`). `0`, `0.5` and
+/// `-0.25` are numbers. Kind options (`batch_size = 07`) are numbers whatever their zeros.
 fn leading_zero(v: &str) -> bool {
     let digits = v.trim().trim_start_matches(['-', '+']).as_bytes();
     digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit()
@@ -981,7 +983,16 @@ mod tests {
         assert_eq!(named["values"], json!(["01", "02", "03", 4, -5, 1.5, 0, 0.5]));
         let (_, positional, _) = audit_use("accepted_range(n, -007, 00)").unwrap();
         assert_eq!(positional, [json!("n"), json!("-007"), json!("00")]);
-        assert_eq!((scalar("01"), scalar("10"), scalar("0")), (json!("01"), json!(10), json!(0)));
+        assert_eq!((audit_value("01"), audit_value("10"), audit_value("0")), (json!("01"), json!(10), json!(0)));
+    }
+
+    /// Kind options are not argument values: `batch_size = 07` is 7, as before audit arguments
+    /// read a leading zero as text.
+    #[test]
+    fn a_kind_option_with_a_leading_zero_is_still_a_number() {
+        let m = p("-- name: a.b\n-- kind: incremental_by_time_range(time_column = t, start = '2026-01-01', batch_size = 07, lookback = 01)\n-- schema: t timestamp\nSELECT t FROM x WHERE t >= @start AND t < @end").unwrap_or_else(|e| panic!("{e:?}"));
+        let Kind::IncrementalByTimeRange(t) = &m.kind else { panic!() };
+        assert_eq!((t.batch_size, t.lookback), (7, 1));
     }
 
     #[test]

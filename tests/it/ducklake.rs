@@ -513,3 +513,26 @@ fn a_moved_ducklake_project_reads_and_writes_its_data_path_at_the_new_place() {
     assert!(!old.exists(), "nothing was written at the old place");
     run(&new, &["status", "prod", "--check"]).expect_code(0);
 }
+
+/// `[ducklake] data_path` edited while the recorded directory is still there: every command
+/// attaching the catalog refuses, naming both paths (attaching through the new one would leave
+/// the table's files split between the two, every read failing), and nothing is written.
+#[test]
+fn an_edited_ducklake_data_path_is_refused_naming_both_paths() {
+    let p = Project::new();
+    p.write("efmesh.toml", &format!("{CONFIG}\n{DL_CONFIG}"));
+    p.write("models/m.lua", &big_model(1));
+    p.apply("prod");
+    let files = data_files(&p);
+    p.write("efmesh.toml", &format!("{CONFIG}\n{}", DL_CONFIG.replace("lake_data", "lake_data2")));
+    p.write("models/m.lua", &big_model(2));
+    for args in [&["apply", "prod", "--yes"][..], &["status", "prod", "--check"][..]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        // `apply` fails with it; `status --check` reports it as a problem (stdout).
+        let said = format!("{}{}", run.stdout, run.stderr);
+        assert!(said.contains("records its data path") && said.contains("lake_data/") && said.contains("lake_data2/"), "{args:?}: {said}");
+    }
+    assert!(!p.root().join("lake_data2").exists(), "nothing written under the edited path");
+    assert_eq!(data_files(&p), files, "the recorded data path untouched");
+}
