@@ -141,14 +141,31 @@ pub enum AuditError {
         error: EngineError,
     },
     /// Blocking audits found violating rows (nothing committed, nothing promoted).
-    #[error("{}", render_failures(.0))]
+    #[error("{}", render_failures(.0, true))]
     Failed(Vec<AuditResult>),
+    /// [`AuditError::Failed`] in `efmesh run`, which never promotes: its message does not say
+    /// that nothing was promoted ([`AuditError::in_run`]).
+    #[error("{}", render_failures(.0, false))]
+    FailedInRun(Vec<AuditResult>),
 }
 
-/// The message of blocking failures: each audit, model, count and sample rows.
-pub fn render_failures(failures: &[AuditResult]) -> String {
+impl AuditError {
+    /// This failure as `efmesh run` reports it: blocking failures are
+    /// [`AuditError::FailedInRun`] (a run promotes nothing, so saying so would mislead).
+    #[must_use]
+    pub fn in_run(self) -> AuditError {
+        match self {
+            AuditError::Failed(failures) => AuditError::FailedInRun(failures),
+            other => other,
+        }
+    }
+}
+
+/// The message of blocking failures: each audit, model, count and sample rows; `promoting`
+/// (an apply) says that nothing was promoted.
+pub fn render_failures(failures: &[AuditResult], promoting: bool) -> String {
     let n = failures.len();
-    let mut s = format!("{n} blocking audit{} failed, nothing was promoted:", if n == 1 { "" } else { "s" });
+    let mut s = format!("{n} blocking audit{} failed{}:", if n == 1 { "" } else { "s" }, if promoting { ", nothing was promoted" } else { "" });
     for f in failures {
         s.push_str(&format!("\n  {}", f.describe()));
     }
@@ -376,48 +393,79 @@ pub fn inlined_by_audits(project: &crate::project::Project, served: &BTreeSet<St
     audited(project, served, only).flat_map(move |m| m.audits.iter().flat_map(move |a| inlined_by(project, m, a))).collect()
 }
 
+/// Why `efmesh audit` cannot vouch that an environment serves the project's definition of an
+/// embedded model or an external ([`unserved_definitions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unserved {
+    /// The project's definition differs from the version the environment serves.
+    Differs,
+    /// The project's body cannot be parsed (the parse error, naming its `file:line`): it cannot
+    /// be compared with what the environment serves.
+    Unparsable(String),
+}
+
 /// The models of `names` (embedded models and externals, [`inlined_by_audits`]) whose project
-/// definition differs from the version the environment serves (`pointers`: its pointer set,
-/// model name → fingerprint): auditing the project's definition of one would not audit what the
-/// environment serves. A model serves its project definition when the environment points at
-/// the project's fingerprint, or at the fingerprint of the project's definition over the
-/// versions the environment serves of its parents (an unapplied edit of a parent that is a
-/// view or a table changes the model's fingerprint, not what its rendering reads: that parent
-/// renders as the environment's view); a model or parent the environment does not serve
-/// differs. Fingerprints are computed as the plan computes them (the canonical-body cache of
-/// the state store first), and only when `names` is not empty.
+/// definition is not known to be the version the environment serves (`pointers`: its pointer
+/// set, model name → fingerprint): auditing the project's definition of one would not audit
+/// what the environment serves.
+///
+/// A model serves its project definition when the fingerprint of the project's definition over
+/// the versions the environment serves of its parents equals the environment's pointer (a
+/// pointer was fingerprinted over its parents' pointers at the same apply; an unapplied edit of
+/// a parent that is a view or a table changes the model's fingerprint in a plan, not what its
+/// rendering reads: that parent renders as the environment's view). A model or parent the
+/// environment does not serve differs. Only the bodies of `names` are canonicalised (the
+/// canonical-body cache of the state store first), as the plan does: an unrelated model whose
+/// SQL does not parse changes nothing here, and a model of `names` whose body does not parse is
+/// [`Unserved::Unparsable`], never an error.
 ///
 /// # Errors
-/// Reading the state store's cache fails, or a body is not one valid query
-/// ([`crate::plan::PlanError::Sql`]).
+/// Reading the state store's cache fails.
 pub fn unserved_definitions(
     project: &crate::project::Project,
     state: &dyn crate::state::StateStore,
     pointers: &BTreeMap<String, String>,
     names: &BTreeSet<ModelName>,
-) -> Result<BTreeSet<ModelName>, crate::plan::PlanError> {
+) -> Result<BTreeMap<ModelName, Unserved>, crate::state::StateError> {
+    let mut out = BTreeMap::new();
     if names.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok(out);
     }
-    let keys: Vec<String> = crate::plan::rendered_bodies(project).into_iter().flatten().map(|(key, _)| key).collect();
-    let versions = crate::plan::versions(project, &state.canon_cache_get(&keys)?)?;
-    Ok(names.iter().filter(|n| !serves_definition(project, &versions, pointers, n)).cloned().collect())
+    let keyed: Vec<(ModelName, Option<(String, String)>)> =
+        names.iter().filter_map(|n| project.dag.get(n)).map(|m| (m.name.clone(), crate::plan::rendered_body(project, m))).collect();
+    let keys: Vec<String> = keyed.iter().filter_map(|(_, k)| k.as_ref().map(|(key, _)| key.clone())).collect();
+    let cache = state.canon_cache_get(&keys)?;
+    let mut bodies: BTreeMap<ModelName, Option<(String, String)>> = keyed.into_iter().collect();
+    for name in names {
+        let (Some(model), Some(served)) = (project.dag.get(name), pointers.get(&name.to_string())) else {
+            out.insert(name.clone(), Unserved::Differs);
+            continue;
+        };
+        let digest = match crate::plan::digest_of(project, model, bodies.remove(name).flatten(), &cache) {
+            Ok(digest) => digest,
+            Err(e) => {
+                out.insert(name.clone(), Unserved::Unparsable(e.to_string()));
+                continue;
+            }
+        };
+        if !serves_definition(model, digest.as_deref(), pointers, served) {
+            out.insert(name.clone(), Unserved::Differs);
+        }
+    }
+    Ok(out)
 }
 
-/// True when the environment (`pointers`) serves the project's definition of `name`; see
-/// [`unserved_definitions`].
-fn serves_definition(project: &crate::project::Project, versions: &crate::plan::Versions, pointers: &BTreeMap<String, String>, name: &ModelName) -> bool {
+/// True when `served` (the environment's pointer of `model`) is the fingerprint of the
+/// project's definition of `model` (`digest`: its canonical-body digest) over the versions the
+/// environment (`pointers`) serves of its parents; see [`unserved_definitions`].
+fn serves_definition(model: &crate::core::Model, digest: Option<&str>, pointers: &BTreeMap<String, String>, served: &str) -> bool {
     use crate::sql::fingerprint::{Fingerprint, fingerprint_with_digest};
-    let (Some(model), Some(served)) = (project.dag.get(name), pointers.get(&name.to_string())) else { return false };
-    if versions.fingerprints.get(name).is_some_and(|fp| fp.as_str() == served.as_str()) {
-        return true;
-    }
     let mut parents: BTreeMap<ModelName, Fingerprint> = BTreeMap::new();
     for parent in model.parents() {
         let Some(fp) = pointers.get(&parent.to_string()) else { return false };
         parents.insert(parent, Fingerprint::from(fp.clone()));
     }
-    fingerprint_with_digest(model, versions.digests.get(name).map(String::as_str), &parents).as_str() == served.as_str()
+    fingerprint_with_digest(model, digest, &parents).as_str() == served
 }
 
 /// Runs every audit of the project's models that `env` serves (`served`: the environment's
@@ -431,15 +479,15 @@ fn serves_definition(project: &crate::project::Project, versions: &crate::plan::
 /// the others still run.
 ///
 /// Except an audit whose SQL inlines ([`inlined_by`]) one of `differs` (embedded models and
-/// externals whose project definition differs from what `env` serves,
-/// [`unserved_definitions`]): it would audit a query or a source the environment does not
+/// externals whose project definition differs from what `env` serves, or cannot be parsed to
+/// tell, [`unserved_definitions`]): it would audit a query or a source the environment may not
 /// serve, so it is not run, and its result is a failure saying why ([`AuditResult::not_run`]).
 pub fn audit_environment(
     project: &crate::project::Project,
     env: &str,
     served: &BTreeSet<String>,
     only: &BTreeSet<ModelName>,
-    differs: &BTreeSet<ModelName>,
+    differs: &BTreeMap<ModelName, Unserved>,
     engine: &mut dyn Engine,
 ) -> Vec<AuditResult> {
     use crate::core::Resolver;
@@ -449,7 +497,7 @@ pub fn audit_environment(
     for model in audited(project, served, only) {
         let relation = exec.relation(&model.name);
         for (audit, sql) in checks(model, None, &relation, &exec) {
-            let stale: Vec<ModelName> = inlined_by(project, model, audit).intersection(differs).cloned().collect();
+            let stale: Vec<(&ModelName, &Unserved)> = inlined_by(project, model, audit).iter().filter_map(|n| differs.get_key_value(n)).collect();
             if !stale.is_empty() {
                 out.push(not_run(&model.name, audit, env, &stale));
                 continue;
@@ -461,10 +509,24 @@ pub fn audit_environment(
 }
 
 /// The result of an audit `efmesh audit` did not run: it inlines `stale`, embedded models or
-/// externals whose project definition differs from what `env` serves.
-fn not_run(model: &ModelName, audit: &Audit, env: &str, stale: &[ModelName]) -> AuditResult {
-    let names: Vec<String> = stale.iter().map(|n| format!("`{n}`")).collect();
-    let (definition, differ, them) = if stale.len() == 1 { ("definition", "differs", "it") } else { ("definitions", "differ", "them") };
+/// externals whose project definition differs from what `env` serves, or cannot be parsed.
+fn not_run(model: &ModelName, audit: &Audit, env: &str, stale: &[(&ModelName, &Unserved)]) -> AuditResult {
+    let differing: Vec<String> = stale.iter().filter(|(_, why)| matches!(why, Unserved::Differs)).map(|(n, _)| format!("`{n}`")).collect();
+    let mut reasons = Vec::new();
+    if !differing.is_empty() {
+        let (definition, differ, them) = if differing.len() == 1 { ("definition", "differs", "it") } else { ("definitions", "differ", "them") };
+        reasons.push(format!(
+            "{}: the project's {definition} {differ} from what `{env}` serves; apply {them} (or revert the edit), then audit again",
+            differing.join(", ")
+        ));
+    }
+    for (name, why) in stale {
+        if let Unserved::Unparsable(error) = why {
+            reasons.push(format!(
+                "`{name}`: the project's definition cannot be parsed, so whether `{env}` serves it is not known ({error}); fix it (or revert the edit), then audit again"
+            ));
+        }
+    }
     AuditResult {
         model: model.clone(),
         audit: audit.label(),
@@ -478,7 +540,7 @@ fn not_run(model: &ModelName, audit: &Audit, env: &str, stale: &[ModelName]) -> 
         intervals: Vec::new(),
         error: None,
         location: Some(audit.location.to_string()),
-        not_run: Some(format!("{}: the project's {definition} {differ} from what `{env}` serves; apply {them}, or audit after", names.join(", "))),
+        not_run: Some(reasons.join("; ")),
     }
 }
 

@@ -198,10 +198,13 @@ pub enum ApplyError {
     /// Blocking audits of external sources an apply or run reads into tables an environment
     /// serves, or of `embedded` and `view` models its writes read over nothing it writes, failed
     /// before anything was written ([`source_gate`], [`storeless_gate`]).
-    #[error("{} blocking audit{} of the sources and models this {during} reads failed, nothing was written:{}\n  hint: fix what they read (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>())]
+    #[error("{} blocking audit{} of the {} this {during} reads failed, nothing was written:{}\n  hint: fix {} (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, if *.sources { "sources" } else { "sources and models" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>(), if *.sources { "the source" } else { "what they read" })]
     SourceAudit {
         /// `apply` or `run`.
         during: &'static str,
+        /// True when every failure is an external source's ([`source_gate`]): the source itself
+        /// is to fix; otherwise ([`storeless_gate`]) what the failing models read.
+        sources: bool,
         /// Every blocking failure.
         failures: Vec<audit::AuditResult>,
     },
@@ -308,6 +311,19 @@ fn render_several(failures: &[ApplyError]) -> String {
 }
 
 impl ApplyError {
+    /// This error as `efmesh run` reports it: blocking audit failures, also among
+    /// [`ApplyError::Several`], do not say that nothing was promoted (a run never promotes;
+    /// [`audit::AuditError::in_run`]).
+    #[must_use]
+    pub fn in_run(self) -> ApplyError {
+        match self {
+            ApplyError::Audit { model, interval, failure } => ApplyError::Audit { model, interval, failure: failure.in_run() },
+            ApplyError::RunAudit { model, written, failure } => ApplyError::RunAudit { model, written, failure: failure.in_run() },
+            ApplyError::Several(all) => ApplyError::Several(all.into_iter().map(ApplyError::in_run).collect()),
+            other => other,
+        }
+    }
+
     /// [`ApplyError::Build`] for `model`: its name and definition's location, the batch if any.
     pub fn build(model: &crate::core::Model, interval: Option<Interval>, error: EngineError) -> ApplyError {
         ApplyError::Build { model: model.name.clone(), location: model.location.clone(), interval, error }
@@ -371,6 +387,8 @@ pub(crate) fn execute(
     // before it, an older copy among them, must not stamp the database current).
     let mut stamp = (writes_tables, None);
     let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp);
+    // A run never promotes: its audit failures do not say that nothing was promoted.
+    let result = if refresh { result.map_err(ApplyError::in_run) } else { result };
     if let (true, Some(found)) = stamp {
         stamp_epoch(state, engine, found, uses_ducklake(project));
     }
@@ -699,7 +717,7 @@ fn execute_recorded(
         (&changing, &working_set, &upstream_written),
     )?;
     if !failures.is_empty() {
-        return Err(ApplyError::SourceAudit { during, failures });
+        return Err(ApplyError::SourceAudit { during, sources: false, failures });
     }
     audited.extend(project.dag.models().filter(|m| fully_gated(&gated, m)).map(|m| m.name.clone()));
     // (A version the environment points at anew may have been built by an earlier apply that
@@ -1042,7 +1060,7 @@ fn source_gate(
         report.audits.supersede(results);
     }
     if !failures.is_empty() {
-        return Err(ApplyError::SourceAudit { during, failures });
+        return Err(ApplyError::SourceAudit { during, sources: true, failures });
     }
     Ok(gated)
 }

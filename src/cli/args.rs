@@ -426,7 +426,9 @@ pub enum StateAction {
         force: bool,
         /// Import even when the engine database holds writes made after the export, or cannot be
         /// opened to tell: the imported ledger is trusted as it is (safe only when every later
-        /// write went to tables of versions the export does not record; see docs/operations.md).
+        /// write went to tables of versions the export does not record or computed only new
+        /// intervals: no restatement, forward-only change or lookback rewrite since; see
+        /// docs/operations.md).
         #[arg(long)]
         engine_ahead: bool,
         /// Print the report as JSON.

@@ -11,9 +11,10 @@ use std::collections::BTreeSet;
 /// Runs the command: every audit runs; exit 1 at the end when a blocking audit found violating
 /// rows or an audit's SQL could not run (each such audit is reported with the engine's message
 /// and its `file:line`). An audit that would inline an embedded model or an external whose
-/// project definition differs from the version `env` serves is not run, and exits 1 too: the
-/// command cannot vouch for what the environment serves
-/// ([`crate::apply::audit::unserved_definitions`]).
+/// project definition differs from the version `env` serves (or does not parse, so cannot be
+/// compared) is not run, and exits 1 too: the command cannot vouch for what the environment
+/// serves ([`crate::apply::audit::unserved_definitions`]). Only those models' bodies are
+/// parsed: another model's broken SQL does not stop the audits.
 ///
 /// # Errors
 /// Load errors, an unknown environment or model, an engine database older than the state store
@@ -37,7 +38,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
     // Embedded models and externals render from the project's definitions: one edited and not
-    // applied is not what the environment serves, and the audits inlining it do not run.
+    // applied is not what the environment serves, and the audits inlining it do not run (nor
+    // those inlining one whose SQL does not parse: it cannot be compared).
     let inlined = crate::apply::audit::inlined_by_audits(&project, &served, &only);
     let differs = crate::apply::audit::unserved_definitions(&project, &*state, &pointers, &inlined)?;
     let mut engine = crate::engine::open(&project.config, crate::engine::Access::ReadWrite)?;
@@ -145,7 +147,7 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
     let warned = results.iter().filter(|r| !r.failed() && !r.blocking && r.violations > 0).count();
     s.push_str(&format!("{ran} audit{} run: {} passed, {failed} failed, {warned} warned", if ran == 1 { "" } else { "s" }, ran - failed - warned));
     if not_run > 0 {
-        s.push_str(&format!("; {not_run} not run: what they read differs in the project from what `{env}` serves"));
+        s.push_str(&format!("; {not_run} not run: what they read differs in the project from what `{env}` serves, or does not parse"));
     }
     s.push('\n');
     s

@@ -68,7 +68,6 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         }
     }
     let (pa, pb) = (state.env_pointers(a)?, state.env_pointers(b)?);
-    let under_way = UnderWay::of(&*state, a, b, &pa, &pb)?;
     let wanted: Option<BTreeSet<String>> = match req.models {
         None => None,
         Some(list) => {
@@ -85,6 +84,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         }
     };
     let keep = |name: &String| wanted.as_ref().is_none_or(|w| w.contains(name));
+    let under_way = UnderWay::of(&*state, a, b, &pa, &pb, wanted.as_ref())?;
     let d = Diff::of(&pa, &pb, keep);
     let data = if req.data {
         let models = data_models(&project, a, b, &pa, &pb, wanted.as_ref())?;
@@ -145,8 +145,17 @@ struct UnderWay {
 }
 
 impl UnderWay {
-    /// The promotions of `a` and `b` recorded as under way (`pa`, `pb`: their pointers).
-    fn of(state: &dyn crate::state::StateStore, a: &str, b: &str, pa: &BTreeMap<String, String>, pb: &BTreeMap<String, String>) -> Result<Vec<UnderWay>> {
+    /// The promotions of `a` and `b` recorded as under way (`pa`, `pb`: their pointers). With
+    /// `wanted` (`--model`), only the models asked for are listed, and a promotion changing none
+    /// of them is left out: what the views of the others serve is not compared.
+    fn of(
+        state: &dyn crate::state::StateStore,
+        a: &str,
+        b: &str,
+        pa: &BTreeMap<String, String>,
+        pb: &BTreeMap<String, String>,
+        wanted: Option<&BTreeSet<String>>,
+    ) -> Result<Vec<UnderWay>> {
         let mut out = Vec::new();
         for p in state.pending_promotions()? {
             let pointers = if p.env == a {
@@ -157,7 +166,11 @@ impl UnderWay {
                 continue;
             };
             let names: BTreeSet<&String> = p.pointers.keys().chain(pointers.keys()).collect();
-            let models = names.into_iter().filter(|n| p.pointers.get(*n) != pointers.get(*n)).cloned().collect();
+            let models: Vec<String> =
+                names.into_iter().filter(|n| p.pointers.get(*n) != pointers.get(*n) && wanted.is_none_or(|w| w.contains(*n))).cloned().collect();
+            if wanted.is_some() && models.is_empty() {
+                continue;
+            }
             out.push(UnderWay { env: p.env, started_at: p.started_at, models });
         }
         Ok(out)

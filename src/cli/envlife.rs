@@ -200,9 +200,10 @@ pub(super) fn import(config: &std::path::Path, file: &std::path::Path, force: bo
 /// Refuses (nothing imported) the export `dump` (read from `name`) when the project's engine
 /// database holds writes made after it: the stamp of the document's store there
 /// ([`crate::engine::epoch::stamped`]) is past the document's `engineEpoch` (SPEC §4, invariant
-/// 63). A later forward-only change, restatement or run wrote into tables the document's
-/// versions own; its ledger would call those intervals done as the export describes them, and
-/// nothing (plan, `status --check`, run) would see that the rows are others. `engine_ahead`
+/// 63). A later `apply` or `run` wrote into tables the document's versions own; when it replaced
+/// intervals the export records as done (a forward-only change, a restatement, a lookback
+/// rewrite) its ledger would call them done as the export describes them, and nothing (plan,
+/// `status --check`, run) would see that the rows are others. `engine_ahead`
 /// imports anyway, with a warning: the ledger is trusted as it is. A database that cannot be
 /// opened (locked by a running command, a Postgres server out of reach) refuses too, naming
 /// why, unless `engine_ahead`. A DuckDB file that does not exist holds nothing to compare: the

@@ -10,7 +10,9 @@
 //! served version's relations, [`crate::plan::integrity::served_lake_files_missing`] its local
 //! lake files and [`crate::apply::ducklake::lost_served_versions`] its DuckLake table: what the
 //! state store says is served, whatever the working tree holds), or the state store never held
-//! the environment (no pointers, no journal: a typo such as `prd`, whose every `run` exits 2);
+//! the environment (no pointers, no journal: a typo such as `prd`, whose every `run` exits 2) or
+//! the janitor dropped it (no pointers, the drop the journal's newest row: it serves nothing
+//! until an apply creates it again, every `run` exits 2);
 //! lag, a due refresh, `lock-held` and `blocked` are healthy (exit 0). The report is printed
 //! either way.
 
@@ -42,7 +44,8 @@ struct Lag {
     /// Intervals recorded failed.
     failed: usize,
     /// Intervals from the model's start to its newest done one that are not done (restated,
-    /// or failed): the next `run` recomputes them although the model is caught up.
+    /// or failed): the next `run` recomputes them although the model is caught up. Done
+    /// intervals outside the model's `start`/`end` (either moved since) never make up for them.
     gaps: i64,
     /// Of the `behind` intervals, those held back by a signal (the model's own, or one
     /// upstream's): the model is `waiting` on them, not late.
@@ -117,6 +120,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         None
     };
     let expiry = crate::lifecycle::judge(env, &journal, project.config.environments.ttl, now);
+    // An environment the janitor dropped (its pointers gone, its journal's newest row the drop)
+    // serves nothing either, and every `run` of it exits 2 until an apply creates it again: when
+    // it was dropped.
+    let dropped: Option<String> = expiry.dropped_at.clone().filter(|_| pointers.is_empty());
     let ticks = state.ticks(env, TICKS)?;
     let lease = state.lease(&writer_lease(env, project.config.writes_a_lake()))?;
     let host = host_name();
@@ -149,10 +156,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                         let first = t.grain.floor(t.start);
                         // Only intervals inside the model's `start`/`end`: one outside them
                         // (restated, then `end` moved earlier) is never recomputed, whatever is
-                        // done after it. Counted from the ledger only when the counts cannot say.
+                        // done after it. Counted from the ledger only when the counts cannot say:
+                        // `done` counts the intervals done before a `start` moved later too (a
+                        // metadata change keeps the version), which would hide as many gaps.
                         let bound = t.end.map_or(up_to, |e| up_to.min(t.grain.next(t.grain.floor(e - 1))));
                         let gaps = t.grain.count(first, up_to) - stats.done as i64;
-                        if bound == up_to && gaps <= 0 {
+                        let none_before = stats.done_from.is_some_and(|f| f >= first);
+                        if bound == up_to && none_before && gaps <= 0 {
                             0
                         } else {
                             let done = state.done_intervals(name, fp)?;
@@ -334,6 +344,11 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
         problems.push(format!("environment `{env}` does not exist: nothing was applied to it, so every `run {env}` exits 2{like}"));
     }
+    if let Some(at) = &dropped {
+        problems.push(format!(
+            "environment `{env}` was dropped by the janitor at {at}: it serves nothing, every `run {env}` exits 2 (`efmesh apply {env}` creates it again)"
+        ));
+    }
     // What the engine lacks of the served versions of models the project defines differently.
     let mut lost_served: Vec<LostServed> = Vec::new();
     if failed_total > 0 {
@@ -490,6 +505,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // existing one named most like it, or null).
             "exists": absent.is_none(),
             "didYouMean": absent.as_ref().and_then(|like| like.as_deref()),
+            // `true` when the janitor dropped it (`expiry.droppedAt` says when): it serves nothing.
+            "dropped": dropped.is_some(),
             "storeVersion": STATE_VERSION,
             "models": pointers.len(),
             // `appliedBy` is null when no applier was known (no `$EFMESH_APPLIED_BY`, `$USER`,
@@ -543,7 +560,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // A typo of an existing environment's name is said so (its health is not this one's).
             let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             text.push_str(&format!("environment `{env}` does not exist — the first apply creates it{like}\n"));
-        } else if let (true, Some(at)) = (pointers.is_empty(), &expiry.dropped_at) {
+        } else if let Some(at) = &dropped {
             text.push_str(&format!("environment `{env}` expired and was dropped by the janitor at {at} — the next apply creates it again\n"));
         } else {
             text.push_str(&format!("environment `{env}`: {} models (state store layout v{STATE_VERSION})\n", pointers.len()));

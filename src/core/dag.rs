@@ -664,6 +664,24 @@ fn validate_edges<'a>(m: &Model, all: &dyn Fn(&ModelName) -> Option<&'a Model>, 
             }
         }
     }
+    // An embedded model stores nothing: its audits run over its query, outside any batch, so
+    // one whose query (or an embedded model it inlines) needs an interval cannot be audited.
+    if matches!(m.kind, Kind::Embedded)
+        && !m.audits.is_empty()
+        && let Some(inlined) = embedded_with_bounds(&m.name, all)
+    {
+        let uses = if inlined == m.name { "uses `@start`/`@end`".to_string() } else { format!("inlines `{inlined}`, which uses `@start`/`@end`") };
+        for a in &m.audits {
+            errors.push(
+                LoadError::new(
+                    Some(a.location.clone()),
+                    Some(m.name.clone()),
+                    format!("audit `{}`: `{}` is embedded and {uses}: it has no relation to audit outside a batch", a.label(), m.name),
+                )
+                .with_hint("audit the models that read it instead (the time-range models storing its rows)"),
+            );
+        }
+    }
     let Some(body) = &m.body else { return errors };
     for r in body.refs() {
         if r.target == m.name {

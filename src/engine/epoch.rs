@@ -157,16 +157,19 @@ pub fn behind_message(engine: &str, store: &str, stamped: i64, recorded: i64, ex
 
 /// The refusal of `efmesh state import` of an export whose `engineEpoch` (`exported`) is lower
 /// than the stamp the engine database holds for its store (`stamped`): the database holds
-/// writes made after the export (a forward-only change, a restatement, a run), which the
-/// restored ledger would describe as the intervals they replaced. Names the database, both
-/// epochs and the ways forward.
+/// writes made after the export, and the restored ledger may call done intervals those writes
+/// replaced (a forward-only change, a restatement, a lookback rewrite; a run that only computed
+/// intervals the export records as not done replaced none, but the stamp cannot tell which).
+/// Names the database, both epochs and the ways forward, with when `--engine-ahead` is safe.
 pub fn ahead_message(engine: &str, stamped: i64, exported: i64) -> String {
     format!(
-        "the engine database {engine} holds writes made after this export (epoch {stamped} > {exported}): the restored ledger would call done \
-         intervals those writes replaced, and they would be served as the export describes them; nothing was imported\n  \
+        "the engine database {engine} holds writes made after this export (epoch {stamped} > {exported}): the restored ledger may call done \
+         intervals those writes replaced (forward-only changes, restatements, lookback rewrites), which would then be served as the export \
+         describes them; nothing was imported\n  \
          hint: restore the database from the same moment as the export, or move it aside (the next `efmesh apply <env>` rebuilds every version \
-         the state store records), or import with `--engine-ahead` to trust the ledger as it is (only when every later write went to tables of \
-         versions the export does not record)"
+         the state store records), or import with `--engine-ahead` to trust the ledger as it is (safe only when every write since the export \
+         went to tables of versions the export does not record or computed only new intervals: no restatement, no forward-only change, no \
+         lookback rewrite of an interval the export records as done)"
     )
 }
 
@@ -190,12 +193,23 @@ mod tests {
     }
 
     /// The import's refusal names the database, both epochs, that nothing was imported, and
-    /// every way forward.
+    /// every way forward; it says the ledger *may* call replaced intervals done (a run after the
+    /// export that only computed new intervals replaced none) and when `--engine-ahead` is safe.
     #[test]
     fn the_ahead_refusal_names_the_database_both_epochs_and_the_ways_forward() {
         let m = ahead_message("/p/efmesh.duckdb", 9, 4);
-        for wanted in ["/p/efmesh.duckdb holds writes made after this export (epoch 9 > 4)", "nothing was imported", "move it aside", "--engine-ahead"] {
+        for wanted in [
+            "/p/efmesh.duckdb holds writes made after this export (epoch 9 > 4)",
+            "the restored ledger may call done intervals those writes replaced (forward-only changes, restatements, lookback rewrites)",
+            "nothing was imported",
+            "move it aside",
+            "--engine-ahead",
+            "computed only new intervals: no restatement, no forward-only change, no lookback rewrite",
+        ] {
             assert!(m.contains(wanted), "{wanted}: {m}");
         }
+        assert!(!m.contains("would call done"), "{m}");
+        // `--engine-ahead`'s warning is the message up to this phrase.
+        assert_eq!(m.matches("; nothing was imported").count(), 1, "{m}");
     }
 }

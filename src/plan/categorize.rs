@@ -186,7 +186,7 @@ pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: 
         return None;
     }
     for item in &changed_items {
-        if calls_set_returning(item) || (!clauses.has_group_by && calls_aggregate(item)) {
+        if set_returning_call(item, clauses.pg).is_some() || (!clauses.has_group_by && calls_aggregate(item)) {
             return None;
         }
         if unknown_function(item, clauses.pg).is_some() {
@@ -266,12 +266,14 @@ fn row_clauses(ast: &Value) -> Option<RowClauses<'_>> {
     })
 }
 
-/// Set-returning functions: one of them in a select item multiplies the rows (DuckDB's
+/// Set-returning functions: one of them called in a select item multiplies the rows (DuckDB's
 /// `unnest`/`unlist` and its macros over them, `regexp_split_to_table` and
-/// `generate_subscripts`; table-valued JSON and regexp functions). Any function outside
-/// [`DUCKDB_ONE_VALUE`] / [`PG_ONE_VALUE`] is taken as possibly set-returning as well
-/// ([`unknown_function`]); this list also catches them named in a changed item.
-const SET_RETURNING: &[&str] =
+/// `generate_subscripts`; table-valued JSON and regexp functions; Postgres's `generate_series`,
+/// `regexp_matches`, whose names DuckDB's `range`, `generate_series` and `regexp_matches` share).
+/// Judged first, on the names of the functions an item calls ([`set_returning_call`]), with
+/// its own reason; any other function outside [`DUCKDB_ONE_VALUE`] / [`PG_ONE_VALUE`] is taken
+/// as possibly set-returning as well ([`unknown_function`]).
+pub const SET_RETURNING: &[&str] =
     &["unnest", "unlist", "generate_series", "range", "generate_subscripts", "regexp_split_to_table", "json_each", "json_tree", "jsonb_each", "regexp_matches"];
 
 /// True when the JSON text of a tree (lower-cased) names `name` as an identifier or a function:
@@ -282,10 +284,11 @@ fn mentions(text: &str, name: &str) -> bool {
     text.contains(&format!("\"value\":{quoted}")) || text.contains(&format!("\"sval\":{quoted}"))
 }
 
-/// True when `item` calls a set-returning function ([`SET_RETURNING`]).
-fn calls_set_returning(item: &Value) -> bool {
-    let text = item.to_string().to_lowercase();
-    SET_RETURNING.iter().any(|f| mentions(&text, f))
+/// The first set-returning function ([`SET_RETURNING`]) `item` calls, if any: judged on the
+/// names of the functions it calls ([`called_functions`]), so a column merely named `range`
+/// (`"range" * 2`) calls none.
+fn set_returning_call(item: &Value, pg: bool) -> Option<String> {
+    called_functions(item, pg).into_iter().find(|f| SET_RETURNING.contains(&f.as_str()))
 }
 
 /// True when `item` calls an aggregate function other than as a window function (`… OVER (…)`
@@ -392,8 +395,16 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
     if !added_names.is_empty() && (names_any(&without_projection(ast), &added_names) || kept.iter().any(|&i| names_any(&projection[i], &added_names))) {
         return Some("an added column's name is read elsewhere in the query, which may now read the new column instead of a source column".into());
     }
-    // Any function may return a set or fold the rows (a Postgres `RETURNS SETOF`, the many JSON
-    // and text splitters; a DuckDB macro over `unnest` or over an aggregate, an extension's
+    // A known set-returning function first, with its own reason.
+    for &i in added {
+        if let Some(f) = set_returning_call(&projection[i], clauses.pg) {
+            return Some(format!(
+                "an added column calls `{f}`, a set-returning function: it may return a set of rows for each row, which multiplies (or drops) rows"
+            ));
+        }
+    }
+    // Any other function may return a set or fold the rows (a Postgres `RETURNS SETOF`, the many
+    // JSON and text splitters; a DuckDB macro over `unnest` or over an aggregate, an extension's
     // function, an aggregate efmesh does not list): only functions known to return one value
     // per row keep the rows, and known aggregates, judged above.
     for &i in added {
@@ -402,9 +413,6 @@ fn added_columns_change_rows(ast: &Value, projection: &[Value], added: &[usize],
                 "an added column calls `{f}`, which efmesh does not know to return one value per row: it may return a set of rows (a set-returning function multiplies rows) or fold them (an aggregate)"
             ));
         }
-    }
-    if added.iter().any(|&i| calls_set_returning(&projection[i])) {
-        return Some("an added column calls a set-returning function, which multiplies rows".into());
     }
     if added.iter().any(|&i| i < old_len) && (clauses.positional_order() || clauses.positional_group()) {
         return Some("a column inserted before others shifts positional `ORDER BY`/`GROUP BY` references".into());
@@ -495,8 +503,11 @@ const PG_ONE_VALUE: &[&str] = &[
 /// (`regexp_split_to_table`, `generate_subscripts`) or over an aggregate (`geomean`,
 /// `weighted_avg`, `json_group_array`…: in [`crate::sql::AGGREGATES`]), those over a subquery,
 /// internal ones and those with side effects (`setseed`, `sleep_ms`, `write_log`; `error` is
-/// in: it aborts the query, never changes its rows). Separated by whitespace, sorted.
-const DUCKDB_ONE_VALUE: &str = "
+/// in: it aborts the query, never changes its rows). In lower case, as calls are compared
+/// ([`call_name`]; DuckDB's names ignore case: `formatReadableSize` is `formatreadablesize`).
+/// Separated by whitespace, sorted. `tests/it/function_lists.rs` compares it with the linked
+/// DuckDB's `duckdb_functions()`, so a DuckDB upgrade that adds or drops a function fails there.
+pub const DUCKDB_ONE_VALUE: &str = "
 abs acos acosh add age aggregate ago apply array_aggr array_aggregate array_append array_apply array_cat array_concat array_contains
 array_cosine_distance array_cosine_similarity array_cross_product array_distance array_distinct array_dot_product array_extract array_filter
 array_grade_up array_has array_has_all array_has_any array_indexof array_inner_product array_intersect array_length array_negative_dot_product
@@ -509,6 +520,7 @@ current_query_id current_role current_schema current_schemas current_setting cur
 currval damerau_levenshtein date_add date_diff date_part date_sub date_trunc datediff datepart datesub datetrunc day dayname dayofmonth dayofweek
 dayofyear days_in_month decade decode degrees divide editdist3 element_at encode ends_with enum_code enum_first enum_last enum_range
 enum_range_boundary epoch epoch_ms epoch_ns epoch_us equi_width_bins era error even exp factorial fdiv filter flatten floor fmod format format_bytes
+formatreadabledecimalsize formatreadablesize
 from_base64 from_binary from_hex from_json from_json_strict gamma gcd gen_random_uuid get_bit get_current_time get_current_timestamp get_type
 getvariable grade_up greatest greatest_common_divisor grouping grouping_id hamming hash hex hour icu_sort_key if ifnull ilike_escape in_search_path
 instr is_histogram_other_bin isfinite isinf isnan isodow isoyear jaccard jaro_similarity jaro_winkler_similarity json json_array json_array_length
@@ -550,15 +562,43 @@ fn duckdb_one_value(name: &str) -> bool {
 /// [`crate::sql::AGGREGATES`] count as known: the callers judge them by the query's `GROUP BY`.
 fn unknown_function(item: &Value, pg: bool) -> Option<String> {
     let known = |f: &str| crate::sql::AGGREGATES.contains(&f) || if pg { PG_ONE_VALUE.contains(&f) } else { duckdb_one_value(f) };
-    let calls = if pg { pg_functions(item) } else { duckdb_functions(item) };
-    calls.into_iter().find(|f| !known(f.as_str()))
+    called_functions(item, pg).into_iter().find(|f| !known(f.as_str()))
+}
+
+/// The names of the functions `item` calls: [`pg_functions`] in a Postgres tree,
+/// [`duckdb_functions`] in a sqlparser one.
+fn called_functions(item: &Value, pg: bool) -> Vec<String> {
+    if pg { pg_functions(item) } else { duckdb_functions(item) }
+}
+
+/// Schemas and catalogs that can hold functions in DuckDB: the built-in ones (`main`,
+/// `pg_catalog`, `information_schema`) and DuckDB's catalog names (`system`, `temp`, `memory`).
+/// A call qualified by one (`main.upper(x)`) may be a user's macro there, not the built-in.
+const FUNCTION_QUALIFIERS: &[&str] = &["main", "system", "temp", "memory", "pg_catalog", "information_schema"];
+
+/// The function a sqlparser call's name parts (`idents`) stand for, in lower case. DuckDB's
+/// dot-call syntax `a.f(…)` calls `f(a, …)` (`tags.upper()`, `l.list_transform(x -> x + 1)`),
+/// and sqlparser reads it as a call of `a.f`: a two-part name whose last part is a known
+/// function (in [`DUCKDB_ONE_VALUE`] or [`crate::sql::AGGREGATES`]) is that function, unless
+/// its first part is a schema or catalog that can hold functions ([`FUNCTION_QUALIFIERS`]).
+/// Any other name stays whole, dotted when qualified (`main.upper`, `a.b.f`, `a.my_macro`: not
+/// known, so judged conservatively).
+fn call_name(idents: &[&str]) -> String {
+    let lower: Vec<String> = idents.iter().map(|p| p.to_lowercase()).collect();
+    if let [first, last] = lower.as_slice()
+        && !FUNCTION_QUALIFIERS.contains(&first.as_str())
+        && (duckdb_one_value(last) || crate::sql::AGGREGATES.contains(&last.as_str()))
+    {
+        return last.clone();
+    }
+    lower.join(".")
 }
 
 /// The names of the functions a sqlparser expression calls without `OVER` (a window function
 /// returns one value per row, whatever it computes), at any depth, a scalar subquery's too
-/// (conservative): each `Function`'s name in lower case, dotted when qualified (`main.f`: a
-/// schema's function is the user's, not a built-in), its JSON text when a part of it is not an
-/// identifier.
+/// (conservative): each `Function`'s name as [`call_name`] reads it (a dot-call `tags.upper()`
+/// is `upper`, a qualified `main.f` stays whole: a schema's function is the user's, not a
+/// built-in), its JSON text when a part of it is not an identifier.
 fn duckdb_functions(v: &Value) -> Vec<String> {
     let mut out = Vec::new();
     fn walk(v: &Value, out: &mut Vec<String>) {
@@ -571,7 +611,7 @@ fn duckdb_functions(v: &Value) -> Vec<String> {
                     let idents: Vec<&str> =
                         parts.iter().filter_map(|p| p.pointer("/Identifier/value").or_else(|| p.get("value")).and_then(Value::as_str)).collect();
                     if !idents.is_empty() && idents.len() == parts.len() {
-                        out.push(idents.join(".").to_lowercase());
+                        out.push(call_name(&idents));
                     } else {
                         out.push(Value::Array(parts.clone()).to_string());
                     }
@@ -996,6 +1036,79 @@ mod tests {
         assert_eq!(changed("SELECT id, tags AS tag FROM s.t", cols2, "SELECT id, my_macro(tags) AS tag FROM s.t", cols2), None);
         // A known scalar function keeps the change confined to its column.
         assert_eq!(changed("SELECT id, tags AS tag FROM s.t", cols2, "SELECT id, upper(coalesce(tags, '')) AS tag FROM s.t", cols2), Some(vec!["tag".into()]));
+    }
+
+    #[test]
+    fn a_dot_call_of_a_known_function_is_that_function() {
+        // DuckDB's `a.f(…)` is `f(a, …)`: an added column calling a known function so keeps the
+        // rows.
+        for f in ["tags.upper()", "l.list_transform(x -> x + 1)", "tags.replace(';', ',')", "ts.strftime('%Y')", "TAGS.Upper()"] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            let v = verdict("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"]);
+            assert!(v.non_breaking, "{f}: {v:?}");
+        }
+        // A dot-call of an aggregate is that aggregate: beside aggregates it keeps the rows,
+        // beside other columns it folds them.
+        let v = verdict("SELECT sum(a) AS s FROM t", &["s"], "SELECT sum(a) AS s, b.max() AS m FROM t", &["s", "m"]);
+        assert!(v.non_breaking, "{v:?}");
+        let v = verdict("SELECT a FROM t", &["a"], "SELECT a, b.max() AS m FROM t", &["a", "m"]);
+        assert!(!v.non_breaking && v.reason.contains("folds its rows"), "{v:?}");
+        // A changed item calling one keeps the change confined to its column.
+        assert_eq!(
+            changed("SELECT id, tags AS tag FROM s.t", &["id", "tag"], "SELECT id, tags.upper() AS tag FROM s.t", &["id", "tag"]),
+            Some(vec!["tag".into()])
+        );
+        // Qualified by a schema or catalog that can hold functions (a user's macro there), by
+        // three parts, or naming no known function: unknown.
+        for f in [
+            "main.upper(tags)",
+            "system.upper(tags)",
+            "temp.upper(tags)",
+            "memory.upper(tags)",
+            "pg_catalog.upper(tags)",
+            "information_schema.upper(tags)",
+            "t.tags.upper()",
+            "tags.my_macro()",
+        ] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            let v = verdict("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"]);
+            assert!(!v.non_breaking && v.reason.contains("does not know to return one value per row"), "{f}: {v:?}");
+        }
+        assert_eq!(changed("SELECT id, tags AS tag FROM s.t", &["id", "tag"], "SELECT id, main.upper(tags) AS tag FROM s.t", &["id", "tag"]), None);
+    }
+
+    #[test]
+    fn set_returning_calls_say_so_and_a_column_named_like_one_is_no_call() {
+        // Each set-returning function is named as one, before the unknown-function check.
+        for f in ["unnest(l)", "unlist(l)", "regexp_split_to_table(tags, ';')", "generate_series(1, 3)", "range(3)", "regexp_matches(tags, 'a')"] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            let v = verdict("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"]);
+            let name = &f[..f.find('(').unwrap()];
+            assert!(!v.non_breaking && v.reason.contains(&format!("calls `{name}`, a set-returning function")), "{f}: {v:?}");
+        }
+        let v = pg_verdict("SELECT a FROM t", &["a"], "SELECT a, generate_series(1, a) AS x FROM t", &["a", "x"]);
+        assert!(!v.non_breaking && v.reason.contains("calls `generate_series`, a set-returning function"), "{v:?}");
+        // A column merely named `range` (or `unnest`) is read, not called: the added column keeps
+        // the rows, and a changed one is confined to its column.
+        for new in [r#"SELECT id, "range" * 2 AS r2 FROM t"#, r#"SELECT id, upper("unnest") AS r2 FROM t"#] {
+            let v = verdict("SELECT id FROM t", &["id"], new, &["id", "r2"]);
+            assert!(v.non_breaking, "{new}: {v:?}");
+        }
+        let v = pg_verdict("SELECT id FROM t", &["id"], r#"SELECT id, "range" * 2 AS r2 FROM t"#, &["id", "r2"]);
+        assert!(v.non_breaking, "{v:?}");
+        assert_eq!(
+            changed(r#"SELECT id, "range" AS r2 FROM s.t"#, &["id", "r2"], r#"SELECT id, "range" * 2 AS r2 FROM s.t"#, &["id", "r2"]),
+            Some(vec!["r2".into()])
+        );
+    }
+
+    #[test]
+    fn duckdbs_mixed_case_scalars_are_known() {
+        for f in ["formatReadableSize(id)", "formatReadableDecimalSize(id)", "id.formatReadableSize()"] {
+            let new = format!("SELECT id, tags, {f} AS x FROM t");
+            let v = verdict("SELECT id, tags FROM t", &["id", "tags"], &new, &["id", "tags", "x"]);
+            assert!(v.non_breaking, "{f}: {v:?}");
+        }
     }
 
     #[test]

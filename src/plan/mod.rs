@@ -871,17 +871,28 @@ pub fn versions(project: &Project, cache: &HashMap<String, String>) -> Result<Ve
 /// Every model's canonical render and its cache key, in topological order (`None` for
 /// externals).
 pub fn rendered_bodies(project: &Project) -> Vec<Option<(String, String)>> {
+    project.dag.models().map(|m| rendered_body(project, m)).collect()
+}
+
+/// One model's canonical render and its cache key, as [`rendered_bodies`] gives them (`None` for
+/// an external).
+pub fn rendered_body(project: &Project, model: &Model) -> Option<(String, String)> {
     let dialect = crate::engine::dialect_for(&project.config).name();
-    project
-        .dag
-        .models()
-        .map(|m| {
-            m.body.as_ref().map(|b| {
-                let r = b.render(&CanonicalResolver);
-                (canon_cache_key(dialect, &r), r)
-            })
-        })
-        .collect()
+    model.body.as_ref().map(|b| {
+        let r = b.render(&CanonicalResolver);
+        (canon_cache_key(dialect, &r), r)
+    })
+}
+
+/// The canonical-body digest of one model as [`versions`] computes it (`keyed`: its
+/// [`rendered_body`]; `cache` first, then the engine's canonical parser), without parsing any
+/// other model's body; `None` for an external.
+///
+/// # Errors
+/// [`PlanError::Sql`] naming the model when its body is not one valid query.
+pub fn digest_of(project: &Project, model: &Model, keyed: Option<(String, String)>, cache: &HashMap<String, String>) -> Result<Option<String>, PlanError> {
+    let (canon, _) = digests(crate::engine::dialect_for(&project.config), &[model], &[keyed], cache, None)?;
+    Ok(canon.into_iter().next().flatten().map(|(_, digest)| digest))
 }
 
 fn versions_keyed(project: &Project, keyed: &[Option<(String, String)>], cache: &HashMap<String, String>) -> Result<Versions, PlanError> {

@@ -902,6 +902,9 @@ pub struct LedgerStats {
     pub failed: usize,
     /// The newest end of a done interval.
     pub done_up_to: Option<Millis>,
+    /// The oldest start of a done interval (done intervals before a `start` moved later count
+    /// in `done` too).
+    pub done_from: Option<Millis>,
 }
 
 /// Who holds a lease.

@@ -664,17 +664,21 @@ impl StateStore for PostgresStore {
             || {
                 let r = self.read(|c| {
                     Ok(c.query_one(
-                        "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'), max(end_ts) FILTER (WHERE status = 'done') \
-                         FROM intervals WHERE name = $1 AND fingerprint = $2",
+                        "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'), max(end_ts) FILTER (WHERE status = 'done'), \
+                         min(start_ts) FILTER (WHERE status = 'done') FROM intervals WHERE name = $1 AND fingerprint = $2",
                         &[&name, &fp],
                     )?)
                 })?;
-                let (done, failed, up_to): (i64, i64, Option<String>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                let (done, failed, up_to, from): (i64, i64, Option<String>, Option<String>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
                 let done_up_to = match up_to {
                     Some(t) => Some(instant(&t, || format!("`{name}` `{fp}`"))?),
                     None => None,
                 };
-                Ok(LedgerStats { done: done as usize, failed: failed as usize, done_up_to })
+                let done_from = match from {
+                    Some(t) => Some(instant(&t, || format!("`{name}` `{fp}`"))?),
+                    None => None,
+                };
+                Ok(LedgerStats { done: done as usize, failed: failed as usize, done_up_to, done_from })
             },
         )
     }

@@ -691,18 +691,22 @@ impl StateStore for SqliteStore {
         self.run(
             || format!("read the ledger of `{name}` `{fp}`"),
             || {
-                let (done, failed, up_to): (i64, i64, Option<String>) = self
+                let (done, failed, up_to, from): (i64, i64, Option<String>, Option<String>) = self
                     .conn
                     .prepare_cached(
-                        "SELECT COALESCE(SUM(status = 'done'), 0), COALESCE(SUM(status = 'failed'), 0), MAX(CASE WHEN status = 'done' THEN end_ts END) \
-                         FROM intervals WHERE name = ?1 AND fingerprint = ?2",
+                        "SELECT COALESCE(SUM(status = 'done'), 0), COALESCE(SUM(status = 'failed'), 0), MAX(CASE WHEN status = 'done' THEN end_ts END), \
+                         MIN(CASE WHEN status = 'done' THEN start_ts END) FROM intervals WHERE name = ?1 AND fingerprint = ?2",
                     )?
-                    .query_row([name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    .query_row([name, fp], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
                 let done_up_to = match up_to {
                     Some(t) => Some(instant(&t, || format!("`{name}` `{fp}`"))?),
                     None => None,
                 };
-                Ok(LedgerStats { done: done as usize, failed: failed as usize, done_up_to })
+                let done_from = match from {
+                    Some(t) => Some(instant(&t, || format!("`{name}` `{fp}`"))?),
+                    None => None,
+                };
+                Ok(LedgerStats { done: done as usize, failed: failed as usize, done_up_to, done_from })
             },
         )
     }
@@ -2784,7 +2788,10 @@ mod tests {
         let ivs = days("2026-01-01", 4);
         store.mark_intervals("a.b", &f, &ivs[..3], IntervalStatus::Done, 0).unwrap();
         store.mark_intervals("a.b", &f, &ivs[3..], IntervalStatus::Failed, 0).unwrap();
-        assert_eq!(store.ledger_stats("a.b", &f).unwrap(), LedgerStats { done: 3, failed: 1, done_up_to: Some(t("2026-01-04")) });
+        assert_eq!(
+            store.ledger_stats("a.b", &f).unwrap(),
+            LedgerStats { done: 3, failed: 1, done_up_to: Some(t("2026-01-04")), done_from: Some(t("2026-01-01")) }
+        );
     }
 
     #[test]

@@ -844,6 +844,7 @@ define_model {
     assert!(e.contains(&format!("audit `{REL}` on model `s.orders`: 1 violating row")), "{e}");
     assert!(e.contains(r#""customer_id":3"#), "{e}");
     assert!(e.contains("these audits read `s.customers`, which this run refreshed"), "{e}");
+    assert!(!e.contains("nothing was promoted"), "a run never promotes: {e}");
     assert_eq!(run.json()["error"]["kind"], "audit", "{}", run.stdout);
     // The refresh itself passed its own audits: it is committed (the environment serves it).
     assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2);
@@ -855,6 +856,42 @@ define_model {
     assert!(clean.stderr.contains("audits run again: `s.customers` changed in this run"), "{}", clean.stderr);
     let v = p.run(&["audit", "prod", "--json"]).expect_code(0).json();
     assert_eq!(violations(&v, "s.orders", REL), 0);
+}
+
+/// `efmesh run` never promotes: a blocking audit failing in its rebuild of a model is reported
+/// without claiming that nothing was promoted; an apply's failure says it.
+#[test]
+fn a_blocking_audit_failing_in_a_run_does_not_say_nothing_was_promoted() {
+    let mut p = project(EngineBackend::DuckDb);
+    p.execute_on_engine("CREATE SCHEMA src; CREATE TABLE src.cust (id INTEGER); INSERT INTO src.cust VALUES (1), (2)");
+    let models = |query: &str| {
+        format!(
+            r#"define_model {{ name = "src.cust", kind = kind.external {{ table = "src.cust" }}, schema = {{ {{ "id", "integer" }} }} }}
+define_model {{
+  name = "s.customers", kind = kind.full(), cron = "@daily", schema = {{ {{ "id", "integer" }} }},
+  audits = {{ audit.not_null("id") }},
+  query = "{query} FROM " .. ref("src.cust"),
+}}
+"#
+        )
+    };
+    p.write("models/c.lua", &models("SELECT id"));
+    p.now = "2026-05-01T10:00:00Z".into();
+    p.apply("prod");
+    p.execute_on_engine("INSERT INTO src.cust VALUES (NULL)");
+    p.now = "2026-05-02T00:10:00Z".into();
+    let run = p.run(&["run", "prod", "--json"]);
+    run.expect_code(1);
+    let e = &run.stderr;
+    assert!(e.contains("1 blocking audit failed:") && e.contains("audit `not_null(id)` on model `s.customers`: 1 violating row"), "{e}");
+    assert!(!e.contains("nothing was promoted"), "a run never promotes: {e}");
+    assert_eq!(run.json()["error"]["kind"], "audit", "{}", run.stdout);
+    assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2, "the rebuild was rolled back");
+    // An apply building a new version fails on the same rows, and says nothing was promoted.
+    p.write("models/c.lua", &models("SELECT id + 0 AS id"));
+    let apply = p.run(&["apply", "prod", "--yes"]);
+    apply.expect_code(1);
+    assert!(apply.stderr.contains("1 blocking audit failed, nothing was promoted:"), "{}", apply.stderr);
 }
 
 fn efmesh_audit_reports_every_failure_when_an_audit_sql_errors(engine: EngineBackend) {
@@ -938,6 +975,49 @@ define_model {
     let e = p.run(&["check"]).expect_code(1).stdout.clone();
     assert!(e.contains("models/orders.lua:4: audit `bad`: `cols()` cannot be used in an audit body"), "{e}");
     assert!(e.contains("models/orders.lua:4: audit `relationships` failed to render its SQL: `to` must be a string"), "{e}");
+}
+
+/// An embedded model whose query uses `@start`/`@end` (`s.e1`), or inlines one that does
+/// (`s.e2`), has no relation outside its reader's batch: an audit on it is a load error at the
+/// audit's `file:line`, never a raw engine error ("Wrong number of parameters") at every apply.
+#[test]
+fn an_audit_on_an_embedded_model_using_interval_bounds_is_a_load_error_at_the_audit() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("data/ev.csv", "day,id,status\n2026-01-01,1,paid\n");
+    p.write("models/raw.sql", "-- name: raw.ev\n-- kind: external(path = data/ev.csv)\n-- schema: day date, id integer, status varchar\n");
+    let e1 = "-- name: s.e1\n-- kind: embedded\n-- schema: day date, id integer, status varchar\n-- refs: raw.ev\n\
+        -- audits: not_null(status)\nSELECT day, id, status FROM @ref(raw.ev) WHERE day >= @start AND day < @end\n";
+    let e2 = "-- name: s.e2\n-- kind: embedded\n-- schema: day date, id integer, status varchar\n-- refs: s.e1\n\
+        -- audits: not_null(id)\nSELECT day, id, status FROM @ref(s.e1)\n";
+    p.write("models/e1.sql", e1);
+    p.write("models/e2.sql", e2);
+    p.write(
+        "models/r.sql",
+        "-- name: s.r\n-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01, grain = day)\n\
+         -- schema: day date, id integer, status varchar\n-- refs: s.e2\nSELECT day, id, status FROM @ref(s.e2)\n",
+    );
+    let out = p.run(&["check"]).expect_code(1).stdout.clone();
+    assert!(
+        out.contains(
+            "models/e1.sql:5: model `s.e1`: audit `not_null(status)`: `s.e1` is embedded and uses `@start`/`@end`: it has no relation to audit outside a batch"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "models/e2.sql:5: model `s.e2`: audit `not_null(id)`: `s.e2` is embedded and inlines `s.e1`, which uses `@start`/`@end`: it has no relation to audit outside a batch"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("audit the models that read it instead"), "{out}");
+    let apply = p.run(&["apply", "dev", "--yes"]);
+    apply.expect_code(1);
+    assert!(!apply.stderr.contains("Wrong number of parameters"), "{}", apply.stderr);
+    assert!(apply.stderr.contains("`s.e1` is embedded and uses `@start`/`@end`"), "{}", apply.stderr);
+    // Without the audits the same models load: the bounds alone are allowed.
+    p.write("models/e1.sql", &e1.replace("-- audits: not_null(status)\n", ""));
+    p.write("models/e2.sql", &e2.replace("-- audits: not_null(id)\n", ""));
+    p.run(&["check"]).expect_code(0);
 }
 
 #[test]
@@ -1092,7 +1172,7 @@ fn efmesh_audit_does_not_run_the_audits_inlining_an_unapplied_edit_of_an_embedde
     run.expect_code(1);
     let v = run.json();
     assert_eq!(v["notRun"], 2, "{v:#}");
-    let why = "`s.e`: the project's definition differs from what `prod` serves; apply it, or audit after";
+    let why = "`s.e`: the project's definition differs from what `prod` serves; apply it (or revert the edit), then audit again";
     for (model, audit) in [("s.e", "not_null(status)"), ("s.k", "relationships(id, s.e)")] {
         let r = result(&v, model, audit);
         assert_eq!((r["notRun"].as_str(), r["runs"].as_u64(), r["violations"].as_u64()), (Some(why), Some(0), Some(0)), "{r:#}");
@@ -1131,7 +1211,7 @@ fn efmesh_audit_does_not_run_the_audits_of_an_external_whose_unapplied_path_diff
     assert_eq!(v["notRun"], 1, "{v:#}");
     assert_eq!(v["blockingViolations"], 0, "{v:#}");
     let r = result(&v, "raw.orders", "not_null(status)");
-    assert_eq!(r["notRun"], "`raw.orders`: the project's definition differs from what `prod` serves; apply it, or audit after", "{r:#}");
+    assert_eq!(r["notRun"], "`raw.orders`: the project's definition differs from what `prod` serves; apply it (or revert the edit), then audit again", "{r:#}");
     assert_eq!(r["runs"], 0, "{r:#}");
     assert!(run.stderr.contains("environment `prod`: 1 audit not run"), "{}", run.stderr);
     let human = p.run(&["audit", "prod"]).expect_code(1).stdout.clone();
@@ -1169,6 +1249,44 @@ fn efmesh_audit_runs_the_audits_of_unchanged_embedded_models_and_externals_as_be
     p.write("models/t.sql", &p.read("models/t.sql").replace("FROM @ref(raw.orders)", "FROM @ref(raw.orders) WHERE id > 0"));
     assert_eq!(action(&p.plan("prod"), "s.e")["change"], "indirect");
     check(&p);
+}
+
+/// An unapplied edit leaving an unrelated model's SQL unparsable does not stop `efmesh audit`:
+/// only the bodies of the embedded models and externals its audits inline are parsed. The
+/// external's audit runs and reports its violation; an embedded model whose own SQL no longer
+/// parses has its audit reported not run, with the parse error as the reason.
+#[test]
+fn efmesh_audit_runs_despite_an_unparsable_unapplied_edit_of_another_model() {
+    let raw = format!("{RAW_ORDERS}-- audits: not_null(status)\n");
+    let p = orders_project(&[
+        ("models/raw.sql", raw.as_str()),
+        ("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: id integer\nSELECT 1 AS id\n"),
+        ("models/e.sql", EMBEDDED_E),
+    ]);
+    p.write("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: id integer\nSELECT 1 AS id FROM WHERE\n");
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["notRun"], 0, "{v:#}");
+    assert_eq!(violations(&v, "raw.orders", "not_null(status)"), 1);
+    assert_eq!(result(&v, "raw.orders", "not_null(status)")["runs"], 1);
+    assert_eq!(violations(&v, "s.e", "not_null(status)"), 1);
+    assert!(run.stderr.contains("environment `prod`: 2 blocking audit violations"), "{}", run.stderr);
+    assert!(!run.stderr.contains("cannot parse") && !run.stderr.contains("models/t.sql"), "{}", run.stderr);
+
+    // `s.e` itself no longer parses: its audit is not run, the reason naming its file; the
+    // external's still runs.
+    p.write("models/e.sql", &EMBEDDED_E.replace("FROM @ref(raw.orders)", "FROM @ref(raw.orders) WHERE"));
+    let run = p.run(&["audit", "prod", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    assert_eq!(v["notRun"], 1, "{v:#}");
+    assert_eq!(violations(&v, "raw.orders", "not_null(status)"), 1);
+    let r = result(&v, "s.e", "not_null(status)");
+    let why = r["notRun"].as_str().unwrap_or_else(|| panic!("{r:#}"));
+    assert!(why.starts_with("`s.e`: the project's definition cannot be parsed, so whether `prod` serves it is not known (models/e.sql:"), "{why}");
+    assert!(why.ends_with("fix it (or revert the edit), then audit again"), "{why}");
+    assert_eq!(r["runs"], 0, "{r:#}");
 }
 
 /// A project for the audits of models that store nothing: a CSV source `raw.orders`, `s.e` of
@@ -1225,6 +1343,7 @@ fn a_run_reading_an_embedded_or_view_model_failing_its_blocking_audit_writes_not
         let e = &r.stderr;
         assert!(e.contains("models/m.lua:") && e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind}: {e}");
         assert!(e.contains("nothing was written"), "{kind}: {e}");
+        assert!(e.contains("hint: fix what they read (or the audit), then run again"), "{kind}: {e}");
         assert_eq!(r.json()["error"]["kind"], "audit", "{kind}: {}", r.stdout);
         assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind}: nothing was written");
         // `efmesh audit` agrees.
@@ -1258,58 +1377,56 @@ fn an_apply_building_from_an_unchanged_embedded_or_view_model_runs_its_blocking_
     }
 }
 
-/// When the `embedded` or `view` model reads a model the same `run` rewrites (`s.f`, on its
-/// cron), its audits run once that model is written, before the write reading it: the new NULL
-/// in `s.f` stops `s.c`'s rebuild (exit 1), and `s.c` serves what it served. (The embedded model
-/// is audited just before `s.c`'s write; the view is rebuilt by the run over `s.f`, its build
-/// running its audits, and is not audited again.)
+/// When the `embedded` model reads a model the same `run` rewrites (`s.f`, on its cron), its
+/// audits run once that model is written, just before the write reading it: the new NULL in
+/// `s.f` stops `s.c`'s rebuild (exit 1), and `s.c` serves what it served. Embedded only: a
+/// `view` model over `s.f` is rebuilt by the run itself (it is downstream of `s.f`), and that
+/// build runs its audits, so a view here would pass without the gate; the tests above cover
+/// views through the gate.
 #[test]
-fn a_run_rewriting_what_an_embedded_or_view_model_reads_audits_it_before_the_write_reading_it() {
-    for kind in ["embedded", "view"] {
-        for jobs in ["1", "2"] {
-            let mut p = Project::new();
-            p.write("data/orders.csv", "id,status\n1,paid\n2,paid\n");
-            storeless(&p, kind, true, "");
-            p.now = "2026-01-01T00:00:00Z".into();
-            p.apply("dev");
-            let served = p.rows(&env_view("dev", "s.c"));
-            p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
-            p.now = "2026-01-02T00:10:00Z".into();
-            let r = p.run(&["run", "dev", "--jobs", jobs]);
-            r.expect_code(1);
-            let e = &r.stderr;
-            assert!(e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind} --jobs {jobs}: {e}");
-            if kind == "embedded" {
-                assert!(e.contains("nothing of `s.c` was written"), "{kind} --jobs {jobs}: {e}");
-            }
-            assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind} --jobs {jobs}: nothing of `s.c` was written");
-        }
+fn a_run_rewriting_what_an_embedded_model_reads_audits_it_before_the_write_reading_it() {
+    let kind = "embedded";
+    for jobs in ["1", "2"] {
+        let mut p = Project::new();
+        p.write("data/orders.csv", "id,status\n1,paid\n2,paid\n");
+        storeless(&p, kind, true, "");
+        p.now = "2026-01-01T00:00:00Z".into();
+        p.apply("dev");
+        let served = p.rows(&env_view("dev", "s.c"));
+        p.write("data/orders.csv", "id,status\n1,paid\n2,\n");
+        p.now = "2026-01-02T00:10:00Z".into();
+        let r = p.run(&["run", "dev", "--jobs", jobs]);
+        r.expect_code(1);
+        let e = &r.stderr;
+        assert!(e.contains("audit `not_null(status)` on model `s.e`: 1 violating row"), "{kind} --jobs {jobs}: {e}");
+        assert!(e.contains("nothing of `s.c` was written"), "{kind} --jobs {jobs}: {e}");
+        assert_eq!(p.rows(&env_view("dev", "s.c")), served, "{kind} --jobs {jobs}: nothing of `s.c` was written");
     }
 }
 
 /// The control: a passing blocking audit of an `embedded` or `view` model blocks nothing, and
 /// its audits run once per command: the warn audit reports once in the `run` (over the source,
-/// and over a model the run rewrites) and once in an `apply` building from it.
+/// and, for the embedded model, over a model the run rewrites) and once in an `apply` building
+/// from it. Not a view over a model the run rewrites: the run rebuilds that view, whose build
+/// runs its audits, so the case would pass without the gate.
 #[test]
 fn a_passing_audit_of_an_embedded_or_view_model_blocks_nothing_and_runs_once() {
-    for kind in ["embedded", "view"] {
-        for through_full in [false, true] {
-            let mut p = Project::new();
-            p.write("data/orders.csv", "id,status\n1,paid\n");
-            storeless(&p, kind, through_full, "");
-            p.now = "2026-01-01T00:00:00Z".into();
-            p.apply("dev");
-            // An `open` order: the warn audit reports it, the blocking one passes.
-            p.write("data/orders.csv", "id,status\n1,paid\n2,open\n");
-            p.now = "2026-01-02T00:10:00Z".into();
-            let r = p.run(&["run", "dev"]);
-            r.expect_code(0);
-            assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
-            assert_eq!(p.rows(&env_view("dev", "s.c")).len(), 2, "{kind} through_full={through_full}: the run rebuilt `s.c`");
-            storeless(&p, kind, through_full, " WHERE id > 0");
-            let r = p.run(&["apply", "dev", "--yes"]);
-            r.expect_code(0);
-            assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
-        }
+    for (kind, through_full) in [("embedded", false), ("embedded", true), ("view", false)] {
+        let mut p = Project::new();
+        p.write("data/orders.csv", "id,status\n1,paid\n");
+        storeless(&p, kind, through_full, "");
+        p.now = "2026-01-01T00:00:00Z".into();
+        p.apply("dev");
+        // An `open` order: the warn audit reports it, the blocking one passes.
+        p.write("data/orders.csv", "id,status\n1,paid\n2,open\n");
+        p.now = "2026-01-02T00:10:00Z".into();
+        let r = p.run(&["run", "dev"]);
+        r.expect_code(0);
+        assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
+        assert_eq!(p.rows(&env_view("dev", "s.c")).len(), 2, "{kind} through_full={through_full}: the run rebuilt `s.c`");
+        storeless(&p, kind, through_full, " WHERE id > 0");
+        let r = p.run(&["apply", "dev", "--yes"]);
+        r.expect_code(0);
+        assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
     }
 }

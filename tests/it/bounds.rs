@@ -171,6 +171,41 @@ fn a_restatement_clears_only_the_intervals_inside_the_models_bounds() {
     status.expect_code(0);
 }
 
+/// `start` moved later (a metadata change: the version and its done days before the new
+/// `start` stay), then a day inside the bounds restated: `status` counts it as a gap, never
+/// offset by the done days before `start`, and the run that recomputes it leaves none.
+#[test]
+fn status_counts_a_restated_day_as_a_gap_after_start_moved_past_done_days() {
+    let mut p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.sql"));
+    p.execute_on_engine(
+        "CREATE SCHEMA raw; CREATE TABLE raw.ev (day date, v bigint); INSERT INTO raw.ev VALUES ('2026-01-01', 1), ('2026-01-05', 5), ('2026-01-06', 6)",
+    );
+    p.write("models/ev.sql", "-- name: s.ev\n-- kind: external(table = raw.ev)\n-- schema: day date, v bigint\n");
+    let daily = |start: &str| {
+        format!(
+            "-- name: t.daily\n-- kind: incremental_by_time_range(time_column = day, start = {start}, grain = day)\n-- schema: day date, v bigint\n-- refs: s.ev\nSELECT day, v FROM @ref(s.ev) WHERE day BETWEEN @start_date AND @end_date\n"
+        )
+    };
+    p.write("models/daily.sql", &daily("2026-01-01"));
+    p.now = "2026-01-10T00:00:00Z".into();
+    p.apply("prod");
+    // Three done days (Jan 1-3) now before `start`; Jan 6 inside the bounds, restated.
+    p.write("models/daily.sql", &daily("2026-01-04"));
+    p.apply("prod");
+    p.run(&["restate", "prod", "--model", "t.daily", "--from", "2026-01-06", "--to", "2026-01-07"]).expect_code(0);
+    let lag = |p: &Project| {
+        let s = p.run(&["status", "prod", "--json"]).expect_code(0).json();
+        let l = &s["lag"][0];
+        (l["model"].as_str().map(str::to_string), l["gaps"].as_i64(), l["behind"].as_i64())
+    };
+    assert_eq!(lag(&p), (Some("t.daily".to_string()), Some(1), Some(0)), "Jan 6 is inside the bounds and not done");
+    let text = p.run(&["status", "prod"]).expect_code(0).stdout.clone();
+    assert!(text.contains("1 day interval(s) before 2026-01-10T00:00:00.000Z not done (restated or failed): the next run recomputes them"), "{text}");
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(lag(&p), (Some("t.daily".to_string()), Some(0), Some(0)), "the run recomputed it");
+}
+
 /// The other order: a restatement first, then `start` moved past the restated days before any
 /// run. The restated days keep their old rows (a run would have replaced them) and no ledger
 /// entry; no run recomputes them now. The plan of the edit says so, beside the done days it

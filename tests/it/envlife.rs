@@ -111,6 +111,16 @@ fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_
     // status says it was dropped; the next janitor has nothing to do; applying creates it again.
     let text = at(&mut p, later, &["status", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("dropped by the janitor"), "{text}");
+    // It serves nothing and every `run dev` exits 2: `--check` is unhealthy (exit 1), as
+    // `schedule dev` warns.
+    let check = at(&mut p, later, &["status", "dev", "--check"]);
+    let said = &check.expect_code(1).stdout;
+    assert!(said.contains("health: unhealthy (environment `dev` was dropped by the janitor at "), "{said}");
+    assert!(said.contains("it serves nothing, every `run dev` exits 2 (`efmesh apply dev` creates it again)"), "{said}");
+    let v = at(&mut p, later, &["status", "dev", "--check", "--json"]).expect_code(1).json();
+    assert_eq!((v["exists"].clone(), v["dropped"].clone(), v["healthy"].clone()), (Value::Bool(true), Value::Bool(true), Value::Bool(false)), "{v:#}");
+    assert!(v["problems"][0].as_str().unwrap_or_default().contains("was dropped by the janitor at "), "{v:#}");
+    at(&mut p, later, &["run", "dev"]).expect_code(2);
     // Judged as of `later`, stamped with the real clock: never a drop in the future.
     let status = at(&mut p, later, &["status", "dev", "--json"]).expect_code(0).json();
     let dropped_at = efmesh::core::interval::parse_instant(status["expiry"]["droppedAt"].as_str().expect("droppedAt")).unwrap();
@@ -454,7 +464,8 @@ fn rewrite_day_2(p: &Project) {
 /// that nothing was imported and the ways out (`--engine-ahead` among them); the state store
 /// and the database file are left as they were (the restored ledger would have called day 2
 /// done as the export describes it while `prod` serves the run's rows, and plan, `status
-/// --check` and run would have seen nothing). `--engine-ahead` imports it, with a warning.
+/// --check` and run would have seen nothing), the message saying the ledger may call replaced
+/// intervals done. `--engine-ahead` imports it, with a warning.
 #[test]
 fn an_older_export_onto_an_engine_holding_later_writes_is_refused_and_nothing_changes() {
     let p = sample_project();
@@ -477,6 +488,8 @@ fn an_older_export_onto_an_engine_holding_later_writes_is_refused_and_nothing_ch
     for wanted in [ahead.as_str(), "nothing was imported", "from the same moment", "move it aside", "--engine-ahead"] {
         assert!(r.stderr.contains(wanted), "{wanted}: {r:#?}");
     }
+    // Worded as what may be wrong: a run that only computed new intervals replaced none.
+    assert!(r.stderr.contains("the restored ledger may call done intervals those writes replaced"), "{r:#?}");
     let json = p.run(&["state", "import", "backup.json", "--force", "--json"]);
     json.expect_code(1);
     let v = json.json();
@@ -642,7 +655,7 @@ fn status_check_of_an_environment_the_store_never_held_exits_1_naming_the_one_me
     assert!(v["problems"][0].as_str().unwrap_or_default().contains("every `run prd` exits 2"), "{v:#}");
     // An existing environment is as before.
     let v = p.run(&["status", "prod", "--check", "--json"]).expect_code(0).json();
-    assert_eq!((v["exists"].clone(), v["didYouMean"].clone()), (Value::Bool(true), Value::Null), "{v:#}");
+    assert_eq!((v["exists"].clone(), v["didYouMean"].clone(), v["dropped"].clone()), (Value::Bool(true), Value::Null, Value::Bool(false)), "{v:#}");
 }
 
 /// An invalidated environment whose versions `prod` serves too: the janitor drops its views and

@@ -538,6 +538,9 @@ define_model { name = "m.daily", kind = kind.incremental_by_time_range { time_co
     let r = p.run(&["run", "prod"]);
     r.expect_code(1);
     assert!(r.stderr.contains("relationships") && r.stderr.contains("nothing was written"), "{}", r.stderr);
+    // Every failure is the source's: the hint says to fix the source.
+    assert!(r.stderr.contains("1 blocking audit of the sources this run reads failed"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint: fix the source (or the audit), then run again"), "{}", r.stderr);
     assert_eq!(p.rows("\"m\".\"daily\""), daily, "no interval was computed over the orphan");
 }
 

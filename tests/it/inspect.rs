@@ -82,7 +82,8 @@ fn diff_lists_models_added_removed_and_at_another_version_between_two_environmen
 /// `apply dev` stopped right after its view swap (`EFMESH_FAULT=after-view-swap`): `dev`'s
 /// pointers still name the old `s.b` while its views serve the new one. `diff` (state only, no
 /// engine) still compares the pointers, and says the promotion is under way, naming `s.b`, in
-/// the text and in `promotionsUnderWay`; once a command that reads views undid it, no more.
+/// the text and in `promotionsUnderWay` (with `--model`, only when it changes a model asked
+/// for); once a command that reads views undid it, no more.
 #[test]
 fn diff_warns_of_an_interrupted_promotion_whose_views_may_differ_from_its_pointers() {
     let p = Project::new();
@@ -106,6 +107,12 @@ fn diff_warns_of_an_interrupted_promotion_whose_views_may_differ_from_its_pointe
         text.contains("`dev`'s views may serve other versions than its pointers compared here (`s.b`) until the next command undoes the interrupted promotion"),
         "{text}"
     );
+    // `--model` lists only the models asked for: a promotion changing none of them is not said.
+    let v = p.run(&["diff", "prod", "dev", "--model", "s.a", "--json"]).expect_code(0).json();
+    assert_eq!(v["promotionsUnderWay"], serde_json::json!([]), "{v:#}");
+    assert!(!p.run(&["diff", "prod", "dev", "--model", "s.a"]).expect_code(0).stdout.contains("warning:"));
+    let v = p.run(&["diff", "prod", "dev", "--model", "s.b,s.a", "--json"]).expect_code(0).json();
+    assert_eq!(v["promotionsUnderWay"][0]["models"], serde_json::json!(["s.b"]), "{v:#}");
 
     // `status dev` reads views: it undoes the promotion first; diff has nothing to warn of.
     p.run(&["status", "dev"]).expect_code(0);

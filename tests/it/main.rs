@@ -23,6 +23,7 @@ mod examples;
 mod extensions;
 mod externals;
 mod fingerprint;
+mod function_lists;
 mod generations;
 mod graph;
 mod honesty;
