@@ -152,14 +152,15 @@ pub const DATA_PATH_MISMATCH: &str = "records its data path";
 const PROBE_ALIAS: &str = "_efmesh_ducklake_probe";
 
 /// Whether the existing DuckLake catalog `target` records another data path than `configured`
-/// (both ending in `/`) because the project moved with it: the recorded local directory is gone
-/// and the configured one exists. `false` when they agree, when the local catalog file does not
+/// (both ending in `/`) that is nonetheless the catalog's: the same directory spelled otherwise
+/// (a symlink, `..`), or a directory holding the catalog's current files (the project moved or
+/// was copied with its data path), or one existing while the catalog has no file to split. `false` when they agree, when the local catalog file does not
 /// exist yet, when it is attached already, and for a catalog in Postgres. A catalog records its data path, absolute, when it is
 /// created, and its files relative to it, so after a move its record names the old place.
 ///
 /// # Errors
-/// Any other disagreement — `data_path` edited or removed while the recorded directory is still
-/// there, a directory that is not there at either place, an `s3://` path — names both paths and
+/// Any other disagreement — `data_path` edited or removed while the catalog's files are under
+/// the recorded directory, files at neither place, an `s3://` path — names both paths and
 /// the ways forward: DuckLake keeps each table's files under one data path, so attaching
 /// through another would split a table between the two (new files under the configured path,
 /// the old ones unreadable through it). Failures to read the record are reported too.
@@ -179,10 +180,20 @@ fn data_path_moved(config: &crate::config::Config, engine: &mut dyn Engine, targ
     engine
         .execute_secret(what, &format!("ATTACH {} AS {} (READ_ONLY)", quote_literal(target), quote_ident(PROBE_ALIAS)))
         .map_err(|e| format!("cannot attach the DuckLake catalog {} read-only: {}", catalog_location(config), e.message))?;
-    let recorded =
-        engine.query(&format!("SELECT value FROM {}.ducklake_metadata WHERE key = 'data_path'", quote_ident(&format!("__ducklake_metadata_{PROBE_ALIAS}"))));
+    let meta = quote_ident(&format!("__ducklake_metadata_{PROBE_ALIAS}"));
+    let recorded = engine.query(&format!("SELECT value FROM {meta}.ducklake_metadata WHERE key = 'data_path'"));
+    // A few of the catalog's current files, relative to its data path (schema, table and file
+    // paths relative, as DuckLake writes them): where they are tells a move or a copy from an
+    // edited `data_path`.
+    let files = engine.query(&format!(
+        "SELECT s.path || t.path || f.path FROM {meta}.ducklake_data_file f \
+         JOIN {meta}.ducklake_table t ON t.table_id = f.table_id AND t.end_snapshot IS NULL \
+         JOIN {meta}.ducklake_schema s ON s.schema_id = t.schema_id AND s.end_snapshot IS NULL \
+         WHERE f.end_snapshot IS NULL AND f.path_is_relative AND t.path_is_relative AND s.path_is_relative LIMIT 5"
+    ));
     let detached = engine.execute(&format!("DETACH {}", quote_ident(PROBE_ALIAS)));
-    let recorded = recorded.map_err(|e| format!("cannot read the data path the DuckLake catalog {} records: {}", catalog_location(config), e.message))?;
+    let unread = |e: crate::engine::EngineError| format!("cannot read the data path the DuckLake catalog {} records: {}", catalog_location(config), e.message);
+    let (recorded, files) = (recorded.map_err(unread)?, files.map_err(unread)?);
     detached.map_err(|e| format!("cannot detach the DuckLake catalog {} after reading its data path: {}", catalog_location(config), e.message))?;
     let Some(recorded) = recorded.into_iter().next().and_then(|r| r.into_iter().next().flatten()) else { return Ok(false) };
     let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
@@ -190,11 +201,29 @@ fn data_path_moved(config: &crate::config::Config, engine: &mut dyn Engine, targ
         return Ok(false);
     }
     let local = |p: &str| !p.contains("://");
-    if local(&recorded) && local(configured) && !std::path::Path::new(&recorded).exists() && std::path::Path::new(configured).is_dir() {
-        return Ok(true);
+    let files: Vec<String> = files.into_iter().filter_map(|r| r.into_iter().next().flatten()).collect();
+    let under = |dir: &str| !files.is_empty() && files.iter().all(|f| std::path::Path::new(dir).join(f).is_file());
+    if local(&recorded) && local(configured) {
+        // The same directory spelled otherwise (through a symlink, with `..`), or the catalog's
+        // files under the configured one (the project moved or was copied with its data path),
+        // or no file to split (every row inlined in the catalog, or no table yet).
+        let canonical = |p: &str| fs_err::canonicalize(p).ok();
+        let same_dir = canonical(&recorded).is_some_and(|r| canonical(configured).is_some_and(|c| c == r));
+        if same_dir || under(configured) || (files.is_empty() && std::path::Path::new(configured).is_dir()) {
+            return Ok(true);
+        }
     }
+    let hint = if local(&recorded) && under(&recorded) {
+        format!(
+            "this catalog's files are under `{recorded}`: if this project owns that directory, set `data_path` back to it (without `data_path`, DuckLake's default is `<catalog>.files/`); if this project is a copy of another, copy that directory to `{configured}` too — two catalogs must never share a data path (the janitor of one would delete the other's files)"
+        )
+    } else {
+        format!(
+            "neither `{recorded}` nor `{configured}` holds this catalog's files: restore its data directory at `{configured}` (a project moved or copied with it is attached at its new place)"
+        )
+    };
     Err(format!(
-        "the DuckLake catalog {} {DATA_PATH_MISMATCH} `{recorded}`, but `[ducklake] data_path` in `{}` names `{configured}`: DuckLake keeps each table's files under one data path, so efmesh neither reads nor writes through another (a table would be split between the two)\n  hint: set `data_path` back to `{recorded}` (without `data_path`, DuckLake's default is `<catalog>.files/`), or move that directory to `{configured}`; a project moved with its catalog and data path (the recorded directory gone, the configured one there) is attached at its new place",
+        "the DuckLake catalog {} {DATA_PATH_MISMATCH} `{recorded}`, but `[ducklake] data_path` in `{}` names `{configured}`: DuckLake keeps each table's files under one data path, so efmesh neither reads nor writes through another (a table would be split between the two)\n  hint: {hint}",
         catalog_location(config),
         config.path.display()
     ))

@@ -198,7 +198,7 @@ pub enum ApplyError {
     /// Blocking audits of external sources an apply or run reads into tables an environment
     /// serves, or of `embedded` and `view` models its writes read over nothing it writes, failed
     /// before anything was written ([`source_gate`], [`storeless_gate`]).
-    #[error("{} blocking audit{} of the {} this {during} reads failed, nothing was written:{}\n  hint: fix {} (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, if *.sources { "sources" } else { "sources and models" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>(), if *.sources { "the source" } else { "what they read" })]
+    #[error("{} blocking audit{} of the {} this {during} reads failed, nothing was written:{}\n  hint: fix {} (or the audit), then {during} again", .failures.len(), if .failures.len() == 1 { "" } else { "s" }, if *.sources { "sources" } else { "models" }, .failures.iter().map(|f| format!("\n  {}", f.describe())).collect::<String>(), match (*.sources, .failures.len()) { (true, 1) => "the source", (true, _) => "the sources", _ => "what they read" })]
     SourceAudit {
         /// `apply` or `run`.
         during: &'static str,
@@ -262,6 +262,9 @@ pub enum ApplyError {
     /// started after it, nothing was promoted.
     #[error("{} failures; nothing was promoted:\n{}", .0.len(), render_several(.0))]
     Several(Vec<ApplyError>),
+    /// [`ApplyError::Several`] in `run`, which never promotes ([`ApplyError::in_run`]).
+    #[error("{} failures:\n{}", .0.len(), render_several(.0))]
+    SeveralInRun(Vec<ApplyError>),
     /// A model of the plan needs a feature the engine does not have (the parquet lake on
     /// Postgres, say): nothing was done.
     #[error("{location}: model `{model}` needs {feature}, which the {engine} engine does not have; nothing was done")]
@@ -319,7 +322,7 @@ impl ApplyError {
         match self {
             ApplyError::Audit { model, interval, failure } => ApplyError::Audit { model, interval, failure: failure.in_run() },
             ApplyError::RunAudit { model, written, failure } => ApplyError::RunAudit { model, written, failure: failure.in_run() },
-            ApplyError::Several(all) => ApplyError::Several(all.into_iter().map(ApplyError::in_run).collect()),
+            ApplyError::Several(all) | ApplyError::SeveralInRun(all) => ApplyError::SeveralInRun(all.into_iter().map(ApplyError::in_run).collect()),
             other => other,
         }
     }

@@ -53,7 +53,7 @@ impl ApplyError {
         match self {
             ApplyError::Engine(e) | ApplyError::Build { error: e, .. } => e.transient || is_transient_message(&e.message),
             ApplyError::State(s) => s.is_busy(),
-            ApplyError::Several(all) => all.iter().all(ApplyError::is_transient),
+            ApplyError::Several(all) | ApplyError::SeveralInRun(all) => all.iter().all(ApplyError::is_transient),
             _ => false,
         }
     }

@@ -77,7 +77,7 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
             .or_else(|| match e.downcast_ref::<crate::apply::ApplyError>() {
                 Some(crate::apply::ApplyError::State(s)) => Some(s),
                 // The first failure of a parallel apply that carries a hint.
-                Some(crate::apply::ApplyError::Several(all)) => all.iter().find_map(|a| match a {
+                Some(crate::apply::ApplyError::Several(all) | crate::apply::ApplyError::SeveralInRun(all)) => all.iter().find_map(|a| match a {
                     crate::apply::ApplyError::State(s) if s.hint().is_some() => Some(s),
                     _ => None,
                 }),
@@ -116,7 +116,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
         ApplyError::State(_) => "state",
-        ApplyError::Several(all) => {
+        ApplyError::Several(all) | ApplyError::SeveralInRun(all) => {
             let kinds: std::collections::BTreeSet<&str> = all.iter().map(apply_error_kind).collect();
             // A lost lease says what to do next whatever else failed.
             if kinds.contains("reclaimed") {

@@ -872,6 +872,11 @@ define_model {{
   audits = {{ audit.not_null("id") }},
   query = "{query} FROM " .. ref("src.cust"),
 }}
+define_model {{
+  name = "s.others", kind = kind.full(), cron = "@daily", schema = {{ {{ "id", "integer" }} }},
+  audits = {{ audit.not_null("id") }},
+  query = "SELECT id FROM " .. ref("src.cust"),
+}}
 "#
         )
     };
@@ -880,13 +885,17 @@ define_model {{
     p.apply("prod");
     p.execute_on_engine("INSERT INTO src.cust VALUES (NULL)");
     p.now = "2026-05-02T00:10:00Z".into();
-    let run = p.run(&["run", "prod", "--json"]);
+    let run = p.run(&["run", "prod", "--json", "--jobs", "1"]);
     run.expect_code(1);
     let e = &run.stderr;
-    assert!(e.contains("1 blocking audit failed:") && e.contains("audit `not_null(id)` on model `s.customers`: 1 violating row"), "{e}");
+    assert!(e.contains("1 blocking audit failed:") && e.contains("audit `not_null(id)` on model `s.") && e.contains(": 1 violating row"), "{e}");
     assert!(!e.contains("nothing was promoted"), "a run never promotes: {e}");
     assert_eq!(run.json()["error"]["kind"], "audit", "{}", run.stdout);
     assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2, "the rebuild was rolled back");
+    // Two models failing at once in a parallel run: the several failures' header neither.
+    let several = p.run(&["run", "prod", "--jobs", "2"]);
+    several.expect_code(1);
+    assert!(several.stderr.contains("2 failures:") && !several.stderr.contains("nothing was promoted"), "{}", several.stderr);
     // An apply building a new version fails on the same rows, and says nothing was promoted.
     p.write("models/c.lua", &models("SELECT id + 0 AS id"));
     let apply = p.run(&["apply", "prod", "--yes"]);

@@ -465,12 +465,12 @@ fn a_new_ducklake_catalog_is_not_refused_as_older_than_the_state_store() {
     p.run(&["status", "dev", "--check"]).expect_code(0);
 }
 
-/// A project moved with its DuckLake catalog and its relative data path (a copy, a restored
-/// backup): the catalog still records the old absolute data path, yet `status --check`, a read of
-/// the environment's view and an apply writing a new version all work at the new place, reading
-/// and writing the files under the new data path (every attach names the configured data path
-/// and overrides the record). Without the override the apply was refused by DuckLake and reads
-/// went to the old place.
+/// A project moved with its DuckLake catalog and its relative data path (a restored backup): the
+/// catalog still records the old absolute data path, yet `status --check`, a read of the
+/// environment's view and an apply writing a new version all work at the new place, reading and
+/// writing the files under the new data path (the configured directory holds the catalog's
+/// files: attached there, overriding the record). Without the override the apply was refused by
+/// DuckLake and reads went to the old place.
 #[test]
 fn a_moved_ducklake_project_reads_and_writes_its_data_path_at_the_new_place() {
     let outer = tempfile::Builder::new().prefix("efmesh-it-dlmove-").tempdir().expect("temp dir");
@@ -512,6 +512,54 @@ fn a_moved_ducklake_project_reads_and_writes_its_data_path_at_the_new_place() {
     sum_of(3, &env_view("prod", "m.big"));
     assert!(!old.exists(), "nothing was written at the old place");
     run(&new, &["status", "prod", "--check"]).expect_code(0);
+}
+
+/// A project copied with its DuckLake catalog and relative data path (both places exist): the
+/// copy is attached at its own data path, which holds the catalog's files, and writes there; the
+/// original keeps serving its own rows. A project reached through a symlink attaches as usual.
+#[test]
+fn a_copied_or_symlinked_ducklake_project_uses_its_own_data_path() {
+    let outer = tempfile::Builder::new().prefix("efmesh-it-dlcopy-").tempdir().expect("temp dir");
+    let (orig, copy, link) = (outer.path().join("orig"), outer.path().join("copy"), outer.path().join("link"));
+    fs_err::create_dir_all(orig.join("models")).unwrap();
+    fs_err::write(orig.join("efmesh.toml"), format!("{CONFIG}\n{DL_CONFIG}")).unwrap();
+    fs_err::write(orig.join("models/m.lua"), big_model(1)).unwrap();
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .current_dir(dir)
+            .args(["--config", "efmesh.toml"])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("spawn efmesh");
+        Run::from_output(out, format!("efmesh {} (in {})", args.join(" "), dir.display()))
+    };
+    run(&orig, &["apply", "prod", "--yes"]).expect_code(0);
+    copy_dir(&orig, &copy);
+    std::os::unix::fs::symlink(&orig, &link).unwrap();
+    let sum_of = |dir: &std::path::Path, relation: &str| {
+        let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &efmesh::config::EngineSection::default()).expect("open duckdb");
+        db.execute(&format!(
+            "ATTACH 'ducklake:{}' AS \"_efmesh_ducklake\" (DATA_PATH '{}/', OVERRIDE_DATA_PATH true)",
+            dir.join("catalog/lake.ducklake").display(),
+            dir.join("lake_data").display()
+        ))
+        .expect("attach");
+        db.query(&format!("SELECT CAST(sum(n) AS VARCHAR) FROM {relation}")).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let sum = (0..1000).sum::<i64>();
+    fs_err::write(copy.join("models/m.lua"), big_model(3)).unwrap();
+    run(&copy, &["apply", "prod", "--yes"]).expect_code(0);
+    run(&copy, &["status", "prod", "--check"]).expect_code(0);
+    assert_eq!(sum_of(&copy, &env_view("prod", "m.big")), vec![vec![Some((3 * sum).to_string())]], "the copy serves its new version");
+    assert_eq!(sum_of(&orig, &env_view("prod", "m.big")), vec![vec![Some(sum.to_string())]], "the original keeps its rows");
+    run(&orig, &["status", "prod", "--check"]).expect_code(0);
+    // Through the symlink: the same directory spelled otherwise.
+    run(&link, &["status", "prod", "--check"]).expect_code(0);
+    fs_err::write(link.join("models/m.lua"), big_model(2)).unwrap();
+    run(&link, &["apply", "prod", "--yes"]).expect_code(0);
+    assert_eq!(sum_of(&orig, &env_view("prod", "m.big")), vec![vec![Some((2 * sum).to_string())]]);
 }
 
 /// `[ducklake] data_path` edited while the recorded directory is still there: every command

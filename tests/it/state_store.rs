@@ -200,14 +200,15 @@ fn the_ledger_records_failed_then_done_per_name_and_fingerprint_and_clears_range
     store.mark_intervals("m.x", &a, &days("2026-01-01", 3), IntervalStatus::Failed, t("2026-01-05")).unwrap();
     assert!(store.done_intervals("m.x", &a).unwrap().is_empty());
     let stats = store.ledger_stats("m.x", &a).unwrap();
-    assert_eq!((stats.done, stats.failed, stats.done_up_to), (0, 3, None));
+    assert_eq!((stats.done, stats.failed, stats.done_up_to, stats.done_from), (0, 3, None, None));
     store.mark_intervals("m.x", &a, &days("2026-01-02", 3), IntervalStatus::Done, t("2026-01-06")).unwrap();
     store.mark_intervals("m.y", &a, &days("2026-01-09", 1), IntervalStatus::Done, t("2026-01-06")).unwrap();
     store.mark_intervals("m.x", &other, &days("2026-01-20", 1), IntervalStatus::Done, t("2026-01-06")).unwrap();
     let done: Vec<i64> = store.done_intervals("m.x", &a).unwrap().into_iter().collect();
     assert_eq!(done, vec![t("2026-01-02"), t("2026-01-03"), t("2026-01-04")]);
     let stats = store.ledger_stats("m.x", &a).unwrap();
-    assert_eq!((stats.done, stats.failed, stats.done_up_to), (3, 1, Some(t("2026-01-05"))));
+    // The oldest DONE start: the failed Jan 1 before it does not count.
+    assert_eq!((stats.done, stats.failed, stats.done_up_to, stats.done_from), (3, 1, Some(t("2026-01-05")), Some(t("2026-01-02"))));
     let all = store.all_done_intervals().unwrap();
     assert_eq!(all.len(), 3, "keyed by name AND fingerprint: {all:?}");
     assert_eq!(all[&("m.y".to_string(), a.clone())], BTreeSet::from([t("2026-01-09")]));
