@@ -53,6 +53,21 @@ pub const DAY_MS: f64 = 86_400_000.0;
 /// The default `--ttl`, in days (sqlmesh's default snapshot TTL).
 pub const DEFAULT_TTL_DAYS: f64 = 7.0;
 
+/// `--ttl` in days: a plain number is days (`7`, `0.5`, `0`), anything else a duration as the
+/// configuration's `[environments] ttl` spells it (`7d`, `12h`, `2w`, `90m`:
+/// [`crate::core::interval::parse_duration`]).
+///
+/// # Errors
+/// Text that is neither a number nor a duration, naming the units.
+pub fn parse_ttl_days(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    if let Ok(days) = t.parse::<f64>() {
+        return Ok(days);
+    }
+    let d = crate::core::interval::parse_duration(t).map_err(|e| format!("{e}; a plain number is days"))?;
+    Ok(d.as_secs_f64() / 86_400.0)
+}
+
 /// How long the janitor waits for an engine file another process holds, at most.
 pub const ENGINE_WAIT: Duration = Duration::from_secs(5);
 
@@ -1237,6 +1252,17 @@ mod tests {
             created_at: created.into(),
             released_at: released.map(Into::into),
         }
+    }
+
+    /// `--ttl` takes the configuration's duration spellings (`7d`, `12h`, `2w`), and a plain
+    /// number stays days (`7d` was refused as "invalid float literal").
+    #[test]
+    fn the_ttl_flag_takes_days_or_a_duration_as_the_configuration_spells_it() {
+        for (text, days) in [("7", 7.0), ("0.5", 0.5), ("0", 0.0), ("7d", 7.0), ("12h", 0.5), ("2w", 14.0), ("36h", 1.5), (" 1d ", 1.0)] {
+            assert_eq!(parse_ttl_days(text), Ok(days), "{text}");
+        }
+        let e = parse_ttl_days("7 parsecs").unwrap_err();
+        assert!(e.contains("unit must be ms, s, m, h, d or w") && e.contains("a plain number is days"), "{e}");
     }
 
     fn phys(model: &str, f: &str) -> String {

@@ -195,8 +195,9 @@ pub enum Command {
     /// Drop the physical storage (tables, views, lake version directories, DuckLake tables) no
     /// environment reaches any more and older than the ttl, and orphans the state store does not know.
     Janitor {
-        /// Keep versions that stopped being served (or were created) less than this many days ago (fractions allowed; 0 collects at once).
-        #[arg(long, value_name = "DAYS", default_value_t = crate::janitor::DEFAULT_TTL_DAYS)]
+        /// Keep versions that stopped being served (or were created) less than this long ago: days
+        /// (fractions allowed; 0 collects at once) or a duration as `[environments] ttl` spells it (`7d`, `12h`, `2w`).
+        #[arg(long, value_name = "DAYS", default_value_t = crate::janitor::DEFAULT_TTL_DAYS, value_parser = crate::janitor::parse_ttl_days)]
         ttl: f64,
         /// List what would be dropped; claim and drop nothing.
         #[arg(long, conflicts_with = "adopt")]

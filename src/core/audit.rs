@@ -329,6 +329,45 @@ impl AuditSql {
         out
     }
 
+    /// Each `@word` of its literal SQL outside string literals, quoted identifiers and comments,
+    /// once, as written: `@name`, or `@name(…)` for a call. Nothing gives them a meaning in a Lua
+    /// or Rhai body's SQL (macros are not expanded there; the relation under audit is the body's
+    /// first argument, not a marker), and DuckDB and Postgres read `@x` as `abs(x)`: `WHERE
+    /// @sign(c) < 0` would never hold, the audit passing falsely. Operators (`@>`, `<@`, `@@`)
+    /// are no words.
+    pub fn at_words(&self) -> Vec<String> {
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
+        // (Not the end of an operator: `<@`, `^@`, `@@`, `&@`, …)
+        let operator = |b: u8| word(b) || b"@<^&|~!#?".contains(&b);
+        // One text: a literal or comment may span the relation or a `ref()` (each a plain token).
+        let s: String = self.0.iter().map(|p| if let AuditPart::Text(t) = p { t.as_str() } else { " r " }).collect();
+        let bytes = s.as_bytes();
+        let mut out: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if let Some(end) = crate::core::fragment::skip_literal_or_comment(bytes, i) {
+                i = end;
+                continue;
+            }
+            let starts = bytes[i] == b'@'
+                && (i == 0 || !operator(bytes[i - 1]))
+                && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80);
+            if starts {
+                let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
+                let name = &s[i + 1..i + 1 + len];
+                let call = bytes[i + 1 + len..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
+                let shown = if call { format!("@{name}(…)") } else { format!("@{name}") };
+                if !out.contains(&shown) {
+                    out.push(shown);
+                }
+                i += 1 + len;
+                continue;
+            }
+            i += 1;
+        }
+        out
+    }
+
     /// The models the SQL references besides the relation under audit.
     pub fn refs(&self) -> impl Iterator<Item = &RefSite> {
         self.0.iter().filter_map(|p| match p {
@@ -571,6 +610,19 @@ mod tests {
         let joined = AuditSql::parse(&format!("SELECT * FROM {THIS} AS c WHERE NOT EXISTS (SELECT 1 FROM \u{1}0\u{2} AS p)"), &marker).unwrap();
         assert_eq!(joined.refs().map(|r| r.target.to_string()).collect::<Vec<_>>(), ["s.p"]);
         assert_eq!(joined.render("t", &|m| format!("v_{}", m.table())), "SELECT * FROM t AS c WHERE NOT EXISTS (SELECT 1 FROM v_p AS p)");
+    }
+
+    #[test]
+    fn at_words_are_the_words_and_calls_outside_literals_comments_and_operators() {
+        let marker = |_: &str| -> Result<RefSite, String> { Err("no ref".into()) };
+        let sql = AuditSql::parse(
+            &format!("SELECT * FROM {THIS} WHERE @sign (c) < 0 AND @c < 0 OR @c > 1 AND '@x' <> \"@y\" AND j @> k AND k <@ j AND t @@ q -- @z\n"),
+            &marker,
+        )
+        .unwrap();
+        assert_eq!(sql.at_words(), ["@sign(…)", "@c"]);
+        let plain = AuditSql::parse(&format!("SELECT * FROM {THIS} WHERE abs(c) < 0 AND x@y"), &marker).unwrap();
+        assert!(plain.at_words().is_empty(), "{:?}", plain.at_words());
     }
 }
 

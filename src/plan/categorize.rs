@@ -52,6 +52,11 @@ pub struct Definition<'a> {
     /// ([`crate::sql::fingerprint::statements_payload`]); `None` when there are none or they are
     /// metadata.
     pub statements: Option<&'a Value>,
+    /// True when the model has any pre/post statement, data-relevant or metadata: a statement
+    /// acting on the model's own table (`DELETE FROM @this WHERE …`, `UPDATE @this SET …`) may
+    /// read or write any column, so no change of the model is confined to some columns
+    /// ([`changed_columns`]).
+    pub has_statements: bool,
 }
 
 /// Compares an old and a new definition of the same model whose fingerprints differ by more than
@@ -135,11 +140,13 @@ pub fn compare(old: &Definition<'_>, new: &Definition<'_>) -> OwnChange {
 /// `GROUP BY`, a changed item that aggregates without `GROUP BY`, calls a set-returning
 /// function or any function not known to return one value per row ([`unknown_function`]), a clause outside the select list that names a changed column (DuckDB lets `WHERE`,
 /// `HAVING`, `QUALIFY` and `ORDER BY` read select-list aliases), or a changed column the kind
-/// keys rows by (`key_columns`: a time column, a unique key).
+/// keys rows by (`key_columns`: a time column, a unique key). Also `None` when either version
+/// has pre/post statements ([`Definition::has_statements`], even metadata ones): they run on the
+/// model's own table and may delete or rewrite rows by any column.
 ///
 /// Children that read none of these columns keep their data (the plan's column impact, SPEC §4).
 pub fn changed_columns(old: &Definition<'_>, new: &Definition<'_>, key_columns: &[String]) -> Option<std::collections::BTreeSet<String>> {
-    if old.kind != new.kind || old.grain != new.grain || old.statements != new.statements {
+    if old.kind != new.kind || old.grain != new.grain || old.statements != new.statements || old.has_statements || new.has_statements {
         return None;
     }
     let old_ast: Value = serde_json::from_str(old.canonical?).ok()?;
@@ -827,7 +834,7 @@ mod tests {
     use serde_json::json;
 
     fn def<'a>(c: &'a str, schema: &'a [(String, String)], kind: &'a Value) -> Definition<'a> {
-        Definition { canonical: Some(c), kind, schema, grain: &[], statements: None }
+        Definition { canonical: Some(c), kind, schema, grain: &[], statements: None, has_statements: false }
     }
     fn cols(names: &[&str]) -> Vec<(String, String)> {
         names.iter().map(|n| (n.to_string(), "bigint".to_string())).collect()
@@ -888,6 +895,25 @@ mod tests {
         let (oc, nc) = (canonicalize("SELECT id, a AS b FROM s.t").unwrap().text, canonicalize("SELECT id + 1 AS id, a AS b FROM s.t").unwrap().text);
         let sc = cols(&["id", "b"]);
         assert_eq!(changed_columns(&def(&oc, &sc, &k), &def(&nc, &sc, &k), &["id".to_string()]), None);
+    }
+
+    #[test]
+    fn a_model_with_pre_or_post_statements_names_no_columns() {
+        /// The definition with statements.
+        fn with(d: Definition<'_>) -> Definition<'_> {
+            Definition { has_statements: true, ..d }
+        }
+        // `DELETE FROM @this WHERE label = 'open'` (metadata, so `statements` is `None`): a change
+        // of `label` alone may delete rows, so no column impact; either version having statements
+        // is enough.
+        let k = json!({"tag": "full"});
+        let sc = cols(&["id", "label", "cents"]);
+        let oc = canonicalize("SELECT id, upper(status) AS label, amount_cents AS cents FROM raw.orders").unwrap().text;
+        let nc = canonicalize("SELECT id, lower(status) AS label, amount_cents AS cents FROM raw.orders").unwrap().text;
+        assert_eq!(changed_columns(&def(&oc, &sc, &k), &def(&nc, &sc, &k), &[]), Some(std::collections::BTreeSet::from(["label".to_string()])));
+        assert_eq!(changed_columns(&with(def(&oc, &sc, &k)), &with(def(&nc, &sc, &k)), &[]), None);
+        assert_eq!(changed_columns(&def(&oc, &sc, &k), &with(def(&nc, &sc, &k)), &[]), None);
+        assert_eq!(changed_columns(&with(def(&oc, &sc, &k)), &def(&nc, &sc, &k), &[]), None);
     }
 
     fn verdict(old_sql: &str, old_cols: &[&str], new_sql: &str, new_cols: &[&str]) -> OwnChange {

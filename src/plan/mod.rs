@@ -1470,6 +1470,8 @@ struct OldDefinition {
     grain: Vec<String>,
     physical: String,
     statements: Option<serde_json::Value>,
+    /// The snapshot records pre/post statements (data-relevant or metadata).
+    has_statements: bool,
 }
 
 fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
@@ -1481,7 +1483,9 @@ fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option
         .unwrap_or_default();
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
     let statements = data_statements_of(m);
-    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements }))
+    // Recorded only when the model has some ([`metadata_text`]).
+    let has_statements = m["statements"].is_object();
+    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements, has_statements }))
 }
 
 /// The data-relevant statements a snapshot's metadata records, as
@@ -2262,6 +2266,7 @@ fn compute_with(
                                 schema: &o.schema,
                                 grain: &o.grain,
                                 statements: o.statements.as_ref(),
+                                has_statements: o.has_statements,
                             };
                             let new_def = categorize::Definition {
                                 canonical: new_canonical.as_deref(),
@@ -2269,6 +2274,7 @@ fn compute_with(
                                 schema: &new_schema,
                                 grain: &model.grain,
                                 statements: new_statements.as_ref(),
+                                has_statements: !model.statements.is_empty(),
                             };
                             let verdict = categorize::compare(&old_def, &new_def);
                             if !verdict.non_breaking

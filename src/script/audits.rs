@@ -107,7 +107,31 @@ pub fn finish(def: &AuditDef, bound: Bound, text: &str, sites: &Sites, location:
         None => Err("unknown host marker in the audit body's SQL".to_string()),
     };
     let sql = AuditSql::parse(text, &marker).map_err(|m| LoadError::new(Some(location.clone()), None, format!("audit `{}`: {m}", def.name)))?;
+    if let Some(word) = sql.at_words().into_iter().next() {
+        return Err(at_word(def, &word, location));
+    }
     Ok(Audit::new(def, bound, sql, location.clone()))
+}
+
+/// The load error at a use (`location`) of an audit whose body returned SQL holding `word`
+/// (`@name` or `@name(…)`, [`AuditSql::at_words`]): macros are not expanded in audit bodies and
+/// a body's SQL has no markers, so the engine would read it as `abs(…)` and the audit pass
+/// falsely.
+fn at_word(def: &AuditDef, word: &str, location: &Location) -> LoadError {
+    let name = word.trim_start_matches('@');
+    let (what, hint) = match name.strip_suffix("(…)") {
+        Some(call) => (
+            format!("the macro call `{word}`, but macros are not expanded in audit bodies: DuckDB would read it as `abs({call}(…))`"),
+            "build that SQL in the body itself (a function of the audit's file), or write an SQL function call without `@`",
+        ),
+        None => (
+            format!(
+                "`{word}`, but an audit body's SQL has no `@` markers (the relation under audit is the body's first argument): DuckDB would read it as `abs({name})`"
+            ),
+            "put the argument's text in the SQL as it is (write `abs(…)` if that was meant)",
+        ),
+    };
+    LoadError::new(Some(location.clone()), None, format!("audit `{}` ({}) returned SQL holding {what}", def.name, def.location)).with_hint(hint)
 }
 
 /// The load error for a body that failed.

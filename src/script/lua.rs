@@ -261,6 +261,9 @@ struct State {
     /// The interpreters of the definition files of every language (macro calls, audits
     /// defined in another language); `None` in a [`serve`]d interpreter.
     foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
+    /// True while a macro's function runs ([`LuaHost::call_macro`]): `ref`, `cols` and
+    /// `define_model` refuse ([`refused_in_macro`]).
+    in_macro: bool,
 }
 
 /// The budgets of one top-level evaluation (a file and what it requires).
@@ -346,6 +349,19 @@ pub struct LuaHost {
 
 fn rt(msg: impl Into<String>) -> mlua::Error {
     mlua::Error::runtime(msg.into())
+}
+
+/// The error of `function` (`ref`, `cols`, `define_model`) called while a macro runs, at the
+/// macro code's file:line; `None` outside a macro. A macro runs in the interpreter of the macro
+/// files: a `ref()` marker it returned would be resolved against the calling model's own
+/// references (another model, read silently).
+fn refused_in_macro(lua: &Lua, st: &RefCell<State>, function: &str) -> Option<mlua::Error> {
+    let s = st.borrow();
+    if !s.in_macro {
+        return None;
+    }
+    let at = caller_location(lua, &s.root).map(|l| format!("{l}: ")).unwrap_or_default();
+    Some(rt(format!("{at}{}", super::macros::not_in_macros(function))))
 }
 
 /// file:line of the Lua code that called the current Rust callback.
@@ -551,6 +567,9 @@ impl LuaHost {
         // ref(x)
         let st = self.state.clone();
         let ref_fn = lua.create_function(move |lua, v: Value| {
+            if let Some(e) = refused_in_macro(lua, &st, "ref") {
+                return Err(e);
+            }
             let target = target_of(&v)?;
             let root = st.borrow().root.clone();
             let location = caller_location(lua, &root).unwrap_or_else(|| Location { file: PathBuf::new(), line: 0 });
@@ -559,6 +578,9 @@ impl LuaHost {
         // cols(parent, "a", "b", ...)
         let st = self.state.clone();
         let cols_fn = lua.create_function(move |lua, args: MultiValue| {
+            if let Some(e) = refused_in_macro(lua, &st, "cols") {
+                return Err(e);
+            }
             let mut it = args.into_iter();
             let first = it.next().unwrap_or(Value::Nil);
             let of_ref = match &first {
@@ -583,6 +605,9 @@ impl LuaHost {
         // define_model { ... }
         let st = self.state.clone();
         let define_fn = lua.create_function(move |lua, spec: Value| {
+            if let Some(e) = refused_in_macro(lua, &st, "define_model") {
+                return Err(e);
+            }
             {
                 let mut s = st.borrow_mut();
                 if let Some(file) = s.stack.last().cloned() {
@@ -1118,7 +1143,10 @@ impl LuaHost {
         for a in &args {
             values.push_back(Value::String(self.lua.create_string(a).map_err(|e| Failure::new(e.to_string()))?));
         }
-        match self.with_budget(&at.file, || f.call::<Value>(values)) {
+        self.state.borrow_mut().in_macro = true;
+        let out = self.with_budget(&at.file, || f.call::<Value>(values));
+        self.state.borrow_mut().in_macro = false;
+        match out {
             Ok(Value::String(s)) => {
                 s.to_str().map(|s| s.to_string()).map_err(|_| Failure::new(format!("macro `@{name}` ({at}) returned text that is not UTF-8")))
             }

@@ -14,8 +14,9 @@
 //! split), with surrounding whitespace trimmed, as a string: `@m(amount, 'EUR', round(x, 2))`
 //! passes `"amount"`, `"'EUR'"` and `"round(x, 2)"`. A macro call inside an argument is expanded
 //! first (`@a(@b(x))` passes what `@b(x)` returned). `@m()` passes no argument; an empty
-//! argument (`@m(a,)`) is an error. What the macro returns (a string) replaces the call as is;
-//! it is not scanned for macro calls again.
+//! argument (`@m(a,)`) is an error. What the macro returns (a string) replaces the call as is
+//! (followed by a newline when it ends in a `--` line comment, which would otherwise swallow the
+//! rest of the calling line); it is not scanned for macro calls again.
 
 use super::foreign::Foreign;
 use crate::core::fragment::skip_literal_or_comment;
@@ -39,6 +40,19 @@ impl Failure {
     pub fn new(message: impl Into<String>) -> Failure {
         Failure { message: message.into(), hint: None }
     }
+}
+
+/// The error of a model-definition function (`ref`, `cols`, `define_model`) called while a macro
+/// runs: a macro is evaluated in the interpreter of the macro files, not in the calling model's,
+/// so a reference it made would be resolved against the caller's own references (another model,
+/// read silently). Its SQL must come from its arguments alone: `@m(@ref(s.t))`.
+pub fn not_in_macros(function: &str) -> String {
+    let instead = match function {
+        "ref" => "pass `@ref(model)` as an argument instead",
+        "cols" => "pass the columns (and `@ref(model)`) as arguments instead",
+        _ => "models are defined in model files",
+    };
+    format!("`{function}()` is not available in macros: {instead}")
 }
 
 /// Something that runs a macro by name with its arguments.
@@ -80,6 +94,21 @@ fn call_left_in(sql: &str) -> Option<String> {
         i += 1;
     }
     None
+}
+
+/// Whether `sql` (a macro's output) ends inside a line comment: a `--` outside string literals,
+/// quoted identifiers and block comments with no newline after it.
+fn ends_in_line_comment(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match skip_literal_or_comment(b, i) {
+            Some(end) if end >= b.len() => return b[i] == b'-',
+            Some(end) => i = end.max(i + 1),
+            None => i += 1,
+        }
+    }
+    false
 }
 
 /// No macro is defined.
@@ -291,7 +320,16 @@ fn expand_from(
                     LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a macro call `@{inner}(…)`, which is not expanded again: the engine would read it as SQL (DuckDB: `abs({inner}(…))`)"))
                         .with_hint(format!("call `@{inner}` in the model and pass its result to `@{name}` as an argument, or have `@{name}` compute the SQL itself")),
                 ),
-                Ok(sql) => out.push_str(&sql),
+                Ok(sql) => {
+                    out.push_str(&sql);
+                    // An output ending in a line comment (`status = 'paid' -- settled`) would
+                    // swallow the rest of the calling line (`AND amount > 500`): the newline ends
+                    // the comment there. Inside the expansion's source-map run, so nothing after
+                    // it moves.
+                    if ends_in_line_comment(&sql) && b.get(close + 1) != Some(&b'\n') {
+                        out.push('\n');
+                    }
+                }
                 Err(f) => {
                     let mut e = LoadError::new(Some(at(base + i)), None, f.message);
                     if let Some(h) = f.hint {
@@ -425,6 +463,33 @@ mod tests {
         assert_eq!(x("@m(a -- one, two\n, b -- three\n  )").unwrap(), "m[a -- one, two\n|b -- three\n]");
         assert_eq!(x("@m('--', b)").unwrap(), "m['--'|b]");
         assert_eq!(x("@m(a /* c */ )").unwrap(), "m[a /* c */]");
+    }
+
+    #[test]
+    fn an_output_ending_in_a_line_comment_ends_with_a_newline() {
+        /// Returns its first argument followed by `-- note`, or `b` as given (`'--'`, a
+        /// block comment, a comment already ended).
+        struct Commented;
+        impl Caller for Commented {
+            fn call(&self, name: &str, args: Vec<String>) -> Result<String, Failure> {
+                Ok(match name {
+                    "c" => format!("{} = 'paid' -- settled orders only", args.join("")),
+                    _ => args.join(""),
+                })
+            }
+        }
+        let y = |text: &str| expand_with(text, &Commented, &at).unwrap();
+        // The comment ends at the call: the rest of the line stays SQL.
+        assert_eq!(y("WHERE @c(status) AND amount > 500"), "WHERE status = 'paid' -- settled orders only\n AND amount > 500");
+        // Already followed by a newline: none added.
+        assert_eq!(y("WHERE @c(status)\nAND amount > 500"), "WHERE status = 'paid' -- settled orders only\nAND amount > 500");
+        // As an argument: the outer macro's output after it is not swallowed either.
+        assert_eq!(y("WHERE @o(@c(status)) AND x"), "WHERE status = 'paid' -- settled orders only\n AND x");
+        // `--` in a literal or a block comment, or a comment the output already ends: nothing added.
+        assert_eq!(y("SELECT @o('a--b') AS v"), "SELECT 'a--b' AS v");
+        assert_eq!(y("SELECT @o(a /* -- */) AS v"), "SELECT a /* -- */ AS v");
+        assert_eq!(y("SELECT @o(a -- n\n) AS v"), "SELECT a -- n\n AS v");
+        assert!(ends_in_line_comment("a -- b") && !ends_in_line_comment("a -- b\n") && !ends_in_line_comment("'--'"));
     }
 
     #[test]

@@ -170,6 +170,9 @@ struct State {
     /// The interpreters of the definition files of every language (macro calls, audits
     /// defined in another language); `None` in a [`serve`]d interpreter.
     foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
+    /// True while a macro's function runs ([`call_macro`]): `ref`, `cols` and `define_model`
+    /// refuse ([`refused_in_macro`]).
+    in_macro: bool,
 }
 
 impl State {
@@ -524,6 +527,14 @@ fn call_signal(
     }
 }
 
+/// The error of `function` (`ref`, `cols`, `define_model`) called while a macro runs (Rhai adds
+/// the call's position); `None` outside a macro. A macro runs in the interpreter of the macro
+/// files: a `ref()` marker it returned would be resolved against the calling model's own
+/// references (another model, read silently).
+fn refused_in_macro(st: &RefCell<State>, function: &str) -> Option<Box<EvalAltResult>> {
+    st.borrow().in_macro.then(|| rt(super::macros::not_in_macros(function)))
+}
+
 /// Runs macro `name` with `args` (strings) in a [`serve`]d interpreter.
 fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Result<String, super::macros::Failure> {
     use super::foreign::{arity_message, count};
@@ -537,7 +548,9 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         return Err(Failure::new(arity_message(name, &at, &count(n), args.len())));
     }
     let values: Vec<Dynamic> = args.into_iter().map(|a| Dynamic::from(ImmutableString::from(a))).collect();
+    refs.state.borrow_mut().in_macro = true;
     let out: Result<Dynamic, Box<EvalAltResult>> = with_budget(refs, &at.file, || f.call(engine, &ast, values));
+    refs.state.borrow_mut().in_macro = false;
     match out {
         Ok(v) => match v.read_lock::<ImmutableString>() {
             Some(s) => Ok(s.to_string()),
@@ -746,6 +759,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     // ref(x)
     let st = refs.state.clone();
     engine.register_raw_fn("ref", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        if let Some(e) = refused_in_macro(&st, "ref") {
+            return Err(e);
+        }
         let target = target_of(args[0])?;
         let location = call_site(&ctx);
         let marker = st.borrow_mut().sites.record(Site::Ref(RefSite { target, location }));
@@ -756,6 +772,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     for arity in 1..=MAX_COLS_ARGS + 1 {
         let st = refs.state.clone();
         engine.register_raw_fn("cols", vec![TypeId::of::<Dynamic>(); arity], move |ctx, args| {
+            if let Some(e) = refused_in_macro(&st, "cols") {
+                return Err(e);
+            }
             // `cols(ref("s.a"), …)`: the parent the `ref()` names.
             let of_ref = args[0].clone().try_cast::<ImmutableString>().and_then(|t| st.borrow().sites.ref_target(&t));
             let parent = match of_ref {
@@ -772,6 +791,9 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     // define_model(#{ … })
     let st = refs.state.clone();
     engine.register_raw_fn("define_model", [TypeId::of::<Dynamic>()], move |ctx, args| {
+        if let Some(e) = refused_in_macro(&st, "define_model") {
+            return Err(e);
+        }
         let location = call_site(&ctx);
         let spec = std::mem::take(args[0]);
         let type_name = spec.type_name();

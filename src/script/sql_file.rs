@@ -23,7 +23,9 @@
 //!   `incremental_by_partition(partitioned_by = [day, ward])`,
 //!   `scd_type2(key = id, columns = [dept], invalidate_hard_deletes = false, renamed = {doctor = physician})`.
 //!   Values are bare words, `'quoted strings'`, numbers, `true`/`false`, `[lists]` or `{maps = like_this}`.
-//! - A line of the header that has no `key:` continues the previous key (long schemas).
+//! - A line of the header that has no `key:` continues the previous key (long schemas). A blank
+//!   line ends the header: `--` lines below it are comments of the query. `/* … */` comments
+//!   before the header (a licence) are skipped.
 //! - `@ref(schema.table)` references a model; every one must be declared in `refs`, and every
 //!   declared ref must be used (the original's rule: refs are explicit in raw SQL).
 //! - `@start` / `@end` are the interval bounds, as in every language.
@@ -88,11 +90,14 @@ pub fn parse(file: &Path, text: &str) -> Result<Model, Vec<LoadError>> {
 }
 
 /// The leading block of `-- key: value` lines of a `.sql` file (a model's or an audit's):
-/// `(key, value, line)` in order, and the byte offset where the body starts. A comment line
-/// without a key continues the previous value, after a `,` when `comma_joined(key)` (list
-/// values such as `schema`), after a space otherwise. An unknown key (with a "did you mean"
-/// among `keys`; `what` ends the message, e.g. " of a `.sql` audit file") and a repeated key
-/// are errors at their line.
+/// `(key, value, line)` in order, and the byte offset where the body starts. Before the first
+/// key, blank lines, `--` comments without a key and `/* … */` comments (a licence, a note) are
+/// skipped. Inside the header, a comment line without a key continues the previous value,
+/// after a `,` when `comma_joined(key)` (list values such as `schema`), after a space otherwise.
+/// A blank line ends the header: the `--` lines below it are comments of the query, and a line
+/// there naming one of `keys` (`-- kind: full`) is an error at its line, naming the blank line.
+/// An unknown key (with a "did you mean" among `keys`; `what` ends the message, e.g. " of a
+/// `.sql` audit file") and a repeated key are errors at their line.
 pub(super) fn read_header(
     text: &str,
     keys: &[&str],
@@ -104,9 +109,46 @@ pub(super) fn read_header(
     let mut header: Vec<(String, String, usize)> = Vec::new();
     let mut body_start = text.len();
     let mut offset = 0;
+    // Whether a `-- key:` line was seen, and the line of the blank line that ended the header.
+    let mut started = false;
+    let mut ended_at: Option<usize> = None;
+    // Inside a `/* … */` comment before the header, and where the first such comment starts.
+    let mut in_block = false;
+    let mut block_start: Option<usize> = None;
     for (i, raw) in text.split_inclusive('\n').enumerate() {
         let line = raw.trim();
+        if in_block {
+            match line.find("*/") {
+                Some(end) if line[end + 2..].trim().is_empty() => in_block = false,
+                Some(_) => {
+                    // Code right after the comment's end: the body starts at the comment.
+                    body_start = block_start.unwrap_or(offset);
+                    break;
+                }
+                None => {}
+            }
+            offset += raw.len();
+            continue;
+        }
         if line.is_empty() {
+            if started && ended_at.is_none() {
+                ended_at = Some(i + 1);
+            }
+            offset += raw.len();
+            continue;
+        }
+        if let Some(opened) = line.strip_prefix("/*").filter(|_| !started) {
+            if block_start.is_none() {
+                block_start = Some(offset);
+            }
+            match opened.find("*/") {
+                Some(end) if opened[end + 2..].trim().is_empty() => {}
+                Some(_) => {
+                    body_start = offset;
+                    break;
+                }
+                None => in_block = true,
+            }
             offset += raw.len();
             continue;
         }
@@ -116,8 +158,20 @@ pub(super) fn read_header(
         };
         offset += raw.len();
         let comment = comment.trim();
-        match comment.split_once(':') {
-            Some((k, v)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+        let key = comment.split_once(':').filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if let Some(blank) = ended_at {
+            // Below the header: a comment of the query, unless it reads as a header line.
+            if let Some((k, _)) = key.filter(|(k, _)| keys.contains(k)) {
+                errors.push(
+                    LoadError::new(Some(at(i + 1)), None, format!("header key `{k}` comes after the blank line {blank}, which ends the header"))
+                        .with_hint(format!("remove the blank line to keep `-- {k}:` in the header; below the header, `--` lines are comments of the query")),
+                );
+            }
+            continue;
+        }
+        match key {
+            Some((k, v)) => {
+                started = true;
                 if !keys.contains(&k) {
                     let mut e = LoadError::new(Some(at(i + 1)), None, format!("unknown header key `{k}`{what}"));
                     if let Some(s) = did_you_mean(k, keys.iter().copied()) {
@@ -130,7 +184,7 @@ pub(super) fn read_header(
                     header.push((k.to_string(), v.trim().to_string(), i + 1));
                 }
             }
-            _ => {
+            None => {
                 // A continuation of the previous key, or a plain comment before the header.
                 if let Some((key, v, _)) = header.last_mut().filter(|_| !comment.is_empty()) {
                     if comma_joined(key) && !v.is_empty() && !v.ends_with(',') {
@@ -141,6 +195,11 @@ pub(super) fn read_header(
                 }
             }
         }
+    }
+    // Without a header, a `/* … */` comment before the body is the body's (as when it was not
+    // skipped).
+    if let Some(b) = block_start.filter(|_| !started) {
+        body_start = body_start.min(b);
     }
     (header, body_start)
 }
@@ -1005,6 +1064,48 @@ mod tests {
     fn refs_inside_strings_and_comments_are_text() {
         let m = p("-- name: a.b\n-- kind: full\n-- schema: x varchar\nSELECT '@ref(a.c)' AS x -- @ref(a.d)\n").unwrap();
         assert_eq!(m.body.unwrap().refs().count(), 0);
+    }
+
+    /// A blank line ends the header: a prose `--` comment below it is the query's, not a
+    /// continuation of the last key (it was read into `refs`, `schema` or `description`), while a
+    /// keyless line inside the header still continues its key.
+    #[test]
+    fn a_comment_below_a_blank_line_after_the_header_is_the_querys_not_the_last_keys() {
+        let head = "-- name: a.b\n-- kind: full\n";
+        let m = p(&format!(
+            "{head}-- schema: region varchar, total bigint\n-- refs: a.c\n\n-- counts events per region\nSELECT region, 1 AS total FROM @ref(a.c)\n"
+        ))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(m.parents().into_iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["a.c"]);
+        let m = p(&format!("{head}-- schema: region varchar, total bigint\n\n-- total is in cents\nSELECT 'x' AS region, 1 AS total\n"))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(m.schema.0.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["region", "total"]);
+        assert_eq!(m.query_lines, [6]);
+        let m = p(&format!("{head}-- schema: x bigint\n-- description: Totals\n-- owner: ops\n\n-- amounts in cents\n\n-- note: raw\nSELECT 1 AS x\n"))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!((m.owner.as_deref(), m.description.as_deref()), (Some("ops"), Some("Totals")));
+        // Inside the header (no blank line), a line without a key continues the previous one.
+        let m = p(&format!("{head}-- schema: x bigint\n-- description: Totals\n--   in cents\nSELECT 1 AS x\n")).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(m.description.as_deref(), Some("Totals in cents"));
+        // A header line below the blank line is no comment: an error at its line, naming the blank.
+        let errs = p(&format!("{head}\n-- schema: x bigint\nSELECT 1 AS x\n")).unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert!(text.iter().any(|e| e.starts_with("models/x.sql:4: header key `schema` comes after the blank line 3, which ends the header")), "{text:?}");
+    }
+
+    /// A `/* … */` comment above the header (a licence) is skipped: it hid the header ("missing
+    /// header `-- name: …`" and an undeclared `@ref`).
+    #[test]
+    fn a_block_comment_before_the_header_is_skipped() {
+        let rest = "-- name: mart.blk\n-- kind: view\n-- schema: region varchar\n-- refs: stg.events\nSELECT DISTINCT region FROM @ref(stg.events)\n";
+        for (lead, name_line) in [("/* Copyright ACME */\n", 2), ("\n/*\n * Copyright ACME\n * -- name: not.this\n */\n\n-- a note\n", 8)] {
+            let m = p(&format!("{lead}{rest}")).unwrap_or_else(|e| panic!("{lead:?}: {e:?}"));
+            assert_eq!((m.name.to_string(), m.location.line), ("mart.blk".to_string(), name_line), "{lead:?}");
+            assert_eq!(m.parents().into_iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["stg.events"], "{lead:?}");
+        }
+        // Without a header after it, the comment starts the body: the header is missing.
+        let errs = p("/* note */ SELECT 1 AS x\n").unwrap_err();
+        assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["missing header `-- name: <schema>.<table>`"]);
     }
 
     #[test]

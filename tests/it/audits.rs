@@ -1439,3 +1439,50 @@ fn a_passing_audit_of_an_embedded_or_view_model_blocks_nothing_and_runs_once() {
         assert_eq!(storeless_warnings(&r.stderr), 1, "{kind} through_full={through_full}: {}", r.stderr);
     }
 }
+
+/// A Lua or Rhai audit body's SQL holding `@word` or `@macro(…)` reached DuckDB as `abs(…)`:
+/// `WHERE @sign(c) < 0` never held and the audit passed over negative rows (exit 0). Macros are
+/// not expanded in audit bodies and a body's SQL has no markers: a load error at the use, naming
+/// the audit and where it is defined, from a `.sql` model (the definitions' interpreters) and a
+/// Lua model (its own). `@` in literals, comments and operators stays allowed.
+#[test]
+fn an_at_word_or_macro_call_in_a_lua_or_rhai_audit_body_is_a_load_error_naming_the_audit() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("macros/m.lua", "define_macro(\"sign\", function(c) return (\"sign(%s)\"):format(c) end)\n");
+    p.write(
+        "audits/a.lua",
+        "define_audit { name = \"no_negative\", params = { \"column\" },\n  query = function(self, args) return (\"SELECT * FROM %s WHERE @sign(%s) < 0\"):format(self, args.column) end }\n\
+         define_audit { name = \"no_negative_b\", params = { \"column\" },\n  query = function(self, args) return (\"SELECT * FROM %s WHERE @%s < 0\"):format(self, args.column) end }\n\
+         define_audit { name = \"fine\", params = { \"column\" },\n  query = function(self, args) return (\"SELECT * FROM %s WHERE %s < 0 AND '@x' <> ''\"):format(self, args.column) end }\n",
+    );
+    p.write(
+        "audits/r.rhai",
+        "define_audit(#{ name: \"no_neg_r\", params: [\"column\"], query: |rel, args| `SELECT * FROM ${rel} WHERE @${args.column} < 0` });\n",
+    );
+    p.write(
+        "models/au.sql",
+        "-- name:   s.au\n-- kind:   full\n-- schema: id integer, c integer\n-- audits: no_negative(c), no_negative_b(c), no_neg_r(c), fine(c)\nSELECT 1 AS id, -5 AS c\n",
+    );
+    p.write(
+        "models/l.lua",
+        "define_model { name = \"s.l\", kind = kind.full(), schema = { { \"c\", \"integer\" } },\n  audits = { audit.no_negative(\"c\") },\n  query = \"SELECT 1 AS c\" }\n",
+    );
+    for args in [&["check"][..], &["apply", "dev", "--yes"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        let said = format!("{}{}", r.stdout, r.stderr);
+        for (at, want) in [
+            (
+                "models/au.sql:4:",
+                "audit `no_negative` (audits/a.lua:1) returned SQL holding the macro call `@sign(…)`, but macros are not expanded in audit bodies",
+            ),
+            ("models/au.sql:4:", "audit `no_negative_b` (audits/a.lua:3) returned SQL holding `@c`, but an audit body's SQL has no `@` markers"),
+            ("models/au.sql:4:", "audit `no_neg_r` (audits/r.rhai:1) returned SQL holding `@c`"),
+            ("models/l.lua:2:", "audit `no_negative` (audits/a.lua:1) returned SQL holding the macro call `@sign(…)`"),
+        ] {
+            assert!(said.lines().any(|l| l.starts_with(at) && l.contains(want)), "{args:?}: missing `{at} … {want}` in:\n{said}");
+        }
+        assert!(said.contains("DuckDB would read it as `abs(c)`"), "{args:?}: {said}");
+        assert!(!said.contains("audit `fine`"), "{args:?}: {said}");
+    }
+}

@@ -201,6 +201,30 @@ fn the_ttl_counts_from_when_a_version_stopped_being_served(backend: StateBackend
     assert!(v["dropped"].as_array().unwrap().iter().all(|d| d["ageDays"].as_f64().is_some_and(|a| a >= 7.0)), "{v:#}");
 }
 
+/// `--ttl` takes the configuration's duration spellings (`7d`, `12h`, `1w`) as well as days
+/// (`--ttl 7d` was refused as "invalid float literal" while `[environments] ttl = "7d"` is the
+/// configuration's spelling); a unit it does not know is a usage error naming the units.
+#[test]
+fn the_ttl_flag_takes_a_duration_as_the_configuration_spells_it() {
+    let mut p = project(1);
+    let one = p.apply("dev");
+    p.write("models/m.lua", &models(2));
+    p.apply("dev");
+    let now = now_millis();
+    let day = 86_400_000;
+    for (at, ttl, days) in [(now, "7d", 7.0), (now + day / 4, "12h", 0.5)] {
+        let v = janitor(&mut p, &to_iso(at), &["--ttl", ttl, "--json"]).expect_code(0).json();
+        assert_eq!(v["ttlDays"].as_f64(), Some(days), "ttl {ttl}: {v:#}");
+        assert!(v["dropped"].as_array().unwrap().is_empty(), "ttl {ttl}: {v:#}");
+    }
+    let v = janitor(&mut p, &to_iso(now + 8 * day), &["--ttl", "1w", "--json"]).expect_code(0).json();
+    assert_eq!(v["ttlDays"].as_f64(), Some(7.0));
+    assert_eq!(physicals(&v, "dropped"), BTreeSet::from([physical_of(&one, "s.m"), physical_of(&one, "s.v")]));
+    let bad = janitor(&mut p, LATER, &["--ttl", "7 parsecs"]);
+    bad.expect_code(1);
+    assert!(bad.stderr.contains("unit must be ms, s, m, h, d or w"), "{}", bad.stderr);
+}
+
 /// A time-range model whose second version is forward-only (it keeps the first version's table).
 fn forward_only_models(extra_col: bool, tag: &str) -> String {
     let (col, sel) = if extra_col { (r#", { "y", "bigint" }"#, ", CAST(2 AS BIGINT) AS y") } else { ("", "") };

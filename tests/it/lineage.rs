@@ -190,6 +190,40 @@ fn plan_column_impact_keeps_children_that_read_none_of_the_changed_columns_and_m
     assert!(text.contains("columns changed: `b`\n      read by: no model's query\n") && !text.contains("not read by: none"), "{text}");
 }
 
+/// `s.p` deletes its own `open` rows in a (metadata) post-statement; `label` is its label's
+/// expression; `s.c` reads only `cents`.
+fn statement_models(label: &str) -> String {
+    format!(
+        r#"local p = define_model {{ name = "s.p", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "label", "varchar" }}, {{ "cents", "bigint" }} }},
+  post_statements = "DELETE FROM @this WHERE label = 'open'",
+  query = "SELECT CAST(i AS BIGINT) AS id, {label} AS label, CAST(i * 100 AS BIGINT) AS cents FROM (SELECT i, CASE WHEN i % 2 = 0 THEN 'open' ELSE 'paid' END AS status FROM generate_series(0, 4) AS t(i))" }}
+define_model {{ name = "s.c", kind = kind.full(), schema = {{ {{ "total", "bigint" }} }},
+  query = "SELECT CAST(sum(cents) AS BIGINT) AS total FROM " .. ref(p) }}
+"#
+    )
+}
+
+/// A parent with pre/post statements gets no column impact: a statement on its own table may
+/// delete or rewrite rows by the changed column, so a child reading only other columns rebuilds
+/// and serves the new rows.
+#[test]
+fn plan_column_impact_never_keeps_a_child_of_a_model_with_statements() {
+    let p = Project::new();
+    p.write("models/m.lua", &statement_models("lower(status)"));
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.c"), vec![vec![Some("400".into())]], "the `open` rows (0, 2, 4) are deleted");
+    // Only `label` changes, but the post-statement now deletes nothing.
+    p.write("models/m.lua", &statement_models("upper(status)"));
+    let plan = p.run(&["plan", "dev", "--json", "--explain"]).expect_code(0).json();
+    let action =
+        |name: &str| plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned().unwrap_or_else(|| panic!("no {name} in {plan:#}"));
+    assert_eq!(action("s.p")["change"], "breaking", "{:#}", action("s.p"));
+    assert!(action("s.p")["explain"]["columnImpact"].is_null(), "{:#}", action("s.p"));
+    assert_eq!(action("s.c")["build"], true, "{:#}", action("s.c"));
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    assert_eq!(p.rows("dev__s.c"), vec![vec![Some("1000".into())]], "the child sums every row the parent now keeps");
+}
+
 on_every_engine!(plan_column_impact_never_keeps_a_child_whose_parent_has_a_changed_parent_or_a_changed_join_key);
 
 /// `s.p`'s own edit touches only `y`, but its parent `s.pp` changes `v`, which reaches `x`;

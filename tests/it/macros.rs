@@ -78,6 +78,26 @@ fn lua_and_rhai_pre_and_post_statements_expand_macros_like_sql_statements() {
     assert!(e.contains("models/l.lua:1") && e.contains("twise"), "{e}");
 }
 
+/// A macro whose output ends in a `--` comment: the rest of the calling line (`AND amount_cents >
+/// 500`) still applies, in a `.sql` model and a Lua model's query.
+#[test]
+fn a_macro_output_ending_in_a_line_comment_does_not_swallow_the_calling_line() {
+    let p = project();
+    p.write("macros/c.lua", "define_macro(\"is_paid\", function(column)\n  return (\"%s = 'paid' -- settled orders only\"):format(column)\nend)\n");
+    let orders = "(VALUES (1, 'paid', 100), (2, 'open', 900), (3, 'paid', 700)) AS t(id, status, amount_cents)";
+    p.write(
+        "models/paid.sql",
+        &format!("-- name: s.paid\n-- kind: full\n-- schema: id integer\nSELECT id FROM {orders}\nWHERE @is_paid(status) AND amount_cents > 500\n"),
+    );
+    p.write(
+        "models/l.lua",
+        &format!("define_model {{ name = \"s.l\", kind = kind.full(), schema = {{ {{ \"id\", \"integer\" }} }},\n  query = \"SELECT id FROM {orders} WHERE @is_paid(status) AND amount_cents > 500 ORDER BY id\" }}\n"),
+    );
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.paid"), vec![vec![Some("3".into())]]);
+    assert_eq!(p.rows("dev__s.l"), vec![vec![Some("3".into())]]);
+}
+
 /// The models whose plan action is a change (not `unchanged`).
 fn changed(v: &Value) -> BTreeSet<String> {
     actions(v).iter().filter(|a| a["change"] != "unchanged").map(|a| a["name"].as_str().unwrap().to_string()).collect()
@@ -363,4 +383,48 @@ fn a_macro_returning_a_call_of_another_macro_is_a_load_error_not_sql_the_engine_
     );
     p.apply("dev");
     assert_eq!(p.rows("dev__s.l"), vec![vec![Some("-7".into())]]);
+}
+
+/// `ref()` (or `cols()`) called inside a macro's function ran in the interpreter of the macro
+/// files: its marker was resolved against the calling model's own references, so a memoised
+/// `refs[n] = refs[n] or ref(n)` (passing the purity check) made `@src(s.o)` read the caller's
+/// first reference — render, graph and data wrong, exit 0. Refused in Lua and Rhai, naming the
+/// macro's file:line and the calling model's.
+#[test]
+fn ref_and_cols_inside_a_lua_or_rhai_macro_are_load_errors_at_the_call_and_the_macro() {
+    let p = project();
+    p.write(
+        "macros/src.lua",
+        "local refs = {}\ndefine_macro(\"src\", function(name)\n  refs[name] = refs[name] or ref(name)\n  return refs[name]\nend)\n\
+         define_macro(\"some\", function(name)\n  return cols(name, \"id\")\nend)\n",
+    );
+    p.write("macros/r.rhai", "define_macro(\"rsrc\", |name| ref(name));\n");
+    p.write("models/raw.sql", "-- name: s.raw\n-- kind: full\n-- schema: id integer\nSELECT 1 AS id\n");
+    p.write("models/o.sql", "-- name: s.o\n-- kind: full\n-- schema: id integer\nSELECT 2 AS id\n");
+    let model = |name: &str, select: &str| format!("-- name: s.{name}\n-- kind: full\n-- schema: id integer\n-- refs: s.raw, s.o\n{select}\n");
+    p.write("models/x.sql", &model("x", "SELECT r.id FROM @ref(s.raw) AS r JOIN @src(s.o) AS o USING (id) JOIN @ref(s.o) AS p USING (id)"));
+    p.write("models/y.sql", &model("y", "SELECT r.id FROM @ref(s.raw) AS r JOIN @rsrc(s.o) AS o USING (id) JOIN @ref(s.o) AS p USING (id)"));
+    p.write("models/z.sql", &model("z", "SELECT r.id, @some(s.o) FROM @ref(s.raw) AS r JOIN @ref(s.o) AS p USING (id)"));
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    for (at, want) in [
+        (
+            "models/x.sql:5:",
+            "model `s.x`: macro `@src` (macros/src.lua:2) failed: macros/src.lua:3: `ref()` is not available in macros: pass `@ref(model)` as an argument instead",
+        ),
+        ("models/y.sql:5:", "macro `@rsrc` (macros/r.rhai:1) failed:"),
+        ("models/y.sql:5:", "`ref()` is not available in macros: pass `@ref(model)` as an argument instead"),
+        ("models/z.sql:5:", "model `s.z`: macro `@some` (macros/src.lua:6) failed: macros/src.lua:7: `cols()` is not available in macros"),
+    ] {
+        assert!(said.lines().any(|l| l.starts_with(at) && l.contains(want)), "missing `{at} … {want}` in:\n{said}");
+    }
+    // Passed as an argument, the reference is the caller's own and reads the model it names.
+    p.write("macros/src.lua", "define_macro(\"src\", function(rel) return rel end)\ndefine_macro(\"some\", function(c) return c end)\n");
+    p.write("macros/r.rhai", "define_macro(\"rsrc\", |rel| rel);\n");
+    p.write("models/x.sql", &model("x", "SELECT p.id FROM @ref(s.raw) AS r, @src(@ref(s.o)) AS p"));
+    p.remove("models/y.sql");
+    p.remove("models/z.sql");
+    p.apply("dev");
+    assert_eq!(p.rows("dev__s.x"), vec![vec![Some("2".into())]]);
 }
