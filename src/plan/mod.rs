@@ -1483,9 +1483,25 @@ fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option
         .unwrap_or_default();
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
     let statements = data_statements_of(m);
-    // Recorded only when the model has some ([`metadata_text`]).
-    let has_statements = m["statements"].is_object();
+    // Recorded only when the model has some ([`metadata_text`]); metadata-only statements added
+    // to the version later are in what an environment serves for it, not in its snapshot, and
+    // they ran on its table (shared by every environment pointing at it): any counts.
+    let has_statements = m["statements"].is_object() || served_with_statements(state, name, fp)?;
     Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements, has_statements }))
+}
+
+/// Whether an environment pointing at version `fp` of `name` serves it with pre/post statements
+/// (metadata-only statements, added to the version after its snapshot was written).
+fn served_with_statements(state: &dyn StateStore, name: &str, fp: &str) -> Result<bool, StateError> {
+    for env in state.environments()? {
+        if state.env_pointers(&env)?.get(name).is_some_and(|p| p == fp)
+            && let Some(text) = state.env_metadata(&env)?.get(name)
+            && serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v["statements"].is_object())
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The data-relevant statements a snapshot's metadata records, as

@@ -311,6 +311,7 @@ fn expand_from(
         let before = errors.len();
         let args: Vec<String> = args.into_iter().map(|(a, off)| expand_from(a, base + off, caller, at, errors, None)).collect();
         if errors.len() == before {
+            let passed = args.concat();
             match caller.call(name, args) {
                 Ok(sql) if call_left_in(&sql).as_deref() == Some("ref") => errors.push(
                     LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned `@ref(…)`, which is not resolved in a macro's output: the engine would read it as SQL"))
@@ -319,6 +320,10 @@ fn expand_from(
                 Ok(sql) if let Some(inner) = call_left_in(&sql) => errors.push(
                     LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a macro call `@{inner}(…)`, which is not expanded again: the engine would read it as SQL (DuckDB: `abs({inner}(…))`)"))
                         .with_hint(format!("call `@{inner}` in the model and pass its result to `@{name}` as an argument, or have `@{name}` compute the SQL itself")),
+                ),
+                Ok(sql) if foreign_reference(&sql, &passed) => errors.push(
+                    LoadError::new(Some(at(base + i)), None, format!("macro `@{name}` returned a reference to a model it was not given as an argument (one its file made with `ref()` outside its function, or a forged one): it would read another model of the calling one"))
+                        .with_hint(format!("write `@ref(…)` in the model and pass it to `@{name}` as an argument (`@{name}(@ref(s.t))`): a macro's output may only hold the references it was given")),
                 ),
                 Ok(sql) => {
                     out.push_str(&sql);
@@ -404,6 +409,23 @@ fn split_args(text: &str, from: usize) -> Result<Args<'_>, String> {
         i += 1;
     }
     Err("no closing `)`".into())
+}
+
+/// True when a macro's output `sql` holds a reference marker (`\u{1}<index>\u{2}`, what `ref()`
+/// and `@ref(…)` leave in query text) that none of its arguments (`passed`, concatenated)
+/// held: a marker stands for the calling model's reference of that index, so one made
+/// elsewhere (a `ref()` at the top of the macro's file, a forged one) would read another model.
+fn foreign_reference(sql: &str, passed: &str) -> bool {
+    let mut rest = sql;
+    while let Some(open) = rest.find('\u{1}') {
+        let after = &rest[open..];
+        let Some(close) = after.find('\u{2}') else { return true };
+        if !passed.contains(&after[..=close]) {
+            return true;
+        }
+        rest = &after[close + 1..];
+    }
+    false
 }
 
 #[cfg(test)]

@@ -166,6 +166,19 @@ pub(super) fn read_header(
                     LoadError::new(Some(at(i + 1)), None, format!("header key `{k}` comes after the blank line {blank}, which ends the header"))
                         .with_hint(format!("remove the blank line to keep `-- {k}:` in the header; below the header, `--` lines are comments of the query")),
                 );
+            } else if let Some((k, _)) = key
+                && let Some(s) = keys.iter().copied().find(|key| one_edit_apart(k, key))
+            {
+                // A near miss of a key (`-- audit:` for `audits`) would otherwise vanish as a
+                // comment: refused as the header refuses it, with both ways out.
+                errors.push(
+                    LoadError::new(
+                        Some(at(i + 1)),
+                        None,
+                        format!("`-- {k}:` after the blank line {blank}, which ends the header, reads like the header key `{s}`"),
+                    )
+                    .with_hint(format!("did you mean `-- {s}:` in the header (remove the blank line)? For a comment, write it without the colon")),
+                );
             }
             continue;
         }
@@ -818,6 +831,19 @@ fn leading_zero(v: &str) -> bool {
     digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit()
 }
 
+/// True when `a` and `b` differ by exactly one inserted, deleted or replaced character (`audit`
+/// and `audits`, `descripton` and `description`): a near miss of a header key, closer than
+/// [`did_you_mean`]'s suggestions (`note` is not `name`).
+fn one_edit_apart(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    match long.len() - short.len() {
+        0 => short.iter().zip(long.iter()).filter(|(x, y)| x != y).count() == 1,
+        1 => (0..long.len()).any(|skip| long.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, c)| c).eq(short.iter())),
+        _ => false,
+    }
+}
+
 fn parse_kind(v: &str) -> Result<Value, String> {
     let v = v.trim();
     let (tag, opts) = match v.find('(') {
@@ -1095,6 +1121,16 @@ mod tests {
 
     /// A `/* … */` comment above the header (a licence) is skipped: it hid the header ("missing
     /// header `-- name: …`" and an undeclared `@ref`).
+    /// Below the blank line that ends the header, a near miss of a header key is refused (it
+    /// would vanish as a comment: an audit silently missing), a word that is no key is a comment.
+    #[test]
+    fn a_near_miss_of_a_header_key_below_the_header_is_refused() {
+        let errs = p("-- name: a.b\n-- kind: full\n-- schema: id integer\n\n-- audit: not_null(columns = [id])\nSELECT 1 AS id").unwrap_err();
+        let e = errs[0].to_string();
+        assert!(e.starts_with("models/x.sql:5") && e.contains("reads like the header key `audits`"), "{e}");
+        assert!(p("-- name: a.b\n-- kind: full\n-- schema: id integer\n\n-- note: one row\nSELECT 1 AS id").is_ok());
+    }
+
     #[test]
     fn a_block_comment_before_the_header_is_skipped() {
         let rest = "-- name: mart.blk\n-- kind: view\n-- schema: region varchar\n-- refs: stg.events\nSELECT DISTINCT region FROM @ref(stg.events)\n";

@@ -306,3 +306,43 @@ fn a_diamond_chain_shows_each_columns_lineage_once_and_unreadable_readers_are_na
     let text = p.run(&["lineage", "raw.orders.cents", "--downstream"]).expect_code(0).stdout.clone();
     assert!(text.contains("may be read by (their lineage cannot tell): mart.sampled"), "{text}");
 }
+
+/// A time-range parent `s.p` whose `label` is `label_expr`, with a metadata-only post-statement
+/// deleting its `OPEN` rows when `delete`, and a time-range child summing its `cents` per day.
+fn later_statement_models(label_expr: &str, delete: bool) -> String {
+    let post = if delete { r#"post_statements = [[DELETE FROM @this WHERE label = 'OPEN' AND day BETWEEN @start_date AND @end_date]],"# } else { "" };
+    format!(
+        r#"local p = define_model {{ name = "s.p", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "date" }}, {{ "label", "varchar" }}, {{ "cents", "integer" }} }},
+  {post}
+  query = [[SELECT day, {label_expr} AS label, cents FROM (VALUES (DATE '2026-01-01', 'open', 100), (DATE '2026-01-01', 'paid', 10), (DATE '2026-01-02', 'open', 200), (DATE '2026-01-02', 'paid', 20)) t(day, status, cents) WHERE day BETWEEN @start_date AND @end_date]] }}
+define_model {{ name = "s.c", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "date" }}, {{ "total", "integer" }} }},
+  query = "SELECT day, CAST(sum(cents) AS INTEGER) AS total FROM " .. ref(p) .. " WHERE day BETWEEN @start_date AND @end_date GROUP BY day" }}
+"#
+    )
+}
+
+/// A post-statement added to a version as a metadata change (its snapshot records none) ran on
+/// its table; removing it together with an edit of `label` alone still gives no column impact:
+/// the child is rebuilt and agrees with the parent (it kept the day the statement had emptied).
+#[test]
+fn column_impact_counts_statements_a_version_was_served_with_after_its_snapshot() {
+    let mut p = Project::new();
+    p.write("models/m.lua", &later_statement_models("upper(status)", false));
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.apply("dev");
+    p.write("models/m.lua", &later_statement_models("upper(status)", true));
+    p.now = "2026-01-02T02:00:00Z".into();
+    p.apply("dev");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(0);
+    p.write("models/m.lua", &later_statement_models("lower(status)", false));
+    p.now = "2026-01-03T02:00:00Z".into();
+    let plan = p.run(&["plan", "dev", "--json"]).expect_code(0).json();
+    let c = plan["actions"].as_array().unwrap().iter().find(|a| a["name"] == "s.c").cloned().unwrap_or_else(|| panic!("{plan:#}"));
+    assert_eq!(c["build"], true, "{c:#}");
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    let sums = |rel: &str, col: &str| p.query(&format!("SELECT CAST(day AS VARCHAR), CAST(sum({col}) AS VARCHAR) FROM {rel} GROUP BY day ORDER BY day"));
+    assert_eq!(sums("dev__s.p", "cents"), sums("dev__s.c", "total"), "the child agrees with the parent");
+}

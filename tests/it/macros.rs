@@ -427,4 +427,20 @@ fn ref_and_cols_inside_a_lua_or_rhai_macro_are_load_errors_at_the_call_and_the_m
     p.remove("models/z.sql");
     p.apply("dev");
     assert_eq!(p.rows("dev__s.x"), vec![vec![Some("2".into())]]);
+    // A reference made at the top of a macro file (outside the macro's function, Lua or Rhai)
+    // or forged, returned by the macro: refused at the call, never read as the caller's own.
+    p.write("macros/src.lua", "local o = ref(\"s.o\")\ndefine_macro(\"src\", function(rel) return o end)\ndefine_macro(\"forged\", function(rel) return string.char(1) .. \"0\" .. string.char(2) end)\n");
+    p.write("macros/r.rhai", "let o = ref(\"s.o\");\ndefine_macro(\"rsrc\", |rel| o);\n");
+    for (m, call) in [("x", "@src(s.o)"), ("y", "@rsrc(s.o)"), ("z", "@forged(s.o)")] {
+        p.write(&format!("models/{m}.sql"), &model(m, &format!("SELECT o.id FROM @ref(s.raw) AS r, {call} AS o, @ref(s.o) AS p")));
+    }
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    for at in ["models/x.sql:5:", "models/y.sql:5:", "models/z.sql:5:"] {
+        assert!(
+            said.lines().any(|l| l.starts_with(at) && l.contains("returned a reference to a model it was not given as an argument")),
+            "missing {at} in:\n{said}"
+        );
+    }
 }
