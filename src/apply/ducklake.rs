@@ -154,8 +154,9 @@ const PROBE_ALIAS: &str = "_efmesh_ducklake_probe";
 /// Whether the existing DuckLake catalog `target` records another data path than `configured`
 /// (both ending in `/`) that is nonetheless the catalog's: the same directory spelled otherwise
 /// (a symlink, `..`), or a directory holding the catalog's current files (the project moved or
-/// was copied with its data path), or one existing while the catalog has no file to split. `false` when they agree, when the local catalog file does not
-/// exist yet, when it is attached already, and for a catalog in Postgres. A catalog records its data path, absolute, when it is
+/// was copied with its data path), or one existing while the catalog has no file to split.
+/// `false` when they agree, when the local catalog file does not exist yet, when it is attached
+/// already, and for a catalog in Postgres. A catalog records its data path, absolute, when it is
 /// created, and its files relative to it, so after a move its record names the old place.
 ///
 /// # Errors

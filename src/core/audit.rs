@@ -336,34 +336,14 @@ impl AuditSql {
     /// @sign(c) < 0` would never hold, the audit passing falsely. Operators (`@>`, `<@`, `@@`)
     /// are no words.
     pub fn at_words(&self) -> Vec<String> {
-        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
-        // (Not the end of an operator: `<@`, `^@`, `@@`, `&@`, …)
-        let operator = |b: u8| word(b) || b"@<^&|~!#?".contains(&b);
         // One text: a literal or comment may span the relation or a `ref()` (each a plain token).
         let s: String = self.0.iter().map(|p| if let AuditPart::Text(t) = p { t.as_str() } else { " r " }).collect();
-        let bytes = s.as_bytes();
         let mut out: Vec<String> = Vec::new();
-        let mut i = 0;
-        while i < bytes.len() {
-            if let Some(end) = crate::core::fragment::skip_literal_or_comment(bytes, i) {
-                i = end;
-                continue;
+        for (name, call) in crate::core::fragment::at_words(&s) {
+            let shown = if call { format!("@{name}(…)") } else { format!("@{name}") };
+            if !out.contains(&shown) {
+                out.push(shown);
             }
-            let starts = bytes[i] == b'@'
-                && (i == 0 || !operator(bytes[i - 1]))
-                && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80);
-            if starts {
-                let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
-                let name = &s[i + 1..i + 1 + len];
-                let call = bytes[i + 1 + len..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
-                let shown = if call { format!("@{name}(…)") } else { format!("@{name}") };
-                if !out.contains(&shown) {
-                    out.push(shown);
-                }
-                i += 1 + len;
-                continue;
-            }
-            i += 1;
         }
         out
     }

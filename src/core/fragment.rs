@@ -229,34 +229,12 @@ impl Fragment {
     /// the bounds and `@this` are taken, e.g. sqlmesh's `@start_millis`. DuckDB and Postgres read
     /// `@x` as `abs(x)`: such a marker would filter silently on a column of that name.
     pub fn unknown_markers(&self) -> Vec<String> {
-        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
-        // (Not the end of an operator: `<@`, `^@`, `@@`, `&@`, …)
-        let operator = |b: u8| word(b) || b"@<^&|~!#?".contains(&b);
         // One text: a literal or comment may span a `ref()`/`cols()` call (each a plain token).
         let s: String = self.nodes.iter().map(|n| if let Node::Text(t) = n { t.as_str() } else { " r " }).collect();
-        let mut out = Vec::new();
-        {
-            let bytes = s.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() {
-                if let Some(end) = skip_literal_or_comment(bytes, i) {
-                    i = end;
-                    continue;
-                }
-                let starts = bytes[i] == b'@'
-                    && (i == 0 || !operator(bytes[i - 1]))
-                    && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80);
-                if starts {
-                    let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
-                    let name = &s[i + 1..i + 1 + len];
-                    let call = bytes[i + 1 + len..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
-                    if !call && name != "this_model" && !out.iter().any(|o| o == name) {
-                        out.push(name.to_string());
-                    }
-                    i += 1 + len;
-                    continue;
-                }
-                i += 1;
+        let mut out: Vec<String> = Vec::new();
+        for (name, call) in at_words(&s) {
+            if !call && name != "this_model" && !out.iter().any(|o| *o == name) {
+                out.push(name.to_string());
             }
         }
         out
@@ -390,6 +368,37 @@ impl Resolver for CanonicalResolver {
     fn end(&self) -> String {
         "$end".into()
     }
+}
+
+/// Each `@word` of `s` outside string literals, quoted identifiers and comments, in order: the
+/// word and whether it is called (`@name(`). Operators (`@>`, `<@`, `@@`, `x@y`) are no words.
+/// DuckDB and Postgres read `@x` as `abs(x)`: what gives such a word a meaning (a marker, a macro
+/// call) is the caller's to say ([`Fragment::unknown_markers`],
+/// [`crate::core::audit::AuditSql::at_words`]).
+pub fn at_words(s: &str) -> Vec<(&str, bool)> {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
+    // (Not the end of an operator: `<@`, `^@`, `@@`, `&@`, …)
+    let operator = |b: u8| word(b) || b"@<^&|~!#?".contains(&b);
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(end) = skip_literal_or_comment(bytes, i) {
+            i = end;
+            continue;
+        }
+        let starts =
+            bytes[i] == b'@' && (i == 0 || !operator(bytes[i - 1])) && bytes.get(i + 1).is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_' || *b >= 0x80);
+        if starts {
+            let len = bytes[i + 1..].iter().take_while(|b| word(**b)).count();
+            let call = bytes[i + 1 + len..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'(');
+            out.push((&s[i + 1..i + 1 + len], call));
+            i += 1 + len;
+            continue;
+        }
+        i += 1;
+    }
+    out
 }
 
 #[cfg(test)]
