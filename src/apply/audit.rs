@@ -62,6 +62,25 @@ pub struct AuditResult {
 }
 
 impl AuditResult {
+    /// The result of `audit` on `model` before anything is known of it: not run, nothing found.
+    fn of(model: &ModelName, audit: &Audit) -> AuditResult {
+        AuditResult {
+            model: model.clone(),
+            audit: audit.label(),
+            name: audit.name.clone(),
+            args: audit.args.clone(),
+            scope: audit.scope,
+            blocking: audit.blocking,
+            runs: 0,
+            violations: 0,
+            sample: Vec::new(),
+            intervals: Vec::new(),
+            error: None,
+            location: Some(audit.location.to_string()),
+            not_run: None,
+        }
+    }
+
     /// True for a blocking audit that found violating rows, and for any audit whose SQL could
     /// not run or that was not run ([`AuditResult::not_run`]).
     pub fn failed(&self) -> bool {
@@ -201,23 +220,14 @@ pub fn run_one(engine: &mut dyn Engine, model: &ModelName, audit: &Audit, sql: &
     } else {
         Vec::new()
     };
-    let result = AuditResult {
-        model: model.clone(),
-        audit: audit.label(),
-        name: audit.name.clone(),
-        args: audit.args.clone(),
-        scope: audit.scope,
-        blocking: audit.blocking,
+    Ok(AuditResult {
         runs: 1,
         violations,
         sample,
         // A `whole` audit run with a batch saw the whole table, not the batch.
         intervals: batch.filter(|_| violations > 0 && audit.scope == AuditScope::Interval).into_iter().collect(),
-        error: None,
-        location: Some(audit.location.to_string()),
-        not_run: None,
-    };
-    Ok(result)
+        ..AuditResult::of(model, audit)
+    })
 }
 
 /// Logs every `warn` audit that found violating rows (stderr, level warn).
@@ -527,21 +537,7 @@ fn not_run(model: &ModelName, audit: &Audit, env: &str, stale: &[(&ModelName, &U
             ));
         }
     }
-    AuditResult {
-        model: model.clone(),
-        audit: audit.label(),
-        name: audit.name.clone(),
-        args: audit.args.clone(),
-        scope: audit.scope,
-        blocking: audit.blocking,
-        runs: 0,
-        violations: 0,
-        sample: Vec::new(),
-        intervals: Vec::new(),
-        error: None,
-        location: Some(audit.location.to_string()),
-        not_run: Some(reasons.join("; ")),
-    }
+    AuditResult { not_run: Some(reasons.join("; ")), ..AuditResult::of(model, audit) }
 }
 
 /// The result of an audit whose SQL could not run: a failure carrying the engine's message.
@@ -550,19 +546,5 @@ fn errored(model: &ModelName, audit: &Audit, e: &AuditError) -> AuditResult {
         AuditError::Query { error, .. } => error.to_string(),
         other => other.to_string(),
     };
-    AuditResult {
-        model: model.clone(),
-        audit: audit.label(),
-        name: audit.name.clone(),
-        args: audit.args.clone(),
-        scope: audit.scope,
-        blocking: audit.blocking,
-        runs: 1,
-        violations: 0,
-        sample: Vec::new(),
-        intervals: Vec::new(),
-        error: Some(message),
-        location: Some(audit.location.to_string()),
-        not_run: None,
-    }
+    AuditResult { runs: 1, error: Some(message), ..AuditResult::of(model, audit) }
 }

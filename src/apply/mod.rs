@@ -1056,11 +1056,7 @@ fn source_gate(
         }
         gated.insert(model.name.clone(), checks.iter().map(|(a, _)| a.label()).collect());
         tracing::info!(model = %model.name, "audits of a source read by this {during}'s writes run before them");
-        let results =
-            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
-        audit::log_warnings(&results);
-        failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(results);
+        run_whole_audits(engine, &model.name, &checks, &mut failures, report)?;
     }
     if !failures.is_empty() {
         return Err(ApplyError::SourceAudit { during, sources: true, failures });
@@ -1146,13 +1142,29 @@ fn storeless_gate(
         }
         gated.entry(model.name.clone()).or_default().extend(checks.iter().map(|(a, _)| a.label()));
         tracing::info!(model = %model.name, "audits of a model read by the writes run before them (it stores nothing: what it serves follows what it reads)");
-        let results =
-            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
-        audit::log_warnings(&results);
-        failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(results);
+        run_whole_audits(engine, &model.name, &checks, &mut failures, report)?;
     }
     Ok(failures)
+}
+
+/// Runs `checks` of `model` over its whole relation (no batch), logs the warn audits that found
+/// rows, adds the failed results to `failures` and every result to `report`: the shared tail of
+/// the source and storeless gates and of the audits run again after the writes.
+///
+/// # Errors
+/// [`ApplyError::Audit`] when an audit cannot run at all.
+fn run_whole_audits(
+    engine: &mut dyn Engine,
+    model: &ModelName,
+    checks: &[(&crate::core::audit::Audit, String)],
+    failures: &mut Vec<audit::AuditResult>,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    let results = audit::run(engine, model, checks, None).map_err(|failure| ApplyError::Audit { model: model.clone(), interval: None, failure })?;
+    audit::log_warnings(&results);
+    failures.extend(results.iter().filter(|r| r.failed()).cloned());
+    report.audits.supersede(results);
+    Ok(())
 }
 
 /// Adds to `models` the `embedded` and `view` models over one of them (through others): they
@@ -1612,11 +1624,7 @@ fn ref_audits(
         let changed: Vec<String> = model.audit_refs().into_iter().filter(|r| touched.contains(r)).map(|r| format!("`{r}`")).collect();
         tracing::info!(model = %model.name, "audits run again: {} changed in this {}", changed.join(", "), during);
         let checks: Vec<(&crate::core::audit::Audit, String)> = stale.into_iter().map(|a| (a, a.sql.render(&relation, &|m| exec.relation(m)))).collect();
-        let results =
-            audit::run(engine, &model.name, &checks, None).map_err(|failure| ApplyError::Audit { model: model.name.clone(), interval: None, failure })?;
-        audit::log_warnings(&results);
-        failures.extend(results.iter().filter(|r| r.failed()).cloned());
-        report.audits.supersede(results);
+        run_whole_audits(engine, &model.name, &checks, &mut failures, report)?;
     }
     Ok(failures)
 }

@@ -90,23 +90,18 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
             parts.push(format!("{not_run} audit{} not run", if not_run == 1 { "" } else { "s" }));
         }
         crate::ewriteln!("error: environment `{env}`: {}", parts.join(", "));
-        for r in results.iter().filter(|r| r.error.is_some()) {
-            crate::ewriteln!(
-                "  {}: audit `{}` on model `{}` could not run: {}",
-                r.location.as_deref().unwrap_or("?"),
-                r.audit,
-                r.model,
-                r.error.as_deref().unwrap_or_default()
-            );
+        let line = |r: &AuditResult, what: &str, why: &str| {
+            crate::ewriteln!("  {}: audit `{}` on model `{}` {what}: {why}", r.location.as_deref().unwrap_or("?"), r.audit, r.model);
+        };
+        for r in results.iter() {
+            if let Some(e) = &r.error {
+                line(r, "could not run", e);
+            }
         }
-        for r in results.iter().filter(|r| r.not_run.is_some()) {
-            crate::ewriteln!(
-                "  {}: audit `{}` on model `{}` not run: {}",
-                r.location.as_deref().unwrap_or("?"),
-                r.audit,
-                r.model,
-                r.not_run.as_deref().unwrap_or_default()
-            );
+        for r in results.iter() {
+            if let Some(n) = &r.not_run {
+                line(r, "not run", n);
+            }
         }
         return Ok(Exit::Error);
     }

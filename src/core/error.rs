@@ -88,7 +88,7 @@ pub fn did_you_mean<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a s
     best.filter(|(d, _)| *d <= limit).map(|(_, c)| c)
 }
 
-fn levenshtein(a: &str, b: &str) -> usize {
+pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

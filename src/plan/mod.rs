@@ -1484,24 +1484,28 @@ fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
     let statements = data_statements_of(m);
     // Recorded only when the model has some ([`metadata_text`]); metadata-only statements added
-    // to the version later are in what an environment serves for it, not in its snapshot, and
-    // they ran on its table (shared by every environment pointing at it): any counts.
-    let has_statements = m["statements"].is_object() || served_with_statements(state, name, fp)?;
+    // to the version later are not here but in what environments serve ([`served_with_statements`]).
+    let has_statements = m["statements"].is_object();
     Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements, has_statements }))
 }
 
-/// Whether an environment pointing at version `fp` of `name` serves it with pre/post statements
-/// (metadata-only statements, added to the version after its snapshot was written).
-fn served_with_statements(state: &dyn StateStore, name: &str, fp: &str) -> Result<bool, StateError> {
+/// The versions (model name, fingerprint) some environment serves with pre/post statements:
+/// metadata-only statements added to a version after its snapshot was written ran on its table
+/// (shared by every environment pointing at it), though its snapshot records none. Read once per
+/// plan, and only when a changed model's column impact asks ([`categorize::changed_columns`]).
+fn served_with_statements(state: &dyn StateStore) -> Result<BTreeSet<(String, String)>, StateError> {
+    let mut out = BTreeSet::new();
     for env in state.environments()? {
-        if state.env_pointers(&env)?.get(name).is_some_and(|p| p == fp)
-            && let Some(text) = state.env_metadata(&env)?.get(name)
-            && serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v["statements"].is_object())
-        {
-            return Ok(true);
+        let pointers = state.env_pointers(&env)?;
+        for (name, text) in state.env_metadata(&env)? {
+            if let Some(fp) = pointers.get(&name)
+                && serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v["statements"].is_object())
+            {
+                out.insert((name, fp.clone()));
+            }
         }
     }
-    Ok(false)
+    Ok(out)
 }
 
 /// The data-relevant statements a snapshot's metadata records, as
@@ -2027,6 +2031,8 @@ fn compute_with(
     let mut prod_serves: Option<ProdServes> = None;
     // Read once, when a `full` model first considers inheriting a table ([`full_table_read_elsewhere`]).
     let mut elsewhere: Option<generations::ServedElsewhere> = None;
+    // Read once, when a changed model's column impact first asks ([`served_with_statements`]).
+    let mut with_statements: Option<BTreeSet<(String, String)>> = None;
     // On a store with no snapshot and no pointer, with nothing kept from a last plan, every model
     // is computed below as a new version: its metadata (text and tree) computed first on all
     // cores, as the loop would compute it.
@@ -2275,6 +2281,12 @@ fn compute_with(
                     let verdict = match &old {
                         Some(o) if !external => {
                             let new_canonical = canonical_of(dialect, model)?.map(|c| c.text);
+                            let old_has_statements = o.has_statements || {
+                                if with_statements.is_none() {
+                                    with_statements = Some(served_with_statements(state)?);
+                                }
+                                with_statements.as_ref().is_some_and(|w| w.contains(&(name_s.clone(), p.to_string())))
+                            };
                             let new_statements = crate::sql::fingerprint::statements_payload(model);
                             let old_def = categorize::Definition {
                                 canonical: o.canonical.as_deref(),
@@ -2282,7 +2294,7 @@ fn compute_with(
                                 schema: &o.schema,
                                 grain: &o.grain,
                                 statements: o.statements.as_ref(),
-                                has_statements: o.has_statements,
+                                has_statements: old_has_statements,
                             };
                             let new_def = categorize::Definition {
                                 canonical: new_canonical.as_deref(),

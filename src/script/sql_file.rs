@@ -167,7 +167,9 @@ pub(super) fn read_header(
                         .with_hint(format!("remove the blank line to keep `-- {k}:` in the header; below the header, `--` lines are comments of the query")),
                 );
             } else if let Some((k, _)) = key
-                && let Some(s) = keys.iter().copied().find(|key| one_edit_apart(k, key))
+                // One letter away (`audit`, `descripton`): closer than a did-you-mean, since a
+                // comment word such as `note` must stay a comment (not `name`).
+                && let Some(s) = keys.iter().copied().find(|key| crate::core::error::levenshtein(k, key) == 1)
             {
                 // A near miss of a key (`-- audit:` for `audits`) would otherwise vanish as a
                 // comment: refused as the header refuses it, with both ways out.
@@ -829,19 +831,6 @@ fn scalar(v: &str) -> Value {
 fn leading_zero(v: &str) -> bool {
     let digits = v.trim().trim_start_matches(['-', '+']).as_bytes();
     digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit()
-}
-
-/// True when `a` and `b` differ by exactly one inserted, deleted or replaced character (`audit`
-/// and `audits`, `descripton` and `description`): a near miss of a header key, closer than
-/// [`did_you_mean`]'s suggestions (`note` is not `name`).
-fn one_edit_apart(a: &str, b: &str) -> bool {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
-    match long.len() - short.len() {
-        0 => short.iter().zip(long.iter()).filter(|(x, y)| x != y).count() == 1,
-        1 => (0..long.len()).any(|skip| long.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, c)| c).eq(short.iter())),
-        _ => false,
-    }
 }
 
 fn parse_kind(v: &str) -> Result<Value, String> {

@@ -465,6 +465,19 @@ fn a_new_ducklake_catalog_is_not_refused_as_older_than_the_state_store() {
     p.run(&["status", "dev", "--check"]).expect_code(0);
 }
 
+/// Runs the binary in `dir` (a project root outside the test's `Project`: moved, copied, linked).
+fn efmesh_at(dir: &std::path::Path, args: &[&str]) -> Run {
+    let out = std::process::Command::new(BIN)
+        .current_dir(dir)
+        .args(["--config", "efmesh.toml"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("spawn efmesh");
+    Run::from_output(out, format!("efmesh {} (in {})", args.join(" "), dir.display()))
+}
+
 /// A project moved with its DuckLake catalog and its relative data path (a restored backup): the
 /// catalog still records the old absolute data path, yet `status --check`, a read of the
 /// environment's view and an apply writing a new version all work at the new place, reading and
@@ -478,18 +491,7 @@ fn a_moved_ducklake_project_reads_and_writes_its_data_path_at_the_new_place() {
     fs_err::create_dir_all(old.join("models")).unwrap();
     fs_err::write(old.join("efmesh.toml"), format!("{CONFIG}\n{DL_CONFIG}")).unwrap();
     fs_err::write(old.join("models/m.lua"), big_model(1)).unwrap();
-    let run = |dir: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .current_dir(dir)
-            .args(["--config", "efmesh.toml"])
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("spawn efmesh");
-        Run::from_output(out, format!("efmesh {} (in {})", args.join(" "), dir.display()))
-    };
-    run(&old, &["apply", "prod", "--yes"]).expect_code(0);
+    efmesh_at(&old, &["apply", "prod", "--yes"]).expect_code(0);
     fs_err::rename(&old, &new).unwrap();
     // Every file of the catalog is now only under the new data path: a read must find them there.
     let sum_of = |factor: i64, relation: &str| {
@@ -504,14 +506,14 @@ fn a_moved_ducklake_project_reads_and_writes_its_data_path_at_the_new_place() {
         assert_eq!(got, vec![vec![Some((factor * (0..1000).sum::<i64>()).to_string())]], "{relation}");
     };
     sum_of(1, &env_view("prod", "m.big"));
-    run(&new, &["status", "prod", "--check"]).expect_code(0);
+    efmesh_at(&new, &["status", "prod", "--check"]).expect_code(0);
     // An apply writing a new version into the moved catalog, and a promotion of it.
     fs_err::write(new.join("models/m.lua"), big_model(3)).unwrap();
-    let applied = run(&new, &["apply", "prod", "--yes"]);
+    let applied = efmesh_at(&new, &["apply", "prod", "--yes"]);
     applied.expect_code(0);
     sum_of(3, &env_view("prod", "m.big"));
     assert!(!old.exists(), "nothing was written at the old place");
-    run(&new, &["status", "prod", "--check"]).expect_code(0);
+    efmesh_at(&new, &["status", "prod", "--check"]).expect_code(0);
 }
 
 /// A project copied with its DuckLake catalog and relative data path (both places exist): the
@@ -524,18 +526,7 @@ fn a_copied_or_symlinked_ducklake_project_uses_its_own_data_path() {
     fs_err::create_dir_all(orig.join("models")).unwrap();
     fs_err::write(orig.join("efmesh.toml"), format!("{CONFIG}\n{DL_CONFIG}")).unwrap();
     fs_err::write(orig.join("models/m.lua"), big_model(1)).unwrap();
-    let run = |dir: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .current_dir(dir)
-            .args(["--config", "efmesh.toml"])
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("spawn efmesh");
-        Run::from_output(out, format!("efmesh {} (in {})", args.join(" "), dir.display()))
-    };
-    run(&orig, &["apply", "prod", "--yes"]).expect_code(0);
+    efmesh_at(&orig, &["apply", "prod", "--yes"]).expect_code(0);
     copy_dir(&orig, &copy);
     std::os::unix::fs::symlink(&orig, &link).unwrap();
     let sum_of = |dir: &std::path::Path, relation: &str| {
@@ -550,15 +541,15 @@ fn a_copied_or_symlinked_ducklake_project_uses_its_own_data_path() {
     };
     let sum = (0..1000).sum::<i64>();
     fs_err::write(copy.join("models/m.lua"), big_model(3)).unwrap();
-    run(&copy, &["apply", "prod", "--yes"]).expect_code(0);
-    run(&copy, &["status", "prod", "--check"]).expect_code(0);
+    efmesh_at(&copy, &["apply", "prod", "--yes"]).expect_code(0);
+    efmesh_at(&copy, &["status", "prod", "--check"]).expect_code(0);
     assert_eq!(sum_of(&copy, &env_view("prod", "m.big")), vec![vec![Some((3 * sum).to_string())]], "the copy serves its new version");
     assert_eq!(sum_of(&orig, &env_view("prod", "m.big")), vec![vec![Some(sum.to_string())]], "the original keeps its rows");
-    run(&orig, &["status", "prod", "--check"]).expect_code(0);
+    efmesh_at(&orig, &["status", "prod", "--check"]).expect_code(0);
     // Through the symlink: the same directory spelled otherwise.
-    run(&link, &["status", "prod", "--check"]).expect_code(0);
+    efmesh_at(&link, &["status", "prod", "--check"]).expect_code(0);
     fs_err::write(link.join("models/m.lua"), big_model(2)).unwrap();
-    run(&link, &["apply", "prod", "--yes"]).expect_code(0);
+    efmesh_at(&link, &["apply", "prod", "--yes"]).expect_code(0);
     assert_eq!(sum_of(&orig, &env_view("prod", "m.big")), vec![vec![Some((2 * sum).to_string())]]);
 }
 
