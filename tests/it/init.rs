@@ -85,3 +85,30 @@ fn the_readme_shows_the_scaffold_and_the_plans_its_commands_give() {
     fs_err::write(dir.join("models/mart.lua"), edited).unwrap();
     assert_eq!(run(&dir, &["plan", "dev", "--explain"]), block("```\n$ efmesh plan dev --explain\n"));
 }
+
+/// The scaffold's staging table re-reads the CSV on its daily cron: rows appended to
+/// `data/events.csv` reach the marts at the next day's `run` (without the cron, `run` computed
+/// the new day from the stale staging table and recorded it done with no rows).
+#[test]
+fn the_scaffold_runs_pick_up_rows_appended_to_its_csv() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(efmesh(tmp.path(), &["init", "shop"]).status.success());
+    let dir = tmp.path().join("shop");
+    let apply = efmesh(&dir, &["apply", "dev", "--yes"]);
+    assert!(apply.status.success(), "{}", String::from_utf8_lossy(&apply.stderr));
+    let mut csv = fs_err::OpenOptions::new().append(true).open(dir.join("data/events.csv")).unwrap();
+    std::io::Write::write_all(&mut csv, b"2026-01-04 10:00:00,north,70\n").unwrap();
+    drop(csv);
+    let run = Command::new(env!("CARGO_BIN_EXE_efmesh"))
+        .args(["run", "dev", "--now", "2026-01-05T00:30:00Z"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &Default::default()).unwrap();
+    let day = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR FROM dev__mart.daily_revenue WHERE day = TIMESTAMP '2026-01-04'").unwrap();
+    assert_eq!(day, vec![vec![Some("north".into()), Some("70".into())]]);
+    let rows = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR, days::VARCHAR FROM dev__mart.region_revenue ORDER BY region").unwrap();
+    assert_eq!(rows, vec![vec![Some("north".into()), Some("520".into()), Some("4".into())], vec![Some("south".into()), Some("490".into()), Some("3".into())],]);
+}
