@@ -2237,8 +2237,8 @@ fn compute_with(
                             _ => "unchanged itself; a parent changed".to_string(),
                         }
                     } else {
-                        format!(
-                            "unchanged itself; rebuilt because of {}parent{} {}",
+                        let because = format!(
+                            "{}parent{} {}",
                             if reads_star {
                                 "`*` over a changed "
                             } else if sees_new_columns {
@@ -2248,7 +2248,15 @@ fn compute_with(
                             },
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
-                        )
+                        );
+                        // A version that exists already (served before an edit now undone, or
+                        // built for another environment) is pointed at again, not built: what it
+                        // recomputes or rebuilds the plan's other notes say.
+                        if snapshots.contains_key(&(name_s.clone(), fp.as_str().to_string())) {
+                            format!("unchanged itself; another version because of {because}, one that exists already (built before): pointed at again")
+                        } else {
+                            format!("unchanged itself; rebuilt because of {because}")
+                        }
                     };
                     let mut reason = reason;
                     if breaking.is_empty() && !unread.is_empty() {

@@ -16,7 +16,9 @@
 //! recomputes to its newest wanted interval. A new version's build (a new table, read by nobody
 //! yet) rewrites nothing its readers read: only the range it inherits passes on, since it reads
 //! its parents' new rows too (a lost table rebuilt by a repair rewrites: its readers read the
-//! old one). Only done intervals are added: missing ones are computed anyway.
+//! old one; so does a version rebuilt after the janitor collected it, for an existing version
+//! below that computed from its old table: [`stale_on_return`]). Only done intervals are added:
+//! missing ones are computed anyway.
 //!
 //! The plan alone would lose them when the apply or run stops after the parent's rewrite
 //! committed and before the child's recompute did (the next plan finds the parent done): so
@@ -246,6 +248,17 @@ fn rewrites(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Resul
 /// taken to hold the same rows for the existing columns) wrote its first rows after the
 /// interval without it being computed from other rows.
 ///
+/// A time-range ancestor the plan builds anew (a new table) under such a version is the very
+/// version its intervals were computed from (a fingerprint embeds its ancestors'), whose table
+/// was dropped since — the janitor collects a version no environment serves while a version
+/// that reused this one's table (a non-breaking parent edit) keeps this one alive — and is
+/// rebuilt from the rows its parents hold now: this version's done intervals overlapping what
+/// it computes are recomputed too ([`propagate`] would not: a first build rewrites nothing its
+/// readers read). A version inheriting a table (indirect reuse, forward-only) is not compared:
+/// every ancestor built anew under it is a change the reuse took as keeping the rows (a
+/// non-breaking new version, columns it does not read) or the operator chose to keep the history
+/// over.
+///
 /// # Errors
 /// A state store failure reading a ledger or a snapshot.
 pub fn stale_on_return(project: &Project, state: &dyn StateStore, index: &crate::state::SnapshotIndex, plan: &mut Plan) -> Result<(), StateError> {
@@ -262,6 +275,14 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, index: &crate:
         .filter(|a| !a.build && a.change != super::Change::Removed && a.kind == "incremental_by_time_range")
         .map(|a| (a.name.clone(), a.fingerprint.as_str().to_string()))
         .collect();
+    // Per time-range model whose version the plan builds anew (a new table): what it computes
+    // there.
+    let built: HashMap<ModelName, Vec<Interval>> = plan
+        .actions
+        .iter()
+        .filter(|a| a.build && a.change != super::Change::Removed && a.kind == "incremental_by_time_range")
+        .map(|a| (a.name.clone(), a.backfill.clone()))
+        .collect();
     // Per (model, physical): the versions on that table (read only when a ledger needs it).
     let mut on_table: Option<HashMap<(&str, &str), Vec<&str>>> = None;
     for i in returning {
@@ -272,6 +293,21 @@ pub fn stale_on_return(project: &Project, state: &dyn StateStore, index: &crate:
         let mut stale: BTreeSet<Interval> = BTreeSet::new();
         let mut because: BTreeSet<ModelName> = BTreeSet::new();
         for ancestor in project.dag.ancestors(&name).into_iter().filter(|m| m.kind.time_range().is_some()) {
+            // Built anew under this version, which existed already: a fingerprint embeds its
+            // ancestors', so the ancestor's version is the very one this version's intervals were
+            // computed from, in a table since dropped (the janitor collected it while a version
+            // reusing this one's table kept this one alive). Its new table is computed now, from
+            // the rows its parents hold now: every done interval over what it computes read
+            // other rows.
+            if let Some(rebuilt) = built.get(&ancestor.name) {
+                for (&start, &(end, _)) in &own {
+                    if rebuilt.iter().any(|b| b.start < end && start < b.end) {
+                        stale.insert(Interval::new(start, end));
+                        because.insert(ancestor.name.clone());
+                    }
+                }
+                continue;
+            }
             let Some(theirs) = kept.get(&ancestor.name) else { continue };
             let key = (ancestor.name.clone(), theirs.clone());
             if !ledgers.contains_key(&key) {

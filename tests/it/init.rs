@@ -107,7 +107,8 @@ fn the_scaffold_runs_pick_up_rows_appended_to_its_csv() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let mut db = efmesh::engine::duckdb::DuckDb::open(&dir.join("efmesh.duckdb"), &Default::default()).unwrap();
-    let day = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR FROM dev__mart.daily_revenue WHERE day = TIMESTAMP '2026-01-04'").unwrap();
+    let day =
+        efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR FROM dev__mart.daily_revenue WHERE day = TIMESTAMP '2026-01-04'").unwrap();
     assert_eq!(day, vec![vec![Some("north".into()), Some("70".into())]]);
     let rows = efmesh::engine::Engine::query(&mut db, "SELECT region, revenue::VARCHAR, days::VARCHAR FROM dev__mart.region_revenue ORDER BY region").unwrap();
     assert_eq!(rows, vec![vec![Some("north".into()), Some("520".into()), Some("4".into())], vec![Some("south".into()), Some("490".into()), Some("3".into())],]);

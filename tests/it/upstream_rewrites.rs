@@ -3,7 +3,9 @@
 //! parent's `start` moved earlier. Through a `view` between them too. A new version of a parent
 //! (a non-breaking change, whose rows for the existing columns are the same) does not make its
 //! children recompute what they hold. A run stopped after the parent's rewrite leaves the child's
-//! intervals to compute.
+//! intervals to compute. A parent version the janitor collected, built again under a child
+//! version that stayed (an edit undone), makes that child recompute what it computed from the
+//! old table.
 
 use crate::common::*;
 use serde_json::json;
@@ -466,4 +468,105 @@ fn promoting_a_child_over_a_parents_non_breaking_new_version_recomputes_nothing(
     let plan = p.plan("prod");
     assert_eq!(action(&plan, "t.times")["recompute"], json!(null), "{plan:#}");
     assert_eq!(action(&plan, "t.times")["intervals"], json!(0), "{plan:#}");
+}
+
+/// `t.daily` sums `landing.events` per day (with a count `n` too when `wide`: a non-breaking
+/// edit); `t.copy` (time-range), `t.whole` (`full`) and `t.seen` (`view`) read it as it is.
+fn daily_and_copies(wide: bool) -> String {
+    let (column, select) = if wide { (r#", { "n", "bigint" }"#, ", count(*) AS n") } else { ("", "") };
+    format!(
+        r#"
+local raw = define_model {{ name = "raw.events", kind = kind.external {{ table = "landing.events" }}, schema = {{ {{ "ts", "timestamp" }}, {{ "v", "integer" }} }} }}
+local daily = define_model {{
+  name = "t.daily", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }}{column} }},
+  query = "SELECT CAST(date_trunc('day', ts) AS TIMESTAMP) AS day, CAST(sum(v) AS BIGINT) AS total{select} FROM " .. ref(raw) .. " WHERE ts >= @start AND ts < @end GROUP BY 1",
+}}
+define_model {{
+  name = "t.copy", kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01" }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref(daily) .. " WHERE day >= @start AND day < @end",
+}}
+define_model {{
+  name = "t.whole", kind = kind.full(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref(daily),
+}}
+define_model {{
+  name = "t.seen", kind = kind.view(),
+  schema = {{ {{ "day", "timestamp" }}, {{ "total", "bigint" }} }},
+  query = "SELECT day, total FROM " .. ref(daily),
+}}
+"#
+    )
+}
+
+/// A project serving [`daily_and_copies`] in `dev` over three days of events, at the 4th.
+fn daily_and_copies_in_dev() -> Project {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine(
+        "INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 10), (TIMESTAMP '2026-01-02 10:00', 20), (TIMESTAMP '2026-01-03 10:00', 30)",
+    );
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.write("models/m.lua", &daily_and_copies(false));
+    p.apply("dev");
+    p
+}
+
+#[test]
+fn a_parents_non_breaking_new_version_keeps_the_childs_table_and_recomputes_nothing() {
+    let p = daily_and_copies_in_dev();
+    let first = action(&p.plan("prod"), "t.copy")["fingerprint"].clone();
+    // A column added to the parent: its new version is built in a new table, taken to hold the
+    // same rows for the existing columns; the child's new version reuses its table and days.
+    p.write("models/m.lua", &daily_and_copies(true));
+    let plan = p.plan("dev");
+    let parent = action(&plan, "t.daily");
+    assert_eq!((&parent["change"], &parent["build"]), (&json!("non-breaking"), &json!(true)), "{plan:#}");
+    let copy = action(&plan, "t.copy");
+    assert_eq!((&copy["change"], &copy["build"], &copy["reusedFrom"]), (&json!("indirect"), &json!(false), &first), "{plan:#}");
+    assert_eq!((copy.get("recompute"), &copy["intervals"]), (None, &json!(0)), "{plan:#}");
+    p.apply("dev");
+    // The parent's first version, served by nobody, is collected; the child's days stay as
+    // they are.
+    p.run(&["janitor", "--ttl", "0"]).expect_code(0);
+    let after = p.plan("dev");
+    assert_eq!(after["hasChanges"], false, "{after:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.copy")).len(), 3);
+}
+
+#[test]
+fn a_parent_rebuilt_after_the_janitor_collected_it_recomputes_the_existing_child_over_it() {
+    let p = daily_and_copies_in_dev();
+    // A non-breaking edit of the parent (the child reuses its table: its first version stays),
+    // the parent's first version collected, a late row for the 2nd, the edit undone: the
+    // parent's first version is built again from the events as they are now, and the child's
+    // first version, which exists, computed its days from the parent's old table.
+    p.write("models/m.lua", &daily_and_copies(true));
+    p.apply("dev");
+    p.run(&["janitor", "--ttl", "0"]).expect_code(0);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 12:00', 5)");
+    p.write("models/m.lua", &daily_and_copies(false));
+    let plan = p.plan("dev");
+    let parent = action(&plan, "t.daily");
+    assert_eq!((&parent["build"], &parent["intervals"]), (&json!(true), &json!(3)), "{plan:#}");
+    let copy = action(&plan, "t.copy");
+    assert_eq!((&copy["change"], &copy["build"], copy.get("reusedFrom")), (&json!("indirect"), &json!(false), None), "{plan:#}");
+    assert_eq!(copy["recompute"], json!({"intervals": 3, "because": ["t.daily"]}), "{plan:#}");
+    assert_eq!(copy["intervals"], 3, "{plan:#}");
+    let why = copy["explain"]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("exists already") && !why.contains("rebuilt"), "not built: {plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("3 of them done, recomputed: `t.daily` rewrites them"), "{text}");
+
+    p.apply("dev");
+    let daily = p.rows(&env_view("dev", "t.daily"));
+    assert!(daily.iter().any(|r| r[1].as_deref() == Some("25")), "the late row is in the parent: {daily:?}");
+    for m in ["t.copy", "t.whole", "t.seen"] {
+        assert_eq!(p.rows(&env_view("dev", m)), daily, "{m} serves the parent's rows");
+    }
+    let after = p.plan("dev");
+    assert_eq!(after["hasChanges"], false, "{after:#}");
+    p.run(&["status", "dev", "--check"]).expect_code(0);
 }
