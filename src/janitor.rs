@@ -286,8 +286,8 @@ pub struct KeptShared {
 /// Why the janitor stopped before claiming anything.
 #[derive(Debug, thiserror::Error)]
 pub enum JanitorError {
-    /// The engine could not be opened or listed.
-    #[error("janitor: {0}; nothing was claimed or dropped")]
+    /// The engine could not be opened or listed (the engine's hint, if any, stays last).
+    #[error("janitor: {}", crate::engine::before_hint(&.0.to_string(), "; nothing was claimed or dropped"))]
     Engine(EngineError),
     /// The state store failed.
     #[error(transparent)]
@@ -1118,7 +1118,10 @@ fn open_with_wait(open: &mut Opener<'_>, config: &Config, read_only: bool) -> Re
             Err(e) => {
                 let busy = crate::apply::retry::is_transient_message(&e.message);
                 return Err(if busy {
-                    EngineError::new(&e.sql, format!("{} (still held by another process after {} s)", e.message, ENGINE_WAIT.as_secs()))
+                    EngineError::new(
+                        &e.sql,
+                        crate::engine::before_hint(&e.message, &format!(" (still held by another process after {} s)", ENGINE_WAIT.as_secs())),
+                    )
                 } else {
                     e
                 });

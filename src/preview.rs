@@ -135,11 +135,20 @@ pub fn preview(project: &Project, state: &dyn StateStore, env: &str, models: &[M
 
 /// The engine for one preview call (and one `efmesh diff --data`): the engine's database
 /// read-only (a scratch database when there is none yet), with the lake and DuckLake targets
-/// prepared read-only.
+/// prepared read-only. A database that cannot be opened is said on one line, then the engine's
+/// hint on its own (`\n  hint: …`, what `--json` reports apart).
 pub(crate) fn open_engine(project: &Project) -> Result<Box<dyn Engine + Send>, String> {
     let mut engine = if project.config.engine_file().is_none_or(|path| path.exists()) {
-        crate::engine::open(&project.config, Access::ReadOnly)
-            .map_err(|e| format!("{} (is another process writing it? previews and data diffs read it read-only and never wait for it)", one_line(&e.message)))?
+        crate::engine::open(&project.config, Access::ReadOnly).map_err(|e| {
+            let why = if crate::engine::is_locked_file(&e.message) {
+                " (previews and data diffs read it read-only and never wait for a process writing it)"
+            } else {
+                " (is another process writing it? previews and data diffs read it read-only and never wait for it)"
+            };
+            let (cause, hint) = crate::engine::split_hint(&e.message);
+            let hint = hint.map(|h| format!("\n  hint: {}", one_line(h))).unwrap_or_default();
+            format!("{}{why}{hint}", one_line(cause))
+        })?
     } else {
         crate::engine::open(&project.config, Access::Scratch).map_err(|e| format!("cannot open a scratch database: {}", one_line(&e.message)))?
     };

@@ -90,8 +90,9 @@ impl Project {
 /// schemas the engine reserves ([`reserved_schemas`]), pre/post statements
 /// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
 /// targets (their section of efmesh.toml, their column types, a lake directory name too long
-/// for a file system) and `accepted_values` lists of the wrong type for their column
-/// ([`crate::core::audit::mistyped_values`]). The full load runs them on
+/// for a file system), `accepted_values` lists of the wrong type for their column
+/// ([`crate::core::audit::mistyped_values`]) and, on Postgres, `json` columns a kind compares
+/// ([`uncomparable_json`]). The full load runs them on
 /// every model; a reload in place ([`crate::session::Session::reload`]) on the models it
 /// replaces, against the DAG before (same names): each finding concerns one model's own
 /// definition, so the others' are unchanged (but for an external's relation, which decides
@@ -116,7 +117,67 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
     // `accepted_values` lists whose values the engine would compare with the column by a
     // widening cast (numbers on a text column, strings on a numeric one).
     unconfigured.extend(crate::core::audit::mistyped_values_of(checked.iter().copied()));
+    // Key, watched and partition columns of type `json`, which Postgres cannot compare.
+    unconfigured.extend(uncomparable_json(config, checked.iter().copied()));
     unconfigured
+}
+
+/// On the Postgres engine, every column a kind compares row against row — an
+/// `incremental_by_unique_key` or `scd_type2` model's key (`=`), an `scd_type2` model's watched
+/// columns (`IS DISTINCT FROM`), an `incremental_by_partition` model's partition columns (`IS NOT
+/// DISTINCT FROM`) — declared `json` (or a list of `json`), as load errors at the model's
+/// file:line naming the column. Postgres's `json` type has no equality operator (`jsonb` has):
+/// `check` and `plan` would pass and the apply fail mid-build with the server's `operator does
+/// not exist: json = json` on efmesh's own statement. DuckDB compares `json` as text: nothing
+/// is refused there.
+pub fn uncomparable_json<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
+    use crate::core::Kind;
+    if config.engine.url_env.is_none() {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for m in models {
+        let compared: Vec<(&str, &str)> = match &m.kind {
+            Kind::ScdType2(scd) => {
+                let watched = scd.watched(&m.schema).into_iter().filter(|c| !scd.key.iter().any(|k| k.as_str() == *c));
+                scd.key.iter().map(|k| (k.as_str(), "a key column")).chain(watched.map(|c| (c, "a watched column"))).collect()
+            }
+            Kind::IncrementalByUniqueKey(u) => u.key.iter().map(|k| (k.as_str(), "a key column")).collect(),
+            Kind::IncrementalByPartition(p) => p.partitioned_by.iter().map(|c| (c.as_str(), "a partition column")).collect(),
+            _ => continue,
+        };
+        for (column, role) in compared {
+            let Some(declared) = m.schema.0.iter().find(|c| c.name == column) else { continue };
+            if !is_json_type(&declared.ty) {
+                continue;
+            }
+            let how = if role == "a watched column" {
+                "or leave it out of the watched columns (`columns = { … }` lists the others)"
+            } else {
+                "or use other columns"
+            };
+            errors.push(
+                LoadError::new(
+                    Some(m.location.clone()),
+                    Some(m.name.clone()),
+                    format!(
+                        "column `{column}` is {role} of this `{}` model and is declared `{}`, which the Postgres engine cannot compare (`json` has no equality operator: the apply would fail with `operator does not exist: json = json`)",
+                        m.kind.tag(),
+                        declared.ty
+                    ),
+                )
+                .with_hint(format!("declare `{column}` as `jsonb` (and make the query return it so: `CAST({column} AS jsonb)`), {how}")),
+            );
+        }
+    }
+    errors
+}
+
+/// True for the type `json` and a list of it (`json[]`), in any case; not `jsonb`.
+fn is_json_type(ty: &str) -> bool {
+    let t = ty.trim().to_ascii_lowercase();
+    let element = crate::core::schema::innermost_element(&t).unwrap_or(t.as_str());
+    element.trim() == "json"
 }
 
 /// Schemas the engine already names as catalogs or system schemas, and so cannot hold a model:
@@ -201,6 +262,10 @@ pub fn check_statements<'m>(config: &Config, models: impl IntoIterator<Item = &'
 /// literal, a column or a CTE named like a model is not a read of it. An external reading the
 /// relation of its own name may be named (the name reads what its `ref` reads); a query
 /// sqlparser cannot parse is read from its tokens ([`crate::sql::relations::named_relations_by_tokens`]).
+/// A relation of efmesh's own storage (schema `_efmesh`, Postgres's `_efmesh_meta`, the DuckLake
+/// catalog `_efmesh_ducklake`: `efmesh_storage_named`) is refused the same way, whatever its
+/// name: a physical table is one version of a model, so reading it by name records no dependency
+/// and keeps reading that version after the model changes.
 pub fn bare_model_names(config: &Config, dag: &Dag) -> Vec<crate::core::LoadError> {
     bare_model_reads(config, dag, dag.models())
 }
@@ -254,11 +319,9 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
         }
         models.insert(name, &m.name);
     }
-    if models.is_empty() {
-        return Vec::new();
-    }
-    // The tables' names: a query none of whose words is one is not parsed.
-    let tables: BTreeSet<String> = models.values().map(|n| n.table().to_ascii_lowercase()).collect();
+    // The tables' names and efmesh's storage names: a query none of whose words is one is not
+    // parsed.
+    let tables: BTreeSet<String> = models.values().map(|n| n.table().to_ascii_lowercase()).chain(EFMESH_STORAGE.iter().map(|s| (*s).to_string())).collect();
     let mentions =
         |text: &str| text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| !w.is_empty() && tables.contains(&w.to_ascii_lowercase()));
     let mut errors = Vec::new();
@@ -284,22 +347,53 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
                 continue;
             };
             let mut seen = BTreeSet::new();
+            let whose = match audit {
+                Some(a) => format!("the query of audit `{}`", a.label()),
+                None => "the query".to_string(),
+            };
+            // How to read `target` instead (`itself`: the model's own table).
+            let hint_for = |target: &ModelName, itself: bool| match (itself, audit.is_some(), sql_file) {
+                (true, false, _) => "write `@this` for the model's own table".to_string(),
+                (true, true, _) => "read the relation under audit (the audit body's first argument)".to_string(),
+                (false, true, _) => format!("use `ref(\"{target}\")` in the audit's body"),
+                (false, false, true) => format!("use `@ref({target})` (and list `{target}` in `-- refs:`)"),
+                (false, false, false) => format!("use `ref(\"{target}\")`"),
+            };
             for r in found {
-                let Some((target, env)) = model_named(&models, default_schema, catalog.as_deref(), &r.parts) else { continue };
                 let written = r.parts.join(".");
-                if !seen.insert(written.clone()) {
-                    continue;
-                }
                 let (location, at) = match (audit, r.line) {
                     (Some(a), _) => (a.location.clone(), String::new()),
                     (None, Some(n)) if sql_file => (m.location_of_query_line(Some(n)), String::new()),
                     (None, Some(n)) => (m.location.clone(), format!(" (line {n} of its query)")),
                     (None, None) => (m.location.clone(), String::new()),
                 };
-                let whose = match audit {
-                    Some(a) => format!("the query of audit `{}`", a.label()),
-                    None => "the query".to_string(),
-                };
+                if let Some(storage) = efmesh_storage_named(&r.parts) {
+                    if !seen.insert(written.clone()) {
+                        continue;
+                    }
+                    // The model whose version a physical name (`<schema>__<table>__<fp>`) is.
+                    let owner = r
+                        .parts
+                        .last()
+                        .and_then(|t| t.rsplit_once("__"))
+                        .and_then(|(st, _)| st.split_once("__"))
+                        .and_then(|(schema, table)| models.get(&format!("{schema}.{table}").to_ascii_lowercase()).copied());
+                    let message = format!(
+                        "{whose} reads `{written}`{at}, a relation of efmesh's own storage (`{storage}`), by its name instead of through a reference: efmesh builds, replaces and drops these relations itself (a physical table is one version of a model), so no dependency is recorded and the query keeps reading that version after the model changes"
+                    );
+                    let hint = match owner {
+                        Some(target) => format!("{} (`{written}` is a version of model `{target}`)", hint_for(target, *target == m.name)),
+                        None => {
+                            "read a model through a reference (`ref`, `@ref` in a `.sql` file), never a relation of efmesh's storage by its name".to_string()
+                        }
+                    };
+                    errors.push(crate::core::LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(hint));
+                    continue;
+                }
+                let Some((target, env)) = model_named(&models, default_schema, catalog.as_deref(), &r.parts) else { continue };
+                if !seen.insert(written.clone()) {
+                    continue;
+                }
                 let why = match (&env, dag.get(target).map(|t| &t.kind)) {
                     (_, Some(Kind::Embedded)) => "an `embedded` model has no relation of its own (`ref` inlines its query)".to_string(),
                     (_, Some(Kind::External(_))) => "the name is not the relation the external reads (`ref` reads that)".to_string(),
@@ -310,19 +404,27 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
                 let what = if itself { format!("its own model `{target}`") } else { format!("model `{target}`") };
                 let message =
                     format!("{whose} reads {what} by the name `{written}`{at} instead of through a reference: {why}, and no dependency on it is recorded");
-                let hint = match (itself, audit.is_some(), sql_file) {
-                    (true, false, _) => "write `@this` for the model's own table".to_string(),
-                    (true, true, _) => "read the relation under audit (the audit body's first argument)".to_string(),
-                    (false, true, _) => format!("use `ref(\"{target}\")` in the audit's body"),
-                    (false, false, true) => format!("use `@ref({target})` (and list `{target}` in `-- refs:`)"),
-                    (false, false, false) => format!("use `ref(\"{target}\")`"),
-                };
+                let hint = hint_for(target, itself);
                 errors.push(crate::core::LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(hint));
             }
         }
     }
     errors.sort_by(|a, b| a.location.cmp(&b.location));
     errors
+}
+
+/// The schemas and catalog of efmesh's own storage, lower case: the engine database's schema of
+/// physical relations (`_efmesh`), a Postgres engine's bookkeeping schema (`_efmesh_meta`) and
+/// the alias the DuckLake catalog is attached under (`_efmesh_ducklake`).
+const EFMESH_STORAGE: [&str; 3] = [crate::engine::STORAGE_SCHEMA, crate::engine::postgres::META_SCHEMA, crate::core::target::DUCKLAKE_ALIAS];
+
+/// The schema or catalog of efmesh's own storage ([`EFMESH_STORAGE`]) a relation name read in a
+/// query (`parts` as written) is in, if any: one of its qualifiers (every part but the last) is
+/// one, whatever the others (`_efmesh.t`, `efmesh._efmesh.t`, `_efmesh_ducklake.main.t`, and
+/// `_efmesh_ducklake.t`, which DuckDB reads as the catalog's default schema).
+fn efmesh_storage_named(parts: &[String]) -> Option<&'static str> {
+    let (_, qualifiers) = parts.split_last()?;
+    qualifiers.iter().find_map(|q| EFMESH_STORAGE.iter().find(|s| q.eq_ignore_ascii_case(s)).copied())
 }
 
 /// The model a relation name read in a query (`parts` as written) means among `models` (lower
@@ -371,4 +473,73 @@ fn prefetch_canonical(config: &Config, models: &[crate::core::Model]) {
     }
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(8);
     crate::sql::prefetch::start(bodies, threads.saturating_sub(1).max(1));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Column, Kind, Location, ModelName, Partitioned, ScdType2, Schema, UniqueKey};
+
+    fn model(kind: Kind, columns: &[(&str, &str)]) -> Model {
+        let schema = Schema(columns.iter().map(|(name, ty)| Column { name: (*name).into(), ty: (*ty).into() }).collect());
+        Model::new(ModelName::parse("j.hist").expect("name"), kind, schema, None, Location { file: "models/hist.sql".into(), line: 1 })
+    }
+
+    fn scd(key: &str, columns: Option<&[&str]>) -> Kind {
+        Kind::ScdType2(ScdType2 {
+            key: vec![key.into()],
+            valid_from: "valid_from".into(),
+            valid_to: "valid_to".into(),
+            columns: columns.map(|c| c.iter().map(|s| (*s).to_string()).collect()),
+            invalidate_hard_deletes: true,
+            renamed: Vec::new(),
+        })
+    }
+
+    fn config(engine: &str) -> Config {
+        Config::parse(std::path::Path::new("/p/efmesh.toml"), &format!("[project]\nmodels = [\"models/*.sql\"]\n{engine}")).expect("config")
+    }
+
+    #[test]
+    fn json_columns_a_kind_compares_are_refused_on_postgres_only() {
+        let pg = config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n");
+        let watched = model(scd("id", None), &[("id", "bigint"), ("doc", "json")]);
+        let errors = uncomparable_json(&pg, [&watched]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let text = errors[0].to_string();
+        for needle in ["models/hist.sql:1", "model `j.hist`", "column `doc` is a watched column", "`scd_type2`", "json = json", "`jsonb`", "watched columns"] {
+            assert!(text.contains(needle), "{needle:?} missing from {text}");
+        }
+        // DuckDB compares `json` as text.
+        assert!(uncomparable_json(&config(""), [&watched]).is_empty());
+        // Left out of the watched columns, or declared `jsonb`: nothing to refuse.
+        let unwatched = model(scd("id", Some(&["name"][..])), &[("id", "bigint"), ("name", "varchar"), ("doc", "json")]);
+        let jsonb = model(scd("id", None), &[("id", "bigint"), ("doc", "JSONB")]);
+        assert!(uncomparable_json(&pg, [&unwatched, &jsonb]).is_empty());
+        // A key (also a list of `json`), a unique key, a partition column.
+        let key = model(scd("doc", Some(&["id"][..])), &[("id", "bigint"), ("doc", "JSON[]")]);
+        let unique = model(Kind::IncrementalByUniqueKey(UniqueKey { key: vec!["doc".into()] }), &[("doc", " Json ")]);
+        let partition = model(Kind::IncrementalByPartition(Partitioned { partitioned_by: vec!["doc".into()] }), &[("doc", "json")]);
+        let full = model(Kind::Full, &[("doc", "json")]);
+        let errors: Vec<String> = uncomparable_json(&pg, [&key, &unique, &partition, &full]).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].contains("is a key column of this `scd_type2` model"), "{errors:?}");
+        assert!(errors[1].contains("is a key column of this `incremental_by_unique_key` model"), "{errors:?}");
+        assert!(errors[2].contains("is a partition column of this `incremental_by_partition` model"), "{errors:?}");
+    }
+
+    /// A name qualified by efmesh's storage schema or catalog, in any position but the last, is
+    /// in efmesh's storage; a table merely named like it, or another schema, is not.
+    #[test]
+    fn names_in_efmesh_storage_are_told_apart() {
+        let named = |s: &str| efmesh_storage_named(&s.split('.').map(str::to_string).collect::<Vec<_>>());
+        assert_eq!(named("_efmesh.s__a__00"), Some("_efmesh"));
+        assert_eq!(named("efmesh._EFMESH.s__a__00"), Some("_efmesh"));
+        assert_eq!(named("_efmesh_meta.owners"), Some("_efmesh_meta"));
+        assert_eq!(named("_efmesh_ducklake.main.m__t__00"), Some("_efmesh_ducklake"));
+        assert_eq!(named("_efmesh_ducklake.m__t__00"), Some("_efmesh_ducklake"));
+        assert_eq!(named("_efmesh"), None);
+        assert_eq!(named("s._efmesh"), None);
+        assert_eq!(named("s.b"), None);
+    }
 }

@@ -51,6 +51,7 @@ pub mod scd2;
 mod schedule;
 pub mod seed;
 pub mod signals;
+mod source_error;
 pub mod upsert;
 
 use crate::core::interval::{self, Interval};
@@ -390,6 +391,9 @@ pub(crate) fn execute(
     // before it, an older copy among them, must not stamp the database current).
     let mut stamp = (writes_tables, None);
     let result = execute_recorded(project, plan, state, engine, options, refresh, work, &mut stamp);
+    // A build failing on a line of a CSV file an external reads names that external and its
+    // kind's options, not only the model whose statement read the file.
+    let result = result.map_err(|e| source_error::explain(project, &*engine, e));
     // A run never promotes: its audit failures do not say that nothing was promoted.
     let result = if refresh { result.map_err(ApplyError::in_run) } else { result };
     if let (true, Some(found)) = stamp {

@@ -13,13 +13,16 @@
 //!
 //! Casting uses the engine's own rules (what `CAST(text AS type)` accepts), with one stricter
 //! rule: a number with a fractional part is refused in an integer column, and one with more
-//! decimals than a `decimal(p,s)` column holds, instead of being rounded.
+//! decimals than a `decimal(p,s)` column holds, instead of being rounded; a date or time the
+//! cast would cut ([`temporal_cut`]: a time of day into a `date`, more digits of a second's
+//! fraction than a `timestamp`/`timestamptz`/`time` keeps, which DuckDB cuts and Postgres rounds,
+//! maybe into the next day) is refused too.
 
 use super::contract::ContractProblem;
 use crate::core::name::{quote_ident, quote_literal};
 use crate::core::schema::{
     UTC_OFFSET_REGEX, ZERO_UTC_OFFSET_REGEX, decimal_scale, innermost_element, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset,
-    rounded_digits_regex,
+    rounded_digits_regex, second_digits, temporal_cut,
 };
 use crate::core::{Kind, Model, ModelName};
 use crate::engine::Engine;
@@ -165,9 +168,20 @@ fn check_types(model: &Model, path: &str, rows: &seed::SeedRows, engine: &mut dy
     };
     let mut out = Vec::new();
     let exact = rounding_rows(model, rows);
+    let cuts = cut_rows(model, rows);
     for (i, (column, ordinal)) in model.schema.0.iter().zip(found).enumerate() {
         let by_text = exact[i].map(|r| r + 1);
-        let Some(ordinal) = ordinal.and_then(|o| o.parse::<usize>().ok()).into_iter().chain(by_text).min() else { continue };
+        let first = ordinal.and_then(|o| o.parse::<usize>().ok()).into_iter().chain(by_text).min();
+        // A date or time the cast would cut (DuckDB's `TRY_CAST` accepts it): reported when it
+        // comes before the first value that does not cast at all.
+        if let Some((r, cut)) = &cuts[i]
+            && first.is_none_or(|o| *r + 1 < o)
+            && let Some((place, _)) = rows.rows.get(*r)
+        {
+            out.push(format!("`{path}`: {place}, column `{}`: {cut}", column.name));
+            continue;
+        }
+        let Some(ordinal) = first else { continue };
         let Some((place, values)) = rows.rows.get(ordinal - 1) else { continue };
         let value = values[i].clone().unwrap_or_default();
         out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
@@ -185,10 +199,19 @@ fn check_types_by_cast(model: &Model, path: &str, rows: &seed::SeedRows, engine:
     let ordinal = format!("CAST({} AS BIGINT)", quote_ident(ORDINAL));
     let mut out = Vec::new();
     let exact = rounding_rows(model, rows);
+    let cuts = cut_rows(model, rows);
     for (i, column) in model.schema.0.iter().enumerate() {
         if let Some((place, values)) = exact[i].and_then(|r| rows.rows.get(r)) {
             let value = values[i].clone().unwrap_or_default();
             out.push(format!("`{path}`: {place}, column `{}`: {}", column.name, why(&value, &column.ty, engine)));
+            continue;
+        }
+        // `CAST(… AS timestamptz)` rounds `.9999999` to the next second (maybe the next day),
+        // `CAST(… AS date)` drops a time of day, both without an error.
+        if let Some((r, cut)) = &cuts[i]
+            && let Some((place, _)) = rows.rows.get(*r)
+        {
+            out.push(format!("`{path}`: {place}, column `{}`: {cut}", column.name));
             continue;
         }
         // `CAST(… AS varchar(n))` cuts a longer value without an error: lengths are checked
@@ -271,6 +294,26 @@ fn rounding_rows(model: &Model, rows: &seed::SeedRows) -> Vec<Option<usize>> {
                     numbers.iter().any(|n| decimals_of(n.trim().trim_matches(['\'', '"'])).is_some_and(|d| rounds(element, d)))
                 })
             })
+        })
+        .collect()
+}
+
+/// Per column of a date or time type, the first row (index in `rows`) whose value the cast
+/// would change without an error, and why ([`temporal_cut`], the check unit-test fixtures use:
+/// a time of day into a `date`; more digits of a second's fraction than the type keeps, which
+/// DuckDB cuts and Postgres rounds, so `2026-01-02 23:59:59.9999999+00` would be a different
+/// day on each). Decided on the text, the same on both engines.
+fn cut_rows(model: &Model, rows: &seed::SeedRows) -> Vec<Option<(usize, String)>> {
+    model
+        .schema
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if !c.ty.trim().eq_ignore_ascii_case("date") && second_digits(&c.ty).is_none() {
+                return None;
+            }
+            rows.rows.iter().enumerate().find_map(|(r, (_, values))| temporal_cut(values.get(i)?.as_deref()?, &c.ty).map(|why| (r, why)))
         })
         .collect()
 }

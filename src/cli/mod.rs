@@ -168,7 +168,7 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::engine::EngineError>() {
             return "engine";
         }
-        if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() {
+        if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() || e.is::<UsageError>() {
             return "usage";
         }
     }
@@ -264,6 +264,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
             None => Ok(interval::now_millis()),
         }
     };
+    refuse_ignored_config(&args)?;
+    // The hint for a DuckDB file another process holds offers `--retries N` where there is one.
+    crate::engine::offer_retries(matches!(args.command, Command::Apply { .. } | Command::Run { .. }));
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
@@ -326,6 +329,40 @@ pub fn run(mut args: Args) -> Result<Exit> {
         }
     }
 }
+
+/// Refuses `--config` on the commands that read no configuration, rather than ignore it: `init`
+/// writes `efmesh.toml` in the directory it scaffolds (where every other command finds it),
+/// `completions` prints a script that depends on no project.
+///
+/// # Errors
+/// A usage error naming the flag and the command (nothing was done).
+fn refuse_ignored_config(args: &Args) -> Result<()> {
+    let Some(given) = &args.config_flag else { return Ok(()) };
+    let why = match &args.command {
+        Command::Init { dir } => {
+            let written = dir.join(crate::config::CONFIG_FILE);
+            format!(
+                "`efmesh init` writes its configuration as `{}` and reads none, so `--config` would be ignored; nothing was done\n  hint: run `efmesh init {}` without `--config`, then run the other commands inside `{}` (they find `{}` there) or pass them `--config {}`",
+                written.display(),
+                dir.display(),
+                dir.display(),
+                crate::config::CONFIG_FILE,
+                written.display()
+            )
+        }
+        Command::Completions { .. } => {
+            "`efmesh completions` prints a script that depends on no project and reads no configuration, so `--config` would be ignored; nothing was done\n  hint: run it without `--config`".to_string()
+        }
+        _ => return Ok(()),
+    };
+    Err(anyhow!(UsageError(format!("`--config {}`: {why}", given.display()))))
+}
+
+/// A command line efmesh refuses after clap accepted it (a flag the command would ignore):
+/// `--json` error kind `usage`, as for clap's own refusals.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 fn load(config_path: &std::path::Path) -> Result<Project> {
     // The hint is added by `main` ([`hint_for`]).
@@ -462,7 +499,8 @@ fn cmd_apply(config: &std::path::Path, env: &str, flags: ApplyFlags, options: &p
             }
         }
         if json {
-            out.json(apply_json(&plan, true, Some(&ApplyReport::default())))?;
+            // Nothing was applied: `applied` is true only when the plan's changes were.
+            out.json(apply_json(&plan, false, Some(&ApplyReport::default())))?;
         } else {
             out.text("nothing to apply\n")?;
         }

@@ -32,6 +32,48 @@ pub(super) fn aligned(which: &str, text: &str, t: Millis, grain: Grain, model: &
     grain.aligned(t).map_err(|e| anyhow!("--{which} {text} is not aligned to the {} grain of `{model}`; {e}", e.grain.spelling()))
 }
 
+/// What recomputes `model`, a model without intervals, instead of a restatement: a `full` model
+/// is rebuilt when its parents' data changes and by `run` at each tick of its `cron` (the cron is
+/// what re-reads an external file or table, which efmesh does not watch); a unique-key, partition
+/// or SCD type 2 model is refreshed by every `run` (on a cron, at the first run after each tick);
+/// a view or an embedded model is computed when read; an external or a seed is read as it is.
+fn no_intervals_hint(model: &crate::core::Model) -> String {
+    let name = &model.name;
+    let refreshed = match &model.cron {
+        Some(cron) => format!("the first `run` after each tick of its cron (`{cron}`)"),
+        None => "every `run`".to_string(),
+    };
+    match &model.kind {
+        Kind::Full => match &model.cron {
+            Some(cron) => format!(
+                "a `full` model is rebuilt whole when its parents' data changes, and by the first `run` after each tick of its cron (`{cron}`), which re-reads a file or table efmesh does not watch; `efmesh run <env>` after its next tick rebuilds `{name}`"
+            ),
+            None => format!(
+                "a `full` model is rebuilt whole when its parents' data changes, and by `run` at each tick of its `cron`; `{name}` has none, so a file or table efmesh does not watch (an external) is read again only when the model changes: give it one (e.g. {}) for `run` to re-read it (see docs/models.md, Schedules)",
+                cron_option(model)
+            ),
+        },
+        Kind::IncrementalByUniqueKey(_) => format!("{refreshed} upserts what the query of `{name}` returns at that moment"),
+        Kind::IncrementalByPartition(_) => format!("{refreshed} replaces the partitions the query of `{name}` returns at that moment"),
+        Kind::ScdType2(_) => format!("{refreshed} reconciles `{name}` with what its source says at that moment"),
+        Kind::View => format!("a view is computed when it is read: `{name}` already shows what its parents hold; restate the time-range models it reads"),
+        Kind::Embedded => format!("an embedded model is inlined into the queries that read it: restate the time-range models reading `{name}`"),
+        Kind::External(_) => format!("an external is read where it is: restate the time-range models reading `{name}`, or give the `full` ones a `cron`"),
+        Kind::Seed(_) => format!("a seed is reloaded by `apply` when its file changes: edit the file of `{name}`"),
+        Kind::IncrementalByTimeRange(_) => String::new(),
+    }
+}
+
+/// `cron = "@daily"` as `model`'s language writes it: `-- cron: @daily` in a `.sql` file,
+/// `cron: "@daily"` in Rhai, `cron = "@daily"` in Lua.
+fn cron_option(model: &crate::core::Model) -> &'static str {
+    match model.location.file.extension().and_then(|e| e.to_str()) {
+        Some("sql") => "`-- cron: @daily`",
+        Some("rhai") => "`cron: \"@daily\"`",
+        _ => "`cron = \"@daily\"`",
+    }
+}
+
 /// Runs the restatement.
 pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> Result<Exit> {
     let project = load(config)?;
@@ -44,9 +86,12 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     let t = match &model.kind {
         Kind::IncrementalByTimeRange(t) => t.clone(),
         Kind::ScdType2(_) => bail!(
-            "cannot restate `{name}`: an scd_type2 model's history is not recomputable from its source (it records what the source said when each run looked)"
+            "cannot restate `{name}`: an scd_type2 model's history is not recomputable from its source (it records what the source said when each run looked)\n  hint: {}",
+            no_intervals_hint(model)
         ),
-        other => bail!("cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})", other.tag()),
+        other => {
+            bail!("cannot restate `{name}`: only incremental_by_time_range models have intervals (it is {})\n  hint: {}", other.tag(), no_intervals_hint(model))
+        }
     };
     let from = parse_instant(req.from).map_err(|e| anyhow!("--from: {e}"))?;
     let to = parse_instant(req.to).map_err(|e| anyhow!("--to: {e}"))?;

@@ -112,6 +112,16 @@ pub struct Fragment {
     pub nodes: Vec<Node>,
 }
 
+/// A `ref()` or `cols()` call placed inside a string literal, a quoted identifier or a comment of
+/// a body's text ([`Fragment::quoted_sites`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuotedSite<'a> {
+    /// The call: a [`Node::Ref`] or a [`Node::Cols`].
+    pub node: &'a Node,
+    /// What holds it: `a string literal`, `a quoted identifier` or `a comment`.
+    pub inside: &'static str,
+}
+
 /// Decides how references and bounds render.
 pub trait Resolver {
     /// SQL for a reference to `model`.
@@ -236,6 +246,47 @@ impl Fragment {
             if !call && name != "this_model" && !out.iter().any(|o| *o == name) {
                 out.push(name.to_string());
             }
+        }
+        out
+    }
+
+    /// The `ref()`/`cols()` calls of the body placed inside a string literal, a quoted identifier
+    /// or a comment of its text (the lexical rule of [`skip_literal_or_comment`], over the whole
+    /// text: a literal may open before a call and close after it), in order of appearance. Such
+    /// a call reads nothing: it renders the relation's SQL text (a quoted, qualified name) into
+    /// the literal, where its quotes end the literal early, or into the comment.
+    pub fn quoted_sites(&self) -> Vec<QuotedSite<'_>> {
+        // One text, each non-text node a plain token; the offsets of the calls' tokens.
+        let mut s = String::new();
+        let mut calls: Vec<(usize, &Node)> = Vec::new();
+        for n in &self.nodes {
+            match n {
+                Node::Text(t) => s.push_str(t),
+                Node::Ref(_) | Node::Cols(_) => {
+                    calls.push((s.len() + 1, n));
+                    s.push_str(" r ");
+                }
+                _ => s.push_str(" r "),
+            }
+        }
+        let mut out = Vec::new();
+        if calls.is_empty() {
+            return out;
+        }
+        let bytes = s.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let Some(end) = skip_literal_or_comment(bytes, i) else {
+                i += 1;
+                continue;
+            };
+            let inside = match bytes[i] {
+                b'\'' | b'$' => "a string literal",
+                b'"' => "a quoted identifier",
+                _ => "a comment",
+            };
+            out.extend(calls.iter().filter(|(at, _)| *at > i && *at < end).map(|(_, node)| QuotedSite { node, inside }));
+            i = end;
         }
         out
     }
@@ -488,6 +539,30 @@ mod tests {
         g.nodes.push(Node::Ref(RefSite { target: ModelName::parse("s.u").unwrap(), location: Location { file: "m.lua".into(), line: 1 } }));
         g.push_text(" by @me' AS x, @ours");
         assert_eq!(g.unknown_markers(), ["ours"]);
+    }
+
+    /// A call inside a literal, a quoted identifier or a comment (opened before it, closed after
+    /// it) is found; one beside a literal, or after a `--` held in a literal, is not.
+    #[test]
+    fn calls_inside_literals_and_comments_are_quoted_sites() {
+        let at = Location { file: "m.lua".into(), line: 1 };
+        let body = |pieces: &[Option<&str>]| {
+            let mut f = Fragment::default();
+            for p in pieces {
+                match p {
+                    Some(t) => f.push_text(t),
+                    None => f.nodes.push(Node::Ref(RefSite { target: ModelName::parse("s.u").unwrap(), location: at.clone() })),
+                }
+            }
+            f
+        };
+        let inside = |f: &Fragment| f.quoted_sites().iter().map(|q| q.inside).collect::<Vec<_>>();
+        assert_eq!(inside(&body(&[Some("SELECT 'read from "), None, Some("' AS x FROM "), None])), ["a string literal"]);
+        assert_eq!(inside(&body(&[Some("SELECT x FROM \""), None, Some("\"")])), ["a quoted identifier"]);
+        assert_eq!(inside(&body(&[Some("SELECT x -- from "), None, Some("\nFROM "), None, Some(" /* "), None, Some(" */")])), ["a comment", "a comment"]);
+        assert_eq!(inside(&body(&[Some("SELECT $$"), None, Some("$$ AS x")])), ["a string literal"]);
+        assert!(inside(&body(&[Some("SELECT 'a' || '--' AS d, '' AS e FROM "), None, Some(" WHERE x <> ''")])).is_empty());
+        assert!(inside(&body(&[Some("SELECT x FROM "), None, Some(" JOIN "), None, Some(" USING (x)")])).is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::config::EngineSection;
 use duckdb::types::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A DuckDB database.
 pub struct DuckDb {
@@ -355,6 +356,50 @@ pub fn is_unbindable(message: &str) -> bool {
     UNBINDABLE.iter().any(|start| message.starts_with(start))
 }
 
+/// The words before the line number in the first line of DuckDB's message for a CSV line its
+/// reader failed on (`Conversion Error: CSV Error on Line: 473`). The lines after it quote the
+/// line (`Original Line: …`), say what is wrong with it, list possible fixes in DuckDB's reader
+/// options, then the reader's settings one per line, the first naming the file (`  file = …`).
+const CSV_LINE: &str = "CSV Error on Line: ";
+
+/// The failure of DuckDB's CSV reader at one line of a file that `message` reports (its `CSV
+/// Error on Line: N` family: `Conversion Error: …` for a value the declared type refuses,
+/// `Invalid Input Error: …` for a line with too many or too few fields), with the file its
+/// settings name; `None` for any other message, or one naming no file. The possible fixes and the
+/// settings after the problem are DuckDB's reader options, not efmesh's, and are left out.
+pub fn csv_line_error(message: &str) -> Option<super::CsvLineError> {
+    let mut lines = message.lines();
+    let head = lines.next()?.trim_end();
+    let (_, number) = head.split_once(CSV_LINE)?;
+    let line: u64 = number.trim().parse().ok()?;
+    let (mut text, mut problem, mut file) = (None, None, None);
+    for l in lines {
+        if let Some(t) = l.strip_prefix("Original Line: ") {
+            if text.is_none() {
+                text = Some(t.trim_end().to_string());
+            }
+        } else if let Some(f) = l.trim_start().strip_prefix("file = ") {
+            file = Some(f.trim_end().to_string());
+            break;
+        } else if problem.is_none() && !l.trim().is_empty() {
+            problem = Some(l.trim().to_string());
+        }
+    }
+    let problem = problem.unwrap_or_default();
+    let conversion = csv_conversion(&problem);
+    Some(super::CsvLineError { head: head.to_string(), line, text, problem, conversion, file: file.filter(|f| !f.is_empty())? })
+}
+
+/// The column, value and type of DuckDB's `Error when converting column "c". Could not convert
+/// string "v" to 'T'`; `None` for any other problem.
+fn csv_conversion(problem: &str) -> Option<super::CsvConversion> {
+    let rest = problem.strip_prefix("Error when converting column \"")?;
+    let (column, rest) = rest.split_once("\". Could not convert string \"")?;
+    let (value, ty) = rest.rsplit_once("\" to '")?;
+    let ty = ty.strip_suffix('\'')?;
+    Some(super::CsvConversion { column: column.to_string(), value: value.to_string(), ty: ty.to_string() })
+}
+
 /// True for a statement that changes the catalog only (views, schemas, comments): cheap to run
 /// again, so a transaction of them may be sent as one batch.
 fn catalog_only(statement: &str) -> bool {
@@ -380,19 +425,37 @@ fn open_hint(message: &str) -> String {
     lock_hint(message)
 }
 
+/// True when the running command takes `--retries N` (`apply`, `run`): the hint for a file
+/// another process holds ([`lock_hint`]) then offers it. False by default: the other commands
+/// (and a library caller) have no such flag, and their hint only says to run them again.
+static RETRIES_OFFERED: AtomicBool = AtomicBool::new(false);
+
+/// Says whether the running command takes `--retries N`, for the hint of a DuckDB file another
+/// process holds ([`lock_hint`]): set by the CLI before it runs the command.
+pub fn offer_retries(offered: bool) {
+    RETRIES_OFFERED.store(offered, Ordering::Relaxed);
+}
+
 /// The hint for an open that failed because another process holds the file (DuckDB's `Could
 /// not set lock on file … Conflicting lock is held in <program> (PID n)`): every environment of
-/// a project lives in the one DuckDB file, which one process writes at a time. Empty for any
-/// other failure.
+/// a project lives in the one DuckDB file, which one process writes at a time. `--retries N` is
+/// offered only when the running command takes it ([`offer_retries`]). Empty for any other
+/// failure.
 fn lock_hint(message: &str) -> String {
+    lock_hint_with(message, RETRIES_OFFERED.load(Ordering::Relaxed))
+}
+
+/// [`lock_hint`], offering `--retries N` when `retries` says the command takes it.
+fn lock_hint_with(message: &str, retries: bool) -> String {
     if !super::is_locked_file(message) {
         return String::new();
     }
     let pid =
         message.split_once("(PID ").and_then(|(_, rest)| rest.split_once(')')).map(|(pid, _)| pid.trim()).filter(|p| p.chars().all(|c| c.is_ascii_digit()));
     let who = pid.map_or_else(|| "another process".to_string(), |p| format!("another process (pid {p})"));
+    let retry = if retries { ", or pass `--retries N` to retry with backoff" } else { "" };
     format!(
-        "\n  hint: {who} is writing this DuckDB file (every environment of the project lives in it, and DuckDB lets one process write it at a time); run this again once that process is done, or pass `--retries N` to retry with backoff"
+        "\n  hint: {who} is writing this DuckDB file (every environment of the project lives in it, and DuckDB lets one process write it at a time); run this again once that process is done{retry}"
     )
 }
 
@@ -482,6 +545,10 @@ impl Engine for DuckDb {
 
     fn is_unbindable(&self, error: &EngineError) -> bool {
         is_unbindable(&error.message)
+    }
+
+    fn csv_line_error(&self, error: &EngineError) -> Option<super::CsvLineError> {
+        csv_line_error(&error.message)
     }
 
     fn load_extension(&mut self, name: &str) -> Result<(), EngineError> {
@@ -945,13 +1012,46 @@ mod tests {
     }
 
     #[test]
+    fn a_csv_line_error_names_the_file_line_value_and_type_and_nothing_else_is_one() {
+        // DuckDB 1.5.5's own message for a value its declared type refuses.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.csv");
+        fs_err::write(&file, "id,n\n1,2\n2,NA\n").unwrap();
+        let path = file.to_string_lossy().to_string();
+        let mut db = DuckDb::in_memory().unwrap();
+        let sql = format!("SELECT * FROM read_csv('{path}', header = true, delim = ',', types = {{'id': 'integer', 'n': 'integer'}})");
+        let e = db.query(&sql).expect_err("NA is not an integer");
+        let found = db.csv_line_error(&e).unwrap_or_else(|| panic!("{}", e.message));
+        assert_eq!((found.head.as_str(), found.line), ("Conversion Error: CSV Error on Line: 3", 3));
+        assert_eq!((found.text.as_deref(), found.file.as_str()), (Some("2,NA"), path.as_str()));
+        assert_eq!(found.problem, "Error when converting column \"n\". Could not convert string \"NA\" to 'INTEGER'");
+        let conversion = found.conversion.expect("a conversion");
+        assert_eq!((conversion.column.as_str(), conversion.value.as_str(), conversion.ty.as_str()), ("n", "NA", "INTEGER"));
+        // A line with another number of fields: no conversion, the file still named.
+        let fields = "Invalid Input Error: CSV Error on Line: 25002\nOriginal Line: 1,2,3,9\nExpected Number of Columns: 3 Found: 4\nPossible fixes:\n* Enable null padding (null_padding=true) to replace missing values with NULL\n\n  file = /d/big.csv\n  delimiter = , (Set By User)\n";
+        let found = csv_line_error(fields).expect("a CSV line error");
+        assert_eq!((found.line, found.problem.as_str(), found.file.as_str()), (25002, "Expected Number of Columns: 3 Found: 4", "/d/big.csv"));
+        assert_eq!(found.conversion, None);
+        for no in [
+            "Conversion Error: Could not convert string 'x' to INT32",
+            "Invalid Input Error: Error when sniffing file \"/d/c.csv\".",
+            "Conversion Error: CSV Error on Line: 3\nOriginal Line: 2,NA\n",
+        ] {
+            assert_eq!(csv_line_error(no), None, "{no}");
+        }
+    }
+
+    #[test]
     fn a_file_held_by_another_process_is_named_with_its_pid_and_a_hint() {
         let held = "IO Error: Could not set lock on file \"/p/efmesh.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 28536). See also https://duckdb.org/docs/stable/connect/concurrency";
-        let hint = lock_hint(held);
+        let hint = lock_hint_with(held, true);
         assert!(hint.starts_with("\n  hint: another process (pid 28536) is writing this DuckDB file"), "{hint}");
-        assert!(hint.contains("--retries N"), "{hint}");
-        assert_eq!(lock_hint("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory"), "");
-        assert_eq!(open_hint(held), hint);
+        assert!(hint.ends_with("run this again once that process is done, or pass `--retries N` to retry with backoff"), "{hint}");
+        assert_eq!(lock_hint_with("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory", true), "");
+        assert_eq!(open_hint(held), lock_hint(held));
+        // A command without `--retries` (audit, preview, janitor…) is not told to pass it.
+        let plain = lock_hint_with(held, false);
+        assert!(plain.ends_with("run this again once that process is done") && !plain.contains("--retries"), "{plain}");
         let corrupt = open_hint("IO Error: Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 12288");
         assert!(corrupt.starts_with("\n  hint: DuckDB cannot read this file") && corrupt.contains("`efmesh apply <env>`"), "{corrupt}");
     }

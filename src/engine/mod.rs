@@ -31,6 +31,12 @@ pub enum Access {
     Scratch,
 }
 
+/// Says whether the running command takes `--retries N`, for the hint of an engine file another
+/// process holds: set by the CLI before it runs the command.
+pub fn offer_retries(offered: bool) {
+    duckdb::offer_retries(offered);
+}
+
 /// Opens the engine the project's `[engine]` configures, as `access` says: the one place the
 /// rest of efmesh gets an engine from (plan, apply and the commands never name one).
 ///
@@ -125,6 +131,25 @@ pub fn is_corrupt_file(message: &str) -> bool {
 /// (it is writing the file): the one reason a read of the file may be retried later.
 pub fn is_locked_file(message: &str) -> bool {
     message.contains("Could not set lock on file")
+}
+
+/// The `hint:` line an engine's message may end with (`…\n  hint: …`, as [`duckdb::DuckDb::open`]
+/// words a file another process holds), on its own: the message before it, and the hint's text
+/// (`None` when there is none).
+pub fn split_hint(message: &str) -> (&str, Option<&str>) {
+    match message.split_once("\n  hint: ") {
+        Some((cause, hint)) => (cause, Some(hint)),
+        None => (message, None),
+    }
+}
+
+/// `message` with `text` added to what it says, before the `hint:` line it may end with
+/// ([`split_hint`]): the hint stays last, where the CLI prints it and `--json` reports it apart.
+pub fn before_hint(message: &str, text: &str) -> String {
+    match split_hint(message) {
+        (cause, Some(hint)) => format!("{cause}{text}\n  hint: {hint}"),
+        (cause, None) => format!("{cause}{text}"),
+    }
 }
 
 /// The types among `types` (distinct) that `engine` refuses, each with the engine's message:
@@ -407,6 +432,37 @@ pub fn open_failure_message(message: &str) -> &str {
     engine.unwrap_or(message)
 }
 
+/// A failure of the engine's CSV reader at one line of a file ([`Engine::csv_line_error`]): what
+/// a build restates in the terms of the external model that reads the file
+/// (`apply::source_error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvLineError {
+    /// The first line of the engine's message, e.g. `Conversion Error: CSV Error on Line: 473`.
+    pub head: String,
+    /// The line of the file at fault (1-based, a header line counted), as the engine names it.
+    pub line: u64,
+    /// The line's text as the engine quotes it, when it does.
+    pub text: Option<String>,
+    /// What is wrong with the line in the engine's words: `Error when converting column "n".
+    /// Could not convert string "NA" to 'INTEGER'`, `Expected Number of Columns: 3 Found: 4`.
+    pub problem: String,
+    /// The value the reader could not convert to its column's type, when that is the problem.
+    pub conversion: Option<CsvConversion>,
+    /// The file, as the engine names it: the path efmesh gave it, or the file of a glob.
+    pub file: String,
+}
+
+/// A value a CSV reader could not convert ([`CsvLineError::conversion`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvConversion {
+    /// The column, as the file's header (or the declared schema) names it.
+    pub column: String,
+    /// The value as written in the file.
+    pub value: String,
+    /// The type it was converted to, in the engine's spelling (`INTEGER`).
+    pub ty: String,
+}
+
 /// One output column of a query: name and engine type spelling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribedColumn {
@@ -437,6 +493,15 @@ pub trait Engine {
     fn is_unbindable(&self, error: &EngineError) -> bool {
         let _ = error;
         false
+    }
+
+    /// The failure of the engine's CSV reader at one line of a file that `error` reports, if it
+    /// is one (DuckDB's `CSV Error on Line: N` family, [`duckdb::csv_line_error`]): a build
+    /// restates it in the terms of the external that reads the file. `None` for every other
+    /// error, and from an engine that reads no files.
+    fn csv_line_error(&self, error: &EngineError) -> Option<CsvLineError> {
+        let _ = error;
+        None
     }
 
     /// Runs one or more statements outside any explicit transaction.
@@ -1005,6 +1070,14 @@ fn identifier_prefix(text: &str) -> Option<(String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_added_to_a_message_goes_before_its_hint() {
+        assert_eq!(split_hint("locked\n  hint: wait"), ("locked", Some("wait")));
+        assert_eq!(split_hint("locked"), ("locked", None));
+        assert_eq!(before_hint("locked\n  hint: wait", " (after 5 s)"), "locked (after 5 s)\n  hint: wait");
+        assert_eq!(before_hint("locked", " (after 5 s)"), "locked (after 5 s)");
+    }
 
     #[test]
     fn the_view_of_each_undo_statement_shape_is_found() {

@@ -8,13 +8,14 @@
 //! the host's own registry lacks is looked up in the other languages' definitions
 //! ([`super::foreign::Foreign::render_audit`]).
 
-use crate::core::audit::{Audit, AuditDef, AuditSql, Bound};
+use crate::core::audit::{Audit, AuditDef, AuditSql, Bound, THIS};
 use crate::core::error::did_you_mean;
 use crate::core::fragment::RefSite;
-use crate::core::{LoadError, Location};
+use crate::core::{LoadError, Location, ModelName};
 use crate::script::builder::{Site, Sites};
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Source name of the built-in Lua audits, as locations show it.
 pub const LUA_BUILTINS: &str = "efmesh:audits.lua";
@@ -113,6 +114,161 @@ pub fn finish(def: &AuditDef, bound: Bound, text: &str, sites: &Sites, location:
     Ok(Audit::new(def, bound, sql, location.clone()))
 }
 
+/// The answers the audit bodies of one interpreter gave, by definition (where it is defined,
+/// its name) and bound arguments, with the use that got each first ([`finish_pure`]). Only the
+/// definitions evaluated once for every model file ([`Answers::share`]: the built-ins, the
+/// audit and macro definition files) are remembered: one a model file's `require`/`import`
+/// defines is defined again, with a body of its own, for each file evaluated.
+#[derive(Debug, Default)]
+pub struct Answers {
+    /// The definitions evaluated once for the whole interpreter: name and where defined.
+    shared: HashSet<(String, Location)>,
+    /// Definition and arguments ([`use_key`]) → the answer (as [`canonical`] gives it) and the
+    /// use that got it first.
+    seen: HashMap<String, (String, Location)>,
+    /// Definition ([`def_key`]) → the arguments of its first use.
+    first: HashMap<String, Map<String, Value>>,
+}
+
+impl Answers {
+    /// Remembers from now on the answers of the definitions `registry` holds: called when the
+    /// definition files are evaluated, before the first model file.
+    pub fn share<B: Clone>(&mut self, registry: &Registry<B>) {
+        self.shared = registry.defs().map(|d| (d.name.clone(), d.location.clone())).collect();
+    }
+
+    /// Whether the answers of `def` are remembered.
+    fn remembers(&self, def: &AuditDef) -> bool {
+        self.shared.contains(&(def.name.clone(), def.location.clone()))
+    }
+
+    /// The arguments of the first use of `def` in this interpreter when they are not `args`
+    /// (and `def`'s answers are remembered): the host calls the body with them again at this
+    /// use ([`Calls::earlier`]).
+    pub fn earlier_args(&self, def: &AuditDef, args: &Map<String, Value>) -> Option<Map<String, Value>> {
+        if !self.remembers(def) {
+            return None;
+        }
+        self.first.get(&def_key(def)).filter(|a| *a != args).cloned()
+    }
+}
+
+/// What a host's calls of an audit body for one use returned ([`finish_pure`]).
+#[derive(Debug)]
+pub struct Calls {
+    /// The first call with the use's arguments.
+    pub first: String,
+    /// A second call with the same arguments, right after.
+    pub again: String,
+    /// The arguments of the definition's first use in this interpreter, when other
+    /// ([`Answers::earlier_args`]), and what the body returned for them at this use.
+    pub earlier: Option<(Map<String, Value>, String)>,
+}
+
+/// [`finish`] for a use whose body was called as [`Calls`] says, refusing a body whose answer
+/// depends on state kept between calls (a counter, a table the body fills). An audit file is
+/// evaluated once per interpreter, so such a body renders one SQL for the uses a load happens
+/// to render first and another for the later ones: whether a model's audit checks anything
+/// would depend on which model files the load evaluated before it, on the loader threads and on
+/// the load cache (a comment edit re-evaluating one file alone flips it). Refused when
+/// - the two calls with the use's arguments answer differently (a counter);
+/// - for a remembered definition ([`Answers`]): an earlier use with the same arguments got
+///   another answer, or the body now answers otherwise for the arguments of the definition's
+///   first use (state two calls in a row do not reveal: a counter compared with 3).
+///
+/// Answers are compared with each `ref()` marker read as the model it names (every `ref()`
+/// call gets a marker of its own). State none of these comparisons reveals is not detected.
+///
+/// # Errors
+/// A load error at the use (`location`) naming the audit, where it is defined and both
+/// answers; or [`finish`]'s.
+pub fn finish_pure(def: &AuditDef, bound: Bound, calls: Calls, sites: &Sites, answers: &mut Answers, location: &Location) -> Result<Audit, LoadError> {
+    let key = use_key(def, &bound.args);
+    let audit = finish(def, bound.clone(), &calls.first, sites, location)?;
+    let answer = canonical(&audit.sql);
+    let second = if calls.again == calls.first { None } else { Some(answer_of(def, bound, &calls.again, sites, location)).filter(|s| *s != answer) };
+    if answers.remembers(def) {
+        // The first answer is remembered even when refused: every later use of a stateful
+        // body with these arguments is refused too, not only the first one rendered.
+        match answers.seen.entry(key) {
+            Entry::Occupied(e) => {
+                let (earlier, at) = e.get();
+                if *earlier != answer {
+                    return Err(stateful(
+                        def,
+                        format!("`{}` for its use at {at} and then `{}` here for the same arguments", shown(earlier), shown(&answer)),
+                        location,
+                    ));
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert((answer.clone(), location.clone()));
+            }
+        }
+        answers.first.entry(def_key(def)).or_insert_with(|| audit.args.clone());
+        if let Some((args, text)) = calls.earlier {
+            let earlier_key = use_key(def, &args);
+            let now = answer_of(def, Bound { args, blocking: audit.blocking, scope: audit.scope }, &text, sites, location);
+            if let Some((earlier, at)) = answers.seen.get(&earlier_key)
+                && *earlier != now
+            {
+                return Err(stateful(
+                    def,
+                    format!("`{}` for its use at {at} and then `{}` for that use's arguments when called again for this use", shown(earlier), shown(&now)),
+                    location,
+                ));
+            }
+        }
+    }
+    match second {
+        Some(second) => Err(stateful(def, format!("`{}` and then `{}` for the same arguments", shown(&answer), shown(&second)), location)),
+        None => Ok(audit),
+    }
+}
+
+/// The key of a definition in [`Answers`]: where it is defined and its name.
+fn def_key(def: &AuditDef) -> String {
+    format!("{}\u{0}{}", def.location, def.name)
+}
+
+/// The key of a definition's use with `args` in [`Answers`].
+fn use_key(def: &AuditDef, args: &Map<String, Value>) -> String {
+    format!("{}\u{0}{}", def_key(def), serde_json::to_string(args).unwrap_or_default())
+}
+
+/// An audit's SQL as two answers are compared: the relation under audit and each model it
+/// references as markers naming them.
+fn canonical(sql: &AuditSql) -> String {
+    sql.render(THIS, &|m: &ModelName| format!("\u{1}ref {m}\u{2}"))
+}
+
+/// The answer a body's `text` gives, as [`finish_pure`] compares it: [`canonical`], or the
+/// text itself when it is no audit SQL.
+fn answer_of(def: &AuditDef, bound: Bound, text: &str, sites: &Sites, location: &Location) -> String {
+    finish(def, bound, text, sites, location).map(|a| canonical(&a.sql)).unwrap_or_else(|_| text.to_string())
+}
+
+/// An answer as a message shows it: on one line, the relation under audit as `<relation>`, a
+/// referenced model as `ref(name)`.
+fn shown(answer: &str) -> String {
+    let text = answer.replace(THIS, "<relation>").replace("\u{1}ref ", "ref(").replace('\u{2}', ")").replace('\u{1}', "");
+    crate::script::foreign::one_line(&text)
+}
+
+/// The load error at a use (`location`) of an audit whose body answered otherwise for the
+/// same arguments: `said` shows both answers and the uses that got them.
+fn stateful(def: &AuditDef, said: String, location: &Location) -> LoadError {
+    LoadError::new(
+        Some(location.clone()),
+        None,
+        format!(
+            "audit `{}` ({}) returned {said}: an audit body must depend on its arguments alone (no state kept between calls), or whether the audit checks anything would depend on which model files efmesh evaluated before this one",
+            def.name, def.location
+        ),
+    )
+    .with_hint("keep no state the body changes in the audit's file (a counter, a table it fills): build the SQL from the relation and the arguments alone (tables built at the top of the file and only read are fine)")
+}
+
 /// The load error at a use (`location`) of an audit whose body returned SQL holding `word`
 /// (`@name` or `@name(…)`, [`AuditSql::at_words`]): macros are not expanded in audit bodies and
 /// a body's SQL has no markers, so the engine would read it as `abs(…)` and the audit pass
@@ -137,4 +293,135 @@ fn at_word(def: &AuditDef, word: &str, location: &Location) -> LoadError {
 /// The load error for a body that failed.
 pub fn body_failed(def: &AuditDef, location: &Location, message: &str) -> LoadError {
     LoadError::new(Some(location.clone()), None, format!("audit `{}` failed to render its SQL: {}", def.name, message.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn at(file: &str, line: u32) -> Location {
+        Location { file: PathBuf::from(file), line }
+    }
+
+    /// `no_nulls(column)`, defined at `audits/no_nulls.lua:2`.
+    fn def() -> AuditDef {
+        let spec = serde_json::json!({ "name": "no_nulls", "params": ["column"] });
+        let Value::Object(spec) = spec else { panic!("an object") };
+        AuditDef::from_spec(&spec, at("audits/no_nulls.lua", 2)).expect("a definition")
+    }
+
+    /// Answers remembering those of [`def`] (defined in an audit file).
+    fn answers() -> Answers {
+        let mut registry: Registry<()> = Registry::default();
+        registry.define(def(), ()).expect("defined");
+        let mut answers = Answers::default();
+        answers.share(&registry);
+        answers
+    }
+
+    fn bound(column: &str) -> Bound {
+        def().bind(vec![Value::from(column)], Map::new()).expect("bound")
+    }
+
+    fn sql(column: &str, tail: &str) -> String {
+        format!("SELECT * FROM {THIS} WHERE {column} IS NULL{tail}")
+    }
+
+    /// A use of [`def`] with `column` at `file:line`, its body answering `first` then `again`
+    /// (and `earlier` for the first use's arguments, when [`Answers::earlier_args`] asks).
+    fn use_(
+        answers: &mut Answers,
+        sites: &Sites,
+        column: &str,
+        (first, again, earlier): (&str, &str, &str),
+        file: &str,
+        line: u32,
+    ) -> Result<Audit, LoadError> {
+        let bound = bound(column);
+        let earlier = answers.earlier_args(&def(), &bound.args).map(|args| (args, earlier.to_string()));
+        finish_pure(&def(), bound, Calls { first: first.to_string(), again: again.to_string(), earlier }, sites, answers, &at(file, line))
+    }
+
+    #[test]
+    fn a_body_answering_otherwise_when_called_again_is_refused_naming_the_audit_and_both_answers() {
+        let (mut answers, sites) = (answers(), Sites::default());
+        let (real, none) = (sql("v", ""), sql("v", " AND false"));
+        let e = use_(&mut answers, &sites, "v", (&real, &none, ""), "models/a.lua", 2).expect_err("a counter's answers differ");
+        let said = e.to_string();
+        assert!(
+            said.starts_with(
+                "models/a.lua:2: audit `no_nulls` (audits/no_nulls.lua:2) returned `SELECT * FROM <relation> WHERE v IS NULL` and then `SELECT * FROM <relation> WHERE v IS NULL AND false` for the same arguments: an audit body must depend on its arguments alone"
+            ),
+            "{said}"
+        );
+        // The refused first answer is remembered: a later use answering as the second call
+        // did is refused too.
+        let e = use_(&mut answers, &sites, "v", (&none, &none, ""), "models/b.lua", 2).expect_err("differs from the first use's answer");
+        assert!(e.to_string().contains("returned `SELECT * FROM <relation> WHERE v IS NULL` for its use at models/a.lua:2 and then `SELECT * FROM <relation> WHERE v IS NULL AND false` here"), "{e}");
+    }
+
+    #[test]
+    fn a_later_use_answering_otherwise_for_the_same_arguments_is_refused_naming_the_earlier_use() {
+        let (mut answers, sites) = (answers(), Sites::default());
+        let (real, none) = (sql("v", ""), sql("v", " AND false"));
+        assert!(use_(&mut answers, &sites, "v", (&real, &real, ""), "models/a.lua", 2).is_ok());
+        assert!(use_(&mut answers, &sites, "v", (&real, &real, ""), "models/c.lua", 1).is_ok());
+        let e = use_(&mut answers, &sites, "v", (&none, &none, ""), "models/b.lua", 2).expect_err("another answer for the same arguments");
+        assert!(
+            e.to_string().starts_with(
+                "models/b.lua:2: audit `no_nulls` (audits/no_nulls.lua:2) returned `SELECT * FROM <relation> WHERE v IS NULL` for its use at models/a.lua:2 and then `SELECT * FROM <relation> WHERE v IS NULL AND false` here for the same arguments"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_body_answering_otherwise_for_the_first_uses_arguments_at_a_later_use_is_refused() {
+        // A counter compared with 3, uses with other arguments: the calls of each use agree,
+        // but the first use's arguments get another answer by the second use.
+        let (mut answers, sites) = (answers(), Sites::default());
+        assert!(use_(&mut answers, &sites, "v", (&sql("v", ""), &sql("v", ""), ""), "models/a.lua", 2).is_ok());
+        let e = use_(&mut answers, &sites, "w", (&sql("w", " AND false"), &sql("w", " AND false"), &sql("v", " AND false")), "models/b.lua", 2)
+            .expect_err("the first use's arguments answered otherwise");
+        assert!(
+            e.to_string().starts_with(
+                "models/b.lua:2: audit `no_nulls` (audits/no_nulls.lua:2) returned `SELECT * FROM <relation> WHERE v IS NULL` for its use at models/a.lua:2 and then `SELECT * FROM <relation> WHERE v IS NULL AND false` for that use's arguments when called again for this use"
+            ),
+            "{e}"
+        );
+        // A pure body: other arguments, another answer, the first use's answer unchanged.
+        assert!(use_(&mut answers, &sites, "x", (&sql("x", ""), &sql("x", ""), &sql("v", "")), "models/c.lua", 2).is_ok());
+    }
+
+    #[test]
+    fn two_calls_referencing_one_model_through_two_markers_give_one_answer() {
+        // Every `ref()` call records a marker of its own: the texts differ, the SQL does not.
+        let (mut answers, mut sites) = (answers(), Sites::default());
+        let target = ModelName::parse("s.customers").expect("a name");
+        let site = || Site::Ref(RefSite { target: target.clone(), location: at("audits/no_nulls.lua", 4) });
+        let (m1, m2) = (sites.record(site()), sites.record(site()));
+        assert_ne!(m1, m2);
+        let text = |m: &str| format!("SELECT * FROM {THIS} WHERE v NOT IN (SELECT id FROM {m})");
+        let audit = use_(&mut answers, &sites, "v", (&text(&m1), &text(&m2), ""), "models/a.lua", 2).expect("one answer");
+        assert_eq!(audit.sql.refs().map(|r| r.target.to_string()).collect::<Vec<_>>(), ["s.customers"]);
+        // Another model referenced: another answer.
+        let other = ModelName::parse("s.vendors").expect("a name");
+        let m3 = sites.record(Site::Ref(RefSite { target: other, location: at("audits/no_nulls.lua", 4) }));
+        let e = use_(&mut answers, &sites, "v", (&text(&m1), &text(&m3), ""), "models/b.lua", 2).expect_err("another model");
+        assert!(e.to_string().contains("ref(s.customers)") && e.to_string().contains("ref(s.vendors)"), "{e}");
+    }
+
+    #[test]
+    fn the_answers_of_a_definition_evaluated_again_for_each_model_file_are_not_remembered() {
+        // Defined by a module a model file requires: defined again, with a body of its own,
+        // for each file evaluated (a helper defining one name with another threshold per file).
+        let (mut answers, sites) = (Answers::default(), Sites::default());
+        for (tail, file) in [("", "models/a.lua"), (" AND v > 1", "models/b.lua")] {
+            let text = sql("v", tail);
+            let r = use_(&mut answers, &sites, "v", (&text, &text, ""), file, 2);
+            assert!(r.is_ok(), "{r:?}");
+        }
+        assert!(answers.earlier_args(&def(), &bound("w").args).is_none());
+    }
 }

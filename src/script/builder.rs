@@ -88,6 +88,28 @@ fn unknown_marker(name: &str) -> String {
     )
 }
 
+/// The error of a `ref()`/`cols()` call placed inside a string literal, a quoted identifier or a
+/// comment of `model`'s query ([`Fragment::quoted_sites`]), at the call's file:line. The call
+/// renders the relation's SQL text there: in a literal its quotes end the literal early (the
+/// engine's parser error at build time, while `check` and `render` pass), and in any case it
+/// reads nothing although a dependency is recorded.
+fn quoted_site(q: &crate::core::fragment::QuotedSite<'_>, model: Option<&ModelName>) -> LoadError {
+    let (what, location) = match q.node {
+        Node::Cols(c) => (format!("`cols()` of model `{}`", c.parent), Some(c.location.clone())),
+        Node::Ref(r) => (format!("the reference to model `{}`", r.target), Some(r.location.clone())),
+        _ => ("a reference".to_string(), None),
+    };
+    let (why, hint) = if q.inside == "a comment" {
+        ("a reference inside a comment reads nothing (yet records a dependency)".to_string(), "move it out of the comment, or drop it")
+    } else {
+        (
+            format!("a reference inside {} renders the relation's SQL text, not a read (its quotes would end the quoting early)", q.inside),
+            "move it out of the quotes: to read the relation, put the reference where a table goes (`FROM …`); for its name as text, write the name in the literal",
+        )
+    };
+    LoadError::new(location, model.cloned(), format!("{what} is inside {} of the query: {why}", q.inside)).with_hint(hint)
+}
+
 /// Fills `cols(parent)` calls that named no columns with the parent's declared columns, once all
 /// models are known.
 pub fn expand_all_cols(models: &mut [Model]) {
@@ -330,6 +352,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
                 for unknown in f.unknown_markers().iter().filter(|_| name.is_some()) {
                     errors.push(err(unknown_marker(unknown)));
                 }
+                errors.extend(f.quoted_sites().into_iter().map(|q| quoted_site(&q, name.as_ref())));
                 Some(f)
             }
             Err(msg) => {

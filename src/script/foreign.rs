@@ -170,7 +170,7 @@ pub fn same_twice(name: &str, first: Result<String, Failure>, again: impl FnOnce
 }
 
 /// `s` on one line, cut to 80 characters.
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > 80 { format!("{}…", flat.chars().take(80).collect::<String>()) } else { flat }
 }

@@ -254,6 +254,9 @@ struct State {
     tests: Vec<super::test_spec::TestSpec>,
     /// `define_audit` definitions (built-ins first).
     audits: super::audits::Registry<Function>,
+    /// The SQL each audit body answered for each arguments, for the whole life of the
+    /// interpreter (a later use must get the same: [`super::audits::finish_pure`]).
+    audit_answers: super::audits::Answers,
     /// `define_macro` definitions: name → where, and the function.
     macros: std::collections::BTreeMap<String, (Location, Function)>,
     /// `define_signal` definitions: name → where, and the function.
@@ -349,6 +352,61 @@ pub struct LuaHost {
 
 fn rt(msg: impl Into<String>) -> mlua::Error {
     mlua::Error::runtime(msg.into())
+}
+
+/// Registry key of the raw `xpcall` ([`call_plain`]).
+const XPCALL_KEY: &str = "efmesh.xpcall";
+/// Registry key of the function [`error_handler`] builds.
+const HANDLER_KEY: &str = "efmesh.error_handler";
+/// Registry key of a Lua function returning `t[k]` (metamethods included), for reading a field
+/// of a project table through [`call_plain`].
+const INDEX_KEY: &str = "efmesh.index";
+
+/// The message handler of every call into project code ([`call_plain`]): what mlua's own handler
+/// does (the error's text followed by a traceback), except that an error value that is not a
+/// string (`error({})`, `assert(false, f)`) is converted with the sandbox's `tostring` (`plain`
+/// of the guards): `table`, never `table: 0x…`, whose address depends on what the interpreter
+/// ran before and would otherwise reach SQL through a `pcall`'s message (a new fingerprint with
+/// no edit). efmesh's own errors (a callback's, the budget's) pass unchanged.
+fn error_handler(lua: &Lua, plain: Function, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
+    lua.create_function(move |lua, e: Value| {
+        if matches!(e, Value::Error(_)) {
+            return Ok(e);
+        }
+        let text = match &e {
+            Value::String(s) => s.to_string_lossy(),
+            other => match plain.call::<String>(other.clone()) {
+                Ok(text) => text,
+                // A `__tostring` that fails: the type's name; one that loops: the spent budget.
+                Err(_) => match st.try_borrow().ok().and_then(|s| s.tripped()) {
+                    Some(tripped) => return Ok(Value::Error(Box::new(tripped))),
+                    None => other.type_name().to_string(),
+                },
+            },
+        };
+        Ok(Value::String(lua.traceback(Some(text.as_str()), 0)?))
+    })
+}
+
+/// Calls project code `f` with `args`, as [`Function::call`] does but under [`error_handler`]
+/// (through the raw `xpcall`): no address of an error value reaches the error's text, whether
+/// the error goes back into Lua (a `pcall` around `define_model` or `require`) or into a report.
+///
+/// # Errors
+/// The error `f` raised: efmesh's own errors keep their kind, any other is a runtime error
+/// carrying the handler's text.
+fn call_plain<R: mlua::FromLuaMulti>(lua: &Lua, f: &Function, args: impl mlua::IntoLuaMulti) -> mlua::Result<R> {
+    let xpcall: Function = lua.named_registry_value(XPCALL_KEY)?;
+    let handler: Function = lua.named_registry_value(HANDLER_KEY)?;
+    let mut out = xpcall.call::<MultiValue>((f.clone(), handler, args))?;
+    match out.pop_front() {
+        Some(Value::Boolean(true)) => R::from_lua_multi(out, lua),
+        _ => Err(match out.pop_front() {
+            Some(Value::Error(e)) => *e,
+            Some(Value::String(s)) => mlua::Error::RuntimeError(s.to_string_lossy()),
+            other => mlua::Error::RuntimeError(other.map_or("nil", |v| v.type_name()).to_string()),
+        }),
+    }
 }
 
 /// The error of `function` (`ref`, `cols`, `define_model`) called while a macro runs, at the
@@ -533,6 +591,11 @@ impl LuaHost {
         limits.set("max_pattern_cost", 1e9)?;
         limits.set("charge", charge.clone())?;
         let plain: Function = lua.load(GUARDS).set_name("=efmesh/guards.lua").call(limits)?;
+        // Every call into project code runs under this message handler (see `call_plain`).
+        lua.set_named_registry_value(XPCALL_KEY, lua.globals().get::<Function>("xpcall")?)?;
+        lua.set_named_registry_value(HANDLER_KEY, error_handler(&lua, plain.clone(), state.clone())?)?;
+        let index: Function = lua.load("return function(t, k) return t[k] end").set_name("=efmesh/index.lua").eval()?;
+        lua.set_named_registry_value(INDEX_KEY, index)?;
         // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
         lua.load("getmetatable('').__metatable = false").set_name("=efmesh").exec()?;
         let g = lua.globals();
@@ -619,11 +682,13 @@ impl LuaHost {
             let Value::Table(t) = spec else {
                 return Err(rt(format!("`define_model` expects a table, got {}", spec.type_name())));
             };
-            let query_val: Value = t.get("query")?;
+            // Read (an `__index` of the spec may raise) and called under the sandbox's handler.
+            let index: Function = lua.named_registry_value(INDEX_KEY)?;
+            let query_val: Value = call_plain(lua, &index, (t.clone(), "query"))?;
             let query = match query_val {
                 Value::Nil => None,
                 Value::String(s) => Some(s.to_str().map_err(|_| rt("`query` must be UTF-8"))?.to_string()),
-                Value::Function(f) => match f.call::<Value>(())? {
+                Value::Function(f) => match call_plain::<Value>(lua, &f, ())? {
                     Value::String(s) => Some(s.to_str().map_err(|_| rt("`query` must be UTF-8"))?.to_string()),
                     other => return Err(rt(format!("the `query` function must return a string, got {}", other.type_name()))),
                 },
@@ -656,7 +721,7 @@ impl LuaHost {
                 let v = if kind_fn {
                     // `kind = kind.full` (without the call) is accepted.
                     let Value::Function(f) = v else { unreachable!() };
-                    f.call::<Value>(())?
+                    call_plain::<Value>(lua, &f, ())?
                 } else {
                     v
                 };
@@ -958,6 +1023,9 @@ impl LuaHost {
         let kept: Vec<PathBuf> = s.modules.keys().cloned().collect();
         s.shared.extend(kept);
         s.base_audits = Some(s.audits.clone());
+        // Their audits' answers are remembered from now on (`super::audits::finish_pure`).
+        let s = &mut *s;
+        s.audit_answers.share(&s.audits);
     }
 
     /// Evaluates one top-level file (relative to the root) with a fresh module table: what it
@@ -1069,7 +1137,11 @@ impl LuaHost {
             }
             // `Chunk::eval`'s result, compiling the file once when it has several statements.
             let name = format!("@{}", rel.display());
-            let result = chunk::eval(&code, || lua.load(&code[..]).set_name(name.as_str()).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env.clone()));
+            let result = chunk::eval(
+                &code,
+                |src| lua.load(src).set_name(name.as_str()).set_mode(mlua::chunk::ChunkMode::Text).set_environment(env.clone()),
+                |f| call_plain(lua, f, ()),
+            );
             let mut s = st.borrow_mut();
             s.stack.pop();
             if s.stack.is_empty() {
@@ -1094,7 +1166,8 @@ impl LuaHost {
                     // The location leads the error already: Lua's own `file:line: ` prefix inside
                     // the message is said once.
                     let msg = if line > 0 { msg.replacen(&format!("{}:{line}: ", rel.display()), "", 1) } else { msg };
-                    s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg.trim_end().to_string()));
+                    let msg = super::sandbox::capped_message(msg.trim_end().to_string());
+                    s.errors.push(LoadError::new(Some(Location { file: rel.clone(), line }), None, msg));
                     drop(s);
                     if outermost { Ok(Value::Nil) } else { Err(rt(format!("`{}` failed to load (see its error)", rel.display()))) }
                 }
@@ -1144,7 +1217,7 @@ impl LuaHost {
             values.push_back(Value::String(self.lua.create_string(a).map_err(|e| Failure::new(e.to_string()))?));
         }
         self.state.borrow_mut().in_macro = true;
-        let out = self.with_budget(&at.file, || f.call::<Value>(values));
+        let out = self.with_budget(&at.file, || call_plain::<Value>(&self.lua, &f, values));
         self.state.borrow_mut().in_macro = false;
         match out {
             Ok(Value::String(s)) => {
@@ -1201,7 +1274,7 @@ impl LuaHost {
             Ok((list, args, db))
         };
         let (list, args, db) = build().map_err(|e| fail(format!("cannot be called: {e}")))?;
-        match self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || f.call::<Value>((list, args, db))) {
+        match self.with_budget_of(&at.file, super::foreign::SIGNAL_BUDGET, || call_plain::<Value>(lua, &f, (list, args, db))) {
             Ok(v) => {
                 let json = lua_to_json(&v, 0).map_err(|e| fail(format!("returned an unusable value: {e}")))?;
                 super::foreign::verdicts(&json, intervals.len()).map_err(fail)

@@ -142,6 +142,9 @@ struct State {
     tests: Vec<super::test_spec::TestSpec>,
     /// `define_audit` definitions (built-ins first).
     audits: super::audits::Registry<audits::Body>,
+    /// The SQL each audit body answered for each arguments, for the whole life of the
+    /// interpreter (a later use must get the same: [`super::audits::finish_pure`]).
+    audit_answers: super::audits::Answers,
     /// The functions of every evaluated file (audit bodies run with those of their file).
     asts: HashMap<PathBuf, Rc<::rhai::AST>>,
     /// Why the top-level evaluation in progress was terminated ([`BUDGET_TAG`] or
@@ -332,6 +335,9 @@ fn load_on_this_thread(
                 shared = s.modules.keys().cloned().collect();
                 base_audits = Some(s.audits.clone());
                 s.past_definitions = true;
+                // Their audits' answers are remembered from now on (`super::audits::finish_pure`).
+                let st = &mut *s;
+                st.audit_answers.share(&st.audits);
             }
             if testing {
                 s.testing = true;
@@ -425,6 +431,8 @@ pub(crate) fn serve(
         let mut s = refs.state.borrow_mut();
         s.past_definitions = true;
         s.errors.clear();
+        let st = &mut *s;
+        st.audit_answers.share(&st.audits);
         Defs {
             macros: s.macros.iter().map(|(name, (location, _, _))| MacroInfo { name: name.clone(), location: location.clone() }).collect(),
             audits: s.audits.defs().cloned().collect(),
@@ -651,6 +659,49 @@ fn call_site(ctx: &NativeCallContext) -> Location {
     Location { file: calling_file(ctx), line }
 }
 
+/// Why converting a function pointer to text is refused.
+const FN_PTR_TEXT: &str = "a closure or function pointer converted to text (`to_string`, `${…}`, `+`, `print`, `debug`, a closure's `name`, \
+                           `to_json()`, or an array or map holding one converted so) is refused: Rhai prints a closure as `Fn(anon$<hash>)`, a hash that changes \
+                           in every process, so SQL built from it would get a new fingerprint with no edit";
+
+/// The text of function pointer `f` converted to text at `ctx`: refused, as a load error naming
+/// the file and line ([`FN_PTR_TEXT`]). Recorded rather than raised: for `${…}`, `+` and the
+/// items of an array or a map, Rhai catches an error of the conversion and prints the built-in
+/// text instead. The text returned is the same in every process (`Fn(closure)`, or `Fn(<name>)`
+/// for a named pointer), whatever the evaluation goes on to do with it.
+fn refused_fn_ptr_text(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, f: &FnPtr) -> ImmutableString {
+    refuse_fn_ptr_text(ctx, st);
+    if f.is_anonymous() { "Fn(closure)".into() } else { format!("Fn({})", f.fn_name()).into() }
+}
+
+/// Records the load error of a function pointer converted to text at `ctx` ([`FN_PTR_TEXT`]).
+fn refuse_fn_ptr_text(ctx: &NativeCallContext, st: &Rc<RefCell<State>>) {
+    let error = LoadError::new(Some(call_site(ctx)), None, FN_PTR_TEXT)
+        .with_hint("build the text from what the closure returns (`${f.call(x)}`), or from a name kept next to it (`rule.name`)");
+    match st.try_borrow_mut() {
+        Ok(mut s) => s.errors.push(error),
+        Err(_) => tracing::warn!("{error}"),
+    }
+}
+
+/// True when `v` is or holds a closure: in an array, a map or a function pointer's curried
+/// arguments (nested up to [`MAX_EXPR_DEPTH`] levels).
+fn holds_closure(v: &Dynamic, depth: usize) -> bool {
+    if depth > MAX_EXPR_DEPTH {
+        return false;
+    }
+    if let Some(f) = v.read_lock::<FnPtr>() {
+        return f.is_anonymous() || f.iter_curry().any(|c| holds_closure(c, depth + 1));
+    }
+    if let Some(a) = v.read_lock::<Array>() {
+        return a.iter().any(|x| holds_closure(x, depth + 1));
+    }
+    if let Some(m) = v.read_lock::<Map>() {
+        return m.values().any(|x| holds_closure(x, depth + 1));
+    }
+    false
+}
+
 /// A ref target from a handle or a `"schema.table"` string.
 fn target_of(v: &Dynamic) -> Result<ModelName, Box<EvalAltResult>> {
     if let Some(h) = v.read_lock::<Handle>() {
@@ -737,6 +788,32 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     engine.register_get("name", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
     engine.register_fn("to_string", |h: &mut Handle| -> ImmutableString { h.0.to_string().into() });
     engine.register_fn("to_debug", |h: &mut Handle| -> ImmutableString { format!("Model({})", h.0).into() });
+
+    // A closure prints as `Fn(anon$<hash>)`, the hash different in every process: converting a
+    // function pointer to text is refused (see [`refused_fn_ptr_text`]). These overloads take
+    // precedence over the packages' (the engine's own namespace is searched first), and every
+    // built-in conversion calls them: `${f}` and `"" + f` call `to_string`, an array or a map
+    // converts its items with `to_debug`.
+    for name in ["to_string", "to_debug", "print", "debug"] {
+        let st = refs.state.clone();
+        engine.register_fn(name, move |ctx: NativeCallContext, f: &mut FnPtr| -> ImmutableString { refused_fn_ptr_text(&ctx, &st, f) });
+    }
+    // A closure's `name` is its `anon$<hash>` too (a named pointer's is the name written).
+    let st = refs.state.clone();
+    let closure_name = move |ctx: NativeCallContext, f: &mut FnPtr| -> ImmutableString {
+        if f.is_anonymous() { refused_fn_ptr_text(&ctx, &st, f) } else { f.fn_name().into() }
+    };
+    engine.register_fn("name", closure_name.clone());
+    engine.register_get("name", closure_name);
+    // `to_json()` writes a closure as its `anon$<hash>` name: refused the same way.
+    let st = refs.state.clone();
+    engine.register_fn("to_json", move |ctx: NativeCallContext, map: &mut Map| -> String {
+        if map.values().any(|v| holds_closure(v, 0)) {
+            refuse_fn_ptr_text(&ctx, &st);
+            return "null".to_string();
+        }
+        ::rhai::format_map_as_json(map)
+    });
 
     // db.query(sql) in a signal: one read-only statement, answered by the caller.
     engine.register_type_with_name::<Db>("Db");

@@ -1,5 +1,6 @@
-//! Sandbox rules shared by the Lua and Rhai hosts: the cap on what a model file may print, and
-//! the rule that every file of the model globs defines something.
+//! Sandbox rules shared by the Lua and Rhai hosts: the cap on what a model file may print (and
+//! on the message of an error a script raises), and the rule that every file of the model globs
+//! defines something.
 
 use crate::core::{LoadError, Location, Model};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -9,6 +10,21 @@ use std::path::{Path, PathBuf};
 pub const MAX_PRINT_BYTES: usize = 8 * 1024;
 /// Lines one file may print before the rest is suppressed.
 pub const MAX_PRINT_LINES: usize = 200;
+
+/// Bytes of a script's error message that reach efmesh's report (stderr, `--json`): as many as
+/// a file may print ([`MAX_PRINT_BYTES`]); `error(string.rep("x", 10 * 2^20))` must not write
+/// 10 MB.
+pub const MAX_ERROR_BYTES: usize = MAX_PRINT_BYTES;
+
+/// `msg` cut to [`MAX_ERROR_BYTES`] (at a character boundary), saying it was cut and how long
+/// it was; unchanged when it fits.
+pub fn capped_message(msg: String) -> String {
+    if msg.len() <= MAX_ERROR_BYTES {
+        return msg;
+    }
+    let cut = (0..=MAX_ERROR_BYTES).rev().find(|&i| msg.is_char_boundary(i)).unwrap_or(0);
+    format!("{}… (error message cut: {} bytes, of which a report shows the first {MAX_ERROR_BYTES})", &msg[..cut], msg.len())
+}
 
 #[derive(Debug, Default)]
 struct Printed {
@@ -148,5 +164,26 @@ impl Reached {
     /// the load cache keys the requiring file by those bytes, as if it had evaluated them.
     pub fn reused(&mut self, rel: &Path, hash: [u8; 32]) {
         self.hashes.entry(rel.to_path_buf()).or_insert(hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message within the cap is kept; a longer one is cut at the cap, at a character
+    /// boundary, and says it was cut.
+    #[test]
+    fn error_messages_are_capped_and_say_so() {
+        assert_eq!(capped_message("boom".into()), "boom");
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let capped = capped_message(long.clone());
+        assert!(capped.len() < MAX_ERROR_BYTES + 200, "{}", capped.len());
+        assert!(capped.starts_with(&long[..MAX_ERROR_BYTES]), "cut at the cap");
+        assert!(
+            capped.ends_with(&format!("(error message cut: {} bytes, of which a report shows the first {MAX_ERROR_BYTES})", long.len())),
+            "{}",
+            &capped[MAX_ERROR_BYTES..]
+        );
     }
 }

@@ -892,8 +892,11 @@ define_model {{
     assert!(!e.contains("nothing was promoted"), "a run never promotes: {e}");
     assert_eq!(run.json()["error"]["kind"], "audit", "{}", run.stdout);
     assert_eq!(p.rows(&env_view("prod", "s.customers")).len(), 2, "the rebuild was rolled back");
-    // Two models failing at once in a parallel run: the several failures' header neither.
-    let several = p.run(&["run", "prod", "--jobs", "2"]);
+    // Two models failing at once in a parallel run: the several failures' header neither. Each
+    // build waits at its start (test hook) so that both are under way before either fails: the
+    // first failure stops new work from starting.
+    let out = p.command(&["run", "prod", "--jobs", "2"]).env("EFMESH_DELAY", "build:s.customers=700,build:s.others=700").output().expect("spawn efmesh");
+    let several = Run::from_output(out, "efmesh run prod --jobs 2".into());
     several.expect_code(1);
     assert!(several.stderr.contains("2 failures:") && !several.stderr.contains("nothing was promoted"), "{}", several.stderr);
     // An apply building a new version fails on the same rows, and says nothing was promoted.
@@ -1485,4 +1488,118 @@ fn an_at_word_or_macro_call_in_a_lua_or_rhai_audit_body_is_a_load_error_naming_t
         assert!(said.contains("DuckDB would read it as `abs(c)`"), "{args:?}: {said}");
         assert!(!said.contains("audit `fine`"), "{args:?}: {said}");
     }
+}
+
+/// A Lua or Rhai audit body keeping state between calls (a counter: its first use rendered the
+/// real check, later ones `… AND false`) made a blocking audit depend on load order and the
+/// load cache: `apply` passed over a NULL (exit 0, "2 passed"), a comment-only edit of a model
+/// file flipped the result, dropping the cache flipped it back. Every body is called twice per
+/// use and its answer compared with earlier uses of the same arguments: a load error at every
+/// use (Lua models, a `.sql` model, a Lua model using the Rhai audit), naming the audit, where
+/// it is defined and both answers — also after a comment-only edit.
+#[test]
+fn an_audit_body_keeping_state_between_calls_is_refused_at_every_use() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/no_nulls.lua",
+        "local uses = 0\n\
+         define_audit { name = \"no_nulls\", params = { \"column\" },\n  query = function(self, args)\n    uses = uses + 1\n    \
+         if uses == 1 then return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column) end\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL AND false\"):format(self, args.column)\n  end }\n",
+    );
+    p.write(
+        "audits/r.rhai",
+        r##"let n = [0];
+define_audit(#{ name: "rno_nulls", params: ["column"], query: |rel, args| {
+  n[0] += 1;
+  if n[0] == 1 { `SELECT * FROM ${rel} WHERE ${args.column} IS NULL` } else { `SELECT * FROM ${rel} WHERE ${args.column} IS NULL AND false` }
+} });
+"##,
+    );
+    let lua_model = |name: &str, select: &str| {
+        format!(
+            "define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"integer\" }} }}, query = \"{select}\",\n  audits = {{ audit.no_nulls(\"v\"), audit.rno_nulls(\"v\") }} }}\n"
+        )
+    };
+    p.write("models/a.lua", &lua_model("p.a", "SELECT 1 AS v"));
+    p.write("models/b.lua", &lua_model("p.b", "SELECT CAST(NULL AS INTEGER) AS v"));
+    p.write("models/c.sql", "-- name: p.c\n-- kind: full\n-- schema: v integer\n-- audits: no_nulls(v), rno_nulls(v)\nSELECT CAST(NULL AS INTEGER) AS v\n");
+    let refused = |said: &str, what: &str, uses: &[&str]| {
+        for at in uses {
+            for want in [
+                "audit `no_nulls` (audits/no_nulls.lua:2) returned `SELECT * FROM <relation> WHERE v IS NULL`",
+                "audit `rno_nulls` (audits/r.rhai:2) returned `SELECT * FROM <relation> WHERE v IS NULL`",
+            ] {
+                assert!(
+                    said.lines().any(|l| l.starts_with(at) && l.contains(want) && l.contains("`SELECT * FROM <relation> WHERE v IS NULL AND false`")),
+                    "{what}: missing `{at} … {want}` in:\n{said}"
+                );
+            }
+        }
+        assert!(said.contains("an audit body must depend on its arguments alone (no state kept between calls)"), "{what}: {said}");
+    };
+    for args in [&["check"][..], &["apply", "dev", "--yes"]] {
+        let r = p.run(args);
+        r.expect_code(1);
+        refused(&format!("{}{}", r.stdout, r.stderr), &format!("{args:?}"), &["models/a.lua:2:", "models/b.lua:2:", "models/c.sql:4:"][..]);
+    }
+    // A comment-only edit (the file evaluated again, its uses now the first its interpreter
+    // renders): refused too, where it passed over the NULL before.
+    p.write("models/b.lua", &format!("{}-- comment\n", p.read("models/b.lua")));
+    let r = p.run(&["apply", "dev", "--yes"]);
+    r.expect_code(1);
+    refused(&format!("{}{}", r.stdout, r.stderr), "after a comment-only edit", &["models/b.lua:2:"][..]);
+}
+
+/// What the check of [`an_audit_body_keeping_state_between_calls_is_refused_at_every_use`]
+/// leaves alone: a stateless body, and bodies reading a table (Lua) or map (Rhai) built once at
+/// the top of their file, used with the same arguments by several Lua models and a `.sql` model
+/// (and the Rhai one from Lua), load, pass on clean data and catch their violations.
+#[test]
+fn stateless_audit_bodies_and_ones_reading_a_constant_table_of_their_file_still_work() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/ok.lua",
+        "local ops = { positive = \">\", negative = \"<\" }\n\
+         define_audit { name = \"signed\", params = { \"column\", \"sign\" },\n  \
+         query = function(self, args) return (\"SELECT * FROM %s WHERE NOT (%s %s 0)\"):format(self, args.column, ops[args.sign]) end }\n\
+         define_audit { name = \"no_nulls\", params = { \"column\" },\n  \
+         query = function(self, args) return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column) end }\n",
+    );
+    p.write(
+        "audits/ok.rhai",
+        r##"let ops = #{ positive: ">", negative: "<" };
+define_audit(#{ name: "rsigned", params: ["column", "sign"], query: |rel, args| {
+  let op = ops[args.sign];
+  `SELECT * FROM ${rel} WHERE NOT (${args.column} ${op} 0)`
+} });
+"##,
+    );
+    let lua_model = |name: &str, select: &str, options: &str| {
+        format!(
+            "define_model {{ name = \"{name}\", kind = kind.full(), schema = {{ {{ \"v\", \"integer\" }} }}, query = \"{select}\",\n  \
+             audits = {{ audit.signed {{ \"v\", \"positive\"{options} }}, audit.rsigned {{ \"v\", \"positive\"{options} }}, audit.no_nulls {{ \"v\"{options} }} }} }}\n"
+        )
+    };
+    p.write("models/a.lua", &lua_model("p.a", "SELECT 1 AS v", ""));
+    p.write("models/b.lua", &lua_model("p.b", "SELECT 2 AS v", ""));
+    p.write("models/n.lua", &lua_model("p.n", "SELECT -1 AS v UNION ALL SELECT NULL", ", blocking = false"));
+    p.write(
+        "models/c.sql",
+        "-- name: p.c\n-- kind: full\n-- schema: v integer\n-- audits: signed(v, positive), rsigned(v, positive), no_nulls(v)\nSELECT 3 AS v\n",
+    );
+    let v = p.apply("dev");
+    for m in ["p.a", "p.b", "p.c"] {
+        for audit in ["signed(v, positive)", "rsigned(v, positive)", "no_nulls(v)"] {
+            assert_eq!(violations(&v, m, audit), 0, "{m} {audit}: {:#}", result(&v, m, audit));
+        }
+    }
+    for audit in ["signed(v, positive)", "rsigned(v, positive)", "no_nulls(v)"] {
+        assert_eq!(violations(&v, "p.n", audit), 1, "{audit}: {:#}", result(&v, "p.n", audit));
+    }
+    // Loaded again (every file evaluated anew, in any order): the same, no load error.
+    for cache in [".efmesh/load-cache", ".efmesh/project-cache"] {
+        let _ = fs_err::remove_file(p.root().join(cache));
+    }
+    p.run(&["check"]).expect_code(0);
 }

@@ -143,6 +143,11 @@ define_model { name = "m.daily_pq", kind = kind.incremental_by_time_range { time
     assert_eq!((w[0]["rule"].as_str(), w[0]["severity"].as_str()), (Some("batch_rescan"), Some("warning")), "{:#}", w[0]);
     assert!(w[0]["file"].as_str().unwrap().ends_with("models/m.lua") && w[0]["line"] == 10, "{:#}", w[0]);
     assert!(w[0]["message"].as_str().unwrap().contains("data/events.csv"), "{:#}", w[0]);
+    // The hint's staging table re-reads the file only on a cron (a `full` model without one is
+    // rebuilt only when it changes).
+    let hint = w[0]["hint"].as_str().unwrap();
+    assert!(hint.starts_with("load the file once into a table (a `full` or `incremental_by_unique_key` model reading `raw.events`)"), "{hint}");
+    assert!(hint.contains("a `full` one needs a `cron` (e.g. `cron = \"@daily\"`) for `run` to re-read the file"), "{hint}");
     let text = p.run(&["check"]);
     text.expect_code(0);
     assert!(

@@ -441,3 +441,59 @@ fn a_now_that_is_not_an_instant_fails_only_the_commands_that_read_the_clock() {
         assert!(run.expect_code(1).stderr.contains("--now: `` is not a date or timestamp"), "{}", run.stderr);
     }
 }
+
+/// With nothing to apply, `apply --json` says nothing was applied (`"applied": false`, exit 0),
+/// as its text says `nothing to apply`; `applied` is true only when the plan's changes were.
+#[test]
+fn an_apply_with_nothing_to_apply_reports_applied_false() {
+    let p = sample_project();
+    let first = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!((first["applied"].clone(), first["promoted"].clone()), (Value::Bool(true), Value::Bool(true)), "{first:#}");
+    let journal = p.state_summary().journal;
+    for args in [&["apply", "dev", "--yes", "--json"][..], &["apply", "dev", "--json"][..]] {
+        let v = p.run(args).expect_code(0).json();
+        assert_eq!(v["plan"]["hasChanges"], Value::Bool(false), "{v:#}");
+        assert_eq!(v["applied"], Value::Bool(false), "nothing was applied: {v:#}");
+        assert_eq!(v["promoted"], Value::Bool(false), "{v:#}");
+        assert_eq!(v["built"], Value::Array(vec![]), "{v:#}");
+    }
+    assert!(p.run(&["apply", "dev", "--yes"]).expect_code(0).stdout.ends_with("nothing to apply\n"));
+    assert_eq!(p.state_summary().journal, journal, "no promotion was recorded");
+}
+
+/// While another process holds the DuckDB file, each command's hint says what that command can
+/// do: `--retries N` only where the command has it (`apply`, `run`), else run it again once the
+/// writer is done; and with `--json` the hint is the error's `hint`, not part of its `message`.
+#[test]
+fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field() {
+    const AGAIN: &str = "run this again once that process is done";
+    let p = sample_project();
+    p.apply("dev");
+    // This test process writes the file: every command below finds it held.
+    let writer = efmesh::engine::duckdb::DuckDb::open(&p.engine_path(), &efmesh::config::EngineSection::default()).expect("hold the file");
+    for args in [&["audit", "dev", "--json"][..], &["diff", "dev", "dev", "--data", "--json"][..], &["janitor", "--json"][..]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        assert!(!run.stderr.contains("--retries"), "`{}` has no `--retries`: {}", run.cmd, run.stderr);
+        let error = &run.json()["error"];
+        let hint = error["hint"].as_str().unwrap_or_else(|| panic!("`{}`: no hint in {error:#}", run.cmd));
+        assert!(hint.contains("is writing this DuckDB file") && hint.ends_with(AGAIN), "`{}`: {hint}", run.cmd);
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains("efmesh.duckdb") && !message.contains("hint:"), "`{}`: {error:#}", run.cmd);
+    }
+    // A preview says it never waits, then the hint on its own line.
+    let run = p.run(&["preview", "dev", "s.b", "--json"]);
+    run.expect_code(1);
+    let v = run.json();
+    let err = v["previews"][0]["error"].as_str().unwrap_or_else(|| panic!("no error in {v:#}"));
+    let (cause, hint) = err.split_once("\n  hint: ").unwrap_or_else(|| panic!("no hint line: {err}"));
+    assert!(cause.contains("never wait") && hint.ends_with(AGAIN) && !err.contains("--retries"), "{err}");
+    // `apply` has `--retries`: its hint offers it.
+    p.write("models/a.lua", &model_a("AND range < 5"));
+    let run = p.run(&["apply", "dev", "--yes", "--json"]);
+    run.expect_code(1);
+    let error = &run.json()["error"];
+    let hint = error["hint"].as_str().unwrap_or_else(|| panic!("no hint in {error:#}"));
+    assert!(hint.ends_with(&format!("{AGAIN}, or pass `--retries N` to retry with backoff")), "{hint}");
+    drop(writer);
+}

@@ -319,11 +319,13 @@ impl Project {
         self.run(&["plan", env, "--json"]).expect_code(0).json()
     }
 
-    /// `apply <env> --yes --json`, which must succeed.
+    /// `apply <env> --yes --json`, which must succeed: `applied` when the plan had changes (or
+    /// renewed an expired environment), not when there was nothing to apply.
     #[track_caller]
     pub fn apply(&self, env: &str) -> Value {
         let v = self.run(&["apply", env, "--yes", "--json"]).expect_code(0).json();
-        assert_eq!(v["applied"], Value::Bool(true), "{v:#}");
+        let changes = v["plan"]["hasChanges"] == Value::Bool(true) || v.get("renewed").is_some();
+        assert_eq!(v["applied"], Value::Bool(changes), "{v:#}");
         v
     }
 

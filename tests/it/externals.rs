@@ -134,6 +134,47 @@ fn a_csv_external_quoting_only_late_rows_is_read_with_the_rfc_quote() {
     );
 }
 
+/// A value of a CSV external that its declared type refuses fails the build of the model reading
+/// it, and the error names the external (its definition, the data file, the line and the value)
+/// with a hint in efmesh's terms: the kind's `null_markers` for a spelling of NULL, the declared
+/// type for another value; never DuckDB's `nullstr` nor its dump of reader settings. The hinted
+/// option is the fix.
+#[test]
+fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_hint() {
+    let p = Project::new();
+    p.write("data/parts.csv", "k,n\na,1\nb,NA\n");
+    let schema = r#"{ { "k", "varchar" }, { "n", "bigint" } }"#;
+    let consumer = "SELECT k, n FROM ]] .. ref(\"raw.parts\") .. [[";
+    write_models(&p, r#"path = "data/parts.csv""#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("models/sum.lua:1: building model `m.sum`: engine error: Conversion Error: CSV Error on Line: 3: "), "{err}");
+    assert!(err.contains("Could not convert string \"NA\""), "DuckDB's conversion message stays: {err}");
+    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/parts.csv, line 3: b,NA\n"), "{err}");
+    assert!(
+        err.contains("\n  hint: `NA` spells NULL in this file: declare it in the kind of `raw.parts` (models/raw.lua:1), `null_markers = { \"NA\" }`"),
+        "{err}"
+    );
+    for dump in ["nullstr", "sample_size", "Set By User"] {
+        assert!(!err.contains(dump), "DuckDB's reader options are not printed ({dump}): {err}");
+    }
+    // The hint is the fix.
+    write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("a"), s("1")], vec![s("b"), None]]);
+
+    // Another value, in a file of a glob: the file is named, and the hint is the declared type.
+    p.write("data/more/2024.csv", "k,n\nc,3\n");
+    p.write("data/more/2025.csv", "k,n\nd,4\ne,x y\n");
+    write_models(&p, r#"path = "data/more/*.csv""#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/more/2025.csv, line 3: e,x y\n"), "{err}");
+    assert!(err.contains("\n  hint: column `n` of `raw.parts` (models/raw.lua:1) is declared `bigint`, which `x y` is not"), "{err}");
+}
+
 #[test]
 fn csv_options_delimiter_and_headerless_files() {
     let p = Project::new();

@@ -36,6 +36,7 @@ crate::on_every_engine!(
     a_changed_key_is_never_offered_forward_only,
     a_forward_only_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
     a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_nothing_more,
+    a_watched_json_column_is_refused_at_load_on_postgres_and_applies_on_duckdb,
 );
 
 const T1: &str = "2026-02-10T00:00:00Z";
@@ -923,4 +924,49 @@ fn a_carried_column_declared_narrower_than_the_query_keeps_its_values_and_opens_
     p.now = T4.into();
     p.run(&["run", "dev"]).expect_code(0);
     assert_eq!(shares(&p, "dev", "quarter"), ("2".to_string(), "2".to_string()), "runs over unchanged rows opened versions");
+}
+
+/// Postgres's `json` type has no equality operator: an `scd_type2` model watching a `json`
+/// column passed `check` and `plan` and failed mid-apply on efmesh's own `UPDATE` (`operator does
+/// not exist: json = json`). On Postgres it is refused at load (`check`, `plan`, `apply`: exit 1,
+/// nothing built), naming the model's file:line and the column, hinting at `jsonb` or the watch
+/// list; declared and returned as `jsonb` it applies. DuckDB compares `json` as text: it applies.
+fn a_watched_json_column_is_refused_at_load_on_postgres_and_applies_on_duckdb(engine: EngineBackend) {
+    let p = Project::on_engine(engine);
+    let write = |ty: &str| {
+        p.write(
+            "models/hist.lua",
+            &format!(
+                r#"define_model {{
+  name = "j.src", kind = kind.full(), schema = {{ {{ "id", "bigint" }}, {{ "doc", "{ty}" }} }},
+  query = [[SELECT CAST(1 AS BIGINT) AS id, CAST('{{"a": 1}}' AS {ty}) AS doc]],
+}}
+define_model {{
+  name = "j.hist", kind = kind.scd_type2 {{ key = "id" }}, schema = {{ {{ "id", "bigint" }}, {{ "doc", "{ty}" }} }},
+  query = "SELECT id, doc FROM " .. ref("j.src"),
+}}
+"#
+            ),
+        );
+    };
+    write("json");
+    if !p.on_postgres() {
+        p.apply("dev");
+        assert_eq!(p.rows("\"dev__j\".\"hist\"").len(), 1);
+        return;
+    }
+    for args in [&["check"][..], &["plan", "dev"][..], &["apply", "dev", "--yes"][..]] {
+        let run = p.run(args);
+        run.expect_code(1);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        for needle in
+            ["models/hist.lua:5", "model `j.hist`", "column `doc` is a watched column", "declared `json`", "json = json", "hint:", "`jsonb`", "watched columns"]
+        {
+            assert!(out.contains(needle), "{needle:?} missing from `{}`:\n{out}", args.join(" "));
+        }
+    }
+    assert!(p.physical_tables().is_empty(), "something was built");
+    write("jsonb");
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__j\".\"hist\"").len(), 1);
 }

@@ -488,3 +488,83 @@ fn names_like_a_models_that_do_not_read_it_load() {
     let out = rendered(&p, "z.ok");
     assert!(out.contains("FROM b"), "{out}");
 }
+
+/// A query naming a relation of efmesh's own storage — a model's physical table, as `plan
+/// --json` shows it, or any other relation of schema `_efmesh` — records no dependency and keeps
+/// reading that version after the model changes: a load error at the query's line naming the
+/// name, with the `ref` to write when the name is a model's version.
+#[test]
+fn a_query_reading_efmesh_storage_by_name_is_a_load_error() {
+    let stderr = assert_load_error(
+        |p| {
+            let physical = action(&p.plan("dev"), "s.a")["physical"].as_str().expect("the physical relation of `s.a`").to_string();
+            assert!(physical.starts_with("\"_efmesh\".\"s__a__"), "{physical}");
+            p.write(
+                "models/r.lua",
+                &format!("define_model {{ name = \"z.r\", kind = kind.full(), schema = {{ {{ \"id\", \"integer\" }} }},\n  query = [[SELECT id\nFROM {physical}]] }}\n"),
+            );
+            p.write(
+                "models/u.lua",
+                "define_model { name = \"z.u\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  query = \"SELECT count(*) AS n FROM efmesh._efmesh._efmesh_uses\" }\n",
+            );
+        },
+        &[
+            "models/r.lua:1: model `z.r`: the query reads `_efmesh.s__a__",
+            "(line 2 of its query), a relation of efmesh's own storage (`_efmesh`), by its name instead of through a reference",
+            "no dependency is recorded and the query keeps reading that version after the model changes",
+            "hint: use `ref(\"s.a\")` (`_efmesh.s__a__",
+            "models/u.lua:1: model `z.u`: the query reads `efmesh._efmesh._efmesh_uses` (line 1 of its query), a relation of efmesh's own storage (`_efmesh`)",
+            "hint: read a model through a reference",
+        ],
+    );
+    assert_eq!(stderr.matches("a relation of efmesh's own storage").count(), 2, "{stderr}");
+}
+
+/// `ref()` placed inside a string literal renders the relation's SQL text there (whose quotes
+/// end the literal: a parser error at build time only), and inside a comment reads nothing: a
+/// load error at the call's file:line naming the model referenced, in Lua, in Rhai and through a
+/// macro of a `.sql` model that quotes its argument.
+#[test]
+fn a_reference_inside_a_string_literal_or_a_comment_is_a_load_error() {
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+            p.write(
+                "models/lit.lua",
+                "local raw = require(\"raw\")\ndefine_model { name = \"z.lit\", kind = kind.full(), schema = { { \"src\", \"varchar\" }, { \"n\", \"bigint\" } },\n  query = \"SELECT 'read from \" .. ref(raw.events) .. \"' AS src, count(*) AS n FROM \" .. ref(raw.events) }\n",
+            );
+            p.write(
+                "models/com.lua",
+                "define_model { name = \"z.com\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  query = \"SELECT count(*) AS n -- from \" .. ref(\"s.c\") .. \"\\nFROM \" .. ref(\"s.c\") }\n",
+            );
+            p.write(
+                "models/r.rhai",
+                "define_model(#{ name: \"z.rh\", kind: kind::full(), schema: [[\"t\", \"varchar\"]], query: \"SELECT '\" + ref(\"s.c\") + \"' AS t\" });\n",
+            );
+            p.write("macros/q.lua", "define_macro(\"quoted\", function(x) return \"'\" .. x .. \"'\" end)\n");
+            p.write("models/q.sql", "-- name: z.q\n-- kind: full\n-- schema: t varchar\n-- refs: s.c\nSELECT @quoted(@ref(s.c)) AS t\n");
+        },
+        &[
+            "models/lit.lua:3: model `z.lit`: the reference to model `raw.events` is inside a string literal of the query: a reference inside a string literal renders the relation's SQL text, not a read",
+            "hint: move it out of the quotes",
+            "models/com.lua:2: model `z.com`: the reference to model `s.c` is inside a comment of the query",
+            "models/r.rhai:1: model `z.rh`: the reference to model `s.c` is inside a string literal of the query",
+            "models/q.sql:5: model `z.q`: the reference to model `s.c` is inside a string literal of the query",
+        ],
+    );
+}
+
+/// A `ref()` beside string literals — one holding `--`, one holding a doubled quote, an empty
+/// one after it — and after a block comment is no reference inside a literal: the model loads,
+/// builds and reads its parent.
+#[test]
+fn a_reference_beside_string_literals_loads_and_builds() {
+    let p = sample_project();
+    p.write(
+        "models/beside.lua",
+        "define_model { name = \"z.beside\", kind = kind.full(), schema = { { \"d\", \"varchar\" }, { \"n\", \"bigint\" } },\n  query = \"SELECT '--' || 'it''s' AS d, count(*) AS n /* c */ FROM \" .. ref(\"s.b\") .. \" WHERE label <> ''\" }\n",
+    );
+    p.run(&["check"]).expect_code(0);
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "z.beside")), vec![vec![Some("--it's".to_string()), Some("6".to_string())]]);
+}

@@ -493,3 +493,37 @@ fn full_model_on_a_cron_is_rebuilt_at_its_ticks(engine: EngineBackend) {
 }
 
 crate::on_every_engine!(full_model_on_a_cron_is_rebuilt_at_its_ticks);
+
+/// `restate` of a model without intervals says what recomputes it instead: a `full` model
+/// without a cron is told to take one (what makes `run` re-read a file or table efmesh does not
+/// watch), one with a cron that `run` rebuilds it after its next tick, a unique-key model on a
+/// cron when `run` upserts it.
+#[test]
+fn restating_a_model_without_intervals_hints_at_what_recomputes_it() {
+    let p = Project::new();
+    p.write("models/m.lua", EXTERNAL_AND_FULL);
+    p.write("models/u.lua", HOURLY_AND_DAILY_UPSERT);
+    let restate = |model: &str| {
+        let r = p.run(&["restate", "prod", "--model", model, "--from", "2026-03-01", "--to", "2026-03-02"]);
+        r.expect_code(1);
+        r.stderr.clone()
+    };
+    let plain = restate("s.plain");
+    assert!(plain.contains("cannot restate `s.plain`: only incremental_by_time_range models have intervals (it is full)"), "{plain}");
+    assert!(
+        plain.contains("\n  hint: a `full` model is rebuilt whole when its parents' data changes, and by `run` at each tick of its `cron`; `s.plain` has none")
+            && plain.contains("give it one (e.g. `cron = \"@daily\"`) for `run` to re-read it"),
+        "{plain}"
+    );
+    let total = restate("s.total");
+    assert!(
+        total.contains("by the first `run` after each tick of its cron (`0 6 * * *`)")
+            && total.contains("`efmesh run <env>` after its next tick rebuilds `s.total`"),
+        "{total}"
+    );
+    let upsert = restate("s.seen");
+    assert!(
+        upsert.contains("\n  hint: the first `run` after each tick of its cron (`@daily`) upserts what the query of `s.seen` returns at that moment"),
+        "{upsert}"
+    );
+}

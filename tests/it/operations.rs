@@ -343,3 +343,14 @@ fn completions_name_the_subcommands() {
     }
     run_in(dir.path(), &["completions", "tcsh"]).expect_code(1);
 }
+
+/// `completions` reads no project: a `--config` it would ignore is refused (exit 1, no script
+/// on stdout) rather than passed over.
+#[test]
+fn completions_refuse_a_config_they_would_ignore() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let run = run_in(dir.path(), &["--config", "elsewhere/efmesh.toml", "completions", "bash"]);
+    run.expect_code(1);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(run.stderr.contains("`--config elsewhere/efmesh.toml`") && run.stderr.contains("completions"), "{}", run.stderr);
+}

@@ -293,6 +293,55 @@ define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" } }
     );
 }
 
+/// An error value that is not a string (a table, a function) reaches no text with its address
+/// (`table: 0x…` depends on what the interpreter ran before): not the message a `pcall` around
+/// `define_model` hands back to the script, from which SQL can be built (its first line is the
+/// sandbox's `tostring` of the value), nor the load error of a file raising one, or of a file
+/// it requires.
+#[test]
+fn error_values_reach_no_text_with_their_address() {
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::write(
+        dir.path().join("models/m.lua"),
+        r#"local function caught(v)
+  local _, e = pcall(define_model, { name = "p.x", kind = kind.full(), schema = { { "a", "integer" } }, query = function() error(v) end })
+  return tostring(e):match("^[^\n]*") .. (tostring(e):match("0x%x+") or "")
+end
+local named = setmetatable({}, { __tostring = function() return "named" end })
+local text = caught({}) .. "|" .. caught(print) .. "|" .. caught(named) .. "|" .. caught(true)
+define_model { name = "a.m", kind = kind.full(), schema = { { "s", "varchar" } }, query = "SELECT '" .. text .. "' AS s" }"#,
+    )
+    .unwrap();
+    let project = Project::load(&Config::with_root(dir.path())).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(project.dag.len(), 1);
+    let m = project.dag.models().next().unwrap();
+    let sql = m.body.as_ref().unwrap().render(&efmesh::core::fragment::CanonicalResolver);
+    assert_eq!(sql, "SELECT 'runtime error: table|runtime error: function|runtime error: named|runtime error: true' AS s");
+    // The load error of a file raising a table, and of a library raising a function.
+    let (msg, _) = load_err(&format!("{OK_MODEL}\nerror({{}})"));
+    assert!(msg.contains("models/m.lua:") && msg.contains("table") && !msg.contains("0x"), "{msg}");
+    let dir = tempfile::tempdir().unwrap();
+    fs_err::create_dir_all(dir.path().join("models")).unwrap();
+    fs_err::create_dir_all(dir.path().join("lib")).unwrap();
+    fs_err::write(dir.path().join("lib/bad.lua"), "error(function() end)\n").unwrap();
+    fs_err::write(dir.path().join("models/m.lua"), format!("local ok = pcall(require, \"lib.bad\")\n{OK_MODEL}")).unwrap();
+    let msg = Project::load(&Config::with_root(dir.path())).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains("lib/bad.lua") && msg.contains("function") && !msg.contains("0x"), "{msg}");
+}
+
+/// The message of an error a script raises is reported up to 8 KiB (what a file may print),
+/// saying it was cut: `error(string.rep("x", 10 * 2^20))` does not write 10 MB to stderr and
+/// `--json`.
+#[test]
+fn a_huge_error_message_is_cut_in_the_report() {
+    let (msg, elapsed) = load_err("error(string.rep(\"x\", 10 * 2^20))");
+    assert!(elapsed < LIMIT, "took {elapsed:?}");
+    assert!(msg.len() < 16 * 1024, "{} bytes reported", msg.len());
+    assert!(msg.contains("models/m.lua:1: "), "{msg}");
+    assert!(msg.contains("xxxx… (error message cut: 10485"), "{msg}");
+}
+
 #[test]
 fn print_goes_to_stderr_not_stdout_and_bytecode_chunks_are_refused() {
     // A file starting with the bytecode signature is not loaded as binary.

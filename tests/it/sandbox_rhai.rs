@@ -287,6 +287,36 @@ fn script_errors_carry_line_column_and_the_call_stack() {
     assert_has(&load_err(&dir), &["models/x.rhai:3: no regions for 2 markets", "at models/lib.rhai:2:14 in `make`", "at models/x.rhai:3:"]);
 }
 
+/// A closure converted to text prints `Fn(anon$<hash>)`, the hash different in every process
+/// (SQL built from it would get a new fingerprint with no edit): refused naming file:line, however
+/// it is converted — `${…}` of it or of a map or array holding it, `+`, `to_string`, `print`,
+/// `debug`, its `name`, a map's `to_json()` — and no hash reaches the report.
+#[test]
+fn a_closure_converted_to_text_is_refused_with_file_and_line() {
+    let ok = "define_model(#{ name: \"a.ok\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: \"SELECT 1 AS x\" });";
+    for (code, line) in [
+        ("let f = |x| x;\nlet s = `${f}`;", 2),
+        ("let rules = #{ name: \"upper\", f: |x| x.to_upper() };\n\nlet s = `SELECT '${rules}'`;", 3),
+        ("let f = |x| x;\nlet s = `${[1, f]}`;", 2),
+        ("let f = |x| x;\nlet s = \"a\" + f;", 2),
+        ("let f = |x| x;\nlet s = f.to_string();", 2),
+        ("let f = |x| x;\nprint(f);", 2),
+        ("let f = |x| x;\ndebug(f);", 2),
+        ("let f = |x| x;\nlet s = f.name;", 2),
+        ("let m = #{ rules: [|x| x] };\nlet s = m.to_json();", 2),
+    ] {
+        let expected = format!("models/evil.rhai:{line}: a closure or function pointer converted to text");
+        let err = threat(&format!("{code}\n{ok}\n"), &[expected.as_str()]);
+        assert!(!err.replace("anon$<hash>", "").contains("anon$"), "a closure's hash reached the report:\n{err}");
+    }
+    // A named function pointer's name is the name written.
+    let dir = project(&[(
+        "models/m.rhai",
+        "fn upper(x) { x.to_upper() }\nlet n = Fn(\"upper\").name;\ndefine_model(#{ name: \"a.m\", kind: kind::full(), schema: [[\"s\", \"varchar\"]], query: `SELECT '${n}' AS s` });\n",
+    )]);
+    load_ok(&dir);
+}
+
 #[test]
 fn syntax_error_has_line_and_column() {
     let dir = project(&[("models/x.rhai", "define_model(#{\n  name: \"z.x\",\n  kind: kind::full()\n  schema: [],\n});\n")]);

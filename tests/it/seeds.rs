@@ -31,6 +31,7 @@ on_every_engine!(
     a_seed_changed_between_plan_and_apply_is_refused,
     a_seed_is_audited_when_it_is_built,
     a_utc_offset_a_timestamp_column_would_drop_is_refused,
+    a_time_finer_than_its_type_keeps_is_refused_before_anything_is_built,
 );
 
 /// Children of `ref.depts`: `m.big` (full), `m.top` (full, over `m.big`), and an unrelated
@@ -479,6 +480,58 @@ fn a_utc_offset_a_timestamp_column_would_drop_is_refused(engine: EngineBackend) 
     p.write("seeds/t.csv", "id,at\n1,2026-01-02T10:00:00Z\n2,2026-01-02 10:00:00+00:00\n3,2026-01-02T08:00:00\n");
     p.apply("dev");
     assert_eq!(p.rows("\"dev__ref\".\"t\"").len(), 3);
+}
+
+/// `2026-01-02 23:59:59.9999999+00` is cut to `…59.999999` by DuckDB's cast but rounded to
+/// `2026-01-03 00:00:00` by Postgres's (another day): a seven-digit fraction in a `timestamp`,
+/// `timestamptz` or `time` column, and a time of day in a `date` column, are refused, naming the
+/// file, the row and the column, before anything is built (the database and the state store are
+/// unchanged); six digits, and trailing zeros past them, load.
+fn a_time_finer_than_its_type_keeps_is_refused_before_anything_is_built(engine: EngineBackend) {
+    let p = project(engine);
+    let header = "id,ts,tsz,t,day\n";
+    let fine = "1,2026-01-02 10:00:00,2026-01-02 10:00:00+00,10:00:00,2026-01-02\n";
+    p.write("seeds/t.csv", &format!("{header}{fine}"));
+    p.write(
+        "models/seed.lua",
+        r#"define_model { name = "ref.t", kind = kind.seed { path = "seeds/t.csv" },
+  schema = { { "id", "bigint" }, { "ts", "timestamp" }, { "tsz", "timestamptz" }, { "t", "time" }, { "day", "date" } } }
+"#,
+    );
+    p.apply("dev");
+    let (tables, relations, state) = (p.physical_tables(), p.relations(), p.state_summary());
+    let before = p.rows("\"dev__ref\".\"t\"");
+
+    let row3 = "2,2026-01-02 23:59:59.9999999,2026-01-02 10:00:00.5+00,10:00:00,2026-01-02\n";
+    let row4 = "3,2026-01-02 10:00:00,2026-01-02 23:59:59.9999999+00,12:00:00.1234567,2026-01-02 23:59:59\n";
+    p.write("seeds/t.csv", &format!("{header}{fine}{row3}{row4}"));
+    // A new, valid model would be built too if the contract did not stop everything.
+    p.write("models/fine.lua", "define_model { name = \"z.fine\", kind = kind.full(), schema = { { \"x\", \"integer\" } }, query = \"SELECT 1 AS x\" }\n");
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    for (column, row, why) in [
+        ("ts", "row 3", "\"2026-01-02 23:59:59.9999999\" has 7 digits of a second's fraction and `timestamp` keeps 6"),
+        ("tsz", "row 4", "\"2026-01-02 23:59:59.9999999+00\" has 7 digits of a second's fraction and `timestamptz` keeps 6"),
+        ("t", "row 4", "\"12:00:00.1234567\" has 7 digits of a second's fraction and `time` keeps 6"),
+        ("day", "row 4", "\"2026-01-02 23:59:59\" has a time of day, which `date` would drop"),
+    ] {
+        let line =
+            run.stderr.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{}", run.stderr));
+        for needle in ["models/seed.lua:1", "`ref.t`", "`seeds/t.csv`", row, why] {
+            assert!(line.contains(needle), "{needle:?} missing from {line:?}");
+        }
+    }
+    assert!(run.stderr.contains("nothing was built"), "{}", run.stderr);
+    assert_eq!(p.physical_tables(), tables, "something was built");
+    assert_eq!(p.relations(), relations);
+    assert_eq!(p.state_summary(), state, "the state store changed");
+    assert_eq!(p.rows("\"dev__ref\".\"t\""), before);
+
+    // Six digits, or trailing zeros past them, change nothing and load.
+    let exact = "2,2026-01-02 23:59:59.999999,2026-01-02 23:59:59.9999990+00,12:00:00.123456,2026-01-02 00:00:00\n";
+    p.write("seeds/t.csv", &format!("{header}{fine}{exact}"));
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__ref\".\"t\"").len(), 2);
 }
 
 /// A seed path naming a FIFO (or a device, a directory) is refused at load, naming the model and

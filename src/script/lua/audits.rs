@@ -9,7 +9,7 @@
 //! becomes the model's [`Audit`]. Errors are recorded and evaluation goes on, like
 //! `define_model`'s.
 
-use super::{State, caller_location, lua_to_json, rt};
+use super::{State, call_plain, caller_location, lua_to_json, rt};
 use crate::core::audit::{Audit, AuditDef, THIS};
 use crate::core::{LoadError, Location};
 use crate::script::audits::{self as reg, LUA_BUILTINS};
@@ -199,23 +199,42 @@ pub(super) fn render(
     let name = &def.name;
     let err = |m: String| LoadError::new(Some(location.clone()), None, format!("audit `{name}`: {m}"));
     let bound = reg::bind(def, positional, named, location)?;
-    let table = lua.create_table().map_err(|e| err(e.to_string()))?;
-    for (k, v) in &bound.args {
-        table.set(k.as_str(), json_to_lua(lua, v).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
-    }
-    let text = match body.call::<Value>((THIS, table)) {
-        Ok(Value::String(s)) => s.to_str().map_err(|_| err("the body must return UTF-8 text".into()))?.to_string(),
-        Ok(other) => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got {}", other.type_name()))),
-        Err(e) => return Err(reg::body_failed(def, location, &lua_message(&e))),
+    // One call of the body with `args`, in a table of its own (the body may change it).
+    let call = |args: &serde_json::Map<String, serde_json::Value>| -> Result<String, LoadError> {
+        let table = lua.create_table().map_err(|e| err(e.to_string()))?;
+        for (k, v) in args {
+            table.set(k.as_str(), json_to_lua(lua, v).map_err(|e| err(e.to_string()))?).map_err(|e| err(e.to_string()))?;
+        }
+        let text = match call_plain::<Value>(lua, body, (THIS, table)) {
+            Ok(Value::String(s)) => s.to_str().map_err(|_| err("the body must return UTF-8 text".into()))?.to_string(),
+            Ok(other) => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got {}", other.type_name()))),
+            Err(e) => return Err(reg::body_failed(def, location, &lua_message(&e))),
+        };
+        Ok(text)
     };
-    reg::finish(def, bound, &text, &st.borrow().sites, location)
+    // Called twice, and with the arguments of the definition's first use when they differ: a
+    // body keeping state between calls answers otherwise ([`reg::finish_pure`]).
+    let first = call(&bound.args)?;
+    let again = call(&bound.args)?;
+    let earlier_args = st.borrow().audit_answers.earlier_args(def, &bound.args);
+    let earlier = match earlier_args {
+        Some(args) => {
+            let text = call(&args)?;
+            Some((args, text))
+        }
+        None => None,
+    };
+    let mut s = st.borrow_mut();
+    let s = &mut *s;
+    reg::finish_pure(def, bound, reg::Calls { first, again, earlier }, &s.sites, &mut s.audit_answers, location)
 }
 
-/// The first line of a Lua error, without mlua's `runtime error: ` prefix.
+/// The first line of a Lua error, without mlua's `runtime error: ` prefix, cut to
+/// [`MAX_ERROR_BYTES`](crate::script::sandbox::MAX_ERROR_BYTES).
 pub(super) fn lua_message(e: &mlua::Error) -> String {
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
-    first.strip_prefix("runtime error: ").unwrap_or(first).to_string()
+    crate::script::sandbox::capped_message(first.strip_prefix("runtime error: ").unwrap_or(first).to_string())
 }
 
 /// A JSON argument as a Lua value (`null` becomes `nil`).

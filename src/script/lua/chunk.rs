@@ -9,24 +9,33 @@
 //!
 //! [`eval`] keeps `eval`'s result exactly: it compiles the file as a block and runs it when a
 //! scan of the file's top-level tokens proves it is not a single call statement
-//! ([`not_one_call`]); in every other case (no proof, or the block does not compile) it calls
-//! `Chunk::eval` as before.
+//! ([`not_one_call`]); in every other case (no proof, or the block does not compile) it does what
+//! `Chunk::eval` does (`return <file>` when that compiles, else the block). The compiled function
+//! is run by the caller's `call` (the Lua host calls project code under its own message
+//! handler, see `call_plain`), never by mlua's `Function::call` directly.
 
-use mlua::Value;
 use mlua::chunk::Chunk;
+use mlua::{Function, Value};
 
-/// Runs `chunk()` as [`Chunk::eval`] would; see the module docs. `chunk` builds the same chunk
-/// each time it is called (source, name, mode, environment).
+/// Runs the chunk `chunk(code)` builds as [`Chunk::eval`] would, calling the compiled function
+/// with `call`; see the module docs. `chunk` builds the same chunk (name, mode, environment) from
+/// the source it is given.
 ///
 /// # Errors
-/// As [`Chunk::eval`].
-pub(super) fn eval<'a>(code: &[u8], chunk: impl Fn() -> Chunk<'a>) -> mlua::Result<Value> {
+/// As [`Chunk::eval`] (`call`'s error when the chunk runs).
+pub(super) fn eval<'a>(code: &[u8], chunk: impl Fn(Vec<u8>) -> Chunk<'a>, call: impl Fn(&Function) -> mlua::Result<Value>) -> mlua::Result<Value> {
     if not_one_call(code)
-        && let Ok(function) = chunk().into_function()
+        && let Ok(function) = chunk(code.to_vec()).into_function()
     {
-        return function.call(());
+        return call(&function);
     }
-    chunk().eval()
+    // As `Chunk::eval` for source: the file as an expression, else as a block.
+    let mut expression = b"return ".to_vec();
+    expression.extend_from_slice(code);
+    match chunk(expression).into_function() {
+        Ok(function) => call(&function),
+        Err(_) => call(&chunk(code.to_vec()).into_function()?),
+    }
 }
 
 /// What the scan last saw at the top level (outside brackets).
@@ -301,7 +310,7 @@ mod tests {
     fn eval_equals_mluas_eval() {
         for src in CASES {
             let (a, b) = (lua(), lua());
-            let ours = outcome(eval(src.as_bytes(), || a.load(*src).set_name("@case.lua")));
+            let ours = outcome(eval(src.as_bytes(), |code| a.load(code).set_name("@case.lua"), |f| f.call(())));
             let theirs = outcome(b.load(*src).set_name("@case.lua").eval::<Value>());
             assert_eq!(ours, theirs, "source: {src:?}");
         }

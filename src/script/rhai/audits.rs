@@ -159,31 +159,50 @@ pub(super) fn render(
 ) -> Result<Audit, LoadError> {
     let (body, ast) = body;
     let bound = reg::bind(def, positional, named, location)?;
-    let mut rhai_args = Map::new();
-    for (k, v) in &bound.args {
-        rhai_args.insert(k.as_str().into(), json_to_dynamic(v));
-    }
-    let out: Result<Dynamic, Box<EvalAltResult>> = body.call(engine, ast, (ImmutableString::from(THIS), rhai_args));
-    let text = match out {
-        Ok(v) => match v.read_lock::<ImmutableString>() {
-            Some(s) => s.to_string(),
-            None => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
-        },
-        Err(e) => {
-            let mut leaf = &*e;
-            while let EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = leaf {
-                leaf = inner;
-            }
-            let failed = reg::body_failed(def, location, &rhai_message(&e));
-            // A spent limit (operations, budget, memory, depth) ends the file, as it would outside
-            // the body: the caller raises it again instead of recording it.
-            if leaf.is_system_exception() {
-                st.borrow_mut().uncaught = Some(e);
-            }
-            return Err(failed);
+    // One call of the body with `args`, in a map of its own (the body may change it).
+    let call = |args: &serde_json::Map<String, serde_json::Value>| -> Result<String, LoadError> {
+        let mut rhai_args = Map::new();
+        for (k, v) in args {
+            rhai_args.insert(k.as_str().into(), json_to_dynamic(v));
         }
+        let out: Result<Dynamic, Box<EvalAltResult>> = body.call(engine, ast, (ImmutableString::from(THIS), rhai_args));
+        let text = match out {
+            Ok(v) => match v.read_lock::<ImmutableString>() {
+                Some(s) => s.to_string(),
+                None => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
+            },
+            Err(e) => {
+                let mut leaf = &*e;
+                while let EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = leaf {
+                    leaf = inner;
+                }
+                let failed = reg::body_failed(def, location, &rhai_message(&e));
+                // A spent limit (operations, budget, memory, depth) ends the file, as it would
+                // outside the body: the caller raises it again instead of recording it.
+                if leaf.is_system_exception() {
+                    st.borrow_mut().uncaught = Some(e);
+                }
+                return Err(failed);
+            }
+        };
+        Ok(text)
     };
-    reg::finish(def, bound, &text, &st.borrow().sites, location)
+    // Called twice, and with the arguments of the definition's first use when they differ: a
+    // body keeping state between calls (a closure's captured variable) answers otherwise
+    // ([`reg::finish_pure`]).
+    let first = call(&bound.args)?;
+    let again = call(&bound.args)?;
+    let earlier_args = st.borrow().audit_answers.earlier_args(def, &bound.args);
+    let earlier = match earlier_args {
+        Some(args) => {
+            let text = call(&args)?;
+            Some((args, text))
+        }
+        None => None,
+    };
+    let mut s = st.borrow_mut();
+    let s = &mut *s;
+    reg::finish_pure(def, bound, reg::Calls { first, again, earlier }, &s.sites, &mut s.audit_answers, location)
 }
 
 /// The innermost message of a Rhai error.

@@ -78,7 +78,7 @@ pub(super) fn eval_error(e: &EvalAltResult, file: &Path) -> LoadError {
     }
     // The error's line in the file being loaded: its innermost position there.
     let here = trace.iter().find(|(src, pos, _)| src == file && !pos.is_none()).map_or(Position::NONE, |(_, pos, _)| *pos);
-    let mut message = leaf_message(leaf);
+    let mut message = crate::script::sandbox::capped_message(leaf_message(leaf));
     for (src, pos, func) in &trace {
         if pos.is_none() {
             continue;
