@@ -32,6 +32,16 @@
 //! a promotion between its intent and its view swap (`after-intent`); the lake tests make each
 //! re-creation of a parquet version's view slow (`lake-publish:<schema.table>`) to show a
 //! backfill's batches grouped between two of them.
+//!
+//! A third hook, `EFMESH_LOSE_LOCK=<point>`, makes the process lose the writer lock it holds
+//! at a named point ([`lose_lock_point`]), as a holder stalled past the lock's expiry (suspended,
+//! `SIGSTOP`) loses it to another process: the lock's row is deleted behind its back, so its
+//! next fence check or fenced state write fails with `LeaseLost` (and its heartbeat finds the
+//! lock gone at its next beat). Points: `before-swap-commit` (a promotion's view swap ran its
+//! statements, not committed yet) and `after-view-swap` (the swap committed, the state store
+//! does not know yet).
+
+use crate::state::StateStore;
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";
@@ -58,5 +68,25 @@ pub fn delay_point(name: &str) {
     if let Some(ms) = ms {
         tracing::debug!(point = name, ms, "test hook: delaying");
         std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+/// The environment variable of the lock-loss hook (see the module docs).
+pub const LOSE_LOCK_ENV: &str = "EFMESH_LOSE_LOCK";
+
+/// Deletes the lock `lease` from `state` (whoever holds it) when [`LOSE_LOCK_ENV`] names the
+/// point `name`; does nothing otherwise.
+pub fn lose_lock_point(name: &str, state: &dyn StateStore, lease: &str) {
+    let Some(wanted) = std::env::var_os(LOSE_LOCK_ENV) else { return };
+    if wanted.to_str() != Some(name) {
+        return;
+    }
+    let released = state.lease(lease).and_then(|held| match held {
+        Some(held) => state.release_lease(lease, &held.token),
+        None => Ok(()),
+    });
+    match released {
+        Ok(()) => crate::ewriteln!("{LOSE_LOCK_ENV}: lost the lock `{lease}` at `{name}` (test hook)"),
+        Err(e) => crate::ewriteln!("{LOSE_LOCK_ENV}: cannot drop the lock `{lease}` at `{name}` (test hook): {e}"),
     }
 }

@@ -26,7 +26,8 @@
 //! 4. the promotion is recorded as under way in the state store, with the statements that
 //!    restore the environment's views as they are now;
 //! 5. every view of the environment is swapped in ONE engine transaction, its drops first (a
-//!    model renamed only in letter case keeps its view on DuckDB: `promote`);
+//!    model renamed only in letter case keeps its view on DuckDB: `promote`), committed only if
+//!    the lease is still this process's once its statements ran (rolled back otherwise);
 //! 6. the state store records the new pointer set (each pointer with the metadata the
 //!    environment now serves), the journal row, and drops the record of step 4, in one
 //!    transaction.
@@ -36,7 +37,9 @@
 //! engine step is idempotent (`CREATE OR REPLACE`, `DELETE`+`INSERT` of a whole range). A
 //! promotion interrupted between steps 4 and 6 is undone by the next command that reads the
 //! environment ([`recover_promotions`]): its views are put back as step 4 recorded them, so the
-//! views always end up serving exactly what the state store's pointers say.
+//! views always end up serving exactly what the state store's pointers say. A lease lost between
+//! the commit of step 5 and step 6 makes the apply put them back itself
+//! (`put_back_after_lost_lock`).
 
 pub mod audit;
 pub mod batch;
@@ -279,6 +282,11 @@ pub enum ApplyError {
         /// The engine, as messages spell it.
         engine: &'static str,
     },
+    /// This process lost its lock (stalled past its expiry) after its view swap committed and
+    /// before the state store recorded the promotion; the message says what became of the
+    /// views (put back as they were, normally) and what to do.
+    #[error("{0}")]
+    LockLostAfterSwap(String),
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -1792,6 +1800,8 @@ fn promote(
     // The metadata the environment serves from now on, per pointer: the project's.
     let metadata: BTreeMap<String, String> =
         project.dag.models().filter(|m| pointers.contains_key(&m.name.to_string())).map(|m| (m.name.to_string(), crate::plan::metadata_text(m))).collect();
+    // The lock this process holds while it promotes (its state store handle is fenced by it).
+    let lease = crate::state::lease::writer_lease(&plan.env, project.config.writes_a_lake());
     let rollback = if statements.is_empty() {
         Vec::new()
     } else {
@@ -1810,7 +1820,29 @@ fn promote(
         // A holder whose lease is (nearly) expired moves no view: the intent stays for whoever
         // takes the lease next to undo (a no-op: nothing moved).
         state.check_fence()?;
-        if let Err(e) = engine.transaction(&statements) {
+        // The swap's statements may wait on readers of the views (Postgres locks them) for longer
+        // than the lease lives: it is checked again after they ran, right before the COMMIT.
+        // Lost there, the swap is rolled back (nothing moved) and the intent stays, as above.
+        let mut fence: Option<StateError> = None;
+        let swap = engine.transaction_if(&statements, &mut || {
+            fault::lose_lock_point("before-swap-commit", state, &lease);
+            match state.check_fence() {
+                Ok(()) => true,
+                Err(e) => {
+                    fence = Some(e);
+                    false
+                }
+            }
+        });
+        if let Ok(false) = swap {
+            let why = match fence {
+                Some(e) => e,
+                None => StateError::LeaseLost { store: state.location(), lease: lease.clone(), holder: None },
+            };
+            tracing::warn!(env = %plan.env, "the view swap of `{}` was rolled back before its commit, no view moved: {why}", plan.env);
+            return Err(why.into());
+        }
+        if let Err(e) = swap {
             // Nothing moved: forget the intent (if that fails, the next command finds it and
             // re-creates the views they already are). A transient failure (a lost connection)
             // may have come after the engine committed: the intent stays, and the next command
@@ -1831,6 +1863,7 @@ fn promote(
             return Err(e.into());
         }
         fault::crash_point(|| "after-view-swap".to_string());
+        fault::lose_lock_point("after-view-swap", state, &lease);
         undo
     };
     let require: BTreeSet<String> = project.dag.models().filter(|m| !matches!(m.kind, Kind::External(_))).map(|m| m.name.to_string()).collect();
@@ -1847,12 +1880,13 @@ fn promote(
         "registered": report.registered.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
     });
     if let Err(e) = state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis()) {
-        if !rollback.is_empty() && !matches!(e, StateError::LeaseLost { .. }) {
+        if !rollback.is_empty() && e.is_lease_lost() {
+            // The lease was lost between the check before the swap's COMMIT and this write.
+            return Err(put_back_after_lost_lock(&plan.env, state, engine, &rollback, &pointers, &e));
+        }
+        if !rollback.is_empty() {
             // The views moved but the state store did not record it: put the views back now, so
-            // the environment keeps serving what its pointers say. (A holder that lost its lease
-            // writes nothing more, not even this: whoever took the lease found the intent and
-            // undoes it under the lease, before its own promotion, which a late undo from here
-            // could otherwise overwrite.)
+            // the environment keeps serving what its pointers say.
             match engine.transaction(&rollback) {
                 Ok(()) => {
                     tracing::warn!(env = %plan.env, "the promotion could not be recorded; the views of `{}` were put back as they were", plan.env);
@@ -1867,6 +1901,52 @@ fn promote(
     }
     tracing::info!(env = %plan.env, "promoted{}", if report.built.is_empty() { " (view swap only)".to_string() } else { format!(", built {}", report.built.len()) });
     Ok(())
+}
+
+/// After the view swap of `env` committed, the state store refused to record the promotion:
+/// this process lost its lease (`lost`, a [`StateError::LeaseLost`]) between the check before
+/// the swap's COMMIT and that write (it stalled there past the lease's expiry). Puts the views
+/// back from the undo record `rollback` at once, in one engine transaction committed only
+/// while the state store still records this promotion (`pointers`, `rollback`) as under way:
+/// the process that took the lease over drops that record only after undoing it itself, and
+/// no other efmesh process can write the engine while this one holds it (DuckDB's file lock,
+/// the Postgres engine's writer lock), so this late undo never overwrites a later promotion.
+/// The record stays (dropping it is a write the lost lease forbids): the next command reading
+/// `env` undoes it again, a no-op. Returns the error to report, saying what became of the views.
+fn put_back_after_lost_lock(
+    env: &str,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    rollback: &[String],
+    pointers: &BTreeMap<String, String>,
+    lost: &StateError,
+) -> ApplyError {
+    let mut recorded: Result<bool, StateError> = Ok(false);
+    let put_back = engine.transaction_if(rollback, &mut || {
+        recorded = state.pending_promotions().map(|pending| pending.iter().any(|p| p.env == env && &p.pointers == pointers && p.rollback == rollback));
+        matches!(recorded, Ok(true))
+    });
+    let done = match (put_back, recorded) {
+        (Ok(true), _) => {
+            tracing::warn!(env = %env, "the promotion could not be recorded (the lock was lost); the views of `{env}` were put back as they were");
+            format!("the views of `{env}` were put back as they were: they serve what the state store records")
+        }
+        (Ok(false), Ok(_)) => format!("the process holding the lock now already undid the promotion: the views of `{env}` serve what the state store records"),
+        (Ok(false), Err(read)) => {
+            format!(
+                "the views of `{env}` could not be put back (the state store cannot be read: {read}); the next efmesh command reading `{env}` puts them back"
+            )
+        }
+        (Err(undo), _) => format!("the views of `{env}` could not be put back ({undo}); the next efmesh command reading `{env}` puts them back"),
+    };
+    let (lease, holder) = match lost {
+        StateError::LeaseLost { lease, holder, .. } => (lease.as_str(), holder.as_ref().map(|h| format!(" (now held by {h})")).unwrap_or_default()),
+        _ => ("", String::new()),
+    };
+    ApplyError::LockLostAfterSwap(format!(
+        "this process lost the lock `{lease}`{holder} after its view swap of `{env}` committed, before the state store recorded the promotion: {done}\n  \
+         hint: the lock expired while this process was stalled; apply again (everything is built: the promotion is a view swap)"
+    ))
 }
 
 /// The snapshot of an action's version: its canonical AST (for later categorisation), canonical

@@ -113,6 +113,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } | ApplyError::ReadAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::EngineBehind(_) => "engine-behind",
+        ApplyError::LockLostAfterSwap(_) => "state",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
         ApplyError::State(_) => "state",

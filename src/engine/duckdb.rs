@@ -599,6 +599,41 @@ impl Engine for DuckDb {
         Ok(())
     }
 
+    fn transaction_if(&mut self, statements: &[String], commit_if: &mut dyn FnMut() -> bool) -> Result<bool, EngineError> {
+        if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
+            // One round trip for the statements, as in `transaction`; the `COMMIT` waits for
+            // `commit_if`.
+            let mut batch = String::from("BEGIN TRANSACTION;\n");
+            for s in statements {
+                tracing::debug!(sql = %s, "execute in transaction");
+                batch.push_str(s);
+                batch.push_str("\n;\n");
+            }
+            if let Err(e) = self.conn.execute_batch(&batch) {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(self.culprit(statements, e.to_string()));
+            }
+        } else {
+            self.execute("BEGIN TRANSACTION")?;
+            for s in statements {
+                tracing::debug!(sql = %s, "execute in transaction");
+                if let Err(e) = self.conn.execute_batch(s) {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    return Err(EngineError::new(s, e.to_string()));
+                }
+            }
+        }
+        if !commit_if() {
+            self.conn.execute_batch("ROLLBACK").map_err(|e| EngineError::new("ROLLBACK", e.to_string()))?;
+            return Ok(false);
+        }
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(EngineError::new("COMMIT", e.to_string()));
+        }
+        Ok(true)
+    }
+
     fn describe_many(&mut self, queries: &[String]) -> Vec<Result<Vec<DescribedColumn>, EngineError>> {
         // Binding is CPU-bound (and binding a file source reads the file): spread the queries over
         // a few connections of this database, each a session like a build worker's.
@@ -924,6 +959,36 @@ mod tests {
         let err = db.transaction(&["INSERT INTO t VALUES (1)".into(), "INSERT INTO nope VALUES (2)".into()]).unwrap_err();
         assert!(err.sql.contains("nope"), "{err}");
         assert_eq!(db.query("SELECT count(*) FROM t").unwrap(), vec![vec![Some("0".to_string())]]);
+    }
+
+    #[test]
+    fn a_transaction_commits_only_when_asked_right_before_its_commit() {
+        let mut db = DuckDb::in_memory().unwrap();
+        db.execute("CREATE TABLE t (x INTEGER)").unwrap();
+        // Catalog-only statements (one round trip) and data statements, each path.
+        let views: Vec<String> = vec!["CREATE OR REPLACE VIEW v1 AS SELECT x FROM t".into(), "CREATE OR REPLACE VIEW v2 AS SELECT x FROM t".into()];
+        let inserts: Vec<String> = vec!["INSERT INTO t VALUES (1)".into(), "INSERT INTO t VALUES (2)".into()];
+        for statements in [&views, &inserts] {
+            let mut asked = 0;
+            let committed = db
+                .transaction_if(statements, &mut || {
+                    asked += 1;
+                    false
+                })
+                .unwrap();
+            assert!(!committed);
+            assert_eq!(asked, 1, "asked once, after the statements ran");
+        }
+        let count = "SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM duckdb_views() WHERE view_name IN ('v1', 'v2'))";
+        assert_eq!(db.query(count).unwrap(), vec![vec![Some("0".to_string())]], "nothing of a transaction refused its commit lands");
+        for statements in [&views, &inserts] {
+            assert!(db.transaction_if(statements, &mut || true).unwrap());
+        }
+        assert_eq!(db.query(count).unwrap(), vec![vec![Some("4".to_string())]]);
+        let failing: Vec<String> = vec!["INSERT INTO t VALUES (3)".into(), "INSERT INTO nope VALUES (4)".into()];
+        let err = db.transaction_if(&failing, &mut || -> bool { panic!("asked after a failure") }).unwrap_err();
+        assert!(err.sql.contains("nope"), "{err}");
+        assert_eq!(db.query("SELECT count(*) FROM t").unwrap(), vec![vec![Some("2".to_string())]]);
     }
 
     #[test]

@@ -516,6 +516,31 @@ pub trait Engine {
     /// [`EngineError`] naming the failing statement; the transaction is rolled back.
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError>;
 
+    /// Runs `statements` in one transaction as [`Engine::transaction`] does, and asks `commit_if`
+    /// after the last of them ran, right before the `COMMIT`: when it answers false the
+    /// transaction is rolled back (nothing of it lands) and `Ok(false)` is returned; `Ok(true)`
+    /// once committed. A promotion's view swap checks its lock there (SPEC §4 invariant 30): its
+    /// statements may have waited on readers' locks for longer than the lock lives.
+    ///
+    /// # Errors
+    /// [`EngineError`] naming the failing statement (the transaction is rolled back), or the
+    /// failed `COMMIT` or `ROLLBACK`.
+    fn transaction_if(&mut self, statements: &[String], commit_if: &mut dyn FnMut() -> bool) -> Result<bool, EngineError> {
+        self.begin()?;
+        for s in statements {
+            if let Err(e) = self.execute(s) {
+                let _ = self.rollback();
+                return Err(e);
+            }
+        }
+        if !commit_if() {
+            self.rollback()?;
+            return Ok(false);
+        }
+        self.commit()?;
+        Ok(true)
+    }
+
     /// Output columns of `query` without running it.
     ///
     /// # Errors

@@ -170,13 +170,15 @@ impl Postgres {
         let client = crate::pg::connect(with_notices).map_err(|e| {
             let error = EngineError::new("", format!("cannot open Postgres database `{location}`: {}", crate::pg::scrubbed(&e, secret.as_deref())));
             // A server starting or shutting down, or out of connections, may take us later; an
-            // unreachable host or a refused login will not.
-            if e.code().is_some() && crate::pg::is_transient(&e) { error.transient() } else { error }
+            // unreachable or silent host or a refused login will not.
+            if e.is_transient_refusal() { error.transient() } else { error }
         })?;
         let mut db = Self { client, config, location, secret, read_only, writer: None, server_version: None, scratch: None, names_subqueries: false, cut };
         let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
         if read_only {
-            setup.push_str("; SET default_transaction_read_only = on");
+            // A reader never queues without end behind a lock (a promotion waiting for readers
+            // of an environment's views holds the lock queue): `lock_wait_error` names what it waited for.
+            setup.push_str(&format!("; SET default_transaction_read_only = on; SET lock_timeout = '{READ_LOCK_TIMEOUT}'"));
         }
         db.execute(&setup)?;
         let version = db.rows("SHOW server_version_num")?;
@@ -291,11 +293,7 @@ impl Postgres {
             }
             None => crate::pg::scrubbed(e, self.secret.as_deref()),
         };
-        let message = match self.secret.as_deref().filter(|s| !s.is_empty()) {
-            Some(s) => message.replace(s, crate::config::REDACTED),
-            None => message,
-        };
-        let mut error = EngineError::new(sql, message);
+        let mut error = EngineError::new(sql, crate::pg::redact_passwords(&message, self.secret.as_deref()));
         error.code = e.code().map(|c| c.code().to_string());
         if crate::pg::is_transient(e) { error.transient() } else { error }
     }
@@ -303,7 +301,11 @@ impl Postgres {
     fn rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, EngineError> {
         tracing::debug!(sql, "query");
         let fixed = self.fixed(sql);
-        let messages = self.client.simple_query(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))?;
+        let result = self.client.simple_query(fixed.as_deref().unwrap_or(sql));
+        let messages = match result {
+            Ok(messages) => messages,
+            Err(e) => return Err(self.failed(sql, &e)),
+        };
         self.check_cut(sql)?;
         Ok(messages
             .into_iter()
@@ -312,6 +314,40 @@ impl Postgres {
                 _ => None,
             })
             .collect())
+    }
+
+    /// [`Postgres::error`], or [`Postgres::lock_wait_error`] for a read-only session's lock
+    /// wait past [`READ_LOCK_TIMEOUT`].
+    fn failed(&mut self, sql: &str, e: &postgres::Error) -> EngineError {
+        if self.read_only && e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) { self.lock_wait_error(sql, e) } else { self.error(sql, e) }
+    }
+
+    /// The error of a read-only statement that waited longer than [`READ_LOCK_TIMEOUT`] for a
+    /// lock: names the relations another session holds or awaits an `ACCESS EXCLUSIVE` lock on
+    /// (those awaited first), as `pg_locks` lists them now, and says who usually does.
+    fn lock_wait_error(&mut self, sql: &str, e: &postgres::Error) -> EngineError {
+        let mut error = self.error(sql, e);
+        let locked: Vec<String> = match self.client.simple_query(LOCKED_RELATIONS) {
+            Ok(messages) => messages
+                .into_iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|r| format!("`{r}`")),
+                    _ => None,
+                })
+                .collect(),
+            Err(err) => {
+                tracing::debug!("cannot list the relations locked by other sessions: {err}");
+                Vec::new()
+            }
+        };
+        let on = if locked.is_empty() { "a relation it reads".to_string() } else { locked.join(", ") };
+        error.message = format!(
+            "waited more than {READ_LOCK_TIMEOUT} for a lock on {on}: another session holds or awaits an exclusive lock on it \
+             (an efmesh promotion under way, itself waiting for readers of the environment's views to finish, or another session's DDL); \
+             try again when it is done ({})",
+            error.message
+        );
+        error
     }
 
     /// [`Self::rows`] of a query reading view definitions, run with an empty `search_path`:
@@ -340,6 +376,23 @@ impl Postgres {
         Ok(rows.first().and_then(|r| r.first().cloned().flatten()).as_deref() == Some("t"))
     }
 }
+
+/// How long a statement of a read-only session (`status`, `plan`, `diff`, previews: every
+/// [`super::Access::ReadOnly`] and [`super::Access::Catalog`] connection) waits for a lock
+/// before failing ([`Postgres::lock_wait_error`]). A promotion waiting for a reader's lock on an
+/// environment view queues its `ACCESS EXCLUSIVE` request, and every later reader of that view
+/// (a catalog query's `pg_get_viewdef` included) queues behind it: without a bound, `status
+/// --check` would wait as long as the promotion does, saying nothing.
+pub const READ_LOCK_TIMEOUT: &str = "3s";
+
+/// The relations of this database another session holds or awaits an `ACCESS EXCLUSIVE` lock
+/// on (those awaited first, then views), as `schema.name`: what a reader past
+/// [`READ_LOCK_TIMEOUT`] waited behind. Reading `pg_locks` and the catalog takes no lock on them.
+const LOCKED_RELATIONS: &str = "SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_locks l \
+     JOIN pg_catalog.pg_class c ON c.oid = l.relation JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE l.locktype = 'relation' AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid() \
+       AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
+     GROUP BY n.nspname, c.relname ORDER BY bool_and(l.granted), bool_and(c.relkind <> 'v'), n.nspname, c.relname LIMIT 8";
 
 /// How old (by the creating machine's clock, in its name) an unconnected scratch database must
 /// be before another run drops it as abandoned: one hour.
@@ -488,7 +541,9 @@ impl Engine for Postgres {
     fn execute(&mut self, sql: &str) -> Result<(), EngineError> {
         tracing::debug!(sql, "execute");
         let fixed = self.fixed(sql);
-        self.client.batch_execute(fixed.as_deref().unwrap_or(sql)).map_err(|e| self.error(sql, &e))?;
+        if let Err(e) = self.client.batch_execute(fixed.as_deref().unwrap_or(sql)) {
+            return Err(self.failed(sql, &e));
+        }
         self.check_cut(sql)
     }
 
@@ -515,7 +570,10 @@ impl Engine for Postgres {
         tracing::debug!(sql = query, "describe");
         // Preparing binds the query (names, types) and runs nothing.
         let fixed = self.fixed(query);
-        let statement = self.client.prepare(fixed.as_deref().unwrap_or(query)).map_err(|e| self.error(query, &e))?;
+        let statement = match self.client.prepare(fixed.as_deref().unwrap_or(query)) {
+            Ok(statement) => statement,
+            Err(e) => return Err(self.failed(query, &e)),
+        };
         self.check_cut(query)?;
         Ok(statement.columns().iter().map(|c| DescribedColumn { name: c.name().to_string(), ty: sized_type_name(c.type_(), c.type_modifier()) }).collect())
     }

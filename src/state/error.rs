@@ -3,6 +3,21 @@
 /// The backend's own error, kept as the [`source`](std::error::Error::source).
 pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// The source of a [`StateError::Open`] whose connection could not be made or was cut while
+/// opening (refused, reset, no route, a server that did not answer, starting up, shutting down,
+/// out of connections): the driver's message, the password scrubbed. [`StateError::hint`] tells
+/// it from another process's lock.
+#[derive(Debug)]
+pub struct ConnectionFailed(pub String);
+
+impl std::fmt::Display for ConnectionFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectionFailed {}
+
 /// A failed state-store operation. Each variant names the store (its file, `:memory:` for an
 /// in-memory store) and what was being done; the backend's own error is kept as the
 /// [`source`](std::error::Error::source). Messages follow `STYLE.md`: no trailing period, names
@@ -179,6 +194,10 @@ impl StateError {
             StateError::Version { .. } => Some("the store was written by a newer efmesh; upgrade efmesh to use it"),
             StateError::LeaseLost { .. } => Some("the lock expired while this process was stalled; run the command again"),
             StateError::Reclaimed { .. } => Some("plan again: the plan then rebuilds what the janitor dropped"),
+            StateError::Open { source, .. } if unreachable(source.as_ref()) => Some(
+                "the state store's server cannot be reached or refused the connection (not running, starting or shutting down, out of connections, \
+                 or the URL names another host or port): check that it runs and the URL, then run the command again",
+            ),
             StateError::Open { source, .. } | StateError::Backend { source, .. } if self.is_busy() && lost_connection(source.as_ref()) => Some(
                 "the connection to the state store was lost (a server restart, a network cut): run the command again when the server is back (`--retries N` retries by itself)",
             ),
@@ -192,4 +211,45 @@ impl StateError {
 /// down or starting (not another process's lock).
 fn lost_connection(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
     e.downcast_ref::<postgres::Error>().is_some_and(crate::pg::connection_trouble)
+}
+
+/// True when `e`, the source of a [`StateError::Open`], says the connection could not be made
+/// ([`ConnectionFailed`], or a Postgres error of [`lost_connection`]).
+fn unreachable(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<ConnectionFailed>().is_some() || lost_connection(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state store whose server is down (refused, reset at connect, silent) gets the hint
+    /// that the server cannot be reached, never the hint about another efmesh process writing;
+    /// a lock held past the timeout keeps the busy hint.
+    #[test]
+    fn a_server_that_cannot_be_reached_is_not_called_busy() {
+        let store = "postgres://u@127.0.0.1:55699/db schema s".to_string();
+        for text in [
+            "error connecting to server: Connection refused (os error 111)",
+            "error connecting to server: Connection reset by peer (os error 104)",
+            "no answer from the server within 10 s",
+        ] {
+            for transient in [true, false] {
+                let e = StateError::Open { store: store.clone(), source: Box::new(ConnectionFailed(text.to_string())), transient };
+                let hint = e.hint().unwrap_or_default();
+                assert!(hint.contains("cannot be reached") && hint.contains("the URL"), "{text}: {hint}");
+                assert!(!hint.contains("another efmesh process"), "{text}: {hint}");
+            }
+        }
+        // Another process's lock, past the lock timeout: busy.
+        let busy = StateError::Backend {
+            store: store.clone(),
+            op: "record the plan".to_string(),
+            source: "canceling statement due to lock timeout".into(),
+            transient: true,
+        };
+        assert_eq!(busy.hint(), Some("another efmesh process is writing the state store; retry when it is done"));
+        let busy_open = StateError::Open { store, source: "database is locked".into(), transient: true };
+        assert_eq!(busy_open.hint(), Some("another efmesh process is writing the state store; retry when it is done"));
+    }
 }

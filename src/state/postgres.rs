@@ -213,6 +213,21 @@ fn scrubbed(e: &dyn std::error::Error, secret: Option<&str>) -> super::error::Ba
     crate::pg::scrubbed(e, secret).into()
 }
 
+/// [`StateError::Open`] of the store `store` for the driver's error `e`, the password scrubbed;
+/// a connection that could not be made or was cut is kept said
+/// ([`super::error::ConnectionFailed`]), for the hint to tell it from another process's lock.
+fn open_error(store: &str, e: &postgres::Error, secret: Option<&str>) -> StateError {
+    let text = crate::pg::scrubbed(e, secret);
+    let source: super::error::BackendError = if crate::pg::connection_trouble(e) { Box::new(super::error::ConnectionFailed(text)) } else { text.into() };
+    StateError::Open { store: store.to_string(), transient: is_transient(e), source }
+}
+
+/// [`StateError::Open`] of the store `store` whose server did not answer the connection attempt
+/// `e` in time ([`crate::pg::ConnectError::NoAnswer`]; not transient).
+fn no_answer(store: &str, e: &crate::pg::ConnectError) -> StateError {
+    StateError::Open { store: store.to_string(), transient: false, source: Box::new(super::error::ConnectionFailed(crate::pg::scrubbed(e, None))) }
+}
+
 /// [`crate::pg::is_transient`]: another connection's lock (a wait past [`LOCK_TIMEOUT`], a
 /// deadlock, a serialization failure) or the connection's trouble, after which the next use of
 /// the store reconnects ([`PostgresStore::client`]).
@@ -300,8 +315,12 @@ impl PostgresStore {
     fn connect(config: postgres::Config, schema: &str, create: bool) -> Result<Option<Self>, StateError> {
         let location = describe(&config, schema);
         let secret = crate::pg::secret(&config);
-        let open_err = |e: postgres::Error| StateError::Open { store: location.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };
-        let mut client = session(&config, schema).map_err(&open_err)?;
+        let open_err = |e: postgres::Error| open_error(&location, &e, secret.as_deref());
+        let mut client = session(&config, schema).map_err(|fault| match fault {
+            Fault::Sql(e) => open_err(e),
+            Fault::Corrupt(detail) => StateError::Corrupt { store: location.clone(), op: "open the store".to_string(), detail },
+            Fault::Fail(e) => e,
+        })?;
         let check = |found: i64| {
             if found == STATE_VERSION { Ok(()) } else { Err(StateError::Version { store: location.clone(), found, wanted: STATE_VERSION }) }
         };
@@ -421,9 +440,13 @@ impl PostgresStore {
 }
 
 /// A connection to the store's database, set up as every store session is: the lock timeout,
-/// the store's schema first on the search path, warnings and worse only.
-fn session(config: &postgres::Config, schema: &str) -> Result<Client, postgres::Error> {
-    let mut client = crate::pg::connect(config.clone())?;
+/// the store's schema first on the search path, warnings and worse only. A server that does not
+/// answer in time is [`Fault::Fail`] ([`no_answer`]); the driver's errors are [`Fault::Sql`].
+fn session(config: &postgres::Config, schema: &str) -> Result<Client, Fault> {
+    let mut client = crate::pg::connect(config.clone()).map_err(|e| match e {
+        crate::pg::ConnectError::Driver(e) => Fault::Sql(e),
+        e @ crate::pg::ConnectError::NoAnswer { .. } => Fault::Fail(no_answer(&describe(config, schema), &e)),
+    })?;
     client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}; SET client_min_messages = warning", quoted(schema)))?;
     Ok(client)
 }
@@ -1727,10 +1750,13 @@ pub fn migrate(url: &str, schema: &str, now: Millis) -> Result<MigrationReport, 
         url.parse().map_err(|e| StateError::Open { store: format!("a Postgres database, schema {schema}"), source: scrubbed(&e, None), transient: false })?;
     let store = describe(&config, schema);
     let secret = crate::pg::secret(&config);
-    let open_err = |e: postgres::Error| StateError::Open { store: store.clone(), transient: is_transient(&e), source: scrubbed(&e, secret.as_deref()) };
+    let open_err = |e: postgres::Error| open_error(&store, &e, secret.as_deref());
     let backend =
         |op: &str, e: postgres::Error| StateError::Backend { store: store.clone(), op: op.to_string(), transient: is_transient(&e), source: Box::new(e) };
-    let mut client = crate::pg::connect(config).map_err(&open_err)?;
+    let mut client = crate::pg::connect(config).map_err(|e| match e {
+        crate::pg::ConnectError::Driver(e) => open_err(e),
+        e @ crate::pg::ConnectError::NoAnswer { .. } => no_answer(&store, &e),
+    })?;
     client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}", quoted(schema))).map_err(&open_err)?;
     let mut tx = client.transaction().map_err(|e| backend("start the migration", e))?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&lock_key(schema, "layout")]).map_err(|e| backend("lock the layout", e))?;

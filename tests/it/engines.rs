@@ -715,6 +715,35 @@ fn one_process_writes_a_postgres_engine_at_a_time_and_readers_are_not_held() {
     assert_eq!(p.query("SELECT count(*) FROM dev__s.named")[0][0].as_deref(), Some("44"));
 }
 
+/// Readers of the catalog never queue without end behind a lock on an environment view (a
+/// promotion waiting for a reader holds the lock queue with its `ACCESS EXCLUSIVE` request;
+/// here another session holds that lock): `plan dev` and `status dev --check` fail within the
+/// read lock timeout, exit 1, naming the view and saying another session holds or awaits a lock
+/// on it — never healthy, never silent. Once the lock is gone they work again.
+#[test]
+fn catalog_readers_fail_naming_a_view_another_session_locks_instead_of_waiting() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = portable_project(EngineBackend::Postgres(t.clone()));
+    p.apply("dev");
+    let mut holder = t.client();
+    let mut tx = holder.transaction().expect("a transaction");
+    tx.batch_execute("LOCK TABLE dev__s.latest IN ACCESS EXCLUSIVE MODE").expect("lock the dev view");
+    for args in [&["plan", "dev"][..], &["status", "dev", "--check"][..]] {
+        let started = std::time::Instant::now();
+        let r = p.run(args);
+        let waited = started.elapsed();
+        r.expect_code(1);
+        assert!(waited < std::time::Duration::from_secs(20), "`{}` waited {waited:?}", r.cmd);
+        assert!(r.stderr.contains("`dev__s.latest`"), "names the locked view: {}", r.stderr);
+        assert!(r.stderr.contains("another session holds or awaits an exclusive lock on it"), "{}", r.stderr);
+        assert!(!r.stdout.contains("healthy"), "{}", r.stdout);
+    }
+    tx.rollback().expect("release the lock");
+    p.plan("dev");
+    let after = p.run(&["status", "dev", "--check"]);
+    assert!(!after.stderr.contains("another session holds"), "{}", after.stderr);
+}
+
 #[test]
 fn a_writer_whose_lock_connection_ended_keeps_others_out_until_its_workers_are_done() {
     use efmesh::engine::Engine;

@@ -4,7 +4,7 @@
 //! whatever point a promotion was interrupted at (`kill -9`, a failed state write).
 
 use crate::common::*;
-use efmesh::apply::fault::FAULT_ENV;
+use efmesh::apply::fault::{FAULT_ENV, LOSE_LOCK_ENV};
 use serde_json::Value;
 
 /// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
@@ -46,6 +46,12 @@ crate::on_every_engine_and_state_backend!(
     a_crash_between_the_view_swap_and_the_state_write_is_undone_by_the_next_plan,
     a_crash_after_recording_the_intent_is_undone_for_every_command,
     a_crash_after_the_view_swap_of_a_promotion_building_nothing_puts_the_old_views_back,
+);
+
+// On each engine, and on a Postgres state store: a writer losing its lock mid-promotion.
+crate::on_every_engine_and_state_backend!(
+    a_lock_lost_before_the_view_swap_commits_moves_no_view,
+    a_lock_lost_after_the_view_swap_puts_the_views_back_and_says_so,
 );
 
 // On each engine: their names resolve differently (DuckDB ignoring case).
@@ -403,4 +409,85 @@ fn an_interrupted_promotion_whose_undo_runs_drops_no_view() {
     assert!(!r.stderr.contains("cannot put view"), "{}", r.stderr);
     assert_eq!(["s.a", "s.b", "s.c"].map(|m| p.rows(&env_view("dev", m))), served);
     assert_views_serve_pointers(&p, "dev");
+}
+
+// ---- a writer losing its lock mid-promotion ---------------------------------------------------
+
+/// `apply dev --yes` of `p` with the test hook `EFMESH_LOSE_LOCK=<point>`: the apply loses its
+/// lock `env:dev` there, as one stalled past the lock's expiry (`SIGSTOP`) loses it to another
+/// command.
+fn apply_losing_the_lock_at(p: &Project, point: &str) -> Run {
+    let out = p.command(&["apply", "dev", "--yes"]).env(LOSE_LOCK_ENV, point).output().expect("spawn efmesh");
+    Run::from_output(out, format!("{LOSE_LOCK_ENV}={point} efmesh apply dev --yes"))
+}
+
+/// The `error:` line of `r` and the lines after it (what the CLI reports, not the log).
+fn reported_error(r: &Run) -> String {
+    r.stderr.lines().skip_while(|l| !l.starts_with("error:")).collect::<Vec<_>>().join("\n")
+}
+
+/// A lock lost after the view swap's statements ran and before its COMMIT (its statements
+/// waited on a reader past the lock's expiry): the swap is rolled back, so the environment's
+/// views still serve what the state store records, and the error's "stopped before writing
+/// anything more" is true. The promotion's record stays (the lost lock forbids dropping it):
+/// the next command undoes it, a no-op.
+fn a_lock_lost_before_the_view_swap_commits_moves_no_view(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
+    let r = apply_losing_the_lock_at(&p, "before-swap-commit");
+    r.expect_code(1);
+    assert!(r.stderr.contains("lost the lock `env:dev` at `before-swap-commit`"), "the test hook did not run: {}", r.stderr);
+    let error = reported_error(&r);
+    assert!(error.contains("lost the lock `env:dev`") && error.contains("stopped before writing anything more"), "{}", r.stderr);
+    assert!(r.stderr.contains("the view swap of `dev` was rolled back before its commit"), "{}", r.stderr);
+    assert_eq!(p.state_summary().pointers, before.pointers);
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before, "the swap committed although its lock was lost before the commit");
+
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert_eq!(action(&r.json(), "s.a")["change"], "breaking");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
+    let v = p.apply("dev");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// A lock lost after the view swap committed and before the state store recorded the
+/// promotion: the apply puts the views back from its undo record at once (no later command
+/// needed) and its error says the swap had committed and the views were put back, not that it
+/// stopped before writing anything more.
+fn a_lock_lost_after_the_view_swap_puts_the_views_back_and_says_so(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
+    let r = apply_losing_the_lock_at(&p, "after-view-swap");
+    r.expect_code(1);
+    assert!(r.stderr.contains("lost the lock `env:dev` at `after-view-swap`"), "the test hook did not run: {}", r.stderr);
+    let error = reported_error(&r);
+    assert!(error.contains("lost the lock `env:dev` after its view swap of `dev` committed"), "{}", r.stderr);
+    assert!(error.contains("the views of `dev` were put back as they were"), "{}", r.stderr);
+    assert!(error.contains("hint: ") && error.contains("apply again"), "{}", r.stderr);
+    assert!(!error.contains("stopped before writing anything more"), "a false report: the swap had committed\n{}", r.stderr);
+    // The environment serves what the state store records, before any other command runs.
+    assert_eq!(p.state_summary().pointers, before.pointers);
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before, "the views serve versions the state store does not record");
+    assert_eq!(p.store().expect("a state store").pending_promotions().expect("pending").len(), 1, "the record stays: dropping it is a write");
+
+    let r = p.run(&["plan", "dev", "--json"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("undoing an interrupted promotion of `dev`"), "{}", r.stderr);
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
+    let v = p.apply("dev");
+    assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
 }

@@ -640,6 +640,36 @@ fn a_postgres_store_names_itself_without_the_password_in_its_location_debug_and_
     assert!(!text.contains(password) && text.contains("127.0.0.1"), "{text}");
 }
 
+/// A Postgres state store whose server is down (nothing listening: refused) or accepts the
+/// connection but never answers gets, within the connect bound, an error naming the store and
+/// the hint that its server cannot be reached — never the hint that another efmesh process is
+/// writing it. Needs no Postgres.
+#[test]
+fn a_postgres_store_whose_server_is_down_or_silent_is_said_unreachable_not_busy() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let port = silent.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        let held: Vec<std::net::TcpStream> = silent.incoming().take(1).filter_map(Result::ok).collect();
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        drop(held);
+    });
+    for (what, url) in [
+        ("refused", "postgres://efmesh:pw@127.0.0.1:1/db?connect_timeout=2".to_string()),
+        ("silent", format!("postgres://efmesh:pw@127.0.0.1:{port}/db?connect_timeout=1")),
+    ] {
+        let started = std::time::Instant::now();
+        let err = PostgresStore::open(&url, "s").unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(8), "{what}: gave up after {:?}", started.elapsed());
+        let text = format!("{err}: {}", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default());
+        assert!(text.contains("127.0.0.1") && !text.contains(":pw@"), "{what}: {text}");
+        if what == "silent" {
+            assert!(text.contains("no answer from the server within 1 s"), "{text}");
+        }
+        let hint = err.hint().unwrap_or_default();
+        assert!(hint.contains("cannot be reached") && !hint.contains("another efmesh process"), "{what}: {text}\nhint: {hint}");
+    }
+}
+
 #[test]
 fn every_text_column_of_a_postgres_store_compares_bytes_whatever_the_database_locale() {
     let Some(target) = pg::fresh() else { return };
