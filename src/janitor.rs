@@ -840,6 +840,12 @@ fn drop_environment(state: &dyn StateStore, engine: Option<&mut dyn Engine>, e: 
         let catalog = engine.catalog().map_err(JanitorError::Engine)?;
         let dialect = engine.sql();
         let mut statements: Vec<String> = e.views.iter().map(|v| dialect.drop_view_if_exists(v)).collect();
+        // The environment's record (which store promoted it last) goes with its views (SPEC §4,
+        // invariant 64): an environment of that name applied later is new.
+        let record = crate::ownership::env_record_name(&e.env);
+        if catalog.relations.contains_key(&(STORAGE_SCHEMA.to_string(), record)) {
+            statements.push(dialect.drop_view_if_exists(&crate::ownership::env_record_relation(&e.env)));
+        }
         let ours: HashSet<(String, String)> = views.iter().map(|(s, t)| (s.to_lowercase(), t.to_lowercase())).collect();
         let schemas: BTreeSet<&String> = views.iter().map(|(s, _)| s).collect();
         for schema in schemas {

@@ -363,6 +363,121 @@ pub fn sharers(physical: &str, in_engine: bool, in_lake: bool, owners: &[Owners]
     None
 }
 
+/// Prefix of the name of an environment's record in the engine database's `_efmesh` schema,
+/// before the environment's name: the view `"_efmesh"."_efmesh_env__<env>"`, whose comment names
+/// the state store that promoted the environment last (SPEC §4, invariant 64). An environment
+/// name holds no `__` and does not end with `_`, so a record's name holds exactly one `__`,
+/// while a physical relation's (`<schema>__<table>__<fp>`) holds at least two: no physical
+/// relation is ever taken for a record, even of a model in a schema `_efmesh_env`.
+pub const ENV_RECORD_PREFIX: &str = "_efmesh_env__";
+
+/// The text of an environment record's comment, before the store id.
+const ENV_RECORD_COMMENT: &str = "efmesh: environment views of state store ";
+
+/// The name (unquoted, in `_efmesh`) of the record of environment `env`.
+pub fn env_record_name(env: &str) -> String {
+    format!("{ENV_RECORD_PREFIX}{env}")
+}
+
+/// The record of environment `env`, qualified and quoted.
+pub fn env_record_relation(env: &str) -> String {
+    use crate::core::name::quote_ident;
+    format!("{}.{}", quote_ident(crate::engine::STORAGE_SCHEMA), quote_ident(&env_record_name(env)))
+}
+
+/// True when `name` (a relation of `_efmesh`) is an environment record: [`ENV_RECORD_PREFIX`]
+/// then a valid environment name.
+pub fn is_env_record(name: &str) -> bool {
+    name.strip_prefix(ENV_RECORD_PREFIX).is_some_and(|env| crate::core::name::validate_env(env).is_ok())
+}
+
+/// The statements that make store `me` the one that promoted environment `env` last: its
+/// record created or replaced and commented. Run in the transaction of the view swap, ONE
+/// record per environment whatever the number of views it moves.
+pub fn env_record_sql(dialect: &dyn crate::engine::dialect::Dialect, env: &str, me: &str) -> Vec<String> {
+    let relation = env_record_relation(env);
+    let mut out = vec![dialect.create_schema_if_absent(crate::engine::STORAGE_SCHEMA)];
+    out.extend(dialect.replace_view_as(&relation, "SELECT 1 AS efmesh_env"));
+    out.push(format!("COMMENT ON VIEW {relation} IS {}", crate::core::name::quote_literal(&format!("{ENV_RECORD_COMMENT}{me}"))));
+    out
+}
+
+/// The state store an environment record's comment (written by [`env_record_sql`]) names.
+pub fn env_record_owner(comment: &str) -> Option<&str> {
+    comment.strip_prefix(ENV_RECORD_COMMENT).map(str::trim).filter(|id| !id.is_empty())
+}
+
+/// The state store that promoted environment `env` last into the database `catalog` describes,
+/// read from its record at no extra query; `None` without a record (a new environment, or one
+/// last promoted before records existed).
+pub fn env_recorded_by<'c>(catalog: &'c crate::engine::Catalog, env: &str) -> Option<&'c str> {
+    catalog.comment(crate::engine::STORAGE_SCHEMA, &env_record_name(env)).and_then(env_record_owner)
+}
+
+/// An environment view a promotion would create, replace or drop while another state store
+/// may serve it (SPEC §4, invariant 64).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignView {
+    /// The view, `schema.table`.
+    pub view: String,
+    /// The store the environment's record names; `None` without a record (the environment last
+    /// promoted before records existed) for a view that reads versions of efmesh's storage this
+    /// store does not know.
+    pub owner: Option<String>,
+}
+
+/// The views of `candidates` another live state store may serve: those of an environment whose
+/// record names another store still present in the engine database (`living`: every other store
+/// with a use record or an owner marker there), or, without a record, any while another store is
+/// present. A store no longer present (taken over by `janitor --adopt`: its markers and use
+/// records removed) leaves its views to whoever applies next.
+pub fn foreign_views(candidates: Vec<ForeignView>, living: &[String]) -> Vec<ForeignView> {
+    candidates
+        .into_iter()
+        .filter(|v| match &v.owner {
+            Some(owner) => living.iter().any(|l| l == owner),
+            None => !living.is_empty(),
+        })
+        .collect()
+}
+
+/// The other state stores present in the engine database: those with a use record
+/// (`uses`, [`crate::engine::Engine::storage_uses`]) and the owners of its marker (`marker`),
+/// `unknown` included, but `me`; sorted, once each.
+pub fn living_stores(uses: &[(String, String)], marker: Option<&[String]>, me: &str) -> Vec<String> {
+    let mut out: Vec<String> = uses.iter().map(|(s, _)| s.clone()).chain(marker.into_iter().flatten().cloned()).filter(|s| s != me).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The refusal of a promotion of environment `env` into the engine database `engine` over the
+/// environment views of other state stores (`views`, [`foreign_views`]; `others`: the other
+/// stores present there), naming the views, the stores and the ways out.
+pub fn foreign_views_message(env: &str, engine: &str, me: &str, views: &[ForeignView], others: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let shown: Vec<String> = views
+        .iter()
+        .take(SHOWN)
+        .map(|v| match &v.owner {
+            Some(o) => format!("`{}` (made by state store {o})", v.view),
+            None => format!("`{}` (reads versions this state store does not know)", v.view),
+        })
+        .collect();
+    let more = if views.len() > SHOWN { format!(" and {} more", views.len() - SHOWN) } else { String::new() };
+    format!(
+        "environment `{env}` would re-point {} view(s) of the engine database {engine} that another state store serves: {}{more}; \
+         other state store(s) write this database ({}; this one is {me}), and replacing their views would silently change what they serve, \
+         so nothing was done\n  \
+         hint: use one state store per engine database (point this project's `[engine]` at another database), or apply under another \
+         environment name; if the other store is gone for good (its state deleted or replaced), take the database over with \
+         `efmesh janitor --adopt`, then apply again",
+        views.len(),
+        shown.join(", "),
+        others.join(", ")
+    )
+}
+
 /// Makes `me` the only owner of every storage the project has (`janitor --adopt`): the
 /// storage other stores wrote becomes this store's orphans, collected after the ttl.
 ///
@@ -411,6 +526,45 @@ mod tests {
         assert!(text.contains("2026-01-01"), "a marker is never rewritten: {text}");
         adopt(&config, None, None, &ids[3], "2027-01-01T00:00:00.000Z").unwrap();
         assert_eq!(read_lake(&config, None).unwrap(), Some(vec![ids[3].clone()]));
+    }
+
+    /// An environment's record (one view in `_efmesh`, never a physical relation's name) names
+    /// the store that promoted it last; only views of a store still present in the database (or,
+    /// without a record, while any other store is) are another's; the refusal names the views,
+    /// the stores and the ways out.
+    #[test]
+    fn a_view_is_anothers_only_while_its_store_is_present() {
+        assert_eq!(env_record_relation("prod"), "\"_efmesh\".\"_efmesh_env__prod\"");
+        let sql = env_record_sql(&crate::engine::dialect::Standard, "dev", "ab12");
+        assert_eq!(sql.len(), 3, "one schema, one view, one comment: {sql:?}");
+        assert_eq!(sql[2], "COMMENT ON VIEW \"_efmesh\".\"_efmesh_env__dev\" IS 'efmesh: environment views of state store ab12'");
+        assert_eq!(env_record_owner("efmesh: environment views of state store ab12"), Some("ab12"));
+        assert_eq!(env_record_owner("efmesh engine epoch 4"), None);
+        assert_eq!(env_record_owner("efmesh: environment views of state store "), None);
+        assert!(is_env_record("_efmesh_env__prod") && is_env_record("_efmesh_env__dev_2"));
+        // A physical relation of a model `_efmesh_env.prod` is no record: it holds a second `__`.
+        assert!(!is_env_record("_efmesh_env__prod__0123456789abcdef0123456789abcdef"));
+        assert!(!is_env_record("_efmesh_epoch__ab12") && !is_env_record("_efmesh_env__"));
+        let uses = vec![("ab12".to_string(), "registered".to_string()), ("cd34".to_string(), "registered".to_string())];
+        let marker = vec!["ab12".to_string(), UNKNOWN_OWNER.to_string()];
+        let living = living_stores(&uses, Some(&marker[..]), "ab12");
+        assert_eq!(living, vec!["cd34".to_string(), UNKNOWN_OWNER.to_string()]);
+        let view = |v: &str, o: Option<&str>| ForeignView { view: v.to_string(), owner: o.map(str::to_string) };
+        let candidates = vec![view("s.a", Some("cd34")), view("s.b", Some("ef56")), view("s.c", None)];
+        assert_eq!(foreign_views(candidates.clone(), &living), vec![view("s.a", Some("cd34")), view("s.c", None)]);
+        assert!(foreign_views(candidates, &[]).is_empty(), "a store taken over leaves its views");
+        let m = foreign_views_message("prod", "/p/efmesh.duckdb", "ab12", &[view("s.a", Some("cd34"))], &living);
+        for wanted in [
+            "environment `prod`",
+            "`s.a` (made by state store cd34)",
+            "/p/efmesh.duckdb",
+            "this one is ab12",
+            "nothing was done",
+            "one state store per engine database",
+            "janitor --adopt",
+        ] {
+            assert!(m.contains(wanted), "{wanted}: {m}");
+        }
     }
 
     #[test]

@@ -261,6 +261,10 @@ pub enum ApplyError {
     /// found on the apply's own connection: nothing was done.
     #[error("{0}")]
     EngineBehind(String),
+    /// The promotion would create, replace or drop environment views another state store
+    /// present in the engine database made (SPEC §4, invariant 64): nothing was done.
+    #[error("{0}")]
+    ForeignViews(String),
     /// Several failures in a parallel apply or run (`--jobs`), each once, one per model;
     /// the models that were running when the first failed finished and were recorded, none
     /// started after it, nothing was promoted.
@@ -605,6 +609,11 @@ fn execute_recorded(
     // to hold only this command's intervals; and a catalog older than the store's epoch (restored
     // from a copy) is refused too. Before the epoch is raised: a refused catalog is never stamped.
     ducklake::prepare_checked(project, plan, state, &working_set, engine)?;
+    // Environment views another state store made are never re-pointed (SPEC §4, invariant 64):
+    // checked before the epoch is raised or anything is built; `run` moves no view.
+    if !refresh {
+        check_view_owners(project, plan, state, engine, &catalog)?;
+    }
     // Before its first write to a table, the epoch is raised in the database, then in the store:
     // a copy of the database taken before this command is then behind the store even when the
     // command is stopped part-way (its writes recorded, its closing stamp never made), and a
@@ -1756,6 +1765,7 @@ fn promote(
     report: &ApplyReport,
     known: Option<&crate::engine::Catalog>,
 ) -> Result<(), ApplyError> {
+    let me = state.store_id()?;
     let dialect = engine.sql();
     // The swap's drops, run before its creates (`creates`: schemas and views), see above.
     let mut drops = Vec::new();
@@ -1793,6 +1803,12 @@ fn promote(
                 _ => {}
             },
         }
+    }
+    // A swap that moves a view records this store as the one that promoted the environment
+    // last (SPEC §4, invariant 64): ONE record per environment, three statements whatever the
+    // number of views, so a promotion costs what creating its views does.
+    if !drops.is_empty() || !creates.is_empty() {
+        creates.extend(crate::ownership::env_record_sql(dialect, &plan.env, &me));
     }
     let statements: Vec<String> = drops.into_iter().chain(creates).collect();
     let pointers: BTreeMap<String, String> =
@@ -1947,6 +1963,39 @@ fn put_back_after_lost_lock(
         "this process lost the lock `{lease}`{holder} after its view swap of `{env}` committed, before the state store recorded the promotion: {done}\n  \
          hint: the lock expired while this process was stalled; apply again (everything is built: the promotion is a view swap)"
     ))
+}
+
+/// Refuses a promotion of `plan` that would create, replace or drop an environment view
+/// another state store still present in the engine database serves (SPEC §4, invariant 64): two
+/// stores applying one environment name into one database would otherwise re-point each
+/// other's views silently. The environment's record says which store promoted it last (read
+/// from `catalog`, no extra query); the database's use records and owner marker are read only
+/// when that is another store (or, without a record, a view reads versions this store does
+/// not know).
+///
+/// # Errors
+/// [`ApplyError::ForeignViews`] naming the views, the stores and the ways out; a failed engine
+/// or state store read.
+fn check_view_owners(
+    project: &Project,
+    plan: &Plan,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    catalog: &crate::engine::Catalog,
+) -> Result<(), ApplyError> {
+    let me = state.store_id()?;
+    let candidates = crate::plan::integrity::views_of_other_stores(plan, catalog, state, &me)?;
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let uses = engine.storage_uses()?;
+    let marker = engine.owner_marker(false)?;
+    let living = crate::ownership::living_stores(&uses, marker.as_deref(), &me);
+    let foreign = crate::ownership::foreign_views(candidates, &living);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(ApplyError::ForeignViews(crate::ownership::foreign_views_message(&plan.env, &crate::engine::location(&project.config), &me, &foreign, &living)))
 }
 
 /// The snapshot of an action's version: its canonical AST (for later categorisation), canonical

@@ -114,6 +114,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::EngineBehind(_) => "engine-behind",
         ApplyError::LockLostAfterSwap(_) => "state",
+        ApplyError::ForeignViews(_) => "foreign-views",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
         ApplyError::State(_) => "state",
@@ -133,7 +134,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
 }
 
 /// What kind of failure `err` is, for the `--json` error object: `config`, `load`, `plan`,
-/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `engine-behind`, `state`, `engine`,
+/// `contract`, `build`, `rejected`, `target`, `audit`, `stale-plan`, `engine-behind`, `foreign-views`, `state`, `engine`,
 /// `usage`, `several` (failures of different kinds in a parallel apply), or `error` when none
 /// applies.
 pub fn error_kind(err: &anyhow::Error) -> &'static str {

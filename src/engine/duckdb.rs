@@ -843,6 +843,26 @@ mod tests {
         assert_eq!(db.version().unwrap(), "v1.5.5");
     }
 
+    /// An environment's record (SPEC §4, invariant 64), written as a promotion writes it, is read
+    /// back from the catalog and is never listed as efmesh's storage (the janitor's listing),
+    /// while a physical relation of a model in a schema `_efmesh_env` still is.
+    #[test]
+    fn an_environment_record_is_read_from_the_catalog_and_is_no_storage() {
+        use crate::engine::Engine as _;
+        let mut db = DuckDb::in_memory().unwrap();
+        let physical = format!("_efmesh_env__t__{}", "ab".repeat(16));
+        db.execute(&format!("CREATE SCHEMA _efmesh; CREATE TABLE _efmesh.{physical} (a INTEGER)")).unwrap();
+        let record = crate::ownership::env_record_sql(&DuckDbDialect, "prod", "ab12");
+        db.transaction(&record).unwrap();
+        // Written again by the next promotion: replaced, re-commented.
+        db.transaction(&crate::ownership::env_record_sql(&DuckDbDialect, "prod", "cd34")).unwrap();
+        let catalog = db.catalog().unwrap();
+        assert_eq!(crate::ownership::env_recorded_by(&catalog, "prod"), Some("cd34"));
+        assert_eq!(crate::ownership::env_recorded_by(&catalog, "dev"), None);
+        let listed: Vec<String> = db.storage_relations().unwrap().into_iter().map(|r| r.name).collect();
+        assert_eq!(listed, vec![physical]);
+    }
+
     #[test]
     fn a_transaction_commits_whole_or_not_at_all_whether_one_statement_or_a_text_of_several() {
         let mut db = DuckDb::in_memory().unwrap();

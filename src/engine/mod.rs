@@ -687,8 +687,9 @@ pub trait Engine {
     }
 
     /// Every relation of efmesh's storage: the tables and views of schema `_efmesh` of this
-    /// database (but the use records' table, [`USES_TABLE`], and the epoch stamps,
-    /// [`epoch::VIEW_PREFIX`]) and, when the DuckLake catalog is
+    /// database (but the use records' table, [`USES_TABLE`], the epoch stamps,
+    /// [`epoch::VIEW_PREFIX`], and the environment records,
+    /// [`crate::ownership::ENV_RECORD_PREFIX`] then a name without `__`) and, when the DuckLake catalog is
     /// attached (`_efmesh_ducklake`), the tables of its `main` schema; ONE catalog query. What
     /// the janitor lists and drops.
     ///
@@ -699,13 +700,17 @@ pub trait Engine {
         use crate::core::target::DUCKLAKE_ALIAS;
         let rows = self.query(&format!(
             "SELECT table_catalog, table_schema, table_name, table_type FROM information_schema.tables \
-             WHERE (table_catalog = current_database() AND table_schema = {} AND table_name <> {} AND left(table_name, {}) <> {}) \
+             WHERE (table_catalog = current_database() AND table_schema = {} AND table_name <> {} AND left(table_name, {}) <> {} \
+                    AND NOT (left(table_name, {}) = {} AND strpos(substr(table_name, {}, length(table_name)), '__') = 0)) \
                 OR (table_catalog = {} AND table_schema = 'main') \
              ORDER BY table_catalog, table_name",
             quote_literal(STORAGE_SCHEMA),
             quote_literal(USES_TABLE),
             epoch::VIEW_PREFIX.len(),
             quote_literal(epoch::VIEW_PREFIX),
+            crate::ownership::ENV_RECORD_PREFIX.len(),
+            quote_literal(crate::ownership::ENV_RECORD_PREFIX),
+            crate::ownership::ENV_RECORD_PREFIX.len() + 1,
             quote_literal(DUCKLAKE_ALIAS)
         ))?;
         let mut out = Vec::new();

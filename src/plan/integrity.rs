@@ -883,6 +883,106 @@ pub fn foreign_relation<'p>(project: &'p Project, plan: &Plan, catalog: &Catalog
     None
 }
 
+/// The environment views a promotion of `plan` would create, replace or drop, as
+/// `(schema, view)`, as `promote` decides: not an unchanged pointer's (unless the plan repairs
+/// its view), not an added model's without storage (an external, an embedded model).
+pub fn promoted_views(plan: &Plan) -> Vec<(String, String)> {
+    plan.actions
+        .iter()
+        .filter(|a| {
+            let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing || r.view_stale);
+            !keeps_view && !(a.change == Change::Added && a.physical.is_none())
+        })
+        .map(|a| (env_schema(&plan.env, a.name.schema()), a.name.table().to_string()))
+        .collect()
+}
+
+/// The environment views a promotion of `plan` would create, replace or drop that may be
+/// another state store's (SPEC §4, invariant 64), for [`crate::ownership::foreign_views`] to
+/// keep those of stores still present: each existing view it would move that reads a relation
+/// of efmesh's storage no snapshot of this store and no action of the plan names (the snapshot
+/// index is read only then), labelled with the store the environment's record
+/// ([`crate::ownership::env_recorded_by`], read from `catalog`: no extra query) names when it is
+/// another. Nothing when the record names `me` (this store promoted the environment last) or the
+/// promotion moves no view.
+///
+/// # Errors
+/// [`crate::state::StateError`] when the state store cannot be read.
+pub fn views_of_other_stores(
+    plan: &Plan,
+    catalog: &Catalog,
+    state: &dyn StateStore,
+    me: &str,
+) -> Result<Vec<crate::ownership::ForeignView>, crate::state::StateError> {
+    use crate::ownership::ForeignView;
+    let moved = promoted_views(plan);
+    if moved.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The views the promotion moves that exist, with their definitions (tables included: `None`).
+    let existing: Vec<(String, Option<&str>)> = moved
+        .iter()
+        .filter_map(|(schema, table)| {
+            let entry = catalog.relations.get(&(schema.to_lowercase(), table.to_lowercase()))?;
+            Some((format!("{schema}.{table}"), entry.sql.as_deref()))
+        })
+        .collect();
+    // Promoted last by this store: every view it moves is this store's or one it already
+    // checked when it moved it (another store promoting since would have rewritten the record).
+    let recorded = crate::ownership::env_recorded_by(catalog, &plan.env);
+    if recorded == Some(me) {
+        return Ok(Vec::new());
+    }
+    // Otherwise a view is another store's when it reads a version this store does not know: the
+    // record (when another store wrote it) only names that store. A record alone decides
+    // nothing: two stores promoting one environment name with different models create views
+    // side by side, and each store's views read versions it knows.
+    let owner = recorded.map(str::to_string);
+    let bare = |p: &str| p.replace('"', "").to_lowercase();
+    let mut known: Option<std::collections::HashSet<String>> = None;
+    let mut out = Vec::new();
+    for (view, sql) in existing {
+        let Some(sql) = sql else { continue };
+        let read = efmesh_relations_read(sql);
+        if read.is_empty() {
+            continue;
+        }
+        if known.is_none() {
+            let mut k: std::collections::HashSet<String> = state.snapshot_index()?.into_values().map(|(physical, _)| bare(&physical)).collect();
+            k.extend(plan.actions.iter().filter_map(|a| a.physical.as_deref()).map(bare));
+            known = Some(k);
+        }
+        if read.iter().any(|r| !known.as_ref().is_some_and(|k| k.contains(r))) {
+            out.push(ForeignView { view, owner: owner.clone() });
+        }
+    }
+    Ok(out)
+}
+
+/// The relations of efmesh's storage a view definition reads, unquoted and lowercased:
+/// `_efmesh.<name>` and `_efmesh_ducklake.main.<name>` (compared as whole names, as
+/// [`reads_efmesh_storage`]; a column qualified by one is cut to the relation).
+fn efmesh_relations_read(sql: &str) -> Vec<String> {
+    let text = sql.replace('"', "").to_lowercase();
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut out = Vec::new();
+    for (prefix, parts) in [(format!("{}.", crate::core::name::PHYSICAL_SCHEMA), 2), (format!("{}.", crate::core::target::DUCKLAKE_ALIAS), 3)] {
+        for (at, _) in text.match_indices(prefix.as_str()) {
+            if text[..at].chars().next_back().is_some_and(|c| ident(c) || c == '.') {
+                continue;
+            }
+            let name: String = text[at..].chars().take_while(|c| ident(*c) || *c == '.').collect();
+            let name: Vec<&str> = name.split('.').take(parts).collect();
+            if name.len() == parts && name.iter().all(|p| !p.is_empty()) {
+                out.push(name.join("."));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// True when a view definition reads a relation of efmesh's storage: the schema `_efmesh` of the
 /// engine database or the attached DuckLake catalog `_efmesh_ducklake` (compared ignoring case
 /// and identifier quotes, as a whole name).
@@ -1020,6 +1120,17 @@ mod tests {
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM my_efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT * FROM raw._efmesh.t"));
         assert!(!reads_efmesh_storage("CREATE VIEW s.c AS SELECT '_efmesh' AS x FROM t"));
+    }
+
+    /// The relations of efmesh's storage an environment view reads, as DuckDB keeps the text and
+    /// Postgres renders it: whole names, a qualified column cut to its relation.
+    #[test]
+    fn the_relations_a_view_reads_of_efmeshs_storage_are_named_whole() {
+        assert_eq!(efmesh_relations_read("CREATE VIEW s.c AS SELECT n FROM \"_efmesh\".\"s__C__ab12\""), vec!["_efmesh.s__c__ab12".to_string()]);
+        assert_eq!(efmesh_relations_read("CREATE VIEW s.c AS  SELECT s__c__ab12.n\n   FROM _efmesh.s__c__ab12;"), vec!["_efmesh.s__c__ab12".to_string()]);
+        assert_eq!(efmesh_relations_read("SELECT _efmesh.s__c__ab12.n FROM _efmesh.s__c__ab12"), vec!["_efmesh.s__c__ab12".to_string()]);
+        assert_eq!(efmesh_relations_read("SELECT * FROM \"_efmesh_ducklake\".\"main\".\"t__x\""), vec!["_efmesh_ducklake.main.t__x".to_string()]);
+        assert!(efmesh_relations_read("SELECT * FROM raw._efmesh.t UNION ALL SELECT 42").is_empty());
     }
 
     #[test]

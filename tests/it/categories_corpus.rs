@@ -915,7 +915,7 @@ impl Db {
         .collect()
     }
 
-    /// Names of the relations in `_efmesh` but the use records' table.
+    /// Names of the relations in `_efmesh` but the use records' table and the environment records.
     pub fn physical_tables(&mut self) -> BTreeSet<String> {
         self.query(&format!(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = '_efmesh' AND table_name <> '{}'",
@@ -923,6 +923,7 @@ impl Db {
         ))
         .into_iter()
         .map(|r| r[0].clone().expect("name"))
+        .filter(|name| !efmesh::ownership::is_env_record(name))
         .collect()
     }
 }

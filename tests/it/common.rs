@@ -362,7 +362,8 @@ impl Project {
         r
     }
 
-    /// Names of the relations in schema `_efmesh` but the use records' table and the epoch stamps, sorted (empty without a DuckDB file).
+    /// Names of the relations in schema `_efmesh` but the use records' table, the epoch stamps and
+    /// the environment records, sorted (empty without a DuckDB file).
     pub fn physical_tables(&self) -> Vec<String> {
         if !self.on_postgres() && !self.engine_path().exists() {
             return Vec::new();
@@ -376,6 +377,7 @@ impl Project {
             ))
             .into_iter()
             .map(|r| r[0].clone().expect("name"))
+            .filter(|name| !efmesh::ownership::is_env_record(name))
             .collect();
         v.sort();
         v

@@ -90,6 +90,8 @@ fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_
     assert_eq!(string_set(&envs[0]["views"]), set(&["\"dev__s\".\"m\"", "\"dev__s\".\"v\""]));
     assert_eq!(p.state_summary(), summary, "a dry run changes no state");
     assert_eq!(relations_in(&p, "dev__s.").len(), 2, "a dry run drops no view");
+    let record = |env: &str| format!("_efmesh.{}", efmesh::ownership::env_record_name(env));
+    assert!(p.all_relations().contains(&record("dev")), "dev's record (the store that promoted it): {:?}", p.all_relations());
 
     // The janitor drops its views, its schema, its state, and the tables only it used.
     let r = at(&mut p, later, &["janitor", "--ttl", "0", "--json"]).expect_code(0).json();
@@ -98,6 +100,8 @@ fn an_environment_past_its_ttl_is_dropped_with_what_only_it_used_and_one_within_
     assert_eq!(string_set(&envs[0]["schemas"]), set(&["dev__s"]));
     assert!(relations_in(&p, "dev__").is_empty(), "{:?}", p.all_relations());
     assert!(!schemas(&p).contains("dev__s"), "{:?}", schemas(&p));
+    assert!(!p.all_relations().contains(&record("dev")), "dev's record goes with its views: {:?}", p.all_relations());
+    assert!(p.all_relations().contains(&record("prod")), "prod's record stays");
     let store = p.store().unwrap();
     assert_eq!(store.environments().unwrap(), vec!["prod".to_string()]);
     assert!(store.env_pointers("dev").unwrap().is_empty());

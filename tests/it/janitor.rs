@@ -90,6 +90,7 @@ crate::on_every_engine!(
     a_store_re_pointing_a_version_another_stores_janitor_dropped_rebuilds_it,
     a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation,
     two_state_stores_sharing_one_engine_never_collect_each_others_storage,
+    an_apply_never_re_points_the_environment_views_another_store_made,
     an_orphan_a_view_still_reads_is_kept_until_the_view_moves,
 );
 
@@ -660,6 +661,85 @@ fn two_state_stores_sharing_one_engine_never_collect_each_others_storage(engine:
     let tables = p.physical_tables();
     assert!(b_phys.iter().all(|ph| tables.contains(&table_name(ph))) && a_phys.iter().all(|ph| !tables.contains(&table_name(ph))), "{tables:?}");
     assert_eq!(p.rows("dev__t.m"), vec![vec![Some("2".to_string())]]);
+}
+
+/// The comment of environment `env`'s record (`"_efmesh"."_efmesh_env__<env>"`), `None` when
+/// there is no record or it has no comment.
+fn env_record_comment(p: &Project, env: &str) -> Option<String> {
+    let name = efmesh::ownership::env_record_name(env);
+    let sql = if p.on_postgres() {
+        format!("SELECT obj_description(to_regclass('\"_efmesh\".\"{name}\"'), 'pg_class')")
+    } else {
+        format!("SELECT comment FROM duckdb_views() WHERE schema_name = '_efmesh' AND view_name = '{name}'")
+    };
+    p.query(&sql).into_iter().next().and_then(|r| r.into_iter().next().flatten()).filter(|c| !c.is_empty())
+}
+
+/// Two state stores applying one environment name into one engine database (two checkouts of a
+/// project, each with its own state): the second one's promotion would re-point the views the
+/// first one serves. It is refused before anything is written (SPEC §4, invariant 64), naming
+/// the views, the first store and the ways out — an environment promoted before efmesh recorded
+/// its store (no record) too; the first store keeps serving and applying its environment. Once
+/// the first store is taken over (`janitor --adopt`: gone for good), the second one's apply
+/// replaces its views. The store is recorded once per environment (its record), never per view.
+fn an_apply_never_re_points_the_environment_views_another_store_made(engine: EngineBackend) {
+    let p = project_on_engine(engine, 1);
+    use_state(&p, "a.state.sqlite");
+    p.apply("prod");
+    let a_id = store_id(&p, "a.state.sqlite");
+    let recorded = |p: &Project| env_record_comment(p, "prod").and_then(|c| efmesh::ownership::env_record_owner(&c).map(str::to_string));
+    assert_eq!(recorded(&p), Some(a_id.clone()), "prod's record names the store that promoted it");
+    let view_comment = if p.on_postgres() {
+        "SELECT obj_description(to_regclass('s.m'), 'pg_class')"
+    } else {
+        "SELECT comment FROM duckdb_views() WHERE schema_name = 's' AND view_name = 'm'"
+    };
+    let comment = p.query(view_comment).into_iter().next().and_then(|r| r.into_iter().next().flatten()).filter(|c| !c.is_empty());
+    assert_eq!(comment, None, "no statement per view: the environment's record holds the store");
+    assert!(p.physical_tables().iter().all(|t| !t.starts_with(efmesh::ownership::ENV_RECORD_PREFIX)));
+    let janitor = p.run(&["janitor", "--json"]).expect_code(0).json();
+    assert!(!janitor.to_string().contains(efmesh::ownership::ENV_RECORD_PREFIX), "the record is no orphan: {janitor:#}");
+    let served = |p: &Project| p.rows("s.m");
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &models(2));
+    let refused = |p: &Project, owner: &str| {
+        let r = p.run(&["apply", "prod", "--yes"]);
+        r.expect_code(1);
+        for needle in [
+            "environment `prod` would re-point 2 view(s)".to_string(),
+            format!("`s.m` {owner}"),
+            format!("`s.v` {owner}"),
+            format!("other state store(s) write this database ({a_id}"),
+            "nothing was done".to_string(),
+            "one state store per engine database".to_string(),
+            "efmesh janitor --adopt".to_string(),
+        ] {
+            assert!(r.stderr.contains(&needle), "{needle:?} missing\n{}", r.stderr);
+        }
+        let kind = p.run(&["apply", "prod", "--yes", "--json"]);
+        assert_eq!(kind.expect_code(1).json()["error"]["kind"], "foreign-views", "{}", kind.stdout);
+        assert_eq!(served(p), vec![vec![Some("1".to_string())]], "store A's prod still serves its version");
+    };
+    refused(&p, &format!("(made by state store {a_id})"));
+    // An environment promoted before efmesh recorded its store (no record): its views read
+    // versions B does not know.
+    p.execute_on_engine(&format!("DROP VIEW {}", efmesh::ownership::env_record_relation("prod")));
+    refused(&p, "(reads versions this state store does not know)");
+    // Store A applies its own environment as before, and is recorded again.
+    use_state(&p, "a.state.sqlite");
+    p.write("models/m.lua", &models(3));
+    p.apply("prod");
+    assert_eq!(served(&p), vec![vec![Some("3".to_string())]]);
+    assert_eq!(recorded(&p), Some(a_id.clone()));
+    // Store A gone for good: B takes the database over, then its apply replaces A's views and
+    // records B.
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &models(2));
+    p.run(&["janitor", "--adopt"]).expect_code(0);
+    p.apply("prod");
+    assert_eq!(served(&p), vec![vec![Some("2".to_string())]]);
+    assert_eq!(recorded(&p), Some(store_id(&p, "b.state.sqlite")));
+    assert_eq!(p.plan("prod")["hasChanges"], false, "B's views serve what B's state says");
 }
 
 fn an_orphan_is_dropped_only_once_seen_for_the_ttl(engine: EngineBackend) {
