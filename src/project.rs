@@ -91,8 +91,9 @@ impl Project {
 /// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
 /// targets (their section of efmesh.toml, their column types, a lake directory name too long
 /// for a file system), `accepted_values` lists of the wrong type for their column
-/// ([`crate::core::audit::mistyped_values`]) and, on Postgres, `json` columns a kind compares
-/// ([`uncomparable_json`]). The full load runs them on
+/// ([`crate::core::audit::mistyped_values`]) and, on Postgres, columns a kind compares of a
+/// type without an equality operator (`json`, `xml`, the geometric types:
+/// [`uncomparable_columns`]). The full load runs them on
 /// every model; a reload in place ([`crate::session::Session::reload`]) on the models it
 /// replaces, against the DAG before (same names): each finding concerns one model's own
 /// definition, so the others' are unchanged (but for an external's relation, which decides
@@ -117,24 +118,28 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
     // `accepted_values` lists whose values the engine would compare with the column by a
     // widening cast (numbers on a text column, strings on a numeric one).
     unconfigured.extend(crate::core::audit::mistyped_values_of(checked.iter().copied()));
-    // Key, watched and partition columns of type `json`, which Postgres cannot compare.
-    unconfigured.extend(uncomparable_json(config, checked.iter().copied()));
+    // Key, watched and partition columns of a type Postgres cannot compare (`json`, `xml`, …).
+    unconfigured.extend(uncomparable_columns(config, checked.iter().copied()));
     unconfigured
 }
 
 /// On the Postgres engine, every column a kind compares row against row — an
 /// `incremental_by_unique_key` or `scd_type2` model's key (`=`), an `scd_type2` model's watched
 /// columns (`IS DISTINCT FROM`), an `incremental_by_partition` model's partition columns (`IS NOT
-/// DISTINCT FROM`) — declared `json` (or a list of `json`), as load errors at the model's
-/// file:line naming the column. Postgres's `json` type has no equality operator (`jsonb` has):
-/// `check` and `plan` would pass and the apply fail mid-build with the server's `operator does
-/// not exist: json = json` on efmesh's own statement. DuckDB compares `json` as text: nothing
-/// is refused there.
-pub fn uncomparable_json<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
+/// DISTINCT FROM`) — declared a type the Postgres dialect has no equality operator for
+/// ([`crate::engine::dialect::Dialect::lacks_equality`]: `json`, `xml`, the geometric types, a
+/// list of one), as load errors at the model's file:line naming the column. `check` and `plan`
+/// would pass and the apply fail mid-build with the server's `operator does not exist: json =
+/// json` (or `could not identify an equality operator for type point`) on efmesh's own
+/// statement. A `json` column is told to become `jsonb` (which has one); another, to be declared
+/// a comparable type or left out. DuckDB compares `json` as text: nothing is refused there.
+pub fn uncomparable_columns<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
     use crate::core::Kind;
+    use crate::engine::dialect::Dialect as _;
     if config.engine.url_env.is_none() {
         return Vec::new();
     }
+    let dialect = crate::engine::dialect::Standard;
     let mut errors = Vec::new();
     for m in models {
         let compared: Vec<(&str, &str)> = match &m.kind {
@@ -148,7 +153,7 @@ pub fn uncomparable_json<'m>(config: &Config, models: impl IntoIterator<Item = &
         };
         for (column, role) in compared {
             let Some(declared) = m.schema.0.iter().find(|c| c.name == column) else { continue };
-            if !is_json_type(&declared.ty) {
+            if !dialect.lacks_equality(&declared.ty) {
                 continue;
             }
             let how = if role == "a watched column" {
@@ -156,17 +161,30 @@ pub fn uncomparable_json<'m>(config: &Config, models: impl IntoIterator<Item = &
             } else {
                 "or use other columns"
             };
+            let (why, hint) = if is_json_type(&declared.ty) {
+                (
+                    "`json` has no equality operator: the apply would fail with `operator does not exist: json = json`".to_string(),
+                    format!("declare `{column}` as `jsonb` (and make the query return it so: `CAST({column} AS jsonb)`), {how}"),
+                )
+            } else {
+                (
+                    format!("`{}` has no equality operator: the apply would fail mid-build", declared.ty.trim()),
+                    format!(
+                        "declare `{column}` as a type with an equality operator (`text`, say, and make the query return it so: `CAST({column} AS text)`), {how}"
+                    ),
+                )
+            };
             errors.push(
                 LoadError::new(
                     Some(m.location.clone()),
                     Some(m.name.clone()),
                     format!(
-                        "column `{column}` is {role} of this `{}` model and is declared `{}`, which the Postgres engine cannot compare (`json` has no equality operator: the apply would fail with `operator does not exist: json = json`)",
+                        "column `{column}` is {role} of this `{}` model and is declared `{}`, which the Postgres engine cannot compare ({why})",
                         m.kind.tag(),
                         declared.ty
                     ),
                 )
-                .with_hint(format!("declare `{column}` as `jsonb` (and make the query return it so: `CAST({column} AS jsonb)`), {how}")),
+                .with_hint(hint),
             );
         }
     }
@@ -319,14 +337,34 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
         }
         models.insert(name, &m.name);
     }
+    let storage = efmesh_storage(config);
     // The tables' names and efmesh's storage names: a query none of whose words is one is not
     // parsed.
-    let tables: BTreeSet<String> = models.values().map(|n| n.table().to_ascii_lowercase()).chain(EFMESH_STORAGE.iter().map(|s| (*s).to_string())).collect();
+    let tables: BTreeSet<String> = models.values().map(|n| n.table().to_ascii_lowercase()).chain(storage.iter().map(|s| (*s).to_string())).collect();
     let mentions =
         |text: &str| text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| !w.is_empty() && tables.contains(&w.to_ascii_lowercase()));
     let mut errors = Vec::new();
     for m in checked {
         let sql_file = m.location.file.extension().is_some_and(|e| e == "sql");
+        // An external over a relation of efmesh's storage reads one version of a model by name,
+        // as a query would.
+        if let Kind::External(External::Table { name: relation }) = &m.kind {
+            let parts: Vec<String> = relation.split('.').map(str::to_string).collect();
+            if let Some(schema) = efmesh_storage_named(&storage, &parts) {
+                let written = parts.join(".");
+                let message = format!(
+                    "external `{}` reads `{written}`, a relation of efmesh's own storage (`{schema}`), by its name: efmesh builds, replaces and drops these relations itself (a physical table is one version of a model), so no dependency is recorded and the external keeps reading that version after the model changes",
+                    m.name
+                );
+                let hint = match version_owner(&models, &parts) {
+                    Some(target) => format!(
+                        "drop this external and read model `{target}` through a reference where it is read (`ref(\"{target}\")`, `@ref({target})` in a `.sql` file): `{written}` is a version of it"
+                    ),
+                    None => "an external names a relation outside efmesh's storage: to read a model, reference it (`ref`, `@ref` in a `.sql` file)".to_string(),
+                };
+                errors.push(crate::core::LoadError::new(Some(m.location.clone()), Some(m.name.clone()), message).with_hint(hint));
+            }
+        }
         // The model's query, then each audit's (with the relation under audit a placeholder).
         let mut queries: Vec<(Option<&crate::core::audit::Audit>, String)> = Vec::new();
         if let Some(body) = &m.body
@@ -367,17 +405,11 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
                     (None, Some(n)) => (m.location.clone(), format!(" (line {n} of its query)")),
                     (None, None) => (m.location.clone(), String::new()),
                 };
-                if let Some(storage) = efmesh_storage_named(&r.parts) {
+                if let Some(storage) = efmesh_storage_named(&storage, &r.parts) {
                     if !seen.insert(written.clone()) {
                         continue;
                     }
-                    // The model whose version a physical name (`<schema>__<table>__<fp>`) is.
-                    let owner = r
-                        .parts
-                        .last()
-                        .and_then(|t| t.rsplit_once("__"))
-                        .and_then(|(st, _)| st.split_once("__"))
-                        .and_then(|(schema, table)| models.get(&format!("{schema}.{table}").to_ascii_lowercase()).copied());
+                    let owner = version_owner(&models, &r.parts);
                     let message = format!(
                         "{whose} reads `{written}`{at}, a relation of efmesh's own storage (`{storage}`), by its name instead of through a reference: efmesh builds, replaces and drops these relations itself (a physical table is one version of a model), so no dependency is recorded and the query keeps reading that version after the model changes"
                     );
@@ -413,18 +445,40 @@ pub fn bare_model_reads<'m>(config: &Config, dag: &Dag, checked: impl IntoIterat
     errors
 }
 
-/// The schemas and catalog of efmesh's own storage, lower case: the engine database's schema of
-/// physical relations (`_efmesh`), a Postgres engine's bookkeeping schema (`_efmesh_meta`) and
-/// the alias the DuckLake catalog is attached under (`_efmesh_ducklake`).
-const EFMESH_STORAGE: [&str; 3] = [crate::engine::STORAGE_SCHEMA, crate::engine::postgres::META_SCHEMA, crate::core::target::DUCKLAKE_ALIAS];
+/// The schemas and catalog of efmesh's own storage under `config`, lower case: the engine
+/// database's schema of physical relations (`_efmesh`), a Postgres engine's bookkeeping schema
+/// (`_efmesh_meta`, only with `[engine] url_env`: on DuckDB it is a schema like any other) and
+/// the alias the DuckLake catalog is attached under (`_efmesh_ducklake`, only with a
+/// `[ducklake]` section: without one nothing is attached under it).
+fn efmesh_storage(config: &Config) -> Vec<&'static str> {
+    let mut storage = vec![crate::engine::STORAGE_SCHEMA];
+    if config.engine.url_env.is_some() {
+        storage.push(crate::engine::postgres::META_SCHEMA);
+    }
+    if config.ducklake.is_some() {
+        storage.push(crate::core::target::DUCKLAKE_ALIAS);
+    }
+    storage
+}
 
-/// The schema or catalog of efmesh's own storage ([`EFMESH_STORAGE`]) a relation name read in a
-/// query (`parts` as written) is in, if any: one of its qualifiers (every part but the last) is
-/// one, whatever the others (`_efmesh.t`, `efmesh._efmesh.t`, `_efmesh_ducklake.main.t`, and
-/// `_efmesh_ducklake.t`, which DuckDB reads as the catalog's default schema).
-fn efmesh_storage_named(parts: &[String]) -> Option<&'static str> {
+/// The schema or catalog of efmesh's own storage (`storage`: [`efmesh_storage`]) a relation
+/// name read in a query (`parts` as written) is in, if any: one of its qualifiers (every part
+/// but the last) is one, whatever the others (`_efmesh.t`, `efmesh._efmesh.t`,
+/// `_efmesh_ducklake.main.t`, and `_efmesh_ducklake.t`, which DuckDB reads as the catalog's
+/// default schema).
+fn efmesh_storage_named(storage: &[&'static str], parts: &[String]) -> Option<&'static str> {
     let (_, qualifiers) = parts.split_last()?;
-    qualifiers.iter().find_map(|q| EFMESH_STORAGE.iter().find(|s| q.eq_ignore_ascii_case(s)).copied())
+    qualifiers.iter().find_map(|q| storage.iter().find(|s| q.eq_ignore_ascii_case(s)).copied())
+}
+
+/// The model among `models` (lower case `schema.table` → model) whose version a physical name
+/// (`<schema>__<table>__<fp>`, the last of `parts`) is, if any.
+fn version_owner<'a>(models: &BTreeMap<String, &'a crate::core::ModelName>, parts: &[String]) -> Option<&'a crate::core::ModelName> {
+    parts
+        .last()
+        .and_then(|t| t.rsplit_once("__"))
+        .and_then(|(st, _)| st.split_once("__"))
+        .and_then(|(schema, table)| models.get(&format!("{schema}.{table}").to_ascii_lowercase()).copied())
 }
 
 /// The model a relation name read in a query (`parts` as written) means among `models` (lower
@@ -504,42 +558,93 @@ mod tests {
     fn json_columns_a_kind_compares_are_refused_on_postgres_only() {
         let pg = config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n");
         let watched = model(scd("id", None), &[("id", "bigint"), ("doc", "json")]);
-        let errors = uncomparable_json(&pg, [&watched]);
+        let errors = uncomparable_columns(&pg, [&watched]);
         assert_eq!(errors.len(), 1, "{errors:?}");
         let text = errors[0].to_string();
         for needle in ["models/hist.sql:1", "model `j.hist`", "column `doc` is a watched column", "`scd_type2`", "json = json", "`jsonb`", "watched columns"] {
             assert!(text.contains(needle), "{needle:?} missing from {text}");
         }
         // DuckDB compares `json` as text.
-        assert!(uncomparable_json(&config(""), [&watched]).is_empty());
+        assert!(uncomparable_columns(&config(""), [&watched]).is_empty());
         // Left out of the watched columns, or declared `jsonb`: nothing to refuse.
         let unwatched = model(scd("id", Some(&["name"][..])), &[("id", "bigint"), ("name", "varchar"), ("doc", "json")]);
         let jsonb = model(scd("id", None), &[("id", "bigint"), ("doc", "JSONB")]);
-        assert!(uncomparable_json(&pg, [&unwatched, &jsonb]).is_empty());
+        assert!(uncomparable_columns(&pg, [&unwatched, &jsonb]).is_empty());
         // A key (also a list of `json`), a unique key, a partition column.
         let key = model(scd("doc", Some(&["id"][..])), &[("id", "bigint"), ("doc", "JSON[]")]);
         let unique = model(Kind::IncrementalByUniqueKey(UniqueKey { key: vec!["doc".into()] }), &[("doc", " Json ")]);
         let partition = model(Kind::IncrementalByPartition(Partitioned { partitioned_by: vec!["doc".into()] }), &[("doc", "json")]);
         let full = model(Kind::Full, &[("doc", "json")]);
-        let errors: Vec<String> = uncomparable_json(&pg, [&key, &unique, &partition, &full]).iter().map(ToString::to_string).collect();
+        let errors: Vec<String> = uncomparable_columns(&pg, [&key, &unique, &partition, &full]).iter().map(ToString::to_string).collect();
         assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].contains("is a key column of this `scd_type2` model"), "{errors:?}");
         assert!(errors[1].contains("is a key column of this `incremental_by_unique_key` model"), "{errors:?}");
         assert!(errors[2].contains("is a partition column of this `incremental_by_partition` model"), "{errors:?}");
     }
 
+    /// Every type the Postgres dialect has no equality operator for (`xml`, the geometric types,
+    /// a list of one) is refused like `json`, with a hint naming no `jsonb`; comparable types are not.
+    #[test]
+    fn xml_and_geometric_columns_a_kind_compares_are_refused_on_postgres() {
+        let pg = config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n");
+        let key = model(scd("at", Some(&["id"][..])), &[("id", "bigint"), ("at", "POINT")]);
+        let watched = model(scd("id", None), &[("id", "bigint"), ("doc", "xml")]);
+        let unique = model(Kind::IncrementalByUniqueKey(UniqueKey { key: vec!["area".into()] }), &[("area", "box[]")]);
+        let partition = model(Kind::IncrementalByPartition(Partitioned { partitioned_by: vec!["c".into()] }), &[("c", "circle")]);
+        let errors: Vec<String> = uncomparable_columns(&pg, [&key, &watched, &unique, &partition]).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        for (error, needles) in errors.iter().zip([
+            ["column `at` is a key column", "declared `POINT`", "`POINT` has no equality operator"],
+            ["column `doc` is a watched column", "declared `xml`", "leave it out of the watched columns"],
+            ["column `area` is a key column", "declared `box[]`", "`box[]` has no equality operator"],
+            ["column `c` is a partition column", "declared `circle`", "a type with an equality operator"],
+        ]) {
+            for needle in needles {
+                assert!(error.contains(needle), "{needle:?} missing from {error}");
+            }
+            assert!(!error.contains("jsonb"), "{error}");
+        }
+        // DuckDB has none of these types' troubles to refuse; comparable types pass on Postgres.
+        assert!(uncomparable_columns(&config(""), [&key, &watched]).is_empty());
+        let fine = model(scd("id", None), &[("id", "bigint"), ("p", "text"), ("q", "pointer")]);
+        assert!(uncomparable_columns(&pg, [&fine]).is_empty());
+    }
+
     /// A name qualified by efmesh's storage schema or catalog, in any position but the last, is
     /// in efmesh's storage; a table merely named like it, or another schema, is not.
     #[test]
     fn names_in_efmesh_storage_are_told_apart() {
-        let named = |s: &str| efmesh_storage_named(&s.split('.').map(str::to_string).collect::<Vec<_>>());
+        // `_efmesh_meta` is the Postgres engine's, `_efmesh_ducklake` a DuckLake target's (a
+        // DuckDB feature): two configurations.
+        let pg = efmesh_storage(&config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n"));
+        let lake = efmesh_storage(&config("[ducklake]\ncatalog = \"lake.ducklake\"\n"));
+        let parts = |s: &str| s.split('.').map(str::to_string).collect::<Vec<_>>();
+        let named = |s: &str| efmesh_storage_named(&pg, &parts(s));
         assert_eq!(named("_efmesh.s__a__00"), Some("_efmesh"));
         assert_eq!(named("efmesh._EFMESH.s__a__00"), Some("_efmesh"));
         assert_eq!(named("_efmesh_meta.owners"), Some("_efmesh_meta"));
-        assert_eq!(named("_efmesh_ducklake.main.m__t__00"), Some("_efmesh_ducklake"));
-        assert_eq!(named("_efmesh_ducklake.m__t__00"), Some("_efmesh_ducklake"));
+        assert_eq!(efmesh_storage_named(&lake, &parts("_efmesh_ducklake.main.m__t__00")), Some("_efmesh_ducklake"));
+        assert_eq!(efmesh_storage_named(&lake, &parts("_efmesh_ducklake.m__t__00")), Some("_efmesh_ducklake"));
         assert_eq!(named("_efmesh"), None);
         assert_eq!(named("s._efmesh"), None);
         assert_eq!(named("s.b"), None);
+    }
+
+    /// `_efmesh_meta` is efmesh's storage only on the Postgres engine, `_efmesh_ducklake` only
+    /// with a `[ducklake]` section: on a DuckDB engine without one, both are schemas like any other.
+    #[test]
+    fn meta_and_ducklake_names_are_storage_only_where_efmesh_makes_them() {
+        let parts = |s: &str| s.split('.').map(str::to_string).collect::<Vec<_>>();
+        let duckdb = efmesh_storage(&config(""));
+        assert_eq!(duckdb, vec!["_efmesh"]);
+        assert_eq!(efmesh_storage_named(&duckdb, &parts("_efmesh_meta.owners")), None);
+        assert_eq!(efmesh_storage_named(&duckdb, &parts("_efmesh_ducklake.main.t")), None);
+        assert_eq!(efmesh_storage_named(&duckdb, &parts("_efmesh.s__a__00")), Some("_efmesh"));
+        let pg = efmesh_storage(&config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n"));
+        assert_eq!(efmesh_storage_named(&pg, &parts("_efmesh_meta.owners")), Some("_efmesh_meta"));
+        assert_eq!(efmesh_storage_named(&pg, &parts("_efmesh_ducklake.main.t")), None);
+        let lake = efmesh_storage(&config("[ducklake]\ncatalog = \"lake.ducklake\"\n"));
+        assert_eq!(efmesh_storage_named(&lake, &parts("_efmesh_ducklake.main.t")), Some("_efmesh_ducklake"));
+        assert_eq!(efmesh_storage_named(&lake, &parts("_efmesh_meta.owners")), None);
     }
 }

@@ -1,13 +1,15 @@
-//! A build that failed on a line of a CSV file an external model reads, restated in efmesh's
+//! A build that failed on a record of a CSV file an external model reads, restated in efmesh's
 //! terms. The engine reports it against the statement that read the file, so the build error
 //! names the consumer; DuckDB's message then suggests its own reader options (`nullstr`) and
-//! dumps its reader settings. The message becomes the engine's first lines (the line and what is
-//! wrong with it), the external model(s) reading the file with their definitions, the file and the
-//! line, and a hint naming the kind option (`null_markers`) or the declared column to change.
-//! The engine's whole message goes to the debug log.
+//! dumps its reader settings. The message becomes the engine's first lines (the record and what
+//! is wrong with it), the external model(s) that could have failed so with their definitions,
+//! the file and the record, and a hint naming the kind option (`null_markers`) or the declared
+//! column to change. The engine's whole message goes to the debug log. When no external reading
+//! the file could have failed so (the model's own `read_csv` did), the engine's message stays.
 
 use super::ApplyError;
 use super::resolve::resolve_source_path;
+use crate::core::schema::same_type;
 use crate::core::{External, FileFormat, Kind, Model};
 use crate::engine::{CsvLineError, Engine, EngineError};
 use crate::project::Project;
@@ -16,17 +18,19 @@ use crate::project::Project;
 /// hinted to be a `null_markers` entry rather than a wrong type.
 const NULL_SPELLINGS: [&str; 13] = ["NA", "N/A", "#N/A", "NULL", "None", "nil", "NaN", "-", "--", ".", "?", "\\N", "missing"];
 
-/// Longest text of the failing line quoted (in characters); longer lines end with `…`.
+/// Longest text of the failing record quoted (in characters); longer ones end with `…`.
 const QUOTED_LINE: usize = 200;
 
-/// `error` with each build failure on a line of a CSV file that an external ancestor of the
-/// model reads restated ([`restated`]), also among several failures; every other error as it is.
+/// `error` with each build failure on a record of a CSV file that an external ancestor of the
+/// model reads restated ([`restated`]), also among several failures; every other error as it is,
+/// and one that no external reading the file could have caused ([`could_fail`]) too.
 pub(crate) fn explain(project: &Project, engine: &dyn Engine, error: ApplyError) -> ApplyError {
     match error {
         ApplyError::Build { model, location, interval, error } => {
             let error = match engine.csv_line_error(&error) {
                 Some(csv) => {
-                    let readers: Vec<&Model> = project.dag.ancestors(&model).into_iter().filter(|m| reads_file(project, m, &csv.file)).collect();
+                    let readers: Vec<&Model> =
+                        project.dag.ancestors(&model).into_iter().filter(|m| reads_file(project, m, &csv.file) && could_fail(m, &csv)).collect();
                     if readers.is_empty() {
                         error
                     } else {
@@ -54,9 +58,24 @@ fn reads_file(project: &Project, m: &Model, file: &str) -> bool {
             && globset::GlobBuilder::new(&resolved).literal_separator(true).build().is_ok_and(|g| g.compile_matcher().is_match(file)))
 }
 
-/// The message of a CSV line error of the file `readers` (CSV externals, at least one) read: the
-/// engine's first line and the problem, the externals with their definitions, the file, the line
-/// and its text, and a hint ([`hint`]).
+/// True when reading the file as the CSV external `m` does could have failed as `csv` says: for a
+/// value its type refused, `m` declares the column with the type the engine converted to and
+/// does not already read the value as NULL (one of its `null_markers`); a problem of the record's
+/// fields (another number of them) any reader of the file meets.
+fn could_fail(m: &Model, csv: &CsvLineError) -> bool {
+    let Some(c) = &csv.conversion else { return true };
+    let markers: &[String] = match &m.kind {
+        Kind::External(External::Files { null_markers, .. }) => null_markers.as_slice(),
+        _ => &[],
+    };
+    m.schema.0.iter().any(|col| col.name.eq_ignore_ascii_case(&c.column) && same_type(&col.ty, &c.ty)) && !markers.contains(&c.value)
+}
+
+/// The message of a CSV record error of the file `readers` (CSV externals, at least one) read:
+/// the engine's first line and the problem, the externals with their definitions, the file, the
+/// record and its text, and a hint ([`hint`]). The engine counts records (a header is the first,
+/// a quoted field over several lines is in one), which is not the file's line number when a field
+/// spans lines: the message says record.
 fn restated(readers: &[&Model], csv: &CsvLineError) -> String {
     let mut out = csv.head.clone();
     if !csv.problem.is_empty() {
@@ -64,7 +83,7 @@ fn restated(readers: &[&Model], csv: &CsvLineError) -> String {
     }
     let names: Vec<String> = readers.iter().map(|m| format!("`{}` ({})", m.name, m.location)).collect();
     let externals = if readers.len() == 1 { "external" } else { "externals" };
-    out.push_str(&format!("\n  in the file of {externals} {}: {}, line {}", names.join(", "), csv.file, csv.line));
+    out.push_str(&format!("\n  in the file of {externals} {}: {}, CSV record {}", names.join(", "), csv.file, csv.record));
     if let Some(text) = &csv.text {
         let quoted: String = text.chars().take(QUOTED_LINE).collect();
         let more = if text.chars().count() > QUOTED_LINE { "…" } else { "" };
@@ -76,33 +95,39 @@ fn restated(readers: &[&Model], csv: &CsvLineError) -> String {
     out
 }
 
-/// What to change, in efmesh's terms, for a CSV line error of the file `readers` read: for a value
-/// spelling NULL ([`NULL_SPELLINGS`]), the `null_markers` option of the external's kind; for
-/// another value, the column's declared type; for a line with another number of fields, the
-/// quoting or the `delimiter`. `None` for any other problem.
+/// What to change, in efmesh's terms, for a CSV record error of the file `readers` read: for a
+/// value spelling NULL ([`NULL_SPELLINGS`]), the `null_markers` option of each external's kind
+/// (each with the markers it declares); for another value, the column's declared type; for a
+/// record with another number of fields, the quoting or the `delimiter`. `None` for any other
+/// problem.
 fn hint(readers: &[&Model], csv: &CsvLineError) -> Option<String> {
-    let first = readers.first()?;
-    let each = if readers.len() == 1 { format!("`{}` ({})", first.name, first.location) } else { "each external".to_string() };
+    let first = *readers.first()?;
+    let named = |m: &Model| format!("`{}` ({})", m.name, m.location);
+    let each = if readers.len() == 1 { named(first) } else { "each external".to_string() };
     if let Some(c) = &csv.conversion {
         let value = c.value.trim();
         if NULL_SPELLINGS.iter().any(|s| s.eq_ignore_ascii_case(value)) {
+            // Each external's option with its own markers and this value added.
+            let options: Vec<String> = readers.iter().map(|&m| format!("{}, `{}`", named(m), null_markers_option(m, &c.value))).collect();
+            let whose = if readers.len() == 1 { "its" } else { "their" };
             return Some(format!(
-                "`{}` spells NULL in this file: declare it in the kind of {each}, `{}`, so its column `{}` reads it as NULL",
+                "`{}` spells NULL in this file: declare it in the kind of {}, so {whose} column `{}` reads it as NULL",
                 c.value,
-                null_markers_option(first, &c.value),
+                options.join(", and of "),
                 c.column
             ));
         }
         let declared = first.schema.get(&c.column).map_or_else(|| c.ty.to_lowercase(), |col| col.ty.clone());
+        let of = if readers.len() == 1 { named(first) } else { readers.iter().map(|&m| named(m)).collect::<Vec<_>>().join(", ") };
         return Some(format!(
-            "column `{}` of {each} is declared `{declared}`, which `{}` is not: declare the type the file's values have (e.g. `varchar`, converted by a model reading it), or correct line {} of the file",
-            c.column, c.value, csv.line
+            "column `{}` of {of} is declared `{declared}`, which `{}` is not: declare the type the file's values have (e.g. `varchar`, converted by a model reading it), or correct CSV record {} of the file",
+            c.column, c.value, csv.record
         ));
     }
     csv.problem.starts_with("Expected Number of Columns").then(|| {
         format!(
-            "every line of the file must have the fields of its header: quote a field holding the delimiter, declare `delimiter` in the kind of {each} if the file uses another, or correct line {} of the file",
-            csv.line
+            "every record of the file must have the fields of its header: quote a field holding the delimiter, declare `delimiter` in the kind of {each} if the file uses another, or correct CSV record {} of the file",
+            csv.record
         )
     })
 }
@@ -165,7 +190,7 @@ mod tests {
         let m = model("models/raw.sql", &[]);
         let csv = |value: &str| CsvLineError {
             head: "Conversion Error: CSV Error on Line: 3".into(),
-            line: 3,
+            record: 3,
             text: Some(format!("2,{value}")),
             problem: format!("Error when converting column \"n\". Could not convert string \"{value}\" to 'INTEGER'"),
             conversion: Some(CsvConversion { column: "n".into(), value: value.into(), ty: "INTEGER".into() }),
@@ -173,9 +198,44 @@ mod tests {
         };
         let na = restated(&[&m], &csv("NA"));
         assert!(na.starts_with("Conversion Error: CSV Error on Line: 3: Error when converting column \"n\""), "{na}");
-        assert!(na.contains("\n  in the file of external `raw.f` (models/raw.sql:1): /p/data/f.csv, line 3: 2,NA"), "{na}");
+        assert!(na.contains("\n  in the file of external `raw.f` (models/raw.sql:1): /p/data/f.csv, CSV record 3: 2,NA"), "{na}");
         assert!(na.contains("\n  hint: `NA` spells NULL in this file: declare it in the kind of `raw.f` (models/raw.sql:1), `null_markers = [NA]`"), "{na}");
         let x = hint(&[&m], &csv("x y")).expect("a hint");
         assert!(x.starts_with("column `n` of `raw.f` (models/raw.sql:1) is declared `integer`, which `x y` is not"), "{x}");
+        assert!(x.ends_with("or correct CSV record 3 of the file"), "{x}");
+    }
+
+    fn conversion(value: &str, ty: &str) -> CsvLineError {
+        CsvLineError {
+            head: "Conversion Error: CSV Error on Line: 3".into(),
+            record: 3,
+            text: Some(format!("2,{value}")),
+            problem: format!("Error when converting column \"n\". Could not convert string \"{value}\" to '{ty}'"),
+            conversion: Some(CsvConversion { column: "n".into(), value: value.into(), ty: ty.into() }),
+            file: "/p/data/f.csv".into(),
+        }
+    }
+
+    #[test]
+    fn only_an_external_that_could_have_failed_so_is_blamed() {
+        // Declared `integer`, no markers: its conversion of `NA` to `INTEGER` is the one that failed.
+        assert!(could_fail(&model("models/raw.sql", &[]), &conversion("NA", "INTEGER")));
+        // It already reads `NA` as NULL; it converts to another type than the one that failed.
+        assert!(!could_fail(&model("models/raw.sql", &["NA"]), &conversion("NA", "INTEGER")));
+        assert!(!could_fail(&model("models/raw.sql", &[]), &conversion("NA", "BIGINT")));
+        assert!(!could_fail(&model("models/raw.sql", &[]), &conversion("x", "VARCHAR")));
+        // A record with another number of fields: every reader of the file meets it.
+        let fields = CsvLineError { problem: "Expected Number of Columns: 3 Found: 4".into(), conversion: None, ..conversion("x", "INTEGER") };
+        assert!(could_fail(&model("models/raw.sql", &["NA"]), &fields));
+    }
+
+    #[test]
+    fn each_external_blamed_gets_a_null_markers_option_from_its_own_markers() {
+        let (sql, lua) = (model("models/raw.sql", &[]), model("models/raw.lua", &["-"]));
+        let h = hint(&[&sql, &lua], &conversion("NA", "INTEGER")).expect("a hint");
+        assert_eq!(
+            h,
+            "`NA` spells NULL in this file: declare it in the kind of `raw.f` (models/raw.sql:1), `null_markers = [NA]`, and of `raw.f` (models/raw.lua:1), `null_markers = { \"-\", \"NA\" }`, so their column `n` reads it as NULL"
+        );
     }
 }

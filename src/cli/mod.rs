@@ -170,6 +170,8 @@ pub fn error_kind(err: &anyhow::Error) -> &'static str {
         if e.is::<crate::engine::EngineError>() {
             return "engine";
         }
+        // (`init` and `completions`, the commands refusing a flag with a `UsageError` today, take
+        // no `--json`: the kind is there for a command that does.)
         if e.is::<crate::core::name::NameError>() || e.is::<crate::core::select::SelectError>() || e.is::<UsageError>() {
             return "usage";
         }
@@ -206,6 +208,12 @@ pub(crate) fn split_hint<'a>(message: &'a str, hint: Option<&'a str>) -> (&'a st
 #[cfg(test)]
 mod error_json_tests {
     use super::error_json;
+
+    #[test]
+    fn a_command_line_refused_after_clap_is_a_usage_error() {
+        let e = anyhow::anyhow!(super::UsageError("`--config x`: ignored".into()));
+        assert_eq!(super::error_kind(&e), "usage");
+    }
 
     #[test]
     fn a_hint_inside_the_message_becomes_the_hint_field() {
@@ -267,8 +275,12 @@ pub fn run(mut args: Args) -> Result<Exit> {
         }
     };
     refuse_ignored_config(&args)?;
-    // The hint for a DuckDB file another process holds offers `--retries N` where there is one.
-    crate::engine::offer_retries(matches!(args.command, Command::Apply { .. } | Command::Run { .. }));
+    // The hint for a DuckDB file another process holds offers `--retries N` where there is one
+    // (a larger one to a command that already retried).
+    crate::engine::offer_retries(match &args.command {
+        Command::Apply { retries, .. } | Command::Run { retries, .. } => Some(*retries),
+        _ => None,
+    });
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),

@@ -50,7 +50,7 @@ fn no_intervals_hint(model: &crate::core::Model) -> String {
             ),
             None => format!(
                 "a `full` model is rebuilt whole when its parents' data changes, and by `run` at each tick of its `cron`; `{name}` has none, so a file or table efmesh does not watch (an external) is read again only when the model changes: give it one (e.g. {}) for `run` to re-read it (see docs/models.md, Schedules)",
-                cron_option(model)
+                model.cron_example()
             ),
         },
         Kind::IncrementalByUniqueKey(_) => format!("{refreshed} upserts what the query of `{name}` returns at that moment"),
@@ -61,16 +61,6 @@ fn no_intervals_hint(model: &crate::core::Model) -> String {
         Kind::External(_) => format!("an external is read where it is: restate the time-range models reading `{name}`, or give the `full` ones a `cron`"),
         Kind::Seed(_) => format!("a seed is reloaded by `apply` when its file changes: edit the file of `{name}`"),
         Kind::IncrementalByTimeRange(_) => String::new(),
-    }
-}
-
-/// `cron = "@daily"` as `model`'s language writes it: `-- cron: @daily` in a `.sql` file,
-/// `cron: "@daily"` in Rhai, `cron = "@daily"` in Lua.
-fn cron_option(model: &crate::core::Model) -> &'static str {
-    match model.location.file.extension().and_then(|e| e.to_str()) {
-        Some("sql") => "`-- cron: @daily`",
-        Some("rhai") => "`cron: \"@daily\"`",
-        _ => "`cron = \"@daily\"`",
     }
 }
 

@@ -206,6 +206,17 @@ impl Model {
         self.cron.as_deref().and_then(|c| super::cron::parse(c).ok())
     }
 
+    /// `cron = "@daily"` as the language of the model's file writes it, in backquotes, for a hint
+    /// to give a model a cron: `-- cron: @daily` in a `.sql` file, `cron: "@daily"` in Rhai,
+    /// `cron = "@daily"` in Lua.
+    pub fn cron_example(&self) -> &'static str {
+        match self.location.file.extension().and_then(|e| e.to_str()) {
+            Some("sql") => "`-- cron: @daily`",
+            Some("rhai") => "`cron: \"@daily\"`",
+            _ => "`cron = \"@daily\"`",
+        }
+    }
+
     /// Direct parents: every referenced model, sorted and de-duplicated.
     pub fn parents(&self) -> BTreeSet<ModelName> {
         self.body.iter().flat_map(|b| b.refs().map(|r| r.target.clone())).collect()

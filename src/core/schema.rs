@@ -253,6 +253,50 @@ pub fn decimal_scale(ty: &str) -> Option<u32> {
     }
 }
 
+/// True when two spellings name the same type: case, spacing and DuckDB's aliases aside (`int`,
+/// `int4` and `INTEGER`; `text` and `VARCHAR`; `timestamptz` and `TIMESTAMP WITH TIME ZONE`), a
+/// text type's length ignored (DuckDB ignores it) and a decimal's width and scale too (DuckDB's
+/// CSV reader names a refused `decimal(10,2)` conversion `DECIMAL`).
+/// Spellings outside the aliases known here (lists, structs, extension types, `timestamp(3)`)
+/// are compared by their [`TypeFamily`]: two of one family are taken for the same type.
+pub fn same_type(a: &str, b: &str) -> bool {
+    match (canonical_type(a), canonical_type(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => TypeFamily::of(a) == TypeFamily::of(b),
+    }
+}
+
+/// One spelling for each of DuckDB's scalar types and their aliases ([`same_type`]); `None` for a
+/// spelling not among them.
+fn canonical_type(ty: &str) -> Option<String> {
+    let t = ty.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_lowercase();
+    let t = t.replace(" (", "(").replace("( ", "(").replace(" ,", ",").replace(", ", ",").replace(" )", ")");
+    if is_zoned_timestamp(&t) {
+        return (!t.contains('(')).then(|| "timestamptz".to_string());
+    }
+    let (base, args) = match t.split_once('(') {
+        Some((base, rest)) => (base, Some(rest.strip_suffix(')')?)),
+        None => (t.as_str(), None),
+    };
+    let canonical = match base {
+        "varchar" | "text" | "string" | "char" | "bpchar" | "nvarchar" | "character" | "character varying" => return Some("varchar".to_string()),
+        "decimal" | "numeric" | "dec" => return Some("decimal".to_string()),
+        "tinyint" | "int1" => "tinyint",
+        "smallint" | "int2" | "short" => "smallint",
+        "integer" | "int" | "int4" | "signed" => "integer",
+        "bigint" | "int8" | "long" => "bigint",
+        "hugeint" | "int128" => "hugeint",
+        "float" | "float4" | "real" => "float",
+        "double" | "float8" | "double precision" => "double",
+        "boolean" | "bool" | "logical" => "boolean",
+        "timestamp" | "datetime" | "timestamp without time zone" => "timestamp",
+        "utinyint" | "usmallint" | "uinteger" | "ubigint" | "uhugeint" | "date" | "time" | "interval" | "uuid" | "blob" | "json" | "timestamp_s"
+        | "timestamp_ms" | "timestamp_ns" => base,
+        _ => return None,
+    };
+    args.is_none().then(|| canonical.to_string())
+}
+
 /// The element type of a list type (`integer[]`, `decimal(10,2)[3]`), if it is one.
 pub fn list_element(ty: &str) -> Option<&str> {
     let t = ty.trim_end().strip_suffix(']')?;
@@ -323,11 +367,14 @@ pub fn second_digits(ty: &str) -> Option<usize> {
 pub fn temporal_cut(text: &str, ty: &str) -> Option<String> {
     let b = text.as_bytes();
     if ty.trim().eq_ignore_ascii_case("date") {
-        // The time of day: from two digits before its first `:` to the first character that is
-        // no digit, `:` or `.` (a `Z` or an offset after it is not the time).
-        let colon = text.find(':')?;
-        let clock: String = text.get(colon.saturating_sub(2)..)?.chars().take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.').collect();
-        return clock.chars().any(|c| matches!(c, '1'..='9')).then(|| format!("\"{text}\" has a time of day, which `{ty}` would drop: write the date alone"));
+        // The time of day: after the ' ' or 'T' that follows the date, up to the first character
+        // that is no digit, `:` or `.` (a `Z` or an offset after it is not the time; nor is an
+        // offset right after the date, `2026-01-02+05:30`, which the cast drops too).
+        let trimmed = text.trim();
+        let sep = trimmed.find([' ', 'T', 't'])?;
+        let clock: String = trimmed[sep + 1..].trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.').collect();
+        return (clock.contains(':') && clock.chars().any(|c| matches!(c, '1'..='9')))
+            .then(|| format!("\"{text}\" has a time of day, which `{ty}` would drop: write the date alone"));
     }
     let keep = second_digits(ty)?;
     // The fraction of the seconds: the digits after a `.` that follows `:ss`.
@@ -377,6 +424,7 @@ mod tests {
     fn a_time_of_day_into_a_date_and_a_fraction_past_the_precision_are_cuts() {
         assert!(temporal_cut("2026-01-01 23:59:59", "date").is_some_and(|w| w.contains("time of day")));
         assert!(temporal_cut("2026-01-01T00:00:01Z", "DATE").is_some());
+        assert!(temporal_cut("2026-01-01 10:00+05:30", "date").is_some());
         for kept in ["2026-01-01", "2026-01-01 00:00:00", "2026-01-01T00:00:00.000Z", "2026-01-01 00:00:00+02:00"] {
             assert_eq!(temporal_cut(kept, "date"), None, "{kept}");
         }
@@ -394,6 +442,17 @@ mod tests {
             assert_eq!(temporal_cut(kept, ty), None, "{kept} {ty}");
         }
         assert_eq!((second_digits("timestamp(3) with time zone"), second_digits("datetime"), second_digits("date")), (Some(3), Some(6), None));
+    }
+
+    #[test]
+    fn a_bare_utc_offset_after_a_date_is_no_time_of_day() {
+        // DuckDB casts `2026-01-02+05:30` to 2026-01-02: only a clock after ' ' or 'T' is one.
+        for kept in ["2026-01-02+05:30", "2026-01-02-03", "2026-01-02 +05:30", " 2026-01-02+05:30 ", "2026-01-02T00:00+05:30"] {
+            assert_eq!(temporal_cut(kept, "date"), None, "{kept}");
+        }
+        for cut in ["2026-01-02 10:00+05:30", "2026-01-02T05:30", " 2026-01-02 00:00:01"] {
+            assert!(temporal_cut(cut, "date").is_some_and(|w| w.contains("time of day")), "{cut}");
+        }
     }
 
     #[test]
@@ -420,6 +479,28 @@ mod tests {
             (rounded_digits_regex("int").as_deref(), rounded_digits_regex("decimal(10,2)").as_deref(), rounded_digits_regex("text")),
             (Some("[.][0-9]*[1-9][0-9]*([^0-9eE]|$)"), Some("[.][0-9]{2}[0-9]*[1-9][0-9]*([^0-9eE]|$)"), None)
         );
+    }
+
+    #[test]
+    fn aliases_of_one_type_are_the_same_type_and_other_types_are_not() {
+        for (a, b) in [
+            ("int", "INTEGER"),
+            ("int4", "integer"),
+            ("bigint", "BIGINT"),
+            ("long", "BIGINT"),
+            ("text", "VARCHAR"),
+            ("varchar(10)", "VARCHAR"),
+            ("timestamptz", "TIMESTAMP WITH TIME ZONE"),
+            ("decimal", "DECIMAL(18,3)"),
+            ("numeric(10, 2)", "DECIMAL"),
+            ("double precision", "DOUBLE"),
+            ("integer[]", "INTEGER[]"),
+        ] {
+            assert!(same_type(a, b), "{a} = {b}");
+        }
+        for (a, b) in [("varchar", "INTEGER"), ("integer", "BIGINT"), ("timestamp", "TIMESTAMP WITH TIME ZONE"), ("float", "DOUBLE"), ("date", "TIMESTAMP")] {
+            assert!(!same_type(a, b), "{a} != {b}");
+        }
     }
 
     #[test]

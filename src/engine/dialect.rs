@@ -222,16 +222,23 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// them tells apart (`DATE '2026-01-31' + d`, `1 / x`).
     fn comparable(&self, expr: &str, ty: &str) -> String {
         let t = ty.trim().to_ascii_lowercase();
-        let (base, array) = match t.strip_suffix("[]") {
-            Some(b) => (b, true),
-            None => (t.as_str(), false),
-        };
-        match base {
-            "json" if !array => format!("CAST({expr} AS jsonb)"),
-            "json" | "xml" | "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => self.text_of(expr),
-            _ if equal_when_different(&t) => self.text_of(expr),
+        match t.as_str() {
+            "json" => format!("CAST({expr} AS jsonb)"),
+            _ if self.lacks_equality(&t) || equal_when_different(&t) => self.text_of(expr),
             _ => expr.to_string(),
         }
+    }
+
+    /// True for a (declared or described) type that has no equality operator, nor has a list of
+    /// it: Postgres's `json` (`jsonb` has one), `xml` and the geometric types (`point`, `line`,
+    /// `lseg`, `box`, `path`, `polygon`, `circle`). A kind comparing such a column row against row
+    /// fails mid-build (`operator does not exist: json = json`): the load refuses it
+    /// ([`crate::project::uncomparable_columns`]); a data diff compares it as text
+    /// ([`Dialect::comparable`]).
+    fn lacks_equality(&self, ty: &str) -> bool {
+        let t = ty.trim().to_ascii_lowercase();
+        let element = crate::core::schema::innermost_element(&t).unwrap_or(t.as_str()).trim();
+        matches!(element, "json" | "xml" | "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle")
     }
 
     /// The text `CAST(text AS <array type>)` reads as the array of the JSON array `items` (a JSON

@@ -10,7 +10,7 @@ use crate::config::EngineSection;
 use duckdb::types::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// A DuckDB database.
 pub struct DuckDb {
@@ -356,13 +356,14 @@ pub fn is_unbindable(message: &str) -> bool {
     UNBINDABLE.iter().any(|start| message.starts_with(start))
 }
 
-/// The words before the line number in the first line of DuckDB's message for a CSV line its
-/// reader failed on (`Conversion Error: CSV Error on Line: 473`). The lines after it quote the
-/// line (`Original Line: …`), say what is wrong with it, list possible fixes in DuckDB's reader
+/// The words before the record number in the first line of DuckDB's message for a CSV record its
+/// reader failed on (`Conversion Error: CSV Error on Line: 473`: DuckDB says line, and counts
+/// records, a quoted field spanning lines being in one). The lines after it quote the record
+/// (`Original Line: …`), say what is wrong with it, list possible fixes in DuckDB's reader
 /// options, then the reader's settings one per line, the first naming the file (`  file = …`).
 const CSV_LINE: &str = "CSV Error on Line: ";
 
-/// The failure of DuckDB's CSV reader at one line of a file that `message` reports (its `CSV
+/// The failure of DuckDB's CSV reader at one record of a file that `message` reports (its `CSV
 /// Error on Line: N` family: `Conversion Error: …` for a value the declared type refuses,
 /// `Invalid Input Error: …` for a line with too many or too few fields), with the file its
 /// settings name; `None` for any other message, or one naming no file. The possible fixes and the
@@ -371,7 +372,7 @@ pub fn csv_line_error(message: &str) -> Option<super::CsvLineError> {
     let mut lines = message.lines();
     let head = lines.next()?.trim_end();
     let (_, number) = head.split_once(CSV_LINE)?;
-    let line: u64 = number.trim().parse().ok()?;
+    let record: u64 = number.trim().parse().ok()?;
     let (mut text, mut problem, mut file) = (None, None, None);
     for l in lines {
         if let Some(t) = l.strip_prefix("Original Line: ") {
@@ -387,7 +388,7 @@ pub fn csv_line_error(message: &str) -> Option<super::CsvLineError> {
     }
     let problem = problem.unwrap_or_default();
     let conversion = csv_conversion(&problem);
-    Some(super::CsvLineError { head: head.to_string(), line, text, problem, conversion, file: file.filter(|f| !f.is_empty())? })
+    Some(super::CsvLineError { head: head.to_string(), record, text, problem, conversion, file: file.filter(|f| !f.is_empty())? })
 }
 
 /// The column, value and type of DuckDB's `Error when converting column "c". Could not convert
@@ -425,15 +426,17 @@ fn open_hint(message: &str) -> String {
     lock_hint(message)
 }
 
-/// True when the running command takes `--retries N` (`apply`, `run`): the hint for a file
-/// another process holds ([`lock_hint`]) then offers it. False by default: the other commands
-/// (and a library caller) have no such flag, and their hint only says to run them again.
-static RETRIES_OFFERED: AtomicBool = AtomicBool::new(false);
+/// The `--retries` the running command was given when it takes the flag (`apply`, `run`), for
+/// the hint for a file another process holds ([`lock_hint`]); negative (the default) when it does
+/// not: the other commands (and a library caller) have no such flag, and their hint only says to
+/// run them again.
+static RETRIES_OFFERED: AtomicI64 = AtomicI64::new(-1);
 
-/// Says whether the running command takes `--retries N`, for the hint of a DuckDB file another
-/// process holds ([`lock_hint`]): set by the CLI before it runs the command.
-pub fn offer_retries(offered: bool) {
-    RETRIES_OFFERED.store(offered, Ordering::Relaxed);
+/// Says whether the running command takes `--retries N` and the count it was given (`None`: no
+/// such flag), for the hint of a DuckDB file another process holds ([`lock_hint`]): set by the
+/// CLI before it runs the command.
+pub fn offer_retries(given: Option<u32>) {
+    RETRIES_OFFERED.store(given.map_or(-1, i64::from), Ordering::Relaxed);
 }
 
 /// The hint for an open that failed because another process holds the file (DuckDB's `Could
@@ -442,18 +445,23 @@ pub fn offer_retries(offered: bool) {
 /// offered only when the running command takes it ([`offer_retries`]). Empty for any other
 /// failure.
 fn lock_hint(message: &str) -> String {
-    lock_hint_with(message, RETRIES_OFFERED.load(Ordering::Relaxed))
+    lock_hint_with(message, u32::try_from(RETRIES_OFFERED.load(Ordering::Relaxed)).ok())
 }
 
-/// [`lock_hint`], offering `--retries N` when `retries` says the command takes it.
-fn lock_hint_with(message: &str, retries: bool) -> String {
+/// [`lock_hint`] for a command given `retries` (`None`: it takes no `--retries`): one given none
+/// (0) is offered `--retries N`; one that already retried N times, a larger `--retries`.
+fn lock_hint_with(message: &str, retries: Option<u32>) -> String {
     if !super::is_locked_file(message) {
         return String::new();
     }
     let pid =
         message.split_once("(PID ").and_then(|(_, rest)| rest.split_once(')')).map(|(pid, _)| pid.trim()).filter(|p| p.chars().all(|c| c.is_ascii_digit()));
     let who = pid.map_or_else(|| "another process".to_string(), |p| format!("another process (pid {p})"));
-    let retry = if retries { ", or pass `--retries N` to retry with backoff" } else { "" };
+    let retry = match retries {
+        None => String::new(),
+        Some(0) => ", or pass `--retries N` to retry with backoff".to_string(),
+        Some(n) => format!(", or pass a larger `--retries` than {n} to retry longer"),
+    };
     format!(
         "\n  hint: {who} is writing this DuckDB file (every environment of the project lives in it, and DuckDB lets one process write it at a time); run this again once that process is done{retry}"
     )
@@ -1107,7 +1115,7 @@ mod tests {
         let sql = format!("SELECT * FROM read_csv('{path}', header = true, delim = ',', types = {{'id': 'integer', 'n': 'integer'}})");
         let e = db.query(&sql).expect_err("NA is not an integer");
         let found = db.csv_line_error(&e).unwrap_or_else(|| panic!("{}", e.message));
-        assert_eq!((found.head.as_str(), found.line), ("Conversion Error: CSV Error on Line: 3", 3));
+        assert_eq!((found.head.as_str(), found.record), ("Conversion Error: CSV Error on Line: 3", 3));
         assert_eq!((found.text.as_deref(), found.file.as_str()), (Some("2,NA"), path.as_str()));
         assert_eq!(found.problem, "Error when converting column \"n\". Could not convert string \"NA\" to 'INTEGER'");
         let conversion = found.conversion.expect("a conversion");
@@ -1115,7 +1123,7 @@ mod tests {
         // A line with another number of fields: no conversion, the file still named.
         let fields = "Invalid Input Error: CSV Error on Line: 25002\nOriginal Line: 1,2,3,9\nExpected Number of Columns: 3 Found: 4\nPossible fixes:\n* Enable null padding (null_padding=true) to replace missing values with NULL\n\n  file = /d/big.csv\n  delimiter = , (Set By User)\n";
         let found = csv_line_error(fields).expect("a CSV line error");
-        assert_eq!((found.line, found.problem.as_str(), found.file.as_str()), (25002, "Expected Number of Columns: 3 Found: 4", "/d/big.csv"));
+        assert_eq!((found.record, found.problem.as_str(), found.file.as_str()), (25002, "Expected Number of Columns: 3 Found: 4", "/d/big.csv"));
         assert_eq!(found.conversion, None);
         for no in [
             "Conversion Error: Could not convert string 'x' to INT32",
@@ -1129,14 +1137,18 @@ mod tests {
     #[test]
     fn a_file_held_by_another_process_is_named_with_its_pid_and_a_hint() {
         let held = "IO Error: Could not set lock on file \"/p/efmesh.duckdb\": Conflicting lock is held in /usr/bin/efmesh (PID 28536). See also https://duckdb.org/docs/stable/connect/concurrency";
-        let hint = lock_hint_with(held, true);
+        let hint = lock_hint_with(held, Some(0));
         assert!(hint.starts_with("\n  hint: another process (pid 28536) is writing this DuckDB file"), "{hint}");
         assert!(hint.ends_with("run this again once that process is done, or pass `--retries N` to retry with backoff"), "{hint}");
-        assert_eq!(lock_hint_with("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory", true), "");
+        assert_eq!(lock_hint_with("IO Error: Cannot open file \"/nope/x.duckdb\": No such file or directory", Some(0)), "");
         assert_eq!(open_hint(held), lock_hint(held));
         // A command without `--retries` (audit, preview, janitor…) is not told to pass it.
-        let plain = lock_hint_with(held, false);
+        let plain = lock_hint_with(held, None);
         assert!(plain.ends_with("run this again once that process is done") && !plain.contains("--retries"), "{plain}");
+        // A command that already passed `--retries 3` is not told to pass `--retries N`.
+        let retried = lock_hint_with(held, Some(3));
+        assert!(retried.ends_with("run this again once that process is done, or pass a larger `--retries` than 3 to retry longer"), "{retried}");
+        assert!(!retried.contains("--retries N"), "{retried}");
         let corrupt = open_hint("IO Error: Corrupt database file: computed checksum 1 does not match stored checksum 2 in block at location 12288");
         assert!(corrupt.starts_with("\n  hint: DuckDB cannot read this file") && corrupt.contains("`efmesh apply <env>`"), "{corrupt}");
     }

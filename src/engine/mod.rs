@@ -31,10 +31,11 @@ pub enum Access {
     Scratch,
 }
 
-/// Says whether the running command takes `--retries N`, for the hint of an engine file another
-/// process holds: set by the CLI before it runs the command.
-pub fn offer_retries(offered: bool) {
-    duckdb::offer_retries(offered);
+/// Says whether the running command takes `--retries N` and the count it was given (`None`: no
+/// such flag), for the hint of an engine file another process holds: set by the CLI before it
+/// runs the command.
+pub fn offer_retries(given: Option<u32>) {
+    duckdb::offer_retries(given);
 }
 
 /// Opens the engine the project's `[engine]` configures, as `access` says: the one place the
@@ -393,13 +394,16 @@ pub struct EngineError {
     pub code: Option<String>,
 }
 
+/// `engine error: <message>`, then `while running: <statement>` when there is one, before the
+/// `hint:` line the message may end with ([`before_hint`]): the hint stays last, where the CLI
+/// prints it and `--json` reports it apart (the statement stays in the message).
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "engine error: {}", self.message)?;
-        if !self.sql.is_empty() {
-            write!(f, "\n  while running: {}", self.sql)?;
+        if self.sql.is_empty() {
+            write!(f, "engine error: {}", self.message)
+        } else {
+            write!(f, "engine error: {}", before_hint(&self.message, &format!("\n  while running: {}", self.sql)))
         }
-        Ok(())
     }
 }
 
@@ -432,18 +436,20 @@ pub fn open_failure_message(message: &str) -> &str {
     engine.unwrap_or(message)
 }
 
-/// A failure of the engine's CSV reader at one line of a file ([`Engine::csv_line_error`]): what
+/// A failure of the engine's CSV reader at one record of a file ([`Engine::csv_line_error`]): what
 /// a build restates in the terms of the external model that reads the file
 /// (`apply::source_error`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsvLineError {
     /// The first line of the engine's message, e.g. `Conversion Error: CSV Error on Line: 473`.
     pub head: String,
-    /// The line of the file at fault (1-based, a header line counted), as the engine names it.
-    pub line: u64,
-    /// The line's text as the engine quotes it, when it does.
+    /// The record of the file at fault (1-based, a header counted), as the engine numbers it in
+    /// `CSV Error on Line: N`: records, not the file's lines (a quoted field spanning lines is in
+    /// one record, so a later record's number is below its line's).
+    pub record: u64,
+    /// The record's text as the engine quotes it, when it does.
     pub text: Option<String>,
-    /// What is wrong with the line in the engine's words: `Error when converting column "n".
+    /// What is wrong with the record in the engine's words: `Error when converting column "n".
     /// Could not convert string "NA" to 'INTEGER'`, `Expected Number of Columns: 3 Found: 4`.
     pub problem: String,
     /// The value the reader could not convert to its column's type, when that is the problem.
@@ -495,7 +501,7 @@ pub trait Engine {
         false
     }
 
-    /// The failure of the engine's CSV reader at one line of a file that `error` reports, if it
+    /// The failure of the engine's CSV reader at one record of a file that `error` reports, if it
     /// is one (DuckDB's `CSV Error on Line: N` family, [`duckdb::csv_line_error`]): a build
     /// restates it in the terms of the external that reads the file. `None` for every other
     /// error, and from an engine that reads no files.
@@ -1100,6 +1106,15 @@ fn identifier_prefix(text: &str) -> Option<(String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failing_statement_is_shown_before_the_hint_which_ends_the_error() {
+        let hinted = EngineError::new("SELECT 1", "Conversion Error: bad\n  in the file of external `raw.a`\n  hint: declare it");
+        assert_eq!(hinted.to_string(), "engine error: Conversion Error: bad\n  in the file of external `raw.a`\n  while running: SELECT 1\n  hint: declare it");
+        assert_eq!(split_hint(&hinted.to_string()).1, Some("declare it"));
+        assert_eq!(EngineError::new("SELECT 1", "boom").to_string(), "engine error: boom\n  while running: SELECT 1");
+        assert_eq!(EngineError::new("", "locked\n  hint: wait").to_string(), "engine error: locked\n  hint: wait");
+    }
 
     #[test]
     fn text_added_to_a_message_goes_before_its_hint() {

@@ -344,6 +344,11 @@ pub enum WriterHolds {
         /// Why: `false` for the versions reading other parent tables; `true` for `prod` serving
         /// this very version under other settings that decide its writes ([`prod_writes_it`]).
         settings: bool,
+        /// The done intervals (their starts) this environment would recompute because a model
+        /// upstream rewrites them or was built anew ([`recompute::stale_on_return`],
+        /// [`recompute::propagate`]), left to the writer as every other interval: counted in the
+        /// plan's note with `withheld` ([`work::decide`]).
+        stale: BTreeSet<Millis>,
     },
     /// A unique-key, partition or SCD type 2 version on such a table, over other parent tables:
     /// never refreshed here (its rows are the writer's last refresh), so the time-range models
@@ -378,6 +383,15 @@ impl WriterHolds {
         match self {
             WriterHolds::Nothing | WriterHolds::Refreshes { .. } => None,
             WriterHolds::Done(done) | WriterHolds::All { done, .. } => Some(done),
+        }
+    }
+
+    /// Records the done intervals of `held` (starts) that a rewrite upstream would have this
+    /// environment recompute and that the writer holds ([`WriterHolds::All`]'s `stale`): the
+    /// plan says they are not computed here.
+    fn leave_stale(&mut self, held: impl IntoIterator<Item = Millis>) {
+        if let WriterHolds::All { stale, .. } = self {
+            stale.extend(held);
         }
     }
 
@@ -2249,11 +2263,14 @@ fn compute_with(
                             if breaking.len() == 1 { "" } else { "s" },
                             breaking.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ")
                         );
-                        // A version that exists already (served before an edit now undone, or
-                        // built for another environment) is pointed at again, not built: what it
-                        // recomputes or rebuilds the plan's other notes say.
+                        // A version that exists already (served here before an edit now undone,
+                        // or built for another environment: a first promotion of it here) is
+                        // pointed at, not built: what it recomputes or rebuilds the plan's other
+                        // notes say.
                         if snapshots.contains_key(&(name_s.clone(), fp.as_str().to_string())) {
-                            format!("unchanged itself; another version because of {because}, one that exists already (built before): pointed at again")
+                            format!(
+                                "unchanged itself; another version because of {because}, one that exists already (built before, here or for another environment): pointed at, not built"
+                            )
                         } else {
                             format!("unchanged itself; rebuilt because of {because}")
                         }
@@ -2534,14 +2551,18 @@ fn compute_with(
                             {
                                 let done = state.done_intervals(&name_s, f)?;
                                 if generations::reads_other_parents(project, &model.name, &served_here, pointers, snapshots) {
-                                    WriterHolds::All { writer: writer.to_string(), done, withheld: 0, settings: false }
+                                    WriterHolds::All { writer: writer.to_string(), done, withheld: 0, settings: false, stale: BTreeSet::new() }
                                 } else {
                                     WriterHolds::Done(done)
                                 }
                             }
-                            _ if prod_writes_it(state, &mut prod_serves, env, &name_s, fp.as_str(), model)? => {
-                                WriterHolds::All { writer: crate::core::name::PROD.to_string(), done: done.clone(), withheld: 0, settings: true }
-                            }
+                            _ if prod_writes_it(state, &mut prod_serves, env, &name_s, fp.as_str(), model)? => WriterHolds::All {
+                                writer: crate::core::name::PROD.to_string(),
+                                done: done.clone(),
+                                withheld: 0,
+                                settings: true,
+                                stale: BTreeSet::new(),
+                            },
                             _ => WriterHolds::Nothing,
                         }
                     }

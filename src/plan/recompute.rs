@@ -257,7 +257,10 @@ fn rewrites(project: &Project, state: &dyn StateStore, plan: &mut Plan) -> Resul
 /// readers read). A version inheriting a table (indirect reuse, forward-only) is not compared:
 /// every ancestor built anew under it is a change the reuse took as keeping the rows (a
 /// non-breaking new version, columns it does not read) or the operator chose to keep the history
-/// over.
+/// over. Outside `prod`, a version on a table another environment writes over other parent
+/// tables ([`super::WriterHolds::All`]) recomputes none of them (they would change what the
+/// writer serves): they are recorded as its `stale`, which the plan's ``not computed here``
+/// note counts ([`super::work::decide`]).
 ///
 /// # Errors
 /// A state store failure reading a ledger or a snapshot.
@@ -463,7 +466,10 @@ pub fn taken_over(project: &Project, state: &dyn StateStore, index: &crate::stat
 /// backfill, noting `because` as the cause ([`Action::recompute`]).
 fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<Interval>, because: impl IntoIterator<Item = ModelName>) {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    let added: Vec<Interval> = stale.into_iter().filter(|i| !computed.contains(i) && !action.writer_holds.holds(i.start)).collect();
+    let (held, stale): (Vec<Interval>, Vec<Interval>) = stale.into_iter().filter(|i| !computed.contains(i)).partition(|i| action.writer_holds.holds(i.start));
+    // Those the table's writer holds are left to it, and the plan says so.
+    action.writer_holds.leave_stale(held.iter().map(|i| i.start));
+    let added: Vec<Interval> = stale;
     if added.is_empty() {
         return;
     }
@@ -475,16 +481,21 @@ fn recompute_stale(action: &mut Action, grain: interval::Grain, stale: BTreeSet<
 /// returns them.
 fn recompute_done(state: &dyn StateStore, action: &mut Action, grain: interval::Grain, ranges: &[Interval]) -> Result<Vec<Interval>, StateError> {
     let computed: BTreeSet<Interval> = action.backfill.iter().flat_map(|b| b.split(grain)).collect();
-    // Never the intervals a shared table's writer holds there ([`Action::writer_holds`]).
-    let candidates: Vec<Interval> =
-        ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i) && !action.writer_holds.holds(i.start)).collect();
-    if candidates.is_empty() {
+    // Never the intervals a shared table's writer holds there ([`Action::writer_holds`]): the
+    // done ones among them are left to it, and the plan says so.
+    let (held, candidates): (Vec<Interval>, Vec<Interval>) =
+        ranges.iter().flat_map(|r| r.split(grain)).filter(|i| !computed.contains(i)).partition(|i| action.writer_holds.holds(i.start));
+    if candidates.is_empty() && held.is_empty() {
         return Ok(Vec::new());
     }
     let name = action.name.to_string();
     let mut done: BTreeSet<Millis> = state.done_intervals(&name, action.fingerprint.as_str())?;
     if let Some(from) = &action.reused_from {
         done.extend(state.done_intervals(&name, from.as_str())?);
+    }
+    action.writer_holds.leave_stale(held.iter().map(|i| i.start).filter(|s| done.contains(s)));
+    if candidates.is_empty() {
+        return Ok(Vec::new());
     }
     let added: BTreeSet<Interval> = candidates.into_iter().filter(|i| done.contains(&i.start)).collect();
     if added.is_empty() {

@@ -83,20 +83,25 @@ pub fn decide<'p>(project: &Project, plan: &'p Plan, state: &dyn StateStore, ref
         // A time-range version on the table another environment writes (`prod`'s), over other
         // parent tables, writes nothing there (`plan::WriterHolds::All`): what it wants that the
         // writer has not done is said, not written.
-        if let super::WriterHolds::All { writer, withheld, settings, .. } = &a.writer_holds
-            && *withheld > 0
+        // Done intervals a model upstream rewrote (or built anew) count too: recomputed here,
+        // they would change what the writer serves (`recompute::stale_on_return`, `propagate`).
+        if let super::WriterHolds::All { writer, withheld, settings, stale, .. } = &a.writer_holds
+            && *withheld + stale.len() > 0
         {
             let why = if *settings {
                 "this very version, under other `lookback`/`auto_restatement_intervals`/`cron`/audits/statements, which decide what is written there"
             } else {
                 "another version, over other parent tables"
             };
+            let done_upstream =
+                if stale.is_empty() { String::new() } else { format!("; {} of them done here, over rows a model upstream has rewritten since", stale.len()) };
             leave(
                 &mut refreshes,
                 &mut left_to_writer,
                 &a.name,
                 format!(
-                    "{withheld} interval(s) not computed here: its table is also what `{writer}` serves ({why}), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too)"
+                    "{} interval(s) not computed here: its table is also what `{writer}` serves ({why}), so it serves `{writer}`'s rows and shows them as `{writer}` computes them (or once `{writer}` serves this change too){done_upstream}",
+                    *withheld + stale.len()
                 ),
             );
         }

@@ -22,6 +22,12 @@ pub const LUA_BUILTINS: &str = "efmesh:audits.lua";
 /// Source name of the built-in Rhai audits, as locations show it.
 pub const RHAI_BUILTINS: &str = "efmesh:audits.rhai";
 
+/// The budget of the verification calls of audit bodies ([`Answers::checks`]) in one top-level
+/// evaluation, as a multiple of the file's budget (time, and work where a host counts it): they
+/// run outside the file's budget, and a pure body's verification calls cost at most about twice
+/// what its first calls did (a call again, and one with the first use's arguments).
+pub const VERIFY_FACTOR: u32 = 2;
+
 /// Definitions by name, each with the host's body `B`.
 #[derive(Debug, Clone)]
 pub struct Registry<B> {
@@ -142,15 +148,43 @@ impl Answers {
         self.shared.contains(&(def.name.clone(), def.location.clone()))
     }
 
-    /// The arguments of the first use of `def` in this interpreter when they are not `args`
-    /// (and `def`'s answers are remembered): the host calls the body with them again at this
-    /// use ([`Calls::earlier`]).
-    pub fn earlier_args(&self, def: &AuditDef, args: &Map<String, Value>) -> Option<Map<String, Value>> {
-        if !self.remembers(def) {
-            return None;
+    /// The verification calls a host makes at a use of `def` with `args`, after its first
+    /// call ([`finish_pure`]): none for a built-in audit (efmesh's own, pure) nor for arguments
+    /// this interpreter already rendered for a remembered definition (its one call is compared
+    /// with the recorded answer); otherwise a second call with `args`, and, for a remembered
+    /// definition whose first use had other arguments, a call with those.
+    pub fn checks(&self, def: &AuditDef, args: &Map<String, Value>) -> Checks {
+        if builtin(def) || (self.remembers(def) && self.seen.contains_key(&use_key(def, args))) {
+            return Checks { again: false, earlier: None };
         }
-        self.first.get(&def_key(def)).filter(|a| *a != args).cloned()
+        let earlier = if self.remembers(def) { self.first.get(&def_key(def)).filter(|a| *a != args).cloned() } else { None };
+        Checks { again: true, earlier }
     }
+}
+
+/// The verification calls of a use ([`Answers::checks`]), made after the first call and outside
+/// the file's budget (the hosts give them a budget of their own).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checks {
+    /// Call the body again with the use's arguments.
+    pub again: bool,
+    /// Call the body with these arguments (those of the definition's first use in this
+    /// interpreter).
+    pub earlier: Option<Map<String, Value>>,
+}
+
+impl Checks {
+    /// Whether any verification call is asked for.
+    pub fn any(&self) -> bool {
+        self.again || self.earlier.is_some()
+    }
+}
+
+/// Whether `def` is one of efmesh's built-in audits (`stdlib/`, defined at [`LUA_BUILTINS`] or
+/// [`RHAI_BUILTINS`]), which keep no state.
+fn builtin(def: &AuditDef) -> bool {
+    let file = def.location.file.as_path();
+    file == std::path::Path::new(LUA_BUILTINS) || file == std::path::Path::new(RHAI_BUILTINS)
 }
 
 /// What a host's calls of an audit body for one use returned ([`finish_pure`]).
@@ -158,10 +192,10 @@ impl Answers {
 pub struct Calls {
     /// The first call with the use's arguments.
     pub first: String,
-    /// A second call with the same arguments, right after.
-    pub again: String,
-    /// The arguments of the definition's first use in this interpreter, when other
-    /// ([`Answers::earlier_args`]), and what the body returned for them at this use.
+    /// A second call with the same arguments, right after, when [`Checks::again`] asked.
+    pub again: Option<String>,
+    /// The arguments of [`Checks::earlier`], when given, and what the body returned for them
+    /// at this use.
     pub earlier: Option<(Map<String, Value>, String)>,
 }
 
@@ -173,8 +207,11 @@ pub struct Calls {
 /// the load cache (a comment edit re-evaluating one file alone flips it). Refused when
 /// - the two calls with the use's arguments answer differently (a counter);
 /// - for a remembered definition ([`Answers`]): an earlier use with the same arguments got
-///   another answer, or the body now answers otherwise for the arguments of the definition's
-///   first use (state two calls in a row do not reveal: a counter compared with 3).
+///   another answer (such a use calls the body once: that call is compared with the recorded
+///   answer), or the body now answers otherwise for the arguments of the definition's first
+///   use (state two calls in a row do not reveal: a counter compared with 3).
+///
+/// A built-in audit (efmesh's own) is not checked: its one call is [`finish`]ed.
 ///
 /// Answers are compared with each `ref()` marker read as the model it names (every `ref()`
 /// call gets a marker of its own). State none of these comparisons reveals is not detected.
@@ -183,10 +220,16 @@ pub struct Calls {
 /// A load error at the use (`location`) naming the audit, where it is defined and both
 /// answers; or [`finish`]'s.
 pub fn finish_pure(def: &AuditDef, bound: Bound, calls: Calls, sites: &Sites, answers: &mut Answers, location: &Location) -> Result<Audit, LoadError> {
+    if builtin(def) {
+        return finish(def, bound, &calls.first, sites, location);
+    }
     let key = use_key(def, &bound.args);
     let audit = finish(def, bound.clone(), &calls.first, sites, location)?;
     let answer = canonical(&audit.sql);
-    let second = if calls.again == calls.first { None } else { Some(answer_of(def, bound, &calls.again, sites, location)).filter(|s| *s != answer) };
+    let second = match &calls.again {
+        Some(again) if *again != calls.first => Some(answer_of(def, bound, again, sites, location)).filter(|s| *s != answer),
+        _ => None,
+    };
     if answers.remembers(def) {
         // The first answer is remembered even when refused: every later use of a stateful
         // body with these arguments is refused too, not only the first one rendered.
@@ -328,8 +371,8 @@ mod tests {
         format!("SELECT * FROM {THIS} WHERE {column} IS NULL{tail}")
     }
 
-    /// A use of [`def`] with `column` at `file:line`, its body answering `first` then `again`
-    /// (and `earlier` for the first use's arguments, when [`Answers::earlier_args`] asks).
+    /// A use of [`def`] with `column` at `file:line`, its body answering `first`, then `again`
+    /// and `earlier` (for the first use's arguments) when [`Answers::checks`] asks for them.
     fn use_(
         answers: &mut Answers,
         sites: &Sites,
@@ -339,8 +382,10 @@ mod tests {
         line: u32,
     ) -> Result<Audit, LoadError> {
         let bound = bound(column);
-        let earlier = answers.earlier_args(&def(), &bound.args).map(|args| (args, earlier.to_string()));
-        finish_pure(&def(), bound, Calls { first: first.to_string(), again: again.to_string(), earlier }, sites, answers, &at(file, line))
+        let checks = answers.checks(&def(), &bound.args);
+        let again = checks.again.then(|| again.to_string());
+        let earlier = checks.earlier.map(|args| (args, earlier.to_string()));
+        finish_pure(&def(), bound, Calls { first: first.to_string(), again, earlier }, sites, answers, &at(file, line))
     }
 
     #[test]
@@ -405,10 +450,12 @@ mod tests {
         let text = |m: &str| format!("SELECT * FROM {THIS} WHERE v NOT IN (SELECT id FROM {m})");
         let audit = use_(&mut answers, &sites, "v", (&text(&m1), &text(&m2), ""), "models/a.lua", 2).expect("one answer");
         assert_eq!(audit.sql.refs().map(|r| r.target.to_string()).collect::<Vec<_>>(), ["s.customers"]);
-        // Another model referenced: another answer.
+        // Another model referenced: another answer (in an interpreter where `v` is new, so
+        // that the body is called again).
         let other = ModelName::parse("s.vendors").expect("a name");
         let m3 = sites.record(Site::Ref(RefSite { target: other, location: at("audits/no_nulls.lua", 4) }));
-        let e = use_(&mut answers, &sites, "v", (&text(&m1), &text(&m3), ""), "models/b.lua", 2).expect_err("another model");
+        let mut fresh = self::answers();
+        let e = use_(&mut fresh, &sites, "v", (&text(&m1), &text(&m3), ""), "models/b.lua", 2).expect_err("another model");
         assert!(e.to_string().contains("ref(s.customers)") && e.to_string().contains("ref(s.vendors)"), "{e}");
     }
 
@@ -422,6 +469,30 @@ mod tests {
             let r = use_(&mut answers, &sites, "v", (&text, &text, ""), file, 2);
             assert!(r.is_ok(), "{r:?}");
         }
-        assert!(answers.earlier_args(&def(), &bound("w").args).is_none());
+        assert_eq!(answers.checks(&def(), &bound("w").args), Checks { again: true, earlier: None });
+    }
+
+    #[test]
+    fn a_use_with_arguments_already_rendered_calls_the_body_once_and_a_built_in_is_never_called_again() {
+        let (mut answers, sites) = (answers(), Sites::default());
+        let real = sql("v", "");
+        // The first use with `v`: called again; with `w`: also with `v`, the first use's.
+        assert_eq!(answers.checks(&def(), &bound("v").args), Checks { again: true, earlier: None });
+        assert!(use_(&mut answers, &sites, "v", (&real, &real, ""), "models/a.lua", 2).is_ok());
+        assert_eq!(answers.checks(&def(), &bound("w").args), Checks { again: true, earlier: Some(bound("v").args) });
+        // `v` again: no verification call; its one call is compared with the recorded answer
+        // (a counter's later answer is refused, naming the first use).
+        assert_eq!(answers.checks(&def(), &bound("v").args), Checks { again: false, earlier: None });
+        assert!(use_(&mut answers, &sites, "v", (&real, "not called", "not called"), "models/b.lua", 2).is_ok());
+        let e = use_(&mut answers, &sites, "v", (&sql("v", " AND false"), "", ""), "models/c.lua", 2).expect_err("another answer for `v`");
+        assert!(e.to_string().contains("for its use at models/a.lua:2 and then `SELECT * FROM <relation> WHERE v IS NULL AND false` here"), "{e}");
+        // A built-in (efmesh's own audits): never called again, its answer not compared.
+        let spec = serde_json::json!({ "name": "not_null", "params": ["column"] });
+        let Value::Object(spec) = spec else { panic!("an object") };
+        let builtin = AuditDef::from_spec(&spec, at(LUA_BUILTINS, 3)).expect("a definition");
+        let b = builtin.bind(vec![Value::from("v")], Map::new()).expect("bound");
+        assert_eq!(answers.checks(&builtin, &b.args), Checks { again: false, earlier: None });
+        let calls = Calls { first: real.clone(), again: None, earlier: None };
+        assert!(finish_pure(&builtin, b, calls, &sites, &mut answers, &at("models/a.lua", 3)).is_ok());
     }
 }

@@ -90,9 +90,11 @@ fn unknown_marker(name: &str) -> String {
 
 /// The error of a `ref()`/`cols()` call placed inside a string literal, a quoted identifier or a
 /// comment of `model`'s query ([`Fragment::quoted_sites`]), at the call's file:line. The call
-/// renders the relation's SQL text there: in a literal its quotes end the literal early (the
-/// engine's parser error at build time, while `check` and `render` pass), and in any case it
-/// reads nothing although a dependency is recorded.
+/// renders its SQL text there, read by nobody although a dependency is recorded: in a literal
+/// the relation's name (or column names) becomes text — only an external read from files,
+/// rendered `read_csv('…')`, has quotes that end the literal early (the engine's parser error
+/// at build time, while `check` and `render` pass); in a quoted identifier the rendered name's
+/// double quotes end the identifier early.
 fn quoted_site(q: &crate::core::fragment::QuotedSite<'_>, model: Option<&ModelName>) -> LoadError {
     let (what, location) = match q.node {
         Node::Cols(c) => (format!("`cols()` of model `{}`", c.parent), Some(c.location.clone())),
@@ -102,8 +104,17 @@ fn quoted_site(q: &crate::core::fragment::QuotedSite<'_>, model: Option<&ModelNa
     let (why, hint) = if q.inside == "a comment" {
         ("a reference inside a comment reads nothing (yet records a dependency)".to_string(), "move it out of the comment, or drop it")
     } else {
+        let why = match (q.inside, q.node) {
+            ("a string literal", Node::Cols(_)) => {
+                "a call inside a string literal inlines the column names there as text: nothing is read (yet a dependency is recorded)".to_string()
+            }
+            ("a string literal", _) => "a reference inside a string literal inlines the relation's name there as text: nothing is read (yet a dependency is recorded; an external read from files renders as `read_csv('…')`, whose quotes would end the literal early)".to_string(),
+            (inside, _) => format!(
+                "a reference inside {inside} renders quoted names there, whose quotes would end the quoting early: nothing is read (yet a dependency is recorded)"
+            ),
+        };
         (
-            format!("a reference inside {} renders the relation's SQL text, not a read (its quotes would end the quoting early)", q.inside),
+            why,
             "move it out of the quotes: to read the relation, put the reference where a table goes (`FROM …`); for its name as text, write the name in the literal",
         )
     };

@@ -22,7 +22,9 @@
 //! later hook call and every charge fails again with the same error, and `pcall`/`xpcall` (and
 //! the host's own catch points) re-raise it, so no script can catch the budget and go on. A
 //! memory limit bounds allocations, and the [watchdog](super::watchdog) ends the process if an
-//! evaluation is stuck in an operation nothing above can interrupt.
+//! evaluation is stuck in an operation nothing above can interrupt. The calls efmesh makes to
+//! check that audit bodies keep no state run outside the file's budgets, under budgets of their
+//! own ([`State::verifying`]).
 
 mod audits;
 mod chunk;
@@ -269,16 +271,34 @@ struct State {
     in_macro: bool,
 }
 
-/// The budgets of one top-level evaluation (a file and what it requires).
+/// The budgets of one top-level evaluation (a file and what it requires), or of the
+/// verification calls of its audit bodies ([`State::verifying`]).
 struct Budget {
     deadline: Instant,
     /// Work charged so far (see [`WORK_BUDGET`]).
     work: u64,
+    /// The work allowed: [`WORK_BUDGET`], or what the verification calls have left.
+    work_limit: u64,
     /// The error that ended the evaluation: once set, every later check fails with it.
     tripped: Option<String>,
     /// The wall-clock budget (for the message).
     limit: Duration,
-    _watch: super::watchdog::Watch,
+    /// What the verification calls of audit bodies ([`State::verifying`]) have left of their
+    /// own budget ([`super::audits::VERIFY_FACTOR`] times this one): time and work. `None`
+    /// while they run.
+    verify: Option<(Duration, u64)>,
+    /// The watchdog's entry; `None` for the verification calls' budget (they run under the
+    /// file's entry, which allows for them).
+    watch: Option<super::watchdog::Watch>,
+}
+
+impl Budget {
+    /// The budget of a top-level evaluation of `label` lasting at most `limit`, watched.
+    fn new(label: &Path, limit: Duration) -> Self {
+        let watch = super::watchdog::watch(label, limit);
+        let verify = Some((limit * super::audits::VERIFY_FACTOR, WORK_BUDGET * u64::from(super::audits::VERIFY_FACTOR)));
+        Budget { deadline: Instant::now() + limit, work: 0, work_limit: WORK_BUDGET, tripped: None, limit, verify, watch: Some(watch) }
+    }
 }
 
 impl State {
@@ -291,17 +311,21 @@ impl State {
             return Err(msg.clone());
         }
         let at = || line().map(|l| format!(" (at line {l})")).unwrap_or_default();
-        let left = WORK_BUDGET.saturating_sub(b.work);
+        let left = b.work_limit.saturating_sub(b.work);
+        // The verification calls of audit bodies run under a budget of their own, said so.
+        let (who, whose) =
+            if b.watch.is_none() { ("the calls efmesh makes to check that audit bodies keep no state", "their own") } else { ("evaluation", "its") };
         let msg = if n > left {
             Some(match what {
                 Some(what) => format!(
-                    "`{what}` would take {n} steps{}, more than the {left} left of this file's work budget ({WORK_BUDGET} steps: VM instructions plus bytes and elements library functions process)",
-                    at()
+                    "`{what}` would take {n} steps{}, more than the {left} left of this file's work budget ({} steps: VM instructions plus bytes and elements library functions process)",
+                    at(),
+                    b.work_limit
                 ),
-                None => format!("evaluation exceeded its work budget of {WORK_BUDGET} steps{}: an infinite loop?", at()),
+                None => format!("{who} exceeded {whose} work budget of {} steps{}: an infinite loop?", b.work_limit, at()),
             })
         } else if Instant::now() > b.deadline {
-            Some(format!("evaluation exceeded its budget of {} ms{}: an infinite loop?", b.limit.as_millis(), at()))
+            Some(format!("{who} exceeded {whose} budget of {} ms{}: an infinite loop?", b.limit.as_millis(), at()))
         } else {
             None
         };
@@ -331,6 +355,39 @@ impl State {
     /// The budget error, when the evaluation in progress was tripped.
     fn tripped(&self) -> Option<mlua::Error> {
         self.budget.as_ref().and_then(|b| b.tripped.clone()).map(rt)
+    }
+
+    /// Runs `f`, the verification calls of an audit body ([`audits::render`]), outside the
+    /// file's budget: under what the verification budget of the evaluation in progress has
+    /// left ([`Budget::verify`]). The time they take is given back to the file (its deadline
+    /// moves by as much, and its watchdog entry allows for the whole verification budget), the
+    /// work they do is not charged to it; a verification budget spent trips the file. Outside
+    /// an evaluation (or inside verification calls) `f` just runs.
+    fn verifying<T>(st: &RefCell<State>, f: impl FnOnce() -> T) -> T {
+        let file = st.borrow_mut().budget.take();
+        let Some(mut file) = file else { return f() };
+        let Some((time, work)) = file.verify.take() else {
+            st.borrow_mut().budget = Some(file);
+            return f();
+        };
+        if let Some(watch) = &file.watch {
+            watch.allow_extra(file.limit * super::audits::VERIFY_FACTOR);
+        }
+        let started = Instant::now();
+        let own = Budget { deadline: started + time, work: 0, work_limit: work, tripped: file.tripped.clone(), limit: time, verify: None, watch: None };
+        st.borrow_mut().budget = Some(own);
+        let out = f();
+        let own = st.borrow_mut().budget.take();
+        let spent = started.elapsed();
+        file.deadline += spent;
+        file.verify = Some((time.saturating_sub(spent), own.as_ref().map_or(work, |o| work.saturating_sub(o.work))));
+        if let Some(tripped) = own.and_then(|o| o.tripped)
+            && file.tripped.is_none()
+        {
+            file.tripped = Some(tripped);
+        }
+        st.borrow_mut().budget = Some(file);
+        out
     }
 }
 
@@ -362,14 +419,26 @@ const HANDLER_KEY: &str = "efmesh.error_handler";
 /// of a project table through [`call_plain`].
 const INDEX_KEY: &str = "efmesh.index";
 
+/// Set by [`error_handler`] when it runs (the interpreter's app data): Lua calls no message
+/// handler for an allocation failure, so an `xpcall` failing without it is a memory error
+/// ([`call_plain`]).
+struct HandlerRan(std::cell::Cell<bool>);
+
+/// What `xpcall` hands back for an allocation failure (Lua's preallocated message).
+const NOT_ENOUGH_MEMORY: &str = "not enough memory";
+
 /// The message handler of every call into project code ([`call_plain`]): what mlua's own handler
 /// does (the error's text followed by a traceback), except that an error value that is not a
 /// string (`error({})`, `assert(false, f)`) is converted with the sandbox's `tostring` (`plain`
 /// of the guards): `table`, never `table: 0x…`, whose address depends on what the interpreter
 /// ran before and would otherwise reach SQL through a `pcall`'s message (a new fingerprint with
-/// no edit). efmesh's own errors (a callback's, the budget's) pass unchanged.
+/// no edit). efmesh's own errors (a callback's, the budget's) pass unchanged. It notes that it
+/// ran ([`HandlerRan`]).
 fn error_handler(lua: &Lua, plain: Function, st: Rc<RefCell<State>>) -> mlua::Result<Function> {
     lua.create_function(move |lua, e: Value| {
+        if let Some(ran) = lua.app_data_ref::<HandlerRan>() {
+            ran.0.set(true);
+        }
         if matches!(e, Value::Error(_)) {
             return Ok(e);
         }
@@ -393,16 +462,22 @@ fn error_handler(lua: &Lua, plain: Function, st: Rc<RefCell<State>>) -> mlua::Re
 /// the error goes back into Lua (a `pcall` around `define_model` or `require`) or into a report.
 ///
 /// # Errors
-/// The error `f` raised: efmesh's own errors keep their kind, any other is a runtime error
-/// carrying the handler's text.
+/// The error `f` raised: efmesh's own errors keep their kind, an allocation failure is a memory
+/// error (`memory error: not enough memory`, as mlua reports it: Lua calls no message handler
+/// for it), any other is a runtime error carrying the handler's text.
 fn call_plain<R: mlua::FromLuaMulti>(lua: &Lua, f: &Function, args: impl mlua::IntoLuaMulti) -> mlua::Result<R> {
     let xpcall: Function = lua.named_registry_value(XPCALL_KEY)?;
     let handler: Function = lua.named_registry_value(HANDLER_KEY)?;
-    let mut out = xpcall.call::<MultiValue>((f.clone(), handler, args))?;
+    // Whether the handler ran for this call: the flag of an enclosing call is put back after it.
+    let outer = lua.app_data_ref::<HandlerRan>().map(|ran| ran.0.replace(false));
+    let out = xpcall.call::<MultiValue>((f.clone(), handler, args));
+    let handled = lua.app_data_ref::<HandlerRan>().is_none_or(|ran| ran.0.replace(outer.unwrap_or(false)));
+    let mut out = out?;
     match out.pop_front() {
         Some(Value::Boolean(true)) => R::from_lua_multi(out, lua),
         _ => Err(match out.pop_front() {
             Some(Value::Error(e)) => *e,
+            Some(Value::String(s)) if !handled && s.to_string_lossy() == NOT_ENOUGH_MEMORY => mlua::Error::MemoryError(s.to_string_lossy()),
             Some(Value::String(s)) => mlua::Error::RuntimeError(s.to_string_lossy()),
             other => mlua::Error::RuntimeError(other.map_or("nil", |v| v.type_name()).to_string()),
         }),
@@ -594,6 +669,7 @@ impl LuaHost {
         // Every call into project code runs under this message handler (see `call_plain`).
         lua.set_named_registry_value(XPCALL_KEY, lua.globals().get::<Function>("xpcall")?)?;
         lua.set_named_registry_value(HANDLER_KEY, error_handler(&lua, plain.clone(), state.clone())?)?;
+        lua.set_app_data(HandlerRan(std::cell::Cell::new(false)));
         let index: Function = lua.load("return function(t, k) return t[k] end").set_name("=efmesh/index.lua").eval()?;
         lua.set_named_registry_value(INDEX_KEY, index)?;
         // Lock the string metatable so `getmetatable("")` cannot reach the shared string table.
@@ -1131,8 +1207,7 @@ impl LuaHost {
                 s.modules.insert(rel.clone(), ModuleState::Loading);
                 s.stack.push(rel.clone());
                 if s.stack.len() == 1 {
-                    let watch = super::watchdog::watch(&rel, FILE_BUDGET);
-                    s.budget = Some(Budget { deadline: Instant::now() + FILE_BUDGET, work: 0, tripped: None, limit: FILE_BUDGET, _watch: watch });
+                    s.budget = Some(Budget::new(&rel, FILE_BUDGET));
                 }
             }
             // `Chunk::eval`'s result, compiling the file once when it has several statements.
@@ -1191,10 +1266,7 @@ impl LuaHost {
 
     /// [`LuaHost::with_budget`] with another wall-clock budget.
     fn with_budget_of<T>(&self, label: &Path, budget: Duration, f: impl FnOnce() -> T) -> T {
-        {
-            let watch = super::watchdog::watch(label, budget);
-            self.state.borrow_mut().budget = Some(Budget { deadline: Instant::now() + budget, work: 0, tripped: None, limit: budget, _watch: watch });
-        }
+        self.state.borrow_mut().budget = Some(Budget::new(label, budget));
         let out = f();
         self.state.borrow_mut().budget = None;
         out

@@ -176,9 +176,50 @@ struct State {
     /// True while a macro's function runs ([`call_macro`]): `ref`, `cols` and `define_model`
     /// refuse ([`refused_in_macro`]).
     in_macro: bool,
+    /// The file defining the audit body, macro or signal running: efmesh calls their closure
+    /// with no source, so an error of a host function inside it is placed in this file
+    /// ([`refuse_fn_ptr_text`]). `None` outside such a call.
+    body_file: Option<PathBuf>,
+    /// How many `print`/`debug` calls of an array or a map are converting it to text
+    /// ([`printed_text`]): a closure inside is written `Fn(closure)` and not refused (what is
+    /// printed goes to the log, never to SQL).
+    printing: Rc<Cell<usize>>,
+    /// End of the current top-level file's budget (the one [`Refs::deadline`] holds).
+    deadline: Rc<Cell<Option<Instant>>>,
+    /// The watchdog's entry of the top-level evaluation in progress ([`watched`]).
+    watch: Option<super::watchdog::Watch>,
+    /// What the verification calls of audit bodies have left of their own budget in the
+    /// top-level evaluation in progress ([`State::verifying`]); `None` outside an evaluation and
+    /// while they run.
+    verify_left: Option<Duration>,
 }
 
 impl State {
+    /// Runs `f`, the verification calls of an audit body ([`audits::render`]), outside the
+    /// file's budget: under what the verification budget of the evaluation in progress has
+    /// left ([`super::audits::VERIFY_FACTOR`] times [`FILE_BUDGET`]). The time they take is
+    /// given back to the file (its deadline moves by as much, and its watchdog entry allows for
+    /// the whole verification budget); a verification budget spent trips the file. Outside an
+    /// evaluation (or inside verification calls) `f` just runs.
+    fn verifying<T>(st: &RefCell<State>, f: impl FnOnce() -> T) -> T {
+        let (deadline, left) = {
+            let mut s = st.borrow_mut();
+            (s.deadline.clone(), s.verify_left.take())
+        };
+        let Some(left) = left else { return f() };
+        if let Some(watch) = &st.borrow().watch {
+            watch.allow_extra(FILE_BUDGET * super::audits::VERIFY_FACTOR);
+        }
+        let file = deadline.get();
+        let started = Instant::now();
+        deadline.set(Some(started + left));
+        let out = f();
+        let spent = started.elapsed();
+        deadline.set(file.map(|d| d + spent));
+        st.borrow_mut().verify_left = Some(left.saturating_sub(spent));
+        out
+    }
+
     /// The termination to raise again when the evaluation in progress was tripped.
     fn tripped(&self) -> Option<Box<EvalAltResult>> {
         self.tripped.get().map(|tag| Box::new(EvalAltResult::ErrorTerminated(Dynamic::from(tag), Position::NONE)))
@@ -310,11 +351,8 @@ fn load_on_this_thread(
     tests: &[PathBuf],
     foreign: Option<std::sync::Arc<super::foreign::Foreign>>,
 ) -> HostRun {
-    let refs = Refs {
-        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), foreign, ..State::default() })),
-        deadline: Rc::new(Cell::new(None)),
-        memory: Rc::new(MemoryGuard::new()),
-    };
+    let state = State { root: root.to_path_buf(), foreign, ..State::default() };
+    let refs = Refs { deadline: state.deadline.clone(), state: Rc::new(RefCell::new(state)), memory: Rc::new(MemoryGuard::new()) };
     let fatal = |e: LoadError| HostRun { errors: vec![e], ..HostRun::default() };
     let engine = match new_engine(&refs) {
         Ok(e) => e,
@@ -408,11 +446,8 @@ pub(crate) fn serve(
     rx: std::sync::mpsc::Receiver<super::foreign::Request>,
 ) {
     use super::foreign::{Defs, MacroInfo, Request};
-    let refs = Refs {
-        state: Rc::new(RefCell::new(State { root: root.to_path_buf(), ..State::default() })),
-        deadline: Rc::new(Cell::new(None)),
-        memory: Rc::new(MemoryGuard::new()),
-    };
+    let state = State { root: root.to_path_buf(), ..State::default() };
+    let refs = Refs { deadline: state.deadline.clone(), state: Rc::new(RefCell::new(state)), memory: Rc::new(MemoryGuard::new()) };
     let Ok(engine) = new_engine(&refs) else { return };
     if audits::load_builtins(&engine, &refs.state).is_err() {
         return;
@@ -446,8 +481,14 @@ pub(crate) fn serve(
     let checked: RefCell<std::collections::HashSet<String>> = RefCell::new(std::collections::HashSet::new());
     while let Ok(req) = rx.recv() {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match req {
+            // A host function's error recorded while the request ran (a closure converted to
+            // text, [`refuse_fn_ptr_text`]) is its answer: no file evaluation here reports it.
             Request::Signal { name, intervals, args, reply } => {
                 let verdict = call_signal(&engine, &refs, &name, &intervals, &args, &reply);
+                let verdict = match recorded_error(&refs) {
+                    Some(e) => Err(format!("signal `{name}` failed: {}", located(&e))),
+                    None => verdict,
+                };
                 let _ = reply.send(super::foreign::SignalMsg::Done(verdict));
             }
             Request::Macro { name, args, reply } => {
@@ -458,6 +499,10 @@ pub(crate) fn serve(
                 } else {
                     call_macro(&engine, &refs, &name, args)
                 };
+                let out = match recorded_error(&refs) {
+                    Some(e) => Err(super::macros::Failure { message: format!("macro `@{name}` failed: {}", located(&e)), hint: e.hint }),
+                    None => out,
+                };
                 let _ = reply.send((out, call_reads(&refs)));
             }
             Request::Audit { name, positional, named, location, reply } => {
@@ -467,6 +512,14 @@ pub(crate) fn serve(
                     with_budget(&refs, &location.file, || audits::render(&engine, &refs.state, &def, &body, positional, named, &location))
                 });
                 refs.state.borrow_mut().uncaught = None;
+                let out = match recorded_error(&refs) {
+                    Some(e) => {
+                        let mut refused = LoadError::new(Some(location.clone()), None, format!("audit `{name}` failed to render its SQL: {}", located(&e)));
+                        refused.hint = e.hint;
+                        Err(refused)
+                    }
+                    None => out,
+                };
                 let _ = reply.send((out, call_reads(&refs)));
             }
         }));
@@ -475,6 +528,37 @@ pub(crate) fn serve(
             return;
         }
         refs.state.borrow_mut().errors.clear();
+    }
+}
+
+/// The first load error recorded while a [`serve`]d request ran (the list is emptied): a
+/// refusal a host function records instead of raising ([`refuse_fn_ptr_text`]), which would
+/// otherwise be lost, since a served interpreter reports no file's errors.
+fn recorded_error(refs: &Refs) -> Option<LoadError> {
+    std::mem::take(&mut refs.state.borrow_mut().errors).into_iter().next()
+}
+
+/// The part of a model's SQL (`query`, `pre_statements`, `post_statements`) holding a closure's
+/// name ([`holds_closure_name`]), once its macro calls are expanded; `None` when none does.
+fn closure_name_in_model(query: Option<&str>, spec: &serde_json::Map<String, serde_json::Value>) -> Option<&'static str> {
+    if query.is_some_and(holds_closure_name) {
+        return Some("query");
+    }
+    ["pre_statements", "post_statements"].into_iter().find(|key| {
+        let statements: Vec<&serde_json::Value> = match spec.get(*key) {
+            Some(serde_json::Value::Array(items)) => items.iter().collect(),
+            Some(one) => vec![one],
+            None => Vec::new(),
+        };
+        statements.iter().any(|v| v.as_str().is_some_and(holds_closure_name))
+    })
+}
+
+/// `e`'s place and message, without its hint: `file:line: message`.
+fn located(e: &LoadError) -> String {
+    match &e.location {
+        Some(at) => format!("{at}: {}", e.message),
+        None => e.message.clone(),
     }
 }
 
@@ -489,12 +573,28 @@ fn with_budget_of<T>(refs: &Refs, label: &Path, budget: Duration, f: impl FnOnce
     refs.state.borrow().tripped.set(None);
     refs.deadline.set(Some(Instant::now() + budget));
     refs.memory.arm(true);
-    let watch = super::watchdog::watch(label, budget);
+    watched(refs, label, budget);
     let out = f();
     refs.deadline.set(None);
     refs.memory.arm(false);
-    drop(watch);
+    unwatched(refs);
     out
+}
+
+/// Starts watching the top-level evaluation of `label` (the watchdog, `budget`) and gives its
+/// audit bodies' verification calls their budget ([`State::verifying`]).
+fn watched(refs: &Refs, label: &Path, budget: Duration) {
+    let watch = super::watchdog::watch(label, budget);
+    let mut s = refs.state.borrow_mut();
+    s.watch = Some(watch);
+    s.verify_left = Some(FILE_BUDGET * super::audits::VERIFY_FACTOR);
+}
+
+/// Ends what [`watched`] started.
+fn unwatched(refs: &Refs) {
+    let mut s = refs.state.borrow_mut();
+    s.watch = None;
+    s.verify_left = None;
 }
 
 /// The `db` handle a signal receives: `db.query(sql)` sends the query to the caller.
@@ -523,8 +623,12 @@ fn call_signal(
         })
         .collect();
     let values = vec![Dynamic::from(list), audits::json_to_dynamic(&serde_json::Value::Object(args.clone())), Dynamic::from(Db(reply.clone()))];
+    let outer = refs.state.borrow_mut().body_file.replace(at.file.clone());
     let out: Result<Dynamic, Box<EvalAltResult>> = with_budget_of(refs, &at.file, super::foreign::SIGNAL_BUDGET, || f.call(engine, &ast, values));
-    refs.state.borrow_mut().uncaught = None;
+    let mut s = refs.state.borrow_mut();
+    s.uncaught = None;
+    s.body_file = outer;
+    drop(s);
     let fail = |m: String| format!("signal `{name}` ({at}) {m}");
     match out {
         Ok(v) => {
@@ -556,11 +660,24 @@ fn call_macro(engine: &Engine, refs: &Refs, name: &str, args: Vec<String>) -> Re
         return Err(Failure::new(arity_message(name, &at, &count(n), args.len())));
     }
     let values: Vec<Dynamic> = args.into_iter().map(|a| Dynamic::from(ImmutableString::from(a))).collect();
-    refs.state.borrow_mut().in_macro = true;
+    let outer = {
+        let mut s = refs.state.borrow_mut();
+        s.in_macro = true;
+        s.body_file.replace(at.file.clone())
+    };
     let out: Result<Dynamic, Box<EvalAltResult>> = with_budget(refs, &at.file, || f.call(engine, &ast, values));
-    refs.state.borrow_mut().in_macro = false;
+    {
+        let mut s = refs.state.borrow_mut();
+        s.in_macro = false;
+        s.body_file = outer;
+    }
     match out {
         Ok(v) => match v.read_lock::<ImmutableString>() {
+            // The catch-all of a closure's name reaching SQL by a route the conversions miss.
+            Some(s) if holds_closure_name(s.as_str()) => Err(Failure {
+                message: format!("macro `@{name}` ({at}) returned SQL holding {CLOSURE_NAME_IN_SQL}"),
+                hint: Some(CLOSURE_NAME_HINT.to_string()),
+            }),
             Some(s) => Ok(s.to_string()),
             None => Err(Failure::new(format!("macro `@{name}` ({at}) must return a string of SQL, got `{}`", v.type_name()))),
         },
@@ -659,36 +776,88 @@ fn call_site(ctx: &NativeCallContext) -> Location {
     Location { file: calling_file(ctx), line }
 }
 
-/// Why converting a function pointer to text is refused.
-const FN_PTR_TEXT: &str = "a closure or function pointer converted to text (`to_string`, `${…}`, `+`, `print`, `debug`, a closure's `name`, \
-                           `to_json()`, or an array or map holding one converted so) is refused: Rhai prints a closure as `Fn(anon$<hash>)`, a hash that changes \
-                           in every process, so SQL built from it would get a new fingerprint with no edit";
+/// Why converting a closure to text is refused.
+const FN_PTR_TEXT: &str = "a closure converted to text (`to_string`, `${…}`, `+`, a closure's `name`, `to_json()`, or an array or map holding one \
+                           converted so) is refused: Rhai writes a closure as `Fn(anon$<hash>)`, a hash that changes in every process, so SQL built \
+                           from it would get a new fingerprint with no edit";
 
-/// The text of function pointer `f` converted to text at `ctx`: refused, as a load error naming
-/// the file and line ([`FN_PTR_TEXT`]). Recorded rather than raised: for `${…}`, `+` and the
-/// items of an array or a map, Rhai catches an error of the conversion and prints the built-in
-/// text instead. The text returned is the same in every process (`Fn(closure)`, or `Fn(<name>)`
-/// for a named pointer), whatever the evaluation goes on to do with it.
-fn refused_fn_ptr_text(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, f: &FnPtr) -> ImmutableString {
-    refuse_fn_ptr_text(ctx, st);
+/// What SQL holding a closure's name is refused for (after "… holding "): the catch-all of the
+/// routes the conversions do not see ([`holds_closure_name`]).
+pub(super) const CLOSURE_NAME_IN_SQL: &str = "`anon$<hash>`, the name Rhai gives a closure (from a closure converted to text, or from an error \
+                                              message naming one, such as a caught `Function not found` error's): the hash changes in every \
+                                              process, so the SQL would get a new fingerprint with no edit";
+
+/// The hint of [`CLOSURE_NAME_IN_SQL`].
+pub(super) const CLOSURE_NAME_HINT: &str =
+    "build the SQL from values (what the closure returns, `${f.call(x)}`), not from a closure or an error message naming one";
+
+/// True when `text` holds a closure's name as Rhai writes it: `anon$` followed by 16 hex digits
+/// (a hash that differs in every process).
+pub(super) fn holds_closure_name(text: &str) -> bool {
+    text.match_indices("anon$").any(|(at, prefix)| {
+        let hash = &text.as_bytes()[at + prefix.len()..];
+        hash.len() >= 16 && hash[..16].iter().all(u8::is_ascii_hexdigit)
+    })
+}
+
+/// The text of function pointer `f` as efmesh writes it, the same in every process:
+/// `Fn(closure)` for a closure, `Fn(<name>)` for a named pointer (as Rhai writes it).
+fn fn_ptr_text(f: &FnPtr) -> ImmutableString {
     if f.is_anonymous() { "Fn(closure)".into() } else { format!("Fn({})", f.fn_name()).into() }
 }
 
-/// Records the load error of a function pointer converted to text at `ctx` ([`FN_PTR_TEXT`]).
+/// The text of function pointer `f` converted to text at `ctx` ([`fn_ptr_text`]). A closure is
+/// refused, as a load error naming the file and line ([`FN_PTR_TEXT`]), unless `print` or
+/// `debug` converts it ([`printed_text`]): the log is no SQL. Recorded rather than raised: for
+/// `${…}`, `+` and the items of an array or a map, Rhai catches an error of the conversion and
+/// prints the built-in text instead.
+fn refused_fn_ptr_text(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, printing: &Cell<usize>, f: &FnPtr) -> ImmutableString {
+    if f.is_anonymous() && printing.get() == 0 {
+        refuse_fn_ptr_text(ctx, st);
+    }
+    fn_ptr_text(f)
+}
+
+/// Records the load error of a closure converted to text at `ctx` ([`FN_PTR_TEXT`]). Inside an
+/// audit body, a macro or a signal (a closure efmesh calls, which carries no source) the file is
+/// the one defining it.
 fn refuse_fn_ptr_text(ctx: &NativeCallContext, st: &Rc<RefCell<State>>) {
-    let error = LoadError::new(Some(call_site(ctx)), None, FN_PTR_TEXT)
-        .with_hint("build the text from what the closure returns (`${f.call(x)}`), or from a name kept next to it (`rule.name`)");
+    let mut at = call_site(ctx);
+    let refusal = |at: Location| {
+        LoadError::new(Some(at), None, FN_PTR_TEXT)
+            .with_hint("build the text from what the closure returns (`${f.call(x)}`), or from a name kept next to it (`rule.name`)")
+    };
     match st.try_borrow_mut() {
-        Ok(mut s) => s.errors.push(error),
-        Err(_) => tracing::warn!("{error}"),
+        Ok(mut s) => {
+            if at.file.as_os_str().is_empty()
+                && let Some(file) = &s.body_file
+            {
+                at.file = file.clone();
+            }
+            s.errors.push(refusal(at));
+        }
+        Err(_) => tracing::warn!("{}", refusal(at)),
     }
 }
 
+/// `print(v)` or `debug(v)` of an array or a map `v`: its text as Rhai writes it, every closure
+/// inside written `Fn(closure)` without a refusal ([`refused_fn_ptr_text`] reads `printing`).
+///
+/// # Errors
+/// The conversion's.
+fn printed_text(ctx: &NativeCallContext, printing: &Cell<usize>, v: Dynamic) -> Result<ImmutableString, Box<EvalAltResult>> {
+    printing.set(printing.get() + 1);
+    let text = ctx.call_native_fn::<ImmutableString>("to_debug", (v,));
+    printing.set(printing.get().saturating_sub(1));
+    text
+}
+
 /// True when `v` is or holds a closure: in an array, a map or a function pointer's curried
-/// arguments (nested up to [`MAX_EXPR_DEPTH`] levels).
+/// arguments. A value nested deeper than [`MAX_EXPR_DEPTH`] levels counts as holding one (what
+/// lies below is not looked at).
 fn holds_closure(v: &Dynamic, depth: usize) -> bool {
     if depth > MAX_EXPR_DEPTH {
-        return false;
+        return true;
     }
     if let Some(f) = v.read_lock::<FnPtr>() {
         return f.is_anonymous() || f.iter_curry().any(|c| holds_closure(c, depth + 1));
@@ -790,18 +959,32 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
     engine.register_fn("to_debug", |h: &mut Handle| -> ImmutableString { format!("Model({})", h.0).into() });
 
     // A closure prints as `Fn(anon$<hash>)`, the hash different in every process: converting a
-    // function pointer to text is refused (see [`refused_fn_ptr_text`]). These overloads take
-    // precedence over the packages' (the engine's own namespace is searched first), and every
-    // built-in conversion calls them: `${f}` and `"" + f` call `to_string`, an array or a map
-    // converts its items with `to_debug`.
-    for name in ["to_string", "to_debug", "print", "debug"] {
-        let st = refs.state.clone();
-        engine.register_fn(name, move |ctx: NativeCallContext, f: &mut FnPtr| -> ImmutableString { refused_fn_ptr_text(&ctx, &st, f) });
+    // closure to text is refused (see [`refused_fn_ptr_text`]). These overloads take precedence
+    // over the packages' (the engine's own namespace is searched first), and every built-in
+    // conversion calls them: `${f}` and `"" + f` call `to_string`, an array or a map converts its
+    // items with `to_debug`.
+    let printing = refs.state.borrow().printing.clone();
+    for name in ["to_string", "to_debug"] {
+        let (st, printing) = (refs.state.clone(), printing.clone());
+        engine.register_fn(name, move |ctx: NativeCallContext, f: &mut FnPtr| -> ImmutableString { refused_fn_ptr_text(&ctx, &st, &printing, f) });
+    }
+    // `print` and `debug` write to the log, never to SQL: a closure, or an array or a map holding
+    // one, is printed with the stable text `Fn(closure)`.
+    for name in ["print", "debug"] {
+        engine.register_fn(name, |f: &mut FnPtr| -> ImmutableString { fn_ptr_text(f) });
+        let p = printing.clone();
+        engine.register_fn(name, move |ctx: NativeCallContext, a: &mut Array| -> Result<ImmutableString, Box<EvalAltResult>> {
+            printed_text(&ctx, &p, Dynamic::from_array(a.clone()))
+        });
+        let p = printing.clone();
+        engine.register_fn(name, move |ctx: NativeCallContext, m: &mut Map| -> Result<ImmutableString, Box<EvalAltResult>> {
+            printed_text(&ctx, &p, Dynamic::from_map(m.clone()))
+        });
     }
     // A closure's `name` is its `anon$<hash>` too (a named pointer's is the name written).
     let st = refs.state.clone();
     let closure_name = move |ctx: NativeCallContext, f: &mut FnPtr| -> ImmutableString {
-        if f.is_anonymous() { refused_fn_ptr_text(&ctx, &st, f) } else { f.fn_name().into() }
+        if f.is_anonymous() { refused_fn_ptr_text(&ctx, &st, &Cell::new(0), f) } else { f.fn_name().into() }
     };
     engine.register_fn("name", closure_name.clone());
     engine.register_get("name", closure_name);
@@ -923,6 +1106,15 @@ fn register_api(engine: &mut Engine, refs: &Refs) {
                 return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
             }
         };
+        // The catch-all of a closure's name reaching the model's SQL by a route the conversions
+        // miss (a caught error's message names the closure).
+        if let Some(part) = closure_name_in_model(query.as_deref(), &spec) {
+            let name = spec.get("name").and_then(|v| v.as_str()).and_then(|n| ModelName::parse(n).ok());
+            let mut s = st.borrow_mut();
+            s.defines();
+            s.errors.push(LoadError::new(Some(location), name.clone(), format!("its {part} holds {CLOSURE_NAME_IN_SQL}")).with_hint(CLOSURE_NAME_HINT));
+            return Ok(name.map_or(Dynamic::UNIT, |n| Dynamic::from(Handle(n))));
+        }
         let mut s = st.borrow_mut();
         s.defines();
         match build_model(&spec, query.as_deref(), &s.sites, location.clone()) {
@@ -1038,18 +1230,18 @@ fn evaluate(engine: &Engine, refs: &Refs, rel: &Path) -> Result<SharedModule, Bo
         s.stack.push(rel.to_path_buf());
         s.stack.len() == 1
     };
-    let watch = outermost.then(|| {
+    if outermost {
         refs.state.borrow().tripped.set(None);
         refs.deadline.set(Some(Instant::now() + FILE_BUDGET));
         refs.memory.arm(true);
-        super::watchdog::watch(rel, FILE_BUDGET)
-    });
+        watched(refs, rel, FILE_BUDGET);
+    }
     let result = run_file(engine, refs, &root, rel);
     if outermost {
         refs.deadline.set(None);
         refs.memory.arm(false);
+        unwatched(refs);
     }
-    drop(watch);
     let mut s = refs.state.borrow_mut();
     s.stack.pop();
     match result {

@@ -37,12 +37,16 @@ struct Entry {
     id: u64,
     file: PathBuf,
     budget: Duration,
+    /// Time the evaluation may run beyond its budget before the [`GRACE`] starts: the
+    /// verification calls of audit bodies, which run outside the file's budget
+    /// ([`Watch::allow_extra`]).
+    extra: Duration,
     started: Instant,
 }
 
 impl Entry {
     fn fatal_at(&self) -> Instant {
-        self.started + self.budget + GRACE
+        self.started + self.budget + self.extra + GRACE
     }
 }
 
@@ -126,7 +130,7 @@ pub fn watch(file: &Path, budget: Duration) -> Watch {
     let mut watched = dog.lock();
     let id = watched.next_id;
     watched.next_id += 1;
-    let entry = Entry { id, file: file.to_path_buf(), budget, started: Instant::now() };
+    let entry = Entry { id, file: file.to_path_buf(), budget, extra: Duration::ZERO, started: Instant::now() };
     // The watching thread sleeps until the earliest fatal instant: wake it only when this one
     // comes first (one wake-up per file would cost more than the evaluation of a small file).
     let earliest = watched.entries.iter().all(|e| e.fatal_at() > entry.fatal_at());
@@ -136,6 +140,20 @@ pub fn watch(file: &Path, budget: Duration) -> Watch {
         dog.changed.notify_all();
     }
     Watch { id: Some(id) }
+}
+
+impl Watch {
+    /// Lets the watched evaluation run `extra` beyond its budget (before the [`GRACE`]): the
+    /// time of the calls the host makes outside the file's budget, bounded by a budget of
+    /// their own (the verification calls of audit bodies). Only ever lengthens: the watching
+    /// thread, asleep until an earlier instant, need not be woken.
+    pub fn allow_extra(&self, extra: Duration) {
+        if let (Some(id), Some(dog)) = (self.id, watchdog()) {
+            for e in dog.lock().entries.iter_mut().filter(|e| e.id == id) {
+                e.extra = e.extra.max(extra);
+            }
+        }
+    }
 }
 
 impl Drop for Watch {

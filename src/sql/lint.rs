@@ -198,8 +198,11 @@ fn batch_rescan(dag: &Dag, model: &Model, rescan: super::pushdown::BatchRescan) 
     let hint = match culprit.map(|m| &m.kind) {
         Some(Kind::External(_)) => format!(
             "load the file once into a table (a `full` or `incremental_by_unique_key` model reading `{}`) and read that in `{}`, or store it as parquet; \
-             a `full` one needs a `cron` (e.g. `cron = \"@daily\"`) for `run` to re-read the file (efmesh does not watch it; an `incremental_by_unique_key` one re-reads it at every `run`)",
-            rescan.culprit, model.name
+             a `full` one needs a `cron` (e.g. {}) for `run` to re-read the file (efmesh does not watch it; an `incremental_by_unique_key` one re-reads it at every `run`)",
+            rescan.culprit,
+            model.name,
+            // Spelled in the language of the model warned about, where the staging table replaces the read.
+            model.cron_example()
         ),
         _ => format!(
             "materialise `{}` once as a table (kind `full`, `incremental_by_unique_key` or `incremental_by_time_range`), so each batch of `{}` reads only its rows",

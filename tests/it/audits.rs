@@ -1603,3 +1603,81 @@ define_audit(#{ name: "rsigned", params: ["column", "sign"], query: |rel, args| 
     }
     p.run(&["check"]).expect_code(0);
 }
+
+/// The purity check of [`an_audit_body_keeping_state_between_calls_is_refused_at_every_use`]
+/// called a body 2 or 3 times per use inside the model file's budget: a pure body costing a
+/// fifth of the file's Lua work budget (2·10^8 of 10^9 steps, deterministic: a plain
+/// `string.find` is charged subject × pattern length), used 4 times with two arguments, spent
+/// 10 times that and the file failed ("more than the … left of this file's work budget"). Its verification calls
+/// run outside the file's budget and a use with arguments already rendered calls it once: the
+/// file loads (4 calls in its budget, 3 in the verification budget).
+#[test]
+fn a_pure_audit_body_costing_a_fifth_of_the_file_budget_used_four_times_in_one_file_loads() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/costly.lua",
+        "local hay = string.rep(\"x\", 999999)\n\
+         define_audit { name = \"costly_nn\", params = { \"column\" },\n  query = function(self, args)\n    \
+         for _ = 1, 2 do string.find(hay, string.rep(\"y\", 99), 1, true) end\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column)\n  end }\n",
+    );
+    p.write(
+        "models/m.lua",
+        "define_model { name = \"p.m\", kind = kind.full(), schema = { { \"a\", \"integer\" }, { \"b\", \"integer\" } }, query = \"SELECT 1 AS a, 2 AS b\",\n  \
+         audits = { audit.costly_nn(\"a\"), audit.costly_nn(\"b\"), audit.costly_nn { \"a\", blocking = false }, audit.costly_nn(\"b\") } }\n",
+    );
+    let r = p.run(&["check"]);
+    assert!(!r.stderr.contains("budget"), "the file's budget was hit:\n{}", r.stderr);
+    r.expect_code(0);
+    let v = p.apply("dev");
+    for audit in ["costly_nn(a)", "costly_nn(b)"] {
+        assert_eq!(violations(&v, "p.m", audit), 0, "{audit}: {:#}", result(&v, "p.m", audit));
+    }
+}
+
+/// How many times a body is called, as docs/audits.md says: the first use of given arguments
+/// twice (and once more with the first use's arguments when they differ), every later use with
+/// them once. A body printing its argument at each call, used with `a`, `b`, `a`, `a` in one
+/// model file: `a` printed 2 + 1 + 1 + 1 = 5 times (it was 7: two calls at every use), `b`
+/// twice; and a counter still refused there (its one call compared with the recorded answer).
+#[test]
+fn an_audit_body_is_called_once_at_a_later_use_with_the_same_arguments_and_a_counter_is_still_refused() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/pnn.lua",
+        "define_audit { name = \"pnn\", params = { \"column\" },\n  query = function(self, args)\n    print(\"PNN<\" .. args.column .. \">\")\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column)\n  end }\n",
+    );
+    p.write(
+        "models/m.lua",
+        "define_model { name = \"p.m\", kind = kind.full(), schema = { { \"a\", \"integer\" }, { \"b\", \"integer\" } }, query = \"SELECT 1 AS a, 2 AS b\",\n  \
+         audits = { audit.pnn(\"a\"), audit.pnn(\"b\"), audit.pnn { \"a\", blocking = false }, audit.pnn { \"a\", scope = \"whole\" } } }\n",
+    );
+    let r = p.run(&["check"]);
+    r.expect_code(0);
+    let count = |tag: &str| r.stderr.lines().filter(|l| l.contains(tag)).count();
+    assert_eq!((count("PNN<a>"), count("PNN<b>")), (5, 2), "{}", r.stderr);
+    // A counter (the real check at its first call, `AND false` after) used three times with
+    // the same arguments in one file: the first use's two calls differ, the later uses' one
+    // call differs from the recorded answer; each is refused.
+    p.write(
+        "audits/pnn.lua",
+        "local n = 0\n\
+         define_audit { name = \"pnn\", params = { \"column\" },\n  query = function(self, args)\n    n = n + 1\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column) .. (n > 1 and \" AND false\" or \"\")\n  end }\n",
+    );
+    p.write(
+        "models/m.lua",
+        "define_model { name = \"p.m\", kind = kind.full(), schema = { { \"a\", \"integer\" } }, query = \"SELECT 1 AS a\",\n  \
+         audits = { audit.pnn(\"a\"),\n    audit.pnn { \"a\", blocking = false },\n    audit.pnn { \"a\", scope = \"whole\" } } }\n",
+    );
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    let refused =
+        |at: &str, what: &str| said.lines().any(|l| l.starts_with(at) && l.contains(what) && l.contains("an audit body must depend on its arguments alone"));
+    assert!(refused("models/m.lua:2:", "and then `SELECT * FROM <relation> WHERE a IS NULL AND false` for the same arguments"), "{said}");
+    for at in ["models/m.lua:3:", "models/m.lua:4:"] {
+        assert!(refused(at, "for its use at models/m.lua:2 and then `SELECT * FROM <relation> WHERE a IS NULL AND false` here"), "{at}: {said}");
+    }
+}

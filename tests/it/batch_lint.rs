@@ -157,6 +157,41 @@ define_model { name = "m.daily_pq", kind = kind.incremental_by_time_range { time
     );
 }
 
+/// The batch_rescan hint's example cron is written in the language of the model warned about:
+/// `-- cron: @daily` for a `.sql` model, `cron: "@daily"` for a Rhai one (never Lua's
+/// `cron = "@daily"`, which neither language reads).
+#[test]
+fn the_batch_rescan_hint_spells_the_cron_in_the_models_language() {
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+    p.write("data/events.csv", "id,t\n1,2026-01-01 10:00:00\n");
+    p.write("models/raw.sql", "-- name:   raw.events\n-- kind:   external(path = data/events.csv)\n-- schema: id bigint, t timestamp\n");
+    p.write(
+        "models/daily.sql",
+        "-- name:   m.daily\n-- kind:   incremental_by_time_range(time_column = t, start = 2026-01-01)\n-- schema: id bigint, t timestamp\n-- refs:   raw.events\n\
+         SELECT id, t FROM @ref(raw.events) WHERE t >= @start AND t < @end\n",
+    );
+    p.write(
+        "models/hourly.rhai",
+        r#"define_model(#{ name: "m.hourly", kind: kind::incremental_by_time_range(#{ time_column: "t", start: "2026-01-01" }),
+  schema: [["id", "bigint"], ["t", "timestamp"]],
+  query: `SELECT id, t FROM ${ref("raw.events")} WHERE t >= @start AND t < @end` });
+"#,
+    );
+    let run = p.run(&["check", "--json"]);
+    run.expect_code(0);
+    let v = run.json();
+    let w = v["warnings"].as_array().unwrap_or_else(|| panic!("no warnings: {v:#}"));
+    let hint_of = |model: &str| -> String {
+        let found = w.iter().find(|w| w["rule"] == "batch_rescan" && w["model"] == model).unwrap_or_else(|| panic!("no batch_rescan for {model}: {v:#}"));
+        found["hint"].as_str().unwrap_or_default().to_string()
+    };
+    let sql = hint_of("m.daily");
+    assert!(sql.contains("a `full` one needs a `cron` (e.g. `-- cron: @daily`)") && !sql.contains("cron = "), "{sql}");
+    let rhai = hint_of("m.hourly");
+    assert!(rhai.contains("a `full` one needs a `cron` (e.g. `cron: \"@daily\"`)") && !rhai.contains("cron = "), "{rhai}");
+}
+
 /// `stg.moves` as the hospital example first shipped it: a view deduplicating the CSV feed with
 /// a window, which every weekly batch of `med.moves` recomputed over the whole file.
 const OLD_STG_MOVES: &str = r#"local src = require("models.sources")

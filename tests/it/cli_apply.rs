@@ -462,8 +462,9 @@ fn an_apply_with_nothing_to_apply_reports_applied_false() {
 }
 
 /// While another process holds the DuckDB file, each command's hint says what that command can
-/// do: `--retries N` only where the command has it (`apply`, `run`), else run it again once the
-/// writer is done; and with `--json` the hint is the error's `hint`, not part of its `message`.
+/// do: `--retries N` only where the command has it (`apply`, `run`) and was not given it (a
+/// larger `--retries` when it was), else run it again once the writer is done; and with
+/// `--json` the hint is the error's `hint`, not part of its `message`.
 #[test]
 fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field() {
     const AGAIN: &str = "run this again once that process is done";
@@ -495,5 +496,11 @@ fn a_held_duckdb_file_is_hinted_per_command_and_the_hint_is_its_own_json_field()
     let error = &run.json()["error"];
     let hint = error["hint"].as_str().unwrap_or_else(|| panic!("no hint in {error:#}"));
     assert!(hint.ends_with(&format!("{AGAIN}, or pass `--retries N` to retry with backoff")), "{hint}");
+    // An apply that already retried is not told to pass the flag it passed: a larger one.
+    let run = p.run(&["apply", "dev", "--yes", "--retries", "1", "--json"]);
+    run.expect_code(1);
+    let error = &run.json()["error"];
+    let hint = error["hint"].as_str().unwrap_or_else(|| panic!("no hint in {error:#}"));
+    assert!(hint.ends_with(&format!("{AGAIN}, or pass a larger `--retries` than 1 to retry longer")) && !hint.contains("--retries N"), "{hint}");
     drop(writer);
 }

@@ -135,10 +135,11 @@ fn a_csv_external_quoting_only_late_rows_is_read_with_the_rfc_quote() {
 }
 
 /// A value of a CSV external that its declared type refuses fails the build of the model reading
-/// it, and the error names the external (its definition, the data file, the line and the value)
-/// with a hint in efmesh's terms: the kind's `null_markers` for a spelling of NULL, the declared
-/// type for another value; never DuckDB's `nullstr` nor its dump of reader settings. The hinted
-/// option is the fix.
+/// it, and the error names the external (its definition, the data file, the CSV record and the
+/// value) with a hint in efmesh's terms: the kind's `null_markers` for a spelling of NULL, the
+/// declared type for another value; never DuckDB's `nullstr` nor its dump of reader settings.
+/// The failing statement comes before the hint, which ends the error in text and is the `hint`
+/// of `--json` (the statement staying in its `message`). The hinted option is the fix.
 #[test]
 fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_hint() {
     let p = Project::new();
@@ -151,7 +152,7 @@ fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_
     let err = &run.stderr;
     assert!(err.contains("models/sum.lua:1: building model `m.sum`: engine error: Conversion Error: CSV Error on Line: 3: "), "{err}");
     assert!(err.contains("Could not convert string \"NA\""), "DuckDB's conversion message stays: {err}");
-    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/parts.csv, line 3: b,NA\n"), "{err}");
+    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/parts.csv, CSV record 3: b,NA\n"), "{err}");
     assert!(
         err.contains("\n  hint: `NA` spells NULL in this file: declare it in the kind of `raw.parts` (models/raw.lua:1), `null_markers = { \"NA\" }`"),
         "{err}"
@@ -159,6 +160,12 @@ fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_
     for dump in ["nullstr", "sample_size", "Set By User"] {
         assert!(!err.contains(dump), "DuckDB's reader options are not printed ({dump}): {err}");
     }
+    let hint_at = err.find("\n  hint: ").unwrap_or_else(|| panic!("no hint: {err}"));
+    assert!(err.find("\n  while running: ").is_some_and(|at| at < hint_at), "the statement comes before the hint: {err}");
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(1).json();
+    let (message, hint) = (v["error"]["message"].as_str().unwrap_or_default(), v["error"]["hint"].as_str().unwrap_or_default());
+    assert!(hint.starts_with("`NA` spells NULL in this file") && !hint.contains("while running"), "the hint is the null_markers one, alone: {v:#}");
+    assert!(message.contains("CSV record 3: b,NA") && message.contains("\n  while running: ") && !message.contains("hint:"), "{v:#}");
     // The hint is the fix.
     write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
     p.apply("dev");
@@ -171,8 +178,97 @@ fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_
     let run = p.run(&["apply", "dev", "--yes"]);
     run.expect_code(1);
     let err = &run.stderr;
-    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/more/2025.csv, line 3: e,x y\n"), "{err}");
+    assert!(err.contains("\n  in the file of external `raw.parts` (models/raw.lua:1): ") && err.contains("data/more/2025.csv, CSV record 3: e,x y\n"), "{err}");
     assert!(err.contains("\n  hint: column `n` of `raw.parts` (models/raw.lua:1) is declared `bigint`, which `x y` is not"), "{err}");
+}
+
+/// Writes `models/raw.lua` with the CSV externals `raw.a` (line 1) and `raw.b` (line 2) reading
+/// `data/f.csv` with the kind options and types given, and `m.both` reading both.
+fn write_two_readers(p: &Project, a: (&str, &str), b: (&str, &str)) {
+    let external = |name: &str, (options, ty): (&str, &str)| {
+        format!(
+            "define_model {{ name = \"{name}\", kind = kind.external {{ path = \"data/f.csv\"{options} }}, schema = {{ {{ \"k\", \"varchar\" }}, {{ \"n\", \"{ty}\" }} }} }}\n"
+        )
+    };
+    p.write("models/raw.lua", &format!("{}{}", external("raw.a", a), external("raw.b", b)));
+    p.write(
+        "models/both.lua",
+        "define_model { name = \"m.both\", kind = kind.full(), schema = { { \"k\", \"varchar\" }, { \"n\", \"varchar\" } },\n  \
+         query = [[SELECT a.k, CAST(a.n AS VARCHAR) || CAST(b.n AS VARCHAR) AS n FROM ]] .. ref(\"raw.a\") .. [[ AS a JOIN ]] .. ref(\"raw.b\") .. [[ AS b USING (k)]] }\n",
+    );
+}
+
+/// The lines of an error that name the externals blamed and the hint.
+fn blamed(stderr: &str) -> String {
+    stderr.lines().filter(|l| l.starts_with("  in the file of ") || l.starts_with("  hint: ")).collect::<Vec<_>>().join("\n")
+}
+
+/// Of several CSV externals reading the failing file, the error blames only those that could
+/// have failed so: the one declaring the column with the type the reader converted to, not one
+/// reading the column as text nor one whose `null_markers` already hold the value; each blamed
+/// external's `null_markers` hint starts from its own markers.
+#[test]
+fn a_csv_value_error_blames_only_the_externals_that_could_have_failed_so() {
+    let p = Project::new();
+    p.write("data/f.csv", "k,n\na,1\nb,x\n");
+    write_two_readers(&p, ("", "varchar"), ("", "bigint"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("\n  in the file of external `raw.b` (models/raw.lua:2): ") && !blamed(err).contains("raw.a"), "raw.a reads `n` as text: {err}");
+    assert!(err.contains("\n  hint: column `n` of `raw.b` (models/raw.lua:2) is declared `bigint`, which `x` is not"), "{err}");
+
+    // `raw.a` already reads NA as NULL: only `raw.b` is told to.
+    p.write("data/f.csv", "k,n\na,1\nb,NA\n");
+    write_two_readers(&p, (", null_markers = { \"NA\" }", "bigint"), ("", "bigint"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("\n  in the file of external `raw.b` (models/raw.lua:2): ") && !blamed(err).contains("raw.a"), "{err}");
+    assert!(err.contains("declare it in the kind of `raw.b` (models/raw.lua:2), `null_markers = { \"NA\" }`, so its column `n`"), "{err}");
+
+    // Both could have: each one's option keeps its own markers.
+    write_two_readers(&p, (", null_markers = { \"-\" }", "bigint"), ("", "bigint"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("\n  in the file of externals ") && err.contains("`raw.a` (models/raw.lua:1)"), "{err}");
+    assert!(err.contains("`raw.a` (models/raw.lua:1), `null_markers = { \"-\", \"NA\" }`"), "raw.a keeps its `-`: {err}");
+    assert!(err.contains("`raw.b` (models/raw.lua:2), `null_markers = { \"NA\" }`") && err.contains("so their column `n` reads it as NULL"), "{err}");
+}
+
+/// A model's own `read_csv` failing on a file an external also reads (already reading the value
+/// as NULL) is not blamed on the external: the engine's message stays as it is.
+#[test]
+fn a_models_own_read_csv_failing_is_not_blamed_on_an_external() {
+    let p = Project::new();
+    p.write("data/parts.csv", "k,n\na,1\nb,NA\n");
+    let file = p.root().join("data/parts.csv");
+    let consumer = format!(
+        "SELECT a.k, b.n FROM ]] .. ref(\"raw.parts\") .. [[ AS a JOIN read_csv('{}', header = true, types = {{'n': 'bigint'}}) AS b USING (k)",
+        file.display()
+    );
+    write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, r#"{ { "k", "varchar" }, { "n", "bigint" } }"#, &consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("CSV Error on Line: 3"), "the engine's error: {err}");
+    assert!(!err.contains("in the file of external") && !err.contains("spells NULL") && !err.contains("null_markers ="), "raw.parts reads NA as NULL: {err}");
+}
+
+/// DuckDB numbers CSV records, not lines: after a quoted field spanning three lines, the failing
+/// record 3 is the file's line 5, and the error and its hint say "CSV record 3", never "line 3".
+#[test]
+fn a_csv_error_names_the_record_not_a_line_of_the_file() {
+    let p = Project::new();
+    p.write("data/parts.csv", "k,n,s\na,1,\"x\ny\nz\"\nb,q,w\n");
+    let consumer = "SELECT k, n FROM ]] .. ref(\"raw.parts\") .. [[";
+    write_models(&p, r#"path = "data/parts.csv""#, r#"{ { "k", "varchar" }, { "n", "bigint" }, { "s", "varchar" } }"#, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("data/parts.csv, CSV record 3: b,q,w"), "{err}");
+    assert!(err.contains("or correct CSV record 3 of the file") && !err.contains(", line 3") && !err.contains("correct line"), "{err}");
 }
 
 #[test]

@@ -115,8 +115,8 @@ fn the_scaffold_runs_pick_up_rows_appended_to_its_csv() {
 }
 
 /// `init` writes `efmesh.toml` and reads no configuration: a `--config` it would ignore (the
-/// next command given that path would find nothing there) is refused, exit 1, nothing written;
-/// with `--json` (which `init` does not take), one JSON error object.
+/// next command given that path would find nothing there) is refused, exit 1, nothing written.
+/// (`init` takes no `--json`: clap refuses that flag before the refusal of `--config` runs.)
 #[test]
 fn init_refuses_a_config_it_would_ignore() {
     let tmp = tempfile::tempdir().unwrap();
@@ -124,11 +124,7 @@ fn init_refuses_a_config_it_would_ignore() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`--config proj/custom.toml`") && stderr.contains("nothing was done") && stderr.contains("hint:"), "{stderr}");
-    assert!(!tmp.path().join("proj").exists(), "nothing may be written");
-    let out = efmesh(tmp.path(), &["init", "proj", "--config", "proj/custom.toml", "--json"]);
-    assert_eq!(out.status.code(), Some(1));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!((v["apiVersion"].as_i64(), v["error"]["kind"].as_str()), (Some(1), Some("usage")), "{v:#}");
+    assert!(stderr.contains("`efmesh init` writes its configuration as") && stderr.contains("so `--config` would be ignored"), "{stderr}");
     assert!(!tmp.path().join("proj").exists(), "nothing may be written");
     // Without `--config`, the same command writes the scaffold.
     assert!(efmesh(tmp.path(), &["init", "proj"]).status.success());

@@ -520,10 +520,48 @@ fn a_query_reading_efmesh_storage_by_name_is_a_load_error() {
     assert_eq!(stderr.matches("a relation of efmesh's own storage").count(), 2, "{stderr}");
 }
 
-/// `ref()` placed inside a string literal renders the relation's SQL text there (whose quotes
-/// end the literal: a parser error at build time only), and inside a comment reads nothing: a
-/// load error at the call's file:line naming the model referenced, in Lua, in Rhai and through a
-/// macro of a `.sql` model that quotes its argument.
+/// An external declared over a relation of efmesh's own storage (a model's physical table, as
+/// `plan --json` shows it) reads one version of the model by name, as a query would: a load
+/// error at the external's file:line naming the relation, with the model to reference instead.
+#[test]
+fn an_external_over_a_relation_of_efmesh_storage_is_a_load_error() {
+    assert_load_error(
+        |p| {
+            // As `plan --json` shows it, unquoted (an external's `table` is dotted identifiers).
+            let physical = action(&p.plan("dev"), "s.a")["physical"].as_str().expect("the physical relation of `s.a`").replace('"', "");
+            assert!(physical.starts_with("_efmesh.s__a__"), "{physical}");
+            p.write(
+                "models/x.lua",
+                &format!(
+                    "define_model {{ name = \"landing.x\", kind = kind.external {{ table = {physical:?} }}, schema = {{ {{ \"id\", \"integer\" }} }} }}\n"
+                ),
+            );
+        },
+        &[
+            "models/x.lua:1: model `landing.x`: external `landing.x` reads `_efmesh.s__a__",
+            "a relation of efmesh's own storage (`_efmesh`), by its name",
+            "hint: drop this external and read model `s.a` through a reference",
+        ],
+    );
+}
+
+/// On a DuckDB engine without `[ducklake]`, `_efmesh_meta` and `_efmesh_ducklake` are schemas
+/// like any other (efmesh makes neither there): a query reading them by name loads.
+#[test]
+fn meta_and_ducklake_schemas_are_not_efmesh_storage_on_duckdb_without_a_ducklake() {
+    let p = sample_project();
+    p.write(
+        "models/m.lua",
+        "define_model { name = \"z.m\", kind = kind.full(), schema = { { \"n\", \"bigint\" } },\n  query = \"SELECT count(*) AS n FROM _efmesh_meta.owners UNION ALL SELECT count(*) FROM _efmesh_ducklake.t\" }\n",
+    );
+    let out = rendered(&p, "z.m");
+    assert!(out.contains("_efmesh_meta.owners") && out.contains("_efmesh_ducklake.t"), "{out}");
+}
+
+/// `ref()` placed inside a string literal inlines the relation's name there as text (an
+/// external's `read_csv('…')` would end the literal: a parser error at build time only), and
+/// inside a comment reads nothing: a load error at the call's file:line naming the model
+/// referenced, in Lua, in Rhai and through a macro of a `.sql` model that quotes its argument.
 #[test]
 fn a_reference_inside_a_string_literal_or_a_comment_is_a_load_error() {
     assert_load_error(
@@ -545,7 +583,7 @@ fn a_reference_inside_a_string_literal_or_a_comment_is_a_load_error() {
             p.write("models/q.sql", "-- name: z.q\n-- kind: full\n-- schema: t varchar\n-- refs: s.c\nSELECT @quoted(@ref(s.c)) AS t\n");
         },
         &[
-            "models/lit.lua:3: model `z.lit`: the reference to model `raw.events` is inside a string literal of the query: a reference inside a string literal renders the relation's SQL text, not a read",
+            "models/lit.lua:3: model `z.lit`: the reference to model `raw.events` is inside a string literal of the query: a reference inside a string literal inlines the relation's name there as text: nothing is read",
             "hint: move it out of the quotes",
             "models/com.lua:2: model `z.com`: the reference to model `s.c` is inside a comment of the query",
             "models/r.rhai:1: model `z.rh`: the reference to model `s.c` is inside a string literal of the query",

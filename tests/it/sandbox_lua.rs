@@ -342,6 +342,17 @@ fn a_huge_error_message_is_cut_in_the_report() {
     assert!(msg.contains("xxxx… (error message cut: 10485"), "{msg}");
 }
 
+/// Running out of the interpreter's memory is reported as a memory error, as it was before
+/// project code ran under efmesh's message handler: Lua calls no handler for an allocation
+/// failure, and `xpcall`'s bare `not enough memory` was reported as a runtime error.
+#[test]
+fn the_memory_limit_is_reported_as_a_memory_error() {
+    let (msg, elapsed) = load_err("local s = \"x\"\n\nfor i = 1, 40 do s = s .. s end");
+    assert!(elapsed < LIMIT, "took {elapsed:?}");
+    assert!(msg.contains("models/m.lua: memory error: not enough memory"), "{msg}");
+    assert!(!msg.contains("runtime error"), "{msg}");
+}
+
 #[test]
 fn print_goes_to_stderr_not_stdout_and_bytecode_chunks_are_refused() {
     // A file starting with the bytecode signature is not loaded as binary.

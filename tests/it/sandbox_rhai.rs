@@ -289,8 +289,9 @@ fn script_errors_carry_line_column_and_the_call_stack() {
 
 /// A closure converted to text prints `Fn(anon$<hash>)`, the hash different in every process
 /// (SQL built from it would get a new fingerprint with no edit): refused naming file:line, however
-/// it is converted — `${…}` of it or of a map or array holding it, `+`, `to_string`, `print`,
-/// `debug`, its `name`, a map's `to_json()` — and no hash reaches the report.
+/// it is converted — `${…}` of it or of a map or array holding it, `+`, `to_string`, its `name`, a
+/// map's `to_json()` (also past 64 levels of nesting, which are not looked into) — and no hash
+/// reaches the report.
 #[test]
 fn a_closure_converted_to_text_is_refused_with_file_and_line() {
     let ok = "define_model(#{ name: \"a.ok\", kind: kind::full(), schema: [[\"x\", \"integer\"]], query: \"SELECT 1 AS x\" });";
@@ -300,21 +301,126 @@ fn a_closure_converted_to_text_is_refused_with_file_and_line() {
         ("let f = |x| x;\nlet s = `${[1, f]}`;", 2),
         ("let f = |x| x;\nlet s = \"a\" + f;", 2),
         ("let f = |x| x;\nlet s = f.to_string();", 2),
-        ("let f = |x| x;\nprint(f);", 2),
-        ("let f = |x| x;\ndebug(f);", 2),
         ("let f = |x| x;\nlet s = f.name;", 2),
         ("let m = #{ rules: [|x| x] };\nlet s = m.to_json();", 2),
+        // Deeper than the 64 levels `to_json()` looks into: refused, not written with its hash.
+        ("let m = #{ f: |x| x };\nfor i in 0..80 { m = #{ inner: m }; }\nlet s = m.to_json();", 3),
     ] {
-        let expected = format!("models/evil.rhai:{line}: a closure or function pointer converted to text");
+        let expected = format!("models/evil.rhai:{line}: a closure converted to text");
         let err = threat(&format!("{code}\n{ok}\n"), &[expected.as_str()]);
         assert!(!err.replace("anon$<hash>", "").contains("anon$"), "a closure's hash reached the report:\n{err}");
     }
-    // A named function pointer's name is the name written.
-    let dir = project(&[(
-        "models/m.rhai",
-        "fn upper(x) { x.to_upper() }\nlet n = Fn(\"upper\").name;\ndefine_model(#{ name: \"a.m\", kind: kind::full(), schema: [[\"s\", \"varchar\"]], query: `SELECT '${n}' AS s` });\n",
-    )]);
-    load_ok(&dir);
+}
+
+/// `print` and `debug` of a closure, or of an array or map holding one, write `Fn(closure)` to the
+/// log (never to SQL) and are not refused; a named function pointer is allowed everywhere, its
+/// text (`Fn(upper)`, its `name` `upper`) the same in every process, also in the model's SQL.
+#[test]
+fn printing_a_closure_and_named_function_pointers_are_allowed() {
+    let code = r#"fn upper(x) { x.to_upper() }
+let f = |x| x;
+let cfg = #{ name: "upper", f: f, list: [f] };
+print(cfg);
+debug(cfg);
+print(f);
+debug([f]);
+let g = Fn("upper");
+let s = `${g}|${g.name}|${#{ g: g }}|${[g]}|` + g + "|" + g.to_string();
+define_model(#{ name: "a.m", kind: kind::full(), schema: [["s", "varchar"]], query: `SELECT '${s}' AS s` });
+"#;
+    let p = project_of(&[("models/m.rhai", code)]);
+    let (run, took) = run_bounded(&p, &["render", "a.m"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(took < LIMIT, "took {took:?}");
+    // The log's own quoting aside: the map's closure, its list's, `print(f)`'s and `debug([f])`'s.
+    assert!(run.stderr.matches("Fn(closure)").count() >= 6, "{}", run.stderr);
+    assert_has(&run.stderr, &["[Fn(closure)]"]);
+    assert!(!run.stderr.contains("anon$"), "a closure's hash was printed:\n{}", run.stderr);
+    assert_has(&run.stdout, &[r#"SELECT 'Fn(upper)|upper|#{"g": Fn(upper)}|[Fn(upper)]|Fn(upper)|Fn(upper)' AS s"#]);
+}
+
+/// A closure converted to text inside a Rhai macro or audit body is refused too, although
+/// efmesh runs them in an interpreter of their own when a `.sql`, Lua or Rhai model calls them
+/// (the refusal was recorded there and dropped: `check` passed and the SQL held `Fn(closure)`):
+/// every model using them fails to load, and the error names the definition file's line.
+#[test]
+fn a_closure_converted_to_text_in_a_macro_or_an_audit_body_fails_its_users() {
+    let macros = ("macros/m.rhai", "let rules = #{ f: |x| x };\ndefine_macro(\"rule_text\", |c| `'${rules}'`);\n");
+    let audits = (
+        "audits/a.rhai",
+        "let rules = #{ f: |x| x };\ndefine_audit(#{ name: \"ruled\", params: [\"column\"],\n  query: |rel, args| `SELECT * FROM ${rel} WHERE ${args.column} = '${rules}'` });\n",
+    );
+    let dir = project(&[
+        macros,
+        ("models/s.sql", "-- name: r.s\n-- kind: full\n-- schema: s varchar\nSELECT @rule_text(x) AS s\n"),
+        ("models/l.lua", "define_model { name = \"r.l\", kind = kind.full(), schema = {{\"s\",\"varchar\"}}, query = \"SELECT @rule_text(x) AS s\" }\n"),
+        ("models/r.rhai", "define_model(#{ name: \"r.r\", kind: kind::full(), schema: [[\"s\",\"varchar\"]], query: \"SELECT @rule_text(x) AS s\" });\n"),
+    ]);
+    let err = load_err(&dir);
+    for model in ["models/s.sql:", "models/l.lua:1:", "models/r.rhai:1:"] {
+        assert!(
+            err.lines().any(|l| l.starts_with(model) && l.contains("macro `@rule_text` failed: macros/m.rhai:2: a closure converted to text")),
+            "{model} is not refused:\n{err}"
+        );
+    }
+    assert!(!err.replace("anon$<hash>", "").contains("anon$") && !err.contains("Fn(closure)"), "{err}");
+    // A Lua model using a Rhai audit (rendered by the Rhai definition interpreter), and a Rhai
+    // model using it (rendered in the model's own interpreter): the file of the body is named.
+    let dir = project(&[
+        audits,
+        (
+            "models/l.lua",
+            "define_model { name = \"r.l\", kind = kind.full(), schema = {{\"s\",\"varchar\"}}, query = \"SELECT 'a' AS s\",\n  audits = { audit.ruled(\"s\") } }\n",
+        ),
+    ]);
+    let err = load_err(&dir);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("models/l.lua:") && l.contains("audit `ruled` failed to render its SQL: audits/a.rhai:3: a closure converted to text")),
+        "the Lua model's use is not refused:\n{err}"
+    );
+    let dir = project(&[
+        audits,
+        (
+            "models/r.rhai",
+            "define_model(#{ name: \"r.r\", kind: kind::full(), schema: [[\"s\",\"varchar\"]], query: \"SELECT 'a' AS s\",\n  audits: [audit(\"ruled\", \"s\")] });\n",
+        ),
+    ]);
+    let err = load_err(&dir);
+    assert!(err.lines().any(|l| l.starts_with("audits/a.rhai:3: a closure converted to text")), "the body's file is not named:\n{err}");
+}
+
+/// A closure's `anon$<hash>` name reaching SQL by a route no conversion sees — the message of a
+/// caught error naming the closure (`Function not found: anon$… (i64, i64)`) — is refused as a
+/// catch-all: in a Rhai model's query at its `define_model`, in a Rhai macro's answer at its
+/// call, in a Rhai audit body's SQL at its use; no hash reaches the report.
+#[test]
+fn a_closures_name_reaching_sql_through_a_caught_error_is_refused() {
+    let caught = "let f = |x| x;\nlet msg = \"\";\ntry { f.call(1, 2); } catch (e) { msg = e.message; }\n";
+    let err = threat(
+        &format!("{caught}define_model(#{{ name: \"r.c\", kind: kind::full(), schema: [[\"s\", \"varchar\"]], query: `SELECT '${{msg}}' AS s` }});\n"),
+        &["models/evil.rhai:4: model `r.c`: its query holds `anon$<hash>`"],
+    );
+    assert!(!err.replace("anon$<hash>", "").contains("anon$"), "a closure's hash reached the report:\n{err}");
+    let body = "let f = |x| x; let msg = \"\"; try { f.call(1, 2); } catch (e) { msg = e.message; }";
+    let macro_file = format!("define_macro(\"caught\", |c| {{ {body} `'${{msg}}'` }});\n");
+    let audit_file = format!(
+        "define_audit(#{{ name: \"caught\", params: [\"column\"], query: |rel, args| {{ {body} `SELECT * FROM ${{rel}} WHERE ${{args.column}} = '${{msg}}'` }} }});\n"
+    );
+    let dir = project(&[
+        ("macros/m.rhai", macro_file.as_str()),
+        ("audits/a.rhai", audit_file.as_str()),
+        ("models/s.sql", "-- name: r.s\n-- kind: full\n-- schema: s varchar\nSELECT @caught(x) AS s\n"),
+        (
+            "models/l.lua",
+            "define_model { name = \"r.l\", kind = kind.full(), schema = {{\"s\",\"varchar\"}}, query = \"SELECT 'a' AS s\",\n  audits = { audit.caught(\"s\") } }\n",
+        ),
+    ]);
+    let err = load_err(&dir);
+    let line_of = |file: &str, text: &str| err.lines().any(|l| l.starts_with(file) && l.contains(text));
+    assert!(line_of("models/s.sql:", "macro `@caught` (macros/m.rhai:1) returned SQL holding `anon$<hash>`"), "{err}");
+    assert!(line_of("models/l.lua:", "audit `caught` failed to render its SQL: its SQL holds `anon$<hash>`"), "{err}");
+    assert!(!err.replace("anon$<hash>", "").contains("anon$"), "a closure's hash reached the report:\n{err}");
 }
 
 #[test]

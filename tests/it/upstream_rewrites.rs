@@ -527,13 +527,15 @@ fn a_parents_non_breaking_new_version_keeps_the_childs_table_and_recomputes_noth
     let copy = action(&plan, "t.copy");
     assert_eq!((&copy["change"], &copy["build"], &copy["reusedFrom"]), (&json!("indirect"), &json!(false), &first), "{plan:#}");
     assert_eq!((copy.get("recompute"), &copy["intervals"]), (None, &json!(0)), "{plan:#}");
+    let before = p.rows(&env_view("dev", "t.copy"));
+    assert_eq!(before.len(), 3, "{before:?}");
     p.apply("dev");
     // The parent's first version, served by nobody, is collected; the child's days stay as
-    // they are.
+    // they are: the same days, the same totals.
     p.run(&["janitor", "--ttl", "0"]).expect_code(0);
     let after = p.plan("dev");
     assert_eq!(after["hasChanges"], false, "{after:#}");
-    assert_eq!(p.rows(&env_view("dev", "t.copy")).len(), 3);
+    assert_eq!(p.rows(&env_view("dev", "t.copy")), before);
 }
 
 #[test]
@@ -556,7 +558,7 @@ fn a_parent_rebuilt_after_the_janitor_collected_it_recomputes_the_existing_child
     assert_eq!(copy["recompute"], json!({"intervals": 3, "because": ["t.daily"]}), "{plan:#}");
     assert_eq!(copy["intervals"], 3, "{plan:#}");
     let why = copy["explain"]["reason"].as_str().unwrap_or_default();
-    assert!(why.contains("exists already") && !why.contains("rebuilt"), "not built: {plan:#}");
+    assert!(why.contains("exists already") && why.contains("pointed at, not built") && !why.contains("rebuilt"), "not built: {plan:#}");
     let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
     assert!(text.contains("3 of them done, recomputed: `t.daily` rewrites them"), "{text}");
 
@@ -569,4 +571,64 @@ fn a_parent_rebuilt_after_the_janitor_collected_it_recomputes_the_existing_child
     let after = p.plan("dev");
     assert_eq!(after["hasChanges"], false, "{after:#}");
     p.run(&["status", "dev", "--check"]).expect_code(0);
+}
+
+/// [`daily_and_copies`] with the parent's total doubled: a breaking edit.
+fn daily_doubled() -> String {
+    let doubled = daily_and_copies(false).replace("CAST(sum(v) AS BIGINT)", "CAST(sum(v) * 2 AS BIGINT)");
+    assert_ne!(doubled, daily_and_copies(false), "the edit applies");
+    doubled
+}
+
+/// A child version `dev` built over a breaking parent edit, promoted to `prod` for the first
+/// time: `prod` never served it, so its why says it exists already (built for another
+/// environment) and is pointed at, not that it is pointed at "again".
+#[test]
+fn a_first_promotion_of_a_childs_version_says_it_is_pointed_at_not_again() {
+    let p = daily_and_copies_in_dev();
+    p.apply("prod");
+    p.write("models/m.lua", &daily_doubled());
+    p.apply("dev");
+    let plan = p.plan("prod");
+    let copy = action(&plan, "t.copy");
+    assert_eq!((&copy["change"], &copy["build"]), (&json!("indirect"), &json!(false)), "{plan:#}");
+    let why = copy["explain"]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("one that exists already (built before, here or for another environment): pointed at, not built"), "{plan:#}");
+    assert!(!why.contains("again"), "prod never served this version: {plan:#}");
+}
+
+/// `prod` takes a non-breaking edit of the parent (its child's new version reuses the table),
+/// the parent's first version is collected, a late row arrives and `dev` undoes the edit: `dev`
+/// points at the child's first version, whose table `prod` writes, over the parent rebuilt
+/// from the events as they are now. `dev` recomputes none of the child's days there (they
+/// would change what `prod` serves) and its plan says so, counting them.
+#[test]
+fn stale_days_of_a_child_whose_table_prod_writes_are_left_to_prod_and_said() {
+    let mut p = Project::new();
+    p.execute_on_engine("CREATE SCHEMA landing; CREATE TABLE landing.events (ts timestamp, v integer)");
+    p.execute_on_engine(
+        "INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 10:00', 10), (TIMESTAMP '2026-01-02 10:00', 20), (TIMESTAMP '2026-01-03 10:00', 30)",
+    );
+    p.now = "2026-01-04T00:00:00Z".into();
+    p.write("models/m.lua", &daily_and_copies(false));
+    p.apply("prod");
+    p.write("models/m.lua", &daily_and_copies(true));
+    p.apply("prod");
+    let served = p.rows(&env_view("prod", "t.copy"));
+    p.run(&["janitor", "--ttl", "0"]).expect_code(0);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-02 12:00', 5)");
+    p.write("models/m.lua", &daily_and_copies(false));
+    let plan = p.plan("dev");
+    let parent = action(&plan, "t.daily");
+    assert_eq!((&parent["build"], &parent["intervals"]), (&json!(true), &json!(3)), "{plan:#}");
+    let copy = action(&plan, "t.copy");
+    assert_eq!((copy.get("recompute"), &copy["intervals"]), (None, &json!(0)), "left to prod: {plan:#}");
+    let text = p.run(&["plan", "dev"]).expect_code(0).stdout.clone();
+    assert!(text.contains("3 interval(s) not computed here: its table is also what `prod` serves"), "{text}");
+    assert!(text.contains("; 3 of them done here, over rows a model upstream has rewritten since"), "{text}");
+
+    p.apply("dev");
+    // `prod` serves what it served; `dev` serves `prod`'s rows for the child, as said.
+    assert_eq!(p.rows(&env_view("prod", "t.copy")), served);
+    assert_eq!(p.rows(&env_view("dev", "t.copy")), served);
 }

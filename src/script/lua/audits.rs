@@ -186,7 +186,8 @@ fn arguments(name: &str, args: MultiValue, location: &Location) -> Result<(Vec<s
     Ok((positional, named))
 }
 
-/// Binds a use's arguments and calls the body of `def`.
+/// Binds a use's arguments and calls the body of `def` (and again, to check that it keeps no
+/// state: [`reg::Answers::checks`]).
 pub(super) fn render(
     lua: &Lua,
     st: &Rc<RefCell<State>>,
@@ -212,17 +213,26 @@ pub(super) fn render(
         };
         Ok(text)
     };
-    // Called twice, and with the arguments of the definition's first use when they differ: a
-    // body keeping state between calls answers otherwise ([`reg::finish_pure`]).
+    // Called again, and with the arguments of the definition's first use when they differ, the
+    // first time these arguments are rendered (not for a built-in): a body keeping state
+    // between calls answers otherwise ([`reg::finish_pure`]). These verification calls run
+    // outside the file's budget ([`State::verifying`]).
     let first = call(&bound.args)?;
-    let again = call(&bound.args)?;
-    let earlier_args = st.borrow().audit_answers.earlier_args(def, &bound.args);
-    let earlier = match earlier_args {
-        Some(args) => {
-            let text = call(&args)?;
-            Some((args, text))
-        }
-        None => None,
+    let checks = st.borrow().audit_answers.checks(def, &bound.args);
+    let (again, earlier) = if checks.any() {
+        State::verifying(st, || -> Result<_, LoadError> {
+            let again = if checks.again { Some(call(&bound.args)?) } else { None };
+            let earlier = match checks.earlier {
+                Some(args) => {
+                    let text = call(&args)?;
+                    Some((args, text))
+                }
+                None => None,
+            };
+            Ok((again, earlier))
+        })?
+    } else {
+        (None, None)
     };
     let mut s = st.borrow_mut();
     let s = &mut *s;

@@ -7,7 +7,7 @@
 //! Uses are resolved where they are written, as in Lua: unknown names and bad arguments are
 //! load errors at the `audit(…)` call, recorded while evaluation goes on.
 
-use super::{State, call_site, convert, rt};
+use super::{CLOSURE_NAME_HINT, CLOSURE_NAME_IN_SQL, State, call_site, convert, holds_closure_name, rt};
 use crate::core::audit::{Audit, AuditDef, THIS};
 use crate::core::{LoadError, Location};
 use crate::script::audits::{self as reg, RHAI_BUILTINS};
@@ -147,7 +147,8 @@ fn resolve(ctx: &NativeCallContext, st: &Rc<RefCell<State>>, name: &str, args: V
     }
 }
 
-/// Binds a use's arguments and calls the body of `def`.
+/// Binds a use's arguments and calls the body of `def` (and again, to check that it keeps no
+/// state: [`reg::Answers::checks`]).
 pub(super) fn render(
     engine: &Engine,
     st: &Rc<RefCell<State>>,
@@ -165,9 +166,17 @@ pub(super) fn render(
         for (k, v) in args {
             rhai_args.insert(k.as_str().into(), json_to_dynamic(v));
         }
+        // The body carries no source: a host function's error inside it is placed in the
+        // definition's file ([`super::refuse_fn_ptr_text`]).
+        let outer = st.borrow_mut().body_file.replace(def.location.file.clone());
         let out: Result<Dynamic, Box<EvalAltResult>> = body.call(engine, ast, (ImmutableString::from(THIS), rhai_args));
+        st.borrow_mut().body_file = outer;
         let text = match out {
             Ok(v) => match v.read_lock::<ImmutableString>() {
+                // The catch-all of a closure's name reaching SQL by a route the conversions miss.
+                Some(s) if holds_closure_name(s.as_str()) => {
+                    return Err(reg::body_failed(def, location, &format!("its SQL holds {CLOSURE_NAME_IN_SQL}")).with_hint(CLOSURE_NAME_HINT));
+                }
                 Some(s) => s.to_string(),
                 None => return Err(reg::body_failed(def, location, &format!("the body must return a string of SQL, got `{}`", v.type_name()))),
             },
@@ -187,18 +196,26 @@ pub(super) fn render(
         };
         Ok(text)
     };
-    // Called twice, and with the arguments of the definition's first use when they differ: a
-    // body keeping state between calls (a closure's captured variable) answers otherwise
-    // ([`reg::finish_pure`]).
+    // Called again, and with the arguments of the definition's first use when they differ, the
+    // first time these arguments are rendered (not for a built-in): a body keeping state
+    // between calls (a closure's captured variable) answers otherwise ([`reg::finish_pure`]).
+    // These verification calls run outside the file's budget ([`State::verifying`]).
     let first = call(&bound.args)?;
-    let again = call(&bound.args)?;
-    let earlier_args = st.borrow().audit_answers.earlier_args(def, &bound.args);
-    let earlier = match earlier_args {
-        Some(args) => {
-            let text = call(&args)?;
-            Some((args, text))
-        }
-        None => None,
+    let checks = st.borrow().audit_answers.checks(def, &bound.args);
+    let (again, earlier) = if checks.any() {
+        State::verifying(st, || -> Result<_, LoadError> {
+            let again = if checks.again { Some(call(&bound.args)?) } else { None };
+            let earlier = match checks.earlier {
+                Some(args) => {
+                    let text = call(&args)?;
+                    Some((args, text))
+                }
+                None => None,
+            };
+            Ok((again, earlier))
+        })?
+    } else {
+        (None, None)
     };
     let mut s = st.borrow_mut();
     let s = &mut *s;
