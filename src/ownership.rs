@@ -364,8 +364,9 @@ pub fn sharers(physical: &str, in_engine: bool, in_lake: bool, owners: &[Owners]
 }
 
 /// Prefix of the name of an environment's record in the engine database's `_efmesh` schema,
-/// before the environment's name: the view `"_efmesh"."_efmesh_env__<env>"`, whose comment names
-/// the state store that promoted the environment last (SPEC §4, invariant 64). An environment
+/// before the environment's name: the view `"_efmesh"."_efmesh_env__<env>"` (a hashed name past 63
+/// bytes, [`env_record_name`]), whose comment names the state store that promoted the environment
+/// last (SPEC §4, invariant 64). An environment
 /// name holds no `__` and does not end with `_`, so a record's name holds exactly one `__`,
 /// while a physical relation's (`<schema>__<table>__<fp>`) holds at least two: no physical
 /// relation is ever taken for a record, even of a model in a schema `_efmesh_env`.
@@ -374,9 +375,31 @@ pub const ENV_RECORD_PREFIX: &str = "_efmesh_env__";
 /// The text of an environment record's comment, before the store id.
 const ENV_RECORD_COMMENT: &str = "efmesh: environment views of state store ";
 
-/// The name (unquoted, in `_efmesh`) of the record of environment `env`.
+/// The longest record name: Postgres cuts identifiers at 63 bytes (and efmesh refuses a cut
+/// name), so a record is named within them on every engine.
+const ENV_RECORD_MAX_BYTES: usize = 63;
+
+/// The name (unquoted, in `_efmesh`) of the record of environment `env`:
+/// `_efmesh_env__<env>`, or, when that exceeds 63 bytes (an environment name whose schemas
+/// `<env>__<schema>` still fit), `_efmesh_env__<env's first characters>_<16 hex of blake3(env)>`
+/// within them. Either holds exactly one `__` (the characters kept lose their trailing `_`, an
+/// environment name holds no `__`) and is [`is_env_record`].
 pub fn env_record_name(env: &str) -> String {
-    format!("{ENV_RECORD_PREFIX}{env}")
+    const HASH_HEX: usize = 16;
+    let plain = format!("{ENV_RECORD_PREFIX}{env}");
+    if plain.len() <= ENV_RECORD_MAX_BYTES {
+        return plain;
+    }
+    let hash = blake3::hash(env.as_bytes()).to_hex().to_string();
+    let room = ENV_RECORD_MAX_BYTES - ENV_RECORD_PREFIX.len() - 1 - HASH_HEX;
+    let mut head = String::new();
+    for c in env.chars() {
+        if head.len() + c.len_utf8() > room {
+            break;
+        }
+        head.push(c);
+    }
+    format!("{ENV_RECORD_PREFIX}{}_{}", head.trim_end_matches('_'), &hash[..HASH_HEX])
 }
 
 /// The record of environment `env`, qualified and quoted.
@@ -386,7 +409,7 @@ pub fn env_record_relation(env: &str) -> String {
 }
 
 /// True when `name` (a relation of `_efmesh`) is an environment record: [`ENV_RECORD_PREFIX`]
-/// then a valid environment name.
+/// then a valid environment name (a hashed record name, `<first characters>_<hex>`, is one).
 pub fn is_env_record(name: &str) -> bool {
     name.strip_prefix(ENV_RECORD_PREFIX).is_some_and(|env| crate::core::name::validate_env(env).is_ok())
 }
@@ -414,31 +437,26 @@ pub fn env_recorded_by<'c>(catalog: &'c crate::engine::Catalog, env: &str) -> Op
     catalog.comment(crate::engine::STORAGE_SCHEMA, &env_record_name(env)).and_then(env_record_owner)
 }
 
-/// An environment view a promotion would create, replace or drop while another state store
-/// may serve it (SPEC §4, invariant 64).
+/// An existing environment view a promotion would replace or drop that reads efmesh's storage
+/// but not the version this store's environment serves, so another state store may serve it
+/// (SPEC §4, invariant 64).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForeignView {
     /// The view, `schema.table`.
     pub view: String,
-    /// The store the environment's record names; `None` without a record (the environment last
-    /// promoted before records existed) for a view that reads versions of efmesh's storage this
-    /// store does not know.
+    /// The other store the environment's record names (the one that promoted the environment
+    /// last, for the message only); `None` when the record names this store or there is none.
     pub owner: Option<String>,
 }
 
-/// The views of `candidates` another live state store may serve: those of an environment whose
-/// record names another store still present in the engine database (`living`: every other store
-/// with a use record or an owner marker there), or, without a record, any while another store is
-/// present. A store no longer present (taken over by `janitor --adopt`: its markers and use
-/// records removed) leaves its views to whoever applies next.
+/// The views of `candidates` (views this store's environment does not serve) another live
+/// state store may serve: all of them while another store is present in the engine database
+/// (`living`: every other store with a use record or an owner marker there), none otherwise. The
+/// environment's record only names a store, it decides nothing: a store no longer present (taken
+/// over by `janitor --adopt`: its markers and use records removed) leaves its views to whoever
+/// applies next, while any store present may have made them, whoever promoted last.
 pub fn foreign_views(candidates: Vec<ForeignView>, living: &[String]) -> Vec<ForeignView> {
-    candidates
-        .into_iter()
-        .filter(|v| match &v.owner {
-            Some(owner) => living.iter().any(|l| l == owner),
-            None => !living.is_empty(),
-        })
-        .collect()
+    if living.is_empty() { Vec::new() } else { candidates }
 }
 
 /// The other state stores present in the engine database: those with a use record
@@ -460,8 +478,8 @@ pub fn foreign_views_message(env: &str, engine: &str, me: &str, views: &[Foreign
         .iter()
         .take(SHOWN)
         .map(|v| match &v.owner {
-            Some(o) => format!("`{}` (made by state store {o})", v.view),
-            None => format!("`{}` (reads versions this state store does not know)", v.view),
+            Some(o) => format!("`{}` (reads no version this state store's `{env}` serves; `{env}` last promoted by state store {o})", v.view),
+            None => format!("`{}` (reads no version this state store's `{env}` serves)", v.view),
         })
         .collect();
     let more = if views.len() > SHOWN { format!(" and {} more", views.len() - SHOWN) } else { String::new() };
@@ -470,8 +488,9 @@ pub fn foreign_views_message(env: &str, engine: &str, me: &str, views: &[Foreign
          other state store(s) write this database ({}; this one is {me}), and replacing their views would silently change what they serve, \
          so nothing was done\n  \
          hint: use one state store per engine database (point this project's `[engine]` at another database), or apply under another \
-         environment name; if the other store is gone for good (its state deleted or replaced), take the database over with \
-         `efmesh janitor --adopt`, then apply again",
+         environment name; if the other store is gone for good (its state deleted or replaced, this store's own included: a state \
+         store deleted and applied again is a new store, and the views its lost state made are another's), take the database over \
+         with `efmesh janitor --adopt`, then apply again",
         views.len(),
         shown.join(", "),
         others.join(", ")
@@ -529,11 +548,12 @@ mod tests {
     }
 
     /// An environment's record (one view in `_efmesh`, never a physical relation's name) names
-    /// the store that promoted it last; only views of a store still present in the database (or,
-    /// without a record, while any other store is) are another's; the refusal names the views,
-    /// the stores and the ways out.
+    /// the store that promoted it last but decides nothing: every view this store's environment
+    /// does not serve is another's while any other store is present in the database, whichever
+    /// store the record names, and none once no other store is; the refusal names the views,
+    /// the stores and the ways out (the lost state store's own views included).
     #[test]
-    fn a_view_is_anothers_only_while_its_store_is_present() {
+    fn a_view_is_anothers_while_another_store_is_present_whatever_the_record_names() {
         assert_eq!(env_record_relation("prod"), "\"_efmesh\".\"_efmesh_env__prod\"");
         let sql = env_record_sql(&crate::engine::dialect::Standard, "dev", "ab12");
         assert_eq!(sql.len(), 3, "one schema, one view, one comment: {sql:?}");
@@ -546,25 +566,54 @@ mod tests {
         assert!(!is_env_record("_efmesh_env__prod__0123456789abcdef0123456789abcdef"));
         assert!(!is_env_record("_efmesh_epoch__ab12") && !is_env_record("_efmesh_env__"));
         let uses = vec![("ab12".to_string(), "registered".to_string()), ("cd34".to_string(), "registered".to_string())];
-        let marker = vec!["ab12".to_string(), UNKNOWN_OWNER.to_string()];
+        let marker = ["ab12".to_string(), UNKNOWN_OWNER.to_string()];
         let living = living_stores(&uses, Some(&marker[..]), "ab12");
         assert_eq!(living, vec!["cd34".to_string(), UNKNOWN_OWNER.to_string()]);
         let view = |v: &str, o: Option<&str>| ForeignView { view: v.to_string(), owner: o.map(str::to_string) };
         let candidates = vec![view("s.a", Some("cd34")), view("s.b", Some("ef56")), view("s.c", None)];
-        assert_eq!(foreign_views(candidates.clone(), &living), vec![view("s.a", Some("cd34")), view("s.c", None)]);
+        assert_eq!(foreign_views(candidates.clone(), &living), candidates, "the record names, it never spares a view");
         assert!(foreign_views(candidates, &[]).is_empty(), "a store taken over leaves its views");
-        let m = foreign_views_message("prod", "/p/efmesh.duckdb", "ab12", &[view("s.a", Some("cd34"))], &living);
+        let m = foreign_views_message("prod", "/p/efmesh.duckdb", "ab12", &[view("s.a", Some("cd34")), view("s.c", None)], &living);
         for wanted in [
             "environment `prod`",
-            "`s.a` (made by state store cd34)",
+            "`s.a` (reads no version this state store's `prod` serves; `prod` last promoted by state store cd34)",
+            "`s.c` (reads no version this state store's `prod` serves)",
             "/p/efmesh.duckdb",
             "this one is ab12",
             "nothing was done",
             "one state store per engine database",
+            "a state store deleted and applied again is a new store",
             "janitor --adopt",
         ] {
             assert!(m.contains(wanted), "{wanted}: {m}");
         }
+    }
+
+    /// An environment's record is named within Postgres's 63 bytes whatever the length of the
+    /// environment's name (its schemas `<env>__<schema>` may fit while `_efmesh_env__<env>` would
+    /// not): a long name's record is its first characters then a hash, one `__` only, a record
+    /// still, distinct for names sharing their first characters, the same at every call.
+    #[test]
+    fn a_long_environment_names_record_fits_63_bytes() {
+        let short = "feature_abcdefghij_abcdefghij_abcdefghij_abcdefghi";
+        assert_eq!(env_record_name(short), format!("_efmesh_env__{short}"), "a name that fits is kept whole");
+        assert_eq!(env_record_name(short).len(), 63);
+        let long = "feature_abcdefghij_abcdefghij_abcdefghij_abcdefghij1";
+        // The first characters kept end at a `_`: dropped, so the name holds one `__` only.
+        let cut = "feature_abcdefghij_abcdefghij_ab_cdefghijklmnopqrstuvwxyz";
+        let (many, longer) = ("a".repeat(200), format!("{cut}f"));
+        for env in [long, many.as_str(), cut, longer.as_str()] {
+            let name = env_record_name(env);
+            assert!(name.len() <= 63, "{name}: {} bytes", name.len());
+            assert!(name.starts_with(ENV_RECORD_PREFIX) && name.matches("__").count() == 1, "{name}");
+            assert!(is_env_record(&name), "{name}");
+            assert_eq!(env_record_name(env), name, "stable");
+        }
+        assert_ne!(env_record_name(long), env_record_name(&format!("{long}2")), "names sharing their first characters differ");
+        let hashed = env_record_name(long);
+        let hex = hashed.rsplit('_').next().unwrap_or_default();
+        assert!(hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{hashed}");
+        assert!(hashed.starts_with("_efmesh_env__feature_abcdefghij"), "{hashed}");
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub const KEEPALIVES_RETRIES: u32 = 3;
 /// statement sent into a network that went silent fails after it instead of waiting forever.
 pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A connection attempt that failed ([`connect`]): the driver's error, or a server that did
-/// not finish the startup handshake within the bound.
+/// A connection attempt that failed ([`connect`]): the driver's error, a server that did not
+/// finish the startup handshake within the bound, or an attempt that panicked.
 #[derive(Debug)]
 pub enum ConnectError {
     /// The driver's error (refused, reset, a DNS failure, a refused login, a server error).
@@ -38,6 +38,9 @@ pub enum ConnectError {
         /// The bound that passed.
         after: Duration,
     },
+    /// The connection attempt ended without a result: its thread panicked (the driver could
+    /// not build its runtime: out of threads or memory).
+    Panicked,
 }
 
 impl ConnectError {
@@ -45,7 +48,7 @@ impl ConnectError {
     pub fn driver(&self) -> Option<&postgres::Error> {
         match self {
             ConnectError::Driver(e) => Some(e),
-            ConnectError::NoAnswer { .. } => None,
+            ConnectError::NoAnswer { .. } | ConnectError::Panicked => None,
         }
     }
 
@@ -67,6 +70,9 @@ impl std::fmt::Display for ConnectError {
                  a proxy holding the connection, a network dropping its packets, or not a Postgres server at that address)",
                 after.as_secs_f64()
             ),
+            ConnectError::Panicked => f.write_str(
+                "the connection attempt failed inside efmesh (the Postgres driver could not start: out of threads or memory?); the server was not asked",
+            ),
         }
     }
 }
@@ -76,7 +82,7 @@ impl std::error::Error for ConnectError {
         match self {
             // The driver's error is shown as this one's text: its causes follow it.
             ConnectError::Driver(e) => std::error::Error::source(e),
-            ConnectError::NoAnswer { .. } => None,
+            ConnectError::NoAnswer { .. } | ConnectError::Panicked => None,
         }
     }
 }
@@ -273,9 +279,10 @@ fn configured(mut config: postgres::Config) -> postgres::Config {
     config
 }
 
-/// Runs `attempt` on a thread of its own and waits at most `bound` for it: its result, or
-/// [`ConnectError::NoAnswer`] (the thread is left to finish on its own; what it returns then is
-/// dropped). When no thread can be started, `attempt` runs on this one, unbounded.
+/// Runs `attempt` on a thread of its own and waits at most `bound` for it: its result,
+/// [`ConnectError::Panicked`] when it panicked, or [`ConnectError::NoAnswer`] (the thread is
+/// left to finish on its own; what it returns then is dropped). When no thread can be
+/// started, `attempt` runs on this one, unbounded.
 fn bounded(bound: Duration, attempt: impl FnOnce() -> Result<postgres::Client, postgres::Error> + Send + 'static) -> Result<postgres::Client, ConnectError> {
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     let attempt = std::sync::Arc::new(std::sync::Mutex::new(Some(attempt)));
@@ -296,8 +303,9 @@ fn bounded(bound: Duration, attempt: impl FnOnce() -> Result<postgres::Client, p
     }
     match receiver.recv_timeout(bound) {
         Ok(result) => result.map_err(ConnectError::Driver),
-        // Disconnected: the attempt panicked (the driver could not build its runtime).
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout | std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ConnectError::NoAnswer { after: bound }),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(ConnectError::NoAnswer { after: bound }),
+        // The attempt panicked (the driver could not build its runtime): no answer was waited for.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ConnectError::Panicked),
     }
 }
 
@@ -356,6 +364,21 @@ mod tests {
         assert!(matches!(err, ConnectError::NoAnswer { after } if after == Duration::from_secs(1)), "{err:?}");
         let text = scrubbed(&err, Some("pw"));
         assert!(text.starts_with("no answer from the server within 1 s"), "{text}");
+        assert!(!err.is_transient_refusal());
+    }
+
+    /// A connection attempt that panicked (the driver could not start its runtime) is said to
+    /// have failed inside efmesh, at once, not to have waited for a server's answer.
+    #[test]
+    fn a_connect_attempt_that_panics_is_not_called_a_silent_server() {
+        let started = std::time::Instant::now();
+        let err = bounded(Duration::from_secs(30), || -> Result<postgres::Client, postgres::Error> { panic!("cannot build the runtime (test)") })
+            .map(|_| ())
+            .expect_err("a panicked attempt");
+        assert!(started.elapsed() < Duration::from_secs(10), "waited {:?}", started.elapsed());
+        assert!(matches!(err, ConnectError::Panicked), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("failed inside efmesh") && !text.contains("no answer from the server"), "{text}");
         assert!(!err.is_transient_refusal());
     }
 

@@ -134,10 +134,10 @@ pub fn attach(config: &crate::config::Config, engine: &mut dyn Engine, read_only
     }
     let what = if read_only { "ATTACH of the DuckLake catalog (read-only)" } else { "ATTACH of the DuckLake catalog" };
     engine.execute_secret(what, &sql).map_err(|e| {
-        let mut message = crate::config::redact_url_passwords(&e.message);
-        if let Some(pw) = url.as_deref().and_then(|u| crate::pg::parse(u).ok()).and_then(|c| crate::pg::secret(&c)).filter(|p| !p.is_empty()) {
-            message = message.replace(&pw, crate::config::REDACTED);
-        }
+        // The password only where a connection string holds it (a word equal to it elsewhere in
+        // the message, the database's name, stays as the engine wrote it).
+        let secret = url.as_deref().and_then(|u| crate::pg::parse(u).ok()).and_then(|c| crate::pg::secret(&c)).filter(|p| !p.is_empty());
+        let message = crate::pg::redact_passwords(&e.message, secret.as_deref());
         format!("cannot attach the DuckLake catalog {}{}: {message}", catalog_location(config), if read_only { " read-only" } else { "" })
     })?;
     Ok(true)

@@ -40,8 +40,13 @@
 //! lock gone at its next beat). Points: `before-swap-commit` (a promotion's view swap ran its
 //! statements, not committed yet) and `after-view-swap` (the swap committed, the state store
 //! does not know yet).
+//!
+//! A fourth hook, `EFMESH_STATE_FAIL=<write>:<how>`, makes a state write fail with the error of
+//! a connection cut ([`state_write_point`]): `promote:committed` runs the promotion's state write
+//! and then reports it failed (its `COMMIT` landed, the answer was lost); `promote:refused`
+//! reports it failed without running it.
 
-use crate::state::StateStore;
+use crate::state::{StateError, StateStore};
 
 /// The environment variable naming the point at which the process aborts.
 pub const FAULT_ENV: &str = "EFMESH_FAULT";
@@ -88,5 +93,37 @@ pub fn lose_lock_point(name: &str, state: &dyn StateStore, lease: &str) {
     match released {
         Ok(()) => crate::ewriteln!("{LOSE_LOCK_ENV}: lost the lock `{lease}` at `{name}` (test hook)"),
         Err(e) => crate::ewriteln!("{LOSE_LOCK_ENV}: cannot drop the lock `{lease}` at `{name}` (test hook): {e}"),
+    }
+}
+
+/// The environment variable of the state-write hook (see the module docs).
+pub const STATE_FAIL_ENV: &str = "EFMESH_STATE_FAIL";
+
+/// Runs the state write `write`, named `name`, of the store `store` (as messages name it) —
+/// unless [`STATE_FAIL_ENV`] is `<name>:committed` (the write runs, then a transient error is
+/// returned, as when the connection dies after the server committed) or `<name>:refused` (the
+/// write does not run; the same error).
+///
+/// # Errors
+/// The write's error, or the hook's.
+pub fn state_write_point<T>(name: &str, store: &str, write: impl FnOnce() -> Result<T, StateError>) -> Result<T, StateError> {
+    let wanted = std::env::var(STATE_FAIL_ENV).ok();
+    let how = wanted.as_deref().and_then(|w| w.strip_prefix(name)).and_then(|rest| rest.strip_prefix(':'));
+    let cut = |what: &str| {
+        crate::ewriteln!("{STATE_FAIL_ENV}: the state write `{name}` {what} (test hook)");
+        StateError::Backend {
+            store: store.to_string(),
+            op: format!("write `{name}`"),
+            source: "the connection was closed before the answer came (test hook)".into(),
+            transient: true,
+        }
+    };
+    match how {
+        Some("committed") => {
+            write()?;
+            Err(cut("committed, its answer lost"))
+        }
+        Some("refused") => Err(cut("failed, nothing written")),
+        _ => write(),
     }
 }

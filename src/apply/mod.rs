@@ -291,6 +291,12 @@ pub enum ApplyError {
     /// views (put back as they were, normally) and what to do.
     #[error("{0}")]
     LockLostAfterSwap(String),
+    /// The state store's write recording a promotion failed after the view swap committed, and
+    /// what became of the views could not be settled as usual (they could not be put back, or
+    /// the store could not be read to tell whether it recorded the promotion); the message says
+    /// what the views serve and what the next command does.
+    #[error("{0}")]
+    PromotionUnsettled(String),
     /// An engine statement failed outside a model build (schema creation, promotion).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -1895,28 +1901,95 @@ fn promote(
         "built": report.built.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
         "registered": report.registered.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
     });
-    if let Err(e) = state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis()) {
+    let recorded = fault::state_write_point("promote", &state.location(), || {
+        state.promote(&plan.env, &pointers, &metadata, &require, &summary, &options.applied_by, interval::now_millis())
+    });
+    if let Err(e) = recorded {
         if !rollback.is_empty() && e.is_lease_lost() {
             // The lease was lost between the check before the swap's COMMIT and this write.
             return Err(put_back_after_lost_lock(&plan.env, state, engine, &rollback, &pointers, &e));
         }
         if !rollback.is_empty() {
-            // The views moved but the state store did not record it: put the views back now, so
-            // the environment keeps serving what its pointers say.
-            match engine.transaction(&rollback) {
-                Ok(()) => {
-                    tracing::warn!(env = %plan.env, "the promotion could not be recorded; the views of `{}` were put back as they were", plan.env);
-                    if let Err(forget) = state.abandon_promotion(&plan.env) {
-                        tracing::warn!("{forget}; the next command will finish undoing the promotion");
-                    }
-                }
-                Err(undo) => tracing::warn!("cannot put the views of `{}` back yet ({undo}); the next command will", plan.env),
-            }
+            // The views moved, and the state store answered with an error: it may have recorded
+            // the promotion all the same (its COMMIT landed, the answer was lost).
+            return put_back_unrecorded(&plan.env, state, engine, &rollback, &pointers, e);
         }
         return Err(e.into());
     }
     tracing::info!(env = %plan.env, "promoted{}", if report.built.is_empty() { " (view swap only)".to_string() } else { format!(", built {}", report.built.len()) });
     Ok(())
+}
+
+/// Whether the state store still records the promotion of `env` to `pointers` (undo record
+/// `rollback`) as under way: `Ok(false)` once it recorded the promotion or someone undid it.
+fn promotion_pending(state: &dyn StateStore, env: &str, pointers: &BTreeMap<String, String>, rollback: &[String]) -> Result<bool, StateError> {
+    state.pending_promotions().map(|pending| pending.iter().any(|p| p.env == env && &p.pointers == pointers && p.rollback == rollback))
+}
+
+/// After the view swap of `env` committed, the state store's write recording the promotion
+/// failed with `failed`, an error other than a lost lease (a lost connection, a timeout). It
+/// may have recorded the promotion all the same (its `COMMIT` landed, the answer was lost):
+/// the views are put back from the undo record `rollback` in one engine transaction committed
+/// only while the store still records this promotion (`pointers`, `rollback`) as under way, as
+/// [`put_back_after_lost_lock`] does. Then:
+/// - put back: the record is dropped, `failed` is the error (the views serve what the store
+///   records, said in a warning);
+/// - the store recorded the promotion (no record left, its pointers of `env` are `pointers`):
+///   `Ok(())`, the views stay (they serve what the store records), said in a warning;
+/// - no record left and other pointers (the process that took the lock over undid it): the
+///   error says so;
+/// - the store cannot be read: views and record stay for the next command reading `env`, which
+///   puts the views back if the store did not record the promotion; the error says so.
+///
+/// # Errors
+/// As above.
+fn put_back_unrecorded(
+    env: &str,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    rollback: &[String],
+    pointers: &BTreeMap<String, String>,
+    failed: StateError,
+) -> Result<(), ApplyError> {
+    let mut pending: Result<bool, StateError> = Ok(false);
+    let put_back = engine.transaction_if(rollback, &mut || {
+        pending = promotion_pending(state, env, pointers, rollback);
+        matches!(pending, Ok(true))
+    });
+    let failed_text = failed.to_string();
+    let unsettled = |what: String| ApplyError::PromotionUnsettled(format!("cannot record the promotion of `{env}` ({failed_text}): {what}"));
+    match (put_back, pending) {
+        (Ok(true), _) => {
+            tracing::warn!(env = %env, "the promotion could not be recorded; the views of `{env}` were put back as they were");
+            if let Err(forget) = state.abandon_promotion(env) {
+                tracing::warn!("{forget}; the next command reading `{env}` drops the record of the promotion (the views already serve what the store records)");
+            }
+            Err(failed.into())
+        }
+        (Ok(false), Ok(_)) => match state.env_pointers(env) {
+            Ok(recorded) if &recorded == pointers => {
+                tracing::warn!(
+                    env = %env,
+                    "the state store recorded the promotion of `{env}` although its answer was lost ({failed_text}): the views serve what it records"
+                );
+                Ok(())
+            }
+            Ok(_) => {
+                Err(unsettled(format!("the process holding the lock now already undid the promotion: the views of `{env}` serve what the state store records")))
+            }
+            Err(read) => Err(unsettled(format!(
+                "the state store no longer records it as under way, and its pointers of `{env}` cannot be read ({read}); \
+                 run `efmesh status {env} --check` to see what the views serve"
+            ))),
+        },
+        (Ok(false), Err(read)) => Err(unsettled(format!(
+            "the views of `{env}` were left as the swap made them: the state store cannot be read to tell whether it recorded the promotion ({read}); \
+             the next efmesh command reading `{env}` puts them back if it did not"
+        ))),
+        (Err(undo), _) => Err(unsettled(format!(
+            "the views of `{env}` could not be put back ({undo}); the next efmesh command reading `{env}` puts them back if the store did not record the promotion"
+        ))),
+    }
 }
 
 /// After the view swap of `env` committed, the state store refused to record the promotion:
@@ -1939,7 +2012,7 @@ fn put_back_after_lost_lock(
 ) -> ApplyError {
     let mut recorded: Result<bool, StateError> = Ok(false);
     let put_back = engine.transaction_if(rollback, &mut || {
-        recorded = state.pending_promotions().map(|pending| pending.iter().any(|p| p.env == env && &p.pointers == pointers && p.rollback == rollback));
+        recorded = promotion_pending(state, env, pointers, rollback);
         matches!(recorded, Ok(true))
     });
     let done = match (put_back, recorded) {
@@ -1965,13 +2038,14 @@ fn put_back_after_lost_lock(
     ))
 }
 
-/// Refuses a promotion of `plan` that would create, replace or drop an environment view
-/// another state store still present in the engine database serves (SPEC §4, invariant 64): two
-/// stores applying one environment name into one database would otherwise re-point each
-/// other's views silently. The environment's record says which store promoted it last (read
-/// from `catalog`, no extra query); the database's use records and owner marker are read only
-/// when that is another store (or, without a record, a view reads versions this store does
-/// not know).
+/// Refuses a promotion of `plan` that would replace or drop an environment view another state
+/// store still present in the engine database may serve (SPEC §4, invariant 64): two stores
+/// applying one environment name into one database would otherwise re-point each other's views
+/// silently. A view is this store's only when it reads the version this store's environment
+/// points at ([`crate::plan::integrity::views_of_other_stores`]: the environment's pointers and
+/// the snapshot index read once, only when a moved existing view reads efmesh's storage); the
+/// database's use records and owner marker are read only when some view is not. The
+/// environment's record (read from `catalog`) only names the store that promoted it last.
 ///
 /// # Errors
 /// [`ApplyError::ForeignViews`] naming the views, the stores and the ways out; a failed engine

@@ -113,7 +113,7 @@ fn apply_error_kind(a: &crate::apply::ApplyError) -> &'static str {
         ApplyError::Audit { .. } | ApplyError::RunAudit { .. } | ApplyError::SourceAudit { .. } | ApplyError::ReadAudit { .. } => "audit",
         ApplyError::StalePlan { .. } => "stale-plan",
         ApplyError::EngineBehind(_) => "engine-behind",
-        ApplyError::LockLostAfterSwap(_) => "state",
+        ApplyError::LockLostAfterSwap(_) | ApplyError::PromotionUnsettled(_) => "state",
         ApplyError::ForeignViews(_) => "foreign-views",
         ApplyError::Engine(_) => "engine",
         ApplyError::State(s) if s.is_reclaimed() => "reclaimed",
@@ -281,6 +281,9 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Apply { retries, .. } | Command::Run { retries, .. } => Some(*retries),
         _ => None,
     });
+    // A command that writes nothing waits only a few seconds for an engine lock (a Postgres
+    // promotion under way); a writer's reads wait as long as the lock is held.
+    crate::engine::bound_lock_waits(writes_nothing(&args.command));
     let out = Printer::stdout();
     match args.command {
         Command::Init { dir } => init::run(&dir, &out),
@@ -341,6 +344,36 @@ pub fn run(mut args: Args) -> Result<Exit> {
         Command::Schedule { env, cron, remove, list, print_systemd, json } => {
             schedule::run(&args.config, schedule::Options { env, cron, remove, list, print_systemd, json }, &out)
         }
+    }
+}
+
+/// True for the commands that write nothing (to the engine nor to the state store): their
+/// engine reads wait at most a few seconds for a lock ([`crate::engine::bound_lock_waits`]).
+/// The writers' (`apply`, `run`, `restate`, the janitor, `audit`, `watch --apply`, …) wait
+/// as long as the lock is held.
+fn writes_nothing(command: &Command) -> bool {
+    match command {
+        Command::Plan { .. }
+        | Command::Status { .. }
+        | Command::Diff { .. }
+        | Command::Preview { .. }
+        | Command::Render { .. }
+        | Command::Lineage { .. }
+        | Command::Graph { .. }
+        | Command::Check { .. }
+        | Command::Test { .. }
+        | Command::State { action: args::StateAction::Export { .. } } => true,
+        Command::Restate { dry_run, .. } | Command::Janitor { dry_run, .. } => *dry_run,
+        Command::Watch { apply, .. } => !*apply,
+        Command::Init { .. }
+        | Command::Apply { .. }
+        | Command::Run { .. }
+        | Command::Migrate { .. }
+        | Command::Invalidate { .. }
+        | Command::State { action: args::StateAction::Import { .. } }
+        | Command::Audit { .. }
+        | Command::Completions { .. }
+        | Command::Schedule { .. } => false,
     }
 }
 

@@ -257,12 +257,14 @@ pub fn decimal_scale(ty: &str) -> Option<u32> {
 /// `int4` and `INTEGER`; `text` and `VARCHAR`; `timestamptz` and `TIMESTAMP WITH TIME ZONE`), a
 /// text type's length ignored (DuckDB ignores it) and a decimal's width and scale too (DuckDB's
 /// CSV reader names a refused `decimal(10,2)` conversion `DECIMAL`).
-/// Spellings outside the aliases known here (lists, structs, extension types, `timestamp(3)`)
-/// are compared by their [`TypeFamily`]: two of one family are taken for the same type.
+/// Two spellings both outside the aliases known here (lists, structs, extension types,
+/// `timestamp(3)`) are compared by their [`TypeFamily`]: two of one family are taken for the same
+/// type; one known and one unknown spelling are not the same type.
 pub fn same_type(a: &str, b: &str) -> bool {
     match (canonical_type(a), canonical_type(b)) {
         (Some(a), Some(b)) => a == b,
-        _ => TypeFamily::of(a) == TypeFamily::of(b),
+        (None, None) => TypeFamily::of(a) == TypeFamily::of(b),
+        _ => false,
     }
 }
 
@@ -282,16 +284,22 @@ fn canonical_type(ty: &str) -> Option<String> {
         "varchar" | "text" | "string" | "char" | "bpchar" | "nvarchar" | "character" | "character varying" => return Some("varchar".to_string()),
         "decimal" | "numeric" | "dec" => return Some("decimal".to_string()),
         "tinyint" | "int1" => "tinyint",
-        "smallint" | "int2" | "short" => "smallint",
-        "integer" | "int" | "int4" | "signed" => "integer",
-        "bigint" | "int8" | "long" => "bigint",
+        "smallint" | "int2" | "int16" | "short" => "smallint",
+        "integer" | "int" | "int4" | "int32" | "signed" | "integral" => "integer",
+        "bigint" | "int8" | "int64" | "long" | "oid" => "bigint",
         "hugeint" | "int128" => "hugeint",
         "float" | "float4" | "real" => "float",
         "double" | "float8" | "double precision" => "double",
         "boolean" | "bool" | "logical" => "boolean",
-        "timestamp" | "datetime" | "timestamp without time zone" => "timestamp",
-        "utinyint" | "usmallint" | "uinteger" | "ubigint" | "uhugeint" | "date" | "time" | "interval" | "uuid" | "blob" | "json" | "timestamp_s"
-        | "timestamp_ms" | "timestamp_ns" => base,
+        "timestamp" | "datetime" | "timestamp without time zone" | "timestamp_us" => "timestamp",
+        "utinyint" | "uint8" => "utinyint",
+        "usmallint" | "uint16" => "usmallint",
+        "uinteger" | "uint32" => "uinteger",
+        "ubigint" | "uint64" => "ubigint",
+        "uhugeint" | "uint128" => "uhugeint",
+        "varint" | "bignum" => "bignum",
+        "timetz" | "time with time zone" => "timetz",
+        "date" | "time" | "interval" | "uuid" | "blob" | "json" | "timestamp_s" | "timestamp_ms" | "timestamp_ns" => base,
         _ => return None,
     };
     args.is_none().then(|| canonical.to_string())
@@ -495,10 +503,24 @@ mod tests {
             ("numeric(10, 2)", "DECIMAL"),
             ("double precision", "DOUBLE"),
             ("integer[]", "INTEGER[]"),
+            ("int64", "BIGINT"),
+            ("int32", "INTEGER"),
+            ("uint32", "UINTEGER"),
+            ("timestamp_us", "TIMESTAMP"),
         ] {
             assert!(same_type(a, b), "{a} = {b}");
         }
-        for (a, b) in [("varchar", "INTEGER"), ("integer", "BIGINT"), ("timestamp", "TIMESTAMP WITH TIME ZONE"), ("float", "DOUBLE"), ("date", "TIMESTAMP")] {
+        for (a, b) in [
+            ("varchar", "INTEGER"),
+            ("integer", "BIGINT"),
+            ("timestamp", "TIMESTAMP WITH TIME ZONE"),
+            ("float", "DOUBLE"),
+            ("date", "TIMESTAMP"),
+            ("int64", "INTEGER"),
+            ("int16", "INTEGER"),
+            ("oid", "INTEGER"),
+            ("timestamp(3)", "TIMESTAMP"),
+        ] {
             assert!(!same_type(a, b), "{a} != {b}");
         }
     }

@@ -38,6 +38,15 @@ pub fn offer_retries(given: Option<u32>) {
     duckdb::offer_retries(given);
 }
 
+/// Says whether the running command writes nothing (`plan`, `status`, `diff`, `preview`, …):
+/// then a Postgres engine's read-only sessions wait at most a few seconds for a lock and say
+/// which relations are locked; a writing command's reads wait as long as the lock is held (another
+/// application's lock under a view of the database must not fail an apply or a run). Set by the
+/// CLI before it runs the command; off until then. DuckDB has no lock waits.
+pub fn bound_lock_waits(writes_nothing: bool) {
+    postgres::bound_lock_waits(writes_nothing);
+}
+
 /// Opens the engine the project's `[engine]` configures, as `access` says: the one place the
 /// rest of efmesh gets an engine from (plan, apply and the commands never name one).
 ///

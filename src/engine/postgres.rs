@@ -15,6 +15,7 @@
 
 use super::{DescribedColumn, Engine, EngineError};
 use crate::core::name::{quote_ident, quote_literal};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Postgres's limit on identifiers (`NAMEDATALEN - 1`); longer ones are truncated by the server
 /// with only a notice, so efmesh never sends one.
@@ -40,6 +41,9 @@ pub struct Postgres {
     /// The password, scrubbed from every message.
     secret: Option<String>,
     read_only: bool,
+    /// This read-only session waits at most [`READ_LOCK_TIMEOUT`] for a lock (the running
+    /// command writes nothing: [`bound_lock_waits`]).
+    bounded: bool,
     /// The writer's backend process id, on the writer's connection and its workers'
     /// ([`Postgres::open_writer`]): a worker holds [`WRITING_LOCK`] shared only while that
     /// backend still holds the writer lock.
@@ -173,13 +177,10 @@ impl Postgres {
             // unreachable or silent host or a refused login will not.
             if e.is_transient_refusal() { error.transient() } else { error }
         })?;
-        let mut db = Self { client, config, location, secret, read_only, writer: None, server_version: None, scratch: None, names_subqueries: false, cut };
-        let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
-        if read_only {
-            // A reader never queues without end behind a lock (a promotion waiting for readers
-            // of an environment's views holds the lock queue): `lock_wait_error` names what it waited for.
-            setup.push_str(&format!("; SET default_transaction_read_only = on; SET lock_timeout = '{READ_LOCK_TIMEOUT}'"));
-        }
+        let bounded = read_only && lock_waits_bounded();
+        let mut db =
+            Self { client, config, location, secret, read_only, bounded, writer: None, server_version: None, scratch: None, names_subqueries: false, cut };
+        let setup = session_setup(read_only, bounded);
         db.execute(&setup)?;
         let version = db.rows("SHOW server_version_num")?;
         let version = version.first().and_then(|r| r.first().cloned().flatten()).and_then(|v| v.parse::<u32>().ok());
@@ -316,15 +317,16 @@ impl Postgres {
             .collect())
     }
 
-    /// [`Postgres::error`], or [`Postgres::lock_wait_error`] for a read-only session's lock
-    /// wait past [`READ_LOCK_TIMEOUT`].
+    /// [`Postgres::error`], or [`Postgres::lock_wait_error`] for a bounded read-only session's
+    /// lock wait past [`READ_LOCK_TIMEOUT`].
     fn failed(&mut self, sql: &str, e: &postgres::Error) -> EngineError {
-        if self.read_only && e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) { self.lock_wait_error(sql, e) } else { self.error(sql, e) }
+        if self.bounded && e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) { self.lock_wait_error(sql, e) } else { self.error(sql, e) }
     }
 
     /// The error of a read-only statement that waited longer than [`READ_LOCK_TIMEOUT`] for a
-    /// lock: names the relations another session holds or awaits an `ACCESS EXCLUSIVE` lock on
-    /// (those awaited first), as `pg_locks` lists them now, and says who usually does.
+    /// lock: lists the relations another session holds or awaits an `ACCESS EXCLUSIVE` lock on
+    /// (those awaited first), as `pg_locks` lists them now, the one waited for among them, and
+    /// says who usually holds it.
     fn lock_wait_error(&mut self, sql: &str, e: &postgres::Error) -> EngineError {
         let mut error = self.error(sql, e);
         let locked: Vec<String> = match self.client.simple_query(LOCKED_RELATIONS) {
@@ -340,10 +342,14 @@ impl Postgres {
                 Vec::new()
             }
         };
-        let on = if locked.is_empty() { "a relation it reads".to_string() } else { locked.join(", ") };
+        let among = if locked.is_empty() {
+            String::new()
+        } else {
+            format!("; relations other sessions hold or await an exclusive lock on now, the one waited for among them: {}", locked.join(", "))
+        };
         error.message = format!(
-            "waited more than {READ_LOCK_TIMEOUT} for a lock on {on}: another session holds or awaits an exclusive lock on it \
-             (an efmesh promotion under way, itself waiting for readers of the environment's views to finish, or another session's DDL); \
+            "waited more than {READ_LOCK_TIMEOUT} for a lock on a relation it reads: another session holds or awaits an exclusive lock on it \
+             (an efmesh promotion under way, itself waiting for readers of the environment's views to finish, or another session's DDL){among}; \
              try again when it is done ({})",
             error.message
         );
@@ -377,20 +383,61 @@ impl Postgres {
     }
 }
 
-/// How long a statement of a read-only session (`status`, `plan`, `diff`, previews: every
-/// [`super::Access::ReadOnly`] and [`super::Access::Catalog`] connection) waits for a lock
-/// before failing ([`Postgres::lock_wait_error`]). A promotion waiting for a reader's lock on an
+/// Whether the running command writes nothing (`plan`, `status`, `diff`, `preview`, ...: set by
+/// the CLI before it runs the command, [`bound_lock_waits`]). Off by default: a writer's reads
+/// wait for their locks.
+static LOCK_WAITS_BOUNDED: AtomicBool = AtomicBool::new(false);
+
+/// Says whether the running command writes nothing: its read-only sessions (every
+/// [`super::Access::ReadOnly`] and [`super::Access::Catalog`] connection opened from now on)
+/// then wait at most [`READ_LOCK_TIMEOUT`] for a lock. A command that writes (`apply`, `run`,
+/// `restate`, the janitor, `audit`) reads the catalog on sessions that wait as long as a lock
+/// is held: another application's lock under any view of the database (`pg_get_viewdef` locks
+/// what a view reads) must not fail it.
+pub fn bound_lock_waits(writes_nothing: bool) {
+    LOCK_WAITS_BOUNDED.store(writes_nothing, Ordering::Relaxed);
+}
+
+/// The switch [`bound_lock_waits`] set.
+fn lock_waits_bounded() -> bool {
+    LOCK_WAITS_BOUNDED.load(Ordering::Relaxed)
+}
+
+/// The statements that set up every engine session: UTC, notices, standard strings; a
+/// `read_only` session cannot write (`default_transaction_read_only`), and a `bounded` one
+/// (read-only, of a command that writes nothing) waits at most [`READ_LOCK_TIMEOUT`] for a
+/// lock. A command that writes nothing never queues without end behind a lock (a promotion
+/// waiting for readers of an environment's views holds the lock queue): `lock_wait_error` names
+/// what it waited for. A writer's reads (its plan's catalog) wait as long as the lock is held:
+/// another application holding a lock for a while (an ETL's `TRUNCATE` under a view the
+/// catalog reads) must not fail an apply or a run.
+fn session_setup(read_only: bool, bounded: bool) -> String {
+    let mut setup = String::from("SET TimeZone = 'UTC'; SET client_min_messages = notice; SET standard_conforming_strings = on");
+    if read_only {
+        setup.push_str("; SET default_transaction_read_only = on");
+    }
+    if bounded {
+        setup.push_str(&format!("; SET lock_timeout = '{READ_LOCK_TIMEOUT}'"));
+    }
+    setup
+}
+
+/// How long a statement of a read-only session of a command that writes nothing (`status`,
+/// `plan`, `diff`, previews: [`bound_lock_waits`]) waits for a lock before failing
+/// ([`Postgres::lock_wait_error`]). A promotion waiting for a reader's lock on an
 /// environment view queues its `ACCESS EXCLUSIVE` request, and every later reader of that view
 /// (a catalog query's `pg_get_viewdef` included) queues behind it: without a bound, `status
 /// --check` would wait as long as the promotion does, saying nothing.
 pub const READ_LOCK_TIMEOUT: &str = "3s";
 
 /// The relations of this database another session holds or awaits an `ACCESS EXCLUSIVE` lock
-/// on (those awaited first, then views), as `schema.name`: what a reader past
-/// [`READ_LOCK_TIMEOUT`] waited behind. Reading `pg_locks` and the catalog takes no lock on them.
+/// on (those awaited first, then views; other sessions' temporary tables and TOAST tables left
+/// out), as `schema.name`: what a reader past [`READ_LOCK_TIMEOUT`] waited behind is among them
+/// (`pg_locks` does not say which one it was). Reading `pg_locks` and the catalog takes no lock on them.
 const LOCKED_RELATIONS: &str = "SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_locks l \
      JOIN pg_catalog.pg_class c ON c.oid = l.relation JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
      WHERE l.locktype = 'relation' AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid() \
+       AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast%' \
        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
      GROUP BY n.nspname, c.relname ORDER BY bool_and(l.granted), bool_and(c.relkind <> 'v'), n.nspname, c.relname LIMIT 8";
 
@@ -753,6 +800,27 @@ impl Engine for Postgres {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lock timeout is set on the read-only sessions of a command that writes nothing
+    /// ([`bound_lock_waits`]) and on no other session: a writer's catalog reads wait for their
+    /// locks; every session gets UTC.
+    #[test]
+    fn only_read_only_sessions_of_a_command_writing_nothing_bound_their_lock_waits() {
+        let timeout = format!("SET lock_timeout = '{READ_LOCK_TIMEOUT}'");
+        for (read_only, bounded, wants) in [(true, true, true), (true, false, false), (false, false, false)] {
+            let setup = session_setup(read_only, bounded);
+            assert_eq!(setup.contains(&timeout), wants, "read_only {read_only}, bounded {bounded}: {setup}");
+            assert_eq!(setup.contains("default_transaction_read_only = on"), read_only, "{setup}");
+            assert!(setup.starts_with("SET TimeZone = 'UTC'"), "{setup}");
+        }
+        // The switch decides, for read-only sessions only (the value `connect` computes).
+        bound_lock_waits(false);
+        assert!(!lock_waits_bounded());
+        bound_lock_waits(true);
+        assert!(lock_waits_bounded());
+        bound_lock_waits(false);
+        assert!(!lock_waits_bounded());
+    }
 
     #[test]
     fn only_the_sqlstates_of_a_missing_name_are_unbindable() {

@@ -883,28 +883,28 @@ pub fn foreign_relation<'p>(project: &'p Project, plan: &Plan, catalog: &Catalog
     None
 }
 
-/// The environment views a promotion of `plan` would create, replace or drop, as
-/// `(schema, view)`, as `promote` decides: not an unchanged pointer's (unless the plan repairs
-/// its view), not an added model's without storage (an external, an embedded model).
-pub fn promoted_views(plan: &Plan) -> Vec<(String, String)> {
-    plan.actions
-        .iter()
-        .filter(|a| {
-            let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing || r.view_stale);
-            !keeps_view && !(a.change == Change::Added && a.physical.is_none())
-        })
-        .map(|a| (env_schema(&plan.env, a.name.schema()), a.name.table().to_string()))
-        .collect()
+/// The actions whose environment view a promotion of `plan` would create, replace or drop, as
+/// `promote` decides: not an unchanged pointer's (unless the plan repairs its view), not an
+/// added model's without storage (an external, an embedded model).
+fn promoted_actions(plan: &Plan) -> impl Iterator<Item = &Action> {
+    plan.actions.iter().filter(|a| {
+        let keeps_view = matches!(a.change, Change::Unchanged | Change::Metadata) && !a.repair.as_ref().is_some_and(|r| r.view_missing || r.view_stale);
+        !(keeps_view || (a.change == Change::Added && a.physical.is_none()))
+    })
 }
 
-/// The environment views a promotion of `plan` would create, replace or drop that may be
-/// another state store's (SPEC §4, invariant 64), for [`crate::ownership::foreign_views`] to
-/// keep those of stores still present: each existing view it would move that reads a relation
-/// of efmesh's storage no snapshot of this store and no action of the plan names (the snapshot
-/// index is read only then), labelled with the store the environment's record
-/// ([`crate::ownership::env_recorded_by`], read from `catalog`: no extra query) names when it is
-/// another. Nothing when the record names `me` (this store promoted the environment last) or the
-/// promotion moves no view.
+/// The environment views a promotion of `plan` would replace or drop that may be another state
+/// store's (SPEC §4, invariant 64), for [`crate::ownership::foreign_views`] to keep while
+/// another store is present: each EXISTING view it would move whose definition reads efmesh's
+/// storage and is not this store's. A view is this store's only when this store's environment
+/// has a pointer for its model and the view reads exactly that version's physical relation; a
+/// model without a pointer (added to the environment here) has no view of this store's yet, so
+/// one standing there another store made — or this store before its state was lost. Each is
+/// labelled with the store the environment's record ([`crate::ownership::env_recorded_by`], read
+/// from `catalog`: no extra query) names when that is another: the record only names, it never
+/// decides (a store promoting last may meet views another store made before). The
+/// environment's pointers and the snapshot index are read once, only when a moved view exists
+/// and reads efmesh's storage.
 ///
 /// # Errors
 /// [`crate::state::StateError`] when the state store cannot be read.
@@ -915,48 +915,31 @@ pub fn views_of_other_stores(
     me: &str,
 ) -> Result<Vec<crate::ownership::ForeignView>, crate::state::StateError> {
     use crate::ownership::ForeignView;
-    let moved = promoted_views(plan);
-    if moved.is_empty() {
-        return Ok(Vec::new());
-    }
-    // The views the promotion moves that exist, with their definitions (tables included: `None`).
-    let existing: Vec<(String, Option<&str>)> = moved
-        .iter()
-        .filter_map(|(schema, table)| {
-            let entry = catalog.relations.get(&(schema.to_lowercase(), table.to_lowercase()))?;
-            Some((format!("{schema}.{table}"), entry.sql.as_deref()))
+    // The views the promotion moves that exist and read efmesh's storage, with their model
+    // (tables and views over anything else are not efmesh's environment views: left alone).
+    let existing: Vec<(String, String, Vec<String>)> = promoted_actions(plan)
+        .filter_map(|a| {
+            let (schema, table) = (env_schema(&plan.env, a.name.schema()), a.name.table().to_string());
+            let sql = catalog.relations.get(&(schema.to_lowercase(), table.to_lowercase()))?.sql.as_deref()?;
+            let read = efmesh_relations_read(sql);
+            (!read.is_empty()).then(|| (a.name.to_string(), format!("{schema}.{table}"), read))
         })
         .collect();
-    // Promoted last by this store: every view it moves is this store's or one it already
-    // checked when it moved it (another store promoting since would have rewritten the record).
-    let recorded = crate::ownership::env_recorded_by(catalog, &plan.env);
-    if recorded == Some(me) {
+    if existing.is_empty() {
         return Ok(Vec::new());
     }
-    // Otherwise a view is another store's when it reads a version this store does not know: the
-    // record (when another store wrote it) only names that store. A record alone decides
-    // nothing: two stores promoting one environment name with different models create views
-    // side by side, and each store's views read versions it knows.
-    let owner = recorded.map(str::to_string);
+    // The physical relation each model of this store's environment reads (bare, lowercased).
+    let pointers = state.env_pointers(&plan.env)?;
+    let index = state.snapshot_index()?;
     let bare = |p: &str| p.replace('"', "").to_lowercase();
-    let mut known: Option<std::collections::HashSet<String>> = None;
-    let mut out = Vec::new();
-    for (view, sql) in existing {
-        let Some(sql) = sql else { continue };
-        let read = efmesh_relations_read(sql);
-        if read.is_empty() {
-            continue;
-        }
-        if known.is_none() {
-            let mut k: std::collections::HashSet<String> = state.snapshot_index()?.into_values().map(|(physical, _)| bare(&physical)).collect();
-            k.extend(plan.actions.iter().filter_map(|a| a.physical.as_deref()).map(bare));
-            known = Some(k);
-        }
-        if read.iter().any(|r| !known.as_ref().is_some_and(|k| k.contains(r))) {
-            out.push(ForeignView { view, owner: owner.clone() });
-        }
-    }
-    Ok(out)
+    let served: std::collections::HashMap<String, String> =
+        pointers.into_iter().filter_map(|(name, fp)| index.get(&(name.clone(), fp)).map(|(physical, _)| (name, bare(physical.as_str())))).collect();
+    let owner = crate::ownership::env_recorded_by(catalog, &plan.env).filter(|o| *o != me).map(str::to_string);
+    Ok(existing
+        .into_iter()
+        .filter(|(model, _, read)| !served.get(model).is_some_and(|physical| read.iter().all(|r| r == physical)))
+        .map(|(_, view, _)| ForeignView { view, owner: owner.clone() })
+        .collect())
 }
 
 /// The relations of efmesh's storage a view definition reads, unquoted and lowercased:

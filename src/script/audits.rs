@@ -22,10 +22,13 @@ pub const LUA_BUILTINS: &str = "efmesh:audits.lua";
 /// Source name of the built-in Rhai audits, as locations show it.
 pub const RHAI_BUILTINS: &str = "efmesh:audits.rhai";
 
-/// The budget of the verification calls of audit bodies ([`Answers::checks`]) in one top-level
-/// evaluation, as a multiple of the file's budget (time, and work where a host counts it): they
-/// run outside the file's budget, and a pure body's verification calls cost at most about twice
-/// what its first calls did (a call again, and one with the first use's arguments).
+/// The budget of the verification calls of one audit use ([`Answers::checks`]), as a multiple
+/// of the file's budget (time, and work where a host counts it). They run outside the file's
+/// budget, each use's under a budget of its own (not one shared by the uses of a file: a body
+/// costly for its first use's arguments only is called with them again at every later use), so
+/// a pure body that fits the file's budget once per use always loads: its verification calls
+/// at a use are at most two calls that each fit it (a call again, and one with the first use's
+/// arguments). A file's verification calls take at most its number of uses times this.
 pub const VERIFY_FACTOR: u32 = 2;
 
 /// Definitions by name, each with the host's body `B`.
@@ -163,7 +166,7 @@ impl Answers {
 }
 
 /// The verification calls of a use ([`Answers::checks`]), made after the first call and outside
-/// the file's budget (the hosts give them a budget of their own).
+/// the file's budget (the hosts give each use's a budget of their own, [`VERIFY_FACTOR`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checks {
     /// Call the body again with the use's arguments.

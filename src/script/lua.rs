@@ -23,8 +23,8 @@
 //! the host's own catch points) re-raise it, so no script can catch the budget and go on. A
 //! memory limit bounds allocations, and the [watchdog](super::watchdog) ends the process if an
 //! evaluation is stuck in an operation nothing above can interrupt. The calls efmesh makes to
-//! check that audit bodies keep no state run outside the file's budgets, under budgets of their
-//! own ([`State::verifying`]).
+//! check that audit bodies keep no state run outside the file's budgets, each audit use's under
+//! budgets of its own ([`State::verifying`]).
 
 mod audits;
 mod chunk;
@@ -277,16 +277,18 @@ struct Budget {
     deadline: Instant,
     /// Work charged so far (see [`WORK_BUDGET`]).
     work: u64,
-    /// The work allowed: [`WORK_BUDGET`], or what the verification calls have left.
+    /// The work allowed: [`WORK_BUDGET`], or [`super::audits::VERIFY_FACTOR`] times it for the
+    /// verification calls of one audit use.
     work_limit: u64,
     /// The error that ended the evaluation: once set, every later check fails with it.
     tripped: Option<String>,
     /// The wall-clock budget (for the message).
     limit: Duration,
-    /// What the verification calls of audit bodies ([`State::verifying`]) have left of their
-    /// own budget ([`super::audits::VERIFY_FACTOR`] times this one): time and work. `None`
-    /// while they run.
-    verify: Option<(Duration, u64)>,
+    /// The time the verification calls of audit bodies ([`State::verifying`]) took so far in
+    /// this evaluation (each use's calls get a budget of their own,
+    /// [`super::audits::VERIFY_FACTOR`] times this one). `None` while they run, and for their
+    /// own budget.
+    verified: Option<Duration>,
     /// The watchdog's entry; `None` for the verification calls' budget (they run under the
     /// file's entry, which allows for them).
     watch: Option<super::watchdog::Watch>,
@@ -296,8 +298,18 @@ impl Budget {
     /// The budget of a top-level evaluation of `label` lasting at most `limit`, watched.
     fn new(label: &Path, limit: Duration) -> Self {
         let watch = super::watchdog::watch(label, limit);
-        let verify = Some((limit * super::audits::VERIFY_FACTOR, WORK_BUDGET * u64::from(super::audits::VERIFY_FACTOR)));
-        Budget { deadline: Instant::now() + limit, work: 0, work_limit: WORK_BUDGET, tripped: None, limit, verify, watch: Some(watch) }
+        let verified = Some(Duration::ZERO);
+        Budget { deadline: Instant::now() + limit, work: 0, work_limit: WORK_BUDGET, tripped: None, limit, verified, watch: Some(watch) }
+    }
+
+    /// The budget of the verification calls of one audit use made during the evaluation this
+    /// budget is for ([`State::verifying`]): [`super::audits::VERIFY_FACTOR`] times its time
+    /// and work, starting now; not watched (the evaluation's watchdog entry allows for it).
+    fn verification(&self) -> Budget {
+        let factor = super::audits::VERIFY_FACTOR;
+        let limit = self.limit * factor;
+        let work_limit = self.work_limit.saturating_mul(u64::from(factor));
+        Budget { deadline: Instant::now() + limit, work: 0, work_limit, tripped: self.tripped.clone(), limit, verified: None, watch: None }
     }
 }
 
@@ -312,20 +324,29 @@ impl State {
         }
         let at = || line().map(|l| format!(" (at line {l})")).unwrap_or_default();
         let left = b.work_limit.saturating_sub(b.work);
-        // The verification calls of audit bodies run under a budget of their own, said so.
-        let (who, whose) =
-            if b.watch.is_none() { ("the calls efmesh makes to check that audit bodies keep no state", "their own") } else { ("evaluation", "its") };
+        // The verification calls of audit bodies run under a budget of their own (per audit
+        // use, reported in full), said so.
+        let (who, whose, per, whom) = if b.watch.is_none() {
+            (
+                "the calls efmesh makes to check that audit bodies keep no state",
+                "their own",
+                " per audit use",
+                "the work budget of the calls efmesh makes to check that audit bodies keep no state",
+            )
+        } else {
+            ("evaluation", "its", "", "this file's work budget")
+        };
         let msg = if n > left {
             Some(match what {
                 Some(what) => format!(
-                    "`{what}` would take {n} steps{}, more than the {left} left of this file's work budget ({} steps: VM instructions plus bytes and elements library functions process)",
+                    "`{what}` would take {n} steps{}, more than the {left} left of {whom} ({} steps{per}: VM instructions plus bytes and elements library functions process)",
                     at(),
                     b.work_limit
                 ),
-                None => format!("{who} exceeded {whose} work budget of {} steps{}: an infinite loop?", b.work_limit, at()),
+                None => format!("{who} exceeded {whose} work budget of {} steps{per}{}: an infinite loop?", b.work_limit, at()),
             })
         } else if Instant::now() > b.deadline {
-            Some(format!("{who} exceeded {whose} budget of {} ms{}: an infinite loop?", b.limit.as_millis(), at()))
+            Some(format!("{who} exceeded {whose} budget of {} ms{per}{}: an infinite loop?", b.limit.as_millis(), at()))
         } else {
             None
         };
@@ -357,30 +378,32 @@ impl State {
         self.budget.as_ref().and_then(|b| b.tripped.clone()).map(rt)
     }
 
-    /// Runs `f`, the verification calls of an audit body ([`audits::render`]), outside the
-    /// file's budget: under what the verification budget of the evaluation in progress has
-    /// left ([`Budget::verify`]). The time they take is given back to the file (its deadline
-    /// moves by as much, and its watchdog entry allows for the whole verification budget), the
-    /// work they do is not charged to it; a verification budget spent trips the file. Outside
-    /// an evaluation (or inside verification calls) `f` just runs.
+    /// Runs `f`, the verification calls of one audit use ([`audits::render`]), outside the
+    /// file's budget: under a budget of their own for this use ([`Budget::verification`]:
+    /// [`super::audits::VERIFY_FACTOR`] times the file's time and work, whatever earlier uses'
+    /// calls took), so that a pure body that fits the file's budget once per use always loads.
+    /// The time they take is given back to the file (its deadline moves by as much, and its
+    /// watchdog entry allows for the time earlier uses' calls took plus this use's whole
+    /// budget), the work they do is not charged to it; a verification budget spent trips the
+    /// file. Outside an evaluation (or inside verification calls) `f` just runs.
     fn verifying<T>(st: &RefCell<State>, f: impl FnOnce() -> T) -> T {
         let file = st.borrow_mut().budget.take();
         let Some(mut file) = file else { return f() };
-        let Some((time, work)) = file.verify.take() else {
+        let Some(verified) = file.verified.take() else {
             st.borrow_mut().budget = Some(file);
             return f();
         };
+        let own = file.verification();
         if let Some(watch) = &file.watch {
-            watch.allow_extra(file.limit * super::audits::VERIFY_FACTOR);
+            watch.allow_extra(verified + own.limit);
         }
         let started = Instant::now();
-        let own = Budget { deadline: started + time, work: 0, work_limit: work, tripped: file.tripped.clone(), limit: time, verify: None, watch: None };
         st.borrow_mut().budget = Some(own);
         let out = f();
         let own = st.borrow_mut().budget.take();
         let spent = started.elapsed();
         file.deadline += spent;
-        file.verify = Some((time.saturating_sub(spent), own.as_ref().map_or(work, |o| work.saturating_sub(o.work))));
+        file.verified = Some(verified + spent);
         if let Some(tripped) = own.and_then(|o| o.tripped)
             && file.tripped.is_none()
         {

@@ -21,7 +21,9 @@
 //! audit body's errors, re-raise it). Native functions are bounded by the size limits, except
 //! `pad` with an empty padding string, which would loop forever and is refused. What a file may
 //! print is capped, and the [watchdog](super::watchdog) ends the process if an evaluation is
-//! stuck in one operation. The
+//! stuck in one operation. The calls efmesh makes to check that audit bodies keep no state run
+//! outside the file's budget, each audit use's under a budget of its own ([`State::verifying`]).
+//! The
 //! host runs on its own thread with a large stack so that nothing a script builds within the
 //! limits can overflow it, and a panic inside the interpreter becomes a load error rather than a
 //! crash.
@@ -106,6 +108,12 @@ const KIND_SOURCE: &str = include_str!("../../stdlib/rhai/kind.rhai");
 const SLEEP_REFUSED: &str = "`sleep` is not available: efmesh models run sandboxed, without a clock";
 /// The value `on_progress` terminates with when the budget is spent.
 const BUDGET_TAG: &str = "efmesh:budget";
+/// The value `on_progress` terminates with when the budget of the verification calls of an
+/// audit use ([`State::verifying`]) is spent.
+const VERIFY_TAG: &str = "efmesh:verify-budget";
+/// The wall-clock budget of the verification calls of one audit use ([`State::verifying`]):
+/// [`super::audits::VERIFY_FACTOR`] times [`FILE_BUDGET`].
+const VERIFY_BUDGET: Duration = FILE_BUDGET.saturating_mul(super::audits::VERIFY_FACTOR);
 /// The value `on_progress` terminates with when memory grew too much.
 const MEMORY_TAG: &str = "efmesh:memory";
 
@@ -147,8 +155,8 @@ struct State {
     audit_answers: super::audits::Answers,
     /// The functions of every evaluated file (audit bodies run with those of their file).
     asts: HashMap<PathBuf, Rc<::rhai::AST>>,
-    /// Why the top-level evaluation in progress was terminated ([`BUDGET_TAG`] or
-    /// [`MEMORY_TAG`]): once set, every later operation is terminated too.
+    /// Why the top-level evaluation in progress was terminated ([`BUDGET_TAG`],
+    /// [`VERIFY_TAG`] or [`MEMORY_TAG`]): once set, every later operation is terminated too.
     tripped: Rc<Cell<Option<&'static str>>>,
     /// What each file printed.
     printed: PrintCap,
@@ -188,35 +196,42 @@ struct State {
     deadline: Rc<Cell<Option<Instant>>>,
     /// The watchdog's entry of the top-level evaluation in progress ([`watched`]).
     watch: Option<super::watchdog::Watch>,
-    /// What the verification calls of audit bodies have left of their own budget in the
-    /// top-level evaluation in progress ([`State::verifying`]); `None` outside an evaluation and
-    /// while they run.
-    verify_left: Option<Duration>,
+    /// The time the verification calls of audit bodies took so far in the top-level
+    /// evaluation in progress ([`State::verifying`]: each use's calls get a budget of their
+    /// own); `None` outside an evaluation and while they run.
+    verified: Option<Duration>,
+    /// True while the verification calls of an audit use run ([`State::verifying`]): a spent
+    /// budget is then theirs, and `on_progress` terminates with [`VERIFY_TAG`].
+    verifying: Rc<Cell<bool>>,
 }
 
 impl State {
-    /// Runs `f`, the verification calls of an audit body ([`audits::render`]), outside the
-    /// file's budget: under what the verification budget of the evaluation in progress has
-    /// left ([`super::audits::VERIFY_FACTOR`] times [`FILE_BUDGET`]). The time they take is
-    /// given back to the file (its deadline moves by as much, and its watchdog entry allows for
-    /// the whole verification budget); a verification budget spent trips the file. Outside an
-    /// evaluation (or inside verification calls) `f` just runs.
+    /// Runs `f`, the verification calls of one audit use ([`audits::render`]), outside the
+    /// file's budget: under a budget of their own for this use ([`VERIFY_BUDGET`], whatever
+    /// earlier uses' calls took), so that a pure body that fits the file's budget once per use
+    /// always loads; a budget they spend terminates with [`VERIFY_TAG`], which says so. The
+    /// time they take is given back to the file (its deadline moves by as much, and its
+    /// watchdog entry allows for the time earlier uses' calls took plus this use's whole
+    /// budget); a verification budget spent trips the file. Outside an evaluation (or inside
+    /// verification calls) `f` just runs.
     fn verifying<T>(st: &RefCell<State>, f: impl FnOnce() -> T) -> T {
-        let (deadline, left) = {
+        let (deadline, verified, verifying) = {
             let mut s = st.borrow_mut();
-            (s.deadline.clone(), s.verify_left.take())
+            (s.deadline.clone(), s.verified.take(), s.verifying.clone())
         };
-        let Some(left) = left else { return f() };
+        let Some(verified) = verified else { return f() };
         if let Some(watch) = &st.borrow().watch {
-            watch.allow_extra(FILE_BUDGET * super::audits::VERIFY_FACTOR);
+            watch.allow_extra(verified + VERIFY_BUDGET);
         }
         let file = deadline.get();
         let started = Instant::now();
-        deadline.set(Some(started + left));
+        deadline.set(Some(started + VERIFY_BUDGET));
+        verifying.set(true);
         let out = f();
+        verifying.set(false);
         let spent = started.elapsed();
         deadline.set(file.map(|d| d + spent));
-        st.borrow_mut().verify_left = Some(left.saturating_sub(spent));
+        st.borrow_mut().verified = Some(verified + spent);
         out
     }
 
@@ -587,14 +602,14 @@ fn watched(refs: &Refs, label: &Path, budget: Duration) {
     let watch = super::watchdog::watch(label, budget);
     let mut s = refs.state.borrow_mut();
     s.watch = Some(watch);
-    s.verify_left = Some(FILE_BUDGET * super::audits::VERIFY_FACTOR);
+    s.verified = Some(Duration::ZERO);
 }
 
 /// Ends what [`watched`] started.
 fn unwatched(refs: &Refs) {
     let mut s = refs.state.borrow_mut();
     s.watch = None;
-    s.verify_left = None;
+    s.verified = None;
 }
 
 /// The `db` handle a signal receives: `db.query(sql)` sends the query to the caller.
@@ -720,10 +735,11 @@ fn new_engine(refs: &Refs) -> Result<Engine, String> {
     let deadline = refs.deadline.clone();
     let memory = refs.memory.clone();
     let tripped = refs.state.borrow().tripped.clone();
+    let verifying = refs.state.borrow().verifying.clone();
     engine.on_progress(move |ops| {
         if tripped.get().is_none() {
             if ops % CLOCK_EVERY == 0 && deadline.get().is_some_and(|d| Instant::now() > d) {
-                tripped.set(Some(BUDGET_TAG));
+                tripped.set(Some(if verifying.get() { VERIFY_TAG } else { BUDGET_TAG }));
             } else if ops % MEMORY_EVERY == 0 && memory.exceeded() {
                 tripped.set(Some(MEMORY_TAG));
             }

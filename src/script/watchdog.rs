@@ -38,8 +38,8 @@ struct Entry {
     file: PathBuf,
     budget: Duration,
     /// Time the evaluation may run beyond its budget before the [`GRACE`] starts: the
-    /// verification calls of audit bodies, which run outside the file's budget
-    /// ([`Watch::allow_extra`]).
+    /// verification calls of audit bodies, which run outside the file's budget, each use's
+    /// under a budget of its own ([`Watch::allow_extra`]).
     extra: Duration,
     started: Instant,
 }
@@ -86,19 +86,29 @@ impl Watchdog {
 
 /// Reports the stuck evaluation and ends the process (status 1) when the binary asked for it.
 fn fatal(stuck: &Entry, now: Instant) {
-    let ran = now.duration_since(stuck.started);
-    let msg = format!(
-        "{}: evaluation still running after {} ms (its budget is {} ms): it is stuck in one operation the sandbox cannot interrupt \
-         (huge strings or tables?); efmesh stops here, nothing was written",
-        stuck.file.display(),
-        ran.as_millis(),
-        stuck.budget.as_millis()
-    );
+    let msg = stuck_message(stuck, now.duration_since(stuck.started));
     if EXIT_WHEN_STUCK.load(Ordering::SeqCst) {
         crate::ewriteln!("error: project failed to load\n{msg}");
         std::process::exit(1)
     }
     tracing::error!("{msg}");
+}
+
+/// What [`fatal`] says of `stuck`, which ran for `ran`: the file, its budget and the time
+/// allowed beyond it for the verification calls of its audit bodies, when any.
+fn stuck_message(stuck: &Entry, ran: Duration) -> String {
+    let extra = if stuck.extra.is_zero() {
+        String::new()
+    } else {
+        format!(", plus {} ms allowed for the calls efmesh made to check that its audit bodies keep no state", stuck.extra.as_millis())
+    };
+    format!(
+        "{}: evaluation still running after {} ms (its budget is {} ms{extra}): it is stuck in one operation the sandbox cannot interrupt \
+         (huge strings or tables?); efmesh stops here, nothing was written",
+        stuck.file.display(),
+        ran.as_millis(),
+        stuck.budget.as_millis()
+    )
 }
 
 /// The process-wide watchdog, its thread started on first use; `None` when the thread cannot
@@ -143,10 +153,11 @@ pub fn watch(file: &Path, budget: Duration) -> Watch {
 }
 
 impl Watch {
-    /// Lets the watched evaluation run `extra` beyond its budget (before the [`GRACE`]): the
-    /// time of the calls the host makes outside the file's budget, bounded by a budget of
-    /// their own (the verification calls of audit bodies). Only ever lengthens: the watching
-    /// thread, asleep until an earlier instant, need not be woken.
+    /// Lets the watched evaluation run `extra` in all beyond its budget (before the [`GRACE`]):
+    /// the time of the calls the host makes outside the file's budget (the verification calls
+    /// of audit bodies: the time earlier uses' calls took plus the whole budget of the use
+    /// being verified, so it grows use by use). Only ever lengthens (a smaller `extra` is
+    /// ignored): the watching thread, asleep until an earlier instant, need not be woken.
     pub fn allow_extra(&self, extra: Duration) {
         if let (Some(id), Some(dog)) = (self.id, watchdog()) {
             for e in dog.lock().entries.iter_mut().filter(|e| e.id == id) {
@@ -163,5 +174,24 @@ impl Drop for Watch {
         if let (Some(id), Some(dog)) = (self.id, watchdog()) {
             dog.lock().entries.retain(|e| e.id != id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stuck_message_names_the_file_its_budget_and_the_time_allowed_for_verification_calls() {
+        let entry = |extra: Duration| Entry { id: 0, file: PathBuf::from("models/m.lua"), budget: Duration::from_millis(500), extra, started: Instant::now() };
+        let plain = stuck_message(&entry(Duration::ZERO), Duration::from_millis(1600));
+        assert!(plain.starts_with("models/m.lua: evaluation still running after 1600 ms (its budget is 500 ms): it is stuck"), "{plain}");
+        let verified = stuck_message(&entry(Duration::from_millis(3000)), Duration::from_millis(4600));
+        assert!(
+            verified.starts_with(
+                "models/m.lua: evaluation still running after 4600 ms (its budget is 500 ms, plus 3000 ms allowed for the calls efmesh made to check that its audit bodies keep no state): it is stuck"
+            ),
+            "{verified}"
+        );
     }
 }

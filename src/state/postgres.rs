@@ -223,9 +223,14 @@ fn open_error(store: &str, e: &postgres::Error, secret: Option<&str>) -> StateEr
 }
 
 /// [`StateError::Open`] of the store `store` whose server did not answer the connection attempt
-/// `e` in time ([`crate::pg::ConnectError::NoAnswer`]; not transient).
+/// `e` in time ([`crate::pg::ConnectError::NoAnswer`]) or whose attempt failed inside efmesh
+/// ([`crate::pg::ConnectError::Panicked`]); not transient.
+/// Only the former gets the hint that the server cannot be reached.
 fn no_answer(store: &str, e: &crate::pg::ConnectError) -> StateError {
-    StateError::Open { store: store.to_string(), transient: false, source: Box::new(super::error::ConnectionFailed(crate::pg::scrubbed(e, None))) }
+    let text = crate::pg::scrubbed(e, None);
+    let source: super::error::BackendError =
+        if matches!(e, crate::pg::ConnectError::Panicked) { text.into() } else { Box::new(super::error::ConnectionFailed(text)) };
+    StateError::Open { store: store.to_string(), transient: false, source }
 }
 
 /// [`crate::pg::is_transient`]: another connection's lock (a wait past [`LOCK_TIMEOUT`], a
@@ -445,7 +450,7 @@ impl PostgresStore {
 fn session(config: &postgres::Config, schema: &str) -> Result<Client, Fault> {
     let mut client = crate::pg::connect(config.clone()).map_err(|e| match e {
         crate::pg::ConnectError::Driver(e) => Fault::Sql(e),
-        e @ crate::pg::ConnectError::NoAnswer { .. } => Fault::Fail(no_answer(&describe(config, schema), &e)),
+        e @ (crate::pg::ConnectError::NoAnswer { .. } | crate::pg::ConnectError::Panicked) => Fault::Fail(no_answer(&describe(config, schema), &e)),
     })?;
     client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}; SET client_min_messages = warning", quoted(schema)))?;
     Ok(client)
@@ -1755,7 +1760,7 @@ pub fn migrate(url: &str, schema: &str, now: Millis) -> Result<MigrationReport, 
         |op: &str, e: postgres::Error| StateError::Backend { store: store.clone(), op: op.to_string(), transient: is_transient(&e), source: Box::new(e) };
     let mut client = crate::pg::connect(config).map_err(|e| match e {
         crate::pg::ConnectError::Driver(e) => open_err(e),
-        e @ crate::pg::ConnectError::NoAnswer { .. } => no_answer(&store, &e),
+        e @ (crate::pg::ConnectError::NoAnswer { .. } | crate::pg::ConnectError::Panicked) => no_answer(&store, &e),
     })?;
     client.batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'; SET search_path TO {}", quoted(schema))).map_err(&open_err)?;
     let mut tx = client.transaction().map_err(|e| backend("start the migration", e))?;

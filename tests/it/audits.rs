@@ -1635,6 +1635,88 @@ fn a_pure_audit_body_costing_a_fifth_of_the_file_budget_used_four_times_in_one_f
     }
 }
 
+/// The verification calls of a file's audit uses shared one budget (twice the file's), and every
+/// use after the first with other arguments calls the body again with the first use's: a pure
+/// body costing 0.6 of the file's Lua work budget for its first use's arguments only (six plain
+/// `string.find`s of 10^8 steps each, deterministic) and nothing for the others, used with 8
+/// arguments in one file, spent 8 × 0.6 of it there and the file failed at the fourth use ("the
+/// calls efmesh makes to check that audit bodies keep no state exceeded their own …"). Each
+/// use's verification calls have a budget of their own: it loads.
+#[test]
+fn a_pure_audit_body_costly_for_its_first_uses_arguments_only_used_eight_times_in_one_file_loads() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/slow_first.lua",
+        "local hay = string.rep(\"x\", 999999)\n\
+         define_audit { name = \"slow_first\", params = { \"column\" },\n  query = function(self, args)\n    \
+         if args.column == \"a\" then for _ = 1, 6 do string.find(hay, string.rep(\"y\", 99), 1, true) end end\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column)\n  end }\n",
+    );
+    let columns = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let schema = columns.iter().map(|c| format!("{{ \"{c}\", \"integer\" }}")).collect::<Vec<_>>().join(", ");
+    let select = columns.iter().enumerate().map(|(i, c)| format!("{i} AS {c}")).collect::<Vec<_>>().join(", ");
+    let uses = columns.iter().map(|c| format!("audit.slow_first(\"{c}\")")).collect::<Vec<_>>().join(", ");
+    p.write(
+        "models/m.lua",
+        &format!("define_model {{ name = \"p.m\", kind = kind.full(), schema = {{ {schema} }}, query = \"SELECT {select}\",\n  audits = {{ {uses} }} }}\n"),
+    );
+    let r = p.run(&["check"]);
+    assert!(!r.stderr.contains("budget") && !r.stdout.contains("budget"), "a budget was hit:\n{}{}", r.stdout, r.stderr);
+    r.expect_code(0);
+    let v = p.apply("dev");
+    for c in columns {
+        let audit = format!("slow_first({c})");
+        assert_eq!(violations(&v, "p.m", &audit), 0, "{audit}: {:#}", result(&v, "p.m", &audit));
+    }
+}
+
+/// A verification call that spins (a counter: the body loops at its fourth call, the second
+/// use's call again) trips the budget of that use's verification calls, and the message says
+/// it is theirs and gives it in full: Lua said "their own budget of 999 ms" (what the first
+/// use's calls had left of one budget shared by the file), Rhai "evaluation exceeded its budget
+/// of 500 ms" (the file's). Both now give the budget of one use's verification calls (Lua's
+/// time or work budget, whichever a tight loop spends first).
+#[test]
+fn a_spent_verification_budget_is_reported_as_the_verification_calls_own_per_use_budget() {
+    let p = project(EngineBackend::DuckDb);
+    p.write(
+        "audits/spin.lua",
+        "local n = 0\n\
+         define_audit { name = \"spin\", params = { \"column\" },\n  query = function(self, args)\n    \
+         n = n + 1\n    if n == 4 then while true do end end\n    \
+         return (\"SELECT * FROM %s WHERE %s IS NULL\"):format(self, args.column)\n  end }\n",
+    );
+    p.write(
+        "models/m.lua",
+        "define_model { name = \"p.m\", kind = kind.full(), schema = { { \"a\", \"integer\" }, { \"b\", \"integer\" } }, query = \"SELECT 1 AS a, 2 AS b\",\n  \
+         audits = { audit.spin(\"a\"), audit.spin(\"b\") } }\n",
+    );
+    p.write(
+        "audits/spin.rhai",
+        r#"let n = 0;
+define_audit(#{ name: "rspin", params: ["column"], query: |rel, args| {
+  n += 1;
+  if n == 4 { let a = []; a.pad(90000, "some text"); loop { let b = a; b.reverse(); } }
+  `SELECT * FROM ${rel} WHERE ${args.column} IS NULL`
+} });
+"#,
+    );
+    p.write(
+        "models/r.rhai",
+        r#"define_model(#{ name: "p.r", kind: kind::full(), schema: [["a", "integer"], ["b", "integer"]], query: "SELECT 1 AS a, 2 AS b",
+  audits: [audit("rspin", "a"), audit("rspin", "b")] });
+"#,
+    );
+    let r = p.run(&["check"]);
+    r.expect_code(1);
+    let said = format!("{}{}", r.stdout, r.stderr);
+    let theirs = "the calls efmesh makes to check that audit bodies keep no state exceeded their own";
+    let lua = said.lines().find(|l| l.starts_with("models/m.lua:2:") && l.contains(theirs));
+    assert!(lua.is_some_and(|l| l.contains("budget of 1000 ms per audit use") || l.contains("work budget of 2000000000 steps per audit use")), "{said}");
+    assert!(said.lines().any(|l| l.starts_with("models/r.rhai:2:") && l.contains(&format!("{theirs} budget of 1000 ms per audit use"))), "{said}");
+    assert!(!said.contains("evaluation exceeded its budget"), "{said}");
+}
+
 /// How many times a body is called, as docs/audits.md says: the first use of given arguments
 /// twice (and once more with the first use's arguments when they differ), every later use with
 /// them once. A body printing its argument at each call, used with `a`, `b`, `a`, `a` in one

@@ -736,12 +736,55 @@ fn catalog_readers_fail_naming_a_view_another_session_locks_instead_of_waiting()
         assert!(waited < std::time::Duration::from_secs(20), "`{}` waited {waited:?}", r.cmd);
         assert!(r.stderr.contains("`dev__s.latest`"), "names the locked view: {}", r.stderr);
         assert!(r.stderr.contains("another session holds or awaits an exclusive lock on it"), "{}", r.stderr);
-        assert!(!r.stdout.contains("healthy"), "{}", r.stdout);
+        assert!(!r.stdout.contains("health: ok"), "{}", r.stdout);
     }
     tx.rollback().expect("release the lock");
     p.plan("dev");
     let after = p.run(&["status", "dev", "--check"]);
+    after.expect_code(0);
     assert!(!after.stderr.contains("another session holds"), "{}", after.stderr);
+    assert!(after.stdout.contains("health: ok"), "{}", after.stdout);
+}
+
+/// Another application's lock held longer than the read lock timeout (an ETL truncating and
+/// reloading its own table, under its own view, in a schema efmesh does not use) fails no
+/// writer: `run dev` reads the catalog (whose view definitions lock what every view reads) on a
+/// session that waits for the lock, and succeeds once it is released. `plan dev`, which writes
+/// nothing, still gives up within the bound, listing the locked table among the relations
+/// other sessions hold an exclusive lock on.
+#[test]
+fn another_applications_lock_under_its_own_view_fails_no_writer() {
+    let Some(t) = pg::fresh_database() else { return };
+    let p = portable_project(EngineBackend::Postgres(t.clone()));
+    p.apply("dev");
+    t.client()
+        .batch_execute("CREATE SCHEMA etl; CREATE TABLE etl.load_target (x int); CREATE VIEW etl.report AS SELECT x FROM etl.load_target")
+        .expect("another application's table and view");
+    let etl = t.clone();
+    let load = std::thread::spawn(move || {
+        etl.client()
+            .batch_execute("BEGIN; TRUNCATE etl.load_target; INSERT INTO etl.load_target SELECT 1; SELECT pg_sleep(8); COMMIT")
+            .expect("the ETL's load");
+    });
+    // Until the load holds its lock.
+    let mut watcher = t.client();
+    let held = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                WHERE c.relname = 'load_target' AND l.mode = 'AccessExclusiveLock' AND l.granted";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while watcher.query_one(held, &[]).expect("pg_locks").get::<_, i64>(0) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the ETL's load never took its lock");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let started = std::time::Instant::now();
+    let r = p.run(&["plan", "dev"]);
+    r.expect_code(1);
+    assert!(r.stderr.contains("`etl.load_target`") && r.stderr.contains("among them"), "{}", r.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(7), "plan waited {:?}", started.elapsed());
+    let r = p.run(&["run", "dev"]);
+    r.expect_code(0);
+    assert!(!r.stderr.contains("waited more than"), "{}", r.stderr);
+    load.join().expect("the ETL's load");
+    p.run(&["status", "dev", "--check"]).expect_code(0);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! whatever point a promotion was interrupted at (`kill -9`, a failed state write).
 
 use crate::common::*;
-use efmesh::apply::fault::{FAULT_ENV, LOSE_LOCK_ENV};
+use efmesh::apply::fault::{FAULT_ENV, LOSE_LOCK_ENV, STATE_FAIL_ENV};
 use serde_json::Value;
 
 /// Runs the binary with the test hook `EFMESH_FAULT=<point>` (the process aborts there).
@@ -52,6 +52,13 @@ crate::on_every_engine_and_state_backend!(
 crate::on_every_engine_and_state_backend!(
     a_lock_lost_before_the_view_swap_commits_moves_no_view,
     a_lock_lost_after_the_view_swap_puts_the_views_back_and_says_so,
+);
+
+// On each engine, and on a Postgres state store: the state write of a promotion failing after
+// the view swap, its COMMIT landed or not.
+crate::on_every_engine_and_state_backend!(
+    a_promotion_recorded_although_its_answer_was_lost_keeps_the_new_views,
+    a_promotion_the_state_store_did_not_record_puts_the_views_back,
 );
 
 // On each engine: their names resolve differently (DuckDB ignoring case).
@@ -488,6 +495,60 @@ fn a_lock_lost_after_the_view_swap_puts_the_views_back_and_says_so(backend: Stat
     assert_eq!(p.rows(&env_view("dev", "s.a")), served_before);
     let v = p.apply("dev");
     assert!(v["built"].as_array().expect("built").is_empty(), "{v:#}");
+    assert_views_serve_pointers(&p, "dev");
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+// ---- the state write of a promotion failing after the view swap ------------------------------
+
+/// `apply dev --yes` of `p` with the test hook `EFMESH_STATE_FAIL=<how>`: the promotion's state
+/// write fails with a lost connection's error, after committing (`promote:committed`) or
+/// without writing (`promote:refused`).
+fn apply_with_state_fail(p: &Project, how: &str) -> Run {
+    let out = p.command(&["apply", "dev", "--yes"]).env(STATE_FAIL_ENV, how).output().expect("spawn efmesh");
+    Run::from_output(out, format!("{STATE_FAIL_ENV}={how} efmesh apply dev --yes"))
+}
+
+/// The state store recorded the promotion but its answer was lost (the connection died after
+/// the COMMIT): the views are not put back — the environment keeps serving the new versions the
+/// store records, never the old ones — and the apply says the store recorded it and succeeds;
+/// `status --check` finds the environment healthy and a plan has nothing to do.
+fn a_promotion_recorded_although_its_answer_was_lost_keeps_the_new_views(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
+    let r = apply_with_state_fail(&p, "promote:committed");
+    assert!(r.stderr.contains("the state write `promote` committed, its answer lost"), "the test hook did not run: {}", r.stderr);
+    r.expect_code(0);
+    assert!(r.stderr.contains("the state store recorded the promotion of `dev` although its answer was lost"), "{}", r.stderr);
+    assert!(!r.stderr.contains("were put back"), "{}", r.stderr);
+    assert_ne!(p.state_summary().pointers, before.pointers, "the store records the promotion");
+    assert_views_serve_pointers(&p, "dev");
+    assert_ne!(p.rows(&env_view("dev", "s.a")), served_before, "the views were put back although the store recorded the promotion");
+    p.run(&["status", "dev", "--check"]).expect_code(0);
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// The state write of the promotion failed and wrote nothing: the store still records the
+/// promotion as under way, so the views are put back at once (the guard lets the put-back
+/// commit), the record is dropped, and the apply fails with the store's error.
+fn a_promotion_the_state_store_did_not_record_puts_the_views_back(backend: StateBackend, engine: EngineBackend) {
+    let p = sample_project_with(backend, engine);
+    p.apply("dev");
+    let before = p.state_summary();
+    let served_before = p.rows(&env_view("dev", "s.a"));
+    p.write("models/a.lua", &portable_sample(&p, &model_a(" AND range > 2")));
+    let r = apply_with_state_fail(&p, "promote:refused");
+    assert!(r.stderr.contains("the state write `promote` failed, nothing written"), "the test hook did not run: {}", r.stderr);
+    r.expect_code(1);
+    assert!(r.stderr.contains("the views of `dev` were put back as they were"), "{}", r.stderr);
+    assert!(!r.stderr.contains("although its answer was lost"), "{}", r.stderr);
+    assert_eq!(p.state_summary().pointers, before.pointers);
+    assert_eq!(p.rows(&env_view("dev", "s.a")), served_before, "the views serve versions the state store does not record");
+    assert_views_serve_pointers(&p, "dev");
+    p.apply("dev");
     assert_views_serve_pointers(&p, "dev");
     assert_eq!(p.plan("dev")["hasChanges"], false);
 }

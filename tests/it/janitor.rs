@@ -91,6 +91,9 @@ crate::on_every_engine!(
     a_use_recorded_between_a_janitors_claim_and_its_drop_keeps_the_relation,
     two_state_stores_sharing_one_engine_never_collect_each_others_storage,
     an_apply_never_re_points_the_environment_views_another_store_made,
+    a_store_that_promoted_last_never_takes_over_a_view_another_store_made_before,
+    a_version_a_store_knows_from_another_environment_never_makes_anothers_view_its_own,
+    two_checkouts_at_one_commit_never_share_an_environments_views,
     an_orphan_a_view_still_reads_is_kept_until_the_view_moves,
 );
 
@@ -720,11 +723,11 @@ fn an_apply_never_re_points_the_environment_views_another_store_made(engine: Eng
         assert_eq!(kind.expect_code(1).json()["error"]["kind"], "foreign-views", "{}", kind.stdout);
         assert_eq!(served(p), vec![vec![Some("1".to_string())]], "store A's prod still serves its version");
     };
-    refused(&p, &format!("(made by state store {a_id})"));
+    refused(&p, &format!("(reads no version this state store's `prod` serves; `prod` last promoted by state store {a_id})"));
     // An environment promoted before efmesh recorded its store (no record): its views read
-    // versions B does not know.
+    // versions B's `prod` does not serve.
     p.execute_on_engine(&format!("DROP VIEW {}", efmesh::ownership::env_record_relation("prod")));
-    refused(&p, "(reads versions this state store does not know)");
+    refused(&p, "(reads no version this state store's `prod` serves)");
     // Store A applies its own environment as before, and is recorded again.
     use_state(&p, "a.state.sqlite");
     p.write("models/m.lua", &models(3));
@@ -740,6 +743,95 @@ fn an_apply_never_re_points_the_environment_views_another_store_made(engine: Eng
     assert_eq!(served(&p), vec![vec![Some("2".to_string())]]);
     assert_eq!(recorded(&p), Some(store_id(&p, "b.state.sqlite")));
     assert_eq!(p.plan("prod")["hasChanges"], false, "B's views serve what B's state says");
+}
+
+/// A model `t.n` alone, answering `v`.
+fn model_n(v: i64) -> String {
+    format!(
+        r#"define_model {{ name = "t.n", kind = kind.full(), schema = {{ {{ "x", "bigint" }} }}, query = "SELECT CAST({v} AS BIGINT) AS x" }}
+"#
+    )
+}
+
+/// Runs `apply <env>` (with `--json`, then without) expecting the foreign-views refusal, its
+/// text naming each of `needles`.
+#[track_caller]
+fn refused_foreign(p: &Project, env: &str, needles: &[&str]) {
+    let kind = p.run(&["apply", env, "--yes", "--json"]);
+    assert_eq!(kind.expect_code(1).json()["error"]["kind"], "foreign-views", "{}\n{}", kind.stdout, kind.stderr);
+    let r = p.run(&["apply", env, "--yes"]);
+    r.expect_code(1);
+    for needle in needles {
+        assert!(r.stderr.contains(needle), "{needle:?} missing\n{}", r.stderr);
+    }
+}
+
+/// Stores A and B promote `prod` side by side with different models (A: `s.m`, `s.v`; B:
+/// `t.n`); A promotes again, so `prod`'s record names A. A then adds a model `t.n`: the view
+/// `t.n` B's `prod` serves reads no version A's `prod` points at, so A's apply is refused
+/// (SPEC §4, invariant 64) — the record naming A spares nothing — and B's `t.n` still serves B's
+/// rows.
+fn a_store_that_promoted_last_never_takes_over_a_view_another_store_made_before(engine: EngineBackend) {
+    let p = project_on_engine(engine, 1);
+    use_state(&p, "a.state.sqlite");
+    p.apply("prod");
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &model_n(100));
+    p.apply("prod");
+    assert_eq!(p.rows("t.n"), vec![vec![Some("100".to_string())]]);
+    use_state(&p, "a.state.sqlite");
+    p.write("models/m.lua", &models(2));
+    p.apply("prod");
+    let a_id = store_id(&p, "a.state.sqlite");
+    let recorded = env_record_comment(&p, "prod").and_then(|c| efmesh::ownership::env_record_owner(&c).map(str::to_string));
+    assert_eq!(recorded, Some(a_id), "A promoted prod last");
+    p.write("models/m.lua", &format!("{}{}", models(2), model_n(999)));
+    refused_foreign(
+        &p,
+        "prod",
+        &["environment `prod` would re-point 1 view(s)", "`t.n` (reads no version this state store's `prod` serves)", "nothing was done"],
+    );
+    assert_eq!(p.rows("t.n"), vec![vec![Some("100".to_string())]], "B's prod still serves B's t.n");
+    assert_eq!(p.rows("s.m"), vec![vec![Some("2".to_string())]], "A's prod is left as it was");
+}
+
+/// Store A promotes `prod` at version 1; store B (same database, same code) applies only `dev`,
+/// so it has a snapshot of version 1 too. B then edits and applies `prod`: A's `prod` views read
+/// version 1, which B knows but B's `prod` does not serve (it has no pointer there), so B's
+/// apply is refused and A's `prod` keeps serving version 1 and planning no change.
+fn a_version_a_store_knows_from_another_environment_never_makes_anothers_view_its_own(engine: EngineBackend) {
+    let p = project_on_engine(engine, 1);
+    use_state(&p, "a.state.sqlite");
+    p.apply("prod");
+    use_state(&p, "b.state.sqlite");
+    p.apply("dev");
+    p.write("models/m.lua", &models(2));
+    refused_foreign(&p, "prod", &["environment `prod` would re-point 2 view(s)", "`s.m` (reads no version this state store's `prod` serves", "`s.v` ("]);
+    assert_eq!(p.rows("s.m"), vec![vec![Some("1".to_string())]], "A's prod still serves version 1");
+    use_state(&p, "a.state.sqlite");
+    p.write("models/m.lua", &models(1));
+    assert_eq!(p.plan("prod")["hasChanges"], false, "A's prod serves what A's state says");
+}
+
+/// Two checkouts of one project (stores A and B, one database) apply `prod` at the same commit:
+/// the second one's views would be the first one's, same definitions, and the two would then
+/// diverge silently at the next edit of either. B's apply is refused although the views read
+/// versions B would build itself; A goes on serving and moving its `prod`, and B's state never
+/// records a `prod`.
+fn two_checkouts_at_one_commit_never_share_an_environments_views(engine: EngineBackend) {
+    let p = project_on_engine(engine, 1);
+    use_state(&p, "a.state.sqlite");
+    p.apply("prod");
+    let a_id = store_id(&p, "a.state.sqlite");
+    use_state(&p, "b.state.sqlite");
+    let last = format!("`prod` last promoted by state store {a_id}");
+    refused_foreign(&p, "prod", &["environment `prod` would re-point 2 view(s)", last.as_str()]);
+    assert!(p.state_summary().envs.is_empty(), "B recorded no prod: {:?}", p.state_summary());
+    use_state(&p, "a.state.sqlite");
+    p.write("models/m.lua", &models(2));
+    p.apply("prod");
+    assert_eq!(p.rows("s.m"), vec![vec![Some("2".to_string())]]);
+    assert_eq!(p.plan("prod")["hasChanges"], false);
 }
 
 fn an_orphan_is_dropped_only_once_seen_for_the_ttl(engine: EngineBackend) {

@@ -581,7 +581,8 @@ fn a_physical_view_reading_an_old_parent_version_is_rebuilt(engine: EngineBacken
 /// A model new to an environment gets its view by `CREATE OR REPLACE VIEW`: a view of the user's
 /// standing at that name would be replaced silently, a table would fail with the engine's
 /// message. Both are refused by the plan and the apply, naming the model's file and the relation;
-/// nothing is written. A view efmesh left there (its state store lost) is replaced.
+/// nothing is written. A view efmesh left there (its state store lost) is replaced once the
+/// database is taken over (`janitor --adopt`).
 fn a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_own_is_replaced(engine: EngineBackend) {
     let p = sample_project_with(StateBackend::Sqlite, engine);
     if p.on_postgres() {
@@ -612,8 +613,17 @@ fn a_relation_of_the_users_where_a_new_models_view_goes_is_refused_and_efmeshs_o
     assert_eq!(p.plan("prod")["hasChanges"], false, "efmesh's views read as serving what the state says");
     let served = p.rows("s.c");
     assert!(!served.is_empty());
-    // The state store lost: the views efmesh left read its storage and are replaced.
+    // The state store lost: the views efmesh left read its storage, and the lost store's use
+    // records remain, which look like another live store sharing the database (SPEC §4,
+    // invariant 64): refused, the hint saying so, until the operator says it is gone
+    // (`janitor --adopt`); then the views are replaced.
     fs_err::remove_file(p.state_path()).expect("remove the state store");
+    let refused = p.run(&["apply", "prod", "--yes"]);
+    for needle in ["a state store deleted and applied again is a new store", "efmesh janitor --adopt"] {
+        assert!(refused.expect_code(1).stderr.contains(needle), "{needle:?} missing\n{}", refused.stderr);
+    }
+    assert_eq!(p.rows("s.c"), served);
+    p.run(&["janitor", "--adopt"]).expect_code(0);
     let again = p.run(&["apply", "prod", "--yes"]);
     again.expect_code(0);
     assert_eq!(p.rows("s.c"), served);

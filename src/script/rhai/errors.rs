@@ -3,7 +3,7 @@
 
 use super::{
     BUDGET_TAG, FILE_BUDGET, MAX_ARRAY_SIZE, MAX_CALL_LEVELS, MAX_FUNCTIONS, MAX_MAP_SIZE, MAX_MEMORY_GROWTH, MAX_MODULES, MAX_OPERATIONS, MAX_STRING_SIZE,
-    MAX_VARIABLES, MEMORY_TAG,
+    MAX_VARIABLES, MEMORY_TAG, VERIFY_BUDGET, VERIFY_TAG,
 };
 use crate::core::error::did_you_mean;
 use crate::core::{LoadError, Location};
@@ -127,6 +127,10 @@ fn leaf_message(leaf: &EvalAltResult) -> String {
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == BUDGET_TAG => {
             format!("evaluation exceeded its budget of {} ms (infinite loop?)", FILE_BUDGET.as_millis())
         }
+        EvalAltResult::ErrorTerminated(v, _) if v.to_string() == VERIFY_TAG => format!(
+            "the calls efmesh makes to check that audit bodies keep no state exceeded their own budget of {} ms per audit use (infinite loop?)",
+            VERIFY_BUDGET.as_millis()
+        ),
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == MEMORY_TAG => {
             format!("evaluation exceeded {} MiB of new memory (memory bomb?)", MAX_MEMORY_GROWTH >> 20)
         }
@@ -167,6 +171,9 @@ fn hint(leaf: &EvalAltResult) -> Option<String> {
         }
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == MEMORY_TAG => {
             Some("look for a loop that keeps collecting values (closures and curried functions count too)".into())
+        }
+        EvalAltResult::ErrorTerminated(v, _) if v.to_string() == VERIFY_TAG => {
+            Some("efmesh calls an audit body again to check that it keeps no state, and a body that fits the file's budget once per use fits: look for a loop that never ends in the body".into())
         }
         EvalAltResult::ErrorTerminated(..) | EvalAltResult::ErrorTooManyOperations(_) => {
             Some("model files must finish quickly: look for a loop that never ends".into())
