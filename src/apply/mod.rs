@@ -2065,7 +2065,20 @@ fn check_view_owners(
     let uses = engine.storage_uses()?;
     let marker = engine.owner_marker(false)?;
     let living = crate::ownership::living_stores(&uses, marker.as_deref(), &me);
-    let foreign = crate::ownership::foreign_views(candidates, &living);
+    if living.is_empty() {
+        return Ok(());
+    }
+    // The relations this store knows, by their bare name, to the physical name its use records
+    // are keyed by.
+    let bare = |p: &str| p.replace('"', "").to_lowercase();
+    let known: std::collections::HashMap<String, String> = state
+        .snapshot_index()?
+        .into_values()
+        .map(|(physical, _)| physical)
+        .chain(plan.actions.iter().filter_map(|a| a.physical.clone()))
+        .map(|physical| (bare(&physical), physical))
+        .collect();
+    let foreign = crate::ownership::foreign_views(candidates, &living, &uses, &known, &me);
     if foreign.is_empty() {
         return Ok(());
     }

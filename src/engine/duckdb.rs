@@ -34,6 +34,46 @@ impl std::fmt::Debug for DuckDb {
 }
 
 impl DuckDb {
+    /// Opens a transaction and runs `statements` in it, leaving it open for the caller to commit
+    /// ([`Self::commit_open`]) or roll back; a failing statement rolls it back and is the error.
+    /// Statements that touch the catalog alone go in one round trip (an environment's view swap
+    /// is thousands of statements), each ending on its own line so that a trailing `--` comment
+    /// cannot swallow the separator; naming the culprit of a failure then runs them again
+    /// (`culprit`), which must never repeat a long data write, so other statements go one by one.
+    fn begin_with(&mut self, statements: &[String]) -> Result<(), EngineError> {
+        if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
+            let mut batch = String::from("BEGIN TRANSACTION;\n");
+            for s in statements {
+                tracing::debug!(sql = %s, "execute in transaction");
+                batch.push_str(s);
+                batch.push_str("\n;\n");
+            }
+            if let Err(e) = self.conn.execute_batch(&batch) {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(self.culprit(statements, e.to_string()));
+            }
+            return Ok(());
+        }
+        self.execute("BEGIN TRANSACTION")?;
+        for s in statements {
+            tracing::debug!(sql = %s, "execute in transaction");
+            if let Err(e) = self.conn.execute_batch(s) {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(EngineError::new(s, e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the transaction [`Self::begin_with`] left open (rolled back if the commit fails).
+    fn commit_open(&mut self) -> Result<(), EngineError> {
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(EngineError::new("COMMIT", e.to_string()));
+        }
+        Ok(())
+    }
+
     /// Opens (creating if needed) the database file at `path` with the `[engine]` settings.
     ///
     /// # Errors
@@ -573,72 +613,17 @@ impl Engine for DuckDb {
     }
 
     fn transaction(&mut self, statements: &[String]) -> Result<(), EngineError> {
-        if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
-            // One round trip for the whole transaction (an environment's view swap is thousands
-            // of statements); each statement ends on its own line, so a trailing `--` comment
-            // cannot swallow the separator. Only statements that touch the catalog alone are
-            // sent this way: naming the culprit of a failure runs them again (`culprit`), which
-            // must never repeat a long data write.
-            let mut batch = String::from("BEGIN TRANSACTION;\n");
-            for s in statements {
-                tracing::debug!(sql = %s, "execute in transaction");
-                batch.push_str(s);
-                batch.push_str("\n;\n");
-            }
-            batch.push_str("COMMIT;");
-            if let Err(e) = self.conn.execute_batch(&batch) {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                return Err(self.culprit(statements, e.to_string()));
-            }
-            return Ok(());
-        }
-        self.execute("BEGIN TRANSACTION")?;
-        for s in statements {
-            tracing::debug!(sql = %s, "execute in transaction");
-            if let Err(e) = self.conn.execute_batch(s) {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                return Err(EngineError::new(s, e.to_string()));
-            }
-        }
-        if let Err(e) = self.conn.execute_batch("COMMIT") {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(EngineError::new("COMMIT", e.to_string()));
-        }
-        Ok(())
+        self.begin_with(statements)?;
+        self.commit_open()
     }
 
     fn transaction_if(&mut self, statements: &[String], commit_if: &mut dyn FnMut() -> bool) -> Result<bool, EngineError> {
-        if statements.len() > 1 && statements.iter().all(|s| catalog_only(s)) {
-            // One round trip for the statements, as in `transaction`; the `COMMIT` waits for
-            // `commit_if`.
-            let mut batch = String::from("BEGIN TRANSACTION;\n");
-            for s in statements {
-                tracing::debug!(sql = %s, "execute in transaction");
-                batch.push_str(s);
-                batch.push_str("\n;\n");
-            }
-            if let Err(e) = self.conn.execute_batch(&batch) {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                return Err(self.culprit(statements, e.to_string()));
-            }
-        } else {
-            self.execute("BEGIN TRANSACTION")?;
-            for s in statements {
-                tracing::debug!(sql = %s, "execute in transaction");
-                if let Err(e) = self.conn.execute_batch(s) {
-                    let _ = self.conn.execute_batch("ROLLBACK");
-                    return Err(EngineError::new(s, e.to_string()));
-                }
-            }
-        }
+        self.begin_with(statements)?;
         if !commit_if() {
             self.conn.execute_batch("ROLLBACK").map_err(|e| EngineError::new("ROLLBACK", e.to_string()))?;
             return Ok(false);
         }
-        if let Err(e) = self.conn.execute_batch("COMMIT") {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(EngineError::new("COMMIT", e.to_string()));
-        }
+        self.commit_open()?;
         Ok(true)
     }
 

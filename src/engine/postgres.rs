@@ -345,7 +345,9 @@ impl Postgres {
         let among = if locked.is_empty() {
             String::new()
         } else {
-            format!("; relations other sessions hold or await an exclusive lock on now, the one waited for among them: {}", locked.join(", "))
+            // The list is cut at eight: past that the one waited for may be left out.
+            let which = if locked.len() < 8 { "the one waited for among them" } else { "the first eight, the one waited for among them or not" };
+            format!("; relations other sessions hold or await an exclusive lock on now ({which}): {}", locked.join(", "))
         };
         error.message = format!(
             "waited more than {READ_LOCK_TIMEOUT} for a lock on a relation it reads: another session holds or awaits an exclusive lock on it \

@@ -938,7 +938,7 @@ pub fn views_of_other_stores(
     Ok(existing
         .into_iter()
         .filter(|(model, _, read)| !served.get(model).is_some_and(|physical| read.iter().all(|r| r == physical)))
-        .map(|(_, view, _)| ForeignView { view, owner: owner.clone() })
+        .map(|(_, view, reads)| ForeignView { view, owner: owner.clone(), reads })
         .collect())
 }
 

@@ -31,6 +31,11 @@ pub const RHAI_BUILTINS: &str = "efmesh:audits.rhai";
 /// arguments). A file's verification calls take at most its number of uses times this.
 pub const VERIFY_FACTOR: u32 = 2;
 
+/// The verification calls of one file evaluation take at most this many times the file's time
+/// budget in all, whatever the number of audit uses (each use's own budget is cut to what is
+/// left): loading a file always ends within a bound.
+pub const VERIFY_TOTAL_FACTOR: u32 = 10;
+
 /// Definitions by name, each with the host's body `B`.
 #[derive(Debug, Clone)]
 pub struct Registry<B> {

@@ -330,11 +330,11 @@ impl State {
             (
                 "the calls efmesh makes to check that audit bodies keep no state",
                 "their own",
-                " per audit use",
+                format!(" per audit use and {} ms in all per file", (b.limit / super::audits::VERIFY_FACTOR * super::audits::VERIFY_TOTAL_FACTOR).as_millis()),
                 "the work budget of the calls efmesh makes to check that audit bodies keep no state",
             )
         } else {
-            ("evaluation", "its", "", "this file's work budget")
+            ("evaluation", "its", String::new(), "this file's work budget")
         };
         let msg = if n > left {
             Some(match what {
@@ -393,9 +393,15 @@ impl State {
             st.borrow_mut().budget = Some(file);
             return f();
         };
-        let own = file.verification();
+        let mut own = file.verification();
+        // At most VERIFY_TOTAL_FACTOR times the file's budget in all for the file's uses.
+        let total = file.limit * super::audits::VERIFY_TOTAL_FACTOR;
+        let left = total.saturating_sub(verified);
+        if left < own.limit {
+            own.deadline = Instant::now() + left;
+        }
         if let Some(watch) = &file.watch {
-            watch.allow_extra(verified + own.limit);
+            watch.allow_extra(verified + own.limit.min(left));
         }
         let started = Instant::now();
         st.borrow_mut().budget = Some(own);

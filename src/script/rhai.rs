@@ -220,12 +220,14 @@ impl State {
             (s.deadline.clone(), s.verified.take(), s.verifying.clone())
         };
         let Some(verified) = verified else { return f() };
+        // At most VERIFY_TOTAL_FACTOR times the file's budget in all for the file's uses.
+        let own = VERIFY_BUDGET.min((FILE_BUDGET * super::audits::VERIFY_TOTAL_FACTOR).saturating_sub(verified));
         if let Some(watch) = &st.borrow().watch {
-            watch.allow_extra(verified + VERIFY_BUDGET);
+            watch.allow_extra(verified + own);
         }
         let file = deadline.get();
         let started = Instant::now();
-        deadline.set(Some(started + VERIFY_BUDGET));
+        deadline.set(Some(started + own));
         verifying.set(true);
         let out = f();
         verifying.set(false);

@@ -94,6 +94,7 @@ crate::on_every_engine!(
     a_store_that_promoted_last_never_takes_over_a_view_another_store_made_before,
     a_version_a_store_knows_from_another_environment_never_makes_anothers_view_its_own,
     two_checkouts_at_one_commit_never_share_an_environments_views,
+    a_stores_own_view_pointed_elsewhere_is_repaired_while_an_unrelated_store_is_present,
     an_orphan_a_view_still_reads_is_kept_until_the_view_moves,
 );
 
@@ -793,6 +794,30 @@ fn a_store_that_promoted_last_never_takes_over_a_view_another_store_made_before(
     );
     assert_eq!(p.rows("t.n"), vec![vec![Some("100".to_string())]], "B's prod still serves B's t.n");
     assert_eq!(p.rows("s.m"), vec![vec![Some("2".to_string())]], "A's prod is left as it was");
+}
+
+/// Store A's `prod` view `s.m` is pointed by hand at another of A's own versions (its `dev`
+/// one) while store B, unrelated, serves its own environment in the same database: the view reads
+/// a relation only A uses, so A's apply repairs it (SPEC §4, invariant 64) — a view is another
+/// store's when it reads a relation that store uses or one A does not know, not merely because
+/// another store is present.
+fn a_stores_own_view_pointed_elsewhere_is_repaired_while_an_unrelated_store_is_present(engine: EngineBackend) {
+    let p = project_on_engine(engine, 1);
+    use_state(&p, "a.state.sqlite");
+    p.apply("prod");
+    p.write("models/m.lua", &models(2));
+    let dev = p.apply("dev");
+    let dev_m = physical_of(&dev, "s.m");
+    use_state(&p, "b.state.sqlite");
+    p.write("models/m.lua", &model_n(100));
+    p.apply("bx");
+    use_state(&p, "a.state.sqlite");
+    p.write("models/m.lua", &models(1));
+    p.execute_on_engine(&format!("CREATE OR REPLACE VIEW s.m AS SELECT * FROM {dev_m}"));
+    assert_eq!(p.rows("s.m"), vec![vec![Some("2".to_string())]], "pointed at A's dev version by hand");
+    p.apply("prod");
+    assert_eq!(p.rows("s.m"), vec![vec![Some("1".to_string())]], "A's apply repaired its own view");
+    assert_eq!(p.rows("bx__t.n"), vec![vec![Some("100".to_string())]], "B's environment untouched");
 }
 
 /// Store A promotes `prod` at version 1; store B (same database, same code) applies only `dev`,

@@ -128,8 +128,9 @@ fn leaf_message(leaf: &EvalAltResult) -> String {
             format!("evaluation exceeded its budget of {} ms (infinite loop?)", FILE_BUDGET.as_millis())
         }
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == VERIFY_TAG => format!(
-            "the calls efmesh makes to check that audit bodies keep no state exceeded their own budget of {} ms per audit use (infinite loop?)",
-            VERIFY_BUDGET.as_millis()
+            "the calls efmesh makes to check that audit bodies keep no state exceeded their own budget of {} ms per audit use and {} ms in all per file (infinite loop?)",
+            VERIFY_BUDGET.as_millis(),
+            (FILE_BUDGET * super::super::audits::VERIFY_TOTAL_FACTOR).as_millis()
         ),
         EvalAltResult::ErrorTerminated(v, _) if v.to_string() == MEMORY_TAG => {
             format!("evaluation exceeded {} MiB of new memory (memory bomb?)", MAX_MEMORY_GROWTH >> 20)
