@@ -1956,7 +1956,7 @@ fn put_back_unrecorded(
         pending = promotion_pending(state, env, pointers, rollback);
         matches!(pending, Ok(true))
     });
-    let failed_text = failed.to_string();
+    let failed_text = with_causes(&failed).replace("\n  caused by: ", ": ");
     let unsettled = |what: String| ApplyError::PromotionUnsettled(format!("cannot record the promotion of `{env}` ({failed_text}): {what}"));
     match (put_back, pending) {
         (Ok(true), _) => {
