@@ -447,26 +447,21 @@ pub struct ForeignView {
     /// The other store the environment's record names (the one that promoted the environment
     /// last, for the message only); `None` when the record names this store or there is none.
     pub owner: Option<String>,
-    /// The relations of efmesh's storage the view reads, unquoted and lowercased.
-    pub reads: Vec<String>,
+    /// The relations of efmesh's storage the view reads, unquoted and lowercased, each with its
+    /// physical name as this store records it when this store knows it (a snapshot of its own, an
+    /// action of the plan).
+    pub reads: Vec<(String, Option<String>)>,
 }
 
 /// The views of `candidates` (views this store's environment does not serve) another live
 /// state store may serve, while another store is present in the engine database (`living`: every
 /// other store with a use record or an owner marker there; none present: none). A view is
-/// another's when a relation it reads is one this store does not know (`known`: the relations
-/// its snapshots and the plan name, unquoted and lowercased, to the physical name as recorded),
-/// or one another store recorded a use of (`uses`, keyed by [`crate::engine::use_key`]); a
-/// view of this store's own reading a relation only it uses (pointed by hand at another of its
-/// versions, or restored from an older export) is its own to repair. The environment's record
-/// only names a store, it decides nothing.
-pub fn foreign_views(
-    candidates: Vec<ForeignView>,
-    living: &[String],
-    uses: &[(String, String)],
-    known: &std::collections::HashMap<String, String>,
-    me: &str,
-) -> Vec<ForeignView> {
+/// another's when a relation it reads is one this store does not know ([`ForeignView::reads`]
+/// without a physical name), or one another store recorded a use of (`uses`, keyed by
+/// [`crate::engine::use_key`]); a view of this store's own reading a relation only it uses
+/// (pointed by hand at another of its versions, or restored from an older export) is its own to
+/// repair. The environment's record only names a store, it decides nothing.
+pub fn foreign_views(candidates: Vec<ForeignView>, living: &[String], uses: &[(String, String)], me: &str) -> Vec<ForeignView> {
     if living.is_empty() {
         return Vec::new();
     }
@@ -474,7 +469,7 @@ pub fn foreign_views(
         let key = crate::engine::use_key(physical);
         uses.iter().any(|(store, k)| store != me && *k == key)
     };
-    candidates.into_iter().filter(|v| v.reads.iter().any(|r| known.get(r).is_none_or(|physical| used_by_another(physical)))).collect()
+    candidates.into_iter().filter(|v| v.reads.iter().any(|(_, physical)| physical.as_deref().is_none_or(used_by_another))).collect()
 }
 
 /// The other state stores present in the engine database: those with a use record
@@ -587,21 +582,19 @@ mod tests {
         let marker = ["ab12".to_string(), UNKNOWN_OWNER.to_string()];
         let living = living_stores(&uses, Some(&marker[..]), "ab12");
         assert_eq!(living, vec!["cd34".to_string(), UNKNOWN_OWNER.to_string()]);
-        let view = |v: &str, o: Option<&str>| ForeignView {
-            view: v.to_string(),
-            owner: o.map(str::to_string),
-            reads: vec![format!("_efmesh.{}", v.replace('.', "__"))],
-        };
         // `s.a` reads a relation this store does not know, `s.b` one another store uses, `s.c`
         // one only this store uses (its own view, pointed elsewhere: its own to repair).
-        let known: std::collections::HashMap<String, String> =
-            ["s__b", "s__c"].iter().map(|t| (format!("_efmesh.{t}"), format!("\"_efmesh\".\"{t}\""))).collect();
+        let view = |v: &str, o: Option<&str>| {
+            let t = v.replace('.', "__");
+            let physical = (v != "s.a").then(|| format!("\"_efmesh\".\"{t}\""));
+            ForeignView { view: v.to_string(), owner: o.map(str::to_string), reads: vec![(format!("_efmesh.{t}"), physical)] }
+        };
         let mut uses = uses.clone();
         uses.push(("cd34".to_string(), crate::engine::use_key("\"_efmesh\".\"s__b\"")));
         uses.push(("ab12".to_string(), crate::engine::use_key("\"_efmesh\".\"s__c\"")));
         let candidates = vec![view("s.a", Some("cd34")), view("s.b", Some("ef56")), view("s.c", None)];
-        assert_eq!(foreign_views(candidates.clone(), &living, &uses, &known, "ab12"), candidates[..2].to_vec(), "the record names, it never spares a view");
-        assert!(foreign_views(candidates, &[], &uses, &known, "ab12").is_empty(), "a store taken over leaves its views");
+        assert_eq!(foreign_views(candidates.clone(), &living, &uses, "ab12"), candidates[..2].to_vec(), "the record names, it never spares a view");
+        assert!(foreign_views(candidates, &[], &uses, "ab12").is_empty(), "a store taken over leaves its views");
         let m = foreign_views_message("prod", "/p/efmesh.duckdb", "ab12", &[view("s.a", Some("cd34")), view("s.c", None)], &living);
         for wanted in [
             "environment `prod`",

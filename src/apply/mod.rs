@@ -1926,6 +1926,25 @@ fn promotion_pending(state: &dyn StateStore, env: &str, pointers: &BTreeMap<Stri
     state.pending_promotions().map(|pending| pending.iter().any(|p| p.env == env && &p.pointers == pointers && p.rollback == rollback))
 }
 
+/// Runs the undo statements `rollback` of the promotion of `env` in one engine transaction,
+/// committed only while the state store still records that promotion as under way
+/// ([`promotion_pending`]): whether it was put back (the engine's answer), and what the store
+/// said (read right before the commit).
+fn put_back_if_pending(
+    env: &str,
+    state: &dyn StateStore,
+    engine: &mut dyn Engine,
+    rollback: &[String],
+    pointers: &BTreeMap<String, String>,
+) -> (Result<bool, crate::engine::EngineError>, Result<bool, StateError>) {
+    let mut pending: Result<bool, StateError> = Ok(false);
+    let put_back = engine.transaction_if(rollback, &mut || {
+        pending = promotion_pending(state, env, pointers, rollback);
+        matches!(pending, Ok(true))
+    });
+    (put_back, pending)
+}
+
 /// After the view swap of `env` committed, the state store's write recording the promotion
 /// failed with `failed`, an error other than a lost lease (a lost connection, a timeout). It
 /// may have recorded the promotion all the same (its `COMMIT` landed, the answer was lost):
@@ -1951,11 +1970,7 @@ fn put_back_unrecorded(
     pointers: &BTreeMap<String, String>,
     failed: StateError,
 ) -> Result<(), ApplyError> {
-    let mut pending: Result<bool, StateError> = Ok(false);
-    let put_back = engine.transaction_if(rollback, &mut || {
-        pending = promotion_pending(state, env, pointers, rollback);
-        matches!(pending, Ok(true))
-    });
+    let (put_back, pending) = put_back_if_pending(env, state, engine, rollback, pointers);
     let failed_text = with_causes(&failed).replace("\n  caused by: ", ": ");
     let unsettled = |what: String| ApplyError::PromotionUnsettled(format!("cannot record the promotion of `{env}` ({failed_text}): {what}"));
     match (put_back, pending) {
@@ -2010,12 +2025,7 @@ fn put_back_after_lost_lock(
     pointers: &BTreeMap<String, String>,
     lost: &StateError,
 ) -> ApplyError {
-    let mut recorded: Result<bool, StateError> = Ok(false);
-    let put_back = engine.transaction_if(rollback, &mut || {
-        recorded = promotion_pending(state, env, pointers, rollback);
-        matches!(recorded, Ok(true))
-    });
-    let done = match (put_back, recorded) {
+    let done = match put_back_if_pending(env, state, engine, rollback, pointers) {
         (Ok(true), _) => {
             tracing::warn!(env = %env, "the promotion could not be recorded (the lock was lost); the views of `{env}` were put back as they were");
             format!("the views of `{env}` were put back as they were: they serve what the state store records")
@@ -2068,17 +2078,7 @@ fn check_view_owners(
     if living.is_empty() {
         return Ok(());
     }
-    // The relations this store knows, by their bare name, to the physical name its use records
-    // are keyed by.
-    let bare = |p: &str| p.replace('"', "").to_lowercase();
-    let known: std::collections::HashMap<String, String> = state
-        .snapshot_index()?
-        .into_values()
-        .map(|(physical, _)| physical)
-        .chain(plan.actions.iter().filter_map(|a| a.physical.clone()))
-        .map(|physical| (bare(&physical), physical))
-        .collect();
-    let foreign = crate::ownership::foreign_views(candidates, &living, &uses, &known, &me);
+    let foreign = crate::ownership::foreign_views(candidates, &living, &uses, &me);
     if foreign.is_empty() {
         return Ok(());
     }

@@ -934,11 +934,24 @@ pub fn views_of_other_stores(
     let bare = |p: &str| p.replace('"', "").to_lowercase();
     let served: std::collections::HashMap<String, String> =
         pointers.into_iter().filter_map(|(name, fp)| index.get(&(name.clone(), fp)).map(|(physical, _)| (name, bare(physical.as_str())))).collect();
+    // The relations this store knows (its snapshots', the plan's), by their bare name, to the
+    // physical name its use records are keyed by.
+    let known: std::collections::HashMap<String, &str> =
+        index.values().map(|(physical, _)| physical.as_str()).chain(plan.actions.iter().filter_map(|a| a.physical.as_deref())).map(|p| (bare(p), p)).collect();
     let owner = crate::ownership::env_recorded_by(catalog, &plan.env).filter(|o| *o != me).map(str::to_string);
     Ok(existing
         .into_iter()
         .filter(|(model, _, read)| !served.get(model).is_some_and(|physical| read.iter().all(|r| r == physical)))
-        .map(|(_, view, reads)| ForeignView { view, owner: owner.clone(), reads })
+        .map(|(_, view, read)| {
+            let reads = read
+                .into_iter()
+                .map(|r| {
+                    let physical = known.get(&r).map(|p| (*p).to_string());
+                    (r, physical)
+                })
+                .collect();
+            ForeignView { view, owner: owner.clone(), reads }
+        })
         .collect())
 }
 

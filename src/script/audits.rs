@@ -186,6 +186,29 @@ impl Checks {
     pub fn any(&self) -> bool {
         self.again || self.earlier.is_some()
     }
+
+    /// Makes the verification calls asked for with `call` (one call of the body with the given
+    /// arguments), for [`Calls::again`] and [`Calls::earlier`]: again with the use's `args`,
+    /// then with the first use's arguments.
+    ///
+    /// # Errors
+    /// The first failing call's.
+    #[allow(clippy::type_complexity)]
+    pub fn call(
+        self,
+        args: &Map<String, Value>,
+        call: impl Fn(&Map<String, Value>) -> Result<String, LoadError>,
+    ) -> Result<(Option<String>, Option<(Map<String, Value>, String)>), LoadError> {
+        let again = if self.again { Some(call(args)?) } else { None };
+        let earlier = match self.earlier {
+            Some(first) => {
+                let text = call(&first)?;
+                Some((first, text))
+            }
+            None => None,
+        };
+        Ok((again, earlier))
+    }
 }
 
 /// Whether `def` is one of efmesh's built-in audits (`stdlib/`, defined at [`LUA_BUILTINS`] or

@@ -202,21 +202,7 @@ pub(super) fn render(
     // These verification calls run outside the file's budget ([`State::verifying`]).
     let first = call(&bound.args)?;
     let checks = st.borrow().audit_answers.checks(def, &bound.args);
-    let (again, earlier) = if checks.any() {
-        State::verifying(st, || -> Result<_, LoadError> {
-            let again = if checks.again { Some(call(&bound.args)?) } else { None };
-            let earlier = match checks.earlier {
-                Some(args) => {
-                    let text = call(&args)?;
-                    Some((args, text))
-                }
-                None => None,
-            };
-            Ok((again, earlier))
-        })?
-    } else {
-        (None, None)
-    };
+    let (again, earlier) = if checks.any() { State::verifying(st, || checks.call(&bound.args, call))? } else { (None, None) };
     let mut s = st.borrow_mut();
     let s = &mut *s;
     reg::finish_pure(def, bound, reg::Calls { first, again, earlier }, &s.sites, &mut s.audit_answers, location)
