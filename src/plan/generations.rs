@@ -3,7 +3,9 @@
 //! Every version has a data generation in the state store ([`crate::state::DataVersion`]),
 //! bumped by the transaction that changes its data (intervals done, done intervals cleared or
 //! reset, a build; an upsert or a reconciliation: before and after its engine write), whichever
-//! environment wrote it, together with every version sharing its physical relation. A `full`
+//! environment wrote it, together with every version sharing its physical relation. A version
+//! taking over another's table and done intervals (indirect reuse, forward-only) writes nothing
+//! into it: its own generation moves, not theirs (their readers stay current). A `full`
 //! version's build records `built_from`: the `(name, fingerprint, generation)` of every version
 //! whose data it reads ([`sources`]: its parents, seen through `view` and `embedded` parents,
 //! which have no data of their own), read before the build started. A plan marks a `full`

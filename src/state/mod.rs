@@ -347,7 +347,10 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// time it was written (`from`'s row's, not now: a version inheriting a table by indirect
     /// reuse or a forward-only change did not write those intervals, and
     /// `plan::recompute::taken_over` tells what another query wrote by these times), in one
-    /// transaction that moves `to`'s data generation (at `now`) when it copied any.
+    /// transaction that moves `to`'s data generation (at `now`) when it copied any, and `to`'s
+    /// alone: nothing is written into the table, so every other version on it (`from`, the
+    /// version another environment serves there) keeps its generation, and the `full` models
+    /// built from it stay current.
     ///
     /// # Errors
     /// The write fails (none is recorded), or the fence lease was lost.

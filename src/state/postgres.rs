@@ -722,8 +722,9 @@ impl StateStore for PostgresStore {
                          ON CONFLICT (name, fingerprint, start_ts) DO UPDATE SET end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
                         &[&name, &from, &to],
                     )?;
+                    // Nothing is written into the table: `to` alone moves (as SQLite's).
                     if copied > 0 {
-                        bump_data_generation(tx, name, to, &to_iso(now))?;
+                        bump_own_generation(tx, name, to, &to_iso(now))?;
                     }
                     Ok(())
                 })
@@ -1672,12 +1673,19 @@ fn insert_snapshot(tx: &mut Transaction<'_>, rec: &SnapshotRecord) -> Result<(),
 
 /// Bumps the data generation of `(name, fp)` and of every other version on its table, as SQLite.
 fn bump_data_generation(tx: &mut Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
+    bump_own_generation(tx, name, fp, at)?;
+    tx.execute(BUMP_SHARERS_SQL, &[&name, &fp, &at])?;
+    Ok(())
+}
+
+/// Bumps the data generation of `(name, fp)` alone, as SQLite's: a change of its own ledger that
+/// writes nothing into its table ([`StateStore::inherit_done`]).
+fn bump_own_generation(tx: &mut Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
     tx.execute(
         "INSERT INTO data_versions (name, fingerprint, generation, updated_at) VALUES ($1, $2, 1, $3) \
          ON CONFLICT (name, fingerprint) DO UPDATE SET generation = data_versions.generation + 1, updated_at = excluded.updated_at",
         &[&name, &fp, &at],
     )?;
-    tx.execute(BUMP_SHARERS_SQL, &[&name, &fp, &at])?;
     Ok(())
 }
 

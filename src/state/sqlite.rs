@@ -1214,8 +1214,10 @@ impl StateStore for SqliteStore {
                          end_ts = excluded.end_ts, status = excluded.status, updated_at = excluded.updated_at",
                         params![name, from, to],
                     )?;
+                    // Nothing is written into the table: the versions already on it hold what
+                    // they held (their readers are not stale), so `to` alone moves.
                     if copied > 0 {
-                        bump_data_generation(tx, name, to, &to_iso(now))?;
+                        bump_own_generation(tx, name, to, &to_iso(now))?;
                     }
                     Ok(())
                 })
@@ -2052,12 +2054,21 @@ fn insert_snapshot(tx: &Transaction<'_>, rec: &SnapshotRecord) -> Result<(), Fau
 /// relation: a version reusing another's table reads what the other's writes put there), inside
 /// the caller's transaction: the transaction that changes the version's data state.
 fn bump_data_generation(tx: &Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
+    bump_own_generation(tx, name, fp, at)?;
+    tx.prepare_cached(BUMP_SHARERS_SQL)?.execute(params![name, fp, at])?;
+    Ok(())
+}
+
+/// Bumps the data generation of `(name, fp)` alone (a row is created at 1 when there is none),
+/// inside the caller's transaction: for a change of its own ledger that writes nothing into its
+/// table (inheriting another version's done intervals, [`StateStore::inherit_done`]), which
+/// leaves what every other version on that table holds, and so their generations, as they were.
+fn bump_own_generation(tx: &Transaction<'_>, name: &str, fp: &str, at: &str) -> Result<(), Fault> {
     tx.prepare_cached(
         "INSERT INTO data_versions (name, fingerprint, generation, updated_at) VALUES (?1, ?2, 1, ?3) \
          ON CONFLICT (name, fingerprint) DO UPDATE SET generation = generation + 1, updated_at = excluded.updated_at",
     )?
     .execute(params![name, fp, at])?;
-    tx.prepare_cached(BUMP_SHARERS_SQL)?.execute(params![name, fp, at])?;
     Ok(())
 }
 

@@ -62,6 +62,11 @@ on_every_engine!(
     a_unique_key_version_pointed_at_anew_is_refreshed_when_its_parents_data_changed_since_its_last_refresh,
 );
 
+on_every_engine!(
+    a_non_breaking_change_applied_to_dev_leaves_prod_nothing_stale_and_its_promotion_builds_nothing,
+    a_write_into_a_child_table_dev_inherited_still_marks_the_full_model_dev_built_over_it,
+);
+
 const PROD: u32 = 1;
 const DEV: u32 = 3;
 
@@ -644,4 +649,142 @@ fn a_unique_key_version_pointed_at_anew_is_refreshed_when_its_parents_data_chang
     p.run(&["apply", "prod", "--yes"]).expect_code(0);
     assert_eq!(b(&p, "prod"), vec![vec![Some("27".to_string())]], "the old version's table brought up to date");
     assert_eq!(p.plan("prod")["hasChanges"], false);
+}
+
+/// `t.daily` (time-range; `with_w`: a column `w` added, a non-breaking edit), `t.mid` a
+/// time-range copy of its `v` (it does not read `w`: a dev edit of the daily model gives it a new
+/// version inheriting prod's table and done intervals), `t.rollup` a `full` total of `t.mid`
+/// (inheriting prod's table too: it reads the same relation) and `t.top` a `full` model over the
+/// rollup (`plus`: another value is a breaking edit, a table of its own).
+fn inherited_models(with_w: bool, plus: u32) -> String {
+    let (extra_col, extra_sel) = if with_w { (r#", { "w", "bigint" }"#, ", 7 AS w") } else { ("", "") };
+    format!(
+        r#"
+local daily = define_model {{
+  name = "t.daily",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }}{extra_col} }},
+  query = "SELECT CAST(@start AS TIMESTAMP) AS day, CAST(extract(epoch FROM CAST(@start AS TIMESTAMP)) / 86400 AS BIGINT) AS v{extra_sel}",
+}}
+local mid = define_model {{
+  name = "t.mid",
+  kind = kind.incremental_by_time_range {{ time_column = "day", start = "2026-01-01", grain = "day", batch_size = 1 }},
+  schema = {{ {{ "day", "timestamp" }}, {{ "v", "bigint" }} }},
+  query = "SELECT day, v FROM " .. ref(daily) .. " WHERE day BETWEEN CAST(@start_ts AS TIMESTAMP) AND CAST(@end_ts AS TIMESTAMP)",
+}}
+local rollup = define_model {{
+  name = "t.rollup", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total", "bigint" }} }},
+  query = "SELECT count(*) AS n, CAST(sum(v) AS BIGINT) AS total FROM " .. ref(mid),
+}}
+define_model {{
+  name = "t.top", kind = kind.full(),
+  schema = {{ {{ "n", "bigint" }}, {{ "total1", "bigint" }} }},
+  query = "SELECT n, total + {plus} AS total1 FROM " .. ref(rollup),
+}}
+"#
+    )
+}
+
+/// What `t.top` holds over `t.rollup` as `env` serves it, with `plus`.
+fn top_over_rollup(p: &Project, env: &str, plus: u32) -> Rows {
+    p.rows(&format!("(SELECT n, total + {plus} FROM {}) AS q", env_view(env, "t.rollup")))
+}
+
+/// The names `status <env> --json` lists under `staleRebuilds`.
+#[track_caller]
+fn stale_in(p: &Project, env: &str) -> Vec<String> {
+    let status = p.run(&["status", env, "--json"]).expect_code(0).json();
+    status["staleRebuilds"].as_array().unwrap_or_else(|| panic!("{status:#}")).iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// prod and dev applied at 2026-01-10 from [`inherited_models`] (dev a view swap of prod), then
+/// dev's edit of the daily model (a column added) applied to dev with `plus` for `t.top`: dev's
+/// `t.mid` inherits prod's table and ledger, its `t.rollup` prod's table.
+fn dev_inheriting_prods_tables(engine: EngineBackend, plus: u32) -> Project {
+    let mut p = Project::on_engine(engine);
+    p.now = "2026-01-10T00:00:00Z".to_string();
+    p.write("models/m.lua", &inherited_models(false, 1));
+    p.run(&["apply", "prod", "--yes"]).expect_code(0);
+    p.run(&["apply", "dev", "--yes"]).expect_code(0);
+    p.write("models/m.lua", &inherited_models(true, plus));
+    let v = p.run(&["apply", "dev", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(action(&v, "t.daily")["change"], "non-breaking", "{v:#}");
+    for name in ["t.mid", "t.rollup"] {
+        assert_eq!(action(&v, name)["change"], "indirect", "{v:#}");
+        assert!(action(&v, name)["reusedFrom"].is_string(), "{name} inherits prod's table: {v:#}");
+    }
+    assert!(string_set(&v["built"]).is_disjoint(&set(&["t.mid", "t.rollup"])), "{v:#}");
+    let s = p.state();
+    let (prod, dev) = (s.env_pointers("prod").unwrap(), s.env_pointers("dev").unwrap());
+    let physical = |name: &str, fp: &str| s.snapshot(name, fp).unwrap().unwrap().physical;
+    for name in ["t.mid", "t.rollup"] {
+        assert_ne!(prod[name], dev[name], "{name}: another version");
+        assert_eq!(physical(name, &prod[name]), physical(name, &dev[name]), "{name}: on prod's table");
+    }
+    drop(s);
+    p
+}
+
+/// SPEC §4 invariant 36 (a): a version taking over another's table and done intervals writes
+/// nothing into it, so the versions already on it keep their data generation. A non-breaking
+/// edit applied to dev gives `t.mid` a version on prod's table: prod's rollup, built from prod's
+/// `t.mid`, is not stale; dev's rollup inheriting prod's rollup table is proven current; and
+/// promoting the edit to prod builds nothing (every version it needs is there, current).
+fn a_non_breaking_change_applied_to_dev_leaves_prod_nothing_stale_and_its_promotion_builds_nothing(engine: EngineBackend) {
+    let p = dev_inheriting_prods_tables(engine, 1);
+    assert_eq!(stale_in(&p, "prod"), Vec::<String>::new(), "prod's data did not change");
+    assert_eq!(stale_in(&p, "dev"), Vec::<String>::new());
+    let dev = p.plan("dev");
+    assert_eq!(dev["hasChanges"], false, "dev's inherited rollup table is current: {dev:#}");
+    p.write("models/m.lua", &inherited_models(false, 1));
+    let prod = p.plan("prod");
+    assert_eq!(prod["hasChanges"], false, "nothing to rebuild in prod: {prod:#}");
+    assert!(actions(&prod).iter().all(|a| a.get("rebuild").is_none()), "{prod:#}");
+    // The promotion of dev's edit: every version it needs is built and current.
+    p.write("models/m.lua", &inherited_models(true, 1));
+    let plan = p.plan("prod");
+    assert!(actions(&plan).iter().all(|a| a.get("rebuild").is_none() && a["build"] != true), "{plan:#}");
+    let v = p.run(&["apply", "prod", "--yes", "--json"]).expect_code(0).json();
+    assert_eq!(string_set(&v["built"]), set(&[]), "{v:#}");
+    assert_eq!(p.rows(&env_view("prod", "t.rollup")), fresh_rollup("2026-01-10"));
+    assert_eq!(p.rows(&env_view("prod", "t.top")), top_over_rollup(&p, "prod", 1));
+    for env in ["prod", "dev"] {
+        assert_eq!(p.plan(env)["hasChanges"], false, "{env}");
+        assert_eq!(stale_in(&p, env), Vec::<String>::new(), "{env}");
+    }
+}
+
+/// The other side of the rule above: a write into the shared `t.mid` table after dev's version
+/// took it over (prod's run computing two new days there) moves dev's version too, so the `full`
+/// model dev built over it with a table of its own (`t.top`, edited in dev, reading dev's rollup on
+/// the shared rollup table, which prod's run rebuilds rightly for both) is marked, and dev's run
+/// rebuilds it.
+fn a_write_into_a_child_table_dev_inherited_still_marks_the_full_model_dev_built_over_it(engine: EngineBackend) {
+    let mut p = dev_inheriting_prods_tables(engine, 5);
+    assert_eq!(stale_in(&p, "prod"), Vec::<String>::new());
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+    assert_eq!(p.rows(&env_view("dev", "t.top")), top_over_rollup(&p, "dev", 5));
+    p.now = "2026-01-12T00:00:00Z".to_string();
+    p.write("models/m.lua", &inherited_models(false, 1));
+    let v = p.run(&["run", "prod", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).is_superset(&set(&["t.daily", "t.mid", "t.rollup", "t.top"])), "{v:#}");
+    assert_eq!(p.rows(&env_view("prod", "t.rollup")), fresh_rollup("2026-01-12"));
+    // dev serves prod's computation of the shared tables: its rollup (rebuilt for both) holds the
+    // new days, its own top was built before them.
+    assert_eq!(p.rows(&env_view("dev", "t.rollup")), fresh_rollup("2026-01-12"));
+    assert_ne!(p.rows(&env_view("dev", "t.top")), top_over_rollup(&p, "dev", 5));
+    assert_eq!(stale_in(&p, "dev"), vec!["t.top".to_string()], "the shared rollup table's data changed under dev's top");
+    p.write("models/m.lua", &inherited_models(true, 5));
+    let plan = p.plan("dev");
+    assert!(action(&plan, "t.rollup").get("rebuild").is_none(), "rebuilt by prod rightly for dev too: {plan:#}");
+    let top = action(&plan, "t.top");
+    assert_eq!(top["rebuild"], true, "{plan:#}");
+    assert!(top["rebuildReason"].as_str().unwrap().contains("t.rollup"), "{plan:#}");
+    let v = p.run(&["run", "dev", "--json"]).expect_code(0).json();
+    assert!(string_set(&v["processed"]).contains("t.top"), "{v:#}");
+    assert_eq!(p.rows(&env_view("dev", "t.top")), top_over_rollup(&p, "dev", 5));
+    assert_eq!(stale_in(&p, "dev"), Vec::<String>::new());
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], false, "nothing left to rebuild: {plan:#}");
 }

@@ -72,6 +72,7 @@ on_every_backend!(
     a_fenced_writer_that_lost_its_lease_to_another_handle_stops_before_writing,
     intents_are_refused_on_claimed_storage_and_a_claim_deletes_the_versions_rows,
     data_generations_bump_for_sharers_and_an_untouched_write_mark_is_taken_back,
+    a_version_inheriting_a_ledger_moves_alone_and_a_write_into_the_table_moves_every_version_on_it,
     caches_ticks_promotions_under_way_orphans_and_audit_passes_round_trip,
     concurrent_writers_on_separate_handles_lose_no_write_and_journal_in_commit_order,
     concurrent_lease_takers_on_separate_handles_get_exactly_one_lease,
@@ -467,6 +468,36 @@ fn data_generations_bump_for_sharers_and_an_untouched_write_mark_is_taken_back(b
     assert_eq!((pending.len(), pending[0].reason.as_str()), (1, "first"));
     store.record_build(&sharer, None, &[], 0).unwrap();
     assert!(store.pending_rebuilds().unwrap().is_empty());
+}
+
+/// A new version on an older version's table (indirect reuse, forward-only) takes over its done
+/// intervals: nothing is written into the table, so the older version's generation (what its
+/// readers' `built_from` names) stays; the new one moves (its table is no longer empty to it).
+/// A write into the table afterwards, by either, moves both.
+fn a_version_inheriting_a_ledger_moves_alone_and_a_write_into_the_table_moves_every_version_on_it(b: &dyn Backend) {
+    let store = b.open();
+    let old = rec("m.a", &fp('1'));
+    let mut new = rec("m.a", &fp('2'));
+    new.physical = old.physical.clone();
+    store.put_snapshot(&old).unwrap();
+    store.mark_intervals("m.a", &fp('1'), &days("2026-01-01", 2), IntervalStatus::Done, 0).unwrap();
+    let keys = vec![("m.a".to_string(), fp('1')), ("m.a".to_string(), fp('2'))];
+    let generations = || {
+        let dv = b.open().data_versions(&keys).unwrap();
+        (dv.get(&keys[0]).map(|d| d.generation), dv.get(&keys[1]).map(|d| d.generation))
+    };
+    assert_eq!(generations(), (Some(1), None));
+    store.put_snapshot(&new).unwrap();
+    store.inherit_done("m.a", &fp('1'), &fp('2'), 0).unwrap();
+    assert_eq!(store.done_intervals("m.a", &fp('2')).unwrap(), store.done_intervals("m.a", &fp('1')).unwrap());
+    assert_eq!(generations(), (Some(1), Some(1)), "the inheriting version moves, the table's other version does not");
+    // Inheriting nothing moves nothing.
+    store.inherit_done("m.a", &fp('3'), &fp('2'), 0).unwrap();
+    assert_eq!(generations(), (Some(1), Some(1)));
+    store.mark_intervals("m.a", &fp('2'), &days("2026-01-03", 1), IntervalStatus::Done, 0).unwrap();
+    assert_eq!(generations(), (Some(2), Some(2)), "a write into the shared table moves both");
+    store.clear_intervals("m.a", &fp('1'), t("2026-01-01"), t("2026-01-02")).unwrap();
+    assert_eq!(generations(), (Some(3), Some(3)), "either way round");
 }
 
 fn caches_ticks_promotions_under_way_orphans_and_audit_passes_round_trip(b: &dyn Backend) {
