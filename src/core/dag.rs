@@ -555,9 +555,15 @@ pub fn validate_model(m: &Model) -> Vec<LoadError> {
             if m.schema.get(&t.time_column).is_some_and(|c| c.ty.trim().eq_ignore_ascii_case("date"))
                 && matches!(t.grain, super::interval::Grain::FiveMinute | super::interval::Grain::QuarterHour | super::interval::Grain::Hour)
             {
+                // The kind option as the model's language writes it.
+                let day = match m.location.file.extension().and_then(|e| e.to_str()) {
+                    Some("sql") => "`grain = day` in `-- kind:`",
+                    Some("rhai") => "`grain: \"day\"`",
+                    _ => "`grain = \"day\"`",
+                };
                 errors.push(
                     err(format!("time column `{}` is a `date`, but the grain `{}` is finer than a day", t.time_column, t.grain.as_str()))
-                        .with_hint("a date holds no time of day: use `grain = \"day\"` (or coarser), or declare the column a `timestamp`"),
+                        .with_hint(format!("a date holds no time of day: use {day} (or coarser), or declare the column a `timestamp`")),
                 );
             }
             if t.end.is_some_and(|e| e <= t.start) {
@@ -952,6 +958,20 @@ mod next_due_tests {
         ] {
             let at = next_due(parent, child, now);
             assert!(at.ends_with(":00.000Z"), "{parent:?} {child:?} at {now}: {at}");
+        }
+    }
+
+    /// A `date` time column on an hourly grain: the hint writes `grain` as the model's language
+    /// does (it said Lua's `grain = "day"` in a `.sql` file too).
+    #[test]
+    fn a_date_time_column_on_an_hourly_grain_is_hinted_in_the_models_language() {
+        for (file, option) in [("models/m.sql", "`grain = day` in `-- kind:`"), ("models/m.rhai", "`grain: \"day\"`"), ("models/m.lua", "`grain = \"day\"`")] {
+            let mut m = model("s.m", Grain::Hour, "@hourly", None);
+            m.schema = Schema(vec![Column { name: "t".into(), ty: "date".into() }]);
+            m.location.file = file.into();
+            let hints: Vec<String> = super::validate_model(&m).into_iter().filter_map(|e| e.hint).collect();
+            let want = format!("a date holds no time of day: use {option} (or coarser), or declare the column a `timestamp`");
+            assert!(hints.contains(&want), "{file}: {hints:?}");
         }
     }
 }

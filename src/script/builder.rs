@@ -7,6 +7,7 @@
 //! a [`Fragment`]. Markers are how refs survive string concatenation and `string.format` in the
 //! scripts.
 
+use super::foreign::Lang;
 use crate::core::error::did_you_mean;
 use crate::core::fragment::{ColsSite, Fragment, Node, RefSite};
 use crate::core::interval::{Grain, parse_instant};
@@ -77,6 +78,146 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
     }
     f.push_sql_with_bounds(rest);
     Ok(f)
+}
+
+/// The Jinja tags (dbt's templating: `{{ ref('x') }}`, `{% if … %}`, `{# … #}`) of SQL text,
+/// outside its string literals, quoted identifiers and comments: each one's byte offset and its
+/// text up to its closing `}}`, `%}` or `#}` (within [`JINJA_TAG_MAX`] bytes: else up to the end
+/// of its line, with `…`), on one line (`{{\n  config(…)\n}}` shown `{{ config(…) }}`), cut with
+/// `…` after 80 characters. Neither engine reads them: `{%` and `{#` are no SQL, and a `{{`
+/// counts only when a name follows it that a call, an attribute, a filter or the closing `}}`
+/// follows (`{{ ref(`, `{{ this }}`), not a struct key (DuckDB's `MAP {{a: 1}: 'x'}`).
+pub(super) fn jinja_tags(text: &str) -> Vec<(usize, String)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(end) = crate::core::fragment::skip_literal_or_comment(b, i) {
+            i = end;
+            continue;
+        }
+        let close = match (b[i], b.get(i + 1)) {
+            (b'{', Some(b'%')) => "%}",
+            (b'{', Some(b'#')) => "#}",
+            (b'{', Some(b'{')) if jinja_expression(&text[i + 2..]) => "}}",
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let mut limit = text.len().min(i + 2 + JINJA_TAG_MAX);
+        while !text.is_char_boundary(limit) {
+            limit -= 1;
+        }
+        let (end, closed) = match text[i + 2..limit].find(close) {
+            Some(p) => (i + 2 + p + close.len(), true),
+            None => (text[i..].find('\n').map_or(text.len(), |p| i + p), false),
+        };
+        let written = text[i..end].split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut shown: String = written.chars().take(80).collect();
+        if !closed || shown.len() < written.len() {
+            shown.push('…');
+        }
+        out.push((i, shown));
+        i = end;
+    }
+    out
+}
+
+/// How far [`jinja_tags`] looks for a tag's closing `}}`, `%}` or `#}`, in bytes.
+const JINJA_TAG_MAX: usize = 500;
+
+/// Whether the text after a `{{` starts a Jinja expression: a name (after Jinja's `-` and blanks)
+/// followed by `(`, `.`, `[`, `|`, `-` or `}`.
+fn jinja_expression(after: &str) -> bool {
+    let rest = after.trim_start_matches('-').trim_start();
+    let name = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    name > 0 && !rest.starts_with(|c: char| c.is_ascii_digit()) && matches!(rest[name..].trim_start().chars().next(), Some('(' | '.' | '[' | '|' | '-' | '}'))
+}
+
+/// The quoted arguments of a Jinja call given by position (`'stg', 'orders'` of `source('stg',
+/// 'orders')`), not those given by name (`v='2'`).
+fn jinja_positional_strings(args: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut prev = ' ';
+    let mut chars = args.chars();
+    while let Some(c) = chars.next() {
+        if c == '\'' || c == '"' {
+            let s: String = chars.by_ref().take_while(|d| *d != c).collect();
+            if prev != '=' {
+                out.push(s);
+            }
+            prev = c;
+        } else if !c.is_whitespace() {
+            prev = c;
+        }
+    }
+    out
+}
+
+/// The load error of Jinja tag `tag` (as [`jinja_tags`] shows it) in a model written in `lang`:
+/// its message (efmesh does not use Jinja; `at` adds where the tag is, e.g. " (line 2 of the
+/// query)") and a hint saying what `lang` writes instead — `@ref(x)` in a `.sql` file,
+/// `ref("x")` in Lua and Rhai for dbt's `ref`; an `external` model for `source`; the header lines
+/// or `define_model` fields for `config`; `@this` for `this`; `@start`/`@end` for
+/// `is_incremental()`. A dbt model's name becomes `<schema>.<name>` (efmesh's names have a schema).
+pub(super) fn jinja_problem(tag: &str, lang: Lang, at: &str) -> (String, String) {
+    let message = format!("`{tag}`{at} is Jinja (dbt's templating), which efmesh does not use: a model's query is plain SQL");
+    let inner = tag.get(2..).unwrap_or_default().trim_start_matches('-').trim_start();
+    let name_len = inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(inner.len());
+    let (call, args) = inner.split_at(name_len);
+    let args = jinja_positional_strings(args);
+    let model = |s: Option<&String>| match s {
+        Some(s) if s.contains('.') => s.clone(),
+        Some(s) if !s.is_empty() => format!("<schema>.{s}"),
+        _ => "<schema>.<table>".to_string(),
+    };
+    let reference = |name: &str| match lang {
+        Lang::Sql => format!("`@ref({name})` (and list `{name}` in `-- refs:`)"),
+        Lang::Lua => format!("`ref(\"{name}\")` spliced into the query text (`\"SELECT … FROM \" .. ref(\"{name}\")`)"),
+        Lang::Rhai => format!("`ref(\"{name}\")` spliced into the query text (`` `SELECT … FROM ${{ref(\"{name}\")}}` ``)"),
+    };
+    let hint = match (tag.starts_with("{{"), call) {
+        (true, "ref") => {
+            let target = model(args.get(1).or(args.first()));
+            let named = if target.starts_with("<schema>.") { "; a model's name is `<schema>.<table>`" } else { "" };
+            format!("write {}{named}", reference(&target))
+        }
+        (true, "source") => {
+            let relation = format!(
+                "{}.{}",
+                args.first().filter(|s| !s.is_empty()).map_or("<schema>", String::as_str),
+                args.get(1).filter(|s| !s.is_empty()).map_or("<table>", String::as_str)
+            );
+            let external = match lang {
+                Lang::Sql => format!("`-- kind: external(table = {relation})`"),
+                Lang::Lua => format!("`kind = kind.external {{ table = \"{relation}\" }}`"),
+                Lang::Rhai => format!("`kind: kind::external(#{{ table: \"{relation}\" }})`"),
+            };
+            format!("a dbt source is a model of kind `external` here: declare `{relation}` as one ({external}), then read it with {}", reference(&relation))
+        }
+        (true, "config") => match lang {
+            Lang::Sql => "a `.sql` model's settings are its header lines: `-- kind: full` for `materialized='table'`, `-- kind: view` for `'view'`, `-- kind: incremental_by_unique_key(key = id)` for an incremental model with a `unique_key`".to_string(),
+            Lang::Lua => "a model's settings are fields of `define_model`: `kind = kind.full()` for `materialized='table'`, `kind = kind.view()` for `'view'`, `kind = kind.incremental_by_unique_key { key = \"id\" }` for an incremental model with a `unique_key`".to_string(),
+            Lang::Rhai => "a model's settings are fields of `define_model`: `kind: kind::full()` for `materialized='table'`, `kind: kind::view()` for `'view'`, `kind: kind::incremental_by_unique_key(#{ key: \"id\" })` for an incremental model with a `unique_key`".to_string(),
+        },
+        (true, "this") => "write `@this`: the model's own table (in `incremental_by_time_range` and `incremental_by_unique_key` models)".to_string(),
+        _ if tag.contains("is_incremental") => {
+            "an `incremental_by_time_range` model computes its intervals one at a time: filter its rows with `@start` and `@end`, without an `is_incremental()` branch".to_string()
+        }
+        _ => {
+            let build = match lang {
+                Lang::Sql => "the query is SQL as written",
+                Lang::Lua => "build the query text in Lua",
+                Lang::Rhai => "build the query text in Rhai",
+            };
+            format!(
+                "{build}: read another model with {}, the interval's bounds with `@start`/`@end`, the model's own table with `@this`; reusable SQL is a macro, `@name(…)`",
+                reference("<schema>.<table>")
+            )
+        }
+    };
+    (message, hint)
 }
 
 /// The message of a query's `@word` no rule gives a meaning ([`Fragment::unknown_markers`]).
@@ -164,7 +305,12 @@ const MODEL_KEYS: &[&str] = &[
 ///
 /// # Errors
 /// Every problem found in the spec, each naming the field at fault.
+///
+/// Messages about a field are worded as the language of `location`'s file writes it
+/// ([`Lang::of`]; Lua for another file): a `.sql` model missing its schema is told about its
+/// `-- schema:` header line, not about `define_model`'s `schema` field.
 pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites, location: Location) -> Result<Model, Vec<LoadError>> {
+    let lang = Lang::of(&location.file).unwrap_or(Lang::Lua);
     let mut errors = Vec::new();
     let name = match spec.get("name") {
         Some(Value::String(s)) => match ModelName::parse(s) {
@@ -194,7 +340,7 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         }
     }
     let kind = match spec.get("kind") {
-        Some(Value::Object(k)) => match parse_kind(k) {
+        Some(Value::Object(k)) => match parse_kind(k, lang) {
             Ok(k) => Some(k),
             Err(msg) => {
                 errors.push(err(msg).in_field("kind"));
@@ -206,10 +352,14 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             None
         }
         None => {
-            errors.push(
-                err("`define_model` needs a `kind`".into())
-                    .with_hint("use a kind constructor: `kind.full()` in Lua, `kind::full()` in Rhai, `-- kind: full` in SQL"),
-            );
+            errors.push(match lang {
+                Lang::Sql => err("missing header `-- kind: <kind>`".into()).with_hint(format!(
+                    "say how the model is built, e.g. `-- kind: full`, `-- kind: view` or `-- kind: incremental_by_time_range(time_column = day, start = 2026-01-01)` (kinds: {})",
+                    KIND_TAGS.join(", ")
+                )),
+                Lang::Rhai => err("`define_model` needs a `kind`".into()).with_hint("use a kind constructor, e.g. `kind: kind::full()`"),
+                Lang::Lua => err("`define_model` needs a `kind`".into()).with_hint("use a kind constructor, e.g. `kind = kind.full()`"),
+            });
             None
         }
     };
@@ -222,7 +372,14 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
         None => {
-            errors.push(err("`define_model` needs a `schema`".into()).with_hint("declare the output columns as (column, type) pairs"));
+            errors.push(match lang {
+                Lang::Sql => err("missing header `-- schema: <column> <type>, …`".into())
+                    .with_hint("declare the output columns as `name type` pairs, e.g. `-- schema: id bigint, day date`"),
+                Lang::Rhai => err("`define_model` needs a `schema`".into())
+                    .with_hint("declare the output columns as `[column, type]` pairs, e.g. `schema: [[\"id\", \"bigint\"], [\"day\", \"date\"]]`"),
+                Lang::Lua => err("`define_model` needs a `schema`".into())
+                    .with_hint("declare the output columns as `{ column, type }` pairs, e.g. `schema = { { \"id\", \"bigint\" }, { \"day\", \"date\" } }`"),
+            });
             Schema::default()
         }
     };
@@ -284,7 +441,10 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
         None => None,
         Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
         Some(_) => {
-            errors.push(err("`owner` must be a non-empty string, e.g. `\"finance-team\"`".into()));
+            errors.push(err(match lang {
+                Lang::Sql => "`owner` is empty: name who answers for the model, e.g. `-- owner: finance-team`".into(),
+                Lang::Lua | Lang::Rhai => "`owner` must be a non-empty string, e.g. `\"finance-team\"`".into(),
+            }));
             None
         }
     };
@@ -301,7 +461,11 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
                 tags
             }
             None => {
-                errors.push(err("`tags` must be a list of words without spaces, commas or colons, e.g. `{ \"finance\", \"daily\" }`".into()));
+                errors.push(err(match lang {
+                    Lang::Sql => "`tags` must be words without spaces or colons, separated by commas, e.g. `-- tags: finance, daily`".into(),
+                    Lang::Rhai => "`tags` must be a list of words without spaces, commas or colons, e.g. `[\"finance\", \"daily\"]`".into(),
+                    Lang::Lua => "`tags` must be a list of words without spaces, commas or colons, e.g. `{ \"finance\", \"daily\" }`".into(),
+                }));
                 Vec::new()
             }
         },
@@ -352,8 +516,19 @@ pub fn build_model(spec: &Map<String, Value>, query: Option<&str>, sites: &Sites
             }
         },
     };
+    // dbt's Jinja is no SQL: refused here rather than as the engine's parser error at plan (a
+    // `.sql` file refuses it at its own line before building).
+    let jinja = query.map(jinja_tags).unwrap_or_default();
     let body = match query {
         None => None,
+        Some(text) if !jinja.is_empty() => {
+            for (offset, tag) in &jinja {
+                let line = text[..*offset].matches('\n').count() + 1;
+                let (message, hint) = jinja_problem(tag, lang, &format!(" (line {line} of the query)"));
+                errors.push(err(message).with_hint(hint));
+            }
+            None
+        }
         Some(text) => match parse_query(text, sites) {
             Ok(mut f) => {
                 if let Some(n) = &name {
@@ -431,6 +606,15 @@ fn model_statements(
                 errors.push(err(format!("{what} is empty")));
                 continue;
             }
+            let jinja = jinja_tags(text);
+            if !jinja.is_empty() {
+                let lang = Lang::of(&location.file).unwrap_or(Lang::Lua);
+                for (_, tag) in jinja {
+                    let (message, hint) = jinja_problem(&tag, lang, "");
+                    errors.push(err(format!("{what}: {message}")).with_hint(hint));
+                }
+                continue;
+            }
             let mut f = match parse_query(text, sites) {
                 Ok(f) => f,
                 Err(msg) => {
@@ -467,14 +651,19 @@ fn model_statements(
             false
         }
     };
+    // A `.sql` model's statements are the ones around its query, not fields.
+    let statements = match Lang::of(&location.file) {
+        Some(Lang::Sql) => "statements before or after its query",
+        _ => "`pre_statements`/`post_statements`",
+    };
     if !out.is_empty() {
         if let Some(k) = kind.filter(|k| matches!(k, Kind::Embedded | Kind::External(_))) {
-            errors.push(err(format!("an `{}` model is never built, so it cannot have `pre_statements`/`post_statements`", k.tag())));
+            errors.push(err(format!("an `{}` model is never built, so it cannot have {statements}", k.tag())));
         } else if *target != Target::Table {
-            errors.push(err(format!("`pre_statements`/`post_statements` need the `table` target (this model's is `{target}`)")));
+            errors.push(err(format!("{statements} need the `table` target (this model's is `{target}`)")).in_field("target"));
         }
     } else if out.affect_data {
-        errors.push(err("`statements_affect_data` is set, but the model has no `pre_statements`/`post_statements`".into()));
+        errors.push(err(format!("`statements_affect_data` is set, but the model has no {statements}")).in_field("statements_affect_data"));
     }
     out
 }
@@ -720,11 +909,12 @@ fn column_names(k: &Map<String, Value>, opt: &str, tag: &str) -> Result<Vec<Stri
     Ok(key)
 }
 
-/// Parses a kind table `{ kind = "<tag>", … }`.
+/// Parses a kind table `{ kind = "<tag>", … }` of a model written in `lang`.
 ///
 /// # Errors
-/// A message naming the unknown tag or the offending option.
-pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
+/// A message naming the unknown tag or the offending option, its examples written as `lang`
+/// writes them (`renamed = {doctor = physician}` in a `.sql` file's `-- kind:` line).
+pub fn parse_kind(k: &Map<String, Value>, lang: Lang) -> Result<Kind, String> {
     let tag = k.get("kind").and_then(Value::as_str).ok_or("`kind` must be built with a kind constructor, e.g. `kind.full()`")?;
     match tag {
         "full" | "view" | "embedded" => {
@@ -774,10 +964,7 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                         Some(f) => FileFormat::parse(f).ok_or_else(|| format!("`format` must be `csv`, `parquet` or `json`, got `{f}`"))?,
                         None => FileFormat::infer(p).ok_or_else(|| format!("cannot infer the format of `{p}`; set `format`"))?,
                     };
-                    let null_markers = match k.get("null_markers") {
-                        None => Vec::new(),
-                        Some(v) => string_list(v).ok_or("`null_markers` must be a list of strings")?,
-                    };
+                    let null_markers = null_marker_list(k, lang)?;
                     if !null_markers.is_empty() && format != FileFormat::Csv {
                         return Err("`null_markers` applies to CSV files only".into());
                     }
@@ -836,26 +1023,56 @@ pub fn parse_kind(k: &Map<String, Value>) -> Result<Kind, String> {
                 valid_to,
                 columns,
                 invalidate_hard_deletes: opt_bool(k, "invalidate_hard_deletes", tag)?.unwrap_or(true),
-                renamed: renamed_columns(k)?,
+                renamed: renamed_columns(k, lang)?,
             }))
         }
-        "seed" => parse_seed(k).map(Kind::Seed),
+        "seed" => parse_seed(k, lang).map(Kind::Seed),
         other => Err(unknown_kind(other)),
     }
 }
 
+/// The `kind` constructor `tag` as `lang` writes it, in backquotes, for a message: `kind.external`
+/// (Lua), `kind::external` (Rhai), `-- kind: external(…)` (a `.sql` header line).
+fn kind_constructor(lang: Lang, tag: &str) -> String {
+    match lang {
+        Lang::Lua => format!("`kind.{tag}`"),
+        Lang::Rhai => format!("`kind::{tag}`"),
+        Lang::Sql => format!("`-- kind: {tag}(…)`"),
+    }
+}
+
+/// `null_markers` of kind `external` or `seed`: a list of strings (none when absent).
+fn null_marker_list(k: &Map<String, Value>, lang: Lang) -> Result<Vec<String>, String> {
+    match k.get("null_markers") {
+        None => Ok(Vec::new()),
+        Some(v) => string_list(v).ok_or_else(|| {
+            let example = match lang {
+                Lang::Lua => "null_markers = { \"NA\", \"\" }",
+                Lang::Rhai => "null_markers: [\"NA\", \"\"]",
+                Lang::Sql => "null_markers = [NA, '']",
+            };
+            format!("`null_markers` must be a list of strings, e.g. `{example}`")
+        }),
+    }
+}
+
 /// `renamed` of kind `scd_type2`: a map `{ old = "new" }` of column names (sorted by old name).
-fn renamed_columns(k: &Map<String, Value>) -> Result<Vec<(String, String)>, String> {
-    const SHAPE: &str = "`renamed` of kind `scd_type2` must map old column names to new ones, e.g. `{ doctor = \"physician\" }`";
+fn renamed_columns(k: &Map<String, Value>, lang: Lang) -> Result<Vec<(String, String)>, String> {
+    let example = match lang {
+        Lang::Lua => "renamed = { doctor = \"physician\" }",
+        Lang::Rhai => "renamed: #{ doctor: \"physician\" }",
+        Lang::Sql => "renamed = {doctor = physician}",
+    };
+    let shape = || format!("`renamed` of kind `scd_type2` must map old column names to new ones, e.g. `{example}`");
     let map = match k.get("renamed") {
         None => return Ok(Vec::new()),
         Some(Value::Object(m)) => m,
         Some(Value::Array(a)) if a.is_empty() => return Ok(Vec::new()),
-        Some(_) => return Err(SHAPE.into()),
+        Some(_) => return Err(shape()),
     };
     let mut out: Vec<(String, String)> = Vec::with_capacity(map.len());
     for (old, new) in map {
-        let new = new.as_str().ok_or(SHAPE)?;
+        let new = new.as_str().ok_or_else(shape)?;
         for c in [old.as_str(), new] {
             if !crate::core::name::is_identifier(c) {
                 return Err(format!("`renamed` of kind `scd_type2`: `{c}` is not a column name"));
@@ -889,8 +1106,10 @@ fn opt_delimiter(k: &Map<String, Value>, tag: &str) -> Result<Option<char>, Stri
 
 /// Parses the options of kind `seed`: `path` (required, one CSV or JSON file), `format`,
 /// `null_markers` (CSV), `delimiter` (CSV). The content hash is filled later, when the project
-/// loads the file (`crate::seed::hash_seed_files`).
-fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
+/// loads the file (`crate::seed::hash_seed_files`). Messages name kind `external` as `lang`
+/// writes it.
+fn parse_seed(k: &Map<String, Value>, lang: Lang) -> Result<Seed, String> {
+    let external = kind_constructor(lang, "external");
     let tag = "seed";
     check_keys(tag, k, &["path", "format", "null_markers", "delimiter"])?;
     let path = opt_str(k, "path", tag)?.ok_or("kind `seed` needs `path` (a CSV or JSON file of the project)")?;
@@ -898,22 +1117,19 @@ fn parse_seed(k: &Map<String, Value>) -> Result<Seed, String> {
         return Err("`path` of kind `seed` is empty".into());
     }
     if path.contains(['*', '?', '[']) {
-        return Err(format!("a seed is one file, not a glob: `{path}` (read many files with `kind.external`)"));
+        return Err(format!("a seed is one file, not a glob: `{path}` (read many files with {external})"));
     }
     if path.contains("://") {
-        return Err(format!("a seed is a file of the project, not a URL: `{path}` (read remote files with `kind.external`)"));
+        return Err(format!("a seed is a file of the project, not a URL: `{path}` (read remote files with {external})"));
     }
     let format = match opt_str(k, "format", tag)? {
         Some(f) => FileFormat::parse(f).ok_or_else(|| format!("`format` of a seed must be `csv` or `json`, got `{f}`"))?,
         None => FileFormat::infer(path).ok_or_else(|| format!("cannot infer the format of `{path}`; set `format` (`csv` or `json`)"))?,
     };
     if format == FileFormat::Parquet {
-        return Err(format!("a seed is a CSV or JSON file; read parquet `{path}` with `kind.external`"));
+        return Err(format!("a seed is a CSV or JSON file; read parquet `{path}` with {external}"));
     }
-    let null_markers = match k.get("null_markers") {
-        None => Vec::new(),
-        Some(v) => string_list(v).ok_or("`null_markers` must be a list of strings")?,
-    };
+    let null_markers = null_marker_list(k, lang)?;
     let delimiter = opt_delimiter(k, tag)?;
     if let Some(d) = delimiter.filter(|d| !d.is_ascii()) {
         return Err(format!("`delimiter` of kind `seed` must be an ASCII character, got `{d}`"));
@@ -937,4 +1153,161 @@ pub const KIND_TAGS: &[&str] =
 pub fn unknown_kind(tag: &str) -> String {
     let hint = did_you_mean(tag, KIND_TAGS.iter().copied()).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
     format!("unknown kind `{tag}`{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Builds `spec` (a JSON object) with `query` as if written at line 3 of `file`; the errors as
+    /// displayed.
+    fn errors_of(file: &str, spec: Value, query: Option<&str>) -> Vec<String> {
+        let location = Location { file: file.into(), line: 3 };
+        match build_model(spec.as_object().expect("an object"), query, &Sites::default(), location) {
+            Ok(m) => panic!("built {}", m.name),
+            Err(errs) => errs.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// A missing `schema` or `kind` is told in the words of the model's language: the `.sql`
+    /// header line (it was "`define_model` needs a `schema`", Lua's field, in a `.sql` file too).
+    #[test]
+    fn a_missing_schema_or_kind_is_told_as_the_models_language_writes_it() {
+        let no_schema = json!({ "name": "s.m", "kind": { "kind": "full" } });
+        let no_kind = json!({ "name": "s.m", "schema": [["id", "bigint"]] });
+        assert_eq!(
+            errors_of("models/m.sql", no_schema.clone(), Some("SELECT 1 AS id")),
+            [
+                "models/m.sql:3: model `s.m`: missing header `-- schema: <column> <type>, …`\n  hint: declare the output columns as `name type` pairs, e.g. `-- schema: id bigint, day date`"
+            ]
+        );
+        assert_eq!(
+            errors_of("models/m.lua", no_schema.clone(), Some("SELECT 1 AS id")),
+            [
+                "models/m.lua:3: model `s.m`: `define_model` needs a `schema`\n  hint: declare the output columns as `{ column, type }` pairs, e.g. `schema = { { \"id\", \"bigint\" }, { \"day\", \"date\" } }`"
+            ]
+        );
+        assert_eq!(
+            errors_of("models/m.rhai", no_schema, Some("SELECT 1 AS id")),
+            [
+                "models/m.rhai:3: model `s.m`: `define_model` needs a `schema`\n  hint: declare the output columns as `[column, type]` pairs, e.g. `schema: [[\"id\", \"bigint\"], [\"day\", \"date\"]]`"
+            ]
+        );
+        let sql = errors_of("models/m.sql", no_kind.clone(), Some("SELECT 1 AS id"));
+        assert_eq!(sql.len(), 1, "{sql:?}");
+        assert!(
+            sql[0].starts_with("models/m.sql:3: model `s.m`: missing header `-- kind: <kind>`\n  hint: say how the model is built, e.g. `-- kind: full`"),
+            "{sql:?}"
+        );
+        assert_eq!(
+            errors_of("models/m.lua", no_kind.clone(), Some("SELECT 1 AS id")),
+            ["models/m.lua:3: model `s.m`: `define_model` needs a `kind`\n  hint: use a kind constructor, e.g. `kind = kind.full()`"]
+        );
+        assert_eq!(
+            errors_of("models/m.rhai", no_kind, Some("SELECT 1 AS id")),
+            ["models/m.rhai:3: model `s.m`: `define_model` needs a `kind`\n  hint: use a kind constructor, e.g. `kind: kind::full()`"]
+        );
+    }
+
+    /// Kind options' examples are written as the model's language writes them.
+    #[test]
+    fn kind_option_examples_are_in_the_models_language() {
+        let scd = |renamed: Value| json!({ "kind": "scd_type2", "key": "id", "renamed": renamed });
+        let kind = |k: Value, lang| parse_kind(k.as_object().expect("an object"), lang).expect_err("refused");
+        assert_eq!(
+            kind(scd(json!("doctor")), Lang::Sql),
+            "`renamed` of kind `scd_type2` must map old column names to new ones, e.g. `renamed = {doctor = physician}`"
+        );
+        assert!(kind(scd(json!("doctor")), Lang::Lua).ends_with("e.g. `renamed = { doctor = \"physician\" }`"));
+        assert!(kind(scd(json!("doctor")), Lang::Rhai).ends_with("e.g. `renamed: #{ doctor: \"physician\" }`"));
+        let glob = json!({ "kind": "seed", "path": "seeds/*.csv" });
+        assert_eq!(kind(glob.clone(), Lang::Sql), "a seed is one file, not a glob: `seeds/*.csv` (read many files with `-- kind: external(…)`)");
+        assert_eq!(kind(glob.clone(), Lang::Lua), "a seed is one file, not a glob: `seeds/*.csv` (read many files with `kind.external`)");
+        assert_eq!(kind(glob, Lang::Rhai), "a seed is one file, not a glob: `seeds/*.csv` (read many files with `kind::external`)");
+        let markers = json!({ "kind": "external", "path": "data/x.csv", "null_markers": "NA" });
+        assert_eq!(kind(markers.clone(), Lang::Sql), "`null_markers` must be a list of strings, e.g. `null_markers = [NA, '']`");
+        assert_eq!(kind(markers, Lang::Lua), "`null_markers` must be a list of strings, e.g. `null_markers = { \"NA\", \"\" }`");
+    }
+
+    /// Jinja tags are found outside literals and comments, shown on one line; DuckDB's struct
+    /// and map literals (`{'a': 1}`, `MAP {{'k': 1}: 'v'}`, `{{a: 1}: 2}`) are none.
+    #[test]
+    fn jinja_tags_are_found_outside_literals_and_comments() {
+        let text = "{{ config(materialized='table') }}\nSELECT {'a': 1} AS s, MAP {{'k': 1}: 'v'} AS m, MAP {{a: 1}: 2} AS n, '{{ ref(\"x\") }}' AS t -- {{ ref('y') }}\nFROM {{ ref('orders') }} /* {% if %} */\n{%- if is_incremental() -%} WHERE d > (SELECT max(d) FROM {{this}}) {% endif %}\n{#\n  a comment\n#}{{\n  source('raw',\n         'events')\n}}";
+        let tags: Vec<(usize, String)> = jinja_tags(text);
+        let lines: Vec<(usize, &str)> = tags.iter().map(|(off, t)| (text[..*off].matches('\n').count() + 1, t.as_str())).collect();
+        assert_eq!(
+            lines,
+            [
+                (1, "{{ config(materialized='table') }}"),
+                (3, "{{ ref('orders') }}"),
+                (4, "{%- if is_incremental() -%}"),
+                (4, "{{this}}"),
+                (4, "{% endif %}"),
+                (5, "{# a comment #}"),
+                (7, "{{ source('raw', 'events') }}"),
+            ]
+        );
+        // An unclosed tag is shown to its line's end; a long one is cut.
+        assert_eq!(jinja_tags("SELECT 1 FROM {{ ref('a')\nWHERE x"), [(14, "{{ ref('a')…".to_string())]);
+        let long = format!("{{{{ ref('{}') }}}}", "a".repeat(100));
+        assert_eq!(jinja_tags(&long)[0].1.chars().count(), 81);
+        assert!(jinja_tags("SELECT {'a': {'b': 1}} AS s, [{'x': 2}] AS l FROM t").is_empty());
+    }
+
+    /// The hint says what the model's language writes instead of dbt's `ref`, `source`,
+    /// `config`, `this` and `is_incremental()`.
+    #[test]
+    fn a_jinja_tag_is_told_what_to_write_instead() {
+        let (message, hint) = jinja_problem("{{ ref('orders') }}", Lang::Sql, "");
+        assert_eq!(message, "`{{ ref('orders') }}` is Jinja (dbt's templating), which efmesh does not use: a model's query is plain SQL");
+        assert_eq!(hint, "write `@ref(<schema>.orders)` (and list `<schema>.orders` in `-- refs:`); a model's name is `<schema>.<table>`");
+        let (_, hint) = jinja_problem("{{ ref('pkg', \"stg.orders\", v=2) }}", Lang::Lua, "");
+        assert_eq!(hint, "write `ref(\"stg.orders\")` spliced into the query text (`\"SELECT … FROM \" .. ref(\"stg.orders\")`)");
+        let (_, hint) = jinja_problem("{{ ref('stg.orders') }}", Lang::Rhai, "");
+        assert_eq!(hint, "write `ref(\"stg.orders\")` spliced into the query text (`` `SELECT … FROM ${ref(\"stg.orders\")}` ``)");
+        let (_, hint) = jinja_problem("{{ source('raw', 'payments') }}", Lang::Sql, "");
+        assert_eq!(
+            hint,
+            "a dbt source is a model of kind `external` here: declare `raw.payments` as one (`-- kind: external(table = raw.payments)`), then read it with `@ref(raw.payments)` (and list `raw.payments` in `-- refs:`)"
+        );
+        let (_, hint) = jinja_problem("{{ source('raw', 'payments') }}", Lang::Lua, "");
+        assert!(hint.contains("(`kind = kind.external { table = \"raw.payments\" }`), then read it with `ref(\"raw.payments\")`"), "{hint}");
+        assert!(
+            jinja_problem("{{ config(materialized='view') }}", Lang::Sql, "").1.starts_with("a `.sql` model's settings are its header lines: `-- kind: full`")
+        );
+        assert!(
+            jinja_problem("{{ config(materialized='view') }}", Lang::Lua, "")
+                .1
+                .starts_with("a model's settings are fields of `define_model`: `kind = kind.full()`")
+        );
+        assert!(jinja_problem("{{this}}", Lang::Sql, "").1.starts_with("write `@this`"));
+        assert!(jinja_problem("{%- if is_incremental() -%}", Lang::Sql, "").1.contains("filter its rows with `@start` and `@end`"));
+        let (message, hint) = jinja_problem("{% endif %}", Lang::Sql, " (line 2 of the query)");
+        assert!(message.starts_with("`{% endif %}` (line 2 of the query) is Jinja"), "{message}");
+        assert!(hint.starts_with("the query is SQL as written: read another model with `@ref(<schema>.<table>)`"), "{hint}");
+    }
+
+    /// Jinja in a Lua or Rhai query (or a statement) is a load error at the model naming the
+    /// line of the query, not the engine's parser error at plan.
+    #[test]
+    fn jinja_in_a_script_query_or_statement_is_a_load_error() {
+        let spec = json!({ "name": "s.m", "kind": { "kind": "full" }, "schema": [["id", "bigint"]] });
+        assert_eq!(
+            errors_of("models/m.lua", spec.clone(), Some("SELECT id\nFROM {{ ref('orders') }}")),
+            [
+                "models/m.lua:3: model `s.m`: `{{ ref('orders') }}` (line 2 of the query) is Jinja (dbt's templating), which efmesh does not use: a model's query is plain SQL\n  hint: write `ref(\"<schema>.orders\")` spliced into the query text (`\"SELECT … FROM \" .. ref(\"<schema>.orders\")`); a model's name is `<schema>.<table>`"
+            ]
+        );
+        let mut with_statement = spec.clone();
+        with_statement["post_statements"] = json!(["ANALYZE {{ this }}"]);
+        let errs = errors_of("models/m.rhai", with_statement, Some("SELECT 1 AS id"));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("models/m.rhai:3: model `s.m`: `post_statements`[1]: `{{ this }}` is Jinja (dbt's templating)"), "{errs:?}");
+        // Text that only looks like it (in a literal, a struct literal) builds.
+        let location = Location { file: "models/m.lua".into(), line: 1 };
+        let query = "SELECT 1 AS id, '{{ ref(''x'') }}' AS t, {'k': {'n': 1}} AS s";
+        assert!(build_model(spec.as_object().expect("an object"), Some(query), &Sites::default(), location).is_ok());
+    }
 }

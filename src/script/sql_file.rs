@@ -382,6 +382,18 @@ pub fn parse_with(file: &Path, text: &str, foreign: Option<&Foreign>) -> Result<
     // Statements before the query are pre-statements, after it post-statements (sqlmesh's layout).
     let line_of = |off: usize| body_line0 + written[..source_map.input_offset(off).min(written.len())].matches('\n').count() + 1;
     let expanded: &str = &query;
+    // dbt's Jinja (`{{ ref('x') }}`, `{{ config(…) }}`, `{% if … %}`) is no SQL: each tag is an
+    // error at its line (a macro's at its call), saying what to write instead, rather than the
+    // engine's parser error at plan. The body is read no further (a `;` inside a tag would split
+    // it into statements).
+    let jinja = super::builder::jinja_tags(expanded);
+    if !jinja.is_empty() {
+        for (offset, tag) in &jinja {
+            let (message, hint) = super::builder::jinja_problem(tag, Lang::Sql, "");
+            errors.push(LoadError::new(Some(at(line_of(*offset))), model_name.clone(), message).with_hint(hint));
+        }
+        return Err(errors);
+    }
     let mut body_refused = false;
     let (query, pre, post) = match split_body(expanded) {
         Ok(parts) => parts,
@@ -1131,6 +1143,111 @@ mod tests {
         // Without a header after it, the comment starts the body: the header is missing.
         let errs = p("/* note */ SELECT 1 AS x\n").unwrap_err();
         assert_eq!(errs.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["missing header `-- name: <schema>.<table>`"]);
+    }
+
+    /// A header without `-- schema:` or `-- kind:` is told about that header line, in `.sql`
+    /// words, at the model's `-- name:` line: it was "`define_model` needs a `schema`" with a hint
+    /// about "(column, type) pairs", Lua's field.
+    #[test]
+    fn a_missing_schema_or_kind_line_is_told_in_sql_terms() {
+        let text = |errs: Vec<LoadError>| errs.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            text(p("/* licence */\n-- name: a.b\n-- kind: full\nSELECT 1 AS x\n").unwrap_err()),
+            [
+                "models/x.sql:2: model `a.b`: missing header `-- schema: <column> <type>, …`\n  hint: declare the output columns as `name type` pairs, e.g. `-- schema: id bigint, day date`"
+            ]
+        );
+        let errs = text(p("-- name: a.b\n-- schema: x bigint\nSELECT 1 AS x\n").unwrap_err());
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(
+                "models/x.sql:1: model `a.b`: missing header `-- kind: <kind>`\n  hint: say how the model is built, e.g. `-- kind: full`, `-- kind: view`"
+            ),
+            "{errs:?}"
+        );
+        let errs = text(p("-- name: a.b\nSELECT 1 AS x\n").unwrap_err());
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs.iter().all(|e| !e.contains("define_model") && !e.contains("(column, type)")), "{errs:?}");
+    }
+
+    /// The header fields whose message held a Lua example (`tags`, `owner`, kind options,
+    /// `statements_affect_data`) give the `.sql` spelling, at their header line.
+    #[test]
+    fn header_field_messages_are_in_sql_terms_at_their_line() {
+        let head = "-- name: a.b\n-- kind: full\n-- schema: x bigint\n";
+        for (line, want) in [
+            (
+                "-- tags: finance daily",
+                "models/x.sql:4: model `a.b`: `tags` must be words without spaces or colons, separated by commas, e.g. `-- tags: finance, daily`",
+            ),
+            ("-- owner:", "models/x.sql:4: model `a.b`: `owner` is empty: name who answers for the model, e.g. `-- owner: finance-team`"),
+            (
+                "-- statements_affect_data: true",
+                "models/x.sql:4: model `a.b`: `statements_affect_data` is set, but the model has no statements before or after its query",
+            ),
+        ] {
+            let errs = p(&format!("{head}{line}\nSELECT 1 AS x\n")).unwrap_err();
+            assert_eq!(errs.iter().map(ToString::to_string).collect::<Vec<_>>(), [want], "{line}");
+        }
+        for (kind, want) in [
+            (
+                "scd_type2(key = x, renamed = doctor)",
+                "models/x.sql:2: model `a.b`: `renamed` of kind `scd_type2` must map old column names to new ones, e.g. `renamed = {doctor = physician}`",
+            ),
+            (
+                "seed(path = seeds/*.csv)",
+                "models/x.sql:2: model `a.b`: a seed is one file, not a glob: `seeds/*.csv` (read many files with `-- kind: external(…)`)",
+            ),
+            (
+                "external(path = data/x.csv, null_markers = NA)",
+                "models/x.sql:2: model `a.b`: `null_markers` must be a list of strings, e.g. `null_markers = [NA, '']`",
+            ),
+        ] {
+            let errs = p(&format!("-- name: a.b\n-- kind: {kind}\n-- schema: x bigint, y varchar\nSELECT 1 AS x, 'a' AS y\n")).unwrap_err();
+            assert_eq!(errs.iter().map(ToString::to_string).collect::<Vec<_>>(), [want], "{kind}");
+        }
+    }
+
+    /// dbt's Jinja (`{{ ref('x') }}`, `{{ source(…) }}`, `{{ config(…) }}`) is a load error at its
+    /// line naming the model, with the `.sql` way to say it: it reached the engine's parser as
+    /// SQL (`cannot parse SQL …: Expected …, found: {`). Jinja inside a literal or a comment is text.
+    #[test]
+    fn dbt_jinja_is_an_error_at_its_line_with_what_to_write_instead() {
+        let errs = p("-- name: mart.orders\n-- kind: full\n-- schema: id bigint\n\n{{\n  config(materialized='table')\n}}\nSELECT id -- {{ ref('not_this') }}\nFROM {{ ref('stg_orders') }}\nJOIN {{ source('raw', 'payments') }} USING (id)\nWHERE note <> '{{ ref(\"x\") }}'\n")
+            .unwrap_err();
+        let got: Vec<(String, String)> = errs
+            .iter()
+            .map(|e| (format!("{}: {}", e.location.as_ref().map(ToString::to_string).unwrap_or_default(), e.message), e.hint.clone().unwrap_or_default()))
+            .collect();
+        let jinja = "is Jinja (dbt's templating), which efmesh does not use: a model's query is plain SQL";
+        assert_eq!(
+            got,
+            [
+                (
+                    format!("models/x.sql:5: `{{{{ config(materialized='table') }}}}` {jinja}"),
+                    "a `.sql` model's settings are its header lines: `-- kind: full` for `materialized='table'`, `-- kind: view` for `'view'`, `-- kind: incremental_by_unique_key(key = id)` for an incremental model with a `unique_key`".to_string()
+                ),
+                (
+                    format!("models/x.sql:9: `{{{{ ref('stg_orders') }}}}` {jinja}"),
+                    "write `@ref(<schema>.stg_orders)` (and list `<schema>.stg_orders` in `-- refs:`); a model's name is `<schema>.<table>`".to_string()
+                ),
+                (
+                    format!("models/x.sql:10: `{{{{ source('raw', 'payments') }}}}` {jinja}"),
+                    "a dbt source is a model of kind `external` here: declare `raw.payments` as one (`-- kind: external(table = raw.payments)`), then read it with `@ref(raw.payments)` (and list `raw.payments` in `-- refs:`)".to_string()
+                ),
+            ]
+        );
+        assert!(errs.iter().all(|e| e.model.as_ref().map(ToString::to_string).as_deref() == Some("mart.orders")), "{errs:?}");
+        // A dbt file as it is (no header): the missing header, and each tag at its line.
+        let errs = p("{{ config(materialized='view') }}\nselect * from {{ ref('orders') }}\n").unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(text[0].starts_with("models/x.sql:1: missing header `-- name: <schema>.<table>`"), "{text:?}");
+        assert!(text[1].starts_with("models/x.sql:1: `{{ config(materialized='view') }}` is Jinja"), "{text:?}");
+        assert!(text[2].starts_with("models/x.sql:2: `{{ ref('orders') }}` is Jinja"), "{text:?}");
+        // In a literal or a comment it is text, and DuckDB's struct literals are no Jinja.
+        p("-- name: a.b\n-- kind: full\n-- schema: t varchar, s struct(k integer)\nSELECT '{{ ref(''x'') }}' AS t, {'k': 1} AS s -- {% if %}\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
     }
 
     #[test]

@@ -133,6 +133,8 @@ fn bounds_where_no_interval_exists_are_load_errors_naming_the_place() {
         "{err}"
     );
     assert!(err.contains("models/hourly.sql") && err.contains("time column `day` is a `date`, but the grain `hour` is finer than a day"), "{err}");
+    // The hint writes the kind option as the `.sql` header does, not as Lua's `grain = "day"`.
+    assert!(err.contains("hint: a date holds no time of day: use `grain = day` in `-- kind:` (or coarser)"), "{err}");
     assert!(err.contains("models/plain.sql") && err.contains("`@start`/`@end` used in a `full` model"), "{err}");
     assert!(err.contains("models/epoch.sql") && err.contains("time column `ts` is declared `bigint`"), "{err}");
     assert!(err.contains("models/audited.sql") && err.contains("reads embedded model `e.window`, which uses `@start`/`@end`"), "{err}");

@@ -363,6 +363,57 @@ fn a_sql_models_kind_cron_and_target_errors_are_at_their_header_lines() {
     }
 }
 
+/// A `.sql` model without a `-- schema:` or `-- kind:` line is told about that header line in
+/// `.sql` words, at its `-- name:` line: it was "`define_model` needs a `schema`" (Lua's field)
+/// with a hint about "(column, type) pairs".
+#[test]
+fn a_sql_model_missing_its_schema_or_kind_line_is_told_in_sql_terms() {
+    let p = Project::new();
+    p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.sql"));
+    p.write("models/no_schema.sql", "-- name: t.no_schema\n-- kind: full\nSELECT 1 AS n\n");
+    p.write("models/no_kind.sql", "-- Daily counts.\n-- name: t.no_kind\n-- schema: n bigint\nSELECT 1 AS n\n");
+    let run = p.run(&["check"]);
+    run.expect_code(1);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    for needle in [
+        "models/no_schema.sql:1: model `t.no_schema`: missing header `-- schema: <column> <type>, …`\n  hint: declare the output columns as `name type` pairs, e.g. `-- schema: id bigint, day date`",
+        "models/no_kind.sql:2: model `t.no_kind`: missing header `-- kind: <kind>`\n  hint: say how the model is built, e.g. `-- kind: full`",
+    ] {
+        assert!(out.contains(needle), "lacks {needle:?}:\n{out}");
+    }
+    assert!(!out.contains("define_model") && !out.contains("(column, type)"), "{out}");
+}
+
+/// dbt's Jinja in a model — `{{ ref('x') }}` in a `.sql` body, `{{ source(…) }}` in a Lua query,
+/// `{{ this }}` in a Rhai one — is a load error naming the file:line and the model, saying efmesh
+/// does not use Jinja and what the file's language writes instead (`@ref(…)` in `.sql`,
+/// `ref("…")` in Lua and Rhai): it reached the engine's parser as SQL at plan.
+#[test]
+fn dbt_jinja_in_a_model_is_a_load_error_naming_its_line() {
+    assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,rhai,sql}"));
+            p.write("models/j.sql", "-- name: z.j\n-- kind: full\n-- schema: n bigint\nSELECT count(*) AS n\nFROM {{ ref('events') }}\n");
+            p.write(
+                "models/jl.lua",
+                "define_model { name = \"z.jl\", kind = kind.full(), schema = { { \"n\", \"bigint\" } }, query = \"SELECT count(*) AS n\\nFROM {{ source('raw', 'events') }}\" }\n",
+            );
+            p.write(
+                "models/jr.rhai",
+                "define_model(#{ name: \"z.jr\", kind: kind::incremental_by_unique_key(#{ key: \"n\" }), schema: [[\"n\", \"bigint\"]], query: \"SELECT n FROM {{this}}\" });\n",
+            );
+        },
+        &[
+            "models/j.sql:5: model `z.j`: `{{ ref('events') }}` is Jinja (dbt's templating), which efmesh does not use: a model's query is plain SQL",
+            "hint: write `@ref(<schema>.events)` (and list `<schema>.events` in `-- refs:`); a model's name is `<schema>.<table>`",
+            "models/jl.lua:1: model `z.jl`: `{{ source('raw', 'events') }}` (line 2 of the query) is Jinja (dbt's templating), which efmesh does not use",
+            "hint: a dbt source is a model of kind `external` here: declare `raw.events` as one (`kind = kind.external { table = \"raw.events\" }`), then read it with `ref(\"raw.events\")`",
+            "models/jr.rhai:1: model `z.jr`: `{{this}}` (line 1 of the query) is Jinja",
+            "hint: write `@this`",
+        ],
+    );
+}
+
 #[test]
 fn columns_differing_only_in_case() {
     // `n` and `N` are one column to the engine: the view served `n`'s value under both names.
