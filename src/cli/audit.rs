@@ -35,6 +35,13 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     let pointers = state.env_pointers(env)?;
     let served: BTreeSet<String> = pointers.keys().cloned().collect();
     if served.is_empty() {
+        // One the janitor dropped is said so, as `status` and `diff` say it.
+        if let Some(at) = super::envlife::dropped_at(&*state, env)? {
+            return Err(anyhow!(
+                "environment `{env}` {}: it serves nothing to audit\n  hint: `efmesh apply {env}` creates it again",
+                super::envlife::dropped_phrase(&at)
+            ));
+        }
         return Err(anyhow!("environment `{env}` does not exist (nothing was applied to it)\n  hint: run `efmesh apply {env}` first"));
     }
     // Embedded models and externals render from the project's definitions: one edited and not

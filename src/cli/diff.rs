@@ -59,9 +59,8 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         if !known.iter().any(|k| k == env) {
             let list = if known.is_empty() { "none yet".to_string() } else { known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ") };
             // An environment the janitor dropped has a journal that says so.
-            let dropped = crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at;
-            let what = match dropped {
-                Some(at) => format!("expired and was dropped by the janitor at {at}"),
+            let what = match super::envlife::dropped_at(&*state, env)? {
+                Some(at) => super::envlife::dropped_phrase(&at),
                 None => "was never applied".to_string(),
             };
             return Err(anyhow!("environment `{env}` {what} (environments: {list})\n  hint: `efmesh apply {env}` creates it"));

@@ -20,6 +20,22 @@ pub(crate) fn expired_serving(state: &dyn crate::state::StateStore, env: &str, t
     Ok((expiry, serving))
 }
 
+/// When the janitor dropped `env` (the newest row of its apply journal is the drop:
+/// [`crate::lifecycle::judge`]), for the commands that find it serving nothing: they say it
+/// [`dropped_phrase`] rather than that nothing was ever applied to it. `None` otherwise (never
+/// applied, or applied again since).
+///
+/// # Errors
+/// The journal cannot be read.
+pub(super) fn dropped_at(state: &dyn crate::state::StateStore, env: &str) -> Result<Option<String>> {
+    Ok(crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at)
+}
+
+/// How every command words an environment the janitor dropped at `at` ([`dropped_at`]).
+pub(super) fn dropped_phrase(at: &str) -> String {
+    format!("expired and was dropped by the janitor at {at}")
+}
+
 /// `efmesh invalidate <env> [--json]`: records the environment as expired now (a journal row),
 /// so the next janitor drops it. Refuses `prod` and an environment the store does not hold
 /// (with the closest name when one is near). Only the configuration is needed. The journal row
@@ -36,7 +52,8 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, out: &
     let unknown = |known: &[String], dropped: Option<String>| {
         if let Some(at) = dropped {
             return anyhow::anyhow!(
-                "environment `{env}` expired and was dropped by the janitor at {at}: there is nothing to invalidate; nothing was done\n  hint: `efmesh apply {env}` creates it again"
+                "environment `{env}` {}: there is nothing to invalidate; nothing was done\n  hint: `efmesh apply {env}` creates it again",
+                dropped_phrase(&at)
             );
         }
         let hint = crate::core::error::did_you_mean(env, known.iter().map(String::as_str).filter(|e| *e != PROD)).map_or_else(
@@ -45,18 +62,16 @@ pub(super) fn invalidate(config: &std::path::Path, env: &str, json: bool, out: &
         );
         anyhow::anyhow!("unknown environment `{env}`: nothing was applied to it in this state store; nothing was done{hint}")
     };
-    let dropped_at =
-        |state: &dyn crate::state::StateStore| -> Result<Option<String>> { Ok(crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at) };
     let Some(state) = crate::state::open_existing(&config)? else { return Err(unknown(&[], None)) };
     let known = state.environments()?;
     if !known.iter().any(|e| e == env) {
-        return Err(unknown(&known, dropped_at(state.as_ref())?));
+        return Err(unknown(&known, dropped_at(state.as_ref(), env)?));
     }
     let models = state.env_pointers(env)?.len();
     let views = crate::janitor::env_views(state.as_ref(), env)?.len();
     // `None`: the janitor dropped it between the two reads.
     let now = crate::core::interval::now_millis();
-    let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[], dropped_at(state.as_ref())?)) };
+    let Some(id) = state.invalidate_environment(env, &super::applied_by(), now)? else { return Err(unknown(&[], dropped_at(state.as_ref(), env)?)) };
     tracing::debug!(env, journal = id, "environment invalidated");
     if json {
         out.json(json!({"env": env, "invalidated": true, "invalidatedAt": to_iso(now), "models": models, "views": views}))?;

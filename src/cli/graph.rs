@@ -47,7 +47,9 @@ pub(super) fn run(config: &Path, req: Request<'_>, out: &Printer) -> Result<Exit
             let plan = plan_checked(&project, &*state, name, req.now, &plan::Options::default())?;
             let served = state.env_pointers(name)?;
             let known = state.environments()?.iter().any(|e| e == name);
-            Some(EnvView { plan, served, known })
+            // One the janitor dropped is said so, not "never applied" (as `status` and `diff` say it).
+            let dropped_at = if known { None } else { super::envlife::dropped_at(&*state, name)? };
+            Some(EnvView { plan, served, known, dropped_at })
         }
         None => None,
     };
@@ -77,8 +79,11 @@ pub(super) struct EnvView {
     plan: Plan,
     /// Model → the fingerprint the environment serves.
     served: BTreeMap<String, String>,
-    /// False when the environment was never applied (every model is then added).
+    /// False when the state store does not hold the environment (every model is then added):
+    /// never applied, or dropped by the janitor.
     known: bool,
+    /// When the janitor dropped it (an environment the store does not hold).
+    dropped_at: Option<String>,
 }
 
 /// One model of the graph.
@@ -200,7 +205,11 @@ impl<'a> Graph<'a> {
                 *counts.entry(a.change).or_default() += 1;
             }
             let list = counts.iter().map(|(c, k)| format!("{k} {}", c.as_str())).collect::<Vec<_>>().join(", ");
-            let never = if e.known { "" } else { " (never applied)" };
+            let never = match (e.known, &e.dropped_at) {
+                (true, _) => String::new(),
+                (false, Some(at)) => format!(" ({}: the next apply creates it again)", super::envlife::dropped_phrase(at)),
+                (false, None) => " (never applied)".to_string(),
+            };
             s.push_str(&format!(", against environment `{name}`{never}: {list}"));
         }
         s
@@ -284,6 +293,12 @@ impl<'a> Graph<'a> {
             let removed: Vec<Value> =
                 self.removed().iter().map(|a| json!({"name": a.name.to_string(), "state": "removed", "served": a.fingerprint.as_str()})).collect();
             o.insert("removed".into(), removed.into());
+        }
+        // Whether the state store holds the environment, and when the janitor dropped it (`null`
+        // otherwise): against one it does not hold, every model is `added`.
+        if let (Some((_, e)), Value::Object(o)) = (self.env, &mut v) {
+            o.insert("envExists".into(), e.known.into());
+            o.insert("envDroppedAt".into(), e.dropped_at.clone().into());
         }
         v
     }

@@ -678,6 +678,7 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
         return Err(anyhow!("unknown model `{model}`{hint}"));
     };
     let mut env_exists = None;
+    let mut env_dropped = None;
     let sql = match (&m.body, &m.kind) {
         (Some(body), _) => match env {
             None => body.render(&crate::core::fragment::CanonicalResolver),
@@ -685,16 +686,24 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
                 crate::core::name::validate_env(e)?;
                 // The views of an environment nothing was applied to do not exist yet: the SQL
                 // is what it would read once applied, and the user is told (the store is only read).
-                let exists = match crate::state::open_existing(&project.config)? {
-                    Some(state) => !state.env_pointers(e)?.is_empty(),
-                    None => false,
+                // One the janitor dropped is said so (as `status` and `diff` say it).
+                let (exists, dropped) = match crate::state::open_existing(&project.config)? {
+                    Some(state) if !state.env_pointers(e)?.is_empty() => (true, None),
+                    Some(state) => (false, envlife::dropped_at(state.as_ref(), e)?),
+                    None => (false, None),
                 };
-                if !exists {
-                    tracing::warn!(
+                match &dropped {
+                    _ if exists => {}
+                    Some(at) => tracing::warn!(
+                        "environment `{e}` {}: this SQL reads views that `efmesh apply {e}` would create again",
+                        envlife::dropped_phrase(at)
+                    ),
+                    None => tracing::warn!(
                         "environment `{e}` does not exist yet (nothing was applied to it): this SQL reads views that `efmesh apply {e}` would create"
-                    );
+                    ),
                 }
                 env_exists = Some(exists);
+                env_dropped = dropped;
                 let physicals = Default::default();
                 body.render(&crate::apply::resolve::ExecResolver::new(&project, &physicals, crate::apply::resolve::Mode::Env(e)))
             }
@@ -708,6 +717,8 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
         let mut v = json!({"model": model, "env": env, "sql": sql});
         if let (Some(exists), Some(o)) = (env_exists, v.as_object_mut()) {
             o.insert("envExists".into(), exists.into());
+            // When the janitor dropped it (`null` otherwise).
+            o.insert("envDroppedAt".into(), env_dropped.into());
         }
         out.json(v)?;
     } else {

@@ -8,11 +8,15 @@ use super::lock::{Locked, lock_env};
 use super::printer::Printer;
 use super::{Exit, load, open_state};
 use crate::core::interval::{Grain, Millis, parse_instant, to_iso};
+use crate::core::kind::TimeRange;
+use crate::core::name::PROD;
 use crate::core::{Kind, ModelName};
-use crate::state::RestateTarget;
+use crate::plan::generations::OtherEnvs;
+use crate::project::Project;
+use crate::state::{RestateTarget, SnapshotIndex, StateStore};
 use anyhow::{Result, anyhow, bail};
 use serde_json::json;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// The restate request.
@@ -116,112 +120,49 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     }
     // The model, then its descendants in topological order: time-range ones are restated over
     // the range widened to their grain; full and view ones are rebuilt by the next run.
-    let mut seen: BTreeSet<ModelName> = BTreeSet::from([name.clone()]);
-    let mut queue: VecDeque<ModelName> = VecDeque::from([name.clone()]);
-    while let Some(n) = queue.pop_front() {
-        for c in project.dag.children(&n) {
-            if seen.insert(c.clone()) {
-                queue.push_back(c.clone());
-            }
-        }
+    let seen = lineage(&project, &name);
+    let declared = |_: &str, tr: &TimeRange| Some(tr.clone());
+    let Some(asked) = restatement(&project, &*state, &pointers, &seen, &declared, from, to)? else { unreachable!("the project's own bounds are always given") };
+    for (n, outside) in &asked.outside_bounds {
+        tracing::warn!(
+            "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"
+        );
     }
-    let mut targets = Vec::new();
-    // Per model: the done intervals of the range outside its `start`/`end`, left as computed.
-    let mut outside_bounds: Vec<(String, usize)> = Vec::new();
-    let mut rebuilt = Vec::new();
-    let mut refused = Vec::new();
-    // A model reading its own previous rows (`@this`) computed every interval after the range
-    // from the rows being restated: it is restated to its end, and so is every descendant
-    // (parents come first in the order, so a descendant sees its parent's mark).
-    let mut to_the_end: BTreeSet<ModelName> = BTreeSet::new();
-    for n in project.dag.order().iter().filter(|n| seen.contains(*n)) {
-        let Some(m) = project.dag.get(n) else { continue };
-        if m.body.as_ref().is_some_and(|b| b.reads_itself()) || m.parents().iter().any(|p| to_the_end.contains(p)) {
-            to_the_end.insert(n.clone());
-        }
-        let Some(fp) = pointers.get(&n.to_string()) else { continue };
-        match &m.kind {
-            Kind::IncrementalByTimeRange(tr) => {
-                let (f, e) = (tr.grain.floor(from), tr.grain.next(to - 1));
-                let e = if to_the_end.contains(n) {
-                    let last = state.done_intervals(&n.to_string(), fp)?.last().map(|s| tr.grain.next(*s));
-                    last.map_or(e, |l| l.max(e))
-                } else {
-                    e
-                };
-                // Only what a run recomputes: intervals outside the model's `start`/`end` are
-                // served as they were computed and never recomputed, so clearing them would
-                // leave rows no ledger records and no run replaces. (One not yet due is
-                // recomputed when it is.)
-                let cf = f.max(tr.grain.floor(tr.start));
-                let ce = tr.end.map_or(e, |end| e.min(tr.grain.next(tr.grain.floor(end - 1))));
-                let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !tr.holds(d)).count();
-                if outside > 0 {
-                    outside_bounds.push((n.to_string(), outside));
-                    tracing::warn!(
-                        "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"
-                    );
-                }
-                if cf < ce {
-                    targets.push((n.to_string(), fp.clone(), cf, ce));
-                } else if outside == 0 {
-                    // Nothing done there (a range after the data): said so, as any empty range.
-                    targets.push((n.to_string(), fp.clone(), f, e));
-                }
-            }
-            Kind::Full | Kind::View => rebuilt.push(n.to_string()),
-            Kind::ScdType2(_) => refused.push(n.to_string()),
-            _ => {}
-        }
+    if !asked.refused.is_empty() {
+        tracing::warn!("scd_type2 descendants are not restated (their history is not recomputable): {}", asked.refused.join(", "));
     }
-    if !refused.is_empty() {
-        tracing::warn!("scd_type2 descendants are not restated (their history is not recomputable): {}", refused.join(", "));
-    }
-    // A version another environment serves too is that environment's data as well: restating
-    // it from a non-prod environment would change what the other one serves (as a forward-only
-    // change in dev would; the planner refuses that too). `prod` restates its versions wherever
-    // they are also served.
-    // So is another version on the same table (an inherited one: a child of a non-breaking
-    // change reusing the table): the run would not recompute what the other environment's
-    // version holds there, and the restatement would promise what it cannot do.
-    // Another version on the same table is fine when this environment is the table's writer
-    // (`plan::generations::writer_elsewhere`: `prod`, else the one serving its oldest version):
-    // the others serve what it computes.
-    if req.env != "prod" {
-        let mut shared = Vec::new();
-        let mut owners = BTreeSet::new();
+    // A version another environment serves too is that environment's data as well, and so is
+    // another version on a table this environment does not write ([`sharing`]). The hint names
+    // a way out that works ([`way_out`]): another environment only when its own restatement
+    // would be accepted and would recompute these days.
+    if req.env != PROD {
         let index = state.snapshot_index()?;
-        let table_of = |n: &str, fp: &str| index.get(&(n.to_string(), fp.to_string())).map(|(p, _)| p.as_str()).filter(|p| !p.is_empty());
-        let others = crate::plan::generations::other_envs(&*state, req.env, project.config.environments.ttl, req.now)?;
-        for (other, theirs) in &others.envs {
-            for (n, fp, _, _) in &targets {
-                match theirs.get(n) {
-                    Some(f) if f == fp => {
-                        shared.push(format!("`{n}` (also served by `{other}`)"));
-                        owners.insert(other.clone());
-                    }
-                    Some(f) if table_of(n, fp).is_some() && table_of(n, fp) == table_of(n, f) => {
-                        let table = table_of(n, fp).unwrap_or_default();
-                        if let Some((writer, _, _)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, req.env, n, fp, table)? {
-                            let writes = if writer == other { String::new() } else { format!(", which `{writer}` writes") };
-                            shared.push(format!("`{n}` (its table also holds the version `{other}` serves{writes})"));
-                            owners.insert(writer.to_string());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if !shared.is_empty() {
-            let owner = if owners.contains("prod") { "prod".to_string() } else { owners.iter().next().cloned().unwrap_or_else(|| "prod".to_string()) };
+        let ttl = project.config.environments.ttl;
+        let others = crate::plan::generations::other_envs(&*state, req.env, ttl, req.now)?;
+        let shared = sharing(&*state, &index, &others, req.env, &asked.targets)?;
+        if !shared.lines.is_empty() {
+            let ctx = Ctx {
+                project: &project,
+                state: &*state,
+                index: &index,
+                env: req.env,
+                name: &name,
+                from,
+                to,
+                from_text: req.from,
+                to_text: req.to,
+                ttl,
+                now: req.now,
+            };
+            let hint = way_out(&ctx, &others, &pointers, &seen, &asked, &shared)?;
             bail!(
-                "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: restate the environment that owns them (`efmesh restate {owner} ...`), or apply a change that gives `{}` its own versions first",
+                "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: {hint}",
                 req.env,
-                shared.join("\n  "),
-                req.env
+                shared.lines.join("\n  ")
             );
         }
     }
+    let Restatement { targets, outside_bounds, mut rebuilt, refused } = asked;
     let mut cleared = Vec::new();
     if req.dry_run {
         for (n, fp, f, e) in &targets {
@@ -289,4 +230,349 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         out.text(&text)?;
     }
     Ok(Exit::Success)
+}
+
+/// A time-range version a restatement clears: the model, its fingerprint, and the range
+/// `[from, to)` of the interval starts it clears.
+type Target = (String, String, Millis, Millis);
+
+/// What restating a model over a range does in one environment (from its pointers and the
+/// bounds it serves), before anything is cleared.
+struct Restatement {
+    /// The time-range versions whose done intervals in their range are cleared, parents first.
+    targets: Vec<Target>,
+    /// Per model: the done intervals of the range outside its `start`/`end`, left as computed.
+    outside_bounds: Vec<(String, usize)>,
+    /// The `full` and `view` descendants the next run rebuilds.
+    rebuilt: Vec<String>,
+    /// The `scd_type2` descendants, not restated (their history is not recomputable).
+    refused: Vec<String>,
+}
+
+/// `name` and its descendants, in the project's lineage.
+fn lineage(project: &Project, name: &ModelName) -> BTreeSet<ModelName> {
+    let mut seen: BTreeSet<ModelName> = BTreeSet::from([name.clone()]);
+    let mut queue: VecDeque<ModelName> = VecDeque::from([name.clone()]);
+    while let Some(n) = queue.pop_front() {
+        for c in project.dag.children(&n) {
+            if seen.insert(c.clone()) {
+                queue.push_back(c.clone());
+            }
+        }
+    }
+    seen
+}
+
+/// The [`Restatement`] of `[from, to)` over `seen` (a model and its descendants: [`lineage`]) for
+/// the versions `pointers` name, each time-range model held to the bounds `bounds` gives it: the
+/// ones the project declares for the environment asked, the ones another environment serves to
+/// judge that environment's restatement ([`judge`]). `None` when `bounds` gives none for one.
+fn restatement(
+    project: &Project,
+    state: &dyn StateStore,
+    pointers: &BTreeMap<String, String>,
+    seen: &BTreeSet<ModelName>,
+    bounds: &dyn Fn(&str, &TimeRange) -> Option<TimeRange>,
+    from: Millis,
+    to: Millis,
+) -> Result<Option<Restatement>> {
+    let mut out = Restatement { targets: Vec::new(), outside_bounds: Vec::new(), rebuilt: Vec::new(), refused: Vec::new() };
+    // A model reading its own previous rows (`@this`) computed every interval after the range
+    // from the rows being restated: it is restated to its end, and so is every descendant
+    // (parents come first in the order, so a descendant sees its parent's mark).
+    let mut to_the_end: BTreeSet<ModelName> = BTreeSet::new();
+    for n in project.dag.order().iter().filter(|n| seen.contains(*n)) {
+        let Some(m) = project.dag.get(n) else { continue };
+        if m.body.as_ref().is_some_and(|b| b.reads_itself()) || m.parents().iter().any(|p| to_the_end.contains(p)) {
+            to_the_end.insert(n.clone());
+        }
+        let Some(fp) = pointers.get(&n.to_string()) else { continue };
+        match &m.kind {
+            Kind::IncrementalByTimeRange(declared) => {
+                let Some(tr) = bounds(n.to_string().as_str(), declared) else { return Ok(None) };
+                let (f, e) = (tr.grain.floor(from), tr.grain.next(to - 1));
+                let e = if to_the_end.contains(n) {
+                    let last = state.done_intervals(&n.to_string(), fp)?.last().map(|s| tr.grain.next(*s));
+                    last.map_or(e, |l| l.max(e))
+                } else {
+                    e
+                };
+                // Only what a run recomputes: intervals outside the model's `start`/`end` are
+                // served as they were computed and never recomputed, so clearing them would
+                // leave rows no ledger records and no run replaces. (One not yet due is
+                // recomputed when it is.)
+                let cf = f.max(tr.grain.floor(tr.start));
+                let ce = tr.end.map_or(e, |end| e.min(tr.grain.next(tr.grain.floor(end - 1))));
+                let outside = state.done_intervals(&n.to_string(), fp)?.into_iter().filter(|&d| d >= f && d < e && !tr.holds(d)).count();
+                if outside > 0 {
+                    out.outside_bounds.push((n.to_string(), outside));
+                }
+                if cf < ce {
+                    out.targets.push((n.to_string(), fp.clone(), cf, ce));
+                } else if outside == 0 {
+                    // Nothing done there (a range after the data): said so, as any empty range.
+                    out.targets.push((n.to_string(), fp.clone(), f, e));
+                }
+            }
+            Kind::Full | Kind::View => out.rebuilt.push(n.to_string()),
+            Kind::ScdType2(_) => out.refused.push(n.to_string()),
+            _ => {}
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `tr` held to the `start`/`end` of `metadata` (the metadata an environment serves for the
+/// model: its `schedule`), what that environment's runs and restatements hold to; `None` when
+/// it records none.
+fn served_bounds(tr: &TimeRange, metadata: Option<&String>) -> Option<TimeRange> {
+    let v: serde_json::Value = serde_json::from_str(metadata?).ok()?;
+    let schedule = v.get("schedule")?;
+    let start = parse_instant(schedule.get("start")?.as_str()?).ok()?;
+    let end = match schedule.get("end") {
+        Some(serde_json::Value::String(e)) => Some(parse_instant(e).ok()?),
+        _ => None,
+    };
+    Some(TimeRange { start, end, ..tr.clone() })
+}
+
+/// The table of the version `(n, fp)`, when it has one.
+fn table_of<'a>(index: &'a SnapshotIndex, n: &str, fp: &str) -> Option<&'a str> {
+    index.get(&(n.to_string(), fp.to_string())).map(|(p, _)| p.as_str()).filter(|p| !p.is_empty())
+}
+
+/// What of a restatement other environments share ([`sharing`]): what a refusal names.
+#[derive(Default)]
+struct Sharing {
+    /// One line per version shared, naming the model and the environment sharing it.
+    lines: Vec<String>,
+    /// The versions shared, `(model, fingerprint)`.
+    versions: BTreeSet<(String, String)>,
+    /// The environments sharing them, and those writing a table shared.
+    envs: BTreeSet<String>,
+}
+
+/// What of `targets` (what `env` would restate) the environments `others` still served
+/// ([`crate::plan::generations::other_envs`]) share; nothing for `prod`, which restates its
+/// versions wherever they are also served.
+///
+/// A version another environment serves too is that environment's data as well: restating it
+/// from a non-prod environment would change what the other one serves (as a forward-only change
+/// in dev would; the planner refuses that too). So is another version on the same table (an
+/// inherited one: a child of a non-breaking change reusing the table): the run would not
+/// recompute what the other environment's version holds there, and the restatement would promise
+/// what it cannot do. Another version on the same table is fine when `env` is the table's writer
+/// ([`crate::plan::generations::writer_elsewhere`]: `prod`, else the one serving its oldest
+/// version): the others serve what it computes.
+fn sharing(state: &dyn StateStore, index: &SnapshotIndex, others: &OtherEnvs, env: &str, targets: &[Target]) -> Result<Sharing> {
+    let mut out = Sharing::default();
+    if env == PROD {
+        return Ok(out);
+    }
+    for (other, theirs) in &others.envs {
+        for (n, fp, _, _) in targets {
+            match theirs.get(n) {
+                Some(f) if f == fp => {
+                    out.lines.push(format!("`{n}` (also served by `{other}`)"));
+                    out.versions.insert((n.clone(), fp.clone()));
+                    out.envs.insert(other.clone());
+                }
+                Some(f) if table_of(index, n, fp).is_some() && table_of(index, n, fp) == table_of(index, n, f) => {
+                    let table = table_of(index, n, fp).unwrap_or_default();
+                    if let Some((writer, _, _)) = crate::plan::generations::writer_elsewhere(state, index, others, env, n, fp, table)? {
+                        let writes = if writer == other { String::new() } else { format!(", which `{writer}` writes") };
+                        out.lines.push(format!("`{n}` (its table also holds the version `{other}` serves{writes})"));
+                        out.versions.insert((n.clone(), fp.clone()));
+                        out.envs.insert(other.clone());
+                        out.envs.insert(writer.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What judging the way out of a refused restatement reads: the project, the state, the request.
+struct Ctx<'a> {
+    project: &'a Project,
+    state: &'a dyn StateStore,
+    index: &'a SnapshotIndex,
+    /// The environment whose restatement was refused.
+    env: &'a str,
+    /// The model asked for.
+    name: &'a ModelName,
+    from: Millis,
+    to: Millis,
+    /// `--from` and `--to` as given, for the commands the hint prints.
+    from_text: &'a str,
+    to_text: &'a str,
+    /// `[environments] ttl`, and the instant environments are judged at (expired ones share nothing).
+    ttl: Option<Millis>,
+    now: Millis,
+}
+
+/// Why another environment's own restatement is not the way out of a refused one ([`judge`]).
+enum NotThere {
+    /// It is refused too: it shares the versions with another environment still (the one asking, say).
+    Refused,
+    /// It would not recompute the days: it serves other versions, or bounds leaving them out.
+    Misses,
+    /// Its versions below the model are of other kinds than the project's: not judged.
+    Unknown,
+}
+
+/// Whether `other` (serving `theirs`), restating the model of `ctx` over the same range itself,
+/// would be accepted — the same [`sharing`] check, with the bounds `other` serves, over `seen`
+/// (this project's lineage: the one `other` serves when the project does not differ from it) —
+/// and would clear every done day `asked` (the refused restatement) would clear in the model's
+/// version and in each version `shared` names: in the same version (one ledger), or, on a
+/// shared table, as its writer (the others serve what it computes). `Ok(left)`: the days of
+/// `asked` it does not reach, in the asking environment's own versions below the model.
+fn judge(
+    ctx: &Ctx<'_>,
+    seen: &BTreeSet<ModelName>,
+    other: &str,
+    theirs: &BTreeMap<String, String>,
+    asked: &Restatement,
+    shared: &Sharing,
+) -> Result<std::result::Result<Vec<Target>, NotThere>> {
+    for n in seen {
+        let Some(fp) = theirs.get(&n.to_string()) else { continue };
+        let declared = ctx.project.dag.get(n).map(|m| m.kind.tag());
+        if ctx.index.get(&(n.to_string(), fp.clone())).map(|(_, kind)| kind.as_str()) != declared {
+            return Ok(Err(NotThere::Unknown));
+        }
+    }
+    let metadata = ctx.state.env_metadata(other)?;
+    let served = |n: &str, tr: &TimeRange| served_bounds(tr, metadata.get(n));
+    let Some(theirs_done) = restatement(ctx.project, ctx.state, theirs, seen, &served, ctx.from, ctx.to)? else {
+        return Ok(Err(NotThere::Unknown));
+    };
+    let others = crate::plan::generations::other_envs(ctx.state, other, ctx.ttl, ctx.now)?;
+    if !sharing(ctx.state, ctx.index, &others, other, &theirs_done.targets)?.lines.is_empty() {
+        return Ok(Err(NotThere::Refused));
+    }
+    let model = ctx.name.to_string();
+    let mut left = Vec::new();
+    for target in &asked.targets {
+        let (n, fp, f, e) = target;
+        let done: Vec<Millis> = ctx.state.done_intervals(n, fp)?.range(*f..*e).copied().collect();
+        if done.is_empty() {
+            continue;
+        }
+        if *n != model && !shared.versions.contains(&(n.clone(), fp.clone())) {
+            left.push(target.clone());
+            continue;
+        }
+        let table = table_of(ctx.index, n, fp);
+        let reaches = theirs_done
+            .targets
+            .iter()
+            .any(|(m, g, cf, ce)| m == n && (g == fp || (table.is_some() && table_of(ctx.index, n, g) == table)) && done.iter().all(|d| d >= cf && d < ce));
+        if !reaches {
+            return Ok(Err(NotThere::Misses));
+        }
+    }
+    Ok(Ok(left))
+}
+
+/// The commands restating `left` (the asking environment's own versions below the model, which
+/// another environment's restatement does not reach) from that environment, one per topmost
+/// version (each takes its descendants along), when each would be accepted there ([`sharing`]);
+/// `None` when one would be refused.
+fn own_below(ctx: &Ctx<'_>, others: &OtherEnvs, pointers: &BTreeMap<String, String>, left: &[Target]) -> Result<Option<Vec<String>>> {
+    let declared = |_: &str, tr: &TimeRange| Some(tr.clone());
+    let mut below: BTreeSet<ModelName> = BTreeSet::new();
+    let mut commands = Vec::new();
+    for (n, _, f, e) in left {
+        let name = ModelName::parse(n)?;
+        if below.contains(&name) {
+            continue;
+        }
+        let seen = lineage(ctx.project, &name);
+        let Some(again) = restatement(ctx.project, ctx.state, pointers, &seen, &declared, *f, *e)? else { return Ok(None) };
+        if !sharing(ctx.state, ctx.index, others, ctx.env, &again.targets)?.lines.is_empty() {
+            return Ok(None);
+        }
+        commands.push(format!("`efmesh restate {} --model {n} --from {} --to {}`", ctx.env, to_iso(*f), to_iso(*e)));
+        below.extend(seen);
+    }
+    Ok(Some(commands))
+}
+
+/// The hint of a restatement of `ctx.env` refused for `shared` (`asked`: what it would clear over
+/// `seen`, the model's lineage; `pointers`: what `ctx.env` serves; `others`: the environments
+/// still served). It names another environment only when [`judge`] finds that its own restatement
+/// of the model over the range would be accepted and would recompute these days — `prod` first,
+/// then those the refusal names, then any other serving the model — with the follow-up for the
+/// asking environment's own versions below ([`own_below`]), and says when that environment's
+/// project differs from this one (its `restate` refuses this project). Else it says that no
+/// environment can restate them alone, why not for each one the refusal names, and what can:
+/// invalidating the environments other than `prod` sharing them, when `ctx.env` could restate
+/// them then (the same check without them), or an edit giving `ctx.env` versions of its own.
+fn way_out(
+    ctx: &Ctx<'_>,
+    others: &OtherEnvs,
+    pointers: &BTreeMap<String, String>,
+    seen: &BTreeSet<ModelName>,
+    asked: &Restatement,
+    shared: &Sharing,
+) -> Result<String> {
+    let (env, model) = (ctx.env, ctx.name.to_string());
+    let command = |e: &str| format!("`efmesh restate {e} --model {model} --from {} --to {}`", ctx.from_text, ctx.to_text);
+    let mut candidates: Vec<&(String, BTreeMap<String, String>)> = others.envs.iter().filter(|o| o.1.contains_key(&model)).collect();
+    // A stable sort: `prod`, then the environments the refusal names, each by name.
+    candidates.sort_by_key(|o| (o.0 != PROD, !shared.envs.contains(&o.0)));
+    let ours = ctx.state.env_metadata(env)?;
+    let mut why_not = Vec::new();
+    for (other, theirs) in candidates {
+        let verdict = match judge(ctx, seen, other, theirs, asked, shared)? {
+            Ok(left) => match own_below(ctx, others, pointers, &left)? {
+                Some(follow) => {
+                    let elsewhere = if theirs != pointers || ctx.state.env_metadata(other)? != ours {
+                        format!(" from the project `{other}` serves (`restate {other}` refuses this one: it differs from what `{other}` serves)")
+                    } else {
+                        String::new()
+                    };
+                    let then = if follow.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; `{env}`'s own versions below are not `{other}`'s: after that run, {}, then `efmesh run {env}`", follow.join(" and "))
+                    };
+                    return Ok(format!(
+                        "restate them from `{other}`, whose own restatement is accepted and recomputes these days: {}{elsewhere}, then `efmesh run {other}` recomputes the range{then}",
+                        command(other)
+                    ));
+                }
+                None => format!("after `{other}`'s own restatement, `{env}` could not restate its own versions below alone"),
+            },
+            Err(NotThere::Refused) => format!("`{other}`'s own restatement is refused the same way"),
+            Err(NotThere::Misses) => format!("`{other}`'s would not recompute these days (it serves other versions, or bounds leaving them out)"),
+            Err(NotThere::Unknown) => format!("`{other}` serves models of other kinds below `{model}` than this project"),
+        };
+        if shared.envs.contains(other) {
+            why_not.push(verdict);
+        }
+    }
+    let mut ways = Vec::new();
+    let leaving: Vec<&String> = shared.envs.iter().filter(|e| e.as_str() != PROD).collect();
+    if !leaving.is_empty() {
+        // What `env` could restate once they no longer count: invalidated, they are not served
+        // (`other_envs`), before the janitor drops them.
+        let rest = OtherEnvs { envs: others.envs.iter().filter(|o| o.0 == PROD || !shared.envs.contains(&o.0)).cloned().collect(), live: others.live };
+        if sharing(ctx.state, ctx.index, &rest, env, &asked.targets)?.lines.is_empty() {
+            let invalidate: Vec<String> = leaving.iter().map(|e| format!("`efmesh invalidate {e}`")).collect();
+            let gone = if leaving.len() == 1 {
+                "it is no longer served, the next `efmesh janitor` drops it"
+            } else {
+                "they are no longer served, the next `efmesh janitor` drops them"
+            };
+            ways.push(format!("{} if no longer needed ({gone}), then {} again and `efmesh run {env}`", invalidate.join(" and "), command(env)));
+        }
+    }
+    ways.push(format!("apply to `{env}` an edit of `{model}` that gives it versions of its own (a breaking change: they are computed anew, every day)"));
+    let why = if why_not.is_empty() { String::new() } else { format!(" ({})", why_not.join("; ")) };
+    Ok(format!("no environment can restate them alone{why}; instead: {}", ways.join("; or ")))
 }

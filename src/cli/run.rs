@@ -95,6 +95,17 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             if json {
                 out.json(json!({"env": env, "outcome": "blocked", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked}))?;
             }
+            // One the janitor dropped serves nothing: said so (as `status` says it), not every
+            // model listed as added.
+            if !known.iter().any(|e| e == env)
+                && let Some(at) = super::envlife::dropped_at(&*state, env)?
+            {
+                crate::ewriteln!(
+                    "run `{env}`: environment `{env}` {}; nothing was run\n  hint: `efmesh apply {env}` creates it again (review its plan first: `efmesh plan {env}`), then run again",
+                    super::envlife::dropped_phrase(&at)
+                );
+                return Ok(Exit::AwaitingHuman);
+            }
             let lines: Vec<String> = blocked.iter().map(|b| format!("  {b}")).collect();
             crate::ewriteln!(
                 "run `{env}`: the project differs from what the environment serves; apply needed:\n{}\n  hint: review and apply with `efmesh apply {env}` (or apply the environment a line names first), then run again",

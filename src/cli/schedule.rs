@@ -146,12 +146,12 @@ fn absent(config: &crate::config::Config, env: &str) -> Result<Option<String>> {
                 return Ok(None);
             }
             // An environment the janitor dropped has a journal that says so.
-            let dropped = crate::lifecycle::judge(env, &state.journal(env)?, None, 0).dropped_at;
+            let dropped = super::envlife::dropped_at(state.as_ref(), env)?;
             (known, dropped)
         }
     };
     let what = match dropped {
-        Some(at) => format!("expired and was dropped by the janitor at {at}"),
+        Some(at) => super::envlife::dropped_phrase(&at),
         None => "does not exist (nothing was applied to it)".to_string(),
     };
     let like = crate::core::error::did_you_mean(env, known.iter().map(String::as_str)).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();

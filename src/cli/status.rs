@@ -12,7 +12,9 @@
 //! state store says is served, whatever the working tree holds), or the state store never held
 //! the environment (no pointers, no journal: a typo such as `prd`, whose every `run` exits 2) or
 //! the janitor dropped it (no pointers, the drop the journal's newest row: it serves nothing
-//! until an apply creates it again, every `run` exits 2);
+//! until an apply creates it again, every `run` exits 2), or a forward-only change of another
+//! environment took over the table of a time-range version it serves that lacks intervals there
+//! (every `run` of it is refused: [`crate::plan::generations::taken_over_by`]);
 //! lag, a due refresh, `lock-held` and `blocked` are healthy (exit 0). The report is printed
 //! either way.
 
@@ -60,6 +62,22 @@ struct Lag {
     /// so this environment computes nothing there (`plan::WriterHolds::All`): its `behind`
     /// intervals are that environment's to compute.
     left_to: Option<String>,
+    /// Outside `prod`: a newer version with another query took this version's table over (a
+    /// forward-only change, [`crate::plan::generations::taken_over_by`]); `left_to` then names
+    /// its environment, and the lag counts what either version has done there (what the view
+    /// shows).
+    taken_over: Option<TakenOver>,
+}
+
+/// The newer version of another query that took a time-range version's table over.
+struct TakenOver {
+    /// The environment serving it.
+    env: String,
+    /// Its fingerprint.
+    fingerprint: String,
+    /// The due intervals this environment's own version lacks (before or after its newest done
+    /// one): the ones its `run` would compute there, and is refused.
+    missing: i64,
 }
 
 /// A `full`, unique-key, partition or SCD type 2 model on a `cron`: what `run` last refreshed
@@ -189,6 +207,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                     waiting_on: None,
                     gaps_waiting: 0,
                     left_to: None,
+                    taken_over: None,
                 });
                 if behind > 0 {
                     candidates.insert(m.name.clone(), crate::core::Interval::new(from, horizon).split(t.grain));
@@ -227,6 +246,17 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {
             let (Ok(name), Some(fp)) = (ModelName::parse(&l.model), pointers.get(&l.model)) else { continue };
             let Some((physical, _)) = index.get(&(l.model.clone(), fp.clone())) else { continue };
+            // A forward-only change of another environment (`prod`'s) took the table over: its
+            // version writes there now, and this environment's view shows what it computes. The
+            // intervals this version lacks are that environment's to compute, and this one's
+            // `run` is refused while it would compute them (a problem, below).
+            if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, &index, env, &l.model, fp, physical)? {
+                let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
+                l.taken_over = Some(TakenOver { env: taker.clone(), fingerprint: taker_fp.clone(), missing: l.behind + l.gaps });
+                l.left_to = Some(taker);
+                table_lag(&*state, &project, &name, t, l, fp, &taker_fp, now)?;
+                continue;
+            }
             let Some((writer, writer_fp, writer_pointers)) = crate::plan::generations::writer_elsewhere(&*state, &index, &others, env, &l.model, fp, physical)?
             else {
                 // `prod` serving this very version under other settings writes it
@@ -248,20 +278,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 continue;
             }
             l.left_to = crate::plan::generations::reads_other_parents(&project, &name, &served_here, writer_pointers, &index).then(|| writer.to_string());
-            let mut done = state.done_intervals(&l.model, fp)?;
-            done.extend(state.done_intervals(&l.model, writer_fp)?);
-            let due = t.grain.floor(project.dag.due_at(&name, now));
-            let horizon = t.end.map_or(due, |e| e.min(due));
-            let first = t.grain.floor(t.start);
-            l.done_up_to = done.iter().next_back().map(|s| t.grain.next(*s));
-            let from = l.done_up_to.unwrap_or(first);
-            l.behind = t.grain.count(from, horizon).max(0);
-            // Only intervals inside the model's `start`/`end`: one outside them (restated, then
-            // `end` moved earlier) is never recomputed, whatever is done after it.
-            l.gaps = l.done_up_to.map_or(0, |up_to| {
-                let up_to = t.end.map_or(up_to, |e| up_to.min(t.grain.next(t.grain.floor(e - 1))));
-                (t.grain.count(first, up_to) - done.range(first..up_to.max(first)).count() as i64).max(0)
-            });
+            table_lag(&*state, &project, &name, t, l, fp, writer_fp, now)?;
         }
         for (name, fp) in &pointers {
             let Ok(model) = ModelName::parse(name) else { continue };
@@ -356,6 +373,21 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     }
     if last_errored {
         problems.push("the last run tick errored".to_string());
+    }
+    // A table another environment's forward-only change took over: every `run` of this one is
+    // refused (exit 1) while its version lacks intervals there, until an apply moves it.
+    for l in &lags {
+        if let Some(o) = &l.taken_over {
+            problems.push(format!(
+                "`{}`: its table was taken over by the newer version {} that `{}` serves (a forward-only change, another query), so every `run {env}` is refused (exit 1) while this version lacks {} interval(s) there; apply `{env}` from the project `{}` serves (it then serves that version too), or apply `{}` without that change, or invalidate one of them",
+                l.model,
+                &o.fingerprint[..12.min(o.fingerprint.len())],
+                o.env,
+                o.missing,
+                o.env,
+                o.env
+            ));
+        }
     }
     // What the engine lacks of what the environment serves (a table or view dropped, the file
     // replaced), as the plan finds it: `run` refuses then (exit 2) until an apply restores it.
@@ -520,6 +552,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
                 "behind": l.behind,
                 "late": l.behind > l.waiting as i64 && l.left_to.is_none(),
                 "leftTo": l.left_to,
+                "takenOverBy": l.taken_over.as_ref().map(|o| json!({"env": o.env, "fingerprint": o.fingerprint, "missing": o.missing})),
                 "gapsWaiting": l.gaps_waiting,
                 "cron": l.cron,
                 "nextDueAt": l.next_due.map(to_iso),
@@ -561,7 +594,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             let like = like.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
             text.push_str(&format!("environment `{env}` does not exist — the first apply creates it{like}\n"));
         } else if let Some(at) = &dropped {
-            text.push_str(&format!("environment `{env}` expired and was dropped by the janitor at {at} — the next apply creates it again\n"));
+            text.push_str(&format!("environment `{env}` {} — the next apply creates it again\n", super::envlife::dropped_phrase(at)));
         } else {
             text.push_str(&format!("environment `{env}`: {} models (state store layout v{STATE_VERSION})\n", pointers.len()));
         }
@@ -603,7 +636,16 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             if l.gaps_waiting > 0 {
                 text.push_str(&format!("    {} {} interval(s) before {up_to} not done, waiting{why}\n", l.gaps_waiting, l.grain));
             }
-            if let Some(w) = &l.left_to {
+            if let Some(o) = &l.taken_over {
+                text.push_str(&format!(
+                    "    ⚠ its table was taken over by the newer version {} that `{}` serves (a forward-only change, another query): `{env}`'s view shows the rows `{}` computes there, and every `run {env}` is refused while this version lacks {} {} interval(s) there\n",
+                    &o.fingerprint[..12.min(o.fingerprint.len())],
+                    o.env,
+                    o.env,
+                    o.missing,
+                    l.grain
+                ));
+            } else if let Some(w) = &l.left_to {
                 text.push_str(&format!(
                     "    its table is also what `{w}` serves (another version over other parents, or this version under other settings): `{env}` computes nothing there and shows its intervals as `{w}` computes them (never those outside `{w}`'s `start`/`end`)\n"
                 ));
@@ -683,6 +725,36 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
         out.text(&text)?;
     }
     Ok(if check && !healthy { Exit::Error } else { Exit::Success })
+}
+
+/// Counts `l`'s lag over the intervals its version `fp` or `other` (another version on its table)
+/// has done there: what its view shows, as its plan counts them when both have the same query
+/// (`plan::WriterHolds`). Only intervals inside the model's `start`/`end` make gaps: one outside
+/// them (restated, then `end` moved earlier) is never recomputed, whatever is done after it.
+#[allow(clippy::too_many_arguments)]
+fn table_lag(
+    state: &dyn crate::state::StateStore,
+    project: &crate::project::Project,
+    name: &ModelName,
+    t: &crate::core::TimeRange,
+    l: &mut Lag,
+    fp: &str,
+    other: &str,
+    now: Millis,
+) -> Result<()> {
+    let mut done = state.done_intervals(&l.model, fp)?;
+    done.extend(state.done_intervals(&l.model, other)?);
+    let due = t.grain.floor(project.dag.due_at(name, now));
+    let horizon = t.end.map_or(due, |e| e.min(due));
+    let first = t.grain.floor(t.start);
+    l.done_up_to = done.iter().next_back().map(|s| t.grain.next(*s));
+    let from = l.done_up_to.unwrap_or(first);
+    l.behind = t.grain.count(from, horizon).max(0);
+    l.gaps = l.done_up_to.map_or(0, |up_to| {
+        let up_to = t.end.map_or(up_to, |e| up_to.min(t.grain.next(t.grain.floor(e - 1))));
+        (t.grain.count(first, up_to) - done.range(first..up_to.max(first)).count() as i64).max(0)
+    });
+    Ok(())
 }
 
 /// Asks the signals which of the late models' due intervals (`candidates`) are ready (as `run`

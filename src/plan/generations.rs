@@ -378,6 +378,41 @@ pub fn writer_elsewhere<'a>(
     Ok(oldest.filter(|(at, o)| (at.as_str(), o.0) < (own.as_str(), env)).map(|(_, o)| o))
 }
 
+/// The environment serving, on the table `physical` of `name`, a version with another query
+/// than `env`'s `fp` made after it: a forward-only change there (`prod`'s, as a rule) took the
+/// table over, and only the newest version of a table writes into it, so `env`'s `apply` and
+/// `run` are refused wherever they would compute intervals (or reconcile an SCD history) there
+/// (the apply's shared-writes check). Every other environment is asked, expired or not, as that
+/// check asks them. `(environment, its version)`, `prod` first when several; `None` when `env`'s
+/// version is the table's newest query (or has no table, or no snapshot).
+///
+/// # Errors
+/// A state read fails.
+pub fn taken_over_by(
+    state: &dyn StateStore,
+    index: &SnapshotIndex,
+    env: &str,
+    name: &str,
+    fp: &str,
+    physical: &str,
+) -> Result<Option<(String, String)>, StateError> {
+    if physical.is_empty() {
+        return Ok(None);
+    }
+    let Some(own) = state.snapshot(name, fp)? else { return Ok(None) };
+    let mut found: Option<(String, String)> = None;
+    for e in state.environments()?.into_iter().filter(|e| e != env) {
+        let pointers = state.env_pointers(&e)?;
+        let Some(theirs) = other_version_on(&pointers, index, name, fp, physical).cloned() else { continue };
+        let Some(record) = state.snapshot(name, &theirs)? else { continue };
+        let newer_query = record.canonical != own.canonical && record.created_at > own.created_at;
+        if newer_query && found.as_ref().is_none_or(|(f, _)| f != crate::core::name::PROD && e == crate::core::name::PROD) {
+            found = Some((e, theirs));
+        }
+    }
+    Ok(found)
+}
+
 /// [`ServedElsewhere`] of `env`.
 ///
 /// # Errors

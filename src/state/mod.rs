@@ -382,7 +382,10 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// Replaces the pointer set of `env`, appends a journal row, drops its promotion intent
     /// and its intents ([`StateStore::record_intents`]), and records every version it stops
     /// serving as released now (the janitor's ttl counts from there), in one transaction; every
-    /// name in `require_snapshot` must have a stored snapshot. Returns the journal id.
+    /// name in `require_snapshot` must have a stored snapshot. A promotion that creates `env`
+    /// (it has no pointers: never applied, or dropped by the janitor) also deletes its run ticks:
+    /// the runs refused while it did not exist are not the new environment's. Returns the
+    /// journal id.
     ///
     /// # Errors
     /// [`StateError::MissingSnapshot`], [`StateError::MissingPointer`], a failed write or a lost
@@ -436,10 +439,12 @@ pub trait StateStore: Send + std::fmt::Debug {
     /// Forgets the expired environment `env` (the janitor, holding its writer lease, after
     /// dropping its views) in ONE transaction, and only when its newest journal row is still
     /// `seen` (no promotion or invalidation since it was judged expired) and no promotion of it
-    /// is under way: deletes its pointers, intents and plan memo, records every version it
-    /// served as released now (the janitor's version ttl counts from there), appends the journal
-    /// row `summary` (`{"event": "dropped", …}`) and bumps the generation (a plan of `env` made
-    /// before is stale). Returns false, writing nothing, when the check fails.
+    /// is under way: deletes its pointers, intents, plan memo and run ticks (an environment
+    /// created again under the name starts with none: `status` never judges it by the runs of
+    /// the one dropped), records every version it served as released now (the janitor's version
+    /// ttl counts from there), appends the journal row `summary` (`{"event": "dropped", …}`) and
+    /// bumps the generation (a plan of `env` made before is stale). Returns false, writing
+    /// nothing, when the check fails.
     ///
     /// # Errors
     /// The write fails, or the fence lease was lost (nothing is written).

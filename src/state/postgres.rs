@@ -849,6 +849,10 @@ impl StateStore for PostgresStore {
                         tx.execute(&release, &[name, fp, &at])?;
                     }
                     tx.execute("DELETE FROM intents WHERE env = $1", &[&env])?;
+                    // A promotion that creates the environment (anew, or again after the janitor
+                    // dropped it) starts its run journal: ticks of runs refused while it did not
+                    // exist are not its own.
+                    tx.execute("DELETE FROM ticks WHERE env = $1 AND NOT EXISTS (SELECT 1 FROM environments WHERE env = $1)", &[&env])?;
                     tx.execute("DELETE FROM environments WHERE env = $1", &[&env])?;
                     tx.execute("DELETE FROM promotions WHERE env = $1", &[&env])?;
                     let insert = tx.prepare("INSERT INTO environments (env, name, fingerprint, promoted_at, metadata) VALUES ($1, $2, $3, $4, $5)")?;
@@ -975,6 +979,8 @@ impl StateStore for PostgresStore {
                     tx.execute("DELETE FROM environments WHERE env = $1", &[&env])?;
                     tx.execute("DELETE FROM intents WHERE env = $1", &[&env])?;
                     tx.execute("DELETE FROM plan_memo WHERE env = $1", &[&env])?;
+                    // Its run journal goes with it: an apply creating it again starts a new one.
+                    tx.execute("DELETE FROM ticks WHERE env = $1", &[&env])?;
                     tx.execute("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES ($1, $2, $3, '')", &[&env, &summary.to_string(), &at])?;
                     tx.execute("UPDATE meta SET generation = generation + 1", &[])?;
                     Ok(true)

@@ -1339,6 +1339,10 @@ impl StateStore for SqliteStore {
                         }
                     }
                     tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
+                    // A promotion that creates the environment (anew, or again after the janitor
+                    // dropped it) starts its run journal: ticks of runs refused while it did not
+                    // exist are not its own.
+                    tx.prepare_cached("DELETE FROM ticks WHERE env = ?1 AND NOT EXISTS (SELECT 1 FROM environments WHERE env = ?1)")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM promotions WHERE env = ?1")?.execute([env])?;
                     let mut insert =
@@ -1497,6 +1501,8 @@ impl StateStore for SqliteStore {
                     tx.prepare_cached("DELETE FROM environments WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM intents WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("DELETE FROM plan_memo WHERE env = ?1")?.execute([env])?;
+                    // Its run journal goes with it: an apply creating it again starts a new one.
+                    tx.prepare_cached("DELETE FROM ticks WHERE env = ?1")?.execute([env])?;
                     tx.prepare_cached("INSERT INTO plans (env, summary, applied_at, applied_by) VALUES (?1, ?2, ?3, '')")?.execute(params![
                         env,
                         summary.to_string(),

@@ -792,6 +792,10 @@ fn restate_of_a_non_prod_environment_is_refused_on_versions_prod_serves(engine: 
     let r = p.run(&["restate", "dev", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]);
     r.expect_code(1);
     assert!(r.stderr.contains("t.parent") && r.stderr.contains("`prod`"), "{r:#?}");
+    // The hint names prod: its restatement is accepted and clears these days (the project is
+    // what prod serves too, so no other checkout is asked for).
+    let command = "`efmesh restate prod --model t.parent --from 2026-01-01 --to 2026-02-01`, then `efmesh run prod`";
+    assert!(r.stderr.contains(command) && !r.stderr.contains("from the project `prod` serves"), "{r:#?}");
     assert_eq!(p.state_summary(), before, "prod's ledger is untouched");
     // prod restates its versions (which dev also serves).
     p.run(&["restate", "prod", "--model", "t.parent", "--from", "2026-01-01", "--to", "2026-02-01"]).expect_code(0);

@@ -688,3 +688,102 @@ fn a_plan_of_a_new_environment_named_like_an_existing_one_asks_did_you_mean() {
     assert!(r.stderr.contains("environment `prdo` does not exist yet (did you mean `prod`?)"), "{}", r.stderr);
     assert!(!p.run(&["plan", "prod"]).stderr.contains("does not exist yet"));
 }
+
+/// `m.daily` (one interval per batch) over `data/switch.csv`: fails from 4 January on while the
+/// file says `fail`.
+const FAILS_FROM_THE_4TH: &str = r#"local switch = define_model {
+  name = "raw.switch",
+  kind = kind.external { path = "data/switch.csv" },
+  schema = { { "mode", "varchar" } },
+}
+define_model {
+  name = "m.daily",
+  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-01-01", grain = "day", batch_size = 1 },
+  schema = { { "d", "timestamp" }, { "n", "bigint" } },
+  query = [[
+    SELECT CAST(@start AS TIMESTAMP) AS d,
+           CAST(max(CASE WHEN s.mode = 'fail' AND @start >= TIMESTAMP '2026-01-04' THEN error('disk on fire') ELSE 1 END) AS BIGINT) AS n
+    FROM ]] .. ref(switch) .. [[ AS s
+  ]],
+}
+"#;
+
+/// A `run dev` errored, then the janitor dropped `dev`: its run ticks went with it (the status of
+/// the dropped environment does not say its last run errored), a run of it meanwhile is refused
+/// saying it was dropped, and `dev` applied again — never run — has no run ticks and is healthy.
+#[test]
+fn an_environment_created_again_after_the_janitor_dropped_it_is_not_judged_by_the_runs_of_the_one_dropped() {
+    let mut p = Project::new();
+    p.write("data/switch.csv", "mode\nok\n");
+    p.write("models/m.lua", FAILS_FROM_THE_4TH);
+    p.now = "2026-01-02T01:00:00Z".into();
+    p.apply("dev");
+    p.write("data/switch.csv", "mode\nfail\n");
+    p.now = "2026-01-06T01:00:00Z".into();
+    p.run(&["run", "dev"]).expect_code(1);
+    let red = p.run(&["status", "dev", "--check"]);
+    assert!(red.expect_code(1).stdout.contains("the last run tick errored"), "{}", red.stdout);
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    let janitor = p.run(&["janitor", "--ttl", "0"]).expect_code(0).stdout.clone();
+    assert!(janitor.contains("janitor dropped the expired environment `dev`"), "{janitor}");
+
+    let gone = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(gone["dropped"], Value::Bool(true), "{gone:#}");
+    assert!(gone["ticks"].as_array().is_some_and(Vec::is_empty), "its ticks went with it: {gone:#}");
+    assert!(!gone["problems"].to_string().contains("errored"), "{gone:#}");
+    // A scheduled run meanwhile: refused (exit 2) saying so, not listing every model as added.
+    let r = p.run(&["run", "dev"]);
+    assert!(r.expect_code(2).stderr.contains("run `dev`: environment `dev` expired and was dropped by the janitor at "), "{}", r.stderr);
+    assert!(!r.stderr.contains("apply needed") && r.stderr.contains("`efmesh apply dev` creates it again"), "{}", r.stderr);
+    assert_eq!(p.store().unwrap().ticks("dev", 5).unwrap().len(), 1, "the refused run is journaled for the dropped environment");
+
+    // Created again (the source fixed), never run: no run tick of its own, healthy.
+    p.write("data/switch.csv", "mode\nok\n");
+    p.apply("dev");
+    let green = p.run(&["status", "dev", "--check"]);
+    let said = &green.expect_code(0).stdout;
+    assert!(said.contains("no run ticks yet") && said.contains("health: ok") && !said.contains("✗"), "{said}");
+    let v = p.run(&["status", "dev", "--check", "--json"]).expect_code(0).json();
+    assert!(v["ticks"].as_array().is_some_and(Vec::is_empty) && v["healthy"] == Value::Bool(true), "{v:#}");
+}
+
+/// `graph --env`, `render --env`, `audit` and `schedule` of an environment the janitor dropped say
+/// so (as `status`, `diff`, `invalidate` and `run` do), never that nothing was applied to it; of
+/// one never applied, as before.
+#[test]
+fn graph_render_audit_and_schedule_of_an_environment_the_janitor_dropped_say_so_not_that_nothing_was_applied() {
+    let p = project("");
+    p.apply("prod");
+    p.apply("dev");
+    p.run(&["invalidate", "dev"]).expect_code(0);
+    p.run(&["janitor", "--ttl", "0"]).expect_code(0);
+    let said = "environment `dev` expired and was dropped by the janitor at ";
+
+    let graph = p.run(&["graph", "--env", "dev"]).expect_code(0).stdout.clone();
+    assert!(graph.contains("against environment `dev` (expired and was dropped by the janitor at "), "{graph}");
+    assert!(!graph.contains("never applied"), "{graph}");
+    let v = p.run(&["graph", "--env", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["envExists"], Value::Bool(false), "{v:#}");
+    assert!(v["envDroppedAt"].as_str().is_some_and(|at| at.ends_with('Z')), "{v:#}");
+    let v = p.run(&["graph", "--env", "prod", "--json"]).expect_code(0).json();
+    assert_eq!((v["envExists"].clone(), v["envDroppedAt"].clone()), (Value::Bool(true), Value::Null), "{v:#}");
+    let never = p.run(&["graph", "--env", "qa"]).expect_code(0).stdout.clone();
+    assert!(never.contains("against environment `qa` (never applied)"), "{never}");
+
+    let r = p.run(&["render", "s.v", "--env", "dev", "--json"]);
+    let v = r.expect_code(0).json();
+    assert!(r.stderr.contains(said) && !r.stderr.contains("nothing was applied"), "{}", r.stderr);
+    assert_eq!(v["envExists"], Value::Bool(false), "{v:#}");
+    assert!(v["envDroppedAt"].is_string(), "{v:#}");
+    let r = p.run(&["render", "s.v", "--env", "qa"]);
+    assert!(r.expect_code(0).stderr.contains("environment `qa` does not exist yet (nothing was applied to it)"), "{}", r.stderr);
+
+    let r = p.run(&["audit", "dev"]);
+    assert!(r.expect_code(1).stderr.contains(said) && !r.stderr.contains("nothing was applied"), "{}", r.stderr);
+    assert!(r.stderr.contains("`efmesh apply dev` creates it again"), "{}", r.stderr);
+    let r = p.run(&["audit", "qa"]);
+    assert!(r.expect_code(1).stderr.contains("environment `qa` does not exist (nothing was applied to it)"), "{}", r.stderr);
+
+    let r = p.run(&["schedule", "dev", "--print-systemd"]);
+    assert!(r.expect_code(0).stderr.contains(said), "{}", r.stderr);
+}

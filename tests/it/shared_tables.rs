@@ -260,6 +260,54 @@ fn environments_left_on_the_old_version_after_prods_forward_only_change_may_each
 }
 
 #[test]
+fn status_of_an_environment_whose_table_prods_forward_only_change_took_over_names_the_takeover_not_lag() {
+    // Both serve the old version; prod's forward-only change takes the table over, and prod's
+    // run computes the 3rd there with its query. dev's view serves that day: dev is not behind,
+    // but every `run dev` is refused while its version lacks it — a problem, with the way out.
+    let mut p = Project::new();
+    landing(&p);
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    p.apply("prod");
+    p.apply("dev");
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.run(&["apply", "prod", "--yes", "--forward-only", "t.daily"]).expect_code(0);
+    let newer = p.state().env_pointers("prod").unwrap()["t.daily"].clone();
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-03 10:00', 4)");
+    p.now = "2026-01-04T01:00:00Z".into();
+    p.run(&["run", "prod"]).expect_code(0);
+    assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=2,03=5", "dev's view serves the day prod's query computed");
+    // The project dev serves.
+    p.write("models/m.lua", &daily_models("", "2026-01-01"));
+    let status = p.run(&["status", "dev", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.daily")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!((lag["late"].clone(), lag["leftTo"].clone()), (false.into(), "prod".into()), "{status:#}");
+    assert_eq!((lag["behind"].as_i64(), lag["doneUpTo"].as_str()), (Some(0), Some("2026-01-04T00:00:00.000Z")), "what its view serves: {status:#}");
+    let over = &lag["takenOverBy"];
+    assert_eq!((over["env"].as_str(), over["fingerprint"].as_str(), over["missing"].as_i64()), (Some("prod"), Some(newer.as_str()), Some(1)), "{status:#}");
+    assert_eq!(status["healthy"], false, "{status:#}");
+    let problems = status["problems"].as_array().cloned().unwrap_or_default();
+    let problem = problems.iter().filter_map(|p| p.as_str()).find(|p| p.contains("taken over")).unwrap_or_else(|| panic!("{status:#}"));
+    assert!(problem.starts_with("`t.daily`: its table was taken over by the newer version ") && problem.contains("that `prod` serves"), "{problem}");
+    assert!(problem.contains("every `run dev` is refused (exit 1)") && problem.contains("apply `dev` from the project `prod` serves"), "{problem}");
+    let text = p.run(&["status", "dev", "--check"]);
+    let said = &text.expect_code(1).stdout;
+    assert!(said.contains("  ✓ t.daily  caught up to 2026-01-04T00:00:00.000Z"), "{said}");
+    assert!(said.contains("    ⚠ its table was taken over by the newer version ") && !said.contains("t.daily  behind by"), "{said}");
+    // What status said: dev's run is refused.
+    let ran = p.run(&["run", "dev"]);
+    assert!(ran.expect_code(1).stderr.contains("taken over by the newer version"), "{}", ran.stderr);
+    // The way out: dev applied from the project prod serves serves its version; once a run of
+    // it succeeds (the refused one errored), it is healthy.
+    p.write("models/m.lua", &daily_models(" + 1", "2026-01-01"));
+    p.apply("dev");
+    p.run(&["run", "dev"]).expect_code(0);
+    let status = p.run(&["status", "dev", "--check", "--json"]).expect_code(0).json();
+    let lag = status["lag"].as_array().and_then(|l| l.iter().find(|l| l["model"] == "t.daily")).cloned().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(lag["takenOverBy"], serde_json::Value::Null, "{status:#}");
+}
+
+#[test]
 fn a_forward_only_change_outside_prod_is_refused_while_prod_serves_another_version_on_the_table() {
     // prod's own forward-only version keeps the table prod and dev served; dev's forward-only
     // change of the old version (which only dev still serves) would keep that same table:
@@ -326,6 +374,11 @@ fn a_restatement_outside_prod_of_a_version_on_the_table_prod_serves_is_refused()
     let r = p.run(&["restate", "dev", "--model", "t.daily", "--from", "2026-01-02", "--to", "2026-01-03"]);
     r.expect_code(1);
     assert!(r.stderr.contains("`t.child` (its table also holds the version `prod` serves)"), "{}", r.stderr);
+    // prod may restate its own versions, but its `t.daily` is another one: its restatement
+    // would not recompute dev's days, so the hint does not send the user there.
+    assert!(!r.stderr.contains("efmesh restate prod"), "{}", r.stderr);
+    assert!(r.stderr.contains("no environment can restate them alone") && r.stderr.contains("`prod`'s would not recompute these days"), "{}", r.stderr);
+    assert!(r.stderr.contains("an edit of `t.daily` that gives it versions of its own") && !r.stderr.contains("efmesh invalidate"), "{}", r.stderr);
     // Nothing was cleared: dev's versions keep their days.
     let plan = p.plan("dev");
     assert!(!plan["hasChanges"].as_bool().unwrap_or(true), "{plan:#}");
@@ -631,6 +684,79 @@ fn an_invalidated_writer_leaves_the_table_to_the_environment_still_served_and_re
     p.run(&["run", "staging"]).expect_code(0);
     assert_eq!(days(&p, "staging", "t.child"), "01=1,02=2,03=4", "staging writes the table once dev is on its way out");
     p.run(&["restate", "staging", "--model", "t.child", "--from", "2026-01-01", "--to", "2026-01-02"]).expect_code(0);
+}
+
+#[test]
+fn a_refused_restatement_of_a_version_two_environments_outside_prod_share_names_neither_and_says_what_works() {
+    // `staging` and `dev` serve the same versions, neither is prod: each one's restatement is
+    // refused for the other's sake, so sending one to the other would loop. The hint says that
+    // no environment can restate them alone, and names what can.
+    let p = staging_and_dev(&models(false, false));
+    // A late row for the 1st, which a restatement of the 1st should bring in.
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2026-01-01 20:00', 10)");
+    let restate = |env: &str, json: bool| {
+        let mut args = vec!["restate", env, "--model", "t.daily", "--from", "2026-01-01", "--to", "2026-01-02"];
+        if json {
+            args.push("--json");
+        }
+        p.run(&args)
+    };
+    for (env, other) in [("dev", "staging"), ("staging", "dev")] {
+        let r = restate(env, false);
+        r.expect_code(1);
+        assert!(r.stderr.contains(&format!("`t.daily` (also served by `{other}`)")), "{}", r.stderr);
+        assert!(!r.stderr.contains(&format!("efmesh restate {other}")), "names an environment refused the same way: {}", r.stderr);
+        assert!(r.stderr.contains("no environment can restate them alone"), "{}", r.stderr);
+        assert!(r.stderr.contains(&format!("`{other}`'s own restatement is refused the same way")), "{}", r.stderr);
+        assert!(r.stderr.contains(&format!("`efmesh invalidate {other}` if no longer needed")), "{}", r.stderr);
+        // The other environment is indeed refused, naming this one.
+        let theirs = restate(other, false);
+        theirs.expect_code(1);
+        assert!(theirs.stderr.contains(&format!("`t.daily` (also served by `{env}`)")), "{}", theirs.stderr);
+        // `--json`: the hint is the error's own key, cut from the message.
+        let v = restate(env, true).expect_code(1).json();
+        let (message, hint) = (v["error"]["message"].as_str().unwrap_or_default(), v["error"]["hint"].as_str().unwrap_or_default());
+        assert!(hint.starts_with("no environment can restate them alone") && hint.contains(&format!("`efmesh invalidate {other}`")), "{v:#}");
+        assert!(message.contains("also served by") && !message.contains("hint:"), "{v:#}");
+    }
+    assert_eq!(days(&p, "dev", "t.daily"), "01=1,02=2", "nothing was cleared");
+    // The way out named to dev, followed: staging is invalidated, dev's restatement is accepted,
+    // and dev's run recomputes the 1st with the late row.
+    p.run(&["invalidate", "staging"]).expect_code(0);
+    restate("dev", false).expect_code(0);
+    p.run(&["run", "dev"]).expect_code(0);
+    assert_eq!(days(&p, "dev", "t.daily"), "01=11,02=2", "the 1st recomputed");
+}
+
+#[test]
+fn a_refused_restatement_names_no_environment_whose_bounds_leave_the_days_out() {
+    // dev computed `t.daily` under an earlier `start`, then prod took the same version with its
+    // own (a metadata change): the day before prod's start is in the shared table, outside
+    // prod's bounds. prod's restatement of it would be accepted but clear nothing, so the hint
+    // does not name prod.
+    let earlier = |m: String| m.replacen(r#"start = "2026-01-01" }"#, r#"start = "2025-12-31" }"#, 1);
+    let mut p = Project::new();
+    landing(&p);
+    p.execute_on_engine("INSERT INTO landing.events VALUES (TIMESTAMP '2025-12-31 10:00', 5)");
+    p.now = "2026-01-03T01:00:00Z".into();
+    p.write("models/m.lua", &earlier(models(false, false)));
+    p.apply("dev");
+    p.write("models/m.lua", &models(false, false));
+    p.apply("prod");
+    assert_eq!(days(&p, "dev", "t.daily"), "31=5,01=1,02=2", "dev computed the day before prod's start");
+    p.write("models/m.lua", &earlier(models(false, false)));
+    let range = ["--model", "t.daily", "--from", "2025-12-31", "--to", "2026-01-01"];
+    let r = p.run(&[&["restate", "dev"][..], &range[..]].concat());
+    r.expect_code(1);
+    assert!(r.stderr.contains("`t.daily` (also served by `prod`)"), "{}", r.stderr);
+    assert!(!r.stderr.contains("efmesh restate prod"), "names prod, whose restatement recomputes nothing there: {}", r.stderr);
+    assert!(r.stderr.contains("no environment can restate them alone") && r.stderr.contains("`prod`'s would not recompute these days"), "{}", r.stderr);
+    // prod's restatement (from prod's project) indeed clears none of it.
+    p.write("models/m.lua", &models(false, false));
+    let v = p.run(&[&["restate", "prod"][..], &range[..], &["--dry-run", "--json"][..]].concat()).expect_code(0).json();
+    let cleared: i64 = v["restated"].as_array().map(|r| r.iter().filter_map(|t| t["intervals"].as_i64()).sum()).unwrap_or_default();
+    assert_eq!(cleared, 0, "{v:#}");
+    assert_eq!(v["outsideBounds"][0]["model"], "t.daily", "{v:#}");
 }
 
 #[test]

@@ -79,6 +79,7 @@ on_every_backend!(
     every_store_has_its_own_identity_shared_by_its_handles,
     a_recorded_refresh_is_the_newest_done_end_and_moves_no_data_generation,
     an_import_never_lowers_the_issued_epoch_counter,
+    dropping_an_environment_deletes_its_run_ticks_and_creating_it_again_starts_with_none,
 );
 
 const DAY: i64 = 86_400_000;
@@ -498,6 +499,39 @@ fn a_version_inheriting_a_ledger_moves_alone_and_a_write_into_the_table_moves_ev
     assert_eq!(generations(), (Some(2), Some(2)), "a write into the shared table moves both");
     store.clear_intervals("m.a", &fp('1'), t("2026-01-01"), t("2026-01-02")).unwrap();
     assert_eq!(generations(), (Some(3), Some(3)), "either way round");
+}
+
+fn dropping_an_environment_deletes_its_run_ticks_and_creating_it_again_starts_with_none(b: &dyn Backend) {
+    let store = b.open();
+    store.put_snapshot(&rec("a.one", &fp('1'))).unwrap();
+    let ptrs = pointers(&[("a.one", '1')]);
+    let promote = |env: &str, at: &str| store.promote(env, &ptrs, &BTreeMap::new(), &BTreeSet::new(), &json!({}), "", t(at)).unwrap();
+    let tick = |env: &str, outcome: &str| Tick {
+        env: env.into(),
+        started_at: to_iso(0),
+        finished_at: to_iso(5),
+        outcome: outcome.to_string(),
+        processed: BTreeMap::new(),
+        detail: None,
+    };
+    for env in ["dev", "prod"] {
+        promote(env, "2026-01-02");
+        store.record_tick(&tick(env, "error")).unwrap();
+    }
+    // Applied again while it exists (a renewal too): its run journal goes on.
+    promote("dev", "2026-01-03");
+    assert_eq!(store.ticks("dev", 5).unwrap().len(), 1, "a promotion of an environment that exists keeps its ticks");
+    let seen = store.journal("dev").unwrap().last().map(|j| j.id).unwrap();
+    assert!(store.drop_environment("dev", seen, &json!({"event": "dropped"}), t("2026-01-04")).unwrap());
+    assert!(b.open().ticks("dev", 5).unwrap().is_empty(), "its ticks went with it");
+    assert_eq!(store.ticks("prod", 5).unwrap().len(), 1, "another environment's ticks stay");
+    // A run of it refused while it does not exist is journaled (its apply journal has rows); the
+    // promotion creating it again starts its run journal afresh.
+    store.record_tick(&tick("dev", "blocked")).unwrap();
+    assert_eq!(store.ticks("dev", 5).unwrap().len(), 1);
+    promote("dev", "2026-01-05");
+    assert!(b.open().ticks("dev", 5).unwrap().is_empty(), "the new environment has no run of its own yet");
+    assert_eq!(store.ticks("prod", 5).unwrap().len(), 1);
 }
 
 fn caches_ticks_promotions_under_way_orphans_and_audit_passes_round_trip(b: &dyn Backend) {

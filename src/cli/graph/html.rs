@@ -264,6 +264,7 @@ fn data(project: &Project, g: &Graph<'_>, project_name: &str) -> Value {
         "project": project_name,
         "env": g.env.map(|(n, _)| n),
         "envKnown": g.env.map(|(_, e)| e.known),
+        "envDroppedAt": g.env.and_then(|(_, e)| e.dropped_at.clone()),
         "select": g.select,
         "total": g.total,
         "cardWidth": g.layout.card_w,
