@@ -152,7 +152,11 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                             // A column the reader left untyped is cast by the relation consumers
                             // read (`External::typed_by_consumers`): its values decide at the build.
                             let cast = ext_casts(m) && got == TypeFamily::Json;
-                            if !want.compatible(got) && !cast {
+                            // A zoned time read as text is cast there too (`External::reads_as_text`).
+                            let as_text = matches!(&m.kind, Kind::External(ext) if ext.reads_as_text(&d.ty)) && got == TypeFamily::Text;
+                            if as_text {
+                                // Its values decide at the build, as a JSON column's.
+                            } else if !want.compatible(got) && !cast {
                                 problems.push(problem(m, format!("column `{}` is declared `{}` ({want}) but the source has `{}` ({got})", d.name, d.ty, a.ty)));
                             } else if let Some(why) = zone_mismatch(&d.ty, &a.ty) {
                                 problems.push(problem(m, format!("column `{}` is declared `{}` but the source has `{}`: {why}", d.name, d.ty, a.ty)));

@@ -87,7 +87,11 @@ pub fn external_relation(project: &Project, model: &Model, ext: &External) -> St
             })
             .collect()
     } else {
-        model.schema.names().map(quote_ident).collect()
+        let what = match ext {
+            External::Files { path, .. } => format!("external `{}` ({}) reading {path}", model.name, model.location),
+            External::Table { .. } => format!("external `{}` ({})", model.name, model.location),
+        };
+        model.schema.0.iter().map(|c| ext.read_column(c, &what)).collect()
     };
     format!("(SELECT {} FROM {src})", cols.join(", "))
 }

@@ -694,10 +694,9 @@ fn cmd_render(config: &std::path::Path, model: &str, env: Option<&str>, json: bo
                 };
                 match &dropped {
                     _ if exists => {}
-                    Some(at) => tracing::warn!(
-                        "environment `{e}` {}: this SQL reads views that `efmesh apply {e}` would create again",
-                        envlife::dropped_phrase(at)
-                    ),
+                    Some(at) => {
+                        tracing::warn!("environment `{e}` {}: this SQL reads views that `efmesh apply {e}` would create again", envlife::dropped_phrase(at))
+                    }
                     None => tracing::warn!(
                         "environment `{e}` does not exist yet (nothing was applied to it): this SQL reads views that `efmesh apply {e}` would create"
                     ),

@@ -391,6 +391,32 @@ impl External {
         matches!(self, External::Files { format: FileFormat::Csv, union_by_name: Some(true), .. } | External::Files { format: FileFormat::Json, .. })
     }
 
+    /// True when this source reads a column declared `ty` as text, for the relation consumers
+    /// read to cast ([`crate::core::schema::csv_reader_nulls_bad_values`]): a CSV file given its
+    /// declared types (not one [`Self::typed_by_consumers`], whose columns are all cast there).
+    pub fn reads_as_text(&self, ty: &str) -> bool {
+        matches!(self, External::Files { format: FileFormat::Csv, .. }) && !self.typed_by_consumers() && super::schema::csv_reader_nulls_bad_values(ty)
+    }
+
+    /// The expression the relation consumers read selects for column `c` of this source (as
+    /// `c`): a column read as text ([`Self::reads_as_text`]) cast to its declared type, a value
+    /// that is none failing the build with a message naming `what` (the model and where the
+    /// file is), the column and the value; any other column as read.
+    pub fn read_column(&self, c: &super::schema::Column, what: &str) -> String {
+        let q = quote_ident(&c.name);
+        if !self.reads_as_text(&c.ty) {
+            return q;
+        }
+        let before = format!("{what}: column `{}` holds `", c.name);
+        let after = format!("`, which is no `{}` (a value meaning no value belongs in the model's `null_markers`)", c.ty);
+        format!(
+            "CASE WHEN {q} IS NULL THEN NULL ELSE coalesce(TRY_CAST({q} AS {ty}), error({} || {q} || {})) END AS {q}",
+            quote_literal(&before),
+            quote_literal(&after),
+            ty = c.ty
+        )
+    }
+
     /// The SQL relation expression reading this source. `resolve_path` turns the path as
     /// written into the one the engine should open (e.g. absolute against the project dir).
     pub fn render(&self, resolve_path: &dyn Fn(&str) -> String, columns: &[super::schema::Column]) -> String {
@@ -420,7 +446,12 @@ impl External {
                         let names = columns.iter().map(|c| quote_literal(&c.name)).collect::<Vec<_>>();
                         args.push(format!("names = [{}]", names.join(", ")));
                     }
-                    let types = columns.iter().map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(&c.ty))).collect::<Vec<_>>();
+                    // A zoned time is read as text: DuckDB's reader turns a value it cannot convert
+                    // into NULL ([`Self::reads_as_text`]).
+                    let types = columns
+                        .iter()
+                        .map(|c| format!("{}: {}", quote_literal(&c.name), quote_literal(if self.reads_as_text(&c.ty) { "varchar" } else { &c.ty })))
+                        .collect::<Vec<_>>();
                     if !types.is_empty() && !self.typed_by_consumers() {
                         args.push(format!("types = {{{}}}", types.join(", ")));
                     }
@@ -469,6 +500,23 @@ mod tests {
             })
         };
         assert_eq!(mk(30, 0, 0).fingerprint_payload(), mk(7, 2, 86_400_000).fingerprint_payload());
+    }
+
+    /// A zoned time is read from a CSV file as text and cast for the consumers, a value that is
+    /// none failing with the message; other columns, and other formats, keep their types.
+    #[test]
+    fn csv_zoned_times_are_read_as_text_and_cast_with_a_failing_guard() {
+        let col = |n: &str, ty: &str| super::super::schema::Column { name: n.into(), ty: ty.into() };
+        let ext = |format| External::Files { path: "x".into(), format, union_by_name: None, hive_partitioning: None, null_markers: vec![], csv: None };
+        let cols = [col("t", "timestamptz"), col("w", "TIME WITH TIME ZONE"), col("n", "timestamp")];
+        let csv = ext(FileFormat::Csv);
+        assert!(csv.render(&|p| p.to_string(), &cols).ends_with("types = {'t': 'varchar', 'w': 'varchar', 'n': 'timestamp'})"));
+        assert_eq!(
+            csv.read_column(&cols[0], "external `r.x`"),
+            "CASE WHEN \"t\" IS NULL THEN NULL ELSE coalesce(TRY_CAST(\"t\" AS timestamptz), error('external `r.x`: column `t` holds `' || \"t\" || '`, which is no `timestamptz` (a value meaning no value belongs in the model''s `null_markers`)')) END AS \"t\""
+        );
+        assert_eq!(csv.read_column(&cols[2], "external `r.x`"), "\"t\"".replace('t', "n"));
+        assert!(!ext(FileFormat::Parquet).reads_as_text("timestamptz") && !ext(FileFormat::Json).reads_as_text("timestamptz"));
     }
 
     #[test]

@@ -48,6 +48,17 @@ pub fn is_zoned_timestamp(ty: &str) -> bool {
         || (words.first().is_some_and(|w| w.starts_with("timestamp")) && words.ends_with(&["with", "time", "zone"]))
 }
 
+/// True when DuckDB's CSV reader cannot be given a declared type: asked to read a column as a
+/// timestamp or a time with a time zone (`timestamptz`, `timestamp with time zone`, `timetz`,
+/// `time with time zone`), DuckDB 1.5.5 reads a value it cannot convert (`NA`, `1`, a typo) as
+/// NULL instead of failing (duckdb/duckdb#24820), where every other type fails naming the line.
+/// Such a column is read as text and cast by the relation its consumers read
+/// ([`crate::core::External::reads_as_text`]), where a value that is no time fails the build.
+pub fn csv_reader_nulls_bad_values(ty: &str) -> bool {
+    let t = ty.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_lowercase();
+    is_zoned_timestamp(&t) || t == "timetz" || t == "time_tz" || t == "time with time zone" || (t.starts_with("time(") && t.ends_with(" with time zone"))
+}
+
 /// True when a declared type is a timestamp without a time zone (`timestamp`, `datetime`,
 /// `timestamp(3)`, `timestamp_ns`, `timestamp without time zone`).
 pub fn is_naive_timestamp(ty: &str) -> bool {

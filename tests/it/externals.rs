@@ -182,6 +182,43 @@ fn a_csv_value_the_declared_type_refuses_names_the_external_its_file_line_and_a_
     assert!(err.contains("\n  hint: column `n` of `raw.parts` (models/raw.lua:1) is declared `bigint`, which `x y` is not"), "{err}");
 }
 
+/// DuckDB 1.5.5's CSV reader reads a value it cannot convert to a zoned time (`timestamptz`,
+/// `timetz`) as NULL where every other type fails (duckdb/duckdb#24820): such a column is read as
+/// text and cast for the consumers, so `NA` or `1` fails the build naming the external, its file,
+/// the column and the value, and the valid values (with and without an offset) read as before.
+#[test]
+fn a_csv_value_that_is_no_zoned_time_fails_the_build_instead_of_reading_as_null() {
+    let p = Project::new();
+    p.write("data/parts.csv", "k,t,w\na,2026-01-01 00:00:00+02,12:00:00+02\nb,2026-01-01 08:30:00,\nc,NA,13:00:00\n");
+    let schema = r#"{ { "k", "varchar" }, { "t", "timestamptz" }, { "w", "time with time zone" } }"#;
+    let consumer = "SELECT k, count(t) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY k";
+    write_models(&p, r#"path = "data/parts.csv""#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    let err = &run.stderr;
+    assert!(err.contains("models/sum.lua:1: building model `m.sum`"), "{err}");
+    assert!(
+        err.contains("external `raw.parts` (models/raw.lua:1) reading data/parts.csv: column `t` holds `NA`, which is no `timestamptz`"),
+        "the value is refused, not read as NULL: {err}"
+    );
+    assert!(err.contains("`null_markers`"), "{err}");
+    // Declared a marker, it is NULL; the other values are the instants they spell.
+    write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("a"), s("1")], vec![s("b"), s("1")], vec![s("c"), s("0")]]);
+    let consumer = "SELECT k, epoch(t)::bigint AS n FROM ]] .. ref(\"raw.parts\") .. [[ WHERE t IS NOT NULL";
+    write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" ORDER BY k"), vec![vec![s("a"), s("1767218400")], vec![s("b"), s("1767256200")]]);
+    // A time with a time zone that is none is refused the same way.
+    p.write("data/parts.csv", "k,t,w\na,2026-01-01 00:00:00+02,1\n");
+    let consumer = "SELECT k, count(w) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY k";
+    write_models(&p, r#"path = "data/parts.csv", null_markers = { "NA" }"#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("column `w` holds `1`, which is no `time with time zone`"), "{}", run.stderr);
+}
+
 /// Writes `models/raw.lua` with the CSV externals `raw.a` (line 1) and `raw.b` (line 2) reading
 /// `data/f.csv` with the kind options and types given, and `m.both` reading both.
 fn write_two_readers(p: &Project, a: (&str, &str), b: (&str, &str)) {
