@@ -122,7 +122,7 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
     // the range widened to their grain; full and view ones are rebuilt by the next run.
     let seen = lineage(&project, &name);
     let declared = |_: &str, tr: &TimeRange| Some(tr.clone());
-    let Some(asked) = restatement(&project, &*state, &pointers, &seen, &declared, from, to)? else { unreachable!("the project's own bounds are always given") };
+    let Ok(asked) = restatement(&project, &*state, &pointers, &seen, &declared, from, to)? else { unreachable!("the project's own bounds are always given") };
     for (n, outside) in &asked.outside_bounds {
         tracing::warn!(
             "`{n}`: {outside} done interval(s) of the range lie outside its `start`/`end`: not restated (a run never recomputes them; they stay as computed)"
@@ -139,21 +139,9 @@ pub(super) fn run(config: &std::path::Path, req: Request<'_>, out: &Printer) -> 
         let index = state.snapshot_index()?;
         let ttl = project.config.environments.ttl;
         let others = crate::plan::generations::other_envs(&*state, req.env, ttl, req.now)?;
-        let shared = sharing(&*state, &index, &others, req.env, &asked.targets)?;
+        let shared = sharing(&*state, &index, &others, req.env, &asked.targets, false)?;
         if !shared.lines.is_empty() {
-            let ctx = Ctx {
-                project: &project,
-                state: &*state,
-                index: &index,
-                env: req.env,
-                name: &name,
-                from,
-                to,
-                from_text: req.from,
-                to_text: req.to,
-                ttl,
-                now: req.now,
-            };
+            let ctx = Ctx { project: &project, state: &*state, index: &index, env: req.env, name: &name, from, to, from_text: req.from, to_text: req.to };
             let hint = way_out(&ctx, &others, &pointers, &seen, &asked, &shared)?;
             bail!(
                 "cannot restate `{}`: it shares these versions with other environments, whose data would change too:\n  {}\n  hint: {hint}",
@@ -266,7 +254,8 @@ fn lineage(project: &Project, name: &ModelName) -> BTreeSet<ModelName> {
 /// The [`Restatement`] of `[from, to)` over `seen` (a model and its descendants: [`lineage`]) for
 /// the versions `pointers` name, each time-range model held to the bounds `bounds` gives it: the
 /// ones the project declares for the environment asked, the ones another environment serves to
-/// judge that environment's restatement ([`judge`]). `None` when `bounds` gives none for one.
+/// judge that environment's restatement ([`judge`]). `Err(model)` when `bounds` gives none for
+/// that model.
 fn restatement(
     project: &Project,
     state: &dyn StateStore,
@@ -275,7 +264,7 @@ fn restatement(
     bounds: &dyn Fn(&str, &TimeRange) -> Option<TimeRange>,
     from: Millis,
     to: Millis,
-) -> Result<Option<Restatement>> {
+) -> Result<std::result::Result<Restatement, String>> {
     let mut out = Restatement { targets: Vec::new(), outside_bounds: Vec::new(), rebuilt: Vec::new(), refused: Vec::new() };
     // A model reading its own previous rows (`@this`) computed every interval after the range
     // from the rows being restated: it is restated to its end, and so is every descendant
@@ -289,7 +278,7 @@ fn restatement(
         let Some(fp) = pointers.get(&n.to_string()) else { continue };
         match &m.kind {
             Kind::IncrementalByTimeRange(declared) => {
-                let Some(tr) = bounds(n.to_string().as_str(), declared) else { return Ok(None) };
+                let Some(tr) = bounds(n.to_string().as_str(), declared) else { return Ok(Err(n.to_string())) };
                 let (f, e) = (tr.grain.floor(from), tr.grain.next(to - 1));
                 let e = if to_the_end.contains(n) {
                     let last = state.done_intervals(&n.to_string(), fp)?.last().map(|s| tr.grain.next(*s));
@@ -319,7 +308,7 @@ fn restatement(
             _ => {}
         }
     }
-    Ok(Some(out))
+    Ok(Ok(out))
 }
 
 /// `tr` held to the `start`/`end` of `metadata` (the metadata an environment serves for the
@@ -364,13 +353,18 @@ struct Sharing {
 /// what it cannot do. Another version on the same table is fine when `env` is the table's writer
 /// ([`crate::plan::generations::writer_elsewhere`]: `prod`, else the one serving its oldest
 /// version): the others serve what it computes.
-fn sharing(state: &dyn StateStore, index: &SnapshotIndex, others: &OtherEnvs, env: &str, targets: &[Target]) -> Result<Sharing> {
+///
+/// `first`: stop at the first version shared, for the callers asking only whether one is.
+fn sharing(state: &dyn StateStore, index: &SnapshotIndex, others: &OtherEnvs, env: &str, targets: &[Target], first: bool) -> Result<Sharing> {
     let mut out = Sharing::default();
     if env == PROD {
         return Ok(out);
     }
     for (other, theirs) in &others.envs {
         for (n, fp, _, _) in targets {
+            if first && !out.lines.is_empty() {
+                return Ok(out);
+            }
             match theirs.get(n) {
                 Some(f) if f == fp => {
                     out.lines.push(format!("`{n}` (also served by `{other}`)"));
@@ -408,57 +402,62 @@ struct Ctx<'a> {
     /// `--from` and `--to` as given, for the commands the hint prints.
     from_text: &'a str,
     to_text: &'a str,
-    /// `[environments] ttl`, and the instant environments are judged at (expired ones share nothing).
-    ttl: Option<Millis>,
-    now: Millis,
 }
 
 /// Why another environment's own restatement is not the way out of a refused one ([`judge`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum NotThere {
     /// It is refused too: it shares the versions with another environment still (the one asking, say).
     Refused,
     /// It would not recompute the days: it serves other versions, or bounds leaving them out.
     Misses,
     /// Its versions below the model are of other kinds than the project's: not judged.
-    Unknown,
+    Kinds,
+    /// The metadata it serves for this time-range model (below the model, or the model itself)
+    /// records no `start`/`end` this efmesh reads: what its restatement would clear is unknown.
+    NoBounds(String),
 }
 
 /// Whether `other` (serving `theirs`), restating the model of `ctx` over the same range itself,
-/// would be accepted — the same [`sharing`] check, with the bounds `other` serves, over `seen`
+/// would be accepted — the same [`sharing`] check against `around` (every environment still
+/// served but `other`, the asking one included), with the bounds `other` serves, over `seen`
 /// (this project's lineage: the one `other` serves when the project does not differ from it) —
 /// and would clear every done day `asked` (the refused restatement) would clear in the model's
-/// version and in each version `shared` names: in the same version (one ledger), or, on a
-/// shared table, as its writer (the others serve what it computes). `Ok(left)`: the days of
-/// `asked` it does not reach, in the asking environment's own versions below the model.
+/// version and in each version `shared` names (`done`: those days, per target of `asked`): in
+/// the same version (one ledger), or, on a shared table, as its writer (the others serve what it
+/// computes). `Ok(left)`: the days of `asked` it does not reach, in the asking environment's own
+/// versions below the model.
+#[allow(clippy::too_many_arguments)]
 fn judge(
     ctx: &Ctx<'_>,
     seen: &BTreeSet<ModelName>,
     other: &str,
     theirs: &BTreeMap<String, String>,
+    around: &OtherEnvs,
     asked: &Restatement,
+    done: &[Vec<Millis>],
     shared: &Sharing,
 ) -> Result<std::result::Result<Vec<Target>, NotThere>> {
     for n in seen {
         let Some(fp) = theirs.get(&n.to_string()) else { continue };
         let declared = ctx.project.dag.get(n).map(|m| m.kind.tag());
         if ctx.index.get(&(n.to_string(), fp.clone())).map(|(_, kind)| kind.as_str()) != declared {
-            return Ok(Err(NotThere::Unknown));
+            return Ok(Err(NotThere::Kinds));
         }
     }
     let metadata = ctx.state.env_metadata(other)?;
     let served = |n: &str, tr: &TimeRange| served_bounds(tr, metadata.get(n));
-    let Some(theirs_done) = restatement(ctx.project, ctx.state, theirs, seen, &served, ctx.from, ctx.to)? else {
-        return Ok(Err(NotThere::Unknown));
+    let theirs_done = match restatement(ctx.project, ctx.state, theirs, seen, &served, ctx.from, ctx.to)? {
+        Ok(r) => r,
+        Err(model) => return Ok(Err(NotThere::NoBounds(model))),
     };
-    let others = crate::plan::generations::other_envs(ctx.state, other, ctx.ttl, ctx.now)?;
-    if !sharing(ctx.state, ctx.index, &others, other, &theirs_done.targets)?.lines.is_empty() {
+    if !sharing(ctx.state, ctx.index, around, other, &theirs_done.targets, true)?.lines.is_empty() {
         return Ok(Err(NotThere::Refused));
     }
     let model = ctx.name.to_string();
     let mut left = Vec::new();
-    for target in &asked.targets {
-        let (n, fp, f, e) = target;
-        let done: Vec<Millis> = ctx.state.done_intervals(n, fp)?.range(*f..*e).copied().collect();
+    for (target, done) in asked.targets.iter().zip(done) {
+        let (n, fp, _, _) = target;
         if done.is_empty() {
             continue;
         }
@@ -492,14 +491,67 @@ fn own_below(ctx: &Ctx<'_>, others: &OtherEnvs, pointers: &BTreeMap<String, Stri
             continue;
         }
         let seen = lineage(ctx.project, &name);
-        let Some(again) = restatement(ctx.project, ctx.state, pointers, &seen, &declared, *f, *e)? else { return Ok(None) };
-        if !sharing(ctx.state, ctx.index, others, ctx.env, &again.targets)?.lines.is_empty() {
+        let Ok(again) = restatement(ctx.project, ctx.state, pointers, &seen, &declared, *f, *e)? else { return Ok(None) };
+        if !sharing(ctx.state, ctx.index, others, ctx.env, &again.targets, true)?.lines.is_empty() {
             return Ok(None);
         }
         commands.push(format!("`efmesh restate {} --model {n} --from {} --to {}`", ctx.env, to_iso(*f), to_iso(*e)));
         below.extend(seen);
     }
     Ok(Some(commands))
+}
+
+/// How many environments a refused restatement's hint names in one list; the rest are counted
+/// ("and 42 more"): with dozens of environments sharing a version, the hint stays readable (the
+/// refusal's message above it names every one).
+const NAMED: usize = 3;
+
+/// `envs` as a hint names them: each in backticks, at most [`NAMED`] of them, then "and N more".
+fn named(envs: &[String]) -> String {
+    let shown: Vec<String> = envs.iter().take(NAMED).map(|e| format!("`{e}`")).collect();
+    if envs.len() > NAMED {
+        return format!("{} and {} more", shown.join(", "), envs.len() - NAMED);
+    }
+    match shown.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => shown.concat(),
+    }
+}
+
+/// Why another environment named in a restatement's refusal cannot restate the model itself
+/// instead ([`way_out`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum WhyNot {
+    /// Its own restatement is not the way out ([`judge`]).
+    Judged(NotThere),
+    /// Its own would be, but the asking environment could not restate its own versions below then.
+    Below,
+    /// It does not serve the model: the refusal names it for a model below (a version it serves
+    /// too, or a table it writes).
+    ServesNot,
+}
+
+/// The clause of a refused restatement's hint saying `why` the environments `envs` (one or more)
+/// cannot restate `model` in place of `env`.
+fn why_not_clause(why: &WhyNot, envs: &[String], env: &str, model: &str) -> String {
+    let one = envs.len() == 1;
+    let who = named(envs);
+    match why {
+        WhyNot::Judged(NotThere::Refused) if one => format!("{who}'s own restatement is refused the same way"),
+        WhyNot::Judged(NotThere::Refused) => format!("{who}: each one's own restatement is refused the same way"),
+        WhyNot::Judged(NotThere::Misses) if one => format!("{who}'s would not recompute these days (it serves other versions, or bounds leaving them out)"),
+        WhyNot::Judged(NotThere::Misses) => format!("{who}: each one's would not recompute these days (other versions served, or bounds leaving them out)"),
+        WhyNot::Judged(NotThere::Kinds) if one => format!("{who} serves models of other kinds below `{model}` than this project"),
+        WhyNot::Judged(NotThere::Kinds) => format!("{who} serve models of other kinds below `{model}` than this project"),
+        WhyNot::Judged(NotThere::NoBounds(n)) => {
+            let (serves, its) = if one { ("serves", "its") } else { ("serve", "their") };
+            format!("{who} {serves} `{n}` with no `start`/`end` this efmesh can read in its metadata, so what {its} own restatement would clear is unknown")
+        }
+        WhyNot::Below if one => format!("after {who}'s own restatement, `{env}` could not restate its own versions below alone"),
+        WhyNot::Below => format!("after the own restatement of any of {who}, `{env}` could not restate its own versions below alone"),
+        WhyNot::ServesNot if one => format!("{who} does not serve `{model}` (the refusal names it for a model below), so it cannot restate it"),
+        WhyNot::ServesNot => format!("{who} do not serve `{model}` (the refusal names them for models below), so none can restate it"),
+    }
 }
 
 /// The hint of a restatement of `ctx.env` refused for `shared` (`asked`: what it would clear over
@@ -509,9 +561,11 @@ fn own_below(ctx: &Ctx<'_>, others: &OtherEnvs, pointers: &BTreeMap<String, Stri
 /// then those the refusal names, then any other serving the model — with the follow-up for the
 /// asking environment's own versions below ([`own_below`]), and says when that environment's
 /// project differs from this one (its `restate` refuses this project). Else it says that no
-/// environment can restate them alone, why not for each one the refusal names, and what can:
-/// invalidating the environments other than `prod` sharing them, when `ctx.env` could restate
-/// them then (the same check without them), or an edit giving `ctx.env` versions of its own.
+/// environment can restate them alone, why not for the environments the refusal names (grouped
+/// by reason, each list cut at [`NAMED`]), and what can: invalidating the environments other than
+/// `prod` sharing them, when `ctx.env` could restate them then (the same check without them), or
+/// an edit giving `ctx.env` versions of its own. What every environment is judged with is read
+/// once: the environments still served, the done days asked.
 fn way_out(
     ctx: &Ctx<'_>,
     others: &OtherEnvs,
@@ -522,16 +576,36 @@ fn way_out(
 ) -> Result<String> {
     let (env, model) = (ctx.env, ctx.name.to_string());
     let command = |e: &str| format!("`efmesh restate {e} --model {model} --from {} --to {}`", ctx.from_text, ctx.to_text);
-    let mut candidates: Vec<&(String, BTreeMap<String, String>)> = others.envs.iter().filter(|o| o.1.contains_key(&model)).collect();
+    let mut candidates: Vec<String> = others.envs.iter().filter(|o| o.1.contains_key(&model)).map(|o| o.0.clone()).collect();
     // A stable sort: `prod`, then the environments the refusal names, each by name.
-    candidates.sort_by_key(|o| (o.0 != PROD, !shared.envs.contains(&o.0)));
+    candidates.sort_by_key(|o| (o != PROD, !shared.envs.contains(o)));
     let ours = ctx.state.env_metadata(env)?;
-    let mut why_not = Vec::new();
-    for (other, theirs) in candidates {
-        let verdict = match judge(ctx, seen, other, theirs, asked, shared)? {
+    let mut done: Vec<Vec<Millis>> = Vec::with_capacity(asked.targets.len());
+    for (n, fp, f, e) in &asked.targets {
+        done.push(ctx.state.done_intervals(n, fp)?.range(*f..*e).copied().collect());
+    }
+    // Every environment still served but the one judged, as it would see them restating: the
+    // others of `env`, and `env` itself when still served (as
+    // `crate::plan::generations::other_envs` reads them for it). Each candidate is taken out
+    // while it is judged, and put back.
+    let mut around = OtherEnvs { envs: others.envs.clone(), live: true };
+    if others.live {
+        let at = around.envs.partition_point(|o| o.0.as_str() < env);
+        around.envs.insert(at, (env.to_string(), pointers.clone()));
+    }
+    let mut why_not: Vec<(WhyNot, Vec<String>)> = Vec::new();
+    let mut because = |why: WhyNot, other: &str| match why_not.iter_mut().find(|(w, _)| *w == why) {
+        Some((_, envs)) => envs.push(other.to_string()),
+        None => why_not.push((why, vec![other.to_string()])),
+    };
+    for other in &candidates {
+        let Some(k) = around.envs.iter().position(|o| o.0 == *other) else { continue };
+        let (_, theirs) = around.envs.remove(k);
+        let verdict = judge(ctx, seen, other, &theirs, &around, asked, &done, shared)?;
+        let why = match verdict {
             Ok(left) => match own_below(ctx, others, pointers, &left)? {
                 Some(follow) => {
-                    let elsewhere = if theirs != pointers || ctx.state.env_metadata(other)? != ours {
+                    let elsewhere = if theirs != *pointers || ctx.state.env_metadata(other)? != ours {
                         format!(" from the project `{other}` serves (`restate {other}` refuses this one: it differs from what `{other}` serves)")
                     } else {
                         String::new()
@@ -546,33 +620,83 @@ fn way_out(
                         command(other)
                     ));
                 }
-                None => format!("after `{other}`'s own restatement, `{env}` could not restate its own versions below alone"),
+                None => WhyNot::Below,
             },
-            Err(NotThere::Refused) => format!("`{other}`'s own restatement is refused the same way"),
-            Err(NotThere::Misses) => format!("`{other}`'s would not recompute these days (it serves other versions, or bounds leaving them out)"),
-            Err(NotThere::Unknown) => format!("`{other}` serves models of other kinds below `{model}` than this project"),
+            Err(not) => WhyNot::Judged(not),
         };
+        around.envs.insert(k, (other.clone(), theirs));
         if shared.envs.contains(other) {
-            why_not.push(verdict);
+            because(why, other.as_str());
         }
     }
+    // The environments the refusal names for a model below only (a version of it, or a table
+    // they write), not serving the model.
+    for other in shared.envs.iter().filter(|e| !candidates.contains(e)) {
+        because(WhyNot::ServesNot, other.as_str());
+    }
     let mut ways = Vec::new();
-    let leaving: Vec<&String> = shared.envs.iter().filter(|e| e.as_str() != PROD).collect();
+    let leaving: Vec<String> = shared.envs.iter().filter(|e| e.as_str() != PROD).cloned().collect();
     if !leaving.is_empty() {
         // What `env` could restate once they no longer count: invalidated, they are not served
         // (`other_envs`), before the janitor drops them.
         let rest = OtherEnvs { envs: others.envs.iter().filter(|o| o.0 == PROD || !shared.envs.contains(&o.0)).cloned().collect(), live: others.live };
-        if sharing(ctx.state, ctx.index, &rest, env, &asked.targets)?.lines.is_empty() {
-            let invalidate: Vec<String> = leaving.iter().map(|e| format!("`efmesh invalidate {e}`")).collect();
+        if sharing(ctx.state, ctx.index, &rest, env, &asked.targets, true)?.lines.is_empty() {
+            let invalidate = if leaving.len() <= NAMED {
+                leaving.iter().map(|e| format!("`efmesh invalidate {e}`")).collect::<Vec<_>>().join(" and ")
+            } else {
+                format!("`efmesh invalidate <env>` for each of the {} environments other than `prod` the refusal names ({})", leaving.len(), named(&leaving))
+            };
             let gone = if leaving.len() == 1 {
                 "it is no longer served, the next `efmesh janitor` drops it"
             } else {
                 "they are no longer served, the next `efmesh janitor` drops them"
             };
-            ways.push(format!("{} if no longer needed ({gone}), then {} again and `efmesh run {env}`", invalidate.join(" and "), command(env)));
+            ways.push(format!("{invalidate} if no longer needed ({gone}), then {} again and `efmesh run {env}`", command(env)));
         }
     }
     ways.push(format!("apply to `{env}` an edit of `{model}` that gives it versions of its own (a breaking change: they are computed anew, every day)"));
-    let why = if why_not.is_empty() { String::new() } else { format!(" ({})", why_not.join("; ")) };
+    let why = if why_not.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", why_not.iter().map(|(why, envs)| why_not_clause(why, envs, env, &model)).collect::<Vec<_>>().join("; "))
+    };
     Ok(format!("no environment can restate them alone{why}; instead: {}", ways.join("; or ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envs(names: &[&str]) -> Vec<String> {
+        names.iter().map(ToString::to_string).collect()
+    }
+
+    /// A hint names at most three environments per list, and counts the rest.
+    #[test]
+    fn a_hint_names_three_environments_and_counts_the_rest() {
+        assert_eq!(named(&envs(&["dev"])), "`dev`");
+        assert_eq!(named(&envs(&["a", "b"])), "`a` and `b`");
+        assert_eq!(named(&envs(&["a", "b", "c"])), "`a`, `b` and `c`");
+        let many: Vec<String> = (1..=45).map(|i| format!("dev{i}")).collect();
+        assert_eq!(named(&many), "`dev1`, `dev2`, `dev3` and 42 more");
+    }
+
+    /// Each reason an environment named in a refusal cannot restate in its place is said as
+    /// such: unreadable bounds are not called other kinds, and an environment named for a model
+    /// below only is said not to serve the model.
+    #[test]
+    fn each_reason_another_environment_cannot_restate_is_said_as_such() {
+        let clause = |why: WhyNot, names: &[&str]| why_not_clause(&why, &envs(names), "dev", "t.daily");
+        assert_eq!(clause(WhyNot::Judged(NotThere::Refused), &["staging"]), "`staging`'s own restatement is refused the same way");
+        let many: Vec<String> = (1..=45).map(|i| format!("dev{i}")).collect();
+        let refused = why_not_clause(&WhyNot::Judged(NotThere::Refused), &many, "dev0", "t.daily");
+        assert_eq!(refused, "`dev1`, `dev2`, `dev3` and 42 more: each one's own restatement is refused the same way");
+        assert!(clause(WhyNot::Judged(NotThere::Misses), &["prod"]).starts_with("`prod`'s would not recompute these days"));
+        let no_bounds = clause(WhyNot::Judged(NotThere::NoBounds("t.child".into())), &["staging"]);
+        assert!(no_bounds.starts_with("`staging` serves `t.child` with no `start`/`end` this efmesh can read in its metadata"), "{no_bounds}");
+        assert!(!no_bounds.contains("other kinds"), "{no_bounds}");
+        assert!(clause(WhyNot::Judged(NotThere::Kinds), &["staging"]).contains("models of other kinds below `t.daily`"));
+        assert_eq!(clause(WhyNot::ServesNot, &["qa"]), "`qa` does not serve `t.daily` (the refusal names it for a model below), so it cannot restate it");
+        assert!(clause(WhyNot::Below, &["prod"]).contains("`dev` could not restate its own versions below alone"));
+    }
 }

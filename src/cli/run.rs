@@ -75,6 +75,28 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
     };
     let mut planned = Planned::new();
     let result = tick(&project, &*state, env, retries, jobs, now, &mut planned);
+    // The tick is journaled under the lock: released first, an `apply` creating the environment
+    // again (a dropped one's run is refused) could delete the old ticks in between, and this one
+    // would land in the new environment's journal. (One that does not exist journals nothing.)
+    let kept = match &result {
+        Ok(Ticked::Blocked(blocked)) => {
+            record("blocked", BTreeMap::new(), Some(blocked.join("; ")));
+            BTreeMap::new()
+        }
+        Ok(Ticked::Ran(report, waiting)) => {
+            let outcome = if report.built.is_empty() { "nothing-due" } else { "processed" };
+            let detail = (!waiting.is_empty()).then(|| format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
+            record(outcome, report.per_model.clone(), detail);
+            BTreeMap::new()
+        }
+        Err(e) => {
+            // Each batch and each model's refresh is its own transaction: what was committed
+            // before the failure stays done, and the journal says so.
+            let kept = committed(&*state, &planned, started);
+            record("error", kept.clone(), Some(error_text(e)));
+            kept
+        }
+    };
     guard.release(&*state);
     match result {
         Ok(Ticked::Blocked(blocked)) if !exists => {
@@ -91,7 +113,6 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             Ok(Exit::AwaitingHuman)
         }
         Ok(Ticked::Blocked(blocked)) => {
-            record("blocked", BTreeMap::new(), Some(blocked.join("; ")));
             if json {
                 out.json(json!({"env": env, "outcome": "blocked", "now": to_iso(now), "processed": [], "intervals": 0, "blockedBy": blocked}))?;
             }
@@ -116,8 +137,6 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
         Ok(Ticked::Ran(report, waiting)) => {
             let processed: Vec<String> = report.built.iter().map(ToString::to_string).collect();
             let outcome = if processed.is_empty() { "nothing-due" } else { "processed" };
-            let detail = (!waiting.is_empty()).then(|| format!("waiting: {}", waiting.iter().map(Waiting::describe).collect::<Vec<_>>().join("; ")));
-            record(outcome, report.per_model.clone(), detail);
             if json {
                 out.json(json!({
                     "env": env,
@@ -157,10 +176,6 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, retries: u32,
             Ok(Exit::Success)
         }
         Err(e) => {
-            // Each batch and each model's refresh is its own transaction: what was committed
-            // before the failure stays done, and the journal says so.
-            let kept = committed(&*state, &planned, started);
-            record("error", kept.clone(), Some(error_text(&e)));
             if !json {
                 return Err(e);
             }

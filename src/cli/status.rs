@@ -241,6 +241,9 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
     if env != crate::core::name::PROD && lags.iter().any(|l| l.behind > 0 || l.gaps > 0) {
         let others = crate::plan::generations::other_envs(&*state, env, project.config.environments.ttl, now)?;
         let index = state.snapshot_index()?;
+        // Every other environment's pointers, expired ones too, read once for every model
+        // looked up below ([`crate::plan::generations::taken_over_by`]).
+        let everyone = crate::plan::generations::every_other(&*state, env)?;
         let served_here = |n: &str| pointers.get(n).map(|f| (index.get(&(n.to_string(), f.clone())).map(|(r, _)| r.clone()).unwrap_or_default(), f.clone()));
         let mut prod_serves = None;
         for l in lags.iter_mut().filter(|l| l.behind > 0 || l.gaps > 0) {
@@ -250,7 +253,7 @@ pub(super) fn run(config: &std::path::Path, env: &str, json: bool, check: bool, 
             // version writes there now, and this environment's view shows what it computes. The
             // intervals this version lacks are that environment's to compute, and this one's
             // `run` is refused while it would compute them (a problem, below).
-            if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, &index, env, &l.model, fp, physical)? {
+            if let Some((taker, taker_fp)) = crate::plan::generations::taken_over_by(&*state, &index, &everyone, &l.model, fp, physical)? {
                 let Some(t) = project.dag.get(&name).and_then(|m| m.kind.time_range()) else { continue };
                 l.taken_over = Some(TakenOver { env: taker.clone(), fingerprint: taker_fp.clone(), missing: l.behind + l.gaps });
                 l.left_to = Some(taker);

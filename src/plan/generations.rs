@@ -378,20 +378,40 @@ pub fn writer_elsewhere<'a>(
     Ok(oldest.filter(|(at, o)| (at.as_str(), o.0) < (own.as_str(), env)).map(|(_, o)| o))
 }
 
+/// Every environment other than `env` with its pointers (model name → fingerprint), expired,
+/// invalidated or not (as the apply's shared-writes check asks them): read once, for
+/// [`taken_over_by`] to look each model up in.
+pub type EveryOther = Vec<(String, BTreeMap<String, String>)>;
+
+/// [`EveryOther`] of `env`.
+///
+/// # Errors
+/// A state read fails.
+pub fn every_other(state: &dyn StateStore, env: &str) -> Result<EveryOther, StateError> {
+    let mut out = Vec::new();
+    for e in state.environments()?.into_iter().filter(|e| e != env) {
+        let pointers = state.env_pointers(&e)?;
+        out.push((e, pointers));
+    }
+    Ok(out)
+}
+
 /// The environment serving, on the table `physical` of `name`, a version with another query
-/// than `env`'s `fp` made after it: a forward-only change there (`prod`'s, as a rule) took the
-/// table over, and only the newest version of a table writes into it, so `env`'s `apply` and
-/// `run` are refused wherever they would compute intervals (or reconcile an SCD history) there
-/// (the apply's shared-writes check). Every other environment is asked, expired or not, as that
-/// check asks them. `(environment, its version)`, `prod` first when several; `None` when `env`'s
-/// version is the table's newest query (or has no table, or no snapshot).
+/// than `fp` (its environment's) made after it: a forward-only change there (`prod`'s, as a
+/// rule) took the table over, and only the newest version of a table writes into it, so that
+/// environment's `apply` and `run` are refused wherever they would compute intervals (or
+/// reconcile an SCD history) there (the apply's shared-writes check). Every other environment
+/// (`everyone`: [`every_other`]) is asked, expired or not, as that check asks them; snapshots are
+/// read only when one serves another version on the table. `(environment, its version)`, `prod`
+/// first when several; `None` when `fp` is the table's newest query (or has no table, or no
+/// snapshot).
 ///
 /// # Errors
 /// A state read fails.
 pub fn taken_over_by(
     state: &dyn StateStore,
     index: &SnapshotIndex,
-    env: &str,
+    everyone: &EveryOther,
     name: &str,
     fp: &str,
     physical: &str,
@@ -399,18 +419,29 @@ pub fn taken_over_by(
     if physical.is_empty() {
         return Ok(None);
     }
+    let on: Vec<(&str, &String)> =
+        everyone.iter().filter_map(|(e, pointers)| other_version_on(pointers, index, name, fp, physical).map(|f| (e.as_str(), f))).collect();
+    if on.is_empty() {
+        return Ok(None);
+    }
     let Some(own) = state.snapshot(name, fp)? else { return Ok(None) };
-    let mut found: Option<(String, String)> = None;
-    for e in state.environments()?.into_iter().filter(|e| e != env) {
-        let pointers = state.env_pointers(&e)?;
-        let Some(theirs) = other_version_on(&pointers, index, name, fp, physical).cloned() else { continue };
-        let Some(record) = state.snapshot(name, &theirs)? else { continue };
-        let newer_query = record.canonical != own.canonical && record.created_at > own.created_at;
-        if newer_query && found.as_ref().is_none_or(|(f, _)| f != crate::core::name::PROD && e == crate::core::name::PROD) {
+    // Whether each version met is a newer query than `fp`'s, read once per version.
+    let mut newer: HashMap<&str, bool> = HashMap::new();
+    let mut found: Option<(&str, &String)> = None;
+    for (e, theirs) in on {
+        let newer_query = match newer.get(theirs.as_str()) {
+            Some(n) => *n,
+            None => {
+                let n = state.snapshot(name, theirs)?.is_some_and(|r| r.canonical != own.canonical && r.created_at > own.created_at);
+                newer.insert(theirs.as_str(), n);
+                n
+            }
+        };
+        if newer_query && found.is_none_or(|(f, _)| f != crate::core::name::PROD && e == crate::core::name::PROD) {
             found = Some((e, theirs));
         }
     }
-    Ok(found)
+    Ok(found.map(|(e, f)| (e.to_string(), f.clone())))
 }
 
 /// [`ServedElsewhere`] of `env`.

@@ -84,9 +84,11 @@ pub fn parse_query(text: &str, sites: &Sites) -> Result<Fragment, String> {
 /// outside its string literals, quoted identifiers and comments: each one's byte offset and its
 /// text up to its closing `}}`, `%}` or `#}` (within [`JINJA_TAG_MAX`] bytes: else up to the end
 /// of its line, with `…`), on one line (`{{\n  config(…)\n}}` shown `{{ config(…) }}`), cut with
-/// `…` after 80 characters. Neither engine reads them: `{%` and `{#` are no SQL, and a `{{`
-/// counts only when a name follows it that a call, an attribute, a filter or the closing `}}`
-/// follows (`{{ ref(`, `{{ this }}`), not a struct key (DuckDB's `MAP {{a: 1}: 'x'}`).
+/// `…` after 80 characters. Neither engine reads them: `{%` is no SQL; a `{#` counts only when
+/// no digit follows it and a `#}` closes it within [`JINJA_TAG_MAX`] bytes, not DuckDB's
+/// positional reference as a map key (`MAP {#1: 'x'}`); and a `{{` counts only when a name
+/// follows it that a call, an attribute, a filter or the closing `}}` follows (`{{ ref(`,
+/// `{{ this }}`), not a struct key (DuckDB's `MAP {{a: 1}: 'x'}`).
 pub(super) fn jinja_tags(text: &str) -> Vec<(usize, String)> {
     let b = text.as_bytes();
     let mut out = Vec::new();
@@ -98,7 +100,7 @@ pub(super) fn jinja_tags(text: &str) -> Vec<(usize, String)> {
         }
         let close = match (b[i], b.get(i + 1)) {
             (b'{', Some(b'%')) => "%}",
-            (b'{', Some(b'#')) => "#}",
+            (b'{', Some(b'#')) if !b.get(i + 2).is_some_and(u8::is_ascii_digit) => "#}",
             (b'{', Some(b'{')) if jinja_expression(&text[i + 2..]) => "}}",
             _ => {
                 i += 1;
@@ -111,6 +113,11 @@ pub(super) fn jinja_tags(text: &str) -> Vec<(usize, String)> {
         }
         let (end, closed) = match text[i + 2..limit].find(close) {
             Some(p) => (i + 2 + p + close.len(), true),
+            // A `{#` no `#}` closes is no Jinja comment (Jinja refuses it too): the SQL's own.
+            None if close == "#}" => {
+                i += 2;
+                continue;
+            }
             None => (text[i..].find('\n').map_or(text.len(), |p| i + p), false),
         };
         let written = text[i..end].split_whitespace().collect::<Vec<_>>().join(" ");
@@ -1231,7 +1238,7 @@ mod tests {
     }
 
     /// Jinja tags are found outside literals and comments, shown on one line; DuckDB's struct
-    /// and map literals (`{'a': 1}`, `MAP {{'k': 1}: 'v'}`, `{{a: 1}: 2}`) are none.
+    /// and map literals (`{'a': 1}`, `MAP {{'k': 1}: 'v'}`, `{{a: 1}: 2}`, `MAP {#1: 'x'}`) are none.
     #[test]
     fn jinja_tags_are_found_outside_literals_and_comments() {
         let text = "{{ config(materialized='table') }}\nSELECT {'a': 1} AS s, MAP {{'k': 1}: 'v'} AS m, MAP {{a: 1}: 2} AS n, '{{ ref(\"x\") }}' AS t -- {{ ref('y') }}\nFROM {{ ref('orders') }} /* {% if %} */\n{%- if is_incremental() -%} WHERE d > (SELECT max(d) FROM {{this}}) {% endif %}\n{#\n  a comment\n#}{{\n  source('raw',\n         'events')\n}}";
@@ -1254,6 +1261,13 @@ mod tests {
         let long = format!("{{{{ ref('{}') }}}}", "a".repeat(100));
         assert_eq!(jinja_tags(&long)[0].1.chars().count(), 81);
         assert!(jinja_tags("SELECT {'a': {'b': 1}} AS s, [{'x': 2}] AS l FROM t").is_empty());
+        // DuckDB's positional references (`#1`), as a map key right after a `{` or a struct's
+        // value, are SQL, as is a `{#` no `#}` closes; a Jinja comment closed on a later line is one.
+        assert!(jinja_tags("SELECT MAP {#1: 'x'} AS m FROM (SELECT 1 AS one)").is_empty());
+        assert!(jinja_tags("SELECT MAP {#1: #2, #2: 'y'} AS m, {'a': #1} AS s, {'b': #2}::STRUCT(b int) AS t FROM (SELECT 1, 2)").is_empty());
+        assert!(jinja_tags("SELECT {#1: 'x'} AS m, {'a': #1} AS s FROM t -- {# a note #}").is_empty());
+        assert!(jinja_tags("SELECT MAP {#1: 'x'} AS m, '{#}' AS t FROM (SELECT 1 AS one)\n{#x FROM t").is_empty());
+        assert_eq!(jinja_tags("SELECT MAP {#1: 'x'} AS m\n{# ported\n from dbt #}FROM t"), [(26, "{# ported from dbt #}".to_string())]);
     }
 
     /// The hint says what the model's language writes instead of dbt's `ref`, `source`,

@@ -729,6 +729,32 @@ fn a_refused_restatement_of_a_version_two_environments_outside_prod_share_names_
 }
 
 #[test]
+fn a_refused_restatement_shared_with_many_environments_names_three_and_counts_the_rest() {
+    // Four environments outside `prod` serve dev's versions: each is refused the same way. The
+    // hint says so once, naming three and counting the fourth, and the way out invalidates all
+    // four (the refusal's message names every one); followed, dev's restatement is accepted.
+    let sharers = ["qa1", "qa2", "qa3", "qa4"];
+    let p = applied_in(&[&["dev"][..], &sharers[..]].concat(), &models(false, false));
+    let restate = ["restate", "dev", "--model", "t.daily", "--from", "2026-01-01", "--to", "2026-01-02"];
+    let v = p.run(&[&restate[..], &["--json"][..]].concat()).expect_code(1).json();
+    let (message, hint) = (v["error"]["message"].as_str().unwrap_or_default(), v["error"]["hint"].as_str().unwrap_or_default());
+    for other in sharers {
+        assert!(message.contains(&format!("`t.daily` (also served by `{other}`)")), "{v:#}");
+    }
+    assert!(hint.starts_with("no environment can restate them alone"), "{v:#}");
+    assert!(hint.contains("`qa1`, `qa2`, `qa3` and 1 more: each one's own restatement is refused the same way"), "{v:#}");
+    assert_eq!(hint.matches("refused the same way").count(), 1, "{v:#}");
+    assert!(!hint.contains("qa4"), "the fourth is counted, not named: {v:#}");
+    assert!(hint.contains("`efmesh invalidate <env>` for each of the 4 environments other than `prod` the refusal names"), "{v:#}");
+    assert!(!hint.contains("efmesh restate qa"), "{v:#}");
+    // The way out named, followed: every one invalidated, dev's restatement is accepted.
+    for other in sharers {
+        p.run(&["invalidate", other]).expect_code(0);
+    }
+    p.run(&restate).expect_code(0);
+}
+
+#[test]
 fn a_refused_restatement_names_no_environment_whose_bounds_leave_the_days_out() {
     // dev computed `t.daily` under an earlier `start`, then prod took the same version with its
     // own (a metadata change): the day before prod's start is in the shared table, outside
