@@ -14,7 +14,7 @@
 use crate::apply::{self, ApplyReport};
 use crate::config::Config;
 use crate::core::interval::Millis;
-use crate::core::{LoadErrors, ModelName};
+use crate::core::{Dag, LoadErrors, ModelName};
 use crate::plan::{self, Plan};
 use crate::project::Project;
 use crate::project::cache as project_cache;
@@ -31,8 +31,9 @@ pub struct Reload {
     pub config_changed: bool,
     /// Script files evaluated by this reload (relative to the project root).
     pub evaluated: Vec<PathBuf>,
-    /// Models whose loaded definition differs from the previous load, added or removed
-    /// (previous load failed: every model).
+    /// Models whose loaded definition differs from the previous load, added or removed. After
+    /// loads that failed, the comparison is with the last load that succeeded (every model
+    /// when none did): a model a failing load could not say anything of is not changed by it.
     pub changed_models: BTreeSet<ModelName>,
     /// The project was updated in place (only the evaluated files' models replaced in the DAG),
     /// not loaded in full: see [`Session::reload`].
@@ -49,6 +50,10 @@ pub struct Session {
     /// While the project does not load, the inputs of the loads before the failing one (back to
     /// the last that succeeded); empty while it loads. See [`Session::kept_inputs`].
     kept: BTreeSet<PathBuf>,
+    /// While the project does not load, the models of the last load that succeeded (since the
+    /// session opened), which the next load that succeeds is compared with
+    /// ([`Reload::changed_models`]); `None` while it loads.
+    last_good: Option<Dag>,
     /// Per-file load results and content hashes, kept across reloads and saved to the project's
     /// load cache by [`Session::save_caches`]; opened on the first load that needs it (a session
     /// restored from the project cache never reads it).
@@ -85,6 +90,7 @@ impl Session {
             project: Err(LoadErrors(Vec::new())),
             inputs: BTreeSet::new(),
             kept: BTreeSet::new(),
+            last_good: None,
             cache: None,
             restored: Vec::new(),
             stored_key: None,
@@ -258,24 +264,32 @@ impl Session {
             return Ok(r);
         }
         // The previous project is compared with the new one, not copied: `load_all` replaces it.
+        // After failed loads, the last one that succeeded is: a model is changed by what changed
+        // it since then, not by the failure in between (`watch` would otherwise list, and
+        // preview, every model whose version a parent's edit moved).
         // The files an attempt in place evaluated are in the load cache: evaluated all the same.
-        let before = std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new())));
+        let before = match std::mem::replace(&mut self.project, Err(LoadErrors(Vec::new()))) {
+            Ok(p) => Some(p.dag),
+            Err(_) => self.last_good.take(),
+        };
         evaluated.extend(self.load_all());
         evaluated.sort();
         evaluated.dedup();
         let mut changed_models = BTreeSet::new();
-        if let Ok(p) = &self.project {
-            let before = before.as_ref().ok().map(|b| &b.dag);
-            for m in p.dag.models() {
-                if before.and_then(|b| b.get(&m.name)) != Some(m) {
-                    changed_models.insert(m.name.clone());
+        match &self.project {
+            Ok(p) => {
+                for m in p.dag.models() {
+                    if before.as_ref().and_then(|b| b.get(&m.name)) != Some(m) {
+                        changed_models.insert(m.name.clone());
+                    }
+                }
+                for m in before.iter().flat_map(|b| b.models()) {
+                    if p.dag.get(&m.name).is_none() {
+                        changed_models.insert(m.name.clone());
+                    }
                 }
             }
-            for m in before.into_iter().flat_map(|b| b.models()) {
-                if p.dag.get(&m.name).is_none() {
-                    changed_models.insert(m.name.clone());
-                }
-            }
+            Err(_) => self.last_good = before,
         }
         Ok(Reload { config_changed, evaluated, changed_models, in_place: false })
     }
@@ -1113,6 +1127,39 @@ mod tests {
         assert!(s.project().is_ok(), "{:?}", s.project().err());
         assert!(s.kept_inputs().is_empty(), "{:?}", s.kept_inputs());
         assert!(s.inputs().contains(&root.join("lib/util.lua")));
+    }
+
+    /// After loads that failed, the reload that loads again names the models changed since the
+    /// last load that succeeded (edited, added, removed meanwhile), not every model: `watch`
+    /// lists and previews these.
+    #[test]
+    fn a_reload_after_failed_loads_names_the_models_changed_since_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "efmesh.toml", "[project]\nmodels = [\"models/**/*.lua\"]\n");
+        write(root, "models/a.lua", &model("s.a", "", "\"SELECT 1 AS x\""));
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT x FROM \" .. ref(\"s.a\")"));
+        write(root, "models/c.lua", &model("s.c", "", "\"SELECT 3 AS x\""));
+        let mut s = Session::open(&root.join("efmesh.toml")).unwrap();
+        assert!(s.project().is_ok(), "{:?}", s.project().err());
+        write(root, "models/a.lua", "define_model {\n");
+        let r = s.reload(&[root.join("models/a.lua")]).unwrap();
+        assert!(s.project().is_err());
+        assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
+        fs_err::remove_file(root.join("models/c.lua")).unwrap();
+        s.reload(&[root.join("models/c.lua")]).unwrap();
+        assert!(s.project().is_err());
+        write(root, "models/a.lua", &model("s.a", "", "\"SELECT 5 AS x\""));
+        let r = s.reload(&[root.join("models/a.lua")]).unwrap();
+        assert!(s.project().is_ok(), "{:?}", s.project().err());
+        assert_eq!(r.changed_models, names(&["s.a", "s.c"]), "s.b reads s.a but did not change");
+        // Loading again, then failing and loading back as it was: nothing changed.
+        write(root, "models/b.lua", "define_model {\n");
+        s.reload(&[root.join("models/b.lua")]).unwrap();
+        assert!(s.project().is_err());
+        write(root, "models/b.lua", &model("s.b", "", "\"SELECT x FROM \" .. ref(\"s.a\")"));
+        let r = s.reload(&[root.join("models/b.lua")]).unwrap();
+        assert!(r.changed_models.is_empty(), "{:?}", r.changed_models);
     }
 
     /// A reload whose configuration no longer parses still forgets the changed paths: the next

@@ -405,6 +405,9 @@ fn a_deleted_config_ends_the_watch_with_exit_1(engine: EngineBackend) {
     let last = w.next();
     assert_eq!(last["fatal"], true, "{last}");
     assert!(errors(&last)[0]["message"].as_str().is_some_and(|m| m.contains("efmesh.toml") && m.contains("deleted")), "{last}");
+    // A kind docs/watch.md lists: a failure of the watch itself.
+    assert_eq!(errors(&last)[0]["kind"], "watch", "{last}");
+    assert_eq!(last["error"]["kind"], "watch", "{last}");
     assert_eq!(w.exit_code(), 1);
 }
 
@@ -902,4 +905,142 @@ fn read_between_truncation_and_write(line: &Value, file: &str) -> bool {
     line["errors"]
         .as_array()
         .is_some_and(|errors| errors.iter().any(|e| e["file"] == file && e["message"].as_str().is_some_and(|m| m.starts_with("this file defines no model"))))
+}
+
+/// Replaces `rel` in `p` as an editor saving by rename does (a hidden temporary file renamed
+/// over it): the watch never reads it half written.
+fn replace(p: &Project, rel: &str, text: &str) {
+    let path = p.root().join(rel);
+    let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("file")));
+    fs_err::write(&tmp, text).expect("write");
+    fs_err::rename(&tmp, &path).expect("rename");
+}
+
+/// A seed `raw.codes` read from `path`, of `code` and `label`.
+fn codes_seed(path: &str) -> String {
+    format!(
+        "return define_model {{ name = \"raw.codes\", kind = kind.seed {{ path = \"{path}\" }}, schema = {{ {{ \"code\", \"integer\" }}, {{ \"label\", \"varchar\" }} }} }}\n"
+    )
+}
+
+/// A full model `name` selecting `code` and `label` from `parent`, with `extra` in its definition.
+fn codes_child(name: &str, parent: &str, extra: &str) -> String {
+    format!(
+        "return define_model {{ name = \"{name}\", kind = kind.full(), {extra} schema = {{ {{ \"code\", \"integer\" }}, {{ \"label\", \"varchar\" }} }}, query = \"SELECT code, label FROM \" .. ref(\"{parent}\") }}\n"
+    )
+}
+
+/// The models a line previews, in its order.
+fn previewed(line: &Value) -> Vec<String> {
+    line["previews"].as_array().map(|a| a.iter().filter_map(|p| p["model"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+#[test]
+fn files_whose_names_start_with_the_engine_or_state_file_name_are_re_planned() {
+    // The engine file `codes` beside a seed `codes.csv`, the state file `shop` beside a model
+    // file `shop_orders.lua`: the user's files, not the databases' sidecars (`codes.wal`,
+    // `shop-wal`). Each edit re-plans and is applied.
+    let p = Project::new();
+    let config = p
+        .config_with("")
+        .replace("path = \"efmesh.duckdb\"", "path = \"codes\"")
+        .replace("path = \"efmesh.state.sqlite\"", "path = \"shop\"")
+        .replace("[\"models/**/*.lua\"]", "[\"models/**/*.lua\", \"*.lua\"]");
+    assert!(config.contains("\"codes\"") && config.contains("\"shop\""), "{config}");
+    p.write("efmesh.toml", &config);
+    p.write("codes.csv", "code,label\n1,a\n");
+    p.write("models/codes.lua", &codes_seed("codes.csv"));
+    p.write("shop_orders.lua", &codes_child("s.orders", "raw.codes", ""));
+    p.apply("dev");
+    assert!(p.root().join("codes").is_file() && p.root().join("shop").is_file(), "the databases are where the test says");
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+    assert_eq!(start["plan"]["hasChanges"], false, "{start}");
+
+    replace(&p, "codes.csv", "code,label\n1,a\n2,b\n");
+    let seed = w.after("codes.csv");
+    assert_eq!(changed_models(&seed), ["raw.codes"], "{seed}");
+    assert_eq!(entry(&seed, "raw.codes").expect("raw.codes in the plan")["change"], "breaking", "{seed}");
+    assert_eq!(seed["applied"]["ok"], true, "{seed}");
+
+    replace(&p, "shop_orders.lua", &codes_child("s.orders", "raw.codes", "").replace("SELECT code, label", "SELECT code, label || 'x' AS label"));
+    let model = w.after("shop_orders.lua");
+    assert_eq!(changed_models(&model), ["s.orders"], "{model}");
+    assert_eq!(model["applied"]["ok"], true, "{model}");
+    drop(w);
+    assert_eq!(p.plan("dev")["hasChanges"], false, "the watch applied what `efmesh plan dev` plans");
+}
+
+#[test]
+fn a_seed_kept_in_the_lake_directory_is_re_planned_and_the_lake_files_are_not() {
+    // `[lake] path = "data"` with a seed at `data/codes.csv`: efmesh writes the lake's files
+    // there (`s.a` is a parquet model), yet the seed is the user's and its edit re-plans.
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("\n[lake]\npath = \"data\"\n"));
+    p.write("data/codes.csv", "code,label\n1,a\n");
+    p.write("models/codes.lua", &codes_seed("data/codes.csv"));
+    p.write("models/a.lua", &codes_child("s.a", "raw.codes", "target = \"parquet\","));
+    p.apply("dev");
+    assert!(p.root().join("data/s__a").is_dir(), "the lake is written in `data`");
+    let mut w = Watch::start(&p, &["dev", "--apply"]);
+    let start = w.next();
+    assert!(errors(&start).is_empty(), "{start}");
+
+    replace(&p, "data/codes.csv", "code,label\n1,a\n2,b\n");
+    let edit = w.after("data/codes.csv");
+    assert_eq!(changed_models(&edit), ["raw.codes"], "{edit}");
+    assert_eq!(edit["applied"]["ok"], true, "{edit}");
+    // At once: the files the apply just wrote in `data` (a new version of `s.a`) may come in the
+    // same batch as this edit; they are efmesh's, never a changed file.
+    replace(&p, "data/codes.csv", "code,label\n1,a\n2,b\n3,c\n");
+    let next = w.next();
+    assert_eq!(next["changedFiles"], serde_json::json!(["data/codes.csv"]), "{next}");
+    assert_eq!(changed_models(&next), ["raw.codes"], "{next}");
+    assert_eq!(next["applied"]["ok"], true, "{next}");
+    drop(w);
+    assert_eq!(p.plan("dev")["hasChanges"], false, "the watch applied what `efmesh plan dev` plans");
+}
+
+#[test]
+fn changed_models_are_the_edited_ones_after_a_failed_load_as_after_an_edit() {
+    // `raw.codes` (seed) → `s.a` → `s.b`. A seed edit changes the seed; its children are
+    // re-versioned (indirect), not changed, and not previewed. The same after a load that failed
+    // in between (the seed deleted, then written back edited): the models are compared with the
+    // last successful re-plan, not with the failure.
+    let p = Project::new();
+    p.write("seeds/codes.csv", "code,label\n1,a\n");
+    p.write("models/codes.lua", &codes_seed("seeds/codes.csv"));
+    p.write("models/a.lua", &codes_child("s.a", "raw.codes", ""));
+    p.write("models/b.lua", &codes_child("s.b", "s.a", ""));
+    p.apply("dev");
+    let mut w = Watch::start(&p, &["dev"]);
+    assert!(errors(&w.next()).is_empty());
+
+    replace(&p, "seeds/codes.csv", "code,label\n1,a\n2,b\n");
+    let edit = w.after("seeds/codes.csv");
+    assert_eq!(changed_models(&edit), ["raw.codes"], "{edit}");
+    assert_eq!(previewed(&edit), ["raw.codes"], "{edit}");
+    assert_eq!(entry(&edit, "s.b").expect("s.b in the plan")["change"], "indirect", "{edit}");
+
+    p.remove("seeds/codes.csv");
+    let failed = w.after("seeds/codes.csv");
+    assert_eq!(failed["models"], Value::Null, "{failed}");
+    assert!(changed_models(&failed).is_empty(), "{failed}");
+
+    replace(&p, "seeds/codes.csv", "code,label\n1,a\n2,b\n3,c\n");
+    let back = w.after("seeds/codes.csv");
+    assert!(errors(&back).is_empty(), "{back}");
+    assert_eq!(changed_models(&back), ["raw.codes"], "{back}");
+    assert_eq!(previewed(&back), ["raw.codes"], "{back}");
+    assert_eq!(entry(&back, "s.a").expect("s.a in the plan")["change"], "indirect", "{back}");
+
+    // Written back as it was at the last successful re-plan: nothing changed since.
+    p.remove("seeds/codes.csv");
+    w.after("seeds/codes.csv");
+    replace(&p, "seeds/codes.csv", "code,label\n1,a\n2,b\n3,c\n");
+    let same = w.after("seeds/codes.csv");
+    assert!(errors(&same).is_empty(), "{same}");
+    assert!(changed_models(&same).is_empty(), "{same}");
+    assert!(previewed(&same).is_empty(), "{same}");
 }

@@ -90,7 +90,13 @@ pub(super) fn run(config: &Path, options: Options) -> Result<Exit> {
         let root = config.parent().unwrap_or(Path::new("."));
         let mut r = Report::new(Event::Error, &options.env, root);
         r.fatal = true;
-        let kind = if e.is::<Refused>() { "usage" } else { super::error_kind(e) };
+        // A failure of the watch itself (its configuration deleted, the file watcher or the
+        // terminal failing) is of kind `watch`, as the problems the loop reports of it.
+        let kind = match super::error_kind(e) {
+            _ if e.is::<Refused>() => "usage",
+            "error" => "watch",
+            known => known,
+        };
         r.errors = Problem::from_error(kind, e);
         let mut line = r.json(0.0);
         // The shape every `--json` failure has (`{"error": {"kind", "message", "hint"?}}`).
@@ -309,7 +315,8 @@ struct Watch {
     filter: Filter,
     /// The last successful plan's versions; `None` until one succeeds.
     baseline: Option<Baseline>,
-    /// Models reloaded since the last successful plan (compared with the baseline then).
+    /// Models whose definition the reloads since the last successful plan changed
+    /// ([`crate::session::Reload::changed_models`]), compared with the baseline then.
     pending: BTreeSet<ModelName>,
     /// `efmesh check`'s column problems per model, kept up to date for changed models and
     /// their children.
@@ -343,7 +350,9 @@ impl Watch {
         let mut set = BTreeSet::new();
         for p in paths {
             let p = self.filter.under_root(&p);
-            if !self.filter.own(&p) {
+            // (What efmesh writes itself is no other name of an input, but for an input kept
+            // where efmesh writes: a seed in the lake directory.)
+            if !self.filter.own(&p) || self.holds_input(&p) || self.filter.discovered(&p) {
                 // (An input, or a file a glob matches, is also itself: a new link to a model file.)
                 let (aliased, exact) = self.aliased(&p);
                 set.extend(aliased);
@@ -446,8 +455,8 @@ impl Watch {
         r.changed_files = changed.iter().map(|p| p.strip_prefix(&root).unwrap_or(p).to_path_buf()).collect();
         let touched_before = self.touches(changed);
         let errors_before = self.session.project().err().cloned();
-        // After a load that failed, the reload cannot say which models went away since the last
-        // good one: every model's columns are checked again (no error of a deleted model stays).
+        // After a load that failed, every model's columns are checked again, as at start (a
+        // recovery is rare; no error of a model deleted meanwhile can stay).
         let failed_before = errors_before.is_some();
         let inputs_before = (self.session.inputs().len(), self.session.kept_inputs().len());
         let reload = match self.session.reload(changed) {
@@ -626,8 +635,12 @@ fn actions_by_name(plan: &Plan) -> HashMap<&ModelName, &Action> {
     plan.actions.iter().filter(|a| a.change != Change::Removed).map(|a| (&a.name, a)).collect()
 }
 
-/// The models whose version or metadata differs from the baseline among those reloaded since
-/// (`pending`), in plan order; every pending model when there is no baseline yet.
+/// The models the saves since the last successful plan changed: among the models whose
+/// definition the reloads since changed (`pending`: compared with the last load that succeeded,
+/// so never a model whose version moved only because a parent's did, the plan's `indirect`),
+/// those whose version or metadata differs from the baseline, in plan order; every pending
+/// model when there is no baseline yet. These are the models previewed: an indirect child's
+/// preview would read its parent as the environment serves it, the data it already has.
 fn changed_since(
     baseline: Option<&Baseline>,
     pending: &BTreeSet<ModelName>,

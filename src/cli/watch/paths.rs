@@ -7,8 +7,13 @@
 //! (`.lua`, `.rhai`, `.sql`, `.csv`, `.tsv`, `.json`, `.ndjson`, `.jsonl`) not loaded yet, a
 //! directory created or moved in, a directory that held inputs. Never: anything below a hidden
 //! directory (`.git`, `.efmesh`, where the load cache lives) or named with a leading dot (editor
-//! swap and backup files), the DuckDB and state files and their siblings (`-wal`, `-journal`,
-//! `.wal`, `.tmp`), a local lake directory and the DuckLake files, which efmesh itself writes.
+//! swap and backup files), the DuckDB, state and DuckLake catalog files and what the database
+//! libraries write beside them ([`SIDECARS`]), which efmesh itself writes. In a local lake
+//! directory and the DuckLake data directory, which efmesh also writes, only an input (a seed
+//! kept there), a directory holding inputs, or a path the discovery globs match counts: a file
+//! there never counts just for its extension. An input always counts, wherever it lies and
+//! whatever its name (but a database file itself): a seed `codes.csv` beside an engine file
+//! `codes` is the user's, not a sidecar of the engine's.
 //! A file that may have become an input and turns out not to be one after the reload (read by
 //! no model, matched by no glob: the `.jsonl` the watch's output is redirected to) gets no line.
 //!
@@ -31,6 +36,14 @@ use std::path::{Path, PathBuf};
 /// seed files) before a load has read them.
 const MAYBE_INPUT: &[&str] = &["lua", "rhai", "sql", "csv", "tsv", "json", "ndjson", "jsonl"];
 
+/// What the database libraries write beside a database file, named by appending one of these to
+/// its name (and possibly more after it): DuckDB's write-ahead log (`.wal`, and its
+/// `.wal.checkpoint` and `.wal.recovery`) and temporary directory (`.tmp`, spilled data);
+/// SQLite's write-ahead log, shared-memory index, rollback journal and super-journal (`-wal`,
+/// `-shm`, `-journal`, `-mj…`). Only these: any other name that starts with the database file's
+/// (`codes.csv` beside an engine file `codes`, `shop_orders.sql` beside `shop`) is the user's.
+const SIDECARS: &[&str] = &[".wal", ".tmp", "-wal", "-shm", "-journal", "-mj"];
+
 /// Decides which changed paths matter to a project.
 #[derive(Debug)]
 pub struct Filter {
@@ -39,10 +52,11 @@ pub struct Filter {
     canonical_root: Option<PathBuf>,
     config: PathBuf,
     globs: globset::GlobSet,
-    /// Files efmesh writes (engine, state, DuckLake catalog): the file and every sibling whose
-    /// name extends it.
+    /// Database files efmesh writes (engine, state, DuckLake catalog), as (directory, name): the
+    /// file, and its [`SIDECARS`] and what lies below them.
     own_files: Vec<(PathBuf, OsString)>,
-    /// Directories efmesh writes (a local lake, DuckLake data).
+    /// Directories efmesh writes (a local lake, DuckLake data); a user's file may be kept there
+    /// (a seed), so only what is not an input is efmesh's.
     own_dirs: Vec<PathBuf>,
     /// The directories the discovery globs walk (each glob's part before its first wildcard).
     walked: Vec<PathBuf>,
@@ -116,13 +130,37 @@ impl Filter {
         }
     }
 
-    /// True when efmesh writes `path` itself (engine, state, lake files).
+    /// True when `path` is where efmesh writes itself: a database file ([`Filter::database`]),
+    /// what the database library writes beside it ([`Filter::beside_database`]), or anything in
+    /// a directory efmesh writes (a local lake, DuckLake data). An input among them (a seed kept
+    /// in the lake directory) is the user's all the same: [`Filter::relevant`] takes inputs
+    /// first.
     pub fn own(&self, path: &Path) -> bool {
-        if self.own_dirs.iter().any(|d| path.starts_with(d)) {
-            return true;
-        }
+        self.database(path) || self.beside_database(path) || self.in_own_dir(path)
+    }
+
+    /// True when `path` is a database file efmesh writes: the engine's, the state store's, the
+    /// DuckLake catalog. Never an input, whatever a model names.
+    fn database(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
-        self.own_files.iter().any(|(dir, file)| dir == parent && name.as_encoded_bytes().starts_with(file.as_encoded_bytes()))
+        self.own_files.iter().any(|(dir, file)| dir == parent && name == file.as_os_str())
+    }
+
+    /// True when `path` is one of the files the database library writes beside a database file
+    /// efmesh writes ([`SIDECARS`]), or lies below one (DuckDB's temporary directory). A
+    /// sibling whose name merely starts with the database file's (`codes.csv` beside `codes`)
+    /// is not.
+    fn beside_database(&self, path: &Path) -> bool {
+        self.own_files.iter().any(|(dir, file)| {
+            let Some(first) = path.strip_prefix(dir).ok().and_then(|rel| rel.components().next()) else { return false };
+            let rest = first.as_os_str().as_encoded_bytes().strip_prefix(file.as_encoded_bytes());
+            rest.is_some_and(|rest| SIDECARS.iter().any(|s| rest.starts_with(s.as_bytes())))
+        })
+    }
+
+    /// True when `path` lies in a directory efmesh writes (a local lake, DuckLake data).
+    fn in_own_dir(&self, path: &Path) -> bool {
+        self.own_dirs.iter().any(|d| path.starts_with(d))
     }
 
     /// True when `path` (absolute, under the root) matches a discovery glob (models, audits,
@@ -137,23 +175,30 @@ impl Filter {
     }
 
     /// True when a change to `path` may change the loaded project (see the module doc);
-    /// `inputs` are the session's. Files efmesh writes never are; an input always is, even
-    /// under a hidden directory.
+    /// `inputs` are the session's. The database files efmesh writes never are; an input always
+    /// is, even under a hidden directory, in the lake directory, or named like a database
+    /// file's sidecar. Other paths efmesh writes ([`Filter::own`]) are not, but for a directory
+    /// holding inputs and a path the discovery globs match.
     pub fn relevant(&self, path: &Path, inputs: &BTreeSet<PathBuf>) -> bool {
         let path = self.under_root(path);
         let path = path.as_path();
         let Ok(rel) = path.strip_prefix(&self.root) else { return false };
-        if self.own(path) {
+        if self.database(path) {
             return false;
         }
         if path == self.config || inputs.contains(path) {
             return true;
         }
-        if Self::hidden(rel) {
+        if Self::hidden(rel) || self.beside_database(path) {
             return false;
         }
         if self.globs.is_match(rel) {
             return true;
+        }
+        if self.in_own_dir(path) {
+            // Lake files (parquet, `manifest.json`), version directories: efmesh's. A directory
+            // holding inputs (a folder of seeds moved in or deleted) is the user's.
+            return holds_input(inputs, path);
         }
         if path.extension().and_then(|e| e.to_str()).is_some_and(|e| MAYBE_INPUT.contains(&e.to_ascii_lowercase().as_str())) {
             return true;
@@ -283,7 +328,9 @@ mod tests {
             "db/efmesh.duckdb",
             "db/efmesh.duckdb.wal",
             "db/efmesh.duckdb.tmp",
+            "efmesh.state.sqlite",
             "efmesh.state.sqlite-wal",
+            "efmesh.state.sqlite-shm",
             "efmesh.state.sqlite-journal",
             "lake/m__t/abc/data.parquet",
             "lake/m__t/abc/manifest.json",
@@ -376,6 +423,39 @@ mod tests {
         assert_eq!(walked_dir("models/**/*.lua"), Some(PathBuf::from("models")));
         assert_eq!(walked_dir("*.lua"), Some(PathBuf::new()));
         assert_eq!(walked_dir("models/one.lua"), None);
+    }
+
+    #[test]
+    fn a_file_named_like_a_database_file_or_kept_in_the_lake_directory_is_the_users() {
+        // The engine file `codes`, the state file `shop`, the lake `data`: a seed `codes.csv`, a
+        // model `shop_orders.sql` and a seed `data/codes.csv` are inputs and count; what DuckDB,
+        // SQLite and the lake write never does.
+        let toml = "[project]\nmodels = [\"*.sql\"]\n[engine]\npath = \"codes\"\n[state]\npath = \"shop\"\n[lake]\npath = \"data\"\n";
+        let config = Config::parse(Path::new("/nonexistent-efmesh/p/efmesh.toml"), toml).expect("config");
+        let f = Filter::new(&config);
+        let inputs: BTreeSet<PathBuf> = ["efmesh.toml", "shop_orders.sql", "codes.csv", "data/codes.csv", "data/seeds/a.csv"].into_iter().map(p).collect();
+        for rel in ["codes.csv", "shop_orders.sql", "shop_new.sql", "codes.tsv", "data/codes.csv", "data/seeds/a.csv", "data/seeds"] {
+            assert!(f.relevant(&p(rel), &inputs), "{rel}");
+        }
+        for rel in [
+            "codes",
+            "codes.wal",
+            "codes.wal.checkpoint",
+            "codes.tmp/duckdb_temp_storage-0.tmp",
+            "shop",
+            "shop-wal",
+            "shop-shm",
+            "shop-journal",
+            "data/raw__codes/abc/data.parquet",
+            "data/raw__codes/abc/manifest.json",
+            "data/raw__codes/abc/manifest.json.tmp",
+            "data/raw__codes",
+            "data/new.csv",
+            "data/.efmesh-owner.d/store",
+        ] {
+            assert!(!f.relevant(&p(rel), &inputs), "{rel}");
+        }
+        assert!(f.own(&p("data/codes.csv")) && !f.own(&p("codes.csv")) && f.own(&p("codes.wal")));
     }
 
     #[test]
