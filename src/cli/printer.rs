@@ -211,7 +211,9 @@ pub fn plan_text(plan: &Plan, explain: bool) -> String {
                 s.push_str(&format!("      from: {}\n", e.cascade_from.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")));
             }
             if a.canonical_source == Some(crate::sql::canon::CanonSource::DuckDbJson) {
-                s.push_str("      note: sqlparser could not parse the body; its canonical form is DuckDB's `json_serialize_sql`\n");
+                s.push_str(
+                    "      note: sqlparser could not parse the body (or read it as DuckDB does: it holds `==`); its canonical form is DuckDB's `json_serialize_sql`\n",
+                );
             }
         }
     }

@@ -1351,7 +1351,7 @@ pub fn metadata(model: &Model) -> serde_json::Value {
 }
 
 /// The compact JSON text of [`metadata`], written without building a JSON tree (it runs for
-/// every model on every plan): `{"kind", "schema": [[name, normalised type]…], "grain",
+/// every model on every plan): `{"kind", "schema": [[name, normalised type(, "exact")]…], "grain",
 /// "description", "schedule": {"start", "end", "batch_size", "lookback",
 /// "auto_restatement_intervals"?} | null, "audits"?: [{"name", "args", "blocking", "scope",
 /// "sql"}], "cron"?, "statements"?: {"pre", "post", "affect_data"}, "owner"?, "tags"?,
@@ -1373,8 +1373,9 @@ pub fn metadata_text(model: &Model) -> String {
     #[derive(Serialize)]
     struct Meta<'a> {
         kind: serde_json::Value,
-        // Types as the fingerprint sees them, so a re-spelling is never a change.
-        schema: Vec<(&'a str, String)>,
+        // Types as the fingerprint sees them, so a re-spelling is never a change; one with parts
+        // kept as written marked `"exact"`, so a snapshot tells which rule recorded it.
+        schema: Vec<crate::sql::fingerprint::TypedColumn<'a>>,
         grain: &'a [String],
         description: &'a Option<String>,
         schedule: Option<Schedule>,
@@ -1401,7 +1402,7 @@ pub fn metadata_text(model: &Model) -> String {
     }
     let meta = Meta {
         kind: model.kind_payload(),
-        schema: model.schema.0.iter().map(|c| (c.name.as_str(), crate::sql::fingerprint::normalize_type(&c.ty))).collect(),
+        schema: model.schema.0.iter().map(|c| crate::sql::fingerprint::TypedColumn::new(&c.name, &c.ty)).collect(),
         grain: &model.grain,
         description: &model.description,
         schedule: model.kind.time_range().map(|t| Schedule {
@@ -1481,6 +1482,10 @@ struct OldDefinition {
     canonical: Option<String>,
     kind: serde_json::Value,
     schema: Vec<(String, String)>,
+    /// The columns whose type the snapshot recorded folded, as an efmesh before quoted parts and
+    /// member names were kept did (no `"exact"` mark on a type that has such parts,
+    /// [`crate::sql::fingerprint::EXACT_TYPE`]): compared in that form ([`declared_schema`]).
+    folded: BTreeSet<String>,
     grain: Vec<String>,
     physical: String,
     statements: Option<serde_json::Value>,
@@ -1491,16 +1496,44 @@ struct OldDefinition {
 fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
     let Some(rec) = state.snapshot(name, fp)? else { return Ok(None) };
     let m = &rec.metadata;
-    let schema = m["schema"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|p| Some((p.get(0)?.as_str()?.to_string(), crate::sql::fingerprint::normalize_type(p.get(1)?.as_str()?)))).collect())
-        .unwrap_or_default();
+    let mut schema = Vec::new();
+    let mut folded = BTreeSet::new();
+    for p in m["schema"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let (Some(name), Some(ty)) = (p.get(0).and_then(serde_json::Value::as_str), p.get(1).and_then(serde_json::Value::as_str)) else { continue };
+        let (ty, kept_parts) = crate::sql::fingerprint::normalized_type(ty);
+        if kept_parts && p.get(2).and_then(serde_json::Value::as_str) != Some(crate::sql::fingerprint::EXACT_TYPE) {
+            folded.insert(name.to_string());
+        }
+        schema.push((name.to_string(), ty));
+    }
     let grain = m["grain"].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect()).unwrap_or_default();
     let statements = data_statements_of(m);
     // Recorded only when the model has some ([`metadata_text`]); metadata-only statements added
     // to the version later are not here but in what environments serve ([`served_with_statements`]).
     let has_statements = m["statements"].is_object();
-    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, grain, physical: rec.physical, statements, has_statements }))
+    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, folded, grain, physical: rec.physical, statements, has_statements }))
+}
+
+/// `model`'s declared `(column, type)` pairs in the form `old`'s snapshot records types:
+/// normalised ([`crate::sql::fingerprint::normalize_type`]), but for a column it recorded folded
+/// ([`OldDefinition::folded`], `renamed` mapping an old column to the new one continuing it):
+/// folded alike ([`crate::sql::fingerprint::folded_type`]), as the record cannot tell a label's
+/// case, so an upgrade alone never reads as a changed type.
+fn declared_schema(model: &Model, old: Option<&OldDefinition>, renamed: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    model
+        .schema
+        .0
+        .iter()
+        .map(|c| {
+            let old_name = renamed.iter().find(|(_, new)| **new == c.name).map_or(c.name.as_str(), |(o, _)| o.as_str());
+            let ty = if old.is_some_and(|o| o.folded.contains(old_name)) {
+                crate::sql::fingerprint::folded_type(&c.ty)
+            } else {
+                crate::sql::fingerprint::normalize_type(&c.ty)
+            };
+            (c.name.clone(), ty)
+        })
+        .collect()
 }
 
 /// The versions (model name, fingerprint) some environment serves with pre/post statements:
@@ -2299,8 +2332,7 @@ fn compute_with(
                     explain = Some(Explain { diverged: vec![], reason, cascade_from: cascade, column_impact: None });
                     change
                 } else {
-                    let new_schema: Vec<(String, String)> =
-                        model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
+                    let new_schema = declared_schema(model, old.as_ref(), &BTreeMap::new());
                     let new_kind = model.kind_payload();
                     let mut confined = None;
                     let verdict = match &old {
@@ -3017,12 +3049,12 @@ fn scd_history(
     if old.kind.get("tag").and_then(serde_json::Value::as_str) != Some("scd_type2") {
         return Ok(None);
     }
-    let new_schema: Vec<(String, String)> = model.schema.0.iter().map(|c| (c.name.clone(), crate::sql::fingerprint::normalize_type(&c.ty))).collect();
     let renamed: BTreeMap<String, String> = match &model.kind {
         // Ignored unless the old version has the old column (e.g. once the rename is applied).
         Kind::ScdType2(s) => s.renamed.iter().filter(|(o, _)| old.schema.iter().any(|(c, _)| c == o)).cloned().collect(),
         _ => BTreeMap::new(),
     };
+    let new_schema = declared_schema(model, Some(&old), &renamed);
     let mapped = |c: &str| renamed.get(c).cloned().unwrap_or_else(|| c.to_string());
     let dropped: Vec<String> = old.schema.iter().filter(|(c, _)| !new_schema.iter().any(|(n, _)| *n == mapped(c))).map(|(c, _)| c.clone()).collect();
     let added: Vec<String> = new_schema.iter().filter(|(n, _)| !old.schema.iter().any(|(c, _)| mapped(c) == *n)).map(|(n, _)| n.clone()).collect();
@@ -3248,5 +3280,46 @@ mod tests {
         let ahead = metadata_all(&refs);
         let expected: Vec<(String, serde_json::Value)> = refs.iter().map(|m| (metadata_text(m), metadata(m))).collect();
         assert_eq!(ahead, expected);
+    }
+
+    #[test]
+    fn a_snapshot_recording_folded_types_is_compared_in_their_folded_form() {
+        // An efmesh before quoted parts and member names were kept recorded `ENUM('A', 'b')` as
+        // `enum('a', 'b')`, unmarked: the upgrade alone must not read as a retyped column
+        // (categories, `--forward-only`, an SCD type 2 history), while a record with the `exact`
+        // mark compares exactly.
+        let store = crate::state::SqliteStore::open_in_memory().unwrap();
+        let snapshot = |fp: char, schema: serde_json::Value| crate::state::SnapshotRecord {
+            name: "s.t".into(),
+            fingerprint: fp.to_string().repeat(64),
+            fingerprint_version: FINGERPRINT_VERSION,
+            kind: "full".into(),
+            physical: String::new(),
+            canonical: None,
+            rendered_sql: String::new(),
+            metadata: serde_json::json!({ "schema": schema }),
+            created_at: interval::to_iso(0),
+        };
+        store.put_snapshot(&snapshot('a', serde_json::json!([["a", "bigint"], ["lvl", "enum('a', 'b')"]]))).unwrap();
+        store.put_snapshot(&snapshot('b', serde_json::json!([["a", "bigint"], ["lvl", "enum('a', 'b')", "exact"]]))).unwrap();
+        let mut m = model("s.t");
+        m.schema.0.push(Column { name: "lvl".into(), ty: "ENUM('A', 'b')".into() });
+
+        let legacy = old_definition(&store, "s.t", &"a".repeat(64)).unwrap().unwrap();
+        assert_eq!(legacy.folded, BTreeSet::from(["lvl".to_string()]));
+        assert_eq!(declared_schema(&m, Some(&legacy), &BTreeMap::new()), legacy.schema);
+        let marked = old_definition(&store, "s.t", &"b".repeat(64)).unwrap().unwrap();
+        assert!(marked.folded.is_empty());
+        assert_ne!(declared_schema(&m, Some(&marked), &BTreeMap::new()), marked.schema, "`ENUM('A', 'b')` against a recorded `ENUM('a', 'b')`");
+        // Through a declared rename, the old column's record decides.
+        let mut renamed_from = legacy;
+        renamed_from.folded = BTreeSet::from(["level".to_string()]);
+        let renamed = BTreeMap::from([("level".to_string(), "lvl".to_string())]);
+        assert_eq!(declared_schema(&m, Some(&renamed_from), &renamed)[1].1, "enum('a', 'b')");
+        assert_eq!(declared_schema(&m, Some(&renamed_from), &BTreeMap::new())[1].1, "enum('A', 'b')");
+        // What the model records now carries the mark.
+        let meta: serde_json::Value = serde_json::from_str(&metadata_text(&m)).unwrap();
+        assert_eq!(meta["schema"][1], serde_json::json!(["lvl", "enum('A', 'b')", "exact"]));
+        assert_eq!(meta["schema"][0], serde_json::json!(["a", "bigint"]));
     }
 }

@@ -13,10 +13,13 @@
 //! 2. Normalise the typed AST with a [`VisitorMut`]:
 //!    - unwrap [`Expr::Nested`] and queries in redundant parentheses (`((SELECT …))`,
 //!      `(SELECT …) UNION (SELECT …)` without clauses of their own): the tree already encodes
-//!      precedence and grouping, so the parentheses carry no meaning — except between two
-//!      operators sqlparser and DuckDB rank otherwise ([`risky_pair`]: `(a + 1) ^ 2` and
-//!      `a + 1 ^ 2` are one sqlparser tree and two DuckDB meanings), where one pair is kept, and
-//!      an operand written without them is marked (two pairs, which no text keeps);
+//!      precedence and grouping, so the parentheses carry no meaning — except where sqlparser
+//!      and DuckDB may group an operand otherwise (`Normalizer::matters`: an operator of the
+//!      operand beside one above it that the two rank otherwise, [`risky_pair`] — `(a + 1) ^ 2`
+//!      and `a + 1 ^ 2` are one sqlparser tree and two DuckDB meanings; a JSON arrow, which
+//!      DuckDB reads apart, [`is_arrow`] — `url LIKE (r ->> 'p')` is not `url LIKE r ->> 'p'`),
+//!      where one pair is kept, and an operand written without them is marked (two pairs, which
+//!      no text keeps);
 //!    - make every `::` cast a `CAST`;
 //!    - lower-case function names, table-function names and unknown type names (DuckDB
 //!      resolves them case-insensitively);
@@ -38,23 +41,32 @@
 //!
 //! When sqlparser cannot parse a body, [`canonicalize_with_fallback`] asks DuckDB itself
 //! (`json_serialize_sql`) and keeps its JSON without `query_location` ([`normalize_duckdb_json`]);
-//! the [`CanonSource`] of the result says which path was taken, for `plan --explain`.
+//! so it does for a body holding `==`, which sqlparser reads as `=` and DuckDB does not
+//! (`parse_canonical`). The [`CanonSource`] of the result says which path was taken, for
+//! `plan --explain`.
 
 use serde::ser::{self, Serialize, Serializer};
 use serde_json::Value;
 use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    CastKind, DataType, Expr, JoinOperator, ObjectNamePart, Query, Select, SelectFlavor, SetExpr, Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
+    BinaryOperator, CastKind, DataType, Expr, JoinOperator, LambdaSyntax, ObjectNamePart, Query, Select, SelectFlavor, SetExpr, Statement, TableFactor,
+    TableWithJoins, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::DuckDbDialect;
 use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Token, Tokenizer};
 use std::ops::ControlFlow;
 
 /// The version of the canonicalisation's rules beside [`FINGERPRINT_VERSION`](super::fingerprint::FINGERPRINT_VERSION):
 /// a change of them that changes some texts (not every fingerprint) bumps it, so no cache keeps a
 /// digest the old rules computed (`plan::canon_cache_key`, the plan memo). 2: parentheses kept
-/// between operators sqlparser and DuckDB rank otherwise.
-pub const CANON_RULES: u32 = 2;
+/// between operators sqlparser and DuckDB rank otherwise. 3: that weighed against every operator
+/// above an operand in its context, not only its own operator; the JSON arrows, which DuckDB 1.5.5
+/// reads apart (`is_arrow`); `<=>`, the regular-expression matches and `||` in classes of their
+/// own; a body holding `==` read by DuckDB's parser; and declared types normalised outside their
+/// quoted parts and member names only ([`normalize_type`](super::fingerprint::normalize_type): the
+/// plan memo, keyed by this version too, holds fingerprints that hash them).
+pub const CANON_RULES: u32 = 3;
 
 /// Which parser produced a [`Canonical`] text.
 /// Serialized (`plan --json`'s `canonicalSource`) as [`CanonSource::as_str`] names it.
@@ -253,8 +265,9 @@ fn split_location(raw: &str) -> (&str, Option<u64>, Option<u64>) {
 ///
 /// # Errors
 /// [`SqlError::Parse`] (with line and column when sqlparser gives them) when the text does not
-/// parse; [`SqlError::NotAQuery`] when it is empty, holds several statements, or a statement
-/// that is not a query.
+/// parse, or holds the operator `==` (sqlparser reads it as `=`, DuckDB does not: such a body is
+/// DuckDB's parser's, [`canonicalize_with_fallback`]); [`SqlError::NotAQuery`] when it is empty,
+/// holds several statements, or a statement that is not a query.
 ///
 /// # Example
 /// ```
@@ -266,7 +279,7 @@ fn split_location(raw: &str) -> (&str, Option<u64>, Option<u64>) {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
-    let query = parse_query(sql)?;
+    let query = parse_canonical(sql)?;
     Ok(canonical_of(query))
 }
 
@@ -278,7 +291,7 @@ pub fn canonicalize(sql: &str) -> Result<Canonical, SqlError> {
 /// # Errors
 /// As [`canonicalize`].
 pub fn canonical_digest(sql: &str) -> Result<String, SqlError> {
-    let mut query = parse_query(sql)?;
+    let mut query = parse_canonical(sql)?;
     let _ = query.visit(&mut Normalizer::default());
     let mut out = HashBuffer { hasher: blake3::Hasher::new(), buf: Vec::with_capacity(HashBuffer::SIZE) };
     // As in `canonical_of`: serialising an AST cannot fail.
@@ -342,8 +355,9 @@ pub fn reprint(sql: &str) -> Result<String, SqlError> {
 /// `fallback(sql)` must return the text of DuckDB's `SELECT json_serialize_sql(<sql>)` (pass
 /// `sql` as a bound parameter), or an error message when the engine could not be asked. Its
 /// output goes through [`normalize_duckdb_json`] and the result's source is
-/// [`CanonSource::DuckDbJson`]. The fallback is only used for parse failures: a body that
-/// sqlparser reads as a non-query statement is an error without asking DuckDB.
+/// [`CanonSource::DuckDbJson`]. The fallback is only used for parse failures (a body holding
+/// the operator `==` counts as one: sqlparser reads it as `=`, DuckDB ranks it above `=`): a body
+/// that sqlparser reads as a non-query statement is an error without asking DuckDB.
 ///
 /// # Errors
 /// [`SqlError::NotAQuery`] as for [`canonicalize`]; [`SqlError::Fallback`] when `fallback`
@@ -363,7 +377,7 @@ pub fn reprint(sql: &str) -> Result<String, SqlError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn canonicalize_with_fallback(sql: &str, fallback: &dyn Fn(&str) -> Result<String, String>) -> Result<Canonical, SqlError> {
-    match parse_query(sql) {
+    match parse_canonical(sql) {
         Ok(query) => Ok(canonical_of(query)),
         Err(parser @ SqlError::Parse { .. }) => {
             let json = fallback(sql).map_err(|f| SqlError::Fallback { parser: parser.to_string(), fallback: trim_period(&f).to_string() })?;
@@ -438,6 +452,33 @@ pub fn normalize_duckdb_json(json: &str) -> Result<String, SqlError> {
 /// Parses `sql` (sqlparser's DuckDB dialect) and returns its single query.
 pub(crate) fn parse_query(sql: &str) -> Result<Box<Query>, SqlError> {
     parse_query_in(&DuckDbDialect {}, sql)
+}
+
+/// [`parse_query`] for a canonical form: a body holding the operator `==` is refused as a parse
+/// error, so that DuckDB's parser reads it ([`canonicalize_with_fallback`]). sqlparser reads `==`
+/// as `=`, where DuckDB ranks it with the other operators, above the comparisons (`a = b == c` is
+/// `a = (b == c)`, `a == b = c` is `(a == b) = c`, `true >= true == false` is
+/// `true >= (true == false)`): no sqlparser tree tells those apart.
+fn parse_canonical(sql: &str) -> Result<Box<Query>, SqlError> {
+    let query = parse_query(sql)?;
+    match double_equals(sql) {
+        Some((line, column)) => Err(SqlError::Parse {
+            message: "`==` is left to DuckDB's parser (sqlparser reads it as `=`, which DuckDB ranks below it)".into(),
+            line: Some(line),
+            column: Some(column),
+        }),
+        None => Ok(query),
+    }
+}
+
+/// The 1-based line and column of the first `==` operator of `sql` (not in a string, a quoted
+/// name or a comment), if it has one.
+fn double_equals(sql: &str) -> Option<(u64, u64)> {
+    if !sql.contains("==") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&DuckDbDialect {}, sql).tokenize_with_location().ok()?;
+    tokens.iter().find(|t| t.token == Token::DoubleEq).map(|t| (t.span.start.line, t.span.start.column))
 }
 
 /// [`parse_query`] in sqlparser's `dialect`.
@@ -662,11 +703,20 @@ filter_fields!(SerializeStruct, SerializeStructVariant);
 /// The typed part of the normalisation (see the module docs).
 #[derive(Default)]
 struct Normalizer {
-    /// Operands (by address) of a pair of operators sqlparser and DuckDB may group otherwise
-    /// ([`risky_pair`]): `Parens` where the text has parentheses (one pair is kept), `Implicit`
-    /// where it has none (the operand is wrapped in two, a marker no text spells, so neither form
-    /// is the tree an efmesh without this rule stored for the other).
-    keep: std::collections::HashMap<usize, Keep>,
+    /// Operand slots (by address) as their operator left them ([`Slot`]), read and forgotten when
+    /// the visit reaches them (an operator is visited before its operands).
+    slots: std::collections::HashMap<usize, Slot>,
+}
+
+/// What an operator decided about one of its operands.
+enum Slot {
+    /// The operand's grouping is one sqlparser and DuckDB may read otherwise ([`Normalizer::matters`]):
+    /// `Parens` where the text has parentheses (one pair is kept), `Implicit` where it has none
+    /// (the operand is wrapped in two, a marker no text spells, so neither form is the tree an
+    /// efmesh without the rule stored for the other).
+    Keep(Keep),
+    /// The operand's parentheses, if any, are formatting: it is read in its operator's context.
+    Within(Context),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -675,18 +725,67 @@ enum Keep {
     Implicit,
 }
 
+/// Where an operator stands in its delimited context — a select item, a function argument, a
+/// `WHERE` or `WHEN` condition, the inside of parentheses: what is above it there.
+#[derive(Clone)]
+struct Context {
+    /// Its text starts where the context's does (it is reached from the context's top through
+    /// first operands only: `a` in `a = b`, not in `NOT a` nor in `b = a`).
+    leading: bool,
+    /// Classes of the operators above it ([`OpClass::bit`]).
+    above: u16,
+    /// A JSON arrow above it.
+    arrow_above: bool,
+    /// The operator of the run of operators just above it that each hold it in their first
+    /// operand (`||` for `a || b` in `a || b || c`), and the classes above that run: a chain of one
+    /// operator from the left reads alike in both parsers.
+    run: Option<(BinaryOperator, u16)>,
+}
+
+impl Context {
+    /// The context's top.
+    fn root() -> Self {
+        Context { leading: true, above: 0, arrow_above: false, run: None }
+    }
+
+    /// The context of `op`'s operand `i` (`self` being `op`'s).
+    fn child(&self, op: &Expr, i: usize) -> Self {
+        let run = match op {
+            Expr::BinaryOp { op: o, .. } if i == 0 => match &self.run {
+                Some((r, before)) if r == o => Some((r.clone(), *before)),
+                _ => Some((o.clone(), self.above)),
+            },
+            _ => None,
+        };
+        Context {
+            leading: self.leading && i == 0 && leads(op),
+            above: self.above | op_class(op).map_or(0, OpClass::bit),
+            arrow_above: self.arrow_above || is_arrow(op),
+            run,
+        }
+    }
+}
+
 /// Operator classes by how the two parsers rank them: DuckDB has Postgres's levels (comparisons
 /// < `LIKE`/`BETWEEN`/`IN` < every other operator < `+ -` < `* /` < `^`); sqlparser puts `LIKE`
 /// below the comparisons and `BETWEEN`/`IN` at their level, spreads the other operators over
-/// several levels (`&` above `^` above `|`), ranks `^` below `+`, and binds a prefix `~` tighter
-/// than `+`.
+/// several levels (`&` above `^` above `|`; `||` with `*`; the regular-expression matches and
+/// `<=>` with the comparisons), ranks `^` below `+`, and binds a prefix `~` tighter than `+`.
+/// DuckDB 1.5.5 ranks the JSON arrows apart ([`is_arrow`]), and reads `==` above `=` where
+/// sqlparser reads one operator (a body holding `==` is read by DuckDB's parser,
+/// [`double_equals`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum OpClass {
     /// `= <> < > <= >=`.
     Comparison,
     /// `LIKE`, `ILIKE`, `SIMILAR TO`, `GLOB`, `BETWEEN`, `IN`.
     Predicate,
-    /// Every other binary operator: `||`, bitwise, shifts, JSON arrows, `@>`…
+    /// `<=>` and the regular-expression and `~~` matches: another operator for DuckDB, a
+    /// comparison for sqlparser.
+    Loose,
+    /// `||`: another operator for DuckDB, ranked with `*` by sqlparser.
+    Concat,
+    /// Every other binary operator: bitwise, shifts, JSON arrows, `@>`…
     Other,
     /// `+ - * / // %`.
     Arithmetic,
@@ -698,12 +797,51 @@ enum OpClass {
     Prefix,
 }
 
+impl OpClass {
+    const ALL: [OpClass; 9] = [
+        OpClass::Comparison,
+        OpClass::Predicate,
+        OpClass::Loose,
+        OpClass::Concat,
+        OpClass::Other,
+        OpClass::Arithmetic,
+        OpClass::Power,
+        OpClass::Sign,
+        OpClass::Prefix,
+    ];
+
+    /// The class's bit in a set of classes (`ALL` is in declaration order).
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// Per class (by its place in [`OpClass::ALL`]), the classes it is a [`risky_pair`] with.
+static RISKY_WITH: std::sync::LazyLock<[u16; 9]> =
+    std::sync::LazyLock::new(|| OpClass::ALL.map(|a| OpClass::ALL.iter().filter(|b| risky_pair(a, **b)).fold(0, |set, b| set | b.bit())));
+
+/// Whether an operator of a class in `a` beside (above or below) one of a class in `b` is a
+/// [`risky_pair`].
+fn risky_sets(a: u16, b: u16) -> bool {
+    a != 0 && b != 0 && OpClass::ALL.iter().any(|c| (a & c.bit()) != 0 && (RISKY_WITH[*c as usize] & b) != 0)
+}
+
 fn op_class(e: &Expr) -> Option<OpClass> {
     use sqlparser::ast::{BinaryOperator as B, UnaryOperator as U};
     Some(match e {
         Expr::BinaryOp { op, .. } => match op {
             B::And | B::Or | B::Xor => return None,
-            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq | B::Spaceship => OpClass::Comparison,
+            B::Spaceship
+            | B::PGRegexMatch
+            | B::PGRegexIMatch
+            | B::PGRegexNotMatch
+            | B::PGRegexNotIMatch
+            | B::PGLikeMatch
+            | B::PGILikeMatch
+            | B::PGNotLikeMatch
+            | B::PGNotILikeMatch => OpClass::Loose,
+            B::StringConcat => OpClass::Concat,
+            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => OpClass::Comparison,
             B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo | B::DuckIntegerDivide | B::MyIntegerDivide => OpClass::Arithmetic,
             B::PGExp | B::BitwiseXor => OpClass::Power,
             B::Glob | B::Regexp | B::Match => OpClass::Predicate,
@@ -719,34 +857,261 @@ fn op_class(e: &Expr) -> Option<OpClass> {
     })
 }
 
-/// Whether sqlparser may group an operator of class `a` and one of class `b` next to it
+/// Whether sqlparser may group an operator of class `a` and one of class `b` under or over it
 /// otherwise than DuckDB does ([`OpClass`]): then `(a + 1) ^ 2` and `a + 1 ^ 2` are one sqlparser
-/// tree and two DuckDB meanings, so the canonical tree records which the text wrote.
+/// tree and two DuckDB meanings, so the canonical tree records which the text wrote. Every pair of
+/// the rules before (`CANON_RULES` 2, when `<=>` was a comparison and `||` and the matches other
+/// operators) is still one.
 fn risky_pair(a: OpClass, b: OpClass) -> bool {
     use OpClass::*;
     let pair = |x: OpClass, y: OpClass| (a == x && b == y) || (a == y && b == x);
-    pair(Other, Other)
-        || pair(Power, Other)
+    let other = |c: OpClass| matches!(c, Other | Loose | Concat);
+    (other(a) && other(b))
+        || (other(a) && matches!(b, Power | Prefix))
+        || (other(b) && matches!(a, Power | Prefix))
         || pair(Power, Arithmetic)
         || pair(Power, Sign)
         || pair(Power, Prefix)
         || pair(Prefix, Arithmetic)
-        || pair(Prefix, Other)
         || pair(Predicate, Comparison)
         || pair(Predicate, Predicate)
+        || pair(Loose, Comparison)
+        || pair(Loose, Predicate)
+        || pair(Concat, Arithmetic)
 }
 
-/// The operands of an operator whose grouping with it the text decides (a `BETWEEN`'s bounds
-/// and an `IN`'s list are delimited by keywords and commas).
+/// A JSON arrow, `->` or `->>`. DuckDB 1.5.5 reads them apart from every other operator: an
+/// arrow takes as its left operand everything before it up to the start of its context
+/// (`x > 0 AND j ->> 'k' = 'v'` is `((x > 0 AND j) ->> 'k') = 'v'`, `a LIKE b ->> c` is
+/// `(a LIKE b) ->> c`); `->>` then takes one operand of the other operators' level on its right
+/// (`j ->> 'k' = 'v'` compares the value), `->` everything up to the next arrow (`j -> 'k' = 'v'`
+/// is `j -> ('k' = 'v')`, as a lambda's body). sqlparser ranks both with the other operators.
+fn is_arrow(e: &Expr) -> bool {
+    matches!(e, Expr::BinaryOp { op: BinaryOperator::Arrow | BinaryOperator::LongArrow, .. })
+}
+
+/// Which JSON arrow, if any, `e` is: a `->>`, or a `->` (an arrow lambda `x -> …` too: sqlparser
+/// reads `j -> 'k'` as one when `j` is a bare name, DuckDB as an arrow), which reaches farther
+/// to its right ([`is_arrow`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArrowKind {
+    Absent,
+    Long,
+    Short,
+}
+
+fn arrow_kind(e: &Expr) -> ArrowKind {
+    match e {
+        Expr::BinaryOp { op: BinaryOperator::LongArrow, .. } => ArrowKind::Long,
+        Expr::BinaryOp { op: BinaryOperator::Arrow, .. } => ArrowKind::Short,
+        Expr::Lambda(l) if matches!(l.syntax, LambdaSyntax::Arrow) => ArrowKind::Short,
+        _ => ArrowKind::Absent,
+    }
+}
+
+/// The operands of an operator whose extent the text's precedence decides (not an `IN` list, an
+/// `ANY (…)`, a function's arguments: delimited by parentheses and commas). An arrow lambda's
+/// body is one: a JSON arrow inside it reaches out of it ([`is_arrow`]).
 fn operands(e: &mut Expr) -> Vec<&mut Expr> {
     match e {
         Expr::BinaryOp { left, right, .. } => vec![&mut **left, &mut **right],
-        Expr::UnaryOp { expr, .. } => vec![&mut **expr],
+        Expr::UnaryOp { expr, .. } | Expr::In { expr, .. } | Expr::Collate { expr, .. } => vec![&mut **expr],
         Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } | Expr::SimilarTo { expr, pattern, .. } | Expr::RLike { expr, pattern, .. } => {
             vec![&mut **expr, &mut **pattern]
         }
-        Expr::Between { expr, .. } | Expr::In { expr, .. } => vec![&mut **expr],
+        Expr::Between { expr, low, high, .. } => vec![&mut **expr, &mut **low, &mut **high],
+        Expr::IsNull(x)
+        | Expr::IsNotNull(x)
+        | Expr::IsTrue(x)
+        | Expr::IsNotTrue(x)
+        | Expr::IsFalse(x)
+        | Expr::IsNotFalse(x)
+        | Expr::IsUnknown(x)
+        | Expr::IsNotUnknown(x) => vec![&mut **x],
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => vec![&mut **a, &mut **b],
+        Expr::AnyOp { left, .. } | Expr::AllOp { left, .. } => vec![&mut **left],
+        Expr::AtTimeZone { timestamp, time_zone } => vec![&mut **timestamp, &mut **time_zone],
+        Expr::Lambda(l) if matches!(l.syntax, LambdaSyntax::Arrow) => vec![&mut *l.body],
         _ => Vec::new(),
+    }
+}
+
+/// [`operands`], read-only.
+fn operand_refs(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::BinaryOp { left, right, .. } => vec![&**left, &**right],
+        Expr::UnaryOp { expr, .. } | Expr::In { expr, .. } | Expr::Collate { expr, .. } => vec![&**expr],
+        Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } | Expr::SimilarTo { expr, pattern, .. } | Expr::RLike { expr, pattern, .. } => {
+            vec![&**expr, &**pattern]
+        }
+        Expr::Between { expr, low, high, .. } => vec![&**expr, &**low, &**high],
+        Expr::IsNull(x)
+        | Expr::IsNotNull(x)
+        | Expr::IsTrue(x)
+        | Expr::IsNotTrue(x)
+        | Expr::IsFalse(x)
+        | Expr::IsNotFalse(x)
+        | Expr::IsUnknown(x)
+        | Expr::IsNotUnknown(x) => vec![&**x],
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => vec![&**a, &**b],
+        Expr::AnyOp { left, .. } | Expr::AllOp { left, .. } => vec![&**left],
+        Expr::AtTimeZone { timestamp, time_zone } => vec![&**timestamp, &**time_zone],
+        Expr::Lambda(l) if matches!(l.syntax, LambdaSyntax::Arrow) => vec![&*l.body],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `e` is an operator ([`operands`] has some).
+fn is_operator(e: &Expr) -> bool {
+    match e {
+        Expr::BinaryOp { .. }
+        | Expr::UnaryOp { .. }
+        | Expr::In { .. }
+        | Expr::Collate { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::SimilarTo { .. }
+        | Expr::RLike { .. }
+        | Expr::Between { .. }
+        | Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotFalse(_)
+        | Expr::IsUnknown(_)
+        | Expr::IsNotUnknown(_)
+        | Expr::IsDistinctFrom(..)
+        | Expr::IsNotDistinctFrom(..)
+        | Expr::AnyOp { .. }
+        | Expr::AllOp { .. }
+        | Expr::AtTimeZone { .. } => true,
+        Expr::Lambda(l) => matches!(l.syntax, LambdaSyntax::Arrow),
+        _ => false,
+    }
+}
+
+/// Whether an operator's first operand starts its text (not a prefix operator's nor a lambda's).
+fn leads(e: &Expr) -> bool {
+    is_operator(e) && !matches!(e, Expr::UnaryOp { .. } | Expr::Lambda(_))
+}
+
+/// `e` without its parentheses.
+fn peeled(mut e: &Expr) -> &Expr {
+    while let Expr::Nested(inner) = e {
+        e = inner;
+    }
+    e
+}
+
+/// The operators of an operand's text outside parentheses (the operand and, through the
+/// [`operands`] of each, every operator it holds that no parentheses delimit), as
+/// [`Normalizer::matters`] weighs them.
+#[derive(Default)]
+struct Exposed {
+    /// Any operator at all.
+    any: bool,
+    /// Classes ([`OpClass::bit`]) of the operators outside the operand's chain.
+    classes: u16,
+    /// Classes of the operators of the operand's chain: those of its left edge with the
+    /// operator's own binary operator (`a || b` under `||`).
+    chain: u16,
+    /// A `->>`.
+    long_arrow: bool,
+    /// A `->` on the operand's left edge that is an arrow's left operand (`t.j -> 'a'` in
+    /// `t.j -> 'a' ->> 'b'`): an arrow ends its reach to the right.
+    bounded_short: bool,
+    /// Any other `->`.
+    short: bool,
+}
+
+/// Adds `e`'s operators to `out`: `edge`, `e` is on the operand's left edge; `arrow_left`, `e` is
+/// an arrow's left operand; `chain`, the binary operator whose chain `e` may continue.
+fn expose(e: &Expr, edge: bool, arrow_left: bool, chain: Option<&BinaryOperator>, out: &mut Exposed) {
+    if !is_operator(e) {
+        return;
+    }
+    out.any = true;
+    let in_chain = matches!((e, chain), (Expr::BinaryOp { op, .. }, Some(c)) if op == c);
+    if let Some(class) = op_class(e) {
+        if in_chain {
+            out.chain |= class.bit();
+        } else {
+            out.classes |= class.bit();
+        }
+    }
+    match arrow_kind(e) {
+        ArrowKind::Long => out.long_arrow = true,
+        ArrowKind::Short if edge && arrow_left => out.bounded_short = true,
+        ArrowKind::Short => out.short = true,
+        ArrowKind::Absent => {}
+    }
+    let (first, arrow) = (leads(e), is_arrow(e));
+    for (j, operand) in operand_refs(e).into_iter().enumerate() {
+        if !matches!(operand, Expr::Nested(_)) {
+            expose(operand, edge && j == 0 && first, arrow && j == 0, if in_chain && j == 0 { chain } else { None }, out);
+        }
+    }
+}
+
+impl Normalizer {
+    /// Whether the grouping of `op`'s operand `i`, in `context`, is one sqlparser and DuckDB may
+    /// read otherwise, so that its parentheses (or their absence) are kept: an operator of the
+    /// operand's text outside parentheses is a [`risky_pair`] with `op` or an operator above it
+    /// in the context (but for a chain of one operator from the left); or the operand holds a JSON
+    /// arrow, which in DuckDB reaches out of it to the left; or it is an arrow's operand, or holds
+    /// one above it. Not the arrows of an operand that starts its context (`j ->> 'k' = 'v'`,
+    /// `j ->> 'k' IS NULL`): nothing before them to reach, and a `->>` (or a `->` ended by
+    /// another arrow, `t.j -> 'a' ->> 'b'`) reaches nothing after them that sqlparser would not
+    /// also put above them.
+    fn matters(context: &Context, op: &Expr, i: usize, operand: &Expr) -> bool {
+        let chain = match op {
+            Expr::BinaryOp { op: o, .. } if i == 0 => Some(o),
+            _ => None,
+        };
+        let mut x = Exposed::default();
+        expose(peeled(operand), true, is_arrow(op) && i == 0, chain, &mut x);
+        if !x.any {
+            return false;
+        }
+        let leading = context.leading && i == 0 && leads(op);
+        let all = context.above | op_class(op).map_or(0, OpClass::bit);
+        // The chain reads alike with `op` and the run of the same operator above it.
+        let beside_chain = match (&context.run, chain) {
+            (Some((r, before)), Some(o)) if r == o => *before,
+            _ => context.above,
+        };
+        risky_sets(all, x.classes)
+            || risky_sets(beside_chain, x.chain)
+            || x.short
+            || ((x.long_arrow || x.bounded_short || context.arrow_above || is_arrow(op)) && !leading)
+    }
+
+    /// Decides, for each operand of the operator `expr` in `context`, whether its parentheses are
+    /// kept ([`Slot`]), and wraps those written without them in the two-pair marker.
+    fn mark_operands(&mut self, expr: &mut Expr, context: &Context) {
+        let shared: &Expr = expr;
+        let decided: Vec<(bool, Context)> =
+            operand_refs(shared).into_iter().enumerate().map(|(i, operand)| (Self::matters(context, shared, i, operand), context.child(shared, i))).collect();
+        for (operand, (kept, child)) in operands(expr).into_iter().zip(decided) {
+            if !kept {
+                if is_operator(peeled(operand)) {
+                    self.slots.insert(&raw const *operand as usize, Slot::Within(child));
+                }
+            } else if matches!(operand, Expr::Nested(_)) {
+                self.slots.insert(&raw const *operand as usize, Slot::Keep(Keep::Parens));
+            } else {
+                let bare = std::mem::replace(operand, Expr::Wildcard(AttachedToken::empty()));
+                *operand = Expr::Nested(Box::new(Expr::Nested(Box::new(bare))));
+                self.slots.insert(&raw const *operand as usize, Slot::Keep(Keep::Implicit));
+                if let Expr::Nested(second) = operand {
+                    self.slots.insert(&raw const **second as usize, Slot::Keep(Keep::Implicit));
+                    if let Expr::Nested(bare) = &**second {
+                        self.slots.insert(&raw const **bare as usize, Slot::Within(child));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -754,53 +1119,30 @@ impl VisitorMut for Normalizer {
     type Break = ();
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        // `((a))` → `a` — but not an operand [`risky_pair`] marked: one pair of its parentheses
-        // is kept, or its two-pair marker left as it is. Children are visited after this, on the
-        // unwrapped node.
-        match self.keep.remove(&(&raw const *expr as usize)) {
-            Some(Keep::Implicit) => return ControlFlow::Continue(()),
-            Some(Keep::Parens) => {
+        // `((a))` → `a` — but not an operand whose grouping [`Normalizer::matters`]: one pair of
+        // its parentheses is kept, or its two-pair marker left as it is. Children are visited
+        // after this, on the unwrapped node.
+        let context = match self.slots.remove(&(&raw const *expr as usize)) {
+            Some(Slot::Keep(Keep::Implicit)) => return ControlFlow::Continue(()),
+            Some(Slot::Keep(Keep::Parens)) => {
                 while let Expr::Nested(inner) = expr
                     && matches!(**inner, Expr::Nested(_))
                 {
                     let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
                     *expr = inner;
                 }
+                // Inside the pair, a context of its own starts.
                 return ControlFlow::Continue(());
             }
-            None => {
-                while let Expr::Nested(inner) = expr {
-                    let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
-                    *expr = inner;
-                }
-            }
+            Some(Slot::Within(context)) => context,
+            None => Context::root(),
+        };
+        while let Expr::Nested(inner) = expr {
+            let inner = std::mem::replace(&mut **inner, Expr::Wildcard(AttachedToken::empty()));
+            *expr = inner;
         }
-        if let Some(parent) = op_class(expr) {
-            let binary = if let Expr::BinaryOp { op, .. } = &*expr { Some(op.clone()) } else { None };
-            for (i, operand) in operands(expr).into_iter().enumerate() {
-                let mut inner: &Expr = operand;
-                while let Expr::Nested(i) = inner {
-                    inner = i;
-                }
-                if !op_class(inner).is_some_and(|child| risky_pair(parent, child)) {
-                    continue;
-                }
-                // A left operand with the same operator (`a || b || c`): both parsers group
-                // it from the left.
-                if i == 0 && matches!((inner, &binary), (Expr::BinaryOp { op, .. }, Some(p)) if op == p) {
-                    continue;
-                }
-                if matches!(operand, Expr::Nested(_)) {
-                    self.keep.insert(&raw const *operand as usize, Keep::Parens);
-                } else {
-                    let bare = std::mem::replace(operand, Expr::Wildcard(AttachedToken::empty()));
-                    *operand = Expr::Nested(Box::new(Expr::Nested(Box::new(bare))));
-                    self.keep.insert(&raw const *operand as usize, Keep::Implicit);
-                    if let Expr::Nested(second) = operand {
-                        self.keep.insert(&raw const **second as usize, Keep::Implicit);
-                    }
-                }
-            }
+        if is_operator(expr) {
+            self.mark_operands(expr, &context);
         }
         match expr {
             Expr::Cast { kind, data_type, .. } => {
@@ -1000,6 +1342,94 @@ mod tests {
         ] {
             assert_eq!(canon(a), canon(b), "{a} / {b}");
         }
+    }
+
+    #[test]
+    fn json_arrows_keep_their_parentheses_wherever_they_reach() {
+        // DuckDB 1.5.5 gives `->`/`->>` everything before them as their left operand (up to the
+        // start of the context: a select item, a condition, a function argument, parentheses),
+        // and `->` everything after it up to the next arrow; sqlparser ranks them above the
+        // comparisons. Each pair is one sqlparser tree once its parentheses go, and two meanings
+        // in DuckDB (checked with `json_serialize_sql`).
+        for (a, b) in [
+            ("SELECT 1 FROM t WHERE url LIKE (rule ->> 'prefix')", "SELECT 1 FROM t WHERE url LIKE rule ->> 'prefix'"),
+            ("SELECT 1 FROM t WHERE x > 0 AND (j ->> 'k') = 'v'", "SELECT 1 FROM t WHERE x > 0 AND j ->> 'k' = 'v'"),
+            ("SELECT a OR (b AND c ->> d)", "SELECT a OR b AND c ->> d"),
+            ("SELECT NOT (j ->> 'k' = 'v')", "SELECT NOT j ->> 'k' = 'v'"),
+            ("SELECT a BETWEEN b AND (c ->> d)", "SELECT a BETWEEN b AND c ->> d"),
+            ("SELECT x AND (a ->> b) ->> c", "SELECT x AND a ->> b ->> c"),
+            ("SELECT (t.j -> 'k') = 'v'", "SELECT t.j -> 'k' = 'v'"),
+            // `j -> …` with a bare name is a lambda to sqlparser, an arrow to DuckDB.
+            ("SELECT j -> ('a' ->> 'b')", "SELECT j -> 'a' ->> 'b'"),
+            ("SELECT list_filter(l, x -> (x ->> 'k') = 'v')", "SELECT list_filter(l, x -> x ->> 'k' = 'v')"),
+        ] {
+            assert_ne!(canon(a), canon(b), "{a} / {b}");
+        }
+        // Without parentheses, the operand is marked: an efmesh before this rule stored the bare
+        // tree for the first of each pair, which must not be the tree of the second now.
+        let marked = canon("SELECT 1 FROM t WHERE url LIKE rule ->> 'prefix'");
+        assert!(marked.contains("{\"Nested\":{\"Nested\":"), "{marked}");
+        // An arrow that starts its context reaches nothing more than sqlparser gives it, and an
+        // arrow's operand kept whole is formatting there: these stay one form each.
+        for (a, b) in [
+            ("SELECT (j ->> 'k') = 'v'", "SELECT j ->> 'k' = 'v'"),
+            ("SELECT (j ->> 'k') IS NULL", "SELECT j ->> 'k' IS NULL"),
+            ("SELECT 1 FROM t WHERE (j ->> 'k' = 'v') AND x > 0", "SELECT 1 FROM t WHERE j ->> 'k' = 'v' AND x > 0"),
+            ("SELECT (t.j -> 'a' ->> 'b') = 'v'", "SELECT t.j -> 'a' ->> 'b' = 'v'"),
+            ("SELECT coalesce((j ->> 'k'), 'x')", "SELECT coalesce(j ->> 'k', 'x')"),
+            ("SELECT CASE WHEN (j ->> 'k') = 'v' THEN 1 END", "SELECT CASE WHEN j ->> 'k' = 'v' THEN 1 END"),
+        ] {
+            assert_eq!(canon(a), canon(b), "{a} / {b}");
+        }
+        assert!(!canon("SELECT j ->> 'k' = 'v' AND x > 0").contains("Nested"), "{}", canon("SELECT j ->> 'k' = 'v' AND x > 0"));
+    }
+
+    #[test]
+    fn operators_sqlparser_ranks_otherwise_keep_their_parentheses_under_any_operator_above() {
+        // `<=>`, `~` and `~~` are comparisons to sqlparser, other operators to DuckDB; `||` ranks
+        // with `*` in sqlparser, below `+` in DuckDB; and a pair is weighed against every operator
+        // above the operand in its context, not only its own (`a ^ (b + c) + d`: the `^` above
+        // decides). Two DuckDB meanings each.
+        for (a, b) in [
+            ("SELECT (a = b) ~ c", "SELECT a = b ~ c"),
+            ("SELECT (a < b) <=> c", "SELECT a < b <=> c"),
+            ("SELECT (a || b) + c", "SELECT a || b + c"),
+            ("SELECT (a || b) * c", "SELECT a || b * c"),
+            ("SELECT a ~ (b || c + d)", "SELECT a ~ b || c + d"),
+            ("SELECT a ^ (b + c) + d", "SELECT a ^ b + c + d"),
+            ("SELECT (a = b ~ c) ~ d", "SELECT a = b ~ c ~ d"),
+            ("SELECT (a + ~ b) + c", "SELECT a + ~ b + c"),
+        ] {
+            assert_ne!(canon(a), canon(b), "{a} / {b}");
+        }
+        // Pairs both parsers rank alike are still formatting.
+        for (a, b) in [("SELECT (a || b) = c", "SELECT a || b = c"), ("SELECT (a) + b", "SELECT a + b"), ("SELECT (a + b) - c", "SELECT a + b - c")] {
+            assert_eq!(canon(a), canon(b), "{a} / {b}");
+        }
+    }
+
+    #[test]
+    fn a_body_holding_double_equals_is_left_to_duckdb() {
+        // sqlparser reads `==` as `=`; DuckDB ranks it above `=` (`a = b == c` is `a = (b == c)`,
+        // `a == b = c` is `(a == b) = c`): no sqlparser tree tells them apart.
+        let e = canonicalize("SELECT a = b\n  == c").unwrap_err();
+        assert!(matches!(e, SqlError::Parse { .. }), "{e:?}");
+        assert_eq!((e.line(), e.column()), (Some(2), Some(3)), "{e}");
+        assert!(e.to_string().contains("`==`"), "{e}");
+        let asked = std::cell::Cell::new(0);
+        let duckdb = |_: &str| -> Result<String, String> {
+            asked.set(asked.get() + 1);
+            Ok(r#"{"error":false,"statements":[{"node":{"type":"SELECT_NODE"}}]}"#.into())
+        };
+        assert_eq!(canonicalize_with_fallback("SELECT true >= true == false", &duckdb).unwrap().source, CanonSource::DuckDbJson);
+        assert_eq!(asked.get(), 1);
+        // In a string, a quoted name or a comment it is no operator.
+        for sql in ["SELECT 'a == b' AS x", "SELECT \"a==b\" FROM t", "SELECT a -- a == b\nFROM t", "SELECT a = b /* == */ FROM t"] {
+            assert_eq!(canonicalize_with_fallback(sql, &duckdb).unwrap().source, CanonSource::SqlParser, "{sql}");
+        }
+        assert_eq!(asked.get(), 1);
+        // The digest takes the same way: an error, so that the planner asks DuckDB.
+        assert!(matches!(canonical_digest("SELECT a == b"), Err(SqlError::Parse { .. })));
     }
 
     #[test]

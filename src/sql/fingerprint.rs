@@ -9,7 +9,7 @@
 //! {"v": FINGERPRINT_VERSION,
 //!  "name": "<schema>.<table>",
 //!  "kind": Model::kind_payload(),                // no start/end/batch_size/lookback; "target" unless table
-//!  "columns": [[name, normalised type], …],     // declaration order
+//!  "columns": [[name, normalised type(, "exact")], …],  // declaration order
 //!  "grain": [column, …],                         // declaration order
 //!  "body": "<blake3 hex of the canonical body>" | null,
 //!  "parents": ["<schema>.<table>=<fingerprint>", …],  // sorted
@@ -19,8 +19,10 @@
 //! `statements` appears only for a model with pre/post statements declared data-relevant
 //! (`statements_affect_data`): their canonical text ([`super::statements::canonical_text`]).
 //!
-//! Declared types are lower-cased with runs of whitespace collapsed to one space, so
-//! `TIMESTAMP  WITH TIME ZONE` and `timestamp with time zone` hash alike. A parent's fingerprint
+//! Declared types are lower-cased with runs of whitespace collapsed to one space outside their
+//! quoted parts and member names ([`normalize_type`]), so `TIMESTAMP  WITH TIME ZONE` and
+//! `timestamp with time zone` hash alike and `ENUM('a', 'A')` and `ENUM('A', 'a')` do not; a
+//! type with such parts is `[name, type, "exact"]` ([`EXACT_TYPE`]). A parent's fingerprint
 //! enters its children's, so an upstream change re-versions everything downstream. The
 //! description never enters the payload.
 
@@ -174,7 +176,7 @@ pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents
         v: u32,
         name: String,
         kind: Value,
-        columns: Vec<(&'a str, String)>,
+        columns: Vec<TypedColumn<'a>>,
         grain: &'a [String],
         body: Option<&'a str>,
         parents: Vec<String>,
@@ -187,7 +189,7 @@ pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents
         v: FINGERPRINT_VERSION,
         name: model.name.to_string(),
         kind: model.kind_payload(),
-        columns: model.schema.0.iter().map(|c| (c.name.as_str(), normalize_type(&c.ty))).collect(),
+        columns: model.schema.0.iter().map(|c| TypedColumn::new(&c.name, &c.ty)).collect(),
         grain: &model.grain,
         body: body_digest,
         parents: parent_list,
@@ -205,7 +207,15 @@ pub fn fingerprint_with_digest(model: &Model, body_digest: Option<&str>, parents
 /// tests. `body_digest` is the [`body_digest`] of the canonical body (`None` for externals).
 #[must_use]
 pub fn payload(model: &Model, body_digest: Option<&str>, parents: &BTreeMap<ModelName, Fingerprint>) -> Value {
-    let columns: Vec<Value> = model.schema.0.iter().map(|c| json!([c.name, normalize_type(&c.ty)])).collect();
+    let columns: Vec<Value> = model
+        .schema
+        .0
+        .iter()
+        .map(|c| match normalized_type(&c.ty) {
+            (ty, true) => json!([c.name, ty, EXACT_TYPE]),
+            (ty, false) => json!([c.name, ty]),
+        })
+        .collect();
     let mut parents: Vec<String> = parents.iter().map(|(n, fp)| format!("{n}={fp}")).collect();
     parents.sort_unstable();
     // `json!` keeps key order with serde_json's `preserve_order`; the order is part of the
@@ -242,22 +252,148 @@ pub fn statements_payload(model: &Model) -> Option<Value> {
     Some(json!({"pre": canon(&st.pre), "post": canon(&st.post)}))
 }
 
-/// A declared type as hashed: lower-cased, whitespace runs collapsed to one space, trimmed.
+/// A declared type as hashed and compared: lower-cased, with runs of whitespace collapsed to one
+/// space and the ends trimmed, outside the parts whose exact text is part of the type — a quoted
+/// part (`'…'`, an `ENUM` label; `"…"`, a quoted name, its doubled quotes included) and the
+/// member names of a `STRUCT`, `ROW` or `UNION` (`Name` in `STRUCT(Name INTEGER)`), kept as
+/// written. `ENUM('a', 'A')` is not `ENUM('A', 'a')` (the labels' order is the enum's: it decides
+/// comparisons, `min`, `arg_min`), `ENUM('New  York')` not `ENUM('New York')`, and
+/// `STRUCT(Name INTEGER)` not `STRUCT(name INTEGER)` (DuckDB keeps a member's case in what it
+/// returns, `{"Name": 1}`), while `TIMESTAMP  WITH TIME ZONE` is `timestamp with time zone`.
+/// A type without such parts normalises as it did before efmesh kept them ([`folded_type`]).
+///
+/// # Example
+/// ```
+/// use efmesh::sql::fingerprint::normalize_type;
+/// assert_eq!(normalize_type("  DECIMAL(18,  3) "), "decimal(18, 3)");
+/// assert_eq!(normalize_type("ENUM('New  York', 'a')"), "enum('New  York', 'a')");
+/// assert_eq!(normalize_type("STRUCT(Name VARCHAR, \"Zip Code\" INT)[]"), "struct(Name varchar, \"Zip Code\" int)[]");
+/// ```
 #[must_use]
 pub fn normalize_type(ty: &str) -> String {
-    if !ty.is_ascii() {
-        return ty.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ");
-    }
-    // ASCII (nearly every declared type): the same text without the intermediate strings. The
-    // ASCII characters `char::is_whitespace` accepts are TAB, LF, VT, FF, CR and space.
+    normalized_type(ty).0
+}
+
+/// [`normalize_type`], and whether the type has a part kept as written (a quoted part, a member
+/// name): such a type is hashed with the mark `"exact"` ([`TypedColumn`]).
+#[must_use]
+pub fn normalized_type(ty: &str) -> (String, bool) {
     let mut out = String::with_capacity(ty.len());
-    for word in ty.split(['\t', '\n', '\u{b}', '\u{c}', '\r', ' ']).filter(|w| !w.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
+    let mut exact = false;
+    // Whitespace was skipped after some text: one space is due before the next token.
+    let mut space = false;
+    // Per open parenthesis: whether it lists members, each name first (`STRUCT(`, `ROW(`, `UNION(`).
+    let mut members: Vec<bool> = Vec::new();
+    // The next word is a member name (just after such a `(` or one of its `,`).
+    let mut name_next = false;
+    // Where in `out` the last word is, while nothing but whitespace followed it (`STRUCT (`).
+    let mut last_word: Option<usize> = None;
+    let mut chars = ty.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
         }
-        out.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        match c {
+            '\'' | '"' => {
+                // Up to the closing quote; a doubled quote is one inside.
+                let mut end = ty.len();
+                while let Some((j, d)) = chars.next() {
+                    if d == c {
+                        if chars.peek().is_some_and(|&(_, e)| e == c) {
+                            chars.next();
+                            continue;
+                        }
+                        end = j + d.len_utf8();
+                        break;
+                    }
+                }
+                out.push_str(&ty[i..end]);
+                (exact, name_next, last_word) = (true, false, None);
+            }
+            '(' => {
+                let listed = last_word.is_some_and(|from| matches!(out[from..].trim_end(), "struct" | "row" | "union"));
+                members.push(listed);
+                out.push('(');
+                (name_next, last_word) = (listed, None);
+            }
+            ')' => {
+                members.pop();
+                out.push(')');
+                (name_next, last_word) = (false, None);
+            }
+            ',' => {
+                out.push(',');
+                (name_next, last_word) = (members.last().copied().unwrap_or(false), None);
+            }
+            _ => {
+                // A word: up to whitespace, a quote, a parenthesis or a comma.
+                let mut end = i + c.len_utf8();
+                while let Some(&(j, d)) = chars.peek() {
+                    if d.is_whitespace() || matches!(d, '\'' | '"' | '(' | ')' | ',') {
+                        break;
+                    }
+                    end = j + d.len_utf8();
+                    chars.next();
+                }
+                let word = &ty[i..end];
+                if name_next {
+                    out.push_str(word);
+                    (exact, name_next, last_word) = (true, false, None);
+                } else {
+                    last_word = Some(out.len());
+                    if word.is_ascii() {
+                        out.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+                    } else {
+                        out.push_str(&word.to_lowercase());
+                    }
+                }
+            }
+        }
     }
-    out
+    (out, exact)
+}
+
+/// A declared type as efmesh normalised it before it kept quoted parts and member names as
+/// written: lower-cased throughout, whitespace runs collapsed, trimmed. What a snapshot recorded
+/// then (its `schema` entries have no `"exact"` mark), so the plan compares a new type with such an
+/// entry in this form: a label's case it cannot know from it.
+#[must_use]
+pub fn folded_type(ty: &str) -> String {
+    ty.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
+}
+
+/// The mark a declared column's `[name, type]` carries, in the fingerprint payload and in the
+/// model's metadata, when its type has a part kept as written ([`normalized_type`]): no efmesh
+/// before that rule wrote it, so such a type's fingerprint is never one an earlier efmesh stored
+/// for a spelling that differs in case (`ENUM('a')` then hashed as `enum('a')`, like
+/// `ENUM('A')`), and a snapshot tells which rule recorded its types.
+pub const EXACT_TYPE: &str = "exact";
+
+/// A declared column as the fingerprint payload and the model's metadata hold it:
+/// `[name, normalised type]`, or `[name, normalised type, "exact"]` ([`EXACT_TYPE`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum TypedColumn<'a> {
+    /// A type without parts kept as written.
+    Plain(&'a str, String),
+    /// A type with some ([`EXACT_TYPE`]).
+    Exact(&'a str, String, &'static str),
+}
+
+impl<'a> TypedColumn<'a> {
+    /// Column `name` of declared type `ty`.
+    #[must_use]
+    pub fn new(name: &'a str, ty: &str) -> Self {
+        match normalized_type(ty) {
+            (ty, true) => TypedColumn::Exact(name, ty, EXACT_TYPE),
+            (ty, false) => TypedColumn::Plain(name, ty),
+        }
+    }
 }
 
 /// The unquoted name of a model version's physical table (in schema `_efmesh`):
@@ -417,24 +553,86 @@ mod tests {
     fn declared_types_hash_modulo_case_and_whitespace() {
         assert_eq!(normalize_type("  TIMESTAMP   WITH\tTIME ZONE "), "timestamp with time zone");
         assert_eq!(normalize_type("DECIMAL(18, 3)"), "decimal(18, 3)");
+        assert_eq!(normalize_type("MAP(VARCHAR,  INTEGER[])"), "map(varchar, integer[])");
     }
 
     #[test]
-    fn the_ascii_type_path_equals_the_unicode_rule() {
+    fn types_without_kept_parts_normalise_as_before() {
+        // The rule before quoted parts and member names were kept (`folded_type`): a type
+        // without them keeps its text, so its fingerprint does not change.
         let rule = |ty: &str| ty.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ");
         for ty in [
             "",
             " ",
             "BIGINT",
-            "\u{b}Struct(a INT,\u{c}b VARCHAR)\r\n",
             "  TIMESTAMP   WITH\tTIME ZONE ",
             "DECIMAL(18, 3)",
+            "DECIMAL ( 18 ,3 )",
             "MAP(VARCHAR, INTEGER[])",
             "\u{85}INT\u{a0}EGER Ä",
-            "enum('A B', 'c')",
+            "Mood",
         ] {
-            assert_eq!(normalize_type(ty), rule(ty), "{ty:?}");
+            assert_eq!(normalized_type(ty), (rule(ty), false), "{ty:?}");
+            assert_eq!(folded_type(ty), rule(ty), "{ty:?}");
         }
+        // A struct's lower-case member names read as they did, but the type is marked.
+        assert_eq!(normalized_type("\u{b}Struct(a INT,\u{c}b VARCHAR)\r\n"), ("struct(a int, b varchar)".to_string(), true));
+    }
+
+    #[test]
+    fn quoted_parts_and_member_names_keep_their_text() {
+        // An enum's labels (their order is the enum's: `ENUM('a', 'A')` sorts `'a'` first), a
+        // label's spaces, a quoted member name, an unquoted one (DuckDB returns it as written):
+        // each pair is two types.
+        for (a, b) in [
+            ("ENUM('A', 'a')", "ENUM('a', 'A')"),
+            ("ENUM('New  York')", "ENUM('New York')"),
+            ("STRUCT(\"Name\" VARCHAR)", "STRUCT(\"name\" VARCHAR)"),
+            ("STRUCT(Name VARCHAR)", "STRUCT(name VARCHAR)"),
+            ("STRUCT(a STRUCT(B INT))", "STRUCT(a STRUCT(b INT))"),
+            ("ROW(Id INT)", "ROW(id INT)"),
+            ("UNION(Num INT, s VARCHAR)", "UNION(num INT, s VARCHAR)"),
+            ("MAP(VARCHAR, STRUCT(X INT))[]", "MAP(VARCHAR, STRUCT(x INT))[]"),
+            ("ENUM('it''S')", "ENUM('it''s')"),
+        ] {
+            assert_ne!(normalize_type(a), normalize_type(b), "{a} / {b}");
+            assert!(normalized_type(a).1 && normalized_type(b).1, "{a} / {b}");
+        }
+        // Outside them, case and runs of whitespace are still formatting.
+        for (a, b) in [
+            ("ENUM('A',  'a')", "enum('A', 'a')"),
+            ("STRUCT(Name VARCHAR,  \"Zip Code\" INT)[]", "struct(Name   varchar, \"Zip Code\" int)[]"),
+            ("ENUM('it''S', 'b')", "Enum('it''S',\t'b')"),
+        ] {
+            assert_eq!(normalize_type(a), normalize_type(b), "{a} / {b}");
+        }
+        assert_eq!(normalize_type("  Enum( 'A' ,  'a b' ) "), "enum( 'A' , 'a b' )");
+        assert_eq!(normalize_type("STRUCT (Name INT, \"x\"\"Y\" INT)"), "struct (Name int, \"x\"\"Y\" int)");
+        // A quote left open keeps the rest as written.
+        assert_eq!(normalize_type("ENUM('A', 'B"), "enum('A', 'B");
+        // Comparisons with what the engine describes read families, not this text: a declared
+        // enum still matches DuckDB's `DESCRIBE` of it.
+        assert!(crate::core::schema::same_type("ENUM('A','a')", "ENUM('A', 'a')"));
+    }
+
+    #[test]
+    fn a_type_with_kept_parts_is_marked_in_the_payload() {
+        let typed = |ty: &str| {
+            let mut m = model("s.t");
+            m.schema.0.push(Column { name: "lvl".into(), ty: ty.into() });
+            m
+        };
+        let (a, b) = (typed("ENUM('A', 'a')"), typed("ENUM('a', 'A')"));
+        assert_ne!(fingerprint(&a, Some("d"), &BTreeMap::new()), fingerprint(&b, Some("d"), &BTreeMap::new()));
+        let p = payload(&a, None, &BTreeMap::new());
+        assert_eq!(p["columns"], json!([["id", "bigint"], ["lvl", "enum('A', 'a')", "exact"]]));
+        // The fast path writes the same entries.
+        assert_eq!(fingerprint_with_digest(&a, None, &BTreeMap::new()).as_str(), blake3::hash(p.to_string().as_bytes()).to_hex().as_str());
+        // An earlier efmesh hashed `ENUM('a', 'a')` and `ENUM('A', 'a')` alike, as
+        // `[lvl, "enum('a', 'a')"]`: neither is that payload now.
+        let old_payload = json!([["id", "bigint"], ["lvl", "enum('a', 'a')"]]);
+        assert_ne!(payload(&typed("ENUM('a', 'a')"), None, &BTreeMap::new())["columns"], old_payload);
+        assert_eq!(serde_json::to_value(TypedColumn::new("x", "VARCHAR")).unwrap(), json!(["x", "varchar"]));
     }
 
     #[test]

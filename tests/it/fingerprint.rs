@@ -2,7 +2,8 @@
 //! fingerprints"; `STYLE.md` rule 8): formatting never changes a fingerprint, meaning always
 //! does, and a frozen fingerprint pins the payload across runs and releases.
 //!
-//! Public API only: `efmesh::sql::…` and `efmesh::core::…`.
+//! Public API only: `efmesh::sql::…` and `efmesh::core::…`; at the end, edits a canonical form
+//! once missed, planned end to end through the binary (`crate::common`).
 
 use efmesh::core::fragment::{CanonicalResolver, RefSite};
 use efmesh::core::kind::TimeRange;
@@ -484,4 +485,71 @@ fn streamed_canonical_digests_equal_the_digest_of_the_text() {
         }
     }
     assert!(canonicalize(&bodies[bodies.len() - 1]).unwrap().text.len() > 3 * 16 * 1024);
+}
+
+// ---------------------------------------------------------------------------------------------
+// End to end: edits the canonical form once missed are changes
+
+/// A project of `.sql` models with the seed `s.l` (its `lvl` of the declared enum `labels`) and
+/// `s.m`, the `id` of the least `lvl` (`arg_min`: the enum's label order decides).
+fn enum_project(labels: &str) -> crate::common::Project {
+    let p = crate::common::Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write("seeds/l.csv", "id,lvl\n1,a\n2,A\n");
+    p.write("models/l.sql", &enum_seed(labels));
+    p.write("models/m.sql", "-- name: s.m\n-- kind: full\n-- schema: first_id integer\n-- refs: s.l\nSELECT arg_min(id, lvl) AS first_id FROM @ref(s.l)\n");
+    p
+}
+
+fn enum_seed(labels: &str) -> String {
+    format!("-- name: s.l\n-- kind: seed(path = seeds/l.csv)\n-- schema: id integer, lvl {labels}\n")
+}
+
+/// An enum's labels are its type: `ENUM('a', 'A')` and `ENUM('A', 'a')` order the same values
+/// otherwise, so reordering them changes what `s.m` computes. The plan must see a change (it
+/// said "no changes" when declared types were hashed lower-cased, quotes included) and dev serve
+/// the new rows; a re-spelling outside the labels stays no change.
+#[test]
+fn reordering_an_enums_labels_is_a_change() {
+    use crate::common::{action, env_view};
+    let p = enum_project("ENUM('a', 'A')");
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.m")), vec![vec![Some("1".to_string())]]);
+
+    p.write("models/l.sql", &enum_seed("ENUM('A', 'a')"));
+    let plan = p.plan("dev");
+    assert_eq!(plan["hasChanges"], true, "{plan:#}");
+    assert_eq!(action(&plan, "s.l")["change"], "breaking", "{plan:#}");
+    assert_ne!(action(&plan, "s.m")["change"], "unchanged", "{plan:#}");
+    p.apply("dev");
+    assert_eq!(p.rows(&env_view("dev", "s.m")), vec![vec![Some("2".to_string())]], "dev serves the old rows");
+
+    // Case and spacing outside the labels are formatting.
+    p.write("models/l.sql", &enum_seed("enum('A',   'a')"));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
+}
+
+/// DuckDB reads `url LIKE rule ->> 'prefix'` as `(url LIKE rule) ->> 'prefix'`: dropping the
+/// parentheses of `url LIKE (rule ->> 'prefix')` is a change of the query, not formatting.
+#[test]
+fn dropping_the_parentheses_of_a_json_arrow_is_a_change() {
+    use crate::common::{Project, action};
+    let p = Project::new();
+    p.write("efmesh.toml", &p.config_with("").replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+    p.write(
+        "seeds/o.csv",
+        "id,url,rule\n1,https://a.example/x,\"{\"\"prefix\"\":\"\"https://a.%\"\"}\"\n2,https://b.example/y,\"{\"\"prefix\"\":\"\"https://a.%\"\"}\"\n",
+    );
+    p.write("models/o.sql", "-- name: s.orders\n-- kind: seed(path = seeds/o.csv)\n-- schema: id integer, url varchar, rule json\n");
+    let matching = |condition: &str| {
+        format!("-- name: s.matching\n-- kind: full\n-- schema: id integer\n-- refs: s.orders\nSELECT id FROM @ref(s.orders) WHERE {condition}\n")
+    };
+    p.write("models/c.sql", &matching("url LIKE (rule ->> 'prefix')"));
+    p.apply("dev");
+    p.write("models/c.sql", &matching("url LIKE rule ->> 'prefix'"));
+    let plan = p.plan("dev");
+    assert_eq!(action(&plan, "s.matching")["change"], "breaking", "{plan:#}");
+    // Parentheses around the arrow where it starts the condition are still formatting.
+    p.write("models/c.sql", &matching("(url LIKE (rule ->> 'prefix'))"));
+    assert_eq!(p.plan("dev")["hasChanges"], false);
 }
