@@ -88,7 +88,8 @@ impl Project {
 /// The load's checks of models against the configuration and the model names of `dag`, run
 /// after the DAG is built, in this order, the first that finds anything giving the errors:
 /// schemas the engine reserves ([`reserved_schemas`]), pre/post statements
-/// ([`check_statements`]), queries reading a model by its name ([`bare_model_reads`]), storage
+/// ([`check_statements`]), operators DuckDB reads as one it does not have ([`glued_operators`]),
+/// queries reading a model by its name ([`bare_model_reads`]), storage
 /// targets (their section of efmesh.toml, their column types, a lake directory name too long
 /// for a file system), `accepted_values` lists of the wrong type for their column
 /// ([`crate::core::audit::mistyped_values`]) and, on Postgres, columns a kind compares of a
@@ -106,6 +107,10 @@ pub fn model_checks(config: &Config, dag: &Dag, checked: &[&Model]) -> Vec<LoadE
     let bad_statements = check_statements(config, checked.iter().copied());
     if !bad_statements.is_empty() {
         return bad_statements;
+    }
+    let glued = glued_operators(config, checked.iter().copied());
+    if !glued.is_empty() {
+        return glued;
     }
     let bare = bare_model_reads(config, dag, checked.iter().copied());
     if !bare.is_empty() {
@@ -266,6 +271,40 @@ pub fn check_statements<'m>(config: &Config, models: impl IntoIterator<Item = &'
             if let Err(e) = check(&st.sql.render(&CheckResolver), grammar) {
                 errors.push(crate::core::LoadError::new(Some(st.location.clone()), Some(m.name.clone()), format!("{when}-statement {i}: {e}")));
             }
+        }
+    }
+    errors
+}
+
+/// On the DuckDB engine, every operator of a model's query that DuckDB reads as one operator
+/// it does not have where sqlparser reads two ([`crate::sql::operator_runs::glued_operators`]:
+/// `3^-2` is DuckDB's `^-`, `x!=-1` its `!=-`, `a&~b` its `&~`), as load errors at the
+/// operator's line (a `.sql` file's line; the model's own line otherwise, naming the line of
+/// the query), with the spelling to write. The model would fail when built, and its
+/// fingerprint (sqlparser's tree) is the one of the spelling with a space, so an edit between
+/// the two would be no change to `plan`. Postgres's grammar (libpg_query, the fingerprint's
+/// parser there) reads the operator as the server does, which has some of them (`#-`, `-|-`):
+/// nothing is refused on Postgres.
+pub fn glued_operators<'m>(config: &Config, models: impl IntoIterator<Item = &'m Model>) -> Vec<LoadError> {
+    if config.engine.url_env.is_some() {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for m in models {
+        let Some(body) = &m.body else { continue };
+        let sql_file = m.location.file.extension().is_some_and(|e| e == "sql");
+        for g in crate::sql::operator_runs::glued_operators(&body.render(&crate::core::fragment::CanonicalResolver)) {
+            let (location, at) = if sql_file {
+                (m.location_of_query_line(Some(g.line)), String::new())
+            } else {
+                (m.location.clone(), format!(" (line {} of its query)", g.line))
+            };
+            let ending = if g.operator.ends_with(['+', '-']) { ", one ending in `+` or `-` only if it holds one of `~ ! @ % ^ & |`" } else { "" };
+            let (operator, apart) = (&g.operator, &g.apart);
+            let message = format!(
+                "the query's `{operator}`{at} is one operator to DuckDB, which has none of that name (DuckDB, like Postgres, reads a run of operator characters as one operator{ending}), while efmesh's SQL parser reads `{apart}`: the model would fail when built"
+            );
+            errors.push(LoadError::new(Some(location), Some(m.name.clone()), message).with_hint(format!("write `{apart}` (with a space)")));
         }
     }
     errors
@@ -608,6 +647,28 @@ mod tests {
         assert!(uncomparable_columns(&config(""), [&key, &watched]).is_empty());
         let fine = model(scd("id", None), &[("id", "bigint"), ("p", "text"), ("q", "pointer")]);
         assert!(uncomparable_columns(&pg, [&fine]).is_empty());
+    }
+
+    /// An operator DuckDB reads as one it does not have (`^-`, `!=-`) is a load error on the
+    /// DuckDB engine, at the model's line naming the line of its query (a Lua model); never on
+    /// Postgres, whose parser reads operators as the server does (and has `#-`, `-|-`).
+    #[test]
+    fn glued_operators_are_refused_on_duckdb_only() {
+        let mut m = Model::fixture("z.g", Kind::Full, &[]);
+        let mut body = crate::core::Fragment::default();
+        body.push_text("SELECT 3 * -2 AS x, 'a^-b' AS y\nWHERE 3^-2 > 0 AND 1!=-2");
+        m.body = Some(body);
+        let errors: Vec<String> = glued_operators(&config(""), [&m]).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for (error, needles) in errors.iter().zip([
+            ["m.lua:1", "model `z.g`", "the query's `^-` (line 2 of its query) is one operator to DuckDB", "hint: write `^ -`"],
+            ["m.lua:1", "model `z.g`", "the query's `!=-` (line 2 of its query)", "hint: write `!= -`"],
+        ]) {
+            for needle in needles {
+                assert!(error.contains(needle), "{needle:?} missing from {error}");
+            }
+        }
+        assert!(glued_operators(&config("[engine]\nurl_env = \"PG_ENGINE_URL\"\n"), [&m]).is_empty());
     }
 
     /// A name qualified by efmesh's storage schema or catalog, in any position but the last, is

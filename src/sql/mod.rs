@@ -10,6 +10,8 @@
 //! - [`pushdown`]: time-range models whose batches re-read a whole relation (a `check` warning).
 //! - [`relations`]: the relations a query reads by name (a model named outside `ref` is a load
 //!   error).
+//! - [`operator_runs`]: operators DuckDB reads as one where sqlparser reads two (`3^-2`: a load
+//!   error).
 //!
 //! The rules come from `DECISIONS.md`, "Canonical SQL and fingerprints".
 
@@ -18,6 +20,7 @@ pub mod canon;
 pub mod fingerprint;
 pub mod lineage;
 pub mod lint;
+pub mod operator_runs;
 pub mod pg_canon;
 pub mod prefetch;
 pub mod pushdown;

@@ -414,6 +414,32 @@ fn dbt_jinja_in_a_model_is_a_load_error_naming_its_line() {
     );
 }
 
+/// An operator DuckDB reads as one it does not have where efmesh's SQL parser reads two —
+/// `3^-2` is DuckDB's `^-` (a `Catalog Error` when built) and sqlparser's `3 ^ -2`, one
+/// fingerprint for the broken text and the fixed one — is a load error at its line with the
+/// spelling to write; `3 * -2` (DuckDB's `*` then `-`) and a run in a comment are not.
+#[test]
+fn an_operator_duckdb_reads_as_one_it_lacks_is_a_load_error_at_its_line() {
+    let stderr = assert_load_error(
+        |p| {
+            p.write("efmesh.toml", &CONFIG.replace("models/**/*.lua", "models/**/*.{lua,sql}"));
+            p.write("models/g.sql", "-- name: z.g\n-- kind: full\n-- schema: m integer, n double\nSELECT 3*-2 AS m,\n  3^-2 AS n -- not 3%-2\n");
+            p.write(
+                "models/gl.lua",
+                "define_model { name = \"z.gl\", kind = kind.full(), schema = { { \"n\", \"boolean\" } },\n  query = \"SELECT true AS n\\nWHERE 2!=-1\" }\n",
+            );
+        },
+        &[
+            "models/g.sql:5: model `z.g`: the query's `^-` is one operator to DuckDB, which has none of that name",
+            "while efmesh's SQL parser reads `^ -`",
+            "hint: write `^ -` (with a space)",
+            "models/gl.lua:1: model `z.gl`: the query's `!=-` (line 2 of its query) is one operator to DuckDB",
+            "hint: write `!= -` (with a space)",
+        ],
+    );
+    assert_eq!(stderr.matches("is one operator to DuckDB").count(), 2, "{stderr}");
+}
+
 #[test]
 fn columns_differing_only_in_case() {
     // `n` and `N` are one column to the engine: the view served `n`'s value under both names.
