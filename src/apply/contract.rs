@@ -153,7 +153,7 @@ pub fn check(project: &Project, physicals: &BTreeMap<ModelName, String>, pending
                             // read (`External::typed_by_consumers`): its values decide at the build.
                             let cast = ext_casts(m) && got == TypeFamily::Json;
                             // A zoned time read as text is cast there too (`External::reads_as_text`).
-                            let as_text = matches!(&m.kind, Kind::External(ext) if ext.reads_as_text(&d.ty)) && got == TypeFamily::Text;
+                            let as_text = matches!(&m.kind, Kind::External(ext) if ext.guards_zoned(&d.ty)) && got == TypeFamily::Text;
                             if as_text {
                                 // Its values decide at the build, as a JSON column's.
                             } else if !want.compatible(got) && !cast {

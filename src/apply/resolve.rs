@@ -72,6 +72,10 @@ pub fn external_relation(project: &Project, model: &Model, ext: &External) -> St
     // (A JSON file's text columns are left as read: a field DuckDB typed `JSON` cast to text
     // would keep a string's quotes.)
     let json = matches!(ext, External::Files { format: crate::core::FileFormat::Json, .. });
+    let what = match ext {
+        External::Files { path, .. } => format!("external `{}` ({}) reading {path}", model.name, model.location),
+        External::Table { .. } => format!("external `{}` ({})", model.name, model.location),
+    };
     let cols: Vec<String> = if ext.typed_by_consumers() {
         model
             .schema
@@ -81,16 +85,14 @@ pub fn external_relation(project: &Project, model: &Model, ext: &External) -> St
                 let q = quote_ident(&c.name);
                 if json && crate::core::schema::TypeFamily::of(&c.ty) == crate::core::schema::TypeFamily::Text {
                     q
+                } else if ext.guards_zoned(&c.ty) {
+                    ext.read_column(c, &what)
                 } else {
                     format!("CAST({q} AS {}) AS {q}", c.ty)
                 }
             })
             .collect()
     } else {
-        let what = match ext {
-            External::Files { path, .. } => format!("external `{}` ({}) reading {path}", model.name, model.location),
-            External::Table { .. } => format!("external `{}` ({})", model.name, model.location),
-        };
         model.schema.0.iter().map(|c| ext.read_column(c, &what)).collect()
     };
     format!("(SELECT {} FROM {src})", cols.join(", "))

@@ -395,7 +395,17 @@ impl External {
     /// read to cast ([`crate::core::schema::csv_reader_nulls_bad_values`]): a CSV file given its
     /// declared types (not one [`Self::typed_by_consumers`], whose columns are all cast there).
     pub fn reads_as_text(&self, ty: &str) -> bool {
-        matches!(self, External::Files { format: FileFormat::Csv, .. }) && !self.typed_by_consumers() && super::schema::csv_reader_nulls_bad_values(ty)
+        self.guards_zoned(ty) && !self.typed_by_consumers()
+    }
+
+    /// True when the relation consumers read casts a column declared `ty` of this source with a
+    /// failing guard ([`Self::read_column`]): a zoned time in a CSV file, read as text — given
+    /// `varchar` among the declared types ([`Self::reads_as_text`]), or, for a CSV glob read
+    /// with `union_by_name` (no declared types), never sniffed as a zoned time (its
+    /// `auto_type_candidates` leave them out, so DuckDB's reader cannot turn a later value into
+    /// NULL: the column is text, or a naive `TIMESTAMP`, which fails on a bad value).
+    pub fn guards_zoned(&self, ty: &str) -> bool {
+        matches!(self, External::Files { format: FileFormat::Csv, .. }) && super::schema::csv_reader_nulls_bad_values(ty)
     }
 
     /// The expression the relation consumers read selects for column `c` of this source (as
@@ -404,7 +414,7 @@ impl External {
     /// file is), the column and the value; any other column as read.
     pub fn read_column(&self, c: &super::schema::Column, what: &str) -> String {
         let q = quote_ident(&c.name);
-        if !self.reads_as_text(&c.ty) {
+        if !self.guards_zoned(&c.ty) {
             return q;
         }
         let before = format!("{what}: column `{}` holds `", c.name);
@@ -454,6 +464,10 @@ impl External {
                         .collect::<Vec<_>>();
                     if !types.is_empty() && !self.typed_by_consumers() {
                         args.push(format!("types = {{{}}}", types.join(", ")));
+                    } else if self.typed_by_consumers() && columns.iter().any(|c| self.guards_zoned(&c.ty)) {
+                        // Sniffed, never as a zoned time ([`Self::guards_zoned`]): DuckDB's
+                        // default candidates less the zoned ones.
+                        args.push("auto_type_candidates = ['BOOLEAN', 'BIGINT', 'DOUBLE', 'TIME', 'DATE', 'TIMESTAMP', 'VARCHAR']".to_string());
                     }
                     if !null_markers.is_empty() {
                         // The empty field stays NULL besides the markers (as without them, and

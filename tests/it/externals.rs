@@ -219,6 +219,30 @@ fn a_csv_value_that_is_no_zoned_time_fails_the_build_instead_of_reading_as_null(
     assert!(run.stderr.contains("column `w` holds `1`, which is no `time with time zone`"), "{}", run.stderr);
 }
 
+/// A CSV glob read with `union_by_name` takes no declared types: its zoned time column is
+/// sniffed, never as a zoned time (DuckDB's sniffer would pick `TIMESTAMPTZ` from the first rows
+/// and its reader turn a later `NA` into NULL), and cast with the same failing guard.
+#[test]
+fn a_zoned_time_of_a_union_by_name_glob_past_the_sniffed_rows_is_refused_not_read_as_null() {
+    let p = Project::new();
+    let mut rows = String::from("k,t\n");
+    for i in 0..21_000 {
+        rows.push_str(&format!("{i},2026-01-01 00:00:00+02\n"));
+    }
+    rows.push_str("x,NA\n");
+    p.write("data/g/a.csv", &rows);
+    p.write("data/g/b.csv", "t,k\n2026-01-02 00:00:00Z,y\n");
+    let schema = r#"{ { "k", "varchar" }, { "t", "timestamptz" } }"#;
+    let consumer = "SELECT k, count(t) AS n FROM ]] .. ref(\"raw.parts\") .. [[ GROUP BY k";
+    write_models(&p, r#"path = "data/g/*.csv", union_by_name = true"#, schema, consumer);
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    assert!(run.stderr.contains("column `t` holds `NA`, which is no `timestamptz`"), "{}", run.stderr);
+    write_models(&p, r#"path = "data/g/*.csv", union_by_name = true, null_markers = { "NA" }"#, schema, consumer);
+    p.apply("dev");
+    assert_eq!(p.rows("\"dev__m\".\"sum\" WHERE k IN ('0', 'x', 'y') ORDER BY k"), vec![vec![s("0"), s("1")], vec![s("x"), s("0")], vec![s("y"), s("1")]]);
+}
+
 /// Writes `models/raw.lua` with the CSV externals `raw.a` (line 1) and `raw.b` (line 2) reading
 /// `data/f.csv` with the kind options and types given, and `m.both` reading both.
 fn write_two_readers(p: &Project, a: (&str, &str), b: (&str, &str)) {
