@@ -6,6 +6,7 @@
 //! "now" with `--now` (the hidden global flag `EFMESH_NOW` sets) relative to it.
 
 use crate::common::*;
+use crate::run_journal::FAILS_FROM_THE_4TH;
 use efmesh::core::interval::{now_millis, to_iso};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -688,25 +689,6 @@ fn a_plan_of_a_new_environment_named_like_an_existing_one_asks_did_you_mean() {
     assert!(r.stderr.contains("environment `prdo` does not exist yet (did you mean `prod`?)"), "{}", r.stderr);
     assert!(!p.run(&["plan", "prod"]).stderr.contains("does not exist yet"));
 }
-
-/// `m.daily` (one interval per batch) over `data/switch.csv`: fails from 4 January on while the
-/// file says `fail`.
-const FAILS_FROM_THE_4TH: &str = r#"local switch = define_model {
-  name = "raw.switch",
-  kind = kind.external { path = "data/switch.csv" },
-  schema = { { "mode", "varchar" } },
-}
-define_model {
-  name = "m.daily",
-  kind = kind.incremental_by_time_range { time_column = "d", start = "2026-01-01", grain = "day", batch_size = 1 },
-  schema = { { "d", "timestamp" }, { "n", "bigint" } },
-  query = [[
-    SELECT CAST(@start AS TIMESTAMP) AS d,
-           CAST(max(CASE WHEN s.mode = 'fail' AND @start >= TIMESTAMP '2026-01-04' THEN error('disk on fire') ELSE 1 END) AS BIGINT) AS n
-    FROM ]] .. ref(switch) .. [[ AS s
-  ]],
-}
-"#;
 
 /// A `run dev` errored, then the janitor dropped `dev`: its run ticks went with it (the status of
 /// the dropped environment does not say its last run errored), a run of it meanwhile is refused

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 /// `m.daily`: one interval per batch, failing from 4 January on while `data/switch.csv` says
 /// `fail`.
-const FAILS_FROM_THE_4TH: &str = r#"local switch = define_model {
+pub(crate) const FAILS_FROM_THE_4TH: &str = r#"local switch = define_model {
   name = "raw.switch",
   kind = kind.external { path = "data/switch.csv" },
   schema = { { "mode", "varchar" } },
