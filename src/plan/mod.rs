@@ -1491,6 +1491,8 @@ struct OldDefinition {
     statements: Option<serde_json::Value>,
     /// The snapshot records pre/post statements (data-relevant or metadata).
     has_statements: bool,
+    /// The body's canonical render as the snapshot recorded it (logical names; empty when none).
+    rendered_sql: String,
 }
 
 fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option<OldDefinition>, StateError> {
@@ -1511,7 +1513,32 @@ fn old_definition(state: &dyn StateStore, name: &str, fp: &str) -> Result<Option
     // Recorded only when the model has some ([`metadata_text`]); metadata-only statements added
     // to the version later are not here but in what environments serve ([`served_with_statements`]).
     let has_statements = m["statements"].is_object();
-    Ok(Some(OldDefinition { canonical: rec.canonical, kind: m["kind"].clone(), schema, folded, grain, physical: rec.physical, statements, has_statements }))
+    Ok(Some(OldDefinition {
+        canonical: rec.canonical,
+        kind: m["kind"].clone(),
+        schema,
+        folded,
+        grain,
+        physical: rec.physical,
+        statements,
+        has_statements,
+        rendered_sql: rec.rendered_sql,
+    }))
+}
+
+/// Whether `model`'s own definition is the one `old`'s snapshot recorded, text for text — the
+/// body's canonical render, kind, grain, pre/post statements and declared schema (in the form the
+/// snapshot compares them) — so that a fingerprint differing beyond its parents can only come
+/// from efmesh reading the same text anew (`CANON_RULES`, `FINGERPRINT_VERSION`, a type rule):
+/// `plan --explain` says so instead of blaming the query.
+fn same_text_read_anew(old: &OldDefinition, model: &Model, new_schema: &[(String, String)], new_kind: &serde_json::Value) -> bool {
+    let Some(body) = model.body.as_ref() else { return false };
+    !old.rendered_sql.is_empty()
+        && old.kind == *new_kind
+        && old.grain == model.grain
+        && old.schema == new_schema
+        && old.statements == crate::sql::fingerprint::statements_payload(model)
+        && body.render(&crate::core::fragment::CanonicalResolver) == old.rendered_sql
 }
 
 /// `model`'s declared `(column, type)` pairs in the form `old`'s snapshot records types:
@@ -2382,6 +2409,14 @@ fn compute_with(
                             Some(new_schema.iter().filter(|(n, _)| !o.schema.iter().any(|(c, _)| c == n)).map(|(n, _)| n.to_lowercase()).collect());
                     }
                     let mut reason = verdict.reason.clone();
+                    if !verdict.non_breaking
+                        && let Some(o) = old.as_ref().filter(|o| !external && same_text_read_anew(o, model, &new_schema, &new_kind))
+                    {
+                        reason = format!(
+                            "the query's text is the one the snapshot recorded; only efmesh's canonical reading of it changed (an upgrade's fingerprint rules{}), so the version is built once more",
+                            if o.canonical.is_some() { "" } else { "; no canonical form recorded" }
+                        );
+                    }
                     if let Some(wanted) = options.reclassify.get(&model.name) {
                         if *wanted == Change::NonBreaking && !verdict.keeps_columns {
                             return Err(PlanError::Operator(format!(
@@ -3280,6 +3315,38 @@ mod tests {
         let ahead = metadata_all(&refs);
         let expected: Vec<(String, serde_json::Value)> = refs.iter().map(|m| (metadata_text(m), metadata(m))).collect();
         assert_eq!(ahead, expected);
+    }
+
+    #[test]
+    fn a_version_whose_text_is_unchanged_is_told_apart_from_an_edited_query() {
+        // An efmesh upgrade that reads the same text by new rules changes the fingerprint but not
+        // the text the snapshot recorded: `plan --explain` must not blame the query.
+        let mut m = model("s.t");
+        let mut body = crate::core::fragment::Fragment::default();
+        body.push_text("SELECT 1 AS a");
+        m.body = Some(body);
+        let schema = declared_schema(&m, None, &BTreeMap::new());
+        let kind = m.kind_payload();
+        let old = |rendered: &str| OldDefinition {
+            canonical: Some("{}".into()),
+            kind: kind.clone(),
+            schema: schema.clone(),
+            folded: BTreeSet::new(),
+            grain: vec![],
+            physical: String::new(),
+            statements: None,
+            has_statements: false,
+            rendered_sql: rendered.into(),
+        };
+        assert!(same_text_read_anew(&old("SELECT 1 AS a"), &m, &schema, &kind));
+        assert!(!same_text_read_anew(&old("SELECT 2 AS a"), &m, &schema, &kind), "an edited query");
+        assert!(!same_text_read_anew(&old(""), &m, &schema, &kind), "a snapshot without its text");
+        let mut retyped = schema.clone();
+        retyped[0].1 = "integer".into();
+        assert!(!same_text_read_anew(&old("SELECT 1 AS a"), &m, &retyped, &kind), "a retyped column");
+        let mut grained = old("SELECT 1 AS a");
+        grained.grain = vec!["a".into()];
+        assert!(!same_text_read_anew(&grained, &m, &schema, &kind), "another grain");
     }
 
     #[test]
