@@ -16,6 +16,11 @@ use std::collections::BTreeSet;
 /// serves ([`crate::apply::audit::unserved_definitions`]). Only those models' bodies are
 /// parsed: another model's broken SQL does not stop the audits.
 ///
+/// The audits are the project's: a model `env` serves that the project no longer defines (removed,
+/// and the removal not applied) has none to run. The report names those whose served metadata
+/// records audits, with how many, and says their audits were not run ([`undefined_audited`]);
+/// they do not change the exit code, as the project's models `env` does not serve do not.
+///
 /// # Errors
 /// Load errors, an unknown environment or model, an engine database older than the state store
 /// ([`crate::plan::PlanError::EngineBehind`]).
@@ -62,6 +67,8 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     crate::apply::lake::prepare(&project, &mut *engine)?;
     crate::apply::ducklake::prepare(&project, &mut *engine)?;
     let results = audit_environment(&project, env, &served, &only, &differs, &mut *engine);
+    // `--model` names project models only: a removed one is never selected.
+    let undefined = if only.is_empty() { undefined_audited(&project, &*state, env, &served)? } else { Vec::new() };
     let skipped: Vec<String> = project
         .dag
         .models()
@@ -81,9 +88,10 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
             "errors": errors,
             "notRun": not_run,
             "notServed": skipped,
+            "notInProject": undefined.iter().map(|(model, audits)| json!({"model": model, "audits": audits})).collect::<Vec<_>>(),
         }))?;
     } else {
-        out.text(&report_text(env, &results, &skipped))?;
+        out.text(&report_text(env, &results, &skipped, &undefined))?;
     }
     if blocking > 0 || errors > 0 || not_run > 0 {
         let mut parts = Vec::new();
@@ -115,11 +123,39 @@ pub(super) fn run(config: &std::path::Path, env: &str, models: &str, json: bool,
     Ok(Exit::Success)
 }
 
-fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String {
-    if results.is_empty() {
+/// The models `env` serves that the project does not define, each with the number of audits its
+/// served metadata records ([`crate::state::StateStore::env_metadata`]), for those recording
+/// any: `efmesh audit` runs the project's audits, so theirs are not run, and the report says so
+/// rather than "nothing to check". Sorted by name.
+///
+/// # Errors
+/// The state store read fails.
+fn undefined_audited(
+    project: &crate::project::Project,
+    state: &dyn crate::state::StateStore,
+    env: &str,
+    served: &BTreeSet<String>,
+) -> Result<Vec<(String, usize)>> {
+    let gone: Vec<&String> = served.iter().filter(|n| !ModelName::parse(n).is_ok_and(|m| project.dag.get(&m).is_some())).collect();
+    if gone.is_empty() {
+        return Ok(Vec::new());
+    }
+    let metadata = state.env_metadata(env)?;
+    Ok(gone
+        .into_iter()
+        .filter_map(|name| {
+            let meta: serde_json::Value = serde_json::from_str(metadata.get(name)?).ok()?;
+            let audits = meta.get("audits").and_then(serde_json::Value::as_array).map_or(0, Vec::len);
+            (audits > 0).then(|| (name.clone(), audits))
+        })
+        .collect())
+}
+
+fn report_text(env: &str, results: &[AuditResult], skipped: &[String], undefined: &[(String, usize)]) -> String {
+    if results.is_empty() && undefined.is_empty() {
         return format!("no audits in environment `{env}`: nothing to check\n");
     }
-    let width = results.iter().map(|r| r.model.to_string().len()).max().unwrap_or(0);
+    let width = results.iter().map(|r| r.model.to_string().len()).chain(undefined.iter().map(|(m, _)| m.len())).max().unwrap_or(0);
     let mut s = format!("audits of environment `{env}`\n");
     for r in results {
         let (mark, tail) = match (r.violations, r.blocking) {
@@ -143,6 +179,10 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
     for m in skipped {
         s.push_str(&format!("  · {m:width$}  not served by `{env}`\n"));
     }
+    let plural = |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
+    for (m, n) in undefined {
+        s.push_str(&format!("  · {m:width$}  served by `{env}`, no longer in the project: {n} recorded audit{} not run\n", plural(*n, "", "s")));
+    }
     let not_run = results.iter().filter(|r| r.not_run.is_some()).count();
     let ran = results.len() - not_run;
     let failed = results.iter().filter(|r| r.failed() && r.not_run.is_none()).count();
@@ -152,5 +192,18 @@ fn report_text(env: &str, results: &[AuditResult], skipped: &[String]) -> String
         s.push_str(&format!("; {not_run} not run: what they read differs in the project from what `{env}` serves, or does not parse"));
     }
     s.push('\n');
+    if !undefined.is_empty() {
+        let models = undefined.iter().map(|(m, _)| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+        let audits: usize = undefined.iter().map(|(_, n)| n).sum();
+        let (count, them) = (undefined.len(), plural(undefined.len(), "it", "them"));
+        s.push_str(&format!(
+            "warning: `{env}` serves {count} audited model{} the project no longer defines ({models}): {} {audits} recorded audit{} not run, \
+             as `efmesh audit` runs the project's audits; `efmesh apply {env}` stops serving {them} (or restore {})\n",
+            plural(count, "", "s"),
+            plural(count, "its", "their"),
+            plural(audits, " was", "s were"),
+            plural(count, "its definition", "their definitions"),
+        ));
+    }
     s
 }

@@ -18,6 +18,7 @@ on_every_engine!(
     a_batch_failing_its_audit_rolls_back_alone_and_the_batches_before_it_stay_done,
     a_warn_audit_that_found_rows_runs_again_at_every_promotion,
     an_audit_reading_the_clock_or_another_table_runs_at_every_promotion,
+    an_audit_calling_the_clock_by_its_quoted_name_runs_at_every_promotion,
     a_kill_after_the_first_batch_created_the_table_and_before_its_snapshot_converges_on_the_next_apply,
 );
 
@@ -263,6 +264,26 @@ define_audit {
     // another relation: their result is not fixed by s.daily's data, so they run again.
     let prod = p.apply("prod");
     assert_eq!(audits_of(&prod, "s.daily").len(), 2, "{prod:#}");
+    assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
+}
+
+/// `"now"()` calls the clock as `now()` does (a quoted name is still a call, on both engines):
+/// the audit's result is not fixed by the data, so a promotion runs it again.
+fn an_audit_calling_the_clock_by_its_quoted_name_runs_at_every_promotion(engine: EngineBackend) {
+    let p = project(engine, EVENTS, "audit.not_in_future()");
+    p.write(
+        "audits/custom.lua",
+        r#"define_audit {
+  name = "not_in_future",
+  scope = "whole",
+  query = function(self, args) return ([[SELECT * FROM %s WHERE day > "now"() + INTERVAL '100 years']]):format(self) end,
+}
+"#,
+    );
+    let dev = p.apply("dev");
+    assert_eq!(audits_of(&dev, "s.daily").len(), 1, "{dev:#}");
+    let prod = p.apply("prod");
+    assert_eq!(audits_of(&prod, "s.daily").len(), 1, "{prod:#}");
     assert_eq!(reused(&prod), ["s.totals"], "{prod:#}");
 }
 

@@ -1301,6 +1301,43 @@ fn efmesh_audit_runs_despite_an_unparsable_unapplied_edit_of_another_model() {
     assert_eq!(r["runs"], 0, "{r:#}");
 }
 
+/// A model removed from the project while `dev` still serves it: `efmesh audit dev` runs the
+/// project's audits, so the removed model's are not run. The report says so, naming it with the
+/// number of audits `dev` recorded for it (`notInProject` in `--json`), instead of "nothing to
+/// check"; the exit code stays 0, as for the project's models `dev` does not serve.
+#[test]
+fn efmesh_audit_names_the_served_models_the_project_no_longer_defines() {
+    let p = project(EngineBackend::DuckDb);
+    p.write("models/t.sql", "-- name: s.t\n-- kind: full\n-- schema: id integer\n-- audits: not_null(id), unique(id)\nSELECT 1 AS id\n");
+    p.write("models/u.sql", "-- name: s.u\n-- kind: full\n-- schema: id integer\nSELECT 1 AS id\n");
+    p.apply("dev");
+    let before = p.run(&["audit", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(before["notInProject"], serde_json::json!([]), "{before:#}");
+    assert_eq!(result(&before, "s.t", "not_null(id)")["runs"], 1);
+
+    // `s.t` removed, the removal not applied: `dev` still serves it.
+    p.remove("models/t.sql");
+    let run = p.run(&["audit", "dev"]);
+    run.expect_code(0);
+    let human = &run.stdout;
+    assert!(!human.contains("nothing to check"), "{human}");
+    assert!(human.contains("  · s.t  served by `dev`, no longer in the project: 2 recorded audits not run"), "{human}");
+    assert!(human.contains("0 audits run: 0 passed, 0 failed, 0 warned"), "{human}");
+    assert!(human.contains("warning: `dev` serves 1 audited model the project no longer defines (`s.t`): its 2 recorded audits were not run"), "{human}");
+    assert!(human.contains("as `efmesh audit` runs the project's audits; `efmesh apply dev` stops serving it (or restore its definition)"), "{human}");
+    let v = p.run(&["audit", "dev", "--json"]).expect_code(0).json();
+    assert_eq!(v["results"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["notInProject"], serde_json::json!([{"model": "s.t", "audits": 2}]), "{v:#}");
+    // `--model` selects project models only: the removed one is not reported.
+    let only = p.run(&["audit", "dev", "--model", "s.u", "--json"]).expect_code(0).json();
+    assert_eq!(only["notInProject"], serde_json::json!([]), "{only:#}");
+
+    // Once the removal is applied, `dev` serves no audited model: nothing to check, truly.
+    p.apply("dev");
+    let after = p.run(&["audit", "dev"]).expect_code(0).stdout.clone();
+    assert!(after.contains("no audits in environment `dev`: nothing to check"), "{after}");
+}
+
 /// A project for the audits of models that store nothing: a CSV source `raw.orders`, `s.e` of
 /// `kind` (`embedded` or `view`) over it (through `s.f`, a `full` model on a daily cron copying
 /// the source, with `through_full`) with a blocking `not_null(status)` and a warn
