@@ -66,26 +66,68 @@ pub fn is_naive_timestamp(ty: &str) -> bool {
     (t.starts_with("timestamp") || t == "datetime") && !is_zoned_timestamp(&t)
 }
 
-/// The UTC offset a timestamp text ends with when it is not zero (`+02:00` of
-/// `2026-01-02T10:00:00+02:00`): a cast to a timestamp without a time zone drops it silently
-/// (both DuckDB and Postgres), so the value would be stored two hours off. `Z`, `+00`, `+00:00`
-/// change nothing.
-pub fn nonzero_utc_offset(text: &str) -> Option<&str> {
-    let t = text.trim_end();
-    let at = t.rfind(['+', '-'])?;
-    let (head, offset) = (&t[..at], &t[at..]);
-    let digits: String = offset[1..].chars().filter(|c| *c != ':').collect();
-    let is_offset = matches!(digits.len(), 2 | 4) && digits.chars().all(|c| c.is_ascii_digit()) && offset[1..].len() <= 5;
-    // After a time of day (`hh:mm`), not a date's `-02`.
-    let after_time = head.trim_end().rsplit(['T', 't', ' ']).next().is_some_and(|time| time.len() >= 5 && time.as_bytes()[2] == b':');
-    (is_offset && after_time && digits.chars().any(|c| c != '0')).then_some(offset)
+/// True when a declared type is a time of day without a time zone (`time`, `time(3)`, DuckDB's
+/// `time_ns`, `time without time zone`): like a timestamp without one, its cast drops a UTC
+/// offset (`10:00:00+02` is stored as `10:00:00` by DuckDB and Postgres alike).
+pub fn is_naive_time(ty: &str) -> bool {
+    let t = ty.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_lowercase();
+    let base = t.split(['(', ' ']).next().unwrap_or("");
+    matches!(base, "time" | "time_ns") && !t.ends_with(" with time zone")
 }
 
-/// [`nonzero_utc_offset`] as POSIX regular expressions (DuckDB's `regexp_matches`, Postgres's
-/// `~`): a time of day then a `±hh[:mm]` offset at the end, and not a zero one.
-pub const UTC_OFFSET_REGEX: &str = "[0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?[ ]*[+-]([0-9]{2}:?[0-9]{2}|[0-9]{2})[ ]*$";
-/// See [`UTC_OFFSET_REGEX`].
-pub const ZERO_UTC_OFFSET_REGEX: &str = "[+-]00(:?00)?[ ]*$";
+/// True when a cast to the declared type drops a UTC offset without an error, so that a value
+/// carrying one would be stored off by it: a timestamp ([`is_naive_timestamp`]) or a time of
+/// day ([`is_naive_time`]) without a time zone.
+pub fn drops_utc_offset(ty: &str) -> bool {
+    is_naive_timestamp(ty) || is_naive_time(ty)
+}
+
+/// DuckDB's blanks (`StringUtil::CharacterIsSpace`): what its casts skip around a value.
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\u{b}' | '\u{c}' | '\r')
+}
+
+/// True when `s` is a time of day as DuckDB's cast reads one (`Time::TryConvertInternal`):
+/// hours (any number of digits), `:`, minutes (one or two digits), and optionally `:`, seconds
+/// (one or two digits) and a fraction (`.` then any digits, maybe none). `10:00` without seconds
+/// is DuckDB's only at the end of a value, but Postgres reads `10:00-03` too.
+fn is_clock(s: &str) -> bool {
+    let digits = |p: &str, max: usize| !p.is_empty() && p.len() <= max && p.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = s.split(':').collect();
+    match *parts.as_slice() {
+        [h, m] => digits(h, usize::MAX) && digits(m, 2),
+        [h, m, sec] => {
+            let whole = sec.split_once('.').map_or(sec, |(w, fraction)| if fraction.bytes().all(|b| b.is_ascii_digit()) { w } else { "" });
+            digits(h, usize::MAX) && digits(m, 2) && digits(whole, 2)
+        }
+        _ => false,
+    }
+}
+
+/// True when `s` (after its sign) is a UTC offset as the casts read one: digits, maybe
+/// parted by colons. That holds every form DuckDB's timestamp cast reads
+/// (`Timestamp::TryParseUTCOffset`: `hh`, `hhmm`, `hh:mm`, `hh:mm:ss`, a last `:` skipped) and
+/// the malformed ones its `time` cast drops all the same (`+020`, `+02:0`, `+2`); a timestamp
+/// holding one of those fails its cast anyway.
+fn is_offset(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_digit()) && s.bytes().all(|b| b.is_ascii_digit() || b == b':')
+}
+
+/// The UTC offset a date and time text ends with when it is not zero (`+02:00` of
+/// `2026-01-02T10:00:00+02:00`): a cast to a timestamp or a time without a time zone drops it
+/// silently (both DuckDB and Postgres), so the value would be stored two hours off. Every form
+/// DuckDB reads counts (`+02`, `+0200`, `+02:00`, `+02:00:00`, `+02:`), after any time of day it
+/// reads (`10:00:0+02`, `1:0:0.5+02`; a blank before the offset, which its `time` cast and
+/// Postgres read), blanks after it (`+02\t`, `+0200\n`) skipped as the cast skips them. `Z`,
+/// `+00`, `+00:00`, `+00:00:00` change nothing.
+pub fn nonzero_utc_offset(text: &str) -> Option<&str> {
+    let t = text.trim_end_matches(is_blank);
+    let at = t.rfind(['+', '-'])?;
+    let (head, offset) = (&t[..at], &t[at..]);
+    // After a time of day (`hh:mm[:ss[.f]]`), not a date's `-02`.
+    let after_time = head.trim_end_matches(is_blank).rsplit(|c: char| is_blank(c) || c == 'T' || c == 't').next().is_some_and(is_clock);
+    (after_time && is_offset(&offset[1..]) && offset.bytes().any(|b| matches!(b, b'1'..=b'9'))).then_some(offset)
+}
 
 /// Checks that a declared type is one type expression and nothing more: not empty, its quotes
 /// closed, its parentheses and brackets balanced (never closing one it did not open), no `;` and
@@ -377,27 +419,75 @@ pub fn second_digits(ty: &str) -> Option<usize> {
     }
 }
 
+/// Where the date a text starts with ends, as DuckDB's cast reads one (`Date::TryConvertDate`):
+/// blanks, an optional `-`, the year's digits, a separator (` `, `-`, `/` or `\`), the month's
+/// one or two digits, the same separator, the day's one or two digits, an optional ` (BC)`.
+/// `None` when the text does not start so, or a digit follows the day (the cast refuses both).
+/// What follows is dropped by a cast to `date`, whatever it is.
+fn date_prefix_end(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut i = b.iter().take_while(|c| is_blank(char::from(**c))).count();
+    i += usize::from(b.get(i) == Some(&b'-'));
+    let digits = |from: usize, max: usize| b[from..].iter().take(max).take_while(|c| c.is_ascii_digit()).count();
+    let year = digits(i, usize::MAX);
+    if year == 0 {
+        return None;
+    }
+    i += year;
+    let sep = *b.get(i).filter(|c| matches!(**c, b' ' | b'-' | b'/' | b'\\'))?;
+    i += 1;
+    let month = digits(i, 2);
+    if month == 0 || b.get(i + month) != Some(&sep) {
+        return None;
+    }
+    i += month + 1;
+    let day = digits(i, 2);
+    if day == 0 {
+        return None;
+    }
+    i += day;
+    if b.get(i).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    if b.len() >= i + 5 && is_blank(char::from(b[i])) && b[i + 1..i + 5].eq_ignore_ascii_case(b"(bc)") {
+        i += 5;
+    }
+    Some(i)
+}
+
 /// Why casting the text `text` to the date or time type `ty` would change the value without an
 /// error (DuckDB and Postgres both cut or round silently): a time of day other than midnight
 /// into a `date`, or more digits of a second's fraction than the type keeps
-/// ([`second_digits`]: `2026-01-01 00:00:00.0000009` into a microsecond `timestamp`; trailing
-/// zeros count for nothing). `None` when the cast keeps the value, for other types, and for a
-/// text that is no date or time (the engine's cast refuses it).
+/// ([`second_digits`]: `2026-01-01 00:00:00.0000009` or `…00:00:0.0000009` into a microsecond
+/// `timestamp`; trailing zeros count for nothing). `None` when the cast keeps the value, for
+/// other types, and for a text that is no date or time (the engine's cast refuses it).
 pub fn temporal_cut(text: &str, ty: &str) -> Option<String> {
     let b = text.as_bytes();
     if ty.trim().eq_ignore_ascii_case("date") {
-        // The time of day: after the ' ' or 'T' that follows the date, up to the first character
-        // that is no digit, `:` or `.` (a `Z` or an offset after it is not the time; nor is an
-        // offset right after the date, `2026-01-02+05:30`, which the cast drops too).
-        let trimmed = text.trim();
-        let sep = trimmed.find([' ', 'T', 't'])?;
-        let clock: String = trimmed[sep + 1..].trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.').collect();
-        return (clock.contains(':') && clock.chars().any(|c| matches!(c, '1'..='9')))
+        // The time of day: DuckDB's `date` cast reads the date ([`date_prefix_end`]) and drops
+        // whatever follows it (`T10:00`, ` T10:00`, ` 10:00 PM`, `_10:00`), so the first number
+        // after it, past anything but a sign, is one, up to the first character that is no
+        // digit, `:` or `.` (a `Z` or an offset after it is not the time; nor is an offset
+        // right after the date, `2026-01-02+05:30`, which the cast drops too). A text that is
+        // no DuckDB date (Postgres reads more): the time after the first ' ' or 'T'.
+        let (rest, is_date) = match date_prefix_end(text) {
+            Some(end) => (text[end..].trim_start_matches(|c: char| !c.is_ascii_digit() && c != '+' && c != '-'), true),
+            None => {
+                let trimmed = text.trim();
+                let sep = trimmed.find([' ', 'T', 't'])?;
+                (trimmed[sep + 1..].trim_start(), false)
+            }
+        };
+        let clock: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.').collect();
+        // (After a DuckDB date, an hour alone, `2026-01-02 10`, is dropped as well.)
+        return ((is_date || clock.contains(':')) && clock.chars().any(|c| matches!(c, '1'..='9')))
             .then(|| format!("\"{text}\" has a time of day, which `{ty}` would drop: write the date alone"));
     }
     let keep = second_digits(ty)?;
-    // The fraction of the seconds: the digits after a `.` that follows `:ss`.
-    let dot = (3..b.len()).find(|&i| b[i] == b'.' && b[i - 3] == b':' && b[i - 2].is_ascii_digit() && b[i - 1].is_ascii_digit())?;
+    // The fraction of the seconds: the digits after a `.` that follows `:s` or `:ss` (DuckDB
+    // reads one or two digits of seconds; Postgres also `mm:ss.f`).
+    let dot =
+        (2..b.len()).find(|&i| b[i] == b'.' && b[i - 1].is_ascii_digit() && (b[i - 2] == b':' || (i >= 3 && b[i - 2].is_ascii_digit() && b[i - 3] == b':')))?;
     let fraction: String = text[dot + 1..].chars().take_while(char::is_ascii_digit).collect();
     let digits = fraction.trim_end_matches('0').len();
     (digits > keep).then(|| format!("\"{text}\" has {digits} digits of a second's fraction and `{ty}` keeps {keep}, which would cut it"))
@@ -437,6 +527,70 @@ mod tests {
             assert_eq!(nonzero_utc_offset(none), None, "{none}");
         }
         assert!(is_naive_timestamp("TIMESTAMP(3)") && is_naive_timestamp("datetime") && !is_naive_timestamp("timestamptz") && !is_naive_timestamp("date"));
+    }
+
+    #[test]
+    fn every_utc_offset_duckdb_reads_is_found_after_every_time_it_reads() {
+        // DuckDB reads `±hh[[:]mm[:ss]]` after `h:m:s[.f]` (one or two digits each), then skips
+        // blanks: each of these casts to a `timestamp` (or `time`) with the offset dropped.
+        for (text, offset) in [
+            ("2026-01-02 10:00:00+02:00:00", "+02:00:00"),
+            ("2026-01-02 10:00:00-00:00:30", "-00:00:30"),
+            ("2026-01-02 10:00:0+02", "+02"),
+            ("2026-01-02 1:0:0.5+0200", "+0200"),
+            ("2026-01-02 10:00:00.+02:", "+02:"),
+            ("2026-01-02 10:00:00+02\t", "+02"),
+            ("2026-01-02 10:00:00+0200\n", "+0200"),
+            ("2026-01-02 10:00:00+02:00 \r\n", "+02:00"),
+            ("2026-01-02 10:00:00+02\u{b}", "+02"),
+            ("10:00:00+02", "+02"),
+            ("10:00:00 +02", "+02"),
+            ("10:00:0.5+020", "+020"),
+        ] {
+            assert_eq!(nonzero_utc_offset(text), Some(offset), "{text:?}");
+        }
+        // Zero offsets change nothing, in every form; a date's `-02` is no offset.
+        for zero in [
+            "2026-01-02 10:00:00+00",
+            "2026-01-02 10:00:00+00:00:00",
+            "2026-01-02 10:00:00-0000\t",
+            "2026-01-02 10:00:0+00:",
+            "10:00:00+00:00",
+            "2026-01-02-03",
+            "2026-01-02 10:00:00 UTC",
+        ] {
+            assert_eq!(nonzero_utc_offset(zero), None, "{zero:?}");
+        }
+    }
+
+    #[test]
+    fn a_time_without_a_time_zone_drops_an_offset_as_a_timestamp_does() {
+        for naive in ["time", "TIME(3)", "time without time zone", "time_ns", "timestamp", "timestamp_ms"] {
+            assert!(drops_utc_offset(naive), "{naive}");
+        }
+        for kept in ["timetz", "time with time zone", "TIME(3) WITH TIME ZONE", "time_tz", "timestamptz", "date", "varchar", "interval"] {
+            assert!(!drops_utc_offset(kept), "{kept}");
+        }
+        assert!(is_naive_time("Time") && !is_naive_time("timestamp") && !is_naive_time("timetz"));
+    }
+
+    #[test]
+    fn a_fraction_after_a_one_digit_second_and_a_time_after_any_separator_are_cuts() {
+        // DuckDB reads one or two digits of seconds: the fraction after either is cut.
+        assert!(temporal_cut("2026-01-02 10:00:0.9999999", "timestamp").is_some_and(|w| w.contains("7 digits") && w.contains("keeps 6")));
+        assert!(temporal_cut("1:0:0.1234567", "time").is_some_and(|w| w.contains("7 digits")));
+        assert!(temporal_cut("2026-01-02 10:00:0.1234+02", "timestamp(3) with time zone").is_some_and(|w| w.contains("4 digits")));
+        for kept in ["2026-01-02 10:00:0.999999", "2026-01-02 10:00:0.9999990", "2026-01-02 10:00:0"] {
+            assert_eq!(temporal_cut(kept, "timestamp"), None, "{kept}");
+        }
+        // DuckDB's `date` cast drops whatever follows the date: a time after ` T`, `_`, two
+        // blanks, or after a date spelled `2026 01 02` or `2026/1/2`, is a time of day too.
+        for cut in ["2026-01-02 T10:00", "2026-01-02_10:00:00", "2026-01-02\t 10:00", "2026 01 02 10:00", "2026/1/2 1:0:0", "2026-01-02 10"] {
+            assert!(temporal_cut(cut, "date").is_some_and(|w| w.contains("time of day")), "{cut:?}");
+        }
+        for kept in ["2026-01-02 T00:00", "2026 01 02", "2026-01-02 (BC)", "2026-01-02 Z", "2026/01/02 00:00:00.000 +05:30"] {
+            assert_eq!(temporal_cut(kept, "date"), None, "{kept:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use crate::core::interval::{self, Interval};
 use crate::core::name::{quote_ident, quote_literal};
-use crate::core::schema::{decimal_scale, decimals_of, is_integer_type, is_naive_timestamp, list_element, nonzero_utc_offset, temporal_cut};
+use crate::core::schema::{decimal_scale, decimals_of, drops_utc_offset, is_integer_type, list_element, nonzero_utc_offset, temporal_cut};
 use crate::core::{Column, Kind, Model, ModelName, Resolver, TypeFamily};
 use crate::project::Project;
 use crate::script::test_spec::Row;
@@ -61,7 +61,7 @@ pub fn refuse_without_engine(v: &Value, ty: &str, input: bool) -> Option<String>
     if let (Value::Array(items), Some(element)) = (v, list_element(ty)) {
         return items.iter().enumerate().find_map(|(i, item)| refuse_without_engine(item, element, input).map(|why| format!("element {}: {why}", i + 1)));
     }
-    if let (Value::String(s), true) = (v, is_naive_timestamp(ty))
+    if let (Value::String(s), true) = (v, drops_utc_offset(ty))
         && let Some(offset) = nonzero_utc_offset(s)
     {
         return Some(format!("\"{s}\" has the UTC offset `{offset}`, which `{ty}` (no time zone) would drop: write the time in UTC"));
@@ -196,6 +196,23 @@ mod tests {
         assert!(refuse_without_engine(&json!(["2026-01-02", "2026-01-01 01:00:00"]), "date[]", true).is_some_and(|w| w.starts_with("element 2:")));
         assert!(refuse_without_engine(&json!("2026-01-01"), "date", true).is_none());
         assert!(refuse_without_engine(&json!("2026-01-01 23:59:59"), "date", false).is_none(), "an expected value is checked against the query's type");
+    }
+
+    #[test]
+    fn every_offset_form_a_naive_timestamp_or_time_would_drop_is_refused() {
+        for (value, ty, offset) in [
+            ("2026-01-02 10:00:00+02:00:00", "timestamp", "`+02:00:00`"),
+            ("2026-01-02 10:00:0+02", "timestamp", "`+02`"),
+            ("2026-01-02 10:00:00+0200\t", "datetime", "`+0200`"),
+            ("10:00:00+02", "time", "`+02`"),
+        ] {
+            assert!(refuse_without_engine(&json!(value), ty, true).is_some_and(|w| w.contains(offset) && w.contains("would drop")), "{value:?} {ty}");
+        }
+        for (value, ty) in [("2026-01-02 10:00:00+00:00:00", "timestamp"), ("10:00:00+02", "timetz"), ("2026-01-02 10:00:00+02:00:00", "timestamptz")] {
+            assert_eq!(refuse_without_engine(&json!(value), ty, true), None, "{value:?} {ty}");
+        }
+        assert!(refuse_without_engine(&json!("2026-01-02 T10:00"), "date", true).is_some_and(|w| w.contains("time of day")));
+        assert!(refuse_without_engine(&json!("2026-01-02 10:00:0.9999999"), "timestamp", true).is_some_and(|w| w.contains("keeps 6")));
     }
 
     #[test]

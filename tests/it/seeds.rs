@@ -31,6 +31,7 @@ on_every_engine!(
     a_seed_changed_between_plan_and_apply_is_refused,
     a_seed_is_audited_when_it_is_built,
     a_utc_offset_a_timestamp_column_would_drop_is_refused,
+    every_utc_offset_form_a_timestamp_or_time_column_would_drop_is_refused,
     a_time_finer_than_its_type_keeps_is_refused_before_anything_is_built,
 );
 
@@ -480,6 +481,44 @@ fn a_utc_offset_a_timestamp_column_would_drop_is_refused(engine: EngineBackend) 
     p.write("seeds/t.csv", "id,at\n1,2026-01-02T10:00:00Z\n2,2026-01-02 10:00:00+00:00\n3,2026-01-02T08:00:00\n");
     p.apply("dev");
     assert_eq!(p.rows("\"dev__ref\".\"t\"").len(), 3);
+}
+
+/// Every offset form DuckDB reads is dropped as silently as `+02:00` by a cast to a `timestamp`
+/// (or a `time`) without a time zone, and was loaded two hours off: `+02:00:00` (hours, minutes
+/// and seconds), `+02` after a one-digit second, `+02` followed by a tab in a quoted field (the
+/// cast skips it), `10:00:00+02` in a `time` column. Each is refused, naming the file, the row,
+/// the column and the offset, before anything is built; the same forms with a zero offset load.
+fn every_utc_offset_form_a_timestamp_or_time_column_would_drop_is_refused(engine: EngineBackend) {
+    let p = project(engine);
+    p.write(
+        "models/t.sql",
+        "-- name:   ref.t\n-- kind:   seed(path = seeds/t.csv)\n-- schema: id integer, hms timestamp, short timestamp, tab timestamp, t time\n",
+    );
+    let header = "id,hms,short,tab,t\n";
+    let fine = "1,2026-01-02 10:00:00,2026-01-02 10:00:00,2026-01-02 10:00:00,10:00:00\n";
+    p.write("seeds/t.csv", &format!("{header}{fine}2,2026-01-02 10:00:00+02:00:00,2026-01-02 10:00:0+02,\"2026-01-02 10:00:00+02\t\",10:00:00+02\n"));
+    let run = p.run(&["apply", "dev", "--yes"]);
+    run.expect_code(1);
+    for (column, offset) in [("hms", "+02:00:00"), ("short", "+02"), ("tab", "+02"), ("t", "+02")] {
+        let line =
+            run.stderr.lines().find(|l| l.contains(&format!("column `{column}`"))).unwrap_or_else(|| panic!("no problem for `{column}`:\n{}", run.stderr));
+        let offset = format!("has the UTC offset `{offset}`");
+        for needle in ["`seeds/t.csv`", "row 3", offset.as_str(), "(no time zone) would drop"] {
+            assert!(line.contains(needle), "{needle:?} missing from {line:?}");
+        }
+    }
+    let time = run.stderr.lines().find(|l| l.contains("column `t`")).unwrap_or_default();
+    assert!(time.contains("declare `timetz`"), "{time}");
+    assert!(p.physical_tables().is_empty(), "something was built");
+
+    // A zero offset, in the same forms, changes nothing and loads.
+    p.write("seeds/t.csv", &format!("{header}{fine}2,2026-01-02 10:00:00+00:00:00,2026-01-02 10:00:0-00,\"2026-01-02 10:00:00+00\t\",10:00:00+00\n"));
+    p.apply("dev");
+    let at = s("2026-01-02 10:00:00");
+    assert_eq!(
+        p.rows("\"dev__ref\".\"t\""),
+        vec![vec![s("1"), at.clone(), at.clone(), at.clone(), s("10:00:00")], vec![s("2"), at.clone(), at.clone(), at, s("10:00:00")]]
+    );
 }
 
 /// `2026-01-02 23:59:59.9999999+00` is cut to `…59.999999` by DuckDB's cast but rounded to
